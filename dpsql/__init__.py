@@ -1,0 +1,1 @@
+"""dpsql: differentially private SQL over DuckDB."""

@@ -1,0 +1,141 @@
+"""Privacy budgets: an (epsilon, delta) value type with exact comparison.
+
+The one rounding rule (written down here and nowhere else)
+---------------------------------------------------------
+Budgets are entered as floats (``0.1``), and binary floats cannot represent most decimals,
+so ten charges of 0.1 would not add up to 1.0 in float arithmetic. dpsql therefore reads
+every float as the *shortest decimal that round-trips to it* (Python's ``repr``), i.e. as
+the number the user typed, and does all sums and comparisons on those decimals with exact
+rational arithmetic (``fractions.Fraction``). No tolerance is involved anywhere: two budgets
+are equal iff their decimals are equal, and ``spent + request <= total`` is decided exactly.
+
+Composition here is basic (sequential) composition: epsilons add and deltas add. Every
+charge keeps its mechanism parameters in the ledger, so a tighter accountant can be
+added later without changing what was recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable
+
+from dpsql.errors import ConfigError
+
+
+def exact(x: float | int | str | Fraction) -> Fraction:
+    """The exact rational value of a privacy parameter under the rounding rule above."""
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, bool):
+        raise ConfigError(f"privacy parameter must be a number, got {x!r}")
+    if isinstance(x, int):
+        return Fraction(x)
+    if isinstance(x, str):
+        return Fraction(x)
+    return Fraction(repr(float(x)))
+
+
+def check_epsilon(epsilon: object, *, name: str = "epsilon", allow_zero: bool = False) -> float:
+    """Validate an epsilon: finite, positive (or zero when allowed)."""
+    try:
+        e = float(epsilon)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number, got {epsilon!r}", hint=f"pass {name}=1.0") from None
+    if isinstance(epsilon, bool) or math.isnan(e) or math.isinf(e) or e < 0 or (e == 0 and not allow_zero):
+        raise ConfigError(
+            f"{name} must be a finite number > 0, got {epsilon!r}",
+            hint=f"pass a positive {name}, e.g. {name}=1.0",
+        )
+    return e
+
+
+def check_delta(delta: object, *, name: str = "delta") -> float:
+    """Validate a delta: finite, in [0, 1)."""
+    try:
+        d = float(delta)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number, got {delta!r}", hint=f"pass {name}=1e-6") from None
+    if isinstance(delta, bool) or math.isnan(d) or d < 0 or d >= 1:
+        raise ConfigError(
+            f"{name} must be a number in [0, 1), got {delta!r}",
+            hint=f"use a small {name} such as 1e-6 (well below 1/number_of_people), or 0 for pure DP",
+        )
+    return d
+
+
+@dataclass(frozen=True)
+class Budget:
+    """An (epsilon, delta) privacy budget or cost. Immutable; compared exactly."""
+
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon, allow_zero=True))
+        object.__setattr__(self, "delta", check_delta(self.delta))
+
+    # exact views -------------------------------------------------------------------
+    @property
+    def exact_epsilon(self) -> Fraction:
+        return exact(self.epsilon)
+
+    @property
+    def exact_delta(self) -> Fraction:
+        return exact(self.delta)
+
+    @staticmethod
+    def from_exact(epsilon: Fraction, delta: Fraction) -> "Budget":
+        return Budget(float(epsilon), float(delta))
+
+    # arithmetic (basic composition) ---------------------------------------------------
+    def __add__(self, other: "Budget") -> "Budget":
+        return Budget.from_exact(self.exact_epsilon + other.exact_epsilon, self.exact_delta + other.exact_delta)
+
+    def minus(self, other: "Budget") -> "Budget":
+        """self - other, floored at zero in each coordinate (for display of what is left)."""
+        e = max(Fraction(0), self.exact_epsilon - other.exact_epsilon)
+        d = max(Fraction(0), self.exact_delta - other.exact_delta)
+        return Budget.from_exact(e, d)
+
+    def fits_in(self, available: "Budget") -> bool:
+        """True iff this cost fits in ``available`` in both coordinates, decided exactly."""
+        return self.exact_epsilon <= available.exact_epsilon and self.exact_delta <= available.exact_delta
+
+    def __le__(self, other: "Budget") -> bool:
+        return self.fits_in(other)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Budget):
+            return NotImplemented
+        return self.exact_epsilon == other.exact_epsilon and self.exact_delta == other.exact_delta
+
+    def __hash__(self) -> int:
+        return hash((self.exact_epsilon, self.exact_delta))
+
+    def __repr__(self) -> str:
+        return f"Budget(epsilon={self.epsilon!r}, delta={self.delta!r})"
+
+    def __str__(self) -> str:
+        return f"(epsilon={self.epsilon:g}, delta={self.delta:g})"
+
+
+def compose(costs: Iterable[Budget]) -> Budget:
+    """Basic sequential composition, exact."""
+    e = Fraction(0)
+    d = Fraction(0)
+    for c in costs:
+        e += c.exact_epsilon
+        d += c.exact_delta
+    return Budget.from_exact(e, d)
+
+
+def exact_sum_fits(spent: Iterable[Budget], request: Budget, total: Budget) -> bool:
+    """spent + request <= total, decided exactly under the rounding rule."""
+    e = request.exact_epsilon
+    d = request.exact_delta
+    for c in spent:
+        e += c.exact_epsilon
+        d += c.exact_delta
+    return e <= total.exact_epsilon and d <= total.exact_delta

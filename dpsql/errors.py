@@ -1,0 +1,138 @@
+"""The dpsql exception tree.
+
+Every error says what failed, why in differential-privacy terms, and how to fix it.
+No message may contain a private cell value: DuckDB messages (which can quote cells)
+are kept on ``ExecutionError.debug_detail`` and shown only with ``--debug``.
+
+    DPSQLError
+    ├── QueryError(ValueError)      the SQL is the problem; raised before data is read
+    │   ├── SQLSyntaxError          line, column, highlighted fragment
+    │   ├── UnsupportedQueryError   valid SQL outside the DP subset; lists every violation
+    │   └── PolicyError             needs metadata the catalog lacks
+    ├── ConfigError(ValueError)     bad config, table spec or budget
+    ├── BudgetExceededError         requested, remaining
+    ├── LedgerError                 missing, locked, wrong schema version, corrupt
+    └── ExecutionError              DuckDB failed on generated SQL
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class DPSQLError(Exception):
+    """Base class of every error dpsql raises on purpose."""
+
+    #: CLI exit code for this family of errors.
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if self.hint:
+            return f"{self.message}\nhint: {self.hint}"
+        return self.message
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One problem found in a query, with its position (1-based; 0 if unknown)."""
+
+    message: str
+    line: int = 0
+    col: int = 0
+    fragment: str = ""
+
+    def __str__(self) -> str:
+        where = f" (line {self.line}, col {self.col})" if self.line else ""
+        frag = f": {self.fragment}" if self.fragment else ""
+        return f"{self.message}{frag}{where}"
+
+
+class QueryError(DPSQLError, ValueError):
+    """The SQL is the problem. Raised before any private row is read; costs nothing."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        violations: list[Violation] | None = None,
+    ) -> None:
+        self.violations = list(violations or [])
+        if self.violations and len(self.violations) > 1:
+            message = message + "\n" + "\n".join(f"  - {v}" for v in self.violations)
+        super().__init__(message, hint=hint)
+
+
+class SQLSyntaxError(QueryError):
+    """The text is not valid SQL."""
+
+    def __init__(
+        self, message: str, *, line: int = 0, col: int = 0, fragment: str = "", hint: str | None = None
+    ) -> None:
+        self.line = line
+        self.col = col
+        self.fragment = fragment
+        super().__init__(message, hint=hint, violations=[Violation(message, line, col, fragment)])
+
+
+class UnsupportedQueryError(QueryError):
+    """Valid SQL outside the differentially private subset. Lists every violation."""
+
+
+class PolicyError(QueryError):
+    """The query needs metadata the catalog lacks (bounds, privacy unit, foreign key)."""
+
+
+class ConfigError(DPSQLError, ValueError):
+    """Bad configuration, table specification, or privacy parameters."""
+
+    exit_code = 2
+
+
+class BudgetExceededError(DPSQLError):
+    """The request does not fit in the remaining budget. Nothing was charged."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, requested: Any = None, remaining: Any = None, hint: str | None = None):
+        self.requested = requested
+        self.remaining = remaining
+        super().__init__(message, hint=hint)
+
+
+class LedgerError(DPSQLError):
+    """The budget ledger is missing, locked, of the wrong schema version, or corrupt."""
+
+    exit_code = 4
+
+
+class ExecutionError(DPSQLError):
+    """DuckDB failed on SQL that dpsql generated. The message carries no cell values."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None, debug_detail: str | None = None):
+        self.debug_detail = debug_detail
+        super().__init__(message, hint=hint)
+
+
+__all__ = [
+    "DPSQLError",
+    "Violation",
+    "QueryError",
+    "SQLSyntaxError",
+    "UnsupportedQueryError",
+    "PolicyError",
+    "ConfigError",
+    "BudgetExceededError",
+    "LedgerError",
+    "ExecutionError",
+]

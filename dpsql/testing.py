@@ -1,0 +1,56 @@
+"""Test helpers. Never used by releases: the public API has no seed.
+
+``seeded_noise(seed)`` gives a reproducible noise source (fixed-seed statistical tests);
+``zero_noise()`` gives a source whose Gaussian and Laplace samples are exactly 0 (goldens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from dpsql.noise import NoiseSource
+
+
+class SeededNoise(NoiseSource):
+    """Reproducible noise for statistical tests (bits from numpy's PCG64)."""
+
+    def __init__(self, seed: int | str) -> None:
+        if isinstance(seed, str):
+            seed = int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "little")
+        self._gen = np.random.Generator(np.random.PCG64(seed))
+        self._salt_counter = 0
+        self._seed = seed
+
+    def _random_bytes(self, n: int) -> bytes:
+        return self._gen.bytes(n)
+
+    def salt(self) -> str:
+        self._salt_counter += 1
+        return hashlib.sha256(f"{self._seed}:{self._salt_counter}".encode()).hexdigest()[:32]
+
+
+class ZeroNoise(SeededNoise):
+    """Noise that is exactly zero: goldens pin bounded true aggregates and thresholds."""
+
+    zero_noise = True
+
+    def __init__(self, seed: int | str = 0) -> None:
+        super().__init__(seed)
+
+    def normal(self, scale, size):  # type: ignore[no-untyped-def]
+        shape = (size,) if isinstance(size, int) else tuple(size)
+        return np.zeros(shape)
+
+    def laplace(self, scale, size):  # type: ignore[no-untyped-def]
+        shape = (size,) if isinstance(size, int) else tuple(size)
+        return np.zeros(shape)
+
+
+def seeded_noise(seed: int | str) -> SeededNoise:
+    return SeededNoise(seed)
+
+
+def zero_noise(seed: int | str = 0) -> ZeroNoise:
+    return ZeroNoise(seed)
