@@ -780,8 +780,10 @@ class Ledger:
             self._lock.release()
 
     def _connect(self, *, read_only: bool, creating: bool, deadline: float) -> duckdb.DuckDBPyConnection:
+        """Open the ledger file, retrying lock conflicts with randomised backoff until ``deadline``."""
         assert self.path is not None
         p = self.path
+        started = time.monotonic()
         delay = 0.002
         while True:
             if not creating and not os.path.lexists(p):
@@ -790,14 +792,26 @@ class Ledger:
                     f"the budget ledger {p} no longer exists",
                     hint=f"restore it from a backup, or {_INIT_HINT.format(path=p)}",
                 )
+            limit = deadline
             try:
-                return duckdb.connect(p, read_only=read_only)
+                return _open_duckdb(p, read_only=read_only)
             except duckdb.IOException as e:
                 msg = str(e)
                 if "Could not set lock" in msg:
                     why = f"is locked by another process{_lock_holder(msg)}"
+                    hint = (
+                        "DuckDB allows one writer per file, and a reader blocks writers while it has the "
+                        "file open: close other programs holding the ledger (a duckdb shell, a notebook "
+                        "connection), or retry with a larger lock_timeout"
+                    )
                 elif "not a valid DuckDB database" in msg and _size(p) == 0:
-                    why = "is empty (a process may be creating it right now)"  # retry: transient
+                    # transient while another process creates the file; give it at most 1 s
+                    why = "is an empty file, not a dpsql budget ledger"
+                    hint = (
+                        "if a ledger is being created there, retry; otherwise remove the empty file and "
+                        + _INIT_HINT.format(path=p)
+                    )
+                    limit = min(deadline, started + 1.0)
                 elif "not a valid DuckDB database" in msg:
                     raise LedgerError(
                         f"{p} is not a dpsql budget ledger: it is not a DuckDB database file at all",
@@ -807,7 +821,7 @@ class Ledger:
                 else:
                     raise LedgerError(
                         f"cannot open the budget ledger {p}: {msg}",
-                        hint="check the path, permissions and free disk space",
+                        hint="check the path, the file permissions and free disk space",
                     ) from None
             except duckdb.ConnectionException as e:
                 if "different configuration" not in str(e):
@@ -815,25 +829,28 @@ class Ledger:
                         f"cannot open the budget ledger {p}: {e}", hint="check the path"
                     ) from None
                 why = "is held open by another DuckDB connection in this process"
+                hint = "close that connection (dpsql opens the ledger itself for each operation)"
             except duckdb.Error as e:
-                msg = str(e)
-                if "not a valid DuckDB database" in msg or "version" in msg.lower():
-                    raise LedgerError(
-                        f"{p} cannot be read as a DuckDB database: {msg}",
-                        hint="pass the path of your ledger file (restore it from a backup if it is damaged)",
-                    ) from None
                 raise LedgerError(
-                    f"cannot open the budget ledger {p}: {msg}", hint="check the path"
+                    f"cannot open the budget ledger {p} as a DuckDB database: {e}",
+                    hint="pass the path of your ledger file (restore it from a backup if it is damaged)",
                 ) from None
             now = time.monotonic()
-            if now >= deadline:
-                raise LedgerError(
-                    f"ledger {p} {why}; gave up after {self.lock_timeout:g} s",
-                    hint="DuckDB allows one writer per file: close other programs that hold the ledger open "
-                    "(e.g. a duckdb shell or notebook connection), or retry with a larger lock_timeout",
-                )
-            time.sleep(min(deadline - now, random.uniform(0.5, 1.0) * delay))
+            if now >= limit:
+                raise LedgerError(f"ledger {p} {why}; gave up after {now - started:.2g} s", hint=hint)
+            time.sleep(min(limit - now, random.uniform(0.5, 1.0) * delay))
             delay = min(delay * 2, 0.05)
+
+
+def _open_duckdb(p: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(p, read_only=read_only)
+    except duckdb.ConnectionException as e:
+        # Another connection of this process holds the file read-write: DuckDB refuses a
+        # read-only connection to the same file but shares its instance with a read-write one.
+        if read_only and "different configuration" in str(e):
+            return duckdb.connect(p, read_only=False)
+        raise
 
 
 class _AlreadyCreated(LedgerError):
