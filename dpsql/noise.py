@@ -14,6 +14,7 @@ has no ``seed=``.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 
@@ -66,9 +67,15 @@ def round_to_granularity(values: np.ndarray, granularity: float) -> np.ndarray:
     """Round released noisy values to a multiple of ``granularity`` (1 for counts)."""
     if granularity <= 0:
         raise ValueError("granularity must be > 0")
+    v = np.asarray(values, dtype=np.float64)
     if granularity == 1:
-        return np.rint(values)
-    return np.rint(np.asarray(values, dtype=np.float64) / granularity) * granularity
+        return np.rint(v)
+    out = np.rint(v / granularity) * granularity
+    k = math.log10(granularity)
+    if k < 0 and abs(k - round(k)) < 1e-9:
+        # a decimal grid: also drop binary representation noise (0.30000000000000004 -> 0.3)
+        out = np.round(out, int(-round(k)))
+    return out
 
 
 def default_noise_source() -> NoiseSource:

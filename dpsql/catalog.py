@@ -1,0 +1,285 @@
+"""The catalog: registered private tables and their public metadata.
+
+Everything here is *public*: the schema, the privacy unit, declared bounds, declared key
+domains, ordered domains for range workloads, and contribution caps. Analysis, routing,
+calibration and ``explain`` read only this, never a private row.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpsql.errors import ConfigError
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_NAMES = {"dpsql_ledger", "ledger", "information_schema", "pg_catalog", "duckdb_tables"}
+
+
+@dataclass(frozen=True)
+class OrderedDomain:
+    """A public ordered domain for range workloads: [lo, hi] cut into ``bins`` equal bins.
+
+    For numeric columns ``lo``/``hi`` are numbers; for date/timestamp columns they are ISO
+    strings and ``bin_width`` is an interval such as ``"1 hour"``; bins are then computed in
+    seconds since ``lo``.
+    """
+
+    lo: Any
+    hi: Any
+    bins: int
+    kind: str = "numeric"  # numeric | date | timestamp
+    bin_seconds: float | None = None  # for date/timestamp
+
+    @property
+    def width(self) -> float:
+        if self.kind == "numeric":
+            return (float(self.hi) - float(self.lo)) / self.bins
+        assert self.bin_seconds is not None
+        return self.bin_seconds
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    name: str
+    bounds: tuple[float, float] | None = None
+    domain: tuple[Any, ...] | None = None  # public keys: GROUP BY releases every one of them
+    ordered: OrderedDomain | None = None  # ordered domain for DAWA range workloads
+    granularity: float | None = None  # rounding grid for released noisy sums
+
+
+@dataclass
+class TableSpec:
+    name: str
+    source: Any
+    source_kind: str  # parquet | csv | arrow | duckdb
+    privacy_unit: str | None = None
+    max_groups_per_unit: float = 1
+    max_rows_per_group: float = 1
+    max_rows_per_unit: float | None = None  # for range workloads (DAWA); default C_u * k
+    columns: dict[str, ColumnSpec] = field(default_factory=dict)
+    references: dict[str, str] = field(default_factory=dict)  # fk column -> "table.column"
+    tau: int = 1  # suppression threshold for sparse histograms
+    schema: dict[str, str] = field(default_factory=dict)  # column name (lower) -> duckdb type
+
+    def column(self, name: str) -> ColumnSpec:
+        return self.columns.get(name.lower()) or ColumnSpec(name.lower())
+
+    @property
+    def rows_per_unit_cap(self) -> float:
+        if self.max_rows_per_unit is not None:
+            return self.max_rows_per_unit
+        return self.max_groups_per_unit * self.max_rows_per_group
+
+    def public_description(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source_kind": self.source_kind,
+            "privacy_unit": self.privacy_unit,
+            "max_groups_per_unit": self.max_groups_per_unit,
+            "max_rows_per_group": self.max_rows_per_group,
+            "max_rows_per_unit": self.max_rows_per_unit,
+            "tau": self.tau,
+            "references": dict(self.references),
+            "columns": {
+                c.name: {k: v for k, v in (("bounds", c.bounds), ("domain", c.domain), ("ordered", c.ordered)) if v}
+                for c in self.columns.values()
+            },
+        }
+
+
+def _check_cap(value: Any, name: str, table: str) -> float:
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} for table '{table}' must be a whole number >= 1 or math.inf, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{name} for table '{table}' must be a whole number >= 1 or math.inf, got {value!r}",
+            hint=f"register('{table}', ..., {name}=5)",
+        ) from None
+    if math.isnan(v) or v < 1 or (not math.isinf(v) and v != int(v)):
+        raise ConfigError(
+            f"{name} for table '{table}' must be a whole number >= 1 or math.inf, got {value!r}",
+            hint=f"register('{table}', ..., {name}=5)",
+        )
+    return v if math.isinf(v) else int(v)
+
+
+def _parse_seconds(width: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(second|minute|hour|day|week)s?\s*", str(width), re.I)
+    if not m:
+        raise ConfigError(
+            f"bin_width {width!r} is not understood",
+            hint="use a number for numeric columns, or e.g. '1 hour', '15 minutes', '1 day' for time columns",
+        )
+    mult = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}[m.group(2).lower()]
+    return float(m.group(1)) * mult
+
+
+def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
+    if not isinstance(spec, dict):
+        raise ConfigError(
+            f"column spec for '{table}.{name}' must be a dict such as {{'bounds': (0, 100)}}, got {type(spec).__name__}"
+        )
+    known = {"bounds", "domain", "ordered", "granularity", "bins", "bin_width"}
+    unknown = set(spec) - known
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {sorted(unknown)} in column spec for '{table}.{name}'",
+            hint=f"allowed keys: {sorted(known)}",
+        )
+    bounds = None
+    if spec.get("bounds") is not None:
+        b = spec["bounds"]
+        try:
+            lo, hi = (float(b[0]), float(b[1]))
+        except (TypeError, ValueError, IndexError):
+            raise ConfigError(f"bounds for '{table}.{name}' must be a pair (lo, hi) of numbers, got {b!r}") from None
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+            raise ConfigError(f"bounds for '{table}.{name}' must be finite with lo <= hi, got {b!r}")
+        bounds = (lo, hi)
+    domain = None
+    if spec.get("domain") is not None:
+        d = spec["domain"]
+        if isinstance(d, (str, bytes)) or not hasattr(d, "__iter__"):
+            raise ConfigError(f"domain for '{table}.{name}' must be a list of public key values, got {d!r}")
+        domain = tuple(d)
+        if not domain:
+            raise ConfigError(f"domain for '{table}.{name}' is empty")
+        if len(set(domain)) != len(domain):
+            raise ConfigError(f"domain for '{table}.{name}' has duplicate values")
+    ordered = None
+    o = spec.get("ordered")
+    if o is None and ("bins" in spec or "bin_width" in spec):
+        o = {"bins": spec.get("bins"), "bin_width": spec.get("bin_width")}
+        if bounds is not None:
+            o["lo"], o["hi"] = bounds
+    if o is not None:
+        ordered = _parse_ordered(table, name, o, bounds)
+    gran = spec.get("granularity")
+    if gran is not None:
+        try:
+            gran = float(gran)
+        except (TypeError, ValueError):
+            raise ConfigError(f"granularity for '{table}.{name}' must be a positive number") from None
+        if not math.isfinite(gran) or gran <= 0:
+            raise ConfigError(f"granularity for '{table}.{name}' must be a positive number")
+    return ColumnSpec(name.lower(), bounds=bounds, domain=domain, ordered=ordered, granularity=gran)
+
+
+def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | None) -> OrderedDomain:
+    if not isinstance(o, dict):
+        raise ConfigError(f"ordered domain for '{table}.{name}' must be a dict with lo, hi and bins or bin_width")
+    lo = o.get("lo", bounds[0] if bounds else None)
+    hi = o.get("hi", bounds[1] if bounds else None)
+    if lo is None or hi is None:
+        raise ConfigError(
+            f"ordered domain for '{table}.{name}' needs lo and hi",
+            hint="e.g. columns={'age': {'bounds': (0, 120), 'bins': 121}}",
+        )
+    bins = o.get("bins")
+    width = o.get("bin_width")
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+        lo_f, hi_f = float(lo), float(hi)
+        if not (math.isfinite(lo_f) and math.isfinite(hi_f)) or hi_f <= lo_f:
+            raise ConfigError(f"ordered domain for '{table}.{name}' needs finite lo < hi")
+        if bins is None and width is None:
+            raise ConfigError(f"ordered domain for '{table}.{name}' needs bins or bin_width")
+        if bins is None:
+            w = float(width)
+            if w <= 0:
+                raise ConfigError(f"bin_width for '{table}.{name}' must be > 0")
+            bins = int(math.ceil((hi_f - lo_f) / w - 1e-9))
+            hi_f = lo_f + bins * w
+        bins = int(bins)
+        if bins < 1 or bins > 1 << 22:
+            raise ConfigError(f"bins for '{table}.{name}' must be between 1 and 4194304")
+        return OrderedDomain(lo_f, hi_f, bins, "numeric")
+    # date / timestamp
+    import datetime as dt
+
+    def to_dt(v: Any) -> dt.datetime:
+        if isinstance(v, dt.datetime):
+            return v
+        if isinstance(v, dt.date):
+            return dt.datetime(v.year, v.month, v.day)
+        try:
+            return dt.datetime.fromisoformat(str(v))
+        except ValueError:
+            raise ConfigError(f"ordered domain bound {v!r} for '{table}.{name}' is not an ISO date/timestamp") from None
+
+    lo_d, hi_d = to_dt(lo), to_dt(hi)
+    span = (hi_d - lo_d).total_seconds()
+    if span <= 0:
+        raise ConfigError(f"ordered domain for '{table}.{name}' needs lo < hi")
+    if width is not None:
+        secs = _parse_seconds(width)
+        bins = int(math.ceil(span / secs - 1e-9))
+    elif bins is not None:
+        bins = int(bins)
+        secs = span / bins
+    else:
+        raise ConfigError(f"ordered domain for '{table}.{name}' needs bins or bin_width")
+    kind = "date" if (isinstance(lo, dt.date) and not isinstance(lo, dt.datetime)) or len(str(lo)) == 10 else "timestamp"
+    return OrderedDomain(lo_d.isoformat(sep=" "), hi_d.isoformat(sep=" "), bins, kind, secs)
+
+
+def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
+    """Decide what kind of source this is: parquet / csv path (or glob), arrow, duckdb table."""
+    try:
+        import pyarrow as pa
+
+        if isinstance(source, pa.Table):
+            return "arrow", source
+        if isinstance(source, pa.RecordBatch):
+            return "arrow", pa.Table.from_batches([source])
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(source, os.PathLike):
+        source = os.fspath(source)
+    if not isinstance(source, str) or not source:
+        raise ConfigError(
+            f"unsupported table source {type(source).__name__}",
+            hint="pass a Parquet path or glob, a CSV path, a pyarrow.Table, or a table name in the Session's DuckDB connection",
+        )
+    low = source.lower()
+    is_glob = any(ch in source for ch in "*?[")
+    if low.endswith((".parquet", ".pq")) or (is_glob and ".parquet" in low):
+        kind = "parquet"
+    elif low.endswith((".csv", ".csv.gz", ".tsv")):
+        kind = "csv"
+    elif has_connection and _IDENT.match(source.split(".")[-1] or ""):
+        return "duckdb", source
+    elif os.path.exists(source):
+        raise ConfigError(
+            f"cannot tell the format of {source!r}",
+            hint="use a .parquet or .csv file, or a pyarrow.Table",
+        )
+    else:
+        raise ConfigError(
+            f"table source {source!r} is not a .parquet/.csv path and the Session has no DuckDB connection",
+            hint="pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
+        )
+    matches = glob.glob(source) if is_glob else ([source] if os.path.exists(source) else [])
+    if not matches:
+        raise ConfigError(
+            f"no file matches {source!r}",
+            hint="check the path (relative paths are resolved from the current directory)",
+        )
+    return kind, os.path.abspath(source) if not is_glob else source
+
+
+def check_table_name(name: Any) -> str:
+    if not isinstance(name, str) or not _IDENT.match(name):
+        raise ConfigError(
+            f"table name {name!r} is not a plain identifier",
+            hint="use letters, digits and underscores, e.g. register('events', ...)",
+        )
+    if name.lower() in _RESERVED_NAMES or name.lower().startswith("_dpsql"):
+        raise ConfigError(f"table name {name!r} is reserved", hint="choose another name")
+    return name.lower()

@@ -1,0 +1,127 @@
+"""The only place SQL meets DuckDB.
+
+Executes SQL rendered by ``rewrite.render`` from dpsql's own ASTs, returns Arrow, and wraps
+every DuckDB failure in ``ExecutionError`` whose message carries no cell values (DuckDB
+messages can quote data; they are kept on ``debug_detail`` for ``--debug``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.errors import ConfigError, ExecutionError
+from dpsql.rewrite.bound import source_name
+from dpsql.rewrite.render import render
+
+
+class Engine:
+    def __init__(self, connection: duckdb.DuckDBPyConnection | None = None) -> None:
+        self._owned = connection is None
+        self._con = connection if connection is not None else duckdb.connect(":memory:")
+        self._lock = threading.RLock()
+        try:
+            self._con.execute("SET enable_progress_bar = false")
+        except duckdb.Error:  # pragma: no cover - older settings name
+            pass
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        return self._con
+
+    def close(self) -> None:
+        if self._owned:
+            self._con.close()
+
+    # -- sources --------------------------------------------------------------------------
+    def register_source(self, name: str, kind: str, source: Any) -> dict[str, str]:
+        """Expose a source as the private view ``_dpsql_src_<name>``; return its schema."""
+        view = source_name(name)
+        with self._lock:
+            try:
+                if kind == "arrow":
+                    self._con.register(view, source)
+                else:
+                    if kind == "parquet":
+                        rel: exp.Expression = exp.func("read_parquet", exp.Literal.string(source))
+                    elif kind == "csv":
+                        rel = exp.func("read_csv", exp.Literal.string(source))
+                    elif kind == "duckdb":
+                        rel = exp.to_table(source)
+                    else:  # pragma: no cover
+                        raise ConfigError(f"unknown source kind {kind!r}")
+                    sel = exp.select("*").from_(rel if isinstance(rel, exp.Table) else exp.Table(this=rel))
+                    ddl = exp.Create(
+                        this=exp.to_table(view, quoted=True), kind="VIEW", expression=sel, replace=True
+                    )
+                    self._con.execute(render(ddl))
+                desc = exp.Describe(this=exp.select("*").from_(exp.to_table(view, quoted=True)))
+                rows = self._con.execute(render(desc)).fetchall()
+            except duckdb.Error as e:
+                raise ConfigError(
+                    f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
+                    hint="check that the file exists, is readable and is valid "
+                    + ("Parquet" if kind == "parquet" else "CSV" if kind == "csv" else "data")
+                    + (" (for a DuckDB table: that the Session's connection has it)" if kind == "duckdb" else ""),
+                ) from None
+        schema = {str(r[0]).lower(): str(r[1]) for r in rows}
+        if len(schema) != len(rows):
+            raise ConfigError(f"table '{name}' has column names that differ only by case; dpsql needs them distinct")
+        return schema
+
+    def unregister_source(self, name: str, kind: str) -> None:
+        view = source_name(name)
+        with self._lock:
+            try:
+                if kind == "arrow":
+                    self._con.unregister(view)
+                else:
+                    self._con.execute(render(exp.Drop(this=exp.to_table(view, quoted=True), kind="VIEW", exists=True)))
+            except duckdb.Error:
+                pass
+
+    # -- execution ------------------------------------------------------------------------
+    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query") -> pa.Table:
+        sql = render(ast)
+        with self._lock:
+            try:
+                cur = self._con.cursor()
+                try:
+                    return cur.sql(sql).to_arrow_table()
+                finally:
+                    cur.close()
+            except duckdb.Error as e:
+                raise ExecutionError(
+                    f"DuckDB failed while running {what} ({type(e).__name__})",
+                    hint="check column types in WHERE/GROUP BY (e.g. comparing text with numbers); run with --debug to see DuckDB's own message",
+                    debug_detail=str(e),
+                ) from None
+
+    def post_process(self, table: pa.Table, ast_builder: Any) -> pa.Table:
+        """Run a post-processing query (HAVING/ORDER BY/LIMIT on released values) over ``table``.
+
+        ``ast_builder(name)`` returns the query AST reading from relation ``name``. The input
+        holds only released (noisy) values, so this is post-processing.
+        """
+        with self._lock:
+            cur = self._con.cursor()
+            try:
+                cur.register("__released", table)
+                try:
+                    return cur.sql(render(ast_builder("__released"))).to_arrow_table()
+                except duckdb.Error as e:
+                    raise ExecutionError(
+                        f"post-processing (HAVING/ORDER BY/LIMIT) failed ({type(e).__name__})",
+                        hint="check the types used in HAVING and ORDER BY",
+                        debug_detail=str(e),
+                    ) from None
+            finally:
+                try:
+                    cur.unregister("__released")
+                except duckdb.Error:
+                    pass
+                cur.close()

@@ -1,0 +1,1 @@
+"""Mechanisms: calibrate (public metadata only) and release (bounded aggregates + noise)."""

@@ -1,0 +1,129 @@
+"""Gaussian (delta > 0) and Laplace (delta = 0) mechanisms for scalar aggregates and for
+GROUP BY over keys declared public in the catalog.
+
+Privacy claim
+-------------
+Neighbouring relation: add or remove one privacy unit with all of its rows (user level).
+The bounding SQL (``rewrite.bound``) guarantees that one unit touches at most
+C = min(C_u, number of public key combinations) groups (C = 1 for a scalar query), and changes
+each released column j of a touched group by at most Delta_j (1 for the distinct-unit count,
+k for COUNT(*)/COUNT(col), k*max|bound| for SUM, k*(hi-lo)/2 for the centred AVG sum).
+Every released column is noised on its own scale, proportional to Delta_j: with the m columns
+normalised by Delta_j the whole release is a vector whose L2 sensitivity is sqrt(C*m) and
+L1 sensitivity is C*m. Hence
+
+* Gaussian: sigma_j = sigma * Delta_j with sigma = gaussian_sigma(eps, delta, sqrt(C*m)), the
+  least sigma meeting the exact Gaussian profile (Balle & Wang 2018; spec section 1.2);
+* Laplace: b_j = C * m * Delta_j / eps (pure eps-DP, L1 sensitivity).
+
+Public keys are released in full (zero-count keys included), so the set of released keys
+is data independent and no threshold is needed. Released values are rounded to a declared
+granularity (integers for counts), which is post-processing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpsql.accounting import gaussian_sigma
+from dpsql.budget import Budget
+from dpsql.errors import PolicyError
+from dpsql.mechanisms.common import Calibration, add_noise, finish_release
+from dpsql.noise import NoiseSource
+from dpsql.plan import ir
+from dpsql.rewrite.bound import Caps, released_columns, source_column
+
+
+def needed_columns(plan: ir.QueryPlan, caps: Caps) -> list[Any]:
+    need = {source_column(a, caps) for a in plan.aggregates}
+    need |= {a.name + "_sum" for a in plan.aggregates if a.kind == ir.AVG}
+    need |= {a.name + "_cnt" for a in plan.aggregates if a.kind == ir.AVG}
+    return [c for c in released_columns(plan, caps) if c.name in need]
+
+
+def domain_size(plan: ir.QueryPlan) -> int:
+    n = 1
+    for k in plan.keys:
+        assert k.domain is not None
+        n *= len(k.domain)
+    return n
+
+
+def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, noise: str) -> Calibration:
+    if math.isinf(caps.max_rows_per_group):
+        raise PolicyError(
+            f"table '{plan.table.name}' has no finite max_rows_per_group, so one person's effect on a count is unbounded",
+            hint="register the table with max_rows_per_group=1 (or another finite cap)",
+        )
+    groups = domain_size(plan) if plan.keys else 1
+    if plan.keys and math.isinf(caps.max_groups_per_unit):
+        c_eff = float(groups)
+    else:
+        c_eff = float(min(caps.max_groups_per_unit, groups))
+    cols = needed_columns(plan, caps)
+    m = len(cols)
+    scales: dict[str, float] = {}
+    params: dict[str, Any] = {"groups_per_unit": c_eff, "rows_per_group": caps.max_rows_per_group, "columns": m}
+    if noise == "gaussian":
+        base = gaussian_sigma(epsilon, delta, sensitivity=math.sqrt(c_eff * m))
+        for c in cols:
+            scales[c.name] = base * c.sensitivity
+        params["sigma"] = base
+        params["l2_sensitivity"] = math.sqrt(c_eff * m)
+    else:
+        for c in cols:
+            scales[c.name] = c_eff * m * c.sensitivity / epsilon
+        params["l1_sensitivity"] = c_eff * m
+    params["scales"] = dict(scales)
+    return Calibration(
+        mechanism=noise,
+        cost=Budget(epsilon, delta if noise == "gaussian" else 0.0),
+        noise=noise,
+        caps=caps,
+        columns=cols,
+        scales=scales,
+        params=params,
+    )
+
+
+def _domain_table(plan: ir.QueryPlan, like: pa.Table) -> pa.Table:
+    combos = list(itertools.product(*[k.domain or () for k in plan.keys]))
+    cols = {}
+    for i, k in enumerate(plan.keys):
+        vals = [c[i] for c in combos]
+        typ = like.schema.field(k.name).type if k.name in like.column_names else None
+        try:
+            cols[k.name] = pa.array(vals, type=typ)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            cols[k.name] = pa.array(vals)
+    return pa.table(cols)
+
+
+def release(
+    plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseSource
+) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
+    """Noise every needed column of the bounded aggregates; fill zero rows for public keys."""
+    if plan.keys:
+        dom = _domain_table(plan, bounded)
+        keys = [k.name for k in plan.keys]
+        # right side: bounded rows (only keys inside the domain survive the SQL filter)
+        joined = dom.join(bounded, keys=keys, join_type="left outer")
+        # keep a deterministic, data-independent row order: the order of the domain product
+        order = {tuple(r): i for i, r in enumerate(zip(*[dom.column(k).to_pylist() for k in keys]))}
+        pos = np.array([order[tuple(r)] for r in zip(*[joined.column(k).to_pylist() for k in keys])], dtype=np.int64)
+        joined = joined.take(pa.array(np.argsort(pos)))
+        table = joined
+    else:
+        table = bounded
+    noisy: dict[str, np.ndarray] = {}
+    for c in cal.columns:
+        vals = table.column(c.name).to_numpy(zero_copy_only=False)
+        vals = np.nan_to_num(np.asarray(vals, dtype=np.float64), nan=0.0)
+        noisy[c.name] = add_noise(vals, cal.scales[c.name], cal.noise, rng)
+    keys_out = {k.name: table.column(k.name) for k in plan.keys}
+    return finish_release(plan, cal, keys_out, noisy)

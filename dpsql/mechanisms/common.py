@@ -1,0 +1,143 @@
+"""Shared pieces of the aggregate mechanisms: calibration record, noising, rounding, AVG."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpsql.budget import Budget
+from dpsql.noise import NoiseSource, round_to_granularity
+from dpsql.plan import ir
+from dpsql.rewrite.bound import Caps, ReleasedColumn, source_column
+
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+LAPLACE95 = math.log(20.0)  # P(|Lap(b)| > b ln 20) = 0.05
+
+
+@dataclass
+class Calibration:
+    """Everything a release needs, computed from public metadata and (epsilon, delta) only."""
+
+    mechanism: str
+    cost: Budget
+    noise: str  # "gaussian" | "laplace"
+    caps: Caps
+    columns: list[ReleasedColumn]
+    scales: dict[str, float]  # released column -> Gaussian std or Laplace scale
+    tau: int | None = None
+    tau_star: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def std(self, col: str) -> float:
+        s = self.scales[col]
+        return s if self.noise == "gaussian" else math.sqrt(2.0) * s
+
+    def ci95(self, col: str) -> float:
+        s = self.scales[col]
+        return Z95 * s if self.noise == "gaussian" else LAPLACE95 * s
+
+
+def default_granularity(scale: float) -> float:
+    """Rounding grid for a released noisy sum: a power of ten at most a tenth of the noise scale.
+
+    Data-independent (depends only on the calibrated scale), and fine enough that rounding
+    adds nothing noticeable to the error, while removing the float sample bits.
+    """
+    if not math.isfinite(scale) or scale <= 0:
+        return 1.0
+    return float(10.0 ** math.floor(math.log10(scale / 10.0)))
+
+
+def granularity_for(cal: Calibration, col: ReleasedColumn, plan: ir.QueryPlan) -> float:
+    if col.kind in ("users", "count"):
+        return 1.0
+    base = col.name.removesuffix("_sum")
+    try:
+        agg = plan.aggregate_by_name(base)
+    except KeyError:
+        agg = None
+    if agg is not None and agg.column is not None:
+        g = plan.table.column(agg.column).granularity
+        if g:
+            return g
+    return default_granularity(cal.scales[col.name])
+
+
+def add_noise(values: np.ndarray, scale: float, noise: str, rng: NoiseSource) -> np.ndarray:
+    n = len(values)
+    if n == 0:
+        return np.asarray(values, dtype=np.float64)
+    z = rng.normal(scale, n) if noise == "gaussian" else rng.laplace(scale, n)
+    return np.asarray(values, dtype=np.float64) + z
+
+
+def finish_release(
+    plan: ir.QueryPlan,
+    cal: Calibration,
+    keys: dict[str, pa.Array],
+    noisy: dict[str, np.ndarray],
+) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
+    """Round noisy columns, derive AVGs, and build the released internal table + accuracy.
+
+    The returned table has the key columns and one column per aggregate (``__aN``), all of
+    them post-processed noisy values. Accuracy is keyed by internal aggregate name.
+    """
+    cols: dict[str, Any] = dict(keys)
+    rounded: dict[str, np.ndarray] = {}
+    gran: dict[str, float] = {}
+    for c in cal.columns:
+        if c.name not in noisy:
+            continue
+        g = granularity_for(cal, c, plan)
+        gran[c.name] = g
+        rounded[c.name] = round_to_granularity(noisy[c.name], g)
+    accuracy: dict[str, dict[str, Any]] = {}
+    for a in plan.aggregates:
+        src = source_column(a, cal.caps)
+        if a.kind == ir.AVG:
+            assert a.bounds is not None
+            lo, hi = a.bounds
+            mid = (lo + hi) / 2.0
+            s = rounded[a.name + "_sum"]
+            n = rounded[a.name + "_cnt"]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                avg = np.where(n >= 1, mid + s / np.maximum(n, 1), np.nan)
+            avg = np.clip(avg, lo, hi)
+            g = plan.table.column(a.column or "").granularity or default_granularity((hi - lo) / 100.0)
+            avg = round_to_granularity(avg, g)
+            mask = np.isnan(avg)
+            cols[a.name] = pa.array(np.where(mask, 0.0, avg), mask=mask, type=pa.float64())
+            # delta-method interval around the bounded truth, from released values only
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ss = cal.std(a.name + "_sum")
+                sn = cal.std(a.name + "_cnt")
+                nn = np.maximum(n, 1)
+                std_row = np.sqrt((ss / nn) ** 2 + ((s / nn) * (sn / nn)) ** 2)
+            accuracy[a.name] = {
+                "noise_std": None,
+                "ci95_half_width": None,
+                "per_row_ci95_half_width": (Z95 * std_row + g / 2).tolist(),
+                "granularity": g,
+                "note": "AVG = midpoint + noisy centred sum / noisy count (post-processing); approximate interval by the delta method",
+            }
+            continue
+        vals = rounded[src]
+        typ = pa.int64() if gran[src] == 1.0 and a.kind != ir.SUM else pa.float64()
+        if typ == pa.int64():
+            cols[a.name] = pa.array(vals.astype(np.int64), type=typ)
+        else:
+            cols[a.name] = pa.array(vals, type=typ)
+        accuracy[a.name] = {
+            "noise_std": cal.std(src),
+            "ci95_half_width": cal.ci95(src) + gran[src] / 2.0,
+            "granularity": gran[src],
+            "noise": cal.noise,
+        }
+    if not cols:
+        return pa.table({}), accuracy
+    return pa.table(cols), accuracy

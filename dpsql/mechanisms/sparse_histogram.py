@@ -1,0 +1,152 @@
+"""Gaussian sparse histogram mechanism: GROUP BY over keys nobody can list in advance.
+
+Source: Wilkins, Kifer, Zhang, Karrer, "Exact Privacy Analysis of the Gaussian Sparse
+Histogram Mechanism" (JPC 2024), Algorithm 1 and Theorem 5.4; spec ``mechanisms.md`` section 1.
+
+Privacy claim
+-------------
+Neighbouring relation: add or remove one privacy unit with all of its rows (user level).
+Bounding (``rewrite.bound``, inside DuckDB): each unit keeps at most C_u groups (random,
+by a salted hash of (unit, group)) and at most k rows per group, values clamped to their
+declared bounds. So one unit appears in at most C_u groups, where it changes the distinct-unit
+count by exactly 1 and every other released column j by at most Delta_j.
+
+Mechanism, per group G with distinct-unit count c(G) (groups with no rows never exist):
+    if c(G) >= tau (true count, in SQL) and c(G) + N(0, sigma^2) >= tau* (noisy, here):
+        release the noisy count and every other column j plus N(0, (sigma * Delta_j * w)^2)
+The extra columns enter the exact accounting through mu_other (``dpsql.accounting``); the
+threshold decision is taken on the unrounded noisy count, then released values are rounded
+(post-processing). sigma and tau* come from ``calibrate_sparse_histogram`` (exact Theorem 5.4
+accounting, never add-the-deltas); a user may fix sigma and/or tau*, and the query is then
+accepted only if the exact delta at the requested epsilon is within the requested delta.
+tau* is rounded *up* to an integer (any larger tau* is still private: delta is non-increasing
+in tau*), and the accounting is re-evaluated at the rounded value.
+
+Counts: with k = 1 the released COUNT(*) is the noisy distinct-unit count itself. With k > 1
+the threshold still uses the distinct-unit count (sensitivity 1 per group), and COUNT(*) is
+released as a per-unit clipped sum (sensitivity k), an extra column: far less biased than
+one row per unit, at the price of one more noisy column.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpsql import accounting
+from dpsql.budget import Budget
+from dpsql.errors import ConfigError, PolicyError
+from dpsql.mechanisms.basic import needed_columns
+from dpsql.mechanisms.common import Calibration, add_noise, finish_release
+from dpsql.noise import NoiseSource
+from dpsql.plan import ir
+from dpsql.rewrite.bound import Caps, ReleasedColumn
+
+
+def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts: dict[str, Any]) -> Calibration:
+    table = plan.table
+    if math.isinf(caps.max_groups_per_unit) or math.isinf(caps.max_rows_per_group):
+        raise PolicyError(
+            f"table '{table.name}' needs finite contribution caps for a GROUP BY over undeclared keys",
+            hint=f"register('{table.name}', ..., max_groups_per_unit=5, max_rows_per_group=1)",
+        )
+    tau = int(opts.get("tau", table.tau))
+    c_u = int(caps.max_groups_per_unit)
+    cols = needed_columns(plan, caps)
+    users = ReleasedColumn("__users", 1.0, "users")
+    extra = [c for c in cols if c.name != "__users"]
+    extra_sens = tuple(c.sensitivity for c in extra)
+    sigma_opt = opts.get("sigma")
+    tau_star_opt = opts.get("tau_star")
+    if sigma_opt is None and tau_star_opt is None:
+        cal = accounting.calibrate_sparse_histogram(
+            epsilon, delta, tau=tau, max_groups=c_u, extra_sensitivities=extra_sens, method="exact"
+        )
+    else:
+        cal = accounting.calibrate_sparse_histogram_fixed(
+            epsilon,
+            delta,
+            tau=tau,
+            max_groups=c_u,
+            extra_sensitivities=extra_sens,
+            sigma=sigma_opt,
+            tau_star=tau_star_opt,
+        )
+    sigma = float(cal.sigma)
+    tau_star = float(math.ceil(cal.tau_star - 1e-9)) if tau_star_opt is None else float(tau_star_opt)
+    exact_delta = accounting.sparse_histogram_delta(
+        epsilon, sigma=sigma, tau=tau, tau_star=tau_star, max_groups=c_u, mu_other=cal.mu_other
+    )
+    if exact_delta > delta:
+        raise ConfigError(
+            f"sigma={sigma:g}, tau*={tau_star:g} imply delta={exact_delta:.3g} at epsilon={epsilon:g}, more than the requested delta={delta:g}",
+            hint="raise tau_star or sigma, or omit them and let dpsql calibrate",
+        )
+    add_ts = accounting.sparse_histogram_min_tau_star(
+        epsilon, delta, sigma=sigma, tau=tau, max_groups=c_u, mu_other=cal.mu_other, method="add_the_deltas"
+    )
+    scales = {"__users": sigma}
+    for c, s in zip(extra, cal.extra_sigmas):
+        scales[c.name] = float(s)
+    columns = [users] + extra
+    params: dict[str, Any] = {
+        "sigma": sigma,
+        "tau": tau,
+        "tau_star": tau_star,
+        "max_groups_per_unit": c_u,
+        "rows_per_group": caps.max_rows_per_group,
+        "mu_other": cal.mu_other,
+        "exact_delta": exact_delta,
+        "add_the_deltas_tau_star": add_ts if math.isfinite(add_ts) else None,
+        "add_the_deltas_delta_at_tau_star": accounting.add_the_deltas_delta(
+            epsilon, sigma=sigma, tau=tau, tau_star=tau_star, max_groups=c_u, mu_other=cal.mu_other
+        ),
+        "extra_columns": {c.name: {"sensitivity": c.sensitivity, "sigma": scales[c.name]} for c in extra},
+        "scales": dict(scales),
+    }
+    notes = [
+        f"groups with fewer than tau={tau} distinct units are suppressed; a group is released only if its noisy "
+        f"distinct-unit count is >= tau*={tau_star:g} (release probability 50% at a true count of tau*)",
+        f"exact delta at epsilon={epsilon:g}: {exact_delta:.4g}; add-the-deltas accounting would need tau*="
+        + (f"{math.ceil(add_ts):g}" if math.isfinite(add_ts) else "infinity (infeasible)")
+        + " at the same sigma",
+    ]
+    return Calibration(
+        mechanism="sparse_histogram",
+        cost=Budget(epsilon, delta),
+        noise="gaussian",
+        caps=caps,
+        columns=columns,
+        scales=scales,
+        tau=tau,
+        tau_star=tau_star,
+        params=params,
+        notes=notes,
+    )
+
+
+def release(
+    plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseSource
+) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
+    """Noise the distinct-unit counts, keep groups at or above tau*, noise their other columns."""
+    assert cal.tau is not None and cal.tau_star is not None
+    users = np.asarray(bounded.column("__users").to_numpy(zero_copy_only=False), dtype=np.float64)
+    # defence in depth: the SQL already suppressed groups below tau
+    true_ok = users >= cal.tau
+    noisy_users = add_noise(users, cal.scales["__users"], "gaussian", rng)
+    keep = true_ok & (noisy_users >= cal.tau_star)
+    kept = bounded.filter(pa.array(keep))
+    noisy: dict[str, np.ndarray] = {"__users": noisy_users[keep]}
+    for c in cal.columns:
+        if c.name == "__users":
+            continue
+        vals = np.asarray(kept.column(c.name).to_numpy(zero_copy_only=False), dtype=np.float64)
+        noisy[c.name] = add_noise(np.nan_to_num(vals, nan=0.0), cal.scales[c.name], "gaussian", rng)
+    keys = {k.name: kept.column(k.name) for k in plan.keys}
+    return finish_release(plan, cal, keys, noisy)
+
+
+__all__ = ["calibrate", "release"]

@@ -1,0 +1,1 @@
+"""Pure query analysis: SQL text -> QueryPlan. Reads only the catalog; no DuckDB, no numpy."""

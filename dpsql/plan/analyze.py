@@ -1,0 +1,383 @@
+"""SQL text + catalog -> QueryPlan. Pure: reads only public metadata, never a private row.
+
+All violations of the DP subset are collected and raised together, each with line and column.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from sqlglot import exp
+
+from dpsql.catalog import TableSpec
+from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
+from dpsql.plan import ir
+from dpsql.plan.checks import SUPPORTED_AGGS, check_expression_functions, check_statement_shape, violation
+from dpsql.plan.parse import DIALECT, parse_statements
+
+_POLICY_PREFIX = "[policy] "
+
+
+def _norm(node: exp.Expression) -> str:
+    """Normalised SQL of an expression over unqualified, lower-case column names."""
+    n = node.copy()
+    for c in n.find_all(exp.Column):
+        c.set("table", None)
+        c.set("db", None)
+        c.set("catalog", None)
+        ident = c.this
+        if isinstance(ident, exp.Identifier):
+            c.set("this", exp.to_identifier(ident.name.lower()))
+    return n.sql(dialect=DIALECT, normalize=True).lower()
+
+
+def resolve_unit_column(table: TableSpec, catalog: dict[str, TableSpec]) -> str | None:
+    """The column of ``table`` that identifies a person, directly or through one foreign key."""
+    if table.privacy_unit:
+        return table.privacy_unit.lower()
+    for fk, target in table.references.items():
+        tname, _, tcol = target.partition(".")
+        ref = catalog.get(tname.lower())
+        if ref is not None and ref.privacy_unit and ref.privacy_unit.lower() == tcol.lower():
+            return fk.lower()
+    return None
+
+
+class _Builder:
+    def __init__(self, sql: str, catalog: dict[str, TableSpec]) -> None:
+        self.sql = sql
+        self.catalog = catalog
+        self.violations: list[Violation] = []
+        self.aggregates: list[ir.Aggregate] = []
+        self.keys: list[ir.GroupKey] = []
+        self.table: TableSpec | None = None
+        self.aliases: set[str] = set()
+        self.unit: str | None = None
+
+    # -- helpers ---------------------------------------------------------------------
+    def bad(self, node: exp.Expression, message: str, *, policy: bool = False) -> None:
+        v = violation(node, self.sql, message)
+        if policy:
+            v = Violation(_POLICY_PREFIX + v.message, v.line, v.col, v.fragment)
+        self.violations.append(v)
+
+    def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool = False) -> None:
+        assert self.table is not None
+        for c in node.find_all(exp.Column):
+            name = c.name.lower()
+            qual = c.table.lower() if c.table else ""
+            if qual and qual not in self._table_names:
+                self.bad(c, f"{where} refers to unknown table or alias '{c.table}'")
+                continue
+            if allow_aliases and not qual and name in self.aliases:
+                continue
+            if self.table.schema and name not in self.table.schema:
+                self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})")
+
+    # -- aggregates ------------------------------------------------------------------
+    def aggregate_ref(self, node: exp.Expression) -> exp.Expression | None:
+        """Map an aggregate call to a column reference to its (noisy) released value."""
+        assert self.table is not None
+        if isinstance(node, exp.Filter):
+            self.bad(node, "aggregate FILTER clauses are not supported; move the condition into WHERE")
+            return None
+        arg = node.this
+        kind: str | None = None
+        column: str | None = None
+        if isinstance(node, exp.Count):
+            if isinstance(arg, exp.Star) or arg is None:
+                kind = ir.COUNT_STAR
+            elif isinstance(arg, exp.Distinct):
+                exprs = arg.expressions
+                if len(exprs) == 1 and isinstance(exprs[0], exp.Column) and exprs[0].name.lower() == self.unit:
+                    kind = ir.COUNT_UNITS
+                else:
+                    self.bad(
+                        node,
+                        "COUNT(DISTINCT ...) is supported only over the privacy unit column"
+                        + (f" '{self.unit}'" if self.unit else ""),
+                    )
+                    return None
+            elif isinstance(arg, exp.Column):
+                kind, column = ir.COUNT_COL, arg.name.lower()
+            else:
+                self.bad(node, "COUNT takes *, a column, or DISTINCT privacy_unit; compute expressions in WHERE or GROUP BY")
+                return None
+        elif isinstance(node, (exp.Sum, exp.Avg)):
+            if not isinstance(arg, exp.Column):
+                name = "SUM" if isinstance(node, exp.Sum) else "AVG"
+                self.bad(node, f"{name} takes a plain column with declared bounds; expressions inside {name} are not supported")
+                return None
+            column = arg.name.lower()
+            kind = ir.SUM if isinstance(node, exp.Sum) else ir.AVG
+        else:
+            self.bad(
+                node,
+                f"aggregate {type(node).__name__.upper()} is not supported; use COUNT, SUM or AVG",
+            )
+            return None
+        if column is not None and self.table.schema and column not in self.table.schema:
+            return None  # reported by check_columns
+        bounds = None
+        if kind in (ir.SUM, ir.AVG):
+            assert column is not None
+            bounds = self.table.column(column).bounds
+            if bounds is None:
+                fn = "SUM" if kind == ir.SUM else "AVG"
+                self.bad(
+                    node,
+                    f"{fn}({column}) needs value bounds; table '{self.table.name}' declares none for '{column}' "
+                    f"(hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}})",
+                    policy=True,
+                )
+                return None
+        for a in self.aggregates:
+            if a.kind == kind and a.column == column:
+                return exp.column(a.name)
+        agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds)
+        self.aggregates.append(agg)
+        return exp.column(agg.name)
+
+    def to_post(self, node: exp.Expression, where: str, *, alias_map: dict[str, exp.Expression] | None = None) -> exp.Expression:
+        """Rewrite an expression over the query into one over released internal columns."""
+        key_by_sql = {k.sql: k for k in self.keys}
+
+        def repl(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.AggFunc) or isinstance(n, exp.Filter):
+                if isinstance(n, SUPPORTED_AGGS) or isinstance(n, exp.Filter):
+                    r = self.aggregate_ref(n)
+                    return r if r is not None else exp.Null()
+                self.bad(n, f"aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM or AVG")
+                return exp.Null()
+            if isinstance(n, exp.Window):
+                return n  # reported by the function checks
+            s = _norm(n) if isinstance(n, (exp.Column, exp.Func, exp.Binary, exp.Case, exp.Cast, exp.Paren)) else None
+            if s is not None and s in key_by_sql:
+                return exp.column(key_by_sql[s].name)
+            if isinstance(n, exp.Column):
+                nm = n.name.lower()
+                if alias_map is not None and not n.table and nm in alias_map:
+                    return alias_map[nm].copy()
+                if nm.startswith("__"):
+                    return n
+                self.bad(
+                    n,
+                    f"{where} uses column '{n.name}' outside an aggregate and not in GROUP BY: non-aggregated output is not allowed",
+                )
+                return exp.Null()
+            return n
+
+        return node.copy().transform(repl, copy=False)
+
+    # -- main ------------------------------------------------------------------------
+    def build(self) -> ir.QueryPlan:
+        stmts = parse_statements(self.sql)
+        if len(stmts) != 1:
+            raise UnsupportedQueryError(
+                f"exactly one SQL statement is allowed, got {len(stmts)}",
+                hint="send one SELECT statement per query",
+            )
+        stmt = stmts[0]
+        self.violations.extend(check_statement_shape(stmt, self.sql))
+        if not isinstance(stmt, exp.Select):
+            self._raise()
+        assert isinstance(stmt, exp.Select)
+
+        from_ = stmt.args.get("from_") or stmt.args.get("from")
+        if from_ is None:
+            self.bad(stmt, "the query has no FROM clause; select from a registered table")
+            self._raise()
+        tbl = from_.this
+        self._table_names: set[str] = set()
+        if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
+            if isinstance(tbl, exp.Subquery):
+                self.bad(tbl, "subqueries in FROM are not supported: they can change each person's contribution")
+            else:
+                self.bad(tbl, "table functions (read_parquet, read_csv, ...) and file paths are not allowed in queries; register the file as a table")
+            self._raise()
+        name = tbl.this.name
+        if tbl.args.get("db") or tbl.args.get("catalog"):
+            self.bad(tbl, "schema- or database-qualified table names are not allowed; use the registered table name")
+            self._raise()
+        if tbl.this.quoted and any(ch in name for ch in "./\\*") :
+            self.bad(tbl, "file paths are not allowed in queries; register the file as a table and use its name")
+            self._raise()
+        table = self.catalog.get(name.lower())
+        if table is None:
+            known = ", ".join(sorted(self.catalog)) or "none"
+            self.bad(
+                tbl,
+                f"table '{name}' is not registered (registered tables: {known}); register it with a privacy unit first",
+                policy=True,
+            )
+            self._raise()
+        assert table is not None
+        self.table = table
+        self._table_names = {table.name.lower()}
+        if tbl.alias:
+            self._table_names.add(tbl.alias.lower())
+        self.unit = resolve_unit_column(table, self.catalog)
+        if self.unit is None:
+            self.bad(
+                tbl,
+                f"table '{table.name}' has no privacy unit column and reaches none through a single foreign key; "
+                "queries that need a join to find the person are not supported yet",
+                policy=True,
+            )
+
+        # SELECT list ---------------------------------------------------------------
+        select_items = list(stmt.expressions)
+        for it in select_items:
+            if isinstance(it, exp.Alias):
+                self.aliases.add(it.alias.lower())
+        for it in select_items:
+            if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
+                self.bad(it, "SELECT * releases raw rows and is not allowed; select aggregates such as COUNT(*)")
+            self.violations.extend(check_expression_functions(it, self.sql, "SELECT"))
+            self.check_columns(it, "SELECT")
+
+        # WHERE ---------------------------------------------------------------------
+        where = stmt.args.get("where")
+        where_expr = where.this if where is not None else None
+        if where_expr is not None:
+            self.violations.extend(check_expression_functions(where_expr, self.sql, "WHERE"))
+            for a in where_expr.find_all(exp.AggFunc):
+                self.bad(a, "aggregates are not allowed in WHERE; use HAVING")
+            self.check_columns(where_expr, "WHERE")
+
+        # GROUP BY ------------------------------------------------------------------
+        group = stmt.args.get("group")
+        alias_exprs = {it.alias.lower(): it.this for it in select_items if isinstance(it, exp.Alias)}
+        group_exprs: list[exp.Expression] = []
+        if group is not None:
+            if group.args.get("all"):
+                group_exprs = [it.unalias() for it in select_items if not any(True for _ in it.find_all(exp.AggFunc))]
+            for g in group.expressions:
+                if isinstance(g, exp.Literal) and not g.is_string:
+                    idx = int(g.this) - 1
+                    if 0 <= idx < len(select_items):
+                        group_exprs.append(select_items[idx].unalias())
+                    else:
+                        self.bad(g, "GROUP BY position is out of range")
+                    continue
+                if isinstance(g, exp.Column) and not g.table:
+                    nm = g.name.lower()
+                    if nm in alias_exprs and not (table.schema and nm in table.schema):
+                        group_exprs.append(alias_exprs[nm])
+                        continue
+                group_exprs.append(g)
+            for key in ("grouping_sets", "cube", "rollup"):
+                if group.args.get(key):
+                    self.bad(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
+        for g in group_exprs:
+            self.violations.extend(check_expression_functions(g, self.sql, "GROUP BY"))
+            for a in g.find_all(exp.AggFunc):
+                self.bad(a, "aggregates are not allowed in GROUP BY")
+            self.check_columns(g, "GROUP BY")
+            s = _norm(g)
+            if any(k.sql == s for k in self.keys):
+                continue
+            domain = None
+            if isinstance(g, exp.Column):
+                domain = table.column(g.name.lower()).domain
+            stripped = g.copy()
+            for c in stripped.find_all(exp.Column):
+                c.set("table", None)
+            self.keys.append(ir.GroupKey(stripped, f"__k{len(self.keys)}", s, domain))
+
+        # outputs ---------------------------------------------------------------------
+        outputs: list[ir.OutputColumn] = []
+        used: set[str] = set()
+        alias_post: dict[str, exp.Expression] = {}
+        for it in select_items:
+            inner = it.unalias()
+            if isinstance(it, exp.Alias):
+                name = it.alias
+            elif isinstance(inner, exp.Column):
+                name = inner.name
+            else:
+                name = inner.sql(dialect=DIALECT)
+            base, n = name, 1
+            while name.lower() in used:
+                name = f"{base}_{n}"
+                n += 1
+            used.add(name.lower())
+            post = self.to_post(inner, "SELECT")
+            src = post.name if isinstance(post, exp.Column) and post.name.startswith("__") else None
+            outputs.append(ir.OutputColumn(name, post, src))
+            if isinstance(it, exp.Alias):
+                alias_post[it.alias.lower()] = post
+        if not self.aggregates and not self.violations:
+            self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG): non-aggregated output is not allowed")
+
+        having = None
+        if stmt.args.get("having") is not None:
+            hv = stmt.args["having"].this
+            self.violations.extend(check_expression_functions(hv, self.sql, "HAVING"))
+            having = self.to_post(hv, "HAVING", alias_map=alias_post)
+        order: list[exp.Ordered] = []
+        if stmt.args.get("order") is not None:
+            for o in stmt.args["order"].expressions:
+                self.violations.extend(check_expression_functions(o, self.sql, "ORDER BY"))
+                inner = o.this
+                if isinstance(inner, exp.Literal) and not inner.is_string:
+                    order.append(o.copy())
+                    continue
+                if isinstance(inner, exp.Column) and not inner.table and inner.name.lower() in used:
+                    order.append(o.copy())
+                    continue
+                new = o.copy()
+                new.set("this", self.to_post(inner, "ORDER BY", alias_map=alias_post))
+                order.append(new)
+        limit = self._int_clause(stmt, "limit")
+        offset = self._int_clause(stmt, "offset")
+        self._raise()
+        return ir.QueryPlan(
+            sql=self.sql,
+            table=table,
+            where=where_expr,
+            keys=self.keys,
+            aggregates=self.aggregates,
+            outputs=outputs,
+            having=having,
+            order=order,
+            limit=limit,
+            offset=offset,
+        )
+
+    def _int_clause(self, stmt: exp.Select, key: str) -> int | None:
+        node = stmt.args.get(key)
+        if node is None:
+            return None
+        val = node.args.get("expression") or node.this
+        if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
+            return int(val.this)
+        self.bad(node, f"{key.upper()} must be a non-negative integer literal")
+        return None
+
+    def _raise(self) -> None:
+        if not self.violations:
+            return
+        # de-duplicate, keep order
+        seen: set[tuple[str, int, int]] = set()
+        vs: list[Violation] = []
+        for v in self.violations:
+            k = (v.message, v.line, v.col)
+            if k not in seen:
+                seen.add(k)
+                vs.append(v)
+        policy = [v for v in vs if v.message.startswith(_POLICY_PREFIX)]
+        clean = [Violation(v.message.removeprefix(_POLICY_PREFIX), v.line, v.col, v.fragment) for v in vs]
+        cls: Callable[..., QueryError] = PolicyError if len(policy) == len(vs) else UnsupportedQueryError
+        head = str(clean[0]) if len(clean) == 1 else f"the query has {len(clean)} problems"
+        hint = None
+        if len(clean) == 1 and "(hint: " in clean[0].message:
+            msg, _, h = clean[0].message.partition(" (hint: ")
+            head = str(Violation(msg, clean[0].line, clean[0].col, clean[0].fragment))
+            hint = h.rstrip(")")
+        raise cls(head, violations=clean, hint=hint)
+
+
+def analyze(sql: str, catalog: dict[str, TableSpec]) -> ir.QueryPlan:
+    """Parse and check ``sql`` against the catalog; return its plan or raise a QueryError."""
+    return _Builder(sql, catalog).build()

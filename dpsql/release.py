@@ -1,0 +1,82 @@
+"""What a query returns (Release) and what explain returns (Plan)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from dpsql.budget import Budget
+
+
+@dataclass
+class Release:
+    """A differentially private answer.
+
+    ``table``: the released rows (noisy values only). ``cost``: the budget charged.
+    ``mechanism``: which mechanism produced it. ``accuracy``: per released column, the noise
+    standard deviation and a 95% interval half-width around the *bounded* true value (the value
+    after per-user contribution bounding). ``ledger_id``: the ledger entry of the charge.
+    ``reused``: True when answered for free from an earlier release (post-processing).
+    """
+
+    table: pa.Table
+    cost: Budget
+    mechanism: str
+    accuracy: dict[str, dict[str, Any]]
+    ledger_id: int | None
+    reused: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_pylist(self) -> list[dict[str, Any]]:
+        return self.table.to_pylist()
+
+    def __repr__(self) -> str:
+        return (
+            f"Release(mechanism={self.mechanism!r}, rows={self.table.num_rows}, cost={self.cost}, "
+            f"ledger_id={self.ledger_id}, reused={self.reused})"
+        )
+
+
+@dataclass
+class Plan:
+    """The outcome of ``Session.explain``: computed from public metadata only, costs nothing."""
+
+    sql: str
+    mechanism: str
+    reason: str
+    cost: Budget
+    parameters: dict[str, Any]
+    bounded_sql: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sql": self.sql,
+            "mechanism": self.mechanism,
+            "reason": self.reason,
+            "cost": {"epsilon": self.cost.epsilon, "delta": self.cost.delta},
+            "parameters": self.parameters,
+            "bounded_sql": self.bounded_sql,
+            "notes": self.notes,
+        }
+
+    def __str__(self) -> str:
+        lines = [
+            f"mechanism: {self.mechanism}",
+            f"why:       {self.reason}",
+            f"cost:      epsilon={self.cost.epsilon:g} delta={self.cost.delta:g}",
+            "parameters:",
+        ]
+        for k, v in self.parameters.items():
+            lines.append(f"  {k}: {json.dumps(v, default=str) if isinstance(v, (dict, list)) else v}")
+        for n in self.notes:
+            lines.append(f"note: {n}")
+        lines.append("bounded SQL:")
+        lines.extend("  " + ln for ln in self.bounded_sql.splitlines())
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return str(self)

@@ -1,0 +1,1 @@
+"""Rewrites: plan -> bounded relation as a sqlglot AST; render is the one place AST becomes text."""

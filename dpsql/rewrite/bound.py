@@ -1,0 +1,234 @@
+"""Per-user contribution bounding, inside DuckDB, as a sqlglot AST.
+
+Given a plan and caps (C_u groups per unit, k rows per (unit, group)), build one query that
+
+1. projects the privacy unit, the group keys, and clamped values, after the user's WHERE
+   (rows with a NULL unit belong to nobody and are dropped; with public key domains, rows
+   whose key is outside the domain are dropped first);
+2. keeps at most k rows per (unit, group), chosen uniformly at random by ordering on a hash
+   of (row values, per-query secret salt) -- rows that hash equal are identical in every
+   projected column, so any choice among them is the same;
+3. keeps at most C_u groups per unit, chosen uniformly at random by ordering on a hash of
+   (unit, group, salt): the salt is fresh per query and never shown, so the choice is
+   unpredictable and independent of DuckDB's own PRNG;
+4. aggregates per group: the distinct-unit count ``__users`` (each unit adds 0 or 1), and
+   per aggregate its per-(unit, group) contribution summed over units.
+
+Sensitivity enforced (removing one unit): at most C_u groups change; in each, ``__users``
+changes by <= 1, a COUNT(*) / COUNT(col) by <= k, a SUM(col) by <= k * max(|lo|, |hi|), the
+centred AVG sum by <= k * (hi - lo) / 2. ``tests/test_bounding.py`` checks this by removing
+units from generated data.
+
+Caps may be ``math.inf`` (no bounding): the rewrite then returns exactly the original
+aggregates, which the golden tests compare against DuckDB on the original query.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.plan import ir
+
+SALT_PLACEHOLDER = "<per-query secret salt>"
+
+
+def source_name(table: str) -> str:
+    return f"_dpsql_src_{table}"
+
+
+@dataclass(frozen=True)
+class Caps:
+    max_groups_per_unit: float
+    max_rows_per_group: float
+
+    @property
+    def groups_finite(self) -> bool:
+        return not math.isinf(self.max_groups_per_unit)
+
+    @property
+    def rows_finite(self) -> bool:
+        return not math.isinf(self.max_rows_per_group)
+
+
+@dataclass(frozen=True)
+class ReleasedColumn:
+    """A column of the bounded result with its per-group sensitivity (L-inf, one unit)."""
+
+    name: str
+    sensitivity: float
+    kind: str  # users | count | sum
+
+
+def _lit(v: float | int | str) -> exp.Expression:
+    if isinstance(v, str):
+        return exp.Literal.string(v)
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return exp.Literal.number(int(v))
+    return exp.Literal.number(v)
+
+
+def _col(name: str) -> exp.Column:
+    return exp.column(name, quoted=False)
+
+
+def _clamped(column: str, lo: float, hi: float, shift: float = 0.0) -> exp.Expression:
+    c = exp.cast(exp.column(column, quoted=True), "DOUBLE")
+    e: exp.Expression = exp.func("least", exp.func("greatest", c, _lit(lo)), _lit(hi))
+    if shift:
+        e = exp.Sub(this=e, expression=_lit(shift))
+    return e
+
+
+def source_column(agg: ir.Aggregate, caps: Caps) -> str:
+    """The bounded column that carries ``agg``: with one row per (unit, group), COUNT(*) is
+    the distinct-unit count itself, so both are released as one noisy value."""
+    if agg.kind == ir.COUNT_UNITS or (agg.kind == ir.COUNT_STAR and caps.max_rows_per_group == 1):
+        return "__users"
+    return agg.name
+
+
+def released_columns(plan: ir.QueryPlan, caps: Caps) -> list[ReleasedColumn]:
+    """The numeric columns of the bounded result and the sensitivity each one has."""
+    k = caps.max_rows_per_group
+    cols = [ReleasedColumn("__users", 1.0, "users")]
+    for a in plan.aggregates:
+        if source_column(a, caps) == "__users":
+            continue  # identical to __users
+        if a.kind in (ir.COUNT_STAR, ir.COUNT_COL):
+            cols.append(ReleasedColumn(a.name, k, "count"))
+        elif a.kind == ir.SUM:
+            assert a.bounds is not None
+            cols.append(ReleasedColumn(a.name, k * max(abs(a.bounds[0]), abs(a.bounds[1])), "sum"))
+        elif a.kind == ir.AVG:
+            assert a.bounds is not None
+            cols.append(ReleasedColumn(a.name + "_sum", k * (a.bounds[1] - a.bounds[0]) / 2.0, "sum"))
+            cols.append(ReleasedColumn(a.name + "_cnt", k, "count"))
+    return cols
+
+
+def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
+    conds: list[exp.Expression] = []
+    for key in plan.keys:
+        if key.domain is not None:
+            conds.append(exp.In(this=key.expr.copy(), expressions=[_lit(v) if not isinstance(v, bool) else exp.Boolean(this=v) for v in key.domain]))
+    if not conds:
+        return None
+    out = conds[0]
+    for c in conds[1:]:
+        out = exp.And(this=out, expression=c)
+    return out
+
+
+def bounded_query(
+    plan: ir.QueryPlan,
+    caps: Caps,
+    *,
+    salt: str = SALT_PLACEHOLDER,
+    tau: int | None = None,
+    unit_column: str,
+    where: exp.Expression | None = None,
+    use_public_domain: bool = True,
+) -> exp.Expression:
+    """The bounded aggregation as a sqlglot AST (render it with ``rewrite.render``)."""
+    keys = [k.name for k in plan.keys]
+    salt_lit = exp.Literal.string(salt)
+    need_values = any(a.kind in (ir.COUNT_COL, ir.SUM, ir.AVG) for a in plan.aggregates)
+
+    # 1. base projection -----------------------------------------------------------------
+    proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
+    proj += [exp.alias_(k.expr.copy(), k.name) for k in plan.keys]
+    value_cols: list[str] = []
+    for a in plan.aggregates:
+        if a.kind == ir.COUNT_COL:
+            assert a.column is not None
+            proj.append(exp.alias_(exp.column(a.column, quoted=True), f"{a.name}_v"))
+            value_cols.append(f"{a.name}_v")
+        elif a.kind == ir.SUM:
+            assert a.column is not None and a.bounds is not None
+            proj.append(exp.alias_(_clamped(a.column, *a.bounds), f"{a.name}_v"))
+            value_cols.append(f"{a.name}_v")
+        elif a.kind == ir.AVG:
+            assert a.column is not None and a.bounds is not None
+            mid = (a.bounds[0] + a.bounds[1]) / 2.0
+            proj.append(exp.alias_(_clamped(a.column, *a.bounds, shift=mid), f"{a.name}_v"))
+            value_cols.append(f"{a.name}_v")
+    src = exp.to_table(source_name(plan.table.name), quoted=True)
+    user_where = where if where is not None else plan.where
+    cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit_column, quoted=True), expression=exp.Null()))
+    if user_where is not None:
+        cond = exp.And(this=exp.Paren(this=user_where.copy()), expression=cond)
+    dom = _domain_filter(plan) if use_public_domain else None
+    if dom is not None:
+        cond = exp.And(this=cond, expression=dom)
+    base = exp.select(*proj).from_(src).where(cond)
+
+    # 2. rows per (unit, group) ---------------------------------------------------------------
+    part = [_col("__unit")] + [_col(k) for k in keys]
+    rows_src: exp.Expression = base.subquery("__base")
+    if caps.rows_finite and need_values:
+        h = exp.func("hash", *[_col(c) for c in ["__unit", *keys, *value_cols]], salt_lit)
+        rn = exp.Window(this=exp.RowNumber(), partition_by=part, order=exp.Order(expressions=[exp.Ordered(this=h)]))
+        rows_src = (
+            exp.select("*").from_(rows_src).qualify(exp.LTE(this=rn, expression=_lit(caps.max_rows_per_group)))
+        ).subquery("__rows")
+    n_expr: exp.Expression = exp.Count(this=exp.Star())
+    if caps.rows_finite and not need_values:
+        n_expr = exp.func("least", n_expr, _lit(caps.max_rows_per_group))
+    ug_proj: list[exp.Expression] = [_col("__unit")] + [_col(k) for k in keys] + [exp.alias_(n_expr, "__n")]
+    for a in plan.aggregates:
+        if a.kind == ir.COUNT_COL:
+            ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
+        elif a.kind == ir.SUM:
+            ug_proj.append(exp.alias_(exp.Sum(this=_col(f"{a.name}_v")), f"{a.name}_s"))
+        elif a.kind == ir.AVG:
+            ug_proj.append(exp.alias_(exp.Sum(this=_col(f"{a.name}_v")), f"{a.name}_s"))
+            ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
+    ug = exp.select(*ug_proj).from_(rows_src).group_by(*part)
+
+    # 3. groups per unit ---------------------------------------------------------------------
+    chosen: exp.Expression = ug.subquery("__ug")
+    if caps.groups_finite and keys:
+        h = exp.func("hash", *[_col(c) for c in ["__unit", *keys]], salt_lit)
+        rn = exp.Window(
+            this=exp.RowNumber(), partition_by=[_col("__unit")], order=exp.Order(expressions=[exp.Ordered(this=h)])
+        )
+        chosen = (
+            exp.select("*").from_(chosen).qualify(exp.LTE(this=rn, expression=_lit(caps.max_groups_per_unit)))
+        ).subquery("__chosen")
+
+    # 4. per-group aggregation -------------------------------------------------------------------
+    def zsum(col: str) -> exp.Expression:
+        return exp.func("coalesce", exp.Sum(this=_col(col)), _lit(0))
+
+    out: list[exp.Expression] = [_col(k) for k in keys] + [exp.alias_(exp.Count(this=exp.Star()), "__users")]
+    for a in plan.aggregates:
+        if a.kind == ir.COUNT_STAR:
+            out.append(exp.alias_(zsum("__n"), a.name))
+        elif a.kind == ir.COUNT_COL:
+            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name))
+        elif a.kind == ir.SUM:
+            out.append(exp.alias_(zsum(f"{a.name}_s"), a.name))
+        elif a.kind == ir.AVG:
+            out.append(exp.alias_(zsum(f"{a.name}_s"), a.name + "_sum"))
+            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt"))
+    final = exp.select(*out).from_(chosen)
+    if keys:
+        final = final.group_by(*[_col(k) for k in keys])
+        if tau is not None and tau > 1:
+            final = final.having(exp.GTE(this=exp.Count(this=exp.Star()), expression=_lit(tau)))
+    return final
+
+
+def unbounded_reference_query(plan: ir.QueryPlan) -> exp.Expression:
+    """The user's aggregation without any bounding, in the same output layout (for tests)."""
+    return bounded_query(plan, Caps(math.inf, math.inf), salt="", unit_column=_unit_for_reference(plan))
+
+
+def _unit_for_reference(plan: ir.QueryPlan) -> str:
+    from dpsql.plan.analyze import resolve_unit_column
+
+    u = resolve_unit_column(plan.table, {plan.table.name: plan.table})
+    return u or "rowid"

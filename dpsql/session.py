@@ -1,0 +1,429 @@
+"""Session: the one orchestrator (catalog, DuckDB connection, ledger, noise source).
+
+Data flow (one way):  SQL -> analyze -> route -> calibrate   [public metadata only: free]
+                      -> ledger.reserve (durable) -> bounded SQL -> DuckDB -> Arrow
+                      -> mechanism.release (noise, thresholds, rounding) -> post-processing
+                      -> ledger.commit (durable) -> Release
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+import warnings
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.budget import Budget, check_delta, check_epsilon
+from dpsql.catalog import TableSpec, _check_cap, check_table_name, classify_source, parse_column_spec
+from dpsql.engine import Engine
+from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, PolicyError
+from dpsql.ledger import Ledger
+from dpsql.mechanisms.common import Calibration
+from dpsql.noise import NoiseSource, default_noise_source
+from dpsql.plan import ir
+from dpsql.plan.analyze import analyze, resolve_unit_column
+from dpsql.release import Plan, Release
+from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps, bounded_query
+from dpsql.rewrite.render import render
+
+#: documented per-query options (``Session.query(..., options={...})``)
+OPTIONS: dict[str, str] = {
+    "mechanism": "force a mechanism: 'gaussian', 'laplace', 'sparse_histogram' (default: chosen automatically)",
+    "tau": "sparse histogram: suppress groups with fewer than tau distinct units (default: the table's tau, 1)",
+    "tau_star": "sparse histogram: fix the noisy release threshold (accepted only if the exact delta fits)",
+    "sigma": "sparse histogram: fix the count noise std (accepted only if the exact delta fits)",
+    "epsilon_split": "DAWA: share of epsilon for the private partition (default 0.25)",
+}
+
+LARGE_EPSILON = 10.0
+
+
+def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ConfigError("options must be a dict", hint="e.g. options={'tau': 10}")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"unknown option(s) {unknown}",
+            hint="documented options: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()),
+        )
+    out = dict(options)
+    if "mechanism" in out and out["mechanism"] not in ("auto", "gaussian", "laplace", "sparse_histogram", "dawa"):
+        raise ConfigError(
+            f"unknown mechanism {out['mechanism']!r}",
+            hint="use 'gaussian', 'laplace', 'sparse_histogram' or 'dawa'",
+        )
+    if "tau" in out:
+        t = out["tau"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 1 or int(t) != t:
+            raise ConfigError(f"tau must be a whole number >= 1, got {t!r}")
+        out["tau"] = int(t)
+    for key in ("tau_star", "sigma"):
+        if key in out and out[key] is not None:
+            v = out[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (key == "sigma" and v <= 0):
+                raise ConfigError(f"{key} must be a finite number{' > 0' if key == 'sigma' else ''}, got {v!r}")
+            out[key] = float(v)
+    if "epsilon_split" in out:
+        v = out["epsilon_split"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < 1):
+            raise ConfigError(f"epsilon_split must be in (0, 1), got {v!r}")
+    return out
+
+
+class Session:
+    """A differentially private query session over registered tables.
+
+    ``ledger``: path of the budget ledger file (created if missing and ``budget`` is given), or
+    ``None`` for an in-memory ledger (notebooks and tests only: it forgets everything on exit).
+    ``budget``: the total budget. An existing ledger keeps its recorded total; passing a
+    different one is a ConfigError (change it with ``dpsql budget --set-total``).
+    ``connection``: an optional DuckDB connection whose tables can be registered by name.
+    """
+
+    def __init__(
+        self,
+        ledger: str | os.PathLike[str] | None = None,
+        budget: Budget | None = None,
+        *,
+        connection: duckdb.DuckDBPyConnection | None = None,
+        lock_timeout: float = 10.0,
+    ) -> None:
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigError("budget must be a dpsql.Budget(epsilon, delta)", hint="budget=dpsql.Budget(1.0, 1e-6)")
+        path = os.fspath(ledger) if ledger is not None else None
+        if path is None:
+            if budget is None:
+                raise ConfigError(
+                    "an in-memory ledger needs a total budget",
+                    hint="Session(ledger=None, budget=dpsql.Budget(1.0, 1e-6)), or pass a ledger file path",
+                )
+            self._ledger = Ledger.create(None, budget)
+        else:
+            self._ledger = Ledger.open(path, budget, lock_timeout=lock_timeout)
+        self._engine = Engine(connection)
+        self._has_connection = connection is not None
+        self._catalog: dict[str, TableSpec] = {}
+        self._noise: NoiseSource = default_noise_source()
+        self._closed = False
+
+    # -- construction from a config file ------------------------------------------------------
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str] = "dpsql.toml") -> "Session":
+        """Build a Session from a TOML file: ``[ledger]`` (path, epsilon, delta) and ``[tables.NAME]``."""
+        p = os.fspath(path)
+        if not os.path.exists(p):
+            raise ConfigError(f"config file {p!r} not found", hint="create dpsql.toml (see README) or pass its path")
+        try:
+            with open(p, "rb") as f:
+                cfg = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {p!r} is not valid TOML: {e}") from None
+        base = os.path.dirname(os.path.abspath(p))
+        led = cfg.get("ledger", {})
+        if not isinstance(led, dict):
+            raise ConfigError("[ledger] in the config must be a table")
+        lpath = led.get("path")
+        if lpath is not None and not os.path.isabs(lpath):
+            lpath = os.path.join(base, lpath)
+        budget = None
+        if "epsilon" in led:
+            budget = Budget(led["epsilon"], led.get("delta", 0.0))
+        s = cls(ledger=lpath, budget=budget)
+        tables = cfg.get("tables", {})
+        if not isinstance(tables, dict):
+            raise ConfigError("[tables] in the config must be a table of tables")
+        try:
+            for name, spec in tables.items():
+                s.register_from_dict(name, spec, base_dir=base)
+        except Exception:
+            s.close()
+            raise
+        return s
+
+    def register_from_dict(self, name: str, spec: dict[str, Any], *, base_dir: str = ".") -> None:
+        if not isinstance(spec, dict) or "source" not in spec:
+            raise ConfigError(f"table '{name}' in the config needs a source", hint=f"[tables.{name}] source = 'data.parquet'")
+        spec = dict(spec)
+        src = spec.pop("source")
+        if isinstance(src, str) and not os.path.isabs(src) and not os.path.exists(src):
+            cand = os.path.join(base_dir, src)
+            if os.path.exists(cand) or any(ch in src for ch in "*?["):
+                src = cand
+        allowed = {"privacy_unit", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit", "columns", "references", "tau"}
+        unknown = set(spec) - allowed
+        if unknown:
+            raise ConfigError(f"unknown key(s) {sorted(unknown)} for table '{name}'", hint=f"allowed: {sorted(allowed)}")
+        self.register(name, src, **spec)
+
+    # -- catalog ----------------------------------------------------------------------------
+    def register(
+        self,
+        name: str,
+        source: Any,
+        *,
+        privacy_unit: str | None = None,
+        max_groups_per_unit: float = 1,
+        max_rows_per_group: float = 1,
+        max_rows_per_unit: float | None = None,
+        columns: dict[str, dict[str, Any]] | None = None,
+        references: dict[str, str] | None = None,
+        tau: int = 1,
+    ) -> None:
+        """Register a private table. Reads only its schema (public), never its rows."""
+        self._check_open()
+        tname = check_table_name(name)
+        kind, src = classify_source(source, has_connection=self._has_connection)
+        caps_g = _check_cap(max_groups_per_unit, "max_groups_per_unit", tname)
+        caps_r = _check_cap(max_rows_per_group, "max_rows_per_group", tname)
+        caps_u = _check_cap(max_rows_per_unit, "max_rows_per_unit", tname) if max_rows_per_unit is not None else None
+        if isinstance(tau, bool) or not isinstance(tau, int) or tau < 1:
+            raise ConfigError(f"tau for table '{tname}' must be a whole number >= 1, got {tau!r}")
+        col_specs = {}
+        for cname, cspec in (columns or {}).items():
+            col_specs[cname.lower()] = parse_column_spec(tname, cname, cspec)
+        refs = {}
+        for fk, target in (references or {}).items():
+            if not isinstance(target, str) or target.count(".") != 1:
+                raise ConfigError(
+                    f"reference for '{tname}.{fk}' must be 'table.column', got {target!r}",
+                    hint="references={'customer_id': 'customers.id'}",
+                )
+            refs[fk.lower()] = target.lower()
+        if privacy_unit is None and not refs:
+            raise ConfigError(
+                f"table '{tname}' needs a privacy unit: the column that identifies a person, or a foreign key path to one",
+                hint=f"register('{tname}', ..., privacy_unit='user_id') or references={{'user_id': 'users.id'}}",
+            )
+        if tname in self._catalog:
+            old = self._catalog.pop(tname)
+            self._engine.unregister_source(tname, old.source_kind)
+        schema = self._engine.register_source(tname, kind, src)
+        problems = []
+        if privacy_unit is not None and privacy_unit.lower() not in schema:
+            problems.append(f"privacy unit column '{privacy_unit}' does not exist")
+        for c in col_specs:
+            if c not in schema:
+                problems.append(f"declared column '{c}' does not exist")
+        for fk in refs:
+            if fk not in schema:
+                problems.append(f"foreign key column '{fk}' does not exist")
+        if problems:
+            self._engine.unregister_source(tname, kind)
+            raise ConfigError(
+                f"table '{tname}': " + "; ".join(problems),
+                hint=f"its columns are: {', '.join(sorted(schema))}",
+            )
+        self._catalog[tname] = TableSpec(
+            name=tname,
+            source=src if kind != "arrow" else "<arrow table>",
+            source_kind=kind,
+            privacy_unit=privacy_unit.lower() if privacy_unit else None,
+            max_groups_per_unit=caps_g,
+            max_rows_per_group=caps_r,
+            max_rows_per_unit=caps_u,
+            columns=col_specs,
+            references=refs,
+            tau=tau,
+            schema=schema,
+        )
+
+    @property
+    def tables(self) -> dict[str, TableSpec]:
+        return dict(self._catalog)
+
+    # -- budget ---------------------------------------------------------------------------------
+    def remaining(self) -> Budget:
+        self._check_open()
+        return self._ledger.remaining()
+
+    def total(self) -> Budget:
+        return self._ledger.total()
+
+    def history(self) -> pa.Table:
+        self._check_open()
+        return self._ledger.history()
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._ledger
+
+    # -- planning ----------------------------------------------------------------------------------
+    def _prepare(
+        self, sql: str, epsilon: Any, delta: Any, options: dict[str, Any] | None
+    ) -> tuple[ir.QueryPlan, Any, Calibration, str, str]:
+        self._check_open()
+        eps = check_epsilon(epsilon)
+        d = check_delta(delta)
+        opts = _check_options(options)
+        if eps > LARGE_EPSILON:
+            warnings.warn(f"epsilon={eps:g} is unusually large: the release gives little privacy", stacklevel=3)
+        plan = analyze(sql, self._catalog)
+        unit = resolve_unit_column(plan.table, self._catalog)
+        assert unit is not None
+        module, cal, reason = self._route(plan, eps, d, opts)
+        return plan, module, cal, reason, unit
+
+    def _route(self, plan: ir.QueryPlan, eps: float, d: float, opts: dict[str, Any]) -> tuple[Any, Calibration, str]:
+        from dpsql.mechanisms import basic
+
+        table = plan.table
+        caps = Caps(table.max_groups_per_unit, table.max_rows_per_group)
+        forced = opts.get("mechanism", "auto")
+        sparse = plan.is_grouped and not plan.public_keys
+        if forced == "dawa":
+            raise PolicyError(
+                "mechanism 'dawa' answers range workloads: use Session.query_many([...]) or a histogram over a column with a declared ordered domain"
+            )
+        if sparse or forced == "sparse_histogram":
+            if not plan.is_grouped:
+                raise PolicyError("the sparse histogram mechanism needs a GROUP BY")
+            from dpsql.mechanisms import sparse_histogram
+
+            if d == 0:
+                undeclared = [k.sql for k in plan.keys if k.domain is None]
+                raise PolicyError(
+                    "GROUP BY over keys that are not declared public ("
+                    + ", ".join(undeclared)
+                    + ") needs delta > 0: the keys themselves are released only above a noisy threshold",
+                    hint="pass delta (e.g. delta=1e-6), or declare the key column's public domain with columns={'col': {'domain': [...]}}",
+                )
+            if forced in ("gaussian", "laplace"):
+                raise PolicyError(
+                    f"mechanism '{forced}' needs public keys, but the GROUP BY keys are not declared public",
+                    hint="declare the key column's domain, or let dpsql choose the sparse histogram mechanism",
+                )
+            cal = sparse_histogram.calibrate(plan, eps, d, caps, opts)
+            return sparse_histogram, cal, (
+                "GROUP BY over keys not declared public: Gaussian sparse histogram (groups released only above a noisy threshold, exact accounting)"
+            )
+        for k in ("tau", "tau_star", "sigma"):
+            if k in opts:
+                raise ConfigError(f"option '{k}' applies only to the sparse histogram mechanism")
+        noise = "gaussian" if d > 0 else "laplace"
+        if forced in ("gaussian", "laplace"):
+            noise = forced
+            if noise == "gaussian" and d == 0:
+                raise ConfigError("the Gaussian mechanism needs delta > 0", hint="pass delta=1e-6 or use mechanism='laplace'")
+        cal = basic.calibrate(plan, eps, d, caps, noise)
+        what = "scalar aggregate" if not plan.keys else "GROUP BY over public (declared) keys, every key released"
+        why = "delta > 0" if noise == "gaussian" else "delta = 0 (pure DP)"
+        return basic, cal, f"{what}: {noise} mechanism ({why})"
+
+    def _bounded_ast(self, plan: ir.QueryPlan, cal: Calibration, unit: str, salt: str) -> exp.Expression:
+        return bounded_query(plan, cal.caps, salt=salt, tau=cal.tau, unit_column=unit)
+
+    def explain(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
+        """What ``query`` would do: mechanism, noise, thresholds, bounded SQL. Free; reads no rows."""
+        plan, _module, cal, reason, unit = self._prepare(sql, epsilon, delta, options)
+        params = dict(cal.params)
+        params["max_groups_per_unit"] = cal.caps.max_groups_per_unit
+        params["max_rows_per_group"] = cal.caps.max_rows_per_group
+        if cal.tau is not None:
+            params["tau"] = cal.tau
+        if cal.tau_star is not None:
+            params["tau_star"] = cal.tau_star
+        notes = list(cal.notes)
+        notes.append(
+            f"bounding: each privacy unit keeps at most {_fmt_cap(cal.caps.max_rows_per_group)} row(s) per group and "
+            f"{_fmt_cap(cal.caps.max_groups_per_unit)} group(s), chosen at random; rows beyond these caps are dropped "
+            "(a public, data-independent rule; how many rows it drops is not reported because that would depend on the data)"
+        )
+        bsql = render(self._bounded_ast(plan, cal, unit, SALT_PLACEHOLDER), pretty=True)
+        return Plan(sql=sql, mechanism=cal.mechanism, reason=reason, cost=cal.cost, parameters=params, bounded_sql=bsql, notes=notes)
+
+    # -- querying -----------------------------------------------------------------------------------
+    def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
+        """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger."""
+        plan, module, cal, _reason, unit = self._prepare(sql, epsilon, delta, options)
+        entry = self._ledger.reserve(
+            cal.cost, mechanism=cal.mechanism, query=sql, tables=[plan.table.name], params=_ledger_params(cal)
+        )
+        try:
+            salt = self._noise.salt()
+            bounded = self._engine.fetch_arrow(self._bounded_ast(plan, cal, unit, salt))
+            released, accuracy = module.release(plan, bounded, cal, self._noise)
+            table = self._post_process(plan, released)
+        except BaseException as e:  # a failed run still counts: mark it, then re-raise
+            reason = type(e).__name__
+            if isinstance(e, DPSQLError):
+                reason += ": " + e.message.splitlines()[0][:200]
+            try:
+                self._ledger.fail(entry, reason)
+            except LedgerError:
+                pass
+            if isinstance(e, DPSQLError) or not isinstance(e, Exception):
+                raise
+            raise ExecutionError(
+                f"the query failed after its budget was charged ({type(e).__name__}); the charge stands",
+                debug_detail=repr(e),
+            ) from None
+        self._ledger.commit(entry, params_update={"released_rows": table.num_rows} if cal.mechanism == "sparse_histogram" else None)
+        out_acc = {}
+        for o in plan.outputs:
+            if o.source is not None and o.source in accuracy:
+                out_acc[o.name] = accuracy[o.source]
+            elif o.source is None:
+                out_acc[o.name] = {"note": "derived from released values (post-processing)"}
+        return Release(table=table, cost=cal.cost, mechanism=cal.mechanism, accuracy=out_acc, ledger_id=entry,
+                       details={k: v for k, v in cal.params.items() if k != "scales"})
+
+    def _post_process(self, plan: ir.QueryPlan, released: pa.Table) -> pa.Table:
+        """Select outputs, then HAVING / ORDER BY / LIMIT on the released (noisy) values only."""
+
+        def build(rel: str) -> exp.Expression:
+            q = exp.select(*[exp.alias_(o.expr.copy(), o.name, quoted=True) for o in plan.outputs]).from_(
+                exp.to_table(rel)
+            )
+            if plan.having is not None:
+                q = q.where(plan.having.copy())
+            order = [o.copy() for o in plan.order] + [exp.Ordered(this=exp.column(k.name)) for k in plan.keys]
+            if order:
+                q = q.order_by(*order)
+            if plan.limit is not None:
+                q = q.limit(plan.limit)
+            if plan.offset is not None:
+                q = q.offset(plan.offset)
+            return q
+
+        return self._engine.post_process(released, build)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError("this Session is closed", hint="open a new dpsql.Session")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._engine.close()
+            self._ledger.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fmt_cap(v: float) -> str:
+    return "unlimited" if math.isinf(v) else str(int(v))
+
+
+def _ledger_params(cal: Calibration) -> dict[str, Any]:
+    p: dict[str, Any] = {k: v for k, v in cal.params.items()}
+    p["noise"] = cal.noise
+    p["max_groups_per_unit"] = cal.caps.max_groups_per_unit
+    p["max_rows_per_group"] = cal.caps.max_rows_per_group
+    if cal.tau is not None:
+        p["tau"] = cal.tau
+    if cal.tau_star is not None:
+        p["tau_star"] = cal.tau_star
+    return p
