@@ -54,3 +54,10 @@ def seeded_noise(seed: int | str) -> SeededNoise:
 
 def zero_noise(seed: int | str = 0) -> ZeroNoise:
     return ZeroNoise(seed)
+
+
+def use_noise(session: object, source: NoiseSource) -> None:
+    """Make ``session`` draw its noise (and salts) from ``source``. Tests only."""
+    if not isinstance(source, NoiseSource):
+        raise TypeError("source must be a NoiseSource")
+    session._noise = source  # type: ignore[attr-defined]

@@ -1,0 +1,68 @@
+"""Shared fixtures: small generated datasets and sessions with test noise sources."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql.testing import seeded_noise, use_noise, zero_noise
+
+
+def make_events(n_users: int = 60, seed: int = 7, sentinel: str | None = None) -> pa.Table:
+    """A small events table: several rows per user, a few URLs and countries, bounded amounts."""
+    gen = np.random.default_rng(seed)
+    rows = gen.integers(1, 8, n_users)
+    user = np.repeat(np.arange(1, n_users + 1), rows)
+    n = len(user)
+    urls = np.array(["a", "b", "c", "d", "e", "f"])
+    url = urls[np.minimum(gen.zipf(1.6, n) - 1, len(urls) - 1)]
+    country = np.array(["US", "FR", "DE"])[gen.integers(0, 3, n)]
+    amount = np.round(gen.uniform(-5, 120, n), 2)  # some values outside the bounds (0, 100)
+    action = np.where(gen.random(n) < 0.8, "view", "share")
+    if sentinel is not None:
+        url = url.astype(object)
+        url[0] = sentinel
+    return pa.table(
+        {
+            "user_id": user.astype(np.int64),
+            "url": url.astype(str),
+            "country": country,
+            "amount": amount,
+            "action": action,
+            "age": gen.integers(0, 100, n).astype(np.int64),
+        }
+    )
+
+
+@pytest.fixture
+def events() -> pa.Table:
+    return make_events()
+
+
+@pytest.fixture
+def session(events: pa.Table):
+    """In-memory ledger, zero noise: goldens see bounded true aggregates."""
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register(
+        "events",
+        events,
+        privacy_unit="user_id",
+        max_groups_per_unit=2,
+        max_rows_per_group=1,
+        columns={"amount": {"bounds": (0, 100)}, "country": {"domain": ["US", "FR", "DE", "XX"]}},
+    )
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def noisy_session(events: pa.Table, request: pytest.FixtureRequest):
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    use_noise(s, seeded_noise(request.node.name))
+    s.register("events", events, privacy_unit="user_id", max_groups_per_unit=2,
+               columns={"amount": {"bounds": (0, 100)}})
+    yield s
+    s.close()
