@@ -246,12 +246,23 @@ def test_params_are_recorded_and_never_change_meaning(path: Path) -> None:
     led = Ledger.create(path, Budget(1.0, 1e-6))
     params = {"sigma": np.float64(3.5), "tau": np.int64(7), "caps": [1, 2], "rate": 0.5, "noise": "gaussian"}
     a = led.reserve(
-        Budget(0.5, 1e-7), mechanism="sparse_histogram", query="SELECT c, COUNT(*) ...", tables=["e", "u"], params=params
+        Budget(0.5, 1e-7),
+        mechanism="sparse_histogram",
+        query="SELECT c, COUNT(*) ...",
+        tables=["e", "u"],
+        params=params,
     )
     led.commit(a, params_update={"tau_star": 12.25})
     e = Ledger.open(path).entry(a)
     assert isinstance(e, LedgerEntry)
-    assert e.params == {"sigma": 3.5, "tau": 7, "caps": [1, 2], "rate": 0.5, "noise": "gaussian", "tau_star": 12.25}
+    assert e.params == {
+        "sigma": 3.5,
+        "tau": 7,
+        "caps": [1, 2],
+        "rate": 0.5,
+        "noise": "gaussian",
+        "tau_star": 12.25,
+    }
     assert e.cost == Budget(0.5, 1e-7) and e.tables == ("e", "u") and e.mechanism == "sparse_histogram"
     assert e.created_at <= e.updated_at and e.counts
 
@@ -280,7 +291,9 @@ def test_history_is_arrow_in_order(path: Path) -> None:
     assert isinstance(t, pa.Table)
     assert t.column("entry_id").to_pylist() == [1, 2, 3]
     assert t.column("query").to_pylist() == ["SELECT 0", "SELECT 1", "SELECT 2"]
-    assert {"status", "epsilon", "delta", "params", "tables", "created_at", "synopsis_key"} <= set(t.column_names)
+    assert {"status", "epsilon", "delta", "params", "tables", "created_at", "synopsis_key"} <= set(
+        t.column_names
+    )
 
 
 # --- synopsis reuse ------------------------------------------------------------------------------
@@ -383,7 +396,9 @@ def test_wrong_schema_version_is_refused_untouched(path: Path, version: str, fix
     _set_version(path, version)
     before = _digest(path)
     for call in (lambda: Ledger.open(path), led.remaining, lambda: _reserve(led)):
-        with pytest.raises(LedgerError, match=f"schema version {version}, but this dpsql reads schema version 1") as ei:
+        with pytest.raises(
+            LedgerError, match=f"schema version {version}, but this dpsql reads schema version 1"
+        ) as ei:
             call()
         assert fix in str(ei.value)
     assert _digest(path) == before
