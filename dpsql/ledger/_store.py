@@ -183,7 +183,8 @@ def _to_json(obj: object, what: str) -> str:
 
 def _check_str(value: object, what: str, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
-        raise ConfigError(f"{what} must be a non-empty string, got {value!r}")
+        kind = "a string" if allow_empty else "a non-empty string"
+        raise ConfigError(f"{what} must be {kind}, got {type(value).__name__} {value!r:.60}")
     return value
 
 
@@ -775,7 +776,10 @@ class Ledger:
                 ) from None
             finally:
                 if owned:
-                    con.close()
+                    try:
+                        con.close()
+                    except duckdb.Error:
+                        pass  # the transaction has already committed or rolled back
         finally:
             self._lock.release()
 
