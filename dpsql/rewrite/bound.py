@@ -6,8 +6,7 @@ Given a plan and caps (C_u groups per unit, k rows per (unit, group)), build one
    (rows with a NULL unit belong to nobody and are dropped; with public key domains, rows
    whose key is outside the domain are dropped first);
 2. keeps at most k rows per (unit, group), chosen uniformly at random by ordering on a hash
-   of (row values, per-query secret salt) -- rows that hash equal are identical in every
-   projected column, so any choice among them is the same;
+   of (row id, per-query secret salt);
 3. keeps at most C_u groups per unit, chosen uniformly at random by ordering on a hash of
    (unit, group, salt): the salt is fresh per query and never shown, so the choice is
    unpredictable and independent of DuckDB's own PRNG;
@@ -169,7 +168,10 @@ def bounded_query(
     part = [_col("__unit")] + [_col(k) for k in keys]
     rows_src: exp.Expression = base.subquery("__base")
     if caps.rows_finite and need_values:
-        h = exp.func("hash", *[_col(c) for c in ["__unit", *keys, *value_cols]], salt_lit)
+        # a per-row id makes identical rows distinct, so the k rows are a uniform random subset
+        base = base.select(exp.alias_(exp.Window(this=exp.RowNumber()), "__rid"))
+        rows_src = base.subquery("__base")
+        h = exp.func("hash", _col("__rid"), salt_lit)
         rn = exp.Window(this=exp.RowNumber(), partition_by=part, order=exp.Order(expressions=[exp.Ordered(this=h)]))
         rows_src = (
             exp.select("*").from_(rows_src).qualify(exp.LTE(this=rn, expression=_lit(caps.max_rows_per_group)))
@@ -189,15 +191,23 @@ def bounded_query(
     ug = exp.select(*ug_proj).from_(rows_src).group_by(*part)
 
     # 3. groups per unit ---------------------------------------------------------------------
+    # Per unit, keep the C_u (unit, group) rows with the smallest salted hash: one aggregate
+    # per unit (arg_min with n = C_u over a struct of the row), then unnest. This is the same
+    # choice as ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash) <= C_u, and faster.
     chosen: exp.Expression = ug.subquery("__ug")
     if caps.groups_finite and keys:
-        h = exp.func("hash", *[_col(c) for c in ["__unit", *keys]], salt_lit)
-        rn = exp.Window(
-            this=exp.RowNumber(), partition_by=[_col("__unit")], order=exp.Order(expressions=[exp.Ordered(this=h)])
+        fields = [c.alias_or_name for c in ug_proj if c.alias_or_name != "__unit"]
+        struct = exp.Struct(
+            expressions=[exp.PropertyEQ(this=exp.to_identifier(f), expression=_col(f)) for f in fields]
         )
-        chosen = (
-            exp.select("*").from_(chosen).qualify(exp.LTE(this=rn, expression=_lit(caps.max_groups_per_unit)))
-        ).subquery("__chosen")
+        h = exp.func("hash", *[_col(c) for c in ["__unit", *keys]], salt_lit)
+        picked = exp.func("arg_min", struct, h, _lit(caps.max_groups_per_unit))
+        per_unit = (
+            exp.select(exp.alias_(exp.Unnest(expressions=[picked]), "__s")).from_(chosen).group_by(_col("__unit"))
+        ).subquery("__per_unit")
+        chosen = exp.select(
+            *[exp.alias_(exp.func("struct_extract", _col("__s"), exp.Literal.string(f)), f) for f in fields]
+        ).from_(per_unit).subquery("__chosen")
 
     # 4. per-group aggregation -------------------------------------------------------------------
     def zsum(col: str) -> exp.Expression:
