@@ -187,8 +187,9 @@ def test_ten_tenths_fit_exactly_and_the_eleventh_does_not(path: Path) -> None:
     assert err.exit_code == 3
 
 
-def test_delta_is_exact_too(path: Path) -> None:
-    led = Ledger.create(path, Budget(10.0, 1e-6))
+def test_delta_is_exact_too() -> None:
+    # pure bookkeeping logic: the in-memory ledger runs the same code without file opens
+    led = Ledger.create(None, Budget(10.0, 1e-6))
     for _ in range(10):
         _reserve(led, 0.01, 1e-7)  # in floats, ten 1e-7 sum to 9.999999999999999e-07
     assert led.spent() == Budget(0.1, 1e-6)
@@ -219,8 +220,9 @@ def test_failed_entries_still_count(path: Path) -> None:
     assert Ledger.open(path).entry(b).status == "failed"
 
 
-def test_commit_and_fail_on_unknown_or_finished_entries(path: Path) -> None:
-    led = Ledger.create(path, Budget(1.0))
+def test_commit_and_fail_on_unknown_or_finished_entries() -> None:
+    # pure bookkeeping logic: the in-memory ledger runs the same code without file opens
+    led = Ledger.create(None, Budget(1.0))
     with pytest.raises(LedgerError, match="no entry 7"):
         led.commit(7)
     with pytest.raises(LedgerError, match="no entry 7"):
@@ -283,8 +285,9 @@ def test_params_are_recorded_and_never_change_meaning(path: Path) -> None:
     assert led.history().num_rows == 2
 
 
-def test_history_is_arrow_in_order(path: Path) -> None:
-    led = Ledger.create(path, Budget(1.0))
+def test_history_is_arrow_in_order() -> None:
+    # pure bookkeeping logic: the in-memory ledger runs the same code without file opens
+    led = Ledger.create(None, Budget(1.0))
     for i in range(3):
         _reserve(led, 0.1, query=f"SELECT {i}")
     t = led.history()
@@ -328,8 +331,9 @@ def test_synopsis_store_find_reuse_round_trip(path: Path) -> None:
     assert led.find_synopsis(key) == (a, synopsis)
 
 
-def test_reuse_needs_a_released_synopsis(path: Path) -> None:
-    led = Ledger.create(path, Budget(1.0))
+def test_reuse_needs_a_released_synopsis() -> None:
+    # pure bookkeeping logic: the in-memory ledger runs the same code without file opens
+    led = Ledger.create(None, Budget(1.0))
     a = _reserve(led)
     with pytest.raises(LedgerError, match="cannot be reused"):
         led.record_reuse(source_entry_id=a, query="q", tables=[])
