@@ -17,9 +17,9 @@ added later without changing what was recorded.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterable
 
 from dpsql.errors import ConfigError
 
@@ -86,24 +86,24 @@ class Budget:
         return exact(self.delta)
 
     @staticmethod
-    def from_exact(epsilon: Fraction, delta: Fraction) -> "Budget":
+    def from_exact(epsilon: Fraction, delta: Fraction) -> Budget:
         return Budget(float(epsilon), float(delta))
 
     # arithmetic (basic composition) ---------------------------------------------------
-    def __add__(self, other: "Budget") -> "Budget":
+    def __add__(self, other: Budget) -> Budget:
         return Budget.from_exact(self.exact_epsilon + other.exact_epsilon, self.exact_delta + other.exact_delta)
 
-    def minus(self, other: "Budget") -> "Budget":
+    def minus(self, other: Budget) -> Budget:
         """self - other, floored at zero in each coordinate (for display of what is left)."""
         e = max(Fraction(0), self.exact_epsilon - other.exact_epsilon)
         d = max(Fraction(0), self.exact_delta - other.exact_delta)
         return Budget.from_exact(e, d)
 
-    def fits_in(self, available: "Budget") -> bool:
+    def fits_in(self, available: Budget) -> bool:
         """True iff this cost fits in ``available`` in both coordinates, decided exactly."""
         return self.exact_epsilon <= available.exact_epsilon and self.exact_delta <= available.exact_delta
 
-    def __le__(self, other: "Budget") -> bool:
+    def __le__(self, other: Budget) -> bool:
         return self.fits_in(other)
 
     def __eq__(self, other: object) -> bool:

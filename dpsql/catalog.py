@@ -191,7 +191,7 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
         if bins is None and width is None:
             raise ConfigError(f"ordered domain for '{table}.{name}' needs bins or bin_width")
         if bins is None:
-            w = float(width)
+            w = float(width)  # type: ignore[arg-type]
             if w <= 0:
                 raise ConfigError(f"bin_width for '{table}.{name}' must be > 0")
             bins = int(math.ceil((hi_f - lo_f) / w - 1e-9))
@@ -199,6 +199,9 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
         bins = int(bins)
         if bins < 1 or bins > 1 << 22:
             raise ConfigError(f"bins for '{table}.{name}' must be between 1 and 4194304")
+        if lo_f.is_integer() and hi_f.is_integer() and bins == int(hi_f - lo_f) + 1:
+            # integer domain lo..hi inclusive, one bin per value: bins are [v, v + 1)
+            hi_f += 1.0
         return OrderedDomain(lo_f, hi_f, bins, "numeric")
     # date / timestamp
     import datetime as dt

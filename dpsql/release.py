@@ -80,3 +80,35 @@ class Plan:
 
     def __repr__(self) -> str:
         return str(self)
+
+
+@dataclass
+class WorkloadRelease(Release):
+    """The answers to a range workload (``Session.query_many``): one charge for all queries.
+
+    ``table`` has one row per query (``query``, ``count``); indexing or iterating gives a
+    one-row Release per query, all pointing at the same ledger entry and the same cost.
+    """
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __getitem__(self, i: int) -> Release:
+        row = self.table.slice(i if i >= 0 else self.table.num_rows + i, 1).select(["count"])
+        return Release(
+            table=row,
+            cost=self.cost,
+            mechanism=self.mechanism,
+            accuracy=self.accuracy,
+            ledger_id=self.ledger_id,
+            reused=self.reused,
+            details={**self.details, "shared_charge": True, "index": i},
+        )
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for i in range(len(self)):
+            yield self[i]
+
+    @property
+    def counts(self) -> list[int]:
+        return [int(v) for v in self.table.column("count").to_pylist()]

@@ -27,7 +27,7 @@ from dpsql.mechanisms.common import Calibration
 from dpsql.noise import NoiseSource, default_noise_source
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, resolve_unit_column
-from dpsql.release import Plan, Release
+from dpsql.release import Plan, Release, WorkloadRelease
 from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps, bounded_query
 from dpsql.rewrite.render import render
 
@@ -116,7 +116,7 @@ class Session:
 
     # -- construction from a config file ------------------------------------------------------
     @classmethod
-    def from_config(cls, path: str | os.PathLike[str] = "dpsql.toml") -> "Session":
+    def from_config(cls, path: str | os.PathLike[str] = "dpsql.toml") -> Session:
         """Build a Session from a TOML file: ``[ledger]`` (path, epsilon, delta) and ``[tables.NAME]``."""
         p = os.fspath(path)
         if not os.path.exists(p):
@@ -341,7 +341,16 @@ class Session:
 
     # -- querying -----------------------------------------------------------------------------------
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
-        """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger."""
+        """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger.
+
+        A range count or a histogram over a column with a declared ordered domain is answered
+        for free when a stored DAWA synopsis covers it (same table, column(s), WHERE, cap);
+        a histogram over such a column is otherwise answered by DAWA.
+        """
+        self._check_open()
+        ranged = self._range_route(sql, epsilon, delta, options)
+        if ranged is not None:
+            return ranged
         plan, module, cal, _reason, unit = self._prepare(sql, epsilon, delta, options)
         entry = self._ledger.reserve(
             cal.cost, mechanism=cal.mechanism, query=sql, tables=[plan.table.name], params=_ledger_params(cal)
@@ -375,6 +384,144 @@ class Session:
         return Release(table=table, cost=cal.cost, mechanism=cal.mechanism, accuracy=out_acc, ledger_id=entry,
                        details={k: v for k, v in cal.params.items() if k != "scales"})
 
+    # -- range workloads (DAWA) --------------------------------------------------------------------
+    def query_many(
+        self, sqls: list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None
+    ) -> WorkloadRelease:
+        """Answer a workload of range counts over one table with DAWA, with one charge.
+
+        Each SQL is ``SELECT COUNT(*) FROM t WHERE <same other conditions> AND <range>`` over a
+        column (or two) with a declared ordered domain. DAWA is pure epsilon-DP: delta is not
+        spent. If a stored synopsis already covers the workload, it is answered for free.
+        """
+        from dpsql.mechanisms import ranges
+
+        self._check_open()
+        eps = check_epsilon(epsilon)
+        check_delta(delta)
+        opts = _check_options(options)
+        for k in opts:
+            if k not in ("epsilon_split", "mechanism"):
+                raise ConfigError(f"option '{k}' does not apply to range workloads", hint="use epsilon_split")
+        wl = ranges.analyze_workload(list(sqls) if isinstance(sqls, (list, tuple)) else sqls, self._catalog)
+        return self._run_workload(wl, eps, opts, reuse_only=False)  # type: ignore[return-value]
+
+    def _range_route(self, sql: str, epsilon: Any, delta: Any, options: dict[str, Any] | None) -> Release | None:
+        from dpsql.mechanisms import ranges
+
+        check_epsilon(epsilon)
+        check_delta(delta)
+        opts = _check_options(options)
+        try:
+            plan = analyze(sql, self._catalog)
+        except DPSQLError:
+            return None  # the normal path reports the error
+        if plan.table.columns and any(c.ordered is not None for c in plan.table.columns.values()):
+            wl = ranges.histogram_workload(plan)
+            if wl is None and not plan.keys and [a.kind for a in plan.aggregates] == [ir.COUNT_STAR] and plan.where is not None:
+                try:
+                    wl = ranges.analyze_workload([sql], self._catalog)
+                except DPSQLError:
+                    wl = None
+                if wl is not None:
+                    # a single range count: free from a synopsis, else the ordinary scalar path
+                    return self._run_workload(wl, 0.0, opts, reuse_only=True, plan=plan)
+            if wl is not None and opts.get("mechanism", "dawa") in ("dawa", "auto"):
+                reused = self._run_workload(wl, 0.0, opts, reuse_only=True, plan=plan)
+                if reused is not None:
+                    return reused
+                return self._run_workload(wl, check_epsilon(epsilon), opts, reuse_only=False, plan=plan)
+        return None
+
+    def _run_workload(
+        self, wl: Any, eps: float, opts: dict[str, Any], *, reuse_only: bool, plan: ir.QueryPlan | None = None
+    ) -> Release | None:
+        from dpsql.mechanisms import ranges
+
+        table = wl.table
+        cap = table.rows_per_unit_cap
+        key = wl.synopsis_key(cap)
+        found = self._ledger.find_synopsis(key)
+        text = "\n;\n".join(wl.sqls)
+        if found is not None:
+            src_id, syn_text = found
+            syn = ranges.load_synopsis(syn_text)
+            answers = ranges.answer(wl, syn)
+            entry = self._ledger.record_reuse(source_entry_id=src_id, query=text, tables=[table.name])
+            return self._workload_release(wl, answers, Budget(0.0, 0.0), entry, reused=True, plan=plan,
+                                          details={"source_entry_id": src_id})
+        if reuse_only:
+            return None
+        if math.isinf(cap):
+            raise PolicyError(
+                f"table '{table.name}' needs a finite max_rows_per_unit (or max_groups_per_unit and max_rows_per_group) for range workloads",
+                hint=f"register('{table.name}', ..., max_rows_per_unit=1)",
+            )
+        split = float(opts.get("epsilon_split", 0.25))
+        unit = ranges.unit_column(wl, self._catalog)
+        cost = Budget(eps, 0.0)
+        params = {
+            "epsilon1": split * eps,
+            "epsilon2": (1 - split) * eps,
+            "max_rows_per_unit": cap,
+            "dims": [{"column": d.column, "lo": str(d.domain.lo), "hi": str(d.domain.hi), "bins": d.n} for d in wl.dims],
+            "queries": len(wl.sqls) if not wl.histogram else int(len(wl.ranges)),
+            "stage1_calibration": "safe (spec 2.4): Laplace (Delta_b + Delta_max) * k / epsilon1 on every bucket, no clamping",
+        }
+        entry = self._ledger.reserve(cost, mechanism="dawa", query=text, tables=[table.name], params=params)
+        try:
+            salt = self._noise.salt()
+            rows = self._engine.fetch_arrow(ranges.histogram_sql(wl, unit, cap, salt), what="the bounded histogram")
+            x = ranges.fill_histogram(wl, rows)
+            syn = ranges.run_dawa(wl, x, eps, self._noise, split=split, cap=cap)
+            answers = ranges.answer(wl, syn)
+            rel = self._workload_release(wl, answers, cost, entry, reused=False, plan=plan, details=params)
+        except BaseException as e:
+            try:
+                self._ledger.fail(entry, type(e).__name__)
+            except LedgerError:
+                pass
+            if isinstance(e, DPSQLError) or not isinstance(e, Exception):
+                raise
+            raise ExecutionError(
+                f"the range workload failed after its budget was charged ({type(e).__name__}); the charge stands",
+                debug_detail=repr(e),
+            ) from None
+        self._ledger.commit(entry, synopsis_key=key, synopsis=syn.to_json())
+        return rel
+
+    def _workload_release(
+        self, wl: Any, answers: Any, cost: Budget, entry: int, *, reused: bool, plan: ir.QueryPlan | None,
+        details: dict[str, Any],
+    ) -> Release:
+        acc = {
+            "noise": "laplace",
+            "noise_std": None,
+            "ci95_half_width": None,
+            "note": "DAWA: error is data dependent (partition bias plus stage-2 Laplace noise)"
+            + ("; answered from a stored synopsis at zero cost" if reused else ""),
+        }
+        snapped = [i for i, s in enumerate(wl.snapped) if s]
+        det = dict(details)
+        if snapped:
+            det["snapped_to_bins"] = snapped
+        mech = "dawa (reused synopsis)" if reused else "dawa"
+        if wl.histogram and plan is not None:
+            dim = wl.dims[0]
+            labels = dim.bin_label(wl.ranges[:, 0])
+            released = pa.table({plan.keys[0].name: pa.array(labels), plan.aggregates[0].name: pa.array(answers.astype("int64"))})
+            table = self._post_process(plan, released)
+            out_acc = {o.name: acc for o in plan.outputs if o.source == plan.aggregates[0].name}
+            return Release(table=table, cost=cost, mechanism=mech, accuracy=out_acc, ledger_id=entry, reused=reused, details=det)
+        if plan is not None and len(wl.sqls) == 1:
+            released = pa.table({plan.aggregates[0].name: pa.array(answers.astype("int64"))})
+            table = self._post_process(plan, released)
+            out_acc = {o.name: acc for o in plan.outputs}
+            return Release(table=table, cost=cost, mechanism=mech, accuracy=out_acc, ledger_id=entry, reused=reused, details=det)
+        table = pa.table({"query": pa.array(wl.sqls), "count": pa.array(answers.astype("int64"))})
+        return WorkloadRelease(table=table, cost=cost, mechanism=mech, accuracy={"count": acc}, ledger_id=entry,
+                               reused=reused, details=det)
+
     def _post_process(self, plan: ir.QueryPlan, released: pa.Table) -> pa.Table:
         """Select outputs, then HAVING / ORDER BY / LIMIT on the released (noisy) values only."""
 
@@ -406,7 +553,7 @@ class Session:
             self._engine.close()
             self._ledger.close()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
