@@ -14,7 +14,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 DEFAULT_LEDGER = "dpsql_ledger.duckdb"
 
@@ -212,7 +213,7 @@ class _Progress:
         self._stop = threading.Event()
         self._t: threading.Thread | None = None
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if sys.stderr.isatty():
             self._t = threading.Thread(target=self._run, daemon=True)
             self._t.start()

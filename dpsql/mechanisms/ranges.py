@@ -400,7 +400,7 @@ def run_dawa(wl: Workload, x: np.ndarray, epsilon: float, rng: Any, *, split: fl
     """The DAWA synopsis of the bounded histogram for this workload, rounded to integers."""
     from dpsql.mechanisms import dawa as _dawa
 
-    valid = np.asarray(wl.ranges[:, 0::2] <= wl.ranges[:, 1::2]).all(axis=1)
+    valid: np.ndarray = np.all(np.asarray(wl.ranges[:, 0::2] <= wl.ranges[:, 1::2], dtype=bool), axis=1).astype(bool)
     ranges = np.where(valid[:, None], wl.ranges, 0)
     if len(wl.dims) == 1:
         return _dawa.dawa(x, ranges, epsilon, rng, ratio=split, sensitivity=cap).rounded(1.0)
@@ -419,7 +419,7 @@ def load_synopsis(text: str) -> Any:
 
 def answer(wl: Workload, syn: Any) -> np.ndarray:
     """Answers to the workload's ranges from a (rounded) synopsis: post-processing."""
-    valid = np.asarray(wl.ranges[:, 0::2] <= wl.ranges[:, 1::2]).all(axis=1)
+    valid: np.ndarray = np.all(np.asarray(wl.ranges[:, 0::2] <= wl.ranges[:, 1::2], dtype=bool), axis=1).astype(bool)
     safe = np.where(valid[:, None], wl.ranges, 0)
     if len(wl.dims) == 1:
         out = np.asarray(syn.answer_ranges(safe), dtype=np.float64)

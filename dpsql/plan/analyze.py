@@ -5,7 +5,7 @@ All violations of the DP subset are collected and raised together, each with lin
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from sqlglot import exp
 
@@ -13,7 +13,7 @@ from dpsql.catalog import TableSpec
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import SUPPORTED_AGGS, check_expression_functions, check_statement_shape, violation
-from dpsql.plan.parse import DIALECT, parse_statements
+from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
 
 _POLICY_PREFIX = "[policy] "
 
@@ -160,6 +160,8 @@ class _Builder:
                     return alias_map[nm].copy()
                 if nm.startswith("__"):
                     return n
+                if self.table is not None and self.table.schema and nm not in self.table.schema and not n.table:
+                    return exp.Null()  # unknown column: reported by check_columns
                 self.bad(
                     n,
                     f"{where} uses column '{n.name}' outside an aggregate and not in GROUP BY: non-aggregated output is not allowed",
@@ -172,13 +174,28 @@ class _Builder:
     # -- main ------------------------------------------------------------------------
     def build(self) -> ir.QueryPlan:
         stmts = parse_statements(self.sql)
+        starts = statement_starts(self.sql)
         if len(stmts) != 1:
+            for i, st in enumerate(stmts):
+                off = starts[i] if i < len(starts) else None
+                if i > 0:
+                    self.violations.append(
+                        violation(
+                            st,
+                            self.sql,
+                            f"exactly one SQL statement is allowed, got {len(stmts)}; statement {i + 1} starts here",
+                            offset=off,
+                        )
+                    )
+                if not isinstance(st, exp.Select):
+                    self.violations.extend(check_statement_shape(st, self.sql, start=off or 0))
             raise UnsupportedQueryError(
                 f"exactly one SQL statement is allowed, got {len(stmts)}",
                 hint="send one SELECT statement per query",
+                violations=self.violations,
             )
         stmt = stmts[0]
-        self.violations.extend(check_statement_shape(stmt, self.sql))
+        self.violations.extend(check_statement_shape(stmt, self.sql, start=starts[0] if starts else 0))
         if not isinstance(stmt, exp.Select):
             self._raise()
         assert isinstance(stmt, exp.Select)
@@ -202,6 +219,22 @@ class _Builder:
         if tbl.this.quoted and any(ch in name for ch in "./\\*") :
             self.bad(tbl, "file paths are not allowed in queries; register the file as a table and use its name")
             self._raise()
+        # anything attached to the table reference changes which rows are read
+        tbl_clauses = {
+            "sample": "TABLESAMPLE / USING SAMPLE is not supported: sampling changes each person's contribution",
+            "pivots": "PIVOT / UNPIVOT is not supported: it changes each person's contribution",
+            "when": "time travel (AT / VERSION) is not supported",
+            "ordinality": "WITH ORDINALITY is not supported",
+            "joins": "JOINs are not supported yet: a join can multiply one person's contribution",
+            "laterals": "LATERAL is not supported",
+        }
+        for key, val in tbl.args.items():
+            if not val or key in ("this", "alias", "db", "catalog"):
+                continue
+            self.bad(tbl, tbl_clauses.get(key, f"the table reference clause '{key}' is not supported"))
+        alias = tbl.args.get("alias")
+        if isinstance(alias, exp.TableAlias) and alias.columns:
+            self.bad(alias, "column aliases on the table (FROM t AS x(a, b)) are not supported; alias columns in SELECT")
         table = self.catalog.get(name.lower())
         if table is None:
             known = ", ".join(sorted(self.catalog)) or "none"
@@ -244,6 +277,12 @@ class _Builder:
             for a in where_expr.find_all(exp.AggFunc):
                 self.bad(a, "aggregates are not allowed in WHERE; use HAVING")
             self.check_columns(where_expr, "WHERE")
+            # the bounded query reads the table under another name: drop table qualifiers
+            where_expr = where_expr.copy()
+            for c in where_expr.find_all(exp.Column):
+                c.set("table", None)
+                c.set("db", None)
+                c.set("catalog", None)
 
         # GROUP BY ------------------------------------------------------------------
         group = stmt.args.get("group")
@@ -253,6 +292,10 @@ class _Builder:
             if group.args.get("all"):
                 group_exprs = [it.unalias() for it in select_items if not any(True for _ in it.find_all(exp.AggFunc))]
             for g in group.expressions:
+                if isinstance(g, (exp.Cube, exp.Rollup, exp.GroupingSets)):
+                    kind = {exp.Cube: "CUBE", exp.Rollup: "ROLLUP", exp.GroupingSets: "GROUPING SETS"}[type(g)]
+                    self.bad(g, f"GROUP BY {kind} is not supported: it releases several groupings of the same rows")
+                    continue
                 if isinstance(g, exp.Literal) and not g.is_string:
                     idx = int(g.this) - 1
                     if 0 <= idx < len(select_items):
@@ -321,6 +364,9 @@ class _Builder:
                 self.violations.extend(check_expression_functions(o, self.sql, "ORDER BY"))
                 inner = o.this
                 if isinstance(inner, exp.Literal) and not inner.is_string:
+                    if not str(inner.this).isdigit() or not 1 <= int(inner.this) <= len(outputs):
+                        self.bad(inner, f"ORDER BY position {inner.this} is out of range (the query has {len(outputs)} output column(s))")
+                        continue
                     order.append(o.copy())
                     continue
                 if isinstance(inner, exp.Column) and not inner.table and inner.name.lower() in used:
@@ -352,7 +398,14 @@ class _Builder:
         val = node.args.get("expression") or node.this
         if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
             return int(val.this)
-        self.bad(node, f"{key.upper()} must be a non-negative integer literal")
+        self.violations.append(
+            violation(
+                node,
+                self.sql,
+                f"{key.upper()} must be a non-negative integer literal",
+                offset=keyword_offset(self.sql, {key.upper()}),
+            )
+        )
         return None
 
     def _raise(self) -> None:

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
+
 import sqlglot
 from sqlglot import exp
+from sqlglot.tokens import Token, TokenType
 
 from dpsql.errors import SQLSyntaxError
 
 DIALECT = "duckdb"
+
+#: words that may open a JOIN clause (scanned backwards from the joined table)
+_JOIN_WORDS = {
+    "JOIN", "LEFT", "RIGHT", "FULL", "INNER", "OUTER", "CROSS", "NATURAL", "POSITIONAL", "ASOF",
+    "SEMI", "ANTI", "LATERAL", ",",
+}
+_QUERY_STARTS = {"SELECT", "FROM", "WITH", "VALUES", "("}
+_TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, comments: \[.*?\]>")
 
 
 def line_col(sql: str, offset: int) -> tuple[int, int]:
@@ -18,14 +30,127 @@ def line_col(sql: str, offset: int) -> tuple[int, int]:
     return line, col
 
 
-def position(node: exp.Expression, sql: str) -> tuple[int, int]:
-    """Best-effort position of a node: the first token under it that carries an offset."""
+@lru_cache(maxsize=64)
+def tokens(sql: str) -> tuple[Token, ...]:
+    """The tokens of ``sql`` (empty if it does not tokenize)."""
+    try:
+        return tuple(sqlglot.tokenize(sql, read=DIALECT))
+    except Exception:  # pragma: no cover - parse errors are reported elsewhere
+        return ()
+
+
+def statement_starts(sql: str) -> list[int]:
+    """Character offsets of the first token of every statement in ``sql``."""
+    starts: list[int] = []
+    expect = True
+    for t in tokens(sql):
+        if t.token_type == TokenType.SEMICOLON:
+            expect = True
+            continue
+        if expect:
+            starts.append(t.start)
+            expect = False
+    return starts
+
+
+def keyword_offset(sql: str, words: set[str], *, after: int = 0, depth0: bool = True) -> int | None:
+    """Offset of the first token (at parenthesis depth 0 if ``depth0``) whose text is in ``words``."""
+    depth = 0
+    for t in tokens(sql):
+        if t.start < after:
+            continue
+        if t.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif t.token_type == TokenType.R_PAREN:
+            depth -= 1
+        if t.text.upper() in words and (depth == 0 or not depth0):
+            return t.start
+    return None
+
+
+def _valid_meta(sub: exp.Expr, sql: str) -> int | None:
+    meta = getattr(sub, "_meta", None) or {}
+    start = meta.get("start") if isinstance(meta, dict) else None
+    if start is None or not (0 <= start < len(sql)):
+        return None
+    end = meta.get("end")
+    text = sql[start : (end if isinstance(end, int) else start) + 1]
+    # nodes that the parser synthesises (e.g. the * of DuckDB's FROM-first syntax) carry
+    # a token position that does not spell them: ignore those
+    if isinstance(sub, exp.Star) and text != "*":
+        return None
+    if isinstance(sub, exp.Identifier) and text.strip("\"`'").lower() != sub.name.lower():
+        return None
+    return int(start)
+
+
+def _anchor(node: exp.Expression, sql: str) -> int | None:
     best: int | None = None
     for sub in node.walk():
-        meta = getattr(sub, "_meta", None) or {}
-        start = meta.get("start") if isinstance(meta, dict) else None
-        if start is not None and (best is None or start < best):
-            best = start
+        s = _valid_meta(sub, sql)
+        if s is not None and (best is None or s < best):
+            best = s
+    return best
+
+
+def _lead_word(node: exp.Expression) -> str:
+    try:
+        text = node.sql(dialect=DIALECT)
+    except Exception:  # pragma: no cover - defensive
+        return ""
+    m = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)", text)
+    return m.group(1).upper() if m else ""
+
+
+def _offset(node: exp.Expression, sql: str) -> int | None:
+    anchor = _anchor(node, sql)
+    if anchor is None:
+        return None
+    toks = tokens(sql)
+    i = max((k for k, t in enumerate(toks) if t.start <= anchor), default=-1)
+    if i < 0:
+        return anchor
+    if isinstance(node, (exp.Subquery, exp.Exists)) or (
+        isinstance(node, exp.Join) and isinstance(node.this, (exp.Subquery, exp.Lateral))
+    ):
+        # walk back to the unmatched '(' that opens a query: '(' SELECT / FROM / WITH / VALUES
+        depth = 0
+        for j in range(i - 1, -1, -1):
+            t = toks[j]
+            if t.token_type == TokenType.R_PAREN:
+                depth += 1
+            elif t.token_type == TokenType.L_PAREN:
+                if depth == 0:
+                    if j + 1 < len(toks) and toks[j + 1].text.upper() in _QUERY_STARTS:
+                        i = j
+                        break
+                else:
+                    depth -= 1
+        if isinstance(node, exp.Exists) and i > 0 and toks[i - 1].text.upper() == "EXISTS":
+            i -= 1
+    if isinstance(node, exp.Join):
+        while i > 0 and toks[i - 1].text.upper() in _JOIN_WORDS:
+            i -= 1
+        return toks[i].start
+    if isinstance(node, (exp.Func, exp.Window, exp.Filter, exp.Cube, exp.Rollup, exp.GroupingSets)):
+        lead = _lead_word(node)
+        for j in range(i, max(-1, i - 16), -1):
+            if toks[j].text.upper() == lead:
+                return toks[j].start
+        # another spelling of the function (e.g. list for ARRAY_AGG): the name before the '('
+        if i >= 2 and toks[i - 1].token_type == TokenType.L_PAREN:
+            return toks[i - 2].start
+    return toks[i].start
+
+
+def position(node: exp.Expression, sql: str) -> tuple[int, int]:
+    """Best-effort 1-based (line, column) where ``node`` starts in ``sql`` (0, 0 if unknown).
+
+    sqlglot records token positions on leaves (identifiers, literals, some function names);
+    from the leftmost one the start of the construct is found by walking back over the
+    tokens that open it (a function's name and '(', JOIN keywords, '(' SELECT of a subquery).
+    """
+    best = _offset(node, sql)
     if best is None:
         frag = node.sql(dialect=DIALECT)
         idx = sql.lower().find(frag.lower()) if frag else -1
@@ -35,8 +160,15 @@ def position(node: exp.Expression, sql: str) -> tuple[int, int]:
         if idx < 0:
             return 0, 0
         best = idx
-        # a function's name comes before its first argument's token
     return line_col(sql, best)
+
+
+def _clean_description(desc: str) -> str:
+    def repl(m: re.Match[str]) -> str:
+        kind, text = m.group(1), m.group(2)
+        return "the end of the query" if kind == "SENTINEL" else repr(text)
+
+    return _TOKEN_REPR.sub(repl, desc)
 
 
 def parse_statements(sql: str) -> list[exp.Expression]:
@@ -51,7 +183,9 @@ def parse_statements(sql: str) -> list[exp.Expression]:
         line = int(err.get("line") or 0)
         col = int(err.get("col") or 0)
         frag = str(err.get("highlight") or "")
-        desc = str(err.get("description") or "syntax error")
+        if frag and col >= len(frag):
+            col = col - len(frag) + 1  # sqlglot reports the column where the token ends
+        desc = _clean_description(str(err.get("description") or "syntax error"))
         raise SQLSyntaxError(
             f"SQL syntax error at line {line}, col {col} near {frag!r}: {desc}",
             line=line,
