@@ -1,0 +1,48 @@
+"""Generated events data for benchmarks: heavy-tailed rows per user, Zipf URLs, ~50 countries.
+
+Synthetic, deterministic (fixed seed), cached under ``benchmarks/out/data/``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+
+
+def events_path(n_rows: int, n_users: int = 200_000, seed: int = 1) -> str:
+    """Path of a generated events Parquet with about ``n_rows`` rows (created on first use)."""
+    d = os.path.join(OUT, "data")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"events_{n_rows}_{n_users}_{seed}.parquet")
+    if os.path.exists(path):
+        return path
+    gen = np.random.default_rng(seed)
+    # heavy-tailed activity: Pareto weights, scaled to n_rows in total
+    w = gen.pareto(1.2, n_users) + 0.05
+    rows = np.maximum(1, np.floor(w / w.sum() * n_rows)).astype(np.int64)
+    user = np.repeat(np.arange(n_users, dtype=np.int64), rows)
+    n = len(user)
+    home = gen.integers(0, 50, n_users)
+    country = (np.char.add("C", home.astype(str)))[user]
+    url = np.minimum(gen.zipf(1.3, n), 10_000_000)
+    tmp = path + ".tmp"
+    pq.write_table(
+        pa.table(
+            {
+                "user_id": user,
+                "url": pa.array(np.char.add("u", url.astype(str))),
+                "country": pa.array(country),
+                "likes": gen.poisson(1.5, n).astype(np.int64),
+                "action": pa.array(np.where(gen.random(n) < 0.9, "view", "share")),
+            }
+        ),
+        tmp,
+        row_group_size=1 << 20,
+    )
+    os.replace(tmp, path)
+    return path
