@@ -1,0 +1,607 @@
+"""DAWA stage 2: workloads of 0/1 interval queries, GreedyH, measurement and least squares.
+
+Public names are re-exported by :mod:`dpsql.mechanisms.dawa`.
+
+Notation (spec 2.3): k buckets with true totals y; the bucket-level workload is
+W̄[q, i] = |q ∩ b_i| / |b_i|. Adjacent buckets whose columns of W̄ are identical cannot be told
+apart by any query; they are merged into one *group* (the workload only ever needs their sum), and
+the strategy is a weighted hierarchy over the K groups:
+
+* tree: the group range is split into ``branch`` nearly equal children recursively down to single
+  groups; each level of the tree is stored as a full partition of [0, K) into segments (a leaf
+  reached early is carried down unchanged, and only measured once, at the deepest level);
+* weights: bottom-up, each internal node picks p ∈ {1, 1 - 1/g, ..., 1/g} minimising the exact
+  least-squares error trace(M_v(p)^-1 G_v) of the workload restricted to the node's cells, where
+  M_v(p) = p² blockdiag(M_children) + (1-p)² 𝟙𝟙ᵀ, updated by Sherman–Morrison with u = M⁻¹𝟙,
+  κ = 𝟙ᵀu (spec 2.3). The node's own query gets weight 1 - p, its children's sub-strategies are
+  multiplied by p; so the weights on every root-to-leaf path sum to 1 and ‖A‖₁ = 1. Unlike the
+  reference code we use the exact cross-child term uᵀ G_v u (no branch^(-depth/2) damping); this
+  only changes which weights are chosen, never the privacy.
+
+Complexity (n bins, I workload intervals, K groups, b branch, g granularity, h = ⌈log_b K⌉ + 1
+levels): grouping O(I log I + k); GreedyH O(h (I log K + n + K g)); measurement and least
+squares (two passes over the levels) O(h K); answering m ranges from a synopsis O(n + m).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpsql.errors import ConfigError
+from dpsql.noise import NoiseSource
+
+# ---------------------------------------------------------------------------------------------
+# workloads
+
+
+@dataclass(frozen=True, eq=False)
+class IntervalWorkload:
+    """``n_queries`` linear 0/1 queries over ``n`` bins; query q is the indicator of the union of
+    the closed bin intervals ``[lo[t], hi[t]]`` with ``qid[t] == q``.
+
+    1-D range queries have one interval each; 2-D rectangles mapped through the Hilbert order have
+    a few per rectangle. Intervals are stored sorted by (qid, lo), disjoint and non-adjacent within
+    a query (the constructors merge overlapping or touching intervals: a query is a set of bins).
+    """
+
+    n: int
+    n_queries: int
+    qid: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @classmethod
+    def from_ranges(cls, ranges: object, n: int) -> IntervalWorkload:
+        """Range queries given as an (m, 2) array of inclusive ``(lo, hi)`` bin indices."""
+        arr = np.asarray(ranges)
+        if arr.size == 0:
+            arr = arr.reshape(0, 2)
+        if arr.ndim != 2 or arr.shape[1] != 2:
+            raise ConfigError("ranges must be an (m, 2) array of inclusive (lo, hi) bin indices")
+        if not np.issubdtype(arr.dtype, np.integer):
+            if not np.all(arr == np.rint(arr)):
+                raise ConfigError("range endpoints must be integer bin indices")
+        arr = arr.astype(np.int64)
+        lo, hi = arr[:, 0].copy(), arr[:, 1].copy()
+        if np.any(lo > hi) or np.any(lo < 0) or np.any(hi >= n):
+            raise ConfigError(f"every range needs 0 <= lo <= hi < n = {n}")
+        return cls(int(n), int(arr.shape[0]), np.arange(arr.shape[0], dtype=np.int64), lo, hi)
+
+    @classmethod
+    def from_intervals(cls, qid: object, lo: object, hi: object, n: int, n_queries: int) -> IntervalWorkload:
+        """General form: interval t belongs to query ``qid[t]``; overlapping/touching intervals merge."""
+        q = np.asarray(qid, dtype=np.int64).ravel()
+        a = np.asarray(lo, dtype=np.int64).ravel()
+        b = np.asarray(hi, dtype=np.int64).ravel()
+        if not (q.size == a.size == b.size):
+            raise ConfigError("qid, lo and hi must have the same length")
+        if np.any(a > b) or np.any(a < 0) or np.any(b >= n) or np.any(q < 0) or np.any(q >= n_queries):
+            raise ConfigError(f"every interval needs 0 <= lo <= hi < n = {n} and 0 <= qid < n_queries")
+        order = np.lexsort((a, q))
+        q, a, b = q[order], a[order], b[order]
+        if q.size:
+            # merge within a query: a new run starts where the query changes or after a gap
+            qstart = np.r_[True, q[1:] != q[:-1]]
+            run_hi = _segmented_cummax(b, np.cumsum(qstart) - 1)
+            new_run = qstart.copy()
+            new_run[1:] |= a[1:] > run_hi[:-1] + 1
+            first = np.flatnonzero(new_run)
+            b = np.maximum.reduceat(b, first)
+            q = q[first]
+            a = a[first]
+        return cls(int(n), int(n_queries), q, a, b)
+
+    @property
+    def single_interval(self) -> bool:
+        return self.qid.size == self.n_queries and bool(np.all(self.qid == np.arange(self.n_queries)))
+
+    def answer(self, x: object) -> np.ndarray:
+        """W x for a length-n vector (prefix sums: O(n + I))."""
+        xv = np.asarray(x, dtype=np.float64)
+        if xv.shape != (self.n,):
+            raise ConfigError(f"expected a vector of length {self.n}")
+        c = np.zeros(self.n + 1)
+        np.cumsum(xv, out=c[1:])
+        part = c[self.hi + 1] - c[self.lo]
+        return np.bincount(self.qid, weights=part, minlength=self.n_queries)
+
+    def to_dense(self) -> np.ndarray:
+        """Dense (m, n) 0/1 matrix (tests and small problems only)."""
+        w = np.zeros((self.n_queries, self.n + 1))
+        np.add.at(w, (self.qid, self.lo), 1.0)
+        np.add.at(w, (self.qid, self.hi + 1), -1.0)
+        return np.cumsum(w, axis=1)[:, : self.n]
+
+    def bucket_matrix(self, starts: object, ends: object) -> np.ndarray:
+        """Dense W̄ (m, k): W̄[q, i] = |q ∩ b_i| / |b_i| (tests and small problems only)."""
+        st = np.asarray(starts, dtype=np.int64)
+        en = np.asarray(ends, dtype=np.int64)
+        d = self.to_dense()
+        c = np.zeros((self.n_queries, self.n + 1))
+        np.cumsum(d, axis=1, out=c[:, 1:])
+        return (c[:, en + 1] - c[:, st]) / (en - st + 1)
+
+
+def _segmented_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Running maximum of ``values`` restarting at every change of the (sorted) segment id."""
+    if values.size == 0:
+        return values.copy()
+    # shift each segment above all previous ones so one global cummax does all segments
+    span = int(values.max() - values.min()) + 1
+    shifted = (values - values.min()) + seg * span
+    return np.maximum.accumulate(shifted) - seg * span + values.min()
+
+
+def as_workload(workload: object, n: int) -> IntervalWorkload:
+    if isinstance(workload, IntervalWorkload):
+        if workload.n != n:
+            raise ConfigError(f"workload is over {workload.n} bins, data has {n}")
+        return workload
+    return IntervalWorkload.from_ranges(workload, n)
+
+
+# ---------------------------------------------------------------------------------------------
+# grouping of indistinguishable adjacent buckets
+
+
+def _group_buckets_intervals(wl: IntervalWorkload, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Boolean ``cut`` of length k-1: cut[i] iff some query covers buckets i and i+1 in different
+    fractions (columns i, i+1 of W̄ differ). Only buckets holding an interval endpoint can differ
+    from a neighbour, so only those pairs are examined (exact integer arithmetic)."""
+    k = starts.size
+    cut = np.zeros(max(k - 1, 0), dtype=bool)
+    if k <= 1 or wl.qid.size == 0:
+        return cut
+    lens = ends - starts + 1
+    # buckets holding an endpoint of interval t
+    b_lo = np.searchsorted(ends, wl.lo, side="left")
+    b_hi = np.searchsorted(ends, wl.hi, side="left")
+    cand_q = np.concatenate([wl.qid] * 4)
+    cand_i = np.concatenate([b_lo - 1, b_lo, b_hi - 1, b_hi])
+    keep = (cand_i >= 0) & (cand_i < k - 1)
+    cand_q, cand_i = cand_q[keep], cand_i[keep]
+    key = np.unique(cand_q * k + cand_i)
+    pq, pi = key // k, key % k
+    cov_i = _coverage(wl, pq, starts[pi], ends[pi])
+    cov_j = _coverage(wl, pq, starts[pi + 1], ends[pi + 1])
+    differ = cov_i * lens[pi + 1] != cov_j * lens[pi]
+    cut[pi[differ]] = True
+    return cut
+
+
+def _coverage(wl: IntervalWorkload, q: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """|query q ∩ [s, e]| for many (q, s, e): number of bins of the query inside the bucket."""
+    key_iv = wl.qid * (wl.n + 1) + wl.lo
+    # bins of q in [0, p) for p = s and p = e + 1, via the query's intervals before p
+    return _bins_before(wl, key_iv, q, e + 1) - _bins_before(wl, key_iv, q, s)
+
+
+def _bins_before(wl: IntervalWorkload, key_iv: np.ndarray, q: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Number of bins j < p that belong to query q (intervals of q sorted by lo)."""
+    ln = wl.hi - wl.lo + 1
+    # per-query cumulative interval lengths
+    cum = np.cumsum(ln)
+    first = np.searchsorted(wl.qid, q, side="left")
+    # last interval of q with lo < p
+    t = np.searchsorted(key_iv, q * (wl.n + 1) + p, side="left") - 1
+    has = (t >= first) & (t >= 0)
+    t_safe = np.where(has, t, 0)
+    before_first = np.where(first > 0, cum[np.maximum(first - 1, 0)], 0)
+    full_prev = np.where(has, cum[t_safe] - ln[t_safe] - before_first, 0)
+    partial = np.where(has, np.minimum(wl.hi[t_safe], p - 1) - wl.lo[t_safe] + 1, 0)
+    return full_prev + partial
+
+
+def _group_buckets_dense(wbar: np.ndarray) -> np.ndarray:
+    if wbar.shape[1] <= 1:
+        return np.zeros(max(wbar.shape[1] - 1, 0), dtype=bool)
+    return np.any(wbar[:, 1:] != wbar[:, :-1], axis=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the tree
+
+
+def _tree_levels(n_groups: int, branch: int) -> list[np.ndarray]:
+    """Segment starts of every level (level 0 = root); each level partitions [0, K)."""
+    levels = [np.zeros(1, dtype=np.int64)]
+    while True:
+        starts = levels[-1]
+        sizes = np.diff(np.r_[starts, n_groups])
+        if np.all(sizes == 1):
+            return levels
+        nc = np.where(sizes > 1, np.minimum(branch, sizes), 1)
+        parent = np.repeat(np.arange(starts.size), nc)
+        pos = np.arange(parent.size) - np.repeat(np.cumsum(nc) - nc, nc)
+        q, r = np.divmod(sizes[parent], nc[parent])
+        levels.append(starts[parent] + pos * q + np.minimum(pos, r))
+
+
+def _child_first(levels: list[np.ndarray]) -> list[np.ndarray]:
+    """For level d < last: index (in level d+1) of the first child of each segment."""
+    return [np.searchsorted(levels[d + 1], levels[d], side="left") for d in range(len(levels) - 1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# node error terms Q_v = ‖W̄_v u‖² and κ_v = 𝟙ᵀu_v
+
+
+class _IntervalQ:
+    """Q and κ of every segment of a level, for a workload of bin intervals (no dense matrices).
+
+    With ũ_j = u_g / |g| on the bins of group g, Σ_i W̄[q, i] u_i over a node = Σ_{j ∈ q ∩ node} ũ_j,
+    so both are prefix-sum differences. A node lying inside one interval of q contributes κ_v²
+    (counted with a difference array); a node holding an endpoint of q is summed per (q, node).
+    """
+
+    def __init__(self, wl: IntervalWorkload, g_lo: np.ndarray, g_hi: np.ndarray) -> None:
+        self.wl = wl
+        self.g_lo = g_lo
+        self.g_hi = g_hi
+        self.g_len = (g_hi - g_lo + 1).astype(np.float64)
+        self.single = wl.single_interval
+
+    def __call__(self, seg_starts: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        wl = self.wl
+        n_groups = self.g_lo.size
+        nseg = seg_starts.size
+        seg_end = np.r_[seg_starts[1:], n_groups] - 1
+        s_lo = self.g_lo[seg_starts]
+        s_hi = self.g_hi[seg_end]
+        cum = np.zeros(wl.n + 1)
+        np.cumsum(np.repeat(u / self.g_len, (self.g_hi - self.g_lo + 1)), out=cum[1:])
+        kappa = cum[s_hi + 1] - cum[s_lo]
+        if wl.qid.size == 0:
+            return np.zeros(nseg), np.zeros(nseg), kappa
+        lo, hi = wl.lo, wl.hi
+        a = np.searchsorted(s_hi, lo, side="left")
+        b = np.searchsorted(s_hi, hi, side="left")
+        first_full = a + (s_lo[a] < lo)
+        last_full = b - (s_hi[b] > hi)
+        has_full = first_full <= last_full
+        diff = np.bincount(first_full[has_full], minlength=nseg + 1) - np.bincount(
+            last_full[has_full] + 1, minlength=nseg + 1
+        )
+        n_full = np.cumsum(diff)[:nseg].astype(np.float64)
+        # partial segments: a (if not fully covered), b (if b != a and not fully covered)
+        pa = (s_lo[a] < lo) | (s_hi[a] > hi)
+        val_a = cum[np.minimum(hi, s_hi[a]) + 1] - cum[lo]
+        pb = (b != a) & (s_hi[b] > hi)
+        val_b = cum[hi + 1] - cum[s_lo[b]]
+        segs = np.concatenate([a[pa], b[pb]])
+        vals = np.concatenate([val_a[pa], val_b[pb]])
+        if not self.single:
+            qs = np.concatenate([wl.qid[pa], wl.qid[pb]])
+            key, inv = np.unique(qs * nseg + segs, return_inverse=True)
+            vals = np.bincount(inv, weights=vals, minlength=key.size)
+            segs = key % nseg
+        q_part = np.bincount(segs, weights=vals * vals, minlength=nseg)
+        return q_part, n_full, kappa
+
+
+class _DenseQ:
+    """Q and κ from a dense group-level workload matrix (m, K)."""
+
+    def __init__(self, wg: np.ndarray) -> None:
+        self.wg = wg
+
+    def __call__(self, seg_starts: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        s = np.add.reduceat(self.wg * u[None, :], seg_starts, axis=1)
+        full = np.minimum.reduceat(self.wg, seg_starts, axis=1) == 1.0
+        q_part = np.sum(np.where(full, 0.0, s * s), axis=0)
+        return q_part, np.sum(full, axis=0).astype(np.float64), np.add.reduceat(u, seg_starts)
+
+
+# ---------------------------------------------------------------------------------------------
+# the strategy
+
+
+@dataclass(frozen=True, eq=False)
+class HierarchicalStrategy:
+    """A weighted hierarchical strategy over k buckets (grouped into K groups).
+
+    ``levels[d]`` are the segment starts (group indices) of level d, ``weights[d]`` the weight of
+    each segment's own query at that level (0 = not measured; segments of one group are measured
+    only at the deepest level). ``p[d]`` are the chosen splits (1 for pass-through segments).
+    ``workload_error`` is trace((AᵀA)⁻¹ W̄ᵀW̄) for the workload it was built for (the expected
+    total squared error is ``2 (sensitivity / epsilon2)² · workload_error``).
+    """
+
+    bucket_lengths: np.ndarray
+    group_first_bucket: np.ndarray
+    levels: list[np.ndarray]
+    p: list[np.ndarray]
+    weights: list[np.ndarray]
+    workload_error: float
+
+    @property
+    def n_buckets(self) -> int:
+        return int(self.bucket_lengths.size)
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.group_first_bucket.size)
+
+    def _group_totals(self, y: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.asarray(y, dtype=np.float64), self.group_first_bucket)
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Measured queries ``(first_bucket, last_bucket_exclusive, weight)``, level by level."""
+        gb = np.r_[self.group_first_bucket, self.n_buckets]
+        lo_l, hi_l, w_l = [], [], []
+        for starts, w in zip(self.levels, self.weights, strict=True):
+            ends = np.r_[starts[1:], self.n_groups]
+            m = w > 0
+            lo_l.append(gb[starts[m]])
+            hi_l.append(gb[ends[m]])
+            w_l.append(w[m])
+        return np.concatenate(lo_l), np.concatenate(hi_l), np.concatenate(w_l)
+
+    def dense_matrix(self) -> np.ndarray:
+        """A as a dense (rows, k) matrix over buckets (tests and small problems only)."""
+        lo, hi, w = self.rows()
+        a = np.zeros((w.size, self.n_buckets))
+        for r in range(w.size):
+            a[r, lo[r] : hi[r]] = w[r]
+        return a
+
+    def column_norms(self) -> np.ndarray:
+        """Σ_v c_v over the nodes containing each bucket (the L1 norm of each column of A)."""
+        col = np.zeros(self.n_groups)
+        for starts, w in zip(self.levels, self.weights, strict=True):
+            col += np.repeat(w, np.diff(np.r_[starts, self.n_groups]))
+        return np.repeat(col, np.diff(np.r_[self.group_first_bucket, self.n_buckets]))
+
+    def l1_sensitivity(self) -> float:
+        """‖A‖₁ (max column L1 norm): the stage-2 sensitivity when one y_i changes by 1."""
+        return float(np.max(self.column_norms()))
+
+    @property
+    def n_measurements(self) -> int:
+        return int(sum(int(np.count_nonzero(w)) for w in self.weights))
+
+    def measure(self, y: object, epsilon2: float, rng: NoiseSource, *, sensitivity: float = 1.0) -> list[np.ndarray]:
+        """z = A y + Lap(sensitivity/epsilon2) on every measured row: epsilon2-DP since ‖A‖₁ <= 1.
+
+        Returns one array per level (NaN where a segment is not measured).
+        """
+        eps2 = float(epsilon2)
+        if not np.isfinite(eps2) or eps2 <= 0:
+            raise ConfigError("epsilon2 must be > 0")
+        yv = np.asarray(y, dtype=np.float64)
+        if yv.shape != (self.n_buckets,):
+            raise ConfigError(f"expected {self.n_buckets} bucket totals")
+        scale = float(sensitivity) / eps2 * max(1.0, self.l1_sensitivity())
+        cg = np.zeros(self.n_groups + 1)
+        np.cumsum(self._group_totals(yv), out=cg[1:])
+        n_meas = self.n_measurements
+        noise = rng.laplace(scale, n_meas) if n_meas else np.zeros(0)
+        out = []
+        used = 0
+        for starts, w in zip(self.levels, self.weights, strict=True):
+            ends = np.r_[starts[1:], self.n_groups]
+            z = np.full(starts.size, np.nan)
+            m = w > 0
+            cnt = int(np.count_nonzero(m))
+            z[m] = w[m] * (cg[ends[m]] - cg[starts[m]]) + noise[used : used + cnt]
+            used += cnt
+            out.append(z)
+        return out
+
+    def infer(self, z: Sequence[np.ndarray]) -> np.ndarray:
+        """Least squares ŷ = (AᵀA)⁻¹Aᵀz in O(K · levels), returned per bucket.
+
+        Two passes: bottom-up, each node's best estimate from its subtree (inverse-variance
+        combination of its own measurement z_v / c_v, variance 1/c_v², with the sum of its
+        children's estimates); top-down, the parent's final estimate minus the children's sum is
+        distributed to the children in proportion to their variances. Group totals are then split
+        over the group's buckets in proportion to bucket length (uniform expansion).
+        """
+        n_lv = len(self.levels)
+        est: list[np.ndarray] = [np.empty(0)] * n_lv
+        var: list[np.ndarray] = [np.empty(0)] * n_lv
+        first = _child_first(self.levels)
+        for d in range(n_lv - 1, -1, -1):
+            w = self.weights[d]
+            zd = np.asarray(z[d], dtype=np.float64)
+            if d == n_lv - 1:
+                if np.any(w <= 0):
+                    raise ValueError("every group must be measured at the deepest level")
+                est[d] = zd / w
+                var[d] = 1.0 / (w * w)
+                continue
+            s = np.add.reduceat(est[d + 1], first[d])
+            vs = np.add.reduceat(var[d + 1], first[d])
+            e = s.copy()
+            v = vs.copy()
+            m = w > 0
+            if np.any(m):
+                own_prec = w[m] ** 2
+                prec = 1.0 / vs[m] + own_prec
+                e[m] = (s[m] / vs[m] + zd[m] / w[m] * own_prec) / prec
+                v[m] = 1.0 / prec
+            est[d] = e
+            var[d] = v
+        final = est[0]
+        for d in range(n_lv - 1):
+            s = np.add.reduceat(est[d + 1], first[d])
+            vs = np.add.reduceat(var[d + 1], first[d])
+            sizes = np.diff(np.r_[first[d], est[d + 1].size])
+            resid = np.repeat((final - s) / vs, sizes)
+            final = est[d + 1] + var[d + 1] * resid
+        lens = self.bucket_lengths.astype(np.float64)
+        counts = np.diff(np.r_[self.group_first_bucket, self.n_buckets])
+        glen = np.add.reduceat(lens, self.group_first_bucket)
+        return np.repeat(final / glen, counts) * lens
+
+
+def _choose_splits(
+    levels: list[np.ndarray],
+    n_groups: int,
+    qfun: _IntervalQ | _DenseQ,
+    granularity: int,
+    fixed_p: list[np.ndarray] | None = None,
+) -> tuple[list[np.ndarray], float]:
+    """Bottom-up GreedyH; returns p per level and the root's trace((AᵀA)⁻¹ W̄ᵀW̄).
+
+    With ``fixed_p`` the given splits are used instead of chosen (to evaluate a given strategy).
+    """
+    n_lv = len(levels)
+    first = _child_first(levels)
+    u = np.ones(n_groups)
+    grid = 1.0 - np.arange(granularity, dtype=np.float64) / granularity  # 1, 1-1/g, ..., 1/g
+    p_levels: list[np.ndarray] = [np.empty(0)] * n_lv
+    # queries covering a node's (true) parent entirely
+    parent_full: list[np.ndarray] = [np.zeros(1)]
+    for d in range(n_lv - 1):
+        sizes = np.diff(np.r_[levels[d], n_groups])
+        _, nf, _ = qfun(levels[d], u)
+        nch = np.diff(np.r_[first[d], levels[d + 1].size])
+        par = np.repeat(np.arange(levels[d].size), nch)
+        parent_full.append(np.where(sizes[par] > 1, nf[par], parent_full[d][par]))
+    q_part, n_full, _ = qfun(levels[-1], u)
+    rel = n_full - parent_full[-1]
+    trace = q_part + rel  # leaves: M = [1], trace = G_gg
+    p_levels[-1] = np.ones(levels[-1].size)
+    for d in range(n_lv - 2, -1, -1):
+        starts = levels[d]
+        sizes = np.diff(np.r_[starts, n_groups])
+        t_children = np.add.reduceat(trace, first[d])
+        internal = sizes > 1
+        q_part, n_full, kappa = qfun(starts, u)
+        # (a pass-through segment is a leaf already counted at the deepest level)
+        rel = np.where(internal, n_full - parent_full[d], 0.0)
+        # local Gram G_v: children's local Grams plus the queries that cover v but not its parent
+        q_val = q_part + rel * kappa**2
+        t_base = t_children + rel * kappa
+        T, Q, K = t_base[internal], q_val[internal], kappa[internal]
+        if fixed_p is not None:
+            pv = fixed_p[d][internal][:, None]
+        else:
+            pv = grid[None, :]
+        one_m = (1.0 - pv) ** 2
+        t = one_m / (pv * pv + one_m * K[:, None])
+        err = (T[:, None] - t * Q[:, None]) / (pv * pv)
+        j = np.argmin(err, axis=1)  # first minimum: the largest p on ties
+        rows = np.arange(err.shape[0])
+        p_int = np.broadcast_to(pv, err.shape)[rows, j]
+        t_int = t[rows, j]
+        new_trace = t_base.copy()
+        new_trace[internal] = err[rows, j]
+        factor = np.ones(starts.size)
+        factor[internal] = (1.0 - t_int * K) / (p_int * p_int)
+        u = u * np.repeat(factor, sizes)
+        p_d = np.ones(starts.size)
+        p_d[internal] = p_int
+        p_levels[d] = p_d
+        trace = new_trace
+    return p_levels, float(trace[0])
+
+
+def _weights_from_p(levels: list[np.ndarray], p_levels: list[np.ndarray], n_groups: int) -> list[np.ndarray]:
+    """Own-query weights: c_v = (1 - p_v) Π_{ancestors a} p_a; deepest level: Π_{ancestors} p_a."""
+    first = _child_first(levels)
+    mult = np.ones(1)
+    weights = []
+    for d in range(len(levels)):
+        if d == len(levels) - 1:
+            weights.append(mult.copy())
+            break
+        weights.append((1.0 - p_levels[d]) * mult)
+        nch = np.diff(np.r_[first[d], levels[d + 1].size])
+        mult = np.repeat(mult * p_levels[d], nch)
+    # guard against rounding: ‖A‖₁ must not exceed 1
+    col = np.zeros(n_groups)
+    for starts, w in zip(levels, weights, strict=True):
+        col += np.repeat(w, np.diff(np.r_[starts, n_groups]))
+    top = float(np.max(col))
+    if top > 1.0:
+        weights = [w / top for w in weights]
+    return weights
+
+
+def _normalise_buckets(buckets: object, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if buckets is None:
+        return np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+    arr = np.asarray(buckets, dtype=np.int64).reshape(-1, 2)
+    st, en = arr[:, 0], arr[:, 1]
+    if st.size == 0 or st[0] != 0 or en[-1] != n - 1 or np.any(en < st) or np.any(st[1:] != en[:-1] + 1):
+        raise ConfigError("buckets must be consecutive closed intervals [start, end] covering 0..n-1")
+    return st, en
+
+
+def greedy_h(
+    workload: object,
+    buckets: object = None,
+    *,
+    branch: int = 2,
+    granularity: int = 100,
+) -> HierarchicalStrategy:
+    """GreedyH (spec 2.3): a weighted hierarchical strategy over the buckets, ‖A‖₁ <= 1.
+
+    ``workload`` is either an :class:`IntervalWorkload` over n bins (then ``buckets`` is the
+    partition as closed intervals ``(start, end)``; default: singleton buckets) or a dense
+    bucket-level workload matrix W̄ of shape (m, k) (then ``buckets`` must be None; bucket lengths
+    are taken as 1). The choice depends only on the workload and the partition, never on the data.
+    """
+    if isinstance(branch, bool) or int(branch) != branch or branch < 2:
+        raise ConfigError("branch must be an integer >= 2")
+    if isinstance(granularity, bool) or int(granularity) != granularity or granularity < 1:
+        raise ConfigError("granularity must be an integer >= 1")
+    branch = int(branch)
+    granularity = int(granularity)
+    qfun: _IntervalQ | _DenseQ
+    if isinstance(workload, IntervalWorkload):
+        st, en = _normalise_buckets(buckets, workload.n)
+        cut = _group_buckets_intervals(workload, st, en)
+        gfirst = np.flatnonzero(np.r_[True, cut])
+        g_lo = st[gfirst]
+        g_hi = np.r_[st[gfirst[1:]] - 1, workload.n - 1]
+        qfun = _IntervalQ(workload, g_lo, g_hi)
+        lengths = en - st + 1
+    else:
+        wbar = np.asarray(workload, dtype=np.float64)
+        if wbar.ndim != 2 or wbar.shape[1] < 1:
+            raise ConfigError("a dense workload must be an (m, k) bucket-level matrix")
+        if buckets is not None:
+            raise ConfigError("with a dense W̄ the buckets are its columns; pass buckets=None")
+        cut = _group_buckets_dense(wbar)
+        gfirst = np.flatnonzero(np.r_[True, cut])
+        qfun = _DenseQ(wbar[:, gfirst])
+        lengths = np.ones(wbar.shape[1], dtype=np.int64)
+    n_groups = gfirst.size
+    levels = _tree_levels(n_groups, branch)
+    p_levels, err = _choose_splits(levels, n_groups, qfun, granularity)
+    weights = _weights_from_p(levels, p_levels, n_groups)
+    return HierarchicalStrategy(lengths, gfirst, levels, p_levels, weights, err)
+
+
+def strategy_from_splits(
+    workload: object, p_levels: Sequence[np.ndarray], *, branch: int = 2, buckets: object = None
+) -> HierarchicalStrategy:
+    """The hierarchical strategy with given splits (no grouping; for baselines and tests).
+
+    ``p_levels[d]`` gives p for every segment of level d of the tree over the k buckets.
+    """
+    if isinstance(workload, IntervalWorkload):
+        st, en = _normalise_buckets(buckets, workload.n)
+        k = st.size
+        qfun: _IntervalQ | _DenseQ = _IntervalQ(workload, st, en)
+        lengths = en - st + 1
+    else:
+        wbar = np.asarray(workload, dtype=np.float64)
+        k = wbar.shape[1]
+        qfun = _DenseQ(wbar)
+        lengths = np.ones(k, dtype=np.int64)
+    levels = _tree_levels(k, int(branch))
+    if len(p_levels) != len(levels) or any(
+        np.shape(p) != lv.shape for p, lv in zip(p_levels, levels, strict=False)
+    ):
+        raise ConfigError("p_levels must give one split per segment of every tree level")
+    pl = [np.asarray(p, dtype=np.float64) for p in p_levels]
+    _, err = _choose_splits(levels, k, qfun, 1, fixed_p=pl)
+    weights = _weights_from_p(levels, pl, k)
+    return HierarchicalStrategy(lengths, np.arange(k, dtype=np.int64), levels, pl, weights, err)

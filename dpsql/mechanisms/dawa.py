@@ -1,0 +1,422 @@
+"""DAWA: data- and workload-aware answers to range-query workloads (spec ``mechanisms.md`` §2).
+
+Li, Hay, Miklau, Wang, "A Data- and Workload-Aware Algorithm for Range Queries Under Differential
+Privacy", PVLDB 7(5) 2014. Pure numpy/scipy; the SQL layer builds the histogram and the workload.
+
+Privacy claim
+-------------
+``dawa(x, ranges, epsilon, rng, sensitivity=k)`` is ``epsilon``-differentially private with
+respect to the neighbouring relation "x and x' differ by at most k in L1 norm" (k = 1: add or
+remove one record, which changes one bin by 1). User-level privacy is the caller's job: bound each
+user to k rows and pass ``sensitivity=k``; every noise scale below is multiplied by k (for stage 1
+this is group privacy over k unit changes, each costing epsilon1/k).
+
+* Stage 1 (spec 2.2, 2.4), epsilon1 = ratio * epsilon (default ratio 0.25, spec 2.7): every
+  candidate bucket b (dyadic lengths by default: 1, 2, 4, ... <= n, every start) has cost
+  bcost(x, b) = dev(x, b) + k/epsilon2 with dev(x, b) = Σ_{j∈b} |x_j − mean_b|, whose sensitivity
+  is Δ_b = 2(1 − 1/|b|) for buckets containing the changed bin and 0 for all others. Each cost gets
+  independent Laplace noise of scale k (Δ_b + Δ_max)/epsilon1, Δ_max = 2(1 − 1/L_max) with L_max
+  the longest candidate length — singletons included (scale k Δ_max/epsilon1) — and the partition
+  of least noisy cost is chosen with NO clamping of the noisy costs. This is the SAFE calibration
+  of spec 2.4 (a report-noisy-min argument over the buckets through the changed bin); it is
+  deliberately more conservative than the published reference code (ektelo / dpcomp_core), which
+  uses half this scale for |b| >= 2, leaves singletons noiseless and clamps noisy costs at
+  1/epsilon2 — a calibration spec 2.4 shows empirically to exceed epsilon1 (log-ratio 2.31 at
+  epsilon1 = 1), and which ``tests/test_dawa_privacy.py`` catches as a negative control.
+* Stage 2 (spec 2.3), epsilon2 = epsilon − epsilon1: bucket totals y = B(x) (one record moves one
+  y_i by 1); GreedyH picks a weighted hierarchical strategy A from the workload and the partition
+  only, with ‖A‖₁ <= 1 (weights on every root-to-leaf path sum to 1, renormalised against
+  rounding); z = A y + Lap(k/epsilon2) per measured row is epsilon2-DP.
+* Sequential composition (spec 2.5): epsilon1 + epsilon2 = epsilon. Least squares, uniform
+  expansion, answering later ranges, coarsening and serialisation are post-processing.
+* With ``partition=`` a public, data-independent partition skips stage 1 and all of epsilon goes
+  to stage 2.
+
+Released values: the synopsis holds the raw float estimates (bucket totals, and the per-bin
+uniform expansion derived from them). The caller rounds them to its declared granularity before
+release (:meth:`DawaSynopsis.rounded`, i.e. :func:`dpsql.noise.round_to_granularity`), which is
+post-processing and keeps float sample bits out of the output; ``to_json`` stores whatever the
+synopsis holds, so store a rounded synopsis.
+
+Noise: every Laplace variate comes from the ``rng`` argument (a :class:`dpsql.noise.NoiseSource`):
+stage 1 draws one vector of len(candidates) variates, stage 2 one of n_measurements.
+
+Complexity (n bins, dyadic candidates, m queries given as I intervals, k buckets grouped into K
+groups of workload-indistinguishable adjacent buckets, branch b, granularity g):
+
+* stage 1 costs: O(n log n · log U) with U <= n distinct counts (a wavelet matrix answers "count
+  and sum of the values below the window mean" per window; spec 2.2's sliding order-statistics
+  tree done offline and vectorised) = O(n log² n);
+* stage 1 least-cost partition: O(n log n) DP over right endpoints (all intervals: O(n²) costs
+  and DP, n <= 2048);
+* GreedyH: O((I log K + n + g K) log_b K);
+* measurement + least squares (two passes over the tree) + uniform expansion: O(K log_b K + n);
+* answering m ranges: O(n + m) by prefix sums (no dense n × n or m × n matrices anywhere).
+
+2-D (spec 2.6): the grid is zero-padded to a d × d square (d a power of two), cells are listed in
+Hilbert order (:func:`hilbert_order`), rectangles become unions of runs of Hilbert positions
+(0/1 interval queries), 1-D DAWA runs on the d² vector and estimates are mapped back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dpsql.errors import ConfigError
+from dpsql.mechanisms._dawa_greedyh import (
+    HierarchicalStrategy,
+    IntervalWorkload,
+    as_workload,
+    greedy_h,
+    strategy_from_splits,
+)
+from dpsql.mechanisms._dawa_hilbert import hilbert_index, hilbert_order, rects_to_workload, side_for
+from dpsql.mechanisms._dawa_partition import (
+    DEFAULT_BUCKET_PENALTY,
+    MAX_N_ALL_INTERVALS,
+    Partition,
+    _as_data_vector,
+    _check_partition,
+    bucket_costs,
+    candidate_lengths,
+    deviation,
+    deviation_sensitivity,
+    l1_partition,
+    least_cost_partition,
+    partition_cost,
+    stage1_noise_scales,
+    window_deviations,
+)
+from dpsql.noise import NoiseSource, round_to_granularity
+
+__all__ = [
+    "DEFAULT_BUCKET_PENALTY",
+    "MAX_N_ALL_INTERVALS",
+    "DawaSynopsis",
+    "DawaSynopsis2D",
+    "HierarchicalStrategy",
+    "IntervalWorkload",
+    "Partition",
+    "bucket_costs",
+    "candidate_lengths",
+    "dawa",
+    "dawa_2d",
+    "deviation",
+    "deviation_sensitivity",
+    "greedy_h",
+    "hilbert_index",
+    "hilbert_order",
+    "l1_partition",
+    "least_cost_partition",
+    "partition_cost",
+    "rects_to_workload",
+    "stage1_noise_scales",
+    "strategy_from_splits",
+    "window_deviations",
+]
+
+_KIND_1D = "dpsql.dawa.synopsis"
+_KIND_2D = "dpsql.dawa.synopsis2d"
+_VERSION = 1
+
+
+def _coarsen_1d(h: np.ndarray, factor: int) -> np.ndarray:
+    if isinstance(factor, bool) or int(factor) != factor or factor < 1:
+        raise ConfigError("bin_factor must be an integer >= 1")
+    f = int(factor)
+    return np.add.reduceat(h, np.arange(0, h.size, f))
+
+
+@dataclass(frozen=True, eq=False)
+class DawaSynopsis:
+    """The released DAWA histogram: partition, estimated bucket totals, uniform expansion.
+
+    ``starts``/``ends`` are the closed bucket intervals (bin indices), ``bucket_totals`` the raw
+    float least-squares estimates (round before release: :meth:`rounded`). ``params`` records the
+    public parameters of the run (epsilon split, sensitivity, branch, granularity, candidates).
+    """
+
+    n: int
+    starts: np.ndarray
+    ends: np.ndarray
+    bucket_totals: np.ndarray
+    epsilon: float
+    epsilon1: float
+    epsilon2: float
+    sensitivity: float
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_partition(list(zip(self.starts.tolist(), self.ends.tolist(), strict=True)), self.n)
+        if self.bucket_totals.shape != self.starts.shape:
+            raise ConfigError("one bucket total per bucket is required")
+
+    @property
+    def partition(self) -> Partition:
+        return list(zip(self.starts.tolist(), self.ends.tolist(), strict=True))
+
+    def histogram(self) -> np.ndarray:
+        """Per-bin estimate x̂ (uniform expansion: x̂_j = ŷ_i / |b_i| for j in b_i)."""
+        lens = self.ends - self.starts + 1
+        return np.repeat(self.bucket_totals / lens, lens)
+
+    def answer_ranges(self, ranges: object) -> np.ndarray:
+        """Answers to any ranges ``(lo, hi)`` (inclusive) from x̂ — free post-processing."""
+        return IntervalWorkload.from_ranges(ranges, self.n).answer(self.histogram())
+
+    def answer(self, workload: IntervalWorkload) -> np.ndarray:
+        """Answers to a general interval workload over the n bins."""
+        return as_workload(workload, self.n).answer(self.histogram())
+
+    def coarsen(self, bin_factor: int) -> np.ndarray:
+        """x̂ summed over consecutive blocks of ``bin_factor`` bins (the last block may be shorter)."""
+        return _coarsen_1d(self.histogram(), bin_factor)
+
+    def rounded(self, granularity: float = 1.0) -> DawaSynopsis:
+        """Same synopsis with bucket totals rounded to multiples of ``granularity`` (post-processing)."""
+        return DawaSynopsis(
+            self.n,
+            self.starts.copy(),
+            self.ends.copy(),
+            round_to_granularity(self.bucket_totals, granularity),
+            self.epsilon,
+            self.epsilon1,
+            self.epsilon2,
+            self.sensitivity,
+            {**self.params, "rounded_to": float(granularity)},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": _KIND_1D,
+            "version": _VERSION,
+            "n": self.n,
+            "bucket_lengths": (self.ends - self.starts + 1).tolist(),
+            "bucket_totals": [float(v) for v in self.bucket_totals],
+            "epsilon": self.epsilon,
+            "epsilon1": self.epsilon1,
+            "epsilon2": self.epsilon2,
+            "sensitivity": self.sensitivity,
+            "params": self.params,
+        }
+
+    def to_json(self) -> str:
+        """JSON text (floats written with round-trip precision)."""
+        return json.dumps(self.to_dict(), allow_nan=False, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DawaSynopsis:
+        if d.get("kind") != _KIND_1D or d.get("version") != _VERSION:
+            raise ConfigError(f"not a version-{_VERSION} DAWA synopsis: kind={d.get('kind')!r}")
+        lens = np.asarray(d["bucket_lengths"], dtype=np.int64)
+        ends = np.cumsum(lens) - 1
+        starts = ends - lens + 1
+        return cls(
+            int(d["n"]),
+            starts,
+            ends,
+            np.asarray(d["bucket_totals"], dtype=np.float64),
+            float(d["epsilon"]),
+            float(d["epsilon1"]),
+            float(d["epsilon2"]),
+            float(d["sensitivity"]),
+            dict(d.get("params", {})),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> DawaSynopsis:
+        return cls.from_dict(json.loads(text))
+
+
+def _check_epsilon(epsilon: float, ratio: float, staged: bool) -> tuple[float, float, float]:
+    eps = float(epsilon)
+    if not np.isfinite(eps) or eps <= 0:
+        raise ConfigError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if not staged:
+        return eps, 0.0, eps
+    r = float(ratio)
+    if not (0.0 < r < 1.0):
+        raise ConfigError(f"ratio (the share of epsilon spent on the partition) must be in (0, 1), got {ratio!r}")
+    eps1 = r * eps
+    return eps, eps1, eps - eps1
+
+
+def dawa(
+    x: object,
+    ranges: object,
+    epsilon: float,
+    rng: NoiseSource,
+    *,
+    ratio: float = 0.25,
+    sensitivity: float = 1.0,
+    branch: int = 2,
+    granularity: int = 100,
+    dyadic: bool = True,
+    partition: Sequence[tuple[int, int]] | None = None,
+    bucket_penalty: float = DEFAULT_BUCKET_PENALTY,
+) -> DawaSynopsis:
+    """epsilon-DP DAWA synopsis of the histogram ``x`` tuned to the workload ``ranges``.
+
+    ``ranges``: an (m, 2) array of inclusive ``(lo, hi)`` bin indices, or an
+    :class:`IntervalWorkload`. ``ratio``: share of epsilon for stage 1. ``sensitivity``: k when
+    each user is bounded to k rows. ``dyadic=False`` uses all O(n²) intervals as candidates
+    (n <= 2048). ``partition``: a public, data-independent partition that replaces stage 1 (then
+    all of epsilon goes to stage 2). Returns raw float estimates; round before release.
+    """
+    xv = _as_data_vector(x)
+    n = xv.size
+    sens = float(sensitivity)
+    if not np.isfinite(sens) or sens <= 0:
+        raise ConfigError(f"sensitivity must be a finite number > 0, got {sensitivity!r}")
+    wl = as_workload(ranges, n)
+    eps, eps1, eps2 = _check_epsilon(epsilon, ratio, partition is None)
+    if partition is None:
+        parts = l1_partition(
+            xv, eps1, eps2, rng, sensitivity=sens, dyadic=dyadic, bucket_penalty=bucket_penalty
+        )
+    else:
+        st_, en_ = _check_partition(partition, n)
+        parts = list(zip(st_.tolist(), en_.tolist(), strict=True))
+    strategy = greedy_h(wl, parts, branch=branch, granularity=granularity)
+    st = np.asarray([p[0] for p in parts], dtype=np.int64)
+    en = np.asarray([p[1] for p in parts], dtype=np.int64)
+    csum = np.zeros(n + 1)
+    np.cumsum(xv, out=csum[1:])
+    y = csum[en + 1] - csum[st]
+    z = strategy.measure(y, eps2, rng, sensitivity=sens)
+    y_hat = strategy.infer(z)
+    params = {
+        "ratio": float(ratio) if partition is None else 0.0,
+        "branch": int(branch),
+        "granularity": int(granularity),
+        "candidates": "dyadic" if dyadic else "all",
+        "bucket_penalty": float(bucket_penalty) if partition is None else 0.0,
+        "public_partition": partition is not None,
+        "n_measurements": strategy.n_measurements,
+    }
+    return DawaSynopsis(n, st, en, y_hat, eps, eps1, eps2, sens, params)
+
+
+@dataclass(frozen=True, eq=False)
+class DawaSynopsis2D:
+    """A 2-D DAWA synopsis: the 1-D synopsis over the d² Hilbert-ordered cells of the padded grid."""
+
+    shape: tuple[int, int]
+    side: int
+    flat: DawaSynopsis
+
+    def grid(self) -> np.ndarray:
+        """Per-cell estimate, shape ``self.shape`` (padding cells dropped)."""
+        order = hilbert_order(self.side)
+        g = np.zeros((self.side, self.side))
+        g[order[:, 0], order[:, 1]] = self.flat.histogram()
+        return g[: self.shape[0], : self.shape[1]]
+
+    def answer_rects(self, rects: object) -> np.ndarray:
+        """Answers to rectangles ``(r0, r1, c0, c1)`` (inclusive) by 2-D prefix sums of the grid."""
+        arr = _check_rects(rects, self.shape)
+        n1, n2 = self.shape
+        c = np.zeros((n1 + 1, n2 + 1))
+        c[1:, 1:] = np.cumsum(np.cumsum(self.grid(), axis=0), axis=1)
+        r0, r1, c0, c1 = arr.T
+        return c[r1 + 1, c1 + 1] - c[r0, c1 + 1] - c[r1 + 1, c0] + c[r0, c0]
+
+    def coarsen(self, bin_factor: int) -> np.ndarray:
+        """Grid summed over ``bin_factor`` x ``bin_factor`` blocks (edge blocks may be smaller)."""
+        g = np.apply_along_axis(_coarsen_1d, 0, self.grid(), bin_factor)
+        return np.apply_along_axis(_coarsen_1d, 1, g, bin_factor)
+
+    def rounded(self, granularity: float = 1.0) -> DawaSynopsis2D:
+        return DawaSynopsis2D(self.shape, self.side, self.flat.rounded(granularity))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": _KIND_2D,
+            "version": _VERSION,
+            "shape": list(self.shape),
+            "side": self.side,
+            "flat": self.flat.to_dict(),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), allow_nan=False, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DawaSynopsis2D:
+        if d.get("kind") != _KIND_2D or d.get("version") != _VERSION:
+            raise ConfigError(f"not a version-{_VERSION} 2-D DAWA synopsis: kind={d.get('kind')!r}")
+        shape = (int(d["shape"][0]), int(d["shape"][1]))
+        side = int(d["side"])
+        flat = DawaSynopsis.from_dict(d["flat"])
+        if flat.n != side * side or side != side_for(shape):
+            raise ConfigError("inconsistent 2-D DAWA synopsis (side / shape / length)")
+        return cls(shape, side, flat)
+
+    @classmethod
+    def from_json(cls, text: str) -> DawaSynopsis2D:
+        return cls.from_dict(json.loads(text))
+
+
+def _check_rects(rects: object, shape: tuple[int, int]) -> np.ndarray:
+    arr = np.asarray(rects)
+    if arr.size == 0:
+        arr = arr.reshape(0, 4)
+    if arr.ndim != 2 or arr.shape[1] != 4:
+        raise ConfigError("rects must be an (m, 4) array of inclusive (r0, r1, c0, c1)")
+    if not np.issubdtype(arr.dtype, np.integer) and not np.all(arr == np.rint(arr)):
+        raise ConfigError("rectangle bounds must be integer cell indices")
+    arr = arr.astype(np.int64)
+    r0, r1, c0, c1 = arr.T
+    n1, n2 = shape
+    if np.any(r0 > r1) or np.any(c0 > c1) or np.any(r0 < 0) or np.any(c0 < 0) or np.any(r1 >= n1) or np.any(c1 >= n2):
+        raise ConfigError(f"every rectangle needs 0 <= r0 <= r1 < {n1} and 0 <= c0 <= c1 < {n2}")
+    return arr
+
+
+def dawa_2d(
+    grid: object,
+    rects: object,
+    epsilon: float,
+    rng: NoiseSource,
+    *,
+    ratio: float = 0.25,
+    sensitivity: float = 1.0,
+    branch: int = 2,
+    granularity: int = 100,
+    dyadic: bool = True,
+    bucket_penalty: float = DEFAULT_BUCKET_PENALTY,
+) -> DawaSynopsis2D:
+    """epsilon-DP DAWA over a 2-D grid of counts for a workload of rectangles (spec 2.6).
+
+    ``rects``: an (m, 4) array of inclusive ``(r0, r1, c0, c1)``. Same privacy claim as
+    :func:`dawa` (one record changes one cell by 1; the zero padding is public).
+    """
+    g = np.asarray(grid)
+    if g.ndim != 2 or g.size == 0:
+        raise ConfigError("dawa_2d needs a non-empty 2-D grid of counts")
+    shape = (int(g.shape[0]), int(g.shape[1]))
+    side = side_for(shape)
+    padded = np.zeros((side, side), dtype=np.float64)
+    padded[: shape[0], : shape[1]] = g
+    order = hilbert_order(side)
+    flat = padded[order[:, 0], order[:, 1]]
+    wl = rects_to_workload(rects, shape, side)
+    syn = dawa(
+        flat,
+        wl,
+        epsilon,
+        rng,
+        ratio=ratio,
+        sensitivity=sensitivity,
+        branch=branch,
+        granularity=granularity,
+        dyadic=dyadic,
+        bucket_penalty=bucket_penalty,
+    )
+    return DawaSynopsis2D(shape, side, syn)
+
