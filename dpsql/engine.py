@@ -89,11 +89,8 @@ class Engine:
         sql = render(ast)
         with self._lock:
             try:
-                cur = self._con.cursor()
-                try:
-                    return cur.sql(sql).to_arrow_table()
-                finally:
-                    cur.close()
+                # the main connection: registered Arrow sources are connection-local
+                return self._con.sql(sql).to_arrow_table()
             except duckdb.Error as e:
                 raise ExecutionError(
                     f"DuckDB failed while running {what} ({type(e).__name__})",
@@ -108,7 +105,7 @@ class Engine:
         holds only released (noisy) values, so this is post-processing.
         """
         with self._lock:
-            cur = self._con.cursor()
+            cur = self._con
             try:
                 cur.register("__released", table)
                 try:
@@ -124,4 +121,3 @@ class Engine:
                     cur.unregister("__released")
                 except duckdb.Error:
                     pass
-                cur.close()

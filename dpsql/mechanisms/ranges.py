@@ -10,7 +10,7 @@ Privacy claim
 -------------
 Neighbouring relation: add or remove one privacy unit with all of its rows. The bounding SQL
 keeps at most k = ``max_rows_per_unit`` rows per unit (a uniform random subset, by a salted
-hash of a per-row id) after the base conditions, and drops rows outside the declared domain,
+hash of the unit and a per-unit row number) after the base conditions, and drops rows outside the declared domain,
 so one unit changes the histogram by at most k in L1 norm. DAWA is run with ``sensitivity=k``
 (every noise scale multiplied by k), which makes the synopsis epsilon-DP for this relation
 (spec section 2; stage 1 with the safe calibration of section 2.4). The released synopsis
@@ -361,17 +361,31 @@ def histogram_sql(wl: Workload, unit: str, cap: float, salt: str) -> exp.Express
         b = exp.func("least", exp.cast(exp.func("floor", pos), "BIGINT"), exp.Literal.number(d.n - 1))
         proj.append(exp.alias_(b, f"__b{i}"))
         cond = exp.And(this=cond, expression=inside)
-    proj.append(exp.alias_(exp.Window(this=exp.RowNumber()), "__rid"))
     base = exp.select(*proj).from_(src).where(cond).subquery("__base")
     bins = [exp.column(f"__b{i}") for i in range(len(wl.dims))]
     if not math.isinf(cap):
+        # number each unit's rows by value (identical rows are interchangeable), then keep the
+        # cap rows whose salted hash of (unit, number) is smallest: a uniform random subset that
+        # depends only on the unit's own rows
+        idx = exp.Window(
+            this=exp.RowNumber(),
+            partition_by=[exp.column("__unit")],
+            order=exp.Order(expressions=[exp.Ordered(this=b.copy()) for b in bins]),
+        )
+        numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(base).subquery("__numbered")
         rn = exp.Window(
             this=exp.RowNumber(),
             partition_by=[exp.column("__unit")],
-            order=exp.Order(expressions=[exp.Ordered(this=exp.func("hash", exp.column("__rid"), exp.Literal.string(salt)))]),
+            order=exp.Order(
+                expressions=[
+                    exp.Ordered(
+                        this=exp.func("hash", exp.column("__unit"), exp.column("__idx"), exp.Literal.string(salt))
+                    )
+                ]
+            ),
         )
         base = (
-            exp.select("*").from_(base).qualify(exp.LTE(this=rn, expression=exp.Literal.number(int(cap))))
+            exp.select("*").from_(numbered).qualify(exp.LTE(this=rn, expression=exp.Literal.number(int(cap))))
         ).subquery("__kept")
     return exp.select(*bins, exp.alias_(exp.Count(this=exp.Star()), "__n")).from_(base).group_by(*[b.copy() for b in bins])
 

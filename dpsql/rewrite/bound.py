@@ -6,7 +6,8 @@ Given a plan and caps (C_u groups per unit, k rows per (unit, group)), build one
    (rows with a NULL unit belong to nobody and are dropped; with public key domains, rows
    whose key is outside the domain are dropped first);
 2. keeps at most k rows per (unit, group), chosen uniformly at random by ordering on a hash
-   of (row id, per-query secret salt);
+   of (unit, group, the row's number within its (unit, group) by value, per-query secret
+   salt): identical rows are interchangeable, and the choice depends only on that unit's rows;
 3. keeps at most C_u groups per unit, chosen uniformly at random by ordering on a hash of
    (unit, group, salt): the salt is fresh per query and never shown, so the choice is
    unpredictable and independent of DuckDB's own PRNG;
@@ -168,13 +169,19 @@ def bounded_query(
     part = [_col("__unit")] + [_col(k) for k in keys]
     rows_src: exp.Expression = base.subquery("__base")
     if caps.rows_finite and need_values:
-        # a per-row id makes identical rows distinct, so the k rows are a uniform random subset
-        base = base.select(exp.alias_(exp.Window(this=exp.RowNumber()), "__rid"))
-        rows_src = base.subquery("__base")
-        h = exp.func("hash", _col("__rid"), salt_lit)
+        # number the rows of each (unit, group) by value (identical rows are interchangeable),
+        # then keep the k whose salted hash of (unit, group, number) is smallest: a uniform
+        # random subset that depends only on that unit's own rows
+        idx = exp.Window(
+            this=exp.RowNumber(),
+            partition_by=[p.copy() for p in part],
+            order=exp.Order(expressions=[exp.Ordered(this=_col(v)) for v in value_cols]),
+        )
+        numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(rows_src).subquery("__numbered")
+        h = exp.func("hash", *[_col(c) for c in ["__unit", *keys, "__idx"]], salt_lit)
         rn = exp.Window(this=exp.RowNumber(), partition_by=part, order=exp.Order(expressions=[exp.Ordered(this=h)]))
         rows_src = (
-            exp.select("*").from_(rows_src).qualify(exp.LTE(this=rn, expression=_lit(caps.max_rows_per_group)))
+            exp.select("*").from_(numbered).qualify(exp.LTE(this=rn, expression=_lit(caps.max_rows_per_group)))
         ).subquery("__rows")
     n_expr: exp.Expression = exp.Count(this=exp.Star())
     if caps.rows_finite and not need_values:

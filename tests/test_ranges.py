@@ -1,0 +1,175 @@
+"""Range workloads through SQL: query_many, ordered-domain histograms, free synopsis reuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql.errors import PolicyError, UnsupportedQueryError
+from dpsql.mechanisms import ranges
+from dpsql.rewrite.render import render
+from dpsql.testing import seeded_noise, use_noise, zero_noise
+
+
+def people(n_users: int = 300, seed: int = 3) -> pa.Table:
+    gen = np.random.default_rng(seed)
+    rows = gen.integers(1, 4, n_users)
+    uid = np.repeat(np.arange(n_users), rows)
+    age = gen.integers(0, 100, len(uid))
+    age[:5] = 150  # outside the declared domain: dropped
+    return pa.table(
+        {
+            "pid": uid.astype(np.int64),
+            "age": age.astype(np.int64),
+            "score": gen.uniform(0, 10, len(uid)),
+            "region": np.where(gen.random(len(uid)) < 0.5, "north", "south"),
+        }
+    )
+
+
+def make_session(ledger=None, cap: int = 5, noise=None) -> dpsql.Session:
+    s = dpsql.Session(ledger=ledger, budget=dpsql.Budget(10.0, 1e-5) if ledger is None or True else None)
+    use_noise(s, noise if noise is not None else zero_noise())
+    s.register(
+        "people",
+        people(),
+        privacy_unit="pid",
+        max_rows_per_unit=cap,
+        columns={"age": {"bounds": (0, 120), "bins": 121}, "score": {"bounds": (0, 10), "bins": 20}},
+    )
+    return s
+
+
+WORKLOAD = [
+    "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 29",
+    "SELECT COUNT(*) FROM people WHERE age >= 30 AND age < 40 AND region = 'north'",
+    "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 0 AND 120",
+]
+
+
+def truth(sql_where: str) -> int:
+    import duckdb
+
+    t = people()  # noqa: F841
+    con = duckdb.connect()
+    con.register("t", t)
+    return int(con.execute(f"SELECT COUNT(*) FROM t WHERE {sql_where}").fetchall()[0][0])
+
+
+def test_workload_analysis_maps_ranges_to_bins():
+    s = make_session()
+    wl = ranges.analyze_workload(WORKLOAD, s.tables)
+    assert [d.column for d in wl.dims] == ["age"]
+    assert wl.ranges.tolist() == [[20, 29], [30, 39], [0, 120]]
+    assert wl.snapped == [False, False, False]
+    assert "region" in wl.base_key
+
+
+def test_zero_noise_full_range_is_exact_and_one_charge():
+    s = make_session()
+    before = s.remaining()
+    r = s.query_many(WORKLOAD, epsilon=1.0)
+    assert isinstance(r, dpsql.WorkloadRelease)
+    assert r.cost == dpsql.Budget(1.0, 0.0)
+    assert before.epsilon - s.remaining().epsilon == pytest.approx(1.0)
+    # the whole domain: bucket totals are measured exactly with zero noise
+    assert r.counts[2] == truth("region = 'north' AND age BETWEEN 0 AND 120")
+    assert len(r) == 3 and r[0].table.num_rows == 1
+    h = s.history()
+    assert h.num_rows == 1 and h.column("mechanism").to_pylist() == ["dawa"]
+
+
+def test_reuse_is_free_and_survives_a_new_session(tmp_path):
+    path = str(tmp_path / "l.duckdb")
+    s = make_session(ledger=path)
+    first = s.query_many(WORKLOAD, epsilon=1.0)
+    rem = s.remaining()
+    s.close()
+    s2 = make_session(ledger=path)  # another process would see the same file
+    again = s2.query("SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 39", epsilon=1.0)
+    assert again.reused and again.cost == dpsql.Budget(0.0, 0.0)
+    assert s2.remaining() == rem
+    # a coarser histogram over the same column and WHERE, also free
+    hist = s2.query(
+        "SELECT floor(age / 10) * 10 AS decade, COUNT(*) AS n FROM people WHERE region = 'north' GROUP BY decade ORDER BY decade",
+        epsilon=1.0,
+    )
+    assert hist.reused and hist.table.num_rows == 13
+    assert sum(hist.table.column("n").to_pylist()) == pytest.approx(first.counts[2], abs=13)
+    statuses = s2.history().column("status").to_pylist()
+    assert statuses == ["released", "reused", "reused"]
+    assert s2.history().column("source_entry_id").to_pylist()[1:] == [first.ledger_id, first.ledger_id]
+    s2.close()
+
+
+def test_different_where_is_not_reused():
+    s = make_session()
+    s.query_many(WORKLOAD, epsilon=1.0)
+    r = s.query_many(["SELECT COUNT(*) FROM people WHERE region = 'south' AND age < 18"], epsilon=0.5)
+    assert not r.reused and r.cost.epsilon == 0.5
+
+
+def test_histogram_query_releases_every_bin():
+    s = make_session()
+    r = s.query("SELECT age, COUNT(*) AS n FROM people GROUP BY age", epsilon=1.0)
+    assert r.mechanism == "dawa"
+    assert r.table.num_rows == 121
+    assert r.table.column("age").to_pylist()[:3] == [0, 1, 2]
+    assert sum(r.table.column("n").to_pylist()) == pytest.approx(truth("age BETWEEN 0 AND 120"), abs=121)
+
+
+def test_two_dimensional_workload():
+    s = make_session(noise=seeded_noise("2d"))
+    r = s.query_many(
+        [
+            "SELECT COUNT(*) FROM people WHERE age BETWEEN 20 AND 40 AND score < 5",
+            "SELECT COUNT(*) FROM people WHERE age >= 60 AND score >= 5",
+        ],
+        epsilon=1.0,
+    )
+    assert [d["column"] for d in r.details["dims"]] == ["age", "score"]
+    assert len(r.counts) == 2
+
+
+def test_workload_errors_cost_nothing():
+    s = make_session()
+    before = s.remaining()
+    with pytest.raises(UnsupportedQueryError):
+        s.query_many(
+            ["SELECT COUNT(*) FROM people WHERE region = 'north' AND age < 5", "SELECT COUNT(*) FROM people WHERE age < 9"],
+            epsilon=1.0,
+        )
+    with pytest.raises(UnsupportedQueryError):
+        s.query_many(["SELECT SUM(age) FROM people WHERE age < 5"], epsilon=1.0)
+    with pytest.raises(UnsupportedQueryError):
+        s.query_many([], epsilon=1.0)
+    s2 = dpsql.Session(budget=dpsql.Budget(1.0))
+    s2.register("t", people(), privacy_unit="pid")
+    with pytest.raises(PolicyError):
+        s2.query_many(["SELECT COUNT(*) FROM t WHERE age < 5"], epsilon=1.0)
+    assert s.remaining() == before and s.history().num_rows == 0
+
+
+def test_bounded_histogram_respects_the_per_unit_cap():
+    """Removing one unit changes the bounded histogram by at most the cap in L1 (same salt)."""
+    import duckdb
+
+    t = people()
+    cap = 2
+    s = make_session(cap=cap)
+    wl = ranges.analyze_workload(["SELECT COUNT(*) FROM people WHERE age < 50"], s.tables)
+    q = render(ranges.histogram_sql(wl, "pid", cap, "fixed-salt"))
+    con = duckdb.connect()
+    full = t
+    for victim in [0, 1, 7, 42]:
+        con.register("_dpsql_src_people", full)
+        a = ranges.fill_histogram(wl, con.sql(q).to_arrow_table())
+        mask = np.asarray(full.column("pid").to_numpy()) != victim
+        con.register("_dpsql_src_people", full.filter(pa.array(mask)))
+        b = ranges.fill_histogram(wl, con.sql(q).to_arrow_table())
+        assert np.abs(a - b).sum() <= cap
+    # and the cap binds: units with 3 rows keep only 2
+    con.register("_dpsql_src_people", full)
+    assert ranges.fill_histogram(wl, con.sql(q).to_arrow_table()).sum() < len(full) - 5
