@@ -1,0 +1,468 @@
+r"""Privacy accounting for DP-S4S (Qiu, Xiao, Yang, SIGMOD 2026; spec ``mechanisms.md`` §3) and R2T.
+
+Notation: Δ = ``max_tuples`` (public bound on one user's join tuples), q the Poisson sampling rate,
+τ the truncation threshold (non-integer allowed; only ⌊τ⌋ enters the sums), K ∼ Bin(Δ, q),
+p_k = P[K = k]. Log-sum-exp is written ⊕.
+
+Lemma 3.1 (amplification by sampling + truncation, pure DP) via Lemma 3.2 (PGF form, O(1))
+------------------------------------------------------------------------------------------
+    ε′ = ln max{ Σ_{k≤⌊τ⌋} p_k e^{kε/τ} + P[K > τ] e^ε ,  1 / (Σ_{k≤⌊τ⌋} p_k e^{−kε/τ} + P[K > τ] e^{−ε}) }
+       = max{ (logcdf(⌊τ⌋; Δ, q₁) + Δ ln A₁) ⊕ (logsf(⌊τ⌋; Δ, q) + ε),
+              −[(logcdf(⌊τ⌋; Δ, q₂) + Δ ln A₂) ⊕ (logsf(⌊τ⌋; Δ, q) − ε)] },
+    A₁ = 1 + q·expm1(ε/τ),  q₁ = q e^{ε/τ}/A₁,   A₂ = 1 + q·expm1(−ε/τ),  q₂ = q e^{−ε/τ}/A₂
+(Σ_{k≤m} C(Δ,k) q^k(1−q)^{Δ−k} e^{kx} = A^Δ·P[Bin(Δ, q e^x/A) ≤ m] with A = 1 − q + q e^x.) The binomial
+log-CDF/SF come from ``scipy.stats.binom`` (regularised incomplete beta, fine for Δ up to 1e9); where a
+probability is above ½ its log is taken as log1p(−complement) for full relative accuracy. ε′ ≤ ε
+always (the unsampled mechanism is already ε-DP), so the result is clamped to [0, ε] to absorb rounding.
+
+Lemma 3.5 (RDP amplification)
+-----------------------------
+    ρ′ = (1/(α−1)) ln( Σ_{k≤⌊τ⌋} p_k exp((α−1)k²ρ/τ²) + P[K > τ]·exp((α−1)ρ) ) ≤ ρ.
+No PGF shortcut (k²). The p_k come from ``binom.pmf`` (``binom.logpmf`` subtracts log-gammas and
+loses up to 1e-13 relative at Δ = 256, worse for larger Δ). Summed in log space over k ∈ [0, ⌊τ⌋] ∩ [Δq ± (40·sd + 50)]; the probability mass
+of the k ≤ ⌊τ⌋ outside that window (below 1e-300 in practice) is added as an upper bound with the
+largest factor it could carry, so the result remains a valid upper bound for Δ up to 1e9.
+
+Algorithm 2 schedule (§3.5): L = ⌊log₂ Δ⌋ + 1; for i = L…1: τ_i = 2^{i−1}, ε_i = ε₀/i, Laplace scale
+τ_i/ε_i, bias (τ_i/ε_i)·ln(3L/β), ε₀ ← ε₀ − ε′(ε_i, τ_i, Δ, q). Data independent; Σ ε′_i ≤ ε.
+
+Lemma 4.1 (smooth sensitivity under RDP, §3.8): A = e^{(α−1)ρ/d}; t₁ < 1 < t₂ the roots of
+h(t) = t^α − αAt + (α−1)A, solved in the well-conditioned form α·ln t − ln(αt − α + 1) = (α−1)ρ/d
+(for t₁ via s = t₁ − (α−1)/α > 0, so that c = 1 − α + α t₁ = α s keeps full relative precision when
+it is tiny); γ = ½ ln min(1/t₁, t₂); G(I) = max_{k≥0} (k + B)e^{−γk} ≤ e^{γB−1}/γ;
+η_paper = √(α/ρ)/(1 − α + αe^{−2γ}) (Algorithm 4 as published) and the proof's
+η_proof = √(α/(ρ(1 − α + αe^{−2γ}))) (smaller; see the spec's erratum remark). σ(I) = G(I)·η.
+
+Lemma 4.2 (vector query, Algorithm 5, ε/5 : 4ε/5 split): q′ = 1 − (1 − q)^Δ and
+    ε′ = ln(1 + q′(e^{ε/5} − 1)) + [ln(1 + q′(e^{4(α−1)ε/5}δ − 1)) + ln(1/δ)]/(α − 1) ≤ ε,
+evaluated with log1p/expm1/logaddexp (no overflow for large (α−1)ε).
+
+R2T (Dong et al. 2022; §3.3): τ_j = 2^j, j = 1…L, L = ⌈log₂ GS⌉; Laplace scale L·τ_j/ε and bias
+L·τ_j·ln(L/β)/ε.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from scipy.optimize import brentq, minimize_scalar
+from scipy.special import logsumexp
+from scipy.stats import binom
+
+from dpsql.accounting import _validate as v
+from dpsql.errors import ConfigError
+
+__all__ = [
+    "s4s_epsilon_prime",
+    "s4s_rdp_prime",
+    "S4SBudgetStep",
+    "s4s_budget_schedule",
+    "s4s_rdp_ss_roots",
+    "s4s_gamma",
+    "s4s_eta",
+    "s4s_smooth_sensitivity",
+    "s4s_smooth_sensitivity_bound",
+    "s4s_variance_divergence_term",
+    "S4SVectorEpsilon",
+    "s4s_vector_epsilon",
+    "s4s_vector_epsilon_parts",
+    "s4s_find_alpha",
+    "R2TStep",
+    "r2t_schedule",
+]
+
+_RTOL = 4.0 * float(np.finfo(float).eps)
+_LOG_HALF = math.log(0.5)
+
+
+# ----------------------------------------------------------------------------- validation
+def _tau(value: object) -> float:
+    return v.positive(
+        value, "tau", hint="tau is the truncation threshold (> 0; only floor(tau) enters the sums)"
+    )
+
+
+def _max_tuples(value: object) -> int:
+    return v.count(
+        value,
+        "max_tuples",
+        minimum=1,
+        hint="max_tuples (Delta) is the public bound on one user's join tuples, >= 1",
+    )
+
+
+def _q(value: object) -> float:
+    return v.probability(value, "q")
+
+
+# ----------------------------------------------------------------------------- binomial logs
+def _binom_logcdf(k: int, n: int, p: float) -> float:
+    """log P[Bin(n, p) ≤ k], accurate also when the probability is close to 1."""
+    if k >= n:
+        return 0.0
+    if k < 0:
+        return -math.inf
+    lc = float(binom.logcdf(k, n, p))
+    if lc > _LOG_HALF:
+        lc = math.log1p(-float(binom.sf(k, n, p)))
+    return lc
+
+
+def _binom_logsf(k: int, n: int, p: float) -> float:
+    """log P[Bin(n, p) > k], accurate also when the probability is close to 1."""
+    if k >= n:
+        return -math.inf
+    if k < 0:
+        return 0.0
+    ls = float(binom.logsf(k, n, p))
+    if ls > _LOG_HALF:
+        ls = math.log1p(-float(binom.cdf(k, n, p)))
+    return ls
+
+
+def _binom_logpmf(ks: np.ndarray, n: int, p: float) -> np.ndarray:
+    """log P[Bin(n, p) = k]. ``binom.pmf`` (Boost, ~1e-15 relative) where it does not underflow;
+    ``binom.logpmf`` (a difference of log-gammas, ~1e-13 relative at n = 256 and far worse for huge n)
+    only for the underflowing, negligible terms."""
+    pmf = binom.pmf(ks, n, p)
+    with np.errstate(divide="ignore"):
+        out = np.log(pmf)
+    tiny = ~(pmf > 1e-280)
+    if np.any(tiny):
+        out[tiny] = binom.logpmf(ks[tiny], n, p)
+    return out
+
+
+def _lse(*xs: float) -> float:
+    m = max(xs)
+    if m == -math.inf:
+        return -math.inf
+    return m + math.log(sum(math.exp(x - m) for x in xs))
+
+
+# ----------------------------------------------------------------------------- Lemma 3.1 / 3.2
+def _eps_prime_branches(e: float, tau: float, n: int, q: float) -> tuple[float, float]:
+    """The two arguments of the max in Lemma 3.2 (log of the upper ratio, minus log of the lower)."""
+    k = math.floor(tau)
+    x = e / tau
+    log_sf = _binom_logsf(k, n, q)
+    # upper: A1 = 1 − q + q e^x
+    la1 = math.log1p(q * math.expm1(x))
+    q1 = min(1.0, q * math.exp(x - la1))
+    up = _lse(_binom_logcdf(k, n, q1) + n * la1, log_sf + e)
+    la2 = math.log1p(q * math.expm1(-x))
+    q2 = min(1.0, q * math.exp(-x - la2))
+    lo = -_lse(_binom_logcdf(k, n, q2) + n * la2, log_sf - e)
+    return up, lo
+
+
+def s4s_epsilon_prime(epsilon: float, tau: float, max_tuples: int, q: float) -> float:
+    """Amplified ε′ of Sample-and-Truncate (DP-S4S Lemma 3.1, via the O(1) PGF form of Lemma 3.2).
+
+    ``epsilon`` ≥ 0 is the Laplace budget on the truncated sample (noise Lap(τ/ε)), ``tau`` > 0 the
+    truncation threshold (⌊τ⌋ enters), ``max_tuples`` = Δ ≥ 1, ``q`` ∈ (0, 1] the sampling rate.
+    Returns ε′ ∈ [0, ε].
+    """
+    e = v.epsilon_target(epsilon)
+    t = _tau(tau)
+    n = _max_tuples(max_tuples)
+    qq = _q(q)
+    if e == 0.0:
+        return 0.0
+    up, lo = _eps_prime_branches(e, t, n, qq)
+    return min(e, max(0.0, up, lo))
+
+
+# ----------------------------------------------------------------------------- Lemma 3.5
+def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: float) -> float:
+    """Amplified RDP ρ′ of Sample-and-Truncate with Gaussian noise (DP-S4S Lemma 3.5); ρ′ ≤ ρ.
+
+    ``alpha`` > 1 the Rényi order, ``rho`` ≥ 0 the RDP of the unsampled Gaussian release (σ =
+    τ√(α/(2ρ))), other arguments as in :func:`s4s_epsilon_prime`.
+    """
+    a = v.alpha_order(alpha)
+    r = v.nonneg(rho, "rho", hint="rho is an RDP budget: a finite value >= 0")
+    t = _tau(tau)
+    n = _max_tuples(max_tuples)
+    qq = _q(q)
+    if r == 0.0:
+        return 0.0
+    kmax = min(math.floor(t), n)
+    c = (a - 1.0) * r / (t * t)  # exponent per k²
+    top = (a - 1.0) * r  # exponent of the tail term
+    mean = n * qq
+    sd = math.sqrt(n * qq * (1.0 - qq))
+    w_lo = max(0, math.floor(mean - 40.0 * sd - 50.0))
+    w_hi = min(kmax, math.ceil(mean + 40.0 * sd + 50.0))
+    if w_hi < w_lo:  # ⌊τ⌋ lies below the bulk: the largest terms are the ones just below ⌊τ⌋
+        w_hi = kmax
+        w_lo = max(0, kmax - 200_000)
+    parts = [_binom_logsf(kmax, n, qq) + top] if kmax < n else []
+    ks = np.arange(w_lo, w_hi + 1, dtype=float)
+    parts.append(float(logsumexp(_binom_logpmf(ks, n, qq) + c * ks * ks)))
+    # upper bounds for the k ≤ ⌊τ⌋ outside the window
+    if w_lo > 0:
+        parts.append(_binom_logcdf(w_lo - 1, n, qq) + c * float(w_lo) ** 2)
+    if w_hi < kmax:
+        sf_hi = float(binom.sf(w_hi, n, qq))
+        if sf_hi > 0:
+            parts.append(math.log(sf_hi) + top)
+    total = _lse(*parts)
+    return min(r, max(0.0, total / (a - 1.0)))
+
+
+# ----------------------------------------------------------------------------- Algorithm 2
+class S4SBudgetStep(NamedTuple):
+    """One iteration of DP-S4S Algorithm 2 (scalar, pure DP)."""
+
+    i: int
+    tau: int  #: τ_i = 2^{i−1}
+    epsilon: float  #: ε_i = ε₀/i, the Laplace budget of this run
+    laplace_scale: float  #: τ_i/ε_i
+    bias: float  #: (τ_i/ε_i)·ln(3L/β), subtracted from the noisy value
+    epsilon_prime: float  #: ε′(ε_i, τ_i, Δ, q), what this run really costs
+    remaining: float  #: ε₀ after this run
+
+
+def s4s_budget_schedule(epsilon: float, max_tuples: int, q: float, beta: float = 0.1) -> list[S4SBudgetStep]:
+    """The data-independent budget schedule of DP-S4S Algorithm 2 (spec §3.5), i = L down to 1.
+
+    Σ ε′_i ≤ ε: the last run (i = 1) gets the whole remainder.
+    """
+    e = v.positive(epsilon, "epsilon", hint="epsilon is the total budget of the query, e.g. epsilon=1.0")
+    n = _max_tuples(max_tuples)
+    qq = _q(q)
+    b = v.probability(beta, "beta", closed_high=False)
+    big_l = n.bit_length()  # ⌊log₂ Δ⌋ + 1, exactly
+    log_term = math.log(3.0 * big_l / b)
+    eps0 = e
+    steps = []
+    for i in range(big_l, 0, -1):
+        tau_i = 1 << (i - 1)
+        eps_i = eps0 / i
+        scale = tau_i / eps_i
+        ep = s4s_epsilon_prime(eps_i, tau_i, n, qq)
+        eps0 = max(0.0, eps0 - ep)
+        steps.append(S4SBudgetStep(i, tau_i, eps_i, scale, scale * log_term, ep, eps0))
+    return steps
+
+
+# ----------------------------------------------------------------------------- Lemma 4.1
+def _check_rdp_d(alpha: object, rho: object, d: object) -> tuple[float, float, int]:
+    a = v.alpha_order(alpha)
+    r = v.positive(rho, "rho", hint="rho is the RDP budget of the release: a finite value > 0")
+    dd = v.count(d, "d", minimum=1, hint="d is the dimension of the vector query (a whole number >= 1)")
+    return a, r, dd
+
+
+def _roots(a: float, r: float, d: int) -> tuple[float, float, float]:
+    """(s, u₂, κ): t₁ = (α−1)/α + s and t₂ = e^{u₂}, roots of h; κ = (α−1)ρ/d."""
+    kappa = (a - 1.0) * r / d
+    log_a = math.log(a)
+
+    # t1 = (α−1)/α + s, s ∈ (0, 1/α): h(t1) = 0 ⇔ α·ln(t1) − ln(α s) − κ = 0 (decreasing in s)
+    def f1(s: float) -> float:
+        return a * math.log1p(s - 1.0 / a) - log_a - math.log(s) - kappa
+
+    s_hi = 1.0 / a
+    s_lo = s_hi * 0.5
+    while f1(s_lo) <= 0.0:
+        s_lo *= 0.5
+        if s_lo < 1e-300:  # pragma: no cover - κ > 0 keeps the root away from 0
+            break
+    s = float(brentq(f1, s_lo, s_hi, xtol=1e-300, rtol=_RTOL, maxiter=500))
+
+    # t2 = e^u, u > 0: α u − log1p(α expm1(u)) = κ (increasing in u)
+    def f2(u: float) -> float:
+        return a * u - math.log1p(a * math.expm1(u)) - kappa
+
+    u_hi = (log_a + kappa) / (a - 1.0)  # ln((αA)^{1/(α−1)}): h > 0 there
+    u_lo = u_hi * 0.5
+    while f2(u_lo) >= 0.0:
+        u_lo *= 0.5
+        if u_lo < 1e-300:  # pragma: no cover
+            break
+    u2 = float(brentq(f2, u_lo, u_hi, xtol=1e-300, rtol=_RTOL, maxiter=500))
+    return s, u2, kappa
+
+
+def s4s_rdp_ss_roots(alpha: float, rho: float, d: int) -> tuple[float, float]:
+    """The roots t₁ < 1 < t₂ of h(t) = t^α − αAt + (α−1)A, A = e^{(α−1)ρ/d} (DP-S4S Lemma 4.1)."""
+    a, r, dd = _check_rdp_d(alpha, rho, d)
+    s, u2, _ = _roots(a, r, dd)
+    return (a - 1.0) / a + s, math.exp(u2)
+
+
+def _gamma_and_c(a: float, r: float, d: int) -> tuple[float, float]:
+    """γ and c = 1 − α + α e^{−2γ} (> 0), both to full relative precision."""
+    s, u2, _ = _roots(a, r, d)
+    u1 = -math.log1p(s - 1.0 / a)  # −ln t₁
+    if u1 <= u2:
+        return 0.5 * u1, a * s
+    return 0.5 * u2, 1.0 + a * math.expm1(-u2)
+
+
+def s4s_gamma(alpha: float, rho: float, d: int) -> float:
+    """γ = ½ ln min(1/t₁, t₂) of DP-S4S Lemma 4.1 (the smooth-sensitivity decay for (α, ρ)-RDP in d dims)."""
+    a, r, dd = _check_rdp_d(alpha, rho, d)
+    return _gamma_and_c(a, r, dd)[0]
+
+
+def s4s_eta(alpha: float, rho: float, d: int, form: str = "paper") -> float:
+    """Noise multiplier η with σ(I) = G(I)·η (DP-S4S Lemma 4.1 / Algorithm 4).
+
+    ``form="paper"``: √(α/ρ)/(1 − α + αe^{−2γ}) as published (valid, conservative);
+    ``form="proof"``: √(α/(ρ(1 − α + αe^{−2γ}))), what the proof needs (spec §3.8 remark).
+    """
+    a, r, dd = _check_rdp_d(alpha, rho, d)
+    f = v.choice(form, "form", ("paper", "proof"))
+    _, c = _gamma_and_c(a, r, dd)
+    if f == "paper":
+        return math.sqrt(a / r) / c
+    return math.sqrt(a / (r * c))
+
+
+def s4s_smooth_sensitivity(bound: float, gamma: float) -> tuple[float, int]:
+    """G = max_{k≥0} (k + B)·e^{−γk} and the maximising k (DP-S4S Lemma 4.1; B = ``bound`` ≥ 0)."""
+    b = v.nonneg(bound, "bound", hint="bound is B(I), an upper bound on the local sensitivity (>= 0)")
+    g = v.positive(gamma, "gamma", hint="gamma is the smooth-sensitivity decay (> 0), see s4s_gamma")
+    k_star = 1.0 / g - b
+    cands = {0}
+    if k_star > 0:
+        cands.update({math.floor(k_star), math.floor(k_star) + 1})
+    best_k = max(sorted(cands), key=lambda k: (k + b) * math.exp(-g * k))
+    return (best_k + b) * math.exp(-g * best_k), best_k
+
+
+def s4s_smooth_sensitivity_bound(bound: float, gamma: float) -> float:
+    """The closed-form bound e^{γB−1}/γ ≥ G (valid when 1/γ > B)."""
+    b = v.nonneg(bound, "bound")
+    g = v.positive(gamma, "gamma")
+    return math.exp(g * b - 1.0) / g
+
+
+def s4s_variance_divergence_term(alpha: float, variance_ratio: float, d: int) -> float:
+    """The variance part of D_α(N(μ₁,σ₁²I_d)‖N(μ₂,σ₂²I_d)) at σ₂²/σ₁² = ``variance_ratio`` (Gil et al.):
+
+    d/(2(α−1))·ln(t^α / (1 − α + αt)),  t = σ₂²/σ₁²  (requires 1 − α + αt > 0).
+
+    At t = e^{±2γ} (γ from :func:`s4s_gamma`) it is at most ρ/2, with equality at the binding end.
+    """
+    a = v.alpha_order(alpha)
+    t = v.positive(variance_ratio, "variance_ratio")
+    dd = v.count(d, "d", minimum=1)
+    denom = 1.0 + a * (t - 1.0)
+    if denom <= 0:
+        raise ConfigError(
+            f"variance_ratio={t!r} is too small for alpha={a!r}: 1 - alpha + alpha*ratio must be > 0",
+            hint=f"use variance_ratio > {(a - 1.0) / a:.6g}",
+        )
+    return dd / (2.0 * (a - 1.0)) * (a * math.log(t) - math.log(denom))
+
+
+# ----------------------------------------------------------------------------- Lemma 4.2
+class S4SVectorEpsilon(NamedTuple):
+    q_prime: float  #: 1 − (1 − q)^Δ
+    epsilon1: float  #: amplified SVT part, ln(1 + q′(e^{ε/5} − 1))
+    epsilon2: float  #: amplified RDP-smooth-sensitivity part
+    epsilon_prime: float  #: epsilon1 + epsilon2
+
+
+def s4s_vector_epsilon_parts(
+    epsilon: float, delta: float, alpha: float, q: float, max_tuples: int
+) -> S4SVectorEpsilon:
+    """DP-S4S Lemma 4.2 with its two parts: Algorithm 5 run with (ε, δ), order α, rate q, bound Δ."""
+    e = v.positive(
+        epsilon, "epsilon", hint="epsilon is the total budget of the vector query, e.g. epsilon=4.0"
+    )
+    d = v.delta_target(delta)
+    a = v.alpha_order(alpha)
+    qq = _q(q)
+    n = _max_tuples(max_tuples)
+    e2 = 0.8 * e
+    a_min = 1.0 + math.log(1.0 / d) / e2
+    if not a > a_min:
+        raise ConfigError(
+            f"alpha={a!r} is too small for epsilon={e!r}, delta={d!r}: Algorithm 5 needs "
+            f"rho = 4*epsilon/5 - ln(1/delta)/(alpha-1) > 0",
+            hint=f"use alpha > {a_min:.6g} (s4s_find_alpha picks a good one)",
+        )
+    log_1mq = n * math.log1p(-qq) if qq < 1.0 else -math.inf  # ln (1 − q′)
+    qp = -math.expm1(log_1mq)
+    eps1 = math.log1p(qp * math.expm1(e / 5.0))
+    x = (a - 1.0) * e2 + math.log(d)  # ln(e^{4(α−1)ε/5} δ)
+    inner = x if qp >= 1.0 else float(np.logaddexp(log_1mq, math.log(qp) + x))
+    eps2 = (inner + math.log(1.0 / d)) / (a - 1.0)
+    return S4SVectorEpsilon(qp, eps1, eps2, eps1 + eps2)
+
+
+def s4s_vector_epsilon(epsilon: float, delta: float, alpha: float, q: float, max_tuples: int) -> float:
+    """ε′ of DP-S4S Lemma 4.2 (Algorithm 5 is (ε′, δ)-DP with ε′ ≤ ε)."""
+    return s4s_vector_epsilon_parts(epsilon, delta, alpha, q, max_tuples).epsilon_prime
+
+
+def s4s_find_alpha(epsilon2: float, delta: float, d: int) -> float:
+    """Rényi order for Algorithm 5 stage 3: minimises the data-independent noise factor η_paper.
+
+    ρ = ε₂ − ln(1/δ)/(α − 1) must be positive, i.e. α > α₀ = 1 + ln(1/δ)/ε₂. As in the paper, a
+    doubling search over α − α₀ brackets the minimum of η_paper(α, ρ(α), d); bounded Brent then
+    refines it inside the bracket (the paper's "finer scan in (α/2, 2α)").
+    """
+    e2 = v.positive(
+        epsilon2, "epsilon2", hint="epsilon2 is the budget of stage 3 (4*epsilon/5 in Algorithm 5)"
+    )
+    dl = v.delta_target(delta)
+    dd = v.count(d, "d", minimum=1)
+    a0 = 1.0 + math.log(1.0 / dl) / e2
+
+    def factor(a: float) -> float:
+        r = e2 - math.log(1.0 / dl) / (a - 1.0)
+        if r <= 0:
+            return math.inf
+        _, c = _gamma_and_c(a, r, dd)
+        return math.sqrt(a / r) / c
+
+    x = 1.0
+    prev_x, prev = x, factor(a0 + x)
+    while True:
+        nx = 2.0 * prev_x
+        val = factor(a0 + nx)
+        if not val < prev or nx > 1e12:
+            break
+        prev_x, prev = nx, val
+    lo = a0 + prev_x / 2.0 if prev_x > 1.0 else a0 + 1e-9 * max(1.0, a0)
+    hi = a0 + 2.0 * prev_x
+    res = minimize_scalar(factor, bounds=(lo, hi), method="bounded", options={"xatol": 1e-9 * hi})
+    best = float(res.x)
+    if factor(best) > prev:
+        best = a0 + prev_x
+    return best
+
+
+# ----------------------------------------------------------------------------- R2T
+class R2TStep(NamedTuple):
+    tau: int  #: τ_j = 2^j
+    laplace_scale: float  #: L·τ_j/ε
+    bias: float  #: L·τ_j·ln(L/β)/ε
+
+
+def r2t_schedule(epsilon: float, global_sensitivity: float, beta: float = 0.1) -> list[R2TStep]:
+    """R2T's thresholds, Laplace scales and biases (Dong et al. 2022; spec §3.3): j = 1…L, L = ⌈log₂ GS⌉."""
+    e = v.positive(epsilon, "epsilon", hint="epsilon is the query's budget, e.g. epsilon=1.0")
+    gs = v.real(global_sensitivity, "global_sensitivity")
+    if not gs >= 2:
+        raise ConfigError(
+            f"global_sensitivity must be >= 2, got {global_sensitivity!r}",
+            hint="R2T needs a public bound GS_Q >= 2 on the query's global sensitivity",
+        )
+    b = v.probability(beta, "beta", closed_high=False)
+    big_l = max(1, math.ceil(math.log2(gs) - 1e-12))
+    log_term = math.log(big_l / b)
+    out = []
+    for j in range(1, big_l + 1):
+        tau_j = 1 << j
+        scale = big_l * tau_j / e
+        out.append(R2TStep(tau_j, scale, scale * log_term))
+    return out
