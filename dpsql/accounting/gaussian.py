@@ -186,8 +186,10 @@ def _ldg(eps: float, mu: float) -> float:
     return float(_log_delta_core(np.array([eps]), np.array([mu]))[0])
 
 
-def _dg(eps: float, mu: float) -> float:
-    return math.exp(_ldg(eps, mu))
+def _meets(eps: float, mu: float, delta: float, log_delta: float) -> bool:
+    """δ_G(ε; μ) ≤ δ both in log space and as the float :func:`gaussian_delta` returns."""
+    ld = _ldg(eps, mu)
+    return ld <= log_delta and math.exp(ld) <= delta
 
 
 def gaussian_epsilon(delta: object, mu: object) -> float:
@@ -201,7 +203,7 @@ def gaussian_epsilon(delta: object, mu: object) -> float:
     if m == 0.0:
         return 0.0
     log_d = math.log(d)
-    if _ldg(0.0, m) <= log_d:
+    if _meets(0.0, m, d, log_d):
         return 0.0
     # δ_G(ε) < Φ(μ/2 − ε/μ) ≤ δ as soon as ε ≥ μ²/2 − μΦ⁻¹(δ).
     hi = 0.5 * m * m - m * float(ndtri(d))
@@ -210,7 +212,7 @@ def gaussian_epsilon(delta: object, mu: object) -> float:
     root = brentq(lambda e: _ldg(e, m) - log_d, 0.0, hi, xtol=1e-300, rtol=_RTOL, maxiter=500)
     root = float(root)
     for _ in range(200):
-        if _ldg(root, m) <= log_d:
+        if _meets(root, m, d, log_d):
             break
         root = float(np.nextafter(root, math.inf))
     return root
@@ -243,7 +245,7 @@ def gaussian_mu(epsilon: object, delta: object) -> float:
     t = float(brentq(f, lo, hi, xtol=1e-15, rtol=_RTOL, maxiter=500))
     m = math.exp(t)
     for _ in range(200):
-        if _ldg(e, m) <= log_d:
+        if _meets(e, m, d, log_d):
             break
         m = float(np.nextafter(m, 0.0))
     return m
@@ -264,7 +266,7 @@ def gaussian_sigma(epsilon: object, delta: object, sensitivity: object = 1.0) ->
     sigma = s / m
     log_d = math.log(d)
     for _ in range(200):
-        if _ldg(e, s / sigma) <= log_d:
+        if _meets(e, s / sigma, d, log_d):
             break
         sigma = float(np.nextafter(sigma, math.inf))
     return sigma

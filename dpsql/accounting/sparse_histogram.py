@@ -54,6 +54,7 @@ If δ_Gaussian > δ no threshold can help and ``math.inf`` is returned.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -388,33 +389,43 @@ def _min_tau_star(e: float, d: float, s: float, t: int, c: int, mo: float, metho
         return _exact(e, s, ts - t, c, mo).delta
 
     lb = _dtau_closed_form(s, d, c)
-    if delta_at(t + lb) <= d:
-        return _nudge_up(t + lb, delta_at, d)  # already feasible: nothing to search
-    # Check feasibility slightly above the lower bound before searching (cheap, common case:
-    # the bound is attained up to rounding).
-    lb_up = lb + 1e-12 * max(1.0, abs(lb))
-    if delta_at(t + lb_up) <= d:
-        return _nudge_up(t + lb_up, delta_at, d)
+    # Usually the closed-form lower bound is attained: check it and the next few floats (the
+    # bound itself can miss by an ulp of rounding) before searching.
+    x = t + lb
+    for _ in range(8):
+        if delta_at(x) <= d:
+            return x
+        x = float(np.nextafter(x, math.inf))
+    lb = x - t
     hi = _dtau_closed_form(s, d - d_g, c) if d_g < d else math.inf
     if not math.isfinite(hi) or delta_at(t + hi) > d:
         # Rare: no closed-form upper end (δ_Gaussian == δ, or rounding). Expand geometrically
         # until P = 1 in floating point (Δτ ≥ 40σ), where δ = δ_Gaussian ≤ δ.
         hi = max(lb, s)
         while delta_at(t + hi) > d:
-            if hi > 64.0 * s:
+            if hi >= 40.0 * s:
                 return math.inf
-            hi *= 2.0
+            hi = min(2.0 * hi, 40.0 * s)
+    return _least_feasible(delta_at, t + lb, t + hi, d)
+
+
+def _least_feasible(delta_at: Callable[[float], float], lo: float, hi: float, d: float) -> float:
+    """Least x in [lo, hi] with delta_at(x) ≤ d, for a continuous non-increasing delta_at with
+    delta_at(hi) ≤ d: Brent's method on log delta_at − log d to ~1e-13 relative, then the
+    smallest float on the feasible side (:func:`_nudge_up`)."""
+    if delta_at(lo) <= d:
+        return lo
     log_d = math.log(d)
 
     def f(x: float) -> float:
-        val = delta_at(t + x)
-        return (math.log(val) if val > 0 else -math.inf) - log_d
+        val = delta_at(x)
+        return max(math.log(val), log_d - 700.0) - log_d if val > 0 else -700.0
 
-    root = float(brentq(f, lb, hi, xtol=1e-13 * max(1.0, abs(hi)), rtol=_RTOL, maxiter=200))
-    return _nudge_up(t + root, delta_at, d)
+    root = float(brentq(f, lo, hi, xtol=1e-13 * max(1.0, abs(hi)), rtol=_RTOL, maxiter=200))
+    return _nudge_up(root, delta_at, d)
 
 
-def _nudge_up(ts: float, delta_at, d: float) -> float:
+def _nudge_up(ts: float, delta_at: Callable[[float], float], d: float) -> float:
     """Smallest float ≥ ts (searching upwards by ulps, then by relative steps) meeting δ ≤ d."""
     if delta_at(ts) <= d:
         return ts
