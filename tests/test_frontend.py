@@ -135,6 +135,7 @@ ACCEPTED = [
     ),
     ("SELECT COUNT(*) / 2 + 1 AS half, SUM(amount) / COUNT(*) AS mean FROM events", [], [ir.COUNT_STAR, ir.SUM]),
     ("SELECT COUNT(*) FROM events;", [], [ir.COUNT_STAR]),
+    ("SELECT country FROM events GROUP BY country HAVING COUNT(*) > 3", ["country"], [ir.COUNT_STAR]),
     ("-- a comment\nSELECT /* inline */ COUNT(*)\nFROM events", [], [ir.COUNT_STAR]),
 ]
 

@@ -350,8 +350,6 @@ class _Builder:
             outputs.append(ir.OutputColumn(name, post, src))
             if isinstance(it, exp.Alias):
                 alias_post[it.alias.lower()] = post
-        if not self.aggregates and not self.violations:
-            self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG): non-aggregated output is not allowed")
 
         having = None
         if stmt.args.get("having") is not None:
@@ -375,6 +373,8 @@ class _Builder:
                 new = o.copy()
                 new.set("this", self.to_post(inner, "ORDER BY", alias_map=alias_post))
                 order.append(new)
+        if not self.aggregates and not self.violations:
+            self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG): non-aggregated output is not allowed")
         limit = self._int_clause(stmt, "limit")
         offset = self._int_clause(stmt, "offset")
         self._raise()

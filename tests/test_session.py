@@ -1,0 +1,416 @@
+"""Session: construction, registration from every source kind, ledger persistence, releases,
+explain, post-processing on noisy values, and zero-noise goldens of the bounded aggregates."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_events
+
+import dpsql
+from dpsql.budget import Budget
+from dpsql.errors import BudgetExceededError, ConfigError, LedgerError
+from dpsql.rewrite.bound import SALT_PLACEHOLDER
+from dpsql.testing import seeded_noise, use_noise, zero_noise
+
+COLUMNS = {"amount": {"bounds": (0, 100), "granularity": 0.01}, "country": {"domain": ["US", "FR", "DE", "XX"]}}
+
+
+def zero_session(events: pa.Table, *, ledger: Any = None, budget: Budget | None = Budget(100.0, 1e-3),
+                 max_groups: float = 2, max_rows: float = 1, **kw: Any) -> dpsql.Session:
+    s = dpsql.Session(ledger=ledger, budget=budget, **kw)
+    use_noise(s, zero_noise())
+    s.register("events", events, privacy_unit="user_id", max_groups_per_unit=max_groups,
+               max_rows_per_group=max_rows, columns=COLUMNS)
+    return s
+
+
+# -- lifecycle ---------------------------------------------------------------------------------------------
+
+
+def test_context_manager_closes(events: pa.Table) -> None:
+    with zero_session(events) as s:
+        assert s.remaining() == Budget(100.0, 1e-3)
+    with pytest.raises(ConfigError, match="closed"):
+        s.remaining()
+    with pytest.raises(ConfigError, match="closed"):
+        s.query("SELECT COUNT(*) FROM events", epsilon=1)
+    s.close()  # idempotent
+
+
+def test_in_memory_session_needs_a_budget() -> None:
+    with pytest.raises(ConfigError, match="in-memory ledger needs a total budget"):
+        dpsql.Session()
+    with pytest.raises(ConfigError):
+        dpsql.Session(budget=(1.0, 1e-6))  # type: ignore[arg-type]
+
+
+def test_public_api_has_no_seed() -> None:
+    import inspect
+
+    for fn in (dpsql.Session.__init__, dpsql.Session.query, dpsql.Session.explain, dpsql.Session.register):
+        assert "seed" not in inspect.signature(fn).parameters
+    assert {"Session", "Budget", "Release", "Plan", "errors"} <= set(dpsql.__all__)
+
+
+# -- registration from every kind of source ------------------------------------------------------------------
+
+
+def test_register_parquet_csv_arrow_and_connection_table_agree(tmp_path: Path, events: pa.Table) -> None:
+    pq.write_table(events, tmp_path / "e.parquet")
+    pacsv.write_csv(events, tmp_path / "e.csv")
+    con = duckdb.connect()
+    con.register("tmp_events", events)
+    con.execute("CREATE TABLE ev AS SELECT * FROM tmp_events")
+    con.unregister("tmp_events")
+    sources = {
+        "parquet": str(tmp_path / "e.parquet"),
+        "parquet_pathlike": tmp_path / "e.parquet",
+        "parquet_glob": str(tmp_path / "*.parquet"),
+        "csv": str(tmp_path / "e.csv"),
+        "arrow": events,
+        "duckdb": "ev",
+    }
+    q = "SELECT country, COUNT(*) AS n, SUM(amount) AS s, AVG(amount) AS a FROM events GROUP BY country"
+    results = {}
+    for kind, src in sources.items():
+        s = dpsql.Session(budget=Budget(10.0, 1e-3), connection=con if kind == "duckdb" else None)
+        use_noise(s, zero_noise())  # same salt sequence in every session: the same rows are kept
+        s.register("events", src, privacy_unit="user_id", max_groups_per_unit=2, columns=COLUMNS)
+        assert s.tables["events"].schema["amount"] == "DOUBLE"
+        results[kind] = s.query(q, epsilon=1, delta=1e-6).table.to_pylist()
+        s.close()
+    first = results["parquet"]
+    assert all(r == first for r in results.values()), results
+    assert [r["country"] for r in first] == ["DE", "FR", "US", "XX"]
+    # the caller's connection is left open and keeps its tables
+    assert con.execute("SELECT COUNT(*) FROM ev").fetchone()[0] == events.num_rows
+
+
+def test_register_replaces_a_table(tmp_path: Path, events: pa.Table) -> None:
+    with zero_session(events) as s:
+        small = make_events(n_users=5)
+        s.register("events", small, privacy_unit="user_id", columns=COLUMNS)
+        r = s.query("SELECT COUNT(DISTINCT user_id) AS n FROM events", epsilon=1)
+        assert r.table.to_pylist() == [{"n": 5}]
+
+
+def test_registered_metadata_is_public_only(events: pa.Table) -> None:
+    with zero_session(events) as s:
+        d = s.tables["events"].public_description()
+        assert d["privacy_unit"] == "user_id" and d["source_kind"] == "arrow"
+        assert "SENTINEL" not in repr(d)
+
+
+# -- ledger persistence ----------------------------------------------------------------------------------------
+
+
+def test_new_session_on_same_ledger_sees_same_remaining(tmp_path: Path, events: pa.Table) -> None:
+    path = tmp_path / "ledger.duckdb"
+    with zero_session(events, ledger=path, budget=Budget(2.0, 1e-5)) as s:
+        r = s.query("SELECT COUNT(*) FROM events", epsilon=0.5)
+        assert r.ledger_id is not None
+        rem = s.remaining()
+    assert rem == Budget(1.5, 1e-5)
+    # same total: fine; no total: read from the ledger
+    for budget in (Budget(2.0, 1e-5), None):
+        with dpsql.Session(ledger=path, budget=budget) as s2:
+            assert s2.remaining() == rem
+            h = s2.history()
+            assert h.num_rows == 1 and h["status"].to_pylist() == ["released"]
+            assert h["entry_id"].to_pylist() == [r.ledger_id]
+    with pytest.raises(ConfigError, match="records a total budget"):
+        dpsql.Session(ledger=path, budget=Budget(3.0, 1e-5))
+    with dpsql.Session(ledger=str(path)) as s3:
+        assert s3.remaining() == rem  # refused opens changed nothing
+
+
+def test_missing_ledger_without_budget_is_ledger_error(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match="no budget ledger"):
+        dpsql.Session(ledger=tmp_path / "missing.duckdb")
+    assert not (tmp_path / "missing.duckdb").exists()
+
+
+def test_budget_is_spent_exactly_and_then_refused(events: pa.Table) -> None:
+    with zero_session(events, budget=Budget(1.0, 0.0)) as s:
+        for _ in range(10):
+            s.query("SELECT COUNT(*) FROM events", epsilon=0.1)
+        assert s.remaining() == Budget(0.0, 0.0)
+        n = s.history().num_rows
+        with pytest.raises(BudgetExceededError) as ei:
+            s.query("SELECT COUNT(*) FROM events", epsilon=0.1)
+        assert ei.value.requested is not None and ei.value.remaining is not None
+        assert s.history().num_rows == n
+
+
+# -- releases ------------------------------------------------------------------------------------------------------
+
+
+def test_release_fields(events: pa.Table) -> None:
+    with zero_session(events) as s:
+        r = s.query("SELECT country, COUNT(*) AS n, SUM(amount) AS total FROM events GROUP BY country",
+                    epsilon=0.5, delta=1e-6)
+        assert isinstance(r, dpsql.Release) and isinstance(r.table, pa.Table)
+        assert r.table.column_names == ["country", "n", "total"]
+        assert r.cost == Budget(0.5, 1e-6)
+        assert r.mechanism == "gaussian"
+        assert set(r.accuracy) == {"n", "total"}
+        for col in ("n", "total"):
+            acc = r.accuracy[col]
+            assert acc["noise_std"] > 0 and acc["ci95_half_width"] > 1.9 * acc["noise_std"]
+        assert r.table.schema.field("n").type == pa.int64()
+        h = s.history()
+        assert h["entry_id"].to_pylist()[-1] == r.ledger_id
+        assert h["status"].to_pylist()[-1] == "released"
+        assert s.remaining() == Budget(100.0, 1e-3).minus(Budget(0.5, 1e-6))
+
+
+@pytest.mark.parametrize(
+    "sql,delta,mechanism",
+    [
+        ("SELECT COUNT(*) FROM events", 0.0, "laplace"),
+        ("SELECT COUNT(*) FROM events", 1e-6, "gaussian"),
+        ("SELECT country, COUNT(*) FROM events GROUP BY country", 1e-6, "gaussian"),
+        ("SELECT url, COUNT(*) FROM events GROUP BY url", 1e-6, "sparse_histogram"),
+    ],
+)
+def test_routing(events: pa.Table, sql: str, delta: float, mechanism: str) -> None:
+    with zero_session(events) as s:
+        assert s.query(sql, epsilon=1, delta=delta).mechanism == mechanism
+        assert s.explain(sql, epsilon=1, delta=delta).mechanism == mechanism
+
+
+def test_keys_not_declared_public_need_delta(events: pa.Table) -> None:
+    with zero_session(events) as s:
+        with pytest.raises(dpsql.errors.PolicyError, match="delta > 0"):
+            s.query("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1)
+        assert s.history().num_rows == 0
+
+
+def test_large_epsilon_warns(events: pa.Table) -> None:
+    with zero_session(events) as s, pytest.warns(UserWarning, match="unusually large"):
+        s.explain("SELECT COUNT(*) FROM events", epsilon=50)
+    with zero_session(events) as s, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s.explain("SELECT COUNT(*) FROM events", epsilon=1)
+
+
+# -- explain is free ---------------------------------------------------------------------------------------------
+
+
+def test_explain_costs_nothing_and_hides_the_salt(tmp_path: Path, events: pa.Table) -> None:
+    path = tmp_path / "l.duckdb"
+    with zero_session(events, ledger=path, budget=Budget(1.0, 1e-6)) as s:
+        before = path.read_bytes()
+        p = s.explain("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1, delta=1e-6)
+        assert isinstance(p, dpsql.Plan)
+        assert p.cost == Budget(1, 1e-6) and p.mechanism == "sparse_histogram"
+        assert SALT_PLACEHOLDER in p.bounded_sql
+        assert "tau_star" in p.parameters and p.parameters["max_groups_per_unit"] == 2
+        d = p.to_dict()
+        assert d["cost"] == {"epsilon": 1.0, "delta": 1e-6}
+        assert "bounded SQL:" in str(p)
+        # explaining more than the remaining budget is fine too: nothing is charged
+        s.explain("SELECT COUNT(*) FROM events", epsilon=5)
+        assert s.remaining() == Budget(1.0, 1e-6) and s.history().num_rows == 0
+        assert path.read_bytes() == before
+
+
+# -- HAVING / ORDER BY / LIMIT on released values --------------------------------------------------------------
+
+
+def _seeded(events: pa.Table, seed: str) -> dpsql.Session:
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    use_noise(s, seeded_noise(seed))
+    s.register("events", events, privacy_unit="user_id", max_groups_per_unit=3, columns=COLUMNS)
+    return s
+
+
+def test_having_order_limit_apply_to_noisy_values(events: pa.Table) -> None:
+    base = "SELECT country, COUNT(*) AS n, SUM(amount) AS total FROM events GROUP BY country"
+    with _seeded(events, "post") as s:
+        full = s.query(base, epsilon=0.3, delta=1e-6).to_pylist()
+    # same seed, same draws: the post-processed release is a function of the full release
+    threshold = sorted(r["n"] for r in full)[1]
+    with _seeded(events, "post") as s:
+        got = s.query(base + f" HAVING n >= {threshold} ORDER BY total DESC, country LIMIT 2",
+                      epsilon=0.3, delta=1e-6).to_pylist()
+    want = sorted((r for r in full if r["n"] >= threshold), key=lambda r: (-r["total"], r["country"]))[:2]
+    assert got == want
+    # and the noisy values really are noisy (not the bounded truth)
+    with zero_session(events, max_groups=3) as z:
+        truth = z.query(base, epsilon=0.3, delta=1e-6).to_pylist()
+    assert [r["n"] for r in full] != [r["n"] for r in truth]
+
+
+def test_having_on_aggregate_not_in_select_and_offset(events: pa.Table) -> None:
+    with zero_session(events) as s:
+        all_rows = s.query("SELECT country, COUNT(*) AS n FROM events GROUP BY country ORDER BY country",
+                           epsilon=1, delta=1e-6).to_pylist()
+        got = s.query("SELECT country FROM events GROUP BY country HAVING COUNT(*) > 0 ORDER BY country "
+                      "LIMIT 2 OFFSET 1", epsilon=1, delta=1e-6).to_pylist()
+    assert got == [{"country": r["country"]} for r in all_rows if r["n"] > 0][1:3]
+
+
+def test_public_keys_are_all_released_in_key_order(events: pa.Table) -> None:
+    with zero_session(events) as s:
+        r = s.query("SELECT country, COUNT(*) AS n FROM events GROUP BY country", epsilon=1, delta=1e-6)
+    # XX has no rows but is declared public: released (as noise around zero); without ORDER BY
+    # rows come sorted by key, a data-independent order
+    assert [x["country"] for x in r.to_pylist()] == ["DE", "FR", "US", "XX"]
+    assert r.to_pylist()[-1]["n"] == 0
+
+
+# -- goldens: bounded true aggregates (zero noise) ------------------------------------------------------------------
+
+
+def oracle(events: pa.Table) -> dict[str, Any]:
+    """Aggregates with every row kept and amounts clamped to (0, 100), computed in numpy."""
+    country = np.array(events["country"].to_pylist())
+    amount = np.clip(events["amount"].to_numpy(), 0, 100)
+    user = events["user_id"].to_numpy()
+    out: dict[str, Any] = {}
+    for c in ("US", "FR", "DE", "XX"):
+        m = country == c
+        out[c] = {
+            "n": int(m.sum()),
+            "users": len(set(user[m].tolist())),
+            "total": round(float(amount[m].sum()), 2),
+            "mean": round(float(amount[m].mean()), 2) if m.any() else None,
+        }
+    return out
+
+
+GOLDEN_Q = (
+    "SELECT country, COUNT(*) AS n, COUNT(DISTINCT user_id) AS users, SUM(amount) AS total, "
+    "AVG(amount) AS mean FROM events GROUP BY country"
+)
+
+
+def test_zero_noise_without_dropping_equals_clamped_truth(events: pa.Table) -> None:
+    # caps large enough that nothing is dropped: the release is the clamped exact aggregate
+    per_user_rows = max(np.unique(events["user_id"].to_numpy(), return_counts=True)[1])
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("events", events, privacy_unit="user_id", max_groups_per_unit=3,
+               max_rows_per_group=int(per_user_rows), columns=COLUMNS)
+    with s:
+        rows = s.query(GOLDEN_Q, epsilon=1, delta=1e-6).to_pylist()
+    want = oracle(events)
+    for r in rows:
+        w = want[r["country"]]
+        assert r["n"] == w["n"] and r["users"] == w["users"]
+        assert r["total"] == pytest.approx(w["total"], abs=0.006)
+        if w["mean"] is None:
+            assert r["mean"] is None
+        else:
+            assert r["mean"] == pytest.approx(w["mean"], abs=0.051)  # AVG released on a 0.1 grid
+
+
+# values with caps (C_u = 2 groups, k = 1 row), zero noise, zero_noise() salts
+GOLDEN_VALUES: dict[str, list[dict[str, Any]]] = {
+    GOLDEN_Q: [
+        {"country": "DE", "n": 39, "users": 39, "total": 1944.23, "mean": 49.85},
+        {"country": "FR", "n": 37, "users": 37, "total": 2235.69, "mean": 60.42},
+        {"country": "US", "n": 36, "users": 36, "total": 1927.73, "mean": 53.55},
+        {"country": "XX", "n": 0, "users": 0, "total": 0.0, "mean": None},
+    ],
+    "SELECT COUNT(*) AS n, SUM(amount) AS s, AVG(amount) AS a FROM events": [{"n": 60, "s": 3410.3, "a": 56.84}],
+    # sparse histogram: zero noise, so exactly the groups whose bounded count reaches tau*
+    "SELECT url, COUNT(*) AS n FROM events GROUP BY url": [{"url": "a", "n": 36}, {"url": "f", "n": 33}],
+    "SELECT CASE WHEN age < 50 THEN 'young' ELSE 'old' END AS b, COUNT(DISTINCT user_id) AS u, SUM(amount) AS s "
+    "FROM events WHERE action = 'view' GROUP BY b": [
+        {"b": "old", "u": 49, "s": 2687.04},
+        {"b": "young", "u": 47, "s": 2197.66},
+    ],
+}
+
+
+@pytest.mark.parametrize("sql", sorted(GOLDEN_VALUES) or ["<none>"])
+def test_zero_noise_goldens(events: pa.Table, sql: str) -> None:
+    if sql == "<none>":
+        pytest.skip("no goldens")
+    with zero_session(events) as s:
+        assert s.query(sql, epsilon=1, delta=1e-6).to_pylist() == GOLDEN_VALUES[sql]
+
+
+def test_bounded_values_never_exceed_the_unbounded_truth(events: pa.Table) -> None:
+    want = oracle(events)
+    with zero_session(events) as s:
+        rows = s.query(GOLDEN_Q, epsilon=1, delta=1e-6).to_pylist()
+    for r in rows:
+        w = want[r["country"]]
+        # k = 1: one row per (user, group), so COUNT(*) is the distinct-user count of kept pairs
+        assert r["n"] == r["users"] <= w["users"]
+        assert 0 <= r["total"] <= w["total"] + 0.01
+    # C_u = 2: at most 2 groups per user in total
+    assert sum(r["users"] for r in rows) <= 2 * len(set(events["user_id"].to_pylist()))
+
+
+def test_from_config_paths_are_relative_to_the_config_file(tmp_path: Path, events: pa.Table) -> None:
+    pq.write_table(events, tmp_path / "events.parquet")
+    cfg = tmp_path / "dpsql.toml"
+    cfg.write_text(
+        '[ledger]\npath = "l.duckdb"\nepsilon = 3.0\ndelta = 1e-6\n\n'
+        '[tables.events]\nsource = "events.parquet"\nprivacy_unit = "user_id"\nmax_groups_per_unit = 2\n\n'
+        "[tables.events.columns.amount]\nbounds = [0, 100]\n"
+    )
+    cwd = os.getcwd()
+    os.chdir("/")
+    try:  # paths in the config are relative to the config file, not the working directory
+        with dpsql.Session.from_config(cfg) as s:
+            r = s.query("SELECT SUM(amount) AS s FROM events", epsilon=1)
+            assert r.table.num_rows == 1
+            assert s.remaining() == Budget(2.0, 1e-6)
+    finally:
+        os.chdir(cwd)
+    assert (tmp_path / "l.duckdb").exists()
+    with dpsql.Session.from_config(str(cfg)) as s:
+        assert s.remaining() == Budget(2.0, 1e-6)
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("[ledger\n", "not valid TOML"),
+        ('[ledger]\nepsilon = 1.0\n[tables.events]\nprivacy_unit = "user_id"\n', "needs a source"),
+        ('[ledger]\nepsilon = 1.0\n[tables.events]\nsource = "events.parquet"\nprivacy_unit = "user_id"\ncolour = 1\n',
+         "unknown key"),
+        ('[ledger]\nepsilon = -1.0\n', "epsilon"),
+        ('[ledger]\nepsilon = 1.0\ndelta = 2.0\n', "delta"),
+        ('[ledger]\nepsilon = 1.0\n[tables.events]\nsource = "missing.parquet"\nprivacy_unit = "user_id"\n',
+         "no file matches"),
+    ],
+)
+def test_bad_config_is_config_error(tmp_path: Path, events: pa.Table, text: str, match: str) -> None:
+    pq.write_table(events, tmp_path / "events.parquet")
+    cfg = tmp_path / "dpsql.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        dpsql.Session.from_config(cfg)
+    with pytest.raises(ConfigError, match="not found"):
+        dpsql.Session.from_config(tmp_path / "nope.toml")
+
+
+def test_example_config_loads() -> None:
+    ex = Path(__file__).resolve().parents[1] / "examples" / "dpsql.toml"
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        shutil.copy(ex, d)
+        shutil.copy(ex.parent / "events.parquet", d)
+        with dpsql.Session.from_config(Path(d) / "dpsql.toml") as s:
+            p = s.explain("SELECT country, COUNT(*) FROM events GROUP BY country", epsilon=1, delta=1e-6)
+            assert p.mechanism == "gaussian"
+            assert math.isclose(s.remaining().epsilon, 10.0)
