@@ -216,7 +216,7 @@ BUG_NULL = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_NULL)
+
 def test_null_values_are_ignored_like_sql() -> None:
     t = pa.table({"user_id": pa.array([1, 2, 3], type=pa.int64()),
                   "amount": pa.array([None, 40.0, None], type=pa.float64())})
@@ -228,7 +228,7 @@ def test_null_values_are_ignored_like_sql() -> None:
     assert row["__a2_cnt"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_NULL)
+
 def test_infinite_caps_equal_the_original_query_with_null_values() -> None:
     data = in_bounds_events()
     gen = np.random.default_rng(11)
@@ -424,7 +424,7 @@ BUG_HASH = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_HASH)
+
 def test_two_of_four_groups_every_pair_equally_likely() -> None:
     t = pa.table({"user_id": pa.array([3] * 4, type=pa.int64()), "g": ["a", "b", "c", "d"]})
     plan = plan_for("SELECT g, COUNT(*) FROM t GROUP BY g", spec_for("t", t))
@@ -436,7 +436,7 @@ def test_two_of_four_groups_every_pair_equally_likely() -> None:
     assert not rate_is_uniform([N_SALTS, 0, 0, 0, 0, 0], N_SALTS, 1 / 6)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_HASH)
+
 def test_row_choice_within_a_group_is_uniform_over_salts() -> None:
     # one user, one group, four rows with different values, k = 1: each row kept 1/4 of the time
     t = pa.table({"user_id": pa.array([5] * 4, type=pa.int64()), "g": ["a"] * 4, "amount": [1.0, 2.0, 3.0, 4.0]})

@@ -39,7 +39,7 @@ from dpsql.catalog import OrderedDomain, TableSpec
 from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.analyze import _norm, analyze, resolve_unit_column
-from dpsql.rewrite.bound import source_name
+from dpsql.rewrite.bound import salted_hash, source_name
 
 
 @dataclass(frozen=True)
@@ -378,9 +378,7 @@ def histogram_sql(wl: Workload, unit: str, cap: float, salt: str) -> exp.Express
             partition_by=[exp.column("__unit")],
             order=exp.Order(
                 expressions=[
-                    exp.Ordered(
-                        this=exp.func("hash", exp.column("__unit"), exp.column("__idx"), exp.Literal.string(salt))
-                    )
+                    exp.Ordered(this=salted_hash(["__unit", "__idx"], salt))
                 ]
             ),
         )

@@ -8,8 +8,8 @@ Given a plan and caps (C_u groups per unit, k rows per (unit, group)), build one
 2. keeps at most k rows per (unit, group), chosen uniformly at random by ordering on a hash
    of (unit, group, the row's number within its (unit, group) by value, per-query secret
    salt): identical rows are interchangeable, and the choice depends only on that unit's rows;
-3. keeps at most C_u groups per unit, chosen uniformly at random by ordering on a hash of
-   (unit, group, salt): the salt is fresh per query and never shown, so the choice is
+3. keeps at most C_u groups per unit, chosen uniformly at random by ordering on a salted hash
+   of (unit, group) (``salted_hash``): the salt is fresh per query and never shown, so the choice is
    unpredictable and independent of DuckDB's own PRNG;
 4. aggregates per group: the distinct-unit count ``__users`` (each unit adds 0 or 1), and
    per aggregate its per-(unit, group) contribution summed over units.
@@ -75,11 +75,27 @@ def _col(name: str) -> exp.Column:
 
 
 def _clamped(column: str, lo: float, hi: float, shift: float = 0.0) -> exp.Expression:
+    """The value clamped to [lo, hi] (minus ``shift``); NULL stays NULL, as SQL aggregates expect.
+
+    (DuckDB's GREATEST/LEAST skip NULL arguments, so a bare clamp would turn NULL into lo.)
+    """
     c = exp.cast(exp.column(column, quoted=True), "DOUBLE")
-    e: exp.Expression = exp.func("least", exp.func("greatest", c, _lit(lo)), _lit(hi))
+    e: exp.Expression = exp.func("least", exp.func("greatest", c.copy(), _lit(lo)), _lit(hi))
     if shift:
         e = exp.Sub(this=e, expression=_lit(shift))
-    return e
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=c, expression=exp.Null()), true=exp.Null())], default=e)
+
+
+def salted_hash(columns: list[str], salt: str) -> exp.Expression:
+    """A pseudo-random sort key for the given columns under a secret salt.
+
+    DuckDB's multi-argument HASH combines the arguments' hashes almost linearly, so putting the
+    salt in as one more argument would not randomise the order of a unit's groups across salts.
+    The salt is therefore hashed together with the columns' hash as one string, which mixes
+    fully: HASH(salt || CAST(HASH(columns...) AS VARCHAR)).
+    """
+    inner = exp.cast(exp.func("hash", *[_col(c) for c in columns]), "VARCHAR")
+    return exp.func("hash", exp.DPipe(this=exp.Literal.string(salt), expression=inner, safe=True))
 
 
 def source_column(agg: ir.Aggregate, caps: Caps) -> str:
@@ -134,7 +150,6 @@ def bounded_query(
 ) -> exp.Expression:
     """The bounded aggregation as a sqlglot AST (render it with ``rewrite.render``)."""
     keys = [k.name for k in plan.keys]
-    salt_lit = exp.Literal.string(salt)
     need_values = any(a.kind in (ir.COUNT_COL, ir.SUM, ir.AVG) for a in plan.aggregates)
 
     # 1. base projection -----------------------------------------------------------------
@@ -178,7 +193,7 @@ def bounded_query(
             order=exp.Order(expressions=[exp.Ordered(this=_col(v)) for v in value_cols]),
         )
         numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(rows_src).subquery("__numbered")
-        h = exp.func("hash", *[_col(c) for c in ["__unit", *keys, "__idx"]], salt_lit)
+        h = salted_hash(["__unit", *keys, "__idx"], salt)
         rn = exp.Window(this=exp.RowNumber(), partition_by=part, order=exp.Order(expressions=[exp.Ordered(this=h)]))
         rows_src = (
             exp.select("*").from_(numbered).qualify(exp.LTE(this=rn, expression=_lit(caps.max_rows_per_group)))
@@ -207,7 +222,7 @@ def bounded_query(
         struct = exp.Struct(
             expressions=[exp.PropertyEQ(this=exp.to_identifier(f), expression=_col(f)) for f in fields]
         )
-        h = exp.func("hash", *[_col(c) for c in ["__unit", *keys]], salt_lit)
+        h = salted_hash(["__unit", *keys], salt)
         picked = exp.func("arg_min", struct, h, _lit(caps.max_groups_per_unit))
         per_unit = (
             exp.select(exp.alias_(exp.Unnest(expressions=[picked]), "__s")).from_(chosen).group_by(_col("__unit"))
