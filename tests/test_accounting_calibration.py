@@ -232,3 +232,33 @@ def test_scan_and_refine_stops_where_told():
     s = _scan_and_refine(obj, 1.0, lambda x: x > 1.0 + 1e-6, upper_ratio=1.0)
     assert s == pytest.approx(1.0, rel=1e-8)
     assert max(calls) < 1.0 + 1e-4
+
+
+def test_binding_regime_search_with_a_synthetic_threshold_curve(monkeypatch):
+    # In every realistic setting the exact τ*(σ) attains its closed-form bound already at σ_min, so the
+    # general search is exercised here with a synthetic curve that binds on (σ_min, 1.05 σ_min):
+    # τ*(σ) = τ + Δτ_LB(σ) + A·(1.05 σ_min − σ)₊ / (σ − σ_min). The optimum is found by brute force.
+    import dpsql.accounting.calibration as calmod
+
+    real = calmod._min_tau_star
+    eps, delta, c, tau = 1.0, 1e-6, 40, 1
+    smin = gaussian_sigma(eps, delta, math.sqrt(c))
+    amp = 0.05 * smin
+
+    def fake(e, d, s, t, cc, mo, method):
+        if method != "exact":
+            return real(e, d, s, t, cc, mo, method)
+        if s < smin:
+            return math.inf
+        lb = sparse_histogram_tau_star_lower_bound(d, sigma=s, tau=t, max_groups=cc)
+        return lb + amp * max(0.0, 1.05 * smin - s) / max(s - smin, 1e-300)
+
+    monkeypatch.setattr(calmod, "_min_tau_star", fake)
+    z = float(ndtri(0.95))
+    cal = calibrate_sparse_histogram(eps, delta, tau=tau, max_groups=c)
+    grid = smin * (1 + np.geomspace(1e-6, 0.2, 20001))
+    vals = [fake(eps, delta, s, tau, c, 0.0, "exact") + z * s for s in grid]
+    best = grid[int(np.argmin(vals))]
+    assert smin < cal.sigma < 1.05 * smin
+    assert cal.sigma == pytest.approx(best, rel=1e-4)
+    assert cal.release_count <= min(vals) + 1e-6 * min(vals)

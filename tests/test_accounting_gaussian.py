@@ -182,7 +182,7 @@ def test_vectorised_matches_scalar_and_broadcasts():
 
 
 # ----------------------------------------------------------------------------- inverses
-GRID = [(e, d) for e in (0.05, 0.349, 1.0, 3.0, 10.0) for d in (1e-12, 1e-7, 1e-5, 1e-3, 0.1)]
+GRID = [(e, d) for e in (0.0, 0.05, 0.349, 1.0, 3.0, 10.0) for d in (1e-300, 1e-12, 1e-7, 1e-5, 1e-3, 0.1)]
 
 
 @pytest.mark.parametrize("eps,delta", GRID)

@@ -37,6 +37,7 @@ then step to the safe side (so the returned value always satisfies the target).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy.optimize import brentq
@@ -186,6 +187,31 @@ def _ldg(eps: float, mu: float) -> float:
     return float(_log_delta_core(np.array([eps]), np.array([mu]))[0])
 
 
+def _step_until(x: float, ok: Callable[[float], bool], toward: float) -> float:
+    """Move x toward ``toward`` until ok(x): first ulp by ulp, then by doubling relative steps.
+
+    (In the far tail δ_G is only resolved to ~|log δ|·1e-16 relative, so the float value can be
+    flat over many ulps; the doubling steps get across such plateaus in a few evaluations.)
+    """
+    if ok(x):
+        return x
+    for _ in range(16):
+        x = float(np.nextafter(x, toward))
+        if ok(x):
+            return x
+    step = 1e-15
+    sign = 1.0 if toward > x else -1.0
+    base = x
+    while step < 1e-6:
+        x = base * (1.0 + sign * step) if base != 0 else sign * step
+        if ok(x):
+            return x
+        step *= 2.0
+    raise ConfigError(  # pragma: no cover - would need δ_G to be wrong by 1e-6 relative
+        "could not certify the computed privacy parameter", hint="report this as a bug with the parameters used"
+    )
+
+
 def _meets(eps: float, mu: float, delta: float, log_delta: float) -> bool:
     """δ_G(ε; μ) ≤ δ both in log space and as the float :func:`gaussian_delta` returns."""
     ld = _ldg(eps, mu)
@@ -210,12 +236,7 @@ def gaussian_epsilon(delta: object, mu: object) -> float:
     while _ldg(hi, m) > log_d:  # pragma: no cover - the bound above is rigorous
         hi *= 2.0
     root = brentq(lambda e: _ldg(e, m) - log_d, 0.0, hi, xtol=1e-300, rtol=_RTOL, maxiter=500)
-    root = float(root)
-    for _ in range(200):
-        if _meets(root, m, d, log_d):
-            break
-        root = float(np.nextafter(root, math.inf))
-    return root
+    return _step_until(float(root), lambda x: _meets(x, m, d, log_d), math.inf)
 
 
 def gaussian_mu(epsilon: object, delta: object) -> float:
@@ -227,28 +248,27 @@ def gaussian_mu(epsilon: object, delta: object) -> float:
     def f(t: float) -> float:
         return _ldg(e, math.exp(t)) - log_d
 
-    lo, hi = 0.0, 0.0
+    # bracket the root in t = ln μ: δ_G(ε; μ) → 0 as μ → 0 (ε ≥ 0) and → 1 as μ → ∞
     if f(0.0) > 0:
-        lo = -1.0
-        while f(lo) > 0:
-            lo *= 2.0
-            if lo < -1400:  # pragma: no cover - δ_G(ε; μ) → 0 as μ → 0 for every ε ≥ 0 ... unless ε=0, δ tiny
-                raise ConfigError(f"no mu > 0 meets delta={d!r} at epsilon={e!r}", hint="increase delta")
-        hi = lo / 2.0 if lo < -1.0 else 0.0
+        hi, lo = 0.0, -1.0
+        while f(lo) > 0 and lo > -800.0:  # e^-800 underflows to μ = 0, where δ_G = 0
+            hi, lo = lo, 2.0 * lo
     else:
-        hi = 1.0
+        lo, hi = 0.0, 1.0
         while f(hi) <= 0:
-            lo = hi
-            hi *= 2.0
-            if hi > 64:  # μ = e^64: δ_G is 1 in floating point
-                return math.exp(lo)
-    t = float(brentq(f, lo, hi, xtol=1e-15, rtol=_RTOL, maxiter=500))
-    m = math.exp(t)
-    for _ in range(200):
-        if _meets(e, m, d, log_d):
-            break
-        m = float(np.nextafter(m, 0.0))
-    return m
+            lo, hi = hi, 2.0 * hi
+    while hi - lo > 0.5:  # narrow the bracket to a factor e^0.5 by bisection in ln μ
+        mid = 0.5 * (lo + hi)
+        if f(mid) > 0:
+            hi = mid
+        else:
+            lo = mid
+    # refine in μ itself (not ln μ) so that the tolerance is relative to μ
+    m_lo, m_hi = math.exp(lo), math.exp(hi)
+    m = float(
+        brentq(lambda x: max(_ldg(e, x) - log_d, -1e4), m_lo, m_hi, xtol=1e-320, rtol=_RTOL, maxiter=500)
+    )
+    return _step_until(m, lambda x: _meets(e, x, d, log_d), 0.0)
 
 
 def gaussian_sigma(epsilon: object, delta: object, sensitivity: object = 1.0) -> float:
@@ -263,10 +283,5 @@ def gaussian_sigma(epsilon: object, delta: object, sensitivity: object = 1.0) ->
         sensitivity, "sensitivity", hint="sensitivity is the L2 sensitivity of the query, e.g. 1.0"
     )
     m = gaussian_mu(e, d)
-    sigma = s / m
     log_d = math.log(d)
-    for _ in range(200):
-        if _meets(e, s / sigma, d, log_d):
-            break
-        sigma = float(np.nextafter(sigma, math.inf))
-    return sigma
+    return _step_until(s / m, lambda x: _meets(e, s / x, d, log_d), math.inf)
