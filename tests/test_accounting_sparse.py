@@ -128,7 +128,7 @@ def test_vector_monotone_in_margin_on_the_stated_grid():
             for eps in (0.1, 1.0, 3.0):
                 for mo_s2 in (0.0, 0.3):
                     mo = math.sqrt(mo_s2) / sigma
-                    ds = [sh(eps, sigma, 1, 1 + k * 0.1 * sigma, c, mo) for k in range(101)]
+                    ds = [sh(eps, sigma, 1, 1 + k * 0.2 * sigma, c, mo) for k in range(51)]
                     assert all(b <= a for a, b in zip(ds, ds[1:], strict=False)), (c, sigma, eps, mo_s2)
 
 
