@@ -151,6 +151,11 @@ def test_vector_minimal_threshold():
             c["delta_gaussian_at_sigma"], rel=1e-9
         )
         assert sh(c["eps"], c["sigma"], 1, 1 + ex, c["C_u"]) <= c["delta"]
+        smin = gaussian_sigma(c["eps"], c["delta"], math.sqrt(c["C_u"]))
+        assert smin == pytest.approx(c["sigma_min_gaussian_only"], rel=1e-9)
+        assert c["sigma"] / smin == pytest.approx(c["sigma_over_sigma_min"], rel=1e-6)
+        at_ref = sh(c["eps"], c["sigma"], 1, 1 + c["min_dtau_exact"], c["C_u"])
+        assert at_ref == pytest.approx(c["recheck_exact_delta_at_min"], rel=1e-9)
         if c["C_u"] == 1:  # spec §1.7 closed forms
             assert ex == pytest.approx(c["C_u=1_closed_form_exact"], abs=tol)
             assert ad == pytest.approx(c["C_u=1_closed_form_add"], abs=tol)
