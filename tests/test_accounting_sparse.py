@@ -357,3 +357,19 @@ def test_round_tau_star_up():
     assert round_tau_star_up(-0.3) == 0.0
     x = 0.1 + 0.2  # 0.30000000000000004
     assert round_tau_star_up(x, 0.1) >= x
+
+
+@pytest.mark.parametrize(
+    "c,sigma,eps,dtau",
+    [
+        (3000, 60.0, 20.0, 3000.0),
+        (5003, 60.0, 12.0, 180.0),
+        (2500, 30.0, 60.0, 1e6),
+        (4000, 50.0, 9.0, 250.0),
+    ],
+)
+def test_matches_brute_force_in_the_far_tail(c, sigma, eps, dtau):
+    # δ from ~1e-100 down to an underflowing 0: screening must neither drop the maximum nor stall
+    fast = sh(eps, sigma, 1, 1 + dtau, c)
+    ref = _exact_bruteforce(eps, sigma, dtau, c, 0.0)
+    assert fast == pytest.approx(ref, rel=1e-12, abs=0.0)

@@ -208,7 +208,8 @@ def _step_until(x: float, ok: Callable[[float], bool], toward: float) -> float:
             return x
         step *= 2.0
     raise ConfigError(  # pragma: no cover - would need δ_G to be wrong by 1e-6 relative
-        "could not certify the computed privacy parameter", hint="report this as a bug with the parameters used"
+        "could not certify the computed privacy parameter",
+        hint="report this as a bug with the parameters used",
     )
 
 

@@ -148,7 +148,7 @@ def _cheap_upper_branch(a: np.ndarray, mu: np.ndarray, e_abs: np.ndarray) -> tup
     """0 ≤ ε < μ²/2: ½[erf(a/√2) − erf(b/√2)] − expm1(ε)Φ(b) (no cancellation)."""
     b = a - mu
     val = 0.5 * (erf(a / _SQRT2) - erf(b / _SQRT2)) - _expm1_times_ndtr(e_abs, b)
-    return np.maximum(val, 0.0), _SCREEN_REL * np.abs(val) + 1e-300
+    return np.maximum(val, 0.0), _SCREEN_REL * np.abs(val)
 
 
 def _cheap_lower(a: np.ndarray, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,7 +158,7 @@ def _cheap_lower(a: np.ndarray, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     d = e1 - erfcx(x1 + mu / _SQRT2)
     scale = 0.5 * np.exp(-0.5 * a * a)
     g = scale * np.maximum(d, 0.0)
-    err = scale * (_SCREEN_REL * e1) + g * (4e-16 * a * a) + 1e-300
+    err = scale * (_SCREEN_REL * e1) + g * (4e-16 * a * a)
     return g, err
 
 
@@ -227,8 +227,8 @@ def _screen(eps: float, lnp: float, s2: float, c: int, d_inf: float) -> tuple[np
         g1_up = np.minimum(g1[:-1] + eg1[:-1], 1.0)
         ub1 = _remove_term(hi * lnp, g1_up) * (1.0 + 1e-14)
         ub2 = g[2 * n :] + err[2 * n :]
-        keep1 = np.nonzero(ub1 >= best)[0]
-        keep2 = np.nonzero(ub2 >= best)[0]
+        keep1 = np.nonzero((ub1 >= best) & (ub1 > 0))[0]
+        keep2 = np.nonzero((ub2 >= best) & (ub2 > 0))[0]
         in1 = _block_interiors(lo, hi, keep1)
         in2 = _block_interiors(lo, hi, keep2)
         if in1.size or in2.size:
@@ -254,8 +254,9 @@ def _screen(eps: float, lnp: float, s2: float, c: int, d_inf: float) -> tuple[np
             pts1 = pts2 = pts
     else:
         pts1 = pts2 = pts
-    c1 = pts1[(t1 + e1 >= best) & (pts1 > 0)]
-    c2 = pts2[(t2 + e2 >= best) & (pts2 > 0)]
+    # (a term whose upper bound is 0 underflows in every evaluation: it cannot raise the maximum)
+    c1 = pts1[(t1 + e1 >= best) & (t1 + e1 > 0) & (pts1 > 0)]
+    c2 = pts2[(t2 + e2 >= best) & (t2 + e2 > 0) & (pts2 > 0)]
     return c1, c2
 
 
