@@ -107,7 +107,9 @@ class SparseHistogramCalibration:
 
     @property
     def add_the_deltas_ratio(self) -> float:
-        """(τ*_add − τ) / (τ* − τ): how much larger add-the-deltas would make the margin."""
+        """(τ*_add − τ) / (τ* − τ): how much larger add-the-deltas would make the margin (nan if τ* ≤ τ)."""
+        if self.delta_tau <= 0:
+            return math.nan
         return (self.add_the_deltas_tau_star - self.tau) / self.delta_tau
 
 
@@ -397,7 +399,12 @@ def calibrate_sparse_histogram_fixed(
 
 
 def _least_sigma_for_tau_star(pb: _Problem, ts: float) -> float:
-    """Least σ with δ(σ, ts) <= δ, or ConfigError naming the least feasible τ*."""
+    """Least σ with δ(σ, ts) <= δ, or ConfigError naming the least feasible τ*.
+
+    τ*(σ), the least threshold at σ, falls from its value at the Gaussian floor σ_min to its minimum
+    at σ* (the optimum of the z = 0 objective) and rises after it, so {σ : τ*(σ) <= ts} is an interval
+    containing σ*; its left end is found by bisection on [σ_min, σ*].
+    """
 
     def ok(s: float) -> bool:
         return pb.delta_at(s, ts) <= pb.d
@@ -405,36 +412,23 @@ def _least_sigma_for_tau_star(pb: _Problem, ts: float) -> float:
     sigma0, _ = pb.first_feasible_sigma()
     if ok(sigma0):
         return sigma0
-    dtau = ts - pb.tau
-    # δ_infinite <= δ needs σ <= Δτ / Φ⁻¹((1−δ)^{1/C}); beyond that nothing is feasible.
-    unit = pb.lower_bound_dtau(1.0)
-    s_hi = dtau / unit if (dtau > 0 and unit > 0) else 0.0
-    found = None
-    if s_hi > sigma0:
-        prev = sigma0
-        for r in np.geomspace(1e-10, s_hi / sigma0 - 1.0, 40):
-            s = sigma0 * (1.0 + float(r))
-            if ok(s):
-                found = s
-                break
-            prev = s
-        if found is not None:
-            lo, hi = prev, found
-            for _ in range(200):
-                if hi - lo <= 1e-12 * hi:
-                    break
-                mid = 0.5 * (lo + hi)
-                if ok(mid):
-                    hi = mid
-                else:
-                    lo = mid
-            return hi
     best_sigma, best_ts = _optimise(_with_z0(pb))
-    raise ConfigError(
-        f"tau_star={ts!r} is too small for (epsilon={pb.e!r}, delta={pb.d!r}) with max_groups={pb.c} "
-        f"({pb.method} accounting): no sigma meets the target",
-        hint=f"the least feasible tau_star is {best_ts:.6g} (at sigma={best_sigma:.6g}); use at least that",
-    )
+    if not ok(best_sigma):
+        raise ConfigError(
+            f"tau_star={ts!r} is too small for (epsilon={pb.e!r}, delta={pb.d!r}) with max_groups={pb.c} "
+            f"({pb.method} accounting): no sigma meets the target",
+            hint=f"the least feasible tau_star is {best_ts:.6g} (at sigma={best_sigma:.6g}); use at least that",
+        )
+    lo, hi = sigma0, best_sigma
+    for _ in range(200):
+        if hi - lo <= 1e-12 * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _with_z0(pb: _Problem) -> _Problem:
