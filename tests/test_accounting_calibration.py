@@ -177,6 +177,14 @@ def test_fixed_tau_star_add_the_deltas_searches_sigma():
         add_the_deltas_delta(eps, sigma=cal.sigma * (1 - 1e-6), tau=1, tau_star=cal.tau_star, max_groups=c)
         > delta
     )
+    # with room to spare the least σ moves towards the Gaussian floor
+    roomy = calibrate_sparse_histogram_fixed(
+        eps, delta, tau_star=free.tau_star + 30.0, max_groups=c, method="add_the_deltas"
+    )
+    assert free.sigma_min < roomy.sigma < cal.sigma
+    kw = dict(tau=1, tau_star=roomy.tau_star, max_groups=c)
+    assert add_the_deltas_delta(eps, sigma=roomy.sigma, **kw) <= delta
+    assert add_the_deltas_delta(eps, sigma=roomy.sigma * (1 - 1e-9), **kw) > delta
 
 
 def test_fixed_tau_star_too_small_is_refused_with_the_least_feasible_value():
