@@ -209,15 +209,11 @@ def test_values_are_clamped_to_bounds_including_nan_and_infinity() -> None:
         assert abs(row["__a2_sum"]) <= 7 * 55 + 1e-9 and row["__a2_cnt"] <= 7
 
 
-BUG_NULL = (
-    "BUG: rewrite/bound.py clamps with LEAST(GREATEST(x, lo), hi), and DuckDB's GREATEST/LEAST skip NULLs, "
-    "so a NULL value becomes lo: SUM/AVG/COUNT(col) count NULLs as the lower bound (fix: CASE WHEN x IS NULL "
-    "THEN NULL ELSE ... END)"
-)
 
 
 
 def test_null_values_are_ignored_like_sql() -> None:
+    # regression: LEAST(GREATEST(NULL, lo), hi) is lo in DuckDB (GREATEST skips NULLs)
     t = pa.table({"user_id": pa.array([1, 2, 3], type=pa.int64()),
                   "amount": pa.array([None, 40.0, None], type=pa.float64())})
     spec = spec_for("t", t, bounds={"amount": (-10, 100)})
@@ -416,16 +412,9 @@ def test_group_choice_is_uniform_over_salts() -> None:
     assert not rate_is_uniform([biased[k] for k in sizes], N_SALTS, 0.25)
 
 
-BUG_HASH = (
-    "BUG: rewrite/bound.py orders by HASH(unit, group[, row number], salt); DuckDB combines the salt's hash "
-    "into the others almost linearly, so across salts the order of a unit's groups/rows is far from a uniform "
-    "random permutation (pairs of 4 groups, rows within a group). Fix: hash the salt and the row together as "
-    "one string, e.g. HASH(salt || CAST(HASH(unit, group) AS VARCHAR)) (passes these tests)"
-)
-
-
 
 def test_two_of_four_groups_every_pair_equally_likely() -> None:
+    # regression: HASH(unit, group, salt) mixes the salt almost linearly, so pairs were far from uniform
     t = pa.table({"user_id": pa.array([3] * 4, type=pa.int64()), "g": ["a", "b", "c", "d"]})
     plan = plan_for("SELECT g, COUNT(*) FROM t GROUP BY g", spec_for("t", t))
     runs = choices_over_salts(plan, Caps(2, 1), t, N_SALTS, "pairs")
@@ -479,7 +468,6 @@ def test_tau_suppresses_groups_below_the_distinct_unit_threshold() -> None:
 
 # -- 5. goldens: the rewritten SQL ------------------------------------------------------------------------------
 
-GOLDEN_SQL: dict[str, str] = {}  # filled below
 
 
 def _golden_spec() -> TableSpec:
@@ -492,11 +480,199 @@ def _golden_spec() -> TableSpec:
     )
 
 
-@pytest.mark.parametrize("name", sorted(GOLDEN_SQL) or ["<none>"])
+GOLDEN_SQL: dict[str, tuple[str, Caps, str]] = {
+    "scalar_count": (
+        "SELECT COUNT(*) FROM events",
+        Caps(2, 3),
+        """\
+SELECT
+  COUNT(*) AS __users,
+  COALESCE(SUM(__n), 0) AS __a0
+FROM (
+  SELECT
+    __unit,
+    LEAST(COUNT(*), 3) AS __n
+  FROM (
+    SELECT
+      "user_id" AS __unit
+    FROM _dpsql_src_events
+    WHERE
+      NOT "user_id" IS NULL
+  ) AS __base
+  GROUP BY
+    __unit
+) AS __ug""",
+    ),
+    "grouped_sum_avg": (
+        "SELECT url, COUNT(*), SUM(amount), AVG(amount) FROM events WHERE age >= 18 GROUP BY url",
+        Caps(2, 3),
+        """\
+SELECT
+  __k0,
+  COUNT(*) AS __users,
+  COALESCE(SUM(__n), 0) AS __a0,
+  COALESCE(SUM(__a1_s), 0) AS __a1,
+  COALESCE(SUM(__a2_s), 0) AS __a2_sum,
+  COALESCE(SUM(__a2_c), 0) AS __a2_cnt
+FROM (
+  SELECT
+    STRUCT_EXTRACT(__s, '__k0') AS __k0,
+    STRUCT_EXTRACT(__s, '__n') AS __n,
+    STRUCT_EXTRACT(__s, '__a1_s') AS __a1_s,
+    STRUCT_EXTRACT(__s, '__a2_s') AS __a2_s,
+    STRUCT_EXTRACT(__s, '__a2_c') AS __a2_c
+  FROM (
+    SELECT
+      UNNEST(ARG_MIN(
+        {'__k0': __k0, '__n': __n, '__a1_s': __a1_s, '__a2_s': __a2_s, '__a2_c': __a2_c},
+        HASH('<per-query secret salt>' || CAST(HASH(__unit, __k0) AS TEXT)),
+        2
+      )) AS __s
+    FROM (
+      SELECT
+        __unit,
+        __k0,
+        COUNT(*) AS __n,
+        SUM(__a1_v) AS __a1_s,
+        SUM(__a2_v) AS __a2_s,
+        COUNT(__a2_v) AS __a2_c
+      FROM (
+        SELECT
+          *
+        FROM (
+          SELECT
+            *,
+            ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __a1_v, __a2_v) AS __idx
+          FROM (
+            SELECT
+              "user_id" AS __unit,
+              url AS __k0,
+              CASE
+                WHEN CAST("amount" AS DOUBLE) IS NULL
+                THEN NULL
+                ELSE LEAST(GREATEST(CAST("amount" AS DOUBLE), 0), 100)
+              END AS __a1_v,
+              CASE
+                WHEN CAST("amount" AS DOUBLE) IS NULL
+                THEN NULL
+                ELSE LEAST(GREATEST(CAST("amount" AS DOUBLE), 0), 100) - 50
+              END AS __a2_v
+            FROM _dpsql_src_events
+            WHERE
+              (
+                age >= 18
+              ) AND NOT "user_id" IS NULL
+          ) AS __base
+        ) AS __numbered
+        QUALIFY
+          ROW_NUMBER() OVER (
+            PARTITION BY __unit, __k0
+            ORDER BY HASH('<per-query secret salt>' || CAST(HASH(__unit, __k0, __idx) AS TEXT))
+          ) <= 3
+      ) AS __rows
+      GROUP BY
+        __unit,
+        __k0
+    ) AS __ug
+    GROUP BY
+      __unit
+  ) AS __per_unit
+) AS __chosen
+GROUP BY
+  __k0""",
+    ),
+    "public_domain_units": (
+        "SELECT country, COUNT(DISTINCT user_id) FROM events GROUP BY country",
+        Caps(2, 1),
+        """\
+SELECT
+  __k0,
+  COUNT(*) AS __users
+FROM (
+  SELECT
+    STRUCT_EXTRACT(__s, '__k0') AS __k0,
+    STRUCT_EXTRACT(__s, '__n') AS __n
+  FROM (
+    SELECT
+      UNNEST(ARG_MIN(
+        {'__k0': __k0, '__n': __n},
+        HASH('<per-query secret salt>' || CAST(HASH(__unit, __k0) AS TEXT)),
+        2
+      )) AS __s
+    FROM (
+      SELECT
+        __unit,
+        __k0,
+        LEAST(COUNT(*), 1) AS __n
+      FROM (
+        SELECT
+          "user_id" AS __unit,
+          country AS __k0
+        FROM _dpsql_src_events
+        WHERE
+          NOT "user_id" IS NULL AND country IN ('US', 'FR')
+      ) AS __base
+      GROUP BY
+        __unit,
+        __k0
+    ) AS __ug
+    GROUP BY
+      __unit
+  ) AS __per_unit
+) AS __chosen
+GROUP BY
+  __k0""",
+    ),
+    "expression_key": (
+        "SELECT floor(age / 10) * 10 AS d, COUNT(url) FROM events GROUP BY d",
+        Caps(math.inf, 2),
+        """\
+SELECT
+  __k0,
+  COUNT(*) AS __users,
+  COALESCE(SUM(__a0_c), 0) AS __a0
+FROM (
+  SELECT
+    __unit,
+    __k0,
+    COUNT(*) AS __n,
+    COUNT(__a0_v) AS __a0_c
+  FROM (
+    SELECT
+      *
+    FROM (
+      SELECT
+        *,
+        ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __a0_v) AS __idx
+      FROM (
+        SELECT
+          "user_id" AS __unit,
+          FLOOR(age / 10) * 10 AS __k0,
+          "url" AS __a0_v
+        FROM _dpsql_src_events
+        WHERE
+          NOT "user_id" IS NULL
+      ) AS __base
+    ) AS __numbered
+    QUALIFY
+      ROW_NUMBER() OVER (
+        PARTITION BY __unit, __k0
+        ORDER BY HASH('<per-query secret salt>' || CAST(HASH(__unit, __k0, __idx) AS TEXT))
+      ) <= 2
+  ) AS __rows
+  GROUP BY
+    __unit,
+    __k0
+) AS __ug
+GROUP BY
+  __k0""",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_SQL))
 def test_rewritten_sql_golden(name: str) -> None:
-    if name == "<none>":
-        pytest.skip("no goldens")
-    sql, caps, expected = GOLDEN_SQL[name]  # type: ignore[misc]
+    sql, caps, expected = GOLDEN_SQL[name]
     plan = plan_for(sql, _golden_spec())
     got = render(bounded_query(plan, caps, salt=SALT_PLACEHOLDER, unit_column="user_id"), pretty=True)
     assert got == expected
