@@ -33,7 +33,7 @@ from dpsql.accounting import (
     zcdp_to_dp,
 )
 
-VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", "/work/shared/spec/vectors"))
+VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", str(Path(__file__).parent / "vectors")))
 
 
 def load(name: str) -> dict:

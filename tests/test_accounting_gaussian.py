@@ -23,7 +23,7 @@ from dpsql.accounting import (
 )
 from dpsql.accounting.gaussian import _erfcx_diff
 
-VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", "/work/shared/spec/vectors"))
+VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", str(Path(__file__).parent / "vectors")))
 
 
 def load(name: str) -> dict:

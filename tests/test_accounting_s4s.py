@@ -29,7 +29,7 @@ from dpsql.accounting import (
 )
 from dpsql.accounting.s4s import _eps_prime_branches
 
-VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", "/work/shared/spec/vectors"))
+VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", str(Path(__file__).parent / "vectors")))
 
 
 def load() -> dict:

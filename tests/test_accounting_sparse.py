@@ -24,7 +24,7 @@ from dpsql.accounting import (
 )
 from dpsql.accounting.sparse_histogram import _exact_bruteforce, _least_feasible
 
-VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", "/work/shared/spec/vectors"))
+VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", str(Path(__file__).parent / "vectors")))
 C_URL = 51914  # URL-shares case study: max_groups
 
 

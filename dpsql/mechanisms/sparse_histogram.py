@@ -76,7 +76,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
             tau_star=tau_star_opt,
         )
     sigma = float(cal.sigma)
-    tau_star = float(math.ceil(cal.tau_star - 1e-9)) if tau_star_opt is None else float(tau_star_opt)
+    tau_star = float(accounting.round_tau_star_up(cal.tau_star)) if tau_star_opt is None else float(tau_star_opt)
     exact_delta = accounting.sparse_histogram_delta(
         epsilon, sigma=sigma, tau=tau, tau_star=tau_star, max_groups=c_u, mu_other=cal.mu_other
     )
