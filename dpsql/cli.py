@@ -188,7 +188,17 @@ def _open_session(args: argparse.Namespace) -> Any:
 
 
 def _cap(v: str) -> float:
-    return math.inf if v.lower() in ("inf", "infinity", "unlimited") else float(v)
+    from dpsql.errors import ConfigError
+
+    if v.lower() in ("inf", "infinity", "unlimited"):
+        return math.inf
+    try:
+        return float(v)
+    except ValueError:
+        raise ConfigError(
+            f"--max-groups / --max-rows expect a whole number >= 1 or 'inf', got {v!r}",
+            hint="e.g. --max-groups events=5",
+        ) from None
 
 
 def _read_sql(args: argparse.Namespace) -> str:
@@ -285,8 +295,27 @@ def _cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_output(args: argparse.Namespace) -> None:
+    """Refuse a bad --format/-o before the query spends any budget."""
+    from dpsql.errors import ConfigError
+
+    if args.format == "parquet" and not args.output:
+        raise ConfigError("--format parquet needs -o FILE", hint="add -o result.parquet")
+    if args.output:
+        out = os.path.abspath(args.output)
+        parent = os.path.dirname(out)
+        if os.path.isdir(out):
+            raise ConfigError(f"-o {args.output!r} is a directory", hint="give a file name, e.g. -o result.csv")
+        if not os.path.isdir(parent):
+            raise ConfigError(f"cannot write {args.output!r}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
+            raise ConfigError(f"cannot write {args.output!r}: permission denied")
+
+
 def _cmd_query(args: argparse.Namespace) -> int:
     sql = _read_sql(args)
+    if args.command == "query":
+        _check_output(args)
     opts = {k: _parse_option_value(v) for k, v in _kv(args.option, "--option").items()} or None
     with _open_session(args) as s:
         if args.command == "explain":
@@ -313,6 +342,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
 
 def _cmd_budget(args: argparse.Namespace) -> int:
     import dpsql
+    from dpsql.errors import ConfigError
     from dpsql.ledger import Ledger
 
     cfg, cfg_dir = _load_config(args)
@@ -321,7 +351,14 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     total = dpsql.Budget(led_cfg["epsilon"], led_cfg.get("delta", 0.0)) if "epsilon" in led_cfg else None
     with Ledger.open(path, total) as led:
         if args.set_total:
-            led.set_total(dpsql.Budget(float(args.set_total[0]), float(args.set_total[1])), reason=args.reason or "set via CLI")
+            try:
+                eps, delta = float(args.set_total[0]), float(args.set_total[1])
+            except ValueError:
+                raise ConfigError(
+                    f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
+                    hint="e.g. --set-total 10 1e-5",
+                ) from None
+            led.set_total(dpsql.Budget(eps, delta), reason=args.reason or "set via CLI")
         t, sp, r = led.total(), led.spent(), led.remaining()
         print(f"ledger:    {path}")
         print(f"total:     epsilon={t.epsilon:g} delta={t.delta:g}")
@@ -329,7 +366,11 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         print(f"remaining: epsilon={r.epsilon:g} delta={r.delta:g}")
         if args.history:
             h = led.history()
-            keep = [c for c in h.column_names if c in ("id", "created_at", "status", "mechanism", "epsilon", "delta", "query")]
+            keep = [
+                c
+                for c in h.column_names
+                if c in ("entry_id", "created_at", "status", "mechanism", "epsilon", "delta", "query")
+            ]
             sys.stdout.write(_format_table(h.select(keep)))
     return 0
 

@@ -1,0 +1,300 @@
+"""The ``dpsql`` command line: help examples that run, output formats, stdout/stderr split,
+exit codes (0 ok, 2 usage/query/config, 3 budget, 4 ledger, 1 other)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_events
+
+from dpsql.cli import EXAMPLES, build_parser, main
+
+REPO = Path(__file__).resolve().parents[1]
+SUBCOMMANDS = ("init", "query", "explain", "budget")
+
+
+def run(argv: list[str]) -> int:
+    """main(argv) with argparse's SystemExit turned into the exit code."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh copy of examples/ (so the example ledger is new), as the working directory."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("*.duckdb*"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    return tmp_path
+
+
+CFG = ["--config", "examples/dpsql.toml"]
+
+
+# -- help and examples ---------------------------------------------------------------------------------------
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            return dict(a.choices)
+    raise AssertionError("no subcommands")
+
+
+def test_every_subcommand_is_documented() -> None:
+    subs = _subparsers()
+    assert set(subs) == set(SUBCOMMANDS)
+    assert set(EXAMPLES) == set(SUBCOMMANDS) | {"main"}
+    top = build_parser().format_help()
+    for name in SUBCOMMANDS:
+        assert name in top
+
+
+def _example_commands(help_text: str) -> list[str]:
+    """The commands of the trailing 'example:' block (which must end the help)."""
+    lines = help_text.rstrip().split("\n")
+    idx = max(i for i, ln in enumerate(lines) if ln.strip() in ("example:", "examples:"))
+    block = lines[idx + 1 :]
+    assert block, "empty example block"
+    assert all(ln.startswith("  dpsql ") for ln in block), block
+    return [ln.strip() for ln in block]
+
+
+@pytest.mark.parametrize("sub", [None, *SUBCOMMANDS])
+def test_help_ends_with_an_example(sub: str | None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["--help"] if sub is None else [sub, "--help"]) == 0
+    out = capsys.readouterr().out
+    cmds = _example_commands(out)
+    assert all(shlex.split(c)[0] == "dpsql" for c in cmds)
+    if sub is not None:
+        assert all(sub in shlex.split(c) for c in cmds)
+
+
+def test_example_block_check_can_fail() -> None:
+    with pytest.raises((AssertionError, ValueError)):
+        _example_commands("usage: dpsql\n\noptions:\n  -h\n")
+    with pytest.raises(AssertionError):
+        _example_commands("example:\n  dpsql x\n\nmore text at the end\n")
+
+
+@pytest.mark.parametrize("sub", ["main", *SUBCOMMANDS])
+def test_every_help_example_runs(sub: str, workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(([] if sub == "main" else [sub]) + ["--help"]) == 0
+    for cmd in _example_commands(capsys.readouterr().out):
+        argv = shlex.split(cmd)[1:]
+        code = run(argv)
+        captured = capsys.readouterr()
+        assert code == 0, (cmd, captured.err)
+
+
+def test_no_command_prints_help_and_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([]) == 2
+    assert "usage:" in capsys.readouterr().out
+
+
+# -- query / explain / budget ----------------------------------------------------------------------------------
+
+
+def test_query_rows_on_stdout_cost_on_stderr(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sql = "SELECT country, COUNT(*) AS n FROM events GROUP BY country ORDER BY country"
+    assert run([*CFG, "query", sql, "--epsilon", "0.5", "--delta", "1e-6", "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["country"] for r in rows] == sorted(r["country"] for r in rows) and len(rows) == 20
+    assert all(r["n"].lstrip("-").isdigit() for r in rows)
+    assert "cost: epsilon=0.5 delta=1e-06" in err and "remaining: epsilon=9.5" in err
+    assert "noise std" in err
+    assert "epsilon" not in out
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json", "parquet"])
+def test_output_formats_to_file(fmt: str, workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_file = workdir / f"out.{fmt}"
+    sql = "SELECT country, COUNT(*) AS n FROM events GROUP BY country"
+    assert run([*CFG, "query", sql, "--epsilon", "0.2", "--delta", "1e-6", "--format", fmt, "-o", str(out_file)]) == 0
+    assert capsys.readouterr().out == ""  # rows went to the file
+    if fmt == "parquet":
+        t = pq.read_table(out_file)
+        assert t.column_names == ["country", "n"] and t.num_rows == 20
+    elif fmt == "json":
+        rows = json.loads(out_file.read_text())
+        assert len(rows) == 20 and set(rows[0]) == {"country", "n"}
+    elif fmt == "csv":
+        assert out_file.read_text().splitlines()[0].replace('"', "") == "country,n"
+    else:
+        lines = out_file.read_text().splitlines()
+        assert lines[0].split("|")[0].strip() == "country" and set(lines[1]) <= {"-", "+"}
+        assert len(lines) == 22
+
+
+def test_sql_from_file(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = workdir / "q.sql"
+    f.write_text("-- total\nSELECT COUNT(*) AS n\nFROM events\n")
+    assert run([*CFG, "query", "-f", str(f), "--epsilon", "0.1", "--format", "json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)[0]) == ["n"]
+    assert run([*CFG, "query", "SELECT 1", "-f", str(f), "--epsilon", "0.1"]) == 2
+    assert run([*CFG, "query", "-f", str(workdir / "missing.sql"), "--epsilon", "0.1"]) == 2
+    assert run([*CFG, "query", "--epsilon", "0.1"]) == 2
+
+
+def test_explain_is_free_and_budget_history(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*CFG, "explain", "SELECT url, COUNT(*) FROM events GROUP BY url", "--epsilon", "1", "--delta", "1e-6",
+                "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["mechanism"] == "sparse_histogram" and plan["cost"] == {"epsilon": 1.0, "delta": 1e-6}
+    assert run([*CFG, "budget"]) == 0
+    out = capsys.readouterr().out
+    assert "spent:     epsilon=0 delta=0" in out and "remaining: epsilon=10 delta=1e-05" in out
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.25"]) == 0
+    capsys.readouterr()
+    assert run([*CFG, "budget", "--history"]) == 0
+    out = capsys.readouterr().out
+    assert "remaining: epsilon=9.75" in out
+    header = [c.strip() for c in out.splitlines()[4].split("|")]
+    assert header[:3] == ["entry_id", "created_at", "status"] and "query" in header
+    assert "SELECT COUNT(*) FROM events" in out and "released" in out
+
+
+def test_options_on_either_side_of_the_subcommand(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1", *CFG]) == 0
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1"]) == 0
+    assert run([*CFG, "query", "SELECT url, COUNT(*) FROM events GROUP BY url", "--epsilon", "1", "--delta", "1e-6",
+                "--option", "tau=3", "--option", "mechanism=sparse_histogram"]) == 0
+
+
+def test_tables_from_flags_and_init(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = workdir / "ev.parquet"
+    pq.write_table(make_events(), data)
+    led = str(workdir / "flags.duckdb")
+    flags = ["--ledger", led, "--table", f"ev={data}", "--privacy-unit", "ev=user_id", "--max-groups", "ev=3",
+             "--max-rows", "ev=2", "--bounds", "ev.amount=0:100"]
+    # no ledger yet: a ledger error, nothing created
+    assert run([*flags, "query", "SELECT COUNT(*) FROM ev", "--epsilon", "1"]) == 4
+    assert not Path(led).exists()
+    assert run(["init", "--epsilon", "2", "--delta", "1e-6", "--ledger", led]) == 0
+    assert "created ledger" in capsys.readouterr().err
+    assert run(["init", "--epsilon", "2", "--ledger", led]) == 4  # never overwritten
+    assert run([*flags, "query", "SELECT SUM(amount) AS s, AVG(amount) AS a FROM ev", "--epsilon", "1",
+                "--format", "json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)[0]) == {"s", "a"}
+    # the ledger from the environment
+    capsys.readouterr()
+    import os
+
+    os.environ["DPSQL_LEDGER"] = led
+    try:
+        assert run(["budget"]) == 0
+        assert "remaining: epsilon=1 delta=1e-06" in capsys.readouterr().out
+    finally:
+        del os.environ["DPSQL_LEDGER"]
+
+
+# -- exit codes ---------------------------------------------------------------------------------------------------
+
+EXIT_CASES = [
+    # usage errors (argparse)
+    (["query"], 2),
+    (["query", "SELECT COUNT(*) FROM events"], 2),  # --epsilon is required
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "abc"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--format", "xml"], 2),
+    (["frobnicate"], 2),
+    # query errors
+    (["query", "SELECT * FROM events", "--epsilon", "1"], 2),
+    (["query", "SELECT COUNT(*) FROM nosuch", "--epsilon", "1"], 2),
+    (["query", "SELECT COUNT(*) FROM events JOIN events e2 USING (user_id)", "--epsilon", "1"], 2),
+    (["query", "SELECT COUNT(*) FROM", "--epsilon", "1"], 2),
+    (["explain", "DROP TABLE events", "--epsilon", "1"], 2),
+    (["query", "SELECT SUM(user_id) FROM events", "--epsilon", "1"], 2),
+    # config errors
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "nan"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "-1"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--delta", "1"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--option", "nosuch=1"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--option", "novalue"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--format", "parquet"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "-o", "/nonexistent-dir/out.csv"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "-o", "."], 2),
+    (["budget", "--set-total", "abc", "1"], 2),
+    (["budget", "--set-total", "-1", "0"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--table", "x=nope.parquet",
+      "--privacy-unit", "x=user_id"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--table", "x=examples/events.parquet"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--table", "x=examples/events.parquet",
+      "--privacy-unit", "x=user_id", "--max-groups", "x=abc"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--bounds", "x.amount=0:1"], 2),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--bounds", "events.amount=a:b"], 2),
+    # budget exceeded
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "10.5"], 3),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--delta", "1e-4"], 3),
+    # other: DuckDB failed on the data
+    (["query", "SELECT COUNT(*) FROM events WHERE CAST(url AS INTEGER) > 0", "--epsilon", "0.1"], 1),
+]
+
+
+@pytest.mark.parametrize("argv,code", EXIT_CASES, ids=[" ".join(c[0])[:70] for c in EXIT_CASES])
+def test_exit_codes(argv: list[str], code: int, workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*CFG, *argv]) == code
+    out, err = capsys.readouterr()
+    if code in (3, 1) or (code == 2 and argv[0] != "frobnicate" and "--epsilon" in argv and "abc" not in argv):
+        assert err.strip(), "no message on stderr"
+    if code != 0:
+        assert "Traceback" not in err
+    # refused commands (all but the data error) spend nothing
+    if code != 1:
+        capsys.readouterr()
+        assert run([*CFG, "budget"]) == 0
+        assert "spent:     epsilon=0 delta=0" in capsys.readouterr().out
+
+
+def test_ledger_errors_exit_4(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = workdir / "corrupt.duckdb"
+    bad.write_bytes(b"not a ledger" * 100)
+    before = bad.read_bytes()
+    for argv in (["budget"], ["query", "SELECT COUNT(*) FROM events", "--epsilon", "1"], ["init", "--epsilon", "1"]):
+        assert run([*CFG, "--ledger", str(bad), *argv]) == 4
+        assert "LedgerError" in capsys.readouterr().err
+    assert bad.read_bytes() == before
+    assert run(["--ledger", str(workdir / "missing.duckdb"), "budget"]) == 4
+
+
+def test_execution_error_hides_cells_unless_debug(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pq.write_table(make_events(sentinel="SENTINEL_SECRET_42"), workdir / "secret.parquet")
+    assert run(["init", "--epsilon", "5", "--ledger", "s.duckdb"]) == 0
+    flags = ["--ledger", "s.duckdb", "--table", "t=secret.parquet", "--privacy-unit", "t=user_id"]
+    for sql in ("SELECT COUNT(*) FROM t WHERE CAST(url AS INTEGER) > 3", "SELECT COUNT(*) FROM t WHERE url + 1 > 0"):
+        capsys.readouterr()
+        assert run([*flags, "query", sql, "--epsilon", "0.1"]) == 1
+        out, err = capsys.readouterr()
+        assert "ExecutionError" in err and "SENTINEL" not in err + out
+    # --debug shows DuckDB's own message, which does quote the cell (the control for the check above)
+    assert run([*flags, "--debug", "query", "SELECT COUNT(*) FROM t WHERE CAST(url AS INTEGER) > 3", "--epsilon", "0.1"]) == 1
+    assert "SENTINEL_SECRET_42" in capsys.readouterr().err
+    # the ledger history shown by the CLI does not quote it either
+    assert run(["--ledger", "s.duckdb", "budget", "--history"]) == 0
+    out = capsys.readouterr().out
+    assert "failed" in out and "SENTINEL" not in out
+
+
+def test_subprocess_entry_point(workdir: Path) -> None:
+    cmd = [sys.executable, "-m", "dpsql.cli", *CFG, "query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1",
+           "--format", "json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=workdir)
+    assert p.returncode == 0, p.stderr
+    assert list(json.loads(p.stdout)[0]) == ["n"]
+    assert "remaining: epsilon=9.9" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "dpsql.cli", *CFG, "query", "SELECT * FROM events", "--epsilon", "1"],
+                       capture_output=True, text=True, timeout=120, cwd=workdir)
+    assert p.returncode == 2 and p.stdout == "" and "UnsupportedQueryError" in p.stderr
