@@ -84,7 +84,7 @@ class IntervalWorkload:
         q, a, b = q[order], a[order], b[order]
         if q.size:
             # merge within a query: a new run starts where the query changes or after a gap
-            qstart = np.r_[True, q[1:] != q[:-1]]
+            qstart = _cat[True, q[1:] != q[:-1]]
             run_hi = _segmented_cummax(b, np.cumsum(qstart) - 1)
             new_run = qstart.copy()
             new_run[1:] |= a[1:] > run_hi[:-1] + 1
@@ -125,6 +125,17 @@ class IntervalWorkload:
         return (c[:, en + 1] - c[:, st]) / (en - st + 1)
 
 
+class _Concat:
+    """``_cat[a, b, ...]``: concatenation of scalars and 1-D arrays (a cheap ``np.r_``)."""
+
+    def __getitem__(self, items: object) -> np.ndarray:
+        parts = items if isinstance(items, tuple) else (items,)
+        return np.concatenate([np.atleast_1d(np.asarray(p)) for p in parts])
+
+
+_cat = _Concat()
+
+
 def _segmented_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
     """Running maximum of ``values`` restarting at every change of the (sorted) segment id."""
     if values.size == 0:
@@ -147,7 +158,9 @@ def as_workload(workload: object, n: int) -> IntervalWorkload:
 # grouping of indistinguishable adjacent buckets
 
 
-def _group_buckets_intervals(wl: IntervalWorkload, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def _group_buckets_intervals(
+    wl: IntervalWorkload, starts: np.ndarray, ends: np.ndarray, _force_general: bool = False
+) -> np.ndarray:
     """Boolean ``cut`` of length k-1: cut[i] iff some query covers buckets i and i+1 in different
     fractions (columns i, i+1 of W̄ differ). Only buckets holding an interval endpoint can differ
     from a neighbour, so only those pairs are examined (exact integer arithmetic)."""
@@ -155,6 +168,8 @@ def _group_buckets_intervals(wl: IntervalWorkload, starts: np.ndarray, ends: np.
     cut = np.zeros(max(k - 1, 0), dtype=bool)
     if k <= 1 or wl.qid.size == 0:
         return cut
+    if wl.single_interval and not _force_general:
+        return _cuts_single_ranges(wl, starts, ends)
     lens = ends - starts + 1
     # buckets holding an endpoint of interval t
     b_lo = np.searchsorted(ends, wl.lo, side="left")
@@ -163,13 +178,40 @@ def _group_buckets_intervals(wl: IntervalWorkload, starts: np.ndarray, ends: np.
     cand_i = np.concatenate([b_lo - 1, b_lo, b_hi - 1, b_hi])
     keep = (cand_i >= 0) & (cand_i < k - 1)
     cand_q, cand_i = cand_q[keep], cand_i[keep]
-    key = np.unique(cand_q * k + cand_i)
-    pq, pi = key // k, key % k
+    pq, pi = cand_q, cand_i  # duplicates are harmless
     cov_i = _coverage(wl, pq, starts[pi], ends[pi])
     cov_j = _coverage(wl, pq, starts[pi + 1], ends[pi + 1])
     differ = cov_i * lens[pi + 1] != cov_j * lens[pi]
     cut[pi[differ]] = True
     return cut
+
+
+def _cuts_single_ranges(wl: IntervalWorkload, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """:func:`_group_buckets_intervals` for one range per query: a range [lo, hi] covers the buckets
+    strictly between its end buckets fully and the end buckets B_lo, B_hi in part, so its column
+    values change only at B_lo - 1 | B_lo, B_lo | B_lo + 1, B_hi - 1 | B_hi and B_hi | B_hi + 1."""
+    k = starts.size
+    cut = np.zeros(k, dtype=bool)  # one spare slot for index k - 1
+    lens = ends - starts + 1
+    lo, hi = wl.lo, wl.hi
+    b_lo = np.searchsorted(ends, lo, side="left")
+    b_hi = np.searchsorted(ends, hi, side="left")
+    cut[b_lo[b_lo > 0] - 1] = True  # 0 | positive share
+    cut[b_hi] = True  # positive share | 0 (slot k - 1 is dropped below)
+    two = b_lo < b_hi
+    bl, bh, lo2, hi2 = b_lo[two], b_hi[two], lo[two], hi[two]
+    cov_lo = ends[bl] - lo2 + 1
+    cov_hi = hi2 - starts[bh] + 1
+    adjacent = bl + 1 == bh
+    # B_lo | B_lo + 1: shares cov_lo/len(B_lo) vs (1 or cov_hi/len(B_hi))
+    nxt_cov = np.where(adjacent, cov_hi, lens[np.minimum(bl + 1, k - 1)])
+    nxt_len = np.where(adjacent, lens[bh], lens[np.minimum(bl + 1, k - 1)])
+    cut[bl[cov_lo * nxt_len != nxt_cov * lens[bl]]] = True
+    # B_hi - 1 | B_hi: shares (1 or cov_lo/len(B_lo)) vs cov_hi/len(B_hi)
+    prv_cov = np.where(adjacent, cov_lo, lens[bh - 1])
+    prv_len = np.where(adjacent, lens[bl], lens[bh - 1])
+    cut[(bh - 1)[prv_cov * lens[bh] != cov_hi * prv_len]] = True
+    return cut[: k - 1]
 
 
 def _coverage(wl: IntervalWorkload, q: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -210,7 +252,7 @@ def _tree_levels(n_groups: int, branch: int) -> list[np.ndarray]:
     levels = [np.zeros(1, dtype=np.int64)]
     while True:
         starts = levels[-1]
-        sizes = np.diff(np.r_[starts, n_groups])
+        sizes = np.diff(_cat[starts, n_groups])
         if np.all(sizes == 1):
             return levels
         nc = np.where(sizes > 1, np.minimum(branch, sizes), 1)
@@ -233,29 +275,28 @@ class _IntervalQ:
     """Q and κ of every segment of a level, for a workload of bin intervals (no dense matrices).
 
     With ũ_j = u_g / |g| on the bins of group g, Σ_i W̄[q, i] u_i over a node = Σ_{j ∈ q ∩ node} ũ_j,
-    so both are prefix-sum differences. A node lying inside one interval of q contributes κ_v²
-    (counted with a difference array); a node holding an endpoint of q is summed per (q, node).
+    so both are prefix-sum differences. A node lying inside one interval of q is counted in
+    ``n_full`` (a difference array; its contribution is κ_v²); a node holding an endpoint of q gets
+    the partial sum per (q, node). The u-independent geometry of each level is cached.
     """
 
     def __init__(self, wl: IntervalWorkload, g_lo: np.ndarray, g_hi: np.ndarray) -> None:
         self.wl = wl
         self.g_lo = g_lo
         self.g_hi = g_hi
-        self.g_len = (g_hi - g_lo + 1).astype(np.float64)
+        self.g_bins = g_hi - g_lo + 1
+        self.g_len = self.g_bins.astype(np.float64)
         self.single = wl.single_interval
+        self._geom: dict[int, tuple[np.ndarray, ...]] = {}
 
-    def __call__(self, seg_starts: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _geometry(self, level: int, seg_starts: np.ndarray) -> tuple[np.ndarray, ...]:
+        if level in self._geom:
+            return self._geom[level]
         wl = self.wl
-        n_groups = self.g_lo.size
         nseg = seg_starts.size
-        seg_end = np.r_[seg_starts[1:], n_groups] - 1
+        seg_end = np.append(seg_starts[1:], self.g_lo.size) - 1
         s_lo = self.g_lo[seg_starts]
         s_hi = self.g_hi[seg_end]
-        cum = np.zeros(wl.n + 1)
-        np.cumsum(np.repeat(u / self.g_len, (self.g_hi - self.g_lo + 1)), out=cum[1:])
-        kappa = cum[s_hi + 1] - cum[s_lo]
-        if wl.qid.size == 0:
-            return np.zeros(nseg), np.zeros(nseg), kappa
         lo, hi = wl.lo, wl.hi
         a = np.searchsorted(s_hi, lo, side="left")
         b = np.searchsorted(s_hi, hi, side="left")
@@ -268,17 +309,33 @@ class _IntervalQ:
         n_full = np.cumsum(diff)[:nseg].astype(np.float64)
         # partial segments: a (if not fully covered), b (if b != a and not fully covered)
         pa = (s_lo[a] < lo) | (s_hi[a] > hi)
-        val_a = cum[np.minimum(hi, s_hi[a]) + 1] - cum[lo]
         pb = (b != a) & (s_hi[b] > hi)
-        val_b = cum[hi + 1] - cum[s_lo[b]]
+        i1 = np.concatenate([np.minimum(hi, s_hi[a])[pa] + 1, hi[pb] + 1])
+        i0 = np.concatenate([lo[pa], s_lo[b][pb]])
         segs = np.concatenate([a[pa], b[pb]])
-        vals = np.concatenate([val_a[pa], val_b[pb]])
+        inv = np.zeros(0, dtype=np.int64)
         if not self.single:
-            qs = np.concatenate([wl.qid[pa], wl.qid[pb]])
-            key, inv = np.unique(qs * nseg + segs, return_inverse=True)
-            vals = np.bincount(inv, weights=vals, minlength=key.size)
-            segs = key % nseg
-        q_part = np.bincount(segs, weights=vals * vals, minlength=nseg)
+            key = np.concatenate([wl.qid[pa], wl.qid[pb]]) * nseg + segs
+            order = np.argsort(key, kind="stable")
+            ks = key[order]
+            new = np.ones(ks.size, dtype=bool)
+            new[1:] = ks[1:] != ks[:-1]
+            inv = np.empty(ks.size, dtype=np.int64)
+            inv[order] = np.cumsum(new) - 1
+            segs = ks[new] % nseg
+        geom = (s_lo, s_hi, n_full, i1, i0, segs, inv)
+        self._geom[level] = geom
+        return geom
+
+    def __call__(self, level: int, seg_starts: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        s_lo, s_hi, n_full, i1, i0, segs, inv = self._geometry(level, seg_starts)
+        cum = np.zeros(self.wl.n + 1)
+        np.cumsum(np.repeat(u / self.g_len, self.g_bins), out=cum[1:])
+        kappa = cum[s_hi + 1] - cum[s_lo]
+        vals = cum[i1] - cum[i0]
+        if not self.single:
+            vals = np.bincount(inv, weights=vals, minlength=segs.size)
+        q_part = np.bincount(segs, weights=vals * vals, minlength=seg_starts.size)
         return q_part, n_full, kappa
 
 
@@ -288,7 +345,7 @@ class _DenseQ:
     def __init__(self, wg: np.ndarray) -> None:
         self.wg = wg
 
-    def __call__(self, seg_starts: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def __call__(self, level: int, seg_starts: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s = np.add.reduceat(self.wg * u[None, :], seg_starts, axis=1)
         full = np.minimum.reduceat(self.wg, seg_starts, axis=1) == 1.0
         q_part = np.sum(np.where(full, 0.0, s * s), axis=0)
@@ -330,10 +387,10 @@ class HierarchicalStrategy:
 
     def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Measured queries ``(first_bucket, last_bucket_exclusive, weight)``, level by level."""
-        gb = np.r_[self.group_first_bucket, self.n_buckets]
+        gb = _cat[self.group_first_bucket, self.n_buckets]
         lo_l, hi_l, w_l = [], [], []
         for starts, w in zip(self.levels, self.weights, strict=True):
-            ends = np.r_[starts[1:], self.n_groups]
+            ends = _cat[starts[1:], self.n_groups]
             m = w > 0
             lo_l.append(gb[starts[m]])
             hi_l.append(gb[ends[m]])
@@ -352,8 +409,8 @@ class HierarchicalStrategy:
         """Σ_v c_v over the nodes containing each bucket (the L1 norm of each column of A)."""
         col = np.zeros(self.n_groups)
         for starts, w in zip(self.levels, self.weights, strict=True):
-            col += np.repeat(w, np.diff(np.r_[starts, self.n_groups]))
-        return np.repeat(col, np.diff(np.r_[self.group_first_bucket, self.n_buckets]))
+            col += np.repeat(w, np.diff(_cat[starts, self.n_groups]))
+        return np.repeat(col, np.diff(_cat[self.group_first_bucket, self.n_buckets]))
 
     def l1_sensitivity(self) -> float:
         """‖A‖₁ (max column L1 norm): the stage-2 sensitivity when one y_i changes by 1."""
@@ -382,7 +439,7 @@ class HierarchicalStrategy:
         out = []
         used = 0
         for starts, w in zip(self.levels, self.weights, strict=True):
-            ends = np.r_[starts[1:], self.n_groups]
+            ends = _cat[starts[1:], self.n_groups]
             z = np.full(starts.size, np.nan)
             m = w > 0
             cnt = int(np.count_nonzero(m))
@@ -429,11 +486,11 @@ class HierarchicalStrategy:
         for d in range(n_lv - 1):
             s = np.add.reduceat(est[d + 1], first[d])
             vs = np.add.reduceat(var[d + 1], first[d])
-            sizes = np.diff(np.r_[first[d], est[d + 1].size])
+            sizes = np.diff(_cat[first[d], est[d + 1].size])
             resid = np.repeat((final - s) / vs, sizes)
             final = est[d + 1] + var[d + 1] * resid
         lens = self.bucket_lengths.astype(np.float64)
-        counts = np.diff(np.r_[self.group_first_bucket, self.n_buckets])
+        counts = np.diff(_cat[self.group_first_bucket, self.n_buckets])
         glen = np.add.reduceat(lens, self.group_first_bucket)
         return np.repeat(final / glen, counts) * lens
 
@@ -457,21 +514,21 @@ def _choose_splits(
     # queries covering a node's (true) parent entirely
     parent_full: list[np.ndarray] = [np.zeros(1)]
     for d in range(n_lv - 1):
-        sizes = np.diff(np.r_[levels[d], n_groups])
-        _, nf, _ = qfun(levels[d], u)
-        nch = np.diff(np.r_[first[d], levels[d + 1].size])
+        sizes = np.diff(_cat[levels[d], n_groups])
+        _, nf, _ = qfun(d, levels[d], u)
+        nch = np.diff(_cat[first[d], levels[d + 1].size])
         par = np.repeat(np.arange(levels[d].size), nch)
         parent_full.append(np.where(sizes[par] > 1, nf[par], parent_full[d][par]))
-    q_part, n_full, _ = qfun(levels[-1], u)
+    q_part, n_full, _ = qfun(n_lv - 1, levels[-1], u)
     rel = n_full - parent_full[-1]
     trace = q_part + rel  # leaves: M = [1], trace = G_gg
     p_levels[-1] = np.ones(levels[-1].size)
     for d in range(n_lv - 2, -1, -1):
         starts = levels[d]
-        sizes = np.diff(np.r_[starts, n_groups])
+        sizes = np.diff(_cat[starts, n_groups])
         t_children = np.add.reduceat(trace, first[d])
         internal = sizes > 1
-        q_part, n_full, kappa = qfun(starts, u)
+        q_part, n_full, kappa = qfun(d, starts, u)
         # (a pass-through segment is a leaf already counted at the deepest level)
         rel = np.where(internal, n_full - parent_full[d], 0.0)
         # local Gram G_v: children's local Grams plus the queries that cover v but not its parent
@@ -511,12 +568,12 @@ def _weights_from_p(levels: list[np.ndarray], p_levels: list[np.ndarray], n_grou
             weights.append(mult.copy())
             break
         weights.append((1.0 - p_levels[d]) * mult)
-        nch = np.diff(np.r_[first[d], levels[d + 1].size])
+        nch = np.diff(_cat[first[d], levels[d + 1].size])
         mult = np.repeat(mult * p_levels[d], nch)
     # guard against rounding: ‖A‖₁ must not exceed 1
     col = np.zeros(n_groups)
     for starts, w in zip(levels, weights, strict=True):
-        col += np.repeat(w, np.diff(np.r_[starts, n_groups]))
+        col += np.repeat(w, np.diff(_cat[starts, n_groups]))
     top = float(np.max(col))
     if top > 1.0:
         weights = [w / top for w in weights]
@@ -557,9 +614,9 @@ def greedy_h(
     if isinstance(workload, IntervalWorkload):
         st, en = _normalise_buckets(buckets, workload.n)
         cut = _group_buckets_intervals(workload, st, en)
-        gfirst = np.flatnonzero(np.r_[True, cut])
+        gfirst = np.flatnonzero(_cat[True, cut])
         g_lo = st[gfirst]
-        g_hi = np.r_[st[gfirst[1:]] - 1, workload.n - 1]
+        g_hi = _cat[st[gfirst[1:]] - 1, workload.n - 1]
         qfun = _IntervalQ(workload, g_lo, g_hi)
         lengths = en - st + 1
     else:
@@ -569,7 +626,7 @@ def greedy_h(
         if buckets is not None:
             raise ConfigError("with a dense W̄ the buckets are its columns; pass buckets=None")
         cut = _group_buckets_dense(wbar)
-        gfirst = np.flatnonzero(np.r_[True, cut])
+        gfirst = np.flatnonzero(_cat[True, cut])
         qfun = _DenseQ(wbar[:, gfirst])
         lengths = np.ones(wbar.shape[1], dtype=np.int64)
     n_groups = gfirst.size

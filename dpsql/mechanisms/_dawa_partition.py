@@ -3,17 +3,18 @@
 Public names are re-exported by :mod:`dpsql.mechanisms.dawa`, whose docstring states the privacy
 claim. Indices are 0-based; a bucket is a closed bin interval ``[start, end]``.
 
-Complexity (n bins, c candidate buckets; dyadic candidates: c = O(n log n)):
+Complexity (n bins, c candidate buckets: dyadic lengths with any start c = O(n log n); with
+half-aligned starts, the default of the private stage 1, c ≈ 4n; all intervals c = O(n²)):
 
-* :class:`_WaveletMatrix` over the value ranks (U distinct values, ``B = bit_length(U)`` levels):
-  O(n B) build, O(B) per "count and sum of values below a threshold inside a window" query, every
-  step vectorised over all queries at once.
-* all deviations of the candidate buckets: one such query per bucket, O(c log U) = O(n log² n) for
-  dyadic lengths (this is the order-statistics sliding window of spec 2.2, done offline);
-  O(n² log n) for all intervals.
-* least-cost partition: dynamic programme over right endpoints, O(c): O(n log n) dyadic (a tight
-  Python loop, about 17 candidates per endpoint at n = 65536), O(n²) for all intervals (one numpy
-  reduction per endpoint).
+* :class:`_WaveletMatrix` over the value ranks (U <= n distinct values, ``B = bit_length(U)``
+  levels): O(n B) build, O(B) per "count and sum of the values below a threshold inside a window"
+  query, each step vectorised over all queries at once;
+* deviations of all candidates: windows of length <= 32 directly (O(L) each), longer ones by one
+  wavelet query each: O(c log n), i.e. O(n log² n) for any-start dyadic candidates (spec 2.2's
+  order-statistics sliding window, done offline) and O(n log n) for half-aligned ones;
+* least-cost partition: dynamic programme over right endpoints, O(n log n) for dyadic lengths
+  (lengths >= 128 relaxed per block of 128 right ends with numpy, shorter ones in an unrolled
+  Python loop), O(n²) for all intervals (one numpy reduction per right end).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ MAX_N_ALL_INTERVALS = 2048
 Partition = list[tuple[int, int]]
 
 #: default per-bucket cost offset of the private stage 1, in units of the largest noise scale
-DEFAULT_BUCKET_PENALTY = 2.0
+DEFAULT_BUCKET_PENALTY = 1.75
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,6 +64,13 @@ def _check_positive(name: str, value: float) -> float:
     return v
 
 
+#: start rule of dyadic candidates: "none" = any start (spec 2.2), "half" = multiples of L/2,
+#: "full" = multiples of L (the dyadic intervals of a binary tree)
+ALIGNMENTS = ("none", "half", "full")
+#: default start rule of the private stage 1 (chosen by measurement, see the dawa module docstring)
+DEFAULT_ALIGNMENT = "half"
+
+
 def candidate_lengths(n: int, *, dyadic: bool = True) -> np.ndarray:
     """Candidate bucket lengths: 1, 2, 4, ... <= n (dyadic) or 1..n (all intervals)."""
     if n < 1:
@@ -75,6 +83,35 @@ def candidate_lengths(n: int, *, dyadic: bool = True) -> np.ndarray:
             hint="use dyadic=True (the default) for large domains",
         )
     return np.arange(1, n + 1, dtype=np.int64)
+
+
+def _check_alignment(alignment: str) -> str:
+    if alignment not in ALIGNMENTS:
+        raise ConfigError(f"alignment must be one of {ALIGNMENTS}, got {alignment!r}")
+    return alignment
+
+
+def candidate_buckets(n: int, *, dyadic: bool = True, alignment: str = "none") -> tuple[np.ndarray, np.ndarray]:
+    """Candidate buckets as ``(starts, lengths)``, ordered by length, then start.
+
+    ``dyadic=False``: every interval (n <= 2048). ``dyadic=True``: lengths 1, 2, 4, ... <= n with
+    starts restricted by ``alignment``: "none" every start 0..n-L (O(n log n) buckets), "half"
+    multiples of max(1, L/2) (about 4n buckets), "full" multiples of L (about 2n buckets).
+    Singletons are always candidates, so every n has a partition.
+    """
+    lens = candidate_lengths(n, dyadic=dyadic)
+    step = np.ones_like(lens)
+    if dyadic:
+        _check_alignment(alignment)
+        if alignment == "half":
+            step = np.maximum(lens // 2, 1)
+        elif alignment == "full":
+            step = lens
+    counts = (n - lens) // step + 1
+    lengths = np.repeat(lens, counts)
+    offsets = np.cumsum(counts) - counts
+    starts = (np.arange(lengths.size, dtype=np.int64) - np.repeat(offsets, counts)) * np.repeat(step, counts)
+    return starts, lengths
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,7 +130,7 @@ class _WaveletMatrix:
         self.uniq, ranks = np.unique(x, return_inverse=True)
         n = x.size
         self.nbits = max(1, int(self.uniq.size).bit_length())
-        idx_t = np.int32 if n < 2**31 - 1 else np.int64
+        idx_t = np.intp  # fancy indexing converts other index types on every gather
         sum_t = np.int64 if x.dtype == np.int64 else np.float64
         cur = ranks.astype(np.int64)
         vals = x.astype(sum_t)
@@ -187,24 +224,36 @@ def deviation(x: object, start: object, length: object) -> np.ndarray | float:
     return float(out) if scalar else out
 
 
-def window_deviations(x: object, *, dyadic: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Deviation of every candidate bucket: arrays ``(starts, lengths, devs)``.
-
-    Candidates are ordered by length, then start: for each candidate length L (dyadic: 1, 2, 4, ...
-    <= n; otherwise 1..n) every start 0..n-L.
-    """
+def window_deviations(
+    x: object, *, dyadic: bool = True, alignment: str = "none"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Deviation of every candidate bucket (:func:`candidate_buckets`): ``(starts, lengths, devs)``."""
     xv = _as_data_vector(x)
-    starts, lengths = _candidates(xv.size, dyadic)
-    return starts, lengths, _deviations(xv, starts, lengths)
+    starts, lengths = candidate_buckets(xv.size, dyadic=dyadic, alignment=alignment)
+    return starts, lengths, _window_devs(xv, starts, lengths)
 
 
-def _candidates(n: int, dyadic: bool) -> tuple[np.ndarray, np.ndarray]:
-    lens = candidate_lengths(n, dyadic=dyadic)
-    counts = n - lens + 1
-    lengths = np.repeat(lens, counts)
-    offsets = np.cumsum(counts) - counts
-    starts = np.arange(lengths.size, dtype=np.int64) - np.repeat(offsets, counts)
-    return starts, lengths
+#: windows up to this length are evaluated directly (O(L) each, cheaper than the tree for small L)
+_DIRECT_MAX_LEN = 32
+
+
+def _window_devs(x: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Deviations of candidates grouped by length (as made by :func:`candidate_buckets`)."""
+    out = np.empty(starts.size, dtype=np.float64)
+    small = lengths <= _DIRECT_MAX_LEN
+    xf = x.astype(np.float64)
+    for L in np.unique(lengths[small]).tolist():
+        sel = np.flatnonzero(lengths == L)
+        if L == 1:
+            out[sel] = 0.0
+            continue
+        win = np.lib.stride_tricks.sliding_window_view(xf, L)[starts[sel]]
+        mean = win.mean(axis=1, keepdims=True)
+        out[sel] = np.abs(win - mean).sum(axis=1)
+    big = ~small
+    if np.any(big):
+        out[big] = _deviations(x, starts[big], lengths[big])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,7 +290,12 @@ def stage1_noise_scales(
 
 
 def bucket_costs(
-    x: object, epsilon2: float, *, dyadic: bool = True, sensitivity: float = 1.0
+    x: object,
+    epsilon2: float,
+    *,
+    dyadic: bool = True,
+    alignment: str = "none",
+    sensitivity: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(starts, lengths, bcost)`` for every candidate bucket: bcost = dev + sensitivity/epsilon2.
 
@@ -250,7 +304,7 @@ def bucket_costs(
     """
     eps2 = _check_positive("epsilon2", epsilon2)
     sens = _check_positive("sensitivity", sensitivity)
-    starts, lengths, devs = window_deviations(x, dyadic=dyadic)
+    starts, lengths, devs = window_deviations(x, dyadic=dyadic, alignment=alignment)
     return starts, lengths, devs + sens / eps2
 
 
@@ -265,13 +319,15 @@ def _least_cost(n: int, starts: np.ndarray, lengths: np.ndarray, costs: np.ndarr
     only on a strict improvement, so ties go to the shortest last bucket (the vectors' convention).
     """
     lens = np.unique(lengths)
-    offsets = np.searchsorted(lengths, lens, side="left")
-    cost_of: list[np.ndarray] = [costs[o : o + (n - int(L) + 1)] for o, L in zip(offsets, lens, strict=True)]
-    for o, L in zip(offsets, lens, strict=True):
-        if not np.array_equal(starts[o : o + (n - int(L) + 1)], np.arange(n - int(L) + 1)):
-            raise ValueError("candidate buckets must be grouped by length with every start present")
-    if lens[0] != 1:
-        raise ValueError("singletons must be candidates, otherwise some n have no partition")
+    if lens[0] != 1 or np.count_nonzero(lengths == 1) != n:
+        raise ValueError("every singleton must be a candidate, otherwise some n have no partition")
+    # per length, the cost of the bucket starting at s (+inf where [s, s+L-1] is no candidate)
+    cost_of: list[np.ndarray] = []
+    for L in lens.tolist():
+        sel = lengths == L
+        c = np.full(n - L + 1, np.inf)
+        c[starts[sel]] = costs[sel]
+        cost_of.append(c)
     best = np.zeros(n + 1)
     choice = np.zeros(n + 1, dtype=np.int64)
     if lens.size <= 64:
@@ -315,6 +371,8 @@ def _dp_blocked(lens: list[int], cost_of: list[np.ndarray], n: int) -> tuple[lis
     blk = _DP_BLOCK
     small = [(L, c.tolist()) for L, c in zip(lens, cost_of, strict=True) if L < blk]
     big = [(L, c) for L, c in zip(lens, cost_of, strict=True) if L >= blk]
+    small_lists = [c for _, c in small]
+    fast = [L for L, _ in small] == [1, 2, 4, 8, 16, 32, 64]
     best_arr = np.full(n + 1, np.inf)
     best_arr[0] = 0.0
     bl = [0.0] * (n + 1)
@@ -335,6 +393,10 @@ def _dp_blocked(lens: list[int], cost_of: list[np.ndarray], n: int) -> tuple[lis
             base_len[lo - r0 :][upd] = L
         base_l = base.tolist()
         base_len_l = base_len.tolist()
+        if fast and r0 > blk:
+            _dp_block_dyadic7(r0, r1, bl, ch, small_lists, base_l, base_len_l)
+            best_arr[r0:r1] = bl[r0:r1]
+            continue
         for r in range(r0, r1):
             b = inf
             c_len = 0
@@ -353,6 +415,55 @@ def _dp_blocked(lens: list[int], cost_of: list[np.ndarray], n: int) -> tuple[lis
             ch[r] = c_len
         best_arr[r0:r1] = bl[r0:r1]
     return bl, ch
+
+
+def _dp_block_dyadic7(
+    r0: int,
+    r1: int,
+    bl: list[float],
+    ch: list[int],
+    small: list[list[float]],
+    base_l: list[float],
+    base_len_l: list[int],
+) -> None:
+    """The sequential part of :func:`_dp_blocked` unrolled for lengths 1, 2, ..., 64 (r0 > 128).
+
+    Same scan order and strict-improvement rule as the generic loop.
+    """
+    c1, c2, c4, c8, c16, c32, c64 = small
+    for r in range(r0, r1):
+        b = bl[r - 1] + c1[r - 1]
+        L = 1
+        v = bl[r - 2] + c2[r - 2]
+        if v < b:
+            b = v
+            L = 2
+        v = bl[r - 4] + c4[r - 4]
+        if v < b:
+            b = v
+            L = 4
+        v = bl[r - 8] + c8[r - 8]
+        if v < b:
+            b = v
+            L = 8
+        v = bl[r - 16] + c16[r - 16]
+        if v < b:
+            b = v
+            L = 16
+        v = bl[r - 32] + c32[r - 32]
+        if v < b:
+            b = v
+            L = 32
+        v = bl[r - 64] + c64[r - 64]
+        if v < b:
+            b = v
+            L = 64
+        v = base_l[r - r0]
+        if v < b:
+            b = v
+            L = base_len_l[r - r0]
+        bl[r] = b
+        ch[r] = L
 
 
 def partition_cost(x: object, partition: Sequence[tuple[int, int]], epsilon2: float, *, sensitivity: float = 1.0) -> float:
@@ -381,11 +492,21 @@ def _check_partition(partition: Sequence[tuple[int, int]], n: int) -> tuple[np.n
 
 
 def least_cost_partition(
-    x: object, epsilon2: float, *, dyadic: bool = True, sensitivity: float = 1.0
+    x: object,
+    epsilon2: float,
+    *,
+    dyadic: bool = True,
+    alignment: str = "none",
+    sensitivity: float = 1.0,
 ) -> Partition:
-    """Noise-free argmin_B pcost(x, B) (spec 2.2, Problem 1). NOT private: for tests and analysis."""
+    """Noise-free argmin_B pcost(x, B) (spec 2.2, Problem 1). NOT private: for tests and analysis.
+
+    Candidates: :func:`candidate_buckets` (default: dyadic lengths, any start, as in the vectors).
+    """
     xv = _as_data_vector(x)
-    starts, lengths, costs = bucket_costs(xv, epsilon2, dyadic=dyadic, sensitivity=sensitivity)
+    starts, lengths, costs = bucket_costs(
+        xv, epsilon2, dyadic=dyadic, alignment=alignment, sensitivity=sensitivity
+    )
     return _least_cost(xv.size, starts, lengths, costs)[1]
 
 
@@ -397,28 +518,37 @@ def l1_partition(
     *,
     sensitivity: float = 1.0,
     dyadic: bool = True,
+    alignment: str = DEFAULT_ALIGNMENT,
     bucket_penalty: float = DEFAULT_BUCKET_PENALTY,
 ) -> Partition:
     """Private stage 1 (spec 2.2 Algorithm 1 with the safe calibration of 2.4): epsilon1-DP.
 
-    Every candidate bucket's cost ``dev + sensitivity/epsilon2 + bucket_penalty * s_max`` gets
+    Every candidate bucket (:func:`candidate_buckets`; default dyadic lengths with starts at
+    multiples of L/2) has cost ``dev + sensitivity/epsilon2 + bucket_penalty * s_max`` and gets
     independent Laplace noise of scale :func:`stage1_noise_scales` (singletons included; s_max is
-    the largest of these scales), the noisy costs are NOT clamped, and the partition of least
-    noisy cost is returned as a list of closed intervals ``(start, end)``.
+    the largest of these scales); the noisy costs are NOT clamped, and the partition of least noisy
+    cost is returned as a list of closed intervals ``(start, end)``.
 
-    ``bucket_penalty`` (public, data-independent, so privacy is unaffected: the cost's sensitivity
-    is that of dev alone) offsets the winner's curse of a minimum over noisy costs: with about
-    log2(n) candidate lengths per right end, the DP collects roughly s ln(log2(n)/2) ≈ 2 s of
-    favourable noise per extra bucket, so without it a sparse histogram is cut into thousands of
-    buckets. The reference code avoids this by clamping noisy costs at 1/epsilon2, which spec 2.4
-    shows to break the privacy bound. 0 gives the plain objective of the spec.
+    The privacy argument of spec 2.4 holds for any public candidate set that contains the
+    singletons (each partition has exactly one bucket through the changed bin), with L_max the
+    longest candidate. ``bucket_penalty`` is public and data-independent, so it does not change the
+    sensitivity of the costs either. It offsets the winner's curse of a minimum over noisy costs:
+    a run of empty bins can be cut in exponentially many ways and the DP collects the favourable
+    noise of every extra bucket, so with the plain objective (penalty 0) a sparse histogram is cut
+    into thousands of buckets. The reference code avoids this by clamping noisy costs at
+    1/epsilon2, which spec 2.4 shows to break the privacy bound. The half-aligned starts reduce the
+    number of cuts (and the work) for the same reason. Both defaults were chosen on the DPBench
+    benchmark (``benchmarks/dawa.py``); ``alignment="none", bucket_penalty=0`` is the spec's plain
+    stage 1.
     """
     xv = _as_data_vector(x)
     eps1 = _check_positive("epsilon1", epsilon1)
     pen = float(bucket_penalty)
     if not np.isfinite(pen) or pen < 0:
         raise ConfigError(f"bucket_penalty must be a finite number >= 0, got {bucket_penalty!r}")
-    starts, lengths, costs = bucket_costs(xv, epsilon2, dyadic=dyadic, sensitivity=sensitivity)
+    starts, lengths, costs = bucket_costs(
+        xv, epsilon2, dyadic=dyadic, alignment=alignment, sensitivity=sensitivity
+    )
     scales = np.asarray(stage1_noise_scales(lengths, eps1, int(lengths.max()), sensitivity=sensitivity))
     noisy = costs + pen * float(scales.max()) + rng.laplace(scales, costs.size)
     return _least_cost(xv.size, starts, lengths, noisy)[1]

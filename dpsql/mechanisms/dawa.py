@@ -77,12 +77,15 @@ from dpsql.mechanisms._dawa_greedyh import (
 )
 from dpsql.mechanisms._dawa_hilbert import hilbert_index, hilbert_order, rects_to_workload, side_for
 from dpsql.mechanisms._dawa_partition import (
+    ALIGNMENTS,
+    DEFAULT_ALIGNMENT,
     DEFAULT_BUCKET_PENALTY,
     MAX_N_ALL_INTERVALS,
     Partition,
     _as_data_vector,
     _check_partition,
     bucket_costs,
+    candidate_buckets,
     candidate_lengths,
     deviation,
     deviation_sensitivity,
@@ -95,6 +98,8 @@ from dpsql.mechanisms._dawa_partition import (
 from dpsql.noise import NoiseSource, round_to_granularity
 
 __all__ = [
+    "ALIGNMENTS",
+    "DEFAULT_ALIGNMENT",
     "DEFAULT_BUCKET_PENALTY",
     "MAX_N_ALL_INTERVALS",
     "DawaSynopsis",
@@ -103,6 +108,7 @@ __all__ = [
     "IntervalWorkload",
     "Partition",
     "bucket_costs",
+    "candidate_buckets",
     "candidate_lengths",
     "dawa",
     "dawa_2d",
@@ -257,8 +263,9 @@ def dawa(
     branch: int = 2,
     granularity: int = 100,
     dyadic: bool = True,
-    partition: Sequence[tuple[int, int]] | None = None,
+    alignment: str = DEFAULT_ALIGNMENT,
     bucket_penalty: float = DEFAULT_BUCKET_PENALTY,
+    partition: Sequence[tuple[int, int]] | None = None,
 ) -> DawaSynopsis:
     """epsilon-DP DAWA synopsis of the histogram ``x`` tuned to the workload ``ranges``.
 
@@ -277,7 +284,14 @@ def dawa(
     eps, eps1, eps2 = _check_epsilon(epsilon, ratio, partition is None)
     if partition is None:
         parts = l1_partition(
-            xv, eps1, eps2, rng, sensitivity=sens, dyadic=dyadic, bucket_penalty=bucket_penalty
+            xv,
+            eps1,
+            eps2,
+            rng,
+            sensitivity=sens,
+            dyadic=dyadic,
+            alignment=alignment,
+            bucket_penalty=bucket_penalty,
         )
     else:
         st_, en_ = _check_partition(partition, n)
@@ -294,7 +308,7 @@ def dawa(
         "ratio": float(ratio) if partition is None else 0.0,
         "branch": int(branch),
         "granularity": int(granularity),
-        "candidates": "dyadic" if dyadic else "all",
+        "candidates": ("dyadic/" + alignment) if dyadic else "all",
         "bucket_penalty": float(bucket_penalty) if partition is None else 0.0,
         "public_partition": partition is not None,
         "n_measurements": strategy.n_measurements,
@@ -389,6 +403,7 @@ def dawa_2d(
     branch: int = 2,
     granularity: int = 100,
     dyadic: bool = True,
+    alignment: str = DEFAULT_ALIGNMENT,
     bucket_penalty: float = DEFAULT_BUCKET_PENALTY,
 ) -> DawaSynopsis2D:
     """epsilon-DP DAWA over a 2-D grid of counts for a workload of rectangles (spec 2.6).
@@ -416,6 +431,7 @@ def dawa_2d(
         branch=branch,
         granularity=granularity,
         dyadic=dyadic,
+        alignment=alignment,
         bucket_penalty=bucket_penalty,
     )
     return DawaSynopsis2D(shape, side, syn)
