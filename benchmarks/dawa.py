@@ -50,11 +50,51 @@ WORKLOADS = ["prefix", "random2000"]
 
 #: reference rows (authors' DPBench DAWA, original scale): MAE per query, time per run, baselines
 REFERENCE: list[dict[str, Any]] = [
-    {"dataset": "ADULT", "workload": "prefix", "epsilon": 1.0, "dawa": 10.2, "time_s": 0.38, "identity": 38.9, "hb": 12.3},
-    {"dataset": "NETTRACE", "workload": "random2000", "epsilon": 1.0, "dawa": 5.4, "time_s": 0.29, "identity": 35.5, "hb": 15.3},
-    {"dataset": "MEDCOST", "workload": "prefix", "epsilon": 0.1, "dawa": 90.0, "time_s": 0.86, "identity": 388.7, "hb": 123.2},
-    {"dataset": "HEPTH", "workload": "prefix", "epsilon": 1.0, "dawa": 26.8, "time_s": 8.5, "identity": 38.9, "hb": 12.3},
-    {"dataset": "PATENT", "workload": "random2000", "epsilon": 1.0, "dawa": 31.6, "time_s": 15.4, "identity": 35.5, "hb": 15.3},
+    {
+        "dataset": "ADULT",
+        "workload": "prefix",
+        "epsilon": 1.0,
+        "dawa": 10.2,
+        "time_s": 0.38,
+        "identity": 38.9,
+        "hb": 12.3,
+    },
+    {
+        "dataset": "NETTRACE",
+        "workload": "random2000",
+        "epsilon": 1.0,
+        "dawa": 5.4,
+        "time_s": 0.29,
+        "identity": 35.5,
+        "hb": 15.3,
+    },
+    {
+        "dataset": "MEDCOST",
+        "workload": "prefix",
+        "epsilon": 0.1,
+        "dawa": 90.0,
+        "time_s": 0.86,
+        "identity": 388.7,
+        "hb": 123.2,
+    },
+    {
+        "dataset": "HEPTH",
+        "workload": "prefix",
+        "epsilon": 1.0,
+        "dawa": 26.8,
+        "time_s": 8.5,
+        "identity": 38.9,
+        "hb": 12.3,
+    },
+    {
+        "dataset": "PATENT",
+        "workload": "random2000",
+        "epsilon": 1.0,
+        "dawa": 31.6,
+        "time_s": 15.4,
+        "identity": 35.5,
+        "hb": 15.3,
+    },
 ]
 #: datasets with mostly empty bins (the "sparse sets" of the targets)
 SPARSE = {"ADULT", "NETTRACE", "MEDCOST"}
@@ -109,7 +149,9 @@ def one_config(
     t0 = time.perf_counter()
     hb = hb_strategy(wl, n)
     hb_setup = time.perf_counter() - t0
-    acc: dict[str, list[float]] = {k: [] for k in ("dawa", "identity", "hb", "t_dawa", "t_identity", "t_hb", "k")}
+    acc: dict[str, list[float]] = {
+        k: [] for k in ("dawa", "identity", "hb", "t_dawa", "t_identity", "t_hb", "k")
+    }
     for seed in range(seeds):
         x = sample(x0, scale, 1_000_003 * seed + 17)
         truth = wl.answer(x)
@@ -131,7 +173,10 @@ def one_config(
         acc["t_hb"].append(time.perf_counter() - t)
         acc["hb"].append(float(np.mean(np.abs(wl.answer(est) - truth))))
     mean = {k: float(np.mean(v)) for k, v in acc.items()}
-    sem = {k: float(np.std(acc[k], ddof=1) / np.sqrt(seeds)) if seeds > 1 else float("nan") for k in ("dawa", "identity", "hb")}
+    sem = {
+        k: float(np.std(acc[k], ddof=1) / np.sqrt(seeds)) if seeds > 1 else float("nan")
+        for k in ("dawa", "identity", "hb")
+    }
     return {
         "dataset": name,
         "scale": "original" if scale is None else scale,
@@ -162,7 +207,12 @@ def bench_2d(data: str, name: str, seeds: int, opts: dict[str, Any]) -> dict[str
     rects = np.c_[r, c]
     cs = np.zeros((grid.shape[0] + 1, grid.shape[1] + 1))
     cs[1:, 1:] = grid.cumsum(0).cumsum(1)
-    truth = cs[rects[:, 1] + 1, rects[:, 3] + 1] - cs[rects[:, 0], rects[:, 3] + 1] - cs[rects[:, 1] + 1, rects[:, 2]] + cs[rects[:, 0], rects[:, 2]]
+    truth = (
+        cs[rects[:, 1] + 1, rects[:, 3] + 1]
+        - cs[rects[:, 0], rects[:, 3] + 1]
+        - cs[rects[:, 1] + 1, rects[:, 2]]
+        + cs[rects[:, 0], rects[:, 2]]
+    )
     times, errs, ks, ident = [], [], [], []
     for seed in range(seeds):
         rng = seeded_noise(f"dawa2d:{name}:{seed}")
@@ -174,7 +224,12 @@ def bench_2d(data: str, name: str, seeds: int, opts: dict[str, Any]) -> dict[str
         noisy = grid + seeded_noise(f"id2d:{name}:{seed}").laplace(1.0, grid.shape)
         cn = np.zeros_like(cs)
         cn[1:, 1:] = noisy.cumsum(0).cumsum(1)
-        est = cn[rects[:, 1] + 1, rects[:, 3] + 1] - cn[rects[:, 0], rects[:, 3] + 1] - cn[rects[:, 1] + 1, rects[:, 2]] + cn[rects[:, 0], rects[:, 2]]
+        est = (
+            cn[rects[:, 1] + 1, rects[:, 3] + 1]
+            - cn[rects[:, 0], rects[:, 3] + 1]
+            - cn[rects[:, 1] + 1, rects[:, 2]]
+            + cn[rects[:, 0], rects[:, 2]]
+        )
         ident.append(float(np.mean(np.abs(est - truth))))
     return {
         "dataset": name,

@@ -327,7 +327,9 @@ class _IntervalQ:
         self._geom[level] = geom
         return geom
 
-    def __call__(self, level: int, seg_starts: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def __call__(
+        self, level: int, seg_starts: np.ndarray, u: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s_lo, s_hi, n_full, i1, i0, segs, inv = self._geometry(level, seg_starts)
         cum = np.zeros(self.wl.n + 1)
         np.cumsum(np.repeat(u / self.g_len, self.g_bins), out=cum[1:])
@@ -345,7 +347,9 @@ class _DenseQ:
     def __init__(self, wg: np.ndarray) -> None:
         self.wg = wg
 
-    def __call__(self, level: int, seg_starts: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def __call__(
+        self, level: int, seg_starts: np.ndarray, u: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s = np.add.reduceat(self.wg * u[None, :], seg_starts, axis=1)
         full = np.minimum.reduceat(self.wg, seg_starts, axis=1) == 1.0
         q_part = np.sum(np.where(full, 0.0, s * s), axis=0)
@@ -420,7 +424,9 @@ class HierarchicalStrategy:
     def n_measurements(self) -> int:
         return int(sum(int(np.count_nonzero(w)) for w in self.weights))
 
-    def measure(self, y: object, epsilon2: float, rng: NoiseSource, *, sensitivity: float = 1.0) -> list[np.ndarray]:
+    def measure(
+        self, y: object, epsilon2: float, rng: NoiseSource, *, sensitivity: float = 1.0
+    ) -> list[np.ndarray]:
         """z = A y + Lap(sensitivity/epsilon2) on every measured row: epsilon2-DP since ‖A‖₁ <= 1.
 
         Returns one array per level (NaN where a segment is not measured).

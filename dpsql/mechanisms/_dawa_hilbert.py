@@ -76,7 +76,14 @@ def rects_to_workload(rects: object, shape: tuple[int, int], d: int | None = Non
         raise ConfigError("rectangle bounds must be integer cell indices")
     arr = arr.astype(np.int64)
     r0, r1, c0, c1 = arr.T
-    if np.any(r0 > r1) or np.any(c0 > c1) or np.any(r0 < 0) or np.any(c0 < 0) or np.any(r1 >= n1) or np.any(c1 >= n2):
+    if (
+        np.any(r0 > r1)
+        or np.any(c0 > c1)
+        or np.any(r0 < 0)
+        or np.any(c0 < 0)
+        or np.any(r1 >= n1)
+        or np.any(c1 >= n2)
+    ):
         raise ConfigError(f"every rectangle needs 0 <= r0 <= r1 < {n1} and 0 <= c0 <= c1 < {n2}")
     m = arr.shape[0]
     order = hilbert_order(d)
@@ -109,7 +116,9 @@ def rects_to_workload(rects: object, shape: tuple[int, int], d: int | None = Non
     def inside(p: np.ndarray, q: np.ndarray) -> np.ndarray:
         ok = (p >= 0) & (p < d * d)
         cell = order[np.clip(p, 0, d * d - 1)]
-        return ok & (cell[:, 0] >= r0[q]) & (cell[:, 0] <= r1[q]) & (cell[:, 1] >= c0[q]) & (cell[:, 1] <= c1[q])
+        return (
+            ok & (cell[:, 0] >= r0[q]) & (cell[:, 0] <= r1[q]) & (cell[:, 1] >= c0[q]) & (cell[:, 1] <= c1[q])
+        )
 
     is_start = ~inside(pos - 1, rid)
     is_end = ~inside(pos + 1, rid)

@@ -91,7 +91,9 @@ def _check_alignment(alignment: str) -> str:
     return alignment
 
 
-def candidate_buckets(n: int, *, dyadic: bool = True, alignment: str = "none") -> tuple[np.ndarray, np.ndarray]:
+def candidate_buckets(
+    n: int, *, dyadic: bool = True, alignment: str = "none"
+) -> tuple[np.ndarray, np.ndarray]:
     """Candidate buckets as ``(starts, lengths)``, ordered by length, then start.
 
     ``dyadic=False``: every interval (n <= 2048). ``dyadic=True``: lengths 1, 2, 4, ... <= n with
@@ -312,7 +314,9 @@ def bucket_costs(
 # least-cost partition
 
 
-def _least_cost(n: int, starts: np.ndarray, lengths: np.ndarray, costs: np.ndarray) -> tuple[float, Partition]:
+def _least_cost(
+    n: int, starts: np.ndarray, lengths: np.ndarray, costs: np.ndarray
+) -> tuple[float, Partition]:
     """argmin over interval partitions of the summed bucket costs (DP over right endpoints).
 
     For each right end r = 1..n the candidate lengths are scanned in increasing order and replaced
@@ -466,7 +470,9 @@ def _dp_block_dyadic7(
         ch[r] = L
 
 
-def partition_cost(x: object, partition: Sequence[tuple[int, int]], epsilon2: float, *, sensitivity: float = 1.0) -> float:
+def partition_cost(
+    x: object, partition: Sequence[tuple[int, int]], epsilon2: float, *, sensitivity: float = 1.0
+) -> float:
     """pcost(x, B) = sum_{b in B} (dev(x, b) + sensitivity/epsilon2) (noise free)."""
     xv = _as_data_vector(x)
     eps2 = _check_positive("epsilon2", epsilon2)
@@ -478,13 +484,7 @@ def partition_cost(x: object, partition: Sequence[tuple[int, int]], epsilon2: fl
 def _check_partition(partition: Sequence[tuple[int, int]], n: int) -> tuple[np.ndarray, np.ndarray]:
     arr = np.asarray(partition, dtype=np.int64).reshape(-1, 2)
     st, en = arr[:, 0], arr[:, 1]
-    if (
-        st.size == 0
-        or st[0] != 0
-        or en[-1] != n - 1
-        or np.any(en < st)
-        or np.any(st[1:] != en[:-1] + 1)
-    ):
+    if st.size == 0 or st[0] != 0 or en[-1] != n - 1 or np.any(en < st) or np.any(st[1:] != en[:-1] + 1):
         raise ConfigError(
             "a partition must be consecutive closed intervals [start, end] covering 0..n-1 in order"
         )

@@ -247,7 +247,9 @@ def _check_epsilon(epsilon: float, ratio: float, staged: bool) -> tuple[float, f
         return eps, 0.0, eps
     r = float(ratio)
     if not (0.0 < r < 1.0):
-        raise ConfigError(f"ratio (the share of epsilon spent on the partition) must be in (0, 1), got {ratio!r}")
+        raise ConfigError(
+            f"ratio (the share of epsilon spent on the partition) must be in (0, 1), got {ratio!r}"
+        )
     eps1 = r * eps
     return eps, eps1, eps - eps1
 
@@ -387,7 +389,14 @@ def _check_rects(rects: object, shape: tuple[int, int]) -> np.ndarray:
     arr = arr.astype(np.int64)
     r0, r1, c0, c1 = arr.T
     n1, n2 = shape
-    if np.any(r0 > r1) or np.any(c0 > c1) or np.any(r0 < 0) or np.any(c0 < 0) or np.any(r1 >= n1) or np.any(c1 >= n2):
+    if (
+        np.any(r0 > r1)
+        or np.any(c0 > c1)
+        or np.any(r0 < 0)
+        or np.any(c0 < 0)
+        or np.any(r1 >= n1)
+        or np.any(c1 >= n2)
+    ):
         raise ConfigError(f"every rectangle needs 0 <= r0 <= r1 < {n1} and 0 <= c0 <= c1 < {n2}")
     return arr
 
@@ -435,4 +444,3 @@ def dawa_2d(
         bucket_penalty=bucket_penalty,
     )
     return DawaSynopsis2D(shape, side, syn)
-
