@@ -93,18 +93,33 @@ def _digest(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def secret_events() -> pa.Table:
     t = make_events(sentinel=SENTINEL)
     assert SENTINEL in t["url"].to_pylist()
     return t
 
 
-@pytest.fixture
-def hsession(secret_events: pa.Table):
+def _session(events: pa.Table) -> dpsql.Session:
     s = dpsql.Session(budget=TOTAL)
     use_noise(s, zero_noise())
-    s.register("events", secret_events, privacy_unit="user_id", max_groups_per_unit=2, columns=COLUMNS)
+    s.register("events", events, privacy_unit="user_id", max_groups_per_unit=2, columns=COLUMNS)
+    return s
+
+
+@pytest.fixture(scope="module")
+def hsession(secret_events: pa.Table):
+    """Shared by the refusal battery: every test checks that it spent nothing, so the state is
+    the same for all of them (a test that spends fails on its own check)."""
+    s = _session(secret_events)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fresh_session(secret_events: pa.Table):
+    """For tests that spend budget on purpose."""
+    s = _session(secret_events)
     yield s
     s.close()
 
@@ -350,24 +365,24 @@ DATA_ERRORS = [
 
 
 @pytest.mark.parametrize("sql", DATA_ERRORS)
-def test_execution_error_does_not_quote_cells(hsession: dpsql.Session, sql: str) -> None:
+def test_execution_error_does_not_quote_cells(fresh_session: dpsql.Session, sql: str) -> None:
     with pytest.raises(errors.ExecutionError) as ei:
-        hsession.query(sql, epsilon=0.5, delta=1e-6)
+        fresh_session.query(sql, epsilon=0.5, delta=1e-6)
     e = ei.value
     assert_clean(e)
     assert not isinstance(e, ValueError)
     # control: DuckDB's own message does quote the cell, which is why it is kept for --debug only
     assert e.debug_detail is not None and SENTINEL in e.debug_detail
     # a failed run after the reservation still counts, and the ledger's record is clean too
-    h = hsession.history().to_pylist()
+    h = fresh_session.history().to_pylist()
     assert h[-1]["status"] == "failed" and h[-1]["query"] == sql
     assert all("SENTINEL" not in str(v) for row in h for v in row.values())
-    assert hsession.remaining() == TOTAL.minus(Budget(0.5, 1e-6))
+    assert fresh_session.remaining() == TOTAL.minus(Budget(0.5, 1e-6))
 
 
-def test_type_error_in_where_does_not_quote_cells(hsession: dpsql.Session) -> None:
+def test_type_error_in_where_does_not_quote_cells(fresh_session: dpsql.Session) -> None:
     with pytest.raises(errors.ExecutionError) as ei:
-        hsession.query("SELECT COUNT(*) FROM events WHERE url + 1 > 0", epsilon=1)
+        fresh_session.query("SELECT COUNT(*) FROM events WHERE url + 1 > 0", epsilon=1)
     assert_clean(ei.value)
 
 
@@ -376,8 +391,8 @@ def test_type_error_in_where_does_not_quote_cells(hsession: dpsql.Session) -> No
     "row, e.g. VARCHAR + INTEGER) is charged to the ledger; binding it (e.g. EXPLAIN or prepare) before "
     "ledger.reserve would refuse it for free"
 ))
-def test_binder_error_spends_nothing(hsession: dpsql.Session) -> None:
-    spends_nothing(hsession, lambda: hsession.query("SELECT COUNT(*) FROM events WHERE url + 1 > 0", epsilon=1),
+def test_binder_error_spends_nothing(fresh_session: dpsql.Session) -> None:
+    spends_nothing(fresh_session, lambda: fresh_session.query("SELECT COUNT(*) FROM events WHERE url + 1 > 0", epsilon=1),
                    errors.ExecutionError)
 
 
@@ -414,7 +429,7 @@ def test_analysis_and_config_errors_do_not_quote_cells(hsession: dpsql.Session) 
     assert_clean(ei2.value)
 
 
-def test_released_keys_are_only_those_past_the_threshold(hsession: dpsql.Session) -> None:
+def test_released_keys_are_only_those_past_the_threshold(fresh_session: dpsql.Session) -> None:
     # the sentinel url belongs to one user: a sparse histogram must not release it
-    r = hsession.query("SELECT url, COUNT(*) AS n FROM events GROUP BY url", epsilon=1, delta=1e-6)
+    r = fresh_session.query("SELECT url, COUNT(*) AS n FROM events GROUP BY url", epsilon=1, delta=1e-6)
     assert SENTINEL not in r.table["url"].to_pylist()
