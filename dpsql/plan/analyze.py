@@ -292,6 +292,8 @@ class _Builder:
             if group.args.get("all"):
                 group_exprs = [it.unalias() for it in select_items if not any(True for _ in it.find_all(exp.AggFunc))]
             for g in group.expressions:
+                if isinstance(g, exp.Tuple) and not g.expressions:
+                    continue  # GROUP BY (): the grand total, i.e. no grouping
                 if isinstance(g, (exp.Cube, exp.Rollup, exp.GroupingSets)):
                     kind = {exp.Cube: "CUBE", exp.Rollup: "ROLLUP", exp.GroupingSets: "GROUPING SETS"}[type(g)]
                     self.bad(g, f"GROUP BY {kind} is not supported: it releases several groupings of the same rows")

@@ -22,6 +22,8 @@ _DENY_FUNCS = {
     "sql_auto_complete", "which_secret", "load", "install", "pragma", "checkpoint",
     # error() raises on purpose: a data-dependent error would release a bit outside the noise
     "error",
+    # session state outside the query
+    "getvariable",
 }
 _DENY_PREFIXES = ("duckdb_", "pragma_", "read_", "pg_", "sqlite_", "postgres_", "mysql_", "iceberg_", "delta_")
 _NONDETERMINISTIC_TYPES: tuple[type[exp.Expression], ...] = (exp.Rand,)
@@ -69,6 +71,8 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
             isinstance(sub, exp.Select) and sub is not node and not isinstance(sub.parent, (exp.Subquery, exp.Exists))
         ):
             out.append(violation(sub, sql, f"subqueries are not supported in {where}"))
+        if isinstance(sub, (exp.Placeholder, exp.Parameter)):
+            out.append(violation(sub, sql, f"query parameters ($1, ?) are not supported in {where}; write the value into the SQL"))
         if isinstance(sub, exp.Window):
             out.append(violation(sub, sql, "window functions are not supported: they release per-row values"))
     return out
