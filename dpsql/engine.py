@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.errors import ConfigError, ExecutionError
+from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
 from dpsql.rewrite.bound import source_name
 from dpsql.rewrite.render import render
 
@@ -95,6 +95,19 @@ class Engine:
                 raise ExecutionError(
                     f"DuckDB failed while running {what} ({type(e).__name__})",
                     hint="check column types in WHERE/GROUP BY (e.g. comparing text with numbers); run with --debug to see DuckDB's own message",
+                    debug_detail=str(e),
+                ) from None
+
+    def bind_check(self, ast: exp.Expression) -> None:
+        """Bind (type-check) a query without reading any row; refuse it for free if it fails."""
+        desc = exp.Describe(this=ast.copy())
+        with self._lock:
+            try:
+                self._con.sql(render(desc)).fetchall()
+            except duckdb.Error as e:
+                raise QueryTypeError(
+                    f"the query does not type-check against the table's columns ({type(e).__name__}); nothing was charged",
+                    hint="check the types in WHERE / GROUP BY (e.g. text compared with numbers); --debug shows DuckDB's message",
                     debug_detail=str(e),
                 ) from None
 

@@ -13,6 +13,7 @@ are kept on ``ExecutionError.debug_detail`` and shown only with ``--debug``.
     ├── BudgetExceededError         requested, remaining
     ├── LedgerError                 missing, locked, wrong schema version, corrupt
     └── ExecutionError              DuckDB failed on generated SQL
+    (QueryTypeError is both a QueryError and an ExecutionError: DuckDB's binder refused it)
 """
 
 from __future__ import annotations
@@ -124,6 +125,20 @@ class ExecutionError(DPSQLError):
         super().__init__(message, hint=hint)
 
 
+class QueryTypeError(QueryError, ExecutionError):
+    """DuckDB refused the query while binding it (types, functions), before any row was read.
+
+    Costs nothing. It is a QueryError (the SQL is the problem) and, for callers that catch
+    what DuckDB reports, also an ExecutionError.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None, debug_detail: str | None = None):
+        super().__init__(message, hint=hint)
+        self.debug_detail = debug_detail
+
+
 __all__ = [
     "DPSQLError",
     "Violation",
@@ -135,4 +150,5 @@ __all__ = [
     "BudgetExceededError",
     "LedgerError",
     "ExecutionError",
+    "QueryTypeError",
 ]

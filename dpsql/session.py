@@ -352,6 +352,7 @@ class Session:
         if ranged is not None:
             return ranged
         plan, module, cal, _reason, unit = self._prepare(sql, epsilon, delta, options)
+        self._engine.bind_check(self._bounded_ast(plan, cal, unit, SALT_PLACEHOLDER))
         entry = self._ledger.reserve(
             cal.cost, mechanism=cal.mechanism, query=sql, tables=[plan.table.name], params=_ledger_params(cal)
         )
@@ -468,6 +469,7 @@ class Session:
             "queries": len(wl.sqls) if not wl.histogram else int(len(wl.ranges)),
             "stage1_calibration": "safe (spec 2.4): Laplace (Delta_b + Delta_max) * k / epsilon1 on every bucket, no clamping",
         }
+        self._engine.bind_check(ranges.histogram_sql(wl, unit, cap, SALT_PLACEHOLDER))
         entry = self._ledger.reserve(cost, mechanism="dawa", query=text, tables=[table.name], params=params)
         try:
             salt = self._noise.salt()

@@ -546,22 +546,20 @@ FROM (
           FROM (
             SELECT
               "user_id" AS __unit,
-              url AS __k0,
+              TRY(url) AS __k0,
               CASE
-                WHEN CAST("amount" AS DOUBLE) IS NULL
+                WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
                 THEN NULL
-                ELSE LEAST(GREATEST(CAST("amount" AS DOUBLE), 0), 100)
+                ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100)
               END AS __a1_v,
               CASE
-                WHEN CAST("amount" AS DOUBLE) IS NULL
+                WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
                 THEN NULL
-                ELSE LEAST(GREATEST(CAST("amount" AS DOUBLE), 0), 100) - 50
+                ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100) - 50
               END AS __a2_v
             FROM _dpsql_src_events
             WHERE
-              (
-                age >= 18
-              ) AND NOT "user_id" IS NULL
+              TRY(age >= 18) AND NOT "user_id" IS NULL
           ) AS __base
         ) AS __numbered
         QUALIFY
@@ -607,7 +605,7 @@ FROM (
       FROM (
         SELECT
           "user_id" AS __unit,
-          country AS __k0
+          TRY(country) AS __k0
         FROM _dpsql_src_events
         WHERE
           NOT "user_id" IS NULL AND country IN ('US', 'FR')
@@ -647,7 +645,7 @@ FROM (
       FROM (
         SELECT
           "user_id" AS __unit,
-          FLOOR(age / 10) * 10 AS __k0,
+          TRY(FLOOR(age / 10) * 10) AS __k0,
           "url" AS __a0_v
         FROM _dpsql_src_events
         WHERE

@@ -39,7 +39,7 @@ from dpsql.catalog import OrderedDomain, TableSpec
 from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.analyze import _norm, analyze, resolve_unit_column
-from dpsql.rewrite.bound import salted_hash, source_name
+from dpsql.rewrite.bound import guard, salted_hash, source_name
 
 
 @dataclass(frozen=True)
@@ -333,24 +333,24 @@ def histogram_sql(wl: Workload, unit: str, cap: float, salt: str) -> exp.Express
     proj: list[exp.Expression] = [exp.alias_(exp.column(unit, quoted=True), "__unit")]
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit, quoted=True), expression=exp.Null()))
     if wl.base_where is not None:
-        cond = exp.And(this=exp.Paren(this=wl.base_where.copy()), expression=cond)
+        cond = exp.And(this=guard(wl.base_where), expression=cond)
     for i, d in enumerate(wl.dims):
         col = exp.column(d.column, quoted=True)
         dom = d.domain
         if dom.kind == "numeric":
             pos: exp.Expression = exp.Div(
-                this=exp.Paren(this=exp.Sub(this=exp.cast(col.copy(), "DOUBLE"), expression=exp.Literal.number(float(dom.lo)))),
+                this=exp.Paren(this=exp.Sub(this=exp.TryCast(this=col.copy(), to=exp.DataType.build("DOUBLE")), expression=exp.Literal.number(float(dom.lo)))),
                 expression=exp.Literal.number(dom.width),
             )
             lo_b: exp.Expression = exp.Literal.number(float(dom.lo))
             hi_b: exp.Expression = exp.Literal.number(float(dom.hi))
             inside = exp.And(
-                this=exp.GTE(this=exp.cast(col.copy(), "DOUBLE"), expression=lo_b),
-                expression=exp.LT(this=exp.cast(col.copy(), "DOUBLE"), expression=hi_b),
+                this=exp.GTE(this=exp.TryCast(this=col.copy(), to=exp.DataType.build("DOUBLE")), expression=lo_b),
+                expression=exp.LT(this=exp.TryCast(this=col.copy(), to=exp.DataType.build("DOUBLE")), expression=hi_b),
             )
         else:
             assert dom.bin_seconds is not None
-            ts = exp.cast(col.copy(), "TIMESTAMP")
+            ts = exp.TryCast(this=col.copy(), to=exp.DataType.build("TIMESTAMP"))
             lo_ts = exp.cast(exp.Literal.string(str(dom.lo)), "TIMESTAMP")
             hi_ts = exp.cast(exp.Literal.string(str(dom.hi)), "TIMESTAMP")
             pos = exp.Div(
@@ -358,7 +358,9 @@ def histogram_sql(wl: Workload, unit: str, cap: float, salt: str) -> exp.Express
                 expression=exp.Literal.number(dom.bin_seconds),
             )
             inside = exp.And(this=exp.GTE(this=ts.copy(), expression=lo_ts), expression=exp.LT(this=ts.copy(), expression=hi_ts))
-        b = exp.func("least", exp.cast(exp.func("floor", pos), "BIGINT"), exp.Literal.number(d.n - 1))
+        b = exp.func(
+            "least", exp.TryCast(this=exp.func("floor", pos), to=exp.DataType.build("BIGINT")), exp.Literal.number(d.n - 1)
+        )
         proj.append(exp.alias_(b, f"__b{i}"))
         cond = exp.And(this=cond, expression=inside)
     base = exp.select(*proj).from_(src).where(cond).subquery("__base")

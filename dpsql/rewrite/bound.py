@@ -79,11 +79,30 @@ def _clamped(column: str, lo: float, hi: float, shift: float = 0.0) -> exp.Expre
 
     (DuckDB's GREATEST/LEAST skip NULL arguments, so a bare clamp would turn NULL into lo.)
     """
-    c = exp.cast(exp.column(column, quoted=True), "DOUBLE")
+    c = exp.TryCast(this=exp.column(column, quoted=True), to=exp.DataType.build("DOUBLE"))
     e: exp.Expression = exp.func("least", exp.func("greatest", c.copy(), _lit(lo)), _lit(hi))
     if shift:
         e = exp.Sub(this=e, expression=_lit(shift))
     return exp.Case(ifs=[exp.If(this=exp.Is(this=c, expression=exp.Null()), true=exp.Null())], default=e)
+
+
+def guard(expr: exp.Expression) -> exp.Expression:
+    """A user expression made total, so that whether a query fails never depends on data.
+
+    Casts become TRY_CASTs (a value that does not convert is NULL), and the expression is
+    wrapped in DuckDB's TRY(...), which turns any other runtime error (integer overflow,
+    integer division by zero, ...) into NULL: a WHERE row whose predicate errs is dropped,
+    a group key that errs is NULL. Errors DuckDB finds while binding (types) happen before
+    any row is read and are refused for free.
+    """
+
+    def to_try(n: exp.Expression) -> exp.Expression:
+        if type(n) is exp.Cast:
+            return exp.TryCast(this=n.this, to=n.args.get("to"))
+        return n
+
+    e = expr.copy().transform(to_try, copy=False)
+    return exp.Try(this=e)
 
 
 def salted_hash(columns: list[str], salt: str) -> exp.Expression:
@@ -154,7 +173,7 @@ def bounded_query(
 
     # 1. base projection -----------------------------------------------------------------
     proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
-    proj += [exp.alias_(k.expr.copy(), k.name) for k in plan.keys]
+    proj += [exp.alias_(guard(k.expr), k.name) for k in plan.keys]
     value_cols: list[str] = []
     for a in plan.aggregates:
         if a.kind == ir.COUNT_COL:
@@ -174,7 +193,7 @@ def bounded_query(
     user_where = where if where is not None else plan.where
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit_column, quoted=True), expression=exp.Null()))
     if user_where is not None:
-        cond = exp.And(this=exp.Paren(this=user_where.copy()), expression=cond)
+        cond = exp.And(this=guard(user_where), expression=cond)
     dom = _domain_filter(plan) if use_public_domain else None
     if dom is not None:
         cond = exp.And(this=cond, expression=dom)
