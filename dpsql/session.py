@@ -360,7 +360,7 @@ class Session:
             salt = self._noise.salt()
             bounded = self._engine.fetch_arrow(self._bounded_ast(plan, cal, unit, salt))
             released, accuracy = module.release(plan, bounded, cal, self._noise)
-            table = self._post_process(plan, released)
+            table = self._post_process(plan, released, accuracy)
         except BaseException as e:  # a failed run still counts: mark it, then re-raise
             reason = type(e).__name__
             if isinstance(e, DPSQLError):
@@ -524,11 +524,24 @@ class Session:
         return WorkloadRelease(table=table, cost=cost, mechanism=mech, accuracy={"count": acc}, ledger_id=entry,
                                reused=reused, details=det)
 
-    def _post_process(self, plan: ir.QueryPlan, released: pa.Table) -> pa.Table:
-        """Select outputs, then HAVING / ORDER BY / LIMIT on the released (noisy) values only."""
+    def _post_process(
+        self, plan: ir.QueryPlan, released: pa.Table, accuracy: dict[str, dict[str, Any]] | None = None
+    ) -> pa.Table:
+        """Select outputs, then HAVING / ORDER BY / LIMIT on the released (noisy) values only.
+
+        Per-row interval columns (``<agg>__ci``) ride along hidden and are moved into
+        ``accuracy[agg]["per_row_ci95_half_width"]`` in the final row order.
+        """
+        hidden = [
+            (o.source, f"__ci_{i}")
+            for i, o in enumerate(plan.outputs)
+            if o.source is not None and f"{o.source}__ci" in released.column_names
+        ]
 
         def build(rel: str) -> exp.Expression:
-            q = exp.select(*[exp.alias_(o.expr.copy(), o.name, quoted=True) for o in plan.outputs]).from_(
+            items = [exp.alias_(o.expr.copy(), o.name, quoted=True) for o in plan.outputs]
+            items += [exp.alias_(exp.column(f"{src}__ci"), alias, quoted=True) for src, alias in hidden]
+            q = exp.select(*items).from_(
                 exp.to_table(rel)
             )
             if plan.having is not None:
@@ -542,7 +555,12 @@ class Session:
                 q = q.offset(plan.offset)
             return q
 
-        return self._engine.post_process(released, build)
+        out = self._engine.post_process(released, build)
+        for src, alias in hidden:
+            if accuracy is not None and src in accuracy:
+                accuracy[src] = {**accuracy[src], "per_row_ci95_half_width": out.column(alias).to_pylist()}
+            out = out.drop_columns([alias])
+        return out
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -271,10 +271,6 @@ def test_every_output_column_has_an_accuracy_entry(events: pa.Table) -> None:
     assert len(r.accuracy["a"]["per_row_ci95_half_width"]) == r.table.num_rows
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (session.py / mechanisms/common.py): AVG's per_row_ci95_half_width is computed for the rows before "
-    "HAVING / ORDER BY / LIMIT, so it no longer lines up with Release.table (wrong length and order)"
-))
 def test_avg_per_row_interval_follows_post_processing(events: pa.Table) -> None:
     sql = "SELECT country, COUNT(*) AS n, AVG(amount) AS a FROM events GROUP BY country"
     with zero_session(events) as s:

@@ -118,6 +118,8 @@ def finish_release(
                 sn = cal.std(a.name + "_cnt")
                 nn = np.maximum(n, 1)
                 std_row = np.sqrt((ss / nn) ** 2 + ((s / nn) * (sn / nn)) ** 2)
+            # per-row half-widths travel with the rows (hidden column) through HAVING/ORDER/LIMIT
+            cols[a.name + "__ci"] = pa.array(Z95 * std_row + g / 2, type=pa.float64())
             accuracy[a.name] = {
                 "noise_std": None,
                 "ci95_half_width": None,
