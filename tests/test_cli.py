@@ -220,6 +220,7 @@ EXIT_CASES = [
     (["query", "SELECT COUNT(*) FROM", "--epsilon", "1"], 2),
     (["explain", "DROP TABLE events", "--epsilon", "1"], 2),
     (["query", "SELECT SUM(user_id) FROM events", "--epsilon", "1"], 2),
+    (["query", "SELECT COUNT(*) FROM events WHERE url + 1 > 0", "--epsilon", "1"], 2),  # type error: free
     # config errors
     (["query", "SELECT COUNT(*) FROM events", "--epsilon", "nan"], 2),
     (["query", "SELECT COUNT(*) FROM events", "--epsilon", "-1"], 2),
@@ -241,7 +242,7 @@ EXIT_CASES = [
     # budget exceeded
     (["query", "SELECT COUNT(*) FROM events", "--epsilon", "10.5"], 3),
     (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--delta", "1e-4"], 3),
-    # (exit code 1, DuckDB failing on the data, is in test_execution_error_hides_cells_unless_debug)
+    # (exit code 1, DuckDB failing after the charge, is in test_errors_hide_cells_unless_debug)
 ]
 
 
@@ -281,22 +282,40 @@ def test_ledger_errors_exit_4(workdir: Path, capsys: pytest.CaptureFixture[str])
     assert run(["--ledger", str(workdir / "missing.duckdb"), "budget"]) == 4
 
 
-def test_execution_error_hides_cells_unless_debug(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_errors_hide_cells_unless_debug(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
     pq.write_table(make_events(sentinel="SENTINEL_SECRET_42"), workdir / "secret.parquet")
     assert run(["init", "--epsilon", "5", "--ledger", "s.duckdb"]) == 0
     flags = ["--ledger", "s.duckdb", "--table", "t=secret.parquet", "--privacy-unit", "t=user_id"]
-    for sql in ("SELECT COUNT(*) FROM t WHERE CAST(url AS INTEGER) > 3", "SELECT COUNT(*) FROM t WHERE url + 1 > 0"):
-        capsys.readouterr()
-        assert run([*flags, "query", sql, "--epsilon", "0.1"]) == 1
-        out, err = capsys.readouterr()
-        assert "ExecutionError" in err and "SENTINEL" not in err + out
-    # --debug shows DuckDB's own message, which does quote the cell (the control for the check above)
-    assert run([*flags, "--debug", "query", "SELECT COUNT(*) FROM t WHERE CAST(url AS INTEGER) > 3", "--epsilon", "0.1"]) == 1
+    # a value that does not convert is NULL (the outcome never depends on one person's data)
+    capsys.readouterr()
+    assert run([*flags, "query", "SELECT COUNT(*) FROM t WHERE CAST(url AS INTEGER) > 3", "--epsilon", "0.1"]) == 0
+    out, err = capsys.readouterr()
+    assert "SENTINEL" not in out + err
+    # a type error is found before any row is read: a query error, free
+    assert run([*flags, "query", "SELECT COUNT(*) FROM t WHERE url + 1 > 0", "--epsilon", "0.1"]) == 2
+    out, err = capsys.readouterr()
+    assert "QueryTypeError" in err and "SENTINEL" not in out + err
+    # DuckDB failing after the charge (simulated: its messages can quote cells) exits 1 and shows
+    # DuckDB's own message only with --debug (the control for the check above)
+    from dpsql.engine import Engine
+    from dpsql.errors import ExecutionError
+
+    def failing(self, ast, *, what="the bounded query"):  # type: ignore[no-untyped-def]
+        raise ExecutionError("DuckDB failed while running the bounded query (ConversionException)",
+                             debug_detail="Conversion Error: Could not convert string 'SENTINEL_SECRET_42' to INT32")
+
+    monkeypatch.setattr(Engine, "fetch_arrow", failing)
+    assert run([*flags, "query", "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]) == 1
+    out, err = capsys.readouterr()
+    assert "ExecutionError" in err and "SENTINEL" not in out + err
+    assert run([*flags, "--debug", "query", "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]) == 1
     assert "SENTINEL_SECRET_42" in capsys.readouterr().err
-    # the ledger history shown by the CLI does not quote it either
+    # the ledger: the failed runs count, the type error does not; the history quotes no cell
     assert run(["--ledger", "s.duckdb", "budget", "--history"]) == 0
     out = capsys.readouterr().out
     assert "failed" in out and "SENTINEL" not in out
+    assert "spent:     epsilon=0.3 delta=0" in out
 
 
 def test_subprocess_entry_point(workdir: Path) -> None:
