@@ -150,7 +150,7 @@ def one_config(
     hb = hb_strategy(wl, n)
     hb_setup = time.perf_counter() - t0
     acc: dict[str, list[float]] = {
-        k: [] for k in ("dawa", "identity", "hb", "t_dawa", "t_identity", "t_hb", "k")
+        k: [] for k in ("dawa", "identity", "hb", "t_dawa", "cpu_dawa", "t_identity", "t_hb", "k")
     }
     for seed in range(seeds):
         x = sample(x0, scale, 1_000_003 * seed + 17)
@@ -158,7 +158,9 @@ def one_config(
         tag = f"{name}/{scale}/{eps}/{wkind}/{seed}"
         rng = seeded_noise("dawa:" + tag)
         t = time.perf_counter()
+        c = time.process_time()
         syn = dawa(x, wl, eps, rng, **_dawa_kw(opts))
+        acc["cpu_dawa"].append(time.process_time() - c)
         acc["t_dawa"].append(time.perf_counter() - t)
         acc["dawa"].append(float(np.mean(np.abs(syn.answer(wl) - truth))))
         acc["k"].append(float(syn.starts.size))
@@ -189,6 +191,7 @@ def one_config(
         "time_s": {
             "dawa": mean["t_dawa"],
             "dawa_median": float(np.median(acc["t_dawa"])),
+            "dawa_cpu": mean["cpu_dawa"],
             "identity": mean["t_identity"],
             "hb": mean["t_hb"],
             "hb_strategy_setup": hb_setup,
@@ -306,6 +309,8 @@ def compare(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "dawa_time_s_median": r["time_s"]["dawa_median"],
                 "speedup_vs_reference": ref["time_s"] / r["time_s"]["dawa"],
                 "speedup_vs_reference_median": ref["time_s"] / r["time_s"]["dawa_median"],
+                "dawa_cpu_time_s": r["time_s"]["dawa_cpu"],
+                "speedup_vs_reference_cpu": ref["time_s"] / r["time_s"]["dawa_cpu"],
                 "target_speedup_ge_10": ref["time_s"] / r["time_s"]["dawa"] >= 10,
                 "ratio_dawa_over_identity": mae["dawa"] / mae["identity"],
                 "ratio_dawa_over_hb": mae["dawa"] / mae["hb"],
@@ -331,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = {"ratio": args.ratio, "penalty": args.penalty, "alignment": args.alignment}
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
+    load_start = os.getloadavg()
     rows = []
     configs: list[tuple[str, int | None, float, str]] = []
     if args.quick:
@@ -381,6 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_plot:
         result["plot"] = plot(args.data, args.out, opts)
     result["wall_time_s"] = time.perf_counter() - t_start
+    # other processes on the machine inflate wall times; the load average gives the context
+    result["load_average_1_5_15_min"] = {
+        "start": list(load_start),
+        "end": list(os.getloadavg()),
+        "cpus": os.cpu_count(),
+    }
     text = json.dumps(result, indent=2)
     with open(os.path.join(args.out, "dawa.json"), "w") as f:
         f.write(text + "\n")

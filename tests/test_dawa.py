@@ -531,3 +531,24 @@ def test_stage1_scale_helper_rejects_bad_lengths():
         stage1_noise_scales(np.array([1, 32]), 1.0, 16)
     with pytest.raises(ConfigError):
         stage1_noise_scales(2, 0.0, 16)
+
+
+def test_dp_variants_agree():
+    """The blocked (any-start dyadic), matrix (all intervals) and sparse DPs give the same argmin."""
+    from dpsql.mechanisms._dawa_partition import _dp_sparse, _least_cost
+
+    gen = np.random.default_rng(25)
+    for n, kw in (
+        (700, {"dyadic": True, "alignment": "none"}),
+        (150, {"dyadic": False}),
+        (1000, {"dyadic": True, "alignment": "half"}),
+    ):
+        starts, lengths = candidate_buckets(n, **kw)
+        for _ in range(3):
+            costs = gen.normal(3.0, 4.0, starts.size)  # negative costs too: no clamping anywhere
+            c1, p1 = _least_cost(n, starts, lengths, costs)
+            c2, p2 = _dp_sparse(n, starts, lengths, costs)
+            assert p1 == p2
+            assert c1 == pytest.approx(c2, abs=1e-9)
+            idx = {(int(s), int(L)): i for i, (s, L) in enumerate(zip(starts, lengths, strict=True))}
+            assert c1 == pytest.approx(sum(costs[idx[(a, b - a + 1)]] for a, b in p1), abs=1e-9)

@@ -84,7 +84,7 @@ class IntervalWorkload:
         q, a, b = q[order], a[order], b[order]
         if q.size:
             # merge within a query: a new run starts where the query changes or after a gap
-            qstart = _cat[True, q[1:] != q[:-1]]
+            qstart = np.concatenate(([True], q[1:] != q[:-1]))
             run_hi = _segmented_cummax(b, np.cumsum(qstart) - 1)
             new_run = qstart.copy()
             new_run[1:] |= a[1:] > run_hi[:-1] + 1
@@ -123,17 +123,6 @@ class IntervalWorkload:
         c = np.zeros((self.n_queries, self.n + 1))
         np.cumsum(d, axis=1, out=c[:, 1:])
         return (c[:, en + 1] - c[:, st]) / (en - st + 1)
-
-
-class _Concat:
-    """``_cat[a, b, ...]``: concatenation of scalars and 1-D arrays (a cheap ``np.r_``)."""
-
-    def __getitem__(self, items: object) -> np.ndarray:
-        parts = items if isinstance(items, tuple) else (items,)
-        return np.concatenate([np.atleast_1d(np.asarray(p)) for p in parts])
-
-
-_cat = _Concat()
 
 
 def _segmented_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
@@ -252,7 +241,7 @@ def _tree_levels(n_groups: int, branch: int) -> list[np.ndarray]:
     levels = [np.zeros(1, dtype=np.int64)]
     while True:
         starts = levels[-1]
-        sizes = np.diff(_cat[starts, n_groups])
+        sizes = np.diff(starts, append=n_groups)
         if np.all(sizes == 1):
             return levels
         nc = np.where(sizes > 1, np.minimum(branch, sizes), 1)
@@ -391,10 +380,10 @@ class HierarchicalStrategy:
 
     def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Measured queries ``(first_bucket, last_bucket_exclusive, weight)``, level by level."""
-        gb = _cat[self.group_first_bucket, self.n_buckets]
+        gb = np.append(self.group_first_bucket, self.n_buckets)
         lo_l, hi_l, w_l = [], [], []
         for starts, w in zip(self.levels, self.weights, strict=True):
-            ends = _cat[starts[1:], self.n_groups]
+            ends = np.append(starts[1:], self.n_groups)
             m = w > 0
             lo_l.append(gb[starts[m]])
             hi_l.append(gb[ends[m]])
@@ -413,8 +402,8 @@ class HierarchicalStrategy:
         """Σ_v c_v over the nodes containing each bucket (the L1 norm of each column of A)."""
         col = np.zeros(self.n_groups)
         for starts, w in zip(self.levels, self.weights, strict=True):
-            col += np.repeat(w, np.diff(_cat[starts, self.n_groups]))
-        return np.repeat(col, np.diff(_cat[self.group_first_bucket, self.n_buckets]))
+            col += np.repeat(w, np.diff(starts, append=self.n_groups))
+        return np.repeat(col, np.diff(self.group_first_bucket, append=self.n_buckets))
 
     def l1_sensitivity(self) -> float:
         """‖A‖₁ (max column L1 norm): the stage-2 sensitivity when one y_i changes by 1."""
@@ -445,7 +434,7 @@ class HierarchicalStrategy:
         out = []
         used = 0
         for starts, w in zip(self.levels, self.weights, strict=True):
-            ends = _cat[starts[1:], self.n_groups]
+            ends = np.append(starts[1:], self.n_groups)
             z = np.full(starts.size, np.nan)
             m = w > 0
             cnt = int(np.count_nonzero(m))
@@ -492,11 +481,11 @@ class HierarchicalStrategy:
         for d in range(n_lv - 1):
             s = np.add.reduceat(est[d + 1], first[d])
             vs = np.add.reduceat(var[d + 1], first[d])
-            sizes = np.diff(_cat[first[d], est[d + 1].size])
+            sizes = np.diff(first[d], append=est[d + 1].size)
             resid = np.repeat((final - s) / vs, sizes)
             final = est[d + 1] + var[d + 1] * resid
         lens = self.bucket_lengths.astype(np.float64)
-        counts = np.diff(_cat[self.group_first_bucket, self.n_buckets])
+        counts = np.diff(self.group_first_bucket, append=self.n_buckets)
         glen = np.add.reduceat(lens, self.group_first_bucket)
         return np.repeat(final / glen, counts) * lens
 
@@ -520,9 +509,9 @@ def _choose_splits(
     # queries covering a node's (true) parent entirely
     parent_full: list[np.ndarray] = [np.zeros(1)]
     for d in range(n_lv - 1):
-        sizes = np.diff(_cat[levels[d], n_groups])
+        sizes = np.diff(levels[d], append=n_groups)
         _, nf, _ = qfun(d, levels[d], u)
-        nch = np.diff(_cat[first[d], levels[d + 1].size])
+        nch = np.diff(first[d], append=levels[d + 1].size)
         par = np.repeat(np.arange(levels[d].size), nch)
         parent_full.append(np.where(sizes[par] > 1, nf[par], parent_full[d][par]))
     q_part, n_full, _ = qfun(n_lv - 1, levels[-1], u)
@@ -531,7 +520,7 @@ def _choose_splits(
     p_levels[-1] = np.ones(levels[-1].size)
     for d in range(n_lv - 2, -1, -1):
         starts = levels[d]
-        sizes = np.diff(_cat[starts, n_groups])
+        sizes = np.diff(starts, append=n_groups)
         t_children = np.add.reduceat(trace, first[d])
         internal = sizes > 1
         q_part, n_full, kappa = qfun(d, starts, u)
@@ -574,12 +563,12 @@ def _weights_from_p(levels: list[np.ndarray], p_levels: list[np.ndarray], n_grou
             weights.append(mult.copy())
             break
         weights.append((1.0 - p_levels[d]) * mult)
-        nch = np.diff(_cat[first[d], levels[d + 1].size])
+        nch = np.diff(first[d], append=levels[d + 1].size)
         mult = np.repeat(mult * p_levels[d], nch)
     # guard against rounding: ‖A‖₁ must not exceed 1
     col = np.zeros(n_groups)
     for starts, w in zip(levels, weights, strict=True):
-        col += np.repeat(w, np.diff(_cat[starts, n_groups]))
+        col += np.repeat(w, np.diff(starts, append=n_groups))
     top = float(np.max(col))
     if top > 1.0:
         weights = [w / top for w in weights]
@@ -620,9 +609,9 @@ def greedy_h(
     if isinstance(workload, IntervalWorkload):
         st, en = _normalise_buckets(buckets, workload.n)
         cut = _group_buckets_intervals(workload, st, en)
-        gfirst = np.flatnonzero(_cat[True, cut])
+        gfirst = np.flatnonzero(np.concatenate(([True], cut)))
         g_lo = st[gfirst]
-        g_hi = _cat[st[gfirst[1:]] - 1, workload.n - 1]
+        g_hi = np.append(st[gfirst[1:]] - 1, workload.n - 1)
         qfun = _IntervalQ(workload, g_lo, g_hi)
         lengths = en - st + 1
     else:
@@ -632,7 +621,7 @@ def greedy_h(
         if buckets is not None:
             raise ConfigError("with a dense W̄ the buckets are its columns; pass buckets=None")
         cut = _group_buckets_dense(wbar)
-        gfirst = np.flatnonzero(_cat[True, cut])
+        gfirst = np.flatnonzero(np.concatenate(([True], cut)))
         qfun = _DenseQ(wbar[:, gfirst])
         lengths = np.ones(wbar.shape[1], dtype=np.int64)
     n_groups = gfirst.size

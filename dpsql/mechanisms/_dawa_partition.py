@@ -325,6 +325,8 @@ def _least_cost(
     lens = np.unique(lengths)
     if lens[0] != 1 or np.count_nonzero(lengths == 1) != n:
         raise ValueError("every singleton must be a candidate, otherwise some n have no partition")
+    if lens.size <= 64 and starts.size <= _SPARSE_FACTOR * n:
+        return _dp_sparse(n, starts, lengths, costs)
     # per length, the cost of the bucket starting at s (+inf where [s, s+L-1] is no candidate)
     cost_of: list[np.ndarray] = []
     for L in lens.tolist():
@@ -357,6 +359,43 @@ def _least_cost(
         r -= L
     parts.reverse()
     return float(best[n]), parts
+
+
+#: candidate sets with at most this many buckets per bin use the candidate-by-candidate DP
+_SPARSE_FACTOR = 6
+
+
+def _dp_sparse(n: int, starts: np.ndarray, lengths: np.ndarray, costs: np.ndarray) -> tuple[float, Partition]:
+    """The DP for sparse candidate sets (e.g. half-aligned dyadic, about 4n buckets).
+
+    Candidates are relaxed in order of right end, then length: when the buckets ending at e are
+    relaxed, every C[s] with s < e is final; strict improvement keeps the shortest of tied lengths.
+    O(#candidates) Python steps.
+    """
+    ends = starts + lengths
+    order = np.lexsort((lengths, ends))
+    best = [float("inf")] * (n + 1)
+    best[0] = 0.0
+    choice = [0] * (n + 1)
+    for e, s, c, L in zip(
+        ends[order].tolist(),
+        starts[order].tolist(),
+        costs[order].tolist(),
+        lengths[order].tolist(),
+        strict=True,
+    ):
+        v = best[s] + c
+        if v < best[e]:
+            best[e] = v
+            choice[e] = L
+    parts: Partition = []
+    r = n
+    while r > 0:
+        L = choice[r]
+        parts.append((r - L, r - 1))
+        r -= L
+    parts.reverse()
+    return best[n], parts
 
 
 #: block size of the blocked DP: lengths >= this are relaxed with numpy, shorter ones in Python
@@ -481,7 +520,8 @@ def partition_cost(
     return float(np.sum(devs) + st.size * float(sensitivity) / eps2)
 
 
-def _check_partition(partition: Sequence[tuple[int, int]], n: int) -> tuple[np.ndarray, np.ndarray]:
+def _check_partition(partition: object, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate closed intervals ``(start, end)`` covering 0..n-1 in order; return both columns."""
     arr = np.asarray(partition, dtype=np.int64).reshape(-1, 2)
     st, en = arr[:, 0], arr[:, 1]
     if st.size == 0 or st[0] != 0 or en[-1] != n - 1 or np.any(en < st) or np.any(st[1:] != en[:-1] + 1):

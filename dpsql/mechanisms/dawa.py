@@ -8,29 +8,50 @@ Privacy claim
 ``dawa(x, ranges, epsilon, rng, sensitivity=k)`` is ``epsilon``-differentially private with
 respect to the neighbouring relation "x and x' differ by at most k in L1 norm" (k = 1: add or
 remove one record, which changes one bin by 1). User-level privacy is the caller's job: bound each
-user to k rows and pass ``sensitivity=k``; every noise scale below is multiplied by k (for stage 1
-this is group privacy over k unit changes, each costing epsilon1/k).
+user to k rows and pass ``sensitivity=k``; every noise scale below is multiplied by k (stage 1 is
+then epsilon1/k-DP per unit change and epsilon1-DP for k of them by group privacy; stage 2 has
+L1 sensitivity k ‖A‖₁ <= k).
 
-* Stage 1 (spec 2.2, 2.4), epsilon1 = ratio * epsilon (default ratio 0.25, spec 2.7): every
-  candidate bucket b (dyadic lengths by default: 1, 2, 4, ... <= n, every start) has cost
-  bcost(x, b) = dev(x, b) + k/epsilon2 with dev(x, b) = Σ_{j∈b} |x_j − mean_b|, whose sensitivity
-  is Δ_b = 2(1 − 1/|b|) for buckets containing the changed bin and 0 for all others. Each cost gets
-  independent Laplace noise of scale k (Δ_b + Δ_max)/epsilon1, Δ_max = 2(1 − 1/L_max) with L_max
-  the longest candidate length — singletons included (scale k Δ_max/epsilon1) — and the partition
-  of least noisy cost is chosen with NO clamping of the noisy costs. This is the SAFE calibration
-  of spec 2.4 (a report-noisy-min argument over the buckets through the changed bin); it is
-  deliberately more conservative than the published reference code (ektelo / dpcomp_core), which
-  uses half this scale for |b| >= 2, leaves singletons noiseless and clamps noisy costs at
-  1/epsilon2 — a calibration spec 2.4 shows empirically to exceed epsilon1 (log-ratio 2.31 at
-  epsilon1 = 1), and which ``tests/test_dawa_privacy.py`` catches as a negative control.
+* Stage 1 (spec 2.2, 2.4), epsilon1 = ratio * epsilon (default ratio 0.25, spec 2.7). Every
+  candidate bucket b has cost bcost(x, b) = dev(x, b) + k/epsilon2 + penalty, with
+  dev(x, b) = Σ_{j∈b} |x_j − mean_b|, whose sensitivity is Δ_b = 2(1 − 1/|b|) for the buckets
+  containing the changed bin and 0 for all others (the other two terms are public constants).
+  Each cost gets independent Laplace noise of scale k (Δ_b + Δ_max)/epsilon1,
+  Δ_max = 2(1 − 1/L_max) with L_max the longest candidate length — singletons included (scale
+  k Δ_max/epsilon1) — and the partition of least noisy cost is chosen with NO clamping of the
+  noisy costs. This is the SAFE calibration of spec 2.4 (a report-noisy-min argument over the
+  buckets through the changed bin, valid for any public candidate set containing the
+  singletons). It is deliberately MORE CONSERVATIVE than the published reference code (ektelo /
+  dpcomp_core), which uses half this scale for |b| >= 2, leaves singletons noiseless and clamps
+  noisy costs at 1/epsilon2 — a calibration spec 2.4 shows empirically to exceed epsilon1
+  (log-ratio 2.31 at epsilon1 = 1), and which ``tests/test_dawa_privacy.py`` catches as a
+  negative control.
 * Stage 2 (spec 2.3), epsilon2 = epsilon − epsilon1: bucket totals y = B(x) (one record moves one
   y_i by 1); GreedyH picks a weighted hierarchical strategy A from the workload and the partition
   only, with ‖A‖₁ <= 1 (weights on every root-to-leaf path sum to 1, renormalised against
-  rounding); z = A y + Lap(k/epsilon2) per measured row is epsilon2-DP.
+  rounding); z = A y + Lap(k/epsilon2) on every measured row is epsilon2-DP.
 * Sequential composition (spec 2.5): epsilon1 + epsilon2 = epsilon. Least squares, uniform
   expansion, answering later ranges, coarsening and serialisation are post-processing.
-* With ``partition=`` a public, data-independent partition skips stage 1 and all of epsilon goes
-  to stage 2.
+* With ``partition=`` a public, data-independent partition replaces stage 1 and all of epsilon
+  goes to stage 2.
+
+Choices that differ from the spec's defaults (utility only; none changes the privacy argument)
+--------------------------------------------------------------------------------------------
+* Candidate buckets: dyadic lengths with starts at multiples of L/2 (``alignment="half"``, about
+  4n buckets) instead of every start (spec 2.7; ``alignment="none"``), and a public per-bucket
+  cost offset ``bucket_penalty`` = 1.75 × the largest stage-1 noise scale. Without the clamp of
+  the reference code, the argmin over noisy costs rewards every extra bucket with its favourable
+  noise (a winner's curse), so runs of empty bins are cut into hundreds of buckets; both choices
+  counter this. They were selected on 56 DPBench configurations (7 datasets × 2 scales × 2
+  epsilons × 2 workloads, ``benchmarks/dawa.py``); ``alignment="none", bucket_penalty=0`` gives
+  the spec's plain stage 1.
+* GreedyH chooses each node's split p by the exact least-squares error of the queries relevant
+  to the node — those meeting the node but not covering its parent entirely (queries covering the
+  parent are served by the ancestors' measurements) — instead of the reference code's
+  branch^(-depth/2) damping; the root's value is the exact workload error of the final strategy.
+* Adjacent buckets that no query can tell apart (identical columns of W̄) are merged into one
+  group measured as a whole (spec 2.3 makes such tree nodes leaves); the group total is spread
+  over its buckets by length.
 
 Released values: the synopsis holds the raw float estimates (bucket totals, and the per-bin
 uniform expansion derived from them). The caller rounds them to its declared granularity before
@@ -38,24 +59,26 @@ release (:meth:`DawaSynopsis.rounded`, i.e. :func:`dpsql.noise.round_to_granular
 post-processing and keeps float sample bits out of the output; ``to_json`` stores whatever the
 synopsis holds, so store a rounded synopsis.
 
-Noise: every Laplace variate comes from the ``rng`` argument (a :class:`dpsql.noise.NoiseSource`):
-stage 1 draws one vector of len(candidates) variates, stage 2 one of n_measurements.
+Noise: every Laplace variate comes from the ``rng`` argument (a :class:`dpsql.noise.NoiseSource`;
+no seeds, no global RNG): stage 1 draws one vector of len(candidates) variates, stage 2 one of
+n_measurements.
 
-Complexity (n bins, dyadic candidates, m queries given as I intervals, k buckets grouped into K
-groups of workload-indistinguishable adjacent buckets, branch b, granularity g):
+Complexity (n bins; c candidate buckets: ≈ 4n half-aligned, O(n log n) any-start dyadic, O(n²)
+all intervals; m queries given as I intervals; k buckets in K groups; branch b; granularity g):
 
-* stage 1 costs: O(n log n · log U) with U <= n distinct counts (a wavelet matrix answers "count
-  and sum of the values below the window mean" per window; spec 2.2's sliding order-statistics
-  tree done offline and vectorised) = O(n log² n);
-* stage 1 least-cost partition: O(n log n) DP over right endpoints (all intervals: O(n²) costs
-  and DP, n <= 2048);
+* stage 1 costs: O(c log U), U <= n distinct counts (windows of length <= 32 directly, longer ones
+  by a wavelet matrix answering "count and sum of the values below the window mean" — spec 2.2's
+  order-statistics sliding window done offline and vectorised): O(n log n) half-aligned,
+  O(n log² n) any-start dyadic;
+* stage 1 least-cost partition: O(n log n) DP over right endpoints (all intervals: O(n²));
 * GreedyH: O((I log K + n + g K) log_b K);
 * measurement + least squares (two passes over the tree) + uniform expansion: O(K log_b K + n);
 * answering m ranges: O(n + m) by prefix sums (no dense n × n or m × n matrices anywhere).
 
 2-D (spec 2.6): the grid is zero-padded to a d × d square (d a power of two), cells are listed in
-Hilbert order (:func:`hilbert_order`), rectangles become unions of runs of Hilbert positions
-(0/1 interval queries), 1-D DAWA runs on the d² vector and estimates are mapped back.
+Hilbert order (:func:`hilbert_order`, the orientation of the spec vectors), rectangles become
+unions of runs of Hilbert positions (0/1 interval queries, O(perimeter) each), 1-D DAWA runs on the
+d² vector and estimates are mapped back; rectangles are answered by 2-D prefix sums.
 """
 
 from __future__ import annotations
@@ -158,7 +181,7 @@ class DawaSynopsis:
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_partition(list(zip(self.starts.tolist(), self.ends.tolist(), strict=True)), self.n)
+        _check_partition(np.stack([self.starts, self.ends], axis=1), self.n)
         if self.bucket_totals.shape != self.starts.shape:
             raise ConfigError("one bucket total per bucket is required")
 
