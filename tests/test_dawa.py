@@ -20,6 +20,7 @@ from dpsql.mechanisms.dawa import (
     dawa,
     dawa_2d,
     greedy_h,
+    grid_order,
     hilbert_index,
     hilbert_order,
     l1_partition,
@@ -249,6 +250,13 @@ def test_zero_noise_piecewise_constant_data_is_exact(alignment):
     assert len(syn.partition) <= 12
 
 
+def test_zero_noise_2d_non_square_grid_keeps_mass_off_padding():
+    grid = np.ones((3, 5))
+    syn = dawa_2d(grid, [[0, 2, 0, 4], [1, 1, 1, 3]], 1.0, zero_noise())
+    assert syn.grid().sum() == pytest.approx(15.0)
+    assert np.allclose(syn.answer_rects([[0, 2, 0, 4], [1, 1, 1, 3]]), [15.0, 3.0])
+
+
 def test_zero_noise_2d_is_exact_on_quadtree_blocks():
     grid = np.zeros((16, 16))
     grid[:8, :8] = 5
@@ -409,6 +417,17 @@ def test_hilbert_order_is_a_curve():
         hilbert_order(6)
 
 
+def test_grid_order_skips_padding_and_follows_the_curve():
+    cells, index = grid_order((5, 3))
+    assert cells.shape == (15, 2)
+    assert np.array_equal(index[cells[:, 0], cells[:, 1]], np.arange(15))
+    full = hilbert_order(8)
+    keep = (full[:, 0] < 5) & (full[:, 1] < 3)
+    assert np.array_equal(cells, full[keep])  # same curve, padding skipped
+    cells, index = grid_order((4, 4))
+    assert np.array_equal(cells, hilbert_order(4))
+
+
 def test_rects_to_workload_brute_force():
     gen = np.random.default_rng(22)
     for _ in range(150):
@@ -418,11 +437,11 @@ def test_rects_to_workload_brute_force():
         c = np.sort(gen.integers(0, n2, (m, 2)), axis=1)
         rects = np.c_[r, c]
         wl = rects_to_workload(rects, (n1, n2))
-        d = 1 << max(0, (max(n1, n2) - 1).bit_length())
-        idx = hilbert_index(d)
+        assert wl.n == n1 * n2
+        _, idx = grid_order((n1, n2))
         dense = wl.to_dense()
         for q, (a, b, e, f) in enumerate(rects):
-            want = np.zeros(d * d)
+            want = np.zeros(n1 * n2)
             want[idx[a : b + 1, e : f + 1].ravel()] = 1
             assert np.array_equal(dense[q], want)
         # runs are maximal: disjoint and not adjacent within a query
@@ -437,7 +456,7 @@ def test_dawa_2d_synopsis(tmp_path):
     c = np.sort(gen.integers(0, 13, (50, 2)), axis=1)
     rects = np.c_[r, c]
     syn = dawa_2d(grid, rects, 1.0, seeded_noise("2d"))
-    assert syn.side == 32 and syn.flat.n == 1024
+    assert syn.side == 32 and syn.flat.n == 20 * 13  # padding cells are not part of the vector
     g = syn.grid()
     assert g.shape == (20, 13)
     assert np.allclose(syn.answer_rects(rects), [g[a : b + 1, e : f + 1].sum() for a, b, e, f in rects])

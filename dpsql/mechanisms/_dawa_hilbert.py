@@ -1,9 +1,10 @@
 """Hilbert-curve order of a d x d grid and the mapping of rectangles to interval workloads (spec 2.6).
 
+The grid is padded to a d x d square (d a power of two) only to define the curve; padding cells are
+skipped, so the 1-D vector has exactly n1 n2 entries.
+
 Complexity: the order is O(d² log d) vectorised; a rectangle becomes the runs of consecutive
-Hilbert positions inside it, found from its border cells only (a run starts at a cell whose curve
-predecessor lies outside the rectangle, and every such cell is on the border because the curve
-moves between 4-neighbours), so O(perimeter) per rectangle.
+positions inside it, found from its border cells only, so O(perimeter) per rectangle.
 """
 
 from __future__ import annotations
@@ -62,11 +63,33 @@ def side_for(shape: tuple[int, int]) -> int:
     return 1 << max(0, (m - 1).bit_length())
 
 
-def rects_to_workload(rects: object, shape: tuple[int, int], d: int | None = None) -> IntervalWorkload:
-    """Rectangles ``(r0, r1, c0, c1)`` (inclusive, on a grid of ``shape``) as 0/1 queries over the
-    d² Hilbert positions of the padded square: one query per rectangle, as runs of positions."""
+def grid_order(shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The cells of an n1 x n2 grid in the Hilbert order of its padded d x d square, padding skipped.
+
+    Returns ``(cells, index)``: ``cells`` is (n1 n2, 2) of (row, col) in curve order and
+    ``index[row, col]`` the position of a cell in that list. Skipping the padding (spec 2.6 pads
+    with zeros) keeps the vector at n1 n2 entries and stops estimates leaking into cells that
+    cannot hold data; consecutive real cells stay neighbours except where the curve crosses padding.
+    """
     n1, n2 = int(shape[0]), int(shape[1])
-    d = side_for((n1, n2)) if d is None else _check_side(d)
+    if n1 < 1 or n2 < 1:
+        raise ConfigError("the grid must have at least one row and one column")
+    order = hilbert_order(side_for((n1, n2)))
+    cells = order[(order[:, 0] < n1) & (order[:, 1] < n2)]
+    index = np.empty((n1, n2), dtype=np.int64)
+    index[cells[:, 0], cells[:, 1]] = np.arange(cells.shape[0], dtype=np.int64)
+    return cells, index
+
+
+def rects_to_workload(rects: object, shape: tuple[int, int]) -> IntervalWorkload:
+    """Rectangles ``(r0, r1, c0, c1)`` (inclusive, on a grid of ``shape``) as 0/1 queries over the
+    n1 n2 positions of :func:`grid_order`: one query per rectangle, as maximal runs of positions.
+
+    A run starts at a cell whose predecessor in the order lies outside the rectangle; its curve
+    predecessor is a 4-neighbour (a padding cell or the previous real cell), so run starts and
+    ends are border cells of the rectangle and only the border is examined: O(perimeter) each.
+    """
+    n1, n2 = int(shape[0]), int(shape[1])
     arr = np.asarray(rects)
     if arr.size == 0:
         arr = arr.reshape(0, 4)
@@ -86,11 +109,10 @@ def rects_to_workload(rects: object, shape: tuple[int, int], d: int | None = Non
     ):
         raise ConfigError(f"every rectangle needs 0 <= r0 <= r1 < {n1} and 0 <= c0 <= c1 < {n2}")
     m = arr.shape[0]
-    order = hilbert_order(d)
-    index = np.empty((d, d), dtype=np.int64)
-    index[order[:, 0], order[:, 1]] = np.arange(d * d, dtype=np.int64)
+    order, index = grid_order((n1, n2))
+    size = n1 * n2
     if m == 0:
-        return IntervalWorkload.from_intervals([], [], [], d * d, 0)
+        return IntervalWorkload.from_intervals([], [], [], size, 0)
     # border cells of every rectangle, each once: full top row, bottom row if distinct, then the
     # left and right columns without their top and bottom cells (right only if distinct)
     h_in = np.maximum(r1 - r0 - 1, 0)
@@ -114,8 +136,8 @@ def rects_to_workload(rects: object, shape: tuple[int, int], d: int | None = Non
     pos = index[np.concatenate(rr_l), np.concatenate(cc_l)]
 
     def inside(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-        ok = (p >= 0) & (p < d * d)
-        cell = order[np.clip(p, 0, d * d - 1)]
+        ok = (p >= 0) & (p < size)
+        cell = order[np.clip(p, 0, size - 1)]
         return (
             ok & (cell[:, 0] >= r0[q]) & (cell[:, 0] <= r1[q]) & (cell[:, 1] >= c0[q]) & (cell[:, 1] <= c1[q])
         )
@@ -123,6 +145,6 @@ def rects_to_workload(rects: object, shape: tuple[int, int], d: int | None = Non
     is_start = ~inside(pos - 1, rid)
     is_end = ~inside(pos + 1, rid)
     # sorted by (rectangle, position), starts and ends of the runs alternate within a rectangle
-    ks = np.sort(rid[is_start] * (d * d) + pos[is_start])
-    ke = np.sort(rid[is_end] * (d * d) + pos[is_end])
-    return IntervalWorkload.from_intervals(ks // (d * d), ks % (d * d), ke % (d * d), d * d, m)
+    ks = np.sort(rid[is_start] * size + pos[is_start])
+    ke = np.sort(rid[is_end] * size + pos[is_end])
+    return IntervalWorkload.from_intervals(ks // size, ks % size, ke % size, size, m)

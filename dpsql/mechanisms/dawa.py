@@ -75,10 +75,12 @@ all intervals; m queries given as I intervals; k buckets in K groups; branch b; 
 * measurement + least squares (two passes over the tree) + uniform expansion: O(K log_b K + n);
 * answering m ranges: O(n + m) by prefix sums (no dense n × n or m × n matrices anywhere).
 
-2-D (spec 2.6): the grid is zero-padded to a d × d square (d a power of two), cells are listed in
-Hilbert order (:func:`hilbert_order`, the orientation of the spec vectors), rectangles become
-unions of runs of Hilbert positions (0/1 interval queries, O(perimeter) each), 1-D DAWA runs on the
-d² vector and estimates are mapped back; rectangles are answered by 2-D prefix sums.
+2-D (spec 2.6): the grid's cells are listed in the Hilbert order of the d × d square that contains
+it (d a power of two; :func:`hilbert_order`, the orientation of the spec vectors), skipping the
+padding cells, which hold no data (spec 2.6 keeps them as zeros; skipping them stops the estimate
+from spreading mass onto them); rectangles become unions of runs of positions (0/1 interval
+queries, O(perimeter) each), 1-D DAWA runs on the n1 n2 vector and estimates are mapped back;
+rectangles are answered by 2-D prefix sums.
 """
 
 from __future__ import annotations
@@ -98,7 +100,13 @@ from dpsql.mechanisms._dawa_greedyh import (
     greedy_h,
     strategy_from_splits,
 )
-from dpsql.mechanisms._dawa_hilbert import hilbert_index, hilbert_order, rects_to_workload, side_for
+from dpsql.mechanisms._dawa_hilbert import (
+    grid_order,
+    hilbert_index,
+    hilbert_order,
+    rects_to_workload,
+    side_for,
+)
 from dpsql.mechanisms._dawa_partition import (
     ALIGNMENTS,
     DEFAULT_ALIGNMENT,
@@ -138,6 +146,7 @@ __all__ = [
     "deviation",
     "deviation_sensitivity",
     "greedy_h",
+    "grid_order",
     "hilbert_index",
     "hilbert_order",
     "l1_partition",
@@ -343,18 +352,21 @@ def dawa(
 
 @dataclass(frozen=True, eq=False)
 class DawaSynopsis2D:
-    """A 2-D DAWA synopsis: the 1-D synopsis over the d² Hilbert-ordered cells of the padded grid."""
+    """A 2-D DAWA synopsis: the 1-D synopsis over the grid's cells in Hilbert order (:func:`grid_order`).
+
+    ``side`` is the side d of the padded square that defines the curve (padding cells are skipped).
+    """
 
     shape: tuple[int, int]
     side: int
     flat: DawaSynopsis
 
     def grid(self) -> np.ndarray:
-        """Per-cell estimate, shape ``self.shape`` (padding cells dropped)."""
-        order = hilbert_order(self.side)
-        g = np.zeros((self.side, self.side))
-        g[order[:, 0], order[:, 1]] = self.flat.histogram()
-        return g[: self.shape[0], : self.shape[1]]
+        """Per-cell estimate, shape ``self.shape``."""
+        cells, _ = grid_order(self.shape)
+        g = np.zeros(self.shape)
+        g[cells[:, 0], cells[:, 1]] = self.flat.histogram()
+        return g
 
     def answer_rects(self, rects: object) -> np.ndarray:
         """Answers to rectangles ``(r0, r1, c0, c1)`` (inclusive) by 2-D prefix sums of the grid."""
@@ -392,7 +404,7 @@ class DawaSynopsis2D:
         shape = (int(d["shape"][0]), int(d["shape"][1]))
         side = int(d["side"])
         flat = DawaSynopsis.from_dict(d["flat"])
-        if flat.n != side * side or side != side_for(shape):
+        if flat.n != shape[0] * shape[1] or side != side_for(shape):
             raise ConfigError("inconsistent 2-D DAWA synopsis (side / shape / length)")
         return cls(shape, side, flat)
 
@@ -441,18 +453,15 @@ def dawa_2d(
     """epsilon-DP DAWA over a 2-D grid of counts for a workload of rectangles (spec 2.6).
 
     ``rects``: an (m, 4) array of inclusive ``(r0, r1, c0, c1)``. Same privacy claim as
-    :func:`dawa` (one record changes one cell by 1; the zero padding is public).
+    :func:`dawa` (one record changes one cell by 1).
     """
     g = np.asarray(grid)
     if g.ndim != 2 or g.size == 0:
         raise ConfigError("dawa_2d needs a non-empty 2-D grid of counts")
     shape = (int(g.shape[0]), int(g.shape[1]))
-    side = side_for(shape)
-    padded = np.zeros((side, side), dtype=np.float64)
-    padded[: shape[0], : shape[1]] = g
-    order = hilbert_order(side)
-    flat = padded[order[:, 0], order[:, 1]]
-    wl = rects_to_workload(rects, shape, side)
+    cells, _ = grid_order(shape)
+    flat = g[cells[:, 0], cells[:, 1]]
+    wl = rects_to_workload(rects, shape)
     syn = dawa(
         flat,
         wl,
@@ -466,4 +475,4 @@ def dawa_2d(
         alignment=alignment,
         bucket_penalty=bucket_penalty,
     )
-    return DawaSynopsis2D(shape, side, syn)
+    return DawaSynopsis2D(shape, side_for(shape), syn)
