@@ -305,9 +305,13 @@ def dawa(
 
     ``ranges``: an (m, 2) array of inclusive ``(lo, hi)`` bin indices, or an
     :class:`IntervalWorkload`. ``ratio``: share of epsilon for stage 1. ``sensitivity``: k when
-    each user is bounded to k rows. ``dyadic=False`` uses all O(n²) intervals as candidates
-    (n <= 2048). ``partition``: a public, data-independent partition that replaces stage 1 (then
-    all of epsilon goes to stage 2). Returns raw float estimates; round before release.
+    each user is bounded to k rows. ``branch``/``granularity``: GreedyH's tree fan-out and split
+    grid. Stage-1 candidates: ``dyadic`` lengths with starts per ``alignment`` ("half" default,
+    "none" = spec 2.2, "full"), or all O(n²) intervals with ``dyadic=False`` (n <= 2048);
+    ``bucket_penalty``: public per-bucket cost offset in units of the largest stage-1 noise scale
+    (see :func:`l1_partition`). ``partition``: a public, data-independent partition that replaces
+    stage 1 (then all of epsilon goes to stage 2). Returns raw float estimates; round before
+    release. The same ``rng`` supplies the noise of both stages.
     """
     xv = _as_data_vector(x)
     n = xv.size
