@@ -65,6 +65,7 @@ class TableSpec:
     references: dict[str, str] = field(default_factory=dict)  # fk column -> "table.column"
     tau: int = 1  # suppression threshold for sparse histograms
     schema: dict[str, str] = field(default_factory=dict)  # column name (lower) -> duckdb type
+    view: str | None = None  # name of the session's private view on the source
 
     def column(self, name: str) -> ColumnSpec:
         return self.columns.get(name.lower()) or ColumnSpec(name.lower())

@@ -24,6 +24,7 @@ class Engine:
         self._owned = connection is None
         self._con = connection if connection is not None else duckdb.connect(":memory:")
         self._lock = threading.RLock()
+        self._views: set[tuple[str, str]] = set()
         try:
             self._con.execute("SET enable_progress_bar = false")
         except duckdb.Error:  # pragma: no cover - older settings name
@@ -34,13 +35,20 @@ class Engine:
         return self._con
 
     def close(self) -> None:
+        for view, kind in list(self._views):
+            self.unregister_source("", kind, view)
         if self._owned:
             self._con.close()
 
     # -- sources --------------------------------------------------------------------------
-    def register_source(self, name: str, kind: str, source: Any) -> dict[str, str]:
-        """Expose a source as the private view ``_dpsql_src_<name>``; return its schema."""
-        view = source_name(name)
+    def register_source(self, name: str, kind: str, source: Any, view: str | None = None) -> dict[str, str]:
+        """Expose a source as a private TEMP view (``view``, default ``_dpsql_src_<name>``).
+
+        TEMP views live only in this connection's session: nothing is left in a caller's
+        database file, and each Session uses its own view names. Returns the schema.
+        """
+        view = view or source_name(name)
+        self._views.add((view, kind))
         with self._lock:
             try:
                 if kind == "arrow":
@@ -56,7 +64,11 @@ class Engine:
                         raise ConfigError(f"unknown source kind {kind!r}")
                     sel = exp.select("*").from_(rel if isinstance(rel, exp.Table) else exp.Table(this=rel))
                     ddl = exp.Create(
-                        this=exp.to_table(view, quoted=True), kind="VIEW", expression=sel, replace=True
+                        this=exp.to_table(view, quoted=True),
+                        kind="VIEW",
+                        expression=sel,
+                        replace=True,
+                        properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
                     )
                     self._con.execute(render(ddl))
                 desc = exp.Describe(this=exp.select("*").from_(exp.to_table(view, quoted=True)))
@@ -73,8 +85,9 @@ class Engine:
             raise ConfigError(f"table '{name}' has column names that differ only by case; dpsql needs them distinct")
         return schema
 
-    def unregister_source(self, name: str, kind: str) -> None:
-        view = source_name(name)
+    def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
+        view = view or source_name(name)
+        self._views.discard((view, kind))
         with self._lock:
             try:
                 if kind == "arrow":
@@ -98,9 +111,26 @@ class Engine:
                     debug_detail=str(e),
                 ) from None
 
-    def bind_check(self, ast: exp.Expression) -> None:
-        """Bind (type-check) a query without reading any row; refuse it for free if it fails."""
-        desc = exp.Describe(this=ast.copy())
+    def describe(self, ast: exp.Expression) -> list[tuple[str, str]]:
+        """(column, type) of a query's result, by binding it only (no row is read)."""
+        with self._lock:
+            try:
+                rows = self._con.sql(render(exp.Describe(this=ast.copy()))).fetchall()
+            except duckdb.Error as e:
+                raise QueryTypeError(
+                    f"the query does not type-check against the table's columns ({type(e).__name__}); nothing was charged",
+                    hint="check the types in WHERE / GROUP BY / HAVING (e.g. text compared with numbers); --debug shows DuckDB's message",
+                    debug_detail=str(e),
+                ) from None
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def bind_check(self, ast: exp.Expression, *, run: bool = False) -> None:
+        """Bind (type-check) a query without reading any row; refuse it for free if it fails.
+
+        ``run=True`` executes it instead, for queries over public, empty relations only (it
+        also catches constant-conversion errors that binding alone lets through).
+        """
+        desc = ast.copy() if run else exp.Describe(this=ast.copy())
         with self._lock:
             try:
                 self._con.sql(render(desc)).fetchall()

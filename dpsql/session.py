@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import tomllib
 import warnings
 from typing import Any
@@ -112,6 +113,7 @@ class Session:
         self._has_connection = connection is not None
         self._catalog: dict[str, TableSpec] = {}
         self._noise: NoiseSource = default_noise_source()
+        self._token = secrets.token_hex(4)  # keeps this Session's views apart from others'
         self._closed = False
 
     # -- construction from a config file ------------------------------------------------------
@@ -204,8 +206,9 @@ class Session:
             )
         if tname in self._catalog:
             old = self._catalog.pop(tname)
-            self._engine.unregister_source(tname, old.source_kind)
-        schema = self._engine.register_source(tname, kind, src)
+            self._engine.unregister_source(tname, old.source_kind, old.view)
+        view = f"_dpsql_src_{tname}_{self._token}"
+        schema = self._engine.register_source(tname, kind, src, view)
         problems = []
         if privacy_unit is not None and privacy_unit.lower() not in schema:
             problems.append(f"privacy unit column '{privacy_unit}' does not exist")
@@ -216,7 +219,7 @@ class Session:
             if fk not in schema:
                 problems.append(f"foreign key column '{fk}' does not exist")
         if problems:
-            self._engine.unregister_source(tname, kind)
+            self._engine.unregister_source(tname, kind, view)
             raise ConfigError(
                 f"table '{tname}': " + "; ".join(problems),
                 hint=f"its columns are: {', '.join(sorted(schema))}",
@@ -233,6 +236,7 @@ class Session:
             references=refs,
             tau=tau,
             schema=schema,
+            view=view,
         )
 
     @property
@@ -352,7 +356,7 @@ class Session:
         if ranged is not None:
             return ranged
         plan, module, cal, _reason, unit = self._prepare(sql, epsilon, delta, options)
-        self._engine.bind_check(self._bounded_ast(plan, cal, unit, SALT_PLACEHOLDER))
+        self._bind_check(plan, cal, unit)
         entry = self._ledger.reserve(
             cal.cost, mechanism=cal.mechanism, query=sql, tables=[plan.table.name], params=_ledger_params(cal)
         )
@@ -524,6 +528,41 @@ class Session:
         return WorkloadRelease(table=table, cost=cost, mechanism=mech, accuracy={"count": acc}, ledger_id=entry,
                                reused=reused, details=det)
 
+    def _bind_check(self, plan: ir.QueryPlan, cal: Calibration, unit: str) -> None:
+        """Type-check the bounded query and the post-processing query, reading no row.
+
+        The post-processing query (outputs, HAVING, ORDER BY) is bound over a typed empty
+        relation shaped like the released table, so type errors there are refused for free too.
+        """
+        bounded = self._bounded_ast(plan, cal, unit, SALT_PLACEHOLDER)
+        types = dict(self._engine.describe(bounded))
+        cols: list[exp.Expression] = []
+        for k in plan.keys:
+            cols.append(exp.alias_(exp.cast(exp.Null(), types.get(k.name, "VARCHAR")), k.name))
+        for a in plan.aggregates:
+            typ = "BIGINT" if a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS) else "DOUBLE"
+            # a non-NULL placeholder: conversions in HAVING / ORDER BY are only tried on values
+            cols.append(exp.alias_(exp.cast(exp.Literal.number(0), typ), a.name))
+            if a.kind == ir.AVG:
+                cols.append(exp.alias_(exp.cast(exp.Literal.number(0), "DOUBLE"), a.name + "__ci"))
+        shape = exp.select(*cols).subquery("__released")
+        self._engine.bind_check(self._post_ast(plan, shape, []), run=True)
+
+    def _post_ast(self, plan: ir.QueryPlan, rel: exp.Expression, hidden: list[tuple[str, str]]) -> exp.Expression:
+        items = [exp.alias_(o.expr.copy(), o.name, quoted=True) for o in plan.outputs]
+        items += [exp.alias_(exp.column(f"{src}__ci"), alias, quoted=True) for src, alias in hidden]
+        q = exp.select(*items).from_(rel)
+        if plan.having is not None:
+            q = q.where(plan.having.copy())
+        order = [o.copy() for o in plan.order] + [exp.Ordered(this=exp.column(k.name)) for k in plan.keys]
+        if order:
+            q = q.order_by(*order)
+        if plan.limit is not None:
+            q = q.limit(plan.limit)
+        if plan.offset is not None:
+            q = q.offset(plan.offset)
+        return q
+
     def _post_process(
         self, plan: ir.QueryPlan, released: pa.Table, accuracy: dict[str, dict[str, Any]] | None = None
     ) -> pa.Table:
@@ -539,21 +578,7 @@ class Session:
         ]
 
         def build(rel: str) -> exp.Expression:
-            items = [exp.alias_(o.expr.copy(), o.name, quoted=True) for o in plan.outputs]
-            items += [exp.alias_(exp.column(f"{src}__ci"), alias, quoted=True) for src, alias in hidden]
-            q = exp.select(*items).from_(
-                exp.to_table(rel)
-            )
-            if plan.having is not None:
-                q = q.where(plan.having.copy())
-            order = [o.copy() for o in plan.order] + [exp.Ordered(this=exp.column(k.name)) for k in plan.keys]
-            if order:
-                q = q.order_by(*order)
-            if plan.limit is not None:
-                q = q.limit(plan.limit)
-            if plan.offset is not None:
-                q = q.offset(plan.offset)
-            return q
+            return self._post_ast(plan, exp.to_table(rel), hidden)
 
         out = self._engine.post_process(released, build)
         for src, alias in hidden:

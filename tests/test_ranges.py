@@ -167,12 +167,12 @@ def test_bounded_histogram_respects_the_per_unit_cap():
     con = duckdb.connect()
     full = t
     for victim in [0, 1, 7, 42]:
-        con.register("_dpsql_src_people", full)
+        con.register(s.tables["people"].view, full)
         a = ranges.fill_histogram(wl, con.sql(q).to_arrow_table())
         mask = np.asarray(full.column("pid").to_numpy()) != victim
-        con.register("_dpsql_src_people", full.filter(pa.array(mask)))
+        con.register(s.tables["people"].view, full.filter(pa.array(mask)))
         b = ranges.fill_histogram(wl, con.sql(q).to_arrow_table())
         assert np.abs(a - b).sum() <= cap
     # and the cap binds: units with 3 rows keep only 2
-    con.register("_dpsql_src_people", full)
+    con.register(s.tables["people"].view, full)
     assert ranges.fill_histogram(wl, con.sql(q).to_arrow_table()).sum() < len(full) - 5

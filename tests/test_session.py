@@ -97,10 +97,6 @@ def test_register_parquet_csv_arrow_and_connection_table_agree(tmp_path: Path, e
     assert con.execute("SELECT COUNT(*) FROM ev").fetchone()[0] == events.num_rows
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (engine.py): register() creates a persistent (non-TEMP) view _dpsql_src_<name> in the caller's DuckDB "
-    "database and close() does not drop it, so a file-backed database keeps a dpsql object after the session"
-))
 def test_registration_leaves_nothing_in_callers_database(tmp_path: Path) -> None:
     db = str(tmp_path / "caller.duckdb")
     con = duckdb.connect(db)
@@ -114,10 +110,6 @@ def test_registration_leaves_nothing_in_callers_database(tmp_path: Path) -> None
     assert names == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (engine.py): two Sessions on one caller connection share the view name _dpsql_src_<name>, so "
-    "registering 'events' in one silently replaces the source of 'events' in the other"
-))
 def test_sessions_sharing_a_connection_keep_their_own_sources() -> None:
     con = duckdb.connect()
     con.execute("CREATE TABLE ev10 AS SELECT range AS user_id FROM range(10)")
@@ -322,11 +314,6 @@ def test_avg_per_row_interval_follows_post_processing(events: pa.Table) -> None:
     assert got == [by_country[c] for c in cut.table["country"].to_pylist()]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (session.py): a type error in HAVING / ORDER BY (e.g. a count compared with text) is found only when "
-    "post-processing runs, after the charge; binding the post-processing query on an empty table of the "
-    "released schema before ledger.reserve would refuse it for free, like type errors in WHERE"
-))
 def test_type_error_in_having_is_free(events: pa.Table) -> None:
     with zero_session(events) as s:
         with pytest.raises(dpsql.errors.QueryError):

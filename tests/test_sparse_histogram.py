@@ -203,7 +203,7 @@ def test_sensitivity_of_the_released_columns():
     con = duckdb.connect()
 
     def run(tbl: pa.Table) -> dict[str, tuple[float, ...]]:
-        con.register("_dpsql_src_events", tbl)
+        con.register(s.tables["events"].view, tbl)
         out = con.execute(q).fetchall()
         return {r[0]: tuple(float(v) for v in r[1:]) for r in out}
 

@@ -329,7 +329,7 @@ def _binned_column(key: exp.Expression, table: TableSpec) -> tuple[str | None, i
 
 def histogram_sql(wl: Workload, unit: str, cap: float, salt: str) -> exp.Expression:
     """Bounded histogram in DuckDB: rows in the domain, <= cap random rows per unit, counts per bin."""
-    src = exp.to_table(source_name(wl.table.name), quoted=True)
+    src = exp.to_table(wl.table.view or source_name(wl.table.name), quoted=True)
     proj: list[exp.Expression] = [exp.alias_(exp.column(unit, quoted=True), "__unit")]
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit, quoted=True), expression=exp.Null()))
     if wl.base_where is not None:

@@ -189,7 +189,7 @@ def bounded_query(
             mid = (a.bounds[0] + a.bounds[1]) / 2.0
             proj.append(exp.alias_(_clamped(a.column, *a.bounds, shift=mid), f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
-    src = exp.to_table(source_name(plan.table.name), quoted=True)
+    src = exp.to_table(plan.table.view or source_name(plan.table.name), quoted=True)
     user_where = where if where is not None else plan.where
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit_column, quoted=True), expression=exp.Null()))
     if user_where is not None:
