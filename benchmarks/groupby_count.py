@@ -20,8 +20,9 @@ import duckdb
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import dpsql  # noqa: E402
 from _events import OUT, events_path  # noqa: E402
+
+import dpsql  # noqa: E402
 
 
 def main() -> None:

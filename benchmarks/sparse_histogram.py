@@ -34,9 +34,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import duckdb  # noqa: E402
+from _events import OUT, events_path  # noqa: E402
 
 import dpsql  # noqa: E402
-from _events import OUT, events_path  # noqa: E402
 from dpsql import accounting  # noqa: E402
 from dpsql.mechanisms import sparse_histogram as shm  # noqa: E402
 from dpsql.noise import NoiseSource  # noqa: E402

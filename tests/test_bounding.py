@@ -546,7 +546,7 @@ FROM (
           FROM (
             SELECT
               "user_id" AS __unit,
-              TRY(url) AS __k0,
+              url AS __k0,
               CASE
                 WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
                 THEN NULL
@@ -559,7 +559,9 @@ FROM (
               END AS __a2_v
             FROM _dpsql_src_events
             WHERE
-              TRY(age >= 18) AND NOT "user_id" IS NULL
+              (
+                age >= 18
+              ) AND NOT "user_id" IS NULL
           ) AS __base
         ) AS __numbered
         QUALIFY
@@ -605,7 +607,7 @@ FROM (
       FROM (
         SELECT
           "user_id" AS __unit,
-          TRY(country) AS __k0
+          country AS __k0
         FROM _dpsql_src_events
         WHERE
           NOT "user_id" IS NULL AND country IN ('US', 'FR')

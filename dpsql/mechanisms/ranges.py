@@ -333,7 +333,7 @@ def histogram_sql(wl: Workload, unit: str, cap: float, salt: str) -> exp.Express
     proj: list[exp.Expression] = [exp.alias_(exp.column(unit, quoted=True), "__unit")]
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit, quoted=True), expression=exp.Null()))
     if wl.base_where is not None:
-        cond = exp.And(this=guard(wl.base_where), expression=cond)
+        cond = exp.And(this=exp.Paren(this=guard(wl.base_where, wl.table.schema)), expression=cond)
     for i, d in enumerate(wl.dims):
         col = exp.column(d.column, quoted=True)
         dom = d.domain

@@ -86,7 +86,53 @@ def _clamped(column: str, lo: float, hi: float, shift: float = 0.0) -> exp.Expre
     return exp.Case(ifs=[exp.If(this=exp.Is(this=c, expression=exp.Null()), true=exp.Null())], default=e)
 
 
-def guard(expr: exp.Expression) -> exp.Expression:
+_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+            "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL", "REAL", "INT")
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between)
+
+
+def _family(node: exp.Expression, schema: dict[str, str]) -> str | None:
+    """'num', 'str' or 'bool' for a column or literal whose type is known; None otherwise."""
+    if isinstance(node, exp.Paren):
+        return _family(node.this, schema)
+    if isinstance(node, exp.Literal):
+        return "str" if node.is_string else "num"
+    if isinstance(node, exp.Boolean):
+        return "bool"
+    if isinstance(node, exp.Column):
+        t = schema.get(node.name.lower(), "").upper()
+        if t.startswith(_NUMERIC):
+            return "num"
+        if t.startswith("VARCHAR"):
+            return "str"
+        if t == "BOOLEAN":
+            return "bool"
+    return None
+
+
+def cannot_fail(expr: exp.Expression, schema: dict[str, str]) -> bool:
+    """True for expressions that can never raise at run time: columns, literals, and boolean
+    combinations of comparisons between operands of the same type family (no casts, no
+    functions, no arithmetic). Everything else is guarded with TRY."""
+    if isinstance(expr, (exp.Column, exp.Literal, exp.Boolean, exp.Null)):
+        return True
+    if isinstance(expr, exp.Paren):
+        return cannot_fail(expr.this, schema)
+    if isinstance(expr, (exp.And, exp.Or)):
+        return cannot_fail(expr.this, schema) and cannot_fail(expr.expression, schema)
+    if isinstance(expr, exp.Not):
+        return cannot_fail(expr.this, schema)
+    if isinstance(expr, exp.Is):
+        return isinstance(expr.expression, exp.Null) and isinstance(expr.this, exp.Column)
+    if isinstance(expr, _COMPARISONS):
+        operands = [expr.this] + [v for k, v in expr.args.items() if k != "this" and isinstance(v, exp.Expression)]
+        operands += list(expr.expressions or [])
+        fams = {_family(o, schema) for o in operands}
+        return len(fams) == 1 and None not in fams
+    return False
+
+
+def guard(expr: exp.Expression, schema: dict[str, str] | None = None) -> exp.Expression:
     """A user expression made total, so that whether a query fails never depends on data.
 
     Casts become TRY_CASTs (a value that does not convert is NULL), and the expression is
@@ -101,6 +147,8 @@ def guard(expr: exp.Expression) -> exp.Expression:
             return exp.TryCast(this=n.this, to=n.args.get("to"))
         return n
 
+    if schema is not None and cannot_fail(expr, schema):
+        return expr.copy()
     e = expr.copy().transform(to_try, copy=False)
     return exp.Try(this=e)
 
@@ -173,7 +221,7 @@ def bounded_query(
 
     # 1. base projection -----------------------------------------------------------------
     proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
-    proj += [exp.alias_(guard(k.expr), k.name) for k in plan.keys]
+    proj += [exp.alias_(guard(k.expr, plan.table.schema), k.name) for k in plan.keys]
     value_cols: list[str] = []
     for a in plan.aggregates:
         if a.kind == ir.COUNT_COL:
@@ -193,7 +241,7 @@ def bounded_query(
     user_where = where if where is not None else plan.where
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit_column, quoted=True), expression=exp.Null()))
     if user_where is not None:
-        cond = exp.And(this=guard(user_where), expression=cond)
+        cond = exp.And(this=exp.Paren(this=guard(user_where, plan.table.schema)), expression=cond)
     dom = _domain_filter(plan) if use_public_domain else None
     if dom is not None:
         cond = exp.And(this=cond, expression=dom)
