@@ -101,7 +101,7 @@ def _accuracy(path: str, k: int, method: str, rng: NoiseSource) -> dict[str, Any
     bounded = con.sql(render(bounded_query(plan, caps, salt=salt, tau=cal.tau, unit_column="user_id"))).to_arrow_table()
     released, _ = shm.release(plan, bounded, cal, rng)
     truth = con.sql(
-        "SELECT url, country, COUNT(*) AS n FROM _dpsql_src_events GROUP BY url, country"
+        f"SELECT url, country, COUNT(*) AS n FROM {s.tables['events'].view} GROUP BY url, country"
     ).to_arrow_table()
     s.close()
 
@@ -147,6 +147,7 @@ def run(n_rows: int, repeat: int) -> dict[str, Any]:
         t, released, m = _in_child(_child_dpsql, path, 1)
         dp_times.append(t)
         dp_mem = max(dp_mem, m)
+    _, _, base_mem = _in_child(_child_nonprivate, path, "SELECT 1 AS one FROM events LIMIT 1")
     rng = NoiseSource()
     acc = [
         _accuracy(path, 1, "exact", rng),
@@ -161,6 +162,7 @@ def run(n_rows: int, repeat: int) -> dict[str, Any]:
         "dpsql_seconds": min(dp_times),
         "ratio_vs_nonprivate": min(dp_times) / min(np_times),
         "ratio_vs_count_distinct": min(dp_times) / min(distinct_times),
+        "peak_rss_mb_process_baseline": base_mem / 1024,
         "peak_rss_mb_nonprivate": np_mem / 1024,
         "peak_rss_mb_dpsql": dp_mem / 1024,
         "groups_released": released,

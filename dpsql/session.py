@@ -326,6 +326,10 @@ class Session:
 
     def explain(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
         """What ``query`` would do: mechanism, noise, thresholds, bounded SQL. Free; reads no rows."""
+        self._check_open()
+        ranged = self._explain_ranges(sql, epsilon, delta, options)
+        if ranged is not None:
+            return ranged
         plan, _module, cal, reason, unit = self._prepare(sql, epsilon, delta, options)
         params = dict(cal.params)
         params["max_groups_per_unit"] = cal.caps.max_groups_per_unit
@@ -342,6 +346,54 @@ class Session:
         )
         bsql = render(self._bounded_ast(plan, cal, unit, SALT_PLACEHOLDER), pretty=True)
         return Plan(sql=sql, mechanism=cal.mechanism, reason=reason, cost=cal.cost, parameters=params, bounded_sql=bsql, notes=notes)
+
+    def _explain_ranges(self, sql: str, epsilon: Any, delta: Any, options: dict[str, Any] | None) -> Plan | None:
+        """explain for the paths ``query`` answers with DAWA or from a stored synopsis."""
+        from dpsql.mechanisms import ranges
+
+        eps = check_epsilon(epsilon)
+        check_delta(delta)
+        opts = _check_options(options)
+        try:
+            plan = analyze(sql, self._catalog)
+        except DPSQLError:
+            return None
+        if not any(c.ordered is not None for c in plan.table.columns.values()):
+            return None
+        wl = ranges.histogram_workload(plan)
+        single = False
+        if wl is None and not plan.keys and [a.kind for a in plan.aggregates] == [ir.COUNT_STAR] and plan.where is not None:
+            try:
+                wl = ranges.analyze_workload([sql], self._catalog)
+                single = True
+            except DPSQLError:
+                return None
+        if wl is None or opts.get("mechanism", "dawa") not in ("dawa", "auto"):
+            return None
+        cap = wl.table.rows_per_unit_cap
+        found = self._ledger.find_synopsis(wl.synopsis_key(cap))
+        unit = ranges.unit_column(wl, self._catalog)
+        bsql = render(ranges.histogram_sql(wl, unit, cap, SALT_PLACEHOLDER), pretty=True) if not math.isinf(cap) else ""
+        dims = [{"column": d.column, "lo": str(d.domain.lo), "hi": str(d.domain.hi), "bins": d.n} for d in wl.dims]
+        if found is not None:
+            return Plan(
+                sql=sql, mechanism="dawa (reused synopsis)",
+                reason=f"answered from the DAWA synopsis of ledger entry {found[0]} (same table, column(s), WHERE and cap): post-processing",
+                cost=Budget(0.0, 0.0), parameters={"source_entry_id": found[0], "dims": dims}, bounded_sql="",
+            )
+        if single:
+            return None  # an ordinary scalar count
+        split = float(opts.get("epsilon_split", 0.25))
+        return Plan(
+            sql=sql, mechanism="dawa",
+            reason="histogram over a column with a declared ordered domain: DAWA (private partition, then workload-aware measurement)",
+            cost=Budget(eps, 0.0),
+            parameters={"epsilon1": split * eps, "epsilon2": (1 - split) * eps, "max_rows_per_unit": cap, "dims": dims,
+                        "bins_released": int(len(wl.ranges))},
+            bounded_sql=bsql,
+            notes=["DAWA is pure epsilon-DP: no delta is spent",
+                   f"each unit keeps at most {_fmt_cap(cap)} row(s), chosen at random; rows outside the declared domain are dropped"],
+        )
 
     # -- querying -----------------------------------------------------------------------------------
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:

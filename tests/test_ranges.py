@@ -176,3 +176,17 @@ def test_bounded_histogram_respects_the_per_unit_cap():
     # and the cap binds: units with 3 rows keep only 2
     con.register(s.tables["people"].view, full)
     assert ranges.fill_histogram(wl, con.sql(q).to_arrow_table()).sum() < len(full) - 5
+
+
+def test_explain_matches_the_range_paths_and_is_free():
+    s = make_session()
+    p = s.explain("SELECT age, COUNT(*) AS n FROM people GROUP BY age", epsilon=1.0)
+    assert p.mechanism == "dawa" and p.cost == dpsql.Budget(1.0, 0.0)
+    assert p.parameters["epsilon1"] == pytest.approx(0.25)
+    s.query_many(WORKLOAD, epsilon=1.0)
+    spent = s.remaining()
+    p2 = s.explain("SELECT COUNT(*) FROM people WHERE region = 'north' AND age < 30", epsilon=1.0)
+    assert p2.mechanism == "dawa (reused synopsis)" and p2.cost == dpsql.Budget(0.0, 0.0)
+    # a range with other conditions is an ordinary scalar count
+    assert s.explain("SELECT COUNT(*) FROM people WHERE age < 30", epsilon=1.0).mechanism == "laplace"
+    assert s.remaining() == spent and s.history().num_rows == 1
