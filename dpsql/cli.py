@@ -23,7 +23,8 @@ EXAMPLES = {
     "init": "example:\n  dpsql init --epsilon 10 --delta 1e-5 --ledger my_ledger.duckdb",
     "query": (
         "example:\n  dpsql --config examples/dpsql.toml query "
-        "\"SELECT country, COUNT(*) AS n FROM events GROUP BY country\" --epsilon 0.5 --delta 1e-6"
+        "\"SELECT country, COUNT(*) AS n FROM events GROUP BY country\" --epsilon 0.5 --delta 1e-6\n"
+        "  dpsql --config examples/dpsql.toml query -f sql/examples/age_ranges.sql --workload --epsilon 0.5"
     ),
     "explain": (
         "example:\n  dpsql --config examples/dpsql.toml explain "
@@ -80,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, sub=True)
     _query_args(p)
     p.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table", help="output format")
+    p.add_argument(
+        "--workload",
+        action="store_true",
+        help="the SQL holds several range counts (separated by ';'): answer them together with DAWA, one charge",
+    )
     p.add_argument("-o", "--output", metavar="FILE", help="write rows to FILE instead of stdout")
     p = sub.add_parser("explain", help="show mechanism, noise and bounded SQL (free)", epilog=EXAMPLES["explain"], formatter_class=fmt)
     _common(p, sub=True)
@@ -312,6 +318,13 @@ def _check_output(args: argparse.Namespace) -> None:
             raise ConfigError(f"cannot write {args.output!r}: permission denied")
 
 
+def _split_statements(sql: str) -> list[str]:
+    """The statements of a ';'-separated workload, each as its own SQL text."""
+    from dpsql.plan.parse import parse_statements
+
+    return [st.sql(dialect="duckdb", comments=False) for st in parse_statements(sql)]
+
+
 def _cmd_query(args: argparse.Namespace) -> int:
     sql = _read_sql(args)
     if args.command == "query":
@@ -326,7 +339,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 print(plan)
             return 0
         with _Progress():
-            rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts)
+            if getattr(args, "workload", False):
+                rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts)
+            else:
+                rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts)
         _write_rows(rel.table, args.format, args.output)
         rem = s.remaining()
         print(

@@ -325,3 +325,24 @@ def test_subprocess_entry_point(workdir: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert list(json.loads(p.stdout)[0]) == ["n"]
     assert "remaining: epsilon=9.9" in p.stderr
+
+
+def test_workload_flag_runs_query_many(tmp_path, capsys):
+    import shutil
+
+    from dpsql.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    ex = tmp_path / "examples"
+    shutil.copytree(root / "examples", ex, ignore=shutil.ignore_patterns("*.duckdb*"))
+    sqlf = root / "sql" / "examples" / "age_ranges.sql"
+    assert main(["--config", str(ex / "dpsql.toml"), "query", "-f", str(sqlf), "--workload", "--epsilon", "0.5",
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out) == 5 and all("count" in r for r in out)
+    assert not out[0]["query"].startswith("/*")
+    # a later range over the same WHERE is free
+    assert main(["--config", str(ex / "dpsql.toml"), "query",
+                 "SELECT COUNT(*) FROM events WHERE action = 'view' AND age BETWEEN 18 AND 44", "--epsilon", "0.5"]) == 0
+    err = capsys.readouterr().err
+    assert "reused" in err and "remaining: epsilon=9.5" in err
