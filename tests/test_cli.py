@@ -37,6 +37,7 @@ def run(argv: list[str]) -> int:
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh copy of examples/ (so the example ledger is new), as the working directory."""
     shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("*.duckdb*"))
+    shutil.copytree(REPO / "sql", tmp_path / "sql")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DPSQL_LEDGER", raising=False)
     return tmp_path
