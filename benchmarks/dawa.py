@@ -16,7 +16,7 @@ averaged over ``--seeds`` seeds (data sample and noise are seeded per seed; nois
 ``dpsql.testing.seeded_noise``). The rows of the reference table (authors' DPBench implementation)
 are compared with ratio columns. Also times 2-D DAWA on a 256x256 DPBench histogram and draws
 true vs released histograms to ``<out>/dawa_hist.png``. The data are read from
-``/work/shared/data/dpbench`` (``--data``) at run time; nothing is copied into the repository.
+``../shared/data/dpbench`` beside the repository (``--data`` or ``$DPSQL_DPBENCH``) at run time; nothing is copied into the repository.
 JSON goes to stdout and ``<out>/dawa.json``.
 """
 
@@ -42,7 +42,11 @@ from dpsql.mechanisms.dawa import (
 from dpsql.testing import seeded_noise
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_DATA = "/work/shared/data/dpbench"
+# the DPBench histograms live in the shared folder beside the repository (never copied into it)
+DEFAULT_DATA = os.environ.get(
+    "DPSQL_DPBENCH",
+    os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared", "data", "dpbench"),
+)
 DATASETS = ["ADULT", "NETTRACE", "MEDCOST", "HEPTH", "PATENT", "SEARCHLOGS", "INCOME"]
 EPSILONS = [0.1, 1.0]
 SCALES: list[int | None] = [100_000, None]  # None = original counts
