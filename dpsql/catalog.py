@@ -135,15 +135,24 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
             hint=f"allowed keys: {sorted(known)}",
         )
     bounds = None
+    time_bounds = None
     if spec.get("bounds") is not None:
         b = spec["bounds"]
         try:
             lo, hi = (float(b[0]), float(b[1]))
         except (TypeError, ValueError, IndexError):
-            raise ConfigError(f"bounds for '{table}.{name}' must be a pair (lo, hi) of numbers, got {b!r}") from None
-        if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
-            raise ConfigError(f"bounds for '{table}.{name}' must be finite with lo <= hi, got {b!r}")
-        bounds = (lo, hi)
+            if ("bins" in spec or "bin_width" in spec) and isinstance(b, (list, tuple)) and len(b) == 2:
+                time_bounds = (b[0], b[1])  # a date/timestamp ordered domain
+                lo = hi = 0.0
+            else:
+                raise ConfigError(
+                    f"bounds for '{table}.{name}' must be a pair (lo, hi) of numbers "
+                    "(or of dates/timestamps together with bins or bin_width), got {b!r}"
+                ) from None
+        if time_bounds is None:
+            if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+                raise ConfigError(f"bounds for '{table}.{name}' must be finite with lo <= hi, got {b!r}")
+            bounds = (lo, hi)
     domain = None
     if spec.get("domain") is not None:
         d = spec["domain"]
@@ -160,6 +169,8 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
         o = {"bins": spec.get("bins"), "bin_width": spec.get("bin_width")}
         if bounds is not None:
             o["lo"], o["hi"] = bounds
+        elif time_bounds is not None:
+            o["lo"], o["hi"] = time_bounds
     if o is not None:
         ordered = _parse_ordered(table, name, o, bounds)
     gran = spec.get("granularity")

@@ -52,6 +52,13 @@ class Plan:
     bounded_sql: str
     notes: list[str] = field(default_factory=list)
 
+    def __getattr__(self, name: str) -> Any:
+        # plan.sigma, plan.tau_star, plan.exact_delta, ... read the parameters
+        params = self.__dict__.get("parameters", {})
+        if name in params:
+            return params[name]
+        raise AttributeError(f"Plan has no attribute {name!r} (parameters: {sorted(params)})")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "sql": self.sql,

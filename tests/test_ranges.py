@@ -190,3 +190,40 @@ def test_explain_matches_the_range_paths_and_is_free():
     # a range with other conditions is an ordinary scalar count
     assert s.explain("SELECT COUNT(*) FROM people WHERE age < 30", epsilon=1.0).mechanism == "laplace"
     assert s.remaining() == spent and s.history().num_rows == 1
+
+
+@pytest.mark.parametrize(
+    "where, expected, snapped",
+    [
+        ("age BETWEEN 20 AND 29", [20, 29], False),
+        ("age > 64", [65, 120], False),
+        ("age < 18", [0, 17], False),
+        ("age = 30", [30, 30], False),
+        ("score < 5", [0, 9], False),
+        ("score <= 5", [0, 10], True),
+        ("score > 2.2 AND score < 2.4", [4, 4], True),
+    ],
+)
+def test_range_endpoints_map_to_bins(where, expected, snapped):
+    s = make_session()
+    wl = ranges.analyze_workload([f"SELECT COUNT(*) FROM people WHERE {where}"], s.tables)
+    assert wl.ranges.tolist() == [expected] and wl.snapped == [snapped]
+
+
+def test_date_domain_by_day():
+    import datetime as dt
+
+    gen = np.random.default_rng(9)
+    n = 500
+    t = pa.table({
+        "pid": gen.integers(0, 200, n).astype(np.int64),
+        "day": [dt.date(2026, 1, 1) + dt.timedelta(days=int(d)) for d in gen.integers(0, 365, n)],
+    })
+    s = dpsql.Session(budget=dpsql.Budget(10.0))
+    use_noise(s, zero_noise())
+    s.register("visits", t, privacy_unit="pid", max_rows_per_unit=50,
+               columns={"day": {"bounds": ("2026-01-01", "2027-01-01"), "bin_width": "1 day"}})
+    wl = ranges.analyze_workload(["SELECT COUNT(*) FROM visits WHERE day BETWEEN '2026-01-01' AND '2026-01-31'"], s.tables)
+    assert wl.ranges.tolist() == [[0, 30]]
+    r = s.query_many(["SELECT COUNT(*) FROM visits WHERE day >= '2026-01-01' AND day < '2027-01-01'"], epsilon=1.0)
+    assert abs(r.counts[0] - n) <= 3

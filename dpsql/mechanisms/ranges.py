@@ -157,29 +157,33 @@ def _range_part(c: exp.Expression, ordered: dict[str, OrderedDomain]) -> tuple[s
 
 
 def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
-    """Inclusive bin range selected by the comparisons, and whether it was snapped."""
-    lo_pos, hi_pos = 0.0, float(dim.n)  # half-open [lo_pos, hi_pos) in bin units
+    """Inclusive bin range selected by the comparisons, and whether an endpoint was snapped.
+
+    Positions are in bin units from the domain start; bin i covers [i, i + 1). ``<= b`` and
+    ``= b`` include the whole bin that contains b; ``> a`` on an integer domain starts at a + 1.
+    An endpoint inside a bin is snapped outward to whole bins.
+    """
+    lo_pos, hi_pos = 0.0, float(dim.n)  # half-open [lo_pos, hi_pos)
+    eps = 1e-9
+    inexact = False
     for op, v in parts:
         p = dim.value_to_pos(v)
-        if dim.integer and op in (">", "<"):
-            p = p + 1 if op == ">" else p
-            op = ">=" if op == ">" else "<"
-        if op in (">=", ">"):
+        # on a continuous numeric domain, "<= b" / "= b" take in the rest of b's bin
+        inexact = inexact or (op in ("<=", "=") and dim.domain.kind == "numeric" and not dim.integer)
+        if op == ">=":
             lo_pos = max(lo_pos, p)
+        elif op == ">":
+            lo_pos = max(lo_pos, p + 1 if dim.integer else p)
         elif op == "<":
             hi_pos = min(hi_pos, p)
         elif op == "<=":
-            hi_pos = min(hi_pos, p + 1 if dim.integer else p)
+            hi_pos = min(hi_pos, math.floor(p + eps) + 1)
         elif op == "=":
             lo_pos = max(lo_pos, p)
-            hi_pos = min(hi_pos, p + 1 if dim.integer else p)
-    i0 = int(math.floor(lo_pos + 1e-9))
-    i1 = int(math.ceil(hi_pos - 1e-9)) - 1
-    if dim.domain.kind == "numeric" and not dim.integer:
-        # "<= b" includes the bin that contains b
-        if any(op == "<=" for op, _ in parts):
-            i1 = max(i1, int(math.floor(hi_pos + 1e-9)) if hi_pos < dim.n else dim.n - 1)
-    snapped = abs(lo_pos - round(lo_pos)) > 1e-9 or (abs(hi_pos - round(hi_pos)) > 1e-9 and hi_pos < dim.n)
+            hi_pos = min(hi_pos, math.floor(p + eps) + 1)
+    snapped = inexact or abs(lo_pos - round(lo_pos)) > eps or (abs(hi_pos - round(hi_pos)) > eps and hi_pos < dim.n)
+    i0 = int(math.floor(lo_pos + eps))
+    i1 = int(math.ceil(hi_pos - eps)) - 1
     i0 = min(max(i0, 0), dim.n)
     i1 = min(max(i1, -1), dim.n - 1)
     return i0, i1, snapped
