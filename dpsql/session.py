@@ -8,11 +8,13 @@ Data flow (one way):  SQL -> analyze -> route -> calibrate   [public metadata on
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
 import tomllib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import duckdb
@@ -412,25 +414,11 @@ class Session:
         entry = self._ledger.reserve(
             cal.cost, mechanism=cal.mechanism, query=sql, tables=[plan.table.name], params=_ledger_params(cal)
         )
-        try:
+        with self._charged(entry, "the query"):
             salt = self._noise.salt()
             bounded = self._engine.fetch_arrow(self._bounded_ast(plan, cal, unit, salt))
             released, accuracy = module.release(plan, bounded, cal, self._noise)
             table = self._post_process(plan, released, accuracy)
-        except BaseException as e:  # a failed run still counts: mark it, then re-raise
-            reason = type(e).__name__
-            if isinstance(e, DPSQLError):
-                reason += ": " + e.message.splitlines()[0][:200]
-            try:
-                self._ledger.fail(entry, reason)
-            except LedgerError:
-                pass
-            if isinstance(e, DPSQLError) or not isinstance(e, Exception):
-                raise
-            raise ExecutionError(
-                f"the query failed after its budget was charged ({type(e).__name__}); the charge stands",
-                debug_detail=repr(e),
-            ) from None
         self._ledger.commit(entry, params_update={"released_rows": table.num_rows} if cal.mechanism == "sparse_histogram" else None)
         out_acc = {}
         for o in plan.outputs:
@@ -527,24 +515,13 @@ class Session:
         }
         self._engine.bind_check(ranges.histogram_sql(wl, unit, cap, SALT_PLACEHOLDER))
         entry = self._ledger.reserve(cost, mechanism="dawa", query=text, tables=[table.name], params=params)
-        try:
+        with self._charged(entry, "the range workload"):
             salt = self._noise.salt()
             rows = self._engine.fetch_arrow(ranges.histogram_sql(wl, unit, cap, salt), what="the bounded histogram")
             x = ranges.fill_histogram(wl, rows)
             syn = ranges.run_dawa(wl, x, eps, self._noise, split=split, cap=cap)
             answers = ranges.answer(wl, syn)
             rel = self._workload_release(wl, answers, cost, entry, reused=False, plan=plan, details=params)
-        except BaseException as e:
-            try:
-                self._ledger.fail(entry, type(e).__name__)
-            except LedgerError:
-                pass
-            if isinstance(e, DPSQLError) or not isinstance(e, Exception):
-                raise
-            raise ExecutionError(
-                f"the range workload failed after its budget was charged ({type(e).__name__}); the charge stands",
-                debug_detail=repr(e),
-            ) from None
         self._ledger.commit(entry, synopsis_key=key, synopsis=syn.to_json())
         return rel
 
@@ -579,6 +556,28 @@ class Session:
         table = pa.table({"query": pa.array(wl.sqls), "count": pa.array(answers.astype("int64"))})
         return WorkloadRelease(table=table, cost=cost, mechanism=mech, accuracy={"count": acc}, ledger_id=entry,
                                reused=reused, details=det)
+
+    @contextlib.contextmanager
+    def _charged(self, entry: int, what: str) -> Iterator[None]:
+        """Run the part after the charge: on any failure mark the entry failed (it still
+        counts) and re-raise, wrapping unexpected errors without their (possibly data-bearing)
+        text."""
+        try:
+            yield
+        except BaseException as e:
+            reason = type(e).__name__
+            if isinstance(e, DPSQLError):
+                reason += ": " + e.message.splitlines()[0][:200]
+            try:
+                self._ledger.fail(entry, reason)
+            except LedgerError:
+                pass
+            if isinstance(e, DPSQLError) or not isinstance(e, Exception):
+                raise
+            raise ExecutionError(
+                f"{what} failed after its budget was charged ({type(e).__name__}); the charge stands",
+                debug_detail=repr(e),
+            ) from None
 
     def _bind_check(self, plan: ir.QueryPlan, cal: Calibration, unit: str) -> None:
         """Type-check the bounded query and the post-processing query, reading no row.
