@@ -227,3 +227,36 @@ def test_date_domain_by_day():
     assert wl.ranges.tolist() == [[0, 30]]
     r = s.query_many(["SELECT COUNT(*) FROM visits WHERE day >= '2026-01-01' AND day < '2027-01-01'"], epsilon=1.0)
     assert abs(r.counts[0] - n) <= 3
+
+
+def test_reuse_across_processes(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "people.parquet"
+    pq.write_table(people(), data)
+    ledger = str(tmp_path / "l.duckdb")
+    script = textwrap.dedent(
+        """
+        import sys, dpsql
+        with dpsql.Session(ledger=sys.argv[1], budget=dpsql.Budget(5.0)) as s:
+            s.register("people", sys.argv[2], privacy_unit="pid", max_rows_per_unit=3,
+                       columns={"age": {"bounds": (0, 120), "bins": 121}})
+            if sys.argv[3] == "first":
+                r = s.query_many(["SELECT COUNT(*) FROM people WHERE age < 30", "SELECT COUNT(*) FROM people WHERE age >= 30"],
+                                 epsilon=1.0)
+            else:
+                r = s.query("SELECT COUNT(*) FROM people WHERE age BETWEEN 10 AND 50", epsilon=1.0)
+            print(r.reused, r.cost.epsilon, s.remaining().epsilon)
+        """
+    )
+    outs = []
+    for stage in ("first", "second"):
+        p = subprocess.run([sys.executable, "-c", script, ledger, str(data), stage], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        outs.append(p.stdout.split())
+    assert outs[0] == ["False", "1.0", "4.0"]
+    assert outs[1] == ["True", "0.0", "4.0"]
