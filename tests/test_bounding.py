@@ -590,20 +590,18 @@ SELECT
   COUNT(*) AS __users
 FROM (
   SELECT
-    STRUCT_EXTRACT(__s, '__k0') AS __k0,
-    STRUCT_EXTRACT(__s, '__n') AS __n
+    STRUCT_EXTRACT(__s, '__k0') AS __k0
   FROM (
     SELECT
       UNNEST(ARG_MIN(
-        {'__k0': __k0, '__n': __n},
+        {'__k0': __k0},
         HASH('<per-query secret salt>' || CAST(HASH(__unit, __k0) AS TEXT)),
         2
       )) AS __s
     FROM (
-      SELECT
+      SELECT DISTINCT
         __unit,
-        __k0,
-        LEAST(COUNT(*), 1) AS __n
+        __k0
       FROM (
         SELECT
           "user_id" AS __unit,
@@ -612,9 +610,6 @@ FROM (
         WHERE
           NOT "user_id" IS NULL AND country IN ('US', 'FR')
       ) AS __base
-      GROUP BY
-        __unit,
-        __k0
     ) AS __ug
     GROUP BY
       __unit

@@ -265,10 +265,14 @@ def bounded_query(
         rows_src = (
             exp.select("*").from_(numbered).qualify(exp.LTE(this=rn, expression=_lit(caps.max_rows_per_group)))
         ).subquery("__rows")
+    # one row per unit and group, counts only: the (unit, group) pairs themselves, no per-pair count
+    pairs_only = caps.rows_finite and caps.max_rows_per_group == 1 and not need_values
     n_expr: exp.Expression = exp.Count(this=exp.Star())
     if caps.rows_finite and not need_values:
         n_expr = exp.func("least", n_expr, _lit(caps.max_rows_per_group))
-    ug_proj: list[exp.Expression] = [_col("__unit")] + [_col(k) for k in keys] + [exp.alias_(n_expr, "__n")]
+    ug_proj: list[exp.Expression] = [_col("__unit")] + [_col(k) for k in keys]
+    if not pairs_only:
+        ug_proj.append(exp.alias_(n_expr, "__n"))
     for a in plan.aggregates:
         if a.kind == ir.COUNT_COL:
             ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
@@ -277,7 +281,10 @@ def bounded_query(
         elif a.kind == ir.AVG:
             ug_proj.append(exp.alias_(exp.Sum(this=_col(f"{a.name}_v")), f"{a.name}_s"))
             ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
-    ug = exp.select(*ug_proj).from_(rows_src).group_by(*part)
+    if pairs_only:
+        ug = exp.select(*ug_proj).from_(rows_src).distinct()
+    else:
+        ug = exp.select(*ug_proj).from_(rows_src).group_by(*part)
 
     # 3. groups per unit ---------------------------------------------------------------------
     # Per unit, keep the C_u (unit, group) rows with the smallest salted hash: one aggregate
@@ -305,7 +312,7 @@ def bounded_query(
     out: list[exp.Expression] = [_col(k) for k in keys] + [exp.alias_(exp.Count(this=exp.Star()), "__users")]
     for a in plan.aggregates:
         if a.kind == ir.COUNT_STAR:
-            out.append(exp.alias_(zsum("__n"), a.name))
+            out.append(exp.alias_(exp.Count(this=exp.Star()) if pairs_only else zsum("__n"), a.name))
         elif a.kind == ir.COUNT_COL:
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name))
         elif a.kind == ir.SUM:
