@@ -113,31 +113,25 @@ class Engine:
 
     def describe(self, ast: exp.Expression) -> list[tuple[str, str]]:
         """(column, type) of a query's result, by binding it only (no row is read)."""
-        with self._lock:
-            try:
-                rows = self._con.sql(render(exp.Describe(this=ast.copy()))).fetchall()
-            except duckdb.Error as e:
-                raise QueryTypeError(
-                    f"the query does not type-check against the table's columns ({type(e).__name__}); nothing was charged",
-                    hint="check the types in WHERE / GROUP BY / HAVING (e.g. text compared with numbers); --debug shows DuckDB's message",
-                    debug_detail=str(e),
-                ) from None
-        return [(str(r[0]), str(r[1])) for r in rows]
+        return [(str(r[0]), str(r[1])) for r in self._bind(exp.Describe(this=ast.copy()))]
 
     def bind_check(self, ast: exp.Expression, *, run: bool = False) -> None:
         """Bind (type-check) a query without reading any row; refuse it for free if it fails.
 
-        ``run=True`` executes it instead, for queries over public, empty relations only (it
-        also catches constant-conversion errors that binding alone lets through).
+        ``run=True`` executes it instead, for queries over public, one-row placeholder relations
+        only (it also catches constant-conversion errors that binding alone lets through).
         """
-        desc = ast.copy() if run else exp.Describe(this=ast.copy())
+        self._bind(ast.copy() if run else exp.Describe(this=ast.copy()))
+
+    def _bind(self, ast: exp.Expression) -> list[Any]:
         with self._lock:
             try:
-                self._con.sql(render(desc)).fetchall()
+                return self._con.sql(render(ast)).fetchall()
             except duckdb.Error as e:
                 raise QueryTypeError(
                     f"the query does not type-check against the table's columns ({type(e).__name__}); nothing was charged",
-                    hint="check the types in WHERE / GROUP BY (e.g. text compared with numbers); --debug shows DuckDB's message",
+                    hint="check the types in WHERE / GROUP BY / HAVING / ORDER BY (e.g. text compared with numbers); "
+                    "--debug shows DuckDB's message",
                     debug_detail=str(e),
                 ) from None
 
