@@ -81,15 +81,8 @@ def grid_order(shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     return cells, index
 
 
-def rects_to_workload(rects: object, shape: tuple[int, int]) -> IntervalWorkload:
-    """Rectangles ``(r0, r1, c0, c1)`` (inclusive, on a grid of ``shape``) as 0/1 queries over the
-    n1 n2 positions of :func:`grid_order`: one query per rectangle, as maximal runs of positions.
-
-    A run starts at a cell whose predecessor in the order lies outside the rectangle; its curve
-    predecessor is a 4-neighbour (a padding cell or the previous real cell), so run starts and
-    ends are border cells of the rectangle and only the border is examined: O(perimeter) each.
-    """
-    n1, n2 = int(shape[0]), int(shape[1])
+def check_rects(rects: object, shape: tuple[int, int]) -> np.ndarray:
+    """Validate rectangles ``(r0, r1, c0, c1)`` (inclusive cell indices) on a grid of ``shape``."""
     arr = np.asarray(rects)
     if arr.size == 0:
         arr = arr.reshape(0, 4)
@@ -99,6 +92,7 @@ def rects_to_workload(rects: object, shape: tuple[int, int]) -> IntervalWorkload
         raise ConfigError("rectangle bounds must be integer cell indices")
     arr = arr.astype(np.int64)
     r0, r1, c0, c1 = arr.T
+    n1, n2 = int(shape[0]), int(shape[1])
     if (
         np.any(r0 > r1)
         or np.any(c0 > c1)
@@ -108,6 +102,20 @@ def rects_to_workload(rects: object, shape: tuple[int, int]) -> IntervalWorkload
         or np.any(c1 >= n2)
     ):
         raise ConfigError(f"every rectangle needs 0 <= r0 <= r1 < {n1} and 0 <= c0 <= c1 < {n2}")
+    return arr
+
+
+def rects_to_workload(rects: object, shape: tuple[int, int]) -> IntervalWorkload:
+    """Rectangles ``(r0, r1, c0, c1)`` (inclusive, on a grid of ``shape``) as 0/1 queries over the
+    n1 n2 positions of :func:`grid_order`: one query per rectangle, as maximal runs of positions.
+
+    A run starts at a cell whose predecessor in the order lies outside the rectangle; its curve
+    predecessor is a 4-neighbour (a padding cell or the previous real cell), so run starts and
+    ends are border cells of the rectangle and only the border is examined: O(perimeter) each.
+    """
+    n1, n2 = int(shape[0]), int(shape[1])
+    arr = check_rects(rects, (n1, n2))
+    r0, r1, c0, c1 = arr.T
     m = arr.shape[0]
     order, index = grid_order((n1, n2))
     size = n1 * n2

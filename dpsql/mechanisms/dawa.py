@@ -101,6 +101,7 @@ from dpsql.mechanisms._dawa_greedyh import (
     strategy_from_splits,
 )
 from dpsql.mechanisms._dawa_hilbert import (
+    check_rects,
     grid_order,
     hilbert_index,
     hilbert_order,
@@ -418,26 +419,7 @@ class DawaSynopsis2D:
 
 
 def _check_rects(rects: object, shape: tuple[int, int]) -> np.ndarray:
-    arr = np.asarray(rects)
-    if arr.size == 0:
-        arr = arr.reshape(0, 4)
-    if arr.ndim != 2 or arr.shape[1] != 4:
-        raise ConfigError("rects must be an (m, 4) array of inclusive (r0, r1, c0, c1)")
-    if not np.issubdtype(arr.dtype, np.integer) and not np.all(arr == np.rint(arr)):
-        raise ConfigError("rectangle bounds must be integer cell indices")
-    arr = arr.astype(np.int64)
-    r0, r1, c0, c1 = arr.T
-    n1, n2 = shape
-    if (
-        np.any(r0 > r1)
-        or np.any(c0 > c1)
-        or np.any(r0 < 0)
-        or np.any(c0 < 0)
-        or np.any(r1 >= n1)
-        or np.any(c1 >= n2)
-    ):
-        raise ConfigError(f"every rectangle needs 0 <= r0 <= r1 < {n1} and 0 <= c0 <= c1 < {n2}")
-    return arr
+    return check_rects(rects, shape)
 
 
 def dawa_2d(
