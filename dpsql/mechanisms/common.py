@@ -120,12 +120,16 @@ def finish_release(
                 std_row = np.sqrt((ss / nn) ** 2 + ((s / nn) * (sn / nn)) ** 2)
             # per-row half-widths travel with the rows (hidden column) through HAVING/ORDER/LIMIT
             cols[a.name + "__ci"] = pa.array(Z95 * std_row + g / 2, type=pa.float64())
+            finite = std_row[np.isfinite(std_row)]
+            typical = float(np.median(finite)) if finite.size else None
             accuracy[a.name] = {
-                "noise_std": None,
-                "ci95_half_width": None,
+                # representative values (median over the released rows); per row below
+                "noise_std": typical,
+                "ci95_half_width": (Z95 * typical + g / 2) if typical is not None else None,
                 "per_row_ci95_half_width": (Z95 * std_row + g / 2).tolist(),
                 "granularity": g,
-                "note": "AVG = midpoint + noisy centred sum / noisy count (post-processing); approximate interval by the delta method",
+                "note": "AVG = midpoint + noisy centred sum / noisy count (post-processing); approximate interval by the "
+                "delta method, per row in per_row_ci95_half_width (noise_std / ci95_half_width: median over rows)",
             }
             continue
         vals = rounded[src]
