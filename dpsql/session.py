@@ -281,6 +281,14 @@ class Session:
         from dpsql.mechanisms import basic
 
         table = plan.table
+        for k in plan.keys:
+            for c in k.expr.find_all(exp.Column):
+                if c.name.lower() not in table.schema:
+                    raise PolicyError(
+                        f"'{c.name}' (the bins of an ordered domain) can only be used in a histogram "
+                        f"SELECT {c.name}, COUNT(*) FROM {table.name} GROUP BY {c.name}, which DAWA answers",
+                        hint="for other aggregates group by the column itself or an expression such as floor(col / 10) * 10",
+                    )
         caps = Caps(table.max_groups_per_unit, table.max_rows_per_group)
         forced = opts.get("mechanism", "auto")
         sparse = plan.is_grouped and not plan.public_keys
@@ -310,9 +318,9 @@ class Session:
             return sparse_histogram, cal, (
                 "GROUP BY over keys not declared public: Gaussian sparse histogram (groups released only above a noisy threshold, exact accounting)"
             )
-        for k in ("tau", "tau_star", "sigma"):
-            if k in opts:
-                raise ConfigError(f"option '{k}' applies only to the sparse histogram mechanism")
+        for opt in ("tau", "tau_star", "sigma"):
+            if opt in opts:
+                raise ConfigError(f"option '{opt}' applies only to the sparse histogram mechanism")
         noise = "gaussian" if d > 0 else "laplace"
         if forced in ("gaussian", "laplace"):
             noise = forced

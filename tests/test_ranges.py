@@ -260,3 +260,13 @@ def test_reuse_across_processes(tmp_path):
         outs.append(p.stdout.split())
     assert outs[0] == ["False", "1.0", "4.0"]
     assert outs[1] == ["True", "0.0", "4.0"]
+
+
+def test_bin_pseudo_column_histogram():
+    s = make_session()
+    r = s.query("SELECT age_bin, COUNT(*) AS n FROM people GROUP BY age_bin ORDER BY age_bin", epsilon=1.0)
+    assert r.mechanism == "dawa" and r.table.num_rows == 121
+    assert r.table.column("age_bin").to_pylist()[:3] == [0, 1, 2]
+    with pytest.raises(PolicyError, match="age_bin"):
+        s.query("SELECT age_bin, SUM(score) FROM people GROUP BY age_bin", epsilon=1.0, delta=1e-6)
+    assert s.history().num_rows == 1

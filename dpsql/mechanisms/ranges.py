@@ -38,7 +38,7 @@ from sqlglot import exp
 from dpsql.catalog import OrderedDomain, TableSpec
 from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.analyze import _norm, analyze, resolve_unit_column
+from dpsql.plan.analyze import _norm, analyze, is_bin_column, resolve_unit_column
 from dpsql.rewrite.bound import guard, salted_hash, source_name
 
 
@@ -308,6 +308,8 @@ def _binned_column(key: exp.Expression, table: TableSpec) -> tuple[str | None, i
         name = key.name.lower()
         if name in table.columns and table.columns[name].ordered is not None:
             return name, 1
+        if is_bin_column(name, table) and name not in table.schema:
+            return name.removesuffix("_bin"), 1
         return None, 1
     # floor(col / W) * W  with W a whole multiple of the bin width
     if isinstance(key, exp.Mul) and isinstance(key.this, exp.Floor):

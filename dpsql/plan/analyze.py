@@ -31,6 +31,12 @@ def _norm(node: exp.Expression) -> str:
     return n.sql(dialect=DIALECT, normalize=True).lower()
 
 
+def is_bin_column(name: str, table: TableSpec) -> bool:
+    """``<col>_bin`` names the bins of ``col`` when ``col`` has a declared ordered domain."""
+    base = name.lower().removesuffix("_bin")
+    return name.lower().endswith("_bin") and base in table.columns and table.columns[base].ordered is not None
+
+
 def resolve_unit_column(table: TableSpec, catalog: dict[str, TableSpec]) -> str | None:
     """The column of ``table`` that identifies a person, directly or through one foreign key."""
     if table.privacy_unit:
@@ -72,6 +78,8 @@ class _Builder:
             if allow_aliases and not qual and name in self.aliases:
                 continue
             if self.table.schema and name not in self.table.schema:
+                if where != "WHERE" and is_bin_column(name, self.table):
+                    continue  # <col>_bin: the bins of a declared ordered domain (histograms)
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})")
 
     # -- aggregates ------------------------------------------------------------------
