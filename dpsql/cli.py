@@ -365,7 +365,8 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     led_cfg = cfg.get("ledger", {}) if isinstance(cfg.get("ledger"), dict) else {}
     path = _ledger_path(args, cfg, cfg_dir)
     total = dpsql.Budget(led_cfg["epsilon"], led_cfg.get("delta", 0.0)) if "epsilon" in led_cfg else None
-    with Ledger.open(path, total) as led:
+    # --set-total changes the recorded total: open by the ledger's own total, not the config's
+    with Ledger.open(path, None if args.set_total else total) as led:
         if args.set_total:
             try:
                 eps, delta = float(args.set_total[0]), float(args.set_total[1])
