@@ -267,6 +267,28 @@ def test_zero_noise_sampled_is_rescaled_sample_value():
     assert r.steps[0].tau == 4.0 and r.candidates[0] == pytest.approx((mask.sum() - r.steps[0].bias) / q)
 
 
+def test_laplace_noise_is_calibrated_to_the_schedule():
+    """q = 1: every candidate minus its deterministic part (f̄ − bias) is Lap(τ_i/ε_i); normalised,
+    |Z| ~ Exp(1) (mean 1, sd 1). Over N = 4200 draws the mean of |Z| lies within 5.3/sqrt(N) of 1
+    except w.p. ~1e-7 (normal approximation; Exp(1) is sub-exponential and N is large)."""
+    w, ti, ui = unit_instance([1, 1, 1])  # f̄ = 3 for every τ_i ≥ 1
+    delta = 2**20  # L = 21 draws per run
+    rng = seeded_noise(99)
+    fbar = {t: truncated_value(w, ti, ui, t) for t in (2.0**k for k in range(21))}
+    assert set(fbar.values()) == {3.0}
+    z = []
+    for _ in range(200):
+        r = s4s_scalar(w, ti, ui, epsilon=0.7, max_tuples_per_user=delta, q=1.0, rng=rng)
+        z += [(c - (fbar[s.tau] - s.bias)) / s.laplace_scale for c, s in zip(r.candidates, r.steps)]
+    a = np.abs(np.array(z))
+    assert a.size == 4200
+    tol = 5.3 / math.sqrt(a.size)
+    assert abs(a.mean() - 1.0) <= tol
+    assert abs(np.median(np.array(z))) <= 0.1  # centred (sd of the median of Lap(1) ≈ 1/sqrt(N))
+    # negative control: a schedule whose ε_i were 15% off would be rejected
+    assert abs(a.mean() * 1.15 - 1.0) > tol and abs(a.mean() / 1.15 - 1.0) > tol
+
+
 # ----------------------------------------------------------------------------- utility
 def test_utility_on_synthetic_instance():
     """2000 disjoint users with 1..8 unit tuples, ε = 1, q = 0.5, Δ = 8, fixed seed.

@@ -250,10 +250,11 @@ def _truncated(jt: JoinTuples, mask: np.ndarray | None, tau: float) -> float:
 def truncated_value(weights: object, tuple_idx: object, user_idx: object, tau: float) -> float:
     """The truncation LP f̄(T, τ) = max Σ x_t s.t. Σ_{t: u⇝t} x_t ≤ τ ∀u, 0 ≤ x_t ≤ w_t (spec §3.2).
 
-    Solved with HiGHS on a sparse constraint matrix, after an exact reduction: users whose total
-    weight is ≤ τ are dropped (their constraint is implied by x ≤ w) and tuples touching no
-    remaining user are fixed at w_t. If no user's total weight exceeds τ, returns Σ w_t without an
-    LP. ``tau`` ≥ 0 (τ = 0 gives the weight of tuples contributed by no user). The result is a
+    Solved with HiGHS on a sparse constraint matrix, after exact reductions: users whose total
+    weight is ≤ τ are dropped (their constraint is implied by x ≤ w), tuples touching no remaining
+    user are fixed at w_t, and the tuples whose only remaining user is u are merged into one
+    variable bounded by their total weight. If no user's total weight exceeds τ, returns Σ w_t
+    without an LP. ``tau`` ≥ 0 (τ = 0 gives the weight of tuples contributed by no user). The result is a
     true (non-private) value: it must only leave through a DP mechanism.
     """
     jt = validate_join_tuples(weights, tuple_idx, user_idx)
