@@ -57,10 +57,6 @@ class NoiseSource:
         """A per-query secret salt (hex) for hash-based random choices inside DuckDB."""
         return secrets.token_hex(16)
 
-    def integers(self, high: int, size: int) -> np.ndarray:
-        """Uniform integers in [0, high) (for random choices in Python)."""
-        u = self.uniform_open(size)
-        return np.minimum((u * high).astype(np.int64), high - 1)
 
 
 def round_to_granularity(values: np.ndarray, granularity: float) -> np.ndarray:

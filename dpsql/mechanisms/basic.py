@@ -110,14 +110,12 @@ def release(
     """Noise every needed column of the bounded aggregates; fill zero rows for public keys."""
     if plan.keys:
         dom = _domain_table(plan, bounded)
+        dom = dom.append_column("__pos", pa.array(np.arange(dom.num_rows, dtype=np.int64)))
         keys = [k.name for k in plan.keys]
-        # right side: bounded rows (only keys inside the domain survive the SQL filter)
+        # right side: bounded rows (only keys inside the domain survive the SQL filter); rows
+        # come back in the order of the domain product, a data-independent order
         joined = dom.join(bounded, keys=keys, join_type="left outer")
-        # keep a deterministic, data-independent row order: the order of the domain product
-        order = {tuple(r): i for i, r in enumerate(zip(*[dom.column(k).to_pylist() for k in keys]))}
-        pos = np.array([order[tuple(r)] for r in zip(*[joined.column(k).to_pylist() for k in keys])], dtype=np.int64)
-        joined = joined.take(pa.array(np.argsort(pos)))
-        table = joined
+        table = joined.sort_by("__pos").drop_columns(["__pos"])
     else:
         table = bounded
     noisy: dict[str, np.ndarray] = {}

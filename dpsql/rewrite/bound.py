@@ -326,15 +326,3 @@ def bounded_query(
         if tau is not None and tau > 1:
             final = final.having(exp.GTE(this=exp.Count(this=exp.Star()), expression=_lit(tau)))
     return final
-
-
-def unbounded_reference_query(plan: ir.QueryPlan) -> exp.Expression:
-    """The user's aggregation without any bounding, in the same output layout (for tests)."""
-    return bounded_query(plan, Caps(math.inf, math.inf), salt="", unit_column=_unit_for_reference(plan))
-
-
-def _unit_for_reference(plan: ir.QueryPlan) -> str:
-    from dpsql.plan.analyze import resolve_unit_column
-
-    u = resolve_unit_column(plan.table, {plan.table.name: plan.table})
-    return u or "rowid"
