@@ -298,3 +298,49 @@ def check_table_name(name: Any) -> str:
     if name.lower() in _RESERVED_NAMES or name.lower().startswith("_dpsql"):
         raise ConfigError(f"table name {name!r} is reserved", hint="choose another name")
     return name.lower()
+
+
+@dataclass(frozen=True)
+class UnitPath:
+    """One way a table's rows reach a person: its own privacy-unit column, or a foreign key
+    column that references another table. ``direct`` paths end at a privacy-unit column after at
+    most one hop (bounded by the per-unit caps); other paths need joins."""
+
+    column: str  # column of the table itself
+    via: str | None  # "table.column" for a foreign key, None for the table's own privacy unit
+    direct: bool
+
+
+def unit_paths(table: TableSpec, catalog: dict[str, TableSpec]) -> list[UnitPath]:
+    """Every path from a row of ``table`` to a person that the catalog declares.
+
+    A foreign key is a path to a person when its target table is registered with a privacy unit
+    (or itself reaches one through its own references): it is *direct* when it references that
+    unit column, and indirect (several hops) otherwise. A foreign key that repeats the table's
+    own privacy-unit column is the same path. References to tables that are not registered, or
+    that reach no person, are not paths to a person.
+    """
+    paths: list[UnitPath] = []
+    own = table.privacy_unit.lower() if table.privacy_unit else None
+    if own:
+        paths.append(UnitPath(own, None, True))
+
+    def reaches_person(name: str, seen: frozenset[str]) -> bool:
+        t = catalog.get(name)
+        if t is None or name in seen:
+            return False
+        if t.privacy_unit:
+            return True
+        return any(reaches_person(tgt.partition(".")[0].lower(), seen | {name}) for tgt in t.references.values())
+
+    for fk, target in table.references.items():
+        tname, _, tcol = target.partition(".")
+        ref = catalog.get(tname.lower())
+        if ref is None or not reaches_person(tname.lower(), frozenset({table.name.lower()})):
+            continue
+        fk_l = fk.lower()
+        direct = bool(ref.privacy_unit) and ref.privacy_unit.lower() == tcol.lower()
+        if fk_l == own and direct:
+            continue  # the table's own unit column, also declared as a reference to the person table
+        paths.append(UnitPath(fk_l, target.lower(), direct))
+    return paths

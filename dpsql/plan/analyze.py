@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from dpsql.catalog import TableSpec
+from dpsql.catalog import TableSpec, unit_paths
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import SUPPORTED_AGGS, check_expression_functions, check_statement_shape, violation
@@ -38,15 +38,40 @@ def is_bin_column(name: str, table: TableSpec) -> bool:
 
 
 def resolve_unit_column(table: TableSpec, catalog: dict[str, TableSpec]) -> str | None:
-    """The column of ``table`` that identifies a person, directly or through one foreign key."""
-    if table.privacy_unit:
-        return table.privacy_unit.lower()
-    for fk, target in table.references.items():
-        tname, _, tcol = target.partition(".")
-        ref = catalog.get(tname.lower())
-        if ref is not None and ref.privacy_unit and ref.privacy_unit.lower() == tcol.lower():
-            return fk.lower()
+    """The column of ``table`` that identifies a person, directly or through one foreign key.
+
+    ``None`` unless the table reaches people through exactly one path that the per-unit bounding
+    can enforce (design invariant 9): a table with several paths to a person (e.g. a sender and a
+    receiver column, or its own unit plus a reference to another person table) would be bounded on
+    only one of them, so it is refused (``unit_problem`` says why) until joins bound all of them.
+    """
+    paths = unit_paths(table, catalog)
+    if len(paths) == 1 and paths[0].direct:
+        return paths[0].column
     return None
+
+
+def unit_problem(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
+    """Why ``resolve_unit_column`` found no single bounded path to a person (for error messages)."""
+    paths = unit_paths(table, catalog)
+    if not paths:
+        return (
+            f"table '{table.name}' has no privacy unit column and reaches none through a foreign key to a registered "
+            "table's privacy unit"
+        )
+    if len(paths) > 1:
+        names = ", ".join(
+            f"'{p.column}'" + (f" (references {p.via})" if p.via else " (its privacy unit)") for p in paths
+        )
+        return (
+            f"table '{table.name}' reaches people through {len(paths)} paths ({names}); bounding covers one path only, "
+            "so one person could contribute without bound through another: such tables are refused until joins bound every path"
+        )
+    p = paths[0]
+    return (
+        f"table '{table.name}' reaches people only through '{p.column}' (references {p.via}), which is not a privacy unit "
+        "column: paths of several hops need joins, which are not supported yet"
+    )
 
 
 class _Builder:
@@ -261,8 +286,9 @@ class _Builder:
         if self.unit is None:
             self.bad(
                 tbl,
-                f"table '{table.name}' has no privacy unit column and reaches none through a single foreign key; "
-                "queries that need a join to find the person are not supported yet",
+                unit_problem(table, self.catalog)
+                + " (hint: only tables whose rows each reach one person through one column (its privacy_unit, or one "
+                "foreign key to a registered table's privacy unit) can be queried today)",
                 policy=True,
             )
 
