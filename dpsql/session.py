@@ -37,7 +37,7 @@ from dpsql.rewrite.render import render
 #: documented per-query options (``Session.query(..., options={...})``)
 OPTIONS: dict[str, str] = {
     "mechanism": "force a mechanism: 'gaussian', 'laplace', 'sparse_histogram' (default: chosen automatically)",
-    "tau": "sparse histogram: suppress groups with fewer than tau distinct units (default: the table's tau, 1)",
+    "tau": "sparse histogram: suppress groups with fewer than tau distinct units (default and floor: the table's registered tau)",
     "tau_star": "sparse histogram: fix the noisy release threshold (accepted only if the exact delta fits)",
     "sigma": "sparse histogram: fix the count noise std (accepted only if the exact delta fits)",
     "epsilon_split": "DAWA: share of epsilon for the private partition (default 0.25)",
@@ -313,6 +313,12 @@ class Session:
                 raise PolicyError(
                     f"mechanism '{forced}' needs public keys, but the GROUP BY keys are not declared public",
                     hint="declare the key column's domain, or let dpsql choose the sparse histogram mechanism",
+                )
+            if "tau" in opts and opts["tau"] < table.tau:
+                # owner policy wins: the registered tau is a floor the analyst may raise, never lower
+                raise PolicyError(
+                    f"option tau={opts['tau']} is below the threshold tau={table.tau} that the data owner registered for table '{table.name}'",
+                    hint=f"omit tau, or pass tau >= {table.tau}",
                 )
             cal = sparse_histogram.calibrate(plan, eps, d, caps, opts)
             return sparse_histogram, cal, (

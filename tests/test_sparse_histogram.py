@@ -230,3 +230,17 @@ def test_accounting_module_agrees_with_release_parameters():
     p = s.explain("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=0.5, delta=1e-6).parameters
     d = accounting.sparse_histogram_delta(0.5, sigma=p["sigma"], tau=1, tau_star=p["tau_star"], max_groups=4)
     assert d == pytest.approx(p["exact_delta"]) and d <= 1e-6
+
+
+def test_tau_option_may_raise_but_never_lower_the_owner_threshold():
+    """Owner policy wins: options={'tau': 1} below the registered tau is refused for free."""
+    s = session(groups_table({"a": 2, "b": 3, "c": 40}), tau=5)
+    before = s.remaining()
+    with pytest.raises(PolicyError, match="below the threshold tau=5"):
+        s.query("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1.0, delta=1e-3, options={"tau": 1})
+    with pytest.raises(PolicyError, match="below the threshold tau=5"):
+        s.explain("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1.0, delta=1e-3, options={"tau": 4})
+    assert s.remaining() == before and s.history().num_rows == 0
+    p = s.explain("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1.0, delta=1e-3, options={"tau": 7})
+    assert p.parameters["tau"] == 7
+    s.close()
