@@ -66,6 +66,7 @@ class TableSpec:
     tau: int = 1  # suppression threshold for sparse histograms
     schema: dict[str, str] = field(default_factory=dict)  # column name (lower) -> duckdb type
     view: str | None = None  # name of the session's private view on the source
+    version: str | None = None  # owner-declared version of the source's contents (synopsis reuse)
 
     def column(self, name: str) -> ColumnSpec:
         return self.columns.get(name.lower()) or ColumnSpec(name.lower())
@@ -91,6 +92,30 @@ class TableSpec:
                 for c in self.columns.values()
             },
         }
+
+
+def source_identity(table: TableSpec) -> dict[str, Any] | None:
+    """What identifies the contents a stored synopsis was computed from (public, owner-side).
+
+    The owner-declared ``version`` when given; otherwise, for file sources, each file's identity
+    and modification time (device, inode, mtime, size): never a hash of the contents, since reuse
+    must not reveal whether the data changed. Arrow and DuckDB-table sources without a declared
+    version have no identity (``None``): their synopses are never reused.
+    """
+    if table.version is not None:
+        return {"version": table.version}
+    if table.source_kind not in ("parquet", "csv") or not isinstance(table.source, str):
+        return None
+    src = table.source
+    files = sorted(glob.glob(src)) if any(ch in src for ch in "*?[") else [src]
+    ids: list[list[Any]] = []
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:
+            return None
+        ids.append([os.path.realpath(f), st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size])
+    return {"files": ids} if ids else None
 
 
 def _check_cap(value: Any, name: str, table: str) -> float:

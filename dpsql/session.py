@@ -161,7 +161,8 @@ class Session:
             cand = os.path.join(base_dir, src)
             if os.path.exists(cand) or any(ch in src for ch in "*?["):
                 src = cand
-        allowed = {"privacy_unit", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit", "columns", "references", "tau"}
+        allowed = {"privacy_unit", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit", "columns", "references", "tau",
+                   "version"}
         unknown = set(spec) - allowed
         if unknown:
             raise ConfigError(f"unknown key(s) {sorted(unknown)} for table '{name}'", hint=f"allowed: {sorted(allowed)}")
@@ -180,14 +181,24 @@ class Session:
         columns: dict[str, dict[str, Any]] | None = None,
         references: dict[str, str] | None = None,
         tau: int = 1,
+        version: str | None = None,
     ) -> None:
-        """Register a private table. Reads only its schema (public), never its rows."""
+        """Register a private table. Reads only its schema (public), never its rows.
+
+        ``version``: an owner-declared label of the source's contents (e.g. a snapshot date). A
+        stored DAWA synopsis is reused only for the same version; without one, file sources are
+        identified by each file's identity and modification time, and Arrow or DuckDB-table
+        sources are never answered from a stored synopsis.
+        """
         self._check_open()
         tname = check_table_name(name)
         kind, src = classify_source(source, has_connection=self._has_connection)
         caps_g = _check_cap(max_groups_per_unit, "max_groups_per_unit", tname)
         caps_r = _check_cap(max_rows_per_group, "max_rows_per_group", tname)
         caps_u = _check_cap(max_rows_per_unit, "max_rows_per_unit", tname) if max_rows_per_unit is not None else None
+        if version is not None and (not isinstance(version, str) or not version):
+            raise ConfigError(f"version for table '{tname}' must be a non-empty string, got {version!r}",
+                              hint="e.g. register(..., version='2026-11-30')")
         if isinstance(tau, bool) or not isinstance(tau, int) or tau < 1:
             raise ConfigError(f"tau for table '{tname}' must be a whole number >= 1, got {tau!r}")
         col_specs = {}
@@ -239,6 +250,7 @@ class Session:
             tau=tau,
             schema=schema,
             view=view,
+            version=version,
         )
 
     @property
@@ -387,7 +399,8 @@ class Session:
         if wl is None or opts.get("mechanism", "dawa") not in ("dawa", "auto"):
             return None
         cap = wl.table.rows_per_unit_cap
-        found = self._ledger.find_synopsis(wl.synopsis_key(cap))
+        skey = wl.synopsis_key(cap, self._catalog)
+        found = self._ledger.find_synopsis(skey) if skey is not None else None
         unit = ranges.unit_column(wl, self._catalog)
         bsql = render(ranges.histogram_sql(wl, unit, cap, SALT_PLACEHOLDER), pretty=True) if not math.isinf(cap) else ""
         dims = [{"column": d.column, "lo": str(d.domain.lo), "hi": str(d.domain.hi), "bins": d.n} for d in wl.dims]
@@ -499,8 +512,8 @@ class Session:
 
         table = wl.table
         cap = table.rows_per_unit_cap
-        key = wl.synopsis_key(cap)
-        found = self._ledger.find_synopsis(key)
+        key = wl.synopsis_key(cap, self._catalog)
+        found = self._ledger.find_synopsis(key) if key is not None else None
         text = "\n;\n".join(wl.sqls)
         if found is not None:
             src_id, syn_text = found
@@ -536,7 +549,10 @@ class Session:
             syn = ranges.run_dawa(wl, x, eps, self._noise, split=split, cap=cap)
             answers = ranges.answer(wl, syn)
             rel = self._workload_release(wl, answers, cost, entry, reused=False, plan=plan, details=params)
-        self._ledger.commit(entry, synopsis_key=key, synopsis=syn.to_json())
+        if key is not None:
+            self._ledger.commit(entry, synopsis_key=key, synopsis=syn.to_json())
+        else:  # a source without an identity (Arrow / DuckDB table, no declared version): no reuse
+            self._ledger.commit(entry)
         return rel
 
     def _workload_release(

@@ -29,7 +29,7 @@ def people(n_users: int = 300, seed: int = 3) -> pa.Table:
     )
 
 
-def make_session(ledger=None, cap: int = 5, noise=None) -> dpsql.Session:
+def make_session(ledger=None, cap: int = 5, noise=None, version: str | None = "v1") -> dpsql.Session:
     s = dpsql.Session(ledger=ledger, budget=dpsql.Budget(10.0, 1e-5) if ledger is None or True else None)
     use_noise(s, noise if noise is not None else zero_noise())
     s.register(
@@ -38,6 +38,7 @@ def make_session(ledger=None, cap: int = 5, noise=None) -> dpsql.Session:
         privacy_unit="pid",
         max_rows_per_unit=cap,
         columns={"age": {"bounds": (0, 120), "bins": 121}, "score": {"bounds": (0, 10), "bins": 20}},
+        version=version,
     )
     return s
 
@@ -76,7 +77,7 @@ def test_zero_noise_full_range_is_exact_and_one_charge():
     assert before.epsilon - s.remaining().epsilon == pytest.approx(1.0)
     # the whole domain: measured exactly with zero noise; only the rounding of each released
     # bucket total to an integer moves it (by at most half a count per bucket)
-    n_buckets = len(s.ledger.find_synopsis(next(iter([ranges.analyze_workload(WORKLOAD, s.tables).synopsis_key(5)])))[1])
+    n_buckets = len(s.ledger.find_synopsis(next(iter([ranges.analyze_workload(WORKLOAD, s.tables).synopsis_key(5, s.tables)])))[1])
     assert n_buckets > 0
     assert abs(r.counts[2] - truth("region = 'north' AND age BETWEEN 0 AND 120")) <= 3
     assert len(r) == 3 and r[0].table.num_rows == 1
@@ -270,3 +271,71 @@ def test_bin_pseudo_column_histogram():
     with pytest.raises(PolicyError, match="age_bin"):
         s.query("SELECT age_bin, SUM(score) FROM people GROUP BY age_bin", epsilon=1.0, delta=1e-6)
     assert s.history().num_rows == 1
+
+
+# -- what a stored synopsis is keyed by ---------------------------------------------------------------
+
+
+def test_string_literal_case_is_part_of_the_synopsis_key():
+    """A synopsis paid for under region = 'north' must not answer region = 'NORTH' (another count)."""
+    s = make_session()
+    s.query_many(WORKLOAD, epsilon=1.0)
+    r = s.query("SELECT COUNT(*) FROM people WHERE region = 'NORTH' AND age BETWEEN 20 AND 29", epsilon=0.5)
+    assert not r.reused and r.cost.epsilon == 0.5
+    assert r.table.column(0)[0].as_py() == 0  # zero noise: nobody is in region 'NORTH'
+    with pytest.raises(UnsupportedQueryError, match="same non-range WHERE"):
+        s.query_many([WORKLOAD[0], "SELECT COUNT(*) FROM people WHERE region = 'North' AND age < 10"], epsilon=1.0)
+
+
+def test_arrow_source_without_version_is_never_reused():
+    s = make_session(version=None)
+    s.query_many(WORKLOAD, epsilon=1.0)
+    r = s.query_many(WORKLOAD, epsilon=1.0)
+    assert not r.reused and r.cost.epsilon == 1.0
+    assert s.history().column("synopsis_key").to_pylist() == [None, None]
+
+
+def test_another_version_or_privacy_unit_is_not_reused(tmp_path):
+    path = str(tmp_path / "l.duckdb")
+    s = make_session(ledger=path, version="2026-11-01")
+    s.query_many(WORKLOAD, epsilon=1.0)
+    s.close()
+    s2 = make_session(ledger=path, version="2026-11-02")
+    assert not s2.query_many(WORKLOAD, epsilon=1.0).reused
+    s2.close()
+    s3 = dpsql.Session(ledger=path)
+    use_noise(s3, zero_noise())
+    s3.register("people", people().append_column("household", pa.array(np.arange(people().num_rows) // 3)),
+                privacy_unit="household", max_rows_per_unit=5, version="2026-11-02",
+                columns={"age": {"bounds": (0, 120), "bins": 121}})
+    assert not s3.query_many(WORKLOAD, epsilon=1.0).reused
+    s3.close()
+
+
+def test_parquet_synopsis_follows_file_identity_and_mtime(tmp_path):
+    import os
+
+    import pyarrow.parquet as pq
+
+    f = tmp_path / "people.parquet"
+    pq.write_table(people(), f)
+    path = str(tmp_path / "l.duckdb")
+
+    def sess() -> dpsql.Session:
+        s = dpsql.Session(ledger=path, budget=dpsql.Budget(10.0, 1e-5))
+        use_noise(s, zero_noise())
+        s.register("people", str(f), privacy_unit="pid", max_rows_per_unit=5,
+                   columns={"age": {"bounds": (0, 120), "bins": 121}})
+        return s
+
+    s = sess()
+    s.query_many(WORKLOAD, epsilon=1.0)
+    s.close()
+    s = sess()
+    assert s.query_many(WORKLOAD, epsilon=1.0).reused  # same file, untouched
+    s.close()
+    st = os.stat(f)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # rewritten (same bytes)
+    s = sess()
+    assert not s.query_many(WORKLOAD, epsilon=1.0).reused
+    s.close()

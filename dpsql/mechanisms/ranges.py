@@ -35,10 +35,11 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from dpsql.catalog import OrderedDomain, TableSpec
+from dpsql.catalog import OrderedDomain, TableSpec, source_identity
 from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.analyze import _norm, analyze, is_bin_column, resolve_unit_column
+from dpsql.plan.analyze import analyze, is_bin_column, resolve_unit_column
+from dpsql.plan.parse import DIALECT
 from dpsql.rewrite.bound import guard, salted_hash, source_name
 
 
@@ -94,15 +95,42 @@ class Workload:
     coarsen: int = 1
     notes: list[str] = field(default_factory=list)
 
-    def synopsis_key(self, cap: float) -> str:
+    def synopsis_key(self, cap: float, catalog: dict[str, TableSpec]) -> str | None:
+        """The key under which this workload's synopsis is stored and found again.
+
+        It names the exact normalised WHERE (string literals keep their case), the table, the
+        ordered dimension(s), the per-unit cap, the privacy unit, and the identity of the source's
+        contents (``catalog.source_identity``: an owner-declared version, or file identity and
+        modification time). ``None`` when the source has no identity: no reuse.
+        """
+        ident_src = source_identity(self.table)
+        if ident_src is None:
+            return None
         ident = {
             "table": self.table.name,
-            "source": str(self.table.source),
+            "source": ident_src,
+            "unit": unit_column(self, catalog),
             "dims": [[d.column, str(d.domain.lo), str(d.domain.hi), d.domain.bins] for d in self.dims],
             "where": self.base_key,
             "max_rows_per_unit": cap,
         }
         return "dawa:" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+def _exact(node: exp.Expression) -> str:
+    """SQL of a condition with column names unqualified and lower-cased, everything else as
+    written (string literals keep their case: ``country = 'US'`` and ``= 'us'`` differ)."""
+    n = node.copy()
+    for c in n.find_all(exp.Column):
+        c.set("table", None)
+        c.set("db", None)
+        c.set("catalog", None)
+        c.set("this", exp.to_identifier(c.name.lower()))
+    return n.sql(dialect=DIALECT)
+
+
+def _where_key(base: list[exp.Expression]) -> str:
+    return json.dumps(sorted({_exact(b) for b in base}))
 
 
 def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
@@ -223,7 +251,7 @@ def analyze_workload(sqls: list[str], catalog: dict[str, TableSpec]) -> Workload
                 rng.setdefault(col, []).append((op, v))
                 if col not in used:
                     used.append(col)
-        keys = {_norm(b) for b in base}
+        keys = {_exact(b) for b in base}
         if base_keys is None:
             base_keys = keys
             base_expr = _and(base)
@@ -294,7 +322,7 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
         table=plan.table,
         dims=[dim],
         base_where=_and(base),
-        base_key=json.dumps(sorted({_norm(b) for b in base})),
+        base_key=_where_key(base),
         sqls=[plan.sql],
         ranges=ranges.astype(np.int64),
         snapped=[False] * len(ranges),
