@@ -41,7 +41,12 @@ OPTIONS: dict[str, str] = {
     "tau_star": "sparse histogram: fix the noisy release threshold (accepted only if the exact delta fits)",
     "sigma": "sparse histogram: fix the count noise std (accepted only if the exact delta fits)",
     "epsilon_split": "DAWA: share of epsilon for the private partition (default 0.25)",
+    "max_groups_per_unit": "lower the table's cap on groups per privacy unit for this query (never above the registered cap)",
+    "max_rows_per_group": "lower the table's cap on rows per unit and group for this query (never above the registered cap)",
+    "max_rows_per_unit": "DAWA: lower the table's cap on rows per unit for this query (never above the registered cap)",
 }
+
+_CAP_OPTIONS = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")
 
 LARGE_EPSILON = 10.0
 
@@ -74,6 +79,12 @@ def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (key == "sigma" and v <= 0):
                 raise ConfigError(f"{key} must be a finite number{' > 0' if key == 'sigma' else ''}, got {v!r}")
             out[key] = float(v)
+    for key in _CAP_OPTIONS:
+        if key in out:
+            v = out[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 1 or int(v) != v:
+                raise ConfigError(f"{key} must be a whole number >= 1, got {v!r}", hint=f"e.g. options={{'{key}': 1}}")
+            out[key] = int(v)
     if "epsilon_split" in out:
         v = out["epsilon_split"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < 1):
@@ -301,7 +312,9 @@ class Session:
                         f"SELECT {c.name}, COUNT(*) FROM {table.name} GROUP BY {c.name}, which DAWA answers",
                         hint="for other aggregates group by the column itself or an expression such as floor(col / 10) * 10",
                     )
-        caps = Caps(table.max_groups_per_unit, table.max_rows_per_group)
+        caps = Caps(_capped(table, opts, "max_groups_per_unit"), _capped(table, opts, "max_rows_per_group"))
+        if "max_rows_per_unit" in opts:
+            raise ConfigError("option 'max_rows_per_unit' applies only to range workloads and ordered-domain histograms (DAWA)")
         forced = opts.get("mechanism", "auto")
         sparse = plan.is_grouped and not plan.public_keys
         if forced == "dawa":
@@ -398,7 +411,7 @@ class Session:
                 return None
         if wl is None or opts.get("mechanism", "dawa") not in ("dawa", "auto"):
             return None
-        cap = wl.table.rows_per_unit_cap
+        cap = _row_cap(wl.table, opts)
         skey = wl.synopsis_key(cap, self._catalog)
         found = self._ledger.find_synopsis(skey) if skey is not None else None
         unit = ranges.unit_column(wl, self._catalog)
@@ -473,8 +486,8 @@ class Session:
         check_delta(delta)
         opts = _check_options(options)
         for k in opts:
-            if k not in ("epsilon_split", "mechanism"):
-                raise ConfigError(f"option '{k}' does not apply to range workloads", hint="use epsilon_split")
+            if k not in ("epsilon_split", "mechanism", "max_rows_per_unit"):
+                raise ConfigError(f"option '{k}' does not apply to range workloads", hint="use epsilon_split or max_rows_per_unit")
         wl = ranges.analyze_workload(list(sqls) if isinstance(sqls, (list, tuple)) else sqls, self._catalog)
         return self._run_workload(wl, eps, opts, reuse_only=False)  # type: ignore[return-value]
 
@@ -511,7 +524,13 @@ class Session:
         from dpsql.mechanisms import ranges
 
         table = wl.table
-        cap = table.rows_per_unit_cap
+        bad = sorted(set(opts) - {"epsilon_split", "mechanism", "max_rows_per_unit"})
+        if bad:
+            raise ConfigError(
+                f"option(s) {bad} do not apply to range workloads and ordered-domain histograms (DAWA)",
+                hint="use epsilon_split or max_rows_per_unit",
+            )
+        cap = _row_cap(table, opts)
         key = wl.synopsis_key(cap, self._catalog)
         found = self._ledger.find_synopsis(key) if key is not None else None
         text = "\n;\n".join(wl.sqls)
@@ -684,6 +703,37 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _capped(table: TableSpec, opts: dict[str, Any], key: str) -> float:
+    """A contribution cap for this query: the registered one, or a lower one from the options.
+
+    Owner policy wins: lowering an enforced cap only adds bias (less noise, never less privacy);
+    raising it above what the data owner registered is refused before any charge.
+    """
+    registered = float(getattr(table, key))
+    if key not in opts:
+        return getattr(table, key)  # type: ignore[no-any-return]
+    v = opts[key]
+    if v > registered:
+        raise PolicyError(
+            f"option {key}={v} is above the cap {_fmt_cap(registered)} that the data owner registered for table '{table.name}'",
+            hint=f"pass {key} <= {_fmt_cap(registered)}, or omit it",
+        )
+    return v  # type: ignore[no-any-return]
+
+
+def _row_cap(table: TableSpec, opts: dict[str, Any]) -> float:
+    registered = table.rows_per_unit_cap
+    if "max_rows_per_unit" not in opts:
+        return registered
+    v = opts["max_rows_per_unit"]
+    if v > registered:
+        raise PolicyError(
+            f"option max_rows_per_unit={v} is above the cap {_fmt_cap(registered)} that the data owner registered for table '{table.name}'",
+            hint=f"pass max_rows_per_unit <= {_fmt_cap(registered)}, or omit it",
+        )
+    return float(v)
 
 
 def _fmt_cap(v: float) -> str:

@@ -339,3 +339,15 @@ def test_parquet_synopsis_follows_file_identity_and_mtime(tmp_path):
     s = sess()
     assert not s.query_many(WORKLOAD, epsilon=1.0).reused
     s.close()
+
+
+def test_row_cap_option_may_lower_never_raise_the_registered_cap():
+    s = make_session(cap=5)
+    with pytest.raises(PolicyError, match="above the cap 5"):
+        s.query_many(WORKLOAD, epsilon=1.0, options={"max_rows_per_unit": 6})
+    assert s.history().num_rows == 0
+    r = s.query_many(WORKLOAD, epsilon=1.0, options={"max_rows_per_unit": 1})
+    assert r.details["max_rows_per_unit"] == 1
+    # one row per person: the zero-noise full-domain count is the number of people in 'north'
+    with pytest.raises(dpsql.errors.ConfigError, match="do not apply"):
+        s.query("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1.0, options={"max_groups_per_unit": 1})

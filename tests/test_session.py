@@ -474,3 +474,19 @@ def test_example_config_loads() -> None:
             p = s.explain("SELECT country, COUNT(*) FROM events GROUP BY country", epsilon=1, delta=1e-6)
             assert p.mechanism == "gaussian"
             assert math.isclose(s.remaining().epsilon, 10.0)
+
+
+def test_cap_options_may_lower_never_raise_the_registered_caps(events: pa.Table) -> None:
+    """Owner policy wins: a lower cap adds bias only; a higher one is refused for free."""
+    s = zero_session(events, max_groups=2, max_rows=3)
+    with pytest.raises(dpsql.errors.PolicyError, match="above the cap 2"):
+        s.query("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1.0, delta=1e-4,
+                options={"max_groups_per_unit": 3})
+    with pytest.raises(dpsql.errors.PolicyError, match="above the cap 3"):
+        s.explain("SELECT COUNT(*) FROM events", epsilon=1.0, options={"max_rows_per_group": 4})
+    assert s.history().num_rows == 0
+    full = s.query("SELECT COUNT(*) AS n FROM events", epsilon=1.0).table.column("n")[0].as_py()
+    one = s.query("SELECT COUNT(*) AS n FROM events", epsilon=1.0, options={"max_rows_per_group": 1})
+    assert one.table.column("n")[0].as_py() == len(set(events.column("user_id").to_pylist())) < full
+    assert one.details["rows_per_group"] == 1
+    s.close()
