@@ -364,7 +364,7 @@ def unit_paths(table: TableSpec, catalog: dict[str, TableSpec]) -> list[UnitPath
         if ref is None or not reaches_person(tname.lower(), frozenset({table.name.lower()})):
             continue
         fk_l = fk.lower()
-        direct = bool(ref.privacy_unit) and ref.privacy_unit.lower() == tcol.lower()
+        direct = ref.privacy_unit is not None and ref.privacy_unit.lower() == tcol.lower()
         if fk_l == own and direct:
             continue  # the table's own unit column, also declared as a reference to the person table
         paths.append(UnitPath(fk_l, target.lower(), direct))
