@@ -204,19 +204,26 @@ def _decode_expr(e: exp.Expression, t: pa.DataType, depth: int = 0) -> exp.Expre
 
 def _csv_header(path: str, delim: str) -> list[str]:
     """Column names from the header line of a CSV file (never from a data row)."""
+    # errors are raised outside the except blocks: no chained exception quotes the file
     opener: Callable[..., Any] = gzip.open if path.lower().endswith(".gz") else open
+    raw: bytes | None = None
+    problem = ""
     try:
         with opener(path, "rb") as f:
             raw = f.readline(1 << 20)
     except OSError as e:
-        raise ConfigError(f"cannot read CSV file {path!r} ({type(e).__name__})",
-                          hint="check that the file exists and is readable") from None
+        problem = type(e).__name__
+    if raw is None:
+        raise ConfigError(f"cannot read CSV file {path!r} ({problem})", hint="check that the file exists and is readable")
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]
+    line: str | None = None
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"the header line of {path!r} is not valid UTF-8", hint="save the CSV file as UTF-8") from None
+        pass
+    if line is None:
+        raise ConfigError(f"the header line of {path!r} is not valid UTF-8", hint="save the CSV file as UTF-8")
     names = next(csv.reader(io.StringIO(line.rstrip("\r\n")), delimiter=delim, quotechar='"'), [])
     names = [n.strip() for n in names]
     if not names or any(not n for n in names):
@@ -259,8 +266,13 @@ class Engine:
             self._con.close()
 
     def _detail(self, e: BaseException) -> str | None:
-        """DuckDB's message, scrubbed, only in the owner's debug mode."""
-        return f"{type(e).__name__}: {scrub(str(e))}" if self.settings.debug else None
+        """Only in the owner's debug mode: DuckDB's message scrubbed of literals and numbers;
+        for any other exception its class alone (its text is not in a known shape to scrub)."""
+        if not self.settings.debug:
+            return None
+        if isinstance(e, duckdb.Error):
+            return f"{type(e).__name__}: {scrub(str(e))}"
+        return type(e).__name__
 
     # -- sources --------------------------------------------------------------------------
     def register_source(self, name: str, kind: str, source: Any, view: str | None = None,
