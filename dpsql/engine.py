@@ -83,6 +83,8 @@ class EngineSettings:
         sleeping, failures included (0: no padding). Set it above the slowest expected query
         (and at least ``statement_timeout`` plus the release time) to hide run-time differences.
     ``max_temp_directory_size``: cap on DuckDB's spill files, e.g. ``"10GB"`` (None: DuckDB's default).
+    ``max_text_length``: text columns of every source are cut to this many characters, so one
+        hostile cell cannot make per-row text functions arbitrarily slow (None: no cap).
     """
 
     debug: bool = False
@@ -91,6 +93,7 @@ class EngineSettings:
     statement_timeout: float | None = 300.0
     min_response_time: float = 0.0
     max_temp_directory_size: str | None = None
+    max_text_length: int | None = 65536
 
     def __post_init__(self) -> None:
         if not isinstance(self.debug, bool):
@@ -107,6 +110,9 @@ class EngineSettings:
         if st is not None and (isinstance(st, bool) or not isinstance(st, (int, float)) or not st > 0 or st == float("inf")):
             raise ConfigError(f"engine setting statement_timeout must be a positive number of seconds, got {st!r}",
                               hint="statement_timeout = 300")
+        c = self.max_text_length
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ConfigError(f"engine setting max_text_length must be a whole number >= 1, got {c!r}")
         m = self.min_response_time
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0 <= m < float("inf")):
             raise ConfigError(f"engine setting min_response_time must be a number of seconds >= 0, got {m!r}")
@@ -178,6 +184,10 @@ def _as_bytes(t: pa.DataType, where: str) -> pa.DataType:
         f"column {where} has type {t}: text inside this nested type cannot be read safely",
         hint="store it as a plain text column, a list of text or a struct, or leave the column out of the file",
     )
+
+
+def _cap_text(e: exp.Expression, cap: int | None) -> exp.Expression:
+    return e if cap is None else exp.Anonymous(this="LEFT", expressions=[e, exp.Literal.number(cap)])
 
 
 def _decode_expr(e: exp.Expression, t: pa.DataType, depth: int = 0) -> exp.Expression:
@@ -302,7 +312,7 @@ class Engine:
                     if kind == "csv":
                         sel = self._csv_select(name, source, types)
                     elif kind == "duckdb":
-                        sel = exp.select("*").from_(exp.to_table(source))
+                        sel = self._duckdb_select(source)
                     else:  # pragma: no cover
                         raise ConfigError(f"unknown source kind {kind!r}")
                     self._con.execute(render(_temp_view(view, sel)))
@@ -347,10 +357,14 @@ class Engine:
             raw = source if target.equals(schema) else source.cast(target)
         raw_name = view + "_raw"
         self._con.register(raw_name, raw)
-        cols = [
-            exp.alias_(_decode_expr(exp.column(f.name, quoted=True), f.type), f.name, quoted=True)
-            for f in schema
-        ]
+        cap = self.settings.max_text_length
+        cols = []
+        for f in schema:
+            col = _decode_expr(exp.column(f.name, quoted=True), f.type)
+            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_string_view(f.type) or (
+                    pa.types.is_dictionary(f.type) and not _text_free(f.type.value_type)):
+                col = _cap_text(col, cap)
+            cols.append(exp.alias_(col, f.name, quoted=True))
         self._con.execute(render(_temp_view(view, exp.select(*cols).from_(exp.to_table(raw_name, quoted=True)))))
 
     def _csv_select(self, name: str, source: str, types: dict[str, str]) -> exp.Select:
@@ -397,8 +411,22 @@ class Engine:
             t = types.get(n.lower())
             if t is not None and t.strip().upper() != "VARCHAR":
                 col = exp.TryCast(this=col, to=exp.DataType.build(t.strip().upper(), dialect="duckdb"))
+            else:
+                col = _cap_text(col, self.settings.max_text_length)
             items.append(exp.alias_(col, n, quoted=True))
         return exp.select(*items).from_(exp.Table(this=reader))
+
+    def _duckdb_select(self, source: str) -> exp.Select:
+        """A table of the caller's connection, its text columns cut to ``max_text_length``."""
+        table = exp.to_table(source)
+        desc = self._con.execute(render(exp.Describe(this=exp.select("*").from_(table.copy())))).fetchall()
+        items = []
+        for r in desc:
+            col: exp.Expression = exp.column(str(r[0]), quoted=True)
+            if str(r[1]) == "VARCHAR":
+                col = _cap_text(col, self.settings.max_text_length)
+            items.append(exp.alias_(col, str(r[0]), quoted=True))
+        return exp.select(*items).from_(table)
 
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
         view = view or source_name(name)

@@ -185,3 +185,29 @@ def test_csv_declared_types_from_a_config(tmp_path: Path) -> None:
     )
     with dpsql.Session.from_config(tmp_path / "dpsql.toml") as s:
         assert s.tables["t"].schema["amount"] == "DOUBLE"
+
+
+@pytest.mark.parametrize("kind", ["arrow", "parquet", "csv", "duckdb"])
+def test_text_is_cut_to_the_owners_max_text_length(tmp_path: Path, kind: str) -> None:
+    """One hostile cell cannot make per-row text functions arbitrarily slow."""
+    table = pa.table({"user_id": pa.array([1, 2], pa.int64()), "note": ["abcdefghij", "xy"]})
+    src: Any = table
+    con = None
+    if kind == "parquet":
+        pq.write_table(table, tmp_path / "n.parquet")
+        src = str(tmp_path / "n.parquet")
+    elif kind == "csv":
+        src = _write(tmp_path / "n.csv", b"user_id,note\n1,abcdefghij\n2,xy\n")
+    elif kind == "duckdb":
+        con = duckdb.connect()
+        con.register("tmp_n", table)
+        con.execute("CREATE TABLE n AS SELECT * FROM tmp_n")
+        src = "n"
+    counts = []
+    for cap in (4, None):
+        s = dpsql.Session(budget=Budget(100.0), connection=con, engine={"max_text_length": cap})
+        use_noise(s, zero_noise())
+        s.register("t", src, privacy_unit="user_id")
+        counts.append((_count(s, "note = 'abcd'"), _count(s, "length(note) <= 4")))
+        s.close()
+    assert counts == [(1, 2), (0, 1)]  # the control: without a cap the cell is read whole
