@@ -25,6 +25,8 @@ Privacy claims of this module (threat model: docs/threat_model.md):
 
   - Parquet and Arrow: every text column is read as bytes and decoded with
     ``TRY(DECODE(...))``, so invalid UTF-8 is NULL (nested lists/structs of text likewise).
+  - Every source: a text value longer than the owner's ``max_text_bytes`` is NULL (a bound on
+    the per-row cost of text functions, checked on the stored length).
   - CSV: the dialect is fixed (``,`` or tab for .tsv, ``"`` quote and escape, header line),
     never sniffed from the data; every column is VARCHAR unless the owner declares its type,
     which the view applies with ``TRY_CAST``. A row that does not parse (bad quoting, invalid
@@ -83,8 +85,13 @@ class EngineSettings:
         sleeping, failures included (0: no padding). Set it above the slowest expected query
         (and at least ``statement_timeout`` plus the release time) to hide run-time differences.
     ``max_temp_directory_size``: cap on DuckDB's spill files, e.g. ``"10GB"`` (None: DuckDB's default).
-    ``max_text_length``: text columns of every source are cut to this many characters, so one
-        hostile cell cannot make per-row text functions arbitrarily slow (None: no cap).
+    ``invalid_text``: how Parquet text that is not valid UTF-8 is read: ``"null"`` (default: the
+        value is NULL; text is read as bytes through Arrow and decoded) or ``"replace"`` (each
+        invalid byte becomes ``?``; DuckDB's own reader, faster). Both are total: never an error.
+        Arrow tables are always read the ``"null"`` way.
+    ``max_text_bytes``: a text value of any source longer than this many bytes (UTF-8) is read
+        as NULL, so one hostile cell cannot make per-row text functions arbitrarily slow (None:
+        no cap). The check is on the stored length, so it costs nothing per row.
     """
 
     debug: bool = False
@@ -93,9 +100,12 @@ class EngineSettings:
     statement_timeout: float | None = 300.0
     min_response_time: float = 0.0
     max_temp_directory_size: str | None = None
-    max_text_length: int | None = 65536
+    max_text_bytes: int | None = 65536
+    invalid_text: str = "null"
 
     def __post_init__(self) -> None:
+        if self.invalid_text not in ("null", "replace"):
+            raise ConfigError(f"engine setting invalid_text must be 'null' or 'replace', got {self.invalid_text!r}")
         if not isinstance(self.debug, bool):
             raise ConfigError(f"engine setting debug must be true or false, got {self.debug!r}")
         for name in ("memory_limit", "max_temp_directory_size"):
@@ -110,9 +120,9 @@ class EngineSettings:
         if st is not None and (isinstance(st, bool) or not isinstance(st, (int, float)) or not st > 0 or st == float("inf")):
             raise ConfigError(f"engine setting statement_timeout must be a positive number of seconds, got {st!r}",
                               hint="statement_timeout = 300")
-        c = self.max_text_length
+        c = self.max_text_bytes
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
-            raise ConfigError(f"engine setting max_text_length must be a whole number >= 1, got {c!r}")
+            raise ConfigError(f"engine setting max_text_bytes must be a whole number >= 1, got {c!r}")
         m = self.min_response_time
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0 <= m < float("inf")):
             raise ConfigError(f"engine setting min_response_time must be a number of seconds >= 0, got {m!r}")
@@ -186,8 +196,13 @@ def _as_bytes(t: pa.DataType, where: str) -> pa.DataType:
     )
 
 
-def _cap_text(e: exp.Expression, cap: int | None) -> exp.Expression:
-    return e if cap is None else exp.Anonymous(this="LEFT", expressions=[e, exp.Literal.number(cap)])
+def _cap_text(e: exp.Expression, cap: int | None, measured: exp.Expression | None = None) -> exp.Expression:
+    """``e``, or NULL when the stored value (``measured``, default ``e``) is over ``cap`` bytes."""
+    if cap is None:
+        return e
+    size = exp.Anonymous(this="OCTET_LENGTH", expressions=[(measured if measured is not None else e).copy()]) \
+        if measured is not None else exp.Anonymous(this="STRLEN", expressions=[e.copy()])
+    return exp.Case(ifs=[exp.If(this=exp.LTE(this=size, expression=exp.Literal.number(cap)), true=e)])
 
 
 def _decode_expr(e: exp.Expression, t: pa.DataType, depth: int = 0) -> exp.Expression:
@@ -342,6 +357,19 @@ class Engine:
 
     def _register_arrow(self, name: str, kind: str, source: Any, view: str) -> None:
         """Arrow tables and Parquet files: text read as bytes, decoded with invalid UTF-8 as NULL."""
+        if kind == "parquet" and self.settings.invalid_text == "replace":
+            reader = exp.func("read_parquet", exp.Literal.string(source),
+                              exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")))
+            rel = exp.Table(this=reader)
+            desc = self._con.execute(render(exp.Describe(this=exp.select("*").from_(rel.copy())))).fetchall()
+            items = []
+            for r in desc:
+                col: exp.Expression = exp.column(str(r[0]), quoted=True)
+                if str(r[1]) == "VARCHAR":
+                    col = _cap_text(col, self.settings.max_text_bytes)
+                items.append(exp.alias_(col, str(r[0]), quoted=True))
+            self._con.execute(render(_temp_view(view, exp.select(*items).from_(rel))))
+            return
         if kind == "parquet":
             import pyarrow.dataset as ds
 
@@ -357,13 +385,14 @@ class Engine:
             raw = source if target.equals(schema) else source.cast(target)
         raw_name = view + "_raw"
         self._con.register(raw_name, raw)
-        cap = self.settings.max_text_length
+        cap = self.settings.max_text_bytes
         cols = []
         for f in schema:
-            col = _decode_expr(exp.column(f.name, quoted=True), f.type)
-            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_string_view(f.type) or (
-                    pa.types.is_dictionary(f.type) and not _text_free(f.type.value_type)):
-                col = _cap_text(col, cap)
+            ref = exp.column(f.name, quoted=True)
+            col = _decode_expr(ref, f.type)
+            vt = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+            if pa.types.is_string(vt) or pa.types.is_large_string(vt) or pa.types.is_string_view(vt):
+                col = _cap_text(col, cap, measured=ref)  # the bytes' length: no decoding needed
             cols.append(exp.alias_(col, f.name, quoted=True))
         self._con.execute(render(_temp_view(view, exp.select(*cols).from_(exp.to_table(raw_name, quoted=True)))))
 
@@ -412,19 +441,19 @@ class Engine:
             if t is not None and t.strip().upper() != "VARCHAR":
                 col = exp.TryCast(this=col, to=exp.DataType.build(t.strip().upper(), dialect="duckdb"))
             else:
-                col = _cap_text(col, self.settings.max_text_length)
+                col = _cap_text(col, self.settings.max_text_bytes)
             items.append(exp.alias_(col, n, quoted=True))
         return exp.select(*items).from_(exp.Table(this=reader))
 
     def _duckdb_select(self, source: str) -> exp.Select:
-        """A table of the caller's connection, its text columns cut to ``max_text_length``."""
+        """A table of the caller's connection; text over ``max_text_bytes`` reads as NULL."""
         table = exp.to_table(source)
         desc = self._con.execute(render(exp.Describe(this=exp.select("*").from_(table.copy())))).fetchall()
         items = []
         for r in desc:
             col: exp.Expression = exp.column(str(r[0]), quoted=True)
             if str(r[1]) == "VARCHAR":
-                col = _cap_text(col, self.settings.max_text_length)
+                col = _cap_text(col, self.settings.max_text_bytes)
             items.append(exp.alias_(col, str(r[0]), quoted=True))
         return exp.select(*items).from_(table)
 

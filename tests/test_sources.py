@@ -188,7 +188,7 @@ def test_csv_declared_types_from_a_config(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["arrow", "parquet", "csv", "duckdb"])
-def test_text_is_cut_to_the_owners_max_text_length(tmp_path: Path, kind: str) -> None:
+def test_text_over_the_owners_max_text_bytes_is_null(tmp_path: Path, kind: str) -> None:
     """One hostile cell cannot make per-row text functions arbitrarily slow."""
     table = pa.table({"user_id": pa.array([1, 2], pa.int64()), "note": ["abcdefghij", "xy"]})
     src: Any = table
@@ -204,10 +204,28 @@ def test_text_is_cut_to_the_owners_max_text_length(tmp_path: Path, kind: str) ->
         con.execute("CREATE TABLE n AS SELECT * FROM tmp_n")
         src = "n"
     counts = []
-    for cap in (4, None):
-        s = dpsql.Session(budget=Budget(100.0), connection=con, engine={"max_text_length": cap})
+    for cap in (9, None):
+        s = dpsql.Session(budget=Budget(100.0), connection=con, engine={"max_text_bytes": cap})
         use_noise(s, zero_noise())
         s.register("t", src, privacy_unit="user_id")
-        counts.append((_count(s, "note = 'abcd'"), _count(s, "length(note) <= 4")))
+        counts.append((_count(s, "note IS NULL"), _count(s, "length(note) <= 4")))
         s.close()
-    assert counts == [(1, 2), (0, 1)]  # the control: without a cap the cell is read whole
+    assert counts == [(1, 1), (0, 1)]  # the control: without a cap the 10-byte cell is read
+
+
+def test_invalid_text_replace_mode_for_parquet(tmp_path: Path) -> None:
+    """The owner's faster alternative: DuckDB's reader replaces each invalid byte by '?'
+    (also inside maps, which the default mode refuses); never an error either."""
+    m = pa.array([[("k", "v")]] * 3, pa.map_(pa.string(), pa.string()))
+    table = pa.table({"user_id": pa.array([1, 2, 3], pa.int64()), "note": _bad_strings([b"ok", b"\xffx", None]), "m": m})
+    pq.write_table(table, tmp_path / "r.parquet")
+    with pytest.raises(errors.ConfigError, match="has type map"):
+        _session(str(tmp_path / "r.parquet"))
+    s = dpsql.Session(budget=Budget(100.0), engine={"invalid_text": "replace"})
+    use_noise(s, zero_noise())
+    s.register("t", str(tmp_path / "r.parquet"), privacy_unit="user_id")
+    assert s.tables["t"].schema["note"] == "VARCHAR"
+    assert (_count(s, "note = '?x'"), _count(s, "note IS NULL"), _count(s, "lower(note) = 'ok'")) == (1, 1, 1)
+    s.close()
+    with pytest.raises(errors.ConfigError, match="invalid_text"):
+        dpsql.Session(budget=Budget(1.0), engine={"invalid_text": "ignore"})
