@@ -200,8 +200,10 @@ def _cap_text(e: exp.Expression, cap: int | None, measured: exp.Expression | Non
     """``e``, or NULL when the stored value (``measured``, default ``e``) is over ``cap`` bytes."""
     if cap is None:
         return e
-    size = exp.Anonymous(this="OCTET_LENGTH", expressions=[(measured if measured is not None else e).copy()]) \
-        if measured is not None else exp.Anonymous(this="STRLEN", expressions=[e.copy()])
+    if measured is not None:
+        size = exp.Anonymous(this="OCTET_LENGTH", expressions=[measured.copy()])  # of the stored bytes
+    else:
+        size = exp.Anonymous(this="STRLEN", expressions=[e.copy()])  # bytes of a VARCHAR
     return exp.Case(ifs=[exp.If(this=exp.LTE(this=size, expression=exp.Literal.number(cap)), true=e)])
 
 
@@ -223,7 +225,9 @@ def _decode_expr(e: exp.Expression, t: pa.DataType, depth: int = 0) -> exp.Expre
             f = t.field(i)
             sub = _decode_expr(exp.Dot(this=e.copy(), expression=exp.to_identifier(f.name, quoted=True)), f.type, depth + 1)
             parts.append(exp.PropertyEQ(this=exp.to_identifier(f.name, quoted=True), expression=sub))
-        return exp.Struct(expressions=parts)
+        # a NULL struct stays NULL (not a struct of NULL fields)
+        return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=e.copy(), expression=exp.Null())),
+                                    true=exp.Struct(expressions=parts))])
     raise AssertionError(t)  # pragma: no cover - _as_bytes refused it
 
 
@@ -268,13 +272,14 @@ class Engine:
         self._con = connection if connection is not None else duckdb.connect(":memory:")
         self._lock = threading.RLock()
         self._views: set[tuple[str, str]] = set()
+        self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
         try:
             self._con.execute("SET enable_progress_bar = false")
         except duckdb.Error:  # pragma: no cover - older settings name
             pass
         if self._owned:
             for name, value in self._limits():
-                self._con.execute(f"SET {name} = '{value}'")
+                self._con.execute(f"SET {name} = {_sql_str(value)}")
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -437,9 +442,9 @@ class Engine:
         items = []
         for n in names:
             col: exp.Expression = exp.column(n, quoted=True)
-            t = types.get(n.lower())
-            if t is not None and t.strip().upper() != "VARCHAR":
-                col = exp.TryCast(this=col, to=exp.DataType.build(t.strip().upper(), dialect="duckdb"))
+            declared = types.get(n.lower())
+            if declared is not None and declared.strip().upper() != "VARCHAR":
+                col = exp.TryCast(this=col, to=exp.DataType.build(declared.strip().upper(), dialect="duckdb"))
             else:
                 col = _cap_text(col, self.settings.max_text_bytes)
             items.append(exp.alias_(col, n, quoted=True))
@@ -489,14 +494,21 @@ class Engine:
             return
         saved = []
         for name, value in self._limits():
-            saved.append((name, self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0]))
-            self._con.execute(f"SET {name} = '{value}'")
+            shown = str(self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
+            # DuckDB shows sizes rounded: restore the caller's own text again while the setting
+            # still shows what our last restore left, so repeated queries never drift
+            prev = self._callers.get(name)
+            original = prev[0] if prev is not None and prev[1] == shown else shown
+            saved.append((name, original))
+            self._con.execute(f"SET {name} = {_sql_str(value)}")
         try:
             yield
         finally:
-            for name, old in reversed(saved):
+            for name, original in reversed(saved):
                 try:
-                    self._con.execute(f"SET {name} = '{old}'")
+                    self._con.execute(f"SET {name} = {_sql_str(original)}")
+                    shown = str(self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
+                    self._callers[name] = (original, shown)
                 except duckdb.Error:  # pragma: no cover - restoring a value DuckDB reported
                     pass
 
@@ -612,6 +624,10 @@ def private_failure(what: str, detail: str | None, settings: EngineSettings) -> 
         "reproduce it with the engine's debug mode (unsafe: see docs/threat_model.md)",
         debug_detail=detail,
     )
+
+
+def _sql_str(value: str) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _temp_view(view: str, sel: exp.Expression) -> exp.Create:

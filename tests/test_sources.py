@@ -84,15 +84,16 @@ def test_invalid_utf8_is_null_never_an_error(tmp_path: Path, kind: str) -> None:
 
 
 def test_struct_with_text_is_decoded(tmp_path: Path) -> None:
-    inner = _bad_strings([b"ok", BAD, None])
-    st = pa.StructArray.from_arrays([inner, pa.array([1, 2, 3])], names=["label", "k"])
-    table = pa.table({"user_id": pa.array([1, 2, 3], pa.int64()), "s": st})
+    inner = _bad_strings([b"ok", BAD, None, b"x"])
+    st = pa.StructArray.from_arrays([inner, pa.array([1, 2, 3, 4])], names=["label", "k"],
+                                    mask=pa.array([False, False, False, True]))
+    table = pa.table({"user_id": pa.array([1, 2, 3, 4], pa.int64()), "s": st})
     pq.write_table(table, tmp_path / "s.parquet")
     with _session(str(tmp_path / "s.parquet")) as s:
         assert s.tables["t"].schema["s"].upper().startswith("STRUCT")
         view = s.tables["t"].view
-        rows = s._engine.connection.sql(f'SELECT s.label FROM "{view}" ORDER BY user_id').fetchall()
-        assert rows == [("ok",), (None,), (None,)]
+        rows = s._engine.connection.sql(f'SELECT s.label, s.k, s IS NULL FROM "{view}" ORDER BY user_id').fetchall()
+        assert rows == [("ok", 1, False), (None, 2, False), (None, 3, False), (None, None, True)]
 
 
 def test_maps_of_text_are_refused_at_registration() -> None:

@@ -142,11 +142,12 @@ def test_a_callers_connection_gets_its_settings_back(events: pa.Table) -> None:
     try:
         Engine.fetch_arrow = spy  # type: ignore[method-assign]
         s.register("t", "ev", privacy_unit="user_id")
-        s.query("SELECT COUNT(*) FROM t", epsilon=0.1)
+        for _ in range(3):  # repeated set/restore does not drift (DuckDB shows sizes rounded)
+            s.query("SELECT COUNT(*) FROM t", epsilon=0.1)
     finally:
         Engine.fetch_arrow = real  # type: ignore[method-assign]
         s.close()
-    assert seen == [2]
+    assert seen == [2, 2, 2]
     after = con.execute("SELECT current_setting('threads'), current_setting('memory_limit')").fetchall()
     assert after[0][0] == before[0][0] == 3
     # memory_limit comes back as DuckDB reports it (rounded to 0.1 MiB)
