@@ -312,7 +312,8 @@ class Engine:
         TEMP views live only in this connection's session: nothing is left in a caller's
         database file, and each Session uses its own view names. ``types`` (CSV only) are the
         owner's declared column types. Returns the schema. Reads schemas and the CSV header
-        line only, never a data row.
+        line only, never a data row. A glob is expanded once, here: files added later are
+        not read by this registration.
         """
         view = view or source_name(name)
         types = {k.lower(): v for k, v in (types or {}).items()}

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import TableSpec, _check_cap, check_table_name, classify_source, parse_column_spec
-from dpsql.engine import Engine, EngineSettings
+from dpsql.engine import Engine, EngineSettings, private_failure, scrub
 from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, PolicyError
 from dpsql.ledger import Ledger
 from dpsql.mechanisms.common import Calibration
@@ -111,6 +111,8 @@ class Session:
         engine: EngineSettings | dict[str, Any] | None = None,
     ) -> None:
         settings = EngineSettings.from_dict(engine)
+        if not isinstance(debug, bool):
+            raise ConfigError(f"debug must be True or False, got {debug!r}")
         if debug:
             settings = dataclasses.replace(settings, debug=True)
         if budget is not None and not isinstance(budget, Budget):
@@ -595,8 +597,6 @@ class Session:
         debug mode only, ``debug_detail`` carries its class and scrubbed message.
         Every run is padded by sleeping to the owner's ``min_response_time``, failures included.
         """
-        from dpsql.engine import private_failure, scrub
-
         start = time.monotonic()
         settings = self._engine.settings
         failure: BaseException | None = None

@@ -165,6 +165,11 @@ def test_engine_settings_are_checked(bad: dict[str, Any]) -> None:
         dpsql.Session(budget=Budget(1.0), engine=bad)
 
 
+def test_debug_must_be_a_bool() -> None:
+    with pytest.raises(errors.ConfigError):
+        dpsql.Session(budget=Budget(1.0), debug="no")  # type: ignore[arg-type]
+
+
 def test_engine_settings_from_config(tmp_path: Any) -> None:
     (tmp_path / "dpsql.toml").write_text(
         "[ledger]\nepsilon = 10\n[engine]\nstatement_timeout = 12.5\nmin_response_time = 0.25\nthreads = 1\n"
