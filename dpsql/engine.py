@@ -426,9 +426,11 @@ class Engine:
         def opt(k: str, v: exp.Expression) -> exp.Expression:
             return exp.EQ(this=exp.column(k), expression=v)
 
+        files: exp.Expression = (exp.Literal.string(paths[0]) if len(paths) == 1 and paths[0] == source
+                                 else exp.Array(expressions=[exp.Literal.string(p) for p in paths]))
         reader = exp.func(
             "read_csv",
-            exp.Literal.string(source),
+            files,
             opt("columns", cols),
             opt("header", exp.true()),
             opt("auto_detect", exp.false()),
