@@ -52,7 +52,11 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     g.add_argument("--max-groups", action="append", default=d([]), metavar="NAME=N", help="max groups per unit for a --table (default 1)")
     g.add_argument("--max-rows", action="append", default=d([]), metavar="NAME=K", help="max rows per (unit, group) for a --table (default 1)")
     g.add_argument("--bounds", action="append", default=d([]), metavar="NAME.COL=LO:HI", help="value bounds of a column (repeatable)")
-    g.add_argument("--debug", action="store_true", default=d(False), help="show DuckDB's own error messages (may quote data)")
+    g.add_argument(
+        "--debug", action="store_true", default=d(False),
+        help="data owner only, UNSAFE: show DuckDB's scrubbed error messages; honoured when every table comes from "
+        "--table, or when the config sets [engine] debug = true (see docs/threat_model.md)",
+    )
 
 
 def _query_args(p: argparse.ArgumentParser) -> None:
@@ -155,7 +159,7 @@ def _open_session(args: argparse.Namespace) -> Any:
     cfg, cfg_dir = _load_config(args)
     led = cfg.get("ledger", {}) if isinstance(cfg.get("ledger"), dict) else {}
     budget = dpsql.Budget(led["epsilon"], led.get("delta", 0.0)) if "epsilon" in led else None
-    s = dpsql.Session(ledger=_ledger_path(args, cfg, cfg_dir), budget=budget)
+    s = dpsql.Session(ledger=_ledger_path(args, cfg, cfg_dir), budget=budget, engine=_engine_settings(args, cfg))
     try:
         for name, spec in (cfg.get("tables") or {}).items():
             s.register_from_dict(name, spec, base_dir=cfg_dir)
@@ -191,6 +195,29 @@ def _open_session(args: argparse.Namespace) -> Any:
         s.close()
         raise
     return s
+
+
+def _engine_settings(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
+    """The owner's [engine] settings; --debug only where the CLI user owns every table.
+
+    Tables of a config file belong to whoever controls that file (the data owner): debug mode
+    is theirs to enable, with ``[engine] debug = true``. A user who registers every table with
+    --table is the owner of those tables, so --debug is honoured for them.
+    """
+    from dpsql.engine import EngineSettings
+    from dpsql.errors import ConfigError
+
+    settings = EngineSettings.from_dict(cfg.get("engine"))
+    if args.debug and not settings.debug:
+        if cfg.get("tables"):
+            raise ConfigError(
+                "--debug is a data-owner setting and this config's [engine] does not enable it",
+                hint="the data owner can set [engine] debug = true in the config (unsafe: error details may "
+                "reveal private values; see docs/threat_model.md)",
+            )
+        settings = EngineSettings.from_dict({**(cfg.get("engine") or {}), "debug": True})
+    args.debug_on = settings.debug
+    return settings
 
 
 def _cap(v: str) -> float:
@@ -408,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_budget(args)
     except DPSQLError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        if args.debug and isinstance(e, ExecutionError) and e.debug_detail:
+        if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
         return int(e.exit_code)
     except KeyboardInterrupt:
@@ -416,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except Exception as e:  # pragma: no cover - unexpected
         print(f"error: unexpected {type(e).__name__}", file=sys.stderr)
-        if args.debug:
+        if getattr(args, "debug_on", False):
             raise
         return 1
 

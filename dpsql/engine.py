@@ -1,13 +1,51 @@
 """The only place SQL meets DuckDB.
 
-Executes SQL rendered by ``rewrite.render`` from dpsql's own ASTs, returns Arrow, and wraps
-every DuckDB failure in ``ExecutionError`` whose message carries no cell values (DuckDB
-messages can quote data; they are kept on ``debug_detail`` for ``--debug``).
+Executes SQL rendered by ``rewrite.render`` from dpsql's own ASTs and returns Arrow.
+
+Privacy claims of this module (threat model: docs/threat_model.md):
+
+* **No private text in errors.** Every DuckDB failure becomes a dpsql error whose message is a
+  constant (plus public names: what was being run, the owner's limits). DuckDB's own message
+  can quote cells, so it is attached (as ``debug_detail``) only when the data owner turned on
+  the debug mode (``EngineSettings.debug``, documented as unsafe), and even then scrubbed of
+  quoted literals and numbers (:func:`scrub`). Errors are raised outside the ``except`` block,
+  so no DuckDB exception rides along as ``__context__``.
+* **One generic error after the charge.** A failure while reading private data
+  (:meth:`Engine.fetch_arrow`: a time-out, out-of-memory, a full temp directory, anything
+  else) is the same ``ExecutionError`` with the same text: its class and message do not
+  depend on which failure happened, hence not on the data.
+* **Data-independent limits.** The owner's memory limit, thread limit and temp-directory cap
+  are DuckDB settings applied to every private read; the statement time-out is a timer thread
+  calling ``connection.interrupt()`` after a fixed number of seconds (DuckDB has no statement
+  time-out of its own). A caller-provided connection gets the settings for the duration of
+  each private read and its own values back afterwards (these settings are database-wide in
+  DuckDB: a query the caller runs concurrently on the same database shares them meanwhile).
+* **Sources are read totally.** A source value that cannot be read is NULL, never an error
+  (an error would reveal, after the charge, whether that row exists):
+
+  - Parquet and Arrow: every text column is read as bytes and decoded with
+    ``TRY(DECODE(...))``, so invalid UTF-8 is NULL (nested lists/structs of text likewise).
+  - Every source: a text value longer than the owner's ``max_text_bytes`` is NULL (a bound on
+    the per-row cost of text functions, checked on the stored length).
+  - CSV: the dialect is fixed (``,`` or tab for .tsv, ``"`` quote and escape, header line),
+    never sniffed from the data; every column is VARCHAR unless the owner declares its type,
+    which the view applies with ``TRY_CAST``. A row that does not parse (bad quoting, invalid
+    UTF-8, wrong field count, over-long line) is skipped. Column names come from the header
+    line only, so the schema does not depend on any data row.
 """
 
 from __future__ import annotations
 
+import csv
+import glob as globmod
+import gzip
+import io
+import os
+import re
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from typing import Any
 
 import duckdb
@@ -18,21 +56,238 @@ from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
 from dpsql.rewrite.bound import source_name
 from dpsql.rewrite.render import render
 
+#: the text of every failure while reading private data (time-out, memory, disk, anything)
+PRIVATE_FAILURE = "{what} failed while reading private data; the reason is withheld because it could depend on the data"
+
+#: CSV column types an owner may declare (``columns={'amount': {'type': 'DOUBLE'}}``)
+_CSV_TYPES = re.compile(
+    r"^(BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|FLOAT|DOUBLE|"
+    r"DECIMAL\(\s*\d{1,2}\s*,\s*\d{1,2}\s*\)|DATE|TIME|TIMESTAMP|TIMESTAMPTZ|VARCHAR)$"
+)
+
+_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Owner settings of the execution engine (``Session(engine=...)``, ``[engine]`` in dpsql.toml).
+
+    They live with the data owner's configuration; no query option can change them.
+
+    ``debug``: attach DuckDB's own (scrubbed) messages to errors as ``debug_detail``. UNSAFE:
+        scrubbing is best effort, a message may still reveal something about a private value.
+        For the data owner's own troubleshooting only, never on a deployment analysts query.
+    ``memory_limit``: DuckDB memory limit for dpsql's queries, e.g. ``"4GB"`` (None: DuckDB's default).
+    ``threads``: DuckDB threads for dpsql's queries (None: min(4, CPUs)).
+    ``statement_timeout``: seconds a private read may run before it is interrupted (None: no limit).
+        A time-out happens after the charge: the charge stands and the error is the generic one.
+    ``min_response_time``: seconds every query that reads private data takes at least, padded by
+        sleeping, failures included (0: no padding). Set it above the slowest expected query
+        (and at least ``statement_timeout`` plus the release time) to hide run-time differences.
+    ``max_temp_directory_size``: cap on DuckDB's spill files, e.g. ``"10GB"`` (None: DuckDB's default).
+    ``invalid_text``: how Parquet text that is not valid UTF-8 is read: ``"null"`` (default: the
+        value is NULL; text is read as bytes through Arrow and decoded) or ``"replace"`` (each
+        invalid byte becomes ``?``; DuckDB's own reader, faster). Both are total: never an error.
+        Arrow tables are always read the ``"null"`` way.
+    ``max_text_bytes``: a text value of any source longer than this many bytes (UTF-8) is read
+        as NULL, so one hostile cell cannot make per-row text functions arbitrarily slow (None:
+        no cap). The check is on the stored length, so it costs nothing per row.
+    """
+
+    debug: bool = False
+    memory_limit: str | None = "4GB"
+    threads: int | None = None
+    statement_timeout: float | None = 300.0
+    min_response_time: float = 0.0
+    max_temp_directory_size: str | None = None
+    max_text_bytes: int | None = 65536
+    invalid_text: str = "null"
+
+    def __post_init__(self) -> None:
+        if self.invalid_text not in ("null", "replace"):
+            raise ConfigError(f"engine setting invalid_text must be 'null' or 'replace', got {self.invalid_text!r}")
+        if not isinstance(self.debug, bool):
+            raise ConfigError(f"engine setting debug must be true or false, got {self.debug!r}")
+        for name in ("memory_limit", "max_temp_directory_size"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or not _SIZE.match(v)):
+                raise ConfigError(f"engine setting {name} must be a size such as '4GB', got {v!r}",
+                                  hint=f"{name} = \"4GB\"")
+        t = self.threads
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
+            raise ConfigError(f"engine setting threads must be a whole number >= 1, got {t!r}")
+        st = self.statement_timeout
+        if st is not None and (isinstance(st, bool) or not isinstance(st, (int, float)) or not st > 0 or st == float("inf")):
+            raise ConfigError(f"engine setting statement_timeout must be a positive number of seconds, got {st!r}",
+                              hint="statement_timeout = 300")
+        c = self.max_text_bytes
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ConfigError(f"engine setting max_text_bytes must be a whole number >= 1, got {c!r}")
+        m = self.min_response_time
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0 <= m < float("inf")):
+            raise ConfigError(f"engine setting min_response_time must be a number of seconds >= 0, got {m!r}")
+
+    @classmethod
+    def from_dict(cls, d: Any) -> EngineSettings:
+        if d is None:
+            return cls()
+        if isinstance(d, EngineSettings):
+            return d
+        if not isinstance(d, dict):
+            raise ConfigError("[engine] settings must be a table / dict", hint="[engine] statement_timeout = 300")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown engine setting(s) {unknown}", hint=f"known: {sorted(known)}")
+        return cls(**d)
+
+    @property
+    def effective_threads(self) -> int:
+        return self.threads if self.threads is not None else max(1, min(4, os.cpu_count() or 1))
+
+
+def scrub(text: str) -> str:
+    """DuckDB's message for the owner's debug mode: first line only, quoted literals and numbers
+    removed, capped in length. Best effort: the debug mode stays unsafe."""
+    first = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    first = re.sub(r"'(?:[^']|'')*'?", "'?'", first)
+    first = re.sub(r'"(?:[^"]|"")*"?', '"?"', first)
+    first = re.sub(r"\\x[0-9A-Fa-f]{2}", "", first)
+    first = re.sub(r"[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?", "#", first)
+    first = "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in first)
+    return first[:240]
+
+
+# -- source views ------------------------------------------------------------------------------
+def _text_free(t: pa.DataType) -> bool:
+    """No text inside this Arrow type."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return False
+    if pa.types.is_dictionary(t):
+        return _text_free(t.value_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_list_view(t):
+        return _text_free(t.value_type)
+    if pa.types.is_struct(t):
+        return all(_text_free(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _text_free(t.key_type) and _text_free(t.item_type)
+    return True
+
+
+def _as_bytes(t: pa.DataType, where: str) -> pa.DataType:
+    """The type with every text replaced by bytes (read without UTF-8 validation)."""
+    if _text_free(t):
+        return t
+    if pa.types.is_string(t) or pa.types.is_string_view(t):
+        return pa.binary()
+    if pa.types.is_large_string(t):
+        return pa.large_binary()
+    if pa.types.is_dictionary(t):
+        return _as_bytes(t.value_type, where)
+    if pa.types.is_list(t):
+        return pa.list_(_as_bytes(t.value_type, where))
+    if pa.types.is_large_list(t):
+        return pa.large_list(_as_bytes(t.value_type, where))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(t.field(i).name, _as_bytes(t.field(i).type, where)) for i in range(t.num_fields)])
+    raise ConfigError(
+        f"column {where} has type {t}: text inside this nested type cannot be read safely",
+        hint="store it as a plain text column, a list of text or a struct, or leave the column out of the file",
+    )
+
+
+def _cap_text(e: exp.Expression, cap: int | None, measured: exp.Expression | None = None) -> exp.Expression:
+    """``e``, or NULL when the stored value (``measured``, default ``e``) is over ``cap`` bytes."""
+    if cap is None:
+        return e
+    if measured is not None:
+        size = exp.Anonymous(this="OCTET_LENGTH", expressions=[measured.copy()])  # of the stored bytes
+    else:
+        size = exp.Anonymous(this="STRLEN", expressions=[e.copy()])  # bytes of a VARCHAR
+    return exp.Case(ifs=[exp.If(this=exp.LTE(this=size, expression=exp.Literal.number(cap)), true=e)])
+
+
+def _decode_expr(e: exp.Expression, t: pa.DataType, depth: int = 0) -> exp.Expression:
+    """SQL that turns the bytes read for Arrow type ``t`` back into text, invalid UTF-8 as NULL."""
+    if _text_free(t):
+        return e
+    if pa.types.is_dictionary(t):
+        return _decode_expr(e, t.value_type, depth)
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return exp.Anonymous(this="TRY", expressions=[exp.Anonymous(this="DECODE", expressions=[e])])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        var = exp.to_identifier(f"_dpsql_x{depth}")
+        body = _decode_expr(exp.column(var), t.value_type, depth + 1)
+        return exp.Anonymous(this="LIST_TRANSFORM", expressions=[e, exp.Lambda(this=body, expressions=[var])])
+    if pa.types.is_struct(t):
+        parts = []
+        for i in range(t.num_fields):
+            f = t.field(i)
+            sub = _decode_expr(exp.Dot(this=e.copy(), expression=exp.to_identifier(f.name, quoted=True)), f.type, depth + 1)
+            parts.append(exp.PropertyEQ(this=exp.to_identifier(f.name, quoted=True), expression=sub))
+        # a NULL struct stays NULL (not a struct of NULL fields)
+        return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=e.copy(), expression=exp.Null())),
+                                    true=exp.Struct(expressions=parts))])
+    raise AssertionError(t)  # pragma: no cover - _as_bytes refused it
+
+
+def _csv_header(path: str, delim: str) -> list[str]:
+    """Column names from the header line of a CSV file (never from a data row)."""
+    # errors are raised outside the except blocks: no chained exception quotes the file
+    opener: Callable[..., Any] = gzip.open if path.lower().endswith(".gz") else open
+    raw: bytes | None = None
+    problem = ""
+    try:
+        with opener(path, "rb") as f:
+            raw = f.readline(1 << 20)
+    except OSError as e:
+        problem = type(e).__name__
+    if raw is None:
+        raise ConfigError(f"cannot read CSV file {path!r} ({problem})", hint="check that the file exists and is readable")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    line: str | None = None
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    if line is None:
+        raise ConfigError(f"the header line of {path!r} is not valid UTF-8", hint="save the CSV file as UTF-8")
+    names = next(csv.reader(io.StringIO(line.rstrip("\r\n")), delimiter=delim, quotechar='"'), [])
+    names = [n.strip() for n in names]
+    if not names or any(not n for n in names):
+        raise ConfigError(f"the header line of {path!r} needs a non-empty name for every column",
+                          hint="the first line of a CSV source must be its header, e.g. user_id,amount,country")
+    low = [n.lower() for n in names]
+    if len(set(low)) != len(low):
+        raise ConfigError(f"the header line of {path!r} repeats a column name (names are compared case-insensitively)")
+    return names
+
 
 class Engine:
-    def __init__(self, connection: duckdb.DuckDBPyConnection | None = None) -> None:
+    def __init__(self, connection: duckdb.DuckDBPyConnection | None = None,
+                 settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
         self._owned = connection is None
         self._con = connection if connection is not None else duckdb.connect(":memory:")
         self._lock = threading.RLock()
         self._views: set[tuple[str, str]] = set()
+        self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
         try:
             self._con.execute("SET enable_progress_bar = false")
         except duckdb.Error:  # pragma: no cover - older settings name
             pass
+        if self._owned:
+            for name, value in self._limits():
+                self._con.execute(f"SET {name} = {_sql_str(value)}")
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
         return self._con
+
+    @property
+    def debug(self) -> bool:
+        return self.settings.debug
 
     def close(self) -> None:
         for view, kind in list(self._views):
@@ -40,76 +295,268 @@ class Engine:
         if self._owned:
             self._con.close()
 
+    def _detail(self, e: BaseException) -> str | None:
+        """Only in the owner's debug mode: DuckDB's message scrubbed of literals and numbers;
+        for any other exception its class alone (its text is not in a known shape to scrub)."""
+        if not self.settings.debug:
+            return None
+        if isinstance(e, duckdb.Error):
+            return f"{type(e).__name__}: {scrub(str(e))}"
+        return type(e).__name__
+
     # -- sources --------------------------------------------------------------------------
-    def register_source(self, name: str, kind: str, source: Any, view: str | None = None) -> dict[str, str]:
+    def register_source(self, name: str, kind: str, source: Any, view: str | None = None,
+                        types: dict[str, str] | None = None) -> dict[str, str]:
         """Expose a source as a private TEMP view (``view``, default ``_dpsql_src_<name>``).
 
         TEMP views live only in this connection's session: nothing is left in a caller's
-        database file, and each Session uses its own view names. Returns the schema.
+        database file, and each Session uses its own view names. ``types`` (CSV only) are the
+        owner's declared column types. Returns the schema. Reads schemas and the CSV header
+        line only, never a data row. A glob is expanded once, here: files added later are
+        not read by this registration.
         """
         view = view or source_name(name)
-        self._views.add((view, kind))
+        types = {k.lower(): v for k, v in (types or {}).items()}
+        if types and kind != "csv":
+            raise ConfigError(
+                f"table '{name}': column types can be declared for CSV sources only ({sorted(types)})",
+                hint="Parquet, Arrow and DuckDB sources carry their own column types",
+            )
+        failure: ConfigError | None = None
+        rows: list[Any] = []
         with self._lock:
+            self._views.add((view, kind))
             try:
-                if kind == "arrow":
-                    self._con.register(view, source)
+                if kind in ("arrow", "parquet"):
+                    self._register_arrow(name, kind, source, view)
                 else:
-                    if kind == "parquet":
-                        rel: exp.Expression = exp.func("read_parquet", exp.Literal.string(source))
-                    elif kind == "csv":
-                        rel = exp.func("read_csv", exp.Literal.string(source))
+                    if kind == "csv":
+                        sel = self._csv_select(name, source, types)
                     elif kind == "duckdb":
-                        rel = exp.to_table(source)
+                        sel = self._duckdb_select(source)
                     else:  # pragma: no cover
                         raise ConfigError(f"unknown source kind {kind!r}")
-                    sel = exp.select("*").from_(rel if isinstance(rel, exp.Table) else exp.Table(this=rel))
-                    ddl = exp.Create(
-                        this=exp.to_table(view, quoted=True),
-                        kind="VIEW",
-                        expression=sel,
-                        replace=True,
-                        properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
-                    )
-                    self._con.execute(render(ddl))
+                    self._con.execute(render(_temp_view(view, sel)))
                 desc = exp.Describe(this=exp.select("*").from_(exp.to_table(view, quoted=True)))
                 rows = self._con.execute(render(desc)).fetchall()
             except duckdb.Error as e:
-                raise ConfigError(
+                failure = ConfigError(
                     f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
                     hint="check that the file exists, is readable and is valid "
                     + ("Parquet" if kind == "parquet" else "CSV" if kind == "csv" else "data")
                     + (" (for a DuckDB table: that the Session's connection has it)" if kind == "duckdb" else ""),
-                ) from None
+                )
+            except (OSError, pa.ArrowException) as e:
+                failure = ConfigError(f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
+                                      hint="check that the file exists, is readable and is valid Parquet")
+            except ConfigError:
+                self.unregister_source(name, kind, view)
+                raise
+        if failure is not None:
+            self.unregister_source(name, kind, view)
+            raise failure
         schema = {str(r[0]).lower(): str(r[1]) for r in rows}
         if len(schema) != len(rows):
+            self.unregister_source(name, kind, view)
             raise ConfigError(f"table '{name}' has column names that differ only by case; dpsql needs them distinct")
         return schema
+
+    def _register_arrow(self, name: str, kind: str, source: Any, view: str) -> None:
+        """Arrow tables and Parquet files: text read as bytes, decoded with invalid UTF-8 as NULL."""
+        if kind == "parquet" and self.settings.invalid_text == "replace":
+            reader = exp.func("read_parquet", exp.Literal.string(source),
+                              exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")))
+            rel = exp.Table(this=reader)
+            desc = self._con.execute(render(exp.Describe(this=exp.select("*").from_(rel.copy())))).fetchall()
+            items = []
+            for r in desc:
+                col: exp.Expression = exp.column(str(r[0]), quoted=True)
+                if str(r[1]) == "VARCHAR":
+                    col = _cap_text(col, self.settings.max_text_bytes)
+                items.append(exp.alias_(col, str(r[0]), quoted=True))
+            self._con.execute(render(_temp_view(view, exp.select(*items).from_(rel))))
+            return
+        if kind == "parquet":
+            import pyarrow.dataset as ds
+
+            paths = sorted(globmod.glob(source)) if any(ch in source for ch in "*?[") else [source]
+            if not paths:
+                raise ConfigError(f"no file matches {source!r}")
+            schema = ds.dataset(paths[0], format="parquet").schema
+            target = pa.schema([pa.field(f.name, _as_bytes(f.type, f"'{name}.{f.name}'")) for f in schema])
+            raw: Any = ds.dataset(paths, format="parquet", schema=target)
+        else:
+            schema = source.schema
+            target = pa.schema([pa.field(f.name, _as_bytes(f.type, f"'{name}.{f.name}'")) for f in schema])
+            raw = source if target.equals(schema) else source.cast(target)
+        raw_name = view + "_raw"
+        self._con.register(raw_name, raw)
+        cap = self.settings.max_text_bytes
+        cols = []
+        for f in schema:
+            ref = exp.column(f.name, quoted=True)
+            col = _decode_expr(ref, f.type)
+            vt = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+            if pa.types.is_string(vt) or pa.types.is_large_string(vt) or pa.types.is_string_view(vt):
+                col = _cap_text(col, cap, measured=ref)  # the bytes' length: no decoding needed
+            cols.append(exp.alias_(col, f.name, quoted=True))
+        self._con.execute(render(_temp_view(view, exp.select(*cols).from_(exp.to_table(raw_name, quoted=True)))))
+
+    def _csv_select(self, name: str, source: str, types: dict[str, str]) -> exp.Select:
+        delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
+        paths = sorted(globmod.glob(source)) if any(ch in source for ch in "*?[") else [source]
+        if not paths:
+            raise ConfigError(f"no file matches {source!r}")
+        names = _csv_header(paths[0], delim)
+        low = {n.lower(): n for n in names}
+        bad = sorted(set(types) - set(low))
+        if bad:
+            raise ConfigError(f"table '{name}': declared column(s) {bad} are not in the CSV header",
+                              hint=f"its columns are: {', '.join(names)}")
+        for c, t in types.items():
+            if not isinstance(t, str) or not _CSV_TYPES.match(t.strip().upper()):
+                raise ConfigError(
+                    f"type {t!r} declared for '{name}.{c}' is not supported",
+                    hint="use BOOLEAN, INTEGER, BIGINT, DOUBLE, DECIMAL(p,s), DATE, TIMESTAMP or VARCHAR",
+                )
+        cols = exp.Struct(expressions=[
+            exp.PropertyEQ(this=exp.Literal.string(n), expression=exp.Literal.string("VARCHAR")) for n in names
+        ])
+
+        def opt(k: str, v: exp.Expression) -> exp.Expression:
+            return exp.EQ(this=exp.column(k), expression=v)
+
+        files: exp.Expression = (exp.Literal.string(paths[0]) if len(paths) == 1 and paths[0] == source
+                                 else exp.Array(expressions=[exp.Literal.string(p) for p in paths]))
+        reader = exp.func(
+            "read_csv",
+            files,
+            opt("columns", cols),
+            opt("header", exp.true()),
+            opt("auto_detect", exp.false()),
+            opt("delim", exp.Literal.string(delim)),
+            opt("quote", exp.Literal.string('"')),
+            opt("escape", exp.Literal.string('"')),
+            opt("new_line", exp.Literal.string("\\n")),  # with strict_mode off, CRLF files read too
+            opt("strict_mode", exp.false()),
+            opt("ignore_errors", exp.true()),
+            opt("parallel", exp.true()),
+        )
+        items = []
+        for n in names:
+            col: exp.Expression = exp.column(n, quoted=True)
+            declared = types.get(n.lower())
+            if declared is not None and declared.strip().upper() != "VARCHAR":
+                col = exp.TryCast(this=col, to=exp.DataType.build(declared.strip().upper(), dialect="duckdb"))
+            else:
+                col = _cap_text(col, self.settings.max_text_bytes)
+            items.append(exp.alias_(col, n, quoted=True))
+        return exp.select(*items).from_(exp.Table(this=reader))
+
+    def _duckdb_select(self, source: str) -> exp.Select:
+        """A table of the caller's connection; text over ``max_text_bytes`` reads as NULL."""
+        table = exp.to_table(source)
+        desc = self._con.execute(render(exp.Describe(this=exp.select("*").from_(table.copy())))).fetchall()
+        items = []
+        for r in desc:
+            col: exp.Expression = exp.column(str(r[0]), quoted=True)
+            if str(r[1]) == "VARCHAR":
+                col = _cap_text(col, self.settings.max_text_bytes)
+            items.append(exp.alias_(col, str(r[0]), quoted=True))
+        return exp.select(*items).from_(table)
 
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
         view = view or source_name(name)
         self._views.discard((view, kind))
         with self._lock:
             try:
-                if kind == "arrow":
-                    self._con.unregister(view)
-                else:
-                    self._con.execute(render(exp.Drop(this=exp.to_table(view, quoted=True), kind="VIEW", exists=True)))
+                self._con.execute(render(exp.Drop(this=exp.to_table(view, quoted=True), kind="VIEW", exists=True)))
             except duckdb.Error:
                 pass
+            if kind in ("arrow", "parquet"):
+                try:
+                    self._con.unregister(view + "_raw")
+                except duckdb.Error:
+                    pass
+
+    # -- limits ---------------------------------------------------------------------------
+    def _limits(self) -> list[tuple[str, str]]:
+        s = self.settings
+        out = [("threads", str(s.effective_threads))]
+        if s.memory_limit is not None:
+            out.append(("memory_limit", s.memory_limit))
+        if s.max_temp_directory_size is not None:
+            out.append(("max_temp_directory_size", s.max_temp_directory_size))
+        return out
+
+    @contextmanager
+    def _limited(self) -> Iterator[None]:
+        """The owner's limits for one private read (a caller's connection gets its values back)."""
+        if self._owned:
+            yield
+            return
+        saved = []
+        for name, value in self._limits():
+            shown = str(self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
+            # DuckDB shows sizes rounded: restore the caller's own text again while the setting
+            # still shows what our last restore left, so repeated queries never drift
+            prev = self._callers.get(name)
+            original = prev[0] if prev is not None and prev[1] == shown else shown
+            saved.append((name, original))
+            self._con.execute(f"SET {name} = {_sql_str(value)}")
+        try:
+            yield
+        finally:
+            for name, original in reversed(saved):
+                try:
+                    self._con.execute(f"SET {name} = {_sql_str(original)}")
+                    shown = str(self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
+                    self._callers[name] = (original, shown)
+                except duckdb.Error:  # pragma: no cover - restoring a value DuckDB reported
+                    pass
+
+    @contextmanager
+    def _deadline(self) -> Iterator[None]:
+        """Interrupt the connection after the owner's statement time-out (a timer thread:
+        DuckDB has no statement time-out). The deadline does not depend on the data."""
+        limit = self.settings.statement_timeout
+        if limit is None:
+            yield
+            return
+        done = threading.Event()
+        guard = threading.Lock()
+
+        def fire() -> None:
+            with guard:
+                if not done.is_set():
+                    self._con.interrupt()
+
+        timer = threading.Timer(limit, fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            with guard:
+                done.set()
+            timer.cancel()
 
     # -- execution ------------------------------------------------------------------------
     def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query") -> pa.Table:
+        """Run a query that reads private data, under the owner's limits and time-out.
+
+        Any failure is the one generic ExecutionError (:data:`PRIVATE_FAILURE`)."""
         sql = render(ast)
+        failure: ExecutionError | None = None
         with self._lock:
             try:
-                # the main connection: registered Arrow sources are connection-local
-                return self._con.sql(sql).to_arrow_table()
-            except duckdb.Error as e:
-                raise ExecutionError(
-                    f"DuckDB failed while running {what} ({type(e).__name__})",
-                    hint="check column types in WHERE/GROUP BY (e.g. comparing text with numbers); run with --debug to see DuckDB's own message",
-                    debug_detail=str(e),
-                ) from None
+                with self._limited(), self._deadline():
+                    # the main connection: registered Arrow sources are connection-local
+                    return self._con.sql(sql).to_arrow_table()
+            except (duckdb.Error, pa.ArrowException, MemoryError, OSError) as e:
+                failure = private_failure(what, self._detail(e), self.settings)
+        assert failure is not None
+        raise failure
 
     def describe(self, ast: exp.Expression) -> list[tuple[str, str]]:
         """(column, type) of a query's result, by binding it only (no row is read)."""
@@ -124,16 +571,19 @@ class Engine:
         self._bind(ast.copy() if run else exp.Describe(this=ast.copy()))
 
     def _bind(self, ast: exp.Expression) -> list[Any]:
+        # binding reads schemas only: the exception class is public, DuckDB's text is not shown
+        failure: QueryTypeError | None = None
         with self._lock:
             try:
                 return self._con.sql(render(ast)).fetchall()
             except duckdb.Error as e:
-                raise QueryTypeError(
+                failure = QueryTypeError(
                     f"the query does not type-check against the table's columns ({type(e).__name__}); nothing was charged",
-                    hint="check the types in WHERE / GROUP BY / HAVING / ORDER BY (e.g. text compared with numbers); "
-                    "--debug shows DuckDB's message",
-                    debug_detail=str(e),
-                ) from None
+                    hint="check the types in WHERE / GROUP BY / HAVING / ORDER BY (e.g. text compared with numbers)",
+                    debug_detail=self._detail(e),
+                )
+        assert failure is not None
+        raise failure
 
     def post_process(self, table: pa.Table, ast_builder: Any) -> pa.Table:
         """Run a post-processing query (HAVING/ORDER BY/LIMIT on released values) over ``table``.
@@ -141,6 +591,7 @@ class Engine:
         ``ast_builder(name)`` returns the query AST reading from relation ``name``. The input
         holds only released (noisy) values, so this is post-processing.
         """
+        failure: ExecutionError | None = None
         with self._lock:
             cur = self._con
             try:
@@ -148,13 +599,45 @@ class Engine:
                 try:
                     return cur.sql(render(ast_builder("__released"))).to_arrow_table()
                 except duckdb.Error as e:
-                    raise ExecutionError(
-                        f"post-processing (HAVING/ORDER BY/LIMIT) failed ({type(e).__name__})",
+                    failure = ExecutionError(
+                        "post-processing (HAVING/ORDER BY/LIMIT) of the released values failed",
                         hint="check the types used in HAVING and ORDER BY",
-                        debug_detail=str(e),
-                    ) from None
+                        debug_detail=self._detail(e),
+                    )
             finally:
                 try:
                     cur.unregister("__released")
                 except duckdb.Error:
                     pass
+        assert failure is not None
+        raise failure
+
+
+def private_failure(what: str, detail: str | None, settings: EngineSettings) -> ExecutionError:
+    """The one error for any failure after data was read: the text depends on public settings only."""
+    limits = []
+    if settings.statement_timeout is not None:
+        limits.append(f"statement time-out {settings.statement_timeout:g} s")
+    if settings.memory_limit is not None:
+        limits.append(f"memory limit {settings.memory_limit}")
+    return ExecutionError(
+        PRIVATE_FAILURE.format(what=what[:1].upper() + what[1:]),
+        hint="possible causes: the owner's limits (" + (", ".join(limits) or "none set")
+        + "), a full temp directory, or a bug. Simplify the query or ask the data owner, who can "
+        "reproduce it with the engine's debug mode (unsafe: see docs/threat_model.md)",
+        debug_detail=detail,
+    )
+
+
+def _sql_str(value: str) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _temp_view(view: str, sel: exp.Expression) -> exp.Create:
+    return exp.Create(
+        this=exp.to_table(view, quoted=True),
+        kind="VIEW",
+        expression=sel,
+        replace=True,
+        properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+    )

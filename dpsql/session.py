@@ -9,9 +9,11 @@ Data flow (one way):  SQL -> analyze -> route -> calibrate   [public metadata on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import secrets
+import time
 import tomllib
 import warnings
 from collections.abc import Iterator
@@ -23,7 +25,7 @@ from sqlglot import exp
 
 from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import TableSpec, _check_cap, check_table_name, classify_source, parse_column_spec
-from dpsql.engine import Engine
+from dpsql.engine import Engine, EngineSettings, private_failure, scrub
 from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, PolicyError
 from dpsql.ledger import Ledger
 from dpsql.mechanisms.common import Calibration
@@ -49,6 +51,9 @@ OPTIONS: dict[str, str] = {
 _CAP_OPTIONS = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")
 
 LARGE_EPSILON = 10.0
+
+#: the ledger's failure reason for every run that failed after its charge (never data-dependent)
+FAILURE_REASON = "failed after the charge (reason withheld: it could depend on private data)"
 
 
 def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
@@ -100,6 +105,10 @@ class Session:
     ``budget``: the total budget. An existing ledger keeps its recorded total; passing a
     different one is a ConfigError (change it with ``dpsql budget --set-total``).
     ``connection``: an optional DuckDB connection whose tables can be registered by name.
+    ``engine``: the data owner's engine settings (``EngineSettings`` or a dict: memory_limit,
+    threads, statement_timeout, min_response_time, max_temp_directory_size, debug).
+    ``debug``: attach DuckDB's scrubbed messages to errors. UNSAFE, for the data owner only
+    (docs/threat_model.md). Neither can be changed by query options.
     """
 
     def __init__(
@@ -109,7 +118,14 @@ class Session:
         *,
         connection: duckdb.DuckDBPyConnection | None = None,
         lock_timeout: float = 10.0,
+        debug: bool = False,
+        engine: EngineSettings | dict[str, Any] | None = None,
     ) -> None:
+        settings = EngineSettings.from_dict(engine)
+        if not isinstance(debug, bool):
+            raise ConfigError(f"debug must be True or False, got {debug!r}")
+        if debug:
+            settings = dataclasses.replace(settings, debug=True)
         if budget is not None and not isinstance(budget, Budget):
             raise ConfigError("budget must be a dpsql.Budget(epsilon, delta)", hint="budget=dpsql.Budget(1.0, 1e-6)")
         path = os.fspath(ledger) if ledger is not None else None
@@ -122,7 +138,7 @@ class Session:
             self._ledger = Ledger.create(None, budget)
         else:
             self._ledger = Ledger.open(path, budget, lock_timeout=lock_timeout)
-        self._engine = Engine(connection)
+        self._engine = Engine(connection, settings)
         self._has_connection = connection is not None
         self._catalog: dict[str, TableSpec] = {}
         self._noise: NoiseSource = default_noise_source()
@@ -151,7 +167,7 @@ class Session:
         budget = None
         if "epsilon" in led:
             budget = Budget(led["epsilon"], led.get("delta", 0.0))
-        s = cls(ledger=lpath, budget=budget)
+        s = cls(ledger=lpath, budget=budget, engine=cfg.get("engine"))
         tables = cfg.get("tables", {})
         if not isinstance(tables, dict):
             raise ConfigError("[tables] in the config must be a table of tables")
@@ -213,7 +229,11 @@ class Session:
         if isinstance(tau, bool) or not isinstance(tau, int) or tau < 1:
             raise ConfigError(f"tau for table '{tname}' must be a whole number >= 1, got {tau!r}")
         col_specs = {}
+        types: dict[str, str] = {}
         for cname, cspec in (columns or {}).items():
+            if isinstance(cspec, dict) and "type" in cspec:  # a CSV column's declared type
+                cspec = dict(cspec)
+                types[cname.lower()] = cspec.pop("type")
             col_specs[cname.lower()] = parse_column_spec(tname, cname, cspec)
         refs = {}
         for fk, target in (references or {}).items():
@@ -232,7 +252,7 @@ class Session:
             old = self._catalog.pop(tname)
             self._engine.unregister_source(tname, old.source_kind, old.view)
         view = f"_dpsql_src_{tname}_{self._token}"
-        schema = self._engine.register_source(tname, kind, src, view)
+        schema = self._engine.register_source(tname, kind, src, view, types=types)
         problems = []
         if privacy_unit is not None and privacy_unit.lower() not in schema:
             problems.append(f"privacy unit column '{privacy_unit}' does not exist")
@@ -608,25 +628,47 @@ class Session:
 
     @contextlib.contextmanager
     def _charged(self, entry: int, what: str) -> Iterator[None]:
-        """Run the part after the charge: on any failure mark the entry failed (it still
-        counts) and re-raise, wrapping unexpected errors without their (possibly data-bearing)
-        text."""
+        """Run the part after the charge (it reads private data).
+
+        On any failure the entry is marked failed (it still counts: the charge stands) and one
+        generic ExecutionError is raised whose text depends only on ``what`` and the owner's
+        settings: never on which failure happened (time-out, out of memory, a full temp
+        directory, a solver failure, ...), since that could depend on the data. The ledger's
+        failure reason is a constant. The original exception is not chained. In the owner's
+        debug mode only, ``debug_detail`` carries its class and scrubbed message.
+        Every run is padded by sleeping to the owner's ``min_response_time``, failures included.
+        """
+        start = time.monotonic()
+        settings = self._engine.settings
+        failure: BaseException | None = None
         try:
             yield
         except BaseException as e:
-            reason = type(e).__name__
-            if isinstance(e, DPSQLError):
-                reason += ": " + e.message.splitlines()[0][:200]
+            if not isinstance(e, Exception):  # KeyboardInterrupt / SystemExit: keep them
+                failure = e
+            else:
+                detail = None
+                if settings.debug:
+                    detail = (scrub(e.debug_detail) if isinstance(e, ExecutionError) and e.debug_detail
+                              else self._engine._detail(e))
+                err = private_failure(what, detail, settings)
+                failure = ExecutionError(
+                    f"{what} failed after its budget was charged; the charge stands. "
+                    "The reason is withheld: it could depend on private data",
+                    hint=err.hint,
+                    debug_detail=err.debug_detail,
+                )
+            _withhold(e)
+        finally:
+            pad = settings.min_response_time - (time.monotonic() - start)
+            if pad > 0:
+                time.sleep(pad)
+        if failure is not None:
             try:
-                self._ledger.fail(entry, reason)
+                self._ledger.fail(entry, FAILURE_REASON)
             except LedgerError:
                 pass
-            if isinstance(e, DPSQLError) or not isinstance(e, Exception):
-                raise
-            raise ExecutionError(
-                f"{what} failed after its budget was charged ({type(e).__name__}); the charge stands",
-                debug_detail=repr(e),
-            ) from None
+            raise failure from None
 
     def _bind_check(self, plan: ir.QueryPlan, cal: Calibration, unit: str) -> None:
         """Type-check the bounded query and the post-processing query, reading no row.
@@ -750,3 +792,23 @@ def _ledger_params(cal: Calibration) -> dict[str, Any]:
     if cal.tau_star is not None:
         p["tau_star"] = cal.tau_star
     return p
+
+
+def _withhold(e: BaseException) -> None:
+    """Drop the text, attributes and frames of a failure that may quote private data (and of
+    the exceptions chained to it), so no reference to it can reveal a value later."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    stack = [e]
+    while stack:
+        cur = stack.pop()
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        stack += [cur.__context__, cur.__cause__]  # type: ignore[list-item]
+        try:
+            cur.args = ("<withheld>",)
+            cur.__dict__.clear()
+            cur.__traceback__ = None
+        except (AttributeError, TypeError):  # pragma: no cover - exotic exception types
+            pass

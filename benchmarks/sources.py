@@ -1,0 +1,94 @@
+"""Benchmark: the cost of reading sources totally (invalid UTF-8 as NULL, fixed CSV dialect).
+
+One command:  python benchmarks/sources.py [--rows 1000000] [--repeat 5]
+Prints JSON (also written to benchmarks/out/sources.json): for a generated Parquet file and
+CSV file of ``--rows`` valid rows (two text columns, two numeric), the median time of the same
+aggregate query over DuckDB's own reader (``read_parquet`` / sniffed ``read_csv``: an error
+on one bad value) and over the view dpsql registers, and their ratio: Parquet with the default
+``invalid_text='null'`` (text read as bytes through Arrow and decoded with ``TRY(DECODE(...))``)
+and with ``invalid_text='replace'`` (DuckDB's reader, invalid bytes as ``?``); CSV read as
+VARCHAR with a fixed dialect and declared types applied by TRY_CAST. Run through the engine
+only (no noise, no ledger): the scan cost alone. Runs are interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dpsql.engine import Engine, EngineSettings  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+QUERY = ("SELECT country, COUNT(*), SUM(amount), COUNT(DISTINCT note), SUM(length(note)) "
+         "FROM {src} WHERE lower(note) <> 'x' AND k > 10 GROUP BY country")
+
+
+def median_times(con: duckdb.DuckDBPyConnection, sqls: list[str], repeat: int) -> list[float]:
+    """Median time of each query, runs interleaved (so machine load affects all alike)."""
+    for sql in sqls:
+        con.execute(sql).fetchall()  # warm-up
+    ts: list[list[float]] = [[] for _ in sqls]
+    for _ in range(repeat):
+        for i, sql in enumerate(sqls):
+            t = time.perf_counter()
+            con.execute(sql).fetchall()
+            ts[i].append(time.perf_counter() - t)
+    return [statistics.median(t) for t in ts]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    gen = np.random.default_rng(5)
+    n = args.rows
+    names = np.array([f"name_{i}" for i in range(5000)])
+    table = pa.table({
+        "user_id": np.arange(n, dtype=np.int64),
+        "amount": np.round(gen.uniform(0, 100, n), 2),
+        "k": gen.integers(0, 1000, n),
+        "country": names[gen.integers(0, 50, n)],
+        "note": names[gen.integers(0, 5000, n)],
+    })
+    out: dict[str, object] = {"rows": n, "repeat": args.repeat}
+    with tempfile.TemporaryDirectory() as tmp:
+        pq_path = os.path.join(tmp, "t.parquet")
+        csv_path = os.path.join(tmp, "t.csv")
+        pq.write_table(table, pq_path)
+        pacsv.write_csv(table, csv_path)
+        for label, kind, path, plain, types, mode in (
+            ("parquet (invalid_text='null', default)", "parquet", pq_path, f"read_parquet('{pq_path}')", None, "null"),
+            ("parquet (invalid_text='replace')", "parquet", pq_path, f"read_parquet('{pq_path}')", None, "replace"),
+            ("csv (declared types)", "csv", csv_path, f"read_csv('{csv_path}')",
+             {"amount": "DOUBLE", "k": "BIGINT", "user_id": "BIGINT"}, "null"),
+        ):
+            eng = Engine(settings=EngineSettings(invalid_text=mode))
+            eng.register_source("t", kind, path, "dpsql_view", types=types)
+            con = eng.connection
+            base, ours = median_times(con, [QUERY.format(src=plain), QUERY.format(src='"dpsql_view"')], args.repeat)
+            out[label] = {"duckdb_reader_ms": round(base * 1e3, 2), "dpsql_view_ms": round(ours * 1e3, 2),
+                          "ratio": round(ours / base, 3)}
+            eng.close()
+    text = json.dumps(out, indent=1)
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "sources.json"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
