@@ -154,8 +154,46 @@ def power_of_two_at_least(x: float) -> float:
     return math.ldexp(1.0, ex - 1) if m == 0.5 else math.ldexp(1.0, ex)
 
 
+def snapping_exponent(share: float, *, what: str = "the release") -> int:
+    """K <= 30: the largest exponent with 2⁻⁴⁵(2^(K+1) + 2) <= share (B = 2^K·Λ), at least 10."""
+    k = 30
+    while k >= 10 and snapping_extra(2.0 ** (k + 1)) > share:
+        k -= 1
+    if k < 10:
+        raise ConfigError(
+            f"epsilon is too small for {what}: floating-point noise cannot be calibrated this fine",
+            hint="use a larger epsilon (the release would be pure noise anyway)",
+        )
+    return k
+
+
+def snapping_grid(
+    lam: float, k: int, *, integer: bool = True, what: str = "the release", max_bound: float | None = None
+) -> tuple[float, float]:
+    """(Λ, B) for scale λ and exponent K: Λ = 2^⌈log₂ λ⌉, B = min(2^K·Λ, cap); refuses overflow."""
+    if not (math.isfinite(lam) and lam > 0):
+        raise ConfigError(f"the noise scale of {what} overflows", hint="use a larger epsilon")
+    grid = power_of_two_at_least(lam)
+    cap = INT_BOUND if integer else FLOAT_BOUND
+    if max_bound is not None:
+        cap = min(cap, float(max_bound))
+    if grid > min(MAX_INT_GRID if integer else cap, cap / 2.0**10):
+        raise ConfigError(
+            f"the noise of {what} (scale {lam:.3g}) cannot be represented"
+            + (" in a 64-bit integer result" if integer else ""),
+            hint="use a larger epsilon or tighter declared bounds",
+        )
+    return grid, min(math.ldexp(grid, k), cap)
+
+
 def snapping_calibration(
-    sensitivity: float, epsilon: float, *, coordinates: int = 1, integer: bool = True, what: str = "the release"
+    sensitivity: float,
+    epsilon: float,
+    *,
+    coordinates: int = 1,
+    integer: bool = True,
+    what: str = "the release",
+    max_bound: float | None = None,
 ) -> tuple[float, float, float]:
     """(λ, Λ, B) for a snapped Laplace release costing at most ``epsilon``.
 
@@ -168,28 +206,9 @@ def snapping_calibration(
     n = max(1, int(coordinates))
     if not (math.isfinite(eps) and eps > 0 and math.isfinite(d) and d > 0):
         raise ConfigError(f"cannot calibrate {what}: epsilon={epsilon!r}, sensitivity={sensitivity!r}")
-    share = eps / 1000.0 / n
-    # largest K <= 30 with N * 2**-45 * (2**(K+1) + 2) <= eps/1000
-    k = 30
-    while k >= 10 and snapping_extra(2.0 ** (k + 1)) > share:
-        k -= 1
-    if k < 10:
-        raise ConfigError(
-            f"epsilon={eps:g} is too small for {what}: floating-point noise cannot be calibrated below about {n * 2e-5:.1g}",
-            hint="use a larger epsilon (the release would be pure noise anyway)",
-        )
+    k = snapping_exponent(eps / 1000.0 / n, what=what)
     lam = d / (eps - n * snapping_extra(2.0 ** (k + 1)))
-    if not (math.isfinite(lam) and lam > 0):
-        raise ConfigError(f"the noise scale of {what} overflows (epsilon={eps:g})", hint="use a larger epsilon")
-    grid = power_of_two_at_least(lam)
-    cap = INT_BOUND if integer else FLOAT_BOUND
-    if grid > (MAX_INT_GRID if integer else cap / 2.0**10):
-        raise ConfigError(
-            f"the noise of {what} (scale {lam:.3g}) cannot be represented"
-            + (" in a 64-bit integer result" if integer else ""),
-            hint="use a larger epsilon or tighter declared bounds",
-        )
-    bound = min(math.ldexp(grid, k), cap)
+    grid, bound = snapping_grid(lam, k, integer=integer, what=what, max_bound=max_bound)
     return lam, grid, bound
 
 
