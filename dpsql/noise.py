@@ -81,15 +81,16 @@ max_p p/φ(Φ⁻¹(p))·2⁻⁵² = 1.2533·2⁻⁵² on (0, ½]. So, for t = σ
 
     |X̂ − t| ≤ ϑ(t) := a|t| + c₀σ,  a = 2⁻⁴⁷, c₀ = 2⁻⁵⁰,
 
-except when e > 1021 (the float view of M is then held at 2⁻¹⁰²³; probability 2⁻¹⁰²¹).
+except when e > 1021 (the float view of M is then computed with e = 1021; probability 2⁻¹⁰²¹).
 
 A released coordinate is q(fl(v + X̂)) for a monotone rounding q to granularity γ (released
 values are exactly what the analyst sees). IEEE addition returns the correctly rounded exact
 sum, so the output is q*(v + X̂) for the *fixed* monotone step function q* = q ∘ RN of the real
 sum: the data-dependent rounding of the addition is part of a data-independent post-processing.
-(Integer columns compute v + rint(X̂) = rint(v + X̂), exactly, for |v| ≤ 2⁵².) The ideal
-output q*(v + t) is post-processing of the exact Gaussian mechanism, and the two differ only
-if a boundary of q* lies within ϑ(t) of v + t. The boundaries of q* are at least
+The ideal output q*(v + t) is post-processing of the exact Gaussian mechanism, and the two
+differ only if a boundary of q* lies within ϑ(t) of v + t. (Integer columns compute
+v + rint(X̂) exactly for |v| ≤ 2⁵²; it differs from the ideal v + rint(t) = rint(v + t) (a.s.)
+only if a half-integer lies within ϑ(t) of t, the same bound with γ = 1.) The boundaries of q* are at least
 γ′ = γ(1 − 2⁻⁸) apart (a preimage of q is ≈ γ wide, or wider where floats are coarser than γ;
 the decimal clean-up only merges). Summing the sliver probabilities of a function that is
 unimodal on each half-line (Σ_k f(b_k) ≤ ∫f/γ′ + 2·sup f) gives, per coordinate,
@@ -183,7 +184,7 @@ def snapping_grid(
             + (" in a 64-bit integer result" if integer else ""),
             hint="use a larger epsilon or tighter declared bounds",
         )
-    return grid, min(math.ldexp(grid, k), cap)
+    return grid, min(math.ldexp(grid, k), math.floor(cap / grid) * grid)  # a multiple of Λ
 
 
 def snapping_calibration(

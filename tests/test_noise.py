@@ -257,3 +257,31 @@ def test_dawa_tiny_epsilon_is_refused_before_any_charge():
         use_noise(s, seeded_noise("dawa-e2e"))
         r = s.query_many(qs, epsilon=1.0)
         assert r.cost == Budget(1.0, 0.0) and s.remaining() == Budget(9.0, 0.0)
+
+
+def test_dawa_float_calibrations_by_hand_and_outputs_on_grid():
+    from dpsql.mechanisms.dawa import IntervalWorkload, greedy_h, stage1_float_calibration
+
+    # stage 1: B1 = 2^20 * 2 = 2^21; need = 8 * 2^21 * 2^-50 = 2^-26 -> grid 2^-25 (a power of two
+    # >= need); slack = 4 * 2^-25 + 2^-47 (2^21 + 2^-25) = 1.3411045e-7;
+    # b = (base * 0.5 + slack) / (0.5 - 2^-47): 1.00000026822, 2.00000026822
+    scales, bound, grid = stage1_float_calibration(np.array([1.0, 2.0]), 8, 0.5)
+    assert bound == 2.0**21 and grid == 2.0**-25
+    assert scales == pytest.approx([1.00000026822, 2.00000026822], rel=1e-10)
+    # stage 2: snapped rows lie on the grid, inside [-B, B]
+    n = 64
+    wl = IntervalWorkload.from_ranges(np.array([[0, 9], [5, 40], [0, 63]]), n)
+    s = greedy_h(wl, [(i, i) for i in range(n)])
+    lam, g2, b2, rows = s.snapping(0.5, sensitivity=2.0)
+    assert g2 == power_of_two_at_least(lam) and b2 <= 2.0**62 / (n + 1) and rows <= 2 * len(s.levels)
+    z = np.concatenate(s.measure(np.arange(n, dtype=float) * 1e6, 0.5, seeded_noise("dawa-grid"), sensitivity=2.0))
+    z = z[np.isfinite(z)]
+    assert z.size == s.n_measurements and np.all(np.abs(z) <= b2) and np.all(z / g2 == np.rint(z / g2))
+
+
+def test_given_tau_star_is_rounded_up_to_an_integer():
+    t = pa.table({"uid": np.arange(300, dtype=np.int64), "g": np.array(list("abc"))[np.arange(300) % 3]})
+    with dpsql.Session(budget=Budget(10.0, 1e-3)) as s:
+        s.register("t", t, privacy_unit="uid")
+        p = s.explain("SELECT g, COUNT(*) FROM t GROUP BY g", epsilon=1.0, delta=1e-5, options={"tau_star": 40.2})
+        assert p.parameters["tau_star"] == 41.0

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsql.errors import ConfigError
-from dpsql.noise import INT_BOUND, NoiseSource, snapping_calibration, snapping_epsilon
+from dpsql.noise import INT_BOUND, NoiseSource, snapping_calibration
 
 # ---------------------------------------------------------------------------------------------
 # workloads
@@ -445,13 +445,10 @@ class HierarchicalStrategy:
 
         Returns one array per level (NaN where a segment is not measured).
         """
-        lam, grid, bound, n_rows = self.snapping(epsilon2, sensitivity=sensitivity)
+        lam, grid, bound, _ = self.snapping(epsilon2, sensitivity=sensitivity)
         yv = np.asarray(y, dtype=np.float64)
         if yv.shape != (self.n_buckets,):
             raise ConfigError(f"expected {self.n_buckets} bucket totals")
-        assert snapping_epsilon(float(sensitivity) * max(1.0, self.l1_sensitivity()), lam, bound) + (
-            n_rows - 1
-        ) * 2.0**-45 * (bound / lam + 2.0) <= float(epsilon2) * (1.0 + 1e-9)
         cg = np.zeros(self.n_groups + 1)
         np.cumsum(self._group_totals(yv), out=cg[1:])
         out = []
