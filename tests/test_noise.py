@@ -285,3 +285,24 @@ def test_given_tau_star_is_rounded_up_to_an_integer():
         s.register("t", t, privacy_unit="uid")
         p = s.explain("SELECT g, COUNT(*) FROM t GROUP BY g", epsilon=1.0, delta=1e-5, options={"tau_star": 40.2})
         assert p.parameters["tau_star"] == 41.0
+
+
+def test_gaussian_noise_actually_added_fits_the_rounded_normal():
+    """Integer columns release v + rint(X): compare with P(rint(N(0, s^2)) = k) exactly."""
+    from dpsql.noise import gaussian_release
+
+    sigma, v, n = 2.7, 11.0, 300_000
+    rng = seeded_noise("gauss-gof")
+    y = gaussian_release(np.full(n, v), rng.gaussian_noise(sigma, n), integer=True)
+    assert np.all(y == np.rint(y))
+    ks = np.arange(-25, 26)
+    obs = np.array([np.sum(y - v == k) for k in ks])
+    assert obs.sum() == n
+
+    def probs(s: float) -> np.ndarray:
+        return stats.norm.cdf((ks + 0.5) / s) - stats.norm.cdf((ks - 0.5) / s)
+
+    keep = probs(sigma) * n >= 20
+    assert stats.chisquare(np.append(obs[keep], obs[~keep].sum()), np.append(probs(sigma)[keep], 1 - probs(sigma)[keep].sum()) * n).pvalue > ALPHA
+    p2 = probs(sigma * 1.03)
+    assert stats.chisquare(np.append(obs[keep], obs[~keep].sum()), np.append(p2[keep], 1 - p2[keep].sum()) * n).pvalue < ALPHA

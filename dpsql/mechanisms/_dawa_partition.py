@@ -196,6 +196,19 @@ def _deviations(
     csum = np.zeros(x.size + 1, dtype=x.dtype)
     np.cumsum(x, out=csum[1:])
     out = np.empty(starts.size, dtype=np.float64)
+    if _exact_ok(x, int(lengths.max()) if lengths.size else 1):
+        # integer histogram: L dev = sum |L x_j - T| = T (2 c_below - L) + L (T - 2 s_below) with
+        # "below" = {L x_j < T} = {x_j < ceil(T / L)}, all in exact int64; one rounding at the end
+        for k in range(0, starts.size, _CHUNK):
+            st = starts[k : k + _CHUNK]
+            ln = lengths[k : k + _CHUNK]
+            en = st + ln
+            total = csum[en] - csum[st]
+            thr = -((-total) // ln)
+            below_cnt, below_sum = wm.count_sum_below(st, en, wm.rank_threshold(thr))
+            num = total * (2 * below_cnt - ln) + ln * (total - 2 * below_sum)
+            out[k : k + _CHUNK] = num / ln
+        return out
     for k in range(0, starts.size, _CHUNK):
         st = starts[k : k + _CHUNK]
         ln = lengths[k : k + _CHUNK]
@@ -209,6 +222,19 @@ def _deviations(
         # cancellation can leave -1e-12 on perfectly uniform windows
         out[k : k + _CHUNK] = np.maximum(dev, 0.0)
     return out
+
+
+def _exact_ok(x: np.ndarray, max_len: int) -> bool:
+    """Integer histogram whose window sums times lengths fit in int64 (exact deviations)."""
+    if x.dtype != np.int64 or x.size == 0:
+        return False
+    big = int(np.max(np.abs(x)))
+    return big * x.size * max(1, max_len) * 4 < 2**62
+
+
+def stage1_bin_cap(n: int) -> int:
+    """Public per-bin cap of stage 1's cost computation: keeps every deviation exact (int64)."""
+    return max(1, 2**59 // (max(1, n) ** 2))
 
 
 def deviation(x: object, start: object, length: object) -> np.ndarray | float:
@@ -249,6 +275,11 @@ def _window_devs(x: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.n
         sel = np.flatnonzero(lengths == L)
         if L == 1:
             out[sel] = 0.0
+            continue
+        if _exact_ok(x, L):
+            wi = np.lib.stride_tricks.sliding_window_view(x, L)[starts[sel]]
+            tot = wi.sum(axis=1, keepdims=True)
+            out[sel] = np.abs(L * wi - tot).sum(axis=1) / L  # exact int64 numerator, one rounding
             continue
         win = np.lib.stride_tricks.sliding_window_view(xf, L)[starts[sel]]
         mean = win.mean(axis=1, keepdims=True)
@@ -632,6 +663,10 @@ def l1_partition(
     stage 1.
     """
     xv = _as_data_vector(x)
+    if xv.dtype == np.int64:
+        # public per-bin cap (1-Lipschitz, so the sensitivity is unchanged): exact deviations
+        cap = stage1_bin_cap(xv.size)
+        xv = np.clip(xv, -cap, cap)
     eps1 = _check_positive("epsilon1", epsilon1)
     pen = float(bucket_penalty)
     if not np.isfinite(pen) or pen < 0:

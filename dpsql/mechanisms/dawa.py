@@ -42,9 +42,13 @@ L1 sensitivity k ‖A‖₁ <= k).
   Lap(b_e)) / g)) with the public B1 = 2^20 max_e b_e and the power-of-two grid
   g >= #candidates * B1 * 2^-50, so every partition cost the DP adds up is an exact multiple of g
   (below 2^53 g) and the DP is an exact argmin with a fixed tie rule: e wins iff its noisy cost
-  is in a half-line, given all other noise; (b) other buckets' noisy costs move by at most
-  k Delta_f + g + float error (<= 2g for the addition, and the assumption that dev is computed
-  within g) between neighbours, so the threshold moves by at most k (Delta_e + Delta_max) + 4g;
+  is in a half-line, given all other noise (lowering e's cost keeps e's path optimal and first
+  among ties at every step); (b) the costs are computed from the integer histogram with every
+  bin capped at the public 2^59/n^2 (1-Lipschitz, so the sensitivity is unchanged), which makes
+  L * dev an exact int64 and the cost exact up to one rounding and the addition of the public
+  constants (<= 2^-52 B1 after the clamp, below g); other buckets' noisy costs thus move by at
+  most k Delta_f + g + 2g between neighbours, and the threshold by at most
+  k (Delta_e + Delta_max) + 4g;
   (c) the float Laplace's half-line probabilities on |t| <= 2 B1 + g are within
   exp(2^-47 (B1 + g)/b_e + 2^-47) of the exact Laplace ones (``dpsql.noise`` section 2, step (i)).
   So b_e = (k (Delta_e + Delta_max) + 4g + 2^-47 (B1 + g)) / (epsilon1 - 2^-47)
