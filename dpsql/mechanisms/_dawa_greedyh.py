@@ -39,6 +39,13 @@ import numpy as np
 from dpsql.errors import ConfigError
 from dpsql.noise import INT_BOUND, NoiseSource, snapping_calibration
 
+
+def stage2_max_bound(n: int) -> float:
+    """2^62 / (n + 1): the cap on the measurement's clamp bound B, and the clip applied to rounded
+    bucket totals (:meth:`DawaSynopsis.rounded`), so any answer (a sum of <= n totals) is an int64."""
+    return INT_BOUND / (int(n) + 1)
+
+
 # ---------------------------------------------------------------------------------------------
 # workloads
 
@@ -425,7 +432,7 @@ class HierarchicalStrategy:
         One record moves one bucket total by 1, hence at most one measured row per level: one
         unit (k records) changes at most N = min(rows, ceil(k) * levels) rows, by
         k * ||A||_1 in L1 norm. lambda is calibrated so that k ||A||_1 / lambda +
-        N 2^-45 (B/lambda + 2) <= epsilon2; B keeps every answer (a sum of <= n values) in int64.
+        N 2^-45 (B/lambda + 2) <= epsilon2; B keeps every answer in int64 (:func:`stage2_max_bound`).
         """
         eps2 = float(epsilon2)
         if not np.isfinite(eps2) or eps2 <= 0:
@@ -434,7 +441,7 @@ class HierarchicalStrategy:
         n_rows = max(1, min(self.n_measurements, int(np.ceil(float(sensitivity))) * len(self.levels)))
         lam, grid, bound = snapping_calibration(
             l1, eps2, coordinates=n_rows, integer=True, what="the DAWA measurement",
-            max_bound=INT_BOUND / (self.n_buckets + 1),
+            max_bound=stage2_max_bound(self.n_buckets),
         )
         return lam, grid, bound, n_rows
 

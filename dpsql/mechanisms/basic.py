@@ -113,8 +113,17 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
         params["snapping"] = {k: {"lambda": scales[k], "grid": g, "bound": b} for k, (g, b) in snap.items()}
         params["epsilon_proven"] = c_eff * proven
     params["scales"] = dict(scales)
+    notes: list[str] = []
+    if noise == "laplace":
+        notes.append(
+            "Laplace noise is snapped (floating-point safe): each released value lies on a power-of-two grid "
+            "at least its noise scale and true values beyond a public bound are clamped (parameters: snapping)"
+        )
+    else:
+        notes.append(f"the charge includes the sampler's floating-point delta {cost_delta - delta:.3g} (fp_delta)")
     return Calibration(
         mechanism=noise,
+        notes=notes,
         cost=Budget(epsilon, cost_delta),
         noise=noise,
         caps=caps,

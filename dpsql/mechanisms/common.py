@@ -199,6 +199,8 @@ def finish_release(
             "granularity": gran[src],
             "noise": cal.noise,
         }
+        if src in cal.snap:
+            accuracy[a.name]["snapping_grid"] = cal.snap[src][0]
     if not cols:
         return pa.table({}), accuracy
     return pa.table(cols), accuracy

@@ -35,7 +35,7 @@ L1 sensitivity k ‖A‖₁ <= k).
   one unit changes at most N = min(rows, ceil(k) * levels) rows (one per level per record) by
   k ||A||_1 in L1 norm, and lambda is raised so that the proven loss
   k ||A||_1 / lambda + N 2^-45 (B/lambda + 2) equals at most epsilon2 (B <= 2^62/(buckets+1), so
-  every answer stays in int64). Stage 1 releases nothing but its choice, so it needs the
+  every answer stays in int64: :func:`stage2_max_bound`). Stage 1 releases nothing but its choice, so it needs the
   report-noisy-min argument above to survive floating point rather than snapping (snapping
   each cost to a grid Lambda >= lambda would move the threshold by a whole noise scale). Three
   things make it hold: (a) every noisy cost is clamp_[-B1,B1](g rint((clamp_[0,B1](cost) +
@@ -123,6 +123,7 @@ from dpsql.mechanisms._dawa_greedyh import (
     IntervalWorkload,
     as_workload,
     greedy_h,
+    stage2_max_bound,
     strategy_from_splits,
 )
 from dpsql.mechanisms._dawa_hilbert import (
@@ -247,12 +248,14 @@ class DawaSynopsis:
         return _coarsen_1d(self.histogram(), bin_factor)
 
     def rounded(self, granularity: float = 1.0) -> DawaSynopsis:
-        """Same synopsis with bucket totals rounded to multiples of ``granularity`` (post-processing)."""
+        """Same synopsis with bucket totals rounded to multiples of ``granularity`` and clipped to
+        +-2^62/(n+1), so every answer fits in an int64 (post-processing)."""
+        lim = stage2_max_bound(self.n)
         return DawaSynopsis(
             self.n,
             self.starts.copy(),
             self.ends.copy(),
-            round_to_granularity(self.bucket_totals, granularity),
+            np.clip(round_to_granularity(self.bucket_totals, granularity), -lim, lim),
             self.epsilon,
             self.epsilon1,
             self.epsilon2,
@@ -399,11 +402,11 @@ def dawa_precheck(n: int, epsilon: float, *, ratio: float = 0.25, sensitivity: f
         raise ConfigError(f"sensitivity must be a finite number > 0, got {sensitivity!r}")
     nn = max(1, int(n))
     levels = int(np.ceil(np.log2(nn))) + 2 if nn > 1 else 1
-    from dpsql.noise import INT_BOUND, snapping_calibration
+    from dpsql.noise import snapping_calibration
 
     snapping_calibration(
         sens, eps2, coordinates=int(np.ceil(sens)) * levels, integer=True, what="the DAWA measurement",
-        max_bound=INT_BOUND / (nn + 1),
+        max_bound=stage2_max_bound(nn),
     )
     if staged and nn > 1:
         stage1_float_calibration(np.asarray([4.0 * sens / eps1]), 4 * nn * levels, eps1)

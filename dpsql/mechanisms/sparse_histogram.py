@@ -129,6 +129,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
         f"exact delta at epsilon={epsilon:g}: {exact_delta:.4g}; add-the-deltas accounting would need tau*="
         + (f"{math.ceil(add_ts):g}" if math.isfinite(add_ts) else "infinity (infeasible)")
         + " at the same sigma",
+        f"the charge includes the sampler's floating-point delta {fp:.3g} (fp_delta)",
     ]
     return Calibration(
         mechanism="sparse_histogram",
