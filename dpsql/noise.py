@@ -303,12 +303,16 @@ class NoiseSource:
         return np.where(s < 0, m, np.minimum(1.0 - m, 1.0 - 2.0**-53))
 
     def bernoulli(self, p: float, size: int) -> np.ndarray:
-        """Boolean array, True with probability p (U < p decided on (S, M) without rounding)."""
+        """Boolean array, True with probability exactly p, for a double p in [2⁻¹⁰²¹, 1] (or 0).
+
+        U < p is decided on (S, M): a double p <= ½ is a point of M's grid, and M is the floor of
+        the real magnitude, so M < p <=> M_real < p; for S = +1, U = 1 − M_real < p <=>
+        M_real > 1 − p <=> (a.s.) M >= 1 − p, with 1 − p exact for p >= ½ (Sterbenz).
+        """
         pp = float(p)
         s, m = self.uniform_magnitude(size)
         low = m < pp  # U = M (S = -1)
-        # U = 1 - M (S = +1): 1 - M < p  <=>  M > 1 - p; 1 - p is exact for p >= 1/2 (Sterbenz)
-        high = (m > 1.0 - pp) if pp >= 0.5 else np.zeros(m.shape, dtype=bool)
+        high = (m >= 1.0 - pp) if pp >= 0.5 else np.zeros(m.shape, dtype=bool)
         return np.where(s < 0, low, high)
 
     # -- continuous samplers ------------------------------------------------------------------
