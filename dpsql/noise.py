@@ -269,7 +269,7 @@ class NoiseSource:
             nz = w != 0
             low = w & (~w + np.uint64(1))  # lowest set bit (0 for w == 0)
             tz = np.zeros(todo.size, dtype=np.int64)
-            tz[nz] = np.log2(low[nz].astype(np.float64)).astype(np.int64)  # exact for powers of two
+            tz[nz] = np.frexp(low[nz].astype(np.float64))[1].astype(np.int64) - 1  # 2**tz = 0.5 * 2**(tz+1)
             e[todo[nz]] += tz[nz] + 1
             e[todo[~nz]] += 64
             todo = todo[~nz]
