@@ -60,6 +60,12 @@ of width 2E at a cell edge carries at most 2E/(λ(e^{−1/16} − e^{−1})) ≤
 probability of the shrunk cell, and a half-line's probability changes by at most e^{2E/λ}.
 So P(y|x)/P(y|x′) ≤ e^{Δ/λ}(1 + 7.1E/λ) ≤ exp(Δ/λ + 8·2⁻⁴⁸(B + Λ)/λ), and Λ < 2λ. ∎
 
+Hypothesis on the input: counts are exact integers, and DAWA's and DP-S4S's values are exact up
+to one rounding; a floating-point SUM computed by DuckDB is *assumed* to lie within 2⁻⁵²·B of
+the exact sum of its clamped values (B ≥ 2¹⁰Λ makes this generous, but summation order is not
+controlled). A larger error e adds 8e/λ to ε (snapping) or about 2e/γ to δ (Gaussian); an
+integer (fixed-point) or compensated sum in the bounding SQL would remove the hypothesis.
+
 Vectors: noise is independent per coordinate; a coordinate whose value is the same for D and
 D′ has the same output distribution, so a release in which one unit changes at most N
 coordinates, with L1 change ≤ Δ₁ in units of λ, is (Δ₁/λ + N·2⁻⁴⁵(B/λ + 2))-DP.
