@@ -580,6 +580,7 @@ class Session:
             "stage1_calibration": "safe (spec 2.4): Laplace (Delta_b + Delta_max) * k / epsilon1 on every bucket, no clamping",
         }
         self._engine.bind_check(ranges.histogram_sql(wl, unit, cap, SALT_PLACEHOLDER))
+        ranges.precheck_dawa(wl, eps, split=split, cap=cap)  # unrepresentable noise: refused for free
         entry = self._ledger.reserve(cost, mechanism="dawa", query=text, tables=[table.name], params=params)
         with self._charged(entry, "the range workload"):
             salt = self._noise.salt()

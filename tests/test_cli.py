@@ -157,7 +157,10 @@ def test_explain_is_free_and_budget_history(workdir: Path, capsys: pytest.Captur
     assert run([*CFG, "explain", "SELECT url, COUNT(*) FROM events GROUP BY url", "--epsilon", "1", "--delta", "1e-6",
                 "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    assert plan["mechanism"] == "sparse_histogram" and plan["cost"] == {"epsilon": 1.0, "delta": 1e-6}
+    # the charge is the request plus the sampler's floating-point delta (dpsql.noise section 3)
+    fp = plan["parameters"]["fp_delta"]
+    assert 0 < fp < 1e-10
+    assert plan["mechanism"] == "sparse_histogram" and plan["cost"] == {"epsilon": 1.0, "delta": 1e-6 + fp}
     assert run([*CFG, "budget"]) == 0
     out = capsys.readouterr().out
     assert "spent:     epsilon=0 delta=0" in out and "remaining: epsilon=10 delta=1e-05" in out

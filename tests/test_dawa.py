@@ -187,7 +187,11 @@ def test_greedy_h_beats_uniform_hierarchy_on_prefix_workload():
 
 
 def test_measurement_noise_matches_predicted_error():
-    """E‖W̄(ŷ - y)‖² = 2 (k/eps2)² trace((AᵀA)⁻¹ W̄ᵀW̄), checked by simulation (fixed seed)."""
+    """E‖W̄(ŷ - y)‖² ≈ (2 λ² + Λ²/12) trace((AᵀA)⁻¹ W̄ᵀW̄), checked by simulation (fixed seed).
+
+    λ is k/eps2 raised by the snapping calibration, Λ its power-of-two grid (the rounding adds
+    about Λ²/12 per row).
+    """
     gen = np.random.default_rng(10)
     n = 64
     part = random_partition(gen, n)
@@ -203,7 +207,9 @@ def test_measurement_noise_matches_predicted_error():
         yhat = s.infer(s.measure(y, 0.5, rng, sensitivity=2.0))
         sq.append(np.sum((wbar @ (yhat - y)) ** 2))
         means.append(yhat)
-    predicted = 2 * (2.0 / 0.5) ** 2 * s.workload_error
+    lam, grid, _, _ = s.snapping(0.5, sensitivity=2.0)
+    assert 4.0 < lam < 4.0 * 1.002 and grid == 8.0  # k/eps2 = 4, raised by at most 0.1%
+    predicted = (2 * lam**2 + grid**2 / 12) * s.workload_error
     assert np.mean(sq) == pytest.approx(predicted, rel=0.1)
     # least squares is unbiased for the group totals (buckets of a group share their total uniformly)
     g = np.add.reduceat(np.array(means), s.group_first_bucket, axis=1)
@@ -347,7 +353,9 @@ def test_dawa_draws_all_noise_from_rng_and_never_global_state():
     assert len(rec.calls) == 2
     (s1, n1), (s2, n2) = rec.calls
     assert syn.epsilon1 == pytest.approx(0.5) and syn.epsilon2 == pytest.approx(1.5)
-    assert np.allclose(s2, 2.0 / 1.5)  # stage 2: Lap(k/eps2) on every measured row
+    # stage 2: snapped Lap(lambda) on every measured row, lambda = k/eps2 raised by at most 0.1%
+    lam2 = syn.params["stage2_snapping"]["lambda"]
+    assert np.all(s2 == lam2) and 2.0 / 1.5 < lam2 < 2.0 / 1.5 * 1.001
     assert n2 == syn.params["n_measurements"]
 
 

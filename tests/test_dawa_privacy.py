@@ -31,7 +31,9 @@ from dpsql.mechanisms.dawa import (
     DEFAULT_BUCKET_PENALTY,
     bucket_costs,
     l1_partition,
+    stage1_float_calibration,
     stage1_noise_scales,
+    stage1_noisy_costs,
 )
 from dpsql.testing import seeded_noise
 
@@ -79,9 +81,16 @@ def _enumerate(n: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def _setup(x: tuple[int, ...], config: str, scale_fn: ScaleFn):
     cfg = CONFIGS[config]
     starts, lengths, costs = bucket_costs(np.array(x), EPS2, dyadic=cfg["dyadic"], alignment=cfg["alignment"])
-    scales = scale_fn(lengths, EPS1, len(x))
+    # made floating-point safe as in production (slightly larger scales, public clamp and grid)
+    scales, bound, grid = stage1_float_calibration(scale_fn(lengths, EPS1, len(x)), lengths.size, EPS1)
     shifted = costs + cfg["penalty"] * float(np.max(scales))  # what l1_partition adds
-    return starts, lengths, shifted, scales, _enumerate(len(x), starts, lengths)
+    return starts, lengths, shifted, (scales, bound, grid), _enumerate(len(x), starts, lengths)
+
+
+def _noisy(shifted: np.ndarray, snap: tuple[np.ndarray, float, float], rng: Any, size: Any = None) -> np.ndarray:
+    """The production noisy costs (clamped, on the exact grid)."""
+    scales, bound, grid = snap
+    return stage1_noisy_costs(shifted, scales, bound, grid, rng, size)
 
 
 @cache
@@ -93,7 +102,7 @@ def partition_counts(x: tuple[int, ...], config: str, calibration: str, seed: in
     chunk = 100_000
     for k in range(0, N_RUNS, chunk):
         m = min(chunk, N_RUNS - k)
-        noisy = shifted + rng.laplace(scales, (m, lengths.size))
+        noisy = _noisy(shifted, scales, rng, (m, lengths.size))
         counts += np.bincount(np.argmin(noisy @ inc.T, axis=1), minlength=inc.shape[0])
     return counts
 
@@ -152,7 +161,7 @@ def test_monte_carlo_engine_is_l1_partition(config):
                 alignment=cfg["alignment"],
                 bucket_penalty=cfg["penalty"],
             )
-            noisy = shifted + seeded_noise(f"engine:{seed}").laplace(scales, lengths.size)
+            noisy = _noisy(shifted, scales, seeded_noise(f"engine:{seed}"))
             row = inc[int(np.argmin(inc @ noisy))]
             want = sorted((int(starts[i]), int(starts[i] + lengths[i] - 1)) for i in np.flatnonzero(row))
             assert got == want

@@ -405,7 +405,9 @@ def test_execution_error_does_not_quote_cells(fresh_session: dpsql.Session, monk
     h = fresh_session.history().to_pylist()
     assert h[-1]["status"] == "failed" and h[-1]["query"] == sql
     assert all("SENTINEL" not in str(v) for row in h for v in row.values())
-    assert fresh_session.remaining() == TOTAL.minus(Budget(0.5, 1e-6))
+    # the charge stands: the request plus the sampler's floating-point delta (dpsql.noise section 3)
+    charged = fresh_session.explain(sql, epsilon=0.5, delta=1e-6).cost
+    assert charged.delta > 1e-6 and fresh_session.remaining() == TOTAL.minus(charged)
 
 
 def test_type_error_in_where_does_not_quote_cells(fresh_session: dpsql.Session) -> None:

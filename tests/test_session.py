@@ -196,7 +196,9 @@ def test_release_fields(events: pa.Table) -> None:
                     epsilon=0.5, delta=1e-6)
         assert isinstance(r, dpsql.Release) and isinstance(r.table, pa.Table)
         assert r.table.column_names == ["country", "n", "total"]
-        assert r.cost == Budget(0.5, 1e-6)
+        # the charge is the request plus the sampler's floating-point delta (dpsql.noise section 3)
+        fp = r.details["fp_delta"]
+        assert 0 < fp < 1e-7 and r.cost == Budget(0.5, 1e-6 + fp)
         assert r.mechanism == "gaussian"
         assert set(r.accuracy) == {"n", "total"}
         for col in ("n", "total"):
@@ -206,7 +208,7 @@ def test_release_fields(events: pa.Table) -> None:
         h = s.history()
         assert h["entry_id"].to_pylist()[-1] == r.ledger_id
         assert h["status"].to_pylist()[-1] == "released"
-        assert s.remaining() == Budget(100.0, 1e-3).minus(Budget(0.5, 1e-6))
+        assert s.remaining() == Budget(100.0, 1e-3).minus(Budget(0.5, 1e-6 + fp))
 
 
 @pytest.mark.parametrize(
@@ -248,11 +250,12 @@ def test_explain_costs_nothing_and_hides_the_salt(tmp_path: Path, events: pa.Tab
         before = path.read_bytes()
         p = s.explain("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1, delta=1e-6)
         assert isinstance(p, dpsql.Plan)
-        assert p.cost == Budget(1, 1e-6) and p.mechanism == "sparse_histogram"
+        fp = p.parameters["fp_delta"]
+        assert 0 < fp < 1e-10 and p.cost == Budget(1, 1e-6 + fp) and p.mechanism == "sparse_histogram"
         assert SALT_PLACEHOLDER in p.bounded_sql
         assert "tau_star" in p.parameters and p.parameters["max_groups_per_unit"] == 2
         d = p.to_dict()
-        assert d["cost"] == {"epsilon": 1.0, "delta": 1e-6}
+        assert d["cost"] == {"epsilon": 1.0, "delta": 1e-6 + fp}
         assert "bounded SQL:" in str(p)
         # explaining more than the remaining budget is fine too: nothing is charged
         s.explain("SELECT COUNT(*) FROM events", epsilon=5)

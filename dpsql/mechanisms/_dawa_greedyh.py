@@ -37,7 +37,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsql.errors import ConfigError
-from dpsql.noise import NoiseSource
+from dpsql.noise import INT_BOUND, NoiseSource, snapping_calibration
+
+
+def stage2_max_bound(n: int) -> float:
+    """2^62 / (n + 1): the cap on the measurement's clamp bound B, and the clip applied to rounded
+    bucket totals (:meth:`DawaSynopsis.rounded`), so any answer (a sum of <= n totals) is an int64."""
+    return INT_BOUND / (int(n) + 1)
+
 
 # ---------------------------------------------------------------------------------------------
 # workloads
@@ -419,32 +426,52 @@ class HierarchicalStrategy:
     def n_measurements(self) -> int:
         return int(sum(int(np.count_nonzero(w)) for w in self.weights))
 
-    def measure(
-        self, y: object, epsilon2: float, rng: NoiseSource, *, sensitivity: float = 1.0
-    ) -> list[np.ndarray]:
-        """z = A y + Lap(sensitivity/epsilon2) on every measured row: epsilon2-DP since ‖A‖₁ <= 1.
+    def snapping(self, epsilon2: float, *, sensitivity: float = 1.0) -> tuple[float, float, float, int]:
+        """(lambda, Lambda, B, N): the snapped Laplace of the measurement (``dpsql.noise`` section 2).
 
-        Returns one array per level (NaN where a segment is not measured).
+        One record moves one bucket total by 1, hence at most one measured row per level: one
+        unit (k records) changes at most N = min(rows, ceil(k) * levels) rows, by
+        k * ||A||_1 in L1 norm. lambda is calibrated so that k ||A||_1 / lambda +
+        N 2^-45 (B/lambda + 2) <= epsilon2; B keeps every answer in int64 (:func:`stage2_max_bound`).
         """
         eps2 = float(epsilon2)
         if not np.isfinite(eps2) or eps2 <= 0:
             raise ConfigError("epsilon2 must be > 0")
+        l1 = float(sensitivity) * max(1.0, self.l1_sensitivity())
+        n_rows = max(1, min(self.n_measurements, int(np.ceil(float(sensitivity))) * len(self.levels)))
+        lam, grid, bound = snapping_calibration(
+            l1, eps2, coordinates=n_rows, integer=True, what="the DAWA measurement",
+            max_bound=stage2_max_bound(self.n_buckets),
+        )
+        return lam, grid, bound, n_rows
+
+    def measure(
+        self, y: object, epsilon2: float, rng: NoiseSource, *, sensitivity: float = 1.0
+    ) -> list[np.ndarray]:
+        """z = snap(A y) on every measured row: epsilon2-DP (see :meth:`snapping`).
+
+        Returns one array per level (NaN where a segment is not measured).
+        """
+        lam, grid, bound, _ = self.snapping(epsilon2, sensitivity=sensitivity)
         yv = np.asarray(y, dtype=np.float64)
         if yv.shape != (self.n_buckets,):
             raise ConfigError(f"expected {self.n_buckets} bucket totals")
-        scale = float(sensitivity) / eps2 * max(1.0, self.l1_sensitivity())
         cg = np.zeros(self.n_groups + 1)
         np.cumsum(self._group_totals(yv), out=cg[1:])
-        n_meas = self.n_measurements
-        noise = rng.laplace(scale, n_meas) if n_meas else np.zeros(0)
         out = []
-        used = 0
+        true_rows = []
         for starts, w in zip(self.levels, self.weights, strict=True):
             ends = np.append(starts[1:], self.n_groups)
+            m = w > 0
+            true_rows.append(w[m] * (cg[ends[m]] - cg[starts[m]]))
+        flat = np.concatenate(true_rows) if true_rows else np.zeros(0)
+        noisy = rng.snap_laplace(flat, lam, grid, bound) if flat.size else flat
+        used = 0
+        for starts, w in zip(self.levels, self.weights, strict=True):
             z = np.full(starts.size, np.nan)
             m = w > 0
             cnt = int(np.count_nonzero(m))
-            z[m] = w[m] * (cg[ends[m]] - cg[starts[m]]) + noise[used : used + cnt]
+            z[m] = noisy[used : used + cnt]
             used += cnt
             out.append(z)
         return out

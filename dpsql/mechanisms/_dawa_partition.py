@@ -19,6 +19,7 @@ half-aligned starts, the default of the private stage 1, c ≈ 4n; all intervals
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -195,6 +196,19 @@ def _deviations(
     csum = np.zeros(x.size + 1, dtype=x.dtype)
     np.cumsum(x, out=csum[1:])
     out = np.empty(starts.size, dtype=np.float64)
+    if _exact_ok(x, int(lengths.max()) if lengths.size else 1):
+        # integer histogram: L dev = sum |L x_j - T| = T (2 c_below - L) + L (T - 2 s_below) with
+        # "below" = {L x_j < T} = {x_j < ceil(T / L)}, all in exact int64; one rounding at the end
+        for k in range(0, starts.size, _CHUNK):
+            st = starts[k : k + _CHUNK]
+            ln = lengths[k : k + _CHUNK]
+            en = st + ln
+            total = csum[en] - csum[st]
+            thr = -((-total) // ln)
+            below_cnt, below_sum = wm.count_sum_below(st, en, wm.rank_threshold(thr))
+            num = total * (2 * below_cnt - ln) + ln * (total - 2 * below_sum)
+            out[k : k + _CHUNK] = num / ln
+        return out
     for k in range(0, starts.size, _CHUNK):
         st = starts[k : k + _CHUNK]
         ln = lengths[k : k + _CHUNK]
@@ -208,6 +222,19 @@ def _deviations(
         # cancellation can leave -1e-12 on perfectly uniform windows
         out[k : k + _CHUNK] = np.maximum(dev, 0.0)
     return out
+
+
+def _exact_ok(x: np.ndarray, max_len: int) -> bool:
+    """Integer histogram whose window sums times lengths fit in int64 (exact deviations)."""
+    if x.dtype != np.int64 or x.size == 0:
+        return False
+    big = int(np.max(np.abs(x)))
+    return big * x.size * max(1, max_len) * 4 < 2**62
+
+
+def stage1_bin_cap(n: int) -> int:
+    """Public per-bin cap of stage 1's cost computation: keeps every deviation exact (int64)."""
+    return max(1, 2**59 // (max(1, n) ** 2))
 
 
 def deviation(x: object, start: object, length: object) -> np.ndarray | float:
@@ -249,6 +276,11 @@ def _window_devs(x: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.n
         if L == 1:
             out[sel] = 0.0
             continue
+        if _exact_ok(x, L):
+            wi = np.lib.stride_tricks.sliding_window_view(x, L)[starts[sel]]
+            tot = wi.sum(axis=1, keepdims=True)
+            out[sel] = np.abs(L * wi - tot).sum(axis=1) / L  # exact int64 numerator, one rounding
+            continue
         win = np.lib.stride_tricks.sliding_window_view(xf, L)[starts[sel]]
         mean = win.mean(axis=1, keepdims=True)
         out[sel] = np.abs(win - mean).sum(axis=1)
@@ -289,6 +321,53 @@ def stage1_noise_scales(
     delta_max = 2.0 * (1.0 - 1.0 / float(max_length))
     out = sens * (2.0 * (1.0 - 1.0 / ln) + delta_max) / eps1
     return float(out) if out.ndim == 0 else out
+
+
+def stage1_float_calibration(
+    base_scales: np.ndarray, n_candidates: int, epsilon1: float
+) -> tuple[np.ndarray, float, float]:
+    """(scales, B1, g): the stage-1 noise scales made safe for floating point (dawa docstring).
+
+    Costs are clamped to [0, B1] with the public bound B1 = 2^20 * max(base scale), noised, rounded
+    to the power-of-two grid g >= n_candidates * B1 * 2^-50 (so every partition cost the DP sums is
+    exact) and clamped to [-B1, B1]. The report-noisy-min threshold then moves by at most
+    k (Delta_e + Delta_max) + 4g, and the float noise's half-line probabilities are within
+    exp(2^-47 (B1 + g)/b + 2^-47) of the exact Laplace ones (``dpsql.noise`` section 2, step (i)),
+    so b_e = (base_e * eps1 + 4g + 2^-47 (B1 + g)) / (eps1 - 2^-47) keeps stage 1 eps1-DP.
+    """
+    base = np.asarray(base_scales, dtype=np.float64)
+    s0 = float(np.max(base)) if base.size else 0.0
+    if s0 == 0.0:
+        return base, 0.0, 0.0  # one candidate partition only (all singletons): nothing to hide
+    eps1 = float(epsilon1)
+    bound = math.ldexp(s0, 20)
+    need = max(1, int(n_candidates)) * bound * 2.0**-50
+    grid = math.ldexp(1.0, math.frexp(need)[1])  # a power of two >= need
+    slack = 4.0 * grid + 2.0**-47 * (bound + grid)
+    if not (eps1 > 2.0**-40 and math.isfinite(bound) and bound < 2.0**900):
+        raise ConfigError(
+            f"epsilon1={eps1:g} cannot be represented in the private partition's floating-point noise",
+            hint="use a larger epsilon",
+        )
+    scales = (base * eps1 + slack) / (eps1 - 2.0**-47)
+    return scales, bound, grid
+
+
+def stage1_noisy_costs(
+    costs: np.ndarray,
+    scales: np.ndarray,
+    bound: float,
+    grid: float,
+    rng: NoiseSource,
+    size: int | tuple[int, ...] | None = None,
+) -> np.ndarray:
+    """clamp_[-B1,B1](g * rint((clamp_[0,B1](cost) + Lap(b)) / g)); ``size`` draws several rows."""
+    c = np.asarray(costs, dtype=np.float64)
+    if bound == 0.0:
+        return np.broadcast_to(c, size).copy() if size is not None else c.copy()
+    shape = c.shape if size is None else size
+    z = np.clip(c, 0.0, bound) + rng.laplace(scales, shape)
+    return np.clip(np.rint(z / grid) * grid, -bound, bound)
 
 
 def bucket_costs(
@@ -567,7 +646,9 @@ def l1_partition(
     multiples of L/2) has cost ``dev + sensitivity/epsilon2 + bucket_penalty * s_max`` and gets
     independent Laplace noise of scale :func:`stage1_noise_scales` (singletons included; s_max is
     the largest of these scales); the noisy costs are NOT clamped, and the partition of least noisy
-    cost is returned as a list of closed intervals ``(start, end)``.
+    cost is returned as a list of closed intervals ``(start, end)``. Floating point: the noisy
+    costs are clamped, put on a power-of-two grid (exact DP sums) and the scales raised slightly
+    (:func:`stage1_float_calibration`); the argument is in :mod:`dpsql.mechanisms.dawa`.
 
     The privacy argument of spec 2.4 holds for any public candidate set that contains the
     singletons (each partition has exactly one bucket through the changed bin), with L_max the
@@ -582,6 +663,10 @@ def l1_partition(
     stage 1.
     """
     xv = _as_data_vector(x)
+    if xv.dtype == np.int64:
+        # public per-bin cap (1-Lipschitz, so the sensitivity is unchanged): exact deviations
+        cap = stage1_bin_cap(xv.size)
+        xv = np.clip(xv, -cap, cap)
     eps1 = _check_positive("epsilon1", epsilon1)
     pen = float(bucket_penalty)
     if not np.isfinite(pen) or pen < 0:
@@ -589,6 +674,8 @@ def l1_partition(
     starts, lengths, costs = bucket_costs(
         xv, epsilon2, dyadic=dyadic, alignment=alignment, sensitivity=sensitivity
     )
-    scales = np.asarray(stage1_noise_scales(lengths, eps1, int(lengths.max()), sensitivity=sensitivity))
-    noisy = costs + pen * float(scales.max()) + rng.laplace(scales, costs.size)
+    base = np.asarray(stage1_noise_scales(lengths, eps1, int(lengths.max()), sensitivity=sensitivity))
+    scales, bound, grid = stage1_float_calibration(base, costs.size, eps1)
+    shifted = costs + pen * float(scales.max())
+    noisy = stage1_noisy_costs(shifted, scales, bound, grid, rng)
     return _least_cost(xv.size, starts, lengths, noisy)[1]

@@ -13,8 +13,16 @@ normalised by Delta_j the whole release is a vector whose L2 sensitivity is sqrt
 L1 sensitivity is C*m. Hence
 
 * Gaussian: sigma_j = sigma * Delta_j with sigma = gaussian_sigma(eps, delta, sqrt(C*m)), the
-  least sigma meeting the exact Gaussian profile (Balle & Wang 2018; spec section 1.2);
-* Laplace: b_j = C * m * Delta_j / eps (pure eps-DP, L1 sensitivity).
+  least sigma meeting the exact Gaussian profile (Balle & Wang 2018; spec section 1.2). The
+  floating-point sampler adds delta_fp = (1 + e^eps) * C * sum_j delta_coord_j
+  (``dpsql.noise`` section 3); the charge is (eps, delta + delta_fp), shown as ``fp_delta``.
+* Laplace (pure DP): Mironov's snapping mechanism per coordinate (``dpsql.noise`` section 2).
+  Each of the <= C*m changed coordinates gets the budget eps_c = eps / (C*m); column j is
+  calibrated with lambda_j = Delta_j / (eps_c - 2^-45 (2^(K+1) + 2)), grid Lambda_j = the least
+  power of two >= lambda_j and public bound B_j = 2^K Lambda_j (K <= 30; B_j <= 2^62 for counts),
+  so the proven loss Delta_j/lambda_j + 2^-45 (B_j/lambda_j + 2) is at most eps_c and the total
+  at most eps, which is what is charged. True values beyond +-B_j are clamped (B_j depends only
+  on eps and Delta_j). Parameters that cannot be represented are refused before any charge.
 
 Public keys are released in full (zero-count keys included), so the set of released keys
 is data independent and no threshold is needed. Released values are rounded to a declared
@@ -32,9 +40,15 @@ import pyarrow as pa
 
 from dpsql.accounting import gaussian_sigma
 from dpsql.budget import Budget
-from dpsql.errors import PolicyError
-from dpsql.mechanisms.common import Calibration, add_noise, finish_release
-from dpsql.noise import NoiseSource
+from dpsql.errors import ConfigError, PolicyError
+from dpsql.mechanisms.common import (
+    Calibration,
+    add_noise,
+    finish_release,
+    gaussian_fp_charge,
+    is_integer_column,
+)
+from dpsql.noise import NoiseSource, snapping_calibration, snapping_epsilon
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps, released_columns, source_column
 
@@ -68,26 +82,55 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
     cols = needed_columns(plan, caps)
     m = len(cols)
     scales: dict[str, float] = {}
+    snap: dict[str, tuple[float, float]] = {}
     params: dict[str, Any] = {"groups_per_unit": c_eff, "rows_per_group": caps.max_rows_per_group, "columns": m}
+    cost_delta = 0.0
     if noise == "gaussian":
         base = gaussian_sigma(epsilon, delta, sensitivity=math.sqrt(c_eff * m))
         for c in cols:
             scales[c.name] = base * c.sensitivity
         params["sigma"] = base
         params["l2_sensitivity"] = math.sqrt(c_eff * m)
+        fp = gaussian_fp_charge(plan, cols, scales, epsilon=epsilon, groups_per_unit=c_eff)
+        if fp > delta:
+            raise ConfigError(
+                f"the floating-point delta of the Gaussian noise ({fp:.3g}) exceeds the requested delta={delta:g}",
+                hint="use a larger delta or epsilon, or declare a coarser granularity for the column",
+            )
+        params["fp_delta"] = fp
+        cost_delta = delta + fp
     else:
+        eps_c = epsilon / (c_eff * m)
+        proven = 0.0
         for c in cols:
-            scales[c.name] = c_eff * m * c.sensitivity / epsilon
+            lam, grid, bound = snapping_calibration(
+                c.sensitivity, eps_c, integer=is_integer_column(c), what=f"column {c.name}"
+            )
+            scales[c.name] = lam
+            snap[c.name] = (grid, bound)
+            proven += snapping_epsilon(c.sensitivity, lam, bound)
         params["l1_sensitivity"] = c_eff * m
+        params["snapping"] = {k: {"lambda": scales[k], "grid": g, "bound": b} for k, (g, b) in snap.items()}
+        params["epsilon_proven"] = c_eff * proven
     params["scales"] = dict(scales)
+    notes: list[str] = []
+    if noise == "laplace":
+        notes.append(
+            "Laplace noise is snapped (floating-point safe): each released value lies on a power-of-two grid "
+            "at least its noise scale and true values beyond a public bound are clamped (parameters: snapping)"
+        )
+    else:
+        notes.append(f"the charge includes the sampler's floating-point delta {cost_delta - delta:.3g} (fp_delta)")
     return Calibration(
         mechanism=noise,
-        cost=Budget(epsilon, delta if noise == "gaussian" else 0.0),
+        notes=notes,
+        cost=Budget(epsilon, cost_delta),
         noise=noise,
         caps=caps,
         columns=cols,
         scales=scales,
         params=params,
+        snap=snap,
     )
 
 
@@ -122,6 +165,6 @@ def release(
     for c in cal.columns:
         vals = table.column(c.name).to_numpy(zero_copy_only=False)
         vals = np.nan_to_num(np.asarray(vals, dtype=np.float64), nan=0.0)
-        noisy[c.name] = add_noise(vals, cal.scales[c.name], cal.noise, rng)
+        noisy[c.name] = add_noise(vals, c, cal, rng)
     keys_out = {k.name: table.column(k.name) for k in plan.keys}
     return finish_release(plan, cal, keys_out, noisy)

@@ -1,4 +1,10 @@
-"""Shared pieces of the aggregate mechanisms: calibration record, noising, rounding, AVG."""
+"""Shared pieces of the aggregate mechanisms: calibration record, noising, rounding, AVG.
+
+Noise goes through :mod:`dpsql.noise` only: Laplace releases (delta = 0) through the snapping
+mechanism (section 2 of that module: clamp to a public bound B, Laplace, round to the
+power-of-two grid Lambda >= lambda, clamp), Gaussian releases through the exact-addition
+sampler whose floating-point delta (section 3) calibration adds to the charged delta.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,13 @@ import numpy as np
 import pyarrow as pa
 
 from dpsql.budget import Budget
-from dpsql.noise import NoiseSource, round_to_granularity
+from dpsql.noise import (
+    NoiseSource,
+    check_gaussian_representable,
+    gaussian_fp_delta,
+    gaussian_release,
+    round_to_granularity,
+)
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps, ReleasedColumn, source_column
 
@@ -32,6 +44,8 @@ class Calibration:
     tau_star: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: Laplace (snapping): released column -> (power-of-two grid Lambda, public clamp bound B)
+    snap: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def std(self, col: str) -> float:
         s = self.scales[col]
@@ -39,7 +53,10 @@ class Calibration:
 
     def ci95(self, col: str) -> float:
         s = self.scales[col]
-        return Z95 * s if self.noise == "gaussian" else LAPLACE95 * s
+        if self.noise == "gaussian":
+            return Z95 * s
+        grid = self.snap[col][0] if col in self.snap else 0.0
+        return LAPLACE95 * s + grid / 2.0
 
 
 def default_granularity(scale: float) -> float:
@@ -54,6 +71,11 @@ def default_granularity(scale: float) -> float:
 
 
 def granularity_for(cal: Calibration, col: ReleasedColumn, plan: ir.QueryPlan) -> float:
+    return column_granularity(col, plan, cal.scales[col.name])
+
+
+def column_granularity(col: ReleasedColumn, plan: ir.QueryPlan, scale: float) -> float:
+    """The rounding grid of a released column (public: declared, or from the noise scale)."""
     if col.kind in ("users", "count"):
         return 1.0
     base = col.name.removesuffix("_sum")
@@ -65,15 +87,48 @@ def granularity_for(cal: Calibration, col: ReleasedColumn, plan: ir.QueryPlan) -
         g = plan.table.column(agg.column).granularity
         if g:
             return g
-    return default_granularity(cal.scales[col.name])
+    return default_granularity(scale)
 
 
-def add_noise(values: np.ndarray, scale: float, noise: str, rng: NoiseSource) -> np.ndarray:
-    n = len(values)
-    if n == 0:
-        return np.asarray(values, dtype=np.float64)
-    z = rng.normal(scale, n) if noise == "gaussian" else rng.laplace(scale, n)
-    return np.asarray(values, dtype=np.float64) + z
+def gaussian_fp_charge(
+    plan: ir.QueryPlan,
+    columns: list[ReleasedColumn],
+    scales: dict[str, float],
+    *,
+    epsilon: float,
+    groups_per_unit: float,
+    threshold_column: str | None = None,
+) -> float:
+    """(1 + e^eps) * sum of the per-coordinate floating-point deltas over the coordinates one
+    unit can change (``groups_per_unit`` groups, every column): :mod:`dpsql.noise` section 3.
+
+    Also refuses (ConfigError, before any charge) noise that cannot be represented.
+    """
+    per_group = 0.0
+    for c in columns:
+        sigma = scales[c.name]
+        gran = column_granularity(c, plan, sigma)
+        integer = is_integer_column(c)
+        check_gaussian_representable(sigma, gran, integer=integer, what=f"column {c.name}")
+        per_group += gaussian_fp_delta(sigma, gran, integer=integer, threshold=c.name == threshold_column)
+    return (1.0 + math.exp(min(epsilon, 700.0))) * groups_per_unit * per_group
+
+
+def is_integer_column(col: ReleasedColumn) -> bool:
+    """Counts (distinct units, rows) are integers and released as int64."""
+    return col.kind in ("users", "count")
+
+
+def add_noise(values: np.ndarray, col: ReleasedColumn, cal: Calibration, rng: NoiseSource) -> np.ndarray:
+    """Noisy values of one released column, by the calibrated mechanism (see the module docstring)."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return v
+    scale = cal.scales[col.name]
+    if cal.noise == "gaussian":
+        return gaussian_release(v, rng.gaussian_noise(scale, v.size), integer=is_integer_column(col))
+    grid, bound = cal.snap[col.name]
+    return rng.snap_laplace(v, scale, grid, bound)
 
 
 def finish_release(
@@ -144,6 +199,8 @@ def finish_release(
             "granularity": gran[src],
             "noise": cal.noise,
         }
+        if src in cal.snap:
+            accuracy[a.name]["snapping_grid"] = cal.snap[src][0]
     if not cols:
         return pa.table({}), accuracy
     return pa.table(cols), accuracy

@@ -30,6 +30,31 @@ L1 sensitivity k ‖A‖₁ <= k).
   y_i by 1); GreedyH picks a weighted hierarchical strategy A from the workload and the partition
   only, with ‖A‖₁ <= 1 (weights on every root-to-leaf path sum to 1, renormalised against
   rounding); z = A y + Lap(k/epsilon2) on every measured row is epsilon2-DP.
+* Floating point (``dpsql.noise``). Stage 2 is Mironov's snapping mechanism on every measured
+  row (clamp to a public B, Laplace, round to the power-of-two grid Lambda >= lambda, clamp):
+  one unit changes at most N = min(rows, ceil(k) * levels) rows (one per level per record) by
+  k ||A||_1 in L1 norm, and lambda is raised so that the proven loss
+  k ||A||_1 / lambda + N 2^-45 (B/lambda + 2) equals at most epsilon2 (B <= 2^62/(buckets+1), so
+  every answer stays in int64: :func:`stage2_max_bound`). Stage 1 releases nothing but its choice, so it needs the
+  report-noisy-min argument above to survive floating point rather than snapping (snapping
+  each cost to a grid Lambda >= lambda would move the threshold by a whole noise scale). Three
+  things make it hold: (a) every noisy cost is clamp_[-B1,B1](g rint((clamp_[0,B1](cost) +
+  Lap(b_e)) / g)) with the public B1 = 2^20 max_e b_e and the power-of-two grid
+  g >= #candidates * B1 * 2^-50, so every partition cost the DP adds up is an exact multiple of g
+  (below 2^53 g) and the DP is an exact argmin with a fixed tie rule: e wins iff its noisy cost
+  is in a half-line, given all other noise (lowering e's cost keeps e's path optimal and first
+  among ties at every step); (b) the costs are computed from the integer histogram with every
+  bin capped at the public 2^59/n^2 (1-Lipschitz, so the sensitivity is unchanged), which makes
+  L * dev an exact int64 and the cost exact up to one rounding and the addition of the public
+  constants (<= 2^-52 B1 after the clamp, below g); other buckets' noisy costs thus move by at
+  most k Delta_f + g + 2g between neighbours, and the threshold by at most
+  k (Delta_e + Delta_max) + 4g;
+  (c) the float Laplace's half-line probabilities on |t| <= 2 B1 + g are within
+  exp(2^-47 (B1 + g)/b_e + 2^-47) of the exact Laplace ones (``dpsql.noise`` section 2, step (i)).
+  So b_e = (k (Delta_e + Delta_max) + 4g + 2^-47 (B1 + g)) / (epsilon1 - 2^-47)
+  (:func:`stage1_float_calibration`) keeps stage 1 epsilon1-DP. A cost above B1 is clamped (only
+  bad buckets are that expensive). :func:`dawa_precheck` refuses unrepresentable parameters
+  before any charge.
 * Sequential composition (spec 2.5): epsilon1 + epsilon2 = epsilon. Least squares, uniform
   expansion, answering later ranges, coarsening and serialisation are post-processing.
 * With ``partition=`` a public, data-independent partition replaces stage 1 and all of epsilon
@@ -98,6 +123,7 @@ from dpsql.mechanisms._dawa_greedyh import (
     IntervalWorkload,
     as_workload,
     greedy_h,
+    stage2_max_bound,
     strategy_from_splits,
 )
 from dpsql.mechanisms._dawa_hilbert import (
@@ -124,7 +150,9 @@ from dpsql.mechanisms._dawa_partition import (
     l1_partition,
     least_cost_partition,
     partition_cost,
+    stage1_float_calibration,
     stage1_noise_scales,
+    stage1_noisy_costs,
     window_deviations,
 )
 from dpsql.noise import NoiseSource, round_to_granularity
@@ -154,7 +182,10 @@ __all__ = [
     "least_cost_partition",
     "partition_cost",
     "rects_to_workload",
+    "dawa_precheck",
+    "stage1_float_calibration",
     "stage1_noise_scales",
+    "stage1_noisy_costs",
     "strategy_from_splits",
     "window_deviations",
 ]
@@ -217,12 +248,14 @@ class DawaSynopsis:
         return _coarsen_1d(self.histogram(), bin_factor)
 
     def rounded(self, granularity: float = 1.0) -> DawaSynopsis:
-        """Same synopsis with bucket totals rounded to multiples of ``granularity`` (post-processing)."""
+        """Same synopsis with bucket totals rounded to multiples of ``granularity`` and clipped to
+        +-2^62/(n+1), so every answer fits in an int64 (post-processing)."""
+        lim = stage2_max_bound(self.n)
         return DawaSynopsis(
             self.n,
             self.starts.copy(),
             self.ends.copy(),
-            round_to_granularity(self.bucket_totals, granularity),
+            np.clip(round_to_granularity(self.bucket_totals, granularity), -lim, lim),
             self.epsilon,
             self.epsilon1,
             self.epsilon2,
@@ -341,6 +374,7 @@ def dawa(
     csum = np.zeros(n + 1)
     np.cumsum(xv, out=csum[1:])
     y = csum[en + 1] - csum[st]
+    lam2, grid2, bound2, rows2 = strategy.snapping(eps2, sensitivity=sens)
     z = strategy.measure(y, eps2, rng, sensitivity=sens)
     y_hat = strategy.infer(z)
     params = {
@@ -351,8 +385,31 @@ def dawa(
         "bucket_penalty": float(bucket_penalty) if partition is None else 0.0,
         "public_partition": partition is not None,
         "n_measurements": strategy.n_measurements,
+        "stage2_snapping": {"lambda": lam2, "grid": grid2, "bound": bound2, "changed_rows": rows2},
     }
     return DawaSynopsis(n, st, en, y_hat, eps, eps1, eps2, sens, params)
+
+
+def dawa_precheck(n: int, epsilon: float, *, ratio: float = 0.25, sensitivity: float = 1.0, staged: bool = True) -> None:
+    """Refuse (ConfigError) parameters whose DAWA noise cannot be represented, reading no data.
+
+    Run before the budget is charged: the same checks :func:`dawa` makes, with the worst case over
+    partitions (at most n buckets, ceil(log2 n) + 2 tree levels).
+    """
+    eps, eps1, eps2 = _check_epsilon(epsilon, ratio, staged)
+    sens = float(sensitivity)
+    if not np.isfinite(sens) or sens <= 0:
+        raise ConfigError(f"sensitivity must be a finite number > 0, got {sensitivity!r}")
+    nn = max(1, int(n))
+    levels = int(np.ceil(np.log2(nn))) + 2 if nn > 1 else 1
+    from dpsql.noise import snapping_calibration
+
+    snapping_calibration(
+        sens, eps2, coordinates=int(np.ceil(sens)) * levels, integer=True, what="the DAWA measurement",
+        max_bound=stage2_max_bound(nn),
+    )
+    if staged and nn > 1:
+        stage1_float_calibration(np.asarray([4.0 * sens / eps1]), 4 * nn * levels, eps1)
 
 
 @dataclass(frozen=True, eq=False)

@@ -456,6 +456,16 @@ def run_dawa(wl: Workload, x: np.ndarray, epsilon: float, rng: Any, *, split: fl
     return _dawa.dawa_2d(x, rects, epsilon, rng, ratio=split, sensitivity=cap).rounded(1.0)
 
 
+def precheck_dawa(wl: Workload, epsilon: float, *, split: float, cap: float) -> None:
+    """Refuse, before the charge, parameters whose DAWA noise cannot be represented (no data read)."""
+    from dpsql.mechanisms import dawa as _dawa
+
+    n = 1
+    for d in wl.dims:
+        n *= d.n
+    _dawa.dawa_precheck(n, epsilon, ratio=split, sensitivity=cap)
+
+
 def load_synopsis(text: str) -> Any:
     from dpsql.mechanisms import dawa as _dawa
 

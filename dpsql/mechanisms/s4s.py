@@ -43,6 +43,15 @@ bounding enforces it, :func:`s4s_scalar` re-checks it, see below).
   of tuples no user contributes to: sensitivity 0, released exactly. Composition: ε. R2T's privacy
   does not depend on GS (only its grid does).
 
+Floating point (``dpsql.noise`` section 2): every Laplace draw goes through Mironov's snapping
+mechanism (clamp f̄ to a public B = 2^K Λ, add Lap(λ), round to the power-of-two grid Λ ≥ λ,
+clamp). A snapped kernel satisfies K(y|v) ≤ exp(|v − v′|/λ + ξ) K(y|v′) with
+ξ = 2⁻⁴⁵(B/λ + 2), so in Lemma 3.1's sum every term gains at most the factor e^ξ: the run on the
+sample is (ε′(τ/λ, τ, Δ, q) + ξ)-DP. λ_i is calibrated so that ε′(τ_i/λ_i, τ_i, Δ, q) + ξ_i ≤ ε′_i
+of the schedule (bisection on the monotone ε′; q = 1: τ_i/λ_i = ε′_i − ξ_i), keeping Σ ≤ ε.
+R2T's runs use λ_j with τ_j/λ_j + ξ_j ≤ ε/L. The schedule's nominal scales τ/ε (and the biases)
+are kept in the results; the scales actually used are ``snap_lambda`` / ``snap_lambdas``.
+
 Deviations from the authors' code (spec §3.5 [IMPL]): we follow the paper — base 2 grid,
 ln(3L/β) bias, L = ⌊log₂ Δ⌋ + 1 — not the code's base 5.5 and ln(num_taus/β).
 
@@ -64,9 +73,9 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from dpsql.accounting import r2t_schedule, s4s_budget_schedule
+from dpsql.accounting import r2t_schedule, s4s_budget_schedule, s4s_epsilon_prime
 from dpsql.errors import ConfigError, ExecutionError
-from dpsql.noise import NoiseSource
+from dpsql.noise import NoiseSource, snapping_calibration, snapping_exponent, snapping_extra, snapping_grid
 
 __all__ = [
     "JoinTuples",
@@ -277,7 +286,7 @@ def _tau_value(tau: object) -> float:
 def poisson_sample(n: int, q: float, rng: NoiseSource) -> np.ndarray:
     """Boolean mask (n,): each of n tuples kept independently with probability q ∈ (0, 1].
 
-    Uses ``rng.uniform_open`` (uniforms on the open interval (0, 1)): tuple t is kept iff U_t < q.
+    Uses ``rng.bernoulli`` (U_t < q decided exactly on the sign/magnitude uniform, never 0 or 1).
     q = 1 keeps everything without drawing.
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
@@ -285,7 +294,7 @@ def poisson_sample(n: int, q: float, rng: NoiseSource) -> np.ndarray:
     qq = _rate(q)
     if qq == 1.0 or n == 0:
         return np.ones(int(n), dtype=bool)
-    return np.asarray(rng.uniform_open(int(n))) < qq
+    return np.asarray(rng.bernoulli(qq, int(n)), dtype=bool)
 
 
 # ----------------------------------------------------------------------------- Algorithm 2
@@ -297,8 +306,11 @@ class S4SStep:
     tau: float  #: τ_i = 2^{i−1}
     epsilon: float  #: ε_i = ε₀/i (Laplace budget of the run on the sample)
     epsilon_prime: float  #: ε′(ε_i, τ_i, Δ, q), what the run costs (Lemma 3.1)
-    laplace_scale: float  #: τ_i/ε_i
+    laplace_scale: float  #: τ_i/ε_i (the schedule's nominal scale)
     bias: float  #: (τ_i/ε_i)·ln(3L/β)
+    snap_lambda: float = 0.0  #: λ_i actually used (snapping), τ_i/λ_i + ξ_i fits ε′_i
+    snap_grid: float = 0.0  #: Λ_i, the power-of-two output grid
+    snap_bound: float = 0.0  #: B_i, the public clamp
 
 
 @dataclass(frozen=True)
@@ -328,11 +340,37 @@ def _s4s_steps(e: float, delta: int, q: float, beta: float) -> tuple[S4SStep, ..
     for _ in range(64):
         sched = s4s_budget_schedule(target, delta, q, beta)
         if sum((Fraction(s.epsilon_prime) for s in sched), Fraction(0)) <= Fraction(e):
-            return tuple(
-                S4SStep(s.i, float(s.tau), s.epsilon, s.epsilon_prime, s.laplace_scale, s.bias) for s in sched
-            )
+            out = []
+            for s in sched:
+                lam, grid, bound = _snapped(float(s.tau), s.epsilon, s.epsilon_prime, delta, q)
+                out.append(S4SStep(s.i, float(s.tau), s.epsilon, s.epsilon_prime, s.laplace_scale, s.bias,
+                                   lam, grid, bound))
+            return tuple(out)
         target = float(np.nextafter(target, 0.0)) * (1.0 - 4.0 * float(np.finfo(float).eps))
     raise ExecutionError(f"DP-S4S schedule overspends epsilon={e!r}")  # pragma: no cover
+
+
+def _snapped(tau: float, eps_i: float, eps_prime: float, delta: int, q: float) -> tuple[float, float, float]:
+    """(λ, Λ, B) of one run: the largest τ/λ with ε′(τ/λ, τ, Δ, q) + ξ ≤ ε′_i (module docstring)."""
+    what = "a DP-S4S run"
+    k = snapping_exponent(eps_prime / 1000.0, what=what)
+    target = eps_prime - snapping_extra(2.0 ** (k + 1))
+    if q == 1.0:
+        eps_l = target
+    else:
+        lo, hi = 0.0, eps_i
+        for _ in range(80):
+            mid = 0.5 * (lo + hi)
+            if s4s_epsilon_prime(mid, tau, delta, q) <= target:
+                lo = mid
+            else:
+                hi = mid
+        eps_l = lo
+    if not eps_l > 0:
+        raise ConfigError("epsilon is too small for DP-S4S's floating-point noise", hint="use a larger epsilon")
+    lam = tau / eps_l
+    grid, bound = snapping_grid(lam, k, integer=False, what=what)
+    return lam, grid, bound
 
 
 def s4s_scalar(
@@ -368,11 +406,14 @@ def s4s_scalar(
     spent = math.fsum(s.epsilon_prime for s in steps)
 
     mask = None if qq == 1.0 else poisson_sample(jt.weights.size, qq, rng)
-    noise = np.asarray(rng.laplace(np.array([s.laplace_scale for s in steps]), len(steps)), dtype=float)
-    cands = []
-    for s, z in zip(steps, noise):
-        fbar = _truncated(jt, mask, s.tau)
-        cands.append((fbar + float(z) - s.bias) / qq)
+    fbars = np.array([_truncated(jt, mask, s.tau) for s in steps])
+    snapped = rng.snap_laplace(
+        fbars,
+        np.array([s.snap_lambda for s in steps]),
+        np.array([s.snap_grid for s in steps]),
+        np.array([s.snap_bound for s in steps]),
+    )
+    cands = [(float(v) - s.bias) / qq for s, v in zip(steps, snapped)]
     best = int(np.argmax(cands))
     raw = float(cands[best])
     return S4SResult(
@@ -397,10 +438,11 @@ class R2TResult:
     estimate: float  #: max(max_j Q̃_j, f̄(I, 0))
     candidates: tuple[float, ...]  #: Q̃_j, j = 1 … L
     taus: tuple[float, ...]  #: τ_j = 2^j
-    laplace_scales: tuple[float, ...]  #: L τ_j/ε
+    laplace_scales: tuple[float, ...]  #: L τ_j/ε (nominal)
     biases: tuple[float, ...]  #: L τ_j ln(L/β)/ε
     epsilon: float
     tau: float  #: τ of the maximising candidate (0.0 if f̄(I, 0) wins)
+    snap_lambdas: tuple[float, ...] = ()  #: λ_j actually used: τ_j/λ_j + ξ_j ≤ ε/L
 
 
 def r2t_scalar(
@@ -421,8 +463,13 @@ def r2t_scalar(
     b = _beta(beta)
     sched = r2t_schedule(e, global_sensitivity, b)  # validates global_sensitivity
     jt = validate_join_tuples(weights, tuple_idx, user_idx)
-    noise = np.asarray(rng.laplace(np.array([s.laplace_scale for s in sched]), len(sched)), dtype=float)
-    cands = [_truncated(jt, None, float(s.tau)) + float(z) - s.bias for s, z in zip(sched, noise)]
+    share = e / len(sched)
+    snaps = [snapping_calibration(float(s.tau), share, integer=False, what="an R2T run") for s in sched]
+    fbars = np.array([_truncated(jt, None, float(s.tau)) for s in sched])
+    snapped = rng.snap_laplace(
+        fbars, np.array([p[0] for p in snaps]), np.array([p[1] for p in snaps]), np.array([p[2] for p in snaps])
+    )
+    cands = [float(v) - s.bias for s, v in zip(sched, snapped)]
     base = _truncated(jt, None, 0.0)  # sensitivity 0: released exactly
     best = int(np.argmax(cands))
     if cands[best] >= base:
@@ -437,4 +484,5 @@ def r2t_scalar(
         biases=tuple(s.bias for s in sched),
         epsilon=e,
         tau=tau,
+        snap_lambdas=tuple(p[0] for p in snaps),
     )

@@ -22,6 +22,13 @@ accepted only if the exact delta at the requested epsilon is within the requeste
 tau* is rounded *up* to an integer (any larger tau* is still private: delta is non-increasing
 in tau*), and the accounting is re-evaluated at the rounded value.
 
+Floating point (``dpsql.noise`` section 3): the threshold test is X >= tau* - c, decided
+exactly (integer tau* -- a given tau_star is rounded up -- and integer c <= 2^52), released
+counts are c + rint(X) (exact).
+The sampler's floating-point delta over the C_u groups one unit touches,
+(1 + e^eps) * C_u * (delta_users + delta_thr + sum_j delta_j), is added to the charged delta
+(``fp_delta`` in explain and the ledger).
+
 Counts: with k = 1 the released COUNT(*) is the noisy distinct-unit count itself. With k > 1
 the threshold still uses the distinct-unit count (sensitivity 1 per group), and COUNT(*) is
 released as a per-unit clipped sum (sensitivity k), an extra column: far less biased than
@@ -40,8 +47,8 @@ from dpsql import accounting
 from dpsql.budget import Budget
 from dpsql.errors import ConfigError, PolicyError
 from dpsql.mechanisms.basic import needed_columns
-from dpsql.mechanisms.common import Calibration, add_noise, finish_release
-from dpsql.noise import NoiseSource
+from dpsql.mechanisms.common import Calibration, add_noise, finish_release, gaussian_fp_charge
+from dpsql.noise import INT_VALUE_BOUND, NoiseSource, gaussian_release
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps, ReleasedColumn
 
@@ -76,7 +83,9 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
             tau_star=tau_star_opt,
         )
     sigma = float(cal.sigma)
-    tau_star = float(accounting.round_tau_star_up(cal.tau_star)) if tau_star_opt is None else float(tau_star_opt)
+    # a given tau* is rounded up to an integer too (any larger tau* is still private), so the
+    # threshold test is exact in floating point
+    tau_star = float(accounting.round_tau_star_up(cal.tau_star)) if tau_star_opt is None else float(math.ceil(tau_star_opt))
     exact_delta = accounting.sparse_histogram_delta(
         epsilon, sigma=sigma, tau=tau, tau_star=tau_star, max_groups=c_u, mu_other=cal.mu_other
     )
@@ -92,6 +101,12 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
     for c, s in zip(extra, cal.extra_sigmas):
         scales[c.name] = float(s)
     columns = [users] + extra
+    fp = gaussian_fp_charge(plan, columns, scales, epsilon=epsilon, groups_per_unit=c_u, threshold_column="__users")
+    if fp > delta:
+        raise ConfigError(
+            f"the floating-point delta of the Gaussian noise ({fp:.3g}) exceeds the requested delta={delta:g}",
+            hint="use a larger delta or epsilon, or declare a coarser granularity for the column",
+        )
     params: dict[str, Any] = {
         "sigma": sigma,
         "tau": tau,
@@ -106,6 +121,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
         ),
         "extra_columns": {c.name: {"sensitivity": c.sensitivity, "sigma": scales[c.name]} for c in extra},
         "scales": dict(scales),
+        "fp_delta": fp,
     }
     notes = [
         f"groups with fewer than tau={tau} distinct units are suppressed; a group is released only if its noisy "
@@ -113,10 +129,11 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
         f"exact delta at epsilon={epsilon:g}: {exact_delta:.4g}; add-the-deltas accounting would need tau*="
         + (f"{math.ceil(add_ts):g}" if math.isfinite(add_ts) else "infinity (infeasible)")
         + " at the same sigma",
+        f"the charge includes the sampler's floating-point delta {fp:.3g} (fp_delta)",
     ]
     return Calibration(
         mechanism="sparse_histogram",
-        cost=Budget(epsilon, delta),
+        cost=Budget(epsilon, delta + fp),
         noise="gaussian",
         caps=caps,
         columns=columns,
@@ -134,17 +151,20 @@ def release(
     """Noise the distinct-unit counts, keep groups at or above tau*, noise their other columns."""
     assert cal.tau is not None and cal.tau_star is not None
     users = np.asarray(bounded.column("__users").to_numpy(zero_copy_only=False), dtype=np.float64)
+    users = np.clip(np.rint(users), 0.0, INT_VALUE_BOUND)
     # defence in depth: the SQL already suppressed groups below tau
     true_ok = users >= cal.tau
-    noisy_users = add_noise(users, cal.scales["__users"], "gaussian", rng)
-    keep = true_ok & (noisy_users >= cal.tau_star)
+    sigma = cal.scales["__users"]
+    x = rng.gaussian_noise(sigma, users.size) if users.size else np.zeros(0)
+    # exact threshold test: tau* and the counts are integers below 2^53, so tau* - c is exact
+    keep = true_ok & (x >= cal.tau_star - users)
     kept = bounded.filter(pa.array(keep))
-    noisy: dict[str, np.ndarray] = {"__users": noisy_users[keep]}
+    noisy: dict[str, np.ndarray] = {"__users": gaussian_release(users[keep], x[keep], integer=True)}
     for c in cal.columns:
         if c.name == "__users":
             continue
         vals = np.asarray(kept.column(c.name).to_numpy(zero_copy_only=False), dtype=np.float64)
-        noisy[c.name] = add_noise(np.nan_to_num(vals, nan=0.0), cal.scales[c.name], "gaussian", rng)
+        noisy[c.name] = add_noise(np.nan_to_num(vals, nan=0.0), c, cal, rng)
     keys = {k.name: kept.column(k.name) for k in plan.keys}
     return finish_release(plan, cal, keys, noisy)
 
