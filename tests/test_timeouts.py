@@ -47,7 +47,9 @@ def _fails_after_charge(s: dpsql.Session, sql: str = SLOW_SQL, delta: float = 0.
     assert e.__cause__ is None and e.__suppress_context__
     last = s.history().to_pylist()[-1]
     assert last["status"] == "failed" and last["failure_reason"] == FAILURE_REASON
-    assert s.remaining() == before.minus(Budget(0.5, delta))
+    # the Gaussian charge adds the sampler's floating-point delta (dpsql.noise) to the request
+    assert last["epsilon"] == 0.5 and delta <= last["delta"] <= delta * (1 + 1e-6)
+    assert s.remaining() == before.minus(Budget(last["epsilon"], last["delta"]))
     return e
 
 
