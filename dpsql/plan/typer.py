@@ -181,13 +181,14 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "branches cast explicitly to one common type"),
     FuncSpec("CAST, TRY_CAST, ::", "scalar -> BOOLEAN, integer types, DECIMAL(p,s), FLOAT, DOUBLE, VARCHAR, DATE, TIMESTAMP",
              "total", "always rendered TRY_CAST: a value that does not convert is NULL; INTERVAL/UUID/TIME may be cast to VARCHAR"),
-    FuncSpec("+, -, * (integers, DECIMAL)", "numeric, numeric -> numeric", "can fail (TRY)",
-             "overflow is NULL; DECIMAL arithmetic is computed in DOUBLE"),
+    FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
+             "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types; "
+             "beyond HUGEINT: can fail (TRY), overflow is NULL"),
+    FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DOUBLE", "total", "DECIMAL arithmetic is computed in DOUBLE"),
     FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE", "total", "overflow gives inf"),
     FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
     FuncSpec("//, %", "integer, integer -> integer", "can fail (TRY)", "division by zero is NULL; % on DOUBLE is total"),
-    FuncSpec("unary -", "numeric -> numeric", "can fail (TRY) on integers", "-(-128::TINYINT) overflows"),
-    FuncSpec("abs", "numeric -> numeric", "can fail (TRY) on integers"),
+    FuncSpec("unary -, abs", "numeric -> numeric", "total", "integers widened (-(-128::TINYINT) is 128); HUGEINT under TRY"),
     FuncSpec("sign", "numeric -> TINYINT", "total"),
     FuncSpec("round, floor, ceil, trunc", "numeric[, INTEGER literal] -> numeric", "can fail (TRY) on DECIMAL",
              "total on integers and DOUBLE"),
@@ -203,7 +204,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("[NOT] LIKE, [NOT] ILIKE", "VARCHAR, VARCHAR literal -> BOOLEAN", "total",
              f"pattern: a literal of at most {MAX_PATTERN} characters, no ESCAPE; input capped at {STRING_CAP}"),
     FuncSpec("||, concat", "VARCHAR... -> VARCHAR", "total", f"inputs capped at {STRING_CAP} characters"),
-    FuncSpec("date_trunc", "'part' literal, DATE/TIMESTAMP -> TIMESTAMP", "total"),
+    FuncSpec("date_trunc", "'part' literal, DATE/TIMESTAMP -> TIMESTAMP", "total",
+             "a DATE beyond the TIMESTAMP range is NULL"),
     FuncSpec("date_part, extract", "'part' literal, DATE/TIMESTAMP -> BIGINT", "total"),
     FuncSpec("year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week",
              "DATE/TIMESTAMP -> BIGINT", "total"),
@@ -583,6 +585,11 @@ class Typer:
                 return Typed(typed_literal(v, r.type), r.type, True, v)
             if not r.type.numeric:
                 raise self.refuse(node, f"unary minus needs a number, got {r.type}")
+            if r.type.kind == "int":
+                lo, hi = self._range(r)
+                wide = self._holding(-hi, -lo)
+                if wide is not None:
+                    return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide)
             e: exp.Expression = exp.Neg(this=exp.Paren(this=r.expr))
             return Typed(exp.Try(this=e) if r.type.kind == "int" else e, r.type)
         if isinstance(node, (exp.And, exp.Or)):
@@ -715,12 +722,42 @@ class Typer:
             )
         return r
 
+    @staticmethod
+    def _range(r: Typed) -> tuple[int, int]:
+        if r.literal and r.type.kind == "int":
+            return int(r.value), int(r.value)
+        lo, hi, _ = _INT_RANGES[r.type.name]
+        return lo, hi
+
+    @staticmethod
+    def _holding(lo: int, hi: int) -> SqlType | None:
+        """The smallest signed integer type (at least INTEGER) holding [lo, hi], if any."""
+        for n in ("INTEGER", "BIGINT", "HUGEINT"):
+            tlo, thi, _ = _INT_RANGES[n]
+            if tlo <= lo and hi <= thi:
+                return SqlType("int", n)
+        return None
+
     def _arith(self, node: exp.Expression) -> Typed:
         a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
+        cls = type(node)
+        if a.type.kind == "int" and b.type.kind == "int":
+            # integers: computed in a type wide enough for every result of the operand types
+            # (total, no TRY); only when none exists (HUGEINT-sized operands) under TRY
+            (alo, ahi), (blo, bhi) = self._range(a), self._range(b)
+            if isinstance(node, exp.Add):
+                lo, hi = alo + blo, ahi + bhi
+            elif isinstance(node, exp.Sub):
+                lo, hi = alo - bhi, ahi - blo
+            else:
+                prods = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
+                lo, hi = min(prods), max(prods)
+            wide = self._holding(lo, hi)
+            if wide is not None:
+                return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide)
         typ = self.unify([a, b], node, "arithmetic")
         if typ.kind == "decimal":
             typ = DOUBLE
-        cls = type(node)
         e = cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node))
         return Typed(exp.Try(this=e) if typ.kind == "int" else e, typ)
 
@@ -775,6 +812,11 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
         if extra:
             raise ty.refuse(node, f"{name}() takes one argument here")
         r = ty._numeric(node.this, node)
+        if isinstance(node, exp.Abs) and r.type.kind == "int" and not r.literal:
+            lo, hi = ty._range(r)
+            wide = ty._holding(0, max(abs(lo), abs(hi)))
+            if wide is not None:
+                return Typed(exp.Abs(this=ty.coerce(r, wide, node)), wide)
         rt, can_fail = result(r.type)
         cls = type(node)
         args: dict[str, Any] = {"this": r.expr if not r.literal else ty.coerce(r, r.type, node)}
@@ -908,6 +950,10 @@ def _part_unit(ty: Typer, node: exp.Expression, unit: exp.Expression | None, all
 def _date_trunc(ty: Typer, node: exp.Expression) -> Typed:
     unit = _part_unit(ty, node, node.args.get("unit"), _TRUNC_PARTS)
     arg = _temporal(ty, node, node.this)
+    r = ty.t(node.this)
+    if r.type.kind == "date" and not r.literal:
+        # the result is a TIMESTAMP: a DATE beyond the TIMESTAMP range would fail; it is NULL
+        arg = _cast(arg, TIMESTAMP)
     return Typed(exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), arg]), TIMESTAMP)
 
 
