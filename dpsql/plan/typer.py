@@ -196,7 +196,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("isnan, isinf", "DOUBLE -> BOOLEAN", "total"),
     FuncSpec("lower, upper, trim, ltrim, rtrim, reverse", "VARCHAR -> VARCHAR", "total", f"input capped at {STRING_CAP} characters"),
     FuncSpec("length", "VARCHAR -> BIGINT", "total", f"input capped at {STRING_CAP} characters"),
-    FuncSpec("left, right", "VARCHAR, integer -> VARCHAR", "total", f"input capped at {STRING_CAP} characters"),
+    FuncSpec("left, right", "VARCHAR, integer -> VARCHAR", "total",
+             f"input capped at {STRING_CAP} characters; the count clamped to +-(2^31 - 1)"),
     FuncSpec("substring, substr", "VARCHAR, integer literal[, integer literal] -> VARCHAR", "total",
              f"start/length must be integer literals within +-{STRING_CAP}; input capped"),
     FuncSpec("starts_with, ends_with, contains, strpos, instr", "VARCHAR, VARCHAR -> BOOLEAN/BIGINT", "total",
@@ -881,7 +882,12 @@ def _left_right(ty: Typer, node: exp.Expression) -> Typed:
     if n.type.kind != "int":
         raise ty.refuse(node, f"{ty._fname(node)}() takes (text, integer)")
     cls = type(node)
-    return Typed(cls(this=s, expression=ty.coerce(n, BIGINT, node)), VARCHAR)
+    # the count clamped to +-(2^31 - 1): DuckDB fails on a count beyond its substring range
+    count = exp.Least(
+        this=exp.Greatest(this=ty.coerce(n, BIGINT, node), expressions=[exp.Literal.number(-(2**31 - 1))]),
+        expressions=[exp.Literal.number(2**31 - 1)],
+    )
+    return Typed(cls(this=s, expression=count), VARCHAR)
 
 
 def _substring(ty: Typer, node: exp.Expression) -> Typed:
