@@ -22,7 +22,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.budget import Budget, check_delta, check_epsilon
-from dpsql.catalog import TableSpec, _check_cap, check_table_name, classify_source, parse_column_spec, type_domains
+from dpsql.catalog import TableSpec, _check_cap, check_table_name, classify_source, parse_column_spec
+from dpsql.catalog import type_domains as _type_domains
 from dpsql.engine import Engine
 from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, PolicyError
 from dpsql.ledger import Ledger
@@ -227,7 +228,7 @@ class Session:
                 hint=f"its columns are: {', '.join(sorted(schema))}",
             )
         try:
-            col_specs = type_domains(tname, col_specs, schema)
+            col_specs = _type_domains(tname, col_specs, schema)
         except ConfigError:
             self._engine.unregister_source(tname, kind, view)
             raise

@@ -112,7 +112,7 @@ class Gen:
         ]
         outside = [
             f"levenshtein({self.str_(depth - 1)}, 'abc')", f"len(range(0, {a}))", f"({a} << 70)",
-            f"list_sum(ints)", f"len(tags)", f"epoch_ms({a})", f"factorial({a})",
+            "list_sum(ints)", "len(tags)", f"epoch_ms({a})", f"factorial({a})",
         ]
         return self.choose(choices, outside)
 
@@ -124,11 +124,11 @@ class Gen:
             f"lower({a})", f"upper({a})", f"substring({a}, 1, 3)", f"left({a}, {self.num(depth - 1)})",
             f"({a} || {self.str_(depth - 1)})", f"CAST({self.num(depth - 1)} AS VARCHAR)",
             f"strftime({self.date(depth - 1)}, '%Y-%m')", f"trim({a})", f"reverse({a})",
-            f"CASE WHEN {self.boolean(depth - 1)} THEN {a} ELSE 'A' END", f"CAST(iv AS VARCHAR)",
+            f"CASE WHEN {self.boolean(depth - 1)} THEN {a} ELSE 'A' END", "CAST(iv AS VARCHAR)",
         ]
         outside = [
             f"repeat({a}, 1000)", f"({a} COLLATE NOCASE)", f"regexp_replace({a}, '(a*)*b', 'x')",
-            f"string_split({a}, ',')[1]", f"printf('%s', {a})", f"CAST(tags AS VARCHAR)",
+            f"string_split({a}, ',')[1]", f"printf('%s', {a})", "CAST(tags AS VARCHAR)",
         ]
         return self.choose(choices, outside)
 
@@ -165,8 +165,8 @@ class Gen:
             f"(uid = {TARGET} AND {self.boolean(depth - 1)})",
         ]
         outside = [
-            f"({self.str_(depth - 1)} = {self.num(depth - 1)})", f"(tags = {self.str_(depth - 1)})", f"(iv > INTERVAL 29 DAY)",
-            f"regexp_matches({self.str_(depth - 1)}, '(a+)+$')", f"list_contains(tags, 'a')", f"CAST({x} AS BOOLEAN)",
+            f"({self.str_(depth - 1)} = {self.num(depth - 1)})", f"(tags = {self.str_(depth - 1)})", "(iv > INTERVAL 29 DAY)",
+            f"regexp_matches({self.str_(depth - 1)}, '(a+)+$')", "list_contains(tags, 'a')", f"CAST({x} AS BOOLEAN)",
             f"({self.str_(depth - 1)} SIMILAR TO 'a.*')", f"({x} = ANY([1, 2]))",
         ]
         return self.choose(choices, outside)

@@ -45,8 +45,6 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.errors import Violation
-
 #: string functions see at most this many characters of a non-literal argument
 STRING_CAP = 1024
 #: LIKE / ILIKE patterns and other literal text arguments of string functions: at most this long
@@ -456,8 +454,8 @@ class Typer:
             return BOOLEAN
         if kinds <= {"date", "timestamp", "strlit"}:
             if "timestamp" in kinds:
-                names = {p.type.name for p in typed if p.type.kind == "timestamp"}
-                return SqlType("timestamp", names.pop()) if len(names) == 1 else TIMESTAMP
+                ts_names = {p.type.name for p in typed if p.type.kind == "timestamp"}
+                return SqlType("timestamp", ts_names.pop()) if len(ts_names) == 1 else TIMESTAMP
             if "date" in kinds:
                 return DATE
         if kinds <= {"int", "decimal", "float", "strlit"} and "strlit" not in kinds:
