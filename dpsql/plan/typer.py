@@ -1207,8 +1207,10 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
 
 
 def domain_literal(value: Any, column_type: str) -> exp.Expression:
-    """A typed literal for a domain value checked by ``type_domain``."""
-    return typed_literal(value, parse_type(column_type))
+    """A typed literal for a domain value (checked again here: ValueError if it is not a value
+    of the column's type, e.g. for a catalog built by hand rather than by registration)."""
+    t = parse_type(column_type)
+    return typed_literal(_domain_value(value, t, "the key column"), t)
 
 
 def allow_list_markdown() -> str:

@@ -19,6 +19,12 @@ changes by <= 1, a COUNT(*) / COUNT(col) by <= k, a SUM(col) by <= k * max(|lo|,
 centred AVG sum by <= k * (hi - lo) / 2. ``tests/test_bounding.py`` checks this by removing
 units from generated data.
 
+Every user expression evaluated here (WHERE, group keys, the public-domain filter) is rendered
+by dpsql's typer (``dpsql.plan.typer``): explicitly typed, total by construction (TRY only
+around operators the types cannot prove total), keys canonical (binary collation, one spelling
+of 0.0 and NaN). So whether the bounded query fails, and how a released key is spelled, never
+depend on a row (design invariant 8; ``tests/test_hostile_fuzz.py``).
+
 Caps may be ``math.inf`` (no bounding): the rewrite then returns exactly the original
 aggregates, which the golden tests compare against DuckDB on the original query.
 """
