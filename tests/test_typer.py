@@ -353,6 +353,18 @@ def test_refusals_in_a_query_are_listed_with_positions() -> None:
     assert vs[1].line == 3 and vs[1].col == 10 and "INTERVAL" in vs[1].message
 
 
+def test_every_function_off_the_allow_list_is_listed() -> None:
+    from dpsql.catalog import TableSpec
+
+    cat = {"t": TableSpec("t", "/never/read.parquet", "parquet", privacy_unit="uid", schema=SCHEMA)}
+    sql = "SELECT COUNT(*) FROM t WHERE levenshtein(note, 'x') < 2 AND length(repeat(note, 9)) > jaro_similarity(note, 'y')"
+    with pytest.raises(errors.UnsupportedQueryError) as ei:
+        analyze(sql, cat)
+    names = [v.fragment.split("(")[0].lower() for v in ei.value.violations]
+    assert names == ["levenshtein", "repeat", "jaro_similarity"], ei.value.violations
+    assert [v.col for v in ei.value.violations] == [sql.index(n) + 1 for n in names]
+
+
 def test_sum_needs_a_numeric_column() -> None:
     from dpsql.catalog import ColumnSpec, TableSpec
 

@@ -1089,8 +1089,42 @@ def _canonical_key(r: Typed, node: exp.Expression) -> exp.Expression:
     return e
 
 
+_STRUCTURAL: tuple[type[exp.Expression], ...] = (
+    exp.Paren, exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.Neg, exp.And, exp.Or, exp.Not, exp.Is,
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between, exp.In,
+    exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif, exp.Cast, exp.TryCast, exp.Add,
+    exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.DPipe, exp.Like, exp.ILike,
+    # parts of the nodes above (names, types, date-part units)
+    exp.Identifier, exp.DataType, exp.DataTypeParam, exp.Var,
+)
+
+
+def allow_list_problems(node: exp.Expression) -> list[tuple[exp.Expression, str]]:
+    """Every construct in ``node`` that is not on the allow-list (all of them, for one report)."""
+    out: list[tuple[exp.Expression, str]] = []
+    for sub in node.walk(bfs=False):  # depth first: left to right in the SQL text
+        if isinstance(sub, exp.Collate):
+            out.append((sub, "COLLATE is not allowed: a collation makes different spellings equal, so a released key "
+                             "could be spelled by one person's row; use lower()/upper() to compare text case-insensitively"))
+        elif isinstance(sub, exp.Anonymous):
+            if str(sub.this).lower() not in _ANON:
+                out.append((sub, f"function {str(sub.this).lower()}() is not on the allow-list of functions with a total, "
+                                 "bounded-cost evaluation (see docs/expressions.md)"))
+        elif isinstance(sub, _STRUCTURAL) or type(sub) in _FUNCS:
+            continue
+        elif isinstance(sub, exp.Func):
+            out.append((sub, f"function {Typer._fname(sub)}() is not on the allow-list of functions with a total, "
+                             "bounded-cost evaluation (see docs/expressions.md)"))
+        else:
+            out.append((sub, f"the expression {type(sub).__name__.upper()} is not on the allow-list (see docs/expressions.md)"))
+    return out
+
+
 def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WHERE") -> exp.Expression:
     """The total, explicitly typed rendering of a condition (raises ``TypeRefusal``)."""
+    problems = allow_list_problems(node)
+    if problems:
+        raise TypeRefusal(problems)
     ty = Typer(schema)
     try:
         return ty.boolean(node, what)
@@ -1100,6 +1134,9 @@ def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WH
 
 def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
     """The total, canonical rendering of a GROUP BY key and its type (raises ``TypeRefusal``)."""
+    problems = allow_list_problems(node)
+    if problems:
+        raise TypeRefusal(problems)
     ty = Typer(schema)
     try:
         r = ty.t(node)
