@@ -524,3 +524,60 @@ def test_dawa_base_condition_that_could_fail_is_refused_for_free() -> None:
         with pytest.raises(errors.UnsupportedQueryError, match="boolean condition"):
             s.query("SELECT age, COUNT(*) FROM people WHERE note GROUP BY age", epsilon=1.0)
         assert s.history().num_rows == 0
+
+
+#: one use of every function and operator named in each allow-list entry (a new entry needs samples)
+ALLOW_LIST_SAMPLES = {
+    "AND, OR, NOT": ["flag AND NOT flag OR flag"],
+    "=, <>, <, <=, >, >=, IS [NOT] DISTINCT FROM": [
+        "i = 1", "i <> 1", "i < 1", "i <= 1", "i > 1", "i >= 1", "i IS DISTINCT FROM 1", "i IS NOT DISTINCT FROM 1"],
+    "[NOT] BETWEEN": ["i BETWEEN 1 AND 2", "i NOT BETWEEN 1 AND 2"],
+    "[NOT] IN (list)": ["i IN (1, 2)", "note NOT IN ('a', 'b')"],
+    "IS [NOT] NULL": ["iv IS NULL", "tags IS NOT NULL"],
+    "IS [NOT] TRUE / FALSE": ["flag IS TRUE", "flag IS NOT FALSE"],
+    "CASE, IF, COALESCE, IFNULL, NULLIF, GREATEST, LEAST": [
+        "CASE WHEN flag THEN 1 ELSE 2 END = 1", "CASE i WHEN 1 THEN 'a' END = 'a'", "if(flag, 1, 2) = 1",
+        "coalesce(i, 0) = 1", "ifnull(i, 0) = 1", "nullif(i, 0) = 1", "greatest(i, ti) = 1", "least(i, 2) = 1"],
+    "CAST, TRY_CAST, ::": ["CAST(note AS INTEGER) = 1", "TRY_CAST(note AS DATE) IS NULL", "note::DOUBLE > 0",
+                           "CAST(iv AS VARCHAR) = 'x'", "CAST(i AS DECIMAL(10,2)) > 0", "CAST(flag AS VARCHAR) = 'true'"],
+    "+, -, * (integers)": ["i + ti > 0", "i - 1 > 0", "ti * 2 > 0"],
+    "+, -, * (DECIMAL)": ["amt + 1.5 > 0", "amt * amt > 0"],
+    "+, -, * (FLOAT, DOUBLE)": ["d + 1 > 0", "d * d > 0", "d - i > 0"],
+    "/": ["i / 2 > 0", "amt / d > 0"],
+    "//, %": ["i // 2 = 0", "i % 2 = 0", "d % 2 = 0"],
+    "unary -, abs": ["-i > 0", "abs(ti) > 0", "-amt > 0", "abs(d) > 0"],
+    "sign": ["sign(d) = 1"],
+    "round, floor, ceil, trunc": ["round(d, 2) > 0", "floor(amt) > 0", "ceil(d) > 0", "trunc(d) > 0"],
+    "sqrt, ln, log10": ["sqrt(d) > 0", "ln(i) > 0", "log10(amt) > 0"],
+    "isnan, isinf": ["isnan(d)", "isinf(d)"],
+    "lower, upper, trim, ltrim, rtrim, reverse": [
+        "lower(note) = 'a'", "upper(note) = 'A'", "trim(note) = 'a'", "ltrim(note) = 'a'", "rtrim(note) = 'a'",
+        "reverse(note) = 'a'"],
+    "length": ["length(note) > 1"],
+    "left, right": ["left(note, 2) = 'a'", "right(note, i) = 'a'"],
+    "substring, substr": ["substring(note, 2, 3) = 'a'", "substr(note, -2) = 'a'"],
+    "starts_with, ends_with, contains, strpos, instr": [
+        "starts_with(note, 'a')", "ends_with(note, 'a')", "contains(note, 'a')", "strpos(note, 'a') > 0",
+        "instr(note, 'a') > 0"],
+    "[NOT] LIKE, [NOT] ILIKE": ["note LIKE 'a%'", "note NOT LIKE 'a%'", "note ILIKE 'A%'", "note NOT ILIKE 'A%'"],
+    "||, concat": ["note || 'x' = 'ax'", "concat(note, 'x') = 'ax'"],
+    "date_trunc": ["date_trunc('month', day) > ts", "date_trunc('hour', ts) > ts"],
+    "date_part, extract": ["date_part('year', day) > 0", "extract(month FROM ts) > 0"],
+    "year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week": [
+        "year(day) > 0", "month(day) > 0", "day(ts) > 0", "hour(ts) > 0", "minute(ts) > 0", "second(ts) > 0",
+        "quarter(day) > 0", "dayofweek(day) > 0", "dayofyear(day) > 0", "week(day) > 0"],
+    "strftime": ["strftime(day, '%Y') = '2024'"],
+    "strptime, try_strptime": ["strptime(note, '%Y') > ts", "try_strptime(note, '%Y') > ts"],
+}
+
+
+def test_every_allow_list_entry_is_implemented_and_total_in_duckdb() -> None:
+    assert set(ALLOW_LIST_SAMPLES) == {f.name for f in ALLOW_LIST}
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS " + ADVERSARIAL_ROWS)
+    schema = {str(r[0]): str(r[1]) for r in con.execute("DESCRIBE t").fetchall()}
+    for name, samples in ALLOW_LIST_SAMPLES.items():
+        for sql in samples:
+            typed = type_predicate(sqlglot.parse_one(sql, read="duckdb"), schema).sql(dialect="duckdb")
+            con.execute(f"SELECT COUNT(*) FROM t WHERE {typed}").fetchall()
+    con.close()
