@@ -579,5 +579,5 @@ def test_every_allow_list_entry_is_implemented_and_total_in_duckdb() -> None:
     for name, samples in ALLOW_LIST_SAMPLES.items():
         for sql in samples:
             typed = type_predicate(sqlglot.parse_one(sql, read="duckdb"), schema).sql(dialect="duckdb")
-            con.execute(f"SELECT COUNT(*) FROM t WHERE {typed}").fetchall()
+            assert con.execute(f"SELECT COUNT(*) FROM t WHERE {typed}").fetchall(), (name, sql)
     con.close()
