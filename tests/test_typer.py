@@ -242,7 +242,7 @@ def test_signed_zero_key_is_normalised(keyed_connection: duckdb.DuckDBPyConnecti
             "FROM t GROUP BY k",
             "COLLATE is not allowed",
         ),
-        ("SELECT iv, COUNT(*) FROM t GROUP BY iv", "INTERVAL is not allowed"),
+        ("SELECT iv, COUNT(*) FROM t GROUP BY iv", "INTERVAL is not allowed.*CAST\\(iv AS VARCHAR\\)"),
         ("SELECT iv + INTERVAL 1 DAY AS k, COUNT(*) FROM t GROUP BY k", "INTERVAL"),
     ],
 )

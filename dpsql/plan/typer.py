@@ -178,7 +178,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("CASE, IF, COALESCE, IFNULL, NULLIF, GREATEST, LEAST", "T... -> T", "total",
              "branches cast explicitly to one common type"),
     FuncSpec("CAST, TRY_CAST, ::", "scalar -> BOOLEAN, integer types, DECIMAL(p,s), FLOAT, DOUBLE, VARCHAR, DATE, TIMESTAMP",
-             "total", "always rendered TRY_CAST: a value that does not convert is NULL; INTERVAL/UUID/TIME may be cast to VARCHAR"),
+             "total", "always rendered TRY_CAST: a value that does not convert is NULL; INTERVAL, UUID, TIME and "
+             "TIMESTAMPTZ may be cast to VARCHAR"),
     FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
              "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types; "
              "beyond HUGEINT: can fail (TRY), overflow is NULL"),
@@ -212,6 +213,9 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("strptime, try_strptime", "VARCHAR, format literal -> TIMESTAMP", "total",
              "rendered try_strptime: text that does not parse is NULL; input capped"),
 )
+
+#: types with no total comparison whose text (CAST AS VARCHAR) is a canonical spelling
+_TEXT_CASTABLE = ("INTERVAL", "UUID", "TIME", "TIMESTAMP WITH TIME ZONE")
 
 _DATE_PARTS = {
     "year", "month", "day", "hour", "minute", "second", "quarter", "week", "dayofweek", "dow", "dayofyear", "doy",
@@ -799,9 +803,11 @@ class Typer:
             return Typed(_cast(r.expr, target), target)
         if r.type.kind == "other":
             base = r.type.name.split("(")[0]
-            if target.kind == "varchar" and base in ("INTERVAL", "UUID", "TIME"):
+            if target.kind == "varchar" and base in _TEXT_CASTABLE:
                 return Typed(_cast(r.expr, VARCHAR), VARCHAR)
-            raise self.refuse(node, f"values of type {r.type} cannot be cast here; only INTERVAL, UUID and TIME cast to VARCHAR")
+            raise self.refuse(
+                node, f"values of type {r.type} cannot be cast here; only {', '.join(_TEXT_CASTABLE)} cast to VARCHAR"
+            )
         return Typed(self.coerce(r, target, node) if r.type.name != target.name else r.expr, target)
 
 
@@ -1145,10 +1151,14 @@ def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expressi
     if r.type.kind == "null":
         return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
     if r.type.kind not in KEY_KINDS and r.type.kind != "strlit":
+        fix = (
+            f"group by CAST({node.sql(dialect='duckdb')} AS VARCHAR), whose text is canonical"
+            if r.type.name.split("(")[0] in _TEXT_CASTABLE
+            else "group by a column of a scalar type instead"
+        )
         raise TypeRefusal([(node, (
             f"GROUP BY key of type {r.type} is not allowed: its equality is coarser than its spelling "
-            "(or it has no canonical spelling), so a released key could be spelled by one person's row; "
-            "group by CAST(... AS VARCHAR) or a canonical expression instead"
+            f"(or it has no canonical spelling), so a released key could be spelled by one person's row; {fix}"
         ))])
     typ = VARCHAR if r.type.kind == "strlit" else r.type
     return _canonical_key(Typed(r.expr, typ), node), typ
