@@ -7,6 +7,7 @@ calibration and ``explain`` read only this, never a private row.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import math
 import os
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpsql.errors import ConfigError
+from dpsql.plan.typer import type_domain
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_NAMES = {"dpsql_ledger", "ledger", "information_schema", "pg_catalog", "duckdb_tables"}
@@ -207,6 +209,27 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
         if not math.isfinite(gran) or gran <= 0:
             raise ConfigError(f"granularity for '{table}.{name}' must be a positive number")
     return ColumnSpec(name.lower(), bounds=bounds, domain=domain, ordered=ordered, granularity=gran)
+
+
+def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, str]) -> dict[str, ColumnSpec]:
+    """Domains typed to their column at registration: every value must be a value of the column's
+    type (an integer domain on a VARCHAR column, a date that is not a date, ... is a ConfigError),
+    and the column's type must have a canonical spelling. The typed values are what the
+    public-domain filter renders as typed literals (e.g. CAST('2024-01-01' AS DATE))."""
+    out: dict[str, ColumnSpec] = {}
+    for name, c in columns.items():
+        if c.domain is not None and name in schema:
+            try:
+                dom = type_domain(c.domain, schema[name], f"'{table}.{name}' ({schema[name]})")
+            except ValueError as e:
+                raise ConfigError(
+                    f"public domain of '{table}.{name}': {e}",
+                    hint=f"list values of the column's type {schema[name]}, e.g. strings for VARCHAR, "
+                    "dates (or 'YYYY-MM-DD' strings) for DATE, whole numbers for integer columns",
+                ) from None
+            c = dataclasses.replace(c, domain=dom)
+        out[name] = c
+    return out
 
 
 def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | None) -> OrderedDomain:

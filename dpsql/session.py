@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import TableSpec, _check_cap, check_table_name, classify_source, parse_column_spec
+from dpsql.catalog import type_domains as _type_domains
 from dpsql.engine import Engine, EngineSettings, private_failure, scrub
 from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, PolicyError
 from dpsql.ledger import Ledger
@@ -268,6 +269,11 @@ class Session:
                 f"table '{tname}': " + "; ".join(problems),
                 hint=f"its columns are: {', '.join(sorted(schema))}",
             )
+        try:
+            col_specs = _type_domains(tname, col_specs, schema)
+        except ConfigError:
+            self._engine.unregister_source(tname, kind, view)
+            raise
         self._catalog[tname] = TableSpec(
             name=tname,
             source=src if kind != "arrow" else "<arrow table>",

@@ -546,7 +546,7 @@ FROM (
           FROM (
             SELECT
               "user_id" AS __unit,
-              url AS __k0,
+              "url" COLLATE "binary" AS __k0,
               CASE
                 WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
                 THEN NULL
@@ -560,7 +560,7 @@ FROM (
             FROM _dpsql_src_events
             WHERE
               (
-                age >= 18
+                "age" >= CAST(18 AS BIGINT)
               ) AND NOT "user_id" IS NULL
           ) AS __base
         ) AS __numbered
@@ -605,10 +605,12 @@ FROM (
       FROM (
         SELECT
           "user_id" AS __unit,
-          country AS __k0
+          "country" COLLATE "binary" AS __k0
         FROM _dpsql_src_events
         WHERE
-          NOT "user_id" IS NULL AND country IN ('US', 'FR')
+          NOT "user_id" IS NULL AND (
+            "country" COLLATE "binary"
+          ) IN ('US', 'FR')
       ) AS __base
     ) AS __ug
     GROUP BY
@@ -642,7 +644,15 @@ FROM (
       FROM (
         SELECT
           "user_id" AS __unit,
-          TRY(FLOOR(age / 10) * 10) AS __k0,
+          CASE
+            WHEN ISNAN(
+              FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
+            )
+            THEN CAST('nan' AS DOUBLE)
+            WHEN FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE) = CAST('0.0' AS DOUBLE)
+            THEN CAST('0.0' AS DOUBLE)
+            ELSE FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
+          END AS __k0,
           "url" AS __a0_v
         FROM _dpsql_src_events
         WHERE

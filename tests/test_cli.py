@@ -296,10 +296,10 @@ def test_errors_hide_cells_unless_debug(workdir: Path, capsys: pytest.CaptureFix
     assert run([*flags, "query", "SELECT COUNT(*) FROM t WHERE CAST(url AS INTEGER) > 3", "--epsilon", "0.1"]) == 0
     out, err = capsys.readouterr()
     assert "SENTINEL" not in out + err
-    # a type error is found before any row is read: a query error, free
+    # a type error is found by dpsql's typer before any row is read: a query error, free
     assert run([*flags, "query", "SELECT COUNT(*) FROM t WHERE url + 1 > 0", "--epsilon", "0.1"]) == 2
     out, err = capsys.readouterr()
-    assert "QueryTypeError" in err and "SENTINEL" not in out + err
+    assert "UnsupportedQueryError" in err and "SENTINEL" not in out + err
     # DuckDB failing after the charge (simulated: its messages can quote cells) exits 1; --debug
     # (honoured: the CLI user registered every table) shows DuckDB's message scrubbed of values
     from dpsql.engine import Engine

@@ -259,6 +259,13 @@ REJECTED = [
     ("SELECT COUNT(*) FROM events LIMIT (SELECT 1)", U, "LIMIT", "LIMIT"),
     ("SELECT COUNT(*) FROM events ORDER BY 2", U, "out of range", "2"),
     ("SELECT COUNT(*) FROM events WHERE nosuch > 1", U, "unknown column", "nosuch"),
+    # dpsql's typer: conditions must be boolean, no implicit casts, no collations, allow-listed functions only
+    ("SELECT COUNT(*) FROM events WHERE age > 3 AND url", U, "boolean condition", "url"),
+    ("SELECT COUNT(*) FROM events WHERE url = 5", U, "incompatible types", "url = 5"),
+    ("SELECT COUNT(*) FROM events WHERE day > '2024-02-30'", U, "not a date", "day > "),
+    ("SELECT COUNT(*) FROM events WHERE levenshtein(url, 'a') < 2", U, "not on the allow-list", "levenshtein("),
+    ("SELECT COUNT(*) FROM events WHERE length(repeat(url, 1000000)) > 0", U, "repeat()", "repeat("),
+    ("SELECT url COLLATE NOCASE AS u, COUNT(*) FROM events GROUP BY u", U, "COLLATE", "url COLLATE"),
     ("SELECT SUM(nosuch) FROM events", U, "unknown column", "nosuch"),
     ("SELECT COUNT(*) FROM events WHERE other.amount > 1", U, "unknown table", "other.amount"),
     ("SELECT COUNT(*) FROM nosuch", P, "not registered", "nosuch"),

@@ -14,6 +14,7 @@ from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violati
 from dpsql.plan import ir
 from dpsql.plan.checks import SUPPORTED_AGGS, check_expression_functions, check_statement_shape, violation
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
+from dpsql.plan.typer import TypeRefusal, check_numeric_column, type_key, type_predicate
 
 _POLICY_PREFIX = "[policy] "
 
@@ -92,6 +93,20 @@ class _Builder:
             v = Violation(_POLICY_PREFIX + v.message, v.line, v.col, v.fragment)
         self.violations.append(v)
 
+    def type_check(self, node: exp.Expression, role: str, before: int) -> None:
+        """Type ``node`` with dpsql's typer (only when the earlier checks found nothing in it)."""
+        assert self.table is not None
+        if len(self.violations) != before:
+            return
+        try:
+            if role == "GROUP BY":
+                type_key(node, self.table.schema)
+            else:
+                type_predicate(node, self.table.schema, role)
+        except TypeRefusal as e:
+            for n, msg in e.problems:
+                self.bad(n, f"{role}: {msg}")
+
     def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool = False) -> None:
         assert self.table is not None
         for c in node.find_all(exp.Column):
@@ -151,6 +166,11 @@ class _Builder:
             return None
         if column is not None and self.table.schema and column not in self.table.schema:
             return None  # reported by check_columns
+        if column is not None and kind in (ir.SUM, ir.AVG):
+            why = check_numeric_column(column, self.table.schema)
+            if why is not None:
+                self.bad(node, why)
+                return None
         bounds = None
         if kind in (ir.SUM, ir.AVG):
             assert column is not None
@@ -307,10 +327,12 @@ class _Builder:
         where = stmt.args.get("where")
         where_expr = where.this if where is not None else None
         if where_expr is not None:
+            before = len(self.violations)
             self.violations.extend(check_expression_functions(where_expr, self.sql, "WHERE"))
             for a in where_expr.find_all(exp.AggFunc):
                 self.bad(a, "aggregates are not allowed in WHERE; use HAVING")
             self.check_columns(where_expr, "WHERE")
+            self.type_check(where_expr, "WHERE", before)
             # the bounded query reads the table under another name: drop table qualifiers
             where_expr = where_expr.copy()
             for c in where_expr.find_all(exp.Column):
@@ -349,10 +371,13 @@ class _Builder:
                 if group.args.get(key):
                     self.bad(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
         for g in group_exprs:
+            before = len(self.violations)
             self.violations.extend(check_expression_functions(g, self.sql, "GROUP BY"))
             for a in g.find_all(exp.AggFunc):
                 self.bad(a, "aggregates are not allowed in GROUP BY")
             self.check_columns(g, "GROUP BY")
+            if not any(is_bin_column(c.name, table) and c.name.lower() not in table.schema for c in g.find_all(exp.Column)):
+                self.type_check(g, "GROUP BY", before)
             s = _norm(g)
             if any(k.sql == s for k in self.keys):
                 continue

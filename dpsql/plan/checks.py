@@ -3,7 +3,8 @@
 What is accepted: one SELECT over one registered table, aggregates COUNT(*), COUNT(col),
 COUNT(DISTINCT privacy_unit), SUM(col), AVG(col), a deterministic WHERE, GROUP BY columns or
 expressions, and HAVING / ORDER BY / LIMIT over the released values. Everything else is
-refused before any data is read.
+refused before any data is read. The expressions evaluated on private rows (WHERE, GROUP BY keys)
+are further typed and checked against the function allow-list by ``dpsql.plan.typer``.
 """
 
 from __future__ import annotations

@@ -19,6 +19,12 @@ changes by <= 1, a COUNT(*) / COUNT(col) by <= k, a SUM(col) by <= k * max(|lo|,
 centred AVG sum by <= k * (hi - lo) / 2. ``tests/test_bounding.py`` checks this by removing
 units from generated data.
 
+Every user expression evaluated here (WHERE, group keys, the public-domain filter) is rendered
+by dpsql's typer (``dpsql.plan.typer``): explicitly typed, total by construction (TRY only
+around operators the types cannot prove total), keys canonical (binary collation, one spelling
+of 0.0 and NaN). So whether the bounded query fails, and how a released key is spelled, never
+depend on a row (design invariant 8; ``tests/test_hostile_fuzz.py``).
+
 Caps may be ``math.inf`` (no bounding): the rewrite then returns exactly the original
 aggregates, which the golden tests compare against DuckDB on the original query.
 """
@@ -30,7 +36,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
+from dpsql.plan.typer import TypeRefusal, domain_literal, type_key, type_predicate
 
 SALT_PLACEHOLDER = "<per-query secret salt>"
 
@@ -86,71 +94,35 @@ def _clamped(column: str, lo: float, hi: float, shift: float = 0.0) -> exp.Expre
     return exp.Case(ifs=[exp.If(this=exp.Is(this=c, expression=exp.Null()), true=exp.Null())], default=e)
 
 
-_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
-            "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL", "REAL", "INT")
-_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between)
+def _refused(e: TypeRefusal) -> UnsupportedQueryError:
+    return UnsupportedQueryError(
+        "the query does not type-check: " + "; ".join(m for _, m in e.problems),
+        hint="see docs/expressions.md for the allowed operators, functions and types",
+    )
 
 
-def _family(node: exp.Expression, schema: dict[str, str]) -> str | None:
-    """'num', 'str' or 'bool' for a column or literal whose type is known; None otherwise."""
-    if isinstance(node, exp.Paren):
-        return _family(node.this, schema)
-    if isinstance(node, exp.Literal):
-        return "str" if node.is_string else "num"
-    if isinstance(node, exp.Boolean):
-        return "bool"
-    if isinstance(node, exp.Column):
-        t = schema.get(node.name.lower(), "").upper()
-        if t.startswith(_NUMERIC):
-            return "num"
-        if t.startswith("VARCHAR"):
-            return "str"
-        if t == "BOOLEAN":
-            return "bool"
-    return None
+def guard(expr: exp.Expression, schema: dict[str, str], what: str = "WHERE") -> exp.Expression:
+    """A condition over private rows, rendered total by dpsql's typer (``dpsql.plan.typer``).
 
-
-def cannot_fail(expr: exp.Expression, schema: dict[str, str]) -> bool:
-    """True for expressions that can never raise at run time: columns, literals, and boolean
-    combinations of comparisons between operands of the same type family (no casts, no
-    functions, no arithmetic). Everything else is guarded with TRY."""
-    if isinstance(expr, (exp.Column, exp.Literal, exp.Boolean, exp.Null)):
-        return True
-    if isinstance(expr, exp.Paren):
-        return cannot_fail(expr.this, schema)
-    if isinstance(expr, (exp.And, exp.Or)):
-        return cannot_fail(expr.this, schema) and cannot_fail(expr.expression, schema)
-    if isinstance(expr, exp.Not):
-        return cannot_fail(expr.this, schema)
-    if isinstance(expr, exp.Is):
-        return isinstance(expr.expression, exp.Null) and isinstance(expr.this, exp.Column)
-    if isinstance(expr, _COMPARISONS):
-        operands = [expr.this] + [v for k, v in expr.args.items() if k != "this" and isinstance(v, exp.Expression)]
-        operands += list(expr.expressions or [])
-        fams = {_family(o, schema) for o in operands}
-        return len(fams) == 1 and None not in fams
-    return False
-
-
-def guard(expr: exp.Expression, schema: dict[str, str] | None = None) -> exp.Expression:
-    """A user expression made total, so that whether a query fails never depends on data.
-
-    Casts become TRY_CASTs (a value that does not convert is NULL), and the expression is
-    wrapped in DuckDB's TRY(...), which turns any other runtime error (integer overflow,
-    integer division by zero, ...) into NULL: a WHERE row whose predicate errs is dropped,
-    a group key that errs is NULL. Errors DuckDB finds while binding (types) happen before
-    any row is read and are refused for free.
+    Every operand is typed against the catalog schema, implicit casts are made explicit
+    (column casts are TRY_CASTs), and each operator that can still fail (integer overflow,
+    integer division by zero, ...) runs under TRY(...), so whether the query fails never
+    depends on a row. There is no shortcut: the typer decides, from the types, what is total.
+    Raises UnsupportedQueryError (before any charge) if the expression does not type-check.
     """
+    try:
+        return type_predicate(expr, schema, what)
+    except TypeRefusal as e:
+        raise _refused(e) from None
 
-    def to_try(n: exp.Expression) -> exp.Expression:
-        if type(n) is exp.Cast:
-            return exp.TryCast(this=n.this, to=n.args.get("to"))
-        return n
 
-    if schema is not None and cannot_fail(expr, schema):
-        return expr.copy()
-    e = expr.copy().transform(to_try, copy=False)
-    return exp.Try(this=e)
+def key_expression(key: ir.GroupKey, schema: dict[str, str]) -> exp.Expression:
+    """A GROUP BY key rendered total and canonical (binary collation for text, one spelling
+    of 0.0 and NaN for floating point); see ``dpsql.plan.typer.type_key``."""
+    try:
+        return type_key(key.expr, schema)[0]
+    except TypeRefusal as e:
+        raise _refused(e) from None
 
 
 def salted_hash(columns: list[str], salt: str) -> exp.Expression:
@@ -193,10 +165,17 @@ def released_columns(plan: ir.QueryPlan, caps: Caps) -> list[ReleasedColumn]:
 
 
 def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
+    """Rows whose key lies in the public domain: the canonical key compared with literals typed
+    to the column at registration (``dpsql.plan.typer.type_domain``), e.g. CAST('2024-01-01' AS
+    DATE), never bare text that DuckDB would cast or read as arithmetic."""
     conds: list[exp.Expression] = []
+    schema = plan.table.schema
     for key in plan.keys:
         if key.domain is not None:
-            conds.append(exp.In(this=key.expr.copy(), expressions=[_lit(v) if not isinstance(v, bool) else exp.Boolean(this=v) for v in key.domain]))
+            assert isinstance(key.expr, exp.Column)
+            ctype = schema[key.expr.name.lower()]
+            lits = [domain_literal(v, ctype) for v in key.domain]
+            conds.append(exp.In(this=exp.Paren(this=key_expression(key, schema)), expressions=lits))
     if not conds:
         return None
     out = conds[0]
@@ -221,7 +200,7 @@ def bounded_query(
 
     # 1. base projection -----------------------------------------------------------------
     proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
-    proj += [exp.alias_(guard(k.expr, plan.table.schema), k.name) for k in plan.keys]
+    proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     value_cols: list[str] = []
     for a in plan.aggregates:
         if a.kind == ir.COUNT_COL:

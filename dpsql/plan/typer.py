@@ -1,0 +1,1268 @@
+"""dpsql's own expression typer: every expression over private rows is total by construction.
+
+Claim (design invariant 8): whether a query fails, and the spelling of every released key,
+depend only on public metadata (the catalog schema) and released values, never on a row.
+
+How: every expression evaluated on private rows (WHERE, GROUP BY keys, the public-domain
+filter, the DAWA base conditions) is typed here, against ``TableSpec.schema`` (column ->
+DuckDB type string), before any charge, over one allow-list of operators and functions
+(``ALLOW_LIST``), each marked *total* (cannot raise on any value of its argument types) or
+*can fail* (may raise on some values: integer overflow, integer division by zero, ...).
+The typer then renders the expression again, for DuckDB, so that
+
+* DuckDB never casts implicitly: operands of different types are cast explicitly to one
+  common type, and every cast of a column is a ``TRY_CAST`` (a value that does not convert is
+  NULL). Literals are typed by dpsql: a string literal compared with a DATE column is parsed
+  here (an invalid date is refused for free) and rendered ``CAST('2024-01-01' AS DATE)``;
+  a number that does not fit the column's type makes both sides DOUBLE.
+* a column of text is never compared with a number, never used as a condition
+  (``WHERE note`` is refused), and types without a total comparison (INTERVAL, lists,
+  structs, maps, unions, JSON, TIMESTAMPTZ, BLOB, ...) may only be tested with IS [NOT] NULL
+  or cast to VARCHAR.
+* each *can fail* operator runs under ``TRY(...)`` (its error becomes NULL): the backstop.
+* functions have bounded per-row cost: nothing that repeats, generates series, or runs an
+  edit distance / regex; string functions see at most ``STRING_CAP`` characters of a
+  non-literal argument (it is rendered ``LEFT(arg, STRING_CAP)``), and LIKE patterns are
+  literals of at most ``MAX_PATTERN`` characters.
+* group keys are canonical: text keys are grouped under the binary collation (a column
+  declared with a collation, a ``default_collation`` on the connection and ``COLLATE`` in
+  the query cannot merge 'A' and 'a'), floating-point keys are normalised (-0.0 -> 0.0, every
+  NaN -> one NaN), and key types whose equality is coarser than their spelling (INTERVAL,
+  TIMESTAMPTZ, nested types, JSON, MAP, UNION, ...) are refused.
+
+Anything not on the allow-list is refused, with every violation listed at once (line and
+column). The module is pure: it reads no data and imports no database library.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+#: string functions see at most this many characters of a non-literal argument
+STRING_CAP = 1024
+#: LIKE / ILIKE patterns and other literal text arguments of string functions: at most this long
+MAX_PATTERN = 256
+#: IN lists: at most this many elements
+MAX_IN_LIST = 10_000
+
+# -- types ----------------------------------------------------------------------------------------
+
+_INT_RANGES: dict[str, tuple[int, int, int]] = {  # name -> (lo, hi, decimal digits)
+    "TINYINT": (-(2**7), 2**7 - 1, 3),
+    "SMALLINT": (-(2**15), 2**15 - 1, 5),
+    "INTEGER": (-(2**31), 2**31 - 1, 10),
+    "BIGINT": (-(2**63), 2**63 - 1, 19),
+    "HUGEINT": (-(2**127), 2**127 - 1, 39),
+    "UTINYINT": (0, 2**8 - 1, 3),
+    "USMALLINT": (0, 2**16 - 1, 5),
+    "UINTEGER": (0, 2**32 - 1, 10),
+    "UBIGINT": (0, 2**64 - 1, 20),
+    "UHUGEINT": (0, 2**128 - 1, 39),
+}
+_SIGNED_ORDER = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
+_INT_ALIASES = {
+    "INT1": "TINYINT", "INT2": "SMALLINT", "SHORT": "SMALLINT", "INT": "INTEGER", "INT4": "INTEGER",
+    "SIGNED": "INTEGER", "INT8": "BIGINT", "LONG": "BIGINT", "INT128": "HUGEINT", "UINT8": "UTINYINT",
+    "UINT16": "USMALLINT", "UINT32": "UINTEGER", "UINT64": "UBIGINT", "UINT128": "UHUGEINT",
+}
+_TIMESTAMPS = ("TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS", "DATETIME", "TIMESTAMP_US")
+
+
+@dataclass(frozen=True)
+class SqlType:
+    """A DuckDB type as the typer sees it.
+
+    kind: bool | int | decimal | float | varchar | date | timestamp | null | strlit | other
+    (``strlit``: a string literal whose type the context decides; ``other``: a type with no
+    total comparison or no allowed operation, e.g. INTERVAL, lists, TIMESTAMPTZ).
+    """
+
+    kind: str
+    name: str
+    precision: int = 0
+    scale: int = 0
+    enum: bool = False  # an ENUM column: used as VARCHAR through an explicit cast
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("int", "decimal", "float")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+BOOLEAN = SqlType("bool", "BOOLEAN")
+VARCHAR = SqlType("varchar", "VARCHAR")
+DOUBLE = SqlType("float", "DOUBLE")
+BIGINT = SqlType("int", "BIGINT")
+DATE = SqlType("date", "DATE")
+TIMESTAMP = SqlType("timestamp", "TIMESTAMP")
+NULL = SqlType("null", "NULL")
+STRLIT = SqlType("strlit", "VARCHAR")
+
+
+def parse_type(text: str) -> SqlType:
+    """The typer's view of a DuckDB type string (as DESCRIBE prints it)."""
+    t = " ".join(str(text).strip().upper().split())
+    if t in ("BOOLEAN", "BOOL", "LOGICAL"):
+        return BOOLEAN
+    t2 = _INT_ALIASES.get(t, t)
+    if t2 in _INT_RANGES:
+        return SqlType("int", t2)
+    if t in ("FLOAT", "REAL", "FLOAT4"):
+        return SqlType("float", "FLOAT")
+    if t in ("DOUBLE", "FLOAT8"):
+        return DOUBLE
+    m = re.fullmatch(r"(?:DECIMAL|NUMERIC)(?:\((\d+)\s*,\s*(\d+)\))?", t)
+    if m:
+        p, s = (int(m.group(1)), int(m.group(2))) if m.group(1) else (18, 3)
+        return SqlType("decimal", f"DECIMAL({p},{s})", p, s)
+    if t in ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR") or re.fullmatch(r"VARCHAR\(\d+\)", t):
+        return VARCHAR
+    if t.startswith("ENUM(") and t.endswith(")") and not t.endswith("[]"):
+        return SqlType("varchar", "VARCHAR", enum=True)
+    if t == "DATE":
+        return DATE
+    if t in _TIMESTAMPS:
+        return SqlType("timestamp", "TIMESTAMP" if t in ("DATETIME", "TIMESTAMP_US") else t)
+    return SqlType("other", t)
+
+
+# -- results and errors ------------------------------------------------------------------------------
+
+
+@dataclass
+class Typed:
+    """A rendered, total expression and its type (``value``: the Python value of a literal)."""
+
+    expr: exp.Expression
+    type: SqlType
+    literal: bool = False
+    value: Any = None
+
+
+class _Refuse(Exception):
+    def __init__(self, node: exp.Expression, message: str) -> None:
+        self.node = node
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FuncSpec:
+    """One allow-listed operator or function: its signature, and whether it is total."""
+
+    name: str
+    signature: str
+    total: str  # "total" | "can fail (TRY)" | "total (see note)"
+    note: str = ""
+
+
+#: The allow-list: every operator and function dpsql accepts on private rows. Generated docs
+#: (docs/expressions.md) list this table; the typer below implements exactly these entries.
+ALLOW_LIST: tuple[FuncSpec, ...] = (
+    FuncSpec("AND, OR, NOT", "BOOLEAN -> BOOLEAN", "total"),
+    FuncSpec("=, <>, <, <=, >, >=, IS [NOT] DISTINCT FROM", "T, T -> BOOLEAN", "total",
+             "operands cast explicitly to one common type; text only with text, numbers with numbers, "
+             "dates/timestamps with each other or with a valid date/time string literal"),
+    FuncSpec("[NOT] BETWEEN", "T, T, T -> BOOLEAN", "total", "as comparisons"),
+    FuncSpec("[NOT] IN (list)", "T, T... -> BOOLEAN", "total", f"as comparisons; at most {MAX_IN_LIST} elements"),
+    FuncSpec("IS [NOT] NULL", "any -> BOOLEAN", "total", "the only operation allowed on INTERVAL, lists, structs, ..."),
+    FuncSpec("IS [NOT] TRUE / FALSE", "BOOLEAN -> BOOLEAN", "total"),
+    FuncSpec("CASE, IF, COALESCE, IFNULL, NULLIF, GREATEST, LEAST", "T... -> T", "total",
+             "branches cast explicitly to one common type"),
+    FuncSpec("CAST, TRY_CAST, ::", "scalar -> BOOLEAN, integer types, DECIMAL(p,s), FLOAT, DOUBLE, VARCHAR, DATE, TIMESTAMP",
+             "total", "always rendered TRY_CAST: a value that does not convert is NULL; INTERVAL, UUID, TIME and "
+             "TIMESTAMPTZ may be cast to VARCHAR"),
+    FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
+             "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types; "
+             "beyond HUGEINT: can fail (TRY), overflow is NULL"),
+    FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DOUBLE", "total", "DECIMAL arithmetic is computed in DOUBLE"),
+    FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE", "total", "overflow gives inf"),
+    FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
+    FuncSpec("//, %", "integer, integer -> integer", "can fail (TRY)", "division by zero is NULL; % on DOUBLE is total"),
+    FuncSpec("unary -, abs", "numeric -> numeric", "total", "integers widened (-(-128::TINYINT) is 128); HUGEINT under TRY"),
+    FuncSpec("sign", "numeric -> TINYINT", "total"),
+    FuncSpec("round, floor, ceil, trunc", "numeric[, INTEGER literal] -> numeric", "can fail (TRY) on DECIMAL",
+             "total on integers and DOUBLE"),
+    FuncSpec("sqrt, ln, log10", "numeric -> DOUBLE", "total", "computed in DOUBLE (NaN / -inf outside the domain)"),
+    FuncSpec("isnan, isinf", "DOUBLE -> BOOLEAN", "total"),
+    FuncSpec("lower, upper, trim, ltrim, rtrim, reverse", "VARCHAR -> VARCHAR", "total", f"input capped at {STRING_CAP} characters"),
+    FuncSpec("length", "VARCHAR -> BIGINT", "total", f"input capped at {STRING_CAP} characters"),
+    FuncSpec("left, right", "VARCHAR, integer -> VARCHAR", "total",
+             f"input capped at {STRING_CAP} characters; the count clamped to +-(2^31 - 1)"),
+    FuncSpec("substring, substr", "VARCHAR, integer literal[, integer literal] -> VARCHAR", "total",
+             f"start/length must be integer literals within +-{STRING_CAP}; input capped"),
+    FuncSpec("starts_with, ends_with, contains, strpos, instr", "VARCHAR, VARCHAR -> BOOLEAN/BIGINT", "total",
+             f"inputs capped at {STRING_CAP} characters"),
+    FuncSpec("[NOT] LIKE, [NOT] ILIKE", "VARCHAR, VARCHAR literal -> BOOLEAN", "total",
+             f"pattern: a literal of at most {MAX_PATTERN} characters, no ESCAPE; input capped at {STRING_CAP}"),
+    FuncSpec("||, concat", "VARCHAR... -> VARCHAR", "total", f"inputs capped at {STRING_CAP} characters"),
+    FuncSpec("date_trunc", "'part' literal, DATE/TIMESTAMP -> TIMESTAMP", "total",
+             "a DATE beyond the TIMESTAMP range is NULL"),
+    FuncSpec("date_part, extract", "'part' literal, DATE/TIMESTAMP -> BIGINT", "total"),
+    FuncSpec("year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week",
+             "DATE/TIMESTAMP -> BIGINT", "total"),
+    FuncSpec("strftime", "DATE/TIMESTAMP, format literal -> VARCHAR", "total"),
+    FuncSpec("strptime, try_strptime", "VARCHAR, format literal -> TIMESTAMP", "total",
+             "rendered try_strptime: text that does not parse is NULL; input capped"),
+)
+
+#: types with no total comparison whose text (CAST AS VARCHAR) is a canonical spelling
+_TEXT_CASTABLE = ("INTERVAL", "UUID", "TIME", "TIMESTAMP WITH TIME ZONE")
+
+_DATE_PARTS = {
+    "year", "month", "day", "hour", "minute", "second", "quarter", "week", "dayofweek", "dow", "dayofyear", "doy",
+    "decade", "century", "millennium", "isoyear", "yearweek", "epoch", "millisecond", "microsecond", "isodow",
+    "weekday", "weekofyear", "milliseconds", "microseconds", "years", "months", "days", "hours", "minutes", "seconds",
+}
+_TRUNC_PARTS = {"year", "month", "day", "hour", "minute", "second", "quarter", "week", "decade", "century",
+                "millennium", "millisecond", "microsecond", "isoyear"}
+
+_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?")
+_NUM_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _cast(e: exp.Expression, t: SqlType | str, *, try_: bool = True) -> exp.Expression:
+    to = exp.DataType.build(t.name if isinstance(t, SqlType) else t, dialect="duckdb")
+    return exp.TryCast(this=e, to=to) if try_ else exp.Cast(this=e, to=to)
+
+
+def _int_type_for(v: int) -> SqlType | None:
+    for n in ("INTEGER", "BIGINT", "HUGEINT"):
+        lo, hi, _ = _INT_RANGES[n]
+        if lo <= v <= hi:
+            return SqlType("int", n)
+    return None
+
+
+def _decimal_shape(v: decimal.Decimal) -> tuple[int, int]:
+    """(precision, scale) of a decimal literal as written."""
+    sign, digits, exponent = v.as_tuple()
+    assert isinstance(exponent, int)
+    scale = max(0, -exponent)
+    intd = max(1, len(digits) + exponent) if len(digits) + exponent > 0 else 1
+    return intd + scale, scale
+
+
+def _fits(v: Any, t: SqlType) -> bool:
+    """Whether the number ``v`` (int or Decimal) is exactly representable in numeric type ``t``."""
+    if t.kind == "float":
+        return True
+    with decimal.localcontext(decimal.Context(prec=200)):
+        d = v if isinstance(v, decimal.Decimal) else decimal.Decimal(v)
+        if not d.is_finite():
+            return False
+        if t.kind == "int":
+            if d != d.to_integral_value():
+                return False
+            lo, hi, _ = _INT_RANGES[t.name]
+            return lo <= int(d) <= hi
+        if t.kind == "decimal":
+            q = d.scaleb(t.scale)
+            if q != q.to_integral_value():
+                return False
+            return abs(d) < decimal.Decimal(10) ** (t.precision - t.scale)
+    return False
+
+
+def _int_digits(t: SqlType) -> int:
+    return _INT_RANGES[t.name][2]
+
+
+def common_numeric(a: SqlType, b: SqlType) -> SqlType:
+    """The type both operands are cast to (every cast to it is total or a TRY_CAST)."""
+    if a.name == b.name:
+        return a
+    if a.kind == "float" or b.kind == "float":
+        return DOUBLE
+    if a.kind == "int" and b.kind == "int":
+        alo, ahi, _ = _INT_RANGES[a.name]
+        blo, bhi, _ = _INT_RANGES[b.name]
+        for n in _SIGNED_ORDER + ("UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"):
+            lo, hi, _ = _INT_RANGES[n]
+            if lo <= min(alo, blo) and hi >= max(ahi, bhi) and n in (a.name, b.name):
+                return SqlType("int", n)
+        for n in _SIGNED_ORDER:
+            lo, hi, _ = _INT_RANGES[n]
+            if lo <= min(alo, blo) and hi >= max(ahi, bhi):
+                return SqlType("int", n)
+        return DOUBLE
+    # at least one DECIMAL
+    ap, as_ = (a.precision, a.scale) if a.kind == "decimal" else (_int_digits(a), 0)
+    bp, bs = (b.precision, b.scale) if b.kind == "decimal" else (_int_digits(b), 0)
+    s = max(as_, bs)
+    ip = max(ap - as_, bp - bs)
+    if ip + s <= 38:
+        return SqlType("decimal", f"DECIMAL({ip + s},{s})", ip + s, s)
+    return DOUBLE
+
+
+def _parse_date(text: str) -> dt.date | None:
+    if not _DATE_RE.fullmatch(text):
+        return None
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _parse_timestamp(text: str) -> dt.datetime | None:
+    if not _TS_RE.fullmatch(text):
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("T", " "))
+    except ValueError:
+        return None
+
+
+def typed_literal(value: Any, t: SqlType) -> exp.Expression:
+    """``value`` (already checked to fit ``t``) as a literal of type ``t``, built by sqlglot."""
+    if value is None:
+        return _cast(exp.Null(), t, try_=False)
+    if t.kind == "bool":
+        return exp.Boolean(this=bool(value))
+    if t.kind == "varchar":
+        return exp.Literal.string(str(value))
+    if t.kind == "date":
+        return _cast(exp.Literal.string(value.isoformat()), DATE, try_=False)
+    if t.kind == "timestamp":
+        return _cast(exp.Literal.string(value.isoformat(sep=" ")), t, try_=False)
+    if t.kind == "float":
+        f = float(value)
+        if f != f or f in (float("inf"), float("-inf")):
+            return _cast(exp.Literal.string(str(f)), t, try_=False)
+        return _cast(exp.Literal.string(repr(f)), t, try_=False)
+    # int / decimal: the exact value, cast (the value fits: checked by the caller)
+    if t.kind == "int":
+        return _cast(exp.Literal.number(int(value)), t, try_=False)
+    with decimal.localcontext(decimal.Context(prec=200)):
+        text = format(decimal.Decimal(value), "f")
+    return _cast(exp.Literal.string(text), t, try_=False)
+
+
+# -- the typer ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Ctx:
+    schema: dict[str, SqlType]
+    violations: list[tuple[exp.Expression, str]] = field(default_factory=list)
+
+
+def _lit_number(text: str) -> Any:
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    return decimal.Decimal(text)
+
+
+class Typer:
+    """Types and re-renders one expression over a table schema. Raise-free: see ``violations``."""
+
+    def __init__(self, schema: dict[str, str]) -> None:
+        self.schema = {k.lower(): parse_type(v) for k, v in schema.items()}
+
+    # ---- entry points ------------------------------------------------------------------------
+    def run(self, node: exp.Expression) -> Typed:
+        return self.t(node)
+
+    # ---- helpers ---------------------------------------------------------------------------------
+    @staticmethod
+    def refuse(node: exp.Expression, message: str) -> _Refuse:
+        return _Refuse(node, message)
+
+    def coerce(self, r: Typed, target: SqlType, node: exp.Expression) -> exp.Expression:
+        """``r`` as an expression of type ``target`` (explicit, total)."""
+        src = r.type
+        if src.kind == "null":
+            return _cast(exp.Null(), target, try_=False)
+        if r.literal:
+            v = self._literal_as(r, target, node)
+            return typed_literal(v, target)
+        if src.name == target.name and not src.enum:
+            return r.expr
+        return _cast(r.expr, target)
+
+    def _literal_as(self, r: Typed, target: SqlType, node: exp.Expression) -> Any:
+        """The Python value of literal ``r`` in type ``target``, or refuse (free, at analysis)."""
+        v = r.value
+        k = target.kind
+        if r.type.kind == "strlit":
+            text = str(v)
+            if k == "varchar":
+                return text
+            if k == "date":
+                d = _parse_date(text)
+                if d is None:
+                    raise self.refuse(node, f"'{text}' is not a date (write 'YYYY-MM-DD')")
+                return d
+            if k == "timestamp":
+                ts = _parse_timestamp(text)
+                if ts is None:
+                    raise self.refuse(node, f"'{text}' is not a timestamp (write 'YYYY-MM-DD HH:MM:SS')")
+                return ts
+            if k == "bool":
+                if text.lower() in ("true", "false"):
+                    return text.lower() == "true"
+                raise self.refuse(node, f"'{text}' is not a boolean (write true or false)")
+            if target.numeric:
+                raise self.refuse(
+                    node,
+                    f"the string '{text}' is compared with a number; write the number without quotes",
+                )
+            raise self.refuse(node, f"a string literal cannot be used as {target}")
+        if r.type.kind == "bool":
+            if k == "bool":
+                return v
+            raise self.refuse(node, f"a boolean literal cannot be used as {target}")
+        if r.type.numeric:
+            if target.numeric and _fits(v, target):
+                if target.kind == "float":
+                    return float(v)
+                if target.kind == "int":
+                    return int(v)
+                return decimal.Decimal(v)
+            raise self.refuse(node, f"the number {v} does not fit {target}")
+        if r.type.kind in ("date", "timestamp") and k in ("date", "timestamp"):
+            if k == "timestamp" and isinstance(v, dt.date) and not isinstance(v, dt.datetime):
+                return dt.datetime(v.year, v.month, v.day)
+            if k == r.type.kind:
+                return v
+        raise self.refuse(node, f"a {r.type} literal cannot be used as {target}")
+
+    def unify(self, parts: list[Typed], node: exp.Expression, what: str) -> SqlType:
+        """The common type of ``parts`` (comparison operands, CASE branches, IN elements)."""
+        typed = [p for p in parts if p.type.kind != "null"]
+        if not typed:
+            return NULL
+        for p in typed:
+            if p.type.kind == "other":
+                raise self.refuse(
+                    node,
+                    f"{what} uses a value of type {p.type}, which has no total comparison here; "
+                    "only IS [NOT] NULL or CAST(... AS VARCHAR) is allowed on it",
+                )
+        nonlit = [p for p in typed if not p.literal]
+        kinds = {p.type.kind for p in typed}
+        # the family
+        if kinds <= {"varchar", "strlit"}:
+            return VARCHAR
+        if kinds <= {"bool", "strlit"}:
+            return BOOLEAN
+        if kinds <= {"date", "timestamp", "strlit"}:
+            if "timestamp" in kinds:
+                ts_names = {p.type.name for p in typed if p.type.kind == "timestamp"}
+                return SqlType("timestamp", ts_names.pop()) if len(ts_names) == 1 else TIMESTAMP
+            if "date" in kinds:
+                return DATE
+        if kinds <= {"int", "decimal", "float", "strlit"} and "strlit" not in kinds:
+            base = [p.type for p in nonlit]
+            if base:
+                t = base[0]
+                for b in base[1:]:
+                    t = common_numeric(t, b)
+                # literals that do not fit widen the type
+                for p in typed:
+                    if p.literal and not _fits(p.value, t):
+                        t = common_numeric(t, p.type)
+                        if not _fits(p.value, t):
+                            t = DOUBLE
+                return t
+            t = typed[0].type
+            for p in typed[1:]:
+                t = common_numeric(t, p.type)
+            return t
+        names = sorted({("text" if p.type.kind in ("varchar",) else str(p.type)) for p in typed})
+        hint = ""
+        if "varchar" in kinds and kinds & {"int", "decimal", "float"}:
+            hint = "; DuckDB would cast text implicitly and fail on a value that does not convert: write CAST(col AS type) (a value that does not convert is then NULL) or compare with a string literal"
+        elif "strlit" in kinds and kinds & {"int", "decimal", "float"}:
+            hint = "; write the number without quotes"
+        raise self.refuse(node, f"{what} mixes incompatible types ({', '.join(names)}){hint}")
+
+    def cap(self, r: Typed, node: exp.Expression) -> exp.Expression:
+        """A VARCHAR argument of a string function: at most STRING_CAP characters."""
+        if r.type.kind not in ("varchar", "strlit"):
+            raise self.refuse(node, f"{self._fname(node)}() takes text, got {r.type}; write CAST(... AS VARCHAR)")
+        if r.literal:
+            if len(str(r.value)) > MAX_PATTERN:
+                raise self.refuse(node, f"text literals given to {self._fname(node)}() may have at most {MAX_PATTERN} characters")
+            return exp.Literal.string(str(r.value))
+        return exp.Left(this=self.coerce(r, VARCHAR, node), expression=exp.Literal.number(STRING_CAP))
+
+    @staticmethod
+    def _fname(node: exp.Expression) -> str:
+        if isinstance(node, exp.Anonymous):
+            return str(node.this).lower()
+        if isinstance(node, exp.Func):
+            try:
+                return node.sql_name().lower()
+            except Exception:  # pragma: no cover - defensive
+                return type(node).__name__.lower()
+        return type(node).__name__.lower()
+
+    def boolean(self, node: exp.Expression, what: str) -> exp.Expression:
+        r = self.t(node)
+        if r.type.kind == "null":
+            return _cast(exp.Null(), BOOLEAN, try_=False)
+        if r.type.kind == "bool":
+            return self.coerce(r, BOOLEAN, node)
+        raise self.refuse(
+            node,
+            f"{what} must be a boolean condition, but this is {r.type if r.type.kind != 'strlit' else 'a string'}"
+            + ("; DuckDB would cast each value to BOOLEAN and fail on the first that does not convert: "
+               "write a comparison such as col = 'yes', or TRY_CAST(col AS BOOLEAN)" if r.type.kind in ("varchar", "strlit")
+               else "; write a comparison"),
+        )
+
+    def int_literal(self, node: exp.Expression, what: str, bound: int) -> int:
+        r = self.t(node)
+        if not (r.literal and r.type.kind == "int") or abs(int(r.value)) > bound:
+            raise self.refuse(node, f"{what} must be an integer literal between -{bound} and {bound}")
+        return int(r.value)
+
+    def text_literal(self, node: exp.Expression, what: str) -> str:
+        r = self.t(node)
+        if not (r.literal and r.type.kind == "strlit"):
+            raise self.refuse(node, f"{what} must be a string literal")
+        return str(r.value)
+
+    # ---- the cases ---------------------------------------------------------------------------------
+    def t(self, node: exp.Expression) -> Typed:  # noqa: C901 - one dispatch over node kinds
+        if isinstance(node, exp.Paren):
+            r = self.t(node.this)
+            return Typed(exp.Paren(this=r.expr), r.type, r.literal, r.value)
+        if isinstance(node, exp.Column):
+            if isinstance(node.this, exp.Star):
+                raise self.refuse(node, "* is not allowed in an expression")
+            name = node.name.lower()
+            typ = self.schema.get(name)
+            if typ is None:
+                raise self.refuse(node, f"unknown column '{node.name}'")
+            col = exp.column(name, quoted=True)
+            if typ.enum:
+                return Typed(_cast(col, VARCHAR, try_=False), VARCHAR)
+            return Typed(col, typ)
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                return Typed(exp.Literal.string(node.this), STRLIT, True, node.this)
+            text = str(node.this)
+            if not _NUM_RE.fullmatch(text):
+                raise self.refuse(node, f"number literal {text!r} is not understood")
+            if re.search(r"[eE]", text):
+                f = float(text)
+                return Typed(typed_literal(f, DOUBLE), DOUBLE, True, decimal.Decimal(text))
+            v = _lit_number(text)
+            if isinstance(v, int):
+                it = _int_type_for(v)
+                if it is None:
+                    return Typed(typed_literal(float(v), DOUBLE), DOUBLE, True, decimal.Decimal(v))
+                return Typed(exp.Literal.number(v), it, True, v)
+            p, s = _decimal_shape(v)
+            if p > 38:
+                return Typed(typed_literal(float(v), DOUBLE), DOUBLE, True, v)
+            dtp = SqlType("decimal", f"DECIMAL({p},{s})", p, s)
+            return Typed(typed_literal(v, dtp), dtp, True, v)
+        if isinstance(node, exp.Boolean):
+            return Typed(exp.Boolean(this=bool(node.this)), BOOLEAN, True, bool(node.this))
+        if isinstance(node, exp.Null):
+            return Typed(exp.Null(), NULL, True, None)
+        if isinstance(node, exp.Neg):
+            r = self.t(node.this)
+            if r.literal and r.type.numeric:
+                v = -r.value
+                if isinstance(v, int):
+                    it = _int_type_for(v)
+                    if it is not None:
+                        return Typed(exp.Literal.number(v) if v >= 0 else exp.Neg(this=exp.Literal.number(-v)), it, True, v)
+                    return Typed(typed_literal(float(v), DOUBLE), DOUBLE, True, decimal.Decimal(v))
+                if r.type.kind == "float":
+                    return Typed(typed_literal(float(v), DOUBLE), DOUBLE, True, v)
+                return Typed(typed_literal(v, r.type), r.type, True, v)
+            if not r.type.numeric:
+                raise self.refuse(node, f"unary minus needs a number, got {r.type}")
+            if r.type.kind == "int":
+                lo, hi = self._range(r)
+                wide = self._holding(-hi, -lo)
+                if wide is not None:
+                    return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide)
+            e: exp.Expression = exp.Neg(this=exp.Paren(this=r.expr))
+            return Typed(exp.Try(this=e) if r.type.kind == "int" else e, r.type)
+        if isinstance(node, (exp.And, exp.Or)):
+            a = self.boolean(node.this, "AND/OR")
+            b = self.boolean(node.expression, "AND/OR")
+            cls = type(node)
+            return Typed(cls(this=exp.Paren(this=a), expression=exp.Paren(this=b)), BOOLEAN)
+        if isinstance(node, exp.Not):
+            a = self.boolean(node.this, "NOT")
+            return Typed(exp.Not(this=exp.Paren(this=a)), BOOLEAN)
+        if isinstance(node, exp.Is):
+            rhs = node.expression
+            if isinstance(rhs, exp.Null):
+                r = self.t(node.this)
+                return Typed(exp.Is(this=exp.Paren(this=r.expr), expression=exp.Null()), BOOLEAN)
+            if isinstance(rhs, exp.Boolean):
+                a = self.boolean(node.this, "IS TRUE/FALSE")
+                return Typed(exp.Is(this=exp.Paren(this=a), expression=exp.Boolean(this=bool(rhs.this))), BOOLEAN)
+            raise self.refuse(node, "IS takes NULL, TRUE or FALSE")
+        if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ)):
+            a, b = self.t(node.this), self.t(node.expression)
+            typ = self.unify([a, b], node, "the comparison")
+            if typ.kind == "null":
+                return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
+            cls = type(node)
+            return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), BOOLEAN)
+        if isinstance(node, exp.Between):
+            parts = [self.t(node.this), self.t(node.args["low"]), self.t(node.args["high"])]
+            typ = self.unify(parts, node, "BETWEEN")
+            if typ.kind == "null":
+                return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
+            c = [self.coerce(p, typ, node) for p in parts]
+            return Typed(exp.Between(this=c[0], low=c[1], high=c[2]), BOOLEAN)
+        if isinstance(node, exp.In):
+            if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
+                raise self.refuse(node, "IN takes a list of values")
+            items = list(node.expressions)
+            if len(items) > MAX_IN_LIST:
+                raise self.refuse(node, f"IN lists may have at most {MAX_IN_LIST} elements")
+            parts = [self.t(node.this)] + [self.t(i) for i in items]
+            typ = self.unify(parts, node, "IN")
+            if typ.kind == "null":
+                return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
+            c = [self.coerce(p, typ, node) for p in parts]
+            return Typed(exp.In(this=c[0], expressions=c[1:]), BOOLEAN)
+        if isinstance(node, exp.Case):
+            if node.this is not None:
+                # CASE x WHEN v THEN ...: compare x with each v
+                conds = [exp.EQ(this=node.this.copy(), expression=i.this.copy()) for i in node.args.get("ifs") or []]
+            else:
+                conds = [i.this for i in node.args.get("ifs") or []]
+            values = [i.args.get("true") for i in node.args.get("ifs") or []]
+            default = node.args.get("default")
+            return self._conditional(node, conds, values, default)
+        if isinstance(node, exp.If):
+            return self._conditional(node, [node.this], [node.args.get("true")], node.args.get("false"))
+        if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
+            args = [node.this] + list(node.expressions)
+            parts = [self.t(x) for x in args if x is not None]
+            typ = self.unify(parts, node, self._fname(node).upper())
+            if typ.kind == "null":
+                return Typed(exp.Null(), NULL, True, None)
+            c = [self.coerce(p, typ, node) for p in parts]
+            cls = type(node)
+            return Typed(cls(this=c[0], expressions=c[1:]), typ)
+        if isinstance(node, exp.Nullif):
+            a, b = self.t(node.this), self.t(node.expression)
+            typ = self.unify([a, b], node, "NULLIF")
+            if typ.kind == "null":
+                return Typed(exp.Null(), NULL, True, None)
+            return Typed(exp.Nullif(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
+        if isinstance(node, (exp.Cast, exp.TryCast)):
+            return self._cast(node)
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+            return self._arith(node)
+        if isinstance(node, exp.Div):
+            a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
+            return Typed(exp.Div(this=self.coerce(a, DOUBLE, node), expression=self.coerce(b, DOUBLE, node)), DOUBLE)
+        if isinstance(node, (exp.IntDiv, exp.Mod)):
+            a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
+            typ = self.unify([a, b], node, "//" if isinstance(node, exp.IntDiv) else "%")
+            if typ.kind == "decimal":
+                typ = DOUBLE
+            if typ.kind == "float" and isinstance(node, exp.IntDiv):
+                raise self.refuse(node, "// takes integers; use floor(a / b)")
+            cls = type(node)
+            e = cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node))
+            return Typed(exp.Try(this=e) if typ.kind == "int" else e, typ)
+        if isinstance(node, exp.DPipe):
+            return Typed(exp.DPipe(this=self.cap(self.t(node.this), node), expression=self.cap(self.t(node.expression), node), safe=True), VARCHAR)
+        if isinstance(node, (exp.Like, exp.ILike)):
+            a = self.t(node.this)
+            pat = node.expression
+            pr = self.t(pat)
+            if not (pr.literal and pr.type.kind == "strlit"):
+                raise self.refuse(node, "the LIKE pattern must be a string literal")
+            cls = type(node)
+            out: exp.Expression = cls(this=self.cap(a, node), expression=self.cap(pr, node))
+            if node.args.get("negate"):
+                out = exp.Not(this=out)
+            return Typed(out, BOOLEAN)
+        if isinstance(node, exp.Collate):
+            raise self.refuse(
+                node,
+                "COLLATE is not allowed: a collation makes different spellings equal, so a released key could be "
+                "spelled by one person's row; use lower()/upper() to compare text case-insensitively",
+            )
+        if isinstance(node, exp.Func):
+            handler = _FUNCS.get(type(node))
+            if handler is None and isinstance(node, exp.Anonymous):
+                handler = _ANON.get(str(node.this).lower())
+            if handler is not None:
+                return handler(self, node)
+            raise self.refuse(
+                node,
+                f"function {self._fname(node)}() is not on the allow-list of functions with a total, bounded-cost "
+                "evaluation (see docs/expressions.md)",
+            )
+        raise self.refuse(node, f"the expression {type(node).__name__.upper()} is not on the allow-list (see docs/expressions.md)")
+
+    def _numeric(self, node: exp.Expression, parent: exp.Expression) -> Typed:
+        r = self.t(node)
+        if r.type.kind == "null":
+            return Typed(_cast(exp.Null(), DOUBLE, try_=False), DOUBLE)
+        if not r.type.numeric:
+            raise self.refuse(
+                parent,
+                f"arithmetic needs numbers, got {r.type if r.type.kind != 'strlit' else 'a string'}"
+                + ("; write CAST(col AS DOUBLE) (a value that does not convert is then NULL)" if r.type.kind == "varchar" else ""),
+            )
+        return r
+
+    @staticmethod
+    def _range(r: Typed) -> tuple[int, int]:
+        if r.literal and r.type.kind == "int":
+            return int(r.value), int(r.value)
+        lo, hi, _ = _INT_RANGES[r.type.name]
+        return lo, hi
+
+    @staticmethod
+    def _holding(lo: int, hi: int) -> SqlType | None:
+        """The smallest signed integer type (at least INTEGER) holding [lo, hi], if any."""
+        for n in ("INTEGER", "BIGINT", "HUGEINT"):
+            tlo, thi, _ = _INT_RANGES[n]
+            if tlo <= lo and hi <= thi:
+                return SqlType("int", n)
+        return None
+
+    def _arith(self, node: exp.Expression) -> Typed:
+        a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
+        cls = type(node)
+        if a.type.kind == "int" and b.type.kind == "int":
+            # integers: computed in a type wide enough for every result of the operand types
+            # (total, no TRY); only when none exists (HUGEINT-sized operands) under TRY
+            (alo, ahi), (blo, bhi) = self._range(a), self._range(b)
+            if isinstance(node, exp.Add):
+                lo, hi = alo + blo, ahi + bhi
+            elif isinstance(node, exp.Sub):
+                lo, hi = alo - bhi, ahi - blo
+            else:
+                prods = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
+                lo, hi = min(prods), max(prods)
+            wide = self._holding(lo, hi)
+            if wide is not None:
+                return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide)
+        typ = self.unify([a, b], node, "arithmetic")
+        if typ.kind == "decimal":
+            typ = DOUBLE
+        e = cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node))
+        return Typed(exp.Try(this=e) if typ.kind == "int" else e, typ)
+
+    def _conditional(
+        self, node: exp.Expression, conds: list[exp.Expression], values: list[exp.Expression | None],
+        default: exp.Expression | None,
+    ) -> Typed:
+        cs = [self.boolean(c, "a CASE / IF condition") for c in conds]
+        parts = [self.t(v) if v is not None else Typed(exp.Null(), NULL, True, None) for v in values]
+        dpart = self.t(default) if default is not None else None
+        typ = self.unify(parts + ([dpart] if dpart is not None else []), node, "CASE / IF")
+        if typ.kind == "null":
+            return Typed(exp.Null(), NULL, True, None)
+        ifs = [exp.If(this=c, true=self.coerce(p, typ, node)) for c, p in zip(cs, parts, strict=True)]
+        d = self.coerce(dpart, typ, node) if dpart is not None else None
+        return Typed(exp.Case(ifs=ifs, default=d), typ)
+
+    _CAST_TARGETS = ("bool", "int", "decimal", "float", "varchar", "date", "timestamp")
+
+    def _cast(self, node: exp.Expression) -> Typed:
+        to = node.args.get("to")
+        target = parse_type(to.sql(dialect="duckdb")) if isinstance(to, exp.DataType) else SqlType("other", "?")
+        if target.kind not in self._CAST_TARGETS or target.enum:
+            raise self.refuse(
+                node, f"CAST to {to.sql(dialect='duckdb') if isinstance(to, exp.Expression) else to} is not supported; "
+                "cast to BOOLEAN, an integer type, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP",
+            )
+        if target.kind == "decimal" and not (1 <= target.precision <= 38 and 0 <= target.scale <= target.precision):
+            raise self.refuse(node, "DECIMAL(p,s) needs 1 <= p <= 38 and 0 <= s <= p")
+        r = self.t(node.this)
+        if r.type.kind == "null":
+            return Typed(_cast(exp.Null(), target, try_=False), target)
+        if r.literal:
+            if r.type.kind == "strlit" and target.kind in ("date", "timestamp", "bool", "varchar"):
+                return Typed(typed_literal(self._literal_as(r, target, node), target), target, True, self._literal_as(r, target, node))
+            if r.type.numeric and target.numeric and _fits(r.value, target):
+                v = float(r.value) if target.kind == "float" else r.value
+                return Typed(typed_literal(v, target), target, True, v)
+            # any other literal conversion: TRY_CAST (NULL if it does not convert)
+            return Typed(_cast(r.expr, target), target)
+        if r.type.kind == "other":
+            base = r.type.name.split("(")[0]
+            if target.kind == "varchar" and base in _TEXT_CASTABLE:
+                return Typed(_cast(r.expr, VARCHAR), VARCHAR)
+            raise self.refuse(
+                node, f"values of type {r.type} cannot be cast here; only {', '.join(_TEXT_CASTABLE)} cast to VARCHAR"
+            )
+        return Typed(self.coerce(r, target, node) if r.type.name != target.name else r.expr, target)
+
+
+def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str) -> Callable[[Typer, exp.Expression], Typed]:
+    def h(ty: Typer, node: exp.Expression) -> Typed:
+        extra = [k for k, v in node.args.items() if v is not None and k not in ("this", "decimals")]
+        if extra:
+            raise ty.refuse(node, f"{name}() takes one argument here")
+        r = ty._numeric(node.this, node)
+        if isinstance(node, exp.Abs) and r.type.kind == "int" and not r.literal:
+            lo, hi = ty._range(r)
+            wide = ty._holding(0, max(abs(lo), abs(hi)))
+            if wide is not None:
+                return Typed(exp.Abs(this=ty.coerce(r, wide, node)), wide)
+        rt, can_fail = result(r.type)
+        cls = type(node)
+        args: dict[str, Any] = {"this": r.expr if not r.literal else ty.coerce(r, r.type, node)}
+        if node.args.get("decimals") is not None:
+            args["decimals"] = exp.Literal.number(ty.int_literal(node.args["decimals"], f"the digits of {name}()", 38))
+        if rt.kind == "float" and r.type.kind != "float":
+            args["this"] = ty.coerce(r, DOUBLE, node)
+        e: exp.Expression = cls(**args)
+        return Typed(exp.Try(this=e) if can_fail else e, rt)
+
+    return h
+
+
+def _abs(t: SqlType) -> tuple[SqlType, bool]:
+    return t, t.kind == "int"
+
+
+def _round_like(t: SqlType) -> tuple[SqlType, bool]:
+    return t, t.kind == "decimal"
+
+
+def _to_double(t: SqlType) -> tuple[SqlType, bool]:
+    return DOUBLE, False
+
+
+def _sign(ty: Typer, node: exp.Expression) -> Typed:
+    r = ty._numeric(node.this, node)
+    return Typed(exp.Sign(this=r.expr), SqlType("int", "TINYINT"))
+
+
+def _log10(ty: Typer, node: exp.Expression) -> Typed:
+    base = node.this
+    arg = node.expression
+    if arg is None:
+        raise ty.refuse(node, "log() takes log10(x) or ln(x) here")
+    if not (isinstance(base, exp.Literal) and str(base.this) == "10"):
+        raise ty.refuse(node, "only log10(x) and ln(x) are on the allow-list")
+    r = ty._numeric(arg, node)
+    return Typed(exp.Log(this=exp.Literal.number(10), expression=ty.coerce(r, DOUBLE, node)), DOUBLE)
+
+
+def _isnan(ty: Typer, node: exp.Expression) -> Typed:
+    r = ty._numeric(node.this, node)
+    return Typed(type(node)(this=ty.coerce(r, DOUBLE, node)), BOOLEAN)
+
+
+def _text1(result: SqlType) -> Callable[[Typer, exp.Expression], Typed]:
+    def h(ty: Typer, node: exp.Expression) -> Typed:
+        extra = [k for k, v in node.args.items() if v is not None and k not in ("this", "position")]
+        if extra:
+            raise ty.refuse(node, f"{ty._fname(node)}() takes one text argument here")
+        new = node.copy()
+        new.set("this", ty.cap(ty.t(node.this), node))
+        return Typed(new, result)
+
+    return h
+
+
+def _left_right(ty: Typer, node: exp.Expression) -> Typed:
+    s = ty.cap(ty.t(node.this), node)
+    n = ty.t(node.expression)
+    if n.type.kind != "int":
+        raise ty.refuse(node, f"{ty._fname(node)}() takes (text, integer)")
+    cls = type(node)
+    # the count clamped to +-(2^31 - 1): DuckDB fails on a count beyond its substring range
+    count = exp.Least(
+        this=exp.Greatest(this=ty.coerce(n, BIGINT, node), expressions=[exp.Literal.number(-(2**31 - 1))]),
+        expressions=[exp.Literal.number(2**31 - 1)],
+    )
+    return Typed(cls(this=s, expression=count), VARCHAR)
+
+
+def _substring(ty: Typer, node: exp.Expression) -> Typed:
+    s = ty.cap(ty.t(node.this), node)
+    start = ty.int_literal(node.args["start"], "the start of substring()", STRING_CAP) if node.args.get("start") else 1
+    args: dict[str, Any] = {"this": s, "start": exp.Literal.number(start) if start >= 0 else exp.Neg(this=exp.Literal.number(-start))}
+    if node.args.get("length") is not None:
+        ln = ty.int_literal(node.args["length"], "the length of substring()", STRING_CAP)
+        args["length"] = exp.Literal.number(ln) if ln >= 0 else exp.Neg(this=exp.Literal.number(-ln))
+    return Typed(exp.Substring(**args), VARCHAR)
+
+
+def _text2(result: SqlType) -> Callable[[Typer, exp.Expression], Typed]:
+    def h(ty: Typer, node: exp.Expression) -> Typed:
+        other_key = "substr" if isinstance(node, exp.StrPosition) else "expression"
+        extra = [k for k, v in node.args.items() if v is not None and k not in ("this", other_key)]
+        if extra or node.args.get(other_key) is None:
+            raise ty.refuse(node, f"{ty._fname(node)}() takes two text arguments here")
+        new = node.copy()
+        new.set("this", ty.cap(ty.t(node.this), node))
+        new.set(other_key, ty.cap(ty.t(node.args[other_key]), node))
+        return Typed(new, result)
+
+    return h
+
+
+def _anon_text2(name: str) -> Callable[[Typer, exp.Expression], Typed]:
+    def h(ty: Typer, node: exp.Expression) -> Typed:
+        args = list(node.expressions)
+        if len(args) != 2:
+            raise ty.refuse(node, f"{name}() takes two text arguments")
+        return Typed(exp.Anonymous(this=name.upper(), expressions=[ty.cap(ty.t(a), node) for a in args]), BOOLEAN)
+
+    return h
+
+
+def _concat(ty: Typer, node: exp.Expression) -> Typed:
+    args = list(node.expressions)
+    if not args:
+        raise ty.refuse(node, "concat() needs arguments")
+    return Typed(exp.Concat(expressions=[ty.cap(ty.t(a), node) for a in args], safe=True, coalesce=True), VARCHAR)
+
+
+def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression) -> exp.Expression:
+    r = ty.t(arg)
+    if r.type.kind == "strlit":
+        v = ty._literal_as(r, TIMESTAMP, node)
+        return typed_literal(v, TIMESTAMP)
+    if r.type.kind not in ("date", "timestamp"):
+        raise ty.refuse(node, f"{ty._fname(node)}() takes a DATE or TIMESTAMP, got {r.type}")
+    return r.expr
+
+
+def _part_unit(ty: Typer, node: exp.Expression, unit: exp.Expression | None, allowed: set[str]) -> str:
+    if isinstance(unit, (exp.Var, exp.Identifier)):
+        text = unit.name
+    elif isinstance(unit, exp.Literal) and unit.is_string:
+        text = str(unit.this)
+    else:
+        raise ty.refuse(node, f"the part of {ty._fname(node)}() must be a literal such as 'month'")
+    if text.lower() not in allowed:
+        raise ty.refuse(node, f"'{text}' is not a supported date part for {ty._fname(node)}()")
+    return text.lower()
+
+
+def _date_trunc(ty: Typer, node: exp.Expression) -> Typed:
+    unit = _part_unit(ty, node, node.args.get("unit"), _TRUNC_PARTS)
+    arg = _temporal(ty, node, node.this)
+    r = ty.t(node.this)
+    if r.type.kind == "date" and not r.literal:
+        # the result is a TIMESTAMP: a DATE beyond the TIMESTAMP range would fail; it is NULL
+        arg = _cast(arg, TIMESTAMP)
+    return Typed(exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), arg]), TIMESTAMP)
+
+
+def _extract(ty: Typer, node: exp.Expression) -> Typed:
+    unit = _part_unit(ty, node, node.this, _DATE_PARTS)
+    arg = _temporal(ty, node, node.expression)
+    rt = DOUBLE if unit == "epoch" else BIGINT
+    return Typed(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), rt)
+
+
+def _date_part(ty: Typer, node: exp.Expression) -> Typed:
+    args = list(node.expressions)
+    if len(args) != 2:
+        raise ty.refuse(node, "date_part() takes ('part', date)")
+    unit = _part_unit(ty, node, args[0], _DATE_PARTS)
+    arg = _temporal(ty, node, args[1])
+    rt = DOUBLE if unit == "epoch" else BIGINT
+    return Typed(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), rt)
+
+
+def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
+    extra = [k for k, v in node.args.items() if v is not None and k != "this"]
+    if extra:
+        raise ty.refuse(node, f"{ty._fname(node)}() takes one DATE or TIMESTAMP")
+    new = node.copy()
+    new.set("this", _temporal(ty, node, node.this))
+    return Typed(new, BIGINT)
+
+
+def _strftime(ty: Typer, node: exp.Expression) -> Typed:
+    fmt = node.args.get("format")
+    if fmt is None:
+        raise ty.refuse(node, "strftime() takes (date, 'format')")
+    f = ty.text_literal(fmt, "the format of strftime()")
+    if len(f) > MAX_PATTERN:
+        raise ty.refuse(node, f"the format of strftime() may have at most {MAX_PATTERN} characters")
+    arg = _temporal(ty, node, node.this)
+    return Typed(exp.Anonymous(this="strftime", expressions=[arg, exp.Literal.string(f)]), VARCHAR)
+
+
+def _strptime(ty: Typer, node: exp.Expression) -> Typed:
+    fmt = node.args.get("format")
+    if fmt is None or any(v is not None for k, v in node.args.items() if k not in ("this", "format")):
+        raise ty.refuse(node, "strptime() takes (text, 'format')")
+    f = ty.text_literal(fmt, "the format of strptime()")
+    if len(f) > MAX_PATTERN:
+        raise ty.refuse(node, f"the format of strptime() may have at most {MAX_PATTERN} characters")
+    s = ty.cap(ty.t(node.this), node)
+    # try_strptime: text that does not parse is NULL
+    return Typed(exp.Anonymous(this="try_strptime", expressions=[s, exp.Literal.string(f)]), TIMESTAMP)
+
+
+_FUNCS: dict[type[exp.Expression], Callable[[Typer, exp.Expression], Typed]] = {
+    exp.Abs: _unary_numeric(_abs, "abs"),
+    exp.Round: _unary_numeric(_round_like, "round"),
+    exp.Floor: _unary_numeric(_round_like, "floor"),
+    exp.Ceil: _unary_numeric(_round_like, "ceil"),
+    exp.Trunc: _unary_numeric(_round_like, "trunc"),
+    exp.Sqrt: _unary_numeric(_to_double, "sqrt"),
+    exp.Ln: _unary_numeric(_to_double, "ln"),
+    exp.Log: _log10,
+    exp.Sign: _sign,
+    exp.IsNan: _isnan,
+    exp.IsInf: _isnan,
+    exp.Lower: _text1(VARCHAR),
+    exp.Upper: _text1(VARCHAR),
+    exp.Trim: _text1(VARCHAR),
+    exp.Reverse: _text1(VARCHAR),
+    exp.Length: _text1(BIGINT),
+    exp.Left: _left_right,
+    exp.Right: _left_right,
+    exp.Substring: _substring,
+    exp.StartsWith: _text2(BOOLEAN),
+    exp.EndsWith: _text2(BOOLEAN),
+    exp.Contains: _text2(BOOLEAN),
+    exp.StrPosition: _text2(BIGINT),
+    exp.Concat: _concat,
+    exp.TimestampTrunc: _date_trunc,
+    exp.DateTrunc: _date_trunc,
+    exp.Extract: _extract,
+    exp.Year: _date_fn,
+    exp.Month: _date_fn,
+    exp.Day: _date_fn,
+    exp.Quarter: _date_fn,
+    exp.DayOfWeek: _date_fn,
+    exp.DayOfYear: _date_fn,
+    exp.Week: _date_fn,
+    exp.TimeToStr: _strftime,
+    exp.StrToTime: _strptime,
+}
+for _name in ("Hour", "Minute", "Second"):
+    if hasattr(exp, _name):
+        _FUNCS[getattr(exp, _name)] = _date_fn
+
+_ANON: dict[str, Callable[[Typer, exp.Expression], Typed]] = {
+    "date_part": _date_part,
+    "datepart": _date_part,
+    "prefix": _anon_text2("starts_with"),
+    "suffix": _anon_text2("ends_with"),
+    "try_strptime": lambda ty, node: _strptime(
+        ty, exp.StrToTime(this=node.expressions[0], format=node.expressions[1]) if len(node.expressions) == 2 else node
+    ),
+}
+
+
+# -- public entry points ---------------------------------------------------------------------------------
+
+#: key types whose equality is their spelling (after the normalisation below)
+KEY_KINDS = ("bool", "int", "decimal", "float", "varchar", "date", "timestamp")
+
+
+def _canonical_key(r: Typed, node: exp.Expression) -> exp.Expression:
+    e = r.expr
+    k = r.type.kind
+    if k == "varchar" or k == "strlit":
+        # binary collation: a column collation or default_collation cannot merge spellings
+        inner = e if isinstance(e, exp.Column) else exp.Paren(this=e)
+        return exp.Collate(this=inner, expression=exp.to_identifier("binary", quoted=True))
+    if k == "float":
+        zero = typed_literal(0.0, r.type)
+        nan = typed_literal(float("nan"), r.type)
+        return exp.Case(
+            ifs=[
+                exp.If(this=exp.func("isnan", e.copy()), true=nan),
+                exp.If(this=exp.EQ(this=e.copy(), expression=zero.copy()), true=zero),
+            ],
+            default=e.copy(),
+        )
+    return e
+
+
+_STRUCTURAL: tuple[type[exp.Expression], ...] = (
+    exp.Paren, exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.Neg, exp.And, exp.Or, exp.Not, exp.Is,
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between, exp.In,
+    exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif, exp.Cast, exp.TryCast, exp.Add,
+    exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.DPipe, exp.Like, exp.ILike,
+    # parts of the nodes above (names, types, date-part units)
+    exp.Identifier, exp.DataType, exp.DataTypeParam, exp.Var,
+)
+
+
+def allow_list_problems(node: exp.Expression) -> list[tuple[exp.Expression, str]]:
+    """Every construct in ``node`` that is not on the allow-list (all of them, for one report)."""
+    out: list[tuple[exp.Expression, str]] = []
+    for sub in node.walk(bfs=False):  # depth first: left to right in the SQL text
+        if isinstance(sub, exp.Collate):
+            out.append((sub, "COLLATE is not allowed: a collation makes different spellings equal, so a released key "
+                             "could be spelled by one person's row; use lower()/upper() to compare text case-insensitively"))
+        elif isinstance(sub, exp.Anonymous):
+            if str(sub.this).lower() not in _ANON:
+                out.append((sub, f"function {str(sub.this).lower()}() is not on the allow-list of functions with a total, "
+                                 "bounded-cost evaluation (see docs/expressions.md)"))
+        elif isinstance(sub, _STRUCTURAL) or type(sub) in _FUNCS:
+            continue
+        elif isinstance(sub, exp.Func):
+            out.append((sub, f"function {Typer._fname(sub)}() is not on the allow-list of functions with a total, "
+                             "bounded-cost evaluation (see docs/expressions.md)"))
+        else:
+            out.append((sub, f"the expression {type(sub).__name__.upper()} is not on the allow-list (see docs/expressions.md)"))
+    return out
+
+
+def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WHERE") -> exp.Expression:
+    """The total, explicitly typed rendering of a condition (raises ``TypeRefusal``)."""
+    problems = allow_list_problems(node)
+    if problems:
+        raise TypeRefusal(problems)
+    ty = Typer(schema)
+    try:
+        return ty.boolean(node, what)
+    except _Refuse as r:
+        raise TypeRefusal([(r.node, r.message)]) from None
+
+
+def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
+    """The total, canonical rendering of a GROUP BY key and its type (raises ``TypeRefusal``)."""
+    problems = allow_list_problems(node)
+    if problems:
+        raise TypeRefusal(problems)
+    ty = Typer(schema)
+    try:
+        r = ty.t(node)
+    except _Refuse as rf:
+        raise TypeRefusal([(rf.node, rf.message)]) from None
+    if r.type.kind == "null":
+        return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
+    if r.type.kind not in KEY_KINDS and r.type.kind != "strlit":
+        fix = (
+            f"group by CAST({node.sql(dialect='duckdb')} AS VARCHAR), whose text is canonical"
+            if r.type.name.split("(")[0] in _TEXT_CASTABLE
+            else "group by a column of a scalar type instead"
+        )
+        raise TypeRefusal([(node, (
+            f"GROUP BY key of type {r.type} is not allowed: its equality is coarser than its spelling "
+            f"(or it has no canonical spelling), so a released key could be spelled by one person's row; {fix}"
+        ))])
+    typ = VARCHAR if r.type.kind == "strlit" else r.type
+    return _canonical_key(Typed(r.expr, typ), node), typ
+
+
+class TypeRefusal(Exception):
+    """Raised by the entry points: (node, message) pairs for the analyser's violations."""
+
+    def __init__(self, problems: list[tuple[exp.Expression, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(m for _, m in problems))
+
+
+def check_numeric_column(column: str, schema: dict[str, str]) -> str | None:
+    """None if SUM/AVG may read ``column``; else the reason."""
+    t = parse_type(schema.get(column.lower(), "")) if schema else None
+    if t is None or t.numeric or t.kind == "bool":
+        return None
+    return f"'{column}' is {t}; SUM and AVG need a numeric column"
+
+
+# -- public key domains (registration) -------------------------------------------------------------------
+
+
+def type_domain(values: tuple[Any, ...], column_type: str, where: str) -> tuple[Any, ...]:
+    """Domain values typed to the column, or ValueError naming the first mismatch.
+
+    Returns the normalised Python values (dates as ``datetime.date``, timestamps as
+    ``datetime.datetime``, decimals as ``decimal.Decimal``) that ``domain_literal`` renders.
+    """
+    t = parse_type(column_type)
+    if t.kind not in KEY_KINDS:
+        raise ValueError(f"{where} is of type {t}, which cannot be a public key (its equality is coarser than its spelling)")
+    out: list[Any] = []
+    for v in values:
+        out.append(_domain_value(v, t, where))
+    if len(set(out)) != len(out):
+        raise ValueError(f"the domain of {where} has values that are equal as {t}")
+    return tuple(out)
+
+
+def _domain_value(v: Any, t: SqlType, where: str) -> Any:
+    bad = ValueError(f"domain value {v!r} of {where} is not a {t} value")
+    k = t.kind
+    if k == "bool":
+        if isinstance(v, bool):
+            return v
+        raise bad
+    if isinstance(v, bool):
+        raise bad
+    if k == "varchar":
+        if isinstance(v, str):
+            return v
+        raise bad
+    if k == "int":
+        if isinstance(v, int) and _fits(v, t):
+            return v
+        if isinstance(v, float) and v.is_integer() and _fits(int(v), t):
+            return int(v)
+        raise bad
+    if k == "decimal":
+        if isinstance(v, (int, float, str, decimal.Decimal)):
+            try:
+                d = decimal.Decimal(str(v)) if not isinstance(v, decimal.Decimal) else v
+            except decimal.InvalidOperation:
+                raise bad from None
+            if d.is_finite() and _fits(d, t):
+                return d.quantize(decimal.Decimal(1).scaleb(-t.scale))
+        raise bad
+    if k == "float":
+        if isinstance(v, (int, float)) and float(v) == float(v) and abs(float(v)) != float("inf"):
+            return float(v) + 0.0
+        raise bad
+    if k == "date":
+        if isinstance(v, dt.datetime):
+            raise bad
+        if isinstance(v, dt.date):
+            return v
+        if isinstance(v, str) and _parse_date(v) is not None:
+            return _parse_date(v)
+        raise bad
+    if k == "timestamp":
+        if isinstance(v, dt.datetime):
+            if v.tzinfo is not None:
+                raise bad
+            return v
+        if isinstance(v, dt.date):
+            return dt.datetime(v.year, v.month, v.day)
+        if isinstance(v, str) and _parse_timestamp(v) is not None:
+            return _parse_timestamp(v)
+        raise bad
+    raise bad  # pragma: no cover
+
+
+def domain_literal(value: Any, column_type: str) -> exp.Expression:
+    """A typed literal for a domain value (checked again here: ValueError if it is not a value
+    of the column's type, e.g. for a catalog built by hand rather than by registration)."""
+    t = parse_type(column_type)
+    return typed_literal(_domain_value(value, t, "the key column"), t)
+
+
+def allow_list_markdown() -> str:
+    """The allow-list as a Markdown table (docs/expressions.md embeds it)."""
+    rows = ["| operator / function | signature | evaluation | note |", "| --- | --- | --- | --- |"]
+    for f in ALLOW_LIST:
+        rows.append(f"| {f.name} | {f.signature} | {f.total} | {f.note} |")
+    return "\n".join(rows)

@@ -1,0 +1,318 @@
+"""Property test: generated hostile WHERE / GROUP BY expressions against adversarial data.
+
+Claim checked (design invariant 8): for every expression, the outcome of a query on a dataset D
+and on D minus one user (the user holding the adversarial rows) is the same -- success on
+both, or the same exception class with the same message, always before any charge -- and, with
+zero noise, keys released on both are spelled identically (no spelling chosen by a row).
+
+The generator is seeded; it draws expressions over the allow-list and outside it (functions of
+unbounded cost, COLLATE, implicit casts, nested types, intervals, text used as a condition).
+The data holds invalid casts in VARCHAR, integer extremes, NaN, +-inf, -0.0, DECIMAL(38,0)
+extremes, dates beyond the TIMESTAMP range, intervals (1 month vs 30 days), lists, a column
+declared COLLATE NOCASE and a connection whose default_collation is 'nocase'.
+
+``EXTRA_ADVERSARIAL_ROWS`` is the hook for more hostile values (e.g. invalid UTF-8 read from
+Parquet): each entry is one SQL row tuple for the target user, in the column order of ``COLUMNS``.
+
+The negative control runs the same expressions directly in DuckDB: there, the outcome does
+depend on the one user for some of them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import duckdb
+import pytest
+
+import dpsql
+from dpsql import errors
+from dpsql.budget import Budget
+from dpsql.testing import use_noise, zero_noise
+
+SEED = 20261130
+N_EXPRESSIONS = 300
+TARGET = 7
+
+COLUMNS = (
+    "uid BIGINT, note VARCHAR, name VARCHAR COLLATE NOCASE, i INTEGER, ti TINYINT, big BIGINT, "
+    "amt DECIMAL(38,0), d DOUBLE, f FLOAT, day DATE, ts TIMESTAMP, iv INTERVAL, tags VARCHAR[], "
+    "ints INTEGER[], flag BOOLEAN"
+)
+
+#: the target user's rows: every kind of value that makes a naive expression fail or print differently
+TARGET_ROWS = [
+    f"({TARGET}, 'SENTINEL_abc', 'a', 2147483647, (-128)::TINYINT, (-9223372036854775808)::BIGINT, "
+    "99999999999999999999999999999999999999::DECIMAL(38,0), 'nan'::DOUBLE, '-inf'::FLOAT, DATE '5000000-01-01', "
+    "'-infinity'::TIMESTAMP, INTERVAL 30 DAY, ['a', NULL], [2147483647], NULL)",
+    f"({TARGET}, '2024-13-45', 'A', (-2147483648)::INTEGER, 127::TINYINT, 9223372036854775807, "
+    "(-99999999999999999999999999999999999999)::DECIMAL(38,0), '-0.0'::DOUBLE, 'inf'::FLOAT, 'infinity'::DATE, "
+    "TIMESTAMP '294246-12-31 23:59:59', INTERVAL 1 MONTH, [], NULL, true)",
+    f"({TARGET}, '', NULL, 0, 0::TINYINT, 0, 0::DECIMAL(38,0), 'inf'::DOUBLE, 'nan'::FLOAT, NULL, NULL, NULL, NULL, "
+    "[1, 2], false)",
+]
+
+#: hook: more adversarial rows for the target user (same column order), e.g. invalid UTF-8
+EXTRA_ADVERSARIAL_ROWS: list[str] = []
+
+BENIGN = (
+    "SELECT 1000 + (k % 150) AS uid, ['ok', '12', '2024-01-01', 'yes', 'true'][1 + k % 5] AS note, "
+    "'A' AS name, (k % 50)::INTEGER AS i, (k % 20)::TINYINT AS ti, k::BIGINT AS big, (k % 30)::DECIMAL(38,0) AS amt, "
+    "(k % 40) / 4.0 AS d, (k % 9)::FLOAT AS f, DATE '2024-01-01' + (k % 60)::INTEGER AS day, "
+    "TIMESTAMP '2024-01-01 08:00' + to_hours(k % 48) AS ts, INTERVAL 1 MONTH AS iv, ['x'] AS tags, [k % 3] AS ints, "
+    "k % 2 = 0 AS flag FROM range(0, 600) r(k)"
+)
+
+# -- the expression generator ---------------------------------------------------------------------------
+
+NUM_COLS = ["uid", "i", "ti", "big", "amt", "d", "f"]
+INT_COLS = ["i", "ti", "big"]
+STR_COLS = ["note", "name"]
+DATE_COLS = ["day", "ts"]
+OTHER_COLS = ["iv", "tags", "ints"]
+NUM_LITS = ["0", "1", "-1", "2", "10", "0.5", "2147483647", "9223372036854775807", "-128", "1e308",
+            "99999999999999999999999999999999999999", "NULL"]
+STR_LITS = ["'a'", "'A'", "'12'", "'abc'", "'2024-01-01'", "'2024-13-01'", "''", "'ok'", "NULL"]
+DATE_LITS = ["DATE '2024-01-15'", "'2024-02-01'", "TIMESTAMP '2024-01-02 10:00'"]
+
+
+class Gen:
+    """Expressions by sort; ``hostile`` adds constructs outside the allow-list and mixed types."""
+
+    def __init__(self, seed: int) -> None:
+        self.r = random.Random(seed)
+        self.hostile = True
+
+    def choose(self, allowed: list[str], outside: list[str]) -> str:
+        return self.pick(allowed + outside if self.hostile else allowed)
+
+    def pick(self, xs: list[Any]) -> Any:
+        return self.r.choice(xs)
+
+    def num(self, depth: int) -> str:
+        r = self.r.random()
+        if depth <= 0 or r < 0.3:
+            u = self.r.random()
+            return self.pick(INT_COLS) if u < 0.5 else self.pick(NUM_COLS) if u < 0.75 else self.pick(NUM_LITS)
+        a, b = self.num(depth - 1), self.num(depth - 1)
+        if self.r.random() < 0.4:
+            # integer arithmetic on the extreme values: overflow and division by zero
+            return self.pick([f"({a} + {b})", f"({a} - {b})", f"({a} * {b})", f"({a} // {b})", f"({a} % {b})",
+                              f"(-{a})", f"abs({a})", f"CAST({a} AS TINYINT)"])
+        choices = [
+            f"({a} + {b})", f"({a} - {b})", f"({a} * {b})", f"({a} / {b})", f"({a} // {b})", f"({a} % {b})",
+            f"(-{a})", f"abs({a})", f"round({a}, 2)", f"floor({a})", f"ceil({a})", f"sign({a})",
+            f"CAST({self.str_(depth - 1)} AS INTEGER)", f"TRY_CAST({self.str_(depth - 1)} AS DOUBLE)",
+            f"CAST({a} AS DECIMAL(38,0))", f"CAST({a} AS TINYINT)", f"length({self.str_(depth - 1)})",
+            f"year({self.date(depth - 1)})", f"date_part('epoch', {self.date(depth - 1)})",
+            f"CASE WHEN {self.boolean(depth - 1)} THEN {a} ELSE {b} END", f"coalesce({a}, {b})",
+            f"greatest({a}, {b})", f"sqrt({a})", f"ln({a})", f"nullif({a}, {b})",
+        ]
+        outside = [
+            f"levenshtein({self.str_(depth - 1)}, 'abc')", f"len(range(0, {a}))", f"({a} << 70)",
+            "list_sum(ints)", "len(tags)", f"epoch_ms({a})", f"factorial({a})",
+        ]
+        return self.choose(choices, outside)
+
+    def str_(self, depth: int) -> str:
+        if depth <= 0 or self.r.random() < 0.35:
+            return self.pick(STR_COLS) if self.r.random() < 0.7 else self.pick(STR_LITS)
+        a = self.str_(depth - 1)
+        choices = [
+            f"lower({a})", f"upper({a})", f"substring({a}, 1, 3)", f"left({a}, {self.num(depth - 1)})",
+            f"({a} || {self.str_(depth - 1)})", f"CAST({self.num(depth - 1)} AS VARCHAR)",
+            f"strftime({self.date(depth - 1)}, '%Y-%m')", f"trim({a})", f"reverse({a})",
+            f"CASE WHEN {self.boolean(depth - 1)} THEN {a} ELSE 'A' END", "CAST(iv AS VARCHAR)",
+        ]
+        outside = [
+            f"repeat({a}, 1000)", f"({a} COLLATE NOCASE)", f"regexp_replace({a}, '(a*)*b', 'x')",
+            f"string_split({a}, ',')[1]", f"printf('%s', {a})", "CAST(tags AS VARCHAR)",
+        ]
+        return self.choose(choices, outside)
+
+    def date(self, depth: int) -> str:
+        if depth <= 0 or self.r.random() < 0.5:
+            return self.pick(DATE_COLS) if self.r.random() < 0.7 else self.pick(DATE_LITS)
+        choices = [
+            f"date_trunc('month', {self.date(depth - 1)})", f"CAST({self.str_(depth - 1)} AS DATE)",
+            f"strptime({self.str_(depth - 1)}, '%Y-%m-%d')", f"TRY_CAST({self.str_(depth - 1)} AS TIMESTAMP)",
+        ]
+        outside = [
+            f"({self.date(depth - 1)} + INTERVAL 1 DAY)", f"({self.date(depth - 1)} + iv)", f"make_date({self.num(0)}, 1, 1)",
+        ]
+        return self.choose(choices, outside)
+
+    def any_(self, depth: int) -> str:
+        return self.choose([self.num(depth), self.str_(depth), self.date(depth), self.boolean(depth)], [self.pick(OTHER_COLS)])
+
+    def boolean(self, depth: int) -> str:
+        r = self.r.random()
+        if depth <= 0 or r < 0.1:
+            return self.choose(["flag", "true", "NULL", "(uid = 7)"], ["note", "name", "i"])
+        k = self.r.randrange(5)
+        sorts = [self.num, self.str_, self.date, self.num, self.str_]
+        x = sorts[k](depth - 1)
+        y = (sorts[k] if not self.hostile or self.r.random() < 0.6 else self.any_)(depth - 1)
+        op = self.pick(["=", "<>", "<", ">=", "IS NOT DISTINCT FROM"])
+        choices = [
+            f"({x} {op} {y})", f"({self.boolean(depth - 1)} AND {self.boolean(depth - 1)})",
+            f"({self.boolean(depth - 1)} OR {self.boolean(depth - 1)})", f"(NOT {self.boolean(depth - 1)})",
+            f"({x} IS NULL)", f"({x} IN ({y}, {self.any_(0)}))", f"({x} BETWEEN {y} AND {self.any_(0)})",
+            f"({self.str_(depth - 1)} LIKE '%a%')", f"({self.str_(depth - 1)} ILIKE 'A%')",
+            f"starts_with({self.str_(depth - 1)}, 'S')", f"contains({self.str_(depth - 1)}, 'b')", f"isnan({self.num(depth - 1)})",
+            f"(uid = {TARGET} AND {self.boolean(depth - 1)})",
+        ]
+        outside = [
+            f"({self.str_(depth - 1)} = {self.num(depth - 1)})", f"(tags = {self.str_(depth - 1)})", "(iv > INTERVAL 29 DAY)",
+            f"regexp_matches({self.str_(depth - 1)}, '(a+)+$')", "list_contains(tags, 'a')", f"CAST({x} AS BOOLEAN)",
+            f"({self.str_(depth - 1)} SIMILAR TO 'a.*')", f"({x} = ANY([1, 2]))",
+        ]
+        return self.choose(choices, outside)
+
+
+#: a fixed corpus first: the review's reproductions and one use of each operator that can fail
+CORPUS = [
+    ("where", f"uid = {TARGET} AND i >= 5 AND note"), ("where", "note"), ("where", "amt > 0.5"),
+    ("where", "tags = name"), ("where", "(i // ti) > 0"), ("where", "(i % ti) = 0"), ("where", "(i * i) > 0"),
+    ("where", "(big + big) > 0"), ("where", "(big * big * big) > 0"), ("where", "(-ti) > 0"), ("where", "abs(big) > 0"),
+    ("where", "ceil(amt) > 0"), ("where", "round(amt, -2) > 0"), ("where", "CAST(note AS INTEGER) > 0"),
+    ("where", "CAST(d AS INTEGER) > 0"), ("where", "CAST(big AS TINYINT) > 0"), ("where", "day > ts"),
+    ("where", "date_trunc('month', day) > ts"), ("where", "year(day) > 2000"), ("where", "iv > INTERVAL 29 DAY"),
+    ("where", f"CASE WHEN uid = {TARGET} THEN length(repeat(note, 1000)) > 0 ELSE true END"),
+    ("key", "name"), ("key", "d"), ("key", "f"), ("key", "iv"), ("key", "CAST(iv AS VARCHAR)"), ("key", "tags"),
+    ("key", "name COLLATE NOCASE"), ("key", "lower(name)"), ("key", "(i * i)"), ("key", "(big // ti)"),
+    ("key", "date_trunc('month', day)"), ("key", "CAST(note AS DATE)"),
+    ("key", f"CASE WHEN uid = {TARGET} AND big > 0 THEN 'A' ELSE 'a' END"),
+]
+
+
+def generate(n: int, seed: int = SEED) -> list[tuple[str, str]]:
+    """(role, expression) pairs: the corpus, then generated WHERE conditions and GROUP BY keys."""
+    g = Gen(seed)
+    out: list[tuple[str, str]] = list(CORPUS)
+    for k in range(n):
+        g.hostile = k % 4 >= 2  # half within the allow-list, half hostile
+        if k % 2 == 0:
+            out.append(("where", g.boolean(3)))
+        else:
+            out.append(("key", g.any_(2)))
+    return out
+
+
+# -- data and sessions -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def connection() -> Any:
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE d_full ({COLUMNS})")
+    for row in TARGET_ROWS + EXTRA_ADVERSARIAL_ROWS:
+        con.execute(f"INSERT INTO d_full VALUES {row}")
+    con.execute(f"INSERT INTO d_full {BENIGN}")
+    con.execute(f"CREATE TABLE d_minus AS SELECT * FROM d_full WHERE uid <> {TARGET}")
+    # collation settings of the caller's connection must not decide any released spelling
+    con.execute("SET default_collation = 'nocase'")
+    yield con
+    con.close()
+
+
+def _session(con: duckdb.DuckDBPyConnection, name: str) -> dpsql.Session:
+    s = dpsql.Session(budget=Budget(1e6, 0.9), connection=con)
+    use_noise(s, zero_noise())
+    s.register("t", name, privacy_unit="uid", max_groups_per_unit=2)
+    return s
+
+
+def _outcome(s: dpsql.Session, sql: str, delta: float) -> tuple[Any, ...]:
+    before = s.history().num_rows
+    try:
+        r = s.query(sql, epsilon=1.0, delta=delta)
+    except errors.DPSQLError as e:
+        charged = s.history().num_rows != before
+        return ("error", type(e).__name__, str(e), charged)
+    keys = r.table.column(0).to_pylist() if "k" in r.table.column_names else []
+    return ("ok", keys)
+
+
+def _coarse(v: Any) -> Any:
+    if isinstance(v, str):
+        return ("s", v.casefold())
+    if isinstance(v, float):
+        if math.isnan(v):
+            return ("f", "nan")
+        return ("f", abs(v) if v == 0 else v)
+    return ("v", v)
+
+
+def _spelling(v: Any) -> Any:
+    if isinstance(v, float):
+        return ("f", repr(v), math.copysign(1.0, v) if not math.isnan(v) else 0.0)
+    return ("v", repr(v))
+
+
+def test_outcomes_do_not_depend_on_one_user(connection: duckdb.DuckDBPyConnection) -> None:
+    full, minus = _session(connection, "d_full"), _session(connection, "d_minus")
+    ran = refused = 0
+    try:
+        for role, e in generate(N_EXPRESSIONS):
+            if role == "where":
+                sql, delta = f"SELECT COUNT(*) AS n FROM t WHERE {e}", 0.0
+            else:
+                sql, delta = f"SELECT {e} AS k, COUNT(*) AS n FROM t GROUP BY k", 1e-6
+            a, b = _outcome(full, sql, delta), _outcome(minus, sql, delta)
+            assert a[0] == b[0], (sql, a, b)
+            if a[0] == "error":
+                assert a[1:3] == b[1:3], (sql, a, b)
+                assert not a[3] and not b[3], f"failed after the charge: {sql}: {a}"
+                assert isinstance(getattr(errors, a[1]), type) and issubclass(getattr(errors, a[1]), errors.QueryError), a
+                assert "SENTINEL" not in a[2]
+                refused += 1
+                continue
+            ran += 1
+            # zero noise: keys present in both releases are spelled identically
+            ka: dict[Any, set[Any]] = {}
+            kb: dict[Any, set[Any]] = {}
+            for v in a[1]:
+                ka.setdefault(_coarse(v), set()).add(_spelling(v))
+            for v in b[1]:
+                kb.setdefault(_coarse(v), set()).add(_spelling(v))
+            for c in set(ka) & set(kb):
+                assert ka[c] == kb[c], (sql, c, ka[c], kb[c])
+    finally:
+        full.close()
+        minus.close()
+    # the generator exercises both sides of the allow-list
+    print(f"fuzz: {ran} ran, {refused} refused")
+    assert ran >= N_EXPRESSIONS // 5 and refused >= N_EXPRESSIONS // 5, (ran, refused)
+
+
+UNBOUNDED = ("range(", "repeat(", "levenshtein(", "regexp_", "<<", "factorial(", "printf(", "SIMILAR TO")
+
+
+def test_negative_control_raw_duckdb_outcomes_do_depend_on_one_user(connection: duckdb.DuckDBPyConnection) -> None:
+    """Without dpsql's typer, the same generated WHERE clauses fail or not depending on the user."""
+    differ = 0
+    for role, e in generate(4 * N_EXPRESSIONS):
+        # functions of unbounded cost would really run away here (that is the point of the allow-list)
+        if role != "where" or any(f in e for f in UNBOUNDED):
+            continue
+        res = []
+        for name in ("d_full", "d_minus"):
+            try:
+                connection.execute(f"SELECT COUNT(*) FROM {name} WHERE {e}").fetchall()
+                res.append("ok")
+            except duckdb.Error as ex:
+                res.append(type(ex).__name__)
+        differ += res[0] != res[1]
+    print(f"raw DuckDB: {differ} WHERE clauses whose failure depends on the user")
+    assert differ >= 5, differ
+
+
+def test_negative_control_raw_duckdb_key_spelling_depends_on_one_user(connection: duckdb.DuckDBPyConnection) -> None:
+    a = connection.execute("SELECT name, COUNT(*) FROM d_full GROUP BY name").fetchall()
+    b = connection.execute("SELECT name, COUNT(*) FROM d_minus GROUP BY name").fetchall()
+    spell_a = {k for k, _ in a if k is not None}
+    spell_b = {k for k, _ in b if k is not None}
+    assert spell_a != spell_b, (spell_a, spell_b)
