@@ -316,3 +316,66 @@ def test_negative_control_raw_duckdb_key_spelling_depends_on_one_user(connection
     spell_a = {k for k, _ in a if k is not None}
     spell_b = {k for k, _ in b if k is not None}
     assert spell_a != spell_b, (spell_a, spell_b)
+
+
+# -- the same property over Parquet files holding invalid UTF-8 -----------------------------------------------
+
+
+def _with_invalid_utf8(table: Any, column: str, rows: list[int]) -> Any:
+    """``table`` with the text of ``column`` at ``rows`` replaced by bytes that are not UTF-8."""
+    import pyarrow as pa
+
+    vals = [v.encode() if isinstance(v, str) else v for v in table.column(column).to_pylist()]
+    for r in rows:
+        vals[r] = b"\xff\xfe SENTINEL \xc3\x28"
+    arr = pa.array(vals, pa.binary())
+    broken = pa.StringArray.from_buffers(len(arr), arr.buffers()[1], arr.buffers()[2], arr.buffers()[0])
+    return table.set_column(table.column_names.index(column), column, broken)
+
+
+def test_outcomes_do_not_depend_on_one_user_parquet_invalid_utf8(connection: duckdb.DuckDBPyConnection,
+                                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The target user's text cells are invalid UTF-8 in a Parquet file: every generated query has
+    the same outcome with and without that user (the bad values read as NULL, never as an error)."""
+    import pyarrow.parquet as pq
+
+    d = tmp_path_factory.mktemp("utf8")
+    cols = "uid, note, name, i, ti, big, amt, d, f, day, ts, tags, ints, flag"  # INTERVAL has no Parquet type here
+    full = connection.sql(f"SELECT {cols} FROM d_full ORDER BY uid = {TARGET} DESC").to_arrow_table()
+    target_rows = [i for i, u in enumerate(full.column("uid").to_pylist()) if u == TARGET]
+    full = _with_invalid_utf8(_with_invalid_utf8(full, "note", target_rows), "name", target_rows[:1])
+    pq.write_table(full, d / "full.parquet")
+    keep = [i for i in range(full.num_rows) if i not in target_rows]
+    pq.write_table(full.take(keep), d / "minus.parquet")
+    # negative control: DuckDB's own reader fails on the full file only (the bit dpsql must hide)
+    raw = duckdb.connect()
+    with pytest.raises(duckdb.Error):
+        raw.execute(f"SELECT COUNT(*) FROM read_parquet('{d / 'full.parquet'}') WHERE lower(note) = 'x'").fetchall()
+    raw.execute(f"SELECT COUNT(*) FROM read_parquet('{d / 'minus.parquet'}') WHERE lower(note) = 'x'").fetchall()
+    raw.close()
+    sessions = []
+    for name in ("full", "minus"):
+        s = dpsql.Session(budget=Budget(1e6, 0.9))
+        use_noise(s, zero_noise())
+        s.register("t", str(d / f"{name}.parquet"), privacy_unit="uid", max_groups_per_unit=2)
+        sessions.append(s)
+    ran = 0
+    try:
+        for role, e in generate(N_EXPRESSIONS // 3, seed=SEED + 1):
+            if role == "where":
+                sql, delta = f"SELECT COUNT(*) AS n FROM t WHERE {e}", 0.0
+            else:
+                sql, delta = f"SELECT {e} AS k, COUNT(*) AS n FROM t GROUP BY k", 1e-6
+            a, b = _outcome(sessions[0], sql, delta), _outcome(sessions[1], sql, delta)
+            assert a[0] == b[0], (sql, a, b)
+            if a[0] == "error":
+                assert a[1:3] == b[1:3] and not a[3] and not b[3], (sql, a, b)
+                assert "SENTINEL" not in a[2]
+            else:
+                ran += 1
+        for s in sessions:
+            assert all(r["status"] == "released" for r in s.history().to_pylist())
+    finally:
+        for s in sessions:
+            s.close()
+    assert ran >= N_EXPRESSIONS // 15, ran
