@@ -352,21 +352,25 @@ def check_table_name(name: Any) -> str:
 class UnitPath:
     """One way a table's rows reach a person: its own privacy-unit column, or a foreign key
     column that references another table. ``direct`` paths end at a privacy-unit column after at
-    most one hop (bounded by the per-unit caps); other paths need joins."""
+    most one hop (bounded by the per-unit caps); other paths need joins. ``resolved`` is False for
+    a reference to a table that is not registered (it may lead to a person: unknown)."""
 
     column: str  # column of the table itself
     via: str | None  # "table.column" for a foreign key, None for the table's own privacy unit
     direct: bool
+    resolved: bool = True
 
 
 def unit_paths(table: TableSpec, catalog: dict[str, TableSpec]) -> list[UnitPath]:
     """Every path from a row of ``table`` to a person that the catalog declares.
 
     A foreign key is a path to a person when its target table is registered with a privacy unit
-    (or itself reaches one through its own references): it is *direct* when it references that
-    unit column, and indirect (several hops) otherwise. A foreign key that repeats the table's
-    own privacy-unit column is the same path. References to tables that are not registered, or
-    that reach no person, are not paths to a person.
+    (or itself reaches one through its own references), including the table itself (a
+    ``referrer_id -> users.id`` self-reference is a second person per row): it is *direct* when
+    it references that unit column, and indirect (several hops) otherwise. A foreign key that
+    repeats the table's own privacy-unit column is the same path. A reference to a table that is
+    not registered is returned unresolved (callers refuse it: it may lead to a person);
+    references to registered tables that reach no person are not paths to a person.
     """
     paths: list[UnitPath] = []
     own = table.privacy_unit.lower() if table.privacy_unit else None
@@ -383,12 +387,15 @@ def unit_paths(table: TableSpec, catalog: dict[str, TableSpec]) -> list[UnitPath
 
     for fk, target in table.references.items():
         tname, _, tcol = target.partition(".")
-        ref = catalog.get(tname.lower())
-        if ref is None or not reaches_person(tname.lower(), frozenset({table.name.lower()})):
-            continue
         fk_l = fk.lower()
+        ref = catalog.get(tname.lower())
+        if ref is None:
+            paths.append(UnitPath(fk_l, target.lower(), False, resolved=False))
+            continue
+        if not reaches_person(tname.lower(), frozenset()):
+            continue
         direct = ref.privacy_unit is not None and ref.privacy_unit.lower() == tcol.lower()
-        if fk_l == own and direct:
+        if fk_l == own and direct and ref.name.lower() != table.name.lower():
             continue  # the table's own unit column, also declared as a reference to the person table
         paths.append(UnitPath(fk_l, target.lower(), direct))
     return paths

@@ -103,6 +103,18 @@ def test_multi_hop_path_is_refused() -> None:
 def test_references_to_non_person_tables_are_not_paths() -> None:
     cat = {
         "countries": _spec("countries"),
-        "events": _spec("events", "user_id", {"country": "countries.code", "ghost": "unregistered.id"}),
+        "events": _spec("events", "user_id", {"country": "countries.code"}),
     }
     assert resolve_unit_column(cat["events"], cat) == "user_id"
+
+
+def test_reference_to_an_unregistered_table_is_refused() -> None:
+    """A typo in a reference target ('user.id' for 'users.id') must not silently drop a path."""
+    cat = {
+        "users": _spec("users", "id"),
+        "messages": _spec("messages", "sender_id", {"receiver_id": "user.id"}),
+    }
+    cat["messages"].schema = {"sender_id": "BIGINT", "receiver_id": "BIGINT"}
+    assert resolve_unit_column(cat["messages"], cat) is None
+    with pytest.raises(PolicyError, match="not registered.*'receiver_id' -> user.id"):
+        analyze("SELECT COUNT(*) FROM messages", cat)

@@ -47,7 +47,7 @@ def resolve_unit_column(table: TableSpec, catalog: dict[str, TableSpec]) -> str 
     only one of them, so it is refused (``unit_problem`` says why) until joins bound all of them.
     """
     paths = unit_paths(table, catalog)
-    if len(paths) == 1 and paths[0].direct:
+    if len(paths) == 1 and paths[0].direct and paths[0].resolved:
         return paths[0].column
     return None
 
@@ -55,6 +55,14 @@ def resolve_unit_column(table: TableSpec, catalog: dict[str, TableSpec]) -> str 
 def unit_problem(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
     """Why ``resolve_unit_column`` found no single bounded path to a person (for error messages)."""
     paths = unit_paths(table, catalog)
+    unresolved = [p for p in paths if not p.resolved]
+    if unresolved:
+        return (
+            f"table '{table.name}' declares references to tables that are not registered ("
+            + ", ".join(f"'{p.column}' -> {p.via}" for p in unresolved)
+            + "): they may lead to a person, so the table cannot be bounded; register the referenced table or "
+            "correct the reference"
+        )
     if not paths:
         return (
             f"table '{table.name}' has no privacy unit column and reaches none through a foreign key to a registered "
