@@ -337,7 +337,9 @@ def test_stage1_noise_comes_from_rng_with_safe_scales():
     scales, size = rec.calls[0]
     _, lengths = candidate_buckets(64, dyadic=True, alignment="half")
     assert size == lengths.size
-    assert np.allclose(scales, 3.0 * (2 * (1 - 1 / lengths) + 2 * (1 - 1 / 64)) / 0.5)
+    base = 3.0 * (2 * (1 - 1 / lengths) + 2 * (1 - 1 / 64)) / 0.5
+    # the safe scales, raised slightly for floating point (slack paid once per record, k = 3)
+    assert np.all(scales > base) and np.allclose(scales, base, rtol=1e-4)
     assert np.all(scales[lengths == 1] > 0)  # singletons are noised
 
 

@@ -324,32 +324,36 @@ def stage1_noise_scales(
 
 
 def stage1_float_calibration(
-    base_scales: np.ndarray, n_candidates: int, epsilon1: float
+    base_scales: np.ndarray, n_candidates: int, epsilon1: float, *, records: int = 1
 ) -> tuple[np.ndarray, float, float]:
     """(scales, B1, g): the stage-1 noise scales made safe for floating point (dawa docstring).
 
     Costs are clamped to [0, B1] with the public bound B1 = 2^20 * max(base scale), noised, rounded
     to the power-of-two grid g >= n_candidates * B1 * 2^-50 (so every partition cost the DP sums is
-    exact) and clamped to [-B1, B1]. The report-noisy-min threshold then moves by at most
-    k (Delta_e + Delta_max) + 4g, and the float noise's half-line probabilities are within
-    exp(2^-47 (B1 + g)/b + 2^-47) of the exact Laplace ones (``dpsql.noise`` section 2, step (i)),
-    so b_e = (base_e * eps1 + 4g + 2^-47 (B1 + g)) / (eps1 - 2^-47) keeps stage 1 eps1-DP.
+    exact) and clamped to [-B1, B1]. The report-noisy-min argument covers a neighbour that changes
+    one bin by one record; a unit with ``records`` = k rows is k such steps (group privacy), each of
+    which must be epsilon1/k-DP. Per step the threshold moves by at most (Delta_e + Delta_max) + 4g,
+    and the float noise's half-line probabilities are within exp(2^-47 (B1 + g)/b + 2^-47) of the
+    exact Laplace ones (``dpsql.noise`` section 2, step (i)), so with base_e = k (Delta_e +
+    Delta_max)/eps1 the scales b_e = (base_e * eps1 + k (4g + 2^-47 (B1 + g))) / (eps1 - k 2^-47)
+    keep every step eps1/k-DP and the unit eps1-DP: the floating-point slack is paid k times.
     """
     base = np.asarray(base_scales, dtype=np.float64)
     s0 = float(np.max(base)) if base.size else 0.0
     if s0 == 0.0:
         return base, 0.0, 0.0  # one candidate partition only (all singletons): nothing to hide
     eps1 = float(epsilon1)
+    k = max(1, int(math.ceil(records)))
     bound = math.ldexp(s0, 20)
     need = max(1, int(n_candidates)) * bound * 2.0**-50
     grid = math.ldexp(1.0, math.frexp(need)[1])  # a power of two >= need
     slack = 4.0 * grid + 2.0**-47 * (bound + grid)
-    if not (eps1 > 2.0**-40 and math.isfinite(bound) and bound < 2.0**900):
+    if not (eps1 > k * 2.0**-40 and math.isfinite(bound) and bound < 2.0**900):
         raise ConfigError(
             f"epsilon1={eps1:g} cannot be represented in the private partition's floating-point noise",
             hint="use a larger epsilon",
         )
-    scales = (base * eps1 + slack) / (eps1 - 2.0**-47)
+    scales = (base * eps1 + k * slack) / (eps1 - k * 2.0**-47)
     return scales, bound, grid
 
 
@@ -675,7 +679,7 @@ def l1_partition(
         xv, epsilon2, dyadic=dyadic, alignment=alignment, sensitivity=sensitivity
     )
     base = np.asarray(stage1_noise_scales(lengths, eps1, int(lengths.max()), sensitivity=sensitivity))
-    scales, bound, grid = stage1_float_calibration(base, costs.size, eps1)
+    scales, bound, grid = stage1_float_calibration(base, costs.size, eps1, records=int(math.ceil(sensitivity)))
     shifted = costs + pen * float(scales.max())
     noisy = stage1_noisy_costs(shifted, scales, bound, grid, rng)
     return _least_cost(xv.size, starts, lengths, noisy)[1]

@@ -51,7 +51,9 @@ L1 sensitivity k ‖A‖₁ <= k).
   k (Delta_e + Delta_max) + 4g;
   (c) the float Laplace's half-line probabilities on |t| <= 2 B1 + g are within
   exp(2^-47 (B1 + g)/b_e + 2^-47) of the exact Laplace ones (``dpsql.noise`` section 2, step (i)).
-  So b_e = (k (Delta_e + Delta_max) + 4g + 2^-47 (B1 + g)) / (epsilon1 - 2^-47)
+  The argument covers a neighbour that changes one bin by one record; a unit with k rows is k
+  such steps (group privacy), each of which must be epsilon1/k-DP, so the floating-point slack is
+  paid k times: b_e = (k (Delta_e + Delta_max) + k (4g + 2^-47 (B1 + g))) / (epsilon1 - k 2^-47)
   (:func:`stage1_float_calibration`) keeps stage 1 epsilon1-DP. A cost above B1 is clamped (only
   bad buckets are that expensive). :func:`dawa_precheck` refuses unrepresentable parameters
   before any charge.
@@ -409,7 +411,7 @@ def dawa_precheck(n: int, epsilon: float, *, ratio: float = 0.25, sensitivity: f
         max_bound=stage2_max_bound(nn),
     )
     if staged and nn > 1:
-        stage1_float_calibration(np.asarray([4.0 * sens / eps1]), 4 * nn * levels, eps1)
+        stage1_float_calibration(np.asarray([4.0 * sens / eps1]), 4 * nn * levels, eps1, records=int(np.ceil(sens)))
 
 
 @dataclass(frozen=True, eq=False)
