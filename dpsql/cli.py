@@ -125,12 +125,37 @@ def _parse_option_value(v: str) -> Any:
 
 
 def _ledger_path(args: argparse.Namespace, cfg: dict[str, Any], cfg_dir: str) -> str:
+    lp = cfg.get("ledger", {}).get("path") if isinstance(cfg.get("ledger"), dict) else None
+    if cfg.get("tables"):
+        _check_owner_config(args, lp)
     if args.ledger:
         return str(args.ledger)
-    lp = cfg.get("ledger", {}).get("path") if isinstance(cfg.get("ledger"), dict) else None
     if lp:
         return lp if os.path.isabs(lp) else os.path.join(cfg_dir, lp)
     return os.environ.get("DPSQL_LEDGER", DEFAULT_LEDGER)
+
+
+def _check_owner_config(args: argparse.Namespace, ledger_path: Any) -> None:
+    """A config that registers tables is the data owner's: its tables, their policy (tau, caps,
+    bounds) and its ledger cannot be replaced from the command line, or an analyst could register
+    the owner's file again under a policy of their own, or charge a fresh ledger of their own.
+    """
+    from dpsql.errors import ConfigError
+
+    flags = [f for f, v in (("--table", args.table), ("--privacy-unit", args.privacy_unit), ("--max-groups", args.max_groups),
+                            ("--max-rows", args.max_rows), ("--bounds", getattr(args, "bounds", None)), ("--ledger", args.ledger))
+             if v]
+    if flags:
+        raise ConfigError(
+            f"{', '.join(flags)} cannot be combined with a config that registers tables: the config's tables, their policy "
+            "and its ledger belong to the data owner",
+            hint="drop these flags to query the config's tables, or use --table without --config for files of your own",
+        )
+    if not ledger_path:
+        raise ConfigError(
+            "the config registers tables but names no ledger file: its budget must live in one place",
+            hint="the data owner sets [ledger] path = \"ledger.duckdb\" in the config",
+        )
 
 
 def _load_config(args: argparse.Namespace) -> tuple[dict[str, Any], str]:

@@ -279,9 +279,14 @@ def test_ledger_errors_exit_4(workdir: Path, capsys: pytest.CaptureFixture[str])
     bad = workdir / "corrupt.duckdb"
     bad.write_bytes(b"not a ledger" * 100)
     before = bad.read_bytes()
+    # the owner's config names the ledger (flags cannot replace an owner config's ledger)
+    cfg = (workdir / "examples" / "dpsql.toml").read_text().replace('path = "example_ledger.duckdb"', f'path = "{bad}"')
+    (workdir / "examples" / "corrupt.toml").write_text(cfg)
     for argv in (["budget"], ["query", "SELECT COUNT(*) FROM events", "--epsilon", "1"], ["init", "--epsilon", "1"]):
-        assert run([*CFG, "--ledger", str(bad), *argv]) == 4
+        assert run(["--config", "examples/corrupt.toml", *argv]) == 4
         assert "LedgerError" in capsys.readouterr().err
+    assert run([*CFG, "--ledger", str(bad), "budget"]) == 2  # refused: the config is the owner's
+    assert "cannot be combined with a config" in capsys.readouterr().err
     assert bad.read_bytes() == before
     assert run(["--ledger", str(workdir / "missing.duckdb"), "budget"]) == 4
 
