@@ -84,8 +84,9 @@ def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
 class Session:
     """A differentially private query session over registered tables.
 
-    ``ledger``: path of the budget ledger file (created if missing and ``budget`` is given), or
-    ``None`` for an in-memory ledger (notebooks and tests only: it forgets everything on exit).
+    ``ledger``: path of the budget ledger file, or ``None`` for an in-memory ledger (notebooks
+    and tests only: it forgets everything on exit). A missing ledger file is a LedgerError unless
+    ``create=True`` (then it is created with ``budget``); ``dpsql init`` also creates one.
     ``budget``: the total budget. An existing ledger keeps its recorded total; passing a
     different one is a ConfigError (change it with ``dpsql budget --set-total``).
     ``connection``: an optional DuckDB connection whose tables can be registered by name.
@@ -98,6 +99,7 @@ class Session:
         *,
         connection: duckdb.DuckDBPyConnection | None = None,
         lock_timeout: float = 10.0,
+        create: bool = False,
     ) -> None:
         if budget is not None and not isinstance(budget, Budget):
             raise ConfigError("budget must be a dpsql.Budget(epsilon, delta)", hint="budget=dpsql.Budget(1.0, 1e-6)")
@@ -110,7 +112,7 @@ class Session:
                 )
             self._ledger = Ledger.create(None, budget)
         else:
-            self._ledger = Ledger.open(path, budget, lock_timeout=lock_timeout)
+            self._ledger = Ledger.open(path, budget, create=create, lock_timeout=lock_timeout)
         self._engine = Engine(connection)
         self._has_connection = connection is not None
         self._catalog: dict[str, TableSpec] = {}
@@ -121,7 +123,8 @@ class Session:
     # -- construction from a config file ------------------------------------------------------
     @classmethod
     def from_config(cls, path: str | os.PathLike[str] = "dpsql.toml") -> Session:
-        """Build a Session from a TOML file: ``[ledger]`` (path, epsilon, delta) and ``[tables.NAME]``."""
+        """Build a Session from a TOML file: ``[ledger]`` (path, epsilon, delta, create_if_missing)
+        and ``[tables.NAME]``."""
         p = os.fspath(path)
         if not os.path.exists(p):
             raise ConfigError(f"config file {p!r} not found", hint="create dpsql.toml (see README) or pass its path")
@@ -140,7 +143,10 @@ class Session:
         budget = None
         if "epsilon" in led:
             budget = Budget(led["epsilon"], led.get("delta", 0.0))
-        s = cls(ledger=lpath, budget=budget)
+        create = led.get("create_if_missing", False)
+        if not isinstance(create, bool):
+            raise ConfigError(f"[ledger] create_if_missing must be true or false, got {create!r}")
+        s = cls(ledger=lpath, budget=budget, create=create)
         tables = cfg.get("tables", {})
         if not isinstance(tables, dict):
             raise ConfigError("[tables] in the config must be a table of tables")
