@@ -177,13 +177,17 @@ class _ProcessState:
 
 
 _STATE = _ProcessState()
+_FORGOTTEN: list[_ProcessState] = []
 
 
 def _reset_after_fork() -> None:
     # The child must not share open file descriptions (hence flocks) or a DuckDB instance with
     # its parent. The inherited descriptors are forgotten, not closed (closing could drop fcntl
-    # locks of a DuckDB instance the child opens later); they are O_CLOEXEC.
+    # locks of a DuckDB instance the child opens later); they are O_CLOEXEC. The parent's DuckDB
+    # instance is kept referenced: destroying it in the child (whose DuckDB threads were not
+    # copied by fork) crashes the process.
     global _STATE
+    _FORGOTTEN.append(_STATE)
     _STATE = _ProcessState()
 
 
@@ -1064,12 +1068,12 @@ class Ledger:
             raise LedgerError(
                 f"ledger {self.path} is older than its last acknowledged change: the file holds generation "
                 f"{generation}, but {_marker_path(self.path)} records that generation {marker} was written; "
-                "recorded charges are missing (a deleted or truncated write-ahead log, or a restored old "
+                "recorded charges are missing (a lost or truncated write-ahead log, or a restored old "
                 "copy), and using this file would give spent budget back",
                 hint=f"restore the newest copy of the ledger together with its {os.path.basename(self.path)}"
-                ".wal file; dpsql never accepts an older ledger by itself. If the data owner knowingly "
-                "accepts the loss, the total can be lowered by the spent amount that went missing once a "
-                "complete copy is back in place",
+                ".wal file; dpsql never accepts an older ledger by itself. If no complete copy exists, "
+                "only the data owner can decide to go on: write the file's generation into the marker, "
+                "then lower the total by the budget that went missing with `dpsql budget --set-total`",
             )
         return generation
 

@@ -1,0 +1,430 @@
+"""The ledger under races and faults: a deterministic race between processes (same file through
+the same path, a hard link, a symlink, a bind mount), multi-process stress, a failed CHECKPOINT
+(file size limit), lost write-ahead logs and restored old copies, atomic creation, messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dpsql.budget import Budget
+from dpsql.errors import BudgetExceededError, LedgerError
+from dpsql.ledger import GENERATION_SUFFIX, Ledger
+from dpsql.ledger import _store
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _spawn(code: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+
+
+def _reserve(ledger: Ledger, eps: float = 0.1) -> int:
+    return ledger.reserve(Budget(eps), mechanism="m", query="q", tables=["t"], params={})
+
+
+def _nine_tenths_spent(path: Path) -> None:
+    led = Ledger.create(path, Budget(1.0))
+    for _ in range(9):
+        led.commit(_reserve(led))
+
+
+# --- a deterministic race ------------------------------------------------------------------------
+
+# A reserves while pausing 1.5 s inside its critical section (after DuckDB attached the file).
+HOLDER = """
+import json, sys, time
+from dpsql.budget import Budget
+from dpsql.ledger import Ledger, _store
+times = {}
+def inside(p):
+    times["inside"] = time.monotonic()
+    print("inside", flush=True)
+    time.sleep(1.5)
+_store._HOOKS["after_attach"] = inside
+_store._HOOKS["after_detach"] = lambda p: times.setdefault("detached", time.monotonic())
+led = Ledger(sys.argv[1], lock_timeout=30)
+eid = led.reserve(Budget(0.1), mechanism="m", query="A", tables=["t"], params={})
+print(json.dumps({"id": eid, **times}), flush=True)
+"""
+
+# B reserves through its own path; records when DuckDB first touches the file.
+RACER = """
+import json, sys, time
+from dpsql.budget import Budget
+from dpsql.errors import BudgetExceededError
+from dpsql.ledger import Ledger, _store
+times = {}
+_store._HOOKS["before_attach"] = lambda p: times.setdefault("attach", time.monotonic())
+if sys.argv[2] == "unlocked":  # negative control: no flock at all
+    _store._lock_file = lambda *a: ((0, 0), -1)
+    _store._unlock = lambda *a: None
+led = Ledger(sys.argv[1], lock_timeout=30)
+try:
+    result = led.reserve(Budget(0.1), mechanism="m", query="B", tables=["t"], params={})
+except BudgetExceededError:
+    result = "exceeded"
+print(json.dumps({"result": result, **times}), flush=True)
+"""
+
+
+@pytest.fixture
+def bind_mount(tmp_path: Path) -> Iterator[Path]:
+    src, dst = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    dst.mkdir()
+    r = subprocess.run(["mount", "--bind", str(src), str(dst)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("bind mounts need privileges this machine does not grant")
+    try:
+        yield src
+    finally:
+        subprocess.run(["umount", str(dst)], check=True)
+
+
+def _second_path(kind: str, path: Path, tmp_path: Path) -> Path:
+    if kind == "same":
+        return path
+    other = tmp_path / "elsewhere"
+    other.mkdir(exist_ok=True)
+    if kind == "hardlink":
+        os.link(path, other / "alias.duckdb")
+        return other / "alias.duckdb"
+    if kind == "symlink":
+        os.symlink(path, other / "alias.duckdb")
+        return other / "alias.duckdb"
+    assert kind == "bind"
+    return tmp_path / "mnt" / path.name
+
+
+def _race(path: Path, second: Path, mode: str) -> tuple[dict[str, object], dict[str, object]]:
+    a = _spawn(HOLDER, str(path))
+    assert a.stdout is not None
+    line = a.stdout.readline()
+    assert line.strip() == "inside", a.stderr.read() if a.stderr else line
+    b = _spawn(RACER, str(second), mode)  # starts while A is inside its critical section
+    out_b, err_b = b.communicate(timeout=60)
+    out_a, err_a = a.communicate(timeout=60)
+    assert a.returncode == 0 and b.returncode == 0, (err_a, err_b)
+    return json.loads(out_a.strip().splitlines()[-1]), json.loads(out_b.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kind", ["same", "hardlink", "symlink", "bind"])
+def test_deterministic_race_is_serialised(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if kind == "bind":
+        src = request.getfixturevalue("bind_mount")
+        path = src / "ledger.duckdb"
+    else:
+        path = tmp_path / "ledger.duckdb"
+    _nine_tenths_spent(path)
+    second = _second_path(kind, path, tmp_path)
+    got_a, got_b = _race(path, second, "locked")
+    # DuckDB in B first touched the file only after A had detached it
+    assert got_b["attach"] >= got_a["detached"] > got_a["inside"]  # type: ignore[operator]
+    assert got_a["id"] == 10 and got_b["result"] == "exceeded"
+    led = Ledger.open(path)
+    assert led.spent() == Budget(1.0) and led.history().num_rows == 10
+
+
+def test_deterministic_race_negative_control(tmp_path: Path) -> None:
+    """Without the flock, B's DuckDB touches the file while A is inside: the test can fail."""
+    path = tmp_path / "ledger.duckdb"
+    _nine_tenths_spent(path)
+    got_a, got_b = _race(path, path, "unlocked")
+    assert got_b["attach"] < got_a["detached"]  # type: ignore[operator]
+
+
+# --- stress: many processes through two names of one file ----------------------------------------
+
+STRESSER = """
+import json, sys
+from dpsql.budget import Budget
+from dpsql.errors import BudgetExceededError
+from dpsql.ledger import Ledger
+led = Ledger(sys.argv[1], lock_timeout=60)
+print("ready", flush=True)
+sys.stdin.readline()
+ok, committed, exceeded, other = [], [], 0, []
+for i in range(int(sys.argv[2])):
+    try:
+        e = led.reserve(Budget(0.05), mechanism="m", query=f"q{i}", tables=["t"], params={})
+        ok.append(e)
+        led.commit(e)
+        committed.append(e)
+    except BudgetExceededError:
+        exceeded += 1
+    except Exception as e:
+        other.append(f"{type(e).__name__}: {e}")
+print(json.dumps({"ok": ok, "committed": committed, "exceeded": exceeded, "other": other}), flush=True)
+"""
+
+
+def test_stress_processes_through_a_hard_link(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, Budget(1.0))  # fits exactly 20 charges of 0.05
+    other = tmp_path / "d2"
+    other.mkdir()
+    os.link(path, other / "link.duckdb")
+    n_proc, attempts = 6, 6
+    procs = [_spawn(STRESSER, str(path if i % 2 else other / "link.duckdb"), str(attempts)) for i in range(n_proc)]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [r["other"] for r in results] == [[]] * n_proc
+    ids = sorted(i for r in results for i in r["ok"])
+    assert ids == list(range(1, 21))  # no duplicate, no overspend
+    assert sum(r["exceeded"] for r in results) == n_proc * attempts - 20
+    hist = Ledger.open(path).history()
+    assert hist["entry_id"].to_pylist() == ids
+    assert set(hist["status"].to_pylist()) == {"released"}  # no acknowledged commit was lost
+
+
+def test_threads_through_two_names_never_overspend(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, Budget(1.0))
+    os.link(path, tmp_path / "second.duckdb")
+    ledgers = [Ledger.open(path, lock_timeout=60), Ledger.open(tmp_path / "second.duckdb", lock_timeout=60)]
+    ok: list[int] = []
+    errors: list[BaseException] = []
+
+    def work(led: Ledger) -> None:
+        for _ in range(8):
+            try:
+                e = _reserve(led, 0.05)
+                ok.append(e)
+                led.commit(e)
+            except BudgetExceededError:
+                pass
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(ledgers[i % 2],)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == [] and sorted(ok) == list(range(1, 21))
+    assert set(ledgers[0].history()["status"].to_pylist()) == {"released"}
+
+
+FORKER = """
+import multiprocessing as mp, sys
+from dpsql.budget import Budget
+from dpsql.errors import BudgetExceededError
+from dpsql.ledger import Ledger
+
+def work(path, q):
+    led = Ledger(path, lock_timeout=60)
+    got = []
+    for _ in range(5):
+        try:
+            got.append(led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={}))
+        except BudgetExceededError:
+            pass
+    q.put(got)
+
+if __name__ == "__main__":
+    path = sys.argv[1]
+    Ledger(path).remaining()  # the parent has used the ledger before forking
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=work, args=(path, q)) for _ in range(4)]
+    for p in ps: p.start()
+    ids = sorted(i for _ in ps for i in q.get(timeout=120))
+    for p in ps: p.join(60)
+    print(ids)
+"""
+
+
+def test_forked_children_do_not_share_the_parents_lock(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, Budget(1.0))
+    script = tmp_path / "forker.py"
+    script.write_text(FORKER)
+    r = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, timeout=180, env=_env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(list(range(1, 11)))
+
+
+# --- a failed CHECKPOINT is a failed reserve -----------------------------------------------------
+
+# The file size limit is the main file's current size: the WAL (small) can be written and
+# fsynced, but the CHECKPOINT, which must grow the main file, fails ("File too large").
+FULL_DISK = """
+import json, os, resource, signal, sys
+from dpsql.budget import Budget
+from dpsql.errors import LedgerError
+from dpsql.ledger import Ledger
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+path = sys.argv[1]
+size = os.path.getsize(path)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+led = Ledger(path, lock_timeout=5)
+try:
+    led.reserve(Budget(0.25), mechanism="m", query="big " + "x" * 300000, tables=["t"], params={})
+    print(json.dumps({"returned": True}))
+except LedgerError as e:
+    print(json.dumps({"returned": False, "error": str(e)}))
+"""
+
+
+def test_failed_checkpoint_is_a_failed_reserve_and_a_lost_wal_is_detected(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    led = Ledger.create(path, Budget(1.0))
+    led.commit(_reserve(led, 0.25))
+    p = _spawn(FULL_DISK, str(path))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["returned"] is False  # the caller would read nothing
+    assert "write-ahead log" in got["error"] and "entry 2" in got["error"] and "stands" in got["error"]
+    wal = Path(str(path) + ".wal")
+    assert wal.exists()
+    # the WAL is lost (an operator freeing space): the budget must not come back silently
+    saved = wal.read_bytes()
+    wal.unlink()
+    assert Ledger.open(path).remaining() == Budget(0.75)  # the failed reserve was never acknowledged ...
+    wal.write_bytes(saved)
+    # ... and with the WAL back, the next operation writes the charge into the main file
+    led2 = Ledger.open(path)
+    assert led2.remaining() == Budget(0.5) and led2.entry(2).status == "reserved"
+    _reserve(led2, 0.1)  # an acknowledged write: generation and marker advance
+    assert not wal.exists()
+
+
+def test_older_main_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    led = Ledger.create(path, Budget(1.0))
+    led.commit(_reserve(led, 0.25))
+    old = tmp_path / "backup.duckdb"
+    shutil.copyfile(path, old)
+    led.commit(_reserve(led, 0.25))  # acknowledged after the copy was taken
+    shutil.copyfile(old, path)  # a restore of an old copy (or a lost WAL) would give 0.25 back
+    for call in (led.remaining, lambda: _reserve(led), lambda: Ledger.open(path)):
+        with pytest.raises(LedgerError, match="older than its last acknowledged change") as ei:
+            call()
+        assert ".wal" in (ei.value.hint or "") and "delete" not in str(ei.value)
+    marker = Path(str(path) + GENERATION_SUFFIX)
+    assert marker.read_text().startswith("dpsql ledger generation ")
+
+
+def test_damaged_marker_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    led = Ledger.create(path, Budget(1.0))
+    Path(str(path) + GENERATION_SUFFIX).write_text("garbage")
+    with pytest.raises(LedgerError, match="generation marker .* is damaged"):
+        led.remaining()
+
+
+# --- creation -------------------------------------------------------------------------------------
+
+
+def test_creation_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "ledger.duckdb"
+
+    def boom(p: str) -> None:
+        raise OSError("simulated crash before the ledger is published")
+
+    monkeypatch.setattr(_store, "_fsync_path", boom)
+    with pytest.raises(OSError, match="simulated crash"):
+        Ledger.create(path, Budget(1.0))
+    assert sorted(os.listdir(tmp_path)) == []  # no ledger, no empty file, no temporary left behind
+    monkeypatch.undo()
+    assert Ledger.create(path, Budget(1.0)).remaining() == Budget(1.0)
+    assert sorted(os.listdir(tmp_path)) == ["ledger.duckdb", "ledger.duckdb" + GENERATION_SUFFIX]
+
+
+def test_deleted_ledger_is_not_recreated_implicitly(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    led = Ledger.create(path, Budget(1.0))
+    _reserve(led, 0.5)
+    path.unlink()
+    with pytest.raises(LedgerError, match="a ledger existed there before") as ei:
+        Ledger.open(path, Budget(1.0), create=True)
+    assert "dpsql init" in (ei.value.hint or "")
+    assert not path.exists()
+    # an explicit init starts a new ledger whose generations continue above the old marker
+    new = Ledger.create(path, Budget(1.0))
+    assert new.remaining() == Budget(1.0)
+    _reserve(new, 0.1)
+    assert Ledger.open(path).spent() == Budget(0.1)
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+
+def test_lock_timeout_messages_say_what_was_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    led = Ledger.create(path, Budget(1.0), lock_timeout=0.3)
+    entry = _reserve(led)
+    gate = threading.Event()
+    done = threading.Event()
+
+    def hold(p: str) -> None:
+        gate.set()
+        done.wait(30)
+
+    _store._HOOKS["after_attach"] = hold
+    holder = threading.Thread(target=lambda: Ledger(str(path), lock_timeout=5).remaining())
+    holder.start()
+    try:
+        assert gate.wait(10)
+        _store._HOOKS.pop("after_attach")
+        with pytest.raises(LedgerError, match="locked") as ei:
+            led.commit(entry)
+        assert f"entry {entry} stays 'reserved': the charge stands" in str(ei.value)
+        assert "nothing was recorded" not in str(ei.value)
+        with pytest.raises(LedgerError, match="nothing was charged"):
+            _reserve(led)
+    finally:
+        _store._HOOKS.pop("after_attach", None)
+        done.set()
+        holder.join(30)
+    led.commit(entry)
+    assert led.entry(entry).status == "released" and led.spent() == Budget(0.1)
+
+
+def test_ledger_error_hints_never_say_delete(tmp_path: Path) -> None:
+    bad = tmp_path / f"{uuid.uuid4().hex}.duckdb"
+    bad.write_bytes(b"")
+    for call in (lambda: Ledger.open(bad), lambda: Ledger.open(tmp_path / "missing.duckdb", Budget(1.0))):
+        with pytest.raises(LedgerError) as ei:
+            call()
+        text = str(ei.value).lower()
+        assert "delete" not in text and "remove the" not in text
