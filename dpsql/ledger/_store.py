@@ -62,14 +62,23 @@ Durability and lost write-ahead logs
   the change is recorded in the WAL only; for ``reserve`` that means the charge stands and the
   query does not run (nothing is read). DuckDB invalidates the attached database after a
   failed checkpoint; the next operation re-attaches and replays the WAL.
+* Why every write checkpoints, not only ``reserve``: DuckDB names the WAL after the path it was
+  given (``<path>.wal``), so a WAL left behind by a write through one name of the file (a hard
+  link, a bind mount) is invisible to an open through another name, which would then write a
+  newer main file; DuckDB then refuses the stale WAL ("WAL checkpoint iteration does not
+  match"). So no WAL outlives a successful operation. DETACH is told not to checkpoint by
+  itself (``disable_checkpoint_on_shutdown``) so that the explicit, checked CHECKPOINT is the
+  only place this happens.
 * Each write transaction also increments a generation counter stored in the ledger
   (``ledger_meta.generation``). After its CHECKPOINT succeeded, the operation writes that
-  generation into a marker file ``<path>.generation`` (fsynced) outside the WAL. Every later
+  generation into a marker file ``<path>.generation`` (next to the resolved path; fixed width,
+  updated in place, fsynced when created) outside the WAL. Every later
   operation compares the two and refuses with ``LedgerError`` when the ledger holds an older
   generation than the marker: the main file lost acknowledged changes (a deleted or truncated
   WAL, a restore of an old copy), which would otherwise silently give budget back. The marker
-  is a lower bound (it is written after the main file), so a crash between checkpoint and
-  marker write never causes a false refusal.
+  is a lower bound (it is written after the main file is durable, so a crash or power loss
+  that loses a marker update leaves an older value), which never causes a false refusal. Hard
+  links in other directories keep separate markers; each is still a lower bound.
 * Creation is atomic: the new ledger is built under a temporary name in the same directory,
   checkpointed and fsynced, then published with ``link(2)`` (which, unlike ``rename``, fails if
   the name exists, so a concurrent creator is never overwritten), and the directory is fsynced.
@@ -294,8 +303,9 @@ class _Txn:
         self.unchanged = unchanged
         #: what is recorded once COMMIT succeeded (set by the body when it knows, e.g. the id)
         self.committed = "the change is recorded"
-        #: the write that was made (None: nothing to commit, e.g. set_total to the same total)
+        #: whether the body wrote anything (False e.g. for set_total to the same total)
         self.wrote = True
+
 
 
 class Ledger:
@@ -774,18 +784,36 @@ class Ledger:
             [total.epsilon, total.delta],
         )
 
+    @staticmethod
+    def _has_tables(con: duckdb.DuckDBPyConnection) -> bool:
+        try:  # one cheap statement that fails unless both other tables exist
+            con.execute("SELECT 1 FROM ledger_totals, ledger_entries LIMIT 0").fetchall()
+            return True
+        except duckdb.CatalogException:
+            return False
+
     def _check_schema(self, con: duckdb.DuckDBPyConnection) -> int:
         """Check that this is a ledger of our schema version; returns its generation (0 when the
         ledger predates generation counting)."""
-        names = {
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-                "AND schema_name = 'main'"
-            ).fetchall()
-        }
-        missing = [t for t in _REQUIRED_TABLES if t not in names]
-        if missing:
+        try:
+            meta = dict(
+                con.execute(
+                    "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation')"
+                ).fetchall()
+            )
+        except duckdb.CatalogException:
+            meta = None  # no ledger_meta table: say what the file is instead
+        if meta is None or not self._has_tables(con):
+            _rollback(con)
+            con.execute("BEGIN TRANSACTION")
+            names = {
+                r[0]
+                for r in con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+                    "AND schema_name = 'main'"
+                ).fetchall()
+            }
+            missing = [t for t in _REQUIRED_TABLES if t not in names]
             what = (
                 "an empty DuckDB database"
                 if not names
@@ -797,11 +825,6 @@ class Ledger:
                 "`dpsql init --epsilon 1.0 --delta 1e-6 --ledger NEW_PATH`; dpsql never modifies or "
                 "repairs an existing file",
             )
-        meta = dict(
-            con.execute(
-                "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation')"
-            ).fetchall()
-        )
         if "schema_version" not in meta:
             raise self._corrupt("ledger_meta has no schema_version")
         try:
@@ -1271,7 +1294,11 @@ def _base_connection() -> duckdb.DuckDBPyConnection:
     st = _state()
     with st.mutex:
         if st.base is None:
-            st.base = duckdb.connect(":memory:", config={"threads": 1})
+            base = duckdb.connect(":memory:", config={"threads": 1})
+            # DETACH must not checkpoint by itself: operations that need the main file up to date
+            # run CHECKPOINT explicitly and check that it succeeded
+            base.execute("PRAGMA disable_checkpoint_on_shutdown")
+            st.base = base
         return st.base
 
 
@@ -1337,6 +1364,8 @@ def _read_marker(path: str) -> int | None:
             f"cannot read the ledger's generation marker {path}: {e.strerror}",
             hint="make it readable (it guards against a ledger that lost recorded charges)",
         ) from None
+    if not data:  # created, then lost to a crash before its first write reached the disk
+        return None
     m = _MARKER_RE.fullmatch(data.decode("ascii", "replace"))
     if m is None:
         raise LedgerError(
@@ -1348,12 +1377,16 @@ def _read_marker(path: str) -> int | None:
 
 
 def _write_marker(path: str, generation: int) -> None:
+    """Write the marker in place (fixed width, so an update never shortens it). Only its creation
+    is fsynced: the marker is written after the main file is durable, so a later update that a
+    power loss takes back leaves an older value, a lower bound that can never cause a refusal."""
     data = f"dpsql ledger generation {generation:020d}\n".encode("ascii")
     existed = os.path.exists(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        os.pwrite(fd, data, 0)  # fixed width: overwrites in place, never shorter
-        os.fsync(fd)
+        os.pwrite(fd, data, 0)
+        if not existed:
+            os.fsync(fd)
     finally:
         os.close(fd)
     if not existed:
