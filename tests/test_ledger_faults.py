@@ -19,8 +19,7 @@ import pytest
 
 from dpsql.budget import Budget
 from dpsql.errors import BudgetExceededError, LedgerError
-from dpsql.ledger import GENERATION_SUFFIX, Ledger
-from dpsql.ledger import _store
+from dpsql.ledger import GENERATION_SUFFIX, Ledger, _store
 
 REPO = Path(__file__).resolve().parents[1]
 
