@@ -407,8 +407,10 @@ class Ledger:
             if marker is None:
                 try:
                     return cls.create(p, total, lock_timeout=lock_timeout)
-                except _AlreadyCreated:
-                    pass  # another process created it between our check and our link: open it
+                except LedgerError:
+                    if not os.path.lexists(p):
+                        raise
+                    # another process created it between our check and our link: open it
         ledger = cls(p, lock_timeout=lock_timeout)
         recorded = ledger.total()  # validates the file
         if total is not None and total != recorded:
