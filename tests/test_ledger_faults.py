@@ -78,9 +78,10 @@ from dpsql.errors import BudgetExceededError
 from dpsql.ledger import Ledger, _store
 times = {}
 _store._HOOKS["before_attach"] = lambda p: times.setdefault("attach", time.monotonic())
-if sys.argv[2] == "unlocked":  # negative control: no flock at all
+if sys.argv[2] == "unlocked":  # negative control: no flock and no waiting queue at all
     _store._lock_file = lambda *a: ((0, 0), -1)
     _store._unlock = lambda *a: None
+    _store._queue_enter = lambda *a: None
 led = Ledger(sys.argv[1], lock_timeout=30)
 try:
     result = led.reserve(Budget(0.1), mechanism="m", query="B", tables=["t"], params={})
@@ -366,7 +367,7 @@ def test_creation_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert sorted(os.listdir(tmp_path)) == []  # no ledger, no empty file, no temporary left behind
     monkeypatch.undo()
     assert Ledger.create(path, Budget(1.0)).remaining() == Budget(1.0)
-    assert sorted(os.listdir(tmp_path)) == ["ledger.duckdb", "ledger.duckdb" + GENERATION_SUFFIX]
+    assert sorted(os.listdir(tmp_path)) == [".ledger.duckdb.queue", "ledger.duckdb", "ledger.duckdb" + GENERATION_SUFFIX]
 
 
 def test_deleted_ledger_is_not_recreated_implicitly(tmp_path: Path) -> None:
@@ -427,3 +428,41 @@ def test_ledger_error_hints_never_say_delete(tmp_path: Path) -> None:
             call()
         text = str(ei.value).lower()
         assert "delete" not in text and "remove the" not in text
+
+
+def test_waiters_are_served_first_come_first_served(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, Budget(1.0))
+    queue = tmp_path / ".ledger.duckdb.queue"
+    release = threading.Event()
+    order: list[str] = []
+
+    def hook(p: str) -> None:
+        name = threading.current_thread().name
+        if name == "holder":
+            release.wait(30)
+        else:
+            order.append(name)
+
+    _store._HOOKS["after_attach"] = hook
+    try:
+        threads = [threading.Thread(target=lambda: Ledger(str(path), lock_timeout=60).remaining(), name="holder")]
+        threads[0].start()
+        names = ["w1", "w2", "w3", "w4", "w5"]
+        for name in names:
+            before = queue.read_text() if queue.exists() else ""
+            t = threading.Thread(target=lambda: _reserve(Ledger(str(path), lock_timeout=60), 0.1), name=name)
+            t.start()
+            threads.append(t)
+            for _ in range(1000):  # until this waiter has put itself at the tail of the queue
+                if queue.exists() and queue.read_text() != before:
+                    break
+                threading.Event().wait(0.005)
+        release.set()
+        for t in threads:
+            t.join(60)
+    finally:
+        _store._HOOKS.pop("after_attach", None)
+    assert order == names
+    assert [e for e in Ledger.open(path).history()["query"].to_pylist()] == ["q"] * 5
+    assert not [f for f in os.listdir(tmp_path) if ".q-" in f]  # every slot file was removed

@@ -972,12 +972,16 @@ class Ledger:
             return
         p = self.path
         deadline = time.monotonic() + self.lock_timeout
-        key, fd = _lock_file(p, deadline, p, t.unchanged)
+        slot = _queue_enter(p, deadline)  # fairness only: first come, first served
         try:
-            with self._file_txn(write=write, t=t, deadline=deadline) as con:
-                yield con, t
+            key, fd = _lock_file(p, deadline, p, t.unchanged)  # the exclusion
+            try:
+                with self._file_txn(write=write, t=t, deadline=deadline) as con:
+                    yield con, t
+            finally:
+                _unlock(key, fd)
         finally:
-            _unlock(key, fd)
+            _queue_leave(slot)
 
     @contextmanager
     def _mem_txn(self, *, write: bool, creating: bool, t: _Txn) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -1227,57 +1231,133 @@ def _lock_file(p: str, deadline: float, where: str, unchanged: str) -> tuple[tup
         return key, fd
 
 
-def _flock(st: _ProcessState, key: tuple[int, int], fd: int, deadline: float) -> bool:
+def _timed_flock(fd: int, op: int, deadline: float, on_late: Any) -> bool:
+    """``flock(fd, op)`` waiting at most until ``deadline``: True when granted. The wait is a
+    blocking flock (the kernel wakes the waiter when the holder unlocks, no polling) in a helper
+    thread. Whenever this returns False, ``on_late(granted)`` has been or will be called exactly
+    once (by the helper if the lock comes after the caller gave up) and must release what it
+    got. Raises OSError if flock itself fails (then ``on_late`` is not called)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
         pass
+    timeout = deadline - time.monotonic()
+    if timeout <= 0:
+        on_late(False)
+        return False
+    done = threading.Event()
+    mu = threading.Lock()
+    state: dict[str, Any] = {"abandoned": False, "error": None}
+
+    def wait() -> None:
+        try:
+            fcntl.flock(fd, op)
+            got = True
+        except OSError as e:
+            state["error"] = e
+            got = False
+        with mu:
+            if state["abandoned"]:  # the caller gave up: pass the lock on at once
+                on_late(got)
+                return
+            done.set()
+
+    threading.Thread(target=wait, name="dpsql-ledger-lock", daemon=True).start()
+    done.wait(timeout)
+    with mu:
+        if done.is_set():
+            if state["error"] is not None:
+                raise state["error"]
+            return True
+        state["abandoned"] = True
+        return False
+
+
+def _flock(st: _ProcessState, key: tuple[int, int], fd: int, deadline: float) -> bool:
+    def late(granted: bool) -> None:
+        if granted:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        _give_back(st, key, fd)
+
+    try:
+        if _timed_flock(fd, fcntl.LOCK_EX, deadline, late):
+            return True
     except OSError as e:
         _give_back(st, key, fd)
         raise LedgerError(
             f"cannot lock the budget ledger: flock failed ({e.strerror})",
             hint="keep the ledger on a local file system that supports flock (not NFS)",
         ) from None
-    timeout = deadline - time.monotonic()
-    if timeout <= 0:
-        _give_back(st, key, fd)
-        return False
-    granted = threading.Event()
-    mu = threading.Lock()
-    state: dict[str, Any] = {"abandoned": False, "error": None}
+    return False  # late() has run or will run
 
-    def wait() -> None:  # a blocking flock: the kernel wakes us when the holder unlocks
+
+# --------------------------------------------------------------------------------------------
+# the waiting queue: fairness, not exclusion
+#
+# flock wakes every waiter when the holder unlocks and the first to run wins, so under load a
+# waiter can lose many times in a row (a long latency tail). Waiters therefore first queue up
+# first-come-first-served: each creates its own slot file ``.<name>.q-*`` next to the ledger and
+# holds an exclusive flock on it, swaps its name into ``.<name>.queue`` (the queue's tail), and
+# waits (blocking, shared flock) on its predecessor's slot, which is unlocked when the
+# predecessor is done, gives up, or dies. Only then does it wait for the inode flock above, which
+# alone provides exclusion: the queue may be skipped (no writable directory), be split (two
+# names of the file in different directories) or be left early on a time-out without any effect
+# on correctness.
+
+
+def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
+    d, name = os.path.split(os.path.realpath(p))
+    mine = os.path.join(d, f".{name}.q-{os.getpid()}-{next(_state().aliases)}-{random.getrandbits(32):08x}")
+    try:
+        my_fd = os.open(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None  # e.g. a read-only directory: the inode flock alone (correct, less fair)
+    slot = (my_fd, mine)
+    try:
+        fcntl.flock(my_fd, fcntl.LOCK_EX)  # a new file: granted at once
+        tail_fd = os.open(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as e:
-            with mu:
-                state["error"] = e
-                abandoned = state["abandoned"]
-            if abandoned:
-                _give_back(st, key, fd)
-            granted.set()
-            return
-        with mu:
-            if state["abandoned"]:  # our caller gave up: pass the lock on at once
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                _give_back(st, key, fd)
-                return
-        granted.set()
+            fcntl.flock(tail_fd, fcntl.LOCK_EX)  # held for a read and a write only
+            pred = os.pread(tail_fd, 4096, 0).decode("ascii", "replace").strip()
+            mine_b = os.path.basename(mine).encode("ascii")
+            os.ftruncate(tail_fd, len(mine_b))
+            os.pwrite(tail_fd, mine_b, 0)
+        finally:
+            os.close(tail_fd)  # releases its flock
+    except OSError:
+        _queue_leave(slot)
+        return None
+    if not pred.startswith(f".{name}.q-") or "/" in pred:
+        return slot
+    pred_path = os.path.join(d, pred)
+    try:
+        pred_fd = os.open(pred_path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return slot  # the predecessor has already left
+    try:
+        granted = _timed_flock(pred_fd, fcntl.LOCK_SH, deadline, lambda got: os.close(pred_fd))
+    except OSError:
+        granted = True  # cannot wait on it: go straight to the inode flock
+    if granted:
+        os.close(pred_fd)
+        try:
+            os.unlink(pred_path)  # gone already unless the predecessor died
+        except OSError:
+            pass
+    # not granted: the time-out is reported by the inode flock, which has no time left either
+    return slot
 
-    threading.Thread(target=wait, name="dpsql-ledger-lock", daemon=True).start()
-    granted.wait(timeout)
-    with mu:
-        if granted.is_set():
-            if state["error"] is not None:
-                _give_back(st, key, fd)
-                raise LedgerError(
-                    f"cannot lock the budget ledger: flock failed ({state['error']})",
-                    hint="keep the ledger on a local file system that supports flock (not NFS)",
-                )
-            return True
-        state["abandoned"] = True  # the helper releases and returns the descriptor
-        return False
+
+def _queue_leave(slot: tuple[int, str] | None) -> None:
+    if slot is None:
+        return
+    fd, path = slot
+    try:
+        os.unlink(path)  # a successor that has not opened it yet skips it
+    except OSError:
+        pass
+    os.close(fd)  # releases the flock: the successor stops waiting
 
 
 def _unlock(key: tuple[int, int], fd: int) -> None:
