@@ -7,8 +7,9 @@ Each trial starts two worker processes on one ledger file. In a ``create`` trial
 not exist yet and both workers race to create it (``Ledger.open(..., create=True)``); in an
 ``ops`` trial it exists with part of its budget spent. Workers then loop over reserve, commit or
 fail, set_total and reads, printing an acknowledgement after each call returns, and pause a
-random 0-3 ms at each step of an operation (lock taken, file attached, before COMMIT, file
-detached) so that kills land in every step. The campaign SIGKILLs both workers at independent
+random 0-3 ms at each step of an operation (before queueing, lock taken, file attached, before
+COMMIT, before CHECKPOINT, before the marker write, file detached) so that kills land in every
+step. The campaign SIGKILLs both workers at independent
 random times and then checks, in a fresh process state:
 
 * the ledger is absent only in a ``create`` trial in which no worker acknowledged a creation,
@@ -18,7 +19,8 @@ random times and then checks, in a fresh process state:
 * the recorded spend never exceeds the total, and the ledger still accepts a write.
 
 Output: JSON with the number of trials, the violations (empty when all hold), the step each
-kill interrupted, and leftover temporary files, to stdout and ``<out>/ledger_crash.json``.
+kill interrupted, and leftover temporary files (unfinished creations, waiting-queue slots of
+killed workers: harmless), to stdout and ``<out>/ledger_crash.json``.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def _worker(path: str, kind: str, seed: int) -> None:
 
         return pause
 
-    for name in ("before_attach", "after_attach", "before_commit", "after_detach"):
+    for name in ("before_queue", "before_attach", "after_attach", "before_commit", "before_checkpoint",
+                 "before_marker", "after_detach"):
         _store._HOOKS[name] = step(name)
     say("start")
     if kind == "create":
@@ -186,7 +189,7 @@ def _trial(i: int, rng: random.Random, max_delay: float) -> dict[str, Any]:
         crashed = [e for e in errs if e.strip()]
         if crashed:
             problems.append("a worker failed before the kill: " + crashed[0].strip().splitlines()[-1])
-        leftovers = [f for f in os.listdir(tmp) if ".creating-" in f]
+        leftovers = [f for f in os.listdir(tmp) if ".creating-" in f or ".q-" in f]
     return {"trial": i, "kind": kind, "problems": problems, "acks": n_acks, "phases": phases,
             "leftover_temporary_files": len(leftovers)}
 

@@ -210,7 +210,8 @@ def _state() -> _ProcessState:
 
 
 #: Test hooks: name -> callable(path), run at the named points of every file operation
-#: ("before_attach", "after_attach", "before_commit", "after_detach"). Empty in production.
+#: ("before_queue", "before_attach" (flock held), "after_attach", "before_commit",
+#: "before_checkpoint", "before_marker", "after_detach"). Empty in production.
 _HOOKS: dict[str, Any] = {}
 
 
@@ -457,7 +458,7 @@ class Ledger:
         params_json = _to_json(dict(params), "params")
         with self._txn(write=True, unchanged="nothing was charged") as (con, t):
             total = self._total(con)
-            spent = self._spent_costs(con)
+            spent, entry_id = self._spent_and_next_id(con)
             if not exact_sum_fits(spent, cost, total):
                 remaining = total.minus(compose(spent))
                 over = [
@@ -477,7 +478,6 @@ class Ledger:
                     hint="ask for a smaller epsilon/delta, reuse an earlier release, or (if the data "
                     "owner agrees) raise the total with Ledger.set_total(..., reason='...')",
                 )
-            entry_id = self._next_id(con)
             con.execute(
                 "INSERT INTO ledger_entries (entry_id, created_at, updated_at, status, mechanism, epsilon, "
                 "delta, query, tables, params) VALUES (?, current_timestamp, current_timestamp, 'reserved', "
@@ -740,6 +740,12 @@ class Ledger:
         ).fetchall()
         return [self._budget(e, d, f"entry {i}") for i, e, d in rows]
 
+    def _spent_and_next_id(self, con: duckdb.DuckDBPyConnection) -> tuple[list[Budget], int]:
+        """The counted costs and the next entry id, from one statement."""
+        rows = con.execute("SELECT entry_id, status, epsilon, delta FROM ledger_entries ORDER BY entry_id").fetchall()
+        spent = [self._budget(e, d, f"entry {i}") for i, st, e, d in rows if st in COUNTING_STATUSES]
+        return spent, (int(rows[-1][0]) + 1 if rows else 1)
+
     def _budget(self, eps: object, delta: object, what: str) -> Budget:
         try:
             return Budget(eps, delta)  # type: ignore[arg-type]
@@ -786,26 +792,19 @@ class Ledger:
             [total.epsilon, total.delta],
         )
 
-    @staticmethod
-    def _has_tables(con: duckdb.DuckDBPyConnection) -> bool:
-        try:  # one cheap statement that fails unless both other tables exist
-            con.execute("SELECT 1 FROM ledger_totals, ledger_entries LIMIT 0").fetchall()
-            return True
-        except duckdb.CatalogException:
-            return False
-
     def _check_schema(self, con: duckdb.DuckDBPyConnection) -> int:
         """Check that this is a ledger of our schema version; returns its generation (0 when the
         ledger predates generation counting)."""
-        try:
+        try:  # one statement that binds only if all three tables exist
             meta = dict(
                 con.execute(
-                    "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation')"
+                    "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation') "
+                    "AND NOT EXISTS (SELECT 1 FROM ledger_totals, ledger_entries WHERE false)"
                 ).fetchall()
             )
         except duckdb.CatalogException:
-            meta = None  # no ledger_meta table: say what the file is instead
-        if meta is None or not self._has_tables(con):
+            meta = None  # a table is missing: say what the file is instead
+        if meta is None:
             _rollback(con)
             con.execute("BEGIN TRANSACTION")
             names = {
@@ -972,6 +971,7 @@ class Ledger:
             return
         p = self.path
         deadline = time.monotonic() + self.lock_timeout
+        _hook("before_queue", p)
         slot = _queue_enter(p, deadline)  # fairness only: first come, first served
         try:
             key, fd = _lock_file(p, deadline, p, t.unchanged)  # the exclusion
@@ -1036,7 +1036,10 @@ class Ledger:
                     if write and t.wrote:
                         generation += 1
                         con.execute(
-                            "INSERT OR REPLACE INTO ledger_meta VALUES ('generation', ?)", [str(generation)]
+                            "UPDATE ledger_meta SET value = ? WHERE key = 'generation'"
+                            if generation > 1
+                            else "INSERT OR REPLACE INTO ledger_meta VALUES ('generation', ?)",
+                            [str(generation)],
                         )
                     _hook("before_commit", p)
                 except BaseException as e:
@@ -1055,6 +1058,7 @@ class Ledger:
                         "private row after this error",
                     ) from None
                 if write and t.wrote:
+                    _hook("before_checkpoint", p)
                     try:
                         con.execute(f"CHECKPOINT {alias}")  # into the main file, fdatasync'ed
                     except duckdb.Error as e:
@@ -1065,6 +1069,7 @@ class Ledger:
                             "operation writes it into the file). This operation did not complete: no "
                             "private row was read after this error",
                         ) from None
+                    _hook("before_marker", p)
                     try:
                         marker = _marker_path(p)
                         current = _read_marker(marker)
