@@ -45,7 +45,9 @@ touches it.
    reports the missing ledger, so DuckDB never opens a file other than the locked one.
 6. Waiting is a blocking ``flock`` (woken by the kernel when the holder unlocks, no polling),
    run in a helper thread so that ``lock_timeout`` can end the wait; a helper that is granted
-   the lock after its caller gave up releases it at once.
+   the lock after its caller gave up releases it at once. In front of it, a first-come-first-
+   served waiting queue of slot files (see ``_queue_enter``) keeps the latency tail short; it
+   plays no part in the exclusion argument.
 Hence DuckDB's unlocked header read (a DuckDB open reads the headers, then takes its own file
 lock without re-reading them) can never see a state that another dpsql operation is about to
 change: the budget check, the insert, the checkpoint and the close all happen inside one
@@ -87,10 +89,11 @@ Durability and lost write-ahead logs
 
 DuckDB connections
 ------------------
-Opening a DuckDB database instance costs about 12 ms, mostly building the instance, so each
-process keeps one private in-memory DuckDB instance for ledger work and each operation
-``ATTACH``es the ledger file to it (about 1 ms including the transaction, checkpoint and
-``DETACH``). Nothing is held open between operations. DuckDB also refuses to attach a file that
+Opening a DuckDB database instance costs about 12 ms of CPU, mostly building the instance, so
+each process keeps one private in-memory DuckDB instance for ledger work and each operation
+``ATTACH``es the ledger file to it (an idle machine runs ATTACH, the transaction, CHECKPOINT and
+``DETACH`` in a few ms; a write costs three fdatasyncs: the WAL at COMMIT, the main file twice
+at CHECKPOINT). Nothing is held open between operations. DuckDB also refuses to attach a file that
 another DuckDB connection in the same process has open ("Unique file handle conflict"); dpsql
 then waits for that connection to close until ``lock_timeout``, and never shares it.
 
