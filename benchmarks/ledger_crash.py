@@ -8,8 +8,8 @@ not exist yet and both workers race to create it (``Ledger.open(..., create=True
 ``ops`` trial it exists with part of its budget spent. Workers then loop over reserve, commit or
 fail, set_total and reads, printing an acknowledgement after each call returns, and pause a
 random 0-3 ms at each step of an operation (before queueing, lock taken, file attached, before
-COMMIT, before CHECKPOINT, before the marker write, file detached) so that kills land in every
-step. The campaign SIGKILLs both workers at independent
+COMMIT, before CHECKPOINT, before the marker write, file detached; in a creation: schema,
+checkpoint, link into place, marker) so that kills land in every step. The campaign SIGKILLs both workers at independent
 random times and then checks, in a fresh process state:
 
 * the ledger is absent only in a ``create`` trial in which no worker acknowledged a creation,
@@ -66,7 +66,8 @@ def _worker(path: str, kind: str, seed: int) -> None:
         return pause
 
     for name in ("before_queue", "before_attach", "after_attach", "before_commit", "before_checkpoint",
-                 "before_marker", "after_detach"):
+                 "before_marker", "after_detach", "create_schema", "create_checkpoint", "create_link",
+                 "create_marker"):
         _store._HOOKS[name] = step(name)
     say("start")
     if kind == "create":

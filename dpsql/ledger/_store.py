@@ -214,7 +214,8 @@ def _state() -> _ProcessState:
 
 #: Test hooks: name -> callable(path), run at the named points of every file operation
 #: ("before_queue", "before_attach" (flock held), "after_attach", "before_commit",
-#: "before_checkpoint", "before_marker", "after_detach"). Empty in production.
+#: "before_checkpoint", "before_marker", "after_detach"; in creation "create_schema",
+#: "create_checkpoint", "create_link", "create_marker"). Empty in production.
 _HOOKS: dict[str, Any] = {}
 
 
@@ -900,8 +901,10 @@ class Ledger:
                 try:
                     con.execute(f"USE {alias}")
                     con.execute("BEGIN TRANSACTION")
+                    _hook("create_schema", p)
                     self._init_schema(con, total, generation=generation)
                     con.execute("COMMIT")
+                    _hook("create_checkpoint", p)
                     con.execute(f"CHECKPOINT {alias}")
                 finally:
                     con.close()
@@ -919,6 +922,7 @@ class Ledger:
                     hint="check free disk space and retry",
                 )
             _fsync_path(tmp)
+            _hook("create_link", p)
             try:
                 os.link(tmp, p)  # atomic, and never replaces an existing file
             except FileExistsError:
@@ -948,6 +952,7 @@ class Ledger:
                 except OSError:  # pragma: no cover - an unused temporary file is harmless
                     pass
         _fsync_path(parent)
+        _hook("create_marker", p)
         # record the generation outside the file (never lowering a marker a faster process wrote)
         key, fd = _lock_file(p, time.monotonic() + self.lock_timeout, p, "the ledger was created")
         try:
