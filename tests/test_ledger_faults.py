@@ -157,6 +157,127 @@ def test_deterministic_race_negative_control(tmp_path: Path) -> None:
     assert got_b["attach"] < got_a["detached"]  # type: ignore[operator]
 
 
+# --- the race as found: DuckDB paused between reading the headers and taking its lock ----------
+
+# An LD_PRELOAD shim (compiled here when a C compiler is available) delays DuckDB's fcntl write
+# lock on one file, i.e. the moment after DuckDB has read the file's headers through an unlocked
+# handle and before it locks the file.
+SHIM_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+typedef int (*fcntl_fn)(int, int, ...);
+static void delay_lock(int fd, int cmd, void *arg) {
+    if (cmd != F_SETLK && cmd != F_SETLKW) return;
+    struct flock *fl = (struct flock *)arg;
+    if (!fl || fl->l_type != F_WRLCK) return;
+    const char *want = getenv("DPSQL_SHIM_PATH"), *ms = getenv("DPSQL_SHIM_MS"), *sig = getenv("DPSQL_SHIM_SIGNAL");
+    if (!want || !ms || !sig) return;
+    char link[64], target[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) return;
+    target[n] = 0;
+    if (strcmp(target, want) != 0) return;
+    FILE *f = fopen(sig, "w");
+    if (f) fclose(f);
+    usleep((useconds_t)atoi(ms) * 1000);
+}
+int fcntl(int fd, int cmd, ...) {
+    static fcntl_fn real;
+    if (!real) real = (fcntl_fn)dlsym(RTLD_NEXT, "fcntl");
+    va_list ap; va_start(ap, cmd); void *arg = va_arg(ap, void *); va_end(ap);
+    delay_lock(fd, cmd, arg);
+    return real(fd, cmd, arg);
+}
+int fcntl64(int fd, int cmd, ...) {
+    static fcntl_fn real;
+    if (!real) real = (fcntl_fn)dlsym(RTLD_NEXT, "fcntl64");
+    va_list ap; va_start(ap, cmd); void *arg = va_arg(ap, void *); va_end(ap);
+    delay_lock(fd, cmd, arg);
+    return real(fd, cmd, arg);
+}
+"""
+
+SHIM_WORKER = """
+import json, sys
+from dpsql.budget import Budget
+from dpsql.errors import BudgetExceededError, LedgerError
+from dpsql.ledger import Ledger, _store
+if sys.argv[2] == "unlocked":  # negative control: no flock and no waiting queue at all
+    _store._lock_file = lambda *a: ((0, 0), -1)
+    _store._unlock = lambda *a: None
+    _store._queue_enter = lambda *a: None
+led = Ledger(sys.argv[1], lock_timeout=30)
+try:
+    result = led.reserve(Budget(0.1), mechanism="m", query=sys.argv[3], tables=["t"], params={})
+except BudgetExceededError:
+    result = "exceeded"
+except LedgerError as e:
+    result = "error: " + str(e)
+print(json.dumps({"result": result}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def fcntl_shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the LD_PRELOAD shim")
+    d = tmp_path_factory.mktemp("shim")
+    (d / "shim.c").write_text(SHIM_C)
+    r = subprocess.run([cc, "-shared", "-fPIC", "-o", str(d / "shim.so"), str(d / "shim.c"), "-ldl"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot build the LD_PRELOAD shim: {r.stderr[:200]}")
+    return d / "shim.so"
+
+
+def _shim_race(path: Path, shim: Path, mode: str) -> tuple[object, object]:
+    signal_file = path.parent / "paused"
+    env = _env()
+    env.update(LD_PRELOAD=str(shim), DPSQL_SHIM_PATH=os.path.realpath(path), DPSQL_SHIM_MS="1500",
+               DPSQL_SHIM_SIGNAL=str(signal_file))
+    b = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SHIM_WORKER), str(path), mode, "B"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for _ in range(3000):  # until B's DuckDB has read the headers and paused before its lock
+        if signal_file.exists() or b.poll() is not None:
+            break
+        threading.Event().wait(0.01)
+    assert signal_file.exists(), b.communicate(timeout=60)
+    a = _spawn(SHIM_WORKER, str(path), mode, "A")
+    out_a, err_a = a.communicate(timeout=60)
+    out_b, err_b = b.communicate(timeout=60)
+    assert a.returncode == 0 and b.returncode == 0, (err_a, err_b)
+    return json.loads(out_a.strip().splitlines()[-1])["result"], json.loads(out_b.strip().splitlines()[-1])["result"]
+
+
+def test_race_between_header_read_and_lock_cannot_overspend(tmp_path: Path, fcntl_shim: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    _nine_tenths_spent(path)
+    got_a, got_b = _shim_race(path, fcntl_shim, "locked")
+    # B holds the ledger's flock while DuckDB pauses, so A waits and then sees B's charge
+    assert (got_a, got_b) == ("exceeded", 10)
+    led = Ledger.open(path)
+    assert led.spent() == Budget(1.0) and led.history()["query"].to_pylist()[-1] == "B"
+
+
+def test_race_between_header_read_and_lock_negative_control(tmp_path: Path, fcntl_shim: Path) -> None:
+    """Without the flock the race of the finding is back: B's DuckDB works on the stale headers it
+    read before A's change. Either both get entry 10 (the overspend of the finding), or the
+    generation marker (A's change raised it) makes B refuse the stale snapshot."""
+    path = tmp_path / "ledger.duckdb"
+    _nine_tenths_spent(path)
+    got_a, got_b = _shim_race(path, fcntl_shim, "unlocked")
+    assert got_a == 10
+    assert got_b == 10 or "older than its last acknowledged change" in str(got_b)
+
+
 # --- stress: many processes through two names of one file ----------------------------------------
 
 STRESSER = """

@@ -80,7 +80,10 @@ Durability and lost write-ahead logs
   WAL, a restore of an old copy), which would otherwise silently give budget back. The marker
   is a lower bound (it is written after the main file is durable, so a crash or power loss
   that loses a marker update leaves an older value), which never causes a false refusal. Hard
-  links in other directories keep separate markers; each is still a lower bound.
+  links in other directories keep separate markers; each is still a lower bound. The check is
+  also a second line of defence against the stale-header race above: an open that works on
+  headers older than an acknowledged change sees a generation below the marker and refuses
+  (seen in the test that disables the flock).
 * Creation is atomic: the new ledger is built under a temporary name in the same directory,
   checkpointed and fsynced, then published with ``link(2)`` (which, unlike ``rename``, fails if
   the name exists, so a concurrent creator is never overwritten), and the directory is fsynced.
