@@ -599,3 +599,25 @@ def test_damaged_wal_loses_nothing_acknowledged(tmp_path: Path) -> None:
     assert led.remaining() == Budget(0.75)
     assert _reserve(led, 0.25) == 2 and led.entry(1).status == "released"
     assert led.remaining() == Budget(0.5)
+
+
+def test_cli_creates_a_missing_ledger_only_on_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpsql.cli import main
+
+    shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("*.duckdb*"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    cfg = tmp_path / "examples" / "dpsql.toml"
+    query = ["query", "SELECT COUNT(*) FROM events", "--epsilon", "0.5"]
+    # create_if_missing does not apply to a --ledger given on the command line (a typo stays an error)
+    assert main(["--config", str(cfg), "--ledger", str(tmp_path / "typo.duckdb"), *query]) == 4
+    assert not (tmp_path / "typo.duckdb").exists()
+    # without create_if_missing, the config's ledger is not created either
+    plain = tmp_path / "examples" / "plain.toml"
+    plain.write_text(cfg.read_text().replace("create_if_missing = true", ""))
+    assert main(["--config", str(plain), *query]) == 4
+    assert main(["--config", str(plain), "budget"]) == 4
+    assert not (tmp_path / "examples" / "example_ledger.duckdb").exists()
+    # the bundled example config creates it (the README's first command)
+    assert main(["--config", str(cfg), *query]) == 0
+    assert Ledger.open(tmp_path / "examples" / "example_ledger.duckdb").spent() == Budget(0.5)
