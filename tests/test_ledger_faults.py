@@ -621,3 +621,22 @@ def test_cli_creates_a_missing_ledger_only_on_request(tmp_path: Path, monkeypatc
     # the bundled example config creates it (the README's first command)
     assert main(["--config", str(cfg), *query]) == 0
     assert Ledger.open(tmp_path / "examples" / "example_ledger.duckdb").spent() == Budget(0.5)
+
+
+def test_ledger_without_generation_counter_is_adopted(tmp_path: Path) -> None:
+    """A ledger written before generations were counted (no meta row, no marker) opens, and its
+    first write starts the counter and the marker."""
+    import duckdb
+
+    path = tmp_path / "ledger.duckdb"
+    led = Ledger.create(path, Budget(1.0))
+    led.commit(_reserve(led, 0.25))
+    con = duckdb.connect(str(path))
+    con.execute("DELETE FROM ledger_meta WHERE key = 'generation'")
+    con.close()
+    marker = Path(str(path) + GENERATION_SUFFIX)
+    marker.unlink()
+    assert led.remaining() == Budget(0.75) and not marker.exists()
+    _reserve(led, 0.25)
+    assert marker.read_text() == f"dpsql ledger generation {1:020d}\n"
+    assert Ledger.open(path).remaining() == Budget(0.5)
