@@ -42,7 +42,8 @@ touches it.
    never closed; the pool only grows with the number of simultaneous waiters in the process.
 5. After the flock is granted the path is stat'ed again; if it no longer names the locked inode
    (the file was replaced or removed) the lock is released and the operation starts over or
-   reports the missing ledger, so DuckDB never opens a file other than the locked one.
+   reports the missing ledger, so DuckDB opens the locked file (short of a program that is not
+   dpsql replacing the file in the instant between that check and the open).
 6. Waiting is a blocking ``flock`` (woken by the kernel when the holder unlocks, no polling),
    run in a helper thread so that ``lock_timeout`` can end the wait; a helper that is granted
    the lock after its caller gave up releases it at once. In front of it, a first-come-first-
