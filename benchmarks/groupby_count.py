@@ -51,7 +51,7 @@ def main() -> None:
             distinct.append(time.perf_counter() - t)
         con.close()
         with tempfile.TemporaryDirectory() as tmp:
-            s = dpsql.Session(ledger=os.path.join(tmp, "ledger.duckdb"), budget=dpsql.Budget(1000.0, 1e-2))
+            s = dpsql.Session(ledger=os.path.join(tmp, "ledger.duckdb"), budget=dpsql.Budget(1000.0, 1e-2), create=True)
             cols = {"country": {"domain": [f"C{i}" for i in range(50)]}} if key == "country" else None
             s.register("events", path, privacy_unit="user_id", max_groups_per_unit=5, max_rows_per_group=1, columns=cols)
             sql = f"SELECT {key}, COUNT(*) AS n FROM events GROUP BY {key}"

@@ -59,7 +59,7 @@ def _child_nonprivate(path: str, q: str, conn: Any) -> None:
 
 def _child_dpsql(path: str, k: int, conn: Any) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        s = dpsql.Session(ledger=os.path.join(tmp, "l.duckdb"), budget=dpsql.Budget(100.0, 1e-3))
+        s = dpsql.Session(ledger=os.path.join(tmp, "l.duckdb"), budget=dpsql.Budget(100.0, 1e-3), create=True)
         s.register("events", path, privacy_unit="user_id", max_groups_per_unit=CU, max_rows_per_group=k)
         t = time.perf_counter()
         r = s.query(SQL, epsilon=EPS, delta=DELTA)

@@ -177,6 +177,18 @@ def _load_config(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         raise ConfigError(f"config file {path!r} is not valid TOML: {e}") from None
 
 
+def _create_if_missing(args: argparse.Namespace, led: dict[str, Any]) -> bool:
+    """A missing ledger is created only by `dpsql init` or `[ledger] create_if_missing = true`; the
+    latter applies to the ledger the config names, not to a --ledger given on the command line."""
+    from dpsql.errors import ConfigError
+
+    create = led.get("create_if_missing", False)
+    if not isinstance(create, bool):
+        raise ConfigError(f"[ledger] create_if_missing must be true or false, got {create!r}",
+                          hint="create_if_missing = true")
+    return create and not args.ledger and bool(led.get("path"))
+
+
 def _open_session(args: argparse.Namespace) -> Any:
     import dpsql
     from dpsql.errors import ConfigError
@@ -184,7 +196,8 @@ def _open_session(args: argparse.Namespace) -> Any:
     cfg, cfg_dir = _load_config(args)
     led = cfg.get("ledger", {}) if isinstance(cfg.get("ledger"), dict) else {}
     budget = dpsql.Budget(led["epsilon"], led.get("delta", 0.0)) if "epsilon" in led else None
-    s = dpsql.Session(ledger=_ledger_path(args, cfg, cfg_dir), budget=budget, engine=_engine_settings(args, cfg))
+    s = dpsql.Session(ledger=_ledger_path(args, cfg, cfg_dir), budget=budget, create=_create_if_missing(args, led),
+                      engine=_engine_settings(args, cfg))
     try:
         for name, spec in (cfg.get("tables") or {}).items():
             s.register_from_dict(name, spec, base_dir=cfg_dir)
@@ -418,7 +431,8 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     path = _ledger_path(args, cfg, cfg_dir)
     total = dpsql.Budget(led_cfg["epsilon"], led_cfg.get("delta", 0.0)) if "epsilon" in led_cfg else None
     # --set-total changes the recorded total: open by the ledger's own total, not the config's
-    with Ledger.open(path, None if args.set_total else total) as led:
+    with Ledger.open(path, None if args.set_total else total,
+                     create=not args.set_total and _create_if_missing(args, led_cfg)) as led:
         if args.set_total:
             try:
                 eps, delta = float(args.set_total[0]), float(args.set_total[1])

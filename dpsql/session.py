@@ -101,8 +101,9 @@ def _check_options(options: dict[str, Any] | None) -> dict[str, Any]:
 class Session:
     """A differentially private query session over registered tables.
 
-    ``ledger``: path of the budget ledger file (created if missing and ``budget`` is given), or
-    ``None`` for an in-memory ledger (notebooks and tests only: it forgets everything on exit).
+    ``ledger``: path of the budget ledger file, or ``None`` for an in-memory ledger (notebooks
+    and tests only: it forgets everything on exit). A missing ledger file is a LedgerError unless
+    ``create=True`` (then it is created with ``budget``); ``dpsql init`` also creates one.
     ``budget``: the total budget. An existing ledger keeps its recorded total; passing a
     different one is a ConfigError (change it with ``dpsql budget --set-total``).
     ``connection``: an optional DuckDB connection whose tables can be registered by name.
@@ -121,6 +122,7 @@ class Session:
         lock_timeout: float = 10.0,
         debug: bool = False,
         engine: EngineSettings | dict[str, Any] | None = None,
+        create: bool = False,
     ) -> None:
         settings = EngineSettings.from_dict(engine)
         if not isinstance(debug, bool):
@@ -138,7 +140,7 @@ class Session:
                 )
             self._ledger = Ledger.create(None, budget)
         else:
-            self._ledger = Ledger.open(path, budget, lock_timeout=lock_timeout)
+            self._ledger = Ledger.open(path, budget, create=create, lock_timeout=lock_timeout)
         self._engine = Engine(connection, settings)
         self._has_connection = connection is not None
         self._catalog: dict[str, TableSpec] = {}
@@ -149,7 +151,8 @@ class Session:
     # -- construction from a config file ------------------------------------------------------
     @classmethod
     def from_config(cls, path: str | os.PathLike[str] = "dpsql.toml") -> Session:
-        """Build a Session from a TOML file: ``[ledger]`` (path, epsilon, delta) and ``[tables.NAME]``."""
+        """Build a Session from a TOML file: ``[ledger]`` (path, epsilon, delta, create_if_missing)
+        and ``[tables.NAME]``."""
         p = os.fspath(path)
         if not os.path.exists(p):
             raise ConfigError(f"config file {p!r} not found", hint="create dpsql.toml (see README) or pass its path")
@@ -168,7 +171,10 @@ class Session:
         budget = None
         if "epsilon" in led:
             budget = Budget(led["epsilon"], led.get("delta", 0.0))
-        s = cls(ledger=lpath, budget=budget, engine=cfg.get("engine"))
+        create = led.get("create_if_missing", False)
+        if not isinstance(create, bool):
+            raise ConfigError(f"[ledger] create_if_missing must be true or false, got {create!r}")
+        s = cls(ledger=lpath, budget=budget, engine=cfg.get("engine"), create=create)
         tables = cfg.get("tables", {})
         if not isinstance(tables, dict):
             raise ConfigError("[tables] in the config must be a table of tables")

@@ -14,12 +14,16 @@
 --     exactly (see dpsql/budget.py); never SUM() these columns in SQL to decide anything.
 
 CREATE TABLE ledger_meta (
-    key   VARCHAR PRIMARY KEY,  -- 'schema_version', 'created_at', 'created_by'
+    key   VARCHAR PRIMARY KEY,  -- 'schema_version', 'created_at', 'created_by', 'generation'
     value VARCHAR NOT NULL
 );
 
 -- The single source of truth for the schema version (dpsql.ledger.SCHEMA_VERSION must match).
 INSERT INTO ledger_meta VALUES ('schema_version', '1');
+
+-- 'generation' counts write transactions (1 at creation); each write also records it in the
+-- marker file <ledger>.generation, and a ledger holding an older generation than its marker
+-- (a lost write-ahead log, a restored old copy) is refused.
 
 -- The total budget is the newest row of this log. The first row is written at creation;
 -- every later row is an explicit, recorded set_total (never below what is spent).

@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent(
 def test_two_processes_never_overspend(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[1]
     ledger = str(tmp_path / "shared.duckdb")
-    dpsql.Session(ledger=ledger, budget=dpsql.Budget(0.5)).close()
+    dpsql.Session(ledger=ledger, budget=dpsql.Budget(0.5), create=True).close()
     data = str(root / "examples" / "events.parquet")
     procs = [
         subprocess.Popen([sys.executable, "-c", SCRIPT, ledger, data], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

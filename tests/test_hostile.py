@@ -305,7 +305,7 @@ HOLD_LOCK = (
 
 def test_locked_ledger(tmp_path: Path, secret_events: pa.Table) -> None:
     path = tmp_path / "ledger.duckdb"
-    s = dpsql.Session(ledger=path, budget=TOTAL, lock_timeout=0.3)
+    s = dpsql.Session(ledger=path, budget=TOTAL, lock_timeout=0.3, create=True)
     use_noise(s, zero_noise())
     s.register("events", secret_events, privacy_unit="user_id", columns=COLUMNS)
     s.query("SELECT COUNT(*) FROM events", epsilon=1)
@@ -332,7 +332,7 @@ def test_locked_ledger(tmp_path: Path, secret_events: pa.Table) -> None:
 
 def test_file_ledger_untouched_by_the_whole_battery(tmp_path: Path, files: Path, secret_events: pa.Table) -> None:
     path = tmp_path / "ledger.duckdb"
-    with dpsql.Session(ledger=path, budget=TOTAL) as s:
+    with dpsql.Session(ledger=path, budget=TOTAL, create=True) as s:
         use_noise(s, zero_noise())
         s.register("events", secret_events, privacy_unit="user_id", columns=COLUMNS)
         before = _digest(path)

@@ -106,15 +106,24 @@ def test_open_missing_file(path: Path) -> None:
         Ledger.open(path)
     assert "dpsql init --epsilon" in str(ei.value)
     assert not path.exists()
-    # with a total, open creates it
-    led = Ledger.open(path, Budget(2.0, 1e-6))
+    # a total alone never creates a ledger: a mistyped or deleted path is not a fresh budget
+    with pytest.raises(LedgerError, match="no budget ledger") as ei:
+        Ledger.open(path, Budget(2.0, 1e-6))
+    assert "dpsql init" in (ei.value.hint or "") and "delete" not in str(ei.value)
+    assert not path.exists()
+    # create=True needs a total
+    with pytest.raises(LedgerError, match="no total"):
+        Ledger.open(path, create=True)
+    # with create=True and a total, open creates it
+    led = Ledger.open(path, Budget(2.0, 1e-6), create=True)
     assert path.exists() and led.total() == Budget(2.0, 1e-6)
+    assert Ledger.open(path, Budget(2.0, 1e-6), create=True).total() == Budget(2.0, 1e-6)  # exists: opened
 
 
 def test_file_deleted_after_open_is_not_recreated(path: Path) -> None:
     led = Ledger.create(path, Budget(1.0))
     path.unlink()
-    with pytest.raises(LedgerError, match="no longer exists"):
+    with pytest.raises(LedgerError, match="does not exist"):
         _reserve(led)
     assert not path.exists()
 

@@ -30,7 +30,7 @@ def people(n_users: int = 300, seed: int = 3) -> pa.Table:
 
 
 def make_session(ledger=None, cap: int = 5, noise=None, version: str | None = "v1") -> dpsql.Session:
-    s = dpsql.Session(ledger=ledger, budget=dpsql.Budget(10.0, 1e-5) if ledger is None or True else None)
+    s = dpsql.Session(ledger=ledger, budget=dpsql.Budget(10.0, 1e-5), create=True)
     use_noise(s, noise if noise is not None else zero_noise())
     s.register(
         "people",
@@ -243,7 +243,7 @@ def test_reuse_across_processes(tmp_path):
     script = textwrap.dedent(
         """
         import sys, dpsql
-        with dpsql.Session(ledger=sys.argv[1], budget=dpsql.Budget(5.0)) as s:
+        with dpsql.Session(ledger=sys.argv[1], budget=dpsql.Budget(5.0), create=True) as s:
             s.register("people", sys.argv[2], privacy_unit="pid", max_rows_per_unit=3,
                        columns={"age": {"bounds": (0, 120), "bins": 121}})
             if sys.argv[3] == "first":

@@ -151,7 +151,7 @@ def test_registered_metadata_is_public_only(events: pa.Table) -> None:
 
 def test_new_session_on_same_ledger_sees_same_remaining(tmp_path: Path, events: pa.Table) -> None:
     path = tmp_path / "ledger.duckdb"
-    with zero_session(events, ledger=path, budget=Budget(2.0, 1e-5)) as s:
+    with zero_session(events, ledger=path, budget=Budget(2.0, 1e-5), create=True) as s:
         r = s.query("SELECT COUNT(*) FROM events", epsilon=0.5)
         assert r.ledger_id is not None
         rem = s.remaining()
@@ -173,6 +173,18 @@ def test_missing_ledger_without_budget_is_ledger_error(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="no budget ledger"):
         dpsql.Session(ledger=tmp_path / "missing.duckdb")
     assert not (tmp_path / "missing.duckdb").exists()
+
+
+def test_missing_ledger_is_created_only_on_request(tmp_path: Path) -> None:
+    path = tmp_path / "missing.duckdb"
+    # a total alone does not create a ledger (a mistyped or deleted path is not a fresh budget)
+    with pytest.raises(LedgerError, match="no budget ledger") as ei:
+        dpsql.Session(ledger=path, budget=Budget(1.0, 1e-6))
+    assert "dpsql init" in (ei.value.hint or "")
+    assert not path.exists()
+    with dpsql.Session(ledger=path, budget=Budget(1.0, 1e-6), create=True) as s:
+        assert s.remaining() == Budget(1.0, 1e-6)
+    assert path.exists()
 
 
 def test_budget_is_spent_exactly_and_then_refused(events: pa.Table) -> None:
@@ -246,7 +258,7 @@ def test_large_epsilon_warns(events: pa.Table) -> None:
 
 def test_explain_costs_nothing_and_hides_the_salt(tmp_path: Path, events: pa.Table) -> None:
     path = tmp_path / "l.duckdb"
-    with zero_session(events, ledger=path, budget=Budget(1.0, 1e-6)) as s:
+    with zero_session(events, ledger=path, budget=Budget(1.0, 1e-6), create=True) as s:
         before = path.read_bytes()
         p = s.explain("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1, delta=1e-6)
         assert isinstance(p, dpsql.Plan)
@@ -427,7 +439,7 @@ def test_from_config_paths_are_relative_to_the_config_file(tmp_path: Path, event
     pq.write_table(events, tmp_path / "events.parquet")
     cfg = tmp_path / "dpsql.toml"
     cfg.write_text(
-        '[ledger]\npath = "l.duckdb"\nepsilon = 3.0\ndelta = 1e-6\n\n'
+        '[ledger]\npath = "l.duckdb"\nepsilon = 3.0\ndelta = 1e-6\ncreate_if_missing = true\n\n'
         '[tables.events]\nsource = "events.parquet"\nprivacy_unit = "user_id"\nmax_groups_per_unit = 2\n\n'
         "[tables.events.columns.amount]\nbounds = [0, 100]\n"
     )
@@ -443,6 +455,14 @@ def test_from_config_paths_are_relative_to_the_config_file(tmp_path: Path, event
     assert (tmp_path / "l.duckdb").exists()
     with dpsql.Session.from_config(str(cfg)) as s:
         assert s.remaining() == Budget(2.0, 1e-6)
+    # without create_if_missing a missing ledger is an error, and nothing is created
+    cfg.write_text(cfg.read_text().replace("create_if_missing = true", "").replace("l.duckdb", "m.duckdb"))
+    with pytest.raises(LedgerError, match="no budget ledger"):
+        dpsql.Session.from_config(cfg)
+    assert not (tmp_path / "m.duckdb").exists()
+    cfg.write_text(cfg.read_text().replace("delta = 1e-6", 'delta = 1e-6\ncreate_if_missing = "yes"'))
+    with pytest.raises(ConfigError, match="create_if_missing"):
+        dpsql.Session.from_config(cfg)
 
 
 @pytest.mark.parametrize(

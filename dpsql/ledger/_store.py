@@ -6,53 +6,100 @@ Privacy argument (design invariants 3 and 6)
   memory; a new process reads it back. Changing it is an explicit, logged ``set_total``.
 * ``reserve`` runs ONE transaction that reads every counted charge, decides
   ``spent + cost <= total`` exactly (``dpsql.budget.exact_sum_fits``, the one rounding rule) and
-  inserts the new charge as ``reserved``. The transaction is durable on disk before ``reserve``
-  returns, so the caller may read private rows only after the charge is recorded.
+  inserts the new charge as ``reserved``. ``reserve`` returns only once that row is in the main
+  ledger file (COMMIT, then a CHECKPOINT that succeeded), so the caller reads private rows only
+  after the charge is durable there. Any failure on the way raises ``LedgerError`` and the
+  caller reads nothing.
 * A reserved charge counts whatever happens next: ``released`` and ``failed`` entries count too
   (a failed run may have touched private data). Only zero-cost ``reused`` entries add nothing.
-* Two processes can never overspend: every operation holds DuckDB's exclusive file lock for the
-  whole read-check-insert transaction (see below), and threads of one process are serialised by
-  a process-wide lock per resolved path.
+* A missing ledger is never created implicitly: only :meth:`Ledger.create` (``dpsql init``) or
+  ``Ledger.open(..., create=True)`` create one, and the latter refuses when a generation marker
+  shows that a ledger existed at that path before (a deleted ledger is not a fresh budget).
 
-What DuckDB 2.0.1 guarantees (verified empirically on Linux while writing this module)
-------------------------------------------------------------------------------------------
-Locking
-  * Opening a database file takes a non-blocking ``fcntl(F_SETLK)`` lock on the whole file (a
-    write lock read-write, a read lock read-only) for as long as the database instance is open.
-  * While one process has the file open read-write, another process's ``duckdb.connect`` fails
-    at once (no waiting) for both read-write and read-only opens with ``duckdb.IOException``
-    (a subclass of ``OperationalError``): ``IO Error: Could not set lock on file "<path>":
-    Conflicting lock is held in <exe> (PID <n>). See also .../concurrency``.
-  * While one process has it open read-only, other read-only opens succeed, but a read-write open
-    fails with the same IOException (message adds "you would be able to open this database in
-    read-only mode"). So a reader DOES block a writer for as long as it keeps the file open.
-  * Inside one process DuckDB caches database instances per path: a second read-write
-    ``connect`` of the same file shares the first instance (no error, but its transactions then
-    run concurrently under optimistic MVCC, where read-check-insert is open to write skew), and
-    a connect with a different configuration (e.g. ``read_only=True`` while a read-write
-    connection is open) fails with ``duckdb.ConnectionException``: ``Can't open a connection to
-    same database file with a different configuration than existing connections``.
-  * fcntl locks belong to the process and are dropped when ANY descriptor of the file is
-    closed, so this module never opens the ledger file with plain ``open()``.
-  * A file that is not a DuckDB database (random bytes, or 0 bytes) gives ``IOException: The
-    file "<path>" exists, but it is not a valid DuckDB database file!`` and is left untouched; a
-    DuckDB file opened and closed without writes keeps its exact bytes.
-  Hence the design: hold nothing open between operations. Each operation opens a short-lived
-  connection (read-write for changes, read-only for reads, so readers do not block each other),
-  runs one transaction, and closes. On a lock conflict it retries with randomised exponential
-  backoff until ``lock_timeout`` seconds, then raises ``LedgerError`` ("... is locked by another
-  process (PID n) ..."). In-process, a ``threading.Lock`` per resolved path serialises ledger
-  operations so DuckDB's instance sharing never lets two transactions interleave.
-Durability
-  * ``COMMIT`` appends to ``<path>.wal`` and calls ``fdatasync`` on it before returning (seen
-    with strace; ``fsync_mode`` is ``STANDARD``). A process killed right after COMMIT
-    (``os._exit``) leaves the commit in the WAL, and the next open (even read-only) replays it.
-  * ``CHECKPOINT`` writes the WAL into the database file, ``fdatasync``s it and deletes the WAL;
-    closing the last connection checkpoints as well (``checkpoint_on_shutdown``).
-  So a charge is durable once COMMIT returns. After COMMIT this module also runs CHECKPOINT (best
-  effort; its failure does not undo durability) so the ledger is a single self-contained file
-  between operations, and after creating a ledger it fsyncs the parent directory.
-Each operation costs roughly 40-50 ms (open + transaction + checkpoint + close).
+Exclusion: why two operations on one ledger never interleave
+------------------------------------------------------------
+Claim: between the moment DuckDB first touches the ledger file for an operation (reading its
+headers) and the moment it has closed it again (after COMMIT, CHECKPOINT and DETACH), no other
+dpsql operation on the same file, in any thread or process that reaches the file by any path,
+touches it.
+
+1. Every operation first takes ``flock(LOCK_EX)`` on a descriptor of the ledger file itself
+   (opened ``O_RDONLY``), and only then lets DuckDB open the file (``ATTACH``); it releases the
+   flock only after DuckDB has detached the file. The flock is the first and last thing done.
+2. ``flock`` locks belong to the *inode*, not the path: hard links, bind mounts, symlinks and
+   case variants of a path all name the same inode, so they contend for one lock. (A sidecar
+   ``<path>.lock`` would not: two hard links in different directories have two sidecars.)
+3. ``flock`` locks are held per open file description. Each waiter in this process uses its
+   own descriptor (a small pool per inode, keyed by ``(st_dev, st_ino)``), so threads of one
+   process exclude each other exactly as processes do. Descriptors are opened ``O_CLOEXEC`` and
+   the pool is discarded in a forked child (``os.register_at_fork``): a child never shares an
+   open file description, hence a lock, with its parent.
+4. On Linux ``flock`` and DuckDB's ``fcntl`` record locks are independent (verified: a flock
+   held by one process does not stop DuckDB in the same process from locking, and blocks
+   another process's flock). But closing ANY descriptor of a file drops every ``fcntl`` lock the
+   process holds on it (verified: after closing a second descriptor, another process could open
+   the database read-write while the first still had it open). So descriptors in the pool are
+   never closed; the pool only grows with the number of simultaneous waiters in the process.
+5. After the flock is granted the path is stat'ed again; if it no longer names the locked inode
+   (the file was replaced or removed) the lock is released and the operation starts over or
+   reports the missing ledger, so DuckDB opens the locked file (short of a program that is not
+   dpsql replacing the file in the instant between that check and the open).
+6. Waiting is a blocking ``flock`` (woken by the kernel when the holder unlocks, no polling),
+   run in a helper thread so that ``lock_timeout`` can end the wait; a helper that is granted
+   the lock after its caller gave up releases it at once. In front of it, a first-come-first-
+   served waiting queue of slot files (see ``_queue_enter``) keeps the latency tail short; it
+   plays no part in the exclusion argument.
+Hence DuckDB's unlocked header read (a DuckDB open reads the headers, then takes its own file
+lock without re-reading them) can never see a state that another dpsql operation is about to
+change: the budget check, the insert, the checkpoint and the close all happen inside one
+exclusive section. Processes that are not dpsql (a ``duckdb`` shell) do not take the flock;
+DuckDB's own lock still refuses them while dpsql has the file open, and while they hold it
+dpsql waits (retrying DuckDB's lock until ``lock_timeout``). Network file systems that emulate
+flock with fcntl locks (NFS) break item 4 and are not supported for ledgers.
+
+Durability and lost write-ahead logs
+------------------------------------
+* Every write transaction ends with COMMIT (DuckDB appends to ``<path>.wal`` and fdatasyncs it)
+  and then CHECKPOINT (DuckDB writes the change into the main file, fdatasyncs it, removes the
+  WAL). A failed CHECKPOINT is not ignored: the operation raises ``LedgerError`` saying that
+  the change is recorded in the WAL only; for ``reserve`` that means the charge stands and the
+  query does not run (nothing is read). DuckDB invalidates the attached database after a
+  failed checkpoint; the next operation re-attaches and replays the WAL.
+* Why every write checkpoints, not only ``reserve``: DuckDB names the WAL after the path it was
+  given (``<path>.wal``), so a WAL left behind by a write through one name of the file (a hard
+  link, a bind mount) is invisible to an open through another name, which would then write a
+  newer main file; DuckDB then refuses the stale WAL ("WAL checkpoint iteration does not
+  match"). So no WAL outlives a successful operation. DETACH is told not to checkpoint by
+  itself (``disable_checkpoint_on_shutdown``) so that the explicit, checked CHECKPOINT is the
+  only place this happens.
+* Each write transaction also increments a generation counter stored in the ledger
+  (``ledger_meta.generation``). After its CHECKPOINT succeeded, the operation writes that
+  generation into a marker file ``<path>.generation`` (next to the resolved path; fixed width,
+  updated in place, fsynced when created) outside the WAL. Every later
+  operation compares the two and refuses with ``LedgerError`` when the ledger holds an older
+  generation than the marker: the main file lost acknowledged changes (a deleted or truncated
+  WAL, a restore of an old copy), which would otherwise silently give budget back. The marker
+  is a lower bound (it is written after the main file is durable, so a crash or power loss
+  that loses a marker update leaves an older value), which never causes a false refusal. Hard
+  links in other directories keep separate markers; each is still a lower bound. The check is
+  also a second line of defence against the stale-header race above: an open that works on
+  headers older than an acknowledged change sees a generation below the marker and refuses
+  (seen in the test that disables the flock).
+* Creation is atomic: the new ledger is built under a temporary name in the same directory,
+  checkpointed and fsynced, then published with ``link(2)`` (which, unlike ``rename``, fails if
+  the name exists, so a concurrent creator is never overwritten), and the directory is fsynced.
+  A crash leaves either no ledger or a complete one (plus at most an unused temporary file
+  named ``.<name>.creating-*``).
+
+DuckDB connections
+------------------
+Opening a DuckDB database instance costs about 12 ms of CPU, mostly building the instance, so
+each process keeps one private in-memory DuckDB instance for ledger work and each operation
+``ATTACH``es the ledger file to it (an idle machine runs ATTACH, the transaction, CHECKPOINT and
+``DETACH`` in a few ms; a write costs three fdatasyncs: the WAL at COMMIT, the main file twice
+at CHECKPOINT). Nothing is held open between operations. DuckDB also refuses to attach a file that
+another DuckDB connection in the same process has open ("Unique file handle conflict"); dpsql
+then waits for that connection to close until ``lock_timeout``, and never shares it.
 
 In-memory ledgers (``path=None``) keep one DuckDB connection for the object's lifetime; they
 are for notebooks and tests only: the budget dies with the process.
@@ -60,6 +107,9 @@ are for notebooks and tests only: the budget dies with the process.
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import itertools
 import json
 import math
 import os
@@ -90,6 +140,9 @@ COUNTING_STATUSES = ("reserved", "released", "failed")
 _REQUIRED_TABLES = ("ledger_meta", "ledger_totals", "ledger_entries")
 
 _INIT_HINT = "create it with `dpsql init --epsilon 1.0 --delta 1e-6 --ledger {path}` (choose your total)"
+
+#: Suffix of the generation marker file kept next to a ledger file.
+GENERATION_SUFFIX = ".generation"
 
 _ENTRY_COLUMNS = (
     "entry_id, created_at, updated_at, status, mechanism, epsilon, delta, query, tables, params, "
@@ -126,19 +179,54 @@ class LedgerEntry:
 
 
 # --------------------------------------------------------------------------------------------
-# process-wide locks, one per resolved ledger path
+# process-wide state: flock descriptors per ledger inode, the DuckDB instance used for ledgers
 
 
-_PATH_LOCKS: dict[str, threading.Lock] = {}
-_PATH_LOCKS_GUARD = threading.Lock()
+class _ProcessState:
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.mutex = threading.Lock()
+        #: free descriptors of each ledger inode, keyed by (st_dev, st_ino); never closed
+        self.free_fds: dict[tuple[int, int], list[int]] = {}
+        self.base: duckdb.DuckDBPyConnection | None = None
+        self.aliases = itertools.count(1)
 
 
-def _path_lock(key: str) -> threading.Lock:
-    with _PATH_LOCKS_GUARD:
-        lock = _PATH_LOCKS.get(key)
-        if lock is None:
-            lock = _PATH_LOCKS[key] = threading.Lock()
-        return lock
+_STATE = _ProcessState()
+_FORGOTTEN: list[_ProcessState] = []
+
+
+def _reset_after_fork() -> None:
+    # The child must not share open file descriptions (hence flocks) or a DuckDB instance with
+    # its parent. The inherited descriptors are forgotten, not closed (closing could drop fcntl
+    # locks of a DuckDB instance the child opens later); they are O_CLOEXEC. The parent's DuckDB
+    # instance is kept referenced: destroying it in the child (whose DuckDB threads were not
+    # copied by fork) crashes the process.
+    global _STATE
+    _FORGOTTEN.append(_STATE)
+    _STATE = _ProcessState()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _state() -> _ProcessState:
+    if _STATE.pid != os.getpid():  # forked without the at-fork hook (defensive)
+        _reset_after_fork()
+    return _STATE
+
+
+#: Test hooks: name -> callable(path), run at the named points of every file operation
+#: ("before_queue", "before_attach" (flock held), "after_attach", "before_commit",
+#: "before_checkpoint", "before_marker", "after_detach"; in creation "create_schema",
+#: "create_checkpoint", "create_link", "create_marker"). Empty in production.
+_HOOKS: dict[str, Any] = {}
+
+
+def _hook(name: str, path: str) -> None:
+    f = _HOOKS.get(name)
+    if f is not None:
+        f(path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,8 +235,6 @@ def _path_lock(key: str) -> threading.Lock:
 
 def _fmt(b: Budget) -> str:
     return f"(epsilon={b.epsilon!r}, delta={b.delta!r})"
-
-
 def _check_budget(value: object, what: str) -> Budget:
     if not isinstance(value, Budget):
         raise ConfigError(
@@ -213,15 +299,30 @@ def _lock_holder(msg: str) -> str:
     return f" (PID {m.group(1)})" if m else ""
 
 
+
+
 # --------------------------------------------------------------------------------------------
+
+
+class _Txn:
+    """What one ledger transaction is about, for honest messages when something fails."""
+
+    def __init__(self, unchanged: str) -> None:
+        #: what is true when the change was NOT made (lock timeout, error before COMMIT)
+        self.unchanged = unchanged
+        #: what is recorded once COMMIT succeeded (set by the body when it knows, e.g. the id)
+        self.committed = "the change is recorded"
+        #: whether the body wrote anything (False e.g. for set_total to the same total)
+        self.wrote = True
+
 
 
 class Ledger:
     """A durable privacy-budget ledger stored in a DuckDB file.
 
     Build one with :meth:`create` or :meth:`open`; the constructor is internal. The object holds
-    no file handle: every method opens the file, runs one transaction and closes it again, so
-    any number of processes can share one ledger file safely.
+    no file handle: every method locks the file, runs one transaction and closes it again, so
+    any number of threads and processes can share one ledger file safely.
     """
 
     path: str | None
@@ -239,56 +340,27 @@ class Ledger:
         self.lock_timeout = float(lock_timeout)
         self._closed = False
         self._mem: duckdb.DuckDBPyConnection | None = None
-        if path is None:
-            self.path = None
-            self._lock = threading.Lock()
-        else:
-            self.path = os.path.abspath(os.fspath(path))
-            self._lock = _path_lock(os.path.realpath(self.path))
+        self._mem_lock = threading.Lock()
+        self.path = None if path is None else os.path.abspath(os.fspath(path))
 
     # construction --------------------------------------------------------------------------
     @classmethod
     def create(
         cls, path: str | os.PathLike[str] | None, total: Budget, *, lock_timeout: float = 10.0
     ) -> Ledger:
-        """Create a new ledger with ``total`` budget. ``path=None`` makes an in-memory ledger
-        (notebooks/tests only). Refuses to touch an existing file."""
+        """Create a new ledger with ``total`` budget (what ``dpsql init`` does). ``path=None``
+        makes an in-memory ledger (notebooks/tests only). Refuses to touch an existing file.
+
+        The file appears atomically: built under a temporary name in the same directory, made
+        durable, then linked into place (never over an existing file)."""
         _check_budget(total, "total")
         ledger = cls(None if path is None else os.fspath(path), lock_timeout=lock_timeout)
         if ledger.path is None:
             ledger._mem = duckdb.connect(":memory:")
-            with ledger._txn(write=True, creating=True) as con:
-                ledger._init_schema(con, total)
+            with ledger._txn(write=True, creating=True) as (con, _):
+                ledger._init_schema(con, total, generation=1)
             return ledger
-        p = ledger.path
-        if os.path.lexists(p):
-            raise LedgerError(
-                f"cannot create a ledger at {p}: the file already exists",
-                hint="open the existing ledger with Ledger.open(path) (dpsql never overwrites a ledger), "
-                "or choose a new path",
-            )
-        if os.path.lexists(p + ".wal"):
-            raise LedgerError(
-                f"cannot create a ledger at {p}: an orphaned write-ahead log {p}.wal exists "
-                "(DuckDB would replay it into the new file)",
-                hint=f"move {p}.wal away (it may belong to a ledger that was moved or deleted), then retry",
-            )
-        parent = os.path.dirname(p)
-        if not os.path.isdir(parent):
-            raise LedgerError(
-                f"cannot create a ledger at {p}: directory {parent} does not exist",
-                hint="create the directory first or choose another path",
-            )
-        with ledger._txn(write=True, creating=True) as con:
-            ledger._init_schema(con, total)
-        try:  # make the new directory entry durable too
-            fd = os.open(parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
+        ledger._create_file(total)
         return ledger
 
     @classmethod
@@ -297,16 +369,21 @@ class Ledger:
         path: str | os.PathLike[str] | None,
         total: Budget | None = None,
         *,
+        create: bool = False,
         lock_timeout: float = 10.0,
     ) -> Ledger:
         """Open the ledger at ``path`` and use its recorded total.
 
         If ``total`` is given it must equal the recorded total exactly (else ``ConfigError``:
-        changing a total is the explicit, recorded :meth:`set_total`). If the file does not exist
-        it is created with ``total``; with ``total=None`` a missing file is a ``LedgerError``.
+        changing a total is the explicit, recorded :meth:`set_total`). A missing file is a
+        ``LedgerError`` unless ``create=True`` and ``total`` is given: then a new ledger with that
+        total is created, except where a generation marker shows that a ledger existed at this
+        path before (a deleted ledger is never silently replaced by a fresh budget).
         """
         if total is not None:
             _check_budget(total, "total")
+        if not isinstance(create, bool):
+            raise ConfigError(f"create must be True or False, got {create!r}")
         if path is None:
             if total is None:
                 raise LedgerError(
@@ -316,16 +393,33 @@ class Ledger:
             return cls.create(None, total, lock_timeout=lock_timeout)
         p = os.path.abspath(os.fspath(path))
         if not os.path.lexists(p):
+            if not create:
+                raise LedgerError(
+                    f"no budget ledger at {p}",
+                    hint=f"{_INIT_HINT.format(path=p)}; if the path is right and the ledger was moved or "
+                    "lost, restore it from a backup (dpsql never starts a fresh budget by itself)",
+                )
             if total is None:
-                raise LedgerError(f"no budget ledger at {p}", hint=_INIT_HINT.format(path=p))
-            try:
-                return cls.create(p, total, lock_timeout=lock_timeout)
-            except _AlreadyCreated:
-                pass  # another process created it between our check and our lock: open it
-            except LedgerError:
-                if not os.path.lexists(p):
-                    raise
-                # created concurrently by someone else: fall through and validate it
+                raise LedgerError(
+                    f"no budget ledger at {p}, and no total to create one with",
+                    hint=f"pass the total budget together with create=True, or {_INIT_HINT.format(path=p)}",
+                )
+            marker = _read_marker(_marker_path(p))
+            if marker is not None and not os.path.lexists(p):  # (exists now: a concurrent create)
+                raise LedgerError(
+                    f"no budget ledger at {p}, but a ledger existed there before (its generation marker "
+                    f"{_marker_path(p)} records generation {marker}); dpsql does not replace a missing "
+                    "ledger with a fresh budget",
+                    hint="restore the ledger file from a backup; to start a new ledger at this path on "
+                    f"purpose, run `dpsql init --epsilon EPS --delta DELTA --ledger {p}`",
+                )
+            if marker is None:
+                try:
+                    return cls.create(p, total, lock_timeout=lock_timeout)
+                except LedgerError:
+                    if not os.path.lexists(p):
+                        raise
+                    # another process created it between our check and our link: open it
         ledger = cls(p, lock_timeout=lock_timeout)
         recorded = ledger.total()  # validates the file
         if total is not None and total != recorded:
@@ -333,6 +427,7 @@ class Ledger:
                 f"ledger {p} records a total budget of {_fmt(recorded)}, but {_fmt(total)} was passed; "
                 "the total is read from the ledger, and changing it is an explicit, recorded operation",
                 hint="omit the total to use the recorded one, or change it on purpose with "
+                "`dpsql budget --set-total EPS DELTA --reason ...` or "
                 "Ledger.set_total(Budget(...), reason='...') (the change is logged in the ledger)",
             )
         return ledger
@@ -340,17 +435,17 @@ class Ledger:
     # public API ------------------------------------------------------------------------------
     def total(self) -> Budget:
         """The total budget, read from the ledger."""
-        with self._txn(write=False) as con:
+        with self._txn(write=False) as (con, _t):
             return self._total(con)
 
     def spent(self) -> Budget:
         """Basic composition of every counted entry (reserved, released and failed)."""
-        with self._txn(write=False) as con:
+        with self._txn(write=False) as (con, _t):
             return compose(self._spent_costs(con))
 
     def remaining(self) -> Budget:
         """total - spent (exact, floored at zero per coordinate), from one consistent snapshot."""
-        with self._txn(write=False) as con:
+        with self._txn(write=False) as (con, _t):
             return self._total(con).minus(compose(self._spent_costs(con)))
 
     def reserve(
@@ -369,9 +464,9 @@ class Ledger:
         if not isinstance(params, Mapping):
             raise ConfigError(f"params must be a dict of mechanism parameters, got {type(params).__name__}")
         params_json = _to_json(dict(params), "params")
-        with self._txn(write=True) as con:
+        with self._txn(write=True, unchanged="nothing was charged") as (con, t):
             total = self._total(con)
-            spent = self._spent_costs(con)
+            spent, entry_id = self._spent_and_next_id(con)
             if not exact_sum_fits(spent, cost, total):
                 remaining = total.minus(compose(spent))
                 over = [
@@ -391,14 +486,17 @@ class Ledger:
                     hint="ask for a smaller epsilon/delta, reuse an earlier release, or (if the data "
                     "owner agrees) raise the total with Ledger.set_total(..., reason='...')",
                 )
-            entry_id = self._next_id(con)
             con.execute(
                 "INSERT INTO ledger_entries (entry_id, created_at, updated_at, status, mechanism, epsilon, "
                 "delta, query, tables, params) VALUES (?, current_timestamp, current_timestamp, 'reserved', "
                 "?, ?, ?, ?, ?, ?)",
                 [entry_id, mechanism, cost.epsilon, cost.delta, query, tables, params_json],
             )
-            return entry_id
+            t.committed = (
+                f"the charge of entry {entry_id} {_fmt(cost)} stands (it counts against the budget) and is "
+                "recorded"
+            )
+        return entry_id
 
     def commit(
         self,
@@ -434,7 +532,13 @@ class Ledger:
         if params_update is not None and not isinstance(params_update, Mapping):
             raise ConfigError(f"params_update must be a dict, got {type(params_update).__name__}")
         update = json.loads(_to_json(dict(params_update or {}), "params_update"))
-        with self._txn(write=True) as con:
+        stands = (
+            f"entry {entry_id} stays 'reserved': the charge stands (it counts against the budget), but its "
+            "release was not recorded"
+        )
+        with self._txn(write=True, unchanged=stands) as (con, t):
+            t.committed = f"the release of entry {entry_id} (whose charge stands either way) is recorded"
+
             status, params_text = self._row_for_transition(con, entry_id, "commit")
             params = json.loads(params_text)
             for k, v in update.items():
@@ -457,7 +561,13 @@ class Ledger:
         and must not contain private values (the caller's job)."""
         entry_id = _check_id(entry_id)
         _check_str(reason, "reason", allow_empty=True)
-        with self._txn(write=True) as con:
+        stands = (
+            f"entry {entry_id} stays 'reserved': the charge stands (it counts against the budget), but the "
+            "failure was not recorded"
+        )
+        with self._txn(write=True, unchanged=stands) as (con, t):
+            t.committed = f"the failure of entry {entry_id} (whose charge stands either way) is recorded"
+
             self._row_for_transition(con, entry_id, "fail")
             con.execute(
                 "UPDATE ledger_entries SET status = 'failed', updated_at = current_timestamp, "
@@ -471,7 +581,7 @@ class Ledger:
         source_entry_id = _check_id(source_entry_id)
         _check_str(query, "query", allow_empty=True)
         tables = _check_tables(tables)
-        with self._txn(write=True) as con:
+        with self._txn(write=True, unchanged="the reuse was not recorded (it costs nothing)") as (con, t):
             row = _first(
                 con.execute(
                     "SELECT status, mechanism, synopsis_key FROM ledger_entries WHERE entry_id = ?",
@@ -494,12 +604,13 @@ class Ledger:
                 "current_timestamp, 'reused', ?, 0, 0, ?, ?, '{}', ?)",
                 [entry_id, mechanism, query, tables, source_entry_id],
             )
-            return entry_id
+            t.committed = f"the zero-cost reuse entry {entry_id} is recorded"
+        return entry_id
 
     def find_synopsis(self, key: str) -> tuple[int, str] | None:
         """``(entry_id, synopsis_json)`` of the first released entry stored under ``key``, or None."""
         _check_str(key, "key")
-        with self._txn(write=False) as con:
+        with self._txn(write=False) as (con, _t):
             row = _first(
                 con.execute(
                     "SELECT entry_id, CAST(synopsis AS VARCHAR) FROM ledger_entries "
@@ -514,7 +625,7 @@ class Ledger:
         Refuses a total below what is already spent. Setting the current total is a no-op."""
         _check_budget(new_total, "new_total")
         _check_str(reason, "reason")
-        with self._txn(write=True) as con:
+        with self._txn(write=True, unchanged="the total was not changed") as (con, t):
             current = self._total(con)
             spent = self._spent_costs(con)
             if not exact_sum_fits(spent, Budget(0.0, 0.0), new_total):
@@ -524,6 +635,7 @@ class Ledger:
                     hint="choose a total at least as large as the spent budget in both epsilon and delta",
                 )
             if new_total == current:
+                t.wrote = False
                 return
             change_id = _first(
                 con.execute("SELECT COALESCE(MAX(change_id), 0) + 1 FROM ledger_totals").fetchall()
@@ -532,11 +644,13 @@ class Ledger:
                 "INSERT INTO ledger_totals VALUES (?, current_timestamp, ?, ?, ?, ?, ?)",
                 [change_id, new_total.epsilon, new_total.delta, current.epsilon, current.delta, reason],
             )
+            t.committed = f"the new total {_fmt(new_total)} is recorded"
+
 
     def entry(self, entry_id: int) -> LedgerEntry:
         """One entry, by id (``LedgerError`` if unknown)."""
         entry_id = _check_id(entry_id)
-        with self._txn(write=False) as con:
+        with self._txn(write=False) as (con, _t):
             row = _first(
                 con.execute(
                     f"SELECT {_ENTRY_COLUMNS} FROM ledger_entries WHERE entry_id = ?", [entry_id]
@@ -562,12 +676,12 @@ class Ledger:
 
     def history(self) -> pa.Table:
         """All entries in order of entry id, as an Arrow table (JSON columns as text)."""
-        with self._txn(write=False) as con:
+        with self._txn(write=False) as (con, _t):
             return con.sql(f"SELECT {_ENTRY_COLUMNS} FROM ledger_entries ORDER BY entry_id").to_arrow_table()
 
     def totals_history(self) -> pa.Table:
         """The log of total-budget changes (first row: the total at creation)."""
-        with self._txn(write=False) as con:
+        with self._txn(write=False) as (con, _t):
             return con.sql("SELECT * FROM ledger_totals ORDER BY change_id").to_arrow_table()
 
     def close(self) -> None:
@@ -634,6 +748,12 @@ class Ledger:
         ).fetchall()
         return [self._budget(e, d, f"entry {i}") for i, e, d in rows]
 
+    def _spent_and_next_id(self, con: duckdb.DuckDBPyConnection) -> tuple[list[Budget], int]:
+        """The counted costs and the next entry id, from one statement."""
+        rows = con.execute("SELECT entry_id, status, epsilon, delta FROM ledger_entries ORDER BY entry_id").fetchall()
+        spent = [self._budget(e, d, f"entry {i}") for i, st, e, d in rows if st in COUNTING_STATUSES]
+        return spent, (int(rows[-1][0]) + 1 if rows else 1)
+
     def _budget(self, eps: object, delta: object, what: str) -> Budget:
         try:
             return Budget(eps, delta)  # type: ignore[arg-type]
@@ -648,7 +768,7 @@ class Ledger:
             hint="restore the ledger file from a backup; dpsql never repairs a ledger silently",
         )
 
-    def _init_schema(self, con: duckdb.DuckDBPyConnection, total: Budget) -> None:
+    def _init_schema(self, con: duckdb.DuckDBPyConnection, total: Budget, *, generation: int) -> None:
         tables = con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
         ).fetchall()
@@ -672,24 +792,37 @@ class Ledger:
                 hint="reinstall dpsql",
             )
         con.execute(
-            "INSERT INTO ledger_meta VALUES ('created_at', ?), ('created_by', ?)",
-            [datetime.now(UTC).isoformat(), _created_by()],
+            "INSERT INTO ledger_meta VALUES ('created_at', ?), ('created_by', ?), ('generation', ?)",
+            [datetime.now(UTC).isoformat(), _created_by(), str(generation)],
         )
         con.execute(
             "INSERT INTO ledger_totals VALUES (1, current_timestamp, ?, ?, NULL, NULL, 'created')",
             [total.epsilon, total.delta],
         )
 
-    def _check_schema(self, con: duckdb.DuckDBPyConnection) -> None:
-        names = {
-            r[0]
-            for r in con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
-                "AND schema_name = 'main'"
-            ).fetchall()
-        }
-        missing = [t for t in _REQUIRED_TABLES if t not in names]
-        if missing:
+    def _check_schema(self, con: duckdb.DuckDBPyConnection) -> int:
+        """Check that this is a ledger of our schema version; returns its generation (0 when the
+        ledger predates generation counting)."""
+        try:  # one statement that binds only if all three tables exist
+            meta = dict(
+                con.execute(
+                    "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation') "
+                    "AND NOT EXISTS (SELECT 1 FROM ledger_totals, ledger_entries WHERE false)"
+                ).fetchall()
+            )
+        except duckdb.CatalogException:
+            meta = None  # a table is missing: say what the file is instead
+        if meta is None:
+            _rollback(con)
+            con.execute("BEGIN TRANSACTION")
+            names = {
+                r[0]
+                for r in con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+                    "AND schema_name = 'main'"
+                ).fetchall()
+            }
+            missing = [t for t in _REQUIRED_TABLES if t not in names]
             what = (
                 "an empty DuckDB database"
                 if not names
@@ -701,13 +834,12 @@ class Ledger:
                 "`dpsql init --epsilon 1.0 --delta 1e-6 --ledger NEW_PATH`; dpsql never modifies or "
                 "repairs an existing file",
             )
-        row = _first(con.execute("SELECT value FROM ledger_meta WHERE key = 'schema_version'").fetchall())
-        if row is None:
+        if "schema_version" not in meta:
             raise self._corrupt("ledger_meta has no schema_version")
         try:
-            found = int(row[0])
+            found = int(meta["schema_version"])
         except ValueError:
-            raise self._corrupt(f"schema_version is {row[0]!r}") from None
+            raise self._corrupt(f"schema_version is {meta['schema_version']!r}") from None
         if found != SCHEMA_VERSION:
             if found > SCHEMA_VERSION:
                 fix = (
@@ -724,31 +856,157 @@ class Ledger:
                 f"version {SCHEMA_VERSION}",
                 hint=fix,
             )
+        try:
+            return int(meta.get("generation", "0"))
+        except ValueError:
+            raise self._corrupt(f"generation is {meta['generation']!r}") from None
 
-    # connection handling ------------------------------------------------------------------
+    # file creation --------------------------------------------------------------------------
+    def _create_file(self, total: Budget) -> None:
+        p = self.path
+        assert p is not None
+        if os.path.lexists(p):
+            raise LedgerError(
+                f"cannot create a ledger at {p}: the file already exists",
+                hint="open the existing ledger with Ledger.open(path) (dpsql never overwrites a ledger), "
+                "or choose a new path",
+            )
+        if os.path.lexists(p + ".wal"):
+            raise LedgerError(
+                f"cannot create a ledger at {p}: an orphaned write-ahead log {p}.wal exists "
+                "(DuckDB would replay it into the new file)",
+                hint=f"move {p}.wal away (it may belong to a ledger that was moved or deleted), then retry",
+            )
+        parent, name = os.path.split(p)
+        if not os.path.isdir(parent):
+            raise LedgerError(
+                f"cannot create a ledger at {p}: directory {parent} does not exist",
+                hint="create the directory first or choose another path",
+            )
+        marker_path = _marker_path(p)
+        try:
+            previous = _read_marker(marker_path) or 0
+        except LedgerError:
+            previous = 0  # an unreadable marker of a ledger that is gone: the new one starts over it
+        generation = previous + 1  # generations at one path only ever grow
+        tmp = os.path.join(parent, f".{name}.creating-{os.getpid()}-{random.getrandbits(32):08x}")
+        try:
+            base = _base_connection()
+            alias = f"dpsql_ledger_{next(_state().aliases)}"
+            try:
+                base.cursor().execute(f"ATTACH {_sql_str(tmp)} AS {alias}")
+            except duckdb.Error as e:
+                raise LedgerError(
+                    f"cannot create a ledger at {p}: {type(e).__name__}: {e}",
+                    hint="check that the directory is writable and the disk has free space",
+                ) from None
+            try:
+                con = base.cursor()
+                try:
+                    con.execute(f"USE {alias}")
+                    con.execute("BEGIN TRANSACTION")
+                    _hook("create_schema", p)
+                    self._init_schema(con, total, generation=generation)
+                    con.execute("COMMIT")
+                    _hook("create_checkpoint", p)
+                    con.execute(f"CHECKPOINT {alias}")
+                finally:
+                    con.close()
+            except duckdb.Error as e:
+                raise LedgerError(
+                    f"cannot create a ledger at {p}: writing it failed ({type(e).__name__}: {e}); "
+                    "no ledger was created",
+                    hint="check that the directory is writable and the disk has free space",
+                ) from None
+            finally:
+                _detach(base, alias)
+            if os.path.lexists(tmp + ".wal"):  # pragma: no cover - DuckDB checkpointed above
+                raise LedgerError(
+                    f"cannot create a ledger at {p}: DuckDB left a write-ahead log; no ledger was created",
+                    hint="check free disk space and retry",
+                )
+            _fsync_path(tmp)
+            _hook("create_link", p)
+            try:
+                os.link(tmp, p)  # atomic, and never replaces an existing file
+            except FileExistsError:
+                raise _AlreadyCreated(
+                    f"cannot create a ledger at {p}: another process created one there just now",
+                    hint="open it with Ledger.open(path)",
+                ) from None
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                    raise LedgerError(
+                        f"cannot create a ledger at {p}: {e.strerror}", hint="check the directory permissions"
+                    ) from None
+                # a file system without hard links: rename (atomic; the existence check races
+                # only with another creator, whose ledger holds no charge yet)
+                if os.path.lexists(p):
+                    raise _AlreadyCreated(
+                        f"cannot create a ledger at {p}: another process created one there just now",
+                        hint="open it with Ledger.open(path)",
+                    ) from None
+                os.rename(tmp, p)
+        finally:
+            for f in (tmp, tmp + ".wal"):
+                try:
+                    os.unlink(f)
+                except FileNotFoundError:
+                    pass
+                except OSError:  # pragma: no cover - an unused temporary file is harmless
+                    pass
+        _fsync_path(parent)
+        _hook("create_marker", p)
+        # record the generation outside the file (never lowering a marker a faster process wrote)
+        key, fd = _lock_file(p, time.monotonic() + self.lock_timeout, p, "the ledger was created")
+        try:
+            current = _read_marker(marker_path)
+            if current is None or current < generation:
+                _write_marker(marker_path, generation)
+        finally:
+            _unlock(key, fd)
+
+    # transactions ---------------------------------------------------------------------------
     @contextmanager
-    def _txn(self, *, write: bool, creating: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """One transaction on a short-lived connection; commit (durable) on success."""
+    def _txn(
+        self, *, write: bool, creating: bool = False, unchanged: str = "nothing was changed"
+    ) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Txn]]:
+        """One transaction: lock, attach, check, run the body, commit, checkpoint, detach, unlock."""
         if self._closed:
             raise LedgerError(
                 f"ledger {self._where()} is closed", hint="open it again with Ledger.open(path)"
             )
+        t = _Txn(unchanged)
+        if self.path is None:
+            with self._mem_txn(write=write, creating=creating, t=t) as con:
+                yield con, t
+            return
+        p = self.path
         deadline = time.monotonic() + self.lock_timeout
-        if not self._lock.acquire(timeout=self.lock_timeout):
+        _hook("before_queue", p)
+        slot = _queue_enter(p, deadline)  # fairness only: first come, first served
+        try:
+            key, fd = _lock_file(p, deadline, p, t.unchanged)  # the exclusion
+            try:
+                with self._file_txn(write=write, t=t, deadline=deadline) as con:
+                    yield con, t
+            finally:
+                _unlock(key, fd)
+        finally:
+            _queue_leave(slot)
+
+    @contextmanager
+    def _mem_txn(self, *, write: bool, creating: bool, t: _Txn) -> Iterator[duckdb.DuckDBPyConnection]:
+        if not self._mem_lock.acquire(timeout=self.lock_timeout):
             raise LedgerError(
-                f"ledger {self._where()} is locked by another thread of this process for more than "
-                f"{self.lock_timeout:g} s",
+                f"the in-memory ledger is busy in another thread for more than {self.lock_timeout:g} s; "
+                f"{t.unchanged}",
                 hint="retry later or pass a larger lock_timeout",
             )
         try:
-            if self._mem is not None:
-                con = self._mem
-                owned = False
-            else:
-                if self.path is None:  # closed in-memory ledger
-                    raise LedgerError("this in-memory ledger is closed", hint="create a new one")
-                con = self._connect(read_only=not write, creating=creating, deadline=deadline)
-                owned = True
+            con = self._mem
+            if con is None:
+                raise LedgerError("this in-memory ledger is closed", hint="create a new one")
             try:
                 con.execute("BEGIN TRANSACTION")
                 try:
@@ -756,105 +1014,496 @@ class Ledger:
                         self._check_schema(con)
                     yield con
                 except BaseException:
-                    try:
-                        con.execute("ROLLBACK")
-                    except duckdb.Error:
-                        pass
+                    _rollback(con)
                     raise
-                con.execute("COMMIT")  # fdatasync of the WAL happens here: the change is durable
-                if write and owned:
-                    try:
-                        con.execute("CHECKPOINT")
-                    except duckdb.Error:
-                        pass  # durability already holds via the WAL; the next writer checkpoints
+                con.execute("COMMIT")
             except duckdb.Error as e:
                 raise LedgerError(
-                    f"ledger {self._where()}: DuckDB failed while {'writing' if write else 'reading'} "
-                    f"the ledger ({type(e).__name__}: {e})",
-                    hint="check the file is a dpsql ledger on a writable disk; nothing was recorded "
-                    "unless the operation returned",
+                    f"in-memory ledger: DuckDB failed ({type(e).__name__}: {e}); {t.unchanged}",
+                    hint="this is a bug in dpsql; please report it",
                 ) from None
-            finally:
-                if owned:
-                    try:
-                        con.close()
-                    except duckdb.Error:
-                        pass  # the transaction has already committed or rolled back
         finally:
-            self._lock.release()
+            self._mem_lock.release()
 
-    def _connect(self, *, read_only: bool, creating: bool, deadline: float) -> duckdb.DuckDBPyConnection:
-        """Open the ledger file, retrying lock conflicts with randomised backoff until ``deadline``."""
-        assert self.path is not None
+    @contextmanager
+    def _file_txn(self, *, write: bool, t: _Txn, deadline: float) -> Iterator[duckdb.DuckDBPyConnection]:
         p = self.path
+        assert p is not None
+        base = _base_connection()
+        alias = f"dpsql_ledger_{next(_state().aliases)}"
+        _hook("before_attach", p)
+        self._attach(base, alias, read_only=not write, deadline=deadline, unchanged=t.unchanged)
+        try:
+            con = base.cursor()
+            try:
+                try:
+                    con.execute(f"USE {alias}")
+                    con.execute("BEGIN TRANSACTION")
+                except duckdb.Error as e:
+                    raise self._duck_failed(e, write, t.unchanged) from None
+                try:
+                    generation = self._check_generation(self._check_schema(con))
+                    _hook("after_attach", p)
+                    yield con
+                    if write and t.wrote:
+                        generation += 1
+                        con.execute(
+                            "UPDATE ledger_meta SET value = ? WHERE key = 'generation'"
+                            if generation > 1
+                            else "INSERT OR REPLACE INTO ledger_meta VALUES ('generation', ?)",
+                            [str(generation)],
+                        )
+                    _hook("before_commit", p)
+                except BaseException as e:
+                    _rollback(con)
+                    if isinstance(e, duckdb.Error):
+                        raise self._duck_failed(e, write, t.unchanged) from None
+                    raise
+                try:
+                    con.execute("COMMIT")  # appends to <path>.wal and fdatasyncs it
+                except duckdb.Error as e:
+                    raise LedgerError(
+                        f"ledger {p}: DuckDB could not commit the change ({type(e).__name__}: {e}); it was "
+                        f"not acknowledged: {t.unchanged}, unless the write reached the disk before the "
+                        "error (then it counts)",
+                        hint="check free disk space and that the file system is writable; dpsql reads no "
+                        "private row after this error",
+                    ) from None
+                if write and t.wrote:
+                    _hook("before_checkpoint", p)
+                    try:
+                        con.execute(f"CHECKPOINT {alias}")  # into the main file, fdatasync'ed
+                    except duckdb.Error as e:
+                        raise LedgerError(
+                            f"ledger {p}: {t.committed} in the write-ahead log {p}.wal only; writing it "
+                            f"into the ledger file failed ({type(e).__name__}: {e})",
+                            hint=f"free disk space; keep {p}.wal next to the ledger (the next dpsql "
+                            "operation writes it into the file). This operation did not complete: no "
+                            "private row was read after this error",
+                        ) from None
+                    _hook("before_marker", p)
+                    try:
+                        marker = _marker_path(p)
+                        current = _read_marker(marker)
+                        if current is None or current < generation:
+                            _write_marker(marker, generation)
+                    except (OSError, LedgerError) as e:
+                        raise LedgerError(
+                            f"ledger {p}: {t.committed} in the ledger file, but its generation marker "
+                            f"{_marker_path(p)} could not be updated ({e})",
+                            hint="make the ledger's directory writable; this operation did not complete: "
+                            "no private row was read after this error",
+                        ) from None
+            finally:
+                con.close()
+        finally:
+            _detach(base, alias)
+            _hook("after_detach", p)
+
+    def _duck_failed(self, e: duckdb.Error, write: bool, unchanged: str) -> LedgerError:
+        return LedgerError(
+            f"ledger {self._where()}: DuckDB failed while {'writing' if write else 'reading'} the ledger "
+            f"({type(e).__name__}: {e}); {unchanged}",
+            hint="check that the file is a dpsql ledger on a writable disk with free space",
+        )
+
+    def _check_generation(self, generation: int) -> int:
+        assert self.path is not None
+        marker = _read_marker(_marker_path(self.path))
+        if marker is not None and generation < marker:
+            raise LedgerError(
+                f"ledger {self.path} is older than its last acknowledged change: the file holds generation "
+                f"{generation}, but {_marker_path(self.path)} records that generation {marker} was written; "
+                "recorded charges are missing (a lost or truncated write-ahead log, or a restored old "
+                "copy), and using this file would give spent budget back",
+                hint=f"restore the newest copy of the ledger together with its {os.path.basename(self.path)}"
+                ".wal file; dpsql never accepts an older ledger by itself. If no complete copy exists, "
+                "only the data owner can decide to go on: write the file's generation into the marker, "
+                "then lower the total by the budget that went missing with `dpsql budget --set-total`",
+            )
+        return generation
+
+    def _attach(
+        self, base: duckdb.DuckDBPyConnection, alias: str, *, read_only: bool, deadline: float, unchanged: str
+    ) -> None:
+        """ATTACH the (flock'ed) ledger file, waiting out DuckDB locks of programs that are not dpsql."""
+        p = self.path
+        assert p is not None
+        sql = f"ATTACH {_sql_str(p)} AS {alias}" + (" (READ_ONLY)" if read_only else "")
         started = time.monotonic()
         delay = 0.002
         while True:
-            if not creating and not os.path.lexists(p):
-                # duckdb.connect would silently create an empty database here
-                raise LedgerError(
-                    f"the budget ledger {p} no longer exists",
-                    hint=f"restore it from a backup, or {_INIT_HINT.format(path=p)}",
-                )
-            limit = deadline
             try:
-                return _open_duckdb(p, read_only=read_only)
-            except duckdb.IOException as e:
+                base.cursor().execute(sql)
+                return
+            except duckdb.Error as e:
                 msg = str(e)
                 if "Could not set lock" in msg:
-                    why = f"is locked by another process{_lock_holder(msg)}"
+                    why = f"is locked by another process{_lock_holder(msg)} that is not dpsql"
                     hint = (
                         "DuckDB allows one writer per file, and a reader blocks writers while it has the "
                         "file open: close other programs holding the ledger (a duckdb shell, a notebook "
                         "connection), or retry with a larger lock_timeout"
                     )
-                elif "not a valid DuckDB database" in msg and _size(p) == 0:
-                    # transient while another process creates the file; give it at most 1 s
-                    why = "is an empty file, not a dpsql budget ledger"
+                elif "Unique file handle conflict" in msg or "already attached" in msg:
+                    why = "is held open by another DuckDB connection in this process"
                     hint = (
-                        "if a ledger is being created there, retry; otherwise remove the empty file and "
-                        + _INIT_HINT.format(path=p)
+                        "close that connection (dpsql opens the ledger itself for each operation and "
+                        "never shares another connection's transactions)"
                     )
-                    limit = min(deadline, started + 1.0)
                 elif "not a valid DuckDB database" in msg:
+                    empty = _size(p) == 0
                     raise LedgerError(
-                        f"{p} is not a dpsql budget ledger: it is not a DuckDB database file at all",
-                        hint="pass the path of your ledger file; dpsql never overwrites an existing file "
-                        f"(to start a new ledger use a new path: {_INIT_HINT.format(path='NEW_PATH')})",
+                        f"{p} is not a dpsql budget ledger: it is "
+                        + ("an empty file" if empty else "not a DuckDB database file at all")
+                        + " (dpsql creates ledgers atomically, so no ledger of dpsql ever looks like this)",
+                        hint="pass the path of your ledger file (restore it from a backup if it is damaged); "
+                        "to start a new ledger use a new path: " + _INIT_HINT.format(path="NEW_PATH"),
                     ) from None
                 else:
                     raise LedgerError(
-                        f"cannot open the budget ledger {p}: {msg}",
+                        f"cannot open the budget ledger {p}: {type(e).__name__}: {msg}; {unchanged}",
                         hint="check the path, the file permissions and free disk space",
                     ) from None
-            except duckdb.ConnectionException as e:
-                if "different configuration" not in str(e):
-                    raise LedgerError(
-                        f"cannot open the budget ledger {p}: {e}", hint="check the path"
-                    ) from None
-                why = "is held open by another DuckDB connection in this process"
-                hint = "close that connection (dpsql opens the ledger itself for each operation)"
-            except duckdb.Error as e:
-                raise LedgerError(
-                    f"cannot open the budget ledger {p} as a DuckDB database: {e}",
-                    hint="pass the path of your ledger file (restore it from a backup if it is damaged)",
-                ) from None
             now = time.monotonic()
-            if now >= limit:
-                raise LedgerError(f"ledger {p} {why}; gave up after {now - started:.2g} s", hint=hint)
-            time.sleep(min(limit - now, random.uniform(0.5, 1.0) * delay))
+            if now >= deadline:
+                raise LedgerError(
+                    f"ledger {p} {why}; gave up after {now - started:.2g} s; {unchanged}", hint=hint
+                )
+            time.sleep(min(deadline - now, random.uniform(0.5, 1.0) * delay))
             delay = min(delay * 2, 0.05)
 
 
-def _open_duckdb(p: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+# --------------------------------------------------------------------------------------------
+# the flock on the ledger inode (see "Exclusion" in the module docstring)
+
+
+def _ledger_missing(p: str) -> LedgerError:
+    return LedgerError(
+        f"the budget ledger {p} does not exist (any more)",
+        hint=f"restore it from a backup, or {_INIT_HINT.format(path=p)}",
+    )
+
+
+def _take_fd(p: str, key: tuple[int, int]) -> int | None:
+    """A descriptor of inode ``key`` not used by any other waiter of this process, or None when
+    ``p`` turned out to name another inode (the path changed under us)."""
+    st = _state()
+    with st.mutex:
+        free = st.free_fds.get(key)
+        if free:
+            return free.pop()
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise _ledger_missing(p) from None
+        except OSError as e:
+            raise LedgerError(
+                f"cannot open the budget ledger {p}: {e.strerror}",
+                hint="check the path and the file permissions",
+            ) from None
+        s = os.fstat(fd)
+        got = (s.st_dev, s.st_ino)
+        if got != key:
+            st.free_fds.setdefault(got, []).append(fd)  # kept (never closed), used next time
+            return None
+        return fd
+
+
+def _give_back(st: _ProcessState, key: tuple[int, int], fd: int) -> None:
+    with st.mutex:
+        if st is _STATE:  # a descriptor from before a fork is simply forgotten
+            st.free_fds.setdefault(key, []).append(fd)
+
+
+def _lock_file(p: str, deadline: float, where: str, unchanged: str) -> tuple[tuple[int, int], int]:
+    """Take the exclusive flock of the inode ``p`` names; returns (key, fd) for :func:`_unlock`."""
+    while True:
+        try:
+            s = os.stat(p)
+        except FileNotFoundError:
+            raise _ledger_missing(p) from None
+        except OSError as e:
+            raise LedgerError(f"cannot open the budget ledger {p}: {e.strerror}", hint="check the path") from None
+        key = (s.st_dev, s.st_ino)
+        fd = _take_fd(p, key)
+        if fd is None:
+            continue
+        st = _state()
+        if not _flock(st, key, fd, deadline):
+            raise LedgerError(
+                f"ledger {where} is locked by another dpsql operation (in this or another process) for more "
+                f"than the lock timeout; {unchanged}",
+                hint="retry later or pass a larger lock_timeout; if no other dpsql program is running, look "
+                "for a stuck process that has the ledger file open",
+            )
+        try:
+            s2 = os.stat(p)
+        except FileNotFoundError:
+            _unlock(key, fd)
+            raise _ledger_missing(p) from None
+        if (s2.st_dev, s2.st_ino) != key:  # replaced while we waited: lock the new file instead
+            _unlock(key, fd)
+            continue
+        return key, fd
+
+
+def _timed_flock(fd: int, op: int, deadline: float, on_late: Any) -> bool:
+    """``flock(fd, op)`` waiting at most until ``deadline``: True when granted. The wait is a
+    blocking flock (the kernel wakes the waiter when the holder unlocks, no polling) in a helper
+    thread. Whenever this returns False, ``on_late(granted)`` has been or will be called exactly
+    once (by the helper if the lock comes after the caller gave up) and must release what it
+    got. Raises OSError if flock itself fails (then ``on_late`` is not called)."""
     try:
-        return duckdb.connect(p, read_only=read_only)
-    except duckdb.ConnectionException as e:
-        # Another connection of this process holds the file read-write: DuckDB refuses a
-        # read-only connection to the same file but shares its instance with a read-write one.
-        if read_only and "different configuration" in str(e):
-            return duckdb.connect(p, read_only=False)
-        raise
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    timeout = deadline - time.monotonic()
+    if timeout <= 0:
+        on_late(False)
+        return False
+    done = threading.Event()
+    mu = threading.Lock()
+    state: dict[str, Any] = {"abandoned": False, "error": None}
+
+    def wait() -> None:
+        try:
+            fcntl.flock(fd, op)
+            got = True
+        except OSError as e:
+            state["error"] = e
+            got = False
+        with mu:
+            if state["abandoned"]:  # the caller gave up: pass the lock on at once
+                on_late(got)
+                return
+            done.set()
+
+    threading.Thread(target=wait, name="dpsql-ledger-lock", daemon=True).start()
+    done.wait(timeout)
+    with mu:
+        if done.is_set():
+            if state["error"] is not None:
+                raise state["error"]
+            return True
+        state["abandoned"] = True
+        return False
+
+
+def _flock(st: _ProcessState, key: tuple[int, int], fd: int, deadline: float) -> bool:
+    def late(granted: bool) -> None:
+        if granted:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        _give_back(st, key, fd)
+
+    try:
+        if _timed_flock(fd, fcntl.LOCK_EX, deadline, late):
+            return True
+    except OSError as e:
+        _give_back(st, key, fd)
+        raise LedgerError(
+            f"cannot lock the budget ledger: flock failed ({e.strerror})",
+            hint="keep the ledger on a local file system that supports flock (not NFS)",
+        ) from None
+    return False  # late() has run or will run
+
+
+# --------------------------------------------------------------------------------------------
+# the waiting queue: fairness, not exclusion
+#
+# flock wakes every waiter when the holder unlocks and the first to run wins, so under load a
+# waiter can lose many times in a row (a long latency tail). Waiters therefore first queue up
+# first-come-first-served: each creates its own slot file ``.<name>.q-*`` next to the ledger and
+# holds an exclusive flock on it, swaps its name into ``.<name>.queue`` (the queue's tail), and
+# waits (blocking, shared flock) on its predecessor's slot, which is unlocked when the
+# predecessor is done, gives up, or dies. Only then does it wait for the inode flock above, which
+# alone provides exclusion: the queue may be skipped (no writable directory), be split (two
+# names of the file in different directories) or be left early on a time-out without any effect
+# on correctness.
+
+
+def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
+    d, name = os.path.split(os.path.realpath(p))
+    mine = os.path.join(d, f".{name}.q-{os.getpid()}-{next(_state().aliases)}-{random.getrandbits(32):08x}")
+    try:
+        my_fd = os.open(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None  # e.g. a read-only directory: the inode flock alone (correct, less fair)
+    slot = (my_fd, mine)
+    try:
+        fcntl.flock(my_fd, fcntl.LOCK_EX)  # a new file: granted at once
+        tail_fd = os.open(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(tail_fd, fcntl.LOCK_EX)  # held for a read and a write only
+            pred = os.pread(tail_fd, 4096, 0).decode("ascii", "replace").strip()
+            mine_b = os.path.basename(mine).encode("ascii")
+            os.ftruncate(tail_fd, len(mine_b))
+            os.pwrite(tail_fd, mine_b, 0)
+        finally:
+            os.close(tail_fd)  # releases its flock
+    except OSError:
+        _queue_leave(slot)
+        return None
+    if not pred.startswith(f".{name}.q-") or "/" in pred:
+        return slot
+    pred_path = os.path.join(d, pred)
+    try:
+        pred_fd = os.open(pred_path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return slot  # the predecessor has already left
+    try:
+        granted = _timed_flock(pred_fd, fcntl.LOCK_SH, deadline, lambda got: os.close(pred_fd))
+    except OSError:
+        granted = True  # cannot wait on it: go straight to the inode flock
+    if granted:
+        os.close(pred_fd)
+        try:
+            os.unlink(pred_path)  # gone already unless the predecessor died
+        except OSError:
+            pass
+    # not granted: the time-out is reported by the inode flock, which has no time left either
+    return slot
+
+
+def _queue_leave(slot: tuple[int, str] | None) -> None:
+    if slot is None:
+        return
+    fd, path = slot
+    try:
+        os.unlink(path)  # a successor that has not opened it yet skips it
+    except OSError:
+        pass
+    os.close(fd)  # releases the flock: the successor stops waiting
+
+
+def _unlock(key: tuple[int, int], fd: int) -> None:
+    st = _state()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        _give_back(st, key, fd)
+
+
+# --------------------------------------------------------------------------------------------
+# DuckDB: one private in-memory instance per process, ledger files ATTACHed per operation
+
+
+def _base_connection() -> duckdb.DuckDBPyConnection:
+    st = _state()
+    with st.mutex:
+        if st.base is None:
+            base = duckdb.connect(":memory:", config={"threads": 1})
+            # DETACH must not checkpoint by itself: operations that need the main file up to date
+            # run CHECKPOINT explicitly and check that it succeeded
+            base.execute("PRAGMA disable_checkpoint_on_shutdown")
+            st.base = base
+        return st.base
+
+
+def _detach(base: duckdb.DuckDBPyConnection, alias: str) -> None:
+    """DETACH (which also closes the file). If it fails, the attachment must not linger and keep
+    the file open: the process's ledger instance is then replaced."""
+    cur = base.cursor()
+    try:
+        cur.execute(f"DETACH {alias}")
+    except duckdb.Error:
+        try:
+            still = cur.execute(
+                "SELECT count(*) FROM duckdb_databases() WHERE database_name = ?", [alias]
+            ).fetchall()[0][0]
+        except duckdb.Error:
+            still = 1
+        if still:
+            st = _state()
+            with st.mutex:
+                if st.base is base:
+                    st.base = None
+            try:
+                base.close()
+            except duckdb.Error:
+                pass
+    finally:
+        try:
+            cur.close()
+        except duckdb.Error:
+            pass
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+# --------------------------------------------------------------------------------------------
+# the generation marker
+
+
+def _marker_path(p: str) -> str:
+    return os.path.realpath(p) + GENERATION_SUFFIX
+
+
+_MARKER_RE = re.compile(r"dpsql ledger generation (\d{1,20})\n")
+
+
+def _read_marker(path: str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(256)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise LedgerError(
+            f"cannot read the ledger's generation marker {path}: {e.strerror}",
+            hint="make it readable (it guards against a ledger that lost recorded charges)",
+        ) from None
+    if not data:  # created, then lost to a crash before its first write reached the disk
+        return None
+    m = _MARKER_RE.fullmatch(data.decode("ascii", "replace"))
+    if m is None:
+        raise LedgerError(
+            f"the ledger's generation marker {path} is damaged ({data[:40]!r})",
+            hint="restore it from the backup that holds the ledger; it must read 'dpsql ledger "
+            "generation N' with N the ledger_meta 'generation' value of the newest ledger copy",
+        )
+    return int(m.group(1))
+
+
+def _write_marker(path: str, generation: int) -> None:
+    """Write the marker in place (fixed width, so an update never shortens it). Only its creation
+    is fsynced: the marker is written after the main file is durable, so a later update that a
+    power loss takes back leaves an older value, a lower bound that can never cause a refusal."""
+    data = f"dpsql ledger generation {generation:020d}\n".encode("ascii")
+    existed = os.path.exists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.pwrite(fd, data, 0)
+        if not existed:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if not existed:
+        _fsync_path(os.path.dirname(path))
+
+
+def _fsync_path(path: str) -> None:
+    """fsync a file or directory (best effort for directories on file systems that refuse it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class _AlreadyCreated(LedgerError):
@@ -883,4 +1532,4 @@ def _created_by() -> str:
         return "dpsql"
 
 
-__all__ = ["Ledger", "LedgerEntry", "SCHEMA_VERSION", "COUNTING_STATUSES", "schema_sql"]
+__all__ = ["Ledger", "LedgerEntry", "SCHEMA_VERSION", "COUNTING_STATUSES", "GENERATION_SUFFIX", "schema_sql"]
