@@ -609,8 +609,12 @@ def test_cli_creates_a_missing_ledger_only_on_request(tmp_path: Path, monkeypatc
     monkeypatch.delenv("DPSQL_LEDGER", raising=False)
     cfg = tmp_path / "examples" / "dpsql.toml"
     query = ["query", "SELECT COUNT(*) FROM events", "--epsilon", "0.5"]
-    # create_if_missing does not apply to a --ledger given on the command line (a typo stays an error)
-    assert main(["--config", str(cfg), "--ledger", str(tmp_path / "typo.duckdb"), *query]) == 4
+    # create_if_missing does not apply to a --ledger given on the command line (a typo stays an
+    # error); with a config that registers tables, --ledger is refused outright (the owner's ledger)
+    assert main(["--config", str(cfg), "--ledger", str(tmp_path / "typo.duckdb"), *query]) == 2
+    assert not (tmp_path / "typo.duckdb").exists()
+    assert main(["--ledger", str(tmp_path / "typo.duckdb"), "--table", "e=examples/events.parquet",
+                 "--privacy-unit", "e=user_id", "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.5"]) == 4
     assert not (tmp_path / "typo.duckdb").exists()
     # without create_if_missing, the config's ledger is not created either
     plain = tmp_path / "examples" / "plain.toml"

@@ -322,7 +322,7 @@ def test_parquet_synopsis_follows_file_identity_and_mtime(tmp_path):
     path = str(tmp_path / "l.duckdb")
 
     def sess() -> dpsql.Session:
-        s = dpsql.Session(ledger=path, budget=dpsql.Budget(10.0, 1e-5))
+        s = dpsql.Session(ledger=path, budget=dpsql.Budget(10.0, 1e-5), create=True)
         use_noise(s, zero_noise())
         s.register("people", str(f), privacy_unit="pid", max_rows_per_unit=5,
                    columns={"age": {"bounds": (0, 120), "bins": 121}})
