@@ -69,6 +69,8 @@ class TableSpec:
     schema: dict[str, str] = field(default_factory=dict)  # column name (lower) -> duckdb type
     view: str | None = None  # name of the session's private view on the source
     version: str | None = None  # owner-declared version of the source's contents (synopsis reuse)
+    files: tuple[str, ...] = ()  # file sources: the files matched at registration
+    read_key: str = ""  # what shapes the rows a query sees: schema (declared types) and read settings
 
     def column(self, name: str) -> ColumnSpec:
         return self.columns.get(name.lower()) or ColumnSpec(name.lower())
@@ -96,28 +98,37 @@ class TableSpec:
         }
 
 
-def source_identity(table: TableSpec) -> dict[str, Any] | None:
-    """What identifies the contents a stored synopsis was computed from (public, owner-side).
+def source_files(kind: str, source: Any) -> tuple[str, ...]:
+    """The files a file source names now (a glob expanded, sorted); () for other sources."""
+    if kind not in ("parquet", "csv") or not isinstance(source, str):
+        return ()
+    return tuple(sorted(glob.glob(source))) if any(ch in source for ch in "*?[") else (source,)
 
-    The owner-declared ``version`` when given; otherwise, for file sources, each file's identity
-    and modification time (device, inode, mtime, size): never a hash of the contents, since reuse
-    must not reveal whether the data changed. Arrow and DuckDB-table sources without a declared
-    version have no identity (``None``): their synopses are never reused.
+
+def source_identity(table: TableSpec) -> dict[str, Any] | None:
+    """What identifies the rows a stored synopsis was computed from (public, owner-side).
+
+    The table's read definition (``read_key``: schema with declared types, and the engine's read
+    settings such as ``max_text_bytes``) together with the owner-declared ``version`` when given;
+    otherwise, for file sources, each file's identity and modification time (device, inode,
+    mtime, size): never a hash of the contents, since reuse must not reveal whether the data
+    changed. A glob that now matches other files than at registration has no identity, nor do
+    Arrow and DuckDB-table sources without a declared version: their synopses are never reused.
     """
     if table.version is not None:
-        return {"version": table.version}
-    if table.source_kind not in ("parquet", "csv") or not isinstance(table.source, str):
+        return {"version": table.version, "read": table.read_key}
+    if table.source_kind not in ("parquet", "csv") or not table.files:
         return None
-    src = table.source
-    files = sorted(glob.glob(src)) if any(ch in src for ch in "*?[") else [src]
+    if source_files(table.source_kind, table.source) != table.files:
+        return None  # files appeared or vanished since registration
     ids: list[list[Any]] = []
-    for f in files:
+    for f in table.files:
         try:
             st = os.stat(f)
         except OSError:
             return None
         ids.append([os.path.realpath(f), st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size])
-    return {"files": ids} if ids else None
+    return {"files": ids, "read": table.read_key}
 
 
 def _check_cap(value: Any, name: str, table: str) -> float:

@@ -9,6 +9,7 @@ Data flow (one way):  SQL -> analyze -> route -> calibrate   [public metadata on
 from __future__ import annotations
 
 import contextlib
+import json
 import dataclasses
 import math
 import os
@@ -24,7 +25,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.budget import Budget, check_delta, check_epsilon
-from dpsql.catalog import TableSpec, _check_cap, check_table_name, classify_source, parse_column_spec
+from dpsql.catalog import TableSpec, _check_cap, check_table_name, classify_source, parse_column_spec, source_files
 from dpsql.catalog import type_domains as _type_domains
 from dpsql.engine import Engine, EngineSettings, private_failure, scrub
 from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, PolicyError
@@ -259,6 +260,7 @@ class Session:
             old = self._catalog.pop(tname)
             self._engine.unregister_source(tname, old.source_kind, old.view)
         view = f"_dpsql_src_{tname}_{self._token}"
+        files = source_files(kind, src)
         schema = self._engine.register_source(tname, kind, src, view, types=types)
         problems = []
         if privacy_unit is not None and privacy_unit.lower() not in schema:
@@ -294,6 +296,9 @@ class Session:
             schema=schema,
             view=view,
             version=version,
+            files=files,
+            read_key=json.dumps({"schema": schema, "max_text_bytes": self._engine.settings.max_text_bytes,
+                                 "invalid_text": self._engine.settings.invalid_text}, sort_keys=True),
         )
 
     @property

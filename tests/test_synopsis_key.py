@@ -1,11 +1,11 @@
-"""Adversarial: the DAWA synopsis key names the WHERE text, the file identity, the unit, the
+"""Regression (review finding): the DAWA synopsis key names the WHERE text, the file identity, the unit, the
 dims and the cap, but not what gives the WHERE its meaning: the column types the owner declares
 for a CSV source. Re-declaring a column's type leaves the file (and its mtime) untouched, so a
 synopsis computed under the old types answers the same SQL under the new ones.
 
-``amount < '9'`` is a text comparison while amount is VARCHAR (every '10'..'14' is < '9') and a
-numeric one once amount is DOUBLE (no row qualifies). With zero noise the truth under DOUBLE is
-0 in every bin; the reused synopsis says 40."""
+``amount IS NULL`` holds for every row while amount is declared INTEGER (``'99999999999'`` does
+not fit, so it reads as NULL) and for none once amount is BIGINT. With zero noise the truth
+under BIGINT is 0 in every bin; a reused synopsis would say 40."""
 
 from __future__ import annotations
 
@@ -16,18 +16,18 @@ import dpsql
 from dpsql import Budget
 from dpsql.testing import use_noise, zero_noise
 
-SQL = "SELECT age, COUNT(*) FROM t WHERE amount < '9' GROUP BY age"
+SQL = "SELECT age, COUNT(*) FROM t WHERE amount IS NULL GROUP BY age"
 
 
 def write_csv(path: Path) -> None:
     with open(path, "w") as f:
         f.write("uid,amount,age\n")
         for i in range(400):
-            f.write(f"{i},{10 + (i % 5)},{i % 10}\n")
+            f.write(f"{i},9999999999{i % 5},{i % 10}\n")
 
 
 def run(csv: Path, ledger: Path, types: dict[str, Any]) -> tuple[bool, list[int]]:
-    s = dpsql.Session(ledger=str(ledger), budget=Budget(100.0, 1e-3))
+    s = dpsql.Session(ledger=str(ledger), budget=Budget(100.0, 1e-3), create=True)
     use_noise(s, zero_noise())
     try:
         s.register("t", str(csv), privacy_unit="uid", max_rows_per_unit=1,
@@ -40,16 +40,16 @@ def run(csv: Path, ledger: Path, types: dict[str, Any]) -> tuple[bool, list[int]
 
 def test_control_fresh_ledger_under_declared_double(tmp_path: Path) -> None:
     write_csv(tmp_path / "t.csv")
-    reused, counts = run(tmp_path / "t.csv", tmp_path / "fresh.db", {"amount": {"type": "DOUBLE"}})
+    reused, counts = run(tmp_path / "t.csv", tmp_path / "fresh.db", {"amount": {"type": "BIGINT"}})
     assert not reused and counts == [0] * 10
 
 
 def test_synopsis_not_reused_after_column_type_declared(tmp_path: Path) -> None:
     write_csv(tmp_path / "t.csv")
     ledger = tmp_path / "ledger.db"
-    reused, counts = run(tmp_path / "t.csv", ledger, {})
+    reused, counts = run(tmp_path / "t.csv", ledger, {"amount": {"type": "INTEGER"}})
     assert not reused and counts == [40] * 10
-    reused, counts = run(tmp_path / "t.csv", ledger, {"amount": {"type": "DOUBLE"}})
+    reused, counts = run(tmp_path / "t.csv", ledger, {"amount": {"type": "BIGINT"}})
     assert counts == [0] * 10, f"reused={reused}: a synopsis computed with amount as text answered {counts}"
 
 
@@ -65,7 +65,7 @@ def test_glob_source_identity_matches_the_files_read(tmp_path: Path) -> None:
                                  "age": pa.array([5] * n, pa.int64())}), tmp_path / name)
 
     def session() -> dpsql.Session:
-        s = dpsql.Session(ledger=str(tmp_path / "ledger.db"), budget=Budget(100.0, 1e-3))
+        s = dpsql.Session(ledger=str(tmp_path / "ledger.db"), budget=Budget(100.0, 1e-3), create=True)
         use_noise(s, zero_noise())
         s.register("t", str(tmp_path / "*.parquet"), privacy_unit="uid", max_rows_per_unit=1,
                    columns={"age": {"bounds": (0, 9), "bins": 10}})
@@ -94,7 +94,7 @@ def test_synopsis_not_reused_after_max_text_bytes_changes(tmp_path: Path) -> Non
     sql = "SELECT age, COUNT(*) FROM t WHERE note IS NULL GROUP BY age"
 
     def run(engine: dict[str, Any]) -> list[int]:
-        s = dpsql.Session(ledger=str(tmp_path / "l.db"), budget=Budget(100.0, 1e-3), engine=engine)
+        s = dpsql.Session(ledger=str(tmp_path / "l.db"), budget=Budget(100.0, 1e-3), engine=engine, create=True)
         use_noise(s, zero_noise())
         s.register("t", str(csv), privacy_unit="uid", max_rows_per_unit=1, columns={"age": {"bounds": (0, 9), "bins": 10}})
         out = s.query(sql, epsilon=10.0).table.column(1).to_pylist()
