@@ -9,8 +9,8 @@ Data flow (one way):  SQL -> analyze -> route -> calibrate   [public metadata on
 from __future__ import annotations
 
 import contextlib
-import json
 import dataclasses
+import json
 import math
 import os
 import secrets
@@ -25,7 +25,14 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.budget import Budget, check_delta, check_epsilon
-from dpsql.catalog import TableSpec, _check_cap, check_table_name, classify_source, parse_column_spec, source_files
+from dpsql.catalog import (
+    TableSpec,
+    _check_cap,
+    check_table_name,
+    classify_source,
+    parse_column_spec,
+    source_files,
+)
 from dpsql.catalog import type_domains as _type_domains
 from dpsql.engine import Engine, EngineSettings, private_failure, scrub
 from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, PolicyError
