@@ -143,11 +143,27 @@ def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
     return [e]
 
 
+_DATE_TYPES = tuple(
+    getattr(exp.DataType.Type, t) for t in ("DATE", "TIMESTAMP", "TIMESTAMPNTZ", "DATETIME") if hasattr(exp.DataType.Type, t)
+)
+
+
 def _literal_value(e: exp.Expression) -> Any:
     if isinstance(e, exp.Paren):
         return _literal_value(e.this)
     if isinstance(e, exp.Cast):
-        return _literal_value(e.this)
+        # only a date/time literal written as a cast (DATE '2024-01-01', CAST('...' AS TIMESTAMP)):
+        # a numeric cast changes the value (CAST(20.5 AS INTEGER) is 21), so such a condition is
+        # not read as a range endpoint here
+        to = e.args.get("to")
+        if (
+            isinstance(e.this, exp.Literal)
+            and e.this.is_string
+            and isinstance(to, exp.DataType)
+            and to.this in _DATE_TYPES
+        ):
+            return str(e.this.this)
+        raise ValueError("not a literal")
     if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
         return -float(e.this.this)
     if isinstance(e, exp.Literal):
