@@ -35,7 +35,7 @@ from dpsql.catalog import (
 )
 from dpsql.catalog import type_domains as _type_domains
 from dpsql.engine import Engine, EngineSettings, private_failure, scrub
-from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, PolicyError
+from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, PolicyError, QueryTypeError
 from dpsql.ledger import Ledger
 from dpsql.mechanisms.common import Calibration
 from dpsql.noise import NoiseSource, default_noise_source
@@ -714,6 +714,34 @@ class Session:
                 cols.append(exp.alias_(exp.cast(exp.Literal.number(0), "DOUBLE"), a.name + "__ci"))
         shape = exp.select(*cols).subquery("__released")
         self._engine.bind_check(self._post_ast(plan, shape, []), run=True)
+        self._check_post_on_public_keys(plan)
+
+    def _check_post_on_public_keys(self, plan: ir.QueryPlan) -> None:
+        """With declared (public) keys the released keys are exactly the domain product, so run
+        the post-processing (outputs, HAVING, ORDER BY) over those keys before the charge: an
+        expression that cannot be evaluated on them is refused for free (it would fail whatever
+        the data and the noise)."""
+        if not plan.public_keys:
+            return
+        from dpsql.mechanisms import basic
+
+        n = basic.domain_size(plan)
+        if n > 100_000:
+            return  # large domains: the typed placeholder check above only
+        keys = basic._domain_table(plan, pa.table({}))
+        cols: dict[str, Any] = {name: keys.column(name) for name in keys.column_names}
+        for a in plan.aggregates:
+            counts = a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS)
+            cols[a.name] = pa.array([0] * n, pa.int64() if counts else pa.float64())
+            if a.kind == ir.AVG:
+                cols[a.name + "__ci"] = pa.array([0.0] * n, pa.float64())
+        try:
+            self._engine.post_process(pa.table(cols), lambda rel: self._post_ast(plan, exp.to_table(rel), []))
+        except ExecutionError:
+            raise QueryTypeError(
+                "the query's outputs, HAVING or ORDER BY cannot be evaluated on the declared key values; nothing was charged",
+                hint="check casts and arithmetic over the GROUP BY keys (e.g. CAST(key AS INTEGER) on text keys)",
+            ) from None
 
     def _post_ast(self, plan: ir.QueryPlan, rel: exp.Expression, hidden: list[tuple[str, str]]) -> exp.Expression:
         items = [exp.alias_(o.expr.copy(), o.name, quoted=True) for o in plan.outputs]

@@ -1,10 +1,10 @@
-"""Adversarial: a query whose post-processing fails on the *public* key values is charged.
+"""Regression (review finding): post-processing that fails on the *public* key values is refused for free.
 
 With a declared domain, the released keys are exactly the domain (public metadata), so a HAVING,
 ORDER BY or output expression that cannot be evaluated on them fails whatever the data and the
-noise are: it should be refused for free (standards: "bad input ... spends no budget"). The
-bind check runs the post-processing over a placeholder row whose keys are NULL, so it passes,
-and the failure comes after the charge as the generic withheld error."""
+noise are: it is refused for free (standards: "bad input ... spends no budget"). The bind check
+once ran the post-processing over a placeholder row whose keys are NULL only, so it passed, and
+the failure came after the charge; it now also runs it over the domain's keys."""
 
 from __future__ import annotations
 
