@@ -70,7 +70,7 @@ Vectors: noise is independent per coordinate; a coordinate whose value is the sa
 D′ has the same output distribution, so a release in which one unit changes at most N
 coordinates, with L1 change ≤ Δ₁ in units of λ, is (Δ₁/λ + N·2⁻⁴⁵(B/λ + 2))-DP.
 Calibration (:func:`snapping_calibration`) picks B = 2^K·Λ (capped at the representable bound:
-2⁶² for integer results) with K ≤ 30 the largest exponent whose extra term is ≤ 1/1000 of the
+2⁶² for integer results) with K ≤ 40 the largest exponent whose extra term is ≤ 1/1000 of the
 coordinate's budget, then solves λ = Δ/(ε_coord − 2⁻⁴⁵(2^{K+1} + 2)) so that the *proven* ε is
 at most the ε the analyst asked for, which is what the ledger charges. B is public: it depends
 only on (ε, Δ) and K, never on data. Parameters whose noise or result cannot be represented
@@ -161,9 +161,16 @@ def power_of_two_at_least(x: float) -> float:
     return math.ldexp(1.0, ex - 1) if m == 0.5 else math.ldexp(1.0, ex)
 
 
+#: the largest exponent K of the snapping bound B = 2^K·Λ (the theorem needs B <= 2^41·Λ)
+SNAP_MAX_EXPONENT = 40
+
+
 def snapping_exponent(share: float, *, what: str = "the release") -> int:
-    """K <= 30: the largest exponent with 2⁻⁴⁵(2^(K+1) + 2) <= share (B = 2^K·Λ), at least 10."""
-    k = 30
+    """K <= 40: the largest exponent with 2⁻⁴⁵(2^(K+1) + 2) <= share (B = 2^K·Λ), at least 10.
+
+    A larger B clamps fewer true values (a count is clamped only beyond 2^K noise grids); the
+    price is the extra ε term, kept at most ``share`` (1/1000 of the coordinate's budget)."""
+    k = SNAP_MAX_EXPONENT
     while k >= 10 and snapping_extra(2.0 ** (k + 1)) > share:
         k -= 1
     if k < 10:

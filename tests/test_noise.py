@@ -163,11 +163,11 @@ def test_snapped_noise_actually_added_fits_the_exact_distribution():
 
 
 def test_snapping_calibration_by_hand():
-    # eps = 1, Delta = 1: K = 30 (2^-45 (2^31 + 2) = 2^-14 + 2^-44 <= 1e-3), lambda = 1/(1 - 2^-14 - 2^-44)
-    # = 1.0000610388818245..., Lambda = 2, B = 2^30 * 2 = 2^31
+    # eps = 1, Delta = 1: K = 34 (2^-45 (2^35 + 2) = 2^-10 + 2^-44 <= 1e-3 < 2^-45 (2^36 + 2)),
+    # lambda = 1/(1 - 2^-10 - 2^-44) = 1.0009775171066064..., Lambda = 2, B = 2^34 * 2 = 2^35
     lam, grid, bound = snapping_calibration(1.0, 1.0)
-    assert lam == pytest.approx(1.0000610388818245, rel=1e-15)
-    assert grid == 2.0 and bound == 2.0**31
+    assert lam == pytest.approx(1.0009775171066064, rel=1e-15)
+    assert grid == 2.0 and bound == 2.0**35
     # eps = 0.01: K = 27 (2^-45 (2^28 + 2) = 7.63e-6 <= 1e-5 < 2^-45 (2^29 + 2)),
     # lambda = 1/(0.01 - 2^-17 - 2^-44) = 100.07635219798..., Lambda = 128, B = 2^27 * 128 = 2^34
     lam, grid, bound = snapping_calibration(1.0, 0.01)
@@ -223,8 +223,8 @@ def test_laplace_release_is_snapped_and_charged_as_asked():
             iter(p.parameters["snapping"].values())
         )
         # one column, one group, Delta = 1: the hand numbers of test_snapping_calibration_by_hand
-        assert snap["lambda"] == pytest.approx(1.0000610388818245, rel=1e-15)
-        assert snap["grid"] == 2.0 and snap["bound"] == 2.0**31
+        assert snap["lambda"] == pytest.approx(1.0009775171066064, rel=1e-15)
+        assert snap["grid"] == 2.0 and snap["bound"] == 2.0**35
         assert p.cost == Budget(1.0, 0.0) and p.parameters["epsilon_proven"] <= 1.0
         vals = [s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.column("n")[0].as_py() for _ in range(20)]
         assert all(v % 2 == 0 for v in vals)  # on the power-of-two grid

@@ -19,7 +19,7 @@ L1 sensitivity is C*m. Hence
 * Laplace (pure DP): Mironov's snapping mechanism per coordinate (``dpsql.noise`` section 2).
   Each of the <= C*m changed coordinates gets the budget eps_c = eps / (C*m); column j is
   calibrated with lambda_j = Delta_j / (eps_c - 2^-45 (2^(K+1) + 2)), grid Lambda_j = the least
-  power of two >= lambda_j and public bound B_j = 2^K Lambda_j (K <= 30; B_j <= 2^62 for counts),
+  power of two >= lambda_j and public bound B_j = 2^K Lambda_j (K <= 40; B_j <= 2^62 for counts),
   so the proven loss Delta_j/lambda_j + 2^-45 (B_j/lambda_j + 2) is at most eps_c and the total
   at most eps, which is what is charged. True values beyond +-B_j are clamped (B_j depends only
   on eps and Delta_j). Parameters that cannot be represented are refused before any charge.

@@ -200,7 +200,17 @@ def finish_release(
             "noise": cal.noise,
         }
         if src in cal.snap:
-            accuracy[a.name]["snapping_grid"] = cal.snap[src][0]
+            grid, bound = cal.snap[src]
+            accuracy[a.name]["snapping_grid"] = grid
+            accuracy[a.name]["snapping_bound"] = bound
+            if np.any(np.abs(np.asarray(noisy[src], dtype=np.float64)) >= bound):
+                # a released value at the public bound: the true value may lie beyond it, so the
+                # interval above does not cover it (post-processing of released values only)
+                accuracy[a.name]["clamped_at_bound"] = True
+                accuracy[a.name]["note"] = (
+                    f"some values were released at the public snapping bound +/-{bound:g}: the true value may be larger in "
+                    "magnitude, outside the interval"
+                )
     if not cols:
         return pa.table({}), accuracy
     return pa.table(cols), accuracy
