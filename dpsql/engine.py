@@ -23,10 +23,21 @@ Privacy claims of this module (threat model: docs/threat_model.md):
 * **Sources are read totally.** A source value that cannot be read is NULL, never an error
   (an error would reveal, after the charge, whether that row exists):
 
-  - Parquet and Arrow: every text column is read as bytes and decoded with
-    ``TRY(DECODE(...))``, so invalid UTF-8 is NULL (nested lists/structs of text likewise).
-  - Every source: a text value longer than the owner's ``max_text_bytes`` is NULL (a bound on
-    the per-row cost of text functions, checked on the stored length).
+  - Parquet and Arrow (:func:`_arrow_plan`): DuckDB's Arrow scan converts some types while
+    reading and raises on a value it cannot convert, so every column is read through Arrow as
+    a type that cannot fail and rebuilt in the view with a total expression, at any depth
+    (lists, structs): text is read as bytes and decoded with ``TRY(DECODE(...))`` (invalid
+    UTF-8 is NULL); timestamps (every unit, with or without a time zone), durations, date64
+    and TIME are read as their stored integers and rebuilt with range checks (a value outside
+    DuckDB's range is NULL); float16 and decimal256 are widened; a dictionary of such values
+    is decoded first. A map, union or list view holding such values, and any type not known to
+    read totally, are refused at registration (``ConfigError``, before any charge).
+  - Parquet with ``invalid_text = "replace"``: DuckDB's own reader; the Parquet types it
+    converts in a way that can fail (timestamps in milliseconds, INT96, TIME, JSON, ...) are
+    refused at registration, from the file's schema (an allow-list).
+  - Every source: a text (VARCHAR, JSON) or BLOB value longer than the owner's
+    ``max_text_bytes`` is NULL, at any depth (a bound on the per-row cost of functions, checked
+    on the stored length); a DuckDB MAP holding a key over the cap is NULL as a whole.
   - CSV: the dialect is fixed (``,`` or tab for .tsv, ``"`` quote and escape, header line),
     never sniffed from the data; every column is VARCHAR unless the owner declares its type,
     which the view applies with ``TRY_CAST``. A row that does not parse (bad quoting, invalid
@@ -87,11 +98,12 @@ class EngineSettings:
     ``max_temp_directory_size``: cap on DuckDB's spill files, e.g. ``"10GB"`` (None: DuckDB's default).
     ``invalid_text``: how Parquet text that is not valid UTF-8 is read: ``"null"`` (default: the
         value is NULL; text is read as bytes through Arrow and decoded) or ``"replace"`` (each
-        invalid byte becomes ``?``; DuckDB's own reader, faster). Both are total: never an error.
-        Arrow tables are always read the ``"null"`` way.
-    ``max_text_bytes``: a text value of any source longer than this many bytes (UTF-8) is read
-        as NULL, so one hostile cell cannot make per-row text functions arbitrarily slow (None:
-        no cap). The check is on the stored length, so it costs nothing per row.
+        invalid byte becomes ``?``; DuckDB's own reader, faster, which refuses at registration
+        the column types it cannot read totally, such as timestamps in milliseconds). Both are
+        total: never an error. Arrow tables are always read the ``"null"`` way.
+    ``max_text_bytes``: a text or BLOB value of any source longer than this many bytes (UTF-8)
+        is read as NULL, also inside lists, structs and maps, so one hostile cell cannot make
+        per-row functions arbitrarily slow (None: no cap). The check is on the stored length.
     """
 
     debug: bool = False
@@ -233,8 +245,9 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
     """
     T = pa.types
     if isinstance(t, pa.BaseExtensionType):
-        if t.extension_name == "arrow.uuid":
-            return t, None  # DuckDB's UUID: every 16 bytes are one
+        if t.extension_name == "arrow.uuid":  # every 16 bytes are a UUID; read as bytes because a
+            # filter DuckDB pushes into a Parquet dataset has no Arrow kernel for the extension type
+            return t.storage_type, lambda e: exp.TryCast(this=_fn("HEX", e), to=exp.DataType.build("UUID"))
         read, build = _arrow_plan(t.storage_type, where, cap, depth)
         return (t, None) if build is None and read.equals(t.storage_type) else (read, build)
     if T.is_dictionary(t):
@@ -395,9 +408,32 @@ def _map_rebuild(key_id: str, cap_keys: bool, vb: Rebuild | None, cap: int | Non
     return rebuild
 
 
-#: Parquet types DuckDB's own reader converts while reading and rejects when a value is out of
-#: range (``invalid_text = "replace"``): timestamps in milliseconds, INT96 timestamps, TIME.
-_PARQUET_UNSAFE = re.compile(r"TIMESTAMP_MILLIS|MILLIS=MilliSeconds\(\)|^INT96$|TIME_MILLIS|TIME_MICROS|TimeType", re.I)
+#: Parquet types DuckDB's own reader (``invalid_text = "replace"``) reads without converting in
+#: a way that can fail (an allow-list of logical and legacy converted types). Refused, among
+#: others: timestamps in milliseconds and INT96 (converted to microseconds, out of range raises),
+#: TIME (validated), JSON (parsed).
+_PARQUET_SAFE_LOGICAL = ("StringType", "MapType", "ListType", "EnumType", "DecimalType", "DateType", "IntType",
+                         "NullType", "UUIDType", "Float16Type", "TimestampType")
+_PARQUET_SAFE_CONVERTED = frozenset({
+    "UTF8", "MAP", "MAP_KEY_VALUE", "LIST", "ENUM", "DECIMAL", "DATE", "TIMESTAMP_MICROS", "INTERVAL",
+    "UINT_8", "UINT_16", "UINT_32", "UINT_64", "INT_8", "INT_16", "INT_32", "INT_64",
+})
+
+
+def _parquet_unsafe(ptype: Any, converted: Any, logical: Any) -> str | None:
+    """What DuckDB's own reader could fail on in a Parquet leaf, or None when it reads totally."""
+    if str(ptype) == "INT96":
+        return "an INT96 timestamp"
+    if logical is not None:
+        kind = str(logical).split("(", 1)[0]
+        if kind not in _PARQUET_SAFE_LOGICAL:
+            return f"logical type {kind}"
+        if kind == "TimestampType" and "MILLIS=MilliSeconds" in str(logical):
+            return "a timestamp in milliseconds"
+        return None
+    if converted is not None and str(converted) not in _PARQUET_SAFE_CONVERTED:
+        return f"converted type {converted}"
+    return None
 
 
 def _csv_header(path: str, delim: str) -> list[str]:
@@ -567,15 +603,13 @@ class Engine:
         meta = self._con.execute(render(exp.select("name", "type", "converted_type", "logical_type")
                                         .from_(exp.Table(this=exp.func("parquet_schema", files))))).fetchall()
         for col, ptype, converted, logical in meta:
-            if any(v is not None and _PARQUET_UNSAFE.search(str(v)) for v in (ptype, converted, logical)):
-                stored = ("an INT96 timestamp" if str(ptype) == "INT96" else
-                          "a timestamp in milliseconds" if "MILLIS" in str(converted or "") + str(logical or "")
-                          and "TIME_" not in str(converted or "") and "TimeType" not in str(logical or "") else "a TIME")
+            stored = _parquet_unsafe(ptype, converted, logical)
+            if stored is not None:
                 raise ConfigError(
-                    f"column '{name}.{col}' is stored as {stored}, which DuckDB's own Parquet "
-                    "reader (invalid_text = \"replace\") rejects when a value is out of range",
-                    hint="use the default invalid_text = \"null\" (which reads it totally), or store it as a "
-                         "timestamp in microseconds",
+                    f"column '{name}.{col}' is stored as {stored}, which DuckDB's own Parquet reader "
+                    "(invalid_text = \"replace\") converts in a way that can fail on a stored value",
+                    hint="use the default invalid_text = \"null\" (which reads it totally), or store the column "
+                         "as another type (a timestamp in microseconds, text)",
                 )
         reader = exp.func("read_parquet", files,
                           exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")))

@@ -189,7 +189,7 @@ def test_rebuilt_values_are_the_stored_ones() -> None:
         "t64": raw_array(pa.time64("ns"), [1_999, 86_399_999_999_999]),
     })
     rows = view_rows(t, 'SELECT ts_s, ts_ms_tz, ts_ns, dur_ms, d64, t32, t64 FROM "{view}" ORDER BY uid')
-    utc = dt.timezone.utc
+    utc = dt.UTC
     first = rows[0]
     assert first[0] == dt.datetime(2023, 11, 14, 22, 13, 20)
     assert first[1] == dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=utc)
@@ -254,3 +254,33 @@ def test_duckdb_table_timestamp_seconds_beyond_range_is_null() -> None:
     assert s.tables["t"].schema["x"] == "TIMESTAMP"
     got = s.query("SELECT COUNT(*) FROM t WHERE x >= TIMESTAMP '1970-01-01'", epsilon=1.0).table.column(0)[0].as_py()
     assert int(got) == N  # the person's value is NULL; no failure after the charge
+
+
+PARQUET_OTHER: dict[str, Any] = {
+    # (column of D', whether DuckDB's own reader (invalid_text = "replace") is refused)
+    "date32_extremes": (lambda: raw_array(pa.date32(), [0] * N + [-(2**31)]), False),
+    "decimal_beyond_precision": (lambda: pa.Array.from_buffers(
+        pa.decimal128(4, 2), N + 1, [None, pa.py_buffer(b"\0" * 16 * N + (10**37).to_bytes(16, "little", signed=True))]),
+        False),
+    "decimal256": (lambda: pa.array([decimal.Decimal(0)] * N + [decimal.Decimal("9" * 40)], pa.decimal256(40, 0)), False),
+    "float16": (lambda: pa.array(np.array([0] * N + [np.inf], np.float16()), pa.float16()), False),
+    "uuid": (lambda: pa.array([b"\0" * 16] * N + [b"\xff" * 16], pa.uuid()), False),
+    "uint64": (lambda: pa.array([0] * N + [2**64 - 1], pa.uint64()), False),
+    "timestamp_ns": (lambda: raw_array(pa.timestamp("ns"), [0] * N + [-I64 - 1]), False),
+    "json_invalid": (lambda: pa.array(["{}"] * N + ["{bad"], pa.json_()), True),
+    "time_ns": (lambda: raw_array(pa.time64("ns"), [0] * N + [I64]), True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PARQUET_OTHER))
+@pytest.mark.parametrize("mode", ["null", "replace"])
+def test_parquet_other_types_read_totally_or_are_refused(tmp_path: Path, case: str, mode: str) -> None:
+    make, refused_by_duckdb_reader = PARQUET_OTHER[case]
+    x = make()
+    d1 = pa.table({"uid": pa.array(range(N + 1), pa.int64()), "x": x})
+    paths = to_parquet(tmp_path, (d1.slice(0, N), d1))
+    results = [outcome(p, invalid_text=mode) for p in paths]
+    assert results[0] == results[1]
+    assert results[0] == (("ConfigError", Budget(10.0, 1e-3)) if mode == "replace" and refused_by_duckdb_reader else OK)
+    if results[0] == OK:
+        assert len(view_rows(paths[1], invalid_text=mode)) == N + 1  # every value converts to text
