@@ -223,6 +223,40 @@ def _to_us(e: exp.Expression, unit: str, lo_us: int, hi_us: int) -> exp.Expressi
     return _when(_in_range(e.copy(), lo, hi), exp.Mul(this=_clamp(e, lo, hi), expression=_num(f)))
 
 
+def _decimal_in_range(p: int, s: int) -> Rebuild:
+    """A DECIMAL(p, s) value within its declared precision, else NULL. A stored value can hold
+    more digits (up to 2**127 for DECIMAL(38)), and negating it then raises inside DuckDB."""
+    digits = "9" * (p - s) if p > s else "0"
+    top = exp.Cast(this=exp.Literal.string(digits + ("." + "9" * s if s else "")),
+                   to=exp.DataType.build(f"DECIMAL({p}, {s})"))
+    return lambda e: _when(exp.Between(this=e.copy(), low=exp.Neg(this=top.copy()), high=top.copy()), e)
+
+
+def _temporal_in_range(tid: str) -> Rebuild | None:
+    """For DuckDB's own temporal types: a value outside the range of :data:`TS_MIN_US` (or a
+    TIME outside 00:00 to 24:00) is NULL; seconds, milliseconds and nanoseconds are read as
+    TIMESTAMP / TIME with TRY_CAST. The range tests compare stored values: they cannot fail."""
+    ts, tz = exp.DataType.build("TIMESTAMP"), exp.DataType.build("TIMESTAMPTZ")
+    if tid in ("timestamp", "timestamp_s", "timestamp_ms", "timestamp_ns"):
+        lo, hi = _fn("MAKE_TIMESTAMP", _num(TS_MIN_US)), _fn("MAKE_TIMESTAMP", _num(TS_MAX_US))
+        conv = (lambda e: e) if tid == "timestamp" else (lambda e: exp.TryCast(this=e, to=ts))
+    elif tid in ("timestamp with time zone", "timestamp_tz"):
+        lo, hi = _fn("MAKE_TIMESTAMPTZ", _num(TS_MIN_US)), _fn("MAKE_TIMESTAMPTZ", _num(TS_MAX_US))
+        conv = lambda e: exp.Cast(this=e, to=tz)  # noqa: E731 - the type itself, no conversion
+    elif tid in ("time", "time_ns"):
+        lo = exp.Cast(this=exp.Literal.string("00:00:00"), to=exp.DataType.build("TIME"))
+        hi = exp.Cast(this=exp.Literal.string("24:00:00"), to=exp.DataType.build("TIME"))
+        conv = (lambda e: e) if tid == "time" else (lambda e: exp.TryCast(this=e, to=exp.DataType.build("TIME")))
+    else:
+        return None
+
+    def rebuild(e: exp.Expression) -> exp.Expression:
+        v = conv(e)
+        return _when(exp.Between(this=v.copy(), low=lo.copy(), high=hi.copy()), v)
+
+    return rebuild
+
+
 def _cap(e: exp.Expression, cap: int | None, value: exp.Expression | None = None, fn: str = "OCTET_LENGTH") -> exp.Expression:
     """``value`` (default ``e``), or NULL when the stored ``e`` is over ``cap`` bytes."""
     value = e if value is None else value
@@ -282,8 +316,9 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
         return pa.float32(), None  # exact; DuckDB does not read float16
     if T.is_decimal(t) and t.bit_width > 128:
         return pa.float64(), None  # DuckDB has no 256-bit DECIMAL; every such value fits a DOUBLE
-    if (T.is_null(t) or T.is_boolean(t) or T.is_integer(t) or T.is_floating(t) or T.is_decimal(t)
-            or T.is_date32(t) or T.is_interval(t)):
+    if T.is_decimal(t):
+        return t, _decimal_in_range(t.precision, t.scale)
+    if T.is_null(t) or T.is_boolean(t) or T.is_integer(t) or T.is_floating(t) or T.is_date32(t) or T.is_interval(t):
         return t, None
     if T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t) or T.is_list_view(t) or T.is_large_list_view(t):
         read, build = _arrow_plan(t.value_type, where, cap, depth + 1)
@@ -334,16 +369,20 @@ def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild |
     """The SQL that reads a column of a DuckDB type (a ``DuckDBPyType``) totally, or None.
 
     For the owner's DuckDB tables and DuckDB's own Parquet reader: text (VARCHAR, JSON) and BLOB
-    over ``cap`` bytes are NULL at any depth; TIMESTAMP_S/_MS are read as TIMESTAMP with
-    TRY_CAST (a value beyond its range is NULL: a later conversion would raise).
+    over ``cap`` bytes are NULL at any depth; a DECIMAL beyond its precision, and a timestamp or
+    TIME beyond the range of :func:`_temporal_in_range`, are NULL (a later conversion or
+    negation would raise); TIMESTAMP_S/_MS/_NS are read as TIMESTAMP.
     """
     tid = t.id
     if tid == "varchar":
         return None if cap is None else (lambda e: _cap(e, cap, fn="STRLEN"))
     if tid == "blob":
         return None if cap is None else (lambda e: _cap(e, cap))
-    if tid in ("timestamp_s", "timestamp_ms"):
-        return lambda e: exp.TryCast(this=e, to=exp.DataType.build("TIMESTAMP"))
+    if tid == "decimal":
+        return _decimal_in_range(*(int(v) for _, v in t.children))
+    temporal = _temporal_in_range(tid)
+    if temporal is not None:
+        return temporal
     if tid in ("list", "array"):
         build = _duck_plan(t.children[0][1], where, cap, depth + 1)
         if build is None:

@@ -284,3 +284,68 @@ def test_parquet_other_types_read_totally_or_are_refused(tmp_path: Path, case: s
     assert results[0] == (("ConfigError", Budget(10.0, 1e-3)) if mode == "replace" and refused_by_duckdb_reader else OK)
     if results[0] == OK:
         assert len(view_rows(paths[1], invalid_text=mode)) == N + 1  # every value converts to text
+
+
+def _wide_decimals(values: list[int], p: int = 38, s: int = 0) -> pa.Array:
+    """decimal128(p, s) holding these stored integers, beyond the declared precision if asked."""
+    raw = b"".join(v.to_bytes(16, "little", signed=True) for v in values)
+    return pa.Array.from_buffers(pa.decimal128(p, s), len(values), [None, pa.py_buffer(raw)])
+
+
+def _hostile_duckdb_rows(extra: bool) -> pa.Table:
+    """Values a DuckDB table can hold (created from Arrow, not validated) that later raise."""
+    n = N + (1 if extra else 0)
+    def col(normal: int, hostile: int) -> list[int]:
+        return [normal] * N + ([hostile] if extra else [])
+    return pa.table({
+        "uid": pa.array(range(n), pa.int64()),
+        "x": _wide_decimals(col(5, -(2**127))),  # negating it raises inside DuckDB
+        "ts": raw_array(pa.timestamp("us"), col(0, -I64 - 1)),  # date_trunc raises
+        "tm": raw_array(pa.time64("us"), col(0, 2**62)),  # printing raises
+    })
+
+
+CHECKS = "SELECT -x, x::VARCHAR, date_trunc('year', ts), tm::VARCHAR FROM {src}"
+
+
+def test_control_duckdb_table_values_raise_on_use() -> None:
+    con = duckdb.connect()
+    con.register("src", _hostile_duckdb_rows(True))
+    con.execute("CREATE TABLE dt AS SELECT * FROM src")
+    with pytest.raises(duckdb.Error):
+        con.sql("SELECT date_trunc('year', ts) FROM dt").fetchall()
+    assert con.sql("SELECT date_trunc('year', ts) FROM dt WHERE uid < 3").fetchall() == [(dt.datetime(1970, 1, 1),)] * 3
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "arrow", "parquet", "parquet_replace"])
+def test_values_beyond_the_declared_type_are_null(tmp_path: Path, kind: str) -> None:
+    """A DECIMAL beyond its precision, a timestamp at the int64 extremes, a TIME past midnight:
+    NULL in the view of every source kind, and D vs D' give the same outcome."""
+    results = []
+    for extra in (False, True):
+        t = _hostile_duckdb_rows(extra)
+        con = None
+        engine: dict[str, Any] = {}
+        src: Any = t
+        if kind == "duckdb":
+            con = duckdb.connect()
+            con.register("src", t)
+            con.execute("CREATE TABLE dt AS SELECT * FROM src")
+            con.unregister("src")
+            src = "dt"
+        elif kind.startswith("parquet"):
+            pq.write_table(t.drop_columns(["tm"]) if kind == "parquet_replace" else t, tmp_path / f"{extra}.parquet")
+            src = str(tmp_path / f"{extra}.parquet")
+            engine = {"invalid_text": "replace"} if kind == "parquet_replace" else {}
+        s = dpsql.Session(budget=Budget(10.0, 1e-3), connection=con, engine=engine or None)
+        use_noise(s, zero_noise())
+        s.register("t", src, privacy_unit="uid")
+        checks = CHECKS if kind != "parquet_replace" else CHECKS.replace(", tm::VARCHAR", "")
+        rows = s._engine.connection.execute(checks.format(src=f'"{s.tables["t"].view}"') + " ORDER BY uid").fetchall()
+        assert len(rows) == N + extra
+        if extra:
+            assert all(v is None for v in rows[-1])
+        assert rows[0][0] == -5
+        s.query("SELECT COUNT(*) FROM t WHERE x IS NOT NULL AND ts IS NOT NULL", epsilon=1.0)
+        results.append(s.remaining())
+    assert results == [Budget(9.0, 1e-3)] * 2
