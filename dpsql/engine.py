@@ -35,6 +35,9 @@ Privacy claims of this module (threat model: docs/threat_model.md):
   - Parquet with ``invalid_text = "replace"``: DuckDB's own reader; the Parquet types it
     converts in a way that can fail (timestamps in milliseconds, INT96, TIME, JSON, ...) are
     refused at registration, from the file's schema (an allow-list).
+  - DuckDB tables and DuckDB's Parquet reader (:func:`_duck_plan`): a DECIMAL beyond its
+    precision, a timestamp or TIME beyond DuckDB's usable range are NULL (range tests on the
+    stored values); TIMESTAMP_S/_MS/_NS are read as TIMESTAMP.
   - Every source: a text (VARCHAR, JSON) or BLOB value longer than the owner's
     ``max_text_bytes`` is NULL, at any depth (a bound on the per-row cost of functions, checked
     on the stored length); a DuckDB MAP holding a key over the cap is NULL as a whole.
