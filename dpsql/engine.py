@@ -27,9 +27,10 @@ Privacy claims of this module (threat model: docs/threat_model.md):
     reading and raises on a value it cannot convert, so every column is read through Arrow as
     a type that cannot fail and rebuilt in the view with a total expression, at any depth
     (lists, structs): text is read as bytes and decoded with ``TRY(DECODE(...))`` (invalid
-    UTF-8 is NULL); timestamps (every unit, with or without a time zone), durations, date64
-    and TIME are read as their stored integers and rebuilt with range checks (a value outside
-    DuckDB's range is NULL); float16 and decimal256 are widened; a dictionary of such values
+    UTF-8 is NULL); timestamps (every unit, with or without a time zone), durations, dates
+    and TIME are read as their stored integers (or range-checked on them) and rebuilt (a value
+    outside the range every allow-listed function accepts is NULL); a decimal beyond its
+    precision is NULL; float16 and decimal256 are widened; a dictionary of such values
     is decoded first. A map, union or list view holding such values, and any type not known to
     read totally, are refused at registration (``ConfigError``, before any charge).
   - Parquet with ``invalid_text = "replace"``: DuckDB's own reader; the Parquet types it
@@ -43,7 +44,7 @@ Privacy claims of this module (threat model: docs/threat_model.md):
     on the stored length); a DuckDB MAP holding a key over the cap is NULL as a whole.
   - CSV: the dialect is fixed (``,`` or tab for .tsv, ``"`` quote and escape, header line),
     never sniffed from the data; every column is VARCHAR unless the owner declares its type,
-    which the view applies with ``TRY_CAST``. A row that does not parse (bad quoting, invalid
+    which the view applies with ``TRY_CAST`` (dates and timestamps range-checked as above). A row that does not parse (bad quoting, invalid
     UTF-8, wrong field count, over-long line) is skipped. Column names come from the header
     line only, so the schema does not depend on any data row.
 """
@@ -182,9 +183,10 @@ Rebuild = Callable[[exp.Expression], exp.Expression]
 #: ``date_trunc`` (to the year, the millennium) leaves the range and raises.
 TS_MIN_US = -9_213_651_676_800_000_000
 TS_MAX_US = 9_215_576_668_800_000_000
-#: Days since 1970 a DATE may hold (DuckDB's finite range; +-(2**31 - 1) are its infinities)
-DATE_MIN_DAY, DATE_MAX_DAY = -(2**31) + 2, 2**31 - 2
 _DAY_US = 86_400_000_000
+#: Days since 1970 of the same range: a DATE outside it is NULL (DuckDB's DATE reaches 5.8
+#: million years, but ``date_trunc`` on a date reads it as a TIMESTAMP and raises near its ends)
+DATE_MIN_DAY, DATE_MAX_DAY = -(-TS_MIN_US // _DAY_US), TS_MAX_US // _DAY_US
 #: Microseconds per unit of Arrow's timestamp, duration and time types ("ns": divided by 1000)
 _PER_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
 
@@ -236,8 +238,8 @@ def _decimal_in_range(p: int, s: int) -> Rebuild:
 
 
 def _temporal_in_range(tid: str) -> Rebuild | None:
-    """For DuckDB's own temporal types: a value outside the range of :data:`TS_MIN_US` (or a
-    TIME outside 00:00 to 24:00) is NULL; seconds, milliseconds and nanoseconds are read as
+    """For DuckDB's own temporal types: a value outside the range of :data:`TS_MIN_US` (a DATE
+    outside :data:`DATE_MIN_DAY`, a TIME outside 00:00 to 24:00) is NULL; seconds, milliseconds and nanoseconds are read as
     TIMESTAMP / TIME with TRY_CAST. The range tests compare stored values: they cannot fail."""
     ts, tz = exp.DataType.build("TIMESTAMP"), exp.DataType.build("TIMESTAMPTZ")
     if tid in ("timestamp", "timestamp_s", "timestamp_ms", "timestamp_ns"):
@@ -246,6 +248,9 @@ def _temporal_in_range(tid: str) -> Rebuild | None:
     elif tid in ("timestamp with time zone", "timestamp_tz"):
         lo, hi = _fn("MAKE_TIMESTAMPTZ", _num(TS_MIN_US)), _fn("MAKE_TIMESTAMPTZ", _num(TS_MAX_US))
         conv = lambda e: exp.Cast(this=e, to=tz)  # noqa: E731 - the type itself, no conversion
+    elif tid == "date":
+        lo, hi = _fn("MAKE_DATE", _num(DATE_MIN_DAY)), _fn("MAKE_DATE", _num(DATE_MAX_DAY))
+        conv = lambda e: e  # noqa: E731
     elif tid in ("time", "time_ns"):
         lo = exp.Cast(this=exp.Literal.string("00:00:00"), to=exp.DataType.build("TIME"))
         hi = exp.Cast(this=exp.Literal.string("24:00:00"), to=exp.DataType.build("TIME"))
@@ -321,7 +326,11 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
         return pa.float64(), None  # DuckDB has no 256-bit DECIMAL; every such value fits a DOUBLE
     if T.is_decimal(t):
         return t, _decimal_in_range(t.precision, t.scale)
-    if T.is_null(t) or T.is_boolean(t) or T.is_integer(t) or T.is_floating(t) or T.is_date32(t) or T.is_interval(t):
+    if T.is_date32(t):
+        rebuild = _temporal_in_range("date")
+        assert rebuild is not None
+        return t, rebuild
+    if T.is_null(t) or T.is_boolean(t) or T.is_integer(t) or T.is_floating(t) or T.is_interval(t):
         return t, None
     if T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t) or T.is_list_view(t) or T.is_large_list_view(t):
         read, build = _arrow_plan(t.value_type, where, cap, depth + 1)
@@ -711,6 +720,14 @@ class Engine:
             declared = types.get(n.lower())
             if declared is not None and declared.strip().upper() != "VARCHAR":
                 col = exp.TryCast(this=col, to=exp.DataType.build(declared.strip().upper(), dialect="duckdb"))
+                # TRY_CAST accepts timestamps up to DuckDB's ends, where date_trunc raises
+                edge = {"TIMESTAMP": "timestamp", "TIMESTAMPTZ": "timestamp with time zone",
+                        "DATE": "date"}.get(declared.strip().upper())
+                if edge is not None:
+                    col = exp.paren(col)
+                    rebuild = _temporal_in_range(edge)
+                    assert rebuild is not None
+                    col = rebuild(col)
             else:
                 col = _cap(col, self.settings.max_text_bytes, fn="STRLEN")
             items.append(exp.alias_(col, n, quoted=True))

@@ -41,11 +41,11 @@ def neighbours(typ: pa.DataType, hostile: int) -> tuple[pa.Table, pa.Table]:
     return table(False), table(True)
 
 
-def outcome(source: Any, sql: str = SQL, **engine: Any) -> tuple[str, Budget]:
+def outcome(source: Any, sql: str = SQL, columns: dict[str, Any] | None = None, **engine: Any) -> tuple[str, Budget]:
     s = dpsql.Session(budget=Budget(10.0, 1e-3), engine=engine or None)
     use_noise(s, zero_noise())
     try:
-        s.register("t", source, privacy_unit="uid")
+        s.register("t", source, privacy_unit="uid", **({"columns": columns} if columns else {}))
         s.query(sql, epsilon=1.0)
         out = "ok"
     except dpsql.errors.DPSQLError as e:
@@ -349,3 +349,48 @@ def test_values_beyond_the_declared_type_are_null(tmp_path: Path, kind: str) -> 
         s.query("SELECT COUNT(*) FROM t WHERE x IS NOT NULL AND ts IS NOT NULL", epsilon=1.0)
         results.append(s.remaining())
     assert results == [Budget(9.0, 1e-3)] * 2
+
+
+@pytest.mark.parametrize("declared", ["TIMESTAMP", "TIMESTAMPTZ"])
+def test_csv_declared_timestamp_at_the_edge_of_the_range(tmp_path: Path, declared: str) -> None:
+    """A CSV value that TRY_CAST accepts but date_trunc cannot truncate (DuckDB's first year)."""
+    body = "uid,ts\n" + "".join(f"{i},2024-01-0{1 + i % 9} 10:00:00\n" for i in range(N))
+    results = []
+    for extra in ("", f"{N},290309-12-22 (BC) 00:00:00\n"):
+        p = tmp_path / f"c{len(extra)}.csv"
+        p.write_text(body + extra)
+        sql = ("SELECT COUNT(*) FROM t WHERE date_trunc('year', ts) IS NOT NULL" if declared == "TIMESTAMP"
+               else "SELECT COUNT(*) FROM t WHERE CAST(ts AS VARCHAR) IS NOT NULL")
+        results.append(outcome(str(p), sql, columns={"ts": {"type": declared}, "uid": {"type": "BIGINT"}}))
+    assert results == [OK, OK]
+
+
+def test_csv_declared_timestamp_control(tmp_path: Path) -> None:
+    """The control: the same value through TRY_CAST alone makes date_trunc raise."""
+    con = duckdb.connect()
+    with pytest.raises(duckdb.Error):
+        con.sql("SELECT date_trunc('year', TRY_CAST('290309-12-22 (BC) 00:00:00' AS TIMESTAMP))").fetchall()
+
+
+@pytest.mark.parametrize("case", ["date32", "timestamp_us", "date64", "timestamp_s"])
+def test_values_where_date_trunc_raises_are_null(case: str) -> None:
+    """DuckDB accepts a date or timestamp in its first year (290309 BC), where date_trunc to the
+    year raises; the analyst may truncate any DATE/TIMESTAMP. Stored days/microseconds/...:
+    -106751988 days is 290309-12-25 (BC); -9223371990000000000 us is in 290309 BC too."""
+    typ, hostile = {
+        "date32": (pa.date32(), -106_751_988),
+        "timestamp_us": (pa.timestamp("us"), -9_223_371_990_000_000_000),
+        "date64": (pa.date64(), -106_751_988 * 86_400_000),
+        "timestamp_s": (pa.timestamp("s"), -9_223_371_990_000),
+    }[case]
+    d, d1 = neighbours(typ, hostile)
+    sql = "SELECT COUNT(*) FROM t WHERE date_trunc('year', x) IS NOT NULL"
+    assert outcome(d, sql) == OK
+    assert outcome(d1, sql) == OK
+
+
+def test_control_date_trunc_raises_in_duckdbs_first_year() -> None:
+    con = duckdb.connect()
+    with pytest.raises(duckdb.Error):
+        con.sql("SELECT date_trunc('year', DATE '1970-01-01' - 106751988)").fetchall()
+    assert con.sql("SELECT date_trunc('year', DATE '1970-01-01' - 106639487)").fetchall()  # our first day
