@@ -290,11 +290,19 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
         if t.extension_name == "arrow.uuid":  # every 16 bytes are a UUID; read as bytes because a
             # filter DuckDB pushes into a Parquet dataset has no Arrow kernel for the extension type
             return t.storage_type, lambda e: exp.TryCast(this=_fn("HEX", e), to=exp.DataType.build("UUID"))
-        read, build = _arrow_plan(t.storage_type, where, cap, depth)
-        return (t, None) if build is None and read.equals(t.storage_type) else (read, build)
-    if T.is_dictionary(t):
+        # Read as the storage type, rebuilt by an expression DuckDB cannot push into the scan as
+        # a filter: in a Parquet dataset the file's own type stays the extension type, for which
+        # Arrow has no comparison kernel (the pushed filter fails where a row group has
+        # statistics, i.e. depending on the data)
+        if t.extension_name == "arrow.bool8":  # a byte, true when not 0
+            return t.storage_type, lambda e: exp.TryCast(this=e, to=exp.DataType.build("BOOLEAN"))
+        if t.extension_name == "arrow.json":
+            return _arrow_plan(t.storage_type, where, cap, depth)  # text: decoded, never pushed
+        raise ConfigError(f"column {where} has extension type {t.extension_name}, which dpsql cannot read safely",
+                          hint="store it as its storage type, or leave the column out of the source")
+    if T.is_dictionary(t):  # decoded (a filter on a dictionary would meet the file's type too)
         read, build = _arrow_plan(t.value_type, where, cap, depth)
-        return (t, None) if build is None and read.equals(t.value_type) else (read, build)
+        return read, build
     if T.is_string(t) or T.is_large_string(t) or T.is_string_view(t):
         raw = pa.large_binary() if T.is_large_string(t) else pa.binary()
         return raw, lambda e: _cap(e, cap, _fn("TRY", _fn("DECODE", e.copy())))
