@@ -7,8 +7,12 @@ aggregate query over DuckDB's own reader (``read_parquet`` / sniffed ``read_csv`
 on one bad value) and over the view dpsql registers, and their ratio: Parquet with the default
 ``invalid_text='null'`` (text read as bytes through Arrow and decoded with ``TRY(DECODE(...))``)
 and with ``invalid_text='replace'`` (DuckDB's reader, invalid bytes as ``?``); CSV read as
-VARCHAR with a fixed dialect and declared types applied by TRY_CAST. Run through the engine
-only (no noise, no ledger): the scan cost alone. Runs are interleaved.
+VARCHAR with a fixed dialect and declared types applied by TRY_CAST. A second Parquet file
+holds temporal and nested columns (a timestamp, a date, a list of text, a BLOB) to measure the
+rebuilt temporal values and the text cap at depth: the timestamp is stored in milliseconds for
+the default mode (read as integers and rebuilt) and in microseconds for ``'replace'`` (which
+refuses millisecond timestamps). Run through the engine only (no noise, no ledger): the scan
+cost alone. Runs are interleaved.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from dpsql.engine import Engine, EngineSettings  # noqa: E402
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
 QUERY = ("SELECT country, COUNT(*), SUM(amount), COUNT(DISTINCT note), SUM(length(note)) "
          "FROM {src} WHERE lower(note) <> 'x' AND k > 10 GROUP BY country")
+NESTED_QUERY = ("SELECT date_trunc('month', ts), COUNT(*), SUM(len(tags)), SUM(octet_length(b)), MAX(day) "
+                "FROM {src} WHERE ts > TIMESTAMP '2021-01-01' GROUP BY 1")
 
 
 def median_times(con: duckdb.DuckDBPyConnection, sqls: list[str], repeat: int) -> list[float]:
@@ -70,16 +76,31 @@ def main() -> None:
         csv_path = os.path.join(tmp, "t.csv")
         pq.write_table(table, pq_path)
         pacsv.write_csv(table, csv_path)
-        for label, kind, path, plain, types, mode in (
-            ("parquet (invalid_text='null', default)", "parquet", pq_path, f"read_parquet('{pq_path}')", None, "null"),
-            ("parquet (invalid_text='replace')", "parquet", pq_path, f"read_parquet('{pq_path}')", None, "replace"),
+        ts = (gen.integers(1_577_836_800_000, 1_735_689_600_000, n)).astype("datetime64[ms]")
+        nested = pa.table({
+            "user_id": np.arange(n, dtype=np.int64),
+            "ts": pa.array(ts),
+            "day": pa.array(ts.astype("datetime64[D]")),
+            "tags": pa.array([[names[i % 5000], names[(i * 7) % 5000]] for i in range(n)], pa.list_(pa.string())),
+            "b": pa.array([names[i % 5000].encode() for i in range(n)], pa.binary()),
+        })
+        ms_path, us_path = os.path.join(tmp, "ms.parquet"), os.path.join(tmp, "us.parquet")
+        pq.write_table(nested, ms_path)
+        pq.write_table(nested.set_column(1, "ts", nested["ts"].cast(pa.timestamp("us"))), us_path)
+        for label, kind, path, plain, types, mode, query in (
+            ("parquet (invalid_text='null', default)", "parquet", pq_path, f"read_parquet('{pq_path}')", None, "null", QUERY),
+            ("parquet (invalid_text='replace')", "parquet", pq_path, f"read_parquet('{pq_path}')", None, "replace", QUERY),
             ("csv (declared types)", "csv", csv_path, f"read_csv('{csv_path}')",
-             {"amount": "DOUBLE", "k": "BIGINT", "user_id": "BIGINT"}, "null"),
+             {"amount": "DOUBLE", "k": "BIGINT", "user_id": "BIGINT"}, "null", QUERY),
+            ("parquet temporal+nested, ts in ms (invalid_text='null', default)", "parquet", ms_path,
+             f"read_parquet('{ms_path}')", None, "null", NESTED_QUERY),
+            ("parquet temporal+nested, ts in us (invalid_text='replace')", "parquet", us_path,
+             f"read_parquet('{us_path}')", None, "replace", NESTED_QUERY),
         ):
             eng = Engine(settings=EngineSettings(invalid_text=mode))
             eng.register_source("t", kind, path, "dpsql_view", types=types)
             con = eng.connection
-            base, ours = median_times(con, [QUERY.format(src=plain), QUERY.format(src='"dpsql_view"')], args.repeat)
+            base, ours = median_times(con, [query.format(src=plain), query.format(src='"dpsql_view"')], args.repeat)
             out[label] = {"duckdb_reader_ms": round(base * 1e3, 2), "dpsql_view_ms": round(ours * 1e3, 2),
                           "ratio": round(ours / base, 3)}
             eng.close()
