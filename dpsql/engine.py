@@ -495,6 +495,23 @@ def _parquet_unsafe(ptype: Any, converted: Any, logical: Any) -> str | None:
     return None
 
 
+def _csv_unquote(col: exp.Expression) -> exp.Expression:
+    """A field written as "..." without its quotes ("" inside stands for one "); total."""
+    quoted = exp.and_(
+        exp.GTE(this=exp.func("strlen", col.copy()), expression=exp.Literal.number(2)),
+        exp.func("starts_with", col.copy(), exp.Literal.string('"')),
+        exp.func("ends_with", col.copy(), exp.Literal.string('"')),
+    )
+    inner = exp.func(
+        "replace",
+        exp.func("substring", col.copy(), exp.Literal.number(2),
+                 exp.Sub(this=exp.func("length", col.copy()), expression=exp.Literal.number(2))),
+        exp.Literal.string('""'),
+        exp.Literal.string('"'),
+    )
+    return exp.Case(ifs=[exp.If(this=quoted, true=inner)], default=col.copy())
+
+
 def _csv_header(path: str, delim: str) -> list[str]:
     """Column names from the header line of a CSV file (never from a data row)."""
     # errors are raised outside the except blocks: no chained exception quotes the file
@@ -715,8 +732,11 @@ class Engine:
             opt("header", exp.true()),
             opt("auto_detect", exp.false()),
             opt("delim", exp.Literal.string(delim)),
-            opt("quote", exp.Literal.string('"')),
-            opt("escape", exp.Literal.string('"')),
+            # no quoting: every physical line is one record, so one line (one person's row) can
+            # never swallow or split the lines of others (an unbalanced quote once took every
+            # later line with it); quotes around a field are removed below
+            opt("quote", exp.Literal.string("")),
+            opt("escape", exp.Literal.string("")),
             opt("new_line", exp.Literal.string("\\n")),  # with strict_mode off, CRLF files read too
             opt("strict_mode", exp.false()),
             opt("ignore_errors", exp.true()),
@@ -724,7 +744,7 @@ class Engine:
         )
         items = []
         for n in names:
-            col: exp.Expression = exp.column(n, quoted=True)
+            col: exp.Expression = _csv_unquote(exp.column(n, quoted=True))
             declared = types.get(n.lower())
             if declared is not None and declared.strip().upper() != "VARCHAR":
                 col = exp.TryCast(this=col, to=exp.DataType.build(declared.strip().upper(), dialect="duckdb"))

@@ -267,3 +267,35 @@ def test_property_hostile_source_bytes_never_fail_and_neighbours_agree(tmp_path:
             assert without == (8, 30), (kind, hostile)
             assert with_[0] == 8, (kind, hostile)  # other people's answers do not move
             assert with_[1] - without[1] in (0, 1), (kind, hostile)  # the person counted once, or not at all
+
+
+def test_csv_unbalanced_quote_affects_its_own_line_only(tmp_path: Path) -> None:
+    """One person's line with a stray quote (``7,"abc``) once swallowed every later line (a count
+    moved by 149 under a sensitivity of 1). Every physical line is now one record."""
+    import dpsql
+    from dpsql.testing import use_noise, zero_noise
+
+    counts = []
+    for with_person in (False, True):
+        lines = ["uid,note"] + [f"{i},abc" for i in range(300) if i != 7]
+        if with_person:
+            lines.insert(8, '7,"abc')
+        lines += ['400,"quoted, with a comma"', '401,"say ""hi"""']
+        f = tmp_path / f"q{with_person}.csv"
+        f.write_text("\n".join(lines) + "\n")
+        s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+        use_noise(s, zero_noise())
+        s.register("t", str(f), privacy_unit="uid")
+        counts.append(s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.column("n")[0].as_py())
+        hi = s._engine.connection.execute(f'SELECT note FROM "{s.tables["t"].view}" WHERE uid = \'401\'').fetchall()
+        assert hi == [('say "hi"',)]  # quotes around a field are removed, "" is one quote
+        s.close()
+    assert counts[1] - counts[0] == 1 and counts[0] == 301, counts  # zero noise: exact counts
+    # negative control: a quoting CSV reader lets the stray quote swallow the later lines
+    import duckdb
+
+    raw = duckdb.connect().execute(
+        f"SELECT COUNT(*) FROM read_csv('{tmp_path / 'qTrue.csv'}', header=true, auto_detect=false, delim=',', "
+        "quote='\"', escape='\"', columns={'uid': 'VARCHAR', 'note': 'VARCHAR'}, strict_mode=false, ignore_errors=true)"
+    ).fetchall()[0][0]
+    assert raw < 100
