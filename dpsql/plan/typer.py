@@ -51,6 +51,16 @@ STRING_CAP = 1024
 MAX_PATTERN = 256
 #: IN lists: at most this many elements
 MAX_IN_LIST = 10_000
+#: expressions nested deeper than this (operators, functions, parentheses) are refused
+MAX_DEPTH = 64
+#: rendered expressions with more nodes than this are refused (guards repeat an operand)
+MAX_RENDERED_NODES = 20_000
+
+#: instants a TIMESTAMP_NS holds (DuckDB: 1677-09-21 00:12:43.145224192 .. 2262-04-11 23:47:16.854775807)
+TIMESTAMP_NS_RANGE = (dt.datetime(1677, 9, 22), dt.datetime(2262, 4, 11))
+#: the least instant date_trunc() takes: truncating an earlier TIMESTAMP (the least is
+#: 290309-12-22 BC, and Arrow/Parquet timestamps may lie even below it) leaves the TIMESTAMP range
+TRUNC_LEAST = "290308-01-01 (BC) 00:00:00"
 
 # -- types ----------------------------------------------------------------------------------------
 
@@ -323,6 +333,29 @@ def _parse_timestamp(text: str) -> dt.datetime | None:
         return None
 
 
+def ts_fits(v: Any, t: SqlType) -> bool:
+    """Whether the Python instant ``v`` is exactly a value of the timestamp type ``t``."""
+    if not isinstance(v, dt.datetime):
+        v = dt.datetime(v.year, v.month, v.day)
+    if t.name == "TIMESTAMP_NS":
+        return TIMESTAMP_NS_RANGE[0] <= v <= TIMESTAMP_NS_RANGE[1]
+    if t.name == "TIMESTAMP_S":
+        return v.microsecond == 0
+    if t.name == "TIMESTAMP_MS":
+        return v.microsecond % 1000 == 0
+    return True  # TIMESTAMP holds years 1..9999 (all Python instants) to the microsecond
+
+
+def ts_limits_text(t: SqlType) -> str:
+    if t.name == "TIMESTAMP_NS":
+        return f"{TIMESTAMP_NS_RANGE[0].date()} .. {TIMESTAMP_NS_RANGE[1].date()}"
+    if t.name == "TIMESTAMP_S":
+        return "whole seconds"
+    if t.name == "TIMESTAMP_MS":
+        return "whole milliseconds"
+    return "years 1..9999"
+
+
 def typed_literal(value: Any, t: SqlType) -> exp.Expression:
     """``value`` (already checked to fit ``t``) as a literal of type ``t``, built by sqlglot."""
     if value is None:
@@ -407,7 +440,7 @@ class Typer:
                 ts = _parse_timestamp(text)
                 if ts is None:
                     raise self.refuse(node, f"'{text}' is not a timestamp (write 'YYYY-MM-DD HH:MM:SS')")
-                return ts
+                return self._ts_in(ts, target, node)
             if k == "bool":
                 if text.lower() in ("true", "false"):
                     return text.lower() == "true"
@@ -432,10 +465,17 @@ class Typer:
             raise self.refuse(node, f"the number {v} does not fit {target}")
         if r.type.kind in ("date", "timestamp") and k in ("date", "timestamp"):
             if k == "timestamp" and isinstance(v, dt.date) and not isinstance(v, dt.datetime):
-                return dt.datetime(v.year, v.month, v.day)
+                return self._ts_in(dt.datetime(v.year, v.month, v.day), target, node)
             if k == r.type.kind:
-                return v
+                return self._ts_in(v, target, node) if k == "timestamp" else v
         raise self.refuse(node, f"a {r.type} literal cannot be used as {target}")
+
+    def _ts_in(self, v: dt.datetime, target: SqlType, node: exp.Expression) -> dt.datetime:
+        """``v`` if the timestamp type ``target`` holds it exactly, else refuse (free)."""
+        if not ts_fits(v, target):
+            raise self.refuse(node, f"the instant '{v.isoformat(sep=' ')}' is not a {target} value "
+                                    f"({ts_limits_text(target)}); compare with CAST(col AS TIMESTAMP)")
+        return v
 
     def unify(self, parts: list[Typed], node: exp.Expression, what: str) -> SqlType:
         """The common type of ``parts`` (comparison operands, CASE branches, IN elements)."""
@@ -458,8 +498,20 @@ class Typer:
             return BOOLEAN
         if kinds <= {"date", "timestamp", "strlit"}:
             if "timestamp" in kinds:
-                ts_names = {p.type.name for p in typed if p.type.kind == "timestamp"}
-                return SqlType("timestamp", ts_names.pop()) if len(ts_names) == 1 else TIMESTAMP
+                ts_names = {p.type.name for p in typed if p.type.kind == "timestamp" and not p.literal}
+                if not ts_names:
+                    ts_names = {p.type.name for p in typed if p.type.kind == "timestamp"}
+                t = SqlType("timestamp", ts_names.pop()) if len(ts_names) == 1 else TIMESTAMP
+                # a literal the type cannot hold (TIMESTAMP_NS: 1677..2262; _S/_MS: finer
+                # than the unit) makes the comparison one in TIMESTAMP (like numbers and DOUBLE)
+                for p in typed:
+                    if p.literal and p.type.kind in ("date", "timestamp", "strlit"):
+                        pv = p.value
+                        if p.type.kind == "strlit":
+                            pv = _parse_timestamp(str(pv)) if t.kind == "timestamp" else None
+                        if pv is not None and not ts_fits(pv, t):
+                            return TIMESTAMP
+                return t
             if "date" in kinds:
                 return DATE
         if kinds <= {"int", "decimal", "float", "strlit"} and "strlit" not in kinds:
@@ -577,7 +629,8 @@ class Typer:
         if isinstance(node, exp.Neg):
             r = self.t(node.this)
             if r.literal and r.type.numeric:
-                v = -r.value
+                # exact: Decimal's unary minus would round to the context's 28 digits
+                v = r.value.copy_negate() if isinstance(r.value, decimal.Decimal) else -r.value
                 if isinstance(v, int):
                     it = _int_type_for(v)
                     if it is not None:
@@ -593,8 +646,12 @@ class Typer:
                 wide = self._holding(-hi, -lo)
                 if wide is not None:
                     return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide)
-            e: exp.Expression = exp.Neg(this=exp.Paren(this=r.expr))
-            return Typed(exp.Try(this=e) if r.type.kind == "int" else e, r.type)
+                if r.type.name == "HUGEINT":
+                    # -x fails only for the least HUGEINT: that value is NULL (one operand reference)
+                    return Typed(exp.Neg(this=exp.Paren(this=_not_least(r.expr, r.type))), r.type)
+                # unsigned beyond HUGEINT (UHUGEINT): computed in DOUBLE
+                return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, DOUBLE, node))), DOUBLE)
+            return Typed(exp.Neg(this=exp.Paren(this=r.expr)), r.type)
         if isinstance(node, (exp.And, exp.Or)):
             a = self.boolean(node.this, "AND/OR")
             b = self.boolean(node.expression, "AND/OR")
@@ -679,8 +736,9 @@ class Typer:
             if typ.kind == "float" and isinstance(node, exp.IntDiv):
                 raise self.refuse(node, "// takes integers; use floor(a / b)")
             cls = type(node)
-            e = cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node))
-            return Typed(exp.Try(this=e) if typ.kind == "int" else e, typ)
+            if typ.kind != "int":
+                return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
+            return self._int_div(node, a, b, typ)
         if isinstance(node, exp.DPipe):
             return Typed(exp.DPipe(this=self.cap(self.t(node.this), node), expression=self.cap(self.t(node.expression), node), safe=True), VARCHAR)
         if isinstance(node, (exp.Like, exp.ILike)):
@@ -741,6 +799,38 @@ class Typer:
                 return SqlType("int", n)
         return None
 
+    def _int_div(self, node: exp.Expression, a: Typed, b: Typed, typ: SqlType) -> Typed:
+        """Integer ``//`` / ``%``, total without TRY (so no row can trigger TRY's slow path).
+
+        Division by zero is NULL: the divisor is ``NULLIF(b, 0)``. ``//`` overflows only for the
+        least value of a signed type divided by -1: it is computed in a type that holds every
+        quotient of the operand types (|a // b| <= |a|); for HUGEINT operands, where none exists,
+        ``CASE WHEN b = -1 THEN -NULLIF(a, least) ELSE a // NULLIF(b, 0) END``. ``%`` cannot
+        overflow (|a % b| < |b|; DuckDB gives least % -1 = 0).
+        """
+        cls = type(node)
+        if b.literal and b.value not in (0, -1):
+            # a literal divisor other than 0 and -1: neither failure is possible
+            return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
+        if isinstance(node, exp.IntDiv):
+            lo, hi = self._range(a)
+            m = max(abs(lo), abs(hi))
+            wide = self._holding(-m, m)
+            if wide is not None and (wide.name != typ.name or typ.name == "HUGEINT"):
+                ca, cb = self.coerce(a, wide, node), self.coerce(b, wide, node)
+                return Typed(cls(this=ca, expression=_nonzero(cb, wide)), wide)
+            if wide is None and typ.name == "HUGEINT":
+                ca, cb = self.coerce(a, typ, node), self.coerce(b, typ, node)
+                minus_one = typed_literal(-1, typ)
+                quot = cls(this=ca.copy(), expression=_nonzero(cb.copy(), typ))
+                neg = exp.Neg(this=exp.Paren(this=_not_least(ca.copy(), typ)))
+                return Typed(exp.Case(ifs=[exp.If(this=exp.EQ(this=cb.copy(), expression=minus_one), true=neg)],
+                                      default=quot), typ)
+            if wide is not None:
+                typ = wide
+        ca, cb = self.coerce(a, typ, node), self.coerce(b, typ, node)
+        return Typed(cls(this=ca, expression=_nonzero(cb, typ)), typ)
+
     def _arith(self, node: exp.Expression) -> Typed:
         a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
         cls = type(node)
@@ -759,10 +849,10 @@ class Typer:
             if wide is not None:
                 return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide)
         typ = self.unify([a, b], node, "arithmetic")
-        if typ.kind == "decimal":
+        if typ.kind in ("decimal", "int"):
+            # DECIMAL arithmetic, and integers beyond HUGEINT: computed in DOUBLE (total)
             typ = DOUBLE
-        e = cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node))
-        return Typed(exp.Try(this=e) if typ.kind == "int" else e, typ)
+        return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
 
     def _conditional(
         self, node: exp.Expression, conds: list[exp.Expression], values: list[exp.Expression | None],
@@ -817,30 +907,73 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
         if extra:
             raise ty.refuse(node, f"{name}() takes one argument here")
         r = ty._numeric(node.this, node)
-        if isinstance(node, exp.Abs) and r.type.kind == "int" and not r.literal:
+        digits: int | None = None
+        if node.args.get("decimals") is not None:
+            if not isinstance(node, exp.Round):
+                raise ty.refuse(node, f"{name}() takes one argument here; use round(x, digits)")
+            digits = ty.int_literal(node.args["decimals"], f"the digits of {name}()", 38)
+        cls = type(node)
+        if isinstance(node, exp.Abs) and r.type.kind == "int":
             lo, hi = ty._range(r)
             wide = ty._holding(0, max(abs(lo), abs(hi)))
             if wide is not None:
                 return Typed(exp.Abs(this=ty.coerce(r, wide, node)), wide)
-        rt, can_fail = result(r.type)
-        cls = type(node)
-        args: dict[str, Any] = {"this": r.expr if not r.literal else ty.coerce(r, r.type, node)}
-        if node.args.get("decimals") is not None:
-            args["decimals"] = exp.Literal.number(ty.int_literal(node.args["decimals"], f"the digits of {name}()", 38))
-        if rt.kind == "float" and r.type.kind != "float":
-            args["this"] = ty.coerce(r, DOUBLE, node)
-        e: exp.Expression = cls(**args)
-        return Typed(exp.Try(this=e) if can_fail else e, rt)
+            if r.type.name == "HUGEINT":  # abs fails only on the least HUGEINT: NULL
+                return Typed(exp.Abs(this=_not_least(r.expr, r.type)), r.type)
+            return Typed(r.expr, r.type)  # unsigned
+        if r.type.kind == "int" and not isinstance(node, exp.Abs):
+            # floor/ceil/trunc of an integer, and round to digits >= 0, are the integer itself
+            # (DuckDB would give DOUBLE for floor/ceil); round to digits < 0 is computed in a
+            # type holding every result (|round(x, -k)| <= |x| + 10^k), else in DOUBLE
+            if digits is None or digits >= 0:
+                return Typed(ty.coerce(r, r.type, node) if r.literal else r.expr, r.type)
+            lo, hi = ty._range(r)
+            wide = ty._holding(min(lo, -hi) - 10 ** (-digits), max(hi, -lo) + 10 ** (-digits))
+            rt = wide if wide is not None else DOUBLE
+            return Typed(cls(this=ty.coerce(r, rt, node), decimals=exp.Literal.number(digits)), rt)
+        if r.type.kind == "decimal":
+            # DuckDB rounds DECIMAL(p,s) into DECIMAL(p, s'), s' = min(s, max(digits, 0)); a value
+            # that gains an integer digit (99.9 -> 100) overflows only when s' = s = 0 and
+            # digits < 0 (round(DECIMAL(p,0), -k)): then computed in DECIMAL(p+1,0), or DOUBLE at p = 38
+            src: SqlType = r.type
+            if digits is not None and digits < 0 and r.type.scale == 0:
+                src = (SqlType("decimal", f"DECIMAL({r.type.precision + 1},0)", r.type.precision + 1, 0)
+                       if r.type.precision < 38 else DOUBLE)
+            s_out = r.type.scale if digits is None and isinstance(node, exp.Abs) else min(r.type.scale, max(digits or 0, 0))
+            rt = DOUBLE if src.kind == "float" else (
+                src if isinstance(node, exp.Abs) else SqlType("decimal", f"DECIMAL({src.precision},{s_out})", src.precision, s_out))
+            if isinstance(node, exp.Ceil) and src.kind == "decimal" and src.scale > 0:
+                rt = SqlType("decimal", f"DECIMAL({src.precision},0)", src.precision, 0)
+            args: dict[str, Any] = {"this": ty.coerce(r, src, node)}
+            if digits is not None:
+                args["decimals"] = exp.Literal.number(digits)
+            return Typed(cls(**args), rt)
+        rt, _ = result(r.type)
+        args = {"this": ty.coerce(r, DOUBLE, node) if rt.kind == "float" and r.type.kind != "float" else
+                (r.expr if not r.literal else ty.coerce(r, r.type, node))}
+        if digits is not None:
+            args["decimals"] = exp.Literal.number(digits)
+        return Typed(cls(**args), rt)
 
     return h
 
 
 def _abs(t: SqlType) -> tuple[SqlType, bool]:
-    return t, t.kind == "int"
+    return t, False
 
 
 def _round_like(t: SqlType) -> tuple[SqlType, bool]:
-    return t, t.kind == "decimal"
+    return t, False
+
+
+def _nonzero(e: exp.Expression, t: SqlType) -> exp.Expression:
+    """``NULLIF(e, 0)``: a divisor that is never zero (x // 0 and x % 0 are NULL)."""
+    return exp.Nullif(this=e, expression=typed_literal(0, t))
+
+
+def _not_least(e: exp.Expression, t: SqlType) -> exp.Expression:
+    """``NULLIF(e, least value of t)``: the one value whose negation overflows is NULL."""
+    return exp.Nullif(this=e, expression=typed_literal(_INT_RANGES[t.name][0], t))
 
 
 def _to_double(t: SqlType) -> tuple[SqlType, bool]:
@@ -935,14 +1068,36 @@ def _concat(ty: Typer, node: exp.Expression) -> Typed:
     return Typed(exp.Concat(expressions=[ty.cap(ty.t(a), node) for a in args], safe=True, coalesce=True), VARCHAR)
 
 
-def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression) -> exp.Expression:
+def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bool = False) -> exp.Expression:
+    """The argument of a date function, read so that the function cannot fail on any value.
+
+    * TIMESTAMP_S / TIMESTAMP_MS hold instants beyond TIMESTAMP's range, and DuckDB's date
+      functions cast them to TIMESTAMP implicitly (and fail): they are read as
+      ``TRY_CAST(x AS TIMESTAMP)`` (such an instant is NULL). TIMESTAMP_NS always fits.
+    * ``trunc``: date_trunc() of an instant before ``TRUNC_LEAST`` leaves the TIMESTAMP range
+      (the least TIMESTAMP truncated to its year; Arrow/Parquet timestamps below the least
+      TIMESTAMP even for 'day'), so such an instant is NULL (-infinity is kept); a DATE is read
+      as ``TRY_CAST(d AS TIMESTAMP)`` first (a DATE beyond the TIMESTAMP range is NULL).
+    Every other date function is total on every DATE, TIMESTAMP and TIMESTAMP_NS value,
+    infinities included (checked by tests/test_typer_temporal.py).
+    """
     r = ty.t(arg)
     if r.type.kind == "strlit":
         v = ty._literal_as(r, TIMESTAMP, node)
-        return typed_literal(v, TIMESTAMP)
+        return typed_literal(v, TIMESTAMP)  # years 1..9999: every date function is total on it
     if r.type.kind not in ("date", "timestamp"):
         raise ty.refuse(node, f"{ty._fname(node)}() takes a DATE or TIMESTAMP, got {r.type}")
-    return r.expr
+    if r.literal:
+        return ty.coerce(r, TIMESTAMP if trunc else r.type, node)  # Python dates: years 1..9999
+    e = r.expr
+    if r.type.name in ("TIMESTAMP_S", "TIMESTAMP_MS") or (trunc and r.type.kind == "date"):
+        e = _cast(e, TIMESTAMP)
+    if trunc and r.type.name != "TIMESTAMP_NS":
+        least = _cast(exp.Literal.string(TRUNC_LEAST), TIMESTAMP, try_=False)
+        minus_inf = _cast(exp.Literal.string("-infinity"), TIMESTAMP, try_=False)
+        ok = exp.Or(this=exp.GTE(this=e.copy(), expression=least), expression=exp.EQ(this=e.copy(), expression=minus_inf))
+        e = exp.Case(ifs=[exp.If(this=ok, true=e.copy())])
+    return e
 
 
 def _part_unit(ty: Typer, node: exp.Expression, unit: exp.Expression | None, allowed: set[str]) -> str:
@@ -959,12 +1114,11 @@ def _part_unit(ty: Typer, node: exp.Expression, unit: exp.Expression | None, all
 
 def _date_trunc(ty: Typer, node: exp.Expression) -> Typed:
     unit = _part_unit(ty, node, node.args.get("unit"), _TRUNC_PARTS)
-    arg = _temporal(ty, node, node.this)
     r = ty.t(node.this)
-    if r.type.kind == "date" and not r.literal:
-        # the result is a TIMESTAMP: a DATE beyond the TIMESTAMP range would fail; it is NULL
-        arg = _cast(arg, TIMESTAMP)
-    return Typed(exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), arg]), TIMESTAMP)
+    arg = _temporal(ty, node, node.this, trunc=True)
+    # the result: TIMESTAMP_NS for a TIMESTAMP_NS argument, else TIMESTAMP
+    rt = r.type if r.type.name == "TIMESTAMP_NS" and not r.literal else TIMESTAMP
+    return Typed(exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), arg]), rt)
 
 
 def _extract(ty: Typer, node: exp.Expression) -> Typed:
@@ -1075,6 +1229,17 @@ _ANON: dict[str, Callable[[Typer, exp.Expression], Typed]] = {
 KEY_KINDS = ("bool", "int", "decimal", "float", "varchar", "date", "timestamp")
 
 
+#: key types whose released values would not keep their value: DuckDB exports UHUGEINT to
+#: Arrow as decimal128(38, 0), so a value >= 2^127 wraps to a negative number (HUGEINT keeps
+#: its raw 128-bit value and round-trips)
+_UNEXPORTABLE_KEYS = ("UHUGEINT",)
+
+
+def _unexportable(t: SqlType, fix: str) -> str:
+    return (f"GROUP BY key of type {t} is not allowed: its values beyond 2^127 cannot be released as numbers "
+            f"(they would wrap to negative numbers); group by {fix}, whose text is exact")
+
+
 def _canonical_key(r: Typed, node: exp.Expression) -> exp.Expression:
     e = r.expr
     k = r.type.kind
@@ -1126,20 +1291,55 @@ def allow_list_problems(node: exp.Expression) -> list[tuple[exp.Expression, str]
     return out
 
 
+def _depth(node: exp.Expression) -> int:
+    """The nesting depth of ``node`` (iterative: a deep tree cannot exhaust the stack here)."""
+    best = 0
+    stack: list[tuple[exp.Expression, int]] = [(node, 1)]
+    while stack:
+        n, d = stack.pop()
+        best = max(best, d)
+        for child in n.iter_expressions():
+            stack.append((child, d + 1))
+    return best
+
+
+def _size(node: exp.Expression) -> int:
+    return sum(1 for _ in node.walk())
+
+
+def _check_shape(node: exp.Expression) -> None:
+    """Refuse (free: it depends on the query only) an expression nested deeper than MAX_DEPTH."""
+    if _depth(node) > MAX_DEPTH:
+        raise TypeRefusal([(node, (
+            f"the expression is nested more than {MAX_DEPTH} levels deep (a long chain such as a + b + c + ... "
+            "counts one level per operator); split it, e.g. into several queries or with parentheses"
+        ))])
+
+
+def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expression:
+    if _size(rendered) > MAX_RENDERED_NODES or _depth(rendered) > 4 * MAX_DEPTH:
+        raise TypeRefusal([(node, (
+            f"the expression is too large once made total (more than {MAX_RENDERED_NODES} parts); simplify it"
+        ))])
+    return rendered
+
+
 def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WHERE") -> exp.Expression:
     """The total, explicitly typed rendering of a condition (raises ``TypeRefusal``)."""
+    _check_shape(node)
     problems = allow_list_problems(node)
     if problems:
         raise TypeRefusal(problems)
     ty = Typer(schema)
     try:
-        return ty.boolean(node, what)
+        return _check_rendered(node, ty.boolean(node, what))
     except _Refuse as r:
         raise TypeRefusal([(r.node, r.message)]) from None
 
 
 def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
     """The total, canonical rendering of a GROUP BY key and its type (raises ``TypeRefusal``)."""
+    _check_shape(node)
     problems = allow_list_problems(node)
     if problems:
         raise TypeRefusal(problems)
@@ -1148,6 +1348,7 @@ def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expressi
         r = ty.t(node)
     except _Refuse as rf:
         raise TypeRefusal([(rf.node, rf.message)]) from None
+    _check_rendered(node, r.expr)
     if r.type.kind == "null":
         return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
     if r.type.kind not in KEY_KINDS and r.type.kind != "strlit":
@@ -1160,6 +1361,8 @@ def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expressi
             f"GROUP BY key of type {r.type} is not allowed: its equality is coarser than its spelling "
             f"(or it has no canonical spelling), so a released key could be spelled by one person's row; {fix}"
         ))])
+    if r.type.name in _UNEXPORTABLE_KEYS:
+        raise TypeRefusal([(node, _unexportable(r.type, f"CAST({node.sql(dialect='duckdb')} AS VARCHAR)"))])
     typ = VARCHAR if r.type.kind == "strlit" else r.type
     return _canonical_key(Typed(r.expr, typ), node), typ
 
@@ -1192,6 +1395,8 @@ def type_domain(values: tuple[Any, ...], column_type: str, where: str) -> tuple[
     t = parse_type(column_type)
     if t.kind not in KEY_KINDS:
         raise ValueError(f"{where} is of type {t}, which cannot be a public key (its equality is coarser than its spelling)")
+    if t.name in _UNEXPORTABLE_KEYS:
+        raise ValueError(f"{where} is of type {t}, which cannot be a public key: " + _unexportable(t, "a VARCHAR column"))
     out: list[Any] = []
     for v in values:
         out.append(_domain_value(v, t, where))
@@ -1241,15 +1446,19 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
             return _parse_date(v)
         raise bad
     if k == "timestamp":
+        ts: dt.datetime | None = None
         if isinstance(v, dt.datetime):
-            if v.tzinfo is not None:
-                raise bad
-            return v
-        if isinstance(v, dt.date):
-            return dt.datetime(v.year, v.month, v.day)
-        if isinstance(v, str) and _parse_timestamp(v) is not None:
-            return _parse_timestamp(v)
-        raise bad
+            ts = v if v.tzinfo is None else None
+        elif isinstance(v, dt.date):
+            ts = dt.datetime(v.year, v.month, v.day)
+        elif isinstance(v, str):
+            ts = _parse_timestamp(v)
+        if ts is None:
+            raise bad
+        if not ts_fits(ts, t):
+            # a plain CAST of it would fail only when a row reaches the domain filter
+            raise ValueError(f"domain value {v!r} of {where} is not a {t} value ({ts_limits_text(t)})")
+        return ts
     raise bad  # pragma: no cover
 
 
