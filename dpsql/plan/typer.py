@@ -421,6 +421,14 @@ class Typer:
             return typed_literal(v, target)
         if src.name == target.name and not src.enum:
             return r.expr
+        if target.name in ("TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"):
+            # DuckDB's casts into these can raise even under TRY_CAST (DATE -> TIMESTAMP_NS is
+            # an internal error): unify() never asks for one, CAST(... AS TIMESTAMP_NS) is refused
+            raise self.refuse(node, f"a {src} value cannot be converted to {target} here; convert to TIMESTAMP")
+        if src.name in ("TIMESTAMP_S", "TIMESTAMP_MS") and target.name != "TIMESTAMP":
+            # through TIMESTAMP: TRY_CAST(TIMESTAMP_S AS VARCHAR) beyond TIMESTAMP's range raises
+            # an internal error in DuckDB; an instant beyond it is NULL
+            return _cast(_cast(r.expr, TIMESTAMP), target)
         return _cast(r.expr, target)
 
     def _literal_as(self, r: Typed, target: SqlType, node: exp.Expression) -> Any:
@@ -498,10 +506,13 @@ class Typer:
             return BOOLEAN
         if kinds <= {"date", "timestamp", "strlit"}:
             if "timestamp" in kinds:
-                ts_names = {p.type.name for p in typed if p.type.kind == "timestamp" and not p.literal}
+                # one timestamp type only when every non-literal part has it: DuckDB's casts
+                # into TIMESTAMP_S/_MS/_NS can fail even under TRY_CAST (DATE -> TIMESTAMP_NS
+                # raises an internal error), so anything mixed is compared in TIMESTAMP
+                ts_names = {p.type.name for p in nonlit}
                 if not ts_names:
                     ts_names = {p.type.name for p in typed if p.type.kind == "timestamp"}
-                t = SqlType("timestamp", ts_names.pop()) if len(ts_names) == 1 else TIMESTAMP
+                t = SqlType("timestamp", ts_names.pop()) if len(ts_names) == 1 and "DATE" not in ts_names else TIMESTAMP
                 # a literal the type cannot hold (TIMESTAMP_NS: 1677..2262; _S/_MS: finer
                 # than the unit) makes the comparison one in TIMESTAMP (like numbers and DOUBLE)
                 for p in typed:
@@ -1090,8 +1101,8 @@ def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bo
     if r.literal:
         return ty.coerce(r, TIMESTAMP if trunc else r.type, node)  # Python dates: years 1..9999
     e = r.expr
-    if r.type.name in ("TIMESTAMP_S", "TIMESTAMP_MS") or (trunc and r.type.kind == "date"):
-        e = _cast(e, TIMESTAMP)
+    if r.type.name in ("TIMESTAMP_S", "TIMESTAMP_MS") or (trunc and r.type.name in ("DATE", "TIMESTAMP_NS")):
+        e = _cast(e, TIMESTAMP)  # TIMESTAMP_NS -> TIMESTAMP always converts
     if trunc and r.type.name != "TIMESTAMP_NS":
         least = _cast(exp.Literal.string(TRUNC_LEAST), TIMESTAMP, try_=False)
         minus_inf = _cast(exp.Literal.string("-infinity"), TIMESTAMP, try_=False)
@@ -1114,11 +1125,9 @@ def _part_unit(ty: Typer, node: exp.Expression, unit: exp.Expression | None, all
 
 def _date_trunc(ty: Typer, node: exp.Expression) -> Typed:
     unit = _part_unit(ty, node, node.args.get("unit"), _TRUNC_PARTS)
-    r = ty.t(node.this)
     arg = _temporal(ty, node, node.this, trunc=True)
-    # the result: TIMESTAMP_NS for a TIMESTAMP_NS argument, else TIMESTAMP
-    rt = r.type if r.type.name == "TIMESTAMP_NS" and not r.literal else TIMESTAMP
-    return Typed(exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), arg]), rt)
+    # DuckDB's result is a TIMESTAMP for every argument type (TIMESTAMP_NS too)
+    return Typed(exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), arg]), TIMESTAMP)
 
 
 def _extract(ty: Typer, node: exp.Expression) -> Typed:
