@@ -17,7 +17,16 @@ import pyarrow as pa
 import pytest
 import sqlglot
 
-from dpsql.plan.typer import _DATE_PARTS, _INT_RANGES, _TRUNC_PARTS, Typer, TypeRefusal, _Refuse, type_key, type_predicate
+from dpsql.plan.typer import (
+    _DATE_PARTS,
+    _INT_RANGES,
+    _TRUNC_PARTS,
+    Typer,
+    TypeRefusal,
+    _Refuse,
+    type_key,
+    type_predicate,
+)
 
 INT_TYPES = list(_INT_RANGES)
 

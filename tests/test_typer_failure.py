@@ -1,9 +1,11 @@
-"""Attacks: whether a query fails depends on one person's row (typer holes).
+"""Regression tests: whether a query fails must not depend on one person's row (typer holes).
 
 Each test runs the same SQL on D (with the target user 7) and on D minus user 7 and asserts
 that the outcome (success, or the same exception class and message, before any charge) is the
-same. On the current code each of these fails after the charge on D only: a one-query,
-noise-free bit about user 7 (repeatable for a binary search, as in the original audit).
+same. Before the typer's fixes each of these failed after the charge on D only: a one-query,
+noise-free bit about user 7 (repeatable for a binary search). The negative controls at the end
+run the same expressions in DuckDB without dpsql's typer and check that they do fail on D, so
+the data really holds the values that break an untyped evaluation.
 """
 
 from __future__ import annotations
@@ -215,3 +217,46 @@ def test_cli_exit_code_depends_on_one_person(tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=120)
         results.append(p.returncode)
     assert results[0] == results[1], f"exit code with user 7: {results[0]}, without: {results[1]}"
+
+
+# -- negative controls: without dpsql's typer, DuckDB fails on the target's row ---------------------------
+
+
+def _raw_fails(columns: str, rows: list[str], sql: str) -> bool:
+    con = duckdb.connect()
+    try:
+        con.execute(f"CREATE TABLE t ({columns})")
+        for r in rows:
+            con.execute(f"INSERT INTO t VALUES {r}")
+        con.execute(f"INSERT INTO t {BENIGN}")
+        try:
+            con.execute(sql).fetchall()
+        except duckdb.Error:
+            return True
+        return False
+    finally:
+        con.close()
+
+
+def test_control_the_raw_expressions_fail_on_the_target_row() -> None:
+    for sql in ("SELECT COUNT(*) FROM t WHERE round(ti, -1) > 0",
+                "SELECT COUNT(*) FROM t WHERE round(i, -1) > 0",
+                "SELECT COUNT(*) FROM t WHERE date_trunc('year', ts) <> ts",
+                "SELECT COUNT(*) FROM t WHERE uid = 7 AND tn > CAST('1500-01-01' AS TIMESTAMP_NS)"):
+        assert _raw_fails(COLUMNS, [TARGET_ROW], sql), sql
+        assert not _raw_fails(COLUMNS, [], sql), sql  # and not without the target
+
+
+def test_control_arrow_timestamps_beyond_the_timestamp_range_fail_raw() -> None:
+    for unit, value in (("s", 10**15), ("ms", 10**18), ("us", -9_223_372_036_854_775_000)):
+        con = duckdb.connect()
+        tbl = pa.table({"ts": pa.array([value], pa.int64()).cast(pa.timestamp(unit))})
+        con.register("t", tbl)
+        sql = "SELECT year(ts) FROM t" if unit != "us" else "SELECT date_trunc('day', ts) FROM t"
+        try:
+            con.execute(sql).fetchall()
+            failed = False
+        except duckdb.Error:
+            failed = True
+        con.close()
+        assert failed, (unit, sql)

@@ -1,4 +1,4 @@
-"""Typer correctness and robustness (not privacy leaks by themselves, but wrong or unclear).
+"""Typer correctness and robustness regressions (not privacy leaks by themselves, but wrong or unclear).
 
 * A negated DECIMAL literal loses digits: ``-r.value`` on a ``decimal.Decimal`` rounds to the
   default context's 28 significant digits (dpsql/plan/typer.py ``Typer.t``, the ``exp.Neg``
@@ -115,3 +115,26 @@ def test_a_uhugeint_key_is_released_with_its_own_value() -> None:
         s.close()
         con.close()
     assert [int(k) for k in keys] == [2**128 - 1], keys
+
+
+def test_the_depth_limit_refuses_for_free_and_answers_below_it(session: dpsql.Session) -> None:
+    from dpsql.plan.typer import MAX_DEPTH
+
+    before = session.history().num_rows
+    deep = " + ".join(["i"] * (MAX_DEPTH + 5)) + " > 0"
+    with pytest.raises(errors.UnsupportedQueryError, match=f"nested more than {MAX_DEPTH} levels"):
+        session.query(f"SELECT COUNT(*) AS n FROM t WHERE {deep}", epsilon=1.0)
+    assert session.history().num_rows == before  # free
+    # control: just below the limit (the deepest chain allowed, with casts and guards) is answered
+    ok = " + ".join(["i"] * (MAX_DEPTH - 3)) + " > 0"
+    n = session.query(f"SELECT COUNT(*) AS n FROM t WHERE {ok}", epsilon=1.0).table.column("n")[0].as_py()
+    assert n == 800 - 115  # zero noise: rows with i = k % 7 > 0 (k in 0..799: 115 multiples of 7)
+    # nested guards (each NULLIF doubles its operand in DuckDB) are bounded by a size limit: free refusal
+    nested = "i"
+    for _ in range(MAX_DEPTH // 5):
+        nested = f"abs(-({nested} // 2))"
+    with pytest.raises(errors.UnsupportedQueryError, match="too large once made total"):
+        session.query(f"SELECT COUNT(*) AS n FROM t WHERE {nested} >= 0", epsilon=1.0)
+    assert session.history().num_rows == before + 1  # only the answered query above was charged
+    shallow = "abs(-(abs(-(i // 2)) // 2))"
+    session.query(f"SELECT COUNT(*) AS n FROM t WHERE {shallow} >= 0", epsilon=1.0)
