@@ -6,8 +6,9 @@ depend only on public metadata (the catalog schema) and released values, never o
 How: every expression evaluated on private rows (WHERE, GROUP BY keys, the public-domain
 filter, the DAWA base conditions) is typed here, against ``TableSpec.schema`` (column ->
 DuckDB type string), before any charge, over one allow-list of operators and functions
-(``ALLOW_LIST``), each marked *total* (cannot raise on any value of its argument types) or
-*can fail* (may raise on some values: integer overflow, integer division by zero, ...).
+(``ALLOW_LIST``), each *total*: it cannot raise on any value of its argument types, either
+by itself or through the guards the typer renders around it (integer overflow, division by
+zero, date_trunc at the edge of the TIMESTAMP range, ...).
 The typer then renders the expression again, for DuckDB, so that
 
 * DuckDB never casts implicitly: operands of different types are cast explicitly to one
@@ -19,7 +20,17 @@ The typer then renders the expression again, for DuckDB, so that
   (``WHERE note`` is refused), and types without a total comparison (INTERVAL, lists,
   structs, maps, unions, JSON, TIMESTAMPTZ, BLOB, ...) may only be tested with IS [NOT] NULL
   or cast to VARCHAR.
-* each *can fail* operator runs under ``TRY(...)`` (its error becomes NULL): the backstop.
+* nothing runs under ``TRY(...)``: when an expression under TRY fails on one row, DuckDB
+  re-runs the TRY's whole subtree row by row for that row's vector, a slowdown an analyst can
+  gate on one person's secret. Operators that DuckDB would fail on some value are guarded
+  explicitly instead: integer arithmetic in a type wide enough for every result (beyond
+  HUGEINT in DOUBLE), ``//`` and ``%`` with a ``NULLIF(b, 0)`` divisor, negation of the least
+  HUGEINT through ``NULLIF(x, least)``, ``round(int, -k)`` widened, date functions reading
+  TIMESTAMP_S/_MS through ``TRY_CAST(x AS TIMESTAMP)`` and date_trunc with a range guard.
+* literals are checked against the type they are used as (a TIMESTAMP_NS literal outside
+  1677..2262 is never rendered as a CAST that would fail on the first row reaching it).
+* expression size is bounded: at most ``MAX_DEPTH`` levels of nesting and
+  ``MAX_RENDERED_NODES`` rendered nodes (guards repeat an operand), both refused for free.
 * functions have bounded per-row cost: nothing that repeats, generates series, or runs an
   edit distance / regex; string functions see at most ``STRING_CAP`` characters of a
   non-literal argument (it is rendered ``LEFT(arg, STRING_CAP)``), and LIKE patterns are
@@ -183,7 +194,9 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("AND, OR, NOT", "BOOLEAN -> BOOLEAN", "total"),
     FuncSpec("=, <>, <, <=, >, >=, IS [NOT] DISTINCT FROM", "T, T -> BOOLEAN", "total",
              "operands cast explicitly to one common type; text only with text, numbers with numbers, "
-             "dates/timestamps with each other or with a valid date/time string literal"),
+             "dates/timestamps with each other or with a valid date/time string literal; mixed timestamp "
+             "precisions, and a literal the column's type cannot hold (TIMESTAMP_NS: 1677-09-22..2262-04-11; "
+             "TIMESTAMP_S/_MS: finer than the unit), are compared in TIMESTAMP"),
     FuncSpec("[NOT] BETWEEN", "T, T, T -> BOOLEAN", "total", "as comparisons"),
     FuncSpec("[NOT] IN (list)", "T, T... -> BOOLEAN", "total", f"as comparisons; at most {MAX_IN_LIST} elements"),
     FuncSpec("IS [NOT] NULL", "any -> BOOLEAN", "total", "the only operation allowed on INTERVAL, lists, structs, ..."),
@@ -192,18 +205,25 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "branches cast explicitly to one common type"),
     FuncSpec("CAST, TRY_CAST, ::", "scalar -> BOOLEAN, integer types, DECIMAL(p,s), FLOAT, DOUBLE, VARCHAR, DATE, TIMESTAMP",
              "total", "always rendered TRY_CAST: a value that does not convert is NULL; INTERVAL, UUID, TIME and "
-             "TIMESTAMPTZ may be cast to VARCHAR"),
+             "TIMESTAMPTZ may be cast to VARCHAR; a literal is converted at analysis (refused if it does not fit); "
+             "a column is never cast into TIMESTAMP_S/_MS/_NS (DuckDB's TRY_CAST into them can raise); "
+             "TIMESTAMP_S/_MS values are converted through TIMESTAMP"),
     FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
              "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types; "
-             "beyond HUGEINT: can fail (TRY), overflow is NULL"),
+             "beyond HUGEINT: computed in DOUBLE"),
     FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DOUBLE", "total", "DECIMAL arithmetic is computed in DOUBLE"),
     FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE", "total", "overflow gives inf"),
     FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
-    FuncSpec("//, %", "integer, integer -> integer", "can fail (TRY)", "division by zero is NULL; % on DOUBLE is total"),
-    FuncSpec("unary -, abs", "numeric -> numeric", "total", "integers widened (-(-128::TINYINT) is 128); HUGEINT under TRY"),
+    FuncSpec("//, %", "integer, integer -> integer", "total",
+             "the divisor is NULLIF(b, 0): division by zero is NULL; // is computed in a type holding every "
+             "quotient (for HUGEINT, least // -1 is NULL); % cannot overflow; % on DOUBLE is total"),
+    FuncSpec("unary -, abs", "numeric -> numeric", "total",
+             "integers widened (-(-128::TINYINT) is 128); the least HUGEINT is NULL; UHUGEINT negated in DOUBLE"),
     FuncSpec("sign", "numeric -> TINYINT", "total"),
-    FuncSpec("round, floor, ceil, trunc", "numeric[, INTEGER literal] -> numeric", "can fail (TRY) on DECIMAL",
-             "total on integers and DOUBLE"),
+    FuncSpec("round, floor, ceil, trunc", "numeric[, INTEGER literal (round only)] -> numeric", "total",
+             "floor/ceil/trunc of an integer and round(int, k >= 0) are the integer itself; round(int, -k) is "
+             "computed in a type holding every result (else DOUBLE); round(DECIMAL(p,0), -k) in DECIMAL(p+1,0) "
+             "(DOUBLE at p = 38)"),
     FuncSpec("sqrt, ln, log10", "numeric -> DOUBLE", "total", "computed in DOUBLE (NaN / -inf outside the domain)"),
     FuncSpec("isnan, isinf", "DOUBLE -> BOOLEAN", "total"),
     FuncSpec("lower, upper, trim, ltrim, rtrim, reverse", "VARCHAR -> VARCHAR", "total", f"input capped at {STRING_CAP} characters"),
@@ -218,11 +238,13 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              f"pattern: a literal of at most {MAX_PATTERN} characters, no ESCAPE; input capped at {STRING_CAP}"),
     FuncSpec("||, concat", "VARCHAR... -> VARCHAR", "total", f"inputs capped at {STRING_CAP} characters"),
     FuncSpec("date_trunc", "'part' literal, DATE/TIMESTAMP -> TIMESTAMP", "total",
-             "a DATE beyond the TIMESTAMP range is NULL"),
-    FuncSpec("date_part, extract", "'part' literal, DATE/TIMESTAMP -> BIGINT", "total"),
+             "a DATE or TIMESTAMP_S/_MS beyond the TIMESTAMP range is NULL; so is an instant before "
+             f"{TRUNC_LEAST} (its truncation would leave the TIMESTAMP range; -infinity is kept)"),
+    FuncSpec("date_part, extract", "'part' literal, DATE/TIMESTAMP -> BIGINT", "total",
+             "a TIMESTAMP_S/_MS beyond the TIMESTAMP range is NULL (read as TRY_CAST(x AS TIMESTAMP))"),
     FuncSpec("year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week",
-             "DATE/TIMESTAMP -> BIGINT", "total"),
-    FuncSpec("strftime", "DATE/TIMESTAMP, format literal -> VARCHAR", "total"),
+             "DATE/TIMESTAMP -> BIGINT", "total", "as date_part"),
+    FuncSpec("strftime", "DATE/TIMESTAMP, format literal -> VARCHAR", "total", "as date_part"),
     FuncSpec("strptime, try_strptime", "VARCHAR, format literal -> TIMESTAMP", "total",
              "rendered try_strptime: text that does not parse is NULL; input capped"),
 )
