@@ -138,3 +138,44 @@ def test_the_depth_limit_refuses_for_free_and_answers_below_it(session: dpsql.Se
     assert session.history().num_rows == before + 1  # only the answered query above was charged
     shallow = "abs(-(abs(-(i // 2)) // 2))"
     session.query(f"SELECT COUNT(*) AS n FROM t WHERE {shallow} >= 0", epsilon=1.0)
+
+
+def test_temporal_literals_the_target_type_cannot_hold_never_become_run_time_casts() -> None:
+    import sqlglot
+
+    from dpsql.plan.typer import TypeRefusal, type_predicate
+
+    schema = {"tn": "TIMESTAMP_NS", "tss": "TIMESTAMP_S", "ts": "TIMESTAMP", "d": "DATE"}
+
+    def render(sql: str) -> str:
+        return type_predicate(sqlglot.parse_one(sql, read="duckdb"), schema).sql(dialect="duckdb")
+
+    for sql in ("tn > CAST('1500-01-01' AS TIMESTAMP_NS)", "tn > CAST(DATE '1500-01-01' AS TIMESTAMP_NS)",
+                "CAST(TIMESTAMP '2300-01-01' AS TIMESTAMP_NS) IS NULL", "tss < CAST('2024-01-01 00:00:00.5' AS TIMESTAMP_S)",
+                "CAST(d AS TIMESTAMP_NS) IS NULL"):
+        with pytest.raises(TypeRefusal):
+            render(sql)
+    # compared with a column, such a literal makes the comparison one in TIMESTAMP (total)
+    assert render("tn > '1500-01-01'") == "TRY_CAST(\"tn\" AS TIMESTAMP) > CAST('1500-01-01 00:00:00' AS TIMESTAMP)"
+    assert "AS TIMESTAMP)" in render("tss = '2024-01-01 00:00:00.5'")
+    # control: a literal the type holds stays in the column's type
+    assert render("tn > '2000-01-01'") == "\"tn\" > CAST('2000-01-01 00:00:00' AS TIMESTAMP_NS)"
+    assert render("tn > CAST('2000-01-01' AS TIMESTAMP_NS)") == "\"tn\" > CAST('2000-01-01 00:00:00' AS TIMESTAMP_NS)"
+
+
+def test_domain_values_the_column_type_cannot_hold_are_refused_at_registration() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT k AS uid, TIMESTAMP_NS '2024-01-01' AS tn, TIMESTAMP_S '2024-01-01' AS tss, "
+                "k::UHUGEINT AS uh FROM range(0, 10) r(k)")
+    s = dpsql.Session(budget=Budget(1e6, 0.9), connection=con)
+    try:
+        for col, dom in (("tn", ["1500-01-01"]), ("tn", ["2024-01-01", "2300-01-01 00:00:00"]),
+                         ("tss", ["2024-01-01 00:00:00.5"]), ("uh", [1, 2])):
+            with pytest.raises(errors.ConfigError):
+                s.register("t", "t", privacy_unit="uid", columns={col: {"domain": dom}})
+        # control: values the types hold are accepted
+        s.register("t", "t", privacy_unit="uid", columns={"tn": {"domain": ["2024-01-01"]},
+                                                          "tss": {"domain": ["2024-01-01 00:00:01"]}})
+    finally:
+        s.close()
+        con.close()

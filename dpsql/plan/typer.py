@@ -925,6 +925,14 @@ class Typer:
             if r.type.numeric and target.numeric and _fits(r.value, target):
                 v = float(r.value) if target.kind == "float" else r.value
                 return Typed(typed_literal(v, target), target, True, v)
+            if r.type.kind in ("date", "timestamp") and target.kind in ("date", "timestamp"):
+                # converted here (a TIMESTAMP_NS outside 1677..2262 is refused), never at run time
+                v = r.value
+                if target.kind == "date":
+                    v = v.date() if isinstance(v, dt.datetime) else v
+                else:
+                    v = self._ts_in(v if isinstance(v, dt.datetime) else dt.datetime(v.year, v.month, v.day), target, node)
+                return Typed(typed_literal(v, target), target, True, v)
             # any other literal conversion: TRY_CAST (NULL if it does not convert)
             return Typed(_cast(r.expr, target), target)
         if r.type.kind == "other":
