@@ -64,6 +64,7 @@ def test_integer_operators_are_total_on_every_pair_of_extremes(ta: str) -> None:
         rendered = 0
         for e in ("a + b", "a - b", "a * b", "a // b", "a % b", "b // a", "-a", "abs(a)", "sign(a)", "floor(a)",
                   "ceil(a)", "trunc(a)", "round(a)", "a // -1", "a % -1", "a // 0", "a % 0", "-(-a)", "abs(-a)",
+                  "abs(a) // b", "(-a) // b", "(a + a) // b", "(a * a) // -1", "abs(abs(a))", "b // abs(a)",
                   *(f"round(a, {d})" for d in (-38, -20, -19, -10, -3, -2, -1, 0, 2, 38))):
             sql = _render_or_none(e, schema)  # None: refused for free (e.g. // of UHUGEINT by a signed type)
             if sql is not None:

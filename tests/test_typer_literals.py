@@ -179,3 +179,17 @@ def test_domain_values_the_column_type_cannot_hold_are_refused_at_registration()
     finally:
         s.close()
         con.close()
+
+
+@pytest.mark.parametrize("n", [20, 150, 2000])
+def test_deeply_nested_parentheses_and_functions_are_refused_clearly_or_answered(session: dpsql.Session, n: int) -> None:
+    """Below the limit an expression is answered; beyond it (even too deep for the parser) it is
+    an UnsupportedQueryError before any charge, never a raw RecursionError."""
+    for where in ("(" * n + "i" + ")" * n + " > 0", "abs(" * n + "i" + ")" * n + " > 0"):
+        before = session.history().num_rows
+        if n <= 20:
+            session.query(f"SELECT COUNT(*) AS n FROM t WHERE {where}", epsilon=1.0)
+            continue
+        with pytest.raises(errors.UnsupportedQueryError, match="nested"):
+            session.query(f"SELECT COUNT(*) AS n FROM t WHERE {where}", epsilon=1.0)
+        assert session.history().num_rows == before

@@ -164,12 +164,15 @@ def parse_type(text: str) -> SqlType:
 
 @dataclass
 class Typed:
-    """A rendered, total expression and its type (``value``: the Python value of a literal)."""
+    """A rendered, total expression and its type (``value``: the Python value of a literal;
+    ``bounds``: for an integer expression, a range proven to hold every value it can take, when
+    narrower than its type's, e.g. [0, 2^31] for abs() of an INTEGER)."""
 
     expr: exp.Expression
     type: SqlType
     literal: bool = False
     value: Any = None
+    bounds: tuple[int, int] | None = None
 
 
 class _Refuse(Exception):
@@ -626,7 +629,7 @@ class Typer:
     def t(self, node: exp.Expression) -> Typed:  # noqa: C901 - one dispatch over node kinds
         if isinstance(node, exp.Paren):
             r = self.t(node.this)
-            return Typed(exp.Paren(this=r.expr), r.type, r.literal, r.value)
+            return Typed(exp.Paren(this=r.expr), r.type, r.literal, r.value, r.bounds)
         if isinstance(node, exp.Column):
             if isinstance(node.this, exp.Star):
                 raise self.refuse(node, "* is not allowed in an expression")
@@ -681,7 +684,7 @@ class Typer:
                 lo, hi = self._range(r)
                 wide = self._holding(-hi, -lo)
                 if wide is not None:
-                    return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide)
+                    return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide, bounds=(-hi, -lo))
                 if r.type.name == "HUGEINT":
                     # -x fails only for the least HUGEINT: that value is NULL (one operand reference)
                     return Typed(exp.Neg(this=exp.Paren(this=_not_least(r.expr, r.type))), r.type)
@@ -823,6 +826,8 @@ class Typer:
     def _range(r: Typed) -> tuple[int, int]:
         if r.literal and r.type.kind == "int":
             return int(r.value), int(r.value)
+        if r.bounds is not None:
+            return r.bounds
         lo, hi, _ = _INT_RANGES[r.type.name]
         return lo, hi
 
@@ -849,21 +854,23 @@ class Typer:
             # a literal divisor other than 0 and -1: neither failure is possible
             return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
         if isinstance(node, exp.IntDiv):
-            lo, hi = self._range(a)
+            (lo, hi), (blo, _) = self._range(a), self._range(b)
             m = max(abs(lo), abs(hi))
-            wide = self._holding(-m, m)
-            if wide is not None and (wide.name != typ.name or typ.name == "HUGEINT"):
-                ca, cb = self.coerce(a, wide, node), self.coerce(b, wide, node)
-                return Typed(cls(this=ca, expression=_nonzero(cb, wide)), wide)
-            if wide is None and typ.name == "HUGEINT":
-                ca, cb = self.coerce(a, typ, node), self.coerce(b, typ, node)
-                minus_one = typed_literal(-1, typ)
-                quot = cls(this=ca.copy(), expression=_nonzero(cb.copy(), typ))
-                neg = exp.Neg(this=exp.Paren(this=_not_least(ca.copy(), typ)))
-                return Typed(exp.Case(ifs=[exp.If(this=exp.EQ(this=cb.copy(), expression=minus_one), true=neg)],
-                                      default=quot), typ)
-            if wide is not None:
-                typ = wide
+            qlo, qhi = (0 if lo >= 0 and blo >= 0 else -m), m  # every quotient lies in [qlo, qhi]
+            tlo, thi, _ = _INT_RANGES[typ.name]
+            if not (tlo <= qlo and qhi <= thi):
+                wide = self._holding(min(qlo, tlo), max(qhi, thi))  # holds both operands and quotients
+                if wide is not None:
+                    typ = wide
+                elif typ.name == "HUGEINT":
+                    ca, cb = self.coerce(a, typ, node), self.coerce(b, typ, node)
+                    minus_one = typed_literal(-1, typ)
+                    quot = cls(this=ca.copy(), expression=_nonzero(cb.copy(), typ))
+                    neg = exp.Neg(this=exp.Paren(this=_not_least(ca.copy(), typ)))
+                    return Typed(exp.Case(ifs=[exp.If(this=exp.EQ(this=cb.copy(), expression=minus_one), true=neg)],
+                                          default=quot), typ)
+                else:  # pragma: no cover - unify() gives a signed type whenever a quotient can be negative
+                    raise self.refuse(node, f"// on {typ} cannot be computed exactly here")
         ca, cb = self.coerce(a, typ, node), self.coerce(b, typ, node)
         return Typed(cls(this=ca, expression=_nonzero(cb, typ)), typ)
 
@@ -883,7 +890,8 @@ class Typer:
                 lo, hi = min(prods), max(prods)
             wide = self._holding(lo, hi)
             if wide is not None:
-                return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide)
+                return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide,
+                             bounds=(lo, hi))
         typ = self.unify([a, b], node, "arithmetic")
         if typ.kind in ("decimal", "int"):
             # DECIMAL arithmetic, and integers beyond HUGEINT: computed in DOUBLE (total)
@@ -959,9 +967,10 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
         cls = type(node)
         if isinstance(node, exp.Abs) and r.type.kind == "int":
             lo, hi = ty._range(r)
-            wide = ty._holding(0, max(abs(lo), abs(hi)))
+            top = max(abs(lo), abs(hi))
+            wide = ty._holding(0, top)
             if wide is not None:
-                return Typed(exp.Abs(this=ty.coerce(r, wide, node)), wide)
+                return Typed(exp.Abs(this=ty.coerce(r, wide, node)), wide, bounds=(0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), top))
             if r.type.name == "HUGEINT":  # abs fails only on the least HUGEINT: NULL
                 return Typed(exp.Abs(this=_not_least(r.expr, r.type)), r.type)
             return Typed(r.expr, r.type)  # unsigned
