@@ -1132,7 +1132,7 @@ def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bo
       TIMESTAMP even for 'day'), so such an instant is NULL (-infinity is kept); a DATE is read
       as ``TRY_CAST(d AS TIMESTAMP)`` first (a DATE beyond the TIMESTAMP range is NULL).
     Every other date function is total on every DATE, TIMESTAMP and TIMESTAMP_NS value,
-    infinities included (checked by tests/test_typer_temporal.py).
+    infinities included (checked by tests/test_typer_extremes.py).
     """
     r = ty.t(arg)
     if r.type.kind == "strlit":
