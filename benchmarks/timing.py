@@ -1,6 +1,6 @@
 """Benchmark: how much can one person's row change dpsql's run time? (adversarial, neighbouring data)
 
-One command:  python benchmarks/timing.py [--users 20000] [--repeat 21] [--huge-bytes 4000000]
+One command:  python benchmarks/timing.py [--users 20000] [--repeat 21] [--huge-bytes 4000000] [--only-secret-gated]
 Prints JSON (also written to benchmarks/out/timing.json).
 
 For each hostile value placed in ONE added person's row (the neighbouring dataset D' = D plus
@@ -20,6 +20,14 @@ noise floor. Then it repeats the worst (value, query) pair with the owner's
 ``min_response_time`` padding set to twice the 90th percentile of all runs, showing what
 remains (sleep and scheduling jitter, and the work before the charge, which the padding does
 not cover: analysis and binding, which read no data).
+
+``secret_gated_failure`` (also alone with ``--only-secret-gated``): the analyst gates an
+integer overflow (-2^63 // -1) on one person's secret inside an expensive, allow-listed
+expression. Were ``//`` evaluated under TRY(...), the failing row would make DuckDB re-run the
+whole operand subtree row by row for its vector (measured before the fix: 1.21 s when the
+secret is false, 2.09 s when true). The typer makes ``//`` total without TRY (NULLIF(b, 0), a
+wide enough type), so the two medians agree: ``ratio`` (true / false) is reported with
+``ok`` = ratio < 1.2.
 """
 
 from __future__ import annotations
@@ -128,13 +136,57 @@ def compare(pa_path: str, pb_path: str, sql: str, repeat: int, pad: float = 0.0)
             "p90_ms": both[int(0.9 * (len(both) - 1))] * 1e3, "max_ms": both[-1] * 1e3}
 
 
+SECRET_USERS = 4096
+SECRET_TERMS = 12
+
+
+def secret_gated_sql(secret: bool) -> str:
+    """The analyst's query: an overflow in ``//`` iff user 77 earns at least ``threshold``."""
+    threshold = 0 if secret else 10**9
+    heavy = "greatest(" + ", ".join(f"length(reverse(note || '{i}'))" for i in range(SECRET_TERMS)) + ")"
+    return ("SELECT COUNT(*) AS n FROM t WHERE uid < 2048 AND "
+            f"((CASE WHEN uid = 77 AND salary >= {threshold} THEN -9223372036854775808 ELSE {heavy} END) // -1) < 0")
+
+
+def secret_gated(repeat: int) -> dict[str, Any]:
+    import duckdb
+
+    con = duckdb.connect()
+    # ordinary data: 1024 CJK characters of text per person
+    con.execute(f"CREATE TABLE t AS SELECT k AS uid, repeat(chr(20013), 1024) AS note, (k * 37) % 100000 AS salary "
+                f"FROM range(0, {SECRET_USERS}) r(k)")
+    s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9), connection=con)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        s.register("t", "t", privacy_unit="uid")
+        timed(s, secret_gated_sql(False))  # warm-up
+        for _ in range(repeat):
+            for secret in (False, True):
+                times[secret].append(timed(s, secret_gated_sql(secret)))
+    finally:
+        s.close()
+        con.close()
+    mf, mt = statistics.median(times[False]), statistics.median(times[True])
+    return {"users": SECRET_USERS, "repeat": repeat, "median_false_ms": round(mf * 1e3, 3),
+            "median_true_ms": round(mt * 1e3, 3), "ratio": round(mt / mf, 3), "ok": mt < 1.2 * mf,
+            "query": secret_gated_sql(True)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--users", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=21)
     ap.add_argument("--huge-bytes", type=int, default=4_000_000)
+    ap.add_argument("--only-secret-gated", action="store_true", help="run only the secret_gated_failure case")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
+    gated = secret_gated(max(5, args.repeat // 3))
+    if args.only_secret_gated:
+        text = json.dumps({"secret_gated_failure": gated}, indent=1)
+        with open(os.path.join(OUT, "timing_secret_gated.json"), "w") as f:
+            f.write(text + "\n")
+        print(text)
+        return
     hostile = ["ordinary", "huge_string", "long_unicode", "invalid_utf8", "overflow", "nan_inf"]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,6 +214,7 @@ def main() -> None:
         "max_abs_diff_by_value_ms": {h: round(v, 3) for h, v in diffs.items()},
         "worst": {"value": wh, "query": wq},
         "with_min_response_time": {"min_response_time_s": pad, **{k: round(v, 3) for k, v in padded.items()}},
+        "secret_gated_failure": gated,
         "results": results,
         "queries": QUERIES,
     }

@@ -705,7 +705,7 @@ class Session:
         types = dict(self._engine.describe(bounded))
         cols: list[exp.Expression] = []
         for k in plan.keys:
-            cols.append(exp.alias_(exp.cast(exp.Null(), types.get(k.name, "VARCHAR")), k.name))
+            cols.append(exp.alias_(exp.cast(exp.Null(), exp.DataType.build(types.get(k.name, "VARCHAR"), dialect="duckdb")), k.name))
         for a in plan.aggregates:
             typ = "BIGINT" if a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS) else "DOUBLE"
             # a non-NULL placeholder: conversions in HAVING / ORDER BY are only tried on values

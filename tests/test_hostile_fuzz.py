@@ -8,8 +8,10 @@ zero noise, keys released on both are spelled identically (no spelling chosen by
 The generator is seeded; it draws expressions over the allow-list and outside it (functions of
 unbounded cost, COLLATE, implicit casts, nested types, intervals, text used as a condition).
 The data holds invalid casts in VARCHAR, integer extremes, NaN, +-inf, -0.0, DECIMAL(38,0)
-extremes, dates beyond the TIMESTAMP range, intervals (1 month vs 30 days), lists, a column
-declared COLLATE NOCASE and a connection whose default_collation is 'nocase'.
+extremes, dates beyond the TIMESTAMP range, the least and greatest TIMESTAMP, +-infinity dates and
+timestamps, TIMESTAMP_S / TIMESTAMP_MS instants far beyond TIMESTAMP's range and an Arrow
+timestamp below its least value (``ARROW_ROW``), TIMESTAMP_NS extremes, intervals (1 month vs
+30 days), lists, a column declared COLLATE NOCASE and a connection whose default_collation is 'nocase'.
 
 ``EXTRA_ADVERSARIAL_ROWS`` is the hook for more hostile values (e.g. invalid UTF-8 read from
 Parquet): each entry is one SQL row tuple for the target user, in the column order of ``COLUMNS``.
@@ -25,6 +27,7 @@ import random
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 import dpsql
@@ -39,20 +42,32 @@ TARGET = 7
 COLUMNS = (
     "uid BIGINT, note VARCHAR, name VARCHAR COLLATE NOCASE, i INTEGER, ti TINYINT, big BIGINT, "
     "amt DECIMAL(38,0), d DOUBLE, f FLOAT, day DATE, ts TIMESTAMP, iv INTERVAL, tags VARCHAR[], "
-    "ints INTEGER[], flag BOOLEAN"
+    "ints INTEGER[], flag BOOLEAN, tss TIMESTAMP_S, tms TIMESTAMP_MS, tns TIMESTAMP_NS"
 )
 
 #: the target user's rows: every kind of value that makes a naive expression fail or print differently
 TARGET_ROWS = [
     f"({TARGET}, 'SENTINEL_abc', 'a', 2147483647, (-128)::TINYINT, (-9223372036854775808)::BIGINT, "
     "99999999999999999999999999999999999999::DECIMAL(38,0), 'nan'::DOUBLE, '-inf'::FLOAT, DATE '5000000-01-01', "
-    "'-infinity'::TIMESTAMP, INTERVAL 30 DAY, ['a', NULL], [2147483647], NULL)",
+    "'-infinity'::TIMESTAMP, INTERVAL 30 DAY, ['a', NULL], [2147483647], NULL, "
+    "TIMESTAMP_S '294246-12-31 23:59:59', TIMESTAMP_MS '-infinity', TIMESTAMP_NS '2262-04-11 23:47:16')",
     f"({TARGET}, '2024-13-45', 'A', (-2147483648)::INTEGER, 127::TINYINT, 9223372036854775807, "
     "(-99999999999999999999999999999999999999)::DECIMAL(38,0), '-0.0'::DOUBLE, 'inf'::FLOAT, 'infinity'::DATE, "
-    "TIMESTAMP '294246-12-31 23:59:59', INTERVAL 1 MONTH, [], NULL, true)",
+    "TIMESTAMP '294246-12-31 23:59:59', INTERVAL 1 MONTH, [], NULL, true, "
+    "TIMESTAMP_S 'infinity', TIMESTAMP_MS '290309-12-22 (BC) 00:00:00', TIMESTAMP_NS '1677-09-22 00:00:00')",
     f"({TARGET}, '', NULL, 0, 0::TINYINT, 0, 0::DECIMAL(38,0), 'inf'::DOUBLE, 'nan'::FLOAT, NULL, NULL, NULL, NULL, "
-    "[1, 2], false)",
+    "[1, 2], false, NULL, NULL, NULL)",
+    f"({TARGET}, 'x', 'b', 1, 1::TINYINT, 1, 1::DECIMAL(38,0), 1.0, 1.0, '-infinity'::DATE, "
+    "TIMESTAMP '290309-12-22 (BC) 00:00:00', INTERVAL 0 DAY, NULL, NULL, NULL, TIMESTAMP_S '-infinity', "
+    "TIMESTAMP_MS 'infinity', TIMESTAMP_NS '2024-01-01')",
 ]
+
+#: one more target row read from Arrow (what a Parquet file can hold): TIMESTAMP_S / _MS instants
+#: far beyond TIMESTAMP's range, a timestamp[us] below the least TIMESTAMP, the least TIMESTAMP_NS
+ARROW_ROW = {
+    "uid": (TARGET, "int64"), "ts": (-9_223_372_036_854_775_000, "timestamp[us]"),
+    "tss": (10**15, "timestamp[s]"), "tms": (-(10**18), "timestamp[ms]"), "tns": (-(2**63) + 2, "timestamp[ns]"),
+}
 
 #: hook: more adversarial rows for the target user (same column order), e.g. invalid UTF-8
 EXTRA_ADVERSARIAL_ROWS: list[str] = []
@@ -62,7 +77,8 @@ BENIGN = (
     "'A' AS name, (k % 50)::INTEGER AS i, (k % 20)::TINYINT AS ti, k::BIGINT AS big, (k % 30)::DECIMAL(38,0) AS amt, "
     "(k % 40) / 4.0 AS d, (k % 9)::FLOAT AS f, DATE '2024-01-01' + (k % 60)::INTEGER AS day, "
     "TIMESTAMP '2024-01-01 08:00' + to_hours(k % 48) AS ts, INTERVAL 1 MONTH AS iv, ['x'] AS tags, [k % 3] AS ints, "
-    "k % 2 = 0 AS flag FROM range(0, 600) r(k)"
+    "k % 2 = 0 AS flag, TIMESTAMP_S '2024-01-01 08:00:00' AS tss, TIMESTAMP_MS '2024-01-01 08:00:00' AS tms, "
+    "TIMESTAMP_NS '2024-01-01 08:00:00' AS tns FROM range(0, 600) r(k)"
 )
 
 # -- the expression generator ---------------------------------------------------------------------------
@@ -70,12 +86,12 @@ BENIGN = (
 NUM_COLS = ["uid", "i", "ti", "big", "amt", "d", "f"]
 INT_COLS = ["i", "ti", "big"]
 STR_COLS = ["note", "name"]
-DATE_COLS = ["day", "ts"]
+DATE_COLS = ["day", "ts", "tss", "tms", "tns"]
 OTHER_COLS = ["iv", "tags", "ints"]
 NUM_LITS = ["0", "1", "-1", "2", "10", "0.5", "2147483647", "9223372036854775807", "-128", "1e308",
             "99999999999999999999999999999999999999", "NULL"]
 STR_LITS = ["'a'", "'A'", "'12'", "'abc'", "'2024-01-01'", "'2024-13-01'", "''", "'ok'", "NULL"]
-DATE_LITS = ["DATE '2024-01-15'", "'2024-02-01'", "TIMESTAMP '2024-01-02 10:00'"]
+DATE_LITS = ["DATE '2024-01-15'", "'2024-02-01'", "TIMESTAMP '2024-01-02 10:00'", "'1500-01-01'", "'2300-01-01 00:00:00'"]
 
 
 class Gen:
@@ -103,10 +119,11 @@ class Gen:
                               f"(-{a})", f"abs({a})", f"CAST({a} AS TINYINT)"])
         choices = [
             f"({a} + {b})", f"({a} - {b})", f"({a} * {b})", f"({a} / {b})", f"({a} // {b})", f"({a} % {b})",
-            f"(-{a})", f"abs({a})", f"round({a}, 2)", f"floor({a})", f"ceil({a})", f"sign({a})",
+            f"(-{a})", f"abs({a})", f"round({a}, 2)", f"round({a}, -1)", f"floor({a})", f"ceil({a})", f"sign({a})",
             f"CAST({self.str_(depth - 1)} AS INTEGER)", f"TRY_CAST({self.str_(depth - 1)} AS DOUBLE)",
             f"CAST({a} AS DECIMAL(38,0))", f"CAST({a} AS TINYINT)", f"length({self.str_(depth - 1)})",
             f"year({self.date(depth - 1)})", f"date_part('epoch', {self.date(depth - 1)})",
+            f"date_part('isoyear', {self.date(depth - 1)})",
             f"CASE WHEN {self.boolean(depth - 1)} THEN {a} ELSE {b} END", f"coalesce({a}, {b})",
             f"greatest({a}, {b})", f"sqrt({a})", f"ln({a})", f"nullif({a}, {b})",
         ]
@@ -136,7 +153,8 @@ class Gen:
         if depth <= 0 or self.r.random() < 0.5:
             return self.pick(DATE_COLS) if self.r.random() < 0.7 else self.pick(DATE_LITS)
         choices = [
-            f"date_trunc('month', {self.date(depth - 1)})", f"CAST({self.str_(depth - 1)} AS DATE)",
+            f"date_trunc('month', {self.date(depth - 1)})", f"date_trunc('year', {self.date(depth - 1)})",
+            f"date_trunc('day', {self.date(depth - 1)})", f"CAST({self.str_(depth - 1)} AS DATE)",
             f"strptime({self.str_(depth - 1)}, '%Y-%m-%d')", f"TRY_CAST({self.str_(depth - 1)} AS TIMESTAMP)",
         ]
         outside = [
@@ -185,6 +203,14 @@ CORPUS = [
     ("key", "name COLLATE NOCASE"), ("key", "lower(name)"), ("key", "(i * i)"), ("key", "(big // ti)"),
     ("key", "date_trunc('month', day)"), ("key", "CAST(note AS DATE)"),
     ("key", f"CASE WHEN uid = {TARGET} AND big > 0 THEN 'A' ELSE 'a' END"),
+    # extremes of the temporal types and integer rounding
+    ("where", "round(ti, -1) > 0"), ("where", "round(i, -1) > 0"), ("where", "round(amt, -1) > 0"),
+    ("where", "date_trunc('year', ts) <> ts"), ("where", "date_trunc('day', ts) <> ts"), ("where", "year(tss) > 2000"),
+    ("where", "strftime(tms, '%Y') = '2023'"), ("where", "date_trunc('isoyear', tms) > ts"),
+    ("where", f"uid = {TARGET} AND tns > '1500-01-01'"), ("where", f"uid = {TARGET} AND tns > DATE '1500-01-01'"),
+    ("where", "tns = ts"), ("where", "tss = day"), ("where", "(big // -1) > 0"), ("where", "(-big) < 0"),
+    ("key", "date_trunc('year', ts)"), ("key", "tns"), ("key", "tss"), ("key", "tms"), ("key", "date_trunc('day', tms)"),
+    ("key", "CAST(tss AS VARCHAR)"), ("key", "year(tss)"),
 ]
 
 
@@ -210,6 +236,10 @@ def connection() -> Any:
     con.execute(f"CREATE TABLE d_full ({COLUMNS})")
     for row in TARGET_ROWS + EXTRA_ADVERSARIAL_ROWS:
         con.execute(f"INSERT INTO d_full VALUES {row}")
+    arrow_row = pa.table({c: pa.array([v], pa.int64()).cast(t) for c, (v, t) in ARROW_ROW.items()})
+    con.register("arrow_row", arrow_row)
+    con.execute("INSERT INTO d_full BY NAME SELECT * FROM arrow_row")
+    con.unregister("arrow_row")
     con.execute(f"INSERT INTO d_full {BENIGN}")
     con.execute(f"CREATE TABLE d_minus AS SELECT * FROM d_full WHERE uid <> {TARGET}")
     # collation settings of the caller's connection must not decide any released spelling

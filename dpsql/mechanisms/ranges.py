@@ -212,6 +212,12 @@ def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
     inexact = False
     for op, v in parts:
         p = dim.value_to_pos(v)
+        if not math.isfinite(p):
+            # e.g. age = 1e400 (inf as a float): no bin; refused before any charge
+            raise UnsupportedQueryError(
+                f"the range endpoint {v!r} on '{dim.column}' is not a finite number",
+                hint=f"write an endpoint within the declared domain of '{dim.column}'",
+            )
         # on a continuous numeric domain, "<= b" / "= b" take in the rest of b's bin
         inexact = inexact or (op in ("<=", "=") and dim.domain.kind == "numeric" and not dim.integer)
         if op == ">=":

@@ -14,7 +14,7 @@ from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violati
 from dpsql.plan import ir
 from dpsql.plan.checks import SUPPORTED_AGGS, check_expression_functions, check_statement_shape, violation
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
-from dpsql.plan.typer import TypeRefusal, check_numeric_column, type_key, type_predicate
+from dpsql.plan.typer import MAX_DEPTH, TypeRefusal, check_numeric_column, type_key, type_predicate
 
 _POLICY_PREFIX = "[policy] "
 
@@ -501,5 +501,16 @@ class _Builder:
 
 
 def analyze(sql: str, catalog: dict[str, TableSpec]) -> ir.QueryPlan:
-    """Parse and check ``sql`` against the catalog; return its plan or raise a QueryError."""
-    return _Builder(sql, catalog).build()
+    """Parse and check ``sql`` against the catalog; return its plan or raise a QueryError.
+
+    A query nested too deeply for the parser (or for any recursive step before the typer's
+    own depth limit, ``dpsql.plan.typer.MAX_DEPTH``) is refused here, for free: the outcome
+    depends on the SQL text only.
+    """
+    try:
+        return _Builder(sql, catalog).build()
+    except RecursionError:
+        raise UnsupportedQueryError(
+            f"the query is nested too deeply (expressions may be nested at most {MAX_DEPTH} levels)",
+            hint="write it with fewer nested parentheses, functions and operators",
+        ) from None

@@ -6,8 +6,9 @@ depend only on public metadata (the catalog schema) and released values, never o
 How: every expression evaluated on private rows (WHERE, GROUP BY keys, the public-domain
 filter, the DAWA base conditions) is typed here, against ``TableSpec.schema`` (column ->
 DuckDB type string), before any charge, over one allow-list of operators and functions
-(``ALLOW_LIST``), each marked *total* (cannot raise on any value of its argument types) or
-*can fail* (may raise on some values: integer overflow, integer division by zero, ...).
+(``ALLOW_LIST``), each *total*: it cannot raise on any value of its argument types, either
+by itself or through the guards the typer renders around it (integer overflow, division by
+zero, date_trunc at the edge of the TIMESTAMP range, ...).
 The typer then renders the expression again, for DuckDB, so that
 
 * DuckDB never casts implicitly: operands of different types are cast explicitly to one
@@ -19,7 +20,17 @@ The typer then renders the expression again, for DuckDB, so that
   (``WHERE note`` is refused), and types without a total comparison (INTERVAL, lists,
   structs, maps, unions, JSON, TIMESTAMPTZ, BLOB, ...) may only be tested with IS [NOT] NULL
   or cast to VARCHAR.
-* each *can fail* operator runs under ``TRY(...)`` (its error becomes NULL): the backstop.
+* nothing runs under ``TRY(...)``: when an expression under TRY fails on one row, DuckDB
+  re-runs the TRY's whole subtree row by row for that row's vector, a slowdown an analyst can
+  gate on one person's secret. Operators that DuckDB would fail on some value are guarded
+  explicitly instead: integer arithmetic in a type wide enough for every result (beyond
+  HUGEINT in DOUBLE), ``//`` and ``%`` with a ``NULLIF(b, 0)`` divisor, negation of the least
+  HUGEINT through ``NULLIF(x, least)``, ``round(int, -k)`` widened, date functions reading
+  TIMESTAMP_S/_MS through ``TRY_CAST(x AS TIMESTAMP)`` and date_trunc with a range guard.
+* literals are checked against the type they are used as (a TIMESTAMP_NS literal outside
+  1677..2262 is never rendered as a CAST that would fail on the first row reaching it).
+* expression size is bounded: at most ``MAX_DEPTH`` levels of nesting and
+  ``MAX_RENDERED_NODES`` rendered nodes (guards repeat an operand), both refused for free.
 * functions have bounded per-row cost: nothing that repeats, generates series, or runs an
   edit distance / regex; string functions see at most ``STRING_CAP`` characters of a
   non-literal argument (it is rendered ``LEFT(arg, STRING_CAP)``), and LIKE patterns are
@@ -51,6 +62,19 @@ STRING_CAP = 1024
 MAX_PATTERN = 256
 #: IN lists: at most this many elements
 MAX_IN_LIST = 10_000
+#: expressions nested deeper than this (operators, functions, parentheses) are refused
+MAX_DEPTH = 64
+#: rendered expressions larger than this are refused: guards repeat an operand (DuckDB evaluates
+#: NULLIF(a, b) as CASE WHEN a = b THEN NULL ELSE a END, so ``a`` counts twice), and nested
+#: guards would otherwise grow exponentially (measured: about 5,000 such nodes cost ~0.05 s to
+#: plan and run over 800 rows, 110,000 nodes over 2 s)
+MAX_RENDERED_NODES = 5_000
+
+#: instants a TIMESTAMP_NS holds (DuckDB: 1677-09-21 00:12:43.145224192 .. 2262-04-11 23:47:16.854775807)
+TIMESTAMP_NS_RANGE = (dt.datetime(1677, 9, 22), dt.datetime(2262, 4, 11))
+#: the least instant date_trunc() takes: truncating an earlier TIMESTAMP (the least is
+#: 290309-12-22 BC, and Arrow/Parquet timestamps may lie even below it) leaves the TIMESTAMP range
+TRUNC_LEAST = "290308-01-01 (BC) 00:00:00"
 
 # -- types ----------------------------------------------------------------------------------------
 
@@ -140,12 +164,15 @@ def parse_type(text: str) -> SqlType:
 
 @dataclass
 class Typed:
-    """A rendered, total expression and its type (``value``: the Python value of a literal)."""
+    """A rendered, total expression and its type (``value``: the Python value of a literal;
+    ``bounds``: for an integer expression, a range proven to hold every value it can take, when
+    narrower than its type's, e.g. [0, 2^31] for abs() of an INTEGER)."""
 
     expr: exp.Expression
     type: SqlType
     literal: bool = False
     value: Any = None
+    bounds: tuple[int, int] | None = None
 
 
 class _Refuse(Exception):
@@ -170,7 +197,9 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("AND, OR, NOT", "BOOLEAN -> BOOLEAN", "total"),
     FuncSpec("=, <>, <, <=, >, >=, IS [NOT] DISTINCT FROM", "T, T -> BOOLEAN", "total",
              "operands cast explicitly to one common type; text only with text, numbers with numbers, "
-             "dates/timestamps with each other or with a valid date/time string literal"),
+             "dates/timestamps with each other or with a valid date/time string literal; mixed timestamp "
+             "precisions, and a literal the column's type cannot hold (TIMESTAMP_NS: 1677-09-22..2262-04-11; "
+             "TIMESTAMP_S/_MS: finer than the unit), are compared in TIMESTAMP"),
     FuncSpec("[NOT] BETWEEN", "T, T, T -> BOOLEAN", "total", "as comparisons"),
     FuncSpec("[NOT] IN (list)", "T, T... -> BOOLEAN", "total", f"as comparisons; at most {MAX_IN_LIST} elements"),
     FuncSpec("IS [NOT] NULL", "any -> BOOLEAN", "total", "the only operation allowed on INTERVAL, lists, structs, ..."),
@@ -179,18 +208,25 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "branches cast explicitly to one common type"),
     FuncSpec("CAST, TRY_CAST, ::", "scalar -> BOOLEAN, integer types, DECIMAL(p,s), FLOAT, DOUBLE, VARCHAR, DATE, TIMESTAMP",
              "total", "always rendered TRY_CAST: a value that does not convert is NULL; INTERVAL, UUID, TIME and "
-             "TIMESTAMPTZ may be cast to VARCHAR"),
+             "TIMESTAMPTZ may be cast to VARCHAR; a literal is converted at analysis (refused if it does not fit); "
+             "a column is never cast into TIMESTAMP_S/_MS/_NS (DuckDB's TRY_CAST into them can raise); "
+             "TIMESTAMP_S/_MS values are converted through TIMESTAMP"),
     FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
              "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types; "
-             "beyond HUGEINT: can fail (TRY), overflow is NULL"),
+             "beyond HUGEINT: computed in DOUBLE"),
     FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DOUBLE", "total", "DECIMAL arithmetic is computed in DOUBLE"),
     FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE", "total", "overflow gives inf"),
     FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
-    FuncSpec("//, %", "integer, integer -> integer", "can fail (TRY)", "division by zero is NULL; % on DOUBLE is total"),
-    FuncSpec("unary -, abs", "numeric -> numeric", "total", "integers widened (-(-128::TINYINT) is 128); HUGEINT under TRY"),
+    FuncSpec("//, %", "integer, integer -> integer", "total",
+             "the divisor is NULLIF(b, 0): division by zero is NULL; // is computed in a type holding every "
+             "quotient (for HUGEINT, least // -1 is NULL); % cannot overflow; % on DOUBLE is total"),
+    FuncSpec("unary -, abs", "numeric -> numeric", "total",
+             "integers widened (-(-128::TINYINT) is 128); the least HUGEINT is NULL; UHUGEINT negated in DOUBLE"),
     FuncSpec("sign", "numeric -> TINYINT", "total"),
-    FuncSpec("round, floor, ceil, trunc", "numeric[, INTEGER literal] -> numeric", "can fail (TRY) on DECIMAL",
-             "total on integers and DOUBLE"),
+    FuncSpec("round, floor, ceil, trunc", "numeric[, INTEGER literal (round only)] -> numeric", "total",
+             "floor/ceil/trunc of an integer and round(int, k >= 0) are the integer itself; round(int, -k) is "
+             "computed in a type holding every result (else DOUBLE); round(DECIMAL(p,0), -k) in DECIMAL(p+1,0) "
+             "(DOUBLE at p = 38)"),
     FuncSpec("sqrt, ln, log10", "numeric -> DOUBLE", "total", "computed in DOUBLE (NaN / -inf outside the domain)"),
     FuncSpec("isnan, isinf", "DOUBLE -> BOOLEAN", "total"),
     FuncSpec("lower, upper, trim, ltrim, rtrim, reverse", "VARCHAR -> VARCHAR", "total", f"input capped at {STRING_CAP} characters"),
@@ -205,11 +241,13 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              f"pattern: a literal of at most {MAX_PATTERN} characters, no ESCAPE; input capped at {STRING_CAP}"),
     FuncSpec("||, concat", "VARCHAR... -> VARCHAR", "total", f"inputs capped at {STRING_CAP} characters"),
     FuncSpec("date_trunc", "'part' literal, DATE/TIMESTAMP -> TIMESTAMP", "total",
-             "a DATE beyond the TIMESTAMP range is NULL"),
-    FuncSpec("date_part, extract", "'part' literal, DATE/TIMESTAMP -> BIGINT", "total"),
+             "a DATE or TIMESTAMP_S/_MS beyond the TIMESTAMP range is NULL; so is an instant before "
+             f"{TRUNC_LEAST} (its truncation would leave the TIMESTAMP range; -infinity is kept)"),
+    FuncSpec("date_part, extract", "'part' literal, DATE/TIMESTAMP -> BIGINT", "total",
+             "a TIMESTAMP_S/_MS beyond the TIMESTAMP range is NULL (read as TRY_CAST(x AS TIMESTAMP))"),
     FuncSpec("year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week",
-             "DATE/TIMESTAMP -> BIGINT", "total"),
-    FuncSpec("strftime", "DATE/TIMESTAMP, format literal -> VARCHAR", "total"),
+             "DATE/TIMESTAMP -> BIGINT", "total", "as date_part"),
+    FuncSpec("strftime", "DATE/TIMESTAMP, format literal -> VARCHAR", "total", "as date_part"),
     FuncSpec("strptime, try_strptime", "VARCHAR, format literal -> TIMESTAMP", "total",
              "rendered try_strptime: text that does not parse is NULL; input capped"),
 )
@@ -323,6 +361,29 @@ def _parse_timestamp(text: str) -> dt.datetime | None:
         return None
 
 
+def ts_fits(v: Any, t: SqlType) -> bool:
+    """Whether the Python instant ``v`` is exactly a value of the timestamp type ``t``."""
+    if not isinstance(v, dt.datetime):
+        v = dt.datetime(v.year, v.month, v.day)
+    if t.name == "TIMESTAMP_NS":
+        return TIMESTAMP_NS_RANGE[0] <= v <= TIMESTAMP_NS_RANGE[1]
+    if t.name == "TIMESTAMP_S":
+        return v.microsecond == 0
+    if t.name == "TIMESTAMP_MS":
+        return v.microsecond % 1000 == 0
+    return True  # TIMESTAMP holds years 1..9999 (all Python instants) to the microsecond
+
+
+def ts_limits_text(t: SqlType) -> str:
+    if t.name == "TIMESTAMP_NS":
+        return f"{TIMESTAMP_NS_RANGE[0].date()} .. {TIMESTAMP_NS_RANGE[1].date()}"
+    if t.name == "TIMESTAMP_S":
+        return "whole seconds"
+    if t.name == "TIMESTAMP_MS":
+        return "whole milliseconds"
+    return "years 1..9999"
+
+
 def typed_literal(value: Any, t: SqlType) -> exp.Expression:
     """``value`` (already checked to fit ``t``) as a literal of type ``t``, built by sqlglot."""
     if value is None:
@@ -388,6 +449,14 @@ class Typer:
             return typed_literal(v, target)
         if src.name == target.name and not src.enum:
             return r.expr
+        if target.name in ("TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"):
+            # DuckDB's casts into these can raise even under TRY_CAST (DATE -> TIMESTAMP_NS is
+            # an internal error): unify() never asks for one, CAST(... AS TIMESTAMP_NS) is refused
+            raise self.refuse(node, f"a {src} value cannot be converted to {target} here; convert to TIMESTAMP")
+        if src.name in ("TIMESTAMP_S", "TIMESTAMP_MS") and target.name != "TIMESTAMP":
+            # through TIMESTAMP: TRY_CAST(TIMESTAMP_S AS VARCHAR) beyond TIMESTAMP's range raises
+            # an internal error in DuckDB; an instant beyond it is NULL
+            return _cast(_cast(r.expr, TIMESTAMP), target)
         return _cast(r.expr, target)
 
     def _literal_as(self, r: Typed, target: SqlType, node: exp.Expression) -> Any:
@@ -407,7 +476,7 @@ class Typer:
                 ts = _parse_timestamp(text)
                 if ts is None:
                     raise self.refuse(node, f"'{text}' is not a timestamp (write 'YYYY-MM-DD HH:MM:SS')")
-                return ts
+                return self._ts_in(ts, target, node)
             if k == "bool":
                 if text.lower() in ("true", "false"):
                     return text.lower() == "true"
@@ -432,10 +501,17 @@ class Typer:
             raise self.refuse(node, f"the number {v} does not fit {target}")
         if r.type.kind in ("date", "timestamp") and k in ("date", "timestamp"):
             if k == "timestamp" and isinstance(v, dt.date) and not isinstance(v, dt.datetime):
-                return dt.datetime(v.year, v.month, v.day)
+                return self._ts_in(dt.datetime(v.year, v.month, v.day), target, node)
             if k == r.type.kind:
-                return v
+                return self._ts_in(v, target, node) if k == "timestamp" else v
         raise self.refuse(node, f"a {r.type} literal cannot be used as {target}")
+
+    def _ts_in(self, v: dt.datetime, target: SqlType, node: exp.Expression) -> dt.datetime:
+        """``v`` if the timestamp type ``target`` holds it exactly, else refuse (free)."""
+        if not ts_fits(v, target):
+            raise self.refuse(node, f"the instant '{v.isoformat(sep=' ')}' is not a {target} value "
+                                    f"({ts_limits_text(target)}); compare with CAST(col AS TIMESTAMP)")
+        return v
 
     def unify(self, parts: list[Typed], node: exp.Expression, what: str) -> SqlType:
         """The common type of ``parts`` (comparison operands, CASE branches, IN elements)."""
@@ -458,8 +534,23 @@ class Typer:
             return BOOLEAN
         if kinds <= {"date", "timestamp", "strlit"}:
             if "timestamp" in kinds:
-                ts_names = {p.type.name for p in typed if p.type.kind == "timestamp"}
-                return SqlType("timestamp", ts_names.pop()) if len(ts_names) == 1 else TIMESTAMP
+                # one timestamp type only when every non-literal part has it: DuckDB's casts
+                # into TIMESTAMP_S/_MS/_NS can fail even under TRY_CAST (DATE -> TIMESTAMP_NS
+                # raises an internal error), so anything mixed is compared in TIMESTAMP
+                ts_names = {p.type.name for p in nonlit}
+                if not ts_names:
+                    ts_names = {p.type.name for p in typed if p.type.kind == "timestamp"}
+                t = SqlType("timestamp", ts_names.pop()) if len(ts_names) == 1 and "DATE" not in ts_names else TIMESTAMP
+                # a literal the type cannot hold (TIMESTAMP_NS: 1677..2262; _S/_MS: finer
+                # than the unit) makes the comparison one in TIMESTAMP (like numbers and DOUBLE)
+                for p in typed:
+                    if p.literal and p.type.kind in ("date", "timestamp", "strlit"):
+                        pv = p.value
+                        if p.type.kind == "strlit":
+                            pv = _parse_timestamp(str(pv)) if t.kind == "timestamp" else None
+                        if pv is not None and not ts_fits(pv, t):
+                            return TIMESTAMP
+                return t
             if "date" in kinds:
                 return DATE
         if kinds <= {"int", "decimal", "float", "strlit"} and "strlit" not in kinds:
@@ -538,7 +629,7 @@ class Typer:
     def t(self, node: exp.Expression) -> Typed:  # noqa: C901 - one dispatch over node kinds
         if isinstance(node, exp.Paren):
             r = self.t(node.this)
-            return Typed(exp.Paren(this=r.expr), r.type, r.literal, r.value)
+            return Typed(exp.Paren(this=r.expr), r.type, r.literal, r.value, r.bounds)
         if isinstance(node, exp.Column):
             if isinstance(node.this, exp.Star):
                 raise self.refuse(node, "* is not allowed in an expression")
@@ -577,7 +668,8 @@ class Typer:
         if isinstance(node, exp.Neg):
             r = self.t(node.this)
             if r.literal and r.type.numeric:
-                v = -r.value
+                # exact: Decimal's unary minus would round to the context's 28 digits
+                v = r.value.copy_negate() if isinstance(r.value, decimal.Decimal) else -r.value
                 if isinstance(v, int):
                     it = _int_type_for(v)
                     if it is not None:
@@ -592,9 +684,13 @@ class Typer:
                 lo, hi = self._range(r)
                 wide = self._holding(-hi, -lo)
                 if wide is not None:
-                    return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide)
-            e: exp.Expression = exp.Neg(this=exp.Paren(this=r.expr))
-            return Typed(exp.Try(this=e) if r.type.kind == "int" else e, r.type)
+                    return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide, bounds=(-hi, -lo))
+                if r.type.name == "HUGEINT":
+                    # -x fails only for the least HUGEINT: that value is NULL (one operand reference)
+                    return Typed(exp.Neg(this=exp.Paren(this=_not_least(r.expr, r.type))), r.type)
+                # unsigned beyond HUGEINT (UHUGEINT): computed in DOUBLE
+                return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, DOUBLE, node))), DOUBLE)
+            return Typed(exp.Neg(this=exp.Paren(this=r.expr)), r.type)
         if isinstance(node, (exp.And, exp.Or)):
             a = self.boolean(node.this, "AND/OR")
             b = self.boolean(node.expression, "AND/OR")
@@ -679,8 +775,9 @@ class Typer:
             if typ.kind == "float" and isinstance(node, exp.IntDiv):
                 raise self.refuse(node, "// takes integers; use floor(a / b)")
             cls = type(node)
-            e = cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node))
-            return Typed(exp.Try(this=e) if typ.kind == "int" else e, typ)
+            if typ.kind != "int":
+                return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
+            return self._int_div(node, a, b, typ)
         if isinstance(node, exp.DPipe):
             return Typed(exp.DPipe(this=self.cap(self.t(node.this), node), expression=self.cap(self.t(node.expression), node), safe=True), VARCHAR)
         if isinstance(node, (exp.Like, exp.ILike)):
@@ -729,6 +826,8 @@ class Typer:
     def _range(r: Typed) -> tuple[int, int]:
         if r.literal and r.type.kind == "int":
             return int(r.value), int(r.value)
+        if r.bounds is not None:
+            return r.bounds
         lo, hi, _ = _INT_RANGES[r.type.name]
         return lo, hi
 
@@ -740,6 +839,40 @@ class Typer:
             if tlo <= lo and hi <= thi:
                 return SqlType("int", n)
         return None
+
+    def _int_div(self, node: exp.Expression, a: Typed, b: Typed, typ: SqlType) -> Typed:
+        """Integer ``//`` / ``%``, total without TRY (so no row can trigger TRY's slow path).
+
+        Division by zero is NULL: the divisor is ``NULLIF(b, 0)``. ``//`` overflows only for the
+        least value of a signed type divided by -1: it is computed in a type that holds every
+        quotient of the operand types (|a // b| <= |a|); for HUGEINT operands, where none exists,
+        ``CASE WHEN b = -1 THEN -NULLIF(a, least) ELSE a // NULLIF(b, 0) END``. ``%`` cannot
+        overflow (|a % b| < |b|; DuckDB gives least % -1 = 0).
+        """
+        cls = type(node)
+        if b.literal and b.value not in (0, -1):
+            # a literal divisor other than 0 and -1: neither failure is possible
+            return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
+        if isinstance(node, exp.IntDiv):
+            (lo, hi), (blo, _) = self._range(a), self._range(b)
+            m = max(abs(lo), abs(hi))
+            qlo, qhi = (0 if lo >= 0 and blo >= 0 else -m), m  # every quotient lies in [qlo, qhi]
+            tlo, thi, _ = _INT_RANGES[typ.name]
+            if not (tlo <= qlo and qhi <= thi):
+                wide = self._holding(min(qlo, tlo), max(qhi, thi))  # holds both operands and quotients
+                if wide is not None:
+                    typ = wide
+                elif typ.name == "HUGEINT":
+                    ca, cb = self.coerce(a, typ, node), self.coerce(b, typ, node)
+                    minus_one = typed_literal(-1, typ)
+                    quot = cls(this=ca.copy(), expression=_nonzero(cb.copy(), typ))
+                    neg = exp.Neg(this=exp.Paren(this=_not_least(ca.copy(), typ)))
+                    return Typed(exp.Case(ifs=[exp.If(this=exp.EQ(this=cb.copy(), expression=minus_one), true=neg)],
+                                          default=quot), typ)
+                else:  # pragma: no cover - unify() gives a signed type whenever a quotient can be negative
+                    raise self.refuse(node, f"// on {typ} cannot be computed exactly here")
+        ca, cb = self.coerce(a, typ, node), self.coerce(b, typ, node)
+        return Typed(cls(this=ca, expression=_nonzero(cb, typ)), typ)
 
     def _arith(self, node: exp.Expression) -> Typed:
         a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
@@ -757,12 +890,13 @@ class Typer:
                 lo, hi = min(prods), max(prods)
             wide = self._holding(lo, hi)
             if wide is not None:
-                return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide)
+                return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide,
+                             bounds=(lo, hi))
         typ = self.unify([a, b], node, "arithmetic")
-        if typ.kind == "decimal":
+        if typ.kind in ("decimal", "int"):
+            # DECIMAL arithmetic, and integers beyond HUGEINT: computed in DOUBLE (total)
             typ = DOUBLE
-        e = cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node))
-        return Typed(exp.Try(this=e) if typ.kind == "int" else e, typ)
+        return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
 
     def _conditional(
         self, node: exp.Expression, conds: list[exp.Expression], values: list[exp.Expression | None],
@@ -799,6 +933,14 @@ class Typer:
             if r.type.numeric and target.numeric and _fits(r.value, target):
                 v = float(r.value) if target.kind == "float" else r.value
                 return Typed(typed_literal(v, target), target, True, v)
+            if r.type.kind in ("date", "timestamp") and target.kind in ("date", "timestamp"):
+                # converted here (a TIMESTAMP_NS outside 1677..2262 is refused), never at run time
+                v = r.value
+                if target.kind == "date":
+                    v = v.date() if isinstance(v, dt.datetime) else v
+                else:
+                    v = self._ts_in(v if isinstance(v, dt.datetime) else dt.datetime(v.year, v.month, v.day), target, node)
+                return Typed(typed_literal(v, target), target, True, v)
             # any other literal conversion: TRY_CAST (NULL if it does not convert)
             return Typed(_cast(r.expr, target), target)
         if r.type.kind == "other":
@@ -817,30 +959,74 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
         if extra:
             raise ty.refuse(node, f"{name}() takes one argument here")
         r = ty._numeric(node.this, node)
-        if isinstance(node, exp.Abs) and r.type.kind == "int" and not r.literal:
-            lo, hi = ty._range(r)
-            wide = ty._holding(0, max(abs(lo), abs(hi)))
-            if wide is not None:
-                return Typed(exp.Abs(this=ty.coerce(r, wide, node)), wide)
-        rt, can_fail = result(r.type)
-        cls = type(node)
-        args: dict[str, Any] = {"this": r.expr if not r.literal else ty.coerce(r, r.type, node)}
+        digits: int | None = None
         if node.args.get("decimals") is not None:
-            args["decimals"] = exp.Literal.number(ty.int_literal(node.args["decimals"], f"the digits of {name}()", 38))
-        if rt.kind == "float" and r.type.kind != "float":
-            args["this"] = ty.coerce(r, DOUBLE, node)
-        e: exp.Expression = cls(**args)
-        return Typed(exp.Try(this=e) if can_fail else e, rt)
+            if not isinstance(node, exp.Round):
+                raise ty.refuse(node, f"{name}() takes one argument here; use round(x, digits)")
+            digits = ty.int_literal(node.args["decimals"], f"the digits of {name}()", 38)
+        cls = type(node)
+        if isinstance(node, exp.Abs) and r.type.kind == "int":
+            lo, hi = ty._range(r)
+            top = max(abs(lo), abs(hi))
+            wide = ty._holding(0, top)
+            if wide is not None:
+                return Typed(exp.Abs(this=ty.coerce(r, wide, node)), wide, bounds=(0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), top))
+            if r.type.name == "HUGEINT":  # abs fails only on the least HUGEINT: NULL
+                return Typed(exp.Abs(this=_not_least(r.expr, r.type)), r.type)
+            return Typed(r.expr, r.type)  # unsigned
+        if r.type.kind == "int" and not isinstance(node, exp.Abs):
+            # floor/ceil/trunc of an integer, and round to digits >= 0, are the integer itself
+            # (DuckDB would give DOUBLE for floor/ceil); round to digits < 0 is computed in a
+            # type holding every result (|round(x, -k)| <= |x| + 10^k), else in DOUBLE
+            if digits is None or digits >= 0:
+                return Typed(ty.coerce(r, r.type, node) if r.literal else r.expr, r.type)
+            lo, hi = ty._range(r)
+            wide = ty._holding(min(lo, -hi) - 10 ** (-digits), max(hi, -lo) + 10 ** (-digits))
+            rt = wide if wide is not None else DOUBLE
+            return Typed(cls(this=ty.coerce(r, rt, node), decimals=exp.Literal.number(digits)), rt)
+        if r.type.kind == "decimal":
+            # DuckDB rounds DECIMAL(p,s) into DECIMAL(p, s'), s' = min(s, max(digits, 0)); a value
+            # that gains an integer digit (99.9 -> 100) overflows only when s' = s = 0 and
+            # digits < 0 (round(DECIMAL(p,0), -k)): then computed in DECIMAL(p+1,0), or DOUBLE at p = 38
+            src: SqlType = r.type
+            if digits is not None and digits < 0 and r.type.scale == 0:
+                src = (SqlType("decimal", f"DECIMAL({r.type.precision + 1},0)", r.type.precision + 1, 0)
+                       if r.type.precision < 38 else DOUBLE)
+            s_out = r.type.scale if digits is None and isinstance(node, exp.Abs) else min(r.type.scale, max(digits or 0, 0))
+            rt = DOUBLE if src.kind == "float" else (
+                src if isinstance(node, exp.Abs) else SqlType("decimal", f"DECIMAL({src.precision},{s_out})", src.precision, s_out))
+            if isinstance(node, exp.Ceil) and src.kind == "decimal" and src.scale > 0:
+                rt = SqlType("decimal", f"DECIMAL({src.precision},0)", src.precision, 0)
+            args: dict[str, Any] = {"this": ty.coerce(r, src, node)}
+            if digits is not None:
+                args["decimals"] = exp.Literal.number(digits)
+            return Typed(cls(**args), rt)
+        rt, _ = result(r.type)
+        args = {"this": ty.coerce(r, DOUBLE, node) if rt.kind == "float" and r.type.kind != "float" else
+                (r.expr if not r.literal else ty.coerce(r, r.type, node))}
+        if digits is not None:
+            args["decimals"] = exp.Literal.number(digits)
+        return Typed(cls(**args), rt)
 
     return h
 
 
 def _abs(t: SqlType) -> tuple[SqlType, bool]:
-    return t, t.kind == "int"
+    return t, False
 
 
 def _round_like(t: SqlType) -> tuple[SqlType, bool]:
-    return t, t.kind == "decimal"
+    return t, False
+
+
+def _nonzero(e: exp.Expression, t: SqlType) -> exp.Expression:
+    """``NULLIF(e, 0)``: a divisor that is never zero (x // 0 and x % 0 are NULL)."""
+    return exp.Nullif(this=e, expression=typed_literal(0, t))
+
+
+def _not_least(e: exp.Expression, t: SqlType) -> exp.Expression:
+    """``NULLIF(e, least value of t)``: the one value whose negation overflows is NULL."""
+    return exp.Nullif(this=e, expression=typed_literal(_INT_RANGES[t.name][0], t))
 
 
 def _to_double(t: SqlType) -> tuple[SqlType, bool]:
@@ -935,14 +1121,36 @@ def _concat(ty: Typer, node: exp.Expression) -> Typed:
     return Typed(exp.Concat(expressions=[ty.cap(ty.t(a), node) for a in args], safe=True, coalesce=True), VARCHAR)
 
 
-def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression) -> exp.Expression:
+def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bool = False) -> exp.Expression:
+    """The argument of a date function, read so that the function cannot fail on any value.
+
+    * TIMESTAMP_S / TIMESTAMP_MS hold instants beyond TIMESTAMP's range, and DuckDB's date
+      functions cast them to TIMESTAMP implicitly (and fail): they are read as
+      ``TRY_CAST(x AS TIMESTAMP)`` (such an instant is NULL). TIMESTAMP_NS always fits.
+    * ``trunc``: date_trunc() of an instant before ``TRUNC_LEAST`` leaves the TIMESTAMP range
+      (the least TIMESTAMP truncated to its year; Arrow/Parquet timestamps below the least
+      TIMESTAMP even for 'day'), so such an instant is NULL (-infinity is kept); a DATE is read
+      as ``TRY_CAST(d AS TIMESTAMP)`` first (a DATE beyond the TIMESTAMP range is NULL).
+    Every other date function is total on every DATE, TIMESTAMP and TIMESTAMP_NS value,
+    infinities included (checked by tests/test_typer_extremes.py).
+    """
     r = ty.t(arg)
     if r.type.kind == "strlit":
         v = ty._literal_as(r, TIMESTAMP, node)
-        return typed_literal(v, TIMESTAMP)
+        return typed_literal(v, TIMESTAMP)  # years 1..9999: every date function is total on it
     if r.type.kind not in ("date", "timestamp"):
         raise ty.refuse(node, f"{ty._fname(node)}() takes a DATE or TIMESTAMP, got {r.type}")
-    return r.expr
+    if r.literal:
+        return ty.coerce(r, TIMESTAMP if trunc else r.type, node)  # Python dates: years 1..9999
+    e = r.expr
+    if r.type.name in ("TIMESTAMP_S", "TIMESTAMP_MS") or (trunc and r.type.name in ("DATE", "TIMESTAMP_NS")):
+        e = _cast(e, TIMESTAMP)  # TIMESTAMP_NS -> TIMESTAMP always converts
+    if trunc and r.type.name != "TIMESTAMP_NS":
+        least = _cast(exp.Literal.string(TRUNC_LEAST), TIMESTAMP, try_=False)
+        minus_inf = _cast(exp.Literal.string("-infinity"), TIMESTAMP, try_=False)
+        ok = exp.Or(this=exp.GTE(this=e.copy(), expression=least), expression=exp.EQ(this=e.copy(), expression=minus_inf))
+        e = exp.Case(ifs=[exp.If(this=ok, true=e.copy())])
+    return e
 
 
 def _part_unit(ty: Typer, node: exp.Expression, unit: exp.Expression | None, allowed: set[str]) -> str:
@@ -959,11 +1167,8 @@ def _part_unit(ty: Typer, node: exp.Expression, unit: exp.Expression | None, all
 
 def _date_trunc(ty: Typer, node: exp.Expression) -> Typed:
     unit = _part_unit(ty, node, node.args.get("unit"), _TRUNC_PARTS)
-    arg = _temporal(ty, node, node.this)
-    r = ty.t(node.this)
-    if r.type.kind == "date" and not r.literal:
-        # the result is a TIMESTAMP: a DATE beyond the TIMESTAMP range would fail; it is NULL
-        arg = _cast(arg, TIMESTAMP)
+    arg = _temporal(ty, node, node.this, trunc=True)
+    # DuckDB's result is a TIMESTAMP for every argument type (TIMESTAMP_NS too)
     return Typed(exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), arg]), TIMESTAMP)
 
 
@@ -1075,6 +1280,17 @@ _ANON: dict[str, Callable[[Typer, exp.Expression], Typed]] = {
 KEY_KINDS = ("bool", "int", "decimal", "float", "varchar", "date", "timestamp")
 
 
+#: key types whose released values would not keep their value: DuckDB exports UHUGEINT to
+#: Arrow as decimal128(38, 0), so a value >= 2^127 wraps to a negative number (HUGEINT keeps
+#: its raw 128-bit value and round-trips)
+_UNEXPORTABLE_KEYS = ("UHUGEINT",)
+
+
+def _unexportable(t: SqlType, fix: str) -> str:
+    return (f"GROUP BY key of type {t} is not allowed: its values beyond 2^127 cannot be released as numbers "
+            f"(they would wrap to negative numbers); group by {fix}, whose text is exact")
+
+
 def _canonical_key(r: Typed, node: exp.Expression) -> exp.Expression:
     e = r.expr
     k = r.type.kind
@@ -1126,20 +1342,59 @@ def allow_list_problems(node: exp.Expression) -> list[tuple[exp.Expression, str]
     return out
 
 
+def _depth(node: exp.Expression) -> int:
+    """The nesting depth of ``node`` (iterative: a deep tree cannot exhaust the stack here)."""
+    best = 0
+    stack: list[tuple[exp.Expression, int]] = [(node, 1)]
+    while stack:
+        n, d = stack.pop()
+        best = max(best, d)
+        for child in n.iter_expressions():
+            stack.append((child, d + 1))
+    return best
+
+
+def _size(node: exp.Expression) -> int:
+    """The size of ``node`` as DuckDB evaluates it: NULLIF(a, b) counts ``a`` twice."""
+    if isinstance(node, exp.Nullif):
+        return 1 + 2 * _size(node.this) + _size(node.expression)
+    return 1 + sum(_size(c) for c in node.iter_expressions())
+
+
+def _check_shape(node: exp.Expression) -> None:
+    """Refuse (free: it depends on the query only) an expression nested deeper than MAX_DEPTH."""
+    if _depth(node) > MAX_DEPTH:
+        raise TypeRefusal([(node, (
+            f"the expression is nested more than {MAX_DEPTH} levels deep (a long chain such as a + b + c + ... "
+            "counts one level per operator, and so does each parenthesis); write it with fewer nested operators"
+        ))])
+
+
+def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expression:
+    if _depth(rendered) > 4 * MAX_DEPTH or _size(rendered) > MAX_RENDERED_NODES:
+        raise TypeRefusal([(node, (
+            f"the expression is too large once made total (more than {MAX_RENDERED_NODES} parts once each integer "
+            "division, negation and date_trunc carries its guard); nest fewer of them"
+        ))])
+    return rendered
+
+
 def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WHERE") -> exp.Expression:
     """The total, explicitly typed rendering of a condition (raises ``TypeRefusal``)."""
+    _check_shape(node)
     problems = allow_list_problems(node)
     if problems:
         raise TypeRefusal(problems)
     ty = Typer(schema)
     try:
-        return ty.boolean(node, what)
+        return _check_rendered(node, ty.boolean(node, what))
     except _Refuse as r:
         raise TypeRefusal([(r.node, r.message)]) from None
 
 
 def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
     """The total, canonical rendering of a GROUP BY key and its type (raises ``TypeRefusal``)."""
+    _check_shape(node)
     problems = allow_list_problems(node)
     if problems:
         raise TypeRefusal(problems)
@@ -1148,6 +1403,7 @@ def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expressi
         r = ty.t(node)
     except _Refuse as rf:
         raise TypeRefusal([(rf.node, rf.message)]) from None
+    _check_rendered(node, r.expr)
     if r.type.kind == "null":
         return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
     if r.type.kind not in KEY_KINDS and r.type.kind != "strlit":
@@ -1160,6 +1416,8 @@ def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expressi
             f"GROUP BY key of type {r.type} is not allowed: its equality is coarser than its spelling "
             f"(or it has no canonical spelling), so a released key could be spelled by one person's row; {fix}"
         ))])
+    if r.type.name in _UNEXPORTABLE_KEYS:
+        raise TypeRefusal([(node, _unexportable(r.type, f"CAST({node.sql(dialect='duckdb')} AS VARCHAR)"))])
     typ = VARCHAR if r.type.kind == "strlit" else r.type
     return _canonical_key(Typed(r.expr, typ), node), typ
 
@@ -1192,6 +1450,8 @@ def type_domain(values: tuple[Any, ...], column_type: str, where: str) -> tuple[
     t = parse_type(column_type)
     if t.kind not in KEY_KINDS:
         raise ValueError(f"{where} is of type {t}, which cannot be a public key (its equality is coarser than its spelling)")
+    if t.name in _UNEXPORTABLE_KEYS:
+        raise ValueError(f"{where} is of type {t}, which cannot be a public key: " + _unexportable(t, "a VARCHAR column"))
     out: list[Any] = []
     for v in values:
         out.append(_domain_value(v, t, where))
@@ -1241,15 +1501,19 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
             return _parse_date(v)
         raise bad
     if k == "timestamp":
+        ts: dt.datetime | None = None
         if isinstance(v, dt.datetime):
-            if v.tzinfo is not None:
-                raise bad
-            return v
-        if isinstance(v, dt.date):
-            return dt.datetime(v.year, v.month, v.day)
-        if isinstance(v, str) and _parse_timestamp(v) is not None:
-            return _parse_timestamp(v)
-        raise bad
+            ts = v if v.tzinfo is None else None
+        elif isinstance(v, dt.date):
+            ts = dt.datetime(v.year, v.month, v.day)
+        elif isinstance(v, str):
+            ts = _parse_timestamp(v)
+        if ts is None:
+            raise bad
+        if not ts_fits(ts, t):
+            # a plain CAST of it would fail only when a row reaches the domain filter
+            raise ValueError(f"domain value {v!r} of {where} is not a {t} value ({ts_limits_text(t)})")
+        return ts
     raise bad  # pragma: no cover
 
 

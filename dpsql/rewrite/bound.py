@@ -20,9 +20,10 @@ centred AVG sum by <= k * (hi - lo) / 2. ``tests/test_bounding.py`` checks this 
 units from generated data.
 
 Every user expression evaluated here (WHERE, group keys, the public-domain filter) is rendered
-by dpsql's typer (``dpsql.plan.typer``): explicitly typed, total by construction (TRY only
-around operators the types cannot prove total), keys canonical (binary collation, one spelling
-of 0.0 and NaN). So whether the bounded query fails, and how a released key is spelled, never
+by dpsql's typer (``dpsql.plan.typer``): explicitly typed, total by construction (operators
+that could fail on some value are guarded explicitly -- wide types, ``NULLIF`` divisors,
+range guards on date_trunc -- never by ``TRY(...)``, whose slow path a row could trigger on
+purpose), keys canonical (binary collation, one spelling of 0.0 and NaN). So whether the bounded query fails, and how a released key is spelled, never
 depend on a row (design invariant 8; ``tests/test_hostile_fuzz.py``).
 
 Caps may be ``math.inf`` (no bounding): the rewrite then returns exactly the original
@@ -105,9 +106,9 @@ def guard(expr: exp.Expression, schema: dict[str, str], what: str = "WHERE") -> 
     """A condition over private rows, rendered total by dpsql's typer (``dpsql.plan.typer``).
 
     Every operand is typed against the catalog schema, implicit casts are made explicit
-    (column casts are TRY_CASTs), and each operator that can still fail (integer overflow,
-    integer division by zero, ...) runs under TRY(...), so whether the query fails never
-    depends on a row. There is no shortcut: the typer decides, from the types, what is total.
+    (column casts are TRY_CASTs), and each operator that could fail on some value (integer
+    overflow, integer division by zero, date_trunc at the edge of the TIMESTAMP range, ...)
+    is guarded explicitly (no TRY(...)), so whether the query fails never depends on a row. There is no shortcut: the typer decides, from the types, what is total.
     Raises UnsupportedQueryError (before any charge) if the expression does not type-check.
     """
     try:
