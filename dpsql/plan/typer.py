@@ -56,6 +56,8 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.plan.checks import func_name
+
 #: string functions see at most this many characters of a non-literal argument
 STRING_CAP = 1024
 #: LIKE / ILIKE patterns and other literal text arguments of string functions: at most this long
@@ -590,14 +592,7 @@ class Typer:
 
     @staticmethod
     def _fname(node: exp.Expression) -> str:
-        if isinstance(node, exp.Anonymous):
-            return str(node.this).lower()
-        if isinstance(node, exp.Func):
-            try:
-                return node.sql_name().lower()
-            except Exception:  # pragma: no cover - defensive
-                return type(node).__name__.lower()
-        return type(node).__name__.lower()
+        return func_name(node) or type(node).__name__.lower()
 
     def boolean(self, node: exp.Expression, what: str) -> exp.Expression:
         r = self.t(node)
