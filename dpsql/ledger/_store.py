@@ -31,24 +31,29 @@ touches it.
    ``<path>.lock`` would not: two hard links in different directories have two sidecars.)
 3. ``flock`` locks are held per open file description. Each waiter in this process uses its
    own descriptor (a small pool per inode, keyed by ``(st_dev, st_ino)``), so threads of one
-   process exclude each other exactly as processes do. Descriptors are opened ``O_CLOEXEC`` and
-   the pool is discarded in a forked child (``os.register_at_fork``): a child never shares an
-   open file description, hence a lock, with its parent.
+   process exclude each other exactly as processes do. Descriptors are opened ``O_CLOEXEC``,
+   and in a forked child the at-fork hook (``os.register_at_fork``) closes every inherited
+   descriptor of the lock pool and of the waiting queue: a child never shares an open file
+   description, hence a lock, with its parent, so a parent killed while holding the lock
+   leaves the ledger unlocked even while its children live on.
 4. On Linux ``flock`` and DuckDB's ``fcntl`` record locks are independent (verified: a flock
    held by one process does not stop DuckDB in the same process from locking, and blocks
    another process's flock). But closing ANY descriptor of a file drops every ``fcntl`` lock the
    process holds on it (verified: after closing a second descriptor, another process could open
-   the database read-write while the first still had it open). So descriptors in the pool are
-   never closed; the pool only grows with the number of simultaneous waiters in the process.
+   the database read-write while the first still had it open). So the pool closes an inode's
+   descriptors only when no waiter of the process uses that inode and the process's ledger
+   DuckDB instance has nothing of it attached (DuckDB then holds no lock on it); between
+   operations a file ledger holds no descriptor. (A DuckDB connection of the application's own
+   on the ledger file is not supported: dpsql never shares one, see below.)
 5. After the flock is granted the path is stat'ed again; if it no longer names the locked inode
    (the file was replaced or removed) the lock is released and the operation starts over or
    reports the missing ledger, so DuckDB opens the locked file (short of a program that is not
    dpsql replacing the file in the instant between that check and the open).
-6. Waiting is a blocking ``flock`` (woken by the kernel when the holder unlocks, no polling),
-   run in a helper thread so that ``lock_timeout`` can end the wait; a helper that is granted
-   the lock after its caller gave up releases it at once. In front of it, a first-come-first-
-   served waiting queue of slot files (see ``_queue_enter``) keeps the latency tail short; it
-   plays no part in the exclusion argument.
+6. Waiting is a loop of non-blocking ``flock`` attempts with short pauses (growing from 0.5 ms
+   to at most 5 ms) until ``lock_timeout``: no helper thread and no blocked call outlives a
+   time-out, and nothing is left holding or awaiting a lock after the caller gave up. In front
+   of it, a first-come-first-served waiting queue of slot files (see ``_queue_enter``) keeps the
+   latency tail short; it plays no part in the exclusion argument.
 Hence DuckDB's unlocked header read (a DuckDB open reads the headers, then takes its own file
 lock without re-reading them) can never see a state that another dpsql operation is about to
 change: the budget check, the insert, the checkpoint and the close all happen inside one
@@ -186,24 +191,45 @@ class _ProcessState:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.mutex = threading.Lock()
-        #: free descriptors of each ledger inode, keyed by (st_dev, st_ino); never closed
+        #: idle descriptors of each ledger inode, keyed by (st_dev, st_ino)
         self.free_fds: dict[tuple[int, int], list[int]] = {}
+        #: descriptors of each inode handed out to waiters and lock holders (and their count)
+        self.used_fds: set[int] = set()
+        self.in_use: dict[tuple[int, int], int] = {}
+        #: other descriptors open for the ledger machinery (queue slots, a predecessor's slot)
+        self.other_fds: set[int] = set()
+        #: what the ledger DuckDB instance has attached right now: alias -> (real path, inode key)
+        self.attached: dict[str, tuple[str, tuple[int, int]]] = {}
         self.base: duckdb.DuckDBPyConnection | None = None
         self.aliases = itertools.count(1)
 
 
 _STATE = _ProcessState()
 _FORGOTTEN: list[_ProcessState] = []
+#: real paths that a DuckDB instance inherited through fork had attached (see _attach)
+_INHERITED_ATTACHED: set[str] = set()
 
 
 def _reset_after_fork() -> None:
     # The child must not share open file descriptions (hence flocks) or a DuckDB instance with
-    # its parent. The inherited descriptors are forgotten, not closed (closing could drop fcntl
-    # locks of a DuckDB instance the child opens later); they are O_CLOEXEC. The parent's DuckDB
-    # instance is kept referenced: destroying it in the child (whose DuckDB threads were not
-    # copied by fork) crashes the process.
+    # its parent. Every inherited descriptor of the ledger machinery is closed: a flock belongs
+    # to the open file description, so a descriptor kept in the child would keep the parent's
+    # inode lock or queue slot locked after the parent died. Closing cannot drop a DuckDB lock:
+    # fcntl record locks are not inherited through fork, so the child holds none yet. (The
+    # other threads of the parent do not exist in the child, so the structures are read
+    # without their mutex.) The parent's DuckDB instance is kept referenced: destroying it in
+    # the child (whose DuckDB threads were not copied by fork) crashes the process. A ledger it
+    # had attached stays registered in this process (see _attach).
     global _STATE
-    _FORGOTTEN.append(_STATE)
+    old = _STATE
+    for fd in [*old.used_fds, *old.other_fds, *(f for fds in old.free_fds.values() for f in fds)]:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    if old.base is not None:
+        _INHERITED_ATTACHED.update(path for path, _key in old.attached.values())
+    _FORGOTTEN.append(old)
     _STATE = _ProcessState()
 
 
@@ -895,6 +921,7 @@ class Ledger:
             alias = f"dpsql_ledger_{next(_state().aliases)}"
             try:
                 base.cursor().execute(f"ATTACH {_sql_str(tmp)} AS {alias}")
+                _note_attached(alias, tmp)
             except duckdb.Error as e:
                 raise LedgerError(
                     f"cannot create a ledger at {p}: {type(e).__name__}: {e}",
@@ -1130,11 +1157,12 @@ class Ledger:
         p = self.path
         assert p is not None
         sql = f"ATTACH {_sql_str(p)} AS {alias}" + (" (READ_ONLY)" if read_only else "")
-        started = time.monotonic()
+        started = deadline - self.lock_timeout  # the operation's start (queue and flock included)
         delay = 0.002
         while True:
             try:
                 base.cursor().execute(sql)
+                _note_attached(alias, p)
                 return
             except duckdb.Error as e:
                 msg = str(e)
@@ -1145,6 +1173,16 @@ class Ledger:
                         "file open: close other programs holding the ledger (a duckdb shell, a notebook "
                         "connection), or retry with a larger lock_timeout"
                     )
+                elif ("Unique file handle conflict" in msg or "already attached" in msg) and (
+                    os.path.realpath(p) in _INHERITED_ATTACHED
+                ):
+                    raise LedgerError(
+                        f"cannot open the budget ledger {p} in this process: it was forked while another "
+                        "thread of its parent process had the ledger open, and DuckDB keeps that file "
+                        f"registered in every process forked at that moment; {unchanged}",
+                        hint="use the ledger in a process forked before the parent used it, or start "
+                        "worker processes with the 'spawn' or 'forkserver' start method (multiprocessing)",
+                    ) from None
                 elif "Unique file handle conflict" in msg or "already attached" in msg:
                     why = "is held open by another DuckDB connection in this process"
                     hint = (
@@ -1192,32 +1230,74 @@ def _take_fd(p: str, key: tuple[int, int]) -> int | None:
     with st.mutex:
         free = st.free_fds.get(key)
         if free:
-            return free.pop()
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise _ledger_missing(p) from None
-        except OSError as e:
-            raise LedgerError(
-                f"cannot open the budget ledger {p}: {e.strerror}",
-                hint="check the path and the file permissions",
-            ) from None
-        s = os.fstat(fd)
-        got = (s.st_dev, s.st_ino)
-        if got != key:
-            st.free_fds.setdefault(got, []).append(fd)  # kept (never closed), used next time
-            return None
+            fd = free.pop()
+        else:
+            try:
+                fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise _ledger_missing(p) from None
+            except OSError as e:
+                raise LedgerError(
+                    f"cannot open the budget ledger {p}: {e.strerror}",
+                    hint="check the path and the file permissions",
+                ) from None
+            s = os.fstat(fd)
+            got = (s.st_dev, s.st_ino)
+            if got != key:
+                if st.in_use.get(got):  # closing it could drop a DuckDB lock on that inode
+                    st.free_fds.setdefault(got, []).append(fd)
+                else:
+                    os.close(fd)
+                return None
+        st.used_fds.add(fd)
+        st.in_use[key] = st.in_use.get(key, 0) + 1
         return fd
 
 
-def _give_back(st: _ProcessState, key: tuple[int, int], fd: int) -> None:
+def _give_back(key: tuple[int, int], fd: int) -> None:
+    """Return a descriptor from :func:`_take_fd`. When no other waiter of this process uses the
+    inode and DuckDB has nothing attached, every descriptor of the inode is closed (closing a
+    descriptor drops the process's fcntl locks on the file, which then belong to nobody)."""
+    st = _state()
     with st.mutex:
-        if st is _STATE:  # a descriptor from before a fork is simply forgotten
+        if fd not in st.used_fds:  # from before a fork: closed by the at-fork hook
+            return
+        st.used_fds.discard(fd)
+        left = st.in_use.get(key, 1) - 1
+        if left > 0 or any(k == key for _p, k in st.attached.values()):
+            st.in_use[key] = left
             st.free_fds.setdefault(key, []).append(fd)
+            return
+        st.in_use.pop(key, None)
+        for f in (fd, *st.free_fds.pop(key, [])):
+            try:
+                os.close(f)
+            except OSError:  # pragma: no cover - our own descriptor
+                pass
+
+
+def _poll_flock(fd: int, op: int, deadline: float) -> bool:
+    """``flock(fd, op)`` trying until ``deadline``: True when granted, False when the time is up.
+    Non-blocking attempts with a short, growing pause (at most 5 ms) between them: no helper
+    thread and no blocked call outlives a time-out, and any ``lock_timeout`` works (each pause
+    is short). Raises OSError if flock itself fails."""
+    pause = 0.0005
+    while True:
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            return False
+        time.sleep(min(deadline - now, pause))
+        pause = min(pause * 1.5, 0.005)
 
 
 def _lock_file(p: str, deadline: float, where: str, unchanged: str) -> tuple[tuple[int, int], int]:
     """Take the exclusive flock of the inode ``p`` names; returns (key, fd) for :func:`_unlock`."""
+    started = time.monotonic()
     while True:
         try:
             s = os.stat(p)
@@ -1229,11 +1309,22 @@ def _lock_file(p: str, deadline: float, where: str, unchanged: str) -> tuple[tup
         fd = _take_fd(p, key)
         if fd is None:
             continue
-        st = _state()
-        if not _flock(st, key, fd, deadline):
+        try:
+            granted = _poll_flock(fd, fcntl.LOCK_EX, deadline)
+        except OSError as e:
+            _give_back(key, fd)
             raise LedgerError(
-                f"ledger {where} is locked by another dpsql operation (in this or another process) for more "
-                f"than the lock timeout; {unchanged}",
+                f"cannot lock the budget ledger: flock failed ({e.strerror})",
+                hint="keep the ledger on a local file system that supports flock (not NFS)",
+            ) from None
+        except BaseException:
+            _give_back(key, fd)
+            raise
+        if not granted:
+            _give_back(key, fd)
+            raise LedgerError(
+                f"ledger {where} is locked by another dpsql operation (in this or another process); "
+                f"gave up after {time.monotonic() - started:.2g} s of waiting for it; {unchanged}",
                 hint="retry later or pass a larger lock_timeout; if no other dpsql program is running, look "
                 "for a stuck process that has the ledger file open",
             )
@@ -1248,92 +1339,51 @@ def _lock_file(p: str, deadline: float, where: str, unchanged: str) -> tuple[tup
         return key, fd
 
 
-def _timed_flock(fd: int, op: int, deadline: float, on_late: Any) -> bool:
-    """``flock(fd, op)`` waiting at most until ``deadline``: True when granted. The wait is a
-    blocking flock (the kernel wakes the waiter when the holder unlocks, no polling) in a helper
-    thread. Whenever this returns False, ``on_late(granted)`` has been or will be called exactly
-    once (by the helper if the lock comes after the caller gave up) and must release what it
-    got. Raises OSError if flock itself fails (then ``on_late`` is not called)."""
-    try:
-        fcntl.flock(fd, op | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        pass
-    timeout = deadline - time.monotonic()
-    if timeout <= 0:
-        on_late(False)
-        return False
-    done = threading.Event()
-    mu = threading.Lock()
-    state: dict[str, Any] = {"abandoned": False, "error": None}
-
-    def wait() -> None:
-        try:
-            fcntl.flock(fd, op)
-            got = True
-        except OSError as e:
-            state["error"] = e
-            got = False
-        with mu:
-            if state["abandoned"]:  # the caller gave up: pass the lock on at once
-                on_late(got)
-                return
-            done.set()
-
-    threading.Thread(target=wait, name="dpsql-ledger-lock", daemon=True).start()
-    done.wait(timeout)
-    with mu:
-        if done.is_set():
-            if state["error"] is not None:
-                raise state["error"]
-            return True
-        state["abandoned"] = True
-        return False
-
-
-def _flock(st: _ProcessState, key: tuple[int, int], fd: int, deadline: float) -> bool:
-    def late(granted: bool) -> None:
-        if granted:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        _give_back(st, key, fd)
-
-    try:
-        if _timed_flock(fd, fcntl.LOCK_EX, deadline, late):
-            return True
-    except OSError as e:
-        _give_back(st, key, fd)
-        raise LedgerError(
-            f"cannot lock the budget ledger: flock failed ({e.strerror})",
-            hint="keep the ledger on a local file system that supports flock (not NFS)",
-        ) from None
-    return False  # late() has run or will run
-
-
 # --------------------------------------------------------------------------------------------
 # the waiting queue: fairness, not exclusion
 #
-# flock wakes every waiter when the holder unlocks and the first to run wins, so under load a
-# waiter can lose many times in a row (a long latency tail). Waiters therefore first queue up
+# flock gives the lock to whichever waiter tries first after the holder unlocks, so under load
+# a waiter can lose many times in a row (a long latency tail). Waiters therefore first queue up
 # first-come-first-served: each creates its own slot file ``.<name>.q-*`` next to the ledger and
 # holds an exclusive flock on it, swaps its name into ``.<name>.queue`` (the queue's tail), and
-# waits (blocking, shared flock) on its predecessor's slot, which is unlocked when the
-# predecessor is done, gives up, or dies. Only then does it wait for the inode flock above, which
-# alone provides exclusion: the queue may be skipped (no writable directory), be split (two
-# names of the file in different directories) or be left early on a time-out without any effect
-# on correctness.
+# waits (shared flock) on its predecessor's slot, which is unlocked when the predecessor is
+# done, gives up, or dies. Only then does it wait for the inode flock above, which alone
+# provides exclusion: the queue may be skipped (no writable directory), be split (two names of
+# the file in different directories) or be left early on a time-out without any effect on
+# correctness.
+
+
+def _open_other(path: str, flags: int, mode: int = 0o600) -> int:
+    st = _state()
+    fd = os.open(path, flags | os.O_CLOEXEC, mode)
+    with st.mutex:
+        st.other_fds.add(fd)
+    return fd
+
+
+def _close_other(fd: int) -> bool:
+    """Close a descriptor from :func:`_open_other`; False (and nothing done) when it is from
+    before a fork (the at-fork hook closed it)."""
+    st = _state()
+    with st.mutex:
+        if fd not in st.other_fds:
+            return False
+        st.other_fds.discard(fd)
+    os.close(fd)
+    return True
 
 
 def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
     d, name = os.path.split(os.path.realpath(p))
     mine = os.path.join(d, f".{name}.q-{os.getpid()}-{next(_state().aliases)}-{random.getrandbits(32):08x}")
     try:
-        my_fd = os.open(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        my_fd = _open_other(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL)
     except OSError:
         return None  # e.g. a read-only directory: the inode flock alone (correct, less fair)
     slot = (my_fd, mine)
     try:
         fcntl.flock(my_fd, fcntl.LOCK_EX)  # a new file: granted at once
-        tail_fd = os.open(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        tail_fd = _open_other(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(tail_fd, fcntl.LOCK_EX)  # held for a read and a write only
             pred = os.pread(tail_fd, 4096, 0).decode("ascii", "replace").strip()
@@ -1341,7 +1391,7 @@ def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
             os.ftruncate(tail_fd, len(mine_b))
             os.pwrite(tail_fd, mine_b, 0)
         finally:
-            os.close(tail_fd)  # releases its flock
+            _close_other(tail_fd)  # releases its flock
     except OSError:
         _queue_leave(slot)
         return None
@@ -1349,15 +1399,16 @@ def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
         return slot
     pred_path = os.path.join(d, pred)
     try:
-        pred_fd = os.open(pred_path, os.O_RDONLY | os.O_CLOEXEC)
+        pred_fd = _open_other(pred_path, os.O_RDONLY)
     except OSError:
         return slot  # the predecessor has already left
     try:
-        granted = _timed_flock(pred_fd, fcntl.LOCK_SH, deadline, lambda got: os.close(pred_fd))
+        granted = _poll_flock(pred_fd, fcntl.LOCK_SH, deadline)
     except OSError:
         granted = True  # cannot wait on it: go straight to the inode flock
+    finally:
+        _close_other(pred_fd)
     if granted:
-        os.close(pred_fd)
         try:
             os.unlink(pred_path)  # gone already unless the predecessor died
         except OSError:
@@ -1370,19 +1421,28 @@ def _queue_leave(slot: tuple[int, str] | None) -> None:
     if slot is None:
         return
     fd, path = slot
+    st = _state()
+    with st.mutex:
+        mine = fd in st.other_fds
+    if not mine:  # a slot of the parent, seen in a forked child: not ours to remove
+        return
     try:
         os.unlink(path)  # a successor that has not opened it yet skips it
     except OSError:
         pass
-    os.close(fd)  # releases the flock: the successor stops waiting
+    _close_other(fd)  # releases the flock: the successor stops waiting
 
 
 def _unlock(key: tuple[int, int], fd: int) -> None:
     st = _state()
+    with st.mutex:
+        mine = fd in st.used_fds
+    if not mine:  # taken before a fork: the at-fork hook closed it (the lock is the parent's)
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
-        _give_back(st, key, fd)
+        _give_back(key, fd)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1401,12 +1461,31 @@ def _base_connection() -> duckdb.DuckDBPyConnection:
         return st.base
 
 
+def _note_attached(alias: str, path: str) -> None:
+    """Record that ``alias`` has ``path`` attached (its inode's descriptors then stay open)."""
+    st = _state()
+    try:
+        s = os.stat(path)
+        key = (s.st_dev, s.st_ino)
+    except OSError:
+        key = (-1, -1)
+    with st.mutex:
+        st.attached[alias] = (os.path.realpath(path), key)
+
+
+def _note_detached(alias: str) -> None:
+    st = _state()
+    with st.mutex:
+        st.attached.pop(alias, None)
+
+
 def _detach(base: duckdb.DuckDBPyConnection, alias: str) -> None:
     """DETACH (which also closes the file). If it fails, the attachment must not linger and keep
     the file open: the process's ledger instance is then replaced."""
     cur = base.cursor()
     try:
         cur.execute(f"DETACH {alias}")
+        _note_detached(alias)
     except duckdb.Error:
         try:
             still = cur.execute(
@@ -1421,8 +1500,11 @@ def _detach(base: duckdb.DuckDBPyConnection, alias: str) -> None:
                     st.base = None
             try:
                 base.close()
+                _note_detached(alias)
             except duckdb.Error:
                 pass
+        else:
+            _note_detached(alias)
     finally:
         try:
             cur.close()
