@@ -14,7 +14,8 @@ Privacy argument (design invariants 3 and 6)
   (a failed run may have touched private data). Only zero-cost ``reused`` entries add nothing.
 * A missing ledger is never created implicitly: only :meth:`Ledger.create` (``dpsql init``) or
   ``Ledger.open(..., create=True)`` create one, and the latter refuses when a generation marker
-  shows that a ledger existed at that path before (a deleted ledger is not a fresh budget).
+  shows that a ledger existed at that path before (a deleted ledger is not a fresh budget); a
+  plain open then says so too.
 
 Exclusion: why two operations on one ledger never interleave
 ------------------------------------------------------------
@@ -78,18 +79,29 @@ Durability and lost write-ahead logs
   itself (``disable_checkpoint_on_shutdown``) so that the explicit, checked CHECKPOINT is the
   only place this happens.
 * Each write transaction also increments a generation counter stored in the ledger
-  (``ledger_meta.generation``). After its CHECKPOINT succeeded, the operation writes that
-  generation into a marker file ``<path>.generation`` (next to the resolved path; fixed width,
-  updated in place, fsynced when created) outside the WAL. Every later
-  operation compares the two and refuses with ``LedgerError`` when the ledger holds an older
-  generation than the marker: the main file lost acknowledged changes (a deleted or truncated
-  WAL, a restore of an old copy), which would otherwise silently give budget back. The marker
-  is a lower bound (it is written after the main file is durable, so a crash or power loss
-  that loses a marker update leaves an older value), which never causes a false refusal. Hard
-  links in other directories keep separate markers; each is still a lower bound. The check is
+  (``ledger_meta.generation``). After its COMMIT (the change is durable in the WAL) and BEFORE
+  its CHECKPOINT, the operation raises that generation in two places outside the file: a
+  marker file ``.<name>.generation`` next to the resolved path (hidden, like the queue files,
+  so ``rm ledger.duckdb*`` before a restore does not remove it; fixed width, updated in place,
+  fsynced when created; a marker ``<name>.generation`` of earlier releases is still read and
+  kept up to date, never created) and the extended attribute ``user.dpsql.generation`` of the
+  file's inode, where the file system keeps extended attributes (ext4, xfs, btrfs, tmpfs; it
+  is skipped elsewhere). Every later operation compares the highest of them with the file and
+  refuses with ``LedgerError`` when the ledger holds an older generation: the file lacks
+  acknowledged changes (a deleted or truncated WAL, a restore of an old copy, or a change whose
+  CHECKPOINT failed and that lives only in the WAL of another name of the file), which would
+  otherwise silently give budget back. Because the markers go up before the CHECKPOINT, a
+  charge that the caller was told "stands" (a failed CHECKPOINT) is protected too: losing its
+  WAL is refused, not accepted. The attribute belongs to the inode, so every name of the file
+  (hard links in other directories, bind mounts) sees it; the marker files are per directory.
+  The markers are lower bounds (a crash or power loss can lose an update, leaving an older
+  value) and are raised only after the change is durable in the WAL, so they never cause a
+  false refusal: an open through the name whose WAL holds the change replays it. The check is
   also a second line of defence against the stale-header race above: an open that works on
   headers older than an acknowledged change sees a generation below the marker and refuses
-  (seen in the test that disables the flock).
+  (seen in the test that disables the flock). Opening a missing ledger whose marker file
+  exists says that a ledger existed there (restore it; ``dpsql init`` would start a new
+  budget).
 * Creation is atomic: the new ledger is built under a temporary name in the same directory,
   checkpointed and fsynced, then published with ``link(2)`` (which, unlike ``rename``, fails if
   the name exists, so a concurrent creator is never overwritten), and the directory is fsynced.
@@ -419,6 +431,15 @@ class Ledger:
             return cls.create(None, total, lock_timeout=lock_timeout)
         p = os.path.abspath(os.fspath(path))
         if not os.path.lexists(p):
+            existed = _path_marker(p)
+            if existed is not None and not os.path.lexists(p):
+                raise LedgerError(
+                    f"no budget ledger at {p}, but a ledger existed here: its generation marker "
+                    f"{existed[1]} records that it held {existed[0]} acknowledged changes",
+                    hint="restore the ledger file from a backup (dpsql then checks that the copy holds "
+                    "every recorded charge). `dpsql init` at this path would start a NEW budget, as if "
+                    "nothing had been spent: do that only if the data owner decides so",
+                )
             if not create:
                 raise LedgerError(
                     f"no budget ledger at {p}",
@@ -430,16 +451,7 @@ class Ledger:
                     f"no budget ledger at {p}, and no total to create one with",
                     hint=f"pass the total budget together with create=True, or {_INIT_HINT.format(path=p)}",
                 )
-            marker = _read_marker(_marker_path(p))
-            if marker is not None and not os.path.lexists(p):  # (exists now: a concurrent create)
-                raise LedgerError(
-                    f"no budget ledger at {p}, but a ledger existed there before (its generation marker "
-                    f"{_marker_path(p)} records generation {marker}); dpsql does not replace a missing "
-                    "ledger with a fresh budget",
-                    hint="restore the ledger file from a backup; to start a new ledger at this path on "
-                    f"purpose, run `dpsql init --epsilon EPS --delta DELTA --ledger {p}`",
-                )
-            if marker is None:
+            if existed is None:
                 try:
                     return cls.create(p, total, lock_timeout=lock_timeout)
                 except LedgerError:
@@ -909,11 +921,11 @@ class Ledger:
                 f"cannot create a ledger at {p}: directory {parent} does not exist",
                 hint="create the directory first or choose another path",
             )
-        marker_path = _marker_path(p)
         try:
-            previous = _read_marker(marker_path) or 0
+            found = _path_marker(p)
         except LedgerError:
-            previous = 0  # an unreadable marker of a ledger that is gone: the new one starts over it
+            found = None  # an unreadable marker of a ledger that is gone: the new one starts over it
+        previous = found[0] if found is not None else 0
         generation = previous + 1  # generations at one path only ever grow
         tmp = os.path.join(parent, f".{name}.creating-{os.getpid()}-{random.getrandbits(32):08x}")
         try:
@@ -987,9 +999,7 @@ class Ledger:
         # record the generation outside the file (never lowering a marker a faster process wrote)
         key, fd = _lock_file(p, time.monotonic() + self.lock_timeout, p, "the ledger was created")
         try:
-            current = _read_marker(marker_path)
-            if current is None or current < generation:
-                _write_marker(marker_path, generation)
+            _raise_markers(p, generation)
         finally:
             _unlock(key, fd)
 
@@ -1058,6 +1068,7 @@ class Ledger:
         assert p is not None
         base = _base_connection()
         alias = f"dpsql_ledger_{next(_state().aliases)}"
+        wal = os.path.realpath(p) + ".wal"  # DuckDB names the WAL after the resolved path
         _hook("before_attach", p)
         self._attach(base, alias, read_only=not write, deadline=deadline, unchanged=t.unchanged)
         try:
@@ -1097,29 +1108,29 @@ class Ledger:
                         "private row after this error",
                     ) from None
                 if write and t.wrote:
+                    # the markers go up BEFORE the checkpoint: from here on a ledger file (under any
+                    # name) without this change is refused, even while the change is in the WAL only
+                    _hook("before_marker", p)
+                    try:
+                        _raise_markers(p, generation)
+                    except (OSError, LedgerError) as e:
+                        raise LedgerError(
+                            f"ledger {p}: {t.committed} in the write-ahead log {wal}, but its generation "
+                            f"marker {_marker_path(p)} could not be updated ({e})",
+                            hint=f"make the ledger's directory writable; keep {wal} next to the ledger (the "
+                            "next dpsql operation writes it into the file). This operation did not complete: "
+                            "no private row was read after this error",
+                        ) from None
                     _hook("before_checkpoint", p)
                     try:
                         con.execute(f"CHECKPOINT {alias}")  # into the main file, fdatasync'ed
                     except duckdb.Error as e:
                         raise LedgerError(
-                            f"ledger {p}: {t.committed} in the write-ahead log {p}.wal only; writing it "
+                            f"ledger {p}: {t.committed} in the write-ahead log {wal} only; writing it "
                             f"into the ledger file failed ({type(e).__name__}: {e})",
-                            hint=f"free disk space; keep {p}.wal next to the ledger (the next dpsql "
-                            "operation writes it into the file). This operation did not complete: no "
-                            "private row was read after this error",
-                        ) from None
-                    _hook("before_marker", p)
-                    try:
-                        marker = _marker_path(p)
-                        current = _read_marker(marker)
-                        if current is None or current < generation:
-                            _write_marker(marker, generation)
-                    except (OSError, LedgerError) as e:
-                        raise LedgerError(
-                            f"ledger {p}: {t.committed} in the ledger file, but its generation marker "
-                            f"{_marker_path(p)} could not be updated ({e})",
-                            hint="make the ledger's directory writable; this operation did not complete: "
-                            "no private row was read after this error",
+                            hint=f"free disk space; keep {wal} next to the ledger (the next dpsql "
+                            "operation through this same path writes it into the file). This operation did "
+                            "not complete: no private row was read after this error",
                         ) from None
             finally:
                 con.close()
@@ -1136,17 +1147,23 @@ class Ledger:
 
     def _check_generation(self, generation: int) -> int:
         assert self.path is not None
-        marker = _read_marker(_marker_path(self.path))
-        if marker is not None and generation < marker:
+        found = _recorded_generation(self.path)
+        if found is not None and generation < found[0]:
+            marker, where = found
+            real = os.path.realpath(self.path)
             raise LedgerError(
                 f"ledger {self.path} is older than its last acknowledged change: the file holds generation "
-                f"{generation}, but {_marker_path(self.path)} records that generation {marker} was written; "
-                "recorded charges are missing (a lost or truncated write-ahead log, or a restored old "
-                "copy), and using this file would give spent budget back",
-                hint=f"restore the newest copy of the ledger together with its {os.path.basename(self.path)}"
-                ".wal file; dpsql never accepts an older ledger by itself. If no complete copy exists, "
-                "only the data owner can decide to go on: write the file's generation into the marker, "
-                "then lower the total by the budget that went missing with `dpsql budget --set-total`",
+                f"{generation}, but {where} records that generation {marker} was written; recorded "
+                "charges are missing (a lost or truncated write-ahead log, a restored old copy, or a change "
+                "still in the write-ahead log of another name of this file), and using this file would "
+                "give spent budget back",
+                hint=f"if the ledger has another name (a hard link in another directory, a bind mount) with a "
+                "'.wal' file next to it, run one dpsql operation through that name (it writes the change "
+                f"into the file); otherwise restore the newest copy of the ledger together with its "
+                f"{os.path.basename(real)}.wal file. dpsql never accepts an older ledger by itself. If no "
+                "complete copy exists, only the data owner can decide to go on: write the file's generation "
+                f"into {_marker_path(self.path)} (and the {_XATTR} attribute), then lower the total by the "
+                "budget that went missing with `dpsql budget --set-total`",
             )
         return generation
 
@@ -1528,7 +1545,77 @@ def _sql_str(s: str) -> str:
 
 
 def _marker_path(p: str) -> str:
+    """The marker file: ``.<name>.generation`` next to the resolved path (hidden, like the queue
+    files, so that ``rm ledger.duckdb*`` before a restore does not remove it)."""
+    d, name = os.path.split(os.path.realpath(p))
+    return os.path.join(d, f".{name}{GENERATION_SUFFIX}")
+
+
+def _legacy_marker_path(p: str) -> str:
+    """Where earlier releases kept the marker (``<name>.generation``); still read, never created."""
     return os.path.realpath(p) + GENERATION_SUFFIX
+
+
+#: The extended attribute of the ledger file's inode that mirrors the marker (best effort).
+_XATTR = "user.dpsql.generation"
+_NO_XATTR = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENODATA, errno.EPERM, errno.EACCES}
+
+
+def _read_xattr(p: str) -> int | None:
+    try:
+        data = os.getxattr(p, _XATTR)
+    except OSError as e:
+        if e.errno in _NO_XATTR or e.errno == errno.ENOENT:
+            return None
+        raise LedgerError(
+            f"cannot read the generation attribute {_XATTR} of the ledger {p}: {e.strerror}",
+            hint="check the file's permissions (it guards against a ledger that lost recorded charges)",
+        ) from None
+    if not re.fullmatch(rb"\d{1,20}", data):
+        raise LedgerError(
+            f"the generation attribute {_XATTR} of the ledger {p} is damaged ({data[:40]!r})",
+            hint="restore the ledger from a backup, or set the attribute to the ledger_meta 'generation' "
+            "value of the newest ledger copy (setfattr -n user.dpsql.generation -v N FILE)",
+        )
+    return int(data)
+
+
+def _path_marker(p: str) -> tuple[int, str] | None:
+    """The highest generation recorded by the marker files of path ``p``, and where."""
+    best: tuple[int, str] | None = None
+    for where in (_marker_path(p), _legacy_marker_path(p)):
+        g = _read_marker(where)
+        if g is not None and (best is None or g > best[0]):
+            best = (g, where)
+    return best
+
+
+def _recorded_generation(p: str) -> tuple[int, str] | None:
+    """The highest generation recorded outside the ledger file for ``p``: its marker files and
+    the attribute of its inode (which every name of the file shares, hard links included)."""
+    best = _path_marker(p)
+    g = _read_xattr(p)
+    if g is not None and (best is None or g > best[0]):
+        best = (g, f"the attribute {_XATTR} of the ledger file")
+    return best
+
+
+def _raise_markers(p: str, generation: int) -> None:
+    """Raise every marker of ``p`` to ``generation`` (never lowering one): the marker file (and
+    a legacy one that exists) and the inode's attribute, where the file system has them."""
+    for where in (_marker_path(p), _legacy_marker_path(p)):
+        if where != _marker_path(p) and not os.path.exists(where):
+            continue
+        current = _read_marker(where)
+        if current is None or current < generation:
+            _write_marker(where, generation)
+    current = _read_xattr(p)
+    if current is None or current < generation:
+        try:
+            os.setxattr(p, _XATTR, str(generation).encode("ascii"))
+        except OSError as e:
+            if e.errno not in _NO_XATTR:
+                raise
 
 
 _MARKER_RE = re.compile(r"dpsql ledger generation (\d{1,20})\n")
