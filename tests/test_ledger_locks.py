@@ -216,3 +216,43 @@ def test_timed_out_attempts_leave_nothing_behind(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait(10)
+
+
+TIMED_OUT = """
+import json, sys
+from dpsql.budget import Budget
+from dpsql.errors import LedgerError
+from dpsql.ledger import Ledger
+try:
+    Ledger(sys.argv[1], lock_timeout=1.0).remaining()
+    out = {"ok": True}
+except LedgerError as e:
+    out = {"msg": str(e)}
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_time_out_message_counts_the_whole_wait(tmp_path: Path) -> None:
+    """The waiter spends its lock_timeout in the arrival-order queue (behind the holder's slot);
+    the message once counted only the time after the queue ("gave up after 0 s"). It must report
+    at least the 1 s it waited. Control: the ledger is locked the whole time, so it times out."""
+    import re
+
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, Budget(1.0))
+    holder = _spawn(HOLDER, str(path), "20")
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "inside"
+        r = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(TIMED_OUT), str(path)],
+            capture_output=True, text=True, timeout=40, env=_env(),
+        )
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        assert "msg" in got, got
+        m = re.search(r"gave up after ([0-9.e+-]+) s", got["msg"])
+        assert m is not None, got
+        assert float(m.group(1)) >= 0.95, got
+    finally:
+        holder.kill()
+        holder.wait(10)

@@ -1019,11 +1019,12 @@ class Ledger:
                 yield con, t
             return
         p = self.path
-        deadline = time.monotonic() + self.lock_timeout
+        started = time.monotonic()
+        deadline = started + self.lock_timeout
         _hook("before_queue", p)
         slot = _queue_enter(p, deadline)  # fairness only: first come, first served
         try:
-            key, fd = _lock_file(p, deadline, p, t.unchanged)  # the exclusion
+            key, fd = _lock_file(p, deadline, p, t.unchanged, started)  # the exclusion
             try:
                 with self._file_txn(write=write, t=t, deadline=deadline) as con:
                     yield con, t
@@ -1312,9 +1313,13 @@ def _poll_flock(fd: int, op: int, deadline: float) -> bool:
         pause = min(pause * 1.5, 0.005)
 
 
-def _lock_file(p: str, deadline: float, where: str, unchanged: str) -> tuple[tuple[int, int], int]:
-    """Take the exclusive flock of the inode ``p`` names; returns (key, fd) for :func:`_unlock`."""
-    started = time.monotonic()
+def _lock_file(
+    p: str, deadline: float, where: str, unchanged: str, started: float | None = None
+) -> tuple[tuple[int, int], int]:
+    """Take the exclusive flock of the inode ``p`` names; returns (key, fd) for :func:`_unlock`.
+    ``started``: when the operation began waiting (in the queue), for the time-out message."""
+    if started is None:
+        started = time.monotonic()
     while True:
         try:
             s = os.stat(p)
