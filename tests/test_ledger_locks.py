@@ -256,3 +256,54 @@ def test_time_out_message_counts_the_whole_wait(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait(10)
+
+
+# The same, but the child is forked from inside the operation (the parent holds its queue slot
+# and the inode lock at that moment), e.g. by another thread starting a worker process.
+FORK_INSIDE_THEN_KILLED = """
+import os, sys, time
+from dpsql.budget import Budget
+from dpsql.ledger import Ledger, _store
+led = Ledger(sys.argv[1], lock_timeout=30)
+def inside(p):
+    pid = os.fork()
+    if pid == 0:                     # the child: some unrelated long-lived work
+        time.sleep(float(sys.argv[2]))
+        os._exit(0)
+    print(pid, flush=True)
+    print("inside", flush=True)
+    time.sleep(60)                   # killed here, holding the queue slot and the ledger lock
+_store._HOOKS["after_attach"] = inside
+led.reserve(Budget(0.1), mechanism="m", query="parent", tables=["t"], params={})
+"""
+
+
+def test_child_forked_inside_an_operation_keeps_neither_lock_nor_queue_slot(tmp_path: Path) -> None:
+    """Was (fixed): the child inherited the descriptors of the inode lock and of the parent's
+    queue slot; after the parent was killed, the next process waited on that slot for its whole
+    lock_timeout (the slot's flock lived on in the child) and then timed out."""
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, Budget(1.0))
+    parent = _spawn(FORK_INSIDE_THEN_KILLED, str(path), "25")
+    child_pid = None
+    try:
+        assert parent.stdout is not None
+        child_pid = int(parent.stdout.readline())
+        assert parent.stdout.readline().strip() == "inside"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        other = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(OTHER), str(path)],
+            capture_output=True, text=True, timeout=40, env=_env(),
+        )
+        res = json.loads(other.stdout.strip().splitlines()[-1])
+        assert "ok" in res, res
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+        if child_pid is not None:
+            try:
+                os.kill(child_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
