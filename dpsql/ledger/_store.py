@@ -1428,8 +1428,11 @@ def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
         granted = _poll_flock(pred_fd, fcntl.LOCK_SH, deadline)
     except OSError:
         granted = True  # cannot wait on it: go straight to the inode flock
-    finally:
+    except BaseException:  # e.g. KeyboardInterrupt: leave the queue, hold nothing
         _close_other(pred_fd)
+        _queue_leave(slot)
+        raise
+    _close_other(pred_fd)
     if granted:
         try:
             os.unlink(pred_path)  # gone already unless the predecessor died
