@@ -58,6 +58,7 @@ import io
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -546,13 +547,52 @@ def _csv_header(path: str, delim: str) -> list[str]:
     return names
 
 
+class _InheritedBusy:
+    """Stands in for an engine's lock in a process forked while another thread of the parent was
+    using the engine: that thread does not exist here, so its lock would never be released and
+    the DuckDB connection it was using may be left mid-statement. Every use refuses instead of
+    hanging (whether a query was running is public: it depends on no private value)."""
+
+    def __enter__(self) -> None:
+        raise ExecutionError(
+            "this Session's engine was inherited through fork while another thread of the parent process "
+            "was running a query with it; its DuckDB connection cannot be used in this process (no "
+            "statement ran)",
+            hint="create a new Session in the child process (or fork before using the Session, or start "
+            "workers with the 'spawn' or 'forkserver' start method)",
+        )
+
+    def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ always raises
+        return None
+
+
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _engines_after_fork() -> None:
+    # In the child only the forking thread exists. An engine lock held by another thread was
+    # copied locked and would block forever: such engines refuse use; the others get a new lock.
+    for engine in list(_ENGINES):
+        lock = engine._lock
+        if isinstance(lock, _InheritedBusy):
+            continue
+        if lock.acquire(blocking=False):  # free, or held by the forking thread itself (an RLock)
+            lock.release()
+        else:
+            engine._lock = _InheritedBusy()
+
+
+os.register_at_fork(after_in_child=_engines_after_fork)
+
+
 class Engine:
     def __init__(self, connection: duckdb.DuckDBPyConnection | None = None,
                  settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
         self._owned = connection is None
         self._con = connection if connection is not None else duckdb.connect(":memory:")
-        self._lock = threading.RLock()
+        self._lock: Any = threading.RLock()
+        _ENGINES.add(self)
         self._views: set[tuple[str, str]] = set()
         self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
         try:

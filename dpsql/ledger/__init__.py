@@ -2,8 +2,9 @@
 
 A ledger is a DuckDB file holding a versioned schema (``schema.sql`` in this package), the total
 budget and its change log, and one row per charge: ``reserve`` (before any private row is read)
-then ``commit`` or ``fail``; failed runs still count. Next to it, ``<file>.generation`` records
-the last acknowledged change, so a ledger that lost changes is refused. See
+then ``commit`` or ``fail``; failed runs still count. Next to it, ``.<file>.generation`` (and an
+extended attribute of the file) records the last acknowledged change, so a ledger that lost changes
+is refused. See
 ``dpsql.ledger._store`` for the concurrency and durability argument and what DuckDB guarantees.
 """
 

@@ -14,7 +14,8 @@ Privacy argument (design invariants 3 and 6)
   (a failed run may have touched private data). Only zero-cost ``reused`` entries add nothing.
 * A missing ledger is never created implicitly: only :meth:`Ledger.create` (``dpsql init``) or
   ``Ledger.open(..., create=True)`` create one, and the latter refuses when a generation marker
-  shows that a ledger existed at that path before (a deleted ledger is not a fresh budget).
+  shows that a ledger existed at that path before (a deleted ledger is not a fresh budget); a
+  plain open then says so too.
 
 Exclusion: why two operations on one ledger never interleave
 ------------------------------------------------------------
@@ -31,24 +32,29 @@ touches it.
    ``<path>.lock`` would not: two hard links in different directories have two sidecars.)
 3. ``flock`` locks are held per open file description. Each waiter in this process uses its
    own descriptor (a small pool per inode, keyed by ``(st_dev, st_ino)``), so threads of one
-   process exclude each other exactly as processes do. Descriptors are opened ``O_CLOEXEC`` and
-   the pool is discarded in a forked child (``os.register_at_fork``): a child never shares an
-   open file description, hence a lock, with its parent.
+   process exclude each other exactly as processes do. Descriptors are opened ``O_CLOEXEC``,
+   and in a forked child the at-fork hook (``os.register_at_fork``) closes every inherited
+   descriptor of the lock pool and of the waiting queue: a child never shares an open file
+   description, hence a lock, with its parent, so a parent killed while holding the lock
+   leaves the ledger unlocked even while its children live on.
 4. On Linux ``flock`` and DuckDB's ``fcntl`` record locks are independent (verified: a flock
    held by one process does not stop DuckDB in the same process from locking, and blocks
    another process's flock). But closing ANY descriptor of a file drops every ``fcntl`` lock the
    process holds on it (verified: after closing a second descriptor, another process could open
-   the database read-write while the first still had it open). So descriptors in the pool are
-   never closed; the pool only grows with the number of simultaneous waiters in the process.
+   the database read-write while the first still had it open). So the pool closes an inode's
+   descriptors only when no waiter of the process uses that inode and the process's ledger
+   DuckDB instance has nothing of it attached (DuckDB then holds no lock on it); between
+   operations a file ledger holds no descriptor. (A DuckDB connection of the application's own
+   on the ledger file is not supported: dpsql never shares one, see below.)
 5. After the flock is granted the path is stat'ed again; if it no longer names the locked inode
    (the file was replaced or removed) the lock is released and the operation starts over or
    reports the missing ledger, so DuckDB opens the locked file (short of a program that is not
    dpsql replacing the file in the instant between that check and the open).
-6. Waiting is a blocking ``flock`` (woken by the kernel when the holder unlocks, no polling),
-   run in a helper thread so that ``lock_timeout`` can end the wait; a helper that is granted
-   the lock after its caller gave up releases it at once. In front of it, a first-come-first-
-   served waiting queue of slot files (see ``_queue_enter``) keeps the latency tail short; it
-   plays no part in the exclusion argument.
+6. Waiting is a loop of non-blocking ``flock`` attempts with short pauses (growing from 0.5 ms
+   to at most 5 ms) until ``lock_timeout``: no helper thread and no blocked call outlives a
+   time-out, and nothing is left holding or awaiting a lock after the caller gave up. In front
+   of it, a first-come-first-served waiting queue of slot files (see ``_queue_enter``) keeps the
+   latency tail short; it plays no part in the exclusion argument.
 Hence DuckDB's unlocked header read (a DuckDB open reads the headers, then takes its own file
 lock without re-reading them) can never see a state that another dpsql operation is about to
 change: the budget check, the insert, the checkpoint and the close all happen inside one
@@ -73,18 +79,29 @@ Durability and lost write-ahead logs
   itself (``disable_checkpoint_on_shutdown``) so that the explicit, checked CHECKPOINT is the
   only place this happens.
 * Each write transaction also increments a generation counter stored in the ledger
-  (``ledger_meta.generation``). After its CHECKPOINT succeeded, the operation writes that
-  generation into a marker file ``<path>.generation`` (next to the resolved path; fixed width,
-  updated in place, fsynced when created) outside the WAL. Every later
-  operation compares the two and refuses with ``LedgerError`` when the ledger holds an older
-  generation than the marker: the main file lost acknowledged changes (a deleted or truncated
-  WAL, a restore of an old copy), which would otherwise silently give budget back. The marker
-  is a lower bound (it is written after the main file is durable, so a crash or power loss
-  that loses a marker update leaves an older value), which never causes a false refusal. Hard
-  links in other directories keep separate markers; each is still a lower bound. The check is
+  (``ledger_meta.generation``). After its COMMIT (the change is durable in the WAL) and BEFORE
+  its CHECKPOINT, the operation raises that generation in two places outside the file: a
+  marker file ``.<name>.generation`` next to the resolved path (hidden, like the queue files,
+  so ``rm ledger.duckdb*`` before a restore does not remove it; fixed width, updated in place,
+  fsynced when created; a marker ``<name>.generation`` of earlier releases is still read and
+  kept up to date, never created) and the extended attribute ``user.dpsql.generation`` of the
+  file's inode, where the file system keeps extended attributes (ext4, xfs, btrfs, tmpfs; it
+  is skipped elsewhere). Every later operation compares the highest of them with the file and
+  refuses with ``LedgerError`` when the ledger holds an older generation: the file lacks
+  acknowledged changes (a deleted or truncated WAL, a restore of an old copy, or a change whose
+  CHECKPOINT failed and that lives only in the WAL of another name of the file), which would
+  otherwise silently give budget back. Because the markers go up before the CHECKPOINT, a
+  charge that the caller was told "stands" (a failed CHECKPOINT) is protected too: losing its
+  WAL is refused, not accepted. The attribute belongs to the inode, so every name of the file
+  (hard links in other directories, bind mounts) sees it; the marker files are per directory.
+  The markers are lower bounds (a crash or power loss can lose an update, leaving an older
+  value) and are raised only after the change is durable in the WAL, so they never cause a
+  false refusal: an open through the name whose WAL holds the change replays it. The check is
   also a second line of defence against the stale-header race above: an open that works on
   headers older than an acknowledged change sees a generation below the marker and refuses
-  (seen in the test that disables the flock).
+  (seen in the test that disables the flock). Opening a missing ledger whose marker file
+  exists says that a ledger existed there (restore it; ``dpsql init`` would start a new
+  budget).
 * Creation is atomic: the new ledger is built under a temporary name in the same directory,
   checkpointed and fsynced, then published with ``link(2)`` (which, unlike ``rename``, fails if
   the name exists, so a concurrent creator is never overwritten), and the directory is fsynced.
@@ -186,24 +203,45 @@ class _ProcessState:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.mutex = threading.Lock()
-        #: free descriptors of each ledger inode, keyed by (st_dev, st_ino); never closed
+        #: idle descriptors of each ledger inode, keyed by (st_dev, st_ino)
         self.free_fds: dict[tuple[int, int], list[int]] = {}
+        #: descriptors of each inode handed out to waiters and lock holders (and their count)
+        self.used_fds: set[int] = set()
+        self.in_use: dict[tuple[int, int], int] = {}
+        #: other descriptors open for the ledger machinery (queue slots, a predecessor's slot)
+        self.other_fds: set[int] = set()
+        #: what the ledger DuckDB instance has attached right now: alias -> (real path, inode key)
+        self.attached: dict[str, tuple[str, tuple[int, int]]] = {}
         self.base: duckdb.DuckDBPyConnection | None = None
         self.aliases = itertools.count(1)
 
 
 _STATE = _ProcessState()
 _FORGOTTEN: list[_ProcessState] = []
+#: real paths that a DuckDB instance inherited through fork had attached (see _attach)
+_INHERITED_ATTACHED: set[str] = set()
 
 
 def _reset_after_fork() -> None:
     # The child must not share open file descriptions (hence flocks) or a DuckDB instance with
-    # its parent. The inherited descriptors are forgotten, not closed (closing could drop fcntl
-    # locks of a DuckDB instance the child opens later); they are O_CLOEXEC. The parent's DuckDB
-    # instance is kept referenced: destroying it in the child (whose DuckDB threads were not
-    # copied by fork) crashes the process.
+    # its parent. Every inherited descriptor of the ledger machinery is closed: a flock belongs
+    # to the open file description, so a descriptor kept in the child would keep the parent's
+    # inode lock or queue slot locked after the parent died. Closing cannot drop a DuckDB lock:
+    # fcntl record locks are not inherited through fork, so the child holds none yet. (The
+    # other threads of the parent do not exist in the child, so the structures are read
+    # without their mutex.) The parent's DuckDB instance is kept referenced: destroying it in
+    # the child (whose DuckDB threads were not copied by fork) crashes the process. A ledger it
+    # had attached stays registered in this process (see _attach).
     global _STATE
-    _FORGOTTEN.append(_STATE)
+    old = _STATE
+    for fd in [*old.used_fds, *old.other_fds, *(f for fds in old.free_fds.values() for f in fds)]:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    if old.base is not None:
+        _INHERITED_ATTACHED.update(path for path, _key in old.attached.values())
+    _FORGOTTEN.append(old)
     _STATE = _ProcessState()
 
 
@@ -393,6 +431,15 @@ class Ledger:
             return cls.create(None, total, lock_timeout=lock_timeout)
         p = os.path.abspath(os.fspath(path))
         if not os.path.lexists(p):
+            existed = _path_marker(p)
+            if existed is not None and not os.path.lexists(p):
+                raise LedgerError(
+                    f"no budget ledger at {p}, but a ledger existed here: its generation marker "
+                    f"{existed[1]} records that it held {existed[0]} acknowledged changes",
+                    hint="restore the ledger file from a backup (dpsql then checks that the copy holds "
+                    "every recorded charge). `dpsql init` at this path would start a NEW budget, as if "
+                    "nothing had been spent: do that only if the data owner decides so",
+                )
             if not create:
                 raise LedgerError(
                     f"no budget ledger at {p}",
@@ -404,16 +451,7 @@ class Ledger:
                     f"no budget ledger at {p}, and no total to create one with",
                     hint=f"pass the total budget together with create=True, or {_INIT_HINT.format(path=p)}",
                 )
-            marker = _read_marker(_marker_path(p))
-            if marker is not None and not os.path.lexists(p):  # (exists now: a concurrent create)
-                raise LedgerError(
-                    f"no budget ledger at {p}, but a ledger existed there before (its generation marker "
-                    f"{_marker_path(p)} records generation {marker}); dpsql does not replace a missing "
-                    "ledger with a fresh budget",
-                    hint="restore the ledger file from a backup; to start a new ledger at this path on "
-                    f"purpose, run `dpsql init --epsilon EPS --delta DELTA --ledger {p}`",
-                )
-            if marker is None:
+            if existed is None:
                 try:
                     return cls.create(p, total, lock_timeout=lock_timeout)
                 except LedgerError:
@@ -883,11 +921,11 @@ class Ledger:
                 f"cannot create a ledger at {p}: directory {parent} does not exist",
                 hint="create the directory first or choose another path",
             )
-        marker_path = _marker_path(p)
         try:
-            previous = _read_marker(marker_path) or 0
+            found = _path_marker(p)
         except LedgerError:
-            previous = 0  # an unreadable marker of a ledger that is gone: the new one starts over it
+            found = None  # an unreadable marker of a ledger that is gone: the new one starts over it
+        previous = found[0] if found is not None else 0
         generation = previous + 1  # generations at one path only ever grow
         tmp = os.path.join(parent, f".{name}.creating-{os.getpid()}-{random.getrandbits(32):08x}")
         try:
@@ -895,6 +933,7 @@ class Ledger:
             alias = f"dpsql_ledger_{next(_state().aliases)}"
             try:
                 base.cursor().execute(f"ATTACH {_sql_str(tmp)} AS {alias}")
+                _note_attached(alias, tmp)
             except duckdb.Error as e:
                 raise LedgerError(
                     f"cannot create a ledger at {p}: {type(e).__name__}: {e}",
@@ -960,9 +999,7 @@ class Ledger:
         # record the generation outside the file (never lowering a marker a faster process wrote)
         key, fd = _lock_file(p, time.monotonic() + self.lock_timeout, p, "the ledger was created")
         try:
-            current = _read_marker(marker_path)
-            if current is None or current < generation:
-                _write_marker(marker_path, generation)
+            _raise_markers(p, generation)
         finally:
             _unlock(key, fd)
 
@@ -982,11 +1019,12 @@ class Ledger:
                 yield con, t
             return
         p = self.path
-        deadline = time.monotonic() + self.lock_timeout
+        started = time.monotonic()
+        deadline = started + self.lock_timeout
         _hook("before_queue", p)
         slot = _queue_enter(p, deadline)  # fairness only: first come, first served
         try:
-            key, fd = _lock_file(p, deadline, p, t.unchanged)  # the exclusion
+            key, fd = _lock_file(p, deadline, p, t.unchanged, started)  # the exclusion
             try:
                 with self._file_txn(write=write, t=t, deadline=deadline) as con:
                     yield con, t
@@ -1031,6 +1069,7 @@ class Ledger:
         assert p is not None
         base = _base_connection()
         alias = f"dpsql_ledger_{next(_state().aliases)}"
+        wal = os.path.realpath(p) + ".wal"  # DuckDB names the WAL after the resolved path
         _hook("before_attach", p)
         self._attach(base, alias, read_only=not write, deadline=deadline, unchanged=t.unchanged)
         try:
@@ -1070,29 +1109,29 @@ class Ledger:
                         "private row after this error",
                     ) from None
                 if write and t.wrote:
+                    # the markers go up BEFORE the checkpoint: from here on a ledger file (under any
+                    # name) without this change is refused, even while the change is in the WAL only
+                    _hook("before_marker", p)
+                    try:
+                        _raise_markers(p, generation)
+                    except (OSError, LedgerError) as e:
+                        raise LedgerError(
+                            f"ledger {p}: {t.committed} in the write-ahead log {wal}, but its generation "
+                            f"marker {_marker_path(p)} could not be updated ({e})",
+                            hint=f"make the ledger's directory writable; keep {wal} next to the ledger (the "
+                            "next dpsql operation writes it into the file). This operation did not complete: "
+                            "no private row was read after this error",
+                        ) from None
                     _hook("before_checkpoint", p)
                     try:
                         con.execute(f"CHECKPOINT {alias}")  # into the main file, fdatasync'ed
                     except duckdb.Error as e:
                         raise LedgerError(
-                            f"ledger {p}: {t.committed} in the write-ahead log {p}.wal only; writing it "
+                            f"ledger {p}: {t.committed} in the write-ahead log {wal} only; writing it "
                             f"into the ledger file failed ({type(e).__name__}: {e})",
-                            hint=f"free disk space; keep {p}.wal next to the ledger (the next dpsql "
-                            "operation writes it into the file). This operation did not complete: no "
-                            "private row was read after this error",
-                        ) from None
-                    _hook("before_marker", p)
-                    try:
-                        marker = _marker_path(p)
-                        current = _read_marker(marker)
-                        if current is None or current < generation:
-                            _write_marker(marker, generation)
-                    except (OSError, LedgerError) as e:
-                        raise LedgerError(
-                            f"ledger {p}: {t.committed} in the ledger file, but its generation marker "
-                            f"{_marker_path(p)} could not be updated ({e})",
-                            hint="make the ledger's directory writable; this operation did not complete: "
-                            "no private row was read after this error",
+                            hint=f"free disk space; keep {wal} next to the ledger (the next dpsql "
+                            "operation through this same path writes it into the file). This operation did "
+                            "not complete: no private row was read after this error",
                         ) from None
             finally:
                 con.close()
@@ -1109,17 +1148,23 @@ class Ledger:
 
     def _check_generation(self, generation: int) -> int:
         assert self.path is not None
-        marker = _read_marker(_marker_path(self.path))
-        if marker is not None and generation < marker:
+        found = _recorded_generation(self.path)
+        if found is not None and generation < found[0]:
+            marker, where = found
+            real = os.path.realpath(self.path)
             raise LedgerError(
                 f"ledger {self.path} is older than its last acknowledged change: the file holds generation "
-                f"{generation}, but {_marker_path(self.path)} records that generation {marker} was written; "
-                "recorded charges are missing (a lost or truncated write-ahead log, or a restored old "
-                "copy), and using this file would give spent budget back",
-                hint=f"restore the newest copy of the ledger together with its {os.path.basename(self.path)}"
-                ".wal file; dpsql never accepts an older ledger by itself. If no complete copy exists, "
-                "only the data owner can decide to go on: write the file's generation into the marker, "
-                "then lower the total by the budget that went missing with `dpsql budget --set-total`",
+                f"{generation}, but {where} records that generation {marker} was written; recorded "
+                "charges are missing (a lost or truncated write-ahead log, a restored old copy, or a change "
+                "still in the write-ahead log of another name of this file), and using this file would "
+                "give spent budget back",
+                hint=f"if the ledger has another name (a hard link in another directory, a bind mount) with a "
+                "'.wal' file next to it, run one dpsql operation through that name (it writes the change "
+                f"into the file); otherwise restore the newest copy of the ledger together with its "
+                f"{os.path.basename(real)}.wal file. dpsql never accepts an older ledger by itself. If no "
+                "complete copy exists, only the data owner can decide to go on: write the file's generation "
+                f"into {_marker_path(self.path)} (and the {_XATTR} attribute), then lower the total by the "
+                "budget that went missing with `dpsql budget --set-total`",
             )
         return generation
 
@@ -1130,11 +1175,12 @@ class Ledger:
         p = self.path
         assert p is not None
         sql = f"ATTACH {_sql_str(p)} AS {alias}" + (" (READ_ONLY)" if read_only else "")
-        started = time.monotonic()
+        started = deadline - self.lock_timeout  # the operation's start (queue and flock included)
         delay = 0.002
         while True:
             try:
                 base.cursor().execute(sql)
+                _note_attached(alias, p)
                 return
             except duckdb.Error as e:
                 msg = str(e)
@@ -1145,6 +1191,16 @@ class Ledger:
                         "file open: close other programs holding the ledger (a duckdb shell, a notebook "
                         "connection), or retry with a larger lock_timeout"
                     )
+                elif ("Unique file handle conflict" in msg or "already attached" in msg) and (
+                    os.path.realpath(p) in _INHERITED_ATTACHED
+                ):
+                    raise LedgerError(
+                        f"cannot open the budget ledger {p} in this process: it was forked while another "
+                        "thread of its parent process had the ledger open, and DuckDB keeps that file "
+                        f"registered in every process forked at that moment; {unchanged}",
+                        hint="use the ledger in a process forked before the parent used it, or start "
+                        "worker processes with the 'spawn' or 'forkserver' start method (multiprocessing)",
+                    ) from None
                 elif "Unique file handle conflict" in msg or "already attached" in msg:
                     why = "is held open by another DuckDB connection in this process"
                     hint = (
@@ -1192,32 +1248,78 @@ def _take_fd(p: str, key: tuple[int, int]) -> int | None:
     with st.mutex:
         free = st.free_fds.get(key)
         if free:
-            return free.pop()
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise _ledger_missing(p) from None
-        except OSError as e:
-            raise LedgerError(
-                f"cannot open the budget ledger {p}: {e.strerror}",
-                hint="check the path and the file permissions",
-            ) from None
-        s = os.fstat(fd)
-        got = (s.st_dev, s.st_ino)
-        if got != key:
-            st.free_fds.setdefault(got, []).append(fd)  # kept (never closed), used next time
-            return None
+            fd = free.pop()
+        else:
+            try:
+                fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise _ledger_missing(p) from None
+            except OSError as e:
+                raise LedgerError(
+                    f"cannot open the budget ledger {p}: {e.strerror}",
+                    hint="check the path and the file permissions",
+                ) from None
+            s = os.fstat(fd)
+            got = (s.st_dev, s.st_ino)
+            if got != key:
+                if st.in_use.get(got):  # closing it could drop a DuckDB lock on that inode
+                    st.free_fds.setdefault(got, []).append(fd)
+                else:
+                    os.close(fd)
+                return None
+        st.used_fds.add(fd)
+        st.in_use[key] = st.in_use.get(key, 0) + 1
         return fd
 
 
-def _give_back(st: _ProcessState, key: tuple[int, int], fd: int) -> None:
+def _give_back(key: tuple[int, int], fd: int) -> None:
+    """Return a descriptor from :func:`_take_fd`. When no other waiter of this process uses the
+    inode and DuckDB has nothing attached, every descriptor of the inode is closed (closing a
+    descriptor drops the process's fcntl locks on the file, which then belong to nobody)."""
+    st = _state()
     with st.mutex:
-        if st is _STATE:  # a descriptor from before a fork is simply forgotten
+        if fd not in st.used_fds:  # from before a fork: closed by the at-fork hook
+            return
+        st.used_fds.discard(fd)
+        left = st.in_use.get(key, 1) - 1
+        if left > 0 or any(k == key for _p, k in st.attached.values()):
+            st.in_use[key] = left
             st.free_fds.setdefault(key, []).append(fd)
+            return
+        st.in_use.pop(key, None)
+        for f in (fd, *st.free_fds.pop(key, [])):
+            try:
+                os.close(f)
+            except OSError:  # pragma: no cover - our own descriptor
+                pass
 
 
-def _lock_file(p: str, deadline: float, where: str, unchanged: str) -> tuple[tuple[int, int], int]:
-    """Take the exclusive flock of the inode ``p`` names; returns (key, fd) for :func:`_unlock`."""
+def _poll_flock(fd: int, op: int, deadline: float) -> bool:
+    """``flock(fd, op)`` trying until ``deadline``: True when granted, False when the time is up.
+    Non-blocking attempts with a short, growing pause (at most 5 ms) between them: no helper
+    thread and no blocked call outlives a time-out, and any ``lock_timeout`` works (each pause
+    is short). Raises OSError if flock itself fails."""
+    pause = 0.0005
+    while True:
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            return False
+        time.sleep(min(deadline - now, pause))
+        pause = min(pause * 1.5, 0.005)
+
+
+def _lock_file(
+    p: str, deadline: float, where: str, unchanged: str, started: float | None = None
+) -> tuple[tuple[int, int], int]:
+    """Take the exclusive flock of the inode ``p`` names; returns (key, fd) for :func:`_unlock`.
+    ``started``: when the operation began waiting (in the queue), for the time-out message."""
+    if started is None:
+        started = time.monotonic()
     while True:
         try:
             s = os.stat(p)
@@ -1229,11 +1331,22 @@ def _lock_file(p: str, deadline: float, where: str, unchanged: str) -> tuple[tup
         fd = _take_fd(p, key)
         if fd is None:
             continue
-        st = _state()
-        if not _flock(st, key, fd, deadline):
+        try:
+            granted = _poll_flock(fd, fcntl.LOCK_EX, deadline)
+        except OSError as e:
+            _give_back(key, fd)
             raise LedgerError(
-                f"ledger {where} is locked by another dpsql operation (in this or another process) for more "
-                f"than the lock timeout; {unchanged}",
+                f"cannot lock the budget ledger: flock failed ({e.strerror})",
+                hint="keep the ledger on a local file system that supports flock (not NFS)",
+            ) from None
+        except BaseException:
+            _give_back(key, fd)
+            raise
+        if not granted:
+            _give_back(key, fd)
+            raise LedgerError(
+                f"ledger {where} is locked by another dpsql operation (in this or another process); "
+                f"gave up after {time.monotonic() - started:.2g} s of waiting for it; {unchanged}",
                 hint="retry later or pass a larger lock_timeout; if no other dpsql program is running, look "
                 "for a stuck process that has the ledger file open",
             )
@@ -1248,92 +1361,51 @@ def _lock_file(p: str, deadline: float, where: str, unchanged: str) -> tuple[tup
         return key, fd
 
 
-def _timed_flock(fd: int, op: int, deadline: float, on_late: Any) -> bool:
-    """``flock(fd, op)`` waiting at most until ``deadline``: True when granted. The wait is a
-    blocking flock (the kernel wakes the waiter when the holder unlocks, no polling) in a helper
-    thread. Whenever this returns False, ``on_late(granted)`` has been or will be called exactly
-    once (by the helper if the lock comes after the caller gave up) and must release what it
-    got. Raises OSError if flock itself fails (then ``on_late`` is not called)."""
-    try:
-        fcntl.flock(fd, op | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        pass
-    timeout = deadline - time.monotonic()
-    if timeout <= 0:
-        on_late(False)
-        return False
-    done = threading.Event()
-    mu = threading.Lock()
-    state: dict[str, Any] = {"abandoned": False, "error": None}
-
-    def wait() -> None:
-        try:
-            fcntl.flock(fd, op)
-            got = True
-        except OSError as e:
-            state["error"] = e
-            got = False
-        with mu:
-            if state["abandoned"]:  # the caller gave up: pass the lock on at once
-                on_late(got)
-                return
-            done.set()
-
-    threading.Thread(target=wait, name="dpsql-ledger-lock", daemon=True).start()
-    done.wait(timeout)
-    with mu:
-        if done.is_set():
-            if state["error"] is not None:
-                raise state["error"]
-            return True
-        state["abandoned"] = True
-        return False
-
-
-def _flock(st: _ProcessState, key: tuple[int, int], fd: int, deadline: float) -> bool:
-    def late(granted: bool) -> None:
-        if granted:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        _give_back(st, key, fd)
-
-    try:
-        if _timed_flock(fd, fcntl.LOCK_EX, deadline, late):
-            return True
-    except OSError as e:
-        _give_back(st, key, fd)
-        raise LedgerError(
-            f"cannot lock the budget ledger: flock failed ({e.strerror})",
-            hint="keep the ledger on a local file system that supports flock (not NFS)",
-        ) from None
-    return False  # late() has run or will run
-
-
 # --------------------------------------------------------------------------------------------
 # the waiting queue: fairness, not exclusion
 #
-# flock wakes every waiter when the holder unlocks and the first to run wins, so under load a
-# waiter can lose many times in a row (a long latency tail). Waiters therefore first queue up
+# flock gives the lock to whichever waiter tries first after the holder unlocks, so under load
+# a waiter can lose many times in a row (a long latency tail). Waiters therefore first queue up
 # first-come-first-served: each creates its own slot file ``.<name>.q-*`` next to the ledger and
 # holds an exclusive flock on it, swaps its name into ``.<name>.queue`` (the queue's tail), and
-# waits (blocking, shared flock) on its predecessor's slot, which is unlocked when the
-# predecessor is done, gives up, or dies. Only then does it wait for the inode flock above, which
-# alone provides exclusion: the queue may be skipped (no writable directory), be split (two
-# names of the file in different directories) or be left early on a time-out without any effect
-# on correctness.
+# waits (shared flock) on its predecessor's slot, which is unlocked when the predecessor is
+# done, gives up, or dies. Only then does it wait for the inode flock above, which alone
+# provides exclusion: the queue may be skipped (no writable directory), be split (two names of
+# the file in different directories) or be left early on a time-out without any effect on
+# correctness.
+
+
+def _open_other(path: str, flags: int, mode: int = 0o600) -> int:
+    st = _state()
+    fd = os.open(path, flags | os.O_CLOEXEC, mode)
+    with st.mutex:
+        st.other_fds.add(fd)
+    return fd
+
+
+def _close_other(fd: int) -> bool:
+    """Close a descriptor from :func:`_open_other`; False (and nothing done) when it is from
+    before a fork (the at-fork hook closed it)."""
+    st = _state()
+    with st.mutex:
+        if fd not in st.other_fds:
+            return False
+        st.other_fds.discard(fd)
+    os.close(fd)
+    return True
 
 
 def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
     d, name = os.path.split(os.path.realpath(p))
     mine = os.path.join(d, f".{name}.q-{os.getpid()}-{next(_state().aliases)}-{random.getrandbits(32):08x}")
     try:
-        my_fd = os.open(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        my_fd = _open_other(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL)
     except OSError:
         return None  # e.g. a read-only directory: the inode flock alone (correct, less fair)
     slot = (my_fd, mine)
     try:
         fcntl.flock(my_fd, fcntl.LOCK_EX)  # a new file: granted at once
-        tail_fd = os.open(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        tail_fd = _open_other(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(tail_fd, fcntl.LOCK_EX)  # held for a read and a write only
             pred = os.pread(tail_fd, 4096, 0).decode("ascii", "replace").strip()
@@ -1341,7 +1413,7 @@ def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
             os.ftruncate(tail_fd, len(mine_b))
             os.pwrite(tail_fd, mine_b, 0)
         finally:
-            os.close(tail_fd)  # releases its flock
+            _close_other(tail_fd)  # releases its flock
     except OSError:
         _queue_leave(slot)
         return None
@@ -1349,15 +1421,19 @@ def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
         return slot
     pred_path = os.path.join(d, pred)
     try:
-        pred_fd = os.open(pred_path, os.O_RDONLY | os.O_CLOEXEC)
+        pred_fd = _open_other(pred_path, os.O_RDONLY)
     except OSError:
         return slot  # the predecessor has already left
     try:
-        granted = _timed_flock(pred_fd, fcntl.LOCK_SH, deadline, lambda got: os.close(pred_fd))
+        granted = _poll_flock(pred_fd, fcntl.LOCK_SH, deadline)
     except OSError:
         granted = True  # cannot wait on it: go straight to the inode flock
+    except BaseException:  # e.g. KeyboardInterrupt: leave the queue, hold nothing
+        _close_other(pred_fd)
+        _queue_leave(slot)
+        raise
+    _close_other(pred_fd)
     if granted:
-        os.close(pred_fd)
         try:
             os.unlink(pred_path)  # gone already unless the predecessor died
         except OSError:
@@ -1370,19 +1446,28 @@ def _queue_leave(slot: tuple[int, str] | None) -> None:
     if slot is None:
         return
     fd, path = slot
+    st = _state()
+    with st.mutex:
+        mine = fd in st.other_fds
+    if not mine:  # a slot of the parent, seen in a forked child: not ours to remove
+        return
     try:
         os.unlink(path)  # a successor that has not opened it yet skips it
     except OSError:
         pass
-    os.close(fd)  # releases the flock: the successor stops waiting
+    _close_other(fd)  # releases the flock: the successor stops waiting
 
 
 def _unlock(key: tuple[int, int], fd: int) -> None:
     st = _state()
+    with st.mutex:
+        mine = fd in st.used_fds
+    if not mine:  # taken before a fork: the at-fork hook closed it (the lock is the parent's)
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
-        _give_back(st, key, fd)
+        _give_back(key, fd)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1401,12 +1486,31 @@ def _base_connection() -> duckdb.DuckDBPyConnection:
         return st.base
 
 
+def _note_attached(alias: str, path: str) -> None:
+    """Record that ``alias`` has ``path`` attached (its inode's descriptors then stay open)."""
+    st = _state()
+    try:
+        s = os.stat(path)
+        key = (s.st_dev, s.st_ino)
+    except OSError:
+        key = (-1, -1)
+    with st.mutex:
+        st.attached[alias] = (os.path.realpath(path), key)
+
+
+def _note_detached(alias: str) -> None:
+    st = _state()
+    with st.mutex:
+        st.attached.pop(alias, None)
+
+
 def _detach(base: duckdb.DuckDBPyConnection, alias: str) -> None:
     """DETACH (which also closes the file). If it fails, the attachment must not linger and keep
     the file open: the process's ledger instance is then replaced."""
     cur = base.cursor()
     try:
         cur.execute(f"DETACH {alias}")
+        _note_detached(alias)
     except duckdb.Error:
         try:
             still = cur.execute(
@@ -1421,8 +1525,11 @@ def _detach(base: duckdb.DuckDBPyConnection, alias: str) -> None:
                     st.base = None
             try:
                 base.close()
+                _note_detached(alias)
             except duckdb.Error:
                 pass
+        else:
+            _note_detached(alias)
     finally:
         try:
             cur.close()
@@ -1446,7 +1553,77 @@ def _sql_str(s: str) -> str:
 
 
 def _marker_path(p: str) -> str:
+    """The marker file: ``.<name>.generation`` next to the resolved path (hidden, like the queue
+    files, so that ``rm ledger.duckdb*`` before a restore does not remove it)."""
+    d, name = os.path.split(os.path.realpath(p))
+    return os.path.join(d, f".{name}{GENERATION_SUFFIX}")
+
+
+def _legacy_marker_path(p: str) -> str:
+    """Where earlier releases kept the marker (``<name>.generation``); still read, never created."""
     return os.path.realpath(p) + GENERATION_SUFFIX
+
+
+#: The extended attribute of the ledger file's inode that mirrors the marker (best effort).
+_XATTR = "user.dpsql.generation"
+_NO_XATTR = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENODATA, errno.EPERM, errno.EACCES}
+
+
+def _read_xattr(p: str) -> int | None:
+    try:
+        data = os.getxattr(p, _XATTR)
+    except OSError as e:
+        if e.errno in _NO_XATTR or e.errno == errno.ENOENT:
+            return None
+        raise LedgerError(
+            f"cannot read the generation attribute {_XATTR} of the ledger {p}: {e.strerror}",
+            hint="check the file's permissions (it guards against a ledger that lost recorded charges)",
+        ) from None
+    if not re.fullmatch(rb"\d{1,20}", data):
+        raise LedgerError(
+            f"the generation attribute {_XATTR} of the ledger {p} is damaged ({data[:40]!r})",
+            hint="restore the ledger from a backup, or set the attribute to the ledger_meta 'generation' "
+            "value of the newest ledger copy (setfattr -n user.dpsql.generation -v N FILE)",
+        )
+    return int(data)
+
+
+def _path_marker(p: str) -> tuple[int, str] | None:
+    """The highest generation recorded by the marker files of path ``p``, and where."""
+    best: tuple[int, str] | None = None
+    for where in (_marker_path(p), _legacy_marker_path(p)):
+        g = _read_marker(where)
+        if g is not None and (best is None or g > best[0]):
+            best = (g, where)
+    return best
+
+
+def _recorded_generation(p: str) -> tuple[int, str] | None:
+    """The highest generation recorded outside the ledger file for ``p``: its marker files and
+    the attribute of its inode (which every name of the file shares, hard links included)."""
+    best = _path_marker(p)
+    g = _read_xattr(p)
+    if g is not None and (best is None or g > best[0]):
+        best = (g, f"the attribute {_XATTR} of the ledger file")
+    return best
+
+
+def _raise_markers(p: str, generation: int) -> None:
+    """Raise every marker of ``p`` to ``generation`` (never lowering one): the marker file (and
+    a legacy one that exists) and the inode's attribute, where the file system has them."""
+    for where in (_marker_path(p), _legacy_marker_path(p)):
+        if where != _marker_path(p) and not os.path.exists(where):
+            continue
+        current = _read_marker(where)
+        if current is None or current < generation:
+            _write_marker(where, generation)
+    current = _read_xattr(p)
+    if current is None or current < generation:
+        try:
+            os.setxattr(p, _XATTR, str(generation).encode("ascii"))
+        except OSError as e:
+            if e.errno not in _NO_XATTR:
+                raise
 
 
 _MARKER_RE = re.compile(r"dpsql ledger generation (\d{1,20})\n")
