@@ -185,8 +185,8 @@ def snapping_grid(
     lam: float, k: int, *, integer: bool = True, what: str = "the release", max_bound: float | None = None
 ) -> tuple[float, float]:
     """(Λ, B) for scale λ and exponent K: Λ = 2^⌈log₂ λ⌉, B = min(2^K·Λ, cap); refuses overflow."""
-    if not (math.isfinite(lam) and lam > 0):
-        raise ConfigError(f"the noise scale of {what} overflows", hint="use a larger epsilon")
+    if not (math.isfinite(lam) and 0 < lam <= FLOAT_BOUND):
+        raise ConfigError(f"the noise scale of {what} overflows", hint="use a larger epsilon or tighter declared bounds")
     grid = power_of_two_at_least(lam)
     cap = INT_BOUND if integer else FLOAT_BOUND
     if max_bound is not None:
