@@ -416,6 +416,7 @@ class Session:
         if ranged is not None:
             return ranged
         plan, _module, cal, reason, unit = self._prepare(sql, epsilon, delta, options)
+        self._bind_check(plan, cal, unit)  # refuses exactly what query refuses before its charge
         params = dict(cal.params)
         params["max_groups_per_unit"] = cal.caps.max_groups_per_unit
         params["max_rows_per_group"] = cal.caps.max_rows_per_group
