@@ -744,13 +744,31 @@ class Session:
                 hint="check casts and arithmetic over the GROUP BY keys (e.g. CAST(key AS INTEGER) on text keys)",
             ) from None
 
-    def _post_ast(self, plan: ir.QueryPlan, rel: exp.Expression, hidden: list[tuple[str, str]]) -> exp.Expression:
-        items = [exp.alias_(o.expr.copy(), o.name, quoted=True) for o in plan.outputs]
+    def _post_ast(
+        self, plan: ir.QueryPlan, rel: exp.Expression, hidden: list[tuple[str, str]], *, total: bool = False
+    ) -> exp.Expression:
+        """The post-processing query over released values. ``total=True`` (the run after the
+        charge) evaluates every computed output, HAVING and ORDER BY expression under TRY, so a
+        value that does not convert or overflows gives NULL instead of losing a paid release;
+        the free checks before the charge run it without TRY, refusing what fails there."""
+
+        def t(e: exp.Expression) -> exp.Expression:
+            e = e.copy()
+            if not total or isinstance(e, (exp.Column, exp.Literal)):
+                return e
+            return exp.Try(this=e)
+
+        items = [exp.alias_(t(o.expr), o.name, quoted=True) for o in plan.outputs]
         items += [exp.alias_(exp.column(f"{src}__ci"), alias, quoted=True) for src, alias in hidden]
         q = exp.select(*items).from_(rel)
         if plan.having is not None:
-            q = q.where(plan.having.copy())
-        order = [o.copy() for o in plan.order] + [exp.Ordered(this=exp.column(k.name)) for k in plan.keys]
+            q = q.where(t(plan.having))
+        order = []
+        for o in plan.order:
+            o2 = o.copy()
+            o2.set("this", t(o.this))
+            order.append(o2)
+        order += [exp.Ordered(this=exp.column(k.name)) for k in plan.keys]
         if order:
             q = q.order_by(*order)
         if plan.limit is not None:
@@ -774,7 +792,7 @@ class Session:
         ]
 
         def build(rel: str) -> exp.Expression:
-            return self._post_ast(plan, exp.to_table(rel), hidden)
+            return self._post_ast(plan, exp.to_table(rel), hidden, total=True)
 
         out = self._engine.post_process(released, build)
         for src, alias in hidden:
