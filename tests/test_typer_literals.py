@@ -200,3 +200,19 @@ def test_deeply_nested_parentheses_and_functions_are_refused_clearly_or_answered
         with pytest.raises(errors.UnsupportedQueryError, match="nested"):
             session.query(f"SELECT COUNT(*) AS n FROM t WHERE {where}", epsilon=1.0)
         assert session.history().num_rows == before
+
+
+def test_like_patterns_are_short_and_few(session: dpsql.Session) -> None:
+    """A LIKE with '_' costs (input x pattern) per row: patterns are at most 32 characters and an
+    expression holds at most 8 LIKE/ILIKE tests, refused for free beyond (review finding: 400
+    LIKEs of 256 characters behind a secret made one row cost ~70 ms)."""
+    from dpsql.plan.typer import MAX_LIKE_PATTERN, MAX_LIKES
+
+    assert (MAX_LIKE_PATTERN, MAX_LIKES) == (32, 8)
+    ok = " OR ".join(["CAST(i AS VARCHAR) LIKE '%a_b%'"] * 8)
+    session.query(f"SELECT COUNT(*) AS n FROM t WHERE {ok}", epsilon=1.0)
+    before = session.history().num_rows
+    for where in (" OR ".join(["CAST(i AS VARCHAR) LIKE '%a_b%'"] * 9), "CAST(i AS VARCHAR) LIKE '%" + "_" * 40 + "%'"):
+        with pytest.raises(errors.UnsupportedQueryError, match="LIKE"):
+            session.query(f"SELECT COUNT(*) AS n FROM t WHERE {where}", epsilon=1.0)
+    assert session.history().num_rows == before

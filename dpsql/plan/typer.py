@@ -62,6 +62,10 @@ from dpsql.plan.checks import func_name
 STRING_CAP = 1024
 #: LIKE / ILIKE patterns and other literal text arguments of string functions: at most this long
 MAX_PATTERN = 256
+#: LIKE/ILIKE: a pattern with '_' or several '%' costs up to (input length x pattern length) per row,
+#: so LIKE patterns are shorter and an expression may hold only a few of them (per-row cost bound)
+MAX_LIKE_PATTERN = 32
+MAX_LIKES = 8
 #: IN lists: at most this many elements
 MAX_IN_LIST = 10_000
 #: expressions nested deeper than this (operators, functions, parentheses) are refused
@@ -431,6 +435,7 @@ class Typer:
 
     def __init__(self, schema: dict[str, str]) -> None:
         self.schema = {k.lower(): parse_type(v) for k, v in schema.items()}
+        self.likes = 0
 
     # ---- entry points ------------------------------------------------------------------------
     def run(self, node: exp.Expression) -> Typed:
@@ -781,6 +786,11 @@ class Typer:
             pr = self.t(pat)
             if not (pr.literal and pr.type.kind == "strlit"):
                 raise self.refuse(node, "the LIKE pattern must be a string literal")
+            if len(str(pr.value)) > MAX_LIKE_PATTERN:
+                raise self.refuse(node, f"a LIKE pattern may have at most {MAX_LIKE_PATTERN} characters (its cost per row grows with its length)")
+            self.likes += 1
+            if self.likes > MAX_LIKES:
+                raise self.refuse(node, f"an expression may hold at most {MAX_LIKES} LIKE/ILIKE tests (bounded cost per row)")
             cls = type(node)
             out: exp.Expression = cls(this=self.cap(a, node), expression=self.cap(pr, node))
             if node.args.get("negate"):
