@@ -244,7 +244,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("starts_with, ends_with, contains, strpos, instr", "VARCHAR, VARCHAR -> BOOLEAN/BIGINT", "total",
              f"inputs capped at {STRING_CAP} characters"),
     FuncSpec("[NOT] LIKE, [NOT] ILIKE", "VARCHAR, VARCHAR literal -> BOOLEAN", "total",
-             f"pattern: a literal of at most {MAX_PATTERN} characters, no ESCAPE; input capped at {STRING_CAP}"),
+             f"pattern: a literal of at most {MAX_LIKE_PATTERN} characters, at most {MAX_LIKES} per expression, no ESCAPE; "
+             f"input capped at {STRING_CAP}"),
     FuncSpec("||, concat", "VARCHAR... -> VARCHAR", "total", f"inputs capped at {STRING_CAP} characters"),
     FuncSpec("date_trunc", "'part' literal, DATE/TIMESTAMP -> TIMESTAMP", "total",
              "a DATE or TIMESTAMP_S/_MS beyond the TIMESTAMP range is NULL; so is an instant before "
