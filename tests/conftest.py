@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -66,3 +72,25 @@ def noisy_session(events: pa.Table, request: pytest.FixtureRequest):
                columns={"amount": {"bounds": (0, 100)}})
     yield s
     s.close()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child Python process that imports this checkout of dpsql."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def spawn_python(code: str, *args: str) -> subprocess.Popen[str]:
+    """Run ``code`` (dedented) in a child Python process with piped stdin/stdout/stderr."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )

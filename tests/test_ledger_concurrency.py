@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import spawn_python as _spawn
 
 from dpsql.budget import Budget
 from dpsql.errors import BudgetExceededError, LedgerError
@@ -22,22 +19,6 @@ from dpsql.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[1]
 
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def _spawn(code: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
 
 
 def _reserve(ledger: Ledger, eps: float = 0.1) -> int:

@@ -16,29 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import child_env as _env
+from conftest import spawn_python as _spawn
 
 from dpsql.budget import Budget
 from dpsql.errors import BudgetExceededError, LedgerError
 from dpsql.ledger import GENERATION_SUFFIX, Ledger, _store
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def _spawn(code: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
 
 
 def _reserve(ledger: Ledger, eps: float = 0.1) -> int:

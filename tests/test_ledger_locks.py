@@ -11,27 +11,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+from conftest import child_env as _env
+from conftest import spawn_python as _spawn
+
 from dpsql.budget import Budget
 from dpsql.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def _spawn(code: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
-
 
 # Holds the ledger's lock (inside an operation) until its stdin... simpler: for HOLD seconds.
 HOLDER = """
