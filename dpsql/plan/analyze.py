@@ -20,7 +20,8 @@ _POLICY_PREFIX = "[policy] "
 
 
 def _norm(node: exp.Expression) -> str:
-    """Normalised SQL of an expression over unqualified, lower-case column names."""
+    """Normalised SQL of an expression over unqualified, lower-case column names and function
+    names; string literals keep their case ('US' and 'us' are different keys)."""
     n = node.copy()
     for c in n.find_all(exp.Column):
         c.set("table", None)
@@ -29,7 +30,10 @@ def _norm(node: exp.Expression) -> str:
         ident = c.this
         if isinstance(ident, exp.Identifier):
             c.set("this", exp.to_identifier(ident.name.lower()))
-    return n.sql(dialect=DIALECT, normalize=True).lower()
+    for f in n.find_all(exp.Anonymous):
+        if isinstance(f.this, str):
+            f.set("this", f.this.lower())
+    return n.sql(dialect=DIALECT, normalize=True)
 
 
 def is_bin_column(name: str, table: TableSpec) -> bool:
