@@ -9,6 +9,7 @@ Data flow (one way):  SQL -> analyze -> route -> calibrate   [public metadata on
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import math
@@ -310,7 +311,9 @@ class Session:
 
     @property
     def tables(self) -> dict[str, TableSpec]:
-        return dict(self._catalog)
+        """Copies of the registered tables' public metadata: changing one (e.g. its caps) changes
+        nothing in the Session; policy changes only through ``register``."""
+        return {name: copy.deepcopy(spec) for name, spec in self._catalog.items()}
 
     # -- budget ---------------------------------------------------------------------------------
     def remaining(self) -> Budget:
