@@ -583,3 +583,20 @@ def test_every_allow_list_entry_is_implemented_and_total_in_duckdb() -> None:
             typed = type_predicate(sqlglot.parse_one(sql, read="duckdb"), schema).sql(dialect="duckdb")
             assert con.execute(f"SELECT COUNT(*) FROM t WHERE {typed}").fetchall(), (name, sql)
     con.close()
+
+
+def test_allow_list_names_only_functions_duckdb_has() -> None:
+    """Every function the allow-list names exists in this DuckDB (``duckdb_functions()``): a DuckDB
+    release that renames or drops one fails here. Functions are accepted only from the list, so a
+    new DuckDB function never widens the surface by itself (the allow-list test above)."""
+    import re
+
+    from dpsql.plan.typer import ALLOW_LIST
+
+    syntax = {"extract", "unary"}  # SQL syntax (EXTRACT(part FROM x), unary minus), not catalog functions
+    names = {tok for f in ALLOW_LIST for tok in re.split(r"[,/ ]+", f.name) if re.fullmatch(r"[a-z_][a-z0-9_]*", tok)}
+    assert len(names) >= 30
+    have = {r[0] for r in duckdb.sql("SELECT DISTINCT function_name FROM duckdb_functions()").fetchall()}
+    assert sorted(names - syntax - have) == []
+    # control: a name DuckDB does not have is detected
+    assert "levenshtein_not_a_function" not in have
