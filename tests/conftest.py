@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -94,3 +95,29 @@ def spawn_python(code: str, *args: str) -> subprocess.Popen[str]:
         text=True,
         env=child_env(),
     )
+
+
+def run_together(procs: list[subprocess.Popen[str]], timeout: float = 120) -> list[Any]:
+    """Start children that print 'ready' and wait for 'go' on stdin all at once; return the JSON
+    each prints on its last line (children still running afterwards are killed)."""
+    import json
+
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            line = p.stdout.readline()
+            assert line.strip() == "ready", p.stderr.read() if p.stderr else line
+        for p in procs:  # release them all at once
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            assert p.returncode == 0, err
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()

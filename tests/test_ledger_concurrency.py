@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import run_together
 from conftest import spawn_python as _spawn
 
 from dpsql.budget import Budget
@@ -52,24 +52,7 @@ def test_processes_never_overspend(tmp_path: Path) -> None:
     Ledger.create(path, Budget(1.0))
     n_proc, attempts = 4, 5
     procs = [_spawn(WORKER, str(path), str(attempts)) for _ in range(n_proc)]
-    try:
-        for p in procs:
-            assert p.stdout is not None
-            line = p.stdout.readline()
-            assert line.strip() == "ready", p.stderr.read() if p.stderr else line
-        for p in procs:  # release them all at once
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        results = []
-        for p in procs:
-            out, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    results = run_together(procs)
     ids = sorted(i for r in results for i in r["ok"])
     assert [r["other"] for r in results] == [[]] * n_proc
     assert ids == list(range(1, 11))  # exactly ten charges of 0.1, no duplicate ids

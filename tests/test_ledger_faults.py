@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import child_env as _env
+from conftest import run_together
 from conftest import spawn_python as _spawn
 
 from dpsql.budget import Budget
@@ -296,22 +297,7 @@ def test_stress_processes_through_a_hard_link(tmp_path: Path) -> None:
     os.link(path, other / "link.duckdb")
     n_proc, attempts = 6, 6
     procs = [_spawn(STRESSER, str(path if i % 2 else other / "link.duckdb"), str(attempts)) for i in range(n_proc)]
-    try:
-        for p in procs:
-            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        results = []
-        for p in procs:
-            out, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    results = run_together(procs)
     assert [r["other"] for r in results] == [[]] * n_proc
     ids = sorted(i for r in results for i in r["ok"])
     assert ids == list(range(1, 21))  # no duplicate, no overspend
