@@ -40,7 +40,7 @@ from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, P
 from dpsql.ledger import Ledger
 from dpsql.mechanisms.common import Calibration
 from dpsql.noise import NoiseSource, default_noise_source
-from dpsql.plan import ir
+from dpsql.plan import ir, workload
 from dpsql.plan.analyze import analyze, resolve_unit_column
 from dpsql.release import Plan, Release, WorkloadRelease
 from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps, bounded_query
@@ -449,11 +449,11 @@ class Session:
             return None
         if not any(c.ordered is not None for c in plan.table.columns.values()):
             return None
-        wl = ranges.histogram_workload(plan)
+        wl = workload.histogram_workload(plan)
         single = False
         if wl is None and not plan.keys and [a.kind for a in plan.aggregates] == [ir.COUNT_STAR] and plan.where is not None:
             try:
-                wl = ranges.analyze_workload([sql], self._catalog)
+                wl = workload.analyze_workload([sql], self._catalog)
                 single = True
             except DPSQLError:
                 return None
@@ -527,7 +527,6 @@ class Session:
         column (or two) with a declared ordered domain. DAWA is pure epsilon-DP: delta is not
         spent. If a stored synopsis already covers the workload, it is answered for free.
         """
-        from dpsql.mechanisms import ranges
 
         self._check_open()
         eps = check_epsilon(epsilon)
@@ -536,11 +535,10 @@ class Session:
         for k in opts:
             if k not in ("epsilon_split", "mechanism", "max_rows_per_unit"):
                 raise ConfigError(f"option '{k}' does not apply to range workloads", hint="use epsilon_split or max_rows_per_unit")
-        wl = ranges.analyze_workload(list(sqls) if isinstance(sqls, (list, tuple)) else sqls, self._catalog)
+        wl = workload.analyze_workload(list(sqls) if isinstance(sqls, (list, tuple)) else sqls, self._catalog)
         return self._run_workload(wl, eps, opts, reuse_only=False)  # type: ignore[return-value]
 
     def _range_route(self, sql: str, epsilon: Any, delta: Any, options: dict[str, Any] | None) -> Release | None:
-        from dpsql.mechanisms import ranges
 
         check_epsilon(epsilon)
         check_delta(delta)
@@ -550,10 +548,10 @@ class Session:
         except DPSQLError:
             return None  # the normal path reports the error
         if plan.table.columns and any(c.ordered is not None for c in plan.table.columns.values()):
-            wl = ranges.histogram_workload(plan)
+            wl = workload.histogram_workload(plan)
             if wl is None and not plan.keys and [a.kind for a in plan.aggregates] == [ir.COUNT_STAR] and plan.where is not None:
                 try:
-                    wl = ranges.analyze_workload([sql], self._catalog)
+                    wl = workload.analyze_workload([sql], self._catalog)
                 except DPSQLError:
                     wl = None
                 if wl is not None:
@@ -641,7 +639,7 @@ class Session:
         mech = "dawa (reused synopsis)" if reused else "dawa"
         if wl.histogram and plan is not None:
             dim = wl.dims[0]
-            labels = dim.bin_label(wl.ranges[:, 0])
+            labels = dim.bin_label([r[0] for r in wl.ranges])
             released = pa.table({plan.keys[0].name: pa.array(labels), plan.aggregates[0].name: pa.array(answers.astype("int64"))})
             table = self._post_process(plan, released)
             out_acc = {o.name: acc for o in plan.outputs if o.source == plan.aggregates[0].name}

@@ -9,6 +9,7 @@ import pytest
 import dpsql
 from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import ranges
+from dpsql.plan import workload
 from dpsql.rewrite.render import render
 from dpsql.testing import seeded_noise, use_noise, zero_noise
 
@@ -61,9 +62,9 @@ def truth(sql_where: str) -> int:
 
 def test_workload_analysis_maps_ranges_to_bins():
     s = make_session()
-    wl = ranges.analyze_workload(WORKLOAD, s.tables)
+    wl = workload.analyze_workload(WORKLOAD, s.tables)
     assert [d.column for d in wl.dims] == ["age"]
-    assert wl.ranges.tolist() == [[20, 29], [30, 39], [0, 120]]
+    assert [list(r) for r in wl.ranges] == [[20, 29], [30, 39], [0, 120]]
     assert wl.snapped == [False, False, False]
     assert "region" in wl.base_key
 
@@ -77,7 +78,7 @@ def test_zero_noise_full_range_is_exact_and_one_charge():
     assert before.epsilon - s.remaining().epsilon == pytest.approx(1.0)
     # the whole domain: measured exactly with zero noise; only the rounding of each released
     # bucket total to an integer moves it (by at most half a count per bucket)
-    n_buckets = len(s.ledger.find_synopsis(next(iter([ranges.analyze_workload(WORKLOAD, s.tables).synopsis_key(5, s.tables)])))[1])
+    n_buckets = len(s.ledger.find_synopsis(next(iter([workload.analyze_workload(WORKLOAD, s.tables).synopsis_key(5, s.tables)])))[1])
     assert n_buckets > 0
     assert abs(r.counts[2] - truth("region = 'north' AND age BETWEEN 0 AND 120")) <= 3
     assert len(r) == 3 and r[0].table.num_rows == 1
@@ -163,7 +164,7 @@ def test_bounded_histogram_respects_the_per_unit_cap():
     t = people()
     cap = 2
     s = make_session(cap=cap)
-    wl = ranges.analyze_workload(["SELECT COUNT(*) FROM people WHERE age < 50"], s.tables)
+    wl = workload.analyze_workload(["SELECT COUNT(*) FROM people WHERE age < 50"], s.tables)
     q = render(ranges.histogram_sql(wl, "pid", cap, "fixed-salt"))
     con = duckdb.connect()
     full = t
@@ -207,8 +208,8 @@ def test_explain_matches_the_range_paths_and_is_free():
 )
 def test_range_endpoints_map_to_bins(where, expected, snapped):
     s = make_session()
-    wl = ranges.analyze_workload([f"SELECT COUNT(*) FROM people WHERE {where}"], s.tables)
-    assert wl.ranges.tolist() == [expected] and wl.snapped == [snapped]
+    wl = workload.analyze_workload([f"SELECT COUNT(*) FROM people WHERE {where}"], s.tables)
+    assert [list(r) for r in wl.ranges] == [expected] and wl.snapped == [snapped]
 
 
 def test_date_domain_by_day():
@@ -224,8 +225,8 @@ def test_date_domain_by_day():
     use_noise(s, zero_noise())
     s.register("visits", t, privacy_unit="pid", max_rows_per_unit=50,
                columns={"day": {"bounds": ("2026-01-01", "2027-01-01"), "bin_width": "1 day"}})
-    wl = ranges.analyze_workload(["SELECT COUNT(*) FROM visits WHERE day BETWEEN '2026-01-01' AND '2026-01-31'"], s.tables)
-    assert wl.ranges.tolist() == [[0, 30]]
+    wl = workload.analyze_workload(["SELECT COUNT(*) FROM visits WHERE day BETWEEN '2026-01-01' AND '2026-01-31'"], s.tables)
+    assert [list(r) for r in wl.ranges] == [[0, 30]]
     r = s.query_many(["SELECT COUNT(*) FROM visits WHERE day >= '2026-01-01' AND day < '2027-01-01'"], epsilon=1.0)
     assert abs(r.counts[0] - n) <= 3
 

@@ -512,9 +512,10 @@ def test_dawa_base_conditions_are_typed_and_total_on_both_neighbours() -> None:
     assert outcomes == [2, 2]
     # the rendered histogram SQL reads the base conditions through the typer
     from dpsql.mechanisms import ranges
+    from dpsql.plan import workload
 
     with _dawa_session(_dawa_people()) as s:
-        wl = ranges.analyze_workload(sqls, s.tables)
+        wl = workload.analyze_workload(sqls, s.tables)
         sql = ranges.histogram_sql(wl, "pid", 1, "salt").sql(dialect="duckdb")
         assert 'TRY_CAST("note" AS INT)' in sql and "INT128" in sql
 

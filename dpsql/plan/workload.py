@@ -1,0 +1,376 @@
+"""Range workloads: which range counts a list of SQL queries asks for (public metadata only).
+
+A workload is a list of ``SELECT COUNT(*) FROM t WHERE <base conditions> AND <range>`` queries
+over one table, where the range constrains one column with a declared ordered domain (1-D) or
+a pair of them (2-D), and the base conditions are the same in every query. A histogram query
+``SELECT col, COUNT(*) FROM t GROUP BY col`` (or ``GROUP BY col_bin``, or
+``GROUP BY floor(col / W) * W``) over an ordered column is the workload of all its (coarse) bins.
+
+Bins: a numeric domain [lo, hi) is cut into ``bins`` equal bins; an integer domain lo..hi
+declared with hi - lo + 1 bins has one bin per value. A range endpoint that falls inside a
+bin is snapped outward to whole bins (noted in the release). DAWA answers workloads
+(``dpsql.mechanisms.dawa_sql``); this module only reads the SQL and the catalog.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.catalog import OrderedDomain, TableSpec, source_identity
+from dpsql.errors import PolicyError, UnsupportedQueryError
+from dpsql.plan import ir
+from dpsql.plan.analyze import analyze, is_bin_column, resolve_unit_column
+from dpsql.plan.parse import DIALECT
+
+
+def _unit(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
+    u = resolve_unit_column(table, catalog)
+    assert u is not None
+    return u
+
+
+@dataclass(frozen=True)
+class Dim:
+    column: str
+    domain: OrderedDomain
+
+    @property
+    def n(self) -> int:
+        return self.domain.bins
+
+    def value_to_pos(self, v: Any) -> float:
+        """Position of a value in bin units from the domain start."""
+        d = self.domain
+        if d.kind == "numeric":
+            return (float(v) - float(d.lo)) / d.width
+        lo = dt.datetime.fromisoformat(str(d.lo))
+        if isinstance(v, dt.datetime):
+            t = v
+        elif isinstance(v, dt.date):
+            t = dt.datetime(v.year, v.month, v.day)
+        else:
+            t = dt.datetime.fromisoformat(str(v))
+        assert d.bin_seconds is not None
+        return (t - lo).total_seconds() / d.bin_seconds
+
+    @property
+    def integer(self) -> bool:
+        d = self.domain
+        return d.kind == "numeric" and d.width == 1.0 and float(d.lo).is_integer()
+
+    def bin_label(self, i: Sequence[int]) -> list[Any]:
+        d = self.domain
+        if d.kind == "numeric":
+            vals = [float(d.lo) + float(k) * d.width for k in i]
+            return [int(v) if float(v).is_integer() else float(v) for v in vals]
+        lo = dt.datetime.fromisoformat(str(d.lo))
+        assert d.bin_seconds is not None
+        return [lo + dt.timedelta(seconds=float(k) * d.bin_seconds) for k in i]
+
+
+@dataclass
+class Workload:
+    table: TableSpec
+    dims: list[Dim]
+    base_where: exp.Expression | None
+    base_key: str
+    sqls: list[str]
+    ranges: tuple[tuple[int, ...], ...]  # per query: inclusive bin indices, per dim (lo, hi)
+    snapped: list[bool]
+    histogram: bool = False  # a GROUP BY over bins: release every bin
+    coarsen: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    def synopsis_key(self, cap: float, catalog: dict[str, TableSpec]) -> str | None:
+        """The key under which this workload's synopsis is stored and found again.
+
+        It names the exact normalised WHERE (string literals keep their case), the table, the
+        ordered dimension(s), the per-unit cap, the privacy unit, and the identity of the source's
+        contents (``catalog.source_identity``: an owner-declared version, or file identity and
+        modification time). ``None`` when the source has no identity: no reuse.
+        """
+        ident_src = source_identity(self.table)
+        if ident_src is None:
+            return None
+        ident = {
+            "table": self.table.name,
+            "source": ident_src,
+            "unit": _unit(self.table, catalog),
+            "dims": [[d.column, str(d.domain.lo), str(d.domain.hi), d.domain.bins] for d in self.dims],
+            "where": self.base_key,
+            "max_rows_per_unit": cap,
+        }
+        return "dawa:" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+def _exact(node: exp.Expression) -> str:
+    """SQL of a condition with column names unqualified and lower-cased, everything else as
+    written (string literals keep their case: ``country = 'US'`` and ``= 'us'`` differ)."""
+    n = node.copy()
+    for c in n.find_all(exp.Column):
+        c.set("table", None)
+        c.set("db", None)
+        c.set("catalog", None)
+        c.set("this", exp.to_identifier(c.name.lower()))
+    return n.sql(dialect=DIALECT)
+
+
+def _where_key(base: list[exp.Expression]) -> str:
+    return json.dumps(sorted({_exact(b) for b in base}))
+
+
+def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+    if e is None:
+        return []
+    if isinstance(e, exp.Paren):
+        return _conjuncts(e.this)
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    return [e]
+
+
+_DATE_TYPES = tuple(
+    getattr(exp.DataType.Type, t) for t in ("DATE", "TIMESTAMP", "TIMESTAMPNTZ", "DATETIME") if hasattr(exp.DataType.Type, t)
+)
+
+
+def _literal_value(e: exp.Expression) -> Any:
+    if isinstance(e, exp.Paren):
+        return _literal_value(e.this)
+    if isinstance(e, exp.Cast):
+        # only a date/time literal written as a cast (DATE '2024-01-01', CAST('...' AS TIMESTAMP)):
+        # a numeric cast changes the value (CAST(20.5 AS INTEGER) is 21), so such a condition is
+        # not read as a range endpoint here
+        to = e.args.get("to")
+        if (
+            isinstance(e.this, exp.Literal)
+            and e.this.is_string
+            and isinstance(to, exp.DataType)
+            and to.this in _DATE_TYPES
+        ):
+            return str(e.this.this)
+        raise ValueError("not a literal")
+    if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
+        return -float(e.this.this)
+    if isinstance(e, exp.Literal):
+        return str(e.this) if e.is_string else float(e.this)
+    if isinstance(e, (exp.TsOrDsToDate,)) and isinstance(e.this, exp.Literal):
+        return str(e.this.this)
+    raise ValueError("not a literal")
+
+
+_FLIP = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
+
+
+def _range_part(c: exp.Expression, ordered: dict[str, OrderedDomain]) -> tuple[str, str, Any] | list[tuple[str, str, Any]] | None:
+    """(column, op, value) for a comparison of an ordered column with a literal, else None."""
+    if isinstance(c, exp.Between) and isinstance(c.this, exp.Column) and c.this.name.lower() in ordered:
+        try:
+            lo = _literal_value(c.args["low"])
+            hi = _literal_value(c.args["high"])
+        except ValueError:
+            return None
+        col = c.this.name.lower()
+        return [(col, ">=", lo), (col, "<=", hi)]
+    for cls, op in ((exp.GTE, ">="), (exp.GT, ">"), (exp.LTE, "<="), (exp.LT, "<"), (exp.EQ, "=")):
+        if type(c) is cls:
+            left, right = c.this, c.expression
+            if isinstance(right, exp.Column) and not isinstance(left, exp.Column):
+                left, right = right, left
+                op = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}[op]
+            if isinstance(left, exp.Column) and left.name.lower() in ordered:
+                try:
+                    return (left.name.lower(), op, _literal_value(right))
+                except ValueError:
+                    return None
+    return None
+
+
+def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
+    """Inclusive bin range selected by the comparisons, and whether an endpoint was snapped.
+
+    Positions are in bin units from the domain start; bin i covers [i, i + 1). ``<= b`` and
+    ``= b`` include the whole bin that contains b; ``> a`` on an integer domain starts at a + 1.
+    An endpoint inside a bin is snapped outward to whole bins.
+    """
+    lo_pos, hi_pos = 0.0, float(dim.n)  # half-open [lo_pos, hi_pos)
+    eps = 1e-9
+    inexact = False
+    for op, v in parts:
+        p = dim.value_to_pos(v)
+        if not math.isfinite(p):
+            # e.g. age = 1e400 (inf as a float): no bin; refused before any charge
+            raise UnsupportedQueryError(
+                f"the range endpoint {v!r} on '{dim.column}' is not a finite number",
+                hint=f"write an endpoint within the declared domain of '{dim.column}'",
+            )
+        # on a continuous numeric domain, "<= b" / "= b" take in the rest of b's bin
+        inexact = inexact or (op in ("<=", "=") and dim.domain.kind == "numeric" and not dim.integer)
+        if op == ">=":
+            lo_pos = max(lo_pos, p)
+        elif op == ">":
+            lo_pos = max(lo_pos, p + 1 if dim.integer else p)
+        elif op == "<":
+            hi_pos = min(hi_pos, p)
+        elif op == "<=":
+            hi_pos = min(hi_pos, math.floor(p + eps) + 1)
+        elif op == "=":
+            lo_pos = max(lo_pos, p)
+            hi_pos = min(hi_pos, math.floor(p + eps) + 1)
+    snapped = inexact or abs(lo_pos - round(lo_pos)) > eps or (abs(hi_pos - round(hi_pos)) > eps and hi_pos < dim.n)
+    i0 = int(math.floor(lo_pos + eps))
+    i1 = int(math.ceil(hi_pos - eps)) - 1
+    i0 = min(max(i0, 0), dim.n)
+    i1 = min(max(i1, -1), dim.n - 1)
+    return i0, i1, snapped
+
+
+def analyze_workload(sqls: list[str], catalog: dict[str, TableSpec]) -> Workload:
+    """Check that ``sqls`` form one range workload and map every query to bin ranges."""
+    if not isinstance(sqls, (list, tuple)) or not sqls:
+        raise UnsupportedQueryError("query_many needs a non-empty list of SQL range-count queries")
+    plans = [analyze(s, catalog) for s in sqls]
+    table = plans[0].table
+    ordered = {name: c.ordered for name, c in table.columns.items() if c.ordered is not None}
+    if not ordered:
+        raise PolicyError(
+            f"table '{table.name}' declares no ordered domain for range queries",
+            hint="register a column with bounds and bins, e.g. columns={'age': {'bounds': (0, 120), 'bins': 121}}",
+        )
+    base_keys: set[str] | None = None
+    base_expr: exp.Expression | None = None
+    per_query: list[dict[str, list[tuple[str, Any]]]] = []
+    used: list[str] = []
+    for s, p in zip(sqls, plans):
+        if p.table.name != table.name:
+            raise UnsupportedQueryError("all queries of a workload must read the same table")
+        if p.keys or [a.kind for a in p.aggregates] != [ir.COUNT_STAR] or p.having is not None:
+            raise UnsupportedQueryError(
+                f"a range workload query must be SELECT COUNT(*) FROM {table.name} WHERE <range>: {s!r}"
+            )
+        base: list[exp.Expression] = []
+        rng: dict[str, list[tuple[str, Any]]] = {}
+        for c in _conjuncts(p.where):
+            part = _range_part(c, ordered)
+            if part is None:
+                base.append(c)
+                continue
+            for col, op, v in part if isinstance(part, list) else [part]:
+                rng.setdefault(col, []).append((op, v))
+                if col not in used:
+                    used.append(col)
+        keys = {_exact(b) for b in base}
+        if base_keys is None:
+            base_keys = keys
+            base_expr = _and(base)
+        elif keys != base_keys:
+            raise UnsupportedQueryError(
+                "all queries of a workload must share the same non-range WHERE conditions",
+                hint="split the workload by its other conditions",
+            )
+        per_query.append(rng)
+    if not used:
+        raise UnsupportedQueryError("no query of the workload has a range over a column with a declared ordered domain")
+    if len(used) > 2:
+        raise UnsupportedQueryError(f"range workloads support one or two ordered columns, got {used}")
+    dims = [Dim(c, ordered[c]) for c in used]
+    rows, snapped = [], []
+    for rng in per_query:
+        row: list[int] = []
+        sn = False
+        for d in dims:
+            i0, i1, s_ = _bins_for(d, rng.get(d.column, []))
+            row += [i0, i1]
+            sn = sn or s_
+        rows.append(row)
+        snapped.append(sn)
+    if len(dims) == 2 and dims[0].n * dims[1].n > 1 << 20:
+        raise PolicyError("2-D range workloads support at most 1,048,576 cells (e.g. 1024 x 1024)")
+    return Workload(
+        table=table,
+        dims=dims,
+        base_where=base_expr,
+        base_key=json.dumps(sorted(base_keys or set())),
+        sqls=list(sqls),
+        ranges=tuple(tuple(r) for r in rows),
+        snapped=snapped,
+    )
+
+
+def _and(parts: list[exp.Expression]) -> exp.Expression | None:
+    if not parts:
+        return None
+    out = parts[0].copy()
+    for p in parts[1:]:
+        out = exp.And(this=out, expression=p.copy())
+    return out
+
+
+def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
+    """A ``GROUP BY <ordered column>`` COUNT(*) query as the workload of all bins, else None.
+
+    ``GROUP BY floor(col / W) * W`` with W a multiple of the bin width asks for a coarser
+    histogram (answered from the bins, every coarse bin released).
+    """
+    if len(plan.keys) != 1 or [a.kind for a in plan.aggregates] != [ir.COUNT_STAR]:
+        return None
+    key = plan.keys[0].expr
+    col, factor = _binned_column(key, plan.table)
+    if col is None:
+        return None
+    cspec = plan.table.column(col)
+    assert cspec.ordered is not None
+    dim = Dim(col, cspec.ordered)
+    n = dim.n
+    factor = max(1, factor)
+    ranges = tuple((s, min(s + factor - 1, n - 1)) for s in range(0, n, factor))
+    base = [c for c in _conjuncts(plan.where)]
+    return Workload(
+        table=plan.table,
+        dims=[dim],
+        base_where=_and(base),
+        base_key=_where_key(base),
+        sqls=[plan.sql],
+        ranges=ranges,
+        snapped=[False] * len(ranges),
+        histogram=True,
+        coarsen=factor,
+    )
+
+
+def _binned_column(key: exp.Expression, table: TableSpec) -> tuple[str | None, int]:
+    if isinstance(key, exp.Column):
+        name = key.name.lower()
+        if name in table.columns and table.columns[name].ordered is not None:
+            return name, 1
+        if is_bin_column(name, table) and name not in table.schema:
+            return name.removesuffix("_bin"), 1
+        return None, 1
+    # floor(col / W) * W  with W a whole multiple of the bin width
+    if isinstance(key, exp.Mul) and isinstance(key.this, exp.Floor):
+        inner = key.this.this
+        if isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, exp.Div) and isinstance(inner.this, exp.Column):
+            try:
+                w1 = _literal_value(inner.expression)
+                w2 = _literal_value(key.expression)
+            except ValueError:
+                return None, 1
+            name = inner.this.name.lower()
+            c = table.columns.get(name)
+            if c is None or c.ordered is None or c.ordered.kind != "numeric" or w1 != w2:
+                return None, 1
+            ratio = float(w1) / c.ordered.width
+            if abs(ratio - round(ratio)) > 1e-9 or round(ratio) < 1 or float(c.ordered.lo) % float(w1) != 0:
+                return None, 1
+            return name, int(round(ratio))
+    return None, 1
