@@ -37,27 +37,26 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from dpsql.accounting import gaussian_sigma
 from dpsql.budget import Budget
 from dpsql.errors import ConfigError, PolicyError
+from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.mechanisms.common import (
     Calibration,
     add_noise,
+    aggregate_types,
+    bounding_note,
     finish_release,
     gaussian_fp_charge,
     is_integer_column,
+    ledger_parameters,
+    needed_columns,
 )
 from dpsql.noise import NoiseSource, snapping_calibration, snapping_epsilon
 from dpsql.plan import ir
-from dpsql.rewrite.bound import Caps, released_columns, source_column
-
-
-def needed_columns(plan: ir.QueryPlan, caps: Caps) -> list[Any]:
-    need = {source_column(a, caps) for a in plan.aggregates}
-    need |= {a.name + "_sum" for a in plan.aggregates if a.kind == ir.AVG}
-    need |= {a.name + "_cnt" for a in plan.aggregates if a.kind == ir.AVG}
-    return [c for c in released_columns(plan, caps) if c.name in need]
+from dpsql.rewrite.bound import Caps, bounded_query
 
 
 def domain_size(plan: ir.QueryPlan) -> int:
@@ -147,9 +146,7 @@ def _domain_table(plan: ir.QueryPlan, like: pa.Table) -> pa.Table:
     return pa.table(cols)
 
 
-def release(
-    plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseSource
-) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
+def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseSource) -> Released:
     """Noise every needed column of the bounded aggregates; fill zero rows for public keys."""
     if plan.keys:
         dom = _domain_table(plan, bounded)
@@ -168,3 +165,49 @@ def release(
         noisy[c.name] = add_noise(vals, c, cal, rng)
     keys_out = {k.name: table.column(k.name) for k in plan.keys}
     return finish_release(plan, cal, keys_out, noisy)
+
+
+#: public key domains up to this many combinations are checked in full before the charge
+KEY_DOMAIN_CHECK_LIMIT = 100_000
+
+
+class BasicMechanism:
+    """Gaussian or Laplace noise on scalar aggregates and on GROUP BY over public keys."""
+
+    name: MechanismName
+    options = frozenset({"max_groups_per_unit", "max_rows_per_group"})
+
+    def __init__(self, name: MechanismName) -> None:
+        assert name in (MechanismName.GAUSSIAN, MechanismName.LAPLACE)
+        self.name = name
+
+    def calibrate(self, request: Request, contribution: Caps) -> Calibration:
+        assert request.plan is not None
+        if self.name == MechanismName.GAUSSIAN and request.delta == 0:
+            raise ConfigError("the Gaussian mechanism needs delta > 0", hint="pass delta=1e-6 or use mechanism='laplace'")
+        cal = calibrate(request.plan, request.epsilon, request.delta, contribution, self.name.value)
+        cal.plan, cal.unit = request.plan, request.unit
+        return cal
+
+    def describe(self, cal: Calibration) -> Description:
+        notes = list(cal.notes)
+        notes.append(bounding_note(cal.caps))
+        return Description(label=cal.mechanism, cost=cal.cost, parameters=ledger_parameters(cal), notes=tuple(notes))
+
+    def bounded(self, cal: Calibration, salt: str) -> exp.Expression:
+        assert cal.plan is not None
+        return bounded_query(cal.plan, cal.caps, salt=salt, tau=cal.tau, unit_column=cal.unit)
+
+    def released_types(self, cal: Calibration) -> dict[str, str]:
+        assert cal.plan is not None
+        return aggregate_types(cal.plan)
+
+    def key_domain(self, cal: Calibration) -> pa.Table | None:
+        assert cal.plan is not None
+        if not cal.plan.public_keys or domain_size(cal.plan) > KEY_DOMAIN_CHECK_LIMIT:
+            return None
+        return _domain_table(cal.plan, pa.table({}))
+
+    def release(self, cal: Calibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
+        assert cal.plan is not None and bounded is not None
+        return release(cal.plan, bounded, cal, rng)

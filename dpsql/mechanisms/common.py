@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpsql.budget import Budget
+from dpsql.mechanisms.base import Released, fmt_cap
 from dpsql.noise import (
     NoiseSource,
     check_gaussian_representable,
@@ -24,7 +25,7 @@ from dpsql.noise import (
     round_to_granularity,
 )
 from dpsql.plan import ir
-from dpsql.rewrite.bound import Caps, ReleasedColumn, source_column
+from dpsql.rewrite.bound import Caps, ReleasedColumn, released_columns, source_column
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 LAPLACE95 = math.log(20.0)  # P(|Lap(b)| > b ln 20) = 0.05
@@ -46,6 +47,9 @@ class Calibration:
     notes: list[str] = field(default_factory=list)
     #: Laplace (snapping): released column -> (power-of-two grid Lambda, public clamp bound B)
     snap: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: the analysed query and the privacy unit column it is bounded on (set by the mechanism)
+    plan: ir.QueryPlan | None = None
+    unit: str = ""
 
     def std(self, col: str) -> float:
         s = self.scales[col]
@@ -57,6 +61,13 @@ class Calibration:
             return Z95 * s
         grid = self.snap[col][0] if col in self.snap else 0.0
         return LAPLACE95 * s + grid / 2.0
+
+
+def needed_columns(plan: ir.QueryPlan, caps: Caps) -> list[Any]:
+    need = {source_column(a, caps) for a in plan.aggregates}
+    need |= {a.name + "_sum" for a in plan.aggregates if a.kind == ir.AVG}
+    need |= {a.name + "_cnt" for a in plan.aggregates if a.kind == ir.AVG}
+    return [c for c in released_columns(plan, caps) if c.name in need]
 
 
 def default_granularity(scale: float) -> float:
@@ -136,12 +147,15 @@ def finish_release(
     cal: Calibration,
     keys: dict[str, pa.Array],
     noisy: dict[str, np.ndarray],
-) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
+    commit: dict[str, Any] | None = None,
+) -> Released:
     """Round noisy columns, derive AVGs, and build the released internal table + accuracy.
 
     The returned table has the key columns and one column per aggregate (``__aN``), all of
-    them post-processed noisy values. Accuracy is keyed by internal aggregate name.
+    them post-processed noisy values. Accuracy is keyed by internal aggregate name; an AVG's
+    per-row interval goes to ``row_accuracy``.
     """
+    row_accuracy: dict[str, pa.Array] = {}
     cols: dict[str, Any] = dict(keys)
     rounded: dict[str, np.ndarray] = {}
     gran: dict[str, float] = {}
@@ -174,7 +188,7 @@ def finish_release(
                 nn = np.maximum(n, 1)
                 std_row = np.sqrt((ss / nn) ** 2 + ((s / nn) * (sn / nn)) ** 2)
             # per-row half-widths travel with the rows (hidden column) through HAVING/ORDER/LIMIT
-            cols[a.name + "__ci"] = pa.array(Z95 * std_row + g / 2, type=pa.float64())
+            row_accuracy[a.name] = pa.array(Z95 * std_row + g / 2, type=pa.float64())
             finite = std_row[np.isfinite(std_row)]
             typical = float(np.median(finite)) if finite.size else None
             accuracy[a.name] = {
@@ -211,6 +225,33 @@ def finish_release(
                     f"some values were released at the public snapping bound +/-{bound:g}: the true value may be larger in "
                     "magnitude, outside the interval"
                 )
-    if not cols:
-        return pa.table({}), accuracy
-    return pa.table(cols), accuracy
+    return Released(table=pa.table(cols) if cols else pa.table({}), accuracy=accuracy, row_accuracy=row_accuracy,
+                    commit=commit or {})
+
+
+def aggregate_types(plan: ir.QueryPlan) -> dict[str, str]:
+    """The SQL type of each released aggregate: counts are integers, the rest DOUBLE."""
+    return {
+        a.name: "BIGINT" if a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS) else "DOUBLE" for a in plan.aggregates
+    }
+
+
+def ledger_parameters(cal: Calibration) -> dict[str, Any]:
+    """The parameters recorded in the ledger and shown by explain (one source for both)."""
+    p: dict[str, Any] = dict(cal.params)
+    p["noise"] = cal.noise
+    p["max_groups_per_unit"] = cal.caps.max_groups_per_unit
+    p["max_rows_per_group"] = cal.caps.max_rows_per_group
+    if cal.tau is not None:
+        p["tau"] = cal.tau
+    if cal.tau_star is not None:
+        p["tau_star"] = cal.tau_star
+    return p
+
+
+def bounding_note(caps: Caps) -> str:
+    return (
+        f"bounding: each privacy unit keeps at most {fmt_cap(caps.max_rows_per_group)} row(s) per group and "
+        f"{fmt_cap(caps.max_groups_per_unit)} group(s), chosen at random; rows beyond these caps are dropped "
+        "(a public, data-independent rule; how many rows it drops is not reported because that would depend on the data)"
+    )

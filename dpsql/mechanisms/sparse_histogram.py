@@ -42,15 +42,25 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from dpsql import accounting
 from dpsql.budget import Budget
 from dpsql.errors import ConfigError, PolicyError
-from dpsql.mechanisms.basic import needed_columns
-from dpsql.mechanisms.common import Calibration, add_noise, finish_release, gaussian_fp_charge
+from dpsql.mechanisms.base import Description, MechanismName, Released, Request
+from dpsql.mechanisms.common import (
+    Calibration,
+    add_noise,
+    aggregate_types,
+    bounding_note,
+    finish_release,
+    gaussian_fp_charge,
+    ledger_parameters,
+    needed_columns,
+)
 from dpsql.noise import INT_VALUE_BOUND, NoiseSource, gaussian_release
 from dpsql.plan import ir
-from dpsql.rewrite.bound import Caps, ReleasedColumn
+from dpsql.rewrite.bound import Caps, ReleasedColumn, bounded_query
 
 
 def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts: dict[str, Any]) -> Calibration:
@@ -145,9 +155,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
     )
 
 
-def release(
-    plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseSource
-) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
+def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseSource) -> Released:
     """Noise the distinct-unit counts, keep groups at or above tau*, noise their other columns."""
     assert cal.tau is not None and cal.tau_star is not None
     users = np.asarray(bounded.column("__users").to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -166,7 +174,53 @@ def release(
         vals = np.asarray(kept.column(c.name).to_numpy(zero_copy_only=False), dtype=np.float64)
         noisy[c.name] = add_noise(np.nan_to_num(vals, nan=0.0), c, cal, rng)
     keys = {k.name: kept.column(k.name) for k in plan.keys}
-    return finish_release(plan, cal, keys, noisy)
+    return finish_release(plan, cal, keys, noisy, commit={"params_update": {"released_rows": int(keep.sum())}})
 
 
-__all__ = ["calibrate", "release"]
+class SparseHistogram:
+    """GROUP BY over keys not declared public: groups released only above a noisy threshold."""
+
+    name = MechanismName.SPARSE_HISTOGRAM
+    options = frozenset({"tau", "tau_star", "sigma", "max_groups_per_unit", "max_rows_per_group"})
+
+    def calibrate(self, request: Request, contribution: Caps) -> Calibration:
+        plan, table, opts = request.plan, request.table, request.options
+        assert plan is not None
+        if not plan.is_grouped:
+            raise PolicyError("the sparse histogram mechanism needs a GROUP BY")
+        if request.delta == 0:
+            undeclared = [k.sql for k in plan.keys if k.domain is None]
+            raise PolicyError(
+                "GROUP BY over keys that are not declared public ("
+                + ", ".join(undeclared)
+                + ") needs delta > 0: the keys themselves are released only above a noisy threshold",
+                hint="pass delta (e.g. delta=1e-6), or declare the key column's public domain with columns={'col': {'domain': [...]}}",
+            )
+        if "tau" in opts and opts["tau"] < table.tau:
+            # owner policy wins: the registered tau is a floor the analyst may raise, never lower
+            raise PolicyError(
+                f"option tau={opts['tau']} is below the threshold tau={table.tau} that the data owner registered for table '{table.name}'",
+                hint=f"omit tau, or pass tau >= {table.tau}",
+            )
+        cal = calibrate(plan, request.epsilon, request.delta, contribution, dict(opts))
+        cal.plan, cal.unit = plan, request.unit
+        return cal
+
+    def describe(self, cal: Calibration) -> Description:
+        return Description(label=cal.mechanism, cost=cal.cost, parameters=ledger_parameters(cal),
+                           notes=(*cal.notes, bounding_note(cal.caps)))
+
+    def bounded(self, cal: Calibration, salt: str) -> exp.Expression:
+        assert cal.plan is not None
+        return bounded_query(cal.plan, cal.caps, salt=salt, tau=cal.tau, unit_column=cal.unit)
+
+    def released_types(self, cal: Calibration) -> dict[str, str]:
+        assert cal.plan is not None
+        return aggregate_types(cal.plan)
+
+    def key_domain(self, cal: Calibration) -> pa.Table | None:
+        return None  # the released keys are data dependent (above the noisy threshold)
+
+    def release(self, cal: Calibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
+        assert cal.plan is not None and bounded is not None
+        return release(cal.plan, bounded, cal, rng)

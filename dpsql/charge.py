@@ -1,0 +1,85 @@
+"""The part of a request after its charge: it reads private data, so what it shows is guarded.
+
+``charged`` wraps execution and release: on any failure the ledger entry is marked failed (the
+charge stands) and one generic ExecutionError is raised, whose text never depends on which
+failure happened; every run is padded to the owner's ``min_response_time``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from dpsql.engine import private_failure, scrub
+from dpsql.errors import ExecutionError, LedgerError
+from dpsql.ledger import Ledger
+
+#: the ledger's failure reason for every run that failed after its charge (never data-dependent)
+FAILURE_REASON = "failed after the charge (reason withheld: it could depend on private data)"
+
+
+@contextlib.contextmanager
+def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[None]:
+    """Run the part after the charge (it reads private data).
+
+    On any failure the entry is marked failed (it still counts: the charge stands) and one
+    generic ExecutionError is raised whose text depends only on ``what`` and the owner's
+    settings: never on which failure happened (time-out, out of memory, a full temp
+    directory, a solver failure, ...), since that could depend on the data. The ledger's
+    failure reason is a constant. The original exception is not chained. In the owner's
+    debug mode only, ``debug_detail`` carries its class and scrubbed message.
+    Every run is padded by sleeping to the owner's ``min_response_time``, failures included.
+    """
+    start = time.monotonic()
+    settings = backend.settings
+    failure: BaseException | None = None
+    try:
+        yield
+    except BaseException as e:
+        if not isinstance(e, Exception):  # KeyboardInterrupt / SystemExit: keep them
+            failure = e
+        else:
+            detail = None
+            if settings.debug:
+                detail = (scrub(e.debug_detail) if isinstance(e, ExecutionError) and e.debug_detail
+                          else backend._detail(e))
+            err = private_failure(what, detail, settings)
+            failure = ExecutionError(
+                f"{what} failed after its budget was charged; the charge stands. "
+                "The reason is withheld: it could depend on private data",
+                hint=err.hint,
+                debug_detail=err.debug_detail,
+            )
+        withhold(e)
+    finally:
+        pad = settings.min_response_time - (time.monotonic() - start)
+        if pad > 0:
+            time.sleep(pad)
+    if failure is not None:
+        try:
+            ledger.fail(entry, FAILURE_REASON)
+        except LedgerError:
+            pass
+        raise failure from None
+
+
+def withhold(e: BaseException) -> None:
+    """Drop the text, attributes and frames of a failure that may quote private data (and of
+    the exceptions chained to it), so no reference to it can reveal a value later."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    stack = [e]
+    while stack:
+        cur = stack.pop()
+        if cur is None or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        stack += [cur.__context__, cur.__cause__]  # type: ignore[list-item]
+        try:
+            cur.args = ("<withheld>",)
+            cur.__dict__.clear()
+            cur.__traceback__ = None
+        except (AttributeError, TypeError):  # pragma: no cover - exotic exception types
+            pass

@@ -1,0 +1,152 @@
+"""The Mechanism interface: what every mechanism states in code, and the request it answers.
+
+A mechanism is one object registered under a :class:`MechanismName` in
+``dpsql.mechanisms.registry.REGISTRY``. The Session drives every mechanism through the same
+steps, in this order (``dpsql/session.py``):
+
+1. ``calibrate(request, contribution)``: from public metadata and (epsilon, delta) only --
+   the catalog, the analysed query, the contribution caps -- never from data. Refusals here
+   (PolicyError, ConfigError) cost nothing.
+2. ``describe(calibration)``: the one description used both by ``explain`` and by the ledger
+   row (label, cost, parameters, notes, and which earlier release it reuses, if any).
+3. ``bounded(calibration, salt)``: the bounded relation as a sqlglot AST, built from the shared
+   bounding steps of ``dpsql.rewrite.bound`` (``None`` when no private row is read, e.g. an
+   answer from a stored synopsis). The Session renders and runs it on the execution backend.
+4. ``release(calibration, bounded_rows, rng)``: noise, thresholds and rounding on the fetched
+   Arrow table; returns :class:`Released`: the released values under the plan's internal
+   names (``__k*`` keys, ``__a*`` aggregates), their accuracy, and what the ledger keeps.
+
+Post-processing (outputs, HAVING, ORDER BY, LIMIT) is not a mechanism's business: it runs on
+the released values in ``dpsql.postprocess``, which needs only ``released_types`` (the SQL type
+of each released aggregate) and ``key_domain`` (the public key values, when the keys are public).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.budget import Budget
+from dpsql.catalog import TableSpec
+from dpsql.errors import PolicyError
+from dpsql.noise import NoiseSource
+from dpsql.plan import ir
+from dpsql.plan.workload import Workload
+from dpsql.rewrite.bound import Caps
+
+
+class MechanismName(enum.StrEnum):
+    """The mechanisms dpsql can route a query to (the ``mechanism`` option takes these values)."""
+
+    GAUSSIAN = "gaussian"
+    LAPLACE = "laplace"
+    SPARSE_HISTOGRAM = "sparse_histogram"
+    DAWA = "dawa"
+
+
+@dataclass(frozen=True)
+class Request:
+    """One analyst request, validated, in terms of public metadata only.
+
+    ``plan`` is the analysed query (None for a workload passed to ``query_many``);
+    ``workload`` the range workload it amounts to, when it is one (``dpsql.plan.workload``);
+    ``find_synopsis`` looks up a released synopsis by key in the ledger (released values only).
+    """
+
+    text: str
+    epsilon: float
+    delta: float
+    options: Mapping[str, Any]
+    table: TableSpec
+    unit: str
+    catalog: Mapping[str, TableSpec]
+    plan: ir.QueryPlan | None = None
+    workload: Workload | None = None
+    find_synopsis: Callable[[str], tuple[int, str] | None] = field(default=lambda key: None)
+
+    @property
+    def tables(self) -> list[str]:
+        return [self.table.name]
+
+
+@dataclass(frozen=True)
+class Description:
+    """What a calibrated mechanism will do, for ``explain`` and for the ledger row alike."""
+
+    label: str
+    cost: Budget
+    parameters: dict[str, Any]
+    notes: tuple[str, ...] = ()
+    #: the ledger entry whose released synopsis answers this request (a zero-cost reuse)
+    reuse_of: int | None = None
+
+
+@dataclass
+class Released:
+    """A mechanism's output: released (noised) values only.
+
+    ``table``: keys and aggregates under the plan's internal names, or, when ``final``, the
+    table handed to the caller as it is (a workload's ``(query, count)`` rows).
+    ``accuracy``: per internal aggregate name. ``row_accuracy``: per internal aggregate name,
+    a per-row 95% half-width that travels with its row through post-processing.
+    ``commit``: extra keyword arguments for ``Ledger.commit`` (a synopsis to keep, counts).
+    """
+
+    table: pa.Table
+    accuracy: dict[str, dict[str, Any]]
+    row_accuracy: dict[str, pa.Array] = field(default_factory=dict)
+    commit: dict[str, Any] = field(default_factory=dict)
+    final: bool = False
+
+
+class Mechanism(Protocol):
+    """The interface every registered mechanism implements (see the module docstring)."""
+
+    name: MechanismName
+    #: the query options this mechanism reads (besides ``mechanism``)
+    options: frozenset[str]
+
+    def calibrate(self, request: Request, contribution: Caps) -> Any: ...
+
+    def describe(self, calibration: Any) -> Description: ...
+
+    def bounded(self, calibration: Any, salt: str) -> exp.Expression | None: ...
+
+    def released_types(self, calibration: Any) -> dict[str, str]: ...
+
+    def key_domain(self, calibration: Any) -> pa.Table | None: ...
+
+    def release(self, calibration: Any, bounded: pa.Table | None, rng: NoiseSource) -> Released: ...
+
+
+def fmt_cap(v: float) -> str:
+    return "unlimited" if math.isinf(v) else str(int(v))
+
+
+def lowered_cap(table: TableSpec, options: Mapping[str, Any], key: str) -> float:
+    """A contribution cap for this request: the registered one, or a lower one from the options.
+
+    Owner policy wins: lowering an enforced cap only adds bias (less noise, never less privacy);
+    raising it above what the data owner registered is refused before any charge.
+    """
+    registered = table.rows_per_unit_cap if key == "max_rows_per_unit" else float(getattr(table, key))
+    if key not in options:
+        return registered
+    v = options[key]
+    if v > registered:
+        raise PolicyError(
+            f"option {key}={v} is above the cap {fmt_cap(registered)} that the data owner registered for table '{table.name}'",
+            hint=f"pass {key} <= {fmt_cap(registered)}, or omit it",
+        )
+    return float(v)
+
+
+def contribution(table: TableSpec, options: Mapping[str, Any]) -> Caps:
+    """The contribution model of a request: the table's caps, lowered by options if asked."""
+    return Caps(lowered_cap(table, options, "max_groups_per_unit"), lowered_cap(table, options, "max_rows_per_group"))

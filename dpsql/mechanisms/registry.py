@@ -1,0 +1,178 @@
+"""The registry of mechanisms and the one routing step: request -> mechanism + calibration + reason.
+
+``route`` is used by ``Session.query``, ``Session.query_many`` and ``Session.explain`` alike, so
+what ``explain`` says is what ``query`` does. It reads public metadata only (the catalog, the
+analysed SQL, the options, and the keys of synopses already released in the ledger), so every
+refusal here is free.
+
+A new mechanism plugs in here: one ``MechanismName``, one entry in ``REGISTRY``, and the rule in
+``route`` that sends requests to it.
+
+Routing rules, in order:
+
+1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
+2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis);
+   a single range count over such a column -> a stored synopsis if one covers it, else (3)/(4).
+3. GROUP BY over keys not all declared public -> the Gaussian sparse histogram (needs delta > 0).
+4. A scalar aggregate, or GROUP BY over public keys -> Gaussian (delta > 0) or Laplace (delta = 0).
+
+The ``mechanism`` option forces a mechanism where it applies and is refused where it does not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.catalog import TableSpec
+from dpsql.errors import ConfigError, DPSQLError, PolicyError
+from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
+from dpsql.mechanisms.basic import BasicMechanism
+from dpsql.mechanisms.ranges import Dawa
+from dpsql.mechanisms.sparse_histogram import SparseHistogram
+from dpsql.plan import ir
+from dpsql.plan.analyze import analyze, resolve_unit_column
+from dpsql.plan.workload import analyze_workload, histogram_workload
+
+REGISTRY: dict[MechanismName, Mechanism] = {
+    MechanismName.GAUSSIAN: BasicMechanism(MechanismName.GAUSSIAN),
+    MechanismName.LAPLACE: BasicMechanism(MechanismName.LAPLACE),
+    MechanismName.SPARSE_HISTOGRAM: SparseHistogram(),
+    MechanismName.DAWA: Dawa(),
+}
+
+#: values the ``mechanism`` option accepts
+FORCEABLE = ("auto", *(m.value for m in MechanismName))
+
+_REASONS = {
+    "dawa_histogram": "histogram over a column with a declared ordered domain: DAWA (private partition, then workload-aware measurement)",
+    "dawa_workload": "range workload over column(s) with a declared ordered domain: DAWA (private partition, then workload-aware measurement)",
+    "sparse": "GROUP BY over keys not declared public: Gaussian sparse histogram (groups released only above a noisy threshold, exact accounting)",
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a request goes: the mechanism, its calibration, why, and its description."""
+
+    request: Request
+    mechanism: Mechanism
+    calibration: Any
+    reason: str
+    description: Description
+
+
+def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: str) -> Route:
+    desc = mechanism.describe(calibration)
+    if desc.reuse_of is not None:
+        reason = (f"answered from the DAWA synopsis of ledger entry {desc.reuse_of} (same table, column(s), WHERE and cap): "
+                  "post-processing")
+    return Route(request, mechanism, calibration, reason, desc)
+
+
+def _check_applicable(mechanism: Mechanism, options: Mapping[str, Any]) -> None:
+    bad = sorted(set(options) - mechanism.options - {"mechanism"})
+    if bad:
+        raise ConfigError(
+            f"option(s) {bad} do not apply to the {mechanism.name} mechanism",
+            hint=f"the {mechanism.name} mechanism takes: {', '.join(sorted(mechanism.options | {'mechanism'}))}",
+        )
+
+
+def _unit(table: TableSpec, catalog: Mapping[str, TableSpec]) -> str:
+    unit = resolve_unit_column(table, dict(catalog))
+    assert unit is not None  # analysis refuses tables whose unit does not resolve
+    return unit
+
+
+def route_workload(
+    sqls: Any, epsilon: float, delta: float, options: Mapping[str, Any], catalog: Mapping[str, TableSpec],
+    find_synopsis: Callable[[str], tuple[int, str] | None],
+) -> Route:
+    """Rule 1: a list of range counts (``query_many``)."""
+    dawa = REGISTRY[MechanismName.DAWA]
+    if options.get("mechanism", "auto") not in ("auto", "dawa"):
+        raise ConfigError("range workloads (query_many) are answered by DAWA only", hint="omit the mechanism option")
+    _check_applicable(dawa, options)
+    wl = analyze_workload(list(sqls) if isinstance(sqls, (list, tuple)) else sqls, dict(catalog))
+    req = Request(text="\n;\n".join(wl.sqls), epsilon=epsilon, delta=delta, options=options, table=wl.table,
+                  unit=_unit(wl.table, catalog), catalog=catalog, workload=wl, find_synopsis=find_synopsis)
+    cal = dawa.calibrate(req, contribution(wl.table, {}))
+    return _finish(req, dawa, cal, _REASONS["dawa_workload"])
+
+
+def route(
+    sql: str, epsilon: float, delta: float, options: Mapping[str, Any], catalog: Mapping[str, TableSpec],
+    find_synopsis: Callable[[str], tuple[int, str] | None],
+) -> Route:
+    """Rules 2-4: one SQL query."""
+    plan = analyze(sql, dict(catalog))
+    table = plan.table
+    forced = options.get("mechanism", "auto")
+    base = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=table,
+                   unit=_unit(table, catalog), catalog=catalog, plan=plan, find_synopsis=find_synopsis)
+
+    # rule 2: ordered domains (DAWA, or a stored synopsis)
+    if forced in ("auto", "dawa") and any(c.ordered is not None for c in table.columns.values()):
+        dawa = REGISTRY[MechanismName.DAWA]
+        wl = histogram_workload(plan)
+        if wl is not None:
+            _check_applicable(dawa, options)
+            req = dataclasses.replace(base, workload=wl)
+            return _finish(req, dawa, dawa.calibrate(req, contribution(table, {})), _REASONS["dawa_histogram"])
+        if _single_range_count(plan) and set(options) <= dawa.options | {"mechanism"}:
+            try:
+                wl = analyze_workload([sql], dict(catalog))
+            except DPSQLError:
+                wl = None
+            if wl is not None:
+                req = dataclasses.replace(base, workload=wl)
+                cal = dawa.calibrate(req, contribution(table, {}), reuse_only=True)  # type: ignore[call-arg]
+                if cal is not None:
+                    return _finish(req, dawa, cal, "")
+    if forced == "dawa":
+        raise PolicyError(
+            "mechanism 'dawa' answers range workloads: use Session.query_many([...]) or a histogram over a column with a declared ordered domain"
+        )
+    _check_bin_keys(plan)
+
+    # rule 3: keys not declared public
+    if plan.is_grouped and not plan.public_keys:
+        if forced in ("gaussian", "laplace"):
+            raise PolicyError(
+                f"mechanism '{forced}' needs public keys, but the GROUP BY keys are not declared public",
+                hint="declare the key column's domain, or let dpsql choose the sparse histogram mechanism",
+            )
+        forced = "sparse_histogram"
+    if forced == "sparse_histogram":
+        mech = REGISTRY[MechanismName.SPARSE_HISTOGRAM]
+        reason = _REASONS["sparse"]
+    else:
+        # rule 4: scalar aggregates and public keys
+        name = MechanismName(forced) if forced != "auto" else (MechanismName.GAUSSIAN if delta > 0 else MechanismName.LAPLACE)
+        mech = REGISTRY[name]
+        what = "scalar aggregate" if not plan.keys else "GROUP BY over public (declared) keys, every key released"
+        why = "delta > 0" if name == MechanismName.GAUSSIAN else "delta = 0 (pure DP)"
+        reason = f"{what}: {name} mechanism ({why})"
+    _check_applicable(mech, options)
+    return _finish(base, mech, mech.calibrate(base, contribution(table, options)), reason)
+
+
+def _single_range_count(plan: ir.QueryPlan) -> bool:
+    return not plan.keys and [a.kind for a in plan.aggregates] == [ir.COUNT_STAR] and plan.where is not None
+
+
+def _check_bin_keys(plan: ir.QueryPlan) -> None:
+    """``col_bin`` names the bins of an ordered domain: only a DAWA histogram can group by it."""
+    for k in plan.keys:
+        for c in k.expr.find_all(exp.Column):
+            if c.name.lower() not in plan.table.schema:
+                raise PolicyError(
+                    f"'{c.name}' (the bins of an ordered domain) can only be used in a histogram "
+                    f"SELECT {c.name}, COUNT(*) FROM {plan.table.name} GROUP BY {c.name}, which DAWA answers",
+                    hint="for other aggregates group by the column itself or an expression such as floor(col / 10) * 10",
+                )

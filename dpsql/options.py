@@ -1,0 +1,73 @@
+"""The per-query options an analyst may pass (``Session.query(..., options={...})``), validated.
+
+Which mechanism reads which option is stated by each mechanism (``Mechanism.options``); an
+option that does not apply to the routed mechanism is refused by ``dpsql.mechanisms.registry``.
+Options can only make a query more conservative where policy is concerned: caps may be lowered,
+never raised above the data owner's; tau may be raised, never lowered.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dpsql.errors import ConfigError
+from dpsql.mechanisms.base import MechanismName
+
+#: documented per-query options (``Session.query(..., options={...})``)
+OPTIONS: dict[str, str] = {
+    "mechanism": "force a mechanism: 'gaussian', 'laplace', 'sparse_histogram', 'dawa' (default: chosen automatically)",
+    "tau": "sparse histogram: suppress groups with fewer than tau distinct units (default and floor: the table's registered tau)",
+    "tau_star": "sparse histogram: fix the noisy release threshold (accepted only if the exact delta fits)",
+    "sigma": "sparse histogram: fix the count noise std (accepted only if the exact delta fits)",
+    "epsilon_split": "DAWA: share of epsilon for the private partition (default 0.25)",
+    "max_groups_per_unit": "lower the table's cap on groups per privacy unit for this query (never above the registered cap)",
+    "max_rows_per_group": "lower the table's cap on rows per unit and group for this query (never above the registered cap)",
+    "max_rows_per_unit": "DAWA: lower the table's cap on rows per unit for this query (never above the registered cap)",
+}
+
+_CAP_OPTIONS = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")
+
+LARGE_EPSILON = 10.0
+
+
+
+def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ConfigError("options must be a dict", hint="e.g. options={'tau': 10}")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"unknown option(s) {unknown}",
+            hint="documented options: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()),
+        )
+    out = dict(options)
+    if "mechanism" in out:
+        names = [m.value for m in MechanismName]
+        if out["mechanism"] != "auto" and out["mechanism"] not in names:
+            raise ConfigError(f"unknown mechanism {out['mechanism']!r}", hint="use one of " + ", ".join(repr(n) for n in names))
+        out["mechanism"] = str(out["mechanism"])
+    if "tau" in out:
+        t = out["tau"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 1 or int(t) != t:
+            raise ConfigError(f"tau must be a whole number >= 1, got {t!r}")
+        out["tau"] = int(t)
+    for key in ("tau_star", "sigma"):
+        if key in out and out[key] is not None:
+            v = out[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (key == "sigma" and v <= 0):
+                raise ConfigError(f"{key} must be a finite number{' > 0' if key == 'sigma' else ''}, got {v!r}")
+            out[key] = float(v)
+    for key in _CAP_OPTIONS:
+        if key in out:
+            v = out[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 1 or int(v) != v:
+                raise ConfigError(f"{key} must be a whole number >= 1, got {v!r}", hint=f"e.g. options={{'{key}': 1}}")
+            out[key] = int(v)
+    if "epsilon_split" in out:
+        v = out["epsilon_split"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < 1):
+            raise ConfigError(f"epsilon_split must be in (0, 1), got {v!r}")
+    return out

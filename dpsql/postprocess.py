@@ -1,0 +1,130 @@
+"""Post-processing of released values: the query's outputs, HAVING, ORDER BY, LIMIT/OFFSET.
+
+It runs on the released (noised) table only, so it costs no privacy. It knows the analysed
+query (``dpsql.plan.ir``: outputs over internal names ``__k*``/``__a*``) and nothing of the
+mechanism that produced the values: a mechanism hands over a :class:`~dpsql.mechanisms.base.Released`
+(values, their accuracy, per-row intervals) and the SQL types of its aggregates.
+
+Two uses:
+
+* ``check`` before the charge: the post-processing query is bound over a typed placeholder
+  shaped like the release (and, with public keys, run over the declared key values), so what
+  cannot be evaluated is refused for free.
+* ``apply`` after the release: evaluated total (every computed expression under TRY, so a
+  value that does not convert gives NULL rather than losing a paid release); per-row interval
+  columns ride along hidden and come out in the final row order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.errors import ExecutionError, QueryTypeError
+from dpsql.mechanisms.base import Released
+from dpsql.plan import ir
+
+
+class _Runs(Protocol):
+    """What post-processing needs from the execution backend."""
+
+    def bind_check(self, ast: exp.Expression, *, run: bool = False) -> None: ...
+
+    def post_process(self, table: pa.Table, ast_builder: Callable[[str], exp.Expression]) -> pa.Table: ...
+
+
+def post_ast(
+    plan: ir.QueryPlan, rel: exp.Expression, hidden: list[tuple[str, str]], *, total: bool = False
+) -> exp.Expression:
+    """The post-processing query over a relation of released values. ``hidden``: (column, alias)
+    pairs carried along unchanged. ``total=True`` evaluates every computed output, HAVING and
+    ORDER BY expression under TRY (after the charge); the free checks run it without TRY."""
+
+    def t(e: exp.Expression) -> exp.Expression:
+        e = e.copy()
+        if not total or isinstance(e, (exp.Column, exp.Literal)):
+            return e
+        return exp.Try(this=e)
+
+    items = [exp.alias_(t(o.expr), o.name, quoted=True) for o in plan.outputs]
+    items += [exp.alias_(exp.column(col), alias, quoted=True) for col, alias in hidden]
+    q = exp.select(*items).from_(rel)
+    if plan.having is not None:
+        q = q.where(t(plan.having))
+    order = []
+    for o in plan.order:
+        o2 = o.copy()
+        o2.set("this", t(o.this))
+        order.append(o2)
+    order += [exp.Ordered(this=exp.column(k.name)) for k in plan.keys]
+    if order:
+        q = q.order_by(*order)
+    if plan.limit is not None:
+        q = q.limit(plan.limit)
+    if plan.offset is not None:
+        q = q.offset(plan.offset)
+    return q
+
+
+def check(
+    backend: _Runs, plan: ir.QueryPlan, key_types: dict[str, str], aggregate_types: dict[str, str],
+    key_domain: pa.Table | None,
+) -> None:
+    """Refuse, before the charge, post-processing that cannot be evaluated (reads no private row).
+
+    ``key_types``: SQL type of each key column of the bounded relation; ``aggregate_types``: of
+    each released aggregate; ``key_domain``: the released keys when they are public (declared),
+    then the post-processing is run over exactly them.
+    """
+    cols: list[exp.Expression] = []
+    for k in plan.keys:
+        typ = exp.DataType.build(key_types.get(k.name, "VARCHAR"), dialect="duckdb")
+        cols.append(exp.alias_(exp.cast(exp.Null(), typ), k.name))
+    for a in plan.aggregates:
+        # a non-NULL placeholder: conversions in HAVING / ORDER BY are only tried on values
+        cols.append(exp.alias_(exp.cast(exp.Literal.number(0), aggregate_types.get(a.name, "DOUBLE")), a.name))
+    backend.bind_check(post_ast(plan, exp.select(*cols).subquery("__released"), []), run=True)
+    if key_domain is None:
+        return
+    n = key_domain.num_rows
+    values: dict[str, Any] = {name: key_domain.column(name) for name in key_domain.column_names}
+    for a in plan.aggregates:
+        integer = aggregate_types.get(a.name) == "BIGINT"
+        values[a.name] = pa.array([0] * n, pa.int64()) if integer else pa.array([0.0] * n, pa.float64())
+    try:
+        backend.post_process(pa.table(values), lambda rel: post_ast(plan, exp.to_table(rel), []))
+    except ExecutionError:
+        raise QueryTypeError(
+            "the query's outputs, HAVING or ORDER BY cannot be evaluated on the declared key values; nothing was charged",
+            hint="check casts and arithmetic over the GROUP BY keys (e.g. CAST(key AS INTEGER) on text keys)",
+        ) from None
+
+
+def apply(backend: _Runs, plan: ir.QueryPlan, released: Released) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
+    """The caller's table from the released values, and the accuracy of each output column."""
+    table = released.table
+    accuracy = dict(released.accuracy)
+    hidden: list[tuple[str, str]] = []
+    for agg, values in released.row_accuracy.items():
+        table = table.append_column(f"__row_acc_{agg}", values)
+    for i, o in enumerate(plan.outputs):
+        if o.source is not None and o.source in released.row_accuracy:
+            hidden.append((f"__row_acc_{o.source}", f"__ci_{i}"))
+    out = backend.post_process(table, lambda rel: post_ast(plan, exp.to_table(rel), hidden, total=True))
+    rows_acc: dict[str, list[Any]] = {}
+    for col, alias in hidden:
+        rows_acc[col.removeprefix("__row_acc_")] = out.column(alias).to_pylist()
+        out = out.drop_columns([alias])
+    by_output: dict[str, dict[str, Any]] = {}
+    for o in plan.outputs:
+        if o.source is not None and o.source in accuracy:
+            acc = accuracy[o.source]
+            if o.source in rows_acc:
+                acc = {**acc, "per_row_ci95_half_width": rows_acc[o.source]}
+            by_output[o.name] = acc
+        elif o.source is None:
+            by_output[o.name] = {"note": "derived from released values (post-processing)"}
+    return out, by_output
