@@ -126,7 +126,7 @@ def route(
             return _finish(req, dawa, dawa.calibrate(req, contribution(table, {})), _REASONS["dawa_histogram"])
         if _single_range_count(plan) and set(options) <= dawa.options | {"mechanism"}:
             try:
-                wl = analyze_workload([sql], dict(catalog))
+                wl = analyze_workload([sql], dict(catalog), plans=[plan])
             except DPSQLError:
                 wl = None
             if wl is not None:

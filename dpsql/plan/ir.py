@@ -42,17 +42,6 @@ class OutputColumn:
 
 
 @dataclass
-class RangeSpec:
-    """A range predicate over declared ordered column(s), for DAWA workloads."""
-
-    columns: tuple[str, ...]
-    lo: tuple[Any, ...]
-    hi: tuple[Any, ...]
-    lo_inclusive: tuple[bool, ...]
-    hi_inclusive: tuple[bool, ...]
-
-
-@dataclass
 class QueryPlan:
     sql: str
     table: TableSpec
@@ -64,9 +53,6 @@ class QueryPlan:
     order: list[exp.Ordered] = field(default_factory=list)  # over internal / output names
     limit: int | None = None
     offset: int | None = None
-    # set when the WHERE clause is "<base conditions> AND <range over ordered column(s)>"
-    range_spec: RangeSpec | None = None
-    base_where: exp.Expression | None = None
 
     @property
     def is_grouped(self) -> bool:

@@ -233,11 +233,16 @@ def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
     return i0, i1, snapped
 
 
-def analyze_workload(sqls: list[str], catalog: dict[str, TableSpec]) -> Workload:
-    """Check that ``sqls`` form one range workload and map every query to bin ranges."""
+def analyze_workload(
+    sqls: list[str], catalog: dict[str, TableSpec], plans: list[ir.QueryPlan] | None = None
+) -> Workload:
+    """Check that ``sqls`` form one range workload and map every query to bin ranges.
+
+    ``plans``: the queries already analysed (each query is parsed once)."""
     if not isinstance(sqls, (list, tuple)) or not sqls:
         raise UnsupportedQueryError("query_many needs a non-empty list of SQL range-count queries")
-    plans = [analyze(s, catalog) for s in sqls]
+    if plans is None:
+        plans = [analyze(s, catalog) for s in sqls]
     table = plans[0].table
     ordered = {name: c.ordered for name, c in table.columns.items() if c.ordered is not None}
     if not ordered:
