@@ -402,3 +402,31 @@ def test_dawa_explain_and_ledger_state_stage1_scales() -> None:
         assert states(plan.parameters, v, 1e-5), f"explain does not state the stage-1 scale {v!r}"
         assert states(row["params"], v, 1e-5), f"the ledger row does not record the stage-1 scale {v!r}"
     s.close()
+
+
+# spec vectors (tests/vectors/sparse_histogram.json, minimal_threshold, eps = 1, delta = 1e-6, tau = 1):
+# sigma_min_gaussian_only = sigma(1, 1e-6, sqrt C_u) (our bisection agrees to 1e-15), and with sigma
+# fixed by the caller, min_dtau_exact -> tau* = ceil(1 + min_dtau_exact). With sigma free, tau* =
+# ceil(1 + sigma Phi^-1((1 - 1e-6)^(1/C_u))) computed by hand (Theorem 5.4 delta at tau* - 1 exceeds 1e-6).
+SPARSE_VECTOR_CASES = [
+    # (C_u, sigma option, pinned sigma, pinned tau*)
+    (5, None, 9.446669179643115, 49.0),  # 1 + 47.884766227394 -> 49 (Thm 5.4 delta at 48: 1.63e-6)
+    (5, 9.541136, 9.541136, 50.0),  # min_dtau_exact 48.36361454182186
+    (100, None, 42.24678889326835, 239.0),  # 1 + 237.089028224403 -> 239
+    (100, 42.289036, 42.289036, 239.0),  # min_dtau_exact 237.32611902562675
+]
+
+
+@pytest.mark.parametrize(("c_u", "sigma_opt", "sigma", "tau_star"), SPARSE_VECTOR_CASES)
+def test_sparse_histogram_against_spec_vectors(c_u: int, sigma_opt: float | None, sigma: float, tau_star: float) -> None:
+    s, rec = _session(f"pin-sparse-vec-{c_u}-{sigma_opt}")
+    s.register("t", spread_table(5, 300, 5), privacy_unit="uid", max_groups_per_unit=c_u)
+    sql = "SELECT k, COUNT(*) AS n FROM t GROUP BY k"
+    opts = {"sigma": sigma_opt} if sigma_opt is not None else None
+    plan = s.explain(sql, epsilon=1.0, delta=1e-6, options=opts)
+    assert plan.mechanism == "sparse_histogram" and plan.parameters["tau_star"] == tau_star
+    rel = s.query(sql, epsilon=1.0, delta=1e-6, options=opts)
+    _check_everywhere(plan, last_ledger_row(s), [sigma, tau_star])
+    assert states(rel.details, sigma) and states(rel.details, tau_star)
+    assert rec.scales("normal") == pytest.approx([sigma], rel=1e-9)
+    s.close()
