@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _vectors import load_vectors
 from scipy.optimize import minimize_scalar
 
 from dpsql.accounting import (
@@ -33,15 +31,9 @@ from dpsql.accounting import (
     zcdp_to_dp,
 )
 
-VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", str(Path(__file__).parent / "vectors")))
-
 
 def load(name: str) -> dict:
-    path = VECTORS / name
-    if not path.exists():
-        pytest.skip(f"spec vectors not found at {path} (set DPSQL_SPEC_VECTORS)")
-    with path.open() as fh:
-        return json.load(fh)
+    return load_vectors(name)  # type: ignore[no-any-return]
 
 
 # ----------------------------------------------------------------------------- vectors

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from decimal import Decimal
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _vectors import load_vectors
 from scipy.integrate import quad
 from scipy.special import erfcx, ndtr
 from scipy.stats import norm
@@ -23,15 +21,9 @@ from dpsql.accounting import (
 )
 from dpsql.accounting.gaussian import _erfcx_diff
 
-VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", str(Path(__file__).parent / "vectors")))
-
 
 def load(name: str) -> dict:
-    path = VECTORS / name
-    if not path.exists():
-        pytest.skip(f"spec vectors not found at {path} (set DPSQL_SPEC_VECTORS)")
-    with path.open() as fh:
-        return json.load(fh)
+    return load_vectors(name)  # type: ignore[no-any-return]
 
 
 def log_of_decimal_string(s: str) -> float:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _vectors import load_vectors
 from scipy.special import logsumexp
 from scipy.stats import binom
 
@@ -29,15 +27,9 @@ from dpsql.accounting import (
 )
 from dpsql.accounting.s4s import _eps_prime_branches
 
-VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", str(Path(__file__).parent / "vectors")))
-
 
 def load() -> dict:
-    path = VECTORS / "dp_s4s.json"
-    if not path.exists():
-        pytest.skip(f"spec vectors not found at {path} (set DPSQL_SPEC_VECTORS)")
-    with path.open() as fh:
-        return json.load(fh)
+    return load_vectors("dp_s4s.json")  # type: ignore[no-any-return]
 
 
 # ----------------------------------------------------------------------------- vectors

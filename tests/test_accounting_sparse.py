@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from decimal import Decimal
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _vectors import load_vectors
 from scipy.special import ndtr, ndtri
 
 from dpsql.accounting import (
@@ -24,16 +22,11 @@ from dpsql.accounting import (
 )
 from dpsql.accounting.sparse_histogram import _exact_bruteforce, _least_feasible
 
-VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", str(Path(__file__).parent / "vectors")))
 C_URL = 51914  # URL-shares case study: max_groups
 
 
 def load(name: str) -> dict:
-    path = VECTORS / name
-    if not path.exists():
-        pytest.skip(f"spec vectors not found at {path} (set DPSQL_SPEC_VECTORS)")
-    with path.open() as fh:
-        return json.load(fh)
+    return load_vectors(name)  # type: ignore[no-any-return]
 
 
 def sh(eps, sigma, tau, tau_star, c, mo=0.0):

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
+from _vectors import load_vectors
 
 from dpsql.mechanisms.dawa import (
     IntervalWorkload,
@@ -20,15 +17,10 @@ from dpsql.mechanisms.dawa import (
     strategy_from_splits,
 )
 
-VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", str(Path(__file__).parent / "vectors")))
-
 
 @pytest.fixture(scope="module")
 def vec() -> dict:
-    path = VECTORS / "dawa.json"
-    if not path.exists():
-        pytest.skip(f"spec vectors not found at {path} (set DPSQL_SPEC_VECTORS)")
-    return json.loads(path.read_text())
+    return load_vectors("dawa.json")  # type: ignore[no-any-return]
 
 
 # ------------------------------------------------------------------------------------- deviations

@@ -3,15 +3,13 @@ R2T variant, validation."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
+from _vectors import load_vectors
 from scipy.optimize import linprog
 
 from dpsql.errors import ConfigError
@@ -23,15 +21,9 @@ from dpsql.mechanisms.s4s import (
 )
 from dpsql.testing import seeded_noise, zero_noise
 
-VECTORS = Path(os.environ.get("DPSQL_SPEC_VECTORS", str(Path(__file__).parent / "vectors")))
-
 
 def load() -> dict:
-    path = VECTORS / "dp_s4s.json"
-    if not path.exists():
-        pytest.skip(f"spec vectors not found at {path} (set DPSQL_SPEC_VECTORS)")
-    with path.open() as fh:
-        return json.load(fh)
+    return load_vectors("dp_s4s.json")  # type: ignore[no-any-return]
 
 
 def reference_lp(w, ti, ui, tau) -> float:
