@@ -384,11 +384,6 @@ def test_dawa_query_many_scales() -> None:
     s.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="OPEN BUG: DAWA's explain and ledger row state eps1/eps2 but not the stage-1 Laplace scales "
-    "(public: they depend only on n, eps1 and k); remove this mark once they are stated",
-)
 def test_dawa_explain_and_ledger_state_stage1_scales() -> None:
     s, _rec = _session("pin-dawa-3")
     s.register("t", _uniform_ordered(64, 40, 1), privacy_unit="uid", max_rows_per_unit=1, version="v1",

@@ -683,3 +683,14 @@ def l1_partition(
     shifted = costs + pen * float(scales.max())
     noisy = stage1_noisy_costs(shifted, scales, bound, grid, rng)
     return _least_cost(xv.size, starts, lengths, noisy)[1]
+
+
+def stage1_scale_table(
+    n: int, epsilon1: float, *, sensitivity: float = 1.0, dyadic: bool = True, alignment: str = DEFAULT_ALIGNMENT
+) -> dict[int, float]:
+    """The stage-1 Laplace scale of each candidate length, exactly as :func:`l1_partition`
+    draws them (safe calibration, floating-point adjusted): public, from n, epsilon1 and k only."""
+    starts, lengths = candidate_buckets(int(n), dyadic=dyadic, alignment=alignment)
+    base = np.asarray(stage1_noise_scales(lengths, epsilon1, int(lengths.max()), sensitivity=sensitivity))
+    scales = stage1_float_calibration(base, starts.size, epsilon1, records=int(math.ceil(sensitivity)))[0]
+    return {int(L): float(scales[np.flatnonzero(lengths == L)[0]]) for L in np.unique(lengths)}

@@ -190,6 +190,18 @@ class DawaCalibration:
     reuse: tuple[int, str] | None  # (ledger entry, synopsis) answering this for free
 
 
+def _stage1_scales(wl: Workload, epsilon1: float, cap: float) -> dict[str, float]:
+    """Stage 1's Laplace scale per candidate bucket length (public: n, epsilon1 and k only)."""
+    from dpsql.mechanisms._dawa_partition import stage1_scale_table
+
+    n = 1
+    for d in wl.dims:
+        n *= d.n
+    if n <= 1:
+        return {}
+    return {str(length): scale for length, scale in stage1_scale_table(n, epsilon1, sensitivity=cap).items()}
+
+
 class Dawa:
     """Range workloads and histograms over ordered columns: DAWA, or a stored synopsis."""
 
@@ -236,6 +248,7 @@ class Dawa:
             "dims": dims,
             "queries": len(wl.sqls) if not wl.histogram else len(wl.ranges),
             "stage1_calibration": "safe (spec 2.4): Laplace (Delta_b + Delta_max) * k / epsilon1 on every bucket, no clamping",
+            "stage1_noise_scales": _stage1_scales(wl, cal.split * cal.epsilon, cal.cap),
             **snapped,
         }
         if wl.histogram:
