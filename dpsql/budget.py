@@ -41,6 +41,8 @@ def check_epsilon(epsilon: object, *, name: str = "epsilon", allow_zero: bool = 
     """Validate an epsilon: finite, positive (or zero when allowed)."""
     try:
         e = float(epsilon)  # type: ignore[arg-type]
+    except OverflowError:
+        e = math.inf
     except (TypeError, ValueError):
         raise ConfigError(f"{name} must be a number, got {epsilon!r}", hint=f"pass {name}=1.0") from None
     if isinstance(epsilon, bool) or math.isnan(e) or math.isinf(e) or e < 0 or (e == 0 and not allow_zero):
@@ -55,6 +57,8 @@ def check_delta(delta: object, *, name: str = "delta") -> float:
     """Validate a delta: finite, in [0, 1)."""
     try:
         d = float(delta)  # type: ignore[arg-type]
+    except OverflowError:
+        d = math.inf
     except (TypeError, ValueError):
         raise ConfigError(f"{name} must be a number, got {delta!r}", hint=f"pass {name}=1e-6") from None
     if isinstance(delta, bool) or math.isnan(d) or d < 0 or d >= 1:

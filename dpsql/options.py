@@ -32,6 +32,13 @@ LARGE_EPSILON = 10.0
 
 
 
+def _finite(v: Any) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int beyond the float range
+        return False
+
+
 def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
     if options is None:
         return {}
@@ -51,19 +58,19 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
         out["mechanism"] = str(out["mechanism"])
     if "tau" in out:
         t = out["tau"]
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 1 or int(t) != t:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not _finite(t) or t < 1 or int(t) != t:
             raise ConfigError(f"tau must be a whole number >= 1, got {t!r}")
         out["tau"] = int(t)
     for key in ("tau_star", "sigma"):
         if key in out and out[key] is not None:
             v = out[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (key == "sigma" and v <= 0):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or (key == "sigma" and v <= 0):
                 raise ConfigError(f"{key} must be a finite number{' > 0' if key == 'sigma' else ''}, got {v!r}")
             out[key] = float(v)
     for key in _CAP_OPTIONS:
         if key in out:
             v = out[key]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 1 or int(v) != v:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v < 1 or int(v) != v:
                 raise ConfigError(f"{key} must be a whole number >= 1, got {v!r}", hint=f"e.g. options={{'{key}': 1}}")
             out[key] = int(v)
     if "epsilon_split" in out:

@@ -79,16 +79,23 @@ def check(
     each released aggregate; ``key_domain``: the released keys when they are public (declared),
     then the post-processing is run over exactly them.
     """
-    cols: list[exp.Expression] = []
-    for k in plan.keys:
-        typ = exp.DataType.build(key_types.get(k.name, "VARCHAR"), dialect="duckdb")
-        cols.append(exp.alias_(exp.cast(exp.Null(), typ), k.name))
-    for a in plan.aggregates:
-        # a non-NULL placeholder: conversions in HAVING / ORDER BY are only tried on values
-        cols.append(exp.alias_(exp.cast(exp.Literal.number(0), aggregate_types.get(a.name, "DOUBLE")), a.name))
-    backend.bind_check(post_ast(plan, exp.select(*cols).subquery("__released"), []), run=True)
-    if key_domain is None:
-        return
+    if all(k.name in key_types for k in plan.keys):
+        cols: list[exp.Expression] = []
+        for k in plan.keys:
+            cols.append(exp.alias_(exp.cast(exp.Null(), exp.DataType.build(key_types[k.name], dialect="duckdb")), k.name))
+        for a in plan.aggregates:
+            # a non-NULL placeholder: conversions in HAVING / ORDER BY are only tried on values
+            cols.append(exp.alias_(exp.cast(exp.Literal.number(0), aggregate_types.get(a.name, "DOUBLE")), a.name))
+        backend.bind_check(post_ast(plan, exp.select(*cols).subquery("__released"), []), run=True)
+    elif key_domain is None:  # pragma: no cover - every mechanism gives key types or the key values
+        raise AssertionError("post-processing check needs the key types or the key values")
+    if key_domain is not None:
+        _check_on_keys(backend, plan, aggregate_types, key_domain)
+
+
+def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str, str], key_domain: pa.Table) -> None:
+    """With public keys the released keys are exactly ``key_domain``: run the post-processing
+    over them (zeros for the aggregates), so what fails there is refused before the charge."""
     n = key_domain.num_rows
     values: dict[str, Any] = {name: key_domain.column(name) for name in key_domain.column_names}
     for a in plan.aggregates:
@@ -110,9 +117,14 @@ def apply(backend: _Runs, plan: ir.QueryPlan, released: Released) -> tuple[pa.Ta
     hidden: list[tuple[str, str]] = []
     for agg, values in released.row_accuracy.items():
         table = table.append_column(f"__row_acc_{agg}", values)
+    taken = {o.name for o in plan.outputs}
     for i, o in enumerate(plan.outputs):
         if o.source is not None and o.source in released.row_accuracy:
-            hidden.append((f"__row_acc_{o.source}", f"__ci_{i}"))
+            alias = f"__ci_{i}"
+            while alias in taken:  # never collide with an output the analyst named
+                alias = "_" + alias
+            taken.add(alias)
+            hidden.append((f"__row_acc_{o.source}", alias))
     out = backend.post_process(table, lambda rel: post_ast(plan, exp.to_table(rel), hidden, total=True))
     rows_acc: dict[str, list[Any]] = {}
     for col, alias in hidden:

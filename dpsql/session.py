@@ -281,9 +281,15 @@ class Session:
         if eps > LARGE_EPSILON:
             warnings.warn(f"epsilon={eps:g} is unusually large: the release gives little privacy", stacklevel=3)
         find = self._ledger.find_synopsis
-        if many:
-            return route_workload(sql, eps, d, opts, self._catalog, find)
-        return route(sql, eps, d, opts, self._catalog, find)
+        try:
+            if many:
+                return route_workload(sql, eps, d, opts, self._catalog, find)
+            return route(sql, eps, d, opts, self._catalog, find)
+        except OverflowError:
+            raise ConfigError(
+                f"epsilon={eps:g} and delta={d:g} give noise parameters that cannot be represented",
+                hint="use an epsilon between about 1e-6 and 100",
+            ) from None
 
     def _bind_check(self, r: Route) -> None:
         """Type-check the bounded query and the post-processing, reading no row."""
@@ -293,13 +299,14 @@ class Session:
             postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
                               r.mechanism.key_domain(r.calibration))
 
-    def explain(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
-        """What ``query`` would do: mechanism, noise, thresholds, bounded SQL. Free; reads no rows."""
-        r = self._route(sql, epsilon, delta, options)
+    def explain(self, sql: str | list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
+        """What ``query`` (or, given a list of SQL, ``query_many``) would do: mechanism, noise,
+        thresholds, bounded SQL. Free; reads no rows."""
+        r = self._route(sql, epsilon, delta, options, many=isinstance(sql, (list, tuple)))
         self._bind_check(r)  # refuses exactly what query refuses before its charge
         d = r.description
         ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER)
-        return Plan(sql=sql, mechanism=d.label, reason=r.reason, cost=d.cost, parameters=dict(d.parameters),
+        return Plan(sql=r.request.text, mechanism=d.label, reason=r.reason, cost=d.cost, parameters=dict(d.parameters),
                     bounded_sql=render(ast, pretty=True) if ast is not None else "", notes=list(d.notes))
 
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
@@ -325,13 +332,18 @@ class Session:
     def _run(self, r: Route) -> Release:
         self._bind_check(r)
         req, desc, mech = r.request, r.description, r.mechanism
-        if desc.reuse_of is not None:  # post-processing of a stored release: recorded, costs nothing
-            entry = self._ledger.record_reuse(source_entry_id=desc.reuse_of, query=req.text, tables=req.tables)
+        table: pa.Table = pa.table({})
+        accuracy: dict[str, dict[str, Any]] = {}
+        if desc.reuse_of is not None:  # post-processing of a stored release: costs nothing, recorded once answered
             released = mech.release(r.calibration, None, self._noise)
+            if req.plan is not None and not released.final:
+                table, accuracy = postprocess.apply(self._engine, req.plan, released)
+            entry = self._ledger.record_reuse(source_entry_id=desc.reuse_of, query=req.text, tables=req.tables,
+                                              params=desc.parameters)
         else:
             entry = self._ledger.reserve(desc.cost, mechanism=desc.label, query=req.text, tables=req.tables,
                                          params=desc.parameters)
-            with charged(self._ledger, self._engine, entry, "the query"):
+            with charged(self._ledger, self._engine, entry, "the query" if req.plan is not None else "the range workload"):
                 ast = mech.bounded(r.calibration, self._noise.salt())
                 rows = self._engine.fetch_arrow(ast) if ast is not None else None
                 released = mech.release(r.calibration, rows, self._noise)
@@ -341,8 +353,6 @@ class Session:
         if released.final or req.plan is None:
             return WorkloadRelease(table=released.table, cost=desc.cost, mechanism=desc.label, accuracy=released.accuracy,
                                    ledger_id=entry, reused=desc.reuse_of is not None, details=_details(desc))
-        if desc.reuse_of is not None:
-            table, accuracy = postprocess.apply(self._engine, req.plan, released)
         return Release(table=table, cost=desc.cost, mechanism=desc.label, accuracy=accuracy, ledger_id=entry,
                        reused=desc.reuse_of is not None, details=_details(desc))
 

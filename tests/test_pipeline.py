@@ -128,3 +128,76 @@ def test_session_and_postprocessing_know_mechanisms_only_through_the_interface()
 def test_session_is_a_thin_pipeline():
     lines = (PKG / "session.py").read_text().splitlines()
     assert len(lines) < 400  # tightened once registration and config loading moved out
+
+
+# -- regressions found by review of the restructured pipeline ---------------------------------------------
+
+
+def test_post_processing_of_a_dawa_histogram_is_checked_on_the_released_bin_labels(session):
+    before = session.remaining()
+    rel = session.query("SELECT age, COUNT(*) AS n FROM people GROUP BY age HAVING age >= 50 ORDER BY age", epsilon=1.0)
+    assert rel.mechanism == "dawa" and rel.table.column("age").to_pylist() == list(range(50, 100))
+    spent = session.remaining()
+    for bad in ("SELECT upper(age) AS u, COUNT(*) FROM people GROUP BY age",
+                "SELECT age, COUNT(*) FROM people GROUP BY age HAVING age LIKE '1%'"):
+        for call in (session.explain, session.query):
+            with pytest.raises(dpsql.errors.DPSQLError):
+                call(bad, epsilon=1.0)
+    assert session.remaining() == spent and spent != before
+
+
+def test_between_symmetric_is_refused_not_rewritten(session):
+    with pytest.raises(dpsql.errors.UnsupportedQueryError, match="SYMMETRIC"):
+        session.query("SELECT COUNT(*) FROM people WHERE age BETWEEN SYMMETRIC 50 AND 10", epsilon=1.0)
+
+
+def test_unlimited_caps_are_recorded_as_null_and_explain_matches_the_ledger(tmp_path):
+    s = dpsql.Session(ledger=tmp_path / "l.duckdb", budget=dpsql.Budget(5.0, 1e-3), create=True)
+    use_noise(s, zero_noise())
+    s.register("ev", make_events(), privacy_unit="user_id", max_groups_per_unit=float("inf"))
+    plan = s.explain("SELECT COUNT(*) FROM ev", epsilon=1.0)
+    s.query("SELECT COUNT(*) FROM ev", epsilon=1.0)
+    recorded = json.loads(s.history().to_pylist()[-1]["params"])
+    assert recorded == json.loads(json.dumps(plan.parameters)) and recorded["max_groups_per_unit"] is None
+    s.close()
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) * 1000 AS c FROM people WHERE age < 50",
+                                 "SELECT COUNT(*) FROM people WHERE age < 50 LIMIT 0"])
+def test_workload_queries_must_be_plain_counts(session, sql):
+    with pytest.raises(dpsql.errors.UnsupportedQueryError, match="range workload query must be"):
+        session.query_many([sql], epsilon=1.0)
+
+
+def test_an_output_named_like_a_hidden_column_does_not_collide(session):
+    rel = session.query('SELECT AVG(amount) AS a, COUNT(*) AS "__ci_0" FROM events', epsilon=1.0, delta=1e-6)
+    assert rel.table.column_names == ["a", "__ci_0"]
+    assert len(rel.accuracy["a"]["per_row_ci95_half_width"]) == 1
+
+
+def test_a_lowered_cap_equal_to_the_registered_one_reuses_the_synopsis(session):
+    session.query("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1.0)
+    rel = session.query("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1.0, options={"max_rows_per_unit": 1})
+    assert rel.reused
+    row = session.history().to_pylist()[-1]
+    assert row["status"] == "reused"
+    assert json.loads(row["params"])["source_entry_id"] == rel.details["source_entry_id"]
+
+
+@pytest.mark.parametrize("kw", [{"epsilon": 10**400}, {"epsilon": 1.0, "delta": 10**400},
+                                {"epsilon": 1.0, "options": {"tau_star": 10**400}}])
+def test_numbers_beyond_the_float_range_are_config_errors(session, kw):
+    with pytest.raises(ConfigError):
+        session.query("SELECT url, COUNT(*) FROM events GROUP BY url", **{"delta": 1e-6, **kw})
+
+
+def test_bin_labels_are_exact_decimals_and_a_workload_can_be_explained(tmp_path):
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(5.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("t", pa.table({"u": np.arange(50), "x": np.linspace(0, 0.99, 50)}), privacy_unit="u",
+               max_rows_per_unit=1, columns={"x": {"bounds": (0, 1), "bins": 10}})
+    rel = s.query("SELECT x, COUNT(*) AS n FROM t GROUP BY x HAVING x = 0.3", epsilon=1.0)
+    assert rel.table.column("x").to_pylist() == [0.3]
+    plan = s.explain(["SELECT COUNT(*) FROM t WHERE x < 0.5", "SELECT COUNT(*) FROM t WHERE x >= 0.5"], epsilon=1.0)
+    assert plan.mechanism == "dawa" and plan.cost == dpsql.Budget(1.0, 0.0)
+    s.close()

@@ -613,10 +613,13 @@ class Ledger:
                 [reason, entry_id],
             )
 
-    def record_reuse(self, *, source_entry_id: int, query: str, tables: list[str]) -> int:
+    def record_reuse(
+        self, *, source_entry_id: int, query: str, tables: list[str], params: Mapping[str, Any] | None = None
+    ) -> int:
         """Record a zero-cost answer computed from the synopsis stored with ``source_entry_id``
         (post-processing: no privacy cost). Returns the new entry id (status ``reused``)."""
         source_entry_id = _check_id(source_entry_id)
+        params_json = _to_json(dict(params or {}), "params")
         _check_str(query, "query", allow_empty=True)
         tables = _check_tables(tables)
         with self._txn(write=True, unchanged="the reuse was not recorded (it costs nothing)") as (con, t):
@@ -639,8 +642,8 @@ class Ledger:
             con.execute(
                 "INSERT INTO ledger_entries (entry_id, created_at, updated_at, status, mechanism, epsilon, "
                 "delta, query, tables, params, source_entry_id) VALUES (?, current_timestamp, "
-                "current_timestamp, 'reused', ?, 0, 0, ?, ?, '{}', ?)",
-                [entry_id, mechanism, query, tables, source_entry_id],
+                "current_timestamp, 'reused', ?, 0, 0, ?, ?, ?, ?)",
+                [entry_id, mechanism, query, tables, params_json, source_entry_id],
             )
             t.committed = f"the zero-cost reuse entry {entry_id} is recorded"
         return entry_id

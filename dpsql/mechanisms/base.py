@@ -137,7 +137,7 @@ def lowered_cap(table: TableSpec, options: Mapping[str, Any], key: str) -> float
     """
     registered = table.rows_per_unit_cap if key == "max_rows_per_unit" else float(getattr(table, key))
     if key not in options:
-        return registered
+        return float(registered)
     v = options[key]
     if v > registered:
         raise PolicyError(

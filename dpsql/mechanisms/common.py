@@ -240,8 +240,9 @@ def ledger_parameters(cal: Calibration) -> dict[str, Any]:
     """The parameters recorded in the ledger and shown by explain (one source for both)."""
     p: dict[str, Any] = dict(cal.params)
     p["noise"] = cal.noise
-    p["max_groups_per_unit"] = cal.caps.max_groups_per_unit
-    p["max_rows_per_group"] = cal.caps.max_rows_per_group
+    # an unlimited cap is recorded as null (JSON has no infinity)
+    p["max_groups_per_unit"] = None if math.isinf(cal.caps.max_groups_per_unit) else cal.caps.max_groups_per_unit
+    p["max_rows_per_group"] = None if math.isinf(cal.caps.max_rows_per_group) else cal.caps.max_rows_per_group
     if cal.tau is not None:
         p["tau"] = cal.tau
     if cal.tau_star is not None:

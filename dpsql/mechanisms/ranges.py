@@ -271,7 +271,11 @@ class Dawa:
         return {a.name: "BIGINT" for a in cal.plan.aggregates} if cal.plan is not None else {}
 
     def key_domain(self, cal: DawaCalibration) -> pa.Table | None:
-        return None
+        """A histogram releases every (coarse) bin: its keys are the public bin labels."""
+        if cal.plan is None or not cal.workload.histogram:
+            return None
+        labels = cal.workload.dims[0].bin_label([r[0] for r in cal.workload.ranges])
+        return pa.table({cal.plan.keys[0].name: pa.array(labels)})
 
     def release(self, cal: DawaCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
         wl = cal.workload

@@ -190,6 +190,9 @@ class SparseHistogram:
             raise PolicyError("the sparse histogram mechanism needs a GROUP BY")
         if request.delta == 0:
             undeclared = [k.sql for k in plan.keys if k.domain is None]
+            if not undeclared:
+                raise PolicyError("the sparse histogram mechanism needs delta > 0",
+                                  hint="pass delta (e.g. delta=1e-6), or omit the mechanism option")
             raise PolicyError(
                 "GROUP BY over keys that are not declared public ("
                 + ", ".join(undeclared)

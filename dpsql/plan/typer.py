@@ -717,6 +717,8 @@ class Typer:
             cls = type(node)
             return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), BOOLEAN)
         if isinstance(node, exp.Between):
+            if node.args.get("symmetric"):
+                raise self.refuse(node, "BETWEEN SYMMETRIC is not supported: write the bounds in order (low AND high)")
             parts = [self.t(node.this), self.t(node.args["low"]), self.t(node.args["high"])]
             typ = self.unify(parts, node, "BETWEEN")
             if typ.kind == "null":

@@ -20,6 +20,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from sqlglot import exp
@@ -69,8 +70,10 @@ class Dim:
     def bin_label(self, i: Sequence[int]) -> list[Any]:
         d = self.domain
         if d.kind == "numeric":
-            vals = [float(d.lo) + float(k) * d.width for k in i]
-            return [int(v) if float(v).is_integer() else float(v) for v in vals]
+            # in decimal, from the declared bounds: bin 3 of [0, 1) in 10 bins is 0.3, not 0.30000000000000004
+            dlo, dhi = Decimal(repr(float(d.lo))), Decimal(repr(float(d.hi)))
+            vals = [float(dlo + Decimal(int(k)) * (dhi - dlo) / Decimal(d.bins)) for k in i]
+            return [int(v) if v.is_integer() else v for v in vals]
         lo = dt.datetime.fromisoformat(str(d.lo))
         assert d.bin_seconds is not None
         return [lo + dt.timedelta(seconds=float(k) * d.bin_seconds) for k in i]
@@ -106,7 +109,7 @@ class Workload:
             "unit": _unit(self.table, catalog),
             "dims": [[d.column, str(d.domain.lo), str(d.domain.hi), d.domain.bins] for d in self.dims],
             "where": self.base_key,
-            "max_rows_per_unit": cap,
+            "max_rows_per_unit": float(cap),
         }
         return "dawa:" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
@@ -257,7 +260,9 @@ def analyze_workload(
     for s, p in zip(sqls, plans):
         if p.table.name != table.name:
             raise UnsupportedQueryError("all queries of a workload must read the same table")
-        if p.keys or [a.kind for a in p.aggregates] != [ir.COUNT_STAR] or p.having is not None:
+        plain = (len(p.outputs) == 1 and p.outputs[0].source is not None and not p.order and p.limit is None
+                 and p.offset is None)
+        if p.keys or [a.kind for a in p.aggregates] != [ir.COUNT_STAR] or p.having is not None or not plain:
             raise UnsupportedQueryError(
                 f"a range workload query must be SELECT COUNT(*) FROM {table.name} WHERE <range>: {s!r}"
             )
