@@ -16,7 +16,6 @@ import math
 import os
 import secrets
 import time
-import tomllib
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -35,6 +34,7 @@ from dpsql.catalog import (
     source_files,
 )
 from dpsql.catalog import type_domains as _type_domains
+from dpsql.config import load_config, table_kwargs
 from dpsql.engine import Engine, EngineSettings, private_failure, scrub
 from dpsql.errors import ConfigError, DPSQLError, ExecutionError, LedgerError, PolicyError, QueryTypeError
 from dpsql.ledger import Ledger
@@ -160,56 +160,21 @@ class Session:
     # -- construction from a config file ------------------------------------------------------
     @classmethod
     def from_config(cls, path: str | os.PathLike[str] = "dpsql.toml") -> Session:
-        """Build a Session from a TOML file: ``[ledger]`` (path, epsilon, delta, create_if_missing)
-        and ``[tables.NAME]``."""
-        p = os.fspath(path)
-        if not os.path.exists(p):
-            raise ConfigError(f"config file {p!r} not found", hint="create dpsql.toml (see README) or pass its path")
+        """Build a Session from a TOML file: ``[ledger]``, ``[engine]`` and ``[tables.NAME]``
+        (read and checked by ``dpsql.config.load_config``, the same loader as the CLI's)."""
+        cfg = load_config(path)
+        s = cls(ledger=cfg.session_ledger(), budget=cfg.budget, engine=cfg.engine, create=cfg.create_if_missing)
         try:
-            with open(p, "rb") as f:
-                cfg = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {p!r} is not valid TOML: {e}") from None
-        base = os.path.dirname(os.path.abspath(p))
-        led = cfg.get("ledger", {})
-        if not isinstance(led, dict):
-            raise ConfigError("[ledger] in the config must be a table")
-        lpath = led.get("path")
-        if lpath is not None and not os.path.isabs(lpath):
-            lpath = os.path.join(base, lpath)
-        budget = None
-        if "epsilon" in led:
-            budget = Budget(led["epsilon"], led.get("delta", 0.0))
-        create = led.get("create_if_missing", False)
-        if not isinstance(create, bool):
-            raise ConfigError(f"[ledger] create_if_missing must be true or false, got {create!r}")
-        s = cls(ledger=lpath, budget=budget, engine=cfg.get("engine"), create=create)
-        tables = cfg.get("tables", {})
-        if not isinstance(tables, dict):
-            raise ConfigError("[tables] in the config must be a table of tables")
-        try:
-            for name, spec in tables.items():
-                s.register_from_dict(name, spec, base_dir=base)
-        except Exception:
+            for name, kwargs in cfg.tables.items():
+                s.register(name, **kwargs)
+        except BaseException:
             s.close()
             raise
         return s
 
     def register_from_dict(self, name: str, spec: dict[str, Any], *, base_dir: str = ".") -> None:
-        if not isinstance(spec, dict) or "source" not in spec:
-            raise ConfigError(f"table '{name}' in the config needs a source", hint=f"[tables.{name}] source = 'data.parquet'")
-        spec = dict(spec)
-        src = spec.pop("source")
-        if isinstance(src, str) and not os.path.isabs(src) and not os.path.exists(src):
-            cand = os.path.join(base_dir, src)
-            if os.path.exists(cand) or any(ch in src for ch in "*?["):
-                src = cand
-        allowed = {"privacy_unit", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit", "columns", "references", "tau",
-                   "version"}
-        unknown = set(spec) - allowed
-        if unknown:
-            raise ConfigError(f"unknown key(s) {sorted(unknown)} for table '{name}'", hint=f"allowed: {sorted(allowed)}")
-        self.register(name, src, **spec)
+        """Register a table from a ``[tables.NAME]``-style dict (relative sources resolved against ``base_dir``)."""
+        self.register(name, **table_kwargs(name, spec, os.path.abspath(base_dir)))
 
     # -- catalog ----------------------------------------------------------------------------
     def register(

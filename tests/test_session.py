@@ -469,12 +469,12 @@ def test_from_config_paths_are_relative_to_the_config_file(tmp_path: Path, event
     "text,match",
     [
         ("[ledger\n", "not valid TOML"),
-        ('[ledger]\nepsilon = 1.0\n[tables.events]\nprivacy_unit = "user_id"\n', "needs a source"),
-        ('[ledger]\nepsilon = 1.0\n[tables.events]\nsource = "events.parquet"\nprivacy_unit = "user_id"\ncolour = 1\n',
+        ('[ledger]\npath = ":memory:"\nepsilon = 1.0\n[tables.events]\nprivacy_unit = "user_id"\n', "needs a source"),
+        ('[ledger]\npath = ":memory:"\nepsilon = 1.0\n[tables.events]\nsource = "events.parquet"\nprivacy_unit = "user_id"\ncolour = 1\n',
          "unknown key"),
-        ('[ledger]\nepsilon = -1.0\n', "epsilon"),
-        ('[ledger]\nepsilon = 1.0\ndelta = 2.0\n', "delta"),
-        ('[ledger]\nepsilon = 1.0\n[tables.events]\nsource = "missing.parquet"\nprivacy_unit = "user_id"\n',
+        ('[ledger]\npath = ":memory:"\nepsilon = -1.0\n', "epsilon"),
+        ('[ledger]\npath = ":memory:"\nepsilon = 1.0\ndelta = 2.0\n', "delta"),
+        ('[ledger]\npath = ":memory:"\nepsilon = 1.0\n[tables.events]\nsource = "missing.parquet"\nprivacy_unit = "user_id"\n',
          "no file matches"),
     ],
 )
