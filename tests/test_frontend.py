@@ -6,6 +6,7 @@ These tests build the catalog by hand (no data, no DuckDB): analysis must never 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import pathlib
 
 import pytest
@@ -400,7 +401,7 @@ def test_non_string_sql_is_a_syntax_error(catalog: dict[str, TableSpec], bad: ob
 
 def test_table_without_privacy_unit_is_a_policy_error() -> None:
     cat = make_catalog()
-    cat["events"].privacy_unit = None
+    cat["events"] = dataclasses.replace(cat["events"], privacy_unit=None)
     with pytest.raises(P, match="privacy unit"):
         analyze("SELECT COUNT(*) FROM events", cat)
 
@@ -408,8 +409,7 @@ def test_table_without_privacy_unit_is_a_policy_error() -> None:
 def test_privacy_unit_through_foreign_key() -> None:
     cat = make_catalog()
     cat["users"] = TableSpec("users", "/nonexistent.parquet", "parquet", privacy_unit="id", schema={"id": "BIGINT"})
-    cat["events"].privacy_unit = None
-    cat["events"].references = {"user_id": "users.id"}
+    cat["events"] = dataclasses.replace(cat["events"], privacy_unit=None, references={"user_id": "users.id"})
     plan = analyze("SELECT COUNT(DISTINCT user_id) FROM events", cat)
     assert plan.aggregates[0].kind == ir.COUNT_UNITS
 
