@@ -117,7 +117,7 @@ class _Builder:
                 type_predicate(node, self.table.schema, role)
         except TypeRefusal as e:
             for n, msg in e.problems:
-                self.bad(n, f"{role}: {msg}")
+                self.bad(n if n is not None else node, f"{role}: {msg}")
 
     def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool = False) -> None:
         assert self.table is not None
@@ -212,7 +212,7 @@ class _Builder:
                 if isinstance(n, SUPPORTED_AGGS) or isinstance(n, exp.Filter):
                     r = self.aggregate_ref(n)
                     return r if r is not None else exp.Null()
-                self.bad(n, f"aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM or AVG")
+                self.bad(n, f"{where}: aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM or AVG")
                 return exp.Null()
             if isinstance(n, exp.Window):
                 return n  # reported by the function checks
