@@ -491,6 +491,13 @@ def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitP
     return paths
 
 
+def _plain(v: Any) -> Any:
+    """A column spec as plain dicts (a read-only mapping, e.g. from a loaded config, is copied)."""
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
 #: ``register_source(name, kind, source, view, types=...) -> schema``: the engine's step that
 #: creates the private view on a source and returns its schema (column -> type); and
 #: ``unregister_source(name, kind, view)``, its inverse
@@ -549,10 +556,10 @@ def register_table(
     col_specs: dict[str, ColumnSpec] = {}
     types: dict[str, str] = {}
     for cname, cspec in (columns or {}).items():
-        if isinstance(cspec, Mapping) and "type" in cspec:  # a CSV column's declared type
-            cspec = dict(cspec)
+        cspec = _plain(cspec)
+        if isinstance(cspec, dict) and "type" in cspec:  # a CSV column's declared type
             types[cname.lower()] = cspec.pop("type")
-        col_specs[cname.lower()] = parse_column_spec(tname, cname, dict(cspec) if isinstance(cspec, Mapping) else cspec)
+        col_specs[cname.lower()] = parse_column_spec(tname, cname, cspec)
     refs: dict[str, str] = {}
     for fk, target in (references or {}).items():
         if not isinstance(target, str) or target.count(".") != 1:

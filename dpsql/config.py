@@ -134,7 +134,7 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
     settings = EngineSettings(**eng)
 
     # [tables.NAME]
-    tables = {name: MappingProxyType(table_kwargs(name, spec, base)) for name, spec in tabs.items()}
+    tables = {name: _freeze(table_kwargs(name, spec, base)) for name, spec in tabs.items()}
     if tables and lpath is None:
         raise ConfigError(
             "the config registers tables but names no ledger file: its budget must live in one place",
@@ -156,6 +156,15 @@ def table_kwargs(name: Any, spec: Any, base_dir: str) -> dict[str, Any]:
     if isinstance(src, str) and src and not os.path.isabs(src):
         out["source"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(src)))
     return out
+
+
+def _freeze(v: Any) -> Any:
+    """A read-only copy: tables become MappingProxyTypes, lists tuples (all the way down)."""
+    if isinstance(v, dict):
+        return MappingProxyType({k: _freeze(x) for k, x in v.items()})
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    return v
 
 
 def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:

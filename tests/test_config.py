@@ -162,4 +162,7 @@ def test_loaded_config_is_frozen_and_resolved(confdir: Path) -> None:
         c.tables["events"]["source"] = "x"  # type: ignore[index]
     with pytest.raises(TypeError):
         c.tables["other"] = {}  # type: ignore[index]
+    with pytest.raises(TypeError):
+        c.tables["events"]["columns"]["g"]["domain"] = ["x"]  # nested tables are read-only too
+    assert c.tables["events"]["columns"]["g"]["domain"] == ("a", "b")
     assert DpsqlConfig().ledger_path is None and MEMORY == ":memory:"
