@@ -56,7 +56,6 @@ class DpsqlConfig:
 
     path: str | None = None  # absolute path of the file
     base_dir: str = ""  # its directory: relative paths in the file are resolved against it
-    has_ledger: bool = False  # the file has a [ledger] section
     ledger_path: str | None = None  # absolute file path, MEMORY, or None (the file names no ledger)
     budget: Budget | None = None
     create_if_missing: bool = False
@@ -104,9 +103,8 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
 
     # [ledger]
     _unknown(led, LEDGER_KEYS, "[ledger]", "keys")
-    has_ledger = "ledger" in raw
     lpath = led.get("path")
-    if has_ledger and lpath is None:
+    if "ledger" in raw and lpath is None:
         raise ConfigError(
             "[ledger] in the config names no path: the budget would not be recorded in one place",
             hint='add path = "ledger.duckdb" under [ledger] (relative to the config file), '
@@ -140,7 +138,7 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
             "the config registers tables but names no ledger file: its budget must live in one place",
             hint='the data owner sets [ledger] path = "ledger.duckdb" in the config',
         )
-    return DpsqlConfig(path=absp, base_dir=base, has_ledger=has_ledger, ledger_path=lpath, budget=budget,
+    return DpsqlConfig(path=absp, base_dir=base, ledger_path=lpath, budget=budget,
                        create_if_missing=create, engine=settings, tables=MappingProxyType(tables))
 
 

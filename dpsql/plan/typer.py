@@ -42,7 +42,10 @@ The typer then renders the expression again, for DuckDB, so that
   TIMESTAMPTZ, nested types, JSON, MAP, UNION, ...) are refused.
 
 Anything not on the allow-list is refused, with every violation listed at once (line and
-column). The module is pure: it reads no data and imports no database library.
+column). The expressions dpsql evaluates over released values only (the SELECT list, HAVING,
+ORDER BY) take the same allow-list plus ``POST_ALLOW_LIST`` (checked by
+``dpsql.plan.checks.check_expression_functions``); there is no deny-list anywhere.
+The module is pure: it reads no data and imports no database library.
 """
 
 from __future__ import annotations
