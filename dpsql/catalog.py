@@ -3,17 +3,24 @@
 Everything here is *public*: the schema, the privacy unit, declared bounds, declared key
 domains, ordered domains for range workloads, and contribution caps. Analysis, routing,
 calibration and ``explain`` read only this, never a private row.
+
+The catalog objects (``TableSpec``, ``ColumnSpec``, ``OrderedDomain``) are immutable: the
+dataclasses are frozen and the mappings inside them are ``ReadOnlyDict``s. They are built in one
+place, ``register_table`` (checks of the owner's policy, the source's schema, typed domains);
+a table's policy changes only by registering it again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import glob
+import json
 import math
 import os
 import re
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 from dpsql.errors import ConfigError
 from dpsql.plan.typer import type_domain
@@ -53,9 +60,76 @@ class ColumnSpec:
     ordered: OrderedDomain | None = None  # ordered domain for DAWA range workloads
     granularity: float | None = None  # rounding grid for released noisy sums
 
+    def __post_init__(self) -> None:
+        for name in ("bounds", "domain"):  # lists given by hand become tuples: nothing inside can change
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, tuple):
+                object.__setattr__(self, name, tuple(v))
 
-@dataclass
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class ReadOnlyDict(dict[_K, _V]):
+    """A dict that refuses every change after construction (reads work as for any dict).
+
+    The mappings inside catalog objects (columns, references, schema) are public policy that
+    calibration reads: they change only through registration, never through a handed-out
+    object. (A dict subclass rather than a ``MappingProxyType`` so that every reader typed
+    ``dict`` keeps working; copying returns the object itself.)
+    """
+
+    __slots__ = ()
+
+    def _refuse(self) -> NoReturn:
+        raise TypeError("registered table metadata is read-only: change a table's policy by registering it again "
+                        "(Session.register)")
+
+    def __setitem__(self, key: _K, value: _V) -> NoReturn:
+        self._refuse()
+
+    def __delitem__(self, key: _K) -> NoReturn:
+        self._refuse()
+
+    def __ior__(self, other: Any) -> NoReturn:  # type: ignore[misc]
+        self._refuse()
+
+    def clear(self) -> NoReturn:
+        self._refuse()
+
+    def pop(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def popitem(self) -> NoReturn:
+        self._refuse()
+
+    def setdefault(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def update(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def __copy__(self) -> ReadOnlyDict[_K, _V]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ReadOnlyDict[_K, _V]:
+        return self  # keys are strings, values strings or frozen specs
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (dict(self),))
+
+
+def _read_only(d: Mapping[_K, _V] | Iterable[tuple[_K, _V]] | None) -> ReadOnlyDict[_K, _V]:
+    if isinstance(d, ReadOnlyDict):
+        return d
+    return ReadOnlyDict(d or {})
+
+
+@dataclass(frozen=True)
 class TableSpec:
+    """A registered table's public metadata. Frozen: built once by ``register_table``."""
+
     name: str
     source: Any
     source_kind: str  # parquet | csv | arrow | duckdb
@@ -63,14 +137,19 @@ class TableSpec:
     max_groups_per_unit: float = 1
     max_rows_per_group: float = 1
     max_rows_per_unit: float | None = None  # for range workloads (DAWA); default C_u * k
-    columns: dict[str, ColumnSpec] = field(default_factory=dict)
-    references: dict[str, str] = field(default_factory=dict)  # fk column -> "table.column"
+    columns: dict[str, ColumnSpec] = field(default_factory=ReadOnlyDict)
+    references: dict[str, str] = field(default_factory=ReadOnlyDict)  # fk column -> "table.column"
     tau: int = 1  # suppression threshold for sparse histograms
-    schema: dict[str, str] = field(default_factory=dict)  # column name (lower) -> duckdb type
+    schema: dict[str, str] = field(default_factory=ReadOnlyDict)  # column name (lower) -> duckdb type
     view: str | None = None  # name of the session's private view on the source
     version: str | None = None  # owner-declared version of the source's contents (synopsis reuse)
     files: tuple[str, ...] = ()  # file sources: the files matched at registration
     read_key: str = ""  # what shapes the rows a query sees: schema (declared types) and read settings
+
+    def __post_init__(self) -> None:
+        for name in ("columns", "references", "schema"):
+            object.__setattr__(self, name, _read_only(getattr(self, name)))
+        object.__setattr__(self, "files", tuple(self.files))
 
     def column(self, name: str) -> ColumnSpec:
         return self.columns.get(name.lower()) or ColumnSpec(name.lower())
@@ -372,7 +451,7 @@ class UnitPath:
     resolved: bool = True
 
 
-def unit_paths(table: TableSpec, catalog: dict[str, TableSpec]) -> list[UnitPath]:
+def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitPath]:
     """Every path from a row of ``table`` to a person that the catalog declares.
 
     A foreign key is a path to a person when its target table is registered with a privacy unit
@@ -410,3 +489,132 @@ def unit_paths(table: TableSpec, catalog: dict[str, TableSpec]) -> list[UnitPath
             continue  # the table's own unit column, also declared as a reference to the person table
         paths.append(UnitPath(fk_l, target.lower(), direct))
     return paths
+
+
+def _plain(v: Any) -> Any:
+    """A column spec as plain dicts (a read-only mapping, e.g. from a loaded config, is copied)."""
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+#: ``register_source(name, kind, source, view, types=...) -> schema``: the engine's step that
+#: creates the private view on a source and returns its schema (column -> type); and
+#: ``unregister_source(name, kind, view)``, its inverse
+RegisterSource = Callable[..., dict[str, str]]
+UnregisterSource = Callable[[str, str, "str | None"], None]
+
+
+def register_table(
+    catalog: MutableMapping[str, TableSpec],
+    name: Any,
+    source: Any,
+    *,
+    register_source: RegisterSource,
+    unregister_source: UnregisterSource,
+    view_suffix: str,
+    has_connection: bool = False,
+    read_settings: Mapping[str, Any] | None = None,
+    privacy_unit: str | None = None,
+    max_groups_per_unit: float = 1,
+    max_rows_per_group: float = 1,
+    max_rows_per_unit: float | None = None,
+    columns: Mapping[str, Mapping[str, Any]] | None = None,
+    references: Mapping[str, str] | None = None,
+    tau: int = 1,
+    version: str | None = None,
+) -> TableSpec:
+    """Register a private table in ``catalog`` (reading only the source's schema, never a row).
+
+    Checks the owner's policy (caps, tau, version, column specs, references, privacy unit),
+    creates the private view ``_dpsql_src_<name>_<view_suffix>`` through ``register_source``
+    (a table registered again under the same name is replaced: its old view is dropped first),
+    checks the declared columns against the schema, types the public domains, and stores the
+    frozen ``TableSpec``. On any error the new view is dropped and a ConfigError names the fix.
+    ``read_settings``: the engine's settings that shape the rows a query reads (e.g.
+    ``max_text_bytes``); with the schema they make the table's ``read_key``.
+    """
+    tname = check_table_name(name)
+    kind, src = classify_source(source, has_connection=has_connection)
+    caps_g = _check_cap(max_groups_per_unit, "max_groups_per_unit", tname)
+    caps_r = _check_cap(max_rows_per_group, "max_rows_per_group", tname)
+    caps_u = _check_cap(max_rows_per_unit, "max_rows_per_unit", tname) if max_rows_per_unit is not None else None
+    if version is not None and (not isinstance(version, str) or not version):
+        raise ConfigError(f"version for table '{tname}' must be a non-empty string, got {version!r}",
+                          hint="e.g. register(..., version='2026-11-30')")
+    if isinstance(tau, bool) or not isinstance(tau, int) or tau < 1:
+        raise ConfigError(f"tau for table '{tname}' must be a whole number >= 1, got {tau!r}")
+    if columns is not None and not isinstance(columns, Mapping):
+        raise ConfigError(f"columns for table '{tname}' must be a dict of column specs, got {type(columns).__name__}",
+                          hint="columns={'amount': {'bounds': (0, 100)}}")
+    if references is not None and not isinstance(references, Mapping):
+        raise ConfigError(f"references for table '{tname}' must be a dict, got {type(references).__name__}",
+                          hint="references={'customer_id': 'customers.id'}")
+    if privacy_unit is not None and (not isinstance(privacy_unit, str) or not privacy_unit):
+        raise ConfigError(f"privacy_unit for table '{tname}' must be a column name, got {privacy_unit!r}",
+                          hint=f"register('{tname}', ..., privacy_unit='user_id')")
+    col_specs: dict[str, ColumnSpec] = {}
+    types: dict[str, str] = {}
+    for cname, cspec in (columns or {}).items():
+        cspec = _plain(cspec)
+        if isinstance(cspec, dict) and "type" in cspec:  # a CSV column's declared type
+            types[cname.lower()] = cspec.pop("type")
+        col_specs[cname.lower()] = parse_column_spec(tname, cname, cspec)
+    refs: dict[str, str] = {}
+    for fk, target in (references or {}).items():
+        if not isinstance(target, str) or target.count(".") != 1:
+            raise ConfigError(
+                f"reference for '{tname}.{fk}' must be 'table.column', got {target!r}",
+                hint="references={'customer_id': 'customers.id'}",
+            )
+        refs[fk.lower()] = target.lower()
+    if privacy_unit is None and not refs:
+        raise ConfigError(
+            f"table '{tname}' needs a privacy unit: the column that identifies a person, or a foreign key path to one",
+            hint=f"register('{tname}', ..., privacy_unit='user_id') or references={{'user_id': 'users.id'}}",
+        )
+    if tname in catalog:
+        old = catalog.pop(tname)
+        unregister_source(tname, old.source_kind, old.view)
+    view = f"_dpsql_src_{tname}_{view_suffix}"
+    files = source_files(kind, src)
+    schema = register_source(tname, kind, src, view, types=types)
+    problems = []
+    if privacy_unit is not None and privacy_unit.lower() not in schema:
+        problems.append(f"privacy unit column '{privacy_unit}' does not exist")
+    for c in col_specs:
+        if c not in schema:
+            problems.append(f"declared column '{c}' does not exist")
+    for fk in refs:
+        if fk not in schema:
+            problems.append(f"foreign key column '{fk}' does not exist")
+    if problems:
+        unregister_source(tname, kind, view)
+        raise ConfigError(
+            f"table '{tname}': " + "; ".join(problems),
+            hint=f"its columns are: {', '.join(sorted(schema))}",
+        )
+    try:
+        col_specs = type_domains(tname, col_specs, schema)
+    except ConfigError:
+        unregister_source(tname, kind, view)
+        raise
+    spec = TableSpec(
+        name=tname,
+        source=src if kind != "arrow" else "<arrow table>",
+        source_kind=kind,
+        privacy_unit=privacy_unit.lower() if privacy_unit else None,
+        max_groups_per_unit=caps_g,
+        max_rows_per_group=caps_r,
+        max_rows_per_unit=caps_u,
+        columns=col_specs,
+        references=refs,
+        tau=tau,
+        schema=schema,
+        view=view,
+        version=version,
+        files=files,
+        read_key=json.dumps({"schema": schema, **(read_settings or {})}, sort_keys=True),
+    )
+    catalog[tname] = spec
+    return spec

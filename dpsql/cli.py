@@ -124,21 +124,32 @@ def _parse_option_value(v: str) -> Any:
     return v
 
 
-def _ledger_path(args: argparse.Namespace, cfg: dict[str, Any], cfg_dir: str) -> str:
-    lp = cfg.get("ledger", {}).get("path") if isinstance(cfg.get("ledger"), dict) else None
-    if cfg.get("tables"):
-        _check_owner_config(args, lp)
+def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
+    """The ledger file of this command: the config's (``[ledger] path``), else --ledger,
+    $DPSQL_LEDGER or ./dpsql_ledger.duckdb (command-line behaviour, for files registered with
+    --table). A config that registers tables keeps its own ledger (see _check_owner_config)."""
+    from dpsql.errors import ConfigError
+
+    if cfg.registers_tables:
+        _check_owner_config(args)
     if args.ledger:
         return str(args.ledger)
-    if lp:
-        return lp if os.path.isabs(lp) else os.path.join(cfg_dir, lp)
+    if cfg.in_memory:
+        raise ConfigError(
+            f'config file {cfg.path!r} keeps its ledger in memory ([ledger] path = ":memory:"): the command line '
+            "needs a ledger file, or every command would start from a fresh budget",
+            hint='set [ledger] path = "ledger.duckdb" in the config',
+        )
+    if cfg.ledger_path is not None:
+        return str(cfg.ledger_path)
     return os.environ.get("DPSQL_LEDGER", DEFAULT_LEDGER)
 
 
-def _check_owner_config(args: argparse.Namespace, ledger_path: Any) -> None:
+def _check_owner_config(args: argparse.Namespace) -> None:
     """A config that registers tables is the data owner's: its tables, their policy (tau, caps,
     bounds) and its ledger cannot be replaced from the command line, or an analyst could register
     the owner's file again under a policy of their own, or charge a fresh ledger of their own.
+    (Such a config always names its ledger: ``dpsql.config.load_config`` refuses it otherwise.)
     """
     from dpsql.errors import ConfigError
 
@@ -151,56 +162,35 @@ def _check_owner_config(args: argparse.Namespace, ledger_path: Any) -> None:
             "and its ledger belong to the data owner",
             hint="drop these flags to query the config's tables, or use --table without --config for files of your own",
         )
-    if not ledger_path:
-        raise ConfigError(
-            "the config registers tables but names no ledger file: its budget must live in one place",
-            hint="the data owner sets [ledger] path = \"ledger.duckdb\" in the config",
-        )
 
 
-def _load_config(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    import tomllib
-
-    from dpsql.errors import ConfigError
+def _load_config(args: argparse.Namespace) -> Any:
+    """The config of --config (or ./dpsql.toml when present), read by the same loader as
+    ``Session.from_config``; an empty config when there is none."""
+    from dpsql.config import DpsqlConfig, load_config
 
     path = args.config
     if path is None and os.path.exists("dpsql.toml"):
         path = "dpsql.toml"
-    if path is None:
-        return {}, os.getcwd()
-    if not os.path.exists(path):
-        raise ConfigError(f"config file {path!r} not found", hint="pass --config with an existing dpsql.toml")
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f), os.path.dirname(os.path.abspath(path))
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path!r} is not valid TOML: {e}") from None
+    return DpsqlConfig() if path is None else load_config(path)
 
 
-def _create_if_missing(args: argparse.Namespace, led: dict[str, Any]) -> bool:
+def _create_if_missing(args: argparse.Namespace, cfg: Any) -> bool:
     """A missing ledger is created only by `dpsql init` or `[ledger] create_if_missing = true`; the
     latter applies to the ledger the config names, not to a --ledger given on the command line."""
-    from dpsql.errors import ConfigError
-
-    create = led.get("create_if_missing", False)
-    if not isinstance(create, bool):
-        raise ConfigError(f"[ledger] create_if_missing must be true or false, got {create!r}",
-                          hint="create_if_missing = true")
-    return create and not args.ledger and bool(led.get("path"))
+    return bool(cfg.create_if_missing and not args.ledger and cfg.ledger_path is not None)
 
 
 def _open_session(args: argparse.Namespace) -> Any:
     import dpsql
     from dpsql.errors import ConfigError
 
-    cfg, cfg_dir = _load_config(args)
-    led = cfg.get("ledger", {}) if isinstance(cfg.get("ledger"), dict) else {}
-    budget = dpsql.Budget(led["epsilon"], led.get("delta", 0.0)) if "epsilon" in led else None
-    s = dpsql.Session(ledger=_ledger_path(args, cfg, cfg_dir), budget=budget, create=_create_if_missing(args, led),
+    cfg = _load_config(args)
+    s = dpsql.Session(ledger=_ledger_path(args, cfg), budget=cfg.budget, create=_create_if_missing(args, cfg),
                       engine=_engine_settings(args, cfg))
     try:
-        for name, spec in (cfg.get("tables") or {}).items():
-            s.register_from_dict(name, spec, base_dir=cfg_dir)
+        for name, kwargs in cfg.tables.items():
+            s.register(name, **kwargs)
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")
         groups = _kv(args.max_groups, "--max-groups")
@@ -235,25 +225,26 @@ def _open_session(args: argparse.Namespace) -> Any:
     return s
 
 
-def _engine_settings(args: argparse.Namespace, cfg: dict[str, Any]) -> Any:
+def _engine_settings(args: argparse.Namespace, cfg: Any) -> Any:
     """The owner's [engine] settings; --debug only where the CLI user owns every table.
 
     Tables of a config file belong to whoever controls that file (the data owner): debug mode
     is theirs to enable, with ``[engine] debug = true``. A user who registers every table with
     --table is the owner of those tables, so --debug is honoured for them.
     """
-    from dpsql.engine import EngineSettings
+    import dataclasses
+
     from dpsql.errors import ConfigError
 
-    settings = EngineSettings.from_dict(cfg.get("engine"))
+    settings = cfg.engine
     if args.debug and not settings.debug:
-        if cfg.get("tables"):
+        if cfg.registers_tables:
             raise ConfigError(
                 "--debug is a data-owner setting and this config's [engine] does not enable it",
                 hint="the data owner can set [engine] debug = true in the config (unsafe: error details may "
                 "reveal private values; see docs/threat_model.md)",
             )
-        settings = EngineSettings.from_dict({**(cfg.get("engine") or {}), "debug": True})
+        settings = dataclasses.replace(settings, debug=True)
     args.debug_on = settings.debug
     return settings
 
@@ -358,8 +349,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
     import dpsql
     from dpsql.ledger import Ledger
 
-    cfg, cfg_dir = _load_config(args)
-    path = _ledger_path(args, cfg, cfg_dir)
+    path = _ledger_path(args, _load_config(args))
     led = Ledger.create(path, dpsql.Budget(args.epsilon, args.delta))
     led.close()
     print(f"created ledger {path} with total budget epsilon={args.epsilon:g} delta={args.delta:g}", file=sys.stderr)
@@ -426,13 +416,11 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     from dpsql.errors import ConfigError
     from dpsql.ledger import Ledger
 
-    cfg, cfg_dir = _load_config(args)
-    led_cfg = cfg.get("ledger", {}) if isinstance(cfg.get("ledger"), dict) else {}
-    path = _ledger_path(args, cfg, cfg_dir)
-    total = dpsql.Budget(led_cfg["epsilon"], led_cfg.get("delta", 0.0)) if "epsilon" in led_cfg else None
+    cfg = _load_config(args)
+    path = _ledger_path(args, cfg)
     # --set-total changes the recorded total: open by the ledger's own total, not the config's
-    with Ledger.open(path, None if args.set_total else total,
-                     create=not args.set_total and _create_if_missing(args, led_cfg)) as led:
+    with Ledger.open(path, None if args.set_total else cfg.budget,
+                     create=not args.set_total and _create_if_missing(args, cfg)) as led:
         if args.set_total:
             try:
                 eps, delta = float(args.set_total[0]), float(args.set_total[1])

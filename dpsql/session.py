@@ -11,13 +11,12 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
 import os
 import secrets
-import tomllib
 import warnings
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import duckdb
@@ -25,16 +24,9 @@ import pyarrow as pa
 
 from dpsql import postprocess
 from dpsql.budget import Budget, check_delta, check_epsilon
-from dpsql.catalog import (
-    TableSpec,
-    _check_cap,
-    check_table_name,
-    classify_source,
-    parse_column_spec,
-    source_files,
-)
-from dpsql.catalog import type_domains as _type_domains
+from dpsql.catalog import TableSpec, register_table
 from dpsql.charge import FAILURE_REASON, charged
+from dpsql.config import load_config, table_kwargs
 from dpsql.engine import Engine, EngineSettings
 from dpsql.errors import ConfigError
 from dpsql.ledger import Ledger
@@ -102,56 +94,21 @@ class Session:
     # -- construction from a config file ------------------------------------------------------
     @classmethod
     def from_config(cls, path: str | os.PathLike[str] = "dpsql.toml") -> Session:
-        """Build a Session from a TOML file: ``[ledger]`` (path, epsilon, delta, create_if_missing)
-        and ``[tables.NAME]``."""
-        p = os.fspath(path)
-        if not os.path.exists(p):
-            raise ConfigError(f"config file {p!r} not found", hint="create dpsql.toml (see README) or pass its path")
+        """Build a Session from a TOML file: ``[ledger]``, ``[engine]`` and ``[tables.NAME]``
+        (read and checked by ``dpsql.config.load_config``, the same loader as the CLI's)."""
+        cfg = load_config(path)
+        s = cls(ledger=cfg.session_ledger(), budget=cfg.budget, engine=cfg.engine, create=cfg.create_if_missing)
         try:
-            with open(p, "rb") as f:
-                cfg = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {p!r} is not valid TOML: {e}") from None
-        base = os.path.dirname(os.path.abspath(p))
-        led = cfg.get("ledger", {})
-        if not isinstance(led, dict):
-            raise ConfigError("[ledger] in the config must be a table")
-        lpath = led.get("path")
-        if lpath is not None and not os.path.isabs(lpath):
-            lpath = os.path.join(base, lpath)
-        budget = None
-        if "epsilon" in led:
-            budget = Budget(led["epsilon"], led.get("delta", 0.0))
-        create = led.get("create_if_missing", False)
-        if not isinstance(create, bool):
-            raise ConfigError(f"[ledger] create_if_missing must be true or false, got {create!r}")
-        s = cls(ledger=lpath, budget=budget, engine=cfg.get("engine"), create=create)
-        tables = cfg.get("tables", {})
-        if not isinstance(tables, dict):
-            raise ConfigError("[tables] in the config must be a table of tables")
-        try:
-            for name, spec in tables.items():
-                s.register_from_dict(name, spec, base_dir=base)
-        except Exception:
+            for name, kwargs in cfg.tables.items():
+                s.register(name, **kwargs)
+        except BaseException:
             s.close()
             raise
         return s
 
     def register_from_dict(self, name: str, spec: dict[str, Any], *, base_dir: str = ".") -> None:
-        if not isinstance(spec, dict) or "source" not in spec:
-            raise ConfigError(f"table '{name}' in the config needs a source", hint=f"[tables.{name}] source = 'data.parquet'")
-        spec = dict(spec)
-        src = spec.pop("source")
-        if isinstance(src, str) and not os.path.isabs(src) and not os.path.exists(src):
-            cand = os.path.join(base_dir, src)
-            if os.path.exists(cand) or any(ch in src for ch in "*?["):
-                src = cand
-        allowed = {"privacy_unit", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit", "columns", "references", "tau",
-                   "version"}
-        unknown = set(spec) - allowed
-        if unknown:
-            raise ConfigError(f"unknown key(s) {sorted(unknown)} for table '{name}'", hint=f"allowed: {sorted(allowed)}")
-        self.register(name, src, **spec)
+        """Register a table from a ``[tables.NAME]``-style dict (relative sources resolved against ``base_dir``)."""
+        self.register(name, **table_kwargs(name, spec, os.path.abspath(base_dir)))
 
     # -- catalog ----------------------------------------------------------------------------
     def register(
@@ -176,86 +133,21 @@ class Session:
         sources are never answered from a stored synopsis.
         """
         self._check_open()
-        tname = check_table_name(name)
-        kind, src = classify_source(source, has_connection=self._has_connection)
-        caps_g = _check_cap(max_groups_per_unit, "max_groups_per_unit", tname)
-        caps_r = _check_cap(max_rows_per_group, "max_rows_per_group", tname)
-        caps_u = _check_cap(max_rows_per_unit, "max_rows_per_unit", tname) if max_rows_per_unit is not None else None
-        if version is not None and (not isinstance(version, str) or not version):
-            raise ConfigError(f"version for table '{tname}' must be a non-empty string, got {version!r}",
-                              hint="e.g. register(..., version='2026-11-30')")
-        if isinstance(tau, bool) or not isinstance(tau, int) or tau < 1:
-            raise ConfigError(f"tau for table '{tname}' must be a whole number >= 1, got {tau!r}")
-        col_specs = {}
-        types: dict[str, str] = {}
-        for cname, cspec in (columns or {}).items():
-            if isinstance(cspec, dict) and "type" in cspec:  # a CSV column's declared type
-                cspec = dict(cspec)
-                types[cname.lower()] = cspec.pop("type")
-            col_specs[cname.lower()] = parse_column_spec(tname, cname, cspec)
-        refs = {}
-        for fk, target in (references or {}).items():
-            if not isinstance(target, str) or target.count(".") != 1:
-                raise ConfigError(
-                    f"reference for '{tname}.{fk}' must be 'table.column', got {target!r}",
-                    hint="references={'customer_id': 'customers.id'}",
-                )
-            refs[fk.lower()] = target.lower()
-        if privacy_unit is None and not refs:
-            raise ConfigError(
-                f"table '{tname}' needs a privacy unit: the column that identifies a person, or a foreign key path to one",
-                hint=f"register('{tname}', ..., privacy_unit='user_id') or references={{'user_id': 'users.id'}}",
-            )
-        if tname in self._catalog:
-            old = self._catalog.pop(tname)
-            self._engine.unregister_source(tname, old.source_kind, old.view)
-        view = f"_dpsql_src_{tname}_{self._token}"
-        files = source_files(kind, src)
-        schema = self._engine.register_source(tname, kind, src, view, types=types)
-        problems = []
-        if privacy_unit is not None and privacy_unit.lower() not in schema:
-            problems.append(f"privacy unit column '{privacy_unit}' does not exist")
-        for c in col_specs:
-            if c not in schema:
-                problems.append(f"declared column '{c}' does not exist")
-        for fk in refs:
-            if fk not in schema:
-                problems.append(f"foreign key column '{fk}' does not exist")
-        if problems:
-            self._engine.unregister_source(tname, kind, view)
-            raise ConfigError(
-                f"table '{tname}': " + "; ".join(problems),
-                hint=f"its columns are: {', '.join(sorted(schema))}",
-            )
-        try:
-            col_specs = _type_domains(tname, col_specs, schema)
-        except ConfigError:
-            self._engine.unregister_source(tname, kind, view)
-            raise
-        self._catalog[tname] = TableSpec(
-            name=tname,
-            source=src if kind != "arrow" else "<arrow table>",
-            source_kind=kind,
-            privacy_unit=privacy_unit.lower() if privacy_unit else None,
-            max_groups_per_unit=caps_g,
-            max_rows_per_group=caps_r,
-            max_rows_per_unit=caps_u,
-            columns=col_specs,
-            references=refs,
-            tau=tau,
-            schema=schema,
-            view=view,
-            version=version,
-            files=files,
-            read_key=json.dumps({"schema": schema, "max_text_bytes": self._engine.settings.max_text_bytes,
-                                 "invalid_text": self._engine.settings.invalid_text}, sort_keys=True),
+        settings = self._engine.settings
+        register_table(
+            self._catalog, name, source,
+            register_source=self._engine.register_source, unregister_source=self._engine.unregister_source,
+            view_suffix=self._token, has_connection=self._has_connection,
+            read_settings={"max_text_bytes": settings.max_text_bytes, "invalid_text": settings.invalid_text},
+            privacy_unit=privacy_unit, max_groups_per_unit=max_groups_per_unit, max_rows_per_group=max_rows_per_group,
+            max_rows_per_unit=max_rows_per_unit, columns=columns, references=references, tau=tau, version=version,
         )
 
     @property
-    def tables(self) -> dict[str, TableSpec]:
-        """Copies of the registered tables' public metadata: changing one (e.g. its caps) changes
-        nothing in the Session; policy changes only through ``register``."""
-        return {name: copy.deepcopy(spec) for name, spec in self._catalog.items()}
+    def tables(self) -> Mapping[str, TableSpec]:
+        """The registered tables' public metadata: a read-only view of frozen specs (changing a
+        table's policy, e.g. its caps, is possible only by registering it again)."""
+        return MappingProxyType(self._catalog)
 
     # -- budget ---------------------------------------------------------------------------------
     def remaining(self) -> Budget:

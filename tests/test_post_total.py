@@ -11,8 +11,9 @@ certain from its text is charged instead of refused, against "bad input ... spen
 and DuckDB functions outside the allow-list (``repeat(s, 100000000)``) are accepted there.
 Cause: dpsql/session.py:698-716 (``_bind_check`` binds HAVING/ORDER BY over NULL keys and 0
 aggregates only, so value-dependent casts and overflows pass) and :761-778 (``_post_process``
-runs them in DuckDB after the charge); HAVING/ORDER BY are only screened by a deny-list
-(dpsql/plan/checks.py:58), not the typer's allow-list.
+runs them in DuckDB after the charge); HAVING/ORDER BY were only screened by a deny-list
+(dpsql/plan/checks.py:58), not the typer's allow-list (since then they take an allow-list too:
+tests/test_allow_list_everywhere.py).
 """
 
 from __future__ import annotations

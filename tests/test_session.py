@@ -469,12 +469,12 @@ def test_from_config_paths_are_relative_to_the_config_file(tmp_path: Path, event
     "text,match",
     [
         ("[ledger\n", "not valid TOML"),
-        ('[ledger]\nepsilon = 1.0\n[tables.events]\nprivacy_unit = "user_id"\n', "needs a source"),
-        ('[ledger]\nepsilon = 1.0\n[tables.events]\nsource = "events.parquet"\nprivacy_unit = "user_id"\ncolour = 1\n',
+        ('[ledger]\npath = ":memory:"\nepsilon = 1.0\n[tables.events]\nprivacy_unit = "user_id"\n', "needs a source"),
+        ('[ledger]\npath = ":memory:"\nepsilon = 1.0\n[tables.events]\nsource = "events.parquet"\nprivacy_unit = "user_id"\ncolour = 1\n',
          "unknown key"),
-        ('[ledger]\nepsilon = -1.0\n', "epsilon"),
-        ('[ledger]\nepsilon = 1.0\ndelta = 2.0\n', "delta"),
-        ('[ledger]\nepsilon = 1.0\n[tables.events]\nsource = "missing.parquet"\nprivacy_unit = "user_id"\n',
+        ('[ledger]\npath = ":memory:"\nepsilon = -1.0\n', "epsilon"),
+        ('[ledger]\npath = ":memory:"\nepsilon = 1.0\ndelta = 2.0\n', "delta"),
+        ('[ledger]\npath = ":memory:"\nepsilon = 1.0\n[tables.events]\nsource = "missing.parquet"\nprivacy_unit = "user_id"\n',
          "no file matches"),
     ],
 )
@@ -518,11 +518,15 @@ def test_cap_options_may_lower_never_raise_the_registered_caps(events: pa.Table)
     s.close()
 
 
-def test_tables_are_copies_policy_changes_only_through_register(events: pa.Table) -> None:
+def test_tables_are_frozen_policy_changes_only_through_register(events: pa.Table) -> None:
+    import dataclasses
+
     s = zero_session(events, max_groups=2)
     t = s.tables["events"]
-    t.max_groups_per_unit = 1000
-    t.columns.clear()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.max_groups_per_unit = 1000  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        t.columns.clear()
     assert s.tables["events"].max_groups_per_unit == 2 and "amount" in s.tables["events"].columns
     p = s.explain("SELECT COUNT(*) FROM events", epsilon=1.0)
     assert p.parameters["max_groups_per_unit"] == 2

@@ -183,7 +183,7 @@ def test_csv_declared_types_are_checked(tmp_path: Path, events: pa.Table) -> Non
 def test_csv_declared_types_from_a_config(tmp_path: Path) -> None:
     _write(tmp_path / "g.csv", b"user_id,amount\n1,10\n2,oops\n")
     (tmp_path / "dpsql.toml").write_text(
-        '[ledger]\nepsilon = 10\n[tables.t]\nsource = "g.csv"\nprivacy_unit = "user_id"\n'
+        '[ledger]\npath = ":memory:"\nepsilon = 10\n[tables.t]\nsource = "g.csv"\nprivacy_unit = "user_id"\n'
         '[tables.t.columns.amount]\ntype = "DOUBLE"\nbounds = [0, 100]\n'
     )
     with dpsql.Session.from_config(tmp_path / "dpsql.toml") as s:

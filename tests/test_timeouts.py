@@ -174,7 +174,7 @@ def test_debug_must_be_a_bool() -> None:
 
 def test_engine_settings_from_config(tmp_path: Any) -> None:
     (tmp_path / "dpsql.toml").write_text(
-        "[ledger]\nepsilon = 10\n[engine]\nstatement_timeout = 12.5\nmin_response_time = 0.25\nthreads = 1\n"
+        "[ledger]\npath = \":memory:\"\nepsilon = 10\n[engine]\nstatement_timeout = 12.5\nmin_response_time = 0.25\nthreads = 1\n"
     )
     with dpsql.Session.from_config(tmp_path / "dpsql.toml") as s:
         st = s._engine.settings

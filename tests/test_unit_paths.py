@@ -7,6 +7,8 @@ claimed sensitivity of 1. Such tables are now refused before any charge, for fre
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -92,7 +94,7 @@ def test_multi_hop_path_is_refused() -> None:
         "products": _spec("products", None, {"seller_id": "sellers.id"}),
         "orders": _spec("orders", "customer_id", {"product_id": "products.id"}),
     }
-    cat["orders"].schema = {"customer_id": "BIGINT", "product_id": "BIGINT"}
+    cat["orders"] = dataclasses.replace(cat["orders"], schema={"customer_id": "BIGINT", "product_id": "BIGINT"})
     paths = unit_paths(cat["orders"], cat)
     assert [(p.column, p.direct) for p in paths] == [("customer_id", True), ("product_id", False)]
     assert resolve_unit_column(cat["orders"], cat) is None
@@ -114,7 +116,7 @@ def test_reference_to_an_unregistered_table_is_refused() -> None:
         "users": _spec("users", "id"),
         "messages": _spec("messages", "sender_id", {"receiver_id": "user.id"}),
     }
-    cat["messages"].schema = {"sender_id": "BIGINT", "receiver_id": "BIGINT"}
+    cat["messages"] = dataclasses.replace(cat["messages"], schema={"sender_id": "BIGINT", "receiver_id": "BIGINT"})
     assert resolve_unit_column(cat["messages"], cat) is None
     with pytest.raises(PolicyError, match="not registered.*'receiver_id' -> user.id"):
         analyze("SELECT COUNT(*) FROM messages", cat)

@@ -5,7 +5,7 @@ All violations of the DP subset are collected and raised together, each with lin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from sqlglot import exp
 
@@ -42,7 +42,7 @@ def is_bin_column(name: str, table: TableSpec) -> bool:
     return name.lower().endswith("_bin") and base in table.columns and table.columns[base].ordered is not None
 
 
-def resolve_unit_column(table: TableSpec, catalog: dict[str, TableSpec]) -> str | None:
+def resolve_unit_column(table: TableSpec, catalog: Mapping[str, TableSpec]) -> str | None:
     """The column of ``table`` that identifies a person, directly or through one foreign key.
 
     ``None`` unless the table reaches people through exactly one path that the per-unit bounding
@@ -56,7 +56,7 @@ def resolve_unit_column(table: TableSpec, catalog: dict[str, TableSpec]) -> str 
     return None
 
 
-def unit_problem(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
+def unit_problem(table: TableSpec, catalog: Mapping[str, TableSpec]) -> str:
     """Why ``resolve_unit_column`` found no single bounded path to a person (for error messages)."""
     paths = unit_paths(table, catalog)
     unresolved = [p for p in paths if not p.resolved]
@@ -88,7 +88,7 @@ def unit_problem(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
 
 
 class _Builder:
-    def __init__(self, sql: str, catalog: dict[str, TableSpec]) -> None:
+    def __init__(self, sql: str, catalog: Mapping[str, TableSpec]) -> None:
         self.sql = sql
         self.catalog = catalog
         self.violations: list[Violation] = []
@@ -117,7 +117,7 @@ class _Builder:
                 type_predicate(node, self.table.schema, role)
         except TypeRefusal as e:
             for n, msg in e.problems:
-                self.bad(n, f"{role}: {msg}")
+                self.bad(n if n is not None else node, f"{role}: {msg}")
 
     def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool = False) -> None:
         assert self.table is not None
@@ -212,7 +212,7 @@ class _Builder:
                 if isinstance(n, SUPPORTED_AGGS) or isinstance(n, exp.Filter):
                     r = self.aggregate_ref(n)
                     return r if r is not None else exp.Null()
-                self.bad(n, f"aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM or AVG")
+                self.bad(n, f"{where}: aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM or AVG")
                 return exp.Null()
             if isinstance(n, exp.Window):
                 return n  # reported by the function checks
@@ -504,7 +504,7 @@ class _Builder:
         raise cls(head, violations=clean, hint=hint)
 
 
-def analyze(sql: str, catalog: dict[str, TableSpec]) -> ir.QueryPlan:
+def analyze(sql: str, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
     """Parse and check ``sql`` against the catalog; return its plan or raise a QueryError.
 
     A query nested too deeply for the parser (or for any recursive step before the typer's

@@ -1,10 +1,11 @@
-"""Allowlist checks on the parsed statement. Every violation is collected, none is fatal alone.
+"""Allow-list checks on the parsed statement. Every violation is collected, none is fatal alone.
 
 What is accepted: one SELECT over one registered table, aggregates COUNT(*), COUNT(col),
-COUNT(DISTINCT privacy_unit), SUM(col), AVG(col), a deterministic WHERE, GROUP BY columns or
-expressions, and HAVING / ORDER BY / LIMIT over the released values. Everything else is
-refused before any data is read. The expressions evaluated on private rows (WHERE, GROUP BY keys)
-are further typed and checked against the function allow-list by ``dpsql.plan.typer``.
+COUNT(DISTINCT privacy_unit), SUM(col), AVG(col), a WHERE, GROUP BY columns or expressions, and
+HAVING / ORDER BY / LIMIT over the released values. Every function call anywhere in the query
+must be on the allow-list (``dpsql.plan.typer.ALLOW_LIST``, plus ``POST_ALLOW_LIST`` over
+released values); everything else is refused before any data is read. The expressions evaluated
+on private rows (WHERE, GROUP BY keys) are further typed by ``dpsql.plan.typer``.
 """
 
 from __future__ import annotations
@@ -13,37 +14,15 @@ from sqlglot import exp
 
 from dpsql.errors import Violation
 from dpsql.plan.parse import DIALECT, keyword_offset, line_col, position, tokens
-
-# functions that are nondeterministic, read files or the environment, or inspect the database
-_DENY_FUNCS = {
-    "random", "rand", "setseed", "uuid", "gen_random_uuid", "uuidv4", "uuidv7", "nextval", "currval",
-    "getenv", "current_setting", "read_text", "read_blob", "read_csv", "read_csv_auto", "read_json",
-    "read_json_auto", "read_json_objects", "read_parquet", "parquet_scan", "parquet_metadata",
-    "parquet_schema", "glob", "query", "query_table", "sniff_csv", "read_ndjson", "read_xlsx",
-    "sql_auto_complete", "which_secret", "load", "install", "pragma", "checkpoint",
-    # error() raises on purpose: a data-dependent error would release a bit outside the noise
-    "error",
-    # session state outside the query
-    "getvariable",
-}
-_DENY_PREFIXES = ("duckdb_", "pragma_", "read_", "pg_", "sqlite_", "postgres_", "mysql_", "iceberg_", "delta_")
-_NONDETERMINISTIC_TYPES: tuple[type[exp.Expression], ...] = (exp.Rand,)
-for _name in ("Uuid", "ReadCSV", "ReadParquet"):
-    if hasattr(exp, _name):
-        _NONDETERMINISTIC_TYPES = _NONDETERMINISTIC_TYPES + (getattr(exp, _name),)
+from dpsql.plan.typer import func_name, node_problem
 
 SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg)
 
+#: clauses evaluated by dpsql over released values only (post-processing)
+POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY")
 
-def func_name(node: exp.Expression) -> str:
-    if isinstance(node, exp.Anonymous):
-        return str(node.this).lower()
-    if isinstance(node, exp.Func):
-        try:
-            return node.sql_name().lower()
-        except Exception:  # pragma: no cover - defensive
-            return type(node).__name__.lower()
-    return ""
+__all__ = ["POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "func_name",
+           "violation"]
 
 
 def violation(node: exp.Expression, sql: str, message: str, *, offset: int | None = None) -> Violation:
@@ -56,26 +35,43 @@ def violation(node: exp.Expression, sql: str, message: str, *, offset: int | Non
 
 
 def check_expression_functions(node: exp.Expression, sql: str, where: str) -> list[Violation]:
-    """Refuse nondeterministic, file-reading and catalog functions anywhere in an expression."""
+    """Every function and operator in ``node`` must be on the allow-list; subqueries, query
+    parameters and window functions are refused with their own messages.
+
+    WHERE and GROUP BY (evaluated on private rows) use the typer's ``ALLOW_LIST``; the SELECT
+    list, HAVING and ORDER BY (post-processing over released values) use ``ALLOW_LIST`` plus
+    ``POST_ALLOW_LIST`` (``dpsql.plan.typer``; docs/expressions.md). There is no deny-list:
+    a function DuckDB adds in a new release is refused until it is listed. Aggregate calls are
+    left to the analysis, which accepts COUNT, SUM and AVG only and names any other.
+    """
+    post = where in POST_CLAUSES
     out: list[Violation] = []
-    for sub in node.walk():
-        if isinstance(sub, _NONDETERMINISTIC_TYPES):
-            out.append(violation(sub, sql, f"{where} uses a function that is not allowed (nondeterministic or reads files)"))
-            continue
-        if isinstance(sub, exp.Func):
-            name = func_name(sub)
-            if name in _DENY_FUNCS or name.startswith(_DENY_PREFIXES):
-                out.append(
-                    violation(sub, sql, f"{where} uses function {name}(), which is not allowed (nondeterministic, reads files, or inspects the database)")
-                )
+    stack = [node]
+    while stack:  # depth first, left to right in the SQL text
+        sub = stack.pop()
         if isinstance(sub, (exp.Subquery, exp.Exists)) or (
             isinstance(sub, exp.Select) and sub is not node and not isinstance(sub.parent, (exp.Subquery, exp.Exists))
         ):
             out.append(violation(sub, sql, f"subqueries are not supported in {where}"))
+            continue
         if isinstance(sub, (exp.Placeholder, exp.Parameter)):
             out.append(violation(sub, sql, f"query parameters ($1, ?) are not supported in {where}; write the value into the SQL"))
+            continue
         if isinstance(sub, exp.Window):
             out.append(violation(sub, sql, "window functions are not supported: they release per-row values"))
+            continue
+        if isinstance(sub, exp.AggFunc):
+            if not post:
+                continue  # an aggregate over private rows in WHERE / GROUP BY: refused by the analysis
+        else:
+            msg = node_problem(sub, post=post)
+            if msg is None and isinstance(sub, exp.Func) and not isinstance(sub, exp.Anonymous):
+                missing = [k for k, required in sub.arg_types.items() if required and sub.args.get(k) is None]
+                if missing:
+                    msg = f"function {func_name(sub)}() is missing its argument(s); see docs/expressions.md for its signature"
+            if msg is not None:
+                out.append(violation(sub, sql, f"{where}: {msg}"))
+        stack.extend(reversed(list(sub.iter_expressions())))
     return out
 
 

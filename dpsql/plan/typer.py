@@ -42,7 +42,10 @@ The typer then renders the expression again, for DuckDB, so that
   TIMESTAMPTZ, nested types, JSON, MAP, UNION, ...) are refused.
 
 Anything not on the allow-list is refused, with every violation listed at once (line and
-column). The module is pure: it reads no data and imports no database library.
+column). The expressions dpsql evaluates over released values only (the SELECT list, HAVING,
+ORDER BY) take the same allow-list plus ``POST_ALLOW_LIST`` (checked by
+``dpsql.plan.checks.check_expression_functions``); there is no deny-list anywhere.
+The module is pure: it reads no data and imports no database library.
 """
 
 from __future__ import annotations
@@ -55,8 +58,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
-
-from dpsql.plan.checks import func_name
 
 #: string functions see at most this many characters of a non-literal argument
 STRING_CAP = 1024
@@ -1329,24 +1330,78 @@ _STRUCTURAL: tuple[type[exp.Expression], ...] = (
 )
 
 
-def allow_list_problems(node: exp.Expression) -> list[tuple[exp.Expression, str]]:
+#: Post-processing (SELECT outputs, HAVING, ORDER BY: evaluated by dpsql over released values
+#: only, never over private rows) accepts the allow-list above plus these entries. The names of
+#: this table are the whole extension; everything else is refused in every clause.
+POST_ALLOW_LIST: tuple[FuncSpec, ...] = (
+    FuncSpec("COUNT, SUM, AVG", "the released aggregates", "released values",
+             "as the query's aggregates (their arguments are checked by the analysis)"),
+    FuncSpec("exp", "numeric -> DOUBLE", "released values only", "e.g. to undo a log scale"),
+    FuncSpec("power, pow, **, ^", "numeric, numeric -> DOUBLE", "released values only"),
+    FuncSpec("log, log2", "[base, ] numeric -> DOUBLE", "released values only", "log(x) is the base-10 logarithm"),
+)
+
+#: other spellings of allow-listed functions: the parser reads each as the function it names
+ALIASES: dict[str, str] = {
+    "ceiling": "ceil", "char_length": "length", "character_length": "length", "len": "length",
+    "lcase": "lower", "ucase": "upper", "datepart": "date_part", "datetrunc": "date_trunc", "mod": "%",
+    "position": "strpos", "prefix": "starts_with", "suffix": "ends_with",
+}
+
+#: node types behind POST_ALLOW_LIST (besides the aggregates COUNT/SUM/AVG)
+_POST_FUNCS: tuple[type[exp.Expression], ...] = (exp.Exp, exp.Pow)
+#: parts of a select item / ORDER BY item / aggregate call (COUNT(*), COUNT(DISTINCT u))
+_POST_STRUCTURAL: tuple[type[exp.Expression], ...] = (exp.Alias, exp.Ordered, exp.Star, exp.Distinct,
+                                                       exp.Count, exp.Sum, exp.Avg)
+
+_DOCS = "see docs/expressions.md"
+
+
+def func_name(node: exp.Expression) -> str:
+    """The SQL name of a function node (lower case), '' for other nodes."""
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).lower()
+    if isinstance(node, exp.Func):
+        try:
+            return node.sql_name().lower()
+        except Exception:  # pragma: no cover - defensive
+            return type(node).__name__.lower()
+    return ""
+
+
+def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
+    """Why the single node ``sub`` is not on the allow-list (None if it is).
+
+    ``post=False``: expressions over private rows (``ALLOW_LIST``); ``post=True``: expressions
+    over released values (``ALLOW_LIST`` plus ``POST_ALLOW_LIST``)."""
+    if isinstance(sub, exp.Collate):
+        if post:
+            return f"COLLATE is not on the allow-list of post-processing ({_DOCS})"
+        return ("COLLATE is not allowed: a collation makes different spellings equal, so a released key "
+                "could be spelled by one person's row; use lower()/upper() to compare text case-insensitively")
+    if isinstance(sub, exp.Anonymous):
+        if str(sub.this).lower() in _ANON:
+            return None
+    elif isinstance(sub, _STRUCTURAL) or type(sub) in _FUNCS:
+        return None
+    elif post and (isinstance(sub, _POST_STRUCTURAL) or type(sub) in _POST_FUNCS):
+        return None
+    if isinstance(sub, exp.Func):
+        name = str(sub.this).lower() if isinstance(sub, exp.Anonymous) else Typer._fname(sub)
+        if post:
+            return (f"function {name}() is not on the allow-list of functions over released values "
+                    f"(outputs, HAVING, ORDER BY; {_DOCS})")
+        return f"function {name}() is not on the allow-list of functions with a total, bounded-cost evaluation ({_DOCS})"
+    return f"the expression {type(sub).__name__.upper()} is not on the allow-list ({_DOCS})"
+
+
+def allow_list_problems(node: exp.Expression, *, post: bool = False) -> list[tuple[exp.Expression, str]]:
     """Every construct in ``node`` that is not on the allow-list (all of them, for one report)."""
     out: list[tuple[exp.Expression, str]] = []
     for sub in node.walk(bfs=False):  # depth first: left to right in the SQL text
-        if isinstance(sub, exp.Collate):
-            out.append((sub, "COLLATE is not allowed: a collation makes different spellings equal, so a released key "
-                             "could be spelled by one person's row; use lower()/upper() to compare text case-insensitively"))
-        elif isinstance(sub, exp.Anonymous):
-            if str(sub.this).lower() not in _ANON:
-                out.append((sub, f"function {str(sub.this).lower()}() is not on the allow-list of functions with a total, "
-                                 "bounded-cost evaluation (see docs/expressions.md)"))
-        elif isinstance(sub, _STRUCTURAL) or type(sub) in _FUNCS:
-            continue
-        elif isinstance(sub, exp.Func):
-            out.append((sub, f"function {Typer._fname(sub)}() is not on the allow-list of functions with a total, "
-                             "bounded-cost evaluation (see docs/expressions.md)"))
-        else:
-            out.append((sub, f"the expression {type(sub).__name__.upper()} is not on the allow-list (see docs/expressions.md)"))
+        msg = node_problem(sub, post=post)
+        if msg is not None:
+            out.append((sub, msg))
     return out
 
 
@@ -1530,6 +1585,16 @@ def domain_literal(value: Any, column_type: str) -> exp.Expression:
     of the column's type, e.g. for a catalog built by hand rather than by registration)."""
     t = parse_type(column_type)
     return typed_literal(_domain_value(value, t, "the key column"), t)
+
+
+def post_allow_list_markdown() -> str:
+    """The post-processing additions and the aliases as Markdown (docs/expressions.md embeds it)."""
+    rows = ["| function | signature | evaluated on | note |", "| --- | --- | --- | --- |"]
+    for f in POST_ALLOW_LIST:
+        rows.append(f"| {f.name} | {f.signature} | {f.total} | {f.note} |")
+    rows += ["", "Other spellings of allow-listed functions (accepted wherever the function is): "
+             + ", ".join(f"`{a}` ({b})" for a, b in sorted(ALIASES.items())) + "."]
+    return "\n".join(rows)
 
 
 def allow_list_markdown() -> str:

@@ -1,0 +1,179 @@
+"""The one reader of ``dpsql.toml``: ``Session.from_config`` and the ``dpsql`` CLI both use it.
+
+Every rule and every error message about the file lives here, so a file means the same thing
+whichever entry point reads it:
+
+* ``[ledger]``: ``path``, ``epsilon``, ``delta``, ``create_if_missing``. A ``[ledger]`` section
+  must name its ``path``: a file (relative paths are resolved against the config file's
+  directory), or ``":memory:"`` for an in-memory ledger that forgets every charge when the
+  process exits (notebooks and tests; the CLI refuses it, since each command is a new process).
+  A budget without a path is refused rather than guessed: a forgotten budget is the worst
+  failure a ledger can have. ``delta`` needs ``epsilon``; an in-memory ledger needs ``epsilon``.
+* ``[engine]``: the owner's engine settings (``dpsql.engine.EngineSettings`` fields).
+* ``[tables.NAME]``: registration keyword arguments of ``Session.register`` plus ``source``;
+  a relative source path (or glob) is resolved against the config file's directory, never the
+  working directory. A file that registers tables must name its ledger (``[ledger] path``).
+
+Unknown sections and keys are refused, naming the allowed ones. A file with neither
+``[ledger]`` nor tables names no ledger: ``Session.from_config`` refuses it, and the CLI takes
+the ledger from ``--ledger``, ``$DPSQL_LEDGER`` or its default (command-line behaviour).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from dpsql.budget import Budget
+from dpsql.engine import EngineSettings
+from dpsql.errors import ConfigError
+
+#: the ``[ledger] path`` of an in-memory ledger
+MEMORY = ":memory:"
+
+SECTIONS = ("ledger", "engine", "tables")
+LEDGER_KEYS = ("path", "epsilon", "delta", "create_if_missing")
+TABLE_KEYS = ("source", "privacy_unit", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit", "columns",
+              "references", "tau", "version")
+
+
+def engine_keys() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(EngineSettings))
+
+
+def _empty() -> Mapping[str, Mapping[str, Any]]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class DpsqlConfig:
+    """A loaded ``dpsql.toml`` (see the module docstring). ``DpsqlConfig()`` is "no file"."""
+
+    path: str | None = None  # absolute path of the file
+    base_dir: str = ""  # its directory: relative paths in the file are resolved against it
+    ledger_path: str | None = None  # absolute file path, MEMORY, or None (the file names no ledger)
+    budget: Budget | None = None
+    create_if_missing: bool = False
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    tables: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)  # name -> register() kwargs
+
+    @property
+    def in_memory(self) -> bool:
+        return self.ledger_path == MEMORY
+
+    @property
+    def registers_tables(self) -> bool:
+        """The file registers tables: it is the data owner's (its policy and ledger are theirs)."""
+        return bool(self.tables)
+
+    def session_ledger(self) -> str | None:
+        """The ``ledger`` argument of ``Session``: a file path, or None for an in-memory ledger."""
+        if self.ledger_path is None:
+            raise ConfigError(
+                f"config file {self.path!r} names no ledger: its budget must live in one place",
+                hint='add [ledger] with path = "ledger.duckdb" (or path = ":memory:" for a notebook) and epsilon',
+            )
+        return None if self.in_memory else self.ledger_path
+
+
+def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
+    """Read and check a ``dpsql.toml``; every problem is a ConfigError naming the fix."""
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        raise ConfigError(f"config file {p!r} not found",
+                          hint="create dpsql.toml (see examples/dpsql.toml) or pass the path of an existing one")
+    try:
+        with open(p, "rb") as f:
+            raw = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {p!r} is not valid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {p!r} cannot be read: {type(e).__name__}") from None
+    absp = os.path.abspath(p)
+    base = os.path.dirname(absp)
+    _unknown(raw, SECTIONS, "top level of the config", "sections")
+    led = _section(raw, "ledger")
+    eng = _section(raw, "engine")
+    tabs = _section(raw, "tables")
+
+    # [ledger]
+    _unknown(led, LEDGER_KEYS, "[ledger]", "keys")
+    lpath = led.get("path")
+    if "ledger" in raw and lpath is None:
+        raise ConfigError(
+            "[ledger] in the config names no path: the budget would not be recorded in one place",
+            hint='add path = "ledger.duckdb" under [ledger] (relative to the config file), '
+            'or path = ":memory:" for an in-memory ledger that forgets every charge (notebooks)',
+        )
+    if lpath is not None:
+        if not isinstance(lpath, str) or not lpath.strip():
+            raise ConfigError(f"[ledger] path must be a non-empty string, got {lpath!r}",
+                              hint='path = "ledger.duckdb"')
+        if lpath != MEMORY:
+            lpath = os.path.normpath(os.path.join(base, os.path.expanduser(lpath)))
+    if "delta" in led and "epsilon" not in led:
+        raise ConfigError("[ledger] sets delta but no epsilon", hint="add epsilon = 1.0 under [ledger], or drop delta")
+    budget = Budget(led["epsilon"], led.get("delta", 0.0)) if "epsilon" in led else None
+    if lpath == MEMORY and budget is None:
+        raise ConfigError("an in-memory ledger ([ledger] path = \":memory:\") needs a total budget",
+                          hint="add epsilon (and delta) under [ledger]")
+    create = led.get("create_if_missing", False)
+    if not isinstance(create, bool):
+        raise ConfigError(f"[ledger] create_if_missing must be true or false, got {create!r}",
+                          hint="create_if_missing = true")
+
+    # [engine]
+    _unknown(eng, engine_keys(), "[engine]", "settings")
+    settings = EngineSettings(**eng)
+
+    # [tables.NAME]
+    tables = {name: _freeze(table_kwargs(name, spec, base)) for name, spec in tabs.items()}
+    if tables and lpath is None:
+        raise ConfigError(
+            "the config registers tables but names no ledger file: its budget must live in one place",
+            hint='the data owner sets [ledger] path = "ledger.duckdb" in the config',
+        )
+    return DpsqlConfig(path=absp, base_dir=base, ledger_path=lpath, budget=budget,
+                       create_if_missing=create, engine=settings, tables=MappingProxyType(tables))
+
+
+def table_kwargs(name: Any, spec: Any, base_dir: str) -> dict[str, Any]:
+    """``Session.register`` keyword arguments (``source`` included) of one ``[tables.NAME]``."""
+    if not isinstance(spec, dict):
+        raise ConfigError(f"[tables.{name}] in the config must be a table", hint=f"[tables.{name}] source = 'data.parquet'")
+    _unknown(spec, TABLE_KEYS, f"[tables.{name}]", "keys")
+    if "source" not in spec:
+        raise ConfigError(f"table '{name}' in the config needs a source", hint=f"[tables.{name}] source = 'data.parquet'")
+    out = dict(spec)
+    src = out["source"]
+    if isinstance(src, str) and src and not os.path.isabs(src):
+        out["source"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(src)))
+    return out
+
+
+def _freeze(v: Any) -> Any:
+    """A read-only copy: tables become MappingProxyTypes, lists tuples (all the way down)."""
+    if isinstance(v, dict):
+        return MappingProxyType({k: _freeze(x) for k, x in v.items()})
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    v = raw.get(name, {})
+    if not isinstance(v, dict):
+        raise ConfigError(f"[{name}] in the config must be a table (a [{name}] section), got {type(v).__name__}",
+                          hint=f"write it as a [{name}] section" + (" of [tables.NAME] sections" if name == "tables" else ""))
+    return v
+
+
+def _unknown(d: dict[str, Any], allowed: tuple[str, ...], where: str, what: str) -> None:
+    unknown = sorted(set(d) - set(allowed))
+    if unknown:
+        raise ConfigError(f"unknown {what} {unknown} in {where}", hint=f"allowed {what}: {', '.join(allowed)}")
