@@ -533,6 +533,10 @@ def register_table(
     frozen ``TableSpec``. On any error the new view is dropped and a ConfigError names the fix.
     ``read_settings``: the engine's settings that shape the rows a query reads (e.g.
     ``max_text_bytes``); with the schema they make the table's ``read_key``.
+    ``version``: an owner-declared label of the source's contents (e.g. a snapshot date). A
+    stored DAWA synopsis is reused only for the same version; without one, file sources are
+    identified by each file's identity and modification time, and Arrow or DuckDB-table
+    sources are never answered from a stored synopsis.
     """
     tname = check_table_name(name)
     kind, src = classify_source(source, has_connection=has_connection)

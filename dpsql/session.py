@@ -29,7 +29,7 @@ from dpsql.charge import FAILURE_REASON, charged
 from dpsql.config import load_config, table_kwargs
 from dpsql.engine import Engine, EngineSettings
 from dpsql.errors import ConfigError
-from dpsql.ledger import Ledger
+from dpsql.ledger import Ledger, open_ledger
 from dpsql.mechanisms.base import Description
 from dpsql.mechanisms.registry import Route, route, route_workload
 from dpsql.noise import NoiseSource, default_noise_source
@@ -44,11 +44,9 @@ __all__ = ["FAILURE_REASON", "OPTIONS", "Session"]
 class Session:
     """A differentially private query session over registered tables.
 
-    ``ledger``: path of the budget ledger file, or ``None`` for an in-memory ledger (notebooks
-    and tests only: it forgets everything on exit). A missing ledger file is a LedgerError unless
-    ``create=True`` (then it is created with ``budget``); ``dpsql init`` also creates one.
-    ``budget``: the total budget. An existing ledger keeps its recorded total; passing a
-    different one is a ConfigError (change it with ``dpsql budget --set-total``).
+    ``ledger``: the ledger file, or ``None`` for an in-memory ledger (notebooks and tests only). A
+    missing file is a LedgerError unless ``create=True`` (it is then created with ``budget``).
+    ``budget``: the total; an existing ledger keeps its own (``dpsql budget --set-total`` changes it).
     ``connection``: an optional DuckDB connection whose tables can be registered by name.
     ``engine``: the data owner's engine settings (``EngineSettings`` or a dict: memory_limit,
     threads, statement_timeout, min_response_time, max_temp_directory_size, debug).
@@ -72,18 +70,7 @@ class Session:
             raise ConfigError(f"debug must be True or False, got {debug!r}")
         if debug:
             settings = dataclasses.replace(settings, debug=True)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigError("budget must be a dpsql.Budget(epsilon, delta)", hint="budget=dpsql.Budget(1.0, 1e-6)")
-        path = os.fspath(ledger) if ledger is not None else None
-        if path is None:
-            if budget is None:
-                raise ConfigError(
-                    "an in-memory ledger needs a total budget",
-                    hint="Session(ledger=None, budget=dpsql.Budget(1.0, 1e-6)), or pass a ledger file path",
-                )
-            self._ledger = Ledger.create(None, budget)
-        else:
-            self._ledger = Ledger.open(path, budget, create=create, lock_timeout=lock_timeout)
+        self._ledger = open_ledger(ledger, budget, create=create, lock_timeout=lock_timeout)
         self._engine = Engine(connection, settings)
         self._has_connection = connection is not None
         self._catalog: dict[str, TableSpec] = {}
@@ -125,13 +112,8 @@ class Session:
         tau: int = 1,
         version: str | None = None,
     ) -> None:
-        """Register a private table. Reads only its schema (public), never its rows.
-
-        ``version``: an owner-declared label of the source's contents (e.g. a snapshot date). A
-        stored DAWA synopsis is reused only for the same version; without one, file sources are
-        identified by each file's identity and modification time, and Arrow or DuckDB-table
-        sources are never answered from a stored synopsis.
-        """
+        """Register a private table; reads only its schema, never its rows (``dpsql.catalog.register_table``:
+        the meaning of every argument; ``version`` labels the contents for synopsis reuse)."""
         self._check_open()
         settings = self._engine.settings
         register_table(
@@ -149,7 +131,6 @@ class Session:
         table's policy, e.g. its caps, is possible only by registering it again)."""
         return MappingProxyType(self._catalog)
 
-    # -- budget ---------------------------------------------------------------------------------
     def remaining(self) -> Budget:
         self._check_open()
         return self._ledger.remaining()
@@ -242,13 +223,11 @@ class Session:
                 if req.plan is not None and not released.final:
                     table, accuracy = postprocess.apply(self._engine, req.plan, released)
             self._ledger.commit(entry, **released.commit)
-        if released.final or req.plan is None:
-            return WorkloadRelease(table=released.table, cost=desc.cost, mechanism=desc.label, accuracy=released.accuracy,
-                                   ledger_id=entry, reused=desc.reuse_of is not None, details=_details(desc))
-        return Release(table=table, cost=desc.cost, mechanism=desc.label, accuracy=accuracy, ledger_id=entry,
-                       reused=desc.reuse_of is not None, details=_details(desc))
+        if released.final or req.plan is None:  # a workload: one count per query
+            return WorkloadRelease(released.table, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
+                                   _details(desc))
+        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, _details(desc))
 
-    # -- lifecycle ----------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigError("this Session is closed", hint="open a new dpsql.Session")

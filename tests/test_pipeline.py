@@ -127,7 +127,7 @@ def test_session_and_postprocessing_know_mechanisms_only_through_the_interface()
 
 def test_session_is_a_thin_pipeline():
     lines = (PKG / "session.py").read_text().splitlines()
-    assert len(lines) < 400  # tightened once registration and config loading moved out
+    assert len(lines) < 250
 
 
 # -- regressions found by review of the restructured pipeline ---------------------------------------------

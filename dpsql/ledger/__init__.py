@@ -8,6 +8,12 @@ is refused. See
 ``dpsql.ledger._store`` for the concurrency and durability argument and what DuckDB guarantees.
 """
 
+from __future__ import annotations
+
+import os
+
+from dpsql.budget import Budget
+from dpsql.errors import ConfigError
 from dpsql.ledger._store import (
     COUNTING_STATUSES,
     GENERATION_SUFFIX,
@@ -17,4 +23,21 @@ from dpsql.ledger._store import (
     schema_sql,
 )
 
-__all__ = ["Ledger", "LedgerEntry", "SCHEMA_VERSION", "COUNTING_STATUSES", "GENERATION_SUFFIX", "schema_sql"]
+__all__ = ["open_ledger", "Ledger", "LedgerEntry", "SCHEMA_VERSION", "COUNTING_STATUSES", "GENERATION_SUFFIX", "schema_sql"]
+
+
+def open_ledger(
+    ledger: str | os.PathLike[str] | None, budget: Budget | None, *, create: bool = False, lock_timeout: float = 10.0
+) -> Ledger:
+    """The ledger a Session charges: a file (created only when asked), or an in-memory one with
+    an explicit total (notebooks and tests only: it forgets everything on exit)."""
+    if budget is not None and not isinstance(budget, Budget):
+        raise ConfigError("budget must be a dpsql.Budget(epsilon, delta)", hint="budget=dpsql.Budget(1.0, 1e-6)")
+    if ledger is None:
+        if budget is None:
+            raise ConfigError(
+                "an in-memory ledger needs a total budget",
+                hint="Session(ledger=None, budget=dpsql.Budget(1.0, 1e-6)), or pass a ledger file path",
+            )
+        return Ledger.create(None, budget)
+    return Ledger.open(os.fspath(ledger), budget, create=create, lock_timeout=lock_timeout)
