@@ -37,15 +37,12 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from dpsql.engine.base import source_name
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.typer import TypeRefusal, domain_literal, type_key, type_predicate
 
 SALT_PLACEHOLDER = "<per-query secret salt>"
-
-
-def source_name(table: str) -> str:
-    return f"_dpsql_src_{table}"
 
 
 @dataclass(frozen=True)
