@@ -88,6 +88,16 @@ def test_duckdb_backend_implements_the_protocols() -> None:
     assert BACKENDS["duckdb"] is DuckDBBackend
 
 
+def test_backend_renders_its_own_bounded_query(backend: ExecutionBackend) -> None:
+    sql, caps, golden = GOLDEN_SQL["grouped_sum_avg"]
+    spec = _golden_spec()
+    ast = bounded_query(analyze(sql, {spec.name: spec}), caps, unit_column="user_id", ops=backend.ops)
+    text = backend.render(ast, pretty=True)
+    assert text == render(ast, dialect=backend.dialect, pretty=True)
+    if backend.dialect == "duckdb":
+        assert text == golden
+
+
 # -- keep_n_per_partition ---------------------------------------------------------------------------
 
 

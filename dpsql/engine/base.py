@@ -236,6 +236,11 @@ class ExecutionBackend(Protocol):
     dialect: str
     ops: SqlOps
 
+    def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
+        """The SQL text this backend would run for ``ast`` (for ``explain``), rendered strictly
+        for :attr:`dialect`; UnsupportedQueryError if the dialect cannot express it."""
+        ...
+
     def register_source(self, name: str, kind: str, source: Any, view: str | None = None,
                         types: dict[str, str] | None = None) -> dict[str, str]:
         """Expose a source as a private relation named ``view`` (default :func:`source_name`),

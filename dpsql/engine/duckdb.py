@@ -133,8 +133,11 @@ class DuckDBBackend:
             for name, value in self._limits():
                 self._con.execute(f"SET {name} = {_sql_str(value)}")
 
+    def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
+        """SQL text of ``ast`` for DuckDB, rendered strictly (``dpsql.rewrite.render``)."""
+        return render(ast, dialect=self.dialect, pretty=pretty)
+
     def _render(self, ast: exp.Expression) -> str:
-        """SQL text for this connection, rendered strictly (``dpsql.rewrite.render``)."""
         return render(ast, dialect=self.dialect)
 
     @property
