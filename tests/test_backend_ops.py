@@ -514,3 +514,21 @@ def test_bounded_query_with_duckdb_ops_is_never_rendered_for_spark(name: str) ->
     with pytest.raises(UnsupportedQueryError):
         render(ast, dialect="spark")
     assert render(ast, pretty=True) == golden
+
+
+@pytest.mark.parametrize("dialect", ["spark", "postgres", "mysql", "snowflake"])
+def test_try_cast_is_never_rendered_as_a_plain_cast(dialect: str) -> None:
+    # a TRY_CAST as the typer builds it: sqlglot would silently write CAST, which fails on a bad row
+    ast = exp.select(exp.TryCast(this=exp.column("a"), to=exp.DataType.build("DOUBLE"))).from_("t")
+    assert ast.sql(dialect=dialect, unsupported_level=sqlglot.ErrorLevel.RAISE).upper().startswith("SELECT CAST(")
+    with pytest.raises(UnsupportedQueryError, match="TRY_CAST"):
+        render(ast, dialect=dialect)
+    assert render(ast) == "SELECT TRY_CAST(a AS DOUBLE) FROM t"
+    for keeps in ("trino", "tsql", "bigquery"):
+        assert "_CAST(A AS" in render(ast, dialect=keeps).upper()
+
+
+def test_try_cast_marked_safe_renders_for_spark() -> None:
+    # with sqlglot's safe flag (as the parser sets it), Spark keeps TRY_CAST: NULL on failure
+    ast = sqlglot.parse_one("SELECT TRY_CAST(a AS DOUBLE) FROM t", read="duckdb")
+    assert render(ast, dialect="spark") == "SELECT TRY_CAST(a AS DOUBLE) FROM t"

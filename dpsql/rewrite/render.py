@@ -7,6 +7,10 @@ rendering for another engine is a change of dialect that cannot silently change 
   target dialect cannot express (``ARG_MIN(x, h, 5)`` for Spark, which lenient rendering turns
   into ``MIN_BY``, one row instead of five; ``TRY(...)`` where the dialect has none, which
   lenient rendering drops) is an ``UnsupportedQueryError``, never a different query.
+* **No silent loss of a guard.** sqlglot renders ``TRY_CAST`` as a plain ``CAST`` for dialects
+  it believes lack one (Spark, Postgres, MySQL, ...) without any message: a cast that is NULL
+  on a bad value in DuckDB would raise there (Spark in ANSI mode), so whether a query fails
+  would depend on a row. A tree holding a ``TRY_CAST`` is refused for such a dialect.
 * **Building blocks stay in their dialect.** Strict mode is not enough: ``HASH(a)`` renders
   for Spark without complaint, as Spark's 32-bit Murmur3, a different function. So the
   building blocks whose meaning differs between engines (the keyed hash, keep-n-per-partition,
@@ -20,6 +24,8 @@ binding, before any charge, so a refusal here costs nothing.
 
 from __future__ import annotations
 
+import functools
+
 from sqlglot import ErrorLevel, exp
 from sqlglot.errors import UnsupportedError
 
@@ -31,12 +37,28 @@ ENGINE_DIALECT = "duckdb"
 DIALECT_MARK = "dpsql_dialect"
 
 
+@functools.cache
+def _keeps_try_cast(dialect: str, safe: bool) -> bool:
+    """Whether ``dialect`` renders a TRY_CAST node (with or without sqlglot's ``safe`` flag, which
+    some dialects' renderers consult) as a cast that is NULL on failure, not a plain CAST."""
+    probe = exp.TryCast(this=exp.column("x"), to=exp.DataType.build("DOUBLE"))
+    if safe:
+        probe.set("safe", True)
+    return not probe.sql(dialect=dialect).upper().startswith("CAST(")
+
+
 def render(ast: exp.Expression, *, dialect: str = ENGINE_DIALECT, pretty: bool = False) -> str:
     """SQL text of ``ast`` for ``dialect``; UnsupportedQueryError if it cannot be rendered
     there with the same meaning."""
     if not isinstance(ast, exp.Expression):  # pragma: no cover - programming error
         raise TypeError("render() takes a sqlglot expression")
     for node in ast.walk():
+        if isinstance(node, exp.TryCast) and not _keeps_try_cast(dialect, bool(node.args.get("safe"))):
+            raise UnsupportedQueryError(
+                f"the query needs TRY_CAST (NULL where a value does not convert), which {dialect} would render as a "
+                "plain CAST that can fail on a row",
+                hint=f"the {dialect} backend must supply its own guarded cast (SqlOps.try_cast)",
+            )
         made_for = node.meta.get(DIALECT_MARK)
         if made_for is not None and made_for != dialect:
             raise UnsupportedQueryError(
