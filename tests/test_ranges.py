@@ -10,6 +10,7 @@ import dpsql
 from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import ranges
 from dpsql.plan import workload
+from dpsql.rewrite.bound import bounded_histogram
 from dpsql.rewrite.render import render
 from dpsql.testing import seeded_noise, use_noise, zero_noise
 
@@ -165,7 +166,7 @@ def test_bounded_histogram_respects_the_per_unit_cap():
     cap = 2
     s = make_session(cap=cap)
     wl = workload.analyze_workload(["SELECT COUNT(*) FROM people WHERE age < 50"], s.tables)
-    q = render(ranges.histogram_sql(wl, "pid", cap, "fixed-salt"))
+    q = render(bounded_histogram(wl, "pid", cap, "fixed-salt"))
     con = duckdb.connect()
     full = t
     for victim in [0, 1, 7, 42]:

@@ -511,12 +511,12 @@ def test_dawa_base_conditions_are_typed_and_total_on_both_neighbours() -> None:
             assert entry["status"] == "released"
     assert outcomes == [2, 2]
     # the rendered histogram SQL reads the base conditions through the typer
-    from dpsql.mechanisms import ranges
     from dpsql.plan import workload
+    from dpsql.rewrite.bound import bounded_histogram
 
     with _dawa_session(_dawa_people()) as s:
         wl = workload.analyze_workload(sqls, s.tables)
-        sql = ranges.histogram_sql(wl, "pid", 1, "salt").sql(dialect="duckdb")
+        sql = bounded_histogram(wl, "pid", 1, "salt").sql(dialect="duckdb")
         assert 'TRY_CAST("note" AS INT)' in sql and "INT128" in sql
 
 

@@ -172,7 +172,7 @@ def _arrow_us_pair(sql: str, delta: float) -> list[tuple[Any, ...]]:
 
 def test_range_workload_base_condition_has_the_same_hole() -> None:
     """query_many (DAWA) types its non-range WHERE conditions with the same typer (``guard`` in
-    dpsql/mechanisms/ranges.py ``histogram_sql``), so it inherits the holes: the workload is
+    dpsql/rewrite/bound.py ``bounded_histogram``), so it inherits the holes: the workload is
     charged, then fails iff user 7 is in the data."""
     out = []
     sqls = [f"SELECT COUNT(*) FROM t WHERE age >= {lo} AND age < {lo + 10} AND round(ti, -1) > 0" for lo in range(0, 100, 10)]

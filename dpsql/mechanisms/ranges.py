@@ -1,7 +1,9 @@
 """Range workloads answered by DAWA (``dpsql.mechanisms.dawa``), with free reuse of the synopsis.
 
 The workload itself (which bins each query asks for) is read from the SQL by
-``dpsql.plan.workload``; this module bounds the histogram, runs DAWA and answers from a synopsis.
+``dpsql.plan.workload``; the histogram is bounded by ``dpsql.rewrite.bound.bounded_histogram``
+(the per-unit row cap L shared with every mechanism); this module runs DAWA and answers from a
+synopsis.
 
 Privacy claim
 -------------
@@ -35,75 +37,12 @@ from dpsql.noise import NoiseSource
 from dpsql.plan import ir
 from dpsql.plan.analyze import resolve_unit_column
 from dpsql.plan.workload import Workload
-from dpsql.rewrite.bound import Caps, guard, salted_hash, source_name
+from dpsql.rewrite.bound import Caps, bounded_histogram
 
 
 def bin_ranges(wl: Workload) -> np.ndarray:
     """The workload's inclusive bin ranges as an (m, 2 * dims) integer array."""
     return np.asarray(wl.ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims))
-
-
-def histogram_sql(wl: Workload, unit: str, cap: float, salt: str) -> exp.Expression:
-    """Bounded histogram in DuckDB: rows in the domain, <= cap random rows per unit, counts per bin."""
-    src = exp.to_table(wl.table.view or source_name(wl.table.name), quoted=True)
-    proj: list[exp.Expression] = [exp.alias_(exp.column(unit, quoted=True), "__unit")]
-    cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit, quoted=True), expression=exp.Null()))
-    if wl.base_where is not None:
-        cond = exp.And(this=exp.Paren(this=guard(wl.base_where, wl.table.schema)), expression=cond)
-    for i, d in enumerate(wl.dims):
-        col = exp.column(d.column, quoted=True)
-        dom = d.domain
-        if dom.kind == "numeric":
-            pos: exp.Expression = exp.Div(
-                this=exp.Paren(this=exp.Sub(this=exp.TryCast(this=col.copy(), to=exp.DataType.build("DOUBLE")), expression=exp.Literal.number(float(dom.lo)))),
-                expression=exp.Literal.number(dom.width),
-            )
-            lo_b: exp.Expression = exp.Literal.number(float(dom.lo))
-            hi_b: exp.Expression = exp.Literal.number(float(dom.hi))
-            inside = exp.And(
-                this=exp.GTE(this=exp.TryCast(this=col.copy(), to=exp.DataType.build("DOUBLE")), expression=lo_b),
-                expression=exp.LT(this=exp.TryCast(this=col.copy(), to=exp.DataType.build("DOUBLE")), expression=hi_b),
-            )
-        else:
-            assert dom.bin_seconds is not None
-            ts = exp.TryCast(this=col.copy(), to=exp.DataType.build("TIMESTAMP"))
-            lo_ts = exp.cast(exp.Literal.string(str(dom.lo)), "TIMESTAMP")
-            hi_ts = exp.cast(exp.Literal.string(str(dom.hi)), "TIMESTAMP")
-            pos = exp.Div(
-                this=exp.Paren(this=exp.Sub(this=exp.func("epoch", ts.copy()), expression=exp.func("epoch", lo_ts.copy()))),
-                expression=exp.Literal.number(dom.bin_seconds),
-            )
-            inside = exp.And(this=exp.GTE(this=ts.copy(), expression=lo_ts), expression=exp.LT(this=ts.copy(), expression=hi_ts))
-        b = exp.func(
-            "least", exp.TryCast(this=exp.func("floor", pos), to=exp.DataType.build("BIGINT")), exp.Literal.number(d.n - 1)
-        )
-        proj.append(exp.alias_(b, f"__b{i}"))
-        cond = exp.And(this=cond, expression=inside)
-    base = exp.select(*proj).from_(src).where(cond).subquery("__base")
-    bins = [exp.column(f"__b{i}") for i in range(len(wl.dims))]
-    if not math.isinf(cap):
-        # number each unit's rows by value (identical rows are interchangeable), then keep the
-        # cap rows whose salted hash of (unit, number) is smallest: a uniform random subset that
-        # depends only on the unit's own rows
-        idx = exp.Window(
-            this=exp.RowNumber(),
-            partition_by=[exp.column("__unit")],
-            order=exp.Order(expressions=[exp.Ordered(this=b.copy()) for b in bins]),
-        )
-        numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(base).subquery("__numbered")
-        rn = exp.Window(
-            this=exp.RowNumber(),
-            partition_by=[exp.column("__unit")],
-            order=exp.Order(
-                expressions=[
-                    exp.Ordered(this=salted_hash(["__unit", "__idx"], salt))
-                ]
-            ),
-        )
-        base = (
-            exp.select("*").from_(numbered).qualify(exp.LTE(this=rn, expression=exp.Literal.number(int(cap))))
-        ).subquery("__kept")
-    return exp.select(*bins, exp.alias_(exp.Count(this=exp.Star()), "__n")).from_(base).group_by(*[b.copy() for b in bins])
 
 
 def unit_column(wl: Workload, catalog: dict[str, TableSpec]) -> str:
@@ -265,7 +204,7 @@ class Dawa:
     def bounded(self, cal: DawaCalibration, salt: str) -> exp.Expression | None:
         if cal.reuse is not None:
             return None
-        return histogram_sql(cal.workload, cal.unit, cal.cap, salt)
+        return bounded_histogram(cal.workload, cal.unit, cal.cap, salt)
 
     def released_types(self, cal: DawaCalibration) -> dict[str, str]:
         return {a.name: "BIGINT" for a in cal.plan.aggregates} if cal.plan is not None else {}

@@ -1,30 +1,40 @@
-"""Per-user contribution bounding, inside DuckDB, as a sqlglot AST.
+"""Per-unit contribution bounding as a sqlglot AST, composed of small shared steps.
 
-Given a plan and caps (C_u groups per unit, k rows per (unit, group)), build one query that
+What the caps mean, and the sensitivity each implies, is documented once, in
+``dpsql.rewrite.contribution`` (:class:`ContributionModel`, also known as ``Caps``). This
+module enforces them. Each step takes a relation (a subquery) and returns one; the spelling of
+the building blocks whose meaning differs between engines (the keyed hash, keeping n rows per
+partition, clamping, casts, typed literals) is the backend's (``ops``: a
+``dpsql.engine.base.SqlOps``, DuckDB's by default), so the same steps serve every backend:
 
-1. projects the privacy unit, the group keys, and clamped values, after the user's WHERE
-   (rows with a NULL unit belong to nobody and are dropped; with public key domains, rows
-   whose key is outside the domain are dropped first);
-2. keeps at most k rows per (unit, group), chosen uniformly at random by ordering on a hash
-   of (unit, group, the row's number within its (unit, group) by value, per-query secret
-   salt): identical rows are interchangeable, and the choice depends only on that unit's rows;
-3. keeps at most C_u groups per unit, chosen uniformly at random by ordering on a salted hash
-   of (unit, group) (``salted_hash``): the salt is fresh per query and never shown, so the choice is
-   unpredictable and independent of DuckDB's own PRNG;
-4. aggregates per group: the distinct-unit count ``__users`` (each unit adds 0 or 1), and
-   per aggregate its per-(unit, group) contribution summed over units.
+* :func:`base_relation` -- the privacy unit, the group keys and the clamped values
+  (:func:`clamped_value`) of the rows passing the user's WHERE; rows with a NULL unit belong to
+  nobody and are dropped; with public key domains, rows whose key is outside the domain are
+  dropped first (before any group is chosen);
+* :func:`cap_rows_per_unit` -- at most L rows per unit;
+* :func:`cap_rows_per_group` -- at most k rows per (unit, group);
+* :func:`cap_groups_per_unit` -- at most C_u groups per unit.
 
-Sensitivity enforced (removing one unit): at most C_u groups change; in each, ``__users``
-changes by <= 1, a COUNT(*) / COUNT(col) by <= k, a SUM(col) by <= k * max(|lo|, |hi|), the
-centred AVG sum by <= k * (hi - lo) / 2. ``tests/test_bounding.py`` checks this by removing
-units from generated data.
+The row caps share one step, :func:`cap_rows`: number each partition's rows by value (identical
+rows are interchangeable), then keep the n whose keyed hash of (partition, number) under the
+per-query secret salt is smallest -- a uniform random subset that depends only on that
+partition's own rows. The group cap keeps, per unit, the C_u groups with the smallest keyed
+hash of (unit, group). The salt is fresh per query and never shown, so every choice is
+unpredictable and independent of the engine's own PRNG.
+
+:func:`bounded_query` composes them for an aggregation (then, per group: the distinct-unit
+count ``__users``, each unit adding 0 or 1, and per aggregate its per-(unit, group)
+contribution summed over units); :func:`bounded_histogram` for a range workload's histogram
+(the per-unit row cap only, then counts per bin). ``tests/test_bounding.py`` checks the
+sensitivities by removing units from generated data.
 
 Every user expression evaluated here (WHERE, group keys, the public-domain filter) is rendered
 by dpsql's typer (``dpsql.plan.typer``): explicitly typed, total by construction (operators
 that could fail on some value are guarded explicitly -- wide types, ``NULLIF`` divisors,
 range guards on date_trunc -- never by ``TRY(...)``, whose slow path a row could trigger on
-purpose), keys canonical (binary collation, one spelling of 0.0 and NaN). So whether the bounded query fails, and how a released key is spelled, never
-depend on a row (design invariant 8; ``tests/test_hostile_fuzz.py``).
+purpose), keys canonical (binary collation, one spelling of 0.0 and NaN). So whether the
+bounded query fails, and how a released key is spelled, never depend on a row (design
+invariant 8; ``tests/test_hostile_fuzz.py``).
 
 Caps may be ``math.inf`` (no bounding): the rewrite then returns exactly the original
 aggregates, which the golden tests compare against DuckDB on the original query.
@@ -32,34 +42,29 @@ aggregates, which the golden tests compare against DuckDB on the original query.
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
 
+from dpsql.engine.base import SqlOps, source_name
+from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.typer import TypeRefusal, domain_literal, type_key, type_predicate
+from dpsql.plan.workload import Workload
+from dpsql.rewrite.contribution import Caps, ContributionModel
+
+__all__ = [
+    "SALT_PLACEHOLDER", "Caps", "ContributionModel", "ReleasedColumn", "base_relation", "bounded_histogram",
+    "bounded_query", "cap_groups_per_unit", "cap_rows", "cap_rows_per_group", "cap_rows_per_unit", "clamped_value",
+    "guard", "key_expression", "released_columns", "source_column", "source_name",
+]
 
 SALT_PLACEHOLDER = "<per-query secret salt>"
 
-
-def source_name(table: str) -> str:
-    return f"_dpsql_src_{table}"
-
-
-@dataclass(frozen=True)
-class Caps:
-    max_groups_per_unit: float
-    max_rows_per_group: float
-
-    @property
-    def groups_finite(self) -> bool:
-        return not math.isinf(self.max_groups_per_unit)
-
-    @property
-    def rows_finite(self) -> bool:
-        return not math.isinf(self.max_rows_per_group)
+#: the building blocks used when a caller names no backend
+DEFAULT_OPS: SqlOps = DuckDBOps()
 
 
 @dataclass(frozen=True)
@@ -81,18 +86,6 @@ def _lit(v: float | int | str) -> exp.Expression:
 
 def _col(name: str) -> exp.Column:
     return exp.column(name, quoted=False)
-
-
-def _clamped(column: str, lo: float, hi: float, shift: float = 0.0) -> exp.Expression:
-    """The value clamped to [lo, hi] (minus ``shift``); NULL stays NULL, as SQL aggregates expect.
-
-    (DuckDB's GREATEST/LEAST skip NULL arguments, so a bare clamp would turn NULL into lo.)
-    """
-    c = exp.TryCast(this=exp.column(column, quoted=True), to=exp.DataType.build("DOUBLE"))
-    e: exp.Expression = exp.func("least", exp.func("greatest", c.copy(), _lit(lo)), _lit(hi))
-    if shift:
-        e = exp.Sub(this=e, expression=_lit(shift))
-    return exp.Case(ifs=[exp.If(this=exp.Is(this=c, expression=exp.Null()), true=exp.Null())], default=e)
 
 
 def _refused(e: TypeRefusal) -> UnsupportedQueryError:
@@ -126,18 +119,6 @@ def key_expression(key: ir.GroupKey, schema: dict[str, str]) -> exp.Expression:
         raise _refused(e) from None
 
 
-def salted_hash(columns: list[str], salt: str) -> exp.Expression:
-    """A pseudo-random sort key for the given columns under a secret salt.
-
-    DuckDB's multi-argument HASH combines the arguments' hashes almost linearly, so putting the
-    salt in as one more argument would not randomise the order of a unit's groups across salts.
-    The salt is therefore hashed together with the columns' hash as one string, which mixes
-    fully: HASH(salt || CAST(HASH(columns...) AS VARCHAR)).
-    """
-    inner = exp.cast(exp.func("hash", *[_col(c) for c in columns]), "VARCHAR")
-    return exp.func("hash", exp.DPipe(this=exp.Literal.string(salt), expression=inner, safe=True))
-
-
 def source_column(agg: ir.Aggregate, caps: Caps) -> str:
     """The bounded column that carries ``agg``: with one row per (unit, group), COUNT(*) is
     the distinct-unit count itself, so both are released as one noisy value."""
@@ -148,7 +129,7 @@ def source_column(agg: ir.Aggregate, caps: Caps) -> str:
 
 def released_columns(plan: ir.QueryPlan, caps: Caps) -> list[ReleasedColumn]:
     """The numeric columns of the bounded result and the sensitivity each one has."""
-    k = caps.max_rows_per_group
+    k = caps.rows_per_group_bound  # min(k, L)
     cols = [ReleasedColumn("__users", 1.0, "users")]
     for a in plan.aggregates:
         if source_column(a, caps) == "__users":
@@ -185,21 +166,62 @@ def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
     return out
 
 
-def bounded_query(
-    plan: ir.QueryPlan,
-    caps: Caps,
-    *,
-    salt: str = SALT_PLACEHOLDER,
-    tau: int | None = None,
-    unit_column: str,
-    where: exp.Expression | None = None,
-    use_public_domain: bool = True,
-) -> exp.Expression:
-    """The bounded aggregation as a sqlglot AST (render it with ``rewrite.render``)."""
-    keys = [k.name for k in plan.keys]
-    need_values = any(a.kind in (ir.COUNT_COL, ir.SUM, ir.AVG) for a in plan.aggregates)
+# -- the steps ----------------------------------------------------------------------------------
 
-    # 1. base projection -----------------------------------------------------------------
+
+def clamped_value(column: str, lo: float, hi: float, *, shift: float = 0.0, ops: SqlOps = DEFAULT_OPS) -> exp.Expression:
+    """Clamping: the column's value as DOUBLE (NULL where it does not convert), clamped to
+    [lo, hi], minus ``shift``; NULL stays NULL, as SQL aggregates expect."""
+    return ops.clamp(ops.try_cast(exp.column(column, quoted=True), "DOUBLE"), lo, hi, shift=shift)
+
+
+def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Sequence[str], n: float, salt: str, *,
+             alias: str, ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
+    """At most ``n`` rows per partition: a uniform random subset that depends only on the
+    partition's own rows.
+
+    Rows are numbered within their partition by value (``order_by``: identical rows are
+    interchangeable, so which of them gets which number does not matter), and the ``n`` whose
+    keyed hash of (partition, number) is smallest are kept. The result has the relation's
+    columns plus the row number ``__idx``.
+    """
+    idx = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[_col(p) for p in partition],
+        order=exp.Order(expressions=[exp.Ordered(this=_col(c)) for c in order_by]) if order_by else None,
+    )
+    numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(relation).subquery("__numbered")
+    key = ops.keyed_hash([*partition, "__idx"], salt)
+    return ops.keep_n_per_partition(numbered, partition, key, int(n), alias=alias)
+
+
+def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
+                      alias: str = "__kept", ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
+    """The per-unit row cap L: at most ``max_rows`` rows per unit (:func:`cap_rows`)."""
+    return cap_rows(relation, [unit], order_by, max_rows, salt, alias=alias, ops=ops)
+
+
+def cap_rows_per_group(relation: exp.Expression, unit: str, keys: Sequence[str], order_by: Sequence[str],
+                       max_rows: float, salt: str, *, alias: str = "__rows", ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
+    """The per-(unit, group) row cap k: at most ``max_rows`` rows per unit and group
+    (:func:`cap_rows`)."""
+    return cap_rows(relation, [unit, *keys], order_by, max_rows, salt, alias=alias, ops=ops)
+
+
+def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
+                        max_groups: float, salt: str, *, alias: str = "__chosen",
+                        ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
+    """The per-unit group cap C_u, over a relation with one row per (unit, group): per unit,
+    the ``max_groups`` rows with the smallest keyed hash of (unit, group), a uniform random
+    choice that depends only on that unit's groups. The result has the columns ``output``."""
+    key = ops.keyed_hash([unit, *keys], salt)
+    return ops.keep_n_per_partition(relation, [unit], key, int(max_groups), alias=alias, output=output)
+
+
+def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression | None = None,
+                  use_public_domain: bool = True, ops: SqlOps = DEFAULT_OPS) -> tuple[exp.Select, list[str]]:
+    """The rows that may contribute, projected to ``__unit``, the group keys and the clamped
+    values (``<aggregate>_v``); also the names of the value columns."""
     proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     value_cols: list[str] = []
@@ -210,12 +232,12 @@ def bounded_query(
             value_cols.append(f"{a.name}_v")
         elif a.kind == ir.SUM:
             assert a.column is not None and a.bounds is not None
-            proj.append(exp.alias_(_clamped(a.column, *a.bounds), f"{a.name}_v"))
+            proj.append(exp.alias_(clamped_value(a.column, *a.bounds, ops=ops), f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
         elif a.kind == ir.AVG:
             assert a.column is not None and a.bounds is not None
             mid = (a.bounds[0] + a.bounds[1]) / 2.0
-            proj.append(exp.alias_(_clamped(a.column, *a.bounds, shift=mid), f"{a.name}_v"))
+            proj.append(exp.alias_(clamped_value(a.column, *a.bounds, shift=mid, ops=ops), f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
     src = exp.to_table(plan.table.view or source_name(plan.table.name), quoted=True)
     user_where = where if where is not None else plan.where
@@ -225,31 +247,49 @@ def bounded_query(
     dom = _domain_filter(plan) if use_public_domain else None
     if dom is not None:
         cond = exp.And(this=cond, expression=dom)
-    base = exp.select(*proj).from_(src).where(cond)
+    return exp.select(*proj).from_(src).where(cond), value_cols
 
-    # 2. rows per (unit, group) ---------------------------------------------------------------
-    part = [_col("__unit")] + [_col(k) for k in keys]
+
+# -- bounded aggregation ------------------------------------------------------------------------
+
+
+def bounded_query(
+    plan: ir.QueryPlan,
+    caps: ContributionModel,
+    *,
+    salt: str = SALT_PLACEHOLDER,
+    tau: int | None = None,
+    unit_column: str,
+    where: exp.Expression | None = None,
+    use_public_domain: bool = True,
+    ops: SqlOps | None = None,
+) -> exp.Expression:
+    """The bounded aggregation as a sqlglot AST (render it with ``rewrite.render`` for the
+    dialect of ``ops``, DuckDB's by default): base rows, then the caps L, k, C_u in that order,
+    then one row per group with ``__users`` and the aggregates' bounded sums."""
+    ops = ops if ops is not None else DEFAULT_OPS
+    keys = [k.name for k in plan.keys]
+    need_values = any(a.kind in (ir.COUNT_COL, ir.SUM, ir.AVG) for a in plan.aggregates)
+
+    # 1. base rows ------------------------------------------------------------------------------
+    base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=use_public_domain, ops=ops)
     rows_src: exp.Expression = base.subquery("__base")
+
+    # 2. rows per unit (L) ------------------------------------------------------------------------
+    if caps.unit_rows_finite:
+        rows_src = cap_rows_per_unit(rows_src, "__unit", [*keys, *value_cols], caps.max_rows_per_unit, salt,
+                                     alias="__unit_rows", ops=ops)
+
+    # 3. rows per (unit, group) (k) ---------------------------------------------------------------
     if caps.rows_finite and need_values:
-        # number the rows of each (unit, group) by value (identical rows are interchangeable),
-        # then keep the k whose salted hash of (unit, group, number) is smallest: a uniform
-        # random subset that depends only on that unit's own rows
-        idx = exp.Window(
-            this=exp.RowNumber(),
-            partition_by=[p.copy() for p in part],
-            order=exp.Order(expressions=[exp.Ordered(this=_col(v)) for v in value_cols]),
-        )
-        numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(rows_src).subquery("__numbered")
-        h = salted_hash(["__unit", *keys, "__idx"], salt)
-        rn = exp.Window(this=exp.RowNumber(), partition_by=part, order=exp.Order(expressions=[exp.Ordered(this=h)]))
-        rows_src = (
-            exp.select("*").from_(numbered).qualify(exp.LTE(this=rn, expression=_lit(caps.max_rows_per_group)))
-        ).subquery("__rows")
+        rows_src = cap_rows_per_group(rows_src, "__unit", keys, value_cols, caps.max_rows_per_group, salt, ops=ops)
     # one row per unit and group, counts only: the (unit, group) pairs themselves, no per-pair count
     pairs_only = caps.rows_finite and caps.max_rows_per_group == 1 and not need_values
     n_expr: exp.Expression = exp.Count(this=exp.Star())
     if caps.rows_finite and not need_values:
-        n_expr = exp.func("least", n_expr, _lit(caps.max_rows_per_group))
+        # counts only: capping the count per (unit, group) at k is the same as keeping k rows
+        n_expr = ops.least(n_expr, _lit(caps.max_rows_per_group))
+    part = [_col("__unit")] + [_col(k) for k in keys]
     ug_proj: list[exp.Expression] = [_col("__unit")] + [_col(k) for k in keys]
     if not pairs_only:
         ug_proj.append(exp.alias_(n_expr, "__n"))
@@ -266,26 +306,13 @@ def bounded_query(
     else:
         ug = exp.select(*ug_proj).from_(rows_src).group_by(*part)
 
-    # 3. groups per unit ---------------------------------------------------------------------
-    # Per unit, keep the C_u (unit, group) rows with the smallest salted hash: one aggregate
-    # per unit (arg_min with n = C_u over a struct of the row), then unnest. This is the same
-    # choice as ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash) <= C_u, and faster.
+    # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug")
     if caps.groups_finite and keys:
         fields = [c.alias_or_name for c in ug_proj if c.alias_or_name != "__unit"]
-        struct = exp.Struct(
-            expressions=[exp.PropertyEQ(this=exp.to_identifier(f), expression=_col(f)) for f in fields]
-        )
-        h = salted_hash(["__unit", *keys], salt)
-        picked = exp.func("arg_min", struct, h, _lit(caps.max_groups_per_unit))
-        per_unit = (
-            exp.select(exp.alias_(exp.Unnest(expressions=[picked]), "__s")).from_(chosen).group_by(_col("__unit"))
-        ).subquery("__per_unit")
-        chosen = exp.select(
-            *[exp.alias_(exp.func("struct_extract", _col("__s"), exp.Literal.string(f)), f) for f in fields]
-        ).from_(per_unit).subquery("__chosen")
+        chosen = cap_groups_per_unit(chosen, "__unit", keys, fields, caps.max_groups_per_unit, salt, ops=ops)
 
-    # 4. per-group aggregation -------------------------------------------------------------------
+    # 5. per-group aggregation --------------------------------------------------------------------
     def zsum(col: str) -> exp.Expression:
         return exp.func("coalesce", exp.Sum(this=_col(col)), _lit(0))
 
@@ -306,3 +333,50 @@ def bounded_query(
         if tau is not None and tau > 1:
             final = final.having(exp.GTE(this=exp.Count(this=exp.Star()), expression=_lit(tau)))
     return final
+
+
+# -- bounded histogram (range workloads) --------------------------------------------------------
+
+
+def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: SqlOps | None = None) -> exp.Expression:
+    """A range workload's bounded histogram: the rows in the declared domain passing the base
+    conditions, at most ``cap`` (L) rows per unit (:func:`cap_rows_per_unit`), counts per bin
+    (``__b0``[, ``__b1``], ``__n``). One unit changes it by at most L in L1 norm."""
+    ops = ops if ops is not None else DEFAULT_OPS
+    src = exp.to_table(wl.table.view or source_name(wl.table.name), quoted=True)
+    proj: list[exp.Expression] = [exp.alias_(exp.column(unit, quoted=True), "__unit")]
+    cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit, quoted=True), expression=exp.Null()))
+    if wl.base_where is not None:
+        cond = exp.And(this=exp.Paren(this=guard(wl.base_where, wl.table.schema)), expression=cond)
+    for i, d in enumerate(wl.dims):
+        col = exp.column(d.column, quoted=True)
+        dom = d.domain
+        if dom.kind == "numeric":
+            num = ops.try_cast(col.copy(), "DOUBLE")
+            pos: exp.Expression = exp.Div(
+                this=exp.Paren(this=exp.Sub(this=num.copy(), expression=exp.Literal.number(float(dom.lo)))),
+                expression=exp.Literal.number(dom.width),
+            )
+            inside = exp.And(
+                this=exp.GTE(this=num.copy(), expression=exp.Literal.number(float(dom.lo))),
+                expression=exp.LT(this=num.copy(), expression=exp.Literal.number(float(dom.hi))),
+            )
+        else:
+            assert dom.bin_seconds is not None
+            ts = ops.try_cast(col.copy(), "TIMESTAMP")
+            lo_ts = ops.typed_literal(str(dom.lo), "TIMESTAMP")
+            hi_ts = ops.typed_literal(str(dom.hi), "TIMESTAMP")
+            pos = exp.Div(
+                this=exp.Paren(this=exp.Sub(this=ops.epoch_seconds(ts.copy()), expression=ops.epoch_seconds(lo_ts.copy()))),
+                expression=exp.Literal.number(dom.bin_seconds),
+            )
+            inside = exp.And(this=exp.GTE(this=ts.copy(), expression=lo_ts), expression=exp.LT(this=ts.copy(), expression=hi_ts))
+        b = ops.least(ops.try_cast(exp.func("floor", pos), "BIGINT"), exp.Literal.number(d.n - 1))
+        proj.append(exp.alias_(b, f"__b{i}"))
+        cond = exp.And(this=cond, expression=inside)
+    base: exp.Expression = exp.select(*proj).from_(src).where(cond).subquery("__base")
+    bins = [f"__b{i}" for i in range(len(wl.dims))]
+    if cap != float("inf"):
+        base = cap_rows_per_unit(base, "__unit", bins, cap, salt, alias="__kept", ops=ops)
+    return (exp.select(*[_col(b) for b in bins], exp.alias_(exp.Count(this=exp.Star()), "__n"))
+            .from_(base).group_by(*[_col(b) for b in bins]))

@@ -1,18 +1,77 @@
 """The single render step: every SQL string dpsql executes is produced here from a sqlglot AST.
 
-Keeping one render step means the same bounded plans can later be rendered for another
-engine (e.g. Spark) by changing the dialect, and it guarantees that no user text is ever
-executed verbatim.
+Keeping one render step guarantees that no user text is ever executed verbatim, and that
+rendering for another engine is a change of dialect that cannot silently change a query:
+
+* **Strict.** sqlglot renders with ``unsupported_level=ErrorLevel.RAISE``: a construct the
+  target dialect cannot express (``ARG_MIN(x, h, 5)`` for Spark, which lenient rendering turns
+  into ``MIN_BY``, one row instead of five; ``TRY(...)`` where the dialect has none, which
+  lenient rendering drops) is an ``UnsupportedQueryError``, never a different query.
+* **No silent loss of a guard.** sqlglot renders ``TRY_CAST`` as a plain ``CAST`` for dialects
+  it believes lack one (Spark, Postgres, MySQL, ...) without any message: a cast that is NULL
+  on a bad value in DuckDB would raise there (Spark in ANSI mode), so whether a query fails
+  would depend on a row. A tree holding a ``TRY_CAST`` is refused for such a dialect.
+* **Building blocks stay in their dialect.** Strict mode is not enough: ``HASH(a)`` renders
+  for Spark without complaint, as Spark's 32-bit Murmur3, a different function. So the
+  building blocks whose meaning differs between engines (the keyed hash, keep-n-per-partition,
+  clamping, casts that are NULL on failure, typed literals: ``dpsql.engine.base.SqlOps``) are
+  made by each backend's own ops, which mark every expression they return with their dialect
+  (``meta[DIALECT_MARK]``); rendering such an expression for another dialect is refused.
+
+Backends render for their own dialect (``ExecutionBackend.dialect``), and they render while
+binding, before any charge, so a refusal here costs nothing.
 """
 
 from __future__ import annotations
 
-from sqlglot import exp
+import functools
+
+from sqlglot import ErrorLevel, exp
+from sqlglot.errors import UnsupportedError
+
+from dpsql.errors import UnsupportedQueryError
 
 ENGINE_DIALECT = "duckdb"
 
+#: meta key naming the dialect a backend's building block was made for
+DIALECT_MARK = "dpsql_dialect"
+
+
+@functools.cache
+def _keeps_try_cast(dialect: str, safe: bool) -> bool:
+    """Whether ``dialect`` renders a TRY_CAST node (with or without sqlglot's ``safe`` flag, which
+    some dialects' renderers consult) as a cast that is NULL on failure, not a plain CAST."""
+    probe = exp.TryCast(this=exp.column("x"), to=exp.DataType.build("DOUBLE"))
+    if safe:
+        probe.set("safe", True)
+    return not probe.sql(dialect=dialect).upper().startswith("CAST(")
+
 
 def render(ast: exp.Expression, *, dialect: str = ENGINE_DIALECT, pretty: bool = False) -> str:
+    """SQL text of ``ast`` for ``dialect``; UnsupportedQueryError if it cannot be rendered
+    there with the same meaning."""
     if not isinstance(ast, exp.Expression):  # pragma: no cover - programming error
         raise TypeError("render() takes a sqlglot expression")
-    return ast.sql(dialect=dialect, pretty=pretty)
+    for node in ast.walk():
+        if isinstance(node, exp.TryCast) and not _keeps_try_cast(dialect, bool(node.args.get("safe"))):
+            raise UnsupportedQueryError(
+                f"the query needs TRY_CAST (NULL where a value does not convert), which {dialect} would render as a "
+                "plain CAST that can fail on a row",
+                hint=f"the {dialect} backend must supply its own guarded cast (SqlOps.try_cast)",
+            )
+        made_for = node.meta.get(DIALECT_MARK)
+        if made_for is not None and made_for != dialect:
+            raise UnsupportedQueryError(
+                f"the query was built with {made_for}'s building blocks ({type(node).__name__}) and cannot be "
+                f"rendered for {dialect}",
+                hint=f"build the bounded query with the {dialect} backend's ops (ExecutionBackend.ops)",
+            )
+    problem: str | None = None
+    try:
+        return ast.sql(dialect=dialect, pretty=pretty, unsupported_level=ErrorLevel.RAISE)
+    except UnsupportedError as e:
+        problem = str(e)
+    raise UnsupportedQueryError(
+        f"the query cannot be rendered for {dialect} without changing its meaning: {problem}",
+        hint="this engine lacks a construct the query needs; nothing was run or charged",
+    )

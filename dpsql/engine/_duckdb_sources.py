@@ -1,0 +1,441 @@
+"""How the DuckDB backend reads each kind of source totally (``dpsql.engine.duckdb``).
+
+A source value that cannot be read is NULL, never an error (an error would reveal, after the
+charge, whether that row exists):
+
+- Parquet and Arrow (:func:`_arrow_plan`): DuckDB's Arrow scan converts some types while
+  reading and raises on a value it cannot convert, so every column is read through Arrow as
+  a type that cannot fail and rebuilt in the view with a total expression, at any depth
+  (lists, structs): text is read as bytes and decoded with ``TRY(DECODE(...))`` (invalid
+  UTF-8 is NULL); timestamps (every unit, with or without a time zone), durations, dates
+  and TIME are read as their stored integers (or range-checked on them) and rebuilt (a value
+  outside the range every allow-listed function accepts is NULL); a decimal beyond its
+  precision is NULL; float16 and decimal256 are widened; a dictionary of such values
+  is decoded first. A map, union or list view holding such values, and any type not known to
+  read totally, are refused at registration (``ConfigError``, before any charge).
+- Parquet with ``invalid_text = "replace"``: DuckDB's own reader; the Parquet types it
+  converts in a way that can fail (timestamps in milliseconds, INT96, TIME, JSON, ...) are
+  refused at registration, from the file's schema (an allow-list, :func:`_parquet_unsafe`).
+- DuckDB tables and DuckDB's Parquet reader (:func:`_duck_plan`): a DECIMAL beyond its
+  precision, a timestamp or TIME beyond DuckDB's usable range are NULL (range tests on the
+  stored values); TIMESTAMP_S/_MS/_NS are read as TIMESTAMP.
+- Every source: a text (VARCHAR, JSON) or BLOB value longer than the owner's
+  ``max_text_bytes`` is NULL, at any depth (a bound on the per-row cost of functions, checked
+  on the stored length); a DuckDB MAP holding a key over the cap is NULL as a whole.
+- CSV (:func:`_csv_header`, :func:`_csv_unquote`): the dialect is fixed, never sniffed from the
+  data; column names come from the header line only.
+
+Everything here builds sqlglot ASTs (DuckDB dialect) or reads file headers; nothing executes.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob as globmod
+import gzip
+import io
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.errors import ConfigError
+
+#: CSV column types an owner may declare (``columns={'amount': {'type': 'DOUBLE'}}``)
+_CSV_TYPES = re.compile(
+    r"^(BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT|UTINYINT|USMALLINT|UINTEGER|UBIGINT|FLOAT|DOUBLE|"
+    r"DECIMAL\(\s*\d{1,2}\s*,\s*\d{1,2}\s*\)|DATE|TIME|TIMESTAMP|TIMESTAMPTZ|VARCHAR)$"
+)
+
+
+# -- source views ------------------------------------------------------------------------------
+#: A rebuild of one stored value: SQL over the value as read (None: the value is used as is).
+Rebuild = Callable[[exp.Expression], exp.Expression]
+
+#: Microseconds since 1970 of 290000-01-01 (BC) and 294000-01-01: a timestamp outside this range
+#: is NULL. DuckDB's TIMESTAMP reaches a little further (290309 BC to 294247), but near its ends
+#: ``date_trunc`` (to the year, the millennium) leaves the range and raises.
+TS_MIN_US = -9_213_651_676_800_000_000
+TS_MAX_US = 9_215_576_668_800_000_000
+_DAY_US = 86_400_000_000
+#: Days since 1970 of the same range: a DATE outside it is NULL (DuckDB's DATE reaches 5.8
+#: million years, but ``date_trunc`` on a date reads it as a TIMESTAMP and raises near its ends)
+DATE_MIN_DAY, DATE_MAX_DAY = -(-TS_MIN_US // _DAY_US), TS_MAX_US // _DAY_US
+#: Microseconds per unit of Arrow's timestamp, duration and time types ("ns": divided by 1000)
+_PER_US = {"s": 1_000_000, "ms": 1_000, "us": 1}
+
+
+def _num(v: int) -> exp.Expression:
+    lit = exp.Literal.number(abs(v))
+    return exp.Neg(this=lit) if v < 0 else lit
+
+
+def _fn(name: str, *args: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _when(cond: exp.Expression, value: exp.Expression) -> exp.Expression:
+    """``CASE WHEN cond THEN value END`` (NULL otherwise)."""
+    return exp.Case(ifs=[exp.If(this=cond, true=value)])
+
+
+def _clamp(e: exp.Expression, lo: int, hi: int) -> exp.Expression:
+    """``e`` clamped into [lo, hi]: arithmetic on it cannot overflow even where a CASE around it
+    is not taken (DuckDB may evaluate a CASE branch on every row of a vector)."""
+    return _fn("LEAST", _fn("GREATEST", e, _num(lo)), _num(hi))
+
+
+def _in_range(e: exp.Expression, lo: int, hi: int) -> exp.Expression:
+    return exp.Between(this=e, low=_num(lo), high=_num(hi))
+
+
+def _to_us(e: exp.Expression, unit: str, lo_us: int, hi_us: int) -> exp.Expression:
+    """BIGINT microseconds of a stored int64 count of ``unit``, or NULL outside [lo_us, hi_us]."""
+    if unit == "ns":  # floor division by 1000: never overflows
+        us = exp.Sub(this=exp.IntDiv(this=e.copy(), expression=_num(1000)),
+                     expression=exp.Case(ifs=[exp.If(this=exp.LT(this=exp.Mod(this=e.copy(), expression=_num(1000)),
+                                                                  expression=_num(0)), true=_num(1))],
+                                         default=_num(0)))
+        return _when(_in_range(exp.paren(us.copy()), lo_us, hi_us), exp.paren(us))
+    f = _PER_US[unit]
+    lo, hi = -((-lo_us) // f), hi_us // f  # ceil(lo/f), floor(hi/f)
+    return _when(_in_range(e.copy(), lo, hi), exp.Mul(this=_clamp(e, lo, hi), expression=_num(f)))
+
+
+def _decimal_in_range(p: int, s: int) -> Rebuild:
+    """A DECIMAL(p, s) value within its declared precision, else NULL. A stored value can hold
+    more digits (up to 2**127 for DECIMAL(38)), and negating it then raises inside DuckDB."""
+    digits = "9" * (p - s) if p > s else "0"
+    top = exp.Cast(this=exp.Literal.string(digits + ("." + "9" * s if s else "")),
+                   to=exp.DataType.build(f"DECIMAL({p}, {s})"))
+    return lambda e: _when(exp.Between(this=e.copy(), low=exp.Neg(this=top.copy()), high=top.copy()), e)
+
+
+def _temporal_in_range(tid: str) -> Rebuild | None:
+    """For DuckDB's own temporal types: a value outside the range of :data:`TS_MIN_US` (a DATE
+    outside :data:`DATE_MIN_DAY`, a TIME outside 00:00 to 24:00) is NULL; seconds, milliseconds and nanoseconds are read as
+    TIMESTAMP / TIME with TRY_CAST. The range tests compare stored values: they cannot fail."""
+    ts, tz = exp.DataType.build("TIMESTAMP"), exp.DataType.build("TIMESTAMPTZ")
+    if tid in ("timestamp", "timestamp_s", "timestamp_ms", "timestamp_ns"):
+        lo, hi = _fn("MAKE_TIMESTAMP", _num(TS_MIN_US)), _fn("MAKE_TIMESTAMP", _num(TS_MAX_US))
+        conv = (lambda e: e) if tid == "timestamp" else (lambda e: exp.TryCast(this=e, to=ts))
+    elif tid in ("timestamp with time zone", "timestamp_tz"):
+        lo, hi = _fn("MAKE_TIMESTAMPTZ", _num(TS_MIN_US)), _fn("MAKE_TIMESTAMPTZ", _num(TS_MAX_US))
+        conv = lambda e: exp.Cast(this=e, to=tz)  # noqa: E731 - the type itself, no conversion
+    elif tid == "date":
+        lo, hi = _fn("MAKE_DATE", _num(DATE_MIN_DAY)), _fn("MAKE_DATE", _num(DATE_MAX_DAY))
+        conv = lambda e: e  # noqa: E731
+    elif tid in ("time", "time_ns"):
+        lo = exp.Cast(this=exp.Literal.string("00:00:00"), to=exp.DataType.build("TIME"))
+        hi = exp.Cast(this=exp.Literal.string("24:00:00"), to=exp.DataType.build("TIME"))
+        conv = (lambda e: e) if tid == "time" else (lambda e: exp.TryCast(this=e, to=exp.DataType.build("TIME")))
+    else:
+        return None
+
+    def rebuild(e: exp.Expression) -> exp.Expression:
+        v = conv(e)
+        return _when(exp.Between(this=v.copy(), low=lo.copy(), high=hi.copy()), v)
+
+    return rebuild
+
+
+def _cap(e: exp.Expression, cap: int | None, value: exp.Expression | None = None, fn: str = "OCTET_LENGTH") -> exp.Expression:
+    """``value`` (default ``e``), or NULL when the stored ``e`` is over ``cap`` bytes."""
+    value = e if value is None else value
+    if cap is None:
+        return value
+    return _when(exp.LTE(this=_fn(fn, e.copy()), expression=_num(cap)), value)
+
+
+def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> tuple[pa.DataType, Rebuild | None]:
+    """How to read a column of Arrow type ``t`` totally: the type asked of Arrow (a cast that
+    cannot fail: text as bytes, temporal values as their stored integers, float16 and decimal256
+    widened) and the SQL that rebuilds the value from it (None: read as is).
+
+    DuckDB's Arrow scan converts some types while reading (seconds and milliseconds to
+    microseconds, UTF-8 validation, ...) and raises on a value it cannot convert; every such type
+    is rebuilt here with a total expression: a value that does not fit DuckDB's type is NULL.
+    Text and BLOB values over ``cap`` bytes are NULL, at any depth. A type that is neither known
+    to read totally nor rebuilt is refused (``ConfigError``), so a new Arrow type is never read
+    unchecked.
+    """
+    T = pa.types
+    if isinstance(t, pa.BaseExtensionType):
+        if t.extension_name == "arrow.uuid":  # every 16 bytes are a UUID; read as bytes because a
+            # filter DuckDB pushes into a Parquet dataset has no Arrow kernel for the extension type
+            return t.storage_type, lambda e: exp.TryCast(this=_fn("HEX", e), to=exp.DataType.build("UUID"))
+        # Read as the storage type, rebuilt by an expression DuckDB cannot push into the scan as
+        # a filter: in a Parquet dataset the file's own type stays the extension type, for which
+        # Arrow has no comparison kernel (the pushed filter fails where a row group has
+        # statistics, i.e. depending on the data)
+        if t.extension_name == "arrow.bool8":  # a byte, true when not 0
+            return t.storage_type, lambda e: exp.TryCast(this=e, to=exp.DataType.build("BOOLEAN"))
+        if t.extension_name == "arrow.json":
+            return _arrow_plan(t.storage_type, where, cap, depth)  # text: decoded, never pushed
+        raise ConfigError(f"column {where} has extension type {t.extension_name}, which dpsql cannot read safely",
+                          hint="store it as its storage type, or leave the column out of the source")
+    if T.is_dictionary(t):  # decoded (a filter on a dictionary would meet the file's type too)
+        read, build = _arrow_plan(t.value_type, where, cap, depth)
+        return read, build
+    if T.is_string(t) or T.is_large_string(t) or T.is_string_view(t):
+        raw = pa.large_binary() if T.is_large_string(t) else pa.binary()
+        return raw, lambda e: _cap(e, cap, _fn("TRY", _fn("DECODE", e.copy())))
+    if T.is_binary(t) or T.is_large_binary(t) or T.is_binary_view(t) or T.is_fixed_size_binary(t):
+        return t, (None if cap is None else (lambda e: _cap(e, cap)))
+    if T.is_timestamp(t):
+        make = "MAKE_TIMESTAMPTZ" if t.tz is not None else "MAKE_TIMESTAMP"
+        unit = t.unit
+        return pa.int64(), lambda e: _fn(make, _to_us(e, unit, TS_MIN_US, TS_MAX_US))
+    if T.is_date64(t):  # milliseconds; DuckDB's DATE counts days in 32 bits
+        ms_lo, ms_hi = DATE_MIN_DAY * 86_400_000, DATE_MAX_DAY * 86_400_000 + 86_399_999
+        days = lambda e: exp.IntDiv(this=exp.paren(exp.Sub(this=_clamp(e, ms_lo, ms_hi), expression=_num(ms_lo))),  # noqa: E731
+                                    expression=_num(86_400_000))
+        return pa.int64(), lambda e: _when(_in_range(e.copy(), ms_lo, ms_hi), _fn(
+            "MAKE_DATE", exp.Cast(this=exp.Add(this=days(e), expression=_num(DATE_MIN_DAY)),
+                                  to=exp.DataType.build("INTEGER"))))
+    if T.is_time(t):  # DuckDB's TIME: 0 to 24:00:00 (a stored value outside is NULL)
+        unit = t.unit
+        read = pa.int32() if T.is_time32(t) else pa.int64()
+        return read, lambda e: exp.Add(this=exp.Cast(this=exp.Literal.string("00:00:00"), to=exp.DataType.build("TIME")),
+                                       expression=_fn("TO_MICROSECONDS", _to_us(exp.Cast(this=e, to=exp.DataType.build("BIGINT")),
+                                                                              unit, 0, _DAY_US - 1)))
+    if T.is_duration(t):
+        unit = t.unit
+        return pa.int64(), lambda e: _fn("TO_MICROSECONDS", _to_us(e, unit, -(2**63) + 1, 2**63 - 1))
+    if T.is_float16(t):
+        return pa.float32(), None  # exact; DuckDB does not read float16
+    if T.is_decimal(t) and t.bit_width > 128:
+        return pa.float64(), None  # DuckDB has no 256-bit DECIMAL; every such value fits a DOUBLE
+    if T.is_decimal(t):
+        return t, _decimal_in_range(t.precision, t.scale)
+    if T.is_date32(t):
+        rebuild = _temporal_in_range("date")
+        assert rebuild is not None
+        return t, rebuild
+    if T.is_null(t) or T.is_boolean(t) or T.is_integer(t) or T.is_floating(t) or T.is_interval(t):
+        return t, None
+    if T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t) or T.is_list_view(t) or T.is_large_list_view(t):
+        read, build = _arrow_plan(t.value_type, where, cap, depth + 1)
+        if build is None and read.equals(t.value_type):
+            return t, None
+        if T.is_list_view(t) or T.is_large_list_view(t):
+            raise ConfigError(f"column {where} has type {t}: its elements need a conversion that list views do not allow",
+                              hint="store it as a list (pa.list_), or leave the column out of the source")
+        var = exp.to_identifier(f"_dpsql_x{depth}")
+        body = build(exp.column(var)) if build is not None else exp.column(var)
+        outer = pa.large_list(read) if T.is_large_list(t) else pa.list_(read)
+        return outer, lambda e: _fn("LIST_TRANSFORM", e, exp.Lambda(this=body.copy(), expressions=[var]))
+    if T.is_struct(t):
+        plans = [(t.field(i).name, t.field(i).type, *_arrow_plan(t.field(i).type, where, cap, depth + 1))
+                 for i in range(t.num_fields)]
+        if all(b is None and r.equals(ft) for _, ft, r, b in plans):
+            return t, None
+
+        def struct(e: exp.Expression) -> exp.Expression:
+            parts = []
+            for name, _, _, b in plans:
+                sub: exp.Expression = exp.Dot(this=e.copy(), expression=exp.to_identifier(name, quoted=True))
+                parts.append(exp.PropertyEQ(this=exp.to_identifier(name, quoted=True), expression=b(sub) if b else sub))
+            # a NULL struct stays NULL (not a struct of NULL fields)
+            return _when(exp.Not(this=exp.Is(this=e.copy(), expression=exp.Null())), exp.Struct(expressions=parts))
+
+        return pa.struct([pa.field(n, r) for n, _, r, _ in plans]), struct
+    children: list[pa.DataType] = []
+    if T.is_map(t):
+        children = [t.key_type, t.item_type]
+    elif T.is_union(t):
+        children = [t.field(i).type for i in range(t.num_fields)]
+    elif T.is_run_end_encoded(t):
+        children = [t.value_type]
+    else:
+        raise ConfigError(f"column {where} has type {t}, which dpsql cannot read safely",
+                          hint="convert it to a supported type (numbers, text, binary, dates, timestamps, lists, "
+                               "structs), or leave the column out of the source")
+    if all(_arrow_plan(c, where, cap, depth + 1) == (c, None) for c in children):
+        return t, None
+    raise ConfigError(
+        f"column {where} has type {t}: the text, binary or temporal values inside this type cannot be read safely",
+        hint="store it as a plain column, a list or a struct (a map as a list of structs), or leave the column out of the source",
+    )
+
+
+def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild | None:
+    """The SQL that reads a column of a DuckDB type (a ``DuckDBPyType``) totally, or None.
+
+    For the owner's DuckDB tables and DuckDB's own Parquet reader: text (VARCHAR, JSON) and BLOB
+    over ``cap`` bytes are NULL at any depth; a DECIMAL beyond its precision, and a timestamp or
+    TIME beyond the range of :func:`_temporal_in_range`, are NULL (a later conversion or
+    negation would raise); TIMESTAMP_S/_MS/_NS are read as TIMESTAMP.
+    """
+    tid = t.id
+    if tid == "varchar":
+        return None if cap is None else (lambda e: _cap(e, cap, fn="STRLEN"))
+    if tid == "blob":
+        return None if cap is None else (lambda e: _cap(e, cap))
+    if tid == "decimal":
+        return _decimal_in_range(*(int(v) for _, v in t.children))
+    temporal = _temporal_in_range(tid)
+    if temporal is not None:
+        return temporal
+    if tid in ("list", "array"):
+        build = _duck_plan(t.children[0][1], where, cap, depth + 1)
+        if build is None:
+            return None
+        var = exp.to_identifier(f"_dpsql_x{depth}")
+        body = build(exp.column(var))
+        return lambda e: _fn("LIST_TRANSFORM", e, exp.Lambda(this=body.copy(), expressions=[var]))
+    if tid == "struct":
+        plans = [(name, _duck_plan(ft, where, cap, depth + 1)) for name, ft in t.children]
+        if all(b is None for _, b in plans):
+            return None
+
+        def struct(e: exp.Expression) -> exp.Expression:
+            parts = []
+            for name, b in plans:
+                sub: exp.Expression = exp.Dot(this=e.copy(), expression=exp.to_identifier(name, quoted=True))
+                parts.append(exp.PropertyEQ(this=exp.to_identifier(name, quoted=True), expression=b(sub) if b else sub))
+            return _when(exp.Not(this=exp.Is(this=e.copy(), expression=exp.Null())), exp.Struct(expressions=parts))
+
+        return struct
+    if tid == "map":
+        (_, kt), (_, vt) = t.children
+        kb, vb = _duck_plan(kt, where, cap, depth + 1), _duck_plan(vt, where, cap, depth + 1)
+        if kb is None and vb is None:
+            return None
+        if kt.id in ("varchar", "blob") or kb is None:
+            return _map_rebuild(kt.id, kb is not None, vb, cap, depth)
+    if tid in ("map", "union"):
+        if all(_duck_plan(ct, where, cap, depth + 1) is None for _, ct in t.children):
+            return None
+        raise ConfigError(
+            f"column {where} has type {t}: values inside it cannot be capped at max_text_bytes",
+            hint="store it as a list of structs, or leave the column out of the source",
+        )
+    return None
+
+
+def _map_rebuild(key_id: str, cap_keys: bool, vb: Rebuild | None, cap: int | None, depth: int) -> Rebuild:
+    """A DuckDB MAP with its values rebuilt; a key cannot be NULL, so a map holding a key over
+    the cap is NULL as a whole."""
+    var = exp.to_identifier(f"_dpsql_x{depth}")
+    kvar = exp.to_identifier(f"_dpsql_k{depth}")
+
+    def rebuild(e: exp.Expression) -> exp.Expression:
+        entry = exp.column(var)
+        key = exp.Dot(this=entry.copy(), expression=exp.to_identifier("key", quoted=True))
+        value = exp.Dot(this=entry.copy(), expression=exp.to_identifier("value", quoted=True))
+        body = exp.Struct(expressions=[
+            exp.PropertyEQ(this=exp.to_identifier("key", quoted=True), expression=key),
+            exp.PropertyEQ(this=exp.to_identifier("value", quoted=True), expression=vb(value) if vb else value),
+        ])
+        out = (e if vb is None else
+               _fn("MAP_FROM_ENTRIES", _fn("LIST_TRANSFORM", _fn("MAP_ENTRIES", e.copy()),
+                                           exp.Lambda(this=body, expressions=[var]))))
+        if not cap_keys or cap is None:
+            return out
+        size = _fn("OCTET_LENGTH" if key_id == "blob" else "STRLEN", exp.column(kvar))
+        longest = _fn("COALESCE", _fn("LIST_MAX", _fn("LIST_TRANSFORM", _fn("MAP_KEYS", e.copy()),
+                                                      exp.Lambda(this=size, expressions=[kvar]))), _num(0))
+        return _when(exp.LTE(this=longest, expression=_num(cap)), out)
+
+    return rebuild
+
+
+#: Parquet types DuckDB's own reader (``invalid_text = "replace"``) reads without converting in
+#: a way that can fail (an allow-list of logical and legacy converted types). Refused, among
+#: others: timestamps in milliseconds and INT96 (converted to microseconds, out of range raises),
+#: TIME (validated), JSON (parsed).
+_PARQUET_SAFE_LOGICAL = ("StringType", "MapType", "ListType", "EnumType", "DecimalType", "DateType", "IntType",
+                         "NullType", "UUIDType", "Float16Type", "TimestampType")
+_PARQUET_SAFE_CONVERTED = frozenset({
+    "UTF8", "MAP", "MAP_KEY_VALUE", "LIST", "ENUM", "DECIMAL", "DATE", "TIMESTAMP_MICROS", "INTERVAL",
+    "UINT_8", "UINT_16", "UINT_32", "UINT_64", "INT_8", "INT_16", "INT_32", "INT_64",
+})
+
+
+def _parquet_unsafe(ptype: Any, converted: Any, logical: Any) -> str | None:
+    """What DuckDB's own reader could fail on in a Parquet leaf, or None when it reads totally."""
+    if str(ptype) == "INT96":
+        return "an INT96 timestamp"
+    if logical is not None:
+        kind = str(logical).split("(", 1)[0]
+        if kind not in _PARQUET_SAFE_LOGICAL:
+            return f"logical type {kind}"
+        if kind == "TimestampType" and "MILLIS=MilliSeconds" in str(logical):
+            return "a timestamp in milliseconds"
+        return None
+    if converted is not None and str(converted) not in _PARQUET_SAFE_CONVERTED:
+        return f"converted type {converted}"
+    return None
+
+
+def _csv_unquote(col: exp.Expression) -> exp.Expression:
+    """A field written as "..." without its quotes ("" inside stands for one "); total."""
+    # cheapest and most selective test first: DuckDB evaluates the rest only where it holds
+    quoted = exp.and_(
+        exp.func("starts_with", col.copy(), exp.Literal.string('"')),
+        exp.func("ends_with", col.copy(), exp.Literal.string('"')),
+        exp.GTE(this=exp.func("strlen", col.copy()), expression=exp.Literal.number(2)),
+    )
+    inner = exp.func(
+        "replace",
+        exp.func("substring", col.copy(), exp.Literal.number(2),
+                 exp.Sub(this=exp.func("length", col.copy()), expression=exp.Literal.number(2))),
+        exp.Literal.string('""'),
+        exp.Literal.string('"'),
+    )
+    return exp.Case(ifs=[exp.If(this=quoted, true=inner)], default=col.copy())
+
+
+def _csv_header(path: str, delim: str) -> list[str]:
+    """Column names from the header line of a CSV file (never from a data row)."""
+    # errors are raised outside the except blocks: no chained exception quotes the file
+    opener: Callable[..., Any] = gzip.open if path.lower().endswith(".gz") else open
+    raw: bytes | None = None
+    problem = ""
+    try:
+        with opener(path, "rb") as f:
+            raw = f.readline(1 << 20)
+    except OSError as e:
+        problem = type(e).__name__
+    if raw is None:
+        raise ConfigError(f"cannot read CSV file {path!r} ({problem})", hint="check that the file exists and is readable")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    line: str | None = None
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    if line is None:
+        raise ConfigError(f"the header line of {path!r} is not valid UTF-8", hint="save the CSV file as UTF-8")
+    names = next(csv.reader(io.StringIO(line.rstrip("\r\n")), delimiter=delim, quotechar='"'), [])
+    names = [n.strip() for n in names]
+    if not names or any(not n for n in names):
+        raise ConfigError(f"the header line of {path!r} needs a non-empty name for every column",
+                          hint="the first line of a CSV source must be its header, e.g. user_id,amount,country")
+    low = [n.lower() for n in names]
+    if len(set(low)) != len(low):
+        raise ConfigError(f"the header line of {path!r} repeats a column name (names are compared case-insensitively)")
+    return names
+
+
+def _expand(source: str) -> list[str]:
+    """The files of a source path (a glob is expanded once, sorted)."""
+    paths = sorted(globmod.glob(source)) if any(ch in source for ch in "*?[") else [source]
+    if not paths:
+        raise ConfigError(f"no file matches {source!r}")
+    return paths
+
+
+
+def _temp_view(view: str, sel: exp.Expression) -> exp.Create:
+    return exp.Create(
+        this=exp.to_table(view, quoted=True),
+        kind="VIEW",
+        expression=sel,
+        replace=True,
+        properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+    )

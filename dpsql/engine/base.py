@@ -1,0 +1,275 @@
+"""What an execution backend is: the contract between dpsql's pipeline and the engine that runs SQL.
+
+dpsql's front end (``dpsql.plan``) and rewrite layer (``dpsql.rewrite``) produce sqlglot ASTs;
+a backend executes them. Adding an engine (say Spark) means one new module implementing the
+two protocols below, and one entry in ``dpsql.engine.BACKENDS``:
+
+* :class:`SqlOps` -- the *semantic building blocks* of bounded queries, built as sqlglot ASTs
+  in the backend's own dialect: the keyed hash that makes every random choice
+  (:meth:`SqlOps.keyed_hash`), keeping n rows per partition (:meth:`SqlOps.keep_n_per_partition`),
+  clamping that keeps NULL (:meth:`SqlOps.clamp`), the cast that is NULL where it does not convert
+  (:meth:`SqlOps.try_cast`), typed literals (:meth:`SqlOps.typed_literal`), seconds since 1970
+  (:meth:`SqlOps.epoch_seconds`) and the smaller of two values (:meth:`SqlOps.least`). The
+  rewrite layer composes its bounding steps from these only, so the privacy-relevant meaning of
+  a bounded query (how many rows and groups each unit keeps, how they are chosen) is defined
+  once, and each backend states how it is spelled. Each building block has a pure-Python
+  reference in ``tests/test_backend_ops.py``; a new backend passes those tests by adding one
+  fixture (same inputs, same outputs -- not merely SQL that renders).
+* :class:`ExecutionBackend` -- registering a source as a private relation, binding
+  (type-checking) a query without reading rows, fetching a query's result as Arrow under the
+  owner's limits, post-processing released values, closing.
+
+Why building blocks and not transpiling: sqlglot renders one AST for many dialects, but the
+same function name can mean a different function. ``HASH(a)`` renders for Spark without any
+complaint, as Spark's 32-bit Murmur3 hash, not DuckDB's 64-bit hash; ``ARG_MIN(x, h, 5)``
+(five rows) has no Spark spelling, and lenient rendering turns it into ``MIN_BY`` (one row):
+a silent change of sensitivity. So the hash and the row choice are operations each backend
+implements, and every AST is rendered strictly (``dpsql.rewrite.render``): a construct the
+target dialect cannot express is an error, and a building block made for one dialect is never
+rendered for another.
+
+Obligations of every backend (privacy, ``docs/threat_model.md``): error texts after data was
+read are :func:`private_failure` (one text, whatever failed); binding reads schemas only;
+sources are read totally (a value that cannot be read is NULL, never an error); the owner's
+limits of :class:`EngineSettings` apply to every private read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from sqlglot import exp
+
+from dpsql.errors import ConfigError, ExecutionError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+PRIVATE_FAILURE = "{what} failed while reading private data; the reason is withheld because it could depend on the data"
+
+
+_SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Owner settings of the execution engine (``Session(engine=...)``, ``[engine]`` in dpsql.toml).
+
+    They live with the data owner's configuration; no query option can change them.
+
+    ``debug``: attach DuckDB's own (scrubbed) messages to errors as ``debug_detail``. UNSAFE:
+        scrubbing is best effort, a message may still reveal something about a private value.
+        For the data owner's own troubleshooting only, never on a deployment analysts query.
+    ``memory_limit``: DuckDB memory limit for dpsql's queries, e.g. ``"4GB"`` (None: DuckDB's default).
+    ``threads``: DuckDB threads for dpsql's queries (None: min(4, CPUs)).
+    ``statement_timeout``: seconds a private read may run before it is interrupted (None: no limit).
+        A time-out happens after the charge: the charge stands and the error is the generic one.
+    ``min_response_time``: seconds every query that reads private data takes at least, padded by
+        sleeping, failures included (0: no padding). Set it above the slowest expected query
+        (and at least ``statement_timeout`` plus the release time) to hide run-time differences.
+    ``max_temp_directory_size``: cap on DuckDB's spill files, e.g. ``"10GB"`` (None: DuckDB's default).
+    ``invalid_text``: how Parquet text that is not valid UTF-8 is read: ``"null"`` (default: the
+        value is NULL; text is read as bytes through Arrow and decoded) or ``"replace"`` (each
+        invalid byte becomes ``?``; DuckDB's own reader, faster, which refuses at registration
+        the column types it cannot read totally, such as timestamps in milliseconds). Both are
+        total: never an error. Arrow tables are always read the ``"null"`` way.
+    ``max_text_bytes``: a text or BLOB value of any source longer than this many bytes (UTF-8)
+        is read as NULL, also inside lists, structs and maps, so one hostile cell cannot make
+        per-row functions arbitrarily slow (None: no cap). The check is on the stored length.
+    """
+
+    debug: bool = False
+    memory_limit: str | None = "4GB"
+    threads: int | None = None
+    statement_timeout: float | None = 300.0
+    min_response_time: float = 0.0
+    max_temp_directory_size: str | None = None
+    max_text_bytes: int | None = 65536
+    invalid_text: str = "null"
+
+    def __post_init__(self) -> None:
+        if self.invalid_text not in ("null", "replace"):
+            raise ConfigError(f"engine setting invalid_text must be 'null' or 'replace', got {self.invalid_text!r}")
+        if not isinstance(self.debug, bool):
+            raise ConfigError(f"engine setting debug must be true or false, got {self.debug!r}")
+        for name in ("memory_limit", "max_temp_directory_size"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or not _SIZE.match(v)):
+                raise ConfigError(f"engine setting {name} must be a size such as '4GB', got {v!r}",
+                                  hint=f"{name} = \"4GB\"")
+        t = self.threads
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
+            raise ConfigError(f"engine setting threads must be a whole number >= 1, got {t!r}")
+        st = self.statement_timeout
+        if st is not None and (isinstance(st, bool) or not isinstance(st, (int, float)) or not st > 0 or st == float("inf")):
+            raise ConfigError(f"engine setting statement_timeout must be a positive number of seconds, got {st!r}",
+                              hint="statement_timeout = 300")
+        c = self.max_text_bytes
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ConfigError(f"engine setting max_text_bytes must be a whole number >= 1, got {c!r}")
+        m = self.min_response_time
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0 <= m < float("inf")):
+            raise ConfigError(f"engine setting min_response_time must be a number of seconds >= 0, got {m!r}")
+
+    @classmethod
+    def from_dict(cls, d: Any) -> EngineSettings:
+        if d is None:
+            return cls()
+        if isinstance(d, EngineSettings):
+            return d
+        if not isinstance(d, dict):
+            raise ConfigError("[engine] settings must be a table / dict", hint="[engine] statement_timeout = 300")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown engine setting(s) {unknown}", hint=f"known: {sorted(known)}")
+        return cls(**d)
+
+    @property
+    def effective_threads(self) -> int:
+        return self.threads if self.threads is not None else max(1, min(4, os.cpu_count() or 1))
+
+
+def scrub(text: str) -> str:
+    """DuckDB's message for the owner's debug mode: first line only, quoted literals and numbers
+    removed, capped in length. Best effort: the debug mode stays unsafe."""
+    first = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    first = re.sub(r"'(?:[^']|'')*'?", "'?'", first)
+    first = re.sub(r'"(?:[^"]|"")*"?', '"?"', first)
+    first = re.sub(r"\\x[0-9A-Fa-f]{2}", "", first)
+    first = re.sub(r"[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?", "#", first)
+    first = "".join(ch if 32 <= ord(ch) < 127 else "?" for ch in first)
+    return first[:240]
+
+
+
+
+def private_failure(what: str, detail: str | None, settings: EngineSettings) -> ExecutionError:
+    """The one error for any failure after data was read: the text depends on public settings only."""
+    limits = []
+    if settings.statement_timeout is not None:
+        limits.append(f"statement time-out {settings.statement_timeout:g} s")
+    if settings.memory_limit is not None:
+        limits.append(f"memory limit {settings.memory_limit}")
+    return ExecutionError(
+        PRIVATE_FAILURE.format(what=what[:1].upper() + what[1:]),
+        hint="possible causes: the owner's limits (" + (", ".join(limits) or "none set")
+        + "), a full temp directory, or a bug. Simplify the query or ask the data owner, who can "
+        "reproduce it with the engine's debug mode (unsafe: see docs/threat_model.md)",
+        debug_detail=detail,
+    )
+
+
+
+
+def source_name(table: str) -> str:
+    """The default name of a registered source's private relation."""
+    return f"_dpsql_src_{table}"
+
+
+@runtime_checkable
+class SqlOps(Protocol):
+    """The semantic building blocks of bounded queries, as sqlglot ASTs in one dialect.
+
+    Every expression a method returns is rendered for :attr:`dialect` only (strict rendering
+    refuses it for any other dialect: ``dpsql.rewrite.render``). Column arguments are names of
+    columns of the relation the expression is evaluated on.
+    """
+
+    #: the sqlglot dialect the building blocks are written in (and the backend renders with)
+    dialect: str
+
+    def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        """A pseudo-random sort key of the given columns under a secret ``salt``: over rows with
+        distinct column values it is (as far as any test can tell) uniform and independent, and
+        independent across salts. Never NULL (a NULL column value hashes like any value)."""
+        ...
+
+    def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,
+                             n: int, *, alias: str, output: Sequence[str] | None = None) -> exp.Subquery:
+        """The rows of ``relation`` (a subquery), at most ``n`` per partition: those with the
+        smallest ``order_key`` (an expression over the relation's columns, never NULL, e.g. a
+        :meth:`keyed_hash`). Which rows a partition keeps depends only on that partition's
+        rows. The result is a subquery named ``alias`` with every column of ``relation``
+        (``output=None``) or exactly the columns ``output`` (partition columns may be left out).
+        """
+        ...
+
+    def clamp(self, value: exp.Expression, lo: float, hi: float, *, shift: float = 0.0) -> exp.Expression:
+        """A numeric ``value`` clamped into [lo, hi] (minus ``shift``); NULL stays NULL (SQL
+        aggregates skip it); -inf is lo, +inf is hi, NaN is hi (NaN sorts above every number)."""
+        ...
+
+    def try_cast(self, value: exp.Expression, to: str) -> exp.Expression:
+        """``value`` converted to type ``to`` (a DuckDB type name), NULL where it does not
+        convert: never an error (guarded evaluation: whether a query fails must not depend on a
+        row). ``dpsql.plan.typer`` renders this same cast (``TRY_CAST``) in the front end."""
+        ...
+
+    def typed_literal(self, value: Any, to: str) -> exp.Expression:
+        """A constant of type ``to`` whose value is exactly ``value`` (int, float, Decimal, str,
+        bool, date, datetime; None: a NULL of that type): text is quoted, never parsed as SQL."""
+        ...
+
+    def epoch_seconds(self, value: exp.Expression) -> exp.Expression:
+        """Seconds since 1970-01-01 00:00:00 of a TIMESTAMP, as DOUBLE with its fraction."""
+        ...
+
+    def least(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
+        """The smaller of two values that are never NULL (engines differ on NULL arguments)."""
+        ...
+
+
+@runtime_checkable
+class ExecutionBackend(Protocol):
+    """An engine that executes dpsql's ASTs (the DuckDB one: ``dpsql.engine.duckdb``).
+
+    Every method takes sqlglot ASTs (never SQL text) and renders them itself, strictly, for
+    :attr:`dialect`.
+    """
+
+    settings: EngineSettings
+    dialect: str
+    ops: SqlOps
+
+    def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
+        """The SQL text this backend would run for ``ast`` (for ``explain``), rendered strictly
+        for :attr:`dialect`; UnsupportedQueryError if the dialect cannot express it."""
+        ...
+
+    def register_source(self, name: str, kind: str, source: Any, view: str | None = None,
+                        types: dict[str, str] | None = None) -> dict[str, str]:
+        """Expose a source as a private relation named ``view`` (default :func:`source_name`),
+        read totally; returns its public schema (lower-case column -> DuckDB type name). Reads
+        schemas (and a CSV header line) only, never a data row. Raises ConfigError."""
+        ...
+
+    def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
+        """Drop a registered source's relation (no error if it is gone)."""
+        ...
+
+    def describe(self, ast: exp.Expression) -> list[tuple[str, str]]:
+        """(column, type) of a query's result, by binding it only (no row is read)."""
+        ...
+
+    def bind_check(self, ast: exp.Expression, *, run: bool = False) -> None:
+        """Bind a query without reading a row (``run=True``: run it, for queries over public
+        placeholder relations only); QueryTypeError if it does not bind. Renders the query, so
+        a construct the dialect cannot express is refused here, before any charge."""
+        ...
+
+    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query") -> pa.Table:
+        """Run a query over private data under the owner's limits; any failure is
+        :func:`private_failure`."""
+        ...
+
+    def post_process(self, table: pa.Table, ast_builder: Callable[[str], exp.Expression]) -> pa.Table:
+        """Run ``ast_builder(name)`` over ``table`` (released values only) registered as ``name``."""
+        ...
+
+    def close(self) -> None:
+        ...

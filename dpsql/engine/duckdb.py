@@ -1,0 +1,502 @@
+"""The DuckDB execution backend: the only place SQL meets DuckDB (with the ledger's own store).
+
+Executes SQL rendered by ``dpsql.rewrite.render`` from dpsql's own ASTs and returns Arrow.
+Implements :class:`dpsql.engine.base.ExecutionBackend`; its building blocks of bounded queries
+are :class:`dpsql.engine.duckdb_ops.DuckDBOps`, and how each kind of source is read totally is
+in ``dpsql.engine._duckdb_sources``.
+
+Privacy claims of this module (threat model: docs/threat_model.md):
+
+* **No private text in errors.** Every DuckDB failure becomes a dpsql error whose message is a
+  constant (plus public names: what was being run, the owner's limits). DuckDB's own message
+  can quote cells, so it is attached (as ``debug_detail``) only when the data owner turned on
+  the debug mode (``EngineSettings.debug``, documented as unsafe), and even then scrubbed of
+  quoted literals and numbers (:func:`scrub`). Errors are raised outside the ``except`` block,
+  so no DuckDB exception rides along as ``__context__``.
+* **One generic error after the charge.** A failure while reading private data
+  (:meth:`DuckDBBackend.fetch_arrow`: a time-out, out-of-memory, a full temp directory,
+  anything else) is the same ``ExecutionError`` with the same text: its class and message do
+  not depend on which failure happened, hence not on the data.
+* **Data-independent limits.** The owner's memory limit, thread limit and temp-directory cap
+  are DuckDB settings applied to every private read; the statement time-out is a timer thread
+  calling ``connection.interrupt()`` after a fixed number of seconds (DuckDB has no statement
+  time-out of its own). A caller-provided connection gets the settings for the duration of
+  each private read and its own values back afterwards (these settings are database-wide in
+  DuckDB: a query the caller runs concurrently on the same database shares them meanwhile).
+* **Sources are read totally.** A source value that cannot be read is NULL, never an error
+  (an error would reveal, after the charge, whether that row exists); see
+  ``dpsql.engine._duckdb_sources`` for each kind of source (Parquet, Arrow, CSV, DuckDB tables)
+  and the owner's ``max_text_bytes`` cap. CSV: the dialect is fixed (``,`` or tab for .tsv,
+  header line), never sniffed from the data; every column is VARCHAR unless the owner declares
+  its type, which the view applies with ``TRY_CAST`` (dates and timestamps range-checked). A row
+  that does not parse (bad quoting, invalid UTF-8, wrong field count, over-long line) is
+  skipped. Column names come from the header line only, so the schema does not depend on any
+  data row.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.engine._duckdb_sources import (
+    _CSV_TYPES,
+    _arrow_plan,
+    _cap,
+    _csv_header,
+    _csv_unquote,
+    _duck_plan,
+    _expand,
+    _parquet_unsafe,
+    _temp_view,
+    _temporal_in_range,
+)
+from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name
+from dpsql.engine.duckdb_ops import DUCKDB, DuckDBOps
+from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
+from dpsql.rewrite.render import render
+
+__all__ = ["DuckDBBackend", "DuckDBOps", "Engine", "scrub"]
+
+
+class _InheritedBusy:
+    """Stands in for an engine's lock in a process forked while another thread of the parent was
+    using the engine: that thread does not exist here, so its lock would never be released and
+    the DuckDB connection it was using may be left mid-statement. Every use refuses instead of
+    hanging (whether a query was running is public: it depends on no private value)."""
+
+    def __enter__(self) -> None:
+        raise ExecutionError(
+            "this Session's engine was inherited through fork while another thread of the parent process "
+            "was running a query with it; its DuckDB connection cannot be used in this process (no "
+            "statement ran)",
+            hint="create a new Session in the child process (or fork before using the Session, or start "
+            "workers with the 'spawn' or 'forkserver' start method)",
+        )
+
+    def __exit__(self, *exc: object) -> None:  # pragma: no cover - __enter__ always raises
+        return None
+
+
+_ENGINES: weakref.WeakSet[DuckDBBackend] = weakref.WeakSet()
+
+
+def _engines_after_fork() -> None:
+    # In the child only the forking thread exists. An engine lock held by another thread was
+    # copied locked and would block forever: such engines refuse use; the others get a new lock.
+    for engine in list(_ENGINES):
+        lock = engine._lock
+        if isinstance(lock, _InheritedBusy):
+            continue
+        if lock.acquire(blocking=False):  # free, or held by the forking thread itself (an RLock)
+            lock.release()
+        else:
+            engine._lock = _InheritedBusy()
+
+
+os.register_at_fork(after_in_child=_engines_after_fork)
+
+
+class DuckDBBackend:
+    """The DuckDB execution backend (:class:`dpsql.engine.base.ExecutionBackend`).
+
+    One DuckDB connection (the caller's, or its own in-memory database), used under one lock:
+    every statement dpsql runs on it goes through this class. ``ops`` are the DuckDB spelling of
+    the bounded queries' building blocks (:class:`dpsql.engine.duckdb_ops.DuckDBOps`).
+    """
+
+    dialect = DUCKDB
+    ops: SqlOps = DuckDBOps()
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection | None = None,
+                 settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
+        self._owned = connection is None
+        self._con = connection if connection is not None else duckdb.connect(":memory:")
+        self._lock: Any = threading.RLock()
+        _ENGINES.add(self)
+        self._views: set[tuple[str, str]] = set()
+        self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
+        try:
+            self._con.execute("SET enable_progress_bar = false")
+        except duckdb.Error:  # pragma: no cover - older settings name
+            pass
+        if self._owned:
+            for name, value in self._limits():
+                self._con.execute(f"SET {name} = {_sql_str(value)}")
+
+    def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
+        """SQL text of ``ast`` for DuckDB, rendered strictly (``dpsql.rewrite.render``)."""
+        return render(ast, dialect=self.dialect, pretty=pretty)
+
+    def _render(self, ast: exp.Expression) -> str:
+        return render(ast, dialect=self.dialect)
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        return self._con
+
+    @property
+    def debug(self) -> bool:
+        return self.settings.debug
+
+    def close(self) -> None:
+        for view, kind in list(self._views):
+            self.unregister_source("", kind, view)
+        if self._owned:
+            self._con.close()
+
+    def _detail(self, e: BaseException) -> str | None:
+        """Only in the owner's debug mode: DuckDB's message scrubbed of literals and numbers;
+        for any other exception its class alone (its text is not in a known shape to scrub)."""
+        if not self.settings.debug:
+            return None
+        if isinstance(e, duckdb.Error):
+            return f"{type(e).__name__}: {scrub(str(e))}"
+        return type(e).__name__
+
+    # -- sources --------------------------------------------------------------------------
+    def register_source(self, name: str, kind: str, source: Any, view: str | None = None,
+                        types: dict[str, str] | None = None) -> dict[str, str]:
+        """Expose a source as a private TEMP view (``view``, default ``_dpsql_src_<name>``).
+
+        TEMP views live only in this connection's session: nothing is left in a caller's
+        database file, and each Session uses its own view names. ``types`` (CSV only) are the
+        owner's declared column types. Returns the schema. Reads schemas and the CSV header
+        line only, never a data row. A glob is expanded once, here: files added later are
+        not read by this registration.
+        """
+        view = view or source_name(name)
+        types = {k.lower(): v for k, v in (types or {}).items()}
+        if types and kind != "csv":
+            raise ConfigError(
+                f"table '{name}': column types can be declared for CSV sources only ({sorted(types)})",
+                hint="Parquet, Arrow and DuckDB sources carry their own column types",
+            )
+        failure: ConfigError | None = None
+        rows: list[Any] = []
+        with self._lock:
+            self._views.add((view, kind))
+            try:
+                if kind in ("arrow", "parquet"):
+                    self._register_arrow(name, kind, source, view)
+                else:
+                    if kind == "csv":
+                        sel = self._csv_select(name, source, types)
+                    elif kind == "duckdb":
+                        sel = self._duckdb_select(name, source)
+                    else:  # pragma: no cover
+                        raise ConfigError(f"unknown source kind {kind!r}")
+                    self._con.execute(self._render(_temp_view(view, sel)))
+                desc = exp.Describe(this=exp.select("*").from_(exp.to_table(view, quoted=True)))
+                rows = self._con.execute(self._render(desc)).fetchall()
+            except duckdb.Error as e:
+                failure = ConfigError(
+                    f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
+                    hint="check that the file exists, is readable and is valid "
+                    + ("Parquet" if kind == "parquet" else "CSV" if kind == "csv" else "data")
+                    + (" (for a DuckDB table: that the Session's connection has it)" if kind == "duckdb" else ""),
+                )
+            except (OSError, pa.ArrowException) as e:
+                failure = ConfigError(f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
+                                      hint="check that the file exists, is readable and is valid Parquet")
+            except ConfigError:
+                self.unregister_source(name, kind, view)
+                raise
+        if failure is not None:
+            self.unregister_source(name, kind, view)
+            raise failure
+        schema = {str(r[0]).lower(): str(r[1]) for r in rows}
+        if len(schema) != len(rows):
+            self.unregister_source(name, kind, view)
+            raise ConfigError(f"table '{name}' has column names that differ only by case; dpsql needs them distinct")
+        return schema
+
+    def _register_arrow(self, name: str, kind: str, source: Any, view: str) -> None:
+        """Arrow tables and Parquet files, read totally (:func:`_arrow_plan`); for Parquet with
+        ``invalid_text = "replace"``, DuckDB's own reader (:meth:`_parquet_replace_select`)."""
+        if kind == "parquet" and self.settings.invalid_text == "replace":
+            self._con.execute(self._render(_temp_view(view, self._parquet_replace_select(name, source))))
+            return
+        cap = self.settings.max_text_bytes
+        if kind == "parquet":
+            import pyarrow.dataset as ds
+
+            paths = _expand(source)
+            schema = ds.dataset(paths[0], format="parquet").schema
+        else:
+            schema = source.schema
+        plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap)) for f in schema]
+        target = pa.schema([pa.field(f.name, read) for f, read, _ in plans])
+        if kind == "parquet":
+            raw: Any = ds.dataset(paths, format="parquet", schema=target)
+        else:
+            raw = source if target.equals(schema) else source.cast(target)
+        raw_name = view + "_raw"
+        self._con.register(raw_name, raw)
+        cols = []
+        for f, _, build in plans:
+            ref = exp.column(f.name, quoted=True)
+            cols.append(exp.alias_(build(ref) if build is not None else ref, f.name, quoted=True))
+        self._con.execute(self._render(_temp_view(view, exp.select(*cols).from_(exp.to_table(raw_name, quoted=True)))))
+
+    def _parquet_replace_select(self, name: str, source: str) -> exp.Select:
+        """DuckDB's Parquet reader, invalid UTF-8 replaced by ``?``. The types it converts while
+        reading and rejects when a value is out of range are refused here (before any row is
+        read): the default ``invalid_text = "null"`` reads them totally."""
+        paths = _expand(source)
+        files = exp.Array(expressions=[exp.Literal.string(p) for p in paths])
+        meta = self._con.execute(self._render(exp.select("name", "type", "converted_type", "logical_type")
+                                        .from_(exp.Table(this=exp.func("parquet_schema", files))))).fetchall()
+        for col, ptype, converted, logical in meta:
+            stored = _parquet_unsafe(ptype, converted, logical)
+            if stored is not None:
+                raise ConfigError(
+                    f"column '{name}.{col}' is stored as {stored}, which DuckDB's own Parquet reader "
+                    "(invalid_text = \"replace\") converts in a way that can fail on a stored value",
+                    hint="use the default invalid_text = \"null\" (which reads it totally), or store the column "
+                         "as another type (a timestamp in microseconds, text)",
+                )
+        reader = exp.func("read_parquet", files,
+                          exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")))
+        return self._capped_select(name, exp.Table(this=reader))
+
+    def _capped_select(self, name: str, rel: exp.Expression) -> exp.Select:
+        """Every column of a relation DuckDB reads, through :func:`_duck_plan` (bind only)."""
+        bound = self._con.sql(self._render(exp.select("*").from_(rel.copy())))
+        items = []
+        for col, typ in zip(bound.columns, bound.types):
+            ref = exp.column(str(col), quoted=True)
+            build = _duck_plan(typ, f"'{name}.{col}'", self.settings.max_text_bytes)
+            items.append(exp.alias_(build(ref) if build is not None else ref, str(col), quoted=True))
+        return exp.select(*items).from_(rel)
+
+    def _csv_select(self, name: str, source: str, types: dict[str, str]) -> exp.Select:
+        delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
+        paths = _expand(source)
+        names = _csv_header(paths[0], delim)
+        low = {n.lower(): n for n in names}
+        bad = sorted(set(types) - set(low))
+        if bad:
+            raise ConfigError(f"table '{name}': declared column(s) {bad} are not in the CSV header",
+                              hint=f"its columns are: {', '.join(names)}")
+        for c, t in types.items():
+            if not isinstance(t, str) or not _CSV_TYPES.match(t.strip().upper()):
+                raise ConfigError(
+                    f"type {t!r} declared for '{name}.{c}' is not supported",
+                    hint="use BOOLEAN, INTEGER, BIGINT, DOUBLE, DECIMAL(p,s), DATE, TIMESTAMP or VARCHAR",
+                )
+        cols = exp.Struct(expressions=[
+            exp.PropertyEQ(this=exp.Literal.string(n), expression=exp.Literal.string("VARCHAR")) for n in names
+        ])
+
+        def opt(k: str, v: exp.Expression) -> exp.Expression:
+            return exp.EQ(this=exp.column(k), expression=v)
+
+        files: exp.Expression = (exp.Literal.string(paths[0]) if len(paths) == 1 and paths[0] == source
+                                 else exp.Array(expressions=[exp.Literal.string(p) for p in paths]))
+        reader = exp.func(
+            "read_csv",
+            files,
+            opt("columns", cols),
+            opt("header", exp.true()),
+            opt("auto_detect", exp.false()),
+            opt("delim", exp.Literal.string(delim)),
+            # no quoting: every physical line is one record, so one line (one person's row) can
+            # never swallow or split the lines of others (an unbalanced quote once took every
+            # later line with it); quotes around a field are removed below
+            opt("quote", exp.Literal.string("")),
+            opt("escape", exp.Literal.string("")),
+            opt("new_line", exp.Literal.string("\\n")),  # with strict_mode off, CRLF files read too
+            opt("strict_mode", exp.false()),
+            opt("ignore_errors", exp.true()),
+            opt("parallel", exp.true()),
+        )
+        items = []
+        for n in names:
+            col: exp.Expression = _csv_unquote(exp.column(n, quoted=True))
+            declared = types.get(n.lower())
+            if declared is not None and declared.strip().upper() != "VARCHAR":
+                col = exp.TryCast(this=col, to=exp.DataType.build(declared.strip().upper(), dialect="duckdb"))
+                # TRY_CAST accepts timestamps up to DuckDB's ends, where date_trunc raises
+                edge = {"TIMESTAMP": "timestamp", "TIMESTAMPTZ": "timestamp with time zone",
+                        "DATE": "date"}.get(declared.strip().upper())
+                if edge is not None:
+                    col = exp.paren(col)
+                    rebuild = _temporal_in_range(edge)
+                    assert rebuild is not None
+                    col = rebuild(col)
+            else:
+                col = _cap(col, self.settings.max_text_bytes, fn="STRLEN")
+            items.append(exp.alias_(col, n, quoted=True))
+        return exp.select(*items).from_(exp.Table(this=reader))
+
+    def _duckdb_select(self, name: str, source: str) -> exp.Select:
+        """A table of the caller's connection; text, JSON and BLOB over ``max_text_bytes`` read as
+        NULL at any depth (:func:`_duck_plan`)."""
+        return self._capped_select(name, exp.to_table(source))
+
+    def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
+        view = view or source_name(name)
+        self._views.discard((view, kind))
+        with self._lock:
+            try:
+                self._con.execute(self._render(exp.Drop(this=exp.to_table(view, quoted=True), kind="VIEW", exists=True)))
+            except duckdb.Error:
+                pass
+            if kind in ("arrow", "parquet"):
+                try:
+                    self._con.unregister(view + "_raw")
+                except duckdb.Error:
+                    pass
+
+    # -- limits ---------------------------------------------------------------------------
+    def _limits(self) -> list[tuple[str, str]]:
+        s = self.settings
+        out = [("threads", str(s.effective_threads))]
+        if s.memory_limit is not None:
+            out.append(("memory_limit", s.memory_limit))
+        if s.max_temp_directory_size is not None:
+            out.append(("max_temp_directory_size", s.max_temp_directory_size))
+        return out
+
+    @contextmanager
+    def _limited(self) -> Iterator[None]:
+        """The owner's limits for one private read (a caller's connection gets its values back)."""
+        if self._owned:
+            yield
+            return
+        saved = []
+        for name, value in self._limits():
+            shown = str(self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
+            # DuckDB shows sizes rounded: restore the caller's own text again while the setting
+            # still shows what our last restore left, so repeated queries never drift
+            prev = self._callers.get(name)
+            original = prev[0] if prev is not None and prev[1] == shown else shown
+            saved.append((name, original))
+            self._con.execute(f"SET {name} = {_sql_str(value)}")
+        try:
+            yield
+        finally:
+            for name, original in reversed(saved):
+                try:
+                    self._con.execute(f"SET {name} = {_sql_str(original)}")
+                    shown = str(self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
+                    self._callers[name] = (original, shown)
+                except duckdb.Error:  # pragma: no cover - restoring a value DuckDB reported
+                    pass
+
+    @contextmanager
+    def _deadline(self) -> Iterator[None]:
+        """Interrupt the connection after the owner's statement time-out (a timer thread:
+        DuckDB has no statement time-out). The deadline does not depend on the data."""
+        limit = self.settings.statement_timeout
+        if limit is None:
+            yield
+            return
+        done = threading.Event()
+        guard = threading.Lock()
+
+        def fire() -> None:
+            with guard:
+                if not done.is_set():
+                    self._con.interrupt()
+
+        timer = threading.Timer(limit, fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            with guard:
+                done.set()
+            timer.cancel()
+
+    # -- execution ------------------------------------------------------------------------
+    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query") -> pa.Table:
+        """Run a query that reads private data, under the owner's limits and time-out.
+
+        Any failure is the one generic ExecutionError (:data:`PRIVATE_FAILURE`)."""
+        sql = self._render(ast)
+        failure: ExecutionError | None = None
+        with self._lock:
+            try:
+                with self._limited(), self._deadline():
+                    # the main connection: registered Arrow sources are connection-local
+                    return self._con.sql(sql).to_arrow_table()
+            except (duckdb.Error, pa.ArrowException, MemoryError, OSError) as e:
+                failure = private_failure(what, self._detail(e), self.settings)
+        assert failure is not None
+        raise failure
+
+    def describe(self, ast: exp.Expression) -> list[tuple[str, str]]:
+        """(column, type) of a query's result, by binding it only (no row is read)."""
+        return [(str(r[0]), str(r[1])) for r in self._bind(exp.Describe(this=ast.copy()))]
+
+    def bind_check(self, ast: exp.Expression, *, run: bool = False) -> None:
+        """Bind (type-check) a query without reading any row; refuse it for free if it fails.
+
+        ``run=True`` executes it instead, for queries over public, one-row placeholder relations
+        only (it also catches constant-conversion errors that binding alone lets through).
+        """
+        self._bind(ast.copy() if run else exp.Describe(this=ast.copy()))
+
+    def _bind(self, ast: exp.Expression) -> list[Any]:
+        # binding reads schemas only: the exception class is public, DuckDB's text is not shown
+        failure: QueryTypeError | None = None
+        with self._lock:
+            try:
+                return self._con.sql(self._render(ast)).fetchall()
+            except duckdb.Error as e:
+                failure = QueryTypeError(
+                    f"the query does not type-check against the table's columns ({type(e).__name__}); nothing was charged",
+                    hint="check the types in WHERE / GROUP BY / HAVING / ORDER BY (e.g. text compared with numbers)",
+                    debug_detail=self._detail(e),
+                )
+        assert failure is not None
+        raise failure
+
+    def post_process(self, table: pa.Table, ast_builder: Any) -> pa.Table:
+        """Run a post-processing query (HAVING/ORDER BY/LIMIT on released values) over ``table``.
+
+        ``ast_builder(name)`` returns the query AST reading from relation ``name``. The input
+        holds only released (noisy) values, so this is post-processing.
+        """
+        failure: ExecutionError | None = None
+        with self._lock:
+            cur = self._con
+            try:
+                cur.register("__released", table)
+                try:
+                    return cur.sql(self._render(ast_builder("__released"))).to_arrow_table()
+                except duckdb.Error as e:
+                    failure = ExecutionError(
+                        "post-processing (HAVING/ORDER BY/LIMIT) of the released values failed",
+                        hint="check the types used in HAVING and ORDER BY",
+                        debug_detail=self._detail(e),
+                    )
+            finally:
+                try:
+                    cur.unregister("__released")
+                except duckdb.Error:
+                    pass
+        assert failure is not None
+        raise failure
+
+
+def _sql_str(value: str) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+
+
+#: the name other modules know the DuckDB backend by
+Engine = DuckDBBackend

@@ -1,0 +1,138 @@
+"""DuckDB's spelling of the building blocks of bounded queries (:class:`dpsql.engine.base.SqlOps`).
+
+Pure: builds sqlglot ASTs in the DuckDB dialect and executes nothing (the rewrite layer uses
+these without an engine; the backend is ``dpsql.engine.duckdb``). Every expression returned
+is marked as made for DuckDB, so strict rendering (``dpsql.rewrite.render``) refuses to
+render it for any other dialect: ``HASH(a)`` would render for Spark without complaint, as a
+different (32-bit Murmur3) hash, and ``ARG_MIN(x, h, n)`` has no Spark spelling at all.
+
+The semantics each method promises are those of :class:`~dpsql.engine.base.SqlOps`, checked
+against pure-Python references in ``tests/test_backend_ops.py``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from sqlglot import exp
+
+from dpsql.rewrite.render import DIALECT_MARK
+
+DUCKDB = "duckdb"
+
+E = TypeVar("E", bound=exp.Expression)
+
+
+def _mark(e: E) -> E:
+    e.meta[DIALECT_MARK] = DUCKDB
+    return e
+
+
+def _number(v: float | int) -> exp.Expression:
+    """A numeric constant: whole numbers as integers (``3``, not ``3.0``), non-finite as DOUBLE."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return exp.Cast(this=exp.Literal.string(repr(v)), to=exp.DataType.build("DOUBLE"))
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return exp.Literal.number(int(v))
+    return exp.Literal.number(v)
+
+
+def _col(name: str) -> exp.Column:
+    return exp.column(name, quoted=False)
+
+
+class DuckDBOps:
+    """The building blocks of bounded queries for DuckDB (see :class:`dpsql.engine.base.SqlOps`)."""
+
+    dialect = DUCKDB
+
+    def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        """``HASH(salt || CAST(HASH(columns...) AS VARCHAR))``: DuckDB's 64-bit hash of the salt
+        and the columns' hash as one string.
+
+        DuckDB's multi-argument ``HASH(a, b, ...)`` combines the arguments' hashes almost
+        linearly, so putting the salt in as one more argument would not randomise the order of
+        a unit's groups across salts (``tests/test_backend_ops.py`` keeps that as its negative
+        control). Hashing the salt together with the columns' hash as one string mixes fully.
+        """
+        inner = exp.cast(_mark(exp.func("hash", *[_col(c) for c in columns])), "VARCHAR")
+        return _mark(exp.func("hash", exp.DPipe(this=exp.Literal.string(salt), expression=inner, safe=True)))
+
+    def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,
+                             n: int, *, alias: str, output: Sequence[str] | None = None) -> exp.Subquery:
+        """Two spellings of the same choice (the n rows with the smallest key per partition):
+
+        * ``output=None``: ``SELECT * FROM relation QUALIFY ROW_NUMBER() OVER (PARTITION BY
+          partition ORDER BY key) <= n`` (every column, including helper columns);
+        * ``output`` given: one aggregate per partition, ``UNNEST(ARG_MIN({output...}, key,
+          n))``, then the struct's fields; faster than the window when there are many
+          partitions and few columns.
+        """
+        if output is None:
+            rn = exp.Window(this=exp.RowNumber(), partition_by=[_col(p) for p in partition],
+                            order=exp.Order(expressions=[exp.Ordered(this=order_key)]))
+            kept = exp.select("*").from_(relation).qualify(exp.LTE(this=rn, expression=_number(n)))
+            return _mark(kept.subquery(alias))
+        struct = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(f), expression=_col(f)) for f in output])
+        picked = _mark(exp.func("arg_min", struct, order_key, _number(n)))
+        per_partition = (
+            exp.select(exp.alias_(exp.Unnest(expressions=[picked]), "__s")).from_(relation)
+            .group_by(*[_col(p) for p in partition])
+        ).subquery("__per_unit")
+        fields = [exp.alias_(exp.func("struct_extract", _col("__s"), exp.Literal.string(f)), f) for f in output]
+        return _mark(exp.select(*fields).from_(per_partition).subquery(alias))
+
+    def clamp(self, value: exp.Expression, lo: float, hi: float, *, shift: float = 0.0) -> exp.Expression:
+        """``CASE WHEN v IS NULL THEN NULL ELSE LEAST(GREATEST(v, lo), hi) [- shift] END``.
+
+        DuckDB's GREATEST/LEAST skip NULL arguments, so a bare clamp would turn NULL into lo.
+        NaN sorts above every number in DuckDB: GREATEST(NaN, lo) is NaN and LEAST(NaN, hi) hi.
+        """
+        e: exp.Expression = exp.func("least", exp.func("greatest", value.copy(), _number(lo)), _number(hi))
+        if shift:
+            e = exp.Sub(this=e, expression=_number(shift))
+        return _mark(exp.Case(ifs=[exp.If(this=exp.Is(this=value, expression=exp.Null()), true=exp.Null())], default=e))
+
+    def try_cast(self, value: exp.Expression, to: str) -> exp.Expression:
+        """``TRY_CAST(value AS to)``: NULL where the value does not convert."""
+        return _mark(exp.TryCast(this=value, to=exp.DataType.build(to, dialect=DUCKDB)))
+
+    def typed_literal(self, value: Any, to: str) -> exp.Expression:
+        """``CAST('<text>' AS to)``: DuckDB parses the text as a value of the type (numbers
+        exactly, whatever their size; dates and timestamps in ISO form; quotes in text are
+        escaped by the renderer). ``None`` is a NULL of the type."""
+        typ = exp.DataType.build(to, dialect=DUCKDB)
+        lit: exp.Expression
+        if value is None:
+            lit = exp.Null()
+        elif isinstance(value, bool):
+            lit = exp.Boolean(this=value)
+        elif isinstance(value, int):
+            lit = exp.Literal.string(str(value))
+        elif isinstance(value, float):
+            lit = exp.Literal.string(repr(value))  # shortest text that reads back exactly; inf, nan
+        elif isinstance(value, decimal.Decimal):
+            if not value.is_finite():
+                raise ValueError(f"a DECIMAL literal must be finite, got {value!r}")
+            lit = exp.Literal.string(format(value, "f"))
+        elif isinstance(value, dt.datetime):
+            lit = exp.Literal.string(value.isoformat(sep=" "))
+        elif isinstance(value, (dt.date, dt.time)):
+            lit = exp.Literal.string(value.isoformat())
+        elif isinstance(value, str):
+            lit = exp.Literal.string(value)
+        else:
+            raise TypeError(f"no typed literal for a {type(value).__name__} value")
+        return _mark(exp.Cast(this=lit, to=typ))
+
+    def epoch_seconds(self, value: exp.Expression) -> exp.Expression:
+        """``EPOCH(ts)``: seconds since 1970 as DOUBLE, with the fraction (Spark's
+        UNIX_TIMESTAMP, which sqlglot would render it as, drops the fraction)."""
+        return _mark(exp.func("epoch", value))
+
+    def least(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
+        return _mark(exp.func("least", a, b))
