@@ -36,7 +36,6 @@ from dpsql.noise import NoiseSource, default_noise_source
 from dpsql.options import LARGE_EPSILON, OPTIONS, check_options
 from dpsql.release import Plan, Release, WorkloadRelease
 from dpsql.rewrite.bound import SALT_PLACEHOLDER
-from dpsql.rewrite.render import render
 
 __all__ = ["FAILURE_REASON", "OPTIONS", "Session"]
 
@@ -166,7 +165,7 @@ class Session:
 
     def _bind_check(self, r: Route) -> None:
         """Type-check the bounded query and the post-processing, reading no row."""
-        ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER)
+        ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
         key_types = dict(self._engine.describe(ast)) if ast is not None else {}
         if r.request.plan is not None:
             postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
@@ -178,9 +177,9 @@ class Session:
         r = self._route(sql, epsilon, delta, options, many=isinstance(sql, (list, tuple)))
         self._bind_check(r)  # refuses exactly what query refuses before its charge
         d = r.description
-        ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER)
+        ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
         return Plan(sql=r.request.text, mechanism=d.label, reason=r.reason, cost=d.cost, parameters=dict(d.parameters),
-                    bounded_sql=render(ast, pretty=True) if ast is not None else "", notes=list(d.notes))
+                    bounded_sql=self._engine.render(ast, pretty=True) if ast is not None else "", notes=list(d.notes))
 
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
         """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger.
@@ -217,7 +216,7 @@ class Session:
             entry = self._ledger.reserve(desc.cost, mechanism=desc.label, query=req.text, tables=req.tables,
                                          params=desc.parameters)
             with charged(self._ledger, self._engine, entry, "the query" if req.plan is not None else "the range workload"):
-                ast = mech.bounded(r.calibration, self._noise.salt())
+                ast = mech.bounded(r.calibration, self._noise.salt(), self._engine.ops)
                 rows = self._engine.fetch_arrow(ast) if ast is not None else None
                 released = mech.release(r.calibration, rows, self._noise)
                 if req.plan is not None and not released.final:

@@ -9,9 +9,10 @@ steps, in this order (``dpsql/session.py``):
    (PolicyError, ConfigError) cost nothing.
 2. ``describe(calibration)``: the one description used both by ``explain`` and by the ledger
    row (label, cost, parameters, notes, and which earlier release it reuses, if any).
-3. ``bounded(calibration, salt)``: the bounded relation as a sqlglot AST, built from the shared
-   bounding steps of ``dpsql.rewrite.bound`` (``None`` when no private row is read, e.g. an
-   answer from a stored synopsis). The Session renders and runs it on the execution backend.
+3. ``bounded(calibration, salt, ops)``: the bounded relation as a sqlglot AST, built from the
+   shared bounding steps of ``dpsql.rewrite.bound`` over the backend's building blocks ``ops``
+   (``None`` when no private row is read, e.g. an answer from a stored synopsis). The Session
+   renders and runs it on the execution backend.
 4. ``release(calibration, bounded_rows, rng)``: noise, thresholds and rounding on the fetched
    Arrow table; returns :class:`Released`: the released values under the plan's internal
    names (``__k*`` keys, ``__a*`` aggregates), their accuracy, and what the ledger keeps.
@@ -34,6 +35,7 @@ from sqlglot import exp
 
 from dpsql.budget import Budget
 from dpsql.catalog import TableSpec
+from dpsql.engine.base import SqlOps
 from dpsql.errors import PolicyError
 from dpsql.noise import NoiseSource
 from dpsql.plan import ir
@@ -116,7 +118,7 @@ class Mechanism(Protocol):
 
     def describe(self, calibration: Any) -> Description: ...
 
-    def bounded(self, calibration: Any, salt: str) -> exp.Expression | None: ...
+    def bounded(self, calibration: Any, salt: str, ops: SqlOps) -> exp.Expression | None: ...
 
     def released_types(self, calibration: Any) -> dict[str, str]: ...
 

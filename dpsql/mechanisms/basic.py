@@ -41,6 +41,7 @@ from sqlglot import exp
 
 from dpsql.accounting import gaussian_sigma
 from dpsql.budget import Budget
+from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.mechanisms.common import (
@@ -194,9 +195,9 @@ class BasicMechanism:
         notes.append(bounding_note(cal.caps))
         return Description(label=cal.mechanism, cost=cal.cost, parameters=ledger_parameters(cal), notes=tuple(notes))
 
-    def bounded(self, cal: Calibration, salt: str) -> exp.Expression:
+    def bounded(self, cal: Calibration, salt: str, ops: SqlOps) -> exp.Expression:
         assert cal.plan is not None
-        return bounded_query(cal.plan, cal.caps, salt=salt, tau=cal.tau, unit_column=cal.unit)
+        return bounded_query(cal.plan, cal.caps, salt=salt, tau=cal.tau, unit_column=cal.unit, ops=ops)
 
     def released_types(self, cal: Calibration) -> dict[str, str]:
         assert cal.plan is not None

@@ -31,6 +31,7 @@ from sqlglot import exp
 
 from dpsql.budget import Budget
 from dpsql.catalog import TableSpec
+from dpsql.engine.base import SqlOps
 from dpsql.errors import PolicyError
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request, fmt_cap, lowered_cap
 from dpsql.noise import NoiseSource
@@ -201,10 +202,10 @@ class Dawa:
                    "domain are dropped"),
         )
 
-    def bounded(self, cal: DawaCalibration, salt: str) -> exp.Expression | None:
+    def bounded(self, cal: DawaCalibration, salt: str, ops: SqlOps) -> exp.Expression | None:
         if cal.reuse is not None:
             return None
-        return bounded_histogram(cal.workload, cal.unit, cal.cap, salt)
+        return bounded_histogram(cal.workload, cal.unit, cal.cap, salt, ops=ops)
 
     def released_types(self, cal: DawaCalibration) -> dict[str, str]:
         return {a.name: "BIGINT" for a in cal.plan.aggregates} if cal.plan is not None else {}

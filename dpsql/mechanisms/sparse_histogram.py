@@ -46,6 +46,7 @@ from sqlglot import exp
 
 from dpsql import accounting
 from dpsql.budget import Budget
+from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.mechanisms.common import (
@@ -215,9 +216,9 @@ class SparseHistogram:
         return Description(label=cal.mechanism, cost=cal.cost, parameters=ledger_parameters(cal),
                            notes=(*cal.notes, bounding_note(cal.caps)))
 
-    def bounded(self, cal: Calibration, salt: str) -> exp.Expression:
+    def bounded(self, cal: Calibration, salt: str, ops: SqlOps) -> exp.Expression:
         assert cal.plan is not None
-        return bounded_query(cal.plan, cal.caps, salt=salt, tau=cal.tau, unit_column=cal.unit)
+        return bounded_query(cal.plan, cal.caps, salt=salt, tau=cal.tau, unit_column=cal.unit, ops=ops)
 
     def released_types(self, cal: Calibration) -> dict[str, str]:
         assert cal.plan is not None
