@@ -1,7 +1,8 @@
-"""The ``dpsql`` command line: init / query / explain / budget.
+"""The ``dpsql`` command line: init / query / explain / budget / tables.
 
-Exit codes: 0 ok, 2 usage/query/config error, 3 budget exceeded, 4 ledger error, 1 other.
-Rows go to stdout; cost and remaining budget to stderr.
+Exit codes: 0 ok, 2 usage/query/config error, 3 budget exceeded, 4 ledger error, 130 interrupted,
+1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
+accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet schema metadata).
 """
 
 from __future__ import annotations
@@ -30,12 +31,16 @@ EXAMPLES = {
         "example:\n  dpsql --config examples/dpsql.toml explain "
         "\"SELECT url, COUNT(*) FROM events GROUP BY url\" --epsilon 1 --delta 1e-6"
     ),
-    "budget": "example:\n  dpsql --config examples/dpsql.toml budget --history",
+    "budget": "example:\n  dpsql --config examples/dpsql.toml budget --history --format json",
+    "tables": "example:\n  dpsql --config examples/dpsql.toml tables",
     "main": (
         "example:\n  dpsql --config examples/dpsql.toml query "
         "\"SELECT COUNT(*) FROM events\" --epsilon 0.1"
     ),
 }
+
+#: -o FILE extensions and the format each implies
+EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json", ".txt": "table"}
 
 
 def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
@@ -52,6 +57,10 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     g.add_argument("--max-groups", action="append", default=d([]), metavar="NAME=N", help="max groups per unit for a --table (default 1)")
     g.add_argument("--max-rows", action="append", default=d([]), metavar="NAME=K", help="max rows per (unit, group) for a --table (default 1)")
     g.add_argument("--bounds", action="append", default=d([]), metavar="NAME.COL=LO:HI", help="value bounds of a column (repeatable)")
+    g.add_argument("--domain", action="append", default=d([]), metavar="NAME.COL=A,B,C",
+                   help="public key values of a column: GROUP BY it releases every one (repeatable)")
+    g.add_argument("--bins", action="append", default=d([]), metavar="NAME.COL=LO:HI:N",
+                   help="ordered domain of a column for range counts and histograms (DAWA), N bins (repeatable)")
     g.add_argument(
         "--debug", action="store_true", default=d(False),
         help="data owner only, UNSAFE: show DuckDB's scrubbed error messages; honoured when every table comes from "
@@ -61,7 +70,7 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
 
 def _query_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("sql", nargs="?", help="one SELECT statement")
-    p.add_argument("-f", "--file", metavar="FILE", help="read the SQL from a file")
+    p.add_argument("-f", "--file", metavar="FILE", help="read the SQL from a file ('-': standard input)")
     p.add_argument("--epsilon", required=True, type=float, help="privacy budget epsilon to spend")
     p.add_argument("--delta", type=float, default=0.0, help="privacy budget delta to spend (default 0)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="mechanism option, e.g. tau=10 (repeatable)")
@@ -71,12 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="dpsql",
-        description="Differentially private SQL over Parquet files, with a durable budget ledger.",
+        description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
+        "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 3 budget exceeded,\n"
+        "  4 ledger error, 130 interrupted (a charge already made stands), 1 anything else",
         epilog=EXAMPLES["main"],
         formatter_class=fmt,
     )
     _common(parser)
-    sub = parser.add_subparsers(dest="command", metavar="{init,query,explain,budget}")
+    from dpsql import __version__
+
+    parser.add_argument("--version", action="version", version=f"dpsql {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="{init,query,explain,budget,tables}")
     p = sub.add_parser("init", help="create a budget ledger with a total budget", epilog=EXAMPLES["init"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("--epsilon", required=True, type=float, help="total epsilon")
@@ -84,7 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("query", help="run a differentially private query", epilog=EXAMPLES["query"], formatter_class=fmt)
     _common(p, sub=True)
     _query_args(p)
-    p.add_argument("--format", choices=["table", "csv", "json", "parquet"], default="table", help="output format")
+    p.add_argument("--format", choices=["table", "csv", "json", "parquet"], default=None,
+                   help="output format (default: from -o's extension .parquet/.csv/.json/.txt, else table); json prints "
+                   '{"rows": [...], "meta": {...}}')
+    p.add_argument("--meta", metavar="FILE", help="also write the release's meta (cost, remaining budget, ledger id, accuracy) as JSON")
     p.add_argument(
         "--workload",
         action="store_true",
@@ -97,9 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p = sub.add_parser("budget", help="show the total, spent and remaining budget", epilog=EXAMPLES["budget"], formatter_class=fmt)
     _common(p, sub=True)
-    p.add_argument("--history", action="store_true", help="list every ledger entry")
-    p.add_argument("--set-total", nargs=2, metavar=("EPSILON", "DELTA"), help="change the total budget (recorded in the ledger)")
-    p.add_argument("--reason", default="", help="reason recorded with --set-total")
+    p.add_argument("--history", action="store_true", help="list every ledger entry and every change of the total")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output format")
+    p.add_argument("--set-total", nargs=2, metavar=("EPSILON", "DELTA"), help="change the total budget (recorded in the ledger; needs --reason)")
+    p.add_argument("--reason", default="", help="why the total changes (required with --set-total)")
+    p = sub.add_parser("tables", help="list the registered tables and their public policy (free)", epilog=EXAMPLES["tables"],
+                       formatter_class=fmt)
+    _common(p, sub=True)
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
     return parser
 
 
@@ -154,7 +176,8 @@ def _check_owner_config(args: argparse.Namespace) -> None:
     from dpsql.errors import ConfigError
 
     flags = [f for f, v in (("--table", args.table), ("--privacy-unit", args.privacy_unit), ("--max-groups", args.max_groups),
-                            ("--max-rows", args.max_rows), ("--bounds", getattr(args, "bounds", None)), ("--ledger", args.ledger))
+                            ("--max-rows", args.max_rows), ("--bounds", getattr(args, "bounds", None)),
+                            ("--domain", getattr(args, "domain", None)), ("--bins", getattr(args, "bins", None)), ("--ledger", args.ledger))
              if v]
     if flags:
         raise ConfigError(
@@ -200,9 +223,25 @@ def _open_session(args: argparse.Namespace) -> Any:
             t, _, c = k.partition(".")
             lo, _, hi = v.partition(":")
             try:
-                bounds.setdefault(t, {})[c] = {"bounds": (float(lo), float(hi))}
+                bounds.setdefault(t, {}).setdefault(c, {})["bounds"] = (float(lo), float(hi))
             except ValueError:
-                raise ConfigError(f"--bounds expects NAME.COL=LO:HI, got {k}={v}") from None
+                raise ConfigError(f"--bounds expects NAME.COL=LO:HI, got {k}={v}", hint="e.g. --bounds events.amount=0:100") from None
+        for k, v in _kv(args.domain, "--domain").items():
+            t, _, c = k.partition(".")
+            values = [x.strip() for x in v.split(",") if x.strip()]
+            if not c or not values:
+                raise ConfigError(f"--domain expects NAME.COL=A,B,C, got {k}={v}", hint="e.g. --domain events.country=US,FR,DE")
+            bounds.setdefault(t, {}).setdefault(c, {})["domain"] = [_parse_option_value(x) for x in values]
+        for k, v in _kv(args.bins, "--bins").items():
+            t, _, c = k.partition(".")
+            parts = v.split(":")
+            try:
+                blo, bhi, n = float(parts[0]), float(parts[1]), int(parts[2])
+                if len(parts) != 3 or not c:
+                    raise ValueError
+            except (ValueError, IndexError):
+                raise ConfigError(f"--bins expects NAME.COL=LO:HI:N, got {k}={v}", hint="e.g. --bins events.age=0:120:120") from None
+            bounds.setdefault(t, {}).setdefault(c, {}).update({"bounds": (blo, bhi), "bins": n})
         for name in list(units) + list(groups) + list(rows) + list(bounds):
             if name not in tables:
                 raise ConfigError(f"options name table '{name}' but no --table {name}=PATH was given")
@@ -268,9 +307,11 @@ def _read_sql(args: argparse.Namespace) -> str:
 
     if args.file and args.sql:
         raise ConfigError("give the SQL either as an argument or with -f, not both")
+    if args.file == "-":
+        return sys.stdin.read()
     if args.file:
         if not os.path.exists(args.file):
-            raise ConfigError(f"SQL file {args.file!r} not found")
+            raise ConfigError(f"SQL file {args.file!r} not found", hint="check the path given to -f (or -f - to read standard input)")
         with open(args.file, encoding="utf-8") as f:
             return f.read()
     if not args.sql:
@@ -319,23 +360,21 @@ def _format_table(tbl: Any) -> str:
     return "\n".join(out) + "\n"
 
 
-def _write_rows(tbl: Any, fmt: str, output: str | None) -> None:
+def _write_rows(rel: Any, fmt: str, output: str | None, remaining: Any) -> None:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    tbl = rel.table
     if fmt == "parquet":
-        if not output:
-            from dpsql.errors import ConfigError
-
-            raise ConfigError("--format parquet needs -o FILE")
-        pq.write_table(tbl, output)
+        assert output  # checked before the query (_check_output)
+        pq.write_table(rel.to_arrow(remaining), output)  # the meta rides in the schema metadata
         return
     if fmt == "csv":
         buf = io.BytesIO()
         pacsv.write_csv(tbl, buf)
         text = buf.getvalue().decode()
     elif fmt == "json":
-        text = json.dumps(tbl.to_pylist(), default=str, indent=1) + "\n"
+        text = json.dumps(rel.to_dict(remaining), indent=1) + "\n"
     else:
         text = _format_table(tbl)
     if output:
@@ -357,20 +396,43 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 
 def _check_output(args: argparse.Namespace) -> None:
-    """Refuse a bad --format/-o before the query spends any budget."""
+    """Refuse a bad --format/-o/--meta before the query spends any budget; settle the format
+    (from -o's extension when --format is not given)."""
     from dpsql.errors import ConfigError
 
+    if args.output:
+        ext = os.path.splitext(args.output)[1].lower()
+        implied = EXTENSIONS.get(ext)
+        if implied is None and args.format is None:
+            raise ConfigError(
+                f"-o {args.output!r}: unknown extension {ext or '(none)'}: the output format cannot be inferred",
+                hint="use .parquet, .csv, .json or .txt, or give --format",
+            )
+        if implied is not None and args.format is not None and implied != args.format:
+            raise ConfigError(
+                f"--format {args.format} does not match -o {args.output!r} (a {implied} file name)",
+                hint=f"drop --format, or name the file with the .{args.format if args.format != 'table' else 'txt'} extension",
+            )
+        args.format = args.format or implied
+    args.format = args.format or "table"
     if args.format == "parquet" and not args.output:
         raise ConfigError("--format parquet needs -o FILE", hint="add -o result.parquet")
-    if args.output:
-        out = os.path.abspath(args.output)
-        parent = os.path.dirname(out)
-        if os.path.isdir(out):
-            raise ConfigError(f"-o {args.output!r} is a directory", hint="give a file name, e.g. -o result.csv")
-        if not os.path.isdir(parent):
-            raise ConfigError(f"cannot write {args.output!r}: directory {parent} does not exist")
-        if not os.access(parent, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
-            raise ConfigError(f"cannot write {args.output!r}: permission denied")
+    for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
+        if path:
+            _check_writable(flag, path)
+
+
+def _check_writable(flag: str, path: str) -> None:
+    from dpsql.errors import ConfigError
+
+    out = os.path.abspath(path)
+    parent = os.path.dirname(out)
+    if os.path.isdir(out):
+        raise ConfigError(f"{flag} {path!r} is a directory", hint=f"give a file name, e.g. {flag} result.json")
+    if not os.path.isdir(parent):
+        raise ConfigError(f"cannot write {path!r}: directory {parent} does not exist", hint=f"create it, or change {flag}")
+    if not os.access(parent, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
+        raise ConfigError(f"cannot write {path!r}: permission denied", hint=f"change {flag}")
 
 
 def _split_statements(sql: str) -> list[str]:
@@ -398,8 +460,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts)
             else:
                 rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts)
-        _write_rows(rel.table, args.format, args.output)
         rem = s.remaining()
+        _write_rows(rel, args.format, args.output, rem)
+        if getattr(args, "meta", None):
+            with open(args.meta, "w", encoding="utf-8") as f:
+                json.dump(rel.meta(rem), f, indent=1)
         print(
             f"mechanism: {rel.mechanism}; cost: epsilon={rel.cost.epsilon:g} delta={rel.cost.delta:g}; "
             f"remaining: epsilon={rem.epsilon:g} delta={rem.delta:g}; ledger entry {rel.ledger_id}",
@@ -408,6 +473,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
         for col, acc in rel.accuracy.items():
             if acc.get("noise_std") is not None:
                 print(f"  {col}: noise std {acc['noise_std']:.4g}, 95% interval +/- {acc['ci95_half_width']:.4g}", file=sys.stderr)
+            elif acc.get("note"):
+                print(f"  {col}: {acc['note']}", file=sys.stderr)
+        if "tau_star" in rel.details:
+            print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
+                  "a group missing from the output is not a zero", file=sys.stderr)
     return 0
 
 
@@ -429,8 +499,23 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                     f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
-            led.set_total(dpsql.Budget(eps, delta), reason=args.reason or "set via CLI")
+            led.set_total(dpsql.Budget(eps, delta), reason=args.reason)
         t, sp, r = led.total(), led.spent(), led.remaining()
+        summary: dict[str, Any] = {"ledger": path, "total": {"epsilon": t.epsilon, "delta": t.delta},
+                   "spent": {"epsilon": sp.epsilon, "delta": sp.delta}, "remaining": {"epsilon": r.epsilon, "delta": r.delta}}
+        if args.format == "json":
+            if args.history:
+                summary["entries"] = _json_rows(led.history())
+                summary["total_changes"] = _json_rows(led.totals_history())
+            print(json.dumps(summary, indent=1))
+            return 0
+        if args.format == "csv":
+            import pyarrow.csv as pacsv
+
+            buf = io.BytesIO()
+            pacsv.write_csv(_flat(led.history()) if args.history else _summary_table(summary), buf)
+            sys.stdout.write(buf.getvalue().decode())
+            return 0
         print(f"ledger:    {path}")
         print(f"total:     epsilon={t.epsilon:g} delta={t.delta:g}")
         print(f"spent:     epsilon={sp.epsilon:g} delta={sp.delta:g}")
@@ -443,6 +528,55 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 if c in ("entry_id", "created_at", "status", "mechanism", "epsilon", "delta", "query")
             ]
             sys.stdout.write(_format_table(h.select(keep)))
+            print("total changes:")
+            sys.stdout.write(_format_table(led.totals_history()))
+    return 0
+
+
+def _json_rows(tbl: Any) -> list[dict[str, Any]]:
+    from dpsql.release import _json_safe
+
+    return _json_safe(tbl.to_pylist())  # type: ignore[no-any-return]
+
+
+def _flat(tbl: Any) -> Any:
+    """Nested columns (lists, structs) as JSON text, so the table can be written as CSV."""
+    import pyarrow as pa
+
+    for i, f in enumerate(tbl.schema):
+        if pa.types.is_nested(f.type):
+            tbl = tbl.set_column(i, f.name, pa.array([None if v is None else json.dumps(v, default=str)
+                                                      for v in tbl.column(i).to_pylist()], pa.string()))
+    return tbl
+
+
+def _summary_table(summary: dict[str, Any]) -> Any:
+    import pyarrow as pa
+
+    names = ["total", "spent", "remaining"]
+    return pa.table({"budget": names, "epsilon": [summary[n]["epsilon"] for n in names],
+                     "delta": [summary[n]["delta"] for n in names]})
+
+
+def _cmd_tables(args: argparse.Namespace) -> int:
+    from dpsql.release import _json_safe
+
+    with _open_session(args) as s:
+        tables = {name: spec.public_description() for name, spec in s.tables.items()}
+    if args.format == "json":
+        print(json.dumps(_json_safe(tables), indent=1))
+        return 0
+    if not tables:
+        print("no tables registered (use --config FILE, or --table NAME=PATH --privacy-unit NAME=COLUMN)", file=sys.stderr)
+    for name, d in tables.items():
+        print(f"{name}: privacy unit {d['privacy_unit'] or '(through references)'}; max_groups_per_unit "
+              f"{d['max_groups_per_unit']:g}, max_rows_per_group {d['max_rows_per_group']:g}"
+              + (f", max_rows_per_unit {d['max_rows_per_unit']:g}" if d["max_rows_per_unit"] is not None else "")
+              + f", tau {d['tau']}")
+        for ref, tgt in d["references"].items():
+            print(f"  reference {ref} -> {tgt}")
+        for col, c in d["columns"].items():
+            print(f"  {col}: " + "; ".join(f"{k} {json.dumps(_json_safe(v))}" for k, v in c.items()))
     return 0
 
 
@@ -454,26 +588,78 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    import signal
+    import warnings
+
+    # warnings as one clean stderr line (no file:line of the library)
+    warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
+    interrupted = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, on_sigint)
     try:
+        if args.command == "budget" and args.set_total and not args.reason.strip():
+            from dpsql.errors import ConfigError
+
+            raise ConfigError("--set-total needs --reason: every change of the total is recorded with why",
+                              hint='e.g. --set-total 10 1e-5 --reason "new quarter"')
         if args.command == "init":
             return _cmd_init(args)
         if args.command in ("query", "explain"):
             return _cmd_query(args)
+        if args.command == "tables":
+            return _cmd_tables(args)
         return _cmd_budget(args)
     except DPSQLError as e:
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        if interrupted.is_set():
+            print("interrupted: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
+            return 130
+        print(f"error: {type(e).__name__}: {_cli_text(str(e))}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
         return int(e.exit_code)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 1
+        print("interrupted: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
+        return 130
     except Exception as e:  # pragma: no cover - unexpected
         print(f"error: unexpected {type(e).__name__}", file=sys.stderr)
         if getattr(args, "debug_on", False):
             raise
         return 1
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+_FLAG_OF = {"max_groups_per_unit": "--max-groups", "max_rows_per_group": "--max-rows"}
+
+
+def _cli_text(text: str) -> str:
+    """An error's text in the command line's terms: the Python-API hints become flags and config keys."""
+    import re
+
+    def register(m: re.Match[str]) -> str:
+        table, args = m.group(1), m.group(2)
+        pairs = re.findall(r"(\w+)=([^,)]+)", args)
+        keys = ", ".join(f"{k} = {v}" for k, v in pairs)
+        flags = " ".join(f"{_FLAG_OF[k]} {table}={v}" for k, v in pairs if k in _FLAG_OF)
+        out = f"set {keys} under [tables.{table}] in the config" if pairs else f"register table '{table}'"
+        return out + (f" (or {flags} with --table)" if flags else "")
+
+    text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
+    text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
+    text = re.sub(r"(?:\s*or\s*)?`?Ledger\.set_total\((?:[^()]|\([^()]*\))*\)`?",
+                  "" if "--set-total" in text else 'dpsql budget --set-total EPSILON DELTA --reason "..."', text)
+    text = re.sub(r"Ledger\.open\(path[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)
+    text = re.sub(r"columns=\{'(\w+)': \{'bounds': \(([^,]+), ([^)]+)\)[^}]*\}\}",
+                  lambda m: f"--bounds TABLE.{m.group(1)}={m.group(2)}:{m.group(3)} (or [tables.T.columns] in the config)", text)
+    return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished")

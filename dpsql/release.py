@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,8 @@ class Release:
     standard deviation and a 95% interval half-width around the *bounded* true value (the value
     after per-user contribution bounding). ``ledger_id``: the ledger entry of the charge.
     ``reused``: True when answered for free from an earlier release (post-processing).
+    ``details``: the mechanism's public parameters (as in explain and the ledger row);
+    ``notes``: what the release means (thresholds, bounding), in words.
     """
 
     table: pa.Table
@@ -29,9 +32,36 @@ class Release:
     ledger_id: int | None
     reused: bool = False
     details: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def to_pylist(self) -> list[dict[str, Any]]:
         return self.table.to_pylist()
+
+    def meta(self, remaining: Budget | None = None) -> dict[str, Any]:
+        """Everything about this release except its rows, JSON-ready (what ETL jobs record)."""
+        out: dict[str, Any] = {
+            "mechanism": self.mechanism,
+            "cost": {"epsilon": self.cost.epsilon, "delta": self.cost.delta},
+            "ledger_id": self.ledger_id,
+            "reused": self.reused,
+            "columns": self.table.column_names,
+            "accuracy": _json_safe(self.accuracy),
+            "parameters": _json_safe(self.details),
+            "notes": list(self.notes),
+        }
+        if remaining is not None:
+            out["remaining"] = {"epsilon": remaining.epsilon, "delta": remaining.delta}
+        return out
+
+    def to_dict(self, remaining: Budget | None = None) -> dict[str, Any]:
+        """``{"rows": [...], "meta": {...}}``: the JSON form the CLI prints with ``--format json``."""
+        return {"rows": _json_safe(self.table.to_pylist()), "meta": self.meta(remaining)}
+
+    def to_arrow(self, remaining: Budget | None = None) -> pa.Table:
+        """The released rows with the meta in the schema metadata (key ``dpsql``), e.g. for Parquet."""
+        meta = dict(self.table.schema.metadata or {})
+        meta[b"dpsql"] = json.dumps(self.meta(remaining)).encode()
+        return self.table.replace_schema_metadata(meta)
 
     def __repr__(self) -> str:
         return (
@@ -110,6 +140,7 @@ class WorkloadRelease(Release):
             ledger_id=self.ledger_id,
             reused=self.reused,
             details={**self.details, "shared_charge": True, "index": i},
+            notes=self.notes,
         )
 
     def __iter__(self):  # type: ignore[no-untyped-def]
@@ -119,3 +150,18 @@ class WorkloadRelease(Release):
     @property
     def counts(self) -> list[int]:
         return [int(v) for v in self.table.column("count").to_pylist()]
+
+
+def _json_safe(v: Any) -> Any:
+    """Plain JSON values: non-finite floats become null, dates and other objects their ISO text."""
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if hasattr(v, "isoformat"):
+        return v.isoformat()
+    return str(v)

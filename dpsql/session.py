@@ -224,8 +224,8 @@ class Session:
             self._ledger.commit(entry, **released.commit)
         if released.final or req.plan is None:  # a workload: one count per query
             return WorkloadRelease(released.table, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
-                                   _details(desc))
-        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, _details(desc))
+                                   _details(desc), list(desc.notes))
+        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, _details(desc), list(desc.notes))
 
     def _check_open(self) -> None:
         if self._closed:

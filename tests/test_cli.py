@@ -22,7 +22,7 @@ from dpsql.cli import EXAMPLES, build_parser, main
 from dpsql.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[1]
-SUBCOMMANDS = ("init", "query", "explain", "budget")
+SUBCOMMANDS = ("init", "query", "explain", "budget", "tables")
 
 
 def run(argv: list[str]) -> int:
@@ -133,8 +133,10 @@ def test_output_formats_to_file(fmt: str, workdir: Path, capsys: pytest.CaptureF
         t = pq.read_table(out_file)
         assert t.column_names == ["country", "n"] and t.num_rows == 20
     elif fmt == "json":
-        rows = json.loads(out_file.read_text())
+        doc = json.loads(out_file.read_text())  # {"rows": [...], "meta": {...}}
+        rows = doc["rows"]
         assert len(rows) == 20 and set(rows[0]) == {"country", "n"}
+        assert doc["meta"]["ledger_id"] == 1 and doc["meta"]["cost"]["epsilon"] == 0.2
     elif fmt == "csv":
         assert out_file.read_text().splitlines()[0].replace('"', "") == "country,n"
     else:
@@ -147,7 +149,7 @@ def test_sql_from_file(workdir: Path, capsys: pytest.CaptureFixture[str]) -> Non
     f = workdir / "q.sql"
     f.write_text("-- total\nSELECT COUNT(*) AS n\nFROM events\n")
     assert run([*CFG, "query", "-f", str(f), "--epsilon", "0.1", "--format", "json"]) == 0
-    assert list(json.loads(capsys.readouterr().out)[0]) == ["n"]
+    assert list(json.loads(capsys.readouterr().out)["rows"][0]) == ["n"]
     assert run([*CFG, "query", "SELECT 1", "-f", str(f), "--epsilon", "0.1"]) == 2
     assert run([*CFG, "query", "-f", str(workdir / "missing.sql"), "--epsilon", "0.1"]) == 2
     assert run([*CFG, "query", "--epsilon", "0.1"]) == 2
@@ -195,7 +197,7 @@ def test_tables_from_flags_and_init(workdir: Path, capsys: pytest.CaptureFixture
     assert run(["init", "--epsilon", "2", "--ledger", led]) == 4  # never overwritten
     assert run([*flags, "query", "SELECT SUM(amount) AS s, AVG(amount) AS a FROM ev", "--epsilon", "1",
                 "--format", "json"]) == 0
-    assert set(json.loads(capsys.readouterr().out)[0]) == {"s", "a"}
+    assert set(json.loads(capsys.readouterr().out)["rows"][0]) == {"s", "a"}
     # the ledger from the environment
     capsys.readouterr()
     import os
@@ -343,7 +345,7 @@ def test_subprocess_entry_point(workdir: Path) -> None:
            "--format", "json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=workdir)
     assert p.returncode == 0, p.stderr
-    assert list(json.loads(p.stdout)[0]) == ["n"]
+    assert list(json.loads(p.stdout)["rows"][0]) == ["n"]
     assert "remaining: epsilon=9.9" in p.stderr
 
 
@@ -358,7 +360,7 @@ def test_workload_flag_runs_query_many(tmp_path, capsys):
     sqlf = root / "sql" / "examples" / "age_ranges.sql"
     assert main(["--config", str(ex / "dpsql.toml"), "query", "-f", str(sqlf), "--workload", "--epsilon", "0.5",
                  "--format", "json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)["rows"]
     assert len(out) == 5 and all("count" in r for r in out)
     assert not out[0]["query"].startswith("/*")
     # a later range over the same WHERE is free
