@@ -110,9 +110,40 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
         ) from None
 
 
-def apply(backend: _Runs, plan: ir.QueryPlan, released: Released) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
-    """The caller's table from the released values, and the accuracy of each output column."""
+def clip_negative(table: pa.Table, columns: list[str]) -> pa.Table:
+    """max(0, value) on the given released columns (post-processing; NULL stays NULL)."""
+    import pyarrow.compute as pc
+
+    for name in columns:
+        if name in table.column_names:
+            i = table.column_names.index(name)
+            col = table.column(i)
+            zero = pa.scalar(0, col.type) if not pa.types.is_floating(col.type) else pa.scalar(0.0, col.type)
+            table = table.set_column(i, name, pc.max_element_wise(col, zero))
+    return table
+
+
+def nonnegative_aggregates(plan: ir.QueryPlan) -> list[str]:
+    """The aggregates whose true value cannot be negative: counts, and sums/averages of a column
+    whose declared lower bound is >= 0 (public metadata only)."""
+    out = []
+    for a in plan.aggregates:
+        counts = a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS)
+        if counts or (a.bounds is not None and a.bounds[0] >= 0):
+            out.append(a.name)
+    return out
+
+
+def apply(
+    backend: _Runs, plan: ir.QueryPlan, released: Released, *, nonnegative: bool = False
+) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
+    """The caller's table from the released values, and the accuracy of each output column.
+
+    ``nonnegative`` (the ``clip_negative`` option): aggregates that cannot be negative are
+    released as max(0, value) before the outputs, HAVING and ORDER BY see them."""
     table = released.table
+    if nonnegative:
+        table = clip_negative(table, nonnegative_aggregates(plan))
     accuracy = dict(released.accuracy)
     hidden: list[tuple[str, str]] = []
     for agg, values in released.row_accuracy.items():

@@ -176,10 +176,11 @@ class Session:
         thresholds, bounded SQL. Free; reads no rows."""
         r = self._route(sql, epsilon, delta, options, many=isinstance(sql, (list, tuple)))
         self._bind_check(r)  # refuses exactly what query refuses before its charge
-        d = r.description
+        d, left = r.description, self._ledger.remaining()
         ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
+        over = [] if d.cost.fits_in(left) else [f"this costs more than the remaining budget ({left}): query would refuse it"]
         return Plan(sql=r.request.text, mechanism=d.label, reason=r.reason, cost=d.cost, parameters=dict(d.parameters),
-                    bounded_sql=self._engine.render(ast, pretty=True) if ast is not None else "", notes=list(d.notes))
+                    bounded_sql=self._engine.render(ast, pretty=True) if ast is not None else "", notes=[*d.notes, *over])
 
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
         """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger.
@@ -193,23 +194,20 @@ class Session:
     def query_many(
         self, sqls: list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None
     ) -> WorkloadRelease:
-        """Answer a workload of range counts over one table with DAWA, with one charge.
-
-        Each SQL is ``SELECT COUNT(*) FROM t WHERE <same other conditions> AND <range>`` over a
-        column (or two) with a declared ordered domain. DAWA is pure epsilon-DP: delta is not
-        spent. If a stored synopsis already covers the workload, it is answered for free.
-        """
+        """Answer range counts ``SELECT COUNT(*) FROM t WHERE <same other conditions> AND <range>`` over one or
+        two ordered columns with DAWA, one charge (pure epsilon-DP), or free from a stored synopsis."""
         return self._run(self._route(sqls, epsilon, delta, options, many=True))  # type: ignore[return-value]
 
     def _run(self, r: Route) -> Release:
         self._bind_check(r)
         req, desc, mech = r.request, r.description, r.mechanism
+        clip = bool(req.options.get("clip_negative", False))
         table: pa.Table = pa.table({})
         accuracy: dict[str, dict[str, Any]] = {}
         if desc.reuse_of is not None:  # post-processing of a stored release: costs nothing, recorded once answered
             released = mech.release(r.calibration, None, self._noise)
             if req.plan is not None and not released.final:
-                table, accuracy = postprocess.apply(self._engine, req.plan, released)
+                table, accuracy = postprocess.apply(self._engine, req.plan, released, nonnegative=clip)
             entry = self._ledger.record_reuse(source_entry_id=desc.reuse_of, query=req.text, tables=req.tables,
                                               params=desc.parameters)
         else:
@@ -220,10 +218,11 @@ class Session:
                 rows = self._engine.fetch_arrow(ast) if ast is not None else None
                 released = mech.release(r.calibration, rows, self._noise)
                 if req.plan is not None and not released.final:
-                    table, accuracy = postprocess.apply(self._engine, req.plan, released)
+                    table, accuracy = postprocess.apply(self._engine, req.plan, released, nonnegative=clip)
             self._ledger.commit(entry, **released.commit)
         if released.final or req.plan is None:  # a workload: one count per query
-            return WorkloadRelease(released.table, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
+            rows = postprocess.clip_negative(released.table, ["count"]) if clip else released.table
+            return WorkloadRelease(rows, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
                                    _details(desc), list(desc.notes))
         return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, _details(desc), list(desc.notes))
 

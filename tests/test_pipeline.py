@@ -201,3 +201,34 @@ def test_bin_labels_are_exact_decimals_and_a_workload_can_be_explained(tmp_path)
     plan = s.explain(["SELECT COUNT(*) FROM t WHERE x < 0.5", "SELECT COUNT(*) FROM t WHERE x >= 0.5"], epsilon=1.0)
     assert plan.mechanism == "dawa" and plan.cost == dpsql.Budget(1.0, 0.0)
     s.close()
+
+
+def test_clip_negative_is_post_processing_of_counts_and_nonnegative_sums(tmp_path):
+    # a table with no rows at all: every noisy count is centred on 0, so about half come out negative
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(100.0, 1e-3))
+    from dpsql.testing import seeded_noise
+
+    use_noise(s, seeded_noise("clip-negative"))
+    empty = pa.table({"u": pa.array([], pa.int64()), "k": pa.array([], pa.string()), "v": pa.array([], pa.float64())})
+    keys = [f"k{i}" for i in range(200)]
+    s.register("t", empty, privacy_unit="u", columns={"k": {"domain": keys}, "v": {"bounds": (0, 10)}})
+    raw = s.query("SELECT k, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY k", epsilon=1.0)
+    assert min(raw.table.column("n").to_pylist()) < 0 and min(raw.table.column("s").to_pylist()) < 0
+    clipped = s.query("SELECT k, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY k HAVING n >= 0", epsilon=1.0,
+                      options={"clip_negative": True})
+    assert clipped.table.num_rows == 200  # HAVING sees the clipped values
+    assert min(clipped.table.column("n").to_pylist()) == 0 and min(clipped.table.column("s").to_pylist()) == 0
+    with pytest.raises(ConfigError, match="clip_negative"):
+        s.query("SELECT COUNT(*) FROM t", epsilon=1.0, options={"clip_negative": "yes"})
+    s.close()
+
+
+def test_explain_states_the_expected_accuracy_per_output_and_warns_when_over_budget(session):
+    plan = session.explain("SELECT COUNT(*) AS n, SUM(amount) AS total FROM events", epsilon=1.0)
+    acc = plan.parameters["expected_accuracy"]
+    assert set(acc) == {"n", "total"} and acc["n"]["noise_std"] > 0 and acc["total"]["ci95_half_width"] > 0
+    rel = session.query("SELECT COUNT(*) AS n, SUM(amount) AS total FROM events", epsilon=1.0)
+    assert rel.accuracy["n"]["noise_std"] == pytest.approx(acc["n"]["noise_std"])
+    with pytest.warns(UserWarning, match="unusually large"):
+        over = session.explain("SELECT COUNT(*) FROM events", epsilon=49.5)
+    assert any("more than the remaining budget" in n for n in over.notes)

@@ -239,6 +239,8 @@ def aggregate_types(plan: ir.QueryPlan) -> dict[str, str]:
 def ledger_parameters(cal: Calibration) -> dict[str, Any]:
     """The parameters recorded in the ledger and shown by explain (one source for both)."""
     p: dict[str, Any] = dict(cal.params)
+    if cal.plan is not None:
+        p["expected_accuracy"] = expected_accuracy(cal)
     p["noise"] = cal.noise
     # an unlimited cap is recorded as null (JSON has no infinity)
     p["max_groups_per_unit"] = None if math.isinf(cal.caps.max_groups_per_unit) else cal.caps.max_groups_per_unit
@@ -256,3 +258,24 @@ def bounding_note(caps: Caps) -> str:
         f"{fmt_cap(caps.max_groups_per_unit)} group(s), chosen at random; rows beyond these caps are dropped "
         "(a public, data-independent rule; how many rows it drops is not reported because that would depend on the data)"
     )
+
+
+def expected_accuracy(cal: Calibration) -> dict[str, dict[str, Any]]:
+    """Per output column of the query: the noise std and 95% half-width its release will have
+    (from the calibration only: public). AVG's interval depends on the released count."""
+    plan = cal.plan
+    assert plan is not None
+    by_name = {c.name: c for c in cal.columns}
+    out: dict[str, dict[str, Any]] = {}
+    for o in plan.outputs:
+        try:
+            a = plan.aggregate_by_name(o.source or "")
+        except KeyError:
+            continue
+        if a.kind == ir.AVG:
+            out[o.name] = {"note": "midpoint + noisy sum / noisy count: the interval depends on the released count"}
+            continue
+        src = source_column(a, cal.caps)
+        gran = granularity_for(cal, by_name[src], plan)
+        out[o.name] = {"noise_std": cal.std(src), "ci95_half_width": cal.ci95(src) + gran / 2.0}
+    return out

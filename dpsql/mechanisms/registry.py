@@ -34,6 +34,7 @@ from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request
 from dpsql.mechanisms.basic import BasicMechanism
 from dpsql.mechanisms.ranges import Dawa
 from dpsql.mechanisms.sparse_histogram import SparseHistogram
+from dpsql.options import UNIVERSAL
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, resolve_unit_column
 from dpsql.plan.workload import analyze_workload, histogram_workload
@@ -75,11 +76,11 @@ def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: st
 
 
 def _check_applicable(mechanism: Mechanism, options: Mapping[str, Any]) -> None:
-    bad = sorted(set(options) - mechanism.options - {"mechanism"})
+    bad = sorted(set(options) - mechanism.options - UNIVERSAL)
     if bad:
         raise ConfigError(
             f"option(s) {bad} do not apply to the {mechanism.name} mechanism",
-            hint=f"the {mechanism.name} mechanism takes: {', '.join(sorted(mechanism.options | {'mechanism'}))}",
+            hint=f"the {mechanism.name} mechanism takes: {', '.join(sorted(mechanism.options | UNIVERSAL))}",
         )
 
 
@@ -124,7 +125,7 @@ def route(
             _check_applicable(dawa, options)
             req = dataclasses.replace(base, workload=wl)
             return _finish(req, dawa, dawa.calibrate(req, contribution(table, {})), _REASONS["dawa_histogram"])
-        if _single_range_count(plan) and set(options) <= dawa.options | {"mechanism"}:
+        if _single_range_count(plan) and set(options) <= dawa.options | UNIVERSAL:
             try:
                 wl = analyze_workload([sql], dict(catalog), plans=[plan])
             except DPSQLError:
