@@ -74,6 +74,9 @@ def _query_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epsilon", required=True, type=float, help="privacy budget epsilon to spend")
     p.add_argument("--delta", type=float, default=0.0, help="privacy budget delta to spend (default 0)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="mechanism option, e.g. tau=10 (repeatable)")
+    p.add_argument("--reuse-synopsis", action="store_true",
+                   help="answer a range count from a stored DAWA synopsis for free (it kept at most max_rows_per_unit rows per "
+                   "person before the range predicate: a slightly different quantity)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -446,10 +449,12 @@ def _cmd_query(args: argparse.Namespace) -> int:
     sql = _read_sql(args)
     if args.command == "query":
         _check_output(args)
-    opts = {k: _parse_option_value(v) for k, v in _kv(args.option, "--option").items()} or None
+    opts = {k: _parse_option_value(v) for k, v in _kv(args.option, "--option").items()}
+    if args.reuse_synopsis:
+        opts["reuse"] = "synopsis"
     with _open_session(args) as s:
         if args.command == "explain":
-            plan = s.explain(sql, epsilon=args.epsilon, delta=args.delta, options=opts)
+            plan = s.explain(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
             if args.json:
                 print(json.dumps(plan.to_dict(), indent=1, default=str))
             else:
@@ -457,9 +462,9 @@ def _cmd_query(args: argparse.Namespace) -> int:
             return 0
         with _Progress():
             if getattr(args, "workload", False):
-                rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts)
+                rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts or None)
             else:
-                rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts)
+                rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
         rem = s.remaining()
         _write_rows(rel, args.format, args.output, rem)
         if getattr(args, "meta", None):
@@ -475,6 +480,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 print(f"  {col}: noise std {acc['noise_std']:.4g}, 95% interval +/- {acc['ci95_half_width']:.4g}", file=sys.stderr)
             elif acc.get("note"):
                 print(f"  {col}: {acc['note']}", file=sys.stderr)
+        if rel.details.get("estimates"):
+            print(f"  estimates: {rel.details['estimates']}", file=sys.stderr)
         if "tau_star" in rel.details:
             print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
                   "a group missing from the output is not a zero", file=sys.stderr)

@@ -23,6 +23,8 @@ OPTIONS: dict[str, str] = {
     "epsilon_split": "DAWA: share of epsilon for the private partition (default 0.25)",
     "max_groups_per_unit": "lower the table's cap on groups per privacy unit for this query (never above the registered cap)",
     "max_rows_per_group": "lower the table's cap on rows per unit and group for this query (never above the registered cap)",
+    "reuse": "'synopsis': answer a range count from a stored DAWA synopsis for free (it kept at most max_rows_per_unit "
+    "rows per person before the range predicate, so it estimates a slightly different quantity than the query itself)",
     "clip_negative": "post-processing, any mechanism: release max(0, value) for counts and for sums and averages whose "
     "declared lower bound is >= 0 (default false: the unbiased noisy value, which can be negative)",
     "max_rows_per_unit": "DAWA: lower the table's cap on rows per unit for this query (never above the registered cap)",
@@ -79,6 +81,8 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
         v = out["epsilon_split"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < 1):
             raise ConfigError(f"epsilon_split must be in (0, 1), got {v!r}")
+    if "reuse" in out and out["reuse"] not in ("synopsis", "never"):
+        raise ConfigError(f"reuse must be 'synopsis' or 'never', got {out['reuse']!r}", hint="e.g. options={'reuse': 'synopsis'}")
     if "clip_negative" in out and not isinstance(out["clip_negative"], bool):
         raise ConfigError(f"clip_negative must be true or false, got {out['clip_negative']!r}",
                           hint="e.g. options={'clip_negative': True}")
@@ -86,4 +90,4 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
 
 
 #: options every mechanism accepts (routing and post-processing, not calibration)
-UNIVERSAL = frozenset({"mechanism", "clip_negative"})
+UNIVERSAL = frozenset({"mechanism", "clip_negative", "reuse"})

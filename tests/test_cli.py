@@ -365,6 +365,7 @@ def test_workload_flag_runs_query_many(tmp_path, capsys):
     assert not out[0]["query"].startswith("/*")
     # a later range over the same WHERE is free
     assert main(["--config", str(ex / "dpsql.toml"), "query",
-                 "SELECT COUNT(*) FROM events WHERE action = 'view' AND age BETWEEN 18 AND 44", "--epsilon", "0.5"]) == 0
+                 "SELECT COUNT(*) FROM events WHERE action = 'view' AND age BETWEEN 18 AND 44", "--epsilon", "0.5",
+                 "--reuse-synopsis"]) == 0
     err = capsys.readouterr().err
     assert "reused" in err and "remaining: epsilon=9.5" in err

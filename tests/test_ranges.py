@@ -94,7 +94,8 @@ def test_reuse_is_free_and_survives_a_new_session(tmp_path):
     rem = s.remaining()
     s.close()
     s2 = make_session(ledger=path)  # another process would see the same file
-    again = s2.query("SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 39", epsilon=1.0)
+    again = s2.query("SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 39", epsilon=1.0,
+                     options={"reuse": "synopsis"})
     assert again.reused and again.cost == dpsql.Budget(0.0, 0.0)
     assert s2.remaining() == rem
     # a coarser histogram over the same column and WHERE, also free
@@ -188,8 +189,12 @@ def test_explain_matches_the_range_paths_and_is_free():
     assert p.parameters["epsilon1"] == pytest.approx(0.25)
     s.query_many(WORKLOAD, epsilon=1.0)
     spent = s.remaining()
-    p2 = s.explain("SELECT COUNT(*) FROM people WHERE region = 'north' AND age < 30", epsilon=1.0)
+    p2 = s.explain("SELECT COUNT(*) FROM people WHERE region = 'north' AND age < 30", epsilon=1.0,
+                   options={"reuse": "synopsis"})
     assert p2.mechanism == "dawa (reused synopsis)" and p2.cost == dpsql.Budget(0.0, 0.0)
+    # without the opt-in a range count is answered on its own (its own bounding after the whole WHERE)
+    p3 = s.explain("SELECT COUNT(*) FROM people WHERE region = 'north' AND age < 30", epsilon=1.0)
+    assert p3.mechanism == "laplace" and p3.cost == dpsql.Budget(1.0, 0.0)
     # a range with other conditions is an ordinary scalar count
     assert s.explain("SELECT COUNT(*) FROM people WHERE age < 30", epsilon=1.0).mechanism == "laplace"
     assert s.remaining() == spent and s.history().num_rows == 1
@@ -252,7 +257,8 @@ def test_reuse_across_processes(tmp_path):
                 r = s.query_many(["SELECT COUNT(*) FROM people WHERE age < 30", "SELECT COUNT(*) FROM people WHERE age >= 30"],
                                  epsilon=1.0)
             else:
-                r = s.query("SELECT COUNT(*) FROM people WHERE age BETWEEN 10 AND 50", epsilon=1.0)
+                r = s.query("SELECT COUNT(*) FROM people WHERE age BETWEEN 10 AND 50", epsilon=1.0,
+                            options={"reuse": "synopsis"})
             print(r.reused, r.cost.epsilon, s.remaining().epsilon)
         """
     )

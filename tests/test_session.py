@@ -403,7 +403,8 @@ GOLDEN_VALUES: dict[str, list[dict[str, Any]]] = {
         {"country": "US", "n": 36, "users": 36, "total": 1927.73, "mean": 53.55},
         {"country": "XX", "n": 0, "users": 0, "total": 0.0, "mean": None},
     ],
-    "SELECT COUNT(*) AS n, SUM(amount) AS s, AVG(amount) AS a FROM events": [{"n": 60, "s": 3410.3, "a": 56.84}],
+    # ungrouped: at most max_rows_per_unit = C_u * k = 2 rows per user (112 = sum of min(2, rows per user))
+    "SELECT COUNT(*) AS n, SUM(amount) AS s, AVG(amount) AS a FROM events": [{"n": 112, "s": 6128.6, "a": 54.72}],
     # sparse histogram: zero noise, so exactly the groups whose bounded count reaches tau*
     "SELECT url, COUNT(*) AS n FROM events GROUP BY url": [{"url": "a", "n": 36}, {"url": "f", "n": 33}],
     "SELECT CASE WHEN age < 50 THEN 'young' ELSE 'old' END AS b, COUNT(DISTINCT user_id) AS u, SUM(amount) AS s "
@@ -508,13 +509,16 @@ def test_cap_options_may_lower_never_raise_the_registered_caps(events: pa.Table)
     with pytest.raises(dpsql.errors.PolicyError, match="above the cap 2"):
         s.query("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1.0, delta=1e-4,
                 options={"max_groups_per_unit": 3})
-    with pytest.raises(dpsql.errors.PolicyError, match="above the cap 3"):
-        s.explain("SELECT COUNT(*) FROM events", epsilon=1.0, options={"max_rows_per_group": 4})
+    # an ungrouped aggregate keeps at most max_rows_per_unit (default C_u * k = 6) rows per person
+    with pytest.raises(dpsql.errors.PolicyError, match="above the cap 6"):
+        s.explain("SELECT COUNT(*) FROM events", epsilon=1.0, options={"max_rows_per_unit": 7})
+    with pytest.raises(dpsql.errors.ConfigError, match="applies to GROUP BY"):
+        s.explain("SELECT COUNT(*) FROM events", epsilon=1.0, options={"max_rows_per_group": 1})
     assert s.history().num_rows == 0
     full = s.query("SELECT COUNT(*) AS n FROM events", epsilon=1.0).table.column("n")[0].as_py()
-    one = s.query("SELECT COUNT(*) AS n FROM events", epsilon=1.0, options={"max_rows_per_group": 1})
+    one = s.query("SELECT COUNT(*) AS n FROM events", epsilon=1.0, options={"max_rows_per_unit": 1})
     assert one.table.column("n")[0].as_py() == len(set(events.column("user_id").to_pylist())) < full
-    assert one.details["rows_per_group"] == 1
+    assert one.details["max_rows_per_group"] == 1
     s.close()
 
 
@@ -528,6 +532,6 @@ def test_tables_are_frozen_policy_changes_only_through_register(events: pa.Table
     with pytest.raises(TypeError):
         t.columns.clear()
     assert s.tables["events"].max_groups_per_unit == 2 and "amount" in s.tables["events"].columns
-    p = s.explain("SELECT COUNT(*) FROM events", epsilon=1.0)
+    p = s.explain("SELECT country, COUNT(*) FROM events GROUP BY country", epsilon=1.0)
     assert p.parameters["max_groups_per_unit"] == 2
     s.close()

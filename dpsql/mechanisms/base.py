@@ -36,7 +36,7 @@ from sqlglot import exp
 from dpsql.budget import Budget
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps
-from dpsql.errors import PolicyError
+from dpsql.errors import ConfigError, PolicyError
 from dpsql.noise import NoiseSource
 from dpsql.plan import ir
 from dpsql.plan.workload import Workload
@@ -149,6 +149,32 @@ def lowered_cap(table: TableSpec, options: Mapping[str, Any], key: str) -> float
     return float(v)
 
 
-def contribution(table: TableSpec, options: Mapping[str, Any]) -> Caps:
-    """The contribution model of a request: the table's caps, lowered by options if asked."""
-    return Caps(lowered_cap(table, options, "max_groups_per_unit"), lowered_cap(table, options, "max_rows_per_group"))
+def contribution(table: TableSpec, options: Mapping[str, Any], *, grouped: bool = True) -> Caps:
+    """The contribution model of a request: one meaning per query whatever mechanism answers it.
+
+    * A GROUP BY keeps at most k = ``max_rows_per_group`` rows per person in each group, in at most
+      C_u = ``max_groups_per_unit`` groups (and at most L rows in all when the owner declared
+      ``max_rows_per_unit``).
+    * An ungrouped aggregate (a scalar, a range count) keeps at most L = ``max_rows_per_unit``
+      rows per person after the WHERE (default C_u * k, the most a GROUP BY can keep).
+
+    Caps come from the table's registration, lowered by options if asked (never raised).
+    """
+    if not grouped:
+        for key in ("max_groups_per_unit", "max_rows_per_group"):
+            if key in options:
+                raise ConfigError(
+                    f"option {key} applies to GROUP BY queries: an ungrouped aggregate keeps at most max_rows_per_unit "
+                    "rows per person",
+                    hint="use the option max_rows_per_unit instead",
+                )
+        return Caps(1, lowered_cap(table, options, "max_rows_per_unit"))
+    if "max_rows_per_unit" in options and table.max_rows_per_unit is None:
+        raise ConfigError(
+            "option max_rows_per_unit applies to ungrouped aggregates and range workloads: a GROUP BY keeps "
+            "max_rows_per_group rows per person in each of at most max_groups_per_unit groups",
+            hint="use the options max_rows_per_group and max_groups_per_unit",
+        )
+    unit_cap = lowered_cap(table, options, "max_rows_per_unit") if table.max_rows_per_unit is not None else math.inf
+    return Caps(lowered_cap(table, options, "max_groups_per_unit"), lowered_cap(table, options, "max_rows_per_group"),
+                unit_cap)

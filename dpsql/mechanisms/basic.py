@@ -69,7 +69,13 @@ def domain_size(plan: ir.QueryPlan) -> int:
 
 
 def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, noise: str) -> Calibration:
-    if math.isinf(caps.max_rows_per_group):
+    if math.isinf(caps.rows_per_group_bound):
+        if not plan.keys:
+            raise PolicyError(
+                f"table '{plan.table.name}' has no finite max_rows_per_unit (nor finite max_groups_per_unit and "
+                "max_rows_per_group), so one person's effect on an ungrouped aggregate is unbounded",
+                hint=f"register('{plan.table.name}', ..., max_rows_per_unit=5)",
+            )
         raise PolicyError(
             f"table '{plan.table.name}' has no finite max_rows_per_group, so one person's effect on a count is unbounded",
             hint="register the table with max_rows_per_group=1 (or another finite cap)",
@@ -176,7 +182,7 @@ class BasicMechanism:
     """Gaussian or Laplace noise on scalar aggregates and on GROUP BY over public keys."""
 
     name: MechanismName
-    options = frozenset({"max_groups_per_unit", "max_rows_per_group"})
+    options = frozenset({"max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit"})
 
     def __init__(self, name: MechanismName) -> None:
         assert name in (MechanismName.GAUSSIAN, MechanismName.LAPLACE)
@@ -192,7 +198,7 @@ class BasicMechanism:
 
     def describe(self, cal: Calibration) -> Description:
         notes = list(cal.notes)
-        notes.append(bounding_note(cal.caps))
+        notes.append(bounding_note(cal.caps, grouped=bool(cal.plan and cal.plan.is_grouped)))
         return Description(label=cal.mechanism, cost=cal.cost, parameters=ledger_parameters(cal), notes=tuple(notes))
 
     def bounded(self, cal: Calibration, salt: str, ops: SqlOps) -> exp.Expression:

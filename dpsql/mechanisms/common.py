@@ -245,6 +245,9 @@ def ledger_parameters(cal: Calibration) -> dict[str, Any]:
     # an unlimited cap is recorded as null (JSON has no infinity)
     p["max_groups_per_unit"] = None if math.isinf(cal.caps.max_groups_per_unit) else cal.caps.max_groups_per_unit
     p["max_rows_per_group"] = None if math.isinf(cal.caps.max_rows_per_group) else cal.caps.max_rows_per_group
+    p["max_rows_per_unit"] = None if math.isinf(cal.caps.max_rows_per_unit) else cal.caps.max_rows_per_unit
+    if cal.plan is not None:
+        p["estimates"] = estimated_quantity(cal.caps, grouped=cal.plan.is_grouped)
     if cal.tau is not None:
         p["tau"] = cal.tau
     if cal.tau_star is not None:
@@ -252,11 +255,10 @@ def ledger_parameters(cal: Calibration) -> dict[str, Any]:
     return p
 
 
-def bounding_note(caps: Caps) -> str:
+def bounding_note(caps: Caps, grouped: bool = True) -> str:
     return (
-        f"bounding: each privacy unit keeps at most {fmt_cap(caps.max_rows_per_group)} row(s) per group and "
-        f"{fmt_cap(caps.max_groups_per_unit)} group(s), chosen at random; rows beyond these caps are dropped "
-        "(a public, data-independent rule; how many rows it drops is not reported because that would depend on the data)"
+        "bounding: " + estimated_quantity(caps, grouped=grouped) + "; how many rows it drops is not reported because "
+        "that would depend on the data; `dpsql tables` shows the caps, options can lower them, the data owner sets them"
     )
 
 
@@ -279,3 +281,13 @@ def expected_accuracy(cal: Calibration) -> dict[str, dict[str, Any]]:
         gran = granularity_for(cal, by_name[src], plan)
         out[o.name] = {"noise_std": cal.std(src), "ci95_half_width": cal.ci95(src) + gran / 2.0}
     return out
+
+
+def estimated_quantity(caps: Caps, *, grouped: bool) -> str:
+    """What the released aggregates estimate, in words: the bounded truth (public: from the caps)."""
+    if not grouped:
+        return (f"aggregates over at most {fmt_cap(caps.max_rows_per_group)} row(s) per person after the WHERE "
+                "(rows beyond are dropped at random, so totals can be below the raw table's)")
+    per_unit = f", {fmt_cap(caps.max_rows_per_unit)} row(s) in all" if caps.unit_rows_finite else ""
+    return (f"aggregates over at most {fmt_cap(caps.max_rows_per_group)} row(s) per person in each group and "
+            f"{fmt_cap(caps.max_groups_per_unit)} group(s) per person{per_unit} (rows beyond are dropped at random)")

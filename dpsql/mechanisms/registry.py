@@ -11,8 +11,10 @@ A new mechanism plugs in here: one ``MechanismName``, one entry in ``REGISTRY``,
 Routing rules, in order:
 
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
-2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis);
-   a single range count over such a column -> a stored synopsis if one covers it, else (3)/(4).
+2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
+   same bounding, so the same quantity); a single range count over such a column -> a stored
+   synopsis only when asked (``options={"reuse": "synopsis"}``: the synopsis kept at most L rows
+   per person before the range predicate, a slightly different quantity), else (3)/(4).
 3. GROUP BY over keys not all declared public -> the Gaussian sparse histogram (needs delta > 0).
 4. A scalar aggregate, or GROUP BY over public keys -> Gaussian (delta > 0) or Laplace (delta = 0).
 
@@ -125,7 +127,7 @@ def route(
             _check_applicable(dawa, options)
             req = dataclasses.replace(base, workload=wl)
             return _finish(req, dawa, dawa.calibrate(req, contribution(table, {})), _REASONS["dawa_histogram"])
-        if _single_range_count(plan) and set(options) <= dawa.options | UNIVERSAL:
+        if options.get("reuse") == "synopsis" and _single_range_count(plan) and set(options) <= dawa.options | UNIVERSAL:
             try:
                 wl = analyze_workload([sql], dict(catalog), plans=[plan])
             except DPSQLError:
@@ -160,7 +162,7 @@ def route(
         why = "delta > 0" if name == MechanismName.GAUSSIAN else "delta = 0 (pure DP)"
         reason = f"{what}: {name} mechanism ({why})"
     _check_applicable(mech, options)
-    return _finish(base, mech, mech.calibrate(base, contribution(table, options)), reason)
+    return _finish(base, mech, mech.calibrate(base, contribution(table, options, grouped=plan.is_grouped)), reason)
 
 
 def _single_range_count(plan: ir.QueryPlan) -> bool:

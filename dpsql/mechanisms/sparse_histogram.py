@@ -184,7 +184,7 @@ class SparseHistogram:
     """GROUP BY over keys not declared public: groups released only above a noisy threshold."""
 
     name = MechanismName.SPARSE_HISTOGRAM
-    options = frozenset({"tau", "tau_star", "sigma", "max_groups_per_unit", "max_rows_per_group"})
+    options = frozenset({"tau", "tau_star", "sigma", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit"})
 
     def calibrate(self, request: Request, contribution: Caps) -> Calibration:
         plan, table, opts = request.plan, request.table, request.options
@@ -214,7 +214,7 @@ class SparseHistogram:
 
     def describe(self, cal: Calibration) -> Description:
         return Description(label=cal.mechanism, cost=cal.cost, parameters=ledger_parameters(cal),
-                           notes=(*cal.notes, bounding_note(cal.caps)))
+                           notes=(*cal.notes, bounding_note(cal.caps, grouped=bool(cal.plan and cal.plan.is_grouped))))
 
     def bounded(self, cal: Calibration, salt: str, ops: SqlOps) -> exp.Expression:
         assert cal.plan is not None
