@@ -80,7 +80,19 @@ class ReadOnlyDict(dict[_K, _V]):
     ``dict`` keeps working; copying returns the object itself.)
     """
 
-    __slots__ = ()
+    __slots__ = ("_sealed",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if getattr(self, "_sealed", False):  # calling __init__ again would refill the dict
+            self._refuse()
+        super().__init__(*args, **kwargs)
+        object.__setattr__(self, "_sealed", True)
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        self._refuse()
+
+    def __delattr__(self, name: str) -> NoReturn:
+        self._refuse()
 
     def _refuse(self) -> NoReturn:
         raise TypeError("registered table metadata is read-only: change a table's policy by registering it again "

@@ -157,6 +157,9 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
 
     if cfg.registers_tables:
         _check_owner_config(args)
+    if args.ledger and str(args.ledger) == ":memory:":
+        raise ConfigError("--ledger :memory: would forget every charge when the command ends",
+                          hint="give a ledger file, e.g. --ledger ledger.duckdb (create it with dpsql init)")
     if args.ledger:
         return str(args.ledger)
     if cfg.in_memory:
@@ -213,10 +216,8 @@ def _open_session(args: argparse.Namespace) -> Any:
 
     cfg = _load_config(args)
     s = dpsql.Session(ledger=_ledger_path(args, cfg), budget=cfg.budget, create=_create_if_missing(args, cfg),
-                      engine=_engine_settings(args, cfg))
+                      engine=_engine_settings(args, cfg), tables=cfg.tables)
     try:
-        for name, kwargs in cfg.tables.items():
-            s.register(name, **kwargs)
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")
         groups = _kv(args.max_groups, "--max-groups")

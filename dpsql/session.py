@@ -46,6 +46,7 @@ class Session:
     ``ledger``: the ledger file, or ``None`` for an in-memory ledger (notebooks and tests only). A
     missing file is a LedgerError unless ``create=True`` (it is then created with ``budget``).
     ``budget``: the total; an existing ledger keeps its own (``dpsql budget --set-total`` changes it).
+    ``tables``: name -> ``register`` arguments, registered before the ledger is opened.
     ``connection``: an optional DuckDB connection whose tables can be registered by name.
     ``engine``: the data owner's engine settings (``EngineSettings`` or a dict: memory_limit,
     threads, statement_timeout, min_response_time, max_temp_directory_size, debug).
@@ -63,37 +64,38 @@ class Session:
         debug: bool = False,
         engine: EngineSettings | dict[str, Any] | None = None,
         create: bool = False,
+        tables: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         settings = EngineSettings.from_dict(engine)
         if not isinstance(debug, bool):
             raise ConfigError(f"debug must be True or False, got {debug!r}")
         if debug:
             settings = dataclasses.replace(settings, debug=True)
-        self._ledger = open_ledger(ledger, budget, create=create, lock_timeout=lock_timeout)
         self._engine = Engine(connection, settings)
         self._has_connection = connection is not None
         self._catalog: dict[str, TableSpec] = {}
         self._noise: NoiseSource = default_noise_source()
         self._token = secrets.token_hex(4)  # keeps this Session's views apart from others'
         self._closed = False
+        try:  # ``tables`` are registered before the ledger is opened: a bad table never creates a ledger
+            for name, kwargs in (tables or {}).items():
+                self.register(name, **kwargs)
+            self._ledger = open_ledger(ledger, budget, create=create, lock_timeout=lock_timeout)
+        except BaseException:
+            self._closed = True
+            self._engine.close()
+            raise
 
-    # -- construction from a config file ------------------------------------------------------
     @classmethod
     def from_config(cls, path: str | os.PathLike[str] = "dpsql.toml") -> Session:
         """Build a Session from a TOML file: ``[ledger]``, ``[engine]`` and ``[tables.NAME]``
         (read and checked by ``dpsql.config.load_config``, the same loader as the CLI's)."""
         cfg = load_config(path)
-        s = cls(ledger=cfg.session_ledger(), budget=cfg.budget, engine=cfg.engine, create=cfg.create_if_missing)
-        try:
-            for name, kwargs in cfg.tables.items():
-                s.register(name, **kwargs)
-        except BaseException:
-            s.close()
-            raise
-        return s
+        return cls(ledger=cfg.session_ledger(), budget=cfg.budget, engine=cfg.engine, create=cfg.create_if_missing,
+                   tables=cfg.tables)
 
     def register_from_dict(self, name: str, spec: dict[str, Any], *, base_dir: str = ".") -> None:
-        """Register a table from a ``[tables.NAME]``-style dict (relative sources resolved against ``base_dir``)."""
+        """Register a ``[tables.NAME]``-style dict (relative sources resolved against ``base_dir``)."""
         self.register(name, **table_kwargs(name, spec, os.path.abspath(base_dir)))
 
     # -- catalog ----------------------------------------------------------------------------

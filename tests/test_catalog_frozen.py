@@ -50,6 +50,8 @@ def _mutations(obj: Any) -> list[tuple[str, Any]]:
             ("update", lambda: obj.update({"__new": v})),  # type: ignore[attr-defined]
         ]
         if isinstance(obj, dict):
+            out += [("init again", lambda: obj.__init__({"__new": v})),  # type: ignore[misc]
+                    ("set attribute", lambda: setattr(obj, "_sealed", False))]
             def ior() -> None:
                 o = obj
                 o |= {"__new": v}

@@ -235,3 +235,46 @@ def test_explain_states_the_expected_accuracy_per_output_and_warns_when_over_bud
     with pytest.warns(UserWarning, match="unusually large"):
         over = session.explain("SELECT COUNT(*) FROM events", epsilon=49.5)
     assert any("more than the remaining budget" in n for n in over.notes)
+
+
+# -- second review: allow-list of cast targets, divisors, config before ledger, :memory: -----------------
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT CAST(COUNT(*) AS INET) AS v FROM events",
+    "SELECT CAST(COUNT(*) AS JSON) AS v FROM events",
+    "SELECT country, COUNT(*) AS n FROM events GROUP BY country HAVING CAST(COUNT(*) AS BIT) IS NOT NULL",
+    "SELECT country, COUNT(*) AS n FROM events GROUP BY country ORDER BY CAST(COUNT(*) AS VARINT)",
+])
+def test_post_processing_casts_are_on_the_allow_list(session, sql):
+    before = session.history().num_rows
+    with pytest.raises(dpsql.errors.UnsupportedQueryError, match="CAST to"):
+        session.query(sql, epsilon=1.0, delta=1e-6)
+    assert session.history().num_rows == before
+
+
+def test_integer_division_by_a_released_zero_is_null_not_an_error(session):
+    rel = session.query("SELECT COUNT(*) // 0 AS a, COUNT(*) % 0 AS b, COUNT(*) // (COUNT(*) - COUNT(*)) AS c FROM events",
+                        epsilon=1.0, delta=1e-6)
+    assert rel.table.to_pylist() == [{"a": None, "b": None, "c": None}]
+
+
+def test_a_config_with_a_bad_table_creates_no_ledger(tmp_path):
+    import pyarrow.parquet as pq
+
+    pq.write_table(make_events(), tmp_path / "t.parquet")
+    (tmp_path / "dpsql.toml").write_text(
+        '[ledger]\npath = "l.duckdb"\nepsilon = 1.0\ncreate_if_missing = true\n'
+        '[tables.t]\nsource = "t.parquet"\nprivacy_unit = "user_id"\ncolumns = { amount = { bound = [0, 1] } }\n')
+    with pytest.raises(ConfigError):
+        dpsql.Session.from_config(tmp_path / "dpsql.toml")
+    assert not (tmp_path / "l.duckdb").exists()
+
+
+def test_memory_ledger_spelling_and_empty_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with dpsql.Session(ledger=":memory:", budget=dpsql.Budget(1.0, 0.0), create=True) as s:
+        assert s.remaining() == dpsql.Budget(1.0, 0.0)
+    assert not (tmp_path / ":memory:").exists()
+    with pytest.raises(ConfigError, match="empty"):
+        dpsql.Session(ledger="", budget=dpsql.Budget(1.0, 0.0))

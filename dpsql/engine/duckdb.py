@@ -361,7 +361,9 @@ class DuckDBBackend:
     # -- limits ---------------------------------------------------------------------------
     def _limits(self) -> list[tuple[str, str]]:
         s = self.settings
-        out = [("threads", str(s.effective_threads))]
+        # never fetch or load an extension because a query names a type or function of one
+        out = [("autoinstall_known_extensions", "false"), ("autoload_known_extensions", "false"),
+               ("threads", str(s.effective_threads))]
         if s.memory_limit is not None:
             out.append(("memory_limit", s.memory_limit))
         if s.max_temp_directory_size is not None:

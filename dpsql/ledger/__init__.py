@@ -33,6 +33,10 @@ def open_ledger(
     an explicit total (notebooks and tests only: it forgets everything on exit)."""
     if budget is not None and not isinstance(budget, Budget):
         raise ConfigError("budget must be a dpsql.Budget(epsilon, delta)", hint="budget=dpsql.Budget(1.0, 1e-6)")
+    if ledger is not None and os.fspath(ledger) == ":memory:":
+        ledger = None  # the same spelling as the config's [ledger] path = ":memory:"
+    if ledger is not None and not os.fspath(ledger).strip():
+        raise ConfigError("the ledger path is empty", hint="pass a file name such as ledger.duckdb, or None for an in-memory ledger")
     if ledger is None:
         if budget is None:
             raise ConfigError(
