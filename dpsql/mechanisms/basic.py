@@ -128,7 +128,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
     else:
         notes.append(f"the charge includes the sampler's floating-point delta {cost_delta - delta:.3g} (fp_delta)")
     return Calibration(
-        mechanism=noise,
+        mechanism=MechanismName(noise),
         notes=notes,
         cost=Budget(epsilon, cost_delta),
         noise=noise,

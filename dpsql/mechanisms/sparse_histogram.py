@@ -143,7 +143,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
         f"the charge includes the sampler's floating-point delta {fp:.3g} (fp_delta)",
     ]
     return Calibration(
-        mechanism="sparse_histogram",
+        mechanism=MechanismName.SPARSE_HISTOGRAM,
         cost=Budget(epsilon, delta + fp),
         noise="gaussian",
         caps=caps,
