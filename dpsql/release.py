@@ -108,7 +108,17 @@ class Plan:
             "parameters:",
         ]
         for k, v in self.parameters.items():
-            lines.append(f"  {k}: {json.dumps(v, default=str) if isinstance(v, (dict, list)) else v}")
+            if k in ("scales", "expected_accuracy", "estimates"):
+                continue  # internal column names / shown below in words
+            lines.append(f"  {k}: {json.dumps(_readable(v), default=str) if isinstance(v, (dict, list)) else _readable(v)}")
+        if self.parameters.get("estimates"):
+            lines.append(f"estimates: {self.parameters['estimates']}")
+        for col, acc in (self.parameters.get("expected_accuracy") or {}).items():
+            if acc.get("noise_std") is not None:
+                lines.append(f"expected accuracy of {col}: noise std {acc['noise_std']:.4g}, "
+                             f"95% interval +/- {acc['ci95_half_width']:.4g}")
+            elif acc.get("note"):
+                lines.append(f"expected accuracy of {col}: {acc['note']}")
         for n in self.notes:
             lines.append(f"note: {n}")
         lines.append("bounded SQL:")
@@ -165,3 +175,14 @@ def _json_safe(v: Any) -> Any:
     if hasattr(v, "isoformat"):
         return v.isoformat()
     return str(v)
+
+
+def _readable(v: Any) -> Any:
+    """Floats to 6 significant digits for people (the JSON forms keep every digit)."""
+    if isinstance(v, float):
+        return float(f"{v:.6g}")
+    if isinstance(v, dict):
+        return {k: _readable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_readable(x) for x in v]
+    return v
