@@ -1,9 +1,9 @@
-"""GSHM case study (Wilkins et al. §6; spec ``mechanisms.md`` §1.9): exact vs add-the-deltas thresholds.
+"""GSHM case study (Wilkins et al. Section 6; ``docs/mechanisms.md`` §1.9): exact vs add-the-deltas thresholds.
 
 Setting: Facebook "URL shares", views column, max_groups C_u = 51,914, τ = 1, (ε, δ) = (0.349, 1e-5).
 For σ on a grid from 2230 to 2400 (step 5) this computes the least noisy threshold τ* under the exact
 accounting (Theorem 5.4) and under add-the-deltas, their ratio (of the margins τ* − τ), the time per
-exact δ evaluation, compares with the spec's table, and plots τ* against σ.
+exact δ evaluation, compares with the table of ``docs/mechanisms.md`` §1.9, and plots τ* against σ.
 
 Usage::
 
@@ -45,7 +45,7 @@ TAU = 1
 EPS = 0.349
 DELTA = 1e-5
 
-# spec mechanisms.md §1.9 table (full precision from vectors/sparse_histogram.json,
+# docs/mechanisms.md §1.9 table (full precision from tests/vectors/sparse_histogram.json,
 # case_study_facebook_urls.table_min_dtau_vs_sigma): sigma -> (Δτ exact, Δτ add-the-deltas)
 SPEC_TABLE = {
     2228.0: (math.inf, math.inf),
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
             "tau": TAU,
             "epsilon": EPS,
             "delta": DELTA,
-            "source": "spec mechanisms.md §1.9",
+            "source": "docs/mechanisms.md §1.9",
         },
         "sigma_min_gaussian_only": sigma_min,
         "grid": {"sigma_from": sigmas[0], "sigma_to": sigmas[-1], "step": 5.0, "points": len(sigmas)},

@@ -3,9 +3,9 @@
 Modules (each docstring states its formulas, sources and numerics):
 
 * :mod:`.gaussian` — exact Gaussian privacy profile δ_G(ε; μ) in log space and its inverses
-  (spec ``mechanisms.md`` §1.2).
+  (``docs/mechanisms.md`` §1.2; section numbers below refer to that file).
 * :mod:`.sparse_histogram` — exact δ(ε) of the Gaussian sparse histogram mechanism (Wilkins et al.
-  Theorem 5.4, spec §1.5), the add-the-deltas bound (§1.3) and the least noisy threshold (§1.8).
+  Theorem 5.4, §1.5), the add-the-deltas bound (§1.3) and the least noisy threshold (§1.8).
 * :mod:`.calibration` — choosing σ and τ* for a target (ε, δ), with extra aggregate columns.
 * :mod:`.s4s` — DP-S4S accounting (Lemmas 3.1/3.2, 3.5, 4.1, 4.2, Algorithm 2 schedule) and R2T (§3).
 * :mod:`.conversions` — pure/zCDP/RDP → (ε, δ) conversions, Laplace and Gaussian helpers (§4).

@@ -1,9 +1,9 @@
 r"""Calibration of the Gaussian sparse histogram mechanism: choose σ and τ* for a target (ε, δ).
 
-Setting (spec ``mechanisms.md`` §1): a ``GROUP BY`` release with per-user group bound C_u,
-deterministic threshold τ on true counts, noisy threshold τ* and Gaussian count noise σ,
-accounted with Theorem 5.4 (``method="exact"``, :mod:`.sparse_histogram`) or with the
-Wilson et al. bound (``method="add_the_deltas"``).
+Setting (``docs/mechanisms.md`` §1 and §1.11; every § below refers to that file): a ``GROUP BY``
+release with per-user group bound C_u, deterministic threshold τ on true counts, noisy threshold
+τ* and Gaussian count noise σ, accounted with Theorem 5.4 (``method="exact"``,
+:mod:`.sparse_histogram`) or with the Wilson et al. bound (``method="add_the_deltas"``).
 
 Extra aggregate columns (SUM, …) — the noise convention
 -------------------------------------------------------
@@ -38,9 +38,9 @@ publishing them with small error (σ enters with weight z_p, which is also the n
 deviations of noise a just-published group carries) — and it has no free constant other than an
 interpretable probability. ``release_probability=0.5`` minimises τ* alone.
 
-What the optimum looks like. τ*(σ) ≥ τ + Δτ_LB(σ) with Δτ_LB(σ) = σ·Φ⁻¹((1 − δ)^{1/C_u}) (spec
-§1.8), linear in σ. Under the exact accounting the bound is attained as soon as the Gaussian part
-does not bind, which (in every setting in the spec's vectors, the URL case study included) already
+What the optimum looks like. τ*(σ) ≥ τ + Δτ_LB(σ) with Δτ_LB(σ) = σ·Φ⁻¹((1 − δ)^{1/C_u}) (§1.8),
+linear in σ. Under the exact accounting the bound is attained as soon as the Gaussian part
+does not bind, which (in every setting of ``tests/vectors``, the URL case study included) already
 holds at σ_min, the least σ with δ_Gaussian ≤ δ: δ_GSHM = max(δ_infinite, δ_Gaussian) there, so
 both parts may use the whole δ. Then σ_min minimises σ and τ* simultaneously, for every p — there
 is no trade-off, and calibration costs two Theorem-5.4 evaluations. When the Gaussian part does bind

@@ -1,6 +1,6 @@
 r"""Conversions between pure DP, zCDP, Rényi DP and (ε, δ)-DP, plus Laplace/Gaussian helpers.
 
-Formulas (spec ``mechanisms.md`` §4)
+Formulas (``docs/mechanisms.md`` §4)
 ------------------------------------
 * Pure → zCDP (Bun & Steinke 2016): ε-DP ⇒ (ε²/2)-zCDP ⇒ (α, αε²/2)-RDP for every α.
 * Gaussian with L2 sensitivity Δ and std σ: (Δ²/(2σ²))-zCDP, i.e. (α, αΔ²/(2σ²))-RDP.

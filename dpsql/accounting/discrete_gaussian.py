@@ -1,7 +1,7 @@
 r"""Discrete Gaussian and discrete Laplace distributions: pmf, moments and the exact 1-D privacy profile.
 
 Source: Canonne, Kamath, Steinke, "The Discrete Gaussian for Differential Privacy" (NeurIPS 2020);
-spec ``mechanisms.md`` §5.
+``docs/mechanisms.md`` §5.5.
 
 * N_ℤ(0, σ²): P[X = x] = e^{−x²/(2σ²)}/N(σ), N(σ) = Σ_{y∈ℤ} e^{−y²/(2σ²)}.
 * Integer query with sensitivity Δ (integer): Δ²/(2σ²)-zCDP, and the exact profile

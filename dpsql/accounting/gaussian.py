@@ -1,7 +1,7 @@
 r"""Exact privacy profile of the Gaussian mechanism and its inverses.
 
-Formula (spec ``mechanisms.md`` §1.2; Balle & Wang 2018, Thm 8; Wilkins et al. Thm 2.2)
------------------------------------------------------------------------------------------
+Formula (``docs/mechanisms.md`` §1.2; Balle & Wang 2018, Thm 8; Wilkins et al. Thm 2.2)
+------------------------------------------------------------------------------------------
 For a mechanism that adds N(0, σ²) noise to a query of L2 sensitivity Δ, with μ = Δ/σ,
 
     δ_G(ε; μ) = Φ(−ε/μ + μ/2) − e^ε · Φ(−ε/μ − μ/2)
@@ -27,7 +27,7 @@ tails, so three cancellation-free forms are used:
   when μ is small); for x > 30 the integrand uses its asymptotic series.
 
 The result is accurate to about 1e-13 relative for μ ≥ 1e-4 over the whole real ε line
-(checked against 50-digit references in ``spec/vectors/gaussian_mechanism.json``).
+(checked against 50-digit references in ``tests/vectors/gaussian_mechanism.json``).
 
 Inverses (:func:`gaussian_epsilon`, :func:`gaussian_mu`, :func:`gaussian_sigma`) bracket the
 root with closed-form bounds and solve with ``scipy.optimize.brentq`` on log δ to a few ulps,

@@ -1,4 +1,6 @@
-r"""Privacy accounting for DP-S4S (Qiu, Xiao, Yang, SIGMOD 2026; spec ``mechanisms.md`` §3) and R2T.
+r"""Privacy accounting for DP-S4S (Qiu, Xiao, Yang, SIGMOD 2026; ``docs/mechanisms.md`` §3) and R2T.
+
+Section numbers § in this module refer to ``docs/mechanisms.md``.
 
 Notation: Δ = ``max_tuples`` (public bound on one user's join tuples), q the Poisson sampling rate,
 τ the truncation threshold (non-integer allowed; only ⌊τ⌋ enters the sums), K ∼ Bin(Δ, q),
@@ -31,7 +33,7 @@ h(t) = t^α − αAt + (α−1)A, solved in the well-conditioned form α·ln t �
 (for t₁ via s = t₁ − (α−1)/α > 0, so that c = 1 − α + α t₁ = α s keeps full relative precision when
 it is tiny); γ = ½ ln min(1/t₁, t₂); G(I) = max_{k≥0} (k + B)e^{−γk} ≤ e^{γB−1}/γ;
 η_paper = √(α/ρ)/(1 − α + αe^{−2γ}) (Algorithm 4 as published) and the proof's
-η_proof = √(α/(ρ(1 − α + αe^{−2γ}))) (smaller; see the spec's erratum remark). σ(I) = G(I)·η.
+η_proof = √(α/(ρ(1 − α + αe^{−2γ}))) (smaller; see the erratum remark in §3.8). σ(I) = G(I)·η.
 
 Lemma 4.2 (vector query, Algorithm 5, ε/5 : 4ε/5 split): q′ = 1 − (1 − q)^Δ and
     ε′ = ln(1 + q′(e^{ε/5} − 1)) + [ln(1 + q′(e^{4(α−1)ε/5}δ − 1)) + ln(1/δ)]/(α − 1) ≤ ε,
@@ -227,7 +229,7 @@ class S4SBudgetStep(NamedTuple):
 
 
 def s4s_budget_schedule(epsilon: float, max_tuples: int, q: float, beta: float = 0.1) -> list[S4SBudgetStep]:
-    """The data-independent budget schedule of DP-S4S Algorithm 2 (spec §3.5), i = L down to 1.
+    """The data-independent budget schedule of DP-S4S Algorithm 2 (§3.5), i = L down to 1.
 
     Σ ε′_i ≤ ε: the last run (i = 1) gets the whole remainder.
     """
@@ -314,7 +316,7 @@ def s4s_eta(alpha: float, rho: float, d: int, form: str = "paper") -> float:
     """Noise multiplier η with σ(I) = G(I)·η (DP-S4S Lemma 4.1 / Algorithm 4).
 
     ``form="paper"``: √(α/ρ)/(1 − α + αe^{−2γ}) as published (valid, conservative);
-    ``form="proof"``: √(α/(ρ(1 − α + αe^{−2γ}))), what the proof needs (spec §3.8 remark).
+    ``form="proof"``: √(α/(ρ(1 − α + αe^{−2γ}))), what the proof needs (§3.8 remark).
     """
     a, r, dd = _check_rdp_d(alpha, rho, d)
     f = v.choice(form, "form", ("paper", "proof"))
@@ -449,7 +451,7 @@ class R2TStep(NamedTuple):
 
 
 def r2t_schedule(epsilon: float, global_sensitivity: float, beta: float = 0.1) -> list[R2TStep]:
-    """R2T's thresholds, Laplace scales and biases (Dong et al. 2022; spec §3.3): j = 1…L, L = ⌈log₂ GS⌉."""
+    """R2T's thresholds, Laplace scales and biases (Dong et al. 2022; §3.3): j = 1…L, L = ⌈log₂ GS⌉."""
     e = v.positive(epsilon, "epsilon", hint="epsilon is the query's budget, e.g. epsilon=1.0")
     gs = v.real(global_sensitivity, "global_sensitivity")
     if not gs >= 2:

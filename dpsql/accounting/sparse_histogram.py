@@ -1,14 +1,16 @@
 r"""Exact privacy accounting of the Gaussian sparse histogram mechanism (GSHM).
 
-Mechanism (spec ``mechanisms.md`` §1.1; Wilkins, Kifer, Zhang, Karrer, JPC 2024, Algorithm 1)
----------------------------------------------------------------------------------------------
+Section numbers § in this module refer to ``docs/mechanisms.md``.
+
+Mechanism (§1.1; Wilkins, Kifer, Zhang, Karrer, JPC 2024, Algorithm 1)
+-----------------------------------------------------------------------
 Every user touches at most C_u = ``max_groups`` groups, once each. A group with true count
 C ≥ τ is released iff C + N(0, σ²) ≥ τ*; extra aggregate columns of a released group get
 Gaussian noise whose per-group Mahalanobis sensitivity is μ_o (``mu_other``; 0 for a
 count-only histogram). Only the margin Δτ = τ* − τ and σ enter the accounting.
 
-Exact δ(ε) — Theorem 5.4 as transcribed in spec §1.5
-----------------------------------------------------
+Exact δ(ε) — Theorem 5.4 as derived in §1.5
+--------------------------------------------
 With P = Φ(Δτ/σ) (probability that a row sitting exactly at the threshold is suppressed),
 μ_k = √(k·(1/σ² + μ_o²)) and δ_G the exact Gaussian profile (:mod:`.gaussian`):
 
@@ -324,7 +326,7 @@ def sparse_histogram_delta_detail(
 def sparse_histogram_delta(
     epsilon: float, *, sigma: float, tau: int, tau_star: float, max_groups: int, mu_other: float = 0.0
 ) -> float:
-    """Exact δ(ε) of the Gaussian sparse histogram mechanism (Wilkins et al. Theorem 5.4, spec §1.5).
+    """Exact δ(ε) of the Gaussian sparse histogram mechanism (Wilkins et al. Theorem 5.4, §1.5).
 
     ``epsilon`` ≥ 0; ``sigma`` > 0 is the count noise std; ``tau`` (integer ≥ 1) the deterministic
     threshold on true counts; ``tau_star`` the noisy threshold; ``max_groups`` = C_u the per-user
@@ -339,7 +341,7 @@ def sparse_histogram_delta(
 def add_the_deltas_delta(
     epsilon: float, *, sigma: float, tau: int, tau_star: float, max_groups: int, mu_other: float = 0.0
 ) -> float:
-    """The "add the deltas" bound δ_G(ε; μ_{C_u}) + 1 − P^{C_u} (Wilson et al.; spec §1.3).
+    """The "add the deltas" bound δ_G(ε; μ_{C_u}) + 1 − P^{C_u} (Wilson et al.; §1.3).
 
     An upper bound on :func:`sparse_histogram_delta` (the extra columns enter through μ_{C_u}).
     The plain sum is returned, so the value can exceed 1 (a vacuous bound) for tiny thresholds.
@@ -362,7 +364,7 @@ def _dtau_closed_form(sigma: float, delta_inf: float, c: int) -> float:
 
 
 def sparse_histogram_tau_star_lower_bound(delta: float, *, sigma: float, tau: int, max_groups: int) -> float:
-    """Closed-form lower bound τ + σ·Φ⁻¹((1 − δ)^{1/C_u}) on the least τ* (spec §1.8)."""
+    """Closed-form lower bound τ + σ·Φ⁻¹((1 − δ)^{1/C_u}) on the least τ* (§1.8)."""
     d = v.delta_target(delta)
     s = v.positive(sigma, "sigma")
     t = v.count(tau, "tau", minimum=1)

@@ -1,7 +1,8 @@
-"""DAWA: data- and workload-aware answers to range-query workloads (spec ``mechanisms.md`` §2).
+"""DAWA: data- and workload-aware answers to range-query workloads (``docs/mechanisms.md`` §2).
 
 Li, Hay, Miklau, Wang, "A Data- and Workload-Aware Algorithm for Range Queries Under Differential
 Privacy", PVLDB 7(5) 2014. Pure numpy/scipy; the SQL layer builds the histogram and the workload.
+Section numbers § below refer to ``docs/mechanisms.md``.
 
 Privacy claim
 -------------
@@ -12,21 +13,21 @@ user to k rows and pass ``sensitivity=k``; every noise scale below is multiplied
 then epsilon1/k-DP per unit change and epsilon1-DP for k of them by group privacy; stage 2 has
 L1 sensitivity k ‖A‖₁ <= k).
 
-* Stage 1 (spec 2.2, 2.4), epsilon1 = ratio * epsilon (default ratio 0.25, spec 2.7). Every
+* Stage 1 (§2.2, §2.4), epsilon1 = ratio * epsilon (default ratio 0.25, §2.7). Every
   candidate bucket b has cost bcost(x, b) = dev(x, b) + k/epsilon2 + penalty, with
   dev(x, b) = Σ_{j∈b} |x_j − mean_b|, whose sensitivity is Δ_b = 2(1 − 1/|b|) for the buckets
   containing the changed bin and 0 for all others (the other two terms are public constants).
   Each cost gets independent Laplace noise of scale k (Δ_b + Δ_max)/epsilon1,
   Δ_max = 2(1 − 1/L_max) with L_max the longest candidate length — singletons included (scale
   k Δ_max/epsilon1) — and the partition of least noisy cost is chosen with NO clamping of the
-  noisy costs. This is the SAFE calibration of spec 2.4 (a report-noisy-min argument over the
+  noisy costs. This is the SAFE calibration of §2.4 (a report-noisy-min argument over the
   buckets through the changed bin, valid for any public candidate set containing the
   singletons). It is deliberately MORE CONSERVATIVE than the published reference code (ektelo /
   dpcomp_core), which uses half this scale for |b| >= 2, leaves singletons noiseless and clamps
-  noisy costs at 1/epsilon2 — a calibration spec 2.4 shows empirically to exceed epsilon1
+  noisy costs at 1/epsilon2 — a calibration §2.4 shows empirically to exceed epsilon1
   (log-ratio 2.31 at epsilon1 = 1), and which ``tests/test_dawa_privacy.py`` catches as a
   negative control.
-* Stage 2 (spec 2.3), epsilon2 = epsilon − epsilon1: bucket totals y = B(x) (one record moves one
+* Stage 2 (§2.3), epsilon2 = epsilon − epsilon1: bucket totals y = B(x) (one record moves one
   y_i by 1); GreedyH picks a weighted hierarchical strategy A from the workload and the partition
   only, with ‖A‖₁ <= 1 (weights on every root-to-leaf path sum to 1, renormalised against
   rounding); z = A y + Lap(k/epsilon2) on every measured row is epsilon2-DP.
@@ -57,28 +58,28 @@ L1 sensitivity k ‖A‖₁ <= k).
   (:func:`stage1_float_calibration`) keeps stage 1 epsilon1-DP. A cost above B1 is clamped (only
   bad buckets are that expensive). :func:`dawa_precheck` refuses unrepresentable parameters
   before any charge.
-* Sequential composition (spec 2.5): epsilon1 + epsilon2 = epsilon. Least squares, uniform
+* Sequential composition (§2.5): epsilon1 + epsilon2 = epsilon. Least squares, uniform
   expansion, answering later ranges, coarsening and serialisation are post-processing.
 * With ``partition=`` a public, data-independent partition replaces stage 1 and all of epsilon
   goes to stage 2.
 
-Choices that differ from the spec's defaults (utility only; none changes the privacy argument)
---------------------------------------------------------------------------------------------
+Choices that differ from the reference defaults (utility only; none changes the privacy argument)
+------------------------------------------------------------------------------------------------
 * Candidate buckets: dyadic lengths with starts at multiples of L/2 (``alignment="half"``, about
-  4n buckets) instead of every start (spec 2.7; ``alignment="none"``), and a public per-bucket
+  4n buckets) instead of every start (§2.2, §2.7; ``alignment="none"``), and a public per-bucket
   cost offset ``bucket_penalty`` = 1.75 × the largest stage-1 noise scale. Without the clamp of
   the reference code, the argmin over noisy costs rewards every extra bucket with its favourable
   noise (a winner's curse), so runs of empty bins are cut into hundreds of buckets; both choices
   counter this. They were selected on 56 DPBench configurations (7 datasets × 2 scales × 2
   epsilons × 2 workloads, ``benchmarks/dawa.py``); ``alignment="none", bucket_penalty=0`` gives
-  the spec's plain stage 1.
+  the plain stage 1 of §2.2.
 * GreedyH chooses each node's split p by the exact least-squares error of the queries relevant
   to the node — those meeting the node but not covering its parent entirely (queries covering the
   parent are served by the ancestors' measurements) — instead of the reference code's
   branch^(-depth/2) damping; the root's value is the exact workload error of the final strategy.
 * Adjacent buckets that no query can tell apart (identical columns of W̄) are merged into one
-  group measured as a whole (spec 2.3 makes such tree nodes leaves); the group total is spread
-  over its buckets by length.
+  group measured as a whole (the reference code makes such tree nodes leaves, §2.3); the group
+  total is spread over its buckets by length.
 
 Released values: the synopsis holds the raw float estimates (bucket totals, and the per-bin
 uniform expansion derived from them). The caller rounds them to its declared granularity before
@@ -94,7 +95,7 @@ Complexity (n bins; c candidate buckets: ≈ 4n half-aligned, O(n log n) any-sta
 all intervals; m queries given as I intervals; k buckets in K groups; branch b; granularity g):
 
 * stage 1 costs: O(c log U), U <= n distinct counts (windows of length <= 32 directly, longer ones
-  by a wavelet matrix answering "count and sum of the values below the window mean" — spec 2.2's
+  by a wavelet matrix answering "count and sum of the values below the window mean" — §2.2's
   order-statistics sliding window done offline and vectorised): O(n log n) half-aligned,
   O(n log² n) any-start dyadic;
 * stage 1 least-cost partition: O(n log n) DP over right endpoints (all intervals: O(n²));
@@ -102,12 +103,12 @@ all intervals; m queries given as I intervals; k buckets in K groups; branch b; 
 * measurement + least squares (two passes over the tree) + uniform expansion: O(K log_b K + n);
 * answering m ranges: O(n + m) by prefix sums (no dense n × n or m × n matrices anywhere).
 
-2-D (spec 2.6): the grid's cells are listed in the Hilbert order of the d × d square that contains
-it (d a power of two; :func:`hilbert_order`, the orientation of the spec vectors), skipping the
-padding cells, which hold no data (spec 2.6 keeps them as zeros; skipping them stops the estimate
-from spreading mass onto them); rectangles become unions of runs of positions (0/1 interval
-queries, O(perimeter) each), 1-D DAWA runs on the n1 n2 vector and estimates are mapped back;
-rectangles are answered by 2-D prefix sums.
+2-D (§2.6): the grid's cells are listed in the Hilbert order of the d × d square that contains
+it (d a power of two; :func:`hilbert_order`, the orientation of ``tests/vectors/dawa.json``),
+skipping the padding cells, which hold no data (the paper keeps them as zeros; skipping them stops
+the estimate from spreading mass onto them); rectangles become unions of runs of positions (0/1
+interval queries, O(perimeter) each), 1-D DAWA runs on the n1 n2 vector and estimates are mapped
+back; rectangles are answered by 2-D prefix sums.
 """
 
 from __future__ import annotations
@@ -343,7 +344,7 @@ def dawa(
     :class:`IntervalWorkload`. ``ratio``: share of epsilon for stage 1. ``sensitivity``: k when
     each user is bounded to k rows. ``branch``/``granularity``: GreedyH's tree fan-out and split
     grid. Stage-1 candidates: ``dyadic`` lengths with starts per ``alignment`` ("half" default,
-    "none" = spec 2.2, "full"), or all O(n²) intervals with ``dyadic=False`` (n <= 2048);
+    "none" = §2.2, "full"), or all O(n²) intervals with ``dyadic=False`` (n <= 2048);
     ``bucket_penalty``: public per-bucket cost offset in units of the largest stage-1 noise scale
     (see :func:`l1_partition`). ``partition``: a public, data-independent partition that replaces
     stage 1 (then all of epsilon goes to stage 2). Returns raw float estimates; round before
@@ -495,7 +496,7 @@ def dawa_2d(
     alignment: str = DEFAULT_ALIGNMENT,
     bucket_penalty: float = DEFAULT_BUCKET_PENALTY,
 ) -> DawaSynopsis2D:
-    """epsilon-DP DAWA over a 2-D grid of counts for a workload of rectangles (spec 2.6).
+    """epsilon-DP DAWA over a 2-D grid of counts for a workload of rectangles (§2.6).
 
     ``rects``: an (m, 4) array of inclusive ``(r0, r1, c0, c1)``. Same privacy claim as
     :func:`dawa` (one record changes one cell by 1).

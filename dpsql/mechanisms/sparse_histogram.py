@@ -1,7 +1,7 @@
 """Gaussian sparse histogram mechanism: GROUP BY over keys nobody can list in advance.
 
 Source: Wilkins, Kifer, Zhang, Karrer, "Exact Privacy Analysis of the Gaussian Sparse
-Histogram Mechanism" (JPC 2024), Algorithm 1 and Theorem 5.4; spec ``mechanisms.md`` section 1.
+Histogram Mechanism" (JPC 2024), Algorithm 1 and Theorem 5.4; ``docs/mechanisms.md`` section 1.
 
 Privacy claim
 -------------
