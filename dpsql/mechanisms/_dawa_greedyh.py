@@ -2,7 +2,7 @@
 
 Public names are re-exported by :mod:`dpsql.mechanisms.dawa`.
 
-Notation (spec 2.3): k buckets with true totals y; the bucket-level workload is
+Notation (docs/mechanisms.md section 2.3): k buckets with true totals y; the bucket-level workload is
 W̄[q, i] = |q ∩ b_i| / |b_i|. Adjacent buckets whose columns of W̄ are identical cannot be told
 apart by any query; they are merged into one *group* (the workload only ever needs their sum), and
 the strategy is a weighted hierarchy over the K groups:
@@ -12,7 +12,7 @@ the strategy is a weighted hierarchy over the K groups:
   reached early is carried down unchanged, and only measured once, at the deepest level);
 * weights: bottom-up, each internal node picks p ∈ {1, 1 - 1/g, ..., 1/g} minimising the exact
   least-squares error trace(M_v(p)⁻¹ G_v), where M_v(p) = p² blockdiag(M_children) + (1-p)² 𝟙𝟙ᵀ
-  is updated by Sherman–Morrison with u = M⁻¹𝟙, κ = 𝟙ᵀu (spec 2.3), and G_v = Σ_q w_q w_qᵀ runs
+  is updated by Sherman–Morrison with u = M⁻¹𝟙, κ = 𝟙ᵀu (docs/mechanisms.md section 2.3), and G_v = Σ_q w_q w_qᵀ runs
   over the queries *relevant* to v: those meeting v but not covering v's parent entirely (a query
   covering the parent is served by the ancestors' measurements; counting it at v over-weights v's
   own total and starves the leaves — on all 4096 prefixes the plain local error gave 4x the error
@@ -625,7 +625,7 @@ def greedy_h(
     branch: int = 2,
     granularity: int = 100,
 ) -> HierarchicalStrategy:
-    """GreedyH (spec 2.3): a weighted hierarchical strategy over the buckets, ‖A‖₁ <= 1.
+    """GreedyH (docs/mechanisms.md section 2.3): a weighted hierarchical strategy over the buckets, ‖A‖₁ <= 1.
 
     ``workload`` is either an :class:`IntervalWorkload` over n bins (then ``buckets`` is the
     partition as closed intervals ``(start, end)``; default: singleton buckets) or a dense

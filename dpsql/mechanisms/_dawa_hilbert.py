@@ -1,4 +1,4 @@
-"""Hilbert-curve order of a d x d grid and the mapping of rectangles to interval workloads (spec 2.6).
+"""Hilbert-curve order of a d x d grid and the mapping of rectangles to interval workloads (docs/mechanisms.md section 2.6).
 
 The grid is padded to a d x d square (d a power of two) only to define the curve; padding cells are
 skipped, so the 1-D vector has exactly n1 n2 entries.
@@ -67,7 +67,7 @@ def grid_order(shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """The cells of an n1 x n2 grid in the Hilbert order of its padded d x d square, padding skipped.
 
     Returns ``(cells, index)``: ``cells`` is (n1 n2, 2) of (row, col) in curve order and
-    ``index[row, col]`` the position of a cell in that list. Skipping the padding (spec 2.6 pads
+    ``index[row, col]`` the position of a cell in that list. Skipping the padding (docs/mechanisms.md section 2.6 pads
     with zeros) keeps the vector at n1 n2 entries and stops estimates leaking into cells that
     cannot hold data; consecutive real cells stay neighbours except where the curve crosses padding.
     """

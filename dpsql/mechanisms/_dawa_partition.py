@@ -10,7 +10,7 @@ half-aligned starts, the default of the private stage 1, c ≈ 4n; all intervals
   levels): O(n B) build, O(B) per "count and sum of the values below a threshold inside a window"
   query, each step vectorised over all queries at once;
 * deviations of all candidates: windows of length <= 32 directly (O(L) each), longer ones by one
-  wavelet query each: O(c log n), i.e. O(n log² n) for any-start dyadic candidates (spec 2.2's
+  wavelet query each: O(c log n), i.e. O(n log² n) for any-start dyadic candidates (docs/mechanisms.md section 2.2's
   order-statistics sliding window, done offline) and O(n log n) for half-aligned ones;
 * least-cost partition: dynamic programme over right endpoints, O(n log n) for dyadic lengths
   (lengths >= 128 relaxed per block of 128 right ends with numpy, shorter ones in an unrolled
@@ -65,7 +65,7 @@ def _check_positive(name: str, value: float) -> float:
     return v
 
 
-#: start rule of dyadic candidates: "none" = any start (spec 2.2), "half" = multiples of L/2,
+#: start rule of dyadic candidates: "none" = any start (docs/mechanisms.md section 2.2), "half" = multiples of L/2,
 #: "full" = multiples of L (the dyadic intervals of a binary tree)
 ALIGNMENTS = ("none", "half", "full")
 #: default start rule of the private stage 1 (chosen by measurement, see the dawa module docstring)
@@ -304,7 +304,7 @@ def deviation_sensitivity(length: object) -> np.ndarray | float:
 def stage1_noise_scales(
     lengths: object, epsilon1: float, max_length: int, *, sensitivity: float = 1.0
 ) -> np.ndarray | float:
-    """Safe Laplace scale of a candidate bucket's noisy cost (spec 2.4).
+    """Safe Laplace scale of a candidate bucket's noisy cost (docs/mechanisms.md section 2.4).
 
     ``sensitivity * (Delta_b + Delta_max) / epsilon1`` with Delta_b = 2(1 - 1/|b|) and
     Delta_max = 2(1 - 1/L_max), L_max = ``max_length`` the longest candidate length. Singletons get
@@ -622,7 +622,7 @@ def least_cost_partition(
     alignment: str = "none",
     sensitivity: float = 1.0,
 ) -> Partition:
-    """Noise-free argmin_B pcost(x, B) (spec 2.2, Problem 1). NOT private: for tests and analysis.
+    """Noise-free argmin_B pcost(x, B) (docs/mechanisms.md section 2.2, Problem 1). NOT private: for tests and analysis.
 
     Candidates: :func:`candidate_buckets` (default: dyadic lengths, any start, as in the vectors).
     """
@@ -644,7 +644,7 @@ def l1_partition(
     alignment: str = DEFAULT_ALIGNMENT,
     bucket_penalty: float = DEFAULT_BUCKET_PENALTY,
 ) -> Partition:
-    """Private stage 1 (spec 2.2 Algorithm 1 with the safe calibration of 2.4): epsilon1-DP.
+    """Private stage 1 (docs/mechanisms.md section 2.2 Algorithm 1 with the safe calibration of 2.4): epsilon1-DP.
 
     Every candidate bucket (:func:`candidate_buckets`; default dyadic lengths with starts at
     multiples of L/2) has cost ``dev + sensitivity/epsilon2 + bucket_penalty * s_max`` and gets
@@ -654,14 +654,14 @@ def l1_partition(
     costs are clamped, put on a power-of-two grid (exact DP sums) and the scales raised slightly
     (:func:`stage1_float_calibration`); the argument is in :mod:`dpsql.mechanisms.dawa`.
 
-    The privacy argument of spec 2.4 holds for any public candidate set that contains the
+    The privacy argument of docs/mechanisms.md section 2.4 holds for any public candidate set that contains the
     singletons (each partition has exactly one bucket through the changed bin), with L_max the
     longest candidate. ``bucket_penalty`` is public and data-independent, so it does not change the
     sensitivity of the costs either. It offsets the winner's curse of a minimum over noisy costs:
     a run of empty bins can be cut in exponentially many ways and the DP collects the favourable
     noise of every extra bucket, so with the plain objective (penalty 0) a sparse histogram is cut
     into thousands of buckets. The reference code avoids this by clamping noisy costs at
-    1/epsilon2, which spec 2.4 shows to break the privacy bound. The half-aligned starts reduce the
+    1/epsilon2, which docs/mechanisms.md section 2.4 shows to break the privacy bound. The half-aligned starts reduce the
     number of cuts (and the work) for the same reason. Both defaults were chosen on the DPBench
     benchmark (``benchmarks/dawa.py``); ``alignment="none", bucket_penalty=0`` is the spec's plain
     stage 1.

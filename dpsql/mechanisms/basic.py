@@ -13,7 +13,7 @@ normalised by Delta_j the whole release is a vector whose L2 sensitivity is sqrt
 L1 sensitivity is C*m. Hence
 
 * Gaussian: sigma_j = sigma * Delta_j with sigma = gaussian_sigma(eps, delta, sqrt(C*m)), the
-  least sigma meeting the exact Gaussian profile (Balle & Wang 2018; spec section 1.2). The
+  least sigma meeting the exact Gaussian profile (Balle & Wang 2018; docs/mechanisms.md section 1.2). The
   floating-point sampler adds delta_fp = (1 + e^eps) * C * sum_j delta_coord_j
   (``dpsql.noise`` section 3); the charge is (eps, delta + delta_fp), shown as ``fp_delta``.
 * Laplace (pure DP): Mironov's snapping mechanism per coordinate (``dpsql.noise`` section 2).

@@ -12,7 +12,7 @@ keeps at most k = ``max_rows_per_unit`` rows per unit (a uniform random subset, 
 hash of the unit and a per-unit row number) after the base conditions, and drops rows outside the declared domain,
 so one unit changes the histogram by at most k in L1 norm. DAWA is run with ``sensitivity=k``
 (every noise scale multiplied by k), which makes the synopsis epsilon-DP for this relation
-(spec section 2; stage 1 with the safe calibration of section 2.4). The released synopsis
+(docs/mechanisms.md section 2; stage 1 with the safe calibration of section 2.4). The released synopsis
 (partition + bucket totals, rounded to integers) is stored with its ledger entry; later range
 counts and coarser histograms over the same table, column(s), base conditions and cap are
 computed from it alone: post-processing, zero cost.
@@ -187,7 +187,7 @@ class Dawa:
             "max_rows_per_unit": cal.cap,
             "dims": dims,
             "queries": len(wl.sqls) if not wl.histogram else len(wl.ranges),
-            "stage1_calibration": "safe (spec 2.4): Laplace (Delta_b + Delta_max) * k / epsilon1 on every bucket, no clamping",
+            "stage1_calibration": "safe (docs/mechanisms.md section 2.4): Laplace (Delta_b + Delta_max) * k / epsilon1 on every bucket, no clamping",
             "stage1_noise_scales": _stage1_scales(wl, cal.split * cal.epsilon, cal.cap),
             **snapped,
         }
