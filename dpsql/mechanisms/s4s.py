@@ -16,15 +16,28 @@ Privacy claim
 -------------
 Neighbouring relation (spec ``mechanisms.md`` §3.1): I ∼ I′ iff they differ by adding or removing
 **one user together with every join tuple it contributes to** (user-level, unbounded DP). Every
-user contributes to at most Δ = ``max_tuples_per_user`` join tuples (public bound; the caller's
-bounding enforces it, :func:`s4s_scalar` re-checks it, see below).
+user contributes to at most Δ = ``max_tuples_per_user`` join tuples (public bound, see "Δ").
 
-* Truncation LP (§3.2, Kasiviswanathan et al. 2013): f̄(S, τ) = max Σ_t x_t s.t.
+Δ. Lemma 3.1 (q < 1) needs |S_u| dominated by Bin(Δ, q). This module never compares the data
+with Δ: raising (or doing anything observable) when a user exceeds Δ would reveal that it does.
+Where every join tuple has one owner (a single foreign-key chain) the caller enforces Δ by a
+stable bounding — :func:`bound_tuples_per_user` keeps at most Δ tuples per user in a keyed
+random order that depends only on that user's tuples and the salt, so removing a user changes
+nobody else's tuples. Where tuples have several owners (self-joins, several references or
+private relations) no stable enforcement exists (removing one user frees capacity for its
+neighbours); there Δ is **owner-attested** and the ε claim for q < 1 is **conditional on it**.
+R2T (q = 1) needs no Δ.
+
+* Truncation (§3.2, Kasiviswanathan et al. 2013): f̄(S, τ) = max Σ_t x_t s.t.
   Σ_{t: u⇝t} x_t ≤ τ for every user u, 0 ≤ x_t ≤ w_t. Removing user u amounts to forcing x_t = 0
   on u's tuples (u's own constraint then holds trivially), so f̄(I′) ≤ f̄(I), and zeroing u's tuples
   in an optimum of I loses Σ_{t: u⇝t} x_t ≤ τ: the user-level sensitivity of f̄(·, τ) is ≤ τ
-  (for τ ≥ the largest user contribution, f̄ = Σ w_t). The value comes from HiGHS; its feasibility
-  tolerance (~1e-7 absolute per constraint) is the only slack on this bound.
+  (for τ ≥ the largest user contribution, f̄ = Σ w_t). It is computed by
+  :mod:`dpsql.mechanisms._s4s_truncation` on the instance whose weights and τ are rounded down to
+  the public grid 2^−k(τ) (a per-tuple map: the sensitivity bound is unchanged): exactly by a
+  closed form or a verified max-flow when no tuple has more than two (heavy) users, and otherwise
+  by HiGHS with a primal–dual certificate: the released value P is feasible and within
+  G(τ) = τ·2⁻¹⁰ of the optimum. **Every run is calibrated for the sensitivity τ + G(τ)** (below).
 * Algorithm 1 (Sample-and-Truncate, §3.4): Poisson-sample the join tuples with rate q → S; release
   f̄(S, τ) + Lap(τ/ε). By Lemma 3.1 (computed through the O(1) PGF form of Lemma 3.2 in
   :func:`dpsql.accounting.s4s_epsilon_prime`) this is ε′(ε, τ, Δ, q)-DP with ε′ ≤ ε. Lemma 3.1
@@ -47,9 +60,11 @@ Floating point (``dpsql.noise`` section 2): every Laplace draw goes through Miro
 mechanism (clamp f̄ to a public B = 2^K Λ, add Lap(λ), round to the power-of-two grid Λ ≥ λ,
 clamp). A snapped kernel satisfies K(y|v) ≤ exp(|v − v′|/λ + ξ) K(y|v′) with
 ξ = 2⁻⁴⁵(B/λ + 2), so in Lemma 3.1's sum every term gains at most the factor e^ξ: the run on the
-sample is (ε′(τ/λ, τ, Δ, q) + ξ)-DP. λ_i is calibrated so that ε′(τ_i/λ_i, τ_i, Δ, q) + ξ_i ≤ ε′_i
-of the schedule (bisection on the monotone ε′; q = 1: τ_i/λ_i = ε′_i − ξ_i), keeping Σ ≤ ε.
-R2T's runs use λ_j with τ_j/λ_j + ξ_j ≤ ε/L. The schedule's nominal scales τ/ε (and the biases)
+sample is (ε′(τ/λ, τ, Δ, q) + ξ)-DP. The certified slack G of the truncation acts the same way:
+the released value moves by at most min(τ, |S_u|) + G, so every term gains at most e^{G/λ}.
+λ_i is calibrated so that ε′(τ_i/λ_i, τ_i, Δ, q) + G(τ_i)/λ_i + ξ_i ≤ ε′_i of the schedule
+(bisection on the monotone left side; q = 1: (τ_i + G_i)/λ_i = ε′_i − ξ_i), keeping Σ ≤ ε.
+R2T's runs use λ_j with (τ_j + G_j)/λ_j + ξ_j ≤ ε/L. The schedule's nominal scales τ/ε (and the biases)
 are kept in the results; the scales actually used are ``snap_lambda`` / ``snap_lambdas``.
 
 Deviations from the authors' code (spec §3.5 [IMPL]): we follow the paper — base 2 grid,
@@ -70,11 +85,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from dpsql.accounting import r2t_schedule, s4s_budget_schedule, s4s_epsilon_prime
 from dpsql.errors import ConfigError, ExecutionError
+from dpsql.mechanisms import _s4s_truncation as _trunc
 from dpsql.noise import NoiseSource, snapping_calibration, snapping_exponent, snapping_extra, snapping_grid
 
 __all__ = [
@@ -202,69 +216,31 @@ def _max_tuples(delta: object) -> int:
 
 
 # ----------------------------------------------------------------------------- truncation LP
-def _truncated(jt: JoinTuples, mask: np.ndarray | None, tau: float) -> float:
-    """f̄ on the tuples selected by ``mask`` (all if None); ``jt`` already validated."""
+def _prepared(jt: JoinTuples, mask: np.ndarray | None) -> _trunc.Prepared:
+    """The sample's incidence (all tuples if ``mask`` is None), prepared for every τ of a grid."""
     w = jt.weights if mask is None else np.where(mask, jt.weights, 0.0)
     ti, ui = jt.tuple_idx, jt.user_idx
     if mask is not None and ti.size:
         keep = mask[ti]
         ti, ui = ti[keep], ui[keep]
-    total = math.fsum(w.tolist())
-    if ti.size == 0:
-        return total
-    load = np.bincount(ui, weights=w[ti], minlength=jt.n_users)
-    heavy = load > tau
-    if not np.any(heavy):  # fast path: no constraint can bind
-        return total
-    # Exact reductions: (a) a user with total weight <= tau has a constraint implied by x <= w, so
-    # it is dropped, and a tuple touching no remaining (heavy) user sits at x_t = w_t; (b) the
-    # tuples whose only heavy user is u enter nothing but u's constraint, so they merge into one
-    # variable y_u in [0, sum of their weights].
-    hp = heavy[ui]
-    ti_h, ui_h = ti[hp], ui[hp]
-    lp_tuples, col = np.unique(ti_h, return_inverse=True)
-    col = col.reshape(-1)
-    heavy_users, row = np.unique(ui_h, return_inverse=True)
-    row = row.reshape(-1)
-    n_heavy = heavy_users.size
-    fixed = total - math.fsum(w[lp_tuples].tolist())
-    owners = np.bincount(col, minlength=lp_tuples.size)
-    shared_t = owners >= 2
-    private_pair = ~shared_t[col]
-    merged = np.bincount(row[private_pair], weights=w[lp_tuples[col[private_pair]]], minlength=n_heavy)
-    shared_ids = np.flatnonzero(shared_t)
-    n_shared = shared_ids.size
-    new_col = np.full(lp_tuples.size, -1, dtype=np.int64)
-    new_col[shared_ids] = np.arange(n_shared)
-    sp_pairs = ~private_pair
-    has_merged = np.flatnonzero(merged > 0.0)
-    rows = np.concatenate([row[sp_pairs], has_merged])
-    cols = np.concatenate([new_col[col[sp_pairs]], n_shared + np.arange(has_merged.size)])
-    upper = np.concatenate([w[lp_tuples[shared_ids]], merged[has_merged]])
-    n_var = upper.size
-    a_ub = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n_heavy, n_var), dtype=np.float64)
-    res = linprog(
-        c=-np.ones(n_var),
-        A_ub=a_ub,
-        b_ub=np.full(n_heavy, float(tau)),
-        bounds=np.column_stack([np.zeros(n_var), upper]),
-        method="highs",
-    )
-    if res.status != 0:  # pragma: no cover - x = 0 is feasible and the LP is bounded
-        raise ExecutionError(f"truncation LP failed: {res.message}")
-    val = fixed + float(-res.fun)
-    return min(max(val, fixed), total)
+    return _trunc.prepare(w, ti, ui, jt.n_users)
+
+
+def _truncated(jt: JoinTuples, mask: np.ndarray | None, tau: float) -> float:
+    """f̄ on the tuples selected by ``mask`` (all if None); ``jt`` already validated."""
+    return _trunc.truncate(_prepared(jt, mask), tau).value
 
 
 def truncated_value(weights: object, tuple_idx: object, user_idx: object, tau: float) -> float:
     """The truncation LP f̄(T, τ) = max Σ x_t s.t. Σ_{t: u⇝t} x_t ≤ τ ∀u, 0 ≤ x_t ≤ w_t (spec §3.2).
 
-    Solved with HiGHS on a sparse constraint matrix, after exact reductions: users whose total
-    weight is ≤ τ are dropped (their constraint is implied by x ≤ w), tuples touching no remaining
-    user are fixed at w_t, and the tuples whose only remaining user is u are merged into one
-    variable bounded by their total weight. If no user's total weight exceeds τ, returns Σ w_t
-    without an LP. ``tau`` ≥ 0 (τ = 0 gives the weight of tuples contributed by no user). The result is a
-    true (non-private) value: it must only leave through a DP mechanism.
+    Computed by :mod:`dpsql.mechanisms._s4s_truncation` on the instance whose weights and τ are
+    rounded down to the public grid 2^−k(τ) (k(τ) = 30 − max(0, ⌈log₂ τ⌉); weights 0 and 1 are
+    unchanged): exactly (closed form when no remaining tuple is shared, verified max-flow when
+    every shared tuple has two heavy users) or, with tuples of ≥ 3 heavy users, as a feasible
+    value P within the certified gap G(τ) = τ·2⁻¹⁰ of the optimum. ``tau`` ≥ 0 (τ = 0 gives
+    the weight of tuples contributed by no user). The result is a true (non-private) value: it
+    must only leave through a DP mechanism.
     """
     jt = validate_join_tuples(weights, tuple_idx, user_idx)
     t = _tau_value(tau)
@@ -280,6 +256,53 @@ def _tau_value(tau: object) -> float:
     if isinstance(tau, bool) or not (math.isfinite(t) and t >= 0):
         raise ConfigError(f"tau must be finite and >= 0, got {tau!r}", hint=hint)
     return t
+
+
+# ----------------------------------------------------------------------------- bounding Δ
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (a bijection of uint64), vectorised."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        return x ^ (x >> np.uint64(31))
+
+
+def bound_tuples_per_user(tuple_keys: object, user_idx_per_tuple: object, max_tuples: int, salt: bytes) -> np.ndarray:
+    """Boolean mask over single-owner tuples: each user keeps at most Δ of its tuples.
+
+    ``tuple_keys`` (int64, one per tuple) must identify a tuple independently of the rest of the
+    data (e.g. the base row ids that make it), ``user_idx_per_tuple`` is each tuple's one owner,
+    ``salt`` a fresh per-query secret (bytes). Each user keeps the Δ tuples of smallest keyed
+    order mix64(key ⊕ s₀) (ties by key), s₀ a 64-bit word taken from ``salt``.
+
+    Stability (why this bounding keeps the neighbouring relation): the tuples a user keeps are a
+    function of that user's own tuples and the salt only, so removing one user removes exactly
+    its kept tuples and changes nobody else's. This holds only when every tuple has ONE owner
+    (a single foreign-key chain); with several owners no stable bounding exists and Δ is
+    owner-attested instead (module docstring). The keyed order only avoids a systematic bias
+    (e.g. always keeping the oldest rows); privacy does not need it to be secret.
+    """
+    keys = np.asarray(tuple_keys).astype(np.int64, copy=False).view(np.uint64)
+    users = np.asarray(user_idx_per_tuple).astype(np.int64, copy=False)
+    delta = _max_tuples(max_tuples)
+    if keys.shape != users.shape or keys.ndim != 1:
+        raise ConfigError("tuple_keys and user_idx_per_tuple must be 1-D arrays of the same length")
+    if not isinstance(salt, (bytes, bytearray)) or len(salt) < 8:
+        raise ConfigError("salt must be at least 8 secret bytes", hint="use NoiseSource.salt() or os.urandom(16)")
+    s0 = np.uint64(int.from_bytes(bytes(salt[:8]), "little"))
+    order = np.lexsort((keys, _mix64(keys ^ s0), users))
+    su = users[order]
+    first = np.ones(su.size, dtype=bool)
+    first[1:] = su[1:] != su[:-1]
+    start = np.maximum.accumulate(np.where(first, np.arange(su.size), 0))
+    rank = np.arange(su.size) - start
+    keep = np.zeros(su.size, dtype=bool)
+    keep[order] = rank < delta
+    return keep
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -351,17 +374,23 @@ def _s4s_steps(e: float, delta: int, q: float, beta: float) -> tuple[S4SStep, ..
 
 
 def _snapped(tau: float, eps_i: float, eps_prime: float, delta: int, q: float) -> tuple[float, float, float]:
-    """(λ, Λ, B) of one run: the largest τ/λ with ε′(τ/λ, τ, Δ, q) + ξ ≤ ε′_i (module docstring)."""
+    """(λ, Λ, B) of one run: the largest τ/λ with ε′(τ/λ, τ, Δ, q) + G(τ)/λ + ξ ≤ ε′_i (docstring).
+
+    G(τ) = g·τ is the certified slack of the truncation (``_s4s_truncation``): the released
+    value moves by at most min(τ, |S_u|) + G when one user is added, so every term of Lemma 3.1
+    gains at most the factor e^{G/λ} = e^{g·τ/λ}, like the snapping term ξ.
+    """
     what = "a DP-S4S run"
+    g = _trunc.GAP_FRACTION
     k = snapping_exponent(eps_prime / 1000.0, what=what)
     target = eps_prime - snapping_extra(2.0 ** (k + 1))
     if q == 1.0:
-        eps_l = target
+        eps_l = target / (1.0 + g)
     else:
         lo, hi = 0.0, eps_i
         for _ in range(80):
             mid = 0.5 * (lo + hi)
-            if s4s_epsilon_prime(mid, tau, delta, q) <= target:
+            if s4s_epsilon_prime(mid, tau, delta, q) + g * mid <= target:
                 lo = mid
             else:
                 hi = mid
@@ -388,25 +417,23 @@ def s4s_scalar(
 
     See the module docstring for the privacy argument. ``q = 1`` runs without sampling (then
     ε′_i = ε_i and the schedule is plain basic composition). Raises :class:`ConfigError` on invalid
-    parameters or inputs, including a user with more than ``max_tuples_per_user`` distinct tuples
-    (a broken contract of the caller's bounding, under which Lemma 3.1 would not hold).
+    parameters or malformed inputs only — never on the data's values: a user with more than
+    ``max_tuples_per_user`` tuples is not detected (see "Δ" in the module docstring; single-owner
+    tuples are bounded by the caller, e.g. with :func:`bound_tuples_per_user`).
     """
     e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
     qq = _rate(q)
     delta = _max_tuples(max_tuples_per_user)
     b = _beta(beta)
     jt = validate_join_tuples(weights, tuple_idx, user_idx)
-    if jt.n_users and int(jt.tuples_per_user().max()) > delta:
-        raise ConfigError(
-            f"a user contributes to more than max_tuples_per_user={delta} join tuples",
-            hint="the caller must bound each user's join tuples by the public Delta before DP-S4S",
-        )
-
+    # Δ is never checked against the data here (raising would reveal whether it is exceeded):
+    # see "Δ" in the module docstring.
     steps = _s4s_steps(e, delta, qq, b)
     spent = math.fsum(s.epsilon_prime for s in steps)
 
     mask = None if qq == 1.0 else poisson_sample(jt.weights.size, qq, rng)
-    fbars = np.array([_truncated(jt, mask, s.tau) for s in steps])
+    prep = _prepared(jt, mask)
+    fbars = np.array([_trunc.truncate(prep, s.tau).value for s in steps])
     snapped = rng.snap_laplace(
         fbars,
         np.array([s.snap_lambda for s in steps]),
@@ -464,13 +491,18 @@ def r2t_scalar(
     sched = r2t_schedule(e, global_sensitivity, b)  # validates global_sensitivity
     jt = validate_join_tuples(weights, tuple_idx, user_idx)
     share = e / len(sched)
-    snaps = [snapping_calibration(float(s.tau), share, integer=False, what="an R2T run") for s in sched]
-    fbars = np.array([_truncated(jt, None, float(s.tau)) for s in sched])
+    # sensitivity τ_j + G(τ_j): the certified slack of the truncation (module docstring)
+    snaps = [
+        snapping_calibration(float(s.tau) + _trunc.gap_bound(float(s.tau)), share, integer=False, what="an R2T run")
+        for s in sched
+    ]
+    prep = _prepared(jt, None)
+    fbars = np.array([_trunc.truncate(prep, float(s.tau)).value for s in sched])
     snapped = rng.snap_laplace(
         fbars, np.array([p[0] for p in snaps]), np.array([p[1] for p in snaps]), np.array([p[2] for p in snaps])
     )
     cands = [float(v) - s.bias for s, v in zip(sched, snapped)]
-    base = _truncated(jt, None, 0.0)  # sensitivity 0: released exactly
+    base = _trunc.truncate(prep, 0.0).value  # sensitivity 0: released exactly
     best = int(np.argmax(cands))
     if cands[best] >= base:
         est, tau = float(cands[best]), float(sched[best].tau)
