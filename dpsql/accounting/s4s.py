@@ -176,22 +176,26 @@ def s4s_epsilon_prime(epsilon: float, tau: float, max_tuples: int, q: float) -> 
 
 
 # ----------------------------------------------------------------------------- Lemma 3.5
-def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: float) -> float:
+def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: float, gap: float = 0.0) -> float:
     """Amplified RDP ρ′ of Sample-and-Truncate with Gaussian noise (DP-S4S Lemma 3.5); ρ′ ≤ ρ.
 
     ``alpha`` > 1 the Rényi order, ``rho`` ≥ 0 the RDP of the unsampled Gaussian release (σ =
-    τ√(α/(2ρ))), other arguments as in :func:`s4s_epsilon_prime`.
+    (τ + gap)√(α/(2ρ))), other arguments as in :func:`s4s_epsilon_prime`. ``gap`` ≥ 0 is an
+    additive slack on the truncated value (a certified solver gap): the release then moves by at
+    most min(τ, k) + gap when the witness has k sampled tuples, and the k-th term of the lemma's
+    sum becomes exp((α−1)ρ((k + gap)/(τ + gap))²) (gap = 0 is the lemma as published).
     """
     a = v.alpha_order(alpha)
     r = v.nonneg(rho, "rho", hint="rho is an RDP budget: a finite value >= 0")
     t = _tau(tau)
     n = _max_tuples(max_tuples)
     qq = _q(q)
+    gp = v.nonneg(gap, "gap", hint="gap is a certified slack on the truncated value, >= 0")
     if r == 0.0:
         return 0.0
     kmax = min(math.floor(t), n)
-    c = (a - 1.0) * r / (t * t)  # exponent per k²
-    top = (a - 1.0) * r  # exponent of the tail term
+    c = (a - 1.0) * r / ((t + gp) * (t + gp))  # exponent per (k + gap)²
+    top = (a - 1.0) * r  # exponent of the tail term (sensitivity τ + gap)
     mean = n * qq
     sd = math.sqrt(n * qq * (1.0 - qq))
     w_lo = max(0, math.floor(mean - 40.0 * sd - 50.0))
@@ -201,10 +205,10 @@ def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: floa
         w_lo = max(0, kmax - 200_000)
     parts = [_binom_logsf(kmax, n, qq) + top] if kmax < n else []
     ks = np.arange(w_lo, w_hi + 1, dtype=float)
-    parts.append(float(logsumexp(_binom_logpmf(ks, n, qq) + c * ks * ks)))
+    parts.append(float(logsumexp(_binom_logpmf(ks, n, qq) + c * (ks + gp) ** 2)))
     # upper bounds for the k ≤ ⌊τ⌋ outside the window
     if w_lo > 0:
-        parts.append(_binom_logcdf(w_lo - 1, n, qq) + c * float(w_lo) ** 2)
+        parts.append(_binom_logcdf(w_lo - 1, n, qq) + c * (float(w_lo) + gp) ** 2)
     if w_hi < kmax:
         sf_hi = float(binom.sf(w_hi, n, qq))
         if sf_hi > 0:

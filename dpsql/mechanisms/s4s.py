@@ -80,16 +80,27 @@ spec ``mechanisms.md`` §3.1–3.5, vectors ``dp_s4s.json``.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
-from dpsql.accounting import r2t_schedule, s4s_budget_schedule, s4s_epsilon_prime
+from dpsql.accounting import r2t_schedule, s4s_budget_schedule, s4s_epsilon_prime, s4s_rdp_prime
 from dpsql.errors import ConfigError, ExecutionError
 from dpsql.mechanisms import _s4s_truncation as _trunc
-from dpsql.noise import NoiseSource, snapping_calibration, snapping_exponent, snapping_extra, snapping_grid
+from dpsql.noise import (
+    NoiseSource,
+    check_gaussian_representable,
+    gaussian_fp_delta,
+    gaussian_release,
+    round_to_granularity,
+    snapping_calibration,
+    snapping_exponent,
+    snapping_extra,
+    snapping_grid,
+)
 
 __all__ = [
     "JoinTuples",
@@ -100,6 +111,12 @@ __all__ = [
     "truncated_value",
     "poisson_sample",
     "s4s_scalar",
+    "S4SRdpStep",
+    "S4SRdpSchedule",
+    "S4SRdpResult",
+    "s4s_rdp_schedule",
+    "s4s_scalar_rdp",
+    "bound_tuples_per_user",
     "r2t_scalar",
 ]
 
@@ -517,4 +534,187 @@ def r2t_scalar(
         epsilon=e,
         tau=tau,
         snap_lambdas=tuple(p[0] for p in snaps),
+    )
+
+
+# ----------------------------------------------------------------------------- approximate DP (RDP)
+#: Rényi orders tried by :func:`s4s_rdp_schedule`: α = 1 + 2^{j/4}, j = −16 … 48 (public, fixed)
+RDP_ORDERS = tuple(1.0 + 2.0 ** (j / 4.0) for j in range(-16, 49))
+
+
+@dataclass(frozen=True)
+class S4SRdpStep:
+    """One Gaussian run of the RDP variant of Algorithm 2 (data independent)."""
+
+    i: int
+    tau: float  #: τ_i = 2^{i−1}
+    rho: float  #: ρ_i = ρ₀/i, the RDP (order α) of the unsampled release at sensitivity τ_i + G_i
+    rho_prime: float  #: ρ′_i (Lemma 3.5 with the certified slack G_i), what the run costs
+    sigma: float  #: σ_i = (τ_i + G_i)·√(α/(2ρ_i))
+    bias: float  #: σ_i·√(2 ln(3L/β)), subtracted from the noisy value
+    granularity: float  #: γ_i = 2^⌊log₂(σ_i/16)⌋, the released value's rounding grid
+
+
+@dataclass(frozen=True)
+class S4SRdpSchedule:
+    alpha: float
+    rho_total: float  #: ρ available at order α for (ε, δ − δ_fp) by the CKS conversion
+    steps: tuple[S4SRdpStep, ...]
+    rho_spent: float  #: Σ ρ′_i ≤ rho_total (checked exactly)
+    fp_delta: float  #: (1 + e^ε)·Σ_i δ_coord,i: the floating-point part of δ (dpsql.noise §3)
+    epsilon_spent: float  #: CKS ε of (α, Σρ′_i) at δ − fp_delta; ≤ ε
+
+
+def _rdp_rho_total(e: float, d: float, a: float) -> float:
+    """ρ with ρ + ln(1 − 1/α) − (ln δ + ln α)/(α − 1) = ε (CKS / Balle et al. RDP → DP)."""
+    return e - math.log1p(-1.0 / a) + (math.log(d) + math.log(a)) / (a - 1.0)
+
+
+def _rdp_steps(rho_total: float, a: float, delta: int, q: float, beta: float) -> list[S4SRdpStep]:
+    big_l = delta.bit_length()
+    z = math.sqrt(2.0 * math.log(3.0 * big_l / beta))
+    rho0 = rho_total
+    out = []
+    for i in range(big_l, 0, -1):
+        tau = float(1 << (i - 1))
+        gap = _trunc.gap_bound(tau)
+        rho_i = rho0 / i
+        sigma = (tau + gap) * math.sqrt(a / (2.0 * rho_i))
+        rp = s4s_rdp_prime(a, rho_i, tau, delta, q, gap=gap)
+        rho0 = max(0.0, rho0 - rp)
+        gran = math.ldexp(1.0, math.floor(math.log2(sigma / 16.0)))
+        out.append(S4SRdpStep(i, tau, rho_i, rp, sigma, sigma * z, gran))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _rdp_schedule_cached(e: float, d: float, delta: int, q: float, beta: float, alpha: float | None) -> S4SRdpSchedule:
+    big_l = delta.bit_length()
+    # every run's σ/γ < 32, so δ_coord ≤ gaussian_fp_delta(32, 1) (it depends on σ/γ only)
+    fp = (1.0 + math.exp(min(e, 700.0))) * big_l * gaussian_fp_delta(32.0, 1.0, integer=False)
+    d_rdp = d - fp
+    if not d_rdp > 0:
+        raise ConfigError(f"delta={d!r} is too small for DP-S4S's floating-point Gaussian noise",
+                          hint="use delta >= 1e-10")
+    best: tuple[float, float, list[S4SRdpStep]] | None = None
+    for a in (RDP_ORDERS if alpha is None else (alpha,)):
+        rt = _rdp_rho_total(e, d_rdp, a)
+        if not rt > 0:
+            continue
+        steps = _rdp_steps(rt, a, delta, q, beta)
+        score = math.fsum(math.log(s.sigma / s.tau) for s in steps)  # geometric mean of σ_i/τ_i
+        if best is None or score < best[0]:
+            best = (score, a, steps)
+    if best is None:
+        raise ConfigError(
+            f"epsilon={e!r} is too small for delta={d!r} at every Rényi order",
+            hint="use a larger epsilon or delta (the RDP conversion needs epsilon > ln(1/delta)/(alpha-1) + ...)",
+        )
+    _, a, steps = best
+    rt = _rdp_rho_total(e, d_rdp, a)
+    for _ in range(64):  # the exact sum of the ρ′_i must not exceed ρ_total, nor the CKS ε exceed ε
+        spent = sum((Fraction(s.rho_prime) for s in steps), Fraction(0))
+        eps_conv = float(spent) + math.log1p(-1.0 / a) - (math.log(d_rdp) + math.log(a)) / (a - 1.0)
+        if spent <= Fraction(_rdp_rho_total(e, d_rdp, a)) and eps_conv <= e:
+            return S4SRdpSchedule(a, _rdp_rho_total(e, d_rdp, a), tuple(steps), float(spent), fp, eps_conv)
+        rt = float(np.nextafter(rt, 0.0)) * (1.0 - 4.0 * float(np.finfo(float).eps))
+        steps = _rdp_steps(rt, a, delta, q, beta)
+    raise ExecutionError(f"DP-S4S RDP schedule overspends epsilon={e!r}")  # pragma: no cover
+
+
+def s4s_rdp_schedule(
+    epsilon: float, delta: float, max_tuples_per_user: int, q: float, beta: float = 0.1, alpha: float | None = None
+) -> S4SRdpSchedule:
+    """The data-independent schedule of the RDP variant of Algorithm 2 (spec §3.6).
+
+    Allocation (the spec leaves it open): the same 1/i shape as the pure-DP schedule, in RDP at one
+    order α: ρ₀ ← ρ_total(α); for i = L … 1: ρ_i = ρ₀/i, σ_i = (τ_i + G_i)√(α/(2ρ_i)),
+    ρ₀ ← ρ₀ − ρ′_i (Lemma 3.5), so the last run takes what amplification left over and
+    Σ ρ′_i ≤ ρ_total. ρ_total(α) = ε − ln(1 − 1/α) + (ln δ′ + ln α)/(α − 1) makes (α, ρ_total)-RDP
+    imply (ε, δ′)-DP (CKS 2020 / Balle et al. 2020 Thm 21), δ′ = δ − δ_fp. α is the order of
+    :data:`RDP_ORDERS` (or the given ``alpha``) minimising Σ_i ln(σ_i/τ_i), the geometric mean of
+    the noise multipliers (the chosen τ is unknown in advance, so every run counts alike).
+    """
+    e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
+    hint = "delta is the query's delta, in (0, 1), e.g. delta=1e-7"
+    try:
+        d = float(delta)
+    except (TypeError, ValueError):
+        raise ConfigError(f"delta must be a number, got {delta!r}", hint=hint) from None
+    if isinstance(delta, bool) or not (0.0 < d < 1.0):
+        raise ConfigError(f"delta must be in (0, 1), got {delta!r}", hint=hint)
+    a = None
+    if alpha is not None:
+        a = _positive(alpha, "alpha", "alpha is a Renyi order > 1")
+        if not a > 1.0:
+            raise ConfigError(f"alpha must be > 1, got {alpha!r}", hint="alpha is a Renyi order > 1")
+    return _rdp_schedule_cached(e, d, _max_tuples(max_tuples_per_user), _rate(q), _beta(beta), a)
+
+
+@dataclass(frozen=True)
+class S4SRdpResult:
+    """Output of :func:`s4s_scalar_rdp` (every field DP or public)."""
+
+    estimate: float  #: max(0, max_i f̃_i/q)
+    unclamped: float
+    candidates: tuple[float, ...]  #: f̃_i/q, i = L … 1
+    schedule: S4SRdpSchedule
+    epsilon: float
+    delta: float
+    q: float
+    max_tuples_per_user: int
+    beta: float
+    tau: float  #: τ of the maximising candidate
+
+
+def s4s_scalar_rdp(
+    weights: object,
+    tuple_idx: object,
+    user_idx: object,
+    *,
+    epsilon: float,
+    delta: float,
+    max_tuples_per_user: int,
+    q: float,
+    rng: NoiseSource,
+    beta: float = 0.1,
+    alpha: float | None = None,
+) -> S4SRdpResult:
+    r"""DP-S4S Algorithm 2 with Gaussian noise under Rényi DP: an (ε, δ)-DP estimate of Σ_t w_t.
+
+    Privacy (neighbouring relation and the Δ condition as for :func:`s4s_scalar`): one Poisson
+    sample S; run i releases f̄(S, τ_i) + N(0, σ_i²) rounded to γ_i. Lemma 3.5 (with the certified
+    slack G_i, :func:`dpsql.accounting.s4s_rdp_prime`) makes run i (α, ρ′_i)-RDP; RDP composes
+    additively at α over the L runs on the same sample, Σ ρ′_i ≤ ρ_total(α), and the CKS
+    conversion gives (ε, δ − δ_fp)-DP; the floating-point sampler and rounding add
+    δ_fp = (1 + e^ε)·Σ_i δ_coord,i (``dpsql.noise`` §3), so the whole is (ε, δ)-DP. The candidates
+    f̃_i = f̂_i − σ_i√(2 ln(3L/β)) (each underestimates f̄(S, τ_i) except w.p. β/(3L), the Gaussian
+    analogue of the pure-DP bias) are rescaled by 1/q; the release max(0, max_i f̃_i/q) is
+    post-processing. Raises :class:`ConfigError` on invalid parameters only.
+    """
+    sched = s4s_rdp_schedule(epsilon, delta, max_tuples_per_user, q, beta, alpha)
+    qq = _rate(q)
+    jt = validate_join_tuples(weights, tuple_idx, user_idx)
+    mask = None if qq == 1.0 else poisson_sample(jt.weights.size, qq, rng)
+    prep = _prepared(jt, mask)
+    cands = []
+    for st in sched.steps:
+        check_gaussian_representable(st.sigma, st.granularity, integer=False, what="a DP-S4S run")
+        v = np.array([_trunc.truncate(prep, st.tau).value])
+        noisy = round_to_granularity(gaussian_release(v, rng.gaussian_noise(st.sigma, 1), integer=False),
+                                     st.granularity)
+        cands.append((float(noisy[0]) - st.bias) / qq)
+    best = int(np.argmax(cands))
+    raw = float(cands[best])
+    return S4SRdpResult(
+        estimate=max(0.0, raw),
+        unclamped=raw,
+        candidates=tuple(cands),
+        schedule=sched,
+        epsilon=float(epsilon),
+        delta=float(delta),
+        q=qq,
+        max_tuples_per_user=_max_tuples(max_tuples_per_user),
+        beta=_beta(beta),
+        tau=sched.steps[best].tau,
     )
