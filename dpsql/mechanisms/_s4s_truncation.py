@@ -76,6 +76,8 @@ GAP_FRACTION = 2.0**-10
 #: the int32 cap of scipy's max-flow capacities we stay under
 _CAP_BITS = 30
 _MARGIN = 2.0**-30
+#: HiGHS options of the first attempt
+_FIRST_OPTIONS: dict[str, object] = {}
 
 
 @dataclass
@@ -263,7 +265,7 @@ def _certified_lp(usig: np.ndarray, owners: np.ndarray, cap: np.ndarray, tq: int
     g_q = tq * GAP_FRACTION
     best_p, best_gap = 0.0, math.inf
     attempts: list[tuple[str, dict[str, object]]] = [
-        ("highs-ds", {}),
+        ("highs-ds", dict(_FIRST_OPTIONS)),
         ("highs-ds", {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}),
         ("highs-ipm", {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}),
     ]

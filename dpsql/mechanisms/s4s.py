@@ -156,6 +156,21 @@ def _index_array(a: object, name: str) -> np.ndarray:
 
 def validate_join_tuples(weights: object, tuple_idx: object, user_idx: object) -> JoinTuples:
     """Check the input representation; raise :class:`ConfigError` on any malformed input."""
+    return _compact(*_checked_arrays(weights, tuple_idx, user_idx))
+
+
+def _sampled_join_tuples(weights: object, tuple_idx: object, user_idx: object, q: float, rng: NoiseSource) -> JoinTuples:
+    """Validate everything, draw the Poisson sample, then compact only the sampled pairs
+    (weights outside the sample are 0 and their pairs dropped: the same f̄ as masking later)."""
+    w, ti, ui = _checked_arrays(weights, tuple_idx, user_idx)
+    if q == 1.0:
+        return _compact(w, ti, ui)
+    mask = poisson_sample(w.size, q, rng)
+    keep = mask[ti]
+    return _compact(np.where(mask, w, 0.0), ti[keep], ui[keep])
+
+
+def _checked_arrays(weights: object, tuple_idx: object, user_idx: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     try:
         w = np.asarray(weights)
     except (TypeError, ValueError):
@@ -180,6 +195,11 @@ def validate_join_tuples(weights: object, tuple_idx: object, user_idx: object) -
     n = w.size
     if ti.size and int(ti.max()) >= n:
         raise ConfigError(f"tuple_idx must be < len(weights) = {n}, got {int(ti.max())}")
+    return w, ti, ui
+
+
+def _compact(w: np.ndarray, ti: np.ndarray, ui: np.ndarray) -> JoinTuples:
+    n = w.size
     if ui.size == 0:
         return JoinTuples(w, ti, ui, 0)
     users, uc = np.unique(ui, return_inverse=True)
@@ -369,6 +389,7 @@ class S4SResult:
     tau: float  #: τ of the step attaining the maximum (the chosen threshold)
 
 
+@functools.lru_cache(maxsize=64)
 def _s4s_steps(e: float, delta: int, q: float, beta: float) -> tuple[S4SStep, ...]:
     """The accounting's schedule, with Σ ε′_i ≤ ε checked in exact rational arithmetic.
 
@@ -442,14 +463,13 @@ def s4s_scalar(
     qq = _rate(q)
     delta = _max_tuples(max_tuples_per_user)
     b = _beta(beta)
-    jt = validate_join_tuples(weights, tuple_idx, user_idx)
     # Δ is never checked against the data here (raising would reveal whether it is exceeded):
     # see "Δ" in the module docstring.
     steps = _s4s_steps(e, delta, qq, b)
     spent = math.fsum(s.epsilon_prime for s in steps)
 
-    mask = None if qq == 1.0 else poisson_sample(jt.weights.size, qq, rng)
-    prep = _prepared(jt, mask)
+    jt = _sampled_join_tuples(weights, tuple_idx, user_idx, qq, rng)
+    prep = _prepared(jt, None)
     fbars = np.array([_trunc.truncate(prep, s.tau).value for s in steps])
     snapped = rng.snap_laplace(
         fbars,
@@ -694,9 +714,8 @@ def s4s_scalar_rdp(
     """
     sched = s4s_rdp_schedule(epsilon, delta, max_tuples_per_user, q, beta, alpha)
     qq = _rate(q)
-    jt = validate_join_tuples(weights, tuple_idx, user_idx)
-    mask = None if qq == 1.0 else poisson_sample(jt.weights.size, qq, rng)
-    prep = _prepared(jt, mask)
+    jt = _sampled_join_tuples(weights, tuple_idx, user_idx, qq, rng)
+    prep = _prepared(jt, None)
     cands = []
     for st in sched.steps:
         check_gaussian_representable(st.sigma, st.granularity, integer=False, what="a DP-S4S run")
