@@ -64,7 +64,7 @@ dual simplex (primal simplex was 2–7× slower, interior point 2–5× slower, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -121,7 +121,6 @@ class Prepared:
     ti: np.ndarray  #: int64 (p,), pairs u ⇝ t (unique)
     ui: np.ndarray  #: int64 (p,), users in [0, m)
     n_users: int
-    extra: dict[str, object] = field(default_factory=dict, compare=False)
 
 
 def prepare(w: np.ndarray, ti: np.ndarray, ui: np.ndarray, n_users: int) -> Prepared:

@@ -50,6 +50,18 @@ R2T (q = 1) needs no Δ.
   max(0, max_i f̃_i/q) is post-processing of them. **We clamp at 0** (as the authors' code does;
   the true sum is ≥ 0, so this only reduces error); the unclamped value is kept in the result too.
   Utility (Lemma 3.3): w.p. 1 − β, |f̂ − f| = Õ(√(n/q) + 1/q + (τ* + √(τ*/q))/ε_{i*}).
+* Approximate DP (δ > 0; §3.6, :func:`s4s_scalar_rdp`): Algorithm 2 with Gaussian noise. Run i
+  releases f̄(S, τ_i) + N(0, σ_i²), σ_i = (τ_i + G_i)√(α/(2ρ_i)), rounded to γ_i = 2^⌊log₂(σ_i/16)⌋;
+  by Lemma 3.5 (with the certified slack, :func:`dpsql.accounting.s4s_rdp_prime`) it is
+  (α, ρ′_i)-RDP. Allocation (open in the spec; chosen here): the pure-DP schedule's 1/i shape in
+  RDP at one order α — ρ_i = ρ₀/i, ρ₀ ← ρ₀ − ρ′_i from ρ₀ = ρ_total(α) — so amplification savings
+  roll over to the later (smaller-τ) runs and Σ ρ′_i ≤ ρ_total(α), checked exactly.
+  ρ_total(α) = ε − ln(1 − 1/α) + (ln δ′ + ln α)/(α − 1) is the CKS/Balle RDP → (ε, δ′) conversion
+  solved for ρ, with δ′ = δ − δ_fp and δ_fp = (1 + e^ε)·L·δ_coord the floating-point part of the
+  Gaussian sampler (``dpsql.noise`` §3, every run has σ/γ < 32). α is the order of
+  :data:`RDP_ORDERS` (1 + 2^{j/4}, j = −16 … 48; public) minimising Σ_i ln(σ_i/τ_i). Bias:
+  σ_i√(2 ln(3L/β)) (each candidate overestimates w.p. ≤ β/(3L), the Gaussian analogue of the
+  Laplace bias). Total: (ε, δ)-DP, conditional on Δ for q < 1 as above.
 * R2T (§3.3, Dong et al. 2022), the unsampled variant (q = 1, no amplification): τ_j = 2^j,
   j = 1 … L = ⌈log₂ GS⌉, each run with ε/L: Q̃_j = f̄(I, τ_j) + Lap(L τ_j/ε) − L τ_j ln(L/β)/ε,
   released max(max_j Q̃_j, f̄(I, 0)) (:func:`dpsql.accounting.r2t_schedule`). f̄(I, 0) is the weight
