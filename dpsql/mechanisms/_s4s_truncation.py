@@ -52,8 +52,10 @@ P is still released: the run's privacy loss then grows by (gap − G)/λ for tha
 graceful degradation rather than a switch, and a *data-independent* fallback value (such as
 f̄(S, 0) or a constant) is deliberately NOT used: whether the solver certifies depends on the
 data, so switching to a value far from P on one of two neighbouring inputs would break the
-sensitivity bound by up to f̄ itself. This residual is the one assumption outside the proof; the
-module keeps counters (:data:`STATS`, process-local, never released) so that benchmarks report it.
+sensitivity bound by up to f̄ itself. There is no time limit either: a time-out
+would be the same kind of data-dependent switch (the residual is the run time, as for every
+mechanism). This residual is the one assumption outside the proof; the module keeps counters
+(:data:`STATS`, process-local, never released) so that benchmarks report it.
 
 Measurements (``benchmarks/s4s.py``, 2 shared cores): see the README of the benchmark output;
 in short, paths 1–2 replace an LP of seconds by milliseconds; the general path keeps HiGHS's
