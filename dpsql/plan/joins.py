@@ -359,7 +359,7 @@ class _JoinBuilder:
         agg_sqls = {a.sql(dialect="duckdb").lower() for a in agg_nodes}
         for it in stmt.expressions:
             self.vs.extend(check_expression_functions(it, sql, "SELECT"))
-            if not any(True for _ in it.find_all(exp.AggFunc)):
+            if not any(True for _ in it.find_all(exp.AggFunc)) and stmt.args.get("group") is None:
                 self.bad(it, "over joins every output must be an aggregate (COUNT or SUM)")
         agg = None
         if len(agg_sqls) > 1:
