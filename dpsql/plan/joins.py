@@ -14,8 +14,9 @@ What the plan states (all public):
   column with declared bounds) or from an explicit clamp ``LEAST(GREATEST(expr, lo), hi)``
   with literal bounds;
 * the **user slots**: every way a join tuple reaches a person -- an input's own privacy unit,
-  a foreign key to a person table's privacy unit, or a chain of foreign keys ending at one (a
-  reference declares its target column a key). Slots that the join's equalities prove equal
+  a foreign key to a person table's privacy unit, or a chain of foreign keys through tables
+  without a privacy unit ending at one (a reference declares its target column a key; a chain
+  stops at the first person it reaches). Slots that the join's equalities prove equal
   (e.g. ``orders.o_custkey = customer.c_custkey``; a chain ``lineitem.l_orderkey -> orders``
   whose first hop is the join's own ``l_orderkey = o_orderkey``) are one *person class*;
 * **single owner** when there is one person class (every tuple belongs to one person);
@@ -135,13 +136,9 @@ def _slots_from(table: TableSpec, catalog: Mapping[str, TableSpec], seen: frozen
             continue
         hop = ir.Hop(table.name, fk, tn, tc)
         if t2.privacy_unit == tc:
-            out.append((hop,))  # direct: the fk's value is the person
-            # the person row's other references reach further people
-            for rest in _slots_from(t2, catalog, seen | {table.name}):
-                if rest is None:
-                    out.append(None)
-                elif rest:
-                    out.append((hop, *rest))
+            # direct: the fk's value is the person. A person's own row is that person's data: what it
+            # references in turn is not followed from here (the person is reached; that is the slot)
+            out.append((hop,))
             continue
         if tn in seen:
             continue  # a cycle of references through non-unit columns: reaches the same people again
@@ -435,9 +432,15 @@ class _JoinBuilder:
                            flat_schema=dict(self.flat_schema))
         pb = bound_people(jp, self.catalog)
         if math.isinf(pb.delta):
-            _bad(self.sql, self.stmt, "the join tuples per person cannot be bounded from the catalog: some input joins on a "
-                 "column with no declared bound (hint: join on keys (targets of references), privacy units, or foreign keys "
-                 "with degree_bounds declared by the data owner, e.g. degree_bounds={'customer_id': 64})", vs)
+            names = ", ".join(f"'{s.alias}.{s.column}'" + (f" (references {s.hops[0].target_table}.{s.hops[0].target_column})"
+                                                           if s.hops else " (its privacy unit)") for s in jp.slots)
+            loose = [f"'{s.alias}.{s.column}'" for s in jp.slots
+                     if math.isinf(chain_rows(self.catalog[dict(jp.inputs)[s.alias]], s.hops, self.catalog))]
+            what = (f"no bound on the rows per person through {', '.join(loose)}" if loose else
+                    "some input joins on a column with no declared bound")
+            _bad(self.sql, self.stmt, f"a join tuple reaches people through {len(jp.slots)} paths ({names}) and the tuples "
+                 f"per person cannot be bounded from the catalog: {what} (hint: declare degree_bounds for these "
+                 "references, e.g. degree_bounds={'customer_id': 64}, or join on keys and privacy units)", vs)
             _raise(vs, policy=True)
         return jp
 
