@@ -429,3 +429,16 @@ def test_empirical_privacy_on_neighbouring_datasets_with_a_negative_control() ->
 
     assert not violates(1.0)
     assert violates(0.25)
+
+
+def test_a_self_join_on_the_privacy_unit_is_bounded_by_the_per_unit_cap() -> None:
+    """events(user_id) with at most L = 2 rows per person: e1 JOIN e2 ON user_id has one owner and
+    Delta = L^2 = 4, enforced (each input capped to 2 rows per user)."""
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    try:
+        s.register("events", pa.table({"user_id": [1, 1, 1, 2]}), privacy_unit="user_id", max_groups_per_unit=1,
+                   max_rows_per_group=2)
+        p = s.explain("SELECT COUNT(*) FROM events e1 JOIN events e2 ON e1.user_id = e2.user_id", epsilon=1.0)
+        assert p.mechanism == "dp_s4s" and p.parameters["Delta"] == 4 and p.parameters["Delta_holds"] == "enforced"
+    finally:
+        s.close()

@@ -172,14 +172,15 @@ class _JoinBuilder:
         _bad(self.sql, node, msg, self.vs)
 
     # -- inputs and conditions ------------------------------------------------------------
-    def add_input(self, tbl: exp.Expression) -> None:
+    def add_input(self, tbl: exp.Expression, at: exp.Expression | None = None) -> bool:
+        at = at or tbl
         if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
             what = "subqueries" if isinstance(tbl, exp.Subquery) else "table functions and file paths"
-            self.bad(tbl, f"{what} are not allowed in joins; join registered tables")
-            return
+            self.bad(at, f"{what} are not allowed in joins; join registered tables")
+            return False
         if tbl.args.get("db") or tbl.args.get("catalog"):
-            self.bad(tbl, "schema- or database-qualified table names are not allowed; use the registered table name")
-            return
+            self.bad(at, "schema- or database-qualified table names are not allowed; use the registered table name")
+            return False
         for key, val in tbl.args.items():
             if val and key not in ("this", "alias", "db", "catalog"):
                 self.bad(tbl, f"the table reference clause '{key}' is not supported in joins")
@@ -190,16 +191,17 @@ class _JoinBuilder:
         table = self.catalog.get(name)
         if table is None:
             known = ", ".join(sorted(self.catalog)) or "none"
-            self.bad(tbl, f"table '{tbl.this.name}' is not registered (registered tables: {known})")
-            return
+            self.bad(at, f"table '{tbl.this.name}' is not registered (registered tables: {known}); register it first")
+            return False
         alias = (tbl.alias or name).lower()
         if any(i.alias == alias for i in self.inputs):
-            self.bad(tbl, f"'{alias}' names two inputs of the join; give each use of a table its own alias (FROM t AS a JOIN t AS b ...)")
-            return
+            self.bad(at, f"'{alias}' names two inputs of the join; give each use of a table its own alias (FROM t AS a JOIN t AS b ...)")
+            return False
         if SEP in alias:
-            self.bad(tbl, f"alias '{alias}' may not contain '{SEP}'")
-            return
+            self.bad(at, f"alias '{alias}' may not contain '{SEP}'")
+            return False
         self.inputs.append(_Input(alias, table, tbl))
+        return True
 
     def resolve(self, col: exp.Column, where: str) -> str | None:
         """The flat name of a column reference, or None (reported)."""
@@ -313,10 +315,7 @@ class _JoinBuilder:
             self.bad(stmt, "the query has no FROM clause")
             _raise(self.vs)
         self.add_input(from_.this)
-        joins = list(stmt.args.get("joins") or [])
-        for j in joins:
-            self.add_input(j.this)
-        _raise(self.vs)
+        joins = [j for j in stmt.args.get("joins") or [] if self.add_input(j.this, j)]
         self.flat_schema = {flat(i.alias, c): t for i in self.inputs for c, t in i.table.schema.items()}
         conditions: list[tuple[str, str]] = []
         for j in joins:
@@ -348,16 +347,24 @@ class _JoinBuilder:
                     for n, m in e.problems:
                         self.bad(where.this if n is None else n, f"WHERE: {m}")
         for key in ("group", "having"):
-            if stmt.args.get(key) is not None:
-                self.bad(stmt.args[key], f"{'GROUP BY' if key == 'group' else 'HAVING'} is not supported over joins yet: joins answer scalar COUNT and SUM")
+            node = stmt.args.get(key)
+            if node is not None:
+                first = (node.expressions or [node])[0] if key == "group" else node
+                self.bad(first, f"{'GROUP BY' if key == 'group' else 'HAVING'} is not supported over joins yet: joins answer "
+                         "scalar COUNT and SUM")
 
         # SELECT: one aggregate, outputs over it
-        agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc)]
+        agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
         agg_sqls = {a.sql(dialect="duckdb").lower() for a in agg_nodes}
         for it in stmt.expressions:
             self.vs.extend(check_expression_functions(it, sql, "SELECT"))
-            if not any(True for _ in it.find_all(exp.AggFunc)) and stmt.args.get("group") is None:
-                self.bad(it, "over joins every output must be an aggregate (COUNT or SUM)")
+            if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
+                self.bad(it, "SELECT * releases raw rows and is not allowed; select COUNT(*) or SUM(...)")
+            elif not any(True for _ in it.find_all(exp.AggFunc)):
+                if stmt.args.get("group") is None:
+                    self.bad(it, "over joins every output must be an aggregate (COUNT or SUM)")
+                else:
+                    self.flatten(it, "SELECT")  # reports unknown columns
         agg = None
         if len(agg_sqls) > 1:
             self.bad(stmt, "over joins one aggregate is answered per query (COUNT(*) or one SUM)")
