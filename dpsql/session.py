@@ -99,9 +99,7 @@ class Session:
     # -- catalog ----------------------------------------------------------------------------
     def register(
         self,
-        name: str,
-        source: Any,
-        *,
+        name: str, source: Any, *,
         privacy_unit: str | None = None,
         max_groups_per_unit: float = 1,
         max_rows_per_group: float = 1,
