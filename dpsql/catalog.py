@@ -607,7 +607,7 @@ def register_table(
         if privacy_unit is not None:
             raise ConfigError(f"public table '{tname}' cannot have a privacy unit: a public table holds no person",
                               hint="drop public=True, or drop privacy_unit")
-        for fk, target in refs.items():
+        for target in refs.values():
             ref = catalog.get(target.partition(".")[0])
             if ref is None or not ref.public:
                 raise ConfigError(

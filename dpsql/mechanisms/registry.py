@@ -200,7 +200,7 @@ def _route_join(
         reason = f"join: DP-S4S (Poisson-sampled join tuples, truncation with a privately chosen threshold; Delta {holds})"
     else:
         reason = f"join: R2T (no sampling, truncation race over thresholds; Delta {holds})"
-    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {}) if not plan.table.public else None), reason)
+    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason)
 
 
 def _single_range_count(plan: ir.QueryPlan) -> bool:

@@ -294,7 +294,11 @@ class JoinMechanism:
         assert name in (MechanismName.DP_S4S, MechanismName.R2T)
         self.name = name
 
-    def calibrate(self, request: Request, contribution: Caps | None = None) -> JoinCalibration:
+    name: MechanismName
+
+    def calibrate(self, request: Request, contribution: Caps) -> JoinCalibration:
+        """``contribution`` (the first table's per-unit caps) is not used: joins bound people
+        through the plan's Delta (``dpsql.plan.joins``)."""
         return calibrate(request, self.name)
 
     def describe(self, cal: JoinCalibration) -> Description:

@@ -12,8 +12,8 @@ from sqlglot import exp
 from dpsql.catalog import TableSpec, unit_paths
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
-from dpsql.plan.joins import analyze_join
 from dpsql.plan.checks import SUPPORTED_AGGS, check_expression_functions, check_statement_shape, violation
+from dpsql.plan.joins import analyze_join
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
 from dpsql.plan.typer import MAX_DEPTH, TypeRefusal, check_numeric_column, type_key, type_predicate
 

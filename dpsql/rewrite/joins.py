@@ -65,7 +65,7 @@ def parts_of(jp: ir.JoinPlan) -> list[Part]:
     if jp.kind in (ir.COUNT_STAR, ir.COUNT_COL):
         return [Part("__w0", 1, 1.0, 1)]
     lo, hi = jp.bounds
-    out = []
+    out: list[Part] = []
     if hi > 0:
         out.append(Part(f"__w{len(out)}", 1, hi, SUM_UNITS))
     if lo < 0:
