@@ -442,3 +442,24 @@ def test_a_self_join_on_the_privacy_unit_is_bounded_by_the_per_unit_cap() -> Non
         assert p.mechanism == "dp_s4s" and p.parameters["Delta"] == 4 and p.parameters["Delta_holds"] == "enforced"
     finally:
         s.close()
+
+
+def test_cli_registers_public_tables_references_and_degree_bounds(tmp_path: Any, capsys: Any) -> None:
+    import pyarrow.parquet as pq
+
+    from dpsql.cli import main
+
+    pq.write_table(pa.table({"id": np.arange(60)}), tmp_path / "node.parquet")
+    pq.write_table(graph(), tmp_path / "edge.parquet")
+    pq.write_table(pa.table({"k": [1, 2]}), tmp_path / "pub.parquet")
+    ledger = str(tmp_path / "l.duckdb")
+    assert main(["--ledger", ledger, "init", "--epsilon", "10"]) == 0
+    tables = ["--table", f"node={tmp_path / 'node.parquet'}", "--privacy-unit", "node=id",
+              "--table", f"edge={tmp_path / 'edge.parquet'}", "--reference", "edge.src=node.id",
+              "--reference", "edge.dst=node.id", "--degree-bound", "edge.src=16", "--degree-bound", "edge.dst=16",
+              "--table", f"pub={tmp_path / 'pub.parquet'}", "--public", "pub"]
+    capsys.readouterr()
+    assert main([*tables, "--ledger", ledger, "explain", PATH2, "--epsilon", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mechanism"] == "r2t" and out["parameters"]["Delta"] == 768
+    assert main([*tables, "--ledger", ledger, "query", PATH2, "--epsilon", "1"]) == 0
