@@ -497,6 +497,11 @@ def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitP
     return paths
 
 
+def key_columns(text: str) -> str:
+    """A (possibly composite) key's columns, normalised: 'a, B' -> 'a,b' (also '(a, b)')."""
+    return ",".join(c.strip().lower() for c in text.strip().strip("()").split(","))
+
+
 def _plain(v: Any) -> Any:
     """A column spec as plain dicts (a read-only mapping, e.g. from a loaded config, is copied)."""
     if isinstance(v, Mapping):
@@ -583,12 +588,16 @@ def register_table(
         col_specs[cname.lower()] = parse_column_spec(tname, cname, cspec)
     refs: dict[str, str] = {}
     for fk, target in (references or {}).items():
-        if not isinstance(target, str) or target.count(".") != 1:
+        if not isinstance(target, str) or target.count(".") != 1 or not isinstance(fk, str):
             raise ConfigError(
                 f"reference for '{tname}.{fk}' must be 'table.column', got {target!r}",
-                hint="references={'customer_id': 'customers.id'}",
+                hint="references={'customer_id': 'customers.id'}; a composite key: {'a,b': 'table.x,y'}",
             )
-        refs[fk.lower()] = target.lower()
+        fk_n, target_n = key_columns(fk), key_columns(target.partition(".")[2])
+        if len(fk_n.split(",")) != len(target_n.split(",")):
+            raise ConfigError(f"reference for '{tname}.{fk}' pairs {len(fk_n.split(','))} column(s) with "
+                              f"{len(target_n.split(','))}", hint="references={'a,b': 'table.x,y'}: as many columns on each side")
+        refs[fk_n] = f"{target.partition('.')[0].strip().lower()}.{target_n}"
     if not isinstance(public, bool):
         raise ConfigError(f"public for table '{tname}' must be True or False, got {public!r}")
     if degree_bounds is not None and not isinstance(degree_bounds, Mapping):
@@ -596,7 +605,8 @@ def register_table(
                           hint="degree_bounds={'customer_id': 64}: at most 64 rows per referenced customer")
     degrees: dict[str, int] = {}
     for fk, d in (degree_bounds or {}).items():
-        if fk.lower() not in refs:
+        fk = key_columns(str(fk))
+        if fk not in refs:
             raise ConfigError(f"degree bound for '{tname}.{fk}', which is not a declared reference",
                               hint=f"declare it first: references={{'{fk}': 'table.column'}}")
         dv = _check_cap(d, f"degree_bounds['{fk}']", tname)
@@ -634,8 +644,9 @@ def register_table(
         if c not in schema:
             problems.append(f"declared column '{c}' does not exist")
     for fk in refs:
-        if fk not in schema:
-            problems.append(f"foreign key column '{fk}' does not exist")
+        for part in fk.split(","):
+            if part not in schema:
+                problems.append(f"foreign key column '{part}' does not exist")
     if problems:
         unregister_source(tname, kind, view)
         raise ConfigError(

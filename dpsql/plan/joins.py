@@ -57,6 +57,11 @@ def flat(alias: str, column: str) -> str:
     return f"{alias}{SEP}{column}"
 
 
+def parts(column: str) -> list[str]:
+    """The columns of a (possibly composite, 'a,b') key."""
+    return column.split(",")
+
+
 def table_keys(table: TableSpec, catalog: Mapping[str, TableSpec]) -> set[str]:
     """Columns of ``table`` declared keys: targets of a reference from any registered table."""
     keys = set()
@@ -460,7 +465,8 @@ class _JoinBuilder:
             if _direct(rest, self.catalog):
                 break  # the fk's value is the person
             nxt = next((i.alias for i in self.inputs if i.table.name == hop.target_table
-                        and self.uf.find(flat(i.alias, hop.target_column)) == self.uf.find(flat(cur, hop.column))), None)
+                        and all(self.uf.find(flat(i.alias, tc)) == self.uf.find(flat(cur, fc))
+                                for tc, fc in zip(parts(hop.target_column), parts(hop.column), strict=True))), None)
             if nxt is None:
                 break
             cur, rest = nxt, rest[1:]
@@ -509,11 +515,14 @@ def _walk(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], start: str, lowered
     """From input ``start``, add inputs one at a time: each multiplies the tuple count by the most
     rows sharing one value of the column it joins on (least over its joined columns)."""
     uf = _UnionFind()
+    tables = {a: catalog[t] for a, t in jp.inputs}
     for a, b in jp.conditions:
         uf.union(a, b)
-    tables = {a: catalog[t] for a, t in jp.inputs}
     cols_of = {a: sorted({c.split(SEP, 1)[1] for pair in jp.conditions for c in pair if c.split(SEP, 1)[0] == a})
                for a, _ in jp.inputs}
+    # composite keys and foreign keys of an input, usable when every column is joined
+    combos = {a: sorted({k for k in (table_keys(t, catalog) | set(t.degree_bounds) | set(t.references)) if "," in k
+                         and set(parts(k)) <= set(cols_of[a])}) for a, t in tables.items()}
     visited = {start}
     factor = 1.0
     caps: list[tuple[str, str, int]] = []
@@ -524,8 +533,8 @@ def _walk(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], start: str, lowered
         for b in tables:
             if b in visited:
                 continue
-            for c in cols_of[b]:
-                if uf.find(flat(b, c)) in seen_classes:
+            for c in cols_of[b] + combos[b]:
+                if all(uf.find(flat(b, p)) in seen_classes for p in parts(c)):
                     m = max_rows_per_value(tables[b], c, catalog, lowered)
                     if best is None or m < best[0]:
                         best = (m, b, c)

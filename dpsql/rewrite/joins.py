@@ -43,6 +43,7 @@ from dpsql.engine.base import SqlOps, source_name
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.joins import SEP, _direct, flat
+from dpsql.plan.joins import parts as key_parts
 from dpsql.plan.typer import Typer, _Refuse
 from dpsql.rewrite.bound import cap_rows, guard
 
@@ -124,9 +125,9 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
             for c in e.find_all(exp.Column):
                 add(c.name)
     for s in jp.slots:
-        cols[s.alias].add(s.column)
+        cols[s.alias].update(key_parts(s.column))
     for a, c, _ in caps:
-        cols[a].add(c)
+        cols[a].update(key_parts(c))
     return {a: sorted(v) for a, v in cols.items()}
 
 
@@ -145,7 +146,7 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         rel: exp.Expression = exp.select(*proj).from_(exp.to_table(t.view or source_name(t.name), quoted=True))
         for (ca, cc), n in cap_of.items():
             if ca == a:
-                kept = cap_rows(rel.subquery("__in"), [flat(a, cc)], [flat(a, c) for c in cols], n, salt,
+                kept = cap_rows(rel.subquery("__in"), [flat(a, p) for p in key_parts(cc)], [flat(a, c) for c in cols], n, salt,
                                 alias="__capped", ops=ops)
                 rel = exp.select(*[_col(flat(a, c)) for c in cols]).from_(kept)
         rels.append(rel.subquery(a))
@@ -180,29 +181,34 @@ def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: s
                    caps: Sequence[tuple[str, str, int]] = ()) -> exp.Select:
     """Per sampled tuple: ``__tid``, the weights ``__w*`` and one user id ``__u<k>`` per slot."""
     parts = parts_of(jp)
-    starts = list(dict.fromkeys(flat(s.alias, s.column) for s in jp.slots))
+    starts = list(dict.fromkeys(flat(s.alias, p) for s in jp.slots for p in key_parts(s.column)))
     rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=[_col(c) for c in starts])
     sample = _sampled(rel, salt, q, ops).subquery("__s")
     out = exp.select(_col("__s.__tid"), *[_col(f"__s.{p.name}") for p in parts]).from_(sample)
     for k, s in enumerate(jp.slots):
-        start = f"__s.{flat(s.alias, s.column)}"
         if not s.hops or _direct(s.hops, catalog):
-            out = out.select(exp.alias_(_person_text(s.person_table, _col(start)), f"__u{k}"))
+            out = out.select(exp.alias_(_person_text(s.person_table, _col(f"__s.{flat(s.alias, s.column)}")), f"__u{k}"))
             continue
         hops = s.hops[:-1] if _direct(s.hops[-1:], catalog) else s.hops
-        prev = _col(start)
+        prev: list[exp.Expression] = [_col(f"__s.{flat(s.alias, p)}") for p in key_parts(s.column)]
         for j, hop in enumerate(hops):
             t = catalog[hop.target_table]
             nxt = s.hops[j + 1].column if j + 1 < len(s.hops) else t.privacy_unit
             assert nxt is not None
-            look = (exp.select(exp.alias_(exp.column(hop.target_column, quoted=True), "__k"),
-                               exp.alias_(exp.func("min", exp.column(nxt, quoted=True)), "__v"))
+            keys = key_parts(hop.target_column)
+            # one row per key value (a reference's target is a key): MIN per column reads that row
+            look = (exp.select(*[exp.alias_(exp.column(c, quoted=True), f"__k{i}") for i, c in enumerate(keys)],
+                               *[exp.alias_(exp.func("min", exp.column(c, quoted=True)), f"__v{i}")
+                                 for i, c in enumerate(key_parts(nxt))])
                     .from_(exp.to_table(t.view or source_name(t.name), quoted=True))
-                    .group_by(exp.column(hop.target_column, quoted=True)))
+                    .group_by(*[exp.column(c, quoted=True) for c in keys]))
             la = f"__l{k}_{j}"
-            out = out.join(look.subquery(la), on=exp.EQ(this=_col(f"{la}.__k"), expression=prev), join_type="left")
-            prev = _col(f"{la}.__v")
-        out = out.select(exp.alias_(_person_text(s.person_table, prev), f"__u{k}"))
+            on: exp.Expression = exp.EQ(this=_col(f"{la}.__k0"), expression=prev[0])
+            for i in range(1, len(keys)):
+                on = exp.And(this=on, expression=exp.EQ(this=_col(f"{la}.__k{i}"), expression=prev[i]))
+            out = out.join(look.subquery(la), on=on, join_type="left")
+            prev = [_col(f"{la}.__v{i}") for i in range(len(key_parts(nxt)))]
+        out = out.select(exp.alias_(_person_text(s.person_table, prev[0]), f"__u{k}"))
     return out
 
 
