@@ -506,3 +506,24 @@ def test_composite_keys_join_and_look_up() -> None:
         s.close()
     with pytest.raises(ConfigError, match="as many columns"):
         make_session().register("x", pa.table({"a": [1]}), references={"a": "partsupp.ps_partkey,ps_suppkey"})
+
+
+@pytest.mark.parametrize("where", ["c.c_nationkey = 2", "o.o_orderkey % 3 = 0 AND c.c_custkey < 150",
+                                   "o.o_orderkey - c.c_custkey > 1100 OR l.l_price < 0"])
+def test_where_on_one_input_or_several_gives_the_true_join_count_at_large_tau(where: str) -> None:
+    import duckdb
+
+    data = fk_data(seed=13)
+    s = make_session(data)
+    try:
+        sql = f"{CHAIN} WHERE {where}"
+        jp, pb = _plan(s, sql)
+        row = _fetch(s, truncated_sums(jp, dict(s.tables), pb.owner, (64.0,), salt="k", q=1.0, ops=s._engine.ops,
+                                       caps=pb.caps)).to_pylist()[0]
+        con = duckdb.connect()
+        for name, t in data.items():
+            con.register(name, t)
+        truth = con.execute(sql).fetchone()[0]
+        assert int(row["__f0_0"]) == truth
+    finally:
+        s.close()

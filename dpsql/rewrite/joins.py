@@ -1,9 +1,10 @@
 """The SQL of a join query for DP-S4S and R2T, composed over a backend's ``SqlOps``.
 
-One relation per input (its needed columns renamed ``<alias>__<column>``; with an enforced
-Delta, at most n rows per value of the column it joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`),
-the inner equi-join, the user's WHERE rendered total by the typer (:func:`dpsql.rewrite.bound.guard`),
-and per join tuple:
+One relation per input (its needed columns renamed ``<alias>__<column>``; the WHERE conjuncts
+over that input alone; with an enforced Delta, then at most n rows per value of the column it
+joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), the inner equi-join, the other WHERE
+conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`), and
+per join tuple:
 
 * its **weight(s)** on an integer grid: COUNT(*) weighs 1; SUM(expr) weighs
   ``floor(clamp(expr, lo, hi) / hi * 2^20)`` units of ``hi / 2^20`` (its positive part), and,
@@ -138,12 +139,15 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     needed = _needed(jp, caps)
     cap_of = {(a, c): n for a, c, n in caps}
     order = {a: i for i, (a, _) in enumerate(jp.inputs)}
+    local, top = _split_where(jp)
     rels: list[exp.Expression] = []
     for a, tname in jp.inputs:
         t = catalog[tname]
         cols = needed[a] or [sorted(t.schema)[0]]
         proj = [exp.alias_(exp.column(c, quoted=True), flat(a, c)) for c in cols]
         rel: exp.Expression = exp.select(*proj).from_(exp.to_table(t.view or source_name(t.name), quoted=True))
+        if local.get(a):
+            rel = exp.select("*").from_(rel.subquery("__f")).where(guard(_and(local[a]), dict(jp.flat_schema)))
         for (ca, cc), n in cap_of.items():
             if ca == a:
                 kept = cap_rows(rel.subquery("__in"), [flat(a, p) for p in key_parts(cc)], [flat(a, c) for c in cols], n, salt,
@@ -158,11 +162,36 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         for c in conds:
             on = c if on == exp.true() else exp.And(this=on, expression=c)
         q = q.join(rel, on=on, join_type="inner")
-    if jp.where is not None:
-        q = q.where(guard(jp.where.copy(), dict(jp.flat_schema)))
+    if top:
+        q = q.where(guard(_and(top), dict(jp.flat_schema)))
     if with_tid:
         q = q.select(exp.alias_(exp.Window(this=exp.RowNumber()), "__tid"))
     return q
+
+
+def _and(conds: Sequence[exp.Expression]) -> exp.Expression:
+    out = conds[0].copy()
+    for c in conds[1:]:
+        out = exp.And(this=out, expression=c.copy())
+    return out
+
+
+def _split_where(jp: ir.JoinPlan) -> tuple[dict[str, list[exp.Expression]], list[exp.Expression]]:
+    """The WHERE's conjuncts over one input's columns (applied to that input before its row cap:
+    a per-row filter keeps each capped partition a function of its own rows, and spares the cap
+    rows the query drops anyway), and the rest (applied to the join)."""
+    if jp.where is None:
+        return {}, []
+    conjuncts = list(jp.where.flatten()) if isinstance(jp.where, exp.And) else [jp.where]
+    local: dict[str, list[exp.Expression]] = {}
+    top: list[exp.Expression] = []
+    for c in conjuncts:
+        aliases = {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)}
+        if len(aliases) == 1:
+            local.setdefault(aliases.pop(), []).append(c)
+        else:
+            top.append(c)
+    return local, top
 
 
 def _sampled(rel: exp.Select, salt: str, q: float, ops: SqlOps) -> exp.Select:
