@@ -140,9 +140,11 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     cap_of = {(a, c): n for a, c, n in caps}
     order = {a: i for i, (a, _) in enumerate(jp.inputs)}
     local, top = _split_where(jp)
-    rels: list[exp.Expression] = []
-    for a, tname in jp.inputs:
-        t = catalog[tname]
+    built: dict[str, exp.Expression] = {}
+    # capped inputs in the order the bound was derived (each joins inputs built before it)
+    build_order = list(dict.fromkeys([a for a, _, _ in caps] + [a for a, _ in jp.inputs]))
+    for a in build_order:
+        t = catalog[dict(jp.inputs)[a]]
         cols = needed[a] or [sorted(t.schema)[0]]
         proj = [exp.alias_(exp.column(c, quoted=True), flat(a, c)) for c in cols]
         rel: exp.Expression = exp.select(*proj).from_(exp.to_table(t.view or source_name(t.name), quoted=True))
@@ -150,10 +152,12 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
             rel = exp.select("*").from_(rel.subquery("__f")).where(guard(_and(local[a]), dict(jp.flat_schema)))
         for (ca, cc), n in cap_of.items():
             if ca == a:
+                rel = _semi_filter(rel, jp, a, cc, built)
                 kept = cap_rows(rel.subquery("__in"), [flat(a, p) for p in key_parts(cc)], [flat(a, c) for c in cols], n, salt,
                                 alias="__capped", ops=ops)
                 rel = exp.select(*[_col(flat(a, c)) for c in cols]).from_(kept)
-        rels.append(rel.subquery(a))
+        built[a] = rel
+    rels = [built[a].subquery(a) for a, _ in jp.inputs]
     q = exp.select(*_weights(jp, parts, ops), *extra).from_(rels[0])
     for i, rel in enumerate(rels[1:], start=1):
         conds = [exp.EQ(this=_col(x), expression=_col(y)) for x, y in jp.conditions
@@ -167,6 +171,28 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     if with_tid:
         q = q.select(exp.alias_(exp.Window(this=exp.RowNumber()), "__tid"))
     return q
+
+
+def _semi_filter(rel: exp.Expression, jp: ir.JoinPlan, alias: str, cap_column: str,
+                 built: Mapping[str, exp.Expression]) -> exp.Expression:
+    """Before capping ``alias`` per ``cap_column``: keep only the rows whose partition value occurs
+    in an input built before it that it joins on that column (``EXISTS``). Whole partitions are
+    kept or dropped by their value alone, and a partition's capped rows depend only on its own
+    rows, so the join is exactly the same; the cap just skips partitions that cannot join."""
+    for other, other_rel in built.items():
+        pairs = []
+        for p in key_parts(cap_column):
+            mine = flat(alias, p)
+            match = next((y if x == mine else x for x, y in jp.conditions
+                          if mine in (x, y) and (y if x == mine else x).split(SEP, 1)[0] == other), None)
+            if match is None:
+                break
+            pairs.append((mine, match))
+        else:
+            cond = _and([exp.EQ(this=_col(f"__x.{theirs}"), expression=_col(f"__r.{mine}")) for mine, theirs in pairs])
+            probe = exp.select(exp.Literal.number(1)).from_(other_rel.subquery("__x")).where(cond)
+            return exp.select("*").from_(rel.subquery("__r")).where(exp.Exists(this=probe))
+    return rel
 
 
 def _and(conds: Sequence[exp.Expression]) -> exp.Expression:
