@@ -527,3 +527,12 @@ def test_where_on_one_input_or_several_gives_the_true_join_count_at_large_tau(wh
         assert int(row["__f0_0"]) == truth
     finally:
         s.close()
+
+
+def test_aliases_and_columns_in_the_join_sql_are_plain_identifiers(session: Any) -> None:
+    with pytest.raises(UnsupportedQueryError, match="plain identifier"):
+        session.explain('SELECT COUNT(*) FROM edge AS "x FROM y --" JOIN edge e2 ON "x FROM y --".dst = e2.src', epsilon=1.0)
+    session.register("odd", pa.table({"src id": [1], "dst": [2]}), references={"src id": "node.id", "dst": "node.id"},
+                     degree_bounds={"src id": 4, "dst": 4})
+    with pytest.raises(PolicyError, match="not plain identifiers"):
+        session.explain("SELECT COUNT(*) FROM odd", epsilon=1.0)

@@ -38,6 +38,7 @@ tables neither public nor linked to a person, unbounded contributions, GROUP BY.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -50,6 +51,8 @@ from dpsql.plan.checks import check_expression_functions, check_statement_shape,
 from dpsql.plan.typer import Typer, TypeRefusal, _Refuse, allow_list_problems, type_predicate
 
 SEP = "__"
+#: aliases and columns that a join may name: rendered as plain identifiers in the join SQL
+_PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 def flat(alias: str, column: str) -> str:
@@ -202,8 +205,8 @@ class _JoinBuilder:
         if any(i.alias == alias for i in self.inputs):
             self.bad(at, f"'{alias}' names two inputs of the join; give each use of a table its own alias (FROM t AS a JOIN t AS b ...)")
             return False
-        if SEP in alias:
-            self.bad(at, f"alias '{alias}' may not contain '{SEP}'")
+        if SEP in alias or not _PLAIN.match(alias):
+            self.bad(at, f"alias '{alias}' must be a plain identifier (letters, digits, '_') without '{SEP}'")
             return False
         self.inputs.append(_Input(alias, table, tbl))
         return True
@@ -217,11 +220,11 @@ class _JoinBuilder:
             if inp is None:
                 self.bad(col, f"{where} refers to unknown table or alias '{col.table}'")
                 return None
-            if name not in inp.table.schema:
+            if flat(inp.alias, name) not in self.flat_schema:
                 self.bad(col, f"unknown column '{col.name}' in '{q}' (table '{inp.table.name}') ({where})")
                 return None
             return flat(inp.alias, name)
-        owners = [i for i in self.inputs if name in i.table.schema]
+        owners = [i for i in self.inputs if flat(i.alias, name) in self.flat_schema]
         if len(owners) != 1:
             self.bad(col, f"column '{col.name}' is {'ambiguous' if owners else 'unknown'} in {where}; qualify it with its table's alias")
             return None
@@ -321,7 +324,8 @@ class _JoinBuilder:
             _raise(self.vs)
         self.add_input(from_.this)
         joins = [j for j in stmt.args.get("joins") or [] if self.add_input(j.this, j)]
-        self.flat_schema = {flat(i.alias, c): t for i in self.inputs for c, t in i.table.schema.items()}
+        # columns that are not plain identifiers cannot be named in a join (they read as unknown)
+        self.flat_schema = {flat(i.alias, c): t for i in self.inputs for c, t in i.table.schema.items() if _PLAIN.match(c)}
         conditions: list[tuple[str, str]] = []
         for j in joins:
             conditions += self.add_conditions(j)
@@ -435,6 +439,11 @@ class _JoinBuilder:
                 continue
             for ch in chains:
                 assert ch is not None
+                cols = parts(ch[0].column) if ch else [inp.table.privacy_unit or ""]
+                if not all(_PLAIN.match(c) for c in cols):
+                    _bad(self.sql, inp.node, f"table '{inp.table.name}' reaches people through column(s) {cols} whose names are "
+                         "not plain identifiers; the data owner must rename them to join this table", vs)
+                    continue
                 slots.append(self.reduce(inp.alias, ch))
         if not slots and not vs:
             _bad(self.sql, self.stmt, "every table of the join is public: there is nothing private to protect; query the public data directly", vs)
