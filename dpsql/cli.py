@@ -126,6 +126,13 @@ def _parse_option_value(v: str) -> Any:
             return conv(v)
         except ValueError:
             pass
+    if v.startswith("{"):  # a mapping option, e.g. degree_caps={"orders.o_custkey": 16}
+        import json
+
+        try:
+            return json.loads(v)
+        except ValueError:
+            pass
     return v
 
 

@@ -463,6 +463,15 @@ def test_cli_registers_public_tables_references_and_degree_bounds(tmp_path: Any,
     out = json.loads(capsys.readouterr().out)
     assert out["mechanism"] == "r2t" and out["parameters"]["Delta"] == 768
     assert main([*tables, "--ledger", ledger, "query", PATH2, "--epsilon", "1"]) == 0
+    capsys.readouterr()
+    assert main([*tables, "--ledger", ledger, "explain", PATH2, "--epsilon", "1", "--json",
+                 "--option", "max_tuples_per_user=1000", "--option", "q=0.25"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mechanism"] == "dp_s4s" and out["parameters"]["q"] == 0.25 and out["parameters"]["Delta"] == 1000
+    # a mapping option is read as JSON (here refused because Delta is attested, not for its form)
+    assert main([*tables, "--ledger", ledger, "explain", PATH2, "--epsilon", "1",
+                 "--option", 'degree_caps={"edge.src": 2}']) != 0
+    assert "attested" in capsys.readouterr().err
 
 
 def _partsupp_session() -> tuple[Any, dict[str, pa.Table]]:
