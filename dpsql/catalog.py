@@ -151,6 +151,10 @@ class TableSpec:
     max_rows_per_unit: float | None = None  # for range workloads (DAWA); default C_u * k
     columns: dict[str, ColumnSpec] = field(default_factory=ReadOnlyDict)
     references: dict[str, str] = field(default_factory=ReadOnlyDict)  # fk column -> "table.column"
+    #: owner-declared degree bounds: fk column -> at most this many rows of this table per referenced value
+    degree_bounds: dict[str, int] = field(default_factory=ReadOnlyDict)
+    #: a public table: no person in it (e.g. a list of countries); joined freely, never protected
+    public: bool = False
     tau: int = 1  # suppression threshold for sparse histograms
     schema: dict[str, str] = field(default_factory=ReadOnlyDict)  # column name (lower) -> duckdb type
     view: str | None = None  # name of the session's private view on the source
@@ -159,7 +163,7 @@ class TableSpec:
     read_key: str = ""  # what shapes the rows a query sees: schema (declared types) and read settings
 
     def __post_init__(self) -> None:
-        for name in ("columns", "references", "schema"):
+        for name in ("columns", "references", "schema", "degree_bounds"):
             object.__setattr__(self, name, _read_only(getattr(self, name)))
         object.__setattr__(self, "files", tuple(self.files))
 
@@ -182,6 +186,8 @@ class TableSpec:
             "max_rows_per_unit": self.max_rows_per_unit,
             "tau": self.tau,
             "references": dict(self.references),
+            "degree_bounds": dict(self.degree_bounds),
+            "public": self.public,
             "columns": {
                 c.name: {k: v for k, v in (("bounds", c.bounds), ("domain", c.domain), ("ordered", c.ordered)) if v}
                 for c in self.columns.values()
@@ -481,7 +487,7 @@ def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitP
 
     def reaches_person(name: str, seen: frozenset[str]) -> bool:
         t = catalog.get(name)
-        if t is None or name in seen:
+        if t is None or name in seen or t.public:
             return False
         if t.privacy_unit:
             return True
@@ -501,6 +507,11 @@ def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitP
             continue  # the table's own unit column, also declared as a reference to the person table
         paths.append(UnitPath(fk_l, target.lower(), direct))
     return paths
+
+
+def key_columns(text: str) -> str:
+    """A (possibly composite) key's columns, normalised: 'a, B' -> 'a,b' (also '(a, b)')."""
+    return ",".join(c.strip().lower() for c in text.strip().strip("()").split(","))
 
 
 def _plain(v: Any) -> Any:
@@ -535,6 +546,8 @@ def register_table(
     references: Mapping[str, str] | None = None,
     tau: int = 1,
     version: str | None = None,
+    public: bool = False,
+    degree_bounds: Mapping[str, Any] | None = None,
 ) -> TableSpec:
     """Register a private table in ``catalog`` (reading only the source's schema, never a row).
 
@@ -549,6 +562,15 @@ def register_table(
     stored DAWA synopsis is reused only for the same version; without one, file sources are
     identified by each file's identity and modification time, and Arrow or DuckDB-table
     sources are never answered from a stored synopsis.
+    ``public``: the table holds no person (e.g. a list of countries): it needs no privacy unit
+    and no bounds, and joins freely; its rows are not protected. It may reference only other
+    public tables.
+    ``references``: foreign key column -> ``'table.column'``. Declaring a reference declares the
+    target column a key of its table (at most one row per value), as SQL foreign keys do.
+    ``degree_bounds``: foreign key column -> the largest number of rows of this table that
+    reference one value (e.g. each customer has at most 64 orders: ``{'o_custkey': 64}`` on
+    ``orders``), a public bound declared by the owner and never read from the data. Joins use
+    them to bound the join tuples per person (Delta): see ``dpsql.plan.joins``.
     """
     tname = check_table_name(name)
     kind, src = classify_source(source, has_connection=has_connection)
@@ -578,16 +600,48 @@ def register_table(
         col_specs[cname.lower()] = parse_column_spec(tname, cname, cspec)
     refs: dict[str, str] = {}
     for fk, target in (references or {}).items():
-        if not isinstance(target, str) or target.count(".") != 1:
+        if not isinstance(target, str) or target.count(".") != 1 or not isinstance(fk, str):
             raise ConfigError(
                 f"reference for '{tname}.{fk}' must be 'table.column', got {target!r}",
-                hint="references={'customer_id': 'customers.id'}",
+                hint="references={'customer_id': 'customers.id'}; a composite key: {'a,b': 'table.x,y'}",
             )
-        refs[fk.lower()] = target.lower()
-    if privacy_unit is None and not refs:
+        fk_n, target_n = key_columns(fk), key_columns(target.partition(".")[2])
+        if len(fk_n.split(",")) != len(target_n.split(",")):
+            raise ConfigError(f"reference for '{tname}.{fk}' pairs {len(fk_n.split(','))} column(s) with "
+                              f"{len(target_n.split(','))}", hint="references={'a,b': 'table.x,y'}: as many columns on each side")
+        refs[fk_n] = f"{target.partition('.')[0].strip().lower()}.{target_n}"
+    if not isinstance(public, bool):
+        raise ConfigError(f"public for table '{tname}' must be True or False, got {public!r}")
+    if degree_bounds is not None and not isinstance(degree_bounds, Mapping):
+        raise ConfigError(f"degree_bounds for table '{tname}' must be a dict, got {type(degree_bounds).__name__}",
+                          hint="degree_bounds={'customer_id': 64}: at most 64 rows per referenced customer")
+    degrees: dict[str, int] = {}
+    for fk, d in (degree_bounds or {}).items():
+        fk = key_columns(str(fk))
+        if fk not in refs:
+            raise ConfigError(f"degree bound for '{tname}.{fk}', which is not a declared reference",
+                              hint=f"declare it first: references={{'{fk}': 'table.column'}}")
+        dv = _check_cap(d, f"degree_bounds['{fk}']", tname)
+        if math.isinf(dv):
+            raise ConfigError(f"degree_bounds['{fk}'] for table '{tname}' must be finite (omit it for no bound)")
+        degrees[fk.lower()] = int(dv)
+    if public:
+        if privacy_unit is not None:
+            raise ConfigError(f"public table '{tname}' cannot have a privacy unit: a public table holds no person",
+                              hint="drop public=True, or drop privacy_unit")
+        for target in refs.values():
+            ref = catalog.get(target.partition(".")[0])
+            if ref is None or not ref.public:
+                raise ConfigError(
+                    f"public table '{tname}' references '{target}', which is not a registered public table: "
+                    "a row that references a person is not public",
+                    hint="register the referenced table first with public=True, or do not declare the table public",
+                )
+    if privacy_unit is None and not refs and not public:
         raise ConfigError(
             f"table '{tname}' needs a privacy unit: the column that identifies a person, or a foreign key path to one",
-            hint=f"register('{tname}', ..., privacy_unit='user_id') or references={{'user_id': 'users.id'}}",
+            hint=f"register('{tname}', ..., privacy_unit='user_id') or references={{'user_id': 'users.id'}}, "
+            "or public=True for a table that holds no person",
         )
     if tname in catalog:
         old = catalog.pop(tname)
@@ -602,8 +656,9 @@ def register_table(
         if c not in schema:
             problems.append(f"declared column '{c}' does not exist")
     for fk in refs:
-        if fk not in schema:
-            problems.append(f"foreign key column '{fk}' does not exist")
+        for part in fk.split(","):
+            if part not in schema:
+                problems.append(f"foreign key column '{part}' does not exist")
     if problems:
         unregister_source(tname, kind, view)
         raise ConfigError(
@@ -625,6 +680,8 @@ def register_table(
         max_rows_per_unit=caps_u,
         columns=col_specs,
         references=refs,
+        degree_bounds=degrees,
+        public=public,
         tau=tau,
         schema=schema,
         view=view,

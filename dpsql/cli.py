@@ -61,6 +61,11 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
                    help="public key values of a column: GROUP BY it releases every one (repeatable)")
     g.add_argument("--bins", action="append", default=d([]), metavar="NAME.COL=LO:HI:N",
                    help="ordered domain of a column for range counts and histograms (DAWA), N bins (repeatable)")
+    g.add_argument("--public", action="append", default=d([]), metavar="NAME", help="a --table that holds no person (joined freely)")
+    g.add_argument("--reference", action="append", default=d([]), metavar="NAME.COL=TABLE.COL",
+                   help="a foreign key of a --table (its target is a key; repeatable)")
+    g.add_argument("--degree-bound", action="append", default=d([]), metavar="NAME.COL=N",
+                   help="at most N rows of a --table per value of its foreign key COL (repeatable)")
     g.add_argument(
         "--debug", action="store_true", default=d(False),
         help="data owner only, UNSAFE: show DuckDB's scrubbed error messages; honoured when every table comes from "
@@ -146,6 +151,13 @@ def _parse_option_value(v: str) -> Any:
             return conv(v)
         except ValueError:
             pass
+    if v.startswith("{"):  # a mapping option, e.g. degree_caps={"orders.o_custkey": 16}
+        import json
+
+        try:
+            return json.loads(v)
+        except ValueError:
+            pass
     return v
 
 
@@ -183,7 +195,9 @@ def _check_owner_config(args: argparse.Namespace) -> None:
 
     flags = [f for f, v in (("--table", args.table), ("--privacy-unit", args.privacy_unit), ("--max-groups", args.max_groups),
                             ("--max-rows", args.max_rows), ("--bounds", getattr(args, "bounds", None)),
-                            ("--domain", getattr(args, "domain", None)), ("--bins", getattr(args, "bins", None)), ("--ledger", args.ledger))
+                            ("--domain", getattr(args, "domain", None)), ("--bins", getattr(args, "bins", None)), ("--ledger", args.ledger),
+                            ("--public", getattr(args, "public", None)), ("--reference", getattr(args, "reference", None)),
+                            ("--degree-bound", getattr(args, "degree_bound", None)))
              if v]
     if flags:
         raise ConfigError(
@@ -246,21 +260,39 @@ def _open_session(args: argparse.Namespace) -> Any:
             except (ValueError, IndexError):
                 raise ConfigError(f"--bins expects NAME.COL=LO:HI:N, got {k}={v}", hint="e.g. --bins events.age=0:120:120") from None
             bounds.setdefault(t, {}).setdefault(c, {}).update({"bounds": (blo, bhi), "bins": n})
-        for name in list(units) + list(groups) + list(rows) + list(bounds):
+        refs: dict[str, dict[str, str]] = {}
+        for k, v in _kv(getattr(args, "reference", []), "--reference").items():
+            t, _, c = k.partition(".")
+            refs.setdefault(t, {})[c] = v
+        degrees: dict[str, dict[str, int]] = {}
+        for k, v in _kv(getattr(args, "degree_bound", []), "--degree-bound").items():
+            t, _, c = k.partition(".")
+            try:
+                degrees.setdefault(t, {})[c] = int(v)
+            except ValueError:
+                raise ConfigError(f"--degree-bound expects NAME.COL=N, got {k}={v}") from None
+        public = set(getattr(args, "public", []) or [])
+        for name in list(units) + list(groups) + list(rows) + list(bounds) + list(refs) + list(degrees) + sorted(public):
             if name not in tables:
                 raise ConfigError(f"options name table '{name}' but no --table {name}=PATH was given")
-        for name, path in tables.items():
-            if name not in units:
+        # public tables first, then people, then tables that reference them
+        order = sorted(tables, key=lambda n: (n not in public, n not in units, n))
+        for name in order:
+            path = tables[name]
+            if name not in units and name not in public and name not in refs:
                 raise ConfigError(
-                    f"--table {name} needs a privacy unit", hint=f"add --privacy-unit {name}=user_id"
+                    f"--table {name} needs a privacy unit", hint=f"add --privacy-unit {name}=user_id (or --public {name})"
                 )
             s.register(
                 name,
                 path,
-                privacy_unit=units[name],
+                privacy_unit=units.get(name),
                 max_groups_per_unit=_cap(groups.get(name, "1")),
                 max_rows_per_group=_cap(rows.get(name, "1")),
                 columns=bounds.get(name),
+                references=refs.get(name),
+                public=name in public,
+                degree_bounds=degrees.get(name),
             )
     except BaseException:
         s.close()

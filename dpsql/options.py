@@ -16,7 +16,7 @@ from dpsql.mechanisms.base import MechanismName
 
 #: documented per-query options (``Session.query(..., options={...})``)
 OPTIONS: dict[str, str] = {
-    "mechanism": "force a mechanism: 'gaussian', 'laplace', 'sparse_histogram', 'dawa' (default: chosen automatically)",
+    "mechanism": "force a mechanism: 'gaussian', 'laplace', 'sparse_histogram', 'dawa', 'dp_s4s', 'r2t' (default: chosen automatically)",
     "tau": "sparse histogram: suppress groups with fewer than tau distinct units (default and floor: the table's registered tau)",
     "tau_star": "sparse histogram: fix the noisy release threshold (accepted only if the exact delta fits)",
     "sigma": "sparse histogram: fix the count noise std (accepted only if the exact delta fits)",
@@ -27,6 +27,9 @@ OPTIONS: dict[str, str] = {
     "rows per person before the range predicate, so it estimates a slightly different quantity than the query itself)",
     "clip_negative": "post-processing, any mechanism: release max(0, value) for counts and for sums and averages whose "
     "declared lower bound is >= 0 (default false: the unbiased noisy value, which can be negative)",
+    "q": "DP-S4S (joins): the Poisson sampling rate of join tuples, in (0, 1] (default 1/16, data independent; 1 = no sampling)",
+    "degree_caps": "joins with an enforced Delta: lower the owner's degree bounds for this query, e.g. {'orders.o_custkey': 16} (never above the declared bound)",
+    "max_tuples_per_user": "joins with an attested Delta: raise Delta above what the owner's declarations give (never lower)",
     "max_rows_per_unit": "DAWA: lower the table's cap on rows per unit for this query (never above the registered cap)",
 }
 
@@ -77,6 +80,17 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v < 1 or int(v) != v:
                 raise ConfigError(f"{key} must be a whole number >= 1, got {v!r}", hint=f"e.g. options={{'{key}': 1}}")
             out[key] = int(v)
+    if "q" in out:
+        v = out["q"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 1):
+            raise ConfigError(f"q must be a number in (0, 1], got {v!r}", hint="e.g. options={'q': 0.0625}")
+        out["q"] = float(v)
+    if "max_tuples_per_user" in out:
+        v = out["max_tuples_per_user"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"max_tuples_per_user must be a whole number >= 1, got {v!r}")
+    if "degree_caps" in out and not isinstance(out["degree_caps"], dict):
+        raise ConfigError("degree_caps must be a dict such as {'orders.o_custkey': 16}")
     if "epsilon_split" in out:
         v = out["epsilon_split"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < 1):

@@ -101,9 +101,7 @@ class Session:
     # -- catalog ----------------------------------------------------------------------------
     def register(
         self,
-        name: str,
-        source: Any,
-        *,
+        name: str, source: Any, *,
         privacy_unit: str | None = None,
         max_groups_per_unit: float = 1,
         max_rows_per_group: float = 1,
@@ -112,6 +110,7 @@ class Session:
         references: dict[str, str] | None = None,
         tau: int = 1,
         version: str | None = None,
+        public: bool = False, degree_bounds: dict[str, int] | None = None,
     ) -> None:
         """Register a private table; reads only its schema, never its rows (``dpsql.catalog.register_table``:
         the meaning of every argument; ``version`` labels the contents for synopsis reuse)."""
@@ -124,6 +123,7 @@ class Session:
             read_settings={"max_text_bytes": settings.max_text_bytes, "invalid_text": settings.invalid_text},
             privacy_unit=privacy_unit, max_groups_per_unit=max_groups_per_unit, max_rows_per_group=max_rows_per_group,
             max_rows_per_unit=max_rows_per_unit, columns=columns, references=references, tau=tau, version=version,
+            public=public, degree_bounds=degree_bounds,
         )
 
     @property

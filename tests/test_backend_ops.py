@@ -532,3 +532,32 @@ def test_try_cast_marked_safe_renders_for_spark() -> None:
     # with sqlglot's safe flag (as the parser sets it), Spark keeps TRY_CAST: NULL on failure
     ast = sqlglot.parse_one("SELECT TRY_CAST(a AS DOUBLE) FROM t", read="duckdb")
     assert render(ast, dialect="spark") == "SELECT TRY_CAST(a AS DOUBLE) FROM t"
+
+
+# -- bernoulli_keep (Poisson sampling of join tuples) ----------------------------------------------------
+
+
+def keeps(b: ExecutionBackend, n: int, salts: list[str], q: float) -> np.ndarray:
+    t = pa.table({"i": np.arange(n, dtype=np.int64)})
+    cols = [exp.alias_(b.ops.bernoulli_keep(["i"], s, q), f"k{j}") for j, s in enumerate(salts)]
+    rows = run(b, exp.select("i", *cols).from_(src("t")).order_by("i"), t=t)
+    return np.array([[r[f"k{j}"] for j in range(len(salts))] for r in rows], dtype=bool)
+
+
+def test_bernoulli_keep_has_rate_q(backend: ExecutionBackend) -> None:
+    """n = 200000, q = 1/16: mean 12500, sd sqrt(200000/16 * 15/16) = 108.25; |K - 12500| <= 4.9 sd = 530
+    (two-sided failure probability < 1e-6)."""
+    k = keeps(backend, 200_000, ["a salt"], 1 / 16)
+    assert 11_970 <= int(k.sum()) <= 13_030
+    assert keeps(backend, 1000, ["a salt"], 1.0).all()  # q = 1 keeps every row
+
+
+def test_bernoulli_keep_is_independent_across_rows_and_salts(backend: ExecutionBackend) -> None:
+    k = keeps(backend, 100_000, ["salt one", "salt two"], 0.25)
+    across_salts = np.histogram2d(k[:, 0], k[:, 1], bins=2)[0]
+    neighbours = np.histogram2d(k[:-1, 0], k[1:, 0], bins=2)[0]
+    assert chi2_contingency(across_salts).pvalue >= ALPHA
+    assert chi2_contingency(neighbours).pvalue >= ALPHA
+    # negative control: the same salt twice is perfectly dependent
+    same = keeps(backend, 100_000, ["salt one", "salt one"], 0.25)
+    assert chi2_contingency(np.histogram2d(same[:, 0], same[:, 1], bins=2)[0]).pvalue < ALPHA

@@ -38,7 +38,7 @@ HOSTILE_SQL: list[tuple[str, type[errors.DPSQLError]]] = [
     ("SELECT COUNT(*) FROM read_csv_auto('/etc/passwd')", U),
     ("SELECT COUNT(*) FROM events WHERE url IN (SELECT url FROM events WHERE user_id = 1)", U),
     ("SELECT COUNT(*) FROM (SELECT user_id FROM events GROUP BY user_id)", U),
-    ("SELECT COUNT(*) FROM events e1 JOIN events e2 ON e1.user_id = e2.user_id", U),
+    ("SELECT COUNT(*) FROM events e1 LEFT JOIN events e2 ON e1.user_id = e2.user_id", U),
     ("SELECT COUNT(*) FROM events; DROP TABLE events", U),
     ("DROP TABLE events", U),
     ("CREATE TABLE stolen AS SELECT * FROM events", U),

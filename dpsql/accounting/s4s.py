@@ -178,22 +178,26 @@ def s4s_epsilon_prime(epsilon: float, tau: float, max_tuples: int, q: float) -> 
 
 
 # ----------------------------------------------------------------------------- Lemma 3.5
-def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: float) -> float:
+def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: float, gap: float = 0.0) -> float:
     """Amplified RDP ρ′ of Sample-and-Truncate with Gaussian noise (DP-S4S Lemma 3.5); ρ′ ≤ ρ.
 
     ``alpha`` > 1 the Rényi order, ``rho`` ≥ 0 the RDP of the unsampled Gaussian release (σ =
-    τ√(α/(2ρ))), other arguments as in :func:`s4s_epsilon_prime`.
+    (τ + gap)√(α/(2ρ))), other arguments as in :func:`s4s_epsilon_prime`. ``gap`` ≥ 0 is an
+    additive slack on the truncated value (a certified solver gap): the release then moves by at
+    most min(τ, k) + gap when the witness has k sampled tuples, and the k-th term of the lemma's
+    sum becomes exp((α−1)ρ((k + gap)/(τ + gap))²) (gap = 0 is the lemma as published).
     """
     a = v.alpha_order(alpha)
     r = v.nonneg(rho, "rho", hint="rho is an RDP budget: a finite value >= 0")
     t = _tau(tau)
     n = _max_tuples(max_tuples)
     qq = _q(q)
+    gp = v.nonneg(gap, "gap", hint="gap is a certified slack on the truncated value, >= 0")
     if r == 0.0:
         return 0.0
     kmax = min(math.floor(t), n)
-    c = (a - 1.0) * r / (t * t)  # exponent per k²
-    top = (a - 1.0) * r  # exponent of the tail term
+    c = (a - 1.0) * r / ((t + gp) * (t + gp))  # exponent per (k + gap)²
+    top = (a - 1.0) * r  # exponent of the tail term (sensitivity τ + gap)
     mean = n * qq
     sd = math.sqrt(n * qq * (1.0 - qq))
     w_lo = max(0, math.floor(mean - 40.0 * sd - 50.0))
@@ -203,10 +207,10 @@ def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: floa
         w_lo = max(0, kmax - 200_000)
     parts = [_binom_logsf(kmax, n, qq) + top] if kmax < n else []
     ks = np.arange(w_lo, w_hi + 1, dtype=float)
-    parts.append(float(logsumexp(_binom_logpmf(ks, n, qq) + c * ks * ks)))
+    parts.append(float(logsumexp(_binom_logpmf(ks, n, qq) + c * (ks + gp) ** 2)))
     # upper bounds for the k ≤ ⌊τ⌋ outside the window
     if w_lo > 0:
-        parts.append(_binom_logcdf(w_lo - 1, n, qq) + c * float(w_lo) ** 2)
+        parts.append(_binom_logcdf(w_lo - 1, n, qq) + c * (float(w_lo) + gp) ** 2)
     if w_hi < kmax:
         sf_hi = float(binom.sf(w_hi, n, qq))
         if sf_hi > 0:
@@ -220,7 +224,7 @@ class S4SBudgetStep(NamedTuple):
     """One iteration of DP-S4S Algorithm 2 (scalar, pure DP)."""
 
     i: int
-    tau: int  #: τ_i = 2^{i−1}
+    tau: float  #: τ_i = b^{i−1} (2^{i−1} in the paper; an int then)
     epsilon: float  #: ε_i = ε₀/i, the Laplace budget of this run
     laplace_scale: float  #: τ_i/ε_i
     bias: float  #: (τ_i/ε_i)·ln(3L/β), subtracted from the noisy value
@@ -228,21 +232,45 @@ class S4SBudgetStep(NamedTuple):
     remaining: float  #: ε₀ after this run
 
 
-def s4s_budget_schedule(epsilon: float, max_tuples: int, q: float, beta: float = 0.1) -> list[S4SBudgetStep]:
+def tau_grid_base(base: object) -> float:
+    """Validate the base of the τ grid (2 in the paper; any constant > 1 keeps the analysis)."""
+    b = v.real(base, "tau_base", hint="tau_base is the ratio of the threshold grid, e.g. 2 (paper) or 5.5")
+    if not (1.0 < b <= 1024.0):
+        raise ConfigError(f"tau_base must be in (1, 1024], got {base!r}", hint="use 2 (the paper's grid) or e.g. 5.5")
+    return b
+
+
+def s4s_grid_size(max_tuples: int, base: float = 2.0) -> int:
+    """L = ⌊log_b Δ⌋ + 1: the number of thresholds τ_i = b^{i−1} ≤ Δ (exact for b = 2)."""
+    n = _max_tuples(max_tuples)
+    b = tau_grid_base(base)
+    if b == 2.0:
+        return n.bit_length()
+    big_l = 1
+    while b**big_l <= n:
+        big_l += 1
+    return big_l
+
+
+def s4s_budget_schedule(
+    epsilon: float, max_tuples: int, q: float, beta: float = 0.1, base: float = 2.0
+) -> list[S4SBudgetStep]:
     """The data-independent budget schedule of DP-S4S Algorithm 2 (§3.5), i = L down to 1.
 
-    Σ ε′_i ≤ ε: the last run (i = 1) gets the whole remainder.
+    Σ ε′_i ≤ ε: the last run (i = 1) gets the whole remainder. ``base`` b: τ_i = b^{i−1},
+    L = ⌊log_b Δ⌋ + 1 (b = 2 is the paper; the authors' code uses 5.5; any constant works).
     """
     e = v.positive(epsilon, "epsilon", hint="epsilon is the total budget of the query, e.g. epsilon=1.0")
     n = _max_tuples(max_tuples)
     qq = _q(q)
     b = v.probability(beta, "beta", closed_high=False)
-    big_l = n.bit_length()  # ⌊log₂ Δ⌋ + 1, exactly
+    big_l = s4s_grid_size(n, base)  # ⌊log_b Δ⌋ + 1
+    bb = tau_grid_base(base)
     log_term = math.log(3.0 * big_l / b)
     eps0 = e
     steps = []
     for i in range(big_l, 0, -1):
-        tau_i = 1 << (i - 1)
+        tau_i: float = (1 << (i - 1)) if bb == 2.0 else bb ** (i - 1)
         eps_i = eps0 / i
         scale = tau_i / eps_i
         ep = s4s_epsilon_prime(eps_i, tau_i, n, qq)
@@ -445,13 +473,16 @@ def s4s_find_alpha(epsilon2: float, delta: float, d: int) -> float:
 
 # ----------------------------------------------------------------------------- R2T
 class R2TStep(NamedTuple):
-    tau: int  #: τ_j = 2^j
+    tau: float  #: τ_j = b^j (2^j by default; an int then)
     laplace_scale: float  #: L·τ_j/ε
     bias: float  #: L·τ_j·ln(L/β)/ε
 
 
-def r2t_schedule(epsilon: float, global_sensitivity: float, beta: float = 0.1) -> list[R2TStep]:
-    """R2T's thresholds, Laplace scales and biases (Dong et al. 2022; §3.3): j = 1…L, L = ⌈log₂ GS⌉."""
+def r2t_schedule(epsilon: float, global_sensitivity: float, beta: float = 0.1, base: float = 2.0) -> list[R2TStep]:
+    """R2T's thresholds, Laplace scales and biases (Dong et al. 2022; §3.3): j = 1…L, L = ⌈log₂ GS⌉.
+
+    ``base`` b ≠ 2: τ_j = b^j and L the least j with b^j ≥ GS (the authors' code uses 5.5).
+    """
     e = v.positive(epsilon, "epsilon", hint="epsilon is the query's budget, e.g. epsilon=1.0")
     gs = v.real(global_sensitivity, "global_sensitivity")
     if not gs >= 2:
@@ -460,11 +491,17 @@ def r2t_schedule(epsilon: float, global_sensitivity: float, beta: float = 0.1) -
             hint="R2T needs a public bound GS_Q >= 2 on the query's global sensitivity",
         )
     b = v.probability(beta, "beta", closed_high=False)
-    big_l = max(1, math.ceil(math.log2(gs) - 1e-12))
+    bb = tau_grid_base(base)
+    if bb == 2.0:
+        big_l = max(1, math.ceil(math.log2(gs) - 1e-12))
+    else:
+        big_l = 1
+        while bb**big_l < gs:
+            big_l += 1
     log_term = math.log(big_l / b)
     out = []
     for j in range(1, big_l + 1):
-        tau_j = 1 << j
+        tau_j: float = (1 << j) if bb == 2.0 else bb**j
         scale = big_l * tau_j / e
         out.append(R2TStep(tau_j, scale, scale * log_term))
     return out

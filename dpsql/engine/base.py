@@ -223,6 +223,14 @@ class SqlOps(Protocol):
         """The smaller of two values that are never NULL (engines differ on NULL arguments)."""
         ...
 
+    def bernoulli_keep(self, columns: Sequence[str], salt: str, q: float) -> exp.Expression:
+        """A condition true with probability ``floor(q * 2^52) / 2^52`` (<= q) per row, decided by a
+        keyed cryptographic hash (SHA-256) of ``salt`` and the rows' ``columns`` (which must be
+        distinct across rows): independent across rows and across salts, unpredictable without
+        the salt (a computational claim: SHA-256 as a pseudo-random function of the salt).
+        Every engine must compute the same hash of the same text, so the sample is the same."""
+        ...
+
 
 @runtime_checkable
 class ExecutionBackend(Protocol):

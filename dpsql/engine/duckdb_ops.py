@@ -136,3 +136,22 @@ class DuckDBOps:
 
     def least(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
         return _mark(exp.func("least", a, b))
+
+    # -- Poisson sampling (joins) --------------------------------------------------------------
+    def bernoulli_keep(self, columns: Sequence[str], salt: str, q: float) -> exp.Expression:
+        """``CAST('0x' || SUBSTR(SHA256(salt || ':' || CAST(c1 AS VARCHAR) || ':' || ...), 1, 13)
+        AS UBIGINT) < floor(q * 2^52)``: the first 52 bits of SHA-256 of the salt and the columns'
+        text (joined by ':'; the columns are integers, so the text is unambiguous), compared with
+        the rate. A NULL column is hashed as the text 'NULL'."""
+        if not 0.0 < q <= 1.0:
+            raise ValueError(f"q must be in (0, 1], got {q!r}")
+        text: exp.Expression = exp.Literal.string(salt)
+        for c in columns:
+            part = exp.func("coalesce", exp.cast(_col(c), "VARCHAR"), exp.Literal.string("NULL"))
+            text = exp.DPipe(this=exp.DPipe(this=text, expression=exp.Literal.string(":"), safe=True),
+                             expression=part, safe=True)
+        digest = _mark(exp.func("sha256", text))
+        head = exp.DPipe(this=exp.Literal.string("0x"), expression=exp.func("substr", digest, _number(1), _number(13)),
+                         safe=True)
+        threshold = math.floor(q * 2.0**52)
+        return _mark(exp.LT(this=exp.cast(head, exp.DataType.build("UBIGINT", dialect=DUCKDB)), expression=exp.Literal.number(threshold)))

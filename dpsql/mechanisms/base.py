@@ -50,6 +50,8 @@ class MechanismName(enum.StrEnum):
     LAPLACE = "laplace"
     SPARSE_HISTOGRAM = "sparse_histogram"
     DAWA = "dawa"
+    DP_S4S = "dp_s4s"
+    R2T = "r2t"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ class Request:
 
     @property
     def tables(self) -> list[str]:
+        if self.plan is not None and self.plan.join is not None:
+            return list(dict.fromkeys(t for _, t in self.plan.join.inputs))
         return [self.table.name]
 
 

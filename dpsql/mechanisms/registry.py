@@ -10,6 +10,10 @@ A new mechanism plugs in here: one ``MechanismName``, one entry in ``REGISTRY``,
 
 Routing rules, in order:
 
+0. A join (or a table reaching people through several references) -> DP-S4S when Delta is
+   enforced (one person per tuple; default q = 1/16), R2T (q = 1) when Delta is only attested
+   by the owner's declarations, unless the request sets q < 1 (then DP-S4S, its claim
+   conditional on the attested Delta) or forces ``mechanism``.
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
 2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
    same bounding, so the same quantity); a single range count over such a column -> a stored
@@ -35,6 +39,7 @@ from dpsql.errors import ConfigError, DPSQLError, PolicyError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism
 from dpsql.mechanisms.ranges import Dawa
+from dpsql.mechanisms.s4s_sql import JoinMechanism
 from dpsql.mechanisms.sparse_histogram import SparseHistogram
 from dpsql.options import UNIVERSAL
 from dpsql.plan import ir
@@ -46,6 +51,8 @@ REGISTRY: dict[MechanismName, Mechanism] = {
     MechanismName.LAPLACE: BasicMechanism(MechanismName.LAPLACE),
     MechanismName.SPARSE_HISTOGRAM: SparseHistogram(),
     MechanismName.DAWA: Dawa(),
+    MechanismName.DP_S4S: JoinMechanism(MechanismName.DP_S4S),
+    MechanismName.R2T: JoinMechanism(MechanismName.R2T),
 }
 
 #: values the ``mechanism`` option accepts
@@ -116,6 +123,11 @@ def route(
     plan = analyze(sql, dict(catalog))
     table = plan.table
     forced = options.get("mechanism", "auto")
+    if plan.join is not None:
+        return _route_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
+    if forced in ("dp_s4s", "r2t"):
+        raise PolicyError(f"mechanism '{forced}' answers joins (or tables that reach people through several references)",
+                          hint="omit the mechanism option for a single-table query")
     base = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=table,
                    unit=_unit(table, catalog), catalog=catalog, plan=plan, find_synopsis=find_synopsis)
 
@@ -163,6 +175,35 @@ def route(
         reason = f"{what}: {name} mechanism ({why})"
     _check_applicable(mech, options)
     return _finish(base, mech, mech.calibrate(base, contribution(table, options, grouped=plan.is_grouped)), reason)
+
+
+def _route_join(
+    sql: str, plan: ir.QueryPlan, epsilon: float, delta: float, options: Mapping[str, Any],
+    catalog: Mapping[str, TableSpec], find_synopsis: Callable[[str], tuple[int, str] | None],
+) -> Route:
+    """Rule 0: joins -> DP-S4S (enforced Delta) or R2T (attested Delta)."""
+    from dpsql.plan.joins import bound_people
+
+    assert plan.join is not None
+    forced = options.get("mechanism", "auto")
+    if forced not in ("auto", "dp_s4s", "r2t"):
+        raise PolicyError(f"joins are answered by DP-S4S or R2T, not by mechanism '{forced}'",
+                          hint="use mechanism='dp_s4s' or 'r2t', or omit the option")
+    people = bound_people(plan.join, dict(catalog))
+    if forced == "auto":
+        sampled = options.get("q", 1.0 if not people.enforced else 0.5) < 1.0
+        forced = "dp_s4s" if people.enforced or sampled else "r2t"
+    name = MechanismName(forced)
+    mech = REGISTRY[name]
+    _check_applicable(mech, options)
+    req = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
+                  catalog=catalog, plan=plan, find_synopsis=find_synopsis)
+    holds = "enforced by per-input row caps" if people.enforced else "attested by the owner's declarations"
+    if name == MechanismName.DP_S4S:
+        reason = f"join: DP-S4S (Poisson-sampled join tuples, truncation with a privately chosen threshold; Delta {holds})"
+    else:
+        reason = f"join: R2T (no sampling, truncation race over thresholds; Delta {holds})"
+    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason)
 
 
 def _single_range_count(plan: ir.QueryPlan) -> bool:

@@ -16,15 +16,28 @@ Privacy claim
 -------------
 Neighbouring relation (spec ``mechanisms.md`` §3.1): I ∼ I′ iff they differ by adding or removing
 **one user together with every join tuple it contributes to** (user-level, unbounded DP). Every
-user contributes to at most Δ = ``max_tuples_per_user`` join tuples (public bound; the caller's
-bounding enforces it, :func:`s4s_scalar` re-checks it, see below).
+user contributes to at most Δ = ``max_tuples_per_user`` join tuples (public bound, see "Δ").
 
-* Truncation LP (§3.2, Kasiviswanathan et al. 2013): f̄(S, τ) = max Σ_t x_t s.t.
+Δ. Lemma 3.1 (q < 1) needs |S_u| dominated by Bin(Δ, q). This module never compares the data
+with Δ: raising (or doing anything observable) when a user exceeds Δ would reveal that it does.
+Where every join tuple has one owner (a single foreign-key chain) the caller enforces Δ by a
+stable bounding — :func:`bound_tuples_per_user` keeps at most Δ tuples per user in a keyed
+random order that depends only on that user's tuples and the salt, so removing a user changes
+nobody else's tuples. Where tuples have several owners (self-joins, several references or
+private relations) no stable enforcement exists (removing one user frees capacity for its
+neighbours); there Δ is **owner-attested** and the ε claim for q < 1 is **conditional on it**.
+R2T (q = 1) needs no Δ.
+
+* Truncation (§3.2, Kasiviswanathan et al. 2013): f̄(S, τ) = max Σ_t x_t s.t.
   Σ_{t: u⇝t} x_t ≤ τ for every user u, 0 ≤ x_t ≤ w_t. Removing user u amounts to forcing x_t = 0
   on u's tuples (u's own constraint then holds trivially), so f̄(I′) ≤ f̄(I), and zeroing u's tuples
   in an optimum of I loses Σ_{t: u⇝t} x_t ≤ τ: the user-level sensitivity of f̄(·, τ) is ≤ τ
-  (for τ ≥ the largest user contribution, f̄ = Σ w_t). The value comes from HiGHS; its feasibility
-  tolerance (~1e-7 absolute per constraint) is the only slack on this bound.
+  (for τ ≥ the largest user contribution, f̄ = Σ w_t). It is computed by
+  :mod:`dpsql.mechanisms._s4s_truncation` on the instance whose weights and τ are rounded down to
+  the public grid 2^−k(τ) (a per-tuple map: the sensitivity bound is unchanged): exactly by a
+  closed form or a verified max-flow when no tuple has more than two (heavy) users, and otherwise
+  by HiGHS with a primal–dual certificate: the released value P is feasible and within
+  G(τ) = τ·2⁻¹⁰ of the optimum. **Every run is calibrated for the sensitivity τ + G(τ)** (below).
 * Algorithm 1 (Sample-and-Truncate, §3.4): Poisson-sample the join tuples with rate q → S; release
   f̄(S, τ) + Lap(τ/ε). By Lemma 3.1 (computed through the O(1) PGF form of Lemma 3.2 in
   :func:`dpsql.accounting.s4s_epsilon_prime`) this is ε′(ε, τ, Δ, q)-DP with ε′ ≤ ε. Lemma 3.1
@@ -37,6 +50,18 @@ bounding enforces it, :func:`s4s_scalar` re-checks it, see below).
   max(0, max_i f̃_i/q) is post-processing of them. **We clamp at 0** (as the authors' code does;
   the true sum is ≥ 0, so this only reduces error); the unclamped value is kept in the result too.
   Utility (Lemma 3.3): w.p. 1 − β, |f̂ − f| = Õ(√(n/q) + 1/q + (τ* + √(τ*/q))/ε_{i*}).
+* Approximate DP (δ > 0; §3.6, :func:`s4s_scalar_rdp`): Algorithm 2 with Gaussian noise. Run i
+  releases f̄(S, τ_i) + N(0, σ_i²), σ_i = (τ_i + G_i)√(α/(2ρ_i)), rounded to γ_i = 2^⌊log₂(σ_i/16)⌋;
+  by Lemma 3.5 (with the certified slack, :func:`dpsql.accounting.s4s_rdp_prime`) it is
+  (α, ρ′_i)-RDP. Allocation (open in the spec; chosen here): the pure-DP schedule's 1/i shape in
+  RDP at one order α — ρ_i = ρ₀/i, ρ₀ ← ρ₀ − ρ′_i from ρ₀ = ρ_total(α) — so amplification savings
+  roll over to the later (smaller-τ) runs and Σ ρ′_i ≤ ρ_total(α), checked exactly.
+  ρ_total(α) = ε − ln(1 − 1/α) + (ln δ′ + ln α)/(α − 1) is the CKS/Balle RDP → (ε, δ′) conversion
+  solved for ρ, with δ′ = δ − δ_fp and δ_fp = (1 + e^ε)·L·δ_coord the floating-point part of the
+  Gaussian sampler (``dpsql.noise`` §3, every run has σ/γ < 32). α is the order of
+  :data:`RDP_ORDERS` (1 + 2^{j/4}, j = −16 … 48; public) minimising Σ_i ln(σ_i/τ_i). Bias:
+  σ_i√(2 ln(3L/β)) (each candidate overestimates w.p. ≤ β/(3L), the Gaussian analogue of the
+  Laplace bias). Total: (ε, δ)-DP, conditional on Δ for q < 1 as above.
 * R2T (§3.3, Dong et al. 2022), the unsampled variant (q = 1, no amplification): τ_j = 2^j,
   j = 1 … L = ⌈log₂ GS⌉, each run with ε/L: Q̃_j = f̄(I, τ_j) + Lap(L τ_j/ε) − L τ_j ln(L/β)/ε,
   released max(max_j Q̃_j, f̄(I, 0)) (:func:`dpsql.accounting.r2t_schedule`). f̄(I, 0) is the weight
@@ -47,13 +72,19 @@ Floating point (``dpsql.noise`` section 2): every Laplace draw goes through Miro
 mechanism (clamp f̄ to a public B = 2^K Λ, add Lap(λ), round to the power-of-two grid Λ ≥ λ,
 clamp). A snapped kernel satisfies K(y|v) ≤ exp(|v − v′|/λ + ξ) K(y|v′) with
 ξ = 2⁻⁴⁵(B/λ + 2), so in Lemma 3.1's sum every term gains at most the factor e^ξ: the run on the
-sample is (ε′(τ/λ, τ, Δ, q) + ξ)-DP. λ_i is calibrated so that ε′(τ_i/λ_i, τ_i, Δ, q) + ξ_i ≤ ε′_i
-of the schedule (bisection on the monotone ε′; q = 1: τ_i/λ_i = ε′_i − ξ_i), keeping Σ ≤ ε.
-R2T's runs use λ_j with τ_j/λ_j + ξ_j ≤ ε/L. The schedule's nominal scales τ/ε (and the biases)
+sample is (ε′(τ/λ, τ, Δ, q) + ξ)-DP. The certified slack G of the truncation acts the same way:
+the released value moves by at most min(τ, |S_u|) + G, so every term gains at most e^{G/λ}.
+λ_i is calibrated so that ε′(τ_i/λ_i, τ_i, Δ, q) + G(τ_i)/λ_i + ξ_i ≤ ε′_i of the schedule
+(bisection on the monotone left side; q = 1: (τ_i + G_i)/λ_i = ε′_i − ξ_i), keeping Σ ≤ ε.
+R2T's runs use λ_j with (τ_j + G_j)/λ_j + ξ_j ≤ ε/L. The schedule's nominal scales τ/ε (and the biases)
 are kept in the results; the scales actually used are ``snap_lambda`` / ``snap_lambdas``.
 
 Deviations from the authors' code (spec §3.5 [IMPL]): we follow the paper — base 2 grid,
-ln(3L/β) bias, L = ⌊log₂ Δ⌋ + 1 — not the code's base 5.5 and ln(num_taus/β).
+ln(3L/β) bias, L = ⌊log₂ Δ⌋ + 1 — not the code's base 5.5 and ln(num_taus/β). ``tau_base``
+selects another constant base b (τ_i = b^{i−1}, L = ⌊log_b Δ⌋ + 1; R2T τ_j = b^j up to GS): the
+analysis holds for any constant base, and b = 5.5 (the code's) runs fewer thresholds with a
+larger share of ε each — on ca-GrQc 2-paths at q = 1/16 it lowers the error from ≈ 73% to ≈ 55%
+(``benchmarks/s4s.py``). The default stays the paper's 2 (the spec vectors pin it).
 
 Randomness: only through the :class:`dpsql.noise.NoiseSource` passed in (uniforms for the
 sample, Laplace for the noise). The true LP values never leave this module.
@@ -65,17 +96,28 @@ spec ``mechanisms.md`` §3.1–3.5, vectors ``dp_s4s.json``.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import linprog
 
-from dpsql.accounting import r2t_schedule, s4s_budget_schedule, s4s_epsilon_prime
+from dpsql.accounting import r2t_schedule, s4s_budget_schedule, s4s_epsilon_prime, s4s_rdp_prime
+from dpsql.accounting.s4s import s4s_grid_size, tau_grid_base
 from dpsql.errors import ConfigError, ExecutionError
-from dpsql.noise import NoiseSource, snapping_calibration, snapping_exponent, snapping_extra, snapping_grid
+from dpsql.mechanisms import _s4s_truncation as _trunc
+from dpsql.noise import (
+    NoiseSource,
+    check_gaussian_representable,
+    gaussian_fp_delta,
+    gaussian_release,
+    round_to_granularity,
+    snapping_calibration,
+    snapping_exponent,
+    snapping_extra,
+    snapping_grid,
+)
 
 __all__ = [
     "JoinTuples",
@@ -86,6 +128,12 @@ __all__ = [
     "truncated_value",
     "poisson_sample",
     "s4s_scalar",
+    "S4SRdpStep",
+    "S4SRdpSchedule",
+    "S4SRdpResult",
+    "s4s_rdp_schedule",
+    "s4s_scalar_rdp",
+    "bound_tuples_per_user",
     "r2t_scalar",
 ]
 
@@ -125,6 +173,21 @@ def _index_array(a: object, name: str) -> np.ndarray:
 
 def validate_join_tuples(weights: object, tuple_idx: object, user_idx: object) -> JoinTuples:
     """Check the input representation; raise :class:`ConfigError` on any malformed input."""
+    return _compact(*_checked_arrays(weights, tuple_idx, user_idx))
+
+
+def _sampled_join_tuples(weights: object, tuple_idx: object, user_idx: object, q: float, rng: NoiseSource) -> JoinTuples:
+    """Validate everything, draw the Poisson sample, then compact only the sampled pairs
+    (weights outside the sample are 0 and their pairs dropped: the same f̄ as masking later)."""
+    w, ti, ui = _checked_arrays(weights, tuple_idx, user_idx)
+    if q == 1.0:
+        return _compact(w, ti, ui)
+    mask = poisson_sample(w.size, q, rng)
+    keep = mask[ti]
+    return _compact(np.where(mask, w, 0.0), ti[keep], ui[keep])
+
+
+def _checked_arrays(weights: object, tuple_idx: object, user_idx: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     try:
         w = np.asarray(weights)
     except (TypeError, ValueError):
@@ -149,6 +212,11 @@ def validate_join_tuples(weights: object, tuple_idx: object, user_idx: object) -
     n = w.size
     if ti.size and int(ti.max()) >= n:
         raise ConfigError(f"tuple_idx must be < len(weights) = {n}, got {int(ti.max())}")
+    return w, ti, ui
+
+
+def _compact(w: np.ndarray, ti: np.ndarray, ui: np.ndarray) -> JoinTuples:
+    n = w.size
     if ui.size == 0:
         return JoinTuples(w, ti, ui, 0)
     users, uc = np.unique(ui, return_inverse=True)
@@ -202,69 +270,31 @@ def _max_tuples(delta: object) -> int:
 
 
 # ----------------------------------------------------------------------------- truncation LP
-def _truncated(jt: JoinTuples, mask: np.ndarray | None, tau: float) -> float:
-    """f̄ on the tuples selected by ``mask`` (all if None); ``jt`` already validated."""
+def _prepared(jt: JoinTuples, mask: np.ndarray | None) -> _trunc.Prepared:
+    """The sample's incidence (all tuples if ``mask`` is None), prepared for every τ of a grid."""
     w = jt.weights if mask is None else np.where(mask, jt.weights, 0.0)
     ti, ui = jt.tuple_idx, jt.user_idx
     if mask is not None and ti.size:
         keep = mask[ti]
         ti, ui = ti[keep], ui[keep]
-    total = math.fsum(w.tolist())
-    if ti.size == 0:
-        return total
-    load = np.bincount(ui, weights=w[ti], minlength=jt.n_users)
-    heavy = load > tau
-    if not np.any(heavy):  # fast path: no constraint can bind
-        return total
-    # Exact reductions: (a) a user with total weight <= tau has a constraint implied by x <= w, so
-    # it is dropped, and a tuple touching no remaining (heavy) user sits at x_t = w_t; (b) the
-    # tuples whose only heavy user is u enter nothing but u's constraint, so they merge into one
-    # variable y_u in [0, sum of their weights].
-    hp = heavy[ui]
-    ti_h, ui_h = ti[hp], ui[hp]
-    lp_tuples, col = np.unique(ti_h, return_inverse=True)
-    col = col.reshape(-1)
-    heavy_users, row = np.unique(ui_h, return_inverse=True)
-    row = row.reshape(-1)
-    n_heavy = heavy_users.size
-    fixed = total - math.fsum(w[lp_tuples].tolist())
-    owners = np.bincount(col, minlength=lp_tuples.size)
-    shared_t = owners >= 2
-    private_pair = ~shared_t[col]
-    merged = np.bincount(row[private_pair], weights=w[lp_tuples[col[private_pair]]], minlength=n_heavy)
-    shared_ids = np.flatnonzero(shared_t)
-    n_shared = shared_ids.size
-    new_col = np.full(lp_tuples.size, -1, dtype=np.int64)
-    new_col[shared_ids] = np.arange(n_shared)
-    sp_pairs = ~private_pair
-    has_merged = np.flatnonzero(merged > 0.0)
-    rows = np.concatenate([row[sp_pairs], has_merged])
-    cols = np.concatenate([new_col[col[sp_pairs]], n_shared + np.arange(has_merged.size)])
-    upper = np.concatenate([w[lp_tuples[shared_ids]], merged[has_merged]])
-    n_var = upper.size
-    a_ub = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n_heavy, n_var), dtype=np.float64)
-    res = linprog(
-        c=-np.ones(n_var),
-        A_ub=a_ub,
-        b_ub=np.full(n_heavy, float(tau)),
-        bounds=np.column_stack([np.zeros(n_var), upper]),
-        method="highs",
-    )
-    if res.status != 0:  # pragma: no cover - x = 0 is feasible and the LP is bounded
-        raise ExecutionError(f"truncation LP failed: {res.message}")
-    val = fixed + float(-res.fun)
-    return min(max(val, fixed), total)
+    return _trunc.prepare(w, ti, ui, jt.n_users)
+
+
+def _truncated(jt: JoinTuples, mask: np.ndarray | None, tau: float) -> float:
+    """f̄ on the tuples selected by ``mask`` (all if None); ``jt`` already validated."""
+    return _trunc.truncate(_prepared(jt, mask), tau).value
 
 
 def truncated_value(weights: object, tuple_idx: object, user_idx: object, tau: float) -> float:
     """The truncation LP f̄(T, τ) = max Σ x_t s.t. Σ_{t: u⇝t} x_t ≤ τ ∀u, 0 ≤ x_t ≤ w_t (spec §3.2).
 
-    Solved with HiGHS on a sparse constraint matrix, after exact reductions: users whose total
-    weight is ≤ τ are dropped (their constraint is implied by x ≤ w), tuples touching no remaining
-    user are fixed at w_t, and the tuples whose only remaining user is u are merged into one
-    variable bounded by their total weight. If no user's total weight exceeds τ, returns Σ w_t
-    without an LP. ``tau`` ≥ 0 (τ = 0 gives the weight of tuples contributed by no user). The result is a
-    true (non-private) value: it must only leave through a DP mechanism.
+    Computed by :mod:`dpsql.mechanisms._s4s_truncation` on the instance whose weights and τ are
+    rounded down to the public grid 2^−k(τ) (k(τ) = 30 − max(0, ⌈log₂ τ⌉); weights 0 and 1 are
+    unchanged): exactly (closed form when no remaining tuple is shared, verified max-flow when
+    every shared tuple has two heavy users) or, with tuples of ≥ 3 heavy users, as a feasible
+    value P within the certified gap G(τ) = τ·2⁻¹⁰ of the optimum. ``tau`` ≥ 0 (τ = 0 gives
+    the weight of tuples contributed by no user). The result is a true (non-private) value: it
+    must only leave through a DP mechanism.
     """
     jt = validate_join_tuples(weights, tuple_idx, user_idx)
     t = _tau_value(tau)
@@ -280,6 +310,53 @@ def _tau_value(tau: object) -> float:
     if isinstance(tau, bool) or not (math.isfinite(t) and t >= 0):
         raise ConfigError(f"tau must be finite and >= 0, got {tau!r}", hint=hint)
     return t
+
+
+# ----------------------------------------------------------------------------- bounding Δ
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (a bijection of uint64), vectorised."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * _M1
+        x = (x ^ (x >> np.uint64(27))) * _M2
+        return x ^ (x >> np.uint64(31))
+
+
+def bound_tuples_per_user(tuple_keys: object, user_idx_per_tuple: object, max_tuples: int, salt: bytes) -> np.ndarray:
+    """Boolean mask over single-owner tuples: each user keeps at most Δ of its tuples.
+
+    ``tuple_keys`` (int64, one per tuple) must identify a tuple independently of the rest of the
+    data (e.g. the base row ids that make it), ``user_idx_per_tuple`` is each tuple's one owner,
+    ``salt`` a fresh per-query secret (bytes). Each user keeps the Δ tuples of smallest keyed
+    order mix64(key ⊕ s₀) (ties by key), s₀ a 64-bit word taken from ``salt``.
+
+    Stability (why this bounding keeps the neighbouring relation): the tuples a user keeps are a
+    function of that user's own tuples and the salt only, so removing one user removes exactly
+    its kept tuples and changes nobody else's. This holds only when every tuple has ONE owner
+    (a single foreign-key chain); with several owners no stable bounding exists and Δ is
+    owner-attested instead (module docstring). The keyed order only avoids a systematic bias
+    (e.g. always keeping the oldest rows); privacy does not need it to be secret.
+    """
+    keys = np.asarray(tuple_keys).astype(np.int64, copy=False).view(np.uint64)
+    users = np.asarray(user_idx_per_tuple).astype(np.int64, copy=False)
+    delta = _max_tuples(max_tuples)
+    if keys.shape != users.shape or keys.ndim != 1:
+        raise ConfigError("tuple_keys and user_idx_per_tuple must be 1-D arrays of the same length")
+    if not isinstance(salt, (bytes, bytearray)) or len(salt) < 8:
+        raise ConfigError("salt must be at least 8 secret bytes", hint="use NoiseSource.salt() or os.urandom(16)")
+    s0 = np.uint64(int.from_bytes(bytes(salt[:8]), "little"))
+    order = np.lexsort((keys, _mix64(keys ^ s0), users))
+    su = users[order]
+    first = np.ones(su.size, dtype=bool)
+    first[1:] = su[1:] != su[:-1]
+    start = np.maximum.accumulate(np.where(first, np.arange(su.size), 0))
+    rank = np.arange(su.size) - start
+    keep = np.zeros(su.size, dtype=bool)
+    keep[order] = rank < delta
+    return keep
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -329,7 +406,8 @@ class S4SResult:
     tau: float  #: τ of the step attaining the maximum (the chosen threshold)
 
 
-def _s4s_steps(e: float, delta: int, q: float, beta: float) -> tuple[S4SStep, ...]:
+@functools.lru_cache(maxsize=64)
+def _s4s_steps(e: float, delta: int, q: float, beta: float, base: float = 2.0) -> tuple[S4SStep, ...]:
     """The accounting's schedule, with Σ ε′_i ≤ ε checked in exact rational arithmetic.
 
     Floating subtraction in the schedule can leave the exact sum of the ε′_i one ulp above ε
@@ -338,7 +416,7 @@ def _s4s_steps(e: float, delta: int, q: float, beta: float) -> tuple[S4SStep, ..
     """
     target = e
     for _ in range(64):
-        sched = s4s_budget_schedule(target, delta, q, beta)
+        sched = s4s_budget_schedule(target, delta, q, beta, base)
         if sum((Fraction(s.epsilon_prime) for s in sched), Fraction(0)) <= Fraction(e):
             out = []
             for s in sched:
@@ -351,17 +429,23 @@ def _s4s_steps(e: float, delta: int, q: float, beta: float) -> tuple[S4SStep, ..
 
 
 def _snapped(tau: float, eps_i: float, eps_prime: float, delta: int, q: float) -> tuple[float, float, float]:
-    """(λ, Λ, B) of one run: the largest τ/λ with ε′(τ/λ, τ, Δ, q) + ξ ≤ ε′_i (module docstring)."""
+    """(λ, Λ, B) of one run: the largest τ/λ with ε′(τ/λ, τ, Δ, q) + G(τ)/λ + ξ ≤ ε′_i (docstring).
+
+    G(τ) = g·τ is the certified slack of the truncation (``_s4s_truncation``): the released
+    value moves by at most min(τ, |S_u|) + G when one user is added, so every term of Lemma 3.1
+    gains at most the factor e^{G/λ} = e^{g·τ/λ}, like the snapping term ξ.
+    """
     what = "a DP-S4S run"
+    g = _trunc.GAP_FRACTION
     k = snapping_exponent(eps_prime / 1000.0, what=what)
     target = eps_prime - snapping_extra(2.0 ** (k + 1))
     if q == 1.0:
-        eps_l = target
+        eps_l = target / (1.0 + g)
     else:
         lo, hi = 0.0, eps_i
         for _ in range(80):
             mid = 0.5 * (lo + hi)
-            if s4s_epsilon_prime(mid, tau, delta, q) <= target:
+            if s4s_epsilon_prime(mid, tau, delta, q) + g * mid <= target:
                 lo = mid
             else:
                 hi = mid
@@ -383,30 +467,28 @@ def s4s_scalar(
     q: float,
     rng: NoiseSource,
     beta: float = 0.1,
+    tau_base: float = 2.0,
 ) -> S4SResult:
     """DP-S4S Algorithm 2 (scalar, pure DP): an ε-DP estimate of Σ_t w_t under user-level DP.
 
     See the module docstring for the privacy argument. ``q = 1`` runs without sampling (then
     ε′_i = ε_i and the schedule is plain basic composition). Raises :class:`ConfigError` on invalid
-    parameters or inputs, including a user with more than ``max_tuples_per_user`` distinct tuples
-    (a broken contract of the caller's bounding, under which Lemma 3.1 would not hold).
+    parameters or malformed inputs only — never on the data's values: a user with more than
+    ``max_tuples_per_user`` tuples is not detected (see "Δ" in the module docstring; single-owner
+    tuples are bounded by the caller, e.g. with :func:`bound_tuples_per_user`).
     """
     e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
     qq = _rate(q)
     delta = _max_tuples(max_tuples_per_user)
     b = _beta(beta)
-    jt = validate_join_tuples(weights, tuple_idx, user_idx)
-    if jt.n_users and int(jt.tuples_per_user().max()) > delta:
-        raise ConfigError(
-            f"a user contributes to more than max_tuples_per_user={delta} join tuples",
-            hint="the caller must bound each user's join tuples by the public Delta before DP-S4S",
-        )
-
-    steps = _s4s_steps(e, delta, qq, b)
+    # Δ is never checked against the data here (raising would reveal whether it is exceeded):
+    # see "Δ" in the module docstring.
+    steps = _s4s_steps(e, delta, qq, b, tau_grid_base(tau_base))
     spent = math.fsum(s.epsilon_prime for s in steps)
 
-    mask = None if qq == 1.0 else poisson_sample(jt.weights.size, qq, rng)
-    fbars = np.array([_truncated(jt, mask, s.tau) for s in steps])
+    jt = _sampled_join_tuples(weights, tuple_idx, user_idx, qq, rng)
+    prep = _prepared(jt, None)
+    fbars = np.array([_trunc.truncate(prep, s.tau).value for s in steps])
     snapped = rng.snap_laplace(
         fbars,
         np.array([s.snap_lambda for s in steps]),
@@ -454,6 +536,7 @@ def r2t_scalar(
     global_sensitivity: float,
     rng: NoiseSource,
     beta: float = 0.1,
+    tau_base: float = 2.0,
 ) -> R2TResult:
     """R2T (Dong et al. 2022; spec §3.3): the unsampled race over τ_j = 2^j, each run with ε/L.
 
@@ -461,16 +544,21 @@ def r2t_scalar(
     """
     e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
     b = _beta(beta)
-    sched = r2t_schedule(e, global_sensitivity, b)  # validates global_sensitivity
+    sched = r2t_schedule(e, global_sensitivity, b, tau_grid_base(tau_base))  # validates global_sensitivity
     jt = validate_join_tuples(weights, tuple_idx, user_idx)
     share = e / len(sched)
-    snaps = [snapping_calibration(float(s.tau), share, integer=False, what="an R2T run") for s in sched]
-    fbars = np.array([_truncated(jt, None, float(s.tau)) for s in sched])
+    # sensitivity τ_j + G(τ_j): the certified slack of the truncation (module docstring)
+    snaps = [
+        snapping_calibration(float(s.tau) + _trunc.gap_bound(float(s.tau)), share, integer=False, what="an R2T run")
+        for s in sched
+    ]
+    prep = _prepared(jt, None)
+    fbars = np.array([_trunc.truncate(prep, float(s.tau)).value for s in sched])
     snapped = rng.snap_laplace(
         fbars, np.array([p[0] for p in snaps]), np.array([p[1] for p in snaps]), np.array([p[2] for p in snaps])
     )
     cands = [float(v) - s.bias for s, v in zip(sched, snapped)]
-    base = _truncated(jt, None, 0.0)  # sensitivity 0: released exactly
+    base = _trunc.truncate(prep, 0.0).value  # sensitivity 0: released exactly
     best = int(np.argmax(cands))
     if cands[best] >= base:
         est, tau = float(cands[best]), float(sched[best].tau)
@@ -485,4 +573,195 @@ def r2t_scalar(
         epsilon=e,
         tau=tau,
         snap_lambdas=tuple(p[0] for p in snaps),
+    )
+
+
+# ----------------------------------------------------------------------------- approximate DP (RDP)
+#: Rényi orders tried by :func:`s4s_rdp_schedule`: α = 1 + 2^{j/4}, j = −16 … 48 (public, fixed)
+RDP_ORDERS = tuple(1.0 + 2.0 ** (j / 4.0) for j in range(-16, 49))
+
+
+@dataclass(frozen=True)
+class S4SRdpStep:
+    """One Gaussian run of the RDP variant of Algorithm 2 (data independent)."""
+
+    i: int
+    tau: float  #: τ_i = 2^{i−1}
+    rho: float  #: ρ_i = ρ₀/i, the RDP (order α) of the unsampled release at sensitivity τ_i + G_i
+    rho_prime: float  #: ρ′_i (Lemma 3.5 with the certified slack G_i), what the run costs
+    sigma: float  #: σ_i = (τ_i + G_i)·√(α/(2ρ_i))
+    bias: float  #: σ_i·√(2 ln(3L/β)), subtracted from the noisy value
+    granularity: float  #: γ_i = 2^⌊log₂(σ_i/16)⌋, the released value's rounding grid
+
+
+@dataclass(frozen=True)
+class S4SRdpSchedule:
+    alpha: float
+    rho_total: float  #: ρ available at order α for (ε, δ − δ_fp) by the CKS conversion
+    steps: tuple[S4SRdpStep, ...]
+    rho_spent: float  #: Σ ρ′_i ≤ rho_total (checked exactly)
+    fp_delta: float  #: (1 + e^ε)·Σ_i δ_coord,i: the floating-point part of δ (dpsql.noise §3)
+    epsilon_spent: float  #: CKS ε of (α, Σρ′_i) at δ − fp_delta; ≤ ε
+
+
+def _rdp_rho_total(e: float, d: float, a: float) -> float:
+    """ρ with ρ + ln(1 − 1/α) − (ln δ + ln α)/(α − 1) = ε (CKS / Balle et al. RDP → DP)."""
+    return e - math.log1p(-1.0 / a) + (math.log(d) + math.log(a)) / (a - 1.0)
+
+
+def _rdp_steps(rho_total: float, a: float, delta: int, q: float, beta: float, base: float) -> list[S4SRdpStep]:
+    big_l = s4s_grid_size(delta, base)
+    z = math.sqrt(2.0 * math.log(3.0 * big_l / beta))
+    rho0 = rho_total
+    out = []
+    for i in range(big_l, 0, -1):
+        tau = float(1 << (i - 1)) if base == 2.0 else base ** (i - 1)
+        gap = _trunc.gap_bound(tau)
+        rho_i = rho0 / i
+        sigma = (tau + gap) * math.sqrt(a / (2.0 * rho_i))
+        rp = s4s_rdp_prime(a, rho_i, tau, delta, q, gap=gap)
+        rho0 = max(0.0, rho0 - rp)
+        gran = math.ldexp(1.0, math.floor(math.log2(sigma / 16.0)))
+        out.append(S4SRdpStep(i, tau, rho_i, rp, sigma, sigma * z, gran))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _rdp_schedule_cached(
+    e: float, d: float, delta: int, q: float, beta: float, alpha: float | None, base: float
+) -> S4SRdpSchedule:
+    big_l = s4s_grid_size(delta, base)
+    # every run's σ/γ < 32, so δ_coord ≤ gaussian_fp_delta(32, 1) (it depends on σ/γ only)
+    fp = (1.0 + math.exp(min(e, 700.0))) * big_l * gaussian_fp_delta(32.0, 1.0, integer=False)
+    d_rdp = d - fp
+    if not d_rdp > 0:
+        raise ConfigError(f"delta={d!r} is too small for DP-S4S's floating-point Gaussian noise",
+                          hint="use delta >= 1e-10")
+    best: tuple[float, float, list[S4SRdpStep]] | None = None
+    for a in (RDP_ORDERS if alpha is None else (alpha,)):
+        rt = _rdp_rho_total(e, d_rdp, a)
+        if not rt > 0:
+            continue
+        steps = _rdp_steps(rt, a, delta, q, beta, base)
+        score = math.fsum(math.log(s.sigma / s.tau) for s in steps)  # geometric mean of σ_i/τ_i
+        if best is None or score < best[0]:
+            best = (score, a, steps)
+    if best is None:
+        raise ConfigError(
+            f"epsilon={e!r} is too small for delta={d!r} at every Rényi order",
+            hint="use a larger epsilon or delta (the RDP conversion needs epsilon > ln(1/delta)/(alpha-1) + ...)",
+        )
+    _, a, steps = best
+    rt = _rdp_rho_total(e, d_rdp, a)
+    for _ in range(64):  # the exact sum of the ρ′_i must not exceed ρ_total, nor the CKS ε exceed ε
+        spent = sum((Fraction(s.rho_prime) for s in steps), Fraction(0))
+        eps_conv = float(spent) + math.log1p(-1.0 / a) - (math.log(d_rdp) + math.log(a)) / (a - 1.0)
+        if spent <= Fraction(_rdp_rho_total(e, d_rdp, a)) and eps_conv <= e:
+            return S4SRdpSchedule(a, _rdp_rho_total(e, d_rdp, a), tuple(steps), float(spent), fp, eps_conv)
+        rt = float(np.nextafter(rt, 0.0)) * (1.0 - 4.0 * float(np.finfo(float).eps))
+        steps = _rdp_steps(rt, a, delta, q, beta, base)
+    raise ExecutionError(f"DP-S4S RDP schedule overspends epsilon={e!r}")  # pragma: no cover
+
+
+def s4s_rdp_schedule(
+    epsilon: float,
+    delta: float,
+    max_tuples_per_user: int,
+    q: float,
+    beta: float = 0.1,
+    alpha: float | None = None,
+    tau_base: float = 2.0,
+) -> S4SRdpSchedule:
+    """The data-independent schedule of the RDP variant of Algorithm 2 (spec §3.6).
+
+    Allocation (the spec leaves it open): the same 1/i shape as the pure-DP schedule, in RDP at one
+    order α: ρ₀ ← ρ_total(α); for i = L … 1: ρ_i = ρ₀/i, σ_i = (τ_i + G_i)√(α/(2ρ_i)),
+    ρ₀ ← ρ₀ − ρ′_i (Lemma 3.5), so the last run takes what amplification left over and
+    Σ ρ′_i ≤ ρ_total. ρ_total(α) = ε − ln(1 − 1/α) + (ln δ′ + ln α)/(α − 1) makes (α, ρ_total)-RDP
+    imply (ε, δ′)-DP (CKS 2020 / Balle et al. 2020 Thm 21), δ′ = δ − δ_fp. α is the order of
+    :data:`RDP_ORDERS` (or the given ``alpha``) minimising Σ_i ln(σ_i/τ_i), the geometric mean of
+    the noise multipliers (the chosen τ is unknown in advance, so every run counts alike).
+    """
+    e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
+    hint = "delta is the query's delta, in (0, 1), e.g. delta=1e-7"
+    try:
+        d = float(delta)
+    except (TypeError, ValueError):
+        raise ConfigError(f"delta must be a number, got {delta!r}", hint=hint) from None
+    if isinstance(delta, bool) or not (0.0 < d < 1.0):
+        raise ConfigError(f"delta must be in (0, 1), got {delta!r}", hint=hint)
+    a = None
+    if alpha is not None:
+        a = _positive(alpha, "alpha", "alpha is a Renyi order > 1")
+        if not a > 1.0:
+            raise ConfigError(f"alpha must be > 1, got {alpha!r}", hint="alpha is a Renyi order > 1")
+    return _rdp_schedule_cached(e, d, _max_tuples(max_tuples_per_user), _rate(q), _beta(beta), a, tau_grid_base(tau_base))
+
+
+@dataclass(frozen=True)
+class S4SRdpResult:
+    """Output of :func:`s4s_scalar_rdp` (every field DP or public)."""
+
+    estimate: float  #: max(0, max_i f̃_i/q)
+    unclamped: float
+    candidates: tuple[float, ...]  #: f̃_i/q, i = L … 1
+    schedule: S4SRdpSchedule
+    epsilon: float
+    delta: float
+    q: float
+    max_tuples_per_user: int
+    beta: float
+    tau: float  #: τ of the maximising candidate
+
+
+def s4s_scalar_rdp(
+    weights: object,
+    tuple_idx: object,
+    user_idx: object,
+    *,
+    epsilon: float,
+    delta: float,
+    max_tuples_per_user: int,
+    q: float,
+    rng: NoiseSource,
+    beta: float = 0.1,
+    alpha: float | None = None,
+    tau_base: float = 2.0,
+) -> S4SRdpResult:
+    r"""DP-S4S Algorithm 2 with Gaussian noise under Rényi DP: an (ε, δ)-DP estimate of Σ_t w_t.
+
+    Privacy (neighbouring relation and the Δ condition as for :func:`s4s_scalar`): one Poisson
+    sample S; run i releases f̄(S, τ_i) + N(0, σ_i²) rounded to γ_i. Lemma 3.5 (with the certified
+    slack G_i, :func:`dpsql.accounting.s4s_rdp_prime`) makes run i (α, ρ′_i)-RDP; RDP composes
+    additively at α over the L runs on the same sample, Σ ρ′_i ≤ ρ_total(α), and the CKS
+    conversion gives (ε, δ − δ_fp)-DP; the floating-point sampler and rounding add
+    δ_fp = (1 + e^ε)·Σ_i δ_coord,i (``dpsql.noise`` §3), so the whole is (ε, δ)-DP. The candidates
+    f̃_i = f̂_i − σ_i√(2 ln(3L/β)) (each underestimates f̄(S, τ_i) except w.p. β/(3L), the Gaussian
+    analogue of the pure-DP bias) are rescaled by 1/q; the release max(0, max_i f̃_i/q) is
+    post-processing. Raises :class:`ConfigError` on invalid parameters only.
+    """
+    sched = s4s_rdp_schedule(epsilon, delta, max_tuples_per_user, q, beta, alpha, tau_base)
+    qq = _rate(q)
+    jt = _sampled_join_tuples(weights, tuple_idx, user_idx, qq, rng)
+    prep = _prepared(jt, None)
+    cands = []
+    for st in sched.steps:
+        check_gaussian_representable(st.sigma, st.granularity, integer=False, what="a DP-S4S run")
+        v = np.array([_trunc.truncate(prep, st.tau).value])
+        noisy = round_to_granularity(gaussian_release(v, rng.gaussian_noise(st.sigma, 1), integer=False),
+                                     st.granularity)
+        cands.append((float(noisy[0]) - st.bias) / qq)
+    best = int(np.argmax(cands))
+    raw = float(cands[best])
+    return S4SRdpResult(
+        estimate=max(0.0, raw),
+        unclamped=raw,
+        candidates=tuple(cands),
+        schedule=sched,
+        epsilon=float(epsilon),
+        delta=float(delta),
+        q=qq,
+        max_tuples_per_user=_max_tuples(max_tuples_per_user),
+        beta=_beta(beta),
+        tau=sched.steps[best].tau,
     )

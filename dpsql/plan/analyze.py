@@ -13,6 +13,7 @@ from dpsql.catalog import TableSpec, unit_paths
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import SUPPORTED_AGGS, check_expression_functions, check_statement_shape, violation
+from dpsql.plan.joins import analyze_join
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
 from dpsql.plan.typer import MAX_DEPTH, TypeRefusal, check_numeric_column, type_key, type_predicate
 
@@ -260,6 +261,10 @@ class _Builder:
                 violations=self.violations,
             )
         stmt = stmts[0]
+        if isinstance(stmt, exp.Select) and stmt.args.get("joins"):
+            return analyze_join(self.sql, stmt, self.catalog)  # joins: DP-S4S / R2T (dpsql.plan.joins)
+        if isinstance(stmt, exp.Select) and self._several_paths(stmt):
+            return analyze_join(self.sql, stmt, self.catalog)
         self.violations.extend(check_statement_shape(stmt, self.sql, start=starts[0] if starts else 0))
         if not isinstance(stmt, exp.Select):
             self._raise()
@@ -463,6 +468,19 @@ class _Builder:
             limit=limit,
             offset=offset,
         )
+
+    def _several_paths(self, stmt: exp.Select) -> bool:
+        """A single registered table whose rows reach people through several (resolved) paths, or
+        through a chain of references: answered as a one-input join (every path bounded)."""
+        from_ = stmt.args.get("from_") or stmt.args.get("from")
+        tbl = from_.this if from_ is not None else None
+        if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier) or tbl.args.get("db"):
+            return False
+        table = self.catalog.get(tbl.this.name.lower())
+        if table is None or table.public or resolve_unit_column(table, self.catalog) is not None:
+            return False
+        paths = unit_paths(table, self.catalog)
+        return bool(paths) and all(p.resolved for p in paths)
 
     def _int_clause(self, stmt: exp.Select, key: str) -> int | None:
         node = stmt.args.get(key)

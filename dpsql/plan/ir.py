@@ -41,6 +41,61 @@ class OutputColumn:
     source: str | None  # internal name when the output is a bare key/aggregate
 
 
+@dataclass(frozen=True)
+class Hop:
+    """One declared reference followed: ``table.column`` -> ``target_table.target_column`` (a key)."""
+
+    table: str
+    column: str
+    target_table: str
+    target_column: str
+
+
+@dataclass(frozen=True)
+class UserSlot:
+    """One way a join tuple reaches a person: from input ``alias``, through ``hops`` (empty: the
+    input's own privacy unit ``column``; one hop to a person table's unit: the foreign key's value
+    is the person; longer: looked up through the chain of keys). ``person_class``: the class of
+    join columns that holds the person's id (slots with the same person table and class are the
+    same person in every tuple); None for a looked-up chain (a class of its own)."""
+
+    alias: str
+    hops: tuple[Hop, ...]
+    person_table: str
+    column: str
+    person_class: str | None
+
+
+@dataclass(frozen=True)
+class JoinPlan:
+    """A scalar aggregate over an inner equi-join (``dpsql.plan.joins``); public metadata only.
+
+    ``inputs``: (alias, table name) in FROM order; ``conditions``: equalities between flat column
+    names ``<alias>__<column>``; ``where`` and ``value`` are over flat names (``flat_schema``);
+    ``kind``: count_star | count | sum; ``bounds``: the aggregate's per-tuple value bounds."""
+
+    inputs: tuple[tuple[str, str], ...]
+    conditions: tuple[tuple[str, str], ...]
+    where: exp.Expression | None
+    kind: str
+    value: exp.Expression | None
+    bounds: tuple[float, float]
+    slots: tuple[UserSlot, ...]
+    flat_schema: dict[str, str]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "inputs": [f"{t} AS {a}" for a, t in self.inputs],
+            "on": [f"{a.replace('__', '.', 1)} = {b.replace('__', '.', 1)}" for a, b in self.conditions],
+            "aggregate": self.kind,
+            "value_bounds": list(self.bounds),
+            "user_slots": [
+                f"{s.alias}.{s.column}" + "".join(f" -> {h.target_table}.{h.target_column}" for h in s.hops)
+                + f" ({s.person_table})" for s in self.slots
+            ],
+        }
+
+
 @dataclass
 class QueryPlan:
     sql: str
@@ -53,6 +108,7 @@ class QueryPlan:
     order: list[exp.Ordered] = field(default_factory=list)  # over internal / output names
     limit: int | None = None
     offset: int | None = None
+    join: JoinPlan | None = None  # a join query (or a table with several paths to people)
 
     @property
     def is_grouped(self) -> bool:

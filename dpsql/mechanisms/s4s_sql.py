@@ -1,0 +1,322 @@
+r"""DP-S4S and R2T over SQL joins: scalar COUNT / SUM over inner equi-joins of registered tables.
+
+Privacy claim
+-------------
+Neighbouring relation (spec ``mechanisms.md`` §3.1): add or remove one person together with
+every join tuple they contribute to (a tuple belongs to every person reached from any of its rows
+through any declared reference: ``dpsql.plan.joins``). Tuples reaching nobody (public rows only)
+are constrained by no one and counted in full (sensitivity 0).
+
+* Truncation: f̄(S, τ) = max Σ x_t s.t. Σ_{t∋u} x_t ≤ τ, 0 ≤ x_t ≤ w_t, on normalised weights
+  w_t ∈ [0, 1] (``dpsql.rewrite.joins``: a count weighs 1; a sum's positive and negative parts are
+  clamped values over their bound, on a 2⁻²⁰ grid). Removing a person changes f̄ by ≤ τ.
+  Single owner (one person per tuple): f̄ = Σ_u min(τ, total_u), computed exactly in the engine
+  in integers (``truncated_sums``); otherwise the sampled tuples and their users reach Python
+  and the truncation is ``dpsql.mechanisms._s4s_truncation`` (closed form / verified max-flow /
+  certified LP with its slack G(τ) charged to the sensitivity), as in ``dpsql.mechanisms.s4s``.
+* DP-S4S (Algorithm 2): one Poisson sample S at rate q (SHA-256 keyed by the per-query secret
+  salt, in the engine: computational claim, ``dpsql.rewrite.joins``), τ_i = 2^{i−1}, i = L … 1,
+  L = ⌊log₂ Δ⌋ + 1, the schedule of ``dpsql.mechanisms.s4s`` (ε_i = ε₀/i, ε′_i by Lemma 3.1,
+  Σ ε′_i ≤ ε; snapped Laplace), released max(0, max_i (f̂_i − bias_i)/q) × scale. With δ > 0
+  the Gaussian variant under RDP (``s4s_rdp_schedule``: 1/i allocation at one order α, CKS
+  conversion, floating-point δ reserved). This module applies those schedules to a sample drawn
+  in SQL (the numeric core draws its own sample in Python, so the steps after the draw are
+  repeated here: the same schedule, the same noise calls).
+* Lemma 3.1 needs every person to have at most Δ join tuples. **Enforced** Δ (single owner, no
+  looked-up slot): every input is capped to the declared rows per value of the column it joins on
+  (a stable bounding: each capped partition belongs to one person), so Δ holds on any data.
+  **Attested** Δ (several people per tuple): no stable enforcement exists; Δ follows from the
+  owner's declared degree bounds and keys, and the claim for q < 1 is conditional on them; the
+  default there is R2T (q = 1), whose privacy needs no Δ.
+* R2T (Dong et al. 2022): τ_j = 2^j, j = 1 … ⌈log₂ GS⌉ with GS = max(2, Δ), ε/L per run,
+  released max(max_j Q̃_j, f̄(I, 0)) × scale (``dpsql.mechanisms.s4s.r2t_scalar``). δ is not spent.
+* A SUM whose lower bound is negative is the difference of its positive and negative parts, each
+  answered as above with half of (ε, δ): basic composition.
+
+Nothing here depends on the data before the release: Δ, the grids, the schedules, q and the caps
+come from the catalog and the options; the truncation never compares the data with Δ.
+Sources: Qiu, Xiao, Yang, "DP-S4S" (SIGMOD 2026) §2–3, §5; Dong et al., "R2T" (SIGMOD 2022).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.accounting import r2t_schedule
+from dpsql.budget import Budget
+from dpsql.engine.base import SqlOps
+from dpsql.errors import ConfigError, PolicyError
+from dpsql.mechanisms import _s4s_truncation as _trunc
+from dpsql.mechanisms import s4s as core
+from dpsql.mechanisms.base import Description, MechanismName, Released, Request
+from dpsql.noise import NoiseSource, check_gaussian_representable, gaussian_release, round_to_granularity
+from dpsql.plan import ir
+from dpsql.plan.joins import PeopleBound, bound_people
+from dpsql.rewrite.bound import Caps
+from dpsql.rewrite.joins import Part, parts_of, sampled_tuples, truncated_sums
+
+#: DP-S4S's default sampling rate (public, data independent: the paper's experiments use 1/16)
+DEFAULT_Q = 1.0 / 16.0
+BETA = 0.1
+
+
+@dataclass
+class JoinCalibration:
+    plan: ir.QueryPlan
+    jp: ir.JoinPlan
+    people: PeopleBound
+    name: MechanismName
+    epsilon: float
+    delta: float
+    q: float
+    max_tuples: int
+    enforced: bool
+    caps: tuple[tuple[str, str, int], ...]
+    parts: list[Part]
+    fast: bool
+    catalog: dict[str, Any]
+    steps: tuple[Any, ...] = ()  #: S4S pure: core.S4SStep per run
+    rdp: Any = None  #: S4S with delta > 0: core.S4SRdpSchedule
+    taus: tuple[float, ...] = ()
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def part_epsilon(self) -> float:
+        return self.epsilon / len(self.parts)
+
+    @property
+    def part_delta(self) -> float:
+        return self.delta / len(self.parts)
+
+
+def _lowered(options: dict[str, Any], people: PeopleBound, jp: ir.JoinPlan) -> dict[str, int]:
+    caps = options.get("degree_caps")
+    if caps is None:
+        return {}
+    if not people.enforced:
+        raise PolicyError(
+            "degree_caps lower enforced per-join-column row caps, but this join's Delta is attested (several people per "
+            "tuple), not enforced", hint="omit degree_caps; max_tuples_per_user may raise an attested Delta")
+    if not isinstance(caps, dict):
+        raise ConfigError("degree_caps must be a dict such as {'orders.o_custkey': 16}")
+    tables = {t for _, t in jp.inputs}
+    out = {}
+    for k, v in caps.items():
+        if not isinstance(k, str) or k.count(".") != 1 or k.split(".")[0].lower() not in tables:
+            raise ConfigError(f"degree_caps key {k!r} must be 'table.column' of a table in the query")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"degree_caps[{k!r}] must be a whole number >= 1, got {v!r}")
+        out[k.lower()] = v
+    return out
+
+
+def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
+    plan = request.plan
+    assert plan is not None and plan.join is not None
+    jp = plan.join
+    catalog = dict(request.catalog)
+    opts = dict(request.options)
+    people = bound_people(jp, catalog)
+    lowered = _lowered(opts, people, jp)
+    if lowered:
+        registered = people
+        people = bound_people(jp, catalog, lowered)
+        for key, v in lowered.items():
+            t, _, c = key.partition(".")
+            from dpsql.plan.joins import max_rows_per_value
+
+            reg = max_rows_per_value(catalog[t], c, catalog)
+            if v > reg:
+                raise PolicyError(f"degree_caps[{key!r}]={v} is above the bound {reg:g} the data owner declared",
+                                  hint=f"pass at most {reg:g}, or omit it")
+        assert registered.enforced
+    if math.isinf(people.delta):  # pragma: no cover - the analyser refuses unbounded plans
+        raise PolicyError("the join tuples per person cannot be bounded from the catalog")
+    delta_int = int(people.delta)
+    if "max_tuples_per_user" in opts:
+        v = opts["max_tuples_per_user"]
+        if people.enforced:
+            raise PolicyError("max_tuples_per_user applies to an attested Delta; this join's Delta is enforced",
+                              hint="lower it with degree_caps={'table.column': n} instead")
+        if v < delta_int:
+            raise PolicyError(
+                f"max_tuples_per_user={v} is below Delta={delta_int} that follows from the owner's declarations: an attested "
+                "Delta may be raised, never lowered", hint=f"pass max_tuples_per_user >= {delta_int}, or omit it")
+        delta_int = int(v)
+    q = float(opts.get("q", DEFAULT_Q if name == MechanismName.DP_S4S else 1.0))
+    if name == MechanismName.R2T and q != 1.0:
+        raise ConfigError("R2T does not sample (q = 1)", hint="omit q, or use mechanism='dp_s4s'")
+    parts = parts_of(jp)
+    fast = name == MechanismName.DP_S4S and people.enforced
+    cal = JoinCalibration(plan, jp, people, name, request.epsilon, request.delta, q, delta_int, people.enforced,
+                          people.caps if people.enforced else (), parts, fast, catalog)
+    e_p, d_p = cal.part_epsilon, cal.part_delta
+    if name == MechanismName.DP_S4S:
+        if request.delta > 0:
+            cal.rdp = core.s4s_rdp_schedule(e_p, d_p, delta_int, q, BETA)
+            cal.taus = tuple(s.tau for s in cal.rdp.steps)
+            for s in cal.rdp.steps:
+                check_gaussian_representable(s.sigma, s.granularity, integer=False, what="a DP-S4S run")
+        else:
+            cal.steps = core._s4s_steps(e_p, delta_int, q, BETA, 2.0)
+            cal.taus = tuple(s.tau for s in cal.steps)
+    else:
+        cal.taus = tuple(float(s.tau) for s in r2t_schedule(e_p, max(2.0, float(delta_int)), BETA))
+    if not people.enforced and q < 1.0:
+        cal.notes.append(
+            f"Delta={delta_int} is attested by the data owner's declarations (tuples have several people, so it cannot be "
+            "enforced): the privacy claim of sampling (q < 1) is conditional on it")
+    if people.enforced:
+        cal.notes.append(
+            "Delta is enforced: each input keeps at most the declared rows per value of the column it joins on "
+            f"({', '.join(f'{a}.{c} <= {n}' for a, c, n in cal.caps)}), chosen at random; how many rows this drops is not reported")
+    if len(parts) == 2:
+        cal.notes.append("SUM with a negative lower bound: its positive and negative parts are answered separately, each "
+                         "with half of the budget, and subtracted")
+    return cal
+
+
+def _schedule(cal: JoinCalibration) -> list[dict[str, Any]]:
+    if cal.rdp is not None:
+        return [{"tau": s.tau, "rho": s.rho, "rho_prime": s.rho_prime, "sigma": s.sigma, "bias": s.bias} for s in cal.rdp.steps]
+    if cal.steps:
+        return [{"tau": s.tau, "epsilon": s.epsilon, "epsilon_prime": s.epsilon_prime, "laplace_scale": s.snap_lambda,
+                 "bias": s.bias} for s in cal.steps]
+    sched = r2t_schedule(cal.part_epsilon, max(2.0, float(cal.max_tuples)), BETA)
+    return [{"tau": float(s.tau), "epsilon": cal.part_epsilon / len(sched), "laplace_scale": s.laplace_scale, "bias": s.bias}
+            for s in sched]
+
+
+def describe(cal: JoinCalibration) -> Description:
+    params: dict[str, Any] = {
+        "mechanism": cal.name.value,
+        "q": cal.q,
+        "Delta": cal.max_tuples,
+        "Delta_holds": "enforced" if cal.enforced else "attested",
+        "Delta_derivation": cal.people.derivation,
+        "person_classes": cal.people.classes,
+        "caps": [f"{a}.{c} <= {n}" for a, c, n in cal.caps],
+        "join": cal.jp.describe(),
+        "truncation": "closed form in the engine (one person per tuple)" if cal.fast else "exact / certified LP on the sample",
+        "parts": [{"sign": p.sign, "scale": p.scale, "epsilon": cal.part_epsilon,
+                   "delta": cal.part_delta if cal.rdp is not None else 0.0} for p in cal.parts],
+        "tau_grid": list(cal.taus),
+        "schedule": _schedule(cal),
+        "beta": BETA,
+        "error_bound": (
+            "Lemma 3.3: with probability 1 - beta, |answer - truth| = O~(sqrt(n/q) + 1/q + (tau* + sqrt(tau*/q)) / eps_i*) "
+            "x scale, n the number of join tuples, tau* the least tau of the grid at or above the largest person's "
+            "contribution, eps_i* its budget (not evaluated: the owner declared no table sizes)"
+            if cal.name == MechanismName.DP_S4S else
+            "R2T: with probability 1 - beta, error O(L tau* ln(L/beta)/eps) x scale, L the grid size, tau* the largest "
+            "person's contribution rounded up to the grid"
+        ),
+    }
+    cost = Budget(cal.epsilon, cal.delta if cal.rdp is not None else 0.0)
+    return Description(label=cal.name.value, cost=cost, parameters=params, notes=tuple(cal.notes))
+
+
+def _noisy(cal: JoinCalibration, fbars: np.ndarray, rng: NoiseSource) -> float:
+    """One part's release from its truncated values f̄(S, τ_i) (normalised weights), per step of
+    the schedule: the steps of ``core.s4s_scalar`` / ``core.s4s_scalar_rdp`` after their sample."""
+    if cal.rdp is not None:
+        cands = []
+        for st, v in zip(cal.rdp.steps, fbars):
+            noisy = round_to_granularity(
+                gaussian_release(np.array([float(v)]), rng.gaussian_noise(st.sigma, 1), integer=False), st.granularity)
+            cands.append((float(noisy[0]) - st.bias) / cal.q)
+        return max(0.0, max(cands))
+    steps = cal.steps
+    snapped = rng.snap_laplace(np.asarray(fbars, dtype=np.float64), np.array([s.snap_lambda for s in steps]),
+                               np.array([s.snap_grid for s in steps]), np.array([s.snap_bound for s in steps]))
+    cands = [(float(v) - s.bias) / cal.q for s, v in zip(steps, snapped)]
+    return max(0.0, max(cands))
+
+
+def _tuples(cal: JoinCalibration, rows: pa.Table, part: Part) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, tuple_idx, user_idx) of the sampled tuples, users compacted from their text ids."""
+    n = rows.num_rows
+    w = np.asarray(rows.column(part.name).to_numpy(zero_copy_only=False), dtype=np.float64) / part.units
+    tis, uis = [], []
+    for k in range(len(cal.jp.slots)):
+        col = rows.column(f"__u{k}")
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        idx = np.flatnonzero(valid)
+        tis.append(idx)
+        uis.append(np.asarray(col.filter(pa.array(valid)).to_numpy(zero_copy_only=False), dtype=object))
+    ti = np.concatenate(tis) if tis else np.zeros(0, dtype=np.int64)
+    names = np.concatenate(uis) if uis else np.zeros(0, dtype=object)
+    if names.size:
+        _, ui = np.unique(names.astype(str), return_inverse=True)
+    else:
+        ui = np.zeros(0, dtype=np.int64)
+    assert w.size == n
+    return w, ti.astype(np.int64), np.asarray(ui, dtype=np.int64).reshape(-1)
+
+
+def release(cal: JoinCalibration, rows: pa.Table, rng: NoiseSource) -> Released:
+    total = 0.0
+    for k, part in enumerate(cal.parts):
+        if cal.fast:
+            fb = np.array([int(rows.column(f"__f{k}_{i}")[0].as_py()) / part.units for i in range(len(cal.taus))])
+            est = _noisy(cal, fb, rng)
+        else:
+            w, ti, ui = _tuples(cal, rows, part)
+            if cal.name == MechanismName.R2T:
+                est = core.r2t_scalar(w, ti, ui, epsilon=cal.part_epsilon, global_sensitivity=max(2.0, float(cal.max_tuples)),
+                                      rng=rng, beta=BETA).estimate
+            else:
+                jt = core.validate_join_tuples(w, ti, ui)
+                prep = _trunc.prepare(jt.weights, jt.tuple_idx, jt.user_idx, jt.n_users)
+                fb = np.array([_trunc.truncate(prep, t).value for t in cal.taus])
+                est = _noisy(cal, fb, rng)
+        total += part.sign * part.scale * est
+    is_count = cal.jp.kind in (ir.COUNT_STAR, ir.COUNT_COL)
+    value = pa.array([int(round(total))], type=pa.int64()) if is_count else pa.array([total], type=pa.float64())
+    acc = {"noise": "gaussian" if cal.rdp is not None else "laplace", "mechanism": cal.name.value,
+           "note": "a private choice among truncation thresholds (biased low by at most the chosen step's bias); "
+           "see the error_bound parameter for the guarantee"}
+    return Released(table=pa.table({"__a0": value}), accuracy={"__a0": acc})
+
+
+class JoinMechanism:
+    """DP-S4S (sampled, q < 1 by default) or R2T (q = 1) over a join plan."""
+
+    options = frozenset({"q", "degree_caps", "max_tuples_per_user"})
+
+    def __init__(self, name: MechanismName) -> None:
+        assert name in (MechanismName.DP_S4S, MechanismName.R2T)
+        self.name = name
+
+    name: MechanismName
+
+    def calibrate(self, request: Request, contribution: Caps) -> JoinCalibration:
+        """``contribution`` (the first table's per-unit caps) is not used: joins bound people
+        through the plan's Delta (``dpsql.plan.joins``)."""
+        return calibrate(request, self.name)
+
+    def describe(self, cal: JoinCalibration) -> Description:
+        return describe(cal)
+
+    def bounded(self, cal: JoinCalibration, salt: str, ops: SqlOps) -> exp.Expression:
+        if cal.fast:
+            assert cal.people.owner is not None
+            return truncated_sums(cal.jp, cal.catalog, cal.people.owner, cal.taus, salt=salt, q=cal.q, ops=ops,
+                                  caps=cal.caps)
+        return sampled_tuples(cal.jp, cal.catalog, salt=salt, q=cal.q, ops=ops, caps=cal.caps)
+
+    def released_types(self, cal: JoinCalibration) -> dict[str, str]:
+        return {"__a0": "BIGINT" if cal.jp.kind in (ir.COUNT_STAR, ir.COUNT_COL) else "DOUBLE"}
+
+    def key_domain(self, cal: JoinCalibration) -> pa.Table | None:
+        return None
+
+    def release(self, cal: JoinCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
+        assert bounded is not None
+        return release(cal, bounded, rng)

@@ -1,0 +1,646 @@
+"""Join queries -> JoinPlan. Pure: reads only public metadata (the catalog and the SQL).
+
+Accepted: ``SELECT COUNT(*) | COUNT(col) | SUM(expr) FROM a [AS x] JOIN b [AS y] ON x.c = y.d [AND ...]
+[JOIN ...] [WHERE ...]`` over registered tables, with aliases and self-joins; also a single
+table that reaches people through several references, or through a chain of references
+(``unit_problem`` refuses those on the single-table path).
+
+What the plan states (all public):
+
+* **inputs** (alias -> table), **equi-join conditions** (column equalities; every input's
+  columns are renamed ``<alias>__<column>`` so the WHERE clause is typed by
+  ``dpsql.plan.typer`` over one flat schema, total as on a single table);
+* the **aggregate**: COUNT(*), COUNT(col), or SUM(expr) with bounds from the catalog (a plain
+  column with declared bounds) or from an explicit clamp ``LEAST(GREATEST(expr, lo), hi)``
+  with literal bounds;
+* the **user slots**: every way a join tuple reaches a person -- an input's own privacy unit,
+  a foreign key to a person table's privacy unit, or a chain of foreign keys through tables
+  without a privacy unit ending at one (a reference declares its target column a key; a chain
+  stops at the first person it reaches). Slots that the join's equalities prove equal
+  (e.g. ``orders.o_custkey = customer.c_custkey``; a chain ``lineitem.l_orderkey -> orders``
+  whose first hop is the join's own ``l_orderkey = o_orderkey``) are one *person class*;
+* **single owner** when there is one person class (every tuple belongs to one person);
+* **Delta**, the most join tuples one person can be in, derived from public bounds only:
+  per column, the most rows of its table that share one value -- 1 for a key (a reference's
+  target), the table's per-unit row cap for its privacy unit, the owner's ``degree_bounds``
+  for a foreign key. From an input holding the person, the join is walked input by input, each
+  new input multiplying the count by the bound of the column it joins on. A class's bound is
+  the least over its slots; Delta is the largest sum over one person table's classes.
+  **Enforced** (single owner, no lookups): the bounded query caps every input's rows per
+  join column at these bounds (stable: each capped partition belongs to one person), so Delta
+  holds whatever the data. Otherwise Delta is **attested** by the owner's declarations: the
+  privacy claim of sampling (q < 1) is conditional on it.
+
+Refused, for free, with the fix: outer, cross, non-equi, NATURAL/USING/ASOF joins, subqueries,
+tables neither public nor linked to a person, unbounded contributions, GROUP BY.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.catalog import TableSpec
+from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
+from dpsql.plan import ir
+from dpsql.plan.checks import check_expression_functions, check_statement_shape, violation
+from dpsql.plan.typer import Typer, TypeRefusal, _Refuse, allow_list_problems, type_predicate
+
+SEP = "__"
+#: aliases and columns that a join may name: rendered as plain identifiers in the join SQL
+_PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def flat(alias: str, column: str) -> str:
+    """The flat name of an input's column in the join relation."""
+    return f"{alias}{SEP}{column}"
+
+
+def parts(column: str) -> list[str]:
+    """The columns of a (possibly composite, 'a,b') key."""
+    return column.split(",")
+
+
+def table_keys(table: TableSpec, catalog: Mapping[str, TableSpec]) -> set[str]:
+    """Columns of ``table`` declared keys: targets of a reference from any registered table."""
+    keys = set()
+    for t in catalog.values():
+        for target in t.references.values():
+            tn, _, tc = target.partition(".")
+            if tn == table.name:
+                keys.add(tc)
+    return keys
+
+
+def max_rows_per_value(table: TableSpec, column: str, catalog: Mapping[str, TableSpec],
+                       lowered: Mapping[str, int] | None = None) -> float:
+    """The most rows of ``table`` that share one value of ``column`` (public; inf if unknown)."""
+    best = math.inf
+    if column in table_keys(table, catalog):
+        best = 1.0
+    if table.privacy_unit == column:
+        best = min(best, float(table.rows_per_unit_cap))
+    if column in table.degree_bounds:
+        best = min(best, float(table.degree_bounds[column]))
+    if lowered and f"{table.name}.{column}" in lowered:
+        best = min(best, float(lowered[f"{table.name}.{column}"]))
+    return best
+
+
+def _bad(sql: str, node: exp.Expression, msg: str, vs: list[Violation]) -> None:
+    vs.append(violation(node, sql, msg))
+
+
+def _raise(vs: list[Violation], *, policy: bool = False) -> None:
+    if not vs:
+        return
+    seen: set[tuple[str, int, int]] = set()
+    out = []
+    for v in vs:
+        if (v.message, v.line, v.col) not in seen:
+            seen.add((v.message, v.line, v.col))
+            out.append(v)
+    head = str(out[0]) if len(out) == 1 else f"the query has {len(out)} problems"
+    cls = PolicyError if policy else UnsupportedQueryError
+    raise cls(head, violations=out)
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.p: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.p.setdefault(x, x)
+        while self.p[x] != x:
+            self.p[x] = self.p[self.p[x]]
+            x = self.p[x]
+        return x
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.p[max(ra, rb)] = min(ra, rb)
+
+
+def _slots_from(table: TableSpec, catalog: Mapping[str, TableSpec], seen: frozenset[str]) -> list[tuple[ir.Hop, ...] | None]:
+    """Chains of hops from a row of ``table`` to a person: () for the table's own unit; None marks
+    an unresolved reference (refused by the caller)."""
+    out: list[tuple[ir.Hop, ...] | None] = []
+    if table.public:
+        return out
+    if table.privacy_unit:
+        out.append(())
+    for fk, target in table.references.items():
+        tn, _, tc = target.partition(".")
+        t2 = catalog.get(tn)
+        if t2 is None:
+            out.append(None)
+            continue
+        if t2.public:
+            continue
+        hop = ir.Hop(table.name, fk, tn, tc)
+        if t2.privacy_unit == tc:
+            # direct: the fk's value is the person. A person's own row is that person's data: what it
+            # references in turn is not followed from here (the person is reached; that is the slot)
+            out.append((hop,))
+            continue
+        if tn in seen:
+            continue  # a cycle of references through non-unit columns: reaches the same people again
+        for rest in _slots_from(t2, catalog, seen | {table.name}):
+            out.append(None if rest is None else (hop, *rest))
+    # de-duplicate
+    uniq: list[tuple[ir.Hop, ...] | None] = []
+    for s in out:
+        if s not in uniq:
+            uniq.append(s)
+    return uniq
+
+
+@dataclass
+class _Input:
+    alias: str
+    table: TableSpec
+    node: exp.Expression
+
+
+class _JoinBuilder:
+    def __init__(self, sql: str, stmt: exp.Select, catalog: Mapping[str, TableSpec]) -> None:
+        self.sql = sql
+        self.stmt = stmt
+        self.catalog = catalog
+        self.vs: list[Violation] = []
+        self.inputs: list[_Input] = []
+        self.uf = _UnionFind()
+
+    def bad(self, node: exp.Expression, msg: str) -> None:
+        _bad(self.sql, node, msg, self.vs)
+
+    # -- inputs and conditions ------------------------------------------------------------
+    def add_input(self, tbl: exp.Expression, at: exp.Expression | None = None) -> bool:
+        at = at or tbl
+        if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
+            what = "subqueries" if isinstance(tbl, exp.Subquery) else "table functions and file paths"
+            self.bad(at, f"{what} are not allowed in joins; join registered tables")
+            return False
+        if tbl.args.get("db") or tbl.args.get("catalog"):
+            self.bad(at, "schema- or database-qualified table names are not allowed; use the registered table name")
+            return False
+        for key, val in tbl.args.items():
+            if val and key not in ("this", "alias", "db", "catalog"):
+                self.bad(tbl, f"the table reference clause '{key}' is not supported in joins")
+        alias_node = tbl.args.get("alias")
+        if isinstance(alias_node, exp.TableAlias) and alias_node.columns:
+            self.bad(alias_node, "column aliases on a table are not supported; alias columns in SELECT")
+        name = tbl.this.name.lower()
+        table = self.catalog.get(name)
+        if table is None:
+            known = ", ".join(sorted(self.catalog)) or "none"
+            self.bad(at, f"table '{tbl.this.name}' is not registered (registered tables: {known}); register it first")
+            return False
+        alias = (tbl.alias or name).lower()
+        if any(i.alias == alias for i in self.inputs):
+            self.bad(at, f"'{alias}' names two inputs of the join; give each use of a table its own alias (FROM t AS a JOIN t AS b ...)")
+            return False
+        if SEP in alias or not _PLAIN.match(alias):
+            self.bad(at, f"alias '{alias}' must be a plain identifier (letters, digits, '_') without '{SEP}'")
+            return False
+        self.inputs.append(_Input(alias, table, tbl))
+        return True
+
+    def resolve(self, col: exp.Column, where: str) -> str | None:
+        """The flat name of a column reference, or None (reported)."""
+        name = col.name.lower()
+        if col.table:
+            q = col.table.lower()
+            inp = next((i for i in self.inputs if i.alias == q), None)
+            if inp is None:
+                self.bad(col, f"{where} refers to unknown table or alias '{col.table}'")
+                return None
+            if flat(inp.alias, name) not in self.flat_schema:
+                self.bad(col, f"unknown column '{col.name}' in '{q}' (table '{inp.table.name}') ({where})")
+                return None
+            return flat(inp.alias, name)
+        owners = [i for i in self.inputs if flat(i.alias, name) in self.flat_schema]
+        if len(owners) != 1:
+            self.bad(col, f"column '{col.name}' is {'ambiguous' if owners else 'unknown'} in {where}; qualify it with its table's alias")
+            return None
+        return flat(owners[0].alias, name)
+
+    def flatten(self, node: exp.Expression, where: str) -> exp.Expression:
+        out = node.copy()
+        for c in list(out.find_all(exp.Column)):
+            f = self.resolve(c, where)
+            c.replace(exp.column(f or "__unknown", quoted=False))
+        return out
+
+    def add_conditions(self, join: exp.Join) -> list[tuple[str, str]]:
+        side = (join.args.get("side") or "").upper()
+        kind = (join.args.get("kind") or "").upper()
+        if side in ("LEFT", "RIGHT", "FULL") or kind == "OUTER":
+            self.bad(join, f"{side or 'OUTER'} joins are not supported: rows without a match would still count; use an inner JOIN ... ON")
+            return []
+        if kind in ("CROSS", "NATURAL", "ASOF", "POSITIONAL", "SEMI", "ANTI", "LATERAL") or join.args.get("method"):
+            self.bad(join, f"{kind or join.args.get('method')} joins are not supported; use an inner JOIN ... ON a.x = b.y")
+            return []
+        if join.args.get("using"):
+            self.bad(join, "JOIN ... USING is not supported; write JOIN ... ON a.x = b.y")
+            return []
+        on = join.args.get("on")
+        if on is None:
+            self.bad(join, "cross joins (a join without ON, or FROM a, b) are not supported: they pair every row with every row; write JOIN ... ON a.x = b.y")
+            return []
+        conds = []
+        for c in on.flatten() if isinstance(on, exp.And) else [on]:
+            while isinstance(c, exp.Paren):
+                c = c.this
+            if not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)):
+                self.bad(c, "only equalities between columns (a.x = b.y, joined by AND) are allowed in ON; move other conditions into WHERE")
+                continue
+            a, b = self.resolve(c.this, "ON"), self.resolve(c.expression, "ON")
+            if a is None or b is None:
+                continue
+            if a.split(SEP)[0] == b.split(SEP)[0]:
+                self.bad(c, "an ON equality must compare columns of two different inputs; move it into WHERE")
+                continue
+            ta, tb = self.flat_schema[a], self.flat_schema[b]
+            if _type_family(ta) != _type_family(tb):
+                self.bad(c, f"join columns have different types ({ta} and {tb}); join columns of the same type")
+                continue
+            conds.append((a, b))
+        return conds
+
+    # -- aggregate ----------------------------------------------------------------------------
+    def aggregate(self, node: exp.Expression) -> tuple[str, exp.Expression | None, tuple[float, float]] | None:
+        """(kind, flat value expression or None, bounds) of the one aggregate call."""
+        if isinstance(node, exp.Count):
+            arg = node.this
+            if isinstance(arg, exp.Star) or arg is None:
+                return ir.COUNT_STAR, None, (1.0, 1.0)
+            if isinstance(arg, exp.Column):
+                f = self.resolve(arg, "COUNT")
+                return (ir.COUNT_COL, exp.column(f, quoted=False), (1.0, 1.0)) if f else None
+            self.bad(node, "in a join, COUNT takes * or a column")
+            return None
+        if isinstance(node, exp.Sum):
+            arg = node.this
+            lo_hi = _clamp_bounds(arg)
+            if lo_hi is not None:
+                inner, bounds = lo_hi
+                if bounds[0] > bounds[1]:
+                    self.bad(node, "the clamp's lower bound is above its upper bound")
+                    return None
+                return ir.SUM, self.flatten(inner, "SUM"), bounds
+            if isinstance(arg, exp.Column):
+                f = self.resolve(arg, "SUM")
+                if f is None:
+                    return None
+                alias, col = f.split(SEP, 1)
+                t = next(i.table for i in self.inputs if i.alias == alias)
+                b = t.column(col).bounds
+                if b is None:
+                    self.bad(node, f"SUM({arg.sql()}) needs value bounds: table '{t.name}' declares none for '{col}', "
+                                   f"and the query gives no clamp (hint: write SUM(LEAST(GREATEST({arg.sql()}, lo), hi)) "
+                                   "with literal bounds, or register the column's bounds)")
+                    return None
+                return ir.SUM, exp.column(f, quoted=False), (float(b[0]), float(b[1]))
+            self.bad(node, "SUM over an expression needs literal bounds: write SUM(LEAST(GREATEST(expr, lo), hi))")
+            return None
+        self.bad(node, f"aggregate {type(node).__name__.upper()} is not supported over joins; use COUNT or SUM")
+        return None
+
+    # -- main ---------------------------------------------------------------------------------
+    def build(self) -> ir.QueryPlan:  # noqa: C901 - one pass over the statement
+        stmt, sql = self.stmt, self.sql
+        shape = stmt.copy()
+        shape.set("joins", None)
+        self.vs.extend(check_statement_shape(shape, sql))
+        from_ = stmt.args.get("from_") or stmt.args.get("from")
+        if from_ is None:
+            self.bad(stmt, "the query has no FROM clause")
+            _raise(self.vs)
+        self.add_input(from_.this)
+        joins = [j for j in stmt.args.get("joins") or [] if self.add_input(j.this, j)]
+        # columns that are not plain identifiers cannot be named in a join (they read as unknown)
+        self.flat_schema = {flat(i.alias, c): t for i in self.inputs for c, t in i.table.schema.items() if _PLAIN.match(c)}
+        conditions: list[tuple[str, str]] = []
+        for j in joins:
+            conditions += self.add_conditions(j)
+        for a, b in conditions:
+            self.uf.union(a, b)
+        # the join graph must be connected (no hidden cross join)
+        comp = _UnionFind()
+        for i in self.inputs:
+            comp.find(i.alias)
+        for a, b in conditions:
+            comp.union(a.split(SEP)[0], b.split(SEP)[0])
+        if len({comp.find(i.alias) for i in self.inputs}) > 1 and not self.vs:
+            self.bad(stmt, "the join is not connected by ON equalities (a cross join); join every table ON a column equality")
+
+        # WHERE
+        where = stmt.args.get("where")
+        where_flat = None
+        if where is not None:
+            before = len(self.vs)
+            self.vs.extend(check_expression_functions(where.this, sql, "WHERE"))
+            for a in where.this.find_all(exp.AggFunc):
+                self.bad(a, "aggregates are not allowed in WHERE")
+            where_flat = self.flatten(where.this, "WHERE")
+            if len(self.vs) == before:
+                try:
+                    type_predicate(where_flat, self.flat_schema, "WHERE")
+                except TypeRefusal as e:
+                    for n, m in e.problems:
+                        self.bad(where.this if n is None else n, f"WHERE: {m}")
+        for key in ("group", "having"):
+            node = stmt.args.get(key)
+            if node is not None:
+                first = (node.expressions or [node])[0] if key == "group" else node
+                self.bad(first, f"{'GROUP BY' if key == 'group' else 'HAVING'} is not supported over joins yet: joins answer "
+                         "scalar COUNT and SUM")
+
+        # SELECT: one aggregate, outputs over it
+        agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
+        agg_sqls = {a.sql(dialect="duckdb").lower() for a in agg_nodes}
+        for it in stmt.expressions:
+            self.vs.extend(check_expression_functions(it, sql, "SELECT"))
+            if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
+                self.bad(it, "SELECT * releases raw rows and is not allowed; select COUNT(*) or SUM(...)")
+            elif not any(True for _ in it.find_all(exp.AggFunc)):
+                if stmt.args.get("group") is None:
+                    self.bad(it, "over joins every output must be an aggregate (COUNT or SUM)")
+                else:
+                    self.flatten(it, "SELECT")  # reports unknown columns
+        agg = None
+        if len(agg_sqls) > 1:
+            self.bad(stmt, "over joins one aggregate is answered per query (COUNT(*) or one SUM)")
+        elif not agg_nodes:
+            self.bad(stmt, "the query must aggregate (COUNT or SUM)")
+        else:
+            agg = self.aggregate(agg_nodes[0])
+        value = None
+        if agg is not None and agg[1] is not None:
+            value = agg[1]
+            if not self.vs:
+                problems = allow_list_problems(value)
+                for n, m in problems:
+                    self.bad(n, f"SUM: {m}")
+                if not problems:
+                    try:
+                        typed = Typer(dict(self.flat_schema)).t(value)
+                        if agg[0] == ir.SUM and not (typed.type.numeric or typed.type.kind == "bool"):
+                            self.bad(agg_nodes[0], f"SUM needs a numeric value, got {typed.type}")
+                    except _Refuse as r:
+                        self.bad(agg_nodes[0], f"SUM: {r.message}")
+        _raise(self.vs)
+        assert agg is not None
+        outputs: list[ir.OutputColumn] = []
+        used: set[str] = set()
+        for it in stmt.expressions:
+            inner = it.unalias()
+            name = it.alias if isinstance(it, exp.Alias) else inner.sql(dialect="duckdb")
+            base, n = name, 1
+            while name.lower() in used:
+                name, n = f"{base}_{n}", n + 1
+            used.add(name.lower())
+            post = inner.copy().transform(lambda x: exp.column("__a0") if isinstance(x, exp.AggFunc) else x)
+            outputs.append(ir.OutputColumn(name, post, "__a0" if isinstance(post, exp.Column) else None))
+
+        join_plan = self.people(agg, value, where_flat, conditions)
+        first = self.inputs[0].table
+        aggregate = ir.Aggregate(agg[0], None, "__a0", agg_nodes[0].sql(dialect="duckdb"), agg[2])
+        order = [o.copy() for o in stmt.args["order"].expressions] if stmt.args.get("order") is not None else []
+        limit = stmt.args.get("limit")
+        lim = None
+        if limit is not None:
+            v = limit.args.get("expression") or limit.this
+            if isinstance(v, exp.Literal) and str(v.this).isdigit():
+                lim = int(v.this)
+        return ir.QueryPlan(sql=sql, table=first, where=None, keys=[], aggregates=[aggregate], outputs=outputs,
+                            order=order, limit=lim, join=join_plan)
+
+    def people(self, agg: tuple[str, exp.Expression | None, tuple[float, float]], value: exp.Expression | None,
+               where: exp.Expression | None, conditions: list[tuple[str, str]]) -> ir.JoinPlan:
+        """User slots, person classes, Delta and how it holds."""
+        vs: list[Violation] = []
+        slots: list[ir.UserSlot] = []
+        for inp in self.inputs:
+            chains = _slots_from(inp.table, self.catalog, frozenset())
+            if any(c is None for c in chains):
+                _bad(self.sql, inp.node, f"table '{inp.table.name}' declares a reference to a table that is not registered: it may "
+                     "lead to a person (hint: register the referenced table, or correct the reference)", vs)
+                continue
+            if not inp.table.public and not chains:
+                _bad(self.sql, inp.node, f"table '{inp.table.name}' is neither public nor linked to a person (hint: register it with "
+                     "a privacy_unit, a reference to a person table, or public=True if it holds no person)", vs)
+                continue
+            for ch in chains:
+                assert ch is not None
+                cols = parts(ch[0].column) if ch else [inp.table.privacy_unit or ""]
+                if not all(_PLAIN.match(c) for c in cols):
+                    _bad(self.sql, inp.node, f"table '{inp.table.name}' reaches people through column(s) {cols} whose names are "
+                         "not plain identifiers; the data owner must rename them to join this table", vs)
+                    continue
+                slots.append(self.reduce(inp.alias, ch))
+        if not slots and not vs:
+            _bad(self.sql, self.stmt, "every table of the join is public: there is nothing private to protect; query the public data directly", vs)
+        _raise(vs, policy=True)
+        jp = ir.JoinPlan(inputs=tuple((i.alias, i.table.name) for i in self.inputs), conditions=tuple(conditions),
+                           where=where, kind=agg[0], value=value, bounds=agg[2], slots=tuple(_dedupe(slots)),
+                           flat_schema=dict(self.flat_schema))
+        pb = bound_people(jp, self.catalog)
+        if math.isinf(pb.delta):
+            names = ", ".join(f"'{s.alias}.{s.column}'" + (f" (references {s.hops[0].target_table}.{s.hops[0].target_column})"
+                                                           if s.hops else " (its privacy unit)") for s in jp.slots)
+            loose = [f"'{s.alias}.{s.column}'" for s in jp.slots
+                     if math.isinf(chain_rows(self.catalog[dict(jp.inputs)[s.alias]], s.hops, self.catalog))]
+            what = (f"no bound on the rows per person through {', '.join(loose)}" if loose else
+                    "some input joins on a column with no declared bound")
+            _bad(self.sql, self.stmt, f"a join tuple reaches people through {len(jp.slots)} paths ({names}) and the tuples "
+                 f"per person cannot be bounded from the catalog: {what} (hint: declare degree_bounds for these "
+                 "references, e.g. degree_bounds={'customer_id': 64}, or join on keys and privacy units)", vs)
+            _raise(vs, policy=True)
+        return jp
+
+    def reduce(self, alias: str, chain: tuple[ir.Hop, ...]) -> ir.UserSlot:
+        """Follow hops that the join itself performs (an input of the target table joined on the
+        target key), so that equal slots get equal person classes."""
+        cur, rest = alias, chain
+        while rest:
+            hop = rest[0]
+            if _direct(rest, self.catalog):
+                break  # the fk's value is the person
+            nxt = next((i.alias for i in self.inputs if i.table.name == hop.target_table
+                        and all(self.uf.find(flat(i.alias, tc)) == self.uf.find(flat(cur, fc))
+                                for tc, fc in zip(parts(hop.target_column), parts(hop.column), strict=True))), None)
+            if nxt is None:
+                break
+            cur, rest = nxt, rest[1:]
+        if not rest:
+            table = next(i.table for i in self.inputs if i.alias == cur)
+            assert table.privacy_unit is not None
+            return ir.UserSlot(cur, (), table.name, table.privacy_unit, self.uf.find(flat(cur, table.privacy_unit)))
+        person = rest[-1].target_table
+        if _direct(rest, self.catalog):
+            return ir.UserSlot(cur, rest, person, rest[0].column, self.uf.find(flat(cur, rest[0].column)))
+        return ir.UserSlot(cur, rest, person, rest[0].column, None)
+
+
+def _direct(chain: tuple[ir.Hop, ...], catalog: Mapping[str, TableSpec]) -> bool:
+    """A one-hop chain to a person table's privacy unit: the foreign key's value is the person."""
+    return len(chain) == 1 and catalog[chain[0].target_table].privacy_unit == chain[0].target_column
+
+
+def chain_rows(table: TableSpec, chain: tuple[ir.Hop, ...], catalog: Mapping[str, TableSpec],
+               lowered: Mapping[str, int] | None = None) -> float:
+    """The most rows of ``table`` that reach one person through ``chain`` (public bounds only)."""
+    if not chain:
+        assert table.privacy_unit is not None
+        return max_rows_per_value(table, table.privacy_unit, catalog, lowered)
+    here = max_rows_per_value(table, chain[0].column, catalog, lowered)
+    if _direct(chain, catalog):
+        return here
+    return here * chain_rows(catalog[chain[0].target_table], chain[1:], catalog, lowered)
+
+
+@dataclass(frozen=True)
+class PeopleBound:
+    """Delta and how it holds, for a join plan (public)."""
+
+    delta: float  #: most join tuples one person is in (inf: unbounded)
+    classes: int  #: person classes (1: every tuple has one owner)
+    single_owner: bool
+    enforced: bool  #: single owner with no looked-up slot: per-input row caps enforce Delta
+    caps: tuple[tuple[str, str, int], ...]  #: (alias, column, n): at most n rows per value (enforced only)
+    owner: ir.UserSlot | None  #: the slot that identifies the one owner (single owner)
+    derivation: str  #: how Delta follows from the declarations
+
+
+def _walk(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], start: str, lowered: Mapping[str, int] | None
+          ) -> tuple[float, list[tuple[str, str, int]], list[str]]:
+    """From input ``start``, add inputs one at a time: each multiplies the tuple count by the most
+    rows sharing one value of the column it joins on (least over its joined columns)."""
+    uf = _UnionFind()
+    tables = {a: catalog[t] for a, t in jp.inputs}
+    for a, b in jp.conditions:
+        uf.union(a, b)
+    cols_of = {a: sorted({c.split(SEP, 1)[1] for pair in jp.conditions for c in pair if c.split(SEP, 1)[0] == a})
+               for a, _ in jp.inputs}
+    # composite keys and foreign keys of an input, usable when every column is joined
+    combos = {a: sorted({k for k in (table_keys(t, catalog) | set(t.degree_bounds) | set(t.references)) if "," in k
+                         and set(parts(k)) <= set(cols_of[a])}) for a, t in tables.items()}
+    visited = {start}
+    factor = 1.0
+    caps: list[tuple[str, str, int]] = []
+    steps: list[str] = []
+    while len(visited) < len(tables):
+        seen_classes = {uf.find(flat(x, c)) for x in visited for c in cols_of[x]}
+        best: tuple[float, str, str] | None = None
+        for b in tables:
+            if b in visited:
+                continue
+            for c in cols_of[b] + combos[b]:
+                if all(uf.find(flat(b, p)) in seen_classes for p in parts(c)):
+                    m = max_rows_per_value(tables[b], c, catalog, lowered)
+                    if best is None or m < best[0]:
+                        best = (m, b, c)
+        if best is None or math.isinf(best[0]):
+            return math.inf, caps, steps
+        m, b, c = best
+        visited.add(b)
+        factor *= m
+        caps.append((b, c, int(m)))
+        steps.append(f"x{int(m)} ({b}.{c})")
+    return factor, caps, steps
+
+
+def bound_people(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], lowered: Mapping[str, int] | None = None) -> PeopleBound:
+    """Delta of a join plan from the owner's declarations (``lowered``: per-query lower bounds on
+    ``table.column`` degrees, enforced plans only). See the module docstring."""
+    tables = {a: catalog[t] for a, t in jp.inputs}
+    per_class: dict[tuple[str, str], tuple[float, ir.UserSlot, list[tuple[str, str, int]], str]] = {}
+    for k, s in enumerate(jp.slots):
+        key = (s.person_table, s.person_class if s.person_class is not None else f"#lookup{k}")
+        m = chain_rows(tables[s.alias], s.hops, catalog, lowered)
+        rest, caps, steps = _walk(jp, catalog, s.alias, lowered)
+        d = m * rest
+        anchor = [(s.alias, s.column, int(m))] if math.isfinite(m) and (not s.hops or _direct(s.hops, catalog)) else []
+        how = f"{s.alias}.{s.column}: {m:g} row(s) per person" + "".join(" " + x for x in steps) + f" = {d:g}"
+        if key not in per_class or d < per_class[key][0]:
+            per_class[key] = (d, s, anchor + caps, how)
+    sums: dict[str, float] = {}
+    for (person, _), (d, *_rest) in per_class.items():
+        sums[person] = sums.get(person, 0.0) + d
+    delta = max(sums.values()) if sums else math.inf
+    single = len(per_class) == 1
+    owner = next(iter(per_class.values()))[1] if single else None
+    enforced = single and math.isfinite(delta) and owner is not None and owner.person_class is not None
+    caps_t = tuple(next(iter(per_class.values()))[2]) if enforced else ()
+    derivation = "; ".join(v[3] for v in per_class.values())
+    return PeopleBound(delta, len(per_class), single, enforced, caps_t, owner, derivation)
+
+
+def hop_column(h: ir.Hop) -> str:
+    return h.column
+
+
+def _dedupe(slots: list[ir.UserSlot]) -> list[ir.UserSlot]:
+    out: list[ir.UserSlot] = []
+    for s in slots:
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def _type_family(t: str) -> str:
+    t = t.upper()
+    if any(t.startswith(p) for p in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                                     "UINTEGER", "UBIGINT", "INT")):
+        return "int"
+    if t.startswith(("VARCHAR", "TEXT", "STRING")):
+        return "text"
+    return t
+
+
+def _number(node: exp.Expression) -> float | None:
+    neg = False
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        if isinstance(node, exp.Neg):
+            neg = not neg
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            v = float(node.this)
+        except ValueError:
+            return None
+        if math.isfinite(v):
+            return -v if neg else v
+    return None
+
+
+def _clamp_bounds(node: exp.Expression) -> tuple[exp.Expression, tuple[float, float]] | None:
+    """``LEAST(GREATEST(e, lo), hi)`` or ``GREATEST(LEAST(e, hi), lo)`` with literal bounds."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    for outer, inner_cls in ((exp.Least, exp.Greatest), (exp.Greatest, exp.Least)):
+        if isinstance(node, outer) and len(node.expressions) == 1:
+            hi_or_lo = _number(node.expressions[0])
+            inner = node.this
+            while isinstance(inner, exp.Paren):
+                inner = inner.this
+            if hi_or_lo is None or not isinstance(inner, inner_cls) or len(inner.expressions) != 1:
+                return None
+            other = _number(inner.expressions[0])
+            if other is None:
+                return None
+            lo, hi = (other, hi_or_lo) if outer is exp.Least else (hi_or_lo, other)
+            return inner.this, (lo, hi)
+    return None
+
+
+def analyze_join(sql: str, stmt: exp.Select, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
+    """The plan of a join query (or of a single table with several paths to people)."""
+    return _JoinBuilder(sql, stmt, catalog).build()

@@ -1,0 +1,290 @@
+"""The SQL of a join query for DP-S4S and R2T, composed over a backend's ``SqlOps``.
+
+One relation per input (its needed columns renamed ``<alias>__<column>``; the WHERE conjuncts
+over that input alone; with an enforced Delta, then at most n rows per value of the column it
+joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), the inner equi-join, the other WHERE
+conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`), and
+per join tuple:
+
+* its **weight(s)** on an integer grid: COUNT(*) weighs 1; SUM(expr) weighs
+  ``floor(clamp(expr, lo, hi) / hi * 2^20)`` units of ``hi / 2^20`` (its positive part), and,
+  when lo < 0, ``floor(max(-clamp, 0) / -lo * 2^20)`` units of ``-lo / 2^20`` (its negative
+  part). Rounding down each tuple's weight is a per-tuple map: it changes no sensitivity; on
+  integers every sum below is exact;
+* an identity ``__tid`` (ROW_NUMBER over the join: distinct across the tuples of this run);
+* the **Poisson sample** at rate q: ``SqlOps.bernoulli_keep(['__tid'], salt, q)``, SHA-256 of the
+  per-query secret salt and the tuple's identity, first 52 bits compared with floor(q 2^52).
+  Claim (computational): SHA-256 keyed by a fresh 128-bit secret salt is indistinguishable from
+  a random function, so the keep decisions are independent Bernoulli(q') with q' = floor(q 2^52)/2^52
+  <= q, as Lemma 3.1 needs (the accounted q is an upper bound: eps' grows with q). The salt
+  never leaves the process; the identities differ per tuple, so the draws are independent
+  (``tests/test_joins_sql.py`` checks the rate and pairwise independence). q = 1 keeps all.
+
+Two outputs:
+
+* :func:`sampled_tuples` -- the general case: per sampled tuple its weight(s) and one text user
+  id per user slot (``<person table>:<id>``, NULL where the slot reaches nobody), looked up
+  through chains of keys (``MIN`` per key: a reference's target is a key) for sampled tuples
+  only. Only these reach Python (the truncation runs there).
+* :func:`truncated_sums` -- the single-owner fast path: per owner the total weight of its
+  sampled tuples, then for every tau of the public grid Sum_u min(tau, total_u) (tuples whose
+  owner is NULL reach nobody and count in full), computed in the engine in exact integer
+  arithmetic and returned as text; the LP's closed form when each tuple has one user.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.catalog import TableSpec
+from dpsql.engine.base import SqlOps, source_name
+from dpsql.errors import UnsupportedQueryError
+from dpsql.plan import ir
+from dpsql.plan.joins import SEP, _direct, flat
+from dpsql.plan.joins import parts as key_parts
+from dpsql.plan.typer import Typer, _Refuse
+from dpsql.rewrite.bound import cap_rows, guard
+
+#: weight grid of sums: a tuple's weight is a whole number of 2^-20 of its bound
+SUM_UNITS = 1 << 20
+
+
+@dataclass(frozen=True)
+class Part:
+    """One truncated sum: the positive part (sign +1, scale hi) or the negative part (sign -1,
+    scale -lo) of a SUM, or the count (sign +1, scale 1, units 1)."""
+
+    name: str
+    sign: int
+    scale: float  #: a unit of normalised weight is worth ``scale`` in the answer
+    units: int  #: integer weight per unit of normalised weight (1 for counts, 2^20 for sums)
+
+
+def parts_of(jp: ir.JoinPlan) -> list[Part]:
+    if jp.kind in (ir.COUNT_STAR, ir.COUNT_COL):
+        return [Part("__w0", 1, 1.0, 1)]
+    lo, hi = jp.bounds
+    out: list[Part] = []
+    if hi > 0:
+        out.append(Part(f"__w{len(out)}", 1, hi, SUM_UNITS))
+    if lo < 0:
+        out.append(Part(f"__w{len(out)}", -1, -lo, SUM_UNITS))
+    if not out:  # lo = hi = 0: every value is 0
+        out.append(Part("__w0", 1, 1.0, SUM_UNITS))
+    return out
+
+
+def _col(name: str) -> exp.Column:
+    return exp.column(name, quoted=False)
+
+
+def _lit(v: float | int) -> exp.Expression:
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
+        return exp.Literal.number(int(v))
+    return exp.Literal.number(v)
+
+
+def _weights(jp: ir.JoinPlan, parts: list[Part], ops: SqlOps) -> list[exp.Expression]:
+    if jp.kind == ir.COUNT_STAR:
+        return [exp.alias_(exp.cast(_lit(1), "BIGINT"), parts[0].name)]
+    if jp.kind == ir.COUNT_COL:
+        assert jp.value is not None
+        w = exp.Case(ifs=[exp.If(this=exp.Is(this=jp.value.copy(), expression=exp.Null()), true=_lit(0))], default=_lit(1))
+        return [exp.alias_(exp.cast(w, "BIGINT"), parts[0].name)]
+    assert jp.value is not None
+    try:
+        typed = Typer(dict(jp.flat_schema)).t(jp.value.copy()).expr
+    except _Refuse as r:  # pragma: no cover - the analyser typed it already
+        raise UnsupportedQueryError(f"SUM: {r.message}") from None
+    lo, hi = jp.bounds
+    clamped = ops.clamp(ops.try_cast(typed, "DOUBLE"), lo, hi)
+    out = []
+    for p in parts:
+        signed = clamped.copy() if p.sign > 0 else exp.Neg(this=exp.Paren(this=clamped.copy()))
+        pos = exp.func("greatest", signed, _lit(0))
+        w = exp.func("floor", exp.Mul(this=exp.Div(this=pos, expression=_lit(float(p.scale))), expression=_lit(p.units)))
+        out.append(exp.alias_(exp.func("coalesce", exp.cast(w, "BIGINT"), _lit(0)), p.name))
+    return out
+
+
+def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, list[str]]:
+    cols: dict[str, set[str]] = {a: set() for a, _ in jp.inputs}
+
+    def add(f: str) -> None:
+        a, _, c = f.partition(SEP)
+        if a in cols:
+            cols[a].add(c)
+
+    for a, b in jp.conditions:
+        add(a)
+        add(b)
+    for e in (jp.where, jp.value):
+        if e is not None:
+            for c in e.find_all(exp.Column):
+                add(c.name)
+    for s in jp.slots:
+        cols[s.alias].update(key_parts(s.column))
+    for a, c, _ in caps:
+        cols[a].update(key_parts(c))
+    return {a: sorted(v) for a, v in cols.items()}
+
+
+def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, ops: SqlOps,
+                  caps: Sequence[tuple[str, str, int]], parts: list[Part], extra: Sequence[exp.Expression] = (),
+                  with_tid: bool = True) -> exp.Select:
+    """The join with weights (``parts``), optional extra projections and the tuple id ``__tid``."""
+    needed = _needed(jp, caps)
+    cap_of = {(a, c): n for a, c, n in caps}
+    order = {a: i for i, (a, _) in enumerate(jp.inputs)}
+    local, top = _split_where(jp)
+    built: dict[str, exp.Expression] = {}
+    # capped inputs in the order the bound was derived (each joins inputs built before it)
+    build_order = list(dict.fromkeys([a for a, _, _ in caps] + [a for a, _ in jp.inputs]))
+    for a in build_order:
+        t = catalog[dict(jp.inputs)[a]]
+        cols = needed[a] or [sorted(t.schema)[0]]
+        proj = [exp.alias_(exp.column(c, quoted=True), flat(a, c)) for c in cols]
+        rel: exp.Expression = exp.select(*proj).from_(exp.to_table(t.view or source_name(t.name), quoted=True))
+        if local.get(a):
+            rel = exp.select("*").from_(rel.subquery("__f")).where(guard(_and(local[a]), dict(jp.flat_schema)))
+        for (ca, cc), n in cap_of.items():
+            if ca == a:
+                rel = _semi_filter(rel, jp, a, cc, built)
+                kept = cap_rows(rel.subquery("__in"), [flat(a, p) for p in key_parts(cc)], [flat(a, c) for c in cols], n, salt,
+                                alias="__capped", ops=ops)
+                rel = exp.select(*[_col(flat(a, c)) for c in cols]).from_(kept)
+        built[a] = rel
+    rels = [built[a].subquery(a) for a, _ in jp.inputs]
+    q = exp.select(*_weights(jp, parts, ops), *extra).from_(rels[0])
+    for i, rel in enumerate(rels[1:], start=1):
+        conds = [exp.EQ(this=_col(x), expression=_col(y)) for x, y in jp.conditions
+                 if max(order[x.split(SEP)[0]], order[y.split(SEP)[0]]) == i]
+        on: exp.Expression = exp.true()
+        for c in conds:
+            on = c if on == exp.true() else exp.And(this=on, expression=c)
+        q = q.join(rel, on=on, join_type="inner")
+    if top:
+        q = q.where(guard(_and(top), dict(jp.flat_schema)))
+    if with_tid:
+        q = q.select(exp.alias_(exp.Window(this=exp.RowNumber()), "__tid"))
+    return q
+
+
+def _semi_filter(rel: exp.Expression, jp: ir.JoinPlan, alias: str, cap_column: str,
+                 built: Mapping[str, exp.Expression]) -> exp.Expression:
+    """Before capping ``alias`` per ``cap_column``: keep only the rows whose partition value occurs
+    in an input built before it that it joins on that column (``EXISTS``). Whole partitions are
+    kept or dropped by their value alone, and a partition's capped rows depend only on its own
+    rows, so the join is exactly the same; the cap just skips partitions that cannot join."""
+    for other, other_rel in built.items():
+        pairs = []
+        for p in key_parts(cap_column):
+            mine = flat(alias, p)
+            match = next((y if x == mine else x for x, y in jp.conditions
+                          if mine in (x, y) and (y if x == mine else x).split(SEP, 1)[0] == other), None)
+            if match is None:
+                break
+            pairs.append((mine, match))
+        else:
+            cond = _and([exp.EQ(this=_col(f"__x.{theirs}"), expression=_col(f"__r.{mine}")) for mine, theirs in pairs])
+            probe = exp.select(exp.Literal.number(1)).from_(other_rel.subquery("__x")).where(cond)
+            return exp.select("*").from_(rel.subquery("__r")).where(exp.Exists(this=probe))
+    return rel
+
+
+def _and(conds: Sequence[exp.Expression]) -> exp.Expression:
+    out = conds[0].copy()
+    for c in conds[1:]:
+        out = exp.And(this=out, expression=c.copy())
+    return out
+
+
+def _split_where(jp: ir.JoinPlan) -> tuple[dict[str, list[exp.Expression]], list[exp.Expression]]:
+    """The WHERE's conjuncts over one input's columns (applied to that input before its row cap:
+    a per-row filter keeps each capped partition a function of its own rows, and spares the cap
+    rows the query drops anyway), and the rest (applied to the join)."""
+    if jp.where is None:
+        return {}, []
+    conjuncts = list(jp.where.flatten()) if isinstance(jp.where, exp.And) else [jp.where]
+    local: dict[str, list[exp.Expression]] = {}
+    top: list[exp.Expression] = []
+    for c in conjuncts:
+        aliases = {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)}
+        if len(aliases) == 1:
+            local.setdefault(aliases.pop(), []).append(c)
+        else:
+            top.append(c)
+    return local, top
+
+
+def _sampled(rel: exp.Select, salt: str, q: float, ops: SqlOps) -> exp.Select:
+    sub = rel.subquery("__join")
+    out = exp.select("*").from_(sub)
+    if q < 1.0:
+        out = out.where(ops.bernoulli_keep(["__tid"], salt, q))
+    return out
+
+
+def _person_text(person: str, value: exp.Expression) -> exp.Expression:
+    return exp.DPipe(this=exp.Literal.string(person + ":"), expression=exp.cast(value, "VARCHAR"), safe=True)
+
+
+def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
+                   caps: Sequence[tuple[str, str, int]] = ()) -> exp.Select:
+    """Per sampled tuple: ``__tid``, the weights ``__w*`` and one user id ``__u<k>`` per slot."""
+    parts = parts_of(jp)
+    starts = list(dict.fromkeys(flat(s.alias, p) for s in jp.slots for p in key_parts(s.column)))
+    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=[_col(c) for c in starts])
+    sample = _sampled(rel, salt, q, ops).subquery("__s")
+    out = exp.select(_col("__s.__tid"), *[_col(f"__s.{p.name}") for p in parts]).from_(sample)
+    for k, s in enumerate(jp.slots):
+        if not s.hops or _direct(s.hops, catalog):
+            out = out.select(exp.alias_(_person_text(s.person_table, _col(f"__s.{flat(s.alias, s.column)}")), f"__u{k}"))
+            continue
+        hops = s.hops[:-1] if _direct(s.hops[-1:], catalog) else s.hops
+        prev: list[exp.Expression] = [_col(f"__s.{flat(s.alias, p)}") for p in key_parts(s.column)]
+        for j, hop in enumerate(hops):
+            t = catalog[hop.target_table]
+            nxt = s.hops[j + 1].column if j + 1 < len(s.hops) else t.privacy_unit
+            assert nxt is not None
+            keys = key_parts(hop.target_column)
+            # one row per key value (a reference's target is a key): MIN per column reads that row
+            look = (exp.select(*[exp.alias_(exp.column(c, quoted=True), f"__k{i}") for i, c in enumerate(keys)],
+                               *[exp.alias_(exp.func("min", exp.column(c, quoted=True)), f"__v{i}")
+                                 for i, c in enumerate(key_parts(nxt))])
+                    .from_(exp.to_table(t.view or source_name(t.name), quoted=True))
+                    .group_by(*[exp.column(c, quoted=True) for c in keys]))
+            la = f"__l{k}_{j}"
+            on: exp.Expression = exp.EQ(this=_col(f"{la}.__k0"), expression=prev[0])
+            for i in range(1, len(keys)):
+                on = exp.And(this=on, expression=exp.EQ(this=_col(f"{la}.__k{i}"), expression=prev[i]))
+            out = out.join(look.subquery(la), on=on, join_type="left")
+            prev = [_col(f"{la}.__v{i}") for i in range(len(key_parts(nxt)))]
+        out = out.select(exp.alias_(_person_text(s.person_table, prev[0]), f"__u{k}"))
+    return out
+
+
+def truncated_sums(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.UserSlot, taus: Sequence[float], *,
+                   salt: str, q: float, ops: SqlOps, caps: Sequence[tuple[str, str, int]]) -> exp.Select:
+    """One row: ``__f<p>_<i>`` = Sum over owners u of min(taus[i] * units, total_u) for part p, as
+    exact integer text (single owner: the truncation LP's closed form)."""
+    parts = parts_of(jp)
+    owner_col = flat(owner.alias, owner.column)
+    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts,
+                        extra=[exp.alias_(_col(owner_col), "__owner")], with_tid=q < 1.0)
+    sample = _sampled(rel, salt, q, ops).subquery("__s")
+    per_owner = (exp.select(_col("__owner"), *[exp.alias_(exp.func("sum", _col(p.name)), f"__t{k}")
+                                                for k, p in enumerate(parts)])
+                 .from_(sample).group_by(_col("__owner"))).subquery("__per_owner")
+    cols = []
+    for k, p in enumerate(parts):
+        for i, tau in enumerate(taus):
+            cap = int(tau * p.units)
+            v = exp.Case(ifs=[exp.If(this=exp.Is(this=_col("__owner"), expression=exp.Null()), true=_col(f"__t{k}"))],
+                         default=ops.least(_col(f"__t{k}"), exp.cast(_lit(cap), "HUGEINT")))
+            total = exp.func("coalesce", exp.func("sum", v), exp.cast(_lit(0), "HUGEINT"))
+            cols.append(exp.alias_(exp.cast(total, "VARCHAR"), f"__f{k}_{i}"))
+    return exp.select(*cols).from_(per_owner)
