@@ -6,7 +6,7 @@ two protocols below, and one entry in ``dpsql.engine.BACKENDS``:
 
 * :class:`SqlOps` -- the *semantic building blocks* of bounded queries, built as sqlglot ASTs
   in the backend's own dialect: the keyed hash that makes every random choice
-  (:meth:`SqlOps.keyed_hash`), keeping n rows per partition (:meth:`SqlOps.keep_n_per_partition`),
+  (:meth:`SqlOps.keyed_hash`, and its uniform value :meth:`SqlOps.keyed_uniform`), keeping n rows per partition (:meth:`SqlOps.keep_n_per_partition`),
   clamping that keeps NULL (:meth:`SqlOps.clamp`), the cast that is NULL where it does not convert
   (:meth:`SqlOps.try_cast`), typed literals (:meth:`SqlOps.typed_literal`), seconds since 1970
   (:meth:`SqlOps.epoch_seconds`) and the smaller of two values (:meth:`SqlOps.least`). The
@@ -186,7 +186,16 @@ class SqlOps(Protocol):
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
         """A pseudo-random sort key of the given columns under a secret ``salt``: over rows with
         distinct column values it is (as far as any test can tell) uniform and independent, and
-        independent across salts. Never NULL (a NULL column value hashes like any value)."""
+        independent across salts. Never NULL (a NULL column value hashes like any value).
+        The salt is a secret string; the backend may derive a fixed-width key from it (the
+        meaning is a keyed pseudo-random order, not any one hash function)."""
+        ...
+
+    def keyed_uniform(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        """A pseudo-random DOUBLE strictly inside (0, 1) of the given columns under a secret
+        ``salt``, uniform and independent over rows with distinct column values, as
+        :meth:`keyed_hash` (an exponential race, ``-LN(u) / weight``, makes a weighted choice
+        from it)."""
         ...
 
     def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,

@@ -70,8 +70,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from dpsql.accounting import r2t_schedule, s4s_budget_schedule, s4s_epsilon_prime
 from dpsql.errors import ConfigError, ExecutionError
@@ -242,6 +240,9 @@ def _truncated(jt: JoinTuples, mask: np.ndarray | None, tau: float) -> float:
     cols = np.concatenate([new_col[col[sp_pairs]], n_shared + np.arange(has_merged.size)])
     upper = np.concatenate([w[lp_tuples[shared_ids]], merged[has_merged]])
     n_var = upper.size
+    import scipy.sparse as sp  # lazy: only this mechanism solves a linear program
+    from scipy.optimize import linprog
+
     a_ub = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n_heavy, n_var), dtype=np.float64)
     res = linprog(
         c=-np.ones(n_var),

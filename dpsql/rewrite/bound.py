@@ -213,9 +213,50 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
                         ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
     """The per-unit group cap C_u, over a relation with one row per (unit, group): per unit,
     the ``max_groups`` rows with the smallest keyed hash of (unit, group), a uniform random
-    choice that depends only on that unit's groups. The result has the columns ``output``."""
+    choice that depends only on that unit's groups. The result has the columns ``output``.
+
+    Most units have at most C_u groups and keep them all, with no choice to make: the relation
+    is computed once (materialised where the backend can), the units with more than C_u groups
+    are found by one aggregate, and only their rows go through the keyed choice
+    (:meth:`SqlOps.keep_n_per_partition`); the others pass through as they are. Whether a unit
+    is such a unit depends only on its own groups.
+    """
+    n = int(max_groups)
+    shared, heavy = "__pairs", "__heavy"
+    pairs_cte = exp.CTE(this=exp.select("*").from_(relation), alias=exp.TableAlias(this=exp.to_identifier(shared)),
+                        materialized=True if getattr(ops, "materialize_shared", False) else None)
+    heavy_q = (exp.select(_col(unit)).from_(exp.to_table(shared)).group_by(_col(unit))
+               .having(exp.GT(this=exp.Count(this=exp.Star()), expression=_lit(n))))
+    heavy_cte = exp.CTE(this=heavy_q, alias=exp.TableAlias(this=exp.to_identifier(heavy)))
+
+    def is_heavy() -> exp.Expression:
+        return exp.Exists(this=exp.select(_lit(1)).from_(exp.to_table(heavy, alias="__h")).where(
+            exp.EQ(this=exp.column(unit, table="__h"), expression=exp.column(unit, table="__p"))))
+
+    light = exp.select(*[exp.column(c, table="__p") for c in output]).from_(
+        exp.to_table(shared, alias="__p")).where(exp.Not(this=is_heavy()))
+    heavy_rows = exp.select("__p.*").from_(exp.to_table(shared, alias="__p")).where(is_heavy()).subquery("__heavy_rows")
     key = ops.keyed_hash([unit, *keys], salt)
-    return ops.keep_n_per_partition(relation, [unit], key, int(max_groups), alias=alias, output=output)
+    kept = ops.keep_n_per_partition(heavy_rows, [unit], key, n, alias="__kept_groups", output=output)
+    chosen = exp.union(light, exp.select(*[_col(c) for c in output]).from_(kept), distinct=False)
+    q = exp.select(*[_col(c) for c in output]).from_(chosen.subquery("__groups"))
+    q.set("with_", exp.With(expressions=[pairs_cte, heavy_cte]))
+    return q.subquery(alias)
+
+
+def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
+                  ops: SqlOps) -> exp.Subquery:
+    """k = 1: one row per (unit, group), uniformly at random among the group's rows, by one
+    aggregate over its distinct value combinations: each combination ``v`` with ``m`` rows gets
+    the key ``-LN(u) / m``, ``u`` the keyed uniform of (unit, group, v); the smallest key wins.
+    This is an exponential race (the minimum of ``m`` independent Exp(1) clocks is Exp(m)), so
+    each *row* is kept with probability 1 / (the group's rows): identical rows are
+    interchangeable, and the choice depends only on the unit's own rows in that group."""
+    part = [unit, *keys]
+    counted = (exp.select(*[_col(c) for c in [*part, *values]], exp.alias_(exp.Count(this=exp.Star()), "__m"))
+               .from_(relation).group_by(*[_col(c) for c in [*part, *values]]).subquery("__counted"))
+    race = exp.Div(this=exp.Neg(this=exp.func("ln", ops.keyed_uniform([*part, *values], salt))), expression=_col("__m"))
+    return ops.keep_n_per_partition(counted, part, race, 1, alias="__rows", output=[*part, *values])
 
 
 def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression | None = None,
@@ -239,6 +280,13 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
             mid = (a.bounds[0] + a.bounds[1]) / 2.0
             proj.append(exp.alias_(clamped_value(a.column, *a.bounds, shift=mid, ops=ops), f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
+    return _rows_of(plan, unit_column, proj, where, use_public_domain), value_cols
+
+
+def _rows_of(plan: ir.QueryPlan, unit_column: str, proj: list[exp.Expression], where: exp.Expression | None,
+             use_public_domain: bool) -> exp.Select:
+    """``proj`` over the source rows that may contribute: passing the user's WHERE, with a unit,
+    and (with public key domains) a key inside the domain."""
     src = exp.to_table(plan.table.view or source_name(plan.table.name), quoted=True)
     user_where = where if where is not None else plan.where
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit_column, quoted=True), expression=exp.Null()))
@@ -247,7 +295,49 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
     dom = _domain_filter(plan) if use_public_domain else None
     if dom is not None:
         cond = exp.And(this=cond, expression=dom)
-    return exp.select(*proj).from_(src).where(cond), value_cols
+    return exp.select(*proj).from_(src).where(cond)
+
+
+def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where: exp.Expression | None,
+                       use_public_domain: bool, ops: SqlOps) -> exp.Select:
+    """k = 1 with values: one row per (unit, group) with its values (``__n`` = 1, and per
+    aggregate its ``_c`` / ``_s`` columns), the kept row chosen by :func:`_pick_one_row` over the
+    raw values of the columns the aggregates read (clamped after the choice: the same values
+    :func:`base_relation` computes, of the same uniformly chosen row)."""
+    keys = [k.name for k in plan.keys]
+    raw: dict[str, str] = {}
+    for a in plan.aggregates:
+        if a.kind in (ir.COUNT_COL, ir.SUM, ir.AVG):
+            assert a.column is not None
+            raw.setdefault(a.column, f"__r{len(raw)}")
+    proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
+    proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
+    proj += [exp.alias_(exp.column(c, quoted=True), r) for c, r in raw.items()]
+    base = _rows_of(plan, unit_column, proj, where, use_public_domain).subquery("__base")
+    picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops)
+
+    def present(r: str) -> exp.Expression:
+        return exp.Case(ifs=[exp.If(this=exp.Is(this=_col(r), expression=exp.Null()), true=_lit(0))], default=_lit(1))
+
+    out: list[exp.Expression] = [_col("__unit"), *[_col(k) for k in keys], exp.alias_(_lit(1), "__n")]
+    for a in plan.aggregates:
+        if a.kind not in (ir.COUNT_COL, ir.SUM, ir.AVG):
+            continue
+        assert a.column is not None
+        r = raw[a.column]
+        if a.kind == ir.COUNT_COL:
+            out.append(exp.alias_(present(r), f"{a.name}_c"))
+        elif a.kind == ir.SUM:
+            assert a.bounds is not None
+            out.append(exp.alias_(clamped_value(r, *a.bounds, ops=ops), f"{a.name}_s"))
+        else:
+            assert a.bounds is not None
+            mid = (a.bounds[0] + a.bounds[1]) / 2.0
+            v = clamped_value(r, *a.bounds, shift=mid, ops=ops)
+            out.append(exp.alias_(v, f"{a.name}_s"))
+            out.append(exp.alias_(exp.Case(ifs=[exp.If(this=exp.Is(this=v.copy(), expression=exp.Null()), true=_lit(0))],
+                                           default=_lit(1)), f"{a.name}_c"))
+    return exp.select(*out).from_(picked)
 
 
 # -- bounded aggregation ------------------------------------------------------------------------
@@ -271,6 +361,9 @@ def bounded_query(
     keys = [k.name for k in plan.keys]
     need_values = any(a.kind in (ir.COUNT_COL, ir.SUM, ir.AVG) for a in plan.aggregates)
 
+    # k = 1 with values and no L: one aggregate picks each (unit, group)'s row (no windows)
+    one_row = caps.rows_finite and caps.max_rows_per_group == 1 and need_values and not caps.unit_rows_finite
+
     # 1. base rows ------------------------------------------------------------------------------
     base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=use_public_domain, ops=ops)
     rows_src: exp.Expression = base.subquery("__base")
@@ -281,7 +374,7 @@ def bounded_query(
                                      alias="__unit_rows", ops=ops)
 
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
-    if caps.rows_finite and need_values:
+    if caps.rows_finite and need_values and not one_row:
         rows_src = cap_rows_per_group(rows_src, "__unit", keys, value_cols, caps.max_rows_per_group, salt, ops=ops)
     # one row per unit and group, counts only: the (unit, group) pairs themselves, no per-pair count
     pairs_only = caps.rows_finite and caps.max_rows_per_group == 1 and not need_values
@@ -301,7 +394,9 @@ def bounded_query(
         elif a.kind == ir.AVG:
             ug_proj.append(exp.alias_(exp.Sum(this=_col(f"{a.name}_v")), f"{a.name}_s"))
             ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
-    if pairs_only:
+    if one_row:
+        ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=use_public_domain, ops=ops)
+    elif pairs_only:
         ug = exp.select(*ug_proj).from_(rows_src).distinct()
     else:
         ug = exp.select(*ug_proj).from_(rows_src).group_by(*part)
@@ -309,7 +404,7 @@ def bounded_query(
     # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug")
     if caps.groups_finite and keys:
-        fields = [c.alias_or_name for c in ug_proj if c.alias_or_name != "__unit"]
+        fields = [c.alias_or_name for c in ug.selects if c.alias_or_name != "__unit"]
         chosen = cap_groups_per_unit(chosen, "__unit", keys, fields, caps.max_groups_per_unit, salt, ops=ops)
 
     # 5. per-group aggregation --------------------------------------------------------------------
