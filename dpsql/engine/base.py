@@ -72,6 +72,10 @@ class EngineSettings:
         sleeping, failures included (0: no padding). Set it above the slowest expected query
         (and at least ``statement_timeout`` plus the release time) to hide run-time differences.
     ``max_temp_directory_size``: cap on DuckDB's spill files, e.g. ``"10GB"`` (None: DuckDB's default).
+    ``temp_directory``: where DuckDB spills what does not fit ``memory_limit`` (None: a directory of
+        its own per engine under the system's temporary directory, created on first spill and
+        removed when the engine closes). With a memory limit and room to spill, a bounded query
+        over any number of rows runs out of core instead of failing for memory.
     ``invalid_text``: how Parquet text that is not valid UTF-8 is read: ``"null"`` (default: the
         value is NULL; text is read as bytes through Arrow and decoded) or ``"replace"`` (each
         invalid byte becomes ``?``; DuckDB's own reader, faster, which refuses at registration
@@ -88,6 +92,7 @@ class EngineSettings:
     statement_timeout: float | None = 300.0
     min_response_time: float = 0.0
     max_temp_directory_size: str | None = None
+    temp_directory: str | None = None
     max_text_bytes: int | None = 65536
     invalid_text: str = "null"
 
@@ -101,6 +106,10 @@ class EngineSettings:
             if v is not None and (not isinstance(v, str) or not _SIZE.match(v)):
                 raise ConfigError(f"engine setting {name} must be a size such as '4GB', got {v!r}",
                                   hint=f"{name} = \"4GB\"")
+        td = self.temp_directory
+        if td is not None and (not isinstance(td, str) or not td.strip()):
+            raise ConfigError(f"engine setting temp_directory must be a directory path, got {td!r}",
+                              hint="temp_directory = \"/var/tmp/dpsql\"")
         t = self.threads
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
             raise ConfigError(f"engine setting threads must be a whole number >= 1, got {t!r}")

@@ -91,30 +91,30 @@ class DuckDBOps:
         if output is None:
             rn = exp.Window(this=exp.RowNumber(), partition_by=[_col(p) for p in partition],
                             order=exp.Order(expressions=[exp.Ordered(this=order_key)]))
-            kept = exp.select("*").from_(relation).qualify(exp.LTE(this=rn, expression=_number(n)))
-            return _mark(kept.subquery(alias))
+            kept = exp.select("*").from_(relation, copy=False).qualify(exp.LTE(this=rn, expression=_number(n)), copy=False)
+            return _mark(kept.subquery(alias, copy=False))
         if n == 1:
             # one row per partition: one hash aggregate, no list to unnest
             rest = [f for f in output if f not in partition]
             items: list[exp.Expression] = [_col(p) for p in partition if p in output]
             if len(rest) == 1:
                 items.append(exp.alias_(_mark(exp.func("arg_min", _col(rest[0]), order_key.copy())), rest[0]))
-                return _mark(exp.select(*items).from_(relation).group_by(*[_col(p) for p in partition]).subquery(alias))
+                return _mark(exp.select(*items).from_(relation, copy=False).group_by(*[_col(p) for p in partition], copy=False).subquery(alias, copy=False))
             if rest:
                 one = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(f), expression=_col(f)) for f in rest])
                 items.append(exp.alias_(_mark(exp.func("arg_min", one, order_key.copy())), "__s"))
-            inner = exp.select(*items).from_(relation).group_by(*[_col(p) for p in partition]).subquery("__per_unit")
+            inner = exp.select(*items).from_(relation, copy=False).group_by(*[_col(p) for p in partition], copy=False).subquery("__per_unit", copy=False)
             outer = [exp.alias_(exp.func("struct_extract", _col("__s"), exp.Literal.string(f)), f) if f in rest
                      else _col(f) for f in output]
-            return _mark(exp.select(*outer).from_(inner).subquery(alias))
+            return _mark(exp.select(*outer).from_(inner, copy=False).subquery(alias, copy=False))
         struct = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(f), expression=_col(f)) for f in output])
         picked = _mark(exp.func("arg_min", struct, order_key, _number(n)))
         per_partition = (
-            exp.select(exp.alias_(exp.Unnest(expressions=[picked]), "__s")).from_(relation)
-            .group_by(*[_col(p) for p in partition])
-        ).subquery("__per_unit")
+            exp.select(exp.alias_(exp.Unnest(expressions=[picked]), "__s")).from_(relation, copy=False)
+            .group_by(*[_col(p) for p in partition], copy=False)
+        ).subquery("__per_unit", copy=False)
         fields = [exp.alias_(exp.func("struct_extract", _col("__s"), exp.Literal.string(f)), f) for f in output]
-        return _mark(exp.select(*fields).from_(per_partition).subquery(alias))
+        return _mark(exp.select(*fields).from_(per_partition, copy=False).subquery(alias, copy=False))
 
     def clamp(self, value: exp.Expression, lo: float, hi: float, *, shift: float = 0.0) -> exp.Expression:
         """``CASE WHEN v IS NULL THEN NULL ELSE LEAST(GREATEST(v, lo), hi) [- shift] END``.

@@ -190,7 +190,7 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
         partition_by=[_col(p) for p in partition],
         order=exp.Order(expressions=[exp.Ordered(this=_col(c)) for c in order_by]) if order_by else None,
     )
-    numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(relation).subquery("__numbered")
+    numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(relation, copy=False).subquery("__numbered", copy=False)
     key = ops.keyed_hash([*partition, "__idx"], salt)
     return ops.keep_n_per_partition(numbered, partition, key, int(n), alias=alias)
 
@@ -223,25 +223,25 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     """
     n = int(max_groups)
     shared, heavy = "__pairs", "__heavy"
-    pairs_cte = exp.CTE(this=exp.select("*").from_(relation), alias=exp.TableAlias(this=exp.to_identifier(shared)),
+    pairs_cte = exp.CTE(this=exp.select("*").from_(relation, copy=False), alias=exp.TableAlias(this=exp.to_identifier(shared)),
                         materialized=True if getattr(ops, "materialize_shared", False) else None)
-    heavy_q = (exp.select(_col(unit)).from_(exp.to_table(shared)).group_by(_col(unit))
-               .having(exp.GT(this=exp.Count(this=exp.Star()), expression=_lit(n))))
+    heavy_q = (exp.select(_col(unit)).from_(exp.to_table(shared), copy=False).group_by(_col(unit), copy=False)
+               .having(exp.GT(this=exp.Count(this=exp.Star()), expression=_lit(n)), copy=False))
     heavy_cte = exp.CTE(this=heavy_q, alias=exp.TableAlias(this=exp.to_identifier(heavy)))
 
     def is_heavy() -> exp.Expression:
-        return exp.Exists(this=exp.select(_lit(1)).from_(exp.to_table(heavy, alias="__h")).where(
-            exp.EQ(this=exp.column(unit, table="__h"), expression=exp.column(unit, table="__p"))))
+        return exp.Exists(this=exp.select(_lit(1)).from_(exp.to_table(heavy, alias="__h"), copy=False).where(
+            exp.EQ(this=exp.column(unit, table="__h"), expression=exp.column(unit, table="__p")), copy=False))
 
     light = exp.select(*[exp.column(c, table="__p") for c in output]).from_(
-        exp.to_table(shared, alias="__p")).where(exp.Not(this=is_heavy()))
-    heavy_rows = exp.select("__p.*").from_(exp.to_table(shared, alias="__p")).where(is_heavy()).subquery("__heavy_rows")
+        exp.to_table(shared, alias="__p"), copy=False).where(exp.Not(this=is_heavy()), copy=False)
+    heavy_rows = exp.select("__p.*").from_(exp.to_table(shared, alias="__p"), copy=False).where(is_heavy(), copy=False).subquery("__heavy_rows", copy=False)
     key = ops.keyed_hash([unit, *keys], salt)
     kept = ops.keep_n_per_partition(heavy_rows, [unit], key, n, alias="__kept_groups", output=output)
-    chosen = exp.union(light, exp.select(*[_col(c) for c in output]).from_(kept), distinct=False)
-    q = exp.select(*[_col(c) for c in output]).from_(chosen.subquery("__groups"))
+    chosen = exp.union(light, exp.select(*[_col(c) for c in output]).from_(kept, copy=False), distinct=False, copy=False)
+    q = exp.select(*[_col(c) for c in output]).from_(chosen.subquery("__groups"), copy=False)
     q.set("with_", exp.With(expressions=[pairs_cte, heavy_cte]))
-    return q.subquery(alias)
+    return q.subquery(alias, copy=False)
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
@@ -254,7 +254,7 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
     interchangeable, and the choice depends only on the unit's own rows in that group."""
     part = [unit, *keys]
     counted = (exp.select(*[_col(c) for c in [*part, *values]], exp.alias_(exp.Count(this=exp.Star()), "__m"))
-               .from_(relation).group_by(*[_col(c) for c in [*part, *values]]).subquery("__counted"))
+               .from_(relation, copy=False).group_by(*[_col(c) for c in [*part, *values]], copy=False).subquery("__counted", copy=False))
     race = exp.Div(this=exp.Neg(this=exp.func("ln", ops.keyed_uniform([*part, *values], salt))), expression=_col("__m"))
     return ops.keep_n_per_partition(counted, part, race, 1, alias="__rows", output=[*part, *values])
 
@@ -295,7 +295,7 @@ def _rows_of(plan: ir.QueryPlan, unit_column: str, proj: list[exp.Expression], w
     dom = _domain_filter(plan) if use_public_domain else None
     if dom is not None:
         cond = exp.And(this=cond, expression=dom)
-    return exp.select(*proj).from_(src).where(cond)
+    return exp.select(*proj).from_(src, copy=False).where(cond, copy=False)
 
 
 def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where: exp.Expression | None,
@@ -313,7 +313,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     proj += [exp.alias_(exp.column(c, quoted=True), r) for c, r in raw.items()]
-    base = _rows_of(plan, unit_column, proj, where, use_public_domain).subquery("__base")
+    base = _rows_of(plan, unit_column, proj, where, use_public_domain).subquery("__base", copy=False)
     picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops)
 
     def present(r: str) -> exp.Expression:
@@ -337,7 +337,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
             out.append(exp.alias_(v, f"{a.name}_s"))
             out.append(exp.alias_(exp.Case(ifs=[exp.If(this=exp.Is(this=v.copy(), expression=exp.Null()), true=_lit(0))],
                                            default=_lit(1)), f"{a.name}_c"))
-    return exp.select(*out).from_(picked)
+    return exp.select(*out).from_(picked, copy=False)
 
 
 # -- bounded aggregation ------------------------------------------------------------------------
@@ -366,7 +366,7 @@ def bounded_query(
 
     # 1. base rows ------------------------------------------------------------------------------
     base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=use_public_domain, ops=ops)
-    rows_src: exp.Expression = base.subquery("__base")
+    rows_src: exp.Expression = base.subquery("__base", copy=False)
 
     # 2. rows per unit (L) ------------------------------------------------------------------------
     if caps.unit_rows_finite:
@@ -397,12 +397,12 @@ def bounded_query(
     if one_row:
         ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=use_public_domain, ops=ops)
     elif pairs_only:
-        ug = exp.select(*ug_proj).from_(rows_src).distinct()
+        ug = exp.select(*ug_proj).from_(rows_src, copy=False).distinct(copy=False)
     else:
-        ug = exp.select(*ug_proj).from_(rows_src).group_by(*part)
+        ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
-    chosen: exp.Expression = ug.subquery("__ug")
+    chosen: exp.Expression = ug.subquery("__ug", copy=False)
     if caps.groups_finite and keys:
         fields = [c.alias_or_name for c in ug.selects if c.alias_or_name != "__unit"]
         chosen = cap_groups_per_unit(chosen, "__unit", keys, fields, caps.max_groups_per_unit, salt, ops=ops)
@@ -422,11 +422,11 @@ def bounded_query(
         elif a.kind == ir.AVG:
             out.append(exp.alias_(zsum(f"{a.name}_s"), a.name + "_sum"))
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt"))
-    final = exp.select(*out).from_(chosen)
+    final = exp.select(*out).from_(chosen, copy=False)
     if keys:
-        final = final.group_by(*[_col(k) for k in keys])
+        final = final.group_by(*[_col(k) for k in keys], copy=False)
         if tau is not None and tau > 1:
-            final = final.having(exp.GTE(this=exp.Count(this=exp.Star()), expression=_lit(tau)))
+            final = final.having(exp.GTE(this=exp.Count(this=exp.Star()), expression=_lit(tau)), copy=False)
     return final
 
 
@@ -469,9 +469,9 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
         b = ops.least(ops.try_cast(exp.func("floor", pos), "BIGINT"), exp.Literal.number(d.n - 1))
         proj.append(exp.alias_(b, f"__b{i}"))
         cond = exp.And(this=cond, expression=inside)
-    base: exp.Expression = exp.select(*proj).from_(src).where(cond).subquery("__base")
+    base: exp.Expression = exp.select(*proj).from_(src, copy=False).where(cond, copy=False).subquery("__base", copy=False)
     bins = [f"__b{i}" for i in range(len(wl.dims))]
     if cap != float("inf"):
         base = cap_rows_per_unit(base, "__unit", bins, cap, salt, alias="__kept", ops=ops)
     return (exp.select(*[_col(b) for b in bins], exp.alias_(exp.Count(this=exp.Star()), "__n"))
-            .from_(base).group_by(*[_col(b) for b in bins]))
+            .from_(base, copy=False).group_by(*[_col(b) for b in bins], copy=False))
