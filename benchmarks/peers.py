@@ -1,6 +1,7 @@
 """Benchmark: dpsql against plain DuckDB, the bounding floor, OpenDP (Polars) and Qrlew.
 
 One command:  python benchmarks/peers.py [--rows 1000000] [--users N] [--repeat 3] [--peers opendp,qrlew]
+                                        [--peer-repeat N]
 JSON to stdout and ``benchmarks/out/peers_<rows>.json``, a chart to ``benchmarks/out/peers_<rows>.png``
 (when matplotlib is installed), and a Markdown table on stderr.
 
@@ -162,6 +163,7 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=None, help="default: rows / 5")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peers", default="opendp,qrlew", help="comma-separated, or '' for none")
+    ap.add_argument("--peer-repeat", type=int, default=None, help="timed runs per peer query (default: --repeat)")
     ap.add_argument("--large", type=int, default=100, help="a group is large with at least this many distinct users")
     args = ap.parse_args()
     users = args.users or args.rows // 5
@@ -208,7 +210,7 @@ def main() -> None:
     peers = [p for p in args.peers.split(",") if p]
     notes = {}
     for name in peers:
-        res = run_peer(name, path, n_rows, args.repeat)
+        res = run_peer(name, path, n_rows, args.peer_repeat or args.repeat)
         if "skipped" in res:
             notes[name] = res["skipped"]
             print(f"{name}: skipped: {res['skipped']}", file=sys.stderr)
