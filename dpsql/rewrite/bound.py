@@ -18,9 +18,13 @@ partition, clamping, casts, typed literals) is the backend's (``ops``: a
 The row caps share one step, :func:`cap_rows`: number each partition's rows by value (identical
 rows are interchangeable), then keep the n whose keyed hash of (partition, number) under the
 per-query secret salt is smallest -- a uniform random subset that depends only on that
-partition's own rows. The group cap keeps, per unit, the C_u groups with the smallest keyed
-hash of (unit, group). The salt is fresh per query and never shown, so every choice is
-unpredictable and independent of the engine's own PRNG.
+partition's own rows. With k = 1 (and no L) the kept row of each (unit, group) is chosen by one
+aggregate instead (:func:`_pick_one_row`): an exponential race over the distinct value
+combinations, each weighted by its number of rows, so each row is kept with probability one over
+the group's rows, exactly as with numbering. The group cap keeps, per unit, the C_u groups with
+the smallest keyed hash of (unit, group); only units with more than C_u groups go through that
+choice (the others keep every group), which is most units on most data. The salt is fresh per
+query and never shown, so every choice is unpredictable and independent of the engine's own PRNG.
 
 :func:`bounded_query` composes them for an aggregation (then, per group: the distinct-unit
 count ``__users``, each unit adding 0 or 1, and per aggregate its per-(unit, group)
