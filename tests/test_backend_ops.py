@@ -46,7 +46,7 @@ from dpsql.engine import (
     SqlOps,
     source_name,
 )
-from dpsql.errors import UnsupportedQueryError
+from dpsql.errors import ConfigError, UnsupportedQueryError
 from dpsql.plan.analyze import analyze
 from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps, ContributionModel, bounded_query, released_columns
 from dpsql.rewrite.render import render
@@ -564,3 +564,20 @@ def test_try_cast_marked_safe_renders_for_spark() -> None:
     # with sqlglot's safe flag (as the parser sets it), Spark keeps TRY_CAST: NULL on failure
     ast = sqlglot.parse_one("SELECT TRY_CAST(a AS DOUBLE) FROM t", read="duckdb")
     assert render(ast, dialect="spark") == "SELECT TRY_CAST(a AS DOUBLE) FROM t"
+
+
+def test_engine_spills_to_a_directory_of_its_own(tmp_path: Any) -> None:
+    a = DuckDBBackend(None, EngineSettings())
+    b = DuckDBBackend(None, EngineSettings())
+    own = DuckDBBackend(None, EngineSettings(temp_directory=str(tmp_path / "spill")))
+    try:
+        dirs = [str(x.connection.execute("SELECT current_setting('temp_directory')").fetchall()[0][0])
+                for x in (a, b, own)]
+        assert dirs[0] != dirs[1] and all("dpsql-spill-" in d for d in dirs[:2])
+        assert dirs[2] == str(tmp_path / "spill")
+        assert not a.connection.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
+    finally:
+        for x in (a, b, own):
+            x.close()
+    with pytest.raises(ConfigError, match="temp_directory"):
+        EngineSettings(temp_directory="  ")
