@@ -46,3 +46,33 @@ def events_path(n_rows: int, n_users: int = 200_000, seed: int = 1) -> str:
     )
     os.replace(tmp, path)
     return path
+
+
+def spread_path(n_rows: int = 10_000_000, n_users: int = 500_000, n_urls: int = 100_000, seed: int = 2) -> str:
+    """Path of a generated spread-out events Parquet: ``n_rows`` rows, users and URLs uniform, so
+    almost every (user, url) pair is distinct (about ``n_rows`` pairs); created on first use."""
+    d = os.path.join(OUT, "data")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"spread_{n_rows}_{n_users}_{n_urls}_{seed}.parquet")
+    if os.path.exists(path):
+        return path
+    gen = np.random.default_rng(seed)
+    tmp = path + ".tmp"
+    writer = None
+    chunk = 1 << 21
+    for start in range(0, n_rows, chunk):
+        n = min(chunk, n_rows - start)
+        url = gen.integers(0, n_urls, n)
+        t = pa.table({
+            "user_id": gen.integers(0, n_users, n, dtype=np.int64),
+            "url": pa.array(np.char.add("u", url.astype(str))),
+            "country": pa.array(np.char.add("C", gen.integers(0, 50, n).astype(str))),
+            "likes": gen.poisson(1.5, n).astype(np.int64),
+        })
+        if writer is None:
+            writer = pq.ParquetWriter(tmp, t.schema)
+        writer.write_table(t, row_group_size=1 << 20)
+    assert writer is not None
+    writer.close()
+    os.replace(tmp, path)
+    return path

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import sqlglot
-from scipy.stats import chi2_contingency, chisquare
+from scipy.stats import binomtest, chi2_contingency, chisquare
 from sqlglot import exp
 from test_bounding import GOLDEN_SQL, _golden_spec
 
@@ -46,7 +46,7 @@ from dpsql.engine import (
     SqlOps,
     source_name,
 )
-from dpsql.errors import UnsupportedQueryError
+from dpsql.errors import ConfigError, UnsupportedQueryError
 from dpsql.plan.analyze import analyze
 from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps, ContributionModel, bounded_query, released_columns
 from dpsql.rewrite.render import render
@@ -231,6 +231,38 @@ def test_keyed_hash_negative_controls_fail(backend: ExecutionBackend) -> None:
     for key in controls:
         first, both = orders_over_salts(backend, key, 2000)
         assert chisquare(both).pvalue < ALPHA, (key, both)
+
+
+def salt_xored_without_mixing(cols: list[str], salt: str) -> exp.Expression:
+    """Negative control: the columns' hash XORed with the salt's, not hashed again (XOR with a
+    constant keeps most of the order's structure)."""
+    return exp.BitwiseXor(this=exp.func("hash", *[exp.column(c) for c in cols]),
+                          expression=exp.func("hash", exp.Literal.string(salt)))
+
+
+def test_keyed_hash_salt_xored_without_mixing_fails() -> None:
+    b = DuckDBBackend(None, EngineSettings(statement_timeout=120))
+    try:
+        first, both = orders_over_salts(b, salt_xored_without_mixing, 2000)
+    finally:
+        b.close()
+    assert chisquare(both).pvalue < ALPHA, both
+
+
+def test_keyed_uniform_is_uniform_inside_the_unit_interval(backend: ExecutionBackend) -> None:
+    t = pairs_table(5000, 4)
+    u = backend.ops.keyed_uniform(["u", "g"], "fixed salt")
+    values = np.array([r["x"] for r in run(backend, exp.select(exp.alias_(u, "x")).from_(src("t")), t=t)])
+    assert len(values) == 20000 and values.min() > 0.0 and values.max() < 1.0
+    assert chisquare(np.bincount((values * 64).astype(int), minlength=64)).pvalue >= ALPHA
+    # negative control: its square is far from uniform
+    assert chisquare(np.bincount((values**2 * 64).astype(int), minlength=64)).pvalue < ALPHA
+    # exponential race: -ln(u) / m is the minimum of m Exp(1) clocks, so with weights 1 and 3
+    # the weight-3 row wins 3/4 of the time (pairs of units' rows, 10000 races)
+    e = -np.log(values.reshape(-1, 2)) / np.array([1.0, 3.0])
+    wins = int((e[:, 1] < e[:, 0]).sum())
+    assert binomtest(wins, 10000, 0.75).pvalue >= ALPHA, wins
+    assert binomtest(int((values.reshape(-1, 2)[:, 1] < values.reshape(-1, 2)[:, 0]).sum()), 10000, 0.75).pvalue < ALPHA
 
 
 def argmin_per_unit(b: ExecutionBackend, key: Key, salt: str, t: pa.Table) -> np.ndarray:
@@ -561,3 +593,20 @@ def test_bernoulli_keep_is_independent_across_rows_and_salts(backend: ExecutionB
     # negative control: the same salt twice is perfectly dependent
     same = keeps(backend, 100_000, ["salt one", "salt one"], 0.25)
     assert chi2_contingency(np.histogram2d(same[:, 0], same[:, 1], bins=2)[0]).pvalue < ALPHA
+
+
+def test_engine_spills_to_a_directory_of_its_own(tmp_path: Any) -> None:
+    a = DuckDBBackend(None, EngineSettings())
+    b = DuckDBBackend(None, EngineSettings())
+    own = DuckDBBackend(None, EngineSettings(temp_directory=str(tmp_path / "spill")))
+    try:
+        dirs = [str(x.connection.execute("SELECT current_setting('temp_directory')").fetchall()[0][0])
+                for x in (a, b, own)]
+        assert dirs[0] != dirs[1] and all("dpsql-spill-" in d for d in dirs[:2])
+        assert dirs[2] == str(tmp_path / "spill")
+        assert not a.connection.execute("SELECT current_setting('preserve_insertion_order')").fetchall()[0][0]
+    finally:
+        for x in (a, b, own):
+            x.close()
+    with pytest.raises(ConfigError, match="temp_directory"):
+        EngineSettings(temp_directory="  ")

@@ -438,6 +438,37 @@ def test_row_choice_within_a_group_is_uniform_over_salts() -> None:
     assert not rate_is_uniform([n, 0, 0, 0], n, 0.25)
 
 
+def test_row_choice_counts_repeated_values_once_per_row() -> None:
+    # one user, one group, rows with values 1, 1, 1, 2 and k = 1: each *row* is kept with
+    # probability 1/4, so the value 1 with probability 3/4 (the choice is made per distinct
+    # value, weighted by its number of rows: an exponential race)
+    t = pa.table({"user_id": pa.array([5] * 4, type=pa.int64()), "g": ["a"] * 4, "amount": [1.0, 1.0, 2.0, 1.0]})
+    plan = plan_for("SELECT g, SUM(amount) FROM t GROUP BY g", spec_for("t", t, bounds={"amount": (0, 10)}))
+    runs = choices_over_salts(plan, Caps(1, 1), t, N_SALTS, "repeated")
+    ones = sum(1 for r in runs if r[0]["__a0"] == 1.0)
+    assert sum(1 for r in runs if r[0]["__a0"] == 2.0) == N_SALTS - ones
+    assert binomtest(ones, N_SALTS, 0.75).pvalue >= ALPHA, ones
+    # negative control: a choice among the distinct values, unweighted (the keyed hash of the
+    # value alone), keeps 1 about half of the time and fails the same test
+    con = duckdb.connect()
+    rows = con.sql(" UNION ALL ".join(
+        f"SELECT arg_min(v, hash(xor(hash(v), hash('repeated-{i}')))) AS v FROM (SELECT DISTINCT v FROM "
+        "(VALUES (1.0), (1.0), (2.0), (1.0)) AS x(v))" for i in range(N_SALTS))).fetchall()
+    con.close()
+    unweighted = sum(1 for (v,) in rows if v == 1.0)
+    assert binomtest(unweighted, N_SALTS, 0.75).pvalue < ALPHA, unweighted
+
+
+def test_units_with_few_groups_keep_them_all() -> None:
+    # C_u = 2: a unit with 2 groups keeps both (no choice is made), a unit with 3 keeps 2
+    t = pa.table({"user_id": pa.array([1, 1, 2, 2, 2], type=pa.int64()), "g": ["a", "b", "a", "b", "c"]})
+    plan = plan_for("SELECT g, COUNT(*) FROM t GROUP BY g", spec_for("t", t))
+    for salt in ("s1", "s2", "s3"):
+        out = keyed(plan, run_bounded(plan, Caps(2, 1), t, salt))
+        assert sum(r["__users"] for r in out.values()) == 4
+        assert out[("a",)]["__users"] >= 1 and out[("b",)]["__users"] >= 1
+
+
 def test_group_choice_is_independent_of_other_users() -> None:
     # the groups kept for user 1 do not depend on whether user 2 is present (same salt)
     t = pa.table({"user_id": pa.array([1, 1, 1, 2, 2, 2], type=pa.int64()), "g": ["a", "b", "c"] * 2})
@@ -515,19 +546,9 @@ SELECT
   COALESCE(SUM(__a2_s), 0) AS __a2_sum,
   COALESCE(SUM(__a2_c), 0) AS __a2_cnt
 FROM (
-  SELECT
-    STRUCT_EXTRACT(__s, '__k0') AS __k0,
-    STRUCT_EXTRACT(__s, '__n') AS __n,
-    STRUCT_EXTRACT(__s, '__a1_s') AS __a1_s,
-    STRUCT_EXTRACT(__s, '__a2_s') AS __a2_s,
-    STRUCT_EXTRACT(__s, '__a2_c') AS __a2_c
-  FROM (
+  WITH __pairs AS MATERIALIZED (
     SELECT
-      UNNEST(ARG_MIN(
-        {'__k0': __k0, '__n': __n, '__a1_s': __a1_s, '__a2_s': __a2_s, '__a2_c': __a2_c},
-        HASH('<per-query secret salt>' || CAST(HASH(__unit, __k0) AS TEXT)),
-        2
-      )) AS __s
+      *
     FROM (
       SELECT
         __unit,
@@ -567,16 +588,83 @@ FROM (
         QUALIFY
           ROW_NUMBER() OVER (
             PARTITION BY __unit, __k0
-            ORDER BY HASH('<per-query secret salt>' || CAST(HASH(__unit, __k0, __idx) AS TEXT))
+            ORDER BY HASH(XOR(HASH(__unit, __k0, __idx), HASH('<per-query secret salt>')))
           ) <= 3
       ) AS __rows
       GROUP BY
         __unit,
         __k0
     ) AS __ug
+  ), __heavy AS (
+    SELECT
+      __unit
+    FROM __pairs
     GROUP BY
       __unit
-  ) AS __per_unit
+    HAVING
+      COUNT(*) > 2
+  )
+  SELECT
+    __k0,
+    __n,
+    __a1_s,
+    __a2_s,
+    __a2_c
+  FROM (
+    SELECT
+      __p.__k0,
+      __p.__n,
+      __p.__a1_s,
+      __p.__a2_s,
+      __p.__a2_c
+    FROM __pairs AS __p
+    WHERE
+      NOT EXISTS(
+        SELECT
+          1
+        FROM __heavy AS __h
+        WHERE
+          __h.__unit = __p.__unit
+      )
+    UNION ALL
+    SELECT
+      __k0,
+      __n,
+      __a1_s,
+      __a2_s,
+      __a2_c
+    FROM (
+      SELECT
+        STRUCT_EXTRACT(__s, '__k0') AS __k0,
+        STRUCT_EXTRACT(__s, '__n') AS __n,
+        STRUCT_EXTRACT(__s, '__a1_s') AS __a1_s,
+        STRUCT_EXTRACT(__s, '__a2_s') AS __a2_s,
+        STRUCT_EXTRACT(__s, '__a2_c') AS __a2_c
+      FROM (
+        SELECT
+          UNNEST(ARG_MIN(
+            {'__k0': __k0, '__n': __n, '__a1_s': __a1_s, '__a2_s': __a2_s, '__a2_c': __a2_c},
+            HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))),
+            2
+          )) AS __s
+        FROM (
+          SELECT
+            __p.*
+          FROM __pairs AS __p
+          WHERE
+            EXISTS(
+              SELECT
+                1
+              FROM __heavy AS __h
+              WHERE
+                __h.__unit = __p.__unit
+            )
+        ) AS __heavy_rows
+        GROUP BY
+          __unit
+      ) AS __per_unit
+    ) AS __kept_groups
+  ) AS __groups
 ) AS __chosen
 GROUP BY
   __k0""",
@@ -589,15 +677,9 @@ SELECT
   __k0,
   COUNT(*) AS __users
 FROM (
-  SELECT
-    STRUCT_EXTRACT(__s, '__k0') AS __k0
-  FROM (
+  WITH __pairs AS MATERIALIZED (
     SELECT
-      UNNEST(ARG_MIN(
-        {'__k0': __k0},
-        HASH('<per-query secret salt>' || CAST(HASH(__unit, __k0) AS TEXT)),
-        2
-      )) AS __s
+      *
     FROM (
       SELECT DISTINCT
         __unit,
@@ -613,9 +695,56 @@ FROM (
           ) IN ('US', 'FR')
       ) AS __base
     ) AS __ug
+  ), __heavy AS (
+    SELECT
+      __unit
+    FROM __pairs
     GROUP BY
       __unit
-  ) AS __per_unit
+    HAVING
+      COUNT(*) > 2
+  )
+  SELECT
+    __k0
+  FROM (
+    SELECT
+      __p.__k0
+    FROM __pairs AS __p
+    WHERE
+      NOT EXISTS(
+        SELECT
+          1
+        FROM __heavy AS __h
+        WHERE
+          __h.__unit = __p.__unit
+      )
+    UNION ALL
+    SELECT
+      __k0
+    FROM (
+      SELECT
+        STRUCT_EXTRACT(__s, '__k0') AS __k0
+      FROM (
+        SELECT
+          UNNEST(ARG_MIN({'__k0': __k0}, HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))), 2)) AS __s
+        FROM (
+          SELECT
+            __p.*
+          FROM __pairs AS __p
+          WHERE
+            EXISTS(
+              SELECT
+                1
+              FROM __heavy AS __h
+              WHERE
+                __h.__unit = __p.__unit
+            )
+        ) AS __heavy_rows
+        GROUP BY
+          __unit
+      ) AS __per_unit
+    ) AS __kept_groups
+  ) AS __groups
 ) AS __chosen
 GROUP BY
   __k0""",
@@ -662,7 +791,7 @@ FROM (
     QUALIFY
       ROW_NUMBER() OVER (
         PARTITION BY __unit, __k0
-        ORDER BY HASH('<per-query secret salt>' || CAST(HASH(__unit, __k0, __idx) AS TEXT))
+        ORDER BY HASH(XOR(HASH(__unit, __k0, __idx), HASH('<per-query secret salt>')))
       ) <= 2
   ) AS __rows
   GROUP BY

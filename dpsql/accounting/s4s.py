@@ -51,7 +51,6 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import logsumexp
-from scipy.stats import binom
 
 from dpsql.accounting import _validate as v
 from dpsql.errors import ConfigError
@@ -102,6 +101,8 @@ def _q(value: object) -> float:
 # ----------------------------------------------------------------------------- binomial logs
 def _binom_logcdf(k: int, n: int, p: float) -> float:
     """log P[Bin(n, p) ≤ k], accurate also when the probability is close to 1."""
+    from scipy.stats import binom  # lazy: scipy.stats takes a second to import
+
     if k >= n:
         return 0.0
     if k < 0:
@@ -114,6 +115,8 @@ def _binom_logcdf(k: int, n: int, p: float) -> float:
 
 def _binom_logsf(k: int, n: int, p: float) -> float:
     """log P[Bin(n, p) > k], accurate also when the probability is close to 1."""
+    from scipy.stats import binom  # lazy: scipy.stats takes a second to import
+
     if k >= n:
         return -math.inf
     if k < 0:
@@ -128,6 +131,8 @@ def _binom_logpmf(ks: np.ndarray, n: int, p: float) -> np.ndarray:
     """log P[Bin(n, p) = k]. ``binom.pmf`` (Boost, ~1e-15 relative) where it does not underflow;
     ``binom.logpmf`` (a difference of log-gammas, ~1e-13 relative at n = 256 and far worse for huge n)
     only for the underflowing, negligible terms."""
+    from scipy.stats import binom  # lazy: scipy.stats takes a second to import
+
     pmf = binom.pmf(ks, n, p)
     with np.errstate(divide="ignore"):
         out = np.log(pmf)
@@ -187,6 +192,8 @@ def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: floa
     most min(τ, k) + gap when the witness has k sampled tuples, and the k-th term of the lemma's
     sum becomes exp((α−1)ρ((k + gap)/(τ + gap))²) (gap = 0 is the lemma as published).
     """
+    from scipy.stats import binom  # lazy: scipy.stats takes a second to import
+
     a = v.alpha_order(alpha)
     r = v.nonneg(rho, "rho", hint="rho is an RDP budget: a finite value >= 0")
     t = _tau(tau)

@@ -6,7 +6,7 @@ two protocols below, and one entry in ``dpsql.engine.BACKENDS``:
 
 * :class:`SqlOps` -- the *semantic building blocks* of bounded queries, built as sqlglot ASTs
   in the backend's own dialect: the keyed hash that makes every random choice
-  (:meth:`SqlOps.keyed_hash`), keeping n rows per partition (:meth:`SqlOps.keep_n_per_partition`),
+  (:meth:`SqlOps.keyed_hash`, and its uniform value :meth:`SqlOps.keyed_uniform`), keeping n rows per partition (:meth:`SqlOps.keep_n_per_partition`),
   clamping that keeps NULL (:meth:`SqlOps.clamp`), the cast that is NULL where it does not convert
   (:meth:`SqlOps.try_cast`), typed literals (:meth:`SqlOps.typed_literal`), seconds since 1970
   (:meth:`SqlOps.epoch_seconds`) and the smaller of two values (:meth:`SqlOps.least`). The
@@ -72,6 +72,10 @@ class EngineSettings:
         sleeping, failures included (0: no padding). Set it above the slowest expected query
         (and at least ``statement_timeout`` plus the release time) to hide run-time differences.
     ``max_temp_directory_size``: cap on DuckDB's spill files, e.g. ``"10GB"`` (None: DuckDB's default).
+    ``temp_directory``: where DuckDB spills what does not fit ``memory_limit`` (None: a directory of
+        its own per engine under the system's temporary directory, created on first spill and
+        removed when the engine closes). With a memory limit and room to spill, a bounded query
+        over any number of rows runs out of core instead of failing for memory.
     ``invalid_text``: how Parquet text that is not valid UTF-8 is read: ``"null"`` (default: the
         value is NULL; text is read as bytes through Arrow and decoded) or ``"replace"`` (each
         invalid byte becomes ``?``; DuckDB's own reader, faster, which refuses at registration
@@ -88,6 +92,7 @@ class EngineSettings:
     statement_timeout: float | None = 300.0
     min_response_time: float = 0.0
     max_temp_directory_size: str | None = None
+    temp_directory: str | None = None
     max_text_bytes: int | None = 65536
     invalid_text: str = "null"
 
@@ -101,6 +106,10 @@ class EngineSettings:
             if v is not None and (not isinstance(v, str) or not _SIZE.match(v)):
                 raise ConfigError(f"engine setting {name} must be a size such as '4GB', got {v!r}",
                                   hint=f"{name} = \"4GB\"")
+        td = self.temp_directory
+        if td is not None and (not isinstance(td, str) or not td.strip()):
+            raise ConfigError(f"engine setting temp_directory must be a directory path, got {td!r}",
+                              hint="temp_directory = \"/var/tmp/dpsql\"")
         t = self.threads
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
             raise ConfigError(f"engine setting threads must be a whole number >= 1, got {t!r}")
@@ -186,7 +195,16 @@ class SqlOps(Protocol):
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
         """A pseudo-random sort key of the given columns under a secret ``salt``: over rows with
         distinct column values it is (as far as any test can tell) uniform and independent, and
-        independent across salts. Never NULL (a NULL column value hashes like any value)."""
+        independent across salts. Never NULL (a NULL column value hashes like any value).
+        The salt is a secret string; the backend may derive a fixed-width key from it (the
+        meaning is a keyed pseudo-random order, not any one hash function)."""
+        ...
+
+    def keyed_uniform(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        """A pseudo-random DOUBLE strictly inside (0, 1) of the given columns under a secret
+        ``salt``, uniform and independent over rows with distinct column values, as
+        :meth:`keyed_hash` (an exponential race, ``-LN(u) / weight``, makes a weighted choice
+        from it)."""
         ...
 
     def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,

@@ -37,6 +37,8 @@ Privacy claims of this module (threat model: docs/threat_model.md):
 from __future__ import annotations
 
 import os
+import secrets
+import tempfile
 import threading
 import weakref
 from collections.abc import Iterator
@@ -129,9 +131,13 @@ class DuckDBBackend:
             self._con.execute("SET enable_progress_bar = false")
         except duckdb.Error:  # pragma: no cover - older settings name
             pass
+        self._spill = self.settings.temp_directory or os.path.join(
+            tempfile.gettempdir(), f"dpsql-spill-{os.getpid()}-{secrets.token_hex(6)}")
         if self._owned:
             for name, value in self._limits():
                 self._con.execute(f"SET {name} = {_sql_str(value)}")
+            # results of the bounded queries have no order to keep: lets DuckDB stream and spill freely
+            self._con.execute("SET preserve_insertion_order = false")
 
     def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
         """SQL text of ``ast`` for DuckDB, rendered strictly (``dpsql.rewrite.render``)."""
@@ -368,6 +374,7 @@ class DuckDBBackend:
             out.append(("memory_limit", s.memory_limit))
         if s.max_temp_directory_size is not None:
             out.append(("max_temp_directory_size", s.max_temp_directory_size))
+        out.append(("temp_directory", self._spill))
         return out
 
     @contextmanager

@@ -49,18 +49,33 @@ class DuckDBOps:
     """The building blocks of bounded queries for DuckDB (see :class:`dpsql.engine.base.SqlOps`)."""
 
     dialect = DUCKDB
+    #: a relation the bounded query reads more than once is computed once (``AS MATERIALIZED``)
+    materialize_shared = True
 
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
-        """``HASH(salt || CAST(HASH(columns...) AS VARCHAR))``: DuckDB's 64-bit hash of the salt
-        and the columns' hash as one string.
+        """``HASH(XOR(HASH(columns...), HASH(salt)))``: DuckDB's 64-bit hash of the columns, XORed
+        with the salt's 64-bit hash (a constant, computed once per query), hashed again.
 
-        DuckDB's multi-argument ``HASH(a, b, ...)`` combines the arguments' hashes almost
-        linearly, so putting the salt in as one more argument would not randomise the order of
-        a unit's groups across salts (``tests/test_backend_ops.py`` keeps that as its negative
-        control). Hashing the salt together with the columns' hash as one string mixes fully.
+        The outer hash of a 64-bit integer is a full-avalanche bijective mixer (Murmur3's
+        finaliser), so flipping the salt's bits reorders a unit's groups unpredictably; no text is
+        built per row (integer work only). DuckDB's multi-argument ``HASH(a, b, ...)`` combines
+        the arguments' hashes almost linearly, so putting the salt in as one more argument would
+        not randomise the order of a unit's groups across salts (``tests/test_backend_ops.py``
+        keeps that as its negative control, and a salt XORed in without the outer hash as
+        another: it preserves the order's structure).
         """
-        inner = exp.cast(_mark(exp.func("hash", *[_col(c) for c in columns])), "VARCHAR")
-        return _mark(exp.func("hash", exp.DPipe(this=exp.Literal.string(salt), expression=inner, safe=True)))
+        inner = _mark(exp.func("hash", *[_col(c) for c in columns]))
+        key = _mark(exp.func("hash", exp.Literal.string(salt)))
+        return _mark(exp.func("hash", exp.BitwiseXor(this=inner, expression=key)))
+
+    def keyed_uniform(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        """The top 53 bits of :meth:`keyed_hash` as a DOUBLE strictly inside (0, 1):
+        ``((h >> 11) + 0.5) / 2^53``, never 0 (so ``LN`` of it is finite)."""
+        h = self.keyed_hash(columns, salt)
+        top = exp.Cast(this=exp.paren(exp.BitwiseRightShift(this=h, expression=exp.Literal.number(11))),
+                       to=exp.DataType.build("DOUBLE"))
+        return _mark(exp.Div(this=exp.paren(exp.Add(this=top, expression=exp.Literal.number(0.5))),
+                             expression=exp.Literal.number(float(2**53))))
 
     def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,
                              n: int, *, alias: str, output: Sequence[str] | None = None) -> exp.Subquery:
@@ -70,21 +85,36 @@ class DuckDBOps:
           partition ORDER BY key) <= n`` (every column, including helper columns);
         * ``output`` given: one aggregate per partition, ``UNNEST(ARG_MIN({output...}, key,
           n))``, then the struct's fields; faster than the window when there are many
-          partitions and few columns.
+          partitions and few columns. For ``n = 1``: ``ARG_MIN(field, key)`` (a struct of the
+          fields when there are several), grouped by the partition, with no list to unnest.
         """
         if output is None:
             rn = exp.Window(this=exp.RowNumber(), partition_by=[_col(p) for p in partition],
                             order=exp.Order(expressions=[exp.Ordered(this=order_key)]))
-            kept = exp.select("*").from_(relation).qualify(exp.LTE(this=rn, expression=_number(n)))
-            return _mark(kept.subquery(alias))
+            kept = exp.select("*").from_(relation, copy=False).qualify(exp.LTE(this=rn, expression=_number(n)), copy=False)
+            return _mark(kept.subquery(alias, copy=False))
+        if n == 1:
+            # one row per partition: one hash aggregate, no list to unnest
+            rest = [f for f in output if f not in partition]
+            items: list[exp.Expression] = [_col(p) for p in partition if p in output]
+            if len(rest) == 1:
+                items.append(exp.alias_(_mark(exp.func("arg_min", _col(rest[0]), order_key.copy())), rest[0]))
+                return _mark(exp.select(*items).from_(relation, copy=False).group_by(*[_col(p) for p in partition], copy=False).subquery(alias, copy=False))
+            if rest:
+                one = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(f), expression=_col(f)) for f in rest])
+                items.append(exp.alias_(_mark(exp.func("arg_min", one, order_key.copy())), "__s"))
+            inner = exp.select(*items).from_(relation, copy=False).group_by(*[_col(p) for p in partition], copy=False).subquery("__per_unit", copy=False)
+            outer = [exp.alias_(exp.func("struct_extract", _col("__s"), exp.Literal.string(f)), f) if f in rest
+                     else _col(f) for f in output]
+            return _mark(exp.select(*outer).from_(inner, copy=False).subquery(alias, copy=False))
         struct = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(f), expression=_col(f)) for f in output])
         picked = _mark(exp.func("arg_min", struct, order_key, _number(n)))
         per_partition = (
-            exp.select(exp.alias_(exp.Unnest(expressions=[picked]), "__s")).from_(relation)
-            .group_by(*[_col(p) for p in partition])
-        ).subquery("__per_unit")
+            exp.select(exp.alias_(exp.Unnest(expressions=[picked]), "__s")).from_(relation, copy=False)
+            .group_by(*[_col(p) for p in partition], copy=False)
+        ).subquery("__per_unit", copy=False)
         fields = [exp.alias_(exp.func("struct_extract", _col("__s"), exp.Literal.string(f)), f) for f in output]
-        return _mark(exp.select(*fields).from_(per_partition).subquery(alias))
+        return _mark(exp.select(*fields).from_(per_partition, copy=False).subquery(alias, copy=False))
 
     def clamp(self, value: exp.Expression, lo: float, hi: float, *, shift: float = 0.0) -> exp.Expression:
         """``CASE WHEN v IS NULL THEN NULL ELSE LEAST(GREATEST(v, lo), hi) [- shift] END``.

@@ -1377,8 +1377,8 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
     if isinstance(sub, (exp.Cast, exp.TryCast)) and isinstance(sub.args.get("to"), exp.DataType):
         target = parse_type(sub.args["to"].sql(dialect="duckdb"))
         if target.kind not in Typer._CAST_TARGETS or target.enum:
-            return (f"CAST to {sub.args['to'].sql(dialect='duckdb')} is not on the allow-list; cast to BOOLEAN, an "
-                    f"integer type, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP ({_DOCS})")
+            return (f"CAST to {sub.args['to'].sql(dialect='duckdb')} is not supported (not on the allow-list); cast to "
+                    f"BOOLEAN, an integer type, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP ({_DOCS})")
     if isinstance(sub, exp.Collate):
         if post:
             return f"COLLATE is not on the allow-list of post-processing ({_DOCS})"

@@ -18,9 +18,13 @@ partition, clamping, casts, typed literals) is the backend's (``ops``: a
 The row caps share one step, :func:`cap_rows`: number each partition's rows by value (identical
 rows are interchangeable), then keep the n whose keyed hash of (partition, number) under the
 per-query secret salt is smallest -- a uniform random subset that depends only on that
-partition's own rows. The group cap keeps, per unit, the C_u groups with the smallest keyed
-hash of (unit, group). The salt is fresh per query and never shown, so every choice is
-unpredictable and independent of the engine's own PRNG.
+partition's own rows. With k = 1 (and no L) the kept row of each (unit, group) is chosen by one
+aggregate instead (:func:`_pick_one_row`): an exponential race over the distinct value
+combinations, each weighted by its number of rows, so each row is kept with probability one over
+the group's rows, exactly as with numbering. The group cap keeps, per unit, the C_u groups with
+the smallest keyed hash of (unit, group); only units with more than C_u groups go through that
+choice (the others keep every group), which is most units on most data. The salt is fresh per
+query and never shown, so every choice is unpredictable and independent of the engine's own PRNG.
 
 :func:`bounded_query` composes them for an aggregation (then, per group: the distinct-unit
 count ``__users``, each unit adding 0 or 1, and per aggregate its per-(unit, group)
@@ -190,7 +194,7 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
         partition_by=[_col(p) for p in partition],
         order=exp.Order(expressions=[exp.Ordered(this=_col(c)) for c in order_by]) if order_by else None,
     )
-    numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(relation).subquery("__numbered")
+    numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(relation, copy=False).subquery("__numbered", copy=False)
     key = ops.keyed_hash([*partition, "__idx"], salt)
     return ops.keep_n_per_partition(numbered, partition, key, int(n), alias=alias)
 
@@ -213,9 +217,50 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
                         ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
     """The per-unit group cap C_u, over a relation with one row per (unit, group): per unit,
     the ``max_groups`` rows with the smallest keyed hash of (unit, group), a uniform random
-    choice that depends only on that unit's groups. The result has the columns ``output``."""
+    choice that depends only on that unit's groups. The result has the columns ``output``.
+
+    Most units have at most C_u groups and keep them all, with no choice to make: the relation
+    is computed once (materialised where the backend can), the units with more than C_u groups
+    are found by one aggregate, and only their rows go through the keyed choice
+    (:meth:`SqlOps.keep_n_per_partition`); the others pass through as they are. Whether a unit
+    is such a unit depends only on its own groups.
+    """
+    n = int(max_groups)
+    shared, heavy = "__pairs", "__heavy"
+    pairs_cte = exp.CTE(this=exp.select("*").from_(relation, copy=False), alias=exp.TableAlias(this=exp.to_identifier(shared)),
+                        materialized=True if getattr(ops, "materialize_shared", False) else None)
+    heavy_q = (exp.select(_col(unit)).from_(exp.to_table(shared), copy=False).group_by(_col(unit), copy=False)
+               .having(exp.GT(this=exp.Count(this=exp.Star()), expression=_lit(n)), copy=False))
+    heavy_cte = exp.CTE(this=heavy_q, alias=exp.TableAlias(this=exp.to_identifier(heavy)))
+
+    def is_heavy() -> exp.Expression:
+        return exp.Exists(this=exp.select(_lit(1)).from_(exp.to_table(heavy, alias="__h"), copy=False).where(
+            exp.EQ(this=exp.column(unit, table="__h"), expression=exp.column(unit, table="__p")), copy=False))
+
+    light = exp.select(*[exp.column(c, table="__p") for c in output]).from_(
+        exp.to_table(shared, alias="__p"), copy=False).where(exp.Not(this=is_heavy()), copy=False)
+    heavy_rows = exp.select("__p.*").from_(exp.to_table(shared, alias="__p"), copy=False).where(is_heavy(), copy=False).subquery("__heavy_rows", copy=False)
     key = ops.keyed_hash([unit, *keys], salt)
-    return ops.keep_n_per_partition(relation, [unit], key, int(max_groups), alias=alias, output=output)
+    kept = ops.keep_n_per_partition(heavy_rows, [unit], key, n, alias="__kept_groups", output=output)
+    chosen = exp.union(light, exp.select(*[_col(c) for c in output]).from_(kept, copy=False), distinct=False, copy=False)
+    q = exp.select(*[_col(c) for c in output]).from_(chosen.subquery("__groups"), copy=False)
+    q.set("with_", exp.With(expressions=[pairs_cte, heavy_cte]))
+    return q.subquery(alias, copy=False)
+
+
+def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
+                  ops: SqlOps) -> exp.Subquery:
+    """k = 1: one row per (unit, group), uniformly at random among the group's rows, by one
+    aggregate over its distinct value combinations: each combination ``v`` with ``m`` rows gets
+    the key ``-LN(u) / m``, ``u`` the keyed uniform of (unit, group, v); the smallest key wins.
+    This is an exponential race (the minimum of ``m`` independent Exp(1) clocks is Exp(m)), so
+    each *row* is kept with probability 1 / (the group's rows): identical rows are
+    interchangeable, and the choice depends only on the unit's own rows in that group."""
+    part = [unit, *keys]
+    counted = (exp.select(*[_col(c) for c in [*part, *values]], exp.alias_(exp.Count(this=exp.Star()), "__m"))
+               .from_(relation, copy=False).group_by(*[_col(c) for c in [*part, *values]], copy=False).subquery("__counted", copy=False))
+    race = exp.Div(this=exp.Neg(this=exp.func("ln", ops.keyed_uniform([*part, *values], salt))), expression=_col("__m"))
+    return ops.keep_n_per_partition(counted, part, race, 1, alias="__rows", output=[*part, *values])
 
 
 def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression | None = None,
@@ -239,6 +284,13 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
             mid = (a.bounds[0] + a.bounds[1]) / 2.0
             proj.append(exp.alias_(clamped_value(a.column, *a.bounds, shift=mid, ops=ops), f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
+    return _rows_of(plan, unit_column, proj, where, use_public_domain), value_cols
+
+
+def _rows_of(plan: ir.QueryPlan, unit_column: str, proj: list[exp.Expression], where: exp.Expression | None,
+             use_public_domain: bool) -> exp.Select:
+    """``proj`` over the source rows that may contribute: passing the user's WHERE, with a unit,
+    and (with public key domains) a key inside the domain."""
     src = exp.to_table(plan.table.view or source_name(plan.table.name), quoted=True)
     user_where = where if where is not None else plan.where
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit_column, quoted=True), expression=exp.Null()))
@@ -247,7 +299,49 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
     dom = _domain_filter(plan) if use_public_domain else None
     if dom is not None:
         cond = exp.And(this=cond, expression=dom)
-    return exp.select(*proj).from_(src).where(cond), value_cols
+    return exp.select(*proj).from_(src, copy=False).where(cond, copy=False)
+
+
+def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where: exp.Expression | None,
+                       use_public_domain: bool, ops: SqlOps) -> exp.Select:
+    """k = 1 with values: one row per (unit, group) with its values (``__n`` = 1, and per
+    aggregate its ``_c`` / ``_s`` columns), the kept row chosen by :func:`_pick_one_row` over the
+    raw values of the columns the aggregates read (clamped after the choice: the same values
+    :func:`base_relation` computes, of the same uniformly chosen row)."""
+    keys = [k.name for k in plan.keys]
+    raw: dict[str, str] = {}
+    for a in plan.aggregates:
+        if a.kind in (ir.COUNT_COL, ir.SUM, ir.AVG):
+            assert a.column is not None
+            raw.setdefault(a.column, f"__r{len(raw)}")
+    proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
+    proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
+    proj += [exp.alias_(exp.column(c, quoted=True), r) for c, r in raw.items()]
+    base = _rows_of(plan, unit_column, proj, where, use_public_domain).subquery("__base", copy=False)
+    picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops)
+
+    def present(r: str) -> exp.Expression:
+        return exp.Case(ifs=[exp.If(this=exp.Is(this=_col(r), expression=exp.Null()), true=_lit(0))], default=_lit(1))
+
+    out: list[exp.Expression] = [_col("__unit"), *[_col(k) for k in keys], exp.alias_(_lit(1), "__n")]
+    for a in plan.aggregates:
+        if a.kind not in (ir.COUNT_COL, ir.SUM, ir.AVG):
+            continue
+        assert a.column is not None
+        r = raw[a.column]
+        if a.kind == ir.COUNT_COL:
+            out.append(exp.alias_(present(r), f"{a.name}_c"))
+        elif a.kind == ir.SUM:
+            assert a.bounds is not None
+            out.append(exp.alias_(clamped_value(r, *a.bounds, ops=ops), f"{a.name}_s"))
+        else:
+            assert a.bounds is not None
+            mid = (a.bounds[0] + a.bounds[1]) / 2.0
+            v = clamped_value(r, *a.bounds, shift=mid, ops=ops)
+            out.append(exp.alias_(v, f"{a.name}_s"))
+            out.append(exp.alias_(exp.Case(ifs=[exp.If(this=exp.Is(this=v.copy(), expression=exp.Null()), true=_lit(0))],
+                                           default=_lit(1)), f"{a.name}_c"))
+    return exp.select(*out).from_(picked, copy=False)
 
 
 # -- bounded aggregation ------------------------------------------------------------------------
@@ -271,9 +365,12 @@ def bounded_query(
     keys = [k.name for k in plan.keys]
     need_values = any(a.kind in (ir.COUNT_COL, ir.SUM, ir.AVG) for a in plan.aggregates)
 
+    # k = 1 with values and no L: one aggregate picks each (unit, group)'s row (no windows)
+    one_row = caps.rows_finite and caps.max_rows_per_group == 1 and need_values and not caps.unit_rows_finite
+
     # 1. base rows ------------------------------------------------------------------------------
     base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=use_public_domain, ops=ops)
-    rows_src: exp.Expression = base.subquery("__base")
+    rows_src: exp.Expression = base.subquery("__base", copy=False)
 
     # 2. rows per unit (L) ------------------------------------------------------------------------
     if caps.unit_rows_finite:
@@ -281,7 +378,7 @@ def bounded_query(
                                      alias="__unit_rows", ops=ops)
 
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
-    if caps.rows_finite and need_values:
+    if caps.rows_finite and need_values and not one_row:
         rows_src = cap_rows_per_group(rows_src, "__unit", keys, value_cols, caps.max_rows_per_group, salt, ops=ops)
     # one row per unit and group, counts only: the (unit, group) pairs themselves, no per-pair count
     pairs_only = caps.rows_finite and caps.max_rows_per_group == 1 and not need_values
@@ -301,15 +398,17 @@ def bounded_query(
         elif a.kind == ir.AVG:
             ug_proj.append(exp.alias_(exp.Sum(this=_col(f"{a.name}_v")), f"{a.name}_s"))
             ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
-    if pairs_only:
-        ug = exp.select(*ug_proj).from_(rows_src).distinct()
+    if one_row:
+        ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=use_public_domain, ops=ops)
+    elif pairs_only:
+        ug = exp.select(*ug_proj).from_(rows_src, copy=False).distinct(copy=False)
     else:
-        ug = exp.select(*ug_proj).from_(rows_src).group_by(*part)
+        ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
-    chosen: exp.Expression = ug.subquery("__ug")
+    chosen: exp.Expression = ug.subquery("__ug", copy=False)
     if caps.groups_finite and keys:
-        fields = [c.alias_or_name for c in ug_proj if c.alias_or_name != "__unit"]
+        fields = [c.alias_or_name for c in ug.selects if c.alias_or_name != "__unit"]
         chosen = cap_groups_per_unit(chosen, "__unit", keys, fields, caps.max_groups_per_unit, salt, ops=ops)
 
     # 5. per-group aggregation --------------------------------------------------------------------
@@ -327,11 +426,11 @@ def bounded_query(
         elif a.kind == ir.AVG:
             out.append(exp.alias_(zsum(f"{a.name}_s"), a.name + "_sum"))
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt"))
-    final = exp.select(*out).from_(chosen)
+    final = exp.select(*out).from_(chosen, copy=False)
     if keys:
-        final = final.group_by(*[_col(k) for k in keys])
+        final = final.group_by(*[_col(k) for k in keys], copy=False)
         if tau is not None and tau > 1:
-            final = final.having(exp.GTE(this=exp.Count(this=exp.Star()), expression=_lit(tau)))
+            final = final.having(exp.GTE(this=exp.Count(this=exp.Star()), expression=_lit(tau)), copy=False)
     return final
 
 
@@ -374,9 +473,9 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
         b = ops.least(ops.try_cast(exp.func("floor", pos), "BIGINT"), exp.Literal.number(d.n - 1))
         proj.append(exp.alias_(b, f"__b{i}"))
         cond = exp.And(this=cond, expression=inside)
-    base: exp.Expression = exp.select(*proj).from_(src).where(cond).subquery("__base")
+    base: exp.Expression = exp.select(*proj).from_(src, copy=False).where(cond, copy=False).subquery("__base", copy=False)
     bins = [f"__b{i}" for i in range(len(wl.dims))]
     if cap != float("inf"):
         base = cap_rows_per_unit(base, "__unit", bins, cap, salt, alias="__kept", ops=ops)
     return (exp.select(*[_col(b) for b in bins], exp.alias_(exp.Count(this=exp.Star()), "__n"))
-            .from_(base).group_by(*[_col(b) for b in bins]))
+            .from_(base, copy=False).group_by(*[_col(b) for b in bins], copy=False))
