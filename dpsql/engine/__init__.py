@@ -31,7 +31,6 @@ from dpsql.engine.duckdb import DuckDBBackend, Engine
 from dpsql.engine.duckdb_ops import DuckDBOps
 
 
-
 def _spark_backend(session: Any = None, settings: EngineSettings | None = None) -> ExecutionBackend:
     """The Spark backend, imported on use (pyspark is an optional extra: ``dpsql[spark]``)."""
     from dpsql.engine.spark import SparkBackend
