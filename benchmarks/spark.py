@@ -81,7 +81,8 @@ def run_engine(kind: str, path: str, repeat: int, master: str, keyed_hash: str) 
         s.register("events", path, privacy_unit="user_id", max_groups_per_unit=5, max_rows_per_group=3,
                    columns={"country": {"domain": [f"C{i}" for i in range(50)]}, "likes": {"bounds": (0, 10)}})
         for name, sql in QUERIES.items():
-            if repeat: s.query(sql, epsilon=1.0, delta=1e-6)  # warm-up (JIT, file cache)
+            if repeat:
+                s.query(sql, epsilon=1.0, delta=1e-6)  # warm-up (JIT, file cache)
             times = []
             for _ in range(repeat):
                 t = time.perf_counter()
