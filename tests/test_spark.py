@@ -80,6 +80,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def register(s: dpsql.Session, data: dict[str, str]) -> None:
     s.register("events", data["events"], privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=2,
+               max_rows_per_unit=6,
                columns={"amount": {"bounds": (0, 100)}, "country": {"domain": ["US", "FR", "DE", "XX"]}})
     s.register("people", data["people"], privacy_unit="pid", max_rows_per_unit=3,
                columns={"age": {"bounds": (0, 120), "bins": 121}})

@@ -149,7 +149,7 @@ class SparkOps:
         numbered = exp.select("*", exp.alias_(rn, "__rn")).from_(relation).subquery(f"{alias}__n")
         cond = exp.LTE(this=_col("__rn"), expression=exp.Literal.number(int(n)))
         if output is None:
-            star = exp.Star(**{"except": [_col("__rn")]})
+            star = exp.Star(**{"except_": [_col("__rn")]})
             kept = exp.select(star).from_(numbered).where(cond)
         else:
             kept = exp.select(*[_col(f) for f in output]).from_(numbered).where(cond)
@@ -248,11 +248,11 @@ def _outputs(select: exp.Expression) -> list[str] | None:
     out: list[str] = []
     for p in select.expressions:
         if isinstance(p, exp.Star):
-            src = select.args.get("from")
+            src = select.args.get("from_")
             inner = _outputs(src.this) if src is not None and isinstance(src.this, exp.Subquery) else None
             if inner is None:
                 return None
-            excluded = {c.name for c in (p.args.get("except") or [])}
+            excluded = {c.name for c in (p.args.get("except_") or [])}
             out.extend(c for c in inner if c not in excluded)
         elif isinstance(p, (exp.Alias, exp.Column)):
             out.append(p.alias_or_name)
@@ -277,7 +277,7 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         # ``SELECT *, x AS c`` over a relation that already has ``c``: DuckDB resolves a later ``c``
         # to the first one, Spark refuses it as ambiguous; the new column gets another name
         stars = [p for p in node.expressions if isinstance(p, exp.Star)]
-        src = node.args.get("from")
+        src = node.args.get("from_")
         if stars and src is not None and isinstance(src.this, exp.Subquery):
             inner = _outputs(src.this)
             if inner is not None:
