@@ -27,7 +27,7 @@ from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import TableSpec, register_table
 from dpsql.charge import FAILURE_REASON, charged
 from dpsql.config import load_config, table_kwargs
-from dpsql.engine import BACKENDS, Engine, EngineSettings, ExecutionBackend
+from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
 from dpsql.errors import ConfigError
 from dpsql.ledger import Ledger, open_ledger
 from dpsql.mechanisms.base import Description
@@ -47,11 +47,8 @@ class Session:
     missing file is a LedgerError unless ``create=True`` (it is then created with ``budget``).
     ``budget``: the total; an existing ledger keeps its own (``dpsql budget --set-total`` changes it).
     ``connection``: an optional DuckDB connection whose tables can be registered by name.
-    ``engine``: the data owner's engine settings (``EngineSettings`` or a dict: kind, master,
-    memory_limit, threads, statement_timeout, min_response_time, max_temp_directory_size, debug),
-    or just the engine's name: ``"duckdb"`` (default) or ``"spark"``.
-    ``spark``: with ``engine="spark"``, the caller's ``pyspark.sql.SparkSession`` (dpsql works in a
-    ``newSession()`` of it); without it, one is started on the settings' ``master`` (``local[2]``).
+    ``engine``: the owner's engine settings (``EngineSettings``, a dict), or ``"duckdb"`` / ``"spark"``;
+    ``spark``: the caller's SparkSession for the Spark engine (default: one on ``master``; docs/spark.md).
     ``debug``: attach DuckDB's scrubbed messages to errors. UNSAFE, for the data owner only
     (docs/threat_model.md). Neither can be changed by query options.
     """
@@ -65,25 +62,16 @@ class Session:
         lock_timeout: float = 10.0,
         debug: bool = False,
         engine: str | EngineSettings | dict[str, Any] | None = None,
-        create: bool = False,
-        spark: Any = None,
+        create: bool = False, spark: Any = None,
     ) -> None:
         settings = EngineSettings.from_dict({"kind": engine} if isinstance(engine, str) else engine)
         if not isinstance(debug, bool):
             raise ConfigError(f"debug must be True or False, got {debug!r}")
         if debug:
             settings = dataclasses.replace(settings, debug=True)
-        if settings.kind == "spark" and connection is not None:
-            raise ConfigError("connection= is a DuckDB connection; the Spark engine takes spark=<SparkSession>")
-        if settings.kind != "spark" and spark is not None:
-            raise ConfigError("spark= needs engine='spark'", hint="Session(engine='spark', spark=spark_session)")
+        make_backend(settings, connection, spark, check_only=True)  # a wrong combination: refused before the ledger
         self._ledger = open_ledger(ledger, budget, create=create, lock_timeout=lock_timeout)
-        try:
-            self._engine: ExecutionBackend = (BACKENDS["spark"](spark, settings) if settings.kind == "spark"
-                                              else Engine(connection, settings))
-        except BaseException:
-            self._ledger.close()
-            raise
+        self._engine: ExecutionBackend = make_backend(settings, connection, spark)  # (ledgers hold no handle)
         self._has_connection = connection is not None
         self._catalog: dict[str, TableSpec] = {}
         self._noise: NoiseSource = default_noise_source()

@@ -41,7 +41,29 @@ def _spark_backend(session: Any = None, settings: EngineSettings | None = None) 
 #: the available backends by name: each builds a backend from (connection / session or None, settings)
 BACKENDS: dict[str, Callable[..., ExecutionBackend]] = {"duckdb": DuckDBBackend, "spark": _spark_backend}
 
+
+
+def make_backend(settings: EngineSettings, connection: Any = None, spark: Any = None, *,
+                 check_only: bool = False) -> ExecutionBackend:
+    """The backend ``settings.kind`` names: DuckDB over ``connection`` (a DuckDB connection or
+    None), or Spark over ``spark`` (a SparkSession or None: one on ``settings.master``).
+    ``check_only``: refuse a wrong combination (ConfigError) and build nothing."""
+    from dpsql.errors import ConfigError
+
+    if settings.kind == "spark" and connection is not None:
+        raise ConfigError("connection= is a DuckDB connection; the Spark engine takes spark=<SparkSession>",
+                          hint="Session(engine='spark', spark=spark_session)")
+    if settings.kind != "spark" and spark is not None:
+        raise ConfigError("spark= needs the Spark engine", hint="Session(engine='spark', spark=spark_session)")
+    if check_only:
+        return None  # type: ignore[return-value]
+    if settings.kind == "spark":
+        return BACKENDS["spark"](spark, settings)
+    return DuckDBBackend(connection, settings)
+
+
 __all__ = [
+    "make_backend",
     "BACKENDS",
     "PRIVATE_FAILURE",
     "DuckDBBackend",
