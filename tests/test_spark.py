@@ -297,3 +297,47 @@ def test_config_file_selects_spark(tmp_path: Path, data: dict[str, str]) -> None
         EngineSettings(kind="flink")
     with pytest.raises(ConfigError, match="master"):
         EngineSettings(master="local[2]")
+
+
+LEAK_SCRIPT = """
+import sys
+import pyarrow as pa, pyarrow.parquet as pq
+from sqlglot import exp
+from dpsql.engine import EngineSettings
+from dpsql.engine.spark import SparkBackend, spark_session
+from dpsql.errors import ExecutionError
+quiet = sys.argv[2] == "quiet"
+pq.write_table(pa.table({"u": [1, 2], "url": [sys.argv[3], sys.argv[3]]}), sys.argv[1])
+if not quiet:  # negative control: Spark's own session with its default logging
+    s = spark_session()
+    s.sparkContext.setLogLevel("WARN")
+    try:
+        s.sql(f"SELECT SUM(CAST(url AS INT)) FROM parquet.`{sys.argv[1]}`").collect()
+    except Exception:
+        pass
+    sys.exit(0)
+b = SparkBackend(None, EngineSettings())
+b.register_source("t", "parquet", sys.argv[1], view="v")
+bad = exp.Cast(this=exp.column("url"), to=exp.DataType.build("INT"))
+bad.meta["dpsql_dialect"] = "spark"
+try:
+    b.fetch_arrow(exp.select(exp.func("sum", bad)).from_("v"))
+except ExecutionError as e:
+    print("ERROR:", e)
+"""
+
+
+@pytest.mark.parametrize("mode", ["quiet", "spark-default"])
+def test_no_value_in_the_whole_process_output(tmp_path: Path, mode: str) -> None:
+    # the driver JVM writes to the process's own stderr (not captured by capfd): run it apart
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", LEAK_SCRIPT, str(tmp_path / "t.parquet"),
+                           "quiet" if mode == "quiet" else "loud", SENTINEL], capture_output=True, text=True, timeout=300)
+    both = proc.stdout + proc.stderr
+    if mode == "quiet":
+        assert "ERROR: " in proc.stdout and "withheld" in proc.stdout
+        assert SENTINEL not in both
+    else:  # negative control: without dpsql's settings Spark does print the value
+        assert SENTINEL in both
