@@ -69,7 +69,7 @@ def _jvm_children() -> list[int]:
 def run_engine(kind: str, path: str, repeat: int, master: str, keyed_hash: str) -> dict[str, Any]:
     import dpsql
 
-    engine: dict[str, Any] = {"kind": kind, "statement_timeout": 3600}
+    engine: dict[str, Any] = {"kind": kind, "statement_timeout": 3600, "debug": True}  # synthetic data
     if kind == "spark":
         engine["master"] = master
     else:

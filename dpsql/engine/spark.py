@@ -88,9 +88,10 @@ def _require_pyspark() -> Any:
     return SparkSession
 
 
-def spark_session(master: str | None = None) -> Any:
+def spark_session(master: str | None = None, memory: str | None = None) -> Any:
     """A SparkSession for ``master`` (default ``local[2]``): the process's active one if it runs
-    on that master, else a new one (Spark allows one SparkContext per process)."""
+    on that master, else a new one (Spark allows one SparkContext per process). ``memory``: the
+    driver JVM's heap (in local mode it runs the executors too), e.g. the owner's memory_limit."""
     session_cls = _require_pyspark()
     master = master or "local[2]"
     active = session_cls.getActiveSession()
@@ -106,6 +107,11 @@ def spark_session(master: str | None = None) -> Any:
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
                .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC"))
+    if memory is not None:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B\s*", memory, re.I)
+        if m:
+            mib = float(m.group(1)) * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2).upper()]
+            builder = builder.config("spark.driver.memory", f"{max(512, int(mib))}m")
     if master.startswith("spark://"):
         builder = builder.config("spark.driver.host", os.environ.get("DPSQL_SPARK_DRIVER_HOST", "127.0.0.1"))
     return builder.getOrCreate()
@@ -163,7 +169,7 @@ class SparkBackend:
     def __init__(self, spark: Any = None, settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
         _require_pyspark()
-        base = spark if spark is not None else spark_session(self.settings.master)
+        base = spark if spark is not None else spark_session(self.settings.master, self.settings.memory_limit)
         if not hasattr(base, "newSession") or not hasattr(base, "sql"):
             raise ConfigError(f"spark must be a pyspark SparkSession, got {type(base).__name__}",
                               hint="Session(engine='spark', spark=SparkSession.builder.getOrCreate())")
