@@ -425,7 +425,13 @@ def _cmd_init(args: argparse.Namespace) -> int:
     from dpsql.ledger import Ledger
 
     path = _ledger_path(args, _load_config(args))
-    led = Ledger.create(path, dpsql.Budget(args.epsilon, args.delta))
+    if path.startswith(("postgresql://", "postgres://")):
+        from dpsql.ledger._postgres import PostgresLedger, redact
+
+        led: Ledger = PostgresLedger.create(path, dpsql.Budget(args.epsilon, args.delta))
+        path = redact(path)
+    else:
+        led = Ledger.create(path, dpsql.Budget(args.epsilon, args.delta))
     led.close()
     print(f"created ledger {path} with total budget epsilon={args.epsilon:g} delta={args.delta:g}", file=sys.stderr)
     return 0
@@ -529,7 +535,12 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     cfg = _load_config(args)
     path = _ledger_path(args, cfg)
     # --set-total changes the recorded total: open by the ledger's own total, not the config's
-    with Ledger.open(path, None if args.set_total else cfg.budget,
+    opener = Ledger.open
+    if path.startswith(("postgresql://", "postgres://")):
+        from dpsql.ledger._postgres import PostgresLedger
+
+        opener = PostgresLedger.open
+    with opener(path, None if args.set_total else cfg.budget,
                      create=not args.set_total and _create_if_missing(args, cfg)) as led:
         if args.set_total:
             try:

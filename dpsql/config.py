@@ -3,7 +3,8 @@
 Every rule and every error message about the file lives here, so a file means the same thing
 whichever entry point reads it:
 
-* ``[ledger]``: ``path``, ``epsilon``, ``delta``, ``create_if_missing``. A ``[ledger]`` section
+* ``[ledger]``: ``path`` (or ``url = "postgresql://..."``: a ledger in PostgreSQL shared by many
+  hosts, ``dpsql.ledger._postgres``), ``epsilon``, ``delta``, ``create_if_missing``. A ``[ledger]`` section
   must name its ``path``: a file (relative paths are resolved against the config file's
   directory), or ``":memory:"`` for an in-memory ledger that forgets every charge when the
   process exits (notebooks and tests; the CLI refuses it, since each command is a new process).
@@ -37,7 +38,7 @@ from dpsql.errors import ConfigError
 MEMORY = ":memory:"
 
 SECTIONS = ("ledger", "engine", "tables")
-LEDGER_KEYS = ("path", "epsilon", "delta", "create_if_missing")
+LEDGER_KEYS = ("path", "url", "epsilon", "delta", "create_if_missing")
 TABLE_KEYS = ("source", "privacy_unit", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit", "columns",
               "references", "tau", "version", "public", "degree_bounds")
 
@@ -104,13 +105,20 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
     # [ledger]
     _unknown(led, LEDGER_KEYS, "[ledger]", "keys")
     lpath = led.get("path")
-    if "ledger" in raw and lpath is None:
+    url = led.get("url")
+    if url is not None:
+        if lpath is not None:
+            raise ConfigError("[ledger] names both a path and a url: the budget must live in one place",
+                              hint="keep path (a DuckDB file) or url (a PostgreSQL ledger), not both")
+        if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError("[ledger] url must be a PostgreSQL URL", hint='url = "postgresql://dpsql@db-host/dpsql"')
+    if "ledger" in raw and lpath is None and url is None:
         raise ConfigError(
             "[ledger] in the config names no path: the budget would not be recorded in one place",
             hint='add path = "ledger.duckdb" under [ledger] (relative to the config file), '
             'or path = ":memory:" for an in-memory ledger that forgets every charge (notebooks)',
         )
-    if lpath is not None:
+    if lpath is not None and url is None:
         if not isinstance(lpath, str) or not lpath.strip():
             raise ConfigError(f"[ledger] path must be a non-empty string, got {lpath!r}",
                               hint='path = "ledger.duckdb"')
@@ -133,6 +141,8 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
 
     # [tables.NAME]
     tables = {name: _freeze(table_kwargs(name, spec, base)) for name, spec in tabs.items()}
+    if url is not None:
+        lpath = url  # session_ledger() passes it to open_ledger, which opens the PostgreSQL ledger
     if tables and lpath is None:
         raise ConfigError(
             "the config registers tables but names no ledger file: its budget must live in one place",

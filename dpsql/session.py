@@ -27,7 +27,7 @@ from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import TableSpec, register_table
 from dpsql.charge import FAILURE_REASON, charged
 from dpsql.config import load_config, table_kwargs
-from dpsql.engine import Engine, EngineSettings
+from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
 from dpsql.errors import ConfigError
 from dpsql.ledger import Ledger, open_ledger
 from dpsql.mechanisms.base import Description
@@ -48,8 +48,8 @@ class Session:
     ``budget``: the total; an existing ledger keeps its own (``dpsql budget --set-total`` changes it).
     ``tables``: name -> ``register`` arguments, registered before the ledger is opened.
     ``connection``: an optional DuckDB connection whose tables can be registered by name.
-    ``engine``: the data owner's engine settings (``EngineSettings`` or a dict: memory_limit,
-    threads, statement_timeout, min_response_time, max_temp_directory_size, debug).
+    ``engine``: the owner's engine settings (``EngineSettings``, a dict), or ``"duckdb"`` / ``"spark"``;
+    ``spark``: the caller's SparkSession for the Spark engine (default: one on ``master``; docs/spark.md).
     ``debug``: attach DuckDB's scrubbed messages to errors. UNSAFE, for the data owner only
     (docs/threat_model.md). Neither can be changed by query options.
     """
@@ -62,16 +62,17 @@ class Session:
         connection: duckdb.DuckDBPyConnection | None = None,
         lock_timeout: float = 10.0,
         debug: bool = False,
-        engine: EngineSettings | dict[str, Any] | None = None,
+        engine: str | EngineSettings | dict[str, Any] | None = None,
         create: bool = False,
         tables: Mapping[str, Mapping[str, Any]] | None = None,
+        spark: Any = None,
     ) -> None:
-        settings = EngineSettings.from_dict(engine)
+        settings = EngineSettings.from_dict({"kind": engine} if isinstance(engine, str) else engine)
         if not isinstance(debug, bool):
             raise ConfigError(f"debug must be True or False, got {debug!r}")
         if debug:
             settings = dataclasses.replace(settings, debug=True)
-        self._engine = Engine(connection, settings)
+        self._engine: ExecutionBackend = make_backend(settings, connection, spark)  # (ledgers hold no handle)
         self._has_connection = connection is not None
         self._catalog: dict[str, TableSpec] = {}
         self._noise: NoiseSource = default_noise_source()

@@ -4,6 +4,9 @@
   post-process) and :class:`SqlOps` (the semantic building blocks of bounded queries), the
   owner's :class:`EngineSettings`, and the one error text after a private read
   (:func:`private_failure`).
+* ``spark`` -- the Apache Spark backend (``SparkBackend``, optional: pyspark), ``spark_ops`` its
+  building blocks and the Spark form of the typer's output; ``portable`` -- the keyed hash both
+  engines compute identically.
 * ``duckdb`` -- the DuckDB backend (:class:`DuckDBBackend`, also known as ``Engine``);
   ``duckdb_ops`` -- its building blocks (pure); ``_duckdb_sources`` -- how it reads sources.
 
@@ -13,6 +16,7 @@ A new engine is one module implementing both protocols, plus one entry in :data:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from dpsql.engine.base import (
     PRIVATE_FAILURE,
@@ -26,10 +30,40 @@ from dpsql.engine.base import (
 from dpsql.engine.duckdb import DuckDBBackend, Engine
 from dpsql.engine.duckdb_ops import DuckDBOps
 
-#: the available backends by name: each builds a backend from (connection or None, settings)
-BACKENDS: dict[str, Callable[..., ExecutionBackend]] = {"duckdb": DuckDBBackend}
+
+def _spark_backend(session: Any = None, settings: EngineSettings | None = None) -> ExecutionBackend:
+    """The Spark backend, imported on use (pyspark is an optional extra: ``dpsql[spark]``)."""
+    from dpsql.engine.spark import SparkBackend
+
+    return SparkBackend(session, settings)
+
+
+#: the available backends by name: each builds a backend from (connection / session or None, settings)
+BACKENDS: dict[str, Callable[..., ExecutionBackend]] = {"duckdb": DuckDBBackend, "spark": _spark_backend}
+
+
+
+def make_backend(settings: EngineSettings, connection: Any = None, spark: Any = None, *,
+                 check_only: bool = False) -> ExecutionBackend:
+    """The backend ``settings.kind`` names: DuckDB over ``connection`` (a DuckDB connection or
+    None), or Spark over ``spark`` (a SparkSession or None: one on ``settings.master``).
+    ``check_only``: refuse a wrong combination (ConfigError) and build nothing."""
+    from dpsql.errors import ConfigError
+
+    if settings.kind == "spark" and connection is not None:
+        raise ConfigError("connection= is a DuckDB connection; the Spark engine takes spark=<SparkSession>",
+                          hint="Session(engine='spark', spark=spark_session)")
+    if settings.kind != "spark" and spark is not None:
+        raise ConfigError("spark= needs the Spark engine", hint="Session(engine='spark', spark=spark_session)")
+    if check_only:
+        return None  # type: ignore[return-value]
+    if settings.kind == "spark":
+        return BACKENDS["spark"](spark, settings)
+    return DuckDBBackend(connection, settings)
+
 
 __all__ = [
+    "make_backend",
     "BACKENDS",
     "PRIVATE_FAILURE",
     "DuckDBBackend",

@@ -81,6 +81,13 @@ class EngineSettings:
         invalid byte becomes ``?``; DuckDB's own reader, faster, which refuses at registration
         the column types it cannot read totally, such as timestamps in milliseconds). Both are
         total: never an error. Arrow tables are always read the ``"null"`` way.
+    ``kind``: the engine: ``"duckdb"`` (default, embedded) or ``"spark"`` (``dpsql.engine.spark``;
+        ``pip install 'dpsql[spark]'``).
+    ``master``: Spark only: the master the backend starts its SparkSession on when the caller
+        gives none (``"local[2]"`` by default, ``"spark://host:7077"`` for a standalone cluster).
+    ``keyed_hash``: DuckDB only: ``"native"`` (its fast 64-bit hash) or ``"portable"`` (SHA-256 of
+        canonical text, ``dpsql.engine.portable``: the same random choices as the Spark engine, so
+        zero-noise results agree across engines). Spark always uses the portable hash.
     ``max_text_bytes``: a text or BLOB value of any source longer than this many bytes (UTF-8)
         is read as NULL, also inside lists, structs and maps, so one hostile cell cannot make
         per-row functions arbitrarily slow (None: no cap). The check is on the stored length.
@@ -95,8 +102,22 @@ class EngineSettings:
     temp_directory: str | None = None
     max_text_bytes: int | None = 65536
     invalid_text: str = "null"
+    kind: str = "duckdb"
+    master: str | None = None
+    keyed_hash: str = "native"
 
     def __post_init__(self) -> None:
+        if self.kind not in ("duckdb", "spark"):
+            raise ConfigError(f"engine setting kind must be 'duckdb' or 'spark', got {self.kind!r}",
+                              hint='[engine] kind = "spark" (with pip install \'dpsql[spark]\')')
+        if self.master is not None and (not isinstance(self.master, str) or not self.master.strip()):
+            raise ConfigError(f"engine setting master must be a Spark master URL, got {self.master!r}",
+                              hint='master = "local[2]" or "spark://host:7077"')
+        if self.master is not None and self.kind != "spark":
+            raise ConfigError("engine setting master is for kind = \"spark\" only", hint='[engine] kind = "spark"')
+        if self.keyed_hash not in ("native", "portable"):
+            raise ConfigError(f"engine setting keyed_hash must be 'native' or 'portable', got {self.keyed_hash!r}",
+                              hint="portable: the hash Spark uses too (dpsql/engine/portable.py)")
         if self.invalid_text not in ("null", "replace"):
             raise ConfigError(f"engine setting invalid_text must be 'null' or 'replace', got {self.invalid_text!r}")
         if not isinstance(self.debug, bool):

@@ -121,6 +121,10 @@ class DuckDBBackend:
     def __init__(self, connection: duckdb.DuckDBPyConnection | None = None,
                  settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
+        if self.settings.keyed_hash == "portable":
+            from dpsql.engine.portable import PortableDuckDBOps
+
+            self.ops = PortableDuckDBOps()
         self._owned = connection is None
         self._con = connection if connection is not None else duckdb.connect(":memory:")
         self._lock: Any = threading.RLock()

@@ -29,8 +29,9 @@ __all__ = ["open_ledger", "Ledger", "LedgerEntry", "SCHEMA_VERSION", "COUNTING_S
 def open_ledger(
     ledger: str | os.PathLike[str] | None, budget: Budget | None, *, create: bool = False, lock_timeout: float = 10.0
 ) -> Ledger:
-    """The ledger a Session charges: a file (created only when asked), or an in-memory one with
-    an explicit total (notebooks and tests only: it forgets everything on exit)."""
+    """The ledger a Session charges: a file (created only when asked), a PostgreSQL database
+    (``postgresql://...``: one budget shared by many hosts, ``dpsql.ledger._postgres``), or an
+    in-memory one with an explicit total (notebooks and tests only: it forgets everything on exit)."""
     if budget is not None and not isinstance(budget, Budget):
         raise ConfigError("budget must be a dpsql.Budget(epsilon, delta)", hint="budget=dpsql.Budget(1.0, 1e-6)")
     if ledger is not None and os.fspath(ledger) == ":memory:":
@@ -44,4 +45,8 @@ def open_ledger(
                 hint="Session(ledger=None, budget=dpsql.Budget(1.0, 1e-6)), or pass a ledger file path",
             )
         return Ledger.create(None, budget)
+    if isinstance(ledger, str) and ledger.startswith(("postgresql://", "postgres://")):
+        from dpsql.ledger._postgres import PostgresLedger
+
+        return PostgresLedger.open(ledger, budget, create=create, lock_timeout=lock_timeout)
     return Ledger.open(os.fspath(ledger), budget, create=create, lock_timeout=lock_timeout)

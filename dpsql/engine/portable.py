@@ -1,0 +1,114 @@
+"""The portable keyed hash: one definition on bytes that DuckDB and Spark compute identically.
+
+Every random choice of a bounded query (which rows a unit keeps under a row cap, which groups
+under the group cap) is "the n smallest keyed hashes" (``dpsql.rewrite.bound``). DuckDB's
+native keyed hash (``DuckDBOps.keyed_hash``: its 64-bit ``HASH``) is fast but exists on DuckDB
+only, so the same query on the same data would keep other rows on another engine. The portable
+hash is defined on text both engines build the same way:
+
+    h = (first 8 bytes of SHA-256( salt_text || key_text ) as an unsigned integer) - 2^63   (a BIGINT)
+
+* ``salt_text`` is ``<number of UTF-8 bytes of the salt>:<salt>``;
+* ``key_text`` is, for each column in order, ``n`` if the value is NULL, else
+  ``v<number of UTF-8 bytes of t>:<t>`` with ``t = CAST(value AS VARCHAR / STRING)``.
+
+Every piece says its own length, so the text is injective in the column values' texts (no two
+different tuples of texts give the same bytes) and no salt can imitate another. SHA-256 makes
+the order pseudo-random, uniform and independent across salts (``tests/test_backend_ops.py``
+checks it on every backend, with negative controls).
+
+Identity across engines holds wherever both engines spell the value alike as text: integers,
+text (UTF-8 bytes), booleans, decimals, dates and timestamps (checked by
+``tests/test_spark.py``). Floating-point values are spelled differently beyond about 1e7 or
+below 1e-3 (DuckDB ``1e+20``, Spark ``1.0E20``): a DOUBLE privacy unit or DOUBLE group key is
+still hashed uniformly on each engine, but the engines may then keep different rows where caps
+bind. The bounded query's own hashed columns are the unit, the group keys and the row numbers.
+
+Cost: SHA-256 of a short text per hashed row instead of a 64-bit hash (measured by
+``benchmarks/spark.py``); DuckDB therefore keeps its native hash unless the owner asks for
+``[engine] keyed_hash = "portable"`` (needed to compare its results with a Spark deployment's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlglot import exp
+
+from dpsql.engine.duckdb_ops import DuckDBOps
+from dpsql.rewrite.render import DIALECT_MARK
+
+__all__ = ["PortableDuckDBOps", "portable_hash", "salt_text"]
+
+
+def salt_text(salt: str) -> str:
+    """The salt as the hash reads it: its UTF-8 length, a colon, the salt."""
+    return f"{len(salt.encode('utf-8'))}:{salt}"
+
+
+def _mark(e: exp.Expression, dialect: str) -> exp.Expression:
+    e.meta[DIALECT_MARK] = dialect
+    return e
+
+
+def _piece(column: str, dialect: str) -> exp.Expression:
+    col = exp.column(column, quoted=False)
+    text = exp.Cast(this=col.copy(), to=exp.DataType.build("VARCHAR"))
+    nbytes = exp.func("strlen", text.copy()) if dialect == "duckdb" else exp.func("octet_length", text.copy())
+    length_text = exp.Cast(this=nbytes, to=exp.DataType.build("VARCHAR"))
+    body = exp.DPipe(this=exp.DPipe(this=exp.DPipe(this=exp.Literal.string("v"), expression=length_text, safe=True),
+                                    expression=exp.Literal.string(":"), safe=True), expression=text, safe=True)
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=col, expression=exp.Null()), true=exp.Literal.string("n"))],
+                    default=body)
+
+
+def portable_hash(columns: Sequence[str], salt: str, dialect: str) -> exp.Expression:
+    """The portable keyed hash of ``columns`` under ``salt`` as a BIGINT expression for
+    ``dialect`` (``duckdb`` or ``spark``), marked as made for it."""
+    text: exp.Expression = exp.Literal.string(salt_text(salt))
+    for c in columns:
+        text = exp.DPipe(this=text, expression=_piece(c, dialect), safe=True)
+    two63 = exp.Literal.number(2**63)
+    if dialect == "duckdb":
+        hex16 = exp.Substring(this=exp.func("sha256", text), start=exp.Literal.number(1), length=exp.Literal.number(16))
+        unsigned = exp.Cast(this=exp.DPipe(this=exp.Literal.string("0x"), expression=hex16, safe=True),
+                            to=exp.DataType.build("UBIGINT", dialect="duckdb"))
+        wide: exp.Expression = exp.Cast(this=unsigned, to=exp.DataType.build("HUGEINT", dialect="duckdb"))
+    elif dialect == "spark":
+        digest = exp.func("sha2", text, exp.Literal.number(256))
+        hex16 = exp.Substring(this=digest, start=exp.Literal.number(1), length=exp.Literal.number(16))
+        conv = exp.Anonymous(this="conv", expressions=[hex16, exp.Literal.number(16), exp.Literal.number(10)])
+        wide = exp.Cast(this=conv, to=exp.DataType.build("DECIMAL(20,0)"))
+    else:  # pragma: no cover - programming error
+        raise ValueError(f"no portable hash for dialect {dialect!r}")
+    # the unsigned 64-bit value shifted by 2^63 into BIGINT's range (order kept), computed exactly
+    out = exp.Cast(this=exp.Sub(this=wide, expression=two63), to=exp.DataType.build("BIGINT"))
+    for node in out.walk():
+        _mark(node, dialect)
+    return out
+
+
+def portable_uniform(columns: Sequence[str], salt: str, dialect: str) -> exp.Expression:
+    """The top 53 bits of the portable hash (a signed BIGINT, the unsigned value minus 2^63) as a
+    DOUBLE strictly inside (0, 1): ``((h >> 11) + 2^52 + 0.5) / 2^53``, never 0 or 1."""
+    h = portable_hash(columns, salt, dialect)
+    if dialect == "duckdb":
+        shifted: exp.Expression = exp.BitwiseRightShift(this=exp.paren(h), expression=exp.Literal.number(11))
+    else:
+        shifted = exp.Anonymous(this="shiftright", expressions=[h, exp.Literal.number(11)])
+    top = exp.Cast(this=exp.paren(shifted), to=exp.DataType.build("DOUBLE"))
+    out = exp.Div(this=exp.paren(exp.Add(this=top, expression=exp.Literal.number(float(2**52) + 0.5))),
+                  expression=exp.Literal.number(float(2**53)))
+    for node in out.walk():
+        _mark(node, dialect)
+    return out
+
+
+class PortableDuckDBOps(DuckDBOps):
+    """DuckDB's building blocks with the portable keyed hash (identical choices to Spark's)."""
+
+    def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        return portable_hash(columns, salt, "duckdb")
+
+    def keyed_uniform(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        return portable_uniform(columns, salt, "duckdb")

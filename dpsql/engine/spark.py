@@ -1,0 +1,368 @@
+"""The Apache Spark execution backend: the same bounded plans, run by Spark SQL.
+
+Implements :class:`dpsql.engine.base.ExecutionBackend` over a ``pyspark`` SparkSession (the
+caller's, or one this backend starts for ``[engine] master``: ``local[2]``,
+``spark://host:7077``, ...). Its building blocks are :class:`dpsql.engine.spark_ops.SparkOps`;
+every AST is lowered to its Spark form (:func:`dpsql.engine.spark_ops.lower_for_spark`) and
+rendered strictly for Spark. Noise, thresholds, rounding, post-processing and the ledger run on
+the driver exactly as with DuckDB: only the bounded aggregates leave the cluster, as Arrow.
+
+Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/threat_model.md):
+
+* **Its own SQL settings.** The backend works in ``spark.newSession()``: its temp views and SQL
+  settings are its own (the caller's session is untouched). It sets ANSI mode on (an overflow,
+  a failed cast, a division by zero is an error, never a silently different value: the
+  lowering guards every operation that could fail on a value), the session time zone to UTC
+  (TIMESTAMP_NTZ converts exactly), and Parquet's calendar rebasing and the datetime parser
+  policy to CORRECTED (Spark's default EXCEPTION mode raises on some old dates, a failure that
+  would depend on a row).
+* **No Spark text reaches the caller.** Any failure while reading private data is the one
+  generic :func:`private_failure` (Spark's message, scrubbed, only in the owner's debug mode),
+  raised outside the ``except`` block. Spark logs a failing query's message (which can quote a
+  value) through log4j on the driver and executors and through PySpark's query-context
+  loggers: this backend sets the SparkContext's log level to OFF and disables those loggers.
+  Executors of a standalone cluster log to their own work directories, which the data owner
+  controls (docs/spark.md).
+* **Limits.** The statement time-out cancels the query's Spark job group after a fixed number
+  of seconds (the charge stands, the error is the generic one). Memory and threads are the
+  cluster's configuration (``spark.executor.memory``, cores), not per query settings; the
+  owner's ``memory_limit`` and ``threads`` apply to the driver's DuckDB, which post-processes.
+* **Sources are read totally, where Spark allows.** Parquet paths and globs (a local glob is
+  expanded once, at registration; ``file://`` and other URI schemes Spark is configured for
+  are passed to Spark as given) and Arrow tables; text and binary values over
+  ``max_text_bytes`` are NULL. Differences from DuckDB's reader (docs/spark.md): Spark does not
+  validate UTF-8 (invalid bytes are kept, never an error), the schema is the first file's,
+  nested values are not capped. CSV files and DuckDB tables are DuckDB-only source kinds: a
+  ConfigError at registration.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.engine._duckdb_sources import _expand
+from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name
+from dpsql.engine.duckdb import DuckDBBackend
+from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark
+from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
+from dpsql.rewrite.render import render
+
+__all__ = ["SparkBackend", "duckdb_type", "spark_session"]
+
+#: Spark SQL settings of dpsql's own session (see the module docstring)
+SQL_CONF = {
+    "spark.sql.ansi.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
+    "spark.sql.legacy.timeParserPolicy": "CORRECTED",
+    "spark.sql.caseSensitive": "false",
+    "spark.sql.parquet.inferTimestampNTZ.enabled": "true",
+}
+
+_QUIET_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j", "py4j.java_gateway",
+                  "py4j.clientserver")
+
+
+def _require_pyspark() -> Any:
+    try:
+        import pyspark
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise ConfigError("the Spark engine needs pyspark, which is not installed",
+                          hint="pip install 'dpsql[spark]' (pyspark 4, Java 17)") from None
+    major = int(str(pyspark.__version__).split(".")[0])
+    if major < 4:
+        raise ConfigError(f"the Spark engine needs pyspark 4, found {pyspark.__version__}",
+                          hint="pip install 'dpsql[spark]'")
+    return SparkSession
+
+
+def spark_session(master: str | None = None, memory: str | None = None) -> Any:
+    """A SparkSession for ``master`` (default ``local[2]``): the process's active one if it runs
+    on that master, else a new one (Spark allows one SparkContext per process). ``memory``: the
+    driver JVM's heap (in local mode it runs the executors too), e.g. the owner's memory_limit."""
+    session_cls = _require_pyspark()
+    master = master or "local[2]"
+    active = session_cls.getActiveSession()
+    if active is not None:
+        running = active.sparkContext.master
+        if running != master:
+            raise ConfigError(f"this process already runs a SparkContext on {running!r}, not {master!r}",
+                              hint="one SparkContext per process: pass spark=<that session> or use its master")
+        return active
+    builder = (session_cls.builder.master(master).appName("dpsql")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+               .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC"))
+    if memory is not None:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B\s*", memory, re.I)
+        if m:
+            mib = float(m.group(1)) * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2).upper()]
+            builder = builder.config("spark.driver.memory", f"{max(512, int(mib))}m")
+    if master.startswith("spark://"):
+        builder = builder.config("spark.driver.host", os.environ.get("DPSQL_SPARK_DRIVER_HOST", "127.0.0.1"))
+    return builder.getOrCreate()
+
+
+_SIMPLE = {
+    "boolean": "BOOLEAN", "tinyint": "TINYINT", "byte": "TINYINT", "smallint": "SMALLINT", "short": "SMALLINT",
+    "int": "INTEGER", "integer": "INTEGER", "bigint": "BIGINT", "long": "BIGINT", "float": "FLOAT",
+    "double": "DOUBLE", "string": "VARCHAR", "date": "DATE", "timestamp_ntz": "TIMESTAMP",
+    "timestamp": "TIMESTAMP WITH TIME ZONE", "binary": "BLOB", "void": "NULL",
+}
+
+
+def duckdb_type(spark_simple: str) -> str:
+    """DuckDB's name for a Spark type (``DataType.simpleString()``): dpsql's catalog and typer
+    speak DuckDB's type names. Types without a total comparison keep their own name (the typer
+    treats them as 'other': IS [NOT] NULL only)."""
+    t = spark_simple.strip().lower()
+    m = re.fullmatch(r"decimal\((\d+),(\d+)\)", t)
+    if m:
+        return f"DECIMAL({m.group(1)},{m.group(2)})"
+    if t.startswith("string collate"):
+        return "VARCHAR" if t.endswith("utf8_binary") else t.upper()
+    return _SIMPLE.get(t, t.upper())
+
+
+def _quiet(spark: Any) -> None:
+    """Spark's log output carries query text and values: off (see the module docstring)."""
+    try:
+        spark.sparkContext.setLogLevel("OFF")
+    except Exception:  # pragma: no cover - a session without a classic SparkContext
+        pass
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).disabled = True
+    try:
+        from pyspark.logger import PySparkLogger
+
+        for name in _QUIET_LOGGERS[:2]:
+            PySparkLogger.getLogger(name).disabled = True
+    except Exception:  # pragma: no cover - older layout
+        pass
+
+
+class SparkBackend:
+    """The Spark execution backend (:class:`dpsql.engine.base.ExecutionBackend`).
+
+    ``spark``: the caller's SparkSession (dpsql works in ``spark.newSession()`` of it), or None
+    to use ``settings.master`` (default ``local[2]``). Post-processing of released values runs in
+    a private DuckDB on the driver.
+    """
+
+    dialect = SPARK
+    ops: SqlOps = SparkOps()
+
+    def __init__(self, spark: Any = None, settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
+        _require_pyspark()
+        base = spark if spark is not None else spark_session(self.settings.master, self.settings.memory_limit)
+        if not hasattr(base, "newSession") or not hasattr(base, "sql"):
+            raise ConfigError(f"spark must be a pyspark SparkSession, got {type(base).__name__}",
+                              hint="Session(engine='spark', spark=SparkSession.builder.getOrCreate())")
+        self._spark = base.newSession()
+        for k, v in SQL_CONF.items():
+            self._spark.conf.set(k, v)
+        _quiet(self._spark)
+        self._lock = threading.RLock()
+        self._views: dict[str, str] = {}  # view -> kind
+        self._local = DuckDBBackend(None, self.settings)  # post-processing of released values only
+
+    @property
+    def spark(self) -> Any:
+        """dpsql's own Spark session (a ``newSession()`` of the caller's)."""
+        return self._spark
+
+    def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
+        """SQL text of ``ast`` for Spark: lowered (:func:`lower_for_spark`), rendered strictly."""
+        return render(lower_for_spark(ast), dialect=self.dialect, pretty=pretty)
+
+    def _detail(self, e: BaseException) -> str | None:
+        if not self.settings.debug:
+            return None
+        return f"{type(e).__name__}: {scrub(str(e))}"
+
+    # -- sources --------------------------------------------------------------------------------
+    def register_source(self, name: str, kind: str, source: Any, view: str | None = None,
+                        types: dict[str, str] | None = None) -> dict[str, str]:
+        """Expose a Parquet path/glob or an Arrow table as a temp view (``view``, default
+        ``_dpsql_src_<name>``) of dpsql's Spark session; reads schemas (Parquet footers) only."""
+        view = view or source_name(name)
+        if kind in ("csv", "duckdb"):
+            raise ConfigError(
+                f"table '{name}': a {'CSV file' if kind == 'csv' else 'DuckDB table'} is a DuckDB-only source; the "
+                "Spark engine reads Parquet files (paths, globs, file:// and the URI schemes Spark is configured for) "
+                "and Arrow tables",
+                hint="convert the data to Parquet (e.g. COPY (SELECT * FROM t) TO 't.parquet' in DuckDB), or use "
+                     "the DuckDB engine",
+            )
+        if kind not in ("parquet", "arrow"):  # pragma: no cover
+            raise ConfigError(f"unknown source kind {kind!r}")
+        if types:
+            raise ConfigError(f"table '{name}': column types can be declared for CSV sources only ({sorted(types)})",
+                              hint="Parquet and Arrow sources carry their own column types")
+        failure: ConfigError | None = None
+        fields: list[tuple[str, str]] = []
+        with self._lock:
+            self._views[view] = kind
+            try:
+                if kind == "parquet":
+                    paths = [source] if re.match(r"^[a-z][a-z0-9+.-]*://", str(source)) and not str(source).startswith(
+                        "file://") else _expand(str(source).removeprefix("file://"))
+                    raw = self._spark.read.parquet(*paths)
+                else:
+                    if not isinstance(source, pa.Table):
+                        raise ConfigError(f"table '{name}': an Arrow source must be a pyarrow.Table")
+                    raw = self._arrow_frame(source)
+                raw.createOrReplaceTempView(view + "_raw")
+                fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
+                sel = self._capped_select(view + "_raw", fields)
+                self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
+            except ConfigError:
+                self.unregister_source(name, kind, view)
+                raise
+            except Exception as e:  # noqa: BLE001 - Spark's errors come in many classes; the text is withheld
+                failure = ConfigError(f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
+                                      hint="check that the path exists, is readable by Spark and is valid Parquet")
+        if failure is not None:
+            self.unregister_source(name, kind, view)
+            raise failure
+        schema = {n.lower(): duckdb_type(t) for n, t in fields}
+        if len(schema) != len(fields):
+            self.unregister_source(name, kind, view)
+            raise ConfigError(f"table '{name}' has column names that differ only by case; dpsql needs them distinct")
+        return schema
+
+    def _arrow_frame(self, table: pa.Table) -> Any:
+        """An Arrow table as a Spark DataFrame (timestamps without a time zone as TIMESTAMP_NTZ)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        schema = from_arrow_schema(table.schema, prefer_timestamp_ntz=True)
+        if table.num_rows == 0:
+            return self._spark.createDataFrame([], schema)
+        return self._spark.createDataFrame(table, schema=schema)
+
+    def _capped_select(self, raw: str, fields: list[tuple[str, str]]) -> exp.Select:
+        cap = self.settings.max_text_bytes
+        items: list[exp.Expression] = []
+        for n, t in fields:
+            ref = exp.column(n, quoted=True)
+            e: exp.Expression = ref
+            if cap is not None and (t == "string" or t == "binary" or t.startswith("string collate")):
+                too_long = exp.GT(this=exp.func("octet_length", ref.copy()), expression=exp.Literal.number(cap))
+                e = exp.Case(ifs=[exp.If(this=too_long, true=exp.Null())], default=ref.copy())
+            items.append(exp.alias_(e, n, quoted=True))
+        return exp.select(*items).from_(exp.to_table(raw, quoted=True))
+
+    def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
+        view = view or source_name(name)
+        with self._lock:
+            self._views.pop(view, None)
+            for v in (view, view + "_raw"):
+                try:
+                    self._spark.catalog.dropTempView(v)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+
+    # -- binding --------------------------------------------------------------------------------
+    def _analyzed(self, ast: exp.Expression) -> Any:
+        """Spark's analysed DataFrame of ``ast`` (lazy: no row is read); QueryTypeError if it does
+        not bind. The lowering's refusal (UnsupportedQueryError) passes through: it is free."""
+        sql = self.render(ast)
+        failure: QueryTypeError | None = None
+        with self._lock:
+            try:
+                df = self._spark.sql(sql)
+                _ = df.schema
+                return df
+            except Exception as e:  # noqa: BLE001
+                failure = QueryTypeError(
+                    f"the query does not type-check against the table's columns on Spark ({type(e).__name__}); "
+                    "nothing was charged",
+                    hint="check the types in WHERE / GROUP BY / HAVING / ORDER BY (e.g. text compared with numbers)",
+                    debug_detail=self._detail(e),
+                )
+        assert failure is not None
+        raise failure
+
+    def describe(self, ast: exp.Expression) -> list[tuple[str, str]]:
+        """(column, DuckDB type name) of a query's result, by Spark's analysis only."""
+        return [(f.name, duckdb_type(f.dataType.simpleString())) for f in self._analyzed(ast).schema.fields]
+
+    def bind_check(self, ast: exp.Expression, *, run: bool = False) -> None:
+        """Bind a query on Spark without reading a row. ``run=True`` (queries over public
+        placeholder relations only: post-processing) runs it on the driver's DuckDB, where the
+        released values are post-processed."""
+        if run:
+            self._local.bind_check(ast, run=True)
+            return
+        self._analyzed(ast)
+
+    # -- execution ------------------------------------------------------------------------------
+    @contextmanager
+    def _deadline(self, group: str) -> Iterator[None]:
+        limit = self.settings.statement_timeout
+        if limit is None:
+            yield
+            return
+        done = threading.Event()
+        sc = self._spark.sparkContext
+
+        def fire() -> None:
+            if not done.is_set():
+                sc.cancelJobGroup(group)
+
+        timer = threading.Timer(limit, fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            done.set()
+            timer.cancel()
+
+    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query") -> pa.Table:
+        """Run a query over private data on Spark and bring its (bounded) result to the driver as
+        Arrow. Any failure is the one generic ExecutionError (:func:`private_failure`)."""
+        sql = self.render(ast)
+        failure: ExecutionError | None = None
+        group = "dpsql-" + uuid.uuid4().hex
+        with self._lock:
+            sc = self._spark.sparkContext
+            try:
+                sc.setJobGroup(group, "dpsql bounded query", interruptOnCancel=True)
+                with self._deadline(group):
+                    table: pa.Table = self._spark.sql(sql).toArrow()
+                return table
+            except Exception as e:  # noqa: BLE001 - whatever failed, the same error
+                failure = private_failure(what, self._detail(e), self.settings)
+            finally:
+                try:
+                    sc.setJobGroup("", "")
+                except Exception:  # noqa: BLE001  # pragma: no cover
+                    pass
+        assert failure is not None
+        raise failure
+
+    def post_process(self, table: pa.Table, ast_builder: Callable[[str], exp.Expression]) -> pa.Table:
+        """Post-processing of released values on the driver, in DuckDB (no private row is read)."""
+        return self._local.post_process(table, ast_builder)
+
+    def close(self) -> None:
+        """Drop dpsql's views; the SparkContext is the process's (``spark.stop()`` is its owner's)."""
+        for view, kind in list(self._views.items()):
+            self.unregister_source("", kind, view)
+        self._local.close()

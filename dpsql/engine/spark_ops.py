@@ -1,0 +1,391 @@
+"""Spark's spelling of the building blocks of bounded queries, and the Spark form of the typer's output.
+
+Pure: builds sqlglot ASTs in the Spark dialect and executes nothing (the backend is
+``dpsql.engine.spark``). Every expression :class:`SparkOps` returns is marked as made for Spark,
+so strict rendering (``dpsql.rewrite.render``) refuses it for any other dialect.
+
+Spark runs with ANSI mode on (``spark.sql.ansi.enabled``: an overflow, a bad cast or a division
+by zero is an error, never a silently wrapped or NULL value), so every operation that could fail
+on some value is guarded explicitly here, as the typer guards it for DuckDB:
+
+* :meth:`SparkOps.try_cast` is Spark's ``TRY_CAST`` (NULL where a value does not convert);
+* :meth:`SparkOps.keyed_hash` is the portable hash (``dpsql.engine.portable``): the same BIGINT
+  DuckDB computes with ``PortableDuckDBOps``, so with zero noise both engines keep the same rows;
+* :meth:`SparkOps.keep_n_per_partition` is ``ROW_NUMBER() OVER (PARTITION BY ... ORDER BY key)
+  <= n`` (Spark has no n-row ``ARG_MIN``; ``MIN_BY`` keeps one row);
+* :meth:`SparkOps.clamp`, :meth:`SparkOps.typed_literal`, :meth:`SparkOps.epoch_seconds`,
+  :meth:`SparkOps.least` as DuckDB's, with Spark's type names (TIMESTAMP is ``TIMESTAMP_NTZ``,
+  HUGEINT is ``DECIMAL(38,0)``).
+
+:func:`lower_for_spark` turns the rest of a bounded query -- the shared steps of
+``dpsql.rewrite.bound`` and the typer's total expressions (``dpsql.plan.typer``, written with
+DuckDB's meaning) -- into Spark SQL with the same meaning, or refuses it. It accepts an
+allow-list of node kinds whose meaning is the same on Spark once their operands are typed (the
+typer makes every operand's type explicit), rewrites those whose spelling or failure behaviour
+differs, and refuses everything else with an ``UnsupportedQueryError`` (free: it happens while
+binding, before any charge):
+
+* ``/`` in DOUBLE: Spark raises on a zero divisor in ANSI mode where DuckDB gives inf/NaN, so
+  ``a / b`` is ``CASE WHEN b = 0 THEN a * (+-inf by the sign of b) ELSE try_divide(a, b) END``;
+* ``% NULLIF(b, 0)`` (the typer's integer remainder) is kept (a NULL divisor is NULL on both);
+  any other ``%`` and ``//`` are refused;
+* ``x COLLATE "binary"`` (canonical text keys) is ``collate(x, 'UTF8_BINARY')``;
+* ``ORDER BY`` without NULLS FIRST/LAST gets DuckDB's default (NULLS LAST for ascending), so
+  rows are numbered alike on both engines;
+* LIKE patterns holding a backslash are refused (Spark's LIKE escapes with ``\\`` by default,
+  DuckDB's has no escape); ``left``/``right`` only with a positive literal count (their meaning
+  differs for negative counts), ``substring`` only with a start >= 1;
+* refused on Spark for now: date and time functions (date_trunc, date_part, extract, year, ...,
+  strftime, strptime), ``//``, ``sign``, ``ln``/``log10``, ``isinf``, ``round``/``floor``/``ceil``
+  over a user's value, casts into types Spark lacks (unsigned integers, TIMESTAMP_S/_MS/_NS).
+
+Where Spark's own functions are total but spell a result differently from DuckDB (``lower`` /
+``upper`` on some non-ASCII letters, ``TRY_CAST`` of unusual text such as ``'2024-01-01 x'`` to
+DATE, which Spark reads as a date and DuckDB as NULL), the query is total on both engines and
+the difference is in the value only; ``docs/spark.md`` lists them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import re
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from sqlglot import exp
+
+from dpsql.engine.portable import portable_hash, portable_uniform
+from dpsql.errors import UnsupportedQueryError
+from dpsql.rewrite.render import DIALECT_MARK
+
+SPARK = "spark"
+#: meta key of a cast the lowering made from the typer's (not a building block of SparkOps)
+_LOWERED = "dpsql_lowered"
+
+E = TypeVar("E", bound=exp.Expression)
+
+
+def _mark(e: E) -> E:
+    e.meta[DIALECT_MARK] = SPARK
+    return e
+
+
+def _col(name: str) -> exp.Column:
+    return exp.column(name, quoted=False)
+
+
+_ARG = "dpsql_spark_arg"
+
+
+def _arg(e: E) -> E:
+    """Tag a caller's argument before it is built into a building block (builders copy their
+    arguments, so the tag, kept by copies, is how :func:`_built` finds them again)."""
+    e.meta[_ARG] = True
+    return e
+
+
+def _built(e: E) -> E:
+    """Mark every node of ``e`` as made for Spark except the subtrees of the caller's arguments
+    (tagged by :func:`_arg`: those are lowered like any other part of the query)."""
+    stack: list[exp.Expression] = [e]
+    while stack:
+        n = stack.pop()
+        if n.meta.pop(_ARG, None):
+            continue
+        n.meta.setdefault(DIALECT_MARK, SPARK)
+        stack.extend(n.iter_expressions())
+    return e
+
+
+_SIMPLE_TYPES = {
+    "BOOLEAN": "BOOLEAN", "BOOL": "BOOLEAN", "TINYINT": "TINYINT", "SMALLINT": "SMALLINT", "INTEGER": "INT",
+    "INT": "INT", "BIGINT": "BIGINT", "HUGEINT": "DECIMAL(38,0)", "INT128": "DECIMAL(38,0)", "FLOAT": "FLOAT",
+    "REAL": "FLOAT", "DOUBLE": "DOUBLE", "VARCHAR": "STRING", "TEXT": "STRING", "STRING": "STRING", "DATE": "DATE",
+    "TIMESTAMP": "TIMESTAMP_NTZ", "DATETIME": "TIMESTAMP_NTZ", "TIMESTAMP_NTZ": "TIMESTAMP_NTZ",
+}
+
+
+def spark_type(duck: str) -> exp.DataType:
+    """Spark's type for a DuckDB type name; UnsupportedQueryError for a type Spark lacks."""
+    t = " ".join(str(duck).strip().upper().split())
+    m = re.fullmatch(r"(?:DECIMAL|NUMERIC)\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)", t)
+    if m:
+        return exp.DataType.build(f"DECIMAL({m.group(1)},{m.group(2)})", dialect=SPARK)
+    name = _SIMPLE_TYPES.get(t)
+    if name is None:
+        raise UnsupportedQueryError(f"the type {t} has no equivalent on the Spark engine",
+                                    hint="cast to BOOLEAN, INTEGER, BIGINT, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP")
+    return exp.DataType.build(name, dialect=SPARK)
+
+
+def _duck_name(to: exp.DataType) -> str:
+    return to.sql(dialect="duckdb")
+
+
+def _double(v: float) -> exp.Expression:
+    """An exact DOUBLE constant (Spark reads ``0.5`` as DECIMAL, so every double is a cast text)."""
+    return exp.Cast(this=exp.Literal.string(repr(float(v))), to=exp.DataType.build("DOUBLE"))
+
+
+class SparkOps:
+    """The building blocks of bounded queries for Spark (see :class:`dpsql.engine.base.SqlOps`)."""
+
+    dialect = SPARK
+
+    def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        """The portable keyed hash (``dpsql.engine.portable``): a BIGINT from SHA-256 of the
+        salt and the columns' canonical text, identical to ``PortableDuckDBOps``'s."""
+        return portable_hash(columns, salt, SPARK)
+
+    def keyed_uniform(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        """A keyed pseudo-random DOUBLE in (0, 1) from the portable hash (``portable_uniform``),
+        identical to ``PortableDuckDBOps.keyed_uniform``."""
+        return portable_uniform(columns, salt, SPARK)
+
+    def bernoulli_keep(self, columns: Sequence[str], salt: str, q: float) -> exp.Expression:
+        """The same test as ``DuckDBOps.bernoulli_keep``: the first 52 bits of SHA-256 of
+        ``salt:c1:c2...`` (integer columns as text, NULL as 'NULL') below ``floor(q * 2^52)``."""
+        if not 0.0 < q <= 1.0:
+            raise ValueError(f"q must be in (0, 1], got {q!r}")
+        parts: list[exp.Expression] = [exp.Literal.string(salt)]
+        for c in columns:
+            parts += [exp.Literal.string(":"),
+                      exp.func("coalesce", exp.Cast(this=_col(c), to=exp.DataType.build("STRING")), exp.Literal.string("NULL"))]
+        digest = exp.Anonymous(this="sha2", expressions=[exp.Anonymous(this="concat", expressions=parts),
+                                                         exp.Literal.number(256)])
+        head = exp.Anonymous(this="substr", expressions=[digest, exp.Literal.number(1), exp.Literal.number(13)])
+        value = exp.Cast(this=exp.Anonymous(this="conv", expressions=[head, exp.Literal.number(16), exp.Literal.number(10)]),
+                         to=exp.DataType.build("BIGINT"))
+        out = exp.LT(this=value, expression=exp.Literal.number(math.floor(q * 2.0**52)))
+        for node in out.walk():
+            _mark(node)
+        return out
+
+    def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,
+                             n: int, *, alias: str, output: Sequence[str] | None = None) -> exp.Subquery:
+        """``ROW_NUMBER() OVER (PARTITION BY partition ORDER BY key) <= n`` in a subquery, then
+        every column but the row number (``* EXCEPT``) or exactly ``output``."""
+        relation, order_key = _arg(relation.copy()), _arg(order_key.copy())
+        rn = exp.Window(this=exp.RowNumber(), partition_by=[_col(p) for p in partition],
+                        order=exp.Order(expressions=[exp.Ordered(this=order_key, nulls_first=False)]))
+        numbered = exp.select("*", exp.alias_(rn, "__rn")).from_(relation).subquery(f"{alias}__n")
+        cond = exp.LTE(this=_col("__rn"), expression=exp.Literal.number(int(n)))
+        if output is None:
+            star = exp.Star(**{"except_": [_col("__rn")]})
+            kept = exp.select(star).from_(numbered).where(cond)
+        else:
+            kept = exp.select(*[_col(f) for f in output]).from_(numbered).where(cond)
+        return _built(kept.subquery(alias))
+
+    def clamp(self, value: exp.Expression, lo: float, hi: float, *, shift: float = 0.0) -> exp.Expression:
+        """``CASE WHEN v IS NULL THEN NULL ELSE LEAST(GREATEST(v, lo), hi) [- shift] END``; Spark's
+        GREATEST/LEAST skip NULL and order NaN above every number, as DuckDB's."""
+        inner, value = _arg(value.copy()), _arg(value.copy())
+        e: exp.Expression = exp.Least(this=exp.Greatest(this=inner, expressions=[_double(lo)]), expressions=[_double(hi)])
+        if shift:
+            e = exp.Sub(this=e, expression=_double(shift))
+        out = exp.Case(ifs=[exp.If(this=exp.Is(this=value, expression=exp.Null()), true=exp.Null())], default=e)
+        return _built(out)
+
+    def try_cast(self, value: exp.Expression, to: str) -> exp.Expression:
+        """Spark's ``TRY_CAST(value AS to)``: NULL where the value does not convert (even in ANSI mode)."""
+        return _built(exp.TryCast(this=_arg(value.copy()), to=spark_type(to), safe=True))
+
+    def typed_literal(self, value: Any, to: str) -> exp.Expression:
+        """``CAST('<text>' AS to)`` in Spark's type names (exact for numbers of any size, ISO
+        dates and timestamps; text is quoted by the renderer, never parsed as SQL)."""
+        typ = spark_type(to)
+        lit: exp.Expression
+        if value is None:
+            lit = exp.Null()
+        elif isinstance(value, bool):
+            return _mark(exp.Boolean(this=value))
+        elif isinstance(value, int):
+            lit = exp.Literal.string(str(value))
+        elif isinstance(value, float):
+            lit = exp.Literal.string(repr(value))
+        elif isinstance(value, decimal.Decimal):
+            if not value.is_finite():
+                raise ValueError(f"a DECIMAL literal must be finite, got {value!r}")
+            lit = exp.Literal.string(format(value, "f"))
+        elif isinstance(value, dt.datetime):
+            lit = exp.Literal.string(value.isoformat(sep=" "))
+        elif isinstance(value, (dt.date, dt.time)):
+            lit = exp.Literal.string(value.isoformat())
+        elif isinstance(value, str):
+            return _mark(exp.Literal.string(value))
+        else:
+            raise TypeError(f"no typed literal for a {type(value).__name__} value")
+        return _built(exp.Cast(this=lit, to=typ))
+
+    def epoch_seconds(self, value: exp.Expression) -> exp.Expression:
+        """``unix_micros(CAST(ts AS TIMESTAMP)) / 1e6`` in DOUBLE (the session time zone is UTC,
+        so a TIMESTAMP_NTZ converts exactly), with the fraction, like DuckDB's ``EPOCH``."""
+        micros = exp.Cast(this=exp.Anonymous(this="unix_micros", expressions=[
+            exp.Cast(this=_arg(value.copy()), to=exp.DataType.build("TIMESTAMP_LTZ", dialect=SPARK))]),
+            to=exp.DataType.build("DOUBLE"))
+        return _built(exp.Div(this=micros, expression=_double(1e6)))
+
+    def least(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
+        return _built(exp.Least(this=_arg(a.copy()), expressions=[_arg(b.copy())]))
+
+
+# -- the Spark form of a bounded query ---------------------------------------------------------------
+
+
+_SAME: tuple[type[exp.Expression], ...] = (
+    # query structure (built by dpsql.rewrite.bound)
+    exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Subquery, exp.Table, exp.TableAlias, exp.Identifier,
+    exp.Column, exp.Alias, exp.Star, exp.Paren, exp.Window, exp.RowNumber, exp.Order, exp.Distinct, exp.Count,
+    exp.Sum, exp.Describe,
+    # the typer's total expressions whose meaning is the same on Spark for typed operands
+    exp.Literal, exp.Boolean, exp.Null, exp.And, exp.Or, exp.Not, exp.Is, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT,
+    exp.LTE, exp.NullSafeEQ, exp.Between, exp.In, exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least,
+    exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Abs, exp.Sqrt, exp.IsNan, exp.Lower, exp.Upper, exp.Length, exp.Trim,
+    exp.Reverse, exp.StartsWith, exp.EndsWith, exp.Contains, exp.StrPosition, exp.DPipe, exp.Concat,
+    exp.DataType, exp.DataTypeParam, exp.Var,
+)
+
+
+def _refuse(node: exp.Expression, what: str | None = None) -> UnsupportedQueryError:
+    name = what or (node.sql_name() if isinstance(node, exp.Func) else type(node).__name__.upper())
+    return UnsupportedQueryError(
+        f"{name} is not supported on the Spark engine (its meaning or failure behaviour differs from DuckDB's); "
+        "nothing was run or charged",
+        hint="rewrite the query without it, or run it on the DuckDB engine (docs/spark.md lists what Spark supports)",
+    )
+
+
+def _positive_int_literal(e: exp.Expression | None) -> bool:
+    return isinstance(e, exp.Literal) and not e.is_string and re.fullmatch(r"\d+", str(e.this)) is not None \
+        and int(str(e.this)) >= 1
+
+
+def _outputs(select: exp.Expression) -> list[str] | None:
+    """The output column names of a subquery's SELECT, if known from the AST alone."""
+    if isinstance(select, exp.Subquery):
+        select = select.this
+    if not isinstance(select, exp.Select):
+        return None
+    out: list[str] = []
+    for p in select.expressions:
+        if isinstance(p, exp.Star):
+            src = select.args.get("from_")
+            inner = _outputs(src.this) if src is not None and isinstance(src.this, exp.Subquery) else None
+            if inner is None:
+                return None
+            excluded = {c.name for c in (p.args.get("except_") or [])}
+            out.extend(c for c in inner if c not in excluded)
+        elif isinstance(p, (exp.Alias, exp.Column)):
+            out.append(p.alias_or_name)
+        else:
+            return None
+    return out
+
+
+def _lower_node(node: exp.Expression) -> exp.Expression:
+    made_for = node.meta.get(DIALECT_MARK)
+    if made_for is not None:
+        return node  # a building block: Spark's own, or refused by strict rendering
+    if isinstance(node, exp.Window) and isinstance(node.this, exp.RowNumber) and node.args.get("order") is None:
+        # DuckDB numbers rows in any order; Spark requires an ORDER BY (a constant: any order)
+        node.set("order", exp.Order(expressions=[exp.Ordered(this=exp.Literal.number(1))]))
+        return node
+    if isinstance(node, exp.Ordered):
+        if not node.args.get("desc") and node.args.get("nulls_first") is None:
+            node.set("nulls_first", False)  # DuckDB's default: NULLS LAST
+        return node
+    if isinstance(node, exp.Select):
+        # ``SELECT *, x AS c`` over a relation that already has ``c``: DuckDB resolves a later ``c``
+        # to the first one, Spark refuses it as ambiguous; the new column gets another name
+        stars = [p for p in node.expressions if isinstance(p, exp.Star)]
+        src = node.args.get("from_")
+        if stars and src is not None and isinstance(src.this, exp.Subquery):
+            inner = _outputs(src.this)
+            if inner is not None:
+                for p in node.expressions:
+                    if isinstance(p, exp.Alias) and p.alias in inner:
+                        p.set("alias", exp.to_identifier(p.alias + "__shadowed"))
+        return node
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        to = node.args.get("to")
+        if not isinstance(to, exp.DataType):
+            raise _refuse(node, "a CAST")
+        new: exp.Expression = (exp.TryCast(this=node.this, to=spark_type(_duck_name(to)), safe=True)
+                               if isinstance(node, exp.TryCast) else exp.Cast(this=node.this, to=spark_type(_duck_name(to))))
+        new.meta[DIALECT_MARK] = SPARK
+        new.meta[_LOWERED] = True
+        return new
+    if isinstance(node, exp.Div):
+        a, b = node.this, node.expression
+        inf = exp.Case(ifs=[exp.If(this=exp.Like(this=exp.Cast(this=b.copy(), to=exp.DataType.build("STRING", dialect=SPARK)),
+                                                 expression=exp.Literal.string("-%")),
+                                   true=_double(-math.inf))], default=_double(math.inf))
+        by_zero = exp.Mul(this=a.copy(), expression=inf)
+        return exp.Case(ifs=[exp.If(this=exp.EQ(this=b.copy(), expression=_double(0.0)), true=by_zero)],
+                        default=exp.Anonymous(this="try_divide", expressions=[a, b]))
+    if isinstance(node, exp.Mod):
+        if isinstance(node.expression, exp.Nullif):
+            return node
+        raise _refuse(node, "% on DOUBLE")
+    if isinstance(node, exp.Collate):
+        coll = node.expression
+        if isinstance(coll, (exp.Identifier, exp.Var, exp.Column)) and coll.name.lower() == "binary":
+            return exp.Anonymous(this="collate", expressions=[node.this, exp.Literal.string("UTF8_BINARY")])
+        raise _refuse(node, "COLLATE")
+    if isinstance(node, (exp.Like, exp.ILike)):
+        pat = node.expression
+        if node.args.get("escape") is not None or not (isinstance(pat, exp.Literal) and pat.is_string) \
+                or "\\" in str(pat.this):
+            raise _refuse(node, "a LIKE pattern with a backslash")
+        return node
+    if isinstance(node, (exp.Left, exp.Right)):
+        if _positive_int_literal(node.expression):
+            return node
+        raise _refuse(node, f"{type(node).__name__.lower()}() with a count that is not a positive literal")
+    if isinstance(node, exp.Substring):
+        if _positive_int_literal(node.args.get("start")) and (
+                node.args.get("length") is None or _positive_int_literal(node.args.get("length"))
+                or (isinstance(node.args.get("length"), exp.Literal) and str(node.args["length"].this) == "0")):
+            return node
+        raise _refuse(node, "substring() with a start below 1")
+    if isinstance(node, (exp.Floor, exp.Ceil)) and not node.args.get("decimals"):
+        parent = node.parent
+        if isinstance(node, exp.Floor) and isinstance(parent, exp.TryCast) and parent.meta.get(DIALECT_MARK) == SPARK \
+                and parent.args["to"].sql(dialect=SPARK).upper() == "BIGINT":
+            return node  # a histogram bin number: FLOOR then TRY_CAST to BIGINT, over in-range values
+        # DuckDB's floor/ceil of a DOUBLE is a DOUBLE; Spark's is a BIGINT (saturating, NaN -> 0):
+        # beyond 2^52 every double is whole already, so floor(x) is x there (inf and NaN too)
+        x = node.this
+        big = exp.Or(this=exp.func("isnan", x.copy()),
+                     expression=exp.GTE(this=exp.Abs(this=x.copy()), expression=_double(2.0**52)))
+        whole = exp.Cast(this=type(node)(this=x.copy()), to=exp.DataType.build("DOUBLE"))
+        whole.meta[DIALECT_MARK] = SPARK
+        out = exp.Case(ifs=[exp.If(this=big, true=x.copy())], default=whole)
+        return out
+    if isinstance(node, exp.Floor):
+        parent = node.parent
+        if isinstance(parent, exp.TryCast) and parent.meta.get(DIALECT_MARK) == SPARK and parent.args["to"].sql(dialect=SPARK).upper() == "BIGINT":
+            return node  # a histogram bin number: FLOOR then TRY_CAST to BIGINT, over in-range values
+        raise _refuse(node, "floor() over a value")
+    if isinstance(node, _SAME):
+        return node
+    raise _refuse(node)
+
+
+def lower_for_spark(ast: exp.Expression) -> exp.Expression:
+    """``ast`` (a bounded query or a query to bind) with every unmarked node in its Spark form;
+    UnsupportedQueryError for a construct whose meaning Spark cannot reproduce."""
+    return _lower(ast.copy())
+
+
+def _lower(node: exp.Expression) -> exp.Expression:
+    """Post-order: children first, so every node is checked (a replaced node's children too)."""
+    for key, value in list(node.args.items()):
+        if isinstance(value, exp.Expression):
+            node.set(key, _lower(value))
+        elif isinstance(value, list):
+            node.set(key, [_lower(v) if isinstance(v, exp.Expression) else v for v in value])
+    return _lower_node(node)

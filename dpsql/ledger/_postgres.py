@@ -1,0 +1,307 @@
+"""The budget ledger on PostgreSQL: one budget shared by many processes on many hosts.
+
+``Session(ledger="postgresql://user@host/db")`` / ``[ledger] url = "postgresql://..."``. The
+same schema as the DuckDB file (``schema_postgres.sql``: the same tables, columns, checks and
+meanings, in PostgreSQL's type names), the same operations (:class:`PostgresLedger` is a
+:class:`~dpsql.ledger._store.Ledger`: every method above the transaction is shared, so
+reserve-before-read, commit / fail, synopsis reuse, set_total and the refusals are the same
+code), through ``psycopg`` 3 (``pip install 'dpsql[postgres]'``).
+
+Why N processes on several hosts never overspend
+------------------------------------------------
+Every write transaction (reserve, commit, fail, record_reuse, set_total) starts with
+``LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE`` before it reads anything. That
+lock conflicts with itself, so writers run one at a time across every connection to the
+database, whatever host they come from; it does not block readers. The transaction runs at READ
+COMMITTED, where each statement sees every transaction committed before it started: so a
+``reserve`` that holds the lock reads every charge committed before it (the previous holder has
+committed and released the lock), decides ``spent + cost <= total`` exactly
+(``dpsql.budget.exact_sum_fits``) and inserts its row, and the next writer sees that row. The
+charge is durable when COMMIT returns (PostgreSQL's WAL, ``synchronous_commit`` as the server
+is configured: keep it ``on``); the caller reads private rows only after that. A lock that is not
+granted within ``lock_timeout`` seconds (PostgreSQL's ``lock_timeout``, set per transaction) is a
+LedgerError that changes nothing. ``tests/test_ledger_postgres.py`` runs N processes charging
+one ledger concurrently and checks that the total is never exceeded.
+
+Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
+(then the schema is created, under a transaction-scoped advisory lock so two creators cannot
+both create it); a database with the tables but another ``schema_version`` is refused exactly
+as a DuckDB file is; tables other than dpsql's are left alone (the ledger uses the connection's
+``search_path``: give it a schema of its own with ``?options=-csearch_path%3Ddpsql``).
+The URL's password never appears in a message (``Ledger.path`` shows the URL without it).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pyarrow as pa
+
+from dpsql.budget import Budget
+from dpsql.errors import ConfigError, LedgerError
+from dpsql.ledger._store import _REQUIRED_TABLES, Ledger, _check_budget, _fmt, _Txn
+
+__all__ = ["PostgresLedger", "is_postgres_url", "redact"]
+
+_ADVISORY_KEY = 0x64707371  # "dpsq": serialises ledger creation in one database
+
+
+def is_postgres_url(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for messages, ``Ledger.path`` and the history)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def schema_postgres_sql() -> str:
+    return resources.files("dpsql.ledger").joinpath("schema_postgres.sql").read_text(encoding="utf-8")
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise ConfigError("a PostgreSQL ledger needs psycopg 3, which is not installed",
+                          hint="pip install 'dpsql[postgres]'") from None
+    return psycopg
+
+
+class _Result:
+    def __init__(self, rows: list[tuple[Any, ...]], names: list[str]) -> None:
+        self._rows = rows
+        self._names = names
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self._rows
+
+    def to_arrow_table(self) -> pa.Table:
+        return pa.table({n: [r[i] for r in self._rows] for i, n in enumerate(self._names)})
+
+
+class _Con:
+    """The slice of a DuckDB connection the shared Ledger code uses (``execute(sql, params)``,
+    ``fetchall``, ``sql(...).to_arrow_table()``), over a psycopg connection: ``?`` placeholders
+    become ``%s``."""
+
+    def __init__(self, con: Any) -> None:
+        self._con = con
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> _Result:
+        q = sql.replace("%", "%%").replace("?", "%s")
+        with self._con.cursor() as cur:
+            cur.execute(q, list(params) if params is not None else None)
+            if cur.description is None:
+                return _Result([], [])
+            return _Result(list(cur.fetchall()), [d.name for d in cur.description])
+
+    def sql(self, sql: str) -> _Result:
+        return self.execute(sql)
+
+
+class PostgresLedger(Ledger):
+    """A :class:`Ledger` stored in a PostgreSQL database (see the module docstring)."""
+
+    def __init__(self, url: str, *, lock_timeout: float = 10.0) -> None:
+        super().__init__(None, lock_timeout=lock_timeout)
+        _psycopg()
+        self._url = url
+        self.path = redact(url)
+
+    @classmethod
+    def create(cls, path: Any, total: Budget, *, lock_timeout: float = 10.0) -> PostgresLedger:
+        """Create the ledger's tables in the database at ``path`` (a URL) with ``total``."""
+        _check_budget(total, "total")
+        ledger = cls(str(path), lock_timeout=lock_timeout)
+        ledger._create(total)
+        return ledger
+
+    @classmethod
+    def open(cls, path: Any, total: Budget | None = None, *, create: bool = False,
+             lock_timeout: float = 10.0) -> PostgresLedger:
+        """Open the ledger in the database at ``path`` (a URL); with ``create=True`` and a
+        ``total``, create it if the database has no ledger tables yet."""
+        if total is not None:
+            _check_budget(total, "total")
+        if not isinstance(create, bool):
+            raise ConfigError(f"create must be True or False, got {create!r}")
+        ledger = cls(str(path), lock_timeout=lock_timeout)
+        if not ledger._has_tables():
+            if not create:
+                raise LedgerError(
+                    f"no budget ledger in the database {ledger.path}",
+                    hint=f"create it with `dpsql init --epsilon 1.0 --delta 1e-6 --ledger '{ledger.path}'` or "
+                    "Session(ledger=URL, budget=..., create=True)",
+                )
+            if total is None:
+                raise LedgerError(f"no budget ledger in the database {ledger.path}, and no total to create one with",
+                                  hint="pass the total budget together with create=True")
+            ledger._create(total)
+            return ledger
+        recorded = ledger.total()
+        if total is not None and total != recorded:
+            raise ConfigError(
+                f"ledger {ledger.path} records a total budget of {_fmt(recorded)}, but {_fmt(total)} was passed; "
+                "the total is read from the ledger, and changing it is an explicit, recorded operation",
+                hint="omit the total to use the recorded one, or change it with Ledger.set_total(..., reason='...')",
+            )
+        return ledger
+
+    # -- connections --------------------------------------------------------------------------------
+    def _connect(self, unchanged: str) -> Any:
+        psycopg = _psycopg()
+        failure: LedgerError | None = None
+        try:
+            con = psycopg.connect(self._url, connect_timeout=max(1, int(self.lock_timeout) or 1), autocommit=False)
+        except Exception as e:  # noqa: BLE001 - psycopg's message may hold the password: class only
+            failure = LedgerError(f"cannot connect to the PostgreSQL ledger {self.path} ({type(e).__name__}); {unchanged}",
+                                  hint="check the URL, that the server runs and accepts this user")
+        if failure is not None:
+            raise failure
+        from psycopg.types.string import TextLoader
+
+        for name in ("json", "jsonb"):
+            con.adapters.register_loader(name, TextLoader)  # JSON columns as text, as the DuckDB ledger reads them
+        return con
+
+    def _has_tables(self) -> bool:
+        con = self._connect("nothing was changed")
+        try:
+            with con.cursor() as cur:
+                cur.execute("SELECT to_regclass('ledger_meta'), to_regclass('ledger_totals'), to_regclass('ledger_entries')")
+                row = cur.fetchone()
+            con.rollback()
+            present = [x is not None for x in row]
+            if any(present) and not all(present):
+                raise LedgerError(
+                    f"the database {self.path} is not a dpsql budget ledger: it has some of the ledger's tables "
+                    f"but not all of {', '.join(_REQUIRED_TABLES)}",
+                    hint="point the URL at the ledger's own database or schema; dpsql never repairs a ledger",
+                )
+            return all(present)
+        finally:
+            con.close()
+
+    def _create(self, total: Budget) -> None:
+        con = self._connect("no ledger was created")
+        try:
+            with con.cursor() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", [_ADVISORY_KEY])
+                cur.execute("SELECT to_regclass('ledger_meta')")
+                exists = cur.fetchone()[0] is not None
+            if not exists:
+                c = _Con(con)
+                for stmt in _statements(schema_postgres_sql()):
+                    c.execute(stmt)
+                c.execute("INSERT INTO ledger_meta VALUES ('created_at', ?), ('created_by', ?), ('generation', '1')",
+                          [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dpsql"])
+                c.execute("INSERT INTO ledger_totals VALUES (1, current_timestamp, ?, ?, NULL, NULL, 'created')",
+                          [total.epsilon, total.delta])
+            con.commit()
+        except LedgerError:
+            con.rollback()
+            raise
+        except Exception as e:  # noqa: BLE001
+            con.rollback()
+            raise LedgerError(f"cannot create the ledger in {self.path} ({type(e).__name__}); no ledger was created",
+                              hint="check that the user may create tables in the database") from None
+        finally:
+            con.close()
+        if exists:
+            recorded = self.total()
+            if recorded != total:
+                raise LedgerError(f"a ledger already exists in {self.path} with total {_fmt(recorded)}",
+                                  hint="open it with Ledger.open(url)")
+
+    @contextmanager
+    def _txn(self, *, write: bool, creating: bool = False,
+             unchanged: str = "nothing was changed") -> Iterator[tuple[Any, _Txn]]:
+        """One transaction: connect, (writers) take the table lock, check the schema, run the
+        body, commit. Any failure before COMMIT rolls back: ``unchanged`` holds."""
+        if self._closed:
+            raise LedgerError(f"ledger {self.path} is closed", hint="open it again")
+        t = _Txn(unchanged)
+        psycopg = _psycopg()
+        con = self._connect(unchanged)
+        try:
+            c = _Con(con)
+            failure: LedgerError | None = None
+            try:
+                c.execute(f"SET LOCAL lock_timeout = '{int(self.lock_timeout * 1000)}ms'")
+                if write:
+                    c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
+                self._check_schema(c)  # type: ignore[arg-type]
+            except psycopg.errors.LockNotAvailable:
+                failure = LedgerError(f"ledger {self.path} is busy: another process held it for more than "
+                                      f"{self.lock_timeout:g} s; {unchanged}", hint="retry, or pass a larger lock_timeout")
+            except psycopg.errors.UndefinedTable:
+                failure = LedgerError(f"the database {self.path} is not a dpsql budget ledger (a table is missing)",
+                                      hint="create it with create=True or `dpsql init --ledger URL`")
+            except psycopg.Error as e:
+                failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
+                                      hint="check the server and the user's rights")
+            if failure is not None:
+                con.rollback()
+                raise failure
+            try:
+                yield c, t
+                if write and t.wrote:
+                    c.execute("UPDATE ledger_meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) "
+                              "WHERE key = 'generation'")
+            except BaseException as e:
+                con.rollback()
+                if isinstance(e, psycopg.Error):
+                    raise LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
+                                      hint="check the server and the user's rights") from None
+                raise
+            try:
+                con.commit()
+            except psycopg.Error as e:
+                raise LedgerError(
+                    f"ledger {self.path}: PostgreSQL could not commit ({type(e).__name__}); the change was not "
+                    f"acknowledged: {unchanged}, unless it reached the server before the error (then it counts)",
+                    hint="dpsql reads no private row after this error",
+                ) from None
+        finally:
+            con.close()
+
+    def _check_schema(self, con: Any) -> int:
+        rows = dict(con.execute("SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation')")
+                    .fetchall())
+        if "schema_version" not in rows:
+            raise self._corrupt("ledger_meta has no schema_version")
+        try:
+            found = int(rows["schema_version"])
+        except ValueError:
+            raise self._corrupt(f"schema_version is {rows['schema_version']!r}") from None
+        from dpsql.ledger._store import SCHEMA_VERSION
+
+        if found != SCHEMA_VERSION:
+            raise LedgerError(
+                f"ledger {self.path} has schema version {found}, but this dpsql reads schema version {SCHEMA_VERSION}",
+                hint=("upgrade dpsql" if found > SCHEMA_VERSION else
+                      f"open it with the older dpsql release that wrote schema version {found}")
+                + "; dpsql never rewrites a ledger silently",
+            )
+        return int(rows.get("generation", "0") or 0)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of a DDL script (comments dropped; no ``;`` inside strings in it)."""
+    body = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
+    return [s.strip() for s in re.split(r";\s*(?:\n|$)", body) if s.strip()]
