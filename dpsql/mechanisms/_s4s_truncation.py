@@ -10,8 +10,10 @@ returned is f̄(S′, τ′) on the rounded instance S′, where S′ is a per-t
 of S: removing one user from S removes the same tuples from S′, so f̄(·, τ′) keeps user-level
 sensitivity ≤ τ′ ≤ τ. Weights 0 and 1 (counts) are not changed; a weight loses < γ, so
 f̄(S′, τ′) ≥ f̄(S, τ) − nγ − m·(τ − τ′) (utility only; n·2⁻³⁰·max(1, τ) is negligible).
-The grid makes every capacity an integer multiple of γ, so the max-flow below is exact and all
-sums are exact in binary64 (values ≤ 2²³·γ⁻¹ stay below 2⁵³).
+The grid makes every capacity an integer multiple of γ, so the max-flow below is exact, and the
+sums of the exact paths are sums of integers (in units of γ), exact in binary64 below 2⁵³, i.e.
+for fewer than 2²³ tuples; beyond that they round by < 2⁻⁵² relative, far inside the slack G
+that every run is charged anyway (below).
 
 Exact reductions (always applied)
 ---------------------------------
