@@ -742,11 +742,12 @@ def s4s_scalar_rdp(
     """
     sched = s4s_rdp_schedule(epsilon, delta, max_tuples_per_user, q, beta, alpha, tau_base)
     qq = _rate(q)
+    for st in sched.steps:  # public: refused before any data is read
+        check_gaussian_representable(st.sigma, st.granularity, integer=False, what="a DP-S4S run")
     jt = _sampled_join_tuples(weights, tuple_idx, user_idx, qq, rng)
     prep = _prepared(jt, None)
     cands = []
     for st in sched.steps:
-        check_gaussian_representable(st.sigma, st.granularity, integer=False, what="a DP-S4S run")
         v = np.array([_trunc.truncate(prep, st.tau).value])
         noisy = round_to_granularity(gaussian_release(v, rng.gaussian_noise(st.sigma, 1), integer=False),
                                      st.granularity)
