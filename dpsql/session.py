@@ -72,7 +72,7 @@ class Session:
             raise ConfigError(f"debug must be True or False, got {debug!r}")
         if debug:
             settings = dataclasses.replace(settings, debug=True)
-        self._engine: ExecutionBackend = make_backend(settings, connection, spark)  # (ledgers hold no handle)
+        self._engine: ExecutionBackend = make_backend(settings, connection, spark)
         self._has_connection = connection is not None
         self._catalog: dict[str, TableSpec] = {}
         self._noise: NoiseSource = default_noise_source()
@@ -186,12 +186,8 @@ class Session:
                     bounded_sql=self._engine.render(ast, pretty=True) if ast is not None else "", notes=[*d.notes, *over])
 
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
-        """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger.
-
-        A range count or a histogram over a column with a declared ordered domain is answered
-        for free when a stored DAWA synopsis covers it (same table, column(s), WHERE, cap);
-        a histogram over such a column is otherwise answered by DAWA.
-        """
+        """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger; the routing
+        rules (which mechanism, when a stored synopsis answers for free) are in ``dpsql.mechanisms.registry``."""
         return self._run(self._route(sql, epsilon, delta, options))
 
     def query_many(

@@ -239,7 +239,7 @@ _SAME: tuple[type[exp.Expression], ...] = (
     # query structure (built by dpsql.rewrite.bound)
     exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Subquery, exp.Table, exp.TableAlias, exp.Identifier,
     exp.Column, exp.Alias, exp.Star, exp.Paren, exp.Window, exp.RowNumber, exp.Order, exp.Distinct, exp.Count,
-    exp.Sum, exp.Describe,
+    exp.Sum, exp.Describe, exp.Exists, exp.Join, exp.With, exp.CTE, exp.Union,
     # the typer's total expressions whose meaning is the same on Spark for typed operands
     exp.Literal, exp.Boolean, exp.Null, exp.And, exp.Or, exp.Not, exp.Is, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT,
     exp.LTE, exp.NullSafeEQ, exp.Between, exp.In, exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least,

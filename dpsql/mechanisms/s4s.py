@@ -14,7 +14,7 @@ Input representation
 
 Privacy claim
 -------------
-Neighbouring relation (spec ``mechanisms.md`` §3.1): I ∼ I′ iff they differ by adding or removing
+Neighbouring relation (``docs/mechanisms.md`` §3.1): I ∼ I′ iff they differ by adding or removing
 **one user together with every join tuple it contributes to** (user-level, unbounded DP). Every
 user contributes to at most Δ = ``max_tuples_per_user`` join tuples (public bound, see "Δ").
 
@@ -45,7 +45,7 @@ R2T (q = 1) needs no Δ.
 * Algorithm 2 (DP-S4S scalar, §3.5): one sample S; L = ⌊log₂ Δ⌋ + 1; for i = L … 1: τ_i = 2^{i−1},
   ε_i = ε₀/i, f̂_i = f̄(S, τ_i) + Lap(τ_i/ε_i), f̃_i = f̂_i − (τ_i/ε_i)·ln(3L/β), ε₀ ← ε₀ − ε′_i.
   The schedule (τ_i, ε_i, ε′_i) is data independent (:func:`dpsql.accounting.s4s_budget_schedule`,
-  checked against the spec vectors); basic composition over the L runs on the same sample gives
+  checked against tests/vectors/dp_s4s.json); basic composition over the L runs on the same sample gives
   Σ ε′_i ≤ ε — the candidates f̃_i/q are all covered, and the released
   max(0, max_i f̃_i/q) is post-processing of them. **We clamp at 0** (as the authors' code does;
   the true sum is ≥ 0, so this only reduces error); the unclamped value is kept in the result too.
@@ -79,19 +79,19 @@ the released value moves by at most min(τ, |S_u|) + G, so every term gains at m
 R2T's runs use λ_j with (τ_j + G_j)/λ_j + ξ_j ≤ ε/L. The schedule's nominal scales τ/ε (and the biases)
 are kept in the results; the scales actually used are ``snap_lambda`` / ``snap_lambdas``.
 
-Deviations from the authors' code (spec §3.5 [IMPL]): we follow the paper — base 2 grid,
+Deviations from the authors' code (docs/mechanisms.md §3.5): we follow the paper — base 2 grid,
 ln(3L/β) bias, L = ⌊log₂ Δ⌋ + 1 — not the code's base 5.5 and ln(num_taus/β). ``tau_base``
 selects another constant base b (τ_i = b^{i−1}, L = ⌊log_b Δ⌋ + 1; R2T τ_j = b^j up to GS): the
 analysis holds for any constant base, and b = 5.5 (the code's) runs fewer thresholds with a
 larger share of ε each — on ca-GrQc 2-paths at q = 1/16 it lowers the error from ≈ 73% to ≈ 55%
-(``benchmarks/s4s.py``). The default stays the paper's 2 (the spec vectors pin it).
+(``benchmarks/s4s.py``). The default stays the paper's 2 (tests/vectors/dp_s4s.json pins it).
 
 Randomness: only through the :class:`dpsql.noise.NoiseSource` passed in (uniforms for the
 sample, Laplace for the noise). The true LP values never leave this module.
 
 Sources: Qiu, Xiao, Yang, "DP-S4S" (arXiv 2603.14994, SIGMOD 2026), Algorithms 1–2, Lemmas
 3.1–3.3; Dong et al., "R2T" (SIGMOD 2022); Kasiviswanathan et al. (TCC 2013) for the LP;
-spec ``mechanisms.md`` §3.1–3.5, vectors ``dp_s4s.json``.
+``docs/mechanisms.md`` §3.1–3.5, vectors ``dp_s4s.json``.
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def _truncated(jt: JoinTuples, mask: np.ndarray | None, tau: float) -> float:
 
 
 def truncated_value(weights: object, tuple_idx: object, user_idx: object, tau: float) -> float:
-    """The truncation LP f̄(T, τ) = max Σ x_t s.t. Σ_{t: u⇝t} x_t ≤ τ ∀u, 0 ≤ x_t ≤ w_t (spec §3.2).
+    """The truncation LP f̄(T, τ) = max Σ x_t s.t. Σ_{t: u⇝t} x_t ≤ τ ∀u, 0 ≤ x_t ≤ w_t (docs/mechanisms.md §3.2).
 
     Computed by :mod:`dpsql.mechanisms._s4s_truncation` on the instance whose weights and τ are
     rounded down to the public grid 2^−k(τ) (k(τ) = 30 − max(0, ⌈log₂ τ⌉); weights 0 and 1 are
@@ -412,7 +412,7 @@ def _s4s_steps(e: float, delta: int, q: float, beta: float, base: float = 2.0) -
 
     Floating subtraction in the schedule can leave the exact sum of the ε′_i one ulp above ε
     (e.g. q = 1, where ε′_i = ε_i). Then the schedule is recomputed for a target a few ulps
-    below ε (a change far below the spec vectors' 1e-9 tolerance).
+    below ε (a change far below the 1e-9 tolerance of tests/vectors/dp_s4s.json).
     """
     target = e
     for _ in range(64):
@@ -538,7 +538,7 @@ def r2t_scalar(
     beta: float = 0.1,
     tau_base: float = 2.0,
 ) -> R2TResult:
-    """R2T (Dong et al. 2022; spec §3.3): the unsampled race over τ_j = 2^j, each run with ε/L.
+    """R2T (Dong et al. 2022; docs/mechanisms.md §3.3): the unsampled race over τ_j = 2^j, each run with ε/L.
 
     ``global_sensitivity`` ≥ 2 is the public bound GS_Q that sets the grid (L = ⌈log₂ GS⌉).
     """
@@ -672,7 +672,7 @@ def s4s_rdp_schedule(
     alpha: float | None = None,
     tau_base: float = 2.0,
 ) -> S4SRdpSchedule:
-    """The data-independent schedule of the RDP variant of Algorithm 2 (spec §3.6).
+    """The data-independent schedule of the RDP variant of Algorithm 2 (docs/mechanisms.md §3.6).
 
     Allocation (the spec leaves it open): the same 1/i shape as the pure-DP schedule, in RDP at one
     order α: ρ₀ ← ρ_total(α); for i = L … 1: ρ_i = ρ₀/i, σ_i = (τ_i + G_i)√(α/(2ρ_i)),

@@ -2,7 +2,7 @@ r"""DP-S4S and R2T over SQL joins: scalar COUNT / SUM over inner equi-joins of r
 
 Privacy claim
 -------------
-Neighbouring relation (spec ``mechanisms.md`` §3.1): add or remove one person together with
+Neighbouring relation (``docs/mechanisms.md`` §3.1): add or remove one person together with
 every join tuple they contribute to (a tuple belongs to every person reached from any of its rows
 through any declared reference: ``dpsql.plan.joins``). Tuples reaching nobody (public rows only)
 are constrained by no one and counted in full (sensitivity 0).
