@@ -5,7 +5,12 @@ Privacy claim
 Neighbouring relation (spec ``mechanisms.md`` §3.1): add or remove one person together with
 every join tuple they contribute to (a tuple belongs to every person reached from any of its rows
 through any declared reference: ``dpsql.plan.joins``). Tuples reaching nobody (public rows only)
-are constrained by no one and counted in full (sensitivity 0).
+are constrained by no one and counted in full (sensitivity 0). This needs no declared key to be
+unique and no reference to resolve: a looked-up chain attaches every person reached through every
+row holding its value, a value reaching no row gets a synthetic user (truncated like a person),
+and a hop the join performs through a key keeps only key values held by one row
+(``dpsql.rewrite.joins``). Key uniqueness and referential integrity are assumed only by the
+owner's degree bounds, i.e. by an attested Delta.
 
 * Truncation: f̄(S, τ) = max Σ x_t s.t. Σ_{t∋u} x_t ≤ τ, 0 ≤ x_t ≤ w_t, on normalised weights
   w_t ∈ [0, 1] (``dpsql.rewrite.joins``: a count weighs 1; a sum's positive and negative parts are
@@ -245,15 +250,22 @@ def _tuples(cal: JoinCalibration, rows: pa.Table, part: Part) -> tuple[np.ndarra
     w = np.asarray(rows.column(part.name).to_numpy(zero_copy_only=False), dtype=np.float64) / part.units
     tis, uis = [], []
     for k in range(len(cal.jp.slots)):
-        col = rows.column(f"__u{k}")
+        col = rows.column(f"__u{k}").combine_chunks()
+        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            parents = np.asarray(pa.compute.list_parent_indices(col).to_numpy(zero_copy_only=False), dtype=np.int64)
+            col = pa.compute.list_flatten(col)
+        else:
+            parents = np.arange(len(col), dtype=np.int64)
         valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        idx = np.flatnonzero(valid)
-        tis.append(idx)
+        tis.append(parents[valid])
         uis.append(np.asarray(col.filter(pa.array(valid)).to_numpy(zero_copy_only=False), dtype=object))
     ti = np.concatenate(tis) if tis else np.zeros(0, dtype=np.int64)
     names = np.concatenate(uis) if uis else np.zeros(0, dtype=object)
     if names.size:
         _, ui = np.unique(names.astype(str), return_inverse=True)
+        # a tuple reaching one person through several slots belongs to that person once
+        pairs = np.unique(np.stack([ti, np.asarray(ui, dtype=np.int64).reshape(-1)]), axis=1)
+        ti, ui = pairs[0], pairs[1]
     else:
         ui = np.zeros(0, dtype=np.int64)
     assert w.size == n
