@@ -509,6 +509,43 @@ def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitP
     return paths
 
 
+_FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8")
+
+
+def reference_problems(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[tuple[str, str]]:
+    """(problem, fix) for each of ``table``'s references that the join path cannot use safely,
+    against the tables registered now (checked at registration and again when a join is planned,
+    since a referenced table may be registered, or registered again, later):
+
+    * a reference's column(s) must have exactly the type(s) of the target column(s), and not a
+      floating-point type: a person's id is built from the typed value, and values of different
+      types (1, '01', 1.0) or floating-point spellings (-0.0, 0.0) would make one person several;
+    * a public table may reference only registered public tables (a row that references a person
+      is not public)."""
+    out: list[tuple[str, str]] = []
+    for fk, target in table.references.items():
+        tn, _, tc = target.partition(".")
+        ref = catalog.get(tn)
+        if table.public and (ref is None or not ref.public):
+            out.append((f"public table '{table.name}' references '{target}', which is not a registered public table: a row "
+                        "that references a person is not public",
+                        f"register '{tn}' with public=True, or register '{table.name}' again without public=True"))
+        if ref is None or not ref.schema or not table.schema:
+            continue
+        for a, b in zip(fk.split(","), tc.split(","), strict=True):
+            ta, tb = table.schema.get(a), ref.schema.get(b)
+            if ta is None or tb is None:
+                continue
+            if ta.upper() != tb.upper():
+                out.append((f"reference '{table.name}.{a}' ({ta}) -> '{tn}.{b}' ({tb}): the types differ, so one value "
+                            "could be spelled several ways (1, '01', 1.0) and count as several people",
+                            f"give '{table.name}.{a}' the type {tb} (e.g. CAST in the source, or a declared CSV column type)"))
+            elif ta.upper().startswith(_FLOAT_TYPES):
+                out.append((f"reference '{table.name}.{a}' -> '{tn}.{b}' is of floating-point type {ta}: not a usable key",
+                            "use an integer, DECIMAL or text key"))
+    return out
+
+
 def key_columns(text: str) -> str:
     """A (possibly composite) key's columns, normalised: 'a, B' -> 'a,b' (also '(a, b)')."""
     return ",".join(c.strip().lower() for c in text.strip().strip("()").split(","))
@@ -637,6 +674,15 @@ def register_table(
                     "a row that references a person is not public",
                     hint="register the referenced table first with public=True, or do not declare the table public",
                 )
+    if not public:  # a person table may not become the target of a public table's reference
+        for other in catalog.values():
+            if other.public and other.name != tname and any(t.partition(".")[0] == tname for t in other.references.values()):
+                raise ConfigError(
+                    f"public table '{other.name}' references '{tname}': '{tname}' must stay public (a row that references "
+                    "a person is not public)",
+                    hint=f"register '{other.name}' again without public=True (or without that reference) first, "
+                    f"or register '{tname}' with public=True",
+                )
     if privacy_unit is None and not refs and not public:
         raise ConfigError(
             f"table '{tname}' needs a privacy unit: the column that identifies a person, or a foreign key path to one",
@@ -670,6 +716,12 @@ def register_table(
     except ConfigError:
         unregister_source(tname, kind, view)
         raise
+    probe = TableSpec(name=tname, source=None, source_kind=kind, references=refs, public=public, schema=schema)
+    others = {**catalog, tname: probe}
+    bad = reference_problems(probe, others)  # (tables referencing this one are checked again when joined)
+    if bad:
+        unregister_source(tname, kind, view)
+        raise ConfigError(f"table '{tname}': " + "; ".join(p for p, _ in bad), hint=bad[0][1])
     spec = TableSpec(
         name=tname,
         source=src if kind != "arrow" else "<arrow table>",

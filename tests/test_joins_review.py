@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 import dpsql
 from dpsql.budget import Budget
+from dpsql.errors import ConfigError, PolicyError
 from dpsql.mechanisms import s4s as core
 from dpsql.plan.analyze import analyze
 from dpsql.plan.joins import bound_people
@@ -178,3 +180,65 @@ def test_references_are_followed_through_person_tables() -> None:
     finally:
         s.close()
         s2.close()
+
+
+# -- F3: one person, one id --------------------------------------------------------------------
+
+
+def test_a_reference_must_have_the_target_columns_type() -> None:
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    try:
+        s.register("node", pa.table({"id": _i64(list(range(10)))}), privacy_unit="id")
+        for col in (pa.array(["1", "01"]), pa.array([1.0, 2.0]), pa.array([1, 2], pa.int32())):
+            with pytest.raises(ConfigError, match="types differ") as info:
+                s.register("likes", pa.table({"a": col}), references={"a": "node.id"}, degree_bounds={"a": 4})
+            assert "give 'likes.a' the type BIGINT" in str(info.value)
+        assert "likes" not in s.tables
+        s.register("fnode", pa.table({"id": pa.array([1.0])}), privacy_unit="id")
+        with pytest.raises(ConfigError, match="floating-point"):
+            s.register("flikes", pa.table({"a": pa.array([1.0])}), references={"a": "fnode.id"})
+        # the target registered (again) with another type after the reference: refused when joined, for free
+        s.register("likes", pa.table({"a": _i64([1, 1]), "b": _i64([2, 3])}), references={"a": "node.id", "b": "node.id"},
+                   degree_bounds={"a": 4, "b": 4})
+        s.register("node", pa.table({"id": pa.array(["1", "2", "3"])}), privacy_unit="id")
+        before = s.remaining()
+        with pytest.raises(PolicyError, match=r"types differ.*hint: the data owner must give 'likes.a' the type VARCHAR"):
+            s.query("SELECT COUNT(*) FROM likes", epsilon=1.0)
+        assert s.remaining() == before and s.history().num_rows == 0
+    finally:
+        s.close()
+
+
+# -- F4: public tables reference only public tables -------------------------------------------------
+
+
+def test_a_table_referenced_by_a_public_table_cannot_become_private() -> None:
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    try:
+        s.register("region", pa.table({"r_key": _i64([0, 1])}), public=True)
+        s.register("nation", pa.table({"n_key": _i64([0, 1, 2]), "n_region": _i64([0, 0, 1])}), public=True,
+                   references={"n_region": "region.r_key"})
+        with pytest.raises(ConfigError, match="public table 'nation' references 'region'"):
+            s.register("region", pa.table({"r_key": _i64([0, 1])}), privacy_unit="r_key")
+        assert s.tables["region"].public
+    finally:
+        s.close()
+
+
+def test_a_public_table_referencing_people_is_refused_when_joined() -> None:
+    """Whatever the registration order, the join path refuses (free) a public table whose
+    reference leads to a table that is not public."""
+    import dataclasses
+
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    try:
+        s.register("region", pa.table({"r_key": _i64([0, 1])}), privacy_unit="r_key")
+        s.register("nation", pa.table({"n_key": _i64([0, 1, 2]), "n_region": _i64([0, 0, 1])}), public=True)
+        s.register("customer", pa.table({"c_custkey": _i64(list(range(30))), "c_nat": _i64([i % 3 for i in range(30)])}),
+                   privacy_unit="c_custkey", references={"c_nat": "nation.n_key"})
+        catalog = dict(s.tables)
+        catalog["nation"] = dataclasses.replace(catalog["nation"], references={"n_region": "region.r_key"})
+        with pytest.raises(PolicyError, match="public table 'nation' references 'region.r_key'"):
+            analyze("SELECT COUNT(*) FROM customer c JOIN nation n ON c.c_nat = n.n_key", catalog)
+    finally:
+        s.close()

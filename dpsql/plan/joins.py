@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dpsql.catalog import TableSpec
+from dpsql.catalog import TableSpec, reference_problems
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, violation
@@ -443,6 +443,20 @@ class _JoinBuilder:
         """User slots, person classes, Delta and how it holds."""
         vs: list[Violation] = []
         slots: list[ir.UserSlot] = []
+        # every table the join reads or reaches through references: its references must be usable
+        # (types, public tables referencing only public tables), whatever was registered since
+        reached: list[str] = []
+        todo = [i.table.name for i in self.inputs]
+        while todo:
+            n = todo.pop()
+            if n in reached or n not in self.catalog:
+                continue
+            reached.append(n)
+            todo += [t.partition(".")[0] for t in self.catalog[n].references.values()]
+        for n in reached:
+            for problem, fix in reference_problems(self.catalog[n], self.catalog):
+                _bad(self.sql, self.stmt, f"{problem} (hint: the data owner must {fix})", vs)
+        _raise(vs, policy=True)
         for inp in self.inputs:
             chains = _slots_from(inp.table, self.catalog, frozenset())
             if any(c is None for c in chains):
