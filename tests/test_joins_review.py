@@ -8,6 +8,7 @@ row that reaches them through declared references (and so every join tuple they 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 
 import dpsql
 from dpsql.budget import Budget
-from dpsql.errors import ConfigError, PolicyError
+from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import s4s as core
 from dpsql.plan.analyze import analyze
 from dpsql.plan.joins import bound_people
@@ -240,5 +241,65 @@ def test_a_public_table_referencing_people_is_refused_when_joined() -> None:
         catalog["nation"] = dataclasses.replace(catalog["nation"], references={"n_region": "region.r_key"})
         with pytest.raises(PolicyError, match="public table 'nation' references 'region.r_key'"):
             analyze("SELECT COUNT(*) FROM customer c JOIN nation n ON c.c_nat = n.n_key", catalog)
+    finally:
+        s.close()
+
+
+# -- F5 / F6 / F7: clamps, OFFSET, q ---------------------------------------------------------------
+
+
+def _graph_session() -> Any:
+    from dpsql.testing import use_noise, zero_noise
+
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    s.register("node", pa.table({"id": _i64(list(range(6)))}), privacy_unit="id")
+    s.register("edge", pa.table({"src": _i64([0, 1, 2, 3, 4]), "dst": _i64([1, 2, 3, 4, 5])}),
+               references={"src": "node.id", "dst": "node.id"}, degree_bounds={"src": 4, "dst": 4})
+    use_noise(s, zero_noise())
+    return s
+
+
+def test_a_clamp_around_a_plain_column_names_the_column() -> None:
+    s = _graph_session()
+    try:
+        plan = analyze("SELECT SUM(LEAST(GREATEST(e1.src, -5), 5)) FROM edge e1 JOIN edge e2 ON e1.dst = e2.src",
+                       dict(s.tables))
+        assert plan.join.value.sql() == "e1__src" and plan.join.bounds == (-5.0, 5.0)
+        plan = analyze("SELECT SUM(GREATEST(LEAST(e2.dst, 10), 0)) FROM edge e1 JOIN edge e2 ON e1.dst = e2.src",
+                       dict(s.tables))
+        assert plan.join.value.sql() == "e2__dst" and plan.join.bounds == (0.0, 10.0)
+    finally:
+        s.close()
+
+
+def test_offset_and_limit_post_process_the_joined_release() -> None:
+    s = _graph_session()
+    sql = "SELECT COUNT(*) FROM edge e1 JOIN edge e2 ON e1.dst = e2.src"
+    try:
+        assert analyze(sql + " LIMIT 1 OFFSET 1", dict(s.tables)).offset == 1
+        assert s.query(sql + " OFFSET 1", epsilon=1.0).table.num_rows == 0
+        assert s.query(sql + " OFFSET 0", epsilon=1.0).table.num_rows == 1
+        before = s.remaining()
+        with pytest.raises(UnsupportedQueryError, match="LIMIT must be a non-negative integer literal"):
+            s.query(sql + " LIMIT 1 + 1", epsilon=1.0)
+        assert s.remaining() == before
+    finally:
+        s.close()
+
+
+def test_a_tiny_q_is_named_with_its_usable_range() -> None:
+    s = _graph_session()
+    try:
+        with pytest.raises(ConfigError, match=r"q=1e-09 is too small") as info:
+            s.explain("SELECT COUNT(*) FROM edge", epsilon=1.0, options={"q": 1e-9, "max_tuples_per_user": 8})
+        m = re.search(r"use q >= ([0-9.e-]+) \(the usable range here is \[", str(info.value))
+        assert m is not None
+        least = float(m.group(1))
+        assert 1e-9 < least <= 1.0
+        # the least q named works (up to the owner's permission to sample: F9), half of it does not
+        p = s.explain("SELECT COUNT(*) FROM edge", epsilon=1.0, options={"q": least, "max_tuples_per_user": 8})
+        assert p.parameters["q"] == least
+        with pytest.raises(ConfigError, match="too small"):
+            s.explain("SELECT COUNT(*) FROM edge", epsilon=1.0, options={"q": least / 2, "max_tuples_per_user": 8})
     finally:
         s.close()

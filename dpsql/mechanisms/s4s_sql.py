@@ -163,14 +163,18 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
                           people.caps if people.enforced else (), parts, fast, catalog)
     e_p, d_p = cal.part_epsilon, cal.part_delta
     if name == MechanismName.DP_S4S:
-        if request.delta > 0:
-            cal.rdp = core.s4s_rdp_schedule(e_p, d_p, delta_int, q, BETA)
-            cal.taus = tuple(s.tau for s in cal.rdp.steps)
-            for s in cal.rdp.steps:
-                check_gaussian_representable(s.sigma, s.granularity, integer=False, what="a DP-S4S run")
-        else:
-            cal.steps = core._s4s_steps(e_p, delta_int, q, BETA, 2.0)
-            cal.taus = tuple(s.tau for s in cal.steps)
+        try:
+            _s4s_schedule(cal, e_p, d_p, delta_int, q)
+        except ConfigError as err:
+            if q >= 1.0:
+                raise
+            least = _least_usable_q(cal, e_p, d_p, delta_int)
+            raise ConfigError(
+                f"q={q!r} is too small for this query: at epsilon={request.epsilon!r} (per part {e_p!r}) and Delta={delta_int} "
+                f"the sampled runs' budgets eps' shrink with q until the noise cannot be calibrated ({err.args[0]})",
+                hint=(f"use q >= {least!r} (the usable range here is [{least!r}, 1]), or a larger epsilon" if least is not None
+                      else "use a larger epsilon"),
+            ) from None
     else:
         cal.taus = tuple(float(s.tau) for s in r2t_schedule(e_p, max(2.0, float(delta_int)), BETA))
     if not people.enforced and q < 1.0:
@@ -185,6 +189,38 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
         cal.notes.append("SUM with a negative lower bound: its positive and negative parts are answered separately, each "
                          "with half of the budget, and subtracted")
     return cal
+
+
+def _s4s_schedule(cal: JoinCalibration, e_p: float, d_p: float, delta_int: int, q: float) -> None:
+    if d_p > 0:
+        cal.rdp = core.s4s_rdp_schedule(e_p, d_p, delta_int, q, BETA)
+        cal.taus = tuple(s.tau for s in cal.rdp.steps)
+        for s in cal.rdp.steps:
+            check_gaussian_representable(s.sigma, s.granularity, integer=False, what="a DP-S4S run")
+    else:
+        cal.steps = core._s4s_steps(e_p, delta_int, q, BETA, 2.0)
+        cal.taus = tuple(s.tau for s in cal.steps)
+
+
+def _least_usable_q(cal: JoinCalibration, e_p: float, d_p: float, delta_int: int) -> float | None:
+    """The least q = 2^-k (k = 0 ... 60) whose schedule can be calibrated (public quantities only;
+    usability grows with q), for the error message of a q that is too small."""
+    import dataclasses
+
+    probe = dataclasses.replace(cal, notes=[])
+    lo, hi = 0, 61  # 2^-lo usable, 2^-hi not (or unknown)
+    try:
+        _s4s_schedule(probe, e_p, d_p, delta_int, 1.0)
+    except ConfigError:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            _s4s_schedule(probe, e_p, d_p, delta_int, 2.0 ** -mid)
+            lo = mid
+        except ConfigError:
+            hi = mid
+    return 2.0 ** -lo
 
 
 def _schedule(cal: JoinCalibration) -> list[dict[str, Any]]:

@@ -248,6 +248,8 @@ class _JoinBuilder:
 
     def flatten(self, node: exp.Expression, where: str) -> exp.Expression:
         out = node.copy()
+        if isinstance(out, exp.Column):  # the root itself: replace() on a root is a no-op
+            return exp.column(self.resolve(out, where) or "__unknown", quoted=False)
         for c in list(out.find_all(exp.Column)):
             f = self.resolve(c, where)
             c.replace(exp.column(f or "__unknown", quoted=False))
@@ -429,14 +431,21 @@ class _JoinBuilder:
         first = self.inputs[0].table
         aggregate = ir.Aggregate(agg[0], None, "__a0", agg_nodes[0].sql(dialect="duckdb"), agg[2])
         order = [o.copy() for o in stmt.args["order"].expressions] if stmt.args.get("order") is not None else []
-        limit = stmt.args.get("limit")
-        lim = None
-        if limit is not None:
-            v = limit.args.get("expression") or limit.this
-            if isinstance(v, exp.Literal) and str(v.this).isdigit():
-                lim = int(v.this)
+        lim, off = self.int_clause("limit"), self.int_clause("offset")
+        _raise(self.vs)
         return ir.QueryPlan(sql=sql, table=first, where=None, keys=[], aggregates=[aggregate], outputs=outputs,
-                            order=order, limit=lim, join=join_plan)
+                            order=order, limit=lim, offset=off, join=join_plan)
+
+    def int_clause(self, key: str) -> int | None:
+        """LIMIT / OFFSET: post-processing of the one released row, as on a single table."""
+        node = self.stmt.args.get(key)
+        if node is None:
+            return None
+        v = node.args.get("expression") or node.this
+        if isinstance(v, exp.Literal) and not v.is_string and str(v.this).isdigit():
+            return int(v.this)
+        self.bad(node, f"{key.upper()} must be a non-negative integer literal")
+        return None
 
     def people(self, agg: tuple[str, exp.Expression | None, tuple[float, float]], value: exp.Expression | None,
                where: exp.Expression | None, conditions: list[tuple[str, str]]) -> ir.JoinPlan:
