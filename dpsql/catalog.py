@@ -155,6 +155,9 @@ class TableSpec:
     degree_bounds: dict[str, int] = field(default_factory=ReadOnlyDict)
     #: a public table: no person in it (e.g. a list of countries); joined freely, never protected
     public: bool = False
+    #: the owner allows sampled joins (DP-S4S, q < 1) whose Delta is only attested by the declarations
+    #: (several people per tuple): their privacy claim is conditional on the data honouring them
+    allow_conditional_sampling: bool = False
     tau: int = 1  # suppression threshold for sparse histograms
     schema: dict[str, str] = field(default_factory=ReadOnlyDict)  # column name (lower) -> duckdb type
     view: str | None = None  # name of the session's private view on the source
@@ -188,6 +191,7 @@ class TableSpec:
             "references": dict(self.references),
             "degree_bounds": dict(self.degree_bounds),
             "public": self.public,
+            "allow_conditional_sampling": self.allow_conditional_sampling,
             "columns": {
                 c.name: {k: v for k, v in (("bounds", c.bounds), ("domain", c.domain), ("ordered", c.ordered)) if v}
                 for c in self.columns.values()
@@ -585,6 +589,7 @@ def register_table(
     version: str | None = None,
     public: bool = False,
     degree_bounds: Mapping[str, Any] | None = None,
+    allow_conditional_sampling: bool = False,
 ) -> TableSpec:
     """Register a private table in ``catalog`` (reading only the source's schema, never a row).
 
@@ -608,6 +613,11 @@ def register_table(
     reference one value (e.g. each customer has at most 64 orders: ``{'o_custkey': 64}`` on
     ``orders``), a public bound declared by the owner and never read from the data. Joins use
     them to bound the join tuples per person (Delta): see ``dpsql.plan.joins``.
+    ``allow_conditional_sampling``: a join that reads or reaches this table and whose Delta is only
+    attested (tuples with several people) may be answered with sampling (DP-S4S, q < 1), whose
+    privacy is then conditional on the data honouring the declared degree bounds and keys, only
+    if every private table it reads or reaches allows it (default False: R2T, q = 1, which needs
+    no Delta; an analyst's q < 1 is refused for free).
     """
     tname = check_table_name(name)
     kind, src = classify_source(source, has_connection=has_connection)
@@ -649,6 +659,9 @@ def register_table(
         refs[fk_n] = f"{target.partition('.')[0].strip().lower()}.{target_n}"
     if not isinstance(public, bool):
         raise ConfigError(f"public for table '{tname}' must be True or False, got {public!r}")
+    if not isinstance(allow_conditional_sampling, bool):
+        raise ConfigError(f"allow_conditional_sampling for table '{tname}' must be True or False, "
+                          f"got {allow_conditional_sampling!r}")
     if degree_bounds is not None and not isinstance(degree_bounds, Mapping):
         raise ConfigError(f"degree_bounds for table '{tname}' must be a dict, got {type(degree_bounds).__name__}",
                           hint="degree_bounds={'customer_id': 64}: at most 64 rows per referenced customer")
@@ -734,6 +747,7 @@ def register_table(
         references=refs,
         degree_bounds=degrees,
         public=public,
+        allow_conditional_sampling=allow_conditional_sampling,
         tau=tau,
         schema=schema,
         view=view,

@@ -248,13 +248,14 @@ def test_a_public_table_referencing_people_is_refused_when_joined() -> None:
 # -- F5 / F6 / F7: clamps, OFFSET, q ---------------------------------------------------------------
 
 
-def _graph_session() -> Any:
+def _graph_session(allow: tuple[bool, bool] = (True, True)) -> Any:
     from dpsql.testing import use_noise, zero_noise
 
     s = dpsql.Session(budget=Budget(100.0, 1e-3))
-    s.register("node", pa.table({"id": _i64(list(range(6)))}), privacy_unit="id")
+    s.register("node", pa.table({"id": _i64(list(range(6)))}), privacy_unit="id", allow_conditional_sampling=allow[0])
     s.register("edge", pa.table({"src": _i64([0, 1, 2, 3, 4]), "dst": _i64([1, 2, 3, 4, 5])}),
-               references={"src": "node.id", "dst": "node.id"}, degree_bounds={"src": 4, "dst": 4})
+               references={"src": "node.id", "dst": "node.id"}, degree_bounds={"src": 4, "dst": 4},
+               allow_conditional_sampling=allow[1])
     use_noise(s, zero_noise())
     return s
 
@@ -301,5 +302,46 @@ def test_a_tiny_q_is_named_with_its_usable_range() -> None:
         assert p.parameters["q"] == least
         with pytest.raises(ConfigError, match="too small"):
             s.explain("SELECT COUNT(*) FROM edge", epsilon=1.0, options={"q": least / 2, "max_tuples_per_user": 8})
+    finally:
+        s.close()
+
+
+# -- F9: the owner allows sampling on an attested Delta ------------------------------------------
+
+
+@pytest.mark.parametrize("allow", [(False, False), (True, False), (False, True)])
+def test_sampling_on_an_attested_delta_needs_the_owners_permission(allow: tuple[bool, bool]) -> None:
+    s = _graph_session(allow)
+    path2 = "SELECT COUNT(*) FROM edge e1 JOIN edge e2 ON e1.dst = e2.src"
+    try:
+        for call in (s.explain, s.query):
+            with pytest.raises(PolicyError, match="has not allowed that for table") as info:
+                call(path2, epsilon=1.0, options={"q": 0.25})
+            assert "allow_conditional_sampling=True" in str(info.value)
+        assert s.history().num_rows == 0
+        assert s.explain(path2, epsilon=1.0).mechanism == "r2t"  # the default needs no permission
+    finally:
+        s.close()
+    s = _graph_session((True, True))
+    try:
+        assert s.explain(path2, epsilon=1.0, options={"q": 0.25}).mechanism == "dp_s4s"
+    finally:
+        s.close()
+
+
+def test_the_owners_permission_is_a_table_setting_of_the_config_file(tmp_path: Any) -> None:
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": _i64([1, 2])}), tmp_path / "node.parquet")
+    pq.write_table(pa.table({"src": _i64([1, 2]), "dst": _i64([2, 1])}), tmp_path / "edge.parquet")
+    (tmp_path / "dpsql.toml").write_text(
+        '[ledger]\npath = ":memory:"\nepsilon = 10\n'
+        '[tables.node]\nsource = "node.parquet"\nprivacy_unit = "id"\nallow_conditional_sampling = true\n'
+        '[tables.edge]\nsource = "edge.parquet"\nreferences = { src = "node.id", dst = "node.id" }\n'
+        'degree_bounds = { src = 4, dst = 4 }\nallow_conditional_sampling = true\n')
+    s = dpsql.Session.from_config(tmp_path / "dpsql.toml")
+    try:
+        assert s.tables["edge"].allow_conditional_sampling and s.tables["edge"].public_description()["allow_conditional_sampling"]
+        assert s.explain("SELECT COUNT(*) FROM edge", epsilon=1.0, options={"q": 0.5}).mechanism == "dp_s4s"
     finally:
         s.close()

@@ -100,6 +100,19 @@ class JoinCalibration:
         return self.delta / len(self.parts)
 
 
+def _private_tables(jp: ir.JoinPlan, catalog: dict[str, Any]) -> list[str]:
+    """The non-public tables a join reads or reaches through references (sorted)."""
+    seen: set[str] = set()
+    todo = [t for _, t in jp.inputs]
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in catalog:
+            continue
+        seen.add(n)
+        todo += [t.partition(".")[0] for t in catalog[n].references.values()]
+    return sorted(n for n in seen if not catalog[n].public)
+
+
 def _lowered(options: dict[str, Any], people: PeopleBound, jp: ir.JoinPlan) -> dict[str, int]:
     caps = options.get("degree_caps")
     if caps is None:
@@ -157,6 +170,14 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
     q = float(opts.get("q", DEFAULT_Q if name == MechanismName.DP_S4S else 1.0))
     if name == MechanismName.R2T and q != 1.0:
         raise ConfigError("R2T does not sample (q = 1)", hint="omit q, or use mechanism='dp_s4s'")
+    if not people.enforced and q < 1.0:
+        denied = [t for t in _private_tables(jp, catalog) if not catalog[t].allow_conditional_sampling]
+        if denied:
+            raise PolicyError(
+                f"q={q!r} samples a join whose Delta is only attested (tuples have several people), and the data owner has "
+                f"not allowed that for table(s) {', '.join(repr(t) for t in denied)}",
+                hint="omit q (R2T, q = 1, needs no Delta); the data owner may register the tables with "
+                     "allow_conditional_sampling=True")
     parts = parts_of(jp)
     fast = name == MechanismName.DP_S4S and people.enforced
     cal = JoinCalibration(plan, jp, people, name, request.epsilon, request.delta, q, delta_int, people.enforced,
