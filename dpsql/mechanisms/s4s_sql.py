@@ -39,7 +39,19 @@ owner's degree bounds, i.e. by an attested Delta.
   answered as above with half of (ε, δ): basic composition.
 
 Nothing here depends on the data before the release: Δ, the grids, the schedules, q and the caps
-come from the catalog and the options; the truncation never compares the data with Δ.
+come from the catalog and the options; the truncation never compares the data with Δ. Sampling
+(q < 1) on an attested Δ needs the owner's ``allow_conditional_sampling`` on every private table
+the join reads or reaches (refused for free otherwise).
+
+The schedule's last run (i = 1) gets ε₁ = the whole remaining ε₀ as its Laplace budget, as in
+Algorithm 2 (``docs/mechanisms.md`` §3.5); its amplified cost ε′(ε₁, τ₁, Δ, q) is below ε₁ when
+q < 1, so Σ ε′_i < ε (e.g. 0.9515 at ε = 1) while the ledger charges the requested ε: an
+overcharge, on the safe side, kept so that the schedule matches the spec's vectors.
+
+Observability residuals (``docs/threat_model.md``): the ledger's timestamps record when queries
+ran, so they reflect how long earlier ones took; R2T (q = 1) and any multi-person plan bring the
+sampled join tuples into Python (the whole join at q = 1), so time and memory, and whether the
+memory limit is hit (a generic error after the charge), depend on the data's size.
 Sources: Qiu, Xiao, Yang, "DP-S4S" (SIGMOD 2026) §2–3, §5; Dong et al., "R2T" (SIGMOD 2022).
 """
 
