@@ -110,8 +110,7 @@ class Session:
         references: dict[str, str] | None = None,
         tau: int = 1,
         version: str | None = None,
-        public: bool = False, degree_bounds: dict[str, int] | None = None,
-        allow_conditional_sampling: bool = False,
+        public: bool = False, degree_bounds: dict[str, int] | None = None, allow_conditional_sampling: bool = False,
     ) -> None:
         """Register a private table; reads only its schema, never its rows (``dpsql.catalog.register_table``:
         the meaning of every argument; ``version`` labels the contents for synopsis reuse)."""
