@@ -155,6 +155,9 @@ class TableSpec:
     degree_bounds: dict[str, int] = field(default_factory=ReadOnlyDict)
     #: a public table: no person in it (e.g. a list of countries); joined freely, never protected
     public: bool = False
+    #: the owner allows sampled joins (DP-S4S, q < 1) whose Delta is only attested by the declarations
+    #: (several people per tuple): their privacy claim is conditional on the data honouring them
+    allow_conditional_sampling: bool = False
     tau: int = 1  # suppression threshold for sparse histograms
     schema: dict[str, str] = field(default_factory=ReadOnlyDict)  # column name (lower) -> duckdb type
     view: str | None = None  # name of the session's private view on the source
@@ -188,6 +191,7 @@ class TableSpec:
             "references": dict(self.references),
             "degree_bounds": dict(self.degree_bounds),
             "public": self.public,
+            "allow_conditional_sampling": self.allow_conditional_sampling,
             "columns": {
                 c.name: {k: v for k, v in (("bounds", c.bounds), ("domain", c.domain), ("ordered", c.ordered)) if v}
                 for c in self.columns.values()
@@ -509,6 +513,43 @@ def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitP
     return paths
 
 
+_FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8")
+
+
+def reference_problems(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[tuple[str, str]]:
+    """(problem, fix) for each of ``table``'s references that the join path cannot use safely,
+    against the tables registered now (checked at registration and again when a join is planned,
+    since a referenced table may be registered, or registered again, later):
+
+    * a reference's column(s) must have exactly the type(s) of the target column(s), and not a
+      floating-point type: a person's id is built from the typed value, and values of different
+      types (1, '01', 1.0) or floating-point spellings (-0.0, 0.0) would make one person several;
+    * a public table may reference only registered public tables (a row that references a person
+      is not public)."""
+    out: list[tuple[str, str]] = []
+    for fk, target in table.references.items():
+        tn, _, tc = target.partition(".")
+        ref = catalog.get(tn)
+        if table.public and (ref is None or not ref.public):
+            out.append((f"public table '{table.name}' references '{target}', which is not a registered public table: a row "
+                        "that references a person is not public",
+                        f"register '{tn}' with public=True, or register '{table.name}' again without public=True"))
+        if ref is None or not ref.schema or not table.schema:
+            continue
+        for a, b in zip(fk.split(","), tc.split(","), strict=True):
+            ta, tb = table.schema.get(a), ref.schema.get(b)
+            if ta is None or tb is None:
+                continue
+            if ta.upper() != tb.upper():
+                out.append((f"reference '{table.name}.{a}' ({ta}) -> '{tn}.{b}' ({tb}): the types differ, so one value "
+                            "could be spelled several ways (1, '01', 1.0) and count as several people",
+                            f"give '{table.name}.{a}' the type {tb} (e.g. CAST in the source, or a declared CSV column type)"))
+            elif ta.upper().startswith(_FLOAT_TYPES):
+                out.append((f"reference '{table.name}.{a}' -> '{tn}.{b}' is of floating-point type {ta}: not a usable key",
+                            "use an integer, DECIMAL or text key"))
+    return out
+
+
 def key_columns(text: str) -> str:
     """A (possibly composite) key's columns, normalised: 'a, B' -> 'a,b' (also '(a, b)')."""
     return ",".join(c.strip().lower() for c in text.strip().strip("()").split(","))
@@ -548,6 +589,7 @@ def register_table(
     version: str | None = None,
     public: bool = False,
     degree_bounds: Mapping[str, Any] | None = None,
+    allow_conditional_sampling: bool = False,
 ) -> TableSpec:
     """Register a private table in ``catalog`` (reading only the source's schema, never a row).
 
@@ -571,6 +613,11 @@ def register_table(
     reference one value (e.g. each customer has at most 64 orders: ``{'o_custkey': 64}`` on
     ``orders``), a public bound declared by the owner and never read from the data. Joins use
     them to bound the join tuples per person (Delta): see ``dpsql.plan.joins``.
+    ``allow_conditional_sampling``: a join that reads or reaches this table and whose Delta is only
+    attested (tuples with several people) may be answered with sampling (DP-S4S, q < 1), whose
+    privacy is then conditional on the data honouring the declared degree bounds and keys, only
+    if every private table it reads or reaches allows it (default False: R2T, q = 1, which needs
+    no Delta; an analyst's q < 1 is refused for free).
     """
     tname = check_table_name(name)
     kind, src = classify_source(source, has_connection=has_connection)
@@ -612,6 +659,9 @@ def register_table(
         refs[fk_n] = f"{target.partition('.')[0].strip().lower()}.{target_n}"
     if not isinstance(public, bool):
         raise ConfigError(f"public for table '{tname}' must be True or False, got {public!r}")
+    if not isinstance(allow_conditional_sampling, bool):
+        raise ConfigError(f"allow_conditional_sampling for table '{tname}' must be True or False, "
+                          f"got {allow_conditional_sampling!r}")
     if degree_bounds is not None and not isinstance(degree_bounds, Mapping):
         raise ConfigError(f"degree_bounds for table '{tname}' must be a dict, got {type(degree_bounds).__name__}",
                           hint="degree_bounds={'customer_id': 64}: at most 64 rows per referenced customer")
@@ -636,6 +686,15 @@ def register_table(
                     f"public table '{tname}' references '{target}', which is not a registered public table: "
                     "a row that references a person is not public",
                     hint="register the referenced table first with public=True, or do not declare the table public",
+                )
+    if not public:  # a person table may not become the target of a public table's reference
+        for other in catalog.values():
+            if other.public and other.name != tname and any(t.partition(".")[0] == tname for t in other.references.values()):
+                raise ConfigError(
+                    f"public table '{other.name}' references '{tname}': '{tname}' must stay public (a row that references "
+                    "a person is not public)",
+                    hint=f"register '{other.name}' again without public=True (or without that reference) first, "
+                    f"or register '{tname}' with public=True",
                 )
     if privacy_unit is None and not refs and not public:
         raise ConfigError(
@@ -670,6 +729,12 @@ def register_table(
     except ConfigError:
         unregister_source(tname, kind, view)
         raise
+    probe = TableSpec(name=tname, source=None, source_kind=kind, references=refs, public=public, schema=schema)
+    others = {**catalog, tname: probe}
+    bad = reference_problems(probe, others)  # (tables referencing this one are checked again when joined)
+    if bad:
+        unregister_source(tname, kind, view)
+        raise ConfigError(f"table '{tname}': " + "; ".join(p for p, _ in bad), hint=bad[0][1])
     spec = TableSpec(
         name=tname,
         source=src if kind != "arrow" else "<arrow table>",
@@ -682,6 +747,7 @@ def register_table(
         references=refs,
         degree_bounds=degrees,
         public=public,
+        allow_conditional_sampling=allow_conditional_sampling,
         tau=tau,
         schema=schema,
         view=view,

@@ -66,6 +66,9 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
                    help="a foreign key of a --table (its target is a key; repeatable)")
     g.add_argument("--degree-bound", action="append", default=d([]), metavar="NAME.COL=N",
                    help="at most N rows of a --table per value of its foreign key COL (repeatable)")
+    g.add_argument("--allow-conditional-sampling", action="append", default=d([]), metavar="NAME",
+                   help="a --table whose joins with an attested Delta may be sampled (q < 1; privacy conditional on the "
+                        "declared bounds)")
     g.add_argument(
         "--debug", action="store_true", default=d(False),
         help="data owner only, UNSAFE: show DuckDB's scrubbed error messages; honoured when every table comes from "
@@ -197,7 +200,8 @@ def _check_owner_config(args: argparse.Namespace) -> None:
                             ("--max-rows", args.max_rows), ("--bounds", getattr(args, "bounds", None)),
                             ("--domain", getattr(args, "domain", None)), ("--bins", getattr(args, "bins", None)), ("--ledger", args.ledger),
                             ("--public", getattr(args, "public", None)), ("--reference", getattr(args, "reference", None)),
-                            ("--degree-bound", getattr(args, "degree_bound", None)))
+                            ("--degree-bound", getattr(args, "degree_bound", None)),
+                            ("--allow-conditional-sampling", getattr(args, "allow_conditional_sampling", None)))
              if v]
     if flags:
         raise ConfigError(
@@ -272,7 +276,9 @@ def _open_session(args: argparse.Namespace) -> Any:
             except ValueError:
                 raise ConfigError(f"--degree-bound expects NAME.COL=N, got {k}={v}") from None
         public = set(getattr(args, "public", []) or [])
-        for name in list(units) + list(groups) + list(rows) + list(bounds) + list(refs) + list(degrees) + sorted(public):
+        sampling = set(getattr(args, "allow_conditional_sampling", []) or [])
+        for name in (list(units) + list(groups) + list(rows) + list(bounds) + list(refs) + list(degrees) + sorted(public)
+                     + sorted(sampling)):
             if name not in tables:
                 raise ConfigError(f"options name table '{name}' but no --table {name}=PATH was given")
         # public tables first, then people, then tables that reference them
@@ -293,6 +299,7 @@ def _open_session(args: argparse.Namespace) -> Any:
                 references=refs.get(name),
                 public=name in public,
                 degree_bounds=degrees.get(name),
+                allow_conditional_sampling=name in sampling,
             )
     except BaseException:
         s.close()

@@ -40,7 +40,8 @@ MEMORY = ":memory:"
 SECTIONS = ("ledger", "engine", "tables")
 LEDGER_KEYS = ("path", "url", "epsilon", "delta", "create_if_missing")
 TABLE_KEYS = ("source", "privacy_unit", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit", "columns",
-              "references", "tau", "version", "public", "degree_bounds")
+              "references", "tau", "version", "public", "degree_bounds",
+              "allow_conditional_sampling")
 
 
 def engine_keys() -> tuple[str, ...]:

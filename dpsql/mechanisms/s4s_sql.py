@@ -5,7 +5,12 @@ Privacy claim
 Neighbouring relation (``docs/mechanisms.md`` §3.1): add or remove one person together with
 every join tuple they contribute to (a tuple belongs to every person reached from any of its rows
 through any declared reference: ``dpsql.plan.joins``). Tuples reaching nobody (public rows only)
-are constrained by no one and counted in full (sensitivity 0).
+are constrained by no one and counted in full (sensitivity 0). This needs no declared key to be
+unique and no reference to resolve: a looked-up chain attaches every person reached through every
+row holding its value, a value reaching no row gets a synthetic user (truncated like a person),
+and a hop the join performs through a key keeps only key values held by one row
+(``dpsql.rewrite.joins``). Key uniqueness and referential integrity are assumed only by the
+owner's degree bounds, i.e. by an attested Delta.
 
 * Truncation: f̄(S, τ) = max Σ x_t s.t. Σ_{t∋u} x_t ≤ τ, 0 ≤ x_t ≤ w_t, on normalised weights
   w_t ∈ [0, 1] (``dpsql.rewrite.joins``: a count weighs 1; a sum's positive and negative parts are
@@ -34,7 +39,19 @@ are constrained by no one and counted in full (sensitivity 0).
   answered as above with half of (ε, δ): basic composition.
 
 Nothing here depends on the data before the release: Δ, the grids, the schedules, q and the caps
-come from the catalog and the options; the truncation never compares the data with Δ.
+come from the catalog and the options; the truncation never compares the data with Δ. Sampling
+(q < 1) on an attested Δ needs the owner's ``allow_conditional_sampling`` on every private table
+the join reads or reaches (refused for free otherwise).
+
+The schedule's last run (i = 1) gets ε₁ = the whole remaining ε₀ as its Laplace budget, as in
+Algorithm 2 (``docs/mechanisms.md`` §3.5); its amplified cost ε′(ε₁, τ₁, Δ, q) is below ε₁ when
+q < 1, so Σ ε′_i < ε (e.g. 0.9515 at ε = 1) while the ledger charges the requested ε: an
+overcharge, on the safe side, kept so that the schedule matches the spec's vectors.
+
+Observability residuals (``docs/threat_model.md``): the ledger's timestamps record when queries
+ran, so they reflect how long earlier ones took; R2T (q = 1) and any multi-person plan bring the
+sampled join tuples into Python (the whole join at q = 1), so time and memory, and whether the
+memory limit is hit (a generic error after the charge), depend on the data's size.
 Sources: Qiu, Xiao, Yang, "DP-S4S" (SIGMOD 2026) §2–3, §5; Dong et al., "R2T" (SIGMOD 2022).
 """
 
@@ -95,6 +112,19 @@ class JoinCalibration:
         return self.delta / len(self.parts)
 
 
+def _private_tables(jp: ir.JoinPlan, catalog: dict[str, Any]) -> list[str]:
+    """The non-public tables a join reads or reaches through references (sorted)."""
+    seen: set[str] = set()
+    todo = [t for _, t in jp.inputs]
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in catalog:
+            continue
+        seen.add(n)
+        todo += [t.partition(".")[0] for t in catalog[n].references.values()]
+    return sorted(n for n in seen if not catalog[n].public)
+
+
 def _lowered(options: dict[str, Any], people: PeopleBound, jp: ir.JoinPlan) -> dict[str, int]:
     caps = options.get("degree_caps")
     if caps is None:
@@ -152,20 +182,32 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
     q = float(opts.get("q", DEFAULT_Q if name == MechanismName.DP_S4S else 1.0))
     if name == MechanismName.R2T and q != 1.0:
         raise ConfigError("R2T does not sample (q = 1)", hint="omit q, or use mechanism='dp_s4s'")
+    if not people.enforced and q < 1.0:
+        denied = [t for t in _private_tables(jp, catalog) if not catalog[t].allow_conditional_sampling]
+        if denied:
+            raise PolicyError(
+                f"q={q!r} samples a join whose Delta is only attested (tuples have several people), and the data owner has "
+                f"not allowed that for table(s) {', '.join(repr(t) for t in denied)}",
+                hint="omit q (R2T, q = 1, needs no Delta); the data owner may register the tables with "
+                     "allow_conditional_sampling=True")
     parts = parts_of(jp)
     fast = name == MechanismName.DP_S4S and people.enforced
     cal = JoinCalibration(plan, jp, people, name, request.epsilon, request.delta, q, delta_int, people.enforced,
                           people.caps if people.enforced else (), parts, fast, catalog)
     e_p, d_p = cal.part_epsilon, cal.part_delta
     if name == MechanismName.DP_S4S:
-        if request.delta > 0:
-            cal.rdp = core.s4s_rdp_schedule(e_p, d_p, delta_int, q, BETA)
-            cal.taus = tuple(s.tau for s in cal.rdp.steps)
-            for s in cal.rdp.steps:
-                check_gaussian_representable(s.sigma, s.granularity, integer=False, what="a DP-S4S run")
-        else:
-            cal.steps = core._s4s_steps(e_p, delta_int, q, BETA, 2.0)
-            cal.taus = tuple(s.tau for s in cal.steps)
+        try:
+            _s4s_schedule(cal, e_p, d_p, delta_int, q)
+        except ConfigError as err:
+            if q >= 1.0:
+                raise
+            least = _least_usable_q(cal, e_p, d_p, delta_int)
+            raise ConfigError(
+                f"q={q!r} is too small for this query: at epsilon={request.epsilon!r} (per part {e_p!r}) and Delta={delta_int} "
+                f"the sampled runs' budgets eps' shrink with q until the noise cannot be calibrated ({err.args[0]})",
+                hint=(f"use q >= {least!r} (the usable range here is [{least!r}, 1]), or a larger epsilon" if least is not None
+                      else "use a larger epsilon"),
+            ) from None
     else:
         cal.taus = tuple(float(s.tau) for s in r2t_schedule(e_p, max(2.0, float(delta_int)), BETA))
     if not people.enforced and q < 1.0:
@@ -180,6 +222,38 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
         cal.notes.append("SUM with a negative lower bound: its positive and negative parts are answered separately, each "
                          "with half of the budget, and subtracted")
     return cal
+
+
+def _s4s_schedule(cal: JoinCalibration, e_p: float, d_p: float, delta_int: int, q: float) -> None:
+    if d_p > 0:
+        cal.rdp = core.s4s_rdp_schedule(e_p, d_p, delta_int, q, BETA)
+        cal.taus = tuple(s.tau for s in cal.rdp.steps)
+        for s in cal.rdp.steps:
+            check_gaussian_representable(s.sigma, s.granularity, integer=False, what="a DP-S4S run")
+    else:
+        cal.steps = core._s4s_steps(e_p, delta_int, q, BETA, 2.0)
+        cal.taus = tuple(s.tau for s in cal.steps)
+
+
+def _least_usable_q(cal: JoinCalibration, e_p: float, d_p: float, delta_int: int) -> float | None:
+    """The least q = 2^-k (k = 0 ... 60) whose schedule can be calibrated (public quantities only;
+    usability grows with q), for the error message of a q that is too small."""
+    import dataclasses
+
+    probe = dataclasses.replace(cal, notes=[])
+    lo, hi = 0, 61  # 2^-lo usable, 2^-hi not (or unknown)
+    try:
+        _s4s_schedule(probe, e_p, d_p, delta_int, 1.0)
+    except ConfigError:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            _s4s_schedule(probe, e_p, d_p, delta_int, 2.0 ** -mid)
+            lo = mid
+        except ConfigError:
+            hi = mid
+    return 2.0 ** -lo
 
 
 def _schedule(cal: JoinCalibration) -> list[dict[str, Any]]:
@@ -245,15 +319,22 @@ def _tuples(cal: JoinCalibration, rows: pa.Table, part: Part) -> tuple[np.ndarra
     w = np.asarray(rows.column(part.name).to_numpy(zero_copy_only=False), dtype=np.float64) / part.units
     tis, uis = [], []
     for k in range(len(cal.jp.slots)):
-        col = rows.column(f"__u{k}")
+        col = rows.column(f"__u{k}").combine_chunks()
+        if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            parents = np.asarray(pa.compute.list_parent_indices(col).to_numpy(zero_copy_only=False), dtype=np.int64)
+            col = pa.compute.list_flatten(col)
+        else:
+            parents = np.arange(len(col), dtype=np.int64)
         valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        idx = np.flatnonzero(valid)
-        tis.append(idx)
+        tis.append(parents[valid])
         uis.append(np.asarray(col.filter(pa.array(valid)).to_numpy(zero_copy_only=False), dtype=object))
     ti = np.concatenate(tis) if tis else np.zeros(0, dtype=np.int64)
     names = np.concatenate(uis) if uis else np.zeros(0, dtype=object)
     if names.size:
         _, ui = np.unique(names.astype(str), return_inverse=True)
+        # a tuple reaching one person through several slots belongs to that person once
+        pairs = np.unique(np.stack([ti, np.asarray(ui, dtype=np.int64).reshape(-1)]), axis=1)
+        ti, ui = pairs[0], pairs[1]
     else:
         ui = np.zeros(0, dtype=np.int64)
     assert w.size == n

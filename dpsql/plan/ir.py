@@ -82,6 +82,10 @@ class JoinPlan:
     bounds: tuple[float, float]
     slots: tuple[UserSlot, ...]
     flat_schema: dict[str, str]
+    #: (alias, key column(s)) of inputs that the join enters through a declared key (a hop of a
+    #: user slot performed by the join's own equalities): the join SQL keeps only the rows whose
+    #: key value occurs once in the base table, so such a hop reaches exactly one row
+    unique_keys: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> dict[str, Any]:
         return {

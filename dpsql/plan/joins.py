@@ -14,11 +14,12 @@ What the plan states (all public):
   column with declared bounds) or from an explicit clamp ``LEAST(GREATEST(expr, lo), hi)``
   with literal bounds;
 * the **user slots**: every way a join tuple reaches a person -- an input's own privacy unit,
-  a foreign key to a person table's privacy unit, or a chain of foreign keys through tables
-  without a privacy unit ending at one (a reference declares its target column a key; a chain
-  stops at the first person it reaches). Slots that the join's equalities prove equal
-  (e.g. ``orders.o_custkey = customer.c_custkey``; a chain ``lineitem.l_orderkey -> orders``
-  whose first hop is the join's own ``l_orderkey = o_orderkey``) are one *person class*;
+  a foreign key to a person table's privacy unit, or a chain of foreign keys ending at one,
+  followed transitively through every table, person tables included (``orders -> customer ->
+  salesrep``: the customer's representative is a user of the order too). Slots that the join's
+  equalities prove equal (e.g. ``orders.o_custkey = customer.c_custkey``; a chain
+  ``lineitem.l_orderkey -> orders`` whose first hop is the join's own ``l_orderkey =
+  o_orderkey``) are one *person class*;
 * **single owner** when there is one person class (every tuple belongs to one person);
 * **Delta**, the most join tuples one person can be in, derived from public bounds only:
   per column, the most rows of its table that share one value -- 1 for a key (a reference's
@@ -30,6 +31,16 @@ What the plan states (all public):
   join column at these bounds (stable: each capped partition belongs to one person), so Delta
   holds whatever the data. Otherwise Delta is **attested** by the owner's declarations: the
   privacy claim of sampling (q < 1) is conditional on it.
+
+What is assumed and what is enforced. A reference declares its target a key and the data is
+expected to honour it (unique keys, no dangling references), but nothing here relies on it for
+privacy: a hop the join performs through a key (``reduce``) is exact only for a key value held
+by one row, so the join SQL keeps only such rows (``ir.JoinPlan.unique_keys``, a stable filter);
+a looked-up chain attaches every person reached through every row holding the value, and a
+value reaching no row gets a synthetic user (``dpsql.rewrite.joins``). Degree bounds and keys
+feed Delta, which is enforced by caps or attested as above; reference types are checked at
+registration and again here (``dpsql.catalog.reference_problems``), as is the rule that public
+tables reference only public tables.
 
 Refused, for free, with the fix: outer, cross, non-equi, NATURAL/USING/ASOF joins, subqueries,
 tables neither public nor linked to a person, unbounded contributions, GROUP BY.
@@ -44,7 +55,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dpsql.catalog import TableSpec
+from dpsql.catalog import TableSpec, reference_problems
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, violation
@@ -128,7 +139,12 @@ class _UnionFind:
 
 def _slots_from(table: TableSpec, catalog: Mapping[str, TableSpec], seen: frozenset[str]) -> list[tuple[ir.Hop, ...] | None]:
     """Chains of hops from a row of ``table`` to a person: () for the table's own unit; None marks
-    an unresolved reference (refused by the caller)."""
+    an unresolved reference (refused by the caller).
+
+    References are followed transitively, through person tables too: a row of ``orders`` reaches
+    its customer (``o_custkey -> customer.c_custkey``) and, through that customer's row, the
+    customer's sales representative (``customer.c_rep -> salesrep.id``): the issue's rule that a
+    tuple belongs to every person reached from any of its rows through any declared reference."""
     out: list[tuple[ir.Hop, ...] | None] = []
     if table.public:
         return out
@@ -144,13 +160,12 @@ def _slots_from(table: TableSpec, catalog: Mapping[str, TableSpec], seen: frozen
             continue
         hop = ir.Hop(table.name, fk, tn, tc)
         if t2.privacy_unit == tc:
-            # direct: the fk's value is the person. A person's own row is that person's data: what it
-            # references in turn is not followed from here (the person is reached; that is the slot)
-            out.append((hop,))
-            continue
-        if tn in seen:
-            continue  # a cycle of references through non-unit columns: reaches the same people again
+            out.append((hop,))  # direct: the fk's value is the person
+        if tn in seen or tn == table.name:
+            continue  # a cycle of references: reaches the same people again
         for rest in _slots_from(t2, catalog, seen | {table.name}):
+            if rest == () and t2.privacy_unit == tc:
+                continue  # the person the direct hop already names
             out.append(None if rest is None else (hop, *rest))
     # de-duplicate
     uniq: list[tuple[ir.Hop, ...] | None] = []
@@ -175,6 +190,7 @@ class _JoinBuilder:
         self.vs: list[Violation] = []
         self.inputs: list[_Input] = []
         self.uf = _UnionFind()
+        self.unique: list[tuple[str, str]] = []
 
     def bad(self, node: exp.Expression, msg: str) -> None:
         _bad(self.sql, node, msg, self.vs)
@@ -232,6 +248,8 @@ class _JoinBuilder:
 
     def flatten(self, node: exp.Expression, where: str) -> exp.Expression:
         out = node.copy()
+        if isinstance(out, exp.Column):  # the root itself: replace() on a root is a no-op
+            return exp.column(self.resolve(out, where) or "__unknown", quoted=False)
         for c in list(out.find_all(exp.Column)):
             f = self.resolve(c, where)
             c.replace(exp.column(f or "__unknown", quoted=False))
@@ -413,20 +431,41 @@ class _JoinBuilder:
         first = self.inputs[0].table
         aggregate = ir.Aggregate(agg[0], None, "__a0", agg_nodes[0].sql(dialect="duckdb"), agg[2])
         order = [o.copy() for o in stmt.args["order"].expressions] if stmt.args.get("order") is not None else []
-        limit = stmt.args.get("limit")
-        lim = None
-        if limit is not None:
-            v = limit.args.get("expression") or limit.this
-            if isinstance(v, exp.Literal) and str(v.this).isdigit():
-                lim = int(v.this)
+        lim, off = self.int_clause("limit"), self.int_clause("offset")
+        _raise(self.vs)
         return ir.QueryPlan(sql=sql, table=first, where=None, keys=[], aggregates=[aggregate], outputs=outputs,
-                            order=order, limit=lim, join=join_plan)
+                            order=order, limit=lim, offset=off, join=join_plan)
+
+    def int_clause(self, key: str) -> int | None:
+        """LIMIT / OFFSET: post-processing of the one released row, as on a single table."""
+        node = self.stmt.args.get(key)
+        if node is None:
+            return None
+        v = node.args.get("expression") or node.this
+        if isinstance(v, exp.Literal) and not v.is_string and str(v.this).isdigit():
+            return int(v.this)
+        self.bad(node, f"{key.upper()} must be a non-negative integer literal")
+        return None
 
     def people(self, agg: tuple[str, exp.Expression | None, tuple[float, float]], value: exp.Expression | None,
                where: exp.Expression | None, conditions: list[tuple[str, str]]) -> ir.JoinPlan:
         """User slots, person classes, Delta and how it holds."""
         vs: list[Violation] = []
         slots: list[ir.UserSlot] = []
+        # every table the join reads or reaches through references: its references must be usable
+        # (types, public tables referencing only public tables), whatever was registered since
+        reached: list[str] = []
+        todo = [i.table.name for i in self.inputs]
+        while todo:
+            n = todo.pop()
+            if n in reached or n not in self.catalog:
+                continue
+            reached.append(n)
+            todo += [t.partition(".")[0] for t in self.catalog[n].references.values()]
+        for n in reached:
+            for problem, fix in reference_problems(self.catalog[n], self.catalog):
+                _bad(self.sql, self.stmt, f"{problem} (hint: the data owner must {fix})", vs)
+        _raise(vs, policy=True)
         for inp in self.inputs:
             chains = _slots_from(inp.table, self.catalog, frozenset())
             if any(c is None for c in chains):
@@ -450,7 +489,7 @@ class _JoinBuilder:
         _raise(vs, policy=True)
         jp = ir.JoinPlan(inputs=tuple((i.alias, i.table.name) for i in self.inputs), conditions=tuple(conditions),
                            where=where, kind=agg[0], value=value, bounds=agg[2], slots=tuple(_dedupe(slots)),
-                           flat_schema=dict(self.flat_schema))
+                           flat_schema=dict(self.flat_schema), unique_keys=tuple(self.unique))
         pb = bound_people(jp, self.catalog)
         if math.isinf(pb.delta):
             names = ", ".join(f"'{s.alias}.{s.column}'" + (f" (references {s.hops[0].target_table}.{s.hops[0].target_column})"
@@ -478,6 +517,10 @@ class _JoinBuilder:
                                 for tc, fc in zip(parts(hop.target_column), parts(hop.column), strict=True))), None)
             if nxt is None:
                 break
+            # the join performs this hop: exact only if the target's key value is unique in its table
+            # (join_relation keeps only such rows: see ir.JoinPlan.unique_keys)
+            if (nxt, hop.target_column) not in self.unique:
+                self.unique.append((nxt, hop.target_column))
             cur, rest = nxt, rest[1:]
         if not rest:
             table = next(i.table for i in self.inputs if i.alias == cur)

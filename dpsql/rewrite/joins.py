@@ -2,7 +2,8 @@
 
 One relation per input (its needed columns renamed ``<alias>__<column>``; the WHERE conjuncts
 over that input alone; with an enforced Delta, then at most n rows per value of the column it
-joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), the inner equi-join, the other WHERE
+joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), then only the rows whose key value is held once in the base table for an input the
+join enters through a declared key (:func:`_unique_filter`), the inner equi-join, the other WHERE
 conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`), and
 per join tuple:
 
@@ -18,14 +19,19 @@ per join tuple:
   a random function, so the keep decisions are independent Bernoulli(q') with q' = floor(q 2^52)/2^52
   <= q, as Lemma 3.1 needs (the accounted q is an upper bound: eps' grows with q). The salt
   never leaves the process; the identities differ per tuple, so the draws are independent
-  (``tests/test_joins_sql.py`` checks the rate and pairwise independence). q = 1 keeps all.
+  (``tests/test_backend_ops.py``: ``test_bernoulli_keep_has_rate_q`` and
+  ``test_bernoulli_keep_is_independent_across_rows_and_salts`` check the rate and independence).
+  q = 1 keeps all.
 
 Two outputs:
 
-* :func:`sampled_tuples` -- the general case: per sampled tuple its weight(s) and one text user
-  id per user slot (``<person table>:<id>``, NULL where the slot reaches nobody), looked up
-  through chains of keys (``MIN`` per key: a reference's target is a key) for sampled tuples
-  only. Only these reach Python (the truncation runs there).
+* :func:`sampled_tuples` -- the general case: per sampled tuple its weight(s) and per user slot
+  the person's id (``<person table>:<value>``, the value cast to the type of the person's unit
+  column; NULL where the slot's own column is NULL: it reaches nobody) or, for a chain looked up
+  through keys, the LIST of every person reached through every row holding each value (a key's
+  uniqueness is assumed by the catalog, never trusted: duplicates attach several people), a
+  value that reaches no row attaching the synthetic user ``~<table>.<key>:<value>`` (so a
+  dangling reference stays truncated at tau). Only the sample reaches Python.
 * :func:`truncated_sums` -- the single-owner fast path: per owner the total weight of its
   sampled tuples, then for every tau of the public grid Sum_u min(tau, total_u) (tuples whose
   owner is NULL reach nobody and count in full), computed in the engine in exact integer
@@ -129,6 +135,8 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
         cols[s.alias].update(key_parts(s.column))
     for a, c, _ in caps:
         cols[a].update(key_parts(c))
+    for a, c in jp.unique_keys:
+        cols[a].update(key_parts(c))
     return {a: sorted(v) for a, v in cols.items()}
 
 
@@ -156,6 +164,9 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
                 kept = cap_rows(rel.subquery("__in"), [flat(a, p) for p in key_parts(cc)], [flat(a, c) for c in cols], n, salt,
                                 alias="__capped", ops=ops)
                 rel = exp.select(*[_col(flat(a, c)) for c in cols]).from_(kept)
+        for ua, uc in jp.unique_keys:
+            if ua == a:
+                rel = _unique_filter(rel, a, uc, t)
         built[a] = rel
     rels = [built[a].subquery(a) for a, _ in jp.inputs]
     q = exp.select(*_weights(jp, parts, ops), *extra).from_(rels[0])
@@ -171,6 +182,27 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     if with_tid:
         q = q.select(exp.alias_(exp.Window(this=exp.RowNumber()), "__tid"))
     return q
+
+
+def _unique_filter(rel: exp.Expression, alias: str, key: str, table: TableSpec) -> exp.Expression:
+    """Keep the rows of input ``alias`` whose value of the declared key ``key`` occurs exactly once
+    in the base table (before any WHERE or cap). The join enters this input through that key on
+    behalf of a user slot (``ir.JoinPlan.unique_keys``): a key value held by several rows would
+    make the referencing row reach every one of their people, while the join pairs it with each
+    row separately (one person per tuple). Dropping every row of a duplicated key value is stable
+    under the neighbouring relation: a key value is duplicated or not by the base table alone, and
+    when removing a person turns a duplicated value unique, every row referencing that value
+    reached the removed person and is removed with them, so no tuple appears. Applied after the
+    row caps, which depend only on their own partitions."""
+    keys = key_parts(key)
+    src = exp.to_table(table.view or source_name(table.name), quoted=True)
+    once = (exp.select(*[exp.column(c, quoted=True) for c in keys]).from_(src)
+            .group_by(*[exp.column(c, quoted=True) for c in keys])
+            .having(exp.EQ(this=exp.Count(this=exp.Star()), expression=_lit(1))))
+    cond = _and([exp.EQ(this=exp.column(c, table="__once", quoted=True), expression=_col(f"__r.{flat(alias, c)}"))
+                 for c in keys])
+    probe = exp.select(exp.Literal.number(1)).from_(once.subquery("__once")).where(cond)
+    return exp.select("*").from_(rel.subquery("__r")).where(exp.Exists(this=probe))
 
 
 def _semi_filter(rel: exp.Expression, jp: ir.JoinPlan, alias: str, cap_column: str,
@@ -228,43 +260,104 @@ def _sampled(rel: exp.Select, salt: str, q: float, ops: SqlOps) -> exp.Select:
     return out
 
 
-def _person_text(person: str, value: exp.Expression) -> exp.Expression:
-    return exp.DPipe(this=exp.Literal.string(person + ":"), expression=exp.cast(value, "VARCHAR"), safe=True)
+def _person_text(catalog: Mapping[str, TableSpec], person: str, value: exp.Expression) -> exp.Expression:
+    """A person's id: ``<person table>:<value>``, the value cast to the type of the person table's
+    unit column first (every reference to it has that type: ``dpsql.catalog.reference_problems``),
+    so that equal values have one spelling."""
+    t = catalog[person]
+    assert t.privacy_unit is not None
+    typed = exp.cast(value, t.schema.get(t.privacy_unit, "VARCHAR"))
+    return exp.DPipe(this=exp.Literal.string(person + ":"), expression=exp.cast(typed, "VARCHAR"), safe=True)
+
+
+def _key_text(table: TableSpec, key: str, values: Sequence[exp.Expression]) -> exp.Expression:
+    """A synthetic user for a key value that reaches no person (a dangling or NULL reference):
+    ``~<table>.<key>:<value>`` (text parts length-prefixed, composite parts joined by ','); it
+    names no person table (``~``), so it never coincides with a person's id."""
+    out: exp.Expression = exp.Literal.string(f"~{table.name}.{key}:")
+    for i, (c, v) in enumerate(zip(key_parts(key), values, strict=True)):
+        typ = table.schema.get(c, "VARCHAR")
+        txt: exp.Expression = exp.cast(exp.cast(v.copy(), typ), "VARCHAR")
+        if typ.upper().startswith(("VARCHAR", "TEXT", "STRING")):
+            txt = exp.DPipe(this=exp.DPipe(this=exp.cast(exp.func("length", txt), "VARCHAR"),
+                                           expression=exp.Literal.string(":"), safe=True), expression=txt, safe=True)
+        if i:
+            out = exp.DPipe(this=out, expression=exp.Literal.string(","), safe=True)
+        out = exp.DPipe(this=out, expression=txt, safe=True)
+    return out
+
+
+def _all_set(values: Sequence[exp.Expression]) -> exp.Expression:
+    return _and([exp.Not(this=exp.Is(this=v.copy(), expression=exp.Null())) for v in values])
+
+
+def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Select:
+    """Every person a sampled tuple's row reaches through slot ``s``'s chain of references, as a
+    list per start value (``__k<i>``, the slot's columns): each hop reads EVERY row of its target
+    table holding the value (a declared key is assumed, not trusted, to be unique: duplicates
+    attach several people), and a hop that reaches no row (a dangling reference, or a NULL met on
+    the way) attaches the synthetic user of the last key value that was looked up (``_key_text``),
+    so those tuples stay truncated. A NULL start value reaches nobody (no row is looked up)."""
+    direct_last = _direct(s.hops[-1:], catalog)
+    fetch = s.hops[:-1] if direct_last else s.hops
+    starts = key_parts(s.column)
+    st = (exp.select(*[exp.alias_(_col(f"__s.{flat(s.alias, p)}"), f"__k{i}") for i, p in enumerate(starts)])
+          .distinct().from_("__s").where(_all_set([_col(f"__s.{flat(s.alias, p)}") for p in starts])))
+    q = exp.select(*[_col(f"__st.__k{i}") for i in range(len(starts))]).from_(st.subquery("__st"))
+    prev: list[exp.Expression] = [_col(f"__st.__k{i}") for i in range(len(starts))]
+    looked: list[tuple[TableSpec, str, list[exp.Expression], str]] = []  # (table, key, values, alias)
+    for j, hop in enumerate(fetch):
+        t = catalog[hop.target_table]
+        nxt = s.hops[j + 1].column if j + 1 < len(s.hops) else t.privacy_unit
+        assert nxt is not None
+        keys, nexts = key_parts(hop.target_column), key_parts(nxt)
+        la = f"__l{k}_{j}"
+        rel = (exp.select(*[exp.alias_(exp.column(c, quoted=True), f"__a{i}") for i, c in enumerate(keys)],
+                          *[exp.alias_(exp.column(c, quoted=True), f"__b{i}") for i, c in enumerate(nexts)],
+                          exp.alias_(_lit(1), "__m"))
+               .from_(exp.to_table(t.view or source_name(t.name), quoted=True)))
+        on = _and([exp.EQ(this=_col(f"{la}.__a{i}"), expression=prev[i]) for i in range(len(keys))])
+        q = q.join(rel.subquery(la), on=on, join_type="left")
+        looked.append((t, hop.target_column, prev, la))
+        prev = [_col(f"{la}.__b{i}") for i in range(len(nexts))]
+    # the user: the person at the end, or the synthetic user where the chain stopped
+    final = _person_text(catalog, s.person_table, prev[0])
+    last_t, last_key, last_vals, _ = looked[-1]
+    ifs = []
+    for j, (t, key, vals, la) in enumerate(looked):
+        here = _key_text(t, key, vals)
+        if j:
+            pt, pk, pv, _ = looked[j - 1]
+            here = exp.Case(ifs=[exp.If(this=_all_set(vals), true=here)], default=_key_text(pt, pk, pv))
+        ifs.append(exp.If(this=exp.Is(this=_col(f"{la}.__m"), expression=exp.Null()), true=here))
+    ifs.append(exp.If(this=exp.Is(this=prev[0].copy(), expression=exp.Null()), true=_key_text(last_t, last_key, last_vals)))
+    uid = exp.Case(ifs=ifs, default=final)
+    users = exp.func("list", exp.Distinct(expressions=[uid]))
+    return q.select(exp.alias_(users, "__users")).group_by(*[_col(f"__st.__k{i}") for i in range(len(starts))])
 
 
 def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
                    caps: Sequence[tuple[str, str, int]] = ()) -> exp.Select:
-    """Per sampled tuple: ``__tid``, the weights ``__w*`` and one user id ``__u<k>`` per slot."""
+    """Per sampled tuple: ``__tid``, the weights ``__w*`` and per user slot ``__u<k>``: the
+    person's id (VARCHAR; NULL where the slot's column is NULL: it reaches nobody) for a slot
+    whose column holds the person, or the list of ids (VARCHAR[]) of a looked-up chain
+    (:func:`_lookup`)."""
     parts = parts_of(jp)
     starts = list(dict.fromkeys(flat(s.alias, p) for s in jp.slots for p in key_parts(s.column)))
     rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=[_col(c) for c in starts])
-    sample = _sampled(rel, salt, q, ops).subquery("__s")
-    out = exp.select(_col("__s.__tid"), *[_col(f"__s.{p.name}") for p in parts]).from_(sample)
+    sample = _sampled(rel, salt, q, ops)
+    out = exp.select(_col("__s.__tid"), *[_col(f"__s.{p.name}") for p in parts]).from_("__s")
     for k, s in enumerate(jp.slots):
         if not s.hops or _direct(s.hops, catalog):
-            out = out.select(exp.alias_(_person_text(s.person_table, _col(f"__s.{flat(s.alias, s.column)}")), f"__u{k}"))
+            out = out.select(exp.alias_(_person_text(catalog, s.person_table, _col(f"__s.{flat(s.alias, s.column)}")),
+                                        f"__u{k}"))
             continue
-        hops = s.hops[:-1] if _direct(s.hops[-1:], catalog) else s.hops
-        prev: list[exp.Expression] = [_col(f"__s.{flat(s.alias, p)}") for p in key_parts(s.column)]
-        for j, hop in enumerate(hops):
-            t = catalog[hop.target_table]
-            nxt = s.hops[j + 1].column if j + 1 < len(s.hops) else t.privacy_unit
-            assert nxt is not None
-            keys = key_parts(hop.target_column)
-            # one row per key value (a reference's target is a key): MIN per column reads that row
-            look = (exp.select(*[exp.alias_(exp.column(c, quoted=True), f"__k{i}") for i, c in enumerate(keys)],
-                               *[exp.alias_(exp.func("min", exp.column(c, quoted=True)), f"__v{i}")
-                                 for i, c in enumerate(key_parts(nxt))])
-                    .from_(exp.to_table(t.view or source_name(t.name), quoted=True))
-                    .group_by(*[exp.column(c, quoted=True) for c in keys]))
-            la = f"__l{k}_{j}"
-            on: exp.Expression = exp.EQ(this=_col(f"{la}.__k0"), expression=prev[0])
-            for i in range(1, len(keys)):
-                on = exp.And(this=on, expression=exp.EQ(this=_col(f"{la}.__k{i}"), expression=prev[i]))
-            out = out.join(look.subquery(la), on=on, join_type="left")
-            prev = [_col(f"{la}.__v{i}") for i in range(len(key_parts(nxt)))]
-        out = out.select(exp.alias_(_person_text(s.person_table, prev[0]), f"__u{k}"))
-    return out
+        la = f"__lk{k}"
+        cols = key_parts(s.column)
+        on = _and([exp.EQ(this=_col(f"{la}.__k{i}"), expression=_col(f"__s.{flat(s.alias, p)}")) for i, p in enumerate(cols)])
+        out = out.join(_lookup(k, s, catalog).subquery(la), on=on, join_type="left")
+        out = out.select(exp.alias_(_col(f"{la}.__users"), f"__u{k}"))
+    return out.with_("__s", as_=sample)
 
 
 def truncated_sums(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.UserSlot, taus: Sequence[float], *,
