@@ -320,3 +320,29 @@ class ExecutionBackend(Protocol):
 
     def close(self) -> None:
         ...
+
+
+def literal_text(value: Any) -> str:
+    """The text a typed literal casts from, the same on every backend: integers and decimals
+    exactly, floats as their shortest round-trip text (inf, nan too), dates and timestamps in
+    ISO form, text as it is (the renderer quotes it)."""
+    import datetime as dt
+    import decimal
+
+    if isinstance(value, bool):
+        raise TypeError("booleans are literals of their own")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            raise ValueError(f"a DECIMAL literal must be finite, got {value!r}")
+        return format(value, "f")
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"no typed literal for a {type(value).__name__} value")

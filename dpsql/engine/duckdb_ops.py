@@ -12,14 +12,13 @@ against pure-Python references in ``tests/test_backend_ops.py``.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import math
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from sqlglot import exp
 
+from dpsql.engine.base import literal_text
 from dpsql.rewrite.render import DIALECT_MARK
 
 DUCKDB = "duckdb"
@@ -141,22 +140,8 @@ class DuckDBOps:
             lit = exp.Null()
         elif isinstance(value, bool):
             lit = exp.Boolean(this=value)
-        elif isinstance(value, int):
-            lit = exp.Literal.string(str(value))
-        elif isinstance(value, float):
-            lit = exp.Literal.string(repr(value))  # shortest text that reads back exactly; inf, nan
-        elif isinstance(value, decimal.Decimal):
-            if not value.is_finite():
-                raise ValueError(f"a DECIMAL literal must be finite, got {value!r}")
-            lit = exp.Literal.string(format(value, "f"))
-        elif isinstance(value, dt.datetime):
-            lit = exp.Literal.string(value.isoformat(sep=" "))
-        elif isinstance(value, (dt.date, dt.time)):
-            lit = exp.Literal.string(value.isoformat())
-        elif isinstance(value, str):
-            lit = exp.Literal.string(value)
         else:
-            raise TypeError(f"no typed literal for a {type(value).__name__} value")
+            lit = exp.Literal.string(literal_text(value))
         return _mark(exp.Cast(this=lit, to=typ))
 
     def epoch_seconds(self, value: exp.Expression) -> exp.Expression:

@@ -47,8 +47,6 @@ the difference is in the value only; ``docs/spark.md`` lists them.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import math
 import re
 from collections.abc import Sequence
@@ -56,6 +54,7 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
+from dpsql.engine.base import literal_text
 from dpsql.engine.portable import portable_hash, portable_uniform
 from dpsql.errors import UnsupportedQueryError
 from dpsql.rewrite.render import DIALECT_MARK
@@ -202,22 +201,10 @@ class SparkOps:
             lit = exp.Null()
         elif isinstance(value, bool):
             return _mark(exp.Boolean(this=value))
-        elif isinstance(value, int):
-            lit = exp.Literal.string(str(value))
-        elif isinstance(value, float):
-            lit = exp.Literal.string(repr(value))
-        elif isinstance(value, decimal.Decimal):
-            if not value.is_finite():
-                raise ValueError(f"a DECIMAL literal must be finite, got {value!r}")
-            lit = exp.Literal.string(format(value, "f"))
-        elif isinstance(value, dt.datetime):
-            lit = exp.Literal.string(value.isoformat(sep=" "))
-        elif isinstance(value, (dt.date, dt.time)):
-            lit = exp.Literal.string(value.isoformat())
         elif isinstance(value, str):
             return _mark(exp.Literal.string(value))
         else:
-            raise TypeError(f"no typed literal for a {type(value).__name__} value")
+            lit = exp.Literal.string(literal_text(value))
         return _built(exp.Cast(this=lit, to=typ))
 
     def epoch_seconds(self, value: exp.Expression) -> exp.Expression:

@@ -37,27 +37,23 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from sqlglot import exp
 
 from dpsql.accounting import gaussian_sigma
 from dpsql.budget import Budget
-from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError
-from dpsql.mechanisms.base import Description, MechanismName, Released, Request
+from dpsql.mechanisms.base import MechanismName, Released, Request
 from dpsql.mechanisms.common import (
+    BoundedAggregates,
     Calibration,
     add_noise,
-    aggregate_types,
-    bounding_note,
     finish_release,
     gaussian_fp_charge,
     is_integer_column,
-    ledger_parameters,
     needed_columns,
 )
 from dpsql.noise import NoiseSource, snapping_calibration, snapping_epsilon
 from dpsql.plan import ir
-from dpsql.rewrite.bound import Caps, bounded_query
+from dpsql.rewrite.bound import Caps
 
 
 def domain_size(plan: ir.QueryPlan) -> int:
@@ -178,7 +174,7 @@ def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseS
 KEY_DOMAIN_CHECK_LIMIT = 100_000
 
 
-class BasicMechanism:
+class BasicMechanism(BoundedAggregates):
     """Gaussian or Laplace noise on scalar aggregates and on GROUP BY over public keys."""
 
     name: MechanismName
@@ -195,19 +191,6 @@ class BasicMechanism:
         cal = calibrate(request.plan, request.epsilon, request.delta, contribution, self.name.value)
         cal.plan, cal.unit = request.plan, request.unit
         return cal
-
-    def describe(self, cal: Calibration) -> Description:
-        notes = list(cal.notes)
-        notes.append(bounding_note(cal.caps, grouped=bool(cal.plan and cal.plan.is_grouped)))
-        return Description(label=cal.mechanism, cost=cal.cost, parameters=ledger_parameters(cal), notes=tuple(notes))
-
-    def bounded(self, cal: Calibration, salt: str, ops: SqlOps) -> exp.Expression:
-        assert cal.plan is not None
-        return bounded_query(cal.plan, cal.caps, salt=salt, tau=cal.tau, unit_column=cal.unit, ops=ops)
-
-    def released_types(self, cal: Calibration) -> dict[str, str]:
-        assert cal.plan is not None
-        return aggregate_types(cal.plan)
 
     def key_domain(self, cal: Calibration) -> pa.Table | None:
         assert cal.plan is not None

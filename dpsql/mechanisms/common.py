@@ -14,9 +14,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from dpsql.budget import Budget
-from dpsql.mechanisms.base import Released, fmt_cap
+from dpsql.engine.base import SqlOps
+from dpsql.mechanisms.base import Description, Released, fmt_cap
 from dpsql.noise import (
     NoiseSource,
     check_gaussian_representable,
@@ -25,7 +27,7 @@ from dpsql.noise import (
     round_to_granularity,
 )
 from dpsql.plan import ir
-from dpsql.rewrite.bound import Caps, ReleasedColumn, released_columns, source_column
+from dpsql.rewrite.bound import Caps, ReleasedColumn, bounded_query, released_columns, source_column
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 LAPLACE95 = math.log(20.0)  # P(|Lap(b)| > b ln 20) = 0.05
@@ -291,3 +293,21 @@ def estimated_quantity(caps: Caps, *, grouped: bool) -> str:
     per_unit = f", {fmt_cap(caps.max_rows_per_unit)} row(s) in all" if caps.unit_rows_finite else ""
     return (f"aggregates over at most {fmt_cap(caps.max_rows_per_group)} row(s) per person in each group and "
             f"{fmt_cap(caps.max_groups_per_unit)} group(s) per person{per_unit} (rows beyond are dropped at random)")
+
+
+class BoundedAggregates:
+    """What the basic and the sparse-histogram mechanisms share: the bounded aggregates of
+    ``rewrite.bound.bounded_query``, their types, and one description for explain and the ledger."""
+
+    def describe(self, cal: Calibration) -> Description:
+        grouped = bool(cal.plan and cal.plan.is_grouped)
+        return Description(label=cal.mechanism, cost=cal.cost, parameters=ledger_parameters(cal),
+                           notes=(*cal.notes, bounding_note(cal.caps, grouped=grouped)))
+
+    def bounded(self, cal: Calibration, salt: str, ops: SqlOps) -> exp.Expression:
+        assert cal.plan is not None
+        return bounded_query(cal.plan, cal.caps, salt=salt, tau=cal.tau, unit_column=cal.unit, ops=ops)
+
+    def released_types(self, cal: Calibration) -> dict[str, str]:
+        assert cal.plan is not None
+        return aggregate_types(cal.plan)

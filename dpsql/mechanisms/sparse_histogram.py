@@ -42,26 +42,22 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from sqlglot import exp
 
 from dpsql import accounting
 from dpsql.budget import Budget
-from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError
-from dpsql.mechanisms.base import Description, MechanismName, Released, Request
+from dpsql.mechanisms.base import MechanismName, Released, Request
 from dpsql.mechanisms.common import (
+    BoundedAggregates,
     Calibration,
     add_noise,
-    aggregate_types,
-    bounding_note,
     finish_release,
     gaussian_fp_charge,
-    ledger_parameters,
     needed_columns,
 )
 from dpsql.noise import INT_VALUE_BOUND, NoiseSource, gaussian_release
 from dpsql.plan import ir
-from dpsql.rewrite.bound import Caps, ReleasedColumn, bounded_query
+from dpsql.rewrite.bound import Caps, ReleasedColumn
 
 
 def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts: dict[str, Any]) -> Calibration:
@@ -180,7 +176,7 @@ def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseS
     return finish_release(plan, cal, keys, noisy, commit={"params_update": {"released_rows": int(keep.sum())}})
 
 
-class SparseHistogram:
+class SparseHistogram(BoundedAggregates):
     """GROUP BY over keys not declared public: groups released only above a noisy threshold."""
 
     name = MechanismName.SPARSE_HISTOGRAM
@@ -211,18 +207,6 @@ class SparseHistogram:
         cal = calibrate(plan, request.epsilon, request.delta, contribution, dict(opts))
         cal.plan, cal.unit = plan, request.unit
         return cal
-
-    def describe(self, cal: Calibration) -> Description:
-        return Description(label=cal.mechanism, cost=cal.cost, parameters=ledger_parameters(cal),
-                           notes=(*cal.notes, bounding_note(cal.caps, grouped=bool(cal.plan and cal.plan.is_grouped))))
-
-    def bounded(self, cal: Calibration, salt: str, ops: SqlOps) -> exp.Expression:
-        assert cal.plan is not None
-        return bounded_query(cal.plan, cal.caps, salt=salt, tau=cal.tau, unit_column=cal.unit, ops=ops)
-
-    def released_types(self, cal: Calibration) -> dict[str, str]:
-        assert cal.plan is not None
-        return aggregate_types(cal.plan)
 
     def key_domain(self, cal: Calibration) -> pa.Table | None:
         return None  # the released keys are data dependent (above the noisy threshold)
