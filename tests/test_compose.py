@@ -48,13 +48,19 @@ def test_spark_wiring(compose: dict[str, Any]) -> None:
     assert s["spark-worker"]["image"] == s["spark-master"]["image"]
     assert s["dpsql"]["build"]["args"]["SPARK_VERSION"] == version
     assert version.startswith("4.")
-    for name in ("dpsql", "spark-master", "spark-worker"):
+    for name in ("spark-master", "spark-worker"):
         assert ".:/app" in s[name]["volumes"], name
+    # the dpsql container: the repository read-only, its ledger in a volume of its own, not as root
+    assert ".:/app:ro" in s["dpsql"]["volumes"] and "dpsql-ledger:/data" in s["dpsql"]["volumes"]
+    assert "dpsql-ledger" in compose["volumes"]
     cfg = load_config(ROOT / "examples" / "dpsql.cluster.toml")
     assert cfg.engine.kind == "spark" and cfg.engine.master == f"spark://{host}:{port}"
     assert str(cfg.tables["events"]["source"]).startswith(str(ROOT))  # /app/... in the containers
     dockerfile = (ROOT / s["dpsql"]["build"]["context"] / s["dpsql"]["build"]["dockerfile"]).read_text()
     assert "openjdk-17" in dockerfile and "pyspark==${SPARK_VERSION}" in dockerfile
+    assert re.search(r"^FROM python:3\.11\.\d+-slim", dockerfile, re.M) and re.search(r"^USER dpsql$", dockerfile, re.M)
+    docker_cfg = load_config(ROOT / "examples" / "dpsql.docker.toml")
+    assert docker_cfg.ledger_path == "/data/example_ledger.duckdb"
 
 
 def test_ledger_wiring(compose: dict[str, Any]) -> None:
@@ -73,9 +79,9 @@ def test_ledger_wiring(compose: dict[str, Any]) -> None:
 def test_dpsql_picks_the_cluster_config_when_the_cluster_is_up(compose: dict[str, Any]) -> None:
     d = compose["services"]["dpsql"]
     script = " ".join(d["entrypoint"])
-    assert "examples/dpsql.toml" in script and "examples/dpsql.cluster.toml" in script
+    assert "examples/dpsql.docker.toml" in script and "examples/dpsql.cluster.toml" in script
     assert re.search(r"getent hosts spark-master", script)
     assert "DPSQL_SPARK_DRIVER_HOST" in script  # executors connect back to the driver's address
     assert d["command"][0] == "query"
-    for c in ("dpsql.toml", "dpsql.cluster.toml"):
+    for c in ("dpsql.toml", "dpsql.docker.toml", "dpsql.cluster.toml"):
         assert load_config(ROOT / "examples" / c).tables["events"]
