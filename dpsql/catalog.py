@@ -193,7 +193,8 @@ class TableSpec:
             "public": self.public,
             "allow_conditional_sampling": self.allow_conditional_sampling,
             "columns": {
-                c.name: {k: v for k, v in (("bounds", c.bounds), ("domain", c.domain), ("ordered", c.ordered)) if v}
+                c.name: {k: v for k, v in (("bounds", c.bounds), ("domain", c.domain),
+                                                   ("ordered", dataclasses.asdict(c.ordered) if c.ordered else None)) if v}
                 for c in self.columns.values()
             },
         }

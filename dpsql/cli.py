@@ -33,6 +33,7 @@ EXAMPLES = {
     ),
     "budget": "example:\n  dpsql --config examples/dpsql.toml budget --history --format json",
     "tables": "example:\n  dpsql --config examples/dpsql.toml tables",
+    "describe": "example:\n  dpsql --config examples/dpsql.toml describe events",
     "main": (
         "example:\n  dpsql --config examples/dpsql.toml query "
         "\"SELECT COUNT(*) FROM events\" --epsilon 0.1"
@@ -101,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     from dpsql import __version__
 
     parser.add_argument("--version", action="version", version=f"dpsql {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{init,query,explain,budget,tables}")
+    sub = parser.add_subparsers(dest="command", metavar="{init,query,explain,budget,tables,describe}")
     p = sub.add_parser("init", help="create a budget ledger with a total budget", epilog=EXAMPLES["init"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("--epsilon", required=True, type=float, help="total epsilon")
@@ -132,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tables", help="list the registered tables and their public policy (free)", epilog=EXAMPLES["tables"],
                        formatter_class=fmt)
     _common(p, sub=True)
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
+    p = sub.add_parser("describe", help="one registered table's public policy: unit, caps, bounds, domains (free)",
+                       epilog=EXAMPLES["describe"], formatter_class=fmt)
+    _common(p, sub=True)
+    p.add_argument("name", help="the table")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
     return parser
 
@@ -617,10 +623,16 @@ def _summary_table(summary: dict[str, Any]) -> Any:
 
 
 def _cmd_tables(args: argparse.Namespace) -> int:
+    from dpsql.errors import ConfigError
     from dpsql.release import _json_safe
 
     with _open_session(args) as s:
         tables = {name: spec.public_description() for name, spec in s.tables.items()}
+    if getattr(args, "name", None) is not None:
+        if args.name.lower() not in tables:
+            raise ConfigError(f"no table '{args.name}' is registered",
+                              hint="dpsql tables lists them" + (f": {', '.join(sorted(tables))}" if tables else ""))
+        tables = {args.name.lower(): tables[args.name.lower()]}
     if args.format == "json":
         print(json.dumps(_json_safe(tables), indent=1))
         return 0
@@ -670,7 +682,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_init(args)
         if args.command in ("query", "explain"):
             return _cmd_query(args)
-        if args.command == "tables":
+        if args.command in ("tables", "describe"):
             return _cmd_tables(args)
         return _cmd_budget(args)
     except DPSQLError as e:
@@ -693,9 +705,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, previous)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
 
 
 _FLAG_OF = {"max_groups_per_unit": "--max-groups", "max_rows_per_group": "--max-rows"}
@@ -721,3 +730,7 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"columns=\{'(\w+)': \{'bounds': \(([^,]+), ([^)]+)\)[^}]*\}\}",
                   lambda m: f"--bounds TABLE.{m.group(1)}={m.group(2)}:{m.group(3)} (or [tables.T.columns] in the config)", text)
     return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -108,11 +108,14 @@ class Plan:
             "parameters:",
         ]
         for k, v in self.parameters.items():
-            if k in ("scales", "expected_accuracy", "estimates"):
+            if k in ("scales", "expected_accuracy", "estimates", "release_probability"):
                 continue  # internal column names / shown below in words
             lines.append(f"  {k}: {json.dumps(_readable(v), default=str) if isinstance(v, (dict, list)) else _readable(v)}")
         if self.parameters.get("estimates"):
             lines.append(f"estimates: {self.parameters['estimates']}")
+        if self.parameters.get("release_probability"):
+            probs = ", ".join(f"{n} people: {p:.0%}" for n, p in self.parameters["release_probability"].items())
+            lines.append(f"chance that a group is released: {probs}")
         for col, acc in (self.parameters.get("expected_accuracy") or {}).items():
             if acc.get("noise_std") is not None:
                 lines.append(f"expected accuracy of {col}: noise std {acc['noise_std']:.4g}, "

@@ -122,3 +122,14 @@ def test_hints_speak_in_flags_and_config_keys():
     text = _cli_text("hint: register('events', ..., max_groups_per_unit=5, max_rows_per_group=1)")
     assert "[tables.events]" in text and "--max-groups events=5" in text and "register(" not in text
     assert "--set-total" in _cli_text("hint: use Ledger.set_total(Budget(...))")
+
+
+def test_describe_one_table_and_explain_release_chances(workdir, capsys):
+    assert run([*CFG, "describe", "events", "--format", "json"]) == 0
+    desc = json.loads(capsys.readouterr().out)
+    assert list(desc) == ["events"] and desc["events"]["columns"]["age"]["ordered"]["bins"] == 120
+    assert run([*CFG, "describe", "nope"]) == 2
+    assert "dpsql tables lists them" in capsys.readouterr().err
+    assert run([*CFG, "explain", "SELECT url, COUNT(*) FROM events GROUP BY url", "--epsilon", "1", "--delta", "1e-6"]) == 0
+    out = capsys.readouterr().out
+    assert "chance that a group is released" in out and "50%" in out  # at n = tau* the chance is one half

@@ -127,6 +127,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
             epsilon, sigma=sigma, tau=tau, tau_star=tau_star, max_groups=c_u, mu_other=cal.mu_other
         ),
         "extra_columns": {c.name: {"sensitivity": c.sensitivity, "sigma": scales[c.name]} for c in extra},
+        "release_probability": release_probabilities(sigma, tau, tau_star),
         "scales": dict(scales),
         "fp_delta": fp,
     }
@@ -174,6 +175,16 @@ def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseS
     # the ledger records how many groups crossed the noisy threshold (before the query's own HAVING
     # or LIMIT): a function of released values only
     return finish_release(plan, cal, keys, noisy, commit={"params_update": {"released_rows": int(keep.sum())}})
+
+
+def release_probabilities(sigma: float, tau: int, tau_star: float) -> dict[str, float]:
+    """P(a group of n people is released) = P(n + N(0, sigma^2) >= tau*) for a few n (public:
+    from sigma, tau and tau* only); groups below tau are never released."""
+    out: dict[str, float] = {}
+    for z in (-2.0, -1.0, 0.0, 1.0, 2.0, 3.0):
+        n = max(int(tau), int(math.ceil(tau_star + z * sigma)))
+        out[str(n)] = 0.5 * math.erfc(-(n - tau_star) / (sigma * math.sqrt(2.0)))
+    return out
 
 
 class SparseHistogram(BoundedAggregates):
