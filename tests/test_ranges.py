@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -52,6 +54,14 @@ WORKLOAD = [
 ]
 
 
+def truth_people(sql_where: str) -> int:
+    import duckdb
+
+    con = duckdb.connect()
+    con.register("t", people())
+    return int(con.execute(f"SELECT COUNT(DISTINCT pid) FROM t WHERE {sql_where}").fetchall()[0][0])
+
+
 def truth(sql_where: str) -> int:
     import duckdb
 
@@ -98,10 +108,11 @@ def test_reuse_is_free_and_survives_a_new_session(tmp_path):
                      options={"reuse": "synopsis"})
     assert again.reused and again.cost == dpsql.Budget(0.0, 0.0)
     assert s2.remaining() == rem
-    # a coarser histogram over the same column and WHERE, also free
+    # a coarser histogram over the same column and WHERE: free on request (the workload's synopsis
+    # kept L rows per person; a histogram on its own keeps k rows per bin in C_u bins)
     hist = s2.query(
         "SELECT floor(age / 10) * 10 AS decade, COUNT(*) AS n FROM people WHERE region = 'north' GROUP BY decade ORDER BY decade",
-        epsilon=1.0,
+        epsilon=1.0, options={"reuse": "synopsis"},
     )
     assert hist.reused and hist.table.num_rows == 13
     assert sum(hist.table.column("n").to_pylist()) == pytest.approx(first.counts[2], abs=13)
@@ -124,7 +135,13 @@ def test_histogram_query_releases_every_bin():
     assert r.mechanism == "dawa"
     assert r.table.num_rows == 121
     assert r.table.column("age").to_pylist()[:3] == [0, 1, 2]
-    assert sum(r.table.column("n").to_pylist()) == pytest.approx(truth("age BETWEEN 0 AND 120"), abs=121)
+    # the grouped rule (C_u = 1 bin, k = 1 row per person): the zero-noise total is the number of
+    # people with a row in the domain (DAWA spreads bucket totals over bins and rounds: up to one per bin
+    # off), well apart from the number of rows (about two per person)
+    people_in_domain = truth_people("age BETWEEN 0 AND 120")
+    assert sum(r.table.column("n").to_pylist()) == pytest.approx(people_in_domain, abs=121)
+    assert truth("age BETWEEN 0 AND 120") > people_in_domain + 2 * 121
+    assert r.details["l1_sensitivity"] == 1 and r.details["max_groups_per_unit"] == 1
 
 
 def test_two_dimensional_workload():
@@ -357,5 +374,46 @@ def test_row_cap_option_may_lower_never_raise_the_registered_cap():
     r = s.query_many(WORKLOAD, epsilon=1.0, options={"max_rows_per_unit": 1})
     assert r.details["max_rows_per_unit"] == 1
     # one row per person: the zero-noise full-domain count is the number of people in 'north'
-    with pytest.raises(dpsql.errors.ConfigError, match="do not apply"):
-        s.query("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1.0, options={"max_groups_per_unit": 1})
+    # a histogram follows the grouped rule: its caps are C_u and k (lowered, never raised)
+    with pytest.raises(PolicyError, match="above the cap 1"):
+        s.query("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1.0, options={"max_groups_per_unit": 2})
+    with pytest.raises(dpsql.errors.ConfigError, match="applies to GROUP BY"):
+        s.query_many(WORKLOAD, epsilon=1.0, options={"max_groups_per_unit": 1})
+
+
+@pytest.mark.parametrize("c_u,k,big_l", [(1, 1, math.inf), (2, 1, math.inf), (2, 2, 3.0), (3, 2, math.inf)])
+def test_a_histogram_follows_the_grouped_rule(c_u, k, big_l):
+    """A histogram's bins are bounded as any GROUP BY: at most k rows per unit in a bin, at most
+    C_u bins per unit (and L rows in all): removing one unit changes it by at most min(C_u k, L)
+    in L1, and the caps bind (a negative control without them would count every row)."""
+    import duckdb
+
+    from dpsql.rewrite.bound import Caps
+
+    gen = np.random.default_rng(11)
+    n_users = 200
+    rows = gen.integers(1, 8, n_users)
+    uid = np.repeat(np.arange(n_users), rows)
+    age = np.minimum(gen.integers(0, 6, len(uid)) * 10 + gen.integers(0, 2, len(uid)), 119)
+    t = pa.table({"pid": uid.astype(np.int64), "age": age.astype(np.int64)})
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(10.0))
+    s.register("people", t, privacy_unit="pid", max_groups_per_unit=c_u, max_rows_per_group=k,
+               max_rows_per_unit=None if math.isinf(big_l) else big_l, columns={"age": {"bounds": (0, 120), "bins": 120}})
+    plan_wl = workload.histogram_workload(dpsql.plan.analyze.analyze("SELECT age, COUNT(*) FROM people GROUP BY age",
+                                                                       s.tables))
+    assert plan_wl is not None
+    groups = Caps(c_u, k, big_l)
+    q = render(bounded_histogram(plan_wl, "pid", groups.rows_bound, "fixed-salt", groups=groups))
+    con = duckdb.connect()
+    con.register(s.tables["people"].view, t)
+    full = ranges.fill_histogram(plan_wl, con.sql(q).to_arrow_table())
+    # per unit: at most k rows per bin and C_u bins (checked through the removal of each unit)
+    for victim in range(0, n_users, 7):
+        mask = np.asarray(t.column("pid").to_numpy()) != victim
+        con.register(s.tables["people"].view, t.filter(pa.array(mask)))
+        b = ranges.fill_histogram(plan_wl, con.sql(q).to_arrow_table())
+        diff = full - b
+        assert diff.min() >= 0 and diff.sum() <= groups.rows_bound
+        assert np.count_nonzero(diff) <= c_u and diff.max() <= k
+    assert full.sum() < len(uid)  # the caps bind on this data
+    s.close()

@@ -32,8 +32,9 @@ from sqlglot import exp
 from dpsql.budget import Budget
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps
-from dpsql.errors import PolicyError
+from dpsql.errors import ConfigError, PolicyError
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request, fmt_cap, lowered_cap
+from dpsql.mechanisms.common import estimated_quantity
 from dpsql.noise import NoiseSource
 from dpsql.plan import ir
 from dpsql.plan.analyze import resolve_unit_column
@@ -128,6 +129,9 @@ class DawaCalibration:
     split: float
     key: str | None  # where the synopsis is stored (None: the source has no identity, no reuse)
     reuse: tuple[int, str] | None  # (ledger entry, synopsis) answering this for free
+    #: a histogram's grouped caps (C_u, k, L): its bins are bounded as any GROUP BY; ``cap`` is then
+    #: their L1 sensitivity min(C_u * k, L). None: a workload of range counts (L rows per unit)
+    groups: Caps | None = None
 
 
 def _stage1_scales(wl: Workload, epsilon1: float, cap: float) -> dict[str, float]:
@@ -146,27 +150,61 @@ class Dawa:
     """Range workloads and histograms over ordered columns: DAWA, or a stored synopsis."""
 
     name = MechanismName.DAWA
-    options = frozenset({"epsilon_split", "max_rows_per_unit"})
+    options = frozenset({"epsilon_split", "max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group"})
 
     def calibrate(self, request: Request, contribution: Caps, *, reuse_only: bool = False) -> DawaCalibration | None:
+        """A histogram (GROUP BY over the bins) is bounded by the grouped rule, ``contribution``;
+        a workload of range counts (``query_many``, a single range count) by L rows per unit.
+        A stored synopsis answers for free when it was made by the same rule; one made by the
+        other rule only when the request opts in (``reuse=synopsis``)."""
         wl = request.workload
         assert wl is not None
-        cap = lowered_cap(wl.table, request.options, "max_rows_per_unit")
-        key = wl.synopsis_key(cap, dict(request.catalog))
+        opt_in = request.options.get("reuse") == "synopsis"
+        catalog = dict(request.catalog)
+        groups: Caps | None = None
+        if wl.histogram:
+            groups = contribution
+            cap = contribution.rows_bound
+            key = wl.synopsis_key(cap, catalog, groups=(groups.max_groups_per_unit, groups.max_rows_per_group,
+                                                         groups.max_rows_per_unit))
+        else:
+            for opt in ("max_groups_per_unit", "max_rows_per_group"):
+                if opt in request.options:
+                    raise ConfigError(f"option {opt} applies to GROUP BY queries and histograms: a workload of range "
+                                      "counts keeps at most max_rows_per_unit rows per person",
+                                      hint="use the option max_rows_per_unit instead")
+            cap = lowered_cap(wl.table, request.options, "max_rows_per_unit")
+            key = wl.synopsis_key(cap, catalog)
         found = request.find_synopsis(key) if key is not None else None
+        if found is None and opt_in:
+            other = self._other_rule_key(wl, request, catalog, histogram_rule=groups is None)
+            found = request.find_synopsis(other) if other is not None else None
         split = float(request.options.get("epsilon_split", 0.25))
-        cal = DawaCalibration(wl, request.plan, request.unit, cap, request.epsilon, split, key, found)
+        cal = DawaCalibration(wl, request.plan, request.unit, cap, request.epsilon, split, key, found, groups)
         if found is not None:
             return cal
         if reuse_only:
             return None
         if math.isinf(cap):
+            what = ("finite max_groups_per_unit and max_rows_per_group (or max_rows_per_unit)" if wl.histogram
+                    else "a finite max_rows_per_unit (or max_groups_per_unit and max_rows_per_group)")
             raise PolicyError(
-                f"table '{wl.table.name}' needs a finite max_rows_per_unit (or max_groups_per_unit and max_rows_per_group) for range workloads",
+                f"table '{wl.table.name}' needs {what} for range workloads and histograms",
                 hint=f"register('{wl.table.name}', ..., max_rows_per_unit=1)",
             )
         precheck_dawa(wl, request.epsilon, split=split, cap=cap)  # unrepresentable noise: refused for free
         return cal
+
+    @staticmethod
+    def _other_rule_key(wl: Workload, request: Request, catalog: dict[str, TableSpec], *, histogram_rule: bool) -> str | None:
+        """The key of a synopsis made by the other bounding rule, with the table's registered caps."""
+        table = wl.table
+        if histogram_rule:
+            g = Caps(float(table.max_groups_per_unit), float(table.max_rows_per_group),
+                     float(table.max_rows_per_unit) if table.max_rows_per_unit is not None else math.inf)
+            return wl.synopsis_key(g.rows_bound, catalog, groups=(g.max_groups_per_unit, g.max_rows_per_group,
+                                                                  g.max_rows_per_unit))
+        return wl.synopsis_key(table.rows_per_unit_cap, catalog)
 
     def describe(self, cal: DawaCalibration) -> Description:
         wl = cal.workload
@@ -181,10 +219,11 @@ class Dawa:
                        "and cap): post-processing, no budget spent",),
                 reuse_of=cal.reuse[0],
             )
-        params = {
+        params: dict[str, Any] = {
             "epsilon1": cal.split * cal.epsilon,
             "epsilon2": (1 - cal.split) * cal.epsilon,
-            "max_rows_per_unit": cal.cap,
+            "max_rows_per_unit": cal.cap if cal.groups is None else (
+                None if math.isinf(cal.groups.max_rows_per_unit) else cal.groups.max_rows_per_unit),
             "dims": dims,
             "queries": len(wl.sqls) if not wl.histogram else len(wl.ranges),
             "stage1_calibration": "safe (docs/mechanisms.md section 2.4): Laplace (Delta_b + Delta_max) * k / epsilon1 on every bucket, no clamping",
@@ -193,6 +232,14 @@ class Dawa:
         }
         if wl.histogram:
             params["bins_released"] = len(wl.ranges)
+        if cal.groups is not None:
+            params["max_groups_per_unit"] = cal.groups.max_groups_per_unit
+            params["max_rows_per_group"] = cal.groups.max_rows_per_group
+            params["l1_sensitivity"] = cal.cap
+            params["estimates"] = estimated_quantity(cal.groups, grouped=True)
+        else:
+            params["estimates"] = (f"range counts over at most {fmt_cap(cal.cap)} row(s) per person kept from the rows "
+                                   "passing the other conditions (before the range predicate)")
         return Description(
             label="dawa",
             cost=Budget(cal.epsilon, 0.0),
@@ -205,7 +252,7 @@ class Dawa:
     def bounded(self, cal: DawaCalibration, salt: str, ops: SqlOps) -> exp.Expression | None:
         if cal.reuse is not None:
             return None
-        return bounded_histogram(cal.workload, cal.unit, cal.cap, salt, ops=ops)
+        return bounded_histogram(cal.workload, cal.unit, cal.cap, salt, ops=ops, groups=cal.groups)
 
     def released_types(self, cal: DawaCalibration) -> dict[str, str]:
         return {a.name: "BIGINT" for a in cal.plan.aggregates} if cal.plan is not None else {}

@@ -138,7 +138,8 @@ def route(
         if wl is not None:
             _check_applicable(dawa, options)
             req = dataclasses.replace(base, workload=wl)
-            return _finish(req, dawa, dawa.calibrate(req, contribution(table, {})), _REASONS["dawa_histogram"])
+            return _finish(req, dawa, dawa.calibrate(req, contribution(table, options, grouped=True)),
+                           _REASONS["dawa_histogram"])
         if options.get("reuse") == "synopsis" and _single_range_count(plan) and set(options) <= dawa.options | UNIVERSAL:
             try:
                 wl = analyze_workload([sql], dict(catalog), plans=[plan])

@@ -92,13 +92,16 @@ class Workload:
     coarsen: int = 1
     notes: list[str] = field(default_factory=list)
 
-    def synopsis_key(self, cap: float, catalog: dict[str, TableSpec]) -> str | None:
+    def synopsis_key(self, cap: float, catalog: dict[str, TableSpec], *,
+                     groups: tuple[float, float, float] | None = None) -> str | None:
         """The key under which this workload's synopsis is stored and found again.
 
         It names the exact normalised WHERE (string literals keep their case), the table, the
         ordered dimension(s), the per-unit cap, the privacy unit, and the identity of the source's
         contents (``catalog.source_identity``: an owner-declared version, or file identity and
-        modification time). ``None`` when the source has no identity: no reuse.
+        modification time). ``None`` when the source has no identity: no reuse. ``groups``: the
+        grouped rule's caps (C_u, k, L) when the histogram was bounded by it (a histogram's
+        synopsis and a workload's estimate different quantities, so their keys differ).
         """
         ident_src = source_identity(self.table)
         if ident_src is None:
@@ -111,6 +114,8 @@ class Workload:
             "where": self.base_key,
             "max_rows_per_unit": float(cap),
         }
+        if groups is not None:
+            ident["grouped"] = [None if math.isinf(v) else float(v) for v in groups]
         return "dawa:" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
 
 

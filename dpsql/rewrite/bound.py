@@ -437,10 +437,17 @@ def bounded_query(
 # -- bounded histogram (range workloads) --------------------------------------------------------
 
 
-def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: SqlOps | None = None) -> exp.Expression:
+def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: SqlOps | None = None,
+                      groups: Caps | None = None) -> exp.Expression:
     """A range workload's bounded histogram: the rows in the declared domain passing the base
-    conditions, at most ``cap`` (L) rows per unit (:func:`cap_rows_per_unit`), counts per bin
-    (``__b0``[, ``__b1``], ``__n``). One unit changes it by at most L in L1 norm."""
+    conditions, counts per bin (``__b0``[, ``__b1``], ``__n``).
+
+    * ``groups=None`` (a workload of range counts: an ungrouped rule): at most ``cap`` (L) rows
+      per unit (:func:`cap_rows_per_unit`). One unit changes it by at most L in L1 norm.
+    * ``groups`` = (C_u, k, L) (a histogram, a GROUP BY over the bins: the grouped rule, the same
+      as any GROUP BY): at most L rows per unit when L is finite, then at most k rows per unit
+      and bin, in at most C_u bins per unit. One unit changes it by at most min(C_u * k, L).
+    """
     ops = ops if ops is not None else DEFAULT_OPS
     src = exp.to_table(wl.table.view or source_name(wl.table.name), quoted=True)
     proj: list[exp.Expression] = [exp.alias_(exp.column(unit, quoted=True), "__unit")]
@@ -475,6 +482,19 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
         cond = exp.And(this=cond, expression=inside)
     base: exp.Expression = exp.select(*proj).from_(src, copy=False).where(cond, copy=False).subquery("__base", copy=False)
     bins = [f"__b{i}" for i in range(len(wl.dims))]
+    if groups is not None:
+        if groups.unit_rows_finite:
+            base = cap_rows_per_unit(base, "__unit", bins, groups.max_rows_per_unit, salt, alias="__kept", ops=ops)
+        if groups.rows_finite:
+            base = cap_rows_per_group(base, "__unit", bins, [], groups.max_rows_per_group, salt, alias="__rows", ops=ops)
+        pairs: exp.Expression = (exp.select(_col("__unit"), *[_col(b) for b in bins], exp.alias_(exp.Count(this=exp.Star()), "__c"))
+                                 .from_(base, copy=False).group_by(_col("__unit"), *[_col(b) for b in bins], copy=False)
+                                 .subquery("__pairs_hist", copy=False))
+        if groups.groups_finite:
+            pairs = cap_groups_per_unit(pairs, "__unit", bins, ["__unit", *bins, "__c"], groups.max_groups_per_unit, salt,
+                                        alias="__chosen", ops=ops)
+        return (exp.select(*[_col(b) for b in bins], exp.alias_(exp.Sum(this=_col("__c")), "__n"))
+                .from_(pairs, copy=False).group_by(*[_col(b) for b in bins], copy=False))
     if cap != float("inf"):
         base = cap_rows_per_unit(base, "__unit", bins, cap, salt, alias="__kept", ops=ops)
     return (exp.select(*[_col(b) for b in bins], exp.alias_(exp.Count(this=exp.Star()), "__n"))
