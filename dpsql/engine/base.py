@@ -228,6 +228,11 @@ class SqlOps(Protocol):
         from it)."""
         ...
 
+    def exponential_clock(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        """``-LN(keyed_uniform(columns, salt))``: a keyed Exp(1) draw (finite: the uniform is never
+        0 or 1); divided by a weight it races the rows of an exponential-race choice."""
+        ...
+
     def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,
                              n: int, *, alias: str, output: Sequence[str] | None = None) -> exp.Subquery:
         """The rows of ``relation`` (a subquery), at most ``n`` per partition: those with the

@@ -76,6 +76,10 @@ class DuckDBOps:
         return _mark(exp.Div(this=exp.paren(exp.Add(this=top, expression=exp.Literal.number(0.5))),
                              expression=exp.Literal.number(float(2**53))))
 
+    def exponential_clock(self, columns: Sequence[str], salt: str) -> exp.Expression:
+        """``-LN(keyed_uniform)``: a keyed Exp(1) draw."""
+        return _mark(exp.Neg(this=_mark(exp.Ln(this=self.keyed_uniform(columns, salt)))))
+
     def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,
                              n: int, *, alias: str, output: Sequence[str] | None = None) -> exp.Subquery:
         """Two spellings of the same choice (the n rows with the smallest key per partition):
@@ -97,7 +101,7 @@ class DuckDBOps:
             rest = [f for f in output if f not in partition]
             items: list[exp.Expression] = [_col(p) for p in partition if p in output]
             if len(rest) == 1:
-                items.append(exp.alias_(_mark(exp.func("arg_min", _col(rest[0]), order_key.copy())), rest[0]))
+                items.append(exp.alias_(_mark(exp.func("arg_min_null", _col(rest[0]), order_key.copy())), rest[0]))
                 return _mark(exp.select(*items).from_(relation, copy=False).group_by(*[_col(p) for p in partition], copy=False).subquery(alias, copy=False))
             if rest:
                 one = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(f), expression=_col(f)) for f in rest])

@@ -78,6 +78,12 @@ class Route:
 
 def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: str) -> Route:
     desc = mechanism.describe(calibration)
+    if request.options.get("reuse") == "synopsis" and desc.reuse_of is None:
+        raise PolicyError(
+            "reuse='synopsis' was asked, but no stored DAWA synopsis covers this query (same table, ordered column(s), "
+            "other conditions, caps and source contents); nothing was charged",
+            hint="omit the reuse option to answer the query on its own, which is charged (explain shows the cost)",
+        )
     if desc.reuse_of is not None:
         reason = (f"answered from the DAWA synopsis of ledger entry {desc.reuse_of} (same table, column(s), WHERE and cap): "
                   "post-processing")

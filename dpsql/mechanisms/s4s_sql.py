@@ -68,7 +68,7 @@ from sqlglot import exp
 from dpsql.accounting import r2t_schedule
 from dpsql.budget import Budget
 from dpsql.engine.base import SqlOps
-from dpsql.errors import ConfigError, PolicyError
+from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import _s4s_truncation as _trunc
 from dpsql.mechanisms import s4s as core
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
@@ -386,6 +386,11 @@ class JoinMechanism:
         return describe(cal)
 
     def bounded(self, cal: JoinCalibration, salt: str, ops: SqlOps) -> exp.Expression:
+        if ops.dialect != "duckdb":  # refused before the charge (the bind check builds this first)
+            raise UnsupportedQueryError(
+                f"joins run on the DuckDB engine only: their sampling and truncation are not yet checked on {ops.dialect}",
+                hint="answer the join with a Session on the DuckDB engine (the default)",
+            )
         if cal.fast:
             assert cal.people.owner is not None
             return truncated_sums(cal.jp, cal.catalog, cal.people.owner, cal.taus, salt=salt, q=cal.q, ops=ops,

@@ -259,7 +259,7 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
     part = [unit, *keys]
     counted = (exp.select(*[_col(c) for c in [*part, *values]], exp.alias_(exp.Count(this=exp.Star()), "__m"))
                .from_(relation, copy=False).group_by(*[_col(c) for c in [*part, *values]], copy=False).subquery("__counted", copy=False))
-    race = exp.Div(this=exp.Neg(this=exp.func("ln", ops.keyed_uniform([*part, *values], salt))), expression=_col("__m"))
+    race = exp.Div(this=ops.exponential_clock([*part, *values], salt), expression=_col("__m"))
     return ops.keep_n_per_partition(counted, part, race, 1, alias="__rows", output=[*part, *values])
 
 
