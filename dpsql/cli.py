@@ -34,6 +34,7 @@ EXAMPLES = {
     "budget": "example:\n  dpsql --config examples/dpsql.toml budget --history --format json",
     "tables": "example:\n  dpsql --config examples/dpsql.toml tables",
     "describe": "example:\n  dpsql --config examples/dpsql.toml describe events",
+    "suggest-caps": "example:\n  dpsql --config examples/dpsql.toml suggest-caps events --group-by country --epsilon 0.3",
     "main": (
         "example:\n  dpsql --config examples/dpsql.toml query "
         "\"SELECT COUNT(*) FROM events\" --epsilon 0.1"
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     from dpsql import __version__
 
     parser.add_argument("--version", action="version", version=f"dpsql {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{init,query,explain,budget,tables,describe}")
+    sub = parser.add_subparsers(dest="command", metavar="{init,query,explain,budget,tables,describe,suggest-caps}")
     p = sub.add_parser("init", help="create a budget ledger with a total budget", epilog=EXAMPLES["init"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("--epsilon", required=True, type=float, help="total epsilon")
@@ -133,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tables", help="list the registered tables and their public policy (free)", epilog=EXAMPLES["tables"],
                        formatter_class=fmt)
     _common(p, sub=True)
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
+    p = sub.add_parser("suggest-caps", help="charged advice on caps: noisy histograms of per-person contributions",
+                       epilog=EXAMPLES["suggest-caps"], formatter_class=fmt)
+    _common(p, sub=True)
+    p.add_argument("name", help="the table")
+    p.add_argument("--epsilon", required=True, type=float, help="privacy budget epsilon to spend")
+    p.add_argument("--group-by", metavar="COL", help="also suggest max_groups_per_unit and max_rows_per_group for GROUP BY COL")
+    p.add_argument("--quantile", type=float, default=0.9, help="share of people the caps keep whole (default 0.9)")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
     p = sub.add_parser("describe", help="one registered table's public policy: unit, caps, bounds, domains (free)",
                        epilog=EXAMPLES["describe"], formatter_class=fmt)
@@ -622,6 +631,20 @@ def _summary_table(summary: dict[str, Any]) -> Any:
                      "delta": [summary[n]["delta"] for n in names]})
 
 
+def _cmd_suggest(args: argparse.Namespace) -> int:
+    with _open_session(args) as s:
+        rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
+        rem = s.remaining()
+    if args.format == "json":
+        print(json.dumps(rel.to_dict(rem), indent=1))
+    else:
+        sys.stdout.write(_format_table(rel.table))
+        print("suggested: " + ", ".join(f"{k} = {v}" for k, v in rel.details["suggested"].items()))
+    print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: epsilon={rem.epsilon:g} delta={rem.delta:g}; "
+          f"ledger entry {rel.ledger_id}", file=sys.stderr)
+    return 0
+
+
 def _cmd_tables(args: argparse.Namespace) -> int:
     from dpsql.errors import ConfigError
     from dpsql.release import _json_safe
@@ -682,6 +705,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_init(args)
         if args.command in ("query", "explain"):
             return _cmd_query(args)
+        if args.command == "suggest-caps":
+            return _cmd_suggest(args)
         if args.command in ("tables", "describe"):
             return _cmd_tables(args)
         return _cmd_budget(args)

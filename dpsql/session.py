@@ -31,7 +31,7 @@ from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
 from dpsql.errors import ConfigError
 from dpsql.ledger import Ledger, open_ledger
 from dpsql.mechanisms.base import Description
-from dpsql.mechanisms.registry import Route, route, route_workload
+from dpsql.mechanisms.registry import Route, route, route_profile, route_workload
 from dpsql.noise import NoiseSource, default_noise_source
 from dpsql.options import LARGE_EPSILON, OPTIONS, check_options
 from dpsql.release import Plan, Release, WorkloadRelease
@@ -129,8 +129,7 @@ class Session:
 
     @property
     def tables(self) -> Mapping[str, TableSpec]:
-        """The registered tables' public metadata: a read-only view of frozen specs (changing a
-        table's policy, e.g. its caps, is possible only by registering it again)."""
+        """Read-only view of the registered tables' frozen public metadata (policy changes: register again)."""
         return MappingProxyType(self._catalog)
 
     def remaining(self) -> Budget:
@@ -148,7 +147,6 @@ class Session:
     def ledger(self) -> Ledger:
         return self._ledger
 
-    # -- the pipeline: analyse -> route -> bind check -> reserve -> execute -> release -> post-process -> commit
     def _route(self, sql: Any, epsilon: Any, delta: Any, options: dict[str, Any] | None, *, many: bool = False) -> Route:
         """Analyse and route: public metadata only, so every refusal here is free."""
         self._check_open()
@@ -197,6 +195,11 @@ class Session:
         two ordered columns with DAWA, one charge (pure epsilon-DP), or free from a stored synopsis."""
         return self._run(self._route(sqls, epsilon, delta, options, many=True))  # type: ignore[return-value]
 
+    def suggest_caps(self, table: str, *, epsilon: Any, group_by: str | None = None, quantile: float = 0.9) -> Release:
+        """Charged caps advice (``dpsql.mechanisms.profile``): noisy per-person contribution histograms."""
+        return self._run(route_profile(table, check_epsilon(epsilon), {"group_by": group_by, "quantile": quantile},
+                                       self._catalog))
+
     def _run(self, r: Route) -> Release:
         self._bind_check(r)
         req, desc, mech = r.request, r.description, r.mechanism
@@ -222,7 +225,7 @@ class Session:
         if released.final or req.plan is None:  # a workload: one count per query
             rows = postprocess.clip_negative(released.table, ["count"]) if clip else released.table
             return WorkloadRelease(rows, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
-                                   _details(desc), list(desc.notes))
+                                   {**_details(desc), **released.details}, list(desc.notes))
         return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, _details(desc), list(desc.notes))
 
     def _check_open(self) -> None:

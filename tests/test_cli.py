@@ -22,7 +22,7 @@ from dpsql.cli import EXAMPLES, build_parser, main
 from dpsql.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[1]
-SUBCOMMANDS = ("init", "query", "explain", "budget", "tables", "describe")
+SUBCOMMANDS = ("init", "query", "explain", "budget", "tables", "describe", "suggest-caps")
 
 
 def run(argv: list[str]) -> int:

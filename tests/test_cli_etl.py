@@ -133,3 +133,10 @@ def test_describe_one_table_and_explain_release_chances(workdir, capsys):
     assert run([*CFG, "explain", "SELECT url, COUNT(*) FROM events GROUP BY url", "--epsilon", "1", "--delta", "1e-6"]) == 0
     out = capsys.readouterr().out
     assert "chance that a group is released" in out and "50%" in out  # at n = tau* the chance is one half
+
+
+def test_suggest_caps_from_the_command_line(workdir, capsys):
+    assert run([*CFG, "suggest-caps", "events", "--group-by", "country", "--epsilon", "0.3", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["meta"]["parameters"]["suggested"]) == {"max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group"}
+    assert doc["meta"]["cost"]["epsilon"] == 0.3 and doc["rows"][0]["contribution"] == "rows per person"

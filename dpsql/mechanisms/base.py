@@ -50,6 +50,7 @@ class MechanismName(enum.StrEnum):
     LAPLACE = "laplace"
     SPARSE_HISTOGRAM = "sparse_histogram"
     DAWA = "dawa"
+    CONTRIBUTION_PROFILE = "contribution_profile"
     DP_S4S = "dp_s4s"
     R2T = "r2t"
 
@@ -109,6 +110,8 @@ class Released:
     row_accuracy: dict[str, pa.Array] = field(default_factory=dict)
     commit: dict[str, Any] = field(default_factory=dict)
     final: bool = False
+    #: values computed from the released ones (post-processing) that the Release's details carry
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 class Mechanism(Protocol):

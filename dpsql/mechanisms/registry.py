@@ -38,6 +38,8 @@ from dpsql.catalog import TableSpec
 from dpsql.errors import ConfigError, DPSQLError, PolicyError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism
+from dpsql.mechanisms.profile import ContributionProfile
+from dpsql.mechanisms.profile import route_request as _profile_request
 from dpsql.mechanisms.ranges import Dawa
 from dpsql.mechanisms.s4s_sql import JoinMechanism
 from dpsql.mechanisms.sparse_histogram import SparseHistogram
@@ -53,10 +55,11 @@ REGISTRY: dict[MechanismName, Mechanism] = {
     MechanismName.DAWA: Dawa(),
     MechanismName.DP_S4S: JoinMechanism(MechanismName.DP_S4S),
     MechanismName.R2T: JoinMechanism(MechanismName.R2T),
+    MechanismName.CONTRIBUTION_PROFILE: ContributionProfile(),
 }
 
 #: values the ``mechanism`` option accepts
-FORCEABLE = ("auto", *(m.value for m in MechanismName))
+FORCEABLE = ("auto", *(m.value for m in MechanismName if m != MechanismName.CONTRIBUTION_PROFILE))
 
 _REASONS = {
     "dawa_histogram": "histogram over a column with a declared ordered domain: DAWA (private partition, then workload-aware measurement)",
@@ -227,3 +230,20 @@ def _check_bin_keys(plan: ir.QueryPlan) -> None:
                     f"SELECT {c.name}, COUNT(*) FROM {plan.table.name} GROUP BY {c.name}, which DAWA answers",
                     hint="for other aggregates group by the column itself or an expression such as floor(col / 10) * 10",
                 )
+
+
+def route_profile(table: str, epsilon: float, options: Mapping[str, Any], catalog: Mapping[str, TableSpec]) -> Route:
+    """``Session.suggest_caps``: the contribution profile of one registered table."""
+    from dpsql.plan.analyze import unit_problem
+
+    name = table.lower() if isinstance(table, str) else table
+    if name not in catalog:
+        raise ConfigError(f"no table {table!r} is registered", hint="register it first (Session.tables lists them)")
+    spec = catalog[name]
+    unit = resolve_unit_column(spec, dict(catalog))
+    if unit is None:
+        raise PolicyError(unit_problem(spec, dict(catalog)))
+    mech = REGISTRY[MechanismName.CONTRIBUTION_PROFILE]
+    req = _profile_request(Request(text=f"-- contribution profile of {name}", epsilon=epsilon, delta=0.0, options=options,
+                                   table=spec, unit=unit, catalog=catalog))
+    return _finish(req, mech, mech.calibrate(req, contribution(spec, {})), "caps advice: noisy per-person contribution histograms")
