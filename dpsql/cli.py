@@ -411,7 +411,8 @@ class _Progress:
 
 def _format_table(tbl: Any) -> str:
     cols = tbl.column_names
-    rows = [[("NULL" if v is None else str(v)) for v in r.values()] for r in tbl.to_pylist()]
+    rows = [[("NULL" if v is None else f"{v:.10g}" if isinstance(v, float) else str(v)) for v in r.values()]
+            for r in tbl.to_pylist()]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     out = [" | ".join(c.ljust(w) for c, w in zip(cols, widths)), "-+-".join("-" * w for w in widths)]
     out += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]

@@ -143,12 +143,13 @@ def nonnegative_aggregates(plan: ir.QueryPlan) -> list[str]:
 
 
 def apply(
-    backend: _Runs, plan: ir.QueryPlan, released: Released, *, nonnegative: bool = False
+    backend: _Runs, plan: ir.QueryPlan, released: Released, *, nonnegative: bool = False, estimates: str | None = None
 ) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
     """The caller's table from the released values, and the accuracy of each output column.
 
     ``nonnegative`` (the ``clip_negative`` option): aggregates that cannot be negative are
-    released as max(0, value) before the outputs, HAVING and ORDER BY see them."""
+    released as max(0, value) before the outputs, HAVING and ORDER BY see them. ``estimates``:
+    what the released aggregates estimate (the bounded truth, in words), stated per column."""
     table = released.table
     if nonnegative:
         table = clip_negative(table, nonnegative_aggregates(plan))
@@ -175,7 +176,7 @@ def apply(
             acc = accuracy[o.source]
             if o.source in rows_acc:
                 acc = {**acc, "per_row_ci95_half_width": rows_acc[o.source]}
-            by_output[o.name] = acc
+            by_output[o.name] = {**acc, "estimates": estimates} if estimates else acc
         elif o.source is None:
             by_output[o.name] = {"note": "derived from released values (post-processing)"}
     return out, by_output

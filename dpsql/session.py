@@ -209,7 +209,7 @@ class Session:
         if desc.reuse_of is not None:  # post-processing of a stored release: costs nothing, recorded once answered
             released = mech.release(r.calibration, None, self._noise)
             if req.plan is not None and not released.final:
-                table, accuracy = postprocess.apply(self._engine, req.plan, released, nonnegative=clip)
+                table, accuracy = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))
             entry = self._ledger.record_reuse(source_entry_id=desc.reuse_of, query=req.text, tables=req.tables,
                                               params=desc.parameters)
         else:
@@ -220,7 +220,7 @@ class Session:
                 rows = self._engine.fetch_arrow(ast) if ast is not None else None
                 released = mech.release(r.calibration, rows, self._noise)
                 if req.plan is not None and not released.final:
-                    table, accuracy = postprocess.apply(self._engine, req.plan, released, nonnegative=clip)
+                    table, accuracy = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))
             self._ledger.commit(entry, **released.commit)
         if released.final or req.plan is None:  # a workload: one count per query
             rows = postprocess.clip_negative(released.table, ["count"]) if clip else released.table
