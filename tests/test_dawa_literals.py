@@ -55,7 +55,12 @@ def test_cast_endpoint_is_not_answered_from_a_synopsis(tmp_path: Path) -> None:
     s = session(str(p))
     s.query("SELECT age, COUNT(*) FROM t GROUP BY age", epsilon=10.0)  # stores the synopsis
     le21 = s.query(LE21, epsilon=1.0, options={"reuse": "synopsis"})
-    cast = s.query(CAST_SQL, epsilon=1.0, options={"reuse": "synopsis"})
+    # the cast endpoint is no range: no synopsis serves it (asking for reuse is refused for free) ...
+    import dpsql.errors
+
+    with pytest.raises(dpsql.errors.PolicyError, match="no stored DAWA synopsis"):
+        s.query(CAST_SQL, epsilon=1.0, options={"reuse": "synopsis"})
+    cast = s.query(CAST_SQL, epsilon=1.0)  # ... and it is answered on its own
     assert le21.reused and not cast.reused and cast.mechanism == "laplace"
     truth = sum(1 for i in range(N) if (i * 7) % 101 <= 21)
     assert abs(cast.table.column(0)[0].as_py() - truth) <= 1  # zero noise; snapping grid of a count at eps=1
