@@ -141,6 +141,8 @@ class ContributionProfile:
                 lows.append(2**i)
                 highs.append(2 ** (i + 1) - 1 if i < MAX_BIN else None)
                 counts.append(int(noisy[i]))
+        if "max_rows_per_group" in suggested:  # a person's rows in one group never exceed their rows
+            suggested["max_rows_per_group"] = min(suggested["max_rows_per_group"], suggested["max_rows_per_unit"])
         table = pa.table({"contribution": names, "from": lows, "to": pa.array(highs, pa.int64()), "people": counts})
         acc = {"noise": "laplace", "noise_std": float(np.sqrt(2.0) * lam), "snapping_grid": grid,
                "note": "people per bin, noisy; suggested caps (details['suggested']) read from these counts"}
