@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import dpsql
+from dpsql.cli import main
 from dpsql.testing import seeded_noise, use_noise, zero_noise
 
 
@@ -121,3 +123,24 @@ def run_together(procs: list[subprocess.Popen[str]], timeout: float = 120) -> li
         for p in procs:
             if p.poll() is None:
                 p.kill()
+
+
+# -- the command line: its runner and a fresh copy of examples/ as the working directory ---------------
+
+
+def run_cli(argv: list[str]) -> int:
+    """main(argv) with argparse's SystemExit turned into the exit code."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh copy of examples/ (so the example ledger is new), as the working directory."""
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("*.duckdb*"))
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sql", tmp_path / "sql")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    return tmp_path

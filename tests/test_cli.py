@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import make_events
+from conftest import run_cli as run
 
 from dpsql.budget import Budget
 from dpsql.cli import EXAMPLES, build_parser, main
@@ -23,24 +24,6 @@ from dpsql.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[1]
 SUBCOMMANDS = ("init", "query", "explain", "budget", "tables", "describe", "suggest-caps")
-
-
-def run(argv: list[str]) -> int:
-    """main(argv) with argparse's SystemExit turned into the exit code."""
-    try:
-        return main(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh copy of examples/ (so the example ledger is new), as the working directory."""
-    shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("*.duckdb*"))
-    shutil.copytree(REPO / "sql", tmp_path / "sql")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
-    return tmp_path
 
 
 CFG = ["--config", "examples/dpsql.toml"]
@@ -352,7 +335,6 @@ def test_subprocess_entry_point(workdir: Path) -> None:
 def test_workload_flag_runs_query_many(tmp_path, capsys):
     import shutil
 
-    from dpsql.cli import main
 
     root = Path(__file__).resolve().parents[1]
     ex = tmp_path / "examples"

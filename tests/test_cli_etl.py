@@ -5,33 +5,18 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from conftest import make_events
+from conftest import run_cli as run
 
-from dpsql.cli import _cli_text, main
+from dpsql.cli import _cli_text
 
 REPO = Path(__file__).resolve().parents[1]
 CFG = ["--config", "examples/dpsql.toml"]
 Q = "SELECT country, COUNT(*) AS n FROM events GROUP BY country"
-
-
-def run(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-
-
-@pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("*.duckdb*"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
-    return tmp_path
 
 
 def _spent(capsys: pytest.CaptureFixture[str]) -> float:
