@@ -77,3 +77,23 @@ def test_refusals_are_free(session, kw, match):
     with pytest.raises(ConfigError, match=match):
         session.suggest_caps(args.pop("table"), **args)
     assert session.history().num_rows == 0
+
+
+def test_removing_one_person_moves_each_histogram_by_one_in_one_bin():
+    """The sensitivity the calibration uses: one person is in exactly one bin of each histogram
+    (zero noise, so the released counts are the true ones)."""
+    t = _table()
+
+    def counts(table: pa.Table) -> np.ndarray:
+        s = dpsql.Session(ledger=None, budget=dpsql.Budget(10.0, 1e-5))
+        use_noise(s, zero_noise())
+        s.register("t", table, privacy_unit="u")
+        r = s.suggest_caps("t", epsilon=3.0, group_by="g")
+        s.close()
+        return np.asarray(r.table.column("people").to_pylist()).reshape(3, -1)
+
+    full = counts(t)
+    for victim in (0, 55, 96, 99):  # one row; 2-3 rows; 4-7 rows; 40 rows
+        rest = counts(t.filter(pa.array(t.column("u").to_numpy() != victim)))
+        diff = full - rest
+        assert (diff >= 0).all() and (diff.sum(axis=1) == 1).all() and (np.count_nonzero(diff, axis=1) == 1).all()
