@@ -158,6 +158,9 @@ class TableSpec:
     #: the owner allows sampled joins (DP-S4S, q < 1) whose Delta is only attested by the declarations
     #: (several people per tuple): their privacy claim is conditional on the data honouring them
     allow_conditional_sampling: bool = False
+    #: owner-declared public upper bound on the table's row count (never read from the data); used only
+    #: to evaluate public formulas (error bounds, solver sizes) in ``explain``
+    max_table_rows: int | None = None
     tau: int = 1  # suppression threshold for sparse histograms
     schema: dict[str, str] = field(default_factory=ReadOnlyDict)  # column name (lower) -> duckdb type
     view: str | None = None  # name of the session's private view on the source
@@ -192,6 +195,7 @@ class TableSpec:
             "degree_bounds": dict(self.degree_bounds),
             "public": self.public,
             "allow_conditional_sampling": self.allow_conditional_sampling,
+            "max_table_rows": self.max_table_rows,
             "columns": {
                 c.name: {k: v for k, v in (("bounds", c.bounds), ("domain", c.domain),
                                                    ("ordered", dataclasses.asdict(c.ordered) if c.ordered else None)) if v}
@@ -591,6 +595,7 @@ def register_table(
     public: bool = False,
     degree_bounds: Mapping[str, Any] | None = None,
     allow_conditional_sampling: bool = False,
+    max_table_rows: int | None = None,
 ) -> TableSpec:
     """Register a private table in ``catalog`` (reading only the source's schema, never a row).
 
@@ -619,6 +624,9 @@ def register_table(
     privacy is then conditional on the data honouring the declared degree bounds and keys, only
     if every private table it reads or reaches allows it (default False: R2T, q = 1, which needs
     no Delta; an analyst's q < 1 is refused for free).
+    ``max_table_rows``: a public upper bound on the table's row count declared by the owner (e.g. a
+    published size), never read from the data. ``explain`` evaluates public formulas that need table
+    sizes (a join's error bound, a solver's size) only where every table involved declares one.
     """
     tname = check_table_name(name)
     kind, src = classify_source(source, has_connection=has_connection)
@@ -663,6 +671,10 @@ def register_table(
     if not isinstance(allow_conditional_sampling, bool):
         raise ConfigError(f"allow_conditional_sampling for table '{tname}' must be True or False, "
                           f"got {allow_conditional_sampling!r}")
+    if max_table_rows is not None and (isinstance(max_table_rows, bool) or not isinstance(max_table_rows, int)
+                                       or max_table_rows < 1):
+        raise ConfigError(f"max_table_rows for table '{tname}' must be a whole number >= 1, got {max_table_rows!r}",
+                          hint="e.g. max_table_rows=1_500_000 (a public upper bound on the row count), or omit it")
     if degree_bounds is not None and not isinstance(degree_bounds, Mapping):
         raise ConfigError(f"degree_bounds for table '{tname}' must be a dict, got {type(degree_bounds).__name__}",
                           hint="degree_bounds={'customer_id': 64}: at most 64 rows per referenced customer")
@@ -749,6 +761,7 @@ def register_table(
         degree_bounds=degrees,
         public=public,
         allow_conditional_sampling=allow_conditional_sampling,
+        max_table_rows=max_table_rows,
         tau=tau,
         schema=schema,
         view=view,

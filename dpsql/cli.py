@@ -68,6 +68,8 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
                    help="a foreign key of a --table (its target is a key; repeatable)")
     g.add_argument("--degree-bound", action="append", default=d([]), metavar="NAME.COL=N",
                    help="at most N rows of a --table per value of its foreign key COL (repeatable)")
+    g.add_argument("--max-table-rows", action="append", default=d([]), metavar="NAME=N",
+                   help="a public upper bound on a --table's row count (explain then evaluates join error bounds)")
     g.add_argument("--allow-conditional-sampling", action="append", default=d([]), metavar="NAME",
                    help="a --table whose joins with an attested Delta may be sampled (q < 1; privacy conditional on the "
                         "declared bounds)")
@@ -216,6 +218,7 @@ def _check_owner_config(args: argparse.Namespace) -> None:
                             ("--domain", getattr(args, "domain", None)), ("--bins", getattr(args, "bins", None)), ("--ledger", args.ledger),
                             ("--public", getattr(args, "public", None)), ("--reference", getattr(args, "reference", None)),
                             ("--degree-bound", getattr(args, "degree_bound", None)),
+                            ("--max-table-rows", getattr(args, "max_table_rows", None)),
                             ("--allow-conditional-sampling", getattr(args, "allow_conditional_sampling", None)))
              if v]
     if flags:
@@ -290,9 +293,16 @@ def _open_session(args: argparse.Namespace) -> Any:
                 degrees.setdefault(t, {})[c] = int(v)
             except ValueError:
                 raise ConfigError(f"--degree-bound expects NAME.COL=N, got {k}={v}") from None
+        sizes: dict[str, int] = {}
+        for k, v in _kv(getattr(args, "max_table_rows", []), "--max-table-rows").items():
+            try:
+                sizes[k] = int(v.replace("_", ""))
+            except ValueError:
+                raise ConfigError(f"--max-table-rows expects NAME=N (a whole number), got {k}={v}",
+                                  hint="e.g. --max-table-rows orders=1500000") from None
         public = set(getattr(args, "public", []) or [])
         sampling = set(getattr(args, "allow_conditional_sampling", []) or [])
-        for name in (list(units) + list(groups) + list(rows) + list(bounds) + list(refs) + list(degrees) + sorted(public)
+        for name in (list(units) + list(groups) + list(rows) + list(bounds) + list(refs) + list(degrees) + list(sizes) + sorted(public)
                      + sorted(sampling)):
             if name not in tables:
                 raise ConfigError(f"options name table '{name}' but no --table {name}=PATH was given")
@@ -315,6 +325,7 @@ def _open_session(args: argparse.Namespace) -> Any:
                 public=name in public,
                 degree_bounds=degrees.get(name),
                 allow_conditional_sampling=name in sampling,
+                max_table_rows=sizes.get(name),
             )
     except BaseException:
         s.close()
@@ -666,9 +677,12 @@ def _cmd_tables(args: argparse.Namespace) -> int:
         print(f"{name}: privacy unit {d['privacy_unit'] or '(through references)'}; max_groups_per_unit "
               f"{d['max_groups_per_unit']:g}, max_rows_per_group {d['max_rows_per_group']:g}"
               + (f", max_rows_per_unit {d['max_rows_per_unit']:g}" if d["max_rows_per_unit"] is not None else "")
-              + f", tau {d['tau']}")
+              + f", tau {d['tau']}"
+              + (f", at most {d['max_table_rows']} rows" if d.get("max_table_rows") is not None else "")
+              + (" (public)" if d.get("public") else ""))
         for ref, tgt in d["references"].items():
-            print(f"  reference {ref} -> {tgt}")
+            deg = d.get("degree_bounds", {}).get(ref)
+            print(f"  reference {ref} -> {tgt}" + (f" (at most {deg} rows per value)" if deg is not None else ""))
         for col, c in d["columns"].items():
             print(f"  {col}: " + "; ".join(f"{k} {json.dumps(_json_safe(v))}" for k, v in c.items()))
     return 0

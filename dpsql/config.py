@@ -41,7 +41,7 @@ SECTIONS = ("ledger", "engine", "tables")
 LEDGER_KEYS = ("path", "url", "epsilon", "delta", "create_if_missing")
 TABLE_KEYS = ("source", "privacy_unit", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit", "columns",
               "references", "tau", "version", "public", "degree_bounds",
-              "allow_conditional_sampling")
+              "allow_conditional_sampling", "max_table_rows")
 
 
 def engine_keys() -> tuple[str, ...]:

@@ -110,7 +110,7 @@ class Session:
         columns: dict[str, dict[str, Any]] | None = None,
         references: dict[str, str] | None = None,
         tau: int = 1,
-        version: str | None = None,
+        version: str | None = None, max_table_rows: int | None = None,
         public: bool = False, degree_bounds: dict[str, int] | None = None, allow_conditional_sampling: bool = False,
     ) -> None:
         """Register a private table; reads only its schema, never its rows (``dpsql.catalog.register_table``:
@@ -124,7 +124,7 @@ class Session:
             read_settings={"max_text_bytes": settings.max_text_bytes, "invalid_text": settings.invalid_text},
             privacy_unit=privacy_unit, max_groups_per_unit=max_groups_per_unit, max_rows_per_group=max_rows_per_group,
             max_rows_per_unit=max_rows_per_unit, columns=columns, references=references, tau=tau, version=version,
-            public=public, degree_bounds=degree_bounds, allow_conditional_sampling=allow_conditional_sampling,
+            max_table_rows=max_table_rows, public=public, degree_bounds=degree_bounds, allow_conditional_sampling=allow_conditional_sampling,
         )
 
     @property
