@@ -147,6 +147,9 @@ def route(
                    unit=_unit(table, catalog), catalog=catalog, plan=plan, find_synopsis=find_synopsis)
     if any(a.kind in ir.QUANTILE_KINDS for a in plan.aggregates):
         return _route_quantile(base, forced)
+    if forced == "exponential":
+        raise PolicyError("mechanism 'exponential' answers quantiles (MIN, MAX, MEDIAN, PERCENTILE_CONT, QUANTILE)",
+                          hint="omit the mechanism option for counts, sums and averages")
 
     # rule 2: ordered domains (DAWA, or a stored synopsis)
     if forced in ("auto", "dawa") and any(c.ordered is not None for c in table.columns.values()):

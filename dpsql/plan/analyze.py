@@ -137,7 +137,7 @@ class _Builder:
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})")
 
     # -- aggregates ------------------------------------------------------------------
-    def aggregate_ref(self, node: exp.Expression) -> exp.Expression | None:
+    def aggregate_ref(self, node: exp.Expression, clause: str = "SELECT") -> exp.Expression | None:
         """Map an aggregate call to a column reference to its (noisy) released value."""
         assert self.table is not None
         if isinstance(node, exp.Filter):
@@ -150,12 +150,13 @@ class _Builder:
         if isinstance(node, (exp.WithinGroup, *QUANTILE_AGGS)):
             got = quantile_call(node)
             if isinstance(got, str):
-                self.bad(node, got)
+                self.bad(node, f"{clause}: {got}")
                 return None
             kind, arg, p = got
             fn = "MIN" if kind == ir.MIN else "MAX" if kind == ir.MAX else "a quantile"
             if not isinstance(arg, exp.Column):
-                self.bad(node, f"{fn} takes a plain column with declared bounds; expressions inside it are not supported")
+                self.bad(node, f"{clause}: {fn} takes a plain column with declared bounds; expressions inside it are "
+                         "not supported")
                 return None
             column = arg.name.lower()
         elif isinstance(node, exp.Count):
@@ -195,6 +196,8 @@ class _Builder:
         if column is not None and kind in (ir.SUM, ir.AVG, *ir.QUANTILE_KINDS):
             why = check_numeric_column(column, self.table.schema)
             if why is not None:
+                if kind in ir.QUANTILE_KINDS:  # name the aggregate asked for
+                    why = why.replace("SUM and AVG need", f"{node.key.upper() if kind != ir.QUANTILE else 'a quantile'} needs")
                 self.bad(node, why)
                 return None
         bounds = None
@@ -223,11 +226,11 @@ class _Builder:
 
         def repl(n: exp.Expression) -> exp.Expression:
             if isinstance(n, exp.WithinGroup):
-                r = self.aggregate_ref(n)
+                r = self.aggregate_ref(n, where)
                 return r if r is not None else exp.Null()
             if isinstance(n, exp.AggFunc) or isinstance(n, exp.Filter):
                 if isinstance(n, SUPPORTED_AGGS) or isinstance(n, exp.Filter):
-                    r = self.aggregate_ref(n)
+                    r = self.aggregate_ref(n, where)
                     return r if r is not None else exp.Null()
                 self.bad(n, f"{where}: aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM or AVG")
                 return exp.Null()

@@ -61,7 +61,7 @@ def quantile_call(node: exp.Expression) -> tuple[str, exp.Expression, float] | s
         return ir.QUANTILE, col, round(1.0 - p, 12) if items[0].args.get("desc") else p
     if isinstance(node, (exp.Min, exp.Max)):
         if node.expressions:
-            return f"{type(node).__name__.upper()} takes one column (for the least/greatest of several values use LEAST/GREATEST)"
+            return f"{node.sql_name()} takes one column (for the least/greatest of several values use LEAST/GREATEST)"
         kind = ir.MIN if isinstance(node, exp.Min) else ir.MAX
         return kind, node.this, 0.0 if kind == ir.MIN else 1.0
     if isinstance(node, exp.Median):
@@ -71,7 +71,7 @@ def quantile_call(node: exp.Expression) -> tuple[str, exp.Expression, float] | s
         return p if isinstance(p, str) else (ir.QUANTILE, node.this, p)
     if isinstance(node, (exp.PercentileCont, exp.PercentileDisc)):
         if node.args.get("expression") is None:
-            return f"{type(node).__name__.upper()}(p) needs WITHIN GROUP (ORDER BY col); {_FIX}"
+            return f"{node.sql_name()}(p) needs WITHIN GROUP (ORDER BY col); {_FIX}"
         p = _fraction(node.args.get("expression"))
         return p if isinstance(p, str) else (ir.QUANTILE, node.this, p)
     return f"unsupported quantile aggregate; {_FIX}"
