@@ -1,4 +1,4 @@
-r"""Quantiles, medians, MIN and MAX: the exponential mechanism over a public grid of the
+r"""Quantiles, medians, MIN and MAX (docs/mechanisms.md §9): the exponential mechanism over a public grid of the
 declared bounds, or, on request, a quantile read from a stored DAWA synopsis.
 
 The quantity
