@@ -316,6 +316,7 @@ class _Builder:
             "ordinality": "WITH ORDINALITY is not supported",
             "joins": "JOINs are not supported yet: a join can multiply one person's contribution",
             "laterals": "LATERAL is not supported",
+            "hints": "table hints such as WITH (NOLOCK) are not supported; remove them (the query reads a snapshot)",
         }
         for key, val in tbl.args.items():
             if not val or key in ("this", "alias", "db", "catalog"):
@@ -506,6 +507,10 @@ class _Builder:
         if node is None:
             return None
         val = node.args.get("expression") or node.this
+        if isinstance(node, exp.Fetch):  # ANSI FETCH FIRST n ROWS ONLY: LIMIT n (not PERCENT / WITH TIES)
+            opts = node.args.get("limit_options")
+            plain = opts is None or not (opts.args.get("percent") or opts.args.get("with_ties"))
+            val = node.args.get("count") if plain else None
         if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
             return int(val.this)
         self.violations.append(
