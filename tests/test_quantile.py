@@ -394,3 +394,25 @@ def test_quantile_from_stored_synopsis_is_free_and_recorded() -> None:
     # without the option, the exponential mechanism answers (charged)
     r2 = s.query("SELECT MEDIAN(age) FROM people", epsilon=1.0)
     assert r2.mechanism == "exponential" and r2.cost == dpsql.Budget(1.0, 0.0)
+
+
+# -- the command line ---------------------------------------------------------------------------------------------
+
+
+def test_cli_query_and_explain(workdir: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from conftest import run_cli
+
+    cfg = ["--config", "examples/dpsql.toml"]
+    assert run_cli([*cfg, "explain", "SELECT country, MEDIAN(amount) AS m FROM events GROUP BY country", "--epsilon", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "exponential" in out and "rank_error_95" in out
+    assert run_cli([*cfg, "query", "SELECT MEDIAN(age) AS m, MAX(amount) AS top FROM events", "--epsilon", "0.5",
+                    "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    [row] = doc["rows"]
+    assert 0 <= row["m"] <= 120 and 0 <= row["top"] <= 100
+    assert doc["meta"]["cost"] == {"epsilon": 0.5, "delta": 0.0}
+    assert run_cli([*cfg, "query", "SELECT QUANTILE(age, 2) FROM events", "--epsilon", "0.5"]) == 2
+    assert "between 0 and 1" in capsys.readouterr().err
