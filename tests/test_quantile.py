@@ -157,6 +157,20 @@ def test_grid_without_granularity_is_a_power_of_ten() -> None:
     assert a["grid_step"] == 100.0 and a["candidates"] == 2501
 
 
+def test_bounds_too_wide_or_huge_are_handled_before_any_charge() -> None:
+    t = pa.table({"pid": pa.array([1, 2], pa.int64()), "x": pa.array([1.0, 2.0])})
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 0.0))
+    s.register("w", t, privacy_unit="pid", max_rows_per_unit=1, columns={"x": {"bounds": (-1e308, 1e308)}})
+    with pytest.raises(dpsql.errors.ConfigError, match="too wide"):
+        s.query("SELECT MEDIAN(x) FROM w", epsilon=1.0)
+    s.register("w2", t, privacy_unit="pid", max_rows_per_unit=1,
+               columns={"x": {"bounds": (-1e300, 1e300), "granularity": 0.001}})
+    [a] = s.explain("SELECT MEDIAN(x) FROM w2", epsilon=1.0).parameters["aggregates"]
+    assert a["candidates"] <= 100_001 and a["grid_step"] >= 2e300 / 100_000
+    assert s.query("SELECT MEDIAN(x) FROM w2", epsilon=1.0).table.num_rows == 1
+    assert s.remaining().epsilon == 9.0
+
+
 # -- the output distribution is the mechanism's ---------------------------------------------------------
 
 #: a small domain: ages 0..5 (6 candidates), h = [2, 0, 3, 1, 0, 4] rows at each point

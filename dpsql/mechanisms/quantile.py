@@ -100,15 +100,21 @@ def value_grid(plan: ir.QueryPlan, agg: ir.Aggregate) -> ValueGrid:
     assert agg.column is not None and agg.bounds is not None
     lo, hi = float(agg.bounds[0]), float(agg.bounds[1])
     width = hi - lo
-    step = plan.table.column(agg.column).granularity
-    if not step:
+    if not math.isfinite(width):
+        raise ConfigError(
+            f"the declared bounds of '{agg.column}' ({agg.bounds[0]:g}, {agg.bounds[1]:g}) are too wide for a quantile's grid",
+            hint=f"register '{agg.column}' with narrower bounds",
+        )
+    base = plan.table.column(agg.column).granularity
+    if not base:
         if plan.table.schema.get(agg.column, "").upper() in _INTEGER_TYPES:
-            step = 1.0
+            base = 1.0
         else:
-            step = 10.0 ** math.floor(math.log10(width / 1000.0)) if width > 0 else 1.0
-    step = float(step)
-    while width / step > MAX_CELLS:
-        step *= 10.0
+            base = 10.0 ** math.floor(math.log10(width / 1000.0)) if width > 0 else 1.0
+    k = 0
+    while width / (float(base) * 10.0**k) > MAX_CELLS:
+        k += 1
+    step = float(base) * 10.0**k
     cells = int(math.ceil(width / step - 1e-9)) if width > 0 else 0
     return ValueGrid(agg.column, lo, hi, step, cells)
 
