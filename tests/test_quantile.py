@@ -227,6 +227,36 @@ def test_output_distribution_matches_the_exponential_mechanism() -> None:
     assert chisquare(counts, n * _law(0.7)).pvalue < 1e-6
 
 
+def _exact_law(hist: np.ndarray, p: float, scale: float) -> np.ndarray:
+    u = qm.utilities(hist[None, :], 1.0 - p, -p, 0.0)[0]
+    w = np.exp(scale * (u - u.max()))
+    return w / w.sum()
+
+
+@pytest.mark.parametrize("p", [0.5, 0.1, 0.9])
+def test_privacy_loss_over_every_neighbour_of_a_small_domain(p: float) -> None:
+    """Exact output laws on D and on every D minus (or plus) one row, L = 1: the largest log-ratio
+    is at most eps' (here 1) with the calibrated scale eps' / (2 Delta), Delta = max(p, 1 - p);
+    a mechanism calibrated without the factor 2 and with the smaller weight min(p, 1 - p) as its
+    sensitivity (scale eps' / min(p, 1 - p)) exceeds it."""
+    base = np.array([2, 0, 3, 1, 0, 4], dtype=float)
+    neighbours = []
+    for i in range(6):
+        for d in (-1, 1):
+            h = base.copy()
+            h[i] += d
+            if h[i] >= 0:
+                neighbours.append(h)
+    delta_u = max(p, 1 - p)
+
+    def worst(scale: float) -> float:
+        law = _exact_law(base, p, scale)
+        return max(float(np.abs(np.log(law) - np.log(_exact_law(h, p, scale))).max()) for h in neighbours)
+
+    assert worst(1.0 / (2 * delta_u)) <= 1.0 + 1e-12
+    assert worst(1.0 / min(p, 1 - p)) > 1.0  # negative control: a mis-calibrated mechanism leaks more than eps'
+
+
 def test_zero_noise_source_releases_the_best_point() -> None:
     mech, cal, bounded = _small_release()
     assert mech.release(cal, bounded, zero_noise()).table.column("__a0")[0].as_py() == 3.0
