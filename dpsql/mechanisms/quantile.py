@@ -288,7 +288,11 @@ class QuantileMechanism:
         for o in cal.plan.outputs:
             if o.source in by_agg:
                 j = by_agg[o.source]
-                expected[o.name] = {"rank_error_95": cal.rank_error(j), "grid_step": cal.grids[j].step}
+                expected[o.name] = {
+                    "rank_error_95": cal.rank_error(j), "grid_step": cal.grids[j].step,
+                    "note": (f"a point of a grid of step {cal.grids[j].step:g}; with probability 0.95 the rows below/above "
+                             f"it split as asked up to {cal.rank_error(j):.4g} rows (relative to the best grid point)"),
+                }
         params: dict[str, Any] = {
             "epsilon_per_release": cal.eps_run,
             "groups_per_unit": cal.groups_per_unit,
