@@ -169,6 +169,11 @@ def test_bounds_too_wide_or_huge_are_handled_before_any_charge() -> None:
     assert a["candidates"] <= 100_001 and a["grid_step"] >= 2e300 / 100_000
     assert s.query("SELECT MEDIAN(x) FROM w2", epsilon=1.0).table.num_rows == 1
     assert s.remaining().epsilon == 9.0
+    t3 = t.append_column("k", pa.array([0, 1], pa.int64()))
+    s.register("w3", t3, privacy_unit="pid", max_groups_per_unit=1,
+               columns={"x": {"bounds": (0, 1), "granularity": 0.00001}, "k": {"domain": list(range(100))}})
+    with pytest.raises(PolicyError, match="coarser granularity"):  # 100 groups x 100,001 points
+        s.explain("SELECT k, MEDIAN(x) FROM w3 GROUP BY k", epsilon=1.0)
 
 
 # -- the output distribution is the mechanism's ---------------------------------------------------------

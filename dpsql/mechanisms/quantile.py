@@ -89,6 +89,8 @@ from dpsql.rewrite.bound import Caps, ValueGrid, bounded_value_histograms
 
 #: candidates per grid at most (the grid is coarsened tenfold until it fits)
 MAX_CELLS = 100_000
+#: groups x candidates a release may weigh (memory and time are public: they depend on these only)
+MAX_TOTAL_CANDIDATES = 5_000_000
 #: the failure probability of the published rank error
 BETA = 0.05
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
@@ -222,6 +224,13 @@ class QuantileMechanism:
             _, _, weight = coefficients(a)
             cal.grids.append(grid)
             cal.sensitivity.append(r * weight)
+        total = groups * sum(g.cells + 1 for g in cal.grids)
+        if total > MAX_TOTAL_CANDIDATES:
+            raise PolicyError(
+                f"this quantile query would weigh {total:,} candidates (groups x grid points), more than "
+                f"{MAX_TOTAL_CANDIDATES:,}; nothing was charged",
+                hint="declare a coarser granularity for the column, or group by fewer keys",
+            )
         for j, a in enumerate(aggs):
             cal.targets.append(float(math.ceil(cal.rank_error(j))) if a.kind in (ir.MIN, ir.MAX) else 0.0)
         if not all(math.isfinite(cal.rank_error(j)) for j in range(len(aggs))):
