@@ -24,7 +24,8 @@ OPTIONS: dict[str, str] = {
     "max_groups_per_unit": "lower the table's cap on groups per privacy unit for this query (never above the registered cap)",
     "max_rows_per_group": "lower the table's cap on rows per unit and group for this query (never above the registered cap)",
     "reuse": "'synopsis': answer a range count from a stored DAWA synopsis for free (it kept at most max_rows_per_unit "
-    "rows per person before the range predicate, so it estimates a slightly different quantity than the query itself)",
+    "rows per person before the range predicate, so it estimates a slightly different quantity than the query itself), "
+    "or a quantile (MEDIAN, PERCENTILE_CONT, QUANTILE) of an ordered column from its stored histogram",
     "clip_negative": "post-processing, any mechanism: release max(0, value) for counts and for sums and averages whose "
     "declared lower bound is >= 0 (default false: the unbiased noisy value, which can be negative)",
     "q": "DP-S4S (joins): the Poisson sampling rate of join tuples, in (0, 1] (default 1/16, data independent; 1 = no sampling)",

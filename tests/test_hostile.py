@@ -56,7 +56,7 @@ HOSTILE_SQL: list[tuple[str, type[errors.DPSQLError]]] = [
     ("SELECT COUNT(*) FROM events WHERE error(url) IS NULL", U),
     ("SELECT COUNT(*) FROM events WHERE random() < 0.5", U),
     ("SELECT COUNT(*) FROM events TABLESAMPLE 50%", U),
-    ("SELECT MAX(amount) FROM events", U),
+    ("SELECT MAX(url) FROM events", U),
     ("SELECT COUNT(DISTINCT url) FROM events", U),
     ("SELECT COUNT(*) FROM events WHERE nosuch = 1", U),
     ("SELECT COUNT(*) FROM dpsql_ledger", P),
@@ -77,7 +77,8 @@ BAD_OPTIONS: list[tuple[Any, type[errors.DPSQLError]]] = [
     ({"nosuch": 1}, errors.ConfigError),
     ({"seed": 1}, errors.ConfigError),
     ("tau=3", errors.ConfigError),
-    ({"mechanism": "exponential"}, errors.ConfigError),
+    ({"mechanism": "exponential"}, errors.PolicyError),  # answers quantiles only
+    ({"mechanism": "nosuch"}, errors.ConfigError),
     ({"mechanism": "gaussian"}, errors.ConfigError),  # gaussian needs delta > 0 (delta=0 below)
     ({"mechanism": "dawa"}, errors.PolicyError),
     ({"tau": 3}, errors.ConfigError),  # tau applies to the sparse histogram only

@@ -22,6 +22,10 @@ Routing rules, in order:
 3. GROUP BY over keys not all declared public -> the Gaussian sparse histogram (needs delta > 0).
 4. A scalar aggregate, or GROUP BY over public keys -> Gaussian (delta > 0) or Laplace (delta = 0).
 
+Quantiles (MIN, MAX, MEDIAN, PERCENTILE_CONT, QUANTILE ...) -> the exponential mechanism
+(``mechanisms.quantile``), before rule 2; with ``reuse='synopsis'`` a quantile is read from a
+stored DAWA synopsis of its ordered column instead (the opt-in of a single range count).
+
 The ``mechanism`` option forces a mechanism where it applies and is refused where it does not.
 """
 
@@ -40,6 +44,7 @@ from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request
 from dpsql.mechanisms.basic import BasicMechanism
 from dpsql.mechanisms.profile import ContributionProfile
 from dpsql.mechanisms.profile import route_request as _profile_request
+from dpsql.mechanisms.quantile import QuantileMechanism
 from dpsql.mechanisms.ranges import Dawa
 from dpsql.mechanisms.s4s_sql import JoinMechanism
 from dpsql.mechanisms.sparse_histogram import SparseHistogram
@@ -56,6 +61,7 @@ REGISTRY: dict[MechanismName, Mechanism] = {
     MechanismName.DP_S4S: JoinMechanism(MechanismName.DP_S4S),
     MechanismName.R2T: JoinMechanism(MechanismName.R2T),
     MechanismName.CONTRIBUTION_PROFILE: ContributionProfile(),
+    MechanismName.EXPONENTIAL: QuantileMechanism(),
 }
 
 #: values the ``mechanism`` option accepts
@@ -139,6 +145,11 @@ def route(
                           hint="omit the mechanism option for a single-table query")
     base = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=table,
                    unit=_unit(table, catalog), catalog=catalog, plan=plan, find_synopsis=find_synopsis)
+    if any(a.kind in ir.QUANTILE_KINDS for a in plan.aggregates):
+        return _route_quantile(base, forced)
+    if forced == "exponential":
+        raise PolicyError("mechanism 'exponential' answers quantiles (MIN, MAX, MEDIAN, PERCENTILE_CONT, QUANTILE)",
+                          hint="omit the mechanism option for counts, sums and averages")
 
     # rule 2: ordered domains (DAWA, or a stored synopsis)
     if forced in ("auto", "dawa") and any(c.ordered is not None for c in table.columns.values()):
@@ -185,6 +196,25 @@ def route(
         reason = f"{what}: {name} mechanism ({why})"
     _check_applicable(mech, options)
     return _finish(base, mech, mech.calibrate(base, contribution(table, options, grouped=plan.is_grouped)), reason)
+
+
+def _route_quantile(base: Request, forced: str) -> Route:
+    """Quantiles: the exponential mechanism (or a stored synopsis when reuse is asked)."""
+    plan = base.plan
+    assert plan is not None
+    if forced not in ("auto", "exponential"):
+        raise PolicyError(f"quantiles (MIN, MAX, MEDIAN, PERCENTILE_CONT, QUANTILE) are answered by the exponential "
+                          f"mechanism, not by mechanism '{forced}'", hint="omit the mechanism option")
+    others = [a.sql for a in plan.aggregates if a.kind not in ir.QUANTILE_KINDS]
+    if others:
+        raise PolicyError(
+            f"a query mixes quantiles with other aggregates ({', '.join(others)}); they are released by different "
+            "mechanisms", hint="ask the quantiles (MIN, MAX, MEDIAN, ...) and the other aggregates in separate queries")
+    mech = REGISTRY[MechanismName.EXPONENTIAL]
+    _check_applicable(mech, base.options)
+    what = "scalar quantile" if not plan.keys else "quantile per public (declared) key, every key released"
+    cal = mech.calibrate(base, contribution(base.table, base.options, grouped=plan.is_grouped))
+    return _finish(base, mech, cal, f"{what}: exponential mechanism over a public grid of the declared bounds (pure DP)")
 
 
 def _route_join(

@@ -15,6 +15,7 @@ from dpsql.plan import ir
 from dpsql.plan.checks import SUPPORTED_AGGS, check_expression_functions, check_statement_shape, violation
 from dpsql.plan.joins import analyze_join
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
+from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call
 from dpsql.plan.typer import MAX_DEPTH, TypeRefusal, check_numeric_column, type_key, type_predicate
 
 _POLICY_PREFIX = "[policy] "
@@ -136,7 +137,7 @@ class _Builder:
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})")
 
     # -- aggregates ------------------------------------------------------------------
-    def aggregate_ref(self, node: exp.Expression) -> exp.Expression | None:
+    def aggregate_ref(self, node: exp.Expression, clause: str = "SELECT") -> exp.Expression | None:
         """Map an aggregate call to a column reference to its (noisy) released value."""
         assert self.table is not None
         if isinstance(node, exp.Filter):
@@ -145,7 +146,20 @@ class _Builder:
         arg = node.this
         kind: str | None = None
         column: str | None = None
-        if isinstance(node, exp.Count):
+        p: float | None = None
+        if isinstance(node, (exp.WithinGroup, *QUANTILE_AGGS)):
+            got = quantile_call(node)
+            if isinstance(got, str):
+                self.bad(node, f"{clause}: {got}")
+                return None
+            kind, arg, p = got
+            fn = "MIN" if kind == ir.MIN else "MAX" if kind == ir.MAX else "a quantile"
+            if not isinstance(arg, exp.Column):
+                self.bad(node, f"{clause}: {fn} takes a plain column with declared bounds; expressions inside it are "
+                         "not supported")
+                return None
+            column = arg.name.lower()
+        elif isinstance(node, exp.Count):
             if isinstance(arg, exp.Star) or arg is None:
                 kind = ir.COUNT_STAR
             elif isinstance(arg, exp.Distinct):
@@ -179,17 +193,19 @@ class _Builder:
             return None
         if column is not None and self.table.schema and column not in self.table.schema:
             return None  # reported by check_columns
-        if column is not None and kind in (ir.SUM, ir.AVG):
+        if column is not None and kind in (ir.SUM, ir.AVG, *ir.QUANTILE_KINDS):
             why = check_numeric_column(column, self.table.schema)
             if why is not None:
+                if kind in ir.QUANTILE_KINDS:  # name the aggregate asked for
+                    why = why.replace("SUM and AVG need", f"{node.key.upper() if kind != ir.QUANTILE else 'a quantile'} needs")
                 self.bad(node, why)
                 return None
         bounds = None
-        if kind in (ir.SUM, ir.AVG):
+        if kind in (ir.SUM, ir.AVG, *ir.QUANTILE_KINDS):
             assert column is not None
             bounds = self.table.column(column).bounds
             if bounds is None:
-                fn = "SUM" if kind == ir.SUM else "AVG"
+                fn = {ir.SUM: "SUM", ir.AVG: "AVG", ir.MIN: "MIN", ir.MAX: "MAX"}.get(kind, "QUANTILE")
                 self.bad(
                     node,
                     f"{fn}({column}) needs value bounds; table '{self.table.name}' declares none for '{column}' "
@@ -198,9 +214,9 @@ class _Builder:
                 )
                 return None
         for a in self.aggregates:
-            if a.kind == kind and a.column == column:
+            if a.kind == kind and a.column == column and a.quantile == p:
                 return exp.column(a.name)
-        agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds)
+        agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds, p)
         self.aggregates.append(agg)
         return exp.column(agg.name)
 
@@ -209,9 +225,12 @@ class _Builder:
         key_by_sql = {k.sql: k for k in self.keys}
 
         def repl(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.WithinGroup):
+                r = self.aggregate_ref(n, where)
+                return r if r is not None else exp.Null()
             if isinstance(n, exp.AggFunc) or isinstance(n, exp.Filter):
                 if isinstance(n, SUPPORTED_AGGS) or isinstance(n, exp.Filter):
-                    r = self.aggregate_ref(n)
+                    r = self.aggregate_ref(n, where)
                     return r if r is not None else exp.Null()
                 self.bad(n, f"{where}: aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM or AVG")
                 return exp.Null()
@@ -297,6 +316,7 @@ class _Builder:
             "ordinality": "WITH ORDINALITY is not supported",
             "joins": "JOINs are not supported yet: a join can multiply one person's contribution",
             "laterals": "LATERAL is not supported",
+            "hints": "table hints such as WITH (NOLOCK) are not supported; remove them (the query reads a snapshot)",
         }
         for key, val in tbl.args.items():
             if not val or key in ("this", "alias", "db", "catalog"):
@@ -487,6 +507,10 @@ class _Builder:
         if node is None:
             return None
         val = node.args.get("expression") or node.this
+        if isinstance(node, exp.Fetch):  # ANSI FETCH FIRST n ROWS ONLY: LIMIT n (not PERCENT / WITH TIES)
+            opts = node.args.get("limit_options")
+            plain = opts is None or not (opts.args.get("percent") or opts.args.get("with_ties"))
+            val = node.args.get("count") if plain else None
         if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
             return int(val.this)
         self.violations.append(

@@ -14,9 +14,10 @@ from sqlglot import exp
 
 from dpsql.errors import Violation
 from dpsql.plan.parse import DIALECT, keyword_offset, line_col, position, tokens
+from dpsql.plan.quantiles import QUANTILE_AGGS
 from dpsql.plan.typer import func_name, node_problem
 
-SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg)
+SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg, *QUANTILE_AGGS)
 
 #: clauses evaluated by dpsql over released values only (post-processing)
 POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY")
@@ -60,6 +61,8 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
         if isinstance(sub, exp.Window):
             out.append(violation(sub, sql, "window functions are not supported: they release per-row values"))
             continue
+        if isinstance(sub, (exp.WithinGroup, *QUANTILE_AGGS)) and post:
+            continue  # a quantile: its column and fraction are checked by the analysis (plan.quantiles)
         if isinstance(sub, exp.AggFunc):
             if not post:
                 continue  # an aggregate over private rows in WHERE / GROUP BY: refused by the analysis

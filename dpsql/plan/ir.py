@@ -15,6 +15,10 @@ COUNT_COL = "count"  # COUNT(col): non-null rows kept, <= k
 COUNT_UNITS = "count_units"  # COUNT(DISTINCT unit): 0 or 1 per (unit, group)
 SUM = "sum"  # SUM(col): clamped to bounds
 AVG = "avg"  # AVG(col) = mid + SUM(col - mid) / COUNT(col)
+QUANTILE = "quantile"  # MEDIAN / PERCENTILE_CONT / QUANTILE(col, p): exponential mechanism (mechanisms.quantile)
+MIN = "min"  # MIN(col): a low order statistic by the same mechanism
+MAX = "max"  # MAX(col): a high order statistic by the same mechanism
+QUANTILE_KINDS = (QUANTILE, MIN, MAX)
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,7 @@ class Aggregate:
     name: str  # internal column name in the released table, e.g. "__a0"
     sql: str  # normalised SQL text of the aggregate, for matching
     bounds: tuple[float, float] | None = None
+    quantile: float | None = None  # p in [0, 1] for QUANTILE (0 for MIN, 1 for MAX)
 
 
 @dataclass(frozen=True)

@@ -171,13 +171,39 @@ def _clean_description(desc: str) -> str:
     return _TOKEN_REPR.sub(repl, desc)
 
 
+_BRACKETED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_ $#@]*")
+_NOT_BEFORE_BRACKET_NAME = {"VAR", "IDENTIFIER", "R_PAREN", "R_BRACKET", "STRING", "NUMBER"}
+
+
+def bracket_identifiers(sql: str) -> str:
+    """T-SQL's square-bracket identifiers (``[PUMS].[PUMS]``, ``COUNT([age])``, ``[my col]``) as
+    double-quoted ones, character for character (so every reported position stays right).
+
+    Only a bracket holding one name (letters, digits, ``_``, spaces) and not written right after
+    a value (``x[1]``, ``l[i]`` stay subscripts) is rewritten; a one-element list literal
+    ``[col]`` has no use in the DP subset. String literals and comments are left alone (tokens)."""
+    if "[" not in sql:
+        return sql
+    toks = tokens(sql)
+    out = list(sql)
+    for i, t in enumerate(toks):
+        if t.token_type.name != "L_BRACKET" or (i > 0 and toks[i - 1].token_type.name in _NOT_BEFORE_BRACKET_NAME):
+            continue
+        j = next((k for k in range(i + 1, len(toks)) if toks[k].token_type.name in ("R_BRACKET", "L_BRACKET")), None)
+        if j is None or j == i + 1 or toks[j].token_type.name != "R_BRACKET":
+            continue
+        if _BRACKETED_NAME.fullmatch(sql[t.start + 1 : toks[j].start]):
+            out[t.start] = out[toks[j].start] = '"'
+    return "".join(out)
+
+
 def parse_statements(sql: str) -> list[exp.Expression]:
     if not isinstance(sql, str):
         raise SQLSyntaxError(f"the query must be a SQL string, got {type(sql).__name__}")
     if not sql.strip():
         raise SQLSyntaxError("the query is empty", hint="pass one SELECT statement")
     try:
-        stmts = sqlglot.parse(sql, read=DIALECT)
+        stmts = sqlglot.parse(bracket_identifiers(sql), read=DIALECT)
     except sqlglot.errors.ParseError as e:
         err = e.errors[0] if e.errors else {}
         line = int(err.get("line") or 0)

@@ -389,3 +389,17 @@ def _binned_column(key: exp.Expression, table: TableSpec) -> tuple[str | None, i
                 return None, 1
             return name, int(round(ratio))
     return None, 1
+
+
+def column_workload(plan: ir.QueryPlan, column: str) -> Workload | None:
+    """Every single bin of ``column``'s declared ordered domain, under the plan's WHERE as base
+    conditions: the workload whose stored synopsis a quantile of ``column`` can be read from
+    (``dpsql.mechanisms.quantile``). None when the column has no numeric ordered domain or the
+    query is grouped."""
+    cspec = plan.table.columns.get(column)
+    if plan.keys or cspec is None or cspec.ordered is None or cspec.ordered.kind != "numeric":
+        return None
+    dim = Dim(column, cspec.ordered)
+    base = _conjuncts(plan.where)
+    return Workload(table=plan.table, dims=[dim], base_where=_and(base), base_key=_where_key(base), sqls=[plan.sql],
+                    ranges=tuple((i, i) for i in range(dim.n)), snapped=[False] * dim.n)

@@ -60,7 +60,8 @@ from dpsql.plan.workload import Workload
 from dpsql.rewrite.contribution import Caps, ContributionModel
 
 __all__ = [
-    "SALT_PLACEHOLDER", "Caps", "ContributionModel", "ReleasedColumn", "base_relation", "bounded_histogram",
+    "SALT_PLACEHOLDER", "Caps", "ContributionModel", "ReleasedColumn", "ValueGrid", "base_relation", "bounded_histogram",
+    "bounded_value_histograms", "grid_index",
     "bounded_query", "cap_groups_per_unit", "cap_rows", "cap_rows_per_group", "cap_rows_per_unit", "clamped_value",
     "guard", "key_expression", "released_columns", "source_column", "source_name",
 ]
@@ -499,3 +500,83 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
         base = cap_rows_per_unit(base, "__unit", bins, cap, salt, alias="__kept", ops=ops)
     return (exp.select(*[_col(b) for b in bins], exp.alias_(exp.Count(this=exp.Star()), "__n"))
             .from_(base, copy=False).group_by(*[_col(b) for b in bins], copy=False))
+
+
+# -- bounded value histograms (quantiles) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ValueGrid:
+    """A public grid over a column's declared bounds: candidates lo + i * step, i = 0..cells
+    (the last one capped at hi). A value is counted at its nearest grid point."""
+
+    column: str
+    lo: float
+    hi: float
+    step: float
+    cells: int
+
+
+def grid_index(grid: ValueGrid, ops: SqlOps = DEFAULT_OPS) -> exp.Expression:
+    """The grid point nearest to the clamped value, as BIGINT (NULL for NULL): floor((v - lo) / step + 1/2)."""
+    v = clamped_value(grid.column, grid.lo, grid.hi, ops=ops)
+    pos = exp.Add(this=exp.Div(this=exp.Paren(this=exp.Sub(this=v, expression=_lit(grid.lo))), expression=_lit(grid.step)),
+                  expression=exp.Literal.number(0.5))
+    return ops.try_cast(exp.func("floor", pos), "BIGINT")
+
+
+def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids: Sequence[ValueGrid], *,
+                             salt: str = SALT_PLACEHOLDER, unit_column: str,
+                             ops: SqlOps | None = None) -> exp.Expression:
+    """Per group and per grid: how many kept rows have their (clamped) value at each grid
+    point (``__q`` the grid's position in ``grids``, ``__b`` the point, ``__n`` the rows).
+
+    The rows are bounded exactly as for any aggregate: at most L rows per unit, then at most k
+    rows per (unit, group) (an ungrouped query: L rows per unit), in at most C_u groups per
+    unit (public key domains: rows with keys outside the domain are dropped first). So one unit
+    changes each touched group's histogram by at most min(k, L) rows in L1 norm, in at most
+    min(C_u, L, number of groups) groups. Rows whose value is NULL are kept (they count towards
+    the caps) but are in no histogram, as SQL's own quantiles ignore NULL.
+    """
+    ops = ops if ops is not None else DEFAULT_OPS
+    keys = [k.name for k in plan.keys]
+    buckets = [f"__g{i}" for i in range(len(grids))]
+    proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
+    proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
+    proj += [exp.alias_(grid_index(g, ops), b) for g, b in zip(grids, buckets, strict=True)]
+    rows: exp.Expression = _rows_of(plan, unit_column, proj, None, True).subquery("__base", copy=False)
+    if caps.unit_rows_finite:
+        rows = cap_rows_per_unit(rows, "__unit", [*keys, *buckets], caps.max_rows_per_unit, salt, alias="__unit_rows",
+                                 ops=ops)
+    if caps.rows_finite:
+        rows = cap_rows_per_group(rows, "__unit", keys, buckets, caps.max_rows_per_group, salt, ops=ops)
+    ctes = [exp.CTE(this=exp.select("*").from_(rows, copy=False), alias=exp.TableAlias(this=exp.to_identifier("__qcapped")))]
+    kept = exp.select("__unit", *keys, *buckets).from_("__qcapped", copy=False)
+    if keys and caps.groups_finite:
+        pairs = (exp.select(_col("__unit"), *[_col(k) for k in keys]).from_("__qcapped", copy=False).distinct(copy=False)
+                 .subquery("__pairs_q", copy=False))
+        chosen = cap_groups_per_unit(pairs, "__unit", keys, ["__unit", *keys], caps.max_groups_per_unit, salt,
+                                     alias="__chosen", ops=ops)
+        on: exp.Expression = exp.EQ(this=exp.column("__unit", table="__r"), expression=exp.column("__unit", table="__chosen"))
+        for k in keys:
+            on = exp.And(this=on, expression=exp.NullSafeEQ(this=exp.column(k, table="__r"),
+                                                           expression=exp.column(k, table="__chosen")))
+        kept = (exp.select(*[exp.column(c, table="__r") for c in ["__unit", *keys, *buckets]])
+                .from_(exp.to_table("__qcapped", alias="__r"), copy=False).join(chosen, on=on, join_type="inner", copy=False))
+    ctes.append(exp.CTE(this=kept, alias=exp.TableAlias(this=exp.to_identifier("__qrows"))))
+    parts: list[exp.Select] = []
+    for i, b in enumerate(buckets):
+        parts.append(
+            exp.select(*[_col(k) for k in keys], exp.alias_(_lit(i), "__q"), exp.alias_(_col(b), "__b"),
+                       exp.alias_(exp.Count(this=exp.Star()), "__n"))
+            .from_("__qrows", copy=False)
+            .where(exp.Not(this=exp.Is(this=_col(b), expression=exp.Null())), copy=False)
+            .group_by(*[_col(k) for k in keys], _col(b), copy=False)
+        )
+    union: exp.Expression = parts[0]
+    for p in parts[1:]:
+        union = exp.union(union, p, distinct=False, copy=False)
+    q = exp.select("*").from_(union.subquery("__hist", copy=False) if len(parts) > 1 else parts[0].subquery("__hist"),
+                              copy=False)
+    q.set("with_", exp.With(expressions=ctes))
+    return q

@@ -1,0 +1,434 @@
+r"""Quantiles, medians, MIN and MAX (docs/mechanisms.md §9): the exponential mechanism over a public grid of the
+declared bounds, or, on request, a quantile read from a stored DAWA synopsis.
+
+The quantity
+------------
+For a column with declared bounds [lo, hi], the candidates are the points of a public grid
+x_i = lo + i * s, i = 0..G (the last one capped at hi), with s the column's declared
+granularity (1 for integer columns without one; else a power of ten giving 1,000 to 10,000
+cells), coarsened tenfold until G <= 100,000. Every kept row's value is clamped to [lo, hi] and
+counted at its nearest grid point; h_i is the number of kept rows at x_i,
+A_i = sum_{j<i} h_j the rows below x_i and B_i = sum_{j>i} h_j the rows above. The utility of x_i is
+
+* p-quantile (MEDIAN: p = 1/2; PERCENTILE_CONT / QUANTILE ...):  u_i = -|(1 - p) A_i - p B_i|,
+  which is 0 exactly where x_i splits the rows p : (1 - p), without needing the private n
+  (the form of Smith 2011, "Privacy-preserving statistical estimation with optimal convergence
+  rates", used for DP medians since);
+* MIN: u_i = -|A_i - c|, MAX: u_i = -|B_i - c|: the c-th smallest (largest) kept value, with
+  c = ceil(t) the mechanism's own 95% rank error below (public). A DP release cannot be the
+  exact minimum (that is one person's value): u = -A_i alone would be maximal everywhere below
+  the minimum and the release uniform over [lo, min]; the target c makes points below the
+  c-th value lose utility, so the release sits near the low end of the data, not of the bounds.
+
+Rows are bounded exactly as for other aggregates (``rewrite.bound.bounded_value_histograms``):
+an ungrouped query keeps at most L = ``max_rows_per_unit`` rows per person; a GROUP BY over
+public keys at most k rows per person and group, in at most C_u groups (and L rows in all).
+
+Privacy claim
+-------------
+Neighbouring relation: add or remove one privacy unit with all of its rows (user level).
+One unit adds or removes at most r = min(k, L) kept rows in a group (r = L ungrouped); each row
+changes A_i by at most 1 or B_i by at most 1, never both, so |Delta u_i| <= r * max(1 - p, p)
+for a quantile and <= r for MIN / MAX: the utility sensitivity Delta. The grid is public, so
+the candidate set never depends on the data. Each (group, aggregate) release samples
+i with probability proportional to exp(eps' u_i / (2 Delta)) -- the exponential mechanism of
+McSherry and Talwar 2007, which is eps'-DP for a utility of sensitivity Delta. One unit touches
+at most C = min(C_u, L, number of public groups) groups (C = 1 ungrouped) and the query has m
+quantile aggregates, so eps' = eps / (C * m) and the release is eps-DP by basic composition;
+the charge is (eps, 0). Groups are the public key domain, all released, so which keys appear
+never depends on the data (sparse keys are refused).
+
+Sampling: i = argmax_i (eps' u_i / (2 Delta) - ln T_i), T_i ~ Exp(1) independent (the Gumbel-max
+form of the exponential mechanism: -ln T is a standard Gumbel variable), with T_i from
+``NoiseSource.exponential`` (OS entropy, 53+ random bits, never 0 nor infinite). Floating point:
+the utilities are exact (integers, or multiples of p computed with one rounding of relative
+error 2^-53), and T_i is within 2^-51 (T_i + 1) of an exact exponential variable; each score
+is therefore within a relative 2^-50 of its exact value, and the argmax differs from the exact
+mechanism's only when two exact scores are within that distance. We state this as the
+floating-point hypothesis of this mechanism (as ``dpsql.noise`` does for SUM): the residual is
+not added to the charge.
+
+Accuracy (public, shown by explain and in each release): by the exponential mechanism's utility
+bound (McSherry and Talwar 2007; Dwork and Roth 2014, Theorem 3.11), with probability >= 1 - beta
+the released point's utility is at least OPT - t with t = (2 Delta / eps') ln((G + 1) / beta),
+OPT the best candidate's utility. For a quantile this is a *rank* statement: the kept rows below
+and above the released value split p : (1 - p) up to t (in units of rows, max(p, 1 - p)
+weighted); beta = 0.05 in ``rank_error_95``. No interval in value units can be stated without
+the data. The released value is a grid point, rounded to the declared granularity.
+
+From a stored DAWA synopsis (``options={"reuse": "synopsis"}``, the same opt-in as a single
+range count, ``dpsql.mechanisms.registry``): on a column with a declared ordered domain, a
+quantile 0 < p < 1 of an ungrouped query is read from the synopsis of the same table, column,
+WHERE and caps (released histogram, negative bins set to 0 -> CDF -> the first bin where the
+CDF reaches p * total, interpolated linearly inside a bin of a continuous domain). That is
+post-processing of a released synopsis: no charge, and the ledger row records the reuse. It
+estimates the p-quantile of the synopsis's bounded histogram (rows inside the declared domain,
+as that synopsis bounded them), which the release states.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.budget import Budget
+from dpsql.engine.base import SqlOps
+from dpsql.errors import ConfigError, PolicyError
+from dpsql.mechanisms.base import Description, MechanismName, Released, Request, fmt_cap, lowered_cap
+from dpsql.mechanisms.basic import KEY_DOMAIN_CHECK_LIMIT, _domain_table, domain_size
+from dpsql.mechanisms.common import bounding_note, estimated_quantity
+from dpsql.noise import NoiseSource, round_to_granularity
+from dpsql.plan import ir
+from dpsql.plan.workload import Workload, column_workload
+from dpsql.rewrite.bound import Caps, ValueGrid, bounded_value_histograms
+
+#: candidates per grid at most (the grid is coarsened tenfold until it fits)
+MAX_CELLS = 100_000
+#: groups x candidates a release may weigh (memory and time are public: they depend on these only)
+MAX_TOTAL_CANDIDATES = 5_000_000
+#: the failure probability of the published rank error
+BETA = 0.05
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                  "UBIGINT", "UHUGEINT")
+
+
+def value_grid(plan: ir.QueryPlan, agg: ir.Aggregate) -> ValueGrid:
+    """The public candidate grid of one quantile aggregate (see the module docstring)."""
+    assert agg.column is not None and agg.bounds is not None
+    lo, hi = float(agg.bounds[0]), float(agg.bounds[1])
+    width = hi - lo
+    if not math.isfinite(width):
+        raise ConfigError(
+            f"the declared bounds of '{agg.column}' ({agg.bounds[0]:g}, {agg.bounds[1]:g}) are too wide for a quantile's grid",
+            hint=f"register '{agg.column}' with narrower bounds",
+        )
+    base = plan.table.column(agg.column).granularity
+    if not base:
+        if plan.table.schema.get(agg.column, "").upper() in _INTEGER_TYPES:
+            base = 1.0
+        else:
+            base = 10.0 ** math.floor(math.log10(width / 1000.0)) if width > 0 else 1.0
+    k = 0
+    while width / (float(base) * 10.0**k) > MAX_CELLS:
+        k += 1
+    step = float(base) * 10.0**k
+    cells = int(math.ceil(width / step - 1e-9)) if width > 0 else 0
+    return ValueGrid(agg.column, lo, hi, step, cells)
+
+
+def coefficients(agg: ir.Aggregate) -> tuple[float, float, float]:
+    """(alpha, beta, weight): u_i = -|alpha A_i + beta B_i - c|, and max(|alpha|, |beta|)."""
+    if agg.kind == ir.MIN:
+        return 1.0, 0.0, 1.0
+    if agg.kind == ir.MAX:
+        return 0.0, 1.0, 1.0
+    p = float(agg.quantile if agg.quantile is not None else 0.5)
+    return 1.0 - p, -p, max(p, 1.0 - p)
+
+
+def rank_error(delta_u: float, eps_run: float, candidates: int, beta: float = BETA) -> float:
+    """t = (2 Delta / eps') ln(candidates / beta): P(u(released) < OPT - t) <= beta."""
+    return 2.0 * delta_u / eps_run * math.log(candidates / beta)
+
+
+def utilities(hist: np.ndarray, alpha: float, beta: float, target: float) -> np.ndarray:
+    """u_i = -|alpha A_i + beta B_i - target| for each row of ``hist`` (groups x candidates)."""
+    h = np.asarray(hist, dtype=np.float64)
+    below = np.cumsum(h, axis=-1) - h
+    above = h.sum(axis=-1, keepdims=True) - below - h
+    return -np.abs(alpha * below + beta * above - target)
+
+
+def sample_index(scores: np.ndarray, rng: NoiseSource) -> np.ndarray:
+    """Per row, index i with probability proportional to exp(scores_i): argmax(scores - ln T), T ~ Exp(1).
+
+    A zero-noise test source (``dpsql.testing.zero_noise``) returns the best candidate (goldens)."""
+    if getattr(rng, "zero_noise", False):
+        return np.argmax(scores, axis=-1)
+    _, t = rng.exponential(scores.shape)
+    return np.argmax(scores - np.log(t), axis=-1)
+
+
+@dataclass
+class QuantileCalibration:
+    """One quantile release, from public metadata and epsilon only."""
+
+    plan: ir.QueryPlan
+    unit: str
+    caps: Caps
+    epsilon: float
+    groups_per_unit: float = 1.0
+    eps_run: float = 0.0
+    grids: list[ValueGrid] = field(default_factory=list)
+    sensitivity: list[float] = field(default_factory=list)
+    targets: list[float] = field(default_factory=list)
+    #: (ledger entry, synopsis, what it estimates) answering from a stored DAWA synopsis
+    reuse: tuple[int, str, str] | None = None
+    workload: Workload | None = None
+
+    def rank_error(self, j: int) -> float:
+        return rank_error(self.sensitivity[j], self.eps_run, self.grids[j].cells + 1)
+
+
+def _quantile_aggs(plan: ir.QueryPlan) -> list[ir.Aggregate]:
+    return [a for a in plan.aggregates if a.kind in ir.QUANTILE_KINDS]
+
+
+class QuantileMechanism:
+    """MIN / MAX / MEDIAN / quantiles: the exponential mechanism, or a stored DAWA synopsis."""
+
+    name = MechanismName.EXPONENTIAL
+    options = frozenset({"max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group"})
+
+    def calibrate(self, request: Request, contribution: Caps) -> QuantileCalibration:
+        plan = request.plan
+        assert plan is not None
+        aggs = _quantile_aggs(plan)
+        assert aggs and len(aggs) == len(plan.aggregates)
+        if plan.keys and not plan.public_keys:
+            raise PolicyError(
+                "a quantile (MIN, MAX, MEDIAN, PERCENTILE) with GROUP BY needs every key's domain declared: the groups "
+                "are then public and all released",
+                hint="register the key column with columns={'<col>': {'domain': [...]}}, or drop the GROUP BY",
+            )
+        cal = QuantileCalibration(plan, request.unit, contribution, request.epsilon)
+        if request.options.get("reuse") == "synopsis":
+            self._find_synopsis(cal, request, aggs)
+            if cal.reuse is None:
+                raise PolicyError(
+                    "reuse='synopsis' was asked, but no stored DAWA synopsis covers this quantile (an ungrouped query over a "
+                    "column with a declared ordered domain, with a synopsis of the same table, column, other conditions, "
+                    "caps and source contents); nothing was charged",
+                    hint="release the histogram first (SELECT col, COUNT(*) FROM t GROUP BY col), or omit the reuse option "
+                    "to answer with the exponential mechanism (charged; explain shows the cost)",
+                )
+            return cal
+        caps = contribution
+        r = caps.rows_per_group_bound
+        if math.isinf(r):
+            raise PolicyError(
+                f"table '{plan.table.name}' has no finite max_rows_per_unit (nor finite max_rows_per_group), so one "
+                "person's effect on a quantile is unbounded",
+                hint=f"register('{plan.table.name}', ..., max_rows_per_unit=5)",
+            )
+        groups = domain_size(plan) if plan.keys else 1
+        cal.groups_per_unit = float(min(caps.groups_bound, groups)) if plan.keys else 1.0
+        cal.eps_run = request.epsilon / (cal.groups_per_unit * len(aggs))
+        for a in aggs:
+            grid = value_grid(plan, a)
+            _, _, weight = coefficients(a)
+            cal.grids.append(grid)
+            cal.sensitivity.append(r * weight)
+        total = groups * sum(g.cells + 1 for g in cal.grids)
+        if total > MAX_TOTAL_CANDIDATES:
+            raise PolicyError(
+                f"this quantile query would weigh {total:,} candidates (groups x grid points), more than "
+                f"{MAX_TOTAL_CANDIDATES:,}; nothing was charged",
+                hint="declare a coarser granularity for the column, or group by fewer keys",
+            )
+        for j, a in enumerate(aggs):
+            cal.targets.append(float(math.ceil(cal.rank_error(j))) if a.kind in (ir.MIN, ir.MAX) else 0.0)
+        if not all(math.isfinite(cal.rank_error(j)) for j in range(len(aggs))):
+            raise ConfigError(f"epsilon={request.epsilon:g} is too small for a quantile release",
+                              hint="use a larger epsilon")
+        return cal
+
+    @staticmethod
+    def _find_synopsis(cal: QuantileCalibration, request: Request, aggs: list[ir.Aggregate]) -> None:
+        from dpsql.mechanisms.ranges import Dawa
+
+        if any(a.kind != ir.QUANTILE or a.quantile in (0.0, 1.0) for a in aggs):
+            raise PolicyError(
+                "reuse='synopsis' reads quantiles 0 < p < 1 (MEDIAN, PERCENTILE_CONT, QUANTILE) from a stored histogram; "
+                "MIN and MAX are not read from one (a histogram's noisy extreme bins say little about them)",
+                hint="omit the reuse option to answer MIN / MAX with the exponential mechanism (charged)",
+            )
+        if len({a.column for a in aggs}) != 1:
+            raise PolicyError("reuse='synopsis' reads quantiles of one column per query from its stored histogram",
+                              hint="ask one query per column")
+        wl = column_workload(cal.plan, aggs[0].column or "")
+        if wl is None:
+            return
+        catalog = dict(request.catalog)
+        table = wl.table
+        cap = lowered_cap(table, request.options, "max_rows_per_unit")
+        key = wl.synopsis_key(cap, catalog)
+        found = request.find_synopsis(key) if key is not None else None
+        col = wl.dims[0].column
+        what = (f"the p-quantile of the DAWA histogram of rows inside the declared domain of '{col}', at most "
+                f"{fmt_cap(cap)} row(s) per person after the other conditions")
+        if found is None:
+            other = Dawa._other_rule_key(wl, request, catalog, histogram_rule=True)
+            found = request.find_synopsis(other) if other is not None else None
+            what = (f"the p-quantile of the DAWA histogram of rows inside the declared domain of '{col}', bounded as a "
+                    f"GROUP BY over its bins ({fmt_cap(table.max_rows_per_group)} row(s) per person and bin, "
+                    f"{fmt_cap(table.max_groups_per_unit)} bin(s) per person)")
+        if found is not None:
+            cal.reuse = (found[0], found[1], what)
+            cal.workload = wl
+
+    def describe(self, cal: QuantileCalibration) -> Description:
+        aggs = _quantile_aggs(cal.plan)
+        if cal.reuse is not None:
+            return Description(
+                label="quantile (reused DAWA synopsis)",
+                cost=Budget(0.0, 0.0),
+                parameters={"source_entry_id": cal.reuse[0], "estimates": cal.reuse[2],
+                            "quantiles": [a.quantile for a in aggs]},
+                notes=(f"read from the DAWA synopsis of ledger entry {cal.reuse[0]} (released histogram -> CDF -> "
+                       "quantile): post-processing, no budget spent",
+                       "estimates " + cal.reuse[2]),
+                reuse_of=cal.reuse[0],
+            )
+        per: list[dict[str, Any]] = []
+        by_agg = {a.name: j for j, a in enumerate(aggs)}
+        for j, a in enumerate(aggs):
+            g = cal.grids[j]
+            per.append({"aggregate": a.sql, "kind": a.kind, "p": a.quantile, "column": a.column, "lo": g.lo, "hi": g.hi,
+                        "grid_step": g.step, "candidates": g.cells + 1, "utility_sensitivity": cal.sensitivity[j],
+                        "rank_target": cal.targets[j] if a.kind != ir.QUANTILE else None,
+                        "rank_error_95": cal.rank_error(j)})
+        expected: dict[str, Any] = {}
+        for o in cal.plan.outputs:
+            if o.source in by_agg:
+                j = by_agg[o.source]
+                expected[o.name] = {
+                    "rank_error_95": cal.rank_error(j), "grid_step": cal.grids[j].step,
+                    "note": (f"a point of a grid of step {cal.grids[j].step:g}; with probability 0.95 the rows below/above "
+                             f"it split as asked up to {cal.rank_error(j):.4g} rows (relative to the best grid point)"),
+                }
+        params: dict[str, Any] = {
+            "epsilon_per_release": cal.eps_run,
+            "groups_per_unit": cal.groups_per_unit,
+            "rows_per_group": cal.caps.rows_per_group_bound,
+            "aggregates": per,
+            "expected_accuracy": expected,
+            "max_groups_per_unit": None if math.isinf(cal.caps.max_groups_per_unit) else cal.caps.max_groups_per_unit,
+            "max_rows_per_group": None if math.isinf(cal.caps.max_rows_per_group) else cal.caps.max_rows_per_group,
+            "max_rows_per_unit": None if math.isinf(cal.caps.max_rows_per_unit) else cal.caps.max_rows_per_unit,
+            "estimates": estimated_quantity(cal.caps, grouped=cal.plan.is_grouped)
+            + "; values clamped to the declared bounds and counted at the nearest grid point",
+        }
+        return Description(
+            label="exponential",
+            cost=Budget(cal.epsilon, 0.0),
+            parameters=params,
+            notes=(
+                "exponential mechanism over a public grid of the declared bounds (pure epsilon-DP, no delta spent); "
+                "rank_error_95: with probability 0.95 the rows below/above the released value split as asked up to "
+                "that many rows (relative to the best grid point)",
+                "MIN / MAX release the c-th smallest / largest kept value (c = rank_target, public): the exact extreme "
+                "is one person's value",
+                bounding_note(cal.caps, grouped=cal.plan.is_grouped),
+            ),
+        )
+
+    def bounded(self, cal: QuantileCalibration, salt: str, ops: SqlOps) -> exp.Expression | None:
+        if cal.reuse is not None:
+            return None
+        return bounded_value_histograms(cal.plan, cal.caps, cal.grids, salt=salt, unit_column=cal.unit, ops=ops)
+
+    def released_types(self, cal: QuantileCalibration) -> dict[str, str]:
+        return {a.name: "DOUBLE" for a in cal.plan.aggregates}
+
+    def key_domain(self, cal: QuantileCalibration) -> pa.Table | None:
+        if not cal.plan.public_keys or domain_size(cal.plan) > KEY_DOMAIN_CHECK_LIMIT:
+            return None
+        return _domain_table(cal.plan, pa.table({}))
+
+    # -- release ---------------------------------------------------------------------------------
+    def release(self, cal: QuantileCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
+        if cal.reuse is not None:
+            return self._from_synopsis(cal)
+        assert bounded is not None
+        plan = cal.plan
+        aggs = _quantile_aggs(plan)
+        keys = [k.name for k in plan.keys]
+        if keys:
+            dom = _domain_table(plan, bounded)
+            n_groups = dom.num_rows
+            dom = dom.append_column("__pos", pa.array(np.arange(n_groups, dtype=np.int64)))
+            joined = bounded.join(dom, keys=keys, join_type="inner")
+            pos = np.asarray(joined.column("__pos").to_numpy(zero_copy_only=False), dtype=np.int64)
+            rows = joined
+            key_cols = {k: dom.column(k) for k in keys}
+        else:
+            n_groups = 1
+            rows = bounded
+            pos = np.zeros(rows.num_rows, dtype=np.int64)
+            key_cols = {}
+        q = np.asarray(rows.column("__q").to_numpy(zero_copy_only=False), dtype=np.int64)
+        b = np.asarray(rows.column("__b").to_numpy(zero_copy_only=False), dtype=np.int64)
+        n = np.asarray(rows.column("__n").to_numpy(zero_copy_only=False), dtype=np.float64)
+        cols: dict[str, Any] = dict(key_cols)
+        accuracy: dict[str, dict[str, Any]] = {}
+        for j, a in enumerate(aggs):
+            grid = cal.grids[j]
+            hist = np.zeros((n_groups, grid.cells + 1), dtype=np.float64)
+            sel = q == j
+            np.add.at(hist, (pos[sel], np.clip(b[sel], 0, grid.cells)), n[sel])
+            alpha, beta, _ = coefficients(a)
+            u = utilities(hist, alpha, beta, cal.targets[j])
+            idx = sample_index(u * (cal.eps_run / (2.0 * cal.sensitivity[j])), rng)
+            vals = np.minimum(grid.lo + idx.astype(np.float64) * grid.step, grid.hi)
+            gran = plan.table.column(a.column or "").granularity or grid.step
+            vals = np.clip(round_to_granularity(vals, gran), grid.lo, grid.hi)
+            cols[a.name] = pa.array(vals, type=pa.float64())
+            accuracy[a.name] = {
+                "noise": "exponential",
+                "noise_std": None,
+                "ci95_half_width": None,
+                "rank_error_95": cal.rank_error(j),
+                "rank_target": cal.targets[j] if a.kind != ir.QUANTILE else None,
+                "p": a.quantile,
+                "grid_step": grid.step,
+                "granularity": gran,
+                "note": ("exponential mechanism: with probability 0.95 the kept rows below/above the released value split "
+                         f"as asked up to {cal.rank_error(j):.3g} rows, relative to the best grid point (a rank, not a "
+                         "value interval)"),
+            }
+        return Released(table=pa.table(cols), accuracy=accuracy)
+
+    def _from_synopsis(self, cal: QuantileCalibration) -> Released:
+        from dpsql.mechanisms.ranges import answer, load_synopsis
+
+        assert cal.reuse is not None and cal.workload is not None
+        wl = cal.workload
+        dim = wl.dims[0]
+        est = np.maximum(answer(wl, load_synopsis(cal.reuse[1])), 0.0)
+        cdf = np.cumsum(est)
+        total = float(cdf[-1]) if cdf.size else 0.0
+        edges = np.asarray(dim.bin_label(list(range(dim.n))), dtype=np.float64)
+        width = dim.domain.width
+        cols: dict[str, Any] = {}
+        accuracy: dict[str, dict[str, Any]] = {}
+        for a in cal.plan.aggregates:
+            p = float(a.quantile if a.quantile is not None else 0.5)
+            if total <= 0:
+                cols[a.name] = pa.array([None], type=pa.float64())
+            else:
+                target = p * total
+                i = int(np.searchsorted(cdf, target, side="left"))
+                i = min(i, dim.n - 1)
+                if dim.integer:
+                    v = float(edges[i])
+                else:
+                    before = float(cdf[i - 1]) if i > 0 else 0.0
+                    frac = (target - before) / est[i] if est[i] > 0 else 0.0
+                    v = float(edges[i] + width * min(max(frac, 0.0), 1.0))
+                gran = cal.plan.table.column(a.column or "").granularity
+                if gran:
+                    v = float(round_to_granularity(np.asarray([v]), gran)[0])
+                cols[a.name] = pa.array([v], type=pa.float64())
+            accuracy[a.name] = {
+                "noise": "laplace", "noise_std": None, "ci95_half_width": None, "p": p,
+                "estimates": cal.reuse[2],
+                "note": "read from a stored DAWA synopsis at zero cost (released histogram -> CDF -> quantile); its "
+                        "error is data dependent (DAWA's partition bias plus stage-2 Laplace noise)",
+            }
+        return Released(table=pa.table(cols), accuracy=accuracy)

@@ -1,0 +1,77 @@
+"""Quantile aggregates as analysts write them: which column and which p (public SQL text only).
+
+Accepted spellings (all over a plain numeric column with declared bounds):
+
+* ``MIN(col)``, ``MAX(col)``: order statistics near the ends (``mechanisms.quantile``);
+* ``MEDIAN(col)``: p = 0.5;
+* ``QUANTILE(col, p)``, ``QUANTILE_CONT(col, p)``, ``QUANTILE_DISC(col, p)``,
+  ``APPROX_QUANTILE(col, p)``, ``PERCENTILE_CONT(col, p)``, ``PERCENTILE_DISC(col, p)``;
+* ``PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY col [ASC|DESC])`` (and ``PERCENTILE_DISC``):
+  ``DESC`` asks for the (1 - p)-quantile in ascending order.
+
+The continuous and discrete variants are answered alike: the release is a point of a public grid
+over the declared bounds (``mechanisms.quantile``), so the distinction between interpolating and
+picking a data value does not survive (no data value is ever released as such).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.plan import ir
+
+#: aggregate classes that ask for a quantile (``exp.ApproxQuantile`` is a ``exp.Quantile``)
+QUANTILE_AGGS: tuple[type[exp.Expression], ...] = (
+    exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont, exp.PercentileDisc,
+)
+
+_FIX = "write e.g. MEDIAN(col), QUANTILE(col, 0.9) or PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY col)"
+
+
+def _fraction(node: exp.Expression | None) -> float | str:
+    """A literal p in [0, 1], or why not."""
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+        return "the quantile fraction must lie between 0 and 1"
+    if isinstance(node, exp.Array):
+        return "one quantile per call is supported: write QUANTILE(col, 0.25), QUANTILE(col, 0.75) as separate aggregates"
+    if not isinstance(node, exp.Literal) or node.is_string:
+        return f"the quantile fraction must be a numeric literal between 0 and 1; {_FIX}"
+    try:
+        p = float(node.this)
+    except ValueError:
+        return f"the quantile fraction must be a numeric literal between 0 and 1; {_FIX}"
+    if not 0.0 <= p <= 1.0:
+        return f"the quantile fraction must lie between 0 and 1, got {node.this}"
+    return p
+
+
+def quantile_call(node: exp.Expression) -> tuple[str, exp.Expression, float] | str:
+    """(kind, column expression, p) of a quantile aggregate, or a message naming the problem."""
+    if isinstance(node, exp.WithinGroup):
+        inner, order = node.this, node.expression
+        if not isinstance(inner, (exp.PercentileCont, exp.PercentileDisc)) or inner.args.get("expression") is not None:
+            return f"WITHIN GROUP is supported with PERCENTILE_CONT(p) or PERCENTILE_DISC(p) only; {_FIX}"
+        items = order.expressions if isinstance(order, exp.Order) else []
+        if len(items) != 1 or not isinstance(items[0], exp.Ordered):
+            return f"WITHIN GROUP needs exactly one ORDER BY column; {_FIX}"
+        p = _fraction(inner.this)
+        if isinstance(p, str):
+            return p
+        col = items[0].this
+        return ir.QUANTILE, col, round(1.0 - p, 12) if items[0].args.get("desc") else p
+    if isinstance(node, (exp.Min, exp.Max)):
+        if node.expressions:
+            return f"{node.sql_name()} takes one column (for the least/greatest of several values use LEAST/GREATEST)"
+        kind = ir.MIN if isinstance(node, exp.Min) else ir.MAX
+        return kind, node.this, 0.0 if kind == ir.MIN else 1.0
+    if isinstance(node, exp.Median):
+        return ir.QUANTILE, node.this, 0.5
+    if isinstance(node, exp.Quantile):
+        p = _fraction(node.args.get("quantile"))
+        return p if isinstance(p, str) else (ir.QUANTILE, node.this, p)
+    if isinstance(node, (exp.PercentileCont, exp.PercentileDisc)):
+        if node.args.get("expression") is None:
+            return f"{node.sql_name()}(p) needs WITHIN GROUP (ORDER BY col); {_FIX}"
+        p = _fraction(node.args.get("expression"))
+        return p if isinstance(p, str) else (ir.QUANTILE, node.this, p)
+    return f"unsupported quantile aggregate; {_FIX}"
