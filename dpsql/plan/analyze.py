@@ -14,6 +14,7 @@ from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violati
 from dpsql.plan import ir
 from dpsql.plan.checks import SUPPORTED_AGGS, check_expression_functions, check_statement_shape, violation
 from dpsql.plan.joins import analyze_join
+from dpsql.plan.names import qualifier, qualifier_problem
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
 from dpsql.plan.typer import MAX_DEPTH, TypeRefusal, check_numeric_column, type_key, type_predicate
 
@@ -98,6 +99,7 @@ class _Builder:
         self.table: TableSpec | None = None
         self.aliases: set[str] = set()
         self.unit: str | None = None
+        self._qualifier = ""
 
     # -- helpers ---------------------------------------------------------------------
     def bad(self, node: exp.Expression, message: str, *, policy: bool = False) -> None:
@@ -125,8 +127,9 @@ class _Builder:
         for c in node.find_all(exp.Column):
             name = c.name.lower()
             qual = c.table.lower() if c.table else ""
-            if qual and qual not in self._table_names:
-                self.bad(c, f"{where} refers to unknown table or alias '{c.table}'")
+            db = ".".join(str(c.args[k].name).lower() for k in ("catalog", "db") if c.args.get(k) is not None)
+            if qual and (qual not in self._table_names or (db and db != self._qualifier)):
+                self.bad(c, f"{where} refers to unknown table or alias '{(db + '.') if db else ''}{c.table}'")
                 continue
             if allow_aliases and not qual and name in self.aliases:
                 continue
@@ -283,8 +286,9 @@ class _Builder:
                 self.bad(tbl, "table functions (read_parquet, read_csv, ...) and file paths are not allowed in queries; register the file as a table")
             self._raise()
         name = tbl.this.name
-        if tbl.args.get("db") or tbl.args.get("catalog"):
-            self.bad(tbl, "schema- or database-qualified table names are not allowed; use the registered table name")
+        qual_problem = qualifier_problem(tbl)
+        if qual_problem is not None:
+            self.bad(tbl, qual_problem)
             self._raise()
         if tbl.this.quoted and any(ch in name for ch in "./\\*") :
             self.bad(tbl, "file paths are not allowed in queries; register the file as a table and use its name")
@@ -317,6 +321,7 @@ class _Builder:
         assert table is not None
         self.table = table
         self._table_names = {table.name.lower()}
+        self._qualifier = qualifier(tbl)
         if tbl.alias:
             self._table_names.add(tbl.alias.lower())
         self.unit = resolve_unit_column(table, self.catalog)
@@ -474,7 +479,7 @@ class _Builder:
         through a chain of references: answered as a one-input join (every path bounded)."""
         from_ = stmt.args.get("from_") or stmt.args.get("from")
         tbl = from_.this if from_ is not None else None
-        if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier) or tbl.args.get("db"):
+        if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier) or qualifier_problem(tbl):
             return False
         table = self.catalog.get(tbl.this.name.lower())
         if table is None or table.public or resolve_unit_column(table, self.catalog) is not None:

@@ -59,6 +59,7 @@ from dpsql.catalog import TableSpec, reference_problems
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, violation
+from dpsql.plan.names import ambiguity_problem, qualifier, qualifier_problem
 from dpsql.plan.typer import Typer, TypeRefusal, _Refuse, allow_list_problems, type_predicate
 
 SEP = "__"
@@ -202,8 +203,9 @@ class _JoinBuilder:
             what = "subqueries" if isinstance(tbl, exp.Subquery) else "table functions and file paths"
             self.bad(at, f"{what} are not allowed in joins; join registered tables")
             return False
-        if tbl.args.get("db") or tbl.args.get("catalog"):
-            self.bad(at, "schema- or database-qualified table names are not allowed; use the registered table name")
+        qual_problem = qualifier_problem(tbl)
+        if qual_problem is not None:
+            self.bad(at, qual_problem)
             return False
         for key, val in tbl.args.items():
             if val and key not in ("this", "alias", "db", "catalog"):
@@ -216,6 +218,10 @@ class _JoinBuilder:
         if table is None:
             known = ", ".join(sorted(self.catalog)) or "none"
             self.bad(at, f"table '{tbl.this.name}' is not registered (registered tables: {known}); register it first")
+            return False
+        ambiguous = ambiguity_problem([(i.table.name, qualifier(i.node)) for i in self.inputs] + [(table.name, qualifier(tbl))])
+        if ambiguous is not None:
+            self.bad(at, ambiguous)
             return False
         alias = (tbl.alias or name).lower()
         if any(i.alias == alias for i in self.inputs):
