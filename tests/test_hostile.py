@@ -160,7 +160,7 @@ def test_tables_of_a_callers_connection_are_not_reachable() -> None:
     with dpsql.Session(budget=TOTAL, connection=con) as s:
         s.register("events", make_events(), privacy_unit="user_id")
         spends_nothing(s, lambda: s.query("SELECT COUNT(*) FROM secrets", epsilon=1), P)
-        spends_nothing(s, lambda: s.query("SELECT COUNT(*) FROM main.secrets", epsilon=1), U)
+        spends_nothing(s, lambda: s.query("SELECT COUNT(*) FROM main.secrets", epsilon=1), P)  # a qualified name resolves to registered tables only
 
 
 # -- privacy parameters and options -----------------------------------------------------------------------------

@@ -29,9 +29,29 @@ def violation(node: exp.Expression, sql: str, message: str, *, offset: int | Non
     """A violation at ``node`` (or at character ``offset`` of ``sql`` when given)."""
     line, col = line_col(sql, offset) if offset is not None else position(node, sql)
     frag = node.sql(dialect=DIALECT)
+    written = written_name(node, sql)
+    if written:  # a function spelled another way in the query (RAND for RANDOM): quote it as written
+        frag = written + frag[len(frag.split("(", 1)[0]):]
     if len(frag) > 80:
         frag = frag[:77] + "..."
     return Violation(message, line, col, frag)
+
+
+def written_name(node: exp.Expression, sql: str) -> str:
+    """The name of function ``node`` as the query spells it, when it differs from sqlglot's
+    spelling (``RAND()`` is read as ``RANDOM()``); '' otherwise."""
+    if not isinstance(node, exp.Func):
+        return ""
+    line, col = position(node, sql)
+    if not line:
+        return ""
+    lines = sql.split("\n")
+    rest = lines[line - 1][col - 1:] if line <= len(lines) else ""
+    name = rest.split("(", 1)[0].strip()
+    rendered = node.sql(dialect=DIALECT).split("(", 1)[0]
+    if "(" in rest and name and name.replace("_", "").isalnum() and name != rendered:
+        return name
+    return ""
 
 
 def check_expression_functions(node: exp.Expression, sql: str, where: str) -> list[Violation]:
@@ -65,6 +85,10 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
                 continue  # an aggregate over private rows in WHERE / GROUP BY: refused by the analysis
         else:
             msg = node_problem(sub, post=post)
+            if isinstance(sub, exp.Rand):
+                name = written_name(sub, sql) or "RANDOM"
+                msg = (f"function {name}() is not on the allow-list: dpsql's results are reproducible functions of the "
+                       f"released values (and a random draw over private rows is not one); remove {name}() (see docs/expressions.md)")
             if msg is None and isinstance(sub, exp.Func) and not isinstance(sub, exp.Anonymous):
                 missing = [k for k, required in sub.arg_types.items() if required and sub.args.get(k) is None]
                 if missing:
