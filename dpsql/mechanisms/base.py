@@ -53,6 +53,7 @@ class MechanismName(enum.StrEnum):
     CONTRIBUTION_PROFILE = "contribution_profile"
     DP_S4S = "dp_s4s"
     R2T = "r2t"
+    PUBLIC_DOMAIN = "public_domain"
 
 
 @dataclass(frozen=True)

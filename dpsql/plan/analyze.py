@@ -268,6 +268,7 @@ class _Builder:
             return analyze_join(self.sql, stmt, self.catalog)  # joins: DP-S4S / R2T (dpsql.plan.joins)
         if isinstance(stmt, exp.Select) and self._several_paths(stmt):
             return analyze_join(self.sql, stmt, self.catalog)
+        stmt = _distinct_as_group_by(stmt)
         self.violations.extend(check_statement_shape(stmt, self.sql, start=starts[0] if starts else 0))
         if not isinstance(stmt, exp.Select):
             self._raise()
@@ -406,6 +407,11 @@ class _Builder:
             domain = None
             if isinstance(g, exp.Column):
                 domain = table.column(g.name.lower()).domain
+                if g.name.lower() == self.unit and domain is None:
+                    self.bad(g, f"GROUP BY the privacy unit '{g.name}' is refused: each group holds one person, so no group "
+                                "can pass the release threshold (nothing would be released, yet the query would be charged); "
+                                "group by another column, or count people with COUNT(DISTINCT "
+                                f"{g.name})")
             stripped = g.copy()
             for c in stripped.find_all(exp.Column):
                 c.set("table", None)
@@ -456,8 +462,8 @@ class _Builder:
                 new = o.copy()
                 new.set("this", self.to_post(inner, "ORDER BY", alias_map=alias_post))
                 order.append(new)
-        if not self.aggregates and not self.violations:
-            self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG): non-aggregated output is not allowed")
+        if not self.aggregates and not self.keys and not self.violations:
+            self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG) or GROUP BY columns: non-aggregated output is not allowed")
         limit = self._int_clause(stmt, "limit")
         offset = self._int_clause(stmt, "offset")
         self._raise()
@@ -525,6 +531,24 @@ class _Builder:
             head = str(Violation(msg, clean[0].line, clean[0].col, clean[0].fragment))
             hint = h.rstrip(")")
         raise cls(head, violations=clean, hint=hint)
+
+
+def _distinct_as_group_by(stmt: exp.Expression) -> exp.Expression:
+    """``SELECT DISTINCT a, b FROM t [WHERE ...]`` (no aggregate, no GROUP BY) is
+    ``SELECT a, b FROM t [WHERE ...] GROUP BY a, b``: the set of key values, released as any
+    GROUP BY's keys are (the declared domain, or above the noisy threshold)."""
+    if not isinstance(stmt, exp.Select):
+        return stmt
+    distinct = stmt.args.get("distinct")
+    if not isinstance(distinct, exp.Distinct) or distinct.args.get("on") or stmt.args.get("group") is not None:
+        return stmt
+    items = list(stmt.expressions)
+    if not items or any(isinstance(it, exp.Star) or any(True for _ in it.find_all(exp.AggFunc, exp.Star)) for it in items):
+        return stmt
+    out = stmt.copy()
+    out.set("distinct", None)
+    out.set("group", exp.Group(expressions=[exp.Literal.number(i + 1) for i in range(len(items))]))
+    return out
 
 
 def analyze(sql: str, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
