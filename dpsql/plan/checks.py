@@ -16,12 +16,20 @@ from dpsql.errors import Violation
 from dpsql.plan.parse import DIALECT, keyword_offset, line_col, position, tokens
 from dpsql.plan.typer import func_name, node_problem
 
-SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg)
+SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
+
+#: aggregates sqlglot reads as plain function calls (other engines' spellings) -> the kind they are
+ANON_AGGS = {"var": "var_samp", "varp": "var_pop", "std": "stddev_samp", "stdevp": "stddev_pop"}
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    """An aggregate call: sqlglot's aggregates and the spellings of ``ANON_AGGS``."""
+    return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous) and str(node.this).lower() in ANON_AGGS)
 
 #: clauses evaluated by dpsql over released values only (post-processing)
 POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY")
 
-__all__ = ["POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "func_name",
+__all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "is_aggregate", "check_expression_functions", "check_statement_shape", "func_name",
            "violation"]
 
 
@@ -80,7 +88,7 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
         if isinstance(sub, exp.Window):
             out.append(violation(sub, sql, "window functions are not supported: they release per-row values"))
             continue
-        if isinstance(sub, exp.AggFunc):
+        if is_aggregate(sub):
             if not post:
                 continue  # an aggregate over private rows in WHERE / GROUP BY: refused by the analysis
         else:

@@ -15,6 +15,15 @@ COUNT_COL = "count"  # COUNT(col): non-null rows kept, <= k
 COUNT_UNITS = "count_units"  # COUNT(DISTINCT unit): 0 or 1 per (unit, group)
 SUM = "sum"  # SUM(col): clamped to bounds
 AVG = "avg"  # AVG(col) = mid + SUM(col - mid) / COUNT(col)
+COUNT_DISTINCT = "count_distinct"  # COUNT(DISTINCT col), col not the unit: <= k values per (unit, group)
+VAR_SAMP = "var_samp"  # VARIANCE / VAR / VAR_SAMP: from count, centred sum, centred sum of squares
+VAR_POP = "var_pop"  # VAR_POP / VARP
+STDDEV_SAMP = "stddev_samp"  # STDDEV / STD / STDDEV_SAMP / STDEV: sqrt of VAR_SAMP
+STDDEV_POP = "stddev_pop"  # STDDEV_POP / STDEVP
+#: aggregates released through (count, centred sum, centred sum of squares): dpsql.mechanisms.variance
+VARIANCE_KINDS = (VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP)
+#: aggregates that read a clamped value (a column, or ``Aggregate.value``)
+VALUE_KINDS = (SUM, AVG, *VARIANCE_KINDS)
 
 
 @dataclass(frozen=True)
@@ -24,6 +33,9 @@ class Aggregate:
     name: str  # internal column name in the released table, e.g. "__a0"
     sql: str  # normalised SQL text of the aggregate, for matching
     bounds: tuple[float, float] | None = None
+    #: the expression the aggregate reads when it is not a plain column (``column`` is then None):
+    #: over unqualified lower-case table columns, clamped to ``bounds`` in the bounded query
+    value: exp.Expression | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ from dpsql.catalog import TableSpec, reference_problems
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, violation
+from dpsql.plan.intervals import clamp_bounds
 from dpsql.plan.names import ambiguity_problem, qualifier, qualifier_problem
 from dpsql.plan.typer import Typer, TypeRefusal, _Refuse, allow_list_problems, type_predicate
 
@@ -311,7 +312,7 @@ class _JoinBuilder:
             return None
         if isinstance(node, exp.Sum):
             arg = node.this
-            lo_hi = _clamp_bounds(arg)
+            lo_hi = clamp_bounds(arg)
             if lo_hi is not None:
                 inner, bounds = lo_hi
                 if bounds[0] > bounds[1]:
@@ -652,42 +653,6 @@ def _type_family(t: str) -> str:
     if t.startswith(("VARCHAR", "TEXT", "STRING")):
         return "text"
     return t
-
-
-def _number(node: exp.Expression) -> float | None:
-    neg = False
-    while isinstance(node, (exp.Neg, exp.Paren)):
-        if isinstance(node, exp.Neg):
-            neg = not neg
-        node = node.this
-    if isinstance(node, exp.Literal) and not node.is_string:
-        try:
-            v = float(node.this)
-        except ValueError:
-            return None
-        if math.isfinite(v):
-            return -v if neg else v
-    return None
-
-
-def _clamp_bounds(node: exp.Expression) -> tuple[exp.Expression, tuple[float, float]] | None:
-    """``LEAST(GREATEST(e, lo), hi)`` or ``GREATEST(LEAST(e, hi), lo)`` with literal bounds."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    for outer, inner_cls in ((exp.Least, exp.Greatest), (exp.Greatest, exp.Least)):
-        if isinstance(node, outer) and len(node.expressions) == 1:
-            hi_or_lo = _number(node.expressions[0])
-            inner = node.this
-            while isinstance(inner, exp.Paren):
-                inner = inner.this
-            if hi_or_lo is None or not isinstance(inner, inner_cls) or len(inner.expressions) != 1:
-                return None
-            other = _number(inner.expressions[0])
-            if other is None:
-                return None
-            lo, hi = (other, hi_or_lo) if outer is exp.Least else (hi_or_lo, other)
-            return inner.this, (lo, hi)
-    return None
 
 
 def analyze_join(sql: str, stmt: exp.Select, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
