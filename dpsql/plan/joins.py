@@ -193,6 +193,8 @@ class _JoinBuilder:
         self.inputs: list[_Input] = []
         self.uf = _UnionFind()
         self.unique: list[tuple[str, str]] = []
+        #: aliases of inputs already refused (unregistered, table functions, ...)
+        self.failed: set[str] = set()
 
     def bad(self, node: exp.Expression, msg: str) -> None:
         _bad(self.sql, node, msg, self.vs)
@@ -200,6 +202,12 @@ class _JoinBuilder:
     # -- inputs and conditions ------------------------------------------------------------
     def add_input(self, tbl: exp.Expression, at: exp.Expression | None = None) -> bool:
         at = at or tbl
+        ok = self._add_input(tbl, at)
+        if not ok:  # its columns cannot be resolved: not reported again as unknown (one true problem)
+            self.failed.add(str(tbl.alias_or_name).lower() if isinstance(tbl, exp.Table) else str(tbl.alias).lower())
+        return ok
+
+    def _add_input(self, tbl: exp.Expression, at: exp.Expression) -> bool:
         if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
             what = "subqueries" if isinstance(tbl, exp.Subquery) else "table functions and file paths"
             self.bad(at, f"{what} are not allowed in joins; join registered tables")
@@ -240,6 +248,8 @@ class _JoinBuilder:
         if col.table:
             q = col.table.lower()
             inp = next((i for i in self.inputs if i.alias == q), None)
+            if inp is None and q in self.failed:
+                return None  # its input was refused already
             if inp is None:
                 self.bad(col, f"{where} refers to unknown table or alias '{col.table}'")
                 return None
@@ -248,6 +258,8 @@ class _JoinBuilder:
                 return None
             return flat(inp.alias, name)
         owners = [i for i in self.inputs if flat(i.alias, name) in self.flat_schema]
+        if not owners and self.failed:
+            return None  # may be a column of a refused input: that input's problem is reported
         if len(owners) != 1:
             self.bad(col, f"column '{col.name}' is {'ambiguous' if owners else 'unknown'} in {where}; qualify it with its table's alias")
             return None
@@ -374,7 +386,7 @@ class _JoinBuilder:
             for a in where.this.find_all(exp.AggFunc):
                 self.bad(a, "aggregates are not allowed in WHERE")
             where_flat = self.flatten(where.this, "WHERE")
-            if len(self.vs) == before:
+            if len(self.vs) == before and not self.failed:
                 try:
                     type_predicate(where_flat, self.flat_schema, "WHERE")
                 except TypeRefusal as e:
