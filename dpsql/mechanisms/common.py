@@ -264,11 +264,11 @@ def _finish_variance(plan: ir.QueryPlan, cal: Calibration, a: ir.Aggregate, roun
     accuracy[a.name] = {
         "ci95_half_width": typical,
         "per_row_ci95_half_width": half.tolist(),
-        "per_row_ci95_interval": [[float(x), float(y)] for x, y in zip(lo, hi)],
         "noise": cal.noise,
         "note": ("from noisy count, centred sum and sum of squares of the clamped values (post-processing); the "
                  "interval is the statistic's range over the three columns' joint 95% noise box (union bound: "
-                 "covers the bounded truth with probability >= 95%), per row in per_row_ci95_interval"),
+                 "covers the bounded truth with probability >= 95%), as the largest distance from the released value to either end, "
+                 "per row in per_row_ci95_half_width (ci95_half_width: median over rows)"),
     }
 
 
