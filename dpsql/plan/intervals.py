@@ -101,6 +101,8 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> 
     if isinstance(node, exp.Boolean):
         x = 1.0 if node.this else 0.0
         return x, x
+    if isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):  # a condition: false / true = 0 / 1
+        return 0.0, 1.0
     if isinstance(node, exp.Column):
         b = bounds(node.name.lower())
         if b is None:
