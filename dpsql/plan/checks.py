@@ -1,8 +1,9 @@
 """Allow-list checks on the parsed statement. Every violation is collected, none is fatal alone.
 
-What is accepted: one SELECT over one registered table, aggregates COUNT(*), COUNT(col),
-COUNT(DISTINCT privacy_unit), SUM(col), AVG(col), a WHERE, GROUP BY columns or expressions, and
-HAVING / ORDER BY / LIMIT over the released values. Every function call anywhere in the query
+What is accepted (docs/sql.md): one SELECT over one registered table, aggregates COUNT(*),
+COUNT(col), COUNT(DISTINCT col), SUM / AVG / VARIANCE / STDDEV (and their spellings in
+``ANON_AGGS``) over a bounded value, a WHERE, GROUP BY columns or expressions (with or without
+an aggregate; SELECT DISTINCT keys), and HAVING / ORDER BY / LIMIT over the released values. Every function call anywhere in the query
 must be on the allow-list (``dpsql.plan.typer.ALLOW_LIST``, plus ``POST_ALLOW_LIST`` over
 released values); everything else is refused before any data is read. The expressions evaluated
 on private rows (WHERE, GROUP BY keys) are further typed by ``dpsql.plan.typer``.

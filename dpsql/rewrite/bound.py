@@ -28,7 +28,9 @@ query and never shown, so every choice is unpredictable and independent of the e
 
 :func:`bounded_query` composes them for an aggregation (then, per group: the distinct-unit
 count ``__users``, each unit adding 0 or 1, and per aggregate its per-(unit, group)
-contribution summed over units); :func:`bounded_histogram` for a range workload's histogram
+contribution summed over units -- for VARIANCE / STDDEV the count, centred sum and centred sum
+of squares; for COUNT(DISTINCT col) the distinct values of each (unit, group)'s kept rows,
+merged over units); :func:`bounded_histogram` for a range workload's histogram
 (the per-unit row cap only, then counts per bin). ``tests/test_bounding.py`` checks the
 sensitivities by removing units from generated data.
 
