@@ -327,6 +327,8 @@ def test_variance_end_to_end_matches_the_bounded_truth(s: Any) -> None:
         assert abs(row[name] - w) <= hw, (name, row[name], w, hw)
         assert abs(row[name] - w) <= 0.01 * w  # zero noise: only the rounding grids move it
     assert "sum of squares" in r.accuracy["v"]["note"]
+    text = str(sess.explain("SELECT STD(amount) AS sd FROM ev", epsilon=1.0, delta=1e-6))
+    assert "expected accuracy of sd" in text and "l2_sensitivity: 1.73205" in text  # sqrt(3): three columns
     sess.close()
 
 
@@ -379,6 +381,9 @@ def test_cli_variance_public_domain_and_top(workdir: Path, capsys: pytest.Captur
     assert run_cli([*cfg, "query", sql, "--epsilon", "1", "--delta", "1e-6", "--format", "csv"]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines()[0].replace('"', "") == "v,sd" and "v: 95% interval +/-" in err
+    assert run_cli([*cfg, "explain", sql, "--epsilon", "1", "--delta", "1e-6"]) == 0
+    out, _ = capsys.readouterr()
+    assert "expected accuracy of v: from noisy count, centred sum and sum of squares" in out and "__a0_sq" in out
     assert run_cli([*cfg, "explain", "SELECT DISTINCT country FROM events", "--epsilon", "1"]) == 0
     out, err = capsys.readouterr()
     assert "public_domain" in out and "epsilon=0" in out

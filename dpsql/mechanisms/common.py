@@ -323,7 +323,7 @@ def expected_accuracy(cal: Calibration) -> dict[str, dict[str, Any]]:
             continue
         if a.kind in ir.VARIANCE_KINDS:
             out[o.name] = {"note": "from noisy count, centred sum and sum of squares (each noise_std in parameters.scales): "
-                           "the interval depends on the released count", "noise_std": {
+                           "the interval depends on the released count", "column_noise_std": {
                                c: cal.std(a.name + c) for c in ("_cnt", "_sum", "_sq")}}
             continue
         src = source_column(a, cal.caps)
