@@ -127,6 +127,11 @@ def test_group_by_the_privacy_unit_is_refused_for_free(s: Any) -> None:
     free(s, "SELECT DISTINCT user_id FROM events")
 
 
+def test_unaliased_outputs_are_named_as_written(s: Any) -> None:
+    r = s.query("SELECT VAR_SAMP(age), STDEV(age), count(*) FROM events", epsilon=1.0, delta=1e-6)
+    assert r.table.column_names == ["VAR_SAMP(age)", "STDEV(age)", "COUNT(*)"]
+
+
 def test_distinct_with_an_aggregate_is_still_refused(s: Any) -> None:
     assert "DISTINCT" in free(s, "SELECT DISTINCT country, COUNT(*) FROM events GROUP BY country")
 

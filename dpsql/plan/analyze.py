@@ -20,6 +20,7 @@ from dpsql.plan.checks import (
     check_statement_shape,
     is_aggregate,
     violation,
+    written_name,
 )
 from dpsql.plan.intervals import NoInterval, clamp_bounds, interval
 from dpsql.plan.joins import analyze_join
@@ -533,6 +534,9 @@ class _Builder:
                 name = inner.name
             else:
                 name = inner.sql(dialect=DIALECT)
+                written = written_name(inner, self.sql)
+                if written and written.lower() != name.split("(", 1)[0].lower():  # VAR_SAMP(x) is named as written, not as sqlglot spells it (VARIANCE(x))
+                    name = written + name[len(name.split("(", 1)[0]):]
             base, n = name, 1
             while name.lower() in used:
                 name = f"{base}_{n}"

@@ -30,8 +30,8 @@ def is_aggregate(node: exp.Expression) -> bool:
 #: clauses evaluated by dpsql over released values only (post-processing)
 POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY")
 
-__all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "is_aggregate", "check_expression_functions", "check_statement_shape", "func_name",
-           "violation"]
+__all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "func_name",
+           "is_aggregate", "violation", "written_name"]
 
 
 def violation(node: exp.Expression, sql: str, message: str, *, offset: int | None = None) -> Violation:
