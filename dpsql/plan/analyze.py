@@ -318,6 +318,9 @@ class _Builder:
 
         def repl(n: exp.Expression) -> exp.Expression:
             if is_aggregate(n) or isinstance(n, exp.Filter):
+                if any(is_aggregate(x) for x in n.walk() if x is not n):
+                    self.bad(n, f"{where}: aggregates cannot be nested; aggregate a column or an expression of columns")
+                    return exp.Null()
                 if isinstance(n, (*SUPPORTED_AGGS, exp.Filter, exp.Anonymous)):
                     r = self.aggregate_ref(n)
                     return r if r is not None else exp.Null()
