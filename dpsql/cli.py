@@ -551,6 +551,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
         for col, acc in rel.accuracy.items():
             if acc.get("noise_std") is not None:
                 print(f"  {col}: noise std {acc['noise_std']:.4g}, 95% interval +/- {acc['ci95_half_width']:.4g}", file=sys.stderr)
+            elif acc.get("ci95_half_width") is not None:
+                rows = acc.get("per_row_ci95_half_width") or []
+                each = " (row 1; per row in --meta)" if len(rows) > 1 else ""
+                hw = rows[0] if rows and rows[0] is not None else acc["ci95_half_width"]
+                print(f"  {col}: 95% interval +/- {hw:.4g}{each}", file=sys.stderr)
             elif acc.get("note"):
                 print(f"  {col}: {acc['note']}", file=sys.stderr)
         if rel.details.get("estimates"):

@@ -60,7 +60,7 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
         )
     out = dict(options)
     if "mechanism" in out:
-        names = [m.value for m in MechanismName if m != MechanismName.CONTRIBUTION_PROFILE]
+        names = [m.value for m in MechanismName if m not in (MechanismName.CONTRIBUTION_PROFILE, MechanismName.PUBLIC_DOMAIN)]
         if out["mechanism"] != "auto" and out["mechanism"] not in names:
             raise ConfigError(f"unknown mechanism {out['mechanism']!r}", hint="use one of " + ", ".join(repr(n) for n in names))
         out["mechanism"] = str(out["mechanism"])

@@ -136,7 +136,7 @@ def nonnegative_aggregates(plan: ir.QueryPlan) -> list[str]:
     whose declared lower bound is >= 0 (public metadata only)."""
     out = []
     for a in plan.aggregates:
-        counts = a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS)
+        counts = a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS, ir.COUNT_DISTINCT)
         if counts or (a.bounds is not None and a.bounds[0] >= 0):
             out.append(a.name)
     return out

@@ -120,7 +120,7 @@ NOTABLE = [
     ("version()", "current_version"), ("txid_current()", "txid_current"), ("getenv('HOME')", "getenv"),
     ("duckdb_tables()", "duckdb_tables"), ("duckdb_settings()", "duckdb_settings"),
     ("read_text('/etc/passwd')", "read_text"), ("now()", "now"), ("sleep_ms(1000)", "sleep_ms"),
-    ("write_log('x')", "write_log"), ("current_user", "current_user"), ("uuid()", "uuid"), ("random()", "rand"),
+    ("write_log('x')", "write_log"), ("current_user", "current_user"), ("uuid()", "uuid"), ("random()", "random"),
     ("getvariable('v')", "getvariable"), ("query_table('t')", "query_table"), ("enable_logging()", "enable_logging"),
     ("force_checkpoint()", "force_checkpoint"), ("hash(x)", "hash"), ("md5(s)", "md5"),
     ("levenshtein(s, 'a')", "levenshtein"), ("error('x')", "error"), ("typeof(x)", "typeof"),

@@ -54,6 +54,7 @@ class MechanismName(enum.StrEnum):
     DP_S4S = "dp_s4s"
     R2T = "r2t"
     EXPONENTIAL = "exponential"
+    PUBLIC_DOMAIN = "public_domain"
 
 
 @dataclass(frozen=True)

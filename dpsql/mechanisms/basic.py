@@ -7,7 +7,10 @@ Neighbouring relation: add or remove one privacy unit with all of its rows (user
 The bounding SQL (``rewrite.bound``) guarantees that one unit touches at most
 C = min(C_u, number of public key combinations) groups (C = 1 for a scalar query), and changes
 each released column j of a touched group by at most Delta_j (1 for the distinct-unit count,
-k for COUNT(*)/COUNT(col), k*max|bound| for SUM, k*(hi-lo)/2 for the centred AVG sum).
+k for COUNT(*)/COUNT(col)/COUNT(DISTINCT col), k*max|bound| for SUM, k*(hi-lo)/2 for the centred
+AVG sum; a VARIANCE/STDDEV is three columns: count k, centred sum k*r, centred sum of squares
+k*r^2 with r = (hi-lo)/2, ``dpsql.mechanisms.variance``). Bounds are declared, written as a clamp,
+or derived by interval arithmetic (``dpsql.plan.intervals``); the bounded SQL clamps to them.
 Every released column is noised on its own scale, proportional to Delta_j: with the m columns
 normalised by Delta_j the whole release is a vector whose L2 sensitivity is sqrt(C*m) and
 L1 sensitivity is C*m. Hence

@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from dpsql.budget import Budget
 from dpsql.engine.base import SqlOps
+from dpsql.mechanisms import variance
 from dpsql.mechanisms.base import Description, Released, fmt_cap
 from dpsql.noise import (
     NoiseSource,
@@ -67,8 +68,9 @@ class Calibration:
 
 def needed_columns(plan: ir.QueryPlan, caps: Caps) -> list[Any]:
     need = {source_column(a, caps) for a in plan.aggregates}
-    need |= {a.name + "_sum" for a in plan.aggregates if a.kind == ir.AVG}
-    need |= {a.name + "_cnt" for a in plan.aggregates if a.kind == ir.AVG}
+    need |= {a.name + "_sum" for a in plan.aggregates if a.kind in (ir.AVG, *ir.VARIANCE_KINDS)}
+    need |= {a.name + "_cnt" for a in plan.aggregates if a.kind in (ir.AVG, *ir.VARIANCE_KINDS)}
+    need |= {a.name + "_sq" for a in plan.aggregates if a.kind in ir.VARIANCE_KINDS}
     return [c for c in released_columns(plan, caps) if c.name in need]
 
 
@@ -170,6 +172,9 @@ def finish_release(
     accuracy: dict[str, dict[str, Any]] = {}
     for a in plan.aggregates:
         src = source_column(a, cal.caps)
+        if a.kind in ir.VARIANCE_KINDS:
+            _finish_variance(plan, cal, a, rounded, gran, cols, row_accuracy, accuracy)
+            continue
         if a.kind == ir.AVG:
             assert a.bounds is not None
             lo, hi = a.bounds
@@ -231,10 +236,47 @@ def finish_release(
                     commit=commit or {})
 
 
+def third_half_width(cal: Calibration, col: str, gran: float) -> float:
+    """A two-sided 1 - 0.05/3 noise half-width of one released column (``dpsql.mechanisms.variance``)."""
+    scale = cal.scales[col]
+    if cal.noise == "gaussian":
+        return variance.Z_THIRD * scale + gran / 2.0
+    grid = cal.snap[col][0] if col in cal.snap else 0.0
+    return variance.LAPLACE_THIRD * scale + grid / 2.0 + gran / 2.0
+
+
+def _finish_variance(plan: ir.QueryPlan, cal: Calibration, a: ir.Aggregate, rounded: dict[str, np.ndarray],
+                     gran: dict[str, float], cols: dict[str, Any], row_accuracy: dict[str, pa.Array],
+                     accuracy: dict[str, dict[str, Any]]) -> None:
+    """VARIANCE / STDDEV from the released count, centred sum and sum of squares (post-processing)."""
+    assert a.bounds is not None
+    r = (a.bounds[1] - a.bounds[0]) / 2.0
+    n, s, q = rounded[a.name + "_cnt"], rounded[a.name + "_sum"], rounded[a.name + "_sq"]
+    hn, hs, hq = (third_half_width(cal, a.name + c, gran[a.name + c]) for c in ("_cnt", "_sum", "_sq"))
+    val = variance.point(a.kind, n, s, q, r)
+    lo, hi = variance.interval(a.kind, n, s, q, hn, hs, hq, r)
+    mask = np.isnan(val)
+    cols[a.name] = pa.array(np.where(mask, 0.0, val), mask=mask, type=pa.float64())
+    half = np.where(mask, np.nan, np.maximum(hi - np.where(mask, 0.0, val), np.where(mask, 0.0, val) - lo))
+    row_accuracy[a.name] = pa.array(half, type=pa.float64())
+    finite = half[np.isfinite(half)]
+    typical = float(np.median(finite)) if finite.size else None
+    accuracy[a.name] = {
+        "ci95_half_width": typical,
+        "per_row_ci95_half_width": half.tolist(),
+        "noise": cal.noise,
+        "note": ("from noisy count, centred sum and sum of squares of the clamped values (post-processing); the "
+                 "interval is the statistic's range over the three columns' joint 95% noise box (union bound: "
+                 "covers the bounded truth with probability >= 95%), as the largest distance from the released value to either end, "
+                 "per row in per_row_ci95_half_width (ci95_half_width: median over rows)"),
+    }
+
+
 def aggregate_types(plan: ir.QueryPlan) -> dict[str, str]:
     """The SQL type of each released aggregate: counts are integers, the rest DOUBLE."""
     return {
-        a.name: "BIGINT" if a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS) else "DOUBLE" for a in plan.aggregates
+        a.name: "BIGINT" if a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS, ir.COUNT_DISTINCT) else "DOUBLE"
+        for a in plan.aggregates
     }
 
 
@@ -278,6 +320,11 @@ def expected_accuracy(cal: Calibration) -> dict[str, dict[str, Any]]:
             continue
         if a.kind == ir.AVG:
             out[o.name] = {"note": "midpoint + noisy sum / noisy count: the interval depends on the released count"}
+            continue
+        if a.kind in ir.VARIANCE_KINDS:
+            out[o.name] = {"note": "from noisy count, centred sum and sum of squares (each noise_std in parameters.scales): "
+                           "the interval depends on the released count", "column_noise_std": {
+                               c: cal.std(a.name + c) for c in ("_cnt", "_sum", "_sq")}}
             continue
         src = source_column(a, cal.caps)
         gran = granularity_for(cal, by_name[src], plan)

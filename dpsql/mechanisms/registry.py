@@ -26,6 +26,10 @@ Quantiles (MIN, MAX, MEDIAN, PERCENTILE_CONT, QUANTILE ...) -> the exponential m
 (``mechanisms.quantile``), before rule 2; with ``reuse='synopsis'`` a quantile is read from a
 stored DAWA synopsis of its ordered column instead (the opt-in of a single range count).
 
+Between 2 and 3: a GROUP BY with no aggregate (``SELECT k FROM t GROUP BY k``, ``SELECT DISTINCT k``)
+over keys all declared public -> their declared domain, read from the catalog (``public_domain``,
+free); over other keys -> rule 3 (the sparse histogram's released keys, without the count).
+
 The ``mechanism`` option forces a mechanism where it applies and is refused where it does not.
 """
 
@@ -44,6 +48,7 @@ from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request
 from dpsql.mechanisms.basic import BasicMechanism
 from dpsql.mechanisms.profile import ContributionProfile
 from dpsql.mechanisms.profile import route_request as _profile_request
+from dpsql.mechanisms.public_domain import PublicDomain
 from dpsql.mechanisms.quantile import QuantileMechanism
 from dpsql.mechanisms.ranges import Dawa
 from dpsql.mechanisms.s4s_sql import JoinMechanism
@@ -62,10 +67,12 @@ REGISTRY: dict[MechanismName, Mechanism] = {
     MechanismName.R2T: JoinMechanism(MechanismName.R2T),
     MechanismName.CONTRIBUTION_PROFILE: ContributionProfile(),
     MechanismName.EXPONENTIAL: QuantileMechanism(),
+    MechanismName.PUBLIC_DOMAIN: PublicDomain(),
 }
 
 #: values the ``mechanism`` option accepts
-FORCEABLE = ("auto", *(m.value for m in MechanismName if m != MechanismName.CONTRIBUTION_PROFILE))
+FORCEABLE = ("auto", *(m.value for m in MechanismName
+                        if m not in (MechanismName.CONTRIBUTION_PROFILE, MechanismName.PUBLIC_DOMAIN)))
 
 _REASONS = {
     "dawa_histogram": "histogram over a column with a declared ordered domain: DAWA (private partition, then workload-aware measurement)",
@@ -175,6 +182,17 @@ def route(
             "mechanism 'dawa' answers range workloads: use Session.query_many([...]) or a histogram over a column with a declared ordered domain"
         )
     _check_bin_keys(plan)
+
+    # rule 2b: GROUP BY with no aggregate over declared domains: the domain itself, free
+    if plan.keys and not plan.aggregates and plan.public_keys and forced == "auto":
+        mech = REGISTRY[MechanismName.PUBLIC_DOMAIN]
+        _check_applicable(mech, options)
+        return _finish(base, mech, mech.calibrate(base, contribution(table, {})),
+                       "GROUP BY with no aggregate over keys declared public: the declared domain (public metadata, free)")
+    if not plan.aggregates and forced in ("gaussian", "laplace"):
+        raise PolicyError(f"mechanism '{forced}' noises aggregates, and the query has none (it asks for the set of keys)",
+                          hint="omit the mechanism option: keys declared public are answered from their domain, others by "
+                          "the sparse histogram")
 
     # rule 3: keys not declared public
     if plan.is_grouped and not plan.public_keys:

@@ -5,6 +5,7 @@ All violations of the DP subset are collected and raised together, each with lin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 from sqlglot import exp
@@ -12,11 +13,30 @@ from sqlglot import exp
 from dpsql.catalog import TableSpec, unit_paths
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
-from dpsql.plan.checks import SUPPORTED_AGGS, check_expression_functions, check_statement_shape, violation
+from dpsql.plan.checks import (
+    ANON_AGGS,
+    SUPPORTED_AGGS,
+    check_expression_functions,
+    check_statement_shape,
+    is_aggregate,
+    violation,
+    written_name,
+)
+from dpsql.plan.intervals import NoInterval, clamp_bounds, interval
 from dpsql.plan.joins import analyze_join
+from dpsql.plan.names import qualifier, qualifier_problem
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call
-from dpsql.plan.typer import MAX_DEPTH, TypeRefusal, check_numeric_column, type_key, type_predicate
+from dpsql.plan.typer import (
+    MAX_DEPTH,
+    Typer,
+    TypeRefusal,
+    _Refuse,
+    allow_list_problems,
+    check_numeric_column,
+    type_key,
+    type_predicate,
+)
 
 _POLICY_PREFIX = "[policy] "
 
@@ -36,6 +56,26 @@ def _norm(node: exp.Expression) -> str:
         if isinstance(f.this, str):
             f.set("this", f.this.lower())
     return n.sql(dialect=DIALECT, normalize=True)
+
+
+_VALUE_KINDS: dict[type, str] = {
+    exp.Sum: ir.SUM, exp.Avg: ir.AVG, exp.Variance: ir.VAR_SAMP, exp.VariancePop: ir.VAR_POP,
+    exp.Stddev: ir.STDDEV_SAMP, exp.StddevSamp: ir.STDDEV_SAMP, exp.StddevPop: ir.STDDEV_POP,
+}
+
+
+def _value_kind(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return ANON_AGGS[str(node.this).lower()]
+    return _VALUE_KINDS[type(node)]
+
+
+def _written(node: exp.Expression) -> str:
+    """The aggregate's name for messages (VAR_SAMP for VARIANCE, as sqlglot reads it)."""
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).upper()
+    return {exp.Variance: "VARIANCE", exp.VariancePop: "VAR_POP", exp.Stddev: "STDDEV", exp.StddevSamp: "STDDEV_SAMP",
+            exp.StddevPop: "STDDEV_POP", exp.Sum: "SUM", exp.Avg: "AVG"}.get(type(node), type(node).__name__.upper())
 
 
 def is_bin_column(name: str, table: TableSpec) -> bool:
@@ -99,6 +139,7 @@ class _Builder:
         self.table: TableSpec | None = None
         self.aliases: set[str] = set()
         self.unit: str | None = None
+        self._qualifier = ""
 
     # -- helpers ---------------------------------------------------------------------
     def bad(self, node: exp.Expression, message: str, *, policy: bool = False) -> None:
@@ -126,8 +167,9 @@ class _Builder:
         for c in node.find_all(exp.Column):
             name = c.name.lower()
             qual = c.table.lower() if c.table else ""
-            if qual and qual not in self._table_names:
-                self.bad(c, f"{where} refers to unknown table or alias '{c.table}'")
+            db = ".".join(str(c.args[k].name).lower() for k in ("catalog", "db") if c.args.get(k) is not None)
+            if qual and (qual not in self._table_names or (db and db != self._qualifier)):
+                self.bad(c, f"{where} refers to unknown table or alias '{(db + '.') if db else ''}{c.table}'")
                 continue
             if allow_aliases and not qual and name in self.aliases:
                 continue
@@ -143,22 +185,44 @@ class _Builder:
         if isinstance(node, exp.Filter):
             self.bad(node, "aggregate FILTER clauses are not supported; move the condition into WHERE")
             return None
-        arg = node.this
+        arg = node.expressions[0] if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 else node.this
+        if isinstance(node, exp.Anonymous) and len(node.expressions) != 1:
+            self.bad(node, f"{node.name.upper()} takes one argument")
+            return None
         kind: str | None = None
         column: str | None = None
+        value: exp.Expression | None = None
+        bounds: tuple[float, float] | None = None
         p: float | None = None
         if isinstance(node, (exp.WithinGroup, *QUANTILE_AGGS)):
-            got = quantile_call(node)
-            if isinstance(got, str):
-                self.bad(node, f"{clause}: {got}")
+            qgot = quantile_call(node)
+            if isinstance(qgot, str):
+                self.bad(node, f"{clause}: {qgot}")
                 return None
-            kind, arg, p = got
+            kind, arg, p = qgot
             fn = "MIN" if kind == ir.MIN else "MAX" if kind == ir.MAX else "a quantile"
             if not isinstance(arg, exp.Column):
                 self.bad(node, f"{clause}: {fn} takes a plain column with declared bounds; expressions inside it are "
                          "not supported")
                 return None
             column = arg.name.lower()
+            if self.table.schema and column not in self.table.schema:
+                return None  # reported by check_columns
+            why = check_numeric_column(column, self.table.schema)
+            if why is not None:
+                self.bad(node, why.replace("SUM and AVG need", f"{str(getattr(node, 'key', '')).upper() if kind != ir.QUANTILE else 'a quantile'} needs"))
+                return None
+            declared = self.table.column(column).bounds
+            if declared is None:
+                self.bad(
+                    node,
+                    f"{fn.upper() if kind != ir.QUANTILE else 'QUANTILE'}({column}) needs value bounds; table "
+                    f"'{self.table.name}' declares none for '{column}' "
+                    f"(hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}})",
+                    policy=True,
+                )
+                return None
+            bounds = declared
         elif isinstance(node, exp.Count):
             if isinstance(arg, exp.Star) or arg is None:
                 kind = ir.COUNT_STAR
@@ -166,59 +230,119 @@ class _Builder:
                 exprs = arg.expressions
                 if len(exprs) == 1 and isinstance(exprs[0], exp.Column) and exprs[0].name.lower() == self.unit:
                     kind = ir.COUNT_UNITS
+                elif len(exprs) == 1 and isinstance(exprs[0], exp.Column):
+                    kind, column = ir.COUNT_DISTINCT, exprs[0].name.lower()
                 else:
-                    self.bad(
-                        node,
-                        "COUNT(DISTINCT ...) is supported only over the privacy unit column"
-                        + (f" '{self.unit}'" if self.unit else ""),
-                    )
+                    self.bad(node, "COUNT(DISTINCT ...) takes one column")
                     return None
             elif isinstance(arg, exp.Column):
                 kind, column = ir.COUNT_COL, arg.name.lower()
             else:
-                self.bad(node, "COUNT takes *, a column, or DISTINCT privacy_unit; compute expressions in WHERE or GROUP BY")
+                self.bad(node, "COUNT takes *, a column, or DISTINCT column; compute expressions in WHERE or GROUP BY")
                 return None
-        elif isinstance(node, (exp.Sum, exp.Avg)):
-            if not isinstance(arg, exp.Column):
-                name = "SUM" if isinstance(node, exp.Sum) else "AVG"
-                self.bad(node, f"{name} takes a plain column with declared bounds; expressions inside {name} are not supported")
+        elif type(node) in _VALUE_KINDS or isinstance(node, exp.Anonymous):
+            kind = _value_kind(node)
+            fn = _written(node)
+            if isinstance(arg, exp.Distinct):
+                self.bad(node, f"{fn}(DISTINCT ...) is not supported: distinct values are not bounded per person; drop DISTINCT")
                 return None
-            column = arg.name.lower()
-            kind = ir.SUM if isinstance(node, exp.Sum) else ir.AVG
+            got = self.value_bounds(node, arg, fn)
+            if got is None:
+                return None
+            column, value, bounds = got
         else:
             self.bad(
                 node,
-                f"aggregate {type(node).__name__.upper()} is not supported; use COUNT, SUM or AVG",
+                f"aggregate {type(node).__name__.upper()} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
+                "MEDIAN or QUANTILE",
             )
             return None
         if column is not None and self.table.schema and column not in self.table.schema:
             return None  # reported by check_columns
-        if column is not None and kind in (ir.SUM, ir.AVG, *ir.QUANTILE_KINDS):
+        vsql = _norm(value) if value is not None else None
+        for a in self.aggregates:
+            if a.kind == kind and a.column == column and a.bounds == bounds and a.quantile == p and (
+                    (a.value is None and value is None) or (a.value is not None and _norm(a.value) == vsql)):
+                return exp.column(a.name)
+        agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds, quantile=p, value=value)
+        self.aggregates.append(agg)
+        return exp.column(agg.name)
+
+    def value_bounds(self, node: exp.Expression, arg: exp.Expression, fn: str
+                     ) -> tuple[str | None, exp.Expression | None, tuple[float, float]] | None:
+        """(column, value expression, bounds) of the argument of SUM / AVG / VARIANCE / STDDEV: a
+        column with declared bounds, an explicit clamp with literal bounds, or an expression of
+        bounded columns (bounds by interval arithmetic, ``dpsql.plan.intervals``)."""
+        assert self.table is not None
+        explicit = clamp_bounds(arg)
+        inner = explicit[0] if explicit is not None else arg
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, exp.Column):
+            column = inner.name.lower()
+            if self.table.schema and column not in self.table.schema:
+                return None  # reported by check_columns
             why = check_numeric_column(column, self.table.schema)
             if why is not None:
-                if kind in ir.QUANTILE_KINDS:  # name the aggregate asked for
-                    why = why.replace("SUM and AVG need", f"{node.key.upper() if kind != ir.QUANTILE else 'a quantile'} needs")
                 self.bad(node, why)
                 return None
-        bounds = None
-        if kind in (ir.SUM, ir.AVG, *ir.QUANTILE_KINDS):
-            assert column is not None
-            bounds = self.table.column(column).bounds
-            if bounds is None:
-                fn = {ir.SUM: "SUM", ir.AVG: "AVG", ir.MIN: "MIN", ir.MAX: "MAX"}.get(kind, "QUANTILE")
+        else:
+            column = None
+        if explicit is not None:
+            lo, hi = explicit[1]
+            if lo > hi:
+                self.bad(node, f"the clamp's lower bound {lo:g} is above its upper bound {hi:g}")
+                return None
+        elif column is not None:
+            declared = self.table.column(column).bounds
+            if declared is None:
                 self.bad(
                     node,
                     f"{fn}({column}) needs value bounds; table '{self.table.name}' declares none for '{column}' "
-                    f"(hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}})",
+                    f"(hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}}, or clamp in the "
+                    f"query: {fn}(LEAST(GREATEST({column}, lo), hi)))",
                     policy=True,
                 )
                 return None
-        for a in self.aggregates:
-            if a.kind == kind and a.column == column and a.quantile == p:
-                return exp.column(a.name)
-        agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds, p)
-        self.aggregates.append(agg)
-        return exp.column(agg.name)
+            lo, hi = float(declared[0]), float(declared[1])
+        else:
+            schema = self.table.schema
+
+            def declared_bounds(c: str) -> tuple[float, float] | None:
+                b = self.table.column(c).bounds if self.table is not None else None
+                return None if b is None or check_numeric_column(c, schema) is not None else (float(b[0]), float(b[1]))
+
+            try:
+                lo, hi = interval(inner, declared_bounds)
+            except NoInterval as e:
+                self.bad(node, f"{fn} over an expression needs bounds: {e.message} (hint: write "
+                               f"{fn}(LEAST(GREATEST(expr, lo), hi)) with literal bounds, or declare the columns' bounds)")
+                return None
+        if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > 1e15:
+            self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too large (at most 1e15 in magnitude)")
+            return None
+        if column is not None:
+            return column, None, (lo, hi)
+        before = len(self.violations)
+        problems = allow_list_problems(inner)
+        for n, m in problems:
+            self.bad(n, f"{fn}: {m}")
+        if len(self.violations) == before:
+            try:
+                typed = Typer(dict(self.table.schema)).t(inner)
+                if not (typed.type.numeric or typed.type.kind == "bool"):
+                    self.bad(node, f"{fn} needs a numeric value, got {typed.type}")
+            except _Refuse as r:
+                self.bad(r.node, f"{fn}: {r.message}")
+        if len(self.violations) != before:
+            return None
+        value = inner.copy()
+        for c in value.find_all(exp.Column):
+            c.set("table", None)
+            c.set("db", None)
+            c.set("catalog", None)
+            c.set("this", exp.to_identifier(c.name.lower()))
+        return None, value, (lo, hi)
 
     def to_post(self, node: exp.Expression, where: str, *, alias_map: dict[str, exp.Expression] | None = None) -> exp.Expression:
         """Rewrite an expression over the query into one over released internal columns."""
@@ -228,11 +352,16 @@ class _Builder:
             if isinstance(n, exp.WithinGroup):
                 r = self.aggregate_ref(n, where)
                 return r if r is not None else exp.Null()
-            if isinstance(n, exp.AggFunc) or isinstance(n, exp.Filter):
-                if isinstance(n, SUPPORTED_AGGS) or isinstance(n, exp.Filter):
+            if is_aggregate(n) or isinstance(n, exp.Filter):
+                inner = n.this if isinstance(n, exp.Filter) else n  # FILTER wraps its aggregate: refused as FILTER
+                if any(is_aggregate(x) for x in inner.walk() if x is not inner):
+                    self.bad(n, f"{where}: aggregates cannot be nested; aggregate a column or an expression of columns")
+                    return exp.Null()
+                if isinstance(n, (*SUPPORTED_AGGS, exp.Filter, exp.Anonymous)):
                     r = self.aggregate_ref(n, where)
                     return r if r is not None else exp.Null()
-                self.bad(n, f"{where}: aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM or AVG")
+                self.bad(n, f"{where}: aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM, AVG, VARIANCE, "
+                         "STDDEV, MIN, MAX, MEDIAN or QUANTILE")
                 return exp.Null()
             if isinstance(n, exp.Window):
                 return n  # reported by the function checks
@@ -284,6 +413,7 @@ class _Builder:
             return analyze_join(self.sql, stmt, self.catalog)  # joins: DP-S4S / R2T (dpsql.plan.joins)
         if isinstance(stmt, exp.Select) and self._several_paths(stmt):
             return analyze_join(self.sql, stmt, self.catalog)
+        stmt = _distinct_as_group_by(stmt)
         self.violations.extend(check_statement_shape(stmt, self.sql, start=starts[0] if starts else 0))
         if not isinstance(stmt, exp.Select):
             self._raise()
@@ -302,8 +432,9 @@ class _Builder:
                 self.bad(tbl, "table functions (read_parquet, read_csv, ...) and file paths are not allowed in queries; register the file as a table")
             self._raise()
         name = tbl.this.name
-        if tbl.args.get("db") or tbl.args.get("catalog"):
-            self.bad(tbl, "schema- or database-qualified table names are not allowed; use the registered table name")
+        qual_problem = qualifier_problem(tbl)
+        if qual_problem is not None:
+            self.bad(tbl, qual_problem)
             self._raise()
         if tbl.this.quoted and any(ch in name for ch in "./\\*") :
             self.bad(tbl, "file paths are not allowed in queries; register the file as a table and use its name")
@@ -337,6 +468,7 @@ class _Builder:
         assert table is not None
         self.table = table
         self._table_names = {table.name.lower()}
+        self._qualifier = qualifier(tbl)
         if tbl.alias:
             self._table_names.add(tbl.alias.lower())
         self.unit = resolve_unit_column(table, self.catalog)
@@ -366,7 +498,7 @@ class _Builder:
         if where_expr is not None:
             before = len(self.violations)
             self.violations.extend(check_expression_functions(where_expr, self.sql, "WHERE"))
-            for a in where_expr.find_all(exp.AggFunc):
+            for a in [n for n in where_expr.walk() if is_aggregate(n)]:
                 self.bad(a, "aggregates are not allowed in WHERE; use HAVING")
             self.check_columns(where_expr, "WHERE")
             self.type_check(where_expr, "WHERE", before)
@@ -383,7 +515,7 @@ class _Builder:
         group_exprs: list[exp.Expression] = []
         if group is not None:
             if group.args.get("all"):
-                group_exprs = [it.unalias() for it in select_items if not any(True for _ in it.find_all(exp.AggFunc))]
+                group_exprs = [it.unalias() for it in select_items if not any(is_aggregate(n) for n in it.walk())]
             for g in group.expressions:
                 if isinstance(g, exp.Tuple) and not g.expressions:
                     continue  # GROUP BY (): the grand total, i.e. no grouping
@@ -410,7 +542,7 @@ class _Builder:
         for g in group_exprs:
             before = len(self.violations)
             self.violations.extend(check_expression_functions(g, self.sql, "GROUP BY"))
-            for a in g.find_all(exp.AggFunc):
+            for a in [n for n in g.walk() if is_aggregate(n)]:
                 self.bad(a, "aggregates are not allowed in GROUP BY")
             self.check_columns(g, "GROUP BY")
             if not any(is_bin_column(c.name, table) and c.name.lower() not in table.schema for c in g.find_all(exp.Column)):
@@ -421,6 +553,11 @@ class _Builder:
             domain = None
             if isinstance(g, exp.Column):
                 domain = table.column(g.name.lower()).domain
+                if g.name.lower() == self.unit and domain is None:
+                    self.bad(g, f"GROUP BY the privacy unit '{g.name}' is refused: each group holds one person, so no group "
+                                "can pass the release threshold (nothing would be released, yet the query would be charged); "
+                                "group by another column, or count people with COUNT(DISTINCT "
+                                f"{g.name})")
             stripped = g.copy()
             for c in stripped.find_all(exp.Column):
                 c.set("table", None)
@@ -438,6 +575,9 @@ class _Builder:
                 name = inner.name
             else:
                 name = inner.sql(dialect=DIALECT)
+                written = written_name(inner, self.sql)
+                if written and written.lower() != name.split("(", 1)[0].lower():  # VAR_SAMP(x) is named as written, not as sqlglot spells it (VARIANCE(x))
+                    name = written + name[len(name.split("(", 1)[0]):]
             base, n = name, 1
             while name.lower() in used:
                 name = f"{base}_{n}"
@@ -471,8 +611,8 @@ class _Builder:
                 new = o.copy()
                 new.set("this", self.to_post(inner, "ORDER BY", alias_map=alias_post))
                 order.append(new)
-        if not self.aggregates and not self.violations:
-            self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG): non-aggregated output is not allowed")
+        if not self.aggregates and not self.keys and not self.violations:
+            self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG) or GROUP BY columns: non-aggregated output is not allowed")
         limit = self._int_clause(stmt, "limit")
         offset = self._int_clause(stmt, "offset")
         self._raise()
@@ -494,7 +634,7 @@ class _Builder:
         through a chain of references: answered as a one-input join (every path bounded)."""
         from_ = stmt.args.get("from_") or stmt.args.get("from")
         tbl = from_.this if from_ is not None else None
-        if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier) or tbl.args.get("db"):
+        if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier) or qualifier_problem(tbl):
             return False
         table = self.catalog.get(tbl.this.name.lower())
         if table is None or table.public or resolve_unit_column(table, self.catalog) is not None:
@@ -544,6 +684,24 @@ class _Builder:
             head = str(Violation(msg, clean[0].line, clean[0].col, clean[0].fragment))
             hint = h.rstrip(")")
         raise cls(head, violations=clean, hint=hint)
+
+
+def _distinct_as_group_by(stmt: exp.Expression) -> exp.Expression:
+    """``SELECT DISTINCT a, b FROM t [WHERE ...]`` (no aggregate, no GROUP BY) is
+    ``SELECT a, b FROM t [WHERE ...] GROUP BY a, b``: the set of key values, released as any
+    GROUP BY's keys are (the declared domain, or above the noisy threshold)."""
+    if not isinstance(stmt, exp.Select):
+        return stmt
+    distinct = stmt.args.get("distinct")
+    if not isinstance(distinct, exp.Distinct) or distinct.args.get("on") or stmt.args.get("group") is not None:
+        return stmt
+    items = list(stmt.expressions)
+    if not items or any(isinstance(n, exp.Star) or is_aggregate(n) for it in items for n in it.walk()):
+        return stmt
+    out = stmt.copy()
+    out.set("distinct", None)
+    out.set("group", exp.Group(expressions=[exp.Literal.number(i + 1) for i in range(len(items))]))
+    return out
 
 
 def analyze(sql: str, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:

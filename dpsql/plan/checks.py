@@ -1,8 +1,9 @@
 """Allow-list checks on the parsed statement. Every violation is collected, none is fatal alone.
 
-What is accepted: one SELECT over one registered table, aggregates COUNT(*), COUNT(col),
-COUNT(DISTINCT privacy_unit), SUM(col), AVG(col), a WHERE, GROUP BY columns or expressions, and
-HAVING / ORDER BY / LIMIT over the released values. Every function call anywhere in the query
+What is accepted (docs/sql.md): one SELECT over one registered table, aggregates COUNT(*),
+COUNT(col), COUNT(DISTINCT col), SUM / AVG / VARIANCE / STDDEV (and their spellings in
+``ANON_AGGS``) over a bounded value, a WHERE, GROUP BY columns or expressions (with or without
+an aggregate; SELECT DISTINCT keys), and HAVING / ORDER BY / LIMIT over the released values. Every function call anywhere in the query
 must be on the allow-list (``dpsql.plan.typer.ALLOW_LIST``, plus ``POST_ALLOW_LIST`` over
 released values); everything else is refused before any data is read. The expressions evaluated
 on private rows (WHERE, GROUP BY keys) are further typed by ``dpsql.plan.typer``.
@@ -17,22 +18,51 @@ from dpsql.plan.parse import DIALECT, keyword_offset, line_col, position, tokens
 from dpsql.plan.quantiles import QUANTILE_AGGS
 from dpsql.plan.typer import func_name, node_problem
 
-SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg, *QUANTILE_AGGS)
+SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop,
+                  *QUANTILE_AGGS)
+
+#: aggregates sqlglot reads as plain function calls (other engines' spellings) -> the kind they are
+ANON_AGGS = {"var": "var_samp", "varp": "var_pop", "std": "stddev_samp", "stdevp": "stddev_pop"}
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    """An aggregate call: sqlglot's aggregates and the spellings of ``ANON_AGGS``."""
+    return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous) and str(node.this).lower() in ANON_AGGS)
 
 #: clauses evaluated by dpsql over released values only (post-processing)
 POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY")
 
-__all__ = ["POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "func_name",
-           "violation"]
+__all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "func_name",
+           "is_aggregate", "violation", "written_name"]
 
 
 def violation(node: exp.Expression, sql: str, message: str, *, offset: int | None = None) -> Violation:
     """A violation at ``node`` (or at character ``offset`` of ``sql`` when given)."""
     line, col = line_col(sql, offset) if offset is not None else position(node, sql)
     frag = node.sql(dialect=DIALECT)
+    written = written_name(node, sql)
+    if written:  # a function spelled another way in the query (RAND for RANDOM): quote it as written
+        frag = written + frag[len(frag.split("(", 1)[0]):]
     if len(frag) > 80:
         frag = frag[:77] + "..."
     return Violation(message, line, col, frag)
+
+
+def written_name(node: exp.Expression, sql: str) -> str:
+    """The name of function ``node`` as the query spells it, when it differs from sqlglot's
+    spelling (``RAND()`` is read as ``RANDOM()``); '' otherwise."""
+    if not isinstance(node, exp.Func):
+        return ""
+    line, col = position(node, sql)
+    if not line:
+        return ""
+    lines = sql.split("\n")
+    rest = lines[line - 1][col - 1:] if line <= len(lines) else ""
+    name = rest.split("(", 1)[0].strip()
+    rendered = node.sql(dialect=DIALECT).split("(", 1)[0]
+    if "(" in rest and name and name.replace("_", "").isalnum() and name != rendered:
+        return name
+    return ""
 
 
 def check_expression_functions(node: exp.Expression, sql: str, where: str) -> list[Violation]:
@@ -63,11 +93,17 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
             continue
         if isinstance(sub, (exp.WithinGroup, *QUANTILE_AGGS)) and post:
             continue  # a quantile: its column and fraction are checked by the analysis (plan.quantiles)
-        if isinstance(sub, exp.AggFunc):
+        if isinstance(sub, exp.Filter):
+            continue  # an aggregate's FILTER clause: refused by the analysis, with the fix (move it into WHERE)
+        if is_aggregate(sub):
             if not post:
                 continue  # an aggregate over private rows in WHERE / GROUP BY: refused by the analysis
         else:
             msg = node_problem(sub, post=post)
+            if isinstance(sub, exp.Rand):
+                name = written_name(sub, sql) or "RANDOM"
+                msg = (f"function {name}() is not on the allow-list: dpsql's results are reproducible functions of the "
+                       f"released values (and a random draw over private rows is not one); remove {name}() (see docs/expressions.md)")
             if msg is None and isinstance(sub, exp.Func) and not isinstance(sub, exp.Anonymous):
                 missing = [k for k, required in sub.arg_types.items() if required and sub.args.get(k) is None]
                 if missing:

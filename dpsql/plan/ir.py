@@ -19,6 +19,15 @@ QUANTILE = "quantile"  # MEDIAN / PERCENTILE_CONT / QUANTILE(col, p): exponentia
 MIN = "min"  # MIN(col): a low order statistic by the same mechanism
 MAX = "max"  # MAX(col): a high order statistic by the same mechanism
 QUANTILE_KINDS = (QUANTILE, MIN, MAX)
+COUNT_DISTINCT = "count_distinct"  # COUNT(DISTINCT col), col not the unit: <= k values per (unit, group)
+VAR_SAMP = "var_samp"  # VARIANCE / VAR / VAR_SAMP: from count, centred sum, centred sum of squares
+VAR_POP = "var_pop"  # VAR_POP / VARP
+STDDEV_SAMP = "stddev_samp"  # STDDEV / STD / STDDEV_SAMP / STDEV: sqrt of VAR_SAMP
+STDDEV_POP = "stddev_pop"  # STDDEV_POP / STDEVP
+#: aggregates released through (count, centred sum, centred sum of squares): dpsql.mechanisms.variance
+VARIANCE_KINDS = (VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP)
+#: aggregates that read a clamped value (a column, or ``Aggregate.value``)
+VALUE_KINDS = (SUM, AVG, *VARIANCE_KINDS)
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,9 @@ class Aggregate:
     sql: str  # normalised SQL text of the aggregate, for matching
     bounds: tuple[float, float] | None = None
     quantile: float | None = None  # p in [0, 1] for QUANTILE (0 for MIN, 1 for MAX)
+    #: the expression the aggregate reads when it is not a plain column (``column`` is then None):
+    #: over unqualified lower-case table columns, clamped to ``bounds`` in the bounded query
+    value: exp.Expression | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,8 @@ from dpsql.catalog import TableSpec, reference_problems
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, violation
+from dpsql.plan.intervals import clamp_bounds
+from dpsql.plan.names import ambiguity_problem, qualifier, qualifier_problem
 from dpsql.plan.typer import Typer, TypeRefusal, _Refuse, allow_list_problems, type_predicate
 
 SEP = "__"
@@ -191,6 +193,8 @@ class _JoinBuilder:
         self.inputs: list[_Input] = []
         self.uf = _UnionFind()
         self.unique: list[tuple[str, str]] = []
+        #: aliases of inputs already refused (unregistered, table functions, ...)
+        self.failed: set[str] = set()
 
     def bad(self, node: exp.Expression, msg: str) -> None:
         _bad(self.sql, node, msg, self.vs)
@@ -198,12 +202,19 @@ class _JoinBuilder:
     # -- inputs and conditions ------------------------------------------------------------
     def add_input(self, tbl: exp.Expression, at: exp.Expression | None = None) -> bool:
         at = at or tbl
+        ok = self._add_input(tbl, at)
+        if not ok:  # its columns cannot be resolved: not reported again as unknown (one true problem)
+            self.failed.add(str(tbl.alias_or_name).lower() if isinstance(tbl, exp.Table) else str(tbl.alias).lower())
+        return ok
+
+    def _add_input(self, tbl: exp.Expression, at: exp.Expression) -> bool:
         if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
             what = "subqueries" if isinstance(tbl, exp.Subquery) else "table functions and file paths"
             self.bad(at, f"{what} are not allowed in joins; join registered tables")
             return False
-        if tbl.args.get("db") or tbl.args.get("catalog"):
-            self.bad(at, "schema- or database-qualified table names are not allowed; use the registered table name")
+        qual_problem = qualifier_problem(tbl)
+        if qual_problem is not None:
+            self.bad(at, qual_problem)
             return False
         for key, val in tbl.args.items():
             if val and key not in ("this", "alias", "db", "catalog"):
@@ -216,6 +227,10 @@ class _JoinBuilder:
         if table is None:
             known = ", ".join(sorted(self.catalog)) or "none"
             self.bad(at, f"table '{tbl.this.name}' is not registered (registered tables: {known}); register it first")
+            return False
+        ambiguous = ambiguity_problem([(i.table.name, qualifier(i.node)) for i in self.inputs] + [(table.name, qualifier(tbl))])
+        if ambiguous is not None:
+            self.bad(at, ambiguous)
             return False
         alias = (tbl.alias or name).lower()
         if any(i.alias == alias for i in self.inputs):
@@ -233,6 +248,8 @@ class _JoinBuilder:
         if col.table:
             q = col.table.lower()
             inp = next((i for i in self.inputs if i.alias == q), None)
+            if inp is None and q in self.failed:
+                return None  # its input was refused already
             if inp is None:
                 self.bad(col, f"{where} refers to unknown table or alias '{col.table}'")
                 return None
@@ -241,6 +258,8 @@ class _JoinBuilder:
                 return None
             return flat(inp.alias, name)
         owners = [i for i in self.inputs if flat(i.alias, name) in self.flat_schema]
+        if not owners and self.failed:
+            return None  # may be a column of a refused input: that input's problem is reported
         if len(owners) != 1:
             self.bad(col, f"column '{col.name}' is {'ambiguous' if owners else 'unknown'} in {where}; qualify it with its table's alias")
             return None
@@ -305,7 +324,7 @@ class _JoinBuilder:
             return None
         if isinstance(node, exp.Sum):
             arg = node.this
-            lo_hi = _clamp_bounds(arg)
+            lo_hi = clamp_bounds(arg)
             if lo_hi is not None:
                 inner, bounds = lo_hi
                 if bounds[0] > bounds[1]:
@@ -367,7 +386,7 @@ class _JoinBuilder:
             for a in where.this.find_all(exp.AggFunc):
                 self.bad(a, "aggregates are not allowed in WHERE")
             where_flat = self.flatten(where.this, "WHERE")
-            if len(self.vs) == before:
+            if len(self.vs) == before and not self.failed:
                 try:
                     type_predicate(where_flat, self.flat_schema, "WHERE")
                 except TypeRefusal as e:
@@ -646,42 +665,6 @@ def _type_family(t: str) -> str:
     if t.startswith(("VARCHAR", "TEXT", "STRING")):
         return "text"
     return t
-
-
-def _number(node: exp.Expression) -> float | None:
-    neg = False
-    while isinstance(node, (exp.Neg, exp.Paren)):
-        if isinstance(node, exp.Neg):
-            neg = not neg
-        node = node.this
-    if isinstance(node, exp.Literal) and not node.is_string:
-        try:
-            v = float(node.this)
-        except ValueError:
-            return None
-        if math.isfinite(v):
-            return -v if neg else v
-    return None
-
-
-def _clamp_bounds(node: exp.Expression) -> tuple[exp.Expression, tuple[float, float]] | None:
-    """``LEAST(GREATEST(e, lo), hi)`` or ``GREATEST(LEAST(e, hi), lo)`` with literal bounds."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    for outer, inner_cls in ((exp.Least, exp.Greatest), (exp.Greatest, exp.Least)):
-        if isinstance(node, outer) and len(node.expressions) == 1:
-            hi_or_lo = _number(node.expressions[0])
-            inner = node.this
-            while isinstance(inner, exp.Paren):
-                inner = inner.this
-            if hi_or_lo is None or not isinstance(inner, inner_cls) or len(inner.expressions) != 1:
-                return None
-            other = _number(inner.expressions[0])
-            if other is None:
-                return None
-            lo, hi = (other, hi_or_lo) if outer is exp.Least else (hi_or_lo, other)
-            return inner.this, (lo, hi)
-    return None
 
 
 def analyze_join(sql: str, stmt: exp.Select, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:

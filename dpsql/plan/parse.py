@@ -9,7 +9,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
-from dpsql.errors import SQLSyntaxError
+from dpsql.errors import SQLSyntaxError, UnsupportedQueryError, Violation
 
 DIALECT = "duckdb"
 
@@ -197,11 +197,35 @@ def bracket_identifiers(sql: str) -> str:
     return "".join(out)
 
 
+def _refuse_top(sql: str) -> None:
+    """``SELECT [DISTINCT] TOP n`` (T-SQL) does not parse as DuckDB SQL: say so, with the fix."""
+    toks = tokens(sql)
+    for i, t in enumerate(toks):
+        if t.token_type != TokenType.SELECT:
+            continue
+        j = i + 1
+        while j < len(toks) and toks[j].text.upper() in ("DISTINCT", "ALL"):
+            j += 1
+        if j + 1 < len(toks) and toks[j].text.upper() == "TOP":
+            paren = toks[j + 1].token_type == TokenType.L_PAREN and j + 2 < len(toks)
+            nxt_tok = toks[j + 2] if paren else toks[j + 1]
+            if nxt_tok.token_type != TokenType.NUMBER:
+                continue
+            nxt = nxt_tok.text
+            line, col = line_col(sql, toks[j].start)
+            raise UnsupportedQueryError(
+                f"SELECT TOP {nxt} (T-SQL) is not supported: use LIMIT {nxt} at the end of the query",
+                violations=[Violation(f"SELECT TOP {nxt} is not supported; use LIMIT {nxt}", line, col, f"TOP {nxt}")],
+                hint=f"write SELECT ... ORDER BY ... LIMIT {nxt}",
+            )
+
+
 def parse_statements(sql: str) -> list[exp.Expression]:
     if not isinstance(sql, str):
         raise SQLSyntaxError(f"the query must be a SQL string, got {type(sql).__name__}")
     if not sql.strip():
         raise SQLSyntaxError("the query is empty", hint="pass one SELECT statement")
+    _refuse_top(sql)
     try:
         stmts = sqlglot.parse(bracket_identifiers(sql), read=DIALECT)
     except sqlglot.errors.ParseError as e:

@@ -1490,6 +1490,21 @@ def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expressi
     return _canonical_key(Typed(r.expr, typ), node), typ
 
 
+def type_value(node: exp.Expression, schema: dict[str, str]) -> exp.Expression:
+    """The total, explicitly typed rendering of an aggregate's numeric argument (raises ``TypeRefusal``)."""
+    _check_shape(node)
+    problems = allow_list_problems(node)
+    if problems:
+        raise TypeRefusal(problems)
+    try:
+        r = Typer(schema).t(node)
+    except _Refuse as rf:
+        raise TypeRefusal([(rf.node, rf.message)]) from None
+    if not (r.type.numeric or r.type.kind == "bool"):
+        raise TypeRefusal([(node, f"an aggregate's argument must be numeric, got {r.type}")])
+    return _check_rendered(node, r.expr)
+
+
 class TypeRefusal(Exception):
     """Raised by the entry points: (node, message) pairs for the analyser's violations."""
 

@@ -28,7 +28,9 @@ query and never shown, so every choice is unpredictable and independent of the e
 
 :func:`bounded_query` composes them for an aggregation (then, per group: the distinct-unit
 count ``__users``, each unit adding 0 or 1, and per aggregate its per-(unit, group)
-contribution summed over units); :func:`bounded_histogram` for a range workload's histogram
+contribution summed over units -- for VARIANCE / STDDEV the count, centred sum and centred sum
+of squares; for COUNT(DISTINCT col) the distinct values of each (unit, group)'s kept rows,
+merged over units); :func:`bounded_histogram` for a range workload's histogram
 (the per-unit row cap only, then counts per bin). ``tests/test_bounding.py`` checks the
 sensitivities by removing units from generated data.
 
@@ -55,7 +57,7 @@ from dpsql.engine.base import SqlOps, source_name
 from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.typer import TypeRefusal, domain_literal, type_key, type_predicate
+from dpsql.plan.typer import TypeRefusal, domain_literal, type_key, type_predicate, type_value
 from dpsql.plan.workload import Workload
 from dpsql.rewrite.contribution import Caps, ContributionModel
 
@@ -148,7 +150,37 @@ def released_columns(plan: ir.QueryPlan, caps: Caps) -> list[ReleasedColumn]:
             assert a.bounds is not None
             cols.append(ReleasedColumn(a.name + "_sum", k * (a.bounds[1] - a.bounds[0]) / 2.0, "sum"))
             cols.append(ReleasedColumn(a.name + "_cnt", k, "count"))
+        elif a.kind == ir.COUNT_DISTINCT:
+            cols.append(ReleasedColumn(a.name, k, "count"))  # <= k distinct values per (unit, group)
+        elif a.kind in ir.VARIANCE_KINDS:
+            assert a.bounds is not None
+            r = (a.bounds[1] - a.bounds[0]) / 2.0  # centred values lie in [-r, r]
+            cols.append(ReleasedColumn(a.name + "_sum", k * r, "sum"))
+            cols.append(ReleasedColumn(a.name + "_cnt", k, "count"))
+            cols.append(ReleasedColumn(a.name + "_sq", k * r * r, "sum"))
     return cols
+
+
+def aggregate_input(agg: ir.Aggregate, schema: dict[str, str], ops: SqlOps = DEFAULT_OPS) -> exp.Expression:
+    """What a value aggregate reads, as DOUBLE (NULL where it does not convert): its column, or its
+    expression rendered total by dpsql's typer (``ir.Aggregate.value``)."""
+    if agg.value is None:
+        assert agg.column is not None
+        return ops.try_cast(exp.column(agg.column, quoted=True), "DOUBLE")
+    try:
+        typed = type_value(agg.value, schema)
+    except TypeRefusal as e:
+        raise _refused(e) from None
+    return ops.try_cast(typed, "DOUBLE")
+
+
+def _clamped_input(agg: ir.Aggregate, schema: dict[str, str], ops: SqlOps, raw: str | None = None) -> exp.Expression:
+    """The aggregate's value clamped to its bounds (centred for AVG and the variances)."""
+    assert agg.bounds is not None
+    lo, hi = agg.bounds
+    shift = (lo + hi) / 2.0 if agg.kind in (ir.AVG, *ir.VARIANCE_KINDS) else 0.0
+    src = ops.try_cast(_col(raw), "DOUBLE") if raw is not None else aggregate_input(agg, schema, ops)
+    return ops.clamp(src, lo, hi, shift=shift)
 
 
 def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
@@ -272,18 +304,12 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     value_cols: list[str] = []
     for a in plan.aggregates:
-        if a.kind == ir.COUNT_COL:
+        if a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT):
             assert a.column is not None
             proj.append(exp.alias_(exp.column(a.column, quoted=True), f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
-        elif a.kind == ir.SUM:
-            assert a.column is not None and a.bounds is not None
-            proj.append(exp.alias_(clamped_value(a.column, *a.bounds, ops=ops), f"{a.name}_v"))
-            value_cols.append(f"{a.name}_v")
-        elif a.kind == ir.AVG:
-            assert a.column is not None and a.bounds is not None
-            mid = (a.bounds[0] + a.bounds[1]) / 2.0
-            proj.append(exp.alias_(clamped_value(a.column, *a.bounds, shift=mid, ops=ops), f"{a.name}_v"))
+        elif a.kind in ir.VALUE_KINDS:
+            proj.append(exp.alias_(_clamped_input(a, plan.table.schema, ops), f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
     return _rows_of(plan, unit_column, proj, where, use_public_domain), value_cols
 
@@ -303,6 +329,11 @@ def _rows_of(plan: ir.QueryPlan, unit_column: str, proj: list[exp.Expression], w
     return exp.select(*proj).from_(src, copy=False).where(cond, copy=False)
 
 
+def _raw_key(a: ir.Aggregate) -> str:
+    """What an aggregate reads, for sharing one raw column between aggregates of the same input."""
+    return a.column if a.value is None and a.column is not None else "expr:" + a.value.sql(dialect="duckdb") if a.value is not None else ""
+
+
 def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where: exp.Expression | None,
                        use_public_domain: bool, ops: SqlOps) -> exp.Select:
     """k = 1 with values: one row per (unit, group) with its values (``__n`` = 1, and per
@@ -311,13 +342,17 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     :func:`base_relation` computes, of the same uniformly chosen row)."""
     keys = [k.name for k in plan.keys]
     raw: dict[str, str] = {}
+    source: dict[str, exp.Expression] = {}
     for a in plan.aggregates:
-        if a.kind in (ir.COUNT_COL, ir.SUM, ir.AVG):
-            assert a.column is not None
-            raw.setdefault(a.column, f"__r{len(raw)}")
+        if a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT, *ir.VALUE_KINDS):
+            src = _raw_key(a)
+            if src not in raw:
+                raw[src] = f"__r{len(raw)}"
+                source[src] = (exp.column(a.column, quoted=True) if a.value is None
+                               else aggregate_input(a, plan.table.schema, ops))
     proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
-    proj += [exp.alias_(exp.column(c, quoted=True), r) for c, r in raw.items()]
+    proj += [exp.alias_(source[c], r) for c, r in raw.items()]
     base = _rows_of(plan, unit_column, proj, where, use_public_domain).subquery("__base", copy=False)
     picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops)
 
@@ -326,22 +361,22 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
 
     out: list[exp.Expression] = [_col("__unit"), *[_col(k) for k in keys], exp.alias_(_lit(1), "__n")]
     for a in plan.aggregates:
-        if a.kind not in (ir.COUNT_COL, ir.SUM, ir.AVG):
+        if a.kind not in (ir.COUNT_COL, ir.COUNT_DISTINCT, *ir.VALUE_KINDS):
             continue
-        assert a.column is not None
-        r = raw[a.column]
+        r = raw[_raw_key(a)]
         if a.kind == ir.COUNT_COL:
             out.append(exp.alias_(present(r), f"{a.name}_c"))
+        elif a.kind == ir.COUNT_DISTINCT:
+            out.append(exp.alias_(exp.func("list_value", _col(r)), f"{a.name}_l"))
         elif a.kind == ir.SUM:
-            assert a.bounds is not None
-            out.append(exp.alias_(clamped_value(r, *a.bounds, ops=ops), f"{a.name}_s"))
+            out.append(exp.alias_(_clamped_input(a, plan.table.schema, ops, raw=r), f"{a.name}_s"))
         else:
-            assert a.bounds is not None
-            mid = (a.bounds[0] + a.bounds[1]) / 2.0
-            v = clamped_value(r, *a.bounds, shift=mid, ops=ops)
+            v = _clamped_input(a, plan.table.schema, ops, raw=r)
             out.append(exp.alias_(v, f"{a.name}_s"))
             out.append(exp.alias_(exp.Case(ifs=[exp.If(this=exp.Is(this=v.copy(), expression=exp.Null()), true=_lit(0))],
                                            default=_lit(1)), f"{a.name}_c"))
+            if a.kind in ir.VARIANCE_KINDS:
+                out.append(exp.alias_(exp.Mul(this=v.copy(), expression=v.copy()), f"{a.name}_q"))
     return exp.select(*out).from_(picked, copy=False)
 
 
@@ -364,7 +399,7 @@ def bounded_query(
     then one row per group with ``__users`` and the aggregates' bounded sums."""
     ops = ops if ops is not None else DEFAULT_OPS
     keys = [k.name for k in plan.keys]
-    need_values = any(a.kind in (ir.COUNT_COL, ir.SUM, ir.AVG) for a in plan.aggregates)
+    need_values = any(a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT, *ir.VALUE_KINDS) for a in plan.aggregates)
 
     # k = 1 with values and no L: one aggregate picks each (unit, group)'s row (no windows)
     one_row = caps.rows_finite and caps.max_rows_per_group == 1 and need_values and not caps.unit_rows_finite
@@ -396,9 +431,15 @@ def bounded_query(
             ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
         elif a.kind == ir.SUM:
             ug_proj.append(exp.alias_(exp.Sum(this=_col(f"{a.name}_v")), f"{a.name}_s"))
-        elif a.kind == ir.AVG:
+        elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
             ug_proj.append(exp.alias_(exp.Sum(this=_col(f"{a.name}_v")), f"{a.name}_s"))
             ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
+            if a.kind in ir.VARIANCE_KINDS:
+                sq = exp.Mul(this=_col(f"{a.name}_v"), expression=_col(f"{a.name}_v"))
+                ug_proj.append(exp.alias_(exp.Sum(this=sq), f"{a.name}_q"))
+        elif a.kind == ir.COUNT_DISTINCT:
+            # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
+            ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", _col(f"{a.name}_v"))), f"{a.name}_l"))
     if one_row:
         ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=use_public_domain, ops=ops)
     elif pairs_only:
@@ -424,9 +465,14 @@ def bounded_query(
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name))
         elif a.kind == ir.SUM:
             out.append(exp.alias_(zsum(f"{a.name}_s"), a.name))
-        elif a.kind == ir.AVG:
+        elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
             out.append(exp.alias_(zsum(f"{a.name}_s"), a.name + "_sum"))
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt"))
+            if a.kind in ir.VARIANCE_KINDS:
+                out.append(exp.alias_(zsum(f"{a.name}_q"), a.name + "_sq"))
+        elif a.kind == ir.COUNT_DISTINCT:
+            values = exp.func("list_distinct", exp.func("flatten", exp.func("list", _col(f"{a.name}_l"))))
+            out.append(exp.alias_(exp.func("coalesce", exp.func("len", values), _lit(0)), a.name))
     final = exp.select(*out).from_(chosen, copy=False)
     if keys:
         final = final.group_by(*[_col(k) for k in keys], copy=False)

@@ -15,7 +15,10 @@ all of its rows. A *group* is one combination of GROUP BY key values (a scalar q
     uniform random subset (keyed hash of (unit, group, the row's number by value)). In one
     group, removing a unit changes a row count by <= k, a SUM of values clamped to [lo, hi] by
     <= k * max(|lo|, |hi|), an AVG's centred sum (values minus (lo + hi) / 2) by
-    <= k * (hi - lo) / 2, and the distinct-unit count by <= 1.
+    <= k * (hi - lo) / 2, a centred sum of squares (VARIANCE / STDDEV) by <= k * ((hi - lo) / 2)^2,
+    the number of distinct values of a column among the kept rows (COUNT(DISTINCT col)) by <= k
+    (its k kept rows hold at most k values; the others' values stay counted), and the
+    distinct-unit count by <= 1.
 ``max_rows_per_unit`` (L)
     Over the whole query, a unit contributes at most L rows (a uniform random subset, keyed hash
     of (unit, the row's number by value)), whatever the groups. Removing a unit changes a

@@ -1,0 +1,90 @@
+"""Key sets over declared public domains: ``SELECT educ FROM t GROUP BY educ`` (or ``SELECT
+DISTINCT educ FROM t``) where every key column has a domain declared by the data owner.
+
+Privacy claim
+-------------
+The answer is the product of the declared domains, whatever the data: it is a function of
+public metadata only (the catalog), so it reads no private row, is 0-differentially private
+for any neighbouring relation, and is charged nothing. Sensitivity: 0. Calibration: none.
+
+The analyst may be surprised that values absent from the data are listed; that is the point:
+which values occur is private, the declared domain is not. ``explain`` and the ledger row say
+so (mechanism ``public_domain``, cost (0, 0)). A WHERE clause cannot filter the domain without
+reading rows, so the released set is the whole domain whatever the WHERE (stated in the notes);
+HAVING, ORDER BY and LIMIT run over it as post-processing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.budget import Budget
+from dpsql.engine.base import SqlOps
+from dpsql.mechanisms.base import Description, MechanismName, Released, Request
+from dpsql.plan import ir
+from dpsql.rewrite.bound import Caps
+
+
+@dataclass
+class DomainCalibration:
+    plan: ir.QueryPlan
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for k in self.plan.keys:
+            n *= len(k.domain or ())
+        return n
+
+
+def domain_table(plan: ir.QueryPlan) -> pa.Table:
+    """Every combination of the declared key domains, in the order of the declarations."""
+    combos = list(itertools.product(*[k.domain or () for k in plan.keys]))
+    cols: dict[str, pa.Array] = {}
+    for i, k in enumerate(plan.keys):
+        vals = [c[i] for c in combos]
+        try:
+            cols[k.name] = pa.array(vals)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            cols[k.name] = pa.array([str(v) for v in vals])
+    return pa.table(cols)
+
+
+class PublicDomain:
+    """GROUP BY with no aggregate over keys whose domains are all declared: free."""
+
+    name = MechanismName.PUBLIC_DOMAIN
+    options: frozenset[str] = frozenset()
+
+    def calibrate(self, request: Request, contribution: Caps) -> DomainCalibration:
+        assert request.plan is not None and request.plan.public_keys and not request.plan.aggregates
+        return DomainCalibration(request.plan)
+
+    def describe(self, cal: DomainCalibration) -> Description:
+        notes = [
+            "every key column has a domain declared public by the data owner: the answer is that domain (all "
+            f"{cal.size} combination(s)), read from the catalog, not from the data; nothing is charged",
+        ]
+        if cal.plan.where is not None:
+            notes.append("the WHERE clause does not filter the declared domain (that would read private rows): every "
+                         "declared value is listed")
+        return Description(label=MechanismName.PUBLIC_DOMAIN.value, cost=Budget(0.0, 0.0),
+                           parameters={"sensitivity": 0, "domain_size": cal.size, "reads_rows": False,
+                                       "keys": [k.sql for k in cal.plan.keys]},
+                           notes=tuple(notes))
+
+    def bounded(self, cal: DomainCalibration, salt: str, ops: SqlOps) -> exp.Expression | None:
+        return None  # no private row is read
+
+    def released_types(self, cal: DomainCalibration) -> dict[str, str]:
+        return {}
+
+    def key_domain(self, cal: DomainCalibration) -> pa.Table | None:
+        return domain_table(cal.plan)
+
+    def release(self, cal: DomainCalibration, bounded: pa.Table | None, rng: object) -> Released:
+        return Released(table=domain_table(cal.plan), accuracy={})

@@ -1,0 +1,162 @@
+"""Value bounds of an aggregate's argument, from public metadata only.
+
+``SUM(expr)`` / ``AVG(expr)`` / ``VARIANCE(expr)`` need bounds [lo, hi] on the value each row
+adds. They come from one of two places:
+
+* an explicit clamp in the query with literal bounds, ``LEAST(GREATEST(expr, lo), hi)`` or
+  ``GREATEST(LEAST(expr, hi), lo)`` (:func:`clamp_bounds`; the join analysis uses the same
+  recogniser);
+* interval arithmetic over the declared bounds of the columns it reads (:func:`interval`):
+  sound for ``+``, ``-``, unary ``-``, ``*``, numeric literals, parentheses, ``CASE`` (the hull of
+  its branch values: conditions need no bounds), ``ABS``, ``LEAST``/``GREATEST``, ``COALESCE``
+  (hull of its arguments), and division by a literal non-zero constant. Anything else (division
+  by a column, functions with no interval rule, text) is refused with the clamp as the fix.
+
+NULL: a row whose value is NULL (a NULL column, a CASE with no matching branch and no ELSE)
+adds nothing to SUM and is not counted by AVG, as in SQL; NULL is never inside an interval, so
+it needs no bound. Booleans count as 0 / 1.
+
+Privacy never rests on this arithmetic: the bounded query clamps the value of ``expr`` to the
+derived [lo, hi] in SQL before any sum (``dpsql.rewrite.bound``), so a row whose raw columns lie
+outside their declared bounds (bounds are declarations, not checked constraints) is clamped like
+a plain column. The derived interval only decides the sensitivity and how much clamping biases.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from sqlglot import exp
+
+Interval = tuple[float, float]
+
+
+class NoInterval(Exception):
+    """The expression has no bound derivable from public metadata: ``node`` and why."""
+
+    def __init__(self, node: exp.Expression, message: str) -> None:
+        self.node = node
+        self.message = message
+        super().__init__(message)
+
+
+def number(node: exp.Expression) -> float | None:
+    """A finite numeric literal (through parentheses and unary minus), else None."""
+    neg = False
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        if isinstance(node, exp.Neg):
+            neg = not neg
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            v = float(node.this)
+        except ValueError:
+            return None
+        if math.isfinite(v):
+            return -v if neg else v
+    return None
+
+
+def clamp_bounds(node: exp.Expression) -> tuple[exp.Expression, Interval] | None:
+    """``LEAST(GREATEST(e, lo), hi)`` or ``GREATEST(LEAST(e, hi), lo)`` with literal bounds:
+    ``(e, (lo, hi))``; None for anything else (lo > hi is returned as written: callers refuse it)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    for outer, inner_cls in ((exp.Least, exp.Greatest), (exp.Greatest, exp.Least)):
+        if isinstance(node, outer) and len(node.expressions) == 1:
+            hi_or_lo = number(node.expressions[0])
+            inner = node.this
+            while isinstance(inner, exp.Paren):
+                inner = inner.this
+            if hi_or_lo is None or not isinstance(inner, inner_cls) or len(inner.expressions) != 1:
+                return None
+            other = number(inner.expressions[0])
+            if other is None:
+                return None
+            lo, hi = (other, hi_or_lo) if outer is exp.Least else (hi_or_lo, other)
+            return inner.this, (lo, hi)
+    return None
+
+
+def _hull(parts: list[Interval]) -> Interval:
+    return min(p[0] for p in parts), max(p[1] for p in parts)
+
+
+def _mul(a: Interval, b: Interval) -> Interval:
+    prods = [x * y for x in a for y in b]
+    prods = [0.0 if math.isnan(p) else p for p in prods]  # 0 * inf never arises: bounds are finite
+    return min(prods), max(prods)
+
+
+def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> Interval:
+    """Bounds of ``node``'s value on any row, from ``bounds(column)`` (declared column bounds).
+
+    Raises :class:`NoInterval` naming the part that has none."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    v = number(node)
+    if v is not None:
+        return v, v
+    if isinstance(node, exp.Boolean):
+        x = 1.0 if node.this else 0.0
+        return x, x
+    if isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):  # a condition: false / true = 0 / 1
+        return 0.0, 1.0
+    if isinstance(node, exp.Column):
+        b = bounds(node.name.lower())
+        if b is None:
+            raise NoInterval(node, f"column '{node.name}' has no declared bounds")
+        return float(b[0]), float(b[1])
+    if isinstance(node, exp.Neg):
+        lo, hi = interval(node.this, bounds)
+        return -hi, -lo
+    if isinstance(node, exp.Add):
+        a, b = interval(node.this, bounds), interval(node.expression, bounds)
+        return a[0] + b[0], a[1] + b[1]
+    if isinstance(node, exp.Sub):
+        a, b = interval(node.this, bounds), interval(node.expression, bounds)
+        return a[0] - b[1], a[1] - b[0]
+    if isinstance(node, exp.Mul):
+        return _mul(interval(node.this, bounds), interval(node.expression, bounds))
+    if isinstance(node, exp.Div) and not isinstance(node, exp.IntDiv):
+        c = number(node.expression)
+        if c is None or c == 0:
+            raise NoInterval(node, "division has a bound only by a literal non-zero constant")
+        a = interval(node.this, bounds)
+        return _mul(a, (1.0 / c, 1.0 / c))
+    if isinstance(node, exp.Abs):
+        lo, hi = interval(node.this, bounds)
+        if lo >= 0:
+            return lo, hi
+        if hi <= 0:
+            return -hi, -lo
+        return 0.0, max(-lo, hi)
+    if isinstance(node, (exp.Least, exp.Greatest)):
+        parts = [interval(e, bounds) for e in [node.this, *node.expressions]]
+        pick = min if isinstance(node, exp.Least) else max
+        return pick(p[0] for p in parts), pick(p[1] for p in parts)
+    if isinstance(node, exp.Coalesce):
+        return _hull([interval(e, bounds) for e in [node.this, *node.expressions]])
+    if isinstance(node, exp.Case):
+        branches = [i.args["true"] for i in node.args.get("ifs") or []]
+        default = node.args.get("default")
+        if default is not None:
+            branches.append(default)
+        parts = [interval(b, bounds) for b in branches if not isinstance(b, exp.Null)]
+        if not parts:
+            raise NoInterval(node, "every branch of the CASE is NULL")
+        return _hull(parts)
+    if isinstance(node, exp.If):  # IF(cond, a, b)
+        parts = [interval(b, bounds) for b in (node.args.get("true"), node.args.get("false")) if b is not None
+                 and not isinstance(b, exp.Null)]
+        if not parts:
+            raise NoInterval(node, "every branch of the IF is NULL")
+        return _hull(parts)
+    if isinstance(node, exp.Cast) and node.to.is_type(*exp.DataType.REAL_TYPES, *exp.DataType.INTEGER_TYPES):
+        lo, hi = interval(node.this, bounds)
+        if node.to.is_type(*exp.DataType.INTEGER_TYPES):  # rounds to an integer: widen by one half
+            return math.floor(lo), math.ceil(hi)
+        return lo, hi
+    raise NoInterval(node, f"{type(node).__name__.upper()} has no interval rule (supported: + - * / by a constant, "
+                           "CASE, ABS, LEAST, GREATEST, COALESCE, numeric CAST)")

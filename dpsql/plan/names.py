@@ -1,0 +1,51 @@
+"""Table names as analysts write them: ``t``, ``schema.t``, ``db.schema.t``.
+
+Peer engines and their users address tables with schema (and database) qualifiers, e.g.
+``FROM PUMS.PUMS``. dpsql registers tables under one plain name, unique in the session, so a
+qualified name resolves to the registered table named by its last part: that is unambiguous.
+What is refused, for free, with the fix:
+
+* a qualifier naming a system schema (``information_schema``, ``pg_catalog``, ...): those are
+  the engine's catalog views, never a registered table;
+* one query naming the same registered table under two different qualifiers (``a.t JOIN b.t``):
+  the analyst expects two tables, there is one, so the query is ambiguous.
+
+Public metadata only (the SQL and the catalog's names).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+#: qualifiers that name the engine's own catalogs, never a registered table
+SYSTEM_SCHEMAS = frozenset({"information_schema", "pg_catalog", "system", "temp", "duckdb_catalog"})
+
+
+def qualifier(tbl: exp.Expression) -> str:
+    """The schema qualifier of a table reference (``db.schema``, lower case; '' if none)."""
+    parts = [str(tbl.args[k].name) for k in ("catalog", "db") if tbl.args.get(k) is not None]
+    return ".".join(p.lower() for p in parts if p)
+
+
+def qualifier_problem(tbl: exp.Table) -> str | None:
+    """Why a table reference's qualifier cannot name a registered table (None if it can)."""
+    parts = [str(tbl.args[k].name).lower() for k in ("catalog", "db") if tbl.args.get(k) is not None]
+    system = [p for p in parts if p in SYSTEM_SCHEMAS]
+    if system:
+        return (f"'{tbl.sql(dialect='duckdb')}' is in the system schema '{system[0]}': schema-qualified names resolve only to "
+                "registered tables; use the registered table name")
+    return None
+
+
+def ambiguity_problem(refs: list[tuple[str, str]]) -> str | None:
+    """``refs``: (registered name, qualifier) of every table reference of one query. The same
+    registered table under two different qualifiers is ambiguous."""
+    seen: dict[str, str] = {}
+    for name, q in refs:
+        if name in seen and seen[name] != q:
+            a = f"{seen[name]}.{name}" if seen[name] else name
+            b = f"{q}.{name}" if q else name
+            return (f"'{a}' and '{b}' both name the registered table '{name}' (dpsql registers each table under one name, "
+                    "whatever its schema): the query is ambiguous; write the same name for both, with a table alias for each use")
+        seen[name] = q
+    return None
