@@ -38,20 +38,44 @@ quantile aggregates, so eps' = eps / (C * m) and the release is eps-DP by basic 
 the charge is (eps, 0). Groups are the public key domain, all released, so which keys appear
 never depends on the data (sparse keys are refused).
 
-Sampling: i = argmax_i (eps' u_i / (2 Delta) - ln T_i), T_i ~ Exp(1) independent (the Gumbel-max
-form of the exponential mechanism: -ln T is a standard Gumbel variable), with T_i from
-``NoiseSource.exponential`` (OS entropy, 53+ random bits, never 0 nor infinite). Floating point:
-the utilities are exact (integers, or multiples of p computed with one rounding of relative
-error 2^-53), and T_i is within 2^-51 (T_i + 1) of an exact exponential variable; each score
-is therefore within a relative 2^-50 of its exact value, and the argmax differs from the exact
-mechanism's only when two exact scores are within that distance. We state this as the
-floating-point hypothesis of this mechanism (as ``dpsql.noise`` does for SUM): the residual is
-not added to the charge.
+Sampling, with its floating-point effects proven and charged (:func:`sample_index`):
+
+1. Exact integer utilities. p is taken on the dyadic grid p = m / 2^20 (m = round(p 2^20), public;
+   at most 5e-7 from the p asked), so u_i = -|a min(A_i, C) + b min(B_i, C) - t| / s with
+   integers a = 2^20 - m, b = -m, s = 2^20 (MIN: a = 1, b = 0, s = 1; MAX: a = 0, b = 1), target
+   t = c s, and C = 2^40. Saturating A and B at C keeps each one's change per row at most 1 (so
+   Delta is unchanged) and every integer below 2^62: the utilities U_i = s u_i are exact int64.
+2. Scores d_i = k (U_i - max_j U_j) <= 0 with the public float k <= eps_em / (2 Delta_int),
+   Delta_int = s Delta, checked in exact rationals (so the exact mechanism with scale k is
+   eps_em-DP). U_i - max U is exact; converting it to a double and multiplying by k rounds twice:
+   d_i = d*_i (1 + theta), |theta| <= 2^-52. Weights w_i = exp(d_i), assuming the C library's exp
+   within 2^-50 relative (glibc documents < 1 ulp); for d*_i >= -746 (other weights underflow and
+   count in the additive term below) the weight is within e^{+-r} of exp(d*_i), r = 2^-42.
+   The best weight is exp(0) = 1 exactly.
+3. Integer weights W_i = floor(w_i 2^45) (int64; with N <= 100,001 < 2^17 candidates the sum is
+   below 2^62), and i is drawn with probability W_i / sum W exactly: an exact uniform integer below
+   sum W by rejection on OS-entropy words (acceptance >= 1/2; 16 words per group per round).
+4. With probability gamma = 2^-10 (ten exact random bits), the index is instead uniform over the N
+   candidates (exact, as in 3). Mixing an eps-DP law with a data-independent one stays eps-DP,
+   and it gives every candidate probability >= gamma / N, which turns the additive rounding of 3
+   into a relative one.
+
+Then, for every output i and neighbours D, D' (P the exact law with scale k, e^{-eps_em} <= P/P'
+<= e^{eps_em}), the implemented law Q = (1 - gamma) W_i / sum W + gamma / N satisfies
+Q(D)_i / Q(D')_i <= exp(eps_em + xi) with
+    xi(N) = 4r - ln(1 - N e^r / S) - ln(1 - N (1 - gamma) / (gamma S)),  S = 2^45
+(W_i / sum W <= P_i e^{2r} / (1 - N e^r / S) and >= P_i e^{-2r} - 1 / S, since sum exp(d*) >= 1).
+xi <= 3.9e-6 at N = 100,001 and is public: each release runs at eps_em = eps' - xi(N), so the
+charge eps' is exact. The rank statement below is for the mixture (its failure probability
+includes gamma). Timing: the work is O(groups x N); the rejection rounds are geometric with
+acceptance >= 1/2 per word, 16 words a round (a second round with probability <= 2^-16).
 
 Accuracy (public, shown by explain and in each release): by the exponential mechanism's utility
 bound (McSherry and Talwar 2007; Dwork and Roth 2014, Theorem 3.11), with probability >= 1 - beta
 the released point's utility is at least OPT - t with t = (2 Delta / eps') ln((G + 1) / beta),
-OPT the best candidate's utility. For a quantile this is a *rank* statement: the kept rows below
+OPT the best candidate's utility, for the exponential mechanism at eps_em; the mixture of step 4
+adds gamma to the failure probability, so ``rank_error_95`` uses beta = 0.05 - 2^-10 for it.
+For a quantile this is a *rank* statement: the kept rows below
 and above the released value split p : (1 - p) up to t (in units of rows, max(p, 1 - p)
 weighted); beta = 0.05 in ``rank_error_95``. No interval in value units can be stated without
 the data. The released value is a grid point, rounded to the declared granularity.
@@ -70,6 +94,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -91,8 +116,18 @@ from dpsql.rewrite.bound import Caps, ValueGrid, bounded_value_histograms
 MAX_CELLS = 100_000
 #: groups x candidates a release may weigh (memory and time are public: they depend on these only)
 MAX_TOTAL_CANDIDATES = 5_000_000
-#: the failure probability of the published rank error
+#: the failure probability of the published rank error (uniform mixture included)
 BETA = 0.05
+#: the probability of the data-independent uniform draw (sampling, step 4)
+GAMMA = 2.0**-10
+#: fixed-point scale of the integer weights (sampling, step 3)
+WEIGHT_SCALE = 2**45
+#: relative error of a computed weight (sampling, step 2)
+WEIGHT_REL_ERROR = 2.0**-42
+#: dyadic grid of the quantile fraction (sampling, step 1)
+P_BITS = 20
+#: cumulative counts saturate here (sampling, step 1)
+COUNT_CAP = 2**40
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
                   "UBIGINT", "UHUGEINT")
 
@@ -121,19 +156,32 @@ def value_grid(plan: ir.QueryPlan, agg: ir.Aggregate) -> ValueGrid:
     return ValueGrid(agg.column, lo, hi, step, cells)
 
 
-def coefficients(agg: ir.Aggregate) -> tuple[float, float, float]:
-    """(alpha, beta, weight): u_i = -|alpha A_i + beta B_i - c|, and max(|alpha|, |beta|)."""
+def integer_coefficients(agg: ir.Aggregate) -> tuple[int, int, int]:
+    """(a, b, s): s u_i = -|a A_i + b B_i - s c| in integers (p on the dyadic grid m / 2^20)."""
     if agg.kind == ir.MIN:
-        return 1.0, 0.0, 1.0
+        return 1, 0, 1
     if agg.kind == ir.MAX:
-        return 0.0, 1.0, 1.0
-    p = float(agg.quantile if agg.quantile is not None else 0.5)
-    return 1.0 - p, -p, max(p, 1.0 - p)
+        return 0, 1, 1
+    m = int(round(float(agg.quantile if agg.quantile is not None else 0.5) * 2**P_BITS))
+    return 2**P_BITS - m, -m, 2**P_BITS
+
+
+def coefficients(agg: ir.Aggregate) -> tuple[float, float, float]:
+    """(alpha, beta, weight): u_i = -|alpha A_i + beta B_i - c|, and max(|alpha|, |beta|) (exact dyadic floats)."""
+    a, b, s = integer_coefficients(agg)
+    return a / s, b / s, max(abs(a), abs(b)) / s
+
+
+def float_slack(candidates: int) -> float:
+    """xi(N) of the module docstring: the most the implemented sampler's log-ratio exceeds eps_em."""
+    r, n, big = WEIGHT_REL_ERROR, float(candidates), float(WEIGHT_SCALE)
+    return 4 * r - math.log1p(-n * math.exp(r) / big) - math.log1p(-n * (1 - GAMMA) / (GAMMA * big))
 
 
 def rank_error(delta_u: float, eps_run: float, candidates: int, beta: float = BETA) -> float:
-    """t = (2 Delta / eps') ln(candidates / beta): P(u(released) < OPT - t) <= beta."""
-    return 2.0 * delta_u / eps_run * math.log(candidates / beta)
+    """t = (2 Delta / eps_em) ln(candidates / (beta - gamma)), eps_em = eps' - xi(candidates):
+    P(u(released) < OPT - t) <= beta (the uniform mixture included)."""
+    return 2.0 * delta_u / (eps_run - float_slack(candidates)) * math.log(candidates / (beta - GAMMA))
 
 
 def utilities(hist: np.ndarray, alpha: float, beta: float, target: float) -> np.ndarray:
@@ -144,14 +192,59 @@ def utilities(hist: np.ndarray, alpha: float, beta: float, target: float) -> np.
     return -np.abs(alpha * below + beta * above - target)
 
 
-def sample_index(scores: np.ndarray, rng: NoiseSource) -> np.ndarray:
-    """Per row, index i with probability proportional to exp(scores_i): argmax(scores - ln T), T ~ Exp(1).
+def integer_utilities(hist: np.ndarray, a: int, b: int, target: int) -> np.ndarray:
+    """U_i = -|a min(A_i, C) + b min(B_i, C) - target| in int64 (step 1 of the module docstring)."""
+    h = np.minimum(np.rint(np.asarray(hist, dtype=np.float64)), float(COUNT_CAP)).astype(np.int64)
+    below = np.minimum(np.cumsum(h, axis=-1) - h, COUNT_CAP)
+    above = np.minimum(h.sum(axis=-1, keepdims=True) - np.cumsum(h, axis=-1), COUNT_CAP)
+    return -np.abs(a * below + b * above - target)
+
+
+def score_scale(eps_em: float, delta_int: int) -> float:
+    """The largest double k <= eps_em / (2 delta_int), checked in exact rationals."""
+    k = eps_em / (2.0 * delta_int)
+    while Fraction(k) * 2 * delta_int > Fraction(eps_em):
+        k = math.nextafter(k, 0.0)
+    return k
+
+
+def _uniform_below(totals: np.ndarray, rng: NoiseSource) -> np.ndarray:
+    """Exact uniform integers in [0, T) for each T >= 1 of ``totals`` (int64 < 2^63), by rejection
+    on OS-entropy words: a word's top e bits with 2^e >= T, kept when below T (probability >= 1/2)."""
+    t = np.asarray(totals, dtype=np.int64)
+    bits = np.frexp(t.astype(np.float64))[1].astype(np.uint64)  # float(T) < 2^e and T < 2^e
+    out = np.zeros(t.shape, dtype=np.int64)
+    todo = np.arange(t.size)
+    per = 16
+    while todo.size:
+        w = rng._words(todo.size * per).reshape(todo.size, per)
+        cand = (w >> (np.uint64(64) - bits[todo])[:, None]).astype(np.int64)
+        ok = cand < t[todo][:, None]
+        first = np.argmax(ok, axis=1)
+        hit = ok[np.arange(todo.size), first]
+        out[todo[hit]] = cand[np.arange(todo.size), first][hit]
+        todo = todo[~hit]
+    return out
+
+
+def sample_index(utilities_int: np.ndarray, k: float, rng: NoiseSource) -> np.ndarray:
+    """Per row (group), index i with probability (1 - gamma) W_i / sum W + gamma / N, the sampler of
+    the module docstring (steps 2-4) for the exact law proportional to exp(k U_i).
 
     A zero-noise test source (``dpsql.testing.zero_noise``) returns the best candidate (goldens)."""
+    u = np.atleast_2d(np.asarray(utilities_int, dtype=np.int64))
     if getattr(rng, "zero_noise", False):
-        return np.argmax(scores, axis=-1)
-    _, t = rng.exponential(scores.shape)
-    return np.argmax(scores - np.log(t), axis=-1)
+        return np.argmax(u, axis=-1)
+    g, n = u.shape
+    d = (u - u.max(axis=1, keepdims=True)).astype(np.float64) * k
+    weights = np.floor(np.exp(d) * float(WEIGHT_SCALE)).astype(np.int64)
+    cum = np.cumsum(weights, axis=1)
+    r = _uniform_below(cum[:, -1], rng)
+    idx = np.argmax(cum > r[:, None], axis=1)
+    mix = (rng._words(g) >> np.uint64(64 - 10)) == 0  # probability exactly 2^-10 = GAMMA
+    if mix.any():
+        idx[mix] = _uniform_below(np.full(int(mix.sum()), n, dtype=np.int64), rng)
+    return idx
 
 
 @dataclass
@@ -372,9 +465,11 @@ class QuantileMechanism:
             hist = np.zeros((n_groups, grid.cells + 1), dtype=np.float64)
             sel = q == j
             np.add.at(hist, (pos[sel], np.clip(b[sel], 0, grid.cells)), n[sel])
-            alpha, beta, _ = coefficients(a)
-            u = utilities(hist, alpha, beta, cal.targets[j])
-            idx = sample_index(u * (cal.eps_run / (2.0 * cal.sensitivity[j])), rng)
+            ia, ib, scale = integer_coefficients(a)
+            u = integer_utilities(hist, ia, ib, int(cal.targets[j]) * scale)
+            delta_int = math.ceil(cal.caps.rows_per_group_bound) * max(abs(ia), abs(ib))
+            k = score_scale(cal.eps_run - float_slack(grid.cells + 1), delta_int)
+            idx = sample_index(u, k, rng)
             vals = np.minimum(grid.lo + idx.astype(np.float64) * grid.step, grid.hi)
             gran = plan.table.column(a.column or "").granularity or grid.step
             vals = np.clip(round_to_granularity(vals, gran), grid.lo, grid.hi)
