@@ -32,6 +32,8 @@ binding, before any charge):
 * ``x COLLATE "binary"`` (canonical text keys) is ``collate(x, 'UTF8_BINARY')``;
 * ``ORDER BY`` without NULLS FIRST/LAST gets DuckDB's default (NULLS LAST for ascending), so
   rows are numbered alike on both engines;
+* ``LIST(DISTINCT x)`` (the people a join tuple reaches through looked-up keys) is
+  ``collect_set(x)``: the same set, perhaps in another order;
 * LIKE patterns holding a backslash are refused (Spark's LIKE escapes with ``\\`` by default,
   DuckDB's has no escape); ``left``/``right`` only with a positive literal count (their meaning
   differs for negative counts), ``substring`` only with a start >= 1;
@@ -361,6 +363,12 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         if isinstance(parent, exp.TryCast) and parent.meta.get(DIALECT_MARK) == SPARK and parent.args["to"].sql(dialect=SPARK).upper() == "BIGINT":
             return node  # a histogram bin number: FLOOR then TRY_CAST to BIGINT, over in-range values
         raise _refuse(node, "floor() over a value")
+    if isinstance(node, exp.List) and len(node.expressions) == 1 and isinstance(node.expressions[0], exp.Distinct) \
+            and len(node.expressions[0].expressions) == 1:
+        # DuckDB's LIST(DISTINCT x) (a join tuple's looked-up people): Spark's collect_set, the
+        # same set (its order may differ: the truncation reads it as a set; NULLs are dropped by
+        # both engines' users, never produced by dpsql.rewrite.joins)
+        return exp.Anonymous(this="collect_set", expressions=[node.expressions[0].expressions[0]])
     if isinstance(node, _SAME):
         return node
     raise _refuse(node)
