@@ -267,9 +267,9 @@ _PART_ALIAS = {"years": "year", "months": "month", "days": "day", "hours": "hour
                "weekday": "dayofweek", "doy": "dayofyear", "weekofyear": "week"}
 _FN_PART = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.Quarter: "quarter", exp.DayOfWeek: "dayofweek",
             exp.DayOfYear: "dayofyear", exp.Week: "week"}
-for _n in ("Hour", "Minute", "Second"):
-    if hasattr(exp, _n):
-        _FN_PART[getattr(exp, _n)] = _n.lower()
+for _name in ("Hour", "Minute", "Second"):
+    if hasattr(exp, _name):
+        _FN_PART[getattr(exp, _name)] = _name.lower()
 _TRUNC_DATE_FORMAT = {"month": "MM", "quarter": "QUARTER", "year": "YEAR"}
 
 
