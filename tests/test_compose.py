@@ -154,8 +154,11 @@ def test_the_default_command_runs_a_query_file_of_the_repository(compose: dict[s
 def _commands(text: str, markdown: bool) -> list[list[str]]:
     """The ``docker compose ...`` commands of a document: in Markdown the code spans (which may
     wrap), in the compose file its comment lines."""
-    found = re.findall(r"`(docker compose [^`]*)`", text) if markdown else re.findall(r"docker compose [^\n]*", text)
-    return [shlex.split(" ".join(m.split())) for m in found]
+    if markdown:
+        found = re.findall(r"`(docker compose [^`]*)`", text) + re.findall(r"^(docker compose [^\n]*)", text, re.M)
+    else:
+        found = re.findall(r"docker compose [^\n]*", text)
+    return [shlex.split(" ".join(m.split("#", 1)[0].split())) for m in found]
 
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/spark.md", "docker-compose.yml"])

@@ -37,8 +37,10 @@ binding, before any charge):
 * LIKE patterns holding a backslash are refused (Spark's LIKE escapes with ``\\`` by default,
   DuckDB's has no escape); ``left``/``right`` only with a positive literal count (their meaning
   differs for negative counts), ``substring`` only with a start >= 1;
-* refused on Spark for now: date and time functions (date_trunc, date_part, extract, year, ...,
-  strftime, strptime), ``//``, ``sign``, ``ln``/``log10``, ``isinf``, ``round``/``floor``/``ceil``
+* date and time functions (``date_part``/``extract``, ``year`` ... ``second``, ``date_trunc``)
+  with DuckDB's conventions, from the DATE and the microseconds since 1970 (see the section
+  below); decade/century/millennium and strftime/strptime are refused;
+* refused on Spark: ``//``, ``sign``, ``ln``/``log10``, ``isinf``, ``round``/``floor``/``ceil``
   over a user's value, casts into types Spark lacks (unsigned integers, TIMESTAMP_S/_MS/_NS).
 
 Where Spark's own functions are total but spell a result differently from DuckDB (``lower`` /
