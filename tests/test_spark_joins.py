@@ -62,10 +62,12 @@ def fk_data(seed: int = 17, n_customers: int = 200) -> dict[str, pa.Table]:
     }
 
 
-def make(kind: str, data: dict[str, pa.Table], keyed_hash: str = "portable") -> dpsql.Session:
+def make(kind: str, data: dict[str, pa.Table], keyed_hash: str = "portable", master: str | None = None) -> dpsql.Session:
     engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
     if kind == "duckdb":
         engine["keyed_hash"] = keyed_hash
+    if master is not None:
+        engine["master"] = master
     s = dpsql.Session(budget=dpsql.Budget(1000.0, 0.5), engine=engine)
     use_noise(s, zero_noise(23))
     s.register("nation", data["nation"], public=True)
