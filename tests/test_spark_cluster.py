@@ -1,10 +1,11 @@
 """A real Spark cluster: a standalone master and two workers, each its own local process started
 from the installed pyspark (``spark-class ...deploy.master.Master`` / ``...deploy.worker.Worker``).
 
-A client process (one SparkContext per process, so not this one) runs a sparse-histogram query
-and a DAWA workload through ``spark://127.0.0.1:<port>`` with zero noise; its bounded
-aggregates must equal DuckDB's (portable keyed hash) on the same Parquet files, and its zero-noise
-releases too. Marked slow (about 40 s on 2 cores); CI runs it.
+A client process (one SparkContext per process, so not this one) runs a sparse-histogram query,
+a DAWA workload and two join queries (DP-S4S: one owner, several people per tuple) through
+``spark://127.0.0.1:<port>`` with zero noise; its bounded aggregates (and the joins' truncated
+sums and sampled tuples) must equal DuckDB's (portable keyed hash) on the same data, and its
+zero-noise releases too. Marked slow (about 40 s on 2 cores); CI runs it.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ CLIENT = textwrap.dedent('''
     import json, sys
     sys.path.insert(0, sys.argv[3])
     from test_spark import QUERIES, WORKLOAD, bounded_rows, register
+    import test_spark_joins as J
     import dpsql
     from dpsql.testing import use_noise, zero_noise
     data = json.loads(sys.argv[2])
@@ -104,6 +106,9 @@ CLIENT = textwrap.dedent('''
            "release": s.query(QUERIES["sparse_keys"], epsilon=1.0, delta=1e-5).table.to_pylist(),
            "dawa": s.query_many(WORKLOAD, epsilon=1.0).table.to_pylist()}
     s.close()
+    j = J.make("spark", J.fk_data(), master=sys.argv[1])
+    out["joins"] = {n: J.canonical(J.bounded(j, n, "cluster salt")) for n in ("chain_count_sampled", "path2_sampled")}
+    j.close()
     print(json.dumps(out, default=str))
 ''')
 
@@ -136,3 +141,12 @@ def test_sparse_histogram_and_dawa_on_a_standalone_cluster(cluster: str, tmp_pat
         assert_same(duck.query_many(WORKLOAD, epsilon=1.0).table.to_pylist(), got["dawa"])
     finally:
         duck.close()
+    # joins: the same truncated sums / sampled tuples (JSON turns tuples into lists)
+    import test_spark_joins as J
+
+    dj = J.make("duckdb", J.fk_data())
+    try:
+        for name, rows in got["joins"].items():
+            assert rows and json.loads(json.dumps(J.canonical(J.bounded(dj, name, "cluster salt")))) == rows, name
+    finally:
+        dj.close()

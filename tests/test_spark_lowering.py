@@ -78,9 +78,18 @@ def test_shadowed_row_number_is_renamed() -> None:
     assert "__idx__shadowed" in text
 
 
+def test_date_functions_are_lowered_to_spark_functions() -> None:
+    text = spark_sql("SELECT date_trunc('week', day) AS w, COUNT(*) FROM events "
+                     "WHERE year(day) = 2024 AND extract(isodow FROM day) < 6 GROUP BY w")
+    up = text.upper()
+    assert "UNIX_MICROS(" in up and "PMOD(" in up and "DAYOFWEEK(" in up and "YEAR(" in up
+    assert "DATE_PART('ISODOW'" not in up and "'(BC)" not in up
+    sqlglot.parse_one(text, read="spark")  # valid Spark SQL
+
+
 @pytest.mark.parametrize("where", [
-    "date_trunc('month', day) = '2024-01-01'",
-    "year(day) = 2024",
+    "date_part('decade', day) = 202",
+    "strftime(day, '%Y') = '2024'",
     "url LIKE 'a\\%'",
     "age // 3 = 1",
     "sign(amount) = 1",

@@ -30,7 +30,8 @@ Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/
 * **Sources are read totally, where Spark allows.** Parquet paths and globs (a local glob is
   expanded once, at registration; ``file://`` and other URI schemes Spark is configured for
   are passed to Spark as given) and Arrow tables; text and binary values over
-  ``max_text_bytes`` are NULL. Differences from DuckDB's reader (docs/spark.md): Spark does not
+  ``max_text_bytes`` are NULL, and so are dates and timestamps outside 290000 BC .. 294000
+  (as DuckDB's reader: near the ends of the range date functions would leave it). Differences from DuckDB's reader (docs/spark.md): Spark does not
   validate UTF-8 (invalid bytes are kept, never an error), the schema is the first file's,
   nested values are not capped. CSV files and DuckDB tables are DuckDB-only source kinds: a
   ConfigError at registration.
@@ -50,7 +51,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.engine._duckdb_sources import _expand
+from dpsql.engine._duckdb_sources import DATE_MAX_DAY, DATE_MIN_DAY, TS_MAX_US, TS_MIN_US, _expand
 from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name
 from dpsql.engine.duckdb import DuckDBBackend
 from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark
@@ -264,6 +265,15 @@ class SparkBackend:
             if cap is not None and (t == "string" or t == "binary" or t.startswith("string collate")):
                 too_long = exp.GT(this=exp.func("octet_length", ref.copy()), expression=exp.Literal.number(cap))
                 e = exp.Case(ifs=[exp.If(this=too_long, true=exp.Null())], default=ref.copy())
+            elif t in ("date", "timestamp", "timestamp_ntz"):
+                # the range DuckDB's reader keeps (``_duckdb_sources.TS_MIN_US`` ...): outside it NULL, as there
+                stored = (exp.Anonymous(this="unix_date", expressions=[ref.copy()]) if t == "date" else
+                          exp.Anonymous(this="unix_micros", expressions=[exp.Cast(
+                              this=ref.copy(), to=exp.DataType.build("TIMESTAMP_LTZ", dialect=SPARK))]))
+                lo, hi = (DATE_MIN_DAY, DATE_MAX_DAY) if t == "date" else (TS_MIN_US, TS_MAX_US)
+                inside = exp.Between(this=stored, low=exp.Literal.number(lo) if lo >= 0 else exp.Neg(
+                    this=exp.Literal.number(-lo)), high=exp.Literal.number(hi))
+                e = exp.Case(ifs=[exp.If(this=inside, true=ref.copy())])
             items.append(exp.alias_(e, n, quoted=True))
         return exp.select(*items).from_(exp.to_table(raw, quoted=True))
 

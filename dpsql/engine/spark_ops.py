@@ -32,11 +32,15 @@ binding, before any charge):
 * ``x COLLATE "binary"`` (canonical text keys) is ``collate(x, 'UTF8_BINARY')``;
 * ``ORDER BY`` without NULLS FIRST/LAST gets DuckDB's default (NULLS LAST for ascending), so
   rows are numbered alike on both engines;
+* ``LIST(DISTINCT x)`` (the people a join tuple reaches through looked-up keys) is
+  ``collect_set(x)``: the same set, perhaps in another order;
 * LIKE patterns holding a backslash are refused (Spark's LIKE escapes with ``\\`` by default,
   DuckDB's has no escape); ``left``/``right`` only with a positive literal count (their meaning
   differs for negative counts), ``substring`` only with a start >= 1;
-* refused on Spark for now: date and time functions (date_trunc, date_part, extract, year, ...,
-  strftime, strptime), ``//``, ``sign``, ``ln``/``log10``, ``isinf``, ``round``/``floor``/``ceil``
+* date and time functions (``date_part``/``extract``, ``year`` ... ``second``, ``date_trunc``)
+  with DuckDB's conventions, from the DATE and the microseconds since 1970 (see the section
+  below); decade/century/millennium and strftime/strptime are refused;
+* refused on Spark: ``//``, ``sign``, ``ln``/``log10``, ``isinf``, ``round``/``floor``/``ceil``
   over a user's value, casts into types Spark lacks (unsigned integers, TIMESTAMP_S/_MS/_NS).
 
 Where Spark's own functions are total but spell a result differently from DuckDB (``lower`` /
@@ -57,6 +61,7 @@ from sqlglot import exp
 from dpsql.engine.base import literal_text
 from dpsql.engine.portable import portable_hash, portable_uniform
 from dpsql.errors import UnsupportedQueryError
+from dpsql.plan.typer import TEMPORAL_ARG, TRUNC_LEAST
 from dpsql.rewrite.render import DIALECT_MARK
 
 SPARK = "spark"
@@ -240,6 +245,151 @@ _SAME: tuple[type[exp.Expression], ...] = (
 )
 
 
+# -- date and time functions -------------------------------------------------------------------------
+#
+# The typer's date functions (``date_part``, ``year`` ..., ``date_trunc``) carry DuckDB's meaning
+# and the kind of their argument (``TEMPORAL_ARG``: DATE or TIMESTAMP, which Spark reads as
+# TIMESTAMP_NTZ). On Spark, calendar parts are read from the DATE (a TIMESTAMP_NTZ cast to DATE
+# never fails), time-of-day parts from the microseconds since 1970 (``unix_micros`` of the value
+# as TIMESTAMP_LTZ: exact, the session time zone is UTC) with floor arithmetic (``pmod``), so no
+# value makes them fail. Conventions as DuckDB's: astronomical years (1 BC is year 0), ISO
+# weeks and ISO years, dayofweek Sunday = 0, isodow Monday = 1. DuckDB's infinite dates and
+# timestamps (which Spark reads as far-away finite values) are NULL, as DuckDB's date parts of
+# them are; date_trunc of them is NULL on Spark where DuckDB keeps +-infinity.
+
+_DAY_US = 86_400_000_000
+_TIME_UNIT_US = {"microsecond": 1, "millisecond": 1_000, "second": 1_000_000, "minute": 60_000_000,
+                 "hour": 3_600_000_000, "day": _DAY_US}
+#: TRUNC_LEAST (290308-01-01 BC, the astronomical year -290307) in microseconds since 1970, proleptic Gregorian
+TRUNC_LEAST_US = -9_223_371_158_400_000_000
+_INF_US = 2**63 - 1  #: DuckDB's +-infinity TIMESTAMP
+_INF_DAYS = 2**31 - 1  #: DuckDB's +-infinity DATE
+_PART_ALIAS = {"years": "year", "months": "month", "days": "day", "hours": "hour", "minutes": "minute",
+               "seconds": "second", "milliseconds": "millisecond", "microseconds": "microsecond", "dow": "dayofweek",
+               "weekday": "dayofweek", "doy": "dayofyear", "weekofyear": "week"}
+_FN_PART = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.Quarter: "quarter", exp.DayOfWeek: "dayofweek",
+            exp.DayOfYear: "dayofyear", exp.Week: "week"}
+for _name in ("Hour", "Minute", "Second"):
+    if hasattr(exp, _name):
+        _FN_PART[getattr(exp, _name)] = _name.lower()
+_TRUNC_DATE_FORMAT = {"month": "MM", "quarter": "QUARTER", "year": "YEAR"}
+
+
+def _fn(name: str, *args: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _n(v: int) -> exp.Expression:
+    return exp.Neg(this=exp.Literal.number(-v)) if v < 0 else exp.Literal.number(v)
+
+
+def _micros(x: exp.Expression) -> exp.Expression:
+    return _fn("unix_micros", exp.Cast(this=x.copy(), to=exp.DataType.build("TIMESTAMP_LTZ", dialect=SPARK)))
+
+
+def _as_ntz(micros: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=_fn("timestamp_micros", micros), to=spark_type("TIMESTAMP"))
+
+
+def _infinite(x: exp.Expression, kind: str) -> exp.Expression:
+    if kind == "date":
+        return exp.In(this=_fn("unix_date", x.copy()), expressions=[_n(_INF_DAYS), _n(-_INF_DAYS)])
+    return exp.In(this=_micros(x), expressions=[_n(_INF_US), _n(-_INF_US)])
+
+
+def _finite(x: exp.Expression, kind: str, value: exp.Expression) -> exp.Expression:
+    return exp.Case(ifs=[exp.If(this=_infinite(x, kind), true=exp.Null())], default=value)
+
+
+def _pmod(a: exp.Expression, b: int) -> exp.Expression:
+    return _fn("pmod", a, _n(b))
+
+
+def _date_part(unit: str, x: exp.Expression, kind: str, node: exp.Expression) -> exp.Expression:
+    """DuckDB's ``date_part(unit, x)`` (BIGINT; DOUBLE for epoch) in Spark functions."""
+    unit = _PART_ALIAS.get(unit, unit)
+    d = x.copy() if kind == "date" else exp.Cast(this=x.copy(), to=spark_type("DATE"))
+    calendar = {
+        "year": lambda: _fn("year", d.copy()), "month": lambda: _fn("month", d.copy()),
+        "day": lambda: _fn("dayofmonth", d.copy()), "quarter": lambda: _fn("quarter", d.copy()),
+        "dayofyear": lambda: _fn("dayofyear", d.copy()), "week": lambda: _fn("weekofyear", d.copy()),
+        "dayofweek": lambda: exp.Sub(this=_fn("dayofweek", d.copy()), expression=_n(1)),
+        "isodow": lambda: exp.Add(this=_pmod(exp.Add(this=_fn("dayofweek", d.copy()), expression=_n(5)), 7),
+                                  expression=_n(1)),
+        "isoyear": lambda: _fn("date_part", exp.Literal.string("YEAROFWEEK"), d.copy()),
+    }
+    value: exp.Expression
+    if unit in calendar:
+        value = calendar[unit]()
+    elif unit == "yearweek":
+        iy, wk = calendar["isoyear"](), calendar["week"]()
+        hundreds = exp.Mul(this=exp.Cast(this=iy.copy(), to=spark_type("BIGINT")), expression=_n(100))
+        value = exp.Case(ifs=[exp.If(this=exp.GT(this=iy, expression=_n(0)), true=exp.Add(this=hundreds.copy(), expression=wk.copy()))],
+                         default=exp.Sub(this=hundreds, expression=wk))
+    elif unit == "epoch":
+        if kind == "date":
+            secs = exp.Mul(this=exp.Cast(this=_fn("unix_date", d), to=spark_type("DOUBLE")), expression=_double(86400.0))
+        else:
+            secs = exp.Div(this=exp.Cast(this=_micros(x), to=spark_type("DOUBLE")), expression=_double(1e6))
+        return _finite(x, kind, secs)
+    elif unit in ("hour", "minute", "second", "millisecond", "microsecond"):
+        if kind == "date":
+            value = exp.Case(ifs=[exp.If(this=exp.Is(this=d, expression=exp.Null()), true=exp.Null())], default=_n(0))
+        else:
+            within, per = {"hour": (_DAY_US, 3_600_000_000), "minute": (3_600_000_000, 60_000_000),
+                           "second": (60_000_000, 1_000_000), "millisecond": (60_000_000, 1_000),
+                           "microsecond": (60_000_000, 1)}[unit]
+            value = _pmod(_micros(x), within)
+            if per != 1:
+                value = exp.IntDiv(this=value, expression=_n(per))
+    else:
+        raise _refuse(node, f"date part '{unit}'")
+    return _finite(x, kind, exp.Cast(this=value, to=spark_type("BIGINT")))
+
+
+def _date_trunc(unit: str, x: exp.Expression, node: exp.Expression) -> exp.Expression:
+    """DuckDB's ``date_trunc(unit, x)`` of a TIMESTAMP (the typer reads DATEs as TIMESTAMP and
+    NULLs instants below ``TRUNC_LEAST``), as a TIMESTAMP_NTZ: time units by floor arithmetic on
+    the microseconds (ISO weeks start on Monday; 1970-01-01 was a Thursday), calendar units by
+    Spark's ``trunc`` of the DATE."""
+    m = _micros(x)
+    value: exp.Expression
+    if unit in _TIME_UNIT_US:
+        value = _as_ntz(exp.Sub(this=m.copy(), expression=_pmod(m, _TIME_UNIT_US[unit])))
+    elif unit == "week":  # back to Monday: pmod(pmod(m, 7 days) + 3 days, 7 days), which cannot overflow
+        shifted = exp.Add(this=_pmod(m.copy(), 7 * _DAY_US), expression=_n(3 * _DAY_US))
+        value = _as_ntz(exp.Sub(this=m.copy(), expression=_pmod(shifted, 7 * _DAY_US)))
+    elif unit in _TRUNC_DATE_FORMAT:
+        day = exp.Cast(this=x.copy(), to=spark_type("DATE"))
+        value = exp.Cast(this=_fn("trunc", day, exp.Literal.string(_TRUNC_DATE_FORMAT[unit])), to=spark_type("TIMESTAMP"))
+    else:
+        raise _refuse(node, f"date_trunc to '{unit}'")
+    return _finite(x, "timestamp", value)
+
+
+def _literal_text(node: exp.Expression) -> str | None:
+    return str(node.this) if isinstance(node, exp.Literal) and node.is_string else None
+
+
+def _temporal_lowered(node: exp.Expression) -> exp.Expression | None:
+    """The Spark form of a typed date function, or None if ``node`` is none."""
+    kind = node.meta.get(TEMPORAL_ARG)
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() in ("strftime", "try_strptime", "strptime"):
+        raise _refuse(node, f"{str(node.this).lower()}() (its format language differs between DuckDB and Spark)")
+    if kind not in ("date", "timestamp"):
+        return None
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() in ("date_part", "date_trunc") \
+            and len(node.expressions) == 2 and _literal_text(node.expressions[0]) is not None:
+        unit = str(_literal_text(node.expressions[0])).lower()
+        if str(node.this).lower() == "date_trunc":
+            return _date_trunc(unit, node.expressions[1], node)
+        return _date_part(unit, node.expressions[1], kind, node)
+    part = _FN_PART.get(type(node))
+    if part is not None and isinstance(node.this, exp.Expression):
+        return _date_part(part, node.this, kind, node)
+    return None
+
+
 def _refuse(node: exp.Expression, what: str | None = None) -> UnsupportedQueryError:
     name = what or (node.sql_name() if isinstance(node, exp.Func) else type(node).__name__.upper())
     return UnsupportedQueryError(
@@ -300,10 +450,21 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
                     if isinstance(p, exp.Alias) and p.alias in inner:
                         p.set("alias", exp.to_identifier(p.alias + "__shadowed"))
         return node
+    temporal = _temporal_lowered(node)
+    if temporal is not None:
+        return temporal
     if isinstance(node, (exp.Cast, exp.TryCast)):
         to = node.args.get("to")
         if not isinstance(to, exp.DataType):
             raise _refuse(node, "a CAST")
+        text = _literal_text(node.this)
+        if text is not None and to.is_type(*exp.DataType.TEMPORAL_TYPES):
+            if text == TRUNC_LEAST:  # the typer's date_trunc guard: the least instant it truncates
+                return _as_ntz(_n(TRUNC_LEAST_US))
+            if text.strip().lower() == "-infinity":  # Spark has no infinite instants: matches no value
+                return exp.Cast(this=exp.Null(), to=spark_type(_duck_name(to)))
+            if "(bc)" in text.lower() or "infinity" in text.lower():
+                raise _refuse(node, f"the date/time literal '{text}'")
         new: exp.Expression = (exp.TryCast(this=node.this, to=spark_type(_duck_name(to)), safe=True)
                                if isinstance(node, exp.TryCast) else exp.Cast(this=node.this, to=spark_type(_duck_name(to))))
         new.meta[DIALECT_MARK] = SPARK
@@ -361,6 +522,12 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         if isinstance(parent, exp.TryCast) and parent.meta.get(DIALECT_MARK) == SPARK and parent.args["to"].sql(dialect=SPARK).upper() == "BIGINT":
             return node  # a histogram bin number: FLOOR then TRY_CAST to BIGINT, over in-range values
         raise _refuse(node, "floor() over a value")
+    if isinstance(node, exp.List) and len(node.expressions) == 1 and isinstance(node.expressions[0], exp.Distinct) \
+            and len(node.expressions[0].expressions) == 1:
+        # DuckDB's LIST(DISTINCT x) (a join tuple's looked-up people): Spark's collect_set, the
+        # same set (its order may differ: the truncation reads it as a set; NULLs are dropped by
+        # both engines' users, never produced by dpsql.rewrite.joins)
+        return exp.Anonymous(this="collect_set", expressions=[node.expressions[0].expressions[0]])
     if isinstance(node, _SAME):
         return node
     raise _refuse(node)

@@ -80,6 +80,9 @@ from dpsql.rewrite.joins import Part, parts_of, sampled_tuples, truncated_sums
 
 #: DP-S4S's default sampling rate (public, data independent: the paper's experiments use 1/16)
 DEFAULT_Q = 1.0 / 16.0
+#: engines whose join SQL (tuple identities, Poisson sample, lookups) is checked to give the same tuples
+#: (``tests/test_spark_joins.py``)
+JOIN_DIALECTS = ("duckdb", "spark")
 BETA = 0.1
 
 
@@ -386,10 +389,10 @@ class JoinMechanism:
         return describe(cal)
 
     def bounded(self, cal: JoinCalibration, salt: str, ops: SqlOps) -> exp.Expression:
-        if ops.dialect != "duckdb":  # refused before the charge (the bind check builds this first)
+        if ops.dialect not in JOIN_DIALECTS:  # refused before the charge (the bind check builds this first)
             raise UnsupportedQueryError(
-                f"joins run on the DuckDB engine only: their sampling and truncation are not yet checked on {ops.dialect}",
-                hint="answer the join with a Session on the DuckDB engine (the default)",
+                f"joins run on the DuckDB and Spark engines only: their sampling and truncation are not checked on "
+                f"{ops.dialect}", hint="answer the join with a Session on the DuckDB engine (the default)",
             )
         if cal.fast:
             assert cal.people.owner is not None

@@ -1162,6 +1162,23 @@ def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bo
     return e
 
 
+#: meta key on a typed date function: the kind of its argument ("date" or "timestamp"), for
+#: backends that spell date functions differently by argument type (``dpsql.engine.spark_ops``)
+TEMPORAL_ARG = "dpsql_temporal_arg"
+
+
+def _temporal_kind(ty: Typer, arg: exp.Expression) -> str:
+    """``date`` if a date function's argument reads as a DATE, else ``timestamp`` (what
+    :func:`_temporal` leaves it as: text literals and TIMESTAMP_S/_MS become TIMESTAMP)."""
+    r = ty.t(arg)
+    return "date" if r.type.kind == "date" else "timestamp"
+
+
+def _tag(e: exp.Expression, kind: str) -> exp.Expression:
+    e.meta[TEMPORAL_ARG] = kind
+    return e
+
+
 def _part_unit(ty: Typer, node: exp.Expression, unit: exp.Expression | None, allowed: set[str]) -> str:
     if isinstance(unit, (exp.Var, exp.Identifier)):
         text = unit.name
@@ -1178,14 +1195,16 @@ def _date_trunc(ty: Typer, node: exp.Expression) -> Typed:
     unit = _part_unit(ty, node, node.args.get("unit"), _TRUNC_PARTS)
     arg = _temporal(ty, node, node.this, trunc=True)
     # DuckDB's result is a TIMESTAMP for every argument type (TIMESTAMP_NS too)
-    return Typed(exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), arg]), TIMESTAMP)
+    return Typed(_tag(exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), arg]), "timestamp"),
+                 TIMESTAMP)
 
 
 def _extract(ty: Typer, node: exp.Expression) -> Typed:
     unit = _part_unit(ty, node, node.this, _DATE_PARTS)
     arg = _temporal(ty, node, node.expression)
     rt = DOUBLE if unit == "epoch" else BIGINT
-    return Typed(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), rt)
+    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]),
+                      _temporal_kind(ty, node.expression)), rt)
 
 
 def _date_part(ty: Typer, node: exp.Expression) -> Typed:
@@ -1195,7 +1214,8 @@ def _date_part(ty: Typer, node: exp.Expression) -> Typed:
     unit = _part_unit(ty, node, args[0], _DATE_PARTS)
     arg = _temporal(ty, node, args[1])
     rt = DOUBLE if unit == "epoch" else BIGINT
-    return Typed(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), rt)
+    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]),
+                      _temporal_kind(ty, args[1])), rt)
 
 
 def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
@@ -1204,7 +1224,7 @@ def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
         raise ty.refuse(node, f"{ty._fname(node)}() takes one DATE or TIMESTAMP")
     new = node.copy()
     new.set("this", _temporal(ty, node, node.this))
-    return Typed(new, BIGINT)
+    return Typed(_tag(new, _temporal_kind(ty, node.this)), BIGINT)
 
 
 def _strftime(ty: Typer, node: exp.Expression) -> Typed:

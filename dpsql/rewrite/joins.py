@@ -12,13 +12,21 @@ per join tuple:
   when lo < 0, ``floor(max(-clamp, 0) / -lo * 2^20)`` units of ``-lo / 2^20`` (its negative
   part). Rounding down each tuple's weight is a per-tuple map: it changes no sensitivity; on
   integers every sum below is exact;
-* an identity ``__tid`` (ROW_NUMBER over the join: distinct across the tuples of this run);
+* an identity ``__tid`` (only when sampling, q < 1): the text of what the tuple carries to the
+  truncation -- its weights and its user columns (the owner, or each slot's start columns) --
+  each piece length-prefixed (``n`` for NULL, ``v<length>:<text>``), so the text is injective in
+  those values, followed by ``#<d>`` with ``d = ROW_NUMBER() OVER (PARTITION BY those columns)``.
+  Tuples with the same content are interchangeable (every later step sees only that content),
+  so which of them gets which ``d`` does not matter: the multiset of identities is a function of
+  the join's content alone. Hence it is the same on every engine and under a re-executed Spark
+  task (a global ``ROW_NUMBER() OVER ()`` is neither), and it is distinct for every tuple;
 * the **Poisson sample** at rate q: ``SqlOps.bernoulli_keep(['__tid'], salt, q)``, SHA-256 of the
   per-query secret salt and the tuple's identity, first 52 bits compared with floor(q 2^52).
   Claim (computational): SHA-256 keyed by a fresh 128-bit secret salt is indistinguishable from
   a random function, so the keep decisions are independent Bernoulli(q') with q' = floor(q 2^52)/2^52
   <= q, as Lemma 3.1 needs (the accounted q is an upper bound: eps' grows with q). The salt
-  never leaves the process; the identities differ per tuple, so the draws are independent
+  never leaves the process; the identities differ per tuple (injective text, distinct ``d``
+  among equal content), so the draws are independent whatever the data
   (``tests/test_backend_ops.py``: ``test_bernoulli_keep_has_rate_q`` and
   ``test_bernoulli_keep_is_independent_across_rows_and_salts`` check the rate and independence).
   q = 1 keeps all.
@@ -180,8 +188,33 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     if top:
         q = q.where(guard(_and(top), dict(jp.flat_schema)))
     if with_tid:
-        q = q.select(exp.alias_(exp.Window(this=exp.RowNumber()), "__tid"))
+        return _with_tid(q)
     return q
+
+
+def _id_piece(col: exp.Expression) -> exp.Expression:
+    """``n`` for NULL, else ``v<number of characters of t>:<t>`` with ``t = CAST(col AS VARCHAR)``."""
+    text = exp.cast(col.copy(), "VARCHAR")
+    body = exp.DPipe(this=exp.DPipe(this=exp.DPipe(this=exp.Literal.string("v"), expression=exp.cast(
+        exp.func("length", text.copy()), "VARCHAR"), safe=True), expression=exp.Literal.string(":"), safe=True),
+        expression=text, safe=True)
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=col.copy(), expression=exp.Null()), true=exp.Literal.string("n"))],
+                    default=body)
+
+
+def _with_tid(q: exp.Select) -> exp.Select:
+    """``q`` (the join's projection) with the tuple identity ``__tid`` (module docstring): the
+    injective text of every projected column, then ``#`` and the tuple's number among the tuples
+    with the same projected values."""
+    names = [p.alias_or_name for p in q.expressions]
+    cols = [_col(f"__t.{n}") for n in names]
+    dup = exp.Window(this=exp.RowNumber(), partition_by=[c.copy() for c in cols])
+    text: exp.Expression = exp.Literal.string("")
+    for c in cols:
+        text = exp.DPipe(this=text, expression=_id_piece(c), safe=True)
+    text = exp.DPipe(this=exp.DPipe(this=text, expression=exp.Literal.string("#"), safe=True),
+                     expression=exp.cast(dup, "VARCHAR"), safe=True)
+    return exp.select(*[c.copy() for c in cols], exp.alias_(text, "__tid")).from_(q.subquery("__t"))
 
 
 def _unique_filter(rel: exp.Expression, alias: str, key: str, table: TableSpec) -> exp.Expression:
@@ -338,15 +371,16 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
 
 def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
                    caps: Sequence[tuple[str, str, int]] = ()) -> exp.Select:
-    """Per sampled tuple: ``__tid``, the weights ``__w*`` and per user slot ``__u<k>``: the
+    """Per sampled tuple: the weights ``__w*`` and per user slot ``__u<k>``: the
     person's id (VARCHAR; NULL where the slot's column is NULL: it reaches nobody) for a slot
     whose column holds the person, or the list of ids (VARCHAR[]) of a looked-up chain
     (:func:`_lookup`)."""
     parts = parts_of(jp)
     starts = list(dict.fromkeys(flat(s.alias, p) for s in jp.slots for p in key_parts(s.column)))
-    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=[_col(c) for c in starts])
+    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=[_col(c) for c in starts],
+                        with_tid=q < 1.0)
     sample = _sampled(rel, salt, q, ops)
-    out = exp.select(_col("__s.__tid"), *[_col(f"__s.{p.name}") for p in parts]).from_("__s")
+    out = exp.select(*[_col(f"__s.{p.name}") for p in parts]).from_("__s")
     for k, s in enumerate(jp.slots):
         if not s.hops or _direct(s.hops, catalog):
             out = out.select(exp.alias_(_person_text(catalog, s.person_table, _col(f"__s.{flat(s.alias, s.column)}")),
