@@ -32,8 +32,9 @@ The result is accurate to about 1e-13 relative for μ ≥ 1e-4 over the whole re
 Inverses (:func:`gaussian_epsilon`, :func:`gaussian_mu`, :func:`gaussian_sigma`) bracket the
 root with closed-form bounds and solve with ``scipy.optimize.brentq`` on log δ to a few ulps,
 then step to the safe side (so the returned value always satisfies the target). :func:`gaussian_mu`
-(every Gaussian calibration goes through it) finds the largest float on the safe side instead
-(regula falsi, then bisection on the floats themselves, :func:`_bisect_floats`): no SciPy optimiser is imported to calibrate a query.
+(every Gaussian calibration goes through it) solves down to two adjacent floats instead and keeps
+the one on the safe side (regula falsi, then bisection on the floats themselves,
+:func:`_bisect_floats`): no SciPy optimiser is imported to calibrate a query.
 """
 
 from __future__ import annotations
@@ -275,10 +276,10 @@ def gaussian_mu(epsilon: object, delta: object) -> float:
 
 
 def _bisect_floats(g: Callable[[float], float], lo: float, hi: float) -> float:
-    """The largest float x in [lo, hi] with g(x) <= 0, for g increasing (0 < lo < hi; lo is
-    returned if g(lo) > 0): regula falsi (the Illinois variant) narrows the bracket to about
-    1e-14 relative, then bisection on the floats' bit patterns (ordered like the positive floats
-    themselves) reaches two adjacent floats. The answer depends on g only, not on the steps."""
+    """A float x in [lo, hi] with g(x) <= 0 < g(next float), for g increasing up to float
+    rounding (0 < lo < hi; hi if g(hi) <= 0, lo if g(lo) > 0): regula falsi (the Illinois
+    variant) narrows the bracket to about 1e-14 relative, then bisection on the floats' bit
+    patterns (ordered like the positive floats themselves) reaches two adjacent floats."""
     def bits(x: float) -> int:
         return int(struct.unpack("<q", struct.pack("<d", x))[0])
 
