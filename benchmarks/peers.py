@@ -27,6 +27,9 @@ Systems, each timed warm (best of ``--repeat`` runs, wall seconds) in this proce
   ``benchmarks/peers/setup_opendp.sh`` and ``setup_qrlew.sh`` (their pins conflict); skipped with
   a message when not installed. Their times include their calibration and rewriting.
 
+CPU seconds (user + system, all threads) are recorded beside each in-process wall time: on a
+loaded machine they compare the work done more steadily than wall seconds.
+
 Peak memory: for in-process systems, the peak resident set size above the level before the query
 (sampled every 5 ms); for peers, the peak RSS of their whole process. Accuracy against the
 unbounded truth: groups released, spurious groups (released keys absent from the data), recall of
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import secrets
 import statistics
 import subprocess
@@ -100,17 +104,25 @@ class PeakRSS:
         return (self.peak - self.base) / 2**20
 
 
-def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float, Any, float]:
     """Best wall seconds of ``repeat`` warm runs (after one untimed run), peak MB above the
-    starting level over the timed runs, and the last result."""
+    starting level over the timed runs, the last result, and the best CPU seconds (user +
+    system, every thread of this process; a load-robust measure of the work done)."""
     out = fn()
-    best = float("inf")
+    best = best_cpu = float("inf")
     with PeakRSS() as mem:
         for _ in range(repeat):
+            c = _cpu()
             t = time.perf_counter()
             out = fn()
             best = min(best, time.perf_counter() - t)
-    return best, mem.mb, out
+            best_cpu = min(best_cpu, _cpu() - c)
+    return best, mem.mb, out, best_cpu
 
 
 def floor_sql(q: str, src: str) -> str:
@@ -192,23 +204,25 @@ def main() -> None:
         n_keys = len(spec["keys"])
         r: dict[str, Any] = {"query": spec["label"], "sql": spec["sql"]}
         plain, floor, floor_reg = spec["sql"].replace("events", src), floor_sql(q, src), floor_sql(q, f'"{view}"')
-        t, mb, _ = timed(lambda: con.execute(plain).fetchall(), args.repeat)  # noqa: B023
-        r["duckdb"] = {"seconds": t, "peak_mb": mb}
-        t, mb, _ = timed(lambda: con.execute(floor).fetchall(), args.repeat)  # noqa: B023
-        r["floor"] = {"seconds": t, "peak_mb": mb, "sql": floor_sql(q, "events")}
-        t, mb, _ = timed(lambda: scon.execute(floor_reg).fetchall(), args.repeat)  # noqa: B023
-        r["floor_registered"] = {"seconds": t, "peak_mb": mb}
+        t, mb, _, cpu = timed(lambda: con.execute(plain).fetchall(), args.repeat)  # noqa: B023
+        r["duckdb"] = {"seconds": t, "cpu_seconds": cpu, "peak_mb": mb}
+        t, mb, _, cpu = timed(lambda: con.execute(floor).fetchall(), args.repeat)  # noqa: B023
+        r["floor"] = {"seconds": t, "cpu_seconds": cpu, "peak_mb": mb, "sql": floor_sql(q, "events")}
+        t, mb, _, cpu = timed(lambda: scon.execute(floor_reg).fetchall(), args.repeat)  # noqa: B023
+        r["floor_registered"] = {"seconds": t, "cpu_seconds": cpu, "peak_mb": mb}
         sql = spec["sql"]
         bounded = s.explain(sql, epsilon=EPS, delta=DELTA).bounded_sql.replace(
             "'<per-query secret salt>'", "'" + secrets.token_hex(16) + "'")
-        t, mb, _ = timed(lambda: scon.execute(bounded).fetchall(), args.repeat)  # noqa: B023
-        r["dpsql_bounded_sql"] = {"seconds": t, "peak_mb": mb}
-        t, mb, rel = timed(lambda: s.query(sql, epsilon=EPS, delta=DELTA), args.repeat)  # noqa: B023
+        t, mb, _, cpu = timed(lambda: scon.execute(bounded).fetchall(), args.repeat)  # noqa: B023
+        r["dpsql_bounded_sql"] = {"seconds": t, "cpu_seconds": cpu, "peak_mb": mb}
+        t, mb, rel, cpu = timed(lambda: s.query(sql, epsilon=EPS, delta=DELTA), args.repeat)  # noqa: B023
         val = "s" if q == "Q3" else "n"
         rows = [[*[row[k] for k in spec["keys"]], row[val]] for row in rel.to_pylist()]
-        r["dpsql"] = {"seconds": t, "peak_mb": mb, "mechanism": rel.mechanism, **accuracy(rows, n_keys, true, args.large)}
+        r["dpsql"] = {"seconds": t, "cpu_seconds": cpu, "peak_mb": mb, "mechanism": rel.mechanism, **accuracy(rows, n_keys, true, args.large)}
         r["dpsql"]["ratio_to_floor"] = t / r["floor"]["seconds"]
         r["dpsql"]["ratio_to_floor_registered"] = t / r["floor_registered"]["seconds"]
+        r["dpsql"]["cpu_ratio_to_floor"] = cpu / r["floor"]["cpu_seconds"]
+        r["dpsql"]["cpu_ratio_to_floor_registered"] = cpu / r["floor_registered"]["cpu_seconds"]
         r["dpsql_bounded_sql"]["ratio_to_floor_registered"] = (r["dpsql_bounded_sql"]["seconds"]
                                                                / r["floor_registered"]["seconds"])
         results[q] = r
@@ -245,13 +259,15 @@ def main() -> None:
 
 def table(out: dict[str, Any], peers: list[str]) -> str:
     cols = ["duckdb", "floor", "floor_registered", "dpsql_bounded_sql", "dpsql", *peers]
-    lines = ["| query | " + " | ".join(cols) + " | dpsql / floor | dpsql groups (spurious) | recall large | median rel. err |",
-             "|---" * (len(cols) + 5) + "|"]
+    lines = ["| query | " + " | ".join(cols) + " | dpsql / floor | CPU s: floor, floor_registered, bounded SQL, dpsql "
+             "| dpsql groups (spurious) | recall large | median rel. err |",
+             "|---" * (len(cols) + 6) + "|"]
     for q, r in out["results"].items():
         cells = [f"{r[c]['seconds']:.3f}" if c in r else "-" for c in cols]
         d = r["dpsql"]
         err = d["median_relative_error"]
-        lines.append(f"| {q} {r['query']} | " + " | ".join(cells) + f" | {d['ratio_to_floor']:.2f}x | "
+        cpu = ", ".join(f"{r[c]['cpu_seconds']:.3f}" for c in ("floor", "floor_registered", "dpsql_bounded_sql", "dpsql"))
+        lines.append(f"| {q} {r['query']} | " + " | ".join(cells) + f" | {d['ratio_to_floor']:.2f}x | {cpu} | "
                      f"{d['groups_released']} ({d['spurious_groups']}) | "
                      f"{d['recall_large'] if d['recall_large'] is None else format(d['recall_large'], '.3f')} | "
                      f"{'-' if err is None else format(err, '.4f')} |")

@@ -192,6 +192,30 @@ def test_gaussian_mu_round_trip(eps, delta):
     assert gaussian_delta(eps, m * (1 + 1e-9)) > delta
 
 
+@pytest.mark.parametrize("eps,delta", GRID)
+def test_gaussian_mu_is_at_the_crossing(eps, delta):
+    """gaussian_mu solves to about the float resolution of log δ_G: safe, and 1e-12 relative
+    further is not (log δ_G is flat over a few ulps, so "the largest safe float" is not sharper
+    than that)."""
+    m = gaussian_mu(eps, delta)
+    log_d = math.log(delta)
+    assert log_gaussian_delta(eps, m) <= log_d and gaussian_delta(eps, m) <= delta
+    assert log_gaussian_delta(eps, m * (1 + 1e-12)) > log_d  # negative control: a little further is unsafe
+
+
+def test_bisect_floats_finds_the_crossing_float():
+    from dpsql.accounting.gaussian import _bisect_floats
+
+    # g(x) = x - 1/3 crosses 0 between two adjacent floats; the answer is the lower one
+    x = _bisect_floats(lambda t: t - 1.0 / 3.0, 1e-3, 10.0)
+    assert x == 1.0 / 3.0
+    assert _bisect_floats(lambda t: t - 1.0 / 3.0 - 1e-17, 1e-3, 10.0) == 1.0 / 3.0
+    y = _bisect_floats(lambda t: math.log(t) + 40.0, 1e-30, 1.0)  # root e^-40, far from both ends
+    assert math.log(y) + 40.0 <= 0 < math.log(float(np.nextafter(y, 1.0))) + 40.0
+    assert _bisect_floats(lambda t: -1.0, 1.0, 2.0) == 2.0  # g <= 0 on the whole bracket
+    assert _bisect_floats(lambda t: 1.0, 1.0, 2.0) == 1.0  # g > 0 on the whole bracket
+
+
 @pytest.mark.parametrize("mu", [0.01, 0.1, 0.5, 1.0, 2.0])
 @pytest.mark.parametrize("delta", [1e-300, 1e-50, 1e-9, 1e-5, 1e-2])
 def test_gaussian_epsilon_round_trip(mu, delta):

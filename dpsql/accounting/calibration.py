@@ -60,7 +60,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 from scipy.special import ndtri
 
 from dpsql.accounting import _validate as v
@@ -253,6 +252,8 @@ def _scan_and_refine(
     hi = math.log(rs[k + 1]) if k + 1 < len(rs) else math.log(rs[k])
     if hi <= lo:
         return sigma_min * (1.0 + float(rs[k]))
+    from scipy.optimize import minimize_scalar  # imported when used: slow to import
+
     res = minimize_scalar(
         lambda t: objective(sigma_min * (1.0 + math.exp(t))),
         bounds=(lo, hi),

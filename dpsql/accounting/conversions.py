@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import brentq
 
 from dpsql.accounting import _validate as v
 
@@ -118,6 +117,8 @@ def zcdp_optimal_alpha(rho: float, delta: float, method: str = "cks") -> float:
         return r * (a - 1.0) ** 2 + math.log(a) + log_d  # increasing in a > 1; g(1) = ln δ < 0
 
     hi = 1.0 + math.sqrt(-log_d / r) + 1.0  # g(hi) > r(α−1)² + ln δ ≥ 0
+    from scipy.optimize import brentq  # imported when used: slow to import
+
     return float(brentq(g, 1.0, hi, xtol=1e-15, rtol=_RTOL, maxiter=500))
 
 
@@ -154,6 +155,8 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
     hi = max(2.0, (e + 1.0) / (2.0 * r) + 1.0)
     while k(hi) < 0:
         hi *= 2.0
+    from scipy.optimize import brentq  # imported when used: slow to import
+
     a = float(brentq(k, lo, hi, xtol=1e-15, rtol=_RTOL, maxiter=500))
     log_d = (a - 1.0) * (a * r - e) + (a - 1.0) * math.log1p(-1.0 / a) - math.log(a)
     return math.exp(min(0.0, log_d))

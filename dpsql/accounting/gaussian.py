@@ -31,16 +31,19 @@ The result is accurate to about 1e-13 relative for μ ≥ 1e-4 over the whole re
 
 Inverses (:func:`gaussian_epsilon`, :func:`gaussian_mu`, :func:`gaussian_sigma`) bracket the
 root with closed-form bounds and solve with ``scipy.optimize.brentq`` on log δ to a few ulps,
-then step to the safe side (so the returned value always satisfies the target).
+then step to the safe side (so the returned value always satisfies the target). :func:`gaussian_mu`
+(every Gaussian calibration goes through it) solves down to two adjacent floats instead and keeps
+the one on the safe side (regula falsi, then bisection on the floats themselves,
+:func:`_bisect_floats`): no SciPy optimiser is imported to calibrate a query.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import erf, erfcx, log_ndtr, ndtri
 
 from dpsql.accounting import _validate as v
@@ -236,6 +239,8 @@ def gaussian_epsilon(delta: object, mu: object) -> float:
     hi = 0.5 * m * m - m * float(ndtri(d))
     while _ldg(hi, m) > log_d:  # pragma: no cover - the bound above is rigorous
         hi *= 2.0
+    from scipy.optimize import brentq  # imported when used: SciPy's optimisers are slow to import
+
     root = brentq(lambda e: _ldg(e, m) - log_d, 0.0, hi, xtol=1e-300, rtol=_RTOL, maxiter=500)
     return _step_until(float(root), lambda x: _meets(x, m, d, log_d), math.inf)
 
@@ -266,10 +271,52 @@ def gaussian_mu(epsilon: object, delta: object) -> float:
             lo = mid
     # refine in μ itself (not ln μ) so that the tolerance is relative to μ
     m_lo, m_hi = math.exp(lo), math.exp(hi)
-    m = float(
-        brentq(lambda x: max(_ldg(e, x) - log_d, -1e4), m_lo, m_hi, xtol=1e-320, rtol=_RTOL, maxiter=500)
-    )
+    m = _bisect_floats(lambda x: _ldg(e, x) - log_d, m_lo, m_hi)
     return _step_until(m, lambda x: _meets(e, x, d, log_d), 0.0)
+
+
+def _bisect_floats(g: Callable[[float], float], lo: float, hi: float) -> float:
+    """A float x in [lo, hi] with g(x) <= 0 < g(next float), for g increasing up to float
+    rounding (0 < lo < hi; hi if g(hi) <= 0, lo if g(lo) > 0): regula falsi (the Illinois
+    variant) narrows the bracket to about 1e-14 relative, then bisection on the floats' bit
+    patterns (ordered like the positive floats themselves) reaches two adjacent floats."""
+    def bits(x: float) -> int:
+        return int(struct.unpack("<q", struct.pack("<d", x))[0])
+
+    def value(i: int) -> float:
+        return float(struct.unpack("<d", struct.pack("<q", i))[0])
+
+    ga, gb = g(lo), g(hi)
+    if gb <= 0:
+        return hi
+    if ga > 0:
+        return lo
+    a, b, side = lo, hi, 0
+    for _ in range(100):
+        if b - a <= 1e-14 * b or not math.isfinite(ga):
+            break
+        x = b - gb * (b - a) / (gb - ga)
+        if not a < x < b:
+            x = 0.5 * (a + b)
+        gx = g(x)
+        if gx <= 0:
+            a, ga = x, gx
+            if side == -1:
+                gb *= 0.5
+            side = -1
+        else:
+            b, gb = x, gx
+            if side == 1:
+                ga *= 0.5
+            side = 1
+    ia, ib = bits(a), bits(b)
+    while ib - ia > 1:
+        mid = (ia + ib) // 2
+        if g(value(mid)) <= 0:
+            ia = mid
+        else:
+            ib = mid
+    return value(ia)
 
 
 def gaussian_sigma(epsilon: object, delta: object, sensitivity: object = 1.0) -> float:

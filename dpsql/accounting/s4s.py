@@ -49,7 +49,6 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy.optimize import brentq, minimize_scalar
 from scipy.special import logsumexp
 
 from dpsql.accounting import _validate as v
@@ -309,6 +308,8 @@ def _roots(a: float, r: float, d: int) -> tuple[float, float, float]:
         s_lo *= 0.5
         if s_lo < 1e-300:  # pragma: no cover - κ > 0 keeps the root away from 0
             break
+    from scipy.optimize import brentq  # imported when used: slow to import
+
     s = float(brentq(f1, s_lo, s_hi, xtol=1e-300, rtol=_RTOL, maxiter=500))
 
     # t2 = e^u, u > 0: α u − log1p(α expm1(u)) = κ (increasing in u)
@@ -471,6 +472,8 @@ def s4s_find_alpha(epsilon2: float, delta: float, d: int) -> float:
         prev_x, prev = nx, val
     lo = a0 + prev_x / 2.0 if prev_x > 1.0 else a0 + 1e-9 * max(1.0, a0)
     hi = a0 + 2.0 * prev_x
+    from scipy.optimize import minimize_scalar  # imported when used: slow to import
+
     res = minimize_scalar(factor, bounds=(lo, hi), method="bounded", options={"xatol": 1e-9 * hi})
     best = float(res.x)
     if factor(best) > prev:

@@ -60,7 +60,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import erf, erfcx, log_ndtr, ndtri
 
 from dpsql.accounting import _validate as v
@@ -423,6 +422,8 @@ def _least_feasible(delta_at: Callable[[float], float], lo: float, hi: float, d:
     def f(x: float) -> float:
         val = delta_at(x)
         return max(math.log(val), log_d - 700.0) - log_d if val > 0 else -700.0
+
+    from scipy.optimize import brentq  # imported when used: slow to import
 
     root = float(brentq(f, lo, hi, xtol=1e-13 * max(1.0, abs(hi)), rtol=_RTOL, maxiter=200))
     return _nudge_up(root, delta_at, d)

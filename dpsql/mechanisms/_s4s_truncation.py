@@ -79,11 +79,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import linprog
-from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
+if TYPE_CHECKING:  # SciPy's sparse and optimize packages are imported when a join is truncated (slow to import)
+    import scipy.sparse as sp
 
 #: relative certified-gap allowance: G(τ) = τ·GAP_FRACTION is added to the sensitivity
 GAP_FRACTION = 2.0**-10
@@ -204,6 +205,9 @@ def truncate(p: Prepared, tau: float) -> Truncation:
 # ----------------------------------------------------------------------------- path 2
 def _max_flow(usig: np.ndarray, owners: np.ndarray, cap: np.ndarray, tq: int) -> float | None:
     """maxflow on the double cover (module docstring), verified; None if the check fails."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import maximum_flow
+
     users, node = np.unique(usig[usig >= 0], return_inverse=True)
     h = users.size
     lab = np.full(usig.shape, -1, dtype=np.int64)
@@ -234,6 +238,9 @@ def _max_flow(usig: np.ndarray, owners: np.ndarray, cap: np.ndarray, tq: int) ->
 
 def _verify_flow(g: sp.csr_matrix, flow: object, src: int, snk: int) -> float | None:
     """Exact check that ``flow`` is a maximum flow of ``g``; returns its value or None."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import breadth_first_order
+
     f = sp.csr_matrix(flow, dtype=np.int64)
     n = g.shape[0]
     # the antisymmetric flow matrix: positive part on arcs of g, capacities respected
@@ -271,6 +278,9 @@ def _verify_flow(g: sp.csr_matrix, flow: object, src: int, snk: int) -> float | 
 # ----------------------------------------------------------------------------- path 3
 def _certified_lp(usig: np.ndarray, owners: np.ndarray, cap: np.ndarray, tq: int) -> tuple[float, float]:
     """(P, D − P) of the reduced LP, in units of γ; P feasible, D dual feasible (docstring)."""
+    import scipy.sparse as sp
+    from scipy.optimize import linprog
+
     users, node = np.unique(usig[usig >= 0], return_inverse=True)
     h = users.size
     var, _ = np.nonzero(usig >= 0)  # row-major, the same order as usig[usig >= 0]

@@ -276,7 +276,7 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     key = ops.keyed_hash([unit, *keys], salt)
     kept = ops.keep_n_per_partition(heavy_rows, [unit], key, n, alias="__kept_groups", output=output)
     chosen = exp.union(light, exp.select(*[_col(c) for c in output]).from_(kept, copy=False), distinct=False, copy=False)
-    q = exp.select(*[_col(c) for c in output]).from_(chosen.subquery("__groups"), copy=False)
+    q = exp.select(*[_col(c) for c in output]).from_(chosen.subquery("__groups", copy=False), copy=False)
     q.set("with_", exp.With(expressions=[pairs_cte, heavy_cte]))
     return q.subquery(alias, copy=False)
 
