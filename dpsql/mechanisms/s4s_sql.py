@@ -66,6 +66,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.accounting import r2t_schedule
+from dpsql.accounting.s4s import DEFAULT_TAU_BASE, tau_grid_base
 from dpsql.budget import Budget
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
@@ -81,6 +82,20 @@ from dpsql.rewrite.joins import Part, parts_of, sampled_tuples, truncated_sums
 #: DP-S4S's default sampling rate (public, data independent: the paper's experiments use 1/16)
 DEFAULT_Q = 1.0 / 16.0
 BETA = 0.1
+
+
+def _grid(options: dict[str, Any]) -> tuple[float, bool]:
+    """The option ``tau_base`` (public): the base b of the τ grids and whether Algorithm 2 uses the
+    paper's bias ln(3L/β). The default b = 5.5 with ln(L/β) is the authors' code's grid and bias
+    (lower error: ``docs/mechanisms.md`` §3.5); ``tau_base=2`` is the paper's Algorithm 2 exactly
+    (base 2, ln(3L/β)); any other b in (1, 1024] uses ln(L/β). Privacy does not depend on it."""
+    if "tau_base" not in options:
+        return DEFAULT_TAU_BASE, False
+    v = options["tau_base"]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ConfigError(f"tau_base must be a number, got {v!r}", hint="use 2 (the paper's grid) or e.g. 5.5 (the default)")
+    b = tau_grid_base(v)
+    return b, b == 2.0
 
 
 @dataclass
@@ -102,6 +117,8 @@ class JoinCalibration:
     rdp: Any = None  #: S4S with delta > 0: core.S4SRdpSchedule
     taus: tuple[float, ...] = ()
     notes: list[str] = field(default_factory=list)
+    tau_base: float = DEFAULT_TAU_BASE
+    paper_bias: bool = False
 
     @property
     def part_epsilon(self) -> float:
@@ -191,9 +208,11 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
                 hint="omit q (R2T, q = 1, needs no Delta); the data owner may register the tables with "
                      "allow_conditional_sampling=True")
     parts = parts_of(jp)
-    fast = name == MechanismName.DP_S4S and people.enforced
+    fast = people.enforced  # one person per tuple: the closed form in the engine (DP-S4S and R2T)
+    base, paper_bias = _grid(opts)
     cal = JoinCalibration(plan, jp, people, name, request.epsilon, request.delta, q, delta_int, people.enforced,
-                          people.caps if people.enforced else (), parts, fast, catalog)
+                          people.caps if people.enforced else (), parts, fast, catalog, tau_base=base,
+                          paper_bias=paper_bias)
     e_p, d_p = cal.part_epsilon, cal.part_delta
     if name == MechanismName.DP_S4S:
         try:
@@ -209,7 +228,8 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
                       else "use a larger epsilon"),
             ) from None
     else:
-        cal.taus = tuple(float(s.tau) for s in r2t_schedule(e_p, max(2.0, float(delta_int)), BETA))
+        sched, _ = core.r2t_calibration(e_p, max(2.0, float(delta_int)), BETA, cal.tau_base)  # refused before the charge
+        cal.taus = tuple(float(s.tau) for s in sched)
     if not people.enforced and q < 1.0:
         cal.notes.append(
             f"Delta={delta_int} is attested by the data owner's declarations (tuples have several people, so it cannot be "
@@ -226,12 +246,12 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
 
 def _s4s_schedule(cal: JoinCalibration, e_p: float, d_p: float, delta_int: int, q: float) -> None:
     if d_p > 0:
-        cal.rdp = core.s4s_rdp_schedule(e_p, d_p, delta_int, q, BETA)
+        cal.rdp = core.s4s_rdp_schedule(e_p, d_p, delta_int, q, BETA, tau_base=cal.tau_base, paper_bias=cal.paper_bias)
         cal.taus = tuple(s.tau for s in cal.rdp.steps)
         for s in cal.rdp.steps:
             check_gaussian_representable(s.sigma, s.granularity, integer=False, what="a DP-S4S run")
     else:
-        cal.steps = core._s4s_steps(e_p, delta_int, q, BETA, 2.0)
+        cal.steps = core._s4s_steps(e_p, delta_int, q, BETA, cal.tau_base, cal.paper_bias)
         cal.taus = tuple(s.tau for s in cal.steps)
 
 
@@ -262,7 +282,7 @@ def _schedule(cal: JoinCalibration) -> list[dict[str, Any]]:
     if cal.steps:
         return [{"tau": s.tau, "epsilon": s.epsilon, "epsilon_prime": s.epsilon_prime, "laplace_scale": s.snap_lambda,
                  "bias": s.bias} for s in cal.steps]
-    sched = r2t_schedule(cal.part_epsilon, max(2.0, float(cal.max_tuples)), BETA)
+    sched = r2t_schedule(cal.part_epsilon, max(2.0, float(cal.max_tuples)), BETA, cal.tau_base)
     return [{"tau": float(s.tau), "epsilon": cal.part_epsilon / len(sched), "laplace_scale": s.laplace_scale, "bias": s.bias}
             for s in sched]
 
@@ -278,6 +298,8 @@ def describe(cal: JoinCalibration) -> Description:
         "caps": [f"{a}.{c} <= {n}" for a, c, n in cal.caps],
         "join": cal.jp.describe(),
         "truncation": "closed form in the engine (one person per tuple)" if cal.fast else "exact / certified LP on the sample",
+        "tau_base": cal.tau_base,
+        "bias": "ln(3L/beta) per step (the paper's Algorithm 2)" if cal.paper_bias else "ln(L/beta) per step",
         "parts": [{"sign": p.sign, "scale": p.scale, "epsilon": cal.part_epsilon,
                    "delta": cal.part_delta if cal.rdp is not None else 0.0} for p in cal.parts],
         "tau_grid": list(cal.taus),
@@ -346,12 +368,18 @@ def release(cal: JoinCalibration, rows: pa.Table, rng: NoiseSource) -> Released:
     for k, part in enumerate(cal.parts):
         if cal.fast:
             fb = np.array([int(rows.column(f"__f{k}_{i}")[0].as_py()) / part.units for i in range(len(cal.taus))])
-            est = _noisy(cal, fb, rng)
+            if cal.name == MechanismName.R2T:  # the last column is τ = 0: the weight reaching nobody
+                untouched = int(rows.column(f"__f{k}_{len(cal.taus)}")[0].as_py()) / part.units
+                est = core.r2t_release(fb, untouched, epsilon=cal.part_epsilon,
+                                       global_sensitivity=max(2.0, float(cal.max_tuples)), rng=rng, beta=BETA,
+                                       tau_base=cal.tau_base).estimate
+            else:
+                est = _noisy(cal, fb, rng)
         else:
             w, ti, ui = _tuples(cal, rows, part)
             if cal.name == MechanismName.R2T:
                 est = core.r2t_scalar(w, ti, ui, epsilon=cal.part_epsilon, global_sensitivity=max(2.0, float(cal.max_tuples)),
-                                      rng=rng, beta=BETA).estimate
+                                      rng=rng, beta=BETA, tau_base=cal.tau_base).estimate
             else:
                 jt = core.validate_join_tuples(w, ti, ui)
                 prep = _trunc.prepare(jt.weights, jt.tuple_idx, jt.user_idx, jt.n_users)
@@ -369,7 +397,7 @@ def release(cal: JoinCalibration, rows: pa.Table, rng: NoiseSource) -> Released:
 class JoinMechanism:
     """DP-S4S (sampled, q < 1 by default) or R2T (q = 1) over a join plan."""
 
-    options = frozenset({"q", "degree_caps", "max_tuples_per_user"})
+    options = frozenset({"q", "degree_caps", "max_tuples_per_user", "tau_base"})
 
     def __init__(self, name: MechanismName) -> None:
         assert name in (MechanismName.DP_S4S, MechanismName.R2T)
@@ -393,7 +421,8 @@ class JoinMechanism:
             )
         if cal.fast:
             assert cal.people.owner is not None
-            return truncated_sums(cal.jp, cal.catalog, cal.people.owner, cal.taus, salt=salt, q=cal.q, ops=ops,
+            taus = cal.taus + ((0.0,) if cal.name == MechanismName.R2T else ())  # R2T's floor f̄(I, 0)
+            return truncated_sums(cal.jp, cal.catalog, cal.people.owner, taus, salt=salt, q=cal.q, ops=ops,
                                   caps=cal.caps)
         return sampled_tuples(cal.jp, cal.catalog, salt=salt, q=cal.q, ops=ops, caps=cal.caps)
 
