@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -9,8 +10,6 @@ import pytest
 from _vectors import load_vectors
 from scipy.special import logsumexp
 from scipy.stats import binom
-
-import functools
 
 from dpsql.accounting import r2t_schedule as _r2t_schedule
 from dpsql.accounting import s4s_budget_schedule as _s4s_budget_schedule

@@ -7,9 +7,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pytest
-from test_joins import CHAIN, _true_per_customer, fk_data, make_session
+from test_joins import (
+    CHAIN,
+    ITEMS_PER_ORDER,
+    ORDERS_PER_CUSTOMER,
+    _true_per_customer,
+    fk_data,
+    graph,
+    make_session,
+)
 
+import dpsql
+from dpsql.budget import Budget
 from dpsql.errors import ConfigError
 from dpsql.testing import use_noise, zero_noise
 
@@ -78,5 +90,54 @@ def test_r2t_on_one_owner_per_tuple_truncates_in_the_engine() -> None:
         assert rel.mechanism == "r2t"
         assert rel.table.column(0)[0].as_py() == round(max(0.0, max(cands)))
         assert max(cands) > 0  # not the floor: the candidates decide
+    finally:
+        s.close()
+
+
+def _sized_session(sizes: dict[str, int]) -> Any:
+    """make_session's schema, with the owner's declared table sizes ``sizes`` (max_table_rows)."""
+    data = fk_data()
+    s = dpsql.Session(budget=Budget(1000.0, 1e-2))
+    s.register("nation", data["nation"], public=True)
+    s.register("customer", data["customer"], privacy_unit="c_custkey", references={"c_nationkey": "nation.n_nationkey"},
+               max_table_rows=sizes.get("customer"))
+    s.register("orders", data["orders"], references={"o_custkey": "customer.c_custkey"},
+               degree_bounds={"o_custkey": ORDERS_PER_CUSTOMER}, max_table_rows=sizes.get("orders"))
+    s.register("lineitem", data["lineitem"], references={"l_orderkey": "orders.o_orderkey"},
+               degree_bounds={"l_orderkey": ITEMS_PER_ORDER}, columns={"l_price": {"bounds": (-20, 100)}},
+               max_table_rows=sizes.get("lineitem"))
+    s.register("node", pa.table({"id": np.arange(60)}), privacy_unit="id", allow_conditional_sampling=True)
+    s.register("edge", graph(), references={"src": "node.id", "dst": "node.id"}, degree_bounds={"src": 16, "dst": 16},
+               allow_conditional_sampling=True, max_table_rows=sizes.get("edge"))
+    return s
+
+
+def test_lemma_3_3_is_evaluated_only_where_every_table_declares_its_size() -> None:
+    """n <= 300 customers x 8 orders each x 4 items each = 9600 (the least start: from orders
+    5000 x 1 (key) x 4 = 20000, from lineitem 100000 x 1 x 1). q = 1, epsilon = 1: eps_i = 1/3, so at
+    tau = 30.25 the bound is sqrt(9600) + 1 + (30.25 + sqrt(30.25)) x 3 = 97.9795897 + 1 + 107.25 =
+    206.2295897, and at tau = 1: 97.9795897 + 1 + 2 x 3 = 104.9795897."""
+    s = _sized_session({"customer": 300, "orders": 5000, "lineitem": 100_000, "edge": 200})
+    try:
+        eb = s.explain(CHAIN, epsilon=1.0, options={"q": 1.0}).parameters["error_bound"]
+        assert eb["n_bound"] == 9600 and "8 rows of orders AS o per o_custkey" in eb["n_derivation"]
+        assert "sqrt(n/q)" in eb["formula"]
+        assert [e["tau"] for e in eb["evaluated"]] == [30.25, 5.5, 1.0]
+        assert eb["evaluated"][0]["bound"] == pytest.approx(206.2295897, rel=1e-8)
+        assert eb["evaluated"][2]["bound"] == pytest.approx(104.9795897, rel=1e-8)
+        # a self-join along one degree bound: 200 edges x 16 edges per src = 3200
+        path = "SELECT COUNT(*) FROM edge e1 JOIN edge e2 ON e1.dst = e2.src"
+        eb2 = s.explain(path, epsilon=1.0, options={"mechanism": "dp_s4s", "q": 0.5}).parameters["error_bound"]
+        assert eb2["n_bound"] == 3200 and "16 rows of edge" in eb2["n_derivation"]
+    finally:
+        s.close()
+    s = _sized_session({"customer": 300, "orders": 5000})  # lineitem declares no size
+    try:
+        eb = s.explain(CHAIN, epsilon=1.0).parameters["error_bound"]
+        assert eb["n_bound"] is None and "not evaluated" in eb["evaluated"] and "'lineitem'" in eb["evaluated"]
+        assert "sqrt(n/q)" in eb["formula"]  # the formula is always shown
+        # R2T: the formula and each threshold's bias, public without sizes
+        r2t = s.explain(CHAIN, epsilon=1.0, options={"mechanism": "r2t"}).parameters["error_bound"]
+        assert [b["bias"] for b in r2t["per_tau"]] == pytest.approx([56.1197568, 308.6586621, 1697.6226431], rel=1e-8)
     finally:
         s.close()

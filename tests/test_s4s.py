@@ -17,12 +17,12 @@ from dpsql.errors import ConfigError
 from dpsql.mechanisms.s4s import poisson_sample, truncated_value
 from dpsql.mechanisms.s4s import r2t_scalar as _r2t_scalar
 from dpsql.mechanisms.s4s import s4s_scalar as _s4s_scalar
+from dpsql.testing import seeded_noise, zero_noise
 
 # the numbers pinned here (and the spec's vectors) are the papers' variants: base 2 grids and
 # Algorithm 2's ln(3L/beta) bias; the product default (base 5.5, ln(L/beta)) is pinned separately below
 s4s_scalar = functools.partial(_s4s_scalar, tau_base=2.0, paper_bias=True)
 r2t_scalar = functools.partial(_r2t_scalar, tau_base=2.0)
-from dpsql.testing import seeded_noise, zero_noise
 
 
 def load() -> dict:

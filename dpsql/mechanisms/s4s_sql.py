@@ -75,7 +75,7 @@ from dpsql.mechanisms import s4s as core
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.noise import NoiseSource, check_gaussian_representable, gaussian_release, round_to_granularity
 from dpsql.plan import ir
-from dpsql.plan.joins import PeopleBound, bound_people
+from dpsql.plan.joins import PeopleBound, bound_people, max_rows_per_value, parts, table_keys
 from dpsql.rewrite.bound import Caps
 from dpsql.rewrite.joins import Part, parts_of, sampled_tuples, truncated_sums
 
@@ -287,6 +287,95 @@ def _schedule(cal: JoinCalibration) -> list[dict[str, Any]]:
             for s in sched]
 
 
+def join_size_bound(cal: JoinCalibration) -> tuple[float | None, str]:
+    """A public upper bound on n, the number of join tuples, from the owner's declarations only
+    (``max_table_rows`` of every input, keys, degree bounds, enforced caps), or (None, why not).
+
+    Along a path: start from one input's declared size N_a; each further input y entered through
+    equalities y.c = x.a with an already joined x multiplies by the most rows of y sharing one
+    value of c: 1 for a declared key (a composite key when all its columns are joined), the
+    degree bound or per-person cap of c, an enforced cap, else N_y (a plain product). Every
+    partial join row matches at most that many rows of y, so n is at most the product. The least
+    product over the start inputs (entering next, greedily, the input with the smallest factor)
+    is reported. The WHERE clause only removes tuples. Nothing is read from the data."""
+    jp, cat = cal.jp, cal.catalog
+    sizes = {a: cat[t].max_table_rows for a, t in jp.inputs}
+    missing = sorted({t for a, t in jp.inputs if sizes[a] is None})
+    if missing:
+        return None, ("not evaluated: the data owner declared no max_table_rows for " + ", ".join(repr(t) for t in missing)
+                      + " (register(..., max_table_rows=N), [tables.X] max_table_rows, or --max-table-rows NAME=N)")
+    table = dict(jp.inputs)
+    caps = {(a, c): n for a, c, n in cal.caps}
+    links: dict[tuple[str, str], set[str]] = {}  # (x, y) -> columns of y equated with columns of x
+    for left, right in jp.conditions:
+        (xa, _, xc), (ya, _, yc) = left.partition("__"), right.partition("__")
+        links.setdefault((xa, ya), set()).add(yc)
+        links.setdefault((ya, xa), set()).add(xc)
+
+    def factor(x: str, y: str) -> tuple[float, str]:
+        cols = links.get((x, y))
+        n_y = float(sizes[y])  # type: ignore[arg-type]
+        best, why = n_y, f"|{table[y]}| = {n_y:g}"
+        if not cols:
+            return best, why
+        spec = cat[table[y]]
+        if any(set(parts(k)) <= cols for k in table_keys(spec, cat)):
+            return 1.0, f"1 ({table[y]} AS {y} entered through a declared key)"
+        for c in sorted(cols):
+            m = min(max_rows_per_value(spec, c, cat), float(caps.get((y, c), math.inf)))
+            if m < best:
+                best, why = m, f"{m:g} rows of {table[y]} AS {y} per {c}"
+        return best, why
+
+    best_n, best_why = math.inf, ""
+    for start, _ in jp.inputs:
+        seen = [start]
+        n = float(sizes[start])  # type: ignore[arg-type]
+        why = [f"|{table[start]}| = {n:g}"]
+        while len(seen) < len(jp.inputs):
+            f, w, y = min(((*factor(x, y), y) for y, _ in jp.inputs if y not in seen for x in seen), key=lambda c: c[0])
+            n *= f
+            why.append(w)
+            seen.append(y)
+        if n < best_n:
+            best_n, best_why = n, " x ".join(why)
+    return best_n, f"n <= {best_n:g} = {best_why} (from the owner's declared table sizes, keys and degree bounds)"
+
+
+def _lemma_3_3(cal: JoinCalibration) -> dict[str, Any]:
+    """Lemma 3.3 as a formula of public quantities, evaluated per grid step where n is bounded."""
+    if cal.name == MechanismName.R2T:
+        return {
+            "formula": "R2T: with probability 1 - beta, |answer - truth| = O(L tau* ln(L/beta) / eps) x scale, L the grid "
+                       "size, tau* the largest person's contribution rounded up to the grid",
+            "per_tau": [{"tau": float(s.tau), "bias": s.bias * sum(p.scale for p in cal.parts)}
+                        for s in r2t_schedule(cal.part_epsilon, max(2.0, float(cal.max_tuples)), BETA, cal.tau_base)],
+            "note": "the bias subtracted at each threshold (x scale): the error's order when tau* is that threshold",
+        }
+    n, how = join_size_bound(cal)
+    out: dict[str, Any] = {
+        "formula": "Lemma 3.3: with probability 1 - beta, |answer - truth| = O~(sqrt(n/q) + 1/q + (tau* + sqrt(tau*/q)) / "
+                   "eps_i*) x scale, summed over the parts; n the number of join tuples, tau* the least grid tau at or above "
+                   "the largest person's contribution (data: unknown), eps_i* its step's budget"
+                   + (" (with delta > 0: sigma_i*/tau_i* in place of 1/eps_i*)" if cal.rdp is not None else ""),
+        "n_bound": n,
+        "n_derivation": how,
+    }
+    if n is None:
+        out["evaluated"] = how
+        return out
+    q = cal.q
+    steps = ([(s.tau, s.sigma / s.tau) for s in cal.rdp.steps] if cal.rdp is not None
+             else [(s.tau, 1.0 / s.epsilon) for s in cal.steps])
+    scale = sum(p.scale for p in cal.parts)
+    out["evaluated"] = [
+        {"tau": float(t), "bound": scale * (math.sqrt(n / q) + 1.0 / q + (t + math.sqrt(t / q)) * inv)} for t, inv in steps
+    ]
+    out["note"] = ("one value per grid step, as if tau* were that step (the chosen step is private); order of magnitude: "
+                   "the constants and logarithmic factors that O~ hides are left out")
+    return out
+
+
 def describe(cal: JoinCalibration) -> Description:
     params: dict[str, Any] = {
         "mechanism": cal.name.value,
@@ -305,14 +394,7 @@ def describe(cal: JoinCalibration) -> Description:
         "tau_grid": list(cal.taus),
         "schedule": _schedule(cal),
         "beta": BETA,
-        "error_bound": (
-            "Lemma 3.3: with probability 1 - beta, |answer - truth| = O~(sqrt(n/q) + 1/q + (tau* + sqrt(tau*/q)) / eps_i*) "
-            "x scale, n the number of join tuples, tau* the least tau of the grid at or above the largest person's "
-            "contribution, eps_i* its budget (not evaluated: the owner declared no table sizes)"
-            if cal.name == MechanismName.DP_S4S else
-            "R2T: with probability 1 - beta, error O(L tau* ln(L/beta)/eps) x scale, L the grid size, tau* the largest "
-            "person's contribution rounded up to the grid"
-        ),
+        "error_bound": _lemma_3_3(cal),
     }
     cost = Budget(cal.epsilon, cal.delta if cal.rdp is not None else 0.0)
     return Description(label=cal.name.value, cost=cost, parameters=params, notes=tuple(cal.notes))
