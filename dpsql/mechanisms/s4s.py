@@ -42,8 +42,10 @@ R2T (q = 1) needs no Δ.
   f̄(S, τ) + Lap(τ/ε). By Lemma 3.1 (computed through the O(1) PGF form of Lemma 3.2 in
   :func:`dpsql.accounting.s4s_epsilon_prime`) this is ε′(ε, τ, Δ, q)-DP with ε′ ≤ ε. Lemma 3.1
   needs |S_u| to be dominated by Bin(Δ, q), hence the Δ bound is a precondition for q < 1.
-* Algorithm 2 (DP-S4S scalar, §3.5): one sample S; L = ⌊log₂ Δ⌋ + 1; for i = L … 1: τ_i = 2^{i−1},
-  ε_i = ε₀/i, f̂_i = f̄(S, τ_i) + Lap(τ_i/ε_i), f̃_i = f̂_i − (τ_i/ε_i)·ln(3L/β), ε₀ ← ε₀ − ε′_i.
+* Algorithm 2 (DP-S4S scalar, §3.5): one sample S; L = ⌊log_b Δ⌋ + 1; for i = L … 1: τ_i = b^{i−1},
+  ε_i = ε₀/i, f̂_i = f̄(S, τ_i) + Lap(τ_i/ε_i), f̃_i = f̂_i − (τ_i/ε_i)·ln(kL/β), ε₀ ← ε₀ − ε′_i
+  (b = 5.5 and k = 1 by default, the paper's b = 2 and k = 3 with ``tau_base=2, paper_bias=True``:
+  "Grid and bias" below).
   The schedule (τ_i, ε_i, ε′_i) is data independent (:func:`dpsql.accounting.s4s_budget_schedule`,
   checked against tests/vectors/dp_s4s.json); basic composition over the L runs on the same sample gives
   Σ ε′_i ≤ ε — the candidates f̃_i/q are all covered, and the released
@@ -60,10 +62,10 @@ R2T (q = 1) needs no Δ.
   solved for ρ, with δ′ = δ − δ_fp and δ_fp = (1 + e^ε)·L·δ_coord the floating-point part of the
   Gaussian sampler (``dpsql.noise`` §3, every run has σ/γ < 32). α is the order of
   :data:`RDP_ORDERS` (1 + 2^{j/4}, j = −16 … 48; public) minimising Σ_i ln(σ_i/τ_i). Bias:
-  σ_i√(2 ln(3L/β)) (each candidate overestimates w.p. ≤ β/(3L), the Gaussian analogue of the
+  σ_i√(2 ln(kL/β)) (each candidate overestimates w.p. ≤ β/(kL), the Gaussian analogue of the
   Laplace bias). Total: (ε, δ)-DP, conditional on Δ for q < 1 as above.
-* R2T (§3.3, Dong et al. 2022), the unsampled variant (q = 1, no amplification): τ_j = 2^j,
-  j = 1 … L = ⌈log₂ GS⌉, each run with ε/L: Q̃_j = f̄(I, τ_j) + Lap(L τ_j/ε) − L τ_j ln(L/β)/ε,
+* R2T (§3.3, Dong et al. 2022), the unsampled variant (q = 1, no amplification): τ_j = b^j,
+  j = 1 … L = ⌈log_b GS⌉ (b = 5.5 by default, 2 in the paper), each run with ε/L: Q̃_j = f̄(I, τ_j) + Lap(L τ_j/ε) − L τ_j ln(L/β)/ε,
   released max(max_j Q̃_j, f̄(I, 0)) (:func:`dpsql.accounting.r2t_schedule`). f̄(I, 0) is the weight
   of tuples no user contributes to: sensitivity 0, released exactly. Composition: ε. R2T's privacy
   does not depend on GS (only its grid does).
@@ -79,12 +81,17 @@ the released value moves by at most min(τ, |S_u|) + G, so every term gains at m
 R2T's runs use λ_j with (τ_j + G_j)/λ_j + ξ_j ≤ ε/L. The schedule's nominal scales τ/ε (and the biases)
 are kept in the results; the scales actually used are ``snap_lambda`` / ``snap_lambdas``.
 
-Deviations from the authors' code (docs/mechanisms.md §3.5): we follow the paper — base 2 grid,
-ln(3L/β) bias, L = ⌊log₂ Δ⌋ + 1 — not the code's base 5.5 and ln(num_taus/β). ``tau_base``
-selects another constant base b (τ_i = b^{i−1}, L = ⌊log_b Δ⌋ + 1; R2T τ_j = b^j up to GS): the
-analysis holds for any constant base, and b = 5.5 (the code's) runs fewer thresholds with a
-larger share of ε each — on ca-GrQc 2-paths at q = 1/16 it lowers the error from ≈ 73% to ≈ 55%
-(``benchmarks/s4s.py``). The default stays the paper's 2 (tests/vectors/dp_s4s.json pins it).
+Grid and bias (docs/mechanisms.md §3.5). The default is the authors' code's: base b = 5.5
+(:data:`dpsql.accounting.s4s.DEFAULT_TAU_BASE`) and the bias ln(L/β) (each of the L candidates
+overestimates w.p. ≤ β/L; the paper's ln(3L/β) also reserves 2β/3 for the sampling events of its
+utility proof). The paper's Algorithm 2 is ``tau_base=2, paper_bias=True`` (the spec's vectors,
+tests/vectors/dp_s4s.json, are checked in that form). **Privacy is unchanged**: the analysis holds
+for any constant base, the bias is subtracted after the noise (post-processing), and the schedule
+(ε_i, ε′_i, Σ ε′_i ≤ ε) depends on the grid only through its τ_i and L. Why the default: fewer
+thresholds give each run a larger share of ε and the bias subtracts less; measured on ca-GrQc
+(nodes as users, D = 1024, ε = 1, ``benchmarks/s4s.py``; docs/mechanisms.md §3.5 has the table).
+Unlike the authors' code, Δ in Lemma 3.1 stays the declared bound (their Δ = largest grid τ
+would understate ε′ when the grid tops out below Δ).
 
 Randomness: only through the :class:`dpsql.noise.NoiseSource` passed in (uniforms for the
 sample, Laplace for the noise). The true LP values never leave this module.
@@ -382,11 +389,11 @@ class S4SStep:
     """One run of Algorithm 2 (data independent, from the accounting schedule)."""
 
     i: int
-    tau: float  #: τ_i = 2^{i−1}
+    tau: float  #: τ_i = b^{i−1}
     epsilon: float  #: ε_i = ε₀/i (Laplace budget of the run on the sample)
     epsilon_prime: float  #: ε′(ε_i, τ_i, Δ, q), what the run costs (Lemma 3.1)
     laplace_scale: float  #: τ_i/ε_i (the schedule's nominal scale)
-    bias: float  #: (τ_i/ε_i)·ln(3L/β)
+    bias: float  #: (τ_i/ε_i)·ln(kL/β), k = 1 (default) or 3 (paper)
     snap_lambda: float = 0.0  #: λ_i actually used (snapping), τ_i/λ_i + ξ_i fits ε′_i
     snap_grid: float = 0.0  #: Λ_i, the power-of-two output grid
     snap_bound: float = 0.0  #: B_i, the public clamp
@@ -638,11 +645,11 @@ class S4SRdpStep:
     """One Gaussian run of the RDP variant of Algorithm 2 (data independent)."""
 
     i: int
-    tau: float  #: τ_i = 2^{i−1}
+    tau: float  #: τ_i = b^{i−1}
     rho: float  #: ρ_i = ρ₀/i, the RDP (order α) of the unsampled release at sensitivity τ_i + G_i
     rho_prime: float  #: ρ′_i (Lemma 3.5 with the certified slack G_i), what the run costs
     sigma: float  #: σ_i = (τ_i + G_i)·√(α/(2ρ_i))
-    bias: float  #: σ_i·√(2 ln(3L/β)), subtracted from the noisy value
+    bias: float  #: σ_i·√(2 ln(kL/β)) (k = 1 default, 3 paper), subtracted from the noisy value
     granularity: float  #: γ_i = 2^⌊log₂(σ_i/16)⌋, the released value's rounding grid
 
 
@@ -793,7 +800,7 @@ def s4s_scalar_rdp(
     additively at α over the L runs on the same sample, Σ ρ′_i ≤ ρ_total(α), and the CKS
     conversion gives (ε, δ − δ_fp)-DP; the floating-point sampler and rounding add
     δ_fp = (1 + e^ε)·Σ_i δ_coord,i (``dpsql.noise`` §3), so the whole is (ε, δ)-DP. The candidates
-    f̃_i = f̂_i − σ_i√(2 ln(3L/β)) (each underestimates f̄(S, τ_i) except w.p. β/(3L), the Gaussian
+    f̃_i = f̂_i − σ_i√(2 ln(kL/β)) (each underestimates f̄(S, τ_i) except w.p. β/(kL), the Gaussian
     analogue of the pure-DP bias) are rescaled by 1/q; the release max(0, max_i f̃_i/q) is
     post-processing. Raises :class:`ConfigError` on invalid parameters only.
     """

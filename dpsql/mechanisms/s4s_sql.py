@@ -15,13 +15,15 @@ owner's degree bounds, i.e. by an attested Delta.
 * Truncation: f̄(S, τ) = max Σ x_t s.t. Σ_{t∋u} x_t ≤ τ, 0 ≤ x_t ≤ w_t, on normalised weights
   w_t ∈ [0, 1] (``dpsql.rewrite.joins``: a count weighs 1; a sum's positive and negative parts are
   clamped values over their bound, on a 2⁻²⁰ grid). Removing a person changes f̄ by ≤ τ.
-  Single owner (one person per tuple): f̄ = Σ_u min(τ, total_u), computed exactly in the engine
-  in integers (``truncated_sums``); otherwise the sampled tuples and their users reach Python
+  Single owner (one person per tuple): f̄ = Σ_u min(⌊τ·units⌋, total_u)/units, computed exactly in
+  the engine in integers (``truncated_sums``; sensitivity ≤ τ, the noise is calibrated to τ), for
+  DP-S4S and R2T alike (R2T also reads τ = 0 there: the weight reaching nobody); otherwise the sampled tuples and their users reach Python
   and the truncation is ``dpsql.mechanisms._s4s_truncation`` (closed form / verified max-flow /
   certified LP with its slack G(τ) charged to the sensitivity), as in ``dpsql.mechanisms.s4s``.
 * DP-S4S (Algorithm 2): one Poisson sample S at rate q (SHA-256 keyed by the per-query secret
-  salt, in the engine: computational claim, ``dpsql.rewrite.joins``), τ_i = 2^{i−1}, i = L … 1,
-  L = ⌊log₂ Δ⌋ + 1, the schedule of ``dpsql.mechanisms.s4s`` (ε_i = ε₀/i, ε′_i by Lemma 3.1,
+  salt, in the engine: computational claim, ``dpsql.rewrite.joins``), τ_i = b^{i−1}, i = L … 1,
+  L = ⌊log_b Δ⌋ + 1 (option ``tau_base``: b = 5.5 with the bias ln(L/β) by default, the authors'
+  code's; 2 = the paper's Algorithm 2 with ln(3L/β); privacy does not depend on it), the schedule of ``dpsql.mechanisms.s4s`` (ε_i = ε₀/i, ε′_i by Lemma 3.1,
   Σ ε′_i ≤ ε; snapped Laplace), released max(0, max_i (f̂_i − bias_i)/q) × scale. With δ > 0
   the Gaussian variant under RDP (``s4s_rdp_schedule``: 1/i allocation at one order α, CKS
   conversion, floating-point δ reserved). This module applies those schedules to a sample drawn
@@ -33,8 +35,9 @@ owner's degree bounds, i.e. by an attested Delta.
   **Attested** Δ (several people per tuple): no stable enforcement exists; Δ follows from the
   owner's declared degree bounds and keys, and the claim for q < 1 is conditional on them; the
   default there is R2T (q = 1), whose privacy needs no Δ.
-* R2T (Dong et al. 2022): τ_j = 2^j, j = 1 … ⌈log₂ GS⌉ with GS = max(2, Δ), ε/L per run,
-  released max(max_j Q̃_j, f̄(I, 0)) × scale (``dpsql.mechanisms.s4s.r2t_scalar``). δ is not spent.
+* R2T (Dong et al. 2022): τ_j = b^j, j = 1 … ⌈log_b GS⌉ with GS = max(2, Δ), ε/L per run,
+  released max(max_j Q̃_j, f̄(I, 0)) × scale (``dpsql.mechanisms.s4s.r2t_scalar`` /
+  ``r2t_release``). δ is not spent.
 * A SUM whose lower bound is negative is the difference of its positive and negative parts, each
   answered as above with half of (ε, δ): basic composition.
 
