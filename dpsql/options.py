@@ -31,6 +31,8 @@ OPTIONS: dict[str, str] = {
     "q": "DP-S4S (joins): the Poisson sampling rate of join tuples, in (0, 1] (default 1/16, data independent; 1 = no sampling)",
     "degree_caps": "joins with an enforced Delta: lower the owner's degree bounds for this query, e.g. {'orders.o_custkey': 16} (never above the declared bound)",
     "max_tuples_per_user": "joins with an attested Delta: raise Delta above what the owner's declarations give (never lower)",
+    "tau_base": "joins (DP-S4S, R2T): the base b of the truncation thresholds tau = b^i (default 5.5, the authors' code, "
+    "with the ln(L/beta) bias; 2 = the paper's Algorithm 2 with ln(3L/beta)); any b in (1, 1024], privacy unchanged",
     "max_rows_per_unit": "DAWA: lower the table's cap on rows per unit for this query (never above the registered cap)",
 }
 
@@ -90,6 +92,12 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
         v = out["max_tuples_per_user"]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"max_tuples_per_user must be a whole number >= 1, got {v!r}")
+    if "tau_base" in out:
+        v = out["tau_base"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or not (1 < v <= 1024):
+            raise ConfigError(f"tau_base must be a number in (1, 1024], got {v!r}",
+                              hint="e.g. options={'tau_base': 2} for the paper's grid (default 5.5)")
+        out["tau_base"] = float(v)
     if "degree_caps" in out and not isinstance(out["degree_caps"], dict):
         raise ConfigError("degree_caps must be a dict such as {'orders.o_custkey': 16}")
     if "epsilon_split" in out:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -10,9 +11,9 @@ from _vectors import load_vectors
 from scipy.special import logsumexp
 from scipy.stats import binom
 
+from dpsql.accounting import r2t_schedule as _r2t_schedule
+from dpsql.accounting import s4s_budget_schedule as _s4s_budget_schedule
 from dpsql.accounting import (
-    r2t_schedule,
-    s4s_budget_schedule,
     s4s_epsilon_prime,
     s4s_eta,
     s4s_find_alpha,
@@ -26,6 +27,11 @@ from dpsql.accounting import (
     s4s_vector_epsilon_parts,
 )
 from dpsql.accounting.s4s import _eps_prime_branches
+
+# the spec's vectors pin the papers' variants: base 2 grids and Algorithm 2's ln(3L/beta) bias
+# (the product default is base 5.5 and ln(L/beta), pinned in tests/test_s4s.py)
+s4s_budget_schedule = functools.partial(_s4s_budget_schedule, base=2.0, paper_bias=True)
+r2t_schedule = functools.partial(_r2t_schedule, base=2.0)
 
 
 def load() -> dict:

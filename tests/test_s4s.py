@@ -3,6 +3,7 @@ R2T variant, validation."""
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from fractions import Fraction
@@ -13,13 +14,15 @@ from _vectors import load_vectors
 from scipy.optimize import linprog
 
 from dpsql.errors import ConfigError
-from dpsql.mechanisms.s4s import (
-    poisson_sample,
-    r2t_scalar,
-    s4s_scalar,
-    truncated_value,
-)
+from dpsql.mechanisms.s4s import poisson_sample, truncated_value
+from dpsql.mechanisms.s4s import r2t_scalar as _r2t_scalar
+from dpsql.mechanisms.s4s import s4s_scalar as _s4s_scalar
 from dpsql.testing import seeded_noise, zero_noise
+
+# the numbers pinned here (and the spec's vectors) are the papers' variants: base 2 grids and
+# Algorithm 2's ln(3L/beta) bias; the product default (base 5.5, ln(L/beta)) is pinned separately below
+s4s_scalar = functools.partial(_s4s_scalar, tau_base=2.0, paper_bias=True)
+r2t_scalar = functools.partial(_r2t_scalar, tau_base=2.0)
 
 
 def load() -> dict:
@@ -390,21 +393,38 @@ def test_validation_lp_and_r2t():
 
 # ----------------------------------------------------------------------------- grid base
 def test_tau_base_schedules_pinned():
-    """Base 5.5 (the authors' code): Δ = 1024 → τ_i = 5.5^{i−1} ≤ 1024, L = 5 (5.5⁴ = 915.0625,
-    5.5⁵ = 5032.84375); q = 1 → ε_i = ε/5 = 0.2; bias_i = 5τ_i·ln(15/0.1) = 5τ_i·5.0106352941.
+    """The default (the authors' code): base 5.5 and the bias ln(L/β). Δ = 1024 → τ_i = 5.5^{i−1} ≤ 1024,
+    L = 5 (5.5⁴ = 915.0625, 5.5⁵ = 5032.84375); q = 1 → ε_i = ε/5 = 0.2; bias_i = 5τ_i·ln(5/0.1)
+    = 5τ_i·3.9120230054 (the paper's ln(3L/β) = ln(150) = 5.0106352941 with ``paper_bias``).
     R2T, GS = 1024: τ_j = 5.5^j, L = 5 (least j with 5.5^j ≥ 1024); scale 5τ_j, bias 5τ_j·ln(50)."""
     from dpsql.accounting import r2t_schedule, s4s_budget_schedule
 
-    s = s4s_budget_schedule(1.0, 1024, 1.0, 0.1, base=5.5)
+    s = s4s_budget_schedule(1.0, 1024, 1.0, 0.1)
     assert [st.tau for st in s] == [915.0625, 166.375, 30.25, 5.5, 1.0]
     assert [st.epsilon for st in s] == pytest.approx([0.2] * 5, rel=1e-12)
-    assert s[3].bias == pytest.approx(137.79247059, rel=1e-9)
-    r = r2t_schedule(1.0, 1024, 0.1, base=5.5)
+    assert s[3].bias == pytest.approx(27.5 * 3.9120230054, rel=1e-9)
+    assert s4s_budget_schedule(1.0, 1024, 1.0, 0.1, paper_bias=True)[3].bias == pytest.approx(137.79247059, rel=1e-9)
+    r = r2t_schedule(1.0, 1024, 0.1)
     assert [st.tau for st in r] == [5.5, 30.25, 166.375, 915.0625, 5032.84375]
     assert r[0].laplace_scale == pytest.approx(27.5, rel=1e-12)
     assert r[0].bias == pytest.approx(27.5 * 3.9120230054, rel=1e-9)
-    # base 2 stays the paper's grid (vectors)
-    assert [st.tau for st in s4s_budget_schedule(1.0, 1024, 1.0)][:3] == [1024, 512, 256]
+    # base 2 is the paper's grid (vectors)
+    assert [st.tau for st in s4s_budget_schedule(1.0, 1024, 1.0, base=2.0)][:3] == [1024, 512, 256]
+    assert [st.tau for st in r2t_schedule(1.0, 1024, 0.1, base=2.0)][:3] == [2, 4, 8]
+
+
+def test_default_variant_zero_noise_pinned():
+    """The default call (base 5.5, ln(L/β)): f̄(τ) = 100·min(τ, 3); candidates 100·min(τ, 3) − 5τ·ln(50);
+    the largest is at τ = 5.5: 300 − 107.580632649 = 192.419367351."""
+    w, ti, ui = unit_instance([3] * 100)
+    r = _s4s_scalar(w, ti, ui, epsilon=1.0, max_tuples_per_user=1024, q=1.0, rng=zero_noise())
+    want = [100 * min(t, 3) - 5 * t * 3.9120230054 for t in (915.0625, 166.375, 30.25, 5.5, 1.0)]
+    assert r.candidates == pytest.approx(want, rel=1e-9)
+    assert r.tau == 5.5 and r.estimate == pytest.approx(192.419367351, rel=1e-9)
+    r2 = _r2t_scalar(w, ti, ui, epsilon=1.0, global_sensitivity=1024, rng=zero_noise())
+    assert r2.taus == (5.5, 30.25, 166.375, 915.0625, 5032.84375)
+    # 300 − 27.5·ln(50) = 192.419367351 at τ = 5.5 (f̄ = 300 for every τ_j ≥ 3)
+    assert r2.estimate == pytest.approx(192.419367351, rel=1e-9) and r2.tau == 5.5
 
 
 def test_tau_base_zero_noise_and_validation():

@@ -3,6 +3,7 @@ within (epsilon, delta), noise calibration, zero-noise goldens, validation."""
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -12,8 +13,14 @@ import pytest
 from dpsql.accounting import rdp_to_dp
 from dpsql.errors import ConfigError
 from dpsql.mechanisms import _s4s_truncation as T
-from dpsql.mechanisms.s4s import RDP_ORDERS, s4s_rdp_schedule, s4s_scalar_rdp
+from dpsql.mechanisms.s4s import RDP_ORDERS
+from dpsql.mechanisms.s4s import s4s_rdp_schedule as _s4s_rdp_schedule
+from dpsql.mechanisms.s4s import s4s_scalar_rdp as _s4s_scalar_rdp
 from dpsql.testing import seeded_noise, zero_noise
+
+# the numbers pinned here were written for the paper's variant (base 2, ln(3L/beta) bias)
+s4s_rdp_schedule = functools.partial(_s4s_rdp_schedule, tau_base=2.0, paper_bias=True)
+s4s_scalar_rdp = functools.partial(_s4s_scalar_rdp, tau_base=2.0, paper_bias=True)
 
 # δ_coord of one run (σ/γ < 32), dpsql.noise §3: 1.04·2/(1−a)·[(a√(2/π) + c₀)·32/(1 − 2⁻⁸)
 # + 2(0.242a + 0.399c₀)] + 2⁻¹⁰⁰⁰ + 2⁻¹⁰²⁰ with a = 2⁻⁴⁷, c₀ = 2⁻⁵⁰

@@ -259,7 +259,7 @@ def test_bounding_order_is_unbiased():
 def test_scalar_never_raises_on_data_above_delta():
     """A user above Δ is not an error (that would reveal it): the call returns a normal result."""
     w, ti, ui = np.ones(9), np.arange(9), np.zeros(9, dtype=np.int64)
-    r = s4s_scalar(w, ti, ui, epsilon=1.0, max_tuples_per_user=4, q=0.5, rng=zero_noise())
+    r = s4s_scalar(w, ti, ui, epsilon=1.0, max_tuples_per_user=4, q=0.5, rng=zero_noise(), tau_base=2.0)
     assert len(r.steps) == 3 and math.isfinite(r.estimate)
 
 

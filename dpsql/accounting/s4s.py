@@ -25,8 +25,11 @@ loses up to 1e-13 relative at Δ = 256, worse for larger Δ). Summed in log spac
 of the k ≤ ⌊τ⌋ outside that window (below 1e-300 in practice) is added as an upper bound with the
 largest factor it could carry, so the result remains a valid upper bound for Δ up to 1e9.
 
-Algorithm 2 schedule (§3.5): L = ⌊log₂ Δ⌋ + 1; for i = L…1: τ_i = 2^{i−1}, ε_i = ε₀/i, Laplace scale
-τ_i/ε_i, bias (τ_i/ε_i)·ln(3L/β), ε₀ ← ε₀ − ε′(ε_i, τ_i, Δ, q). Data independent; Σ ε′_i ≤ ε.
+Algorithm 2 schedule (§3.5): L = ⌊log_b Δ⌋ + 1; for i = L…1: τ_i = b^{i−1}, ε_i = ε₀/i, Laplace scale
+τ_i/ε_i, bias (τ_i/ε_i)·ln(kL/β), ε₀ ← ε₀ − ε′(ε_i, τ_i, Δ, q). Data independent; Σ ε′_i ≤ ε.
+The paper has b = 2 and k = 3 (``base=2, paper_bias=True``); the default is the authors' code's
+b = 5.5 and k = 1 (:data:`DEFAULT_TAU_BASE`; ``docs/mechanisms.md`` §3.5 says why). Neither the
+base nor the bias enters the privacy accounting (ε_i, ε′_i depend on the grid only through τ_i and L).
 
 Lemma 4.1 (smooth sensitivity under RDP, §3.8): A = e^{(α−1)ρ/d}; t₁ < 1 < t₂ the roots of
 h(t) = t^α − αAt + (α−1)A, solved in the well-conditioned form α·ln t − ln(αt − α + 1) = (α−1)ρ/d
@@ -39,8 +42,8 @@ Lemma 4.2 (vector query, Algorithm 5, ε/5 : 4ε/5 split): q′ = 1 − (1 − q
     ε′ = ln(1 + q′(e^{ε/5} − 1)) + [ln(1 + q′(e^{4(α−1)ε/5}δ − 1)) + ln(1/δ)]/(α − 1) ≤ ε,
 evaluated with log1p/expm1/logaddexp (no overflow for large (α−1)ε).
 
-R2T (Dong et al. 2022; §3.3): τ_j = 2^j, j = 1…L, L = ⌈log₂ GS⌉; Laplace scale L·τ_j/ε and bias
-L·τ_j·ln(L/β)/ε.
+R2T (Dong et al. 2022; §3.3): τ_j = b^j, j = 1…L, L = ⌈log_b GS⌉; Laplace scale L·τ_j/ε and bias
+L·τ_j·ln(L/β)/ε (b = 2 in the paper, 5.5 by default as in the authors' code).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from dpsql.errors import ConfigError
 __all__ = [
     "s4s_epsilon_prime",
     "s4s_rdp_prime",
+    "DEFAULT_TAU_BASE",
     "S4SBudgetStep",
     "s4s_budget_schedule",
     "s4s_rdp_ss_roots",
@@ -72,6 +76,9 @@ __all__ = [
     "R2TStep",
     "r2t_schedule",
 ]
+
+#: the default base b of the threshold grids τ = b^i (the authors' code; the papers use 2)
+DEFAULT_TAU_BASE = 5.5
 
 _RTOL = 4.0 * float(np.finfo(float).eps)
 _LOG_HALF = math.log(0.5)
@@ -233,7 +240,7 @@ class S4SBudgetStep(NamedTuple):
     tau: float  #: τ_i = b^{i−1} (2^{i−1} in the paper; an int then)
     epsilon: float  #: ε_i = ε₀/i, the Laplace budget of this run
     laplace_scale: float  #: τ_i/ε_i
-    bias: float  #: (τ_i/ε_i)·ln(3L/β), subtracted from the noisy value
+    bias: float  #: (τ_i/ε_i)·ln(kL/β) (k = 3 paper, 1 default), subtracted from the noisy value
     epsilon_prime: float  #: ε′(ε_i, τ_i, Δ, q), what this run really costs
     remaining: float  #: ε₀ after this run
 
@@ -246,7 +253,7 @@ def tau_grid_base(base: object) -> float:
     return b
 
 
-def s4s_grid_size(max_tuples: int, base: float = 2.0) -> int:
+def s4s_grid_size(max_tuples: int, base: float = DEFAULT_TAU_BASE) -> int:
     """L = ⌊log_b Δ⌋ + 1: the number of thresholds τ_i = b^{i−1} ≤ Δ (exact for b = 2)."""
     n = _max_tuples(max_tuples)
     b = tau_grid_base(base)
@@ -259,12 +266,15 @@ def s4s_grid_size(max_tuples: int, base: float = 2.0) -> int:
 
 
 def s4s_budget_schedule(
-    epsilon: float, max_tuples: int, q: float, beta: float = 0.1, base: float = 2.0
+    epsilon: float, max_tuples: int, q: float, beta: float = 0.1, base: float = DEFAULT_TAU_BASE,
+    *, paper_bias: bool = False,
 ) -> list[S4SBudgetStep]:
     """The data-independent budget schedule of DP-S4S Algorithm 2 (§3.5), i = L down to 1.
 
     Σ ε′_i ≤ ε: the last run (i = 1) gets the whole remainder. ``base`` b: τ_i = b^{i−1},
-    L = ⌊log_b Δ⌋ + 1 (b = 2 is the paper; the authors' code uses 5.5; any constant works).
+    L = ⌊log_b Δ⌋ + 1 (b = 2 is the paper; the authors' code and the default use 5.5; any constant
+    works). Bias (τ_i/ε_i)·ln(L/β) (the authors' code: β/L per candidate), or the paper's
+    ln(3L/β) with ``paper_bias=True``. The paper's Algorithm 2 is ``base=2, paper_bias=True``.
     """
     e = v.positive(epsilon, "epsilon", hint="epsilon is the total budget of the query, e.g. epsilon=1.0")
     n = _max_tuples(max_tuples)
@@ -272,7 +282,7 @@ def s4s_budget_schedule(
     b = v.probability(beta, "beta", closed_high=False)
     big_l = s4s_grid_size(n, base)  # ⌊log_b Δ⌋ + 1
     bb = tau_grid_base(base)
-    log_term = math.log(3.0 * big_l / b)
+    log_term = math.log((3.0 if paper_bias else 1.0) * big_l / b)
     eps0 = e
     steps = []
     for i in range(big_l, 0, -1):
@@ -488,10 +498,13 @@ class R2TStep(NamedTuple):
     bias: float  #: L·τ_j·ln(L/β)/ε
 
 
-def r2t_schedule(epsilon: float, global_sensitivity: float, beta: float = 0.1, base: float = 2.0) -> list[R2TStep]:
-    """R2T's thresholds, Laplace scales and biases (Dong et al. 2022; §3.3): j = 1…L, L = ⌈log₂ GS⌉.
+def r2t_schedule(
+    epsilon: float, global_sensitivity: float, beta: float = 0.1, base: float = DEFAULT_TAU_BASE
+) -> list[R2TStep]:
+    """R2T's thresholds, Laplace scales and biases (Dong et al. 2022; §3.3): j = 1…L, L = ⌈log_b GS⌉.
 
-    ``base`` b ≠ 2: τ_j = b^j and L the least j with b^j ≥ GS (the authors' code uses 5.5).
+    τ_j = b^j and L the least j with b^j ≥ GS; b = 2 is the paper (``base=2``), the default 5.5
+    the authors' code.
     """
     e = v.positive(epsilon, "epsilon", hint="epsilon is the query's budget, e.g. epsilon=1.0")
     gs = v.real(global_sensitivity, "global_sensitivity")

@@ -42,8 +42,10 @@ R2T (q = 1) needs no Δ.
   f̄(S, τ) + Lap(τ/ε). By Lemma 3.1 (computed through the O(1) PGF form of Lemma 3.2 in
   :func:`dpsql.accounting.s4s_epsilon_prime`) this is ε′(ε, τ, Δ, q)-DP with ε′ ≤ ε. Lemma 3.1
   needs |S_u| to be dominated by Bin(Δ, q), hence the Δ bound is a precondition for q < 1.
-* Algorithm 2 (DP-S4S scalar, §3.5): one sample S; L = ⌊log₂ Δ⌋ + 1; for i = L … 1: τ_i = 2^{i−1},
-  ε_i = ε₀/i, f̂_i = f̄(S, τ_i) + Lap(τ_i/ε_i), f̃_i = f̂_i − (τ_i/ε_i)·ln(3L/β), ε₀ ← ε₀ − ε′_i.
+* Algorithm 2 (DP-S4S scalar, §3.5): one sample S; L = ⌊log_b Δ⌋ + 1; for i = L … 1: τ_i = b^{i−1},
+  ε_i = ε₀/i, f̂_i = f̄(S, τ_i) + Lap(τ_i/ε_i), f̃_i = f̂_i − (τ_i/ε_i)·ln(kL/β), ε₀ ← ε₀ − ε′_i
+  (b = 5.5 and k = 1 by default, the paper's b = 2 and k = 3 with ``tau_base=2, paper_bias=True``:
+  "Grid and bias" below).
   The schedule (τ_i, ε_i, ε′_i) is data independent (:func:`dpsql.accounting.s4s_budget_schedule`,
   checked against tests/vectors/dp_s4s.json); basic composition over the L runs on the same sample gives
   Σ ε′_i ≤ ε — the candidates f̃_i/q are all covered, and the released
@@ -60,10 +62,10 @@ R2T (q = 1) needs no Δ.
   solved for ρ, with δ′ = δ − δ_fp and δ_fp = (1 + e^ε)·L·δ_coord the floating-point part of the
   Gaussian sampler (``dpsql.noise`` §3, every run has σ/γ < 32). α is the order of
   :data:`RDP_ORDERS` (1 + 2^{j/4}, j = −16 … 48; public) minimising Σ_i ln(σ_i/τ_i). Bias:
-  σ_i√(2 ln(3L/β)) (each candidate overestimates w.p. ≤ β/(3L), the Gaussian analogue of the
+  σ_i√(2 ln(kL/β)) (each candidate overestimates w.p. ≤ β/(kL), the Gaussian analogue of the
   Laplace bias). Total: (ε, δ)-DP, conditional on Δ for q < 1 as above.
-* R2T (§3.3, Dong et al. 2022), the unsampled variant (q = 1, no amplification): τ_j = 2^j,
-  j = 1 … L = ⌈log₂ GS⌉, each run with ε/L: Q̃_j = f̄(I, τ_j) + Lap(L τ_j/ε) − L τ_j ln(L/β)/ε,
+* R2T (§3.3, Dong et al. 2022), the unsampled variant (q = 1, no amplification): τ_j = b^j,
+  j = 1 … L = ⌈log_b GS⌉ (b = 5.5 by default, 2 in the paper), each run with ε/L: Q̃_j = f̄(I, τ_j) + Lap(L τ_j/ε) − L τ_j ln(L/β)/ε,
   released max(max_j Q̃_j, f̄(I, 0)) (:func:`dpsql.accounting.r2t_schedule`). f̄(I, 0) is the weight
   of tuples no user contributes to: sensitivity 0, released exactly. Composition: ε. R2T's privacy
   does not depend on GS (only its grid does).
@@ -79,12 +81,17 @@ the released value moves by at most min(τ, |S_u|) + G, so every term gains at m
 R2T's runs use λ_j with (τ_j + G_j)/λ_j + ξ_j ≤ ε/L. The schedule's nominal scales τ/ε (and the biases)
 are kept in the results; the scales actually used are ``snap_lambda`` / ``snap_lambdas``.
 
-Deviations from the authors' code (docs/mechanisms.md §3.5): we follow the paper — base 2 grid,
-ln(3L/β) bias, L = ⌊log₂ Δ⌋ + 1 — not the code's base 5.5 and ln(num_taus/β). ``tau_base``
-selects another constant base b (τ_i = b^{i−1}, L = ⌊log_b Δ⌋ + 1; R2T τ_j = b^j up to GS): the
-analysis holds for any constant base, and b = 5.5 (the code's) runs fewer thresholds with a
-larger share of ε each — on ca-GrQc 2-paths at q = 1/16 it lowers the error from ≈ 73% to ≈ 55%
-(``benchmarks/s4s.py``). The default stays the paper's 2 (tests/vectors/dp_s4s.json pins it).
+Grid and bias (docs/mechanisms.md §3.5). The default is the authors' code's: base b = 5.5
+(:data:`dpsql.accounting.s4s.DEFAULT_TAU_BASE`) and the bias ln(L/β) (each of the L candidates
+overestimates w.p. ≤ β/L; the paper's ln(3L/β) also reserves 2β/3 for the sampling events of its
+utility proof). The paper's Algorithm 2 is ``tau_base=2, paper_bias=True`` (the spec's vectors,
+tests/vectors/dp_s4s.json, are checked in that form). **Privacy is unchanged**: the analysis holds
+for any constant base, the bias is subtracted after the noise (post-processing), and the schedule
+(ε_i, ε′_i, Σ ε′_i ≤ ε) depends on the grid only through its τ_i and L. Why the default: fewer
+thresholds give each run a larger share of ε and the bias subtracts less; measured on ca-GrQc
+(nodes as users, D = 1024, ε = 1, ``benchmarks/s4s.py``; docs/mechanisms.md §3.5 has the table).
+Unlike the authors' code, Δ in Lemma 3.1 stays the declared bound (their Δ = largest grid τ
+would understate ε′ when the grid tops out below Δ).
 
 Randomness: only through the :class:`dpsql.noise.NoiseSource` passed in (uniforms for the
 sample, Laplace for the noise). The true LP values never leave this module.
@@ -100,11 +107,12 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
 from dpsql.accounting import r2t_schedule, s4s_budget_schedule, s4s_epsilon_prime, s4s_rdp_prime
-from dpsql.accounting.s4s import s4s_grid_size, tau_grid_base
+from dpsql.accounting.s4s import DEFAULT_TAU_BASE, s4s_grid_size, tau_grid_base
 from dpsql.errors import ConfigError, ExecutionError
 from dpsql.mechanisms import _s4s_truncation as _trunc
 from dpsql.noise import (
@@ -135,6 +143,7 @@ __all__ = [
     "s4s_scalar_rdp",
     "bound_tuples_per_user",
     "r2t_scalar",
+    "r2t_release",
 ]
 
 
@@ -380,11 +389,11 @@ class S4SStep:
     """One run of Algorithm 2 (data independent, from the accounting schedule)."""
 
     i: int
-    tau: float  #: τ_i = 2^{i−1}
+    tau: float  #: τ_i = b^{i−1}
     epsilon: float  #: ε_i = ε₀/i (Laplace budget of the run on the sample)
     epsilon_prime: float  #: ε′(ε_i, τ_i, Δ, q), what the run costs (Lemma 3.1)
     laplace_scale: float  #: τ_i/ε_i (the schedule's nominal scale)
-    bias: float  #: (τ_i/ε_i)·ln(3L/β)
+    bias: float  #: (τ_i/ε_i)·ln(kL/β), k = 1 (default) or 3 (paper)
     snap_lambda: float = 0.0  #: λ_i actually used (snapping), τ_i/λ_i + ξ_i fits ε′_i
     snap_grid: float = 0.0  #: Λ_i, the power-of-two output grid
     snap_bound: float = 0.0  #: B_i, the public clamp
@@ -407,7 +416,9 @@ class S4SResult:
 
 
 @functools.lru_cache(maxsize=64)
-def _s4s_steps(e: float, delta: int, q: float, beta: float, base: float = 2.0) -> tuple[S4SStep, ...]:
+def _s4s_steps(
+    e: float, delta: int, q: float, beta: float, base: float = DEFAULT_TAU_BASE, paper_bias: bool = False
+) -> tuple[S4SStep, ...]:
     """The accounting's schedule, with Σ ε′_i ≤ ε checked in exact rational arithmetic.
 
     Floating subtraction in the schedule can leave the exact sum of the ε′_i one ulp above ε
@@ -416,7 +427,7 @@ def _s4s_steps(e: float, delta: int, q: float, beta: float, base: float = 2.0) -
     """
     target = e
     for _ in range(64):
-        sched = s4s_budget_schedule(target, delta, q, beta, base)
+        sched = s4s_budget_schedule(target, delta, q, beta, base, paper_bias=paper_bias)
         if sum((Fraction(s.epsilon_prime) for s in sched), Fraction(0)) <= Fraction(e):
             out = []
             for s in sched:
@@ -467,7 +478,8 @@ def s4s_scalar(
     q: float,
     rng: NoiseSource,
     beta: float = 0.1,
-    tau_base: float = 2.0,
+    tau_base: float = DEFAULT_TAU_BASE,
+    paper_bias: bool = False,
 ) -> S4SResult:
     """DP-S4S Algorithm 2 (scalar, pure DP): an ε-DP estimate of Σ_t w_t under user-level DP.
 
@@ -483,7 +495,7 @@ def s4s_scalar(
     b = _beta(beta)
     # Δ is never checked against the data here (raising would reveal whether it is exceeded):
     # see "Δ" in the module docstring.
-    steps = _s4s_steps(e, delta, qq, b, tau_grid_base(tau_base))
+    steps = _s4s_steps(e, delta, qq, b, tau_grid_base(tau_base), bool(paper_bias))
     spent = math.fsum(s.epsilon_prime for s in steps)
 
     jt = _sampled_join_tuples(weights, tuple_idx, user_idx, qq, rng)
@@ -536,29 +548,76 @@ def r2t_scalar(
     global_sensitivity: float,
     rng: NoiseSource,
     beta: float = 0.1,
-    tau_base: float = 2.0,
+    tau_base: float = DEFAULT_TAU_BASE,
 ) -> R2TResult:
-    """R2T (Dong et al. 2022; docs/mechanisms.md §3.3): the unsampled race over τ_j = 2^j, each run with ε/L.
+    """R2T (Dong et al. 2022; docs/mechanisms.md §3.3): the unsampled race over τ_j = b^j, each run with ε/L.
 
-    ``global_sensitivity`` ≥ 2 is the public bound GS_Q that sets the grid (L = ⌈log₂ GS⌉).
+    ``global_sensitivity`` ≥ 2 is the public bound GS_Q that sets the grid (L = ⌈log_b GS⌉;
+    b = ``tau_base``, 5.5 by default, 2 in the paper).
     """
     e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
     b = _beta(beta)
-    sched = r2t_schedule(e, global_sensitivity, b, tau_grid_base(tau_base))  # validates global_sensitivity
+    base = tau_grid_base(tau_base)
+    gs = _r2t_sensitivity(e, global_sensitivity, b, base)
+    sched, _ = r2t_calibration(e, gs, b, base)  # public: refused before the data
     jt = validate_join_tuples(weights, tuple_idx, user_idx)
+    prep = _prepared(jt, None)
+    taus = [float(s.tau) for s in sched]
+    fbars = np.array([_trunc.truncate(prep, t).value for t in taus])
+    return r2t_release(fbars, _trunc.truncate(prep, 0.0).value, epsilon=e, global_sensitivity=global_sensitivity,
+                       rng=rng, beta=b, tau_base=base)
+
+
+def _r2t_sensitivity(e: float, global_sensitivity: object, b: float, base: float) -> float:
+    r2t_schedule(e, global_sensitivity, b, base)  # type: ignore[arg-type]  # validates GS (ConfigError)
+    return float(global_sensitivity)  # type: ignore[arg-type]
+
+
+@functools.lru_cache(maxsize=64)
+def r2t_calibration(
+    e: float, gs: float, beta: float, base: float
+) -> tuple[tuple[Any, ...], tuple[tuple[float, float, float], ...]]:
+    """R2T's schedule and each run's snapping (λ_j, Λ_j, B_j) with (τ_j + G(τ_j))/λ_j + ξ_j ≤ ε/L:
+    public quantities only (raises :class:`ConfigError` when ε is too small for the noise)."""
+    sched = tuple(r2t_schedule(e, gs, beta, base))
     share = e / len(sched)
     # sensitivity τ_j + G(τ_j): the certified slack of the truncation (module docstring)
-    snaps = [
+    snaps = tuple(
         snapping_calibration(float(s.tau) + _trunc.gap_bound(float(s.tau)), share, integer=False, what="an R2T run")
         for s in sched
-    ]
-    prep = _prepared(jt, None)
-    fbars = np.array([_trunc.truncate(prep, float(s.tau)).value for s in sched])
+    )
+    return sched, snaps
+
+
+def r2t_release(
+    fbars: np.ndarray,
+    untouched: float,
+    *,
+    epsilon: float,
+    global_sensitivity: float,
+    rng: NoiseSource,
+    beta: float = 0.1,
+    tau_base: float = DEFAULT_TAU_BASE,
+) -> R2TResult:
+    """R2T's release from the truncated values: ``fbars[j]`` = f̄(I, τ_j) for the τ_j of
+    :func:`dpsql.accounting.r2t_schedule` (same ε, GS, β, base) and ``untouched`` = f̄(I, 0), the
+    weight no user contributes to. Each f̄(·, τ_j) must have user-level sensitivity ≤ τ_j + G(τ_j)
+    (exact values, e.g. the in-engine closed form, have G = 0 and are covered). The steps of
+    :func:`r2t_scalar` after its truncation; the in-engine single-owner path calls it directly.
+    """
+    e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
+    b = _beta(beta)
+    base = tau_grid_base(tau_base)
+    gs = _r2t_sensitivity(e, global_sensitivity, b, base)
+    sched, snaps = r2t_calibration(e, gs, b, base)
+    fb = np.asarray(fbars, dtype=np.float64)
+    if fb.shape != (len(sched),):
+        raise ConfigError(f"fbars must hold one value per threshold ({len(sched)}), got shape {fb.shape}")
     snapped = rng.snap_laplace(
-        fbars, np.array([p[0] for p in snaps]), np.array([p[1] for p in snaps]), np.array([p[2] for p in snaps])
+        fb, np.array([p[0] for p in snaps]), np.array([p[1] for p in snaps]), np.array([p[2] for p in snaps])
     )
     cands = [float(v) - s.bias for s, v in zip(sched, snapped)]
-    base = _trunc.truncate(prep, 0.0).value  # sensitivity 0: released exactly
+    base = float(untouched)  # sensitivity 0: released exactly
     best = int(np.argmax(cands))
     if cands[best] >= base:
         est, tau = float(cands[best]), float(sched[best].tau)
@@ -586,11 +645,11 @@ class S4SRdpStep:
     """One Gaussian run of the RDP variant of Algorithm 2 (data independent)."""
 
     i: int
-    tau: float  #: τ_i = 2^{i−1}
+    tau: float  #: τ_i = b^{i−1}
     rho: float  #: ρ_i = ρ₀/i, the RDP (order α) of the unsampled release at sensitivity τ_i + G_i
     rho_prime: float  #: ρ′_i (Lemma 3.5 with the certified slack G_i), what the run costs
     sigma: float  #: σ_i = (τ_i + G_i)·√(α/(2ρ_i))
-    bias: float  #: σ_i·√(2 ln(3L/β)), subtracted from the noisy value
+    bias: float  #: σ_i·√(2 ln(kL/β)) (k = 1 default, 3 paper), subtracted from the noisy value
     granularity: float  #: γ_i = 2^⌊log₂(σ_i/16)⌋, the released value's rounding grid
 
 
@@ -609,9 +668,11 @@ def _rdp_rho_total(e: float, d: float, a: float) -> float:
     return e - math.log1p(-1.0 / a) + (math.log(d) + math.log(a)) / (a - 1.0)
 
 
-def _rdp_steps(rho_total: float, a: float, delta: int, q: float, beta: float, base: float) -> list[S4SRdpStep]:
+def _rdp_steps(
+    rho_total: float, a: float, delta: int, q: float, beta: float, base: float, paper_bias: bool
+) -> list[S4SRdpStep]:
     big_l = s4s_grid_size(delta, base)
-    z = math.sqrt(2.0 * math.log(3.0 * big_l / beta))
+    z = math.sqrt(2.0 * math.log((3.0 if paper_bias else 1.0) * big_l / beta))
     rho0 = rho_total
     out = []
     for i in range(big_l, 0, -1):
@@ -628,7 +689,7 @@ def _rdp_steps(rho_total: float, a: float, delta: int, q: float, beta: float, ba
 
 @functools.lru_cache(maxsize=64)
 def _rdp_schedule_cached(
-    e: float, d: float, delta: int, q: float, beta: float, alpha: float | None, base: float
+    e: float, d: float, delta: int, q: float, beta: float, alpha: float | None, base: float, paper_bias: bool = False
 ) -> S4SRdpSchedule:
     big_l = s4s_grid_size(delta, base)
     # every run's σ/γ < 32, so δ_coord ≤ gaussian_fp_delta(32, 1) (it depends on σ/γ only)
@@ -642,7 +703,7 @@ def _rdp_schedule_cached(
         rt = _rdp_rho_total(e, d_rdp, a)
         if not rt > 0:
             continue
-        steps = _rdp_steps(rt, a, delta, q, beta, base)
+        steps = _rdp_steps(rt, a, delta, q, beta, base, paper_bias)
         score = math.fsum(math.log(s.sigma / s.tau) for s in steps)  # geometric mean of σ_i/τ_i
         if best is None or score < best[0]:
             best = (score, a, steps)
@@ -659,7 +720,7 @@ def _rdp_schedule_cached(
         if spent <= Fraction(_rdp_rho_total(e, d_rdp, a)) and eps_conv <= e:
             return S4SRdpSchedule(a, _rdp_rho_total(e, d_rdp, a), tuple(steps), float(spent), fp, eps_conv)
         rt = float(np.nextafter(rt, 0.0)) * (1.0 - 4.0 * float(np.finfo(float).eps))
-        steps = _rdp_steps(rt, a, delta, q, beta, base)
+        steps = _rdp_steps(rt, a, delta, q, beta, base, paper_bias)
     raise ExecutionError(f"DP-S4S RDP schedule overspends epsilon={e!r}")  # pragma: no cover
 
 
@@ -670,7 +731,8 @@ def s4s_rdp_schedule(
     q: float,
     beta: float = 0.1,
     alpha: float | None = None,
-    tau_base: float = 2.0,
+    tau_base: float = DEFAULT_TAU_BASE,
+    paper_bias: bool = False,
 ) -> S4SRdpSchedule:
     """The data-independent schedule of the RDP variant of Algorithm 2 (docs/mechanisms.md §3.6).
 
@@ -695,7 +757,8 @@ def s4s_rdp_schedule(
         a = _positive(alpha, "alpha", "alpha is a Renyi order > 1")
         if not a > 1.0:
             raise ConfigError(f"alpha must be > 1, got {alpha!r}", hint="alpha is a Renyi order > 1")
-    return _rdp_schedule_cached(e, d, _max_tuples(max_tuples_per_user), _rate(q), _beta(beta), a, tau_grid_base(tau_base))
+    return _rdp_schedule_cached(e, d, _max_tuples(max_tuples_per_user), _rate(q), _beta(beta), a, tau_grid_base(tau_base),
+                                bool(paper_bias))
 
 
 @dataclass(frozen=True)
@@ -726,7 +789,8 @@ def s4s_scalar_rdp(
     rng: NoiseSource,
     beta: float = 0.1,
     alpha: float | None = None,
-    tau_base: float = 2.0,
+    tau_base: float = DEFAULT_TAU_BASE,
+    paper_bias: bool = False,
 ) -> S4SRdpResult:
     r"""DP-S4S Algorithm 2 with Gaussian noise under Rényi DP: an (ε, δ)-DP estimate of Σ_t w_t.
 
@@ -736,11 +800,11 @@ def s4s_scalar_rdp(
     additively at α over the L runs on the same sample, Σ ρ′_i ≤ ρ_total(α), and the CKS
     conversion gives (ε, δ − δ_fp)-DP; the floating-point sampler and rounding add
     δ_fp = (1 + e^ε)·Σ_i δ_coord,i (``dpsql.noise`` §3), so the whole is (ε, δ)-DP. The candidates
-    f̃_i = f̂_i − σ_i√(2 ln(3L/β)) (each underestimates f̄(S, τ_i) except w.p. β/(3L), the Gaussian
+    f̃_i = f̂_i − σ_i√(2 ln(kL/β)) (each underestimates f̄(S, τ_i) except w.p. β/(kL), the Gaussian
     analogue of the pure-DP bias) are rescaled by 1/q; the release max(0, max_i f̃_i/q) is
     post-processing. Raises :class:`ConfigError` on invalid parameters only.
     """
-    sched = s4s_rdp_schedule(epsilon, delta, max_tuples_per_user, q, beta, alpha, tau_base)
+    sched = s4s_rdp_schedule(epsilon, delta, max_tuples_per_user, q, beta, alpha, tau_base, paper_bias)
     qq = _rate(q)
     for st in sched.steps:  # public: refused before any data is read
         check_gaussian_representable(st.sigma, st.granularity, integer=False, what="a DP-S4S run")

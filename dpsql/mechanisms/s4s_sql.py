@@ -15,13 +15,15 @@ owner's degree bounds, i.e. by an attested Delta.
 * Truncation: f̄(S, τ) = max Σ x_t s.t. Σ_{t∋u} x_t ≤ τ, 0 ≤ x_t ≤ w_t, on normalised weights
   w_t ∈ [0, 1] (``dpsql.rewrite.joins``: a count weighs 1; a sum's positive and negative parts are
   clamped values over their bound, on a 2⁻²⁰ grid). Removing a person changes f̄ by ≤ τ.
-  Single owner (one person per tuple): f̄ = Σ_u min(τ, total_u), computed exactly in the engine
-  in integers (``truncated_sums``); otherwise the sampled tuples and their users reach Python
+  Single owner (one person per tuple): f̄ = Σ_u min(⌊τ·units⌋, total_u)/units, computed exactly in
+  the engine in integers (``truncated_sums``; sensitivity ≤ τ, the noise is calibrated to τ), for
+  DP-S4S and R2T alike (R2T also reads τ = 0 there: the weight reaching nobody); otherwise the sampled tuples and their users reach Python
   and the truncation is ``dpsql.mechanisms._s4s_truncation`` (closed form / verified max-flow /
   certified LP with its slack G(τ) charged to the sensitivity), as in ``dpsql.mechanisms.s4s``.
 * DP-S4S (Algorithm 2): one Poisson sample S at rate q (SHA-256 keyed by the per-query secret
-  salt, in the engine: computational claim, ``dpsql.rewrite.joins``), τ_i = 2^{i−1}, i = L … 1,
-  L = ⌊log₂ Δ⌋ + 1, the schedule of ``dpsql.mechanisms.s4s`` (ε_i = ε₀/i, ε′_i by Lemma 3.1,
+  salt, in the engine: computational claim, ``dpsql.rewrite.joins``), τ_i = b^{i−1}, i = L … 1,
+  L = ⌊log_b Δ⌋ + 1 (option ``tau_base``: b = 5.5 with the bias ln(L/β) by default, the authors'
+  code's; 2 = the paper's Algorithm 2 with ln(3L/β); privacy does not depend on it), the schedule of ``dpsql.mechanisms.s4s`` (ε_i = ε₀/i, ε′_i by Lemma 3.1,
   Σ ε′_i ≤ ε; snapped Laplace), released max(0, max_i (f̂_i − bias_i)/q) × scale. With δ > 0
   the Gaussian variant under RDP (``s4s_rdp_schedule``: 1/i allocation at one order α, CKS
   conversion, floating-point δ reserved). This module applies those schedules to a sample drawn
@@ -33,8 +35,9 @@ owner's degree bounds, i.e. by an attested Delta.
   **Attested** Δ (several people per tuple): no stable enforcement exists; Δ follows from the
   owner's declared degree bounds and keys, and the claim for q < 1 is conditional on them; the
   default there is R2T (q = 1), whose privacy needs no Δ.
-* R2T (Dong et al. 2022): τ_j = 2^j, j = 1 … ⌈log₂ GS⌉ with GS = max(2, Δ), ε/L per run,
-  released max(max_j Q̃_j, f̄(I, 0)) × scale (``dpsql.mechanisms.s4s.r2t_scalar``). δ is not spent.
+* R2T (Dong et al. 2022): τ_j = b^j, j = 1 … ⌈log_b GS⌉ with GS = max(2, Δ), ε/L per run,
+  released max(max_j Q̃_j, f̄(I, 0)) × scale (``dpsql.mechanisms.s4s.r2t_scalar`` /
+  ``r2t_release``). δ is not spent.
 * A SUM whose lower bound is negative is the difference of its positive and negative parts, each
   answered as above with half of (ε, δ): basic composition.
 
@@ -66,6 +69,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.accounting import r2t_schedule
+from dpsql.accounting.s4s import DEFAULT_TAU_BASE, tau_grid_base
 from dpsql.budget import Budget
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
@@ -74,7 +78,7 @@ from dpsql.mechanisms import s4s as core
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.noise import NoiseSource, check_gaussian_representable, gaussian_release, round_to_granularity
 from dpsql.plan import ir
-from dpsql.plan.joins import PeopleBound, bound_people
+from dpsql.plan.joins import PeopleBound, bound_people, max_rows_per_value, parts, table_keys
 from dpsql.rewrite.bound import Caps
 from dpsql.rewrite.joins import Part, parts_of, sampled_tuples, truncated_sums
 
@@ -84,6 +88,20 @@ DEFAULT_Q = 1.0 / 16.0
 #: (``tests/test_spark_joins.py``)
 JOIN_DIALECTS = ("duckdb", "spark")
 BETA = 0.1
+
+
+def _grid(options: dict[str, Any]) -> tuple[float, bool]:
+    """The option ``tau_base`` (public): the base b of the τ grids and whether Algorithm 2 uses the
+    paper's bias ln(3L/β). The default b = 5.5 with ln(L/β) is the authors' code's grid and bias
+    (lower error: ``docs/mechanisms.md`` §3.5); ``tau_base=2`` is the paper's Algorithm 2 exactly
+    (base 2, ln(3L/β)); any other b in (1, 1024] uses ln(L/β). Privacy does not depend on it."""
+    if "tau_base" not in options:
+        return DEFAULT_TAU_BASE, False
+    v = options["tau_base"]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ConfigError(f"tau_base must be a number, got {v!r}", hint="use 2 (the paper's grid) or e.g. 5.5 (the default)")
+    b = tau_grid_base(v)
+    return b, b == 2.0
 
 
 @dataclass
@@ -105,6 +123,8 @@ class JoinCalibration:
     rdp: Any = None  #: S4S with delta > 0: core.S4SRdpSchedule
     taus: tuple[float, ...] = ()
     notes: list[str] = field(default_factory=list)
+    tau_base: float = DEFAULT_TAU_BASE
+    paper_bias: bool = False
 
     @property
     def part_epsilon(self) -> float:
@@ -194,9 +214,11 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
                 hint="omit q (R2T, q = 1, needs no Delta); the data owner may register the tables with "
                      "allow_conditional_sampling=True")
     parts = parts_of(jp)
-    fast = name == MechanismName.DP_S4S and people.enforced
+    fast = people.enforced  # one person per tuple: the closed form in the engine (DP-S4S and R2T)
+    base, paper_bias = _grid(opts)
     cal = JoinCalibration(plan, jp, people, name, request.epsilon, request.delta, q, delta_int, people.enforced,
-                          people.caps if people.enforced else (), parts, fast, catalog)
+                          people.caps if people.enforced else (), parts, fast, catalog, tau_base=base,
+                          paper_bias=paper_bias)
     e_p, d_p = cal.part_epsilon, cal.part_delta
     if name == MechanismName.DP_S4S:
         try:
@@ -212,7 +234,8 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
                       else "use a larger epsilon"),
             ) from None
     else:
-        cal.taus = tuple(float(s.tau) for s in r2t_schedule(e_p, max(2.0, float(delta_int)), BETA))
+        sched, _ = core.r2t_calibration(e_p, max(2.0, float(delta_int)), BETA, cal.tau_base)  # refused before the charge
+        cal.taus = tuple(float(s.tau) for s in sched)
     if not people.enforced and q < 1.0:
         cal.notes.append(
             f"Delta={delta_int} is attested by the data owner's declarations (tuples have several people, so it cannot be "
@@ -229,12 +252,12 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
 
 def _s4s_schedule(cal: JoinCalibration, e_p: float, d_p: float, delta_int: int, q: float) -> None:
     if d_p > 0:
-        cal.rdp = core.s4s_rdp_schedule(e_p, d_p, delta_int, q, BETA)
+        cal.rdp = core.s4s_rdp_schedule(e_p, d_p, delta_int, q, BETA, tau_base=cal.tau_base, paper_bias=cal.paper_bias)
         cal.taus = tuple(s.tau for s in cal.rdp.steps)
         for s in cal.rdp.steps:
             check_gaussian_representable(s.sigma, s.granularity, integer=False, what="a DP-S4S run")
     else:
-        cal.steps = core._s4s_steps(e_p, delta_int, q, BETA, 2.0)
+        cal.steps = core._s4s_steps(e_p, delta_int, q, BETA, cal.tau_base, cal.paper_bias)
         cal.taus = tuple(s.tau for s in cal.steps)
 
 
@@ -265,9 +288,98 @@ def _schedule(cal: JoinCalibration) -> list[dict[str, Any]]:
     if cal.steps:
         return [{"tau": s.tau, "epsilon": s.epsilon, "epsilon_prime": s.epsilon_prime, "laplace_scale": s.snap_lambda,
                  "bias": s.bias} for s in cal.steps]
-    sched = r2t_schedule(cal.part_epsilon, max(2.0, float(cal.max_tuples)), BETA)
+    sched = r2t_schedule(cal.part_epsilon, max(2.0, float(cal.max_tuples)), BETA, cal.tau_base)
     return [{"tau": float(s.tau), "epsilon": cal.part_epsilon / len(sched), "laplace_scale": s.laplace_scale, "bias": s.bias}
             for s in sched]
+
+
+def join_size_bound(cal: JoinCalibration) -> tuple[float | None, str]:
+    """A public upper bound on n, the number of join tuples, from the owner's declarations only
+    (``max_table_rows`` of every input, keys, degree bounds, enforced caps), or (None, why not).
+
+    Along a path: start from one input's declared size N_a; each further input y entered through
+    equalities y.c = x.a with an already joined x multiplies by the most rows of y sharing one
+    value of c: 1 for a declared key (a composite key when all its columns are joined), the
+    degree bound or per-person cap of c, an enforced cap, else N_y (a plain product). Every
+    partial join row matches at most that many rows of y, so n is at most the product. The least
+    product over the start inputs (entering next, greedily, the input with the smallest factor)
+    is reported. The WHERE clause only removes tuples. Nothing is read from the data."""
+    jp, cat = cal.jp, cal.catalog
+    sizes = {a: cat[t].max_table_rows for a, t in jp.inputs}
+    missing = sorted({t for a, t in jp.inputs if sizes[a] is None})
+    if missing:
+        return None, ("not evaluated: the data owner declared no max_table_rows for " + ", ".join(repr(t) for t in missing)
+                      + " (register(..., max_table_rows=N), [tables.X] max_table_rows, or --max-table-rows NAME=N)")
+    table = dict(jp.inputs)
+    caps = {(a, c): n for a, c, n in cal.caps}
+    links: dict[tuple[str, str], set[str]] = {}  # (x, y) -> columns of y equated with columns of x
+    for left, right in jp.conditions:
+        (xa, _, xc), (ya, _, yc) = left.partition("__"), right.partition("__")
+        links.setdefault((xa, ya), set()).add(yc)
+        links.setdefault((ya, xa), set()).add(xc)
+
+    def factor(x: str, y: str) -> tuple[float, str]:
+        cols = links.get((x, y))
+        n_y = float(sizes[y])  # type: ignore[arg-type]
+        best, why = n_y, f"|{table[y]}| = {n_y:g}"
+        if not cols:
+            return best, why
+        spec = cat[table[y]]
+        if any(set(parts(k)) <= cols for k in table_keys(spec, cat)):
+            return 1.0, f"1 ({table[y]} AS {y} entered through a declared key)"
+        for c in sorted(cols):
+            m = min(max_rows_per_value(spec, c, cat), float(caps.get((y, c), math.inf)))
+            if m < best:
+                best, why = m, f"{m:g} rows of {table[y]} AS {y} per {c}"
+        return best, why
+
+    best_n, best_why = math.inf, ""
+    for start, _ in jp.inputs:
+        seen = [start]
+        n = float(sizes[start])  # type: ignore[arg-type]
+        why = [f"|{table[start]}| = {n:g}"]
+        while len(seen) < len(jp.inputs):
+            f, w, y = min(((*factor(x, y), y) for y, _ in jp.inputs if y not in seen for x in seen), key=lambda c: c[0])
+            n *= f
+            why.append(w)
+            seen.append(y)
+        if n < best_n:
+            best_n, best_why = n, " x ".join(why)
+    return best_n, f"n <= {best_n:g} = {best_why} (from the owner's declared table sizes, keys and degree bounds)"
+
+
+def _lemma_3_3(cal: JoinCalibration) -> dict[str, Any]:
+    """Lemma 3.3 as a formula of public quantities, evaluated per grid step where n is bounded."""
+    if cal.name == MechanismName.R2T:
+        return {
+            "formula": "R2T: with probability 1 - beta, |answer - truth| = O(L tau* ln(L/beta) / eps) x scale, L the grid "
+                       "size, tau* the largest person's contribution rounded up to the grid",
+            "per_tau": [{"tau": float(s.tau), "bias": s.bias * sum(p.scale for p in cal.parts)}
+                        for s in r2t_schedule(cal.part_epsilon, max(2.0, float(cal.max_tuples)), BETA, cal.tau_base)],
+            "note": "the bias subtracted at each threshold (x scale): the error's order when tau* is that threshold",
+        }
+    n, how = join_size_bound(cal)
+    out: dict[str, Any] = {
+        "formula": "Lemma 3.3: with probability 1 - beta, |answer - truth| = O~(sqrt(n/q) + 1/q + (tau* + sqrt(tau*/q)) / "
+                   "eps_i*) x scale, summed over the parts; n the number of join tuples, tau* the least grid tau at or above "
+                   "the largest person's contribution (data: unknown), eps_i* its step's budget"
+                   + (" (with delta > 0: sigma_i*/tau_i* in place of 1/eps_i*)" if cal.rdp is not None else ""),
+        "n_bound": n,
+        "n_derivation": how,
+    }
+    if n is None:
+        out["evaluated"] = how
+        return out
+    q = cal.q
+    steps = ([(s.tau, s.sigma / s.tau) for s in cal.rdp.steps] if cal.rdp is not None
+             else [(s.tau, 1.0 / s.epsilon) for s in cal.steps])
+    scale = sum(p.scale for p in cal.parts)
+    out["evaluated"] = [
+        {"tau": float(t), "bound": scale * (math.sqrt(n / q) + 1.0 / q + (t + math.sqrt(t / q)) * inv)} for t, inv in steps
+    ]
+    out["note"] = ("one value per grid step, as if tau* were that step (the chosen step is private); order of magnitude: "
+                   "the constants and logarithmic factors that O~ hides are left out")
+    return out
 
 
 def describe(cal: JoinCalibration) -> Description:
@@ -281,19 +393,14 @@ def describe(cal: JoinCalibration) -> Description:
         "caps": [f"{a}.{c} <= {n}" for a, c, n in cal.caps],
         "join": cal.jp.describe(),
         "truncation": "closed form in the engine (one person per tuple)" if cal.fast else "exact / certified LP on the sample",
+        "tau_base": cal.tau_base,
+        "bias": "ln(3L/beta) per step (the paper's Algorithm 2)" if cal.paper_bias else "ln(L/beta) per step",
         "parts": [{"sign": p.sign, "scale": p.scale, "epsilon": cal.part_epsilon,
                    "delta": cal.part_delta if cal.rdp is not None else 0.0} for p in cal.parts],
         "tau_grid": list(cal.taus),
         "schedule": _schedule(cal),
         "beta": BETA,
-        "error_bound": (
-            "Lemma 3.3: with probability 1 - beta, |answer - truth| = O~(sqrt(n/q) + 1/q + (tau* + sqrt(tau*/q)) / eps_i*) "
-            "x scale, n the number of join tuples, tau* the least tau of the grid at or above the largest person's "
-            "contribution, eps_i* its budget (not evaluated: the owner declared no table sizes)"
-            if cal.name == MechanismName.DP_S4S else
-            "R2T: with probability 1 - beta, error O(L tau* ln(L/beta)/eps) x scale, L the grid size, tau* the largest "
-            "person's contribution rounded up to the grid"
-        ),
+        "error_bound": _lemma_3_3(cal),
     }
     cost = Budget(cal.epsilon, cal.delta if cal.rdp is not None else 0.0)
     return Description(label=cal.name.value, cost=cost, parameters=params, notes=tuple(cal.notes))
@@ -349,12 +456,18 @@ def release(cal: JoinCalibration, rows: pa.Table, rng: NoiseSource) -> Released:
     for k, part in enumerate(cal.parts):
         if cal.fast:
             fb = np.array([int(rows.column(f"__f{k}_{i}")[0].as_py()) / part.units for i in range(len(cal.taus))])
-            est = _noisy(cal, fb, rng)
+            if cal.name == MechanismName.R2T:  # the last column is τ = 0: the weight reaching nobody
+                untouched = int(rows.column(f"__f{k}_{len(cal.taus)}")[0].as_py()) / part.units
+                est = core.r2t_release(fb, untouched, epsilon=cal.part_epsilon,
+                                       global_sensitivity=max(2.0, float(cal.max_tuples)), rng=rng, beta=BETA,
+                                       tau_base=cal.tau_base).estimate
+            else:
+                est = _noisy(cal, fb, rng)
         else:
             w, ti, ui = _tuples(cal, rows, part)
             if cal.name == MechanismName.R2T:
                 est = core.r2t_scalar(w, ti, ui, epsilon=cal.part_epsilon, global_sensitivity=max(2.0, float(cal.max_tuples)),
-                                      rng=rng, beta=BETA).estimate
+                                      rng=rng, beta=BETA, tau_base=cal.tau_base).estimate
             else:
                 jt = core.validate_join_tuples(w, ti, ui)
                 prep = _trunc.prepare(jt.weights, jt.tuple_idx, jt.user_idx, jt.n_users)
@@ -372,7 +485,7 @@ def release(cal: JoinCalibration, rows: pa.Table, rng: NoiseSource) -> Released:
 class JoinMechanism:
     """DP-S4S (sampled, q < 1 by default) or R2T (q = 1) over a join plan."""
 
-    options = frozenset({"q", "degree_caps", "max_tuples_per_user"})
+    options = frozenset({"q", "degree_caps", "max_tuples_per_user", "tau_base"})
 
     def __init__(self, name: MechanismName) -> None:
         assert name in (MechanismName.DP_S4S, MechanismName.R2T)
@@ -396,7 +509,8 @@ class JoinMechanism:
             )
         if cal.fast:
             assert cal.people.owner is not None
-            return truncated_sums(cal.jp, cal.catalog, cal.people.owner, cal.taus, salt=salt, q=cal.q, ops=ops,
+            taus = cal.taus + ((0.0,) if cal.name == MechanismName.R2T else ())  # R2T's floor f̄(I, 0)
+            return truncated_sums(cal.jp, cal.catalog, cal.people.owner, taus, salt=salt, q=cal.q, ops=ops,
                                   caps=cal.caps)
         return sampled_tuples(cal.jp, cal.catalog, salt=salt, q=cal.q, ops=ops, caps=cal.caps)
 
