@@ -53,6 +53,8 @@ class MechanismName(enum.StrEnum):
     CONTRIBUTION_PROFILE = "contribution_profile"
     DP_S4S = "dp_s4s"
     R2T = "r2t"
+    DP_S4S_VECTOR = "dp_s4s_vector"
+    JOIN_CLIPPED = "clipped_gaussian"
 
 
 @dataclass(frozen=True)
