@@ -390,13 +390,15 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
         cp = clip_params(cal.epsilon, cal.delta, d, cal.clip, cal.integer)
         vals = np.asarray(rows.sort_by("__gid").column("__a0").to_numpy(zero_copy_only=False), dtype=np.float64)
         noisy = round_to_granularity(vals + rng.gaussian_noise(cp.sigma, d), cp.grid)
-        acc = {"mechanism": cal.name.value, "noise": "gaussian", "sigma": cp.sigma, "half_width_95": 1.96 * cp.sigma,
+        acc: dict[str, Any] = {"mechanism": cal.name.value, "noise": "gaussian", "sigma": cp.sigma, "half_width_95": 1.96 * cp.sigma,
                "note": "per-user L2 clipping to clip_norm (biased low when a person's vector is clipped) + Gaussian noise"}
         total = noisy
     else:
         total = np.zeros(d)
-        acc = {"mechanism": cal.name.value, "noise": "gaussian (smooth sensitivity; its scale is not shown)", "taus": [],
-               "sigma_cap": [], "note": "sigma_cap bounds the noise scale except with probability p_exceed (explain); the "
+        taus: list[float] = []
+        caps: list[float] = []
+        acc = {"mechanism": cal.name.value, "noise": "gaussian (smooth sensitivity; its scale is not shown)", "taus": taus,
+               "sigma_cap": caps, "note": "sigma_cap bounds the noise scale except with probability p_exceed (explain); the "
                "truncation at the chosen tau biases the values low"}
         import pyarrow.compute as pc
 
@@ -412,9 +414,9 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
             inst = socp.Instance(w, gid, ti, ui, n_users, d)
             est, tau = _algorithm5(inst, vp, rng)
             total += part.sign * part.scale * est / cal.q
-            acc["taus"].append(tau)
-            acc["sigma_cap"].append(part.scale * vp.sigma_cap[vp.taus.index(tau)] / cal.q)
-        acc["half_width_95"] = 1.96 * math.sqrt(sum(s * s for s in acc["sigma_cap"]))
+            taus.append(tau)
+            caps.append(part.scale * vp.sigma_cap[vp.taus.index(tau)] / cal.q)
+        acc["half_width_95"] = 1.96 * math.sqrt(sum(c * c for c in caps))
     value = pa.array(np.rint(total).astype(np.int64)) if cal.integer else pa.array(total, type=pa.float64())
     return Released(table=pa.table({**keys, "__a0": value}), accuracy={"__a0": acc})
 
@@ -422,6 +424,11 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
 @dataclass(frozen=True)
 class _Slots:
     jp: ir.JoinPlan
+
+
+def noise_scale(tau: float, excess: float, gamma: float, eta: float) -> float:
+    """σ(S) = 2τκ·η·SS(B, γ), B = (E + 1)/κ: Lemma 4.1 applied to F̄/(2τκ) (module docstring)."""
+    return 2.0 * tau * KAPPA * eta * s4s_smooth_sensitivity((excess + 1.0) / KAPPA, gamma)[0]
 
 
 def _algorithm5(inst: socp.Instance, vp: VectorParams, rng: NoiseSource) -> tuple[np.ndarray, float]:
@@ -436,9 +443,7 @@ def _algorithm5(inst: socp.Instance, vp: VectorParams, rng: NoiseSource) -> tupl
             break
     assert chosen is not None
     i, tau, tr = chosen
-    b = (tr.excess + 1.0) / KAPPA
-    g = s4s_smooth_sensitivity(b, vp.gamma)[0]
-    sigma = 2.0 * tau * KAPPA * vp.eta * g  # data dependent: never reported
+    sigma = noise_scale(tau, tr.excess, vp.gamma, vp.eta)  # data dependent: never reported
     noisy = round_to_granularity(tr.values + rng.gaussian_noise(sigma, inst.d), vp.grid[i])
     return noisy, tau
 

@@ -84,9 +84,9 @@ def group_keys(
         if any(True for _ in g.find_all(exp.AggFunc)):
             bad(g, "aggregates are not allowed in GROUP BY")
             continue
-        key = _key(g, tables, resolve, bad, policy, len(keys))
-        if key is not None and all(k.sql != key.sql for k in keys):
-            keys.append(key)
+        found = _key(g, tables, resolve, bad, policy, len(keys))
+        if found is not None and all(k.sql != found.sql for k in keys):
+            keys.append(found)
     size = 1
     for k in keys:
         size *= len(k.domain) if k.domain is not None else 1

@@ -442,6 +442,11 @@ class _JoinBuilder:
         first = self.inputs[0].table
         aggregate = ir.Aggregate(agg[0], None, "__a0", agg_nodes[0].sql(dialect="duckdb"), agg[2])
         order = [o.copy() for o in stmt.args["order"].expressions] if stmt.args.get("order") is not None else []
+        if self.keys:  # ORDER BY a key expression: over the released key (output names stay as they are)
+            names = {o.name.lower() for o in outputs}
+            for o in order:
+                if not (isinstance(o.this, exp.Column) and not o.this.table and o.this.name.lower() in names):
+                    o.set("this", key_outputs(o.this, self.keys, lambda x: self.flatten(x, "ORDER BY")))
         lim, off = self.int_clause("limit"), self.int_clause("offset")
         _raise(self.vs)
         keys = [ir.GroupKey(k.expr, k.name, k.sql, k.domain) for k in self.keys]
