@@ -265,6 +265,12 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
                 f"not allowed that for table(s) {', '.join(repr(t) for t in denied)}",
                 hint="use mechanism='r2t' (q = 1, needs no Delta); the data owner may register the tables with "
                      "allow_conditional_sampling=True")
+    if path == "s4s" and not people.single_owner:
+        import importlib.util
+
+        if importlib.util.find_spec("clarabel") is None:
+            raise ConfigError("GROUP BY over a join whose tuples have several people needs the cone solver Clarabel, "
+                              "which is not installed", hint="pip install 'dpsql[joins]' (or pip install clarabel)")
     parts = parts_of(jp)
     lo, hi = jp.bounds
     default_clip = float(delta_int) * (1.0 if jp.kind != ir.SUM else max(abs(lo), abs(hi), 1e-300))
