@@ -94,11 +94,11 @@ def session(d: str, people: str, tmp: str) -> dpsql.Session:
     s = dpsql.Session(ledger=os.path.join(tmp, f"{people}-{time.time_ns()}.duckdb"), budget=dpsql.Budget(1e6, 1e-1), create=True)
     p = {t: os.path.join(d, f"{t}.parquet") for t in TABLES}
     ship = {"l_shipdate": {"bounds": (FIRST.isoformat(), LAST.isoformat()), "bin_width": "1 day"}}
-    if people.startswith("q7c"):
-        pass
     s.register("region", p["region"], public=True)
     s.register("nation", p["nation"], public=True, references={"n_regionkey": "region.r_regionkey"})
-    pub_or = (lambda t, **kw: s.register(t, p[t], public=True, **kw))
+
+    def pub_or(t: str, **kw: object) -> None:
+        s.register(t, p[t], public=True, **kw)  # type: ignore[arg-type]
     if people in ("c", "cs"):
         s.register("customer", p["customer"], privacy_unit="c_custkey", references={"c_nationkey": "nation.n_nationkey"},
                    allow_conditional_sampling=True)

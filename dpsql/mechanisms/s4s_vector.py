@@ -54,7 +54,9 @@ and rounding at σ ≤ σ_cap; the event σ > σ_cap; the SVT's float Laplace co
 by the per-input row caps (``dpsql.plan.joins``); with several people per tuple it is attested by
 the owner's declarations, the claim for q < 1 is conditional on it and needs the owner's
 ``allow_conditional_sampling`` (as for scalar joins). q = 1 (``mechanism='r2t'`` on a grouped
-join: the unsampled PMSJA-style release) needs no Δ for privacy (τ_L still comes from Δ).
+join: the unsampled PMSJA-style release) needs no Δ for Lemma 4.2 (q′ = 1); τ_L still comes from Δ,
+and so does the floating-point part's bound σ(S) ≤ σ_cap at τ_L (E = 0 there when Δ holds): with an
+attested Δ that one term of δ is conditional on it.
 
 Key set: declared domains and years are in the catalog; a public table's keys are read from that
 table in the query (public rows); d is then known only at run time, and the parameters above are
