@@ -391,3 +391,33 @@ def test_cli_group_by_join(tmp_path: Any, capsys: Any) -> None:
     assert main([*tables, "--ledger", ledger, "query", BY_NATION, "--epsilon", "4", "--delta", "1e-7", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["n_name"] for r in rows] == ["ALGERIA", "BRAZIL", "CHINA", "DENMARK"]
+
+
+BY_SEGMENT = ("SELECT c.c_mktsegment, COUNT(*) AS cnt FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+              "JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY c.c_mktsegment")
+
+
+@pytest.mark.parametrize("sql,opts,mech", [
+    (BY_SEGMENT, {}, "clipped_gaussian"),
+    (BY_SEGMENT, {"mechanism": "dp_s4s", "q": 0.5}, "dp_s4s_vector"),
+    (BY_NATION, {"mechanism": "r2t"}, "r2t"),
+])
+def test_explain_equals_the_ledger(sql: str, opts: dict[str, Any], mech: str) -> None:
+    s = session(tpch())
+    plan = s.explain(sql, epsilon=2.0, delta=1e-7, options=opts)
+    rel = s.query(sql, epsilon=2.0, delta=1e-7, options=opts)
+    assert plan.mechanism == rel.mechanism == mech and plan.cost == rel.cost
+    row = s.history().to_pylist()[-1]
+    assert json.loads(row["params"]) == json.loads(json.dumps(plan.parameters))
+    p = plan.parameters
+    for key in ("path", "q", "Delta", "Delta_holds", "join", "group_keys", "d"):
+        assert key in p
+    if mech != "clipped_gaussian":
+        assert "tau_grid" in p and "budget_split" in p
+        assert "not evaluated" in p["solver"]["evaluated"]  # no max_table_rows declared here
+    if p["d"] == 2 and mech == "dp_s4s_vector":  # a declared domain: d known, the charge is Lemma 4.2's eps'
+        assert plan.cost.epsilon == pytest.approx(min(2.0, p["epsilon_prime"]))
+        assert "sigma_lo" in p and "sigma" not in p
+    assert rel.table.column("c_mktsegment" if sql == BY_SEGMENT else "n_name").to_pylist() == (
+        ["AUTO", "BUILD"] if sql == BY_SEGMENT else ["ALGERIA", "BRAZIL", "CHINA", "DENMARK"])
+    s.close()
