@@ -421,3 +421,28 @@ def test_explain_equals_the_ledger(sql: str, opts: dict[str, Any], mech: str) ->
     assert rel.table.column("c_mktsegment" if sql == BY_SEGMENT else "n_name").to_pylist() == (
         ["AUTO", "BUILD"] if sql == BY_SEGMENT else ["ALGERIA", "BRAZIL", "CHINA", "DENMARK"])
     s.close()
+
+
+def test_signed_sum_clipped_exactly_and_split_into_parts_by_algorithm_5() -> None:
+    import duckdb
+
+    data = tpch()
+    sql = ("SELECT c.c_mktsegment, SUM(LEAST(GREATEST(l.l_price - 50, -50), 50)) AS s FROM customer c JOIN orders o "
+           "ON c.c_custkey = o.o_custkey JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY c.c_mktsegment")
+    con = duckdb.connect()
+    for k, v in data.items():
+        con.register(k, v)
+    truth = dict(con.execute(sql.replace("n.", "").replace("c.", "").replace("o.", "").replace("l.", "")
+                             .replace(" c ", " ").replace(" o ", " ").replace(" l ", " ")).fetchall())
+    s = session(data)
+    use_noise(s, zero_noise())
+    grid = s.explain(sql, epsilon=4.0, delta=1e-7).parameters["granularity"]
+    r = s.query(sql, epsilon=4.0, delta=1e-7)
+    got = dict(zip(r.table.column("c_mktsegment").to_pylist(), r.table.column("s").to_pylist()))
+    for k, v in truth.items():  # nothing clipped by default: the true sum, rounded to the public grid
+        assert got[k] == pytest.approx(round(v / grid) * grid, abs=1e-6)
+    ex = s.explain(sql, epsilon=4.0, delta=1e-7, options={"mechanism": "dp_s4s", "q": 1.0})
+    assert [p["sign"] for p in ex.parameters["parts"]] == [1, -1]
+    r2 = s.query(sql, epsilon=4.0, delta=1e-7, options={"mechanism": "dp_s4s", "q": 1.0})
+    assert len(r2.accuracy["s"]["taus"]) == 2 and r2.table.num_rows == 2
+    s.close()
