@@ -10,12 +10,12 @@ import datetime
 import itertools
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from _vectors import load_vectors
 
 import dpsql
 from dpsql.accounting import s4s_vector_epsilon
@@ -25,13 +25,11 @@ from dpsql.mechanisms import _s4s_socp as socp
 from dpsql.mechanisms.s4s_vector import KAPPA, clip_params, noise_scale, vector_params
 from dpsql.testing import seeded_noise, use_noise, zero_noise
 
-VECTORS = Path(__file__).parent / "vectors" / "dp_s4s.json"
-
 
 # -- accounting as the mechanism uses it ------------------------------------------------------------
 def test_noise_scale_is_lemma_4_1_on_the_vectors() -> None:
     """σ(S) = 2τκ·η·max_k (k + B)e^{−γk}, B = (E + 1)/κ, with the vector file's γ and η (brute max over k)."""
-    cases = json.loads(VECTORS.read_text())["lemma_4_1"]["cases"]
+    cases = load_vectors("dp_s4s.json")["lemma_4_1"]["cases"]
     for c in cases:
         g, eta = c["gamma"], c["eta_paper=sqrt(alpha/rho)/(1-alpha+alpha e^{-2gamma})"]
         for tau, e in ((1.0, 0.0), (4.0, 4.0), (8.0, 99.0)):
@@ -44,7 +42,7 @@ def test_noise_scale_is_lemma_4_1_on_the_vectors() -> None:
 
 
 def test_lemma_4_2_charge_matches_the_vectors_and_the_parameters() -> None:
-    lem = json.loads(VECTORS.read_text())["lemma_4_2"]["cases"]
+    lem = load_vectors("dp_s4s.json")["lemma_4_2"]["cases"]
     # hand-checked value of the file: eps=1, delta=1e-6, alpha=40, q=0.1, Delta=10 -> eps' = 0.9237159036262811
     assert s4s_vector_epsilon(1.0, 1e-6, 40.0, 0.1, 10) == pytest.approx(0.9237159036262811, rel=1e-12)
     for c in lem:
