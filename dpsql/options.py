@@ -16,7 +16,7 @@ from dpsql.mechanisms.base import MechanismName
 
 #: documented per-query options (``Session.query(..., options={...})``)
 OPTIONS: dict[str, str] = {
-    "mechanism": "force a mechanism: 'gaussian', 'laplace', 'sparse_histogram', 'dawa', 'dp_s4s', 'r2t' (default: chosen automatically)",
+    "mechanism": "force a mechanism: 'gaussian', 'laplace', 'sparse_histogram', 'dawa', 'dp_s4s', 'r2t', 'clipped_gaussian' (GROUP BY over joins) (default: chosen automatically)",
     "tau": "sparse histogram: suppress groups with fewer than tau distinct units (default and floor: the table's registered tau)",
     "tau_star": "sparse histogram: fix the noisy release threshold (accepted only if the exact delta fits)",
     "sigma": "sparse histogram: fix the count noise std (accepted only if the exact delta fits)",
@@ -33,6 +33,8 @@ OPTIONS: dict[str, str] = {
     "max_tuples_per_user": "joins with an attested Delta: raise Delta above what the owner's declarations give (never lower)",
     "tau_base": "joins (DP-S4S, R2T): the base b of the truncation thresholds tau = b^i (default 5.5, the authors' code, "
     "with the ln(L/beta) bias; 2 = the paper's Algorithm 2 with ln(3L/beta)); any b in (1, 1024], privacy unchanged",
+    "clip_norm": "GROUP BY over joins with one person per tuple: the L2 bound C on each person's vector of per-group "
+    "totals, in the aggregate's units (default Delta x max|value|: nothing clipped)",
     "max_rows_per_unit": "DAWA: lower the table's cap on rows per unit for this query (never above the registered cap)",
 }
 
@@ -88,6 +90,11 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 1):
             raise ConfigError(f"q must be a number in (0, 1], got {v!r}", hint="e.g. options={'q': 0.0625}")
         out["q"] = float(v)
+    if "clip_norm" in out:
+        v = out["clip_norm"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not _finite(v) or v <= 0:
+            raise ConfigError(f"clip_norm must be a positive number, got {v!r}", hint="e.g. options={'clip_norm': 64}")
+        out["clip_norm"] = float(v)
     if "max_tuples_per_user" in out:
         v = out["max_tuples_per_user"]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -55,6 +55,8 @@ class MechanismName(enum.StrEnum):
     R2T = "r2t"
     EXPONENTIAL = "exponential"
     PUBLIC_DOMAIN = "public_domain"
+    DP_S4S_VECTOR = "dp_s4s_vector"
+    JOIN_CLIPPED = "clipped_gaussian"
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from dpsql.mechanisms.public_domain import PublicDomain
 from dpsql.mechanisms.quantile import QuantileMechanism
 from dpsql.mechanisms.ranges import Dawa
 from dpsql.mechanisms.s4s_sql import JoinMechanism
+from dpsql.mechanisms.s4s_vector import VectorJoinMechanism
 from dpsql.mechanisms.sparse_histogram import SparseHistogram
 from dpsql.options import UNIVERSAL
 from dpsql.plan import ir
@@ -68,7 +69,11 @@ REGISTRY: dict[MechanismName, Mechanism] = {
     MechanismName.CONTRIBUTION_PROFILE: ContributionProfile(),
     MechanismName.EXPONENTIAL: QuantileMechanism(),
     MechanismName.PUBLIC_DOMAIN: PublicDomain(),
+    MechanismName.DP_S4S_VECTOR: VectorJoinMechanism(MechanismName.DP_S4S_VECTOR),
+    MechanismName.JOIN_CLIPPED: VectorJoinMechanism(MechanismName.JOIN_CLIPPED),
 }
+#: grouped joins: the unsampled variant of DP-S4S's vector form answers mechanism='r2t'
+GROUPED_R2T = VectorJoinMechanism(MechanismName.R2T)
 
 #: values the ``mechanism`` option accepts
 FORCEABLE = ("auto", *(m.value for m in MechanismName
@@ -147,7 +152,7 @@ def route(
     forced = options.get("mechanism", "auto")
     if plan.join is not None:
         return _route_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
-    if forced in ("dp_s4s", "r2t"):
+    if forced in ("dp_s4s", "r2t", "dp_s4s_vector", "clipped_gaussian"):
         raise PolicyError(f"mechanism '{forced}' answers joins (or tables that reach people through several references)",
                           hint="omit the mechanism option for a single-table query")
     base = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=table,
@@ -243,6 +248,8 @@ def _route_join(
     from dpsql.plan.joins import bound_people
 
     assert plan.join is not None
+    if plan.join.keys:
+        return _route_grouped_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
     forced = options.get("mechanism", "auto")
     if forced not in ("auto", "dp_s4s", "r2t"):
         raise PolicyError(f"joins are answered by DP-S4S or R2T, not by mechanism '{forced}'",
@@ -261,6 +268,30 @@ def _route_join(
         reason = f"join: DP-S4S (Poisson-sampled join tuples, truncation with a privately chosen threshold; Delta {holds})"
     else:
         reason = f"join: R2T (no sampling, truncation race over thresholds; Delta {holds})"
+    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason)
+
+
+def _route_grouped_join(
+    sql: str, plan: ir.QueryPlan, epsilon: float, delta: float, options: Mapping[str, Any],
+    catalog: Mapping[str, TableSpec], find_synopsis: Callable[[str], tuple[int, str] | None],
+) -> Route:
+    """Rule 0, GROUP BY: per-user clipping (one person per tuple) or DP-S4S's vector form."""
+    from dpsql.mechanisms.s4s_vector import route_name
+    from dpsql.plan.joins import bound_people
+
+    assert plan.join is not None
+    people = bound_people(plan.join, dict(catalog))
+    name = route_name(dict(options), people)
+    mech = GROUPED_R2T if name == MechanismName.R2T else REGISTRY[name]
+    _check_applicable(mech, options)
+    req = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
+                  catalog=catalog, plan=plan, find_synopsis=find_synopsis)
+    if name == MechanismName.JOIN_CLIPPED:
+        reason = ("GROUP BY over a join with one person per tuple: per-person L2 clipping of the vector of group totals "
+                  "in the engine, Gaussian noise (no sampling)")
+    else:
+        reason = (f"GROUP BY over a join: DP-S4S vector form (q = {options.get('q', 1.0 if name == MechanismName.R2T else 1 / 16):g}; "
+                  "SVT over tau, SOCP truncation, smooth-sensitivity Gaussian under Renyi DP)")
     return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason)
 
 

@@ -84,6 +84,26 @@ class UserSlot:
 
 
 @dataclass(frozen=True)
+class JoinKey:
+    """A GROUP BY key of a join whose key set is public (``dpsql.plan.join_groups``).
+
+    ``kind``: ``declared`` (a column with a declared ``domain``: ``domain`` holds its typed values),
+    ``year`` (year(col) of a column with a declared date/timestamp range: ``domain`` holds the
+    years), ``public`` (a column of a public table: the key set is that table's distinct non-NULL
+    values after the WHERE conjuncts over that table alone, read from the public table in the
+    query; ``domain`` is None). ``expr`` is over flat column names; ``sql_type`` its SQL type."""
+
+    name: str  #: internal name ``__k<i>``
+    expr: exp.Expression
+    sql: str
+    kind: str
+    alias: str
+    column: str
+    sql_type: str
+    domain: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
 class JoinPlan:
     """A scalar aggregate over an inner equi-join (``dpsql.plan.joins``); public metadata only.
 
@@ -103,6 +123,8 @@ class JoinPlan:
     #: user slot performed by the join's own equalities): the join SQL keeps only the rows whose
     #: key value occurs once in the base table, so such a hop reaches exactly one row
     unique_keys: tuple[tuple[str, str], ...] = ()
+    #: GROUP BY keys over public key sets (``dpsql.plan.join_groups``); () for a scalar aggregate
+    keys: tuple[JoinKey, ...] = ()
 
     def describe(self) -> dict[str, Any]:
         return {

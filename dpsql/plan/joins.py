@@ -43,7 +43,8 @@ registration and again here (``dpsql.catalog.reference_problems``), as is the ru
 tables reference only public tables.
 
 Refused, for free, with the fix: outer, cross, non-equi, NATURAL/USING/ASOF joins, subqueries,
-tables neither public nor linked to a person, unbounded contributions, GROUP BY.
+tables neither public nor linked to a person, unbounded contributions, GROUP BY over keys without a public key
+set (``dpsql.plan.join_groups``), HAVING.
 """
 
 from __future__ import annotations
@@ -195,6 +196,7 @@ class _JoinBuilder:
         self.unique: list[tuple[str, str]] = []
         #: aliases of inputs already refused (unregistered, table functions, ...)
         self.failed: set[str] = set()
+        self.keys: list[ir.JoinKey] = []
 
     def bad(self, node: exp.Expression, msg: str) -> None:
         _bad(self.sql, node, msg, self.vs)
@@ -392,12 +394,16 @@ class _JoinBuilder:
                 except TypeRefusal as e:
                     for n, m in e.problems:
                         self.bad(where.this if n is None else n, f"WHERE: {m}")
-        for key in ("group", "having"):
-            node = stmt.args.get(key)
-            if node is not None:
-                first = (node.expressions or [node])[0] if key == "group" else node
-                self.bad(first, f"{'GROUP BY' if key == 'group' else 'HAVING'} is not supported over joins yet: joins answer "
-                         "scalar COUNT and SUM")
+        if stmt.args.get("having") is not None:
+            self.bad(stmt.args["having"], "HAVING is not supported over joins yet; filter the released rows yourself")
+        from dpsql.plan.join_groups import group_keys, key_outputs
+
+        pv: list[Violation] = []
+        self.keys = group_keys(stmt, [(i.alias, i.table) for i in self.inputs], self.resolve, self.bad,
+                               lambda n, m: _bad(self.sql, n, m, pv))
+        if pv and not self.vs:
+            _raise(pv, policy=True)  # a key without a public key set: the owner's declaration is missing
+        self.vs.extend(pv)
 
         # SELECT: one aggregate, outputs over it
         agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
@@ -438,21 +444,32 @@ class _JoinBuilder:
         used: set[str] = set()
         for it in stmt.expressions:
             inner = it.unalias()
-            name = it.alias if isinstance(it, exp.Alias) else inner.sql(dialect="duckdb")
+            name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column)
+                                                               else inner.sql(dialect="duckdb"))
             base, n = name, 1
             while name.lower() in used:
                 name, n = f"{base}_{n}", n + 1
             used.add(name.lower())
-            post = inner.copy().transform(lambda x: exp.column("__a0") if isinstance(x, exp.AggFunc) else x)
-            outputs.append(ir.OutputColumn(name, post, "__a0" if isinstance(post, exp.Column) else None))
+            post = key_outputs(inner, self.keys, lambda x: self.flatten(x, "SELECT"))
+            for c in post.find_all(exp.Column):
+                if not c.name.startswith(("__a", "__k")):
+                    self.bad(it, f"'{c.sql()}' in SELECT is neither aggregated nor a GROUP BY key; add it to GROUP BY or "
+                                 "aggregate it")
+            outputs.append(ir.OutputColumn(name, post, post.name if isinstance(post, exp.Column) else None))
 
         join_plan = self.people(agg, value, where_flat, conditions)
         first = self.inputs[0].table
         aggregate = ir.Aggregate(agg[0], None, "__a0", agg_nodes[0].sql(dialect="duckdb"), agg[2])
         order = [o.copy() for o in stmt.args["order"].expressions] if stmt.args.get("order") is not None else []
+        if self.keys:  # ORDER BY a key expression: over the released key (output names stay as they are)
+            names = {o.name.lower() for o in outputs}
+            for o in order:
+                if not (isinstance(o.this, exp.Column) and not o.this.table and o.this.name.lower() in names):
+                    o.set("this", key_outputs(o.this, self.keys, lambda x: self.flatten(x, "ORDER BY")))
         lim, off = self.int_clause("limit"), self.int_clause("offset")
         _raise(self.vs)
-        return ir.QueryPlan(sql=sql, table=first, where=None, keys=[], aggregates=[aggregate], outputs=outputs,
+        keys = [ir.GroupKey(k.expr, k.name, k.sql, k.domain) for k in self.keys]
+        return ir.QueryPlan(sql=sql, table=first, where=None, keys=keys, aggregates=[aggregate], outputs=outputs,
                             order=order, limit=lim, offset=off, join=join_plan)
 
     def int_clause(self, key: str) -> int | None:
@@ -508,7 +525,8 @@ class _JoinBuilder:
         _raise(vs, policy=True)
         jp = ir.JoinPlan(inputs=tuple((i.alias, i.table.name) for i in self.inputs), conditions=tuple(conditions),
                            where=where, kind=agg[0], value=value, bounds=agg[2], slots=tuple(_dedupe(slots)),
-                           flat_schema=dict(self.flat_schema), unique_keys=tuple(self.unique))
+                           flat_schema=dict(self.flat_schema), unique_keys=tuple(self.unique),
+                           keys=tuple(self.keys))
         pb = bound_people(jp, self.catalog)
         if math.isinf(pb.delta):
             names = ", ".join(f"'{s.alias}.{s.column}'" + (f" (references {s.hops[0].target_table}.{s.hops[0].target_column})"

@@ -135,7 +135,7 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
     for a, b in jp.conditions:
         add(a)
         add(b)
-    for e in (jp.where, jp.value):
+    for e in (jp.where, jp.value, *[k.expr for k in jp.keys]):
         if e is not None:
             for c in e.find_all(exp.Column):
                 add(c.name)
@@ -370,17 +370,20 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
 
 
 def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
-                   caps: Sequence[tuple[str, str, int]] = ()) -> exp.Select:
+                   caps: Sequence[tuple[str, str, int]] = (), extra: Sequence[tuple[str, exp.Expression]] = ()
+                   ) -> exp.Select:
     """Per sampled tuple: the weights ``__w*`` and per user slot ``__u<k>``: the
     person's id (VARCHAR; NULL where the slot's column is NULL: it reaches nobody) for a slot
     whose column holds the person, or the list of ids (VARCHAR[]) of a looked-up chain
-    (:func:`_lookup`)."""
+    (:func:`_lookup`). ``extra``: (name, expression over the join's flat columns) carried along
+    (e.g. a GROUP BY key)."""
     parts = parts_of(jp)
     starts = list(dict.fromkeys(flat(s.alias, p) for s in jp.slots for p in key_parts(s.column)))
-    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=[_col(c) for c in starts],
+    more = [exp.alias_(e.copy(), n) for n, e in extra]  # part of the tuple's content, hence of its identity
+    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=[_col(c) for c in starts] + more,
                         with_tid=q < 1.0)
     sample = _sampled(rel, salt, q, ops)
-    out = exp.select(*[_col(f"__s.{p.name}") for p in parts]).from_("__s")
+    out = exp.select(*[_col(f"__s.{p.name}") for p in parts], *[_col(f"__s.{n}") for n, _ in extra]).from_("__s")
     for k, s in enumerate(jp.slots):
         if not s.hops or _direct(s.hops, catalog):
             out = out.select(exp.alias_(_person_text(catalog, s.person_table, _col(f"__s.{flat(s.alias, s.column)}")),

@@ -1,0 +1,517 @@
+r"""GROUP BY over joins: DP-S4S's vector mechanism (Algorithm 5), and per-user L2 clipping for one owner.
+
+A grouped join releases one value per key of a public key set (``dpsql.plan.join_groups``): the
+vector F = (f_1, …, f_d), f_g = Σ_{t in group g} w_t. Which keys are released never depends on
+private rows. Two paths, chosen from public metadata only (``route_grouped_join``):
+
+Privacy claim
+-------------
+Neighbouring relation (``docs/mechanisms.md`` §3.1): add or remove one person with every join tuple
+they contribute to (a tuple belongs to every person reached from any of its rows through any
+declared reference; tuples reaching nobody are counted in full, sensitivity 0).
+
+**Clipped Gaussian (one person per tuple: a single foreign-key chain, Δ enforced).** Inside the
+engine each owner's contribution vector v_u ∈ ℝ^d (per group, the sum of its tuples' values) is
+scaled into the L2 ball of radius C: v_u·min(1, C/‖v_u‖₂); the clipped vectors are summed per
+group (``dpsql.rewrite.join_groups.clipped_groups``). Removing one person removes exactly their
+tuples, so the sum moves by their clipped vector: L2 sensitivity C (we calibrate for C(1 + 2⁻³⁰),
+covering the floating-point rounding of the norm and the scaling). C is the option ``clip_norm``
+(declared by the analyst, in the aggregate's units) or, by default, the data-independent
+C = Δ·max(|lo|, |hi|) (count: Δ), the largest norm one person's vector can have, so by default
+nothing is clipped. Noise N(0, σ²I_d), σ = ``gaussian_sigma``(ε, δ_G, C) (exact analytic-Gaussian
+calibration, ``dpsql.accounting``), δ_G = δ − δ_fp with δ_fp = (1 + e^ε)·d·δ_coord(σ, γ) the
+floating-point part of the sampler and rounding (``dpsql.noise`` §3) at the public grid γ (a power
+of two; ≥ 1 and integer for counts). Charged: (ε, δ). No sampling on this path.
+
+**DP-S4S vector (Algorithm 5; tuples with several people, or ``mechanism='dp_s4s'``).**
+Stage 1: Poisson sample of the join tuples at rate q (SHA-256 keyed by the per-query secret salt,
+in the engine, as the scalar path: ``dpsql.rewrite.joins``); only the sampled tuples' users, group
+index and weights reach Python. Weights are normalised to [0, 1] (a SUM's positive and negative
+parts are separate vector queries, each with half of (ε, δ)). Stage 2 (SVT, PMSJA): ε₁ = ε/5,
+θ = (6/ε₁)ln(6/β) + Lap(2κ/ε₁); for τ = 1, 2, 4, …, τ_L = 2^⌈log₂ Δ⌉: solve the truncation program
+(Eq. 2, an SOCP: ``dpsql.mechanisms._s4s_socp``) on the sample, E = Σ_u(1 − y_u); stop at the first
+τ with E + Lap(4κ/ε₁) ≤ θ (or at τ_L, where every user's vector has norm ≤ Δ ≤ τ_L and E = 0).
+Stage 3: α = ``s4s_find_alpha``(ε₂ = 4ε/5, δ_A, d), ρ = ε₂ − ln(1/δ_A)/(α − 1), γ and η =
+``s4s_eta``(α, ρ, d) of Lemma 4.1 (the paper's η); B = (E + 1)/κ; release
+F̄ + σ(S)·N(0, I_d), σ(S) = 2τκ·η·SS(B, γ), rounded to the public grid γ_τ, divided by q. By
+Lemma 4.2 the whole is (ε′, δ_A)-DP with ε′ = ``s4s_vector_epsilon``(ε, δ_A, α, q, Δ) ≤ ε.
+κ = 1 + GAP (GAP = 10⁻³, ``_s4s_socp.GAP``) covers the solver: the released E is within the
+certified gap g ≤ GAP of the optimum's, so B·κ = E + 1 moves by ≤ 1 + GAP between neighbours and
+B = (E + 1)/κ moves by ≤ 1 while still bounding LS_{F̄/(2τκ)} (Eq. 4); the SVT's scales carry κ
+for the same reason. Uncertified solves (never observed) release the repaired point: the residual
+outside the proof, as in part 1 (``_s4s_truncation``). The paper's LS bound of Eq. (4) is applied
+to the solver's certified near-optimal point.
+
+σ(S) depends on the data: it is **never** reported (not in the Release, explain or the ledger).
+Reported instead: the public σ_lo(τ) = 2τκη·SS(1/κ, γ)/q ≤ σ(S)/q and σ_cap(τ) = 2τκη·SS(B_cap/κ,
+γ)/q, with B_cap = θ₀ + 1 + (8κ/ε₁)ln(L/p), p = 10⁻³δ: the SVT stops at a τ with E + 1 > B_cap
+with probability ≤ p (its noise would have to exceed B_cap − 1 − θ₀), so σ(S) ≤ σ_cap w.p. ≥ 1 − p.
+Floating point: δ_fp = (1 + e^ε)·(d·max_τ δ_coord(σ_cap(τ), γ_τ) + p + L·2⁻⁴⁰) (Gaussian sampler
+and rounding at σ ≤ σ_cap; the event σ > σ_cap; the SVT's float Laplace comparisons), the grid γ_τ
+= the least power of two ≥ σ_lo(τ)q/16 whose δ_fp ≤ δ/10, and δ_A = δ − δ_fp. Charged: (ε′, δ).
+
+Δ: Lemma 4.2's amplification uses q′ = 1 − (1 − q)^Δ. With one person per tuple Δ is enforced
+by the per-input row caps (``dpsql.plan.joins``); with several people per tuple it is attested by
+the owner's declarations, the claim for q < 1 is conditional on it and needs the owner's
+``allow_conditional_sampling`` (as for scalar joins). q = 1 (``mechanism='r2t'`` on a grouped
+join: the unsampled PMSJA-style release) needs no Δ for Lemma 4.2 (q′ = 1); τ_L still comes from Δ,
+and so does the floating-point part's bound σ(S) ≤ σ_cap at τ_L (E = 0 there when Δ holds): with an
+attested Δ that one term of δ is conditional on it.
+
+Key set: declared domains and years are in the catalog; a public table's keys are read from that
+table in the query (public rows); d is then known only at run time, and the parameters above are
+computed there from d (public) — ``explain`` shows them as formulas, and the charge is (ε, δ) ≥ (ε′, δ).
+
+Observability residuals (``docs/threat_model.md``): the sampled tuples come to Python and the SOCP
+runs there, so time and memory depend on the data's size (as for scalar joins).
+Sources: Qiu, Xiao, Yang, "DP-S4S" (SIGMOD 2026) §4 (Lemma 4.1, Algorithm 5, Lemma 4.2);
+Dong, Sun, Yi, "Better than composition" (PMSJA, SIGMOD 2023); ``docs/mechanisms.md`` §3.7–3.9.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.accounting import gaussian_sigma, s4s_eta, s4s_gamma, s4s_smooth_sensitivity
+from dpsql.accounting.s4s import s4s_find_alpha, s4s_vector_epsilon_parts
+from dpsql.budget import Budget
+from dpsql.engine.base import SqlOps
+from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
+from dpsql.mechanisms import _s4s_socp as socp
+from dpsql.mechanisms.base import Description, MechanismName, Released, Request
+from dpsql.noise import NoiseSource, gaussian_fp_delta, round_to_granularity
+from dpsql.plan import ir
+from dpsql.plan.joins import PeopleBound, bound_people
+from dpsql.rewrite.bound import Caps
+from dpsql.rewrite.join_groups import clipped_groups, sampled_groups
+from dpsql.rewrite.joins import Part, parts_of
+
+BETA = 0.1
+DEFAULT_Q = 1.0 / 16.0
+#: relative slack on the clip norm (floating-point norm and scaling)
+CLIP_SLACK = 2.0**-30
+KAPPA = 1.0 + socp.GAP
+FP_SHARE = 0.1  #: at most this share of δ goes to the floating-point part
+
+
+@dataclass(frozen=True)
+class VectorParams:
+    """Algorithm 5's public parameters for one part at dimension d."""
+
+    d: int
+    epsilon: float
+    delta: float
+    delta_alg: float
+    eps1: float
+    eps2: float
+    theta0: float
+    taus: tuple[float, ...]
+    alpha: float
+    rho: float
+    gamma: float
+    eta: float
+    b_cap: float
+    p_exceed: float
+    sigma_lo: tuple[float, ...]  #: per τ, before the 1/q scaling
+    sigma_cap: tuple[float, ...]
+    grid: tuple[float, ...]
+    fp_delta: float
+    epsilon_prime: float
+    q_prime: float
+
+
+@lru_cache(maxsize=256)
+def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams:
+    """Public parameters of Algorithm 5 (module docstring); ConfigError if δ cannot cover the float part."""
+    eps1, eps2 = epsilon / 5.0, 4.0 * epsilon / 5.0
+    theta0 = 6.0 / eps1 * math.log(6.0 / BETA)
+    n_tau = max(0, math.ceil(math.log2(max_tuples))) + 1
+    taus = tuple(float(2**i) for i in range(n_tau))
+    delta_alg = delta * (1.0 - FP_SHARE)
+    if not eps2 > 0 or not math.isfinite(eps2):  # pragma: no cover - epsilon validated upstream
+        raise ConfigError("epsilon must be positive")
+    alpha = s4s_find_alpha(eps2, delta_alg, d)
+    rho = eps2 - math.log(1.0 / delta_alg) / (alpha - 1.0)
+    gamma = s4s_gamma(alpha, rho, d)
+    eta = s4s_eta(alpha, rho, d, "paper")
+    p = 1e-3 * delta
+    b_cap = theta0 + 1.0 + 8.0 * KAPPA / eps1 * math.log(n_tau / p)
+    g1 = s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
+    gc = s4s_smooth_sensitivity(b_cap / KAPPA, gamma)[0]
+    lo = tuple(2.0 * t * KAPPA * eta * g1 for t in taus)
+    cap = tuple(2.0 * t * KAPPA * eta * gc for t in taus)
+    mult = 1.0 + math.exp(epsilon)
+    for k in range(0, 40):
+        grid = tuple(2.0 ** (math.floor(math.log2(s / 16.0)) + k) for s in lo)
+        coord = max(gaussian_fp_delta(s, g, integer=False) for s, g in zip(cap, grid))
+        fp = mult * (d * coord + p + n_tau * 2.0**-40)
+        if fp <= FP_SHARE * delta:
+            break
+    else:
+        raise ConfigError(f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups",
+                          hint="use a larger delta (e.g. 1e-7 or more) or fewer groups")
+    parts = s4s_vector_epsilon_parts(epsilon, delta_alg, alpha, q, max_tuples)
+    return VectorParams(d, epsilon, delta, delta_alg, eps1, eps2, theta0, taus, alpha, rho, gamma, eta, b_cap, p, lo, cap,
+                        grid, fp, min(epsilon, parts.epsilon_prime), parts.q_prime)
+
+
+@dataclass(frozen=True)
+class ClipParams:
+    d: int
+    clip: float
+    sigma: float
+    grid: float
+    fp_delta: float
+
+
+@lru_cache(maxsize=256)
+def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool) -> ClipParams:
+    sens = clip * (1.0 + CLIP_SLACK)
+    sigma = gaussian_sigma(epsilon, delta * (1.0 - FP_SHARE), sens)
+    mult = 1.0 + math.exp(epsilon)
+    base = 0 if integer else math.floor(math.log2(sigma / 16.0))
+    for k in range(0, 60):
+        grid = 2.0 ** (base + k)
+        fp = mult * d * gaussian_fp_delta(sigma, grid, integer=False)
+        if fp <= FP_SHARE * delta:
+            return ClipParams(d, clip, sigma, grid, fp)
+    raise ConfigError(f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups",
+                      hint="use a larger delta")  # pragma: no cover
+
+
+@dataclass
+class VectorCalibration:
+    plan: ir.QueryPlan
+    jp: ir.JoinPlan
+    people: PeopleBound
+    name: MechanismName
+    path: str  #: "clip" | "s4s"
+    epsilon: float
+    delta: float
+    q: float
+    max_tuples: int
+    parts: list[Part]
+    catalog: dict[str, Any]
+    d: int | None  #: None: the key set is read from a public table at run time
+    clip: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def part_epsilon(self) -> float:
+        return self.epsilon / len(self.parts)
+
+    @property
+    def part_delta(self) -> float:
+        return self.delta / len(self.parts)
+
+    @property
+    def integer(self) -> bool:
+        return self.jp.kind in (ir.COUNT_STAR, ir.COUNT_COL)
+
+
+def _d(jp: ir.JoinPlan) -> int | None:
+    n = 1
+    for k in jp.keys:
+        if k.domain is None:
+            return None
+        n *= len(k.domain)
+    return n
+
+
+def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
+    from dpsql.mechanisms.s4s_sql import _private_tables
+
+    plan = request.plan
+    assert plan is not None and plan.join is not None and plan.join.keys
+    jp = plan.join
+    catalog = dict(request.catalog)
+    opts = dict(request.options)
+    if request.delta <= 0:
+        raise ConfigError("GROUP BY over joins is answered under (epsilon, delta)-DP and needs delta > 0",
+                          hint="pass delta=1e-7 (for example)")
+    people = bound_people(jp, catalog)
+    if math.isinf(people.delta):  # pragma: no cover - the analyser refuses unbounded plans
+        raise PolicyError("the join tuples per person cannot be bounded from the catalog")
+    delta_int = int(people.delta)
+    if "max_tuples_per_user" in opts:
+        v = opts["max_tuples_per_user"]
+        if people.enforced:
+            raise PolicyError("max_tuples_per_user applies to an attested Delta; this join's Delta is enforced")
+        if v < delta_int:
+            raise PolicyError(f"max_tuples_per_user={v} is below Delta={delta_int} that follows from the owner's declarations: "
+                              "an attested Delta may be raised, never lowered", hint=f"pass max_tuples_per_user >= {delta_int}")
+        delta_int = int(v)
+    path = "clip" if name == MechanismName.JOIN_CLIPPED else "s4s"
+    if path == "clip" and not people.enforced:
+        raise PolicyError("per-user clipping needs one person per join tuple (a single foreign-key chain); this join's "
+                          "tuples have several people", hint="omit the mechanism option (DP-S4S answers it)")
+    q = float(opts.get("q", DEFAULT_Q if name == MechanismName.DP_S4S_VECTOR else 1.0))
+    if path == "clip" and "q" in opts:
+        raise ConfigError("per-user clipping does not sample", hint="omit q, or use mechanism='dp_s4s'")
+    if name == MechanismName.R2T and q != 1.0:
+        raise ConfigError("the unsampled variant does not sample (q = 1)", hint="omit q, or use mechanism='dp_s4s'")
+    if "clip_norm" in opts and path != "clip":
+        raise ConfigError("clip_norm applies to the per-user clipping path (one person per tuple)", hint="omit clip_norm")
+    if path == "s4s" and not people.enforced and q < 1.0:
+        denied = [t for t in _private_tables(jp, catalog) if not catalog[t].allow_conditional_sampling]
+        if denied:
+            raise PolicyError(
+                f"q={q!r} samples a join whose Delta is only attested (tuples have several people), and the data owner has "
+                f"not allowed that for table(s) {', '.join(repr(t) for t in denied)}",
+                hint="use mechanism='r2t' (q = 1, needs no Delta); the data owner may register the tables with "
+                     "allow_conditional_sampling=True")
+    if path == "s4s" and not people.single_owner:
+        import importlib.util
+
+        if importlib.util.find_spec("clarabel") is None:
+            raise ConfigError("GROUP BY over a join whose tuples have several people needs the cone solver Clarabel, "
+                              "which is not installed", hint="pip install 'dpsql[joins]' (or pip install clarabel)")
+    parts = parts_of(jp)
+    lo, hi = jp.bounds
+    default_clip = float(delta_int) * (1.0 if jp.kind != ir.SUM else max(abs(lo), abs(hi), 1e-300))
+    clip = float(opts.get("clip_norm", default_clip))
+    if not (math.isfinite(clip) and clip > 0):
+        raise ConfigError(f"clip_norm must be a positive number, got {opts.get('clip_norm')!r}")
+    if path == "clip":
+        parts = [Part("__a0", 1, 1.0, 1)]
+    cal = VectorCalibration(plan, jp, people, name, path, request.epsilon, request.delta, q, delta_int, parts, catalog, _d(jp),
+                            clip)
+    if cal.d is not None:
+        _params(cal, cal.d)  # refuse unusable parameters before any charge
+    if path == "clip":
+        how = "the option clip_norm" if "clip_norm" in opts else f"the default Delta x max|value| = {clip:g} (nothing is clipped)"
+        cal.notes.append(f"one person per join tuple: each person's vector of per-group totals is clipped in L2 to C = {clip:g} "
+                         f"({how}) inside the engine, then Gaussian noise of scale sigma (public) is added; no sampling")
+    else:
+        cal.notes.append("the noise scale sigma(S) depends on the data (smooth sensitivity): it is never shown; the "
+                         "parameters give public bounds sigma_lo <= sigma(S) <= sigma_cap (the latter except with probability "
+                         "p_exceed)")
+        if not people.enforced and q < 1.0:
+            cal.notes.append(f"Delta={delta_int} is attested by the data owner's declarations (tuples have several people): "
+                             "the privacy claim of sampling (q < 1) is conditional on it")
+    if len(parts) == 2:
+        cal.notes.append("SUM with a negative lower bound: its positive and negative parts are answered separately, each with "
+                         "half of the budget, and subtracted")
+    if cal.d is None:
+        cal.notes.append("the key set is read from a public table at run time: d, and the parameters that depend on it, "
+                         "are computed then (public); the charge is the requested (epsilon, delta)")
+    return cal
+
+
+def _params(cal: VectorCalibration, d: int) -> Any:
+    if cal.path == "clip":
+        return clip_params(cal.epsilon, cal.delta, d, cal.clip, cal.integer)
+    return vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples)
+
+
+def _size_formula(cal: VectorCalibration) -> dict[str, Any]:
+    """The SOCP's size as a formula of public quantities, evaluated where the owner declared table sizes."""
+    from dpsql.plan.joins import _walk
+
+    k = len(cal.jp.slots)
+    out: dict[str, Any] = {
+        "formula": f"variables <= |S| + |users(S)| <= (1 + {k}) |S|; cones <= |users(S)|; linear rows = |S| + 2 variables; "
+                   "E|S| = q |J|, |J| <= rows(t) x (join factor from t) for any input t",
+    }
+    best = math.inf
+    for a, t in cal.jp.inputs:
+        rows = cal.catalog[t].max_table_rows
+        if rows is None:
+            continue
+        factor, _, _ = _walk(cal.jp, cal.catalog, a, None)
+        best = min(best, rows * factor)
+    if math.isfinite(best):
+        out["join_tuples_at_most"] = best
+        out["expected_sample_at_most"] = cal.q * best
+        out["variables_at_most"] = (1 + k) * cal.q * best
+    else:
+        out["evaluated"] = "not evaluated: the owner declared no max_table_rows for the join's tables"
+    return out
+
+
+def describe(cal: VectorCalibration) -> Description:
+    params: dict[str, Any] = {
+        "mechanism": cal.name.value,
+        "path": "per-user L2 clipping + Gaussian (one person per tuple)" if cal.path == "clip"
+        else "DP-S4S vector (Algorithm 5: sampled tuples, SVT over tau, SOCP truncation, smooth-sensitivity Gaussian)",
+        "q": cal.q if cal.path == "s4s" else 1.0,
+        "Delta": cal.max_tuples,
+        "Delta_holds": "enforced" if cal.people.enforced else "attested",
+        "Delta_derivation": cal.people.derivation,
+        "join": cal.jp.describe(),
+        "group_keys": [{"key": k.sql, "kind": k.kind, "values": len(k.domain) if k.domain is not None else "read from the public table"}
+                       for k in cal.jp.keys],
+        "d": cal.d if cal.d is not None else "number of public keys (known at run time)",
+        "parts": [{"sign": p.sign, "scale": p.scale} for p in cal.parts],
+        "beta": BETA,
+    }
+    cost = Budget(cal.epsilon, cal.delta)
+    if cal.path == "clip":
+        params["clip_norm"] = cal.clip
+        if cal.d is not None:
+            cp = _params(cal, cal.d)
+            params.update({"sigma": cp.sigma, "l2_sensitivity": cal.clip * (1 + CLIP_SLACK), "granularity": cp.grid,
+                           "fp_delta": cp.fp_delta})
+    else:
+        params["budget_split"] = {"svt_epsilon": "epsilon/5 per part", "release_epsilon": "4 epsilon/5 per part",
+                                  "per_part": {"epsilon": cal.part_epsilon, "delta": cal.part_delta}}
+        params["solver"] = {"program": "SOCP (PMSJA Eq. 2), Clarabel; closed form when each tuple has one person",
+                            "certified_gap_allowance": socp.GAP, **_size_formula(cal)}
+        if cal.d is not None:
+            vp = _params(cal, cal.d)
+            params.update({
+                "tau_grid": list(vp.taus), "svt_threshold": vp.theta0, "svt_threshold_noise_scale": 2 * KAPPA / vp.eps1,
+                "svt_query_noise_scale": 4 * KAPPA / vp.eps1, "alpha": vp.alpha, "rho": vp.rho, "gamma": vp.gamma,
+                "eta": vp.eta, "B_cap": vp.b_cap, "p_exceed": vp.p_exceed,
+                "sigma_lo": [s / cal.q for s in vp.sigma_lo], "sigma_cap": [s / cal.q for s in vp.sigma_cap],
+                "granularity": list(vp.grid), "fp_delta": vp.fp_delta, "q_prime": vp.q_prime,
+                "epsilon_prime": vp.epsilon_prime * len(cal.parts), "delta_algorithm": vp.delta_alg})
+            cost = Budget(min(cal.epsilon, vp.epsilon_prime * len(cal.parts)), cal.delta)
+        else:
+            params["tau_grid"] = [float(2**i) for i in range(max(0, math.ceil(math.log2(cal.max_tuples))) + 1)]
+    return Description(label=cal.name.value, cost=cost, parameters=params, notes=tuple(cal.notes))
+
+
+def _domain(rows: pa.Table, jp: ir.JoinPlan) -> pa.Table:
+    if "__tuple" in rows.column_names:
+        import pyarrow.compute as pc
+
+        rows = rows.filter(pc.is_null(rows.column("__tuple")))
+    return rows.select([k.name for k in jp.keys] + ["__gid"]).sort_by("__gid")
+
+
+def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Released:
+    dom = _domain(rows, cal.jp)
+    d = dom.num_rows
+    keys = {k.name: dom.column(k.name) for k in cal.jp.keys}
+    if d == 0:
+        empty = pa.array([], type=pa.int64() if cal.integer else pa.float64())
+        return Released(table=pa.table({**keys, "__a0": empty}), accuracy={"__a0": {"mechanism": cal.name.value}})
+    if cal.path == "clip":
+        cp = clip_params(cal.epsilon, cal.delta, d, cal.clip, cal.integer)
+        vals = np.asarray(rows.sort_by("__gid").column("__a0").to_numpy(zero_copy_only=False), dtype=np.float64)
+        noisy = round_to_granularity(vals + rng.gaussian_noise(cp.sigma, d), cp.grid)
+        acc: dict[str, Any] = {"mechanism": cal.name.value, "noise": "gaussian", "sigma": cp.sigma, "half_width_95": 1.96 * cp.sigma,
+               "note": "per-user L2 clipping to clip_norm (biased low when a person's vector is clipped) + Gaussian noise"}
+        total = noisy
+    else:
+        total = np.zeros(d)
+        taus: list[float] = []
+        caps: list[float] = []
+        acc = {"mechanism": cal.name.value, "noise": "gaussian (smooth sensitivity; its scale is not shown)", "taus": taus,
+               "sigma_cap": caps, "note": "sigma_cap bounds the noise scale except with probability p_exceed (explain); the "
+               "truncation at the chosen tau biases the values low"}
+        import pyarrow.compute as pc
+
+        tup = rows.filter(pc.is_valid(rows.column("__tuple")))
+        from dpsql.mechanisms.s4s_sql import _tuples
+
+        for part in cal.parts:
+            vp = vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples)
+            w, ti, ui = _tuples(_Slots(cal.jp), tup, part)  # type: ignore[arg-type]
+            w = np.clip(w, 0.0, 1.0)
+            gid = np.asarray(tup.column("__gid").to_numpy(zero_copy_only=False), dtype=np.int64)
+            n_users = int(ui.max()) + 1 if ui.size else 0
+            inst = socp.Instance(w, gid, ti, ui, n_users, d)
+            est, tau = _algorithm5(inst, vp, rng)
+            total += part.sign * part.scale * est / cal.q
+            taus.append(tau)
+            caps.append(part.scale * vp.sigma_cap[vp.taus.index(tau)] / cal.q)
+        acc["half_width_95"] = 1.96 * math.sqrt(sum(c * c for c in caps))
+    value = pa.array(np.rint(total).astype(np.int64)) if cal.integer else pa.array(total, type=pa.float64())
+    return Released(table=pa.table({**keys, "__a0": value}), accuracy={"__a0": acc})
+
+
+@dataclass(frozen=True)
+class _Slots:
+    jp: ir.JoinPlan
+
+
+def noise_scale(tau: float, excess: float, gamma: float, eta: float) -> float:
+    """σ(S) = 2τκ·η·SS(B, γ), B = (E + 1)/κ: Lemma 4.1 applied to F̄/(2τκ) (module docstring)."""
+    return 2.0 * tau * KAPPA * eta * s4s_smooth_sensitivity((excess + 1.0) / KAPPA, gamma)[0]
+
+
+def _algorithm5(inst: socp.Instance, vp: VectorParams, rng: NoiseSource) -> tuple[np.ndarray, float]:
+    """Stages 2–3 of Algorithm 5 on the sample (module docstring): the noisy F̃ (before 1/q) and τ."""
+    theta = vp.theta0 + float(rng.laplace(2.0 * KAPPA / vp.eps1, 1)[0])
+    chosen = None
+    for i, tau in enumerate(vp.taus):
+        tr = socp.truncate(inst, tau)
+        last = i == len(vp.taus) - 1
+        if last or tr.excess + float(rng.laplace(4.0 * KAPPA / vp.eps1, 1)[0]) <= theta:
+            chosen = (i, tau, tr)
+            break
+    assert chosen is not None
+    i, tau, tr = chosen
+    sigma = noise_scale(tau, tr.excess, vp.gamma, vp.eta)  # data dependent: never reported
+    noisy = round_to_granularity(tr.values + rng.gaussian_noise(sigma, inst.d), vp.grid[i])
+    return noisy, tau
+
+
+class VectorJoinMechanism:
+    """GROUP BY over joins: per-user clipping (one person per tuple) or DP-S4S's vector form."""
+
+    options = frozenset({"q", "max_tuples_per_user", "clip_norm"})
+
+    def __init__(self, name: MechanismName) -> None:
+        self.name = name
+
+    name: MechanismName
+
+    def calibrate(self, request: Request, contribution: Caps) -> VectorCalibration:
+        return calibrate(request, self.name)
+
+    def describe(self, cal: VectorCalibration) -> Description:
+        return describe(cal)
+
+    def bounded(self, cal: VectorCalibration, salt: str, ops: SqlOps) -> exp.Expression:
+        if ops.dialect != "duckdb":
+            raise UnsupportedQueryError(
+                f"joins run on the DuckDB engine only: their sampling and truncation are not yet checked on {ops.dialect}",
+                hint="answer the join with a Session on the DuckDB engine (the default)")
+        caps = cal.people.caps if cal.people.enforced else ()
+        if cal.path == "clip":
+            assert cal.people.owner is not None
+            return clipped_groups(cal.jp, cal.catalog, cal.people.owner, cal.clip, salt=salt, ops=ops, caps=caps)
+        return sampled_groups(cal.jp, cal.catalog, salt=salt, q=cal.q, ops=ops, caps=caps)
+
+    def released_types(self, cal: VectorCalibration) -> dict[str, str]:
+        return {"__a0": "BIGINT" if cal.integer else "DOUBLE"}
+
+    def key_domain(self, cal: VectorCalibration) -> pa.Table | None:
+        if cal.d is None or cal.d > 100_000:
+            return None
+        import itertools
+
+        combos = sorted(itertools.product(*[k.domain or () for k in cal.jp.keys]))
+        return pa.table({k.name: pa.array([c[i] for c in combos]) for i, k in enumerate(cal.jp.keys)})
+
+    def release(self, cal: VectorCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
+        assert bounded is not None
+        return release(cal, bounded, rng)
+
+
+def route_name(options: dict[str, Any], people: PeopleBound) -> MechanismName:
+    """Which mechanism answers a grouped join (public metadata only)."""
+    forced = options.get("mechanism", "auto")
+    if forced not in ("auto", "dp_s4s", "r2t", "dp_s4s_vector", "clipped_gaussian"):
+        raise PolicyError(f"GROUP BY over joins is answered by per-user clipping or DP-S4S, not by mechanism '{forced}'",
+                          hint="use mechanism='dp_s4s', 'r2t' (unsampled) or 'clipped_gaussian', or omit the option")
+    if forced == "auto":
+        if "q" in options:
+            return MechanismName.DP_S4S_VECTOR
+        # as for scalar joins: an attested Delta defaults to the unsampled variant, whose privacy needs no Delta
+        return MechanismName.JOIN_CLIPPED if people.enforced else MechanismName.R2T
+    if forced == "r2t":
+        return MechanismName.R2T
+    if forced == "clipped_gaussian":
+        return MechanismName.JOIN_CLIPPED
+    return MechanismName.DP_S4S_VECTOR

@@ -1,0 +1,127 @@
+"""The SQL of a GROUP BY over a join (``dpsql.mechanisms.s4s_vector``), composed over ``SqlOps``.
+
+* ``__dom``: the public key set, one row per key combination with its index ``__gid`` (0 ... d-1,
+  ordered by the key values): declared domains and years as literal lists; a public table's
+  column as its distinct non-NULL values after the WHERE conjuncts over that table alone (public
+  rows only). The product of the keys' sets when there are several.
+* :func:`clipped_groups` (one person per tuple): per owner and group the sum of the tuple values,
+  each owner's vector clipped in L2 to the public bound C (scaled by min(1, C/norm)), summed per
+  group; tuples whose owner is NULL reach nobody and count unclipped. One row per key of
+  ``__dom`` (zero where no tuple), all inside the engine: only d numbers reach Python.
+* :func:`sampled_groups` (general): the Poisson-sampled tuples of ``dpsql.rewrite.joins`` with
+  their group index, UNION ALL BY NAME the rows of ``__dom`` (``__tuple`` NULL): only the sample
+  and the public key set reach Python.
+
+A tuple whose key is not in the key set is dropped (inner join with ``__dom``): a per-tuple filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from sqlglot import exp
+
+from dpsql.catalog import TableSpec
+from dpsql.engine.base import SqlOps, source_name
+from dpsql.plan import ir
+from dpsql.plan.joins import flat
+from dpsql.plan.typer import domain_literal
+from dpsql.rewrite.bound import guard
+from dpsql.rewrite.joins import Part, _split_where, join_relation, parts_of, sampled_tuples
+
+
+def _col(name: str) -> exp.Column:
+    return exp.column(name, quoted=False)
+
+
+def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
+    if k.domain is not None:
+        vals = [exp.Literal.number(v) if k.kind == "year" else domain_literal(v, k.sql_type) for v in k.domain]
+        return exp.select(exp.alias_(exp.func("unnest", exp.Array(expressions=vals)), k.name))
+    t = catalog[dict(jp.inputs)[k.alias]]
+    local, _ = _split_where(jp)
+    cols = sorted({k.column, *[c.name.split("__", 1)[1] for e in local.get(k.alias, []) for c in e.find_all(exp.Column)]})
+    rel: exp.Expression = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(k.alias, c)) for c in cols]).from_(
+        exp.to_table(t.view or source_name(t.name), quoted=True))
+    conds: list[exp.Expression] = [exp.Not(this=exp.Is(this=_col(flat(k.alias, k.column)), expression=exp.Null()))]
+    if local.get(k.alias):
+        conds += [guard(c, dict(jp.flat_schema)) for c in local[k.alias]]
+    q = exp.select(exp.alias_(_col(flat(k.alias, k.column)), k.name)).distinct().from_(rel.subquery("__p"))
+    for c in conds:
+        q = q.where(c)
+    return q
+
+
+def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
+    """``__dom``: every key combination and its index ``__gid`` (module docstring)."""
+    names = [k.name for k in jp.keys]
+    q = exp.select(*[_col(f"__d{i}.{n}") for i, n in enumerate(names)]).from_(_key_set(jp.keys[0], jp, catalog).subquery("__d0"))
+    for i, k in enumerate(jp.keys[1:], start=1):
+        q = q.join(_key_set(k, jp, catalog).subquery(f"__d{i}"), join_type="cross")
+    order = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=[exp.Ordered(this=_col(n)) for n in names]))
+    return q.select(exp.alias_(exp.Sub(this=order, expression=exp.Literal.number(1)), "__gid"))
+
+
+def _on_keys(jp: ir.JoinPlan, left: str) -> exp.Expression:
+    out: exp.Expression | None = None
+    for i, k in enumerate(jp.keys):
+        c = exp.EQ(this=_col(f"{left}.__x{i}"), expression=_col(f"__dom.{k.name}"))
+        out = c if out is None else exp.And(this=out, expression=c)
+    assert out is not None
+    return out
+
+
+def _value(parts: list[Part]) -> exp.Expression:
+    """The tuple's signed value in the aggregate's units (count: 1; sum: its clamped value, on the
+    2^-20 grid of ``dpsql.rewrite.joins``)."""
+    out: exp.Expression | None = None
+    for p in parts:
+        v = exp.Mul(this=exp.cast(_col(p.name), "DOUBLE"), expression=exp.Literal.number(repr(p.sign * p.scale / p.units)))
+        out = v if out is None else exp.Add(this=out, expression=v)
+    assert out is not None
+    return out
+
+
+def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.UserSlot, clip: float, *, salt: str,
+                   ops: SqlOps, caps: Sequence[tuple[str, str, int]]) -> exp.Select:
+    """One row per key: the keys, ``__gid`` and ``__a0`` = Σ_u clip_C(v_u)[g] (module docstring)."""
+    parts = parts_of(jp)
+    extra = [exp.alias_(k.expr.copy(), f"__x{i}") for i, k in enumerate(jp.keys)]
+    extra.append(exp.alias_(_col(flat(owner.alias, owner.column)), "__owner"))
+    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=extra, with_tid=False)
+    per = (exp.select(_col("__j.__owner"), _col("__dom.__gid"), exp.alias_(exp.func("sum", _value(parts)), "__v"))
+           .from_(rel.subquery("__j")).join(exp.to_table("__dom"), on=_on_keys(jp, "__j"), join_type="inner")
+           .group_by(_col("__j.__owner"), _col("__dom.__gid")))
+    norms = (exp.select(_col("__owner"), exp.alias_(exp.func("sqrt", exp.func("sum", exp.Mul(this=_col("__v"), expression=_col("__v")))),
+                                                  "__norm"))
+             .from_("__t").where(exp.Not(this=exp.Is(this=_col("__owner"), expression=exp.Null()))).group_by(_col("__owner")))
+    c = exp.Literal.number(repr(float(clip)))
+    scaled = exp.Case(ifs=[
+        exp.If(this=exp.Is(this=_col("__n.__norm"), expression=exp.Null()), true=_col("__t.__v")),
+        exp.If(this=exp.LTE(this=_col("__n.__norm"), expression=c), true=_col("__t.__v"))],
+        default=exp.Mul(this=_col("__t.__v"), expression=exp.Div(this=c, expression=_col("__n.__norm"))))
+    per_group = (exp.select(_col("__t.__gid"), exp.alias_(exp.func("sum", scaled), "__c"))
+                 .from_(exp.to_table("__t")).join(exp.to_table("__n"),
+                                                   on=exp.EQ(this=_col("__t.__owner"), expression=_col("__n.__owner")),
+                                                   join_type="left")
+                 .group_by(_col("__t.__gid")))
+    out = (exp.select(*[_col(f"__dom.{k.name}") for k in jp.keys], _col("__dom.__gid"),
+                      exp.alias_(exp.func("coalesce", _col("__g.__c"), exp.Literal.number("0.0")), "__a0"))
+           .from_("__dom").join(per_group.subquery("__g"), on=exp.EQ(this=_col("__dom.__gid"), expression=_col("__g.__gid")),
+                                join_type="left")
+           .order_by(_col("__dom.__gid")))
+    return (out.with_("__dom", as_=key_set(jp, catalog)).with_("__t", as_=per).with_("__n", as_=norms))
+
+
+def sampled_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
+                   caps: Sequence[tuple[str, str, int]] = ()) -> exp.Expression:
+    """The sampled tuples with ``__gid``, and the rows of ``__dom`` (``__tuple`` NULL)."""
+    extra = [(f"__x{i}", k.expr) for i, k in enumerate(jp.keys)]
+    st = sampled_tuples(jp, catalog, salt=salt, q=q, ops=ops, caps=caps, extra=extra)
+    keep = [c.split(".")[-1] for c in st.named_selects if not c.split(".")[-1].startswith("__x")]
+    tuples = (exp.select(*[_col(f"__st.{c}") for c in keep], _col("__dom.__gid"), exp.alias_(exp.true(), "__tuple"))
+              .from_(st.subquery("__st"))
+              .join(exp.to_table("__dom"), on=_on_keys(jp, "__st"), join_type="inner"))
+    dom = exp.select("*").from_("__dom")
+    union = exp.Union(this=tuples, expression=dom, distinct=False, by_name=True)
+    return exp.select("*").from_(union.subquery("__all")).with_("__dom", as_=key_set(jp, catalog))

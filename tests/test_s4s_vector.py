@@ -1,0 +1,446 @@
+"""GROUP BY over joins: DP-S4S's vector form (Algorithm 5) and per-user clipping for one person per tuple.
+
+The accounting (Lemma 4.1 / 4.2) against tests/vectors/dp_s4s.json as the mechanism uses it; the cone
+program against brute force on tiny instances; the sensitivity of B = (E + 1)/κ on neighbouring
+instances (one user removed); end-to-end API and CLI queries on a tiny TPC-H-like schema; refusals."""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from _vectors import load_vectors
+
+import dpsql
+from dpsql.accounting import s4s_vector_epsilon
+from dpsql.budget import Budget
+from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
+from dpsql.mechanisms import _s4s_socp as socp
+from dpsql.mechanisms.s4s_vector import KAPPA, clip_params, noise_scale, vector_params
+from dpsql.testing import seeded_noise, use_noise, zero_noise
+
+
+# -- accounting as the mechanism uses it ------------------------------------------------------------
+def test_noise_scale_is_lemma_4_1_on_the_vectors() -> None:
+    """σ(S) = 2τκ·η·max_k (k + B)e^{−γk}, B = (E + 1)/κ, with the vector file's γ and η (brute max over k)."""
+    cases = load_vectors("dp_s4s.json")["lemma_4_1"]["cases"]
+    for c in cases:
+        g, eta = c["gamma"], c["eta_paper=sqrt(alpha/rho)/(1-alpha+alpha e^{-2gamma})"]
+        for tau, e in ((1.0, 0.0), (4.0, 4.0), (8.0, 99.0)):
+            b = (e + 1.0) / KAPPA
+            brute = max((k + b) * math.exp(-g * k) for k in range(0, 20000))
+            assert noise_scale(tau, e, g, eta) == pytest.approx(2 * tau * KAPPA * eta * brute, rel=1e-12)
+    # the vector file's own G at B = 1 (E = 0 with kappa = 1 would give it): alpha=20, rho=0.4, d=10
+    c = cases[0]
+    assert 2 * c["G_examples"][0]["G"] == pytest.approx(18.593382596276122 * 2, rel=1e-12)
+
+
+def test_lemma_4_2_charge_matches_the_vectors_and_the_parameters() -> None:
+    lem = load_vectors("dp_s4s.json")["lemma_4_2"]["cases"]
+    # hand-checked value of the file: eps=1, delta=1e-6, alpha=40, q=0.1, Delta=10 -> eps' = 0.9237159036262811
+    assert s4s_vector_epsilon(1.0, 1e-6, 40.0, 0.1, 10) == pytest.approx(0.9237159036262811, rel=1e-12)
+    for c in lem:
+        assert s4s_vector_epsilon(c["eps"], c["delta"], c["alpha"], c["q"], c["Delta"]) == pytest.approx(c["eps_prime"], rel=1e-12)
+    vp = vector_params(4.0, 1e-7, 25, 0.25, 448)
+    # the mechanism's alpha is valid, rho follows the conversion, and eps' is Lemma 4.2 at (alpha, delta_A)
+    assert vp.alpha > 1 + math.log(1 / vp.delta_alg) / vp.eps2
+    assert vp.rho == pytest.approx(0.8 * 4.0 - math.log(1 / vp.delta_alg) / (vp.alpha - 1), rel=1e-12)
+    assert vp.epsilon_prime == pytest.approx(min(4.0, s4s_vector_epsilon(4.0, vp.delta_alg, vp.alpha, 0.25, 448)), rel=1e-12)
+    assert vp.delta_alg == pytest.approx(0.9e-7) and vp.fp_delta <= 1e-8
+    # small Delta and q: amplification shows (q' = 1 - 0.75^2 = 0.4375 < 1)
+    small = vector_params(4.0, 1e-7, 5, 0.25, 2)
+    assert small.q_prime == pytest.approx(0.4375) and small.epsilon_prime < 4.0
+    # public bounds: sigma_lo <= sigma(S) for every E >= 0, sigma_cap at B_cap
+    for i, tau in enumerate(vp.taus):
+        assert noise_scale(tau, 0.0, vp.gamma, vp.eta) == pytest.approx(vp.sigma_lo[i], rel=1e-12)
+        assert noise_scale(tau, vp.b_cap - 1.0, vp.gamma, vp.eta) == pytest.approx(vp.sigma_cap[i], rel=1e-12)
+    # theta0 = (6/eps1) ln(6/beta), eps1 = 0.8: 7.5 * ln 60 = 30.70758...
+    assert vp.theta0 == pytest.approx(7.5 * math.log(60.0), rel=1e-12)
+
+
+def test_clip_params_use_the_gaussian_calibration() -> None:
+    from dpsql.accounting import gaussian_sigma
+
+    cp = clip_params(4.0, 1e-7, 25, 448.0, True)
+    assert cp.sigma == gaussian_sigma(4.0, 0.9e-7, 448.0 * (1 + 2.0**-30))
+    assert cp.grid >= 1 and cp.fp_delta <= 1e-8
+
+
+# -- the cone program --------------------------------------------------------------------------------
+def _instance(seed: int, n_users: int, n_tuples: int, d: int, max_owners: int) -> socp.Instance:
+    g = np.random.default_rng(seed)
+    w = g.choice([0.25, 0.5, 1.0], n_tuples)
+    gid = g.integers(0, d, n_tuples)
+    ti, ui = [], []
+    for t in range(n_tuples):
+        for u in g.choice(n_users, g.integers(1, max_owners + 1), replace=False):
+            ti.append(t)
+            ui.append(int(u))
+    return socp.Instance(w, gid, np.array(ti, dtype=np.int64), np.array(ui, dtype=np.int64), n_users, d)
+
+
+def _brute_excess(inst: socp.Instance, tau: float, n: int = 24) -> float:
+    """min E over y on the grid {0, 1/n, ..., 1}^m with the least z each y allows (z_t = max(0, 1 − Σ(1 − y)))."""
+    m = inst.n_users
+    best = math.inf
+    owners: dict[int, list[int]] = {}
+    for t, u in zip(inst.ti.tolist(), inst.ui.tolist()):
+        owners.setdefault(t, []).append(u)
+    for ys in itertools.product(range(n + 1), repeat=m):
+        y = np.array(ys) / n
+        z = np.ones(inst.w.size)
+        for t, us in owners.items():
+            z[t] = max(0.0, 1.0 - sum(1.0 - y[u] for u in us))
+        ok = True
+        for u in range(m):
+            vec = np.zeros(inst.d)
+            for t, us in owners.items():
+                if u in us:
+                    vec[inst.gid[t]] += inst.w[t] * z[t]
+            if np.linalg.norm(vec) > tau + 1e-12:
+                ok = False
+                break
+        if ok:
+            best = min(best, float(np.sum(1.0 - y)))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cone_program_against_brute_force(seed: int) -> None:
+    inst = _instance(seed, n_users=3, n_tuples=9, d=2, max_owners=3)
+    for tau in (0.5, 1.0, 2.0):
+        tr = socp.truncate(inst, tau)
+        brute = _brute_excess(inst, tau)
+        # the grid optimum is within m/n of the true one (rounding y* down stays feasible); ours within the gap
+        assert tr.excess >= brute - 3 / 24 - 1e-6
+        assert tr.excess <= brute + tr.gap + 1e-6
+        assert tr.gap <= socp.GAP
+        full = np.bincount(inst.gid, weights=inst.w, minlength=inst.d)
+        assert np.all(tr.values <= full + 1e-9) and np.all(tr.values >= -1e-12)
+
+
+def test_closed_form_equals_the_cone_program_for_one_owner_per_tuple() -> None:
+    inst = _instance(7, n_users=6, n_tuples=40, d=3, max_owners=1)
+    for tau in (0.5, 1.0, 3.0):
+        cf = socp.truncate(inst, tau)
+        assert cf.path == "closed_form"
+        # the same program through the solver (every tuple active)
+        norm = np.zeros(inst.n_users)
+        for u in range(inst.n_users):
+            v = np.bincount(inst.gid[inst.ti[inst.ui == u]], weights=inst.w[inst.ti[inst.ui == u]], minlength=inst.d)
+            norm[u] = np.linalg.norm(v)
+        heavy = norm > tau
+        active = heavy[inst.ui]
+        fixed = np.bincount(inst.gid, weights=inst.w, minlength=inst.d) - np.bincount(
+            inst.gid[inst.ti[active]], weights=inst.w[inst.ti[active]], minlength=inst.d)
+        sol = socp._socp(inst.w, inst.gid, inst.ti[active], inst.ui[active], heavy, fixed, tau, inst.d)
+        assert sol.excess == pytest.approx(cf.excess, abs=2e-3)
+        assert sol.values == pytest.approx(cf.values, abs=1e-3 * max(1.0, float(cf.values.max())))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bound_moves_by_at_most_one_when_a_user_is_removed(seed: int) -> None:
+    """|B(I) − B(I′)| ≤ 1 for B = (E + 1)/κ, I′ = I without one user and every tuple they are in."""
+    inst = _instance(100 + seed, n_users=12, n_tuples=80, d=4, max_owners=3)
+    for tau in (0.5, 1.0, 2.0, 4.0):
+        b = (socp.truncate(inst, tau).excess + 1) / KAPPA
+        for u in range(inst.n_users):
+            gone = np.unique(inst.ti[inst.ui == u])
+            keep_t = np.setdiff1d(np.arange(inst.w.size), gone)
+            remap = -np.ones(inst.w.size, dtype=np.int64)
+            remap[keep_t] = np.arange(keep_t.size)
+            pk = remap[inst.ti] >= 0
+            nb = socp.Instance(inst.w[keep_t], inst.gid[keep_t], remap[inst.ti][pk], inst.ui[pk], inst.n_users, inst.d)
+            b2 = (socp.truncate(nb, tau).excess + 1) / KAPPA
+            assert abs(b - b2) <= 1.0 + 1e-9, (tau, u, b, b2)
+
+
+def test_negative_control_an_unsound_bound_moves_by_more_than_one() -> None:
+    """Negative control: the number of heavy users (a tempting proxy for E) can jump by more than 1."""
+    # user 0 shares one tuple with each of users 1..4; removing user 0 makes 1..4 light
+    ti = np.array([0, 0, 1, 1, 2, 2, 3, 3] + [4, 5, 6, 7])
+    ui = np.array([0, 1, 0, 2, 0, 3, 0, 4] + [1, 2, 3, 4])
+    w = np.ones(8)
+
+    def heavy_users(tis: np.ndarray, uis: np.ndarray, ws: np.ndarray) -> int:
+        loads = np.bincount(uis, weights=ws[tis], minlength=5)
+        return int(np.sum(loads > 1.0))
+
+    keep = ui != 0
+    keep_pairs = ~np.isin(ti, ti[ui == 0])
+    assert heavy_users(ti, ui, w) - heavy_users(ti[keep_pairs], ui[keep_pairs], w) >= 2 and keep.any()
+
+
+# -- end to end ----------------------------------------------------------------------------------------
+def tpch(seed: int = 1, nc: int = 120, ns: int = 10) -> dict[str, pa.Table]:
+    g = np.random.default_rng(seed)
+    n_orders = g.integers(0, 5, nc)
+    o_cust = np.repeat(np.arange(nc), n_orders)
+    o_key = np.arange(o_cust.size) + 1000
+    n_items = g.integers(1, 4, o_key.size)
+    l_ord = np.repeat(o_key, n_items)
+    base = datetime.date(1992, 1, 1)
+    return {
+        "nation": pa.table({"n_nationkey": np.arange(4), "n_name": ["ALGERIA", "BRAZIL", "CHINA", "DENMARK"],
+                            "n_regionkey": [0, 1, 2, 2]}),
+        "customer": pa.table({"c_custkey": np.arange(nc), "c_nationkey": g.integers(0, 4, nc),
+                              "c_mktsegment": g.choice(["AUTO", "BUILD"], nc)}),
+        "supplier": pa.table({"s_suppkey": np.arange(ns), "s_nationkey": g.integers(0, 4, ns)}),
+        "orders": pa.table({"o_orderkey": o_key, "o_custkey": o_cust}),
+        "lineitem": pa.table({"l_orderkey": l_ord, "l_suppkey": g.integers(0, ns, l_ord.size),
+                              "l_price": np.round(g.uniform(0, 100, l_ord.size), 2),
+                              "l_shipdate": [base + datetime.timedelta(days=int(x)) for x in g.integers(0, 3 * 365, l_ord.size)]}),
+    }
+
+
+def session(data: dict[str, pa.Table], *, suppliers: bool = False, sizes: bool = False) -> dpsql.Session:
+    s = dpsql.Session(budget=Budget(1000.0, 1e-3))
+    rows = (lambda n: {"max_table_rows": n}) if sizes else (lambda n: {})
+    s.register("nation", data["nation"], public=True)
+    s.register("customer", data["customer"], privacy_unit="c_custkey", references={"c_nationkey": "nation.n_nationkey"},
+               allow_conditional_sampling=True, columns={"c_mktsegment": {"domain": ["AUTO", "BUILD"]}}, **rows(1000))
+    s.register("orders", data["orders"], references={"o_custkey": "customer.c_custkey"}, degree_bounds={"o_custkey": 4},
+               allow_conditional_sampling=True, **rows(5000))
+    refs = {"l_orderkey": "orders.o_orderkey"}
+    bounds = {"l_orderkey": 3}
+    if suppliers:
+        s.register("supplier", data["supplier"], privacy_unit="s_suppkey", references={"s_nationkey": "nation.n_nationkey"},
+                   allow_conditional_sampling=True)
+        refs["l_suppkey"] = "supplier.s_suppkey"
+        bounds["l_suppkey"] = 200
+    s.register("lineitem", data["lineitem"], references=refs, degree_bounds=bounds, allow_conditional_sampling=True,
+               columns={"l_price": {"bounds": (0, 100)},
+                        "l_shipdate": {"bounds": ("1992-01-01", "1994-12-31"), "bin_width": "1 day"}}, **rows(20000))
+    return s
+
+
+BY_NATION = ("SELECT n.n_name, COUNT(*) AS cnt FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+             "JOIN lineitem l ON o.o_orderkey = l.l_orderkey JOIN nation n ON c.c_nationkey = n.n_nationkey "
+             "GROUP BY n.n_name ORDER BY n.n_name")
+BY_YEAR = ("SELECT year(l.l_shipdate) AS y, SUM(l.l_price) AS rev FROM lineitem l JOIN orders o ON o.o_orderkey = l.l_orderkey "
+           "GROUP BY y")
+Q5ISH = ("SELECT n.n_name, SUM(l.l_price) AS rev FROM lineitem l JOIN orders o ON o.o_orderkey = l.l_orderkey "
+         "JOIN customer c ON c.c_custkey = o.o_custkey JOIN supplier su ON su.s_suppkey = l.l_suppkey "
+         "JOIN nation n ON su.s_nationkey = n.n_nationkey WHERE n.n_regionkey = 2 GROUP BY n.n_name")
+
+
+def _truth_by_nation(data: dict[str, pa.Table]) -> dict[str, int]:
+    import duckdb
+
+    con = duckdb.connect()
+    for k, v in data.items():
+        con.register(k, v)
+    rows = con.execute("SELECT n_name, COUNT(*) FROM customer JOIN orders ON c_custkey = o_custkey JOIN lineitem ON "
+                       "o_orderkey = l_orderkey JOIN nation ON c_nationkey = n_nationkey GROUP BY n_name").fetchall()
+    return dict(rows)
+
+
+def test_one_owner_per_tuple_is_clipped_and_exact_without_noise() -> None:
+    data = tpch()
+    s = session(data)
+    plan = s.explain(BY_NATION, epsilon=4.0, delta=1e-7)
+    assert plan.mechanism == "clipped_gaussian" and "per-person L2 clipping" in plan.reason
+    p = plan.parameters
+    assert p["Delta"] == 12 and p["clip_norm"] == 12.0 and p["d"] == "number of public keys (known at run time)"
+    use_noise(s, zero_noise())
+    r = s.query(BY_NATION, epsilon=4.0, delta=1e-7)
+    truth = _truth_by_nation(data)
+    assert r.table.column("n_name").to_pylist() == ["ALGERIA", "BRAZIL", "CHINA", "DENMARK"]
+    assert r.table.column("cnt").to_pylist() == [truth.get(n, 0) for n in ["ALGERIA", "BRAZIL", "CHINA", "DENMARK"]]
+    # a declared clip norm below a person's total clips them: counts drop
+    r2 = s.query(BY_NATION, epsilon=4.0, delta=1e-7, options={"clip_norm": 2})
+    assert sum(r2.table.column("cnt").to_pylist()) < sum(truth.values())
+    s.close()
+
+
+def test_clipped_noise_has_the_public_scale() -> None:
+    """Seeded: 100 noisy values; sum of squared errors / sigma² is chi-square(100): inside its two-sided 1e-6
+    band [45.36, 185.03] (scipy.stats.chi2 quantiles, written here); the same errors over (sigma/2)² fail."""
+    data = tpch()
+    s = session(data)
+    use_noise(s, seeded_noise(11))
+    truth = _truth_by_nation(data)
+    sigma = None
+    errs = []
+    for _ in range(25):
+        r = s.query(BY_NATION, epsilon=4.0, delta=1e-7)
+        sigma = r.accuracy["cnt"]["sigma"]
+        errs += [v - truth.get(n, 0) for n, v in zip(r.table.column("n_name").to_pylist(), r.table.column("cnt").to_pylist())]
+    e = np.asarray(errs, dtype=float)
+    assert e.size == 100
+    from dpsql.accounting import gaussian_sigma
+
+    sig = gaussian_sigma(4.0, 0.9e-7, 12.0 * (1 + 2.0**-30))
+    assert sigma == pytest.approx(sig)
+    stat = float(np.sum(e * e)) / sig**2  # chi-square(100) (+ integer rounding, variance 1/12 each: negligible)
+    assert 45.36 < stat < 185.03
+    assert not (45.36 < float(np.sum(e * e)) / (sig / 2) ** 2 < 185.03)  # negative control: half the scale
+    s.close()
+
+
+def test_several_people_per_tuple_run_algorithm_5() -> None:
+    data = tpch()
+    s = session(data, suppliers=True, sizes=True)
+    ex = s.explain(Q5ISH, epsilon=4.0, delta=1e-7, options={"q": 0.25})
+    assert ex.mechanism == "dp_s4s_vector"
+    p = ex.parameters
+    assert p["q"] == 0.25 and p["tau_grid"][0] == 1.0 and p["Delta_holds"] == "attested"
+    assert "variables_at_most" in p["solver"] and p["solver"]["join_tuples_at_most"] > 0
+    assert "sigma" not in p  # the data-dependent scale is never shown
+    default = s.explain(Q5ISH, epsilon=4.0, delta=1e-7)
+    assert default.mechanism == "r2t" and default.parameters["q"] == 1.0
+    before = s.remaining()
+    use_noise(s, zero_noise())
+    r = s.query(Q5ISH, epsilon=4.0, delta=1e-7, options={"q": 0.25})
+    assert r.table.column("n_name").to_pylist() == ["CHINA", "DENMARK"]
+    acc = r.accuracy["rev"]
+    assert "sigma" not in acc and len(acc["sigma_cap"]) == 1 and acc["taus"][0] in p["tau_grid"]
+    spent = before.epsilon - s.remaining().epsilon
+    assert 0 < spent <= 4.0 + 1e-9
+    row = s.history().to_pylist()[-1]
+    assert "sigma" not in json.dumps(row, default=str).replace("sigma_lo", "").replace("sigma_cap", "")
+    s.close()
+
+
+def test_years_of_a_declared_date_range_are_public_keys() -> None:
+    data = tpch()
+    s = session(data)
+    use_noise(s, zero_noise())
+    r = s.query(BY_YEAR, epsilon=4.0, delta=1e-7, options={"mechanism": "dp_s4s", "q": 1.0})
+    assert r.table.column("y").to_pylist() == [1992, 1993, 1994]
+    r2 = s.query(BY_YEAR, epsilon=4.0, delta=1e-7)
+    assert r2.table.column("y").to_pylist() == [1992, 1993, 1994]
+    s.close()
+
+
+REFUSED = [
+    ("SELECT o.o_custkey, COUNT(*) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY o.o_custkey",
+     {}, PolicyError, r"declare columns=\{'o_custkey': \{'domain'"),
+    ("SELECT year(o.o_orderkey), COUNT(*) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY 1",
+     {}, UnsupportedQueryError, "GROUP BY"),
+    ("SELECT n.n_name, COUNT(*) FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey GROUP BY n.n_name "
+     "HAVING COUNT(*) > 3", {}, UnsupportedQueryError, "HAVING"),
+    (BY_NATION, {"mechanism": "laplace"}, PolicyError, "not by mechanism 'laplace'"),
+    (BY_NATION, {"clip_norm": 3, "q": 0.5}, ConfigError, "clip_norm applies"),
+    (Q5ISH, {"mechanism": "clipped_gaussian"}, PolicyError, "one person per join tuple"),
+]
+
+
+@pytest.mark.parametrize("sql,opts,cls,msg", REFUSED, ids=[m for *_, m in REFUSED])
+def test_refusals_are_free(sql: str, opts: dict[str, Any], cls: type, msg: str) -> None:
+    s = session(tpch(), suppliers="supplier" in sql)
+    before = s.remaining()
+    for call in (s.explain, s.query):
+        with pytest.raises(cls, match=msg):
+            call(sql, epsilon=1.0, delta=1e-7, options=opts)
+    assert s.remaining() == before and s.history().num_rows == 0
+    s.close()
+
+
+def test_delta_zero_is_refused_free() -> None:
+    s = session(tpch())
+    with pytest.raises(ConfigError, match="needs delta > 0"):
+        s.query(BY_NATION, epsilon=1.0)
+    assert s.history().num_rows == 0
+    s.close()
+
+
+def test_year_of_an_undeclared_date_names_the_declaration() -> None:
+    data = tpch()
+    s = dpsql.Session(budget=Budget(10.0, 1e-3))
+    s.register("orders", pa.table({"o_orderkey": [1, 2], "o_custkey": [1, 2]}), privacy_unit="o_custkey")
+    s.register("lineitem", data["lineitem"].slice(0, 2), references={"l_orderkey": "orders.o_orderkey"},
+               degree_bounds={"l_orderkey": 3})
+    with pytest.raises(PolicyError, match=r"'bin_width': '1 day'\}\} on table 'lineitem'"):
+        s.explain("SELECT year(l.l_shipdate), COUNT(*) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey "
+                  "GROUP BY year(l.l_shipdate)", epsilon=1.0, delta=1e-7)
+    s.close()
+
+
+def test_cli_group_by_join(tmp_path: Any, capsys: Any) -> None:
+    import pyarrow.parquet as pq
+
+    from dpsql.cli import main
+
+    data = tpch()
+    for k in ("nation", "customer", "orders", "lineitem"):
+        pq.write_table(data[k], tmp_path / f"{k}.parquet")
+    ledger = str(tmp_path / "l.duckdb")
+    assert main(["--ledger", ledger, "init", "--epsilon", "10", "--delta", "1e-5"]) == 0
+    tables = [a for k in ("nation", "customer", "orders", "lineitem") for a in ("--table", f"{k}={tmp_path / (k + '.parquet')}")]
+    tables += ["--public", "nation", "--privacy-unit", "customer=c_custkey", "--reference", "customer.c_nationkey=nation.n_nationkey",
+               "--reference", "orders.o_custkey=customer.c_custkey", "--degree-bound", "orders.o_custkey=4",
+               "--reference", "lineitem.l_orderkey=orders.o_orderkey", "--degree-bound", "lineitem.l_orderkey=3",
+               "--max-table-rows", "lineitem=20000"]
+    capsys.readouterr()
+    assert main([*tables, "--ledger", ledger, "explain", BY_NATION, "--epsilon", "4", "--delta", "1e-7", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mechanism"] == "clipped_gaussian"
+    assert main([*tables, "--ledger", ledger, "explain", BY_NATION, "--epsilon", "4", "--delta", "1e-7", "--json",
+                 "--option", "mechanism=dp_s4s", "--option", "q=0.25"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mechanism"] == "dp_s4s_vector" and out["parameters"]["solver"]["variables_at_most"] > 0
+    assert main([*tables, "--ledger", ledger, "query", BY_NATION, "--epsilon", "4", "--delta", "1e-7", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["n_name"] for r in rows] == ["ALGERIA", "BRAZIL", "CHINA", "DENMARK"]
+
+
+BY_SEGMENT = ("SELECT c.c_mktsegment, COUNT(*) AS cnt FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+              "JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY c.c_mktsegment")
+
+
+@pytest.mark.parametrize("sql,opts,mech", [
+    (BY_SEGMENT, {}, "clipped_gaussian"),
+    (BY_SEGMENT, {"mechanism": "dp_s4s", "q": 0.5}, "dp_s4s_vector"),
+    (BY_NATION, {"mechanism": "r2t"}, "r2t"),
+])
+def test_explain_equals_the_ledger(sql: str, opts: dict[str, Any], mech: str) -> None:
+    s = session(tpch())
+    plan = s.explain(sql, epsilon=2.0, delta=1e-7, options=opts)
+    rel = s.query(sql, epsilon=2.0, delta=1e-7, options=opts)
+    assert plan.mechanism == rel.mechanism == mech and plan.cost == rel.cost
+    row = s.history().to_pylist()[-1]
+    assert json.loads(row["params"]) == json.loads(json.dumps(plan.parameters))
+    p = plan.parameters
+    for key in ("path", "q", "Delta", "Delta_holds", "join", "group_keys", "d"):
+        assert key in p
+    if mech != "clipped_gaussian":
+        assert "tau_grid" in p and "budget_split" in p
+        assert "not evaluated" in p["solver"]["evaluated"]  # no max_table_rows declared here
+    if p["d"] == 2 and mech == "dp_s4s_vector":  # a declared domain: d known, the charge is Lemma 4.2's eps'
+        assert plan.cost.epsilon == pytest.approx(min(2.0, p["epsilon_prime"]))
+        assert "sigma_lo" in p and "sigma" not in p
+    assert rel.table.column("c_mktsegment" if sql == BY_SEGMENT else "n_name").to_pylist() == (
+        ["AUTO", "BUILD"] if sql == BY_SEGMENT else ["ALGERIA", "BRAZIL", "CHINA", "DENMARK"])
+    s.close()
+
+
+def test_signed_sum_clipped_exactly_and_split_into_parts_by_algorithm_5() -> None:
+    import duckdb
+
+    data = tpch()
+    sql = ("SELECT c.c_mktsegment, SUM(LEAST(GREATEST(l.l_price - 50, -50), 50)) AS s FROM customer c JOIN orders o "
+           "ON c.c_custkey = o.o_custkey JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY c.c_mktsegment")
+    con = duckdb.connect()
+    for k, v in data.items():
+        con.register(k, v)
+    truth = dict(con.execute(sql.replace("n.", "").replace("c.", "").replace("o.", "").replace("l.", "")
+                             .replace(" c ", " ").replace(" o ", " ").replace(" l ", " ")).fetchall())
+    s = session(data)
+    use_noise(s, zero_noise())
+    grid = s.explain(sql, epsilon=4.0, delta=1e-7).parameters["granularity"]
+    r = s.query(sql, epsilon=4.0, delta=1e-7)
+    got = dict(zip(r.table.column("c_mktsegment").to_pylist(), r.table.column("s").to_pylist()))
+    for k, v in truth.items():  # nothing clipped by default: the true sum, rounded to the public grid
+        assert got[k] == pytest.approx(round(v / grid) * grid, abs=1e-6)
+    ex = s.explain(sql, epsilon=4.0, delta=1e-7, options={"mechanism": "dp_s4s", "q": 1.0})
+    assert [p["sign"] for p in ex.parameters["parts"]] == [1, -1]
+    r2 = s.query(sql, epsilon=4.0, delta=1e-7, options={"mechanism": "dp_s4s", "q": 1.0})
+    assert len(r2.accuracy["s"]["taus"]) == 2 and r2.table.num_rows == 2
+    s.close()
