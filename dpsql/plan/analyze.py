@@ -250,6 +250,14 @@ class _Builder:
             if got is None:
                 return None
             column, value, bounds = got
+            lo, hi = bounds[0] + 0.0, bounds[1] + 0.0  # + 0.0: -0.0 prints as 0
+            if lo == hi and (kind != ir.SUM or lo == 0.0):
+                # nothing private to estimate: the noise would have scale 0 (a point interval)
+                what = "0 (or NULL) on every row" if kind == ir.SUM else f"{lo:g} (or NULL) on every row"
+                self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are a single point: its value is "
+                               f"{what}, so there is nothing to estimate (hint: widen the bounds, e.g. "
+                               f"{fn}(LEAST(GREATEST(expr, lo), hi)) with lo < hi)")
+                return None
         else:
             self.bad(
                 node,

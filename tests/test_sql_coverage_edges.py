@@ -1,0 +1,58 @@
+"""Edge cases of the SQL-coverage constructs: degenerate bounds, filters on public key sets, and
+messages that name the real problem (one message per problem, no crash, nothing spent)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import make_events
+
+import dpsql
+from dpsql import errors
+from dpsql.testing import use_noise, zero_noise
+
+
+@pytest.fixture
+def s() -> Any:
+    sess = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    use_noise(sess, zero_noise())
+    sess.register("events", make_events(), privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=1,
+                  columns={"amount": {"bounds": (0, 100)}, "age": {"bounds": (0, 100)},
+                           "country": {"domain": ["US", "FR", "DE", "XX"]}})
+    yield sess
+    sess.close()
+
+
+def free(sess: Any, sql: str, cls: type = errors.UnsupportedQueryError) -> str:
+    """Refused with ``cls`` by query and explain alike; nothing spent or recorded."""
+    before, rows = sess.remaining(), sess.history().num_rows
+    for run in (sess.query, sess.explain):
+        with pytest.raises(cls) as ei:
+            run(sql, epsilon=1.0, delta=1e-6)
+    assert sess.remaining() == before and sess.history().num_rows == rows
+    return str(ei.value)
+
+
+@pytest.mark.parametrize("sql,point", [
+    ("SELECT SUM(0 * amount) FROM events", "[0, 0]"),
+    ("SELECT SUM(0) FROM events", "[0, 0]"),
+    ("SELECT country, SUM(-0.0 * age) FROM events GROUP BY country", "[0, 0]"),
+    ("SELECT url, SUM(0 * age) FROM events GROUP BY url", "[0, 0]"),
+    ("SELECT AVG(3) FROM events", "[3, 3]"),
+    ("SELECT AVG(LEAST(GREATEST(amount, 5), 5)) FROM events", "[5, 5]"),
+    ("SELECT VARIANCE(LEAST(GREATEST(amount, 5), 5)) FROM events", "[5, 5]"),
+    ("SELECT STDDEV(amount * 0 + 2) FROM events", "[2, 2]"),
+])
+def test_point_bounds_are_refused_as_such_not_as_a_noise_scale_error(s: Any, sql: str, point: str) -> None:
+    # a zero-width interval once reached the noise calibration (sensitivity 0) and failed there with
+    # "the noise scale ... is not finite (sigma=0.0)" and the false hint "use a larger epsilon or delta"
+    msg = free(s, sql)
+    assert f"the bounds {point}" in msg and "single point" in msg and "lo < hi" in msg
+    assert "epsilon" not in msg and "noise scale" not in msg
+
+
+def test_sum_of_a_nonzero_constant_is_still_answered(s: Any) -> None:
+    # SUM(2) has bounds [2, 2] and sensitivity 2 per row kept: a count in disguise, not degenerate
+    r = s.query("SELECT SUM(2) FROM events", epsilon=1.0, delta=1e-6)
+    assert r.table.num_rows == 1
