@@ -56,3 +56,44 @@ def test_sum_of_a_nonzero_constant_is_still_answered(s: Any) -> None:
     # SUM(2) has bounds [2, 2] and sensitivity 2 per row kept: a count in disguise, not degenerate
     r = s.query("SELECT SUM(2) FROM events", epsilon=1.0, delta=1e-6)
     assert r.table.num_rows == 1
+
+
+# -- GROUP BY with no aggregate over declared domains: the WHERE ------------------------------------
+
+
+def keys_of(sess: Any, sql: str) -> list[Any]:
+    before = sess.remaining()
+    r = sess.query(sql, epsilon=1.0, delta=1e-6)
+    assert sess.remaining() == before and sess.history().to_pylist()[-1]["mechanism"] == "public_domain"
+    return [tuple(row.values()) for row in r.table.to_pylist()]
+
+
+@pytest.mark.parametrize("sql,want", [
+    # a condition on the key itself filters the declared values (it used to list the whole domain,
+    # 'FR' included, for WHERE country = 'US')
+    ("SELECT country FROM events WHERE country = 'US' GROUP BY country", [("US",)]),
+    ("SELECT DISTINCT country FROM events WHERE country IN ('US', 'FR')", [("FR",), ("US",)]),
+    ("SELECT e.country FROM PUMS.events e WHERE E.Country <> 'US' AND e.age > 3 GROUP BY e.country",
+     [("DE",), ("FR",), ("XX",)]),
+    ("SELECT country FROM events WHERE country LIKE 'U%' GROUP BY country", [("US",)]),
+    # a cast that does not convert is NULL, as over private rows (never an error)
+    ("SELECT country FROM events WHERE CAST(country AS INTEGER) = 1 GROUP BY country", []),
+    # a condition reading another column cannot filter without reading rows: the whole domain
+    ("SELECT country FROM events WHERE age > 1000 GROUP BY country", [("DE",), ("FR",), ("US",), ("XX",)]),
+    ("SELECT country FROM events WHERE country = 'US' OR age > 3 GROUP BY country",
+     [("DE",), ("FR",), ("US",), ("XX",)]),
+])
+def test_where_on_public_keys_filters_the_declared_domain(s: Any, sql: str, want: list[Any]) -> None:
+    assert keys_of(s, sql) == want
+
+
+def test_public_domain_with_a_key_filter_reads_no_row(s: Any) -> None:
+    # same answer whatever the data: the filter runs over the declared values only
+    other = dpsql.Session(budget=dpsql.Budget(1.0, 1e-6))
+    other.register("events", make_events(n_users=3, seed=99), privacy_unit="user_id",
+                   columns={"country": {"domain": ["US", "FR", "DE", "XX"]}})
+    sql = "SELECT country FROM events WHERE country <> 'DE' GROUP BY country"
+    assert keys_of(s, sql) == keys_of(other, sql) == [("FR",), ("US",), ("XX",)]
+    notes = str(s.explain(sql, epsilon=1.0, delta=1e-6))
+    assert "conditions on the key columns alone filter the declared values" in notes
+    other.close()
