@@ -97,3 +97,30 @@ def test_public_domain_with_a_key_filter_reads_no_row(s: Any) -> None:
     notes = str(s.explain(sql, epsilon=1.0, delta=1e-6))
     assert "conditions on the key columns alone filter the declared values" in notes
     other.close()
+
+
+# -- one true problem, one message, before any charge -----------------------------------------------
+
+
+@pytest.mark.parametrize("sql,msg", [
+    # MIN(x, n) is DuckDB's n smallest values: it was answered as MIN(x), the second argument ignored
+    ("SELECT MIN(age, amount) FROM events", "MIN takes one column"),
+    ("SELECT MAX(age, 3) FROM events", "MAX takes one column"),
+    # unknown columns in HAVING / ORDER BY were charged and released nothing (or a vague type error)
+    ("SELECT country FROM events GROUP BY country HAVING nosuch > 0", "unknown column 'nosuch' in table 'events' (HAVING)"),
+    ("SELECT url, COUNT(*) FROM events GROUP BY url HAVING nosuch > 0", "unknown column 'nosuch' in table 'events' (HAVING)"),
+    ("SELECT country, COUNT(*) FROM events GROUP BY country HAVING COUNT(nosuch) > 1",
+     "unknown column 'nosuch' in table 'events' (HAVING)"),
+    ("SELECT country, COUNT(*) AS n FROM events GROUP BY country ORDER BY nosuch",
+     "unknown column 'nosuch' in table 'events' (ORDER BY)"),
+    ("SELECT COUNT(*) FROM events HAVING x.country = 1", "HAVING refers to unknown table or alias 'x'"),
+])
+def test_one_problem_one_message(s: Any, sql: str, msg: str) -> None:
+    got = free(s, sql)
+    assert msg in got and "problems" not in got, got
+
+
+def test_having_and_order_by_over_aliases_still_work(s: Any) -> None:
+    r = s.query("SELECT country, COUNT(*) AS n FROM events GROUP BY country HAVING n > -1000 ORDER BY n, country",
+                epsilon=1.0, delta=1e-6)
+    assert [row["country"] for row in r.table.to_pylist()] != [] and r.table.column_names == ["country", "n"]

@@ -415,6 +415,8 @@ class _Builder:
                     return n
                 if self.table is not None and self.table.schema and nm not in self.table.schema and not n.table:
                     return exp.Null()  # unknown column: reported by check_columns
+                if n.table and n.table.lower() not in self._table_names:
+                    return exp.Null()  # unknown table or alias: reported by check_columns
                 self.bad(
                     n,
                     f"{where} uses column '{n.name}' outside an aggregate and not in GROUP BY: non-aggregated output is not allowed",
@@ -632,6 +634,7 @@ class _Builder:
         if stmt.args.get("having") is not None:
             hv = stmt.args["having"].this
             self.violations.extend(check_expression_functions(hv, self.sql, "HAVING"))
+            self.check_columns(hv, "HAVING", allow_aliases=True)
             having = self.to_post(hv, "HAVING", alias_map=alias_post)
         order: list[exp.Ordered] = []
         if stmt.args.get("order") is not None:
@@ -647,6 +650,7 @@ class _Builder:
                 if isinstance(inner, exp.Column) and not inner.table and inner.name.lower() in used:
                     order.append(o.copy())
                     continue
+                self.check_columns(inner, "ORDER BY", allow_aliases=True)
                 new = o.copy()
                 new.set("this", self.to_post(inner, "ORDER BY", alias_map=alias_post))
                 order.append(new)

@@ -60,7 +60,7 @@ def quantile_call(node: exp.Expression) -> tuple[str, exp.Expression, float] | s
         col = items[0].this
         return ir.QUANTILE, col, round(1.0 - p, 12) if items[0].args.get("desc") else p
     if isinstance(node, (exp.Min, exp.Max)):
-        if node.expressions:
+        if node.expressions or node.args.get("count") is not None:  # MIN(x, n): DuckDB's n smallest values
             return f"{node.sql_name()} takes one column (for the least/greatest of several values use LEAST/GREATEST)"
         kind = ir.MIN if isinstance(node, exp.Min) else ir.MAX
         return kind, node.this, 0.0 if kind == ir.MIN else 1.0
