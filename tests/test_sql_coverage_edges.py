@@ -3,13 +3,17 @@ messages that name the real problem (one message per problem, no crash, nothing 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from conftest import make_events
+from test_bounding import neighbour_outputs, plan_for, sensitivity_violations, spec_for
 
 import dpsql
 from dpsql import errors
+from dpsql.rewrite.bound import Caps
 from dpsql.testing import use_noise, zero_noise
 
 
@@ -124,3 +128,60 @@ def test_having_and_order_by_over_aliases_still_work(s: Any) -> None:
     r = s.query("SELECT country, COUNT(*) AS n FROM events GROUP BY country HAVING n > -1000 ORDER BY n, country",
                 epsilon=1.0, delta=1e-6)
     assert [row["country"] for row in r.table.to_pylist()] != [] and r.table.column_names == ["country", "n"]
+
+
+# -- remove one person, on data built to break the claims ------------------------------------------
+
+
+def _hostile_rows() -> Any:
+    """One heavy person whose values are NaN, +-inf, -0.0 and 0.0, +-1e308, subnormals, NULLs and
+    text that differs only by case, trailing blanks, accents or NUL, in every group; light others."""
+    rows = []
+    specials = [float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1e308, -1e308, 5e-324, None, 3.0,
+                3.0000000001, 99.0]
+    for i, v in enumerate(specials * 3):
+        rows.append((1, "abcde"[i % 5], i % 3, v, i % 60, ["a", "A", "a ", "\u00e4", None, "\x00"][i % 6]))
+    for u in range(2, 9):
+        for j in range(u):
+            rows.append((u, "abcde"[(u + j) % 5], j % 3, float(u * 7 % 50) if j % 4 else None, (u * j) % 60, "b"))
+    c = list(zip(*rows))
+    return pa.table({"user_id": pa.array(c[0], pa.int64()), "g": pa.array(c[1], pa.string()),
+                     "h": pa.array(c[2], pa.int64()), "amount": pa.array(c[3], pa.float64()),
+                     "age": pa.array(c[4], pa.int64()), "note": pa.array(c[5], pa.string())})
+
+
+HOSTILE = [
+    "SELECT g, COUNT(DISTINCT amount), COUNT(DISTINCT note), VARIANCE(amount), STDDEV_POP(amount * 2 - age) "
+    "FROM t GROUP BY g",
+    "SELECT COUNT(DISTINCT amount), COUNT(DISTINCT note), VAR_POP(amount * amount), AVG(ABS(amount)), "
+    "SUM(CAST(amount AS INTEGER)) FROM t",
+    "SELECT h, COUNT(DISTINCT amount), SUM(CASE WHEN amount > 50 THEN amount END), "
+    "VAR_SAMP(LEAST(GREATEST(amount / 3, -1e6), 1e6)) FROM t GROUP BY h",
+    "SELECT g, h, COUNT(DISTINCT note), STDDEV(COALESCE(amount, 100)) FROM t GROUP BY g, h",
+]
+
+
+def test_remove_one_person_on_hostile_values_stays_within_the_claims() -> None:
+    data = _hostile_rows()
+    spec = spec_for("t", data, bounds={"amount": (-20.0, 100.0), "age": (0.0, 60.0)})
+    checked = 0
+    for caps in [Caps(1, 1), Caps(2, 1), Caps(2, 3), Caps(3, 2, 4), Caps(1, 5, 2), Caps(5, 4)]:
+        for sql in HOSTILE:
+            plan = plan_for(sql, spec)
+            d, minus = neighbour_outputs(plan, caps, data, "salt")
+            for r in d.to_pylist():  # clamping leaves nothing non-finite to noise
+                assert all(math.isfinite(v) for v in r.values() if isinstance(v, float)), (sql, r)
+            for u, dm in minus.items():
+                assert not sensitivity_violations(plan, caps, d, dm), (sql, caps, u)
+                checked += 1
+    assert checked == 6 * len(HOSTILE) * 8
+
+
+def test_hostile_check_catches_unbounded_contributions() -> None:
+    """Negative control: without the caps, the same check sees the heavy person exceed the claims."""
+    data = _hostile_rows()
+    spec = spec_for("t", data, bounds={"amount": (-20.0, 100.0), "age": (0.0, 60.0)})
+    for sql in HOSTILE:
+        plan = plan_for(sql, spec)
+        d, minus = neighbour_outputs(plan, Caps(math.inf, math.inf), data, "salt")
+        assert sensitivity_violations(plan, Caps(1, 1), d, minus[1]), sql
