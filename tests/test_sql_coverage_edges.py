@@ -185,3 +185,26 @@ def test_hostile_check_catches_unbounded_contributions() -> None:
         plan = plan_for(sql, spec)
         d, minus = neighbour_outputs(plan, Caps(math.inf, math.inf), data, "salt")
         assert sensitivity_violations(plan, Caps(1, 1), d, minus[1]), sql
+
+
+@pytest.mark.parametrize("sql,head,fix", [
+    # the fix used to be "use LIMIT 2" for TOP (2+3), "use LIMIT 5" for TOP 5 PERCENT, and TOP -1 was
+    # reported as an unknown column 'TOP'
+    ("SELECT TOP (2+3) country FROM events GROUP BY country", "SELECT TOP (2 ...)", "a non-negative integer literal"),
+    ("SELECT TOP -1 country FROM events GROUP BY country", "SELECT TOP -1", "a non-negative integer literal"),
+    ("SELECT TOP 1e3 country FROM events GROUP BY country", "SELECT TOP 1e3", "a non-negative integer literal"),
+    ("SELECT TOP 5 PERCENT country FROM events GROUP BY country", "SELECT TOP 5 PERCENT", "a number of rows"),
+    ("SELECT TOP (7) PERCENT country FROM events GROUP BY country", "SELECT TOP 7 PERCENT", "a number of rows"),
+    ("SELECT TOP 5 WITH TIES country, COUNT(*) FROM events GROUP BY country ORDER BY 2", "SELECT TOP 5",
+     "LIMIT 5 (ties are not kept)"),
+    ("SELECT TOP (7) country FROM events GROUP BY country", "SELECT TOP 7", "use LIMIT 7 at the end"),
+])
+def test_top_variants_name_the_right_fix(s: Any, sql: str, head: str, fix: str) -> None:
+    msg = free(s, sql)
+    assert msg.startswith(head + " (T-SQL) is not supported") and fix in msg and "unknown column" not in msg, msg
+
+
+@pytest.mark.parametrize("fn", ["VARIANCE", "STDDEV", "VAR_POP", "AVG", "SUM"])
+def test_text_argument_names_the_aggregate_written(s: Any, fn: str) -> None:
+    msg = free(s, f"SELECT {fn}(country) FROM events")
+    assert f"'country' is VARCHAR; {fn} needs a numeric column" in msg, msg

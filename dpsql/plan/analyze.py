@@ -292,7 +292,7 @@ class _Builder:
                 return None  # reported by check_columns
             why = check_numeric_column(column, self.table.schema)
             if why is not None:
-                self.bad(node, why)
+                self.bad(node, why.replace("SUM and AVG need", f"{fn} needs"))
                 return None
         else:
             column = None
