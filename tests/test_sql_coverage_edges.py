@@ -208,3 +208,11 @@ def test_top_variants_name_the_right_fix(s: Any, sql: str, head: str, fix: str) 
 def test_text_argument_names_the_aggregate_written(s: Any, fn: str) -> None:
     msg = free(s, f"SELECT {fn}(country) FROM events")
     assert f"'country' is VARCHAR; {fn} needs a numeric column" in msg, msg
+
+
+def test_quantile_fraction_minus_zero_is_zero(s: Any) -> None:
+    # -0.0 lies between 0 and 1: it was refused as if negative
+    r = s.query("SELECT QUANTILE(amount, -0.0) AS q FROM events", epsilon=1.0, delta=1e-6)
+    assert r.table.num_rows == 1 and s.history().to_pylist()[-1]["status"] == "released"
+    assert "got -0.5" in free(s, "SELECT QUANTILE(amount, -0.5) FROM events")
+    assert "numeric literal" in free(s, "SELECT QUANTILE(amount, -'a') FROM events")
