@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from conftest import make_events
+from conftest import make_events, run_cli
 from test_bounding import neighbour_outputs, plan_for, sensitivity_violations, spec_for
 
 import dpsql
@@ -216,3 +216,19 @@ def test_quantile_fraction_minus_zero_is_zero(s: Any) -> None:
     assert r.table.num_rows == 1 and s.history().to_pylist()[-1]["status"] == "released"
     assert "got -0.5" in free(s, "SELECT QUANTILE(amount, -0.5) FROM events")
     assert "numeric literal" in free(s, "SELECT QUANTILE(amount, -'a') FROM events")
+
+
+def test_cli_key_filter_and_new_refusals(workdir: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = ["--config", "examples/dpsql.toml"]
+    sql = "SELECT country FROM PUMS.events WHERE country IN ('FR', 'DE') GROUP BY country"
+    assert run_cli([*cfg, "query", sql, "--epsilon", "1", "--format", "csv"]) == 0
+    out, _ = capsys.readouterr()
+    assert [line.strip('"') for line in out.splitlines()] == ["country", "DE", "FR"]
+    assert run_cli([*cfg, "explain", sql, "--epsilon", "1"]) == 0
+    out, _ = capsys.readouterr()
+    assert "public_domain" in out and "conditions on the key columns alone filter the declared values" in out
+    for bad, words in [("SELECT TOP 5 PERCENT country FROM events", "TOP 5 PERCENT"),
+                       ("SELECT country FROM events GROUP BY country HAVING nosuch > 1", "unknown column 'nosuch'")]:
+        assert run_cli([*cfg, "query", bad, "--epsilon", "1"]) == 2
+        _, err = capsys.readouterr()
+        assert words in err and "Traceback" not in err
