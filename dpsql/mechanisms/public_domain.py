@@ -9,9 +9,11 @@ for any neighbouring relation, and is charged nothing. Sensitivity: 0. Calibrati
 
 The analyst may be surprised that values absent from the data are listed; that is the point:
 which values occur is private, the declared domain is not. ``explain`` and the ledger row say
-so (mechanism ``public_domain``, cost (0, 0)). A WHERE clause cannot filter the domain without
-reading rows, so the released set is the whole domain whatever the WHERE (stated in the notes);
-HAVING, ORDER BY and LIMIT run over it as post-processing.
+so (mechanism ``public_domain``, cost (0, 0)). The conditions of the WHERE (its AND-ed parts) that
+read key columns only filter the domain: they are evaluated on the declared values, which are
+public (``dpsql.plan.analyze``: ``WHERE country = 'US'`` lists 'US' alone). A condition reading any
+other column cannot filter it without reading rows, so every declared value it might admit is
+listed (stated in the notes). HAVING, ORDER BY and LIMIT run over it as post-processing.
 """
 
 from __future__ import annotations
@@ -70,8 +72,9 @@ class PublicDomain:
             f"{cal.size} combination(s)), read from the catalog, not from the data; nothing is charged",
         ]
         if cal.plan.where is not None:
-            notes.append("the WHERE clause does not filter the declared domain (that would read private rows): every "
-                         "declared value is listed")
+            notes.append("the WHERE's conditions on the key columns alone filter the declared values (public); a "
+                         "condition reading any other column cannot filter them without reading private rows, so every "
+                         "declared value it might admit is listed")
         return Description(label=MechanismName.PUBLIC_DOMAIN.value, cost=Budget(0.0, 0.0),
                            parameters={"sensitivity": 0, "domain_size": cal.size, "reads_rows": False,
                                        "keys": [k.sql for k in cal.plan.keys]},

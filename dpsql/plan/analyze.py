@@ -250,6 +250,14 @@ class _Builder:
             if got is None:
                 return None
             column, value, bounds = got
+            lo, hi = bounds[0] + 0.0, bounds[1] + 0.0  # + 0.0: -0.0 prints as 0
+            if lo == hi and (kind != ir.SUM or lo == 0.0):
+                # nothing private to estimate: the noise would have scale 0 (a point interval)
+                what = "0 (or NULL) on every row" if kind == ir.SUM else f"{lo:g} (or NULL) on every row"
+                self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are a single point: its value is "
+                               f"{what}, so there is nothing to estimate (hint: widen the bounds, e.g. "
+                               f"{fn}(LEAST(GREATEST(expr, lo), hi)) with lo < hi)")
+                return None
         else:
             self.bad(
                 node,
@@ -284,7 +292,7 @@ class _Builder:
                 return None  # reported by check_columns
             why = check_numeric_column(column, self.table.schema)
             if why is not None:
-                self.bad(node, why)
+                self.bad(node, why.replace("SUM and AVG need", f"{fn} needs"))
                 return None
         else:
             column = None
@@ -344,6 +352,37 @@ class _Builder:
             c.set("this", exp.to_identifier(c.name.lower()))
         return None, value, (lo, hi)
 
+    def key_only_where(self, where: exp.Expression | None) -> exp.Expression | None:
+        """With no aggregate and every key's domain declared (``mechanisms.public_domain``), the
+        WHERE's conjuncts that read key columns only, over the released key columns: they filter
+        the declared domain as post-processing (``WHERE country = 'US'`` lists 'US' alone, not the
+        whole domain). Conjuncts reading any other column cannot filter it without reading rows."""
+        if where is None or self.aggregates or not self.keys or any(k.domain is None for k in self.keys):
+            return None
+        key_cols = {k.expr.name.lower() for k in self.keys if isinstance(k.expr, exp.Column)}
+        kept: list[exp.Expression] = []
+        for c in where.flatten() if isinstance(where, exp.And) else [where]:
+            cols = [x.name.lower() for x in c.find_all(exp.Column)]
+            if not cols or any(x not in key_cols for x in cols) or any(is_aggregate(n) for n in c.walk()):
+                continue
+            try:  # rendered total by the typer, as over private rows (a cast that fails gives NULL)
+                typed = type_predicate(c, dict(self.table.schema) if self.table is not None else {}, "WHERE")
+            except TypeRefusal:
+                continue  # reported by the WHERE's own type check
+            by_col = {k.expr.name.lower(): k.name for k in self.keys if isinstance(k.expr, exp.Column)}
+            refs = list(typed.find_all(exp.Column))
+            if any(r.name.lower() not in by_col for r in refs):
+                continue
+            for col in refs:
+                col.replace(exp.column(by_col[col.name.lower()]))
+            kept.append(exp.Paren(this=typed))
+        if not kept:
+            return None
+        out = kept[0]
+        for k in kept[1:]:
+            out = exp.And(this=out, expression=k)
+        return out
+
     def to_post(self, node: exp.Expression, where: str, *, alias_map: dict[str, exp.Expression] | None = None) -> exp.Expression:
         """Rewrite an expression over the query into one over released internal columns."""
         key_by_sql = {k.sql: k for k in self.keys}
@@ -376,6 +415,8 @@ class _Builder:
                     return n
                 if self.table is not None and self.table.schema and nm not in self.table.schema and not n.table:
                     return exp.Null()  # unknown column: reported by check_columns
+                if n.table and n.table.lower() not in self._table_names:
+                    return exp.Null()  # unknown table or alias: reported by check_columns
                 self.bad(
                     n,
                     f"{where} uses column '{n.name}' outside an aggregate and not in GROUP BY: non-aggregated output is not allowed",
@@ -593,6 +634,7 @@ class _Builder:
         if stmt.args.get("having") is not None:
             hv = stmt.args["having"].this
             self.violations.extend(check_expression_functions(hv, self.sql, "HAVING"))
+            self.check_columns(hv, "HAVING", allow_aliases=True)
             having = self.to_post(hv, "HAVING", alias_map=alias_post)
         order: list[exp.Ordered] = []
         if stmt.args.get("order") is not None:
@@ -608,9 +650,14 @@ class _Builder:
                 if isinstance(inner, exp.Column) and not inner.table and inner.name.lower() in used:
                     order.append(o.copy())
                     continue
+                self.check_columns(inner, "ORDER BY", allow_aliases=True)
                 new = o.copy()
                 new.set("this", self.to_post(inner, "ORDER BY", alias_map=alias_post))
                 order.append(new)
+        key_filter = self.key_only_where(where_expr)
+        if key_filter is not None:
+            having = key_filter if having is None else exp.And(this=exp.Paren(this=key_filter),
+                                                               expression=exp.Paren(this=having))
         if not self.aggregates and not self.keys and not self.violations:
             self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG) or GROUP BY columns: non-aggregated output is not allowed")
         limit = self._int_clause(stmt, "limit")

@@ -208,15 +208,32 @@ def _refuse_top(sql: str) -> None:
             j += 1
         if j + 1 < len(toks) and toks[j].text.upper() == "TOP":
             paren = toks[j + 1].token_type == TokenType.L_PAREN and j + 2 < len(toks)
-            nxt_tok = toks[j + 2] if paren else toks[j + 1]
+            k = j + 2 if paren else j + 1
+            neg = toks[k].token_type == TokenType.DASH and k + 1 < len(toks)
+            nxt_tok = toks[k + 1] if neg else toks[k]
             if nxt_tok.token_type != TokenType.NUMBER:
                 continue
-            nxt = nxt_tok.text
+            after = toks[k + 2] if neg and k + 2 < len(toks) else toks[k + 1] if not neg and k + 1 < len(toks) else None
+            closes = not paren or (after is not None and after.token_type == TokenType.R_PAREN)
+            nxt = ("-" if neg else "") + nxt_tok.text
+            tail = (toks[toks.index(after) + 1] if paren and closes and toks.index(after) + 1 < len(toks) else after) \
+                if after is not None else None
             line, col = line_col(sql, toks[j].start)
+            if neg or not closes or not nxt_tok.text.isdigit():
+                fix = "LIMIT n with n a non-negative integer literal"
+            elif tail is not None and tail.text.upper() == "PERCENT":
+                fix = "LIMIT n with a number of rows (a percentage of the released rows has no LIMIT form)"
+            elif tail is not None and tail.text.upper() == "WITH":
+                fix = f"LIMIT {nxt} (ties are not kept)"
+            else:
+                fix = f"LIMIT {nxt}"
+            shown = f"TOP ({nxt} ...)" if not closes else f"TOP {nxt}"
+            if closes and tail is not None and tail.text.upper() == "PERCENT":
+                shown += " PERCENT"
             raise UnsupportedQueryError(
-                f"SELECT TOP {nxt} (T-SQL) is not supported: use LIMIT {nxt} at the end of the query",
-                violations=[Violation(f"SELECT TOP {nxt} is not supported; use LIMIT {nxt}", line, col, f"TOP {nxt}")],
-                hint=f"write SELECT ... ORDER BY ... LIMIT {nxt}",
+                f"SELECT {shown} (T-SQL) is not supported: use {fix} at the end of the query",
+                violations=[Violation(f"SELECT {shown} is not supported; use {fix}", line, col, shown)],
+                hint=f"write SELECT ... ORDER BY ... {fix}",
             )
 
 

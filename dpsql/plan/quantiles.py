@@ -31,7 +31,10 @@ _FIX = "write e.g. MEDIAN(col), QUANTILE(col, 0.9) or PERCENTILE_CONT(0.9) WITHI
 def _fraction(node: exp.Expression | None) -> float | str:
     """A literal p in [0, 1], or why not."""
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
-        return "the quantile fraction must lie between 0 and 1"
+        p0 = _fraction(node.this)
+        if isinstance(p0, str) or p0 == 0.0:  # not a number, or -0 (which is 0)
+            return p0
+        return f"the quantile fraction must lie between 0 and 1, got -{node.this.this}"
     if isinstance(node, exp.Array):
         return "one quantile per call is supported: write QUANTILE(col, 0.25), QUANTILE(col, 0.75) as separate aggregates"
     if not isinstance(node, exp.Literal) or node.is_string:
@@ -60,7 +63,7 @@ def quantile_call(node: exp.Expression) -> tuple[str, exp.Expression, float] | s
         col = items[0].this
         return ir.QUANTILE, col, round(1.0 - p, 12) if items[0].args.get("desc") else p
     if isinstance(node, (exp.Min, exp.Max)):
-        if node.expressions:
+        if node.expressions or node.args.get("count") is not None:  # MIN(x, n): DuckDB's n smallest values
             return f"{node.sql_name()} takes one column (for the least/greatest of several values use LEAST/GREATEST)"
         kind = ir.MIN if isinstance(node, exp.Min) else ir.MAX
         return kind, node.this, 0.0 if kind == ir.MIN else 1.0
