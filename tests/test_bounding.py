@@ -810,3 +810,66 @@ def test_rewritten_sql_golden(name: str) -> None:
     plan = plan_for(sql, _golden_spec())
     got = render(bounded_query(plan, caps, salt=SALT_PLACEHOLDER, unit_column="user_id"), pretty=True)
     assert got == expected
+
+
+# -- the group cap in rounds (fixed-size aggregates only, spills to disk) ---------------------------
+
+def _cap_groups(con: duckdb.DuckDBPyConnection, n: int, salt: str, ops: Any, keys: tuple[str, ...] = ("g",)) -> list[tuple[Any, ...]]:
+    from sqlglot import exp
+
+    from dpsql.rewrite.bound import cap_groups_per_unit
+
+    rel = exp.select("*").from_("pairs").subquery("__ug")
+    q = exp.select("*").from_(cap_groups_per_unit(rel, "u", list(keys), ["u", *keys], n, salt, ops=ops))
+    return sorted(con.sql(q.sql("duckdb")).fetchall(), key=repr)
+
+
+def test_group_cap_rounds_choose_what_arg_min_chooses() -> None:
+    # with distinct hashes the rounds keep exactly the C_u smallest hashes, as ARG_MIN(..., C_u) does
+    from dpsql.engine.duckdb_ops import DuckDBOps
+
+    class ArgMinOps(DuckDBOps):
+        group_cap_rounds = 0
+
+    assert DuckDBOps.group_cap_rounds >= 5
+    con = duckdb.connect()
+    con.execute("CREATE TABLE pairs AS SELECT u, g FROM range(40) a(u), (SELECT 'g' || i AS g FROM range(9) b(i)) "
+                "WHERE (u * 7 + length(g)) % 3 <> 0 OR u < 5")
+    for n in (1, 2, 5):
+        for salt in ("s1", "s2", "s3"):
+            rounds = _cap_groups(con, n, salt, DuckDBOps())
+            assert rounds == _cap_groups(con, n, salt, ArgMinOps())
+            per_unit = Counter(u for u, _ in rounds)
+            assert max(per_unit.values()) == n
+    # negative control: another salt chooses other groups
+    assert _cap_groups(con, 2, "s1", DuckDBOps()) != _cap_groups(con, 2, "s2", DuckDBOps())
+
+
+def test_group_cap_rounds_break_hash_ties_by_key() -> None:
+    # equal keyed hashes (forced here; an unkeyed-hash collision would make them equal under every
+    # salt): never more than C_u groups per unit, ties broken by the group key (NULL fields last)
+    from sqlglot import exp
+
+    from dpsql.engine.duckdb_ops import DuckDBOps
+
+    class TiedOps(DuckDBOps):
+        def keyed_hash(self, columns: Any, salt: str) -> exp.Expression:
+            # two hash values only: g1 and g2 key parity, so most groups share a hash
+            return exp.Mod(this=exp.func("coalesce", exp.column("g2"), exp.Literal.number(0)),
+                           expression=exp.Literal.number(2))
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE pairs AS SELECT * FROM (VALUES (1, 'a', 2), (1, 'a', 4), (1, 'b', 2), (1, NULL, 2), "
+                "(1, 'a', NULL), (1, 'c', 1), (2, 'x', 3), (2, 'y', 5), (3, 'z', 0)) v(u, g1, g2)")
+    got = {n: _cap_groups(con, n, "s", TiedOps(), keys=("g1", "g2")) for n in (1, 2, 3, 4, 5, 6, 7)}
+    # unit 1: hash 0 for (a,2), (a,4), (b,2), (NULL,2), (a,NULL); hash 1 for (c,1)
+    order1 = [(1, "a", 2), (1, "a", 4), (1, "a", None), (1, "b", 2), (1, None, 2), (1, "c", 1)]
+    order2 = [(2, "x", 3), (2, "y", 5)]
+    for n, rows in got.items():
+        per_unit = Counter(r[0] for r in rows)
+        assert per_unit[1] == min(n, 6) and per_unit[2] == min(n, 2) and per_unit[3] == 1, (n, rows)
+        assert sorted(rows, key=repr) == sorted(order1[:n] + order2[:n] + [(3, "z", 0)], key=repr), (n, rows)
+    # negative control: keeping every group whose hash is among the C_u smallest keeps too many
+    hashes = {r: (r[2] or 0) % 2 for r in order1}
+    threshold = sorted(hashes.values())[1]
+    assert sum(1 for h in hashes.values() if h <= threshold) > 2
