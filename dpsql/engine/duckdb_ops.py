@@ -23,6 +23,11 @@ from dpsql.rewrite.render import DIALECT_MARK
 
 DUCKDB = "duckdb"
 
+#: meta mark of a subquery whose joins must build their hash tables on the right side as written
+#: (``dpsql.rewrite.bound._smallest_by_rounds``): DuckDB's estimates of Arrow scans are unknown
+#: (about 1 row), and building on the large side instead fails for memory where it should spill
+KEEP_BUILD_SIDE = "dpsql_keep_build_side"
+
 E = TypeVar("E", bound=exp.Expression)
 
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.engine.base import SqlOps, source_name
-from dpsql.engine.duckdb_ops import DuckDBOps
+from dpsql.engine.duckdb_ops import KEEP_BUILD_SIDE, DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.typer import TypeRefusal, domain_literal, type_key, type_predicate, type_value
@@ -358,7 +358,8 @@ def _smallest_by_rounds(rows: exp.Select, unit: str, keys: Sequence[str], output
             cq = cq.join(exp.to_table(prev), on=exp.EQ(this=uc("__r"), expression=uc(prev)), copy=False)
             least = exp.Filter(this=least, expression=exp.Where(this=after(prev)))
         cq = cq.select(exp.alias_(least, "__k"), exp.alias_(exp.Count(this=exp.Star()), "__t"), copy=False)
-        ctes.append(cte(c, cq.group_by(uc("__r"), exp.column("__h", table="__r"), copy=False)))
+        # read by the next round twice and by the final join: computed once
+        ctes.append(cte(c, cq.group_by(uc("__r"), exp.column("__h", table="__r"), copy=False), materialized=True))
         rounds.append(c)
     picked = exp.union(*[exp.select(unit, "__h", "__k", "__t").from_(c) for c in rounds], distinct=False, copy=False) \
         if len(rounds) > 1 else exp.select(unit, "__h", "__k", "__t").from_(rounds[0])
@@ -371,6 +372,10 @@ def _smallest_by_rounds(rows: exp.Select, unit: str, keys: Sequence[str], output
                               exp.EQ(this=exp.column("__h", table="__r"), expression=exp.column("__h", table="__s")), copy=False),
                   copy=False)
             .where(same, copy=False))
+    # every join above has the per-unit relation (one row per unit) on its right, the side to
+    # build the hash table on; the backend keeps that side whatever its (possibly unknown)
+    # estimates say, so the large side is never built in memory
+    kept.meta[KEEP_BUILD_SIDE] = True
     return kept, ctes
 
 
