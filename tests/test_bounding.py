@@ -603,6 +603,88 @@ FROM (
       __unit
     HAVING
       COUNT(*) > 2
+  ), __hp AS MATERIALIZED (
+    SELECT
+      *,
+      HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __h
+    FROM (
+      SELECT
+        __p.*
+      FROM __pairs AS __p
+      WHERE
+        EXISTS(
+          SELECT
+            1
+          FROM __heavy AS __h
+          WHERE
+            __h.__unit = __p.__unit
+        )
+    ) AS __heavy_rows
+  ), __m1 AS (
+    SELECT
+      __r.__unit,
+      MIN(__r.__h) AS __h
+    FROM __hp AS __r
+    GROUP BY
+      __r.__unit
+  ), __c1 AS MATERIALIZED (
+    SELECT
+      __r.__unit,
+      __r.__h,
+      MIN({'__k0': __r.__k0}) AS __k,
+      COUNT(*) AS __t
+    FROM __hp AS __r
+    JOIN __m1
+      ON __r.__unit = __m1.__unit AND __r.__h = __m1.__h
+    GROUP BY
+      __r.__unit,
+      __r.__h
+  ), __m2 AS (
+    SELECT
+      __r.__unit,
+      MIN(__r.__h) AS __h
+    FROM __hp AS __r
+    JOIN __c1
+      ON __r.__unit = __c1.__unit
+    WHERE
+      __r.__h > __c1.__h
+      OR (
+        __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
+      )
+    GROUP BY
+      __r.__unit
+  ), __c2 AS MATERIALIZED (
+    SELECT
+      __r.__unit,
+      __r.__h,
+      MIN({'__k0': __r.__k0}) FILTER(WHERE
+        __r.__h > __c1.__h
+        OR (
+          __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
+        )) AS __k,
+      COUNT(*) AS __t
+    FROM __hp AS __r
+    JOIN __m2
+      ON __r.__unit = __m2.__unit AND __r.__h = __m2.__h
+    JOIN __c1
+      ON __r.__unit = __c1.__unit
+    GROUP BY
+      __r.__unit,
+      __r.__h
+  ), __picked AS (
+    SELECT
+      __unit,
+      __h,
+      __k,
+      __t
+    FROM __c1
+    UNION ALL
+    SELECT
+      __unit,
+      __h,
+      __k,
+      __t
+    FROM __c2
   )
   SELECT
     __k0,
@@ -635,34 +717,16 @@ FROM (
       __a2_c
     FROM (
       SELECT
-        STRUCT_EXTRACT(__s, '__k0') AS __k0,
-        STRUCT_EXTRACT(__s, '__n') AS __n,
-        STRUCT_EXTRACT(__s, '__a1_s') AS __a1_s,
-        STRUCT_EXTRACT(__s, '__a2_s') AS __a2_s,
-        STRUCT_EXTRACT(__s, '__a2_c') AS __a2_c
-      FROM (
-        SELECT
-          UNNEST(ARG_MIN(
-            {'__k0': __k0, '__n': __n, '__a1_s': __a1_s, '__a2_s': __a2_s, '__a2_c': __a2_c},
-            HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))),
-            2
-          )) AS __s
-        FROM (
-          SELECT
-            __p.*
-          FROM __pairs AS __p
-          WHERE
-            EXISTS(
-              SELECT
-                1
-              FROM __heavy AS __h
-              WHERE
-                __h.__unit = __p.__unit
-            )
-        ) AS __heavy_rows
-        GROUP BY
-          __unit
-      ) AS __per_unit
+        __r.__k0,
+        __r.__n,
+        __r.__a1_s,
+        __r.__a2_s,
+        __r.__a2_c
+      FROM __hp AS __r
+      JOIN __picked AS __s
+        ON __r.__unit = __s.__unit AND __r.__h = __s.__h
+      WHERE
+        __s.__t = 1 OR {'__k0': __r.__k0} = __s.__k
     ) AS __kept_groups
   ) AS __groups
 ) AS __chosen
@@ -703,6 +767,88 @@ FROM (
       __unit
     HAVING
       COUNT(*) > 2
+  ), __hp AS MATERIALIZED (
+    SELECT
+      *,
+      HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __h
+    FROM (
+      SELECT
+        __p.*
+      FROM __pairs AS __p
+      WHERE
+        EXISTS(
+          SELECT
+            1
+          FROM __heavy AS __h
+          WHERE
+            __h.__unit = __p.__unit
+        )
+    ) AS __heavy_rows
+  ), __m1 AS (
+    SELECT
+      __r.__unit,
+      MIN(__r.__h) AS __h
+    FROM __hp AS __r
+    GROUP BY
+      __r.__unit
+  ), __c1 AS MATERIALIZED (
+    SELECT
+      __r.__unit,
+      __r.__h,
+      MIN({'__k0': __r.__k0}) AS __k,
+      COUNT(*) AS __t
+    FROM __hp AS __r
+    JOIN __m1
+      ON __r.__unit = __m1.__unit AND __r.__h = __m1.__h
+    GROUP BY
+      __r.__unit,
+      __r.__h
+  ), __m2 AS (
+    SELECT
+      __r.__unit,
+      MIN(__r.__h) AS __h
+    FROM __hp AS __r
+    JOIN __c1
+      ON __r.__unit = __c1.__unit
+    WHERE
+      __r.__h > __c1.__h
+      OR (
+        __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
+      )
+    GROUP BY
+      __r.__unit
+  ), __c2 AS MATERIALIZED (
+    SELECT
+      __r.__unit,
+      __r.__h,
+      MIN({'__k0': __r.__k0}) FILTER(WHERE
+        __r.__h > __c1.__h
+        OR (
+          __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
+        )) AS __k,
+      COUNT(*) AS __t
+    FROM __hp AS __r
+    JOIN __m2
+      ON __r.__unit = __m2.__unit AND __r.__h = __m2.__h
+    JOIN __c1
+      ON __r.__unit = __c1.__unit
+    GROUP BY
+      __r.__unit,
+      __r.__h
+  ), __picked AS (
+    SELECT
+      __unit,
+      __h,
+      __k,
+      __t
+    FROM __c1
+    UNION ALL
+    SELECT
+      __unit,
+      __h,
+      __k,
+      __t
+    FROM __c2
   )
   SELECT
     __k0
@@ -723,26 +869,12 @@ FROM (
       __k0
     FROM (
       SELECT
-        STRUCT_EXTRACT(__s, '__k0') AS __k0
-      FROM (
-        SELECT
-          UNNEST(ARG_MIN({'__k0': __k0}, HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))), 2)) AS __s
-        FROM (
-          SELECT
-            __p.*
-          FROM __pairs AS __p
-          WHERE
-            EXISTS(
-              SELECT
-                1
-              FROM __heavy AS __h
-              WHERE
-                __h.__unit = __p.__unit
-            )
-        ) AS __heavy_rows
-        GROUP BY
-          __unit
-      ) AS __per_unit
+        __r.__k0
+      FROM __hp AS __r
+      JOIN __picked AS __s
+        ON __r.__unit = __s.__unit AND __r.__h = __s.__h
+      WHERE
+        __s.__t = 1 OR {'__k0': __r.__k0} = __s.__k
     ) AS __kept_groups
   ) AS __groups
 ) AS __chosen
