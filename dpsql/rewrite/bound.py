@@ -22,7 +22,8 @@ partition's own rows. With k = 1 (and no L) the kept row of each (unit, group) i
 aggregate instead (:func:`_pick_one_row`): an exponential race over the distinct value
 combinations, each weighted by its number of rows, so each row is kept with probability one over
 the group's rows, exactly as with numbering. The group cap keeps, per unit, the C_u groups with
-the smallest keyed hash of (unit, group); only units with more than C_u groups go through that
+the smallest keyed hash of (unit, group), equal hashes ordered by the group key (so at most C_u
+whatever collides); only units with more than C_u groups go through that
 choice (the others keep every group), which is most units on most data. The salt is fresh per
 query and never shown, so every choice is unpredictable and independent of the engine's own PRNG.
 
