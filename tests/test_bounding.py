@@ -1005,3 +1005,33 @@ def test_group_cap_rounds_break_hash_ties_by_key() -> None:
     hashes = {r: (r[2] or 0) % 2 for r in order1}
     threshold = sorted(hashes.values())[1]
     assert sum(1 for h in hashes.values() if h <= threshold) > 2
+
+
+def test_group_cap_rounds_keep_the_written_build_side_and_restore_the_setting() -> None:
+    # the rounds' joins build on their right side (one row per unit) whatever DuckDB estimates;
+    # the setting is on only while such a query runs, and a caller's own value comes back
+    from sqlglot import exp
+
+    from dpsql.engine.duckdb import DuckDBBackend
+    from dpsql.engine.duckdb_ops import KEEP_BUILD_SIDE, DuckDBOps
+    from dpsql.rewrite.bound import cap_groups_per_unit
+
+    con = duckdb.connect()
+    con.execute("SET disabled_optimizers = 'late_materialization'")
+    backend = DuckDBBackend(connection=con)
+    probe = exp.select(exp.alias_(exp.func("current_setting", exp.Literal.string("disabled_optimizers")), "s"))
+    marked = probe.copy()
+    marked.meta[KEEP_BUILD_SIDE] = True
+    assert "build_side_probe_side" in backend.fetch_arrow(marked).to_pylist()[0]["s"]
+    assert "build_side_probe_side" not in backend.fetch_arrow(probe).to_pylist()[0]["s"]  # negative control
+    assert con.execute("SELECT current_setting('disabled_optimizers')").fetchall()[0][0] == "late_materialization"
+    # the group cap in rounds carries the mark, ARG_MIN's spelling does not need it
+    rel = exp.select("*").from_("pairs").subquery("__ug")
+    rounds = cap_groups_per_unit(rel, "u", ["g"], ["u", "g"], 3, "s", ops=DuckDBOps())
+    assert any(n.meta.get(KEEP_BUILD_SIDE) for n in rounds.walk())
+
+    class ArgMinOps(DuckDBOps):
+        group_cap_rounds = 0
+
+    arg_min = cap_groups_per_unit(rel, "u", ["g"], ["u", "g"], 3, "s", ops=ArgMinOps())
+    assert not any(n.meta.get(KEEP_BUILD_SIDE) for n in arg_min.walk())
