@@ -603,6 +603,88 @@ FROM (
       __unit
     HAVING
       COUNT(*) > 2
+  ), __hp AS MATERIALIZED (
+    SELECT
+      *,
+      HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __h
+    FROM (
+      SELECT
+        __p.*
+      FROM __pairs AS __p
+      WHERE
+        EXISTS(
+          SELECT
+            1
+          FROM __heavy AS __h
+          WHERE
+            __h.__unit = __p.__unit
+        )
+    ) AS __heavy_rows
+  ), __m1 AS (
+    SELECT
+      __r.__unit,
+      MIN(__r.__h) AS __h
+    FROM __hp AS __r
+    GROUP BY
+      __r.__unit
+  ), __c1 AS MATERIALIZED (
+    SELECT
+      __r.__unit,
+      __r.__h,
+      MIN({'__k0': __r.__k0}) AS __k,
+      COUNT(*) AS __t
+    FROM __hp AS __r
+    JOIN __m1
+      ON __r.__unit = __m1.__unit AND __r.__h = __m1.__h
+    GROUP BY
+      __r.__unit,
+      __r.__h
+  ), __m2 AS (
+    SELECT
+      __r.__unit,
+      MIN(__r.__h) AS __h
+    FROM __hp AS __r
+    JOIN __c1
+      ON __r.__unit = __c1.__unit
+    WHERE
+      __r.__h > __c1.__h
+      OR (
+        __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
+      )
+    GROUP BY
+      __r.__unit
+  ), __c2 AS MATERIALIZED (
+    SELECT
+      __r.__unit,
+      __r.__h,
+      MIN({'__k0': __r.__k0}) FILTER(WHERE
+        __r.__h > __c1.__h
+        OR (
+          __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
+        )) AS __k,
+      COUNT(*) AS __t
+    FROM __hp AS __r
+    JOIN __m2
+      ON __r.__unit = __m2.__unit AND __r.__h = __m2.__h
+    JOIN __c1
+      ON __r.__unit = __c1.__unit
+    GROUP BY
+      __r.__unit,
+      __r.__h
+  ), __picked AS (
+    SELECT
+      __unit,
+      __h,
+      __k,
+      __t
+    FROM __c1
+    UNION ALL
+    SELECT
+      __unit,
+      __h,
+      __k,
+      __t
+    FROM __c2
   )
   SELECT
     __k0,
@@ -635,34 +717,16 @@ FROM (
       __a2_c
     FROM (
       SELECT
-        STRUCT_EXTRACT(__s, '__k0') AS __k0,
-        STRUCT_EXTRACT(__s, '__n') AS __n,
-        STRUCT_EXTRACT(__s, '__a1_s') AS __a1_s,
-        STRUCT_EXTRACT(__s, '__a2_s') AS __a2_s,
-        STRUCT_EXTRACT(__s, '__a2_c') AS __a2_c
-      FROM (
-        SELECT
-          UNNEST(ARG_MIN(
-            {'__k0': __k0, '__n': __n, '__a1_s': __a1_s, '__a2_s': __a2_s, '__a2_c': __a2_c},
-            HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))),
-            2
-          )) AS __s
-        FROM (
-          SELECT
-            __p.*
-          FROM __pairs AS __p
-          WHERE
-            EXISTS(
-              SELECT
-                1
-              FROM __heavy AS __h
-              WHERE
-                __h.__unit = __p.__unit
-            )
-        ) AS __heavy_rows
-        GROUP BY
-          __unit
-      ) AS __per_unit
+        __r.__k0,
+        __r.__n,
+        __r.__a1_s,
+        __r.__a2_s,
+        __r.__a2_c
+      FROM __hp AS __r
+      JOIN __picked AS __s
+        ON __r.__unit = __s.__unit AND __r.__h = __s.__h
+      WHERE
+        __s.__t = 1 OR {'__k0': __r.__k0} = __s.__k
     ) AS __kept_groups
   ) AS __groups
 ) AS __chosen
@@ -703,6 +767,88 @@ FROM (
       __unit
     HAVING
       COUNT(*) > 2
+  ), __hp AS MATERIALIZED (
+    SELECT
+      *,
+      HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __h
+    FROM (
+      SELECT
+        __p.*
+      FROM __pairs AS __p
+      WHERE
+        EXISTS(
+          SELECT
+            1
+          FROM __heavy AS __h
+          WHERE
+            __h.__unit = __p.__unit
+        )
+    ) AS __heavy_rows
+  ), __m1 AS (
+    SELECT
+      __r.__unit,
+      MIN(__r.__h) AS __h
+    FROM __hp AS __r
+    GROUP BY
+      __r.__unit
+  ), __c1 AS MATERIALIZED (
+    SELECT
+      __r.__unit,
+      __r.__h,
+      MIN({'__k0': __r.__k0}) AS __k,
+      COUNT(*) AS __t
+    FROM __hp AS __r
+    JOIN __m1
+      ON __r.__unit = __m1.__unit AND __r.__h = __m1.__h
+    GROUP BY
+      __r.__unit,
+      __r.__h
+  ), __m2 AS (
+    SELECT
+      __r.__unit,
+      MIN(__r.__h) AS __h
+    FROM __hp AS __r
+    JOIN __c1
+      ON __r.__unit = __c1.__unit
+    WHERE
+      __r.__h > __c1.__h
+      OR (
+        __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
+      )
+    GROUP BY
+      __r.__unit
+  ), __c2 AS MATERIALIZED (
+    SELECT
+      __r.__unit,
+      __r.__h,
+      MIN({'__k0': __r.__k0}) FILTER(WHERE
+        __r.__h > __c1.__h
+        OR (
+          __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
+        )) AS __k,
+      COUNT(*) AS __t
+    FROM __hp AS __r
+    JOIN __m2
+      ON __r.__unit = __m2.__unit AND __r.__h = __m2.__h
+    JOIN __c1
+      ON __r.__unit = __c1.__unit
+    GROUP BY
+      __r.__unit,
+      __r.__h
+  ), __picked AS (
+    SELECT
+      __unit,
+      __h,
+      __k,
+      __t
+    FROM __c1
+    UNION ALL
+    SELECT
+      __unit,
+      __h,
+      __k,
+      __t
+    FROM __c2
   )
   SELECT
     __k0
@@ -723,26 +869,12 @@ FROM (
       __k0
     FROM (
       SELECT
-        STRUCT_EXTRACT(__s, '__k0') AS __k0
-      FROM (
-        SELECT
-          UNNEST(ARG_MIN({'__k0': __k0}, HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))), 2)) AS __s
-        FROM (
-          SELECT
-            __p.*
-          FROM __pairs AS __p
-          WHERE
-            EXISTS(
-              SELECT
-                1
-              FROM __heavy AS __h
-              WHERE
-                __h.__unit = __p.__unit
-            )
-        ) AS __heavy_rows
-        GROUP BY
-          __unit
-      ) AS __per_unit
+        __r.__k0
+      FROM __hp AS __r
+      JOIN __picked AS __s
+        ON __r.__unit = __s.__unit AND __r.__h = __s.__h
+      WHERE
+        __s.__t = 1 OR {'__k0': __r.__k0} = __s.__k
     ) AS __kept_groups
   ) AS __groups
 ) AS __chosen
@@ -810,3 +942,96 @@ def test_rewritten_sql_golden(name: str) -> None:
     plan = plan_for(sql, _golden_spec())
     got = render(bounded_query(plan, caps, salt=SALT_PLACEHOLDER, unit_column="user_id"), pretty=True)
     assert got == expected
+
+
+# -- the group cap in rounds (fixed-size aggregates only, spills to disk) ---------------------------
+
+def _cap_groups(con: duckdb.DuckDBPyConnection, n: int, salt: str, ops: Any, keys: tuple[str, ...] = ("g",)) -> list[tuple[Any, ...]]:
+    from sqlglot import exp
+
+    from dpsql.rewrite.bound import cap_groups_per_unit
+
+    rel = exp.select("*").from_("pairs").subquery("__ug")
+    q = exp.select("*").from_(cap_groups_per_unit(rel, "u", list(keys), ["u", *keys], n, salt, ops=ops))
+    return sorted(con.sql(q.sql("duckdb")).fetchall(), key=repr)
+
+
+def test_group_cap_rounds_choose_what_arg_min_chooses() -> None:
+    # with distinct hashes the rounds keep exactly the C_u smallest hashes, as ARG_MIN(..., C_u) does
+    from dpsql.engine.duckdb_ops import DuckDBOps
+
+    class ArgMinOps(DuckDBOps):
+        group_cap_rounds = 0
+
+    assert DuckDBOps.group_cap_rounds >= 5
+    con = duckdb.connect()
+    con.execute("CREATE TABLE pairs AS SELECT u, g FROM range(40) a(u), (SELECT 'g' || i AS g FROM range(9) b(i)) "
+                "WHERE (u * 7 + length(g)) % 3 <> 0 OR u < 5")
+    for n in (1, 2, 5):
+        for salt in ("s1", "s2", "s3"):
+            rounds = _cap_groups(con, n, salt, DuckDBOps())
+            assert rounds == _cap_groups(con, n, salt, ArgMinOps())
+            per_unit = Counter(u for u, _ in rounds)
+            assert max(per_unit.values()) == n
+    # negative control: another salt chooses other groups
+    assert _cap_groups(con, 2, "s1", DuckDBOps()) != _cap_groups(con, 2, "s2", DuckDBOps())
+
+
+def test_group_cap_rounds_break_hash_ties_by_key() -> None:
+    # equal keyed hashes (forced here; an unkeyed-hash collision would make them equal under every
+    # salt): never more than C_u groups per unit, ties broken by the group key (NULL fields last)
+    from sqlglot import exp
+
+    from dpsql.engine.duckdb_ops import DuckDBOps
+
+    class TiedOps(DuckDBOps):
+        def keyed_hash(self, columns: Any, salt: str) -> exp.Expression:
+            # two hash values only: g1 and g2 key parity, so most groups share a hash
+            return exp.Mod(this=exp.func("coalesce", exp.column("g2"), exp.Literal.number(0)),
+                           expression=exp.Literal.number(2))
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE pairs AS SELECT * FROM (VALUES (1, 'a', 2), (1, 'a', 4), (1, 'b', 2), (1, NULL, 2), "
+                "(1, 'a', NULL), (1, 'c', 1), (2, 'x', 3), (2, 'y', 5), (3, 'z', 0)) v(u, g1, g2)")
+    got = {n: _cap_groups(con, n, "s", TiedOps(), keys=("g1", "g2")) for n in (1, 2, 3, 4, 5, 6, 7)}
+    # unit 1: hash 0 for (a,2), (a,4), (b,2), (NULL,2), (a,NULL); hash 1 for (c,1)
+    order1 = [(1, "a", 2), (1, "a", 4), (1, "a", None), (1, "b", 2), (1, None, 2), (1, "c", 1)]
+    order2 = [(2, "x", 3), (2, "y", 5)]
+    for n, rows in got.items():
+        per_unit = Counter(r[0] for r in rows)
+        assert per_unit[1] == min(n, 6) and per_unit[2] == min(n, 2) and per_unit[3] == 1, (n, rows)
+        assert sorted(rows, key=repr) == sorted(order1[:n] + order2[:n] + [(3, "z", 0)], key=repr), (n, rows)
+    # negative control: keeping every group whose hash is among the C_u smallest keeps too many
+    hashes = {r: (r[2] or 0) % 2 for r in order1}
+    threshold = sorted(hashes.values())[1]
+    assert sum(1 for h in hashes.values() if h <= threshold) > 2
+
+
+def test_group_cap_rounds_keep_the_written_build_side_and_restore_the_setting() -> None:
+    # the rounds' joins build on their right side (one row per unit) whatever DuckDB estimates;
+    # the setting is on only while such a query runs, and a caller's own value comes back
+    from sqlglot import exp
+
+    from dpsql.engine.duckdb import DuckDBBackend
+    from dpsql.engine.duckdb_ops import KEEP_BUILD_SIDE, DuckDBOps
+    from dpsql.rewrite.bound import cap_groups_per_unit
+
+    con = duckdb.connect()
+    con.execute("SET disabled_optimizers = 'late_materialization'")
+    backend = DuckDBBackend(connection=con)
+    probe = exp.select(exp.alias_(exp.func("current_setting", exp.Literal.string("disabled_optimizers")), "s"))
+    marked = probe.copy()
+    marked.meta[KEEP_BUILD_SIDE] = True
+    assert "build_side_probe_side" in backend.fetch_arrow(marked).to_pylist()[0]["s"]
+    assert "build_side_probe_side" not in backend.fetch_arrow(probe).to_pylist()[0]["s"]  # negative control
+    assert con.execute("SELECT current_setting('disabled_optimizers')").fetchall()[0][0] == "late_materialization"
+    # the group cap in rounds carries the mark, ARG_MIN's spelling does not need it
+    rel = exp.select("*").from_("pairs").subquery("__ug")
+    rounds = cap_groups_per_unit(rel, "u", ["g"], ["u", "g"], 3, "s", ops=DuckDBOps())
+    assert any(n.meta.get(KEEP_BUILD_SIDE) for n in rounds.walk())
+
+    class ArgMinOps(DuckDBOps):
+        group_cap_rounds = 0
+
+    arg_min = cap_groups_per_unit(rel, "u", ["g"], ["u", "g"], 3, "s", ops=ArgMinOps())
+    assert not any(n.meta.get(KEEP_BUILD_SIDE) for n in arg_min.walk())
