@@ -205,3 +205,28 @@ def test_a_huge_clip_norm_is_refused_before_the_charge() -> None:
         assert s.history().num_rows == 0
     finally:
         s.close()
+
+
+# -- one person, one user id -------------------------------------------------------------------------
+def test_a_floating_point_unit_spells_equal_values_as_one_person() -> None:
+    """-0.0 = 0.0 and NaN = -NaN in SQL (the engine groups each pair as one person), but their text differs
+    ('-0.0', '-nan'): the truncation saw two users for one person, each kept up to tau (sensitivity 2 tau)."""
+    import struct
+
+    from dpsql.rewrite.joins import sampled_tuples
+
+    neg_nan = struct.unpack("d", struct.pack("Q", 0xFFF8000000000000))[0]
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    try:
+        s.register("grp", pa.table({"gid": [1]}), public=True)
+        s.register("node", pa.table({"id": pa.array([-0.0, 0.0, 1.0, float("nan"), neg_nan]), "g": [1] * 5}),
+                   privacy_unit="id", references={"g": "grp.gid"}, degree_bounds={"g": 5})
+        sql = "SELECT COUNT(*) FROM node a JOIN grp x ON a.g = x.gid JOIN node b ON b.g = x.gid"
+        jp = analyze(sql, dict(s.tables)).join
+        assert jp is not None and not bound_people(jp, dict(s.tables)).single_owner
+        rows = s._engine.fetch_arrow(sampled_tuples(jp, dict(s.tables), salt="s", q=1.0, ops=s._engine.ops)).to_pylist()
+        assert len(rows) == 25
+        users = {r[k] for r in rows for k in ("__u0", "__u1")}
+        assert users == {"node:0.0", "node:1.0", "node:nan"}
+    finally:
+        s.close()
