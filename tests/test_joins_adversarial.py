@@ -261,3 +261,21 @@ def test_released_keys_explain_and_ledger_do_not_depend_on_one_person(sql: str, 
             s.close()
     assert all(x == seen[0] for x in seen[1:])
     assert seen[0][0] == ["A", "B", "C"] if "< 2" not in sql else seen[0][0] == ["A", "B"]
+
+
+def test_an_interval_privacy_unit_is_refused_in_joins_for_free() -> None:
+    """INTERVAL '1 day' = INTERVAL '24 hours' in SQL (one person) but they were spelled '1 day' and '24:00:00':
+    two users to the truncation."""
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    try:
+        s.register("grp", pa.table({"gid": [1]}), public=True)
+        iv = pa.array([(0, 1, 0), (0, 0, 86400 * 10**9)], pa.month_day_nano_interval())
+        s.register("node", pa.table({"id": iv, "g": [1, 1]}), privacy_unit="id", references={"g": "grp.gid"},
+                   degree_bounds={"g": 5})
+        sql = "SELECT COUNT(*) FROM node a JOIN grp x ON a.g = x.gid JOIN node b ON b.g = x.gid"
+        for call in (s.explain, s.query):
+            with pytest.raises(dpsql.errors.PolicyError, match="is an INTERVAL"):
+                call(sql, epsilon=1.0, options={"mechanism": "r2t"})
+        assert s.history().num_rows == 0
+    finally:
+        s.close()
