@@ -296,3 +296,27 @@ def test_a_fine_tau_grid_names_the_delta_it_needs() -> None:
         assert s.history().num_rows == 0
     finally:
         s.close()
+
+
+def test_a_huge_declared_delta_is_accounted_without_a_huge_array(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Delta = 10^18 (degree bounds 10^9 x 10^9) made Lemma 3.5's window 1.9e10 terms wide: a MemoryError at
+    explain. Wide windows are now bounded in bins; the bound is above the exact sum and close to it."""
+    from dpsql.accounting import s4s as acc
+
+    exact = acc.s4s_rdp_prime(8.0, 5.0, 20000.0, 100_000, 1 / 16)
+    assert 0.488 < exact < 0.489  # amplified: well below rho = 5
+    monkeypatch.setattr(acc, "_WINDOW", 1001)  # force the binned bound on a window of ~6000 terms
+    binned = acc.s4s_rdp_prime(8.0, 5.0, 20000.0, 100_000, 1 / 16)
+    assert exact <= binned <= exact * 1.02
+    monkeypatch.undo()
+    s = dpsql.Session(budget=Budget(1000.0, 1e-3))
+    try:
+        s.register("customer", pa.table({"c_custkey": [1, 2]}), privacy_unit="c_custkey")
+        s.register("orders", pa.table({"o_orderkey": [1, 2], "o_custkey": [1, 2]}),
+                   references={"o_custkey": "customer.c_custkey"}, degree_bounds={"o_custkey": 10**9})
+        s.register("lineitem", pa.table({"l_orderkey": [1, 2]}), references={"l_orderkey": "orders.o_orderkey"},
+                   degree_bounds={"l_orderkey": 10**9})
+        p = s.explain(SCALAR, epsilon=1.0, delta=1e-6)
+        assert p.parameters["Delta"] == 10**18 and p.parameters["q"] == 0.0625
+    finally:
+        s.close()
