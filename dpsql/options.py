@@ -28,7 +28,7 @@ OPTIONS: dict[str, str] = {
     "or a quantile (MEDIAN, PERCENTILE_CONT, QUANTILE) of an ordered column from its stored histogram",
     "clip_negative": "post-processing, any mechanism: release max(0, value) for counts and for sums and averages whose "
     "declared lower bound is >= 0 (default false: the unbiased noisy value, which can be negative)",
-    "q": "DP-S4S (joins): the Poisson sampling rate of join tuples, in (0, 1] (default 1/16, data independent; 1 = no sampling)",
+    "q": "DP-S4S (joins): the Poisson sampling rate of join tuples, in [2^-30, 1] (default 1/16, data independent; 1 = no sampling)",
     "degree_caps": "joins with an enforced Delta: lower the owner's degree bounds for this query, e.g. {'orders.o_custkey': 16} (never above the declared bound)",
     "max_tuples_per_user": "joins with an attested Delta: raise Delta above what the owner's declarations give (never lower)",
     "tau_base": "joins (DP-S4S, R2T): the base b of the truncation thresholds tau = b^i (default 5.5, the authors' code, "
@@ -42,6 +42,9 @@ _CAP_OPTIONS = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit"
 
 LARGE_EPSILON = 10.0
 
+
+#: the least sampling rate q accepted (see the check of option q)
+MIN_Q = 2.0 ** -30
 
 
 def _finite(v: Any) -> bool:
@@ -89,6 +92,11 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
         v = out["q"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v <= 1):
             raise ConfigError(f"q must be a number in (0, 1], got {v!r}", hint="e.g. options={'q': 0.0625}")
+        if v < MIN_Q:
+            # the estimate is scaled by 1/q and its noise with it: below 2^-30 a release overflows
+            # the integers a count is returned in, and the sample (drawn on a 2^-52 grid) holds nothing
+            raise ConfigError(f"q={v!r} is too small: the sampling rate must be at least 2^-30 (about 9.3e-10)",
+                              hint="e.g. options={'q': 0.0625}; a smaller q only adds noise")
         out["q"] = float(v)
     if "clip_norm" in out:
         v = out["clip_norm"]

@@ -189,6 +189,10 @@ def s4s_epsilon_prime(epsilon: float, tau: float, max_tuples: int, q: float) -> 
 
 
 # ----------------------------------------------------------------------------- Lemma 3.5
+#: the most terms of Lemma 3.5's sum evaluated one by one; a wider window is bounded in this many bins
+_WINDOW = 200_001
+
+
 def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: float, gap: float = 0.0) -> float:
     """Amplified RDP ρ′ of Sample-and-Truncate with Gaussian noise (DP-S4S Lemma 3.5); ρ′ ≤ ρ.
 
@@ -219,8 +223,18 @@ def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: floa
         w_hi = kmax
         w_lo = max(0, kmax - 200_000)
     parts = [_binom_logsf(kmax, n, qq) + top] if kmax < n else []
-    ks = np.arange(w_lo, w_hi + 1, dtype=float)
-    parts.append(float(logsumexp(_binom_logpmf(ks, n, qq) + c * (ks + gp) ** 2)))
+    if w_hi - w_lo < _WINDOW:
+        ks = np.arange(w_lo, w_hi + 1, dtype=float)
+        parts.append(float(logsumexp(_binom_logpmf(ks, n, qq) + c * (ks + gp) ** 2)))
+    else:
+        # a huge Delta (the window spans 80 sd of Bin(Delta, q)): bound the window in _WINDOW bins
+        # [lo, hi], each by (its width) x (its largest pmf: at the mode clamped into the bin, the pmf
+        # being unimodal) x exp(c (hi + gap)^2), an upper bound on its terms' sum (rho' only grows)
+        edges = np.unique(np.floor(np.linspace(w_lo, w_hi + 1, _WINDOW + 1)))
+        lo_b, hi_b = edges[:-1], edges[1:] - 1.0
+        mode = math.floor((n + 1) * qq)
+        at = np.clip(float(mode), lo_b, hi_b)
+        parts.append(float(logsumexp(np.log(hi_b - lo_b + 1.0) + _binom_logpmf(at, n, qq) + c * (hi_b + gp) ** 2)))
     # upper bounds for the k ≤ ⌊τ⌋ outside the window
     if w_lo > 0:
         parts.append(_binom_logcdf(w_lo - 1, n, qq) + c * (float(w_lo) + gp) ** 2)

@@ -696,8 +696,11 @@ def _rdp_schedule_cached(
     fp = (1.0 + math.exp(min(e, 700.0))) * big_l * gaussian_fp_delta(32.0, 1.0, integer=False)
     d_rdp = d - fp
     if not d_rdp > 0:
-        raise ConfigError(f"delta={d!r} is too small for DP-S4S's floating-point Gaussian noise",
-                          hint="use delta >= 1e-10")
+        # the floating-point part grows with the grid's size and e^eps: name the delta this grid needs
+        raise ConfigError(f"delta={d!r} is too small for DP-S4S's floating-point Gaussian noise over {big_l} thresholds "
+                          f"at epsilon={e!r} (it needs delta > {fp:.3g})",
+                          hint=f"use delta > {fp:.3g}" + (", or a larger tau_base (fewer thresholds)" if big_l > 8 else "")
+                          + (", or a smaller epsilon" if e > 20 else ""))
     best: tuple[float, float, list[S4SRdpStep]] | None = None
     for a in (RDP_ORDERS if alpha is None else (alpha,)):
         rt = _rdp_rho_total(e, d_rdp, a)

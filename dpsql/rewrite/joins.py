@@ -296,11 +296,20 @@ def _sampled(rel: exp.Select, salt: str, q: float, ops: SqlOps) -> exp.Select:
 def _person_text(catalog: Mapping[str, TableSpec], person: str, value: exp.Expression) -> exp.Expression:
     """A person's id: ``<person table>:<value>``, the value cast to the type of the person table's
     unit column first (every reference to it has that type: ``dpsql.catalog.reference_problems``),
-    so that equal values have one spelling."""
+    so that equal values have one spelling. A floating-point unit has values that are equal in SQL
+    (and so one person: the engine groups them together) but spelled apart: -0.0 and 0.0, and NaNs
+    of either sign ('-nan', 'nan'); they are spelled '0.0' and 'nan', else one person would be
+    two users to the truncation, each kept up to tau."""
     t = catalog[person]
     assert t.privacy_unit is not None
-    typed = exp.cast(value, t.schema.get(t.privacy_unit, "VARCHAR"))
-    return exp.DPipe(this=exp.Literal.string(person + ":"), expression=exp.cast(typed, "VARCHAR"), safe=True)
+    typ = t.schema.get(t.privacy_unit, "VARCHAR")
+    typed = exp.cast(value, typ)
+    text: exp.Expression = exp.cast(typed, "VARCHAR")
+    if typ.upper().startswith(("DOUBLE", "FLOAT", "REAL")):
+        text = exp.Case(ifs=[exp.If(this=exp.func("isnan", typed.copy()), true=exp.Literal.string("nan")),
+                             exp.If(this=exp.EQ(this=typed.copy(), expression=_lit(0)), true=exp.Literal.string("0.0"))],
+                        default=text)
+    return exp.DPipe(this=exp.Literal.string(person + ":"), expression=text, safe=True)
 
 
 def _key_text(table: TableSpec, key: str, values: Sequence[exp.Expression]) -> exp.Expression:
