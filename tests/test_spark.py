@@ -4,8 +4,9 @@ With zero noise (``dpsql.testing.zero_noise``: the same salt sequence in both se
 same query on the same Parquet data gives the same bounded aggregates on DuckDB (with the
 portable keyed hash, ``[engine] keyed_hash = "portable"``) and on Spark (``local[2]``), even where
 the caps bind: integer aggregates equal, floating sums within 1e-9 relative -- for every
-bounded-query shape: scalar, public keys, sparse keys, SUM/AVG, a WHERE clause, DAWA workloads
-and DAWA histograms. Negative control: DuckDB's native hash keeps other rows where caps bind.
+bounded-query shape: scalar, public keys, sparse keys, SUM/AVG (also over expressions and
+LEAST/GREATEST clamps), a WHERE clause, quantiles (MIN/MAX/MEDIAN/QUANTILE), VARIANCE/STDDEV, GROUP BY
+without an aggregate, DAWA workloads and DAWA histograms. Negative control: DuckDB's native hash keeps other rows where caps bind.
 
 Also: Spark's refusals are free (unsupported functions, DuckDB-only sources), and no Spark error
 text or log line with a value reaches the caller. Skipped (with the reason) without pyspark/Java.
@@ -114,6 +115,13 @@ QUERIES = {
     "two_keys": "SELECT country, action, COUNT(*) AS n FROM events GROUP BY country, action",
     "expression_key": "SELECT floor(age / 10) * 10 AS decade, COUNT(*) AS n FROM events GROUP BY decade",
     "dawa_histogram": "SELECT age, COUNT(*) AS n FROM people GROUP BY age",
+    "median": "SELECT MEDIAN(amount) AS m FROM events",
+    "quantiles_grouped": ("SELECT country, QUANTILE(amount, 0.9) AS q, MIN(amount) AS lo, MAX(amount) AS hi "
+                          "FROM events GROUP BY country"),
+    "variance": "SELECT VARIANCE(amount) AS v, STDDEV(amount) AS s FROM events",
+    "variance_grouped": "SELECT country, VARIANCE(amount) AS v FROM events GROUP BY country",
+    "expression_sum": "SELECT SUM(amount * 2 + 1) AS s, AVG(LEAST(GREATEST(amount, 10), 50)) AS a FROM events",
+    "group_without_aggregate": "SELECT url FROM events GROUP BY url",
 }
 WORKLOAD = [
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 29",
