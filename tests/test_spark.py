@@ -122,6 +122,8 @@ QUERIES = {
     "variance_grouped": "SELECT country, VARIANCE(amount) AS v FROM events GROUP BY country",
     "expression_sum": "SELECT SUM(amount * 2 + 1) AS s, AVG(LEAST(GREATEST(amount, 10), 50)) AS a FROM events",
     "group_without_aggregate": "SELECT url FROM events GROUP BY url",
+    "count_distinct": "SELECT COUNT(DISTINCT url) AS n FROM events",
+    "count_distinct_grouped": "SELECT country, COUNT(DISTINCT url) AS n, COUNT(*) AS c FROM events GROUP BY country",
 }
 WORKLOAD = [
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 29",
