@@ -83,6 +83,9 @@ def register(s: dpsql.Session, data: dict[str, str]) -> None:
     s.register("events", data["events"], privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=2,
                max_rows_per_unit=6,
                columns={"amount": {"bounds": (0, 100)}, "country": {"domain": ["US", "FR", "DE", "XX"]}})
+    # one row per (user, group): COUNT(DISTINCT ..) reads each kept row's value as a one-element list
+    s.register("events1", data["events"], privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=1,
+               columns={"amount": {"bounds": (0, 100)}})
     s.register("people", data["people"], privacy_unit="pid", max_rows_per_unit=3,
                columns={"age": {"bounds": (0, 120), "bins": 121}})
 
@@ -124,6 +127,7 @@ QUERIES = {
     "group_without_aggregate": "SELECT url FROM events GROUP BY url",
     "count_distinct": "SELECT COUNT(DISTINCT url) AS n FROM events",
     "count_distinct_grouped": "SELECT country, COUNT(DISTINCT url) AS n, COUNT(*) AS c FROM events GROUP BY country",
+    "count_distinct_one_row": "SELECT country, COUNT(DISTINCT url) AS n, SUM(amount) AS s FROM events1 GROUP BY country",
 }
 WORKLOAD = [
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 29",
