@@ -5,8 +5,9 @@ same query on the same Parquet data gives the same bounded aggregates on DuckDB 
 portable keyed hash, ``[engine] keyed_hash = "portable"``) and on Spark (``local[2]``), even where
 the caps bind: integer aggregates equal, floating sums within 1e-9 relative -- for every
 bounded-query shape: scalar, public keys, sparse keys, SUM/AVG (also over expressions and
-LEAST/GREATEST clamps), a WHERE clause, quantiles (MIN/MAX/MEDIAN/QUANTILE), VARIANCE/STDDEV, GROUP BY
-without an aggregate, DAWA workloads and DAWA histograms. Negative control: DuckDB's native hash keeps other rows where caps bind.
+LEAST/GREATEST clamps), COUNT(DISTINCT col) (also over NULLs), a WHERE clause, quantiles
+(MIN/MAX/MEDIAN/QUANTILE), VARIANCE/STDDEV, GROUP BY without an aggregate, DAWA workloads and
+DAWA histograms. Negative control: DuckDB's native hash keeps other rows where caps bind.
 
 Also: Spark's refusals are free (unsupported functions, DuckDB-only sources), and no Spark error
 text or log line with a value reaches the caller. Skipped (with the reason) without pyspark/Java.
@@ -61,6 +62,8 @@ def events(seed: int = 7, n_users: int = 120) -> pa.Table:
         "age": pa.array(gen.integers(0, 100, n), pa.int64()),
         "day": pa.array(day, pa.date32()),
         "price": pa.array([f"{v:.2f}" for v in gen.uniform(0, 50, n)], pa.string()).cast(pa.decimal128(9, 2)),
+        # a text column with NULLs (COUNT(DISTINCT ..) does not count NULL on either engine)
+        "ref": pa.array([None if r < 0.3 else f"r{int(r * 20)}" for r in gen.random(n)], pa.string()),
     })
 
 
@@ -128,6 +131,8 @@ QUERIES = {
     "count_distinct": "SELECT COUNT(DISTINCT url) AS n FROM events",
     "count_distinct_grouped": "SELECT country, COUNT(DISTINCT url) AS n, COUNT(*) AS c FROM events GROUP BY country",
     "count_distinct_one_row": "SELECT country, COUNT(DISTINCT url) AS n, SUM(amount) AS s FROM events1 GROUP BY country",
+    "count_distinct_nulls": "SELECT country, COUNT(DISTINCT ref) AS n FROM events GROUP BY country",
+    "count_distinct_nulls_one_row": "SELECT COUNT(DISTINCT ref) AS n FROM events1",
 }
 WORKLOAD = [
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 29",
