@@ -4,8 +4,10 @@ With zero noise (``dpsql.testing.zero_noise``: the same salt sequence in both se
 same query on the same Parquet data gives the same bounded aggregates on DuckDB (with the
 portable keyed hash, ``[engine] keyed_hash = "portable"``) and on Spark (``local[2]``), even where
 the caps bind: integer aggregates equal, floating sums within 1e-9 relative -- for every
-bounded-query shape: scalar, public keys, sparse keys, SUM/AVG, a WHERE clause, DAWA workloads
-and DAWA histograms. Negative control: DuckDB's native hash keeps other rows where caps bind.
+bounded-query shape: scalar, public keys, sparse keys, SUM/AVG (also over expressions and
+LEAST/GREATEST clamps), COUNT(DISTINCT col) (also over NULLs), a WHERE clause, quantiles
+(MIN/MAX/MEDIAN/QUANTILE), VARIANCE/STDDEV, GROUP BY without an aggregate, DAWA workloads and
+DAWA histograms. Negative control: DuckDB's native hash keeps other rows where caps bind.
 
 Also: Spark's refusals are free (unsupported functions, DuckDB-only sources), and no Spark error
 text or log line with a value reaches the caller. Skipped (with the reason) without pyspark/Java.
@@ -60,6 +62,8 @@ def events(seed: int = 7, n_users: int = 120) -> pa.Table:
         "age": pa.array(gen.integers(0, 100, n), pa.int64()),
         "day": pa.array(day, pa.date32()),
         "price": pa.array([f"{v:.2f}" for v in gen.uniform(0, 50, n)], pa.string()).cast(pa.decimal128(9, 2)),
+        # a text column with NULLs (COUNT(DISTINCT ..) does not count NULL on either engine)
+        "ref": pa.array([None if r < 0.3 else f"r{int(r * 20)}" for r in gen.random(n)], pa.string()),
     })
 
 
@@ -82,6 +86,9 @@ def register(s: dpsql.Session, data: dict[str, str]) -> None:
     s.register("events", data["events"], privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=2,
                max_rows_per_unit=6,
                columns={"amount": {"bounds": (0, 100)}, "country": {"domain": ["US", "FR", "DE", "XX"]}})
+    # one row per (user, group): COUNT(DISTINCT ..) reads each kept row's value as a one-element list
+    s.register("events1", data["events"], privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=1,
+               columns={"amount": {"bounds": (0, 100)}})
     s.register("people", data["people"], privacy_unit="pid", max_rows_per_unit=3,
                columns={"age": {"bounds": (0, 120), "bins": 121}})
 
@@ -114,6 +121,18 @@ QUERIES = {
     "two_keys": "SELECT country, action, COUNT(*) AS n FROM events GROUP BY country, action",
     "expression_key": "SELECT floor(age / 10) * 10 AS decade, COUNT(*) AS n FROM events GROUP BY decade",
     "dawa_histogram": "SELECT age, COUNT(*) AS n FROM people GROUP BY age",
+    "median": "SELECT MEDIAN(amount) AS m FROM events",
+    "quantiles_grouped": ("SELECT country, QUANTILE(amount, 0.9) AS q, MIN(amount) AS lo, MAX(amount) AS hi "
+                          "FROM events GROUP BY country"),
+    "variance": "SELECT VARIANCE(amount) AS v, STDDEV(amount) AS s FROM events",
+    "variance_grouped": "SELECT country, VARIANCE(amount) AS v FROM events GROUP BY country",
+    "expression_sum": "SELECT SUM(amount * 2 + 1) AS s, AVG(LEAST(GREATEST(amount, 10), 50)) AS a FROM events",
+    "group_without_aggregate": "SELECT url FROM events GROUP BY url",
+    "count_distinct": "SELECT COUNT(DISTINCT url) AS n FROM events",
+    "count_distinct_grouped": "SELECT country, COUNT(DISTINCT url) AS n, COUNT(*) AS c FROM events GROUP BY country",
+    "count_distinct_one_row": "SELECT country, COUNT(DISTINCT url) AS n, SUM(amount) AS s FROM events1 GROUP BY country",
+    "count_distinct_nulls": "SELECT country, COUNT(DISTINCT ref) AS n FROM events GROUP BY country",
+    "count_distinct_nulls_one_row": "SELECT COUNT(DISTINCT ref) AS n FROM events1",
 }
 WORKLOAD = [
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 29",

@@ -528,9 +528,41 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         # same set (its order may differ: the truncation reads it as a set; NULLs are dropped by
         # both engines' users, never produced by dpsql.rewrite.joins)
         return exp.Anonymous(this="collect_set", expressions=[node.expressions[0].expressions[0]])
+    lowered_list = _list_lowered(node)
+    if lowered_list is not None:
+        return lowered_list
     if isinstance(node, _SAME):
         return node
     raise _refuse(node)
+
+
+def _spark_fn(name: str, *args: exp.Expression) -> exp.Expression:
+    out = exp.Anonymous(this=name, expressions=list(args))
+    out.meta[_SPARK_LIST] = True
+    return out
+
+
+_SPARK_LIST = "dpsql_spark_list"
+
+
+def _list_lowered(node: exp.Expression) -> exp.Expression | None:
+    """COUNT(DISTINCT col)'s bounded lists (dpsql.rewrite.bound): DuckDB's list functions in their
+    Spark forms, with the same meaning. ``list_value(x)`` is ``array(x)`` (NULL kept as an element,
+    as DuckDB does); ``list(x)`` is ``collect_list(x)`` (both skip NULL inputs; never NULL over
+    rows); ``flatten`` is the same on both; ``list_distinct`` drops NULL elements in DuckDB, so it is
+    ``array_compact(array_distinct(..))``; ``len`` of such a list is ``size``."""
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() == "list_value":
+        return _spark_fn("array", *node.expressions)
+    if isinstance(node, exp.List) and len(node.expressions) == 1 and not isinstance(node.expressions[0], exp.Distinct):
+        return _spark_fn("collect_list", node.expressions[0])
+    if isinstance(node, exp.Flatten) and node.this.meta.get(_SPARK_LIST):
+        return _spark_fn("flatten", node.this)
+    if isinstance(node, exp.Anonymous) and str(node.this).lower() == "list_distinct" and len(node.expressions) == 1 \
+            and node.expressions[0].meta.get(_SPARK_LIST):
+        return _spark_fn("array_compact", _spark_fn("array_distinct", node.expressions[0]))
+    if isinstance(node, exp.Length) and node.this.meta.get(_SPARK_LIST):
+        return _spark_fn("size", node.this)
+    return None
 
 
 def lower_for_spark(ast: exp.Expression) -> exp.Expression:
