@@ -444,3 +444,22 @@ def test_signed_sum_clipped_exactly_and_split_into_parts_by_algorithm_5() -> Non
     r2 = s.query(sql, epsilon=4.0, delta=1e-7, options={"mechanism": "dp_s4s", "q": 1.0})
     assert len(r2.accuracy["s"]["taus"]) == 2 and r2.table.num_rows == 2
     s.close()
+
+
+def test_delta_too_small_for_a_public_key_set_spends_nothing() -> None:
+    """The key set of n_name is read from the public table: (epsilon, delta) is validated for its d before
+    the charge, so a delta too small is refused by query and explain alike with the ledger unchanged."""
+    from dpsql.errors import ConfigError
+
+    data = tpch()
+    for kw, opts in [({}, None), ({"suppliers": True, "sizes": True}, {"q": 0.25})]:
+        s = session(data, **kw)
+        sql = BY_NATION if not kw else Q5ISH
+        before, rows = s.remaining(), s.history().num_rows
+        for call in (s.explain, s.query):
+            with pytest.raises(ConfigError, match="too small"):
+                call(sql, epsilon=4.0, delta=1e-12, options=opts)
+        assert s.remaining() == before and s.history().num_rows == rows
+        s.query(sql, epsilon=4.0, delta=1e-7, options=opts)  # control: a usable delta is charged
+        assert s.remaining() != before
+        s.close()

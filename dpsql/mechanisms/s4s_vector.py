@@ -61,6 +61,9 @@ attested Δ that one term of δ is conditional on it.
 Key set: declared domains and years are in the catalog; a public table's keys are read from that
 table in the query (public rows); d is then known only at run time, and the parameters above are
 computed there from d (public) — ``explain`` shows them as formulas, and the charge is (ε, δ) ≥ (ε′, δ).
+Before the charge (``check_public``, called by the session's bind step for ``query`` and ``explain``
+alike) the public key set is counted — public rows only — and (ε, δ) is validated for that d, so a δ
+too small for the key count is refused with nothing spent.
 
 Observability residuals (``docs/threat_model.md``): the sampled tuples come to Python and the SOCP
 runs there, so time and memory depend on the data's size (as for scalar joins).
@@ -90,7 +93,7 @@ from dpsql.noise import NoiseSource, gaussian_fp_delta, round_to_granularity
 from dpsql.plan import ir
 from dpsql.plan.joins import PeopleBound, bound_people
 from dpsql.rewrite.bound import Caps
-from dpsql.rewrite.join_groups import clipped_groups, sampled_groups
+from dpsql.rewrite.join_groups import clipped_groups, key_set, sampled_groups
 from dpsql.rewrite.joins import Part, parts_of
 
 BETA = 0.1
@@ -493,6 +496,17 @@ class VectorJoinMechanism:
 
         combos = sorted(itertools.product(*[k.domain or () for k in cal.jp.keys]))
         return pa.table({k.name: pa.array([c[i] for c in combos]) for i, k in enumerate(cal.jp.keys)})
+
+    def check_public(self, cal: VectorCalibration, engine: Any) -> None:
+        """Before any charge: with a key set read from a public table, count its keys (public rows only)
+        and refuse (ConfigError, nothing spent) when (epsilon, delta) cannot be calibrated for that d."""
+        if cal.d is not None or engine.ops.dialect != "duckdb":
+            return
+        count = exp.select(exp.alias_(exp.func("count", exp.Star()), "n")).from_(
+            key_set(cal.jp, cal.catalog).subquery("__dom"))
+        d = int(engine.fetch_arrow(count, what="the public key set").column("n")[0].as_py())
+        if d > 0:
+            _params(cal, d)
 
     def release(self, cal: VectorCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
         assert bounded is not None
