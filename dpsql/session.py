@@ -167,6 +167,9 @@ class Session:
     def _bind_check(self, r: Route) -> None:
         """Type-check the bounded query and the post-processing, reading no row."""
         ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
+        check_public = getattr(r.mechanism, "check_public", None)
+        if check_public is not None:  # validation that needs public rows (e.g. a public table's key count)
+            check_public(r.calibration, self._engine)
         key_types = dict(self._engine.describe(ast)) if ast is not None else {}
         if r.request.plan is not None:
             postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),

@@ -444,3 +444,52 @@ def test_signed_sum_clipped_exactly_and_split_into_parts_by_algorithm_5() -> Non
     r2 = s.query(sql, epsilon=4.0, delta=1e-7, options={"mechanism": "dp_s4s", "q": 1.0})
     assert len(r2.accuracy["s"]["taus"]) == 2 and r2.table.num_rows == 2
     s.close()
+
+
+def test_delta_too_small_for_a_public_key_set_spends_nothing() -> None:
+    """The key set of n_name is read from the public table: (epsilon, delta) is validated for its d before
+    the charge, so a delta too small is refused by query and explain alike with the ledger unchanged."""
+    from dpsql.errors import ConfigError
+
+    data = tpch()
+    for kw, opts in [({}, None), ({"suppliers": True, "sizes": True}, {"q": 0.25})]:
+        s = session(data, **kw)
+        sql = BY_NATION if not kw else Q5ISH
+        before, rows = s.remaining(), s.history().num_rows
+        for call in (s.explain, s.query):
+            with pytest.raises(ConfigError, match="too small"):
+                call(sql, epsilon=4.0, delta=1e-12, options=opts)
+        assert s.remaining() == before and s.history().num_rows == rows
+        s.query(sql, epsilon=4.0, delta=1e-7, options=opts)  # control: a usable delta is charged
+        assert s.remaining() != before
+        s.close()
+
+
+def _divergence(eta: float, a: float, g: float, d: int) -> float:
+    worst = 0.0
+    for t in np.exp(np.linspace(-2 * g, 2 * g, 401)):
+        s_alpha = 1 - a + a * t  # sigma_alpha^2 / sigma_1^2
+        mean = a / (2 * eta**2 * s_alpha)
+        var = d / (2 * (a - 1)) * math.log(t**a / s_alpha)
+        worst = max(worst, mean + var)
+    return worst
+
+
+def test_release_uses_the_proof_form_of_eta_and_stays_within_rho() -> None:
+    """eta = sqrt(alpha / (rho c)), c = 1 - alpha + alpha e^{-2 gamma}; the Renyi divergence of Lemma 4.1's
+    release between neighbours (Gil et al.: mean term + variance term, worst mean shift G(I) = sigma_1/eta,
+    variance ratio t in [e^{-2 gamma}, e^{2 gamma}]) stays <= rho; 10% less noise exceeds it (negative control)."""
+    for d in (1, 5, 25, 125, 2526):
+        vp = vector_params(4.0, 1e-7, d, 0.25, 64)
+        a, r, g = vp.alpha, vp.rho, vp.gamma
+        c = 1 - a + a * math.exp(-2 * g)
+        assert vp.eta == pytest.approx(math.sqrt(a / (r * c)), rel=1e-12)
+
+        assert _divergence(vp.eta, a, g, d) <= r * (1 + 1e-9)
+        assert _divergence(0.9 * vp.eta, a, g, d) > r
+    # the order minimises eta * SS(1/kappa, gamma): at d = 5 the factor is about 51.3 (the paper's alpha and eta:
+    # about 106.2); here it is recomputed by Lemma 4.1's formulas from the chosen (alpha, gamma)
+    vp = vector_params(4.0, 1e-7, 5, 0.25, 64)
+    k = max(0, math.floor(1 / vp.gamma - 1 / KAPPA))
+    ss = max((j + 1 / KAPPA) * math.exp(-vp.gamma * j) for j in (k, k + 1))
+    assert 50.0 < vp.eta * ss < 53.0

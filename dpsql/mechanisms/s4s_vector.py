@@ -31,8 +31,8 @@ parts are separate vector queries, each with half of (ε, δ)). Stage 2 (SVT, PM
 θ = (6/ε₁)ln(6/β) + Lap(2κ/ε₁); for τ = 1, 2, 4, …, τ_L = 2^⌈log₂ Δ⌉: solve the truncation program
 (Eq. 2, an SOCP: ``dpsql.mechanisms._s4s_socp``) on the sample, E = Σ_u(1 − y_u); stop at the first
 τ with E + Lap(4κ/ε₁) ≤ θ (or at τ_L, where every user's vector has norm ≤ Δ ≤ τ_L and E = 0).
-Stage 3: α = ``s4s_find_alpha``(ε₂ = 4ε/5, δ_A, d), ρ = ε₂ − ln(1/δ_A)/(α − 1), γ and η =
-``s4s_eta``(α, ρ, d) of Lemma 4.1 (the paper's η); B = (E + 1)/κ; release
+Stage 3: α = ``release_alpha``(ε₂ = 4ε/5, δ_A, d), ρ = ε₂ − ln(1/δ_A)/(α − 1), γ and η =
+``s4s_eta``(α, ρ, d, "proof") of Lemma 4.1 (see the two paragraphs below); B = (E + 1)/κ; release
 F̄ + σ(S)·N(0, I_d), σ(S) = 2τκ·η·SS(B, γ), rounded to the public grid γ_τ, divided by q. By
 Lemma 4.2 the whole is (ε′, δ_A)-DP with ε′ = ``s4s_vector_epsilon``(ε, δ_A, α, q, Δ) ≤ ε.
 κ = 1 + GAP (GAP = 10⁻³, ``_s4s_socp.GAP``) covers the solver: the released E is within the
@@ -41,6 +41,21 @@ B = (E + 1)/κ moves by ≤ 1 while still bounding LS_{F̄/(2τκ)} (Eq. 4); the
 for the same reason. Uncertified solves (never observed) release the repaired point: the residual
 outside the proof, as in part 1 (``_s4s_truncation``). The paper's LS bound of Eq. (4) is applied
 to the solver's certified near-optimal point.
+
+Noise multiplier (Lemma 4.1). We use η = √(α/(ρc)), c = 1 − α + αe^{−2γ} ∈ (0, 1), the form the
+lemma's proof needs (``docs/mechanisms.md`` §3.8 remark), not the published √(α/ρ)/c, larger by
+1/√c. Proof: for neighbours I, I′ let σ₁ = η·G(I), σ₂ = η·G(I′), t = σ₂²/σ₁². G is γ-smooth, so
+t ∈ [e^{−2γ}, e^{2γ}], and the variance term of D_α(N(μ₁,σ₁²I_d)‖N(μ₂,σ₂²I_d)) (Gil et al.) is
+≤ ρ/2 by the choice of γ (``s4s_gamma``, unchanged). The mean term is α‖μ₁ − μ₂‖²/(2σ_α²) with
+σ_α² = (1 − α)σ₁² + ασ₂² = σ₁²(1 − α + αt) ≥ σ₁²c, and ‖μ₁ − μ₂‖ ≤ LS(I) ≤ B(I) ≤ G(I) = σ₁/η, so
+it is ≤ α/(2cη²) = ρ/2. Both terms together: (α, ρ)-RDP, as in the lemma (the reverse order is the
+same argument with I′ first). The paper's larger η also satisfies this, so everything else stands.
+
+Order α. Lemma 4.1/4.2 hold for every α > α₀ = 1 + ln(1/δ_A)/ε₂; the paper picks α minimising its
+η alone, but the released scale is η·SS(B, γ(α)) and for small B, SS ≈ e^{γB−1}/γ is dominated by
+1/γ, which also depends on α. We pick α minimising the public factor η(α)·SS(1/κ, γ(α)) (the noise
+multiplier at E = 0, i.e. of σ_lo): a data-independent choice, so the privacy claim is unchanged.
+At ε = 4, δ = 10⁻⁷, d = 5 (TPC-H Q5) this factor is about 51, against 106 with the paper's α and η.
 
 σ(S) depends on the data: it is **never** reported (not in the Release, explain or the ledger).
 Reported instead: the public σ_lo(τ) = 2τκη·SS(1/κ, γ)/q ≤ σ(S)/q and σ_cap(τ) = 2τκη·SS(B_cap/κ,
@@ -61,6 +76,9 @@ attested Δ that one term of δ is conditional on it.
 Key set: declared domains and years are in the catalog; a public table's keys are read from that
 table in the query (public rows); d is then known only at run time, and the parameters above are
 computed there from d (public) — ``explain`` shows them as formulas, and the charge is (ε, δ) ≥ (ε′, δ).
+Before the charge (``check_public``, called by the session's bind step for ``query`` and ``explain``
+alike) the public key set is counted — public rows only — and (ε, δ) is validated for that d, so a δ
+too small for the key count is refused with nothing spent.
 
 Observability residuals (``docs/threat_model.md``): the sampled tuples come to Python and the SOCP
 runs there, so time and memory depend on the data's size (as for scalar joins).
@@ -90,7 +108,7 @@ from dpsql.noise import NoiseSource, gaussian_fp_delta, round_to_granularity
 from dpsql.plan import ir
 from dpsql.plan.joins import PeopleBound, bound_people
 from dpsql.rewrite.bound import Caps
-from dpsql.rewrite.join_groups import clipped_groups, sampled_groups
+from dpsql.rewrite.join_groups import clipped_groups, key_set, sampled_groups
 from dpsql.rewrite.joins import Part, parts_of
 
 BETA = 0.1
@@ -127,6 +145,40 @@ class VectorParams:
     q_prime: float
 
 
+#: Lemma 4.1's multiplier in the form its proof needs (module docstring, "Noise multiplier")
+ETA_FORM = "proof"
+
+
+def _release_factor(alpha: float, eps2: float, delta: float, d: int) -> float:
+    """η(α)·SS(1/κ, γ(α)): the noise multiplier of σ_lo (E = 0), a function of public quantities only."""
+    rho = eps2 - math.log(1.0 / delta) / (alpha - 1.0)
+    if not rho > 0:
+        return math.inf
+    gamma = s4s_gamma(alpha, rho, d)
+    return s4s_eta(alpha, rho, d, ETA_FORM) * s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
+
+
+@lru_cache(maxsize=256)
+def release_alpha(eps2: float, delta: float, d: int) -> float:
+    """The Rényi order of stage 3: minimises η(α)·SS(1/κ, γ(α)) (module docstring, "Order α").
+
+    Scans α₀ + (α_p − α₀)·2^{k/16}, k = −64 … 64, around the paper's order α_p (``s4s_find_alpha``,
+    α₀ = 1 + ln(1/δ)/ε₂), then refines by bounded Brent between the best point's neighbours.
+    Data-independent: any α > α₀ keeps Lemma 4.1/4.2."""
+    from scipy.optimize import minimize_scalar
+
+    a0 = 1.0 + math.log(1.0 / delta) / eps2
+    ap = s4s_find_alpha(eps2, delta, d)
+    xs = [a0 + (ap - a0) * 2.0 ** (k / 16.0) for k in range(-64, 65)]
+    vals = [_release_factor(x, eps2, delta, d) for x in xs]
+    i = min(range(len(xs)), key=lambda j: vals[j])
+    lo, hi = xs[max(i - 1, 0)], xs[min(i + 1, len(xs) - 1)]
+    res = minimize_scalar(lambda a: _release_factor(a, eps2, delta, d), bounds=(lo, hi), method="bounded",
+                          options={"xatol": 1e-9 * hi})
+    best = float(res.x) if res.success and res.fun <= vals[i] else xs[i]
+    return best
+
+
 @lru_cache(maxsize=256)
 def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams:
     """Public parameters of Algorithm 5 (module docstring); ConfigError if δ cannot cover the float part."""
@@ -137,10 +189,10 @@ def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: in
     delta_alg = delta * (1.0 - FP_SHARE)
     if not eps2 > 0 or not math.isfinite(eps2):  # pragma: no cover - epsilon validated upstream
         raise ConfigError("epsilon must be positive")
-    alpha = s4s_find_alpha(eps2, delta_alg, d)
+    alpha = release_alpha(eps2, delta_alg, d)
     rho = eps2 - math.log(1.0 / delta_alg) / (alpha - 1.0)
     gamma = s4s_gamma(alpha, rho, d)
-    eta = s4s_eta(alpha, rho, d, "paper")
+    eta = s4s_eta(alpha, rho, d, ETA_FORM)
     p = 1e-3 * delta
     b_cap = theta0 + 1.0 + 8.0 * KAPPA / eps1 * math.log(n_tau / p)
     g1 = s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
@@ -493,6 +545,17 @@ class VectorJoinMechanism:
 
         combos = sorted(itertools.product(*[k.domain or () for k in cal.jp.keys]))
         return pa.table({k.name: pa.array([c[i] for c in combos]) for i, k in enumerate(cal.jp.keys)})
+
+    def check_public(self, cal: VectorCalibration, engine: Any) -> None:
+        """Before any charge: with a key set read from a public table, count its keys (public rows only)
+        and refuse (ConfigError, nothing spent) when (epsilon, delta) cannot be calibrated for that d."""
+        if cal.d is not None or engine.ops.dialect != "duckdb":
+            return
+        count = exp.select(exp.alias_(exp.func("count", exp.Star()), "n")).from_(
+            key_set(cal.jp, cal.catalog).subquery("__dom"))
+        d = int(engine.fetch_arrow(count, what="the public key set").column("n")[0].as_py())
+        if d > 0:
+            _params(cal, d)
 
     def release(self, cal: VectorCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
         assert bounded is not None
