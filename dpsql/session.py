@@ -1,7 +1,7 @@
 """Session: a thin linear pipeline over the catalog, the execution backend, the ledger and the noise.
 
     analyse -> route (mechanism + calibration + reason)      dpsql.plan, dpsql.mechanisms.registry
-    -> bind check (bounded SQL and post-processing typed)   [public metadata only: free]
+    -> bind check (bounded SQL and post-processing typed)   [public metadata and public tables only: free]
     -> reserve (durable charge)                             dpsql.ledger
     -> execute the bounded relation -> Arrow                dpsql.engine
     -> release (noise, thresholds, rounding)                the routed mechanism
@@ -159,17 +159,13 @@ class Session:
                 return route_workload(sql, eps, d, opts, self._catalog, find)
             return route(sql, eps, d, opts, self._catalog, find)
         except OverflowError:
-            raise ConfigError(
-                f"epsilon={eps:g} and delta={d:g} give noise parameters that cannot be represented",
-                hint="use an epsilon between about 1e-6 and 100",
-            ) from None
+            raise ConfigError(f"epsilon={eps:g} and delta={d:g} give noise parameters that cannot be represented",
+                              hint="use an epsilon between about 1e-6 and 100") from None
 
     def _bind_check(self, r: Route) -> None:
-        """Type-check the bounded query and the post-processing, reading no row."""
+        """Type-check the bounded query and the post-processing, reading no private row."""
         ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
-        check_public = getattr(r.mechanism, "check_public", None)
-        if check_public is not None:  # validation that needs public rows (e.g. a public table's key count)
-            check_public(r.calibration, self._engine)
+        getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, self._engine)  # reads public rows only
         key_types = dict(self._engine.describe(ast)) if ast is not None else {}
         if r.request.plan is not None:
             postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),

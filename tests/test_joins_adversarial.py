@@ -174,15 +174,11 @@ def test_a_vanishing_q_is_refused_free(q: float, sql: str, mech: str) -> None:
 LOOKUP_ONLY = "SELECT n.n_name, COUNT(*) FROM lineitem l JOIN nation n ON l.l_nationkey = n.n_nationkey GROUP BY n.n_name"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "s4s_vector.calibrate checks for Clarabel only when the plan has several person classes; a single looked-up chain "
-    "(lineitem -> orders -> customer, orders not joined) is one class, yet a duplicated order key attaches several people "
-    "to one tuple, so _s4s_socp imports clarabel at release time: after the charge, and only on such data (error vs "
-    "success depends on private data). Fix in s4s_vector.py: require Clarabel whenever path == 's4s' and a slot is "
-    "looked up (or always on the s4s path)."))
 @pytest.mark.parametrize("opts", [{}, {"mechanism": "dp_s4s", "q": 1.0}])
 def test_a_missing_cone_solver_is_refused_before_the_charge_whatever_the_data(monkeypatch: pytest.MonkeyPatch,
                                                                               opts: dict[str, Any]) -> None:
+    """A single looked-up chain is one person class, yet a duplicated order key attaches several people to one
+    tuple: the cone solver is required on the sampled path whatever the data, before the charge."""
     monkeypatch.setitem(sys.modules, "clarabel", None)  # import fails, find_spec says missing
     s = _small_fk()  # hostile_fk duplicates order keys: some line items reach two customers
     try:
@@ -193,11 +189,8 @@ def test_a_missing_cone_solver_is_refused_before_the_charge_whatever_the_data(mo
         s.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "clip_norm=1e300 passes calibrate (d of a public table's keys is known only at run time), then clip_params refuses "
-    "delta as too small for the floating-point part of the noise at release: an ExecutionError after the charge. Same "
-    "defect as the known charge-after-error of s4s_vector.py when delta is too small for a public table's key count."))
 def test_a_huge_clip_norm_is_refused_before_the_charge() -> None:
+    """clip_norm=1e300 makes the noise grid too coarse for delta: refused at the pre-charge check of the public key set."""
     s = _small_fk()
     try:
         with pytest.raises(ConfigError):

@@ -319,7 +319,7 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
                 f"not allowed that for table(s) {', '.join(repr(t) for t in denied)}",
                 hint="use mechanism='r2t' (q = 1, needs no Delta); the data owner may register the tables with "
                      "allow_conditional_sampling=True")
-    if path == "s4s" and not people.single_owner:
+    if path == "s4s":  # always on this path: whether a tuple reaches several people may depend on the data
         import importlib.util
 
         if importlib.util.find_spec("clarabel") is None:
