@@ -41,7 +41,7 @@ import secrets
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,6 +49,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.engine import _duckdb_native as native
 from dpsql.engine._duckdb_sources import (
     _CSV_TYPES,
     _arrow_plan,
@@ -130,6 +131,7 @@ class DuckDBBackend:
         self._lock: Any = threading.RLock()
         _ENGINES.add(self)
         self._views: set[tuple[str, str]] = set()
+        self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
         self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
         try:
             self._con.execute("SET enable_progress_bar = false")
@@ -256,7 +258,10 @@ class DuckDBBackend:
         for f, _, build in plans:
             ref = exp.column(f.name, quoted=True)
             cols.append(exp.alias_(build(ref) if build is not None else ref, f.name, quoted=True))
-        self._con.execute(self._render(_temp_view(view, exp.select(*cols).from_(exp.to_table(raw_name, quoted=True)))))
+        sel = exp.select(*cols).from_(exp.to_table(raw_name, quoted=True))
+        self._con.execute(self._render(_temp_view(view, sel)))
+        if kind == "parquet" and native.eligible(schema):
+            self._native[view] = native.NativeSource(name, view, paths, schema, sel)
 
     def _parquet_replace_select(self, name: str, source: str) -> exp.Select:
         """DuckDB's Parquet reader, invalid UTF-8 replaced by ``?``. The types it converts while
@@ -279,11 +284,13 @@ class DuckDBBackend:
                           exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")))
         return self._capped_select(name, exp.Table(this=reader))
 
-    def _capped_select(self, name: str, rel: exp.Expression) -> exp.Select:
-        """Every column of a relation DuckDB reads, through :func:`_duck_plan` (bind only)."""
+    def _capped_select(self, name: str, rel: exp.Expression, only: list[str] | None = None) -> exp.Select:
+        """Every column of a relation DuckDB reads (``only``: these), through :func:`_duck_plan` (bind only)."""
         bound = self._con.sql(self._render(exp.select("*").from_(rel.copy())))
         items = []
         for col, typ in zip(bound.columns, bound.types):
+            if only is not None and str(col) not in only:
+                continue
             ref = exp.column(str(col), quoted=True)
             build = _duck_plan(typ, f"'{name}.{col}'", self.settings.max_text_bytes)
             items.append(exp.alias_(build(ref) if build is not None else ref, str(col), quoted=True))
@@ -357,6 +364,7 @@ class DuckDBBackend:
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
         view = view or source_name(name)
         self._views.discard((view, kind))
+        self._native.pop(view, None)
         with self._lock:
             try:
                 self._con.execute(self._render(exp.Drop(this=exp.to_table(view, quoted=True), kind="VIEW", exists=True)))
@@ -460,12 +468,54 @@ class DuckDBBackend:
         with self._lock:
             try:
                 with self._limited(), self._written_build_side(ast), self._deadline():
+                    used = self._native_views(ast)
                     # the main connection: registered Arrow sources are connection-local
-                    return self._con.sql(sql).to_arrow_table()
+                    out = self._con.sql(sql).to_arrow_table()
+                    if any(native.versions(src.paths) != v for src, v in used):
+                        raise OSError("a source file changed during the read")  # the generic failure below
+                    return out
             except (duckdb.Error, pa.ArrowException, MemoryError, OSError) as e:
                 failure = private_failure(what, self._detail(e), self.settings)
         assert failure is not None
         raise failure
+
+    def _native_views(self, ast: exp.Expression) -> list[tuple[native.NativeSource, native.Version]]:
+        """Point each Parquet source ``ast`` reads at DuckDB's own reader where its files were
+        checked in their current version (``dpsql.engine._duckdb_native``), else at the Arrow
+        view; returns the sources read natively with the versions to find again after the read."""
+        names = {t.name for t in ast.find_all(exp.Table)}
+        used = []
+        for view, src in self._native.items():
+            if view not in names or src.disabled:
+                continue
+            src.reads += 1
+            version = native.versions(src.paths)
+            if src.checked == version:
+                used.append((src, version))
+                continue
+            if src.checked is not None:  # the file changed: back to the Arrow view until checked again
+                self._con.execute(self._render(_temp_view(view, src.arrow_select.copy())))
+                src.checked = None
+            if src.reads < 2 or not native.settled(version):
+                continue
+            bad = native.invalid_cells(self._con, src, self._render, view + "_check")
+            if bad is None:
+                src.disabled = True
+                continue
+            src.bad = bad
+            sel = native.native_select(src, self._native_capped(src))
+            if self.describe(sel) != self.describe(src.arrow_select):
+                src.disabled = True
+                continue
+            if native.versions(src.paths) != version:  # changed while it was checked
+                continue
+            self._con.execute(self._render(_temp_view(view, sel)))
+            src.checked = version
+            used.append((src, version))
+        return used
+
+    def _native_capped(self, src: native.NativeSource) -> Callable[[exp.Expression], exp.Select]:
+        return lambda rel: self._capped_select(src.name, rel, [f.name for f in src.schema])
 
     def describe(self, ast: exp.Expression) -> list[tuple[str, str]]:
         """(column, type) of a query's result, by binding it only (no row is read)."""
