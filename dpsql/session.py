@@ -1,7 +1,7 @@
 """Session: a thin linear pipeline over the catalog, the execution backend, the ledger and the noise.
 
     analyse -> route (mechanism + calibration + reason)      dpsql.plan, dpsql.mechanisms.registry
-    -> bind check (bounded SQL and post-processing typed)   [public metadata and public tables only: free]
+    -> bind check (bounded SQL and post-processing typed)   [public metadata and public tables only: free; remembered]
     -> reserve (durable charge)                             dpsql.ledger
     -> execute the bounded relation -> Arrow                dpsql.engine
     -> release (noise, thresholds, rounding)                the routed mechanism
@@ -78,6 +78,7 @@ class Session:
         self._noise: NoiseSource = default_noise_source()
         self._token = secrets.token_hex(4)  # keeps this Session's views apart from others'
         self._closed = False
+        self._catalog_version, self._bound_ok = 0, dict[tuple[Any, ...], None]()  # remembered bind checks
         try:  # ``tables`` are registered before the ledger is opened: a bad table never creates a ledger
             for name, kwargs in (tables or {}).items():
                 self.register(name, **kwargs)
@@ -103,13 +104,9 @@ class Session:
     def register(
         self,
         name: str, source: Any, *,
-        privacy_unit: str | None = None,
-        max_groups_per_unit: float = 1,
-        max_rows_per_group: float = 1,
-        max_rows_per_unit: float | None = None,
-        columns: dict[str, dict[str, Any]] | None = None,
-        references: dict[str, str] | None = None,
-        tau: int = 1,
+        privacy_unit: str | None = None, max_groups_per_unit: float = 1, max_rows_per_group: float = 1,
+        max_rows_per_unit: float | None = None, columns: dict[str, dict[str, Any]] | None = None,
+        references: dict[str, str] | None = None, tau: int = 1,
         version: str | None = None, max_table_rows: int | None = None,
         public: bool = False, degree_bounds: dict[str, int] | None = None, allow_conditional_sampling: bool = False,
     ) -> None:
@@ -117,6 +114,7 @@ class Session:
         the meaning of every argument; ``version`` labels the contents for synopsis reuse)."""
         self._check_open()
         settings = self._engine.settings
+        self._catalog_version += 1
         register_table(
             self._catalog, name, source,
             register_source=self._engine.register_source, unregister_source=self._engine.unregister_source,
@@ -163,13 +161,16 @@ class Session:
                               hint="use an epsilon between about 1e-6 and 100") from None
 
     def _bind_check(self, r: Route) -> None:
-        """Type-check the bounded query and the post-processing, reading no private row."""
-        ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
-        getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, self._engine)  # reads public rows only
-        key_types = dict(self._engine.describe(ast)) if ast is not None else {}
-        if r.request.plan is not None:
-            postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
-                              r.mechanism.key_domain(r.calibration))
+        """Type-check the bounded query and post-processing, reading no private row (a pass is remembered)."""
+        key = (r.bind_key(), self._catalog_version)
+        if key not in self._bound_ok:
+            ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
+            getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, self._engine)  # reads public rows only
+            key_types = dict(self._engine.describe(ast)) if ast is not None else {}
+            if r.request.plan is not None:
+                postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
+                                  r.mechanism.key_domain(r.calibration))
+            self._bound_ok.update({key: None} if key[0] is not None and len(self._bound_ok) < 256 else {})
 
     def explain(self, sql: str | list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
         """What ``query`` (or, given a list of SQL, ``query_many``) would do: mechanism, noise,

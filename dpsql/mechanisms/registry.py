@@ -96,6 +96,17 @@ class Route:
     reason: str
     description: Description
 
+    def bind_key(self) -> tuple[Any, ...] | None:
+        """What the bind check of this route is a function of, for a given catalog: the request
+        (text, options) and the route (mechanism, and its calibration through the description:
+        cost, parameters, reuse). None (never remembered) for a mechanism that also reads public
+        rows at its check, which may change."""
+        if hasattr(self.mechanism, "check_public"):
+            return None
+        d = self.description
+        return (repr(self.request.text), repr(sorted(self.request.options.items())), type(self.mechanism).__qualname__,
+                d.label, repr(d.cost), repr(sorted(d.parameters.items())), d.reuse_of)
+
 
 def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: str) -> Route:
     desc = mechanism.describe(calibration)
