@@ -468,7 +468,7 @@ class DuckDBBackend:
         with self._lock:
             try:
                 with self._limited(), self._written_build_side(ast), self._deadline():
-                    used = self._native_views(ast)
+                    used = self._native_views(sql)
                     # the main connection: registered Arrow sources are connection-local
                     out = self._con.sql(sql).to_arrow_table()
                     if any(native.versions(src.paths) != v for src, v in used):
@@ -479,14 +479,14 @@ class DuckDBBackend:
         assert failure is not None
         raise failure
 
-    def _native_views(self, ast: exp.Expression) -> list[tuple[native.NativeSource, native.Version]]:
-        """Point each Parquet source ``ast`` reads at DuckDB's own reader where its files were
-        checked in their current version (``dpsql.engine._duckdb_native``), else at the Arrow
-        view; returns the sources read natively with the versions to find again after the read."""
-        names = {t.name for t in ast.find_all(exp.Table)}
+    def _native_views(self, sql: str) -> list[tuple[native.NativeSource, native.Version]]:
+        """Point each Parquet source the query ``sql`` names at DuckDB's own reader where its files
+        were checked in their current version (``dpsql.engine._duckdb_native``), else at the Arrow
+        view; returns the sources read natively with the versions to find again after the read.
+        (A view name inside a literal only makes a source be checked that the query does not read.)"""
         used = []
         for view, src in self._native.items():
-            if view not in names or src.disabled:
+            if view not in sql or src.disabled:
                 continue
             src.reads += 1
             version = native.versions(src.paths)
