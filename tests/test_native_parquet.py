@@ -98,17 +98,21 @@ def test_a_persons_invalid_cell_changes_no_outcome(tmp_path: Path) -> None:
     queries = ["SELECT note, COUNT(*) AS n FROM t GROUP BY note",
                "SELECT COUNT(*) AS n FROM t WHERE lower(note) = 'n1'",
                "SELECT SUM(likes) AS s FROM t WHERE length(note) > 1"]
-    outcomes, relations = [], []
+    outcomes, relations, plans = [], [], []
     for p in (d, d2):
         s = _session(p)
         _rows(s)
         relations.append(_rows(s))
         assert _src(s).checked is not None
+        view = _src(s).view
+        sql = s._engine.connection.sql(f"SELECT sql FROM duckdb_views() WHERE view_name = '{view}'").fetchall()[0][0]
+        plans.append(sql.replace(view, "V").replace(str(p), "P"))
         outcomes.append([(rel.mechanism, rel.table.column_names)
                          for rel in (s.query(q, epsilon=1.0, delta=1e-6) for q in queries)])
         s.close()
     assert outcomes[0] == outcomes[1]
     assert relations[1][:-1] == relations[0] and relations[1][-1]["note"] is None
+    assert plans[0] == plans[1] and "LEFT JOIN" in plans[0].upper()  # one plan, with or without invalid cells
 
 
 def test_a_changed_file_goes_back_to_the_arrow_view_then_is_checked_again(tmp_path: Path) -> None:
@@ -216,3 +220,17 @@ def test_bind_check_is_remembered_per_request_and_catalog(tmp_path: Path, monkey
         with pytest.raises(QueryTypeError, match="nothing was charged"):
             s.query(bad, epsilon=0.5)
     assert s.remaining() == before and s._bound_ok == known
+
+
+def test_many_invalid_cells_are_joined_not_listed(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    _write(path, 3000, {i: b"\xfe" + bytes([i % 200]) for i in range(0, 3000, 3)}, row_group=500)
+    s = _session(path)
+    _rows(s)
+    rows = _rows(s)
+    src = _src(s)
+    assert src.checked is not None and len(src.bad["note"]) == 1000
+    view_sql = s._engine.connection.sql(f"SELECT sql FROM duckdb_views() WHERE view_name = '{src.view}'").fetchall()[0][0]
+    assert " IN (" not in view_sql.upper() and len(view_sql) < 3000  # the cells are in the joined table
+    assert rows == _arrow_rows(s)
+    assert sum(r["note"] is None for r in rows) == 1000 + 1  # the invalid cells and the stored NULL

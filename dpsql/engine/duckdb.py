@@ -371,10 +371,11 @@ class DuckDBBackend:
             except duckdb.Error:
                 pass
             if kind in ("arrow", "parquet"):
-                try:
-                    self._con.unregister(view + "_raw")
-                except duckdb.Error:
-                    pass
+                for suffix in ("_raw", "_bad"):
+                    try:
+                        self._con.unregister(view + suffix)
+                    except duckdb.Error:
+                        pass
 
     # -- limits ---------------------------------------------------------------------------
     def _limits(self) -> list[tuple[str, str]]:
@@ -503,9 +504,15 @@ class DuckDBBackend:
                 src.disabled = True
                 continue
             src.bad = bad
-            sel = native.native_select(src, self._native_capped(src))
-            if self.describe(sel) != self.describe(src.arrow_select):
+            try:
+                sel, marks = native.native_select(src, self._native_capped(src), view + "_bad")
+            except duckdb.Error:  # the reader does not bind these files: the Arrow view stays
                 src.disabled = True
+                continue
+            if marks is not None:
+                self._con.register(view + "_bad", marks)
+            if self._schema_of(sel) != self._schema_of(src.arrow_select) or self._schema_of(sel) is None:
+                src.disabled = True  # from the schemas only: the native reader would not give the same columns
                 continue
             if native.versions(src.paths) != version:  # changed while it was checked
                 continue
@@ -513,6 +520,13 @@ class DuckDBBackend:
             src.checked = version
             used.append((src, version))
         return used
+
+    def _schema_of(self, sel: exp.Expression) -> list[tuple[str, str]] | None:
+        """(column, type) of a source select by binding it (no row is read); None if it does not bind."""
+        try:
+            return [(str(r[0]), str(r[1])) for r in self._con.sql(self._render(exp.Describe(this=sel.copy()))).fetchall()]
+        except duckdb.Error:
+            return None
 
     def _native_capped(self, src: native.NativeSource) -> Callable[[exp.Expression], exp.Select]:
         return lambda rel: self._capped_select(src.name, rel, [f.name for f in src.schema])
