@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
@@ -108,10 +107,14 @@ class NativeSource:
         return [f.name for f in self.schema if _text(f.type)]
 
 
-def invalid_cells(con: duckdb.DuckDBPyConnection, src: NativeSource, render: Callable[[exp.Expression], str],
-                  tmp_name: str) -> dict[str, list[tuple[int, int]]] | None:
+#: runs ``query`` over ``reader`` registered as ``name`` and returns its rows (the backend's)
+Scan = Callable[[str, pa.RecordBatchReader, exp.Select], list[tuple[Any, ...]]]
+
+
+def invalid_cells(src: NativeSource, scan: Scan, tmp_name: str) -> dict[str, list[tuple[int, int]]] | None:
     """Per text column, the (file index, row number) of each cell the Arrow view reads as NULL
-    because it is not UTF-8; None when a file's schema differs from the first file's."""
+    because it is not UTF-8 (DuckDB's own test, run by ``scan``); None when a file's schema
+    differs from the first file's."""
     import pyarrow.parquet as pq
 
     cols = src.text_columns
@@ -147,12 +150,7 @@ def invalid_cells(con: duckdb.DuckDBPyConnection, src: NativeSource, render: Cal
                           .is_(exp.null())) for c in cols]
         q = exp.select(exp.column("_dpsql_row"), *[exp.alias_(f, f"b{j}") for j, f in enumerate(flags)]) \
             .from_(exp.to_table(tmp_name, quoted=True)).where(exp.or_(*[f.copy() for f in flags]))
-        con.register(tmp_name, reader)
-        try:
-            rows = con.sql(render(q)).fetchall()
-        finally:
-            con.unregister(tmp_name)
-        for row in rows:
+        for row in scan(tmp_name, reader, q):
             for c, flag in zip(cols, row[1:]):
                 if flag:
                     bad[c].append((i, int(row[0])))

@@ -499,7 +499,7 @@ class DuckDBBackend:
                 src.checked = None
             if src.reads < 2 or not native.settled(version):
                 continue
-            bad = native.invalid_cells(self._con, src, self._render, view + "_check")
+            bad = native.invalid_cells(src, self._scan_reader, view + "_check")
             if bad is None:
                 src.disabled = True
                 continue
@@ -520,6 +520,14 @@ class DuckDBBackend:
             src.checked = version
             used.append((src, version))
         return used
+
+    def _scan_reader(self, name: str, reader: pa.RecordBatchReader, query: exp.Select) -> list[tuple[Any, ...]]:
+        """Rows of ``query`` over an Arrow reader registered as ``name`` for this query only."""
+        self._con.register(name, reader)
+        try:
+            return self._con.sql(self._render(query)).fetchall()
+        finally:
+            self._con.unregister(name)
 
     def _schema_of(self, sel: exp.Expression) -> list[tuple[str, str]] | None:
         """(column, type) of a source select by binding it (no row is read); None if it does not bind."""
