@@ -36,7 +36,7 @@ The ``mechanism`` option forces a mechanism where it applies and is refused wher
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,29 +51,59 @@ from dpsql.mechanisms.profile import route_request as _profile_request
 from dpsql.mechanisms.public_domain import PublicDomain
 from dpsql.mechanisms.quantile import QuantileMechanism
 from dpsql.mechanisms.ranges import Dawa
-from dpsql.mechanisms.s4s_sql import JoinMechanism
-from dpsql.mechanisms.s4s_vector import VectorJoinMechanism
 from dpsql.mechanisms.sparse_histogram import SparseHistogram
 from dpsql.options import UNIVERSAL
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, resolve_unit_column
 from dpsql.plan.workload import analyze_workload, histogram_workload
 
-REGISTRY: dict[MechanismName, Mechanism] = {
-    MechanismName.GAUSSIAN: BasicMechanism(MechanismName.GAUSSIAN),
-    MechanismName.LAPLACE: BasicMechanism(MechanismName.LAPLACE),
-    MechanismName.SPARSE_HISTOGRAM: SparseHistogram(),
-    MechanismName.DAWA: Dawa(),
-    MechanismName.DP_S4S: JoinMechanism(MechanismName.DP_S4S),
-    MechanismName.R2T: JoinMechanism(MechanismName.R2T),
-    MechanismName.CONTRIBUTION_PROFILE: ContributionProfile(),
-    MechanismName.EXPONENTIAL: QuantileMechanism(),
-    MechanismName.PUBLIC_DOMAIN: PublicDomain(),
-    MechanismName.DP_S4S_VECTOR: VectorJoinMechanism(MechanismName.DP_S4S_VECTOR),
-    MechanismName.JOIN_CLIPPED: VectorJoinMechanism(MechanismName.JOIN_CLIPPED),
-}
+
+def _join(name: MechanismName) -> Mechanism:
+    from dpsql.mechanisms.s4s_sql import JoinMechanism
+
+    return JoinMechanism(name)
+
+
+def _vector(name: MechanismName) -> Mechanism:
+    from dpsql.mechanisms.s4s_vector import VectorJoinMechanism
+
+    return VectorJoinMechanism(name)
+
+
+class _Registry(Mapping[MechanismName, Mechanism]):
+    """Every mechanism by name, each built on first use (the join mechanisms import SciPy's sparse
+    matrices and the SOCP solver's glue: a query without a join never loads them)."""
+
+    def __init__(self, factories: dict[MechanismName, Callable[[], Mechanism]]) -> None:
+        self._factories, self._built = factories, dict[MechanismName, Mechanism]()
+
+    def __getitem__(self, name: MechanismName) -> Mechanism:
+        if name not in self._built:
+            self._built[name] = self._factories[name]()
+        return self._built[name]
+
+    def __iter__(self) -> Iterator[MechanismName]:
+        return iter(self._factories)
+
+    def __len__(self) -> int:
+        return len(self._factories)
+
+
+REGISTRY: Mapping[MechanismName, Mechanism] = _Registry({
+    MechanismName.GAUSSIAN: lambda: BasicMechanism(MechanismName.GAUSSIAN),
+    MechanismName.LAPLACE: lambda: BasicMechanism(MechanismName.LAPLACE),
+    MechanismName.SPARSE_HISTOGRAM: SparseHistogram,
+    MechanismName.DAWA: Dawa,
+    MechanismName.DP_S4S: lambda: _join(MechanismName.DP_S4S),
+    MechanismName.R2T: lambda: _join(MechanismName.R2T),
+    MechanismName.CONTRIBUTION_PROFILE: ContributionProfile,
+    MechanismName.EXPONENTIAL: QuantileMechanism,
+    MechanismName.PUBLIC_DOMAIN: PublicDomain,
+    MechanismName.DP_S4S_VECTOR: lambda: _vector(MechanismName.DP_S4S_VECTOR),
+    MechanismName.JOIN_CLIPPED: lambda: _vector(MechanismName.JOIN_CLIPPED),
+})
 #: grouped joins: the unsampled variant of DP-S4S's vector form answers mechanism='r2t'
-GROUPED_R2T = VectorJoinMechanism(MechanismName.R2T)
+_GROUPED = _Registry({MechanismName.R2T: lambda: _vector(MechanismName.R2T)})
 
 #: values the ``mechanism`` option accepts
 FORCEABLE = ("auto", *(m.value for m in MechanismName
@@ -293,7 +323,7 @@ def _route_grouped_join(
     assert plan.join is not None
     people = bound_people(plan.join, dict(catalog))
     name = route_name(dict(options), people)
-    mech = GROUPED_R2T if name == MechanismName.R2T else REGISTRY[name]
+    mech = _GROUPED[name] if name == MechanismName.R2T else REGISTRY[name]
     _check_applicable(mech, options)
     req = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
                   catalog=catalog, plan=plan, find_synopsis=find_synopsis)
