@@ -326,9 +326,15 @@ class QuantileMechanism:
             )
         for j, a in enumerate(aggs):
             cal.targets.append(float(math.ceil(cal.rank_error(j))) if a.kind in (ir.MIN, ir.MAX) else 0.0)
-        if not all(math.isfinite(cal.rank_error(j)) for j in range(len(aggs))):
-            raise ConfigError(f"epsilon={request.epsilon:g} is too small for a quantile release",
-                              hint="use a larger epsilon")
+        # eps_em = eps' - xi(N) must be positive: below the sampler's floating-point allowance the
+        # release would run at a negative scale (privacy loss ~|eps_em| + xi, above the charge eps')
+        slack = max(float_slack(g.cells + 1) for g in cal.grids)
+        if not (cal.eps_run > slack and all(math.isfinite(cal.rank_error(j)) for j in range(len(aggs)))):
+            raise ConfigError(
+                f"epsilon={request.epsilon:g} is too small for a quantile release: each release gets "
+                f"{cal.eps_run:.3g}, at or below the sampler's floating-point allowance {slack:.3g}; nothing was charged",
+                hint=f"use an epsilon above {request.epsilon * 2 * slack / cal.eps_run:.3g}, fewer quantiles per query, "
+                "or a coarser granularity (fewer grid points)")
         return cal
 
     @staticmethod
