@@ -62,3 +62,23 @@ def test_epsilon_just_above_the_float_slack_still_runs() -> None:
     r = s.query("SELECT MEDIAN(x) FROM t", epsilon=1e-5)
     assert r.table.num_rows == 1
     s.close()
+
+
+@pytest.mark.parametrize("cols", [
+    {"bounds": (0, 1e10), "granularity": 1e-310},   # 10.0**k overflowed: OverflowError, reported as an epsilon problem
+    {"bounds": (0, 1), "granularity": 5e-324},
+    {"bounds": (0, 1e-320)},                        # default step 10**-324 == 0.0: ZeroDivisionError
+])
+def test_grid_too_fine_for_doubles_is_a_config_error_naming_the_column(cols: dict) -> None:
+    """Owner-declared extremes: the quantile grid could not be built, and the failure surfaced as a bare
+    ZeroDivisionError, or as 'epsilon ... cannot be represented' (the session maps OverflowError to an epsilon
+    message), neither naming the column. Now a ConfigError naming it, before any charge."""
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5))
+    use_noise(s, seeded_noise("review-grid"))
+    s.register("t", pa.table({"pid": np.arange(10, dtype=np.int64), "x": np.linspace(0.0, 1e-320, 10)}),
+               privacy_unit="pid", max_rows_per_unit=1, columns={"x": cols})
+    for call in (s.explain, s.query):
+        with pytest.raises(ConfigError, match="granularity of 'x' is too fine"):
+            call("SELECT MEDIAN(x) FROM t", epsilon=1.0)
+    assert s.history().num_rows == 0
+    s.close()

@@ -148,8 +148,15 @@ def value_grid(plan: ir.QueryPlan, agg: ir.Aggregate) -> ValueGrid:
             base = 1.0
         else:
             base = 10.0 ** math.floor(math.log10(width / 1000.0)) if width > 0 else 1.0
+    ratio = width / float(base) if float(base) > 0 else math.inf
+    if not math.isfinite(ratio):  # a granularity (or a width) too fine for doubles: no grid can be built
+        raise ConfigError(
+            f"the granularity of '{agg.column}' is too fine for its declared bounds ({agg.bounds[0]:g}, {agg.bounds[1]:g}) "
+            "to build a quantile's grid",
+            hint=f"register '{agg.column}' with a coarser granularity (or wider bounds)",
+        )
     k = 0
-    while width / (float(base) * 10.0**k) > MAX_CELLS:
+    while ratio / 10.0**k > MAX_CELLS:
         k += 1
     step = float(base) * 10.0**k
     cells = int(math.ceil(width / step - 1e-9)) if width > 0 else 0
