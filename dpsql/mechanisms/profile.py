@@ -34,7 +34,7 @@ from dpsql.engine.base import SqlOps
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.noise import NoiseSource, snapping_calibration
 from dpsql.plan import ir
-from dpsql.rewrite.bound import Caps, key_expression
+from dpsql.rewrite.bound import Caps, key_expression, unit_expression
 
 #: bins 0..MAX_BIN: a value v (>= 1) is in bin min(floor(log2 v), MAX_BIN), i.e. [2^b, 2^(b+1))
 MAX_BIN = 20
@@ -87,7 +87,7 @@ class ContributionProfile:
 
     def bounded(self, cal: ProfileCalibration, salt: str, ops: SqlOps) -> exp.Expression:
         src = exp.to_table(cal.table.view, quoted=True)
-        unit = exp.column(cal.unit, quoted=True)
+        unit = unit_expression(cal.unit, dict(cal.table.schema))  # text units under the binary collation
         not_null = exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))
 
         def binned(value: exp.Expression) -> exp.Expression:

@@ -148,8 +148,15 @@ def value_grid(plan: ir.QueryPlan, agg: ir.Aggregate) -> ValueGrid:
             base = 1.0
         else:
             base = 10.0 ** math.floor(math.log10(width / 1000.0)) if width > 0 else 1.0
+    ratio = width / float(base) if float(base) > 0 else math.inf
+    if not math.isfinite(ratio):  # a granularity (or a width) too fine for doubles: no grid can be built
+        raise ConfigError(
+            f"the granularity of '{agg.column}' is too fine for its declared bounds ({agg.bounds[0]:g}, {agg.bounds[1]:g}) "
+            "to build a quantile's grid",
+            hint=f"register '{agg.column}' with a coarser granularity (or wider bounds)",
+        )
     k = 0
-    while width / (float(base) * 10.0**k) > MAX_CELLS:
+    while ratio / 10.0**k > MAX_CELLS:
         k += 1
     step = float(base) * 10.0**k
     cells = int(math.ceil(width / step - 1e-9)) if width > 0 else 0
@@ -326,9 +333,15 @@ class QuantileMechanism:
             )
         for j, a in enumerate(aggs):
             cal.targets.append(float(math.ceil(cal.rank_error(j))) if a.kind in (ir.MIN, ir.MAX) else 0.0)
-        if not all(math.isfinite(cal.rank_error(j)) for j in range(len(aggs))):
-            raise ConfigError(f"epsilon={request.epsilon:g} is too small for a quantile release",
-                              hint="use a larger epsilon")
+        # eps_em = eps' - xi(N) must be positive: below the sampler's floating-point allowance the
+        # release would run at a negative scale (privacy loss ~|eps_em| + xi, above the charge eps')
+        slack = max(float_slack(g.cells + 1) for g in cal.grids)
+        if not (cal.eps_run > slack and all(math.isfinite(cal.rank_error(j)) for j in range(len(aggs)))):
+            raise ConfigError(
+                f"epsilon={request.epsilon:g} is too small for a quantile release: each release gets "
+                f"{cal.eps_run:.3g}, at or below the sampler's floating-point allowance {slack:.3g}; nothing was charged",
+                hint=f"use an epsilon above {request.epsilon * 2 * slack / cal.eps_run:.3g}, fewer quantiles per query, "
+                "or a coarser granularity (fewer grid points)")
         return cal
 
     @staticmethod

@@ -96,6 +96,21 @@ def _col(name: str) -> exp.Column:
     return exp.column(name, quoted=False)
 
 
+_TEXT_TYPES = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "NVARCHAR")
+
+
+def unit_expression(unit_column: str, schema: dict[str, str]) -> exp.Expression:
+    """The privacy unit as the caps see it. A text unit is compared under the binary collation:
+    a connection's ``default_collation`` or a column's collation (``nocase``) would make the people
+    'Z' and 'z' one partition, and removing one of them would then change the kept rows of both
+    (twice the claimed sensitivity for a signed SUM)."""
+    col = exp.column(unit_column, quoted=True)
+    typ = schema.get(unit_column.lower(), "").upper().split("(")[0].strip()
+    if typ in _TEXT_TYPES or typ.startswith("VARCHAR"):
+        return exp.Collate(this=col, expression=exp.to_identifier("binary", quoted=True))
+    return col
+
+
 def _refused(e: TypeRefusal) -> UnsupportedQueryError:
     return UnsupportedQueryError(
         "the query does not type-check: " + "; ".join(m for _, m in e.problems),
@@ -399,7 +414,7 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
                   use_public_domain: bool = True, ops: SqlOps = DEFAULT_OPS) -> tuple[exp.Select, list[str]]:
     """The rows that may contribute, projected to ``__unit``, the group keys and the clamped
     values (``<aggregate>_v``); also the names of the value columns."""
-    proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
+    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     value_cols: list[str] = []
     for a in plan.aggregates:
@@ -449,7 +464,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
                 raw[src] = f"__r{len(raw)}"
                 source[src] = (exp.column(a.column, quoted=True) if a.value is None
                                else aggregate_input(a, plan.table.schema, ops))
-    proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
+    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     proj += [exp.alias_(source[c], r) for c, r in raw.items()]
     base = _rows_of(plan, unit_column, proj, where, use_public_domain).subquery("__base", copy=False)
@@ -596,7 +611,7 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
     """
     ops = ops if ops is not None else DEFAULT_OPS
     src = exp.to_table(wl.table.view or source_name(wl.table.name), quoted=True)
-    proj: list[exp.Expression] = [exp.alias_(exp.column(unit, quoted=True), "__unit")]
+    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit, wl.table.schema), "__unit")]
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit, quoted=True), expression=exp.Null()))
     if wl.base_where is not None:
         cond = exp.And(this=exp.Paren(this=guard(wl.base_where, wl.table.schema)), expression=cond)
@@ -686,7 +701,7 @@ def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids:
     ops = ops if ops is not None else DEFAULT_OPS
     keys = [k.name for k in plan.keys]
     buckets = [f"__g{i}" for i in range(len(grids))]
-    proj: list[exp.Expression] = [exp.alias_(exp.column(unit_column, quoted=True), "__unit")]
+    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     proj += [exp.alias_(grid_index(g, ops), b) for g, b in zip(grids, buckets, strict=True)]
     rows: exp.Expression = _rows_of(plan, unit_column, proj, None, True).subquery("__base", copy=False)

@@ -13,6 +13,11 @@
   and the public key set reach Python.
 
 A tuple whose key is not in the key set is dropped (inner join with ``__dom``): a per-tuple filter.
+
+Text keys are canonical (design invariant 8), as in a single-table GROUP BY: the key set's DISTINCT,
+its order and the matching of a tuple's key to it use the binary collation, whatever collation the
+owner's connection or column declares (``nocase`` would count a tuple under 'AUTO' and 'auto' both:
+one person's tuples twice, beyond Delta).
 """
 
 from __future__ import annotations
@@ -34,10 +39,20 @@ def _col(name: str) -> exp.Column:
     return exp.column(name, quoted=False)
 
 
+_TEXT_TYPES = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "NVARCHAR")
+
+
+def _canonical(k: ir.JoinKey, e: exp.Expression) -> exp.Expression:
+    """A key value compared, grouped and ordered under the binary collation when it is text."""
+    if k.kind != "year" and k.sql_type.upper().split("(")[0].strip() in _TEXT_TYPES:
+        return exp.Collate(this=e, expression=exp.to_identifier("binary", quoted=True))
+    return e
+
+
 def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
     if k.domain is not None:
         vals = [exp.Literal.number(v) if k.kind == "year" else domain_literal(v, k.sql_type) for v in k.domain]
-        return exp.select(exp.alias_(exp.func("unnest", exp.Array(expressions=vals)), k.name))
+        return exp.select(exp.alias_(_canonical(k, exp.func("unnest", exp.Array(expressions=vals))), k.name))
     t = catalog[dict(jp.inputs)[k.alias]]
     local, _ = _split_where(jp)
     cols = sorted({k.column, *[c.name.split("__", 1)[1] for e in local.get(k.alias, []) for c in e.find_all(exp.Column)]})
@@ -46,7 +61,7 @@ def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -
     conds: list[exp.Expression] = [exp.Not(this=exp.Is(this=_col(flat(k.alias, k.column)), expression=exp.Null()))]
     if local.get(k.alias):
         conds += [guard(c, dict(jp.flat_schema)) for c in local[k.alias]]
-    q = exp.select(exp.alias_(_col(flat(k.alias, k.column)), k.name)).distinct().from_(rel.subquery("__p"))
+    q = exp.select(exp.alias_(_canonical(k, _col(flat(k.alias, k.column))), k.name)).distinct().from_(rel.subquery("__p"))
     for c in conds:
         q = q.where(c)
     return q
@@ -65,7 +80,7 @@ def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
 def _on_keys(jp: ir.JoinPlan, left: str) -> exp.Expression:
     out: exp.Expression | None = None
     for i, k in enumerate(jp.keys):
-        c = exp.EQ(this=_col(f"{left}.__x{i}"), expression=_col(f"__dom.{k.name}"))
+        c = exp.EQ(this=_canonical(k, _col(f"{left}.__x{i}")), expression=_canonical(k, _col(f"__dom.{k.name}")))
         out = c if out is None else exp.And(this=out, expression=c)
     assert out is not None
     return out
