@@ -126,22 +126,37 @@ def test_cone_program_against_brute_force(seed: int) -> None:
 
 
 def test_closed_form_equals_the_cone_program_for_one_owner_per_tuple() -> None:
+    import dataclasses
+
     inst = _instance(7, n_users=6, n_tuples=40, d=3, max_owners=1)
     for tau in (0.5, 1.0, 3.0):
-        cf = socp.truncate(inst, tau)
+        cf = socp.truncate(dataclasses.replace(inst, one_person=True), tau)
         assert cf.path == "closed_form"
-        # the same program through the solver (every tuple active)
-        norm = np.zeros(inst.n_users)
-        for u in range(inst.n_users):
-            v = np.bincount(inst.gid[inst.ti[inst.ui == u]], weights=inst.w[inst.ti[inst.ui == u]], minlength=inst.d)
-            norm[u] = np.linalg.norm(v)
-        heavy = norm > tau
-        active = heavy[inst.ui]
-        fixed = np.bincount(inst.gid, weights=inst.w, minlength=inst.d) - np.bincount(
-            inst.gid[inst.ti[active]], weights=inst.w[inst.ti[active]], minlength=inst.d)
-        sol = socp._socp(inst.w, inst.gid, inst.ti[active], inst.ui[active], heavy, fixed, tau, inst.d)
+        sol = socp.truncate(inst, tau)  # the plan allows several people: the same data through the solver
+        assert sol.path == "socp"
         assert sol.excess == pytest.approx(cf.excess, abs=2e-3)
         assert sol.values == pytest.approx(cf.values, abs=1e-3 * max(1.0, float(cf.values.max())))
+
+
+def test_the_path_is_fixed_by_the_plan_not_by_neighbouring_data() -> None:
+    """Timing: the closed form vs the cone solver is decided by ``one_person`` (the plan), so two neighbouring
+    instances run the same path: I has one person per tuple (and, at τ = 8, nobody heavy), I′ adds a user who
+    co-owns tuples with everyone. Negative control: a plan with one person per tuple refuses a two-owner tuple
+    (an internal error), never switching to the solver silently."""
+    import dataclasses
+
+    base = _instance(7, n_users=6, n_tuples=40, d=3, max_owners=1)
+    ti = np.concatenate([base.ti, np.arange(0, 40, 3)])
+    ui = np.concatenate([base.ui, np.full(len(range(0, 40, 3)), 6)])
+    neighbour = socp.Instance(base.w, base.gid, ti, ui, 7, base.d)
+    for tau in (1.0, 8.0):
+        paths = []
+        for inst in (base, neighbour):
+            socp.STATS.reset()
+            paths.append((socp.truncate(inst, tau).path, socp.STATS.socp, socp.STATS.closed_form))
+        assert paths[0] == paths[1] == ("socp", 1, 0), (tau, paths)
+    with pytest.raises(RuntimeError, match="internal error"):
+        socp.truncate(dataclasses.replace(neighbour, one_person=True), 1.0)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -493,3 +508,38 @@ def test_release_uses_the_proof_form_of_eta_and_stays_within_rho() -> None:
     k = max(0, math.floor(1 / vp.gamma - 1 / KAPPA))
     ss = max((j + 1 / KAPPA) * math.exp(-vp.gamma * j) for j in (k, k + 1))
     assert 50.0 < vp.eta * ss < 53.0
+
+
+def test_neighbouring_datasets_run_the_same_solver_path(monkeypatch: Any) -> None:
+    """End to end: the release passes the plan's one-person flag to the truncation, so a dataset and its neighbour
+    (customer 0 removed with every tuple they are in) run the same path at every SVT step: the cone solver for
+    customers + suppliers (several people per tuple), the closed form for customers alone with mechanism='dp_s4s'."""
+    from dpsql.mechanisms import s4s_vector
+
+    seen: list[tuple[bool, str]] = []
+    real = socp.truncate
+
+    def spy(inst: socp.Instance, tau: float) -> socp.VectorTruncation:
+        tr = real(inst, tau)
+        seen.append((inst.one_person, tr.path))
+        return tr
+
+    import pyarrow.compute as pc
+
+    monkeypatch.setattr(s4s_vector.socp, "truncate", spy)
+    data = tpch()
+    gone = set(data["orders"].filter(pc.equal(data["orders"].column("o_custkey"), 0)).column("o_orderkey").to_pylist())
+    nb = dict(data)
+    nb["customer"] = data["customer"].filter(pc.not_equal(data["customer"].column("c_custkey"), 0))
+    nb["orders"] = data["orders"].filter(pc.not_equal(data["orders"].column("o_custkey"), 0))
+    nb["lineitem"] = data["lineitem"].filter(pc.invert(pc.is_in(data["lineitem"].column("l_orderkey"),
+                                                                                  pa.array(sorted(gone), pa.int64()))))
+    assert gone and nb["lineitem"].num_rows < data["lineitem"].num_rows
+    for sql, suppliers, expect in ((Q5ISH, True, (False, "socp")), (BY_NATION, False, (True, "closed_form"))):
+        for dataset in (data, nb):
+            seen.clear()
+            s = session(dataset, suppliers=suppliers)
+            use_noise(s, seeded_noise(5))
+            s.query(sql, epsilon=4.0, delta=1e-7, options={"mechanism": "dp_s4s", "q": 0.5})
+            s.close()
+            assert seen and set(seen) == {expect}, (sql[:40], seen)

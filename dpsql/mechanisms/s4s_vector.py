@@ -29,7 +29,9 @@ in the engine, as the scalar path: ``dpsql.rewrite.joins``); only the sampled tu
 index and weights reach Python. Weights are normalised to [0, 1] (a SUM's positive and negative
 parts are separate vector queries, each with half of (ε, δ)). Stage 2 (SVT, PMSJA): ε₁ = ε/5,
 θ = (6/ε₁)ln(6/β) + Lap(2κ/ε₁); for τ = 1, 2, 4, …, τ_L = 2^⌈log₂ Δ⌉: solve the truncation program
-(Eq. 2, an SOCP: ``dpsql.mechanisms._s4s_socp``) on the sample, E = Σ_u(1 − y_u); stop at the first
+(Eq. 2, an SOCP: ``dpsql.mechanisms._s4s_socp``; closed form when the plan has one person per
+tuple, else Clarabel at every step — a choice made from the plan, never from the sample, since the
+two differ in run time) on the sample, E = Σ_u(1 − y_u); stop at the first
 τ with E + Lap(4κ/ε₁) ≤ θ (or at τ_L, where every user's vector has norm ≤ Δ ≤ τ_L and E = 0).
 Stage 3: α = ``release_alpha``(ε₂ = 4ε/5, δ_A, d), ρ = ε₂ − ln(1/δ_A)/(α − 1), γ and η =
 ``s4s_eta``(α, ρ, d, "proof") of Lemma 4.1 (see the two paragraphs below); B = (E + 1)/κ; release
@@ -319,7 +321,7 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
                 f"not allowed that for table(s) {', '.join(repr(t) for t in denied)}",
                 hint="use mechanism='r2t' (q = 1, needs no Delta); the data owner may register the tables with "
                      "allow_conditional_sampling=True")
-    if path == "s4s":  # always on this path: whether a tuple reaches several people may depend on the data
+    if path == "s4s" and not people.enforced:  # the plan allows several people per tuple: the cone solver runs
         import importlib.util
 
         if importlib.util.find_spec("clarabel") is None:
@@ -414,7 +416,9 @@ def describe(cal: VectorCalibration) -> Description:
     else:
         params["budget_split"] = {"svt_epsilon": "epsilon/5 per part", "release_epsilon": "4 epsilon/5 per part",
                                   "per_part": {"epsilon": cal.part_epsilon, "delta": cal.part_delta}}
-        params["solver"] = {"program": "SOCP (PMSJA Eq. 2), Clarabel; closed form when each tuple has one person",
+        params["solver"] = {"program": "SOCP (PMSJA Eq. 2)",
+                            "path": "closed form (the plan has one person per tuple)" if cal.people.enforced
+                            else "Clarabel at every SVT step (the plan allows several people per tuple)",
                             "certified_gap_allowance": socp.GAP, **_size_formula(cal)}
         if cal.d is not None:
             vp = _params(cal, cal.d)
@@ -471,7 +475,8 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
             w = np.clip(w, 0.0, 1.0)
             gid = np.asarray(tup.column("__gid").to_numpy(zero_copy_only=False), dtype=np.int64)
             n_users = int(ui.max()) + 1 if ui.size else 0
-            inst = socp.Instance(w, gid, ti, ui, n_users, d)
+            # the closed form or the cone solver: chosen by the plan (public), never by the sample (timing)
+            inst = socp.Instance(w, gid, ti, ui, n_users, d, one_person=cal.people.enforced)
             est, tau = _algorithm5(inst, vp, rng)
             total += part.sign * part.scale * est / cal.q
             taus.append(tau)
