@@ -543,3 +543,71 @@ def test_neighbouring_datasets_run_the_same_solver_path(monkeypatch: Any) -> Non
             s.query(sql, epsilon=4.0, delta=1e-7, options={"mechanism": "dp_s4s", "q": 0.5})
             s.close()
             assert seen and set(seen) == {expect}, (sql[:40], seen)
+
+
+# -- the floating-point part of delta (expectation bound, module docstring "Floating point") ----------
+def test_stopped_ss_mean_is_pinned_by_hand() -> None:
+    """Ŝ(γ=0.1, ε₁=0.8, θ₀=30, n=1) = e^{0.1/1.001 − 1}/0.1·(1 + e^{3/1.001}·X/(1 − 0.25²)), X = 1/(1 − 0.5²) = 4/3
+    (p = 1 is the best of the grid here) = 119.84725 (hand); no exponential moment when 4γ/ε₁ ≥ 1."""
+    from dpsql.mechanisms.s4s_vector import stopped_ss_mean
+
+    assert stopped_ss_mean(0.1, 0.8, 30.0, 1) == pytest.approx(119.84725, rel=1e-6)
+    assert stopped_ss_mean(0.2, 0.8, 30.0, 1) == math.inf
+
+
+def test_stopped_ss_mean_bounds_the_simulated_svt() -> None:
+    """Seeded simulation of the SVT over τ with data E_i = c at every step before the last (E = 0 at the last):
+    the mean SS((E* + 1)/κ) at the stop stays below Ŝ for every c (the simulated maximum is about 31 against
+    Ŝ = 62.9: the Monte Carlo error at 200 000 draws, below 0.1, cannot close that gap). Negative control: the
+    accounting as if E were 0 (SS(1/κ) = 18.8) is exceeded."""
+    from dpsql.accounting import s4s_smooth_sensitivity
+    from dpsql.mechanisms.s4s_vector import stopped_ss_mean
+
+    g, e1, th, n = 0.02, 0.8, 30.0, 3
+    bound = stopped_ss_mean(g, e1, th, n)
+    assert bound == pytest.approx(62.891, rel=1e-4)
+    rng = np.random.default_rng(1)
+    size = 200_000
+    l0 = rng.laplace(0.0, 2 * KAPPA / e1, size)
+    nu = rng.laplace(0.0, 4 * KAPPA / e1, (size, n))
+    worst = 0.0
+    for c in range(0, 200, 5):
+        stop = (c + nu <= (th + l0)[:, None]).any(axis=1)
+        ss_c, ss_0 = s4s_smooth_sensitivity((c + 1) / KAPPA, g)[0], s4s_smooth_sensitivity(1 / KAPPA, g)[0]
+        worst = max(worst, float(np.where(stop, ss_c, ss_0).mean()))
+    assert worst < bound
+    assert worst > s4s_smooth_sensitivity(1 / KAPPA, g)[0] + 5.0
+
+
+def test_large_key_sets_get_a_grid_below_the_noise_scale() -> None:
+    """ε = 4, δ = 1e-7, d = 2526 (Q7c), Δ = 7: the release grid at τ = 1 is 256 (σ_lo = 404.3), with δ_fp by hand:
+    (1 + e⁴)·(d·(slope(256)·2κη·Ŝ + c₀) + 4·2⁻⁴⁰), slope(γ) = 1.04·2/(1 − a)·(a√(2/π) + c)/(γ(1 − 2⁻⁸)),
+    c₀ = 1.04·2/(1 − a)·2(0.242a + 0.399c) (+ 2⁻¹⁰⁰⁰), a = 2⁻⁴⁷, c = 2⁻⁵⁰. Negative controls: grid 128 does not
+    fit δ/10, nor does 256 with the cap bound alone (which needed 1024)."""
+    from dpsql.mechanisms.s4s_vector import stopped_ss_mean
+    from dpsql.noise import gaussian_fp_delta
+
+    vp = vector_params(4.0, 1e-7, 2526, 0.25, 7)
+    assert vp.grid == (256.0, 512.0, 1024.0, 2048.0) and vp.sigma_lo[0] == pytest.approx(404.28, rel=1e-4)
+    a, c = 2.0**-47, 2.0**-50
+    sliver = 1.04 * 2 / (1 - a)
+    c0 = sliver * 2 * (0.242 * a + 0.399 * c)
+    s_hat = stopped_ss_mean(vp.gamma, vp.eps1, vp.theta0, 3)
+
+    def fp(grid: float) -> float:
+        slope = sliver * (a * math.sqrt(2 / math.pi) + c) / (grid * (1 - 2.0**-8))
+        return (1 + math.exp(4.0)) * (2526 * (slope * 2 * KAPPA * vp.eta * s_hat + c0) + 4 * 2.0**-40)
+
+    assert vp.fp_delta == pytest.approx(fp(256.0), rel=1e-9) and vp.fp_delta == pytest.approx(8.2447e-9, rel=1e-4)
+    assert fp(256.0) <= 1e-8 < fp(128.0)
+    cap_only = (1 + math.exp(4.0)) * (2526 * (gaussian_fp_delta(vp.sigma_cap[0], 256.0, integer=False) + vp.p_exceed))
+    assert cap_only > 1e-8
+
+
+def test_fp_delta_is_affine_in_sigma() -> None:
+    from dpsql.noise import gaussian_fp_delta, gaussian_fp_delta_affine
+
+    for grid in (1.0, 256.0, 3.0e5):
+        slope, icpt = gaussian_fp_delta_affine(grid, integer=False)
+        for sigma in (0.5, 404.0, 1e7):
+            assert gaussian_fp_delta(sigma, grid, integer=False) == pytest.approx(slope * sigma + icpt, rel=1e-12)

@@ -63,9 +63,31 @@ At ε = 4, δ = 10⁻⁷, d = 5 (TPC-H Q5) this factor is about 51, against 106 
 Reported instead: the public σ_lo(τ) = 2τκη·SS(1/κ, γ)/q ≤ σ(S)/q and σ_cap(τ) = 2τκη·SS(B_cap/κ,
 γ)/q, with B_cap = θ₀ + 1 + (8κ/ε₁)ln(L/p), p = 10⁻³δ: the SVT stops at a τ with E + 1 > B_cap
 with probability ≤ p (its noise would have to exceed B_cap − 1 − θ₀), so σ(S) ≤ σ_cap w.p. ≥ 1 − p.
-Floating point: δ_fp = (1 + e^ε)·(d·max_τ δ_coord(σ_cap(τ), γ_τ) + p + L·2⁻⁴⁰) (Gaussian sampler
-and rounding at σ ≤ σ_cap; the event σ > σ_cap; the SVT's float Laplace comparisons), the grid γ_τ
-= the least power of two ≥ σ_lo(τ)q/16 whose δ_fp ≤ δ/10, and δ_A = δ − δ_fp. Charged: (ε′, δ).
+Floating point (the released values are rounded to a public grid γ_τ per τ; ``dpsql.noise`` §3). By
+the coupling of ``dpsql.noise`` §3 the mechanism is (ε′, δ_A + (1 + e^ε)·P_mis)-DP, where P_mis bounds,
+for every dataset within Δ, the probability that some released coordinate differs from the exact
+mechanism's (a sliver event of the Gaussian sampler and rounding), plus L·2⁻⁴⁰ for the SVT's float
+comparisons. Conditional on the sample and the SVT, the d Gaussian draws are independent of σ(S), and
+one coordinate's sliver probability is δ_coord(σ, γ) = slope(γ)·σ + c₀ — *affine in σ*
+(``gaussian_fp_delta_affine``). So, by a union bound over the d coordinates and then the expectation,
+
+    P_mis ≤ d·( E[slope(γ_τ*)·σ(S)] + c₀ ) ≤ d·( max_τ slope(γ_τ)·2τκη · Ŝ + c₀ ),
+
+τ* the stopping τ, Ŝ ≥ E[SS(B(S), γ)] at τ*. Ŝ (``stopped_ss_mean``): SS(B) ≤ e^{γB−1}/γ (the real
+maximiser of (k + B)e^{−γk}; B ≤ e^{γB−1}/γ as x ≤ e^{x−1}); with s = γ/κ, B = (E + 1)/κ and
+E ≥ 0, a stop before the last τ means E + ν ≤ θ = θ₀ + L₀ (ν the step's query noise), so
+e^{sE} ≤ 1 + e^{sθ₀}e^{sL₀}·max_i e^{−sν_i}; at the last τ, E = 0 (Δ holds) and e^{sE} = 1 ≤ the same.
+L₀ ~ Lap(2κ/ε₁) is independent of the ν_i ~ Lap(4κ/ε₁) (n ≤ L − 1 of them): E[e^{sL₀}] =
+1/(1 − (2γ/ε₁)²) and, by Jensen, E[max_i e^{−sν_i}] ≤ (Σ_i E[e^{−psν_i}])^{1/p} = (n/(1 − (4pγ/ε₁)²))^{1/p}
+for any p ≥ 1 with 4pγ/ε₁ < 1 (we take the least over a fixed grid of p). Hence
+Ŝ = e^{γ/κ−1}/γ·(1 + e^{sθ₀}·X/(1 − (2γ/ε₁)²)) bounds E[SS] whatever the data, and P_mis does not
+depend on a high-probability cap. Where 4γ/ε₁ ≥ 1 (no moment) — or where it is smaller — the older
+cap bound is used instead: max_τ δ_coord(σ_cap(τ), γ_τ) + p, with B_cap = θ₀ + 1 + (8κ/ε₁)ln(L/p),
+p = 10⁻³δ, the SVT stopping with E + 1 > B_cap with probability ≤ p. Each coordinate therefore costs
+about c₀ + slope·σ̄ (≈ 10⁻¹⁴ at σ̄/γ ≈ 1) instead of carrying a share of p: at ε = 4, δ = 10⁻⁷ and
+d = 2 526 (Q7c) the grid at τ = 1 is 256 (≈ 0.63σ_lo; it was 1 024 with the cap bound alone).
+The grid γ_τ is the least power of two ≥ σ_lo(τ)/16 (times 2^k, the same k for every τ) with
+δ_fp = (1 + e^ε)(d·P_coord + L·2⁻⁴⁰) ≤ δ/10, and δ_A = 0.9δ ≤ δ − δ_fp. Charged: (ε′, δ).
 
 Δ: Lemma 4.2's amplification uses q′ = 1 − (1 − q)^Δ. With one person per tuple Δ is enforced
 by the per-input row caps (``dpsql.plan.joins``); with several people per tuple it is attested by
@@ -106,7 +128,7 @@ from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import _s4s_socp as socp
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
-from dpsql.noise import NoiseSource, gaussian_fp_delta, round_to_granularity
+from dpsql.noise import NoiseSource, gaussian_fp_delta, gaussian_fp_delta_affine, round_to_granularity
 from dpsql.plan import ir
 from dpsql.plan.joins import PeopleBound, bound_people
 from dpsql.rewrite.bound import Caps
@@ -181,6 +203,33 @@ def release_alpha(eps2: float, delta: float, d: int) -> float:
     return best
 
 
+def stopped_ss_mean(gamma: float, eps1: float, theta0: float, n_queries: int) -> float:
+    """Ŝ ≥ E[SS((E + 1)/κ, γ)] at the τ where the SVT stops, for every dataset within Δ (module docstring,
+    "Floating point"): e^{γ/κ−1}/γ·(1 + e^{sθ₀}·M₀·X), s = γ/κ, M₀ = 1/(1 − (2γ/ε₁)²) the threshold
+    noise's moment, X = min_p (n/(1 − (4pγ/ε₁)²))^{1/p} ≥ E[max_i e^{−sν_i}] over the n query noises.
+    inf when 4γ/ε₁ ≥ 1 (no exponential moment)."""
+    s0, s1 = 2.0 * gamma / eps1, 4.0 * gamma / eps1
+    if s1 >= 1.0:
+        return math.inf
+    n = max(1, n_queries)
+    ps = [1.0] + [c / 20.0 / s1 for c in range(1, 20) if c / 20.0 / s1 > 1.0]
+    x = min((n / (1.0 - (p * s1) ** 2)) ** (1.0 / p) for p in ps)
+    return math.exp(gamma / KAPPA - 1.0) / gamma * (1.0 + math.exp(gamma * theta0 / KAPPA) / (1.0 - s0 * s0) * x)
+
+
+def fp_coord_expected(grid: tuple[float, ...], taus: tuple[float, ...], cap: tuple[float, ...], p_exceed: float,
+                      eta: float, ss_mean: float) -> float:
+    """A bound on the probability that one coordinate's released value differs from the exact mechanism's
+    (module docstring, "Floating point"): the smaller of (a) the cap bound max_τ δ_coord(σ_cap(τ), γ_τ) + p
+    and (b) the expectation bound max_τ slope(γ_τ)·2τκη·Ŝ + intercept (δ_coord is affine in σ)."""
+    cap_bound = max(gaussian_fp_delta(sc, g, integer=False) for sc, g in zip(cap, grid)) + p_exceed
+    if not math.isfinite(ss_mean):
+        return cap_bound
+    parts = [gaussian_fp_delta_affine(g, integer=False) for g in grid]
+    mean_bound = max(sl * 2.0 * t * KAPPA * eta for (sl, _), t in zip(parts, taus)) * ss_mean + parts[0][1]
+    return min(cap_bound, mean_bound * (1.0 + 1e-12))
+
+
 @lru_cache(maxsize=256)
 def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams:
     """Public parameters of Algorithm 5 (module docstring); ConfigError if δ cannot cover the float part."""
@@ -202,10 +251,10 @@ def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: in
     lo = tuple(2.0 * t * KAPPA * eta * g1 for t in taus)
     cap = tuple(2.0 * t * KAPPA * eta * gc for t in taus)
     mult = 1.0 + math.exp(epsilon)
+    ss_mean = stopped_ss_mean(gamma, eps1, theta0, n_tau - 1)
     for k in range(0, 40):
         grid = tuple(2.0 ** (math.floor(math.log2(s / 16.0)) + k) for s in lo)
-        coord = max(gaussian_fp_delta(s, g, integer=False) for s, g in zip(cap, grid))
-        fp = mult * (d * coord + p + n_tau * 2.0**-40)
+        fp = mult * (d * fp_coord_expected(grid, taus, cap, p, eta, ss_mean) + n_tau * 2.0**-40)
         if fp <= FP_SHARE * delta:
             break
     else:
