@@ -115,7 +115,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -545,12 +545,15 @@ def noise_scale(tau: float, excess: float, gamma: float, eta: float) -> float:
     return 2.0 * tau * KAPPA * eta * s4s_smooth_sensitivity((excess + 1.0) / KAPPA, gamma)[0]
 
 
-def _algorithm5(inst: socp.Instance, vp: VectorParams, rng: NoiseSource) -> tuple[np.ndarray, float]:
-    """Stages 2–3 of Algorithm 5 on the sample (module docstring): the noisy F̃ (before 1/q) and τ."""
+def _algorithm5(inst: socp.Instance, vp: VectorParams, rng: NoiseSource,
+                truncate: Callable[[socp.Instance, float], socp.VectorTruncation] | None = None) -> tuple[np.ndarray, float]:
+    """Stages 2–3 of Algorithm 5 on the sample (module docstring): the noisy F̃ (before 1/q) and τ.
+    ``truncate`` (tests only) replaces the deterministic truncation, e.g. by precomputed outputs."""
+    trunc = truncate or socp.truncate
     theta = vp.theta0 + float(rng.laplace(2.0 * KAPPA / vp.eps1, 1)[0])
     chosen = None
     for i, tau in enumerate(vp.taus):
-        tr = socp.truncate(inst, tau)
+        tr = trunc(inst, tau)
         last = i == len(vp.taus) - 1
         if last or tr.excess + float(rng.laplace(4.0 * KAPPA / vp.eps1, 1)[0]) <= theta:
             chosen = (i, tau, tr)
