@@ -183,10 +183,11 @@ def main() -> None:
             people, sql = QUERIES[name]
             true = truth(d, sql)
             configs: list[tuple[str, float, dict[str, float]]] = [("dp_s4s", q, {}) for q in args.q]
-            if people != "cs" and not args.no_clip:
-                configs.insert(0, ("clipped_gaussian", 1.0, {}))
-                if name.startswith("q7c"):  # a declared clip norm: about three line items' worth of revenue
-                    configs.insert(1, ("clipped_gaussian", 1.0, {"clip_norm": 300000.0}))
+            if people != "cs":
+                if not args.no_clip:
+                    configs.insert(0, ("clipped_gaussian", 1.0, {}))
+                    if name.startswith("q7c"):  # a declared clip norm: about three line items' worth of revenue
+                        configs.insert(1, ("clipped_gaussian", 1.0, {"clip_norm": 300000.0}))
             else:
                 configs.insert(0, ("r2t", 1.0, {}))  # the unsampled variant (PMSJA with the RDP smooth-sensitivity release)
             for mech, q, extra in configs:
