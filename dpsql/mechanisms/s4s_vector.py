@@ -28,8 +28,8 @@ Stage 1: Poisson sample of the join tuples at rate q (SHA-256 keyed by the per-q
 in the engine, as the scalar path: ``dpsql.rewrite.joins``); only the sampled tuples' users, group
 index and weights reach Python. Weights are normalised to [0, 1] (a SUM's positive and negative
 parts are separate vector queries, each with half of (ε, δ)). Stage 2 (SVT, PMSJA): ε₁ = ε/10,
-θ = θ₀ + Lap(2κ/ε₁), θ₀ = (30/ε)ln(6/β) (see "Budget split"); for τ = 1, 2, 4, …, τ_L = 2^⌈log₂ Δ⌉: solve the truncation program
-(Eq. 2, an SOCP: ``dpsql.mechanisms._s4s_socp``; closed form when the plan has one person per
+θ = θ₀ + Lap(2κ/ε₁), θ₀ = (30/ε)ln(6/β) (see "Budget split"); for τ = 1, 2, 4, …,
+τ_L = 2^⌈log₂ Δ⌉: solve the truncation program (Eq. 2, an SOCP: ``dpsql.mechanisms._s4s_socp``; closed form when the plan has one person per
 tuple, else Clarabel at every step — a choice made from the plan, never from the sample, since the
 two differ in run time) on the sample, E = Σ_u(1 − y_u); stop at the first
 τ with E + Lap(4κ/ε₁) ≤ θ (or at τ_L, where every user's vector has norm ≤ Δ ≤ τ_L and E = 0).
@@ -66,7 +66,8 @@ Order α. Lemma 4.1/4.2 hold for every α > α₀ = 1 + ln(1/δ_A)/ε₂; the pa
 η alone, but the released scale is η·SS(B, γ(α)) and for small B, SS ≈ e^{γB−1}/γ is dominated by
 1/γ, which also depends on α. We pick α minimising the public factor η(α)·SS(1/κ, γ(α)) (the noise
 multiplier at E = 0, i.e. of σ_lo): a data-independent choice, so the privacy claim is unchanged.
-At ε = 4, δ = 10⁻⁷, d = 5 (TPC-H Q5) this factor is about 51, against 106 with the paper's α and η.
+At ε = 4, δ = 10⁻⁷, d = 5 (TPC-H Q5) this factor is about 42 with the release's 9ε/10 (51 at the
+paper's 4ε/5), against 106 with the paper's α and η as well.
 
 σ(S) depends on the data: it is **never** reported (not in the Release, explain or the ledger).
 Reported instead: the public σ_lo(τ) = 2τκη·SS(1/κ, γ)/q ≤ σ(S)/q and σ_cap(τ) = 2τκη·SS(B_cap/κ,
@@ -104,8 +105,8 @@ by the per-input row caps (``dpsql.plan.joins``); with several people per tuple 
 the owner's declarations, the claim for q < 1 is conditional on it and needs the owner's
 ``allow_conditional_sampling`` (as for scalar joins). q = 1 (``mechanism='r2t'`` on a grouped
 join: the unsampled PMSJA-style release) needs no Δ for Lemma 4.2 (q′ = 1); τ_L still comes from Δ,
-and so does the floating-point part's bound σ(S) ≤ σ_cap at τ_L (E = 0 there when Δ holds): with an
-attested Δ that one term of δ is conditional on it.
+and so does the floating-point part's use of E = 0 at τ_L (true when Δ holds): with an attested Δ
+that one term of δ is conditional on it.
 
 Key set: declared domains and years are in the catalog; a public table's keys are read from that
 table in the query (public rows); d is then known only at run time, and the parameters above are
