@@ -248,6 +248,21 @@ def gaussian_fp_delta(
     return out + 2.0**-1020
 
 
+def gaussian_fp_delta_affine(granularity: float, *, integer: bool) -> tuple[float, float]:
+    """(slope, intercept) with :func:`gaussian_fp_delta`(σ, γ) = slope·σ + intercept for every σ > 0 (section 3:
+    the bound is affine in σ). So for a random σ independent of the Gaussian draws, the expected δ_coord is
+    δ_coord at E[σ] — the form a mechanism with a data-dependent noise scale needs (``s4s_vector``)."""
+    g = float(granularity)
+    if not (math.isfinite(g) and g > 0):
+        raise ConfigError(f"invalid granularity {granularity!r}")
+    a = GAUSS_REL
+    gp = (1.0 if integer else g) * (1.0 - 2.0**-8)
+    sliver = 1.04 * 2.0 / (1.0 - a)
+    slope = sliver * (a * math.sqrt(2.0 / math.pi) + GAUSS_ABS) / gp
+    intercept = sliver * 2.0 * (0.242 * a + 0.399 * GAUSS_ABS) + 2.0**-1000 + 2.0**-1020
+    return slope, intercept
+
+
 def check_gaussian_representable(sigma: float, granularity: float, *, integer: bool, what: str) -> None:
     """Refuse (before any charge) Gaussian noise that cannot be represented at this granularity."""
     s = float(sigma)

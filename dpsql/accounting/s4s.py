@@ -433,9 +433,13 @@ class S4SVectorEpsilon(NamedTuple):
 
 
 def s4s_vector_epsilon_parts(
-    epsilon: float, delta: float, alpha: float, q: float, max_tuples: int
+    epsilon: float, delta: float, alpha: float, q: float, max_tuples: int, svt_share: float = 0.2
 ) -> S4SVectorEpsilon:
-    """DP-S4S Lemma 4.2 with its two parts: Algorithm 5 run with (ε, δ), order α, rate q, bound Δ."""
+    """DP-S4S Lemma 4.2 with its two parts: Algorithm 5 run with (ε, δ), order α, rate q, bound Δ.
+
+    ``svt_share``: the SVT's part ε₁ = svt_share·ε (the paper: 1/5; its authors' code: 1/10), the release
+    getting ε₂ = ε − ε₁. The lemma's proof composes an ε₁-DP SVT with an (α, ρ)-RDP release, ρ = ε₂ −
+    ln(1/δ)/(α − 1), each amplified by the sampling at q′; it holds for any split in (0, 1)."""
     e = v.positive(
         epsilon, "epsilon", hint="epsilon is the total budget of the vector query, e.g. epsilon=4.0"
     )
@@ -443,18 +447,20 @@ def s4s_vector_epsilon_parts(
     a = v.alpha_order(alpha)
     qq = _q(q)
     n = _max_tuples(max_tuples)
-    e2 = 0.8 * e
+    if not 0.0 < svt_share < 1.0:
+        raise ConfigError(f"svt_share must be in (0, 1), got {svt_share!r}", hint="use 0.2 (the paper) or 0.1")
+    e2 = (1.0 - svt_share) * e
     a_min = 1.0 + math.log(1.0 / d) / e2
     if not a > a_min:
         raise ConfigError(
             f"alpha={a!r} is too small for epsilon={e!r}, delta={d!r}: Algorithm 5 needs "
-            f"rho = 4*epsilon/5 - ln(1/delta)/(alpha-1) > 0",
+            f"rho = (1 - svt_share)*epsilon - ln(1/delta)/(alpha-1) > 0",
             hint=f"use alpha > {a_min:.6g} (s4s_find_alpha picks a good one)",
         )
     log_1mq = n * math.log1p(-qq) if qq < 1.0 else -math.inf  # ln (1 − q′)
     qp = -math.expm1(log_1mq)
-    eps1 = math.log1p(qp * math.expm1(e / 5.0))
-    x = (a - 1.0) * e2 + math.log(d)  # ln(e^{4(α−1)ε/5} δ)
+    eps1 = math.log1p(qp * math.expm1(svt_share * e))
+    x = (a - 1.0) * e2 + math.log(d)  # ln(e^{(α−1)ε₂} δ)
     inner = x if qp >= 1.0 else float(np.logaddexp(log_1mq, math.log(qp) + x))
     eps2 = (inner + math.log(1.0 / d)) / (a - 1.0)
     return S4SVectorEpsilon(qp, eps1, eps2, eps1 + eps2)

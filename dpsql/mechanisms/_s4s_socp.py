@@ -16,9 +16,21 @@ Exact reductions (applied first)
   ≤ rows and in no remaining cone); a user all of whose tuples are such has y_u = 1;
 * tuples with the same owners and the same group enter the same rows with their weights summed:
   one variable with the summed weight (their weighted mean of z is feasible and keeps the objective);
-* when every remaining tuple has exactly one owner (one person per tuple) the program separates
-  per user: y_u = min(1, τ/‖v_u‖), z = y_u on u's tuples (closed form, no solver): F̄ is the sum of
-  the users' vectors scaled into the τ-ball, i.e. per-user L2 clipping.
+* when the join plan guarantees one person per tuple (``Instance.one_person``, public: a single
+  foreign-key chain to one person class) the program separates per user: y_u = min(1, τ/‖v_u‖),
+  z = y_u on u's tuples (closed form, no solver): F̄ is the sum of the users' vectors scaled into
+  the τ-ball, i.e. per-user L2 clipping.
+
+Which path runs is public (timing)
+----------------------------------
+The closed form takes microseconds, the cone solver milliseconds to seconds, so the choice between
+them is observable through the run time. It is made from ``Instance.one_person`` alone, which the
+mechanism sets from the join plan (``PeopleBound.enforced``), never from the sample: when the plan
+allows several people per tuple, every call hands the reduced program to Clarabel — also when the
+sampled tuples happen to have one person each, and also when no user is heavy (an empty program).
+What remains data dependent is the program's size (heavy users, their tuples), like the sample's
+size (``docs/threat_model.md``). With ``one_person`` set, a tuple with two owners is an internal
+error (the plan excludes it), never a silent switch.
 
 Certificate (general path)
 --------------------------
@@ -79,6 +91,8 @@ class Instance:
     ui: np.ndarray
     n_users: int
     d: int
+    #: public (from the join plan): every tuple has at most one person, so the closed form applies
+    one_person: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,42 +100,47 @@ class VectorTruncation:
     values: np.ndarray  #: F̄ (d,)
     excess: float  #: E_P = Σ_u (1 − y_u) of the released point
     gap: float  #: certified D − P (0 on the exact paths)
-    path: str  #: "none" | "closed_form" | "socp"
+    path: str  #: "closed_form" | "socp" (fixed by ``Instance.one_person``)
 
 
 def truncate(inst: Instance, tau: float) -> VectorTruncation:
-    """F̄, E of the program at τ > 0 (module docstring)."""
+    """F̄, E of the program at τ > 0 (module docstring). The path is ``inst.one_person`` (public)."""
     w, gid, ti, ui, d = inst.w, inst.gid, inst.ti, inst.ui, inst.d
     full = np.bincount(gid, weights=w, minlength=d).astype(np.float64)
-    if ti.size == 0:
-        return VectorTruncation(full, 0.0, 0.0, "none")
     # per (user, group) loads and per-user norms
     key = ui.astype(np.int64) * d + gid[ti]
     uk, inv = np.unique(key, return_inverse=True)
     load = np.bincount(inv.reshape(-1), weights=w[ti])
     norm = np.sqrt(np.bincount(uk // d, weights=load * load, minlength=inst.n_users))
     heavy = norm > tau
-    if not heavy.any():
-        return VectorTruncation(full, 0.0, 0.0, "none")
+    if inst.one_person:
+        if ti.size and int(np.bincount(ti).max()) > 1:
+            raise RuntimeError("internal error: a join tuple has several people on a plan with one person per tuple")
+        # closed form y_u = min(1, τ/‖v_u‖) for every user (1 for light users)
+        STATS.closed_form += 1
+        y = np.where(heavy, tau / np.where(heavy, norm, 1.0), 1.0)
+        owned = np.zeros(w.size, dtype=bool)
+        owned[ti] = True
+        vals = np.bincount(gid[~owned], weights=w[~owned], minlength=d) + np.bincount(gid[ti], weights=w[ti] * y[ui],
+                                                                                       minlength=d)
+        return VectorTruncation(vals, float(np.sum(1.0 - y[heavy])), 0.0, "closed_form")
     active_t = np.zeros(w.size, dtype=bool)
     active_t[ti[heavy[ui]]] = True
     sel = active_t[ti]
-    ti_a, ui_a = ti[sel], ui[sel]
-    owners = np.bincount(ti_a, minlength=w.size)
-    fixed = np.bincount(gid[~active_t], weights=w[~active_t], minlength=d)
-    if owners[active_t].max() == 1:
-        # one owner per remaining tuple: closed form y_u = min(1, τ/‖v_u‖)
-        STATS.closed_form += 1
-        y = np.where(heavy, tau / np.where(heavy, norm, 1.0), 1.0)
-        vals = fixed + np.bincount(gid[ti_a], weights=w[ti_a] * y[ui_a], minlength=d)
-        return VectorTruncation(vals, float(np.sum(1.0 - y[heavy])), 0.0, "closed_form")
-    return _socp(w, gid, ti_a, ui_a, heavy, fixed, tau, d)
+    fixed = np.bincount(gid[~active_t], weights=w[~active_t], minlength=d) if active_t.any() else full
+    return _socp(w, gid, ti[sel], ui[sel], heavy, fixed, tau, d)
 
 
 def _socp(w: np.ndarray, gid: np.ndarray, ti: np.ndarray, ui: np.ndarray, heavy: np.ndarray, fixed: np.ndarray,
           tau: float, d: int) -> VectorTruncation:
     import clarabel
 
+    if ti.size == 0:  # no heavy user: the empty program, still handed to the solver (module docstring)
+        st = clarabel.DefaultSettings()
+        st.verbose = False
+        STATS.socp += 1
+        clarabel.DefaultSolver(sp.csc_matrix((0, 0)), np.zeros(0), sp.csc_matrix((0, 0)), np.zeros(0), [], st).solve()
+        return VectorTruncation(fixed.astype(np.float64), 0.0, 0.0, "socp")
     # merge tuples by (sorted owner set, group)
     o = np.lexsort((ui, ti))
     ti, ui = ti[o], ui[o]

@@ -27,14 +27,25 @@ of two; ≥ 1 and integer for counts). Charged: (ε, δ). No sampling on this pa
 Stage 1: Poisson sample of the join tuples at rate q (SHA-256 keyed by the per-query secret salt,
 in the engine, as the scalar path: ``dpsql.rewrite.joins``); only the sampled tuples' users, group
 index and weights reach Python. Weights are normalised to [0, 1] (a SUM's positive and negative
-parts are separate vector queries, each with half of (ε, δ)). Stage 2 (SVT, PMSJA): ε₁ = ε/5,
-θ = (6/ε₁)ln(6/β) + Lap(2κ/ε₁); for τ = 1, 2, 4, …, τ_L = 2^⌈log₂ Δ⌉: solve the truncation program
-(Eq. 2, an SOCP: ``dpsql.mechanisms._s4s_socp``) on the sample, E = Σ_u(1 − y_u); stop at the first
+parts are separate vector queries, each with half of (ε, δ)). Stage 2 (SVT, PMSJA): ε₁ = ε/10,
+θ = θ₀ + Lap(2κ/ε₁), θ₀ = (30/ε)ln(6/β) (see "Budget split"); for τ = 1, 2, 4, …,
+τ_L = 2^⌈log₂ Δ⌉: solve the truncation program (Eq. 2, an SOCP: ``dpsql.mechanisms._s4s_socp``; closed form when the plan has one person per
+tuple, else Clarabel at every step — a choice made from the plan, never from the sample, since the
+two differ in run time) on the sample, E = Σ_u(1 − y_u); stop at the first
 τ with E + Lap(4κ/ε₁) ≤ θ (or at τ_L, where every user's vector has norm ≤ Δ ≤ τ_L and E = 0).
-Stage 3: α = ``release_alpha``(ε₂ = 4ε/5, δ_A, d), ρ = ε₂ − ln(1/δ_A)/(α − 1), γ and η =
+Stage 3: α = ``release_alpha``(ε₂ = 9ε/10, δ_A, d), ρ = ε₂ − ln(1/δ_A)/(α − 1), γ and η =
 ``s4s_eta``(α, ρ, d, "proof") of Lemma 4.1 (see the two paragraphs below); B = (E + 1)/κ; release
 F̄ + σ(S)·N(0, I_d), σ(S) = 2τκ·η·SS(B, γ), rounded to the public grid γ_τ, divided by q. By
-Lemma 4.2 the whole is (ε′, δ_A)-DP with ε′ = ``s4s_vector_epsilon``(ε, δ_A, α, q, Δ) ≤ ε.
+Lemma 4.2 the whole is (ε′, δ_A)-DP with ε′ = ``s4s_vector_epsilon_parts``(ε, δ_A, α, q, Δ,
+svt_share=1/10) ≤ ε.
+
+Budget split. The paper gives the SVT ε₁ = ε/5 with θ₀ = (6/ε₁)ln(6/β); its authors' code gives it
+ε/10. Lemma 4.2 composes an ε₁-DP SVT with an (α, ρ)-RDP release and holds for any split, and θ₀
+is any public number. We give the SVT ε/10 and keep the paper's threshold *value* (30/ε)ln(6/β):
+the release gets 9ε/10 (smaller η, larger γ), the SVT's noise doubles. Simulated on the truncation
+sequences E(τ) of the benchmark's samples (TPC-H Q5, Q7a/b/c at SF 0.1 and 1), the mean noise scale
+at the stop falls by 12–20% on every sequence but Q5 at SF 1, where it stays level (the paper's
+split with a threshold of (6/ε₁)ln(6/β) at ε₁ = ε/10 was worse there by 44%).
 κ = 1 + GAP (GAP = 10⁻³, ``_s4s_socp.GAP``) covers the solver: the released E is within the
 certified gap g ≤ GAP of the optimum's, so B·κ = E + 1 moves by ≤ 1 + GAP between neighbours and
 B = (E + 1)/κ moves by ≤ 1 while still bounding LS_{F̄/(2τκ)} (Eq. 4); the SVT's scales carry κ
@@ -55,23 +66,47 @@ Order α. Lemma 4.1/4.2 hold for every α > α₀ = 1 + ln(1/δ_A)/ε₂; the pa
 η alone, but the released scale is η·SS(B, γ(α)) and for small B, SS ≈ e^{γB−1}/γ is dominated by
 1/γ, which also depends on α. We pick α minimising the public factor η(α)·SS(1/κ, γ(α)) (the noise
 multiplier at E = 0, i.e. of σ_lo): a data-independent choice, so the privacy claim is unchanged.
-At ε = 4, δ = 10⁻⁷, d = 5 (TPC-H Q5) this factor is about 51, against 106 with the paper's α and η.
+At ε = 4, δ = 10⁻⁷, d = 5 (TPC-H Q5) this factor is about 42 with the release's 9ε/10 (51 at the
+paper's 4ε/5), against 106 with the paper's α and η as well.
 
 σ(S) depends on the data: it is **never** reported (not in the Release, explain or the ledger).
 Reported instead: the public σ_lo(τ) = 2τκη·SS(1/κ, γ)/q ≤ σ(S)/q and σ_cap(τ) = 2τκη·SS(B_cap/κ,
 γ)/q, with B_cap = θ₀ + 1 + (8κ/ε₁)ln(L/p), p = 10⁻³δ: the SVT stops at a τ with E + 1 > B_cap
 with probability ≤ p (its noise would have to exceed B_cap − 1 − θ₀), so σ(S) ≤ σ_cap w.p. ≥ 1 − p.
-Floating point: δ_fp = (1 + e^ε)·(d·max_τ δ_coord(σ_cap(τ), γ_τ) + p + L·2⁻⁴⁰) (Gaussian sampler
-and rounding at σ ≤ σ_cap; the event σ > σ_cap; the SVT's float Laplace comparisons), the grid γ_τ
-= the least power of two ≥ σ_lo(τ)q/16 whose δ_fp ≤ δ/10, and δ_A = δ − δ_fp. Charged: (ε′, δ).
+Floating point (the released values are rounded to a public grid γ_τ per τ; ``dpsql.noise`` §3). By
+the coupling of ``dpsql.noise`` §3 the mechanism is (ε′, δ_A + (1 + e^ε)·P_mis)-DP, where P_mis bounds,
+for every dataset within Δ, the probability that some released coordinate differs from the exact
+mechanism's (a sliver event of the Gaussian sampler and rounding), plus L·2⁻⁴⁰ for the SVT's float
+comparisons. Conditional on the sample and the SVT, the d Gaussian draws are independent of σ(S), and
+one coordinate's sliver probability is δ_coord(σ, γ) = slope(γ)·σ + c₀ — *affine in σ*
+(``gaussian_fp_delta_affine``). So, by a union bound over the d coordinates and then the expectation,
+
+    P_mis ≤ d·( E[slope(γ_τ*)·σ(S)] + c₀ ) ≤ d·( max_τ slope(γ_τ)·2τκη · Ŝ + c₀ ),
+
+τ* the stopping τ, Ŝ ≥ E[SS(B(S), γ)] at τ*. Ŝ (``stopped_ss_mean``): SS(B) ≤ e^{γB−1}/γ (the real
+maximiser of (k + B)e^{−γk}; B ≤ e^{γB−1}/γ as x ≤ e^{x−1}); with s = γ/κ, B = (E + 1)/κ and
+E ≥ 0, a stop before the last τ means E + ν ≤ θ = θ₀ + L₀ (ν the step's query noise), so
+e^{sE} ≤ 1 + e^{sθ₀}e^{sL₀}·max_i e^{−sν_i}; at the last τ, E = 0 (Δ holds) and e^{sE} = 1 ≤ the same.
+L₀ ~ Lap(2κ/ε₁) is independent of the ν_i ~ Lap(4κ/ε₁) (n ≤ L − 1 of them): E[e^{sL₀}] =
+1/(1 − (2γ/ε₁)²) and, by Jensen, E[max_i e^{−sν_i}] ≤ (Σ_i E[e^{−psν_i}])^{1/p} = (n/(1 − (4pγ/ε₁)²))^{1/p}
+for any p ≥ 1 with 4pγ/ε₁ < 1 (we take the least over a fixed grid of p). Hence
+Ŝ = e^{γ/κ−1}/γ·(1 + e^{sθ₀}·X/(1 − (2γ/ε₁)²)) bounds E[SS] whatever the data, and P_mis does not
+depend on a high-probability cap. Where 4γ/ε₁ ≥ 1 (no moment) — or where it is smaller — the older
+cap bound is used instead: max_τ δ_coord(σ_cap(τ), γ_τ) + p, with B_cap = θ₀ + 1 + (8κ/ε₁)ln(L/p),
+p = 10⁻³δ, the SVT stopping with E + 1 > B_cap with probability ≤ p. Each coordinate therefore costs
+about c₀ + slope·σ̄ (≈ 10⁻¹⁴ at σ̄/γ ≈ 1) instead of carrying a share of p: at ε = 4, δ = 10⁻⁷ and
+d = 2 526 (Q7c) the grid at τ = 1 is 256 (≈ 0.8σ_lo; with the cap bound alone it was 1 024 at the
+paper's budget split and would exceed 8 192 at ours, whose SVT noise — and so B_cap — is twice as large).
+The grid γ_τ is the least power of two ≥ σ_lo(τ)/16 (times 2^k, the same k for every τ) with
+δ_fp = (1 + e^ε)(d·P_coord + L·2⁻⁴⁰) ≤ δ/10, and δ_A = 0.9δ ≤ δ − δ_fp. Charged: (ε′, δ).
 
 Δ: Lemma 4.2's amplification uses q′ = 1 − (1 − q)^Δ. With one person per tuple Δ is enforced
 by the per-input row caps (``dpsql.plan.joins``); with several people per tuple it is attested by
 the owner's declarations, the claim for q < 1 is conditional on it and needs the owner's
 ``allow_conditional_sampling`` (as for scalar joins). q = 1 (``mechanism='r2t'`` on a grouped
 join: the unsampled PMSJA-style release) needs no Δ for Lemma 4.2 (q′ = 1); τ_L still comes from Δ,
-and so does the floating-point part's bound σ(S) ≤ σ_cap at τ_L (E = 0 there when Δ holds): with an
-attested Δ that one term of δ is conditional on it.
+and so does the floating-point part's use of E = 0 at τ_L (true when Δ holds): with an attested Δ
+that one term of δ is conditional on it.
 
 Key set: declared domains and years are in the catalog; a public table's keys are read from that
 table in the query (public rows); d is then known only at run time, and the parameters above are
@@ -89,6 +124,7 @@ Dong, Sun, Yi, "Better than composition" (PMSJA, SIGMOD 2023); ``docs/mechanisms
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -104,7 +140,7 @@ from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import _s4s_socp as socp
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
-from dpsql.noise import NoiseSource, gaussian_fp_delta, round_to_granularity
+from dpsql.noise import NoiseSource, gaussian_fp_delta, gaussian_fp_delta_affine, round_to_granularity
 from dpsql.plan import ir
 from dpsql.plan.joins import PeopleBound, bound_people
 from dpsql.rewrite.bound import Caps
@@ -117,6 +153,8 @@ DEFAULT_Q = 1.0 / 16.0
 CLIP_SLACK = 2.0**-30
 KAPPA = 1.0 + socp.GAP
 FP_SHARE = 0.1  #: at most this share of δ goes to the floating-point part
+#: the SVT's share of ε (module docstring, "Budget split"): the authors' code's 1/10, the paper's threshold value
+SVT_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -179,11 +217,38 @@ def release_alpha(eps2: float, delta: float, d: int) -> float:
     return best
 
 
+def stopped_ss_mean(gamma: float, eps1: float, theta0: float, n_queries: int) -> float:
+    """Ŝ ≥ E[SS((E + 1)/κ, γ)] at the τ where the SVT stops, for every dataset within Δ (module docstring,
+    "Floating point"): e^{γ/κ−1}/γ·(1 + e^{sθ₀}·M₀·X), s = γ/κ, M₀ = 1/(1 − (2γ/ε₁)²) the threshold
+    noise's moment, X = min_p (n/(1 − (4pγ/ε₁)²))^{1/p} ≥ E[max_i e^{−sν_i}] over the n query noises.
+    inf when 4γ/ε₁ ≥ 1 (no exponential moment)."""
+    s0, s1 = 2.0 * gamma / eps1, 4.0 * gamma / eps1
+    if s1 >= 1.0:
+        return math.inf
+    n = max(1, n_queries)
+    ps = [1.0] + [c / 20.0 / s1 for c in range(1, 20) if c / 20.0 / s1 > 1.0]
+    x = min((n / (1.0 - (p * s1) ** 2)) ** (1.0 / p) for p in ps)
+    return math.exp(gamma / KAPPA - 1.0) / gamma * (1.0 + math.exp(gamma * theta0 / KAPPA) / (1.0 - s0 * s0) * x)
+
+
+def fp_coord_expected(grid: tuple[float, ...], taus: tuple[float, ...], cap: tuple[float, ...], p_exceed: float,
+                      eta: float, ss_mean: float) -> float:
+    """A bound on the probability that one coordinate's released value differs from the exact mechanism's
+    (module docstring, "Floating point"): the smaller of (a) the cap bound max_τ δ_coord(σ_cap(τ), γ_τ) + p
+    and (b) the expectation bound max_τ slope(γ_τ)·2τκη·Ŝ + intercept (δ_coord is affine in σ)."""
+    cap_bound = max(gaussian_fp_delta(sc, g, integer=False) for sc, g in zip(cap, grid)) + p_exceed
+    if not math.isfinite(ss_mean):
+        return cap_bound
+    parts = [gaussian_fp_delta_affine(g, integer=False) for g in grid]
+    mean_bound = max(sl * 2.0 * t * KAPPA * eta for (sl, _), t in zip(parts, taus)) * ss_mean + parts[0][1]
+    return min(cap_bound, mean_bound * (1.0 + 1e-12))
+
+
 @lru_cache(maxsize=256)
 def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams:
     """Public parameters of Algorithm 5 (module docstring); ConfigError if δ cannot cover the float part."""
-    eps1, eps2 = epsilon / 5.0, 4.0 * epsilon / 5.0
-    theta0 = 6.0 / eps1 * math.log(6.0 / BETA)
+    eps1, eps2 = SVT_SHARE * epsilon, (1.0 - SVT_SHARE) * epsilon
+    theta0 = 30.0 / epsilon * math.log(6.0 / BETA)  # the paper's (6/ε₁)ln(6/β) at its ε₁ = ε/5
     n_tau = max(0, math.ceil(math.log2(max_tuples))) + 1
     taus = tuple(float(2**i) for i in range(n_tau))
     delta_alg = delta * (1.0 - FP_SHARE)
@@ -200,16 +265,16 @@ def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: in
     lo = tuple(2.0 * t * KAPPA * eta * g1 for t in taus)
     cap = tuple(2.0 * t * KAPPA * eta * gc for t in taus)
     mult = 1.0 + math.exp(epsilon)
+    ss_mean = stopped_ss_mean(gamma, eps1, theta0, n_tau - 1)
     for k in range(0, 40):
         grid = tuple(2.0 ** (math.floor(math.log2(s / 16.0)) + k) for s in lo)
-        coord = max(gaussian_fp_delta(s, g, integer=False) for s, g in zip(cap, grid))
-        fp = mult * (d * coord + p + n_tau * 2.0**-40)
+        fp = mult * (d * fp_coord_expected(grid, taus, cap, p, eta, ss_mean) + n_tau * 2.0**-40)
         if fp <= FP_SHARE * delta:
             break
     else:
         raise ConfigError(f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups",
                           hint="use a larger delta (e.g. 1e-7 or more) or fewer groups")
-    parts = s4s_vector_epsilon_parts(epsilon, delta_alg, alpha, q, max_tuples)
+    parts = s4s_vector_epsilon_parts(epsilon, delta_alg, alpha, q, max_tuples, svt_share=SVT_SHARE)
     return VectorParams(d, epsilon, delta, delta_alg, eps1, eps2, theta0, taus, alpha, rho, gamma, eta, b_cap, p, lo, cap,
                         grid, fp, min(epsilon, parts.epsilon_prime), parts.q_prime)
 
@@ -319,7 +384,7 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
                 f"not allowed that for table(s) {', '.join(repr(t) for t in denied)}",
                 hint="use mechanism='r2t' (q = 1, needs no Delta); the data owner may register the tables with "
                      "allow_conditional_sampling=True")
-    if path == "s4s":  # always on this path: whether a tuple reaches several people may depend on the data
+    if path == "s4s" and not people.enforced:  # the plan allows several people per tuple: the cone solver runs
         import importlib.util
 
         if importlib.util.find_spec("clarabel") is None:
@@ -412,9 +477,11 @@ def describe(cal: VectorCalibration) -> Description:
             params.update({"sigma": cp.sigma, "l2_sensitivity": cal.clip * (1 + CLIP_SLACK), "granularity": cp.grid,
                            "fp_delta": cp.fp_delta})
     else:
-        params["budget_split"] = {"svt_epsilon": "epsilon/5 per part", "release_epsilon": "4 epsilon/5 per part",
+        params["budget_split"] = {"svt_epsilon": "epsilon/10 per part", "release_epsilon": "9 epsilon/10 per part",
                                   "per_part": {"epsilon": cal.part_epsilon, "delta": cal.part_delta}}
-        params["solver"] = {"program": "SOCP (PMSJA Eq. 2), Clarabel; closed form when each tuple has one person",
+        params["solver"] = {"program": "SOCP (PMSJA Eq. 2)",
+                            "path": "closed form (the plan has one person per tuple)" if cal.people.enforced
+                            else "Clarabel at every SVT step (the plan allows several people per tuple)",
                             "certified_gap_allowance": socp.GAP, **_size_formula(cal)}
         if cal.d is not None:
             vp = _params(cal, cal.d)
@@ -471,7 +538,8 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
             w = np.clip(w, 0.0, 1.0)
             gid = np.asarray(tup.column("__gid").to_numpy(zero_copy_only=False), dtype=np.int64)
             n_users = int(ui.max()) + 1 if ui.size else 0
-            inst = socp.Instance(w, gid, ti, ui, n_users, d)
+            # the closed form or the cone solver: chosen by the plan (public), never by the sample (timing)
+            inst = socp.Instance(w, gid, ti, ui, n_users, d, one_person=cal.people.enforced)
             est, tau = _algorithm5(inst, vp, rng)
             total += part.sign * part.scale * est / cal.q
             taus.append(tau)
@@ -491,12 +559,15 @@ def noise_scale(tau: float, excess: float, gamma: float, eta: float) -> float:
     return 2.0 * tau * KAPPA * eta * s4s_smooth_sensitivity((excess + 1.0) / KAPPA, gamma)[0]
 
 
-def _algorithm5(inst: socp.Instance, vp: VectorParams, rng: NoiseSource) -> tuple[np.ndarray, float]:
-    """Stages 2–3 of Algorithm 5 on the sample (module docstring): the noisy F̃ (before 1/q) and τ."""
+def _algorithm5(inst: socp.Instance, vp: VectorParams, rng: NoiseSource,
+                truncate: Callable[[socp.Instance, float], socp.VectorTruncation] | None = None) -> tuple[np.ndarray, float]:
+    """Stages 2–3 of Algorithm 5 on the sample (module docstring): the noisy F̃ (before 1/q) and τ.
+    ``truncate`` (tests only) replaces the deterministic truncation, e.g. by precomputed outputs."""
+    trunc = truncate or socp.truncate
     theta = vp.theta0 + float(rng.laplace(2.0 * KAPPA / vp.eps1, 1)[0])
     chosen = None
     for i, tau in enumerate(vp.taus):
-        tr = socp.truncate(inst, tau)
+        tr = trunc(inst, tau)
         last = i == len(vp.taus) - 1
         if last or tr.excess + float(rng.laplace(4.0 * KAPPA / vp.eps1, 1)[0]) <= theta:
             chosen = (i, tau, tr)
