@@ -343,7 +343,7 @@ def s4s_joint_rdp(alpha: float, rhos: object, taus: object, max_tuples: int, q: 
 
     Like the pure-DP case (:func:`s4s_joint_epsilon`), ρ_joint ≥ Σ_i ρ′_i (Harris's inequality:
     every term increases in K), so summing the per-run ρ′_i of Lemma 3.5 can understate the cost.
-    Evaluated as :func:`s4s_rdp_prime` does: exact terms over k ∈ [Δq ± (40·sd + 50)] (or, for a
+    Evaluated as :func:`s4s_rdp_prime` does: exact terms over k ∈ [Δq ± (35·sd + 50)] (or, for a
     window wider than 200 001 terms, bins bounded by width × largest pmf × largest factor), the mass
     below the window with the factor at its lower end and above it with the largest factor h(Δ);
     an upper bound. With one run it equals :func:`s4s_rdp_prime`.
@@ -369,18 +369,20 @@ def s4s_joint_rdp(alpha: float, rhos: object, taus: object, max_tuples: int, q: 
     top = float(h(np.array([float(n)]))[0])
     mean = n * qq
     sd = math.sqrt(n * qq * (1.0 - qq))
-    w_lo = max(0, math.floor(mean - 40.0 * sd - 50.0))
-    w_hi = min(n, math.ceil(mean + 40.0 * sd + 50.0))
+    # ±35 sd: the pmf stays above ~1e-266 there, where Boost's pmf is accurate even for Δ ~ 1e18 (the
+    # log-gamma fallback of far-tail terms is not); the mass outside is bounded below
+    w_lo = max(0, math.floor(mean - 35.0 * sd - 50.0))
+    w_hi = min(n, math.ceil(mean + 35.0 * sd + 50.0))
     parts = []
     if w_hi - w_lo < _WINDOW:
         ks = np.arange(w_lo, w_hi + 1, dtype=float)
-        parts.append(float(logsumexp(_binom_logpmf(ks, n, qq) + h(ks))))
+        parts.append(float(logsumexp(np.minimum(_binom_logpmf(ks, n, qq), 0.0) + h(ks))))
     else:
         edges = np.unique(np.floor(np.linspace(w_lo, w_hi + 1, _WINDOW + 1)))
         lo_b, hi_b = edges[:-1], edges[1:] - 1.0
         mode = math.floor((n + 1) * qq)
         at = np.clip(float(mode), lo_b, hi_b)
-        parts.append(float(logsumexp(np.log(hi_b - lo_b + 1.0) + _binom_logpmf(at, n, qq) + h(hi_b))))
+        parts.append(float(logsumexp(np.log(hi_b - lo_b + 1.0) + np.minimum(_binom_logpmf(at, n, qq), 0.0) + h(hi_b))))
     if w_lo > 0:
         parts.append(_binom_logcdf(w_lo - 1, n, qq) + float(h(np.array([float(w_lo)]))[0]))
     if w_hi < n:
