@@ -191,6 +191,21 @@ def s4s_epsilon_prime(epsilon: float, tau: float, max_tuples: int, q: float) -> 
 
 
 # ----------------------------------------------------------------------------- joint Lemma 3.1
+def _taus_item(value: float) -> float:
+    return v.positive(value, "taus", hint="each tau is a truncation threshold (> 0; only floor(tau) enters the sums)")
+
+
+def _floats(values: object, name: str) -> list[float]:
+    try:
+        arr = np.atleast_1d(np.asarray(values, dtype=float))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a sequence of numbers, got {values!r}",
+                          hint=f"pass {name} as a list of floats, one per run") from None
+    if arr.ndim != 1:
+        raise ConfigError(f"{name} must be one-dimensional, got shape {arr.shape}", hint=f"pass {name} as a flat list, one per run")
+    return [float(x) for x in arr]
+
+
 def _log_binom_interval(lo: int, hi: int, n: int, p: float) -> float:
     """log P[lo ≤ Bin(n, p) ≤ hi], 0 ≤ lo ≤ hi ≤ n, without cancellation: an interval below the
     mode is cdf(hi) − cdf(lo − 1) (the cdf below the mode is within a factor ~sd of its last pmf
@@ -262,10 +277,10 @@ def s4s_joint_epsilon(laplace_rates: object, taus: object, max_tuples: int, q: f
     :func:`s4s_epsilon_prime`. Returns a value ≥ 0 (no clamp to Σ ε_i: that is implied).
     """
     rs = [v.nonneg(r, "laplace_rates", hint="each rate is a Laplace budget per unit of sensitivity, >= 0")
-          for r in np.atleast_1d(np.asarray(laplace_rates, dtype=float))]
-    ts = [_tau(t) for t in np.atleast_1d(np.asarray(taus, dtype=float))]
+          for r in _floats(laplace_rates, "laplace_rates")]
+    ts = [_taus_item(t) for t in _floats(taus, "taus")]
     if len(rs) != len(ts) or not rs:
-        raise ConfigError("laplace_rates and taus must be non-empty and of the same length")
+        raise ConfigError("laplace_rates and taus must be non-empty and of the same length", hint="one entry per run in each")
     n = _max_tuples(max_tuples)
     qq = _q(q)
     up = _log_mgf_segments(rs, ts, n, qq, 1.0)
@@ -351,12 +366,12 @@ def s4s_joint_rdp(alpha: float, rhos: object, taus: object, max_tuples: int, q: 
     from scipy.stats import binom  # lazy: scipy.stats takes a second to import
 
     a = v.alpha_order(alpha)
-    rs = [v.nonneg(r, "rhos", hint="each rho is an RDP budget, >= 0") for r in np.atleast_1d(np.asarray(rhos, dtype=float))]
-    ts = [_tau(t) for t in np.atleast_1d(np.asarray(taus, dtype=float))]
+    rs = [v.nonneg(r, "rhos", hint="each rho is an RDP budget, >= 0") for r in _floats(rhos, "rhos")]
+    ts = [_taus_item(t) for t in _floats(taus, "taus")]
     gs = ([0.0] * len(ts) if gaps is None else
-          [v.nonneg(g, "gaps", hint="gaps are certified slacks, >= 0") for g in np.atleast_1d(np.asarray(gaps, dtype=float))])
+          [v.nonneg(g, "gaps", hint="gaps are certified slacks, >= 0") for g in _floats(gaps, "gaps")])
     if not (len(rs) == len(ts) == len(gs)) or not rs:
-        raise ConfigError("rhos, taus and gaps must be non-empty and of the same length")
+        raise ConfigError("rhos, taus and gaps must be non-empty and of the same length", hint="one entry per run in each")
     n = _max_tuples(max_tuples)
     qq = _q(q)
 
