@@ -37,7 +37,10 @@ variant (``paper``: base 2, i.e. about 2.5x more thresholds, each with a smaller
 Algorithm 2's ln(3L/β) bias) to show what the default buys.
 
 Reference (authors' code, similar machine): ca-GrQc 2-paths R2T 60 s at 51% error, DP-S4S
-q = 1/16 3.3 s at 42%; triangles R2T 17 s at 68%, q = 1/16 0.65 s at 59%.
+q = 1/16 3.3 s at 42%; triangles R2T 17 s at 68%, q = 1/16 0.65 s at 59%. Where dpsql's 2-path
+error at q = 1/16 (about 50%) stands against 42%: ``benchmarks/s4s_gap.py`` (error split into
+truncation, bias and noise per chosen τ, the authors' Δ as a benchmark-only variant, the spread
+of 10- and 20-run trimmed means) and docs/mechanisms.md §3.5.
 JSON goes to stdout and ``<out>/s4s.json``.
 """
 

@@ -135,6 +135,20 @@ CASES = [
         },
     ),
     (
+        acc.s4s_joint_epsilon,
+        ([0.1, 0.05], [1.0, 2.0], 100, 0.1),
+        {},
+        {"laplace_rates": [[-0.1, 0.1], [NAN, 0.1], "x"], "taus": [[0.0, 1.0], [NAN, 1.0], "x"],
+         "max_tuples": BAD_COUNT, "q": BAD_Q},
+    ),
+    (
+        acc.s4s_joint_rdp,
+        (8.0, [0.1, 0.05], [1.0, 2.0], 100, 0.1),
+        {},
+        {"alpha": BAD_ALPHA, "rhos": [[-0.1, 0.1], "x"], "taus": [[0.0, 1.0], "x"], "max_tuples": BAD_COUNT,
+         "q": BAD_Q},
+    ),
+    (
         acc.s4s_budget_schedule,
         (1.0, 1024, 0.1),
         {"beta": 0.1},

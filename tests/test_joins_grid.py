@@ -141,3 +141,16 @@ def test_lemma_3_3_is_evaluated_only_where_every_table_declares_its_size() -> No
         assert [b["bias"] for b in r2t["per_tau"]] == pytest.approx([56.1197568, 308.6586621, 1697.6226431], rel=1e-8)
     finally:
         s.close()
+
+
+def test_explain_shows_the_joint_cost_of_the_runs() -> None:
+    """CHAIN (Delta = 32), q = 1/4, epsilon = 1, base 2 (L = 6): the runs share one sample, so explain reports
+    their joint cost (dpsql.mechanisms.s4s, "Joint accounting"), at most the part's epsilon; with q = 1 too."""
+    s = make_session()
+    try:
+        for q in (0.25, 1.0):
+            p = s.explain(CHAIN, epsilon=1.0, options={"q": q, "tau_base": 2}).parameters
+            jc = p["joint_cost"]["epsilon_joint"]
+            assert 0.99 < jc <= 1.0
+    finally:
+        s.close()

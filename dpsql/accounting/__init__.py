@@ -57,6 +57,8 @@ from dpsql.accounting.s4s import (
     s4s_eta,
     s4s_find_alpha,
     s4s_gamma,
+    s4s_joint_epsilon,
+    s4s_joint_rdp,
     s4s_rdp_prime,
     s4s_rdp_ss_roots,
     s4s_smooth_sensitivity,
@@ -99,6 +101,8 @@ __all__ = [
     "calibrate_sparse_histogram_fixed",
     # DP-S4S / R2T
     "s4s_epsilon_prime",
+    "s4s_joint_epsilon",
+    "s4s_joint_rdp",
     "s4s_rdp_prime",
     "S4SBudgetStep",
     "s4s_budget_schedule",

@@ -60,6 +60,8 @@ from dpsql.errors import ConfigError
 __all__ = [
     "s4s_epsilon_prime",
     "s4s_rdp_prime",
+    "s4s_joint_epsilon",
+    "s4s_joint_rdp",
     "DEFAULT_TAU_BASE",
     "S4SBudgetStep",
     "s4s_budget_schedule",
@@ -188,6 +190,104 @@ def s4s_epsilon_prime(epsilon: float, tau: float, max_tuples: int, q: float) -> 
     return min(e, max(0.0, up, lo))
 
 
+# ----------------------------------------------------------------------------- joint Lemma 3.1
+def _taus_item(value: float) -> float:
+    return v.positive(value, "taus", hint="each tau is a truncation threshold (> 0; only floor(tau) enters the sums)")
+
+
+def _floats(values: object, name: str) -> list[float]:
+    try:
+        arr = np.atleast_1d(np.asarray(values, dtype=float))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a sequence of numbers, got {values!r}",
+                          hint=f"pass {name} as a list of floats, one per run") from None
+    if arr.ndim != 1:
+        raise ConfigError(f"{name} must be one-dimensional, got shape {arr.shape}", hint=f"pass {name} as a flat list, one per run")
+    return [float(x) for x in arr]
+
+
+def _log_binom_interval(lo: int, hi: int, n: int, p: float) -> float:
+    """log P[lo ≤ Bin(n, p) ≤ hi], 0 ≤ lo ≤ hi ≤ n, without cancellation: an interval below the
+    mode is cdf(hi) − cdf(lo − 1) (the cdf below the mode is within a factor ~sd of its last pmf
+    term), one above it sf(lo − 1) − sf(hi), one holding the mode 1 − cdf(lo − 1) − sf(hi)."""
+    if p >= 1.0:
+        return 0.0 if hi == n else -math.inf
+    if p <= 0.0:
+        return 0.0 if lo == 0 else -math.inf
+    mode = math.floor((n + 1) * p)
+    if hi < mode:
+        a = _binom_logcdf(hi, n, p)
+        b = _binom_logcdf(lo - 1, n, p)
+    elif lo > mode:
+        a = _binom_logsf(lo - 1, n, p)
+        b = _binom_logsf(hi, n, p)
+    else:
+        out = _lse(_binom_logcdf(lo - 1, n, p), _binom_logsf(hi, n, p))
+        return math.log1p(-math.exp(out)) if out < 0.0 else -math.inf
+    if a == -math.inf:
+        return -math.inf
+    if b >= a:  # below rounding (~1e-16 of the tail): the tail itself bounds it
+        return a
+    return a + math.log1p(-math.exp(b - a))
+
+
+def _log_mgf_segments(rates: list[float], taus: list[float], n: int, q: float, sign: float) -> float:
+    """ln E[exp(sign·h(K))], h(k) = Σ_i r_i·min(τ_i, k), K ∼ Bin(n, q): h is linear, a + b·k, between
+    consecutive ⌊τ_i⌋, and Σ_{lo ≤ k ≤ hi} p_k e^{x k} = A^n·P[lo ≤ Bin(n, q e^x/A) ≤ hi] with
+    A = 1 + q·expm1(x) (Lemma 3.2's generating-function step on each piece)."""
+    cuts = sorted({min(math.floor(t), n) for t in taus})
+    bounds = []
+    lo = 0
+    for c in cuts:
+        if c >= lo:
+            bounds.append((lo, c))
+            lo = c + 1
+    if lo <= n:
+        bounds.append((lo, n))
+    parts = []
+    for lo, hi in bounds:
+        a = math.fsum(r * t for r, t in zip(rates, taus) if math.floor(t) < lo)  # saturated: min = τ_i
+        b = math.fsum(r for r, t in zip(rates, taus) if math.floor(t) >= hi)  # min = k on the piece
+        x = sign * b
+        la = math.log1p(q * math.expm1(x))
+        qx = min(1.0, q * math.exp(x - la))
+        lp = _log_binom_interval(lo, hi, n, qx)
+        if lp > -math.inf:
+            parts.append(sign * a + n * la + lp)
+    return _lse(*parts)
+
+
+def s4s_joint_epsilon(laplace_rates: object, taus: object, max_tuples: int, q: float) -> float:
+    r"""Pure-DP cost of Algorithm 2's L Laplace runs **on one shared sample**, taken jointly.
+
+    Run i releases f̄(S, τ_i) + Lap(1/r_i) (r_i = ``laplace_rates[i]`` = ε_i/τ_i). Lemma 3.1's
+    argument applied to the vector of runs (a user whose sample holds k tuples moves run i by at
+    most min(τ_i, k), so the output density moves by at most exp(h(k)), h(k) = Σ_i r_i·min(τ_i, k),
+    h increasing) gives, with K ∼ Bin(Δ, q),
+
+        ε_joint = ln max{ E[e^{h(K)}], 1/E[e^{−h(K)}] }.
+
+    This is **not** Σ_i ε′_i: the runs share S, so basic composition (which needs independent
+    randomness) does not apply, and since every e^{r_i min(τ_i, K)} increases in K, Harris's
+    inequality gives E[Π_i e^{…}] ≥ Π_i E[e^{…}]: the upper branch is superadditive. The bound is
+    attained on the instance where the user owns Δ unit tuples and no one else has any (outputs
+    above every τ_i), so Σ ε′_i can understate the mechanism's ε (e.g. 1.0069 instead of 1 at
+    Δ = 64, q = 1/16, base 2). The lower branch is subadditive (all e^{−…} decrease in K).
+    Evaluated piecewise in O(L) binomial tails (:func:`_log_mgf_segments`); with one run it equals
+    :func:`s4s_epsilon_prime`. Returns a value ≥ 0 (no clamp to Σ ε_i: that is implied).
+    """
+    rs = [v.nonneg(r, "laplace_rates", hint="each rate is a Laplace budget per unit of sensitivity, >= 0")
+          for r in _floats(laplace_rates, "laplace_rates")]
+    ts = [_taus_item(t) for t in _floats(taus, "taus")]
+    if len(rs) != len(ts) or not rs:
+        raise ConfigError("laplace_rates and taus must be non-empty and of the same length", hint="one entry per run in each")
+    n = _max_tuples(max_tuples)
+    qq = _q(q)
+    up = _log_mgf_segments(rs, ts, n, qq, 1.0)
+    lo = -_log_mgf_segments(rs, ts, n, qq, -1.0)
+    return max(0.0, up, lo)
+
+
 # ----------------------------------------------------------------------------- Lemma 3.5
 #: the most terms of Lemma 3.5's sum evaluated one by one; a wider window is bounded in this many bins
 _WINDOW = 200_001
@@ -244,6 +344,67 @@ def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: floa
             parts.append(math.log(sf_hi) + top)
     total = _lse(*parts)
     return min(r, max(0.0, total / (a - 1.0)))
+
+
+def s4s_joint_rdp(alpha: float, rhos: object, taus: object, max_tuples: int, q: float, gaps: object = None) -> float:
+    r"""RDP (order α) of Algorithm 2's L Gaussian runs **on one shared sample**, taken jointly.
+
+    Run i releases f̄(S, τ_i) + N(0, σ_i²), σ_i = (τ_i + G_i)√(α/(2ρ_i)) (ρ_i = ``rhos[i]``, G_i =
+    ``gaps[i]``, default 0). Lemma 3.5's argument applied to the vector of runs (a user whose sample
+    holds k tuples moves run i by at most min(τ_i, k) + G_i, and the Rényi divergence of independent
+    Gaussians adds up over the coordinates) gives, with K ∼ Bin(Δ, q),
+
+        ρ_joint = (1/(α−1))·ln E[exp((α−1)·h(K))],   h(k) = Σ_i ρ_i·((min(τ_i, k) + G_i)/(τ_i + G_i))².
+
+    Like the pure-DP case (:func:`s4s_joint_epsilon`), ρ_joint ≥ Σ_i ρ′_i (Harris's inequality:
+    every term increases in K), so summing the per-run ρ′_i of Lemma 3.5 can understate the cost.
+    Evaluated as :func:`s4s_rdp_prime` does: exact terms over k ∈ [Δq ± (35·sd + 50)] (or, for a
+    window wider than 200 001 terms, bins bounded by width × largest pmf × largest factor), the mass
+    below the window with the factor at its lower end and above it with the largest factor h(Δ);
+    an upper bound. With one run it equals :func:`s4s_rdp_prime`.
+    """
+    from scipy.stats import binom  # lazy: scipy.stats takes a second to import
+
+    a = v.alpha_order(alpha)
+    rs = [v.nonneg(r, "rhos", hint="each rho is an RDP budget, >= 0") for r in _floats(rhos, "rhos")]
+    ts = [_taus_item(t) for t in _floats(taus, "taus")]
+    gs = ([0.0] * len(ts) if gaps is None else
+          [v.nonneg(g, "gaps", hint="gaps are certified slacks, >= 0") for g in _floats(gaps, "gaps")])
+    if not (len(rs) == len(ts) == len(gs)) or not rs:
+        raise ConfigError("rhos, taus and gaps must be non-empty and of the same length", hint="one entry per run in each")
+    n = _max_tuples(max_tuples)
+    qq = _q(q)
+
+    def h(k: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(k, dtype=float)
+        for r, t, g in zip(rs, ts, gs):
+            out += (a - 1.0) * r * ((np.where(k <= math.floor(t), k, t) + g) / (t + g)) ** 2  # min(τ, k), k integer
+        return out
+
+    top = float(h(np.array([float(n)]))[0])
+    mean = n * qq
+    sd = math.sqrt(n * qq * (1.0 - qq))
+    # ±35 sd: the pmf stays above ~1e-266 there, where Boost's pmf is accurate even for Δ ~ 1e18 (the
+    # log-gamma fallback of far-tail terms is not); the mass outside is bounded below
+    w_lo = max(0, math.floor(mean - 35.0 * sd - 50.0))
+    w_hi = min(n, math.ceil(mean + 35.0 * sd + 50.0))
+    parts = []
+    if w_hi - w_lo < _WINDOW:
+        ks = np.arange(w_lo, w_hi + 1, dtype=float)
+        parts.append(float(logsumexp(np.minimum(_binom_logpmf(ks, n, qq), 0.0) + h(ks))))
+    else:
+        edges = np.unique(np.floor(np.linspace(w_lo, w_hi + 1, _WINDOW + 1)))
+        lo_b, hi_b = edges[:-1], edges[1:] - 1.0
+        mode = math.floor((n + 1) * qq)
+        at = np.clip(float(mode), lo_b, hi_b)
+        parts.append(float(logsumexp(np.log(hi_b - lo_b + 1.0) + np.minimum(_binom_logpmf(at, n, qq), 0.0) + h(hi_b))))
+    if w_lo > 0:
+        parts.append(_binom_logcdf(w_lo - 1, n, qq) + float(h(np.array([float(w_lo)]))[0]))
+    if w_hi < n:
+        sf_hi = float(binom.sf(w_hi, n, qq))
+        if sf_hi > 0:
+            parts.append(math.log(sf_hi) + top)
+    return max(0.0, _lse(*parts) / (a - 1.0))
 
 
 # ----------------------------------------------------------------------------- Algorithm 2

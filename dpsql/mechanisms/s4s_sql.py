@@ -24,9 +24,10 @@ owner's degree bounds, i.e. by an attested Delta.
   salt, in the engine: computational claim, ``dpsql.rewrite.joins``), τ_i = b^{i−1}, i = L … 1,
   L = ⌊log_b Δ⌋ + 1 (option ``tau_base``: b = 5.5 with the bias ln(L/β) by default, the authors'
   code's; 2 = the paper's Algorithm 2 with ln(3L/β); privacy does not depend on it), the schedule of ``dpsql.mechanisms.s4s`` (ε_i = ε₀/i, ε′_i by Lemma 3.1,
-  Σ ε′_i ≤ ε; snapped Laplace), released max(0, max_i (f̂_i − bias_i)/q) × scale. With δ > 0
-  the Gaussian variant under RDP (``s4s_rdp_schedule``: 1/i allocation at one order α, CKS
-  conversion, floating-point δ reserved). This module applies those schedules to a sample drawn
+  Σ ε′_i ≤ ε, and the runs' joint cost on their shared sample ≤ ε, ``joint_cost`` in ``explain``;
+  snapped Laplace), released max(0, max_i (f̂_i − bias_i)/q) × scale. With δ > 0
+  the Gaussian variant under RDP (``s4s_rdp_schedule``: 1/i allocation at one order α, the joint
+  RDP of the runs within ρ_total, CKS conversion, floating-point δ reserved). This module applies those schedules to a sample drawn
   in SQL (the numeric core draws its own sample in Python, so the steps after the draw are
   repeated here: the same schedule, the same noise calls).
 * Lemma 3.1 needs every person to have at most Δ join tuples. **Enforced** Δ (single owner, no
@@ -293,6 +294,15 @@ def _schedule(cal: JoinCalibration) -> list[dict[str, Any]]:
             for s in sched]
 
 
+def _joint_cost(cal: JoinCalibration) -> dict[str, float] | None:
+    """What the runs on one shared sample cost jointly, per part (public: from the schedule only)."""
+    if cal.rdp is not None:
+        return {"rho_joint": cal.rdp.rho_joint, "rho_total": cal.rdp.rho_total, "epsilon": cal.rdp.epsilon_spent}
+    if cal.steps:
+        return {"epsilon_joint": core.joint_epsilon(tuple(cal.steps), cal.max_tuples, cal.q)}
+    return None
+
+
 def join_size_bound(cal: JoinCalibration) -> tuple[float | None, str]:
     """A public upper bound on n, the number of join tuples, from the owner's declarations only
     (``max_table_rows`` of every input, keys, degree bounds, enforced caps), or (None, why not).
@@ -399,6 +409,7 @@ def describe(cal: JoinCalibration) -> Description:
                    "delta": cal.part_delta if cal.rdp is not None else 0.0} for p in cal.parts],
         "tau_grid": list(cal.taus),
         "schedule": _schedule(cal),
+        "joint_cost": _joint_cost(cal),
         "beta": BETA,
         "error_bound": _lemma_3_3(cal),
     }
