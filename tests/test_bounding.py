@@ -615,142 +615,28 @@ SELECT
   __k0,
   COUNT(*) AS __users
 FROM (
-  WITH __pairs AS MATERIALIZED (
-    SELECT
-      *
-    FROM (
-      SELECT DISTINCT
-        __unit,
-        __k0
-      FROM (
-        SELECT
-          "user_id" AS __unit,
-          "country" COLLATE "binary" AS __k0
-        FROM _dpsql_src_events
-        WHERE
-          NOT "user_id" IS NULL AND (
-            "country" COLLATE "binary"
-          ) IN ('US', 'FR')
-      ) AS __base
-    ) AS __ug
-  ), __heavy AS (
-    SELECT
-      __unit
-    FROM __pairs
-    GROUP BY
-      __unit
-    HAVING
-      COUNT(*) > 2
-  ), __hp AS MATERIALIZED (
-    SELECT
-      *,
-      HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __h
-    FROM (
-      SELECT
-        __p.*
-      FROM __pairs AS __p
-      WHERE
-        EXISTS(
-          SELECT
-            1
-          FROM __heavy AS __h
-          WHERE
-            __h.__unit = __p.__unit
-        )
-    ) AS __heavy_rows
-  ), __m1 AS (
-    SELECT
-      __r.__unit,
-      MIN(__r.__h) AS __h
-    FROM __hp AS __r
-    GROUP BY
-      __r.__unit
-  ), __c1 AS MATERIALIZED (
-    SELECT
-      __r.__unit,
-      __r.__h,
-      MIN({'__k0': __r.__k0}) AS __k,
-      COUNT(*) AS __t
-    FROM __hp AS __r
-    JOIN __m1
-      ON __r.__unit = __m1.__unit AND __r.__h = __m1.__h
-    GROUP BY
-      __r.__unit,
-      __r.__h
-  ), __m2 AS (
-    SELECT
-      __r.__unit,
-      MIN(__r.__h) AS __h
-    FROM __hp AS __r
-    JOIN __c1
-      ON __r.__unit = __c1.__unit
-    WHERE
-      __r.__h > __c1.__h
-      OR (
-        __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
-      )
-    GROUP BY
-      __r.__unit
-  ), __c2 AS MATERIALIZED (
-    SELECT
-      __r.__unit,
-      __r.__h,
-      MIN({'__k0': __r.__k0}) FILTER(WHERE
-        __r.__h > __c1.__h
-        OR (
-          __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
-        )) AS __k,
-      COUNT(*) AS __t
-    FROM __hp AS __r
-    JOIN __m2
-      ON __r.__unit = __m2.__unit AND __r.__h = __m2.__h
-    JOIN __c1
-      ON __r.__unit = __c1.__unit
-    GROUP BY
-      __r.__unit,
-      __r.__h
-  ), __picked AS (
-    SELECT
-      __unit,
-      __h,
-      __k,
-      __t
-    FROM __c1
-    UNION ALL
-    SELECT
-      __unit,
-      __h,
-      __k,
-      __t
-    FROM __c2
-  )
   SELECT
     __k0
   FROM (
-    SELECT
-      __p.__k0
-    FROM __pairs AS __p
-    WHERE
-      NOT EXISTS(
-        SELECT
-          1
-        FROM __heavy AS __h
-        WHERE
-          __h.__unit = __p.__unit
-      )
-    UNION ALL
-    SELECT
+    SELECT DISTINCT
+      __unit,
       __k0
     FROM (
       SELECT
-        __r.__k0
-      FROM __hp AS __r
-      JOIN __picked AS __s
-        ON __r.__unit = __s.__unit AND __r.__h = __s.__h
+        "user_id" AS __unit,
+        "country" COLLATE "binary" AS __k0
+      FROM _dpsql_src_events
       WHERE
-        __s.__t = 1 OR {'__k0': __r.__k0} = __s.__k
-    ) AS __kept_groups
-  ) AS __groups
+        NOT "user_id" IS NULL AND (
+          "country" COLLATE "binary"
+        ) IN ('US', 'FR')
+    ) AS __base
+  ) AS __ug
+  QUALIFY
+    ROW_NUMBER() OVER (
+      PARTITION BY __unit
+      ORDER BY HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))), __k0
+    ) <= 2
 ) AS __chosen
 GROUP BY
   __k0""",
@@ -901,12 +787,10 @@ def test_marked_query_keeps_the_written_build_side_and_restores_the_setting() ->
     assert con.execute("SELECT current_setting('disabled_optimizers')").fetchall()[0][0] == "late_materialization"
 
 
-def test_group_cap_window_spills_under_a_small_memory_limit() -> None:
+def test_group_cap_window_spills_under_a_small_memory_limit(tmp_path: Any) -> None:
     # 2M (unit, group) rows, 200k units of 10 groups, C_u = 3, under a 60MB limit: the window
     # sorts on disk and completes, every unit keeping 3 groups; negative control: ARG_MIN(..., 3),
     # whose lists stay in memory, fails for memory on the same data and limit
-    import tempfile
-
     from sqlglot import exp
 
     from dpsql.engine.duckdb_ops import DuckDBOps
@@ -916,11 +800,12 @@ def test_group_cap_window_spills_under_a_small_memory_limit() -> None:
         group_cap_window = False
 
     def run(ops: Any) -> list[tuple[Any, ...]]:
+        spill = tmp_path / type(ops).__name__
         con = duckdb.connect()
         con.execute("SET threads = 1")
         con.execute("CREATE TABLE pairs AS SELECT i // 10 AS u, 'group-' || (i % 10) AS g FROM range(2000000) t(i)")
         con.execute("SET memory_limit = '60MB'")
-        con.execute(f"SET temp_directory = '{tempfile.mkdtemp(prefix='dpsql-test-spill-')}'")
+        con.execute(f"SET temp_directory = '{spill}'")
         con.execute("SET preserve_insertion_order = false")
         rel = exp.select("*").from_("pairs").subquery("__ug")
         q = exp.select(exp.func("count", exp.Star()), exp.func("count", exp.Distinct(expressions=[exp.column("u")]))).from_(

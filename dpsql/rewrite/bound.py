@@ -23,8 +23,9 @@ aggregate instead (:func:`_pick_one_row`): an exponential race over the distinct
 combinations, each weighted by its number of rows, so each row is kept with probability one over
 the group's rows, exactly as with numbering. The group cap keeps, per unit, the C_u groups with
 the smallest keyed hash of (unit, group), equal hashes ordered by the group key (so at most C_u
-whatever collides); only units with more than C_u groups go through that
-choice (the others keep every group), which is most units on most data. The salt is fresh per
+whatever collides): on DuckDB one window numbering each unit's groups in that order (a unit
+with at most C_u groups keeps them all), elsewhere a per-unit ``ARG_MIN(..., C_u)`` over the
+units with more than C_u groups only. The salt is fresh per
 query and never shown, so every choice is unpredictable and independent of the engine's own PRNG.
 
 :func:`bounded_query` composes them for an aggregation (then, per group: the distinct-unit
