@@ -24,6 +24,11 @@ Out-of-core mode: ``--memory-limit 400MB`` runs every measurement under that Duc
 plain queries with the same limit and a temporary directory), so 10M rows under 400MB stand in
 for 100M rows under dpsql's default 4GB. A measurement that fails records its error class and
 message (``"failed"``) instead of a time: one command shows whether each step completes.
+
+``--statement-timeout SECONDS`` raises dpsql's time-out (default: the engine's, 300 s) for runs
+at 100M rows on a loaded machine. ``--kinds dpsql`` measures only the listed steps and takes
+the others from the JSON an earlier run of the same configuration wrote (listed as
+``"reused"``), so a long reference need not be measured again.
 """
 
 from __future__ import annotations
@@ -68,16 +73,16 @@ def _measure(fn: Any) -> tuple[float, float]:
     return dt, (max(peak, _rss()) - base) / 2**20
 
 
-def _child(kind: str, path: str, conn: Any, memory_limit: str | None) -> None:
+def _child(kind: str, path: str, conn: Any, memory_limit: str | None, timeout: float | None) -> None:
     try:
-        _child_run(kind, path, conn, memory_limit)
+        _child_run(kind, path, conn, memory_limit, timeout)
     except Exception as e:  # a failure is a result here (synthetic data): its class and message
         detail = getattr(e, "debug_detail", None)  # the engine's own message (debug, synthetic data)
         conn.send(("failed", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                    + (f" ({str(detail).splitlines()[0]})" if detail else "")))
 
 
-def _child_run(kind: str, path: str, conn: Any, memory_limit: str | None) -> None:
+def _child_run(kind: str, path: str, conn: Any, memory_limit: str | None, timeout: float | None) -> None:
     import tempfile
 
     import duckdb
@@ -88,8 +93,10 @@ def _child_run(kind: str, path: str, conn: Any, memory_limit: str | None) -> Non
     if kind == "dpsql":
         import dpsql
 
-        engine = {"memory_limit": memory_limit, "debug": True} if memory_limit else None
-        s = dpsql.Session(ledger=None, budget=dpsql.Budget(100.0, 1e-3), engine=engine)
+        engine: dict[str, Any] = {"memory_limit": memory_limit, "debug": True} if memory_limit else {}
+        if timeout is not None:
+            engine["statement_timeout"] = timeout
+        s = dpsql.Session(ledger=None, budget=dpsql.Budget(100.0, 1e-3), engine=engine or None)
         s.register("events", path, privacy_unit="user_id", max_groups_per_unit=5, max_rows_per_group=1)
         s.explain("SELECT url, COUNT(*) AS n FROM events GROUP BY url", epsilon=1.0, delta=1e-5)
         out: list[Any] = []
@@ -115,10 +122,10 @@ def _child_run(kind: str, path: str, conn: Any, memory_limit: str | None) -> Non
     conn.send((dt, mb, res[0]))
 
 
-def run(kind: str, path: str, memory_limit: str | None) -> dict[str, Any]:
+def run(kind: str, path: str, memory_limit: str | None, timeout: float | None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     a, b = ctx.Pipe()
-    p = ctx.Process(target=_child, args=(kind, path, b, memory_limit))
+    p = ctx.Process(target=_child, args=(kind, path, b, memory_limit, timeout))
     p.start()
     got = a.recv()
     p.join()
@@ -136,11 +143,30 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="child processes per measurement (best time kept)")
     ap.add_argument("--memory-limit", default=None, help="DuckDB memory limit for every measurement, e.g. 400MB "
                     "(out-of-core mode); default: dpsql's default settings and DuckDB's for the plain queries")
+    ap.add_argument("--statement-timeout", type=float, default=None,
+                    help="dpsql's statement time-out in seconds (default: the engine's default)")
+    ap.add_argument("--kinds", default="count_distinct,distinct_pairs,floor,dpsql",
+                    help="steps to measure; the others are read from this configuration's earlier JSON")
     args = ap.parse_args()
     path = spread_path(args.rows, args.users, args.urls)
+    os.makedirs(OUT, exist_ok=True)
+    suffix = f"_{args.memory_limit}" if args.memory_limit else ""
+    out_path = os.path.join(OUT, f"spread_{args.rows}{suffix}.json")
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    earlier: dict[str, Any] = {}
+    if os.path.exists(out_path):
+        with open(out_path) as f:
+            earlier = json.load(f)
     results: dict[str, Any] = {}
+    reused: list[str] = []
     for kind in ("count_distinct", "distinct_pairs", "floor", "dpsql"):
-        runs = [run(kind, path, args.memory_limit) for _ in range(args.repeat)]
+        if kind not in kinds:
+            if kind not in earlier.get("results", {}):
+                raise SystemExit(f"no earlier measurement of {kind} in {out_path}: measure it (--kinds)")
+            results[kind] = earlier["results"][kind]
+            reused.append(kind)
+            continue
+        runs = [run(kind, path, args.memory_limit, args.statement_timeout) for _ in range(args.repeat)]
         done = [r for r in runs if "failed" not in r]
         if done:
             results[kind] = min(done, key=lambda r: r["seconds"])
@@ -154,16 +180,15 @@ def main() -> None:
 
     out = {
         "benchmark": "spread", "rows": args.rows, "users": args.users, "urls": args.urls,
-        "memory_limit": args.memory_limit, "completed": {k: "failed" not in r for k, r in results.items()},
+        "memory_limit": args.memory_limit, "statement_timeout": args.statement_timeout, "reused": reused,
+        "completed": {k: "failed" not in r for k, r in results.items()},
         "load_average": os.getloadavg(), "results": results,
         "dpsql_time_vs_count_distinct": ratio(d["seconds"], results["count_distinct"]["seconds"]),
         "dpsql_time_vs_floor": ratio(d["seconds"], results["floor"]["seconds"]),
         "dpsql_memory_vs_distinct_pairs": ratio(d["peak_mb"], results["distinct_pairs"]["peak_mb"]),
         "targets": {"time_vs_count_distinct": 2.0, "memory_vs_distinct_pairs": 1.5},
     }
-    os.makedirs(OUT, exist_ok=True)
-    suffix = f"_{args.memory_limit}" if args.memory_limit else ""
-    with open(os.path.join(OUT, f"spread_{args.rows}{suffix}.json"), "w") as f:
+    with open(out_path, "w") as f:
         json.dump(out, f, indent=1)
     print(json.dumps(out, indent=1))
 

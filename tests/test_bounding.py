@@ -546,146 +546,6 @@ SELECT
   COALESCE(SUM(__a2_s), 0) AS __a2_sum,
   COALESCE(SUM(__a2_c), 0) AS __a2_cnt
 FROM (
-  WITH __pairs AS MATERIALIZED (
-    SELECT
-      *
-    FROM (
-      SELECT
-        __unit,
-        __k0,
-        COUNT(*) AS __n,
-        SUM(__a1_v) AS __a1_s,
-        SUM(__a2_v) AS __a2_s,
-        COUNT(__a2_v) AS __a2_c
-      FROM (
-        SELECT
-          *
-        FROM (
-          SELECT
-            *,
-            ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __a1_v, __a2_v) AS __idx
-          FROM (
-            SELECT
-              "user_id" AS __unit,
-              "url" COLLATE "binary" AS __k0,
-              CASE
-                WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
-                THEN NULL
-                ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100)
-              END AS __a1_v,
-              CASE
-                WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
-                THEN NULL
-                ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100) - 50
-              END AS __a2_v
-            FROM _dpsql_src_events
-            WHERE
-              (
-                "age" >= CAST(18 AS BIGINT)
-              ) AND NOT "user_id" IS NULL
-          ) AS __base
-        ) AS __numbered
-        QUALIFY
-          ROW_NUMBER() OVER (
-            PARTITION BY __unit, __k0
-            ORDER BY HASH(XOR(HASH(__unit, __k0, __idx), HASH('<per-query secret salt>')))
-          ) <= 3
-      ) AS __rows
-      GROUP BY
-        __unit,
-        __k0
-    ) AS __ug
-  ), __heavy AS (
-    SELECT
-      __unit
-    FROM __pairs
-    GROUP BY
-      __unit
-    HAVING
-      COUNT(*) > 2
-  ), __hp AS MATERIALIZED (
-    SELECT
-      *,
-      HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __h
-    FROM (
-      SELECT
-        __p.*
-      FROM __pairs AS __p
-      WHERE
-        EXISTS(
-          SELECT
-            1
-          FROM __heavy AS __h
-          WHERE
-            __h.__unit = __p.__unit
-        )
-    ) AS __heavy_rows
-  ), __m1 AS (
-    SELECT
-      __r.__unit,
-      MIN(__r.__h) AS __h
-    FROM __hp AS __r
-    GROUP BY
-      __r.__unit
-  ), __c1 AS MATERIALIZED (
-    SELECT
-      __r.__unit,
-      __r.__h,
-      MIN({'__k0': __r.__k0}) AS __k,
-      COUNT(*) AS __t
-    FROM __hp AS __r
-    JOIN __m1
-      ON __r.__unit = __m1.__unit AND __r.__h = __m1.__h
-    GROUP BY
-      __r.__unit,
-      __r.__h
-  ), __m2 AS (
-    SELECT
-      __r.__unit,
-      MIN(__r.__h) AS __h
-    FROM __hp AS __r
-    JOIN __c1
-      ON __r.__unit = __c1.__unit
-    WHERE
-      __r.__h > __c1.__h
-      OR (
-        __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
-      )
-    GROUP BY
-      __r.__unit
-  ), __c2 AS MATERIALIZED (
-    SELECT
-      __r.__unit,
-      __r.__h,
-      MIN({'__k0': __r.__k0}) FILTER(WHERE
-        __r.__h > __c1.__h
-        OR (
-          __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
-        )) AS __k,
-      COUNT(*) AS __t
-    FROM __hp AS __r
-    JOIN __m2
-      ON __r.__unit = __m2.__unit AND __r.__h = __m2.__h
-    JOIN __c1
-      ON __r.__unit = __c1.__unit
-    GROUP BY
-      __r.__unit,
-      __r.__h
-  ), __picked AS (
-    SELECT
-      __unit,
-      __h,
-      __k,
-      __t
-    FROM __c1
-    UNION ALL
-    SELECT
-      __unit,
-      __h,
-      __k,
-      __t
-    FROM __c2
-  )
   SELECT
     __k0,
     __n,
@@ -694,41 +554,55 @@ FROM (
     __a2_c
   FROM (
     SELECT
-      __p.__k0,
-      __p.__n,
-      __p.__a1_s,
-      __p.__a2_s,
-      __p.__a2_c
-    FROM __pairs AS __p
-    WHERE
-      NOT EXISTS(
-        SELECT
-          1
-        FROM __heavy AS __h
-        WHERE
-          __h.__unit = __p.__unit
-      )
-    UNION ALL
-    SELECT
+      __unit,
       __k0,
-      __n,
-      __a1_s,
-      __a2_s,
-      __a2_c
+      COUNT(*) AS __n,
+      SUM(__a1_v) AS __a1_s,
+      SUM(__a2_v) AS __a2_s,
+      COUNT(__a2_v) AS __a2_c
     FROM (
       SELECT
-        __r.__k0,
-        __r.__n,
-        __r.__a1_s,
-        __r.__a2_s,
-        __r.__a2_c
-      FROM __hp AS __r
-      JOIN __picked AS __s
-        ON __r.__unit = __s.__unit AND __r.__h = __s.__h
-      WHERE
-        __s.__t = 1 OR {'__k0': __r.__k0} = __s.__k
-    ) AS __kept_groups
-  ) AS __groups
+        *
+      FROM (
+        SELECT
+          *,
+          ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __a1_v, __a2_v) AS __idx
+        FROM (
+          SELECT
+            "user_id" AS __unit,
+            "url" COLLATE "binary" AS __k0,
+            CASE
+              WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
+              THEN NULL
+              ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100)
+            END AS __a1_v,
+            CASE
+              WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
+              THEN NULL
+              ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100) - 50
+            END AS __a2_v
+          FROM _dpsql_src_events
+          WHERE
+            (
+              "age" >= CAST(18 AS BIGINT)
+            ) AND NOT "user_id" IS NULL
+        ) AS __base
+      ) AS __numbered
+      QUALIFY
+        ROW_NUMBER() OVER (
+          PARTITION BY __unit, __k0
+          ORDER BY HASH(XOR(HASH(__unit, __k0, __idx), HASH('<per-query secret salt>')))
+        ) <= 3
+    ) AS __rows
+    GROUP BY
+      __unit,
+      __k0
+  ) AS __ug
+  QUALIFY
+    ROW_NUMBER() OVER (
+      PARTITION BY __unit
+      ORDER BY HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))), __k0
+    ) <= 2
 ) AS __chosen
 GROUP BY
   __k0""",
@@ -741,142 +615,28 @@ SELECT
   __k0,
   COUNT(*) AS __users
 FROM (
-  WITH __pairs AS MATERIALIZED (
-    SELECT
-      *
-    FROM (
-      SELECT DISTINCT
-        __unit,
-        __k0
-      FROM (
-        SELECT
-          "user_id" AS __unit,
-          "country" COLLATE "binary" AS __k0
-        FROM _dpsql_src_events
-        WHERE
-          NOT "user_id" IS NULL AND (
-            "country" COLLATE "binary"
-          ) IN ('US', 'FR')
-      ) AS __base
-    ) AS __ug
-  ), __heavy AS (
-    SELECT
-      __unit
-    FROM __pairs
-    GROUP BY
-      __unit
-    HAVING
-      COUNT(*) > 2
-  ), __hp AS MATERIALIZED (
-    SELECT
-      *,
-      HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __h
-    FROM (
-      SELECT
-        __p.*
-      FROM __pairs AS __p
-      WHERE
-        EXISTS(
-          SELECT
-            1
-          FROM __heavy AS __h
-          WHERE
-            __h.__unit = __p.__unit
-        )
-    ) AS __heavy_rows
-  ), __m1 AS (
-    SELECT
-      __r.__unit,
-      MIN(__r.__h) AS __h
-    FROM __hp AS __r
-    GROUP BY
-      __r.__unit
-  ), __c1 AS MATERIALIZED (
-    SELECT
-      __r.__unit,
-      __r.__h,
-      MIN({'__k0': __r.__k0}) AS __k,
-      COUNT(*) AS __t
-    FROM __hp AS __r
-    JOIN __m1
-      ON __r.__unit = __m1.__unit AND __r.__h = __m1.__h
-    GROUP BY
-      __r.__unit,
-      __r.__h
-  ), __m2 AS (
-    SELECT
-      __r.__unit,
-      MIN(__r.__h) AS __h
-    FROM __hp AS __r
-    JOIN __c1
-      ON __r.__unit = __c1.__unit
-    WHERE
-      __r.__h > __c1.__h
-      OR (
-        __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
-      )
-    GROUP BY
-      __r.__unit
-  ), __c2 AS MATERIALIZED (
-    SELECT
-      __r.__unit,
-      __r.__h,
-      MIN({'__k0': __r.__k0}) FILTER(WHERE
-        __r.__h > __c1.__h
-        OR (
-          __r.__h = __c1.__h AND __c1.__t > 1 AND {'__k0': __r.__k0} > __c1.__k
-        )) AS __k,
-      COUNT(*) AS __t
-    FROM __hp AS __r
-    JOIN __m2
-      ON __r.__unit = __m2.__unit AND __r.__h = __m2.__h
-    JOIN __c1
-      ON __r.__unit = __c1.__unit
-    GROUP BY
-      __r.__unit,
-      __r.__h
-  ), __picked AS (
-    SELECT
-      __unit,
-      __h,
-      __k,
-      __t
-    FROM __c1
-    UNION ALL
-    SELECT
-      __unit,
-      __h,
-      __k,
-      __t
-    FROM __c2
-  )
   SELECT
     __k0
   FROM (
-    SELECT
-      __p.__k0
-    FROM __pairs AS __p
-    WHERE
-      NOT EXISTS(
-        SELECT
-          1
-        FROM __heavy AS __h
-        WHERE
-          __h.__unit = __p.__unit
-      )
-    UNION ALL
-    SELECT
+    SELECT DISTINCT
+      __unit,
       __k0
     FROM (
       SELECT
-        __r.__k0
-      FROM __hp AS __r
-      JOIN __picked AS __s
-        ON __r.__unit = __s.__unit AND __r.__h = __s.__h
+        "user_id" AS __unit,
+        "country" COLLATE "binary" AS __k0
+      FROM _dpsql_src_events
       WHERE
-        __s.__t = 1 OR {'__k0': __r.__k0} = __s.__k
-    ) AS __kept_groups
-  ) AS __groups
+        NOT "user_id" IS NULL AND (
+          "country" COLLATE "binary"
+        ) IN ('US', 'FR')
+    ) AS __base
+  ) AS __ug
+  QUALIFY
+    ROW_NUMBER() OVER (
+      PARTITION BY __unit
+      ORDER BY HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))), __k0
+    ) <= 2
 ) AS __chosen
 GROUP BY
   __k0""",
@@ -944,7 +704,7 @@ def test_rewritten_sql_golden(name: str) -> None:
     assert got == expected
 
 
-# -- the group cap in rounds (fixed-size aggregates only, spills to disk) ---------------------------
+# -- the group cap as one window (sorted on disk when it does not fit) ------------------------------
 
 def _cap_groups(con: duckdb.DuckDBPyConnection, n: int, salt: str, ops: Any, keys: tuple[str, ...] = ("g",)) -> list[tuple[Any, ...]]:
     from sqlglot import exp
@@ -956,28 +716,29 @@ def _cap_groups(con: duckdb.DuckDBPyConnection, n: int, salt: str, ops: Any, key
     return sorted(con.sql(q.sql("duckdb")).fetchall(), key=repr)
 
 
-def test_group_cap_rounds_choose_what_arg_min_chooses() -> None:
-    # with distinct hashes the rounds keep exactly the C_u smallest hashes, as ARG_MIN(..., C_u) does
+def test_group_cap_window_chooses_what_arg_min_chooses() -> None:
+    # with distinct hashes the window keeps exactly the C_u smallest hashes, as ARG_MIN(..., C_u)
+    # over the over-cap units does (the other units keep every group)
     from dpsql.engine.duckdb_ops import DuckDBOps
 
     class ArgMinOps(DuckDBOps):
-        group_cap_rounds = 0
+        group_cap_window = False
 
-    assert DuckDBOps.group_cap_rounds >= 5
+    assert DuckDBOps.group_cap_window
     con = duckdb.connect()
     con.execute("CREATE TABLE pairs AS SELECT u, g FROM range(40) a(u), (SELECT 'g' || i AS g FROM range(9) b(i)) "
                 "WHERE (u * 7 + length(g)) % 3 <> 0 OR u < 5")
-    for n in (1, 2, 5):
+    for n in (1, 2, 5, 20):
         for salt in ("s1", "s2", "s3"):
-            rounds = _cap_groups(con, n, salt, DuckDBOps())
-            assert rounds == _cap_groups(con, n, salt, ArgMinOps())
-            per_unit = Counter(u for u, _ in rounds)
-            assert max(per_unit.values()) == n
+            window = _cap_groups(con, n, salt, DuckDBOps())
+            assert window == _cap_groups(con, n, salt, ArgMinOps())
+            per_unit = Counter(u for u, _ in window)
+            assert max(per_unit.values()) == min(n, 9)
     # negative control: another salt chooses other groups
     assert _cap_groups(con, 2, "s1", DuckDBOps()) != _cap_groups(con, 2, "s2", DuckDBOps())
 
 
-def test_group_cap_rounds_break_hash_ties_by_key() -> None:
+def test_group_cap_window_breaks_hash_ties_by_key() -> None:
     # equal keyed hashes (forced here; an unkeyed-hash collision would make them equal under every
     # salt): never more than C_u groups per unit, ties broken by the group key (NULL fields last)
     from sqlglot import exp
@@ -1007,14 +768,13 @@ def test_group_cap_rounds_break_hash_ties_by_key() -> None:
     assert sum(1 for h in hashes.values() if h <= threshold) > 2
 
 
-def test_group_cap_rounds_keep_the_written_build_side_and_restore_the_setting() -> None:
-    # the rounds' joins build on their right side (one row per unit) whatever DuckDB estimates;
-    # the setting is on only while such a query runs, and a caller's own value comes back
+def test_marked_query_keeps_the_written_build_side_and_restores_the_setting() -> None:
+    # a query marked KEEP_BUILD_SIDE builds its joins on their right side whatever DuckDB
+    # estimates; the setting is on only while such a query runs, and a caller's own value comes back
     from sqlglot import exp
 
     from dpsql.engine.duckdb import DuckDBBackend
-    from dpsql.engine.duckdb_ops import KEEP_BUILD_SIDE, DuckDBOps
-    from dpsql.rewrite.bound import cap_groups_per_unit
+    from dpsql.engine.duckdb_ops import KEEP_BUILD_SIDE
 
     con = duckdb.connect()
     con.execute("SET disabled_optimizers = 'late_materialization'")
@@ -1025,13 +785,36 @@ def test_group_cap_rounds_keep_the_written_build_side_and_restore_the_setting() 
     assert "build_side_probe_side" in backend.fetch_arrow(marked).to_pylist()[0]["s"]
     assert "build_side_probe_side" not in backend.fetch_arrow(probe).to_pylist()[0]["s"]  # negative control
     assert con.execute("SELECT current_setting('disabled_optimizers')").fetchall()[0][0] == "late_materialization"
-    # the group cap in rounds carries the mark, ARG_MIN's spelling does not need it
-    rel = exp.select("*").from_("pairs").subquery("__ug")
-    rounds = cap_groups_per_unit(rel, "u", ["g"], ["u", "g"], 3, "s", ops=DuckDBOps())
-    assert any(n.meta.get(KEEP_BUILD_SIDE) for n in rounds.walk())
+
+
+def test_group_cap_window_spills_under_a_small_memory_limit(tmp_path: Any) -> None:
+    # 2M (unit, group) rows, 200k units of 10 groups, C_u = 3, under a 60MB limit: the window
+    # sorts on disk and completes, every unit keeping 3 groups; negative control: ARG_MIN(..., 3),
+    # whose lists stay in memory, fails for memory on the same data and limit
+    from sqlglot import exp
+
+    from dpsql.engine.duckdb_ops import DuckDBOps
+    from dpsql.rewrite.bound import cap_groups_per_unit
 
     class ArgMinOps(DuckDBOps):
-        group_cap_rounds = 0
+        group_cap_window = False
 
-    arg_min = cap_groups_per_unit(rel, "u", ["g"], ["u", "g"], 3, "s", ops=ArgMinOps())
-    assert not any(n.meta.get(KEEP_BUILD_SIDE) for n in arg_min.walk())
+    def run(ops: Any) -> list[tuple[Any, ...]]:
+        spill = tmp_path / type(ops).__name__
+        con = duckdb.connect()
+        con.execute("SET threads = 1")
+        con.execute("CREATE TABLE pairs AS SELECT i // 10 AS u, 'group-' || (i % 10) AS g FROM range(2000000) t(i)")
+        con.execute("SET memory_limit = '60MB'")
+        con.execute(f"SET temp_directory = '{spill}'")
+        con.execute("SET preserve_insertion_order = false")
+        rel = exp.select("*").from_("pairs").subquery("__ug")
+        q = exp.select(exp.func("count", exp.Star()), exp.func("count", exp.Distinct(expressions=[exp.column("u")]))).from_(
+            cap_groups_per_unit(rel, "u", ["g"], ["u", "g"], 3, "s", ops=ops))
+        try:
+            return con.sql(q.sql("duckdb")).fetchall()
+        finally:
+            con.close()
+
+    assert run(DuckDBOps()) == [(600000, 200000)]
+    with pytest.raises(duckdb.OutOfMemoryException):
+        run(ArgMinOps())

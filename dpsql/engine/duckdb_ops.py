@@ -24,8 +24,9 @@ from dpsql.rewrite.render import DIALECT_MARK
 DUCKDB = "duckdb"
 
 #: meta mark of a subquery whose joins must build their hash tables on the right side as written
-#: (``dpsql.rewrite.bound._smallest_by_rounds``): DuckDB's estimates of Arrow scans are unknown
-#: (about 1 row), and building on the large side instead fails for memory where it should spill
+#: (the backend honours it; no bounding step needs it since the group cap became one window):
+#: DuckDB's estimates of Arrow scans are unknown (about 1 row), and building on the large side
+#: instead fails for memory where it should spill
 KEEP_BUILD_SIDE = "dpsql_keep_build_side"
 
 E = TypeVar("E", bound=exp.Expression)
@@ -55,10 +56,10 @@ class DuckDBOps:
     dialect = DUCKDB
     #: a relation the bounded query reads more than once is computed once (``AS MATERIALIZED``)
     materialize_shared = True
-    #: the per-unit group cap C_u is chosen in C_u rounds of fixed-size aggregates and joins (which
-    #: spill to disk) for every C_u up to this, by ``ARG_MIN(..., C_u)`` (held in memory) above it
-    #: (``dpsql.rewrite.bound.cap_groups_per_unit``). Public: depends on C_u only, never the data.
-    group_cap_rounds = 16
+    #: the per-unit group cap C_u is chosen by one window over every (unit, group) row (sorted on
+    #: disk when it does not fit the memory limit), not by ``ARG_MIN(..., C_u)`` (held in
+    #: memory): ``dpsql.rewrite.bound.cap_groups_per_unit``. Public: never depends on the data.
+    group_cap_window = True
 
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
         """``HASH(XOR(HASH(columns...), HASH(salt)))``: DuckDB's 64-bit hash of the columns, XORed

@@ -23,8 +23,9 @@ aggregate instead (:func:`_pick_one_row`): an exponential race over the distinct
 combinations, each weighted by its number of rows, so each row is kept with probability one over
 the group's rows, exactly as with numbering. The group cap keeps, per unit, the C_u groups with
 the smallest keyed hash of (unit, group), equal hashes ordered by the group key (so at most C_u
-whatever collides); only units with more than C_u groups go through that
-choice (the others keep every group), which is most units on most data. The salt is fresh per
+whatever collides): on DuckDB one window numbering each unit's groups in that order (a unit
+with at most C_u groups keeps them all), elsewhere a per-unit ``ARG_MIN(..., C_u)`` over the
+units with more than C_u groups only. The salt is fresh per
 query and never shown, so every choice is unpredictable and independent of the engine's own PRNG.
 
 :func:`bounded_query` composes them for an aggregation (then, per group: the distinct-unit
@@ -55,7 +56,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.engine.base import SqlOps, source_name
-from dpsql.engine.duckdb_ops import KEEP_BUILD_SIDE, DuckDBOps
+from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.typer import TypeRefusal, domain_literal, type_key, type_predicate, type_value
@@ -265,21 +266,27 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
                         max_groups: float, salt: str, *, alias: str = "__chosen",
                         ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
     """The per-unit group cap C_u, over a relation with one row per (unit, group): per unit,
-    the ``max_groups`` rows with the smallest keyed hash of (unit, group), a uniform random
-    choice that depends only on that unit's groups. The result has the columns ``output``.
+    the ``max_groups`` rows first in the total order (keyed hash of (unit, group), group key), a
+    uniform random choice that depends only on that unit's groups and the salt. The result has
+    the columns ``output``.
 
-    Most units have at most C_u groups and keep them all, with no choice to make: the relation
-    is computed once (materialised where the backend can), the units with more than C_u groups
-    are found by one aggregate, and only their rows go through the keyed choice; the others
-    pass through as they are. Whether a unit is such a unit depends only on its own groups.
+    Two spellings of the same choice, picked from public values only (the backend, never the
+    data):
 
-    The keyed choice has two spellings, picked from public values only (the backend and C_u,
-    never the data): :func:`_smallest_by_rounds` (aggregates with fixed-size states and joins,
-    all of which spill to disk) when the backend asks for it (``ops.group_cap_rounds``: DuckDB,
-    for C_u up to that many rounds), else :meth:`SqlOps.keep_n_per_partition` (one window or
-    one ``ARG_MIN(..., n)`` aggregate per unit, held in memory).
+    * ``ops.group_cap_window`` (DuckDB): :func:`_smallest_by_window`, one window over every
+      (unit, group) row, which DuckDB sorts on disk when it does not fit the memory limit. A
+      unit with at most C_u groups numbers them 1..C_u and keeps them all.
+    * otherwise: most units have at most C_u groups and keep them all, with no choice to make:
+      the relation is computed once (materialised where the backend can), the units with more
+      than C_u groups are found by one aggregate, and only their rows go through
+      :meth:`SqlOps.keep_n_per_partition` (one ``ARG_MIN(..., n)`` aggregate per unit); the
+      others pass through as they are. Whether a unit is such a unit depends only on its own
+      groups.
     """
     n = int(max_groups)
+    key = ops.keyed_hash([unit, *keys], salt)
+    if getattr(ops, "group_cap_window", False):
+        return _smallest_by_window(relation, unit, keys, output, key, n).subquery(alias, copy=False)
     shared, heavy = "__pairs", "__heavy"
     pairs_cte = exp.CTE(this=exp.select("*").from_(relation, copy=False), alias=exp.TableAlias(this=exp.to_identifier(shared)),
                         materialized=True if getattr(ops, "materialize_shared", False) else None)
@@ -294,105 +301,33 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     light = exp.select(*[exp.column(c, table="__p") for c in output]).from_(
         exp.to_table(shared, alias="__p"), copy=False).where(exp.Not(this=is_heavy()), copy=False)
     heavy_rows = exp.select("__p.*").from_(exp.to_table(shared, alias="__p"), copy=False).where(is_heavy(), copy=False)
-    key = ops.keyed_hash([unit, *keys], salt)
-    ctes = [pairs_cte, heavy_cte]
-    if 0 < n <= int(getattr(ops, "group_cap_rounds", 0)):
-        kept_q, more = _smallest_by_rounds(heavy_rows, unit, keys, output, key, n)
-        ctes.extend(more)
-        kept: exp.Expression = kept_q.subquery("__kept_groups", copy=False)
-    else:
-        kept = ops.keep_n_per_partition(heavy_rows.subquery("__heavy_rows", copy=False), [unit], key, n,
-                                        alias="__kept_groups", output=output)
+    kept = ops.keep_n_per_partition(heavy_rows.subquery("__heavy_rows", copy=False), [unit], key, n,
+                                    alias="__kept_groups", output=output)
     chosen = exp.union(light, exp.select(*[_col(c) for c in output]).from_(kept, copy=False), distinct=False, copy=False)
     q = exp.select(*[_col(c) for c in output]).from_(chosen.subquery("__groups", copy=False), copy=False)
-    q.set("with_", exp.With(expressions=ctes))
+    q.set("with_", exp.With(expressions=[pairs_cte, heavy_cte]))
     return q.subquery(alias, copy=False)
 
 
-def _smallest_by_rounds(rows: exp.Select, unit: str, keys: Sequence[str], output: Sequence[str],
-                        key: exp.Expression, n: int) -> tuple[exp.Select, list[exp.CTE]]:
+def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
+                        key: exp.Expression, n: int) -> exp.Select:
     """Per unit, the ``n`` rows (one per group) first in the total order (keyed hash, group key),
-    found in ``n`` rounds with fixed-size aggregate states only, so that every step spills.
+    by one window: ``QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash, keys...) <= n``.
 
-    The rows get their hash once (``__hp``, materialised). Round 1 takes each unit's smallest
-    hash ``MIN(__h)``, then, among the unit's rows with that hash, the smallest group key
-    (``MIN`` of the keys as one struct: a total order, NULL fields last) and how many rows share
-    the hash (``__t``; when it is 1, the hash alone names the row and no key is compared). Round r
-    takes, per unit, the smallest (hash, key) strictly after round r - 1's, by a join with round
-    r - 1's choice. A unit with fewer than r groups left gets no row
-    in round r. The kept rows are those equal to one round's (unit, hash, key): each round names at
-    most one row per unit, since (unit, group) is unique in the relation, so at most ``n`` groups
-    per unit are kept, however many hashes are equal (a hash collision of the unkeyed inner hash
-    would make equal keyed hashes under every salt). The key struct is compared only on rows
-    whose hash equals a round's hash (the ``OR`` short-circuits), so in practice almost no key
-    is packed. Which groups are kept depends only on the unit's own groups and the salt.
+    The hash is computed once per (unit, group) row, from integers (no text is built per row).
+    The group keys break equal hashes (a collision of the unkeyed inner hash would make equal
+    keyed hashes under every salt), each ascending with NULL last, so at most ``n`` groups per
+    unit are kept whatever collides, and which ones depends only on the unit's own groups and
+    the salt. One window over every row is faster than setting the units with at most ``n``
+    groups apart first (that needs the relation materialised, an aggregate and two semi-joins,
+    to save sorting partitions of at most ``n`` rows), and it spills: DuckDB sorts the
+    partitions on disk when they do not fit the memory limit.
     """
-    def struct_of(table: str) -> exp.Expression:
-        return exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier(k), expression=exp.column(k, table=table))
-                                       for k in keys])
-
-    def cte(name: str, q: exp.Expression, materialized: bool | None = None) -> exp.CTE:
-        return exp.CTE(this=q, alias=exp.TableAlias(this=exp.to_identifier(name)), materialized=materialized)
-
-    def uc(table: str) -> exp.Column:
-        return exp.column(unit, table=table)
-
-    def hp() -> exp.Table:
-        return exp.to_table("__hp", alias="__r")
-
-    def after(prev: str) -> exp.Expression:
-        # (hash, key) of __r strictly after prev's choice
-        tie = exp.and_(exp.EQ(this=exp.column("__h", table="__r"), expression=exp.column("__h", table=prev)),
-                       exp.GT(this=exp.column("__t", table=prev), expression=_lit(1)),
-                       exp.GT(this=struct_of("__r"), expression=exp.column("__k", table=prev)), copy=False)
-        return exp.or_(exp.GT(this=exp.column("__h", table="__r"), expression=exp.column("__h", table=prev)),
-                       exp.paren(tie, copy=False), copy=False)
-
-    ctes = [cte("__hp", exp.select("*", exp.alias_(key, "__h")).from_(rows.subquery("__heavy_rows", copy=False), copy=False),
-                materialized=True)]
-    rounds: list[str] = []
-    for r in range(1, n + 1):
-        m, c = f"__m{r}", f"__c{r}"
-        q = exp.select(uc("__r"), exp.alias_(exp.Min(this=exp.column("__h", table="__r")), "__h")).from_(hp(), copy=False)
-        if r > 1:
-            prev = f"__c{r - 1}"
-            q = q.join(exp.to_table(prev), on=exp.EQ(this=uc("__r"), expression=uc(prev)), copy=False).where(after(prev), copy=False)
-            q = q.group_by(uc("__r"), copy=False)
-        else:
-            q = q.group_by(uc("__r"), copy=False)
-        ctes.append(cte(m, q))
-        # the unit's rows with that hash: how many there are (all of them), and the smallest key
-        # among those after the previous round's choice
-        least: exp.Expression = exp.Min(this=struct_of("__r"))
-        cq = (exp.select(uc("__r"), exp.column("__h", table="__r"))
-              .from_(hp(), copy=False)
-              .join(exp.to_table(m), on=exp.and_(exp.EQ(this=uc("__r"), expression=uc(m)),
-                                                 exp.EQ(this=exp.column("__h", table="__r"), expression=exp.column("__h", table=m)),
-                                                 copy=False), copy=False))
-        if r > 1:
-            prev = f"__c{r - 1}"
-            cq = cq.join(exp.to_table(prev), on=exp.EQ(this=uc("__r"), expression=uc(prev)), copy=False)
-            least = exp.Filter(this=least, expression=exp.Where(this=after(prev)))
-        cq = cq.select(exp.alias_(least, "__k"), exp.alias_(exp.Count(this=exp.Star()), "__t"), copy=False)
-        # read by the next round twice and by the final join: computed once
-        ctes.append(cte(c, cq.group_by(uc("__r"), exp.column("__h", table="__r"), copy=False), materialized=True))
-        rounds.append(c)
-    picked = exp.union(*[exp.select(unit, "__h", "__k", "__t").from_(c) for c in rounds], distinct=False, copy=False) \
-        if len(rounds) > 1 else exp.select(unit, "__h", "__k", "__t").from_(rounds[0])
-    ctes.append(cte("__picked", picked))
-    same = exp.or_(exp.EQ(this=exp.column("__t", table="__s"), expression=_lit(1)),
-                   exp.EQ(this=struct_of("__r"), expression=exp.column("__k", table="__s")), copy=False)
-    kept = (exp.select(*[exp.column(c, table="__r") for c in output]).from_(hp(), copy=False)
-            .join(exp.to_table("__picked", alias="__s"),
-                  on=exp.and_(exp.EQ(this=uc("__r"), expression=uc("__s")),
-                              exp.EQ(this=exp.column("__h", table="__r"), expression=exp.column("__h", table="__s")), copy=False),
-                  copy=False)
-            .where(same, copy=False))
-    # every join above has the per-unit relation (one row per unit) on its right, the side to
-    # build the hash table on; the backend keeps that side whatever its (possibly unknown)
-    # estimates say, so the large side is never built in memory
-    kept.meta[KEEP_BUILD_SIDE] = True
-    return kept, ctes
+    order = [exp.Ordered(this=key, nulls_first=False)]
+    order += [exp.Ordered(this=_col(k), nulls_first=False) for k in keys]
+    rn = exp.Window(this=exp.RowNumber(), partition_by=[_col(unit)], order=exp.Order(expressions=order))
+    return (exp.select(*[_col(c) for c in output]).from_(relation, copy=False)
+            .qualify(exp.LTE(this=rn, expression=_lit(n)), copy=False))
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
