@@ -9,8 +9,12 @@
   group; tuples whose owner is NULL reach nobody and count unclipped. One row per key of
   ``__dom`` (zero where no tuple), all inside the engine: only d numbers reach Python.
 * :func:`sampled_groups` (general): the Poisson-sampled tuples of ``dpsql.rewrite.joins`` with
-  their group index, UNION ALL BY NAME the rows of ``__dom`` (``__tuple`` NULL): only the sample
-  and the public key set reach Python.
+  their group index, UNION ALL the rows of ``__dom`` (``__tuple`` NULL): only the sample and the
+  public key set reach Python.
+
+Portable SQL: the same text runs on DuckDB and, lowered (``dpsql.engine.spark_ops``), on Spark
+(a declared domain's ``unnest`` of a list becomes ``explode`` of an array; the union names every
+column on both sides). With the portable keyed hash both engines sample and cap the same tuples.
 
 A tuple whose key is not in the key set is dropped (inner join with ``__dom``): a per-tuple filter.
 """
@@ -59,7 +63,8 @@ def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
     for i, k in enumerate(jp.keys[1:], start=1):
         q = q.join(_key_set(k, jp, catalog).subquery(f"__d{i}"), join_type="cross")
     order = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=[exp.Ordered(this=_col(n)) for n in names]))
-    return q.select(exp.alias_(exp.Sub(this=order, expression=exp.Literal.number(1)), "__gid"))
+    # BIGINT on every engine (ROW_NUMBER is an INT on Spark): the index only, never released
+    return q.select(exp.alias_(exp.cast(exp.Sub(this=order, expression=exp.Literal.number(1)), "BIGINT"), "__gid"))
 
 
 def _on_keys(jp: ir.JoinPlan, left: str) -> exp.Expression:
@@ -119,9 +124,14 @@ def sampled_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: s
     extra = [(f"__x{i}", k.expr) for i, k in enumerate(jp.keys)]
     st = sampled_tuples(jp, catalog, salt=salt, q=q, ops=ops, caps=caps, extra=extra)
     keep = [c.split(".")[-1] for c in st.named_selects if not c.split(".")[-1].startswith("__x")]
-    tuples = (exp.select(*[_col(f"__st.{c}") for c in keep], _col("__dom.__gid"), exp.alias_(exp.true(), "__tuple"))
+    names = [k.name for k in jp.keys]
+    # a positional UNION ALL with every column named on both sides (Spark has no UNION BY NAME); an
+    # untyped NULL takes the other side's type on both engines
+    tuples = (exp.select(*[_col(f"__st.{c}") for c in keep], _col("__dom.__gid"), exp.alias_(exp.true(), "__tuple"),
+                         *[exp.alias_(exp.Null(), n) for n in names])
               .from_(st.subquery("__st"))
               .join(exp.to_table("__dom"), on=_on_keys(jp, "__st"), join_type="inner"))
-    dom = exp.select("*").from_("__dom")
-    union = exp.Union(this=tuples, expression=dom, distinct=False, by_name=True)
+    dom = exp.select(*[exp.alias_(exp.Null(), c) for c in keep], _col("__dom.__gid"), exp.alias_(exp.Null(), "__tuple"),
+                     *[_col(f"__dom.{n}") for n in names]).from_("__dom")
+    union = exp.Union(this=tuples, expression=dom, distinct=False)
     return exp.select("*").from_(union.subquery("__all")).with_("__dom", as_=key_set(jp, catalog))
