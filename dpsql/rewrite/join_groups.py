@@ -97,25 +97,23 @@ def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.
     per = (exp.select(_col("__j.__owner"), _col("__dom.__gid"), exp.alias_(exp.func("sum", _value(parts)), "__v"))
            .from_(rel.subquery("__j")).join(exp.to_table("__dom"), on=_on_keys(jp, "__j"), join_type="inner")
            .group_by(_col("__j.__owner"), _col("__dom.__gid")))
-    norms = (exp.select(_col("__owner"), exp.alias_(exp.func("sqrt", exp.func("sum", exp.Mul(this=_col("__v"), expression=_col("__v")))),
-                                                  "__norm"))
-             .from_("__t").where(exp.Not(this=exp.Is(this=_col("__owner"), expression=exp.Null()))).group_by(_col("__owner")))
+    # each owner's norm by a window over its rows (no self-join: the join is computed once on every engine)
+    norm = exp.func("sqrt", exp.Window(this=exp.func("sum", exp.Mul(this=_col("__v"), expression=_col("__v"))),
+                                       partition_by=[_col("__owner")]))
     c = exp.Literal.number(repr(float(clip)))
     scaled = exp.Case(ifs=[
-        exp.If(this=exp.Is(this=_col("__n.__norm"), expression=exp.Null()), true=_col("__t.__v")),
-        exp.If(this=exp.LTE(this=_col("__n.__norm"), expression=c), true=_col("__t.__v"))],
-        default=exp.Mul(this=_col("__t.__v"), expression=exp.Div(this=c, expression=_col("__n.__norm"))))
-    per_group = (exp.select(_col("__t.__gid"), exp.alias_(exp.func("sum", scaled), "__c"))
-                 .from_(exp.to_table("__t")).join(exp.to_table("__n"),
-                                                   on=exp.EQ(this=_col("__t.__owner"), expression=_col("__n.__owner")),
-                                                   join_type="left")
-                 .group_by(_col("__t.__gid")))
+        exp.If(this=exp.Is(this=_col("__owner"), expression=exp.Null()), true=_col("__v")),
+        exp.If(this=exp.LTE(this=_col("__norm"), expression=c), true=_col("__v"))],
+        default=exp.Mul(this=_col("__v"), expression=exp.Div(this=c, expression=_col("__norm"))))
+    normed = exp.select(_col("__owner"), _col("__gid"), _col("__v"), exp.alias_(norm, "__norm")).from_(per.subquery("__t"))
+    per_group = (exp.select(_col("__gid"), exp.alias_(exp.func("sum", scaled), "__c"))
+                 .from_(normed.subquery("__n")).group_by(_col("__gid")))
     out = (exp.select(*[_col(f"__dom.{k.name}") for k in jp.keys], _col("__dom.__gid"),
                       exp.alias_(exp.func("coalesce", _col("__g.__c"), exp.Literal.number("0.0")), "__a0"))
            .from_("__dom").join(per_group.subquery("__g"), on=exp.EQ(this=_col("__dom.__gid"), expression=_col("__g.__gid")),
                                 join_type="left")
            .order_by(_col("__dom.__gid")))
-    return (out.with_("__dom", as_=key_set(jp, catalog)).with_("__t", as_=per).with_("__n", as_=norms))
+    return out.with_("__dom", as_=key_set(jp, catalog))
 
 
 def sampled_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
