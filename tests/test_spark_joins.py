@@ -318,3 +318,11 @@ def test_zero_noise_grouped_join_releases_are_the_same(duck: dpsql.Session, spar
             assert sv == pytest.approx(dv, rel=1e-9, abs=1e-9), name
         nonzero += any(v != 0 for v in dv)
     assert nonzero == len(names)  # the values are not trivially zero
+
+
+def test_explain_of_a_grouped_join_on_spark_is_free(spark: dpsql.Session) -> None:
+    before = spark.remaining()
+    sql, opts, _ = GROUPED["sampled_declared_count"]
+    p = spark.explain(sql, epsilon=4.0, delta=1e-5, options=opts)
+    assert "EXPLODE(ARRAY(" in p.bounded_sql and "SHA2(" in p.bounded_sql and "BY NAME" not in p.bounded_sql
+    assert spark.remaining() == before
