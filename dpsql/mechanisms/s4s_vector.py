@@ -82,6 +82,9 @@ too small for the key count is refused with nothing spent.
 
 Observability residuals (``docs/threat_model.md``): the sampled tuples come to Python and the SOCP
 runs there, so time and memory depend on the data's size (as for scalar joins).
+Engines: the bounded SQL (``dpsql.rewrite.join_groups``) runs on DuckDB and on Spark; with the portable
+keyed hash both cap, clip and sample the same tuples (``tests/test_spark_joins.py``). Only the d clipped
+sums, or the sampled tuples and the public key set, leave the engine.
 Sources: Qiu, Xiao, Yang, "DP-S4S" (SIGMOD 2026) §4 (Lemma 4.1, Algorithm 5, Lemma 4.2);
 Dong, Sun, Yi, "Better than composition" (PMSJA, SIGMOD 2023); ``docs/mechanisms.md`` §3.7–3.9.
 """
