@@ -6,8 +6,9 @@ portable keyed hash, ``[engine] keyed_hash = "portable"``) and on Spark (``local
 the caps bind: integer aggregates equal, floating sums within 1e-9 relative -- for every
 bounded-query shape: scalar, public keys, sparse keys, SUM/AVG (also over expressions and
 LEAST/GREATEST clamps), COUNT(DISTINCT col) (also over NULLs), a WHERE clause, quantiles
-(MIN/MAX/MEDIAN/QUANTILE), VARIANCE/STDDEV, GROUP BY without an aggregate, DAWA workloads and
-DAWA histograms. Negative control: DuckDB's native hash keeps other rows where caps bind.
+(MIN/MAX/MEDIAN/QUANTILE), VARIANCE/STDDEV, GROUP BY without an aggregate (sparse keys; and over a
+declared domain, which reads no row), DAWA workloads (1-D and 2-D) and DAWA histograms. Joins, scalar
+and grouped: ``tests/test_spark_joins.py``. Negative control: DuckDB's native hash keeps other rows where caps bind.
 
 Also: Spark's refusals are free (unsupported functions, DuckDB-only sources), and no Spark error
 text or log line with a value reaches the caller. Skipped (with the reason) without pyspark/Java.
@@ -91,6 +92,9 @@ def register(s: dpsql.Session, data: dict[str, str]) -> None:
                columns={"amount": {"bounds": (0, 100)}})
     s.register("people", data["people"], privacy_unit="pid", max_rows_per_unit=3,
                columns={"age": {"bounds": (0, 120), "bins": 121}})
+    # two ordered columns: 2-D DAWA workloads (rectangles over a 10 x 10 grid); the row cap binds
+    s.register("events2d", data["events"], privacy_unit="user_id", max_rows_per_unit=4,
+               columns={"age": {"bounds": (0, 100), "bins": 10}, "amount": {"bounds": (0, 100), "bins": 10}})
 
 
 def session(kind: str, data: dict[str, str], *, keyed_hash: str = "portable") -> dpsql.Session:
@@ -138,6 +142,13 @@ WORKLOAD = [
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 29",
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age >= 30 AND age < 60",
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 0 AND 120",
+]
+
+
+WORKLOAD_2D = [
+    "SELECT COUNT(*) FROM events2d WHERE age BETWEEN 20 AND 59 AND amount < 50",
+    "SELECT COUNT(*) FROM events2d WHERE age >= 60 AND amount >= 30 AND amount < 90",
+    "SELECT COUNT(*) FROM events2d WHERE age < 100 AND amount < 100",
 ]
 
 
@@ -227,6 +238,35 @@ def test_workload_release_is_the_same(data: dict[str, str]) -> None:
         finally:
             s.close()
     assert_same(got[0], got[1])
+
+
+def test_dawa_2d_workload_is_the_same(duck: dpsql.Session, spark_session: dpsql.Session) -> None:
+    # the bounded 2-D grid of counts (per cell, caps binding), then the zero-noise synopsis' answers
+    d, s = bounded_rows(duck, WORKLOAD_2D, "w2"), bounded_rows(spark_session, WORKLOAD_2D, "w2")
+    assert len(d) > 20 and {k for r in d for k in r} == {"__b0", "__b1", "__n"}
+    assert_same(d, s)
+    # the row cap binds: fewer rows counted than the 120 users' rows in the grid's range
+    assert sum(r["__n"] for r in d) < sum(1 for a, m in zip(events().column("age").to_pylist(),
+                                                           events().column("amount").to_pylist()) if 0 <= m < 100)
+    for x in (duck, spark_session):
+        use_noise(x, zero_noise(5))
+    got = [x.query_many(WORKLOAD_2D, epsilon=1.0) for x in (duck, spark_session)]
+    assert [d_["column"] for d_ in got[0].details["dims"]] == ["age", "amount"]
+    assert got[0].mechanism == got[1].mechanism == "dawa"
+    assert_same(got[0].table.to_pylist(), got[1].table.to_pylist())
+    assert any(v for r in got[0].table.to_pylist() for v in r.values() if isinstance(v, (int, float)))
+
+
+def test_public_domain_key_set_is_the_same_and_free(duck: dpsql.Session, spark_session: dpsql.Session) -> None:
+    # GROUP BY a declared domain without an aggregate reads no row: the same key set on both, charged nothing
+    sql = "SELECT country FROM events WHERE country <> 'DE' GROUP BY country"
+    out = []
+    for x in (duck, spark_session):
+        before = x.remaining()
+        r = x.query(sql, epsilon=1.0)
+        assert r.mechanism == "public_domain" and x.remaining() == before
+        out.append(r.table.to_pylist())
+    assert out[0] == out[1] == [{"country": c} for c in ("FR", "US", "XX")]
 
 
 # -- refusals, sources, secrecy ------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 from the installed pyspark (``spark-class ...deploy.master.Master`` / ``...deploy.worker.Worker``).
 
 A client process (one SparkContext per process, so not this one) runs a sparse-histogram query,
-a DAWA workload and two join queries (DP-S4S: one owner, several people per tuple) through
-``spark://127.0.0.1:<port>`` with zero noise; its bounded aggregates (and the joins' truncated
-sums and sampled tuples) must equal DuckDB's (portable keyed hash) on the same data, and its
-zero-noise releases too. Marked slow (about 40 s on 2 cores); CI runs it.
+a DAWA workload, two join queries (DP-S4S: one owner, several people per tuple) and a GROUP BY
+over a join (Algorithm 5's sample over a declared key set) through ``spark://127.0.0.1:<port>``
+with zero noise; its bounded aggregates (and the joins' truncated sums and sampled tuples, the
+grouped join's key set and sampled tuples) must equal DuckDB's (portable keyed hash) on the same
+data, and its zero-noise releases too. Marked slow (about 40 s on 2 cores); CI runs it.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ CLIENT = textwrap.dedent('''
     s.close()
     j = J.make("spark", J.fk_data(), master=sys.argv[1])
     out["joins"] = {n: J.canonical(J.bounded(j, n, "cluster salt")) for n in ("chain_count_sampled", "path2_sampled")}
+    out["grouped"] = J.grouped_canonical(J.grouped_bounded(j, "sampled_declared_count", "cluster salt")[1])
     j.close()
     print(json.dumps(out, default=str))
 ''')
@@ -148,5 +150,8 @@ def test_sparse_histogram_and_dawa_on_a_standalone_cluster(cluster: str, tmp_pat
     try:
         for name, rows in got["joins"].items():
             assert rows and json.loads(json.dumps(J.canonical(J.bounded(dj, name, "cluster salt")))) == rows, name
+        # a GROUP BY over a join (Algorithm 5's sample over a declared key set): the same key set and tuples
+        grouped = J.grouped_canonical(J.grouped_bounded(dj, "sampled_declared_count", "cluster salt")[1])
+        assert grouped[1] and json.loads(json.dumps(grouped)) == got["grouped"]
     finally:
         dj.close()

@@ -28,7 +28,6 @@ import pyarrow as pa
 import pytest
 
 import dpsql
-from dpsql.errors import UnsupportedQueryError
 from dpsql.testing import use_noise, zero_noise
 
 _WHY = ("the Spark engine needs the 'spark' extra: pip install 'dpsql[spark]'"
@@ -57,14 +56,18 @@ def fk_data(seed: int = 17, n_customers: int = 200) -> dict[str, pa.Table]:
         "nation": pa.table({"n_nationkey": np.arange(5), "n_name": ["A", "B", "C", "D", "E"]}),
         "customer": pa.table({"c_custkey": np.arange(n_customers), "c_nationkey": g.integers(0, 5, n_customers)}),
         "orders": pa.table({"o_orderkey": o_key, "o_custkey": o_cust}),
-        "lineitem": pa.table({"l_orderkey": l_ord, "l_price": np.round(g.uniform(-20, 100, l_ord.size), 2)}),
+        "lineitem": pa.table({"l_orderkey": l_ord, "l_price": np.round(g.uniform(-20, 100, l_ord.size), 2),
+                              # 1993 ... 1997, of which only 1994 ... 1996 are declared (the rest is not counted)
+                              "l_shipdate": pa.array(np.datetime64("1993-01-01") + g.integers(0, 5 * 365, l_ord.size)
+                                                     .astype("timedelta64[D]"), pa.date32())}),
         "node": pa.table({"id": np.arange(50)}),
-        "edge": pa.table({"src": src[keep], "dst": dst[keep]}),  # duplicate edges included
+        "edge": pa.table({"src": src[keep], "dst": dst[keep],  # duplicate edges included
+                          "label": np.array(["x", "y", "z"])[g.integers(0, 3, int(keep.sum()))]}),
     }
 
 
 def make(kind: str, data: dict[str, pa.Table], keyed_hash: str = "portable", master: str | None = None,
-         nation_domain: bool = False) -> dpsql.Session:
+         nation_domain: bool = True) -> dpsql.Session:
     engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
     if kind == "duckdb":
         engine["keyed_hash"] = keyed_hash
@@ -79,11 +82,13 @@ def make(kind: str, data: dict[str, pa.Table], keyed_hash: str = "portable", mas
     s.register("orders", data["orders"], references={"o_custkey": "customer.c_custkey"},
                degree_bounds={"o_custkey": ORDERS}, allow_conditional_sampling=True)
     s.register("lineitem", data["lineitem"], references={"l_orderkey": "orders.o_orderkey"},
-               degree_bounds={"l_orderkey": ITEMS}, columns={"l_price": {"bounds": (-20, 100)}},
-               allow_conditional_sampling=True)
+               degree_bounds={"l_orderkey": ITEMS}, allow_conditional_sampling=True,
+               columns={"l_price": {"bounds": (-20, 100)},
+                        "l_shipdate": {"bounds": ("1994-01-01", "1996-12-31"), "bin_width": "1 day"}})
     s.register("node", data["node"], privacy_unit="id", allow_conditional_sampling=True)
     s.register("edge", data["edge"], references={"src": "node.id", "dst": "node.id"},
-               degree_bounds={"src": 16, "dst": 16}, allow_conditional_sampling=True)
+               degree_bounds={"src": 16, "dst": 16}, allow_conditional_sampling=True,
+               columns={"label": {"domain": ["x", "y", "z"]}})
     return s
 
 
@@ -199,28 +204,126 @@ def test_explain_of_a_join_on_spark_is_free_and_has_no_global_row_number(spark: 
     assert spark.remaining() == before
 
 
-GROUPED = ("SELECT c.c_nationkey, COUNT(*) AS n FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
-           "GROUP BY c.c_nationkey")
+# -- GROUP BY over joins (dpsql.mechanisms.s4s_vector) ---------------------------------------------
+
+NCO = ("FROM nation n JOIN customer c ON c.c_nationkey = n.n_nationkey JOIN orders o ON c.c_custkey = o.o_custkey")
+COL = ("FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey JOIN lineitem l ON o.o_orderkey = l.l_orderkey")
+
+#: name -> (sql, options, path): every path of a grouped join and every kind of key
+GROUPED: dict[str, tuple[str, dict[str, Any] | None, str]] = {
+    # per-user L2 clipping in the engine (one person per tuple); clip_norm binds, and so do the per-hop caps
+    "clip_public_count": (f"SELECT n.n_name, COUNT(*) AS k {NCO} GROUP BY n.n_name", {"clip_norm": 3.0}, "clip"),
+    "clip_public_sum_where": (f"SELECT n.n_name, SUM(l.l_price) AS s {NCO} JOIN lineitem l ON o.o_orderkey = l.l_orderkey "
+                              "WHERE n.n_name <> 'E' GROUP BY n.n_name", {"clip_norm": 150.0}, "clip"),
+    "clip_year_count": (f"SELECT year(l.l_shipdate) AS y, COUNT(*) AS k {COL} GROUP BY y", None, "clip"),
+    # Algorithm 5's sample (q < 1): declared domain, two keys (public x year), several people per tuple, lookups
+    "sampled_declared_count": ("SELECT c.c_nationkey, COUNT(*) AS k FROM customer c JOIN orders o "
+                               "ON c.c_custkey = o.o_custkey GROUP BY c.c_nationkey", {"q": 0.5}, "s4s"),
+    "sampled_two_keys_sum": (f"SELECT n.n_name, year(l.l_shipdate) AS y, SUM(l.l_price) AS s {NCO} "
+                             "JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY n.n_name, y", {"q": 0.5}, "s4s"),
+    "sampled_path2_label": ("SELECT e1.label, COUNT(*) AS k FROM edge e1 JOIN edge e2 ON e1.dst = e2.src "
+                            "GROUP BY e1.label", {"q": 0.5}, "s4s"),
+    "sampled_lookup_year": ("SELECT year(l_shipdate) AS y, COUNT(*) AS k FROM lineitem GROUP BY y", {"q": 0.5}, "s4s"),
+    # the unsampled variant (q = 1, grouped r2t): every tuple, a SUM's two parts
+    "r2t_year_sum": ("SELECT year(l.l_shipdate) AS y, SUM(l.l_price) AS s FROM orders o JOIN lineitem l "
+                     "ON o.o_orderkey = l.l_orderkey GROUP BY y", {"mechanism": "r2t"}, "s4s"),
+}
 
 
-def test_grouped_join_is_refused_on_spark_before_any_charge(data: dict[str, pa.Table]) -> None:
-    # a GROUP BY over a join (dpsql.mechanisms.s4s_vector) runs on DuckDB only for now: on Spark it
-    # is refused with the fix named, before the ledger is touched (explain too)
-    duck = make("duckdb", data, nation_domain=True)
-    try:  # the query itself is answerable (the refusal below is about the engine)
-        assert duck.query(GROUPED, epsilon=4.0, delta=1e-5, options={"q": 0.5}).table.num_rows == 5
-    finally:
-        duck.close()
-    s = make("spark", data, nation_domain=True)
+def grouped_bounded(s: dpsql.Session, name: str, salt: str) -> tuple[str, pa.Table]:
+    sql, opts, _ = GROUPED[name]
+    r = s._route(sql, 4.0, 1e-5, opts)
+    return r.calibration.path, s._engine.fetch_arrow(r.mechanism.bounded(r.calibration, salt, s._engine.ops))
+
+
+def grouped_canonical(t: pa.Table) -> tuple[list[Any], list[Any]]:
+    """(the key set's rows, exact; per group the clipped sum, or the sorted multiset of sampled tuples:
+    group, weights and, per slot, the person or the set of people)."""
+    rows = t.to_pylist()
+    if "__tuple" not in t.column_names:
+        return sorted(({k: v for k, v in r.items() if k != "__a0"} for r in rows), key=lambda r: r["__gid"]), \
+            [r["__a0"] for r in sorted(rows, key=lambda r: r["__gid"])]
+    dom = sorted(({k: v for k, v in r.items() if k.startswith("__k") or k == "__gid"} for r in rows
+                  if r["__tuple"] is None), key=lambda r: r["__gid"])
+    tuples = []
+    for r in rows:
+        if r["__tuple"] is None:
+            continue
+        assert all(r[k] is None for k in r if k.startswith("__k"))  # keys travel in the key set only
+        w = tuple(v for k, v in sorted(r.items()) if k.startswith("__w"))
+        users = tuple(tuple(sorted(v)) if isinstance(v, list) else v for k, v in sorted(r.items()) if k.startswith("__u"))
+        tuples.append((r["__gid"], w, users))
+    return dom, sorted(tuples, key=repr)
+
+
+@pytest.mark.parametrize("name", sorted(GROUPED))
+def test_grouped_join_bounded_results_are_the_same_on_duckdb_and_spark(duck: dpsql.Session, spark: dpsql.Session,
+                                                                        name: str) -> None:
+    (dpath, dt), (spath, st) = grouped_bounded(duck, name, "group salt"), grouped_bounded(spark, name, "group salt")
+    assert dpath == spath == GROUPED[name][2]
+    (ddom, dvals), (sdom, svals) = grouped_canonical(dt), grouped_canonical(st)
+    assert ddom == sdom and len(ddom) >= 3, name  # the same public key set, the same indices
+    if dpath == "clip":  # floating sums of clipped vectors: the same up to the order of summation
+        assert len(dvals) == len(svals) and any(v != 0 for v in dvals)
+        assert svals == pytest.approx(dvals, rel=1e-9, abs=1e-9), name
+    else:  # the same sampled tuples (group, weights, people)
+        assert dvals and dvals == svals, name
+
+
+def test_grouped_join_caps_and_clipping_bind_and_the_controls_differ(data: dict[str, pa.Table], duck: dpsql.Session,
+                                                                     spark: dpsql.Session) -> None:
+    con = duckdb.connect()
+    for k, t in data.items():
+        con.register(k, t)
+    truth = dict(con.execute(f"SELECT n.n_name, COUNT(*) {NCO} GROUP BY 1").fetchall())
+    clipped = {r["__k0"]: r["__a0"] for r in grouped_bounded(duck, "clip_public_count", "group salt")[1].to_pylist()}
+    assert all(clipped[k] < truth[k] for k in truth)  # the clip norm binds in every group
+    by_year = dict(con.execute(f"SELECT year(l.l_shipdate), COUNT(*) {COL} GROUP BY 1").fetchall())
+    _, dt = grouped_bounded(duck, "clip_year_count", "group salt")
+    capped = {r["__k0"]: r["__a0"] for r in dt.to_pylist()}
+    assert sorted(capped) == [1994, 1995, 1996] and all(0 < capped[y] < by_year[y] for y in capped)  # the caps bind
+    # negative controls: DuckDB's native hash caps other rows; another salt samples other tuples
+    native = make("duckdb", data, keyed_hash="native")
     try:
-        before = s.remaining()
-        with pytest.raises(UnsupportedQueryError, match="DuckDB engine") as info:
-            s.query(GROUPED, epsilon=4.0, delta=1e-5, options={"q": 0.5})
-        assert "DuckDB engine" in (info.value.hint or "")
-        with pytest.raises(UnsupportedQueryError, match="DuckDB engine"):
-            s.explain(GROUPED, epsilon=4.0, delta=1e-5, options={"q": 0.5})
-        assert s.remaining() == before
-        assert s.query(CHAIN, epsilon=1.0, options={"q": 0.25}).mechanism  # an ungrouped join still runs
-        assert s.remaining() != before  # negative control: a query that runs is charged
+        got = [grouped_canonical(grouped_bounded(native, "clip_year_count", s)[1])[1] for s in ("g1", "g2", "g3")]
+        ref = grouped_canonical(dt)[1]
+        assert any(g != pytest.approx(ref, rel=1e-9) for g in got)
     finally:
-        s.close()
+        native.close()
+    for name in ("sampled_declared_count", "sampled_path2_label"):
+        assert grouped_canonical(grouped_bounded(duck, name, "group salt")[1]) != \
+            grouped_canonical(grouped_bounded(spark, name, "other salt")[1])
+
+
+def test_zero_noise_grouped_join_releases_are_the_same(duck: dpsql.Session, spark: dpsql.Session) -> None:
+    for s in (duck, spark):
+        use_noise(s, zero_noise(41))  # the same salts, in the same order, on both engines
+    nonzero = 0
+    # one query per path (the bounded results of all of them are compared above): clipping with a float
+    # sum over public keys, Algorithm 5's sample (one person; several people), the unsampled two-part SUM
+    names = ("clip_public_sum_where", "sampled_declared_count", "sampled_path2_label", "r2t_year_sum")
+    for name in names:
+        sql, opts, _ = GROUPED[name]
+        d, s_ = (x.query(sql, epsilon=4.0, delta=1e-5, options=opts) for x in (duck, spark))
+        assert d.mechanism == s_.mechanism, name
+        assert [(f.name, f.type) for f in d.table.schema] == [(f.name, f.type) for f in s_.table.schema], name
+        drows, srows = d.table.to_pylist(), s_.table.to_pylist()
+        value = d.table.column_names[-1]
+        assert [{k: v for k, v in r.items() if k != value} for r in drows] == \
+            [{k: v for k, v in r.items() if k != value} for r in srows], name  # the released keys, in order
+        dv, sv = [r[value] for r in drows], [r[value] for r in srows]
+        if pa.types.is_integer(d.table.schema.field(value).type):
+            assert dv == sv, name
+        else:
+            assert sv == pytest.approx(dv, rel=1e-9, abs=1e-9), name
+        nonzero += any(v != 0 for v in dv)
+    assert nonzero == len(names)  # the values are not trivially zero
+
+
+def test_explain_of_a_grouped_join_on_spark_is_free(spark: dpsql.Session) -> None:
+    before = spark.remaining()
+    sql, opts, _ = GROUPED["sampled_declared_count"]
+    p = spark.explain(sql, epsilon=4.0, delta=1e-5, options=opts)
+    text = "".join(p.bounded_sql.split())
+    assert "EXPLODE(ARRAY(" in text and "SHA2(" in text and "BYNAME" not in text
+    assert spark.remaining() == before

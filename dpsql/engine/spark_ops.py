@@ -32,6 +32,8 @@ binding, before any charge):
 * ``x COLLATE "binary"`` (canonical text keys) is ``collate(x, 'UTF8_BINARY')``;
 * ``ORDER BY`` without NULLS FIRST/LAST gets DuckDB's default (NULLS LAST for ascending), so
   rows are numbered alike on both engines;
+* ``unnest([..])`` of a literal list in a projection (a grouped join's declared key set) is
+  ``explode(array(..))``;
 * ``LIST(DISTINCT x)`` (the people a join tuple reaches through looked-up keys) is
   ``collect_set(x)``: the same set, perhaps in another order;
 * LIKE patterns holding a backslash are refused (Spark's LIKE escapes with ``\\`` by default,
@@ -528,6 +530,14 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         # same set (its order may differ: the truncation reads it as a set; NULLs are dropped by
         # both engines' users, never produced by dpsql.rewrite.joins)
         return exp.Anonymous(this="collect_set", expressions=[node.expressions[0].expressions[0]])
+    if isinstance(node, exp.Array) and isinstance(node.parent, exp.Unnest):
+        return node  # checked with its Unnest, below
+    if isinstance(node, exp.Unnest) and len(node.expressions) == 1 and isinstance(node.expressions[0], exp.Array) \
+            and isinstance(node.args.get("alias"), exp.Identifier) and not node.args.get("offset") \
+            and isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
+        # a declared key set (``dpsql.rewrite.join_groups``): DuckDB's ``unnest([..]) AS k`` in a
+        # projection is Spark's ``explode(array(..)) AS k``, one row per element on both
+        return exp.alias_(exp.Explode(this=node.expressions[0]), node.args["alias"].copy())
     lowered_list = _list_lowered(node)
     if lowered_list is not None:
         return lowered_list

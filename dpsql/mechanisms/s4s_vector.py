@@ -117,6 +117,9 @@ too small for the key count is refused with nothing spent.
 
 Observability residuals (``docs/threat_model.md``): the sampled tuples come to Python and the SOCP
 runs there, so time and memory depend on the data's size (as for scalar joins).
+Engines: the bounded SQL (``dpsql.rewrite.join_groups``) runs on DuckDB and on Spark; with the portable
+keyed hash both cap, clip and sample the same tuples (``tests/test_spark_joins.py``). Only the d clipped
+sums, or the sampled tuples and the public key set, leave the engine.
 Sources: Qiu, Xiao, Yang, "DP-S4S" (SIGMOD 2026) §4 (Lemma 4.1, Algorithm 5, Lemma 4.2);
 Dong, Sun, Yi, "Better than composition" (PMSJA, SIGMOD 2023); ``docs/mechanisms.md`` §3.7–3.9.
 """
@@ -140,6 +143,7 @@ from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import _s4s_socp as socp
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
+from dpsql.mechanisms.s4s_sql import JOIN_DIALECTS
 from dpsql.noise import NoiseSource, gaussian_fp_delta, gaussian_fp_delta_affine, round_to_granularity
 from dpsql.plan import ir
 from dpsql.plan.joins import PeopleBound, bound_people
@@ -596,10 +600,10 @@ class VectorJoinMechanism:
         return describe(cal)
 
     def bounded(self, cal: VectorCalibration, salt: str, ops: SqlOps) -> exp.Expression:
-        if ops.dialect != "duckdb":
+        if ops.dialect not in JOIN_DIALECTS:  # refused before the charge (the bind check builds this first)
             raise UnsupportedQueryError(
-                f"joins run on the DuckDB engine only: their sampling and truncation are not yet checked on {ops.dialect}",
-                hint="answer the join with a Session on the DuckDB engine (the default)")
+                f"joins run on the DuckDB and Spark engines only: their sampling and truncation are not checked on "
+                f"{ops.dialect}", hint="answer the join with a Session on the DuckDB engine (the default)")
         caps = cal.people.caps if cal.people.enforced else ()
         if cal.path == "clip":
             assert cal.people.owner is not None
@@ -620,7 +624,7 @@ class VectorJoinMechanism:
     def check_public(self, cal: VectorCalibration, engine: Any) -> None:
         """Before any charge: with a key set read from a public table, count its keys (public rows only)
         and refuse (ConfigError, nothing spent) when (epsilon, delta) cannot be calibrated for that d."""
-        if cal.d is not None or engine.ops.dialect != "duckdb":
+        if cal.d is not None:
             return
         count = exp.select(exp.alias_(exp.func("count", exp.Star()), "n")).from_(
             key_set(cal.jp, cal.catalog).subquery("__dom"))

@@ -32,6 +32,7 @@ from sqlglot import exp
 
 from dpsql.catalog import TableSpec
 from dpsql.plan import ir
+from dpsql.plan.typer import TEMPORAL_ARG
 
 #: the most key combinations a grouped join releases (one noisy value each)
 MAX_GROUPS = 100_000
@@ -127,6 +128,7 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
             bad(g, f"the declared range of '{t.name}.{column}' has no readable years")
             return None
         expr = exp.func("year", exp.column(f, quoted=False))
+        expr.meta[TEMPORAL_ARG] = o.kind  # the argument's kind, for engines that spell date parts by it (Spark)
         return ir.JoinKey(name, expr, f"year({where})", "year", alias, column, "BIGINT", tuple(range(y0, y1 + 1)))
     if spec.domain is not None:
         return ir.JoinKey(name, exp.column(f, quoted=False), where, "declared", alias, column, typ, tuple(spec.domain))

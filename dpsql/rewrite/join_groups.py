@@ -9,8 +9,12 @@
   group; tuples whose owner is NULL reach nobody and count unclipped. One row per key of
   ``__dom`` (zero where no tuple), all inside the engine: only d numbers reach Python.
 * :func:`sampled_groups` (general): the Poisson-sampled tuples of ``dpsql.rewrite.joins`` with
-  their group index, UNION ALL BY NAME the rows of ``__dom`` (``__tuple`` NULL): only the sample
-  and the public key set reach Python.
+  their group index, UNION ALL the rows of ``__dom`` (``__tuple`` NULL): only the sample and the
+  public key set reach Python.
+
+Portable SQL: the same text runs on DuckDB and, lowered (``dpsql.engine.spark_ops``), on Spark
+(a declared domain's ``unnest`` of a list becomes ``explode`` of an array; the union names every
+column on both sides). With the portable keyed hash both engines sample and cap the same tuples.
 
 A tuple whose key is not in the key set is dropped (inner join with ``__dom``): a per-tuple filter.
 
@@ -74,7 +78,8 @@ def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
     for i, k in enumerate(jp.keys[1:], start=1):
         q = q.join(_key_set(k, jp, catalog).subquery(f"__d{i}"), join_type="cross")
     order = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=[exp.Ordered(this=_col(n)) for n in names]))
-    return q.select(exp.alias_(exp.Sub(this=order, expression=exp.Literal.number(1)), "__gid"))
+    # BIGINT on every engine (ROW_NUMBER is an INT on Spark): the index only, never released
+    return q.select(exp.alias_(exp.cast(exp.Sub(this=order, expression=exp.Literal.number(1)), "BIGINT"), "__gid"))
 
 
 def _on_keys(jp: ir.JoinPlan, left: str) -> exp.Expression:
@@ -107,25 +112,23 @@ def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.
     per = (exp.select(_col("__j.__owner"), _col("__dom.__gid"), exp.alias_(exp.func("sum", _value(parts)), "__v"))
            .from_(rel.subquery("__j")).join(exp.to_table("__dom"), on=_on_keys(jp, "__j"), join_type="inner")
            .group_by(_col("__j.__owner"), _col("__dom.__gid")))
-    norms = (exp.select(_col("__owner"), exp.alias_(exp.func("sqrt", exp.func("sum", exp.Mul(this=_col("__v"), expression=_col("__v")))),
-                                                  "__norm"))
-             .from_("__t").where(exp.Not(this=exp.Is(this=_col("__owner"), expression=exp.Null()))).group_by(_col("__owner")))
+    # each owner's norm by a window over its rows (no self-join: the join is computed once on every engine)
+    norm = exp.func("sqrt", exp.Window(this=exp.func("sum", exp.Mul(this=_col("__v"), expression=_col("__v"))),
+                                       partition_by=[_col("__owner")]))
     c = exp.Literal.number(repr(float(clip)))
     scaled = exp.Case(ifs=[
-        exp.If(this=exp.Is(this=_col("__n.__norm"), expression=exp.Null()), true=_col("__t.__v")),
-        exp.If(this=exp.LTE(this=_col("__n.__norm"), expression=c), true=_col("__t.__v"))],
-        default=exp.Mul(this=_col("__t.__v"), expression=exp.Div(this=c, expression=_col("__n.__norm"))))
-    per_group = (exp.select(_col("__t.__gid"), exp.alias_(exp.func("sum", scaled), "__c"))
-                 .from_(exp.to_table("__t")).join(exp.to_table("__n"),
-                                                   on=exp.EQ(this=_col("__t.__owner"), expression=_col("__n.__owner")),
-                                                   join_type="left")
-                 .group_by(_col("__t.__gid")))
+        exp.If(this=exp.Is(this=_col("__owner"), expression=exp.Null()), true=_col("__v")),
+        exp.If(this=exp.LTE(this=_col("__norm"), expression=c), true=_col("__v"))],
+        default=exp.Mul(this=_col("__v"), expression=exp.Div(this=c, expression=_col("__norm"))))
+    normed = exp.select(_col("__owner"), _col("__gid"), _col("__v"), exp.alias_(norm, "__norm")).from_(per.subquery("__t"))
+    per_group = (exp.select(_col("__gid"), exp.alias_(exp.func("sum", scaled), "__c"))
+                 .from_(normed.subquery("__n")).group_by(_col("__gid")))
     out = (exp.select(*[_col(f"__dom.{k.name}") for k in jp.keys], _col("__dom.__gid"),
                       exp.alias_(exp.func("coalesce", _col("__g.__c"), exp.Literal.number("0.0")), "__a0"))
            .from_("__dom").join(per_group.subquery("__g"), on=exp.EQ(this=_col("__dom.__gid"), expression=_col("__g.__gid")),
                                 join_type="left")
            .order_by(_col("__dom.__gid")))
-    return (out.with_("__dom", as_=key_set(jp, catalog)).with_("__t", as_=per).with_("__n", as_=norms))
+    return out.with_("__dom", as_=key_set(jp, catalog))
 
 
 def sampled_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
@@ -134,9 +137,14 @@ def sampled_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: s
     extra = [(f"__x{i}", k.expr) for i, k in enumerate(jp.keys)]
     st = sampled_tuples(jp, catalog, salt=salt, q=q, ops=ops, caps=caps, extra=extra)
     keep = [c.split(".")[-1] for c in st.named_selects if not c.split(".")[-1].startswith("__x")]
-    tuples = (exp.select(*[_col(f"__st.{c}") for c in keep], _col("__dom.__gid"), exp.alias_(exp.true(), "__tuple"))
+    names = [k.name for k in jp.keys]
+    # a positional UNION ALL with every column named on both sides (Spark has no UNION BY NAME); an
+    # untyped NULL takes the other side's type on both engines
+    tuples = (exp.select(*[_col(f"__st.{c}") for c in keep], _col("__dom.__gid"), exp.alias_(exp.true(), "__tuple"),
+                         *[exp.alias_(exp.Null(), n) for n in names])
               .from_(st.subquery("__st"))
               .join(exp.to_table("__dom"), on=_on_keys(jp, "__st"), join_type="inner"))
-    dom = exp.select("*").from_("__dom")
-    union = exp.Union(this=tuples, expression=dom, distinct=False, by_name=True)
+    dom = exp.select(*[exp.alias_(exp.Null(), c) for c in keep], _col("__dom.__gid"), exp.alias_(exp.Null(), "__tuple"),
+                     *[_col(f"__dom.{n}") for n in names]).from_("__dom")
+    union = exp.Union(this=tuples, expression=dom, distinct=False)
     return exp.select("*").from_(union.subquery("__all")).with_("__dom", as_=key_set(jp, catalog))
