@@ -56,7 +56,8 @@ def _canonical(k: ir.JoinKey, e: exp.Expression) -> exp.Expression:
 def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
     if k.domain is not None:
         vals = [exp.Literal.number(v) if k.kind == "year" else domain_literal(v, k.sql_type) for v in k.domain]
-        return exp.select(exp.alias_(_canonical(k, exp.func("unnest", exp.Array(expressions=vals))), k.name))
+        listed = exp.select(exp.alias_(exp.func("unnest", exp.Array(expressions=vals)), k.name)).subquery("__domain")
+        return exp.select(exp.alias_(_canonical(k, _col(k.name)), k.name)).from_(listed)
     t = catalog[dict(jp.inputs)[k.alias]]
     local, _ = _split_where(jp)
     cols = sorted({k.column, *[c.name.split("__", 1)[1] for e in local.get(k.alias, []) for c in e.find_all(exp.Column)]})
