@@ -162,7 +162,7 @@ class Session:
 
     def _bind_check(self, r: Route) -> None:
         """Type-check the bounded query and post-processing, reading no private row (a pass is remembered)."""
-        key = (r.bind_key(), self._catalog_version)
+        key = (r.bind_key(), self._catalog_version, os.getpid())  # a forked child checks its engine again
         if key not in self._bound_ok:
             ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
             getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, self._engine)  # reads public rows only
