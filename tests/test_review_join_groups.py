@@ -77,9 +77,6 @@ def test_public_table_text_keys_of_a_join_are_spelled_and_matched_exactly() -> N
     assert set(nocase) == {"AUTO", "auto", "BUILD"}
 
 
-@pytest.mark.xfail(strict=True, reason="open: join conditions on text keys and the per-person grouping of the clipped path "
-                   "(__owner) and the Delta caps of dpsql.rewrite.joins follow the connection's collation; under 'nocase' "
-                   "the people 'Z' and 'z' are one owner and their orders join both")
 def test_text_people_of_a_join_are_not_merged_by_a_nocase_connection() -> None:
     def answer(collation: str | None) -> dict[str, int]:
         con = duckdb.connect()

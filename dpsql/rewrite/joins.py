@@ -60,7 +60,7 @@ from dpsql.plan import ir
 from dpsql.plan.joins import SEP, _direct, flat
 from dpsql.plan.joins import parts as key_parts
 from dpsql.plan.typer import Typer, _Refuse
-from dpsql.rewrite.bound import cap_rows, guard
+from dpsql.rewrite.bound import binary_text, cap_rows, guard, is_text
 
 #: weight grid of sums: a tuple's weight is a whole number of 2^-20 of its bound
 SUM_UNITS = 1 << 20
@@ -166,6 +166,10 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         rel: exp.Expression = exp.select(*proj).from_(exp.to_table(t.view or source_name(t.name), quoted=True))
         if local.get(a):
             rel = exp.select("*").from_(rel.subquery("__f")).where(guard(_and(local[a]), dict(jp.flat_schema)))
+        if any(is_text(_type_of(t, c)) for c in cols):
+            # from here on (caps, joins, identities, owners) text is compared under the binary collation
+            rel = exp.select(*[exp.alias_(binary_text(_col(flat(a, c)), _type_of(t, c)), flat(a, c)) for c in cols]).from_(
+                rel.subquery("__b"))
         for (ca, cc), n in cap_of.items():
             if ca == a:
                 rel = _semi_filter(rel, jp, a, cc, built)
@@ -190,6 +194,10 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     if with_tid:
         return _with_tid(q)
     return q
+
+
+def _type_of(t: TableSpec, column: str) -> str:
+    return t.schema.get(column, t.schema.get(column.lower(), ""))
 
 
 def _id_piece(col: exp.Expression) -> exp.Expression:
@@ -229,8 +237,9 @@ def _unique_filter(rel: exp.Expression, alias: str, key: str, table: TableSpec) 
     row caps, which depend only on their own partitions."""
     keys = key_parts(key)
     src = exp.to_table(table.view or source_name(table.name), quoted=True)
-    once = (exp.select(*[exp.column(c, quoted=True) for c in keys]).from_(src)
-            .group_by(*[exp.column(c, quoted=True) for c in keys])
+    once = (exp.select(*[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(table, c)), c, quoted=True)
+                         for c in keys]).from_(src)
+            .group_by(*[binary_text(exp.column(c, quoted=True), _type_of(table, c)) for c in keys])
             .having(exp.EQ(this=exp.Count(this=exp.Star()), expression=_lit(1))))
     cond = _and([exp.EQ(this=exp.column(c, table="__once", quoted=True), expression=_col(f"__r.{flat(alias, c)}"))
                  for c in keys])
@@ -354,8 +363,10 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
         assert nxt is not None
         keys, nexts = key_parts(hop.target_column), key_parts(nxt)
         la = f"__l{k}_{j}"
-        rel = (exp.select(*[exp.alias_(exp.column(c, quoted=True), f"__a{i}") for i, c in enumerate(keys)],
-                          *[exp.alias_(exp.column(c, quoted=True), f"__b{i}") for i, c in enumerate(nexts)],
+        rel = (exp.select(*[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(t, c)), f"__a{i}")
+                            for i, c in enumerate(keys)],
+                          *[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(t, c)), f"__b{i}")
+                            for i, c in enumerate(nexts)],
                           exp.alias_(_lit(1), "__m"))
                .from_(exp.to_table(t.view or source_name(t.name), quoted=True)))
         on = _and([exp.EQ(this=_col(f"{la}.__a{i}"), expression=prev[i]) for i in range(len(keys))])
