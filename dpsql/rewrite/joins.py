@@ -4,8 +4,18 @@ One relation per input (its needed columns renamed ``<alias>__<column>``; the WH
 over that input alone; with an enforced Delta, then at most n rows per value of the column it
 joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), then only the rows whose key value is held once in the base table for an input the
 join enters through a declared key (:func:`_unique_filter`), the inner equi-join, the other WHERE
-conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`), and
-per join tuple:
+conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`).
+
+Text is compared under the binary collation: each input's text columns are re-projected as
+``x COLLATE "binary"`` (:func:`dpsql.rewrite.bound.binary_text`) right after that input's own WHERE
+conjuncts (which keep the owner's collation, as on a single table), and so are the key columns read
+from base tables by :func:`_unique_filter` and :func:`_lookup`. Every later equi-join condition,
+Delta cap partition, owner grouping, tuple identity and lookup then tells 'Z' from 'z' whatever the
+connection's ``default_collation`` or a column's declared ``COLLATE NOCASE``: a collation that
+merged two people would let one person's removal change another's kept tuples (the sensitivities
+below assume one person per value). Results equal those under no collation.
+
+Per join tuple:
 
 * its **weight(s)** on an integer grid: COUNT(*) weighs 1; SUM(expr) weighs
   ``floor(clamp(expr, lo, hi) / hi * 2^20)`` units of ``hi / 2^20`` (its positive part), and,
