@@ -67,6 +67,11 @@ class ColumnSpec:
                 object.__setattr__(self, name, tuple(v))
 
 
+#: the finest rounding grid an owner may declare for released values: a released value v is
+#: rounded as rint(v / g) * g, and below this g (near the smallest normal double, 2.2e-308) the
+#: quotient overflows for ordinary values, so AVG would release inf and VARIANCE NULL
+MIN_GRANULARITY = 1e-300
+
 _K = TypeVar("_K")
 _V = TypeVar("_V")
 
@@ -325,6 +330,11 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
             raise ConfigError(f"granularity for '{table}.{name}' must be a positive number") from None
         if not math.isfinite(gran) or gran <= 0:
             raise ConfigError(f"granularity for '{table}.{name}' must be a positive number")
+        if gran < MIN_GRANULARITY:
+            raise ConfigError(
+                f"granularity for '{table}.{name}' is {gran:g}, too fine for doubles: rounding a released value to "
+                f"that grid divides by it and overflows",
+                hint=f"declare a granularity of at least {MIN_GRANULARITY:g} (e.g. 1e-6), or none to release unrounded values")
     return ColumnSpec(name.lower(), bounds=bounds, domain=domain, ordered=ordered, granularity=gran)
 
 

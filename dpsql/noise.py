@@ -395,12 +395,16 @@ def round_to_granularity(values: np.ndarray, granularity: float) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64)
     if granularity == 1:
         return np.rint(v)
-    out = np.rint(v / granularity) * granularity
-    k = math.log10(granularity)
-    if k < 0 and abs(k - round(k)) < 1e-9:
-        # a decimal grid: also drop binary representation noise (0.30000000000000004 -> 0.3)
-        out = np.round(out, int(-round(k)))
-    return out
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = v / granularity
+        out = np.rint(q) * granularity
+        k = math.log10(granularity)
+        if k < 0 and abs(k - round(k)) < 1e-9:
+            # a decimal grid: also drop binary representation noise (0.30000000000000004 -> 0.3)
+            out = np.round(out, int(-round(k)))
+    # from 2^53 grid units on, v / g is already a whole number in doubles (rint is the identity): keep
+    # v itself, sparing the round trip's error and a quotient that overflowed to inf
+    return np.where(np.isfinite(v) & ~(np.abs(q) < 2.0**53), v, out)
 
 
 def default_noise_source() -> NoiseSource:

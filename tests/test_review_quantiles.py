@@ -65,8 +65,6 @@ def test_epsilon_just_above_the_float_slack_still_runs() -> None:
 
 
 @pytest.mark.parametrize("cols", [
-    {"bounds": (0, 1e10), "granularity": 1e-310},   # 10.0**k overflowed: OverflowError, reported as an epsilon problem
-    {"bounds": (0, 1), "granularity": 5e-324},
     {"bounds": (0, 1e-320)},                        # default step 10**-324 == 0.0: ZeroDivisionError
 ])
 def test_grid_too_fine_for_doubles_is_a_config_error_naming_the_column(cols: dict) -> None:
@@ -81,4 +79,17 @@ def test_grid_too_fine_for_doubles_is_a_config_error_naming_the_column(cols: dic
         with pytest.raises(ConfigError, match="granularity of 'x' is too fine"):
             call("SELECT MEDIAN(x) FROM t", epsilon=1.0)
     assert s.history().num_rows == 0
+    s.close()
+
+
+@pytest.mark.parametrize("cols", [
+    {"bounds": (0, 1e10), "granularity": 1e-310},   # 10.0**k overflowed: OverflowError, reported as an epsilon problem
+    {"bounds": (0, 1), "granularity": 5e-324},
+])
+def test_granularity_too_fine_for_doubles_is_refused_at_registration(cols: dict) -> None:
+    """Declared granularities below the floor (1e-300) never reach the quantile grid: registration refuses them."""
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5))
+    with pytest.raises(ConfigError, match=r"granularity for 't\.x' is .* too fine"):
+        s.register("t", pa.table({"pid": np.arange(10, dtype=np.int64), "x": np.linspace(0.0, 1.0, 10)}),
+                   privacy_unit="pid", max_rows_per_unit=1, columns={"x": cols})
     s.close()

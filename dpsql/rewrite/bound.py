@@ -105,11 +105,22 @@ def unit_expression(unit_column: str, schema: dict[str, str]) -> exp.Expression:
     a connection's ``default_collation`` or a column's collation (``nocase``) would make the people
     'Z' and 'z' one partition, and removing one of them would then change the kept rows of both
     (twice the claimed sensitivity for a signed SUM)."""
-    col = exp.column(unit_column, quoted=True)
-    typ = schema.get(unit_column.lower(), "").upper().split("(")[0].strip()
-    if typ in _TEXT_TYPES or typ.startswith("VARCHAR"):
-        return exp.Collate(this=col, expression=exp.to_identifier("binary", quoted=True))
-    return col
+    return binary_text(exp.column(unit_column, quoted=True), schema.get(unit_column.lower(), ""))
+
+
+def is_text(sql_type: str) -> bool:
+    """Whether a catalog type is text (a column or connection collation could apply to it)."""
+    typ = sql_type.upper().split("(")[0].strip()
+    return typ in _TEXT_TYPES or typ.startswith("VARCHAR")
+
+
+def binary_text(e: exp.Expression, sql_type: str) -> exp.Expression:
+    """``e COLLATE "binary"`` when ``sql_type`` is text, else ``e``: every comparison, partition,
+    grouping and DISTINCT over the value then tells 'Z' from 'z' whatever the connection's
+    ``default_collation`` or the column's declared collation."""
+    if is_text(sql_type):
+        return exp.Collate(this=e, expression=exp.to_identifier("binary", quoted=True))
+    return e
 
 
 def _refused(e: TypeRefusal) -> UnsupportedQueryError:

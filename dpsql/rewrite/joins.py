@@ -4,8 +4,18 @@ One relation per input (its needed columns renamed ``<alias>__<column>``; the WH
 over that input alone; with an enforced Delta, then at most n rows per value of the column it
 joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), then only the rows whose key value is held once in the base table for an input the
 join enters through a declared key (:func:`_unique_filter`), the inner equi-join, the other WHERE
-conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`), and
-per join tuple:
+conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`).
+
+Text is compared under the binary collation: each input's text columns are re-projected as
+``x COLLATE "binary"`` (:func:`dpsql.rewrite.bound.binary_text`) right after that input's own WHERE
+conjuncts (which keep the owner's collation, as on a single table), and so are the key columns read
+from base tables by :func:`_unique_filter` and :func:`_lookup`. Every later equi-join condition,
+Delta cap partition, owner grouping, tuple identity and lookup then tells 'Z' from 'z' whatever the
+connection's ``default_collation`` or a column's declared ``COLLATE NOCASE``: a collation that
+merged two people would let one person's removal change another's kept tuples (the sensitivities
+below assume one person per value). Results equal those under no collation.
+
+Per join tuple:
 
 * its **weight(s)** on an integer grid: COUNT(*) weighs 1; SUM(expr) weighs
   ``floor(clamp(expr, lo, hi) / hi * 2^20)`` units of ``hi / 2^20`` (its positive part), and,
@@ -60,7 +70,7 @@ from dpsql.plan import ir
 from dpsql.plan.joins import SEP, _direct, flat
 from dpsql.plan.joins import parts as key_parts
 from dpsql.plan.typer import Typer, _Refuse
-from dpsql.rewrite.bound import cap_rows, guard
+from dpsql.rewrite.bound import binary_text, cap_rows, guard, is_text
 
 #: weight grid of sums: a tuple's weight is a whole number of 2^-20 of its bound
 SUM_UNITS = 1 << 20
@@ -166,6 +176,10 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         rel: exp.Expression = exp.select(*proj).from_(exp.to_table(t.view or source_name(t.name), quoted=True))
         if local.get(a):
             rel = exp.select("*").from_(rel.subquery("__f")).where(guard(_and(local[a]), dict(jp.flat_schema)))
+        if any(is_text(_type_of(t, c)) for c in cols):
+            # from here on (caps, joins, identities, owners) text is compared under the binary collation
+            rel = exp.select(*[exp.alias_(binary_text(_col(flat(a, c)), _type_of(t, c)), flat(a, c)) for c in cols]).from_(
+                rel.subquery("__b"))
         for (ca, cc), n in cap_of.items():
             if ca == a:
                 rel = _semi_filter(rel, jp, a, cc, built)
@@ -190,6 +204,10 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     if with_tid:
         return _with_tid(q)
     return q
+
+
+def _type_of(t: TableSpec, column: str) -> str:
+    return t.schema.get(column, t.schema.get(column.lower(), ""))
 
 
 def _id_piece(col: exp.Expression) -> exp.Expression:
@@ -229,8 +247,9 @@ def _unique_filter(rel: exp.Expression, alias: str, key: str, table: TableSpec) 
     row caps, which depend only on their own partitions."""
     keys = key_parts(key)
     src = exp.to_table(table.view or source_name(table.name), quoted=True)
-    once = (exp.select(*[exp.column(c, quoted=True) for c in keys]).from_(src)
-            .group_by(*[exp.column(c, quoted=True) for c in keys])
+    once = (exp.select(*[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(table, c)), c, quoted=True)
+                         for c in keys]).from_(src)
+            .group_by(*[binary_text(exp.column(c, quoted=True), _type_of(table, c)) for c in keys])
             .having(exp.EQ(this=exp.Count(this=exp.Star()), expression=_lit(1))))
     cond = _and([exp.EQ(this=exp.column(c, table="__once", quoted=True), expression=_col(f"__r.{flat(alias, c)}"))
                  for c in keys])
@@ -354,8 +373,10 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
         assert nxt is not None
         keys, nexts = key_parts(hop.target_column), key_parts(nxt)
         la = f"__l{k}_{j}"
-        rel = (exp.select(*[exp.alias_(exp.column(c, quoted=True), f"__a{i}") for i, c in enumerate(keys)],
-                          *[exp.alias_(exp.column(c, quoted=True), f"__b{i}") for i, c in enumerate(nexts)],
+        rel = (exp.select(*[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(t, c)), f"__a{i}")
+                            for i, c in enumerate(keys)],
+                          *[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(t, c)), f"__b{i}")
+                            for i, c in enumerate(nexts)],
                           exp.alias_(_lit(1), "__m"))
                .from_(exp.to_table(t.view or source_name(t.name), quoted=True)))
         on = _and([exp.EQ(this=_col(f"{la}.__a{i}"), expression=prev[i]) for i in range(len(keys))])
