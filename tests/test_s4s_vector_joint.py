@@ -65,3 +65,13 @@ def test_charge_is_the_joint_epsilon_and_below_lemma_4_2_at_the_benchmark_settin
     vp = vector_params(4.0, 1e-7, 5, 1 / 16, 1)
     assert vp.epsilon_prime == pytest.approx(3.1956, abs=1e-4)
     assert s4s_vector_joint_epsilon(4.0, 1 / 16, 1) < vp.epsilon_prime
+
+
+def test_joint_epsilon_can_exceed_lemma_4_2():
+    """ε = 8, δ = 1e-5, d = 5, q = ¼, Δ = 8: q′ = 1 − (¾)⁸ = 58975/65536, ε* = ln(1 + q′(e⁸ − 1)) = 7.894551,
+    above Lemma 4.2's 7.894129: there the lemma's number was not backed by a valid argument, and the charge
+    (ε*) is now the larger, proven one."""
+    vp = vector_params(8.0, 1e-5, 5, 0.25, 8)
+    assert vp.q_prime == pytest.approx(58975 / 65536, rel=1e-12)
+    assert s4s_vector_joint_epsilon(8.0, 0.25, 8) == pytest.approx(7.894551, abs=1e-6)
+    assert vp.epsilon_prime == pytest.approx(7.894129, abs=1e-6)
