@@ -66,6 +66,7 @@ from dpsql.accounting.s4s import (
     s4s_variance_divergence_term,
     s4s_vector_epsilon,
     s4s_vector_epsilon_parts,
+    s4s_vector_joint_epsilon,
 )
 from dpsql.accounting.sparse_histogram import (
     SparseHistogramDelta,
@@ -115,6 +116,7 @@ __all__ = [
     "S4SVectorEpsilon",
     "s4s_vector_epsilon",
     "s4s_vector_epsilon_parts",
+    "s4s_vector_joint_epsilon",
     "s4s_find_alpha",
     "R2TStep",
     "r2t_schedule",

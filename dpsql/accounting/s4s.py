@@ -42,6 +42,23 @@ Lemma 4.2 (vector query, Algorithm 5, ε/5 : 4ε/5 split): q′ = 1 − (1 − q
     ε′ = ln(1 + q′(e^{ε/5} − 1)) + [ln(1 + q′(e^{4(α−1)ε/5}δ − 1)) + ln(1/δ)]/(α − 1) ≤ ε,
 evaluated with log1p/expm1/logaddexp (no overflow for large (α−1)ε).
 
+Joint accounting of Algorithm 5 (what dpsql charges; :func:`s4s_vector_joint_epsilon`). Lemma 4.2's
+proof amplifies the SVT and the release separately and adds the results, but both read **one** sample,
+so basic composition (independent randomness) does not apply, and x ↦ f(x) = ln(1 + q′(e^x − 1)) is
+superadditive: (1 + q′(e^a − 1))(1 + q′(e^b − 1)) = 1 + q′(e^{a+b} − 1) − q′(1 − q′)(e^a − 1)(e^b − 1).
+Two stages that each move their output by e^a, e^b exactly when the person is in the sample lose
+f(a + b) > f(a) + f(b) (``tests/test_s4s_vector_joint.py``). Sound instead: compose the un-amplified
+stages on a fixed sample and amplify once. On neighbouring samples S, S ∪ T (T one person's sampled
+tuples) the SVT is ε₁-DP and, for each stopping τ, the release is (α, ρ)-RDP, hence (ε₂, δ_A)-DP with
+ε₂ = ρ + ln(1/δ_A)/(α − 1); by adaptive composition the pair is (ε₁ + ε₂, δ_A) = (ε, δ_A)-DP (and
+the parts of a split SUM, on the same sample, compose to (Σε, Σδ_A)). With P the output law on D′ and
+Q the law on D given that some of the person's ≤ Δ tuples are sampled (probability q′; otherwise the
+sample, hence the output, is distributed as on D′), P_D = (1 − q′)P + q′Q and Q ≈_(ε,δ_A) P (joint
+convexity of the hockey-stick divergence over the independent rest of the sample). For every set A,
+with e^{ε*} = 1 + q′(e^ε − 1): P_D(A) − e^{ε*}P(A) = q′(Q(A) − e^ε P(A)) ≤ q′δ_A, and, using
+Q(A) ≥ e^{−ε}(P(A) − δ_A) and (1 + q′(e^ε − 1))(1 − q′(1 − e^{−ε})) = 1 + q′(1 − q′)(e^ε − 1)²/e^ε ≥ 1,
+P(A) − e^{ε*}P_D(A) ≤ e^{ε*−ε}q′δ_A ≤ q′δ_A. So Algorithm 5 is (ln(1 + q′(e^ε − 1)), q′δ_A)-DP.
+
 R2T (Dong et al. 2022; §3.3): τ_j = b^j, j = 1…L, L = ⌈log_b GS⌉; Laplace scale L·τ_j/ε and bias
 L·τ_j·ln(L/β)/ε (b = 2 in the paper, 5.5 by default as in the authors' code).
 """
@@ -75,6 +92,7 @@ __all__ = [
     "s4s_vector_epsilon",
     "s4s_vector_epsilon_parts",
     "s4s_find_alpha",
+    "s4s_vector_joint_epsilon",
     "R2TStep",
     "r2t_schedule",
 ]
@@ -630,6 +648,19 @@ def s4s_vector_epsilon_parts(
 def s4s_vector_epsilon(epsilon: float, delta: float, alpha: float, q: float, max_tuples: int) -> float:
     """ε′ of DP-S4S Lemma 4.2 (Algorithm 5 is (ε′, δ)-DP with ε′ ≤ ε)."""
     return s4s_vector_epsilon_parts(epsilon, delta, alpha, q, max_tuples).epsilon_prime
+
+
+def s4s_vector_joint_epsilon(epsilon: float, q: float, max_tuples: int) -> float:
+    """ε* = ln(1 + q′(e^ε − 1)), q′ = 1 − (1 − q)^Δ: Algorithm 5 (all its stages and parts on one sample),
+    un-amplified (ε, δ_A)-DP, is (ε*, q′δ_A)-DP (module docstring, "Joint accounting"); ε* ≤ ε."""
+    e = v.positive(epsilon, "epsilon", hint="epsilon is the total budget of the vector query, e.g. epsilon=4.0")
+    qq = _q(q)
+    n = _max_tuples(max_tuples)
+    log_1mq = n * math.log1p(-qq) if qq < 1.0 else -math.inf
+    qp = -math.expm1(log_1mq)
+    if qp >= 1.0:
+        return e
+    return min(e, float(np.logaddexp(log_1mq, math.log(qp) + e)))  # ln(1 − q′ + q′e^ε), no overflow
 
 
 def s4s_find_alpha(epsilon2: float, delta: float, d: int) -> float:

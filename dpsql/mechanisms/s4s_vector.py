@@ -37,7 +37,16 @@ Stage 3: α = ``release_alpha``(ε₂ = 9ε/10, δ_A, d), ρ = ε₂ − ln(1/δ
 ``s4s_eta``(α, ρ, d, "proof") of Lemma 4.1 (see the two paragraphs below); B = (E + 1)/κ; release
 F̄ + σ(S)·N(0, I_d), σ(S) = 2τκ·η·SS(B, γ), rounded to the public grid γ_τ, divided by q. By
 Lemma 4.2 the whole is (ε′, δ_A)-DP with ε′ = ``s4s_vector_epsilon_parts``(ε, δ_A, α, q, Δ,
-svt_share=1/10) ≤ ε.
+svt_share=1/10) ≤ ε — but see "Joint accounting": that number is reported, not charged.
+
+Joint accounting (``dpsql.accounting.s4s`` docstring, same heading). Lemma 4.2 amplifies the SVT and the
+release separately and adds the two; both read the one sample (and so do the two parts of a split SUM),
+so that composition is not justified (the amplified cost is superadditive in the stages' costs). The
+charge composes the un-amplified stages and parts on a fixed sample — SVT ε₁-DP, release (α, ρ)-RDP ⇒
+(ε₂, δ_A) with ε₁ + ε₂ = ε per part, so (ε, Σδ_A) for the query — and amplifies once with q′:
+ε* = ``s4s_vector_joint_epsilon``(ε, q, Δ) = ln(1 + q′(e^ε − 1)) with δ ≤ q′·0.9δ + δ_fp ≤ δ.
+Charged: (ε*, δ); ``explain`` shows ε* as ``epsilon_prime`` and Lemma 4.2's sum as
+``epsilon_lemma_4_2``. E.g. ε = 4, q = 1/16, Δ = 1: ε* = 1.470149 (Lemma 4.2: 3.195567 at d = 5).
 
 Budget split. The paper gives the SVT ε₁ = ε/5 with θ₀ = (6/ε₁)ln(6/β); its authors' code gives it
 ε/10. Lemma 4.2 composes an ε₁-DP SVT with an (α, ρ)-RDP release and holds for any split, and θ₀
@@ -98,7 +107,7 @@ about c₀ + slope·σ̄ (≈ 10⁻¹⁴ at σ̄/γ ≈ 1) instead of carrying a
 d = 2 526 (Q7c) the grid at τ = 1 is 256 (≈ 0.8σ_lo; with the cap bound alone it was 1 024 at the
 paper's budget split and would exceed 8 192 at ours, whose SVT noise — and so B_cap — is twice as large).
 The grid γ_τ is the least power of two ≥ σ_lo(τ)/16 (times 2^k, the same k for every τ) with
-δ_fp = (1 + e^ε)(d·P_coord + L·2⁻⁴⁰) ≤ δ/10, and δ_A = 0.9δ ≤ δ − δ_fp. Charged: (ε′, δ).
+δ_fp = (1 + e^ε)(d·P_coord + L·2⁻⁴⁰) ≤ δ/10, and δ_A = 0.9δ ≤ δ − δ_fp. Charged: (ε*, δ) ("Joint accounting").
 
 Δ: Lemma 4.2's amplification uses q′ = 1 − (1 − q)^Δ. With one person per tuple Δ is enforced
 by the per-input row caps (``dpsql.plan.joins``); with several people per tuple it is attested by
@@ -110,7 +119,7 @@ that one term of δ is conditional on it.
 
 Key set: declared domains and years are in the catalog; a public table's keys are read from that
 table in the query (public rows); d is then known only at run time, and the parameters above are
-computed there from d (public) — ``explain`` shows them as formulas, and the charge is (ε, δ) ≥ (ε′, δ).
+computed there from d (public) — ``explain`` shows them as formulas, and the charge is (ε, δ) ≥ (ε*, δ).
 Before the charge (``check_public``, called by the session's bind step for ``query`` and ``explain``
 alike) the public key set is counted — public rows only — and (ε, δ) is validated for that d, so a δ
 too small for the key count is refused with nothing spent.
@@ -137,7 +146,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.accounting import gaussian_sigma, s4s_eta, s4s_gamma, s4s_smooth_sensitivity
-from dpsql.accounting.s4s import s4s_find_alpha, s4s_vector_epsilon_parts
+from dpsql.accounting.s4s import s4s_find_alpha, s4s_vector_epsilon_parts, s4s_vector_joint_epsilon
 from dpsql.budget import Budget
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
@@ -495,11 +504,18 @@ def describe(cal: VectorCalibration) -> Description:
                 "eta": vp.eta, "B_cap": vp.b_cap, "p_exceed": vp.p_exceed,
                 "sigma_lo": [s / cal.q for s in vp.sigma_lo], "sigma_cap": [s / cal.q for s in vp.sigma_cap],
                 "granularity": list(vp.grid), "fp_delta": vp.fp_delta, "q_prime": vp.q_prime,
-                "epsilon_prime": vp.epsilon_prime * len(cal.parts), "delta_algorithm": vp.delta_alg})
-            cost = Budget(min(cal.epsilon, vp.epsilon_prime * len(cal.parts)), cal.delta)
+                "epsilon_prime": joint_epsilon(cal), "epsilon_lemma_4_2": vp.epsilon_prime * len(cal.parts),
+                "delta_algorithm": vp.delta_alg})
+            cost = Budget(joint_epsilon(cal), cal.delta)
         else:
             params["tau_grid"] = [float(2**i) for i in range(max(0, math.ceil(math.log2(cal.max_tuples))) + 1)]
     return Description(label=cal.name.value, cost=cost, parameters=params, notes=tuple(cal.notes))
+
+
+def joint_epsilon(cal: VectorCalibration) -> float:
+    """The charged ε* of the sampled path: all stages and parts on one sample, amplified once (module
+    docstring, "Joint accounting"); ≤ cal.epsilon."""
+    return s4s_vector_joint_epsilon(cal.epsilon, cal.q, cal.max_tuples)
 
 
 def _domain(rows: pa.Table, jp: ir.JoinPlan) -> pa.Table:
