@@ -165,7 +165,11 @@ DEFAULT_Q = 1.0 / 16.0
 #: relative slack on the clip norm (floating-point norm and scaling)
 CLIP_SLACK = 2.0**-30
 KAPPA = 1.0 + socp.GAP
-FP_SHARE = 0.1  #: at most this share of δ goes to the floating-point part
+FP_SHARE = 0.1  #: the share of δ set aside for the floating-point part first
+#: the shares tried in turn (δ_A = (1 − share)·δ) before a release grid coarser than about 2σ_lo (2σ for clipping)
+FP_SHARES = (FP_SHARE, 0.25, 0.5, 0.75)
+#: grid steps above σ_lo/16 tried at every share: 2^5 × (σ_lo/32, σ_lo/16] ends at most 2σ_lo
+FINE_STEPS = 5
 #: the SVT's share of ε (module docstring, "Budget split"): the authors' code's 1/10, the paper's threshold value
 SVT_SHARE = 0.1
 
@@ -194,6 +198,7 @@ class VectorParams:
     fp_delta: float
     epsilon_prime: float
     q_prime: float
+    fp_share: float = FP_SHARE  #: δ_A = (1 − fp_share)·δ
 
 
 #: Lemma 4.1's multiplier in the form its proof needs (module docstring, "Noise multiplier")
@@ -257,39 +262,85 @@ def fp_coord_expected(grid: tuple[float, ...], taus: tuple[float, ...], cap: tup
     return min(cap_bound, mean_bound * (1.0 + 1e-12))
 
 
-@lru_cache(maxsize=256)
-def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams:
-    """Public parameters of Algorithm 5 (module docstring); ConfigError if δ cannot cover the float part."""
+def q_prime_of(q: float, max_tuples: int) -> float:
+    """q′ = 1 − (1 − q)^Δ, the probability that one person's ≤ Δ tuples meet the sample (rounded up)."""
+    if q >= 1.0:
+        return 1.0
+    return min(1.0, -math.expm1(max_tuples * math.log1p(-q)) * (1.0 + 1e-12))
+
+
+@lru_cache(maxsize=4096)
+def _vector_fit(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams | None:
+    """Algorithm 5's public parameters, or None when no (share, grid) covers the floating-point part."""
     eps1, eps2 = SVT_SHARE * epsilon, (1.0 - SVT_SHARE) * epsilon
     theta0 = 30.0 / epsilon * math.log(6.0 / BETA)  # the paper's (6/ε₁)ln(6/β) at its ε₁ = ε/5
     n_tau = max(0, math.ceil(math.log2(max_tuples))) + 1
     taus = tuple(float(2**i) for i in range(n_tau))
-    delta_alg = delta * (1.0 - FP_SHARE)
     if not eps2 > 0 or not math.isfinite(eps2):  # pragma: no cover - epsilon validated upstream
         raise ConfigError("epsilon must be positive")
-    alpha = release_alpha(eps2, delta_alg, d)
-    rho = eps2 - math.log(1.0 / delta_alg) / (alpha - 1.0)
-    gamma = s4s_gamma(alpha, rho, d)
-    eta = s4s_eta(alpha, rho, d, ETA_FORM)
+    qp = q_prime_of(q, max_tuples)
+    mult = 1.0 + math.exp(epsilon)
     p = 1e-3 * delta
     b_cap = theta0 + 1.0 + 8.0 * KAPPA / eps1 * math.log(n_tau / p)
-    g1 = s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
-    gc = s4s_smooth_sensitivity(b_cap / KAPPA, gamma)[0]
-    lo = tuple(2.0 * t * KAPPA * eta * g1 for t in taus)
-    cap = tuple(2.0 * t * KAPPA * eta * gc for t in taus)
-    mult = 1.0 + math.exp(epsilon)
-    ss_mean = stopped_ss_mean(gamma, eps1, theta0, n_tau - 1)
-    for k in range(0, 40):
+    tries = [(s, k) for s in FP_SHARES for k in range(FINE_STEPS + 1)]
+    tries += [(FP_SHARES[-1], k) for k in range(FINE_STEPS + 1, 40)]
+    for share, k in tries:
+        delta_alg = delta * (1.0 - share)
+        alpha = release_alpha(eps2, delta_alg, d)
+        rho = eps2 - math.log(1.0 / delta_alg) / (alpha - 1.0)
+        gamma = s4s_gamma(alpha, rho, d)
+        eta = s4s_eta(alpha, rho, d, ETA_FORM)
+        g1 = s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
+        gc = s4s_smooth_sensitivity(b_cap / KAPPA, gamma)[0]
+        lo = tuple(2.0 * t * KAPPA * eta * g1 for t in taus)
+        cap = tuple(2.0 * t * KAPPA * eta * gc for t in taus)
+        ss_mean = stopped_ss_mean(gamma, eps1, theta0, n_tau - 1)
         grid = tuple(2.0 ** (math.floor(math.log2(s / 16.0)) + k) for s in lo)
         fp = mult * (d * fp_coord_expected(grid, taus, cap, p, eta, ss_mean) + n_tau * 2.0**-40)
-        if fp <= FP_SHARE * delta:
-            break
-    else:
-        raise ConfigError(f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups",
-                          hint="use a larger delta (e.g. 1e-7 or more) or fewer groups")
-    parts = s4s_vector_epsilon_parts(epsilon, delta_alg, alpha, q, max_tuples, svt_share=SVT_SHARE)
-    return VectorParams(d, epsilon, delta, delta_alg, eps1, eps2, theta0, taus, alpha, rho, gamma, eta, b_cap, p, lo, cap,
-                        grid, fp, min(epsilon, parts.epsilon_prime), parts.q_prime)
+        # on a fixed sample (ε, δ_A + fp); amplified once: q′(δ_A + fp) ≤ δ (module docstring, "Floating point")
+        if qp * (delta_alg + fp) <= delta * (1.0 - 1e-9):
+            parts = s4s_vector_epsilon_parts(epsilon, delta_alg, alpha, q, max_tuples, svt_share=SVT_SHARE)
+            return VectorParams(d, epsilon, delta, delta_alg, eps1, eps2, theta0, taus, alpha, rho, gamma, eta, b_cap, p,
+                                lo, cap, grid, fp, min(epsilon, parts.epsilon_prime), parts.q_prime, share)
+    return None
+
+
+def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams:
+    """Public parameters of Algorithm 5 (module docstring); ConfigError (naming the largest key count this δ
+    answers and the δ this key count needs) if δ cannot cover the floating-point part."""
+    vp = _vector_fit(epsilon, delta, d, q, max_tuples)
+    if vp is None:
+        raise too_many_groups(d, delta, lambda n, dl: _vector_fit(epsilon, dl, n, q, max_tuples) is not None)
+    return vp
+
+
+def too_many_groups(d: int, delta: float, fits: Callable[[int, float], bool]) -> ConfigError:
+    """The refusal of a key count whose floating-point part δ cannot cover: computed limits, public inputs only.
+
+    The largest answerable count is found by bisection on [1, d) and the least δ (two significant digits,
+    up to 0.01) by bisection over those values; each reported value is one at which ``fits`` held."""
+    lo, hi = 0, d  # fits(lo) (lo = 0: none yet), not fits(hi)
+    if fits(1, delta):
+        lo = 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid, delta) else (lo, mid)
+    cands = sorted({float(f"{m}e{e}") for e in range(math.floor(math.log10(delta)) - 1, -3) for m in range(10, 100)
+                    if delta < float(f"{m}e{e}") <= 0.01})
+    need = None
+    a, b = -1, len(cands)  # cands[b] fits (b = len: unknown)
+    while b - a > 1:
+        mid = (a + b) // 2
+        a, b = (a, mid) if fits(d, cands[mid]) else (mid, b)
+    if b < len(cands):
+        need = cands[b]
+    largest = (f"the largest key count answerable at delta={delta:g} is {lo}" if lo
+               else f"no key count is answerable at delta={delta:g}")
+    needs = f"delta={need:g} would answer {d} groups" if need is not None else f"no delta up to 0.01 answers {d} groups"
+    return ConfigError(
+        f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups: {largest}; {needs}",
+        hint=(f"pass delta={need:g} (or more)" if need is not None else "use fewer groups")
+        + " or group by fewer keys (each group's noise carries a floating-point share of delta)")
 
 
 @dataclass(frozen=True)
@@ -299,21 +350,35 @@ class ClipParams:
     sigma: float
     grid: float
     fp_delta: float
+    fp_share: float = FP_SHARE  #: the Gaussian is calibrated at (ε, (1 − fp_share)·δ)
 
 
-@lru_cache(maxsize=256)
-def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool) -> ClipParams:
+@lru_cache(maxsize=4096)
+def _clip_fit(epsilon: float, delta: float, d: int, clip: float, integer: bool) -> ClipParams | None:
+    """Per-user clipping's σ and grid, or None when no (share, grid) covers the floating-point part: the shares
+    FP_SHARES in turn with grids up to 2σ, then coarser grids at the largest share (module docstring)."""
     sens = clip * (1.0 + CLIP_SLACK)
-    sigma = gaussian_sigma(epsilon, delta * (1.0 - FP_SHARE), sens)
     mult = 1.0 + math.exp(epsilon)
-    base = 0 if integer else math.floor(math.log2(sigma / 16.0))
-    for k in range(0, 60):
-        grid = 2.0 ** (base + k)
-        fp = mult * d * gaussian_fp_delta(sigma, grid, integer=False)
-        if fp <= FP_SHARE * delta:
-            return ClipParams(d, clip, sigma, grid, fp)
-    raise ConfigError(f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups",
-                      hint="use a larger delta")  # pragma: no cover
+    for fine in (True, False):
+        for share in FP_SHARES if fine else FP_SHARES[-1:]:
+            sigma = gaussian_sigma(epsilon, delta * (1.0 - share), sens)
+            base = 0 if integer else math.floor(math.log2(sigma / 16.0))
+            for k in range(0, 60):
+                grid = 2.0 ** (base + k)
+                if fine and k > 0 and grid > 2.0 * sigma:
+                    break
+                fp = mult * d * gaussian_fp_delta(sigma, grid, integer=False)
+                if fp <= share * delta:
+                    return ClipParams(d, clip, sigma, grid, fp, share)
+    return None
+
+
+def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool) -> ClipParams:
+    """σ and grid of per-user clipping; ConfigError (with computed limits) if δ cannot cover the float part."""
+    cp = _clip_fit(epsilon, delta, d, clip, integer)
+    if cp is None:
+        raise too_many_groups(d, delta, lambda n, dl: _clip_fit(epsilon, dl, n, clip, integer) is not None)
+    return cp
 
 
 @dataclass
@@ -430,8 +495,10 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
         cal.notes.append("SUM with a negative lower bound: its positive and negative parts are answered separately, each with "
                          "half of the budget, and subtracted")
     if cal.d is None:
+        charge = ("the requested (epsilon, delta)" if path == "clip"
+                  else "(epsilon_prime, delta): epsilon_prime does not depend on d, and delta is checked for the counted d")
         cal.notes.append("the key set is read from a public table at run time: d, and the parameters that depend on it, "
-                         "are computed then (public); the charge is the requested (epsilon, delta)")
+                         "are computed then (public; the key set is counted before the charge); the charge is " + charge)
     return cal
 
 
@@ -488,7 +555,7 @@ def describe(cal: VectorCalibration) -> Description:
         if cal.d is not None:
             cp = _params(cal, cal.d)
             params.update({"sigma": cp.sigma, "l2_sensitivity": cal.clip * (1 + CLIP_SLACK), "granularity": cp.grid,
-                           "fp_delta": cp.fp_delta})
+                           "fp_delta": cp.fp_delta, "delta_gaussian": cal.delta * (1 - cp.fp_share)})
     else:
         params["budget_split"] = {"svt_epsilon": "epsilon/10 per part", "release_epsilon": "9 epsilon/10 per part",
                                   "per_part": {"epsilon": cal.part_epsilon, "delta": cal.part_delta}}
@@ -503,12 +570,13 @@ def describe(cal: VectorCalibration) -> Description:
                 "svt_query_noise_scale": 4 * KAPPA / vp.eps1, "alpha": vp.alpha, "rho": vp.rho, "gamma": vp.gamma,
                 "eta": vp.eta, "B_cap": vp.b_cap, "p_exceed": vp.p_exceed,
                 "sigma_lo": [s / cal.q for s in vp.sigma_lo], "sigma_cap": [s / cal.q for s in vp.sigma_cap],
-                "granularity": list(vp.grid), "fp_delta": vp.fp_delta, "q_prime": vp.q_prime,
-                "epsilon_prime": joint_epsilon(cal), "epsilon_lemma_4_2": vp.epsilon_prime * len(cal.parts),
-                "delta_algorithm": vp.delta_alg})
-            cost = Budget(joint_epsilon(cal), cal.delta)
+                "granularity": list(vp.grid), "fp_delta": vp.fp_delta,
+                "epsilon_lemma_4_2": vp.epsilon_prime * len(cal.parts), "delta_algorithm": vp.delta_alg})
         else:
             params["tau_grid"] = [float(2**i) for i in range(max(0, math.ceil(math.log2(cal.max_tuples))) + 1)]
+        # ε* depends on (ε, q, Δ) only, never on d: the same charge whether d is declared or read at run time
+        params.update({"q_prime": q_prime_of(cal.q, cal.max_tuples), "epsilon_prime": joint_epsilon(cal)})
+        cost = Budget(joint_epsilon(cal), cal.delta)
     return Description(label=cal.name.value, cost=cost, parameters=params, notes=tuple(cal.notes))
 
 
