@@ -19,9 +19,11 @@ covering the floating-point rounding of the norm and the scaling). C is the opti
 (declared by the analyst, in the aggregate's units) or, by default, the data-independent
 C = Δ·max(|lo|, |hi|) (count: Δ), the largest norm one person's vector can have, so by default
 nothing is clipped. Noise N(0, σ²I_d), σ = ``gaussian_sigma``(ε, δ_G, C) (exact analytic-Gaussian
-calibration, ``dpsql.accounting``), δ_G = δ − δ_fp with δ_fp = (1 + e^ε)·d·δ_coord(σ, γ) the
+calibration, ``dpsql.accounting``), δ_G = (1 − s)δ, with δ_fp = (1 + e^ε)·d·δ_coord(σ, γ) ≤ sδ the
 floating-point part of the sampler and rounding (``dpsql.noise`` §3) at the public grid γ (a power
-of two; ≥ 1 and integer for counts). Charged: (ε, δ). No sampling on this path.
+of two; ≥ 1 and integer for counts); the share s is the first of FP_SHARES = (0.1, 0.25, 0.5, 0.75)
+that fits with γ ≤ 2σ, else coarser grids at s = 0.75 (see "Large key counts"). Charged: (ε, δ).
+No sampling on this path.
 
 **DP-S4S vector (Algorithm 5; tuples with several people, or ``mechanism='dp_s4s'``).**
 Stage 1: Poisson sample of the join tuples at rate q (SHA-256 keyed by the per-query secret salt,
@@ -44,7 +46,7 @@ release separately and adds the two; both read the one sample (and so do the two
 so that composition is not justified (the amplified cost is superadditive in the stages' costs). The
 charge composes the un-amplified stages and parts on a fixed sample — SVT ε₁-DP, release (α, ρ)-RDP ⇒
 (ε₂, δ_A) with ε₁ + ε₂ = ε per part, so (ε, Σδ_A) for the query — and amplifies once with q′:
-ε* = ``s4s_vector_joint_epsilon``(ε, q, Δ) = ln(1 + q′(e^ε − 1)) with δ ≤ q′·0.9δ + δ_fp ≤ δ.
+ε* = ``s4s_vector_joint_epsilon``(ε, q, Δ) = ln(1 + q′(e^ε − 1)) with δ ≤ q′(δ_A + δ_fp) ≤ δ.
 Charged: (ε*, δ); ``explain`` shows ε* as ``epsilon_prime`` and Lemma 4.2's sum as
 ``epsilon_lemma_4_2``. E.g. ε = 4, q = 1/16, Δ = 1: ε* = 1.470149 (Lemma 4.2: 3.195567 at d = 5).
 
@@ -106,8 +108,39 @@ p = 10⁻³δ, the SVT stopping with E + 1 > B_cap with probability ≤ p. Each 
 about c₀ + slope·σ̄ (≈ 10⁻¹⁴ at σ̄/γ ≈ 1) instead of carrying a share of p: at ε = 4, δ = 10⁻⁷ and
 d = 2 526 (Q7c) the grid at τ = 1 is 256 (≈ 0.8σ_lo; with the cap bound alone it was 1 024 at the
 paper's budget split and would exceed 8 192 at ours, whose SVT noise — and so B_cap — is twice as large).
-The grid γ_τ is the least power of two ≥ σ_lo(τ)/16 (times 2^k, the same k for every τ) with
-δ_fp = (1 + e^ε)(d·P_coord + L·2⁻⁴⁰) ≤ δ/10, and δ_A = 0.9δ ≤ δ − δ_fp. Charged: (ε*, δ) ("Joint accounting").
+
+Floating point after amplification. P_mis bounds the mismatch for *every* dataset within Δ, so for every
+fixed sample S (a sub-multiset of the join tuples, itself within Δ): coupling the float mechanism M̂ with
+the exact M on the same draws, for every set A and neighbouring samples S, S′,
+P[M̂(S) ∈ A] ≤ P[M(S) ∈ A] + P_mis ≤ e^ε P[M(S′) ∈ A] + δ_A + P_mis ≤ e^ε P[M̂(S′) ∈ A] + δ_A + (1 + e^ε)P_mis:
+on a fixed sample M̂ is (ε, δ_A + δ_fp)-DP, δ_fp = (1 + e^ε)(d·P_coord + L·2⁻⁴⁰) (per part, with the part's
+ε; the parts compose to (ε, Σ)). "Joint accounting" uses nothing but this fixed-sample guarantee (it holds
+for any δ there), so the whole is (ε*, q′·Σ_parts(δ_A + δ_fp))-DP, and each part is checked for
+q′(δ_A + δ_fp) ≤ δ_part (q′ rounded up). At q = 1 (q′ = 1) this is δ_fp ≤ δ − δ_A as before; at q < 1 the
+floating-point part may use δ/q′ − δ_A, which is larger (at q = 1/4, Δ = 7, d = 2 526 the grid at τ = 1
+is 64 instead of 256). Coupling after the amplification instead would need (1 + e^{ε*})P_mis ≤ δ − q′δ_A,
+never better: q′(1 + e^ε) < 2 + q′(e^ε − 1) = 1 + e^{ε*}.
+
+Large key counts. The per-coordinate bound's intercept c₀ = 1.04·2/(1 − a)·2(0.242a + 0.399c) = 8.63·10⁻¹⁵
+(a = 2⁻⁴⁷, c = 2⁻⁵⁰, ``dpsql.noise`` §3: the sliver probability at the two grid boundaries nearest the
+mode of the noise, where a boundary may sit since the value is data-dependent) does not shrink with the
+grid — only slope(γ) does. So d(1 + e^ε)c₀ ≤ δ_fp's allowance caps d whatever the grid: with the
+allowance fixed at δ/10, at ε = 4, δ = 10⁻⁷ that was d ≤ 0.1δ/((1 + e⁴)c₀) = 20 847 (20 531 at Δ = 4),
+and the grid search coarsened the release grid up to ~150σ_lo before refusing (a release of zeros).
+Now the share s of δ set aside for the float part (δ_A = (1 − s)δ) is the first of FP_SHARES = (0.1,
+0.25, 0.5, 0.75) whose check passes with a grid of at most 2⁵ steps above σ_lo/16 (≤ 2σ_lo); failing
+all, coarser grids are tried at s = 0.75. α, ρ, γ, η are computed for that δ_A, and any data-independent
+δ_A keeps Lemmas 4.1/4.2 (the choice reads (ε, δ, d, q, Δ) only). Its price: η·SS(1/κ, γ) grows by 1.0%,
+3.3%, 7.3% (s = 0.25, 0.5, 0.75 against 0.1, d = 20 000). Largest d at ε = 4, δ = 10⁻⁷: 156 041 unsampled
+(Δ = 4; the intercept bound at s = 0.75 is 156 358), 252 537 at q = 1/4 and 863 853 at q = 1/16 (Δ = 4).
+Beyond, the refusal (``too_many_groups``) names the largest answerable count at this δ and the least
+two-significant-digit δ that answers d, both found by bisection and each one a value at which the check
+passed. Not used: the library's discrete Gaussian (``dpsql.accounting.discrete_gaussian``) has no
+sampler, and its accounting is for a fixed scale and integer sensitivity, while σ(S) here is
+data-dependent (Lemma 4.1's Rényi bound between two variances is for the continuous Gaussian). A tighter
+c₀ for grids ≫ σ (one boundary near the mode, not two: a factor ≤ 2) would lose the affine form in σ
+that the expectation over σ(S) needs. The grid γ_τ is the least power of two ≥ σ_lo(τ)/16 (times 2^k,
+the same k for every τ) that passes. Charged: (ε*, δ) ("Joint accounting").
 
 Δ: Lemma 4.2's amplification uses q′ = 1 − (1 − q)^Δ. With one person per tuple Δ is enforced
 by the per-input row caps (``dpsql.plan.joins``); with several people per tuple it is attested by
@@ -119,10 +152,15 @@ that one term of δ is conditional on it.
 
 Key set: declared domains and years are in the catalog; a public table's keys are read from that
 table in the query (public rows); d is then known only at run time, and the parameters above are
-computed there from d (public) — ``explain`` shows them as formulas, and the charge is (ε, δ) ≥ (ε*, δ).
-Before the charge (``check_public``, called by the session's bind step for ``query`` and ``explain``
-alike) the public key set is counted — public rows only — and (ε, δ) is validated for that d, so a δ
-too small for the key count is refused with nothing spent.
+computed there from d (public). The charge is still (ε*, δ): ε* depends on (ε, q, Δ) only, and δ is
+what the float check above requires for that d. Before the charge (``check_public``, called by the
+session's bind step for ``query`` and ``explain`` alike) the public key set is counted — public rows
+only — and the parameters are computed for that d, so a δ too small for the key count is refused with
+nothing spent; the amount reserved is the amount charged, whatever the private rows. At run time the
+parameters are computed again from the key rows the run reads (the same public rows); were the public
+table changed in between so that its d no longer fits, the run fails after its charge (the generic
+ExecutionError; nothing is released, so (ε*, δ) still bounds what was spent). Per-user clipping does
+not sample: its charge is (ε, δ) for every key set.
 
 Observability residuals (``docs/threat_model.md``): the sampled tuples come to Python and the SOCP
 runs there, so time and memory depend on the data's size (as for scalar joins).
@@ -707,7 +745,8 @@ class VectorJoinMechanism:
 
     def check_public(self, cal: VectorCalibration, engine: Any) -> None:
         """Before any charge: with a key set read from a public table, count its keys (public rows only)
-        and refuse (ConfigError, nothing spent) when (epsilon, delta) cannot be calibrated for that d."""
+        and refuse (ConfigError, nothing spent, naming the computed limits) when (epsilon, delta) cannot be
+        calibrated for that d. The charge itself, (eps*, delta), does not depend on d (module docstring)."""
         if cal.d is not None:
             return
         count = exp.select(exp.alias_(exp.func("count", exp.Star()), "n")).from_(
