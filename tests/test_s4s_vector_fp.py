@@ -148,3 +148,15 @@ def test_a_public_key_set_of_30000_is_answered_and_of_200000_refused_free() -> N
         assert "would answer 200000 groups" in str(e.value)
     assert s.remaining() == before and s.history().num_rows == rows
     s.close()
+
+
+def test_a_split_sum_reports_the_query_delta() -> None:
+    """A SUM with a negative lower bound is two parts, each with (ε/2, δ/2): the refusal speaks of the query's δ.
+    By hand (ε = 4, δ = 1e-7, q = 1, d = 10⁶): each part needs 10⁶(1 + e²)c₀ ≤ 0.75·δ/2, i.e. δ ≥ 1.9300e-7,
+    so the least two-digit δ is 2.0e-7; the largest count is below 0.75(δ/2)/((1 + e²)c₀) = 518 128."""
+    mult2 = 1 + math.exp(2.0)
+    assert 2 * 1e6 * mult2 * C0 / 0.75 == pytest.approx(1.9300e-7, rel=1e-4)
+    assert math.floor(0.75 * 0.5e-7 / (mult2 * C0)) == 518128
+    with pytest.raises(ConfigError, match=r"delta=1e-07 is too small .* is 517812; delta=2e-07 would answer 1000000"):
+        vector_params(2.0, 0.5e-7, 10**6, 1.0, 4, 2)
+    assert vector_params(2.0, 1e-7, 10**6, 1.0, 4).d == 10**6  # the part's delta at the reported 2e-7

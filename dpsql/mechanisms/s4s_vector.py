@@ -301,10 +301,10 @@ def fp_coord_expected(grid: tuple[float, ...], taus: tuple[float, ...], cap: tup
 
 
 def q_prime_of(q: float, max_tuples: int) -> float:
-    """q′ = 1 − (1 − q)^Δ, the probability that one person's ≤ Δ tuples meet the sample (rounded up)."""
+    """q′ = 1 − (1 − q)^Δ, the probability that one person's ≤ Δ tuples meet the sample."""
     if q >= 1.0:
         return 1.0
-    return min(1.0, -math.expm1(max_tuples * math.log1p(-q)) * (1.0 + 1e-12))
+    return -math.expm1(max_tuples * math.log1p(-q))
 
 
 @lru_cache(maxsize=4096)
@@ -316,7 +316,7 @@ def _vector_fit(epsilon: float, delta: float, d: int, q: float, max_tuples: int)
     taus = tuple(float(2**i) for i in range(n_tau))
     if not eps2 > 0 or not math.isfinite(eps2):  # pragma: no cover - epsilon validated upstream
         raise ConfigError("epsilon must be positive")
-    qp = q_prime_of(q, max_tuples)
+    qp = min(1.0, q_prime_of(q, max_tuples) * (1.0 + 1e-12))  # rounded up
     mult = 1.0 + math.exp(epsilon)
     p = 1e-3 * delta
     b_cap = theta0 + 1.0 + 8.0 * KAPPA / eps1 * math.log(n_tau / p)
@@ -343,12 +343,13 @@ def _vector_fit(epsilon: float, delta: float, d: int, q: float, max_tuples: int)
     return None
 
 
-def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams:
-    """Public parameters of Algorithm 5 (module docstring); ConfigError (naming the largest key count this δ
-    answers and the δ this key count needs) if δ cannot cover the floating-point part."""
+def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: int, parts: int = 1) -> VectorParams:
+    """Public parameters of Algorithm 5 for one part (module docstring); ConfigError (naming the largest key
+    count the query's δ = parts·delta answers and the δ this key count needs) if δ cannot cover the float part."""
     vp = _vector_fit(epsilon, delta, d, q, max_tuples)
     if vp is None:
-        raise too_many_groups(d, delta, lambda n, dl: _vector_fit(epsilon, dl, n, q, max_tuples) is not None)
+        raise too_many_groups(d, delta * parts,
+                              lambda n, dl: _vector_fit(epsilon, dl / parts, n, q, max_tuples) is not None)
     return vp
 
 
@@ -543,7 +544,7 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
 def _params(cal: VectorCalibration, d: int) -> Any:
     if cal.path == "clip":
         return clip_params(cal.epsilon, cal.delta, d, cal.clip, cal.integer)
-    return vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples)
+    return vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples, len(cal.parts))
 
 
 def _size_formula(cal: VectorCalibration) -> dict[str, Any]:
@@ -659,7 +660,7 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
         from dpsql.mechanisms.s4s_sql import _tuples
 
         for part in cal.parts:
-            vp = vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples)
+            vp = vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples, len(cal.parts))
             w, ti, ui = _tuples(_Slots(cal.jp), tup, part)  # type: ignore[arg-type]
             w = np.clip(w, 0.0, 1.0)
             gid = np.asarray(tup.column("__gid").to_numpy(zero_copy_only=False), dtype=np.int64)
