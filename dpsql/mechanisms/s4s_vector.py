@@ -106,7 +106,7 @@ depend on a high-probability cap. Where 4γ/ε₁ ≥ 1 (no moment) — or where
 cap bound is used instead: max_τ δ_coord(σ_cap(τ), γ_τ) + p, with B_cap = θ₀ + 1 + (8κ/ε₁)ln(L/p),
 p = 10⁻³δ, the SVT stopping with E + 1 > B_cap with probability ≤ p. Each coordinate therefore costs
 about c₀ + slope·σ̄ (≈ 10⁻¹⁴ at σ̄/γ ≈ 1) instead of carrying a share of p: at ε = 4, δ = 10⁻⁷ and
-d = 2 526 (Q7c) the grid at τ = 1 is 256 (≈ 0.8σ_lo; with the cap bound alone it was 1 024 at the
+d = 2 526 (Q7c, Δ = 7, q = 1) the grid at τ = 1 is 256 (≈ 0.8σ_lo; with the cap bound alone it was 1 024 at the
 paper's budget split and would exceed 8 192 at ours, whose SVT noise — and so B_cap — is twice as large).
 
 Floating point after amplification. P_mis bounds the mismatch for *every* dataset within Δ, so for every
@@ -407,7 +407,7 @@ def _clip_fit(epsilon: float, delta: float, d: int, clip: float, integer: bool) 
                 if fine and k > 0 and grid > 2.0 * sigma:
                     break
                 fp = mult * d * gaussian_fp_delta(sigma, grid, integer=False)
-                if fp <= share * delta:
+                if fp <= share * delta * (1.0 - 1e-9):
                     return ClipParams(d, clip, sigma, grid, fp, share)
     return None
 
