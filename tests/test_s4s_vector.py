@@ -592,14 +592,15 @@ def test_stopped_ss_mean_bounds_the_simulated_svt() -> None:
 
 
 def test_large_key_sets_get_a_grid_below_the_noise_scale() -> None:
-    """ε = 4, δ = 1e-7, d = 2526 (Q7c), Δ = 7: the release grid at τ = 1 is 256 (σ_lo = 323.3), with δ_fp by hand:
+    """ε = 4, δ = 1e-7, d = 2526 (Q7c), Δ = 7, unsampled (q = 1, so q′ = 1 and δ_fp must fit δ/10): the release
+    grid at τ = 1 is 256 (σ_lo = 323.3), with δ_fp by hand:
     (1 + e⁴)·(d·(slope(256)·2κη·Ŝ + c₀) + 4·2⁻⁴⁰), slope(γ) = 1.04·2/(1 − a)·(a√(2/π) + c)/(γ(1 − 2⁻⁸)),
     c₀ = 1.04·2/(1 − a)·2(0.242a + 0.399c) (+ 2⁻¹⁰⁰⁰), a = 2⁻⁴⁷, c = 2⁻⁵⁰. Negative controls: grid 128 does not
-    fit δ/10, nor does 256 with the cap bound alone (which needed 1024)."""
+    fit δ/10, nor does 256 with the cap bound alone (which needed 1024). (q = 1/4: tests/test_s4s_vector_fp.py.)"""
     from dpsql.mechanisms.s4s_vector import stopped_ss_mean
     from dpsql.noise import gaussian_fp_delta
 
-    vp = vector_params(4.0, 1e-7, 2526, 0.25, 7)
+    vp = vector_params(4.0, 1e-7, 2526, 1.0, 7)
     assert vp.grid == (256.0, 512.0, 1024.0, 2048.0) and vp.sigma_lo[0] == pytest.approx(323.32, rel=1e-4)
     a, c = 2.0**-47, 2.0**-50
     sliver = 1.04 * 2 / (1 - a)

@@ -19,9 +19,11 @@ covering the floating-point rounding of the norm and the scaling). C is the opti
 (declared by the analyst, in the aggregate's units) or, by default, the data-independent
 C = Δ·max(|lo|, |hi|) (count: Δ), the largest norm one person's vector can have, so by default
 nothing is clipped. Noise N(0, σ²I_d), σ = ``gaussian_sigma``(ε, δ_G, C) (exact analytic-Gaussian
-calibration, ``dpsql.accounting``), δ_G = δ − δ_fp with δ_fp = (1 + e^ε)·d·δ_coord(σ, γ) the
+calibration, ``dpsql.accounting``), δ_G = (1 − s)δ, with δ_fp = (1 + e^ε)·d·δ_coord(σ, γ) ≤ sδ the
 floating-point part of the sampler and rounding (``dpsql.noise`` §3) at the public grid γ (a power
-of two; ≥ 1 and integer for counts). Charged: (ε, δ). No sampling on this path.
+of two; ≥ 1 and integer for counts); the share s is the first of FP_SHARES = (0.1, 0.25, 0.5, 0.75)
+that fits with γ ≤ 2σ, else coarser grids at s = 0.75 (see "Large key counts"). Charged: (ε, δ).
+No sampling on this path.
 
 **DP-S4S vector (Algorithm 5; tuples with several people, or ``mechanism='dp_s4s'``).**
 Stage 1: Poisson sample of the join tuples at rate q (SHA-256 keyed by the per-query secret salt,
@@ -44,7 +46,7 @@ release separately and adds the two; both read the one sample (and so do the two
 so that composition is not justified (the amplified cost is superadditive in the stages' costs). The
 charge composes the un-amplified stages and parts on a fixed sample — SVT ε₁-DP, release (α, ρ)-RDP ⇒
 (ε₂, δ_A) with ε₁ + ε₂ = ε per part, so (ε, Σδ_A) for the query — and amplifies once with q′:
-ε* = ``s4s_vector_joint_epsilon``(ε, q, Δ) = ln(1 + q′(e^ε − 1)) with δ ≤ q′·0.9δ + δ_fp ≤ δ.
+ε* = ``s4s_vector_joint_epsilon``(ε, q, Δ) = ln(1 + q′(e^ε − 1)) with δ ≤ q′(δ_A + δ_fp) ≤ δ.
 Charged: (ε*, δ); ``explain`` shows ε* as ``epsilon_prime`` and Lemma 4.2's sum as
 ``epsilon_lemma_4_2``. E.g. ε = 4, q = 1/16, Δ = 1: ε* = 1.470149 (Lemma 4.2: 3.195567 at d = 5).
 
@@ -104,10 +106,41 @@ depend on a high-probability cap. Where 4γ/ε₁ ≥ 1 (no moment) — or where
 cap bound is used instead: max_τ δ_coord(σ_cap(τ), γ_τ) + p, with B_cap = θ₀ + 1 + (8κ/ε₁)ln(L/p),
 p = 10⁻³δ, the SVT stopping with E + 1 > B_cap with probability ≤ p. Each coordinate therefore costs
 about c₀ + slope·σ̄ (≈ 10⁻¹⁴ at σ̄/γ ≈ 1) instead of carrying a share of p: at ε = 4, δ = 10⁻⁷ and
-d = 2 526 (Q7c) the grid at τ = 1 is 256 (≈ 0.8σ_lo; with the cap bound alone it was 1 024 at the
+d = 2 526 (Q7c, Δ = 7, q = 1) the grid at τ = 1 is 256 (≈ 0.8σ_lo; with the cap bound alone it was 1 024 at the
 paper's budget split and would exceed 8 192 at ours, whose SVT noise — and so B_cap — is twice as large).
-The grid γ_τ is the least power of two ≥ σ_lo(τ)/16 (times 2^k, the same k for every τ) with
-δ_fp = (1 + e^ε)(d·P_coord + L·2⁻⁴⁰) ≤ δ/10, and δ_A = 0.9δ ≤ δ − δ_fp. Charged: (ε*, δ) ("Joint accounting").
+
+Floating point after amplification. P_mis bounds the mismatch for *every* dataset within Δ, so for every
+fixed sample S (a sub-multiset of the join tuples, itself within Δ): coupling the float mechanism M̂ with
+the exact M on the same draws, for every set A and neighbouring samples S, S′,
+P[M̂(S) ∈ A] ≤ P[M(S) ∈ A] + P_mis ≤ e^ε P[M(S′) ∈ A] + δ_A + P_mis ≤ e^ε P[M̂(S′) ∈ A] + δ_A + (1 + e^ε)P_mis:
+on a fixed sample M̂ is (ε, δ_A + δ_fp)-DP, δ_fp = (1 + e^ε)(d·P_coord + L·2⁻⁴⁰) (per part, with the part's
+ε; the parts compose to (ε, Σ)). "Joint accounting" uses nothing but this fixed-sample guarantee (it holds
+for any δ there), so the whole is (ε*, q′·Σ_parts(δ_A + δ_fp))-DP, and each part is checked for
+q′(δ_A + δ_fp) ≤ δ_part (q′ rounded up). At q = 1 (q′ = 1) this is δ_fp ≤ δ − δ_A as before; at q < 1 the
+floating-point part may use δ/q′ − δ_A, which is larger (at q = 1/4, Δ = 7, d = 2 526 the grid at τ = 1
+is 64 instead of 256). Coupling after the amplification instead would need (1 + e^{ε*})P_mis ≤ δ − q′δ_A,
+never better: q′(1 + e^ε) < 2 + q′(e^ε − 1) = 1 + e^{ε*}.
+
+Large key counts. The per-coordinate bound's intercept c₀ = 1.04·2/(1 − a)·2(0.242a + 0.399c) = 8.63·10⁻¹⁵
+(a = 2⁻⁴⁷, c = 2⁻⁵⁰, ``dpsql.noise`` §3: the sliver probability at the two grid boundaries nearest the
+mode of the noise, where a boundary may sit since the value is data-dependent) does not shrink with the
+grid — only slope(γ) does. So d(1 + e^ε)c₀ ≤ δ_fp's allowance caps d whatever the grid: with the
+allowance fixed at δ/10, at ε = 4, δ = 10⁻⁷ that was d ≤ 0.1δ/((1 + e⁴)c₀) = 20 847 (20 531 at Δ = 4),
+and the grid search coarsened the release grid up to ~150σ_lo before refusing (a release of zeros).
+Now the share s of δ set aside for the float part (δ_A = (1 − s)δ) is the first of FP_SHARES = (0.1,
+0.25, 0.5, 0.75) whose check passes with a grid of at most 2⁵ steps above σ_lo/16 (≤ 2σ_lo); failing
+all, coarser grids are tried at s = 0.75. α, ρ, γ, η are computed for that δ_A, and any data-independent
+δ_A keeps Lemmas 4.1/4.2 (the choice reads (ε, δ, d, q, Δ) only). Its price: η·SS(1/κ, γ) grows by 1.0%,
+3.3%, 7.3% (s = 0.25, 0.5, 0.75 against 0.1, d = 20 000). Largest d at ε = 4, δ = 10⁻⁷: 156 041 unsampled
+(Δ = 4; the intercept bound at s = 0.75 is 156 358), 252 537 at q = 1/4 and 863 853 at q = 1/16 (Δ = 4).
+Beyond, the refusal (``too_many_groups``) names the largest answerable count at this δ and the least
+two-significant-digit δ that answers d, both found by bisection and each one a value at which the check
+passed. Not used: the library's discrete Gaussian (``dpsql.accounting.discrete_gaussian``) has no
+sampler, and its accounting is for a fixed scale and integer sensitivity, while σ(S) here is
+data-dependent (Lemma 4.1's Rényi bound between two variances is for the continuous Gaussian). A tighter
+c₀ for grids ≫ σ (one boundary near the mode, not two: a factor ≤ 2) would lose the affine form in σ
+that the expectation over σ(S) needs. The grid γ_τ is the least power of two ≥ σ_lo(τ)/16 (times 2^k,
+the same k for every τ) that passes. Charged: (ε*, δ) ("Joint accounting").
 
 Δ: Lemma 4.2's amplification uses q′ = 1 − (1 − q)^Δ. With one person per tuple Δ is enforced
 by the per-input row caps (``dpsql.plan.joins``); with several people per tuple it is attested by
@@ -119,10 +152,15 @@ that one term of δ is conditional on it.
 
 Key set: declared domains and years are in the catalog; a public table's keys are read from that
 table in the query (public rows); d is then known only at run time, and the parameters above are
-computed there from d (public) — ``explain`` shows them as formulas, and the charge is (ε, δ) ≥ (ε*, δ).
-Before the charge (``check_public``, called by the session's bind step for ``query`` and ``explain``
-alike) the public key set is counted — public rows only — and (ε, δ) is validated for that d, so a δ
-too small for the key count is refused with nothing spent.
+computed there from d (public). The charge is still (ε*, δ): ε* depends on (ε, q, Δ) only, and δ is
+what the float check above requires for that d. Before the charge (``check_public``, called by the
+session's bind step for ``query`` and ``explain`` alike) the public key set is counted — public rows
+only — and the parameters are computed for that d, so a δ too small for the key count is refused with
+nothing spent; the amount reserved is the amount charged, whatever the private rows. At run time the
+parameters are computed again from the key rows the run reads (the same public rows); were the public
+table changed in between so that its d no longer fits, the run fails after its charge (the generic
+ExecutionError; nothing is released, so (ε*, δ) still bounds what was spent). Per-user clipping does
+not sample: its charge is (ε, δ) for every key set.
 
 Observability residuals (``docs/threat_model.md``): the sampled tuples come to Python and the SOCP
 runs there, so time and memory depend on the data's size (as for scalar joins).
@@ -165,7 +203,11 @@ DEFAULT_Q = 1.0 / 16.0
 #: relative slack on the clip norm (floating-point norm and scaling)
 CLIP_SLACK = 2.0**-30
 KAPPA = 1.0 + socp.GAP
-FP_SHARE = 0.1  #: at most this share of δ goes to the floating-point part
+FP_SHARE = 0.1  #: the share of δ set aside for the floating-point part first
+#: the shares tried in turn (δ_A = (1 − share)·δ) before a release grid coarser than about 2σ_lo (2σ for clipping)
+FP_SHARES = (FP_SHARE, 0.25, 0.5, 0.75)
+#: grid steps above σ_lo/16 tried at every share: 2^5 × (σ_lo/32, σ_lo/16] ends at most 2σ_lo
+FINE_STEPS = 5
 #: the SVT's share of ε (module docstring, "Budget split"): the authors' code's 1/10, the paper's threshold value
 SVT_SHARE = 0.1
 
@@ -194,6 +236,7 @@ class VectorParams:
     fp_delta: float
     epsilon_prime: float
     q_prime: float
+    fp_share: float = FP_SHARE  #: δ_A = (1 − fp_share)·δ
 
 
 #: Lemma 4.1's multiplier in the form its proof needs (module docstring, "Noise multiplier")
@@ -257,39 +300,86 @@ def fp_coord_expected(grid: tuple[float, ...], taus: tuple[float, ...], cap: tup
     return min(cap_bound, mean_bound * (1.0 + 1e-12))
 
 
-@lru_cache(maxsize=256)
-def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams:
-    """Public parameters of Algorithm 5 (module docstring); ConfigError if δ cannot cover the float part."""
+def q_prime_of(q: float, max_tuples: int) -> float:
+    """q′ = 1 − (1 − q)^Δ, the probability that one person's ≤ Δ tuples meet the sample."""
+    if q >= 1.0:
+        return 1.0
+    return -math.expm1(max_tuples * math.log1p(-q))
+
+
+@lru_cache(maxsize=4096)
+def _vector_fit(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams | None:
+    """Algorithm 5's public parameters, or None when no (share, grid) covers the floating-point part."""
     eps1, eps2 = SVT_SHARE * epsilon, (1.0 - SVT_SHARE) * epsilon
     theta0 = 30.0 / epsilon * math.log(6.0 / BETA)  # the paper's (6/ε₁)ln(6/β) at its ε₁ = ε/5
     n_tau = max(0, math.ceil(math.log2(max_tuples))) + 1
     taus = tuple(float(2**i) for i in range(n_tau))
-    delta_alg = delta * (1.0 - FP_SHARE)
     if not eps2 > 0 or not math.isfinite(eps2):  # pragma: no cover - epsilon validated upstream
         raise ConfigError("epsilon must be positive")
-    alpha = release_alpha(eps2, delta_alg, d)
-    rho = eps2 - math.log(1.0 / delta_alg) / (alpha - 1.0)
-    gamma = s4s_gamma(alpha, rho, d)
-    eta = s4s_eta(alpha, rho, d, ETA_FORM)
+    qp = min(1.0, q_prime_of(q, max_tuples) * (1.0 + 1e-12))  # rounded up
+    mult = 1.0 + math.exp(epsilon)
     p = 1e-3 * delta
     b_cap = theta0 + 1.0 + 8.0 * KAPPA / eps1 * math.log(n_tau / p)
-    g1 = s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
-    gc = s4s_smooth_sensitivity(b_cap / KAPPA, gamma)[0]
-    lo = tuple(2.0 * t * KAPPA * eta * g1 for t in taus)
-    cap = tuple(2.0 * t * KAPPA * eta * gc for t in taus)
-    mult = 1.0 + math.exp(epsilon)
-    ss_mean = stopped_ss_mean(gamma, eps1, theta0, n_tau - 1)
-    for k in range(0, 40):
+    tries = [(s, k) for s in FP_SHARES for k in range(FINE_STEPS + 1)]
+    tries += [(FP_SHARES[-1], k) for k in range(FINE_STEPS + 1, 40)]
+    for share, k in tries:
+        delta_alg = delta * (1.0 - share)
+        alpha = release_alpha(eps2, delta_alg, d)
+        rho = eps2 - math.log(1.0 / delta_alg) / (alpha - 1.0)
+        gamma = s4s_gamma(alpha, rho, d)
+        eta = s4s_eta(alpha, rho, d, ETA_FORM)
+        g1 = s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
+        gc = s4s_smooth_sensitivity(b_cap / KAPPA, gamma)[0]
+        lo = tuple(2.0 * t * KAPPA * eta * g1 for t in taus)
+        cap = tuple(2.0 * t * KAPPA * eta * gc for t in taus)
+        ss_mean = stopped_ss_mean(gamma, eps1, theta0, n_tau - 1)
         grid = tuple(2.0 ** (math.floor(math.log2(s / 16.0)) + k) for s in lo)
         fp = mult * (d * fp_coord_expected(grid, taus, cap, p, eta, ss_mean) + n_tau * 2.0**-40)
-        if fp <= FP_SHARE * delta:
-            break
-    else:
-        raise ConfigError(f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups",
-                          hint="use a larger delta (e.g. 1e-7 or more) or fewer groups")
-    parts = s4s_vector_epsilon_parts(epsilon, delta_alg, alpha, q, max_tuples, svt_share=SVT_SHARE)
-    return VectorParams(d, epsilon, delta, delta_alg, eps1, eps2, theta0, taus, alpha, rho, gamma, eta, b_cap, p, lo, cap,
-                        grid, fp, min(epsilon, parts.epsilon_prime), parts.q_prime)
+        # on a fixed sample (ε, δ_A + fp); amplified once: q′(δ_A + fp) ≤ δ (module docstring, "Floating point")
+        if qp * (delta_alg + fp) <= delta * (1.0 - 1e-9):
+            parts = s4s_vector_epsilon_parts(epsilon, delta_alg, alpha, q, max_tuples, svt_share=SVT_SHARE)
+            return VectorParams(d, epsilon, delta, delta_alg, eps1, eps2, theta0, taus, alpha, rho, gamma, eta, b_cap, p,
+                                lo, cap, grid, fp, min(epsilon, parts.epsilon_prime), parts.q_prime, share)
+    return None
+
+
+def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: int, parts: int = 1) -> VectorParams:
+    """Public parameters of Algorithm 5 for one part (module docstring); ConfigError (naming the largest key
+    count the query's δ = parts·delta answers and the δ this key count needs) if δ cannot cover the float part."""
+    vp = _vector_fit(epsilon, delta, d, q, max_tuples)
+    if vp is None:
+        raise too_many_groups(d, delta * parts,
+                              lambda n, dl: _vector_fit(epsilon, dl / parts, n, q, max_tuples) is not None)
+    return vp
+
+
+def too_many_groups(d: int, delta: float, fits: Callable[[int, float], bool]) -> ConfigError:
+    """The refusal of a key count whose floating-point part δ cannot cover: computed limits, public inputs only.
+
+    The largest answerable count is found by bisection on [1, d) and the least δ (two significant digits,
+    up to 0.01) by bisection over those values; each reported value is one at which ``fits`` held."""
+    lo, hi = 0, d  # fits(lo) (lo = 0: none yet), not fits(hi)
+    if fits(1, delta):
+        lo = 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid, delta) else (lo, mid)
+    cands = sorted({float(f"{m}e{e}") for e in range(math.floor(math.log10(delta)) - 1, -3) for m in range(10, 100)
+                    if delta < float(f"{m}e{e}") <= 0.01})
+    need = None
+    a, b = -1, len(cands)  # cands[b] fits (b = len: unknown)
+    while b - a > 1:
+        mid = (a + b) // 2
+        a, b = (a, mid) if fits(d, cands[mid]) else (mid, b)
+    if b < len(cands):
+        need = cands[b]
+    largest = (f"the largest key count answerable at delta={delta:g} is {lo}" if lo
+               else f"no key count is answerable at delta={delta:g}")
+    needs = f"delta={need:g} would answer {d} groups" if need is not None else f"no delta up to 0.01 answers {d} groups"
+    return ConfigError(
+        f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups: {largest}; {needs}",
+        hint=(f"pass delta={need:g} (or more)" if need is not None else "use fewer groups")
+        + " or group by fewer keys (each group's noise carries a floating-point share of delta)")
 
 
 @dataclass(frozen=True)
@@ -299,21 +389,35 @@ class ClipParams:
     sigma: float
     grid: float
     fp_delta: float
+    fp_share: float = FP_SHARE  #: the Gaussian is calibrated at (ε, (1 − fp_share)·δ)
 
 
-@lru_cache(maxsize=256)
-def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool) -> ClipParams:
+@lru_cache(maxsize=4096)
+def _clip_fit(epsilon: float, delta: float, d: int, clip: float, integer: bool) -> ClipParams | None:
+    """Per-user clipping's σ and grid, or None when no (share, grid) covers the floating-point part: the shares
+    FP_SHARES in turn with grids up to 2σ, then coarser grids at the largest share (module docstring)."""
     sens = clip * (1.0 + CLIP_SLACK)
-    sigma = gaussian_sigma(epsilon, delta * (1.0 - FP_SHARE), sens)
     mult = 1.0 + math.exp(epsilon)
-    base = 0 if integer else math.floor(math.log2(sigma / 16.0))
-    for k in range(0, 60):
-        grid = 2.0 ** (base + k)
-        fp = mult * d * gaussian_fp_delta(sigma, grid, integer=False)
-        if fp <= FP_SHARE * delta:
-            return ClipParams(d, clip, sigma, grid, fp)
-    raise ConfigError(f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups",
-                      hint="use a larger delta")  # pragma: no cover
+    for fine in (True, False):
+        for share in FP_SHARES if fine else FP_SHARES[-1:]:
+            sigma = gaussian_sigma(epsilon, delta * (1.0 - share), sens)
+            base = 0 if integer else math.floor(math.log2(sigma / 16.0))
+            for k in range(0, 60):
+                grid = 2.0 ** (base + k)
+                if fine and k > 0 and grid > 2.0 * sigma:
+                    break
+                fp = mult * d * gaussian_fp_delta(sigma, grid, integer=False)
+                if fp <= share * delta * (1.0 - 1e-9):
+                    return ClipParams(d, clip, sigma, grid, fp, share)
+    return None
+
+
+def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool) -> ClipParams:
+    """σ and grid of per-user clipping; ConfigError (with computed limits) if δ cannot cover the float part."""
+    cp = _clip_fit(epsilon, delta, d, clip, integer)
+    if cp is None:
+        raise too_many_groups(d, delta, lambda n, dl: _clip_fit(epsilon, dl, n, clip, integer) is not None)
+    return cp
 
 
 @dataclass
@@ -430,15 +534,17 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
         cal.notes.append("SUM with a negative lower bound: its positive and negative parts are answered separately, each with "
                          "half of the budget, and subtracted")
     if cal.d is None:
+        charge = ("the requested (epsilon, delta)" if path == "clip"
+                  else "(epsilon_prime, delta): epsilon_prime does not depend on d, and delta is checked for the counted d")
         cal.notes.append("the key set is read from a public table at run time: d, and the parameters that depend on it, "
-                         "are computed then (public); the charge is the requested (epsilon, delta)")
+                         "are computed then (public; the key set is counted before the charge); the charge is " + charge)
     return cal
 
 
 def _params(cal: VectorCalibration, d: int) -> Any:
     if cal.path == "clip":
         return clip_params(cal.epsilon, cal.delta, d, cal.clip, cal.integer)
-    return vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples)
+    return vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples, len(cal.parts))
 
 
 def _size_formula(cal: VectorCalibration) -> dict[str, Any]:
@@ -488,7 +594,7 @@ def describe(cal: VectorCalibration) -> Description:
         if cal.d is not None:
             cp = _params(cal, cal.d)
             params.update({"sigma": cp.sigma, "l2_sensitivity": cal.clip * (1 + CLIP_SLACK), "granularity": cp.grid,
-                           "fp_delta": cp.fp_delta})
+                           "fp_delta": cp.fp_delta, "delta_gaussian": cal.delta * (1 - cp.fp_share)})
     else:
         params["budget_split"] = {"svt_epsilon": "epsilon/10 per part", "release_epsilon": "9 epsilon/10 per part",
                                   "per_part": {"epsilon": cal.part_epsilon, "delta": cal.part_delta}}
@@ -503,12 +609,13 @@ def describe(cal: VectorCalibration) -> Description:
                 "svt_query_noise_scale": 4 * KAPPA / vp.eps1, "alpha": vp.alpha, "rho": vp.rho, "gamma": vp.gamma,
                 "eta": vp.eta, "B_cap": vp.b_cap, "p_exceed": vp.p_exceed,
                 "sigma_lo": [s / cal.q for s in vp.sigma_lo], "sigma_cap": [s / cal.q for s in vp.sigma_cap],
-                "granularity": list(vp.grid), "fp_delta": vp.fp_delta, "q_prime": vp.q_prime,
-                "epsilon_prime": joint_epsilon(cal), "epsilon_lemma_4_2": vp.epsilon_prime * len(cal.parts),
-                "delta_algorithm": vp.delta_alg})
-            cost = Budget(joint_epsilon(cal), cal.delta)
+                "granularity": list(vp.grid), "fp_delta": vp.fp_delta,
+                "epsilon_lemma_4_2": vp.epsilon_prime * len(cal.parts), "delta_algorithm": vp.delta_alg})
         else:
             params["tau_grid"] = [float(2**i) for i in range(max(0, math.ceil(math.log2(cal.max_tuples))) + 1)]
+        # ε* depends on (ε, q, Δ) only, never on d: the same charge whether d is declared or read at run time
+        params.update({"q_prime": q_prime_of(cal.q, cal.max_tuples), "epsilon_prime": joint_epsilon(cal)})
+        cost = Budget(joint_epsilon(cal), cal.delta)
     return Description(label=cal.name.value, cost=cost, parameters=params, notes=tuple(cal.notes))
 
 
@@ -553,7 +660,7 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
         from dpsql.mechanisms.s4s_sql import _tuples
 
         for part in cal.parts:
-            vp = vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples)
+            vp = vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples, len(cal.parts))
             w, ti, ui = _tuples(_Slots(cal.jp), tup, part)  # type: ignore[arg-type]
             w = np.clip(w, 0.0, 1.0)
             gid = np.asarray(tup.column("__gid").to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -639,7 +746,8 @@ class VectorJoinMechanism:
 
     def check_public(self, cal: VectorCalibration, engine: Any) -> None:
         """Before any charge: with a key set read from a public table, count its keys (public rows only)
-        and refuse (ConfigError, nothing spent) when (epsilon, delta) cannot be calibrated for that d."""
+        and refuse (ConfigError, nothing spent, naming the computed limits) when (epsilon, delta) cannot be
+        calibrated for that d. The charge itself, (eps*, delta), does not depend on d (module docstring)."""
         if cal.d is not None:
             return
         count = exp.select(exp.alias_(exp.func("count", exp.Star()), "n")).from_(
