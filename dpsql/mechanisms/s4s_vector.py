@@ -139,7 +139,7 @@ passed. Not used: the library's discrete Gaussian (``dpsql.accounting.discrete_g
 sampler, and its accounting is for a fixed scale and integer sensitivity, while σ(S) here is
 data-dependent (Lemma 4.1's Rényi bound between two variances is for the continuous Gaussian). A tighter
 c₀ for grids ≫ σ (one boundary near the mode, not two: a factor ≤ 2) would lose the affine form in σ
-that the expectation over σ(S) needs. The grid γ_τ is the least power of two ≥ σ_lo(τ)/16 (times 2^k,
+that the expectation over σ(S) needs. The grid γ_τ is the greatest power of two ≤ σ_lo(τ)/16 (times 2^k,
 the same k for every τ) that passes. Charged: (ε*, δ) ("Joint accounting").
 
 Δ: Lemma 4.2's amplification uses q′ = 1 − (1 − q)^Δ. With one person per tuple Δ is enforced
