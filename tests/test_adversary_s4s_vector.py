@@ -159,3 +159,18 @@ def test_the_largest_answerable_key_count_is_not_a_release_of_zeros() -> None:
     assert all(g <= 64 * s for g, s in zip(vp.grid, vp.sigma_lo))
     cp = clip_params(4.0, 1e-7, 156358, 4.0, True)
     assert cp.grid <= 64 * cp.sigma
+
+
+def test_the_run_time_key_set_ignores_conditions_on_private_columns() -> None:
+    """d (and so the refusal and the parameters) comes from public rows only: a WHERE conjunct that also reads a
+    private column filters tuples, never keys (400 keys released); one over the public table alone filters keys
+    (10). Control: the same conjunct moved onto the public table does change d."""
+    s = _session(400, 5)
+    use_noise(s, zero_noise())
+    base = ("SELECT n.n_name, COUNT(*) AS cnt FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+            "JOIN nation n ON c.c_nationkey = n.n_nationkey WHERE {} GROUP BY n.n_name")
+    opts = {"mechanism": "dp_s4s", "q": 0.25}
+    for cond, d in (("n.n_nationkey < c.c_nationkey + 1 AND c.c_custkey < 5", 400), ("n.n_nationkey + c.c_custkey < 0", 400),
+                    ("n.n_nationkey < 10", 10)):
+        assert s.query(base.format(cond), epsilon=1.0, delta=1e-7, options=opts).table.num_rows == d
+    s.close()
