@@ -280,8 +280,10 @@ class DuckDBBackend:
                     hint="use the default invalid_text = \"null\" (which reads it totally), or store the column "
                          "as another type (a timestamp in microseconds, text)",
                 )
+        # no hive partitioning: a "user_id=7/" directory must not override the rows' own user_id
         reader = exp.func("read_parquet", files,
-                          exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")))
+                          exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")),
+                          exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false()))
         return self._capped_select(name, exp.Table(this=reader))
 
     def _capped_select(self, name: str, rel: exp.Expression, only: list[str] | None = None) -> exp.Select:

@@ -1,0 +1,64 @@
+"""Adversarial checks of DuckDB's own Parquet reader (dpsql/engine/_duckdb_native.py) against
+the Arrow view: a path's directory names must not change a cell the rows store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from sqlglot import parse_one
+
+import dpsql
+from dpsql.engine import _duckdb_native as native
+
+
+@pytest.fixture(autouse=True)
+def _no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
+
+
+def _hive_file(tmp_path: Path) -> Path:
+    """A file under a directory spelled like a hive partition of the privacy unit and of a text column."""
+    d = tmp_path / "user_id=7" / "region=eu"
+    d.mkdir(parents=True)
+    p = d / "part.parquet"
+    pq.write_table(pa.table({"user_id": [1, 2, 3, 4], "region": ["us", "fr", "de", "us"], "likes": [1, 2, 3, 0]}), p)
+    return p
+
+
+def _read(s: dpsql.Session) -> list[dict[str, object]]:
+    (src,) = s._engine._native.values()
+    return s._engine.fetch_arrow(parse_one(f'SELECT * FROM "{src.view}" ORDER BY user_id', read="duckdb")).to_pylist()
+
+
+def test_hive_style_directory_does_not_override_stored_columns(tmp_path: Path) -> None:
+    """Before the fix the native view (second read of a process) read ``user_id`` = 7 and
+    ``region`` = 'eu' for every row: four people merged into one, text values replaced."""
+    p = _hive_file(tmp_path)
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    s.register("t", str(p), privacy_unit="user_id", columns={"likes": {"bounds": [0, 3]}})
+    first = _read(s)
+    second = _read(s)
+    (src,) = s._engine._native.values()
+    assert src.checked is not None  # the second read is the native one
+    expected = [{"user_id": 1, "region": "us", "likes": 1}, {"user_id": 2, "region": "fr", "likes": 2},
+                {"user_id": 3, "region": "de", "likes": 3}, {"user_id": 4, "region": "us", "likes": 0}]
+    assert first == expected
+    assert second == expected
+    s.close()
+
+
+def test_hive_style_directory_with_invalid_text_replace(tmp_path: Path) -> None:
+    """``invalid_text = "replace"`` reads through DuckDB's reader from the start: the columns as
+    stored, no partition column added from the path."""
+    p = _hive_file(tmp_path)
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine={"invalid_text": "replace"})
+    s.register("t", str(p), privacy_unit="user_id", columns={"likes": {"bounds": [0, 3]}})
+    con = s._engine.connection
+    (view,) = [r[0] for r in con.sql("SELECT view_name FROM duckdb_views() WHERE sql LIKE '%read_parquet%'").fetchall()]
+    rows = con.sql(f'SELECT * FROM "{view}" ORDER BY user_id').to_arrow_table().to_pylist()
+    assert rows == [{"user_id": 1, "region": "us", "likes": 1}, {"user_id": 2, "region": "fr", "likes": 2},
+                    {"user_id": 3, "region": "de", "likes": 3}, {"user_id": 4, "region": "us", "likes": 0}]
+    s.close()
