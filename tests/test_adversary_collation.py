@@ -54,6 +54,6 @@ def _answers(setup: str | None, column_collation: str | None) -> list[float]:
 def test_where_is_binary_whatever_the_owner_collation(setup: str | None, column_collation: str | None) -> None:
     binary = _answers(None, None)
     # zero noise, hand-counted: 20 'a', 20 'A', 1 'b'
-    assert binary[:6] == [20, 20, 20, 20, 21, 21] 
+    assert binary[:6] == [20, 20, 20, 20, 21, 21]
     assert binary[QUERIES.index("SELECT COUNT(*) AS v FROM t WHERE g ILIKE 'A'")] == 40  # ILIKE ignores case by definition
     assert _answers(setup, column_collation) == binary
