@@ -62,3 +62,58 @@ def test_hive_style_directory_with_invalid_text_replace(tmp_path: Path) -> None:
     assert rows == [{"user_id": 1, "region": "us", "likes": 1}, {"user_id": 2, "region": "fr", "likes": 2},
                     {"user_id": 3, "region": "de", "likes": 3}, {"user_id": 4, "region": "us", "likes": 0}]
     s.close()
+
+
+def _glob_named_files(tmp_path: Path, ext: str) -> None:
+    """'[ab]' is a file of its own; DuckDB's readers would read it as the pattern matching 'a' and 'b'."""
+    rows = {"[ab]": ([1, 2], ["lit1", "lit2"]), "a": ([3], ["a"]), "b": ([4], ["b"])}
+    for stem, (uids, notes) in rows.items():
+        t = pa.table({"user_id": uids, "note": notes, "likes": [1] * len(uids)})
+        if ext == "parquet":
+            pq.write_table(t, tmp_path / f"{stem}.parquet")
+        else:
+            (tmp_path / f"{stem}.csv").write_text("user_id,note,likes\n" + "".join(
+                f"{u},{n},1\n" for u, n in zip(uids, notes)))
+
+
+EXPECTED_GLOB = [{"user_id": 1, "note": "lit1", "likes": 1}, {"user_id": 2, "note": "lit2", "likes": 1},
+                 {"user_id": 3, "note": "a", "likes": 1}, {"user_id": 4, "note": "b", "likes": 1}]
+
+
+def test_file_named_like_a_glob_is_read_as_itself(tmp_path: Path) -> None:
+    """Before the fix the native view (second read) read a.parquet and b.parquet twice each and
+    '[ab].parquet' not at all: other rows than the Arrow view's."""
+    _glob_named_files(tmp_path, "parquet")
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    s.register("t", str(tmp_path / "*.parquet"), privacy_unit="user_id", columns={"likes": {"bounds": [0, 3]}})
+    view = next(v for v, _ in s._engine._views)
+    reads = [s._engine.fetch_arrow(parse_one(f'SELECT * FROM "{view}" ORDER BY user_id', read="duckdb")).to_pylist()
+             for _ in range(3)]
+    assert reads == [EXPECTED_GLOB] * 3
+    s.close()
+
+
+@pytest.mark.parametrize("how", ["csv", "parquet_replace"])
+def test_duckdb_reader_refuses_file_names_with_glob_characters(tmp_path: Path, how: str) -> None:
+    from dpsql.errors import ConfigError
+
+    _glob_named_files(tmp_path, "csv" if how == "csv" else "parquet")
+    engine = {"invalid_text": "replace"} if how == "parquet_replace" else None
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine=engine)
+    src = str(tmp_path / ("*.csv" if how == "csv" else "*.parquet"))
+    with pytest.raises(ConfigError, match="glob character"):
+        s.register("t", src, privacy_unit="user_id")
+    s.close()
+
+
+def test_csv_under_a_hive_style_directory_reads_its_own_columns(tmp_path: Path) -> None:
+    d = tmp_path / "user_id=7"
+    d.mkdir()
+    (d / "t.csv").write_text("user_id,likes\n1,1\n2,2\n3,3\n")
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    s.register("t", str(d / "t.csv"), privacy_unit="user_id",
+               columns={"user_id": {"type": "BIGINT"}, "likes": {"type": "BIGINT"}})
+    view = next(v for v, _ in s._engine._views)
+    rows = s._engine.connection.sql(f'SELECT user_id, likes FROM "{view}" ORDER BY user_id').fetchall()
+    assert rows == [(1, 1), (2, 2), (3, 3)]
+    s.close()

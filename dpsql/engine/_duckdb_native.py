@@ -7,8 +7,9 @@ one cell). This module gives the same values through DuckDB's own reader, withou
 
 * **Which files.** Only a flat schema of integers, floats, booleans, text and binary (the types
   DuckDB's reader converts in no way that can fail), the same schema in every file, and the
-  same column names and DuckDB types as the Arrow view (checked by binding both). Any other
-  source keeps the Arrow view.
+  same column names and DuckDB types as the Arrow view (checked by binding both), and no file
+  name holding a glob character (DuckDB's reader would expand ``[ab].parquet`` into ``a.parquet``
+  and ``b.parquet``). Any other source keeps the Arrow view.
 * **One check per file version.** The text columns are read once (Arrow, bytes, in file order)
   and DuckDB lists the cells where ``TRY(DECODE(value))`` is NULL while the value is not: the
   very test of the Arrow view. The file version is its ``(device, inode, size, mtime, ctime)``;

@@ -422,6 +422,27 @@ def _csv_header(path: str, delim: str) -> list[str]:
     return names
 
 
+#: characters DuckDB's file readers read as a glob pattern inside a file name
+GLOB_CHARS = frozenset("*?[]{}")
+
+
+def has_glob_chars(paths: list[str]) -> bool:
+    """Whether DuckDB's readers would expand one of these (already expanded) file names again."""
+    return any(ch in GLOB_CHARS for p in paths for ch in p)
+
+
+def _literal_files(name: str, paths: list[str]) -> list[str]:
+    """``paths`` for DuckDB's own readers, which expand a glob pattern inside every name they get: a
+    file named like ``[ab].csv`` would read ``a.csv`` and ``b.csv`` instead (other rows than the
+    files matched at registration). Refused, with nothing read."""
+    if has_glob_chars(paths):
+        raise ConfigError(f"table '{name}': a file name holds a glob character ({' '.join(sorted(GLOB_CHARS))}), which "
+                          "DuckDB's reader would expand into other files",
+                          hint="rename the file(s), or (Parquet) keep the default invalid_text = \"null\", which reads "
+                               "each matched file as it is")
+    return paths
+
+
 def _expand(source: str) -> list[str]:
     """The files of a source path (a glob is expanded once, sorted)."""
     paths = sorted(globmod.glob(source)) if any(ch in source for ch in "*?[") else [source]
