@@ -21,15 +21,14 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-from sqlglot import exp
 
 from dpsql import postprocess
 from dpsql.budget import Budget, check_delta, check_epsilon
-from dpsql.catalog import TableSpec, register_table
+from dpsql.catalog import TableSpec, check_sources_unchanged, register_table
 from dpsql.charge import FAILURE_REASON, charged
 from dpsql.config import load_config, table_kwargs
 from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
-from dpsql.errors import ConfigError, DPSQLError
+from dpsql.errors import ConfigError
 from dpsql.ledger import Ledger, open_ledger
 from dpsql.mechanisms.base import Description
 from dpsql.mechanisms.registry import Route, route, route_profile, route_workload
@@ -114,8 +113,7 @@ class Session:
         """Register a private table; reads only its schema, never its rows (``dpsql.catalog.register_table``:
         the meaning of every argument; ``version`` labels the contents for synopsis reuse)."""
         self._check_open()
-        settings = self._engine.settings
-        self._catalog_version += 1
+        settings, self._catalog_version = self._engine.settings, self._catalog_version + 1
         register_table(
             self._catalog, name, source,
             register_source=self._engine.register_source, unregister_source=self._engine.unregister_source,
@@ -161,42 +159,9 @@ class Session:
             raise ConfigError(f"epsilon={eps:g} and delta={d:g} give noise parameters that cannot be represented",
                               hint="use an epsilon between about 1e-6 and 100") from None
 
-    def _sources_unchanged(self, r: Route) -> None:
-        """Refuse (free) a request reading a table of the caller's DuckDB connection whose columns
-        changed since it was registered (an ALTER TABLE or a re-created table under the same name).
-
-        The catalog's types decide how each expression is rendered total, and the private view
-        of such a table binds its current columns at every query: a column now VARCHAR where INTEGER
-        was registered would be compared through DuckDB's implicit cast, which fails on a cell that
-        is not a number, so whether the query failed (after its charge) would depend on one row.
-        The check reads the view's schema only (the owner's metadata), before any charge, and is
-        not remembered: it runs on every request, the remembered bind check included."""
-        seen: set[str] = set()
-        todo = list(r.request.tables)
-        while todo:
-            name = todo.pop()
-            spec = self._catalog.get(name)
-            if spec is None or name in seen:
-                continue
-            seen.add(name)
-            todo += [t.partition(".")[0] for t in spec.references.values()]
-            if spec.source_kind != "duckdb" or spec.view is None:
-                continue
-            try:
-                now = {str(c).lower(): str(t) for c, t in
-                       self._engine.describe(exp.select("*").from_(exp.to_table(spec.view, quoted=True)))}
-            except DPSQLError:
-                now = None
-            if now != dict(spec.schema):
-                raise ConfigError(
-                    f"table '{name}': its DuckDB table changed its columns or types since it was registered (or no "
-                    "longer exists); nothing was charged",
-                    hint=f"register '{name}' again (Session.register) so that its policy and types match the table",
-                )
-
     def _bind_check(self, r: Route) -> None:
         """Type-check the bounded query and post-processing, reading no private row (a pass is remembered)."""
-        self._sources_unchanged(r)
+        check_sources_unchanged(self._catalog, r.request.tables, self._engine.describe)  # never remembered
         key = (r.bind_key(), self._catalog_version, os.getpid())  # a forked child checks its engine again
         if key not in self._bound_ok:
             ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
