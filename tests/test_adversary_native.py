@@ -117,3 +117,36 @@ def test_csv_under_a_hive_style_directory_reads_its_own_columns(tmp_path: Path) 
     rows = s._engine.connection.sql(f'SELECT user_id, likes FROM "{view}" ORDER BY user_id').fetchall()
     assert rows == [(1, 1), (2, 2), (3, 3)]
     s.close()
+
+
+@pytest.mark.parametrize("how", ["arrow", "replace"])
+@pytest.mark.parametrize(("first", "second", "misfit"), [(pa.int32(), pa.int64(), 2**40), (pa.int64(), pa.float64(), 1.5)])
+@pytest.mark.parametrize("with_misfit", [False, True])
+def test_files_storing_a_column_under_different_types_are_refused_at_registration(
+        tmp_path: Path, how: str, first: pa.DataType, second: pa.DataType, misfit: float, with_misfit: bool) -> None:
+    """Before the fix the Arrow view cast every file to the first file's types with a checked cast:
+    each query reading the column failed after its charge exactly when some row of the second file
+    held a value that does not fit (one person's cell decided whether the query failed)."""
+    from dpsql.errors import ConfigError
+
+    pq.write_table(pa.table({"user_id": list(range(10)), "x": pa.array([1] * 10, first)}), tmp_path / "a.parquet")
+    xs: list[float] = [1] * 10
+    if with_misfit:
+        xs[3] = misfit
+    pq.write_table(pa.table({"user_id": list(range(10, 20)), "x": pa.array(xs, second)}), tmp_path / "b.parquet")
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine={"invalid_text": "replace"} if how == "replace" else None)
+    with pytest.raises(ConfigError, match="column 'x' is"):
+        s.register("t", str(tmp_path / "*.parquet"), privacy_unit="user_id")
+    assert s.history().num_rows == 0
+    s.close()
+
+
+def test_files_differing_only_in_text_encoding_still_register(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"user_id": [1, 2], "note": pa.array(["a", "b"]).dictionary_encode()}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"user_id": [3], "note": pa.array(["c"], pa.large_string())}), tmp_path / "b.parquet")
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    s.register("t", str(tmp_path / "*.parquet"), privacy_unit="user_id")
+    view = next(v for v, _ in s._engine._views)
+    rows = s._engine.fetch_arrow(parse_one(f'SELECT * FROM "{view}" ORDER BY user_id', read="duckdb")).to_pylist()
+    assert [r["note"] for r in rows] == ["a", "b", "c"]
+    s.close()

@@ -60,6 +60,7 @@ from dpsql.engine._duckdb_sources import (
     _expand,
     _literal_files,
     _parquet_unsafe,
+    _same_file_types,
     _temp_view,
     _temporal_in_range,
     has_glob_chars,
@@ -245,6 +246,7 @@ class DuckDBBackend:
             import pyarrow.dataset as ds
 
             paths = _expand(source)
+            _same_file_types(name, paths)
             schema = ds.dataset(paths[0], format="parquet").schema
         else:
             schema = source.schema
@@ -271,6 +273,7 @@ class DuckDBBackend:
         reading and rejects when a value is out of range are refused here (before any row is
         read): the default ``invalid_text = "null"`` reads them totally."""
         paths = _literal_files(name, _expand(source))
+        _same_file_types(name, paths)
         files = exp.Array(expressions=[exp.Literal.string(p) for p in paths])
         meta = self._con.execute(self._render(exp.select("name", "type", "converted_type", "logical_type")
                                         .from_(exp.Table(this=exp.func("parquet_schema", files))))).fetchall()
