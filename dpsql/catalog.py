@@ -781,3 +781,43 @@ def register_table(
     )
     catalog[tname] = spec
     return spec
+
+
+def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[str],
+                            describe: Callable[[Any], list[tuple[str, str]]]) -> None:
+    """Refuse (free) a request reading a table of the caller's DuckDB connection -- among ``tables``
+    and the tables their references reach -- whose columns or types changed since it was
+    registered (an ALTER TABLE, a table dropped or re-created under the same name).
+
+    The catalog's types decide how each expression is rendered total, while the private view of
+    such a table binds the table's current columns at every query: a column now VARCHAR where
+    INTEGER was registered would be compared through DuckDB's implicit cast, which fails on a
+    cell that is not a number, so whether the query failed (after its charge) would depend on
+    one row. ``describe(ast)`` binds the view only (the owner's metadata, no row is read); the
+    session calls this before every charge, the remembered bind check included."""
+    from sqlglot import exp
+
+    from dpsql.errors import DPSQLError
+
+    seen: set[str] = set()
+    todo = list(tables)
+    while todo:
+        name = todo.pop()
+        spec = catalog.get(name)
+        if spec is None or name in seen:
+            continue
+        seen.add(name)
+        todo += [t.partition(".")[0] for t in spec.references.values()]
+        if spec.source_kind != "duckdb" or spec.view is None:
+            continue
+        try:
+            now: dict[str, str] | None = {str(c).lower(): str(t) for c, t in
+                                          describe(exp.select("*").from_(exp.to_table(spec.view, quoted=True)))}
+        except DPSQLError:
+            now = None
+        if now != dict(spec.schema):
+            raise ConfigError(
+                f"table '{name}': its DuckDB table changed its columns or types since it was registered (or no longer "
+                "exists); nothing was charged",
+                hint=f"register '{name}' again (Session.register) so that its policy and types match the table",
+            )

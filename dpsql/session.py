@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from dpsql import postprocess
 from dpsql.budget import Budget, check_delta, check_epsilon
-from dpsql.catalog import TableSpec, register_table
+from dpsql.catalog import TableSpec, check_sources_unchanged, register_table
 from dpsql.charge import FAILURE_REASON, charged
 from dpsql.config import load_config, table_kwargs
 from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
@@ -113,8 +113,7 @@ class Session:
         """Register a private table; reads only its schema, never its rows (``dpsql.catalog.register_table``:
         the meaning of every argument; ``version`` labels the contents for synopsis reuse)."""
         self._check_open()
-        settings = self._engine.settings
-        self._catalog_version += 1
+        settings, self._catalog_version = self._engine.settings, self._catalog_version + 1
         register_table(
             self._catalog, name, source,
             register_source=self._engine.register_source, unregister_source=self._engine.unregister_source,
@@ -162,6 +161,7 @@ class Session:
 
     def _bind_check(self, r: Route) -> None:
         """Type-check the bounded query and post-processing, reading no private row (a pass is remembered)."""
+        check_sources_unchanged(self._catalog, r.request.tables, self._engine.describe)  # never remembered
         key = (r.bind_key(), self._catalog_version, os.getpid())  # a forked child checks its engine again
         if key not in self._bound_ok:
             ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)

@@ -674,7 +674,7 @@ FROM (
             THEN CAST('0.0' AS DOUBLE)
             ELSE FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
           END AS __k0,
-          "url" AS __a0_v
+          "url" COLLATE "binary" AS __a0_v
         FROM _dpsql_src_events
         WHERE
           NOT "user_id" IS NULL

@@ -7,14 +7,17 @@ one cell). This module gives the same values through DuckDB's own reader, withou
 
 * **Which files.** Only a flat schema of integers, floats, booleans, text and binary (the types
   DuckDB's reader converts in no way that can fail), the same schema in every file, and the
-  same column names and DuckDB types as the Arrow view (checked by binding both). Any other
-  source keeps the Arrow view.
+  same column names and DuckDB types as the Arrow view (checked by binding both), and no file
+  name holding a glob character (DuckDB's reader would expand ``[ab].parquet`` into ``a.parquet``
+  and ``b.parquet``). Any other source keeps the Arrow view.
 * **One check per file version.** The text columns are read once (Arrow, bytes, in file order)
   and DuckDB lists the cells where ``TRY(DECODE(value))`` is NULL while the value is not: the
   very test of the Arrow view. The file version is its ``(device, inode, size, mtime, ctime)``;
   a file modified less than :data:`SETTLE_SECONDS` before the check is not trusted (file times
   are coarse: a rewrite in the same tick could keep them).
-* **The native view.** ``read_parquet(..., utf8_validation = 'replace')`` never raises on text;
+* **The native view.** ``read_parquet(..., utf8_validation = 'replace', hive_partitioning = false)``
+  never raises on text, and reads each column from the file as the Arrow view does (a
+  ``user_id=7/`` directory in a path does not override the ``user_id`` stored in its rows);
   the cells listed are NULL (a left join with a registered table of their file name and row
   number, one flag per text column), the rest are the valid text the Arrow view decodes,
   capped at ``max_text_bytes`` on the same stored length. Values are equal to the Arrow
@@ -168,7 +171,8 @@ def native_select(src: NativeSource, capped: Callable[[exp.Expression], exp.Sele
     literal list), with or without invalid cells, so that a file with one invalid cell is read
     by the same plan as a file with none."""
     files = exp.Array(expressions=[exp.Literal.string(p) for p in src.paths])
-    opts: list[exp.Expression] = [exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace"))]
+    opts: list[exp.Expression] = [exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")),
+                                  exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false())]
     cols = src.text_columns
     if not cols:
         return capped(exp.Table(this=exp.func("read_parquet", files, *opts))), None

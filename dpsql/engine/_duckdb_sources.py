@@ -422,6 +422,60 @@ def _csv_header(path: str, delim: str) -> list[str]:
     return names
 
 
+#: characters DuckDB's file readers read as a glob pattern inside a file name
+GLOB_CHARS = frozenset("*?[]{}")
+
+
+def has_glob_chars(paths: list[str]) -> bool:
+    """Whether DuckDB's readers would expand one of these (already expanded) file names again."""
+    return any(ch in GLOB_CHARS for p in paths for ch in p)
+
+
+def _literal_files(name: str, paths: list[str]) -> list[str]:
+    """``paths`` for DuckDB's own readers, which expand a glob pattern inside every name they get: a
+    file named like ``[ab].csv`` would read ``a.csv`` and ``b.csv`` instead (other rows than the
+    files matched at registration). Refused, with nothing read."""
+    if has_glob_chars(paths):
+        raise ConfigError(f"table '{name}': a file name holds a glob character ({' '.join(sorted(GLOB_CHARS))}), which "
+                          "DuckDB's reader would expand into other files",
+                          hint="rename the file(s), or (Parquet) keep the default invalid_text = \"null\", which reads "
+                               "each matched file as it is")
+    return paths
+
+
+def _type_class(t: pa.DataType) -> str:
+    """A Parquet column's Arrow type up to the encodings that convert totally into each other
+    (dictionary or not, 32- or 64-bit offsets)."""
+    if pa.types.is_dictionary(t):
+        return _type_class(t.value_type)
+    if pa.types.is_large_string(t):
+        return str(pa.string())
+    if pa.types.is_large_binary(t):
+        return str(pa.binary())
+    return str(t)
+
+
+def _same_file_types(name: str, paths: list[str]) -> None:
+    """Refuse a multi-file Parquet source whose files store a column under different types (footers
+    only). Both readers convert every file to the first file's types with a checked cast, which
+    fails on a value that does not fit (2^40 in an int32 column, 1.5 in an int64 one): whether a
+    query failed would then depend on one cell. A column missing from some file reads as NULL."""
+    import pyarrow.parquet as pq
+
+    if len(paths) < 2:
+        return
+    first = {f.name: f.type for f in pq.read_schema(paths[0])}
+    for p in paths[1:]:
+        for f in pq.read_schema(p):
+            t = first.get(f.name)
+            if t is not None and _type_class(t) != _type_class(f.type):
+                raise ConfigError(
+                    f"table '{name}': column '{f.name}' is {f.type} in {p} but {t} in {paths[0]}; a value of one "
+                    "type that does not fit the other would make reads fail",
+                    hint="write every file with the same column types (cast the column when writing), or register "
+                         "the files as separate tables")
+
+
 def _expand(source: str) -> list[str]:
     """The files of a source path (a glob is expanded once, sorted)."""
     paths = sorted(globmod.glob(source)) if any(ch in source for ch in "*?[") else [source]

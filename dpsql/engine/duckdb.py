@@ -58,9 +58,12 @@ from dpsql.engine._duckdb_sources import (
     _csv_unquote,
     _duck_plan,
     _expand,
+    _literal_files,
     _parquet_unsafe,
+    _same_file_types,
     _temp_view,
     _temporal_in_range,
+    has_glob_chars,
 )
 from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name
 from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, DuckDBOps
@@ -243,6 +246,7 @@ class DuckDBBackend:
             import pyarrow.dataset as ds
 
             paths = _expand(source)
+            _same_file_types(name, paths)
             schema = ds.dataset(paths[0], format="parquet").schema
         else:
             schema = source.schema
@@ -260,14 +264,16 @@ class DuckDBBackend:
             cols.append(exp.alias_(build(ref) if build is not None else ref, f.name, quoted=True))
         sel = exp.select(*cols).from_(exp.to_table(raw_name, quoted=True))
         self._con.execute(self._render(_temp_view(view, sel)))
-        if kind == "parquet" and native.eligible(schema):
+        if kind == "parquet" and native.eligible(schema) and not has_glob_chars(paths):
+            # (DuckDB's reader would expand a glob character in a file name into other files)
             self._native[view] = native.NativeSource(name, view, paths, schema, sel)
 
     def _parquet_replace_select(self, name: str, source: str) -> exp.Select:
         """DuckDB's Parquet reader, invalid UTF-8 replaced by ``?``. The types it converts while
         reading and rejects when a value is out of range are refused here (before any row is
         read): the default ``invalid_text = "null"`` reads them totally."""
-        paths = _expand(source)
+        paths = _literal_files(name, _expand(source))
+        _same_file_types(name, paths)
         files = exp.Array(expressions=[exp.Literal.string(p) for p in paths])
         meta = self._con.execute(self._render(exp.select("name", "type", "converted_type", "logical_type")
                                         .from_(exp.Table(this=exp.func("parquet_schema", files))))).fetchall()
@@ -280,8 +286,10 @@ class DuckDBBackend:
                     hint="use the default invalid_text = \"null\" (which reads it totally), or store the column "
                          "as another type (a timestamp in microseconds, text)",
                 )
+        # no hive partitioning: a "user_id=7/" directory must not override the rows' own user_id
         reader = exp.func("read_parquet", files,
-                          exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")))
+                          exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")),
+                          exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false()))
         return self._capped_select(name, exp.Table(this=reader))
 
     def _capped_select(self, name: str, rel: exp.Expression, only: list[str] | None = None) -> exp.Select:
@@ -298,7 +306,7 @@ class DuckDBBackend:
 
     def _csv_select(self, name: str, source: str, types: dict[str, str]) -> exp.Select:
         delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
-        paths = _expand(source)
+        paths = _literal_files(name, _expand(source))
         names = _csv_header(paths[0], delim)
         low = {n.lower(): n for n in names}
         bad = sorted(set(types) - set(low))
@@ -336,6 +344,7 @@ class DuckDBBackend:
             opt("strict_mode", exp.false()),
             opt("ignore_errors", exp.true()),
             opt("parallel", exp.true()),
+            opt("hive_partitioning", exp.false()),  # a "uid=7/" directory never sets a column
         )
         items = []
         for n in names:

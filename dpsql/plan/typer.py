@@ -40,6 +40,11 @@ The typer then renders the expression again, for DuckDB, so that
   the query cannot merge 'A' and 'a'), floating-point keys are normalised (-0.0 -> 0.0, every
   NaN -> one NaN), and key types whose equality is coarser than their spelling (INTERVAL,
   TIMESTAMPTZ, nested types, JSON, MAP, UNION, ...) are refused.
+* text comparisons are binary too: the text operand of =, <>, <, BETWEEN, IN, LIKE, NULLIF,
+  GREATEST/LEAST and of starts_with/ends_with/contains/strpos is rendered ``COLLATE "binary"``
+  (DuckDB compares under an operand's collation), so what a WHERE matches never depends on a
+  column's declared collation or the connection's ``default_collation`` (ILIKE ignores case by
+  its own definition).
 
 Anything not on the allow-list is refused, with every violation listed at once (line and
 column). The expressions dpsql evaluates over released values only (the SELECT list, HAVING,
@@ -716,7 +721,7 @@ class Typer:
             if typ.kind == "null":
                 return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
             cls = type(node)
-            return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), BOOLEAN)
+            return Typed(cls(this=_text_binary(self.coerce(a, typ, node), typ), expression=self.coerce(b, typ, node)), BOOLEAN)
         if isinstance(node, exp.Between):
             if node.args.get("symmetric"):
                 raise self.refuse(node, "BETWEEN SYMMETRIC is not supported: write the bounds in order (low AND high)")
@@ -725,7 +730,7 @@ class Typer:
             if typ.kind == "null":
                 return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
             c = [self.coerce(p, typ, node) for p in parts]
-            return Typed(exp.Between(this=c[0], low=c[1], high=c[2]), BOOLEAN)
+            return Typed(exp.Between(this=_text_binary(c[0], typ), low=c[1], high=c[2]), BOOLEAN)
         if isinstance(node, exp.In):
             if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
                 raise self.refuse(node, "IN takes a list of values")
@@ -737,7 +742,7 @@ class Typer:
             if typ.kind == "null":
                 return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
             c = [self.coerce(p, typ, node) for p in parts]
-            return Typed(exp.In(this=c[0], expressions=c[1:]), BOOLEAN)
+            return Typed(exp.In(this=_text_binary(c[0], typ), expressions=c[1:]), BOOLEAN)
         if isinstance(node, exp.Case):
             if node.this is not None:
                 # CASE x WHEN v THEN ...: compare x with each v
@@ -757,13 +762,13 @@ class Typer:
                 return Typed(exp.Null(), NULL, True, None)
             c = [self.coerce(p, typ, node) for p in parts]
             cls = type(node)
-            return Typed(cls(this=c[0], expressions=c[1:]), typ)
+            return Typed(cls(this=_text_binary(c[0], typ), expressions=c[1:]), typ)
         if isinstance(node, exp.Nullif):
             a, b = self.t(node.this), self.t(node.expression)
             typ = self.unify([a, b], node, "NULLIF")
             if typ.kind == "null":
                 return Typed(exp.Null(), NULL, True, None)
-            return Typed(exp.Nullif(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
+            return Typed(exp.Nullif(this=_text_binary(self.coerce(a, typ, node), typ), expression=self.coerce(b, typ, node)), typ)
         if isinstance(node, (exp.Cast, exp.TryCast)):
             return self._cast(node)
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
@@ -796,7 +801,7 @@ class Typer:
             if self.likes > MAX_LIKES:
                 raise self.refuse(node, f"an expression may hold at most {MAX_LIKES} LIKE/ILIKE tests (bounded cost per row)")
             cls = type(node)
-            out: exp.Expression = cls(this=self.cap(a, node), expression=self.cap(pr, node))
+            out: exp.Expression = cls(this=_binary(self.cap(a, node)), expression=self.cap(pr, node))
             if node.args.get("negate"):
                 out = exp.Not(this=out)
             return Typed(out, BOOLEAN)
@@ -1106,7 +1111,7 @@ def _text2(result: SqlType) -> Callable[[Typer, exp.Expression], Typed]:
         if extra or node.args.get(other_key) is None:
             raise ty.refuse(node, f"{ty._fname(node)}() takes two text arguments here")
         new = node.copy()
-        new.set("this", ty.cap(ty.t(node.this), node))
+        new.set("this", _binary(ty.cap(ty.t(node.this), node)))  # DuckDB matches under the collation
         new.set(other_key, ty.cap(ty.t(node.args[other_key]), node))
         return Typed(new, result)
 
@@ -1118,7 +1123,8 @@ def _anon_text2(name: str) -> Callable[[Typer, exp.Expression], Typed]:
         args = list(node.expressions)
         if len(args) != 2:
             raise ty.refuse(node, f"{name}() takes two text arguments")
-        return Typed(exp.Anonymous(this=name.upper(), expressions=[ty.cap(ty.t(a), node) for a in args]), BOOLEAN)
+        capped = [ty.cap(ty.t(a), node) for a in args]
+        return Typed(exp.Anonymous(this=name.upper(), expressions=[_binary(capped[0]), capped[1]]), BOOLEAN)
 
     return h
 
@@ -1320,13 +1326,29 @@ def _unexportable(t: SqlType, fix: str) -> str:
             f"(they would wrap to negative numbers); group by {fix}, whose text is exact")
 
 
+def _binary(e: exp.Expression) -> exp.Expression:
+    """``e COLLATE "binary"`` (once)."""
+    if isinstance(e, exp.Collate):
+        return e
+    inner = e if isinstance(e, exp.Column) else exp.Paren(this=e)
+    return exp.Collate(this=inner, expression=exp.to_identifier("binary", quoted=True))
+
+
+def _text_binary(e: exp.Expression, t: SqlType) -> exp.Expression:
+    """A text operand of a comparison (=, <, BETWEEN, IN, LIKE, NULLIF, GREATEST, ...) under the
+    binary collation: DuckDB compares under the operand's collation, so a column declared
+    ``COLLATE NOCASE`` or a connection's ``default_collation`` would make 'A' match 'a' (the
+    answer would depend on the owner's connection rather than on the query, and disagree with the
+    binary group keys). The collation of one operand decides the comparison."""
+    return _binary(e) if t.kind in ("varchar", "strlit") else e
+
+
 def _canonical_key(r: Typed, node: exp.Expression) -> exp.Expression:
     e = r.expr
     k = r.type.kind
     if k == "varchar" or k == "strlit":
         # binary collation: a column collation or default_collation cannot merge spellings
-        inner = e if isinstance(e, exp.Column) else exp.Paren(this=e)
-        return exp.Collate(this=inner, expression=exp.to_identifier("binary", quoted=True))
+        return _binary(e)
     if k == "float":
         zero = typed_literal(0.0, r.type)
         nan = typed_literal(float("nan"), r.type)

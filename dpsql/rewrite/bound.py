@@ -366,7 +366,7 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
     for a in plan.aggregates:
         if a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT):
             assert a.column is not None
-            proj.append(exp.alias_(exp.column(a.column, quoted=True), f"{a.name}_v"))
+            proj.append(exp.alias_(_raw_column(a.column, plan.table.schema), f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
         elif a.kind in ir.VALUE_KINDS:
             proj.append(exp.alias_(_clamped_input(a, plan.table.schema, ops), f"{a.name}_v"))
@@ -389,6 +389,14 @@ def _rows_of(plan: ir.QueryPlan, unit_column: str, proj: list[exp.Expression], w
     return exp.select(*proj).from_(src, copy=False).where(cond, copy=False)
 
 
+def _raw_column(column: str, schema: dict[str, str]) -> exp.Expression:
+    """A column an aggregate reads as it is (COUNT(col), COUNT(DISTINCT col)): text under the binary
+    collation, so the distinct values are counted by spelling whatever the column's or the
+    connection's collation (and a column declared ``COLLATE NOCASE`` can be hashed together with
+    the binary unit)."""
+    return binary_text(exp.column(column, quoted=True), schema.get(column.lower(), ""))
+
+
 def _raw_key(a: ir.Aggregate) -> str:
     """What an aggregate reads, for sharing one raw column between aggregates of the same input."""
     return a.column if a.value is None and a.column is not None else "expr:" + a.value.sql(dialect="duckdb") if a.value is not None else ""
@@ -408,7 +416,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
             src = _raw_key(a)
             if src not in raw:
                 raw[src] = f"__r{len(raw)}"
-                source[src] = (exp.column(a.column, quoted=True) if a.value is None
+                source[src] = (_raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
                                else aggregate_input(a, plan.table.schema, ops))
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
