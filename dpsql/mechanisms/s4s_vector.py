@@ -208,6 +208,9 @@ FP_SHARE = 0.1  #: the share of δ set aside for the floating-point part first
 FP_SHARES = (FP_SHARE, 0.25, 0.5, 0.75)
 #: grid steps above σ_lo/16 tried at every share: 2^5 × (σ_lo/32, σ_lo/16] ends at most 2σ_lo
 FINE_STEPS = 5
+#: the coarsest release grid, in units of σ_lo (σ for clipping): beyond it the query is refused (a grid of many σ
+#: releases mostly zeros while charging the full (ε, δ))
+GRID_CAP = 4.0
 #: the SVT's share of ε (module docstring, "Budget split"): the authors' code's 1/10, the paper's threshold value
 SVT_SHARE = 0.1
 
@@ -334,6 +337,8 @@ def _vector_fit(epsilon: float, delta: float, d: int, q: float, max_tuples: int)
         cap = tuple(2.0 * t * KAPPA * eta * gc for t in taus)
         ss_mean = stopped_ss_mean(gamma, eps1, theta0, n_tau - 1)
         grid = tuple(2.0 ** (math.floor(math.log2(s / 16.0)) + k) for s in lo)
+        if any(g > GRID_CAP * s for g, s in zip(grid, lo)):
+            break  # coarser grids would release (mostly) zeros: refuse instead
         fp = mult * (d * fp_coord_expected(grid, taus, cap, p, eta, ss_mean) + n_tau * 2.0**-40)
         # on a fixed sample (ε, δ_A + fp); amplified once: q′(δ_A + fp) ≤ δ (module docstring, "Floating point")
         if qp * (delta_alg + fp) <= delta * (1.0 - 1e-9):
@@ -406,6 +411,8 @@ def _clip_fit(epsilon: float, delta: float, d: int, clip: float, integer: bool) 
                 grid = 2.0 ** (base + k)
                 if fine and k > 0 and grid > 2.0 * sigma:
                     break
+                if k > 0 and grid > GRID_CAP * sigma:
+                    break  # coarser grids would release (mostly) zeros: refuse instead
                 fp = mult * d * gaussian_fp_delta(sigma, grid, integer=False)
                 if fp <= share * delta * (1.0 - 1e-9):
                     return ClipParams(d, clip, sigma, grid, fp, share)
