@@ -143,22 +143,18 @@ def test_refusal_and_explain_do_not_depend_on_private_rows() -> None:
     assert plans[0] == plans[1]
 
 
-@pytest.mark.xfail(strict=True, reason="the refusal's 'largest answerable key count' (and the docs' table of limits) "
-                   "is reached only with a release grid of ~10^6 sigma: coarser grids at share 0.75 go up to 2^40 steps, "
-                   "so every released value is 0 (a charged release of zeros); the grid should be capped (e.g. at 64 "
-                   "sigma) and the limits recomputed")
 def test_the_largest_answerable_key_count_is_not_a_release_of_zeros() -> None:
-    """At ε = 4, δ = 1e-7, Δ = 4, q = 1 the refusal names 156 041 as the largest answerable count (docs §3.9).
-    A grid γ ≥ 64σ rounds every value with |v| ≪ γ/2 to 0 except with probability ≤ 2Φ(−32) per coordinate:
-    the release carries no information while (ε, δ) is charged. Control: at d = 30 000 the grid is ≈ 1.9σ_lo."""
+    """At ε = 4, δ = 1e-7, Δ = 4, q = 1 the refusal names 67 540 as the largest answerable count (docs §3.9).
+    A grid γ ≥ 64σ would round every value with |v| ≪ γ/2 to 0 (a charged release of zeros): the grid is capped
+    at 4σ_lo (4σ for clipping) and the limits are those of the cap. Control: at d = 30 000 the grid is ≈ 1.9σ_lo."""
     ok = vector_params(4.0, 1e-7, 30000, 1.0, 4)
     assert ok.grid[0] <= 2 * ok.sigma_lo[0]
-    with pytest.raises(ConfigError, match="largest key count answerable at delta=1e-07 is 156041"):
+    with pytest.raises(ConfigError, match="largest key count answerable at delta=1e-07 is 67540"):
         vector_params(4.0, 1e-7, 10**6, 1.0, 4)
-    vp = vector_params(4.0, 1e-7, 156041, 1.0, 4)
-    assert all(g <= 64 * s for g, s in zip(vp.grid, vp.sigma_lo))
-    cp = clip_params(4.0, 1e-7, 156358, 4.0, True)
-    assert cp.grid <= 64 * cp.sigma
+    vp = vector_params(4.0, 1e-7, 67540, 1.0, 4)
+    assert all(g <= 4 * s for g, s in zip(vp.grid, vp.sigma_lo))
+    cp = clip_params(4.0, 1e-7, 101623, 4.0, True)
+    assert cp.grid <= 4 * cp.sigma
 
 
 def test_the_run_time_key_set_ignores_conditions_on_private_columns() -> None:

@@ -71,40 +71,60 @@ def test_a_larger_share_comes_before_a_coarse_grid() -> None:
     assert 20000 * MULT4 * C0 < vp.fp_delta <= 0.5e-7
 
 
-@pytest.mark.parametrize("q,delta_max", [(1.0, 156041), (0.25, 252537)])
-def test_the_largest_key_count_at_delta_1e_7(q: float, delta_max: int) -> None:
-    """ε = 4, δ = 1e-7, Δ = 4: before, ≤ 20 847 groups (20 531 measured); now 156 041 unsampled (the intercept
-    bound at share 3/4 is 156 358) and 252 537 at q = 1/4 (pinned; the check is q′(δ/4 + δ_fp) ≤ δ with
-    q′ = 175/256, so the bound is (256/175 − 1/4)δ/((1 + e⁴)c₀) = 252 857). The refusal names both figures."""
-    bound = (0.75 if q == 1.0 else 256 / 175 - 0.25) * 1e-7 / (MULT4 * C0)
-    assert delta_max <= bound < delta_max * 1.003
-    assert vector_params(4.0, 1e-7, delta_max, q, 4).d == delta_max
-    with pytest.raises(ConfigError, match=f"largest key count answerable at delta=1e-07 is {delta_max};"):
-        vector_params(4.0, 1e-7, delta_max + 1, q, 4)
+@pytest.mark.parametrize("q,d_max,grid", [(1.0, 67540, 4096.0), (0.25, 132567, 8192.0)])
+def test_the_largest_key_count_at_delta_1e_7(q: float, d_max: int, grid: float) -> None:
+    """ε = 4, δ = 1e-7, Δ = 4 (τ ∈ {1, 2, 4}): the grid is capped at 4σ_lo, so the largest count is set by the
+    coarsest grid ≤ 4σ_lo at share 3/4, not by the intercept bound alone (156 358 unsampled; 252 857 at q = 1/4,
+    whose grids were ~10⁶σ). By hand: δ_fp = (1 + e⁴)(d(slope(γ₁)·2κηŜ + c₀) + 3·2⁻⁴⁰) (slope(γ_τ)·τ is the same
+    for every τ as γ_τ = τγ₁), which must fit q′(δ/4 + δ_fp) ≤ δ(1 − 10⁻⁹), q′ = 175/256 at q = 1/4 (1 unsampled);
+    η and Ŝ are the code's (pinned at d_max). The next count is refused; d_max is the count the refusal of 10⁶
+    names (the bisection's; feasibility is not monotone in d near a power-of-two grid step, so at q = 1/4 the
+    refusal of d_max + 1 names a smaller count, still one that is answered)."""
+    vp = vector_params(4.0, 1e-7, d_max, q, 4)
+    assert vp.fp_share == 0.75 and vp.grid[0] == grid
+    assert grid <= 4 * vp.sigma_lo[0] < 2 * grid  # the coarsest grid under the cap
+    s_hat = stopped_ss_mean(vp.gamma, vp.eps1, vp.theta0, 2)
+    per = MULT4 * (slope(grid) * 2 * KAPPA * vp.eta * s_hat + C0)
+    qp = 1.0 if q == 1.0 else 175 / 256 * (1 + 1e-12)
+    allow = 1e-7 * (1 - 1e-9) / qp - 0.25e-7 - MULT4 * 3 * 2.0**-40
+    assert vp.fp_delta == pytest.approx(d_max * per + MULT4 * 3 * 2.0**-40, rel=1e-9)
+    assert d_max <= allow / per < d_max + 2  # η, Ŝ move with d: the next count misses by less than one
+    assert d_max < (0.75 if q == 1.0 else 256 / 175 - 0.25) * 1e-7 / (MULT4 * C0)  # the intercept bound is looser
+    with pytest.raises(ConfigError, match="largest key count answerable at delta=1e-07 is "):
+        vector_params(4.0, 1e-7, d_max + 1, q, 4)
+    with pytest.raises(ConfigError, match=f"largest key count answerable at delta=1e-07 is {d_max};"):
+        vector_params(4.0, 1e-7, 10**6, q, 4)
 
 
 def test_refusal_names_the_delta_that_answers_the_key_count() -> None:
-    """d = 10⁶ unsampled: the intercept needs δ ≥ d(1 + e⁴)c₀/0.75 = 6.3956e-7; the least two-digit δ is 6.4e-7."""
+    """d = 10⁶ unsampled: the intercept alone needs δ ≥ d(1 + e⁴)c₀/0.75 = 6.3956e-7, but with the grid capped at
+    4σ_lo the slope term needs more: the least two-digit δ is 1.4e-6 (pinned; 1.3e-6 refused, the control)."""
     need = 1e6 * MULT4 * C0 / 0.75
     assert need == pytest.approx(6.3956e-7, rel=1e-4)
-    with pytest.raises(ConfigError, match=r"delta=6\.4e-07 would answer 1000000 groups") as e:
+    with pytest.raises(ConfigError, match=r"delta=1\.4e-06 would answer 1000000 groups") as e:
         vector_params(4.0, 1e-7, 10**6, 1.0, 4)
-    assert "is 156041" in str(e.value) and "pass delta=6.4e-07" in (e.value.hint or "")
-    assert vector_params(4.0, 6.4e-7, 10**6, 1.0, 4).d == 10**6
+    assert "is 67540" in str(e.value) and "pass delta=1.4e-06" in (e.value.hint or "")
+    vp = vector_params(4.0, 1.4e-6, 10**6, 1.0, 4)
+    assert vp.d == 10**6 and vp.grid[0] <= 4 * vp.sigma_lo[0]
     with pytest.raises(ConfigError):  # negative control: the next smaller two-digit delta does not
-        vector_params(4.0, 6.3e-7, 10**6, 1.0, 4)
+        vector_params(4.0, 1.3e-6, 10**6, 1.0, 4)
 
 
 def test_clipping_path_uses_the_same_shares() -> None:
     """Per-user clipping, C = 12, counts, d = 30 000 (refused before: 30 000(1 + e⁴)c₀ = 1.439e-8 > δ/10):
     share 1/2, σ = 15.935 (analytic Gaussian at (4, 5e-8), sensitivity 12(1 + 2⁻³⁰); pinned), grid 16;
-    δ_fp = (1 + e⁴)·d·(slope(16)σ + c₀) by hand. Largest count: the intercept bound 156 358 exactly."""
+    δ_fp = (1 + e⁴)·d·(slope(16)σ + c₀) by hand. Largest count at the grid cap 4σ: share 3/4, σ = 16.289 (pinned),
+    grid 64 ≤ 4σ < 128: ⌊0.75δ(1 − 10⁻⁹)/((1 + e⁴)(slope(64)σ + c₀))⌋ = 111 369 (the intercept bound was 156 358)."""
     assert 30000 * MULT4 * C0 == pytest.approx(1.439e-8, rel=1e-3) and 30000 * MULT4 * C0 > 1e-8
     cp = clip_params(4.0, 1e-7, 30000, 12.0, True)
     assert cp.fp_share == 0.5 and cp.grid == 16.0 and cp.sigma == pytest.approx(15.935, rel=1e-4)
     assert cp.fp_delta == pytest.approx(MULT4 * 30000 * (slope(16.0) * cp.sigma + C0), rel=1e-6)
     assert cp.fp_delta <= 0.5e-7
-    with pytest.raises(ConfigError, match="largest key count answerable at delta=1e-07 is 156358;"):
+    top = clip_params(4.0, 1e-7, 111369, 12.0, True)
+    assert top.fp_share == 0.75 and top.grid == 64.0 and top.sigma == pytest.approx(16.289, rel=1e-4)
+    assert top.grid <= 4 * top.sigma < 2 * top.grid
+    assert math.floor(0.75e-7 * (1 - 1e-9) / (MULT4 * (slope(64.0) * top.sigma + C0))) == 111369
+    with pytest.raises(ConfigError, match="largest key count answerable at delta=1e-07 is 111369;"):
         clip_params(4.0, 1e-7, 10**6, 12.0, True)
 
 
@@ -143,20 +163,27 @@ def test_a_public_key_set_of_30000_is_answered_and_of_200000_refused_free() -> N
     s = _wide(200000)
     before, rows = s.remaining(), s.history().num_rows
     for call in (s.explain, s.query):
-        with pytest.raises(ConfigError, match="largest key count answerable at delta=1e-07 is 156358") as e:
+        with pytest.raises(ConfigError, match="largest key count answerable at delta=1e-07 is 101623") as e:
             call(WIDE, epsilon=4.0, delta=1e-7)
         assert "would answer 200000 groups" in str(e.value)
     assert s.remaining() == before and s.history().num_rows == rows
     s.close()
+    # by hand: C = 4, share 3/4, σ = 5.4296 (pinned), grid 16 ≤ 4σ < 32 (the cap)
+    top = clip_params(4.0, 1e-7, 101623, 4.0, True)
+    assert top.grid == 16.0 and top.sigma == pytest.approx(5.4296, rel=1e-4) and top.grid <= 4 * top.sigma < 32
+    assert math.floor(0.75e-7 * (1 - 1e-9) / (MULT4 * (slope(16.0) * top.sigma + C0))) == 101623
 
 
 def test_a_split_sum_reports_the_query_delta() -> None:
     """A SUM with a negative lower bound is two parts, each with (ε/2, δ/2): the refusal speaks of the query's δ.
     By hand (ε = 4, δ = 1e-7, q = 1, d = 10⁶): each part needs 10⁶(1 + e²)c₀ ≤ 0.75·δ/2, i.e. δ ≥ 1.9300e-7,
-    so the least two-digit δ is 2.0e-7; the largest count is below 0.75(δ/2)/((1 + e²)c₀) = 518 128."""
+    so the intercept alone would allow 2.0e-7 and 518 128 groups; with the grid capped at 4σ_lo the slope term
+    binds: 236 742 groups and δ = 4.1e-7 (pinned; both below/above the intercept figures)."""
     mult2 = 1 + math.exp(2.0)
     assert 2 * 1e6 * mult2 * C0 / 0.75 == pytest.approx(1.9300e-7, rel=1e-4)
     assert math.floor(0.75 * 0.5e-7 / (mult2 * C0)) == 518128
-    with pytest.raises(ConfigError, match=r"delta=1e-07 is too small .* is 517812; delta=2e-07 would answer 1000000"):
+    with pytest.raises(ConfigError, match=r"delta=1e-07 is too small .* is 236742; delta=4.1e-07 would answer 1000000"):
         vector_params(2.0, 0.5e-7, 10**6, 1.0, 4, 2)
-    assert vector_params(2.0, 1e-7, 10**6, 1.0, 4).d == 10**6  # the part's delta at the reported 2e-7
+    assert vector_params(2.0, 2.05e-7, 10**6, 1.0, 4).d == 10**6  # the part's delta at the reported 4.1e-7
+    with pytest.raises(ConfigError):  # control: the part's delta at 4.0e-7
+        vector_params(2.0, 2.0e-7, 10**6, 1.0, 4)

@@ -22,7 +22,8 @@ nothing is clipped. Noise N(0, σ²I_d), σ = ``gaussian_sigma``(ε, δ_G, C) (e
 calibration, ``dpsql.accounting``), δ_G = (1 − s)δ, with δ_fp = (1 + e^ε)·d·δ_coord(σ, γ) ≤ sδ the
 floating-point part of the sampler and rounding (``dpsql.noise`` §3) at the public grid γ (a power
 of two; ≥ 1 and integer for counts); the share s is the first of FP_SHARES = (0.1, 0.25, 0.5, 0.75)
-that fits with γ ≤ 2σ, else coarser grids at s = 0.75 (see "Large key counts"). Charged: (ε, δ).
+that fits with γ ≤ 2σ, else coarser grids at s = 0.75 up to γ ≤ 4σ (GRID_CAP; beyond, refused: see
+"Large key counts"). Charged: (ε, δ).
 No sampling on this path.
 
 **DP-S4S vector (Algorithm 5; tuples with several people, or ``mechanism='dp_s4s'``).**
@@ -129,10 +130,13 @@ allowance fixed at δ/10, at ε = 4, δ = 10⁻⁷ that was d ≤ 0.1δ/((1 + e�
 and the grid search coarsened the release grid up to ~150σ_lo before refusing (a release of zeros).
 Now the share s of δ set aside for the float part (δ_A = (1 − s)δ) is the first of FP_SHARES = (0.1,
 0.25, 0.5, 0.75) whose check passes with a grid of at most 2⁵ steps above σ_lo/16 (≤ 2σ_lo); failing
-all, coarser grids are tried at s = 0.75. α, ρ, γ, η are computed for that δ_A, and any data-independent
+all, coarser grids are tried at s = 0.75 up to the cap γ ≤ 4σ_lo (GRID_CAP; 4σ for clipping): a coarser
+grid would round most released values to 0 while charging the full (ε*, δ), so the key count is refused.
+α, ρ, γ, η are computed for that δ_A, and any data-independent
 δ_A keeps Lemmas 4.1/4.2 (the choice reads (ε, δ, d, q, Δ) only). Its price: η·SS(1/κ, γ) grows by 1.0%,
-3.3%, 7.3% (s = 0.25, 0.5, 0.75 against 0.1, d = 20 000). Largest d at ε = 4, δ = 10⁻⁷: 156 041 unsampled
-(Δ = 4; the intercept bound at s = 0.75 is 156 358), 252 537 at q = 1/4 and 863 853 at q = 1/16 (Δ = 4).
+3.3%, 7.3% (s = 0.25, 0.5, 0.75 against 0.1, d = 20 000). Largest d at ε = 4, δ = 10⁻⁷ (Δ = 4): 67 540
+unsampled, 132 567 at q = 1/4 and 469 994 at q = 1/16; clipping (C = 4) 101 623 (the intercept bound at
+s = 0.75, 156 358, was reached only with grids of ~10⁶σ).
 Beyond, the refusal (``too_many_groups``) names the largest answerable count at this δ and the least
 two-significant-digit δ that answers d, both found by bisection and each one a value at which the check
 passed. Not used: the library's discrete Gaussian (``dpsql.accounting.discrete_gaussian``) has no
@@ -208,6 +212,9 @@ FP_SHARE = 0.1  #: the share of δ set aside for the floating-point part first
 FP_SHARES = (FP_SHARE, 0.25, 0.5, 0.75)
 #: grid steps above σ_lo/16 tried at every share: 2^5 × (σ_lo/32, σ_lo/16] ends at most 2σ_lo
 FINE_STEPS = 5
+#: the coarsest release grid, in units of σ_lo (σ for clipping): beyond it the query is refused (a grid of many σ
+#: releases mostly zeros while charging the full (ε, δ))
+GRID_CAP = 4.0
 #: the SVT's share of ε (module docstring, "Budget split"): the authors' code's 1/10, the paper's threshold value
 SVT_SHARE = 0.1
 
@@ -334,6 +341,8 @@ def _vector_fit(epsilon: float, delta: float, d: int, q: float, max_tuples: int)
         cap = tuple(2.0 * t * KAPPA * eta * gc for t in taus)
         ss_mean = stopped_ss_mean(gamma, eps1, theta0, n_tau - 1)
         grid = tuple(2.0 ** (math.floor(math.log2(s / 16.0)) + k) for s in lo)
+        if any(g > GRID_CAP * s for g, s in zip(grid, lo)):
+            break  # coarser grids would release (mostly) zeros: refuse instead
         fp = mult * (d * fp_coord_expected(grid, taus, cap, p, eta, ss_mean) + n_tau * 2.0**-40)
         # on a fixed sample (ε, δ_A + fp); amplified once: q′(δ_A + fp) ≤ δ (module docstring, "Floating point")
         if qp * (delta_alg + fp) <= delta * (1.0 - 1e-9):
@@ -406,6 +415,8 @@ def _clip_fit(epsilon: float, delta: float, d: int, clip: float, integer: bool) 
                 grid = 2.0 ** (base + k)
                 if fine and k > 0 and grid > 2.0 * sigma:
                     break
+                if k > 0 and grid > GRID_CAP * sigma:
+                    break  # coarser grids would release (mostly) zeros: refuse instead
                 fp = mult * d * gaussian_fp_delta(sigma, grid, integer=False)
                 if fp <= share * delta * (1.0 - 1e-9):
                     return ClipParams(d, clip, sigma, grid, fp, share)
@@ -594,7 +605,7 @@ def describe(cal: VectorCalibration) -> Description:
         if cal.d is not None:
             cp = _params(cal, cal.d)
             params.update({"sigma": cp.sigma, "l2_sensitivity": cal.clip * (1 + CLIP_SLACK), "granularity": cp.grid,
-                           "fp_delta": cp.fp_delta, "delta_gaussian": cal.delta * (1 - cp.fp_share)})
+                           "fp_delta": cp.fp_delta, "granularity_cap_sigma": GRID_CAP, "delta_gaussian": cal.delta * (1 - cp.fp_share)})
     else:
         params["budget_split"] = {"svt_epsilon": "epsilon/10 per part", "release_epsilon": "9 epsilon/10 per part",
                                   "per_part": {"epsilon": cal.part_epsilon, "delta": cal.part_delta}}
@@ -609,7 +620,7 @@ def describe(cal: VectorCalibration) -> Description:
                 "svt_query_noise_scale": 4 * KAPPA / vp.eps1, "alpha": vp.alpha, "rho": vp.rho, "gamma": vp.gamma,
                 "eta": vp.eta, "B_cap": vp.b_cap, "p_exceed": vp.p_exceed,
                 "sigma_lo": [s / cal.q for s in vp.sigma_lo], "sigma_cap": [s / cal.q for s in vp.sigma_cap],
-                "granularity": list(vp.grid), "fp_delta": vp.fp_delta,
+                "granularity": list(vp.grid), "granularity_cap_sigma_lo": GRID_CAP, "fp_delta": vp.fp_delta,
                 "epsilon_lemma_4_2": vp.epsilon_prime * len(cal.parts), "delta_algorithm": vp.delta_alg})
         else:
             params["tau_grid"] = [float(2**i) for i in range(max(0, math.ceil(math.log2(cal.max_tuples))) + 1)]
