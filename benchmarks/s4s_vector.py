@@ -74,7 +74,7 @@ QUERIES = {
 }
 
 
-def data_dir(sf: float) -> str:
+def data_dir(sf: float, partsupp_ids: bool = True) -> str:
     d = os.environ.get("DPSQL_TPCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dpsql", f"tpch-sf{sf:g}")
     if not all(os.path.exists(os.path.join(d, f"{t}.parquet")) for t in TABLES):
         exe = shutil.which("tpchgen-cli") or os.path.join(os.path.dirname(sys.executable), "tpchgen-cli")
@@ -82,8 +82,9 @@ def data_dir(sf: float) -> str:
             sys.exit("tpchgen-cli is missing: pip install 'dpsql[bench]' (or pip install tpchgen-cli)")
         os.makedirs(d, exist_ok=True)
         subprocess.run([exe, "parquet", "-s", f"{sf:g}", f"--tables={','.join(TABLES)}", f"--output-dir={d}"], check=True)
-    # partsupps as people: one id column (privacy units are single columns)
-    if not os.path.exists(os.path.join(d, "lineitem_ps.parquet")):
+    # partsupps as people: one id column (privacy units are single columns); written only when a
+    # query with partsupps as people runs (a copy of lineitem: 1 GB at SF 4)
+    if partsupp_ids and not os.path.exists(os.path.join(d, "lineitem_ps.parquet")):
         con = duckdb.connect()
         con.execute(f"COPY (SELECT *, ps_partkey * 100000 + ps_suppkey AS ps_id FROM '{d}/partsupp.parquet') "
                     f"TO '{d}/partsupp_ps.parquet' (FORMAT parquet)")
@@ -137,8 +138,9 @@ def truth(d: str, sql: str) -> dict[tuple, float]:
     con = duckdb.connect()
     for t in TABLES:
         con.execute(f"CREATE VIEW {t} AS SELECT * FROM '{d}/{t}.parquet'")
-    con.execute(f"CREATE OR REPLACE VIEW partsupp AS SELECT * FROM '{d}/partsupp_ps.parquet'")
-    con.execute(f"CREATE OR REPLACE VIEW lineitem AS SELECT * FROM '{d}/lineitem_ps.parquet'")
+    if os.path.exists(os.path.join(d, "lineitem_ps.parquet")):
+        con.execute(f"CREATE OR REPLACE VIEW partsupp AS SELECT * FROM '{d}/partsupp_ps.parquet'")
+        con.execute(f"CREATE OR REPLACE VIEW lineitem AS SELECT * FROM '{d}/lineitem_ps.parquet'")
     rows = con.execute(sql).fetchall()
     return {tuple(r[:-1]): float(r[-1]) for r in rows}
 
@@ -176,7 +178,7 @@ def main() -> None:
     ap.add_argument("--trim", type=float, default=0.0, help="drop this fraction of runs on each side (paper: 0.2)")
     ap.add_argument("--no-clip", action="store_true", help="skip the per-user clipping rows (unchanged by DP-S4S)")
     args = ap.parse_args()
-    d = data_dir(args.sf)
+    d = data_dir(args.sf, partsupp_ids=any(QUERIES[n][0] == "ps" for n in args.queries))
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.queries:
@@ -194,17 +196,21 @@ def main() -> None:
                 s = session(d, people, tmp)
                 opts: dict[str, object] = ({"mechanism": mech, **extra} if mech in ("clipped_gaussian", "r2t")
                                            else {"mechanism": "dp_s4s", "q": q})
-                errs, secs = [], []
+                errs, secs, cpus = [], [], []
                 _s4s_socp.STATS.reset()
+                load0 = os.getloadavg()[0]
                 for _ in range(args.runs):
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     r = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts)
                     secs.append(time.perf_counter() - t0)
+                    cpus.append(time.process_time() - c0)
                     errs.append(l2_error(r.table, true))
                 acc = next(iter(r.accuracy.values()))
                 st = _s4s_socp.STATS
                 row = {"query": name, "sf": args.sf, "mechanism": mech, "q": q, **extra, "groups": len(true),
-                       "l2_relative_error": trimmed(errs, args.trim), "seconds_median": statistics.median(secs),
+                       "l2_relative_error": trimmed(errs, args.trim), "errors": errs,
+                       "seconds_median": statistics.median(secs), "cpu_seconds_median": statistics.median(cpus),
+                       "loadavg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
                        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                        "taus_last_run": acc.get("taus"), "solver": {"socp": st.socp, "closed_form": st.closed_form,
                                                                   "retries": st.retries, "uncertified": st.uncertified,
