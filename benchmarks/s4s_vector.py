@@ -22,9 +22,14 @@ one person owns each tuple, with per-user clipping (the default path there; for 
 declared ``clip_norm`` of 300 000, about three line items' revenue); q5 also unsampled
 (``mechanism='r2t'``: q = 1, the paper's PMSJA comparison). Reported per
 configuration: L2 relative error ‖noisy − true‖₂/‖true‖₂ (mean over ``--runs`` after dropping the
-largest and smallest when runs ≥ 5, as the paper does), median seconds end to end
-(``Session.query``), peak resident memory of the process (MB), and the solver's counters. The paper
-(SF 4): Q5 at q = 1/4 23.5% error vs 13.9% for PMSJA. JSON on stdout and in benchmarks/out/s4s_vector.json.
+largest and smallest when runs ≥ 5, as the paper does; ``--trim 0.2`` drops 20% on each side),
+the per-run errors, median wall and CPU seconds end to end (``Session.query``; CPU of all the
+process's threads), the 1-minute load average before and after, peak resident memory of the process
+so far (MB), and the solver's counters. With q5, also Q5's truncation program in PMSJA's form (all
+join tuples, a cone per user, no reductions) solved once per τ = 1, 2, 4 by the same solver, timed
+(``unreduced_q5``; ``--no-unreduced`` skips it). The paper (SF 4, PMSJA with MOSEK): Q5 at q = 1/4
+23.5% error vs 13.9% unsampled, 38 s vs more than 10 000 s. JSON on stdout and in
+benchmarks/out/s4s_vector_sf<sf>.json.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ QUERIES = {
 }
 
 
-def data_dir(sf: float) -> str:
+def data_dir(sf: float, partsupp_ids: bool = True) -> str:
     d = os.environ.get("DPSQL_TPCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "dpsql", f"tpch-sf{sf:g}")
     if not all(os.path.exists(os.path.join(d, f"{t}.parquet")) for t in TABLES):
         exe = shutil.which("tpchgen-cli") or os.path.join(os.path.dirname(sys.executable), "tpchgen-cli")
@@ -82,8 +87,9 @@ def data_dir(sf: float) -> str:
             sys.exit("tpchgen-cli is missing: pip install 'dpsql[bench]' (or pip install tpchgen-cli)")
         os.makedirs(d, exist_ok=True)
         subprocess.run([exe, "parquet", "-s", f"{sf:g}", f"--tables={','.join(TABLES)}", f"--output-dir={d}"], check=True)
-    # partsupps as people: one id column (privacy units are single columns)
-    if not os.path.exists(os.path.join(d, "lineitem_ps.parquet")):
+    # partsupps as people: one id column (privacy units are single columns); written only when a
+    # query with partsupps as people runs (a copy of lineitem: 1 GB at SF 4)
+    if partsupp_ids and not os.path.exists(os.path.join(d, "lineitem_ps.parquet")):
         con = duckdb.connect()
         con.execute(f"COPY (SELECT *, ps_partkey * 100000 + ps_suppkey AS ps_id FROM '{d}/partsupp.parquet') "
                     f"TO '{d}/partsupp_ps.parquet' (FORMAT parquet)")
@@ -137,8 +143,9 @@ def truth(d: str, sql: str) -> dict[tuple, float]:
     con = duckdb.connect()
     for t in TABLES:
         con.execute(f"CREATE VIEW {t} AS SELECT * FROM '{d}/{t}.parquet'")
-    con.execute(f"CREATE OR REPLACE VIEW partsupp AS SELECT * FROM '{d}/partsupp_ps.parquet'")
-    con.execute(f"CREATE OR REPLACE VIEW lineitem AS SELECT * FROM '{d}/lineitem_ps.parquet'")
+    if os.path.exists(os.path.join(d, "lineitem_ps.parquet")):
+        con.execute(f"CREATE OR REPLACE VIEW partsupp AS SELECT * FROM '{d}/partsupp_ps.parquet'")
+        con.execute(f"CREATE OR REPLACE VIEW lineitem AS SELECT * FROM '{d}/lineitem_ps.parquet'")
     rows = con.execute(sql).fetchall()
     return {tuple(r[:-1]): float(r[-1]) for r in rows}
 
@@ -152,6 +159,62 @@ def l2_error(table: object, true: dict[tuple, float]) -> float:
     num = sum((float(got.get(k, 0.0)) - true.get(k, 0.0)) ** 2 for k in allk)
     den = sum(v * v for v in true.values())
     return (num / den) ** 0.5
+
+
+def unreduced_program(d: str, taus: tuple[float, ...] = (1.0, 2.0, 4.0)) -> list[dict[str, float]]:
+    """Q5's truncation program as PMSJA states it (Eq. 2), on all join tuples, without dpsql's exact
+    reductions (every user gets a cone, every tuple a variable, no merging), solved once per τ by the
+    same solver (Clarabel). Measures what the unsampled program costs before the reductions; the
+    mechanism never runs this (benchmark only)."""
+    import clarabel
+    import scipy.sparse as sp
+
+    con = duckdb.connect()
+    for t in TABLES:
+        con.execute(f"CREATE VIEW {t} AS SELECT * FROM '{d}/{t}.parquet'")
+    sql = QUERIES["q5"][1].replace(f"SUM({REV}) AS revenue", f"c.c_custkey, s.s_suppkey, {REV} / 100000.0 AS w")
+    sql = sql.split(" GROUP BY")[0]
+    t0 = time.perf_counter()
+    tab = con.sql(sql).to_arrow_table()
+    fetch_s = time.perf_counter() - t0
+    _, gid = np.unique(np.asarray(tab.column("n_name").to_pylist(), dtype=object).astype(str), return_inverse=True)
+    ck, cinv = np.unique(tab.column("c_custkey").to_numpy(), return_inverse=True)
+    sk, sinv = np.unique(tab.column("s_suppkey").to_numpy(), return_inverse=True)
+    w = tab.column("w").to_numpy().astype(np.float64)
+    nt, nc, ns = w.size, ck.size, sk.size
+    nu, ng = nc + ns, int(gid.max()) + 1
+    owners = np.concatenate([cinv, nc + sinv])  # two owners per tuple
+    rows_t = np.concatenate([np.arange(nt), np.arange(nt)])
+    n = nu + nt  # x = [y (nu), z (nt)]
+    link = sp.csr_matrix((np.concatenate([np.ones(2 * nt), -np.ones(nt)]),
+                          (np.concatenate([rows_t, np.arange(nt)]), np.concatenate([owners, nu + np.arange(nt)]))), shape=(nt, n))
+    eye = sp.identity(n, format="csr")
+    # one cone per user: (τ; −Σ_{t∋u, group g} w_t z_t for each group g the user's tuples reach; the
+    # other groups' entries are identically 0 and left out)
+    ug, ug_inv = np.unique(owners * ng + np.concatenate([gid, gid]), return_inverse=True)
+    per_user = np.bincount(ug // ng, minlength=nu)
+    head = np.concatenate([[0], np.cumsum(per_user + 1)[:-1]])
+    rank = np.arange(ug.size) - np.repeat(np.concatenate([[0], np.cumsum(per_user)[:-1]]), per_user)
+    ug_row = head[ug // ng] + 1 + rank
+    n_cone = int((per_user + 1).sum())
+    cone_a = sp.csr_matrix((-np.concatenate([w, w]), (ug_row[ug_inv.reshape(-1)], nu + rows_t)), shape=(n_cone, n))
+    a_mat = sp.vstack([link, eye, -eye, cone_a]).tocsc()
+    c = np.concatenate([-np.ones(nu), np.zeros(nt)])
+    out = []
+    for tau in taus:
+        cone_b = np.zeros(n_cone)
+        cone_b[head] = tau
+        b_vec = np.concatenate([np.ones(nt), np.ones(n), np.zeros(n), cone_b])
+        cones = [clarabel.NonnegativeConeT(nt + 2 * n)] + [clarabel.SecondOrderConeT(int(k) + 1) for k in per_user]
+        st = clarabel.DefaultSettings()
+        st.verbose = False
+        t0, c0 = time.perf_counter(), time.process_time()
+        sol = clarabel.DefaultSolver(sp.csc_matrix((n, n)), c, a_mat, b_vec, cones, st).solve()
+        out.append({"tau": tau, "join_tuples": nt, "users": nu, "variables": n, "cones": nu, "status": str(sol.status),
+                    "excess": float(nu + sol.obj_val), "seconds": time.perf_counter() - t0,
+                    "cpu_seconds": time.process_time() - c0, "fetch_seconds": fetch_s})
+        print(json.dumps({"unreduced_q5": out[-1]}), flush=True, file=sys.stderr)
+    return out
 
 
 def trimmed(xs: list[float], frac: float = 0.0) -> float:
@@ -175,9 +238,12 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/out/s4s_vector_sf<sf>.json)")
     ap.add_argument("--trim", type=float, default=0.0, help="drop this fraction of runs on each side (paper: 0.2)")
     ap.add_argument("--no-clip", action="store_true", help="skip the per-user clipping rows (unchanged by DP-S4S)")
+    ap.add_argument("--no-unreduced", action="store_true",
+                    help="skip timing Q5's truncation program without the exact reductions (PMSJA's form)")
     args = ap.parse_args()
-    d = data_dir(args.sf)
+    d = data_dir(args.sf, partsupp_ids=any(QUERIES[n][0] == "ps" for n in args.queries))
     results = []
+    unreduced = unreduced_program(d) if "q5" in args.queries and not args.no_unreduced else None
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.queries:
             people, sql = QUERIES[name]
@@ -194,17 +260,21 @@ def main() -> None:
                 s = session(d, people, tmp)
                 opts: dict[str, object] = ({"mechanism": mech, **extra} if mech in ("clipped_gaussian", "r2t")
                                            else {"mechanism": "dp_s4s", "q": q})
-                errs, secs = [], []
+                errs, secs, cpus = [], [], []
                 _s4s_socp.STATS.reset()
+                load0 = os.getloadavg()[0]
                 for _ in range(args.runs):
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     r = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts)
                     secs.append(time.perf_counter() - t0)
+                    cpus.append(time.process_time() - c0)
                     errs.append(l2_error(r.table, true))
                 acc = next(iter(r.accuracy.values()))
                 st = _s4s_socp.STATS
                 row = {"query": name, "sf": args.sf, "mechanism": mech, "q": q, **extra, "groups": len(true),
-                       "l2_relative_error": trimmed(errs, args.trim), "seconds_median": statistics.median(secs),
+                       "l2_relative_error": trimmed(errs, args.trim), "errors": errs,
+                       "seconds_median": statistics.median(secs), "cpu_seconds_median": statistics.median(cpus),
+                       "loadavg_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
                        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
                        "taus_last_run": acc.get("taus"), "solver": {"socp": st.socp, "closed_form": st.closed_form,
                                                                   "retries": st.retries, "uncertified": st.uncertified,
@@ -214,8 +284,9 @@ def main() -> None:
                 s.close()
     os.makedirs(OUT, exist_ok=True)
     out = {"benchmark": "s4s_vector", "epsilon": args.epsilon, "delta": args.delta, "runs": args.runs, "trim": args.trim,
-           "results": results,
-           "paper_reference": "Q5 at SF 4, q = 1/4: 23.5% L2 relative error (PMSJA unsampled 13.9%), 38 s"}
+           "results": results, "load_average": list(os.getloadavg()),
+           "unreduced_q5": unreduced,
+           "paper_reference": "Q5 at SF 4, q = 1/4: 23.5% L2 relative error (PMSJA unsampled 13.9%), 38 s (PMSJA > 10 000 s)"}
     with open(args.out or os.path.join(OUT, f"s4s_vector_sf{args.sf:g}.json"), "w") as f:
         json.dump(out, f, indent=1)
     print(json.dumps(out, indent=1))
