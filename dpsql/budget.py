@@ -17,6 +17,7 @@ added later without changing what was recorded.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -125,21 +126,28 @@ class Budget:
         return f"(epsilon={self.epsilon:g}, delta={self.delta:g})"
 
 
-def compose(costs: Iterable[Budget]) -> Budget:
-    """Basic sequential composition, exact."""
+def _exact_sums(costs: Iterable[Budget]) -> tuple[Fraction, Fraction]:
+    """Exact sums of the epsilons and of the deltas. Equal floats have one decimal (the rounding
+    rule), so each distinct value is converted once and multiplied by how often it occurs: the
+    same exact result as adding one by one, in time linear in the number of costs with a small
+    constant (a ledger holds many charges of few distinct sizes)."""
+    counts = Counter((c.epsilon, c.delta) for c in costs)
     e = Fraction(0)
     d = Fraction(0)
-    for c in costs:
-        e += c.exact_epsilon
-        d += c.exact_delta
-    return Budget.from_exact(e, d)
+    for (eps, delta), n in counts.items():
+        e += n * exact(eps)
+        d += n * exact(delta)
+    return e, d
+
+
+def compose(costs: Iterable[Budget]) -> Budget:
+    """Basic sequential composition, exact."""
+    return Budget.from_exact(*_exact_sums(costs))
 
 
 def exact_sum_fits(spent: Iterable[Budget], request: Budget, total: Budget) -> bool:
     """spent + request <= total, decided exactly under the rounding rule."""
-    e = request.exact_epsilon
-    d = request.exact_delta
-    for c in spent:
-        e += c.exact_epsilon
-        d += c.exact_delta
+    e, d = _exact_sums(spent)
+    e += request.exact_epsilon
+    d += request.exact_delta
     return e <= total.exact_epsilon and d <= total.exact_delta

@@ -421,3 +421,15 @@ def test_wrong_schema_version_is_refused_untouched(path: Path, version: str, fix
 
 def test_ledger_error_exit_code() -> None:
     assert LedgerError("x").exit_code == 4
+
+
+def test_exact_sum_of_repeated_charges_groups_equal_values_exactly():
+    """Repeated charges are summed per distinct value (n * exact(value)): still exact decimals."""
+    from dpsql.budget import Budget, compose, exact_sum_fits
+
+    spent = [Budget(0.1, 1e-7)] * 9 + [Budget(0.05, 0.0)] * 2  # 0.9 + 0.1 = 1.0 exactly, delta 9e-7
+    assert exact_sum_fits(spent, Budget(0.0, 1e-7), Budget(1.0, 1e-6))
+    assert not exact_sum_fits(spent, Budget(1e-12, 0.0), Budget(1.0, 1e-6))  # negative control: just over
+    assert not exact_sum_fits(spent, Budget(0.0, 1.1e-7), Budget(1.0, 1e-6))
+    assert compose(spent) == Budget(1.0, 9e-7)
+    assert compose([Budget(0.1)] * 1000) == Budget(100.0)  # float addition would give 99.9999999999986
