@@ -618,19 +618,27 @@ FROM (
   SELECT
     __k0
   FROM (
-    SELECT DISTINCT
+    SELECT
       __unit,
       __k0
     FROM (
-      SELECT
-        "user_id" AS __unit,
-        "country" COLLATE "binary" AS __k0
-      FROM _dpsql_src_events
-      WHERE
-        NOT "user_id" IS NULL AND (
-          "country" COLLATE "binary"
-        ) IN ('US', 'FR')
-    ) AS __base
+      SELECT DISTINCT
+        __unit,
+        __k0
+      FROM (
+        SELECT
+          "user_id" AS __unit,
+          "country" COLLATE "binary" AS __k0
+        FROM _dpsql_src_events
+        WHERE
+          NOT "user_id" IS NULL
+      ) AS __base
+    ) AS __pairs_all
+    WHERE
+      __k0 IN (
+        SELECT
+          UNNEST(['US', 'FR']) AS __d
+      )
   ) AS __ug
   QUALIFY
     ROW_NUMBER() OVER (
