@@ -618,19 +618,27 @@ FROM (
   SELECT
     __k0
   FROM (
-    SELECT DISTINCT
+    SELECT
       __unit,
       __k0
     FROM (
-      SELECT
-        "user_id" AS __unit,
-        "country" COLLATE "binary" AS __k0
-      FROM _dpsql_src_events
-      WHERE
-        NOT "user_id" IS NULL AND (
-          "country" COLLATE "binary"
-        ) IN ('US', 'FR')
-    ) AS __base
+      SELECT DISTINCT
+        __unit,
+        __k0
+      FROM (
+        SELECT
+          "user_id" AS __unit,
+          "country" COLLATE "binary" AS __k0
+        FROM _dpsql_src_events
+        WHERE
+          NOT "user_id" IS NULL
+      ) AS __base
+    ) AS __pairs_all
+    WHERE
+      __k0 IN (
+        SELECT
+          UNNEST(['US', 'FR']) AS __d
+      )
   ) AS __ug
   QUALIFY
     ROW_NUMBER() OVER (
@@ -818,3 +826,37 @@ def test_group_cap_window_spills_under_a_small_memory_limit(tmp_path: Any) -> No
     assert run(DuckDBOps()) == [(600000, 200000)]
     with pytest.raises(duckdb.OutOfMemoryException):
         run(ArgMinOps())
+
+
+# -- public key domains: rows outside the domain are dropped before any group is chosen ------------
+
+@pytest.mark.parametrize("sql", [
+    "SELECT country, COUNT(*) FROM events GROUP BY country",
+    "SELECT country, SUM(amount), AVG(amount) FROM events GROUP BY country",
+    "SELECT url, country, COUNT(*) FROM events GROUP BY url, country",
+])
+def test_rows_outside_the_domain_change_no_choice(sql: str) -> None:
+    """The domain filter runs on the (unit, group) pairs (after the per-pair aggregation) when
+    there is no per-unit row cap: the bounded result must equal the one on data from which the
+    out-of-domain rows were removed beforehand (same salt), so they take no group of the cap.
+    Negative control: without the domain filter, the out-of-domain groups take places in the cap
+    and the in-domain counts drop."""
+    gen = np.random.default_rng(12)
+    n = 4000
+    users = gen.integers(0, 150, n)
+    inside = ["US", "FR", "DE"]
+    country = np.where(gen.random(n) < 0.5, gen.choice(inside, n), gen.choice(["X1", "X2", "X3", "X4", "X5"], n))
+    data = pa.table({"user_id": users, "url": gen.choice([f"u{i}" for i in range(6)], n), "country": country,
+                     "amount": gen.integers(0, 20, n).astype(np.float64)})
+    only_inside = data.filter(pc.is_in(data["country"], value_set=pa.array(inside)))
+    spec = spec_for("events", data, bounds={"amount": (0, 10)}, domains={"country": tuple(inside)})
+    plan = plan_for(sql, spec)
+    caps = Caps(2, 1)
+    for salt in ("s1", "s2", "s3"):
+        got = keyed(plan, run_bounded(plan, caps, data, salt=salt))
+        want = keyed(plan, run_bounded(plan, caps, only_inside, salt=salt))
+        assert got == want
+        assert all(k[-1] in inside for k in got)
+    unfiltered = keyed(plan, run_bounded(plan, caps, data, salt="s1", use_public_domain=False))
+    inside_users = sum(r["__users"] for k, r in unfiltered.items() if k[-1] in inside)
+    assert inside_users < sum(r["__users"] for r in keyed(plan, run_bounded(plan, caps, data, salt="s1")).values())

@@ -231,6 +231,32 @@ def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
     return out
 
 
+def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str]) -> exp.Select:
+    """The rows of ``relation`` (one per unit and group, the keys in the columns named as the
+    plan's keys) whose keys lie in their public domains: per key with a domain, a semi-join
+    ``key IN (SELECT UNNEST([lit, ...]) AS __d)`` (Spark: ``explode(array(...))``) with the literals
+    typed to the column at registration, as in :func:`_domain_filter`.
+
+    The filter reads the key only, so it commutes with grouping by the key: applied to the
+    (unit, group) pairs it keeps exactly the pairs of the rows the row-level filter keeps, before
+    any group is chosen. It is cheaper there: one probe per pair instead of one per row (and a
+    semi-join on a subquery, unlike an IN list of constants, is not pushed below the
+    aggregation by DuckDB's optimizer)."""
+    schema = plan.table.schema
+    cond: exp.Expression | None = None
+    for key in plan.keys:
+        if key.domain is None:
+            continue
+        assert isinstance(key.expr, exp.Column)
+        ctype = schema[key.expr.name.lower()]
+        listed = exp.Array(expressions=[domain_literal(v, ctype) for v in key.domain])
+        sub = exp.select(exp.alias_(exp.func("unnest", listed), "__d"))
+        c = exp.In(this=_col(key.name), query=exp.Subquery(this=sub))
+        cond = c if cond is None else exp.And(this=cond, expression=c)
+    q = exp.select(*[_col(f) for f in fields]).from_(relation, copy=False)
+    return q.where(cond, copy=False) if cond is not None else q
+
+
 # -- the steps ----------------------------------------------------------------------------------
 
 
@@ -472,8 +498,14 @@ def bounded_query(
     # k = 1 with values and no L: one aggregate picks each (unit, group)'s row (no windows)
     one_row = caps.rows_finite and caps.max_rows_per_group == 1 and need_values and not caps.unit_rows_finite
 
+    # public key domains: rows with keys outside them are dropped before any group is chosen; with
+    # no per-unit row cap L (which must not count them), on the (unit, group) pairs, not the rows
+    pairs_domain = (use_public_domain and bool(keys) and not caps.unit_rows_finite
+                    and any(k.domain is not None for k in plan.keys))
+    row_domain = use_public_domain and not pairs_domain
+
     # 1. base rows ------------------------------------------------------------------------------
-    base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=use_public_domain, ops=ops)
+    base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=row_domain, ops=ops)
     rows_src: exp.Expression = base.subquery("__base", copy=False)
 
     # 2. rows per unit (L) ------------------------------------------------------------------------
@@ -509,11 +541,14 @@ def bounded_query(
             # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
             ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", _col(f"{a.name}_v"))), f"{a.name}_l"))
     if one_row:
-        ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=use_public_domain, ops=ops)
+        ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops)
     elif pairs_only:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).distinct(copy=False)
     else:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
+
+    if pairs_domain:
+        ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects])
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug", copy=False)
