@@ -12,6 +12,7 @@ import hashlib
 
 import numpy as np
 
+from dpsql.engine.duckdb_ops import DuckDBOps, SaltedDuckDBOps
 from dpsql.noise import NoiseSource
 
 
@@ -62,7 +63,14 @@ def zero_noise(seed: int | str = 0) -> ZeroNoise:
 
 
 def use_noise(session: object, source: NoiseSource) -> None:
-    """Make ``session`` draw its noise (and salts) from ``source``. Tests only."""
+    """Make ``session`` draw its noise (and salts) from ``source``. Tests only.
+
+    Reproducible noise makes every bounding choice reproducible too: a DuckDB engine's one-row
+    choice (k = 1) then races the salted keys over counted values instead of drawing a fresh
+    ``RANDOM()`` per row (``SaltedDuckDBOps``), so a seed fixes the whole release."""
     if not isinstance(source, NoiseSource):
         raise TypeError("source must be a NoiseSource")
     session._noise = source  # type: ignore[attr-defined]
+    engine = getattr(session, "_engine", None)
+    if isinstance(getattr(engine, "ops", None), DuckDBOps) and engine.ops.row_clock() is not None:  # type: ignore[union-attr]
+        engine.ops = SaltedDuckDBOps()  # type: ignore[union-attr]

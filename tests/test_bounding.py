@@ -24,6 +24,7 @@ import pytest
 from scipy.stats import binomtest
 
 from dpsql.catalog import ColumnSpec, TableSpec
+from dpsql.engine.duckdb_ops import SaltedDuckDBOps
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze
 from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps, bounded_query, released_columns, source_name
@@ -272,7 +273,9 @@ def neighbour_outputs(plan: ir.QueryPlan, caps: Caps, data: pa.Table, salt: str)
     """Bounded output on D and on D minus each user, all with the same salt, in one DuckDB statement."""
     con = duckdb.connect()
     con.execute("SET threads = 1")
-    base = bounded_sql(plan, caps, salt)
+    # every choice from the salt (no per-row engine draw), so D and D minus u make the same
+    # choices for every other unit: the coupling under which the change is the unit's own
+    base = bounded_sql(plan, caps, salt, ops=SaltedDuckDBOps())
     src = source_name(plan.table.name)
     users = sorted(set(data["user_id"].to_pylist()))
     parts = []
@@ -370,12 +373,14 @@ def rate_is_uniform(counts: list[int], n: int, p: float) -> bool:
     return all(binomtest(c, n, p).pvalue >= ALPHA / len(counts) for c in counts)
 
 
-def choices_over_salts(plan: ir.QueryPlan, caps: Caps, data: pa.Table, n: int, tag: str) -> list[list[Any]]:
-    """For ``n`` different salts, the list of keys (or kept values) in the bounded output."""
+def choices_over_salts(plan: ir.QueryPlan, caps: Caps, data: pa.Table, n: int, tag: str,
+                       ops: Any = None) -> list[list[Any]]:
+    """For ``n`` different salts, the list of keys (or kept values) in the bounded output (with
+    DuckDB's default building blocks, each trial also draws its own per-row ``RANDOM()``)."""
     con = duckdb.connect()
     con.execute("SET threads = 1")
     con.register(source_name(plan.table.name), data)
-    base = bounded_sql(plan, caps, "@@SALT@@")
+    base = bounded_sql(plan, caps, "@@SALT@@", **({"ops": ops} if ops is not None else {}))
     out: dict[int, list[Any]] = {i: [] for i in range(n)}
     batch = 150
     for start in range(0, n, batch):
@@ -438,13 +443,17 @@ def test_row_choice_within_a_group_is_uniform_over_salts() -> None:
     assert not rate_is_uniform([n, 0, 0, 0], n, 0.25)
 
 
-def test_row_choice_counts_repeated_values_once_per_row() -> None:
+@pytest.mark.parametrize("ops", [None, SaltedDuckDBOps()], ids=["per-row-draw", "salted-race"])
+def test_row_choice_counts_repeated_values_once_per_row(ops: Any) -> None:
     # one user, one group, rows with values 1, 1, 1, 2 and k = 1: each *row* is kept with
-    # probability 1/4, so the value 1 with probability 3/4 (the choice is made per distinct
-    # value, weighted by its number of rows: an exponential race)
+    # probability 1/4, so the value 1 with probability 3/4. DuckDB's default: the row with the
+    # smallest per-row RANDOM() (identical rows draw separately); reproducible from the salt: an
+    # exponential race over the distinct values, weighted by their numbers of rows
     t = pa.table({"user_id": pa.array([5] * 4, type=pa.int64()), "g": ["a"] * 4, "amount": [1.0, 1.0, 2.0, 1.0]})
     plan = plan_for("SELECT g, SUM(amount) FROM t GROUP BY g", spec_for("t", t, bounds={"amount": (0, 10)}))
-    runs = choices_over_salts(plan, Caps(1, 1), t, N_SALTS, "repeated")
+    sql = bounded_sql(plan, Caps(1, 1), "s", **({"ops": ops} if ops is not None else {}))
+    assert ("RANDOM()" in sql) == (ops is None) and ("LN(" in sql) == (ops is not None)
+    runs = choices_over_salts(plan, Caps(1, 1), t, N_SALTS, "repeated", ops)
     ones = sum(1 for r in runs if r[0]["__a0"] == 1.0)
     assert sum(1 for r in runs if r[0]["__a0"] == 2.0) == N_SALTS - ones
     assert binomtest(ones, N_SALTS, 0.75).pvalue >= ALPHA, ones
@@ -853,10 +862,30 @@ def test_rows_outside_the_domain_change_no_choice(sql: str) -> None:
     plan = plan_for(sql, spec)
     caps = Caps(2, 1)
     for salt in ("s1", "s2", "s3"):
-        got = keyed(plan, run_bounded(plan, caps, data, salt=salt))
-        want = keyed(plan, run_bounded(plan, caps, only_inside, salt=salt))
+        got = keyed(plan, run_bounded(plan, caps, data, salt=salt, ops=SaltedDuckDBOps()))  # coupled by the salt
+        want = keyed(plan, run_bounded(plan, caps, only_inside, salt=salt, ops=SaltedDuckDBOps()))
         assert got == want
         assert all(k[-1] in inside for k in got)
     unfiltered = keyed(plan, run_bounded(plan, caps, data, salt="s1", use_public_domain=False))
     inside_users = sum(r["__users"] for k, r in unfiltered.items() if k[-1] in inside)
     assert inside_users < sum(r["__users"] for r in keyed(plan, run_bounded(plan, caps, data, salt="s1")).values())
+
+
+def test_sessions_draw_rows_per_query_and_seeded_sessions_reproduce_them() -> None:
+    # a default Session's k = 1 row choice is one aggregate over a fresh per-row RANDOM();
+    # a session given reproducible noise (tests) races the salted keys instead, so a seed fixes
+    # the release; the group cap is the salted window either way
+    import dpsql
+    from dpsql.testing import use_noise, zero_noise
+
+    t = pa.table({"user_id": pa.array([1, 1, 2], type=pa.int64()), "g": ["a", "a", "b"], "x": [1.0, 2.0, 3.0]})
+    sql = "SELECT g, SUM(x) AS s FROM t GROUP BY g"
+    with dpsql.Session(ledger=None, budget=dpsql.Budget(10, 1e-3)) as s:
+        s.register("t", t, privacy_unit="user_id", max_groups_per_unit=1, max_rows_per_group=1,
+                   columns={"x": {"bounds": [0, 5]}})
+        drawn = s.explain(sql, epsilon=1, delta=1e-6).bounded_sql
+        use_noise(s, zero_noise())
+        salted = s.explain(sql, epsilon=1, delta=1e-6).bounded_sql
+    assert "ARG_MIN_NULL(__r0, RANDOM())" in drawn and "LN(" not in drawn
+    assert "RANDOM()" not in salted and "LN(" in salted
+    assert drawn.count("ROW_NUMBER()") == salted.count("ROW_NUMBER()") == 1

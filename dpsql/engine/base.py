@@ -233,6 +233,15 @@ class SqlOps(Protocol):
         0 or 1); divided by a weight it races the rows of an exponential-race choice."""
         ...
 
+    def row_clock(self) -> exp.Expression | None:
+        """A fresh uniform draw per *row* from the engine's own generator (seeded from OS
+        entropy, independent of the data and of every other row's draw), or None when the
+        backend's choices must be reproducible from the salt (the portable hash that Spark and
+        DuckDB share): then a one-row choice races the distinct values weighted by their counts
+        (``dpsql.rewrite.bound._pick_one_row``). Identical rows get distinct draws, so the row
+        with the smallest draw is uniform over the rows with one aggregate and no counting."""
+        ...
+
     def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,
                              n: int, *, alias: str, output: Sequence[str] | None = None) -> exp.Subquery:
         """The rows of ``relation`` (a subquery), at most ``n`` per partition: those with the

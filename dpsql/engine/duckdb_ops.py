@@ -90,6 +90,14 @@ class DuckDBOps:
         """``-LN(keyed_uniform)``: a keyed Exp(1) draw."""
         return _mark(exp.Neg(this=_mark(exp.Ln(this=self.keyed_uniform(columns, salt)))))
 
+    def row_clock(self) -> exp.Expression | None:
+        """``RANDOM()``: DuckDB's per-row uniform in [0, 1) (a PCG generator per thread, seeded
+        from OS entropy when the connection starts; 20M draws are 20M distinct values), drawn
+        afresh for every row and every query. A tie between two rows of one (unit, group) has
+        probability below 1e-12 per pair of rows; the aggregate then keeps either (both are
+        that unit's own rows)."""
+        return _mark(exp.Rand())
+
     def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,
                              n: int, *, alias: str, output: Sequence[str] | None = None) -> exp.Subquery:
         """Two spellings of the same choice (the n rows with the smallest key per partition):
@@ -184,3 +192,13 @@ class DuckDBOps:
                          safe=True)
         threshold = math.floor(q * 2.0**52)
         return _mark(exp.LT(this=exp.cast(head, exp.DataType.build("UBIGINT", dialect=DUCKDB)), expression=exp.Literal.number(threshold)))
+
+
+class SaltedDuckDBOps(DuckDBOps):
+    """DuckDB's building blocks with every random choice reproducible from the salt: no
+    per-row draw (:meth:`row_clock` is None), so a one-row choice is the keyed exponential race
+    over counted values. Runs on neighbouring data with one salt then make the same choices for
+    every unit both contain (the coupling ``tests/test_bounding.py`` checks sensitivity with)."""
+
+    def row_clock(self) -> exp.Expression | None:
+        return None

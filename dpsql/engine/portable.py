@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from dpsql.engine.duckdb_ops import DuckDBOps
+from dpsql.engine.duckdb_ops import SaltedDuckDBOps
 from dpsql.rewrite.render import DIALECT_MARK
 
 __all__ = ["PortableDuckDBOps", "portable_hash", "salt_text"]
@@ -104,7 +104,7 @@ def portable_uniform(columns: Sequence[str], salt: str, dialect: str) -> exp.Exp
     return out
 
 
-class PortableDuckDBOps(DuckDBOps):
+class PortableDuckDBOps(SaltedDuckDBOps):
     """DuckDB's building blocks with the portable keyed hash (identical choices to Spark's)."""
 
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
@@ -112,3 +112,4 @@ class PortableDuckDBOps(DuckDBOps):
 
     def keyed_uniform(self, columns: Sequence[str], salt: str) -> exp.Expression:
         return portable_uniform(columns, salt, "duckdb")
+

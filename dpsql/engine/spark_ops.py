@@ -154,6 +154,11 @@ class SparkOps:
         """``-LN(keyed_uniform)``: a keyed Exp(1) draw (LN of a value strictly inside (0, 1))."""
         return _mark(exp.Neg(this=_mark(exp.Ln(this=self.keyed_uniform(columns, salt)))))
 
+    def row_clock(self) -> exp.Expression | None:
+        """None: the row choice is reproducible from the salt (the same rows as
+        ``PortableDuckDBOps``'s, so zero-noise results equal DuckDB's)."""
+        return None
+
     def bernoulli_keep(self, columns: Sequence[str], salt: str, q: float) -> exp.Expression:
         """The same test as ``DuckDBOps.bernoulli_keep``: the first 52 bits of SHA-256 of
         ``salt:c1:c2...`` (integer columns as text, NULL as 'NULL') below ``floor(q * 2^52)``."""

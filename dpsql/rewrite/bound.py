@@ -19,14 +19,16 @@ The row caps share one step, :func:`cap_rows`: number each partition's rows by v
 rows are interchangeable), then keep the n whose keyed hash of (partition, number) under the
 per-query secret salt is smallest -- a uniform random subset that depends only on that
 partition's own rows. With k = 1 (and no L) the kept row of each (unit, group) is chosen by one
-aggregate instead (:func:`_pick_one_row`): an exponential race over the distinct value
-combinations, each weighted by its number of rows, so each row is kept with probability one over
-the group's rows, exactly as with numbering. The group cap keeps, per unit, the C_u groups with
+aggregate instead (:func:`_pick_one_row`): on DuckDB the row with the smallest fresh per-row
+draw (``RANDOM()``); on backends that must reproduce the salt's choices (Spark and the portable
+hash) an exponential race over the distinct value combinations, each weighted by its number of
+rows. Either way each row is kept with probability one over the group's rows, exactly as with
+numbering. The group cap keeps, per unit, the C_u groups with
 the smallest keyed hash of (unit, group), equal hashes ordered by the group key (so at most C_u
 whatever collides): on DuckDB one window numbering each unit's groups in that order (a unit
 with at most C_u groups keeps them all), elsewhere a per-unit ``ARG_MIN(..., C_u)`` over the
 units with more than C_u groups only. The salt is fresh per
-query and never shown, so every choice is unpredictable and independent of the engine's own PRNG.
+query and never shown, so every choice is unpredictable and independent across queries.
 
 :func:`bounded_query` composes them for an aggregation (then, per group: the distinct-unit
 count ``__users``, each unit adding 0 or 1, and per aggregate its per-(unit, group)
@@ -370,12 +372,19 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
                   ops: SqlOps) -> exp.Subquery:
     """k = 1: one row per (unit, group), uniformly at random among the group's rows, by one
-    aggregate over its distinct value combinations: each combination ``v`` with ``m`` rows gets
-    the key ``-LN(u) / m``, ``u`` the keyed uniform of (unit, group, v); the smallest key wins.
-    This is an exponential race (the minimum of ``m`` independent Exp(1) clocks is Exp(m)), so
-    each *row* is kept with probability 1 / (the group's rows): identical rows are
-    interchangeable, and the choice depends only on the unit's own rows in that group."""
+    aggregate. Where the backend draws a fresh uniform per row (``ops.row_clock()``, DuckDB's
+    ``RANDOM()``), the row with the smallest draw: ``ARG_MIN(values, RANDOM())`` per (unit,
+    group), identical rows included (each has its own draw). Otherwise (reproducible backends)
+    over the group's distinct value combinations: each combination ``v`` with ``m`` rows gets the
+    key ``-LN(u) / m``, ``u`` the keyed uniform of (unit, group, v); the smallest key wins. This is
+    an exponential race (the minimum of ``m`` independent Exp(1) clocks is Exp(m)), so each *row*
+    is kept with probability 1 / (the group's rows): identical rows are interchangeable. Either
+    way the choice depends only on the unit's own rows in that group and on randomness
+    independent of the data."""
     part = [unit, *keys]
+    clock = ops.row_clock()
+    if clock is not None:
+        return ops.keep_n_per_partition(relation, part, clock, 1, alias="__rows", output=[*part, *values])
     counted = (exp.select(*[_col(c) for c in [*part, *values]], exp.alias_(exp.Count(this=exp.Star()), "__m"))
                .from_(relation, copy=False).group_by(*[_col(c) for c in [*part, *values]], copy=False).subquery("__counted", copy=False))
     race = exp.Div(this=ops.exponential_clock([*part, *values], salt), expression=_col("__m"))
