@@ -468,6 +468,28 @@ def test_row_choice_counts_repeated_values_once_per_row(ops: Any) -> None:
     assert binomtest(unweighted, N_SALTS, 0.75).pvalue < ALPHA, unweighted
 
 
+@pytest.mark.parametrize("ops", [None, SaltedDuckDBOps()], ids=["per-row-draw", "salted-numbering"])
+def test_k_rows_kept_are_a_uniform_subset_of_rows(ops: Any) -> None:
+    # one user, one group, rows with values 1, 1, 2, 4 and k = 2: each of the 6 two-row subsets
+    # is equally likely, so the kept sum is 2 (the two 1s) w.p. 1/6, 3 w.p. 2/6, 5 w.p. 2/6,
+    # 6 w.p. 1/6. DuckDB's default keeps the two smallest per-row RANDOM() draws (one window);
+    # reproducible from the salt: the keyed hash of the rows' numbers by value
+    t = pa.table({"user_id": pa.array([5] * 4, type=pa.int64()), "g": ["a"] * 4, "amount": [1.0, 2.0, 1.0, 4.0]})
+    plan = plan_for("SELECT g, SUM(amount) FROM t GROUP BY g", spec_for("t", t, bounds={"amount": (0, 10)}))
+    sql = bounded_sql(plan, Caps(1, 2), "s", **({"ops": ops} if ops is not None else {}))
+    assert ("RANDOM() AS __rnd" in sql) == (ops is None) and ("__idx" in sql) == (ops is not None)
+    n = 600
+    runs = choices_over_salts(plan, Caps(1, 2), t, n, "subsets", ops)
+    sums = Counter(r[0]["__a0"] for r in runs)
+    assert set(sums) <= {2.0, 3.0, 5.0, 6.0}
+    counts = [sums[2.0], sums[3.0], sums[5.0], sums[6.0]]
+    assert all(binomtest(c, n, p).pvalue >= ALPHA / 4 for c, p in zip(counts, [1 / 6, 2 / 6, 2 / 6, 1 / 6]))
+    # negative control: two distinct values chosen uniformly (identical rows merged) would keep
+    # {1, 2}, {1, 4}, {2, 4} w.p. 1/3 each: sums 3, 5, 6 and never 2, which the test refuses
+    merged = [0, n // 3, n // 3, n - 2 * (n // 3)]
+    assert not all(binomtest(c, n, p).pvalue >= ALPHA / 4 for c, p in zip(merged, [1 / 6, 2 / 6, 2 / 6, 1 / 6]))
+
+
 def test_units_with_few_groups_keep_them_all() -> None:
     # C_u = 2: a unit with 2 groups keeps both (no choice is made), a unit with 3 keeps 2
     t = pa.table({"user_id": pa.array([1, 1, 2, 2, 2], type=pa.int64()), "g": ["a", "b", "a", "b", "c"]})
@@ -575,7 +597,7 @@ FROM (
       FROM (
         SELECT
           *,
-          ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __a1_v, __a2_v) AS __idx
+          RANDOM() AS __rnd
         FROM (
           SELECT
             "user_id" AS __unit,
@@ -596,12 +618,9 @@ FROM (
               "age" >= CAST(18 AS BIGINT)
             ) AND NOT "user_id" IS NULL
         ) AS __base
-      ) AS __numbered
+      ) AS __drawn
       QUALIFY
-        ROW_NUMBER() OVER (
-          PARTITION BY __unit, __k0
-          ORDER BY HASH(XOR(HASH(__unit, __k0, __idx), HASH('<per-query secret salt>')))
-        ) <= 3
+        ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __rnd) <= 3
     ) AS __rows
     GROUP BY
       __unit,
@@ -678,7 +697,7 @@ FROM (
     FROM (
       SELECT
         *,
-        ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __a0_v) AS __idx
+        RANDOM() AS __rnd
       FROM (
         SELECT
           "user_id" AS __unit,
@@ -696,12 +715,9 @@ FROM (
         WHERE
           NOT "user_id" IS NULL
       ) AS __base
-    ) AS __numbered
+    ) AS __drawn
     QUALIFY
-      ROW_NUMBER() OVER (
-        PARTITION BY __unit, __k0
-        ORDER BY HASH(XOR(HASH(__unit, __k0, __idx), HASH('<per-query secret salt>')))
-      ) <= 2
+      ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __rnd) <= 2
   ) AS __rows
   GROUP BY
     __unit,

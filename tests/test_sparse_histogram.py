@@ -200,7 +200,10 @@ def test_sensitivity_of_the_released_columns():
     })
     s = session(t, cu=3, k=2)
     plan = analyze("SELECT url, COUNT(*), SUM(amount) FROM events GROUP BY url", s.tables)
-    q = render(bounded_query(plan, Caps(3, 2), salt="same-salt", unit_column="user_id"))
+    # every choice from the salt (no per-row engine draw): D and D minus a user are coupled
+    from dpsql.engine.duckdb_ops import SaltedDuckDBOps
+
+    q = render(bounded_query(plan, Caps(3, 2), salt="same-salt", unit_column="user_id", ops=SaltedDuckDBOps()))
     con = duckdb.connect()
 
     def run(tbl: pa.Table) -> dict[str, tuple[float, ...]]:

@@ -15,10 +15,12 @@ partition, clamping, casts, typed literals) is the backend's (``ops``: a
 * :func:`cap_rows_per_group` -- at most k rows per (unit, group);
 * :func:`cap_groups_per_unit` -- at most C_u groups per unit.
 
-The row caps share one step, :func:`cap_rows`: number each partition's rows by value (identical
-rows are interchangeable), then keep the n whose keyed hash of (partition, number) under the
-per-query secret salt is smallest -- a uniform random subset that depends only on that
-partition's own rows. With k = 1 (and no L) the kept row of each (unit, group) is chosen by one
+The row caps share one step, :func:`cap_rows`: in an aggregation on DuckDB, keep each
+partition's n rows with the smallest fresh per-row ``RANDOM()`` draw (one window); elsewhere
+(reproducible backends, and relations read more than once: histograms, quantiles, joins) number
+each partition's rows by value (identical rows are interchangeable), then keep the n whose keyed
+hash of (partition, number) under the per-query secret salt is smallest -- either way a uniform
+random subset that depends only on that partition's own rows. With k = 1 (and no L) the kept row of each (unit, group) is chosen by one
 aggregate instead (:func:`_pick_one_row`): on DuckDB the row with the smallest fresh per-row
 draw (``RANDOM()``); on backends that must reproduce the salt's choices (Spark and the portable
 hash) an exponential race over the distinct value combinations, each weighted by its number of
@@ -269,15 +271,23 @@ def clamped_value(column: str, lo: float, hi: float, *, shift: float = 0.0, ops:
 
 
 def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Sequence[str], n: float, salt: str, *,
-             alias: str, ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
+             alias: str, ops: SqlOps = DEFAULT_OPS, draw: bool = False) -> exp.Subquery:
     """At most ``n`` rows per partition: a uniform random subset that depends only on the
     partition's own rows.
 
-    Rows are numbered within their partition by value (``order_by``: identical rows are
-    interchangeable, so which of them gets which number does not matter), and the ``n`` whose
-    keyed hash of (partition, number) is smallest are kept. The result has the relation's
-    columns plus the row number ``__idx``.
+    With ``draw`` (the caller's relation is read once) and a backend that draws per row
+    (``ops.row_clock()``, DuckDB's ``RANDOM()``): every row gets a fresh draw in a column
+    ``__rnd`` and the ``n`` smallest per partition are kept (one window; identical rows draw
+    separately, so every subset of n rows is equally likely). Otherwise rows are numbered within
+    their partition by value (``order_by``: identical rows are interchangeable, so which of them
+    gets which number does not matter), and the ``n`` whose keyed hash of (partition, number) is
+    smallest are kept, with the row number ``__idx`` as an extra column: reproducible from the
+    salt, so a relation read twice makes the same choice both times.
     """
+    clock = ops.row_clock() if draw else None
+    if clock is not None:
+        drawn = exp.select("*", exp.alias_(clock, "__rnd")).from_(relation, copy=False).subquery("__drawn", copy=False)
+        return ops.keep_n_per_partition(drawn, partition, _col("__rnd"), int(n), alias=alias)
     idx = exp.Window(
         this=exp.RowNumber(),
         partition_by=[_col(p) for p in partition],
@@ -289,16 +299,17 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
-                      alias: str = "__kept", ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
+                      alias: str = "__kept", ops: SqlOps = DEFAULT_OPS, draw: bool = False) -> exp.Subquery:
     """The per-unit row cap L: at most ``max_rows`` rows per unit (:func:`cap_rows`)."""
-    return cap_rows(relation, [unit], order_by, max_rows, salt, alias=alias, ops=ops)
+    return cap_rows(relation, [unit], order_by, max_rows, salt, alias=alias, ops=ops, draw=draw)
 
 
 def cap_rows_per_group(relation: exp.Expression, unit: str, keys: Sequence[str], order_by: Sequence[str],
-                       max_rows: float, salt: str, *, alias: str = "__rows", ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
+                       max_rows: float, salt: str, *, alias: str = "__rows", ops: SqlOps = DEFAULT_OPS,
+                       draw: bool = False) -> exp.Subquery:
     """The per-(unit, group) row cap k: at most ``max_rows`` rows per unit and group
     (:func:`cap_rows`)."""
-    return cap_rows(relation, [unit, *keys], order_by, max_rows, salt, alias=alias, ops=ops)
+    return cap_rows(relation, [unit, *keys], order_by, max_rows, salt, alias=alias, ops=ops, draw=draw)
 
 
 def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
@@ -520,11 +531,12 @@ def bounded_query(
     # 2. rows per unit (L) ------------------------------------------------------------------------
     if caps.unit_rows_finite:
         rows_src = cap_rows_per_unit(rows_src, "__unit", [*keys, *value_cols], caps.max_rows_per_unit, salt,
-                                     alias="__unit_rows", ops=ops)
+                                     alias="__unit_rows", ops=ops, draw=True)
 
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
     if caps.rows_finite and need_values and not one_row:
-        rows_src = cap_rows_per_group(rows_src, "__unit", keys, value_cols, caps.max_rows_per_group, salt, ops=ops)
+        rows_src = cap_rows_per_group(rows_src, "__unit", keys, value_cols, caps.max_rows_per_group, salt, ops=ops,
+                                      draw=True)
     # one row per unit and group, counts only: the (unit, group) pairs themselves, no per-pair count
     pairs_only = caps.rows_finite and caps.max_rows_per_group == 1 and not need_values
     n_expr: exp.Expression = exp.Count(this=exp.Star())
