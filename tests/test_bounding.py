@@ -477,7 +477,7 @@ def test_k_rows_kept_are_a_uniform_subset_of_rows(ops: Any) -> None:
     t = pa.table({"user_id": pa.array([5] * 4, type=pa.int64()), "g": ["a"] * 4, "amount": [1.0, 2.0, 1.0, 4.0]})
     plan = plan_for("SELECT g, SUM(amount) FROM t GROUP BY g", spec_for("t", t, bounds={"amount": (0, 10)}))
     sql = bounded_sql(plan, Caps(1, 2), "s", **({"ops": ops} if ops is not None else {}))
-    assert ("RANDOM() AS __rnd" in sql) == (ops is None) and ("__idx" in sql) == (ops is not None)
+    assert ("RANDOM() AS __rnd__rows" in sql) == (ops is None) and ("__idx" in sql) == (ops is not None)
     n = 600
     runs = choices_over_salts(plan, Caps(1, 2), t, n, "subsets", ops)
     sums = Counter(r[0]["__a0"] for r in runs)
@@ -597,7 +597,7 @@ FROM (
       FROM (
         SELECT
           *,
-          RANDOM() AS __rnd
+          RANDOM() AS __rnd__rows
         FROM (
           SELECT
             "user_id" AS __unit,
@@ -618,9 +618,9 @@ FROM (
               "age" >= CAST(18 AS BIGINT)
             ) AND NOT "user_id" IS NULL
         ) AS __base
-      ) AS __drawn
+      ) AS __drawn__rows
       QUALIFY
-        ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __rnd) <= 3
+        ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __rnd__rows) <= 3
     ) AS __rows
     GROUP BY
       __unit,
@@ -697,7 +697,7 @@ FROM (
     FROM (
       SELECT
         *,
-        RANDOM() AS __rnd
+        RANDOM() AS __rnd__rows
       FROM (
         SELECT
           "user_id" AS __unit,
@@ -715,9 +715,9 @@ FROM (
         WHERE
           NOT "user_id" IS NULL
       ) AS __base
-    ) AS __drawn
+    ) AS __drawn__rows
     QUALIFY
-      ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __rnd) <= 2
+      ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __rnd__rows) <= 2
   ) AS __rows
   GROUP BY
     __unit,
@@ -905,3 +905,15 @@ def test_sessions_draw_rows_per_query_and_seeded_sessions_reproduce_them() -> No
     assert "ARG_MIN_NULL(__r0, RANDOM())" in drawn and "LN(" not in drawn
     assert "RANDOM()" not in salted and "LN(" in salted
     assert drawn.count("ROW_NUMBER()") == salted.count("ROW_NUMBER()") == 1
+
+
+def test_row_caps_l_then_k_draw_separately() -> None:
+    # L and k both finite: each cap draws its own column (a second column of the same name
+    # would be renamed by DuckDB and the window would order by the first cap's draw)
+    t = pa.table({"user_id": pa.array([1, 1, 1, 2], type=pa.int64()), "g": ["a", "a", "b", "a"], "x": [1.0, 2.0, 3.0, 4.0]})
+    plan = plan_for("SELECT g, SUM(x) FROM t GROUP BY g", spec_for("t", t, bounds={"x": (0, 5)}))
+    sql = bounded_sql(plan, Caps(2, 2, 3), "s")
+    assert "RANDOM() AS __rnd__unit_rows" in sql and "ORDER BY __rnd__unit_rows" in sql
+    assert "RANDOM() AS __rnd__rows" in sql and "ORDER BY __rnd__rows" in sql
+    out = run_bounded(plan, Caps(2, 2, 3), t)
+    assert sum(r["__users"] for r in out.to_pylist()) == 3  # user 1 in a and b, user 2 in a

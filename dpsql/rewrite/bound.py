@@ -277,7 +277,7 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
 
     With ``draw`` (the caller's relation is read once) and a backend that draws per row
     (``ops.row_clock()``, DuckDB's ``RANDOM()``): every row gets a fresh draw in a column
-    ``__rnd`` and the ``n`` smallest per partition are kept (one window; identical rows draw
+    ``__rnd<alias>`` and the ``n`` smallest per partition are kept (one window; identical rows draw
     separately, so every subset of n rows is equally likely). Otherwise rows are numbered within
     their partition by value (``order_by``: identical rows are interchangeable, so which of them
     gets which number does not matter), and the ``n`` whose keyed hash of (partition, number) is
@@ -286,8 +286,9 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
     """
     clock = ops.row_clock() if draw else None
     if clock is not None:
-        drawn = exp.select("*", exp.alias_(clock, "__rnd")).from_(relation, copy=False).subquery("__drawn", copy=False)
-        return ops.keep_n_per_partition(drawn, partition, _col("__rnd"), int(n), alias=alias)
+        rnd = "__rnd" + alias  # one draw column per cap (L, then k: each its own draw)
+        drawn = exp.select("*", exp.alias_(clock, rnd)).from_(relation, copy=False).subquery("__drawn" + alias, copy=False)
+        return ops.keep_n_per_partition(drawn, partition, _col(rnd), int(n), alias=alias)
     idx = exp.Window(
         this=exp.RowNumber(),
         partition_by=[_col(p) for p in partition],
