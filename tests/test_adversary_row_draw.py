@@ -20,7 +20,12 @@ import pytest
 from scipy.stats import binomtest
 
 import dpsql
-from dpsql.rewrite.bound import SALT_PLACEHOLDER
+from dpsql.catalog import ColumnSpec, TableSpec
+from dpsql.engine.base import source_name
+from dpsql.engine.duckdb_ops import DuckDBOps
+from dpsql.plan.analyze import analyze
+from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps, bounded_query
+from dpsql.rewrite.render import render
 
 ALPHA = 1e-6  # family-wise failure probability of each statistical test
 
@@ -60,3 +65,144 @@ def test_seeded_caller_connection_does_not_fix_the_row_choice() -> None:
     assert _varies([k[0][2] for k in kept]), kept[0]
     # negative control: a choice fixed by the connection's seed does not vary
     assert not _varies([1.0] * 40)
+
+
+# -- the per-row draw: uniform per row, NULLs included, every column from one row ------------------------------
+
+N_TRIALS = 600
+
+
+def _plan(sql: str, table: pa.Table, bounds: dict[str, tuple[float, float]]) -> Any:
+    con = duckdb.connect()
+    con.register("t", table)
+    schema = {str(r[0]).lower(): str(r[1]) for r in con.execute("DESCRIBE SELECT * FROM t").fetchall()}
+    con.close()
+    spec = TableSpec(name="t", source="<arrow>", source_kind="arrow", privacy_unit="user_id",
+                     columns={c: ColumnSpec(c, bounds=b) for c, b in bounds.items()}, schema=schema)
+    return analyze(sql, {"t": spec})
+
+
+def _bounded(plan: Any, caps: Caps, salt: str, ops: Any) -> str:
+    return render(bounded_query(plan, caps, salt=salt, unit_column="user_id", ops=ops))
+
+
+def _trials(plan: Any, table: pa.Table, n: int, ops: Any) -> list[tuple[Any, ...]]:
+    """The released columns of the single group's bounded row, for ``n`` runs (each with its own
+    salt and its own per-row draws: one UNION ALL branch per run)."""
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    con.register(source_name("t"), table)
+    base = _bounded(plan, Caps(1, 1), "@@SALT@@", ops)
+    cols = [f"__a{i}" for i in range(len(plan.aggregates))]
+    out: list[tuple[Any, ...]] = []
+    for start in range(0, n, 150):
+        parts = [f"SELECT {', '.join(cols)} FROM ({base.replace('@@SALT@@', f'trial-{i}')})"
+                 for i in range(start, min(n, start + 150))]
+        out += [tuple(r) for r in con.execute(" UNION ALL ".join(parts)).fetchall()]
+    con.close()
+    assert len(out) == n
+    return out
+
+
+def _is_row_distribution(outcomes: list[tuple[Any, ...]], expected: dict[tuple[Any, ...], float]) -> bool:
+    """Every outcome one of the expected rows (no mixing of two rows), each at its rate (exact
+    two-sided binomial tests, Bonferroni over the rows)."""
+    n = len(outcomes)
+    seen = Counter(outcomes)
+    if set(seen) - set(expected):
+        return False
+    return all(binomtest(seen[o], n, p).pvalue >= ALPHA / len(expected) for o, p in expected.items())
+
+
+# one unit, one group, four rows; SUM(x) and COUNT(x) read one raw column (ARG_MIN_NULL of it), SUM(y) a
+# second one (ARG_MIN of a struct of both). Kept row -> (SUM(x), COUNT(x)[, SUM(y)]), each row with
+# probability 1/4: (NULL, 1) -> (0, 0, 1); (1, NULL) twice -> (1, 1, 0) at 1/2; (2, 2) -> (2, 1, 2).
+ROWS = pa.table({"user_id": pa.array([4] * 4, type=pa.int64()), "g": ["a"] * 4,
+                 "x": [None, 1.0, 2.0, 1.0], "y": [1.0, None, 2.0, None]})
+CASES = {
+    "one-column": ("SELECT g, SUM(x), COUNT(x) FROM t GROUP BY g",
+                   {("a", 0.0, 0): 0.25, ("a", 1.0, 1): 0.5, ("a", 2.0, 1): 0.25}),
+    "two-columns": ("SELECT g, SUM(x), COUNT(x), SUM(y) FROM t GROUP BY g",
+                    {("a", 0.0, 0, 1.0): 0.25, ("a", 1.0, 1, 0.0): 0.5, ("a", 2.0, 1, 2.0): 0.25}),
+    "ungrouped": ("SELECT SUM(x), COUNT(x), SUM(y) FROM t",
+                  {(0.0, 0, 1.0): 0.25, (1.0, 1, 0.0): 0.5, (2.0, 1, 2.0): 0.25}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_row_draw_keeps_each_row_with_null_values_at_one_over_rows(case: str) -> None:
+    sql, expected = CASES[case]
+    plan = _plan(sql, ROWS, {"x": (0.0, 10.0), "y": (0.0, 10.0)})
+    assert _bounded(plan, Caps(1, 1), "s", DuckDBOps()).count("RANDOM()") == 1
+    keys = 1 if plan.keys else 0
+    got = [(*(("a",) if keys else ()), *o) for o in _trials(plan, ROWS, N_TRIALS, DuckDBOps())]
+    assert _is_row_distribution(got, expected), Counter(got)
+    # negative controls: one kept row per distinct value combination, unweighted (1/3 each) ...
+    thirds = [o for o in expected for _ in range(N_TRIALS // 3)]
+    assert not _is_row_distribution(thirds, expected)
+    # ... and, at the right rates, one unit's columns taken from two different rows
+    swapped = [(*o[:-1], 9.0) if i % 50 == 0 else o for i, o in enumerate(got)]
+    assert not _is_row_distribution(swapped, expected)
+
+
+# -- one evaluation of the draw per query --------------------------------------------------------------------
+
+
+class _NoWindowOps(DuckDBOps):
+    """DuckDB with the group cap spelled as on backends without ``group_cap_window``: the
+    (unit, group) relation -- holding the draw -- in a CTE read three times, not materialised."""
+
+    group_cap_window = False
+    materialize_shared = False
+
+
+def _two_rows_per_group(n_units: int) -> pa.Table:
+    # every unit in two groups, each with one row x = 1 and one row x = NULL
+    u, g, x = [], [], []
+    for i in range(n_units):
+        for k in (i % 10, (i + 3) % 10):
+            for v in (1.0, None):
+                u.append(i)
+                g.append(f"g{k}")
+                x.append(v)
+    return pa.table({"user_id": pa.array(u, type=pa.int64()), "g": g, "x": x})
+
+
+def _one_row_per_unit(rows: list[dict[str, Any]]) -> bool:
+    """Per group, every column as if each unit gave one and the same row: SUM(x) = COUNT(x) =
+    AVG's and VARIANCE's counts; centred sums (x - 0.5) = COUNT(x) / 2; squares = COUNT(x) / 4."""
+    for r in rows:
+        c = float(r["__a2"])
+        if not (float(r["__a1"]) == c == float(r["__a3_cnt"]) == float(r["__a4_cnt"])
+                and r["__a3_sum"] == r["__a4_sum"] == c / 2 and r["__a4_sq"] == c / 4
+                and float(r["__a0"]) == r["__users"] >= c):
+            return False
+    return True
+
+
+SHAPES = "SELECT g, COUNT(*), SUM(x), COUNT(x), AVG(x), VARIANCE(x) FROM t GROUP BY g"
+
+
+@pytest.mark.parametrize("ops", [DuckDBOps(), _NoWindowOps()], ids=["window", "no-window"])
+def test_every_column_of_a_unit_comes_from_one_evaluation_of_the_draw(ops: Any) -> None:
+    # A relation holding RANDOM() evaluated twice (a CTE inlined at each reference, a self-join)
+    # could give one unit two different rows in one release: SUM(x) from its x = 1 row and
+    # COUNT(x) from its NULL row. Each of 6000 units has one x = 1 and one x = NULL row per group.
+    t = _two_rows_per_group(6000)
+    plan = _plan(SHAPES, t, {"x": (0.0, 1.0)})
+    sql = _bounded(plan, Caps(1, 1), "salt", ops)
+    assert sql.count("RANDOM()") == 1
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    con.register(source_name("t"), t)
+    for _ in range(3):
+        rows = con.sql(sql).to_arrow_table().to_pylist()
+        assert len(rows) == 10 and sum(r["__users"] for r in rows) == 6000
+        assert _one_row_per_unit(rows), rows
+    # negative control: the same relation read twice (SUM(x) from one evaluation, COUNT(x) from
+    # another): the counts of ~600 units per group, each 0 or 1 at random, differ in some group
+    # (each agrees with probability about 0.03; all ten below 1e-14)
+    twice = (f"SELECT a.* REPLACE (b.__a2 AS __a2) FROM ({sql}) AS a JOIN ({sql}) AS b ON a.__k0 = b.__k0")
+    rows = con.sql(twice).to_arrow_table().to_pylist()
+    assert len(rows) == 10 and not _one_row_per_unit(rows)
+    con.close()
