@@ -26,6 +26,7 @@ from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.plan.analyze import analyze
 from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps, bounded_query
 from dpsql.rewrite.render import render
+from dpsql.testing import use_noise, zero_noise
 
 ALPHA = 1e-6  # family-wise failure probability of each statistical test
 
@@ -165,33 +166,35 @@ def _two_rows_per_group(n_units: int) -> pa.Table:
                 u.append(i)
                 g.append(f"g{k}")
                 x.append(v)
-    return pa.table({"user_id": pa.array(u, type=pa.int64()), "g": g, "x": x})
+    return pa.table({"user_id": pa.array(u, type=pa.int64()), "g": g, "x": x, "y": x})
 
 
 def _one_row_per_unit(rows: list[dict[str, Any]]) -> bool:
     """Per group, every column as if each unit gave one and the same row: SUM(x) = COUNT(x) =
-    AVG's and VARIANCE's counts; centred sums (x - 0.5) = COUNT(x) / 2; squares = COUNT(x) / 4."""
+    AVG's and VARIANCE's counts = SUM(y) (y = x on every row); centred sums (x - 0.5) = COUNT(x) / 2;
+    squares = COUNT(x) / 4."""
     for r in rows:
         c = float(r["__a2"])
-        if not (float(r["__a1"]) == c == float(r["__a3_cnt"]) == float(r["__a4_cnt"])
+        if not (float(r["__a1"]) == c == float(r["__a3_cnt"]) == float(r["__a4_cnt"]) == r["__a5"]
                 and r["__a3_sum"] == r["__a4_sum"] == c / 2 and r["__a4_sq"] == c / 4
                 and float(r["__a0"]) == r["__users"] >= c):
             return False
     return True
 
 
-SHAPES = "SELECT g, COUNT(*), SUM(x), COUNT(x), AVG(x), VARIANCE(x) FROM t GROUP BY g"
+SHAPES = "SELECT g, COUNT(*), SUM(x), COUNT(x), AVG(x), VARIANCE(x), SUM(y) FROM t GROUP BY g"
 
 
 @pytest.mark.parametrize("ops", [DuckDBOps(), _NoWindowOps()], ids=["window", "no-window"])
 def test_every_column_of_a_unit_comes_from_one_evaluation_of_the_draw(ops: Any) -> None:
     # A relation holding RANDOM() evaluated twice (a CTE inlined at each reference, a self-join)
     # could give one unit two different rows in one release: SUM(x) from its x = 1 row and
-    # COUNT(x) from its NULL row. Each of 6000 units has one x = 1 and one x = NULL row per group.
+    # COUNT(x) from its NULL row. Each of 6000 units has one x = 1 and one x = NULL row per group
+    # (y = x: two raw columns, chosen as one struct).
     t = _two_rows_per_group(6000)
-    plan = _plan(SHAPES, t, {"x": (0.0, 1.0)})
+    plan = _plan(SHAPES, t, {"x": (0.0, 1.0), "y": (0.0, 1.0)})
     sql = _bounded(plan, Caps(1, 1), "salt", ops)
-    assert sql.count("RANDOM()") == 1
+    assert sql.count("RANDOM()") == 1 and "STRUCT_EXTRACT" in sql
     con = duckdb.connect()
     con.execute("SET threads = 2")
     con.register(source_name("t"), t)
@@ -206,3 +209,33 @@ def test_every_column_of_a_unit_comes_from_one_evaluation_of_the_draw(ops: Any) 
     rows = con.sql(twice).to_arrow_table().to_pylist()
     assert len(rows) == 10 and not _one_row_per_unit(rows)
     con.close()
+
+
+# -- reproducible test sessions with several rows per group ---------------------------------------------------
+
+
+def _zero_noise_sums(seed: int, *, per_row_draw: bool = False) -> dict[str, float]:
+    # 20000 units in 10 groups, each with two rows x = 0 and x = 1: the bounded SUM(x) of a group
+    # is the number of its units that kept their x = 1 row
+    n = 20000
+    t = pa.table({"user_id": pa.array([i for i in range(n) for _ in (0, 1)], type=pa.int64()),
+                  "g": [f"g{i % 10}" for i in range(n) for _ in (0, 1)], "x": [0.0, 1.0] * n})
+    with _session(t, x=(0, 1)) as s:
+        use_noise(s, zero_noise(seed))
+        if per_row_draw:
+            s._engine.ops = DuckDBOps()  # type: ignore[attr-defined]
+        sql = "SELECT g, SUM(x) AS s FROM t GROUP BY g"
+        assert ("RANDOM()" in s.explain(sql, epsilon=1, delta=1e-6).bounded_sql) == per_row_draw
+        return {r["g"]: r["s"] for r in s.query(sql, epsilon=1, delta=1e-6).table.to_pylist()}
+
+
+def test_seeded_sessions_reproduce_releases_with_several_rows_per_group() -> None:
+    # sessions given reproducible noise make every choice from the salt sequence, so one seed
+    # gives one release even where each (unit, group) has several rows to choose from
+    a, b = _zero_noise_sums(3), _zero_noise_sums(3)
+    assert len(a) == 10 and a == b
+    assert all(0 < v < 2000 for v in a.values())  # a choice was made: neither all 0 nor all 1 rows
+    # negative control: the per-row draw under the same seed does not reproduce (each group's sum
+    # of ~2000 fair coins agrees between two runs with probability below 0.02: all ten below 1e-16)
+    c, d = _zero_noise_sums(3, per_row_draw=True), _zero_noise_sums(3, per_row_draw=True)
+    assert len(c) == len(d) == 10 and c != d
