@@ -239,7 +239,8 @@ class SqlOps(Protocol):
         backend's choices must be reproducible from the salt (the portable hash that Spark and
         DuckDB share): then a one-row choice races the distinct values weighted by their counts
         (``dpsql.rewrite.bound._pick_one_row``). Identical rows get distinct draws, so the row
-        with the smallest draw is uniform over the rows with one aggregate and no counting."""
+        with the smallest draw is uniform over the rows with one aggregate and no counting. Only
+        for a generator nobody else can seed (DuckDB: a connection the engine opened itself)."""
         ...
 
     def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,

@@ -66,7 +66,7 @@ from dpsql.engine._duckdb_sources import (
     has_glob_chars,
 )
 from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name
-from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, DuckDBOps
+from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, DuckDBOps, SaltedDuckDBOps
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
 from dpsql.rewrite.render import render
 
@@ -117,6 +117,13 @@ class DuckDBBackend:
     One DuckDB connection (the caller's, or its own in-memory database), used under one lock:
     every statement dpsql runs on it goes through this class. ``ops`` are the DuckDB spelling of
     the bounded queries' building blocks (:class:`dpsql.engine.duckdb_ops.DuckDBOps`).
+
+    Only a connection the engine opened itself draws the k = 1 row choice from DuckDB's
+    ``RANDOM()`` (``DuckDBOps.row_clock``): its generator is seeded from OS entropy and nobody
+    else reaches it. A caller's connection may have been seeded (``SELECT setseed(...)``), which
+    makes ``RANDOM()`` a fixed sequence: each row's draw would then be fixed by its scan position,
+    so the row one person keeps would depend on the rows of the people before it. There every
+    choice is made from the per-query secret salt instead (:class:`SaltedDuckDBOps`).
     """
 
     dialect = DUCKDB
@@ -129,6 +136,8 @@ class DuckDBBackend:
             from dpsql.engine.portable import PortableDuckDBOps
 
             self.ops = PortableDuckDBOps()
+        elif connection is not None:
+            self.ops = SaltedDuckDBOps()  # the caller's generator may be seeded: choices from the salt
         self._owned = connection is None
         self._con = connection if connection is not None else duckdb.connect(":memory:")
         self._lock: Any = threading.RLock()

@@ -95,7 +95,8 @@ class DuckDBOps:
         from OS entropy when the connection starts; 20M draws are 20M distinct values), drawn
         afresh for every row and every query. A tie between two rows of one (unit, group) has
         probability below 1e-12 per pair of rows; the aggregate then keeps either (both are
-        that unit's own rows)."""
+        that unit's own rows). ``setseed`` would fix the sequence: ``DuckDBBackend`` uses this
+        only on a connection it opened itself (a caller's gets :class:`SaltedDuckDBOps`)."""
         return _mark(exp.Rand())
 
     def keep_n_per_partition(self, relation: exp.Expression, partition: Sequence[str], order_key: exp.Expression,
