@@ -25,6 +25,9 @@ def events_path(n_rows: int, n_users: int = 200_000, seed: int = 1) -> str:
     # heavy-tailed activity: Pareto weights, scaled to n_rows in total
     w = gen.pareto(1.2, n_users) + 0.05
     rows = np.maximum(1, np.floor(w / w.sum() * n_rows)).astype(np.int64)
+    if n_rows > 20_000_000:  # written in slices of users: text columns of 100M rows do not fit in memory
+        _write_events_in_slices(path, gen, rows)
+        return path
     user = np.repeat(np.arange(n_users, dtype=np.int64), rows)
     n = len(user)
     home = gen.integers(0, 50, n_users)
@@ -46,6 +49,36 @@ def events_path(n_rows: int, n_users: int = 200_000, seed: int = 1) -> str:
     )
     os.replace(tmp, path)
     return path
+
+
+def _write_events_in_slices(path: str, gen: np.random.Generator, rows: np.ndarray) -> None:
+    """The events of :func:`events_path` for large ``n_rows``, the same distributions, generated and
+    written a slice of users at a time (text built by Arrow, not numpy)."""
+    import pyarrow.compute as pc
+
+    n_users = len(rows)
+    home = gen.integers(0, 50, n_users)
+    tmp = path + ".tmp"
+    writer = None
+    step = max(1, n_users // 64)
+    for lo in range(0, n_users, step):
+        hi = min(n_users, lo + step)
+        user = np.repeat(np.arange(lo, hi, dtype=np.int64), rows[lo:hi])
+        n = len(user)
+        url = np.minimum(gen.zipf(1.3, n), 10_000_000)
+        table = pa.table({
+            "user_id": user,
+            "url": pc.binary_join_element_wise("u", pc.cast(pa.array(url), pa.string()), ""),
+            "country": pc.binary_join_element_wise("C", pc.cast(pa.array(home[user]), pa.string()), ""),
+            "likes": gen.poisson(1.5, n).astype(np.int64),
+            "action": pa.array(np.where(gen.random(n) < 0.9, "view", "share")),
+        })
+        if writer is None:
+            writer = pq.ParquetWriter(tmp, table.schema)
+        writer.write_table(table, row_group_size=1 << 20)
+    assert writer is not None
+    writer.close()
+    os.replace(tmp, path)
 
 
 def spread_path(n_rows: int = 10_000_000, n_users: int = 500_000, n_urls: int = 100_000, seed: int = 2) -> str:
