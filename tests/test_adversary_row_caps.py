@@ -162,6 +162,36 @@ def test_every_aggregate_sees_one_draw_of_the_kept_rows(caps: Caps, domain: bool
         assert len(_per_user_totals(rows)) == trials * 2 * PAIRS
 
 
+@pytest.mark.parametrize("materialize", [True, False], ids=["materialized", "plain-cte"])
+@pytest.mark.parametrize("caps", [Caps(2, 2, 5), Caps(1, 3, 4)], ids=["2-2-5", "1-3-4"])
+def test_group_cap_over_a_shared_relation_reads_one_draw(caps: Caps, materialize: bool) -> None:
+    # the group cap without the window (backends that lack it) reads the (unit, group) relation
+    # three times through a CTE: with the row caps drawn below it, one evaluation must serve all
+    # three (DuckDB computes a CTE read more than once once, AS MATERIALIZED or not)
+    from dpsql.engine.duckdb_ops import DuckDBOps
+
+    class SharedOps(DuckDBOps):
+        group_cap_window = False
+        materialize_shared = materialize
+
+    t = _paired_rows()
+    plan = plan_for(CONSISTENCY_SQL, spec_for("t", t, bounds={"x": X_BOUNDS, "y": Y_BOUNDS}))
+    sql = render(bounded_query(plan, caps, salt="s", unit_column="user_id", ops=SharedOps()))
+    assert sql.count("RANDOM() AS __rnd") == 2 and ("MATERIALIZED" in sql) == materialize
+    con = _connect(t, source_name("t"), threads=4, seed=0.37)
+    try:
+        assert _scans(con, sql) == 1
+        rows = con.sql(" UNION ALL ".join(f"SELECT {i} AS trial, * FROM ({sql})" for i in range(40))).to_arrow_table().to_pylist()
+    finally:
+        con.close()
+    bad = [v for r in rows for v in _violations(r, caps, None)]
+    assert not bad, bad[:5]
+    totals = _per_user_totals(rows)
+    assert len(totals) == 40 * 2 * PAIRS
+    for (trial, user), (n, g) in totals.items():
+        assert n <= caps.max_rows_per_unit and g <= caps.max_groups_per_unit, (trial, user, n, g)
+
+
 def test_a_relation_drawn_twice_is_caught() -> None:
     # negative control for the test above: the same capped rows, read twice through a CTE that
     # DuckDB does not materialise (one read for SUM(x), the other for SUM(y)), are two draws: the
@@ -245,6 +275,33 @@ def test_k_rows_with_null_values_are_a_uniform_pair_chosen_jointly(caps: Caps) -
     biased = _subset_counts(_trials(plan, caps, NULL_ROWS, n, seed=0.11, edit=lambda s: s.replace(
         "ORDER BY __rnd__rows)", "ORDER BY __a1_v NULLS LAST, __rnd__rows)")))
     assert not _uniform(biased[:-1], n, [1 / 6] * 6), biased
+
+
+ONE_COLUMN = pa.table({"user_id": pa.array([6] * 4, type=pa.int64()), "g": ["a"] * 4,
+                        "x": pa.array([1.0, None, 2.0, None])})
+
+
+@pytest.mark.parametrize("sql,caps", [
+    ("SELECT g, COUNT(*), SUM(x), COUNT(x) FROM t GROUP BY g", Caps(1, 2)),
+    ("SELECT g, COUNT(*), SUM(x), COUNT(x) FROM t GROUP BY g", Caps(1, 2, 3)),
+    ("SELECT COUNT(*), SUM(x), COUNT(x) FROM t", Caps(1, 2)),
+    ("SELECT COUNT(*), SUM(x), COUNT(x) FROM t", Caps(1, math.inf, 2)),
+], ids=["k", "L-then-k", "ungrouped-k", "ungrouped-L"])
+def test_one_value_column_keeps_null_rows_as_often_as_others(sql: str, caps: Caps) -> None:
+    # one value column: DuckDB runs the window as ARG_MIN(x, draw, n) with x itself, not a struct
+    # of the row; a NULL x must still count as a row. Rows x = 1, NULL, 2, NULL: (COUNT(x),
+    # SUM(x)) of the two kept is (1, 1) w.p. 2/6, (2, 3) 1/6, (1, 2) 2/6, (0, 0) 1/6; COUNT(*) is always 2
+    plan = plan_for(sql, spec_for("t", ONE_COLUMN, bounds={"x": (0, 5)}))
+    assert "RANDOM() AS __rnd" in _sql(plan, caps)
+    n = 1200
+    runs = _trials(plan, caps, ONE_COLUMN, n, seed=0.71)
+    assert all(len(r) == 1 and r[0]["__a0"] == 2 for r in runs)
+    seen = Counter((int(r[0]["__a2"]), float(r[0]["__a1"])) for r in runs)
+    outcomes, probs = [(1, 1.0), (2, 3.0), (1, 2.0), (0, 0.0)], [2 / 6, 1 / 6, 2 / 6, 1 / 6]
+    assert set(seen) <= set(outcomes), seen
+    assert _uniform([seen[o] for o in outcomes], n, probs), seen
+    # negative control: an ARG_MIN that skips NULL arguments would keep (1, 2) every time
+    assert not _uniform([0, n, 0, 0], n, probs)
 
 
 def test_l_then_k_keeps_a_uniform_subset_of_the_unit_then_of_its_group() -> None:
