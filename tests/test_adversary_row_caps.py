@@ -413,7 +413,7 @@ def _ops(name: str) -> Any:
     "DuckDB's top_n_window_elimination rewrites QUALIFY ROW_NUMBER() OVER (PARTITION BY p ORDER BY one key) <= n "
     "into ARG_MIN(..., n) per partition, whose states stay in memory: the row caps k > 1 and L do not spill, drawn "
     "and salted alike (10M rows, 2M users, k = 2: the generic error after the charge under 100MB-700MB, both forms). "
-    "With that optimizer off the window spills (below) but Q3 with k = 2 at 10M rows takes 1.97 s instead of 0.85 s (bounded SQL) "
+    "With that optimizer off the window spills (below) but Q3 with k = 2 at 10M rows takes 1.97 s instead of 0.85 s "
     "(the bounded SQL) under 4GB: a choice between speed and out-of-core row caps, left open"))
 @pytest.mark.parametrize("form", ["drawn", "salted"])
 def test_row_caps_spill_under_a_small_memory_limit(tmp_path: Any, form: str) -> None:
