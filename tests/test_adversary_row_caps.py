@@ -26,6 +26,7 @@ from collections import Counter
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pytest
 from scipy.stats import binomtest
@@ -278,6 +279,17 @@ def test_k_rows_with_null_values_are_a_uniform_pair_chosen_jointly(caps: Caps) -
 
     biased = _subset_counts(_trials(plan, caps, NULL_ROWS, n, seed=0.11, edit=by_value_first))
     assert not _uniform(biased[:-1], n, [1 / 6] * 6), biased
+    # negative control of the joint choice: x and y each from its own uniform pair of rows (two
+    # draws), simulated with a fixed seed: pairs that are no pair of rows appear, which the test refuses
+    rng = np.random.default_rng(5)
+    pairs = list(SUBSETS)
+    split = []
+    for _ in range(n):
+        px, py = pairs[rng.integers(6)], pairs[rng.integers(6)]
+        cx, sx = SUBSETS[px][:2]
+        cy, sy = SUBSETS[py][2:]
+        split.append([{"__a0": 2, "__users": 1, "__a1": sx, "__a2": cx, "__a3": sy, "__a4": cy}])
+    assert _subset_counts(split)[-1] > 0
 
 
 ONE_COLUMN = pa.table({"user_id": pa.array([6] * 4, type=pa.int64()), "g": ["a"] * 4,
