@@ -132,11 +132,15 @@ def _exact_sums(costs: Iterable[Budget]) -> tuple[Fraction, Fraction]:
     same exact result as adding one by one, in time linear in the number of costs with a small
     constant (a ledger holds many charges of few distinct sizes)."""
     counts = Counter((c.epsilon, c.delta) for c in costs)
+    return _exact_counted_sums((Budget(eps, delta), n) for (eps, delta), n in counts.items())
+
+
+def _exact_counted_sums(counted: Iterable[tuple[Budget, int]]) -> tuple[Fraction, Fraction]:
     e = Fraction(0)
     d = Fraction(0)
-    for (eps, delta), n in counts.items():
-        e += n * exact(eps)
-        d += n * exact(delta)
+    for cost, n in counted:
+        e += n * cost.exact_epsilon
+        d += n * cost.exact_delta
     return e, d
 
 
@@ -145,9 +149,23 @@ def compose(costs: Iterable[Budget]) -> Budget:
     return Budget.from_exact(*_exact_sums(costs))
 
 
+def compose_counted(counted: Iterable[tuple[Budget, int]]) -> Budget:
+    """:func:`compose` of costs given as (cost, how many times), e.g. grouped by the ledger's SQL."""
+    return Budget.from_exact(*_exact_counted_sums(counted))
+
+
 def exact_sum_fits(spent: Iterable[Budget], request: Budget, total: Budget) -> bool:
     """spent + request <= total, decided exactly under the rounding rule."""
-    e, d = _exact_sums(spent)
+    return _fits(_exact_sums(spent), request, total)
+
+
+def exact_counted_sum_fits(counted: Iterable[tuple[Budget, int]], request: Budget, total: Budget) -> bool:
+    """:func:`exact_sum_fits` of costs given as (cost, how many times)."""
+    return _fits(_exact_counted_sums(counted), request, total)
+
+
+def _fits(sums: tuple[Fraction, Fraction], request: Budget, total: Budget) -> bool:
+    e, d = sums
     e += request.exact_epsilon
     d += request.exact_delta
     return e <= total.exact_epsilon and d <= total.exact_delta

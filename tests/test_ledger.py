@@ -433,3 +433,57 @@ def test_exact_sum_of_repeated_charges_groups_equal_values_exactly():
     assert not exact_sum_fits(spent, Budget(0.0, 1.1e-7), Budget(1.0, 1e-6))
     assert compose(spent) == Budget(1.0, 9e-7)
     assert compose([Budget(0.1)] * 1000) == Budget(100.0)  # float addition would give 99.9999999999986
+
+
+# --- a long history: the budget check groups the counted charges in SQL ---------------------------
+
+
+def _fill(path: str, rows: str) -> None:
+    con = duckdb.connect(path)
+    con.execute(
+        "INSERT INTO ledger_entries (entry_id, created_at, updated_at, status, mechanism, epsilon, delta, query, "
+        f"tables, params) {rows}")
+    con.close()
+
+
+def test_a_long_history_is_summed_exactly_by_value(tmp_path: Path) -> None:
+    # 30 000 earlier entries of three sizes (0.001, 0.002, 0.003; delta 1e-9), every third one a
+    # 'released', 'reserved' or 'failed' (all count) and 600 'rejected'-like rows that never
+    # existed as counting statuses are absent; exact sum by hand: 10 000 * (0.001 + 0.002 + 0.003)
+    # = 60 (as decimals) and 30 000e-9 = 3e-5
+    path = str(tmp_path / "l.duckdb")
+    Ledger.create(path, Budget(60.5, 1e-4)).close()
+    _fill(path, "SELECT i + 1, now(), now(), ['released', 'reserved', 'failed'][1 + (i // 3) % 3], 'm', "
+                "[0.001, 0.002, 0.003][1 + i % 3], 1e-9, 'q', ['t'], '{}' FROM range(30000) AS r(i)")
+    led = Ledger.open(path)
+    assert led.spent() == Budget(60.0, 3e-5)
+    assert led.remaining() == Budget(0.5, 7e-5)
+    e = led.reserve(Budget(0.5, 0.0), mechanism="m", query="q", tables=["t"], params={})
+    assert e == 30001  # the next id after the history
+    with pytest.raises(BudgetExceededError):  # exactly nothing left: the smallest cost is refused
+        led.reserve(Budget(5e-324, 0.0), mechanism="m", query="q", tables=["t"], params={})
+    led.close()
+
+
+def test_grouped_sums_equal_the_entry_by_entry_sum(tmp_path: Path) -> None:
+    # 3 000 entries of about 700 distinct sizes: the grouped exact sum is the one-by-one exact sum
+    # (dpsql.budget.compose over every entry); a total one ulp of decimal below it is refused
+    from dpsql.budget import compose
+
+    path = str(tmp_path / "l.duckdb")
+    Ledger.create(path, Budget(1000.0, 0.5)).close()
+    gen = np.random.default_rng(7)
+    eps = np.round(gen.uniform(0.001, 0.5, 700), 4)[gen.integers(0, 700, 3000)]
+    dl = np.round(gen.uniform(0, 1e-7, 700), 12)[gen.integers(0, 700, 3000)]
+    con = duckdb.connect(path)
+    con.register("v", pa.table({"i": np.arange(3000), "e": eps, "d": dl}))
+    con.execute("INSERT INTO ledger_entries (entry_id, created_at, updated_at, status, mechanism, epsilon, delta, "
+                "query, tables, params) SELECT i + 1, now(), now(), 'released', 'm', e, d, 'q', ['t'], '{}' FROM v")
+    con.close()
+    led = Ledger.open(path)
+    want = compose([Budget(float(e), float(d)) for e, d in zip(eps, dl, strict=True)])
+    assert led.spent() == want
+    assert len(set(zip(eps.tolist(), dl.tolist(), strict=True))) < 3000  # sizes repeat: the grouping matters
+    with pytest.raises(ConfigError, match="already spent"):
+        led.set_total(Budget(want.epsilon - 1e-9, 0.5), reason="below what is spent")
+    led.close()

@@ -16,7 +16,7 @@ database, whatever host they come from; it does not block readers. The transacti
 COMMITTED, where each statement sees every transaction committed before it started: so a
 ``reserve`` that holds the lock reads every charge committed before it (the previous holder has
 committed and released the lock), decides ``spent + cost <= total`` exactly
-(``dpsql.budget.exact_sum_fits``) and inserts its row, and the next writer sees that row. The
+(``dpsql.budget.exact_counted_sum_fits``) and inserts its row, and the next writer sees that row. The
 charge is durable when COMMIT returns (PostgreSQL's WAL, ``synchronous_commit`` as the server
 is configured: keep it ``on``); the caller reads private rows only after that. A lock that is not
 granted within ``lock_timeout`` seconds (PostgreSQL's ``lock_timeout``, set per transaction) is a
