@@ -66,7 +66,7 @@ from dpsql.engine._duckdb_sources import (
     has_glob_chars,
 )
 from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name
-from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, DuckDBOps, SaltedDuckDBOps
+from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, SPILLING_WINDOW, DuckDBOps, SaltedDuckDBOps
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
 from dpsql.rewrite.render import render
 
@@ -462,16 +462,21 @@ class DuckDBBackend:
 
     @contextmanager
     def _written_build_side(self, ast: exp.Expression) -> Iterator[None]:
-        """For a query with a part marked :data:`KEEP_BUILD_SIDE` (from the query's shape only,
-        never the data): DuckDB's build/probe side swap is off while it runs, so each hash join
-        builds on its right side as written (the small one) instead of trusting the estimates of
-        Arrow scans (unknown, about 1 row), which can put 10M rows on the build side."""
-        if not any(n.meta.get(KEEP_BUILD_SIDE) for n in ast.walk() if n._meta):
+        """DuckDB optimizers turned off while a query runs, from marks on its parts (the query's
+        shape only, never the data): :data:`KEEP_BUILD_SIDE`, the build/probe side swap (each hash
+        join builds on its right side as written, the small one, instead of trusting the
+        estimates of Arrow scans, unknown, about 1 row, which can put 10M rows on the build side);
+        :data:`SPILLING_WINDOW`, the top-n window rewrite (a row cap's window stays a window, which
+        sorts on disk, instead of per-partition ``ARG_MIN(..., n)`` lists held in memory)."""
+        marks = {m for n in ast.walk() if n._meta for m in (KEEP_BUILD_SIDE, SPILLING_WINDOW) if n.meta.get(m)}
+        off = [name for m, name in ((KEEP_BUILD_SIDE, "build_side_probe_side"),
+                                    (SPILLING_WINDOW, "top_n_window_elimination")) if m in marks]
+        if not off:
             yield
             return
         before = str(self._con.execute("SELECT current_setting('disabled_optimizers')").fetchall()[0][0])
         names = [x.strip() for x in before.split(",") if x.strip()]
-        self._con.execute(f"SET disabled_optimizers = {_sql_str(', '.join([*names, 'build_side_probe_side']))}")
+        self._con.execute(f"SET disabled_optimizers = {_sql_str(', '.join([*names, *off]))}")
         try:
             yield
         finally:

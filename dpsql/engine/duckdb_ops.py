@@ -29,6 +29,13 @@ DUCKDB = "duckdb"
 #: instead fails for memory where it should spill
 KEEP_BUILD_SIDE = "dpsql_keep_build_side"
 
+#: meta mark of a subquery whose ``QUALIFY ROW_NUMBER() ... <= n`` must run as the window it is
+#: (the backend honours it): DuckDB's ``top_n_window_elimination`` rewrites a one-key window of
+#: that shape into ``ARG_MIN(..., n)`` per partition, whose lists are held in memory and never
+#: spill (Q3 with k = 2 at 100M rows failed for memory under the default 4 GB), while the window
+#: sorts on disk
+SPILLING_WINDOW = "dpsql_spilling_window"
+
 E = TypeVar("E", bound=exp.Expression)
 
 
@@ -104,7 +111,8 @@ class DuckDBOps:
         """Two spellings of the same choice (the n rows with the smallest key per partition):
 
         * ``output=None``: ``SELECT * FROM relation QUALIFY ROW_NUMBER() OVER (PARTITION BY
-          partition ORDER BY key) <= n`` (every column, including helper columns);
+          partition ORDER BY key) <= n`` (every column, including helper columns), marked
+          :data:`SPILLING_WINDOW` so that it runs as a window and spills;
         * ``output`` given: one aggregate per partition, ``UNNEST(ARG_MIN({output...}, key,
           n))``, then the struct's fields; faster than the window when there are many
           partitions and few columns. For ``n = 1``: ``ARG_MIN(field, key)`` (a struct of the
@@ -114,7 +122,9 @@ class DuckDBOps:
             rn = exp.Window(this=exp.RowNumber(), partition_by=[_col(p) for p in partition],
                             order=exp.Order(expressions=[exp.Ordered(this=order_key)]))
             kept = exp.select("*").from_(relation, copy=False).qualify(exp.LTE(this=rn, expression=_number(n)), copy=False)
-            return _mark(kept.subquery(alias, copy=False))
+            out = _mark(kept.subquery(alias, copy=False))
+            out.meta[SPILLING_WINDOW] = True  # run as a window, which spills (not DuckDB's ARG_MIN rewrite)
+            return out
         if n == 1:
             # one row per partition: one hash aggregate, no list to unnest
             rest = [f for f in output if f not in partition]
