@@ -379,6 +379,7 @@ def choices_over_salts(plan: ir.QueryPlan, caps: Caps, data: pa.Table, n: int, t
     DuckDB's default building blocks, each trial also draws its own per-row ``RANDOM()``)."""
     con = duckdb.connect()
     con.execute("SET threads = 1")
+    con.execute("SELECT setseed(0.25)").fetchall()  # one thread and a fixed seed: the per-row RANDOM() draws are reproducible
     con.register(source_name(plan.table.name), data)
     base = bounded_sql(plan, caps, "@@SALT@@", **({"ops": ops} if ops is not None else {}))
     out: dict[int, list[Any]] = {i: [] for i in range(n)}
