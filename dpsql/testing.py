@@ -65,9 +65,10 @@ def zero_noise(seed: int | str = 0) -> ZeroNoise:
 def use_noise(session: object, source: NoiseSource) -> None:
     """Make ``session`` draw its noise (and salts) from ``source``. Tests only.
 
-    Reproducible noise makes every bounding choice reproducible too: a DuckDB engine's one-row
-    choice (k = 1) then races the salted keys over counted values instead of drawing a fresh
-    ``RANDOM()`` per row (``SaltedDuckDBOps``), so a seed fixes the whole release."""
+    Reproducible noise makes every bounding choice reproducible too: a DuckDB engine's row
+    choices (k = 1: the salted race over counted values; k > 1 and L: the salted numbering) are
+    then made from the salt instead of a fresh ``RANDOM()`` per row (``SaltedDuckDBOps``), so a
+    seed fixes the whole release."""
     if not isinstance(source, NoiseSource):
         raise TypeError("source must be a NoiseSource")
     session._noise = source  # type: ignore[attr-defined]

@@ -119,8 +119,8 @@ class DuckDBBackend:
     the bounded queries' building blocks (:class:`dpsql.engine.duckdb_ops.DuckDBOps`).
 
     Only a connection the engine opened itself draws the row choices of an aggregation (k = 1,
-    and the row caps k > 1 and L) from DuckDB's ``RANDOM()`` (``DuckDBOps.row_clock``): its generator is seeded from OS entropy and nobody
-    else reaches it. A caller's connection may have been seeded (``SELECT setseed(...)``), which
+    and the row caps k > 1 and L) from DuckDB's ``RANDOM()`` (``DuckDBOps.row_clock``): its
+    generator is seeded from OS entropy and nobody else reaches it. A caller's connection may have been seeded (``SELECT setseed(...)``), which
     makes ``RANDOM()`` a fixed sequence: each row's draw would then be fixed by its scan position,
     so the row one person keeps would depend on the rows of the people before it. There every
     choice is made from the per-query secret salt instead (:class:`SaltedDuckDBOps`).
