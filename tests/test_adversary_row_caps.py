@@ -199,10 +199,24 @@ def test_a_relation_drawn_twice_is_caught() -> None:
     # plan scans the source twice and the released sums disagree about which rows were kept
     t = _paired_rows()
     plan = plan_for("SELECT g, SUM(x) FROM t GROUP BY g", spec_for("t", t, bounds={"x": X_BOUNDS}))
-    inner = _sql(plan, Caps(3, 2))
-    start = inner.index("(SELECT * FROM (SELECT *, RANDOM()")
-    end = inner.index(") AS __rows") + 1
-    capped = inner[start + 1:end - 1]
+    for caps in (Caps(3, 2), Caps(3, 3)):  # k = 2: first and last by draw; k = 3: the window
+        _drawn_twice_disagree(t, plan, caps)
+
+
+def _subquery(sql: str, alias: str) -> str:
+    """The text of the subquery ``( ... ) AS alias`` in ``sql`` (one-line rendering)."""
+    end = sql.index(f") AS {alias}")
+    depth = 0
+    for i in range(end, -1, -1):
+        depth += {")": 1, "(": -1}.get(sql[i], 0)
+        if depth == 0:
+            return sql[i + 1:end]
+    raise AssertionError(alias)
+
+
+def _drawn_twice_disagree(t: pa.Table, plan: ir.QueryPlan, caps: Caps) -> None:
+    capped = _subquery(_sql(plan, caps), "__rows")
+    assert "RANDOM() AS __rnd__rows" in capped
     two = (f"WITH c AS NOT MATERIALIZED ({capped}) "
            "SELECT a.__k0, a.sx, b.sy FROM (SELECT __k0, SUM(__a0_v) AS sx FROM c GROUP BY __k0) AS a "
            "JOIN (SELECT __k0, SUM(__a0_v) AS sy FROM c GROUP BY __k0) AS b ON a.__k0 = b.__k0")
@@ -274,8 +288,12 @@ def test_k_rows_with_null_values_are_a_uniform_pair_chosen_jointly(caps: Caps) -
     # negative control: rows ordered by their x value first (NULL last), the draw breaking ties only:
     # the pair (1, NULL) / (2, 20) every time, which the same test refuses
     def by_value_first(sql: str) -> str:
-        assert sql.count("ORDER BY __rnd__rows)") == 1
-        return sql.replace("ORDER BY __rnd__rows)", "ORDER BY __a1_v NULLS LAST, __rnd__rows)")
+        if "ORDER BY __rnd__rows)" in sql:  # the window (L = 3, then k = 2)
+            assert sql.count("ORDER BY __rnd__rows)") == 1
+            return sql.replace("ORDER BY __rnd__rows)", "ORDER BY __a1_v NULLS LAST, __rnd__rows)")
+        # first and last by draw (k = 2): by x first (NULL last; values 1 and 2 differ by more than a draw)
+        assert sql.count(", __rnd__rows)") == 8  # ARG_MIN_NULL and ARG_MAX_NULL of four value columns
+        return sql.replace(", __rnd__rows)", ", COALESCE(__a1_v * 2, 1e9) + __rnd__rows)")
 
     biased = _subset_counts(_trials(plan, caps, NULL_ROWS, n, seed=0.11, edit=by_value_first))
     assert not _uniform(biased[:-1], n, [1 / 6] * 6), biased
@@ -356,7 +374,7 @@ def test_l_alone_keeps_a_uniform_subset_of_rows() -> None:
     plan = plan_for("SELECT g, SUM(x) FROM t GROUP BY g", spec_for("t", t, bounds={"x": (0, 10)}))
     caps = Caps(1, math.inf, 2)
     sql = _sql(plan, caps)
-    assert "ORDER BY __rnd__unit_rows" in sql and "__rnd__rows" not in sql
+    assert "ARG_MAX_NULL(__a0_v, __rnd__unit_rows)" in sql and "__rnd__rows" not in sql  # L = 2: first and last
     n = 1200
     sums = Counter(r[0]["__a0"] for r in _trials(plan, caps, t, n, seed=0.53))
     assert set(sums) <= {2.0, 3.0, 5.0, 6.0}, sums
@@ -460,3 +478,57 @@ def test_row_caps_spill_under_a_small_memory_limit(tmp_path: Any, form: str) -> 
 def test_row_cap_window_spills_when_not_rewritten_into_arg_min(tmp_path: Any, form: str) -> None:
     # the cause of the failure above: the same query completes under the same limit as a window
     assert _row_cap_under_limit(tmp_path, _ops(form), disabled="top_n_window_elimination") == [(2000000, 9000000.0)]
+
+
+# -- 5. two rows: the first and the last by draw -------------------------------------------------------------
+
+# users with 1, 2 and 3 rows in one group, k = 2; x = 2^j names the rows kept (SUM(x)), y = 10 x is
+# the same row's other column (SUM(y) = 10 SUM(x) exactly when both fields come from the same rows)
+SIZES = pa.table({"user_id": pa.array([1, 2, 2, 3, 3, 3], type=pa.int64()), "g": ["a"] * 6,
+                  "x": [1.0, 1.0, 2.0, 1.0, 2.0, 4.0], "y": [10.0, 10.0, 20.0, 10.0, 20.0, 40.0]})
+
+
+def test_two_rows_keep_one_of_one_both_of_two_and_a_uniform_pair_of_three() -> None:
+    plan = plan_for("SELECT g, COUNT(*), SUM(x), SUM(y) FROM t GROUP BY g",
+                    spec_for("t", SIZES, bounds={"x": (0, 10), "y": (0, 100)}))
+    sql = _sql(plan, Caps(1, 2))
+    assert "ORDER BY __rnd" not in sql and "ARG_MAX_NULL(__a1_v, __rnd__rows)" in sql  # no window
+    n = 1200
+    runs = _trials(plan, Caps(1, 2), SIZES, n, seed=0.43)
+    pairs = Counter()
+    for r in runs:
+        assert len(r) == 1 and r[0]["__users"] == 3 and r[0]["__a0"] == 1 + 2 + 2  # 1 row, 2 rows, 2 of 3
+        assert r[0]["__a2"] == 10 * r[0]["__a1"]  # each kept row's x and y come from that one row
+        pairs[r[0]["__a1"] - 1.0 - 3.0] += 1  # user 3's pair: 3 (1+2), 5 (1+4) or 6 (2+4)
+    assert set(pairs) <= {3.0, 5.0, 6.0}, pairs
+    assert _uniform([pairs[3.0], pairs[5.0], pairs[6.0]], n, [1 / 3] * 3), pairs
+    # negative controls: the two smallest values (a choice by value) keep 1 + 2 every time; a first row by
+    # draw and a second by value (the largest x, or the smallest when the first is the largest) keeps
+    # 1 + 4 w.p. 1/3, 2 + 4 w.p. 1/3 and, from a first row 4, 1 + 4 again: 3 never, 5 w.p. 2/3
+    assert not _uniform([n, 0, 0], n, [1 / 3] * 3)
+    assert not _uniform([0, 2 * n // 3, n - 2 * n // 3], n, [1 / 3] * 3)
+
+
+def test_two_rows_spill_as_an_aggregate_with_no_optimizer_turned_off(tmp_path: Any) -> None:
+    # L = 2 over 2M units of one row: one hash aggregate (fixed-size states), which spills under the
+    # same 60MB limit the window needs the engine's help for; the control with L = 4 (the window,
+    # rewritten by DuckDB into ARG_MIN lists) fails for memory in test_row_caps_spill_under_a_small_memory_limit
+    from sqlglot import exp
+
+    from dpsql.engine.duckdb_ops import DuckDBOps
+    from dpsql.rewrite.bound import cap_rows_per_unit
+
+    con = duckdb.connect()
+    try:
+        con.sql("SET threads = 1")
+        con.sql(f"SET temp_directory = '{tmp_path}'")
+        con.sql("CREATE TABLE r AS SELECT i AS u, 'C' || (i % 50) AS g, (i % 10)::DOUBLE AS x FROM range(2000000) t(i)")
+        con.sql("SET memory_limit = '60MB'")
+        con.sql("SET preserve_insertion_order = false")
+        kept = cap_rows_per_unit(exp.select("*").from_("r").subquery("__base"), "u", ["g", "x"], 2, "s",
+                                 ops=DuckDBOps(), draw=True)
+        q = exp.select(exp.func("count", exp.Star()), exp.func("sum", exp.column("x"))).from_(kept)
+        assert "ROW_NUMBER" not in render(q)
+        assert con.sql(render(q)).fetchall() == [(2000000, 9000000.0)]
+    finally:
+        con.close()

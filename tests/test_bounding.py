@@ -694,31 +694,42 @@ FROM (
     COUNT(__a0_v) AS __a0_c
   FROM (
     SELECT
-      *
+      __unit,
+      __k0,
+      UNNEST(CASE WHEN __n2 = 1 THEN [__lo0] ELSE [__lo0, __hi0] END) AS __a0_v
     FROM (
       SELECT
-        *,
-        RANDOM() AS __rnd__rows
+        __unit,
+        __k0,
+        COUNT(*) AS __n2,
+        ARG_MIN_NULL(__a0_v, __rnd__rows) AS __lo0,
+        ARG_MAX_NULL(__a0_v, __rnd__rows) AS __hi0
       FROM (
         SELECT
-          "user_id" AS __unit,
-          CASE
-            WHEN ISNAN(
-              FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
-            )
-            THEN CAST('nan' AS DOUBLE)
-            WHEN FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE) = CAST('0.0' AS DOUBLE)
-            THEN CAST('0.0' AS DOUBLE)
-            ELSE FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
-          END AS __k0,
-          "url" COLLATE "binary" AS __a0_v
-        FROM _dpsql_src_events
-        WHERE
-          NOT "user_id" IS NULL
-      ) AS __base
-    ) AS __drawn__rows
-    QUALIFY
-      ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __rnd__rows) <= 2
+          *,
+          RANDOM() AS __rnd__rows
+        FROM (
+          SELECT
+            "user_id" AS __unit,
+            CASE
+              WHEN ISNAN(
+                FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
+              )
+              THEN CAST('nan' AS DOUBLE)
+              WHEN FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE) = CAST('0.0' AS DOUBLE)
+              THEN CAST('0.0' AS DOUBLE)
+              ELSE FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
+            END AS __k0,
+            "url" COLLATE "binary" AS __a0_v
+          FROM _dpsql_src_events
+          WHERE
+            NOT "user_id" IS NULL
+        ) AS __base
+      ) AS __drawn__rows
+      GROUP BY
+        __unit,
+        __k0
+    ) AS __two
   ) AS __rows
   GROUP BY
     __unit,
@@ -913,8 +924,12 @@ def test_row_caps_l_then_k_draw_separately() -> None:
     # would be renamed by DuckDB and the window would order by the first cap's draw)
     t = pa.table({"user_id": pa.array([1, 1, 1, 2], type=pa.int64()), "g": ["a", "a", "b", "a"], "x": [1.0, 2.0, 3.0, 4.0]})
     plan = plan_for("SELECT g, SUM(x) FROM t GROUP BY g", spec_for("t", t, bounds={"x": (0, 5)}))
-    sql = bounded_sql(plan, Caps(2, 2, 3), "s")
+    sql = bounded_sql(plan, Caps(2, 3, 4), "s")  # windows
     assert "RANDOM() AS __rnd__unit_rows" in sql and "ORDER BY __rnd__unit_rows" in sql
     assert "RANDOM() AS __rnd__rows" in sql and "ORDER BY __rnd__rows" in sql
-    out = run_bounded(plan, Caps(2, 2, 3), t)
-    assert sum(r["__users"] for r in out.to_pylist()) == 3  # user 1 in a and b, user 2 in a
+    sql = bounded_sql(plan, Caps(2, 2, 2), "s")  # first and last by draw, twice
+    assert "RANDOM() AS __rnd__unit_rows" in sql and "ARG_MAX_NULL(__a0_v, __rnd__unit_rows)" in sql
+    assert "RANDOM() AS __rnd__rows" in sql and "ARG_MAX_NULL(__a0_v, __rnd__rows)" in sql
+    for caps in (Caps(2, 3, 4), Caps(2, 2, 3), Caps(2, 2, 2)):
+        out = run_bounded(plan, caps, t)
+        assert sum(r["__users"] for r in out.to_pylist()) == 3, caps  # user 1 in a and b, user 2 in a

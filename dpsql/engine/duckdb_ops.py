@@ -148,6 +148,39 @@ class DuckDBOps:
         fields = [exp.alias_(exp.func("struct_extract", _col("__s"), exp.Literal.string(f)), f) for f in output]
         return _mark(exp.select(*fields).from_(per_partition, copy=False).subquery(alias, copy=False))
 
+    def keep_two_drawn(self, relation: exp.Expression, partition: Sequence[str], columns: Sequence[str],
+                       draw: str, *, alias: str) -> exp.Subquery:
+        """Two rows per partition chosen uniformly at random by one hash aggregate (no window, no
+        list state: it spills like any aggregate), from a per-row draw column ``draw`` of
+        ``relation``: the rows with the smallest and the largest draw (one row when the partition
+        has one). The draws are i.i.d. and continuous, so their ranks are a uniform random
+        permutation of the partition's rows and {first, last} is a uniform random 2-subset: every
+        pair of rows has probability 2 (n-2)! / n! = 1 / C(n, 2). Each column is picked by
+        ``ARG_MIN_NULL`` / ``ARG_MAX_NULL`` (NULL values kept) on the same draw column (drawn once
+        per row), so the fields of a kept row come from one row; the two lists are unnested in
+        lockstep. The result has the columns ``partition`` then ``columns``."""
+        rnd = _col(draw)
+        inner: list[exp.Expression] = [_col(p) for p in partition]
+        inner.append(exp.alias_(exp.Count(this=exp.Star()), "__n2"))
+        for i, c in enumerate(columns):
+            inner.append(exp.alias_(_mark(exp.func("arg_min_null", _col(c), rnd.copy())), f"__lo{i}"))
+            inner.append(exp.alias_(_mark(exp.func("arg_max_null", _col(c), rnd.copy())), f"__hi{i}"))
+        per_partition = (exp.select(*inner).from_(relation, copy=False)
+                         .group_by(*[_col(p) for p in partition], copy=False)).subquery("__two", copy=False)
+
+        def two(lo: exp.Expression, hi: exp.Expression) -> exp.Expression:
+            one = exp.EQ(this=_col("__n2"), expression=_number(1))
+            return _mark(exp.Unnest(expressions=[exp.Case(ifs=[exp.If(this=one, true=exp.Array(expressions=[lo]))],
+                                                          default=exp.Array(expressions=[lo.copy(), hi]))]))
+
+        outer: list[exp.Expression] = [_col(p) for p in partition]
+        if columns:
+            outer += [exp.alias_(two(_col(f"__lo{i}"), _col(f"__hi{i}")), c) for i, c in enumerate(columns)]
+            return _mark(exp.select(*outer).from_(per_partition, copy=False).subquery(alias, copy=False))
+        copies = exp.select(*outer, exp.alias_(two(_number(1), _number(1)), "__copy")).from_(per_partition, copy=False)
+        return _mark(exp.select(*[_col(p) for p in partition]).from_(copies.subquery("__copies", copy=False), copy=False)
+                     .subquery(alias, copy=False))
+
     def clamp(self, value: exp.Expression, lo: float, hi: float, *, shift: float = 0.0) -> exp.Expression:
         """``CASE WHEN v IS NULL THEN NULL ELSE LEAST(GREATEST(v, lo), hi) [- shift] END``.
 

@@ -288,6 +288,9 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
     if clock is not None:
         rnd = "__rnd" + alias  # one draw column per cap (L, then k: each its own draw)
         drawn = exp.select("*", exp.alias_(clock, rnd)).from_(relation, copy=False).subquery("__drawn" + alias, copy=False)
+        two = getattr(ops, "keep_two_drawn", None)
+        if int(n) == 2 and two is not None:  # the first and last by draw: one aggregate, no window
+            return two(drawn, partition, [c for c in order_by if c not in partition], rnd, alias=alias)
         return ops.keep_n_per_partition(drawn, partition, _col(rnd), int(n), alias=alias)
     idx = exp.Window(
         this=exp.RowNumber(),
