@@ -16,7 +16,8 @@ partition, clamping, casts, typed literals) is the backend's (``ops``: a
 * :func:`cap_groups_per_unit` -- at most C_u groups per unit.
 
 The row caps share one step, :func:`cap_rows`: in an aggregation on DuckDB, keep each
-partition's n rows with the smallest fresh per-row ``RANDOM()`` draw (one window); elsewhere
+partition's n rows with the smallest fresh per-row ``RANDOM()`` draw (one window; for n = 2 the
+rows with the smallest and the largest draw, one hash aggregate); elsewhere
 (reproducible backends, and relations read more than once: histograms, quantiles, joins) number
 each partition's rows by value (identical rows are interchangeable), then keep the n whose keyed
 hash of (partition, number) under the per-query secret salt is smallest -- either way a uniform
@@ -278,7 +279,11 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
     With ``draw`` (the caller's relation is read once) and a backend that draws per row
     (``ops.row_clock()``, DuckDB's ``RANDOM()``): every row gets a fresh draw in a column
     ``__rnd<alias>`` and the ``n`` smallest per partition are kept (one window; identical rows draw
-    separately, so every subset of n rows is equally likely). Otherwise rows are numbered within
+    separately, so every subset of n rows is equally likely); for ``n = 2``, when the backend has
+    ``keep_two_drawn`` (DuckDB), the smallest and the largest draw instead (one hash aggregate, a
+    uniform pair as well), whose result has the columns ``partition`` then ``order_by``: in this
+    mode those must be all the columns the caller reads after the cap (``bounded_query``'s base
+    rows: the unit, the keys, the value columns). Otherwise rows are numbered within
     their partition by value (``order_by``: identical rows are interchangeable, so which of them
     gets which number does not matter), and the ``n`` whose keyed hash of (partition, number) is
     smallest are kept, with the row number ``__idx`` as an extra column: reproducible from the
