@@ -454,3 +454,47 @@ def test_bounds_error_names_the_value() -> None:
     with pytest.raises(errors.ConfigError, match=r"got \('a', 'b'\)"):
         s.register("t", pa.table({"uid": [1], "x": [1.0]}), privacy_unit="uid", columns={"x": {"bounds": ("a", "b")}})
     s.close()
+
+
+# -- released keys beyond Python's date range ---------------------------------------------------------
+
+
+def _far_dates(tmp_path: Path) -> Path:
+    """200 people on the same day of the year 21956 (a DATE DuckDB holds, Python's date does not), and
+    200 on an ordinary day: both keys pass the sparse histogram's threshold."""
+    import pyarrow.parquet as pq
+
+    days = [7_300_000] * 200 + [19_723] * 200  # 21956-09-21 and 2024-01-01
+    p = tmp_path / "far.parquet"
+    pq.write_table(pa.table({"uid": list(range(400)), "day": pa.array(days, pa.date32()),
+                             "ts": pa.array([d * 86_400_000_000 for d in days], pa.timestamp("us"))}), p)
+    return p
+
+
+def test_a_released_date_beyond_year_9999_is_spelled_not_lost(tmp_path: Path) -> None:
+    """Before: Release.to_pylist(), Release.to_dict() and the CLI's json/table formats raised
+    OverflowError after the charge (the paid release lost) whenever such a key was released."""
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("t", str(_far_dates(tmp_path)), privacy_unit="uid")
+    r = s.query("SELECT day, ts, COUNT(*) AS n FROM t GROUP BY day, ts ORDER BY day", epsilon=1.0, delta=1e-6)
+    import datetime as dt
+
+    assert r.to_pylist() == [{"day": dt.date(2024, 1, 1), "ts": dt.datetime(2024, 1, 1), "n": 200},
+                             {"day": "21956-09-21", "ts": "21956-09-21T00:00:00.000000", "n": 200}]
+    assert r.to_dict()["rows"][1] == {"day": "21956-09-21", "ts": "21956-09-21T00:00:00.000000", "n": 200}
+    s.close()
+
+
+@pytest.mark.parametrize("fmt", ["json", "table", "csv"])
+def test_cli_prints_a_released_date_beyond_year_9999(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsql.cli import main
+
+    ledger = tmp_path / "l.duckdb"
+    assert main(["init", "--epsilon", "10", "--delta", "1e-3", "--ledger", str(ledger)]) == 0
+    capsys.readouterr()
+    code = main(["query", "SELECT day, COUNT(*) AS n FROM t GROUP BY day", "--ledger", str(ledger),
+                 "--table", f"t={_far_dates(tmp_path)}", "--privacy-unit", "t=uid", "--epsilon", "1", "--delta", "1e-6",
+                 "--format", fmt])
+    out = capsys.readouterr().out
+    assert code == 0 and "21956-09-21" in out and "2024-01-01" in out, out
