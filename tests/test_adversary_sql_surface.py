@@ -498,3 +498,61 @@ def test_cli_prints_a_released_date_beyond_year_9999(tmp_path: Path, fmt: str, c
                  "--format", fmt])
     out = capsys.readouterr().out
     assert code == 0 and "21956-09-21" in out and "2024-01-01" in out, out
+
+
+# -- ENUM, unsigned integers and exotic types of a caller's DuckDB table ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def exotic_sessions() -> Any:
+    con = duckdb.connect()
+    con.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+    con.execute("CREATE TABLE x_full (uid BIGINT, e mood, note VARCHAR, u UUID, tm TIME, bl BLOB, st STRUCT(a INTEGER, b VARCHAR), "
+                "m MAP(VARCHAR, INTEGER), bt BIT, js JSON, tz TIMESTAMPTZ, ttz TIMETZ, uh UHUGEINT, ui UINTEGER, ut UTINYINT, "
+                "ub UBIGINT, i INTEGER, arr INTEGER[3])")
+    con.execute("INSERT INTO x_full SELECT 1000 + k % 150, ['sad', 'ok', 'happy'][1 + k % 3]::mood, ['sad', 'ok', 'zzz'][1 + k % 3], "
+                "uuid(), TIME '10:00:00', 'ab'::BLOB, {'a': k, 'b': 'x'}, MAP {'k': 1}, '101'::BIT, '{\"a\": 1}'::JSON, "
+                "TIMESTAMPTZ '2024-01-01 00:00:00+00', TIMETZ '10:00:00+02', k::UHUGEINT, k::UINTEGER, (k % 200)::UTINYINT, "
+                "k::UBIGINT, k::INTEGER, [1, 2, 3] FROM range(600) r(k)")
+    con.execute("INSERT INTO x_full VALUES (7, 'happy', 'not-an-enum-value', 'ffffffff-ffff-ffff-ffff-ffffffffffff', TIME '24:00:00', "
+                "'\\xFF\\x00'::BLOB, {'a': 2147483647, 'b': NULL}, MAP {'': NULL}, '1'::BIT, '[1, {\"x\": null}]'::JSON, "
+                "TIMESTAMPTZ '294000-01-01 00:00:00+00', TIMETZ '23:59:59-15:59', 340282366920938463463374607431768211455, "
+                "4294967295, 255, 18446744073709551615, -2147483648, [NULL, NULL, 2147483647])")
+    con.execute("CREATE TABLE x_minus AS SELECT * FROM x_full WHERE uid <> 7")
+    out = []
+    for name in ("x_full", "x_minus"):
+        s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), connection=con)
+        use_noise(s, zero_noise())
+        s.register("t", name, privacy_unit="uid", columns={"ui": {"bounds": (0, 100)}, "ub": {"bounds": (0, 100)},
+                                                           "uh": {"bounds": (0, 100)}, "ut": {"bounds": (0, 255)}})
+        out.append(s)
+    yield out
+    for s in out:
+        s.close()
+    con.close()
+
+
+EXOTIC_WHERE = ["e = note", "e < note", "e IN (note, 'ok')", "e = 'zzz'", "CASE e WHEN note THEN 1 ELSE 0 END = 1",
+                "greatest(e, note) = 'ok'", "e || note = 'okok'", "nullif(e, note) IS NULL", "e BETWEEN note AND 'z'",
+                "left(e, i) = 'o'", "CAST(u AS VARCHAR) = note", "u = note", "CAST(tm AS VARCHAR) > '10'", "tm > '10:00:00'",
+                "CAST(tz AS VARCHAR) > '2024'", "tz > '2024-01-01'", "CAST(ttz AS VARCHAR) > '1'", "js = 'x'",
+                "CAST(bl AS VARCHAR) = 'ab'", "st IS NULL AND m IS NULL AND bt IS NULL AND arr IS NULL",
+                "uh + ui > 5", "-uh < 0", "uh * uh > 5", "ub * ub > 1", "-ub < 0", "ut - 200 < 0", "CAST(uh AS INTEGER) > 5",
+                "uh // ut > 0", "uh % ut > 0", "abs(ub - 5) > 0", "round(uh, -1) > 0", "round(ub, -2) > 0",
+                "CAST(e AS INTEGER) > 0", "TRY_CAST(note AS mood) IS NULL"]
+EXOTIC_KEYS = ["e", "CASE WHEN i > 5 THEN e ELSE note END", "uh - ut", "CAST(u AS VARCHAR)", "CAST(tm AS VARCHAR)",
+               "CAST(tz AS VARCHAR)", "uh", "st", "js"]
+EXOTIC_AGGS = ["SUM(ub * ub)", "SUM(-ub)", "SUM(uh + ub)", "AVG(ub)", "VARIANCE(uh)", "MEDIAN(ub)", "COUNT(DISTINCT e)",
+               "COUNT(DISTINCT u)", "COUNT(DISTINCT js)", "COUNT(DISTINCT st)", "COUNT(DISTINCT m)", "COUNT(DISTINCT tz)",
+               "COUNT(DISTINCT ttz)", "COUNT(DISTINCT arr)", "COUNT(m)"]
+EXOTIC = ([(f"SELECT COUNT(*) AS n FROM t WHERE {w}", 0.0) for w in EXOTIC_WHERE]
+          + [(f"SELECT {k} AS k, COUNT(*) AS n FROM t GROUP BY k", 1e-6) for k in EXOTIC_KEYS]
+          + [(f"SELECT {a} AS v FROM t", 1e-6) for a in EXOTIC_AGGS])
+
+
+@pytest.mark.parametrize(("sql", "delta"), EXOTIC)
+def test_exotic_column_types_do_not_make_observables_depend_on_one_person(exotic_sessions: Any, sql: str, delta: float) -> None:
+    full, minus = exotic_sessions
+    a = observe(full, lambda s: s.query(sql, epsilon=1.0, delta=delta))
+    b = observe(minus, lambda s: s.query(sql, epsilon=1.0, delta=delta))
+    assert_same_observables(a, b, sql)
