@@ -14,6 +14,11 @@ this file covers what it does not reach: aggregate arguments (SUM / AVG / VARIAN
 bounds, COUNT(DISTINCT), COUNT(col)), quantiles, range workloads and DAWA histograms over ordered
 domains, public key domains, post-processing (outputs, HAVING, ORDER BY, LIMIT), joins, caps advice,
 and how CSV sources and the owner's collation shape what is released.
+
+Findings kept here: post-processing compared released text under the caller's collation (fixed:
+``test_post_processing_compares_released_text_binary_whatever_the_owner_collation``); a released
+date beyond the year 9999 lost the paid release (fixed); a carriage return inside one CSV line adds
+rows of other people (open: ``test_csv_carriage_return_in_one_persons_line_adds_rows_of_other_people``).
 """
 
 from __future__ import annotations
