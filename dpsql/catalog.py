@@ -296,7 +296,7 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
             else:
                 raise ConfigError(
                     f"bounds for '{table}.{name}' must be a pair (lo, hi) of numbers "
-                    "(or of dates/timestamps together with bins or bin_width), got {b!r}"
+                    f"(or of dates/timestamps together with bins or bin_width), got {b!r}"
                 ) from None
         if time_bounds is None:
             if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:

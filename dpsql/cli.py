@@ -422,8 +422,10 @@ class _Progress:
 
 def _format_table(tbl: Any) -> str:
     cols = tbl.column_names
+    from dpsql.release import python_rows
+
     rows = [[("NULL" if v is None else f"{v:.10g}" if isinstance(v, float) else str(v)) for v in r.values()]
-            for r in tbl.to_pylist()]
+            for r in python_rows(tbl)]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     out = [" | ".join(c.ljust(w) for c, w in zip(cols, widths)), "-+-".join("-" * w for w in widths)]
     out += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
@@ -624,9 +626,9 @@ def _cmd_budget(args: argparse.Namespace) -> int:
 
 
 def _json_rows(tbl: Any) -> list[dict[str, Any]]:
-    from dpsql.release import _json_safe
+    from dpsql.release import _json_safe, python_rows
 
-    return _json_safe(tbl.to_pylist())  # type: ignore[no-any-return]
+    return _json_safe(python_rows(tbl))  # type: ignore[no-any-return]
 
 
 def _flat(tbl: Any) -> Any:

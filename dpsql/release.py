@@ -35,7 +35,7 @@ class Release:
     notes: list[str] = field(default_factory=list)
 
     def to_pylist(self) -> list[dict[str, Any]]:
-        return self.table.to_pylist()
+        return python_rows(self.table)
 
     def meta(self, remaining: Budget | None = None) -> dict[str, Any]:
         """Everything about this release except its rows, JSON-ready (what ETL jobs record)."""
@@ -55,7 +55,7 @@ class Release:
 
     def to_dict(self, remaining: Budget | None = None) -> dict[str, Any]:
         """``{"rows": [...], "meta": {...}}``: the JSON form the CLI prints with ``--format json``."""
-        return {"rows": _json_safe(self.table.to_pylist()), "meta": self.meta(remaining)}
+        return {"rows": _json_safe(python_rows(self.table)), "meta": self.meta(remaining)}
 
     def to_arrow(self, remaining: Budget | None = None) -> pa.Table:
         """The released rows with the meta in the schema metadata (key ``dpsql``), e.g. for Parquet."""
@@ -189,3 +189,31 @@ def _readable(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_readable(x) for x in v]
     return v
+
+
+def python_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """``table.to_pylist()``, except that a date or timestamp outside Python's years 1..9999 (a
+    released key may be one: DuckDB's DATE and TIMESTAMP reach far beyond) is its ISO text in the
+    proleptic Gregorian calendar instead of an OverflowError that would lose a paid release."""
+    try:
+        return table.to_pylist()
+    except (OverflowError, ValueError):
+        pass
+    columns = [_column_values(table.column(i), f.type) for i, f in enumerate(table.schema)]
+    return [dict(zip(table.column_names, row)) for row in zip(*columns)]
+
+
+def _column_values(col: Any, typ: pa.DataType) -> list[Any]:
+    if not (pa.types.is_date(typ) or pa.types.is_timestamp(typ)):
+        return col.to_pylist()  # type: ignore[no-any-return]
+    import numpy as np
+
+    unit = "D" if pa.types.is_date32(typ) else "ms" if pa.types.is_date64(typ) else typ.unit
+    out: list[Any] = []
+    for v in col:
+        try:
+            out.append(v.as_py())
+        except (OverflowError, ValueError):
+            out.append(str(np.datetime_as_string(np.datetime64(int(v.value), unit))))  # type: ignore[call-overload,arg-type,unused-ignore]
+    return out
+

@@ -593,15 +593,23 @@ class DuckDBBackend:
         """Run a post-processing query (HAVING/ORDER BY/LIMIT on released values) over ``table``.
 
         ``ast_builder(name)`` returns the query AST reading from relation ``name``. The input
-        holds only released (noisy) values, so this is post-processing.
+        holds only released (noisy) values, so this is post-processing. Text columns are read
+        ``COLLATE "binary"``: HAVING, ORDER BY and LIMIT compare released keys as WHERE and
+        GROUP BY do, whatever the caller's ``default_collation`` (under 'nocase', 'A' and 'a' tied
+        in ORDER BY and LIMIT kept one of them in the engine's internal row order).
         """
         failure: ExecutionError | None = None
         with self._lock:
             cur = self._con
             try:
-                cur.register("__released", table)
+                cur.register("__released_raw", table)
                 try:
-                    return cur.sql(self._render(ast_builder("__released"))).to_arrow_table()
+                    query = ast_builder("__released")
+                    if table.num_columns and isinstance(query, exp.Select):
+                        query = query.with_("__released", as_=_binary_text_columns(table.schema, "__released_raw"))
+                    else:  # pragma: no cover - every post-processing query is a SELECT over released columns
+                        query = ast_builder("__released_raw")
+                    return cur.sql(self._render(query)).to_arrow_table()
                 except duckdb.Error as e:
                     failure = ExecutionError(
                         "post-processing (HAVING/ORDER BY/LIMIT) of the released values failed",
@@ -610,11 +618,26 @@ class DuckDBBackend:
                     )
             finally:
                 try:
-                    cur.unregister("__released")
+                    cur.unregister("__released_raw")
                 except duckdb.Error:
                     pass
         assert failure is not None
         raise failure
+
+
+def _binary_text_columns(schema: pa.Schema, relation: str) -> exp.Select:
+    """``SELECT`` every column of ``relation``, text ones ``COLLATE "binary"`` (dictionary-encoded
+    text read as VARCHAR first)."""
+    items: list[exp.Expression] = []
+    for f in schema:
+        col: exp.Expression = exp.column(f.name, quoted=True)
+        t = f.type.value_type if pa.types.is_dictionary(f.type) else f.type
+        if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+            if pa.types.is_dictionary(f.type):
+                col = exp.cast(col, "VARCHAR")
+            col = exp.Collate(this=col, expression=exp.to_identifier("binary", quoted=True))
+        items.append(exp.alias_(col, f.name, quoted=True))
+    return exp.select(*items).from_(exp.to_table(relation, quoted=True))
 
 
 def _sql_str(value: str) -> str:

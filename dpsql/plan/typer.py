@@ -1611,7 +1611,9 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
             except decimal.InvalidOperation:
                 raise bad from None
             if d.is_finite() and _fits(d, t):
-                return d.quantize(decimal.Decimal(1).scaleb(-t.scale))
+                with decimal.localcontext() as ctx:  # the default 28 digits cannot hold a DECIMAL(38)
+                    ctx.prec = 80
+                    return d.quantize(decimal.Decimal(1).scaleb(-t.scale))
         raise bad
     if k == "float":
         if isinstance(v, (int, float)) and float(v) == float(v) and abs(float(v)) != float("inf"):
