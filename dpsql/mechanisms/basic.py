@@ -34,6 +34,7 @@ granularity (integers for counts), which is post-processing.
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import math
 from typing import Any
@@ -145,10 +146,15 @@ def _domain_table(plan: ir.QueryPlan, like: pa.Table) -> pa.Table:
     for i, k in enumerate(plan.keys):
         vals = [c[i] for c in combos]
         typ = like.schema.field(k.name).type if k.name in like.column_names else None
+        if typ is not None and pa.types.is_decimal(typ):  # HUGEINT / DECIMAL keys: exact, whatever their size
+            vals = [decimal.Decimal(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in vals]
         try:
             cols[k.name] = pa.array(vals, type=typ)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-            cols[k.name] = pa.array(vals)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            try:
+                cols[k.name] = pa.array(vals)
+            except OverflowError:  # integers beyond int64 (a HUGEINT domain): exact decimals
+                cols[k.name] = pa.array([decimal.Decimal(v) if isinstance(v, int) else v for v in vals])
     return pa.table(cols)
 
 
