@@ -189,6 +189,10 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
 
     if cfg.registers_tables:
         _check_owner_config(args)
+    if args.ledger is not None and not str(args.ledger).strip():  # e.g. --ledger "$UNSET_VARIABLE"
+        raise ConfigError("--ledger is empty: no ledger file was named",
+                          hint="give the ledger file, e.g. --ledger ledger.duckdb, or drop --ledger to use the config's "
+                          "[ledger] path")
     if args.ledger and str(args.ledger) == ":memory:":
         raise ConfigError("--ledger :memory: would forget every charge when the command ends",
                           hint="give a ledger file, e.g. --ledger ledger.duckdb (create it with dpsql init)")
@@ -202,7 +206,11 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
         )
     if cfg.ledger_path is not None:
         return str(cfg.ledger_path)
-    return os.environ.get("DPSQL_LEDGER", DEFAULT_LEDGER)
+    env = os.environ.get("DPSQL_LEDGER")
+    if env is not None and not env.strip():
+        raise ConfigError("$DPSQL_LEDGER is set but empty: no ledger file was named",
+                          hint="set DPSQL_LEDGER to the ledger file, unset it, or pass --ledger PATH")
+    return env if env is not None else DEFAULT_LEDGER
 
 
 def _check_owner_config(args: argparse.Namespace) -> None:
@@ -575,10 +583,12 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     path = _ledger_path(args, cfg)
     # --set-total changes the recorded total: open by the ledger's own total, not the config's
     opener = Ledger.open
+    shown = path
     if path.startswith(("postgresql://", "postgres://")):
-        from dpsql.ledger._postgres import PostgresLedger
+        from dpsql.ledger._postgres import PostgresLedger, redact
 
         opener = PostgresLedger.open
+        shown = redact(path)  # the URL's password never reaches stdout (CI logs, terminals)
     with opener(path, None if args.set_total else cfg.budget,
                      create=not args.set_total and _create_if_missing(args, cfg)) as led:
         if args.set_total:
@@ -591,7 +601,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 ) from None
             led.set_total(dpsql.Budget(eps, delta), reason=args.reason)
         t, sp, r = led.total(), led.spent(), led.remaining()
-        summary: dict[str, Any] = {"ledger": path, "total": {"epsilon": t.epsilon, "delta": t.delta},
+        summary: dict[str, Any] = {"ledger": shown, "total": {"epsilon": t.epsilon, "delta": t.delta},
                    "spent": {"epsilon": sp.epsilon, "delta": sp.delta}, "remaining": {"epsilon": r.epsilon, "delta": r.delta}}
         if args.format == "json":
             if args.history:
@@ -606,7 +616,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
             pacsv.write_csv(_flat(led.history()) if args.history else _summary_table(summary), buf)
             sys.stdout.write(buf.getvalue().decode())
             return 0
-        print(f"ledger:    {path}")
+        print(f"ledger:    {shown}")
         print(f"total:     epsilon={t.epsilon:g} delta={t.delta:g}")
         print(f"spent:     epsilon={sp.epsilon:g} delta={sp.delta:g}")
         print(f"remaining: epsilon={r.epsilon:g} delta={r.delta:g}")

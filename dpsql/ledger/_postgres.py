@@ -33,6 +33,7 @@ The URL's password never appears in a message (``Ledger.path`` shows the URL wit
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -50,6 +51,7 @@ from dpsql.ledger._store import _REQUIRED_TABLES, Ledger, _check_budget, _fmt, _
 __all__ = ["PostgresLedger", "is_postgres_url", "redact"]
 
 _ADVISORY_KEY = 0x64707371  # "dpsq": serialises ledger creation in one database
+_PG_MAX_MS = 2**31 - 1  # the largest lock_timeout PostgreSQL accepts, in milliseconds
 
 
 def is_postgres_url(value: object) -> bool:
@@ -164,7 +166,8 @@ class PostgresLedger(Ledger):
         psycopg = _psycopg()
         failure: LedgerError | None = None
         try:
-            con = psycopg.connect(self._url, connect_timeout=max(1, int(self.lock_timeout) or 1), autocommit=False)
+            con = psycopg.connect(self._url, connect_timeout=min(max(1, math.ceil(self.lock_timeout)), _PG_MAX_MS // 1000),
+                                  autocommit=False)
         except Exception as e:  # noqa: BLE001 - psycopg's message may hold the password: class only
             failure = LedgerError(f"cannot connect to the PostgreSQL ledger {self.path} ({type(e).__name__}); {unchanged}",
                                   hint="check the URL, that the server runs and accepts this user")
@@ -239,7 +242,12 @@ class PostgresLedger(Ledger):
             c = _Con(con)
             failure: LedgerError | None = None
             try:
-                c.execute(f"SET LOCAL lock_timeout = '{int(self.lock_timeout * 1000)}ms'")
+                # PostgreSQL reads 0 as "wait forever" and refuses more than 2^31 - 1 ms
+                ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
+                c.execute(f"SET LOCAL lock_timeout = '{ms}ms'")
+                # doubles as the shortest text that reads back bit-exact, whatever the server's or the
+                # database's extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted)
+                c.execute("SET LOCAL extra_float_digits = 3")
                 if write:
                     c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
                 self._check_schema(c)  # type: ignore[arg-type]
