@@ -599,7 +599,14 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                     f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
-            led.set_total(dpsql.Budget(eps, delta), reason=args.reason)
+            try:
+                new_total = dpsql.Budget(eps, delta)
+            except ConfigError:
+                raise ConfigError(
+                    f"--set-total needs a finite EPSILON >= 0 and a DELTA in [0, 1), got {' '.join(args.set_total)!r}",
+                    hint="e.g. --set-total 10 1e-5",
+                ) from None
+            led.set_total(new_total, reason=args.reason)
         t, sp, r = led.total(), led.spent(), led.remaining()
         summary: dict[str, Any] = {"ledger": shown, "total": {"epsilon": t.epsilon, "delta": t.delta},
                    "spent": {"epsilon": sp.epsilon, "delta": sp.delta}, "remaining": {"epsilon": r.epsilon, "delta": r.delta}}
@@ -779,6 +786,7 @@ def _cli_text(text: str) -> str:
 
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
+    text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints
     text = re.sub(r"(?:\s*or\s*)?`?Ledger\.set_total\((?:[^()]|\([^()]*\))*\)`?",
                   "" if "--set-total" in text else 'dpsql budget --set-total EPSILON DELTA --reason "..."', text)
     text = re.sub(r"Ledger\.open\(path[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)

@@ -285,6 +285,21 @@ def test_empty_ledger_flag_or_variable_is_refused_not_replaced_by_the_default(
     assert Ledger.open("dpsql_ledger.duckdb").spent() == Budget(0.5)
 
 
+def test_invalid_budget_hints_speak_in_flags(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding (fixed): `query --epsilon 0` and `budget --set-total -1 0` answered with the Python
+    hint "pass a positive epsilon, e.g. epsilon=1.0" (and --set-total, which accepts 0, said "> 0")."""
+    cfg = ["--config", "examples/dpsql.toml"]
+    assert run_cli([*cfg, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "e.g. --epsilon 1.0" in err and "epsilon=1.0" not in err
+    assert run_cli([*cfg, "budget"]) == 0  # creates the example ledger
+    capsys.readouterr()
+    assert run_cli([*cfg, "budget", "--set-total", "-1", "0", "--reason", "r"]) == 2
+    err = capsys.readouterr().err
+    assert "--set-total needs a finite EPSILON >= 0" in err and "e.g. --set-total 10 1e-5" in err
+    assert Ledger.open("examples/example_ledger.duckdb").totals_history().num_rows == 1  # nothing changed
+
+
 # --- 6. what a refusal and a failure after the charge show, on neighbouring datasets ------------------------
 
 
