@@ -547,10 +547,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
             else:
                 rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
         rem = s.remaining()
-        _write_rows(rel, args.format, args.output, rem)
-        if getattr(args, "meta", None):
-            with open(args.meta, "w", encoding="utf-8") as f:
-                json.dump(rel.meta(rem), f, indent=1)
+        _write_release(rel, args, rem)
         print(
             f"mechanism: {rel.mechanism}; cost: epsilon={rel.cost.epsilon:g} delta={rel.cost.delta:g}; "
             f"remaining: epsilon={rem.epsilon:g} delta={rem.delta:g}; ledger entry {rel.ledger_id}",
@@ -572,6 +569,28 @@ def _cmd_query(args: argparse.Namespace) -> int:
             print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
                   "a group missing from the output is not a zero", file=sys.stderr)
     return 0
+
+
+def _write_release(rel: Any, args: argparse.Namespace, remaining: Any) -> None:
+    """Write the rows (-o or stdout) and --meta; a write that fails (a full disk, a path that
+    became unwritable) says which output failed and that the charge stands, never 'unexpected'."""
+    from dpsql.errors import ExecutionError
+
+    step = ("-o", args.output) if args.output else ("stdout", None)
+    try:
+        _write_rows(rel, args.format, args.output, remaining)
+        if getattr(args, "meta", None):
+            step = ("--meta", args.meta)
+            with open(args.meta, "w", encoding="utf-8") as f:
+                json.dump(rel.meta(remaining), f, indent=1)
+    except OSError as e:
+        where = f"{step[0]} {step[1]!r}" if step[1] else step[0]
+        raise ExecutionError(
+            f"the query was answered, but writing {where} failed ({e.strerror or type(e).__name__}); its charge "
+            f"stands (ledger entry {rel.ledger_id})",
+            hint=f"free disk space or choose another {step[0] if step[1] else '-o FILE'}; the release cannot be "
+            "written again without a new charge",
+        ) from None
 
 
 def _cmd_budget(args: argparse.Namespace) -> int:

@@ -300,6 +300,22 @@ def test_invalid_budget_hints_speak_in_flags(workdir: Path, capsys: pytest.Captu
     assert Ledger.open("examples/example_ledger.duckdb").totals_history().num_rows == 1  # nothing changed
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("flag", ["-o", "--meta"])
+def test_output_that_fails_after_the_charge_says_so(workdir: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    """Finding (fixed): `-o /dev/full` (or --meta) passes the writability check before the charge and
+    then fails to write: the command printed "error: unexpected OSError" (exit 1) without saying
+    which output failed or that the charge stands. Now it names the output, the ledger entry and
+    that the charge stands (exit 1, as any failure after the charge)."""
+    argv = ["--config", "examples/dpsql.toml", "query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1",
+            flag, "/dev/full", *(["--format", "csv"] if flag == "-o" else [])]
+    assert run_cli(argv) == 1
+    err = capsys.readouterr().err
+    assert f"writing {flag} '/dev/full' failed" in err and "charge stands (ledger entry 1)" in err, err
+    assert "unexpected" not in err
+    assert Ledger.open("examples/example_ledger.duckdb").spent() == Budget(0.1)  # charged: it was answered
+
+
 # --- 6. what a refusal and a failure after the charge show, on neighbouring datasets ------------------------
 
 
