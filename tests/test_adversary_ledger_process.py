@@ -221,6 +221,67 @@ def test_damaged_ledger_names_the_damage_and_the_restore(tmp_path: Path) -> None
     assert Ledger.open(good).spent() == Budget(0.3)  # negative control: the intact copy opens
 
 
+def test_read_only_ledger_reads_and_refuses_charges_cleanly(tmp_path: Path) -> None:
+    """A ledger on a read-only mount: `budget` and `explain` work, `query` is a LedgerError (exit 4)
+    that names the file system, nothing is charged and nothing next to the ledger changes."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare for a read-only bind mount")
+    src, mnt = tmp_path / "data", tmp_path / "ro"
+    shutil.copytree(REPO / "examples", src, ignore=shutil.ignore_patterns("*.duckdb*"))
+    mnt.mkdir()
+    assert _cli_child(["--config", str(src / "dpsql.toml"), "budget"], tmp_path).returncode == 0  # creates it
+    before = {p.name: p.read_bytes() for p in src.iterdir() if p.is_file()}
+    script = textwrap.dedent(f"""
+        mount --bind -o ro {src} {mnt} || exit 99
+        cd {tmp_path}
+        py="{sys.executable} -m dpsql.cli --config {mnt}/dpsql.toml"
+        $py budget --format json > budget.out 2> budget.err; echo "budget $?" > rc
+        $py explain "SELECT COUNT(*) AS n FROM events" --epsilon 0.1 > explain.out 2>&1; echo "explain $?" >> rc
+        $py query "SELECT COUNT(*) AS n FROM events" --epsilon 0.1 > query.out 2> query.err; echo "query $?" >> rc
+    """)
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], env=child_env(), capture_output=True, text=True, timeout=120)
+    if r.returncode == 99 or not (tmp_path / "rc").exists():
+        pytest.skip(f"no read-only bind mount here: {r.stderr[:200]}")
+    rc = dict(line.split() for line in (tmp_path / "rc").read_text().splitlines())
+    assert rc == {"budget": "0", "explain": "0", "query": "4"}, (rc, (tmp_path / "query.err").read_text())
+    assert json.loads((tmp_path / "budget.out").read_text())["spent"]["epsilon"] == 0.0
+    err = (tmp_path / "query.err").read_text()
+    assert "Read-only file system" in err and "nothing was charged" in err
+    assert (tmp_path / "query.out").read_text() == ""
+    assert {p.name: p.read_bytes() for p in src.iterdir() if p.is_file()} == before
+    # negative control: the same command on the writable path charges
+    assert _cli_child(["--config", str(src / "dpsql.toml"), "query", "SELECT COUNT(*) AS n FROM events",
+                       "--epsilon", "0.1"], tmp_path).returncode == 0
+    assert Ledger.open(src / "example_ledger.duckdb").spent() == Budget(0.1)
+
+
+def test_adjacent_doubles_are_grouped_apart_in_the_budget_check(tmp_path: Path) -> None:
+    """The budget check sums counted charges grouped by value in SQL (``Ledger._spent_counts``): two
+    charges one ulp apart (0.1 and the next double; 0.30000000000000004 and 0.3; 5e-324 and 0) must
+    stay apart, and the grouped exact sum must equal the entry-by-entry exact sum, as Fractions."""
+    from dpsql.budget import _exact_counted_sums
+
+    vals = [0.1, math.nextafter(0.1, 1.0), 0.1 + 0.2, 0.3, 5e-324, 0.0]
+    path = tmp_path / "l.duckdb"
+    Ledger.create(path, Budget(100.0, 0.0)).close()
+    con = duckdb.connect(str(path))
+    con.register("v", pa.table({"i": np.arange(300), "e": np.array(vals * 50),
+                                "d": np.array([1e-9, math.nextafter(1e-9, 1.0)] * 150)}))
+    con.execute("INSERT INTO ledger_entries (entry_id, created_at, updated_at, status, mechanism, epsilon, delta, "
+                "query, tables, params) SELECT i + 1, now(), now(), 'released', 'm', e, d, 'q', ['t'], '{}' FROM v")
+    con.close()
+    led = Ledger.open(path)
+    with led._txn(write=False) as (c, _t):
+        groups, next_id = led._spent_counts(c)
+    assert next_id == 301 and len(groups) == 6  # 6 distinct (epsilon, delta) pairs (value i has delta i % 2)
+    want = (sum((exact(v) for v in vals), Fraction(0)) * 50,
+            sum((exact(d) for d in [1e-9, math.nextafter(1e-9, 1.0)]), Fraction(0)) * 150)
+    assert _exact_counted_sums(groups) == want
+    # negative control: merging the neighbours (as a tolerance or a rounding would) changes the sum
+    merged = [(Budget(round(b.epsilon, 12), round(b.delta, 15)), n) for b, n in groups]
+    assert _exact_counted_sums(merged) != want
+
+
 # --- 4. budget arithmetic at the edges ------------------------------------------------------------------
 
 
@@ -481,6 +542,40 @@ def test_budget_command_never_prints_the_postgres_password(pg: Any, tmp_path: Pa
         assert p.returncode == 0, p.stderr
         assert "hunter2" not in p.stdout + p.stderr, extra
         assert "dpsql:***@127.0.0.1" in p.stdout  # negative control: the ledger is still named
+
+
+def test_password_in_the_query_string_is_redacted_too(pg: Any, tmp_path: Path) -> None:
+    """Finding (fixed): libpq also takes the password from the URL's query string
+    (`postgresql://dpsql@host/db?password=...`); redact() only knew the user:password@ form, so this
+    password appeared in every message, Ledger.path and the `budget` output."""
+    from dpsql.ledger import open_ledger
+
+    url = pg.database("qpw") + "?password=hunter2-query&sslmode=disable"
+    assert _cli_child(["--ledger", url, "init", "--epsilon", "1"], tmp_path).returncode == 0
+    led = open_ledger(url, None)
+    assert "hunter2" not in str(led.path) and "password=***" in str(led.path)
+    p = _cli_child(["--ledger", url, "budget", "--format", "json"], tmp_path)
+    assert p.returncode == 0 and "hunter2" not in p.stdout + p.stderr
+    bad = url.replace(str(pg.port), "1")  # nothing listens there: the connection error names the URL
+    q = _cli_child(["--ledger", bad, "budget"], tmp_path)
+    assert q.returncode == 4 and "password=***" in q.stderr and "hunter2" not in q.stderr
+
+
+def test_postgres_init_refuses_an_existing_ledger_like_a_file(pg: Any, tmp_path: Path) -> None:
+    """Finding (fixed): `dpsql init` on a PostgreSQL database that already holds a ledger with the
+    same total printed "created ledger ..." and exited 0 (a file ledger is refused: exit 4)."""
+    url = pg.database("init2")
+    assert _cli_child(["--ledger", url, "init", "--epsilon", "1"], tmp_path).returncode == 0
+    again = _cli_child(["--ledger", url, "init", "--epsilon", "1"], tmp_path)
+    assert again.returncode == 4 and "already holds one" in again.stderr, again.stderr
+    assert "created ledger" not in again.stderr
+    f = _cli_child(["--ledger", "l.duckdb", "init", "--epsilon", "1"], tmp_path)
+    assert f.returncode == 0
+    assert _cli_child(["--ledger", "l.duckdb", "init", "--epsilon", "1"], tmp_path).returncode == 4  # the file's rule
+    from dpsql.ledger import open_ledger
+
+    led = open_ledger(url, Budget(1.0), create=True)  # open(create=True) still uses an existing ledger
+    assert led.totals_history().num_rows == 1
 
 
 # --- 8. Spark and DuckDB: the same refusals, the same charges -----------------------------------------------

@@ -40,7 +40,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pyarrow as pa
 
@@ -58,14 +58,24 @@ def is_postgres_url(value: object) -> bool:
     return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
 
 
+#: connection parameters whose value is a secret (libpq also reads them from the URL's query string)
+_SECRET_PARAMS = ("password", "sslpassword")
+
+
 def redact(url: str) -> str:
-    """The URL without its password (for messages, ``Ledger.path`` and the history)."""
+    """The URL without its password (for messages, ``Ledger.path`` and the history): the one in
+    the user part and ``password=`` / ``sslpassword=`` in the query string."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        user = netloc[0].split(":", 1)[0]
+        parts = parts._replace(netloc=f"{user}:***@{netloc[1]}")
+    if parts.query:
+        pairs = [p.split("=", 1) for p in parts.query.split("&")]
+        parts = parts._replace(query="&".join(
+            f"{kv[0]}=***" if len(kv) == 2 and unquote(kv[0]).strip().lower() in _SECRET_PARAMS else "=".join(kv)
+            for kv in pairs))
+    return urlunsplit(parts)
 
 
 def schema_postgres_sql() -> str:
@@ -127,7 +137,7 @@ class PostgresLedger(Ledger):
         """Create the ledger's tables in the database at ``path`` (a URL) with ``total``."""
         _check_budget(total, "total")
         ledger = cls(str(path), lock_timeout=lock_timeout)
-        ledger._create(total)
+        ledger._create(total, must_be_new=True)
         return ledger
 
     @classmethod
@@ -197,7 +207,10 @@ class PostgresLedger(Ledger):
         finally:
             con.close()
 
-    def _create(self, total: Budget) -> None:
+    def _create(self, total: Budget, *, must_be_new: bool = False) -> None:
+        """Create the tables. ``must_be_new`` (``dpsql init``, :meth:`create`): an existing ledger is
+        refused, as for a file; otherwise (``open(create=True)`` racing another creator) an existing
+        ledger with the same total is used."""
         con = self._connect("no ledger was created")
         try:
             with con.cursor() as cur:
@@ -222,6 +235,12 @@ class PostgresLedger(Ledger):
                               hint="check that the user may create tables in the database") from None
         finally:
             con.close()
+        if exists and must_be_new:
+            raise LedgerError(
+                f"cannot create a ledger in {self.path}: the database already holds one",
+                hint="open the existing ledger with Ledger.open(url) (dpsql never overwrites a ledger), or choose "
+                "another database or schema",
+            )
         if exists:
             recorded = self.total()
             if recorded != total:
