@@ -199,6 +199,21 @@ def test_sqlite_csv_or_parquet_file_as_ledger_is_refused_as_not_duckdb(tmp_path:
     assert "sqlite" in picked.lower() or picked == "attached"
 
 
+def test_named_pipe_or_device_as_ledger_is_refused_at_once(tmp_path: Path) -> None:
+    """Finding (fixed): `--ledger PATH` naming a FIFO hung forever in open(2) (waiting for a writer),
+    past lock_timeout; /dev/null and /dev/zero were "an empty file", a directory "Is a directory"
+    with a hint about permissions and disk space. Each is now refused at once by what it is."""
+    fifo = tmp_path / "ledger.fifo"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a named pipe"), ("/dev/zero", "a device"), (tmp_path, "a directory")):
+        start = time.monotonic()
+        p = subprocess.run([sys.executable, "-m", "dpsql.cli", "--ledger", str(path), "budget"], cwd=tmp_path,
+                           env=child_env(), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 4 and f"is not a dpsql budget ledger: it is {kind}" in p.stderr, p.stderr
+        assert time.monotonic() - start < 30
+    assert not any(tmp_path.glob(".ledger.fifo.q-*"))  # the waiting queue left nothing behind
+
+
 def test_damaged_ledger_names_the_damage_and_the_restore(tmp_path: Path) -> None:
     """Finding (fixed): a truncated or checksum-damaged ledger was reported with the hint "check the
     path, the file permissions and free disk space". Now it says the file is damaged and to restore

@@ -132,6 +132,7 @@ import math
 import os
 import random
 import re
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -1359,6 +1360,14 @@ def _lock_file(
             raise _ledger_missing(p) from None
         except OSError as e:
             raise LedgerError(f"cannot open the budget ledger {p}: {e.strerror}", hint="check the path") from None
+        if not stat.S_ISREG(s.st_mode):  # a FIFO would block the open below forever, past lock_timeout
+            kind = "a directory" if stat.S_ISDIR(s.st_mode) else "a named pipe" if stat.S_ISFIFO(s.st_mode) else (
+                "a device" if stat.S_ISCHR(s.st_mode) or stat.S_ISBLK(s.st_mode) else "not a regular file")
+            raise LedgerError(
+                f"{p} is not a dpsql budget ledger: it is {kind}; {unchanged}",
+                hint="pass the path of your ledger file (a regular file), e.g. --ledger ledger.duckdb; to start "
+                "a new ledger: " + _INIT_HINT.format(path="NEW_PATH"),
+            )
         key = (s.st_dev, s.st_ino)
         fd = _take_fd(p, key)
         if fd is None:
