@@ -98,6 +98,58 @@ def test_racing_processes_at_the_budget_end_never_overspend_and_never_refuse_wha
     assert 0.1 + 0.2 > 0.3 and exact(0.1) + exact(0.2) == exact(0.3)
 
 
+LOWERER = """
+import json, sys
+from dpsql.budget import Budget
+from dpsql.errors import BudgetExceededError, ConfigError
+from dpsql.ledger import Ledger
+
+path, role = sys.argv[1], sys.argv[2]
+led = Ledger.open(path, lock_timeout=60.0)
+print("ready", flush=True)
+sys.stdin.readline()
+done, refused, other = [], [], []
+for i in range(8):
+    try:
+        if role == "spend":
+            led.reserve(Budget(0.1 + 0.2 if i % 2 else 0.1), mechanism="m", query="q", tables=["t"], params={})
+            done.append(0.1 + 0.2 if i % 2 else 0.1)
+        else:
+            new = [1.9, 1.7, 1.5, 1.3, 1.1, 0.9, 0.7, 0.6][i]
+            led.set_total(Budget(new), reason=f"lower {i}")
+            done.append(new)
+    except (BudgetExceededError, ConfigError):
+        refused.append(0.1 + 0.2 if role == "spend" and i % 2 else 0.1 if role == "spend" else [1.9, 1.7, 1.5, 1.3, 1.1, 0.9, 0.7, 0.6][i])
+    except Exception as e:  # noqa: BLE001 - reported to the parent
+        other.append(f"{type(e).__name__}: {e}")
+print(json.dumps({"done": done, "refused": refused, "other": other}), flush=True)
+"""
+
+
+def test_lowering_the_total_while_others_spend_never_goes_below_what_is_spent(tmp_path: Path) -> None:
+    """Two spenders and one owner lowering the total concurrently: in the end spent <= total
+    (exactly), every refused set_total is below what is spent, and every refused charge does not
+    fit what is left (the total only went down and spending only up after each refusal)."""
+    path = tmp_path / "l.duckdb"
+    Ledger.create(path, Budget(2.0)).close()
+    res = run_together([spawn_python(LOWERER, str(path), role) for role in ("spend", "spend", "lower")])
+    assert [r["other"] for r in res] == [[]] * 3
+    led = Ledger.open(path)
+    spent = sum((exact(c) for r in res[:2] for c in r["done"]), Fraction(0))
+    total = exact(led.total().epsilon)
+    assert spent <= total and led.spent() == Budget.from_exact(spent, Fraction(0))
+    assert all(exact(t) < spent for t in res[2]["refused"])
+    assert all(spent + exact(c) > total for r in res[:2] for c in r["refused"])
+    assert led.totals_history().num_rows == 1 + len(res[2]["done"])
+    from dpsql.errors import ConfigError
+
+    below = math.nextafter(float(spent), 0.0) if exact(float(spent)) >= spent else float(spent)
+    while exact(below) >= spent:
+        below = math.nextafter(below, 0.0)
+    with pytest.raises(ConfigError, match="already spent"):  # and afterwards, one ulp below what is spent
+        led.set_total(Budget(below), reason="below")
+
+
 # --- 2. kill -9 / Ctrl-C of `dpsql query` between its charge and its release ---------------------------
 
 KILLER = """
