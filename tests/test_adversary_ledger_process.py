@@ -674,8 +674,22 @@ def test_spark_and_duckdb_refuse_and_charge_alike(tmp_path: Path) -> None:
             except DPSQLError as e:
                 out.append((type(e).__name__, str(e)))
         out.append([(x["status"], x["epsilon"], x["delta"], x["mechanism"]) for x in s.history().to_pylist()])
+        # the source deleted between the charge and the read (a file ledger, for its hooks)
+        copy = tmp_path / f"{kind}.parquet"
+        shutil.copy(tmp_path / "src.parquet", copy)
+        s.register("u", str(copy), privacy_unit="uid")
+        s._ledger = Ledger.create(tmp_path / f"{kind}.duckdb", Budget(1.0, 1e-6))
+        _store._HOOKS["before_checkpoint"] = lambda p, _c=copy: (_store._HOOKS.pop("before_checkpoint"), _c.unlink())
+        try:
+            s.query("SELECT COUNT(*) AS n FROM u", epsilon=0.5)
+            out.append("answered")
+        except DPSQLError as e:
+            out.append((type(e).__name__, str(e), [(x["status"], x["failure_reason"]) for x in s.history().to_pylist()]))
+        finally:
+            _store._HOOKS.pop("before_checkpoint", None)
         seen[kind] = out
         s.close()
     assert seen["duckdb"] == seen["spark"]
-    assert [o[0] for o in seen["duckdb"][:-1]] == ["ok", "UnsupportedQueryError", "ok", "BudgetExceededError",
+    assert seen["duckdb"][-1][0] == "ExecutionError" and "charge stands" in seen["duckdb"][-1][1]
+    assert [o[0] for o in seen["duckdb"][:-2]] == ["ok", "UnsupportedQueryError", "ok", "BudgetExceededError",
                                                    "UnsupportedQueryError", "ConfigError", "ok"]
