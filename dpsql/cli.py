@@ -806,6 +806,14 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
     text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints
+    # the CLI passes a total only from the config's [ledger] epsilon/delta: say so, and how to match it
+    m = re.search(r"records a total budget of \(epsilon=([^,]+), delta=([^)]+)\), but (\(epsilon=[^)]*\)) was passed", text)
+    if m:
+        text = text.replace(f"{m.group(3)} was passed", f"the config's [ledger] says {m.group(3)}")
+        text = re.sub(r"hint: omit the total to use the recorded one, or change it[^\n]*",
+                      f"hint: set epsilon = {m.group(1)} and delta = {m.group(2)} under [ledger] in the config to match "
+                      'the ledger (or change the ledger\'s total on purpose: dpsql budget --set-total EPSILON DELTA --reason "...", '
+                      "then update the config)", text)
     text = re.sub(r"(?:\s*or\s*)?`?Ledger\.set_total\((?:[^()]|\([^()]*\))*\)`?",
                   "" if "--set-total" in text else 'dpsql budget --set-total EPSILON DELTA --reason "..."', text)
     text = re.sub(r"Ledger\.open\(path[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)

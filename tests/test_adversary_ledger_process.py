@@ -444,6 +444,22 @@ def test_output_that_fails_after_the_charge_says_so(workdir: Path, capsys: pytes
     assert Ledger.open("examples/example_ledger.duckdb").spent() == Budget(0.1)  # charged: it was answered
 
 
+def test_config_total_out_of_date_says_how_to_match_it(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding (fixed): after `budget --set-total` the config's [ledger] total no longer matches and
+    every command says "... but (epsilon=10.0, ...) was passed" with the hint "omit the total ... or
+    change it with dpsql budget --set-total", which the user had just done. It now names the
+    config's [ledger] values and the values to write there; nothing is charged meanwhile."""
+    cfg = ["--config", "examples/dpsql.toml"]
+    assert run_cli([*cfg, "budget"]) == 0  # creates the example ledger (create_if_missing)
+    assert run_cli([*cfg, "budget", "--set-total", "20", "1e-5", "--reason", "new quarter"]) == 0
+    capsys.readouterr()
+    assert run_cli([*cfg, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "the config's [ledger] says (epsilon=10.0, delta=1e-05)" in err and "was passed" not in err
+    assert "set epsilon = 20.0 and delta = 1e-05 under [ledger]" in err
+    assert Ledger.open("examples/example_ledger.duckdb").spent() == Budget(0.0)
+
+
 # --- 6. what a refusal and a failure after the charge show, on neighbouring datasets ------------------------
 
 
