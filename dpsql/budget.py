@@ -51,7 +51,7 @@ def check_epsilon(epsilon: object, *, name: str = "epsilon", allow_zero: bool = 
             f"{name} must be a finite number > 0, got {epsilon!r}",
             hint=f"pass a positive {name}, e.g. {name}=1.0",
         )
-    return e
+    return e + 0.0  # -0.0 is zero: recorded and shown as 0.0
 
 
 def check_delta(delta: object, *, name: str = "delta") -> float:
@@ -67,7 +67,7 @@ def check_delta(delta: object, *, name: str = "delta") -> float:
             f"{name} must be a number in [0, 1), got {delta!r}",
             hint=f"use a small {name} such as 1e-6 (well below 1/number_of_people), or 0 for pure DP",
         )
-    return d
+    return d + 0.0  # -0.0 is zero: recorded and shown as 0.0
 
 
 @dataclass(frozen=True)
@@ -99,10 +99,13 @@ class Budget:
         return Budget.from_exact(self.exact_epsilon + other.exact_epsilon, self.exact_delta + other.exact_delta)
 
     def minus(self, other: Budget) -> Budget:
-        """self - other, floored at zero in each coordinate (for display of what is left)."""
+        """self - other, floored at zero in each coordinate (what is left). Each coordinate is the
+        largest float whose decimal is at most the exact difference, so a request of exactly what
+        ``minus`` reports always fits (rounding to nearest could report 1.0 left when
+        1 - 1e-20 is, and then refuse a request of 1.0)."""
         e = max(Fraction(0), self.exact_epsilon - other.exact_epsilon)
         d = max(Fraction(0), self.exact_delta - other.exact_delta)
-        return Budget.from_exact(e, d)
+        return Budget(_float_at_most(e), _float_at_most(d))
 
     def fits_in(self, available: Budget) -> bool:
         """True iff this cost fits in ``available`` in both coordinates, decided exactly."""
@@ -124,6 +127,14 @@ class Budget:
 
     def __str__(self) -> str:
         return f"(epsilon={self.epsilon:g}, delta={self.delta:g})"
+
+
+def _float_at_most(q: Fraction) -> float:
+    """The largest float whose decimal under the rounding rule is <= ``q`` (``q`` >= 0)."""
+    f = float(q)
+    while f > 0 and exact(f) > q:
+        f = math.nextafter(f, 0.0)
+    return f
 
 
 def _exact_sums(costs: Iterable[Budget]) -> tuple[Fraction, Fraction]:
@@ -162,6 +173,15 @@ def exact_sum_fits(spent: Iterable[Budget], request: Budget, total: Budget) -> b
 def exact_counted_sum_fits(counted: Iterable[tuple[Budget, int]], request: Budget, total: Budget) -> bool:
     """:func:`exact_sum_fits` of costs given as (cost, how many times)."""
     return _fits(_exact_counted_sums(counted), request, total)
+
+
+def counted_remaining(counted: Iterable[tuple[Budget, int]], total: Budget) -> Budget:
+    """``total`` minus the exact sum of costs given as (cost, how many times), floored at zero; each
+    coordinate the largest float whose decimal is at most the exact remainder, so a request of
+    exactly what it reports always fits (see :meth:`Budget.minus`)."""
+    e, d = _exact_counted_sums(counted)
+    return Budget(_float_at_most(max(Fraction(0), total.exact_epsilon - e)),
+                  _float_at_most(max(Fraction(0), total.exact_delta - d)))
 
 
 def _fits(sums: tuple[Fraction, Fraction], request: Budget, total: Budget) -> bool:

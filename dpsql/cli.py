@@ -189,6 +189,10 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
 
     if cfg.registers_tables:
         _check_owner_config(args)
+    if args.ledger is not None and not str(args.ledger).strip():  # e.g. --ledger "$UNSET_VARIABLE"
+        raise ConfigError("--ledger is empty: no ledger file was named",
+                          hint="give the ledger file, e.g. --ledger ledger.duckdb, or drop --ledger to use the config's "
+                          "[ledger] path")
     if args.ledger and str(args.ledger) == ":memory:":
         raise ConfigError("--ledger :memory: would forget every charge when the command ends",
                           hint="give a ledger file, e.g. --ledger ledger.duckdb (create it with dpsql init)")
@@ -202,7 +206,11 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
         )
     if cfg.ledger_path is not None:
         return str(cfg.ledger_path)
-    return os.environ.get("DPSQL_LEDGER", DEFAULT_LEDGER)
+    env = os.environ.get("DPSQL_LEDGER")
+    if env is not None and not env.strip():
+        raise ConfigError("$DPSQL_LEDGER is set but empty: no ledger file was named",
+                          hint="set DPSQL_LEDGER to the ledger file, unset it, or pass --ledger PATH")
+    return env if env is not None else DEFAULT_LEDGER
 
 
 def _check_owner_config(args: argparse.Namespace) -> None:
@@ -541,10 +549,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
             else:
                 rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
         rem = s.remaining()
-        _write_rows(rel, args.format, args.output, rem)
-        if getattr(args, "meta", None):
-            with open(args.meta, "w", encoding="utf-8") as f:
-                json.dump(rel.meta(rem), f, indent=1)
+        _write_release(rel, args, rem)
         print(
             f"mechanism: {rel.mechanism}; cost: epsilon={rel.cost.epsilon:g} delta={rel.cost.delta:g}; "
             f"remaining: epsilon={rem.epsilon:g} delta={rem.delta:g}; ledger entry {rel.ledger_id}",
@@ -568,6 +573,28 @@ def _cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_release(rel: Any, args: argparse.Namespace, remaining: Any) -> None:
+    """Write the rows (-o or stdout) and --meta; a write that fails (a full disk, a path that
+    became unwritable) says which output failed and that the charge stands, never 'unexpected'."""
+    from dpsql.errors import ExecutionError
+
+    step = ("-o", args.output) if args.output else ("stdout", None)
+    try:
+        _write_rows(rel, args.format, args.output, remaining)
+        if getattr(args, "meta", None):
+            step = ("--meta", args.meta)
+            with open(args.meta, "w", encoding="utf-8") as f:
+                json.dump(rel.meta(remaining), f, indent=1)
+    except OSError as e:
+        where = f"{step[0]} {step[1]!r}" if step[1] else step[0]
+        raise ExecutionError(
+            f"the query was answered, but writing {where} failed ({e.strerror or type(e).__name__}); its charge "
+            f"stands (ledger entry {rel.ledger_id})",
+            hint=f"free disk space or choose another {step[0] if step[1] else '-o FILE'}; the release cannot be "
+            "written again without a new charge",
+        ) from None
+
+
 def _cmd_budget(args: argparse.Namespace) -> int:
     import dpsql
     from dpsql.errors import ConfigError
@@ -577,10 +604,12 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     path = _ledger_path(args, cfg)
     # --set-total changes the recorded total: open by the ledger's own total, not the config's
     opener = Ledger.open
+    shown = path
     if path.startswith(("postgresql://", "postgres://")):
-        from dpsql.ledger._postgres import PostgresLedger
+        from dpsql.ledger._postgres import PostgresLedger, redact
 
         opener = PostgresLedger.open
+        shown = redact(path)  # the URL's password never reaches stdout (CI logs, terminals)
     with opener(path, None if args.set_total else cfg.budget,
                      create=not args.set_total and _create_if_missing(args, cfg)) as led:
         if args.set_total:
@@ -591,9 +620,16 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                     f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
-            led.set_total(dpsql.Budget(eps, delta), reason=args.reason)
+            try:
+                new_total = dpsql.Budget(eps, delta)
+            except ConfigError:
+                raise ConfigError(
+                    f"--set-total needs a finite EPSILON >= 0 and a DELTA in [0, 1), got {' '.join(args.set_total)!r}",
+                    hint="e.g. --set-total 10 1e-5",
+                ) from None
+            led.set_total(new_total, reason=args.reason)
         t, sp, r = led.total(), led.spent(), led.remaining()
-        summary: dict[str, Any] = {"ledger": path, "total": {"epsilon": t.epsilon, "delta": t.delta},
+        summary: dict[str, Any] = {"ledger": shown, "total": {"epsilon": t.epsilon, "delta": t.delta},
                    "spent": {"epsilon": sp.epsilon, "delta": sp.delta}, "remaining": {"epsilon": r.epsilon, "delta": r.delta}}
         if args.format == "json":
             if args.history:
@@ -608,7 +644,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
             pacsv.write_csv(_flat(led.history()) if args.history else _summary_table(summary), buf)
             sys.stdout.write(buf.getvalue().decode())
             return 0
-        print(f"ledger:    {path}")
+        print(f"ledger:    {shown}")
         print(f"total:     epsilon={t.epsilon:g} delta={t.delta:g}")
         print(f"spent:     epsilon={sp.epsilon:g} delta={sp.delta:g}")
         print(f"remaining: epsilon={r.epsilon:g} delta={r.delta:g}")
@@ -771,6 +807,15 @@ def _cli_text(text: str) -> str:
 
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
+    text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints
+    # the CLI passes a total only from the config's [ledger] epsilon/delta: say so, and how to match it
+    m = re.search(r"records a total budget of \(epsilon=([^,]+), delta=([^)]+)\), but (\(epsilon=[^)]*\)) was passed", text)
+    if m:
+        text = text.replace(f"{m.group(3)} was passed", f"the config's [ledger] says {m.group(3)}")
+        text = re.sub(r"hint: omit the total to use the recorded one, or change it[^\n]*",
+                      f"hint: set epsilon = {m.group(1)} and delta = {m.group(2)} under [ledger] in the config to match "
+                      'the ledger (or change the ledger\'s total on purpose: dpsql budget --set-total EPSILON DELTA --reason "...", '
+                      "then update the config)", text)
     text = re.sub(r"(?:\s*or\s*)?`?Ledger\.set_total\((?:[^()]|\([^()]*\))*\)`?",
                   "" if "--set-total" in text else 'dpsql budget --set-total EPSILON DELTA --reason "..."', text)
     text = re.sub(r"Ledger\.open\(path[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)

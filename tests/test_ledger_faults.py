@@ -199,6 +199,31 @@ if sys.argv[2] == "unlocked":  # negative control: no flock and no waiting queue
     _store._lock_file = lambda *a: ((0, 0), -1)
     _store._unlock = lambda *a: None
     _store._queue_enter = lambda *a: None
+    # and DuckDB's type-detecting ATTACH (no TYPE DUCKDB), which reads the headers before DuckDB's own
+    # lock: with TYPE DUCKDB (what the ledger uses), DuckDB reads them after its lock
+    _real_base = _store._base_connection
+
+    class _Cur:
+        def __init__(self, c):
+            self._c = c
+
+        def execute(self, sql, *a):
+            return self._c.execute(sql.replace(" (TYPE DUCKDB)", "").replace("(TYPE DUCKDB, ", "("), *a)
+
+        def __getattr__(self, name):
+            return getattr(self._c, name)
+
+    class _Base:
+        def __init__(self, b):
+            self._b = b
+
+        def cursor(self):
+            return _Cur(self._b.cursor())
+
+        def __getattr__(self, name):
+            return getattr(self._b, name)
+
+    _store._base_connection = lambda: _Base(_real_base())
 led = Ledger(sys.argv[1], lock_timeout=30)
 try:
     result = led.reserve(Budget(0.1), mechanism="m", query=sys.argv[3], tables=["t"], params={})

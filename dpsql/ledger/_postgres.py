@@ -33,13 +33,14 @@ The URL's password never appears in a message (``Ledger.path`` shows the URL wit
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pyarrow as pa
 
@@ -50,20 +51,31 @@ from dpsql.ledger._store import _REQUIRED_TABLES, Ledger, _check_budget, _fmt, _
 __all__ = ["PostgresLedger", "is_postgres_url", "redact"]
 
 _ADVISORY_KEY = 0x64707371  # "dpsq": serialises ledger creation in one database
+_PG_MAX_MS = 2**31 - 1  # the largest lock_timeout PostgreSQL accepts, in milliseconds
 
 
 def is_postgres_url(value: object) -> bool:
     return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
 
 
+#: connection parameters whose value is a secret (libpq also reads them from the URL's query string)
+_SECRET_PARAMS = ("password", "sslpassword")
+
+
 def redact(url: str) -> str:
-    """The URL without its password (for messages, ``Ledger.path`` and the history)."""
+    """The URL without its password (for messages, ``Ledger.path`` and the history): the one in
+    the user part and ``password=`` / ``sslpassword=`` in the query string."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)
+        user = netloc[0].split(":", 1)[0]
+        parts = parts._replace(netloc=f"{user}:***@{netloc[1]}")
+    if parts.query:
+        pairs = [p.split("=", 1) for p in parts.query.split("&")]
+        parts = parts._replace(query="&".join(
+            f"{kv[0]}=***" if len(kv) == 2 and unquote(kv[0]).strip().lower() in _SECRET_PARAMS else "=".join(kv)
+            for kv in pairs))
+    return urlunsplit(parts)
 
 
 def schema_postgres_sql() -> str:
@@ -125,7 +137,7 @@ class PostgresLedger(Ledger):
         """Create the ledger's tables in the database at ``path`` (a URL) with ``total``."""
         _check_budget(total, "total")
         ledger = cls(str(path), lock_timeout=lock_timeout)
-        ledger._create(total)
+        ledger._create(total, must_be_new=True)
         return ledger
 
     @classmethod
@@ -164,7 +176,8 @@ class PostgresLedger(Ledger):
         psycopg = _psycopg()
         failure: LedgerError | None = None
         try:
-            con = psycopg.connect(self._url, connect_timeout=max(1, int(self.lock_timeout) or 1), autocommit=False)
+            con = psycopg.connect(self._url, connect_timeout=min(max(1, math.ceil(self.lock_timeout)), _PG_MAX_MS // 1000),
+                                  autocommit=False)
         except Exception as e:  # noqa: BLE001 - psycopg's message may hold the password: class only
             failure = LedgerError(f"cannot connect to the PostgreSQL ledger {self.path} ({type(e).__name__}); {unchanged}",
                                   hint="check the URL, that the server runs and accepts this user")
@@ -194,7 +207,10 @@ class PostgresLedger(Ledger):
         finally:
             con.close()
 
-    def _create(self, total: Budget) -> None:
+    def _create(self, total: Budget, *, must_be_new: bool = False) -> None:
+        """Create the tables. ``must_be_new`` (``dpsql init``, :meth:`create`): an existing ledger is
+        refused, as for a file; otherwise (``open(create=True)`` racing another creator) an existing
+        ledger with the same total is used."""
         con = self._connect("no ledger was created")
         try:
             with con.cursor() as cur:
@@ -219,6 +235,12 @@ class PostgresLedger(Ledger):
                               hint="check that the user may create tables in the database") from None
         finally:
             con.close()
+        if exists and must_be_new:
+            raise LedgerError(
+                f"cannot create a ledger in {self.path}: the database already holds one",
+                hint="open the existing ledger with Ledger.open(url) (dpsql never overwrites a ledger), or choose "
+                "another database or schema",
+            )
         if exists:
             recorded = self.total()
             if recorded != total:
@@ -239,7 +261,12 @@ class PostgresLedger(Ledger):
             c = _Con(con)
             failure: LedgerError | None = None
             try:
-                c.execute(f"SET LOCAL lock_timeout = '{int(self.lock_timeout * 1000)}ms'")
+                # PostgreSQL reads 0 as "wait forever" and refuses more than 2^31 - 1 ms
+                ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
+                c.execute(f"SET LOCAL lock_timeout = '{ms}ms'")
+                # doubles as the shortest text that reads back bit-exact, whatever the server's or the
+                # database's extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted)
+                c.execute("SET LOCAL extra_float_digits = 3")
                 if write:
                     c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
                 self._check_schema(c)  # type: ignore[arg-type]

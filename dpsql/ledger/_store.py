@@ -132,6 +132,7 @@ import math
 import os
 import random
 import re
+import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -145,7 +146,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from dpsql.budget import Budget, compose_counted, exact_counted_sum_fits
+from dpsql.budget import Budget, compose_counted, counted_remaining, exact_counted_sum_fits
 from dpsql.errors import BudgetExceededError, ConfigError, LedgerError
 
 #: The ledger schema version this code reads and writes. ``schema.sql`` inserts the same value.
@@ -484,7 +485,7 @@ class Ledger:
     def remaining(self) -> Budget:
         """total - spent (exact, floored at zero per coordinate), from one consistent snapshot."""
         with self._txn(write=False) as (con, _t):
-            return self._total(con).minus(compose_counted(self._spent_counts(con)[0]))
+            return counted_remaining(self._spent_counts(con)[0], self._total(con))
 
     def reserve(
         self, cost: Budget, *, mechanism: str, query: str, tables: list[str], params: dict[str, Any]
@@ -506,7 +507,7 @@ class Ledger:
             total = self._total(con)
             spent, entry_id = self._spent_counts(con)
             if not exact_counted_sum_fits(spent, cost, total):
-                remaining = total.minus(compose_counted(spent))
+                remaining = counted_remaining(spent, total)
                 over = [
                     name
                     for name, need, have in (
@@ -938,7 +939,7 @@ class Ledger:
             base = _base_connection()
             alias = f"dpsql_ledger_{next(_state().aliases)}"
             try:
-                base.cursor().execute(f"ATTACH {_sql_str(tmp)} AS {alias}")
+                base.cursor().execute(f"ATTACH {_sql_str(tmp)} AS {alias} (TYPE DUCKDB)")
                 _note_attached(alias, tmp)
             except duckdb.Error as e:
                 raise LedgerError(
@@ -1146,6 +1147,11 @@ class Ledger:
             _hook("after_detach", p)
 
     def _duck_failed(self, e: duckdb.Error, write: bool, unchanged: str) -> LedgerError:
+        if _damaged(str(e)):
+            return LedgerError(
+                f"the budget ledger {self._where()} is damaged ({type(e).__name__}: {e}); {unchanged}",
+                hint=_DAMAGED_HINT,
+            )
         return LedgerError(
             f"ledger {self._where()}: DuckDB failed while {'writing' if write else 'reading'} the ledger "
             f"({type(e).__name__}: {e}); {unchanged}",
@@ -1180,7 +1186,10 @@ class Ledger:
         """ATTACH the (flock'ed) ledger file, waiting out DuckDB locks of programs that are not dpsql."""
         p = self.path
         assert p is not None
-        sql = f"ATTACH {_sql_str(p)} AS {alias}" + (" (READ_ONLY)" if read_only else "")
+        # TYPE DUCKDB: the file is read as a DuckDB database or refused, never handed by its contents
+        # or extension to another storage (SQLite, a CSV or Parquet reader) or to an extension that
+        # DuckDB would install from the network
+        sql = f"ATTACH {_sql_str(p)} AS {alias} (TYPE DUCKDB" + (", READ_ONLY)" if read_only else ")")
         started = deadline - self.lock_timeout  # the operation's start (queue and flock included)
         delay = 0.002
         while True:
@@ -1213,6 +1222,11 @@ class Ledger:
                         "close that connection (dpsql opens the ledger itself for each operation and "
                         "never shares another connection's transactions)"
                     )
+                elif _damaged(msg):
+                    raise LedgerError(
+                        f"the budget ledger {p} is damaged ({type(e).__name__}: {msg}); {unchanged}",
+                        hint=_DAMAGED_HINT,
+                    ) from None
                 elif "not a valid DuckDB database" in msg:
                     empty = _size(p) == 0
                     raise LedgerError(
@@ -1238,6 +1252,19 @@ class Ledger:
 
 # --------------------------------------------------------------------------------------------
 # the flock on the ledger inode (see "Exclusion" in the module docstring)
+
+
+#: what a truncated or corrupted ledger file makes DuckDB say (checksums, short reads)
+_DAMAGED_MESSAGES = ("Corrupt database file", "Could not read enough bytes")
+_DAMAGED_HINT = (
+    "the file is truncated or corrupted: restore the ledger from a backup together with its .wal file (dpsql "
+    "then checks that the copy holds every recorded charge); dpsql never repairs a ledger silently, and "
+    "`dpsql init` at a new path would start a NEW budget, as if nothing had been spent"
+)
+
+
+def _damaged(msg: str) -> bool:
+    return any(m in msg for m in _DAMAGED_MESSAGES)
 
 
 def _ledger_missing(p: str) -> LedgerError:
@@ -1333,6 +1360,14 @@ def _lock_file(
             raise _ledger_missing(p) from None
         except OSError as e:
             raise LedgerError(f"cannot open the budget ledger {p}: {e.strerror}", hint="check the path") from None
+        if not stat.S_ISREG(s.st_mode):  # a FIFO would block the open below forever, past lock_timeout
+            kind = "a directory" if stat.S_ISDIR(s.st_mode) else "a named pipe" if stat.S_ISFIFO(s.st_mode) else (
+                "a device" if stat.S_ISCHR(s.st_mode) or stat.S_ISBLK(s.st_mode) else "not a regular file")
+            raise LedgerError(
+                f"{p} is not a dpsql budget ledger: it is {kind}; {unchanged}",
+                hint="pass the path of your ledger file (a regular file), e.g. --ledger ledger.duckdb; to start "
+                "a new ledger: " + _INIT_HINT.format(path="NEW_PATH"),
+            )
         key = (s.st_dev, s.st_ino)
         fd = _take_fd(p, key)
         if fd is None:
@@ -1484,7 +1519,10 @@ def _base_connection() -> duckdb.DuckDBPyConnection:
     st = _state()
     with st.mutex:
         if st.base is None:
-            base = duckdb.connect(":memory:", config={"threads": 1})
+            # no extension is ever installed or loaded on the ledger's instance (a ledger path naming a
+            # SQLite file made DuckDB download its SQLite extension, and accept such a file as a ledger)
+            base = duckdb.connect(":memory:", config={"threads": 1, "autoinstall_known_extensions": False,
+                                                      "autoload_known_extensions": False})
             # DETACH must not checkpoint by itself: operations that need the main file up to date
             # run CHECKPOINT explicitly and check that it succeeded
             base.execute("PRAGMA disable_checkpoint_on_shutdown")
