@@ -18,7 +18,7 @@ and how CSV sources and the owner's collation shape what is released.
 Findings kept here: post-processing compared released text under the caller's collation (fixed:
 ``test_post_processing_compares_released_text_binary_whatever_the_owner_collation``); a released
 date beyond the year 9999 lost the paid release (fixed); a carriage return inside one CSV line adds
-rows of other people (open: ``test_csv_carriage_return_in_one_persons_line_adds_rows_of_other_people``);
+rows of other people (fixed: ``test_csv_carriage_return_in_one_persons_line_adds_rows_of_other_people``);
 a HUGEINT public domain beyond int64 raised a raw OverflowError before the charge (fixed).
 """
 
@@ -399,14 +399,12 @@ def test_control_nocase_connection_ties_spellings_in_plain_duckdb() -> None:
 # -- CSV sources ------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="finding: a carriage return inside one CSV line splits it into several records, "
-                                       "each attributed to whatever privacy unit its text names (DuckDB's reader ends a "
-                                       "record at a lone \\r even with new_line='\\n' and strict_mode off)")
 def test_csv_carriage_return_in_one_persons_line_adds_rows_of_other_people(tmp_path: Path) -> None:
     """Person 7's free-text field holds '\\r' followed by text shaped like other people's rows. D
     holds that line, D' does not. With max_rows_per_unit = 1 one person moves COUNT(DISTINCT uid)
-    and COUNT(*) by at most 1; here they move by 41: the line injects 40 rows of 40 other people
-    (sensitivity unbounded: the noise no longer hides person 7)."""
+    and COUNT(*) by at most 1; DuckDB's reader (which ends a record at a lone \\r) moved them by 41,
+    the line injecting 40 rows of 40 other people. Fixed: DuckDB reads the engine's copy of the file,
+    where a lone \\r is a space (dpsql/engine/_duckdb_csv.py)."""
     counts = []
     for with_person in (False, True):
         lines = ["uid,note,amount"] + [f"{i},abc,{i % 10}" for i in range(300) if i != 7]
@@ -427,7 +425,7 @@ def test_csv_carriage_return_in_one_persons_line_adds_rows_of_other_people(tmp_p
 
 
 def test_csv_crlf_files_still_read_one_record_per_line(tmp_path: Path) -> None:
-    """Control for the finding above: a CRLF file (every line ends in \\r\\n) reads one record per line."""
+    """With the finding above fixed: a CRLF file (every line ends in \\r\\n) reads one record per line."""
     f = tmp_path / "crlf.csv"
     f.write_bytes(b"uid,amount\r\n" + b"".join(b"%d,%d\r\n" % (i, i % 10) for i in range(50)))
     s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))

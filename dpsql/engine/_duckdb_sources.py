@@ -23,7 +23,8 @@ charge, whether that row exists):
   ``max_text_bytes`` is NULL, at any depth (a bound on the per-row cost of functions, checked
   on the stored length); a DuckDB MAP holding a key over the cap is NULL as a whole.
 - CSV (:func:`_csv_header`, :func:`_csv_unquote`): the dialect is fixed, never sniffed from the
-  data; column names come from the header line only.
+  data; column names come from the header line only; DuckDB reads the engine's copies of the
+  files, where a lone carriage return is a space (``dpsql.engine._duckdb_csv``).
 
 Everything here builds sqlglot ASTs (DuckDB dialect) or reads file headers; nothing executes.
 """

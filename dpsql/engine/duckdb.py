@@ -49,6 +49,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.engine import _duckdb_csv as csvcopy
 from dpsql.engine import _duckdb_native as native
 from dpsql.engine._duckdb_sources import (
     _CSV_TYPES,
@@ -106,6 +107,11 @@ def _engines_after_fork() -> None:
             lock.release()
         else:
             engine._lock = _InheritedBusy()
+        # the copies of CSV files belong to the parent (which removes them when it closes): the
+        # child makes its own at its next read
+        for src in engine._csv.values():
+            src.version, src.copies = None, []
+        engine._csv_dir = None
 
 
 os.register_at_fork(after_in_child=_engines_after_fork)
@@ -144,6 +150,8 @@ class DuckDBBackend:
         _ENGINES.add(self)
         self._views: set[tuple[str, str]] = set()
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
+        self._csv: dict[str, csvcopy.CsvSource] = {}  # CSV sources, read from the engine's copies
+        self._csv_dir: str | None = None
         self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
         try:
             self._con.execute("SET enable_progress_bar = false")
@@ -175,6 +183,8 @@ class DuckDBBackend:
     def close(self) -> None:
         for view, kind in list(self._views):
             self.unregister_source("", kind, view)
+        csvcopy.remove_dir(self._csv_dir)
+        self._csv_dir = None
         if self._owned:
             self._con.close()
 
@@ -215,6 +225,7 @@ class DuckDBBackend:
                 else:
                     if kind == "csv":
                         sel = self._csv_select(name, source, types)
+                        self._csv[view] = csvcopy.CsvSource(name, source, types, _literal_files(name, _expand(source)))
                     elif kind == "duckdb":
                         sel = self._duckdb_select(name, source)
                     else:  # pragma: no cover
@@ -313,7 +324,9 @@ class DuckDBBackend:
             items.append(exp.alias_(build(ref) if build is not None else ref, str(col), quoted=True))
         return exp.select(*items).from_(rel)
 
-    def _csv_select(self, name: str, source: str, types: dict[str, str]) -> exp.Select:
+    def _csv_select(self, name: str, source: str, types: dict[str, str], read: list[str] | None = None) -> exp.Select:
+        """The view of a CSV source: ``read`` are the files DuckDB reads (the engine's copies,
+        ``dpsql.engine._duckdb_csv``); None at registration (the header and types only: no row)."""
         delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
         paths = _literal_files(name, _expand(source))
         names = _csv_header(paths[0], delim)
@@ -335,8 +348,8 @@ class DuckDBBackend:
         def opt(k: str, v: exp.Expression) -> exp.Expression:
             return exp.EQ(this=exp.column(k), expression=v)
 
-        files: exp.Expression = (exp.Literal.string(paths[0]) if len(paths) == 1 and paths[0] == source
-                                 else exp.Array(expressions=[exp.Literal.string(p) for p in paths]))
+        files: exp.Expression = (exp.Literal.string(paths[0]) if len(paths) == 1 and paths[0] == source and read is None
+                                 else exp.Array(expressions=[exp.Literal.string(p) for p in (read or paths)]))
         reader = exp.func(
             "read_csv",
             files,
@@ -383,6 +396,9 @@ class DuckDBBackend:
         view = view or source_name(name)
         self._views.discard((view, kind))
         self._native.pop(view, None)
+        src = self._csv.pop(view, None)
+        if src is not None:
+            csvcopy.drop(src)
         with self._lock:
             try:
                 self._con.execute(self._render(exp.Drop(this=exp.to_table(view, quoted=True), kind="VIEW", exists=True)))
@@ -493,9 +509,11 @@ class DuckDBBackend:
             try:
                 with self._limited(), self._written_build_side(ast), self._deadline():
                     used = self._native_views(sql)
+                    used_csv = self._csv_views(sql)
                     # the main connection: registered Arrow sources are connection-local
                     out = self._con.sql(sql).to_arrow_table()
-                    if any(native.versions(src.paths) != v for src, v in used):
+                    read = [(src.paths, v) for src, v in used] + [(c.paths, v) for c, v in used_csv]
+                    if any(native.versions(paths) != v for paths, v in read):
                         raise OSError("a source file changed during the read")  # the generic failure below
                     return out
             except (duckdb.Error, pa.ArrowException, MemoryError, OSError) as e:
@@ -541,6 +559,25 @@ class DuckDBBackend:
                 continue
             self._con.execute(self._render(_temp_view(view, sel)))
             src.checked = version
+            used.append((src, version))
+        return used
+
+    def _csv_views(self, sql: str) -> list[tuple[csvcopy.CsvSource, native.Version]]:
+        """Point each CSV source the query ``sql`` names at copies of its files' current version
+        (``dpsql.engine._duckdb_csv``: a lone carriage return read as a space, not as the end of a
+        record); returns the sources with the versions to find again after the read. OSError (the
+        generic failure) if a file is missing or changes meanwhile."""
+        used = []
+        for view, src in self._csv.items():
+            if view not in sql:
+                continue
+            if self._csv_dir is None:
+                self._csv_dir = tempfile.mkdtemp(prefix=f"dpsql-csv-{os.getpid()}-")
+            suffix = ".tsv" if src.source.lower().endswith((".tsv", ".tsv.gz")) else ".csv"
+            fresh, version = csvcopy.refresh(src, self._csv_dir, suffix)
+            if fresh:
+                self._con.execute(self._render(_temp_view(view, self._csv_select(src.name, src.source, src.types,
+                                                                                 src.copies))))
             used.append((src, version))
         return used
 

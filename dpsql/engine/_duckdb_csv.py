@@ -1,0 +1,108 @@
+"""CSV sources read one record per physical line (``dpsql.engine.duckdb``).
+
+A CSV source's records are its lines ending in ``\\n`` (``\\r\\n`` too): quotes never span a
+line or hide a delimiter, so one line, one person's row, never swallows or splits the lines of
+others (``dpsql.engine._duckdb_sources``). DuckDB's CSV reader (and Arrow's) also ends a record
+at a lone carriage return (``\\r`` not followed by ``\\n``), with no option to stop it: a person's
+free-text field holding ``\\r900,x,100`` would add a row attributed to person 900, so one
+person's data could move the contributions of others without bound.
+
+So DuckDB never reads the owner's file itself: before the first private read of each file
+version, the engine writes a copy in a directory of its own where every ``\\r\\n`` is ``\\n`` and
+every other ``\\r`` is a space (a ``.gz`` file is decompressed into the copy), streamed in
+chunks, and the source's view reads the copies with the same options. A lone carriage return
+is then one byte of its own field, in its own line. The copy's cost is a function of the file's
+size (one read and one write), paid once per file version in a process (a file modified less
+than ``SETTLE_SECONDS`` before is copied again at every read: file times are coarse). The file
+version is ``(device, inode, size, mtime, ctime)``, checked before the copy, after it and after
+the read: a change in between makes the read the one generic failure (its charge stands), a
+function of the owner's files, never of a cell.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpsql.engine._duckdb_native import Version, settled, versions
+
+#: bytes per chunk of the copy
+_CHUNK = 1 << 22
+
+
+@dataclass
+class CsvSource:
+    """A registered CSV source: its files and how its view is built over (copies of) them."""
+
+    name: str
+    source: str
+    types: dict[str, str]
+    paths: list[str]
+    version: Version | None = None  # the files' version the current copies were made from
+    copies: list[str] = field(default_factory=list)
+
+
+def clean_copy(path: str, out_dir: str, suffix: str) -> str:
+    """Copy ``path`` into ``out_dir`` with ``\\r\\n`` as ``\\n`` and any other ``\\r`` as a space."""
+    opener: Any = gzip.open if path.lower().endswith(".gz") else open
+    fd, out = tempfile.mkstemp(dir=out_dir, suffix=suffix)
+    try:
+        with opener(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+            carry = b""
+            while True:
+                chunk = src.read(_CHUNK)
+                if not chunk:
+                    break
+                data = carry + chunk
+                carry = b""
+                if data.endswith(b"\r"):  # it may be the first half of \r\n: decided with the next chunk
+                    data, carry = data[:-1], b"\r"
+                dst.write(data.replace(b"\r\n", b"\n").replace(b"\r", b" "))
+            if carry:
+                dst.write(b" ")
+    except BaseException:
+        try:
+            os.unlink(out)
+        except OSError:
+            pass
+        raise
+    return out
+
+
+def refresh(src: CsvSource, out_dir: str, suffix: str) -> tuple[bool, Version]:
+    """Make ``src.copies`` hold the files' current version; returns whether the copies are new and
+    the version they hold. OSError if a file is missing or changes during the copy."""
+    version = versions(src.paths)
+    if src.version == version and settled(version):
+        return False, version
+    copies = [clean_copy(p, out_dir, suffix) for p in src.paths]
+    if versions(src.paths) != version:
+        for c in copies:
+            _remove(c)
+        raise OSError("a source file changed while it was copied")
+    old, src.copies, src.version = src.copies, copies, version
+    for c in old:
+        _remove(c)
+    return True, version
+
+
+def drop(src: CsvSource) -> None:
+    for c in src.copies:
+        _remove(c)
+    src.copies, src.version = [], None
+
+
+def remove_dir(path: str | None) -> None:
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
