@@ -532,3 +532,20 @@ def test_two_rows_spill_as_an_aggregate_with_no_optimizer_turned_off(tmp_path: A
         assert con.sql(render(q)).fetchall() == [(2000000, 9000000.0)]
     finally:
         con.close()
+
+
+def test_two_rows_of_a_relation_with_no_other_column_keep_min_n_2_rows_per_partition() -> None:
+    from sqlglot import exp
+
+    from dpsql.engine.duckdb_ops import DuckDBOps
+    from dpsql.rewrite.bound import cap_rows_per_unit
+
+    con = duckdb.connect()
+    try:
+        con.execute("CREATE TABLE r AS SELECT * FROM (VALUES (1), (1), (1), (2), (3), (3)) v(u)")
+        kept = cap_rows_per_unit(exp.select("*").from_("r").subquery("__base"), "u", [], 2, "s", ops=DuckDBOps(), draw=True)
+        q = exp.select("u", exp.func("count", exp.Star())).from_(kept).group_by("u").order_by("u")
+        assert "ROW_NUMBER" not in render(q)
+        assert con.sql(render(q)).fetchall() == [(1, 2), (2, 1), (3, 2)]
+    finally:
+        con.close()
