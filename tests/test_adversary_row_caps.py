@@ -410,10 +410,11 @@ def test_only_bounded_query_draws_and_only_for_its_row_caps() -> None:
 # -- 4. spilling ---------------------------------------------------------------------------------------------
 
 
-def _row_cap_under_limit(tmp_path: Any, ops: Any, *, disabled: str | None = None) -> list[tuple[Any, ...]]:
-    """2M units of one row each, 4 rows kept per unit (L = 4, every row kept), under a 60MB limit."""
+def _row_cap_under_limit(tmp_path: Any, ops: Any, *, disabled: str | None = None, keep: int = 4) -> list[tuple[Any, ...]]:
+    """2M units of one row each, ``keep`` rows kept per unit (L = 4 by default, every row kept), under a 60MB limit."""
     from sqlglot import exp
 
+    from dpsql.engine.duckdb_ops import SaltedDuckDBOps
     from dpsql.rewrite.bound import cap_rows_per_unit
 
     con = duckdb.connect()
@@ -425,9 +426,10 @@ def _row_cap_under_limit(tmp_path: Any, ops: Any, *, disabled: str | None = None
         con.sql("SET preserve_insertion_order = false")
         if disabled is not None:
             con.sql(f"SET disabled_optimizers = '{disabled}'")
-        kept = cap_rows_per_unit(exp.select("*").from_("r").subquery("__base"), "u", ["g", "x"], 4, "s",
+        kept = cap_rows_per_unit(exp.select("*").from_("r").subquery("__base"), "u", ["g", "x"], keep, "s",
                                  ops=ops, draw=True)
         q = exp.select(exp.func("count", exp.Star()), exp.func("sum", exp.column("x"))).from_(kept)
+        assert ("ROW_NUMBER" in render(q)) == (keep != 2 or isinstance(ops, SaltedDuckDBOps))
         return con.sql(render(q)).fetchall()
     finally:
         con.close()
@@ -513,25 +515,7 @@ def test_two_rows_spill_as_an_aggregate_with_no_optimizer_turned_off(tmp_path: A
     # L = 2 over 2M units of one row: one hash aggregate (fixed-size states), which spills under the
     # same 60MB limit the window needs the engine's help for; the control with L = 4 (the window,
     # rewritten by DuckDB into ARG_MIN lists) fails for memory in test_row_caps_spill_under_a_small_memory_limit
-    from sqlglot import exp
-
-    from dpsql.engine.duckdb_ops import DuckDBOps
-    from dpsql.rewrite.bound import cap_rows_per_unit
-
-    con = duckdb.connect()
-    try:
-        con.sql("SET threads = 1")
-        con.sql(f"SET temp_directory = '{tmp_path}'")
-        con.sql("CREATE TABLE r AS SELECT i AS u, 'C' || (i % 50) AS g, (i % 10)::DOUBLE AS x FROM range(2000000) t(i)")
-        con.sql("SET memory_limit = '60MB'")
-        con.sql("SET preserve_insertion_order = false")
-        kept = cap_rows_per_unit(exp.select("*").from_("r").subquery("__base"), "u", ["g", "x"], 2, "s",
-                                 ops=DuckDBOps(), draw=True)
-        q = exp.select(exp.func("count", exp.Star()), exp.func("sum", exp.column("x"))).from_(kept)
-        assert "ROW_NUMBER" not in render(q)
-        assert con.sql(render(q)).fetchall() == [(2000000, 9000000.0)]
-    finally:
-        con.close()
+    assert _row_cap_under_limit(tmp_path, _ops("drawn"), keep=2) == [(2000000, 9000000.0)]
 
 
 def test_two_rows_of_a_relation_with_no_other_column_keep_min_n_2_rows_per_partition() -> None:
