@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -78,3 +79,19 @@ def start() -> tuple[Server | None, str]:
         shutil.rmtree(root, ignore_errors=True)
         return None, f"could not start PostgreSQL: {type(e).__name__}"
     return s, ""
+
+
+def running_server() -> Iterator[Server]:
+    """A module fixture's body: a started server, stopped afterwards; skipped where none can start
+    (a failure instead under ``DPSQL_REQUIRE_EXTRAS=1``, as in CI)."""
+    import pytest
+
+    s, why = start()
+    if s is None:
+        if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
+            pytest.fail(f"the PostgreSQL ledger tests must run here: {why}")
+        pytest.skip(why)
+    try:
+        yield s
+    finally:
+        s.stop()

@@ -543,17 +543,9 @@ def test_source_lost_after_the_charge_is_the_generic_charged_failure_on_neighbou
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[Any]:
-    from _postgres import start
+    from _postgres import running_server
 
-    s, why = start()
-    if s is None:
-        if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
-            pytest.fail(f"the PostgreSQL ledger tests must run here: {why}")
-        pytest.skip(why)
-    try:
-        yield s
-    finally:
-        s.stop()
+    yield from running_server()
 
 
 def test_postgres_ledger_reads_charges_bit_exact_whatever_extra_float_digits(pg: Any) -> None:

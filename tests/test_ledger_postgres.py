@@ -8,14 +8,13 @@ the reason, unless ``DPSQL_REQUIRE_EXTRAS=1`` (CI), where a missing extra is a f
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from _postgres import Server, start
+from _postgres import Server
 
 import dpsql
 from dpsql.errors import BudgetExceededError, ConfigError, LedgerError
@@ -24,15 +23,9 @@ from dpsql.testing import use_noise, zero_noise
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    s, why = start()
-    if s is None:
-        if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
-            pytest.fail(f"the PostgreSQL ledger tests must run here: {why}")
-        pytest.skip(why)
-    try:
-        yield s
-    finally:
-        s.stop()
+    from _postgres import running_server
+
+    yield from running_server()
 
 
 @pytest.fixture
