@@ -217,7 +217,6 @@ def test_negative_control_a_plain_copy_fails_the_read_path_checks(tmp_path: Path
 # -- findings: where the copies live and when they go ------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="finding: a Session never closed leaves plaintext copies of private CSV files in the temp directory")
 def test_copies_are_removed_when_the_process_ends_without_closing_the_session(tmp_path: Path) -> None:
     """FINDING (fixed): a Session never closed left the plaintext copy of every CSV it read in
     the system's temporary directory after the process ended."""
@@ -263,7 +262,6 @@ def test_a_forked_child_ending_normally_keeps_its_parents_copies(tmp_path: Path)
     assert out.stdout.split() == ["1", "False"], out.stdout + out.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="finding: CSV copies ignore the owner's temp_directory")
 def test_copies_go_to_the_owners_temp_directory(tmp_path: Path) -> None:
     """FINDING (fixed): the owner's ``temp_directory`` (where the engine may write temporary data)
     was ignored: the copies went to the system's temporary directory."""
@@ -280,7 +278,6 @@ def test_copies_go_to_the_owners_temp_directory(tmp_path: Path) -> None:
     assert not os.path.exists(d)
 
 
-@pytest.mark.xfail(strict=True, reason="finding: a failed copy of a multi-file source leaves the copies already made behind")
 def test_a_failed_copy_of_a_multi_file_source_leaves_no_copy_behind(tmp_path: Path) -> None:
     """FINDING (fixed): when the second file of a glob failed to copy (a corrupt .gz), the copy of
     the first stayed in the engine's directory: one more full copy per failed query until close."""
@@ -299,7 +296,6 @@ def test_a_failed_copy_of_a_multi_file_source_leaves_no_copy_behind(tmp_path: Pa
     s.close()
 
 
-@pytest.mark.xfail(strict=True, reason="finding: removed copies make every later read fail until the file changes")
 def test_copies_removed_by_a_temp_cleaner_are_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """FINDING (fixed): a cleaner of temporary files (e.g. systemd-tmpfiles on a long-running
     service) removing the copies, or their directory, made every later read of a settled file the
@@ -326,7 +322,6 @@ def test_copies_removed_by_a_temp_cleaner_are_made_again(tmp_path: Path, monkeyp
     s.close()
 
 
-@pytest.mark.xfail(strict=True, reason="finding: a lone \\r in the header line raises a raw csv.Error from register")
 def test_a_carriage_return_in_the_header_line_is_a_space_as_in_the_copy(tmp_path: Path) -> None:
     """FINDING (fixed): the header line is read from the owner's file (the data from the copy): a
     lone \\r in it raised Python's raw ``csv.Error`` out of ``register``. It is now a space, as in

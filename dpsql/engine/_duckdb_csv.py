@@ -17,6 +17,12 @@ than ``SETTLE_SECONDS`` before is copied again at every read: file times are coa
 version is ``(device, inode, size, mtime, ctime)``, checked before the copy, after it and after
 the read: a change in between makes the read the one generic failure (its charge stands), a
 function of the owner's files, never of a cell.
+
+The copies are plaintext private data: their directory (mode 0700, files 0600) is under the
+owner's ``temp_directory`` when set, removed when the engine closes, when it is garbage
+collected, or when the process exits normally with the engine still open (not after SIGKILL or
+a signal that ends the process without Python's exit handlers). A failed copy leaves none
+behind; copies removed meanwhile (a cleaner of temporary files) are made again.
 """
 
 from __future__ import annotations
@@ -77,13 +83,18 @@ def refresh(src: CsvSource, out_dir: str, suffix: str) -> tuple[bool, Version]:
     """Make ``src.copies`` hold the files' current version; returns whether the copies are new and
     the version they hold. OSError if a file is missing or changes during the copy."""
     version = versions(src.paths)
-    if src.version == version and settled(version):
-        return False, version
-    copies = [clean_copy(p, out_dir, suffix) for p in src.paths]
-    if versions(src.paths) != version:
+    if src.version == version and settled(version) and all(os.path.exists(c) for c in src.copies):
+        return False, version  # (copies removed by a cleaner of temporary files are made again)
+    copies: list[str] = []
+    try:  # a failed copy leaves none behind (else one more full copy per failed read)
+        for p in src.paths:
+            copies.append(clean_copy(p, out_dir, suffix))
+        if versions(src.paths) != version:
+            raise OSError("a source file changed while it was copied")
+    except BaseException:
         for c in copies:
             _remove(c)
-        raise OSError("a source file changed while it was copied")
+        raise
     old, src.copies, src.version = src.copies, copies, version
     for c in old:
         _remove(c)
@@ -96,8 +107,18 @@ def drop(src: CsvSource) -> None:
     src.copies, src.version = [], None
 
 
-def remove_dir(path: str | None) -> None:
-    if path is not None:
+def make_dir(parent: str | None) -> str:
+    """A directory of the engine's own (mode 0700) for the copies: under the owner's
+    ``temp_directory`` when set (where the engine writes temporary data), else the system's."""
+    if parent is not None:
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"dpsql-csv-{os.getpid()}-", dir=parent)
+
+
+def remove_dir(path: str | None, pid: int | None = None) -> None:
+    """Remove the copies' directory; with ``pid``, only in that process (a forked child ending
+    normally runs its parent's exit handlers, and must not take the parent's copies)."""
+    if path is not None and (pid is None or os.getpid() == pid):
         shutil.rmtree(path, ignore_errors=True)
 
 

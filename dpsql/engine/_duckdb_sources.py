@@ -412,7 +412,12 @@ def _csv_header(path: str, delim: str) -> list[str]:
         pass
     if line is None:
         raise ConfigError(f"the header line of {path!r} is not valid UTF-8", hint="save the CSV file as UTF-8")
-    names = next(csv.reader(io.StringIO(line.rstrip("\r\n")), delimiter=delim, quotechar='"'), [])
+    # as in the engine's copy the rows are read from (``dpsql.engine._duckdb_csv``): a lone \r is a space
+    names = []
+    try:
+        names = next(csv.reader(io.StringIO(line.rstrip("\r\n").replace("\r", " ")), delimiter=delim, quotechar='"'), [])
+    except csv.Error:
+        pass
     names = [n.strip() for n in names]
     if not names or any(not n for n in names):
         raise ConfigError(f"the header line of {path!r} needs a non-empty name for every column",
