@@ -338,3 +338,46 @@ def test_a_carriage_return_in_the_header_line_is_a_space_as_in_the_copy(tmp_path
     assert "no te" in s2._catalog["t"].schema
     s.close()
     s2.close()
+
+
+@pytest.mark.parametrize("name", ["t.tsv", "t.csv.gz"])  # (.tsv.gz is not a registered format)
+def test_tab_separated_and_gzip_sources_read_the_copy(tmp_path: Path, name: str) -> None:
+    delim = "\t" if ".tsv" in name else ","
+    counts = []
+    for with_person in (False, True):
+        lines = [delim.join(["uid", "note"])] + [delim.join([str(i), "ok"]) for i in range(60) if i != 7]
+        if with_person:
+            lines.insert(8, delim.join(["7", "hi" + "".join(f"\r{900 + j}{delim}x" for j in range(20))]))
+        raw = ("\n".join(lines) + "\n").encode()
+        f = tmp_path / f"{with_person}{name}"
+        f.write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
+        s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+        use_noise(s, zero_noise())
+        s.register("t", str(f), privacy_unit="uid", max_rows_per_unit=1)
+        counts.append(s.query("SELECT COUNT(DISTINCT uid) AS p FROM t", epsilon=1.0).table.to_pylist()[0]["p"])
+        s.close()
+    assert counts == [59, 60], counts
+
+
+def test_a_same_size_rewrite_with_its_old_mtime_or_a_rename_is_copied_again(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settle rule with the file's times restored: ctime (and the inode, for a rename) still
+    tells the new version, so the copy of the old one is never read again."""
+    monkeypatch.setattr(csvcopy, "settled", lambda version: True)  # every version trusted at once
+    f = tmp_path / "t.csv"
+    f.write_bytes(b"uid,amount\n1,5\n2,5\n")
+    st = f.stat()
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("t", str(f), privacy_unit="uid", max_rows_per_unit=1, columns={"amount": {"type": "DOUBLE", "bounds": (0, 10)}})
+    q = "SELECT SUM(amount) AS a FROM t"
+    assert s.query(q, epsilon=1.0).table.to_pylist() == [{"a": 10.0}]
+    f.write_bytes(b"uid,amount\n1,9\n2,9\n")  # same size, in place
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # its old mtime back
+    assert s.query(q, epsilon=1.0).table.to_pylist() == [{"a": 18.0}]
+    g = tmp_path / "new.csv"
+    g.write_bytes(b"uid,amount\n1,7\n2,7\n")
+    os.utime(g, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(g, f)  # replaced by a rename
+    assert s.query(q, epsilon=1.0).table.to_pylist() == [{"a": 14.0}]
+    s.close()
