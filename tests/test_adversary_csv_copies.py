@@ -12,7 +12,8 @@ Findings (fixed here): the copies -- a plaintext copy of each private file -- st
 a process ended without closing its Session; they ignored the owner's ``temp_directory``; a failed
 copy of a multi-file source left the copies already made behind (one more full copy per failed
 query); copies removed by a temporary-files cleaner made every later read fail until the file
-changed; a lone ``\\r`` in the header line raised Python's raw ``csv.Error`` at registration.
+changed; a lone ``\\r`` in the header line raised Python's raw ``csv.Error`` at registration (now
+a ConfigError naming the fix).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import pytest
 
 import dpsql
 from dpsql.engine import _duckdb_csv as csvcopy
-from dpsql.errors import ExecutionError
+from dpsql.errors import ConfigError, ExecutionError
 from dpsql.testing import use_noise, zero_noise
 
 _RAW_OPTS = ("columns={'uid': 'VARCHAR', 'note': 'VARCHAR', 'amount': 'VARCHAR'}, header=true, auto_detect=false, "
@@ -322,22 +323,21 @@ def test_copies_removed_by_a_temp_cleaner_are_made_again(tmp_path: Path, monkeyp
     s.close()
 
 
-def test_a_carriage_return_in_the_header_line_is_a_space_as_in_the_copy(tmp_path: Path) -> None:
-    """FINDING (fixed): the header line is read from the owner's file (the data from the copy): a
-    lone \\r in it raised Python's raw ``csv.Error`` out of ``register``. It is now a space, as in
-    the copy; names are stripped, so ``amount\\r`` is ``amount``."""
+def test_a_carriage_return_in_the_header_line_is_refused_clearly(tmp_path: Path) -> None:
+    """FINDING (fixed): the header line is read from the owner's file (the rows from the copy): a
+    lone \\r in it raised Python's raw ``csv.Error`` out of ``register``. It is now a ConfigError
+    naming the fix: a file whose lines end in \\r alone would otherwise read as one line (no row)."""
     f = tmp_path / "t.csv"
-    f.write_bytes(b"uid,note,amount\r\r\n1,a,5\n2,b,6\n")
+    f.write_bytes(b"uid,note,amount\r\n1,a,5\r\n2,b,6\n")  # \r\n and \n line ends read as before
     s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
     use_noise(s, zero_noise())
     s.register("t", str(f), privacy_unit="uid", max_rows_per_unit=1, columns={"amount": {"type": "DOUBLE", "bounds": (0, 10)}})
     assert s.query("SELECT SUM(amount) AS a FROM t", epsilon=1.0).table.to_pylist() == [{"a": 11.0}]
-    f.write_bytes(b"uid,no\rte,amount\n1,a,5\n")
-    s2 = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
-    s2.register("t", str(f), privacy_unit="uid", max_rows_per_unit=1)
-    assert "no te" in s2._catalog["t"].schema
+    for raw in (b"uid,no\rte,amount\n1,a,5\n", b"uid,amount\r1,5\r2,6\r", b"uid,amount\r\r\n1,5\n"):
+        f.write_bytes(raw)
+        with pytest.raises(ConfigError, match="carriage return"):
+            s.register("u", str(f), privacy_unit="uid", max_rows_per_unit=1)
     s.close()
-    s2.close()
 
 
 @pytest.mark.parametrize("name", ["t.tsv", "t.csv.gz"])  # (.tsv.gz is not a registered format)
