@@ -200,7 +200,7 @@ def test_a_second_session_and_explain_on_the_same_file(tmp_path: Path) -> None:
 
 def test_negative_control_a_plain_copy_fails_the_read_path_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the owner's bytes copied as they are, each read-path test above fails."""
-    def plain(path: str, out_dir: str, suffix: str) -> str:
+    def plain(path: str, out_dir: str, suffix: str, until: float | None = None) -> str:
         fd, out = tempfile.mkstemp(dir=out_dir, suffix=suffix)
         os.close(fd)
         shutil.copyfile(path, out)
@@ -381,3 +381,39 @@ def test_a_same_size_rewrite_with_its_old_mtime_or_a_rename_is_copied_again(tmp_
     os.replace(g, f)  # replaced by a rename
     assert s.query(q, epsilon=1.0).table.to_pylist() == [{"a": 14.0}]
     s.close()
+
+
+def test_the_copy_runs_under_the_statement_time_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FINDING (fixed): the copy is Python code, which DuckDB's interrupt does not reach, so it ran
+    past the owner's ``statement_timeout``: one person's 300 MB field made the first read answer
+    in 0.81 s under a 0.3 s time-out (measured), beyond a ``min_response_time`` set above the
+    time-out to hide run times. The copy now checks the deadline at every chunk: the read is the
+    generic failure at the time-out (0.33 s measured), its charge stands, no copy is left."""
+    f = tmp_path / "t.csv"
+    f.write_bytes(b"uid,amount\n1,5\n2,6\n")
+    clock = iter([0.0])  # the deadline is set at 0 + time-out; every later reading of the clock is past it
+
+    def late() -> float:
+        return next(clock, 1e9)
+
+    def run(timeout: float | None) -> Any:
+        s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine={"statement_timeout": timeout})
+        use_noise(s, zero_noise())
+        s.register("t", str(f), privacy_unit="uid", max_rows_per_unit=1)
+        try:
+            return s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.to_pylist()
+        except ExecutionError:
+            d = s._engine._csv_dir
+            assert d is not None and os.listdir(d) == []  # the partial copy is gone
+            assert s.remaining().epsilon == 99.0  # the charge stands
+            return "failed"
+        finally:
+            s.close()
+
+    monkeypatch.setattr(csvcopy, "now", late)
+    assert run(30.0) == "failed"
+    assert run(None) == [{"n": 2}]  # negative control: no time-out, no deadline
+    monkeypatch.undo()
+    assert run(30.0) == [{"n": 2}]
+    with pytest.raises(TimeoutError):  # the unit: a deadline already past
+        csvcopy.clean_copy(str(f), str(tmp_path), ".csv", until=csvcopy.now() - 1)

@@ -157,6 +157,7 @@ class DuckDBBackend:
         self._csv: dict[str, csvcopy.CsvSource] = {}  # CSV sources, read from the engine's copies
         self._csv_dir: str | None = None
         self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
+        self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
         self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
         try:
             self._con.execute("SET enable_progress_bar = false")
@@ -466,6 +467,9 @@ class DuckDBBackend:
         if limit is None:
             yield
             return
+        # Python-side steps of the read (the copies of CSV files) check it themselves: an
+        # interrupt reaches only a running DuckDB statement
+        self._until = csvcopy.now() + limit
         done = threading.Event()
         guard = threading.Lock()
 
@@ -480,6 +484,7 @@ class DuckDBBackend:
         try:
             yield
         finally:
+            self._until = None
             with guard:
                 done.set()
             timer.cancel()
@@ -585,7 +590,7 @@ class DuckDBBackend:
                 self._csv_dir = csvcopy.make_dir(self.settings.temp_directory)
                 self._csv_gone = weakref.finalize(self, csvcopy.remove_dir, self._csv_dir, os.getpid())
             suffix = ".tsv" if src.source.lower().endswith((".tsv", ".tsv.gz")) else ".csv"
-            fresh, version = csvcopy.refresh(src, self._csv_dir, suffix)
+            fresh, version = csvcopy.refresh(src, self._csv_dir, suffix, self._until)
             if fresh:
                 try:
                     self._con.execute(self._render(_temp_view(view, self._csv_select(src.name, src.source, src.types,
