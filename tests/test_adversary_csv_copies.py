@@ -13,7 +13,9 @@ a process ended without closing its Session; they ignored the owner's ``temp_dir
 copy of a multi-file source left the copies already made behind (one more full copy per failed
 query); copies removed by a temporary-files cleaner made every later read fail until the file
 changed; a lone ``\\r`` in the header line raised Python's raw ``csv.Error`` at registration (now
-a ConfigError naming the fix).
+a ConfigError naming the fix); the copy, Python code that DuckDB's interrupt does not reach, ran
+past the owner's ``statement_timeout`` (so past a ``min_response_time`` set above it: a timing
+channel on the file's size, i.e. on one person's field).
 """
 
 from __future__ import annotations
