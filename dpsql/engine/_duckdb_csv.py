@@ -17,6 +17,17 @@ than ``SETTLE_SECONDS`` before is copied again at every read: file times are coa
 version is ``(device, inode, size, mtime, ctime)``, checked before the copy, after it and after
 the read: a change in between makes the read the one generic failure (its charge stands), a
 function of the owner's files, never of a cell.
+
+The copy runs under the owner's ``statement_timeout`` like the query itself (checked at every
+chunk: DuckDB's interrupt reaches only a running statement), so the time-out, with
+``min_response_time`` above it, still bounds and hides how long a read takes: without the check
+a file made larger by one person (a 300 MB field: 0.8 s of copy) answered after the time-out.
+
+The copies are plaintext private data: their directory (mode 0700, files 0600) is under the
+owner's ``temp_directory`` when set, removed when the engine closes, when it is garbage
+collected, or when the process exits normally with the engine still open (not after SIGKILL or
+a signal that ends the process without Python's exit handlers). A failed copy leaves none
+behind; copies removed meanwhile (a cleaner of temporary files) are made again.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from time import monotonic as now
 from typing import Any
 
 from dpsql.engine._duckdb_native import Version, settled, versions
@@ -46,8 +58,10 @@ class CsvSource:
     copies: list[str] = field(default_factory=list)
 
 
-def clean_copy(path: str, out_dir: str, suffix: str) -> str:
-    """Copy ``path`` into ``out_dir`` with ``\\r\\n`` as ``\\n`` and any other ``\\r`` as a space."""
+def clean_copy(path: str, out_dir: str, suffix: str, until: float | None = None) -> str:
+    """Copy ``path`` into ``out_dir`` with ``\\r\\n`` as ``\\n`` and any other ``\\r`` as a space;
+    TimeoutError (an OSError: the generic failure) once :func:`now` passes ``until``, the
+    statement time-out's deadline, checked at every chunk."""
     opener: Any = gzip.open if path.lower().endswith(".gz") else open
     fd, out = tempfile.mkstemp(dir=out_dir, suffix=suffix)
     try:
@@ -57,6 +71,8 @@ def clean_copy(path: str, out_dir: str, suffix: str) -> str:
                 chunk = src.read(_CHUNK)
                 if not chunk:
                     break
+                if until is not None and now() > until:
+                    raise TimeoutError("the copy of a CSV file ran past the statement time-out")
                 data = carry + chunk
                 carry = b""
                 if data.endswith(b"\r"):  # it may be the first half of \r\n: decided with the next chunk
@@ -73,17 +89,22 @@ def clean_copy(path: str, out_dir: str, suffix: str) -> str:
     return out
 
 
-def refresh(src: CsvSource, out_dir: str, suffix: str) -> tuple[bool, Version]:
+def refresh(src: CsvSource, out_dir: str, suffix: str, until: float | None = None) -> tuple[bool, Version]:
     """Make ``src.copies`` hold the files' current version; returns whether the copies are new and
     the version they hold. OSError if a file is missing or changes during the copy."""
     version = versions(src.paths)
-    if src.version == version and settled(version):
-        return False, version
-    copies = [clean_copy(p, out_dir, suffix) for p in src.paths]
-    if versions(src.paths) != version:
+    if src.version == version and settled(version) and all(os.path.exists(c) for c in src.copies):
+        return False, version  # (copies removed by a cleaner of temporary files are made again)
+    copies: list[str] = []
+    try:  # a failed copy leaves none behind (else one more full copy per failed read)
+        for p in src.paths:
+            copies.append(clean_copy(p, out_dir, suffix, until))
+        if versions(src.paths) != version:
+            raise OSError("a source file changed while it was copied")
+    except BaseException:
         for c in copies:
             _remove(c)
-        raise OSError("a source file changed while it was copied")
+        raise
     old, src.copies, src.version = src.copies, copies, version
     for c in old:
         _remove(c)
@@ -96,8 +117,18 @@ def drop(src: CsvSource) -> None:
     src.copies, src.version = [], None
 
 
-def remove_dir(path: str | None) -> None:
-    if path is not None:
+def make_dir(parent: str | None) -> str:
+    """A directory of the engine's own (mode 0700) for the copies: under the owner's
+    ``temp_directory`` when set (where the engine writes temporary data), else the system's."""
+    if parent is not None:
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"dpsql-csv-{os.getpid()}-", dir=parent)
+
+
+def remove_dir(path: str | None, pid: int | None = None) -> None:
+    """Remove the copies' directory; with ``pid``, only in that process (a forked child ending
+    normally runs its parent's exit handlers, and must not take the parent's copies)."""
+    if path is not None and (pid is None or os.getpid() == pid):
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -412,7 +412,17 @@ def _csv_header(path: str, delim: str) -> list[str]:
         pass
     if line is None:
         raise ConfigError(f"the header line of {path!r} is not valid UTF-8", hint="save the CSV file as UTF-8")
-    names = next(csv.reader(io.StringIO(line.rstrip("\r\n")), delimiter=delim, quotechar='"'), [])
+    line = line[:-1] if line.endswith("\n") else line
+    line = line[:-1] if line.endswith("\r") else line
+    if "\r" in line:  # the rows are read with a lone \r as a space (``dpsql.engine._duckdb_csv``)
+        raise ConfigError(f"the header line of {path!r} holds a carriage return not followed by a line feed",
+                          hint="CSV lines must end in \\n or \\r\\n (a file whose lines end in \\r alone "
+                               "would read as one line): convert the file, e.g. tr '\\r' '\\n'")
+    names = []
+    try:
+        names = next(csv.reader(io.StringIO(line), delimiter=delim, quotechar='"'), [])
+    except csv.Error:
+        pass
     names = [n.strip() for n in names]
     if not names or any(not n for n in names):
         raise ConfigError(f"the header line of {path!r} needs a non-empty name for every column",

@@ -75,7 +75,8 @@ class EngineSettings:
     ``temp_directory``: where DuckDB spills what does not fit ``memory_limit`` (None: a directory of
         its own per engine under the system's temporary directory, created on first spill and
         removed when the engine closes). With a memory limit and room to spill, a bounded query
-        over any number of rows runs out of core instead of failing for memory.
+        over any number of rows runs out of core instead of failing for memory. The engine's
+        copies of CSV files (``dpsql.engine._duckdb_csv``) go there too, in a directory of their own.
     ``invalid_text``: how Parquet text that is not valid UTF-8 is read: ``"null"`` (default: the
         value is NULL; text is read as bytes through Arrow and decoded) or ``"replace"`` (each
         invalid byte becomes ``?``; DuckDB's own reader, faster, which refuses at registration

@@ -112,6 +112,10 @@ def _engines_after_fork() -> None:
         for src in engine._csv.values():
             src.version, src.copies = None, []
         engine._csv_dir = None
+        gone = getattr(engine, "_csv_gone", None)
+        if gone is not None:
+            gone.detach()  # the parent's (its pid-bound handler would not run here anyway)
+            engine._csv_gone = None
 
 
 os.register_at_fork(after_in_child=_engines_after_fork)
@@ -152,6 +156,8 @@ class DuckDBBackend:
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
         self._csv: dict[str, csvcopy.CsvSource] = {}  # CSV sources, read from the engine's copies
         self._csv_dir: str | None = None
+        self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
+        self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
         self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
         try:
             self._con.execute("SET enable_progress_bar = false")
@@ -185,6 +191,9 @@ class DuckDBBackend:
             self.unregister_source("", kind, view)
         csvcopy.remove_dir(self._csv_dir)
         self._csv_dir = None
+        if self._csv_gone is not None:
+            self._csv_gone.detach()
+            self._csv_gone = None
         if self._owned:
             self._con.close()
 
@@ -458,6 +467,9 @@ class DuckDBBackend:
         if limit is None:
             yield
             return
+        # Python-side steps of the read (the copies of CSV files) check it themselves: an
+        # interrupt reaches only a running DuckDB statement
+        self._until = csvcopy.now() + limit
         done = threading.Event()
         guard = threading.Lock()
 
@@ -472,6 +484,7 @@ class DuckDBBackend:
         try:
             yield
         finally:
+            self._until = None
             with guard:
                 done.set()
             timer.cancel()
@@ -571,13 +584,20 @@ class DuckDBBackend:
         for view, src in self._csv.items():
             if view not in sql:
                 continue
-            if self._csv_dir is None:
-                self._csv_dir = tempfile.mkdtemp(prefix=f"dpsql-csv-{os.getpid()}-")
+            if self._csv_dir is None or not os.path.isdir(self._csv_dir):
+                if self._csv_gone is not None:
+                    self._csv_gone.detach()
+                self._csv_dir = csvcopy.make_dir(self.settings.temp_directory)
+                self._csv_gone = weakref.finalize(self, csvcopy.remove_dir, self._csv_dir, os.getpid())
             suffix = ".tsv" if src.source.lower().endswith((".tsv", ".tsv.gz")) else ".csv"
-            fresh, version = csvcopy.refresh(src, self._csv_dir, suffix)
+            fresh, version = csvcopy.refresh(src, self._csv_dir, suffix, self._until)
             if fresh:
-                self._con.execute(self._render(_temp_view(view, self._csv_select(src.name, src.source, src.types,
-                                                                                 src.copies))))
+                try:
+                    self._con.execute(self._render(_temp_view(view, self._csv_select(src.name, src.source, src.types,
+                                                                                     src.copies))))
+                except BaseException:
+                    csvcopy.drop(src)  # the view still reads the old copies: copied again at the next read
+                    raise
             used.append((src, version))
         return used
 
