@@ -271,6 +271,11 @@ def clamped_value(column: str, lo: float, hi: float, *, shift: float = 0.0, ops:
     return ops.clamp(ops.try_cast(exp.column(column, quoted=True), "DOUBLE"), lo, hi, shift=shift)
 
 
+#: the most columns (besides the partition's) a two-row cap carries through its aggregate form
+#: (``DuckDBOps.keep_two_drawn``); wider relations keep the window, which spills more robustly
+TWO_ROW_MAX_COLUMNS = 2
+
+
 def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Sequence[str], n: float, salt: str, *,
              alias: str, ops: SqlOps = DEFAULT_OPS, draw: bool = False) -> exp.Subquery:
     """At most ``n`` rows per partition: a uniform random subset that depends only on the
@@ -280,8 +285,9 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
     (``ops.row_clock()``, DuckDB's ``RANDOM()``): every row gets a fresh draw in a column
     ``__rnd<alias>`` and the ``n`` smallest per partition are kept (one window; identical rows draw
     separately, so every subset of n rows is equally likely); for ``n = 2``, when the backend has
-    ``keep_two_drawn`` (DuckDB), the smallest and the largest draw instead (one hash aggregate, a
-    uniform pair as well), whose result has the columns ``partition`` then ``order_by``: in this
+    ``keep_two_drawn`` (DuckDB) and the relation carries at most :data:`TWO_ROW_MAX_COLUMNS`
+    columns besides the partition's, the smallest and the largest draw instead (one hash
+    aggregate, a uniform pair as well), whose result has the columns ``partition`` then ``order_by``: in this
     mode those must be all the columns the caller reads after the cap (``bounded_query``'s base
     rows: the unit, the keys, the value columns). Otherwise rows are numbered within
     their partition by value (``order_by``: identical rows are interchangeable, so which of them
@@ -294,8 +300,12 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
         rnd = "__rnd" + alias  # one draw column per cap (L, then k: each its own draw)
         drawn = exp.select("*", exp.alias_(clock, rnd)).from_(relation, copy=False).subquery("__drawn" + alias, copy=False)
         two = getattr(ops, "keep_two_drawn", None)
-        if int(n) == 2 and two is not None:  # the first and last by draw: one aggregate, no window
-            return two(drawn, partition, [c for c in order_by if c not in partition], rnd, alias=alias)
+        carried = [c for c in order_by if c not in partition]
+        if int(n) == 2 and two is not None and len(carried) <= TWO_ROW_MAX_COLUMNS:
+            # the first and last by draw: one aggregate, no window (with at most two carried columns:
+            # its ARG_MIN_NULL / ARG_MAX_NULL states spill less well than the window sorts, and the
+            # memory they need grows with the columns)
+            return two(drawn, partition, carried, rnd, alias=alias)
         return ops.keep_n_per_partition(drawn, partition, _col(rnd), int(n), alias=alias)
     idx = exp.Window(
         this=exp.RowNumber(),
