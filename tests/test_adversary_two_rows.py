@@ -14,7 +14,8 @@ sensitivity argument needs from it:
   with negative controls that must fail;
 * nothing downstream reads a column the two-row form drops: every aggregate kind, WHERE,
   expression keys, public key domains, tau, scalar and grouped, give the same bounded values as
-  the window (a cap of three) on data where both keep every row;
+  the window (a cap of three) on data where both keep every row (NaN, -0.0, NULL keys and values,
+  'a' / 'A' keys, also on a NOCASE connection with NOCASE columns);
 * reproducible backends (Spark, the salted and portable DuckDB forms) never take this path;
 * FINDING (expected to fail, strict): under a small memory limit (60MB; about 15MB per carried
   column is needed) the aggregate fails for memory where the window it replaced completes, and
@@ -266,6 +267,28 @@ def test_two_row_form_gives_the_windows_values_when_every_row_is_kept(sql: str, 
     for x, y in zip(got, want):
         assert all(u == v or (isinstance(u, float) and math.isclose(u, v, rel_tol=1e-12, abs_tol=1e-12))
                    for u, v in zip(x, y)), (x, y)
+
+
+def test_nocase_connection_and_columns_count_spellings_apart_in_both_forms() -> None:
+    # a connection whose default collation and columns are NOCASE: the two-row form reads the binary-collated
+    # values the window read, so 'Z' and 'z' stay two values and 'a' and 'A' two groups (k = 2: every row kept)
+    t = pa.table({"user_id": pa.array([1, 1, 2, 2], type=pa.int64()), "g": ["a", "A", "a", "a"], "s": ["Z", "z", "q", "Q"]})
+    con = duckdb.connect()
+    try:
+        con.sql("SET default_collation = 'nocase'")
+        con.sql(f"CREATE TABLE {source_name('t')} (user_id BIGINT, g VARCHAR COLLATE NOCASE, s VARCHAR COLLATE NOCASE)")
+        con.register("__arrow", t)
+        con.sql(f"INSERT INTO {source_name('t')} SELECT * FROM __arrow")
+        spec = spec_for("t", t)
+        want = {"SELECT g, COUNT(DISTINCT s), COUNT(s) FROM t GROUP BY g": [("A", 1, 1, 1), ("a", 2, 3, 3)],
+                "SELECT COUNT(DISTINCT s) FROM t": [(2, 4)]}
+        for q, rows in want.items():
+            for caps in (Caps(2, 2), Caps(2, 2, 2), Caps(2, 3, 3)):
+                sql = _sql(plan_for(q, spec), caps)
+                assert ("AS __two" in sql) == (caps.max_rows_per_unit == 2 or caps.max_rows_per_group == 2)
+                assert sorted(con.sql(sql).fetchall()) == rows, (q, caps)
+    finally:
+        con.close()
 
 
 # -- 4. reproducible backends never draw ----------------------------------------------------------------------
