@@ -930,6 +930,11 @@ def test_row_caps_l_then_k_draw_separately() -> None:
     sql = bounded_sql(plan, Caps(2, 2, 2), "s")  # first and last by draw, twice
     assert "RANDOM() AS __rnd__unit_rows" in sql and "ARG_MAX_NULL(__a0_v, __rnd__unit_rows)" in sql
     assert "RANDOM() AS __rnd__rows" in sql and "ARG_MAX_NULL(__a0_v, __rnd__rows)" in sql
-    for caps in (Caps(2, 3, 4), Caps(2, 2, 3), Caps(2, 2, 2)):
+    for caps in (Caps(2, 3, 4), Caps(2, 2, 3)):
         out = run_bounded(plan, caps, t)
         assert sum(r["__users"] for r in out.to_pylist()) == 3, caps  # user 1 in a and b, user 2 in a
+    # L = 2: user 1 keeps two of its three rows (x = 1 and 2, both in a, w.p. 1/3), user 2 its one (x = 4)
+    for _ in range(5):
+        rows = run_bounded(plan, Caps(2, 2, 2), t).to_pylist()
+        users, total = sum(r["__users"] for r in rows), sum(r["__a0"] for r in rows)
+        assert (users, total) in {(2, 7.0), (3, 8.0), (3, 9.0)}, rows
