@@ -113,3 +113,19 @@ def test_a_file_modified_just_now_is_copied_at_every_read(tmp_path: Path) -> Non
     s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
     assert list(s._engine._csv.values())[0].copies != first and not os.path.exists(first[0])
     s.close()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_a_damaged_gz_file_is_the_generic_failure_after_the_charge(tmp_path: Path, damage: str) -> None:
+    f = tmp_path / "t.csv.gz"
+    data = gzip.compress(b"uid,amount\n" + b"".join(b"%d,5\n" % i for i in range(20000)))
+    f.write_bytes(data)
+    s = _session(f)
+    s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+    # the raw reader errors are EOFError (truncated) and zlib.error (corrupt): the charge still gives the one error
+    f.write_bytes(data[: len(data) // 2] if damage == "truncated" else data[:40] + bytes(64) + data[104:])
+    with pytest.raises(ExecutionError) as e:
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+    assert "failed" in str(e.value) and "gz" not in str(e.value)
+    assert s.remaining().epsilon == 98.0  # the charge stands
+    s.close()
