@@ -147,15 +147,20 @@ def _domain_table(plan: ir.QueryPlan, like: pa.Table) -> pa.Table:
         vals = [c[i] for c in combos]
         typ = like.schema.field(k.name).type if k.name in like.column_names else None
         if typ is not None and pa.types.is_decimal(typ):  # HUGEINT / DECIMAL keys: exact, whatever their size
-            vals = [decimal.Decimal(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in vals]
+            vals = _exact_integers(vals)
         try:
             cols[k.name] = pa.array(vals, type=typ)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
             try:
                 cols[k.name] = pa.array(vals)
             except OverflowError:  # integers beyond int64 (a HUGEINT domain): exact decimals
-                cols[k.name] = pa.array([decimal.Decimal(v) if isinstance(v, int) else v for v in vals])
+                cols[k.name] = pa.array(_exact_integers(vals))
     return pa.table(cols)
+
+
+def _exact_integers(vals: list[Any]) -> list[Any]:
+    """Integer domain values as exact decimals (Arrow converts Python ints only up to 64 bits)."""
+    return [decimal.Decimal(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in vals]
 
 
 def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseSource) -> Released:
