@@ -22,7 +22,7 @@ from dpsql.plan.checks import (
     violation,
     written_name,
 )
-from dpsql.plan.intervals import NoInterval, clamp_bounds, interval
+from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
 from dpsql.plan.joins import analyze_join
 from dpsql.plan.names import qualifier, qualifier_problem
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
@@ -301,6 +301,11 @@ class _Builder:
             if lo > hi:
                 self.bad(node, f"the clamp's lower bound {lo:g} is above its upper bound {hi:g}")
                 return None
+            # the clamp as SQL computes it: GREATEST / LEAST skip NULL, so a NULL argument gives
+            # lo (LEAST(GREATEST(e, lo), hi)) or hi (GREATEST(LEAST(e, hi), lo)), counted by AVG
+            clamped = clamp_argument(arg)
+            assert clamped is not None
+            inner, column = clamped, None
         elif column is not None:
             declared = self.table.column(column).bounds
             if declared is None:
@@ -308,7 +313,7 @@ class _Builder:
                     node,
                     f"{fn}({column}) needs value bounds; table '{self.table.name}' declares none for '{column}' "
                     f"(hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}}, or clamp in the "
-                    f"query: {fn}(LEAST(GREATEST({column}, lo), hi)))",
+                    f"query: {fn}(LEAST(GREATEST({column}, lo), hi)), where a NULL {column} counts as lo, as in SQL)",
                     policy=True,
                 )
                 return None

@@ -14,7 +14,10 @@ adds. They come from one of two places:
 
 NULL: a row whose value is NULL (a NULL column, a CASE with no matching branch and no ELSE)
 adds nothing to SUM and is not counted by AVG, as in SQL; NULL is never inside an interval, so
-it needs no bound. Booleans count as 0 / 1.
+it needs no bound. GREATEST / LEAST skip NULL arguments, as in DuckDB: ``GREATEST(x, 12)`` is 12
+where x is NULL, and ``GREATEST(x, z)`` is z, so their intervals cover a NULL operand; an explicit
+clamp is ``lo`` (``LEAST(GREATEST(e, lo), hi)``) or ``hi`` (``GREATEST(LEAST(e, hi), lo)``) where
+e is NULL (:func:`clamp_argument`). Booleans count as 0 / 1.
 
 Privacy never rests on this arithmetic: the bounded query clamps the value of ``expr`` to the
 derived [lo, hi] in SQL before any sum (``dpsql.rewrite.bound``), so a row whose raw columns lie
@@ -79,6 +82,28 @@ def clamp_bounds(node: exp.Expression) -> tuple[exp.Expression, Interval] | None
     return None
 
 
+def _never_null(node: exp.Expression) -> bool:
+    """A numeric or boolean literal: never NULL on any row (anything else may be)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return number(node) is not None or isinstance(node, exp.Boolean)
+
+
+def clamp_argument(node: exp.Expression) -> exp.Expression | None:
+    """What an explicit clamp (:func:`clamp_bounds`) clamps, with NULL replaced as SQL does it
+    (GREATEST / LEAST skip NULL arguments): ``LEAST(GREATEST(e, lo), hi)`` is ``lo`` where e is
+    NULL and ``GREATEST(LEAST(e, hi), lo)`` is ``hi``, i.e. the inner call's literal, so the clamp
+    equals clamping ``COALESCE(e, that literal)`` (for lo <= hi). None when ``node`` is no clamp."""
+    if clamp_bounds(node) is None:
+        return None
+    while isinstance(node, exp.Paren):
+        node = node.this
+    inner = node.this
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    return exp.Coalesce(this=inner.this.copy(), expressions=[inner.expressions[0].copy()])
+
+
 def _hull(parts: list[Interval]) -> Interval:
     return min(p[0] for p in parts), max(p[1] for p in parts)
 
@@ -132,10 +157,19 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> 
         if hi <= 0:
             return -hi, -lo
         return 0.0, max(-lo, hi)
+    clamp = clamp_bounds(node)
+    if clamp is not None and clamp[1][0] <= clamp[1][1]:
+        return clamp[1]  # LEAST(GREATEST(e, lo), hi): in [lo, hi] whatever e is, NULL included
     if isinstance(node, (exp.Least, exp.Greatest)):
-        parts = [interval(e, bounds) for e in [node.this, *node.expressions]]
-        pick = min if isinstance(node, exp.Least) else max
-        return pick(p[0] for p in parts), pick(p[1] for p in parts)
+        # GREATEST / LEAST skip NULL arguments: the value is that of one non-NULL argument, at
+        # least (GREATEST) every non-NULL one. An argument that may be NULL can drop out, so its
+        # bound on the far side holds only for the arguments that are never NULL (literals)
+        args = [node.this, *node.expressions]
+        parts = [interval(e, bounds) for e in args]
+        fixed = [p for e, p in zip(args, parts) if _never_null(e)]
+        if isinstance(node, exp.Greatest):
+            return max([min(p[0] for p in parts), *(p[0] for p in fixed)]), max(p[1] for p in parts)
+        return min(p[0] for p in parts), min([max(p[1] for p in parts), *(p[1] for p in fixed)])
     if isinstance(node, exp.Coalesce):
         return _hull([interval(e, bounds) for e in [node.this, *node.expressions]])
     if isinstance(node, exp.Case):

@@ -60,7 +60,7 @@ from dpsql.catalog import TableSpec, reference_problems
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, violation
-from dpsql.plan.intervals import clamp_bounds
+from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import ambiguity_problem, qualifier, qualifier_problem
 from dpsql.plan.typer import Typer, TypeRefusal, _Refuse, allow_list_problems, type_predicate
 
@@ -332,7 +332,10 @@ class _JoinBuilder:
                 if bounds[0] > bounds[1]:
                     self.bad(node, "the clamp's lower bound is above its upper bound")
                     return None
-                return ir.SUM, self.flatten(inner, "SUM"), bounds
+                # as SQL computes the clamp: a NULL argument gives the inner call's literal
+                clamped = clamp_argument(arg)
+                assert clamped is not None
+                return ir.SUM, self.flatten(clamped, "SUM"), bounds
             if isinstance(arg, exp.Column):
                 f = self.resolve(arg, "SUM")
                 if f is None:

@@ -762,7 +762,12 @@ class Typer:
                 return Typed(exp.Null(), NULL, True, None)
             c = [self.coerce(p, typ, node) for p in parts]
             cls = type(node)
-            return Typed(cls(this=_text_binary(c[0], typ), expressions=c[1:]), typ)
+            if cls is exp.Coalesce:
+                return Typed(cls(this=_text_binary(c[0], typ), expressions=c[1:]), typ)
+            # DuckDB's GREATEST / LEAST skip NULL arguments (NULL only when all are): keep that
+            # meaning, which sqlglot renders as written only with ignore_nulls (otherwise as a
+            # NULL-propagating CASE)
+            return Typed(cls(this=_text_binary(c[0], typ), expressions=c[1:], ignore_nulls=True), typ)
         if isinstance(node, exp.Nullif):
             a, b = self.t(node.this), self.t(node.expression)
             typ = self.unify([a, b], node, "NULLIF")
