@@ -251,14 +251,25 @@ class DawaSynopsis:
         return _coarsen_1d(self.histogram(), bin_factor)
 
     def rounded(self, granularity: float = 1.0) -> DawaSynopsis:
-        """Same synopsis with bucket totals rounded to multiples of ``granularity`` and clipped to
-        +-2^62/(n+1), so every answer fits in an int64 (post-processing)."""
+        """Same synopsis with bucket totals on multiples of ``granularity`` and clipped to
+        +-2^62/(n+1), so every answer fits in an int64 (post-processing).
+
+        The running totals are rounded, not each bucket's: a bucket's total is the difference of
+        two rounded running totals, so a range of whole buckets stays within one ``granularity``
+        of the unrounded estimate. Rounding each bucket on its own adds up one error per bucket
+        in the range, the same way on every run (a group measured as a whole is spread over its
+        buckets by length, so its buckets share one fraction): at epsilon = 1000, the count of
+        a 100-value domain of 2620 rows came out 2600."""
         lim = stage2_max_bound(self.n)
+        running = round_to_granularity(np.cumsum(np.asarray(self.bucket_totals, dtype=np.float64)), granularity)
+        totals = np.diff(running, prepend=0.0)
+        if granularity != 1.0:  # a difference of two grid points, back onto the decimal grid
+            totals = round_to_granularity(totals, granularity)
         return DawaSynopsis(
             self.n,
             self.starts.copy(),
             self.ends.copy(),
-            np.clip(round_to_granularity(self.bucket_totals, granularity), -lim, lim),
+            np.clip(totals, -lim, lim),
             self.epsilon,
             self.epsilon1,
             self.epsilon2,
