@@ -210,13 +210,16 @@ class Dawa:
         wl = cal.workload
         dims = [{"column": d.column, "lo": str(d.domain.lo), "hi": str(d.domain.hi), "bins": d.n} for d in wl.dims]
         snapped = {"snapped_to_bins": [i for i, s in enumerate(wl.snapped) if s]} if any(wl.snapped) else {}
+        widened = (f"queries {snapped['snapped_to_bins']} (0-based) were widened to whole bins: an endpoint inside a bin, "
+                   "or >, <= or = on a continuous domain, takes in the whole bin, so such a count covers more values "
+                   "than the WHERE admits",) if snapped else ()
         if cal.reuse is not None:
             return Description(
                 label="dawa (reused synopsis)",
                 cost=Budget(0.0, 0.0),
                 parameters={"source_entry_id": cal.reuse[0], "dims": dims, **snapped},
                 notes=(f"answered from the DAWA synopsis of ledger entry {cal.reuse[0]} (same table, column(s), WHERE "
-                       "and cap): post-processing, no budget spent",),
+                       "and cap): post-processing, no budget spent", *widened),
                 reuse_of=cal.reuse[0],
             )
         params: dict[str, Any] = {
@@ -246,7 +249,7 @@ class Dawa:
             parameters=params,
             notes=("DAWA is pure epsilon-DP: no delta is spent",
                    f"each unit keeps at most {fmt_cap(cal.cap)} row(s), chosen at random; rows outside the declared "
-                   "domain are dropped"),
+                   "domain are dropped", *widened),
         )
 
     def bounded(self, cal: DawaCalibration, salt: str, ops: SqlOps) -> exp.Expression | None:

@@ -5,12 +5,13 @@ All violations of the DP subset are collected and raised together, each with lin
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable, Mapping
 
 from sqlglot import exp
 
-from dpsql.catalog import TableSpec, unit_paths
+from dpsql.catalog import OrderedDomain, TableSpec, unit_paths
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import (
@@ -34,6 +35,7 @@ from dpsql.plan.typer import (
     _Refuse,
     allow_list_problems,
     check_numeric_column,
+    parse_type,
     type_key,
     type_predicate,
 )
@@ -82,6 +84,28 @@ def is_bin_column(name: str, table: TableSpec) -> bool:
     """``<col>_bin`` names the bins of ``col`` when ``col`` has a declared ordered domain."""
     base = name.lower().removesuffix("_bin")
     return name.lower().endswith("_bin") and base in table.columns and table.columns[base].ordered is not None
+
+
+def integral_type(type_text: str | None) -> bool:
+    """A column type that holds whole numbers only (integers, DECIMAL(p, 0)), or DATE (whole days)."""
+    if not type_text:
+        return False
+    t = parse_type(type_text)
+    return t.kind in ("int", "date") or (t.kind == "decimal" and t.scale == 0)
+
+
+def one_value_per_bin(d: OrderedDomain, type_text: str | None) -> bool:
+    """An ordered domain whose every bin holds one value of the column's type: unit bins from a
+    whole lo over a whole-number column (a DOUBLE column's unit bins [k, k + 1) hold every value
+    in between), or one-day bins from a midnight over a DATE column."""
+    if not integral_type(type_text):
+        return False
+    if d.kind == "numeric":
+        return d.width == 1.0 and float(d.lo).is_integer()
+    if d.kind == "date" and d.bin_seconds == 86400.0:
+        lo = dt.datetime.fromisoformat(str(d.lo))
+        return lo == dt.datetime(lo.year, lo.month, lo.day)
+    return False
 
 
 def resolve_unit_column(table: TableSpec, catalog: Mapping[str, TableSpec]) -> str | None:
@@ -357,12 +381,24 @@ class _Builder:
             c.set("this", exp.to_identifier(c.name.lower()))
         return None, value, (lo, hi)
 
+    def _binned_by_value(self, key: exp.Expression) -> bool:
+        """A plain column whose declared ordered domain has one value per bin: a GROUP BY on it may
+        be answered with every bin (DAWA's histogram), each labelled with its value, so the
+        WHERE's conditions on it filter those labels exactly as they filter rows."""
+        if self.table is None or not isinstance(key, exp.Column):
+            return False
+        name = key.name.lower()
+        spec = self.table.columns.get(name)
+        return spec is not None and spec.ordered is not None and one_value_per_bin(spec.ordered, self.table.schema.get(name))
+
     def key_only_where(self, where: exp.Expression | None) -> exp.Expression | None:
-        """With no aggregate and every key's domain declared (``mechanisms.public_domain``), the
-        WHERE's conjuncts that read key columns only, over the released key columns: they filter
-        the declared domain as post-processing (``WHERE country = 'US'`` lists 'US' alone, not the
-        whole domain). Conjuncts reading any other column cannot filter it without reading rows."""
-        if where is None or self.aggregates or not self.keys or any(k.domain is None for k in self.keys):
+        """With every key's domain declared (``mechanisms.public_domain`` without an aggregate,
+        ``mechanisms.basic`` with one, both releasing every declared key), the WHERE's conjuncts
+        that read key columns only, over the released key columns: they filter the declared domain
+        as post-processing (``WHERE country = 'US'`` lists 'US' alone, not the whole domain with
+        noisy zeros for the keys the WHERE excludes). Conjuncts reading any other column cannot
+        filter it without reading rows."""
+        if where is None or not self.keys or not all(k.domain is not None or self._binned_by_value(k.expr) for k in self.keys):
             return None
         key_cols = {k.expr.name.lower() for k in self.keys if isinstance(k.expr, exp.Column)}
         kept: list[exp.Expression] = []

@@ -28,7 +28,7 @@ from sqlglot import exp
 from dpsql.catalog import OrderedDomain, TableSpec, source_identity
 from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.analyze import analyze, is_bin_column, resolve_unit_column
+from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column
 from dpsql.plan.parse import DIALECT
 
 
@@ -42,6 +42,8 @@ def _unit(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
 class Dim:
     column: str
     domain: OrderedDomain
+    #: the column's declared type (DuckDB's spelling): whether a bin holds one value depends on it
+    type_text: str | None = None
 
     @property
     def n(self) -> int:
@@ -64,8 +66,8 @@ class Dim:
 
     @property
     def integer(self) -> bool:
-        d = self.domain
-        return d.kind == "numeric" and d.width == 1.0 and float(d.lo).is_integer()
+        """One value per bin (``analyze.one_value_per_bin``): range endpoints are exact."""
+        return one_value_per_bin(self.domain, self.type_text)
 
     def bin_label(self, i: Sequence[int]) -> list[Any]:
         d = self.domain
@@ -205,9 +207,12 @@ def _range_part(c: exp.Expression, ordered: dict[str, OrderedDomain]) -> tuple[s
 def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
     """Inclusive bin range selected by the comparisons, and whether an endpoint was snapped.
 
-    Positions are in bin units from the domain start; bin i covers [i, i + 1). ``<= b`` and
-    ``= b`` include the whole bin that contains b; ``> a`` on an integer domain starts at a + 1.
-    An endpoint inside a bin is snapped outward to whole bins.
+    Positions are in bin units from the domain start; bin i covers [i, i + 1). On an integer
+    domain (one whole value per bin) every endpoint is exact: ``>= 17.5`` starts at 18, ``> 17``
+    at 18, ``= 17.5`` selects nothing. On a continuous domain ``<= b`` and ``= b`` include the
+    whole bin that contains b, ``> a`` the whole bin that starts at a (values equal to a
+    included), and an endpoint inside a bin is snapped outward to whole bins; such a query is
+    reported as snapped.
     """
     lo_pos, hi_pos = 0.0, float(dim.n)  # half-open [lo_pos, hi_pos)
     eps = 1e-9
@@ -220,12 +225,26 @@ def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
                 f"the range endpoint {v!r} on '{dim.column}' is not a finite number",
                 hint=f"write an endpoint within the declared domain of '{dim.column}'",
             )
-        # on a continuous numeric domain, "<= b" / "= b" take in the rest of b's bin
-        inexact = inexact or (op in ("<=", "=") and dim.domain.kind == "numeric" and not dim.integer)
+        if dim.integer:
+            # one whole value per bin: the bins of the whole values the comparison admits
+            if op == ">=":
+                lo_pos = max(lo_pos, math.ceil(p - eps))
+            elif op == ">":
+                lo_pos = max(lo_pos, math.floor(p + eps) + 1)
+            elif op == "<":
+                hi_pos = min(hi_pos, math.ceil(p - eps))
+            elif op == "<=":
+                hi_pos = min(hi_pos, math.floor(p + eps) + 1)
+            elif op == "=":
+                lo_pos = max(lo_pos, math.ceil(p - eps))
+                hi_pos = min(hi_pos, math.floor(p + eps) + 1)
+            continue
+        # on a continuous domain, "<= b" / "= b" take in the rest of b's bin and "> a" the value a
+        inexact = inexact or op in ("<=", "=") or (op == ">" and 0 <= p < dim.n)
         if op == ">=":
             lo_pos = max(lo_pos, p)
         elif op == ">":
-            lo_pos = max(lo_pos, p + 1 if dim.integer else p)
+            lo_pos = max(lo_pos, p)
         elif op == "<":
             hi_pos = min(hi_pos, p)
         elif op == "<=":
@@ -296,7 +315,7 @@ def analyze_workload(
         raise UnsupportedQueryError("no query of the workload has a range over a column with a declared ordered domain")
     if len(used) > 2:
         raise UnsupportedQueryError(f"range workloads support one or two ordered columns, got {used}")
-    dims = [Dim(c, ordered[c]) for c in used]
+    dims = [Dim(c, ordered[c], table.schema.get(c)) for c in used]
     rows, snapped = [], []
     for rng in per_query:
         row: list[int] = []
@@ -343,7 +362,7 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
         return None
     cspec = plan.table.column(col)
     assert cspec.ordered is not None
-    dim = Dim(col, cspec.ordered)
+    dim = Dim(col, cspec.ordered, plan.table.schema.get(col))
     n = dim.n
     factor = max(1, factor)
     ranges = tuple((s, min(s + factor - 1, n - 1)) for s in range(0, n, factor))
@@ -399,7 +418,7 @@ def column_workload(plan: ir.QueryPlan, column: str) -> Workload | None:
     cspec = plan.table.columns.get(column)
     if plan.keys or cspec is None or cspec.ordered is None or cspec.ordered.kind != "numeric":
         return None
-    dim = Dim(column, cspec.ordered)
+    dim = Dim(column, cspec.ordered, plan.table.schema.get(column))
     base = _conjuncts(plan.where)
     return Workload(table=plan.table, dims=[dim], base_where=_and(base), base_key=_where_key(base), sqls=[plan.sql],
                     ranges=tuple((i, i) for i in range(dim.n)), snapped=[False] * dim.n)
