@@ -283,3 +283,31 @@ def test_histogram_of_an_integer_domain_lists_only_the_values_the_where_admits()
     r = s.query(sql, epsilon=EPS, delta=DELTA)
     assert r.mechanism == "dawa"
     assert sorted(x["age"] for x in r.table.to_pylist()) == sorted(x[0] for x in _duck(t, sql))
+
+
+def test_grouped_join_lists_only_the_keys_the_where_admits() -> None:
+    """Over joins every key of a public key set is released; a WHERE condition on the key itself
+    filters that set (it held 'A' with a noisy 0). Control: a condition on another column of the
+    date cannot, and the years it excludes stay listed."""
+    gen = np.random.default_rng(7)
+    n_cust, n_ord = 300, 900
+    cust = pa.table({"cid": np.arange(n_cust), "seg": pa.array(gen.choice(["A", "B", "C"], n_cust))})
+    od = np.datetime64("2020-01-01") + gen.integers(0, 3 * 365, n_ord).astype("timedelta64[D]")
+    orders = pa.table({"oid": np.arange(n_ord), "ocid": np.arange(n_ord) % n_cust, "od": pa.array(od.astype("datetime64[D]"))})
+    con = duckdb.connect()
+    con.register("customer", cust)
+    con.register("orders", orders)
+    s = dpsql.Session(budget=dpsql.Budget(1e9, 0.5))
+    use_noise(s, zero_noise())
+    s.register("customer", cust, privacy_unit="cid", columns={"seg": {"domain": ["A", "B", "C"]}})
+    s.register("orders", orders, references={"ocid": "customer.cid"}, degree_bounds={"ocid": 3},
+               columns={"od": {"bounds": ("2020-01-01", "2022-12-31"), "bin_width": "1 day"}})
+    join = " FROM orders o JOIN customer c ON o.ocid = c.cid "
+    for sql in ["SELECT c.seg, COUNT(*) AS n" + join + "WHERE c.seg <> 'A' GROUP BY c.seg",
+                "SELECT year(o.od) AS y, COUNT(*) AS n" + join + "WHERE year(o.od) = 2021 GROUP BY y",
+                "SELECT c.seg, year(o.od) AS y, COUNT(*) AS n" + join + "WHERE c.seg IN ('B', 'C') AND year(o.od) > 2020 GROUP BY c.seg, y"]:
+        got = s.query(sql, epsilon=EPS, delta=DELTA).table.to_pylist()
+        assert sorted(tuple(r.values()) for r in got) == sorted(con.execute(sql).fetchall()), sql
+    sql = "SELECT year(o.od) AS y, COUNT(*) AS n" + join + "WHERE o.od >= DATE '2021-01-01' GROUP BY y"
+    got = {r["y"]: r["n"] for r in s.query(sql, epsilon=EPS, delta=DELTA).table.to_pylist()}
+    assert got[2020] == 0 and set(got) == {2020, 2021, 2022}

@@ -473,7 +473,40 @@ class _JoinBuilder:
         _raise(self.vs)
         keys = [ir.GroupKey(k.expr, k.name, k.sql, k.domain) for k in self.keys]
         return ir.QueryPlan(sql=sql, table=first, where=None, keys=keys, aggregates=[aggregate], outputs=outputs,
-                            order=order, limit=lim, offset=off, join=join_plan)
+                            having=self.key_only_where(where_flat), order=order, limit=lim, offset=off, join=join_plan)
+
+    def key_only_where(self, where_flat: exp.Expression | None) -> exp.Expression | None:
+        """The WHERE's AND-ed conditions that read the GROUP BY keys only (a declared or public
+        column, ``year(col)``), over the released key columns. Every key of the public key set is
+        released, so without them ``WHERE c.seg <> 'A' GROUP BY c.seg`` would list 'A' with a noisy
+        0: they filter the released keys as post-processing (a condition on a key holds for all of
+        that key's tuples or for none). Conditions reading anything else are left to the rows."""
+        if where_flat is None or not self.keys:
+            return None
+        def spelled(x: exp.Expression) -> str:
+            y = x.copy()
+            for i in y.find_all(exp.Identifier):
+                i.set("quoted", False)
+            return y.sql(dialect="duckdb")
+
+        by_sql = {spelled(k.expr): k.name for k in self.keys}
+        kept: list[exp.Expression] = []
+        for c in where_flat.flatten() if isinstance(where_flat, exp.And) else [where_flat]:
+            try:
+                typed = type_predicate(c, self.flat_schema, "WHERE")
+            except TypeRefusal:
+                continue  # reported by the WHERE's own type check
+            typed = typed.transform(lambda x: exp.column(by_sql[spelled(x)])
+                                    if isinstance(x, (exp.Column, exp.Func)) and spelled(x) in by_sql else x)
+            cols = list(typed.find_all(exp.Column))
+            if cols and all(x.name in by_sql.values() and not x.table for x in cols):
+                kept.append(exp.Paren(this=typed))
+        if not kept:
+            return None
+        out = kept[0]
+        for k in kept[1:]:
+            out = exp.And(this=out, expression=k)
+        return out
 
     def int_clause(self, key: str) -> int | None:
         """LIMIT / OFFSET: post-processing of the one released row, as on a single table."""
