@@ -311,3 +311,19 @@ def test_grouped_join_lists_only_the_keys_the_where_admits() -> None:
     sql = "SELECT year(o.od) AS y, COUNT(*) AS n" + join + "WHERE o.od >= DATE '2021-01-01' GROUP BY y"
     got = {r["y"]: r["n"] for r in s.query(sql, epsilon=EPS, delta=DELTA).table.to_pylist()}
     assert got[2020] == 0 and set(got) == {2020, 2021, 2022}
+
+
+def test_declared_domain_drops_null_and_undeclared_keys_as_documented() -> None:
+    """docs/sql.md: with a declared domain, rows whose key is NULL or undeclared are in no group; a
+    scalar query still counts them, and COALESCE(g, 'none') groups them (sparse histogram)."""
+    gen = np.random.default_rng(12)
+    n = 1200
+    g = pa.array(gen.choice(["a", "b", "c"], n), mask=gen.random(n) < 0.15)
+    t = pa.table({"uid": np.arange(n), "g": g})
+    s = _session(t, {"g": {"domain": ["a", "b"]}})
+    got = {r["g"]: r["n"] for r in s.query("SELECT g, COUNT(*) AS n FROM t GROUP BY g", epsilon=EPS, delta=DELTA).table.to_pylist()}
+    assert got == dict(_duck(t, "SELECT g, COUNT(*) FROM t WHERE g IN ('a', 'b') GROUP BY g"))
+    assert _one(s, "SELECT COUNT(*) FROM t WHERE g = 'c' OR g IS NULL") == _duck(t, "SELECT COUNT(*) FROM t WHERE g = 'c' OR g IS NULL")[0][0]
+    sql = "SELECT COALESCE(g, 'none') AS k, COUNT(*) AS n FROM t GROUP BY k"
+    r = s.query(sql, epsilon=EPS, delta=DELTA)
+    assert r.mechanism == "sparse_histogram" and {x["k"]: x["n"] for x in r.table.to_pylist()} == dict(_duck(t, sql))
