@@ -327,3 +327,13 @@ def test_declared_domain_drops_null_and_undeclared_keys_as_documented() -> None:
     sql = "SELECT COALESCE(g, 'none') AS k, COUNT(*) AS n FROM t GROUP BY k"
     r = s.query(sql, epsilon=EPS, delta=DELTA)
     assert r.mechanism == "sparse_histogram" and {x["k"]: x["n"] for x in r.table.to_pylist()} == dict(_duck(t, sql))
+
+
+def test_histogram_bins_add_up_to_the_estimated_total() -> None:
+    """GROUP BY an ordered column: the bins of one bucket share one fraction of its total, so
+    rounding each bin lost up to half a row per bin (2632 for 2620 rows over 100 bins)."""
+    t = _ages()
+    s = _session(t, {"age": {"bounds": (0, 99), "bins": 100}})
+    r = s.query("SELECT age, COUNT(*) AS c FROM t GROUP BY age", epsilon=EPS)
+    assert r.mechanism == "dawa"
+    assert abs(sum(r.table.column("c").to_pylist()) - t.num_rows) <= 1
