@@ -184,7 +184,13 @@ def finish_release(
             with np.errstate(divide="ignore", invalid="ignore"):
                 avg = np.where(n >= 1, mid + s / np.maximum(n, 1), np.nan)
             avg = np.clip(avg, lo, hi)
-            g = plan.table.column(a.column or "").granularity or default_granularity((hi - lo) / 100.0)
+            # a hundredth of the range (a power of ten), or the column's declared granularity if finer: the
+            # declared grid is that of the values and their sums, not of their mean (the mean of whole ages
+            # is not a whole number; rounding it there lost up to half a year, the same way on every run)
+            g = default_granularity((hi - lo) / 100.0)
+            declared = plan.table.column(a.column or "").granularity
+            if declared:
+                g = min(g, declared)
             avg = round_to_granularity(avg, g)
             mask = np.isnan(avg)
             cols[a.name] = pa.array(np.where(mask, 0.0, avg), mask=mask, type=pa.float64())
