@@ -350,3 +350,11 @@ def test_avg_is_not_rounded_to_the_column_granularity() -> None:
     assert _one(s, "SELECT AVG(age) FROM t") == pytest.approx(_duck(t, "SELECT AVG(age) FROM t")[0][0], abs=0.01)
     assert float(_one(s, "SELECT SUM(age) FROM t")).is_integer()
     assert float(_one(s, "SELECT MEDIAN(age) FROM t")).is_integer()
+
+
+def test_nan_and_infinite_values_count_as_the_bounds_as_documented() -> None:
+    x = np.full(1000, 5.0)
+    x[:100], x[100:150], x[150:200] = np.nan, np.inf, -np.inf
+    s = _session(pa.table({"uid": np.arange(1000), "x": x}), {"x": {"bounds": (0, 10)}})
+    assert _one(s, "SELECT SUM(x) FROM t") == pytest.approx(100 * 10 + 50 * 10 + 50 * 0 + 800 * 5, abs=1)
+    assert _one(s, "SELECT AVG(x) FROM t") == pytest.approx(5.5, abs=0.01)
