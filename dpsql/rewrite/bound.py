@@ -55,8 +55,10 @@ aggregates, which the golden tests compare against DuckDB on the original query.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlglot import exp
 
@@ -67,6 +69,7 @@ from dpsql.plan import ir
 from dpsql.plan.typer import TypeRefusal, domain_literal, type_key, type_predicate, type_value
 from dpsql.plan.workload import Workload
 from dpsql.rewrite.contribution import Caps, ContributionModel
+from dpsql.rewrite.render import DIALECT_MARK, render
 
 __all__ = [
     "SALT_PLACEHOLDER", "Caps", "ContributionModel", "ReleasedColumn", "ValueGrid", "base_relation", "bounded_histogram",
@@ -216,7 +219,33 @@ def _clamped_input(agg: ir.Aggregate, schema: dict[str, str], ops: SqlOps, raw: 
     return ops.clamp(src, lo, hi, shift=shift)
 
 
-def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
+#: a public key domain with more values than this enters the AST as one node holding its literals
+#: rendered once (per values, column type and dialect; kept): a node per value made every copy and
+#: render of the query cost per value (100k values: seconds per query, before DuckDB read the text)
+LISTED_INLINE_MAX = 64
+
+
+@functools.lru_cache(maxsize=16)
+def _listed_domain(values: tuple[Any, ...], column_type: str, dialect: str) -> str:
+    """The typed literals of ``values`` (public domain values) rendered for ``dialect``, comma-separated."""
+    text = render(exp.Tuple(expressions=[domain_literal(v, column_type) for v in values]), dialect=dialect)
+    assert text.startswith("(") and text.endswith(")")
+    return text[1:-1]
+
+
+def domain_literals(values: tuple[Any, ...], column_type: str, ops: SqlOps = DEFAULT_OPS) -> list[exp.Expression]:
+    """The typed literals of a public key domain, as the elements of an IN list or an array: one
+    literal per value, or for a long domain one node holding their text rendered for ``ops``'s
+    dialect (so refused for any other, as the backends' building blocks are). The text is the
+    rendering of the same literals, so the query means the same either way."""
+    if len(values) <= LISTED_INLINE_MAX:
+        return [domain_literal(v, column_type) for v in values]
+    node = exp.Var(this=_listed_domain(tuple(values), column_type, ops.dialect))
+    node.meta[DIALECT_MARK] = ops.dialect
+    return [node]
+
+
+def _domain_filter(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> exp.Expression | None:
     """Rows whose key lies in the public domain: the canonical key compared with literals typed
     to the column at registration (``dpsql.plan.typer.type_domain``), e.g. CAST('2024-01-01' AS
     DATE), never bare text that DuckDB would cast or read as arithmetic."""
@@ -226,7 +255,7 @@ def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
         if key.domain is not None:
             assert isinstance(key.expr, exp.Column)
             ctype = schema[key.expr.name.lower()]
-            lits = [domain_literal(v, ctype) for v in key.domain]
+            lits = domain_literals(key.domain, ctype, ops)
             conds.append(exp.In(this=exp.Paren(this=key_expression(key, schema)), expressions=lits))
     if not conds:
         return None
@@ -236,7 +265,8 @@ def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
     return out
 
 
-def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str]) -> exp.Select:
+def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str],
+                     ops: SqlOps = DEFAULT_OPS) -> exp.Select:
     """The rows of ``relation`` (one per unit and group, the keys in the columns named as the
     plan's keys) whose keys lie in their public domains: per key with a domain, a semi-join
     ``key IN (SELECT UNNEST([lit, ...]) AS __d)`` (Spark: ``explode(array(...))``) with the literals
@@ -254,7 +284,7 @@ def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Seque
             continue
         assert isinstance(key.expr, exp.Column)
         ctype = schema[key.expr.name.lower()]
-        listed = exp.Array(expressions=[domain_literal(v, ctype) for v in key.domain])
+        listed = exp.Array(expressions=domain_literals(key.domain, ctype, ops))
         sub = exp.select(exp.alias_(exp.func("unnest", listed), "__d"))
         c = exp.In(this=_col(key.name), query=exp.Subquery(this=sub))
         cond = c if cond is None else exp.And(this=cond, expression=c)
@@ -436,11 +466,11 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
         elif a.kind in ir.VALUE_KINDS:
             proj.append(exp.alias_(_clamped_input(a, plan.table.schema, ops), f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
-    return _rows_of(plan, unit_column, proj, where, use_public_domain), value_cols
+    return _rows_of(plan, unit_column, proj, where, use_public_domain, ops), value_cols
 
 
 def _rows_of(plan: ir.QueryPlan, unit_column: str, proj: list[exp.Expression], where: exp.Expression | None,
-             use_public_domain: bool) -> exp.Select:
+             use_public_domain: bool, ops: SqlOps = DEFAULT_OPS) -> exp.Select:
     """``proj`` over the source rows that may contribute: passing the user's WHERE, with a unit,
     and (with public key domains) a key inside the domain."""
     src = exp.to_table(plan.table.view or source_name(plan.table.name), quoted=True)
@@ -448,7 +478,7 @@ def _rows_of(plan: ir.QueryPlan, unit_column: str, proj: list[exp.Expression], w
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit_column, quoted=True), expression=exp.Null()))
     if user_where is not None:
         cond = exp.And(this=exp.Paren(this=guard(user_where, plan.table.schema)), expression=cond)
-    dom = _domain_filter(plan) if use_public_domain else None
+    dom = _domain_filter(plan, ops) if use_public_domain else None
     if dom is not None:
         cond = exp.And(this=cond, expression=dom)
     return exp.select(*proj).from_(src, copy=False).where(cond, copy=False)
@@ -486,7 +516,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     proj += [exp.alias_(source[c], r) for c, r in raw.items()]
-    base = _rows_of(plan, unit_column, proj, where, use_public_domain).subquery("__base", copy=False)
+    base = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__base", copy=False)
     picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops)
 
     def present(r: str) -> exp.Expression:
@@ -588,7 +618,7 @@ def bounded_query(
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
 
     if pairs_domain:
-        ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects])
+        ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects], ops)
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug", copy=False)
@@ -733,7 +763,7 @@ def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids:
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     proj += [exp.alias_(grid_index(g, ops), b) for g, b in zip(grids, buckets, strict=True)]
-    rows: exp.Expression = _rows_of(plan, unit_column, proj, None, True).subquery("__base", copy=False)
+    rows: exp.Expression = _rows_of(plan, unit_column, proj, None, True, ops).subquery("__base", copy=False)
     if caps.unit_rows_finite:
         rows = cap_rows_per_unit(rows, "__unit", [*keys, *buckets], caps.max_rows_per_unit, salt, alias="__unit_rows",
                                  ops=ops)
@@ -769,3 +799,4 @@ def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids:
                               copy=False)
     q.set("with_", exp.With(expressions=ctes))
     return q
+
