@@ -764,6 +764,31 @@ def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids:
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     proj += [exp.alias_(grid_index(g, ops), b) for g, b in zip(grids, buckets, strict=True)]
     rows: exp.Expression = _rows_of(plan, unit_column, proj, None, True, ops).subquery("__base", copy=False)
+    drawn = ops.row_clock() is not None  # the backend draws per row: the kept rows must then be read once
+    if drawn and keys and caps.rows_finite and caps.max_rows_per_group == 1 and not caps.unit_rows_finite:
+        # k = 1, no L: one row per (unit, group) by one aggregate (as ``bounded_query``'s k = 1),
+        # then the group cap over those rows, one per pair (no numbering windows, no join back)
+        kept: exp.Expression = _pick_one_row(rows, "__unit", keys, buckets, salt, ops=ops)
+        if caps.groups_finite:
+            kept = cap_groups_per_unit(kept, "__unit", keys, [*keys, *buckets], caps.max_groups_per_unit, salt,
+                                       alias="__chosen", ops=ops)
+        ctes = [exp.CTE(this=exp.select(*[_col(c) for c in [*keys, *buckets]]).from_(kept, copy=False),
+                        alias=exp.TableAlias(this=exp.to_identifier("__qrows")))]
+        return _histograms_read_once(keys, buckets, ctes)
+    if drawn and not keys and (caps.unit_rows_finite or caps.rows_finite):
+        # ungrouped: each unit's rows kept by their draws (k = 1: one aggregate; k = 2: one aggregate
+        # for at most two grids; otherwise one window), not numbered by value and hashed (two windows)
+        kept = rows
+        if caps.unit_rows_finite:
+            kept = cap_rows_per_unit(kept, "__unit", buckets, caps.max_rows_per_unit, salt, alias="__unit_rows",
+                                     ops=ops, draw=True)
+        if caps.rows_finite and caps.max_rows_per_group == 1:
+            kept = _pick_one_row(kept, "__unit", [], buckets, salt, ops=ops)
+        elif caps.rows_finite:
+            kept = cap_rows_per_group(kept, "__unit", [], buckets, caps.max_rows_per_group, salt, ops=ops, draw=True)
+        ctes = [exp.CTE(this=exp.select(*[_col(c) for c in buckets]).from_(kept, copy=False),
+                        alias=exp.TableAlias(this=exp.to_identifier("__qrows")))]
+        return _histograms_read_once(keys, buckets, ctes)
     if caps.unit_rows_finite:
         rows = cap_rows_per_unit(rows, "__unit", [*keys, *buckets], caps.max_rows_per_unit, salt, alias="__unit_rows",
                                  ops=ops)
@@ -800,3 +825,24 @@ def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids:
     q.set("with_", exp.With(expressions=ctes))
     return q
 
+
+def _histograms_read_once(keys: Sequence[str], buckets: Sequence[str], ctes: list[exp.CTE]) -> exp.Select:
+    """The histograms of :func:`bounded_value_histograms` (columns keys, ``__q``, ``__b``, ``__n``)
+    from the kept rows ``__qrows`` (the last CTE), which are read once: rows kept by fresh draws
+    (``ops.row_clock()``) would be drawn again by a second read. Several grids: each row's
+    (grid, point) pairs unnested in lockstep (DuckDB), then one aggregate."""
+    if len(buckets) == 1:
+        flat: exp.Expression = exp.select(*[_col(k) for k in keys], exp.alias_(_lit(0), "__q"),
+                                          exp.alias_(_col(buckets[0]), "__b")).from_("__qrows", copy=False)
+    else:
+        grid = exp.Unnest(expressions=[exp.Array(expressions=[_lit(i) for i in range(len(buckets))])])
+        point = exp.Unnest(expressions=[exp.Array(expressions=[_col(b) for b in buckets])])
+        flat = exp.select(*[_col(k) for k in keys], exp.alias_(grid, "__q"), exp.alias_(point, "__b")).from_(
+            "__qrows", copy=False)
+    hist = (exp.select(*[_col(k) for k in keys], _col("__q"), _col("__b"), exp.alias_(exp.Count(this=exp.Star()), "__n"))
+            .from_(flat.subquery("__points", copy=False), copy=False)
+            .where(exp.Not(this=exp.Is(this=_col("__b"), expression=exp.Null())), copy=False)
+            .group_by(*[_col(k) for k in keys], _col("__q"), _col("__b"), copy=False))
+    q = exp.select("*").from_(hist.subquery("__hist", copy=False), copy=False)
+    q.set("with_", exp.With(expressions=ctes))
+    return q
