@@ -702,12 +702,16 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
         cond = exp.And(this=cond, expression=inside)
     base: exp.Expression = exp.select(*proj).from_(src, copy=False).where(cond, copy=False).subquery("__base", copy=False)
     bins = [f"__b{i}" for i in range(len(wl.dims))]
+    # the kept rows are read once (one chain of subqueries): the L cap may take the engine's per-row draw
     if groups is not None:
         if groups.unit_rows_finite:
-            base = cap_rows_per_unit(base, "__unit", bins, groups.max_rows_per_unit, salt, alias="__kept", ops=ops)
+            base = cap_rows_per_unit(base, "__unit", bins, groups.max_rows_per_unit, salt, alias="__kept", ops=ops,
+                                     draw=True)
+        count: exp.Expression = exp.Count(this=exp.Star())
         if groups.rows_finite:
-            base = cap_rows_per_group(base, "__unit", bins, [], groups.max_rows_per_group, salt, alias="__rows", ops=ops)
-        pairs: exp.Expression = (exp.select(_col("__unit"), *[_col(b) for b in bins], exp.alias_(exp.Count(this=exp.Star()), "__c"))
+            # counts only: k rows of a (unit, bin) count as LEAST(rows, k) whichever are kept
+            count = ops.least(count, _lit(groups.max_rows_per_group))
+        pairs: exp.Expression = (exp.select(_col("__unit"), *[_col(b) for b in bins], exp.alias_(count, "__c"))
                                  .from_(base, copy=False).group_by(_col("__unit"), *[_col(b) for b in bins], copy=False)
                                  .subquery("__pairs_hist", copy=False))
         if groups.groups_finite:
@@ -716,7 +720,7 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
         return (exp.select(*[_col(b) for b in bins], exp.alias_(exp.Sum(this=_col("__c")), "__n"))
                 .from_(pairs, copy=False).group_by(*[_col(b) for b in bins], copy=False))
     if cap != float("inf"):
-        base = cap_rows_per_unit(base, "__unit", bins, cap, salt, alias="__kept", ops=ops)
+        base = cap_rows_per_unit(base, "__unit", bins, cap, salt, alias="__kept", ops=ops, draw=True)
     return (exp.select(*[_col(b) for b in bins], exp.alias_(exp.Count(this=exp.Star()), "__n"))
             .from_(base, copy=False).group_by(*[_col(b) for b in bins], copy=False))
 
