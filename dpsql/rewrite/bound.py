@@ -15,10 +15,12 @@ partition, clamping, casts, typed literals) is the backend's (``ops``: a
 * :func:`cap_rows_per_group` -- at most k rows per (unit, group);
 * :func:`cap_groups_per_unit` -- at most C_u groups per unit.
 
-The row caps share one step, :func:`cap_rows`: in an aggregation on DuckDB, keep each
+The row caps share one step, :func:`cap_rows`: where the kept rows are read once on DuckDB
+(an aggregation, a range workload's histogram, a quantile's histograms in the forms of
+:func:`bounded_value_histograms` that read them once), keep each
 partition's n rows with the smallest fresh per-row ``RANDOM()`` draw (one window; for n = 2 the
 rows with the smallest and the largest draw, one hash aggregate); elsewhere
-(reproducible backends, and relations read more than once: histograms, quantiles, joins) number
+(reproducible backends, and relations read more than once: grouped quantiles with k > 1 or L, joins) number
 each partition's rows by value (identical rows are interchangeable), then keep the n whose keyed
 hash of (partition, number) under the per-query secret salt is smallest -- either way a uniform
 random subset that depends only on that partition's own rows. With k = 1 (and no L) the kept row of each (unit, group) is chosen by one
@@ -760,6 +762,10 @@ def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids:
     changes each touched group's histogram by at most min(k, L) rows in L1 norm, in at most
     min(C_u, L, number of groups) groups. Rows whose value is NULL are kept (they count towards
     the caps) but are in no histogram, as SQL's own quantiles ignore NULL.
+
+    On a backend that draws per row (``ops.row_clock()``), grouped with k = 1 and no L, and
+    ungrouped, the rows are kept by the draw and read once (:func:`_histograms_read_once`);
+    otherwise by the salted numbering, the kept rows joined back to the chosen groups.
     """
     ops = ops if ops is not None else DEFAULT_OPS
     keys = [k.name for k in plan.keys]
