@@ -389,8 +389,10 @@ def test_l_alone_keeps_a_uniform_subset_of_rows() -> None:
 
 
 def test_only_bounded_query_draws_and_only_for_its_row_caps() -> None:
-    # a capped relation read twice (histograms, quantiles, joins) must keep the salted numbering:
-    # every call of the row caps in the package passes draw=True only inside bounded_query
+    # a capped relation read twice (range histograms, joins) must keep the salted numbering:
+    # every call of the row caps in the package passes draw=True only inside bounded_query,
+    # bounded_value_histograms' ungrouped form, whose kept rows are read once (one aggregate over
+    # every grid: tests/test_quantile_drawn.py), and bounded_histogram (one chain of subqueries)
     root = pathlib.Path(__file__).resolve().parent.parent / "dpsql"
     drawn: list[str] = []
     for path in sorted(root.rglob("*.py")):
@@ -403,8 +405,11 @@ def test_only_bounded_query_draws_and_only_for_its_row_caps() -> None:
                         drawn.append(f"{path.relative_to(root.parent)}:{fn.name}:{name}:{ast.unparse(kw.value)}")
     passthrough = {"dpsql/rewrite/bound.py:cap_rows_per_unit:cap_rows:draw",
                    "dpsql/rewrite/bound.py:cap_rows_per_group:cap_rows:draw"}
-    assert sorted(set(drawn) - passthrough) == ["dpsql/rewrite/bound.py:bounded_query:cap_rows_per_group:True",
-                                                "dpsql/rewrite/bound.py:bounded_query:cap_rows_per_unit:True"], drawn
+    assert sorted(set(drawn) - passthrough) == ["dpsql/rewrite/bound.py:bounded_histogram:cap_rows_per_unit:True",
+                                                "dpsql/rewrite/bound.py:bounded_query:cap_rows_per_group:True",
+                                                "dpsql/rewrite/bound.py:bounded_query:cap_rows_per_unit:True",
+                                                "dpsql/rewrite/bound.py:bounded_value_histograms:cap_rows_per_group:True",
+                                                "dpsql/rewrite/bound.py:bounded_value_histograms:cap_rows_per_unit:True"], drawn
 
 
 # -- 4. spilling ---------------------------------------------------------------------------------------------

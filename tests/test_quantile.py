@@ -20,6 +20,7 @@ import pytest
 from scipy.stats import chisquare
 
 import dpsql
+from dpsql.engine.duckdb_ops import SaltedDuckDBOps
 from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import quantile as qm
 from dpsql.mechanisms.registry import route
@@ -345,7 +346,9 @@ def _histograms(s: dpsql.Session, sql: str, table: pa.Table, salt: str,
         ast = bounded_value_histograms(cal.plan, Caps(math.inf, math.inf, math.inf), cal.grids, salt=salt,
                                        unit_column=cal.unit)
     else:
-        ast = r.mechanism.bounded(r.calibration, salt, s._engine.ops)
+        # coupled by the salt: the reproducible choices (the engine's own per-row draws would choose
+        # afresh on D and on D minus one person; tests/test_quantile_drawn.py checks that form's caps)
+        ast = r.mechanism.bounded(r.calibration, salt, SaltedDuckDBOps())
     con = duckdb.connect()
     con.register(r.calibration.plan.table.view or source_name("people"), table)
     out = con.sql(render(ast)).to_arrow_table().to_pylist()

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 import dpsql
+from dpsql.engine.duckdb_ops import SaltedDuckDBOps
 from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import ranges
 from dpsql.plan import workload
@@ -184,7 +185,9 @@ def test_bounded_histogram_respects_the_per_unit_cap():
     cap = 2
     s = make_session(cap=cap)
     wl = workload.analyze_workload(["SELECT COUNT(*) FROM people WHERE age < 50"], s.tables)
-    q = render(bounded_histogram(wl, "pid", cap, "fixed-salt"))
+    # coupled by the salt: the reproducible choice (the engine's own per-row draw would choose afresh
+    # on each side; test_the_drawn_histogram_keeps_l_rows_per_unit checks that form)
+    q = render(bounded_histogram(wl, "pid", cap, "fixed-salt", ops=SaltedDuckDBOps()))
     con = duckdb.connect()
     full = t
     for victim in [0, 1, 7, 42]:
@@ -403,7 +406,8 @@ def test_a_histogram_follows_the_grouped_rule(c_u, k, big_l):
                                                                        s.tables))
     assert plan_wl is not None
     groups = Caps(c_u, k, big_l)
-    q = render(bounded_histogram(plan_wl, "pid", groups.rows_bound, "fixed-salt", groups=groups))
+    q = render(bounded_histogram(plan_wl, "pid", groups.rows_bound, "fixed-salt", groups=groups,
+                                 ops=SaltedDuckDBOps()))  # coupled by the salt, as above
     con = duckdb.connect()
     con.register(s.tables["people"].view, t)
     full = ranges.fill_histogram(plan_wl, con.sql(q).to_arrow_table())
@@ -416,4 +420,39 @@ def test_a_histogram_follows_the_grouped_rule(c_u, k, big_l):
         assert diff.min() >= 0 and diff.sum() <= groups.rows_bound
         assert np.count_nonzero(diff) <= c_u and diff.max() <= k
     assert full.sum() < len(uid)  # the caps bind on this data
+    s.close()
+
+
+@pytest.mark.parametrize("big_l", [1, 2, 3])
+def test_the_drawn_histogram_keeps_l_rows_per_unit(big_l):
+    """The engine's per-row draw (one read of the kept rows): each unit keeps exactly min(rows, L)
+    rows, in a workload and in a histogram whose k and C_u do not bind, and with k = 1 a unit
+    counts once per bin (LEAST(rows, k) per (unit, bin))."""
+    import duckdb
+
+    from dpsql.rewrite.bound import Caps
+
+    gen = np.random.default_rng(12)
+    rows = gen.integers(1, 8, 300)
+    uid = np.repeat(np.arange(len(rows)), rows)
+    t = pa.table({"pid": uid.astype(np.int64), "age": gen.integers(0, 120, len(uid)).astype(np.int64)})
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(10.0))
+    s.register("people", t, privacy_unit="pid", max_rows_per_unit=big_l, columns={"age": {"bounds": (0, 120), "bins": 120}})
+    con = duckdb.connect()
+    con.register(s.tables["people"].view, t)
+    wl = workload.analyze_workload(["SELECT COUNT(*) FROM people WHERE age < 200"], s.tables)
+    q = render(bounded_histogram(wl, "pid", big_l, "salt"))
+    assert "RANDOM()" in q
+    assert ranges.fill_histogram(wl, con.sql(q).to_arrow_table()).sum() == np.minimum(rows, big_l).sum()
+    hist_wl = workload.histogram_workload(dpsql.plan.analyze.analyze("SELECT age, COUNT(*) FROM people GROUP BY age",
+                                                                      s.tables))
+    assert hist_wl is not None
+    for k, expected in ((float("inf"), np.minimum(rows, big_l).sum()), (1, None)):
+        groups = Caps(float("inf"), k, big_l)
+        got = ranges.fill_histogram(hist_wl, con.sql(render(bounded_histogram(hist_wl, "pid", big_l, "salt",
+                                                                                groups=groups))).to_arrow_table())
+        if expected is not None:
+            assert got.sum() == expected
+        else:  # at most one per (unit, bin): never more than the units, and L rows of 120 bins rarely share one
+            assert got.max() <= len(rows) and got.sum() <= np.minimum(rows, big_l).sum()
     s.close()

@@ -15,10 +15,12 @@ partition, clamping, casts, typed literals) is the backend's (``ops``: a
 * :func:`cap_rows_per_group` -- at most k rows per (unit, group);
 * :func:`cap_groups_per_unit` -- at most C_u groups per unit.
 
-The row caps share one step, :func:`cap_rows`: in an aggregation on DuckDB, keep each
+The row caps share one step, :func:`cap_rows`: where the kept rows are read once on DuckDB
+(an aggregation, a range workload's histogram, a quantile's histograms in the forms of
+:func:`bounded_value_histograms` that read them once), keep each
 partition's n rows with the smallest fresh per-row ``RANDOM()`` draw (one window; for n = 2 the
 rows with the smallest and the largest draw, one hash aggregate); elsewhere
-(reproducible backends, and relations read more than once: histograms, quantiles, joins) number
+(reproducible backends, and relations read more than once: grouped quantiles with k > 1 or L, joins) number
 each partition's rows by value (identical rows are interchangeable), then keep the n whose keyed
 hash of (partition, number) under the per-query secret salt is smallest -- either way a uniform
 random subset that depends only on that partition's own rows. With k = 1 (and no L) the kept row of each (unit, group) is chosen by one
@@ -55,8 +57,10 @@ aggregates, which the golden tests compare against DuckDB on the original query.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlglot import exp
 
@@ -67,6 +71,7 @@ from dpsql.plan import ir
 from dpsql.plan.typer import TypeRefusal, domain_literal, type_key, type_predicate, type_value
 from dpsql.plan.workload import Workload
 from dpsql.rewrite.contribution import Caps, ContributionModel
+from dpsql.rewrite.render import DIALECT_MARK, render
 
 __all__ = [
     "SALT_PLACEHOLDER", "Caps", "ContributionModel", "ReleasedColumn", "ValueGrid", "base_relation", "bounded_histogram",
@@ -216,7 +221,33 @@ def _clamped_input(agg: ir.Aggregate, schema: dict[str, str], ops: SqlOps, raw: 
     return ops.clamp(src, lo, hi, shift=shift)
 
 
-def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
+#: a public key domain with more values than this enters the AST as one node holding its literals
+#: rendered once (per values, column type and dialect; kept): a node per value made every copy and
+#: render of the query cost per value (100k values: seconds per query, before DuckDB read the text)
+LISTED_INLINE_MAX = 64
+
+
+@functools.lru_cache(maxsize=16)
+def _listed_domain(values: tuple[Any, ...], column_type: str, dialect: str) -> str:
+    """The typed literals of ``values`` (public domain values) rendered for ``dialect``, comma-separated."""
+    text = render(exp.Tuple(expressions=[domain_literal(v, column_type) for v in values]), dialect=dialect)
+    assert text.startswith("(") and text.endswith(")")
+    return text[1:-1]
+
+
+def domain_literals(values: tuple[Any, ...], column_type: str, ops: SqlOps = DEFAULT_OPS) -> list[exp.Expression]:
+    """The typed literals of a public key domain, as the elements of an IN list or an array: one
+    literal per value, or for a long domain one node holding their text rendered for ``ops``'s
+    dialect (so refused for any other, as the backends' building blocks are). The text is the
+    rendering of the same literals, so the query means the same either way."""
+    if len(values) <= LISTED_INLINE_MAX:
+        return [domain_literal(v, column_type) for v in values]
+    node = exp.Var(this=_listed_domain(tuple(values), column_type, ops.dialect))
+    node.meta[DIALECT_MARK] = ops.dialect
+    return [node]
+
+
+def _domain_filter(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> exp.Expression | None:
     """Rows whose key lies in the public domain: the canonical key compared with literals typed
     to the column at registration (``dpsql.plan.typer.type_domain``), e.g. CAST('2024-01-01' AS
     DATE), never bare text that DuckDB would cast or read as arithmetic."""
@@ -226,7 +257,7 @@ def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
         if key.domain is not None:
             assert isinstance(key.expr, exp.Column)
             ctype = schema[key.expr.name.lower()]
-            lits = [domain_literal(v, ctype) for v in key.domain]
+            lits = domain_literals(key.domain, ctype, ops)
             conds.append(exp.In(this=exp.Paren(this=key_expression(key, schema)), expressions=lits))
     if not conds:
         return None
@@ -236,7 +267,8 @@ def _domain_filter(plan: ir.QueryPlan) -> exp.Expression | None:
     return out
 
 
-def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str]) -> exp.Select:
+def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str],
+                     ops: SqlOps = DEFAULT_OPS) -> exp.Select:
     """The rows of ``relation`` (one per unit and group, the keys in the columns named as the
     plan's keys) whose keys lie in their public domains: per key with a domain, a semi-join
     ``key IN (SELECT UNNEST([lit, ...]) AS __d)`` (Spark: ``explode(array(...))``) with the literals
@@ -254,7 +286,7 @@ def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Seque
             continue
         assert isinstance(key.expr, exp.Column)
         ctype = schema[key.expr.name.lower()]
-        listed = exp.Array(expressions=[domain_literal(v, ctype) for v in key.domain])
+        listed = exp.Array(expressions=domain_literals(key.domain, ctype, ops))
         sub = exp.select(exp.alias_(exp.func("unnest", listed), "__d"))
         c = exp.In(this=_col(key.name), query=exp.Subquery(this=sub))
         cond = c if cond is None else exp.And(this=cond, expression=c)
@@ -436,11 +468,11 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
         elif a.kind in ir.VALUE_KINDS:
             proj.append(exp.alias_(_clamped_input(a, plan.table.schema, ops), f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
-    return _rows_of(plan, unit_column, proj, where, use_public_domain), value_cols
+    return _rows_of(plan, unit_column, proj, where, use_public_domain, ops), value_cols
 
 
 def _rows_of(plan: ir.QueryPlan, unit_column: str, proj: list[exp.Expression], where: exp.Expression | None,
-             use_public_domain: bool) -> exp.Select:
+             use_public_domain: bool, ops: SqlOps = DEFAULT_OPS) -> exp.Select:
     """``proj`` over the source rows that may contribute: passing the user's WHERE, with a unit,
     and (with public key domains) a key inside the domain."""
     src = exp.to_table(plan.table.view or source_name(plan.table.name), quoted=True)
@@ -448,7 +480,7 @@ def _rows_of(plan: ir.QueryPlan, unit_column: str, proj: list[exp.Expression], w
     cond: exp.Expression = exp.Not(this=exp.Is(this=exp.column(unit_column, quoted=True), expression=exp.Null()))
     if user_where is not None:
         cond = exp.And(this=exp.Paren(this=guard(user_where, plan.table.schema)), expression=cond)
-    dom = _domain_filter(plan) if use_public_domain else None
+    dom = _domain_filter(plan, ops) if use_public_domain else None
     if dom is not None:
         cond = exp.And(this=cond, expression=dom)
     return exp.select(*proj).from_(src, copy=False).where(cond, copy=False)
@@ -486,7 +518,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     proj += [exp.alias_(source[c], r) for c, r in raw.items()]
-    base = _rows_of(plan, unit_column, proj, where, use_public_domain).subquery("__base", copy=False)
+    base = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__base", copy=False)
     picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops)
 
     def present(r: str) -> exp.Expression:
@@ -588,7 +620,7 @@ def bounded_query(
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
 
     if pairs_domain:
-        ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects])
+        ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects], ops)
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug", copy=False)
@@ -672,12 +704,16 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
         cond = exp.And(this=cond, expression=inside)
     base: exp.Expression = exp.select(*proj).from_(src, copy=False).where(cond, copy=False).subquery("__base", copy=False)
     bins = [f"__b{i}" for i in range(len(wl.dims))]
+    # the kept rows are read once (one chain of subqueries): the L cap may take the engine's per-row draw
     if groups is not None:
         if groups.unit_rows_finite:
-            base = cap_rows_per_unit(base, "__unit", bins, groups.max_rows_per_unit, salt, alias="__kept", ops=ops)
+            base = cap_rows_per_unit(base, "__unit", bins, groups.max_rows_per_unit, salt, alias="__kept", ops=ops,
+                                     draw=True)
+        count: exp.Expression = exp.Count(this=exp.Star())
         if groups.rows_finite:
-            base = cap_rows_per_group(base, "__unit", bins, [], groups.max_rows_per_group, salt, alias="__rows", ops=ops)
-        pairs: exp.Expression = (exp.select(_col("__unit"), *[_col(b) for b in bins], exp.alias_(exp.Count(this=exp.Star()), "__c"))
+            # counts only: k rows of a (unit, bin) count as LEAST(rows, k) whichever are kept
+            count = ops.least(count, _lit(groups.max_rows_per_group))
+        pairs: exp.Expression = (exp.select(_col("__unit"), *[_col(b) for b in bins], exp.alias_(count, "__c"))
                                  .from_(base, copy=False).group_by(_col("__unit"), *[_col(b) for b in bins], copy=False)
                                  .subquery("__pairs_hist", copy=False))
         if groups.groups_finite:
@@ -686,7 +722,7 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
         return (exp.select(*[_col(b) for b in bins], exp.alias_(exp.Sum(this=_col("__c")), "__n"))
                 .from_(pairs, copy=False).group_by(*[_col(b) for b in bins], copy=False))
     if cap != float("inf"):
-        base = cap_rows_per_unit(base, "__unit", bins, cap, salt, alias="__kept", ops=ops)
+        base = cap_rows_per_unit(base, "__unit", bins, cap, salt, alias="__kept", ops=ops, draw=True)
     return (exp.select(*[_col(b) for b in bins], exp.alias_(exp.Count(this=exp.Star()), "__n"))
             .from_(base, copy=False).group_by(*[_col(b) for b in bins], copy=False))
 
@@ -726,6 +762,10 @@ def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids:
     changes each touched group's histogram by at most min(k, L) rows in L1 norm, in at most
     min(C_u, L, number of groups) groups. Rows whose value is NULL are kept (they count towards
     the caps) but are in no histogram, as SQL's own quantiles ignore NULL.
+
+    On a backend that draws per row (``ops.row_clock()``), grouped with k = 1 and no L, and
+    ungrouped, the rows are kept by the draw and read once (:func:`_histograms_read_once`);
+    otherwise by the salted numbering, the kept rows joined back to the chosen groups.
     """
     ops = ops if ops is not None else DEFAULT_OPS
     keys = [k.name for k in plan.keys]
@@ -733,7 +773,32 @@ def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids:
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
     proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
     proj += [exp.alias_(grid_index(g, ops), b) for g, b in zip(grids, buckets, strict=True)]
-    rows: exp.Expression = _rows_of(plan, unit_column, proj, None, True).subquery("__base", copy=False)
+    rows: exp.Expression = _rows_of(plan, unit_column, proj, None, True, ops).subquery("__base", copy=False)
+    drawn = ops.row_clock() is not None  # the backend draws per row: the kept rows must then be read once
+    if drawn and keys and caps.rows_finite and caps.max_rows_per_group == 1 and not caps.unit_rows_finite:
+        # k = 1, no L: one row per (unit, group) by one aggregate (as ``bounded_query``'s k = 1),
+        # then the group cap over those rows, one per pair (no numbering windows, no join back)
+        kept: exp.Expression = _pick_one_row(rows, "__unit", keys, buckets, salt, ops=ops)
+        if caps.groups_finite:
+            kept = cap_groups_per_unit(kept, "__unit", keys, [*keys, *buckets], caps.max_groups_per_unit, salt,
+                                       alias="__chosen", ops=ops)
+        ctes = [exp.CTE(this=exp.select(*[_col(c) for c in [*keys, *buckets]]).from_(kept, copy=False),
+                        alias=exp.TableAlias(this=exp.to_identifier("__qrows")))]
+        return _histograms_read_once(keys, buckets, ctes)
+    if drawn and not keys and (caps.unit_rows_finite or caps.rows_finite):
+        # ungrouped: each unit's rows kept by their draws (k = 1: one aggregate; k = 2: one aggregate
+        # for at most two grids; otherwise one window), not numbered by value and hashed (two windows)
+        kept = rows
+        if caps.unit_rows_finite:
+            kept = cap_rows_per_unit(kept, "__unit", buckets, caps.max_rows_per_unit, salt, alias="__unit_rows",
+                                     ops=ops, draw=True)
+        if caps.rows_finite and caps.max_rows_per_group == 1:
+            kept = _pick_one_row(kept, "__unit", [], buckets, salt, ops=ops)
+        elif caps.rows_finite:
+            kept = cap_rows_per_group(kept, "__unit", [], buckets, caps.max_rows_per_group, salt, ops=ops, draw=True)
+        ctes = [exp.CTE(this=exp.select(*[_col(c) for c in buckets]).from_(kept, copy=False),
+                        alias=exp.TableAlias(this=exp.to_identifier("__qrows")))]
+        return _histograms_read_once(keys, buckets, ctes)
     if caps.unit_rows_finite:
         rows = cap_rows_per_unit(rows, "__unit", [*keys, *buckets], caps.max_rows_per_unit, salt, alias="__unit_rows",
                                  ops=ops)
@@ -767,5 +832,27 @@ def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids:
         union = exp.union(union, p, distinct=False, copy=False)
     q = exp.select("*").from_(union.subquery("__hist", copy=False) if len(parts) > 1 else parts[0].subquery("__hist"),
                               copy=False)
+    q.set("with_", exp.With(expressions=ctes))
+    return q
+
+
+def _histograms_read_once(keys: Sequence[str], buckets: Sequence[str], ctes: list[exp.CTE]) -> exp.Select:
+    """The histograms of :func:`bounded_value_histograms` (columns keys, ``__q``, ``__b``, ``__n``)
+    from the kept rows ``__qrows`` (the last CTE), which are read once: rows kept by fresh draws
+    (``ops.row_clock()``) would be drawn again by a second read. Several grids: each row's
+    (grid, point) pairs unnested in lockstep (DuckDB), then one aggregate."""
+    if len(buckets) == 1:
+        flat: exp.Expression = exp.select(*[_col(k) for k in keys], exp.alias_(_lit(0), "__q"),
+                                          exp.alias_(_col(buckets[0]), "__b")).from_("__qrows", copy=False)
+    else:
+        grid = exp.Unnest(expressions=[exp.Array(expressions=[_lit(i) for i in range(len(buckets))])])
+        point = exp.Unnest(expressions=[exp.Array(expressions=[_col(b) for b in buckets])])
+        flat = exp.select(*[_col(k) for k in keys], exp.alias_(grid, "__q"), exp.alias_(point, "__b")).from_(
+            "__qrows", copy=False)
+    hist = (exp.select(*[_col(k) for k in keys], _col("__q"), _col("__b"), exp.alias_(exp.Count(this=exp.Star()), "__n"))
+            .from_(flat.subquery("__points", copy=False), copy=False)
+            .where(exp.Not(this=exp.Is(this=_col("__b"), expression=exp.Null())), copy=False)
+            .group_by(*[_col(k) for k in keys], _col("__q"), _col("__b"), copy=False))
+    q = exp.select("*").from_(hist.subquery("__hist", copy=False), copy=False)
     q.set("with_", exp.With(expressions=ctes))
     return q
