@@ -102,6 +102,11 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {  # name -> (lo, hi, decimal dig
     "UBIGINT": (0, 2**64 - 1, 20),
     "UHUGEINT": (0, 2**128 - 1, 39),
 }
+#: the largest magnitude of a *computed* HUGEINT (arithmetic, abs, negation, round): every engine's
+#: HUGEINT holds it (DuckDB's holds +-(2^127 - 1), Spark's DECIMAL(38,0) only +-(10^38 - 1), and its
+#: arithmetic raises beyond). A result that could leave it is computed in DOUBLE instead, so no row
+#: can make an integer expression overflow on either engine.
+HUGEINT_COMPUTED = 10**38 - 1
 _SIGNED_ORDER = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
 _INT_ALIASES = {
     "INT1": "TINYINT", "INT2": "SMALLINT", "SHORT": "SMALLINT", "INT": "INTEGER", "INT4": "INTEGER",
@@ -224,8 +229,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "a column is never cast into TIMESTAMP_S/_MS/_NS (DuckDB's TRY_CAST into them can raise); "
              "TIMESTAMP_S/_MS values are converted through TIMESTAMP"),
     FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
-             "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types; "
-             "beyond HUGEINT: computed in DOUBLE"),
+             "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types "
+             "(a computed HUGEINT up to +-(10^38 - 1), the range of Spark's DECIMAL(38,0) too); beyond: computed in DOUBLE"),
     FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DOUBLE", "total", "DECIMAL arithmetic is computed in DOUBLE"),
     FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE", "total", "overflow gives inf"),
     FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
@@ -847,9 +852,10 @@ class Typer:
 
     @staticmethod
     def _holding(lo: int, hi: int) -> SqlType | None:
-        """The smallest signed integer type (at least INTEGER) holding [lo, hi], if any."""
+        """The smallest signed integer type (at least INTEGER) holding [lo, hi], if any (a computed
+        HUGEINT: at most ``HUGEINT_COMPUTED`` in magnitude, the range every engine holds)."""
         for n in ("INTEGER", "BIGINT", "HUGEINT"):
-            tlo, thi, _ = _INT_RANGES[n]
+            tlo, thi, _ = _INT_RANGES[n] if n != "HUGEINT" else (-HUGEINT_COMPUTED, HUGEINT_COMPUTED, 38)
             if tlo <= lo and hi <= thi:
                 return SqlType("int", n)
         return None
