@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dpsql
-from dpsql.errors import DPSQLError, ExecutionError
+from dpsql.errors import DPSQLError
 from dpsql.testing import use_noise, zero_noise
 
 _WHY = ("the Spark engine needs the 'spark' extra: pip install 'dpsql[spark]'"
@@ -98,3 +98,40 @@ def test_hugeint_products_within_the_portable_range_stay_exact(spark: dpsql.Sess
     t = register(spark, lake, people("a", [big] * N, pa.int64()))
     assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t} WHERE a * a = {big * big}") == ("ok", [{"c": N}])
     assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t} WHERE a * a = {big * big + 1}") == ("ok", [{"c": 0}])
+
+
+# -- negation and abs() of a wide DECIMAL: Spark rounds them to 34 digits, and can overflow -----------------
+
+
+def test_negating_a_wide_decimal_is_exact_and_total(spark: dpsql.Session, lake: Path) -> None:
+    import decimal
+
+    top = decimal.Decimal("9" * 38)  # the greatest DECIMAL(38,0): Spark's -x rounds it to -10^38 and raises
+    odd = decimal.Decimal("12345678901234567890123456789012345678")  # 38 digits: Spark's -x rounds it
+    plain = [decimal.Decimal(i % 5) for i in range(N)]
+    base = people("amt", plain, pa.decimal128(38, 0))
+    hostile = people("amt", plain, pa.decimal128(38, 0), extra=[top, odd])
+    t0, t1 = register(spark, lake, base), register(spark, lake, hostile)
+    for sql in ("SELECT COUNT(*) AS c FROM {t} WHERE -amt < 0", "SELECT COUNT(*) AS c FROM {t} WHERE abs(amt) > 3",
+                "SELECT COUNT(*) AS c FROM {t} WHERE ceil(amt) > 3", "SELECT COUNT(*) AS c FROM {t} WHERE floor(amt) > 3"):
+        a, b = outcome(spark, sql.format(t=t0)), outcome(spark, sql.format(t=t1))
+        assert a[0] == b[0] == "ok", (sql, a, b)
+    # exact: the negated 38-digit value is found by equality, on Spark as on DuckDB
+    assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t1} WHERE -amt = -{odd}") == ("ok", [{"c": 1}])
+    assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t1} WHERE abs(-amt) = {top}") == ("ok", [{"c": 1}])
+    # negative control: Spark's own negation of that value raises in ANSI mode
+    view = spark.tables[t1].view
+    with pytest.raises(Exception, match="NUMERIC_VALUE_OUT_OF_RANGE"):
+        spark._engine.spark.sql(f"SELECT -amt AS y FROM {view}").collect()
+
+
+def test_negating_a_wide_decimal_with_a_scale(spark: dpsql.Session, lake: Path) -> None:
+    import decimal
+
+    v = decimal.Decimal("-" + "9" * 29 + "." + "9" * 9)  # DECIMAL(38,9): Spark's -x rounds it up and raises
+    w = decimal.Decimal("12345678901234567890123456789.123456789")
+    t = register(spark, lake, people("x", [decimal.Decimal("1.5")] * N, pa.decimal128(38, 9), extra=[v, w]))
+    assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t} WHERE -x = {-v}") == ("ok", [{"c": 1}])
+    assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t} WHERE -x = -{w}") == ("ok", [{"c": 1}])
+    assert outcome(spark, f"SELECT abs(x) AS k, COUNT(*) AS c FROM {t} GROUP BY abs(x)") == (
+        "ok", [{"k": decimal.Decimal("1.500000000"), "c": N}])

@@ -69,6 +69,9 @@ SQL_CONF = {
     "spark.sql.legacy.timeParserPolicy": "CORRECTED",
     "spark.sql.caseSensitive": "false",
     "spark.sql.parquet.inferTimestampNTZ.enabled": "true",
+    # DECIMAL arithmetic keeps its operands' scale (never rounds a value to fit 38 digits): the
+    # exact negation of a wide DECIMAL (``spark_ops._decimal_sign_lowered``) relies on it
+    "spark.sql.decimalOperations.allowPrecisionLoss": "false",
 }
 
 _QUIET_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j", "py4j.java_gateway",

@@ -60,7 +60,7 @@ import decimal
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlglot import exp
 
@@ -696,13 +696,14 @@ class Typer:
                 lo, hi = self._range(r)
                 wide = self._holding(-hi, -lo)
                 if wide is not None:
-                    return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide, bounds=(-hi, -lo))
+                    return Typed(_numeric_tag(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide), wide,
+                                 bounds=(-hi, -lo))
                 if r.type.name == "HUGEINT":
                     # -x fails only for the least HUGEINT: that value is NULL (one operand reference)
-                    return Typed(exp.Neg(this=exp.Paren(this=_not_least(r.expr, r.type))), r.type)
+                    return Typed(_numeric_tag(exp.Neg(this=exp.Paren(this=_not_least(r.expr, r.type))), r.type), r.type)
                 # unsigned beyond HUGEINT (UHUGEINT): computed in DOUBLE
                 return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, DOUBLE, node))), DOUBLE)
-            return Typed(exp.Neg(this=exp.Paren(this=r.expr)), r.type)
+            return Typed(_numeric_tag(exp.Neg(this=exp.Paren(this=r.expr)), r.type), r.type)
         if isinstance(node, (exp.And, exp.Or)):
             a = self.boolean(node.this, "AND/OR")
             b = self.boolean(node.expression, "AND/OR")
@@ -990,9 +991,10 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
             top = max(abs(lo), abs(hi))
             wide = ty._holding(0, top)
             if wide is not None:
-                return Typed(exp.Abs(this=ty.coerce(r, wide, node)), wide, bounds=(0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), top))
+                return Typed(_numeric_tag(exp.Abs(this=ty.coerce(r, wide, node)), wide), wide,
+                             bounds=(0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), top))
             if r.type.name == "HUGEINT":  # abs fails only on the least HUGEINT: NULL
-                return Typed(exp.Abs(this=_not_least(r.expr, r.type)), r.type)
+                return Typed(_numeric_tag(exp.Abs(this=_not_least(r.expr, r.type)), r.type), r.type)
             return Typed(r.expr, r.type)  # unsigned
         if r.type.kind == "int" and not isinstance(node, exp.Abs):
             # floor/ceil/trunc of an integer, and round to digits >= 0, are the integer itself
@@ -1020,7 +1022,8 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
             args: dict[str, Any] = {"this": ty.coerce(r, src, node)}
             if digits is not None:
                 args["decimals"] = exp.Literal.number(digits)
-            return Typed(cls(**args), rt)
+            out = cls(**args)
+            return Typed(_numeric_tag(out, src) if isinstance(node, exp.Abs) else out, rt)
         rt, _ = result(r.type)
         args = {"this": ty.coerce(r, DOUBLE, node) if rt.kind == "float" and r.type.kind != "float" else
                 (r.expr if not r.literal else ty.coerce(r, r.type, node))}
@@ -1171,6 +1174,18 @@ def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bo
         minus_inf = _cast(exp.Literal.string("-infinity"), TIMESTAMP, try_=False)
         ok = exp.Or(this=exp.GTE(this=e.copy(), expression=least), expression=exp.EQ(this=e.copy(), expression=minus_inf))
         e = exp.Case(ifs=[exp.If(this=ok, true=e.copy())])
+    return e
+
+
+E = TypeVar("E", bound=exp.Expression)
+
+#: meta key on a typed negation or abs() of an integer or DECIMAL: its operand's type name (DuckDB's),
+#: for backends whose negation of a wide DECIMAL is not exact (``dpsql.engine.spark_ops``)
+NUMERIC_ARG = "dpsql_numeric_arg"
+
+
+def _numeric_tag(e: E, t: SqlType) -> E:
+    e.meta[NUMERIC_ARG] = t.name
     return e
 
 
