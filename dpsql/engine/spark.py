@@ -31,8 +31,9 @@ Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/
   expanded once, at registration; ``file://`` and other URI schemes Spark is configured for
   are passed to Spark as given) and Arrow tables; text and binary values over
   ``max_text_bytes`` are NULL, and so are dates and timestamps outside 290000 BC .. 294000
-  (as DuckDB's reader: near the ends of the range date functions would leave it). Differences from DuckDB's reader (docs/spark.md): Spark does not
-  validate UTF-8 (invalid bytes are kept, never an error), the schema is the first file's,
+  (as DuckDB's reader: near the ends of the range date functions would leave it); text that
+  is not valid UTF-8 is NULL (as DuckDB's default ``invalid_text = "null"``; Spark itself keeps
+  the bytes). Differences from DuckDB's reader (docs/spark.md): the schema is the first file's,
   nested values are not capped. CSV files and DuckDB tables are DuckDB-only source kinds: a
   ConfigError at registration.
 """
@@ -265,9 +266,17 @@ class SparkBackend:
         for n, t in fields:
             ref = exp.column(n, quoted=True)
             e: exp.Expression = ref
-            if cap is not None and (t == "string" or t == "binary" or t.startswith("string collate")):
-                too_long = exp.GT(this=exp.func("octet_length", ref.copy()), expression=exp.Literal.number(cap))
-                e = exp.Case(ifs=[exp.If(this=too_long, true=exp.Null())], default=ref.copy())
+            text = t == "string" or t.startswith("string collate")
+            if text or (cap is not None and t == "binary"):
+                # text that is not valid UTF-8 is NULL, as DuckDB's default reader (invalid_text =
+                # "null") reads it: Spark keeps the bytes, which then compare, hash and print
+                # differently (the driver's Arrow and DuckDB mangle or reject them)
+                null_if: list[exp.Expression] = []
+                if cap is not None:
+                    null_if.append(exp.GT(this=exp.func("octet_length", ref.copy()), expression=exp.Literal.number(cap)))
+                if text:
+                    null_if.append(exp.Not(this=exp.Anonymous(this="is_valid_utf8", expressions=[ref.copy()])))
+                e = exp.Case(ifs=[exp.If(this=c, true=exp.Null()) for c in null_if], default=ref.copy())
             elif t in ("date", "timestamp", "timestamp_ntz"):
                 # the range DuckDB's reader keeps (``_duckdb_sources.TS_MIN_US`` ...): outside it NULL, as there
                 stored = (exp.Anonymous(this="unix_date", expressions=[ref.copy()]) if t == "date" else
