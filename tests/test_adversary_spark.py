@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dpsql
-from dpsql.errors import DPSQLError
+from dpsql.errors import ConfigError, DPSQLError
 from dpsql.testing import use_noise, zero_noise
 
 _WHY = ("the Spark engine needs the 'spark' extra: pip install 'dpsql[spark]'"
@@ -153,3 +153,37 @@ def test_invalid_utf8_text_is_null_as_on_duckdb(spark: dpsql.Session, lake: Path
     # negative control: the bytes are in the file, and Spark reads them as they are
     seen = spark._engine.spark.read.parquet(str(lake / f"{t}.parquet")).toArrow().column("k").cast(pa.binary())
     assert b"x\xff\xfey" in seen.to_pylist()
+
+
+# -- Parquet timestamps stored in milliseconds -------------------------------------------------------------------
+
+
+def test_millisecond_timestamps_beyond_the_range_are_null(spark: dpsql.Session, lake: Path) -> None:
+    # Spark's reader converts milliseconds to microseconds with an exact multiplication: one stored
+    # value beyond +-2^63 microseconds made every query reading the column fail (after the charge)
+    import datetime as dt
+
+    ms = 1704164645678  # 2024-01-02 03:04:05.678
+    base = people("x", [ms] * N, pa.int64()).set_column(1, "x", pa.array([ms] * N, pa.int64()).cast(pa.timestamp("ms")))
+    hostile = people("x", [ms] * N + [-(10**18)], pa.int64())
+    hostile = hostile.set_column(1, "x", hostile.column("x").cast(pa.timestamp("ms")))
+    t0, t1 = register(spark, lake, base), register(spark, lake, hostile)
+    for t in (t0, t1):
+        assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t} WHERE x > '2024-01-02 03:04:05.677'") == ("ok", [{"c": N}])
+        assert outcome(spark, f"SELECT date_trunc('second', x) AS k, COUNT(*) AS c FROM {t} GROUP BY date_trunc('second', x)") \
+            == ("ok", [{"k": dt.datetime(2024, 1, 2, 3, 4, 5), "c": N}])
+    assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t1} WHERE x IS NULL") == ("ok", [{"c": 1}])
+    # negative control: Spark's own reader raises on the file
+    with pytest.raises(Exception, match="FAILED_READ_FILE|ArithmeticException|overflow"):
+        spark._engine.spark.read.parquet(str(lake / f"{t1}.parquet")).collect()
+
+
+def test_millisecond_and_microsecond_files_of_one_column_are_refused(spark: dpsql.Session, lake: Path) -> None:
+    d = lake / "mixed-units"
+    d.mkdir()
+    for unit in ("ms", "us"):
+        t = people("x", [1704164645678] * 3, pa.int64())
+        pq.write_table(t.set_column(1, "x", t.column("x").cast(pa.timestamp("ms")).cast(pa.timestamp(unit))),
+                       d / f"part-{unit}.parquet")
+    with pytest.raises(ConfigError, match="milliseconds in some files"):
+        spark.register("mixed_units", str(d / "part-*.parquet"), privacy_unit="uid")

@@ -45,7 +45,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -221,6 +221,7 @@ class SparkBackend:
                               hint="Parquet and Arrow sources carry their own column types")
         failure: ConfigError | None = None
         fields: list[tuple[str, str]] = []
+        millis: set[str] = set()
         with self._lock:
             self._views[view] = kind
             try:
@@ -228,13 +229,22 @@ class SparkBackend:
                     paths = [source] if re.match(r"^[a-z][a-z0-9+.-]*://", str(source)) and not str(source).startswith(
                         "file://") else _expand(str(source).removeprefix("file://"))
                     raw = self._spark.read.parquet(*paths)
+                    millis = self._millis_columns(name, raw)
+                    if millis:  # read as the stored INT64 milliseconds, converted by _capped_select
+                        from pyspark.sql.types import LongType, StructField, StructType
+
+                        as_long = StructType([StructField(f.name, LongType(), True) if f.name in millis else f
+                                              for f in raw.schema.fields])
+                        fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
+                        raw = self._spark.read.schema(as_long).parquet(*paths)
                 else:
                     if not isinstance(source, pa.Table):
                         raise ConfigError(f"table '{name}': an Arrow source must be a pyarrow.Table")
                     raw = self._arrow_frame(source)
                 raw.createOrReplaceTempView(view + "_raw")
-                fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                sel = self._capped_select(view + "_raw", fields)
+                if not millis:
+                    fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
+                sel = self._capped_select(view + "_raw", fields, millis)
                 self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
             except ConfigError:
                 self.unregister_source(name, kind, view)
@@ -260,12 +270,73 @@ class SparkBackend:
             return self._spark.createDataFrame([], schema)
         return self._spark.createDataFrame(table, schema=schema)
 
-    def _capped_select(self, raw: str, fields: list[tuple[str, str]]) -> exp.Select:
+    def _millis_columns(self, name: str, raw: Any) -> set[str]:
+        """The top-level timestamp columns stored as Parquet TIMESTAMP(MILLIS) in every file.
+
+        Spark's reader converts milliseconds to microseconds with an exact multiplication: one
+        stored value beyond +-2^63 microseconds (a millisecond count above ~9.2e15) makes every
+        query that reads the column raise, a failure decided by one row. Such columns are read as
+        the stored INT64 and converted by :meth:`_capped_select` (NULL outside DuckDB's range, as
+        DuckDB's reader). Read from the files' footers only (no row). A column stored in
+        milliseconds in some files and not in others, or a millisecond timestamp inside a
+        nested column, is a ConfigError (a property of the files' schemas, never of a value)."""
+        top = {f.name for f in raw.schema.fields}
+        stamps = {f.name for f in raw.schema.fields if f.dataType.simpleString() in ("timestamp", "timestamp_ntz")}
+        nested = any(f.dataType.simpleString().startswith(("struct", "array", "map")) for f in raw.schema.fields)
+        if not stamps and not nested:
+            return set()
+        sc = self._spark.sparkContext
+        jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
+        units: dict[str, set[str]] = {}
+        for uri in raw.inputFiles():
+            hin = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jvm.org.apache.hadoop.fs.Path(uri), conf)
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(hin)
+            try:
+                schema = reader.getFooter().getFileMetaData().getSchema()
+            finally:
+                reader.close()
+            stack = [(t, None) for t in schema.getFields()]
+            while stack:
+                t, under = stack.pop()
+                if not t.isPrimitive():
+                    stack.extend((c, under or t.getName()) for c in t.asGroupType().getFields())
+                    continue
+                ann = t.getLogicalTypeAnnotation()
+                unit = (str(ann.getUnit().toString()) if ann is not None
+                        and str(ann.getClass().getSimpleName()) == "TimestampLogicalTypeAnnotation" else "")
+                if under is not None:
+                    if unit == "MILLIS":
+                        raise ConfigError(f"table '{name}': the nested column '{under}' holds timestamps stored in "
+                                          "milliseconds, which Spark cannot read totally",
+                                          hint="store nested timestamps in microseconds, or use the DuckDB engine")
+                    continue
+                col = str(t.getName())
+                match = next((c for c in top if c.lower() == col.lower()), None)
+                if match is not None and match in stamps:
+                    units.setdefault(match, set()).add(unit)
+        mixed = sorted(c for c, u in units.items() if "MILLIS" in u and len(u) > 1)
+        if mixed:
+            raise ConfigError(f"table '{name}': column(s) {mixed} are timestamps stored in milliseconds in some files "
+                              "and not in others",
+                              hint="rewrite the files with one timestamp unit per column (microseconds)")
+        return {c for c, u in units.items() if u == {"MILLIS"}}
+
+    def _capped_select(self, raw: str, fields: list[tuple[str, str]], millis: Collection[str] = ()) -> exp.Select:
         cap = self.settings.max_text_bytes
         items: list[exp.Expression] = []
         for n, t in fields:
             ref = exp.column(n, quoted=True)
             e: exp.Expression = ref
+            if n in millis:
+                # the stored INT64 milliseconds: inside DuckDB's range converted exactly, else NULL
+                lo_ms, hi_ms = -((-TS_MIN_US) // 1000), TS_MAX_US // 1000
+                inside = exp.Between(this=ref.copy(), low=exp.Neg(this=exp.Literal.number(-lo_ms)) if lo_ms < 0
+                                     else exp.Literal.number(lo_ms), high=exp.Literal.number(hi_ms))
+                as_ts = exp.Cast(this=exp.Anonymous(this="timestamp_millis", expressions=[ref.copy()]),
+                                 to=exp.DataType.build("TIMESTAMP_NTZ" if t == "timestamp_ntz" else "TIMESTAMP_LTZ",
+                                                       dialect=SPARK))
+                items.append(exp.alias_(exp.Case(ifs=[exp.If(this=inside, true=as_ts)]), n, quoted=True))
+                continue
             text = t == "string" or t.startswith("string collate")
             if text or (cap is not None and t == "binary"):
                 # text that is not valid UTF-8 is NULL, as DuckDB's default reader (invalid_text =
