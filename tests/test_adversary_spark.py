@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import dpsql
-from dpsql.errors import ConfigError, DPSQLError
+from dpsql.errors import ConfigError, DPSQLError, ExecutionError
 from dpsql.testing import use_noise, zero_noise
 
 _WHY = ("the Spark engine needs the 'spark' extra: pip install 'dpsql[spark]'"
@@ -187,3 +187,34 @@ def test_millisecond_and_microsecond_files_of_one_column_are_refused(spark: dpsq
                        d / f"part-{unit}.parquet")
     with pytest.raises(ConfigError, match="milliseconds in some files"):
         spark.register("mixed_units", str(d / "part-*.parquet"), privacy_unit="uid")
+
+
+# -- a failure on Spark after the charge: charged once, recorded, the one generic error, no value anywhere ------------
+
+
+def test_a_spark_failure_charges_once_and_says_nothing(spark: dpsql.Session, lake: Path,
+                                                       capfd: pytest.CaptureFixture[str]) -> None:
+    # a file that vanishes after registration makes Spark fail while reading (FileNotFound, whose
+    # message names the file and Spark would log it): the run is charged once, marked failed, the
+    # earlier entries stay as they were, and neither the error nor the output carries the value
+    t = register(spark, lake, people("url", [SENTINEL] * N, pa.string()))
+    assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t} WHERE url = '{SENTINEL}'") == ("ok", [{"c": N}])
+    before, left = spark.history().to_pylist(), spark.remaining()
+    (lake / f"{t}.parquet").unlink()
+    capfd.readouterr()
+    with pytest.raises(ExecutionError) as info:
+        spark.query(f"SELECT url, COUNT(*) AS c FROM {t} GROUP BY url", epsilon=0.5, delta=1e-5)
+    err = info.value
+    assert "withheld" in str(err) and SENTINEL not in str(err) and t not in str(err)
+    assert err.__cause__ is None and err.__suppress_context__ and err.debug_detail is None
+    ctx = err.__context__
+    while ctx is not None:  # whatever is chained is withheld
+        assert ctx.args == ("<withheld>",), ctx.args
+        ctx = ctx.__context__
+    out, errs = capfd.readouterr()
+    assert SENTINEL not in out + errs and f"{t}.parquet" not in out + errs
+    after = spark.history().to_pylist()
+    assert after[:len(before)] == before and len(after) == len(before) + 1
+    assert after[-1]["status"] == "failed" and after[-1]["epsilon"] == 0.5
+    assert after[-1]["failure_reason"] is not None and SENTINEL not in after[-1]["failure_reason"]
+    assert spark.remaining().epsilon == pytest.approx(left.epsilon - 0.5, abs=1e-12)
