@@ -218,3 +218,29 @@ def test_a_spark_failure_charges_once_and_says_nothing(spark: dpsql.Session, lak
     assert after[-1]["status"] == "failed" and after[-1]["epsilon"] == 0.5
     assert after[-1]["failure_reason"] is not None and SENTINEL not in after[-1]["failure_reason"]
     assert spark.remaining().epsilon == pytest.approx(left.epsilon - 0.5, abs=1e-12)
+
+
+# -- files of one source that disagree on a column's type ----------------------------------------------------------
+
+
+def test_files_that_disagree_on_a_type_are_refused_at_registration(spark: dpsql.Session, lake: Path) -> None:
+    # Spark takes the schema from one file and raises while reading another whose column has another
+    # type: before, a query reading the column failed after its charge because of one person's file
+    d = lake / "disagree"
+    d.mkdir()
+    pq.write_table(people("x", [5] * N, pa.int64()), d / "a.parquet")
+    pq.write_table(pa.table({"uid": pa.array([N + 1], pa.int64()), "x": pa.array([SENTINEL])}), d / "b.parquet")
+    with pytest.raises(ConfigError, match="disagree") as info:
+        spark.register("disagree", str(d / "*.parquet"), privacy_unit="uid")
+    assert SENTINEL not in str(info.value)
+    # negative control: Spark's own read of the two files fails on the values, not the footers
+    with pytest.raises(Exception, match="FAILED_READ_FILE|PARQUET_COLUMN_DATA_TYPE_MISMATCH"):
+        spark._engine.spark.read.parquet(str(d / "a.parquet"), str(d / "b.parquet")).where("x > 1").collect()
+    # widening Spark reads totally (INT32 in one file, BIGINT in the other) and a column of NULLs stay allowed
+    w = lake / "widen"
+    w.mkdir()
+    pq.write_table(people("x", [5] * N, pa.int64()), w / "a.parquet")
+    pq.write_table(pa.table({"uid": pa.array([N + 1], pa.int64()), "x": pa.array([7], pa.int32())}), w / "b.parquet")
+    pq.write_table(pa.table({"uid": pa.array([N + 2], pa.int64()), "x": pa.array([None], pa.null())}), w / "c.parquet")
+    spark.register("widen", str(w / "*.parquet"), privacy_unit="uid")
+    assert outcome(spark, "SELECT COUNT(*) AS c FROM widen WHERE x > 1") == ("ok", [{"c": N + 1}])

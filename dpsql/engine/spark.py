@@ -33,8 +33,8 @@ Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/
   ``max_text_bytes`` are NULL, and so are dates and timestamps outside 290000 BC .. 294000
   (as DuckDB's reader: near the ends of the range date functions would leave it); text that
   is not valid UTF-8 is NULL (as DuckDB's default ``invalid_text = "null"``; Spark itself keeps
-  the bytes). Differences from DuckDB's reader (docs/spark.md): the schema is the first file's,
-  nested values are not capped. CSV files and DuckDB tables are DuckDB-only source kinds: a
+  the bytes). Differences from DuckDB's reader (docs/spark.md): the schema is the first file's
+  (files that disagree on a column's type are refused at registration), nested values are not capped. CSV files and DuckDB tables are DuckDB-only source kinds: a
   ConfigError at registration.
 """
 
@@ -229,6 +229,7 @@ class SparkBackend:
                     paths = [source] if re.match(r"^[a-z][a-z0-9+.-]*://", str(source)) and not str(source).startswith(
                         "file://") else _expand(str(source).removeprefix("file://"))
                     raw = self._spark.read.parquet(*paths)
+                    self._check_file_schemas(name, raw)
                     millis = self._millis_columns(name, raw)
                     if millis:  # read as the stored INT64 milliseconds, converted by _capped_select
                         from pyspark.sql.types import LongType, StructField, StructType
@@ -269,6 +270,32 @@ class SparkBackend:
         if table.num_rows == 0:
             return self._spark.createDataFrame([], schema)
         return self._spark.createDataFrame(table, schema=schema)
+
+    #: a column stored with the first type in one file and read as the second: Spark's reader widens it
+    _WIDENS = {("tinyint", "smallint"), ("tinyint", "int"), ("tinyint", "bigint"), ("smallint", "int"),
+               ("smallint", "bigint"), ("int", "bigint"), ("void", "*")}
+
+    def _check_file_schemas(self, name: str, raw: Any) -> None:
+        """Every file of a multi-file source stores each column in the table's type (or one Spark
+        widens, or not at all): Spark takes the table's schema from one file and raises while
+        reading a file whose column has another type (text where the table has a number, say), a
+        failure after the charge decided by which files hold rows. A file that disagrees is a
+        ConfigError at registration (each file's footer is read, no row)."""
+        files = raw.inputFiles()
+        if len(files) <= 1:
+            return
+        want = {f.name.lower(): f.dataType.simpleString() for f in raw.schema.fields}
+        bad: set[str] = set()
+        for uri in files:
+            for f in self._spark.read.parquet(uri).schema.fields:
+                have, need = f.dataType.simpleString(), want.get(f.name.lower())
+                if need is None or have == need or (have, need) in self._WIDENS or (have, "*") in self._WIDENS:
+                    continue
+                bad.add(f.name)
+        if bad:
+            raise ConfigError(f"table '{name}': the files disagree on the type of column(s) {sorted(bad)}; Spark "
+                              "would fail while reading some of them",
+                              hint="rewrite the files with one type per column, or register them as separate tables")
 
     def _millis_columns(self, name: str, raw: Any) -> set[str]:
         """The top-level timestamp columns stored as Parquet TIMESTAMP(MILLIS) in every file.
