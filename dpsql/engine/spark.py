@@ -31,9 +31,10 @@ Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/
   expanded once, at registration; ``file://`` and other URI schemes Spark is configured for
   are passed to Spark as given) and Arrow tables; text and binary values over
   ``max_text_bytes`` are NULL, and so are dates and timestamps outside 290000 BC .. 294000
-  (as DuckDB's reader: near the ends of the range date functions would leave it). Differences from DuckDB's reader (docs/spark.md): Spark does not
-  validate UTF-8 (invalid bytes are kept, never an error), the schema is the first file's,
-  nested values are not capped. CSV files and DuckDB tables are DuckDB-only source kinds: a
+  (as DuckDB's reader: near the ends of the range date functions would leave it); text that
+  is not valid UTF-8 is NULL (as DuckDB's default ``invalid_text = "null"``; Spark itself keeps
+  the bytes). Differences from DuckDB's reader (docs/spark.md): the schema is the first file's
+  (files that disagree on a column's type are refused at registration), nested values are not capped. CSV files and DuckDB tables are DuckDB-only source kinds: a
   ConfigError at registration.
 """
 
@@ -44,7 +45,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -69,6 +70,9 @@ SQL_CONF = {
     "spark.sql.legacy.timeParserPolicy": "CORRECTED",
     "spark.sql.caseSensitive": "false",
     "spark.sql.parquet.inferTimestampNTZ.enabled": "true",
+    # DECIMAL arithmetic keeps its operands' scale (never rounds a value to fit 38 digits): the
+    # exact negation of a wide DECIMAL (``spark_ops._decimal_sign_lowered``) relies on it
+    "spark.sql.decimalOperations.allowPrecisionLoss": "false",
 }
 
 _QUIET_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j", "py4j.java_gateway",
@@ -217,6 +221,7 @@ class SparkBackend:
                               hint="Parquet and Arrow sources carry their own column types")
         failure: ConfigError | None = None
         fields: list[tuple[str, str]] = []
+        millis: set[str] = set()
         with self._lock:
             self._views[view] = kind
             try:
@@ -224,13 +229,23 @@ class SparkBackend:
                     paths = [source] if re.match(r"^[a-z][a-z0-9+.-]*://", str(source)) and not str(source).startswith(
                         "file://") else _expand(str(source).removeprefix("file://"))
                     raw = self._spark.read.parquet(*paths)
+                    self._check_file_schemas(name, raw)
+                    millis = self._millis_columns(name, raw)
+                    if millis:  # read as the stored INT64 milliseconds, converted by _capped_select
+                        from pyspark.sql.types import LongType, StructField, StructType
+
+                        as_long = StructType([StructField(f.name, LongType(), True) if f.name in millis else f
+                                              for f in raw.schema.fields])
+                        fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
+                        raw = self._spark.read.schema(as_long).parquet(*paths)
                 else:
                     if not isinstance(source, pa.Table):
                         raise ConfigError(f"table '{name}': an Arrow source must be a pyarrow.Table")
                     raw = self._arrow_frame(source)
                 raw.createOrReplaceTempView(view + "_raw")
-                fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                sel = self._capped_select(view + "_raw", fields)
+                if not millis:
+                    fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
+                sel = self._capped_select(view + "_raw", fields, millis)
                 self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
             except ConfigError:
                 self.unregister_source(name, kind, view)
@@ -256,15 +271,110 @@ class SparkBackend:
             return self._spark.createDataFrame([], schema)
         return self._spark.createDataFrame(table, schema=schema)
 
-    def _capped_select(self, raw: str, fields: list[tuple[str, str]]) -> exp.Select:
+    #: a column stored with the first type in one file and read as the second: Spark's reader widens it
+    _WIDENS = {("tinyint", "smallint"), ("tinyint", "int"), ("tinyint", "bigint"), ("smallint", "int"),
+               ("smallint", "bigint"), ("int", "bigint"), ("void", "*")}
+
+    def _check_file_schemas(self, name: str, raw: Any) -> None:
+        """Every file of a multi-file source stores each column in the table's type (or one Spark
+        widens, or not at all): Spark takes the table's schema from one file and raises while
+        reading a file whose column has another type (text where the table has a number, say), a
+        failure after the charge decided by which files hold rows. A file that disagrees is a
+        ConfigError at registration (each file's footer is read, no row)."""
+        files = raw.inputFiles()
+        if len(files) <= 1:
+            return
+        want = {f.name.lower(): f.dataType.simpleString() for f in raw.schema.fields}
+        bad: set[str] = set()
+        for uri in files:
+            for f in self._spark.read.parquet(uri).schema.fields:
+                have, need = f.dataType.simpleString(), want.get(f.name.lower())
+                if need is None or have == need or (have, need) in self._WIDENS or (have, "*") in self._WIDENS:
+                    continue
+                bad.add(f.name)
+        if bad:
+            raise ConfigError(f"table '{name}': the files disagree on the type of column(s) {sorted(bad)}; Spark "
+                              "would fail while reading some of them",
+                              hint="rewrite the files with one type per column, or register them as separate tables")
+
+    def _millis_columns(self, name: str, raw: Any) -> set[str]:
+        """The top-level timestamp columns stored as Parquet TIMESTAMP(MILLIS) in every file.
+
+        Spark's reader converts milliseconds to microseconds with an exact multiplication: one
+        stored value beyond +-2^63 microseconds (a millisecond count above ~9.2e15) makes every
+        query that reads the column raise, a failure decided by one row. Such columns are read as
+        the stored INT64 and converted by :meth:`_capped_select` (NULL outside DuckDB's range, as
+        DuckDB's reader). Read from the files' footers only (no row). A column stored in
+        milliseconds in some files and not in others, or a millisecond timestamp inside a
+        nested column, is a ConfigError (a property of the files' schemas, never of a value)."""
+        top = {f.name for f in raw.schema.fields}
+        stamps = {f.name for f in raw.schema.fields if f.dataType.simpleString() in ("timestamp", "timestamp_ntz")}
+        nested = any(f.dataType.simpleString().startswith(("struct", "array", "map")) for f in raw.schema.fields)
+        if not stamps and not nested:
+            return set()
+        sc = self._spark.sparkContext
+        jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
+        units: dict[str, set[str]] = {}
+        for uri in raw.inputFiles():
+            hin = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jvm.org.apache.hadoop.fs.Path(uri), conf)
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(hin)
+            try:
+                schema = reader.getFooter().getFileMetaData().getSchema()
+            finally:
+                reader.close()
+            stack = [(t, None) for t in schema.getFields()]
+            while stack:
+                t, under = stack.pop()
+                if not t.isPrimitive():
+                    stack.extend((c, under or t.getName()) for c in t.asGroupType().getFields())
+                    continue
+                ann = t.getLogicalTypeAnnotation()
+                unit = (str(ann.getUnit().toString()) if ann is not None
+                        and str(ann.getClass().getSimpleName()) == "TimestampLogicalTypeAnnotation" else "")
+                if under is not None:
+                    if unit == "MILLIS":
+                        raise ConfigError(f"table '{name}': the nested column '{under}' holds timestamps stored in "
+                                          "milliseconds, which Spark cannot read totally",
+                                          hint="store nested timestamps in microseconds, or use the DuckDB engine")
+                    continue
+                col = str(t.getName())
+                match = next((c for c in top if c.lower() == col.lower()), None)
+                if match is not None and match in stamps:
+                    units.setdefault(match, set()).add(unit)
+        mixed = sorted(c for c, u in units.items() if "MILLIS" in u and len(u) > 1)
+        if mixed:
+            raise ConfigError(f"table '{name}': column(s) {mixed} are timestamps stored in milliseconds in some files "
+                              "and not in others",
+                              hint="rewrite the files with one timestamp unit per column (microseconds)")
+        return {c for c, u in units.items() if u == {"MILLIS"}}
+
+    def _capped_select(self, raw: str, fields: list[tuple[str, str]], millis: Collection[str] = ()) -> exp.Select:
         cap = self.settings.max_text_bytes
         items: list[exp.Expression] = []
         for n, t in fields:
             ref = exp.column(n, quoted=True)
             e: exp.Expression = ref
-            if cap is not None and (t == "string" or t == "binary" or t.startswith("string collate")):
-                too_long = exp.GT(this=exp.func("octet_length", ref.copy()), expression=exp.Literal.number(cap))
-                e = exp.Case(ifs=[exp.If(this=too_long, true=exp.Null())], default=ref.copy())
+            if n in millis:
+                # the stored INT64 milliseconds: inside DuckDB's range converted exactly, else NULL
+                lo_ms, hi_ms = -((-TS_MIN_US) // 1000), TS_MAX_US // 1000
+                inside = exp.Between(this=ref.copy(), low=exp.Neg(this=exp.Literal.number(-lo_ms)) if lo_ms < 0
+                                     else exp.Literal.number(lo_ms), high=exp.Literal.number(hi_ms))
+                as_ts = exp.Cast(this=exp.Anonymous(this="timestamp_millis", expressions=[ref.copy()]),
+                                 to=exp.DataType.build("TIMESTAMP_NTZ" if t == "timestamp_ntz" else "TIMESTAMP_LTZ",
+                                                       dialect=SPARK))
+                items.append(exp.alias_(exp.Case(ifs=[exp.If(this=inside, true=as_ts)]), n, quoted=True))
+                continue
+            text = t == "string" or t.startswith("string collate")
+            if text or (cap is not None and t == "binary"):
+                # text that is not valid UTF-8 is NULL, as DuckDB's default reader (invalid_text =
+                # "null") reads it: Spark keeps the bytes, which then compare, hash and print
+                # differently (the driver's Arrow and DuckDB mangle or reject them)
+                null_if: list[exp.Expression] = []
+                if cap is not None:
+                    null_if.append(exp.GT(this=exp.func("octet_length", ref.copy()), expression=exp.Literal.number(cap)))
+                if text:
+                    null_if.append(exp.Not(this=exp.Anonymous(this="is_valid_utf8", expressions=[ref.copy()])))
+                e = exp.Case(ifs=[exp.If(this=c, true=exp.Null()) for c in null_if], default=ref.copy())
             elif t in ("date", "timestamp", "timestamp_ntz"):
                 # the range DuckDB's reader keeps (``_duckdb_sources.TS_MIN_US`` ...): outside it NULL, as there
                 stored = (exp.Anonymous(this="unix_date", expressions=[ref.copy()]) if t == "date" else

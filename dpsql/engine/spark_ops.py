@@ -63,7 +63,7 @@ from sqlglot import exp
 from dpsql.engine.base import literal_text
 from dpsql.engine.portable import portable_hash, portable_uniform
 from dpsql.errors import UnsupportedQueryError
-from dpsql.plan.typer import TEMPORAL_ARG, TRUNC_LEAST
+from dpsql.plan.typer import NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
 from dpsql.rewrite.render import DIALECT_MARK
 
 SPARK = "spark"
@@ -510,19 +510,25 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
                 or (isinstance(node.args.get("length"), exp.Literal) and str(node.args["length"].this) == "0")):
             return node
         raise _refuse(node, "substring() with a start below 1")
+    decimal_sign = _decimal_sign_lowered(node)
+    if decimal_sign is not None:
+        return decimal_sign
     if isinstance(node, (exp.Floor, exp.Ceil)) and not node.args.get("decimals"):
         parent = node.parent
         if isinstance(node, exp.Floor) and isinstance(parent, exp.TryCast) and parent.meta.get(DIALECT_MARK) == SPARK \
                 and parent.args["to"].sql(dialect=SPARK).upper() == "BIGINT":
             return node  # a histogram bin number: FLOOR then TRY_CAST to BIGINT, over in-range values
         # DuckDB's floor/ceil of a DOUBLE is a DOUBLE; Spark's is a BIGINT (saturating, NaN -> 0):
-        # beyond 2^52 every double is whole already, so floor(x) is x there (inf and NaN too)
+        # beyond 2^52 every double is whole already, so floor(x) is x there (inf and NaN too).
+        # The test reads x as a DOUBLE: Spark's abs() of a DECIMAL with more than 34 digits rounds
+        # and can raise (NUMERIC_VALUE_OUT_OF_RANGE), a cast of a DECIMAL to DOUBLE never does
         x = node.this
-        big = exp.Or(this=exp.func("isnan", x.copy()),
-                     expression=exp.GTE(this=exp.Abs(this=x.copy()), expression=_double(2.0**52)))
+        as_double = exp.Cast(this=x.copy(), to=exp.DataType.build("DOUBLE"))
+        big = exp.Or(this=exp.func("isnan", as_double.copy()),
+                     expression=exp.GTE(this=exp.Abs(this=as_double.copy()), expression=_double(2.0**52)))
         whole = exp.Cast(this=type(node)(this=x.copy()), to=exp.DataType.build("DOUBLE"))
         whole.meta[DIALECT_MARK] = SPARK
-        out = exp.Case(ifs=[exp.If(this=big, true=x.copy())], default=whole)
+        out = exp.Case(ifs=[exp.If(this=big, true=as_double)], default=whole)
         return out
     if isinstance(node, exp.Floor):
         parent = node.parent
@@ -549,6 +555,34 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
     if isinstance(node, _SAME):
         return node
     raise _refuse(node)
+
+
+def _decimal_sign_lowered(node: exp.Expression) -> exp.Expression | None:
+    """The typer's ``-x`` and ``abs(x)`` of a DECIMAL (HUGEINT is DECIMAL(38,0) on Spark), exactly.
+
+    Spark negates a DECIMAL of more than 18 digits through a 34-digit BigDecimal context: a value
+    of 35 to 38 digits is rounded, and near the top of its type the rounding overflows it, which
+    raises in ANSI mode (``-x`` failed on the row holding 10^38 - 1). Subtraction is exact, and
+    with ``spark.sql.decimalOperations.allowPrecisionLoss`` off (``dpsql.engine.spark.SQL_CONF``)
+    keeps the scale: ``-x`` is ``CAST(0 - x AS T)`` and ``abs(x)`` is ``CASE WHEN x < 0 THEN
+    CAST(0 - x AS T) ELSE x END`` in the operand's type T, which holds every result (a DECIMAL's
+    range is symmetric)."""
+    if not isinstance(node, (exp.Neg, exp.Abs)) or node.meta.get(NUMERIC_ARG) is None:
+        return None
+    name = str(node.meta[NUMERIC_ARG]).upper()
+    if name == "HUGEINT":
+        to = exp.DataType.build("DECIMAL(38,0)", dialect=SPARK)
+    elif re.fullmatch(r"DECIMAL\(\d+,\d+\)", name):
+        to = spark_type(name)
+    else:
+        return None
+    x = node.this.this if isinstance(node, exp.Neg) and isinstance(node.this, exp.Paren) else node.this
+    zero = exp.Cast(this=exp.Literal.string("0"), to=to.copy())
+    negated = exp.Cast(this=exp.Sub(this=zero.copy(), expression=exp.Paren(this=x.copy())), to=to.copy())
+    if isinstance(node, exp.Neg):
+        return exp.Paren(this=negated)
+    return exp.Case(ifs=[exp.If(this=exp.LT(this=x.copy(), expression=zero), true=negated)],
+                    default=exp.Cast(this=x.copy(), to=to.copy()))
 
 
 def _spark_fn(name: str, *args: exp.Expression) -> exp.Expression:

@@ -60,7 +60,7 @@ import decimal
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlglot import exp
 
@@ -102,6 +102,11 @@ _INT_RANGES: dict[str, tuple[int, int, int]] = {  # name -> (lo, hi, decimal dig
     "UBIGINT": (0, 2**64 - 1, 20),
     "UHUGEINT": (0, 2**128 - 1, 39),
 }
+#: the largest magnitude of a *computed* HUGEINT (arithmetic, abs, negation, round): every engine's
+#: HUGEINT holds it (DuckDB's holds +-(2^127 - 1), Spark's DECIMAL(38,0) only +-(10^38 - 1), and its
+#: arithmetic raises beyond). A result that could leave it is computed in DOUBLE instead, so no row
+#: can make an integer expression overflow on either engine.
+HUGEINT_COMPUTED = 10**38 - 1
 _SIGNED_ORDER = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
 _INT_ALIASES = {
     "INT1": "TINYINT", "INT2": "SMALLINT", "SHORT": "SMALLINT", "INT": "INTEGER", "INT4": "INTEGER",
@@ -224,8 +229,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "a column is never cast into TIMESTAMP_S/_MS/_NS (DuckDB's TRY_CAST into them can raise); "
              "TIMESTAMP_S/_MS values are converted through TIMESTAMP"),
     FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
-             "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types; "
-             "beyond HUGEINT: computed in DOUBLE"),
+             "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types "
+             "(a computed HUGEINT up to +-(10^38 - 1), the range of Spark's DECIMAL(38,0) too); beyond: computed in DOUBLE"),
     FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DOUBLE", "total", "DECIMAL arithmetic is computed in DOUBLE"),
     FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE", "total", "overflow gives inf"),
     FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
@@ -691,13 +696,14 @@ class Typer:
                 lo, hi = self._range(r)
                 wide = self._holding(-hi, -lo)
                 if wide is not None:
-                    return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide, bounds=(-hi, -lo))
+                    return Typed(_numeric_tag(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide), wide,
+                                 bounds=(-hi, -lo))
                 if r.type.name == "HUGEINT":
                     # -x fails only for the least HUGEINT: that value is NULL (one operand reference)
-                    return Typed(exp.Neg(this=exp.Paren(this=_not_least(r.expr, r.type))), r.type)
+                    return Typed(_numeric_tag(exp.Neg(this=exp.Paren(this=_not_least(r.expr, r.type))), r.type), r.type)
                 # unsigned beyond HUGEINT (UHUGEINT): computed in DOUBLE
                 return Typed(exp.Neg(this=exp.Paren(this=self.coerce(r, DOUBLE, node))), DOUBLE)
-            return Typed(exp.Neg(this=exp.Paren(this=r.expr)), r.type)
+            return Typed(_numeric_tag(exp.Neg(this=exp.Paren(this=r.expr)), r.type), r.type)
         if isinstance(node, (exp.And, exp.Or)):
             a = self.boolean(node.this, "AND/OR")
             b = self.boolean(node.expression, "AND/OR")
@@ -852,9 +858,10 @@ class Typer:
 
     @staticmethod
     def _holding(lo: int, hi: int) -> SqlType | None:
-        """The smallest signed integer type (at least INTEGER) holding [lo, hi], if any."""
+        """The smallest signed integer type (at least INTEGER) holding [lo, hi], if any (a computed
+        HUGEINT: at most ``HUGEINT_COMPUTED`` in magnitude, the range every engine holds)."""
         for n in ("INTEGER", "BIGINT", "HUGEINT"):
-            tlo, thi, _ = _INT_RANGES[n]
+            tlo, thi, _ = _INT_RANGES[n] if n != "HUGEINT" else (-HUGEINT_COMPUTED, HUGEINT_COMPUTED, 38)
             if tlo <= lo and hi <= thi:
                 return SqlType("int", n)
         return None
@@ -989,9 +996,10 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
             top = max(abs(lo), abs(hi))
             wide = ty._holding(0, top)
             if wide is not None:
-                return Typed(exp.Abs(this=ty.coerce(r, wide, node)), wide, bounds=(0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), top))
+                return Typed(_numeric_tag(exp.Abs(this=ty.coerce(r, wide, node)), wide), wide,
+                             bounds=(0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), top))
             if r.type.name == "HUGEINT":  # abs fails only on the least HUGEINT: NULL
-                return Typed(exp.Abs(this=_not_least(r.expr, r.type)), r.type)
+                return Typed(_numeric_tag(exp.Abs(this=_not_least(r.expr, r.type)), r.type), r.type)
             return Typed(r.expr, r.type)  # unsigned
         if r.type.kind == "int" and not isinstance(node, exp.Abs):
             # floor/ceil/trunc of an integer, and round to digits >= 0, are the integer itself
@@ -1019,7 +1027,8 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
             args: dict[str, Any] = {"this": ty.coerce(r, src, node)}
             if digits is not None:
                 args["decimals"] = exp.Literal.number(digits)
-            return Typed(cls(**args), rt)
+            out = cls(**args)
+            return Typed(_numeric_tag(out, src) if isinstance(node, exp.Abs) else out, rt)
         rt, _ = result(r.type)
         args = {"this": ty.coerce(r, DOUBLE, node) if rt.kind == "float" and r.type.kind != "float" else
                 (r.expr if not r.literal else ty.coerce(r, r.type, node))}
@@ -1170,6 +1179,18 @@ def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bo
         minus_inf = _cast(exp.Literal.string("-infinity"), TIMESTAMP, try_=False)
         ok = exp.Or(this=exp.GTE(this=e.copy(), expression=least), expression=exp.EQ(this=e.copy(), expression=minus_inf))
         e = exp.Case(ifs=[exp.If(this=ok, true=e.copy())])
+    return e
+
+
+E = TypeVar("E", bound=exp.Expression)
+
+#: meta key on a typed negation or abs() of an integer or DECIMAL: its operand's type name (DuckDB's),
+#: for backends whose negation of a wide DECIMAL is not exact (``dpsql.engine.spark_ops``)
+NUMERIC_ARG = "dpsql_numeric_arg"
+
+
+def _numeric_tag(e: E, t: SqlType) -> E:
+    e.meta[NUMERIC_ARG] = t.name
     return e
 
 
