@@ -22,7 +22,7 @@ Per join tuple:
   when lo < 0, ``floor(max(-clamp, 0) / -lo * 2^20)`` units of ``-lo / 2^20`` (its negative
   part). Rounding down each tuple's weight is a per-tuple map: it changes no sensitivity; on
   integers every sum below is exact;
-* an identity ``__tid`` (only when sampling, q < 1): the text of what the tuple carries to the
+* an identity ``__tid`` (only when the sample is keyed, below): the text of what the tuple carries to the
   truncation -- its weights and its user columns (the owner, or each slot's start columns) --
   each piece length-prefixed (``n`` for NULL, ``v<length>:<text>``), so the text is injective in
   those values, followed by ``#<d>`` with ``d = ROW_NUMBER() OVER (PARTITION BY those columns)``.
@@ -30,8 +30,27 @@ Per join tuple:
   so which of them gets which ``d`` does not matter: the multiset of identities is a function of
   the join's content alone. Hence it is the same on every engine and under a re-executed Spark
   task (a global ``ROW_NUMBER() OVER ()`` is neither), and it is distinct for every tuple;
-* the **Poisson sample** at rate q: ``SqlOps.bernoulli_keep(['__tid'], salt, q)``, SHA-256 of the
-  per-query secret salt and the tuple's identity, first 52 bits compared with floor(q 2^52).
+* the **Poisson sample** at rate q, in one of two forms chosen from public facts only (the backend
+  and the plan, :func:`_sample_clock`, :func:`reads_sample_once`):
+
+  - **drawn** (DuckDB on a connection the engine opened itself, ``ops.row_clock()`` not None, and
+    a sample the query reads exactly once: :func:`truncated_sums`, and :func:`sampled_tuples` with
+    no looked-up slot): each tuple draws ``RANDOM()`` once, in a projection over the join
+    (``__draw``), and is kept when ``__draw * 2^32 < floor(q 2^32)``; no identity is built.
+    Claim: DuckDB's ``RANDOM()`` is a fresh uniform per row (a 64-bit PCG output over 2^64, rounded
+    to a double; per-thread generators seeded from OS entropy, which nobody else reaches on the
+    engine's own connection), so the keep decisions are independent Bernoulli(q') across tuples,
+    identical tuples included, and across queries, independent of the data, with
+    q' <= floor(q 2^32)/2^32 <= q (rounding to a double is monotone and the threshold is a double:
+    a draw below it comes from an integer below it). Read once, so every later step sees one
+    sample: a second read (a CTE referenced twice, which DuckDB may or may not materialise) would
+    draw again, and the tuples of one read would miss the other's (``tests/test_join_sampling_drawn.py``:
+    the rate, independence within a person and across queries, one read; each with a negative
+    control). Not reproducible: Spark, the portable hash (zero-noise comparisons with Spark), a
+    caller's connection (its ``RANDOM()`` may have been seeded) and the seeded test sessions
+    (``dpsql.testing.use_noise``) take the keyed form;
+  - **keyed** (everywhere else): ``SqlOps.bernoulli_keep(['__tid'], salt, q)``, SHA-256 of the
+    per-query secret salt and the tuple's identity, first 52 bits compared with floor(q 2^52).
   Claim (computational): SHA-256 keyed by a fresh 128-bit secret salt is indistinguishable from
   a random function, so the keep decisions are independent Bernoulli(q') with q' = floor(q 2^52)/2^52
   <= q, as Lemma 3.1 needs (the accounted q is an upper bound: eps' grows with q). The salt
