@@ -4,7 +4,12 @@ another engine would see) and still an independent Bernoulli(q) draw per tuple, 
 
 Negative controls: a global ``ROW_NUMBER() OVER ()`` identity (the earlier design) samples other
 tuples when the rows come in another order; an identity without the duplicate number keeps all
-or none of a group of identical tuples."""
+or none of a group of identical tuples.
+
+These identities key the sample where it must be reproducible from the salt (Spark, the portable
+hash, a caller's connection): the samples below are drawn with ``SaltedDuckDBOps``. On a
+connection the engine opened itself, a sample read once is a per-tuple ``RANDOM()`` draw instead
+(``tests/test_join_sampling_drawn.py``)."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import pytest
 from sqlglot import exp
 
 import dpsql
+from dpsql.engine.duckdb_ops import SaltedDuckDBOps
 from dpsql.plan.analyze import analyze
 from dpsql.plan.joins import bound_people
 from dpsql.rewrite import joins
@@ -35,7 +41,7 @@ def session(edges: pa.Table) -> dpsql.Session:
 def sample(s: dpsql.Session, salt: str, q: float) -> list[Any]:
     jp = analyze(PATH2, dict(s.tables)).join
     assert jp is not None and not bound_people(jp, dict(s.tables)).enforced
-    rows = s._engine.fetch_arrow(sampled_tuples(jp, dict(s.tables), salt=salt, q=q, ops=s._engine.ops)).to_pylist()
+    rows = s._engine.fetch_arrow(sampled_tuples(jp, dict(s.tables), salt=salt, q=q, ops=SaltedDuckDBOps())).to_pylist()
     return sorted(tuple(sorted(r.items())) for r in rows)
 
 

@@ -20,8 +20,14 @@ owner's degree bounds, i.e. by an attested Delta.
   DP-S4S and R2T alike (R2T also reads τ = 0 there: the weight reaching nobody); otherwise the sampled tuples and their users reach Python
   and the truncation is ``dpsql.mechanisms._s4s_truncation`` (closed form / verified max-flow /
   certified LP with its slack G(τ) charged to the sensitivity), as in ``dpsql.mechanisms.s4s``.
-* DP-S4S (Algorithm 2): one Poisson sample S at rate q (SHA-256 keyed by the per-query secret
-  salt, in the engine: computational claim, ``dpsql.rewrite.joins``), τ_i = b^{i−1}, i = L … 1,
+* DP-S4S (Algorithm 2): one Poisson sample S at rate q' ≤ q, in the engine (``dpsql.rewrite.joins``):
+  on DuckDB's own connection, where the query reads the sample once (this path's closed form, and
+  the sampled tuples when no slot is looked up), each tuple's own ``RANDOM()`` draw below
+  floor(q 2^32)/2^32 (fresh per tuple and per query, from a generator seeded from OS entropy that
+  no caller reaches); elsewhere (Spark, the portable hash, a caller's connection, a sample read
+  twice) SHA-256 keyed by the per-query secret salt of the tuple's identity (a computational
+  claim). Either way independent Bernoulli(q') keep decisions, q' ≤ q, as Lemma 3.1 needs (ε′
+  grows with q, so accounting at q is safe). τ_i = b^{i−1}, i = L … 1,
   L = ⌊log_b Δ⌋ + 1 (option ``tau_base``: b = 5.5 with the bias ln(L/β) by default, the authors'
   code's; 2 = the paper's Algorithm 2 with ln(3L/β); privacy does not depend on it), the schedule of ``dpsql.mechanisms.s4s`` (ε_i = ε₀/i, ε′_i by Lemma 3.1,
   Σ ε′_i ≤ ε, and the runs' joint cost on their shared sample ≤ ε, ``joint_cost`` in ``explain``;

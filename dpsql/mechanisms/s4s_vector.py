@@ -27,8 +27,9 @@ that fits with γ ≤ 2σ, else coarser grids at s = 0.75 up to γ ≤ 4σ (GRID
 No sampling on this path.
 
 **DP-S4S vector (Algorithm 5; tuples with several people, or ``mechanism='dp_s4s'``).**
-Stage 1: Poisson sample of the join tuples at rate q (SHA-256 keyed by the per-query secret salt,
-in the engine, as the scalar path: ``dpsql.rewrite.joins``); only the sampled tuples' users, group
+Stage 1: Poisson sample of the join tuples at rate q' ≤ q in the engine, as the scalar path
+(``dpsql.rewrite.joins``: a per-tuple ``RANDOM()`` draw on DuckDB's own connection when no slot is
+looked up, else SHA-256 keyed by the per-query secret salt); only the sampled tuples' users, group
 index and weights reach Python. Weights are normalised to [0, 1] (a SUM's positive and negative
 parts are separate vector queries, each with half of (ε, δ)). Stage 2 (SVT, PMSJA): ε₁ = ε/10,
 θ = θ₀ + Lap(2κ/ε₁), θ₀ = (30/ε)ln(6/β) (see "Budget split"); for τ = 1, 2, 4, …,

@@ -22,7 +22,7 @@ Per join tuple:
   when lo < 0, ``floor(max(-clamp, 0) / -lo * 2^20)`` units of ``-lo / 2^20`` (its negative
   part). Rounding down each tuple's weight is a per-tuple map: it changes no sensitivity; on
   integers every sum below is exact;
-* an identity ``__tid`` (only when sampling, q < 1): the text of what the tuple carries to the
+* an identity ``__tid`` (only when the sample is keyed, below): the text of what the tuple carries to the
   truncation -- its weights and its user columns (the owner, or each slot's start columns) --
   each piece length-prefixed (``n`` for NULL, ``v<length>:<text>``), so the text is injective in
   those values, followed by ``#<d>`` with ``d = ROW_NUMBER() OVER (PARTITION BY those columns)``.
@@ -30,8 +30,27 @@ Per join tuple:
   so which of them gets which ``d`` does not matter: the multiset of identities is a function of
   the join's content alone. Hence it is the same on every engine and under a re-executed Spark
   task (a global ``ROW_NUMBER() OVER ()`` is neither), and it is distinct for every tuple;
-* the **Poisson sample** at rate q: ``SqlOps.bernoulli_keep(['__tid'], salt, q)``, SHA-256 of the
-  per-query secret salt and the tuple's identity, first 52 bits compared with floor(q 2^52).
+* the **Poisson sample** at rate q, in one of two forms chosen from public facts only (the backend
+  and the plan, :func:`_sample_clock`, :func:`reads_sample_once`):
+
+  - **drawn** (DuckDB on a connection the engine opened itself, ``ops.row_clock()`` not None, and
+    a sample the query reads exactly once: :func:`truncated_sums`, and :func:`sampled_tuples` with
+    no looked-up slot): each tuple draws ``RANDOM()`` once, in a projection over the join
+    (``__draw``), and is kept when ``__draw * 2^32 < floor(q 2^32)``; no identity is built.
+    Claim: DuckDB's ``RANDOM()`` is a fresh uniform per row (a 64-bit PCG output over 2^64, rounded
+    to a double; per-thread generators seeded from OS entropy, which nobody else reaches on the
+    engine's own connection), so the keep decisions are independent Bernoulli(q') across tuples,
+    identical tuples included, and across queries, independent of the data, with
+    q' <= floor(q 2^32)/2^32 <= q (rounding to a double is monotone and the threshold is a double:
+    a draw below it comes from an integer below it). Read once, so every later step sees one
+    sample: a second read (a CTE referenced twice, which DuckDB may or may not materialise) would
+    draw again, and the tuples of one read would miss the other's (``tests/test_join_sampling_drawn.py``:
+    the rate, independence within a person and across queries, one read; each with a negative
+    control). Not reproducible: Spark, the portable hash (zero-noise comparisons with Spark), a
+    caller's connection (its ``RANDOM()`` may have been seeded) and the seeded test sessions
+    (``dpsql.testing.use_noise``) take the keyed form;
+  - **keyed** (everywhere else): ``SqlOps.bernoulli_keep(['__tid'], salt, q)``, SHA-256 of the
+    per-query secret salt and the tuple's identity, first 52 bits compared with floor(q 2^52).
   Claim (computational): SHA-256 keyed by a fresh 128-bit secret salt is indistinguishable from
   a random function, so the keep decisions are independent Bernoulli(q') with q' = floor(q 2^52)/2^52
   <= q, as Lemma 3.1 needs (the accounted q is an upper bound: eps' grows with q). The salt
@@ -58,6 +77,7 @@ Two outputs:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -304,8 +324,40 @@ def _split_where(jp: ir.JoinPlan) -> tuple[dict[str, list[exp.Expression]], list
     return local, top
 
 
-def _sampled(rel: exp.Select, salt: str, q: float, ops: SqlOps) -> exp.Select:
+#: the grid of a drawn sample's threshold: the sample keeps the tuples whose draw is below
+#: floor(q * 2^32) / 2^32 (DuckDB's ``RANDOM()`` is a uniform 64-bit integer over 2^64 rounded to a
+#: double, so a threshold on this grid is exact and kept with probability at most the threshold)
+DRAW_GRID = 1 << 32
+
+
+def _sample_clock(ops: SqlOps, q: float) -> exp.Expression | None:
+    """The per-tuple draw of a Poisson sample at rate q that the caller reads exactly once, or None
+    for the keyed hash of the tuple's identity (``__tid``).
+
+    A draw needs a backend that draws per row from a generator nobody else reaches
+    (``ops.row_clock()``: DuckDB on a connection the engine opened itself, never Spark, the
+    portable hash or a caller's connection, whose ``RANDOM()`` may be seeded) and a rate on the
+    draw's threshold grid (q >= 2^-32, public). The caller must read the sampled relation once: a
+    second read would evaluate ``RANDOM()`` again and sample again."""
+    if q >= 1.0 or math.floor(q * DRAW_GRID) < 1:
+        return None
+    return ops.row_clock()
+
+
+def _sampled(rel: exp.Select, salt: str, q: float, ops: SqlOps, clock: exp.Expression | None = None) -> exp.Select:
+    """The tuples of ``rel`` kept by the Poisson sample at rate q (all when q = 1).
+
+    With ``clock`` (:func:`_sample_clock`; the result is read once): each tuple draws once, in a
+    projection of its own (``__draw``, a column DuckDB computes once per tuple and never pushes
+    below the join), and is kept when ``__draw * 2^32 < floor(q * 2^32)``: independent
+    Bernoulli(q') draws with q' <= floor(q * 2^32) / 2^32 <= q, a fresh generator state per query.
+    Otherwise the keyed hash of the identity ``__tid`` (``SqlOps.bernoulli_keep``)."""
     sub = rel.subquery("__join")
+    if q < 1.0 and clock is not None:
+        drawn = exp.select("*", exp.alias_(clock, "__draw")).from_(sub).subquery("__drawn")
+        below = exp.LT(this=exp.Mul(this=_col("__draw"), expression=exp.Literal.number(DRAW_GRID)),
+                       expression=exp.Literal.number(math.floor(q * DRAW_GRID)))
+        return exp.select("*").from_(drawn).where(below)
     out = exp.select("*").from_(sub)
     if q < 1.0:
         out = out.where(ops.bernoulli_keep(["__tid"], salt, q))
@@ -399,6 +451,13 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
     return q.select(exp.alias_(users, "__users")).group_by(*[_col(f"__st.__k{i}") for i in range(len(starts))])
 
 
+def reads_sample_once(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> bool:
+    """Whether :func:`sampled_tuples` reads its sample ``__s`` once: when no user slot is looked
+    up. A looked-up slot reads it twice (its distinct start values for :func:`_lookup`, then the
+    join back to the tuples), and a per-row draw evaluated by each read would sample twice."""
+    return all(not s.hops or _direct(s.hops, catalog) for s in jp.slots)
+
+
 def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
                    caps: Sequence[tuple[str, str, int]] = (), extra: Sequence[tuple[str, exp.Expression]] = ()
                    ) -> exp.Select:
@@ -410,9 +469,10 @@ def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: s
     parts = parts_of(jp)
     starts = list(dict.fromkeys(flat(s.alias, p) for s in jp.slots for p in key_parts(s.column)))
     more = [exp.alias_(e.copy(), n) for n, e in extra]  # part of the tuple's content, hence of its identity
+    clock = _sample_clock(ops, q) if reads_sample_once(jp, catalog) else None
     rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=[_col(c) for c in starts] + more,
-                        with_tid=q < 1.0)
-    sample = _sampled(rel, salt, q, ops)
+                        with_tid=q < 1.0 and clock is None)
+    sample = _sampled(rel, salt, q, ops, clock)
     out = exp.select(*[_col(f"__s.{p.name}") for p in parts], *[_col(f"__s.{n}") for n, _ in extra]).from_("__s")
     for k, s in enumerate(jp.slots):
         if not s.hops or _direct(s.hops, catalog):
@@ -433,9 +493,10 @@ def truncated_sums(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.
     exact integer text (single owner: the truncation LP's closed form)."""
     parts = parts_of(jp)
     owner_col = flat(owner.alias, owner.column)
+    clock = _sample_clock(ops, q)  # the sample is read once: by the per-owner aggregate
     rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts,
-                        extra=[exp.alias_(_col(owner_col), "__owner")], with_tid=q < 1.0)
-    sample = _sampled(rel, salt, q, ops).subquery("__s")
+                        extra=[exp.alias_(_col(owner_col), "__owner")], with_tid=q < 1.0 and clock is None)
+    sample = _sampled(rel, salt, q, ops, clock).subquery("__s")
     per_owner = (exp.select(_col("__owner"), *[exp.alias_(exp.func("sum", _col(p.name)), f"__t{k}")
                                                 for k, p in enumerate(parts)])
                  .from_(sample).group_by(_col("__owner"))).subquery("__per_owner")
