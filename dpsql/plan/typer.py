@@ -984,6 +984,10 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
                 raise ty.refuse(node, f"{name}() takes one argument here; use round(x, digits)")
             digits = ty.int_literal(node.args["decimals"], f"the digits of {name}()", 38)
         cls = type(node)
+        if result is _to_double:
+            # sqrt, ln: DOUBLE for every argument type (the integer and DECIMAL rules below are
+            # those of abs and the roundings, which keep the argument's value domain)
+            return Typed(cls(this=ty.coerce(r, DOUBLE, node)), DOUBLE)
         if isinstance(node, exp.Abs) and r.type.kind == "int":
             lo, hi = ty._range(r)
             top = max(abs(lo), abs(hi))
