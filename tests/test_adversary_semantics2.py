@@ -82,3 +82,29 @@ def test_group_by_sqrt_of_an_integer_releases_doubles() -> None:
     got = sorted(_rows(_session(t), sql))
     assert got == sorted(_duck({"t": t}, sql))
     assert all(isinstance(k, float) for k, _ in got)
+
+
+# -- 2. DP-S4S's largest threshold (documented) -------------------------------------------------------
+
+
+def test_dp_s4s_truncates_at_its_largest_threshold_as_documented() -> None:
+    """docs/sql.md (Joins): DP-S4S's thresholds are 5.5^i up to Δ, so with Δ = 3 the only one is
+    1 and at q = 1 COUNT(*) over the join counts each customer once, at zero noise; R2T's reach Δ.
+    Control: the truth is about three times larger."""
+    gen = np.random.default_rng(7)
+    n_cust, n_ord = 300, 900
+    cust = pa.table({"cid": np.arange(n_cust)})
+    orders = pa.table({"oid": np.arange(n_ord), "ocid": pa.array(np.arange(n_ord) % n_cust, mask=gen.random(n_ord) < 0.05)})
+    s = dpsql.Session(budget=dpsql.Budget(1e12, 0.9))
+    use_noise(s, zero_noise())
+    s.register("customer", cust, privacy_unit="cid")
+    s.register("orders", orders, references={"ocid": "customer.cid"}, degree_bounds={"ocid": 3})
+    sql = "SELECT COUNT(*) FROM orders o JOIN customer c ON o.ocid = c.cid"
+    truth = _duck({"customer": cust, "orders": orders}, sql)[0][0]
+    customers = _duck({"orders": orders}, "SELECT COUNT(DISTINCT ocid) FROM orders")[0][0]
+    r = s.query(sql, epsilon=EPS, delta=DELTA, options={"q": 1.0})
+    assert r.mechanism == "dp_s4s" and r.details["tau_grid"] == [1.0]
+    assert r.table.column(0)[0].as_py() == pytest.approx(customers, abs=2)
+    assert truth > 2.5 * customers
+    r2t = s.query(sql, epsilon=EPS, delta=DELTA, options={"mechanism": "r2t"}).table.column(0)[0].as_py()
+    assert r2t == pytest.approx(truth, rel=0.01)
