@@ -232,7 +232,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
     FuncSpec("//, %", "integer, integer -> integer", "total",
              "the divisor is NULLIF(b, 0): division by zero is NULL; // is computed in a type holding every "
-             "quotient (for HUGEINT, least // -1 is NULL); % cannot overflow; % on DOUBLE is total"),
+             "quotient (for HUGEINT, least // -1 is NULL); % cannot overflow; % on DECIMAL is exact in their common DECIMAL "
+             "type (DOUBLE beyond 38 digits); % on DOUBLE is total"),
     FuncSpec("unary -, abs", "numeric -> numeric", "total",
              "integers widened (-(-128::TINYINT) is 128); the least HUGEINT is NULL; UHUGEINT negated in DOUBLE"),
     FuncSpec("sign", "numeric -> TINYINT", "total"),
@@ -785,6 +786,11 @@ class Typer:
         if isinstance(node, (exp.IntDiv, exp.Mod)):
             a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
             typ = self.unify([a, b], node, "//" if isinstance(node, exp.IntDiv) else "%")
+            if typ.kind == "decimal" and isinstance(node, exp.Mod):
+                # exact in the common DECIMAL type (|a % b| < |b| cannot overflow; DuckDB's
+                # DECIMAL % is exact, where DOUBLE's fmod gives 0.3 % 0.1 = 0.09999999999999998);
+                # a zero divisor is NULL
+                return Typed(exp.Mod(this=self.coerce(a, typ, node), expression=_nonzero(self.coerce(b, typ, node), typ)), typ)
             if typ.kind == "decimal":
                 typ = DOUBLE
             if typ.kind == "float" and isinstance(node, exp.IntDiv):
