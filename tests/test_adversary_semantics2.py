@@ -180,3 +180,20 @@ def test_decimal_modulo_is_exact(sql: str) -> None:
     t = _decimals()
     want = _duck({"t": t}, sql.replace("dec % d2 IS NULL", "d2 = 0"))
     assert _rows(_session(t), sql) == want
+
+
+# -- 5. keys written with a prefix operator -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT NOT (j > 0) AS k, COUNT(*) AS n FROM t GROUP BY k",
+    "SELECT -j AS k, COUNT(*) AS n FROM t GROUP BY k",
+    "SELECT -j AS k, COUNT(*) AS n FROM t GROUP BY -j",
+    "SELECT j BETWEEN 1 AND 3 AS k, COUNT(*) AS n FROM t GROUP BY k",
+    "SELECT j + 1 AS k, COUNT(*) AS n FROM t GROUP BY k",  # control: a binary operator always matched
+])
+def test_group_by_a_key_under_a_prefix_operator(sql: str) -> None:
+    """``SELECT -j AS k ... GROUP BY k`` was refused ("uses column 'j' outside an aggregate"): the
+    select list was matched to the keys for columns, functions and binary operators only."""
+    t = _table()
+    assert sorted(_rows(_session(t), sql)) == sorted(_duck({"t": t}, sql))
