@@ -197,3 +197,31 @@ def test_group_by_a_key_under_a_prefix_operator(sql: str) -> None:
     select list was matched to the keys for columns, functions and binary operators only."""
     t = _table()
     assert sorted(_rows(_session(t), sql)) == sorted(_duck({"t": t}, sql))
+
+
+# -- 6. DAWA histogram keys typed as the SQL types them -----------------------------------------------
+
+
+def test_histogram_keys_have_the_types_duckdb_gives_them() -> None:
+    """GROUP BY a DATE column with one-day bins released TIMESTAMP keys (2024-01-01 00:00:00), a
+    DOUBLE column's integer edges int64 keys, and floor(age / 10) * 10 (a DOUBLE in SQL) int64 keys.
+    Control: an integer column's keys stay integers."""
+    gen = np.random.default_rng(2)
+    n = 3000
+    d = (np.datetime64("2024-01-01") + gen.integers(0, 90, n).astype("timedelta64[D]")).astype("datetime64[D]")
+    t = pa.table({"uid": np.arange(n), "d": pa.array(d), "age": gen.integers(0, 100, n), "w": gen.uniform(0, 100, n)})
+    s = _session(t, {"d": {"bounds": ("2024-01-01", "2024-03-31"), "bin_width": "1 day"},
+                     "age": {"bounds": (0, 99), "bins": 100}, "w": {"bounds": (0, 100), "bins": 10}}, max_groups_per_unit=1)
+    con = duckdb.connect()
+    con.register("t", t)
+    for sql in ["SELECT d, COUNT(*) AS n FROM t GROUP BY d",
+                "SELECT floor(age / 10) * 10 AS k, COUNT(*) AS n FROM t GROUP BY k",
+                "SELECT floor(w / 10) * 10 AS k, COUNT(*) AS n FROM t GROUP BY k",
+                "SELECT age, COUNT(*) AS n FROM t GROUP BY age"]:
+        r = s.query(sql, epsilon=EPS, delta=DELTA)
+        assert r.mechanism == "dawa"
+        want = con.sql(sql).to_arrow_table()
+        assert r.table.schema.field(0).type == want.schema.field(0).type, sql
+        assert sorted(r.table.column(0).to_pylist()) == sorted(want.column(0).to_pylist()), sql
+    r = s.query("SELECT w, COUNT(*) AS n FROM t GROUP BY w", epsilon=EPS, delta=DELTA)
+    assert r.table.schema.field(0).type == pa.float64()
