@@ -225,3 +225,28 @@ def test_histogram_keys_have_the_types_duckdb_gives_them() -> None:
         assert sorted(r.table.column(0).to_pylist()) == sorted(want.column(0).to_pylist()), sql
     r = s.query("SELECT w, COUNT(*) AS n FROM t GROUP BY w", epsilon=EPS, delta=DELTA)
     assert r.table.schema.field(0).type == pa.float64()
+
+
+# -- 7. declared key domains released in the column's type --------------------------------------------
+
+
+def test_declared_domain_keys_have_the_column_type() -> None:
+    """SELECT DISTINCT over declared domains (free, read from the catalog) typed the keys from the
+    Python values: a SMALLINT column's as int64, a DECIMAL(4,1)'s as DECIMAL(1,1), a FLOAT's as
+    DOUBLE, unlike the same query in SQL (and unlike the same keys with an aggregate)."""
+    gen = np.random.default_rng(7)
+    n = 300
+    t = pa.table({"uid": np.arange(n), "seg": pa.array(gen.choice(["A", "B"], n)),
+                  "lvl": pa.array(gen.integers(1, 4, n).astype(np.int16)),
+                  "dd": pa.array([Decimal(int(v)).scaleb(-1) for v in gen.integers(0, 3, n)], pa.decimal128(4, 1)),
+                  "f": pa.array(gen.integers(0, 2, n).astype(np.float32) / np.float32(2))})
+    s = _session(t, {"seg": {"domain": ["A", "B"]}, "lvl": {"domain": [1, 2, 3]}, "dd": {"domain": ["0.0", "0.1", "0.2"]},
+                     "f": {"domain": [0.0, 0.5]}})
+    con = duckdb.connect()
+    con.register("t", t)
+    for sql in ["SELECT DISTINCT seg, lvl, dd FROM t", "SELECT DISTINCT f FROM t", "SELECT lvl FROM t WHERE lvl > 1 GROUP BY lvl"]:
+        r = s.query(sql, epsilon=EPS, delta=DELTA)
+        want = con.sql(sql).to_arrow_table()
+        assert r.mechanism == "public_domain"
+        assert r.table.schema.types == want.schema.types, sql
+        assert sorted(map(str, r.table.to_pylist())) == sorted(map(str, want.to_pylist())), sql
