@@ -250,3 +250,25 @@ def test_declared_domain_keys_have_the_column_type() -> None:
         assert r.mechanism == "public_domain"
         assert r.table.schema.types == want.schema.types, sql
         assert sorted(map(str, r.table.to_pylist())) == sorted(map(str, want.to_pylist())), sql
+
+
+def test_grouped_join_year_keys_are_bigint() -> None:
+    """year(o.od) over a join released INTEGER keys (int32); year() is BIGINT in SQL."""
+    gen = np.random.default_rng(7)
+    n_cust, n_ord = 200, 600
+    cust = pa.table({"cid": np.arange(n_cust)})
+    od = (np.datetime64("2020-01-01") + gen.integers(0, 3 * 365, n_ord).astype("timedelta64[D]")).astype("datetime64[D]")
+    orders = pa.table({"oid": np.arange(n_ord), "ocid": np.arange(n_ord) % n_cust, "od": pa.array(od)})
+    s = dpsql.Session(budget=dpsql.Budget(1e12, 0.9))
+    use_noise(s, zero_noise())
+    s.register("customer", cust, privacy_unit="cid")
+    s.register("orders", orders, references={"ocid": "customer.cid"}, degree_bounds={"ocid": 3},
+               columns={"od": {"bounds": ("2020-01-01", "2022-12-31"), "bin_width": "1 day"}})
+    sql = "SELECT year(o.od) AS y, COUNT(*) AS n FROM orders o JOIN customer c ON o.ocid = c.cid GROUP BY y"
+    con = duckdb.connect()
+    con.register("customer", cust)
+    con.register("orders", orders)
+    r = s.query(sql, epsilon=EPS, delta=DELTA)
+    want = con.sql(sql).to_arrow_table()
+    assert r.table.schema.field(0).type == want.schema.field(0).type == pa.int64()
+    assert sorted(tuple(x.values()) for x in r.table.to_pylist()) == sorted(tuple(x.values()) for x in want.to_pylist())
