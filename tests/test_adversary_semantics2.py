@@ -17,6 +17,11 @@ Findings covered:
    ``dec = 0.1 + 0.2`` 0 for 73, and ``GROUP BY j * 0.1`` released the key 0.30000000000000004.
    It is now exact in DECIMAL whenever DuckDB's result type holds every result (38 digits).
 4. DECIMAL ``%`` was computed in DOUBLE (fmod): ``WHERE dec % 0.1 = 0`` counted 233 rows for 293.
+5. ``SELECT -j AS k ... GROUP BY k`` (a key under a prefix operator or a predicate such as
+   BETWEEN) was refused as a non-aggregated column.
+6. Key types: a DAWA histogram over a DATE column released TIMESTAMP keys, ``floor(age / 10) * 10``
+   int64 (a DOUBLE in SQL); declared domains without an aggregate were typed from the Python
+   values (DECIMAL(4,1) as DECIMAL(1,1), SMALLINT as int64); ``year()`` over joins as INTEGER.
 """
 
 from __future__ import annotations
