@@ -19,6 +19,7 @@ listed (stated in the notes). HAVING, ORDER BY and LIMIT run over it as post-pro
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -43,16 +44,41 @@ class DomainCalibration:
         return n
 
 
+_ARROW_TYPES = {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
+                "UTINYINT": pa.uint8(), "USMALLINT": pa.uint16(), "UINTEGER": pa.uint32(), "UBIGINT": pa.uint64(),
+                "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "DATE": pa.date32(), "BOOLEAN": pa.bool_()}
+_DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
+
+
+def _column_arrow_type(plan: ir.QueryPlan, key: ir.GroupKey) -> pa.DataType | None:
+    """The Arrow type DuckDB gives the key column (a plain column's declared type), if simple."""
+    if not isinstance(key.expr, exp.Column):
+        return None
+    t = (plan.table.schema.get(key.expr.name.lower()) or "").upper()
+    m = _DECIMAL.fullmatch(t)
+    if m:
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    return _ARROW_TYPES.get(t)
+
+
 def domain_table(plan: ir.QueryPlan) -> pa.Table:
-    """Every combination of the declared key domains, in the order of the declarations."""
+    """Every combination of the declared key domains, in the order of the declarations, typed as
+    the key columns (a DECIMAL(4,1) domain is DECIMAL(4,1), not the narrowest type of its values)."""
     combos = list(itertools.product(*[k.domain or () for k in plan.keys]))
     cols: dict[str, pa.Array] = {}
     for i, k in enumerate(plan.keys):
         vals = [c[i] for c in combos]
         try:
-            cols[k.name] = pa.array(vals)
+            arr = pa.array(vals)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
-            cols[k.name] = pa.array([str(v) for v in vals])
+            arr = pa.array([str(v) for v in vals])
+        target = _column_arrow_type(plan, k)
+        if target is not None and arr.type != target:
+            try:
+                arr = arr.cast(target)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                pass
+        cols[k.name] = arr
     return pa.table(cols)
 
 

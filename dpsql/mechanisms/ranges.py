@@ -269,7 +269,8 @@ class Dawa:
         """A histogram releases every (coarse) bin: its keys are the public bin labels."""
         if cal.plan is None or not cal.workload.histogram:
             return None
-        labels = cal.workload.dims[0].bin_label([r[0] for r in cal.workload.ranges])
+        labels = cal.workload.dims[0].key_labels([r[0] for r in cal.workload.ranges],
+                                                 plain=isinstance(cal.plan.keys[0].expr, exp.Column))
         return pa.table({cal.plan.keys[0].name: pa.array(labels)})
 
     def release(self, cal: DawaCalibration, bounded: pa.Table | None, rng: NoiseSource) -> Released:
@@ -290,7 +291,7 @@ class Dawa:
             return Released(table=table, accuracy={"count": acc}, commit=commit, final=True)
         agg = cal.plan.aggregates[0].name
         if wl.histogram:
-            labels = wl.dims[0].bin_label([r[0] for r in wl.ranges])
+            labels = wl.dims[0].key_labels([r[0] for r in wl.ranges], plain=isinstance(cal.plan.keys[0].expr, exp.Column))
             table = pa.table({cal.plan.keys[0].name: pa.array(labels), agg: pa.array(answers)})
         else:
             table = pa.table({agg: pa.array(answers)})

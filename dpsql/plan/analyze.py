@@ -445,7 +445,7 @@ class _Builder:
                 return exp.Null()
             if isinstance(n, exp.Window):
                 return n  # reported by the function checks
-            s = _norm(n) if isinstance(n, (exp.Column, exp.Func, exp.Binary, exp.Case, exp.Cast, exp.Paren)) else None
+            s = _norm(n) if isinstance(n, (exp.Column, exp.Func, exp.Binary, exp.Unary, exp.Predicate, exp.Case, exp.Cast)) else None
             if s is not None and s in key_by_sql:
                 return exp.column(key_by_sql[s].name)
             if isinstance(n, exp.Column):

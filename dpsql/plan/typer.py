@@ -231,12 +231,14 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
              "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types "
              "(a computed HUGEINT up to +-(10^38 - 1), the range of Spark's DECIMAL(38,0) too); beyond: computed in DOUBLE"),
-    FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DOUBLE", "total", "DECIMAL arithmetic is computed in DOUBLE"),
+    FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DECIMAL or DOUBLE", "total",
+             "exact in DECIMAL when the result type holds every result (+, -: max(p1-s1, p2-s2) + max(s1, s2) + 1 digits; *: p1 + p2) within 38 digits, else computed in DOUBLE"),
     FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE", "total", "overflow gives inf"),
     FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
     FuncSpec("//, %", "integer, integer -> integer", "total",
              "the divisor is NULLIF(b, 0): division by zero is NULL; // is computed in a type holding every "
-             "quotient (for HUGEINT, least // -1 is NULL); % cannot overflow; % on DOUBLE is total"),
+             "quotient (for HUGEINT, least // -1 is NULL); % cannot overflow; % on DECIMAL is exact in their common DECIMAL "
+             "type (DOUBLE beyond 38 digits); % on DOUBLE is total"),
     FuncSpec("unary -, abs", "numeric -> numeric", "total",
              "integers widened (-(-128::TINYINT) is 128); the least HUGEINT is NULL; UHUGEINT negated in DOUBLE"),
     FuncSpec("sign", "numeric -> TINYINT", "total"),
@@ -790,6 +792,11 @@ class Typer:
         if isinstance(node, (exp.IntDiv, exp.Mod)):
             a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
             typ = self.unify([a, b], node, "//" if isinstance(node, exp.IntDiv) else "%")
+            if typ.kind == "decimal" and isinstance(node, exp.Mod):
+                # exact in the common DECIMAL type (|a % b| < |b| cannot overflow; DuckDB's
+                # DECIMAL % is exact, where DOUBLE's fmod gives 0.3 % 0.1 = 0.09999999999999998);
+                # a zero divisor is NULL
+                return Typed(exp.Mod(this=self.coerce(a, typ, node), expression=_nonzero(self.coerce(b, typ, node), typ)), typ)
             if typ.kind == "decimal":
                 typ = DOUBLE
             if typ.kind == "float" and isinstance(node, exp.IntDiv):
@@ -919,10 +926,59 @@ class Typer:
                 return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide,
                              bounds=(lo, hi))
         typ = self.unify([a, b], node, "arithmetic")
+        if typ.kind == "decimal":
+            exact = self._decimal_arith(node, a, b)
+            if exact is not None:
+                return exact
         if typ.kind in ("decimal", "int"):
-            # DECIMAL arithmetic, and integers beyond HUGEINT: computed in DOUBLE (total)
+            # DECIMAL arithmetic whose result type cannot hold every result, and integers beyond
+            # HUGEINT: computed in DOUBLE (total)
             typ = DOUBLE
         return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
+
+    def _decimal_digits(self, r: Typed) -> tuple[int, int] | None:
+        """(precision, scale) of a DECIMAL or integer operand: an integer's digits are those of
+        its proven range (a literal's own value)."""
+        if r.type.kind == "decimal":
+            return r.type.precision, r.type.scale
+        if r.type.kind == "int":
+            lo, hi = self._range(r)
+            return max(1, len(str(max(abs(lo), abs(hi))))), 0
+        return None
+
+    def _decimal_arith(self, node: exp.Expression, a: Typed, b: Typed) -> Typed | None:
+        """``+ - *`` on DECIMAL (and integer) operands, exactly, when DuckDB's result type holds
+        every result of the operand types: ``a + b`` / ``a - b`` in DECIMAL(max(p1-s1, p2-s2) +
+        max(s1, s2) + 1, max(s1, s2)) and ``a * b`` in DECIMAL(p1 + p2, s1 + s2), at most 38 digits.
+        Then no value overflows (DuckDB raises only on a result beyond its type), and
+        ``j * 0.1 = 0.3`` holds as in SQL (in DOUBLE, 3 * 0.1 is 0.30000000000000004). None when
+        the type would need more than 38 digits (computed in DOUBLE by the caller)."""
+        da, db = self._decimal_digits(a), self._decimal_digits(b)
+        if da is None or db is None:
+            return None
+        (pa_, sa), (pb, sb) = da, db
+        cls = type(node)
+        if isinstance(node, (exp.Add, exp.Sub)):
+            s = max(sa, sb)
+            ip = max(pa_ - sa, pb - sb)
+            if ip + s + 1 > 38:
+                return None
+            # both operands in DECIMAL(ip + s, s): DuckDB adds them in DECIMAL(ip + s + 1, s)
+            common = SqlType("decimal", f"DECIMAL({ip + s},{s})", ip + s, s)
+            rt = SqlType("decimal", f"DECIMAL({ip + s + 1},{s})", ip + s + 1, s)
+            return Typed(cls(this=self.coerce(a, common, node), expression=self.coerce(b, common, node)), rt)
+        if pa_ + pb > 38:
+            return None
+        if pa_ + pb > 18:
+            # DuckDB multiplies two DECIMALs of at most 18 digits in 64 bits whatever the result
+            # type (and raises beyond): one operand in 128 bits (>= 19 digits) makes it 128-bit;
+            # the result type is then DECIMAL(min(38, p1' + p2), s1 + s2), which holds every product
+            pa_ = max(pa_, 19)
+        ta = SqlType("decimal", f"DECIMAL({pa_},{sa})", pa_, sa)
+        tb = SqlType("decimal", f"DECIMAL({pb},{sb})", pb, sb)
+        rp = min(38, pa_ + pb)
+        rt = SqlType("decimal", f"DECIMAL({rp},{sa + sb})", rp, sa + sb)
+        return Typed(cls(this=self.coerce(a, ta, node), expression=self.coerce(b, tb, node)), rt)
 
     def _conditional(
         self, node: exp.Expression, conds: list[exp.Expression], values: list[exp.Expression | None],
@@ -991,6 +1047,10 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
                 raise ty.refuse(node, f"{name}() takes one argument here; use round(x, digits)")
             digits = ty.int_literal(node.args["decimals"], f"the digits of {name}()", 38)
         cls = type(node)
+        if result is _to_double:
+            # sqrt, ln: DOUBLE for every argument type (the integer and DECIMAL rules below are
+            # those of abs and the roundings, which keep the argument's value domain)
+            return Typed(cls(this=ty.coerce(r, DOUBLE, node)), DOUBLE)
         if isinstance(node, exp.Abs) and r.type.kind == "int":
             lo, hi = ty._range(r)
             top = max(abs(lo), abs(hi))

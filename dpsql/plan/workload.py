@@ -38,6 +38,10 @@ def _unit(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
     return u
 
 
+_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                            "UINTEGER", "UBIGINT", "UHUGEINT", "INT1", "INT2", "INT4", "INT8", "INT", "LONG"})
+
+
 @dataclass(frozen=True)
 class Dim:
     column: str
@@ -68,6 +72,21 @@ class Dim:
     def integer(self) -> bool:
         """One value per bin (``analyze.one_value_per_bin``): range endpoints are exact."""
         return one_value_per_bin(self.domain, self.type_text)
+
+    def key_labels(self, i: Sequence[int], *, plain: bool) -> list[Any]:
+        """The released keys of a histogram's bins ``i``, typed as DuckDB types the key: the
+        lower edges of ``GROUP BY col`` (``plain``) in the column's own type (an integer column's
+        are integers, a DATE column's with whole-day bins from midnight are dates, otherwise
+        doubles or timestamps), and of ``GROUP BY floor(col / W) * W`` as doubles."""
+        labels = self.bin_label(i)
+        t = (self.type_text or "").upper()
+        if self.domain.kind == "numeric":
+            if plain and t in _INTEGER_TYPES and all(isinstance(v, int) for v in labels):
+                return labels
+            return [float(v) for v in labels]
+        if plain and t == "DATE" and all(v.time() == dt.time(0) for v in labels):
+            return [v.date() for v in labels]
+        return labels
 
     def bin_label(self, i: Sequence[int]) -> list[Any]:
         d = self.domain

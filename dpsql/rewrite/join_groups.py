@@ -55,7 +55,8 @@ def _canonical(k: ir.JoinKey, e: exp.Expression) -> exp.Expression:
 
 def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
     if k.domain is not None:
-        vals = [exp.Literal.number(v) if k.kind == "year" else domain_literal(v, k.sql_type) for v in k.domain]
+        # a year is BIGINT, as year() is in SQL (a bare literal would be an INTEGER key)
+        vals = [exp.cast(exp.Literal.number(v), "BIGINT") if k.kind == "year" else domain_literal(v, k.sql_type) for v in k.domain]
         listed = exp.select(exp.alias_(exp.func("unnest", exp.Array(expressions=vals)), k.name)).subquery("__domain")
         return exp.select(exp.alias_(_canonical(k, _col(k.name)), k.name)).from_(listed)
     t = catalog[dict(jp.inputs)[k.alias]]
