@@ -417,12 +417,7 @@ class _Builder:
             for col in refs:
                 col.replace(exp.column(by_col[col.name.lower()]))
             kept.append(exp.Paren(this=typed))
-        if not kept:
-            return None
-        out = kept[0]
-        for k in kept[1:]:
-            out = exp.And(this=out, expression=k)
-        return out
+        return exp.and_(*kept, copy=False) if kept else None
 
     def to_post(self, node: exp.Expression, where: str, *, alias_map: dict[str, exp.Expression] | None = None) -> exp.Expression:
         """Rewrite an expression over the query into one over released internal columns."""

@@ -501,12 +501,7 @@ class _JoinBuilder:
             cols = list(typed.find_all(exp.Column))
             if cols and all(x.name in by_sql.values() and not x.table for x in cols):
                 kept.append(exp.Paren(this=typed))
-        if not kept:
-            return None
-        out = kept[0]
-        for k in kept[1:]:
-            out = exp.And(this=out, expression=k)
-        return out
+        return exp.and_(*kept, copy=False) if kept else None
 
     def int_clause(self, key: str) -> int | None:
         """LIMIT / OFFSET: post-processing of the one released row, as on a single table."""
