@@ -245,6 +245,7 @@ def _load_config(args: argparse.Namespace) -> Any:
     path = args.config
     if path is None and os.path.exists("dpsql.toml"):
         path = "dpsql.toml"
+    args.config_path = path
     return DpsqlConfig() if path is None else load_config(path)
 
 
@@ -506,6 +507,46 @@ def _check_output(args: argparse.Namespace) -> None:
     for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
         if path:
             _check_writable(flag, path)
+    if args.output and getattr(args, "meta", None) and _same_file(args.output, args.meta):
+        raise ConfigError(f"-o {args.output!r} and --meta {args.meta!r} name the same file: the meta would replace the rows",
+                          hint="give --meta a file of its own, e.g. --meta meta.json")
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (the same resolved path, or one inode through a hard link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet
+        return False
+
+
+def _check_output_targets(args: argparse.Namespace, s: Any) -> None:
+    """Refuse, before the charge, an -o/--meta that would overwrite what this command reads or
+    records: the ledger or one of its side files (the generation marker, the queue, the WAL),
+    the config, or a registered table's source file."""
+    from dpsql.errors import ConfigError
+
+    led = getattr(s.ledger, "path", None)
+    led = led if isinstance(led, str) and not led.startswith(("postgresql://", "postgres://")) else None
+    inputs = [(f, f"the source of table '{name}'") for name, spec in s.tables.items() for f in spec.files]
+    if getattr(args, "config_path", None):
+        inputs.append((args.config_path, "the config file"))
+    for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
+        if not path:
+            continue
+        what = next((w for f, w in inputs if _same_file(path, f)), None)
+        if led is not None and what is None:
+            real, out = os.path.realpath(led), os.path.realpath(path)
+            d, name = os.path.split(real)
+            base = os.path.basename(out)
+            if (_same_file(path, led) or out in (real + ".wal", real + ".generation")
+                    or (os.path.dirname(out) == d and base.startswith(f".{name}."))):
+                what = f"the budget ledger {led} or one of its files"
+        if what is not None:
+            raise ConfigError(f"{flag} {path!r} would overwrite {what}; nothing was charged",
+                              hint=f"write the output elsewhere, e.g. {flag} {'result.csv' if flag == '-o' else 'meta.json'}")
 
 
 def _check_writable(flag: str, path: str) -> None:
@@ -536,6 +577,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
     with _open_session(args) as s:
+        if args.command == "query":
+            _check_output_targets(args, s)
         if args.command == "explain":
             plan = s.explain(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
             if args.json:

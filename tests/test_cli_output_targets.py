@@ -1,0 +1,57 @@
+"""-o and --meta never overwrite what the command reads or records: the ledger and its side files,
+the config, a table's source, or each other. Each is refused before the charge (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import run_cli as run
+
+CFG = ["--config", "examples/dpsql.toml"]
+Q = ["query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1"]
+LEDGER = "examples/example_ledger.duckdb"
+
+
+def _entries(capsys: pytest.CaptureFixture[str]) -> int:
+    capsys.readouterr()
+    assert run([*CFG, "budget", "--history", "--format", "json"]) == 0
+    return len(json.loads(capsys.readouterr().out)["entries"])
+
+
+def _ledger_files(workdir: Path) -> dict[str, bytes]:
+    d = workdir / "examples"
+    return {p.name: p.read_bytes() for p in d.iterdir()
+            if p.name.startswith((".example_ledger", "example_ledger")) and not p.name.endswith(".queue")}  # the queue's tail moves
+
+
+@pytest.mark.parametrize("flag", ["-o", "--meta"])
+@pytest.mark.parametrize("target", [LEDGER, "examples/.example_ledger.duckdb.generation", "examples/.example_ledger.duckdb.queue",
+                                    "examples/./../examples/example_ledger.duckdb",
+                                    "link.duckdb", "examples/dpsql.toml", "examples/events.parquet"])
+def test_output_onto_the_ledger_config_or_a_source_is_refused_before_the_charge(
+        workdir: Path, capsys: pytest.CaptureFixture[str], flag: str, target: str) -> None:
+    assert run([*CFG, *Q]) == 0  # the ledger exists and holds one entry
+    os.symlink(LEDGER, "link.duckdb")
+    before, files = _entries(capsys), _ledger_files(workdir)
+    kept = {t: Path(t).read_bytes() for t in ("examples/dpsql.toml", "examples/events.parquet")}
+    extra = ["--format", "csv"] if flag == "-o" else []
+    assert run([*CFG, *Q, flag, target, *extra]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "hint:" in err and "Traceback" not in err
+    assert _entries(capsys) == before == 1
+    assert _ledger_files(workdir) == files
+    assert {t: Path(t).read_bytes() for t in kept} == kept
+
+
+def test_rows_and_meta_into_one_file_is_refused_before_the_charge(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*CFG, "budget"]) == 0
+    assert run([*CFG, *Q, "-o", "out.json", "--meta", "./out.json"]) == 2
+    err = capsys.readouterr().err
+    assert "-o" in err and "--meta" in err and "hint:" in err
+    assert _entries(capsys) == 0 and not Path("out.json").exists()
+    # distinct files still work
+    assert run([*CFG, *Q, "-o", "out.json", "--meta", "meta.json"]) == 0
+    assert json.loads(Path("out.json").read_text())["rows"] and json.loads(Path("meta.json").read_text())["ledger_id"] == 1
