@@ -591,11 +591,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts or None)
             else:
                 rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
-        rem = s.remaining()
+        rem = _remaining_after(s)
         _write_release(rel, args, rem)
         print(
             f"mechanism: {rel.mechanism}; cost: epsilon={rel.cost.epsilon:g} delta={rel.cost.delta:g}; "
-            f"remaining: epsilon={rem.epsilon:g} delta={rem.delta:g}; ledger entry {rel.ledger_id}",
+            f"remaining: {_fmt_remaining(rem)}; ledger entry {rel.ledger_id}",
             file=sys.stderr,
         )
         for col, acc in rel.accuracy.items():
@@ -614,6 +614,25 @@ def _cmd_query(args: argparse.Namespace) -> int:
             print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
                   "a group missing from the output is not a zero", file=sys.stderr)
     return 0
+
+
+def _remaining_after(s: Any) -> Any:
+    """The remaining budget after a charged release, or None when the ledger cannot be read now
+    (e.g. busy past the lock timeout): the release was answered and its charge committed, so it is
+    still delivered, with a warning instead of an error that would lose it."""
+    from dpsql.errors import LedgerError
+
+    try:
+        return s.remaining()
+    except LedgerError as e:
+        first = str(e).split("\n", 1)[0]
+        print(f"warning: the release was charged and is delivered, but the remaining budget could not be read "
+              f"({first}); see dpsql budget", file=sys.stderr)
+        return None
+
+
+def _fmt_remaining(rem: Any) -> str:
+    return "unknown" if rem is None else f"epsilon={rem.epsilon:g} delta={rem.delta:g}"
 
 
 def _write_release(rel: Any, args: argparse.Namespace, remaining: Any) -> None:
@@ -732,13 +751,13 @@ def _summary_table(summary: dict[str, Any]) -> Any:
 def _cmd_suggest(args: argparse.Namespace) -> int:
     with _open_session(args) as s:
         rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
-        rem = s.remaining()
+        rem = _remaining_after(s)
     if args.format == "json":
         print(json.dumps(rel.to_dict(rem), indent=1))
     else:
         sys.stdout.write(_format_table(rel.table))
         print("suggested: " + ", ".join(f"{k} = {v}" for k, v in rel.details["suggested"].items()))
-    print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: epsilon={rem.epsilon:g} delta={rem.delta:g}; "
+    print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: {_fmt_remaining(rem)}; "
           f"ledger entry {rel.ledger_id}", file=sys.stderr)
     return 0
 

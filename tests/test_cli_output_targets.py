@@ -55,3 +55,45 @@ def test_rows_and_meta_into_one_file_is_refused_before_the_charge(workdir: Path,
     # distinct files still work
     assert run([*CFG, *Q, "-o", "out.json", "--meta", "meta.json"]) == 0
     assert json.loads(Path("out.json").read_text())["rows"] and json.loads(Path("meta.json").read_text())["ledger_id"] == 1
+
+
+@pytest.mark.parametrize("out", ["r.csv", "r.json", "r.parquet"])
+def test_a_ledger_read_failing_after_the_release_still_delivers_it(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out: str) -> None:
+    """The remaining budget is read after the charge was committed: if that read fails (the ledger
+    busy past the lock timeout), the answered and charged release is still written."""
+    from dpsql.errors import LedgerError
+    from dpsql.ledger import Ledger
+
+    assert run([*CFG, "budget"]) == 0
+
+    def busy(self: Ledger) -> None:
+        raise LedgerError("ledger is locked by another dpsql operation; gave up after 10 s of waiting for it; nothing was changed")
+
+    with monkeypatch.context() as m:
+        m.setattr(Ledger, "remaining", busy)
+        assert run([*CFG, *Q, "-o", out, "--meta", "m.json"]) == 0
+    err = capsys.readouterr().err
+    assert "ledger entry 1" in err and "remaining budget could not be read" in err
+    assert Path(out).stat().st_size > 0
+    meta = json.loads(Path("m.json").read_text())
+    assert meta["ledger_id"] == 1 and "remaining" not in meta
+    assert _entries(capsys) == 1
+
+
+def test_suggest_caps_with_the_ledger_busy_afterwards_still_prints_its_advice(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpsql.errors import LedgerError
+    from dpsql.ledger import Ledger
+
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+
+    def busy(self: Ledger) -> None:
+        raise LedgerError("ledger is locked by another dpsql operation; nothing was changed")
+
+    with monkeypatch.context() as m:
+        m.setattr(Ledger, "remaining", busy)
+        assert run([*CFG, "suggest-caps", "events", "--epsilon", "0.1", "--format", "json"]) == 0
+    got = capsys.readouterr()
+    assert json.loads(got.out)["meta"]["ledger_id"] == 1 and "remaining: unknown" in got.err
