@@ -459,7 +459,8 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
     if not matches:
         raise ConfigError(
             f"no file matches {source!r}",
-            hint="check the path (relative paths are resolved from the current directory)",
+            hint="check the path (relative paths are resolved from the current directory; in a config file, from "
+            "the config file's directory)",
         )
     return kind, os.path.abspath(source) if not is_glob else source
 

@@ -793,11 +793,40 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
+#: flags whose value is one number: a negative one (-1e-5, -inf) is attached as --flag=VALUE, since
+#: argparse takes anything but a plain -1 or -0.5 for an option and says only "expected one argument"
+_NUMBER_FLAGS = ("--epsilon", "--delta", "--quantile")
+
+
+def _attach_negative_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return out + argv[i:]
+        if a in _NUMBER_FLAGS and i + 1 < len(argv) and argv[i + 1].startswith("-") and _is_number(argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from dpsql.errors import DPSQLError, ExecutionError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
     if not args.command:
         parser.print_help()
         return 2

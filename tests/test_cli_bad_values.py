@@ -1,0 +1,86 @@
+"""Bad values on the command line and in the config: each refusal names the flag or key in the
+caller's terms and the fix, exits 2, and charges nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli as run
+
+CFG = ["--config", "examples/dpsql.toml"]
+
+
+def _spent(capsys: pytest.CaptureFixture[str]) -> float:
+    capsys.readouterr()
+    assert run([*CFG, "budget", "--format", "json"]) == 0
+    return float(json.loads(capsys.readouterr().out)["spent"]["epsilon"])
+
+
+@pytest.mark.parametrize("flag,value,words", [
+    ("--delta", "-1e-5", "delta must be a number in [0, 1), got -1e-05"),
+    ("--delta", "-inf", "delta must be a number in [0, 1), got -inf"),
+    ("--epsilon", "-1e-3", "epsilon must be a finite number > 0, got -0.001"),
+    ("--epsilon", "-inf", "epsilon must be a finite number > 0, got -inf"),
+])
+def test_negative_numbers_are_judged_as_numbers(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                flag: str, value: str, words: str) -> None:
+    """argparse takes '-1e-5' for an option ('expected one argument'): the value reaches the budget check."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    args = ["--epsilon", "0.1", flag, value] if flag == "--delta" else [flag, value]
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "expected one argument" not in err and "hint:" in err
+    assert _spent(capsys) == 0
+
+
+def test_values_after_a_double_dash_are_left_alone() -> None:
+    from dpsql.cli import _attach_negative_values
+
+    assert _attach_negative_values(["query", "--epsilon", "-1e-3", "--", "--delta", "-1e-3"]) == [
+        "query", "--epsilon=-1e-3", "--", "--delta", "-1e-3"]
+    assert _attach_negative_values(["query", "--epsilon", "-x"]) == ["query", "--epsilon", "-x"]
+
+
+@pytest.mark.parametrize("line,key", [("epsilon = inf", "epsilon"), ("epsilon = -1.0", "epsilon"),
+                                      ('epsilon = "ten"', "epsilon"), ("epsilon = 1.0\ndelta = 1.5", "delta")])
+def test_a_bad_total_in_the_config_names_the_ledger_section_not_a_flag(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], line: str, key: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("c.toml").write_text(f'[ledger]\npath = "l.duckdb"\n{line}\ncreate_if_missing = true\n')
+    assert run(["--config", "c.toml", "budget"]) == 2
+    err = capsys.readouterr().err
+    assert "[ledger]" in err and f"{key} must be" in err and "--epsilon" not in err and f"{key} = " in err
+    assert not Path("l.duckdb").exists()
+
+
+def test_a_missing_source_in_a_config_says_where_relative_paths_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "c.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\ncreate_if_missing = true\n'
+                                              '[tables.t]\nsource = "t.parquet"\nprivacy_unit = "u"\n')
+    monkeypatch.chdir(tmp_path)
+    assert run(["--config", "conf/c.toml", "explain", "SELECT COUNT(*) FROM t", "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "conf" / "t.parquet") in err and "config file's directory" in err
+
+
+def test_a_directory_as_config_is_called_a_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("conf").mkdir()
+    assert run(["--config", "conf", "budget"]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "not found" not in err and "hint:" in err
+
+
+@pytest.mark.parametrize("sql,words", [("SELECT COUNT(*) AS n, SUM(amount) AS s FROM events", "COUNT(*)"),
+                                       ("SELECT AVG(amount) AS a FROM events", "AVG(amount)")])
+def test_too_small_epsilon_names_the_aggregate_not_an_internal_column(
+        workdir: Path, capsys: pytest.CaptureFixture[str], sql: str, words: str) -> None:
+    assert run([*CFG, "query", sql, "--epsilon", "1e-300"]) == 2
+    err = capsys.readouterr().err
+    assert f"too small for {words}" in err and "__" not in err
+    assert _spent(capsys) == 0
