@@ -8,14 +8,16 @@ accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
 import os
+import shutil
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 DEFAULT_LEDGER = "dpsql_ledger.duckdb"
@@ -448,7 +450,8 @@ def _write_rows(rel: Any, fmt: str, output: str | None, remaining: Any) -> None:
     tbl = rel.table
     if fmt == "parquet":
         assert output  # checked before the query (_check_output)
-        pq.write_table(rel.to_arrow(remaining), output)  # the meta rides in the schema metadata
+        with _replacing(output) as tmp:
+            pq.write_table(rel.to_arrow(remaining), tmp)  # the meta rides in the schema metadata
         return
     if fmt == "csv":
         buf = io.BytesIO()
@@ -459,10 +462,35 @@ def _write_rows(rel: Any, fmt: str, output: str | None, remaining: Any) -> None:
     else:
         text = _format_table(tbl)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
+        with _replacing(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         sys.stdout.write(text)
+
+
+@contextlib.contextmanager
+def _replacing(path: str) -> Iterator[str]:
+    """A temporary name beside ``path`` to write to, renamed over it once complete: a write that
+    fails midway (a full disk) leaves no half-written file, and an earlier file of that name whole.
+    A target that is not a regular file (``/dev/stdout``, a FIFO) is written in place."""
+    import secrets
+
+    if os.path.exists(path) and not os.path.isfile(path):  # follows links: /dev/stdout -> a pipe
+        yield path
+        return
+    real = os.path.realpath(path)
+    d, name = os.path.split(real)
+    tmp = os.path.join(d, f".{name}.dpsql-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        yield tmp
+        if os.path.exists(real):
+            with contextlib.suppress(OSError):
+                shutil.copymode(real, tmp)
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
@@ -645,7 +673,7 @@ def _write_release(rel: Any, args: argparse.Namespace, remaining: Any) -> None:
         _write_rows(rel, args.format, args.output, remaining)
         if getattr(args, "meta", None):
             step = ("--meta", args.meta)
-            with open(args.meta, "w", encoding="utf-8") as f:
+            with _replacing(args.meta) as tmp, open(tmp, "w", encoding="utf-8") as f:
                 json.dump(rel.meta(remaining), f, indent=1)
     except OSError as e:
         where = f"{step[0]} {step[1]!r}" if step[1] else step[0]
