@@ -938,6 +938,12 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"(?:\s*or\s*)?`?Ledger\.set_total\((?:[^()]|\([^()]*\))*\)`?",
                   "" if "--set-total" in text else 'dpsql budget --set-total EPSILON DELTA --reason "..."', text)
     text = re.sub(r"Ledger\.open\(path[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)
+    text = re.sub(r"columns=\{'([^']+)': \{'domain': \[\.\.\.\]\}\}",
+                  lambda m: f"--domain TABLE.{m.group(1)}=A,B,C (or domain = [...] under [tables.T.columns.{m.group(1)}] in the "
+                  "config)", text)
+    text = re.sub(r"columns=\{'([^']+)': \{'bounds': \(([^,]+), ([^)]+)\), 'bins': (\w+)\}\}",
+                  lambda m: f"--bins TABLE.{m.group(1)}={m.group(2)}:{m.group(3)}:{m.group(4)} (or bounds and bins under "
+                  f"[tables.T.columns.{m.group(1)}] in the config)", text)
     text = re.sub(r"columns=\{'(\w+)': \{'bounds': \(([^,]+), ([^)]+)\)[^}]*\}\}",
                   lambda m: f"--bounds TABLE.{m.group(1)}={m.group(2)}:{m.group(3)} (or [tables.T.columns] in the config)", text)
     return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished")

@@ -84,3 +84,21 @@ def test_too_small_epsilon_names_the_aggregate_not_an_internal_column(
     err = capsys.readouterr().err
     assert f"too small for {words}" in err and "__" not in err
     assert _spent(capsys) == 0
+
+
+@pytest.mark.parametrize("hint,flag", [
+    ("declare the key column's public domain with columns={'col': {'domain': [...]}}", "--domain TABLE.col=A,B,C"),
+    ("register the key column with columns={'<col>': {'domain': [...]}}, or drop the GROUP BY", "--domain TABLE.<col>=A,B,C"),
+    ("e.g. columns={'age': {'bounds': (0, 120), 'bins': 121}}", "--bins TABLE.age=0:120:121"),
+])
+def test_column_declarations_in_hints_become_flags_and_config_keys(hint: str, flag: str) -> None:
+    from dpsql.cli import _cli_text
+
+    text = _cli_text(hint)
+    assert flag in text and "columns={" not in text and "[tables.T.columns." in text
+
+
+def test_group_by_without_delta_hints_in_flags(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*CFG, "query", "SELECT url, COUNT(*) FROM events GROUP BY url", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "--delta 1e-6" in err and "--domain TABLE.col=A,B,C" in err and "columns={" not in err
