@@ -946,6 +946,18 @@ def _cli_text(text: str) -> str:
                   f"[tables.T.columns.{m.group(1)}] in the config)", text)
     text = re.sub(r"columns=\{'(\w+)': \{'bounds': \(([^,]+), ([^)]+)\)[^}]*\}\}",
                   lambda m: f"--bounds TABLE.{m.group(1)}={m.group(2)}:{m.group(3)} (or [tables.T.columns] in the config)", text)
+    # a table's references, size bound and the suggest-caps quantile, as flags and config keys
+    text = re.sub(r"references=\{'([^']+)': '([^']+)'\}(?:; a composite key: \{'a,b': 'table\.x,y'\})?",
+                  lambda m: f"--reference TABLE.{m.group(1)}={m.group(2)} (or references = {{ {m.group(1)} = \"{m.group(2)}\" }} "
+                  "under [tables.T] in the config)", text)
+    text = re.sub(r"references=\{'a,b': 'table\.x,y'\}", "--reference 'TABLE.a,b=table.x,y'", text)
+    text = text.replace("e.g. max_table_rows=1_500_000", "e.g. --max-table-rows TABLE=1500000 (or max_table_rows = 1_500_000 "
+                        "under [tables.T] in the config)")
+    text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")
+    text = text.replace("register it first (Session.tables lists them)",
+                        "dpsql tables lists the registered tables; register one with --table NAME=PATH (or [tables.NAME] "
+                        "in the config)")
+    text = text.replace(", or a pyarrow.Table", "")
     return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished")
 
 

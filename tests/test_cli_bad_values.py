@@ -102,3 +102,25 @@ def test_group_by_without_delta_hints_in_flags(workdir: Path, capsys: pytest.Cap
     assert run([*CFG, "query", "SELECT url, COUNT(*) FROM events GROUP BY url", "--epsilon", "0.1"]) == 2
     err = capsys.readouterr().err
     assert "--delta 1e-6" in err and "--domain TABLE.col=A,B,C" in err and "columns={" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--degree-bound", "e.user_id=3", "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"],
+    ["--max-table-rows", "e=-5", "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"],
+    ["suggest-caps", "e", "--epsilon", "0.1", "--quantile", "2"],
+    ["suggest-caps", "nope", "--epsilon", "0.1"],
+    ["--reference", "e.user_id=x", "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"],
+])
+def test_flag_errors_of_ad_hoc_tables_hint_in_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": [1, 2, 3], "x": [1.0, 2.0, 3.0]}), "e.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    assert run(["--table", "e=e.parquet", "--privacy-unit", "e=user_id", "--ledger", "l.duckdb", *argv]) == 2
+    err = capsys.readouterr().err
+    hint = err.split("hint:", 1)[1]
+    assert "--" in hint and "={" not in hint and "Session" not in hint and "quantile=" not in hint, err
