@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dpsql",
         description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
         "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 3 budget exceeded,\n"
-        "  4 ledger error, 130 interrupted (a charge already made stands), 1 anything else",
+        "  4 ledger error (nothing charged), 130 interrupted (a charge already made stands),\n"
+        "  1 anything else, e.g. a failure after the charge (the charge stands)",
         epilog=EXAMPLES["main"],
         formatter_class=fmt,
     )

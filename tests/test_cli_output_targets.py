@@ -161,3 +161,67 @@ def test_output_to_dev_stdout_of_a_pipe_is_written_in_place(workdir: Path) -> No
                        timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[0] == '"n"'
+
+
+@pytest.mark.parametrize("step,nth", [("marker", 1), ("marker", 2), ("commit", 2)])
+def test_a_ledger_failure_once_the_charge_is_recorded_exits_as_charged_then_failed(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, step: str, nth: int) -> None:
+    """Exit 4 (a ledger error) is what an ETL script sees when the ledger is missing or locked and
+    nothing was charged. A ledger failure once the charge is durable (the generation marker of the
+    reserve or of the release's record, or the release's record itself) leaves the charge standing
+    and delivers nothing: that is exit 1, as any failure after the charge, so the script does not
+    take it for 'nothing charged'."""
+    import duckdb
+
+    from dpsql.ledger import _store
+
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    calls = []
+    raise_markers = _store._raise_markers
+
+    def markers(p: str, generation: int) -> None:
+        calls.append(p)
+        if len(calls) == nth:
+            raise OSError(28, "No space left on device")
+        raise_markers(p, generation)
+
+    reserve = _store.Ledger.reserve
+
+    def reserved(self: _store.Ledger, *a: object, **k: object) -> int:
+        entry = reserve(self, *a, **k)  # type: ignore[arg-type]
+        calls.append("reserved")
+        return entry
+
+    def before_commit(p: str) -> None:  # the next transaction after the reserve: the release's record
+        if calls:
+            raise duckdb.IOException("could not write: No space left on device")
+
+    with monkeypatch.context() as m:
+        if step == "marker":
+            m.setattr(_store, "_raise_markers", markers)
+        else:
+            m.setattr(_store.Ledger, "reserve", reserved)
+            m.setitem(_store._HOOKS, "before_commit", before_commit)
+        code = run([*CFG, *Q, "-o", "r.csv"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "LedgerError" in err and "stands" in err and not Path("r.csv").exists()
+    capsys.readouterr()
+    assert run([*CFG, "budget", "--history", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    # the release's record may have reached the write-ahead log before its marker failed
+    assert doc["spent"]["epsilon"] == 0.1 and [e["status"] for e in doc["entries"]] == [
+        "released" if (step, nth) == ("marker", 2) else "reserved"]
+
+
+def test_a_missing_ledger_still_exits_4_with_nothing_charged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"u": [1, 2]}), "t.parquet")
+    assert run(["--table", "t=t.parquet", "--privacy-unit", "t=u", "--ledger", "none.duckdb", "query",
+                "SELECT COUNT(*) FROM t", "--epsilon", "1"]) == 4
+    assert not Path("none.duckdb").exists()
