@@ -667,23 +667,40 @@ def _fmt_remaining(rem: Any) -> str:
 def _write_release(rel: Any, args: argparse.Namespace, remaining: Any) -> None:
     """Write the rows (-o or stdout) and --meta; a write that fails (a full disk, a path that
     became unwritable) says which output failed and that the charge stands, never 'unexpected'."""
-    from dpsql.errors import ExecutionError
-
     step = ("-o", args.output) if args.output else ("stdout", None)
     try:
         _write_rows(rel, args.format, args.output, remaining)
+        if not args.output:
+            sys.stdout.flush()
         if getattr(args, "meta", None):
             step = ("--meta", args.meta)
             with _replacing(args.meta) as tmp, open(tmp, "w", encoding="utf-8") as f:
                 json.dump(rel.meta(remaining), f, indent=1)
     except OSError as e:
-        where = f"{step[0]} {step[1]!r}" if step[1] else step[0]
-        raise ExecutionError(
-            f"the query was answered, but writing {where} failed ({e.strerror or type(e).__name__}); its charge "
-            f"stands (ledger entry {rel.ledger_id})",
-            hint=f"free disk space or choose another {step[0] if step[1] else '-o FILE'}; the release cannot be "
-            "written again without a new charge",
-        ) from None
+        if step[1] is None:
+            _silence_stdout()
+        raise _written_failed(rel, step[0], step[1], e) from None
+
+
+def _written_failed(rel: Any, flag: str, path: str | None, e: OSError) -> Any:
+    from dpsql.errors import ExecutionError
+
+    where = f"{flag} {path!r}" if path else flag
+    return ExecutionError(
+        f"the query was answered, but writing {where} failed ({e.strerror or type(e).__name__}); its charge "
+        f"stands (ledger entry {rel.ledger_id})",
+        hint=f"free disk space or choose another {flag if path else '-o FILE'}; the release cannot be "
+        "written again without a new charge",
+    )
+
+
+def _silence_stdout() -> None:
+    """After a failed write to standard output (its reader has gone): point it at /dev/null, so
+    that the interpreter's final flush does not print a second, raw error."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _cmd_budget(args: argparse.Namespace) -> int:
@@ -781,11 +798,16 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
     with _open_session(args) as s:
         rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
         rem = _remaining_after(s)
-    if args.format == "json":
-        print(json.dumps(rel.to_dict(rem), indent=1))
-    else:
-        sys.stdout.write(_format_table(rel.table))
-        print("suggested: " + ", ".join(f"{k} = {v}" for k, v in rel.details["suggested"].items()))
+    try:
+        if args.format == "json":
+            print(json.dumps(rel.to_dict(rem), indent=1))
+        else:
+            sys.stdout.write(_format_table(rel.table))
+            print("suggested: " + ", ".join(f"{k} = {v}" for k, v in rel.details["suggested"].items()))
+        sys.stdout.flush()
+    except OSError as e:
+        _silence_stdout()
+        raise _written_failed(rel, "stdout", None, e) from None
     print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: {_fmt_remaining(rem)}; "
           f"ledger entry {rel.ledger_id}", file=sys.stderr)
     return 0
@@ -882,12 +904,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "init":
             return _cmd_init(args)
         if args.command in ("query", "explain"):
-            return _cmd_query(args)
-        if args.command == "suggest-caps":
-            return _cmd_suggest(args)
-        if args.command in ("tables", "describe"):
-            return _cmd_tables(args)
-        return _cmd_budget(args)
+            code = _cmd_query(args)
+        elif args.command == "suggest-caps":
+            code = _cmd_suggest(args)
+        elif args.command in ("tables", "describe"):
+            code = _cmd_tables(args)
+        else:
+            code = _cmd_budget(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # a free command's output (a charged one says so through _written_failed)
+        _silence_stdout()
+        print(f"error: writing stdout failed (its reader closed it); nothing was charged by dpsql {args.command}",
+              file=sys.stderr)
+        return 1
     except DPSQLError as e:
         if interrupted.is_set():
             print("interrupted: a charge already made stands (see dpsql budget --history)", file=sys.stderr)

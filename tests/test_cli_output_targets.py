@@ -225,3 +225,25 @@ def test_a_missing_ledger_still_exits_4_with_nothing_charged(tmp_path: Path, mon
     assert run(["--table", "t=t.parquet", "--privacy-unit", "t=u", "--ledger", "none.duckdb", "query",
                 "SELECT COUNT(*) FROM t", "--epsilon", "1"]) == 4
     assert not Path("none.duckdb").exists()
+
+
+@pytest.mark.parametrize("argv,charged", [(["budget", "--history", "--format", "json"], False), (["tables"], False),
+                                          (["suggest-caps", "events", "--epsilon", "0.1"], True)])
+def test_a_closed_stdout_is_named_and_says_whether_a_charge_stands(workdir: Path, argv: list[str], charged: bool) -> None:
+    """`dpsql budget --format json | jq ...` where the reader has gone: not 'unexpected BrokenPipeError'."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    assert subprocess.run([sys.executable, "-m", "dpsql.cli", *CFG, "budget"], env=env, capture_output=True, timeout=60).returncode == 0
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is written
+    try:
+        p = subprocess.run([sys.executable, "-m", "dpsql.cli", *CFG, *argv], env=env, stdout=w, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    finally:
+        os.close(w)
+    assert p.returncode == 1
+    assert "unexpected" not in p.stderr and "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
+    assert "stdout" in p.stderr and ("charge stands (ledger entry 1)" in p.stderr if charged else "nothing was charged" in p.stderr), p.stderr
