@@ -388,13 +388,20 @@ def _read_sql(args: argparse.Namespace) -> str:
 
     if args.file and args.sql:
         raise ConfigError("give the SQL either as an argument or with -f, not both")
-    if args.file == "-":
-        return sys.stdin.read()
     if args.file:
-        if not os.path.exists(args.file):
+        if args.file != "-" and not os.path.exists(args.file):
             raise ConfigError(f"SQL file {args.file!r} not found", hint="check the path given to -f (or -f - to read standard input)")
-        with open(args.file, encoding="utf-8") as f:
-            return f.read()
+        where = "standard input (-f -)" if args.file == "-" else f"SQL file {args.file!r} (-f)"
+        try:
+            if args.file == "-":
+                return sys.stdin.read()
+            with open(args.file, encoding="utf-8") as f:
+                return f.read()
+        except UnicodeDecodeError:
+            raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
+        except OSError as e:
+            raise ConfigError(f"{where} cannot be read ({e.strerror or type(e).__name__})",
+                              hint="give -f the path of a readable SQL text file (or -f - to read standard input)") from None
     if not args.sql:
         raise ConfigError("no SQL given", hint='dpsql query "SELECT COUNT(*) FROM t" --epsilon 1')
     return str(args.sql)

@@ -124,3 +124,21 @@ def test_flag_errors_of_ad_hoc_tables_hint_in_flags(tmp_path: Path, monkeypatch:
     err = capsys.readouterr().err
     hint = err.split("hint:", 1)[1]
     assert "--" in hint and "={" not in hint and "Session" not in hint and "quantile=" not in hint, err
+
+
+@pytest.mark.parametrize("kind", ["directory", "binary", "binary-stdin"])
+def test_an_unreadable_sql_file_is_a_usage_error_naming_dash_f(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    import io
+
+    assert run([*CFG, "budget"]) == 0
+    Path("q").mkdir()
+    Path("q.sql").write_bytes(b"\xff\xfeSELECT COUNT(*) FROM events")
+    if kind == "binary-stdin":
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfeSELECT"), encoding="utf-8"))
+    path = {"directory": "q", "binary": "q.sql", "binary-stdin": "-"}[kind]
+    capsys.readouterr()
+    assert run([*CFG, "query", "-f", path, "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "-f" in err and "unexpected" not in err and "hint:" in err, err
+    assert _spent(capsys) == 0
