@@ -505,14 +505,27 @@ def _cmd_init(args: argparse.Namespace) -> int:
     import dpsql
     from dpsql.ledger import Ledger
 
-    path = _ledger_path(args, _load_config(args))
-    if path.startswith(("postgresql://", "postgres://")):
+    cfg = _load_config(args)
+    path = _ledger_path(args, cfg)
+    total = dpsql.Budget(args.epsilon, args.delta)
+    pg = path.startswith(("postgresql://", "postgres://"))
+    # (an existing file is refused by Ledger.create first: dpsql never overwrites a ledger)
+    if cfg.budget is not None and total != cfg.budget and (pg or not os.path.lexists(path)):
+        from dpsql.errors import ConfigError
+
+        raise ConfigError(
+            f"--epsilon {args.epsilon:g} --delta {args.delta:g} differ from the total the config's [ledger] declares "
+            f"(epsilon = {cfg.budget.epsilon!r}, delta = {cfg.budget.delta!r}): every later command would refuse the new ledger",
+            hint=f"pass --epsilon {cfg.budget.epsilon!r} --delta {cfg.budget.delta!r}, or change epsilon and delta under "
+            "[ledger] in the config first",
+        )
+    if pg:
         from dpsql.ledger._postgres import PostgresLedger, redact
 
-        led: Ledger = PostgresLedger.create(path, dpsql.Budget(args.epsilon, args.delta))
+        led: Ledger = PostgresLedger.create(path, total)
         path = redact(path)
     else:
-        led = Ledger.create(path, dpsql.Budget(args.epsilon, args.delta))
+        led = Ledger.create(path, total)
     led.close()
     print(f"created ledger {path} with total budget epsilon={args.epsilon:g} delta={args.delta:g}", file=sys.stderr)
     return 0

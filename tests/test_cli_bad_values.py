@@ -142,3 +142,34 @@ def test_an_unreadable_sql_file_is_a_usage_error_naming_dash_f(workdir: Path, ca
     err = capsys.readouterr().err
     assert "-f" in err and "unexpected" not in err and "hint:" in err, err
     assert _spent(capsys) == 0
+
+
+@pytest.mark.parametrize("flag", ["--bounds events.country=0:1", "--bins events.country=0:1:2", "--bounds events.action=0:5"])
+def test_bounds_or_bins_on_a_text_column_are_refused_at_registration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    """A histogram over bins declared on a VARCHAR column answered (and charged) all-zero counts."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(Path(__file__).resolve().parents[1] / "examples" / "events.parquet", "events.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    argv = ["--table", "events=events.parquet", "--privacy-unit", "events=user_id", "--ledger", "l.duckdb", *flag.split()]
+    col = flag.split(".")[1].split("=")[0]
+    assert run([*argv, "query", f"SELECT {col}, COUNT(*) FROM events GROUP BY {col}", "--epsilon", "0.1", "--delta", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"'events.{col}' need a numeric" in err and "VARCHAR" in err and "hint:" in err
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
+
+
+def test_init_with_a_total_other_than_the_configs_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/dpsql.toml declares epsilon = 10, delta = 1e-5: a ledger created with another total
+    would make every later command fail."""
+    assert run([*CFG, "init", "--epsilon", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "[ledger]" in err and "--epsilon 10.0 --delta 1e-05" in err
+    assert not Path("examples/example_ledger.duckdb").exists()
+    assert run([*CFG, "init", "--epsilon", "10", "--delta", "1e-5"]) == 0
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1"]) == 0
