@@ -756,20 +756,21 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
             led.set_total(new_total, reason=args.reason)
-        t, sp, r = led.total(), led.spent(), led.remaining()
+        snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
+        t, sp, r = snap["total"], snap["spent"], snap["remaining"]
         summary: dict[str, Any] = {"ledger": shown, "total": {"epsilon": t.epsilon, "delta": t.delta},
                    "spent": {"epsilon": sp.epsilon, "delta": sp.delta}, "remaining": {"epsilon": r.epsilon, "delta": r.delta}}
         if args.format == "json":
             if args.history:
-                summary["entries"] = _json_rows(led.history())
-                summary["total_changes"] = _json_rows(led.totals_history())
+                summary["entries"] = _json_rows(snap["entries"])
+                summary["total_changes"] = _json_rows(snap["total_changes"])
             print(json.dumps(summary, indent=1))
             return 0
         if args.format == "csv":
             import pyarrow.csv as pacsv
 
             buf = io.BytesIO()
-            pacsv.write_csv(_flat(led.history()) if args.history else _summary_table(summary), buf)
+            pacsv.write_csv(_flat(snap["entries"]) if args.history else _summary_table(summary), buf)
             sys.stdout.write(buf.getvalue().decode())
             return 0
         print(f"ledger:    {shown}")
@@ -777,7 +778,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         print(f"spent:     epsilon={sp.epsilon:g} delta={sp.delta:g}")
         print(f"remaining: epsilon={r.epsilon:g} delta={r.delta:g}")
         if args.history:
-            h = led.history()
+            h = snap["entries"]
             keep = [
                 c
                 for c in h.column_names
@@ -785,7 +786,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
             ]
             sys.stdout.write(_format_table(h.select(keep)))
             print("total changes:")
-            sys.stdout.write(_format_table(led.totals_history()))
+            sys.stdout.write(_format_table(snap["total_changes"]))
     return 0
 
 

@@ -247,3 +247,39 @@ def test_a_closed_stdout_is_named_and_says_whether_a_charge_stands(workdir: Path
     assert p.returncode == 1
     assert "unexpected" not in p.stderr and "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
     assert "stdout" in p.stderr and ("charge stands (ledger entry 1)" in p.stderr if charged else "nothing was charged" in p.stderr), p.stderr
+
+
+@pytest.mark.parametrize("fmt", ["json", "table"])
+def test_budget_history_agrees_with_its_summary_while_others_charge(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    """Another process charging between the command's reads: the spent budget printed must be the
+    sum of the entries printed (an ETL job reconciles one against the other)."""
+    from dpsql.budget import Budget
+    from dpsql.ledger import Ledger, _store
+
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    other = Ledger.open(LEDGER)
+    busy, charges = [], []
+
+    def charge_elsewhere(path: str) -> None:  # before each of the command's ledger transactions
+        if busy or len(charges) >= 6:
+            return
+        busy.append(1)
+        try:
+            charges.append(other.reserve(Budget(0.1), mechanism="laplace", query="SELECT 1", tables=["events"], params={}))
+        finally:
+            busy.clear()
+
+    with monkeypatch.context() as m:
+        m.setitem(_store._HOOKS, "before_queue", charge_elsewhere)
+        assert run([*CFG, "budget", "--history", "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    if fmt == "json":
+        doc = json.loads(out)
+        assert doc["spent"]["epsilon"] == pytest.approx(sum(e["epsilon"] for e in doc["entries"]))
+        assert doc["remaining"]["epsilon"] == pytest.approx(doc["total"]["epsilon"] - doc["spent"]["epsilon"])
+    else:
+        spent = float(next(ln for ln in out.splitlines() if ln.startswith("spent:")).split("epsilon=")[1].split()[0])
+        rows = [ln for ln in out.splitlines() if "| reserved" in ln or "| released" in ln]
+        assert spent == pytest.approx(0.1 * len(rows))

@@ -723,6 +723,20 @@ class Ledger:
             source_entry_id=src,
         )
 
+    def snapshot(self, *, history: bool = False) -> dict[str, Any]:
+        """``total``, ``spent`` and ``remaining`` (with ``history``: also ``entries`` and
+        ``total_changes``, as :meth:`history` and :meth:`totals_history` give them) read in one
+        transaction, so they agree with each other while other processes charge the ledger."""
+        with self._txn(write=False) as (con, _t):
+            counts = self._spent_counts(con)[0]
+            total = self._total(con)
+            out: dict[str, Any] = {"total": total, "spent": compose_counted(counts),
+                                   "remaining": counted_remaining(counts, total)}
+            if history:
+                out["entries"] = con.sql(f"SELECT {_ENTRY_COLUMNS} FROM ledger_entries ORDER BY entry_id").to_arrow_table()
+                out["total_changes"] = con.sql("SELECT * FROM ledger_totals ORDER BY change_id").to_arrow_table()
+            return out
+
     def history(self) -> pa.Table:
         """All entries in order of entry id, as an Arrow table (JSON columns as text)."""
         with self._txn(write=False) as (con, _t):
