@@ -338,6 +338,12 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
     return ColumnSpec(name.lower(), bounds=bounds, domain=domain, ordered=ordered, granularity=gran)
 
 
+#: column types that value bounds and ordered domains (bins) cannot describe: an aggregate refuses
+#: them, and a histogram over them would compare text with numbers
+_UNORDERED_TYPES = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "BLOB", "BYTEA", "UUID", "JSON", "ENUM",
+                    "STRUCT", "MAP", "UNION", "BIT")
+
+
 def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, str]) -> dict[str, ColumnSpec]:
     """Domains typed to their column at registration: every value must be a value of the column's
     type (an integer domain on a VARCHAR column, a date that is not a date, ... is a ConfigError),
@@ -345,6 +351,13 @@ def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, s
     public-domain filter renders as typed literals (e.g. CAST('2024-01-01' AS DATE))."""
     out: dict[str, ColumnSpec] = {}
     for name, c in columns.items():
+        typ = schema.get(name, "").upper()
+        if (c.bounds is not None or c.ordered is not None) and ("[" in typ or typ.startswith(_UNORDERED_TYPES)):
+            what = "bounds and bins" if c.ordered is not None else "bounds"
+            raise ConfigError(
+                f"{what} for '{table}.{name}' need a numeric (or date/timestamp) column, but it is {schema[name]}",
+                hint=f"drop the {what} of '{name}' (to release its values as keys, declare its public domain instead)",
+            )
         if c.domain is not None and name in schema:
             try:
                 dom = type_domain(c.domain, schema[name], f"'{table}.{name}' ({schema[name]})")
@@ -459,7 +472,8 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
     if not matches:
         raise ConfigError(
             f"no file matches {source!r}",
-            hint="check the path (relative paths are resolved from the current directory)",
+            hint="check the path (relative paths are resolved from the current directory; in a config file, from "
+            "the config file's directory)",
         )
     return kind, os.path.abspath(source) if not is_glob else source
 

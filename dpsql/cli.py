@@ -8,14 +8,16 @@ accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
 import os
+import shutil
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 DEFAULT_LEDGER = "dpsql_ledger.duckdb"
@@ -97,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dpsql",
         description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
         "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 3 budget exceeded,\n"
-        "  4 ledger error, 130 interrupted (a charge already made stands), 1 anything else",
+        "  4 ledger error (nothing charged), 130 interrupted (a charge already made stands),\n"
+        "  1 anything else, e.g. a failure after the charge (the charge stands)",
         epilog=EXAMPLES["main"],
         formatter_class=fmt,
     )
@@ -245,6 +248,7 @@ def _load_config(args: argparse.Namespace) -> Any:
     path = args.config
     if path is None and os.path.exists("dpsql.toml"):
         path = "dpsql.toml"
+    args.config_path = path
     return DpsqlConfig() if path is None else load_config(path)
 
 
@@ -384,13 +388,20 @@ def _read_sql(args: argparse.Namespace) -> str:
 
     if args.file and args.sql:
         raise ConfigError("give the SQL either as an argument or with -f, not both")
-    if args.file == "-":
-        return sys.stdin.read()
     if args.file:
-        if not os.path.exists(args.file):
+        if args.file != "-" and not os.path.exists(args.file):
             raise ConfigError(f"SQL file {args.file!r} not found", hint="check the path given to -f (or -f - to read standard input)")
-        with open(args.file, encoding="utf-8") as f:
-            return f.read()
+        where = "standard input (-f -)" if args.file == "-" else f"SQL file {args.file!r} (-f)"
+        try:
+            if args.file == "-":
+                return sys.stdin.read()
+            with open(args.file, encoding="utf-8") as f:
+                return f.read()
+        except UnicodeDecodeError:
+            raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
+        except OSError as e:
+            raise ConfigError(f"{where} cannot be read ({e.strerror or type(e).__name__})",
+                              hint="give -f the path of a readable SQL text file (or -f - to read standard input)") from None
     if not args.sql:
         raise ConfigError("no SQL given", hint='dpsql query "SELECT COUNT(*) FROM t" --epsilon 1')
     return str(args.sql)
@@ -447,7 +458,8 @@ def _write_rows(rel: Any, fmt: str, output: str | None, remaining: Any) -> None:
     tbl = rel.table
     if fmt == "parquet":
         assert output  # checked before the query (_check_output)
-        pq.write_table(rel.to_arrow(remaining), output)  # the meta rides in the schema metadata
+        with _replacing(output) as tmp:
+            pq.write_table(rel.to_arrow(remaining), tmp)  # the meta rides in the schema metadata
         return
     if fmt == "csv":
         buf = io.BytesIO()
@@ -458,24 +470,62 @@ def _write_rows(rel: Any, fmt: str, output: str | None, remaining: Any) -> None:
     else:
         text = _format_table(tbl)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
+        with _replacing(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         sys.stdout.write(text)
+
+
+@contextlib.contextmanager
+def _replacing(path: str) -> Iterator[str]:
+    """A temporary name beside ``path`` to write to, renamed over it once complete: a write that
+    fails midway (a full disk) leaves no half-written file, and an earlier file of that name whole.
+    A target that is not a regular file (``/dev/stdout``, a FIFO) is written in place."""
+    import secrets
+
+    if os.path.exists(path) and not os.path.isfile(path):  # follows links: /dev/stdout -> a pipe
+        yield path
+        return
+    real = os.path.realpath(path)
+    d, name = os.path.split(real)
+    tmp = os.path.join(d, f".{name}.dpsql-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        yield tmp
+        if os.path.exists(real):
+            with contextlib.suppress(OSError):
+                shutil.copymode(real, tmp)
+        os.replace(tmp, real)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
     import dpsql
     from dpsql.ledger import Ledger
 
-    path = _ledger_path(args, _load_config(args))
-    if path.startswith(("postgresql://", "postgres://")):
+    cfg = _load_config(args)
+    path = _ledger_path(args, cfg)
+    total = dpsql.Budget(args.epsilon, args.delta)
+    pg = path.startswith(("postgresql://", "postgres://"))
+    # (an existing file is refused by Ledger.create first: dpsql never overwrites a ledger)
+    if cfg.budget is not None and total != cfg.budget and (pg or not os.path.lexists(path)):
+        from dpsql.errors import ConfigError
+
+        raise ConfigError(
+            f"--epsilon {args.epsilon:g} --delta {args.delta:g} differ from the total the config's [ledger] declares "
+            f"(epsilon = {cfg.budget.epsilon!r}, delta = {cfg.budget.delta!r}): every later command would refuse the new ledger",
+            hint=f"pass --epsilon {cfg.budget.epsilon!r} --delta {cfg.budget.delta!r}, or change epsilon and delta under "
+            "[ledger] in the config first",
+        )
+    if pg:
         from dpsql.ledger._postgres import PostgresLedger, redact
 
-        led: Ledger = PostgresLedger.create(path, dpsql.Budget(args.epsilon, args.delta))
+        led: Ledger = PostgresLedger.create(path, total)
         path = redact(path)
     else:
-        led = Ledger.create(path, dpsql.Budget(args.epsilon, args.delta))
+        led = Ledger.create(path, total)
     led.close()
     print(f"created ledger {path} with total budget epsilon={args.epsilon:g} delta={args.delta:g}", file=sys.stderr)
     return 0
@@ -506,6 +556,46 @@ def _check_output(args: argparse.Namespace) -> None:
     for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
         if path:
             _check_writable(flag, path)
+    if args.output and getattr(args, "meta", None) and _same_file(args.output, args.meta):
+        raise ConfigError(f"-o {args.output!r} and --meta {args.meta!r} name the same file: the meta would replace the rows",
+                          hint="give --meta a file of its own, e.g. --meta meta.json")
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (the same resolved path, or one inode through a hard link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet
+        return False
+
+
+def _check_output_targets(args: argparse.Namespace, s: Any) -> None:
+    """Refuse, before the charge, an -o/--meta that would overwrite what this command reads or
+    records: the ledger or one of its side files (the generation marker, the queue, the WAL),
+    the config, or a registered table's source file."""
+    from dpsql.errors import ConfigError
+
+    led = getattr(s.ledger, "path", None)
+    led = led if isinstance(led, str) and not led.startswith(("postgresql://", "postgres://")) else None
+    inputs = [(f, f"the source of table '{name}'") for name, spec in s.tables.items() for f in spec.files]
+    if getattr(args, "config_path", None):
+        inputs.append((args.config_path, "the config file"))
+    for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
+        if not path:
+            continue
+        what = next((w for f, w in inputs if _same_file(path, f)), None)
+        if led is not None and what is None:
+            real, out = os.path.realpath(led), os.path.realpath(path)
+            d, name = os.path.split(real)
+            base = os.path.basename(out)
+            if (_same_file(path, led) or out in (real + ".wal", real + ".generation")
+                    or (os.path.dirname(out) == d and base.startswith(f".{name}."))):
+                what = f"the budget ledger {led} or one of its files"
+        if what is not None:
+            raise ConfigError(f"{flag} {path!r} would overwrite {what}; nothing was charged",
+                              hint=f"write the output elsewhere, e.g. {flag} {'result.csv' if flag == '-o' else 'meta.json'}")
 
 
 def _check_writable(flag: str, path: str) -> None:
@@ -536,6 +626,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
     with _open_session(args) as s:
+        if args.command == "query":
+            _check_output_targets(args, s)
         if args.command == "explain":
             plan = s.explain(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
             if args.json:
@@ -548,11 +640,11 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts or None)
             else:
                 rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
-        rem = s.remaining()
+        rem = _remaining_after(s)
         _write_release(rel, args, rem)
         print(
             f"mechanism: {rel.mechanism}; cost: epsilon={rel.cost.epsilon:g} delta={rel.cost.delta:g}; "
-            f"remaining: epsilon={rem.epsilon:g} delta={rem.delta:g}; ledger entry {rel.ledger_id}",
+            f"remaining: {_fmt_remaining(rem)}; ledger entry {rel.ledger_id}",
             file=sys.stderr,
         )
         for col, acc in rel.accuracy.items():
@@ -573,26 +665,62 @@ def _cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def _remaining_after(s: Any) -> Any:
+    """The remaining budget after a charged release, or None when the ledger cannot be read now
+    (e.g. busy past the lock timeout): the release was answered and its charge committed, so it is
+    still delivered, with a warning instead of an error that would lose it."""
+    from dpsql.errors import LedgerError
+
+    try:
+        return s.remaining()
+    except LedgerError as e:
+        first = str(e).split("\n", 1)[0]
+        print(f"warning: the release was charged and is delivered, but the remaining budget could not be read "
+              f"({first}); see dpsql budget", file=sys.stderr)
+        return None
+
+
+def _fmt_remaining(rem: Any) -> str:
+    return "unknown" if rem is None else f"epsilon={rem.epsilon:g} delta={rem.delta:g}"
+
+
 def _write_release(rel: Any, args: argparse.Namespace, remaining: Any) -> None:
     """Write the rows (-o or stdout) and --meta; a write that fails (a full disk, a path that
     became unwritable) says which output failed and that the charge stands, never 'unexpected'."""
-    from dpsql.errors import ExecutionError
-
     step = ("-o", args.output) if args.output else ("stdout", None)
     try:
         _write_rows(rel, args.format, args.output, remaining)
+        if not args.output:
+            sys.stdout.flush()
         if getattr(args, "meta", None):
             step = ("--meta", args.meta)
-            with open(args.meta, "w", encoding="utf-8") as f:
+            with _replacing(args.meta) as tmp, open(tmp, "w", encoding="utf-8") as f:
                 json.dump(rel.meta(remaining), f, indent=1)
     except OSError as e:
-        where = f"{step[0]} {step[1]!r}" if step[1] else step[0]
-        raise ExecutionError(
-            f"the query was answered, but writing {where} failed ({e.strerror or type(e).__name__}); its charge "
-            f"stands (ledger entry {rel.ledger_id})",
-            hint=f"free disk space or choose another {step[0] if step[1] else '-o FILE'}; the release cannot be "
-            "written again without a new charge",
-        ) from None
+        if step[1] is None:
+            _silence_stdout()
+        raise _written_failed(rel, step[0], step[1], e) from None
+
+
+def _written_failed(rel: Any, flag: str, path: str | None, e: OSError) -> Any:
+    from dpsql.errors import ExecutionError
+
+    where = f"{flag} {path!r}" if path else flag
+    return ExecutionError(
+        f"the query was answered, but writing {where} failed ({e.strerror or type(e).__name__}); its charge "
+        f"stands (ledger entry {rel.ledger_id})",
+        hint=f"free disk space or choose another {flag if path else '-o FILE'}; the release cannot be "
+        "written again without a new charge",
+    )
+
+
+def _silence_stdout() -> None:
+    """After a failed write to standard output (its reader has gone): point it at /dev/null, so
+    that the interpreter's final flush does not print a second, raw error."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _cmd_budget(args: argparse.Namespace) -> int:
@@ -628,20 +756,21 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
             led.set_total(new_total, reason=args.reason)
-        t, sp, r = led.total(), led.spent(), led.remaining()
+        snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
+        t, sp, r = snap["total"], snap["spent"], snap["remaining"]
         summary: dict[str, Any] = {"ledger": shown, "total": {"epsilon": t.epsilon, "delta": t.delta},
                    "spent": {"epsilon": sp.epsilon, "delta": sp.delta}, "remaining": {"epsilon": r.epsilon, "delta": r.delta}}
         if args.format == "json":
             if args.history:
-                summary["entries"] = _json_rows(led.history())
-                summary["total_changes"] = _json_rows(led.totals_history())
+                summary["entries"] = _json_rows(snap["entries"])
+                summary["total_changes"] = _json_rows(snap["total_changes"])
             print(json.dumps(summary, indent=1))
             return 0
         if args.format == "csv":
             import pyarrow.csv as pacsv
 
             buf = io.BytesIO()
-            pacsv.write_csv(_flat(led.history()) if args.history else _summary_table(summary), buf)
+            pacsv.write_csv(_flat(snap["entries"]) if args.history else _summary_table(summary), buf)
             sys.stdout.write(buf.getvalue().decode())
             return 0
         print(f"ledger:    {shown}")
@@ -649,7 +778,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         print(f"spent:     epsilon={sp.epsilon:g} delta={sp.delta:g}")
         print(f"remaining: epsilon={r.epsilon:g} delta={r.delta:g}")
         if args.history:
-            h = led.history()
+            h = snap["entries"]
             keep = [
                 c
                 for c in h.column_names
@@ -657,7 +786,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
             ]
             sys.stdout.write(_format_table(h.select(keep)))
             print("total changes:")
-            sys.stdout.write(_format_table(led.totals_history()))
+            sys.stdout.write(_format_table(snap["total_changes"]))
     return 0
 
 
@@ -689,13 +818,18 @@ def _summary_table(summary: dict[str, Any]) -> Any:
 def _cmd_suggest(args: argparse.Namespace) -> int:
     with _open_session(args) as s:
         rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
-        rem = s.remaining()
-    if args.format == "json":
-        print(json.dumps(rel.to_dict(rem), indent=1))
-    else:
-        sys.stdout.write(_format_table(rel.table))
-        print("suggested: " + ", ".join(f"{k} = {v}" for k, v in rel.details["suggested"].items()))
-    print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: epsilon={rem.epsilon:g} delta={rem.delta:g}; "
+        rem = _remaining_after(s)
+    try:
+        if args.format == "json":
+            print(json.dumps(rel.to_dict(rem), indent=1))
+        else:
+            sys.stdout.write(_format_table(rel.table))
+            print("suggested: " + ", ".join(f"{k} = {v}" for k, v in rel.details["suggested"].items()))
+        sys.stdout.flush()
+    except OSError as e:
+        _silence_stdout()
+        raise _written_failed(rel, "stdout", None, e) from None
+    print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: {_fmt_remaining(rem)}; "
           f"ledger entry {rel.ledger_id}", file=sys.stderr)
     return 0
 
@@ -731,11 +865,40 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
+#: flags whose value is one number: a negative one (-1e-5, -inf) is attached as --flag=VALUE, since
+#: argparse takes anything but a plain -1 or -0.5 for an option and says only "expected one argument"
+_NUMBER_FLAGS = ("--epsilon", "--delta", "--quantile")
+
+
+def _attach_negative_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return out + argv[i:]
+        if a in _NUMBER_FLAGS and i + 1 < len(argv) and argv[i + 1].startswith("-") and _is_number(argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from dpsql.errors import DPSQLError, ExecutionError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
     if not args.command:
         parser.print_help()
         return 2
@@ -762,12 +925,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "init":
             return _cmd_init(args)
         if args.command in ("query", "explain"):
-            return _cmd_query(args)
-        if args.command == "suggest-caps":
-            return _cmd_suggest(args)
-        if args.command in ("tables", "describe"):
-            return _cmd_tables(args)
-        return _cmd_budget(args)
+            code = _cmd_query(args)
+        elif args.command == "suggest-caps":
+            code = _cmd_suggest(args)
+        elif args.command in ("tables", "describe"):
+            code = _cmd_tables(args)
+        else:
+            code = _cmd_budget(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # a free command's output (a charged one says so through _written_failed)
+        _silence_stdout()
+        print(f"error: writing stdout failed (its reader closed it); nothing was charged by dpsql {args.command}",
+              file=sys.stderr)
+        return 1
     except DPSQLError as e:
         if interrupted.is_set():
             print("interrupted: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
@@ -819,8 +990,26 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"(?:\s*or\s*)?`?Ledger\.set_total\((?:[^()]|\([^()]*\))*\)`?",
                   "" if "--set-total" in text else 'dpsql budget --set-total EPSILON DELTA --reason "..."', text)
     text = re.sub(r"Ledger\.open\(path[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)
+    text = re.sub(r"columns=\{'([^']+)': \{'domain': \[\.\.\.\]\}\}",
+                  lambda m: f"--domain TABLE.{m.group(1)}=A,B,C (or domain = [...] under [tables.T.columns.{m.group(1)}] in the "
+                  "config)", text)
+    text = re.sub(r"columns=\{'([^']+)': \{'bounds': \(([^,]+), ([^)]+)\), 'bins': (\w+)\}\}",
+                  lambda m: f"--bins TABLE.{m.group(1)}={m.group(2)}:{m.group(3)}:{m.group(4)} (or bounds and bins under "
+                  f"[tables.T.columns.{m.group(1)}] in the config)", text)
     text = re.sub(r"columns=\{'(\w+)': \{'bounds': \(([^,]+), ([^)]+)\)[^}]*\}\}",
                   lambda m: f"--bounds TABLE.{m.group(1)}={m.group(2)}:{m.group(3)} (or [tables.T.columns] in the config)", text)
+    # a table's references, size bound and the suggest-caps quantile, as flags and config keys
+    text = re.sub(r"references=\{'([^']+)': '([^']+)'\}(?:; a composite key: \{'a,b': 'table\.x,y'\})?",
+                  lambda m: f"--reference TABLE.{m.group(1)}={m.group(2)} (or references = {{ {m.group(1)} = \"{m.group(2)}\" }} "
+                  "under [tables.T] in the config)", text)
+    text = re.sub(r"references=\{'a,b': 'table\.x,y'\}", "--reference 'TABLE.a,b=table.x,y'", text)
+    text = text.replace("e.g. max_table_rows=1_500_000", "e.g. --max-table-rows TABLE=1500000 (or max_table_rows = 1_500_000 "
+                        "under [tables.T] in the config)")
+    text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")
+    text = text.replace("register it first (Session.tables lists them)",
+                        "dpsql tables lists the registered tables; register one with --table NAME=PATH (or [tables.NAME] "
+                        "in the config)")
+    text = text.replace(", or a pyarrow.Table", "")
     return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished")
 
 

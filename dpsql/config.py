@@ -86,6 +86,9 @@ class DpsqlConfig:
 def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
     """Read and check a ``dpsql.toml``; every problem is a ConfigError naming the fix."""
     p = os.fspath(path)
+    if os.path.isdir(p):
+        raise ConfigError(f"config file {p!r} is a directory",
+                          hint=f"pass the path of the TOML file, e.g. {os.path.join(p, 'dpsql.toml')!r}")
     if not os.path.isfile(p):
         raise ConfigError(f"config file {p!r} not found",
                           hint="create dpsql.toml (see examples/dpsql.toml) or pass the path of an existing one")
@@ -127,7 +130,12 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
             lpath = os.path.normpath(os.path.join(base, os.path.expanduser(lpath)))
     if "delta" in led and "epsilon" not in led:
         raise ConfigError("[ledger] sets delta but no epsilon", hint="add epsilon = 1.0 under [ledger], or drop delta")
-    budget = Budget(led["epsilon"], led.get("delta", 0.0)) if "epsilon" in led else None
+    try:
+        budget = Budget(led["epsilon"], led.get("delta", 0.0)) if "epsilon" in led else None
+    except ConfigError as e:  # said in the config's terms: the total is [ledger] epsilon/delta
+        raise ConfigError(f"[ledger] in config file {p!r}: the total budget's {e.message}",
+                          hint="set epsilon = 1.0 (a finite number > 0) and delta = 1e-6 (in [0, 1)) under [ledger]; "
+                          "they must match the total the ledger records") from None
     if lpath == MEMORY and budget is None:
         raise ConfigError("an in-memory ledger ([ledger] path = \":memory:\") needs a total budget",
                           hint="add epsilon (and delta) under [ledger]")

@@ -110,9 +110,14 @@ class BudgetExceededError(DPSQLError):
 
 
 class LedgerError(DPSQLError):
-    """The budget ledger is missing, locked, of the wrong schema version, or corrupt."""
+    """The budget ledger is missing, locked, of the wrong schema version, or corrupt.
+
+    ``recorded`` is True when the failure came after the change was committed (a reserve's charge
+    then stands). A Session sets ``exit_code`` to ExecutionError's when the failure leaves a charge
+    standing with nothing released, so that the CLI's exit code tells 'charged, then failed'."""
 
     exit_code = 4
+    recorded = False
 
 
 class ExecutionError(DPSQLError):

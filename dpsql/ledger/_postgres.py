@@ -261,6 +261,8 @@ class PostgresLedger(Ledger):
             c = _Con(con)
             failure: LedgerError | None = None
             try:
+                if not write:  # one snapshot for every statement of a read (e.g. spent and the entries)
+                    c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 # PostgreSQL reads 0 as "wait forever" and refuses more than 2^31 - 1 ms
                 ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
                 c.execute(f"SET LOCAL lock_timeout = '{ms}ms'")

@@ -262,6 +262,13 @@ def _state() -> _ProcessState:
 _HOOKS: dict[str, Any] = {}
 
 
+def _recorded(e: LedgerError) -> LedgerError:
+    """Mark a failure that came after the change was committed (``recorded``): for a reserve, the
+    charge stands although the operation failed."""
+    e.recorded = True
+    return e
+
+
 def _hook(name: str, path: str) -> None:
     f = _HOOKS.get(name)
     if f is not None:
@@ -716,6 +723,20 @@ class Ledger:
             source_entry_id=src,
         )
 
+    def snapshot(self, *, history: bool = False) -> dict[str, Any]:
+        """``total``, ``spent`` and ``remaining`` (with ``history``: also ``entries`` and
+        ``total_changes``, as :meth:`history` and :meth:`totals_history` give them) read in one
+        transaction, so they agree with each other while other processes charge the ledger."""
+        with self._txn(write=False) as (con, _t):
+            counts = self._spent_counts(con)[0]
+            total = self._total(con)
+            out: dict[str, Any] = {"total": total, "spent": compose_counted(counts),
+                                   "remaining": counted_remaining(counts, total)}
+            if history:
+                out["entries"] = con.sql(f"SELECT {_ENTRY_COLUMNS} FROM ledger_entries ORDER BY entry_id").to_arrow_table()
+                out["total_changes"] = con.sql("SELECT * FROM ledger_totals ORDER BY change_id").to_arrow_table()
+            return out
+
     def history(self) -> pa.Table:
         """All entries in order of entry id, as an Arrow table (JSON columns as text)."""
         with self._txn(write=False) as (con, _t):
@@ -1122,24 +1143,24 @@ class Ledger:
                     try:
                         _raise_markers(p, generation)
                     except (OSError, LedgerError) as e:
-                        raise LedgerError(
+                        raise _recorded(LedgerError(
                             f"ledger {p}: {t.committed} in the write-ahead log {wal}, but its generation "
                             f"marker {_marker_path(p)} could not be updated ({e})",
                             hint=f"make the ledger's directory writable; keep {wal} next to the ledger (the "
                             "next dpsql operation writes it into the file). This operation did not complete: "
                             "no private row was read after this error",
-                        ) from None
+                        )) from None
                     _hook("before_checkpoint", p)
                     try:
                         con.execute(f"CHECKPOINT {alias}")  # into the main file, fdatasync'ed
                     except duckdb.Error as e:
-                        raise LedgerError(
+                        raise _recorded(LedgerError(
                             f"ledger {p}: {t.committed} in the write-ahead log {wal} only; writing it "
                             f"into the ledger file failed ({type(e).__name__}: {e})",
                             hint=f"free disk space; keep {wal} next to the ledger (the next dpsql "
                             "operation through this same path writes it into the file). This operation did "
                             "not complete: no private row was read after this error",
-                        ) from None
+                        )) from None
             finally:
                 con.close()
         finally:

@@ -50,6 +50,7 @@ from dpsql.mechanisms.common import (
     BoundedAggregates,
     Calibration,
     add_noise,
+    column_words,
     finish_release,
     gaussian_fp_charge,
     is_integer_column,
@@ -110,7 +111,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
         proven = 0.0
         for c in cols:
             lam, grid, bound = snapping_calibration(
-                c.sensitivity, eps_c, integer=is_integer_column(c), what=f"column {c.name}"
+                c.sensitivity, eps_c, integer=is_integer_column(c), what=column_words(plan, c.name)
             )
             scales[c.name] = lam
             snap[c.name] = (grid, bound)

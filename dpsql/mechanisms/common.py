@@ -74,6 +74,16 @@ def needed_columns(plan: ir.QueryPlan, caps: Caps) -> list[Any]:
     return [c for c in released_columns(plan, caps) if c.name in need]
 
 
+def column_words(plan: ir.QueryPlan, name: str) -> str:
+    """A released column in the query's own words (the aggregates it carries), never its internal
+    name (``__a0``, ``__users``): for messages the analyst reads."""
+    if name == "__users":
+        sqls = [a.sql for a in plan.aggregates if a.kind in (ir.COUNT_UNITS, ir.COUNT_STAR)]
+    else:
+        sqls = [a.sql for a in plan.aggregates if name == a.name or name.startswith(a.name + "_")]
+    return ", ".join(dict.fromkeys(sqls)) if sqls else "the count of people per group"
+
+
 def default_granularity(scale: float) -> float:
     """Rounding grid for a released noisy sum: a power of ten at most a tenth of the noise scale.
 
@@ -124,7 +134,7 @@ def gaussian_fp_charge(
         sigma = scales[c.name]
         gran = column_granularity(c, plan, sigma)
         integer = is_integer_column(c)
-        check_gaussian_representable(sigma, gran, integer=integer, what=f"column {c.name}")
+        check_gaussian_representable(sigma, gran, integer=integer, what=column_words(plan, c.name))
         per_group += gaussian_fp_delta(sigma, gran, integer=integer, threshold=c.name == threshold_column)
     return (1.0 + math.exp(min(epsilon, 700.0))) * groups_per_unit * per_group
 

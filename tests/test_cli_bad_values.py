@@ -1,0 +1,175 @@
+"""Bad values on the command line and in the config: each refusal names the flag or key in the
+caller's terms and the fix, exits 2, and charges nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli as run
+
+CFG = ["--config", "examples/dpsql.toml"]
+
+
+def _spent(capsys: pytest.CaptureFixture[str]) -> float:
+    capsys.readouterr()
+    assert run([*CFG, "budget", "--format", "json"]) == 0
+    return float(json.loads(capsys.readouterr().out)["spent"]["epsilon"])
+
+
+@pytest.mark.parametrize("flag,value,words", [
+    ("--delta", "-1e-5", "delta must be a number in [0, 1), got -1e-05"),
+    ("--delta", "-inf", "delta must be a number in [0, 1), got -inf"),
+    ("--epsilon", "-1e-3", "epsilon must be a finite number > 0, got -0.001"),
+    ("--epsilon", "-inf", "epsilon must be a finite number > 0, got -inf"),
+])
+def test_negative_numbers_are_judged_as_numbers(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                flag: str, value: str, words: str) -> None:
+    """argparse takes '-1e-5' for an option ('expected one argument'): the value reaches the budget check."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    args = ["--epsilon", "0.1", flag, value] if flag == "--delta" else [flag, value]
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", *args]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "expected one argument" not in err and "hint:" in err
+    assert _spent(capsys) == 0
+
+
+def test_values_after_a_double_dash_are_left_alone() -> None:
+    from dpsql.cli import _attach_negative_values
+
+    assert _attach_negative_values(["query", "--epsilon", "-1e-3", "--", "--delta", "-1e-3"]) == [
+        "query", "--epsilon=-1e-3", "--", "--delta", "-1e-3"]
+    assert _attach_negative_values(["query", "--epsilon", "-x"]) == ["query", "--epsilon", "-x"]
+
+
+@pytest.mark.parametrize("line,key", [("epsilon = inf", "epsilon"), ("epsilon = -1.0", "epsilon"),
+                                      ('epsilon = "ten"', "epsilon"), ("epsilon = 1.0\ndelta = 1.5", "delta")])
+def test_a_bad_total_in_the_config_names_the_ledger_section_not_a_flag(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], line: str, key: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("c.toml").write_text(f'[ledger]\npath = "l.duckdb"\n{line}\ncreate_if_missing = true\n')
+    assert run(["--config", "c.toml", "budget"]) == 2
+    err = capsys.readouterr().err
+    assert "[ledger]" in err and f"{key} must be" in err and "--epsilon" not in err and f"{key} = " in err
+    assert not Path("l.duckdb").exists()
+
+
+def test_a_missing_source_in_a_config_says_where_relative_paths_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "c.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\ncreate_if_missing = true\n'
+                                              '[tables.t]\nsource = "t.parquet"\nprivacy_unit = "u"\n')
+    monkeypatch.chdir(tmp_path)
+    assert run(["--config", "conf/c.toml", "explain", "SELECT COUNT(*) FROM t", "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "conf" / "t.parquet") in err and "config file's directory" in err
+
+
+def test_a_directory_as_config_is_called_a_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("conf").mkdir()
+    assert run(["--config", "conf", "budget"]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "not found" not in err and "hint:" in err
+
+
+@pytest.mark.parametrize("sql,words", [("SELECT COUNT(*) AS n, SUM(amount) AS s FROM events", "COUNT(*)"),
+                                       ("SELECT AVG(amount) AS a FROM events", "AVG(amount)")])
+def test_too_small_epsilon_names_the_aggregate_not_an_internal_column(
+        workdir: Path, capsys: pytest.CaptureFixture[str], sql: str, words: str) -> None:
+    assert run([*CFG, "query", sql, "--epsilon", "1e-300"]) == 2
+    err = capsys.readouterr().err
+    assert f"too small for {words}" in err and "__" not in err
+    assert _spent(capsys) == 0
+
+
+@pytest.mark.parametrize("hint,flag", [
+    ("declare the key column's public domain with columns={'col': {'domain': [...]}}", "--domain TABLE.col=A,B,C"),
+    ("register the key column with columns={'<col>': {'domain': [...]}}, or drop the GROUP BY", "--domain TABLE.<col>=A,B,C"),
+    ("e.g. columns={'age': {'bounds': (0, 120), 'bins': 121}}", "--bins TABLE.age=0:120:121"),
+])
+def test_column_declarations_in_hints_become_flags_and_config_keys(hint: str, flag: str) -> None:
+    from dpsql.cli import _cli_text
+
+    text = _cli_text(hint)
+    assert flag in text and "columns={" not in text and "[tables.T.columns." in text
+
+
+def test_group_by_without_delta_hints_in_flags(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*CFG, "query", "SELECT url, COUNT(*) FROM events GROUP BY url", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "--delta 1e-6" in err and "--domain TABLE.col=A,B,C" in err and "columns={" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--degree-bound", "e.user_id=3", "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"],
+    ["--max-table-rows", "e=-5", "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"],
+    ["suggest-caps", "e", "--epsilon", "0.1", "--quantile", "2"],
+    ["suggest-caps", "nope", "--epsilon", "0.1"],
+    ["--reference", "e.user_id=x", "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"],
+])
+def test_flag_errors_of_ad_hoc_tables_hint_in_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": [1, 2, 3], "x": [1.0, 2.0, 3.0]}), "e.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    assert run(["--table", "e=e.parquet", "--privacy-unit", "e=user_id", "--ledger", "l.duckdb", *argv]) == 2
+    err = capsys.readouterr().err
+    hint = err.split("hint:", 1)[1]
+    assert "--" in hint and "={" not in hint and "Session" not in hint and "quantile=" not in hint, err
+
+
+@pytest.mark.parametrize("kind", ["directory", "binary", "binary-stdin"])
+def test_an_unreadable_sql_file_is_a_usage_error_naming_dash_f(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    import io
+
+    assert run([*CFG, "budget"]) == 0
+    Path("q").mkdir()
+    Path("q.sql").write_bytes(b"\xff\xfeSELECT COUNT(*) FROM events")
+    if kind == "binary-stdin":
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfeSELECT"), encoding="utf-8"))
+    path = {"directory": "q", "binary": "q.sql", "binary-stdin": "-"}[kind]
+    capsys.readouterr()
+    assert run([*CFG, "query", "-f", path, "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "-f" in err and "unexpected" not in err and "hint:" in err, err
+    assert _spent(capsys) == 0
+
+
+@pytest.mark.parametrize("flag", ["--bounds events.country=0:1", "--bins events.country=0:1:2", "--bounds events.action=0:5"])
+def test_bounds_or_bins_on_a_text_column_are_refused_at_registration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    """A histogram over bins declared on a VARCHAR column answered (and charged) all-zero counts."""
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(Path(__file__).resolve().parents[1] / "examples" / "events.parquet", "events.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    argv = ["--table", "events=events.parquet", "--privacy-unit", "events=user_id", "--ledger", "l.duckdb", *flag.split()]
+    col = flag.split(".")[1].split("=")[0]
+    assert run([*argv, "query", f"SELECT {col}, COUNT(*) FROM events GROUP BY {col}", "--epsilon", "0.1", "--delta", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"'events.{col}' need a numeric" in err and "VARCHAR" in err and "hint:" in err
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
+
+
+def test_init_with_a_total_other_than_the_configs_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/dpsql.toml declares epsilon = 10, delta = 1e-5: a ledger created with another total
+    would make every later command fail."""
+    assert run([*CFG, "init", "--epsilon", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "[ledger]" in err and "--epsilon 10.0 --delta 1e-05" in err
+    assert not Path("examples/example_ledger.duckdb").exists()
+    assert run([*CFG, "init", "--epsilon", "10", "--delta", "1e-5"]) == 0
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1"]) == 0

@@ -1,0 +1,285 @@
+"""-o and --meta never overwrite what the command reads or records: the ledger and its side files,
+the config, a table's source, or each other. Each is refused before the charge (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import run_cli as run
+
+CFG = ["--config", "examples/dpsql.toml"]
+Q = ["query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1"]
+LEDGER = "examples/example_ledger.duckdb"
+
+
+def _entries(capsys: pytest.CaptureFixture[str]) -> int:
+    capsys.readouterr()
+    assert run([*CFG, "budget", "--history", "--format", "json"]) == 0
+    return len(json.loads(capsys.readouterr().out)["entries"])
+
+
+def _ledger_files(workdir: Path) -> dict[str, bytes]:
+    d = workdir / "examples"
+    return {p.name: p.read_bytes() for p in d.iterdir()
+            if p.name.startswith((".example_ledger", "example_ledger")) and not p.name.endswith(".queue")}  # the queue's tail moves
+
+
+@pytest.mark.parametrize("flag", ["-o", "--meta"])
+@pytest.mark.parametrize("target", [LEDGER, "examples/.example_ledger.duckdb.generation", "examples/.example_ledger.duckdb.queue",
+                                    "examples/./../examples/example_ledger.duckdb",
+                                    "link.duckdb", "examples/dpsql.toml", "examples/events.parquet"])
+def test_output_onto_the_ledger_config_or_a_source_is_refused_before_the_charge(
+        workdir: Path, capsys: pytest.CaptureFixture[str], flag: str, target: str) -> None:
+    assert run([*CFG, *Q]) == 0  # the ledger exists and holds one entry
+    os.symlink(LEDGER, "link.duckdb")
+    before, files = _entries(capsys), _ledger_files(workdir)
+    kept = {t: Path(t).read_bytes() for t in ("examples/dpsql.toml", "examples/events.parquet")}
+    extra = ["--format", "csv"] if flag == "-o" else []
+    assert run([*CFG, *Q, flag, target, *extra]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "hint:" in err and "Traceback" not in err
+    assert _entries(capsys) == before == 1
+    assert _ledger_files(workdir) == files
+    assert {t: Path(t).read_bytes() for t in kept} == kept
+
+
+def test_rows_and_meta_into_one_file_is_refused_before_the_charge(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*CFG, "budget"]) == 0
+    assert run([*CFG, *Q, "-o", "out.json", "--meta", "./out.json"]) == 2
+    err = capsys.readouterr().err
+    assert "-o" in err and "--meta" in err and "hint:" in err
+    assert _entries(capsys) == 0 and not Path("out.json").exists()
+    # distinct files still work
+    assert run([*CFG, *Q, "-o", "out.json", "--meta", "meta.json"]) == 0
+    assert json.loads(Path("out.json").read_text())["rows"] and json.loads(Path("meta.json").read_text())["ledger_id"] == 1
+
+
+@pytest.mark.parametrize("out", ["r.csv", "r.json", "r.parquet"])
+def test_a_ledger_read_failing_after_the_release_still_delivers_it(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out: str) -> None:
+    """The remaining budget is read after the charge was committed: if that read fails (the ledger
+    busy past the lock timeout), the answered and charged release is still written."""
+    from dpsql.errors import LedgerError
+    from dpsql.ledger import Ledger
+
+    assert run([*CFG, "budget"]) == 0
+
+    def busy(self: Ledger) -> None:
+        raise LedgerError("ledger is locked by another dpsql operation; gave up after 10 s of waiting for it; nothing was changed")
+
+    with monkeypatch.context() as m:
+        m.setattr(Ledger, "remaining", busy)
+        assert run([*CFG, *Q, "-o", out, "--meta", "m.json"]) == 0
+    err = capsys.readouterr().err
+    assert "ledger entry 1" in err and "remaining budget could not be read" in err
+    assert Path(out).stat().st_size > 0
+    meta = json.loads(Path("m.json").read_text())
+    assert meta["ledger_id"] == 1 and "remaining" not in meta
+    assert _entries(capsys) == 1
+
+
+def test_suggest_caps_with_the_ledger_busy_afterwards_still_prints_its_advice(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpsql.errors import LedgerError
+    from dpsql.ledger import Ledger
+
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+
+    def busy(self: Ledger) -> None:
+        raise LedgerError("ledger is locked by another dpsql operation; nothing was changed")
+
+    with monkeypatch.context() as m:
+        m.setattr(Ledger, "remaining", busy)
+        assert run([*CFG, "suggest-caps", "events", "--epsilon", "0.1", "--format", "json"]) == 0
+    got = capsys.readouterr()
+    assert json.loads(got.out)["meta"]["ledger_id"] == 1 and "remaining: unknown" in got.err
+
+
+@pytest.mark.parametrize("out", ["r.csv", "r.json", "r.txt", "r.parquet"])
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_write_that_fails_midway_leaves_no_partial_output(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out: str, existing: bool) -> None:
+    """A full disk halfway through -o: the file is never left half written (an ETL step that looks
+    for the file would read a truncated release); an earlier file of that name is kept whole."""
+    import builtins
+
+    import pyarrow.parquet as pq
+
+    from dpsql import cli
+
+    if existing:
+        Path(out).write_bytes(b"earlier")
+    real_open, real_write_table = builtins.open, pq.write_table
+
+    class Full:
+        def __init__(self, f: object) -> None:
+            self.f = f
+
+        def __enter__(self) -> Full:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.f.close()  # type: ignore[attr-defined]
+
+        def write(self, text: str) -> int:
+            self.f.write(text[: len(text) // 2])  # type: ignore[attr-defined]
+            self.f.flush()  # type: ignore[attr-defined]
+            raise OSError(28, "No space left on device")
+
+    def full_open(path: object, mode: str = "r", *a: object, **k: object) -> object:
+        f = real_open(path, mode, *a, **k)  # type: ignore[call-overload]
+        return Full(f) if "w" in mode else f
+
+    def full_write_table(table: object, where: str, *a: object, **k: object) -> None:
+        Path(where).write_bytes(b"PAR1 half")
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(cli, "open", full_open, raising=False)
+        m.setattr(pq, "write_table", full_write_table)
+        assert run([*CFG, *Q, "-o", out]) == 1
+    err = capsys.readouterr().err
+    assert f"writing -o '{out}' failed" in err and "charge stands (ledger entry 1)" in err
+    assert (Path(out).read_bytes() == b"earlier") if existing else not Path(out).exists()
+    assert not [p.name for p in Path().iterdir() if ".dpsql-" in p.name]  # no temporary file left behind
+    assert real_write_table is pq.write_table
+
+
+def test_output_to_dev_stdout_of_a_pipe_is_written_in_place(workdir: Path) -> None:
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/stdout"):
+        pytest.skip("needs /dev/stdout")
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-m", "dpsql.cli", *CFG, *Q, "-o", "/dev/stdout", "--format", "csv"],
+                       env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == '"n"'
+
+
+@pytest.mark.parametrize("step,nth", [("marker", 1), ("marker", 2), ("commit", 2)])
+def test_a_ledger_failure_once_the_charge_is_recorded_exits_as_charged_then_failed(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, step: str, nth: int) -> None:
+    """Exit 4 (a ledger error) is what an ETL script sees when the ledger is missing or locked and
+    nothing was charged. A ledger failure once the charge is durable (the generation marker of the
+    reserve or of the release's record, or the release's record itself) leaves the charge standing
+    and delivers nothing: that is exit 1, as any failure after the charge, so the script does not
+    take it for 'nothing charged'."""
+    import duckdb
+
+    from dpsql.ledger import _store
+
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    calls = []
+    raise_markers = _store._raise_markers
+
+    def markers(p: str, generation: int) -> None:
+        calls.append(p)
+        if len(calls) == nth:
+            raise OSError(28, "No space left on device")
+        raise_markers(p, generation)
+
+    reserve = _store.Ledger.reserve
+
+    def reserved(self: _store.Ledger, *a: object, **k: object) -> int:
+        entry = reserve(self, *a, **k)  # type: ignore[arg-type]
+        calls.append("reserved")
+        return entry
+
+    def before_commit(p: str) -> None:  # the next transaction after the reserve: the release's record
+        if calls:
+            raise duckdb.IOException("could not write: No space left on device")
+
+    with monkeypatch.context() as m:
+        if step == "marker":
+            m.setattr(_store, "_raise_markers", markers)
+        else:
+            m.setattr(_store.Ledger, "reserve", reserved)
+            m.setitem(_store._HOOKS, "before_commit", before_commit)
+        code = run([*CFG, *Q, "-o", "r.csv"])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "LedgerError" in err and "stands" in err and not Path("r.csv").exists()
+    capsys.readouterr()
+    assert run([*CFG, "budget", "--history", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    # the release's record may have reached the write-ahead log before its marker failed
+    assert doc["spent"]["epsilon"] == 0.1 and [e["status"] for e in doc["entries"]] == [
+        "released" if (step, nth) == ("marker", 2) else "reserved"]
+
+
+def test_a_missing_ledger_still_exits_4_with_nothing_charged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"u": [1, 2]}), "t.parquet")
+    assert run(["--table", "t=t.parquet", "--privacy-unit", "t=u", "--ledger", "none.duckdb", "query",
+                "SELECT COUNT(*) FROM t", "--epsilon", "1"]) == 4
+    assert not Path("none.duckdb").exists()
+
+
+@pytest.mark.parametrize("argv,charged", [(["budget", "--history", "--format", "json"], False), (["tables"], False),
+                                          (["suggest-caps", "events", "--epsilon", "0.1"], True)])
+def test_a_closed_stdout_is_named_and_says_whether_a_charge_stands(workdir: Path, argv: list[str], charged: bool) -> None:
+    """`dpsql budget --format json | jq ...` where the reader has gone: not 'unexpected BrokenPipeError'."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    assert subprocess.run([sys.executable, "-m", "dpsql.cli", *CFG, "budget"], env=env, capture_output=True, timeout=60).returncode == 0
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is written
+    try:
+        p = subprocess.run([sys.executable, "-m", "dpsql.cli", *CFG, *argv], env=env, stdout=w, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    finally:
+        os.close(w)
+    assert p.returncode == 1
+    assert "unexpected" not in p.stderr and "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
+    assert "stdout" in p.stderr and ("charge stands (ledger entry 1)" in p.stderr if charged else "nothing was charged" in p.stderr), p.stderr
+
+
+@pytest.mark.parametrize("fmt", ["json", "table"])
+def test_budget_history_agrees_with_its_summary_while_others_charge(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, fmt: str) -> None:
+    """Another process charging between the command's reads: the spent budget printed must be the
+    sum of the entries printed (an ETL job reconciles one against the other)."""
+    from dpsql.budget import Budget
+    from dpsql.ledger import Ledger, _store
+
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    other = Ledger.open(LEDGER)
+    busy, charges = [], []
+
+    def charge_elsewhere(path: str) -> None:  # before each of the command's ledger transactions
+        if busy or len(charges) >= 6:
+            return
+        busy.append(1)
+        try:
+            charges.append(other.reserve(Budget(0.1), mechanism="laplace", query="SELECT 1", tables=["events"], params={}))
+        finally:
+            busy.clear()
+
+    with monkeypatch.context() as m:
+        m.setitem(_store._HOOKS, "before_queue", charge_elsewhere)
+        assert run([*CFG, "budget", "--history", "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    if fmt == "json":
+        doc = json.loads(out)
+        assert doc["spent"]["epsilon"] == pytest.approx(sum(e["epsilon"] for e in doc["entries"]))
+        assert doc["remaining"]["epsilon"] == pytest.approx(doc["total"]["epsilon"] - doc["spent"]["epsilon"])
+    else:
+        spent = float(next(ln for ln in out.splitlines() if ln.startswith("spent:")).split("epsilon=")[1].split()[0])
+        rows = [ln for ln in out.splitlines() if "| reserved" in ln or "| released" in ln]
+        assert spent == pytest.approx(0.1 * len(rows))
