@@ -20,6 +20,27 @@ from dpsql.ledger import Ledger
 FAILURE_REASON = "failed after the charge (reason withheld: it could depend on private data)"
 
 
+def reserve(ledger: Ledger, cost: Any, **entry: Any) -> int:
+    """``ledger.reserve``; a ledger failure once the charge is durable (``recorded``: the query
+    does not run, the charge stands) exits like any failure after the charge."""
+    try:
+        return ledger.reserve(cost, **entry)
+    except LedgerError as e:
+        if e.recorded:
+            e.exit_code = ExecutionError.exit_code
+        raise
+
+
+def record_release(ledger: Ledger, entry: int, commit: dict[str, Any]) -> None:
+    """``ledger.commit`` of a run that released; a failure to record it leaves the charge standing
+    and releases nothing, so it exits like any failure after the charge."""
+    try:
+        ledger.commit(entry, **commit)
+    except LedgerError as e:
+        e.exit_code = ExecutionError.exit_code
+        raise
+
+
 @contextlib.contextmanager
 def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[None]:
     """Run the part after the charge (it reads private data).

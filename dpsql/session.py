@@ -25,10 +25,10 @@ import pyarrow as pa
 from dpsql import postprocess
 from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import TableSpec, check_sources_unchanged, register_table
-from dpsql.charge import FAILURE_REASON, charged
+from dpsql.charge import FAILURE_REASON, charged, record_release, reserve
 from dpsql.config import load_config, table_kwargs
 from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
-from dpsql.errors import ConfigError, ExecutionError, LedgerError
+from dpsql.errors import ConfigError
 from dpsql.ledger import Ledger, open_ledger
 from dpsql.mechanisms.base import Description
 from dpsql.mechanisms.registry import Route, route, route_profile, route_workload
@@ -213,24 +213,15 @@ class Session:
             entry = self._ledger.record_reuse(source_entry_id=desc.reuse_of, query=req.text, tables=req.tables,
                                               params=desc.parameters)
         else:
-            try:
-                entry = self._ledger.reserve(desc.cost, mechanism=desc.label, query=req.text, tables=req.tables,
-                                             params=desc.parameters)
-            except LedgerError as e:
-                if e.recorded:  # the charge is durable, the query does not run: charged, then failed
-                    e.exit_code = ExecutionError.exit_code
-                raise
+            entry = reserve(self._ledger, desc.cost, mechanism=desc.label, query=req.text, tables=req.tables,
+                            params=desc.parameters)
             with charged(self._ledger, self._engine, entry, "the query" if req.plan is not None else "the range workload"):
                 ast = mech.bounded(r.calibration, self._noise.salt(), self._engine.ops)
                 rows = self._engine.fetch_arrow(ast) if ast is not None else None
                 released = mech.release(r.calibration, rows, self._noise)
                 if req.plan is not None and not released.final:
                     table, accuracy = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))
-            try:
-                self._ledger.commit(entry, **released.commit)
-            except LedgerError as e:  # the charge stands either way and nothing is released
-                e.exit_code = ExecutionError.exit_code
-                raise
+            record_release(self._ledger, entry, released.commit)
         if released.final or req.plan is None:  # a workload: one count per query
             rows = postprocess.clip_negative(released.table, ["count"]) if clip else released.table
             return WorkloadRelease(rows, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
