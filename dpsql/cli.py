@@ -164,7 +164,13 @@ def _kv(items: list[str], what: str) -> dict[str, str]:
         if "=" not in it:
             raise ConfigError(f"{what} expects NAME=VALUE, got {it!r}")
         k, v = it.split("=", 1)
-        out[k.strip()] = v.strip()
+        k = k.strip()
+        if k in out:  # a silent "last one wins" would query with a declaration the caller did not mean
+            raise ConfigError(
+                f"{what} is given twice for {k!r} ({k}={out[k]} and {k}={v.strip()})",
+                hint=f"give {what} once per name",
+            )
+        out[k] = v.strip()
     return out
 
 

@@ -173,3 +173,34 @@ def test_init_with_a_total_other_than_the_configs_is_refused(workdir: Path, caps
     assert not Path("examples/example_ledger.duckdb").exists()
     assert run([*CFG, "init", "--epsilon", "10", "--delta", "1e-5"]) == 0
     assert run([*CFG, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1"]) == 0
+
+
+@pytest.mark.parametrize("dup", [
+    ["--privacy-unit", "ev=user_id", "--privacy-unit", "ev=country"],
+    ["--max-groups", "ev=3", "--max-groups", "ev=5"],
+    ["--bounds", "ev.amount=0:100", "--bounds", "ev.amount=0:10"],
+    ["--option", "max_rows_per_unit=1", "--option", "max_rows_per_unit=1"],
+])
+def test_a_flag_given_twice_for_one_name_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                    dup: list[str]) -> None:
+    """Repeating a per-name flag is refused before the charge (it used to let the last one win)."""
+    import pyarrow.parquet as pq
+    from conftest import make_events
+
+    data = workdir / "ev.parquet"
+    pq.write_table(make_events(), data)
+    led = str(workdir / "dup.duckdb")
+    assert run(["init", "--epsilon", "2", "--delta", "1e-6", "--ledger", led]) == 0
+    base = ["--ledger", led, "--table", f"ev={data}"]
+    if dup[0] != "--privacy-unit":
+        base += ["--privacy-unit", "ev=user_id"]
+    flags, opts = ([], dup) if dup[0] == "--option" else (dup, [])
+    capsys.readouterr()
+    assert run([*base, *flags, "query", "SELECT COUNT(*) FROM ev", "--epsilon", "1", *opts]) == 2
+    err = capsys.readouterr().err
+    assert "is given twice for" in err and "hint: give" in err
+    capsys.readouterr()
+    assert run(["--ledger", led, "budget", "--format", "json"]) == 0
+    assert float(json.loads(capsys.readouterr().out)["spent"]["epsilon"]) == 0
+    # control: each flag once runs and charges
+    assert run([*base, *flags[:2], "query", "SELECT COUNT(*) FROM ev", "--epsilon", "1", *opts[:2]]) == 0
