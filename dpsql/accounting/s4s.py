@@ -25,11 +25,14 @@ loses up to 1e-13 relative at Δ = 256, worse for larger Δ). Summed in log spac
 of the k ≤ ⌊τ⌋ outside that window (below 1e-300 in practice) is added as an upper bound with the
 largest factor it could carry, so the result remains a valid upper bound for Δ up to 1e9.
 
-Algorithm 2 schedule (§3.5): L = ⌊log_b Δ⌋ + 1; for i = L…1: τ_i = b^{i−1}, ε_i = ε₀/i, Laplace scale
-τ_i/ε_i, bias (τ_i/ε_i)·ln(kL/β), ε₀ ← ε₀ − ε′(ε_i, τ_i, Δ, q). Data independent; Σ ε′_i ≤ ε.
-The paper has b = 2 and k = 3 (``base=2, paper_bias=True``); the default is the authors' code's
-b = 5.5 and k = 1 (:data:`DEFAULT_TAU_BASE`; ``docs/mechanisms.md`` §3.5 says why). Neither the
-base nor the bias enters the privacy accounting (ε_i, ε′_i depend on the grid only through τ_i and L).
+Algorithm 2 schedule (§3.5): grid τ_1 < … < τ_L; for i = L…1: ε_i = ε₀/i, Laplace scale τ_i/ε_i,
+bias (τ_i/ε_i)·ln(kL/β), ε₀ ← ε₀ − ε′(ε_i, τ_i, Δ, q). Data independent; Σ ε′_i ≤ ε.
+The paper has τ_i = 2^{i−1} ≤ Δ (L = ⌊log₂ Δ⌋ + 1) and k = 3 (``base=2, paper_bias=True``); the
+default is the authors' code's b = 5.5 and k = 1 (:data:`DEFAULT_TAU_BASE`) with Δ itself on the grid:
+{b^{i−1} : b^{i−1} < Δ} ∪ {Δ} (:func:`s4s_tau_grid`, keyword ``top_at_delta``; ``docs/mechanisms.md``
+§3.5 says why: a top below Δ truncates every person to it at any ε). Neither the grid nor the bias
+enters the privacy accounting (ε_i, ε′_i depend on the grid only through τ_i and L, and Lemma 3.1
+holds for any τ > 0 with the declared Δ, τ = Δ included).
 
 Lemma 4.1 (smooth sensitivity under RDP, §3.8): A = e^{(α−1)ρ/d}; t₁ < 1 < t₂ the roots of
 h(t) = t^α − αAt + (α−1)A, solved in the well-conditioned form α·ln t − ln(αt − α + 1) = (α−1)ρ/d
@@ -82,6 +85,8 @@ __all__ = [
     "DEFAULT_TAU_BASE",
     "S4SBudgetStep",
     "s4s_budget_schedule",
+    "s4s_tau_grid",
+    "s4s_grid_size",
     "s4s_rdp_ss_roots",
     "s4s_gamma",
     "s4s_eta",
@@ -446,40 +451,64 @@ def tau_grid_base(base: object) -> float:
     return b
 
 
-def s4s_grid_size(max_tuples: int, base: float = DEFAULT_TAU_BASE) -> int:
-    """L = ⌊log_b Δ⌋ + 1: the number of thresholds τ_i = b^{i−1} ≤ Δ (exact for b = 2)."""
+def s4s_tau_grid(max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delta: bool = True) -> tuple[float, ...]:
+    """The thresholds τ_1 < … < τ_L of Algorithm 2 (§3.5), ascending; public (Δ and b only).
+
+    ``top_at_delta=True`` (the default grid): {b^{i−1} : b^{i−1} < Δ} ∪ {Δ}, so Δ itself is always the
+    top threshold and no person is truncated below Δ tuples by the grid alone; L = ⌈log_b Δ⌉ + 1,
+    one more than the power grid when Δ is not a power of b. ``top_at_delta=False`` (the paper's
+    Algorithm 2): τ_i = b^{i−1} ≤ Δ, L = ⌊log_b Δ⌋ + 1, whose top can be as low as Δ/b (exact powers
+    of 2 as ints' floats for b = 2). Either grid is data independent; Lemma 3.1 is evaluated with the
+    declared Δ at every τ_i, including τ_L = Δ (where P[K > Δ] = 0).
+    """
     n = _max_tuples(max_tuples)
     b = tau_grid_base(base)
-    if b == 2.0:
-        return n.bit_length()
-    big_l = 1
-    while b**big_l <= n:
-        big_l += 1
-    return big_l
+    out: list[float] = []
+    i = 0
+    while True:
+        t = float(1 << i) if b == 2.0 else b**i
+        if t > n or (top_at_delta and t >= n):
+            break
+        out.append(t)
+        i += 1
+    if top_at_delta:
+        out.append(float(n))
+    return tuple(out)
+
+
+def s4s_grid_size(max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delta: bool = True) -> int:
+    """L, the number of thresholds of :func:`s4s_tau_grid` (⌊log_b Δ⌋ + 1 for the paper's power grid,
+    ``top_at_delta=False``; ⌈log_b Δ⌉ + 1 with Δ on top, the default)."""
+    return len(s4s_tau_grid(max_tuples, base, top_at_delta=top_at_delta))
 
 
 def s4s_budget_schedule(
     epsilon: float, max_tuples: int, q: float, beta: float = 0.1, base: float = DEFAULT_TAU_BASE,
-    *, paper_bias: bool = False,
+    *, paper_bias: bool = False, top_at_delta: bool | None = None,
 ) -> list[S4SBudgetStep]:
     """The data-independent budget schedule of DP-S4S Algorithm 2 (§3.5), i = L down to 1.
 
-    Σ ε′_i ≤ ε: the last run (i = 1) gets the whole remainder. ``base`` b: τ_i = b^{i−1},
-    L = ⌊log_b Δ⌋ + 1 (b = 2 is the paper; the authors' code and the default use 5.5; any constant
-    works). Bias (τ_i/ε_i)·ln(L/β) (the authors' code: β/L per candidate), or the paper's
-    ln(3L/β) with ``paper_bias=True``. The paper's Algorithm 2 is ``base=2, paper_bias=True``.
+    Σ ε′_i ≤ ε: the last run (i = 1) gets the whole remainder. ``base`` b and ``top_at_delta``: the
+    grid :func:`s4s_tau_grid` (τ_L = Δ on top of b^{i−1} < Δ by default; ``top_at_delta=False`` the
+    paper's τ_i = b^{i−1} ≤ Δ); ``top_at_delta=None`` means ``not paper_bias``, so the paper's
+    Algorithm 2 is ``base=2, paper_bias=True`` and the default (the authors' code's base 5.5 and bias,
+    with Δ on the grid) is ``base=5.5``. Bias (τ_i/ε_i)·ln(L/β) (the authors' code: β/L per
+    candidate), or the paper's ln(3L/β) with ``paper_bias=True``.
     """
     e = v.positive(epsilon, "epsilon", hint="epsilon is the total budget of the query, e.g. epsilon=1.0")
     n = _max_tuples(max_tuples)
     qq = _q(q)
     b = v.probability(beta, "beta", closed_high=False)
-    big_l = s4s_grid_size(n, base)  # ⌊log_b Δ⌋ + 1
-    bb = tau_grid_base(base)
+    top = (not paper_bias) if top_at_delta is None else bool(top_at_delta)
+    grid = s4s_tau_grid(n, base, top_at_delta=top)
+    big_l = len(grid)
     log_term = math.log((3.0 if paper_bias else 1.0) * big_l / b)
     eps0 = e
     steps = []
     for i in range(big_l, 0, -1):
-        tau_i: float = (1 << (i - 1)) if bb == 2.0 else bb ** (i - 1)
+        tau_i: float = grid[i - 1]
+        if tau_grid_base(base) == 2.0:
+            tau_i = int(tau_i)  # powers of 2 and Δ: ints, as in the spec's vectors
         eps_i = eps0 / i
         scale = tau_i / eps_i
         ep = s4s_epsilon_prime(eps_i, tau_i, n, qq)
