@@ -173,6 +173,34 @@ def _binom_logpmf(ks: np.ndarray, n: int, p: float) -> np.ndarray:
     return out
 
 
+def _log_a(q: float, x: float) -> float:
+    """ln(1 − q + q e^x) = ln E[e^{xB}], B ∼ Bernoulli(q), without the log of 0 that log1p(q·expm1(x)) hits
+    when q = 1 and e^x underflows (x below about −37), nor the overflow of e^x (x above about 709)."""
+    if x > 30.0:
+        return x + math.log(q + (1.0 - q) * math.exp(-x))
+    t = q * math.expm1(x)
+    if t > -0.5:
+        return math.log1p(t)
+    return float(np.logaddexp(math.log1p(-q) if q < 1.0 else -math.inf, math.log(q) + x))
+
+
+def _tilted(q: float, x: float) -> tuple[float, float, float]:
+    """(ln A, q_x, 1 − q_x) with A = 1 − q + q e^x and q_x = q e^x/A (the exponentially tilted Bernoulli rate
+    of Lemma 3.2), the complement computed as (1 − q)/A rather than by subtraction: for large x, q_x
+    rounds to 1 while the probabilities below need 1 − q_x to full relative precision."""
+    la = _log_a(q, x)
+    qx = min(1.0, q * math.exp(x - la))
+    qc = math.exp(math.log1p(-q) - la) if q < 1.0 else 0.0
+    return la, qx, min(1.0, qc)
+
+
+def _tilted_logcdf(k: int, n: int, qx: float, qc: float) -> float:
+    """log P[Bin(n, q_x) ≤ k], through the mirror P[Bin(n, 1 − q_x) ≥ n − k] when q_x > ½."""
+    if qx > 0.5:
+        return _binom_logsf(n - k - 1, n, qc)
+    return _binom_logcdf(k, n, qx)
+
+
 def _lse(*xs: float) -> float:
     m = max(xs)
     if m == -math.inf:
@@ -187,12 +215,10 @@ def _eps_prime_branches(e: float, tau: float, n: int, q: float) -> tuple[float, 
     x = e / tau
     log_sf = _binom_logsf(k, n, q)
     # upper: A1 = 1 − q + q e^x
-    la1 = math.log1p(q * math.expm1(x))
-    q1 = min(1.0, q * math.exp(x - la1))
-    up = _lse(_binom_logcdf(k, n, q1) + n * la1, log_sf + e)
-    la2 = math.log1p(q * math.expm1(-x))
-    q2 = min(1.0, q * math.exp(-x - la2))
-    lo = -_lse(_binom_logcdf(k, n, q2) + n * la2, log_sf - e)
+    la1, q1, c1 = _tilted(q, x)
+    up = _lse(_tilted_logcdf(k, n, q1, c1) + n * la1, log_sf + e)
+    la2, q2, c2 = _tilted(q, -x)
+    lo = -_lse(_tilted_logcdf(k, n, q2, c2) + n * la2, log_sf - e)
     return up, lo
 
 
@@ -272,9 +298,9 @@ def _log_mgf_segments(rates: list[float], taus: list[float], n: int, q: float, s
         a = math.fsum(r * t for r, t in zip(rates, taus) if math.floor(t) < lo)  # saturated: min = τ_i
         b = math.fsum(r for r, t in zip(rates, taus) if math.floor(t) >= hi)  # min = k on the piece
         x = sign * b
-        la = math.log1p(q * math.expm1(x))
-        qx = min(1.0, q * math.exp(x - la))
-        lp = _log_binom_interval(lo, hi, n, qx)
+        la, qx, qc = _tilted(q, x)
+        # an interval of Bin(n, q_x) is the mirrored interval of Bin(n, 1 − q_x), taken when q_x > ½
+        lp = _log_binom_interval(n - hi, n - lo, n, qc) if qx > 0.5 else _log_binom_interval(lo, hi, n, qx)
         if lp > -math.inf:
             parts.append(sign * a + n * la + lp)
     return _lse(*parts)
