@@ -461,7 +461,7 @@ class S4SBudgetStep(NamedTuple):
     """One iteration of DP-S4S Algorithm 2 (scalar, pure DP)."""
 
     i: int
-    tau: float  #: τ_i = b^{i−1} (2^{i−1} in the paper; an int then)
+    tau: float  #: τ_i of :func:`s4s_tau_grid` (2^{i−1} in the paper; an int for base 2)
     epsilon: float  #: ε_i = ε₀/i, the Laplace budget of this run
     laplace_scale: float  #: τ_i/ε_i
     bias: float  #: (τ_i/ε_i)·ln(kL/β) (k = 3 paper, 1 default), subtracted from the noisy value

@@ -42,10 +42,10 @@ R2T (q = 1) needs no Δ.
   f̄(S, τ) + Lap(τ/ε). By Lemma 3.1 (computed through the O(1) PGF form of Lemma 3.2 in
   :func:`dpsql.accounting.s4s_epsilon_prime`) this is ε′(ε, τ, Δ, q)-DP with ε′ ≤ ε. Lemma 3.1
   needs |S_u| to be dominated by Bin(Δ, q), hence the Δ bound is a precondition for q < 1.
-* Algorithm 2 (DP-S4S scalar, §3.5): one sample S; L = ⌊log_b Δ⌋ + 1; for i = L … 1: τ_i = b^{i−1},
+* Algorithm 2 (DP-S4S scalar, §3.5): one sample S; grid τ_1 < … < τ_L; for i = L … 1:
   ε_i = ε₀/i, f̂_i = f̄(S, τ_i) + Lap(τ_i/ε_i), f̃_i = f̂_i − (τ_i/ε_i)·ln(kL/β), ε₀ ← ε₀ − ε′_i
-  (b = 5.5 and k = 1 by default, the paper's b = 2 and k = 3 with ``tau_base=2, paper_bias=True``:
-  "Grid and bias" below).
+  (by default {5.5^{i−1} < Δ} ∪ {Δ} and k = 1; the paper's τ_i = 2^{i−1} ≤ Δ and k = 3 with
+  ``tau_base=2, paper_bias=True``: "Grid and bias" below).
   The schedule (τ_i, ε_i, ε′_i) is data independent (:func:`dpsql.accounting.s4s_budget_schedule`,
   checked against tests/vectors/dp_s4s.json). The L runs share the sample, so their cost is bounded
   **jointly** ("Joint accounting" below: ε_joint ≤ ε, not merely Σ ε′_i ≤ ε) — the candidates
@@ -111,7 +111,11 @@ independent Gaussian coordinates add; the mixture bound of Lemma 3.5's proof), e
 q = 1/16, ε = 1, δ = 10⁻⁶, base 2: Σ ρ′_i = 0.4818 but ρ_joint = 0.5086 > ρ_total = 0.4826, so
 the ρ_i are scaled by 0.8825.
 
-Grid and bias (docs/mechanisms.md §3.5). The default is the authors' code's: base b = 5.5
+Grid and bias (docs/mechanisms.md §3.5). The default grid is {b^{i−1} : b^{i−1} < Δ} ∪ {Δ}
+(:func:`dpsql.accounting.s4s_tau_grid`, keyword ``top_at_delta``, by default ``not paper_bias``): Δ
+is always the top threshold, since a top below Δ (the power grid's can be Δ/b) truncates every person
+to it at any ε — at q = 1 and Δ = 3 a join COUNT released the number of people, not of tuples. The
+base and the bias are the authors' code's: b = 5.5
 (:data:`dpsql.accounting.s4s.DEFAULT_TAU_BASE`) and the bias ln(L/β) (each of the L candidates
 overestimates w.p. ≤ β/L; the paper's ln(3L/β) also reserves 2β/3 for the sampling events of its
 utility proof). The paper's Algorithm 2 is ``tau_base=2, paper_bias=True`` (the spec's vectors,
@@ -120,8 +124,9 @@ for any constant base, the bias is subtracted after the noise (post-processing),
 (ε_i, ε′_i, Σ ε′_i ≤ ε) depends on the grid only through its τ_i and L. Why the default: fewer
 thresholds give each run a larger share of ε and the bias subtracts less; measured on ca-GrQc
 (nodes as users, D = 1024, ε = 1, ``benchmarks/s4s.py``; docs/mechanisms.md §3.5 has the table).
-Unlike the authors' code, Δ in Lemma 3.1 stays the declared bound (their Δ = largest grid τ
-would understate ε′ when the grid tops out below Δ).
+The authors' code takes Δ in Lemma 3.1 as the largest grid τ (which understates ε′ when the grid tops
+out below the true bound); dpsql keeps the declared Δ in Lemma 3.1 for every τ_i and puts Δ itself on
+the grid instead (at τ_L = Δ, P[K > Δ] = 0).
 
 Randomness: only through the :class:`dpsql.noise.NoiseSource` passed in (uniforms for the
 sample, Laplace for the noise). The true LP values never leave this module.
@@ -747,7 +752,7 @@ class S4SRdpStep:
     """One Gaussian run of the RDP variant of Algorithm 2 (data independent)."""
 
     i: int
-    tau: float  #: τ_i = b^{i−1}
+    tau: float  #: τ_i of the grid (:func:`dpsql.accounting.s4s_tau_grid`)
     rho: float  #: ρ_i = ρ₀/i, the RDP (order α) of the unsampled release at sensitivity τ_i + G_i
     rho_prime: float  #: ρ′_i (Lemma 3.5 with the certified slack G_i), what the run costs
     sigma: float  #: σ_i = (τ_i + G_i)·√(α/(2ρ_i))
