@@ -103,9 +103,9 @@ divided by the largest common c < 1 that fits (bisection; ε_joint increases in 
 term uses its bound ξ_i ≤ 2⁻⁴⁵(2^{K_i+1} + 2) during the search and its exact value at the end).
 q = 1 needs no joint step (the runs are then independent given I). Measured effect: none where
 amplification acts on at most one run (ca-GrQc 2-paths and triangles at q = 1/16: ε_joint =
-0.99970, 0.99975 without scaling), scales 1.0001–1.009 times larger where several runs are
-amplified (1.0001 for edges, Δ = 1024, at q = 1/64; 1.0013 at Δ = 448, q = 1/64; 1.0087 at Δ = 64,
-q = 1/16, base 2). The same holds for the RDP variant with
+0.99969, 0.99975 without scaling, on the default grid), scales 1.0001–1.009 times larger where several
+runs are amplified (default grid: 1.00013 for edges, Δ = 1024, at q = 1/64; 1.0014 at Δ = 448, q = 1/64;
+1.00017 at Δ = 448, q = 1/16; 1.0087 at Δ = 64, q = 1/16, base 2). The same holds for the RDP variant with
 ρ_joint = (1/(α−1)) ln E[exp((α−1)Σ_i ρ_i((min(τ_i, K) + G_i)/(τ_i + G_i))²)] (Rényi divergences of
 independent Gaussian coordinates add; the mixture bound of Lemma 3.5's proof), e.g. Δ = 64,
 q = 1/16, ε = 1, δ = 10⁻⁶, base 2: Σ ρ′_i = 0.4818 but ρ_joint = 0.5086 > ρ_total = 0.4826, so
