@@ -14,7 +14,9 @@ Lemma 3.1 (amplification by sampling + truncation, pure DP) via Lemma 3.2 (PGF f
     A₁ = 1 + q·expm1(ε/τ),  q₁ = q e^{ε/τ}/A₁,   A₂ = 1 + q·expm1(−ε/τ),  q₂ = q e^{−ε/τ}/A₂
 (Σ_{k≤m} C(Δ,k) q^k(1−q)^{Δ−k} e^{kx} = A^Δ·P[Bin(Δ, q e^x/A) ≤ m] with A = 1 − q + q e^x.) The binomial
 log-CDF/SF come from ``scipy.stats.binom`` (regularised incomplete beta, fine for Δ up to 1e9); where a
-probability is above ½ its log is taken as log1p(−complement) for full relative accuracy. ε′ ≤ ε
+probability is above ½ its log is taken as log1p(−complement) for full relative accuracy, and where a tilted
+rate q₁ or q₂ is above ½ the CDF is taken through its mirror P[Bin(Δ, 1 − q_x) ≥ Δ − ⌊τ⌋] with
+1 − q_x = (1 − q)/A computed directly (for large ε/τ, q₁ rounds to 1 and the CDF to 0 otherwise). ε′ ≤ ε
 always (the unsampled mechanism is already ε-DP), so the result is clamped to [0, ε] to absorb rounding.
 
 Lemma 3.5 (RDP amplification)
@@ -483,8 +485,8 @@ def s4s_tau_grid(max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delt
     ``top_at_delta=True`` (the default grid): {b^{i−1} : b^{i−1} < Δ} ∪ {Δ}, so Δ itself is always the
     top threshold and no person is truncated below Δ tuples by the grid alone; L = ⌈log_b Δ⌉ + 1,
     one more than the power grid when Δ is not a power of b. ``top_at_delta=False`` (the paper's
-    Algorithm 2): τ_i = b^{i−1} ≤ Δ, L = ⌊log_b Δ⌋ + 1, whose top can be as low as Δ/b (exact powers
-    of 2 as ints' floats for b = 2). Either grid is data independent; Lemma 3.1 is evaluated with the
+    Algorithm 2): τ_i = b^{i−1} ≤ Δ, L = ⌊log_b Δ⌋ + 1, whose top can be as low as Δ/b
+    (just above). Either grid is data independent; Lemma 3.1 is evaluated with the
     declared Δ at every τ_i, including τ_L = Δ (where P[K > Δ] = 0).
     """
     n = _max_tuples(max_tuples)
