@@ -16,7 +16,9 @@ Lemma 3.1 (amplification by sampling + truncation, pure DP) via Lemma 3.2 (PGF f
 log-CDF/SF come from ``scipy.stats.binom`` (regularised incomplete beta, fine for Δ up to 1e9); where a
 probability is above ½ its log is taken as log1p(−complement) for full relative accuracy, and where a tilted
 rate q₁ or q₂ is above ½ the CDF is taken through its mirror P[Bin(Δ, 1 − q_x) ≥ Δ − ⌊τ⌋] with
-1 − q_x = (1 − q)/A computed directly (for large ε/τ, q₁ rounds to 1 and the CDF to 0 otherwise). ε′ ≤ ε
+1 − q_x = (1 − q)/A computed directly (for large ε/τ, q₁ rounds to 1 and the CDF to 0 otherwise); where
+that probability still underflows (below e^−700, against a huge A^Δ) and ⌊τ⌋ ≤ 200 000, the terms
+p_k e^{±kε/τ} are summed directly in log space (:func:`_log_tilted_sum`); the joint form likewise. ε′ ≤ ε
 always (the unsampled mechanism is already ε-DP), so the result is clamped to [0, ε] to absorb rounding.
 
 Lemma 3.5 (RDP amplification)
@@ -196,6 +198,23 @@ def _tilted(q: float, x: float) -> tuple[float, float, float]:
     return la, qx, min(1.0, qc)
 
 
+#: the most terms a log-space direct sum takes where a binomial tail underflows (:func:`_log_tilted_sum`)
+_DIRECT = 200_000
+
+
+def _log_tilted_sum(lo: int, hi: int, n: int, q: float, x: float) -> float:
+    """ln Σ_{lo ≤ k ≤ hi} p_k e^{kx}, p_k = P[Bin(n, q) = k], summed term by term in log space (log-gamma
+    binomial coefficients, ~1e-13 relative): the fallback where A^n·P[lo ≤ Bin(n, q_x) ≤ hi] underflows in
+    its second factor (huge A^n, tiny probability; e.g. ε/τ = 40 at q = 0.001), which would drop the sum."""
+    from scipy.special import gammaln
+
+    if q >= 1.0:
+        return x * n if lo <= n <= hi else -math.inf
+    ks = np.arange(lo, hi + 1, dtype=float)
+    terms = gammaln(n + 1.0) - gammaln(ks + 1.0) - gammaln(n - ks + 1.0) + ks * (math.log(q) + x) + (n - ks) * math.log1p(-q)
+    return float(logsumexp(terms))
+
+
 def _tilted_logcdf(k: int, n: int, qx: float, qc: float) -> float:
     """log P[Bin(n, q_x) ≤ k], through the mirror P[Bin(n, 1 − q_x) ≥ n − k] when q_x > ½."""
     if qx > 0.5:
@@ -218,9 +237,13 @@ def _eps_prime_branches(e: float, tau: float, n: int, q: float) -> tuple[float, 
     log_sf = _binom_logsf(k, n, q)
     # upper: A1 = 1 − q + q e^x
     la1, q1, c1 = _tilted(q, x)
-    up = _lse(_tilted_logcdf(k, n, q1, c1) + n * la1, log_sf + e)
+    lc1 = _tilted_logcdf(k, n, q1, c1)
+    t1 = lc1 + n * la1 if lc1 > -700.0 or k > _DIRECT else _log_tilted_sum(0, min(k, n), n, q, x)
+    up = _lse(t1, log_sf + e)
     la2, q2, c2 = _tilted(q, -x)
-    lo = -_lse(_tilted_logcdf(k, n, q2, c2) + n * la2, log_sf - e)
+    lc2 = _tilted_logcdf(k, n, q2, c2)
+    t2 = lc2 + n * la2 if lc2 > -700.0 or k > _DIRECT else _log_tilted_sum(0, min(k, n), n, q, -x)
+    lo = -_lse(t2, log_sf - e)
     return up, lo
 
 
@@ -303,6 +326,9 @@ def _log_mgf_segments(rates: list[float], taus: list[float], n: int, q: float, s
         la, qx, qc = _tilted(q, x)
         # an interval of Bin(n, q_x) is the mirrored interval of Bin(n, 1 − q_x), taken when q_x > ½
         lp = _log_binom_interval(n - hi, n - lo, n, qc) if qx > 0.5 else _log_binom_interval(lo, hi, n, qx)
+        if lp <= -700.0 and hi - lo < _DIRECT:  # underflowing probability times a huge A^n: sum directly
+            parts.append(sign * a + _log_tilted_sum(lo, hi, n, q, x))
+            continue
         if lp > -math.inf:
             parts.append(sign * a + n * la + lp)
     return _lse(*parts)
