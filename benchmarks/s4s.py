@@ -1,6 +1,7 @@
 """Benchmark: DP-S4S (Algorithm 2) and R2T on graph pattern counts, nodes as users.
 
-One command:  python benchmarks/s4s.py [--quick] [--all] [--runs 20] [--graph NAME] [--paper] [--graphs DIR] [--out DIR]
+One command:  python benchmarks/s4s.py [--quick] [--all] [--runs 20] [--graph NAME] [--paper] [--power-grid] [--graphs DIR]
+[--out DIR]
 
 The default run (ca-GrQc, the reference graph: 3 queries x R2T and q in {1, 1/4, 1/16, 1/64}, 20 runs)
 takes about 1.5 CPU minutes (measured: 17 wall minutes at a load average of 8-17 on 2 shared
@@ -31,8 +32,9 @@ truncation values (fresh noise each run) so that the error statistics do not cos
 runs. Every q < 1 run is a full call. Path counters of the truncation (closed form / verified
 max-flow / certified LP, retries, uncertified) are reported per configuration.
 
-Every row uses the product default: thresholds τ = 5.5^i (the authors' code) and DP-S4S's bias
-ln(L/β). With ``--paper``, the ca-GrQc 2-path and triangle rows of the reference are also run in the papers'
+Every row uses the product default: thresholds τ = 5.5^i (the authors' code) — for DP-S4S those below
+Δ, then Δ itself — and DP-S4S's bias ln(L/β). ``--power-grid`` adds each DP-S4S row on the grid
+5.5^i ≤ Δ (the default before Δ was put on the grid), on the same samples. With ``--paper``, the ca-GrQc 2-path and triangle rows of the reference are also run in the papers'
 variant (``paper``: base 2, i.e. about 2.5x more thresholds, each with a smaller share of ε, and
 Algorithm 2's ln(3L/β) bias) to show what the default buys.
 
@@ -130,7 +132,7 @@ class _Memo:
 
 def run_config(
     w: np.ndarray, ti: np.ndarray, ui: np.ndarray, truth: float, delta: int, mech: str, q: float,
-    runs: int, timed: int, seed: int, paper: bool = False,
+    runs: int, timed: int, seed: int, paper: bool = False, power: bool = False,
 ) -> dict[str, Any]:
     rng = seeded_noise(seed)
     errs, times, cpu = [], [], []
@@ -146,7 +148,8 @@ def run_config(
                 est = r2t_scalar(w, ti, ui, epsilon=1.0, global_sensitivity=delta, rng=rng, **grid).estimate
             else:
                 est = s4s_scalar(
-                    w, ti, ui, epsilon=1.0, max_tuples_per_user=delta, q=q, rng=rng, paper_bias=paper, **grid
+                    w, ti, ui, epsilon=1.0, max_tuples_per_user=delta, q=q, rng=rng, paper_bias=paper, **grid,
+                    **({"top_at_delta": False} if power else {}),
                 ).estimate
             dt, dc = time.perf_counter() - t0, time.process_time() - c0
             if r < timed or q < 1.0:
@@ -161,6 +164,7 @@ def run_config(
         "q": q,
         "tau_base": 2.0 if paper else s4s_mod.DEFAULT_TAU_BASE,
         "bias": "ln(3L/beta)" if paper and mech != "r2t" else "ln(L/beta)",
+        "grid": "r2t" if mech == "r2t" else "b^i <= Delta" if paper or power else "b^i < Delta, then Delta",
         "runs": runs,
         "rel_error": trimmed_mean(errs),
         "rel_error_median": float(np.median(errs)),
@@ -190,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graph", action="append", help="only these graphs (repeatable), e.g. --graph ca-GrQc")
     ap.add_argument("--paper", action="store_true",
                     help="also run the papers' variant (base 2, ln(3L/beta)) on the ca-GrQc reference rows (slow: R2T ~10 CPU s/run)")
+    ap.add_argument("--power-grid", action="store_true",
+                    help="also run every default DP-S4S row on the power grid 5.5^i <= Delta (top_at_delta=False, the default "
+                         "before Delta was put on the grid), with the same seed (the same samples)")
     ap.add_argument("--timed", type=int, default=3)
     default_graphs = os.environ.get("DPSQL_GRAPHS", str(Path(__file__).resolve().parents[1].parent / "shared/data/graphs"))
     ap.add_argument("--graphs", default=default_graphs)
@@ -233,17 +240,23 @@ def main(argv: list[str] | None = None) -> int:
             build = time.perf_counter() - t0
             truth = float(w.sum())
             delta = bounds[query]
-            configs = [("r2t", 1.0, False)] + [("s4s", q, False) for q in qs]
+            configs = [("r2t", 1.0, False, False)] + [("s4s", q, False, False) for q in qs]
             if name == "ca-GrQc" and query != "edge" and args.paper:  # the reference rows, papers' variant
-                configs += [("r2t", 1.0, True), ("s4s", 1 / 16, True)]
-            for ci, (mech, q, paper) in enumerate(configs):
+                configs += [("r2t", 1.0, True, False), ("s4s", 1 / 16, True, False)]
+            if args.power_grid:
+                configs += [("s4s", q, False, True) for q in qs]
+            for ci, (mech, q, paper, power) in enumerate(configs):
                 if q in skip.get((name, query), set()):
                     continue
-                seed = 1000 * gi + 100 * ["edge", "2-path", "triangle"].index(query) + ci
-                res = run_config(w, ti, ui, truth, delta, mech, q, runs, min(args.timed, runs), seed, paper)
+                # the power-grid rows reuse their default row's seed: the same samples
+                cj = configs.index((mech, q, paper, False)) if power else ci
+                seed = 1000 * gi + 100 * ["edge", "2-path", "triangle"].index(query) + cj
+                res = run_config(w, ti, ui, truth, delta, mech, q, runs, min(args.timed, runs), seed, paper, power)
                 label = "r2t" if mech == "r2t" else f"s4s 1/{round(1 / q)}" if q < 1 else "s4s 1"
                 if paper:
                     label += " paper"
+                if power:
+                    label += " power"
                 res.update({"graph": name, "query": query, "label": label, "truth": truth, "tuples": int(w.size),
                             "delta": delta, "join_build_s": build})
                 ref = REFERENCE.get((name, query, label))

@@ -32,7 +32,8 @@ OPTIONS: dict[str, str] = {
     "degree_caps": "joins with an enforced Delta: lower the owner's degree bounds for this query, e.g. {'orders.o_custkey': 16} (never above the declared bound)",
     "max_tuples_per_user": "joins with an attested Delta: raise Delta above what the owner's declarations give (never lower)",
     "tau_base": "joins (DP-S4S, R2T): the base b of the truncation thresholds tau = b^i (default 5.5, the authors' code, "
-    "with the ln(L/beta) bias; 2 = the paper's Algorithm 2 with ln(3L/beta)); any b in (1, 1024], privacy unchanged",
+    "with the ln(L/beta) bias; DP-S4S adds Delta on top: b^i < Delta, then Delta; 2 = the paper's Algorithm 2, "
+    "2^i <= Delta with ln(3L/beta)); any b in (1, 1024], privacy unchanged",
     "clip_norm": "GROUP BY over joins with one person per tuple: the L2 bound C on each person's vector of per-group "
     "totals, in the aggregate's units (default Delta x max|value|: nothing clipped)",
     "max_rows_per_unit": "DAWA: lower the table's cap on rows per unit for this query (never above the registered cap)",

@@ -281,3 +281,31 @@ def test_r2t_non_power_of_two_rounds_levels_up():
     steps = r2t_schedule(1.0, 1000, beta=0.1)
     assert [s.tau for s in steps][-1] == 1024
     assert len(steps) == 10
+
+
+@pytest.mark.parametrize("eps,tau,n,q", [(40.0, 1.0, 3, 0.5), (60.0, 2.0, 5, 0.25), (200.0, 3.0, 7, 0.9), (25.0, 1.0, 4, 0.01),
+                                         (40.0, 1.0, 30, 0.001), (300.0, 2.5, 1024, 0.25)])
+def test_lemma_3_1_at_large_epsilon_over_tau_by_direct_summation(eps: float, tau: float, n: int, q: float) -> None:
+    """Lemma 3.1 summed term by term in log space (math.comb, exact binomial weights) where ε/τ is large: the
+    tilted rate q e^{ε/τ}/A rounds to 1 there, and Lemma 3.2's binomial CDF must use its complement
+    (1 − q)/A, and where even that probability underflows (Δ = 30, q = 0.001: P ≈ 30·((1 − q)/A)^29 < 1e-400
+    against A^Δ > 1e400) the terms are summed directly (36.479 where the product form gave 32.241). Negative control: at ε = 40, τ = 1, Δ = 3, q = 1/2 the rounded rate gave 40 + ln(1/2) =
+    39.3069, which drops the k = 1 term 3/8·e^40 (the truth is ln(1/8 + 7/8·e^40) = 39.8665)."""
+    from dpsql.accounting import s4s_epsilon_prime, s4s_joint_epsilon
+
+    k = math.floor(tau)
+    logp = [math.log(math.comb(n, j)) + j * math.log(q) + (n - j) * math.log1p(-q) for j in range(n + 1)]
+    tail = [lp for j, lp in enumerate(logp) if j > k]
+
+    def lse(xs: list[float]) -> float:
+        m = max(xs)
+        return m + math.log(sum(math.exp(x - m) for x in xs))
+
+    up = lse([logp[j] + j * eps / tau for j in range(k + 1)] + [t + eps for t in tail])
+    lo = -lse([logp[j] - j * eps / tau for j in range(k + 1)] + [t - eps for t in tail])
+    want = min(eps, max(0.0, up, lo))
+    assert s4s_epsilon_prime(eps, tau, n, q) == pytest.approx(want, rel=1e-12)
+    assert s4s_joint_epsilon([eps / tau], [tau], n, q) == pytest.approx(want, rel=1e-12)
+    if (eps, tau, n, q) == (40.0, 1.0, 3, 0.5):
+        assert want == pytest.approx(math.log(0.125 + 0.875 * math.exp(40.0)), rel=1e-15)
+        assert want - (40.0 + math.log(0.5)) > 0.5  # the value the rounded rate gave is far below

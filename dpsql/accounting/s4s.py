@@ -14,7 +14,11 @@ Lemma 3.1 (amplification by sampling + truncation, pure DP) via Lemma 3.2 (PGF f
     A₁ = 1 + q·expm1(ε/τ),  q₁ = q e^{ε/τ}/A₁,   A₂ = 1 + q·expm1(−ε/τ),  q₂ = q e^{−ε/τ}/A₂
 (Σ_{k≤m} C(Δ,k) q^k(1−q)^{Δ−k} e^{kx} = A^Δ·P[Bin(Δ, q e^x/A) ≤ m] with A = 1 − q + q e^x.) The binomial
 log-CDF/SF come from ``scipy.stats.binom`` (regularised incomplete beta, fine for Δ up to 1e9); where a
-probability is above ½ its log is taken as log1p(−complement) for full relative accuracy. ε′ ≤ ε
+probability is above ½ its log is taken as log1p(−complement) for full relative accuracy, and where a tilted
+rate q₁ or q₂ is above ½ the CDF is taken through its mirror P[Bin(Δ, 1 − q_x) ≥ Δ − ⌊τ⌋] with
+1 − q_x = (1 − q)/A computed directly (for large ε/τ, q₁ rounds to 1 and the CDF to 0 otherwise); where
+that probability still underflows (below e^−700, against a huge A^Δ) and ⌊τ⌋ ≤ 200 000, the terms
+p_k e^{±kε/τ} are summed directly in log space (:func:`_log_tilted_sum`); the joint form likewise. ε′ ≤ ε
 always (the unsampled mechanism is already ε-DP), so the result is clamped to [0, ε] to absorb rounding.
 
 Lemma 3.5 (RDP amplification)
@@ -25,11 +29,14 @@ loses up to 1e-13 relative at Δ = 256, worse for larger Δ). Summed in log spac
 of the k ≤ ⌊τ⌋ outside that window (below 1e-300 in practice) is added as an upper bound with the
 largest factor it could carry, so the result remains a valid upper bound for Δ up to 1e9.
 
-Algorithm 2 schedule (§3.5): L = ⌊log_b Δ⌋ + 1; for i = L…1: τ_i = b^{i−1}, ε_i = ε₀/i, Laplace scale
-τ_i/ε_i, bias (τ_i/ε_i)·ln(kL/β), ε₀ ← ε₀ − ε′(ε_i, τ_i, Δ, q). Data independent; Σ ε′_i ≤ ε.
-The paper has b = 2 and k = 3 (``base=2, paper_bias=True``); the default is the authors' code's
-b = 5.5 and k = 1 (:data:`DEFAULT_TAU_BASE`; ``docs/mechanisms.md`` §3.5 says why). Neither the
-base nor the bias enters the privacy accounting (ε_i, ε′_i depend on the grid only through τ_i and L).
+Algorithm 2 schedule (§3.5): grid τ_1 < … < τ_L; for i = L…1: ε_i = ε₀/i, Laplace scale τ_i/ε_i,
+bias (τ_i/ε_i)·ln(kL/β), ε₀ ← ε₀ − ε′(ε_i, τ_i, Δ, q). Data independent; Σ ε′_i ≤ ε.
+The paper has τ_i = 2^{i−1} ≤ Δ (L = ⌊log₂ Δ⌋ + 1) and k = 3 (``base=2, paper_bias=True``); the
+default is the authors' code's b = 5.5 and k = 1 (:data:`DEFAULT_TAU_BASE`) with Δ itself on the grid:
+{b^{i−1} : b^{i−1} < Δ} ∪ {Δ} (:func:`s4s_tau_grid`, keyword ``top_at_delta``; ``docs/mechanisms.md``
+§3.5 says why: a top below Δ truncates every person to it at any ε). Neither the grid nor the bias
+enters the privacy accounting (ε_i, ε′_i depend on the grid only through τ_i and L, and Lemma 3.1
+holds for any τ > 0 with the declared Δ, τ = Δ included).
 
 Lemma 4.1 (smooth sensitivity under RDP, §3.8): A = e^{(α−1)ρ/d}; t₁ < 1 < t₂ the roots of
 h(t) = t^α − αAt + (α−1)A, solved in the well-conditioned form α·ln t − ln(αt − α + 1) = (α−1)ρ/d
@@ -82,6 +89,8 @@ __all__ = [
     "DEFAULT_TAU_BASE",
     "S4SBudgetStep",
     "s4s_budget_schedule",
+    "s4s_tau_grid",
+    "s4s_grid_size",
     "s4s_rdp_ss_roots",
     "s4s_gamma",
     "s4s_eta",
@@ -168,6 +177,51 @@ def _binom_logpmf(ks: np.ndarray, n: int, p: float) -> np.ndarray:
     return out
 
 
+def _log_a(q: float, x: float) -> float:
+    """ln(1 − q + q e^x) = ln E[e^{xB}], B ∼ Bernoulli(q), without the log of 0 that log1p(q·expm1(x)) hits
+    when q = 1 and e^x underflows (x below about −37), nor the overflow of e^x (x above about 709)."""
+    if x > 30.0:
+        return x + math.log(q + (1.0 - q) * math.exp(-x))
+    t = q * math.expm1(x)
+    if t > -0.5:
+        return math.log1p(t)
+    return float(np.logaddexp(math.log1p(-q) if q < 1.0 else -math.inf, math.log(q) + x))
+
+
+def _tilted(q: float, x: float) -> tuple[float, float, float]:
+    """(ln A, q_x, 1 − q_x) with A = 1 − q + q e^x and q_x = q e^x/A (the exponentially tilted Bernoulli rate
+    of Lemma 3.2), the complement computed as (1 − q)/A rather than by subtraction: for large x, q_x
+    rounds to 1 while the probabilities below need 1 − q_x to full relative precision."""
+    la = _log_a(q, x)
+    qx = min(1.0, q * math.exp(x - la))
+    qc = math.exp(math.log1p(-q) - la) if q < 1.0 else 0.0
+    return la, qx, min(1.0, qc)
+
+
+#: the most terms a log-space direct sum takes where a binomial tail underflows (:func:`_log_tilted_sum`)
+_DIRECT = 200_000
+
+
+def _log_tilted_sum(lo: int, hi: int, n: int, q: float, x: float) -> float:
+    """ln Σ_{lo ≤ k ≤ hi} p_k e^{kx}, p_k = P[Bin(n, q) = k], summed term by term in log space (log-gamma
+    binomial coefficients, ~1e-13 relative): the fallback where A^n·P[lo ≤ Bin(n, q_x) ≤ hi] underflows in
+    its second factor (huge A^n, tiny probability; e.g. ε/τ = 40 at q = 0.001), which would drop the sum."""
+    from scipy.special import gammaln
+
+    if q >= 1.0:
+        return x * n if lo <= n <= hi else -math.inf
+    ks = np.arange(lo, hi + 1, dtype=float)
+    terms = gammaln(n + 1.0) - gammaln(ks + 1.0) - gammaln(n - ks + 1.0) + ks * (math.log(q) + x) + (n - ks) * math.log1p(-q)
+    return float(logsumexp(terms))
+
+
+def _tilted_logcdf(k: int, n: int, qx: float, qc: float) -> float:
+    """log P[Bin(n, q_x) ≤ k], through the mirror P[Bin(n, 1 − q_x) ≥ n − k] when q_x > ½."""
+    if qx > 0.5:
+        return _binom_logsf(n - k - 1, n, qc)
+    return _binom_logcdf(k, n, qx)
+
+
 def _lse(*xs: float) -> float:
     m = max(xs)
     if m == -math.inf:
@@ -182,12 +236,14 @@ def _eps_prime_branches(e: float, tau: float, n: int, q: float) -> tuple[float, 
     x = e / tau
     log_sf = _binom_logsf(k, n, q)
     # upper: A1 = 1 − q + q e^x
-    la1 = math.log1p(q * math.expm1(x))
-    q1 = min(1.0, q * math.exp(x - la1))
-    up = _lse(_binom_logcdf(k, n, q1) + n * la1, log_sf + e)
-    la2 = math.log1p(q * math.expm1(-x))
-    q2 = min(1.0, q * math.exp(-x - la2))
-    lo = -_lse(_binom_logcdf(k, n, q2) + n * la2, log_sf - e)
+    la1, q1, c1 = _tilted(q, x)
+    lc1 = _tilted_logcdf(k, n, q1, c1)
+    t1 = lc1 + n * la1 if lc1 > -700.0 or k > _DIRECT else _log_tilted_sum(0, min(k, n), n, q, x)
+    up = _lse(t1, log_sf + e)
+    la2, q2, c2 = _tilted(q, -x)
+    lc2 = _tilted_logcdf(k, n, q2, c2)
+    t2 = lc2 + n * la2 if lc2 > -700.0 or k > _DIRECT else _log_tilted_sum(0, min(k, n), n, q, -x)
+    lo = -_lse(t2, log_sf - e)
     return up, lo
 
 
@@ -267,9 +323,12 @@ def _log_mgf_segments(rates: list[float], taus: list[float], n: int, q: float, s
         a = math.fsum(r * t for r, t in zip(rates, taus) if math.floor(t) < lo)  # saturated: min = τ_i
         b = math.fsum(r for r, t in zip(rates, taus) if math.floor(t) >= hi)  # min = k on the piece
         x = sign * b
-        la = math.log1p(q * math.expm1(x))
-        qx = min(1.0, q * math.exp(x - la))
-        lp = _log_binom_interval(lo, hi, n, qx)
+        la, qx, qc = _tilted(q, x)
+        # an interval of Bin(n, q_x) is the mirrored interval of Bin(n, 1 − q_x), taken when q_x > ½
+        lp = _log_binom_interval(n - hi, n - lo, n, qc) if qx > 0.5 else _log_binom_interval(lo, hi, n, qx)
+        if lp <= -700.0 and hi - lo < _DIRECT:  # underflowing probability times a huge A^n: sum directly
+            parts.append(sign * a + _log_tilted_sum(lo, hi, n, q, x))
+            continue
         if lp > -math.inf:
             parts.append(sign * a + n * la + lp)
     return _lse(*parts)
@@ -430,7 +489,7 @@ class S4SBudgetStep(NamedTuple):
     """One iteration of DP-S4S Algorithm 2 (scalar, pure DP)."""
 
     i: int
-    tau: float  #: τ_i = b^{i−1} (2^{i−1} in the paper; an int then)
+    tau: float  #: τ_i of :func:`s4s_tau_grid` (2^{i−1} in the paper; an int for base 2)
     epsilon: float  #: ε_i = ε₀/i, the Laplace budget of this run
     laplace_scale: float  #: τ_i/ε_i
     bias: float  #: (τ_i/ε_i)·ln(kL/β) (k = 3 paper, 1 default), subtracted from the noisy value
@@ -446,40 +505,64 @@ def tau_grid_base(base: object) -> float:
     return b
 
 
-def s4s_grid_size(max_tuples: int, base: float = DEFAULT_TAU_BASE) -> int:
-    """L = ⌊log_b Δ⌋ + 1: the number of thresholds τ_i = b^{i−1} ≤ Δ (exact for b = 2)."""
+def s4s_tau_grid(max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delta: bool = True) -> tuple[float, ...]:
+    """The thresholds τ_1 < … < τ_L of Algorithm 2 (§3.5), ascending; public (Δ and b only).
+
+    ``top_at_delta=True`` (the default grid): {b^{i−1} : b^{i−1} < Δ} ∪ {Δ}, so Δ itself is always the
+    top threshold and no person is truncated below Δ tuples by the grid alone; L = ⌈log_b Δ⌉ + 1,
+    one more than the power grid when Δ is not a power of b. ``top_at_delta=False`` (the paper's
+    Algorithm 2): τ_i = b^{i−1} ≤ Δ, L = ⌊log_b Δ⌋ + 1, whose top can be as low as Δ/b
+    (just above). Either grid is data independent; Lemma 3.1 is evaluated with the
+    declared Δ at every τ_i, including τ_L = Δ (where P[K > Δ] = 0).
+    """
     n = _max_tuples(max_tuples)
     b = tau_grid_base(base)
-    if b == 2.0:
-        return n.bit_length()
-    big_l = 1
-    while b**big_l <= n:
-        big_l += 1
-    return big_l
+    out: list[float] = []
+    i = 0
+    while True:
+        t = float(1 << i) if b == 2.0 else b**i
+        if t > n or (top_at_delta and t >= n):
+            break
+        out.append(t)
+        i += 1
+    if top_at_delta:
+        out.append(float(n))
+    return tuple(out)
+
+
+def s4s_grid_size(max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delta: bool = True) -> int:
+    """L, the number of thresholds of :func:`s4s_tau_grid` (⌊log_b Δ⌋ + 1 for the paper's power grid,
+    ``top_at_delta=False``; ⌈log_b Δ⌉ + 1 with Δ on top, the default)."""
+    return len(s4s_tau_grid(max_tuples, base, top_at_delta=top_at_delta))
 
 
 def s4s_budget_schedule(
     epsilon: float, max_tuples: int, q: float, beta: float = 0.1, base: float = DEFAULT_TAU_BASE,
-    *, paper_bias: bool = False,
+    *, paper_bias: bool = False, top_at_delta: bool | None = None,
 ) -> list[S4SBudgetStep]:
     """The data-independent budget schedule of DP-S4S Algorithm 2 (§3.5), i = L down to 1.
 
-    Σ ε′_i ≤ ε: the last run (i = 1) gets the whole remainder. ``base`` b: τ_i = b^{i−1},
-    L = ⌊log_b Δ⌋ + 1 (b = 2 is the paper; the authors' code and the default use 5.5; any constant
-    works). Bias (τ_i/ε_i)·ln(L/β) (the authors' code: β/L per candidate), or the paper's
-    ln(3L/β) with ``paper_bias=True``. The paper's Algorithm 2 is ``base=2, paper_bias=True``.
+    Σ ε′_i ≤ ε: the last run (i = 1) gets the whole remainder. ``base`` b and ``top_at_delta``: the
+    grid :func:`s4s_tau_grid` (τ_L = Δ on top of b^{i−1} < Δ by default; ``top_at_delta=False`` the
+    paper's τ_i = b^{i−1} ≤ Δ); ``top_at_delta=None`` means ``not paper_bias``, so the paper's
+    Algorithm 2 is ``base=2, paper_bias=True`` and the default (the authors' code's base 5.5 and bias,
+    with Δ on the grid) is ``base=5.5``. Bias (τ_i/ε_i)·ln(L/β) (the authors' code: β/L per
+    candidate), or the paper's ln(3L/β) with ``paper_bias=True``.
     """
     e = v.positive(epsilon, "epsilon", hint="epsilon is the total budget of the query, e.g. epsilon=1.0")
     n = _max_tuples(max_tuples)
     qq = _q(q)
     b = v.probability(beta, "beta", closed_high=False)
-    big_l = s4s_grid_size(n, base)  # ⌊log_b Δ⌋ + 1
-    bb = tau_grid_base(base)
+    top = (not paper_bias) if top_at_delta is None else bool(top_at_delta)
+    grid = s4s_tau_grid(n, base, top_at_delta=top)
+    big_l = len(grid)
     log_term = math.log((3.0 if paper_bias else 1.0) * big_l / b)
     eps0 = e
     steps = []
     for i in range(big_l, 0, -1):
-        tau_i: float = (1 << (i - 1)) if bb == 2.0 else bb ** (i - 1)
+        tau_i: float = grid[i - 1]
+        if tau_grid_base(base) == 2.0:
+            tau_i = int(tau_i)  # powers of 2 and Δ: ints, as in the spec's vectors
         eps_i = eps0 / i
         scale = tau_i / eps_i
         ep = s4s_epsilon_prime(eps_i, tau_i, n, qq)

@@ -42,10 +42,10 @@ R2T (q = 1) needs no Δ.
   f̄(S, τ) + Lap(τ/ε). By Lemma 3.1 (computed through the O(1) PGF form of Lemma 3.2 in
   :func:`dpsql.accounting.s4s_epsilon_prime`) this is ε′(ε, τ, Δ, q)-DP with ε′ ≤ ε. Lemma 3.1
   needs |S_u| to be dominated by Bin(Δ, q), hence the Δ bound is a precondition for q < 1.
-* Algorithm 2 (DP-S4S scalar, §3.5): one sample S; L = ⌊log_b Δ⌋ + 1; for i = L … 1: τ_i = b^{i−1},
+* Algorithm 2 (DP-S4S scalar, §3.5): one sample S; grid τ_1 < … < τ_L; for i = L … 1:
   ε_i = ε₀/i, f̂_i = f̄(S, τ_i) + Lap(τ_i/ε_i), f̃_i = f̂_i − (τ_i/ε_i)·ln(kL/β), ε₀ ← ε₀ − ε′_i
-  (b = 5.5 and k = 1 by default, the paper's b = 2 and k = 3 with ``tau_base=2, paper_bias=True``:
-  "Grid and bias" below).
+  (by default {5.5^{i−1} < Δ} ∪ {Δ} and k = 1; the paper's τ_i = 2^{i−1} ≤ Δ and k = 3 with
+  ``tau_base=2, paper_bias=True``: "Grid and bias" below).
   The schedule (τ_i, ε_i, ε′_i) is data independent (:func:`dpsql.accounting.s4s_budget_schedule`,
   checked against tests/vectors/dp_s4s.json). The L runs share the sample, so their cost is bounded
   **jointly** ("Joint accounting" below: ε_joint ≤ ε, not merely Σ ε′_i ≤ ε) — the candidates
@@ -103,15 +103,19 @@ divided by the largest common c < 1 that fits (bisection; ε_joint increases in 
 term uses its bound ξ_i ≤ 2⁻⁴⁵(2^{K_i+1} + 2) during the search and its exact value at the end).
 q = 1 needs no joint step (the runs are then independent given I). Measured effect: none where
 amplification acts on at most one run (ca-GrQc 2-paths and triangles at q = 1/16: ε_joint =
-0.99970, 0.99975 without scaling), scales 1.0001–1.009 times larger where several runs are
-amplified (1.0001 for edges, Δ = 1024, at q = 1/64; 1.0013 at Δ = 448, q = 1/64; 1.0087 at Δ = 64,
-q = 1/16, base 2). The same holds for the RDP variant with
+0.99969, 0.99975 without scaling, on the default grid), scales 1.0001–1.009 times larger where several
+runs are amplified (default grid: 1.00013 for edges, Δ = 1024, at q = 1/64; 1.0014 at Δ = 448, q = 1/64;
+1.00017 at Δ = 448, q = 1/16; 1.0087 at Δ = 64, q = 1/16, base 2). The same holds for the RDP variant with
 ρ_joint = (1/(α−1)) ln E[exp((α−1)Σ_i ρ_i((min(τ_i, K) + G_i)/(τ_i + G_i))²)] (Rényi divergences of
 independent Gaussian coordinates add; the mixture bound of Lemma 3.5's proof), e.g. Δ = 64,
 q = 1/16, ε = 1, δ = 10⁻⁶, base 2: Σ ρ′_i = 0.4818 but ρ_joint = 0.5086 > ρ_total = 0.4826, so
 the ρ_i are scaled by 0.8825.
 
-Grid and bias (docs/mechanisms.md §3.5). The default is the authors' code's: base b = 5.5
+Grid and bias (docs/mechanisms.md §3.5). The default grid is {b^{i−1} : b^{i−1} < Δ} ∪ {Δ}
+(:func:`dpsql.accounting.s4s_tau_grid`, keyword ``top_at_delta``, by default ``not paper_bias``): Δ
+is always the top threshold, since a top below Δ (the power grid's can be Δ/b) truncates every person
+to it at any ε — at q = 1 and Δ = 3 a join COUNT released the number of people, not of tuples. The
+base and the bias are the authors' code's: b = 5.5
 (:data:`dpsql.accounting.s4s.DEFAULT_TAU_BASE`) and the bias ln(L/β) (each of the L candidates
 overestimates w.p. ≤ β/L; the paper's ln(3L/β) also reserves 2β/3 for the sampling events of its
 utility proof). The paper's Algorithm 2 is ``tau_base=2, paper_bias=True`` (the spec's vectors,
@@ -120,8 +124,9 @@ for any constant base, the bias is subtracted after the noise (post-processing),
 (ε_i, ε′_i, Σ ε′_i ≤ ε) depends on the grid only through its τ_i and L. Why the default: fewer
 thresholds give each run a larger share of ε and the bias subtracts less; measured on ca-GrQc
 (nodes as users, D = 1024, ε = 1, ``benchmarks/s4s.py``; docs/mechanisms.md §3.5 has the table).
-Unlike the authors' code, Δ in Lemma 3.1 stays the declared bound (their Δ = largest grid τ
-would understate ε′ when the grid tops out below Δ).
+The authors' code takes Δ in Lemma 3.1 as the largest grid τ (which understates ε′ when the grid tops
+out below the true bound); dpsql keeps the declared Δ in Lemma 3.1 for every τ_i and puts Δ itself on
+the grid instead (at τ_L = Δ, P[K > Δ] = 0).
 
 Randomness: only through the :class:`dpsql.noise.NoiseSource` passed in (uniforms for the
 sample, Laplace for the noise). The true LP values never leave this module.
@@ -150,7 +155,7 @@ from dpsql.accounting import (
     s4s_joint_rdp,
     s4s_rdp_prime,
 )
-from dpsql.accounting.s4s import DEFAULT_TAU_BASE, s4s_grid_size, tau_grid_base
+from dpsql.accounting.s4s import DEFAULT_TAU_BASE, s4s_grid_size, s4s_tau_grid, tau_grid_base
 from dpsql.errors import ConfigError, ExecutionError
 from dpsql.mechanisms import _s4s_truncation as _trunc
 from dpsql.noise import (
@@ -454,9 +459,16 @@ class S4SResult:
     epsilon_joint: float = 0.0  #: the proven ε of the L runs on one sample, jointly (:func:`joint_epsilon`); ≤ epsilon
 
 
+def _top(paper_bias: object, top_at_delta: bool | None) -> bool:
+    """Whether Δ is the grid's top threshold: ``top_at_delta``, or by default ``not paper_bias`` (the
+    paper's Algorithm 2 keeps its power grid τ_i = b^{i−1} ≤ Δ; docs/mechanisms.md §3.5)."""
+    return (not paper_bias) if top_at_delta is None else bool(top_at_delta)
+
+
 @functools.lru_cache(maxsize=64)
 def _s4s_steps(
-    e: float, delta: int, q: float, beta: float, base: float = DEFAULT_TAU_BASE, paper_bias: bool = False
+    e: float, delta: int, q: float, beta: float, base: float = DEFAULT_TAU_BASE, paper_bias: bool = False,
+    top_at_delta: bool | None = None,
 ) -> tuple[S4SStep, ...]:
     """The accounting's schedule, with Σ ε′_i ≤ ε checked in exact rational arithmetic.
 
@@ -466,7 +478,8 @@ def _s4s_steps(
     """
     target = e
     for _ in range(64):
-        sched = s4s_budget_schedule(target, delta, q, beta, base, paper_bias=paper_bias)
+        sched = s4s_budget_schedule(target, delta, q, beta, base, paper_bias=paper_bias,
+                                    top_at_delta=_top(paper_bias, top_at_delta))
         if sum((Fraction(s.epsilon_prime) for s in sched), Fraction(0)) <= Fraction(e):
             out = []
             for s in sched:
@@ -566,6 +579,7 @@ def s4s_scalar(
     beta: float = 0.1,
     tau_base: float = DEFAULT_TAU_BASE,
     paper_bias: bool = False,
+    top_at_delta: bool | None = None,
 ) -> S4SResult:
     """DP-S4S Algorithm 2 (scalar, pure DP): an ε-DP estimate of Σ_t w_t under user-level DP.
 
@@ -573,7 +587,8 @@ def s4s_scalar(
     ε′_i = ε_i and the schedule is plain basic composition). Raises :class:`ConfigError` on invalid
     parameters or malformed inputs only — never on the data's values: a user with more than
     ``max_tuples_per_user`` tuples is not detected (see "Δ" in the module docstring; single-owner
-    tuples are bounded by the caller, e.g. with :func:`bound_tuples_per_user`).
+    tuples are bounded by the caller, e.g. with :func:`bound_tuples_per_user`). Grid: ``tau_base`` and
+    ``top_at_delta`` (None: ``not paper_bias``), :func:`dpsql.accounting.s4s_tau_grid`.
     """
     e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
     qq = _rate(q)
@@ -581,7 +596,7 @@ def s4s_scalar(
     b = _beta(beta)
     # Δ is never checked against the data here (raising would reveal whether it is exceeded):
     # see "Δ" in the module docstring.
-    steps = _s4s_steps(e, delta, qq, b, tau_grid_base(tau_base), bool(paper_bias))
+    steps = _s4s_steps(e, delta, qq, b, tau_grid_base(tau_base), bool(paper_bias), _top(paper_bias, top_at_delta))
     spent = math.fsum(s.epsilon_prime for s in steps)
 
     jt = _sampled_join_tuples(weights, tuple_idx, user_idx, qq, rng)
@@ -737,7 +752,7 @@ class S4SRdpStep:
     """One Gaussian run of the RDP variant of Algorithm 2 (data independent)."""
 
     i: int
-    tau: float  #: τ_i = b^{i−1}
+    tau: float  #: τ_i of the grid (:func:`dpsql.accounting.s4s_tau_grid`)
     rho: float  #: ρ_i = ρ₀/i, the RDP (order α) of the unsampled release at sensitivity τ_i + G_i
     rho_prime: float  #: ρ′_i (Lemma 3.5 with the certified slack G_i), what the run costs
     sigma: float  #: σ_i = (τ_i + G_i)·√(α/(2ρ_i))
@@ -762,14 +777,16 @@ def _rdp_rho_total(e: float, d: float, a: float) -> float:
 
 
 def _rdp_steps(
-    rho_total: float, a: float, delta: int, q: float, beta: float, base: float, paper_bias: bool, scale: float = 1.0
+    rho_total: float, a: float, delta: int, q: float, beta: float, base: float, paper_bias: bool, scale: float = 1.0,
+    top_at_delta: bool = True,
 ) -> list[S4SRdpStep]:
-    big_l = s4s_grid_size(delta, base)
+    grid = s4s_tau_grid(delta, base, top_at_delta=top_at_delta)
+    big_l = len(grid)
     z = math.sqrt(2.0 * math.log((3.0 if paper_bias else 1.0) * big_l / beta))
     rho0 = rho_total
     out = []
     for i in range(big_l, 0, -1):
-        tau = float(1 << (i - 1)) if base == 2.0 else base ** (i - 1)
+        tau = grid[i - 1]
         gap = _trunc.gap_bound(tau)
         rho_i = scale * rho0 / i
         sigma = (tau + gap) * math.sqrt(a / (2.0 * rho_i))
@@ -782,9 +799,10 @@ def _rdp_steps(
 
 @functools.lru_cache(maxsize=64)
 def _rdp_schedule_cached(
-    e: float, d: float, delta: int, q: float, beta: float, alpha: float | None, base: float, paper_bias: bool = False
+    e: float, d: float, delta: int, q: float, beta: float, alpha: float | None, base: float, paper_bias: bool = False,
+    top: bool = True,
 ) -> S4SRdpSchedule:
-    big_l = s4s_grid_size(delta, base)
+    big_l = s4s_grid_size(delta, base, top_at_delta=top)
     # every run's σ/γ < 32, so δ_coord ≤ gaussian_fp_delta(32, 1) (it depends on σ/γ only)
     fp = (1.0 + math.exp(min(e, 700.0))) * big_l * gaussian_fp_delta(32.0, 1.0, integer=False)
     d_rdp = d - fp
@@ -799,7 +817,7 @@ def _rdp_schedule_cached(
         rt = _rdp_rho_total(e, d_rdp, a)
         if not rt > 0:
             continue
-        steps = _rdp_steps(rt, a, delta, q, beta, base, paper_bias)
+        steps = _rdp_steps(rt, a, delta, q, beta, base, paper_bias, top_at_delta=top)
         score = math.fsum(math.log(s.sigma / s.tau) for s in steps)  # geometric mean of σ_i/τ_i
         if best is None or score < best[0]:
             best = (score, a, steps)
@@ -827,13 +845,13 @@ def _rdp_schedule_cached(
             lo, hi = 0.0, 1.0
             for _ in range(50):
                 mid = 0.5 * (lo + hi)
-                if fits(_rdp_steps(rt, a, delta, q, beta, base, paper_bias, scale=mid)):
+                if fits(_rdp_steps(rt, a, delta, q, beta, base, paper_bias, scale=mid, top_at_delta=top)):
                     lo = mid
                 else:
                     hi = mid
             if not lo > 0:  # pragma: no cover - c → 0 makes every run's ρ vanish
                 raise ExecutionError(f"DP-S4S RDP schedule overspends epsilon={e!r} jointly")
-            steps = _rdp_steps(rt, a, delta, q, beta, base, paper_bias, scale=lo)
+            steps = _rdp_steps(rt, a, delta, q, beta, base, paper_bias, scale=lo, top_at_delta=top)
         jr = joint(steps) * (1.0 + _JOINT_RTOL) + _JOINT_ATOL
         spent = math.fsum(s.rho_prime for s in steps)
         return S4SRdpSchedule(a, rt, tuple(steps), spent, fp, conv(jr), jr)
@@ -844,7 +862,7 @@ def _rdp_schedule_cached(
             return S4SRdpSchedule(a, _rdp_rho_total(e, d_rdp, a), tuple(steps), float(spent_f), fp, eps_conv,
                                   float(spent_f))
         rt = float(np.nextafter(rt, 0.0)) * (1.0 - 4.0 * float(np.finfo(float).eps))
-        steps = _rdp_steps(rt, a, delta, q, beta, base, paper_bias)
+        steps = _rdp_steps(rt, a, delta, q, beta, base, paper_bias, top_at_delta=top)
     raise ExecutionError(f"DP-S4S RDP schedule overspends epsilon={e!r}")  # pragma: no cover
 
 
@@ -857,6 +875,7 @@ def s4s_rdp_schedule(
     alpha: float | None = None,
     tau_base: float = DEFAULT_TAU_BASE,
     paper_bias: bool = False,
+    top_at_delta: bool | None = None,
 ) -> S4SRdpSchedule:
     """The data-independent schedule of the RDP variant of Algorithm 2 (docs/mechanisms.md §3.6).
 
@@ -866,7 +885,8 @@ def s4s_rdp_schedule(
     Σ ρ′_i ≤ ρ_total. ρ_total(α) = ε − ln(1 − 1/α) + (ln δ′ + ln α)/(α − 1) makes (α, ρ_total)-RDP
     imply (ε, δ′)-DP (CKS 2020 / Balle et al. 2020 Thm 21), δ′ = δ − δ_fp. α is the order of
     :data:`RDP_ORDERS` (or the given ``alpha``) minimising Σ_i ln(σ_i/τ_i), the geometric mean of
-    the noise multipliers (the chosen τ is unknown in advance, so every run counts alike).
+    the noise multipliers (the chosen τ is unknown in advance, so every run counts alike). The grid
+    is :func:`dpsql.accounting.s4s_tau_grid` (``top_at_delta`` None: ``not paper_bias``, Δ on top).
     """
     e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
     hint = "delta is the query's delta, in (0, 1), e.g. delta=1e-7"
@@ -882,7 +902,7 @@ def s4s_rdp_schedule(
         if not a > 1.0:
             raise ConfigError(f"alpha must be > 1, got {alpha!r}", hint="alpha is a Renyi order > 1")
     return _rdp_schedule_cached(e, d, _max_tuples(max_tuples_per_user), _rate(q), _beta(beta), a, tau_grid_base(tau_base),
-                                bool(paper_bias))
+                                bool(paper_bias), _top(paper_bias, top_at_delta))
 
 
 @dataclass(frozen=True)
@@ -915,6 +935,7 @@ def s4s_scalar_rdp(
     alpha: float | None = None,
     tau_base: float = DEFAULT_TAU_BASE,
     paper_bias: bool = False,
+    top_at_delta: bool | None = None,
 ) -> S4SRdpResult:
     r"""DP-S4S Algorithm 2 with Gaussian noise under Rényi DP: an (ε, δ)-DP estimate of Σ_t w_t.
 
@@ -928,7 +949,7 @@ def s4s_scalar_rdp(
     analogue of the pure-DP bias) are rescaled by 1/q; the release max(0, max_i f̃_i/q) is
     post-processing. Raises :class:`ConfigError` on invalid parameters only.
     """
-    sched = s4s_rdp_schedule(epsilon, delta, max_tuples_per_user, q, beta, alpha, tau_base, paper_bias)
+    sched = s4s_rdp_schedule(epsilon, delta, max_tuples_per_user, q, beta, alpha, tau_base, paper_bias, top_at_delta)
     qq = _rate(q)
     for st in sched.steps:  # public: refused before any data is read
         check_gaussian_representable(st.sigma, st.granularity, integer=False, what="a DP-S4S run")

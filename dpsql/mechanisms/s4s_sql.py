@@ -27,9 +27,10 @@ owner's degree bounds, i.e. by an attested Delta.
   no caller reaches); elsewhere (Spark, the portable hash, a caller's connection, a sample read
   twice) SHA-256 keyed by the per-query secret salt of the tuple's identity (a computational
   claim). Either way independent Bernoulli(q') keep decisions, q' ≤ q, as Lemma 3.1 needs (ε′
-  grows with q, so accounting at q is safe). τ_i = b^{i−1}, i = L … 1,
-  L = ⌊log_b Δ⌋ + 1 (option ``tau_base``: b = 5.5 with the bias ln(L/β) by default, the authors'
-  code's; 2 = the paper's Algorithm 2 with ln(3L/β); privacy does not depend on it), the schedule of ``dpsql.mechanisms.s4s`` (ε_i = ε₀/i, ε′_i by Lemma 3.1,
+  grows with q, so accounting at q is safe). Thresholds τ_L > … > τ_1: by default
+  {5.5^{i−1} < Δ} ∪ {Δ} with the bias ln(L/β) (the authors' code's base and bias, Δ on top so that
+  nobody is truncated below Δ by the grid); option ``tau_base=2`` = the paper's Algorithm 2
+  (τ_i = 2^{i−1} ≤ Δ, ln(3L/β)), another b: {b^{i−1} < Δ} ∪ {Δ} with ln(L/β); privacy does not depend on it), the schedule of ``dpsql.mechanisms.s4s`` (ε_i = ε₀/i, ε′_i by Lemma 3.1,
   Σ ε′_i ≤ ε, and the runs' joint cost on their shared sample ≤ ε, ``joint_cost`` in ``explain``;
   snapped Laplace), released max(0, max_i (f̂_i − bias_i)/q) × scale. With δ > 0
   the Gaussian variant under RDP (``s4s_rdp_schedule``: 1/i allocation at one order α, the joint

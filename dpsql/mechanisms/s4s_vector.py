@@ -32,8 +32,9 @@ Stage 1: Poisson sample of the join tuples at rate q' ≤ q in the engine, as th
 looked up, else SHA-256 keyed by the per-query secret salt); only the sampled tuples' users, group
 index and weights reach Python. Weights are normalised to [0, 1] (a SUM's positive and negative
 parts are separate vector queries, each with half of (ε, δ)). Stage 2 (SVT, PMSJA): ε₁ = ε/10,
-θ = θ₀ + Lap(2κ/ε₁), θ₀ = (30/ε)ln(6/β) (see "Budget split"); for τ = 1, 2, 4, …,
-τ_L = 2^⌈log₂ Δ⌉: solve the truncation program (Eq. 2, an SOCP: ``dpsql.mechanisms._s4s_socp``; closed form when the plan has one person per
+θ = θ₀ + Lap(2κ/ε₁), θ₀ = (30/ε)ln(6/β) (see "Budget split"); for τ = 1, 2, 4, … below Δ, then
+τ_L = Δ (``vector_taus``; the paper's doubling is unbounded, a top at 2^⌈log₂ Δ⌉ would add noise ∝ τ_L for no
+truncation it avoids): solve the truncation program (Eq. 2, an SOCP: ``dpsql.mechanisms._s4s_socp``; closed form when the plan has one person per
 tuple, else Clarabel at every step — a choice made from the plan, never from the sample, since the
 two differ in run time) on the sample, E = Σ_u(1 − y_u); stop at the first
 τ with E + Lap(4κ/ε₁) ≤ θ (or at τ_L, where every user's vector has norm ≤ Δ ≤ τ_L and E = 0).
@@ -189,7 +190,12 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.accounting import gaussian_sigma, s4s_eta, s4s_gamma, s4s_smooth_sensitivity
-from dpsql.accounting.s4s import s4s_find_alpha, s4s_vector_epsilon_parts, s4s_vector_joint_epsilon
+from dpsql.accounting.s4s import (
+    s4s_find_alpha,
+    s4s_tau_grid,
+    s4s_vector_epsilon_parts,
+    s4s_vector_joint_epsilon,
+)
 from dpsql.budget import Budget
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
@@ -315,13 +321,20 @@ def q_prime_of(q: float, max_tuples: int) -> float:
     return -math.expm1(max_tuples * math.log1p(-q))
 
 
+def vector_taus(max_tuples: int) -> tuple[float, ...]:
+    """The SVT's thresholds: 1, 2, 4, … below Δ, then Δ (module docstring; public, from Δ only). Same count
+    as the doubling grid 1 … 2^⌈log₂ Δ⌉, whose top it lowers to Δ: at τ = Δ every user's vector (norm ≤ its
+    weight sum ≤ Δ) is untruncated, E = 0, as at any larger τ, and the noise at the last step is ∝ τ."""
+    return s4s_tau_grid(max_tuples, 2.0, top_at_delta=True)
+
+
 @lru_cache(maxsize=4096)
 def _vector_fit(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams | None:
     """Algorithm 5's public parameters, or None when no (share, grid) covers the floating-point part."""
     eps1, eps2 = SVT_SHARE * epsilon, (1.0 - SVT_SHARE) * epsilon
     theta0 = 30.0 / epsilon * math.log(6.0 / BETA)  # the paper's (6/ε₁)ln(6/β) at its ε₁ = ε/5
-    n_tau = max(0, math.ceil(math.log2(max_tuples))) + 1
-    taus = tuple(float(2**i) for i in range(n_tau))
+    taus = vector_taus(max_tuples)
+    n_tau = len(taus)
     if not eps2 > 0 or not math.isfinite(eps2):  # pragma: no cover - epsilon validated upstream
         raise ConfigError("epsilon must be positive")
     qp = min(1.0, q_prime_of(q, max_tuples) * (1.0 + 1e-12))  # rounded up
@@ -624,7 +637,7 @@ def describe(cal: VectorCalibration) -> Description:
                 "granularity": list(vp.grid), "granularity_cap_sigma_lo": GRID_CAP, "fp_delta": vp.fp_delta,
                 "epsilon_lemma_4_2": vp.epsilon_prime * len(cal.parts), "delta_algorithm": vp.delta_alg})
         else:
-            params["tau_grid"] = [float(2**i) for i in range(max(0, math.ceil(math.log2(cal.max_tuples))) + 1)]
+            params["tau_grid"] = list(vector_taus(cal.max_tuples))
         # ε* depends on (ε, q, Δ) only, never on d: the same charge whether d is declared or read at run time
         params.update({"q_prime": q_prime_of(cal.q, cal.max_tuples), "epsilon_prime": joint_epsilon(cal)})
         cost = Budget(joint_epsilon(cal), cal.delta)
