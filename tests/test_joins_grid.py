@@ -29,17 +29,16 @@ LN30 = 3.4011973817  # ln(L/beta) with L = 3, beta = 0.1
 
 
 def test_default_grid_is_base_5_5_with_the_ln_L_over_beta_bias() -> None:
-    """CHAIN: Delta = 8 orders x 4 items = 32. Base 5.5 below Delta and Delta on top: tau = 32, 30.25, 5.5, 1
-    (5.5^3 > 32), L = 4; q = 1 and epsilon = 1: eps_i = 1/4 each; bias_i = 4 tau_i ln(4/0.1) = 4 tau_i x 3.6888794541:
-    472.1765701, 446.3544139, 81.1553480, 14.7555178.
+    """CHAIN: Delta = 8 orders x 4 items = 32. Base 5.5 below Delta/sqrt(5.5) = 13.645 and Delta on top: tau = 32,
+    5.5, 1 (30.25 is within sqrt(5.5) of 32: left out), L = 3; q = 1 and epsilon = 1: eps_i = 1/3 each;
+    bias_i = 3 tau_i ln(3/0.1) = 3 tau_i x 3.4011973817: 326.5149486, 56.1197568, 10.2035921.
     tau_base=2: tau = 32 ... 1, L = 6, first step eps = 1/6, bias 6*32*ln(3*6/0.1) = 192*5.1929568509 = 997.0477154."""
     s = make_session()
     try:
         p = s.explain(CHAIN, epsilon=1.0, options={"q": 1.0}).parameters
-        assert p["tau_grid"] == [32.0, 30.25, 5.5, 1.0] and p["tau_base"] == 5.5 and "ln(L/beta)" in p["bias"]
-        assert [st["bias"] for st in p["schedule"]] == pytest.approx([472.1765701, 446.3544139, 81.1553480, 14.7555178],
-                                                                     rel=1e-8)
-        assert [st["epsilon"] for st in p["schedule"]] == pytest.approx([1 / 4] * 4, rel=1e-9)
+        assert p["tau_grid"] == [32.0, 5.5, 1.0] and p["tau_base"] == 5.5 and "ln(L/beta)" in p["bias"]
+        assert [st["bias"] for st in p["schedule"]] == pytest.approx([326.5149486, 56.1197568, 10.2035921], rel=1e-8)
+        assert [st["epsilon"] for st in p["schedule"]] == pytest.approx([1 / 3] * 3, rel=1e-9)
         paper = s.explain(CHAIN, epsilon=1.0, options={"q": 1.0, "tau_base": 2}).parameters
         assert paper["tau_grid"] == [32.0, 16.0, 8.0, 4.0, 2.0, 1.0] and "3L" in paper["bias"]
         assert paper["schedule"][0]["bias"] == pytest.approx(997.0477154, rel=1e-8)
@@ -116,19 +115,19 @@ def _sized_session(sizes: dict[str, int]) -> Any:
 
 def test_lemma_3_3_is_evaluated_only_where_every_table_declares_its_size() -> None:
     """n <= 300 customers x 8 orders each x 4 items each = 9600 (the least start: from orders
-    5000 x 1 (key) x 4 = 20000, from lineitem 100000 x 1 x 1). q = 1, epsilon = 1, grid 32, 30.25, 5.5, 1:
-    eps_i = 1/4, so at tau = 32 the bound is sqrt(9600) + 1 + (32 + sqrt(32)) x 4 = 97.9795897 + 1 + 150.6274170 =
-    249.6070067, at tau = 30.25: 97.9795897 + 1 + (30.25 + 5.5) x 4 = 241.9795897, and at tau = 1:
-    97.9795897 + 1 + 2 x 4 = 106.9795897."""
+    5000 x 1 (key) x 4 = 20000, from lineitem 100000 x 1 x 1). q = 1, epsilon = 1, grid 32, 5.5, 1:
+    eps_i = 1/3, so at tau = 32 the bound is sqrt(9600) + 1 + (32 + sqrt(32)) x 3 = 97.9795897 + 1 + 112.9705627 =
+    211.9501524, at tau = 5.5: 97.9795897 + 1 + (5.5 + 2.3452079) x 3 = 122.5152134, and at tau = 1:
+    97.9795897 + 1 + 2 x 3 = 104.9795897."""
     s = _sized_session({"customer": 300, "orders": 5000, "lineitem": 100_000, "edge": 200})
     try:
         eb = s.explain(CHAIN, epsilon=1.0, options={"q": 1.0}).parameters["error_bound"]
         assert eb["n_bound"] == 9600 and "8 rows of orders AS o per o_custkey" in eb["n_derivation"]
         assert "sqrt(n/q)" in eb["formula"]
-        assert [e["tau"] for e in eb["evaluated"]] == [32.0, 30.25, 5.5, 1.0]
-        assert eb["evaluated"][0]["bound"] == pytest.approx(249.6070067, rel=1e-8)
-        assert eb["evaluated"][1]["bound"] == pytest.approx(241.9795897, rel=1e-8)
-        assert eb["evaluated"][3]["bound"] == pytest.approx(106.9795897, rel=1e-8)
+        assert [e["tau"] for e in eb["evaluated"]] == [32.0, 5.5, 1.0]
+        assert eb["evaluated"][0]["bound"] == pytest.approx(211.9501524, rel=1e-8)
+        assert eb["evaluated"][1]["bound"] == pytest.approx(122.5152134, rel=1e-8)
+        assert eb["evaluated"][2]["bound"] == pytest.approx(104.9795897, rel=1e-8)
         # a self-join along one degree bound: 200 edges x 16 edges per src = 3200
         path = "SELECT COUNT(*) FROM edge e1 JOIN edge e2 ON e1.dst = e2.src"
         eb2 = s.explain(path, epsilon=1.0, options={"mechanism": "dp_s4s", "q": 0.5}).parameters["error_bound"]

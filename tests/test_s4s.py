@@ -394,16 +394,22 @@ def test_validation_lp_and_r2t():
 # ----------------------------------------------------------------------------- grid base
 def test_tau_base_schedules_pinned():
     """The default (the authors' code's base 5.5 and bias ln(L/β), with Δ on the grid). Δ = 1024 → τ = 5.5^{i−1}
-    below 1024 (5.5⁴ = 915.0625, 5.5⁵ = 5032.84375) and Δ = 1024 on top, L = 6; q = 1 → ε_i = ε/6;
-    bias_i = 6τ_i·ln(6/0.1) = 6τ_i·4.0943445622 (τ = 5.5: 33·ln 60 = 135.1133705533). The paper's variant
-    (``paper_bias``: ln(3L/β), power grid τ_i ≤ Δ, L = 5) is unchanged: τ = 5.5 has bias 27.5·ln(150) = 137.79247059.
+    with 5.5^{i−1}·√5.5 < 1024 (5.5⁴·√5.5 = 2146.02: 915.0625 gives way to Δ) and Δ = 1024 on top, L = 5;
+    q = 1 → ε_i = ε/5 = 0.2; bias_i = 5τ_i·ln(5/0.1) = 5τ_i·3.9120230054 (τ = 5.5: 27.5·ln 50 = 107.580632649).
+    The paper's variant (``paper_bias``: ln(3L/β), power grid τ_i ≤ Δ, L = 5) is unchanged: τ = 5.5 has bias
+    27.5·ln(150) = 137.79247059.
     R2T, GS = 1024: τ_j = 5.5^j, L = 5 (least j with 5.5^j ≥ 1024); scale 5τ_j, bias 5τ_j·ln(50)."""
     from dpsql.accounting import r2t_schedule, s4s_budget_schedule
 
     s = s4s_budget_schedule(1.0, 1024, 1.0, 0.1)
-    assert [st.tau for st in s] == [1024.0, 915.0625, 166.375, 30.25, 5.5, 1.0]
-    assert [st.epsilon for st in s] == pytest.approx([1 / 6] * 6, rel=1e-12)
-    assert s[4].bias == pytest.approx(135.1133705533, rel=1e-9)
+    assert [st.tau for st in s] == [1024.0, 166.375, 30.25, 5.5, 1.0]
+    assert [st.epsilon for st in s] == pytest.approx([0.2] * 5, rel=1e-12)
+    assert s[3].bias == pytest.approx(107.580632649, rel=1e-9)
+    assert s[0].bias == pytest.approx(5 * 1024 * 3.9120230054, rel=1e-9)
+    # every power below Δ kept (keep_near_top): L = 6, ε_i = 1/6, τ = 5.5 bias 33·ln 60 = 135.1133705533
+    from dpsql.accounting import s4s_tau_grid
+
+    assert s4s_tau_grid(1024, keep_near_top=True) == (1.0, 5.5, 30.25, 166.375, 915.0625, 1024.0)
     paper = s4s_budget_schedule(1.0, 1024, 1.0, 0.1, paper_bias=True)
     assert [st.tau for st in paper] == [915.0625, 166.375, 30.25, 5.5, 1.0]
     assert paper[3].bias == pytest.approx(137.79247059, rel=1e-9)
@@ -421,13 +427,13 @@ def test_tau_base_schedules_pinned():
 
 
 def test_default_variant_zero_noise_pinned():
-    """The default call (base 5.5, ln(L/β), Δ = 1024 on top, L = 6): f̄(τ) = 100·min(τ, 3); candidates
-    100·min(τ, 3) − 6τ·ln(60); the largest is at τ = 5.5: 300 − 135.1133705533 = 164.8866294467."""
+    """The default call (base 5.5, ln(L/β), Δ = 1024 on top, L = 5): f̄(τ) = 100·min(τ, 3); candidates
+    100·min(τ, 3) − 5τ·ln(50); the largest is at τ = 5.5: 300 − 107.580632649 = 192.419367351."""
     w, ti, ui = unit_instance([3] * 100)
     r = _s4s_scalar(w, ti, ui, epsilon=1.0, max_tuples_per_user=1024, q=1.0, rng=zero_noise())
-    want = [100 * min(t, 3) - 6 * t * math.log(60) for t in (1024.0, 915.0625, 166.375, 30.25, 5.5, 1.0)]
+    want = [100 * min(t, 3) - 5 * t * math.log(50) for t in (1024.0, 166.375, 30.25, 5.5, 1.0)]
     assert r.candidates == pytest.approx(want, rel=1e-9)
-    assert r.tau == 5.5 and r.estimate == pytest.approx(164.8866294467, rel=1e-9)
+    assert r.tau == 5.5 and r.estimate == pytest.approx(192.419367351, rel=1e-9)
     r2 = _r2t_scalar(w, ti, ui, epsilon=1.0, global_sensitivity=1024, rng=zero_noise())
     assert r2.taus == (5.5, 30.25, 166.375, 915.0625, 5032.84375)
     # 300 − 27.5·ln(50) = 192.419367351 at τ = 5.5 (f̄ = 300 for every τ_j ≥ 3)

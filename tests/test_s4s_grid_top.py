@@ -1,5 +1,5 @@
 """DP-S4S's threshold grid reaches Δ: the default grid (base 5.5, bias ln(L/β)) is
-{5.5^{i−1} : 5.5^{i−1} < Δ} ∪ {Δ}; the paper's Algorithm 2 (``tau_base=2`` / ``base=2, paper_bias=True``)
+{5.5^{i−1} : 5.5^{i−1}·√5.5 < Δ} ∪ {Δ} (a power within √5.5 below Δ gives way to Δ); the paper's Algorithm 2 (``tau_base=2`` / ``base=2, paper_bias=True``)
 keeps τ_i = 2^{i−1} ≤ Δ. Expected grids written out by hand; the amplified cost of the top run (τ = Δ,
 where P[K > Δ] = 0) is checked against Lemma 3.1's closed form at τ = Δ, ln max{A₁^Δ, A₂^−Δ}."""
 
@@ -23,18 +23,22 @@ from dpsql.testing import use_noise, zero_noise
 
 P4 = 5.5**4  # 915.0625
 
-# Δ -> (default grid: 5.5^{i-1} < Δ, then Δ; the paper's grid: 2^{i-1} <= Δ)
+# Δ -> (default grid: 5.5^{i-1} with 5.5^{i-1}·√5.5 < Δ (√5.5 = 2.3452), then Δ; the paper's grid: 2^{i-1} <= Δ)
 GRIDS = {
     1: ((1.0,), (1.0,)),
-    2: ((1.0, 2.0), (1.0, 2.0)),
+    2: ((2.0,), (1.0, 2.0)),  # 1·√5.5 ≥ 2: Δ alone
     3: ((1.0, 3.0), (1.0, 2.0)),
     5: ((1.0, 5.0), (1.0, 2.0, 4.0)),
-    6: ((1.0, 5.5, 6.0), (1.0, 2.0, 4.0)),
+    6: ((1.0, 6.0), (1.0, 2.0, 4.0)),  # 5.5 is within √5.5 of 6: left out
+    12: ((1.0, 12.0), (1.0, 2.0, 4.0, 8.0)),  # 5.5·√5.5 = 12.899 ≥ 12
+    13: ((1.0, 5.5, 13.0), (1.0, 2.0, 4.0, 8.0)),
     30: ((1.0, 5.5, 30.0), (1.0, 2.0, 4.0, 8.0, 16.0)),
-    31: ((1.0, 5.5, 30.25, 31.0), (1.0, 2.0, 4.0, 8.0, 16.0)),
-    1024: ((1.0, 5.5, 30.25, 166.375, P4, 1024.0), tuple(2.0**i for i in range(11))),
+    31: ((1.0, 5.5, 31.0), (1.0, 2.0, 4.0, 8.0, 16.0)),
+    71: ((1.0, 5.5, 30.25, 71.0), tuple(2.0**i for i in range(7))),  # 30.25·√5.5 = 70.94 < 71
+    1024: ((1.0, 5.5, 30.25, 166.375, 1024.0), tuple(2.0**i for i in range(11))),
     915: ((1.0, 5.5, 30.25, 166.375, 915.0), tuple(2.0**i for i in range(10))),  # 5.5^4 rounded down
-    916: ((1.0, 5.5, 30.25, 166.375, P4, 916.0), tuple(2.0**i for i in range(10))),  # rounded up
+    916: ((1.0, 5.5, 30.25, 166.375, 916.0), tuple(2.0**i for i in range(10))),  # rounded up: no near-twin of Δ
+    2147: ((1.0, 5.5, 30.25, 166.375, P4, 2147.0), tuple(2.0**i for i in range(12))),  # P4·√5.5 = 2146.02
 }
 
 
@@ -48,12 +52,15 @@ def test_the_grid_for_both_variants(delta: int) -> None:
     assert [s.tau for s in s4s_budget_schedule(1.0, delta, 0.25)] == list(reversed(default))
     pap = s4s_budget_schedule(1.0, delta, 0.25, base=2.0, paper_bias=True)
     assert [s.tau for s in pap] == list(reversed(paper)) and all(isinstance(s.tau, int) for s in pap)
-    # the top is an explicit keyword, independent of the bias
-    power = default if delta == 1 else default[:-1]  # 5.5^k is an integer only for k = 0
+    # the top is an explicit keyword, independent of the bias: the power grid 5.5^{i-1} <= Δ
+    power = [5.5**i for i in range(12) if Fraction(11, 2) ** i <= delta]
     assert [s.tau for s in s4s_budget_schedule(1.0, delta, 0.25, top_at_delta=False)] == list(reversed(power))
-    # L = ceil(log_5.5 Δ) + 1 with Δ on top (no float log: compare with exact powers 11^k / 2^k)
+    # every power below Δ, then Δ (keep_near_top: the vector form's count)
+    near = tuple(t for t in power if t < delta) + (float(delta),)
+    assert s4s_tau_grid(delta, keep_near_top=True) == near
+    # L: the powers p = 5.5^k with p·√5.5 < Δ, i.e. (11/2)^(2k+1) < Δ² (exact), then Δ
     k = 0
-    while Fraction(11, 2) ** k < delta:
+    while Fraction(11, 2) ** (2 * k + 1) < delta * delta:
         k += 1
     assert len(default) == k + 1
 

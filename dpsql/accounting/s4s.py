@@ -33,7 +33,7 @@ Algorithm 2 schedule (§3.5): grid τ_1 < … < τ_L; for i = L…1: ε_i = ε�
 bias (τ_i/ε_i)·ln(kL/β), ε₀ ← ε₀ − ε′(ε_i, τ_i, Δ, q). Data independent; Σ ε′_i ≤ ε.
 The paper has τ_i = 2^{i−1} ≤ Δ (L = ⌊log₂ Δ⌋ + 1) and k = 3 (``base=2, paper_bias=True``); the
 default is the authors' code's b = 5.5 and k = 1 (:data:`DEFAULT_TAU_BASE`) with Δ itself on the grid:
-{b^{i−1} : b^{i−1} < Δ} ∪ {Δ} (:func:`s4s_tau_grid`, keyword ``top_at_delta``; ``docs/mechanisms.md``
+{b^{i−1} : b^{i−1}·√b < Δ} ∪ {Δ} (:func:`s4s_tau_grid`, keyword ``top_at_delta``; ``docs/mechanisms.md``
 §3.5 says why: a top below Δ truncates every person to it at any ε). Neither the grid nor the bias
 enters the privacy accounting (ε_i, ε′_i depend on the grid only through τ_i and L, and Lemma 3.1
 holds for any τ > 0 with the declared Δ, τ = Δ included).
@@ -505,14 +505,19 @@ def tau_grid_base(base: object) -> float:
     return b
 
 
-def s4s_tau_grid(max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delta: bool = True) -> tuple[float, ...]:
+def s4s_tau_grid(
+    max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delta: bool = True, keep_near_top: bool = False
+) -> tuple[float, ...]:
     """The thresholds τ_1 < … < τ_L of Algorithm 2 (§3.5), ascending; public (Δ and b only).
 
-    ``top_at_delta=True`` (the default grid): {b^{i−1} : b^{i−1} < Δ} ∪ {Δ}, so Δ itself is always the
-    top threshold and no person is truncated below Δ tuples by the grid alone; L = ⌈log_b Δ⌉ + 1,
-    one more than the power grid when Δ is not a power of b. ``top_at_delta=False`` (the paper's
-    Algorithm 2): τ_i = b^{i−1} ≤ Δ, L = ⌊log_b Δ⌋ + 1, whose top can be as low as Δ/b
-    (just above). Either grid is data independent; Lemma 3.1 is evaluated with the
+    ``top_at_delta=True`` (the default grid): the powers b^{i−1} with b^{i−1}·√b < Δ, then Δ itself, so Δ
+    is always the top threshold and no person is truncated below Δ tuples by the grid alone. A power
+    within a factor √b below Δ is left out (Δ takes its place: a run at nearly the same τ would only
+    share ε), so consecutive thresholds differ by a factor between √b and b^{3/2}, and L = ⌈log_b Δ − ½⌉ + 1
+    (1 for Δ ≤ √b): the power grid's L, or one more where Δ is at least √b times its top.
+    ``keep_near_top=True`` keeps every power below Δ ({b^{i−1} : b^{i−1} < Δ} ∪ {Δ}).
+    ``top_at_delta=False`` (the paper's Algorithm 2): τ_i = b^{i−1} ≤ Δ, L = ⌊log_b Δ⌋ + 1, whose top can be
+    as low as Δ/b (just above). Every grid is data independent; Lemma 3.1 is evaluated with the
     declared Δ at every τ_i, including τ_L = Δ (where P[K > Δ] = 0).
     """
     n = _max_tuples(max_tuples)
@@ -523,6 +528,8 @@ def s4s_tau_grid(max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delt
         t = float(1 << i) if b == 2.0 else b**i
         if t > n or (top_at_delta and t >= n):
             break
+        if top_at_delta and not keep_near_top and t * t * b >= float(n) * n:  # t·√b ≥ Δ, without a root
+            break
         out.append(t)
         i += 1
     if top_at_delta:
@@ -532,7 +539,7 @@ def s4s_tau_grid(max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delt
 
 def s4s_grid_size(max_tuples: int, base: float = DEFAULT_TAU_BASE, *, top_at_delta: bool = True) -> int:
     """L, the number of thresholds of :func:`s4s_tau_grid` (⌊log_b Δ⌋ + 1 for the paper's power grid,
-    ``top_at_delta=False``; ⌈log_b Δ⌉ + 1 with Δ on top, the default)."""
+    ``top_at_delta=False``; ⌈log_b Δ − ½⌉ + 1 with Δ on top, the default, 1 for Δ ≤ √b)."""
     return len(s4s_tau_grid(max_tuples, base, top_at_delta=top_at_delta))
 
 

@@ -111,9 +111,9 @@ independent Gaussian coordinates add; the mixture bound of Lemma 3.5's proof), e
 q = 1/16, ε = 1, δ = 10⁻⁶, base 2: Σ ρ′_i = 0.4818 but ρ_joint = 0.5086 > ρ_total = 0.4826, so
 the ρ_i are scaled by 0.8825.
 
-Grid and bias (docs/mechanisms.md §3.5). The default grid is {b^{i−1} : b^{i−1} < Δ} ∪ {Δ}
+Grid and bias (docs/mechanisms.md §3.5). The default grid is {b^{i−1} : b^{i−1}·√b < Δ} ∪ {Δ}
 (:func:`dpsql.accounting.s4s_tau_grid`, keyword ``top_at_delta``, by default ``not paper_bias``): Δ
-is always the top threshold, since a top below Δ (the power grid's can be Δ/b) truncates every person
+is always the top threshold (a power within √b below Δ gives way to it), since a top below Δ (the power grid's can be Δ/b) truncates every person
 to it at any ε — at q = 1 and Δ = 3 a join COUNT released the number of people, not of tuples. The
 base and the bias are the authors' code's: b = 5.5
 (:data:`dpsql.accounting.s4s.DEFAULT_TAU_BASE`) and the bias ln(L/β) (each of the L candidates

@@ -325,7 +325,7 @@ def vector_taus(max_tuples: int) -> tuple[float, ...]:
     """The SVT's thresholds: 1, 2, 4, … below Δ, then Δ (module docstring; public, from Δ only). Same count
     as the doubling grid 1 … 2^⌈log₂ Δ⌉, whose top it lowers to Δ: at τ = Δ every user's vector (norm ≤ its
     weight sum ≤ Δ) is untruncated, E = 0, as at any larger τ, and the noise at the last step is ∝ τ."""
-    return s4s_tau_grid(max_tuples, 2.0, top_at_delta=True)
+    return s4s_tau_grid(max_tuples, 2.0, top_at_delta=True, keep_near_top=True)
 
 
 @lru_cache(maxsize=4096)
