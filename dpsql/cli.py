@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _kv(items: list[str], what: str) -> dict[str, str]:
     from dpsql.errors import ConfigError
 
-    out = {}
+    out: dict[str, str] = {}
     for it in items:
         if "=" not in it:
             raise ConfigError(f"{what} expects NAME=VALUE, got {it!r}")
