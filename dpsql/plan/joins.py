@@ -553,12 +553,19 @@ class _JoinBuilder:
                 slots.append(self.reduce(inp.alias, ch))
         for person in dict.fromkeys(sl.person_table for sl in slots):
             pt = self.catalog[person]
-            if pt.privacy_unit is not None and pt.schema.get(pt.privacy_unit, "").upper().startswith("INTERVAL"):
+            utype = pt.schema.get(pt.privacy_unit, "").upper() if pt.privacy_unit is not None else ""
+            if utype.startswith("INTERVAL"):
                 # SQL-equal intervals have several spellings ('1 day', '24:00:00'): one person would be
                 # several users to the truncation (dpsql.rewrite.joins._person_text spells ids as text)
                 _bad(self.sql, self.stmt, f"the privacy unit '{person}.{pt.privacy_unit}' is an INTERVAL, whose equal values "
                      "are spelled differently, so a join cannot tell its people apart (hint: the data owner must register "
                      "an integer, DECIMAL, text or date privacy unit)", vs)
+            elif utype.endswith("]") or utype.startswith(("STRUCT", "MAP", "UNION")):
+                # a STRUCT, LIST, ARRAY, MAP or UNION: its text spells SQL-equal members apart ({'x': -0.0} and
+                # {'x': 0.0}, NaNs, intervals), so one person would be several users to the truncation
+                _bad(self.sql, self.stmt, f"the privacy unit '{person}.{pt.privacy_unit}' has the nested type {utype}, whose "
+                     "equal values can be spelled differently, so a join cannot tell its people apart (hint: the data "
+                     "owner must register an integer, DECIMAL, text or date privacy unit)", vs)
         if not slots and not vs:
             _bad(self.sql, self.stmt, "every table of the join is public: there is nothing private to protect; query the public data directly", vs)
         _raise(vs, policy=True)
