@@ -522,6 +522,17 @@ def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitP
         if not reaches_person(tname.lower(), frozenset()):
             continue
         direct = ref.privacy_unit is not None and ref.privacy_unit.lower() == tcol.lower()
+        if direct and ref.name.lower() != table.name.lower():
+            # the person's row reaches further people through its own references (orders -> customer ->
+            # salesrep: the representative is a person of the order too, as in joins): each is a path
+            for fk2, target2 in ref.references.items():
+                t2 = catalog.get(target2.partition(".")[0].lower())
+                if t2 is None:
+                    paths.append(UnitPath(fk_l, f"{target.lower()} -> {target2.lower()}", False, resolved=False))
+                elif reaches_person(t2.name.lower(), frozenset()) and not (
+                        fk2.lower() == ref.privacy_unit and t2.privacy_unit is not None
+                        and t2.privacy_unit.lower() == target2.partition(".")[2].lower() and t2.name != ref.name):
+                    paths.append(UnitPath(fk_l, f"{target.lower()} -> {target2.lower()}", False))
         if fk_l == own and direct and ref.name.lower() != table.name.lower():
             continue  # the table's own unit column, also declared as a reference to the person table
         paths.append(UnitPath(fk_l, target.lower(), direct))

@@ -19,6 +19,7 @@ import pytest
 
 import dpsql
 from dpsql.budget import Budget
+from dpsql.testing import use_noise, zero_noise
 
 STRUCT_F = pa.struct([("x", pa.float64())])
 STRUCT_S = pa.struct([("s", STRUCT_F)])
@@ -65,3 +66,82 @@ def test_control_a_flat_unit_of_the_same_data_is_answered() -> None:
     finally:
         s.close()
 
+
+# -- a single table's one foreign key path: what lies beyond it, and its types ------------------------------
+
+
+def _i64(v: list[int]) -> pa.Array:
+    return pa.array(v, pa.int64())
+
+
+def _rep_session(drop_rep: bool, *, rep_reference: bool = True) -> dpsql.Session:
+    """orders -> customer -> salesrep: rep 7 serves 30 customers with 5 orders each (``drop_rep``: the
+    neighbour without rep 7 and every row reaching her)."""
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("salesrep", pa.table({"id": _i64([8] if drop_rep else [7, 8])}), privacy_unit="id")
+    cust = [] if drop_rep else list(range(30))
+    s.register("customer", pa.table({"c_custkey": _i64(cust), "c_rep": _i64([7] * len(cust))}), privacy_unit="c_custkey",
+               references={"c_rep": "salesrep.id"} if rep_reference else None, degree_bounds={"c_rep": 1000} if rep_reference else None)
+    o = [c for c in cust for _ in range(5)]
+    s.register("orders", pa.table({"o_orderkey": _i64(list(range(len(o)))), "o_custkey": _i64(o)}),
+               references={"o_custkey": "customer.c_custkey"}, degree_bounds={"o_custkey": 8})
+    return s
+
+
+def test_a_person_reached_through_the_referenced_person_table_is_bounded_too() -> None:
+    """An order reaches its customer and, through the customer's row, the customer's representative (as in
+    joins: dpsql.plan.joins). The single-table path bounded orders per customer only: at zero noise
+    COUNT(*) FROM orders was 30 with rep 7 and 0 without her (every row reaching her removed), against a
+    claimed sensitivity of 1. Now the table is answered as a one-table join bounding both people (R2T)."""
+    s, s2 = _rep_session(False), _rep_session(True)
+    try:
+        sql = "SELECT COUNT(*) AS n FROM orders"
+        assert s.explain(sql, epsilon=1.0, delta=1e-6).mechanism == "r2t"
+        a = s.query(sql, epsilon=1.0, delta=1e-6).table.column("n")[0].as_py()
+        b = s2.query(sql, epsilon=1.0, delta=1e-6).table.column("n")[0].as_py()
+        assert abs(a - b) <= 8  # R2T at zero noise: within its largest threshold step, not the 30 of a per-customer bound
+        with pytest.raises(dpsql.errors.PolicyError, match="2 paths"):
+            s.suggest_caps("orders", epsilon=1.0)
+    finally:
+        s.close()
+        s2.close()
+
+
+def test_control_without_the_onward_reference_orders_stay_a_single_table() -> None:
+    s = _rep_session(False, rep_reference=False)
+    try:
+        r = s.query("SELECT COUNT(*) AS n FROM orders", epsilon=1.0, delta=1e-6)
+        assert r.mechanism == "gaussian" and r.table.column("n")[0].as_py() == 30
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("same_type", [False, True], ids=["varchar_to_bigint", "control_same_type"])
+def test_a_reference_registered_before_its_target_is_type_checked_on_a_single_table(same_type: bool) -> None:
+    """orders.o_custkey (VARCHAR) registered while customer was not, then customer with a BIGINT unit: the
+    registration of customer checks only customer's own references, and the single-table path bounded
+    orders per spelling ('7', '07', ' 7', ...: six units for one customer; at zero noise the count moved by
+    6 when that customer was removed, claimed 1). The join path refused it; now the single table does too."""
+    ok = [str(i) for i in range(20)] + ["07", "007", " 7", "+7", "7.0"]
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    use_noise(s, zero_noise())
+    try:
+        if same_type:
+            s.register("orders", pa.table({"o_custkey": _i64(list(range(20)) + [7] * 5)}),
+                       references={"o_custkey": "customer.c_custkey"})
+        else:
+            s.register("orders", pa.table({"o_custkey": ok}), references={"o_custkey": "customer.c_custkey"})
+        s.register("customer", pa.table({"c_custkey": _i64(list(range(20)))}), privacy_unit="c_custkey")
+        sql = "SELECT COUNT(*) AS n FROM orders"
+        if same_type:
+            assert s.query(sql, epsilon=1.0, delta=1e-6).table.column("n")[0].as_py() == 20
+            return
+        for call in (s.explain, s.query):
+            with pytest.raises(dpsql.errors.PolicyError, match="types differ"):
+                call(sql, epsilon=1.0, delta=1e-6)
+        with pytest.raises(dpsql.errors.PolicyError, match="types differ"):
+            s.suggest_caps("orders", epsilon=1.0)
+        assert s.history().num_rows == 0 and s.remaining() == Budget(100.0, 1e-3)
+    finally:
+        s.close()
