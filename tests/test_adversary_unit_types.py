@@ -193,3 +193,25 @@ def test_control_an_on_equality_of_two_integer_widths_is_answered() -> None:
         assert r.table.num_rows == 1
     finally:
         s.close()
+
+
+def test_an_on_equality_of_uhugeint_with_a_signed_integer_is_refused_for_free() -> None:
+    """DuckDB compares UHUGEINT with BIGINT through HUGEINT, which fails on a value >= 2^127: the integer family
+    must not include UHUGEINT (control: UHUGEINT with UHUGEINT is answered)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE a AS SELECT i::BIGINT AS id, (CASE WHEN i = 7 THEN '340282366920938463463374607431768211455' "
+                "ELSE i::VARCHAR END)::UHUGEINT AS c FROM range(1, 8) r(i)")
+    con.execute("CREATE TABLE b AS SELECT i::BIGINT AS aid, i::BIGINT AS n, i::UHUGEINT AS u FROM range(1, 8) r(i)")
+    s = dpsql.Session(budget=Budget(100.0, 1e-3), connection=con)
+    try:
+        s.register("a", "a", privacy_unit="id")
+        s.register("b", "b", references={"aid": "a.id"}, degree_bounds={"aid": 3})
+        with pytest.raises(dpsql.errors.UnsupportedQueryError, match="different types"):
+            s.query("SELECT COUNT(*) FROM a x JOIN b y ON x.id = y.aid AND x.c = y.n", epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 0
+        r = s.query("SELECT COUNT(*) AS n FROM a x JOIN b y ON x.id = y.aid AND x.c = y.u", epsilon=1.0, delta=1e-6)
+        assert r.table.num_rows == 1
+    finally:
+        s.close()

@@ -721,8 +721,10 @@ def _dedupe(slots: list[ir.UserSlot]) -> list[ir.UserSlot]:
     return out
 
 
+#: integer types DuckDB compares with each other without a failing cast (UHUGEINT is compared with a signed
+#: type through HUGEINT, which fails on values >= 2^127: it joins only with itself)
 _INT_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
-                        "UBIGINT", "UHUGEINT", "INT", "INT1", "INT2", "INT4", "INT8", "INT16"})
+                        "UBIGINT", "INT", "INT1", "INT2", "INT4", "INT8", "INT16"})
 
 
 def _type_family(t: str) -> str:
