@@ -495,9 +495,12 @@ def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitP
     (or itself reaches one through its own references), including the table itself (a
     ``referrer_id -> users.id`` self-reference is a second person per row): it is *direct* when
     it references that unit column, and indirect (several hops) otherwise. A foreign key that
-    repeats the table's own privacy-unit column is the same path. A reference to a table that is
-    not registered is returned unresolved (callers refuse it: it may lead to a person);
-    references to registered tables that reach no person are not paths to a person.
+    repeats the table's own privacy-unit column is the same path. A person table's own references
+    to people are paths of the referencing table too (``orders -> customer -> salesrep``: the
+    representative is a person of the order, as in ``dpsql.plan.joins``), so such a table is not
+    bounded by its one foreign key alone. A reference to a table that is not registered is
+    returned unresolved (callers refuse it: it may lead to a person); references to registered
+    tables that reach no person are not paths to a person.
     """
     paths: list[UnitPath] = []
     own = table.privacy_unit.lower() if table.privacy_unit else None
