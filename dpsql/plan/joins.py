@@ -735,7 +735,7 @@ def _type_family(t: str) -> str:
     t = t.strip().upper()
     if t in _INT_TYPES:
         return "int"
-    if t in ("VARCHAR", "TEXT", "STRING"):
+    if re.fullmatch(r"(VARCHAR|TEXT|STRING)(\(\d+\))?", t):  # Spark spells a bounded text VARCHAR(n)
         return "text"
     return t
 
