@@ -761,13 +761,14 @@ def register_table(
             f"table '{tname}': " + "; ".join(problems),
             hint=f"its columns are: {', '.join(sorted(schema))}",
         )
-    utype = schema[privacy_unit.lower()].upper() if privacy_unit is not None else ""
+    unit_type = schema[privacy_unit.lower()] if privacy_unit is not None else ""
+    utype = unit_type.upper()
     if utype.endswith("]") or utype.startswith(("STRUCT", "MAP", "UNION")):
         # a nested value is compared member by member under the connection's collation (no binary
         # collation reaches inside it: under 'nocase' the people {'s': 'Z'} and {'s': 'z'} were one
         # partition of the caps), and its text spells SQL-equal members apart ({'x': -0.0}, {'x': 0.0})
         unregister_source(tname, kind, view)
-        raise ConfigError(f"table '{tname}': the privacy unit '{privacy_unit}' has the nested type {schema[privacy_unit.lower()]}, "
+        raise ConfigError(f"table '{tname}': the privacy unit '{privacy_unit}' has the nested type {unit_type}, "
                           "whose values cannot be told apart by their binary value",
                           hint="register an integer, DECIMAL, text or date column that identifies a person (e.g. derive "
                           "one upstream)")
