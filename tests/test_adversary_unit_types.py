@@ -140,8 +140,9 @@ def test_control_without_the_onward_reference_orders_stay_a_single_table() -> No
         s.close()
 
 
+@pytest.mark.parametrize("own_unit", [False, True], ids=["reference", "reference_repeating_own_unit"])
 @pytest.mark.parametrize("same_type", [False, True], ids=["varchar_to_bigint", "control_same_type"])
-def test_a_reference_registered_before_its_target_is_type_checked_on_a_single_table(same_type: bool) -> None:
+def test_a_reference_registered_before_its_target_is_type_checked_on_a_single_table(same_type: bool, own_unit: bool) -> None:
     """orders.o_custkey (VARCHAR) registered while customer was not, then customer with a BIGINT unit: the
     registration of customer checks only customer's own references, and the single-table path bounded
     orders per spelling ('7', '07', ' 7', ...: six units for one customer; at zero noise the count moved by
@@ -150,11 +151,12 @@ def test_a_reference_registered_before_its_target_is_type_checked_on_a_single_ta
     s = dpsql.Session(budget=Budget(100.0, 1e-3))
     use_noise(s, zero_noise())
     try:
+        unit = {"privacy_unit": "o_custkey"} if own_unit else {}
         if same_type:
             s.register("orders", pa.table({"o_custkey": _i64(list(range(20)) + [7] * 5)}),
-                       references={"o_custkey": "customer.c_custkey"})
+                       references={"o_custkey": "customer.c_custkey"}, **unit)
         else:
-            s.register("orders", pa.table({"o_custkey": ok}), references={"o_custkey": "customer.c_custkey"})
+            s.register("orders", pa.table({"o_custkey": ok}), references={"o_custkey": "customer.c_custkey"}, **unit)
         s.register("customer", pa.table({"c_custkey": _i64(list(range(20)))}), privacy_unit="c_custkey")
         sql = "SELECT COUNT(*) AS n FROM orders"
         if same_type:
