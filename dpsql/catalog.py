@@ -509,9 +509,12 @@ def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitP
     (or itself reaches one through its own references), including the table itself (a
     ``referrer_id -> users.id`` self-reference is a second person per row): it is *direct* when
     it references that unit column, and indirect (several hops) otherwise. A foreign key that
-    repeats the table's own privacy-unit column is the same path. A reference to a table that is
-    not registered is returned unresolved (callers refuse it: it may lead to a person);
-    references to registered tables that reach no person are not paths to a person.
+    repeats the table's own privacy-unit column is the same path. A person table's own references
+    to people are paths of the referencing table too (``orders -> customer -> salesrep``: the
+    representative is a person of the order, as in ``dpsql.plan.joins``), so such a table is not
+    bounded by its one foreign key alone. A reference to a table that is not registered is
+    returned unresolved (callers refuse it: it may lead to a person); references to registered
+    tables that reach no person are not paths to a person.
     """
     paths: list[UnitPath] = []
     own = table.privacy_unit.lower() if table.privacy_unit else None
@@ -536,6 +539,17 @@ def unit_paths(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[UnitP
         if not reaches_person(tname.lower(), frozenset()):
             continue
         direct = ref.privacy_unit is not None and ref.privacy_unit.lower() == tcol.lower()
+        if direct and ref.name.lower() != table.name.lower():
+            # the person's row reaches further people through its own references (orders -> customer ->
+            # salesrep: the representative is a person of the order too, as in joins): each is a path
+            for fk2, target2 in ref.references.items():
+                t2 = catalog.get(target2.partition(".")[0].lower())
+                if t2 is None:
+                    paths.append(UnitPath(fk_l, f"{target.lower()} -> {target2.lower()}", False, resolved=False))
+                elif reaches_person(t2.name.lower(), frozenset()) and not (
+                        fk2.lower() == ref.privacy_unit and t2.privacy_unit is not None
+                        and t2.privacy_unit.lower() == target2.partition(".")[2].lower() and t2.name != ref.name):
+                    paths.append(UnitPath(fk_l, f"{target.lower()} -> {target2.lower()}", False))
         if fk_l == own and direct and ref.name.lower() != table.name.lower():
             continue  # the table's own unit column, also declared as a reference to the person table
         paths.append(UnitPath(fk_l, target.lower(), direct))
@@ -761,6 +775,17 @@ def register_table(
             f"table '{tname}': " + "; ".join(problems),
             hint=f"its columns are: {', '.join(sorted(schema))}",
         )
+    unit_type = schema[privacy_unit.lower()] if privacy_unit is not None else ""
+    utype = unit_type.upper()
+    if utype.endswith("]") or utype.startswith(("STRUCT", "MAP", "UNION")):
+        # a nested value is compared member by member under the connection's collation (no binary
+        # collation reaches inside it: under 'nocase' the people {'s': 'Z'} and {'s': 'z'} were one
+        # partition of the caps), and its text spells SQL-equal members apart ({'x': -0.0}, {'x': 0.0})
+        unregister_source(tname, kind, view)
+        raise ConfigError(f"table '{tname}': the privacy unit '{privacy_unit}' has the nested type {unit_type}, "
+                          "whose values cannot be told apart by their binary value",
+                          hint="register an integer, DECIMAL, text or date column that identifies a person (e.g. derive "
+                          "one upstream)")
     try:
         col_specs = type_domains(tname, col_specs, schema)
     except ConfigError:

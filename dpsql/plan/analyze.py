@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 
 from sqlglot import exp
 
-from dpsql.catalog import OrderedDomain, TableSpec, unit_paths
+from dpsql.catalog import OrderedDomain, TableSpec, reference_problems, unit_paths
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import (
@@ -117,7 +117,9 @@ def resolve_unit_column(table: TableSpec, catalog: Mapping[str, TableSpec]) -> s
     only one of them, so it is refused (``unit_problem`` says why) until joins bound all of them.
     """
     paths = unit_paths(table, catalog)
-    if len(paths) == 1 and paths[0].direct and paths[0].resolved:
+    if len(paths) == 1 and paths[0].direct and paths[0].resolved and not reference_problems(table, catalog):
+        # (a reference registered before its target is type-checked only now: '7' and '07' would be
+        # two units of one person 7, also where the reference repeats the table's own unit column)
         return paths[0].column
     return None
 
@@ -125,6 +127,9 @@ def resolve_unit_column(table: TableSpec, catalog: Mapping[str, TableSpec]) -> s
 def unit_problem(table: TableSpec, catalog: Mapping[str, TableSpec]) -> str:
     """Why ``resolve_unit_column`` found no single bounded path to a person (for error messages)."""
     paths = unit_paths(table, catalog)
+    bad = reference_problems(table, catalog)
+    if bad and len(paths) == 1 and paths[0].direct:
+        return f"table '{table.name}': " + "; ".join(f"{p} (hint: the data owner must {fix})" for p, fix in bad)
     unresolved = [p for p in paths if not p.resolved]
     if unresolved:
         return (

@@ -553,12 +553,19 @@ class _JoinBuilder:
                 slots.append(self.reduce(inp.alias, ch))
         for person in dict.fromkeys(sl.person_table for sl in slots):
             pt = self.catalog[person]
-            if pt.privacy_unit is not None and pt.schema.get(pt.privacy_unit, "").upper().startswith("INTERVAL"):
+            utype = pt.schema.get(pt.privacy_unit, "").upper() if pt.privacy_unit is not None else ""
+            if utype.startswith("INTERVAL"):
                 # SQL-equal intervals have several spellings ('1 day', '24:00:00'): one person would be
                 # several users to the truncation (dpsql.rewrite.joins._person_text spells ids as text)
                 _bad(self.sql, self.stmt, f"the privacy unit '{person}.{pt.privacy_unit}' is an INTERVAL, whose equal values "
                      "are spelled differently, so a join cannot tell its people apart (hint: the data owner must register "
                      "an integer, DECIMAL, text or date privacy unit)", vs)
+            elif utype.endswith("]") or utype.startswith(("STRUCT", "MAP", "UNION")):
+                # a STRUCT, LIST, ARRAY, MAP or UNION: its text spells SQL-equal members apart ({'x': -0.0} and
+                # {'x': 0.0}, NaNs, intervals), so one person would be several users to the truncation
+                _bad(self.sql, self.stmt, f"the privacy unit '{person}.{pt.privacy_unit}' has the nested type {utype}, whose "
+                     "equal values can be spelled differently, so a join cannot tell its people apart (hint: the data "
+                     "owner must register an integer, DECIMAL, text or date privacy unit)", vs)
         if not slots and not vs:
             _bad(self.sql, self.stmt, "every table of the join is public: there is nothing private to protect; query the public data directly", vs)
         _raise(vs, policy=True)
@@ -714,12 +721,21 @@ def _dedupe(slots: list[ir.UserSlot]) -> list[ir.UserSlot]:
     return out
 
 
+#: integer types DuckDB compares with each other without a failing cast (UHUGEINT is compared with a signed
+#: type through HUGEINT, which fails on values >= 2^127: it joins only with itself)
+_INT_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                        "UBIGINT", "INT", "INT1", "INT2", "INT4", "INT8", "INT16"})
+
+
 def _type_family(t: str) -> str:
-    t = t.upper()
-    if any(t.startswith(p) for p in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-                                     "UINTEGER", "UBIGINT", "INT")):
+    """Types an ON equality may compare: the integer types with each other (exact), the text types with
+    each other, otherwise one type with itself. Whole type names only: a prefix test read INTERVAL and
+    BIGINT[] as integers and VARCHAR[] as text, and DuckDB's implicit cast between them ran on the joined
+    rows (failing, after the charge, only when some row reached it)."""
+    t = t.strip().upper()
+    if t in _INT_TYPES:
         return "int"
-    if t.startswith(("VARCHAR", "TEXT", "STRING")):
+    if re.fullmatch(r"(VARCHAR|TEXT|STRING)(\(\d+\))?", t):  # Spark spells a bounded text VARCHAR(n)
         return "text"
     return t
 
