@@ -685,3 +685,35 @@ def test_algorithm_5_is_private_empirically_on_neighbours() -> None:
     assert _violations(vp, pair, 2500, 21) == []
     broken = dataclasses.replace(vp, eta=vp.eta / 1000.0, grid=tuple(g / 1000.0 for g in vp.grid))
     assert _violations(broken, pair, 2500, 22) != []
+
+
+def _permuted(inst: socp.Instance, perm: np.ndarray) -> socp.Instance:
+    """The same sample with its tuples in another order (tuple ``perm[k]`` becomes tuple k)."""
+    new_of = np.argsort(perm)
+    ti = new_of[inst.ti]
+    o = np.lexsort((inst.ui, ti))  # (tuple, user) pairs by tuple, as ``s4s_sql._tuples`` lists them
+    return socp.Instance(inst.w[perm], inst.gid[perm], ti[o], inst.ui[o], inst.n_users, inst.d, inst.one_person)
+
+
+@pytest.mark.parametrize("one_person", [True, False])
+def test_truncation_is_a_function_of_the_sample_not_of_its_row_order(one_person: bool) -> None:
+    """The engine returns the sampled tuples in an order that varies from run to run (threads) and from
+    engine to engine; F̄ and E must not change in any bit, or a zero-noise release can land on either side
+    of a rounding tie (F̄ = 7.5 grid steps exactly). Negative control: the per-tuple sum of w_t·y_u (the
+    closed form's F̄ summed in row order) does change with the order on this sample."""
+    inst = _instance(3, n_users=60, n_tuples=600, d=3, max_owners=1 if one_person else 2)
+    inst = socp.Instance(inst.w, inst.gid, inst.ti, inst.ui, inst.n_users, inst.d, one_person)
+    g = np.random.default_rng(5)
+    perms = [g.permutation(inst.w.size) for _ in range(8)]
+    for tau in (1.0, 2.5):
+        ref = socp.truncate(inst, tau)
+        for perm in perms:
+            tr = socp.truncate(_permuted(inst, perm), tau)
+            assert tr.values.tobytes() == ref.values.tobytes() and tr.excess == ref.excess, (tau, tr.values, ref.values)
+    if one_person:  # negative control: the clipped tuples (τ = 1) summed per group in row order (here ti = 0 ... n-1)
+        assert np.array_equal(inst.ti, np.arange(inst.w.size))
+        loads = np.bincount(inst.ui * inst.d + inst.gid, weights=inst.w, minlength=inst.n_users * inst.d)
+        y = 1.0 / np.maximum(np.linalg.norm(loads.reshape(inst.n_users, inst.d), axis=1), 1.0)
+        prods = inst.w * y[inst.ui]
+        sums = {np.bincount(inst.gid[perm], weights=prods[perm], minlength=inst.d).tobytes() for perm in perms}
+        assert len(sums) > 1

@@ -19,7 +19,8 @@ Exact reductions (applied first)
 * when the join plan guarantees one person per tuple (``Instance.one_person``, public: a single
   foreign-key chain to one person class) the program separates per user: y_u = min(1, τ/‖v_u‖),
   z = y_u on u's tuples (closed form, no solver): F̄ is the sum of the users' vectors scaled into
-  the τ-ball, i.e. per-user L2 clipping.
+  the τ-ball, i.e. per-user L2 clipping. F̄ is summed per (user, group), in key order, so that it does
+  not depend on the order of the sampled rows (which differs between runs and engines) in any bit.
 
 Which path runs is public (timing)
 ----------------------------------
@@ -121,7 +122,11 @@ def truncate(inst: Instance, tau: float) -> VectorTruncation:
         y = np.where(heavy, tau / np.where(heavy, norm, 1.0), 1.0)
         owned = np.zeros(w.size, dtype=bool)
         owned[ti] = True
-        vals = np.bincount(gid[~owned], weights=w[~owned], minlength=d) + np.bincount(gid[ti], weights=w[ti] * y[ui],
+        # F̄_g = Σ_u y_u·load_ug summed per (user, group) in key order (load is exact in any order: weights on the
+        # 2^-20 grid), so F̄ is a function of the sample alone. Σ_t w_t·y_u in row order changed its last bits with
+        # the order the engine returned the tuples in (threads; DuckDB vs Spark): a zero-noise release on a
+        # rounding tie then went either way
+        vals = np.bincount(gid[~owned], weights=w[~owned], minlength=d) + np.bincount(uk % d, weights=load * y[uk // d],
                                                                                        minlength=d)
         return VectorTruncation(vals, float(np.sum(1.0 - y[heavy])), 0.0, "closed_form")
     active_t = np.zeros(w.size, dtype=bool)
