@@ -356,7 +356,9 @@ def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, s
             what = "bounds and bins" if c.ordered is not None else "bounds"
             raise ConfigError(
                 f"{what} for '{table}.{name}' need a numeric (or date/timestamp) column, but it is {schema[name]}",
-                hint=f"drop the {what} of '{name}' (to release its values as keys, declare its public domain instead)",
+                hint=f"if '{name}' holds numbers or dates in a CSV file (read as text), declare its type with "
+                f"the {what} (type = \"DOUBLE\", \"BIGINT\" or \"DATE\"); otherwise drop the {what} of '{name}' "
+                "(to release its values as keys, declare its public domain instead)",
             )
         if c.domain is not None and name in schema:
             try:

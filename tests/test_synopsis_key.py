@@ -31,7 +31,7 @@ def run(csv: Path, ledger: Path, types: dict[str, Any]) -> tuple[bool, list[int]
     use_noise(s, zero_noise())
     try:
         s.register("t", str(csv), privacy_unit="uid", max_rows_per_unit=1,
-                   columns={"age": {"bounds": (0, 9), "bins": 10}, **types})
+                   columns={"age": {"bounds": (0, 9), "bins": 10, "type": "BIGINT"}, **types})
         r = s.query(SQL, epsilon=10.0)
         return r.reused, r.table.column(1).to_pylist()
     finally:
@@ -96,7 +96,8 @@ def test_synopsis_not_reused_after_max_text_bytes_changes(tmp_path: Path) -> Non
     def run(engine: dict[str, Any]) -> list[int]:
         s = dpsql.Session(ledger=str(tmp_path / "l.db"), budget=Budget(100.0, 1e-3), engine=engine, create=True)
         use_noise(s, zero_noise())
-        s.register("t", str(csv), privacy_unit="uid", max_rows_per_unit=1, columns={"age": {"bounds": (0, 9), "bins": 10}})
+        s.register("t", str(csv), privacy_unit="uid", max_rows_per_unit=1,
+                   columns={"age": {"bounds": (0, 9), "bins": 10, "type": "BIGINT"}})
         out = s.query(sql, epsilon=10.0).table.column(1).to_pylist()
         s.close()
         return out
