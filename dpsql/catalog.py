@@ -344,6 +344,14 @@ _UNORDERED_TYPES = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "BLOB", "BYTE
                     "STRUCT", "MAP", "UNION", "BIT")
 
 
+def is_nested_type(type_name: str) -> bool:
+    """STRUCT, LIST, ARRAY, MAP or UNION: compared member by member under the connection's collation
+    (no binary collation reaches inside), and spelled apart for SQL-equal members ({'x': -0.0},
+    {'x': 0.0}), so such a value cannot identify a person."""
+    t = type_name.strip().upper()
+    return t.endswith("]") or t.startswith(("STRUCT", "MAP", "UNION"))
+
+
 def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, str]) -> dict[str, ColumnSpec]:
     """Domains typed to their column at registration: every value must be a value of the column's
     type (an integer domain on a VARCHAR column, a date that is not a date, ... is a ConfigError),
@@ -778,11 +786,8 @@ def register_table(
             hint=f"its columns are: {', '.join(sorted(schema))}",
         )
     unit_type = schema[privacy_unit.lower()] if privacy_unit is not None else ""
-    utype = unit_type.upper()
-    if utype.endswith("]") or utype.startswith(("STRUCT", "MAP", "UNION")):
-        # a nested value is compared member by member under the connection's collation (no binary
-        # collation reaches inside it: under 'nocase' the people {'s': 'Z'} and {'s': 'z'} were one
-        # partition of the caps), and its text spells SQL-equal members apart ({'x': -0.0}, {'x': 0.0})
+    if is_nested_type(unit_type):
+        # under 'nocase' the people {'s': 'Z'} and {'s': 'z'} were one partition of the caps
         unregister_source(tname, kind, view)
         raise ConfigError(f"table '{tname}': the privacy unit '{privacy_unit}' has the nested type {unit_type}, "
                           "whose values cannot be told apart by their binary value",
