@@ -165,7 +165,7 @@ def _slots_from(table: TableSpec, catalog: Mapping[str, TableSpec], seen: frozen
         if t2.privacy_unit == tc:
             out.append((hop,))  # direct: the fk's value is the person
         if tn in seen or tn == table.name:
-            continue  # a cycle of references: reaches the same people again
+            continue  # a cycle of references, refused before this (catalog.reference_cycle); stops the walk
         for rest in _slots_from(t2, catalog, seen | {table.name}):
             if rest == () and t2.privacy_unit == tc:
                 continue  # the person the direct hop already names
