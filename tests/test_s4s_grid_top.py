@@ -198,3 +198,20 @@ def test_a_tau_base_near_one_is_refused_for_free_not_computed_for_minutes() -> N
         assert s.remaining() == before
     finally:
         s.close()
+
+
+def test_r2t_grid_is_capped_too() -> None:
+    from dpsql.accounting.s4s import r2t_schedule
+
+    assert len(r2t_schedule(1.0, 2.0**64, base=2.0)) == 64
+    with pytest.raises(ConfigError, match="R2T thresholds"):
+        r2t_schedule(1.0, 1000.0, base=1.0001)
+    customer, orders = _orders_customers()
+    s = _session(customer, orders)
+    try:
+        before = s.remaining()
+        with pytest.raises(ConfigError, match="thresholds"):
+            s.query(SQL, epsilon=1.0, options={"mechanism": "r2t", "tau_base": 1.0001})
+        assert s.remaining() == before
+    finally:
+        s.close()

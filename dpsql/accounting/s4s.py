@@ -825,6 +825,11 @@ def r2t_schedule(
         )
     b = v.probability(beta, "beta", closed_high=False)
     bb = tau_grid_base(base)
+    if math.log(gs) / math.log(bb) > MAX_TAU_GRID:  # L = ⌈log_b GS⌉ runs, each a truncation
+        raise ConfigError(
+            f"tau_base={bb:.6g} makes about {math.log(gs) / math.log(bb):.0f} R2T thresholds for a global sensitivity "
+            f"of {gs:.6g}; at most {MAX_TAU_GRID} are allowed",
+            hint=f"use tau_base >= {gs ** (1.0 / MAX_TAU_GRID) * (1 + 1e-12):.6g} (default {DEFAULT_TAU_BASE}, the paper's 2)")
     if bb == 2.0:
         big_l = max(1, math.ceil(math.log2(gs) - 1e-12))
     else:
