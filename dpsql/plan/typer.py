@@ -269,7 +269,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "DATE/TIMESTAMP -> BIGINT", "total", "as date_part"),
     FuncSpec("strftime", "DATE/TIMESTAMP, format literal -> VARCHAR", "total", "as date_part"),
     FuncSpec("strptime, try_strptime", "VARCHAR, format literal -> TIMESTAMP", "total",
-             "rendered try_strptime: text that does not parse is NULL; input capped"),
+             "rendered try_strptime: text that does not parse is NULL; input capped; a format with %n (nanoseconds, "
+             "a TIMESTAMP_NS in DuckDB) is read as TIMESTAMP; %z and %Z (a TIMESTAMP WITH TIME ZONE) are refused"),
 )
 
 #: types with no total comparison whose text (CAST AS VARCHAR) is a canonical spelling
@@ -1337,9 +1338,40 @@ def _strptime(ty: Typer, node: exp.Expression) -> Typed:
     f = ty.text_literal(fmt, "the format of strptime()")
     if len(f) > MAX_PATTERN:
         raise ty.refuse(node, f"the format of strptime() may have at most {MAX_PATTERN} characters")
+    specs = _format_specifiers(f)
+    if specs & {"z", "Z"}:
+        # DuckDB's result is then a TIMESTAMP WITH TIME ZONE, whose comparisons, date parts and
+        # truncations go through the connection's time zone (and the typer's TIMESTAMP literals
+        # would be converted to it at run time)
+        raise ty.refuse(node, "strptime() with a time-zone specifier (%z, %Z) gives a TIMESTAMP WITH TIME ZONE, which "
+                              "is not supported here; parse the local date and time without the offset")
     s = ty.cap(ty.t(node.this), node)
     # try_strptime: text that does not parse is NULL
-    return Typed(exp.Anonymous(this="try_strptime", expressions=[s, exp.Literal.string(f)]), TIMESTAMP)
+    out: exp.Expression = exp.Anonymous(this="try_strptime", expressions=[s, exp.Literal.string(f)])
+    if "n" in specs:
+        # %n (nanoseconds) makes DuckDB's result a TIMESTAMP_NS: a TIMESTAMP literal compared with
+        # it (or date_trunc's range guard) would be cast to TIMESTAMP_NS at run time, and fail
+        # only when a row reaches it (a TIMESTAMP_NS holds 1677..2262 only); read as TIMESTAMP
+        # (every TIMESTAMP_NS converts; the nanoseconds are truncated to microseconds)
+        out = _cast(out, TIMESTAMP)
+    return Typed(out, TIMESTAMP)
+
+
+def _format_specifiers(f: str) -> set[str]:
+    """The conversion letters of a strftime/strptime format (``%-d`` is ``d``; ``%%`` is none)."""
+    out: set[str] = set()
+    i = 0
+    while i < len(f):
+        if f[i] == "%" and i + 1 < len(f):
+            j = i + 1
+            if f[j] == "-" and j + 1 < len(f):
+                j += 1
+            if f[j] != "%":
+                out.add(f[j])
+            i = j + 1
+        else:
+            i += 1
+    return out
 
 
 _FUNCS: dict[type[exp.Expression], Callable[[Typer, exp.Expression], Typed]] = {

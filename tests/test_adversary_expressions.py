@@ -1,0 +1,149 @@
+"""Adversarial probes of analyst-written expressions over private rows, on neighbouring datasets.
+
+D holds one person (``uid = 7``) whose row carries a value chosen to break an expression; D' is D
+without that person. For every query the analyst observes whether it fails, the exception class and
+text, whether it was charged, the ledger entry's status and reason, and the released schema: they
+must be identical on D and D'. The other adversarial files cover collations, the SQL surface,
+source conversions and semantics; this one covers what DuckDB decides from an expression's
+*literal arguments* rather than from its argument types (a result type chosen by a format string).
+
+Findings kept here (each test failed before its fix):
+
+1. ``strptime(text, fmt)`` was typed TIMESTAMP whatever ``fmt``; DuckDB gives a TIMESTAMP_NS
+   when the format holds ``%n`` and a TIMESTAMP WITH TIME ZONE with ``%z``/``%Z``. A TIMESTAMP
+   literal compared with it (``> '1500-01-01'``, and date_trunc's range guard) was then cast to
+   TIMESTAMP_NS at run time, which fails for an instant outside 1677..2262 only when a row
+   reaches the comparison: ``WHERE uid = 7 AND strptime(s, '%Y-%m-%d %n') > '1500-01-01'``
+   failed after its charge exactly when user 7 exists. Now ``%n`` is read as TIMESTAMP and a
+   time-zone specifier is refused (free).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import duckdb
+import pytest
+from sqlglot import parse_one
+
+import dpsql
+from dpsql import errors
+from dpsql.plan.typer import type_key
+from dpsql.testing import use_noise, zero_noise
+
+TARGET = 7
+
+
+def _last(s: dpsql.Session) -> tuple[Any, ...] | None:
+    h = s.history()
+    if h.num_rows == 0:
+        return None
+    row = h.slice(h.num_rows - 1).to_pylist()[0]
+    return row["entry_id"], row["status"], row["failure_reason"]
+
+
+def observe(s: dpsql.Session, sql: str, delta: float) -> dict[str, Any]:
+    """Everything the analyst sees of one query except the released values."""
+    before = _last(s)
+    try:
+        r = s.query(sql, epsilon=1.0, delta=delta)
+        out: dict[str, Any] = {"outcome": "ok", "schema": [(f.name, str(f.type)) for f in r.table.schema]}
+    except errors.DPSQLError as e:
+        out = {"outcome": type(e).__name__, "message": str(e)}
+    after = _last(s)
+    out["charged"] = after != before
+    out["entry"] = after[1:] if out["charged"] and after is not None else None
+    return out
+
+
+def _pair(columns: str, target_rows: list[str], benign: str, **register: Any) -> list[dpsql.Session]:
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE d_full ({columns})")
+    for r in target_rows:
+        con.execute(f"INSERT INTO d_full VALUES {r}")
+    con.execute(f"INSERT INTO d_full {benign}")
+    con.execute(f"CREATE TABLE d_minus AS SELECT * FROM d_full WHERE uid <> {TARGET}")
+    out = []
+    for name in ("d_full", "d_minus"):
+        s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), connection=con)
+        use_noise(s, zero_noise())
+        kw: dict[str, Any] = {"privacy_unit": "uid", "max_groups_per_unit": 2, "max_rows_per_unit": 4}
+        kw.update(register)
+        s.register("t", name, **kw)
+        out.append(s)
+    return out
+
+
+def assert_same(sessions: list[dpsql.Session], sql: str, delta: float = 0.0) -> dict[str, Any]:
+    a, b = (observe(s, sql, delta) for s in sessions)
+    assert a == b, f"observable outcome depends on user {TARGET}: {sql}\n  D:  {a}\n  D': {b}"
+    if a["outcome"] != "ok":
+        assert not a["charged"], f"failed after the charge: {sql}: {a}"
+    return a
+
+
+# -- 1. strptime's result type depends on its format --------------------------------------------------
+
+STRPTIME_COLUMNS = "uid BIGINT, s VARCHAR, i INTEGER"
+STRPTIME_TARGET = [f"({TARGET}, '2024-01-01 123456789', 1)"]
+STRPTIME_BENIGN = "SELECT 1000 + k AS uid, 'not a date' AS s, k % 50 AS i FROM range(0, 300) r(k)"
+
+
+@pytest.fixture(scope="module")
+def strptime_sessions() -> Any:
+    ss = _pair(STRPTIME_COLUMNS, STRPTIME_TARGET, STRPTIME_BENIGN)
+    yield ss
+    for s in ss:
+        s.close()
+
+
+STRPTIME_NS = [
+    f"SELECT COUNT(*) AS n FROM t WHERE uid = {TARGET} AND strptime(s, '%Y-%m-%d %n') > '1500-01-01'",
+    f"SELECT COUNT(*) AS n FROM t WHERE uid = {TARGET} AND strptime(s, '%Y-%m-%d %n') BETWEEN DATE '1000-01-01' AND '3000-01-01'",
+    f"SELECT COUNT(*) AS n FROM t WHERE uid = {TARGET} AND strptime(s, '%Y-%m-%d %n') IN ('1500-01-01', '2000-01-01')",
+    f"SELECT COUNT(*) AS n FROM t WHERE uid = {TARGET} AND date_trunc('year', strptime(s, '%Y-%m-%d %n')) > '2000-01-01'",
+    f"SELECT COUNT(*) AS n FROM t WHERE uid = {TARGET} AND try_strptime(s, '%Y-%m-%d %n') > TIMESTAMP '1000-01-01'",
+]
+
+
+@pytest.mark.parametrize("sql", STRPTIME_NS)
+def test_strptime_with_nanoseconds_does_not_fail_on_one_persons_row(strptime_sessions: Any, sql: str) -> None:
+    got = assert_same(strptime_sessions, sql)
+    assert got["outcome"] == "ok", got
+
+
+def test_strptime_with_nanoseconds_reads_as_timestamp() -> None:
+    """The parse is kept: the person's text parses, its nanoseconds rounded to microseconds."""
+    rendered, typ = type_key(parse_one("strptime(s, '%Y-%m-%d %n')", dialect="duckdb"), {"s": "VARCHAR"})
+    assert typ.name == "TIMESTAMP"
+    con = duckdb.connect()
+    got = con.execute(f"SELECT {rendered.sql(dialect='duckdb')} AS k, typeof(k) FROM (SELECT '2024-01-01 123456789' AS s)")
+    assert got.fetchall() == [(dt.datetime(2024, 1, 1, 0, 0, 0, 123457), "TIMESTAMP")]
+
+
+@pytest.mark.parametrize("fmt", ["%Y %z", "%Y-%m-%d %H:%M:%S %Z", "%Y %n %z"])
+def test_strptime_with_a_time_zone_is_refused_for_free(strptime_sessions: Any, fmt: str) -> None:
+    sql = f"SELECT COUNT(*) AS n FROM t WHERE uid = {TARGET} AND date_trunc('year', strptime(s, '{fmt}')) > '2000-01-01'"
+    got = assert_same(strptime_sessions, sql)
+    assert got["outcome"] == "UnsupportedQueryError" and "time-zone specifier" in got["message"], got
+
+
+def test_strptime_percent_escape_is_not_a_specifier(strptime_sessions: Any) -> None:
+    """``%%z`` is a literal '%' followed by 'z': no time zone, accepted."""
+    got = assert_same(strptime_sessions, "SELECT COUNT(*) AS n FROM t WHERE strptime(s, '%Y%%z') > '2000-01-01'")
+    assert got["outcome"] == "ok", got
+
+
+def test_control_duckdb_strptime_result_type_follows_the_format() -> None:
+    """Without the typer: the same comparison fails in DuckDB only when a row reaches it."""
+    con = duckdb.connect()
+    assert con.execute("SELECT typeof(try_strptime('x', '%n')), typeof(try_strptime('x', '%z'))").fetchall() == [
+        ("TIMESTAMP_NS", "TIMESTAMP WITH TIME ZONE")]
+    con.execute("CREATE TABLE d_minus AS SELECT * FROM (VALUES (1000, 'x')) v(uid, s)")
+    con.execute(f"CREATE TABLE d_full AS SELECT * FROM d_minus UNION ALL SELECT {TARGET}, '2024-01-01 123456789'")
+    sql = (f"SELECT COUNT(*) FROM {{}} WHERE uid = {TARGET} AND try_strptime(s, '%Y-%m-%d %n') "
+           "> CAST('1500-01-01 00:00:00' AS TIMESTAMP)")
+    assert con.execute(sql.format("d_minus")).fetchall() == [(0,)]
+    with pytest.raises(duckdb.Error):
+        con.execute(sql.format("d_full")).fetchall()
