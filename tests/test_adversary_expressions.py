@@ -16,6 +16,13 @@ Findings kept here (each test failed before its fix):
    reaches the comparison: ``WHERE uid = 7 AND strptime(s, '%Y-%m-%d %n') > '1500-01-01'``
    failed after its charge exactly when user 7 exists. Now ``%n`` is read as TIMESTAMP and a
    time-zone specifier is refused (free).
+2. The SUM of a join typed its value without the depth and rendered-size limits: six nested
+   date_truncs (each guard repeats its operand three times) were accepted, charged and took 14 s
+   (seven: 56 s); a guard's second test runs only for the rows failing the first, so one
+   person's NULL or -infinity adds a copy of the operand per level. The typer also built the
+   whole rendering before checking its size and typed each date function's argument twice
+   (2^n calls, 3^n nodes; LIKE tests inside counted twice). Now every typed expression gets the
+   limits, checked at every node as the rendering is built.
 """
 
 from __future__ import annotations
@@ -147,3 +154,87 @@ def test_control_duckdb_strptime_result_type_follows_the_format() -> None:
     assert con.execute(sql.format("d_minus")).fetchall() == [(0,)]
     with pytest.raises(duckdb.Error):
         con.execute(sql.format("d_full")).fetchall()
+
+
+# -- 2. rendered size of a SUM's value over joins; typing time -------------------------------------------
+
+
+def _nest_trunc(n: int, col: str) -> str:
+    e = col
+    for _ in range(n):
+        e = f"date_trunc('day', {e})"
+    return e
+
+
+@pytest.fixture(scope="module")
+def join_sessions() -> Any:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE cust AS SELECT k AS c_id FROM range(100) r(k)")
+    con.execute("CREATE TABLE ord AS SELECT 1000 + k AS o_id, k % 100 AS o_cust, "
+                "TIMESTAMP '2024-01-01' + to_hours(k) AS o_ts FROM range(300) r(k)")
+    con.execute(f"INSERT INTO cust VALUES ({TARGET} + 1000)")
+    con.execute(f"INSERT INTO ord VALUES (9999, {TARGET} + 1000, NULL), (9998, {TARGET} + 1000, '-infinity')")
+    con.execute(f"CREATE TABLE cust_minus AS SELECT * FROM cust WHERE c_id <> {TARGET} + 1000")
+    con.execute(f"CREATE TABLE ord_minus AS SELECT * FROM ord WHERE o_cust <> {TARGET} + 1000")
+    out = []
+    for suffix in ("", "_minus"):
+        s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), connection=con)
+        use_noise(s, zero_noise())
+        s.register("customer", "cust" + suffix, privacy_unit="c_id")
+        s.register("orders", "ord" + suffix, references={"o_cust": "customer.c_id"}, degree_bounds={"o_cust": 8})
+        out.append(s)
+    yield out
+    for s in out:
+        s.close()
+
+
+def test_a_sum_over_a_join_has_the_rendered_size_limit(join_sessions: Any) -> None:
+    """Each date_trunc guard repeats its operand three times (``CASE WHEN e >= least OR e =
+    -infinity THEN e END``), so six nested date_truncs render to about 5,000 nodes. A WHERE or
+    a single-table SUM over it is refused for free; the SUM of a join was typed without the
+    limit, accepted and charged, and took 14 s to render and run (seven levels: 56 s): the cost
+    is exponential in the nesting, and a guard's second test (``e = -infinity``) runs only for
+    the rows that fail the first (NULL, -infinity), so one person's row adds a copy of the
+    operand at every level (3^n against 2^n evaluations per vector)."""
+    sql = (f"SELECT SUM(LEAST(GREATEST(date_part('epoch', {_nest_trunc(6, 'o.o_ts')}) / 1e9, 0), 10)) AS v "
+           "FROM customer c JOIN orders o ON c.c_id = o.o_cust")
+    got = assert_same(join_sessions, sql, 1e-6)
+    assert got["outcome"] == "UnsupportedQueryError" and "too large once made total" in got["message"], got
+    full, _ = join_sessions
+    with pytest.raises(errors.UnsupportedQueryError, match="too large once made total"):
+        full.explain(sql, epsilon=1.0, delta=1e-6)
+    small = sql.replace(_nest_trunc(6, "o.o_ts"), _nest_trunc(2, "o.o_ts"))
+    assert assert_same(join_sessions, small, 1e-6)["outcome"] == "ok"
+
+
+def test_typing_is_refused_before_the_rendering_grows() -> None:
+    """The typer checked the size of the final rendering only, after building it, and typed each
+    date function's argument twice (once more for its kind): typing n nested date functions took
+    2^n calls and built 3^n nodes before the refusal (seven levels: 6 s of analysis). Now every
+    intermediate rendering is sized (cached per node) and refused as soon as it is too large."""
+    from dpsql.plan import typer as typer_mod
+
+    calls = 0
+    original = typer_mod.Typer._t
+
+    def counting(self: Any, node: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return original(self, node)
+
+    node = parse_one(f"year({_nest_trunc(14, 'ts')}) > 2000", dialect="duckdb")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(typer_mod.Typer, "_t", counting)
+        with pytest.raises(typer_mod.TypeRefusal, match="too large once made total"):
+            typer_mod.type_predicate(node, {"ts": "TIMESTAMP"})
+    assert calls < 100, calls
+
+
+def test_like_tests_inside_a_date_function_are_counted_once() -> None:
+    """The second typing of a date function's argument counted its LIKE tests twice: five LIKEs
+    under year() were refused as more than eight."""
+    likes = " AND ".join(f"s LIKE '{c}%'" for c in "abcde")
+    node = parse_one(f"year(CASE WHEN {likes} THEN d END) > 2000", dialect="duckdb")
+    from dpsql.plan.typer import type_predicate
+
+    type_predicate(node, {"s": "VARCHAR", "d": "DATE"})

@@ -641,7 +641,16 @@ class Typer:
         return str(r.value)
 
     # ---- the cases ---------------------------------------------------------------------------------
-    def t(self, node: exp.Expression) -> Typed:  # noqa: C901 - one dispatch over node kinds
+    def t(self, node: exp.Expression) -> Typed:
+        """``node`` typed and rendered; refused as soon as its rendering exceeds ``MAX_RENDERED_NODES``
+        (guards repeat their operand, so checking only the final rendering let the typer build,
+        and spend time exponential in the nesting on, renderings far beyond the limit first)."""
+        r = self._t(node)
+        if _rendered_size(r.expr) > MAX_RENDERED_NODES:
+            raise self.refuse(node, TOO_LARGE)
+        return r
+
+    def _t(self, node: exp.Expression) -> Typed:  # noqa: C901 - one dispatch over node kinds
         if isinstance(node, exp.Paren):
             r = self.t(node.this)
             return Typed(exp.Paren(this=r.expr), r.type, r.literal, r.value, r.bounds)
@@ -1212,7 +1221,14 @@ def _concat(ty: Typer, node: exp.Expression) -> Typed:
 
 
 def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bool = False) -> exp.Expression:
-    """The argument of a date function, read so that the function cannot fail on any value.
+    """The argument of a date function, read so that the function cannot fail on any value."""
+    return _temporal_arg(ty, node, arg, trunc=trunc)[0]
+
+
+def _temporal_arg(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bool = False) -> tuple[exp.Expression, str]:
+    """The argument of a date function, read so that the function cannot fail on any value, and
+    its kind: ``date`` if it reads as a DATE, else ``timestamp`` (text literals and
+    TIMESTAMP_S/_MS become TIMESTAMP), for backends that spell date functions by argument type.
 
     * TIMESTAMP_S / TIMESTAMP_MS hold instants beyond TIMESTAMP's range, and DuckDB's date
       functions cast them to TIMESTAMP implicitly (and fail): they are read as
@@ -1227,11 +1243,12 @@ def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bo
     r = ty.t(arg)
     if r.type.kind == "strlit":
         v = ty._literal_as(r, TIMESTAMP, node)
-        return typed_literal(v, TIMESTAMP)  # years 1..9999: every date function is total on it
+        return typed_literal(v, TIMESTAMP), "timestamp"  # years 1..9999: every date function is total on it
     if r.type.kind not in ("date", "timestamp"):
         raise ty.refuse(node, f"{ty._fname(node)}() takes a DATE or TIMESTAMP, got {r.type}")
+    kind = "date" if r.type.kind == "date" else "timestamp"
     if r.literal:
-        return ty.coerce(r, TIMESTAMP if trunc else r.type, node)  # Python dates: years 1..9999
+        return ty.coerce(r, TIMESTAMP if trunc else r.type, node), kind  # Python dates: years 1..9999
     e = r.expr
     if r.type.name in ("TIMESTAMP_S", "TIMESTAMP_MS") or (trunc and r.type.name in ("DATE", "TIMESTAMP_NS")):
         e = _cast(e, TIMESTAMP)  # TIMESTAMP_NS -> TIMESTAMP always converts
@@ -1240,7 +1257,7 @@ def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bo
         minus_inf = _cast(exp.Literal.string("-infinity"), TIMESTAMP, try_=False)
         ok = exp.Or(this=exp.GTE(this=e.copy(), expression=least), expression=exp.EQ(this=e.copy(), expression=minus_inf))
         e = exp.Case(ifs=[exp.If(this=ok, true=e.copy())])
-    return e
+    return e, kind
 
 
 E = TypeVar("E", bound=exp.Expression)
@@ -1258,13 +1275,6 @@ def _numeric_tag(e: E, t: SqlType) -> E:
 #: meta key on a typed date function: the kind of its argument ("date" or "timestamp"), for
 #: backends that spell date functions differently by argument type (``dpsql.engine.spark_ops``)
 TEMPORAL_ARG = "dpsql_temporal_arg"
-
-
-def _temporal_kind(ty: Typer, arg: exp.Expression) -> str:
-    """``date`` if a date function's argument reads as a DATE, else ``timestamp`` (what
-    :func:`_temporal` leaves it as: text literals and TIMESTAMP_S/_MS become TIMESTAMP)."""
-    r = ty.t(arg)
-    return "date" if r.type.kind == "date" else "timestamp"
 
 
 def _tag(e: exp.Expression, kind: str) -> exp.Expression:
@@ -1294,10 +1304,9 @@ def _date_trunc(ty: Typer, node: exp.Expression) -> Typed:
 
 def _extract(ty: Typer, node: exp.Expression) -> Typed:
     unit = _part_unit(ty, node, node.this, _DATE_PARTS)
-    arg = _temporal(ty, node, node.expression)
+    arg, kind = _temporal_arg(ty, node, node.expression)
     rt = DOUBLE if unit == "epoch" else BIGINT
-    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]),
-                      _temporal_kind(ty, node.expression)), rt)
+    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), kind), rt)
 
 
 def _date_part(ty: Typer, node: exp.Expression) -> Typed:
@@ -1305,10 +1314,9 @@ def _date_part(ty: Typer, node: exp.Expression) -> Typed:
     if len(args) != 2:
         raise ty.refuse(node, "date_part() takes ('part', date)")
     unit = _part_unit(ty, node, args[0], _DATE_PARTS)
-    arg = _temporal(ty, node, args[1])
+    arg, kind = _temporal_arg(ty, node, args[1])
     rt = DOUBLE if unit == "epoch" else BIGINT
-    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]),
-                      _temporal_kind(ty, args[1])), rt)
+    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), kind), rt)
 
 
 def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
@@ -1316,8 +1324,9 @@ def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
     if extra:
         raise ty.refuse(node, f"{ty._fname(node)}() takes one DATE or TIMESTAMP")
     new = node.copy()
-    new.set("this", _temporal(ty, node, node.this))
-    return Typed(_tag(new, _temporal_kind(ty, node.this)), BIGINT)
+    arg, kind = _temporal_arg(ty, node, node.this)
+    new.set("this", arg)
+    return Typed(_tag(new, kind), BIGINT)
 
 
 def _strftime(ty: Typer, node: exp.Expression) -> Typed:
@@ -1598,13 +1607,46 @@ def _check_shape(node: exp.Expression) -> None:
         ))])
 
 
+#: meta key caching a rendered node's size (``_size``); copies of a node carry it
+_SIZE = "dpsql_rendered_size"
+
+TOO_LARGE = (f"the expression is too large once made total (more than {MAX_RENDERED_NODES} parts once each integer "
+             "division, negation and date_trunc carries its guard); nest fewer of them")
+
+
+def _rendered_size(node: exp.Expression) -> int:
+    """``_size(node)``, cached on each node of a rendering (the typer builds renderings bottom up
+    and never changes a node it has sized), so sizing every intermediate result costs O(new nodes)."""
+    cached = node.meta.get(_SIZE)
+    if cached is not None:
+        return int(cached)
+    if isinstance(node, exp.Nullif):
+        n = 1 + 2 * _rendered_size(node.this) + _rendered_size(node.expression)
+    else:
+        n = 1 + sum(_rendered_size(c) for c in node.iter_expressions())
+    node.meta[_SIZE] = n
+    return n
+
+
 def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expression:
     if _depth(rendered) > 4 * MAX_DEPTH or _size(rendered) > MAX_RENDERED_NODES:
-        raise TypeRefusal([(node, (
-            f"the expression is too large once made total (more than {MAX_RENDERED_NODES} parts once each integer "
-            "division, negation and date_trunc carries its guard); nest fewer of them"
-        ))])
+        raise TypeRefusal([(node, TOO_LARGE)])
     return rendered
+
+
+def type_checked(node: exp.Expression, schema: dict[str, str]) -> Typed:
+    """``node`` typed and rendered with the limits of every entry point (allow-list, depth and
+    rendered size; raises ``TypeRefusal``), whatever its type."""
+    _check_shape(node)
+    problems = allow_list_problems(node)
+    if problems:
+        raise TypeRefusal(problems)
+    try:
+        r = Typer(schema).t(node)
+    except _Refuse as rf:
+        raise TypeRefusal([(rf.node, rf.message)]) from None
+    _check_rendered(node, r.expr)
+    return r
 
 
 def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WHERE") -> exp.Expression:
