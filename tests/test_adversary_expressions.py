@@ -23,6 +23,10 @@ Findings kept here (each test failed before its fix):
    whole rendering before checking its size and typed each date function's argument twice
    (2^n calls, 3^n nodes; LIKE tests inside counted twice). Now every typed expression gets the
    limits, checked at every node as the rendering is built.
+3. An Arrow or Parquet source with columns ``A`` (text) and ``a`` (integer) registered with the
+   schema ``{a: VARCHAR, a_1: BLOB}``: DuckDB resolves names case-insensitively, so the typer
+   typed the columns by the wrong source column and ``a_1`` exposed a text column's raw bytes,
+   past the decoding and the ``max_text_bytes`` cap. Refused at registration now.
 """
 
 from __future__ import annotations
@@ -238,3 +242,40 @@ def test_like_tests_inside_a_date_function_are_counted_once() -> None:
     from dpsql.plan.typer import type_predicate
 
     type_predicate(node, {"s": "VARCHAR", "d": "DATE"})
+
+
+# -- 3. column names that differ only in case -----------------------------------------------------------
+
+
+def _case_table() -> Any:
+    import pyarrow as pa
+
+    return pa.table({"uid": pa.array(range(50), pa.int64()), "A": pa.array(["x"] * 50),
+                     "a": pa.array(range(50), pa.int64())})
+
+
+def test_an_arrow_source_with_columns_differing_only_in_case_is_refused() -> None:
+    """DuckDB compares column names case-insensitively: the view's ``"a"`` bound the raw text
+    column ``"A"`` (read as bytes) and the second column came out as ``a_1``; the catalog typed
+    ``a`` as VARCHAR and ``a_1`` as BLOB (the undecoded bytes of the text, beyond the
+    ``max_text_bytes`` cap), and the integer column was unreachable. Refused at registration."""
+    s = dpsql.Session(budget=dpsql.Budget(1.0, 1e-6))
+    try:
+        with pytest.raises(errors.ConfigError, match="which SQL does not tell apart"):
+            s.register("t", _case_table(), privacy_unit="uid")
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("invalid_text", ["null", "replace"])
+def test_a_parquet_source_with_columns_differing_only_in_case_is_refused(tmp_path: Any, invalid_text: str) -> None:
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "case.parquet"
+    pq.write_table(_case_table(), path)
+    s = dpsql.Session(budget=dpsql.Budget(1.0, 1e-6), engine={"invalid_text": invalid_text})
+    try:
+        with pytest.raises(errors.ConfigError, match="which SQL does not tell apart"):
+            s.register("t", str(path), privacy_unit="uid")
+    finally:
+        s.close()
