@@ -27,6 +27,9 @@ Findings kept here (each test failed before its fix):
    schema ``{a: VARCHAR, a_1: BLOB}``: DuckDB resolves names case-insensitively, so the typer
    typed the columns by the wrong source column and ``a_1`` exposed a text column's raw bytes,
    past the decoding and the ``max_text_bytes`` cap. Refused at registration now.
+4. IN lists: the documented limit is 10,000 elements, but each typed literal counted against the
+   5,000-node rendering limit, so ``i IN (<1,700 integers>)`` was refused as "too large once made
+   total" (a message about guards). The constant elements of an IN list no longer count.
 """
 
 from __future__ import annotations
@@ -279,3 +282,36 @@ def test_a_parquet_source_with_columns_differing_only_in_case_is_refused(tmp_pat
             s.register("t", str(path), privacy_unit="uid")
     finally:
         s.close()
+
+
+# -- 4. IN lists up to their documented length -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("column", "typ", "literal"), [
+    ("i", "INTEGER", lambda k: str(k)),
+    ("d", "DATE", lambda k: f"'{2000 + k // 365:04d}-01-{1 + k % 28:02d}'"),
+    ("i", "INTEGER", lambda k: f"-{k}"),
+])
+def test_an_in_list_of_constants_is_bounded_by_its_own_limit(column: str, typ: str, literal: Any) -> None:
+    from dpsql.plan.typer import MAX_IN_LIST, TypeRefusal, type_predicate
+
+    def sql(n: int) -> Any:
+        return parse_one(f"{column} IN ({', '.join(literal(k) for k in range(n))})", dialect="duckdb")
+
+    type_predicate(sql(MAX_IN_LIST), {column: typ})
+    with pytest.raises(TypeRefusal, match="at most"):
+        type_predicate(sql(MAX_IN_LIST + 1), {column: typ})
+
+
+def test_an_in_list_of_expressions_still_counts_its_elements() -> None:
+    from dpsql.plan.typer import TypeRefusal, type_predicate
+
+    items = ", ".join(f"j // {k + 2}" for k in range(1200))
+    with pytest.raises(TypeRefusal, match="too large once made total"):
+        type_predicate(parse_one(f"i IN ({items})", dialect="duckdb"), {"i": "INTEGER", "j": "INTEGER"})
+
+
+def test_an_in_list_of_typed_literals_is_answered_alike_on_neighbours(strptime_sessions: Any) -> None:
+    dates = ", ".join(f"'{2000 + k // 365:04d}-01-{1 + k % 28:02d}'" for k in range(2500))
+    sql = f"SELECT COUNT(*) AS n FROM t WHERE uid = {TARGET} AND strptime(s, '%Y-%m-%d %n') IN ({dates})"
+    assert assert_same(strptime_sessions, sql)["outcome"] == "ok"

@@ -1591,10 +1591,23 @@ def _depth(node: exp.Expression) -> int:
     return best
 
 
+def _constant(node: exp.Expression) -> bool:
+    """A literal, possibly typed (``CAST('2024-01-01' AS DATE)``) or negated."""
+    if isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
+        return True
+    if isinstance(node, (exp.Cast, exp.TryCast, exp.Neg, exp.Paren)):
+        return _constant(node.this)
+    return False
+
+
 def _size(node: exp.Expression) -> int:
-    """The size of ``node`` as DuckDB evaluates it: NULLIF(a, b) counts ``a`` twice."""
+    """The size of ``node`` as DuckDB evaluates it: NULLIF(a, b) counts ``a`` twice. The constant
+    elements of an IN list count nothing: DuckDB looks a value up in them (they are bounded by
+    ``MAX_IN_LIST``), and counting them made lists of a few thousand typed literals "too large"."""
     if isinstance(node, exp.Nullif):
         return 1 + 2 * _size(node.this) + _size(node.expression)
+    if isinstance(node, exp.In):
+        return 1 + _size(node.this) + sum(_size(c) for c in node.expressions if not _constant(c))
     return 1 + sum(_size(c) for c in node.iter_expressions())
 
 
@@ -1622,6 +1635,8 @@ def _rendered_size(node: exp.Expression) -> int:
         return int(cached)
     if isinstance(node, exp.Nullif):
         n = 1 + 2 * _rendered_size(node.this) + _rendered_size(node.expression)
+    elif isinstance(node, exp.In):
+        n = 1 + _rendered_size(node.this) + sum(_rendered_size(c) for c in node.expressions if not _constant(c))
     else:
         n = 1 + sum(_rendered_size(c) for c in node.iter_expressions())
     node.meta[_SIZE] = n
