@@ -5,9 +5,10 @@ without that person. For every query the analyst observes whether it fails, the 
 text, whether it was charged, the ledger entry's status and reason, and the released schema: they
 must be identical on D and D'. The other adversarial files cover collations, the SQL surface,
 source conversions and semantics; this one covers what DuckDB decides from an expression's
-*literal arguments* rather than from its argument types (a result type chosen by a format string).
+*literal arguments* rather than from its argument types (a result type chosen by a format string),
+the size limits of every typed expression (joins included), and how column names reach the typer.
 
-Findings kept here (each test failed before its fix):
+Findings kept here (each finding's tests failed before its fix; the controls pass either way):
 
 1. ``strptime(text, fmt)`` was typed TIMESTAMP whatever ``fmt``; DuckDB gives a TIMESTAMP_NS
    when the format holds ``%n`` and a TIMESTAMP WITH TIME ZONE with ``%z``/``%Z``. A TIMESTAMP
