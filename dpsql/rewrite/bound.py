@@ -164,6 +164,29 @@ def key_expression(key: ir.GroupKey, schema: dict[str, str]) -> exp.Expression:
         raise _refused(e) from None
 
 
+def coded_keys(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> frozenset[str]:
+    """The group keys carried through the bounding as their position in their public domain
+    (``ops.domain_code``: DuckDB's ``ENUM``, which groups, sorts and hashes as a small integer)
+    instead of as text: plain text columns whose declared domain has at most
+    ``ops.coded_domain_max`` values (none on backends without it). From public values only (the
+    query, the catalog and the backend); the released key is the same text either way."""
+    limit = getattr(ops, "coded_domain_max", 0)
+    return frozenset(
+        k.name for k in plan.keys
+        if k.domain is not None and 0 < len(k.domain) <= limit and isinstance(k.expr, exp.Column)
+        and is_text(plan.table.schema.get(k.expr.name.lower(), "")) and all(isinstance(v, str) for v in k.domain)
+    )
+
+
+def _key_item(key: ir.GroupKey, schema: dict[str, str], ops: SqlOps, coded: frozenset[str]) -> exp.Expression:
+    """A group key's column of the base rows: the canonical key, or its code (:func:`coded_keys`;
+    NULL outside the domain)."""
+    if key.name in coded:
+        assert isinstance(key.expr, exp.Column) and key.domain is not None
+        return exp.alias_(ops.domain_code(exp.column(key.expr.name, quoted=True), key.domain), key.name)  # type: ignore[attr-defined]
+    return exp.alias_(key_expression(key, schema), key.name)
+
+
 def source_column(agg: ir.Aggregate, caps: Caps) -> str:
     """The bounded column that carries ``agg``: with one row per (unit, group), COUNT(*) is
     the distinct-unit count itself, so both are released as one noisy value."""
@@ -268,7 +291,7 @@ def _domain_filter(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> exp.Express
 
 
 def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str],
-                     ops: SqlOps = DEFAULT_OPS) -> exp.Select:
+                     ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset()) -> exp.Select:
     """The rows of ``relation`` (one per unit and group, the keys in the columns named as the
     plan's keys) whose keys lie in their public domains: per key with a domain, a semi-join
     ``key IN (SELECT UNNEST([lit, ...]) AS __d)`` (Spark: ``explode(array(...))``) with the literals
@@ -278,11 +301,16 @@ def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Seque
     (unit, group) pairs it keeps exactly the pairs of the rows the row-level filter keeps, before
     any group is chosen. It is cheaper there: one probe per pair instead of one per row (and a
     semi-join on a subquery, unlike an IN list of constants, is not pushed below the
-    aggregation by DuckDB's optimizer)."""
+    aggregation by DuckDB's optimizer). A coded key (:func:`coded_keys`) is NULL exactly outside
+    its domain: ``NOT key IS NULL``."""
     schema = plan.table.schema
     cond: exp.Expression | None = None
     for key in plan.keys:
         if key.domain is None:
+            continue
+        if key.name in coded:
+            c0 = exp.Not(this=exp.Is(this=_col(key.name), expression=exp.Null()))
+            cond = c0 if cond is None else exp.And(this=cond, expression=c0)
             continue
         assert isinstance(key.expr, exp.Column)
         ctype = schema[key.expr.name.lower()]
@@ -454,11 +482,13 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
 
 
 def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression | None = None,
-                  use_public_domain: bool = True, ops: SqlOps = DEFAULT_OPS) -> tuple[exp.Select, list[str]]:
-    """The rows that may contribute, projected to ``__unit``, the group keys and the clamped
-    values (``<aggregate>_v``); also the names of the value columns."""
+                  use_public_domain: bool = True, ops: SqlOps = DEFAULT_OPS,
+                  coded: frozenset[str] = frozenset()) -> tuple[exp.Select, list[str]]:
+    """The rows that may contribute, projected to ``__unit``, the group keys (``coded``: as
+    their codes, :func:`coded_keys`) and the clamped values (``<aggregate>_v``); also the names
+    of the value columns."""
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
-    proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
+    proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     value_cols: list[str] = []
     for a in plan.aggregates:
         if a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT):
@@ -500,7 +530,7 @@ def _raw_key(a: ir.Aggregate) -> str:
 
 
 def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where: exp.Expression | None,
-                       use_public_domain: bool, ops: SqlOps) -> exp.Select:
+                       use_public_domain: bool, ops: SqlOps, coded: frozenset[str] = frozenset()) -> exp.Select:
     """k = 1 with values: one row per (unit, group) with its values (``__n`` = 1, and per
     aggregate its ``_c`` / ``_s`` columns), the kept row chosen by :func:`_pick_one_row` over the
     raw values of the columns the aggregates read (clamped after the choice: the same values
@@ -516,7 +546,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
                 source[src] = (_raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
                                else aggregate_input(a, plan.table.schema, ops))
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
-    proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
+    proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     proj += [exp.alias_(source[c], r) for c, r in raw.items()]
     base = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__base", copy=False)
     picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops)
@@ -574,9 +604,12 @@ def bounded_query(
     pairs_domain = (use_public_domain and bool(keys) and not caps.unit_rows_finite
                     and any(k.domain is not None for k in plan.keys))
     row_domain = use_public_domain and not pairs_domain
+    # text keys of small public domains as their codes (NULL outside the domain), filtered on the pairs
+    coded = coded_keys(plan, ops) if pairs_domain else frozenset()
 
     # 1. base rows ------------------------------------------------------------------------------
-    base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=row_domain, ops=ops)
+    base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=row_domain, ops=ops,
+                                     coded=coded)
     rows_src: exp.Expression = base.subquery("__base", copy=False)
 
     # 2. rows per unit (L) ------------------------------------------------------------------------
@@ -590,6 +623,18 @@ def bounded_query(
                                       draw=True)
     # one row per unit and group, counts only: the (unit, group) pairs themselves, no per-pair count
     pairs_only = caps.rows_finite and caps.max_rows_per_group == 1 and not need_values
+    by_mask = getattr(ops, "count_units_by_mask", None)
+    if pairs_only and caps.groups_finite and len(keys) == 1 and keys[0] in coded and by_mask is not None:
+        # one coded key, counts of units only: each unit's groups as one mask, capped per unit, no pairs
+        key = plan.keys[0]
+        assert key.domain is not None
+        counted = by_mask(rows_src, keys[0], key.domain, int(caps.max_groups_per_unit), salt).subquery("__chosen", copy=False)
+        cols: list[exp.Expression] = [_col(keys[0]), _col("__users")]
+        cols += [exp.alias_(_col("__users"), a.name) for a in plan.aggregates if a.kind == ir.COUNT_STAR]
+        by_units = exp.select(*cols).from_(counted, copy=False)
+        if tau is not None and tau > 1:
+            by_units = by_units.where(exp.GTE(this=_col("__users"), expression=_lit(tau)), copy=False)
+        return by_units
     n_expr: exp.Expression = exp.Count(this=exp.Star())
     if caps.rows_finite and not need_values:
         # counts only: capping the count per (unit, group) at k is the same as keeping k rows
@@ -613,14 +658,16 @@ def bounded_query(
             # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
             ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", _col(f"{a.name}_v"))), f"{a.name}_l"))
     if one_row:
-        ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops)
+        ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops,
+                                coded=coded)
     elif pairs_only:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).distinct(copy=False)
     else:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
 
     if pairs_domain:
-        ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects], ops)
+        ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects], ops,
+                              coded)
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug", copy=False)
@@ -632,7 +679,9 @@ def bounded_query(
     def zsum(col: str) -> exp.Expression:
         return exp.func("coalesce", exp.Sum(this=_col(col)), _lit(0))
 
-    out: list[exp.Expression] = [_col(k) for k in keys] + [exp.alias_(exp.Count(this=exp.Star()), "__users")]
+    out: list[exp.Expression] = [exp.alias_(ops.domain_text(_col(k)), k) if k in coded else _col(k)  # type: ignore[attr-defined]
+                                 for k in keys]
+    out.append(exp.alias_(exp.Count(this=exp.Star()), "__users"))
     for a in plan.aggregates:
         if a.kind == ir.COUNT_STAR:
             out.append(exp.alias_(exp.Count(this=exp.Star()) if pairs_only else zsum("__n"), a.name))
