@@ -96,9 +96,9 @@ class DuckDBOps:
         Each unit's groups are one BIGINT, bit ``c`` for the domain's value ``c`` (``BIT_OR`` per
         unit: a hash aggregate of fixed-size states, which spills like the ``DISTINCT``). A unit
         with at most ``n`` groups keeps them all; a unit with more keeps the ``n`` whose
-        :meth:`keyed_hash` of (unit, code) is smallest, ties by code: the choice the group cap
-        window (``dpsql.rewrite.bound._smallest_by_window``) makes over the coded pairs, computed
-        from the unit's own mask. The units are then counted per kept set (few distinct sets),
+        :meth:`keyed_hash` of (unit, group's text) is smallest, ties by code: the choice the group
+        cap window (``dpsql.rewrite.bound._smallest_by_window``) makes over the coded pairs (and,
+        but for ties, over the text keys), computed from the unit's own mask. The units are then counted per kept set (few distinct sets),
         and each set's count added to each of its groups: no (unit, group) pair is materialised
         and nothing is sorted by unit."""
         code = exp.cast(_mark(exp.func("enum_code", _col(key))), "BIGINT")
@@ -113,7 +113,12 @@ class DuckDBOps:
             every = exp.func("range", _number(0), _number(len(values)))
             return _mark(exp.func("list_filter", every, exp.Lambda(this=has, expressions=[exp.to_identifier("__c")])))
 
-        pair = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier("h"), expression=self.keyed_hash(["__unit", "__c"], salt)),
+        def text(c: exp.Expression) -> exp.Expression:  # the domain value of code c
+            listed = exp.Array(expressions=[exp.Literal.string(v) for v in values])
+            return _mark(exp.func("list_extract", listed, exp.Add(this=c, expression=_number(1))))
+
+        h = self.keyed_hash_of([_col("__unit"), text(_col("__c"))], salt)
+        pair = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier("h"), expression=h),
                                        exp.PropertyEQ(this=exp.to_identifier("c"), expression=_col("__c"))])
         ranked = _mark(exp.func("list_transform", codes("__m"), exp.Lambda(this=pair, expressions=[exp.to_identifier("__c")])))
         first = _mark(exp.func("list_slice", _mark(exp.func("list_sort", ranked)), _number(1), _number(n)))
@@ -125,10 +130,8 @@ class DuckDBOps:
                    .from_(masks, copy=False).group_by(_col("__kept"), copy=False).subquery("__sets", copy=False))
         spread = (exp.select(exp.alias_(exp.Unnest(expressions=[codes("__kept")]), "__c"), _col("__n"))
                   .from_(per_set, copy=False).subquery("__spread", copy=False))
-        text = _mark(exp.func("list_extract", exp.Array(expressions=[exp.Literal.string(v) for v in values]),
-                              exp.Add(this=_col("__c"), expression=_number(1))))
         users = exp.cast(exp.Sum(this=_col("__n")), "BIGINT")
-        return _mark(exp.select(exp.alias_(text, key), exp.alias_(users, "__users")).from_(spread, copy=False)
+        return _mark(exp.select(exp.alias_(text(_col("__c")), key), exp.alias_(users, "__users")).from_(spread, copy=False)
                      .group_by(_col("__c"), copy=False))
 
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
@@ -143,7 +146,12 @@ class DuckDBOps:
         keeps that as its negative control, and a salt XORed in without the outer hash as
         another: it preserves the order's structure).
         """
-        inner = _mark(exp.func("hash", *[_col(c) for c in columns]))
+        return self.keyed_hash_of([_col(c) for c in columns], salt)
+
+    def keyed_hash_of(self, values: Sequence[exp.Expression], salt: str) -> exp.Expression:
+        """:meth:`keyed_hash` of expressions (a coded key's text, :meth:`domain_text`: the same
+        hash as of the text column itself)."""
+        inner = _mark(exp.func("hash", *values))
         key = _mark(exp.func("hash", exp.Literal.string(salt)))
         return _mark(exp.func("hash", exp.BitwiseXor(this=inner, expression=key)))
 

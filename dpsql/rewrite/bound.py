@@ -393,7 +393,7 @@ def cap_rows_per_group(relation: exp.Expression, unit: str, keys: Sequence[str],
 
 def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
                         max_groups: float, salt: str, *, alias: str = "__chosen",
-                        ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
+                        ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset()) -> exp.Subquery:
     """The per-unit group cap C_u, over a relation with one row per (unit, group): per unit,
     the ``max_groups`` rows first in the total order (keyed hash of (unit, group), group key), a
     uniform random choice that depends only on that unit's groups and the salt. The result has
@@ -411,9 +411,16 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
       :meth:`SqlOps.keep_n_per_partition` (one ``ARG_MIN(..., n)`` aggregate per unit); the
       others pass through as they are. Whether a unit is such a unit depends only on its own
       groups.
+
+    ``coded`` keys (:func:`coded_keys`) are hashed as their text, so the order is the one of the
+    text keys under the same salt; equal hashes are then ordered by code (the domain's order).
     """
     n = int(max_groups)
-    key = ops.keyed_hash([unit, *keys], salt)
+    if coded:
+        hashed = [_col(unit)] + [ops.domain_text(_col(k)) if k in coded else _col(k) for k in keys]  # type: ignore[attr-defined]
+        key = ops.keyed_hash_of(hashed, salt)  # type: ignore[attr-defined]
+    else:
+        key = ops.keyed_hash([unit, *keys], salt)
     if getattr(ops, "group_cap_window", False):
         return _smallest_by_window(relation, unit, keys, output, key, n).subquery(alias, copy=False)
     shared, heavy = "__pairs", "__heavy"
@@ -460,7 +467,7 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
-                  ops: SqlOps) -> exp.Subquery:
+                  ops: SqlOps, coded: frozenset[str] = frozenset()) -> exp.Subquery:
     """k = 1: one row per (unit, group), uniformly at random among the group's rows, by one
     aggregate. Where the backend draws a fresh uniform per row (``ops.row_clock()``, DuckDB's
     ``RANDOM()``), the row with the smallest draw: ``ARG_MIN(values, RANDOM())`` per (unit,
@@ -475,9 +482,12 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
     clock = ops.row_clock()
     if clock is not None:
         return ops.keep_n_per_partition(relation, part, clock, 1, alias="__rows", output=[*part, *values])
-    counted = (exp.select(*[_col(c) for c in [*part, *values]], exp.alias_(exp.Count(this=exp.Star()), "__m"))
+    texts = [exp.alias_(ops.domain_text(_col(k)), f"__text{k}") for k in keys if k in coded]  # type: ignore[attr-defined]
+    counted = (exp.select(*[_col(c) for c in [*part, *values]], *texts, exp.alias_(exp.Count(this=exp.Star()), "__m"))
                .from_(relation, copy=False).group_by(*[_col(c) for c in [*part, *values]], copy=False).subquery("__counted", copy=False))
-    race = exp.Div(this=ops.exponential_clock([*part, *values], salt), expression=_col("__m"))
+    # a coded key is hashed as its text (the same race as over the text key, under the same salt)
+    hashed = [unit, *[f"__text{k}" if k in coded else k for k in keys], *values]
+    race = exp.Div(this=ops.exponential_clock(hashed, salt), expression=_col("__m"))
     return ops.keep_n_per_partition(counted, part, race, 1, alias="__rows", output=[*part, *values])
 
 
@@ -549,7 +559,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     proj += [exp.alias_(source[c], r) for c, r in raw.items()]
     base = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__base", copy=False)
-    picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops)
+    picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops, coded=coded)
 
     def present(r: str) -> exp.Expression:
         return exp.Case(ifs=[exp.If(this=exp.Is(this=_col(r), expression=exp.Null()), true=_lit(0))], default=_lit(1))
@@ -673,7 +683,8 @@ def bounded_query(
     chosen: exp.Expression = ug.subquery("__ug", copy=False)
     if caps.groups_finite and keys:
         fields = [c.alias_or_name for c in ug.selects if c.alias_or_name != "__unit"]
-        chosen = cap_groups_per_unit(chosen, "__unit", keys, fields, caps.max_groups_per_unit, salt, ops=ops)
+        chosen = cap_groups_per_unit(chosen, "__unit", keys, fields, caps.max_groups_per_unit, salt, ops=ops,
+                                     coded=coded)
 
     # 5. per-group aggregation --------------------------------------------------------------------
     def zsum(col: str) -> exp.Expression:
