@@ -912,31 +912,33 @@ def _many_group_events(seed: int, n: int = 6000) -> pa.Table:
     country = np.where(gen.random(n) < 0.85, gen.choice(inside, n), gen.choice(["C1", "x", ""], n)).astype(object)
     country[gen.random(n) < 0.03] = None
     return pa.table({"user_id": users, "country": pa.array(country.tolist(), pa.string()),
-                     "amount": gen.integers(0, 20, n).astype(np.float64)})
+                     "url": gen.choice([f"u{i}" for i in range(7)], n), "amount": gen.integers(0, 20, n).astype(np.float64)})
 
 
 @pytest.mark.parametrize("sql", ["SELECT country, COUNT(*) FROM events GROUP BY country",
                                  "SELECT country, COUNT(DISTINCT user_id) FROM events GROUP BY country",
-                                 "SELECT country, SUM(amount), AVG(amount) FROM events GROUP BY country"])
+                                 "SELECT country, SUM(amount), AVG(amount) FROM events GROUP BY country",
+                                 "SELECT url, country, COUNT(*), COUNT(DISTINCT amount) FROM events GROUP BY url, country"])
 def test_mask_cap_chooses_what_the_window_over_codes_chooses(sql: str) -> None:
     # most units have more groups than C_u = 3 (up to 12 in the domain), keys outside the domain
     # (another case, empty text) and NULL keys are dropped first: the per-unit mask keeps exactly
     # the groups the window over the coded pairs keeps under the same salt, and so do the text keys
-    # (the domain semi-join; the coded keys are hashed as their text, ties aside)
+    # (the domain semi-join; the coded keys are hashed as their text, ties aside), also with k = 2
+    # (the salted numbering of rows) and with a per-unit row cap L (text keys filtered per row)
     data = _many_group_events(5)
     inside = tuple(f"c{i}" for i in range(12))
     spec = spec_for("events", data, bounds={"amount": (0, 10)}, domains={"country": inside})
     plan = plan_for(sql, spec)
-    caps = Caps(3, 1)
-    for salt in ("s1", "s2"):
-        got = keyed(plan, run_bounded(plan, caps, data, salt=salt, ops=SaltedDuckDBOps()))
-        want = keyed(plan, run_bounded(plan, caps, data, salt=salt, ops=_WindowOverCodes()))
-        assert got == want
-        assert set(got) <= {(c,) for c in inside}
-        text = keyed(plan, run_bounded(plan, caps, data, salt=salt, ops=_TextKeys()))
-        assert text == got
-    assert "ENUM(" in bounded_sql(plan, caps, "s", ops=SaltedDuckDBOps())
-    assert "ENUM(" not in bounded_sql(plan, caps, "s", ops=_TextKeys())
+    for caps in (Caps(3, 1), Caps(2, 2), Caps(3, 1, 4)):
+        for salt in ("s1", "s2"):
+            got = keyed(plan, run_bounded(plan, caps, data, salt=salt, ops=SaltedDuckDBOps()))
+            want = keyed(plan, run_bounded(plan, caps, data, salt=salt, ops=_WindowOverCodes()))
+            assert got == want
+            assert {k[-1] for k in got} <= set(inside)
+            text = keyed(plan, run_bounded(plan, caps, data, salt=salt, ops=_TextKeys()))
+            assert text == got
+    assert "ENUM(" in bounded_sql(plan, Caps(3, 1), "s", ops=SaltedDuckDBOps())
+    assert "ENUM(" not in bounded_sql(plan, Caps(3, 1), "s", ops=_TextKeys())
 
 
 def test_mask_cap_keeps_c_u_groups_of_each_unit_and_is_uniform() -> None:

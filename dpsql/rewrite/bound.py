@@ -337,7 +337,7 @@ TWO_ROW_MAX_COLUMNS = 2
 
 
 def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Sequence[str], n: float, salt: str, *,
-             alias: str, ops: SqlOps = DEFAULT_OPS, draw: bool = False) -> exp.Subquery:
+             alias: str, ops: SqlOps = DEFAULT_OPS, draw: bool = False, coded: frozenset[str] = frozenset()) -> exp.Subquery:
     """At most ``n`` rows per partition: a uniform random subset that depends only on the
     partition's own rows.
 
@@ -373,7 +373,11 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
         order=exp.Order(expressions=[exp.Ordered(this=_col(c)) for c in order_by]) if order_by else None,
     )
     numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(relation, copy=False).subquery("__numbered", copy=False)
-    key = ops.keyed_hash([*partition, "__idx"], salt)
+    if coded & set(partition):  # a coded key is hashed as its text (:func:`coded_keys`)
+        hashed = [ops.domain_text(_col(c)) if c in coded else _col(c) for c in [*partition, "__idx"]]  # type: ignore[attr-defined]
+        key = ops.keyed_hash_of(hashed, salt)  # type: ignore[attr-defined]
+    else:
+        key = ops.keyed_hash([*partition, "__idx"], salt)
     return ops.keep_n_per_partition(numbered, partition, key, int(n), alias=alias)
 
 
@@ -385,10 +389,10 @@ def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[st
 
 def cap_rows_per_group(relation: exp.Expression, unit: str, keys: Sequence[str], order_by: Sequence[str],
                        max_rows: float, salt: str, *, alias: str = "__rows", ops: SqlOps = DEFAULT_OPS,
-                       draw: bool = False) -> exp.Subquery:
+                       draw: bool = False, coded: frozenset[str] = frozenset()) -> exp.Subquery:
     """The per-(unit, group) row cap k: at most ``max_rows`` rows per unit and group
     (:func:`cap_rows`)."""
-    return cap_rows(relation, [unit, *keys], order_by, max_rows, salt, alias=alias, ops=ops, draw=draw)
+    return cap_rows(relation, [unit, *keys], order_by, max_rows, salt, alias=alias, ops=ops, draw=draw, coded=coded)
 
 
 def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
@@ -630,7 +634,7 @@ def bounded_query(
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
     if caps.rows_finite and need_values and not one_row:
         rows_src = cap_rows_per_group(rows_src, "__unit", keys, value_cols, caps.max_rows_per_group, salt, ops=ops,
-                                      draw=True)
+                                      draw=True, coded=coded)
     # one row per unit and group, counts only: the (unit, group) pairs themselves, no per-pair count
     pairs_only = caps.rows_finite and caps.max_rows_per_group == 1 and not need_values
     by_mask = getattr(ops, "count_units_by_mask", None)
