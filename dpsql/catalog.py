@@ -580,6 +580,16 @@ def reference_problems(table: TableSpec, catalog: Mapping[str, TableSpec]) -> li
     * a public table may reference only registered public tables (a row that references a person
       is not public)."""
     out: list[tuple[str, str]] = []
+    cycle = reference_cycle(table, catalog)
+    if cycle is not None and len(cycle) == 1 and key_columns(cycle[0][0]) == key_columns(cycle[0][1]):
+        out.append((f"the reference '{cycle[0][0]}' -> '{cycle[0][1]}' names the column itself",
+                    f"drop '{cycle[0][0]}' from references"))
+    elif cycle is not None:
+        hops = ", ".join(f"'{a}' -> '{b}'" for a, b in cycle)
+        out.append((f"the references {hops} form a cycle back to '{table.name}': a row would belong to a chain of people "
+                    "without end (each person's row reaches the next through the same references), which no cap bounds",
+                    f"declare one of these columns without its reference (a plain column), e.g. drop '{cycle[-1][0]}' "
+                    "from references"))
     for fk, target in table.references.items():
         tn, _, tc = target.partition(".")
         ref = catalog.get(tn)
@@ -601,6 +611,38 @@ def reference_problems(table: TableSpec, catalog: Mapping[str, TableSpec]) -> li
                 out.append((f"reference '{table.name}.{a}' -> '{tn}.{b}' is of floating-point type {ta}: not a usable key",
                             "use an integer, DECIMAL or text key"))
     return out
+
+
+def reference_cycle(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[tuple[str, str]] | None:
+    """The first cycle of declared references that leads from ``table`` back to ``table``, as
+    ``('table.fk', 'target.column')`` hops, or None. Public tables are not followed (they reach no
+    person). Every path from a row to a person is followed to its end (a row belongs to each person
+    it reaches, and to each person that person's row reaches: ``dpsql.plan.joins``), so a cycle
+    (``users.referrer_id -> users.id``, or ``customer.c_lastorder -> orders`` with
+    ``orders.o_custkey -> customer``) attaches a row to a chain of people of unbounded length:
+    design invariant 9 refuses it."""
+    start = table.name.lower()
+
+    def spec(name: str) -> TableSpec | None:
+        return table if name == start else catalog.get(name)
+
+    def walk(name: str, path: list[tuple[str, str]], seen: frozenset[str]) -> list[tuple[str, str]] | None:
+        t = spec(name)
+        if t is None or t.public:
+            return None
+        for fk, target in t.references.items():
+            tn = target.partition(".")[0].lower()
+            hop = (f"{t.name}.{fk}", target)
+            if tn == start:
+                return [*path, hop]
+            if tn in seen:
+                continue  # a cycle that does not pass through ``table``: reported for its own tables
+            found = walk(tn, [*path, hop], seen | {tn})
+            if found is not None:
+                return found
+        return None
+
+    return walk(start, [], frozenset({start}))
 
 
 def key_columns(text: str) -> str:

@@ -574,8 +574,8 @@ SELECT
   __k0,
   COUNT(*) AS __users,
   COALESCE(SUM(__n), 0) AS __a0,
-  COALESCE(SUM(__a1_s), 0) AS __a1,
-  COALESCE(SUM(__a2_s), 0) AS __a2_sum,
+  COALESCE(CAST(SUM(__a1_s) AS DOUBLE) * CAST('2.842170943040401e-14' AS DOUBLE), 0) AS __a1,
+  COALESCE(CAST(SUM(__a2_s) AS DOUBLE) * CAST('1.4210854715202004e-14' AS DOUBLE), 0) AS __a2_sum,
   COALESCE(SUM(__a2_c), 0) AS __a2_cnt
 FROM (
   SELECT
@@ -603,16 +603,20 @@ FROM (
           SELECT
             "user_id" AS __unit,
             "url" COLLATE "binary" AS __k0,
-            CASE
-              WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
-              THEN NULL
-              ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100)
-            END AS __a1_v,
-            CASE
-              WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
-              THEN NULL
-              ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100) - 50
-            END AS __a2_v
+            CAST(TRUNC(
+              CASE
+                WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
+                THEN NULL
+                ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100)
+              END * CAST('35184372088832.0' AS DOUBLE)
+            ) AS BIGINT) AS __a1_v,
+            CAST(TRUNC(
+              CASE
+                WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
+                THEN NULL
+                ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100) - 50
+              END * CAST('70368744177664.0' AS DOUBLE)
+            ) AS BIGINT) AS __a2_v
           FROM _dpsql_src_events
           WHERE
             (

@@ -17,6 +17,7 @@ import dpsql
 from dpsql.accounting import s4s_budget_schedule, s4s_tau_grid
 from dpsql.accounting.s4s import s4s_grid_size
 from dpsql.budget import Budget
+from dpsql.errors import ConfigError
 from dpsql.mechanisms.s4s import s4s_rdp_schedule, s4s_scalar
 from dpsql.mechanisms.s4s_vector import vector_taus
 from dpsql.testing import use_noise, zero_noise
@@ -173,3 +174,44 @@ def test_the_default_sample_is_no_longer_a_person_count() -> None:
     sd = math.sqrt(9000 * 0.5 / 0.5)
     assert abs(got - 9000) <= 6 * sd
     assert abs(got - 5250) > 20 * sd  # negative control: far from the truncated-at-one answer
+
+
+def test_a_tau_base_near_one_is_refused_for_free_not_computed_for_minutes() -> None:
+    """A base near 1 made thousands of thresholds, each run accounted for: tau_base = 1.0001 kept a
+    free explain busy for minutes. At most MAX_TAU_GRID = 64 thresholds (L ≤ log_b Δ + 1): Δ = 3 allows
+    b ≥ 3^(1/63) = 1.017591..., refused just below, in the explain and the query alike, before any charge."""
+    from dpsql.accounting.s4s import MAX_TAU_GRID
+
+    assert MAX_TAU_GRID == 64
+    assert len(s4s_tau_grid(3, 1.01760)) == 64
+    with pytest.raises(ConfigError, match="at most 64 are allowed") as ei:
+        s4s_tau_grid(3, 1.01758)
+    assert "tau_base >= 1.01759" in str(ei.value)
+    assert len(s4s_tau_grid(2**63, 2.0)) == 64  # the paper's base reaches any 64-bit Δ
+    customer, orders = _orders_customers()
+    s = _session(customer, orders)
+    try:
+        before = s.remaining()
+        for fn in (s.explain, s.query):
+            with pytest.raises(ConfigError, match="truncation thresholds"):
+                fn(SQL, epsilon=1.0, options={"mechanism": "dp_s4s", "tau_base": 1.0001})
+        assert s.remaining() == before
+    finally:
+        s.close()
+
+
+def test_r2t_grid_is_capped_too() -> None:
+    from dpsql.accounting.s4s import r2t_schedule
+
+    assert len(r2t_schedule(1.0, 2.0**64, base=2.0)) == 64
+    with pytest.raises(ConfigError, match="R2T thresholds"):
+        r2t_schedule(1.0, 1000.0, base=1.0001)
+    customer, orders = _orders_customers()
+    s = _session(customer, orders)
+    try:
+        before = s.remaining()
+        with pytest.raises(ConfigError, match="thresholds"):
+            s.query(SQL, epsilon=1.0, options={"mechanism": "r2t", "tau_base": 1.0001})
+        assert s.remaining() == before
+    finally:
+        s.close()

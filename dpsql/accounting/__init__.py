@@ -41,6 +41,7 @@ from dpsql.accounting.discrete_gaussian import (
     discrete_laplace_pmf,
 )
 from dpsql.accounting.gaussian import (
+    DELTA_EVAL_MARGIN,
     gaussian_delta,
     gaussian_epsilon,
     gaussian_mu,
@@ -85,6 +86,7 @@ __all__ = [
     "Budget",
     "compose",
     # Gaussian mechanism
+    "DELTA_EVAL_MARGIN",
     "gaussian_delta",
     "log_gaussian_delta",
     "gaussian_epsilon",

@@ -63,7 +63,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from dpsql.accounting import _validate as v
-from dpsql.accounting.gaussian import gaussian_sigma
+from dpsql.accounting.gaussian import DELTA_EVAL_MARGIN, gaussian_sigma
 from dpsql.accounting.sparse_histogram import _dtau_closed_form, _exact, _min_tau_star
 from dpsql.errors import ConfigError
 
@@ -129,6 +129,8 @@ class _Problem:
     ) -> None:
         self.e = v.epsilon_target(epsilon)
         self.d = v.delta_target(delta)
+        # what the evaluated δ must meet: the exact δ is then ≤ d despite ~1e-12 evaluation error
+        self.d_safe = self.d * (1.0 - DELTA_EVAL_MARGIN)
         self.tau = v.count(
             tau, "tau", minimum=1, hint="tau is the deterministic threshold on true counts: an integer >= 1"
         )
@@ -188,7 +190,7 @@ class _Problem:
         return r.delta_gaussian + r.delta_infinite
 
     def lower_bound_dtau(self, sigma: float) -> float:
-        return _dtau_closed_form(sigma, self.d, self.c)
+        return _dtau_closed_form(sigma, self.d_safe, self.c)
 
     def record(
         self, sigma: float, tau_star: float, fixed: tuple[str, ...] = ()
@@ -372,7 +374,7 @@ def calibrate_sparse_histogram_fixed(
         return pb.record(sig, t_s)
     if s is not None and ts is not None:
         d_at = pb.delta_at(s, ts)
-        if d_at > pb.d:
+        if d_at > pb.d_safe:
             need = pb.min_tau_star(s)
             fix = (
                 f"raise tau_star to at least {need:.6g} at this sigma"
@@ -408,7 +410,7 @@ def _least_sigma_for_tau_star(pb: _Problem, ts: float) -> float:
     """
 
     def ok(s: float) -> bool:
-        return pb.delta_at(s, ts) <= pb.d
+        return pb.delta_at(s, ts) <= pb.d_safe
 
     sigma0, _ = pb.first_feasible_sigma()
     if ok(sigma0):

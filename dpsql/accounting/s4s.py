@@ -108,6 +108,8 @@ __all__ = [
 
 #: the default base b of the threshold grids τ = b^i (the authors' code; the papers use 2)
 DEFAULT_TAU_BASE = 5.5
+#: the most thresholds a grid may have: log_b Δ runs, each accounted for (Δ up to 2^64 at b = 2)
+MAX_TAU_GRID = 64
 
 _RTOL = 4.0 * float(np.finfo(float).eps)
 _LOG_HALF = math.log(0.5)
@@ -522,6 +524,12 @@ def s4s_tau_grid(
     """
     n = _max_tuples(max_tuples)
     b = tau_grid_base(base)
+    if n > 1 and math.log(n) / math.log(b) > MAX_TAU_GRID - 1:  # L <= log_b Δ + 1
+        # a base near 1 made a grid of thousands of runs, each accounted for (minutes of a free explain)
+        raise ConfigError(
+            f"tau_base={b:.6g} makes about {math.log(n) / math.log(b) + 1:.0f} truncation thresholds for at most {n} "
+            f"tuples per person; at most {MAX_TAU_GRID} are allowed",
+            hint=f"use tau_base >= {n ** (1.0 / (MAX_TAU_GRID - 1)) * (1 + 1e-12):.6g} (default {DEFAULT_TAU_BASE}, the paper's 2)")
     out: list[float] = []
     i = 0
     while True:
@@ -817,6 +825,11 @@ def r2t_schedule(
         )
     b = v.probability(beta, "beta", closed_high=False)
     bb = tau_grid_base(base)
+    if math.log(gs) / math.log(bb) > MAX_TAU_GRID:  # L = ⌈log_b GS⌉ runs, each a truncation
+        raise ConfigError(
+            f"tau_base={bb:.6g} makes about {math.log(gs) / math.log(bb):.0f} R2T thresholds for a global sensitivity "
+            f"of {gs:.6g}; at most {MAX_TAU_GRID} are allowed",
+            hint=f"use tau_base >= {gs ** (1.0 / MAX_TAU_GRID) * (1 + 1e-12):.6g} (default {DEFAULT_TAU_BASE}, the paper's 2)")
     if bb == 2.0:
         big_l = max(1, math.ceil(math.log2(gs) - 1e-12))
     else:

@@ -50,6 +50,10 @@ Minimal threshold (§1.8)
 bind (the usual case); otherwise the least Δτ is found by Brent's method between Δτ_LB and the
 add-the-deltas margin Δτ_add = σ·Φ⁻¹((1 − δ + δ_Gaussian)^{1/C_u}) (an upper bound since the
 exact δ is at most the add-the-deltas δ), to ~1e-15 relative, and then moved to the safe side.
+The target is met with the evaluated δ at most δ·(1 − ``DELTA_EVAL_MARGIN``) (2⁻³³, from
+:mod:`.gaussian`): the δ_G terms are evaluated to ~1e-12 relative, and the exact δ must not
+exceed δ. (The least τ* is thus that of δ·(1 − 2⁻³³): e.g. 3.8e-6 above the add-the-deltas
+margin 15 491.379058 of the case study at σ = 2230, where δ − δ_Gaussian is 1% of δ.)
 If δ_Gaussian > δ no threshold can help and ``math.inf`` is returned.
 """
 
@@ -63,7 +67,7 @@ import numpy as np
 from scipy.special import erf, erfcx, log_ndtr, ndtri
 
 from dpsql.accounting import _validate as v
-from dpsql.accounting.gaussian import _expm1_times_ndtr, _log_delta_core
+from dpsql.accounting.gaussian import DELTA_EVAL_MARGIN, _expm1_times_ndtr, _log_delta_core
 from dpsql.errors import ConfigError
 
 __all__ = [
@@ -372,6 +376,10 @@ def sparse_histogram_tau_star_lower_bound(delta: float, *, sigma: float, tau: in
 
 
 def _min_tau_star(e: float, d: float, s: float, t: int, c: int, mo: float, method: str) -> float:
+    # the evaluated δ must meet δ·(1 − margin): its evaluation errs by up to ~1e-12 relative (the
+    # δ_G terms, ``dpsql.accounting.gaussian``), and the exact δ must not exceed the target
+    # (both accountings alike, so that the exact τ* stays below the add-the-deltas one)
+    d = d * (1.0 - DELTA_EVAL_MARGIN)
     mu_c = math.sqrt(c * (1.0 / (s * s) + mo * mo))
     d_g = float(_accurate_delta_g(np.array([e]), np.array([mu_c]))[0])
     if d_g > d:
@@ -464,7 +472,8 @@ def sparse_histogram_min_tau_star(
 
     ``method="exact"`` uses Theorem 5.4, ``method="add_the_deltas"`` the Wilson et al. bound.
     ``math.inf`` means the Gaussian part δ_G(ε; μ_{C_u}) alone already exceeds δ: increase σ.
-    The returned τ* always satisfies the target; τ*·(1 − 1e-9) does not (unless τ* is infinite).
+    The returned τ* satisfies the target with the evaluated δ at most δ·(1 − ``DELTA_EVAL_MARGIN``)
+    (so the exact δ is at most δ); τ*·(1 − 1e-9) does not meet δ·(1 − margin) (unless τ* is infinite).
     Rounding τ* up to a grid (e.g. integers) is the caller's job: see :func:`round_tau_star_up`.
     """
     e = v.epsilon_target(epsilon)

@@ -202,6 +202,11 @@ def source_name(table: str) -> str:
     return f"_dpsql_src_{table}"
 
 
+def power_of_two_factors(k: int) -> tuple[int, ...]:
+    """Exponents summing to ``k``, each within a DOUBLE's normal range (2^k itself may not be)."""
+    return (k,) if abs(k) <= 1000 else (k // 2, k - k // 2)
+
+
 @runtime_checkable
 class SqlOps(Protocol):
     """The semantic building blocks of bounded queries, as sqlglot ASTs in one dialect.
@@ -276,6 +281,22 @@ class SqlOps(Protocol):
 
     def least(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
         """The smaller of two values that are never NULL (engines differ on NULL arguments)."""
+        ...
+
+    def fixed_point(self, value: exp.Expression, scale: int) -> exp.Expression:
+        """A DOUBLE ``value`` with ``|value| * 2^scale < 2^53`` as the integer ``value * 2^scale``
+        truncated toward zero (so its magnitude never grows), of an integer type whose
+        :meth:`exact_sum` is exact; NULL stays NULL. ``dpsql.rewrite.bound.fixed_point_scale``."""
+        ...
+
+    def exact_sum(self, value: exp.Expression) -> exp.Expression:
+        """``SUM`` of :meth:`fixed_point` integers (or of such sums), computed exactly (an integer
+        type of at least 126 bits): no rounding, whatever the order of the rows."""
+        ...
+
+    def from_fixed_point(self, total: exp.Expression, scale: int) -> exp.Expression:
+        """An exact integer ``total`` back to DOUBLE: ``CAST(total AS DOUBLE) * 2^-scale``, one
+        conversion (the multiplications by powers of two are exact)."""
         ...
 
     def bernoulli_keep(self, columns: Sequence[str], salt: str, q: float) -> exp.Expression:

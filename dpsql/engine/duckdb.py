@@ -267,18 +267,19 @@ class DuckDBBackend:
     def _register_arrow(self, name: str, kind: str, source: Any, view: str) -> None:
         """Arrow tables and Parquet files, read totally (:func:`_arrow_plan`); for Parquet with
         ``invalid_text = "replace"``, DuckDB's own reader (:meth:`_parquet_replace_select`)."""
-        if kind == "parquet" and self.settings.invalid_text == "replace":
-            self._con.execute(self._render(_temp_view(view, self._parquet_replace_select(name, source))))
-            return
-        cap = self.settings.max_text_bytes
-        if kind == "parquet":
-            import pyarrow.dataset as ds
+        import pyarrow.dataset as ds
 
+        if kind == "parquet":
             paths = _expand(source)
             _same_file_types(name, paths)
             schema = ds.dataset(paths[0], format="parquet").schema
         else:
             schema = source.schema
+        _distinct_names(name, schema.names)
+        if kind == "parquet" and self.settings.invalid_text == "replace":
+            self._con.execute(self._render(_temp_view(view, self._parquet_replace_select(name, source))))
+            return
+        cap = self.settings.max_text_bytes
         plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap)) for f in schema]
         target = pa.schema([pa.field(f.name, read) for f, read, _ in plans])
         if kind == "parquet":
@@ -680,6 +681,23 @@ class DuckDBBackend:
                     pass
         assert failure is not None
         raise failure
+
+
+def _distinct_names(name: str, names: list[str]) -> None:
+    """Refuse a source with two columns whose names differ only in case (free: its schema only).
+    DuckDB compares column names case-insensitively: the view's ``"a"`` bound the raw ``"A"``
+    (text read as bytes) and renamed the second one ``a_1``, so the catalog typed a column as
+    another's type and exposed the undecoded, uncapped bytes of a text column."""
+    seen: dict[str, str] = {}
+    for n in names:
+        other = seen.get(n.lower())
+        seen[n.lower()] = n
+        if other is not None:
+            raise ConfigError(
+                f"table '{name}': two columns are named {other!r} and {n!r}, which SQL does not tell apart (names "
+                "are compared case-insensitively)",
+                hint="rename or drop one of them before registering the source",
+            )
 
 
 def _binary_text_columns(schema: pa.Schema, relation: str) -> exp.Select:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
-from dpsql.engine.base import literal_text
+from dpsql.engine.base import literal_text, power_of_two_factors
 from dpsql.rewrite.render import DIALECT_MARK
 
 DUCKDB = "duckdb"
@@ -51,6 +51,11 @@ def _number(v: float | int) -> exp.Expression:
     if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
         return exp.Literal.number(int(v))
     return exp.Literal.number(v)
+
+
+def _pow2(k: int) -> exp.Expression:
+    """The DOUBLE 2^k, exactly (``|k| <= 1000``)."""
+    return exp.Cast(this=exp.Literal.string(repr(2.0**k)), to=exp.DataType.build("DOUBLE"))
 
 
 def _col(name: str) -> exp.Column:
@@ -288,6 +293,23 @@ class DuckDBOps:
 
     def least(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
         return _mark(exp.func("least", a, b))
+
+    def fixed_point(self, value: exp.Expression, scale: int) -> exp.Expression:
+        """``CAST(TRUNC(value * 2^scale) AS BIGINT)`` (DuckDB's cast alone rounds to nearest)."""
+        e: exp.Expression = value.copy()
+        for f in power_of_two_factors(scale):
+            e = exp.Mul(this=e, expression=_pow2(f))
+        return _mark(exp.Cast(this=_mark(exp.func("trunc", e)), to=exp.DataType.build("BIGINT")))
+
+    def exact_sum(self, value: exp.Expression) -> exp.Expression:
+        """``SUM`` of BIGINT (or HUGEINT) values: a HUGEINT, exact."""
+        return _mark(exp.Sum(this=value.copy()))
+
+    def from_fixed_point(self, total: exp.Expression, scale: int) -> exp.Expression:
+        e: exp.Expression = exp.Cast(this=total.copy(), to=exp.DataType.build("DOUBLE"))
+        for f in power_of_two_factors(scale):
+            e = exp.Mul(this=e, expression=_pow2(-f))
+        return _mark(e)
 
     # -- Poisson sampling (joins) --------------------------------------------------------------
     def bernoulli_keep(self, columns: Sequence[str], salt: str, q: float) -> exp.Expression:

@@ -60,7 +60,7 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
-from dpsql.engine.base import literal_text
+from dpsql.engine.base import literal_text, power_of_two_factors
 from dpsql.engine.portable import portable_hash, portable_uniform
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.typer import NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
@@ -233,6 +233,23 @@ class SparkOps:
 
     def least(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
         return _built(exp.Least(this=_arg(a.copy()), expressions=[_arg(b.copy())]))
+
+    def fixed_point(self, value: exp.Expression, scale: int) -> exp.Expression:
+        """``CAST(value * 2^scale AS BIGINT)``: Spark's cast of a DOUBLE truncates toward zero."""
+        e: exp.Expression = _arg(value.copy())
+        for f in power_of_two_factors(scale):
+            e = exp.Mul(this=e, expression=_double(2.0**f))
+        return _built(exp.Cast(this=e, to=spark_type("BIGINT")))
+
+    def exact_sum(self, value: exp.Expression) -> exp.Expression:
+        """``SUM(CAST(value AS DECIMAL(38, 0)))``: exact to 10^38 (Spark's BIGINT sum overflows)."""
+        return _built(exp.Sum(this=exp.Cast(this=_arg(value.copy()), to=spark_type("DECIMAL(38, 0)"))))
+
+    def from_fixed_point(self, total: exp.Expression, scale: int) -> exp.Expression:
+        e: exp.Expression = exp.Cast(this=_arg(total.copy()), to=spark_type("DOUBLE"))
+        for f in power_of_two_factors(scale):
+            e = exp.Mul(this=e, expression=_double(2.0**-f))
+        return _built(e)
 
 
 # -- the Spark form of a bounded query ---------------------------------------------------------------

@@ -30,12 +30,10 @@ from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statemen
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call
 from dpsql.plan.typer import (
     MAX_DEPTH,
-    Typer,
     TypeRefusal,
-    _Refuse,
-    allow_list_problems,
     check_numeric_column,
     parse_type,
+    type_checked,
     type_key,
     type_predicate,
 )
@@ -366,16 +364,13 @@ class _Builder:
         if column is not None:
             return column, None, (lo, hi)
         before = len(self.violations)
-        problems = allow_list_problems(inner)
-        for n, m in problems:
-            self.bad(n, f"{fn}: {m}")
-        if len(self.violations) == before:
-            try:
-                typed = Typer(dict(self.table.schema)).t(inner)
-                if not (typed.type.numeric or typed.type.kind == "bool"):
-                    self.bad(node, f"{fn} needs a numeric value, got {typed.type}")
-            except _Refuse as r:
-                self.bad(r.node, f"{fn}: {r.message}")
+        try:  # allow-list, depth and rendered size: the limits of every typed expression
+            typed = type_checked(inner, dict(self.table.schema))
+            if not (typed.type.numeric or typed.type.kind == "bool"):
+                self.bad(node, f"{fn} needs a numeric value, got {typed.type}")
+        except TypeRefusal as e:
+            for n, m in e.problems:
+                self.bad(n if n is not None else node, f"{fn}: {m}")
         if len(self.violations) != before:
             return None
         value = inner.copy()

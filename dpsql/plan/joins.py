@@ -62,7 +62,7 @@ from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, violation
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import ambiguity_problem, qualifier, qualifier_problem
-from dpsql.plan.typer import Typer, TypeRefusal, _Refuse, allow_list_problems, type_predicate
+from dpsql.plan.typer import TypeRefusal, type_checked, type_predicate
 
 SEP = "__"
 #: aliases and columns that a join may name: rendered as plain identifiers in the join SQL
@@ -165,7 +165,7 @@ def _slots_from(table: TableSpec, catalog: Mapping[str, TableSpec], seen: frozen
         if t2.privacy_unit == tc:
             out.append((hop,))  # direct: the fk's value is the person
         if tn in seen or tn == table.name:
-            continue  # a cycle of references: reaches the same people again
+            continue  # a cycle of references, refused before this (catalog.reference_cycle); stops the walk
         for rest in _slots_from(t2, catalog, seen | {table.name}):
             if rest == () and t2.privacy_unit == tc:
                 continue  # the person the direct hop already names
@@ -431,16 +431,13 @@ class _JoinBuilder:
         if agg is not None and agg[1] is not None:
             value = agg[1]
             if not self.vs:
-                problems = allow_list_problems(value)
-                for n, m in problems:
-                    self.bad(n, f"SUM: {m}")
-                if not problems:
-                    try:
-                        typed = Typer(dict(self.flat_schema)).t(value)
-                        if agg[0] == ir.SUM and not (typed.type.numeric or typed.type.kind == "bool"):
-                            self.bad(agg_nodes[0], f"SUM needs a numeric value, got {typed.type}")
-                    except _Refuse as r:
-                        self.bad(agg_nodes[0], f"SUM: {r.message}")
+                try:  # allow-list, depth and rendered size: the limits of every typed expression
+                    typed = type_checked(value, dict(self.flat_schema))
+                    if agg[0] == ir.SUM and not (typed.type.numeric or typed.type.kind == "bool"):
+                        self.bad(agg_nodes[0], f"SUM needs a numeric value, got {typed.type}")
+                except TypeRefusal as e:
+                    for n, m in e.problems:
+                        self.bad(agg_nodes[0] if n is value else n, f"SUM: {m}")
         _raise(self.vs)
         assert agg is not None
         outputs: list[ir.OutputColumn] = []

@@ -269,7 +269,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "DATE/TIMESTAMP -> BIGINT", "total", "as date_part"),
     FuncSpec("strftime", "DATE/TIMESTAMP, format literal -> VARCHAR", "total", "as date_part"),
     FuncSpec("strptime, try_strptime", "VARCHAR, format literal -> TIMESTAMP", "total",
-             "rendered try_strptime: text that does not parse is NULL; input capped"),
+             "rendered try_strptime: text that does not parse is NULL; input capped; a format with %n (nanoseconds, "
+             "a TIMESTAMP_NS in DuckDB) is read as TIMESTAMP; %z and %Z (a TIMESTAMP WITH TIME ZONE) are refused"),
 )
 
 #: types with no total comparison whose text (CAST AS VARCHAR) is a canonical spelling
@@ -640,7 +641,16 @@ class Typer:
         return str(r.value)
 
     # ---- the cases ---------------------------------------------------------------------------------
-    def t(self, node: exp.Expression) -> Typed:  # noqa: C901 - one dispatch over node kinds
+    def t(self, node: exp.Expression) -> Typed:
+        """``node`` typed and rendered; refused as soon as its rendering exceeds ``MAX_RENDERED_NODES``
+        (guards repeat their operand, so checking only the final rendering let the typer build,
+        and spend time exponential in the nesting on, renderings far beyond the limit first)."""
+        r = self._t(node)
+        if _rendered_size(r.expr) > MAX_RENDERED_NODES:
+            raise self.refuse(node, TOO_LARGE)
+        return r
+
+    def _t(self, node: exp.Expression) -> Typed:  # noqa: C901 - one dispatch over node kinds
         if isinstance(node, exp.Paren):
             r = self.t(node.this)
             return Typed(exp.Paren(this=r.expr), r.type, r.literal, r.value, r.bounds)
@@ -1211,7 +1221,14 @@ def _concat(ty: Typer, node: exp.Expression) -> Typed:
 
 
 def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bool = False) -> exp.Expression:
-    """The argument of a date function, read so that the function cannot fail on any value.
+    """The argument of a date function, read so that the function cannot fail on any value."""
+    return _temporal_arg(ty, node, arg, trunc=trunc)[0]
+
+
+def _temporal_arg(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bool = False) -> tuple[exp.Expression, str]:
+    """The argument of a date function, read so that the function cannot fail on any value, and
+    its kind: ``date`` if it reads as a DATE, else ``timestamp`` (text literals and
+    TIMESTAMP_S/_MS become TIMESTAMP), for backends that spell date functions by argument type.
 
     * TIMESTAMP_S / TIMESTAMP_MS hold instants beyond TIMESTAMP's range, and DuckDB's date
       functions cast them to TIMESTAMP implicitly (and fail): they are read as
@@ -1226,11 +1243,12 @@ def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bo
     r = ty.t(arg)
     if r.type.kind == "strlit":
         v = ty._literal_as(r, TIMESTAMP, node)
-        return typed_literal(v, TIMESTAMP)  # years 1..9999: every date function is total on it
+        return typed_literal(v, TIMESTAMP), "timestamp"  # years 1..9999: every date function is total on it
     if r.type.kind not in ("date", "timestamp"):
         raise ty.refuse(node, f"{ty._fname(node)}() takes a DATE or TIMESTAMP, got {r.type}")
+    kind = "date" if r.type.kind == "date" else "timestamp"
     if r.literal:
-        return ty.coerce(r, TIMESTAMP if trunc else r.type, node)  # Python dates: years 1..9999
+        return ty.coerce(r, TIMESTAMP if trunc else r.type, node), kind  # Python dates: years 1..9999
     e = r.expr
     if r.type.name in ("TIMESTAMP_S", "TIMESTAMP_MS") or (trunc and r.type.name in ("DATE", "TIMESTAMP_NS")):
         e = _cast(e, TIMESTAMP)  # TIMESTAMP_NS -> TIMESTAMP always converts
@@ -1239,7 +1257,7 @@ def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bo
         minus_inf = _cast(exp.Literal.string("-infinity"), TIMESTAMP, try_=False)
         ok = exp.Or(this=exp.GTE(this=e.copy(), expression=least), expression=exp.EQ(this=e.copy(), expression=minus_inf))
         e = exp.Case(ifs=[exp.If(this=ok, true=e.copy())])
-    return e
+    return e, kind
 
 
 E = TypeVar("E", bound=exp.Expression)
@@ -1257,13 +1275,6 @@ def _numeric_tag(e: E, t: SqlType) -> E:
 #: meta key on a typed date function: the kind of its argument ("date" or "timestamp"), for
 #: backends that spell date functions differently by argument type (``dpsql.engine.spark_ops``)
 TEMPORAL_ARG = "dpsql_temporal_arg"
-
-
-def _temporal_kind(ty: Typer, arg: exp.Expression) -> str:
-    """``date`` if a date function's argument reads as a DATE, else ``timestamp`` (what
-    :func:`_temporal` leaves it as: text literals and TIMESTAMP_S/_MS become TIMESTAMP)."""
-    r = ty.t(arg)
-    return "date" if r.type.kind == "date" else "timestamp"
 
 
 def _tag(e: exp.Expression, kind: str) -> exp.Expression:
@@ -1293,10 +1304,9 @@ def _date_trunc(ty: Typer, node: exp.Expression) -> Typed:
 
 def _extract(ty: Typer, node: exp.Expression) -> Typed:
     unit = _part_unit(ty, node, node.this, _DATE_PARTS)
-    arg = _temporal(ty, node, node.expression)
+    arg, kind = _temporal_arg(ty, node, node.expression)
     rt = DOUBLE if unit == "epoch" else BIGINT
-    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]),
-                      _temporal_kind(ty, node.expression)), rt)
+    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), kind), rt)
 
 
 def _date_part(ty: Typer, node: exp.Expression) -> Typed:
@@ -1304,10 +1314,9 @@ def _date_part(ty: Typer, node: exp.Expression) -> Typed:
     if len(args) != 2:
         raise ty.refuse(node, "date_part() takes ('part', date)")
     unit = _part_unit(ty, node, args[0], _DATE_PARTS)
-    arg = _temporal(ty, node, args[1])
+    arg, kind = _temporal_arg(ty, node, args[1])
     rt = DOUBLE if unit == "epoch" else BIGINT
-    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]),
-                      _temporal_kind(ty, args[1])), rt)
+    return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(unit), arg]), kind), rt)
 
 
 def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
@@ -1315,8 +1324,9 @@ def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
     if extra:
         raise ty.refuse(node, f"{ty._fname(node)}() takes one DATE or TIMESTAMP")
     new = node.copy()
-    new.set("this", _temporal(ty, node, node.this))
-    return Typed(_tag(new, _temporal_kind(ty, node.this)), BIGINT)
+    arg, kind = _temporal_arg(ty, node, node.this)
+    new.set("this", arg)
+    return Typed(_tag(new, kind), BIGINT)
 
 
 def _strftime(ty: Typer, node: exp.Expression) -> Typed:
@@ -1337,9 +1347,40 @@ def _strptime(ty: Typer, node: exp.Expression) -> Typed:
     f = ty.text_literal(fmt, "the format of strptime()")
     if len(f) > MAX_PATTERN:
         raise ty.refuse(node, f"the format of strptime() may have at most {MAX_PATTERN} characters")
+    specs = _format_specifiers(f)
+    if specs & {"z", "Z"}:
+        # DuckDB's result is then a TIMESTAMP WITH TIME ZONE, whose comparisons, date parts and
+        # truncations go through the connection's time zone (and the typer's TIMESTAMP literals
+        # would be converted to it at run time)
+        raise ty.refuse(node, "strptime() with a time-zone specifier (%z, %Z) gives a TIMESTAMP WITH TIME ZONE, which "
+                              "is not supported here; parse the local date and time without the offset")
     s = ty.cap(ty.t(node.this), node)
     # try_strptime: text that does not parse is NULL
-    return Typed(exp.Anonymous(this="try_strptime", expressions=[s, exp.Literal.string(f)]), TIMESTAMP)
+    out: exp.Expression = exp.Anonymous(this="try_strptime", expressions=[s, exp.Literal.string(f)])
+    if "n" in specs:
+        # %n (nanoseconds) makes DuckDB's result a TIMESTAMP_NS: a TIMESTAMP literal compared with
+        # it (or date_trunc's range guard) would be cast to TIMESTAMP_NS at run time, and fail
+        # only when a row reaches it (a TIMESTAMP_NS holds 1677..2262 only); read as TIMESTAMP
+        # (every TIMESTAMP_NS converts; the nanoseconds are truncated to microseconds)
+        out = _cast(out, TIMESTAMP)
+    return Typed(out, TIMESTAMP)
+
+
+def _format_specifiers(f: str) -> set[str]:
+    """The conversion letters of a strftime/strptime format (``%-d`` is ``d``; ``%%`` is none)."""
+    out: set[str] = set()
+    i = 0
+    while i < len(f):
+        if f[i] == "%" and i + 1 < len(f):
+            j = i + 1
+            if f[j] == "-" and j + 1 < len(f):
+                j += 1
+            if f[j] != "%":
+                out.add(f[j])
+            i = j + 1
+        else:
+            i += 1
+    return out
 
 
 _FUNCS: dict[type[exp.Expression], Callable[[Typer, exp.Expression], Typed]] = {
@@ -1550,10 +1591,23 @@ def _depth(node: exp.Expression) -> int:
     return best
 
 
+def _constant(node: exp.Expression) -> bool:
+    """A literal, possibly typed (``CAST('2024-01-01' AS DATE)``) or negated."""
+    if isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
+        return True
+    if isinstance(node, (exp.Cast, exp.TryCast, exp.Neg, exp.Paren)):
+        return _constant(node.this)
+    return False
+
+
 def _size(node: exp.Expression) -> int:
-    """The size of ``node`` as DuckDB evaluates it: NULLIF(a, b) counts ``a`` twice."""
+    """The size of ``node`` as DuckDB evaluates it: NULLIF(a, b) counts ``a`` twice. The constant
+    elements of an IN list count nothing: DuckDB looks a value up in them (they are bounded by
+    ``MAX_IN_LIST``), and counting them made lists of a few thousand typed literals "too large"."""
     if isinstance(node, exp.Nullif):
         return 1 + 2 * _size(node.this) + _size(node.expression)
+    if isinstance(node, exp.In):
+        return 1 + _size(node.this) + sum(_size(c) for c in node.expressions if not _constant(c))
     return 1 + sum(_size(c) for c in node.iter_expressions())
 
 
@@ -1566,13 +1620,48 @@ def _check_shape(node: exp.Expression) -> None:
         ))])
 
 
+#: meta key caching a rendered node's size (``_size``); copies of a node carry it
+_SIZE = "dpsql_rendered_size"
+
+TOO_LARGE = (f"the expression is too large once made total (more than {MAX_RENDERED_NODES} parts once each integer "
+             "division, negation and date_trunc carries its guard); nest fewer of them")
+
+
+def _rendered_size(node: exp.Expression) -> int:
+    """``_size(node)``, cached on each node of a rendering (the typer builds renderings bottom up
+    and never changes a node it has sized), so sizing every intermediate result costs O(new nodes)."""
+    cached = node.meta.get(_SIZE)
+    if cached is not None:
+        return int(cached)
+    if isinstance(node, exp.Nullif):
+        n = 1 + 2 * _rendered_size(node.this) + _rendered_size(node.expression)
+    elif isinstance(node, exp.In):
+        n = 1 + _rendered_size(node.this) + sum(_rendered_size(c) for c in node.expressions if not _constant(c))
+    else:
+        n = 1 + sum(_rendered_size(c) for c in node.iter_expressions())
+    node.meta[_SIZE] = n
+    return n
+
+
 def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expression:
     if _depth(rendered) > 4 * MAX_DEPTH or _size(rendered) > MAX_RENDERED_NODES:
-        raise TypeRefusal([(node, (
-            f"the expression is too large once made total (more than {MAX_RENDERED_NODES} parts once each integer "
-            "division, negation and date_trunc carries its guard); nest fewer of them"
-        ))])
+        raise TypeRefusal([(node, TOO_LARGE)])
     return rendered
+
+
+def type_checked(node: exp.Expression, schema: dict[str, str]) -> Typed:
+    """``node`` typed and rendered with the limits of every entry point (allow-list, depth and
+    rendered size; raises ``TypeRefusal``), whatever its type."""
+    _check_shape(node)
+    problems = allow_list_problems(node)
+    if problems:
+        raise TypeRefusal(problems)
+    try:
+        r = Typer(schema).t(node)
+    except _Refuse as rf:
+        raise TypeRefusal([(rf.node, rf.message)]) from None
+    _check_rendered(node, r.expr)
+    return r
 
 
 def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WHERE") -> exp.Expression:

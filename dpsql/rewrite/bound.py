@@ -58,6 +58,7 @@ aggregates, which the golden tests compare against DuckDB on the original query.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -235,13 +236,51 @@ def aggregate_input(agg: ir.Aggregate, schema: dict[str, str], ops: SqlOps = DEF
     return ops.try_cast(typed, "DOUBLE")
 
 
-def _clamped_input(agg: ir.Aggregate, schema: dict[str, str], ops: SqlOps, raw: str | None = None) -> exp.Expression:
-    """The aggregate's value clamped to its bounds (centred for AVG and the variances)."""
+def fixed_point_scale(magnitude: float) -> int:
+    """The exponent k with ``magnitude * 2^k < 2^52`` and ``>= 2^51`` (0 for a magnitude of 0):
+    values of at most that magnitude, times 2^k and truncated toward zero, are integers below
+    2^52, which an integer SUM adds exactly (in any order) up to 2^74 rows."""
+    if magnitude == 0.0 or not math.isfinite(magnitude):
+        return 0
+    return 52 - math.frexp(magnitude)[1]
+
+
+def _value_range(agg: ir.Aggregate) -> tuple[float, float, float]:
+    """(shift, magnitude, squared magnitude) of the aggregate's clamped value: the value lies in
+    [lo - shift, hi - shift] (centred for AVG and the variances), computed as the engine does."""
     assert agg.bounds is not None
     lo, hi = agg.bounds
     shift = (lo + hi) / 2.0 if agg.kind in (ir.AVG, *ir.VARIANCE_KINDS) else 0.0
+    m = max(abs(lo - shift), abs(hi - shift)) if shift else max(abs(lo), abs(hi))
+    return shift, m, m * m
+
+
+def _clamped_input(agg: ir.Aggregate, schema: dict[str, str], ops: SqlOps, raw: str | None = None) -> exp.Expression:
+    """The aggregate's value clamped to its bounds (centred for AVG and the variances), as the
+    fixed-point integer of :func:`fixed_point_scale` (truncated toward zero, so no value's
+    magnitude grows and the sensitivities of ``released_columns`` hold): every SUM of these is
+    exact, so the bounded statistic does not depend on the order DuckDB adds rows in (a running
+    floating-point sum's error grows with the rows, and the noise's proof (docs/mechanisms.md 5.3)
+    allows only 2^-52 of the bound)."""
+    shift, m, _ = _value_range(agg)
+    lo, hi = agg.bounds  # type: ignore[misc]
     src = ops.try_cast(_col(raw), "DOUBLE") if raw is not None else aggregate_input(agg, schema, ops)
-    return ops.clamp(src, lo, hi, shift=shift)
+    return ops.fixed_point(ops.clamp(src, lo, hi, shift=shift), fixed_point_scale(m))
+
+
+def _fixed_square(agg: ir.Aggregate, fixed: exp.Expression, ops: SqlOps) -> exp.Expression:
+    """The square of a clamped value given as its fixed-point integer ``fixed`` (exact as a DOUBLE:
+    below 2^52), as a fixed-point integer of the squares' own scale."""
+    _, m, m2 = _value_range(agg)
+    k = fixed_point_scale(m)
+    as_double = ops.from_fixed_point(fixed, k)
+    return ops.fixed_point(exp.Mul(this=as_double, expression=as_double.copy()), fixed_point_scale(m2))
+
+
+def _released_sum(agg: ir.Aggregate, total: exp.Expression, ops: SqlOps, *, square: bool = False) -> exp.Expression:
+    """An exact fixed-point sum of the aggregate's values (or squares) back in the value's units."""
+    _, m, m2 = _value_range(agg)
+    return ops.from_fixed_point(total, fixed_point_scale(m2 if square else m))
 
 
 #: a public key domain with more values than this enters the AST as one node holding its literals
@@ -585,7 +624,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
             out.append(exp.alias_(exp.Case(ifs=[exp.If(this=exp.Is(this=v.copy(), expression=exp.Null()), true=_lit(0))],
                                            default=_lit(1)), f"{a.name}_c"))
             if a.kind in ir.VARIANCE_KINDS:
-                out.append(exp.alias_(exp.Mul(this=v.copy(), expression=v.copy()), f"{a.name}_q"))
+                out.append(exp.alias_(_fixed_square(a, v, ops), f"{a.name}_q"))
     return exp.select(*out).from_(picked, copy=False)
 
 
@@ -661,13 +700,12 @@ def bounded_query(
         if a.kind == ir.COUNT_COL:
             ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
         elif a.kind == ir.SUM:
-            ug_proj.append(exp.alias_(exp.Sum(this=_col(f"{a.name}_v")), f"{a.name}_s"))
+            ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s"))
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
-            ug_proj.append(exp.alias_(exp.Sum(this=_col(f"{a.name}_v")), f"{a.name}_s"))
+            ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s"))
             ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
             if a.kind in ir.VARIANCE_KINDS:
-                sq = exp.Mul(this=_col(f"{a.name}_v"), expression=_col(f"{a.name}_v"))
-                ug_proj.append(exp.alias_(exp.Sum(this=sq), f"{a.name}_q"))
+                ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(f"{a.name}_v"), ops)), f"{a.name}_q"))
         elif a.kind == ir.COUNT_DISTINCT:
             # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
             ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", _col(f"{a.name}_v"))), f"{a.name}_l"))
@@ -694,6 +732,10 @@ def bounded_query(
     def zsum(col: str) -> exp.Expression:
         return exp.func("coalesce", exp.Sum(this=_col(col)), _lit(0))
 
+    def vsum(a: ir.Aggregate, col: str, *, square: bool = False) -> exp.Expression:
+        # the exact fixed-point total, then one conversion to the value's units
+        return exp.func("coalesce", _released_sum(a, ops.exact_sum(_col(col)), ops, square=square), _lit(0))
+
     out: list[exp.Expression] = [exp.alias_(ops.domain_text(_col(k)), k) if k in coded else _col(k)  # type: ignore[attr-defined]
                                  for k in keys]
     out.append(exp.alias_(exp.Count(this=exp.Star()), "__users"))
@@ -703,12 +745,12 @@ def bounded_query(
         elif a.kind == ir.COUNT_COL:
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name))
         elif a.kind == ir.SUM:
-            out.append(exp.alias_(zsum(f"{a.name}_s"), a.name))
+            out.append(exp.alias_(vsum(a, f"{a.name}_s"), a.name))
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
-            out.append(exp.alias_(zsum(f"{a.name}_s"), a.name + "_sum"))
+            out.append(exp.alias_(vsum(a, f"{a.name}_s"), a.name + "_sum"))
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt"))
             if a.kind in ir.VARIANCE_KINDS:
-                out.append(exp.alias_(zsum(f"{a.name}_q"), a.name + "_sq"))
+                out.append(exp.alias_(vsum(a, f"{a.name}_q", square=True), a.name + "_sq"))
         elif a.kind == ir.COUNT_DISTINCT:
             values = exp.func("list_distinct", exp.func("flatten", exp.func("list", _col(f"{a.name}_l"))))
             out.append(exp.alias_(exp.func("coalesce", exp.func("len", values), _lit(0)), a.name))

@@ -89,7 +89,7 @@ from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.joins import SEP, _direct, flat
 from dpsql.plan.joins import parts as key_parts
-from dpsql.plan.typer import Typer, _Refuse
+from dpsql.plan.typer import TypeRefusal, type_checked
 from dpsql.rewrite.bound import binary_text, cap_rows, guard, is_text
 
 #: weight grid of sums: a tuple's weight is a whole number of 2^-20 of its bound
@@ -140,9 +140,9 @@ def _weights(jp: ir.JoinPlan, parts: list[Part], ops: SqlOps) -> list[exp.Expres
         return [exp.alias_(exp.cast(w, "BIGINT"), parts[0].name)]
     assert jp.value is not None
     try:
-        typed = Typer(dict(jp.flat_schema)).t(jp.value.copy()).expr
-    except _Refuse as r:  # pragma: no cover - the analyser typed it already
-        raise UnsupportedQueryError(f"SUM: {r.message}") from None
+        typed = type_checked(jp.value.copy(), dict(jp.flat_schema)).expr
+    except TypeRefusal as e:  # pragma: no cover - the analyser typed it already
+        raise UnsupportedQueryError("SUM: " + "; ".join(m for _, m in e.problems)) from None
     lo, hi = jp.bounds
     clamped = ops.clamp(ops.try_cast(typed, "DOUBLE"), lo, hi)
     out = []
