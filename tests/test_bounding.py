@@ -646,41 +646,71 @@ GROUP BY
         """\
 SELECT
   __k0,
-  COUNT(*) AS __users
+  __users
 FROM (
   SELECT
-    __k0
+    LIST_EXTRACT(['US', 'FR'], __c + 1) AS __k0,
+    CAST(SUM(__n) AS BIGINT) AS __users
   FROM (
     SELECT
-      __unit,
-      __k0
+      UNNEST(LIST_FILTER(RANGE(0, 2), LAMBDA __c : (
+        (
+          __kept >> __c
+        ) & 1
+      ) = 1)) AS __c,
+      __n
     FROM (
-      SELECT DISTINCT
-        __unit,
-        __k0
+      SELECT
+        CASE
+          WHEN BIT_COUNT(__m) <= 2
+          THEN __m
+          ELSE CAST(LIST_SUM(
+            LIST_TRANSFORM(
+              LIST_SLICE(
+                LIST_SORT(
+                  LIST_TRANSFORM(
+                    LIST_FILTER(RANGE(0, 2), LAMBDA __c : (
+                      (
+                        __m >> __c
+                      ) & 1
+                    ) = 1),
+                    LAMBDA __c : {'h': HASH(
+                      XOR(HASH(__unit, LIST_EXTRACT(['US', 'FR'], __c + 1)), HASH('<per-query secret salt>'))
+                    ), 'c': __c}
+                  )
+                ),
+                1,
+                2
+              ),
+              LAMBDA __s : CAST(1 AS BIGINT) << __s.c
+            )
+          ) AS BIGINT)
+        END AS __kept,
+        COUNT(*) AS __n
       FROM (
         SELECT
-          "user_id" AS __unit,
-          "country" COLLATE "binary" AS __k0
-        FROM _dpsql_src_events
+          __unit,
+          BIT_OR(CAST(1 AS BIGINT) << CAST(ENUM_CODE(__k0) AS BIGINT)) AS __m
+        FROM (
+          SELECT
+            "user_id" AS __unit,
+            TRY_CAST("country" AS ENUM('US', 'FR')) AS __k0
+          FROM _dpsql_src_events
+          WHERE
+            NOT "user_id" IS NULL
+        ) AS __base
         WHERE
-          NOT "user_id" IS NULL
-      ) AS __base
-    ) AS __pairs_all
-    WHERE
-      __k0 IN (
-        SELECT
-          UNNEST(['US', 'FR']) AS __d
-      )
-  ) AS __ug
-  QUALIFY
-    ROW_NUMBER() OVER (
-      PARTITION BY __unit
-      ORDER BY HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))), __k0
-    ) <= 2
-) AS __chosen
-GROUP BY
-  __k0""",
+          NOT __k0 IS NULL
+        GROUP BY
+          __unit
+      ) AS __masks
+      GROUP BY
+        __kept
+    ) AS __sets
+  ) AS __spread
+  GROUP BY
+    __c
+) AS __chosen""",
     ),
     "expression_key": (
         "SELECT floor(age / 10) * 10 AS d, COUNT(url) FROM events GROUP BY d",
@@ -867,6 +897,105 @@ def test_group_cap_window_spills_under_a_small_memory_limit(tmp_path: Any) -> No
     assert run(DuckDBOps()) == [(600000, 200000)]
     with pytest.raises(duckdb.OutOfMemoryException):
         run(ArgMinOps())
+
+
+# -- small text domains: keys as codes, and one mask per unit for counts of units -------------------
+
+class _WindowOverCodes(SaltedDuckDBOps):
+    count_units_by_mask = None  # the coded pairs through the group cap window
+
+
+class _TextKeys(SaltedDuckDBOps):
+    coded_domain_max = 0  # keys as text, pairs filtered by the domain semi-join
+
+
+def _many_group_events(seed: int, n: int = 6000) -> pa.Table:
+    gen = np.random.default_rng(seed)
+    users = gen.integers(0, 300, n)
+    inside = [f"c{i}" for i in range(12)]
+    country = np.where(gen.random(n) < 0.85, gen.choice(inside, n), gen.choice(["C1", "x", ""], n)).astype(object)
+    country[gen.random(n) < 0.03] = None
+    return pa.table({"user_id": users, "country": pa.array(country.tolist(), pa.string()),
+                     "url": gen.choice([f"u{i}" for i in range(7)], n), "amount": gen.integers(0, 20, n).astype(np.float64)})
+
+
+@pytest.mark.parametrize("sql", ["SELECT country, COUNT(*) FROM events GROUP BY country",
+                                 "SELECT country, COUNT(DISTINCT user_id) FROM events GROUP BY country",
+                                 "SELECT country, SUM(amount), AVG(amount) FROM events GROUP BY country",
+                                 "SELECT url, country, COUNT(*), COUNT(DISTINCT amount) FROM events GROUP BY url, country"])
+def test_mask_cap_chooses_what_the_window_over_codes_chooses(sql: str) -> None:
+    # most units have more groups than C_u = 3 (up to 12 in the domain), keys outside the domain
+    # (another case, empty text) and NULL keys are dropped first: the per-unit mask keeps exactly
+    # the groups the window over the coded pairs keeps under the same salt, and so do the text keys
+    # (the domain semi-join; the coded keys are hashed as their text, ties aside), also with k = 2
+    # (the salted numbering of rows) and with a per-unit row cap L (text keys filtered per row)
+    data = _many_group_events(5)
+    inside = tuple(f"c{i}" for i in range(12))
+    spec = spec_for("events", data, bounds={"amount": (0, 10)}, domains={"country": inside})
+    plan = plan_for(sql, spec)
+    for caps in (Caps(3, 1), Caps(2, 2), Caps(3, 1, 4)):
+        for salt in ("s1", "s2"):
+            got = keyed(plan, run_bounded(plan, caps, data, salt=salt, ops=SaltedDuckDBOps()))
+            want = keyed(plan, run_bounded(plan, caps, data, salt=salt, ops=_WindowOverCodes()))
+            assert got == want
+            assert {k[-1] for k in got} <= set(inside)
+            text = keyed(plan, run_bounded(plan, caps, data, salt=salt, ops=_TextKeys()))
+            assert text == got
+    assert "ENUM(" in bounded_sql(plan, Caps(3, 1), "s", ops=SaltedDuckDBOps())
+    assert "ENUM(" not in bounded_sql(plan, Caps(3, 1), "s", ops=_TextKeys())
+
+
+def test_mask_cap_keeps_c_u_groups_of_each_unit_and_is_uniform() -> None:
+    # 2000 units, each with the same 6 groups of a 6-value domain, C_u = 2: every unit keeps 2, and
+    # over fresh salts each group is kept by a unit with probability 2/6 (exact binomial test,
+    # failure probability 1e-6 per check); negative control: ops whose order key is the group alone
+    # (not the keyed hash of unit and group) keep the same two groups and fail the test
+    from sqlglot import exp
+
+    class ByCode(SaltedDuckDBOps):
+        def keyed_hash_of(self, values: Any, salt: str) -> exp.Expression:
+            return values[-1]
+
+    n_units, groups = 2000, [f"g{i}" for i in range(6)]
+    data = pa.table({"user_id": np.repeat(np.arange(n_units), 6), "country": groups * n_units})
+    spec = spec_for("events", data, domains={"country": tuple(groups)})
+    plan = plan_for("SELECT country, COUNT(*) FROM events GROUP BY country", spec)
+
+    def uniform(ops: Any) -> bool:
+        kept = Counter[str]()
+        for salt in ("a", "b", "c"):
+            out = keyed(plan, run_bounded(plan, Caps(2, 1), data, salt=salt, ops=ops))
+            assert sum(r["__users"] for r in out.values()) == 2 * n_units
+            kept.update({k[0]: r["__users"] for k, r in out.items()})
+        return all(binomtest(kept[g], 3 * n_units, 2 / 6).pvalue > 1e-6 for g in groups)
+
+    assert uniform(SaltedDuckDBOps())
+    assert not uniform(ByCode())
+
+
+def test_mask_cap_spills_under_a_small_memory_limit(tmp_path: Any) -> None:
+    # 2M rows, 200k units of 10 groups of a 10-value domain, C_u = 3, under 60MB and one thread:
+    # the per-unit masks are a hash aggregate of fixed-size states, which spills; every unit keeps 3
+    from sqlglot import exp
+
+    from dpsql.engine.duckdb_ops import DuckDBOps
+
+    values = [f"group-{i}" for i in range(10)]
+    con = duckdb.connect()
+    try:
+        con.execute("SET threads = 1")
+        con.execute("CREATE TABLE pairs AS SELECT i // 10 AS u, 'group-' || (i % 10) AS g FROM range(2000000) t(i)")
+        con.execute("SET memory_limit = '60MB'")
+        con.execute(f"SET temp_directory = '{tmp_path}'")
+        con.execute("SET preserve_insertion_order = false")
+        ops = DuckDBOps()
+        rel = exp.select(exp.alias_(exp.column("u"), "__unit"), exp.alias_(ops.domain_code(exp.column("g"), values), "k")).from_(
+            "pairs").subquery("__base")
+        q = exp.select(exp.func("sum", exp.column("__users")), exp.func("count", exp.Star())).from_(
+            ops.count_units_by_mask(rel, "k", values, 3, "s").subquery("__c"))
+        assert con.sql(render(q)).fetchall() == [(600000, 10)]
+    finally:
+        con.close()
 
 
 # -- public key domains: rows outside the domain are dropped before any group is chosen ------------

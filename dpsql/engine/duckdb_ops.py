@@ -73,6 +73,72 @@ class DuckDBOps:
     #: memory): ``dpsql.rewrite.bound.cap_groups_per_unit``. Public: never depends on the data.
     group_cap_window = True
 
+    #: a text group key whose public domain has at most this many values is carried through the
+    #: bounding as its position in the domain (:meth:`domain_code`), not as text; at most 63 so
+    #: that one BIGINT holds a unit's set of groups (:meth:`count_units_by_mask`). Chosen from the
+    #: public domain's size only.
+    coded_domain_max = 63
+
+    def domain_code(self, key: exp.Expression, values: Sequence[str]) -> exp.Expression:
+        """``TRY_CAST(key AS ENUM(values...))``: a text key as its position in its public domain
+        (``ENUM`` values compare, group, sort and hash as small integers), NULL for a key outside
+        the domain (or NULL). The lookup is by exact spelling, whatever the column's or the
+        connection's collation (the binary comparison of the domain filter). The text is
+        :meth:`domain_text` of the code."""
+        enum = exp.DataType(this=exp.DataType.Type.ENUM, expressions=[exp.Literal.string(v) for v in values])
+        return _mark(exp.TryCast(this=key, to=enum))
+
+    def domain_text(self, code: exp.Expression) -> exp.Expression:
+        """The text of a :meth:`domain_code` (``CAST(code AS VARCHAR)``): the domain value's spelling."""
+        return _mark(exp.cast(code, "VARCHAR"))
+
+    def count_units_by_mask(self, relation: exp.Expression, key: str, values: Sequence[str], n: int,
+                            salt: str) -> exp.Select:
+        """The per-unit group cap and the count of units per group in one pass, for one coded key
+        (:meth:`domain_code`, at most :attr:`coded_domain_max` values) over ``relation``'s rows
+        (columns ``__unit`` and ``key``): the columns ``key`` (text) and ``__users``.
+
+        Each unit's groups are one BIGINT, bit ``c`` for the domain's value ``c`` (``BIT_OR`` per
+        unit: a hash aggregate of fixed-size states, which spills like the ``DISTINCT``). A unit
+        with at most ``n`` groups keeps them all; a unit with more keeps the ``n`` whose
+        :meth:`keyed_hash` of (unit, group's text) is smallest, ties by code: the choice the group
+        cap window (``dpsql.rewrite.bound._smallest_by_window``) makes over the coded pairs (and,
+        but for ties, over the text keys), computed from the unit's own mask. The units are then counted per kept set (few distinct sets),
+        and each set's count added to each of its groups: no (unit, group) pair is materialised
+        and nothing is sorted by unit."""
+        code = exp.cast(_mark(exp.func("enum_code", _col(key))), "BIGINT")
+        one = exp.cast(_number(1), "BIGINT")
+        masks = (exp.select(_col("__unit"), exp.alias_(_mark(exp.func("bit_or", exp.BitwiseLeftShift(this=one, expression=code))), "__m"))
+                 .from_(relation, copy=False).where(exp.Not(this=exp.Is(this=_col(key), expression=exp.Null())), copy=False)
+                 .group_by(_col("__unit"), copy=False).subquery("__masks", copy=False))
+
+        def codes(mask: str) -> exp.Expression:  # the codes of a mask's set bits, ascending
+            shifted = exp.paren(exp.BitwiseRightShift(this=_col(mask), expression=_col("__c")))
+            has = exp.EQ(this=exp.paren(exp.BitwiseAnd(this=shifted, expression=_number(1))), expression=_number(1))
+            every = exp.func("range", _number(0), _number(len(values)))
+            return _mark(exp.func("list_filter", every, exp.Lambda(this=has, expressions=[exp.to_identifier("__c")])))
+
+        def text(c: exp.Expression) -> exp.Expression:  # the domain value of code c
+            listed = exp.Array(expressions=[exp.Literal.string(v) for v in values])
+            return _mark(exp.func("list_extract", listed, exp.Add(this=c, expression=_number(1))))
+
+        h = self.keyed_hash_of([_col("__unit"), text(_col("__c"))], salt)
+        pair = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier("h"), expression=h),
+                                       exp.PropertyEQ(this=exp.to_identifier("c"), expression=_col("__c"))])
+        ranked = _mark(exp.func("list_transform", codes("__m"), exp.Lambda(this=pair, expressions=[exp.to_identifier("__c")])))
+        first = _mark(exp.func("list_slice", _mark(exp.func("list_sort", ranked)), _number(1), _number(n)))
+        bit = exp.BitwiseLeftShift(this=one.copy(), expression=exp.Dot(this=_col("__s"), expression=exp.to_identifier("c")))
+        as_bits = _mark(exp.func("list_transform", first, exp.Lambda(this=bit, expressions=[exp.to_identifier("__s")])))
+        few = exp.LTE(this=_mark(exp.func("bit_count", _col("__m"))), expression=_number(n))
+        kept = exp.Case(ifs=[exp.If(this=few, true=_col("__m"))], default=exp.cast(_mark(exp.func("list_sum", as_bits)), "BIGINT"))
+        per_set = (exp.select(exp.alias_(kept, "__kept"), exp.alias_(exp.Count(this=exp.Star()), "__n"))
+                   .from_(masks, copy=False).group_by(_col("__kept"), copy=False).subquery("__sets", copy=False))
+        spread = (exp.select(exp.alias_(exp.Unnest(expressions=[codes("__kept")]), "__c"), _col("__n"))
+                  .from_(per_set, copy=False).subquery("__spread", copy=False))
+        users = exp.cast(exp.Sum(this=_col("__n")), "BIGINT")
+        return _mark(exp.select(exp.alias_(text(_col("__c")), key), exp.alias_(users, "__users")).from_(spread, copy=False)
+                     .group_by(_col("__c"), copy=False))
+
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
         """``HASH(XOR(HASH(columns...), HASH(salt)))``: DuckDB's 64-bit hash of the columns, XORed
         with the salt's 64-bit hash (a constant, computed once per query), hashed again.
@@ -85,7 +151,12 @@ class DuckDBOps:
         keeps that as its negative control, and a salt XORed in without the outer hash as
         another: it preserves the order's structure).
         """
-        inner = _mark(exp.func("hash", *[_col(c) for c in columns]))
+        return self.keyed_hash_of([_col(c) for c in columns], salt)
+
+    def keyed_hash_of(self, values: Sequence[exp.Expression], salt: str) -> exp.Expression:
+        """:meth:`keyed_hash` of expressions (a coded key's text, :meth:`domain_text`: the same
+        hash as of the text column itself)."""
+        inner = _mark(exp.func("hash", *values))
         key = _mark(exp.func("hash", exp.Literal.string(salt)))
         return _mark(exp.func("hash", exp.BitwiseXor(this=inner, expression=key)))
 

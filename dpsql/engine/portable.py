@@ -107,6 +107,9 @@ def portable_uniform(columns: Sequence[str], salt: str, dialect: str) -> exp.Exp
 class PortableDuckDBOps(SaltedDuckDBOps):
     """DuckDB's building blocks with the portable keyed hash (identical choices to Spark's)."""
 
+    #: group keys stay text, as on Spark (the same hash input and the same order of ties)
+    coded_domain_max = 0
+
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
         return portable_hash(columns, salt, "duckdb")
 

@@ -165,6 +165,29 @@ def key_expression(key: ir.GroupKey, schema: dict[str, str]) -> exp.Expression:
         raise _refused(e) from None
 
 
+def coded_keys(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> frozenset[str]:
+    """The group keys carried through the bounding as their position in their public domain
+    (``ops.domain_code``: DuckDB's ``ENUM``, which groups, sorts and hashes as a small integer)
+    instead of as text: plain text columns whose declared domain has at most
+    ``ops.coded_domain_max`` values (none on backends without it). From public values only (the
+    query, the catalog and the backend); the released key is the same text either way."""
+    limit = getattr(ops, "coded_domain_max", 0)
+    return frozenset(
+        k.name for k in plan.keys
+        if k.domain is not None and 0 < len(k.domain) <= limit and isinstance(k.expr, exp.Column)
+        and is_text(plan.table.schema.get(k.expr.name.lower(), "")) and all(isinstance(v, str) for v in k.domain)
+    )
+
+
+def _key_item(key: ir.GroupKey, schema: dict[str, str], ops: SqlOps, coded: frozenset[str]) -> exp.Expression:
+    """A group key's column of the base rows: the canonical key, or its code (:func:`coded_keys`;
+    NULL outside the domain)."""
+    if key.name in coded:
+        assert isinstance(key.expr, exp.Column) and key.domain is not None
+        return exp.alias_(ops.domain_code(exp.column(key.expr.name, quoted=True), key.domain), key.name)  # type: ignore[attr-defined]
+    return exp.alias_(key_expression(key, schema), key.name)
+
+
 def source_column(agg: ir.Aggregate, caps: Caps) -> str:
     """The bounded column that carries ``agg``: with one row per (unit, group), COUNT(*) is
     the distinct-unit count itself, so both are released as one noisy value."""
@@ -307,7 +330,7 @@ def _domain_filter(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> exp.Express
 
 
 def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str],
-                     ops: SqlOps = DEFAULT_OPS) -> exp.Select:
+                     ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset()) -> exp.Select:
     """The rows of ``relation`` (one per unit and group, the keys in the columns named as the
     plan's keys) whose keys lie in their public domains: per key with a domain, a semi-join
     ``key IN (SELECT UNNEST([lit, ...]) AS __d)`` (Spark: ``explode(array(...))``) with the literals
@@ -317,11 +340,16 @@ def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Seque
     (unit, group) pairs it keeps exactly the pairs of the rows the row-level filter keeps, before
     any group is chosen. It is cheaper there: one probe per pair instead of one per row (and a
     semi-join on a subquery, unlike an IN list of constants, is not pushed below the
-    aggregation by DuckDB's optimizer)."""
+    aggregation by DuckDB's optimizer). A coded key (:func:`coded_keys`) is NULL exactly outside
+    its domain: ``NOT key IS NULL``."""
     schema = plan.table.schema
     cond: exp.Expression | None = None
     for key in plan.keys:
         if key.domain is None:
+            continue
+        if key.name in coded:
+            c0 = exp.Not(this=exp.Is(this=_col(key.name), expression=exp.Null()))
+            cond = c0 if cond is None else exp.And(this=cond, expression=c0)
             continue
         assert isinstance(key.expr, exp.Column)
         ctype = schema[key.expr.name.lower()]
@@ -348,7 +376,7 @@ TWO_ROW_MAX_COLUMNS = 2
 
 
 def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Sequence[str], n: float, salt: str, *,
-             alias: str, ops: SqlOps = DEFAULT_OPS, draw: bool = False) -> exp.Subquery:
+             alias: str, ops: SqlOps = DEFAULT_OPS, draw: bool = False, coded: frozenset[str] = frozenset()) -> exp.Subquery:
     """At most ``n`` rows per partition: a uniform random subset that depends only on the
     partition's own rows.
 
@@ -384,7 +412,11 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
         order=exp.Order(expressions=[exp.Ordered(this=_col(c)) for c in order_by]) if order_by else None,
     )
     numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(relation, copy=False).subquery("__numbered", copy=False)
-    key = ops.keyed_hash([*partition, "__idx"], salt)
+    if coded & set(partition):  # a coded key is hashed as its text (:func:`coded_keys`)
+        hashed = [ops.domain_text(_col(c)) if c in coded else _col(c) for c in [*partition, "__idx"]]  # type: ignore[attr-defined]
+        key = ops.keyed_hash_of(hashed, salt)  # type: ignore[attr-defined]
+    else:
+        key = ops.keyed_hash([*partition, "__idx"], salt)
     return ops.keep_n_per_partition(numbered, partition, key, int(n), alias=alias)
 
 
@@ -396,15 +428,15 @@ def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[st
 
 def cap_rows_per_group(relation: exp.Expression, unit: str, keys: Sequence[str], order_by: Sequence[str],
                        max_rows: float, salt: str, *, alias: str = "__rows", ops: SqlOps = DEFAULT_OPS,
-                       draw: bool = False) -> exp.Subquery:
+                       draw: bool = False, coded: frozenset[str] = frozenset()) -> exp.Subquery:
     """The per-(unit, group) row cap k: at most ``max_rows`` rows per unit and group
     (:func:`cap_rows`)."""
-    return cap_rows(relation, [unit, *keys], order_by, max_rows, salt, alias=alias, ops=ops, draw=draw)
+    return cap_rows(relation, [unit, *keys], order_by, max_rows, salt, alias=alias, ops=ops, draw=draw, coded=coded)
 
 
 def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
                         max_groups: float, salt: str, *, alias: str = "__chosen",
-                        ops: SqlOps = DEFAULT_OPS) -> exp.Subquery:
+                        ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset()) -> exp.Subquery:
     """The per-unit group cap C_u, over a relation with one row per (unit, group): per unit,
     the ``max_groups`` rows first in the total order (keyed hash of (unit, group), group key), a
     uniform random choice that depends only on that unit's groups and the salt. The result has
@@ -422,9 +454,16 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
       :meth:`SqlOps.keep_n_per_partition` (one ``ARG_MIN(..., n)`` aggregate per unit); the
       others pass through as they are. Whether a unit is such a unit depends only on its own
       groups.
+
+    ``coded`` keys (:func:`coded_keys`) are hashed as their text, so the order is the one of the
+    text keys under the same salt; equal hashes are then ordered by code (the domain's order).
     """
     n = int(max_groups)
-    key = ops.keyed_hash([unit, *keys], salt)
+    if coded:
+        hashed = [_col(unit)] + [ops.domain_text(_col(k)) if k in coded else _col(k) for k in keys]  # type: ignore[attr-defined]
+        key = ops.keyed_hash_of(hashed, salt)  # type: ignore[attr-defined]
+    else:
+        key = ops.keyed_hash([unit, *keys], salt)
     if getattr(ops, "group_cap_window", False):
         return _smallest_by_window(relation, unit, keys, output, key, n).subquery(alias, copy=False)
     shared, heavy = "__pairs", "__heavy"
@@ -471,7 +510,7 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
-                  ops: SqlOps) -> exp.Subquery:
+                  ops: SqlOps, coded: frozenset[str] = frozenset()) -> exp.Subquery:
     """k = 1: one row per (unit, group), uniformly at random among the group's rows, by one
     aggregate. Where the backend draws a fresh uniform per row (``ops.row_clock()``, DuckDB's
     ``RANDOM()``), the row with the smallest draw: ``ARG_MIN(values, RANDOM())`` per (unit,
@@ -486,18 +525,23 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
     clock = ops.row_clock()
     if clock is not None:
         return ops.keep_n_per_partition(relation, part, clock, 1, alias="__rows", output=[*part, *values])
-    counted = (exp.select(*[_col(c) for c in [*part, *values]], exp.alias_(exp.Count(this=exp.Star()), "__m"))
+    texts = [exp.alias_(ops.domain_text(_col(k)), f"__text{k}") for k in keys if k in coded]  # type: ignore[attr-defined]
+    counted = (exp.select(*[_col(c) for c in [*part, *values]], *texts, exp.alias_(exp.Count(this=exp.Star()), "__m"))
                .from_(relation, copy=False).group_by(*[_col(c) for c in [*part, *values]], copy=False).subquery("__counted", copy=False))
-    race = exp.Div(this=ops.exponential_clock([*part, *values], salt), expression=_col("__m"))
+    # a coded key is hashed as its text (the same race as over the text key, under the same salt)
+    hashed = [unit, *[f"__text{k}" if k in coded else k for k in keys], *values]
+    race = exp.Div(this=ops.exponential_clock(hashed, salt), expression=_col("__m"))
     return ops.keep_n_per_partition(counted, part, race, 1, alias="__rows", output=[*part, *values])
 
 
 def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression | None = None,
-                  use_public_domain: bool = True, ops: SqlOps = DEFAULT_OPS) -> tuple[exp.Select, list[str]]:
-    """The rows that may contribute, projected to ``__unit``, the group keys and the clamped
-    values (``<aggregate>_v``); also the names of the value columns."""
+                  use_public_domain: bool = True, ops: SqlOps = DEFAULT_OPS,
+                  coded: frozenset[str] = frozenset()) -> tuple[exp.Select, list[str]]:
+    """The rows that may contribute, projected to ``__unit``, the group keys (``coded``: as
+    their codes, :func:`coded_keys`) and the clamped values (``<aggregate>_v``); also the names
+    of the value columns."""
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
-    proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
+    proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     value_cols: list[str] = []
     for a in plan.aggregates:
         if a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT):
@@ -539,7 +583,7 @@ def _raw_key(a: ir.Aggregate) -> str:
 
 
 def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where: exp.Expression | None,
-                       use_public_domain: bool, ops: SqlOps) -> exp.Select:
+                       use_public_domain: bool, ops: SqlOps, coded: frozenset[str] = frozenset()) -> exp.Select:
     """k = 1 with values: one row per (unit, group) with its values (``__n`` = 1, and per
     aggregate its ``_c`` / ``_s`` columns), the kept row chosen by :func:`_pick_one_row` over the
     raw values of the columns the aggregates read (clamped after the choice: the same values
@@ -555,10 +599,10 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
                 source[src] = (_raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
                                else aggregate_input(a, plan.table.schema, ops))
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
-    proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
+    proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     proj += [exp.alias_(source[c], r) for c, r in raw.items()]
     base = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__base", copy=False)
-    picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops)
+    picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops, coded=coded)
 
     def present(r: str) -> exp.Expression:
         return exp.Case(ifs=[exp.If(this=exp.Is(this=_col(r), expression=exp.Null()), true=_lit(0))], default=_lit(1))
@@ -613,9 +657,12 @@ def bounded_query(
     pairs_domain = (use_public_domain and bool(keys) and not caps.unit_rows_finite
                     and any(k.domain is not None for k in plan.keys))
     row_domain = use_public_domain and not pairs_domain
+    # text keys of small public domains as their codes (NULL outside the domain), filtered on the pairs
+    coded = coded_keys(plan, ops) if pairs_domain else frozenset()
 
     # 1. base rows ------------------------------------------------------------------------------
-    base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=row_domain, ops=ops)
+    base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=row_domain, ops=ops,
+                                     coded=coded)
     rows_src: exp.Expression = base.subquery("__base", copy=False)
 
     # 2. rows per unit (L) ------------------------------------------------------------------------
@@ -626,9 +673,21 @@ def bounded_query(
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
     if caps.rows_finite and need_values and not one_row:
         rows_src = cap_rows_per_group(rows_src, "__unit", keys, value_cols, caps.max_rows_per_group, salt, ops=ops,
-                                      draw=True)
+                                      draw=True, coded=coded)
     # one row per unit and group, counts only: the (unit, group) pairs themselves, no per-pair count
     pairs_only = caps.rows_finite and caps.max_rows_per_group == 1 and not need_values
+    by_mask = getattr(ops, "count_units_by_mask", None)
+    if pairs_only and caps.groups_finite and len(keys) == 1 and keys[0] in coded and by_mask is not None:
+        # one coded key, counts of units only: each unit's groups as one mask, capped per unit, no pairs
+        key = plan.keys[0]
+        assert key.domain is not None
+        counted = by_mask(rows_src, keys[0], key.domain, int(caps.max_groups_per_unit), salt).subquery("__chosen", copy=False)
+        cols: list[exp.Expression] = [_col(keys[0]), _col("__users")]
+        cols += [exp.alias_(_col("__users"), a.name) for a in plan.aggregates if a.kind == ir.COUNT_STAR]
+        by_units = exp.select(*cols).from_(counted, copy=False)
+        if tau is not None and tau > 1:
+            by_units = by_units.where(exp.GTE(this=_col("__users"), expression=_lit(tau)), copy=False)
+        return by_units
     n_expr: exp.Expression = exp.Count(this=exp.Star())
     if caps.rows_finite and not need_values:
         # counts only: capping the count per (unit, group) at k is the same as keeping k rows
@@ -651,20 +710,23 @@ def bounded_query(
             # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
             ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", _col(f"{a.name}_v"))), f"{a.name}_l"))
     if one_row:
-        ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops)
+        ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops,
+                                coded=coded)
     elif pairs_only:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).distinct(copy=False)
     else:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
 
     if pairs_domain:
-        ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects], ops)
+        ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects], ops,
+                              coded)
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug", copy=False)
     if caps.groups_finite and keys:
         fields = [c.alias_or_name for c in ug.selects if c.alias_or_name != "__unit"]
-        chosen = cap_groups_per_unit(chosen, "__unit", keys, fields, caps.max_groups_per_unit, salt, ops=ops)
+        chosen = cap_groups_per_unit(chosen, "__unit", keys, fields, caps.max_groups_per_unit, salt, ops=ops,
+                                     coded=coded)
 
     # 5. per-group aggregation --------------------------------------------------------------------
     def zsum(col: str) -> exp.Expression:
@@ -674,7 +736,9 @@ def bounded_query(
         # the exact fixed-point total, then one conversion to the value's units
         return exp.func("coalesce", _released_sum(a, ops.exact_sum(_col(col)), ops, square=square), _lit(0))
 
-    out: list[exp.Expression] = [_col(k) for k in keys] + [exp.alias_(exp.Count(this=exp.Star()), "__users")]
+    out: list[exp.Expression] = [exp.alias_(ops.domain_text(_col(k)), k) if k in coded else _col(k)  # type: ignore[attr-defined]
+                                 for k in keys]
+    out.append(exp.alias_(exp.Count(this=exp.Star()), "__users"))
     for a in plan.aggregates:
         if a.kind == ir.COUNT_STAR:
             out.append(exp.alias_(exp.Count(this=exp.Star()) if pairs_only else zsum("__n"), a.name))
