@@ -59,9 +59,9 @@ from __future__ import annotations
 
 import functools
 import math
-from fractions import Fraction
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from sqlglot import exp
