@@ -215,3 +215,43 @@ def test_r2t_grid_is_capped_too() -> None:
         assert s.remaining() == before
     finally:
         s.close()
+
+
+def _three_tables(degree: int) -> Any:
+    customer, orders = _orders_customers()
+    lineitem = pa.table({"l_orderkey": np.repeat(np.asarray(orders.column("o_orderkey")), 2),
+                         "l_flag": np.tile(np.array(["A", "B"]), orders.num_rows)})
+    s = dpsql.Session(budget=Budget(1e6, 1e-2))
+    s.register("customer", customer, privacy_unit="c_custkey")
+    s.register("orders", orders, references={"o_custkey": "customer.c_custkey"}, degree_bounds={"o_custkey": degree})
+    s.register("lineitem", lineitem, references={"l_orderkey": "orders.o_orderkey"}, degree_bounds={"l_orderkey": degree},
+               columns={"l_flag": {"domain": ["A", "B"]}})
+    use_noise(s, zero_noise())
+    return s
+
+
+def test_a_delta_above_2_63_is_refused_before_any_charge_not_a_crash() -> None:
+    """Degree bounds 2^32 on two hops make Δ = 2^64: DP-S4S's binomial tails raised a raw TypeError
+    (scipy's 64-bit counts), R2T's GROUP BY form a threshold-grid refusal whose hint named a tau_base
+    it does not take (the clipped Gaussian GROUP BY does not depend on Δ's size and still runs). Δ is refused as such (at most 2^63), by explain and query alike, for free."""
+    join = "FROM lineitem l JOIN orders o ON l.l_orderkey = o.o_orderkey"
+    s = _three_tables(2**32)
+    try:
+        before = s.remaining()
+        for sql, opts in ((f"SELECT COUNT(*) {join}", {}),
+                          (f"SELECT l_flag, COUNT(*) {join} GROUP BY l_flag", {"mechanism": "r2t"}),
+                          (f"SELECT COUNT(*) {join}", {"mechanism": "r2t"})):
+            for fn in (s.explain, s.query):
+                with pytest.raises(ConfigError, match="2\\^63"):
+                    fn(sql, epsilon=1.0, delta=1e-6, options=opts)
+        assert s.remaining() == before
+        with pytest.raises(ConfigError, match="at most 2\\^63"):
+            s4s_tau_grid(2**63 + 1, 2.0)
+    finally:
+        s.close()
+    # negative control: Δ = 2^62 is planned
+    s = _three_tables(2**31)
+    try:
+        assert s.explain(f"SELECT COUNT(*) {join}", epsilon=1.0, options={"mechanism": "r2t"}) is not None
+    finally:
+        s.close()

@@ -110,6 +110,8 @@ __all__ = [
 DEFAULT_TAU_BASE = 5.5
 #: the most thresholds a grid may have: log_b Δ runs, each accounted for (Δ up to 2^64 at b = 2)
 MAX_TAU_GRID = 64
+#: the largest Δ (one person's join tuples) the accounting takes: 2^63 (64-bit binomial counts)
+MAX_TUPLES = 2**63
 
 _RTOL = 4.0 * float(np.finfo(float).eps)
 _LOG_HALF = math.log(0.5)
@@ -123,12 +125,17 @@ def _tau(value: object) -> float:
 
 
 def _max_tuples(value: object) -> int:
-    return v.count(
+    n = v.count(
         value,
         "max_tuples",
         minimum=1,
         hint="max_tuples (Delta) is the public bound on one user's join tuples, >= 1",
     )
+    if n > MAX_TUPLES:
+        # the binomial tails (scipy) take 64-bit counts, and base 2 reaches 2^63 in MAX_TAU_GRID thresholds
+        raise ConfigError(f"max_tuples (Delta) must be at most 2^63 = {MAX_TUPLES}, got {n}",
+                          hint="a bound on one person's join tuples above 2^63 bounds nothing; declare smaller degree bounds")
+    return n
 
 
 def _q(value: object) -> float:

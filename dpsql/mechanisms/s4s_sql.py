@@ -77,7 +77,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.accounting import r2t_schedule
-from dpsql.accounting.s4s import DEFAULT_TAU_BASE, tau_grid_base
+from dpsql.accounting.s4s import DEFAULT_TAU_BASE, MAX_TUPLES, tau_grid_base
 from dpsql.budget import Budget
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
@@ -210,6 +210,9 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
                 f"max_tuples_per_user={v} is below Delta={delta_int} that follows from the owner's declarations: an attested "
                 "Delta may be raised, never lowered", hint=f"pass max_tuples_per_user >= {delta_int}, or omit it")
         delta_int = int(v)
+    if delta_int > MAX_TUPLES:  # before any schedule: the binomial tails take 64-bit counts
+        raise ConfigError(f"Delta={delta_int} join tuples per person is above 2^63, the most the accounting takes",
+                          hint="the data owner may declare smaller degree bounds (or pass a smaller max_tuples_per_user)")
     q = float(opts.get("q", DEFAULT_Q if name == MechanismName.DP_S4S else 1.0))
     if name == MechanismName.R2T and q != 1.0:
         raise ConfigError("R2T does not sample (q = 1)", hint="omit q, or use mechanism='dp_s4s'")

@@ -6,7 +6,9 @@ Privacy claim
 Neighbouring relation: add or remove one privacy unit with all of its rows (user level).
 The bounded query (``dpsql.rewrite.bound``) clamps each kept row's value to the declared (or
 derived, ``dpsql.plan.intervals``) bounds [lo, hi] and centres it, c = clamp(x) - m with
-m = (lo + hi) / 2, so |c| <= r = (hi - lo) / 2 and 0 <= c^2 <= r^2. Per group it releases
+m = (lo + hi) / 2, so |c| <= r = (hi - lo) / 2 and 0 <= c^2 <= r^2 (r as computed: the largest
+|fl(lo - m)|, |fl(hi - m)|, which rounding can make larger than (hi - lo) / 2,
+``dpsql.rewrite.bound.released_columns``). Per group it releases
 
 * n = COUNT(x) of the kept rows: one unit changes it by at most k,
 * S = SUM(c): one unit changes it by at most k * r,

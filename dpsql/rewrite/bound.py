@@ -61,6 +61,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from sqlglot import exp
@@ -206,21 +207,32 @@ def released_columns(plan: ir.QueryPlan, caps: Caps) -> list[ReleasedColumn]:
         if a.kind in (ir.COUNT_STAR, ir.COUNT_COL):
             cols.append(ReleasedColumn(a.name, k, "count"))
         elif a.kind == ir.SUM:
-            assert a.bounds is not None
-            cols.append(ReleasedColumn(a.name, k * max(abs(a.bounds[0]), abs(a.bounds[1])), "sum"))
+            _, m, _ = _value_range(a)
+            cols.append(ReleasedColumn(a.name, _times_up(k, m), "sum"))
         elif a.kind == ir.AVG:
-            assert a.bounds is not None
-            cols.append(ReleasedColumn(a.name + "_sum", k * (a.bounds[1] - a.bounds[0]) / 2.0, "sum"))
+            # the centred values as the engine computes them: |fl(v - shift)| <= m, which may exceed
+            # (hi - lo) / 2 (shift = fl((lo + hi) / 2) is rounded at the bounds' magnitude; adjacent
+            # doubles lo, hi give values 0 and hi - lo, twice (hi - lo) / 2)
+            _, m, _ = _value_range(a)
+            cols.append(ReleasedColumn(a.name + "_sum", _times_up(k, m), "sum"))
             cols.append(ReleasedColumn(a.name + "_cnt", k, "count"))
         elif a.kind == ir.COUNT_DISTINCT:
             cols.append(ReleasedColumn(a.name, k, "count"))  # <= k distinct values per (unit, group)
         elif a.kind in ir.VARIANCE_KINDS:
-            assert a.bounds is not None
-            r = (a.bounds[1] - a.bounds[0]) / 2.0  # centred values lie in [-r, r]
-            cols.append(ReleasedColumn(a.name + "_sum", k * r, "sum"))
+            _, m, m2 = _value_range(a)  # centred values lie in [-m, m], their squares in [0, m2]
+            cols.append(ReleasedColumn(a.name + "_sum", _times_up(k, m), "sum"))
             cols.append(ReleasedColumn(a.name + "_cnt", k, "count"))
-            cols.append(ReleasedColumn(a.name + "_sq", k * r * r, "sum"))
+            cols.append(ReleasedColumn(a.name + "_sq", _times_up(k, m2), "sum"))
     return cols
+
+
+def _times_up(k: float, m: float) -> float:
+    """``k * m`` rounded up (a sensitivity: k rows of magnitude at most m may add up to exactly
+    k * m, which the nearest double can lie below)."""
+    p = k * m
+    if math.isfinite(p) and Fraction(p) < Fraction(k) * Fraction(m):
+        p = math.nextafter(p, math.inf)
+    return p
 
 
 def aggregate_input(agg: ir.Aggregate, schema: dict[str, str], ops: SqlOps = DEFAULT_OPS) -> exp.Expression:
@@ -247,7 +259,10 @@ def fixed_point_scale(magnitude: float) -> int:
 
 def _value_range(agg: ir.Aggregate) -> tuple[float, float, float]:
     """(shift, magnitude, squared magnitude) of the aggregate's clamped value: the value lies in
-    [lo - shift, hi - shift] (centred for AVG and the variances), computed as the engine does."""
+    [lo - shift, hi - shift] (centred for AVG and the variances), computed as the engine does
+    (rounding is monotone, so fl(v - shift) for v in [lo, hi] lies between fl(lo - shift) and
+    fl(hi - shift), and a grid value g with |g| <= m has fl(g * g) <= fl(m * m)). The
+    sensitivities of :func:`released_columns` are these magnitudes, not (hi - lo) / 2."""
     assert agg.bounds is not None
     lo, hi = agg.bounds
     shift = (lo + hi) / 2.0 if agg.kind in (ir.AVG, *ir.VARIANCE_KINDS) else 0.0

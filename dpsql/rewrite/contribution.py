@@ -15,7 +15,9 @@ all of its rows. A *group* is one combination of GROUP BY key values (a scalar q
     uniform random subset (keyed hash of (unit, group, the row's number by value)). In one
     group, removing a unit changes a row count by <= k, a SUM of values clamped to [lo, hi] by
     <= k * max(|lo|, |hi|), an AVG's centred sum (values minus (lo + hi) / 2) by
-    <= k * (hi - lo) / 2, a centred sum of squares (VARIANCE / STDDEV) by <= k * ((hi - lo) / 2)^2,
+    <= k * (hi - lo) / 2, a centred sum of squares (VARIANCE / STDDEV) by <= k * ((hi - lo) / 2)^2
+    (the half-width r = (hi - lo) / 2 as the engine computes it: the largest |fl(lo or hi - midpoint)|,
+    ``dpsql.rewrite.bound.released_columns``),
     the number of distinct values of a column among the kept rows (COUNT(DISTINCT col)) by <= k
     (its k kept rows hold at most k values; the others' values stay counted), and the
     distinct-unit count by <= 1.
