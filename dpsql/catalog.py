@@ -805,10 +805,12 @@ def register_table(
             hint=f"register('{tname}', ..., privacy_unit='user_id') or references={{'user_id': 'users.id'}}, "
             "or public=True for a table that holds no person",
         )
-    if tname in catalog:
-        old = catalog.pop(tname)
-        unregister_source(tname, old.source_kind, old.view)
+    # registered again: the new view under the other of two names, so that a refused registration
+    # leaves the table's working registration as it was (dropped only once the new one is in place)
+    old = catalog.get(tname)
     view = f"_dpsql_src_{tname}_{view_suffix}"
+    if old is not None and old.view == view:
+        view += "_2"
     files = source_files(kind, src)
     schema = register_source(tname, kind, src, view, types=types)
     problems = []
@@ -868,6 +870,8 @@ def register_table(
         read_key=json.dumps({"schema": schema, **(read_settings or {})}, sort_keys=True),
     )
     catalog[tname] = spec
+    if old is not None:
+        unregister_source(tname, old.source_kind, old.view)
     return spec
 
 

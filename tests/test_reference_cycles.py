@@ -112,3 +112,25 @@ def test_a_catalog_built_another_way_is_refused_before_any_charge(sql: str) -> N
         s.explain(sql, epsilon=1.0, delta=1e-6)
     assert s.remaining() == before
     assert s.history().num_rows == 0
+
+
+def test_a_refused_registration_again_keeps_the_working_one() -> None:
+    # registering a table again with a cycle (or any other problem) is refused and leaves the
+    # table's previous registration answering as before: bad input loses nothing already set up
+    s = session()
+    s.register("customer", customer(), privacy_unit="c_custkey")
+    s.register("orders", orders(), references={"o_custkey": "customer.c_custkey"})
+    before = s.tables["customer"]
+    with pytest.raises(ConfigError, match="cycle back to 'customer'"):
+        s.register("customer", customer(), privacy_unit="c_custkey", references={"c_lastorder": "orders.o_orderkey"})
+    with pytest.raises(ConfigError, match="does not exist"):
+        s.register("customer", customer(), privacy_unit="nosuch")
+    assert s.tables["customer"] is before
+    for sql in ("SELECT COUNT(*) AS n FROM customer", "SELECT COUNT(*) AS n FROM orders"):
+        assert s.query(sql, epsilon=1.0).table.num_rows == 1
+    # registered again successfully (twice: the view names alternate), the new one answers
+    for _ in range(2):
+        s.register("customer", customer().slice(0, 10), privacy_unit="c_custkey")
+        assert s.tables["customer"] is not before
+        assert s.query("SELECT COUNT(*) AS n FROM customer", epsilon=1.0).table.num_rows == 1
+    s.close()
