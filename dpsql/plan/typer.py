@@ -1679,16 +1679,7 @@ def type_predicate(node: exp.Expression, schema: dict[str, str], what: str = "WH
 
 def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
     """The total, canonical rendering of a GROUP BY key and its type (raises ``TypeRefusal``)."""
-    _check_shape(node)
-    problems = allow_list_problems(node)
-    if problems:
-        raise TypeRefusal(problems)
-    ty = Typer(schema)
-    try:
-        r = ty.t(node)
-    except _Refuse as rf:
-        raise TypeRefusal([(rf.node, rf.message)]) from None
-    _check_rendered(node, r.expr)
+    r = type_checked(node, schema)
     if r.type.kind == "null":
         return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
     if r.type.kind not in KEY_KINDS and r.type.kind != "strlit":
@@ -1709,17 +1700,10 @@ def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expressi
 
 def type_value(node: exp.Expression, schema: dict[str, str]) -> exp.Expression:
     """The total, explicitly typed rendering of an aggregate's numeric argument (raises ``TypeRefusal``)."""
-    _check_shape(node)
-    problems = allow_list_problems(node)
-    if problems:
-        raise TypeRefusal(problems)
-    try:
-        r = Typer(schema).t(node)
-    except _Refuse as rf:
-        raise TypeRefusal([(rf.node, rf.message)]) from None
+    r = type_checked(node, schema)
     if not (r.type.numeric or r.type.kind == "bool"):
         raise TypeRefusal([(node, f"an aggregate's argument must be numeric, got {r.type}")])
-    return _check_rendered(node, r.expr)
+    return r.expr
 
 
 class TypeRefusal(Exception):
