@@ -61,3 +61,68 @@ def test_coded_keys_choose_as_text_keys_whatever_the_connection_collation(collat
         assert _run(plan, caps, data, ops, collation) == text
     assert sum(r["__users"] for r in text.values()) == n
     assert all(binomtest(text[(g,)]["__users"], n, 0.25).pvalue > 1e-6 for g in groups)
+
+
+# -- end to end: every source kind, hostile spellings, the caller's collations ----------------------------
+
+DOMAIN = ["US", "us", "US ", " US", "", "a\0b", NFC, NFD, "x" * 3000, "O'Brien", 'a"b', "\\", "%", "NULL"]
+OUTSIDE = ["Us", "US  ", "a", "a\0", "E", "x" * 2999, "o'brien", "null", "\t", "US\n"]
+
+
+def _events(seed: int = 1, n: int = 4000) -> pa.Table:
+    gen = np.random.default_rng(seed)
+    spellings = DOMAIN + OUTSIDE
+    keys: list[str | None] = [spellings[i] for i in gen.integers(0, len(spellings), n)]
+    keys = [None if gen.random() < 0.03 else k for k in keys]
+    return pa.table({"uid": gen.integers(0, 300, n), "g": pa.array(keys, pa.string()),
+                     "v": gen.integers(0, 10, n).astype(np.float64)})
+
+
+def _release(kind: str, data: pa.Table, tmp_path: Any, sql: str, ops: Any, collation: str | None) -> list[tuple[Any, ...]]:
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    import dpsql
+    from dpsql.testing import use_noise, zero_noise
+
+    con = duckdb.connect()
+    if collation is not None:
+        con.execute(f"SET default_collation = '{collation}'")
+    source: Any = data
+    cols: dict[str, dict[str, Any]] = {"g": {"domain": DOMAIN}, "v": {"bounds": (0, 10)}}
+    if kind == "parquet":
+        source = str(tmp_path / "t.parquet")
+        pq.write_table(data, source)
+    elif kind == "csv":
+        source = str(tmp_path / "t.csv")
+        pcsv.write_csv(data, source)
+        cols["v"]["type"] = "DOUBLE"
+    elif kind == "duckdb":
+        con.register("v0", data)
+        con.execute("CREATE TABLE dt (uid BIGINT, g VARCHAR COLLATE NOCASE, v DOUBLE)")
+        con.execute("INSERT INTO dt SELECT * FROM v0")
+        con.unregister("v0")
+        source = "dt"
+    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con)
+    try:
+        use_noise(s, zero_noise())
+        s._engine.ops = ops  # type: ignore[attr-defined]
+        s.register("t", source, privacy_unit="uid", max_groups_per_unit=2, columns=cols)
+        rows = s.query(sql, epsilon=5.0, delta=1e-5).table.to_pylist()
+    finally:
+        s.close()
+        con.close()
+    return sorted((tuple(sorted(r.items())) for r in rows), key=repr)
+
+
+@pytest.mark.parametrize(("kind", "collation"), [("arrow", None), ("parquet", None), ("csv", None), ("duckdb", None),
+                                                 ("duckdb", "nocase"), ("arrow", "nocase")])
+@pytest.mark.parametrize("sql", ["SELECT g, COUNT(*) AS n FROM t GROUP BY g",
+                                 "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM t WHERE g <> 'us' GROUP BY g ORDER BY g LIMIT 6"])
+def test_sessions_release_what_the_text_plan_releases(kind: str, collation: str | None, sql: str, tmp_path: Any) -> None:
+    # case and space variants, empty text, NUL, NFC and NFD, quotes, a 3000-byte key, NULL keys and keys
+    # outside the domain, users over C_u = 2: the released keys and zero-noise counts equal the text plan's
+    data = _events()
+    coded = _release(kind, data, tmp_path, sql, SaltedDuckDBOps(), collation)
+    assert coded == _release(kind, data, tmp_path, sql, _TextKeys(), collation)
+    assert {dict(r)["g"] for r in coded} <= set(DOMAIN) and len(coded) >= 6
