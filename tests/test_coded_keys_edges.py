@@ -63,6 +63,36 @@ def test_coded_keys_choose_as_text_keys_whatever_the_connection_collation(collat
     assert all(binomtest(text[(g,)]["__users"], n, 0.25).pvalue > 1e-6 for g in groups)
 
 
+class _CollatedText(_WindowOverCodes):
+    """Negative control: a code's text hashed under the connection's collation (no COLLATE "binary")."""
+
+    def domain_text(self, code: Any) -> Any:
+        from sqlglot import exp
+
+        from dpsql.rewrite.render import DIALECT_MARK
+
+        e = exp.cast(code, "VARCHAR")
+        e.meta[DIALECT_MARK] = "duckdb"
+        return e
+
+
+def test_spellings_equal_under_the_collation_are_kept_uniformly() -> None:
+    # 2000 units with the groups 'US' and 'us', C_u = 1, under a nocase connection: each spelling is
+    # kept by about half of the units (binomial, 1e-6) under each of three salts; the control that
+    # hashes the collated text keeps 'US' for every unit
+    n = 2000
+    data = pa.table({"user_id": np.repeat(np.arange(n), 2), "country": ["US", "us"] * n})
+    plan = plan_for("SELECT country, COUNT(*) FROM events GROUP BY country",
+                    spec_for("events", data, domains={"country": ("US", "us")}))
+
+    def uniform(ops: Any) -> bool:
+        outs = [_run(plan, Caps(1, 1), data, ops, "nocase", salt) for salt in ("a", "b", "c")]
+        return all(binomtest(out.get(("US",), {"__users": 0})["__users"], n, 0.5).pvalue > 1e-6 for out in outs)
+
+    assert uniform(SaltedDuckDBOps()) and uniform(_WindowOverCodes())
+    assert not uniform(_CollatedText())
+
+
 # -- end to end: every source kind, hostile spellings, the caller's collations ----------------------------
 
 DOMAIN = ["US", "us", "US ", " US", "", "a\0b", NFC, NFD, "x" * 3000, "O'Brien", 'a"b', "\\", "%", "NULL"]
