@@ -649,7 +649,7 @@ SELECT
   __users
 FROM (
   SELECT
-    LIST_EXTRACT(['US', 'FR'], __c + 1) AS __k0,
+    LIST_EXTRACT(['US', 'FR'], __c + 1) COLLATE "binary" AS __k0,
     CAST(SUM(__n) AS BIGINT) AS __users
   FROM (
     SELECT
@@ -675,7 +675,10 @@ FROM (
                       ) & 1
                     ) = 1),
                     LAMBDA __c : {'h': HASH(
-                      XOR(HASH(__unit, LIST_EXTRACT(['US', 'FR'], __c + 1)), HASH('<per-query secret salt>'))
+                      XOR(
+                        HASH(__unit, LIST_EXTRACT(['US', 'FR'], __c + 1) COLLATE "binary"),
+                        HASH('<per-query secret salt>')
+                      )
                     ), 'c': __c}
                   )
                 ),

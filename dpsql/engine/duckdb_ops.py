@@ -62,6 +62,12 @@ def _col(name: str) -> exp.Column:
     return exp.column(name, quoted=False)
 
 
+def _binary(e: exp.Expression) -> exp.Expression:
+    """``e COLLATE "binary"``: a text compared, grouped and hashed by its bytes, whatever the
+    connection's ``default_collation``."""
+    return _mark(exp.Collate(this=e, expression=exp.to_identifier("binary", quoted=True)))
+
+
 class DuckDBOps:
     """The building blocks of bounded queries for DuckDB (see :class:`dpsql.engine.base.SqlOps`)."""
 
@@ -89,8 +95,11 @@ class DuckDBOps:
         return _mark(exp.TryCast(this=key, to=enum))
 
     def domain_text(self, code: exp.Expression) -> exp.Expression:
-        """The text of a :meth:`domain_code` (``CAST(code AS VARCHAR)``): the domain value's spelling."""
-        return _mark(exp.cast(code, "VARCHAR"))
+        """The text of a :meth:`domain_code` (``CAST(code AS VARCHAR) COLLATE "binary"``): the domain
+        value's spelling. Binary: under a connection's ``default_collation`` (``nocase``, ``nfc``,
+        ...) DuckDB's ``HASH`` of a text hashes its collation key, so 'US' and 'us' would hash
+        alike for every unit and salt, and the group cap would always keep the one of smaller code."""
+        return _binary(_mark(exp.cast(code, "VARCHAR")))
 
     def count_units_by_mask(self, relation: exp.Expression, key: str, values: Sequence[str], n: int,
                             salt: str) -> exp.Select:
@@ -120,7 +129,7 @@ class DuckDBOps:
 
         def text(c: exp.Expression) -> exp.Expression:  # the domain value of code c
             listed = exp.Array(expressions=[exp.Literal.string(v) for v in values])
-            return _mark(exp.func("list_extract", listed, exp.Add(this=c, expression=_number(1))))
+            return _binary(_mark(exp.func("list_extract", listed, exp.Add(this=c, expression=_number(1)))))
 
         h = self.keyed_hash_of([_col("__unit"), text(_col("__c"))], salt)
         pair = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier("h"), expression=h),

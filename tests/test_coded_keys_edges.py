@@ -1,0 +1,158 @@
+"""Text keys of small public domains carried as ``ENUM`` codes (``dpsql.rewrite.bound.coded_keys``)
+and the per-unit mask for counts of units (``DuckDBOps.count_units_by_mask``), on hostile keys and
+connections: the coded plan must keep exactly the groups the text plan keeps under the same salt.
+
+* FINDING (fixed: ``DuckDBOps.domain_text`` and the mask's texts are ``COLLATE "binary"``): on a
+  caller's connection with ``default_collation = 'nocase'`` (or ``nfc``, ``noaccent``) DuckDB's
+  ``HASH`` of a text hashes its collation key, so a coded key's text 'US' hashed as 'us' for every
+  unit and salt. A unit with both groups and C_u = 1 then always kept 'US' (the smaller code): 2000
+  of 2000 units where the text plan keeps each spelling about half the time. The choice was no
+  longer uniform (in the mask, the window over codes, the salted race of k = 1 and the salted
+  numbering of k = 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+from scipy.stats import binomtest
+from test_bounding import _TextKeys, _WindowOverCodes, bounded_sql, keyed, plan_for, spec_for
+
+from dpsql.engine.duckdb_ops import SaltedDuckDBOps
+from dpsql.plan import ir
+from dpsql.rewrite.bound import Caps, source_name
+
+NFC, NFD = "\u00e9", "e\u0301"
+
+
+def _run(plan: ir.QueryPlan, caps: Caps, data: pa.Table, ops: Any, collation: str | None, salt: str = "s1") -> dict[Any, Any]:
+    con = duckdb.connect()
+    try:
+        if collation is not None:
+            con.execute(f"SET default_collation = '{collation}'")
+        con.register(source_name(plan.table.name), data)
+        return keyed(plan, con.sql(bounded_sql(plan, caps, salt, ops=ops)).to_arrow_table())
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("collation", [None, "nocase", "noaccent.nocase", "nfc"])
+@pytest.mark.parametrize(("sql", "caps"), [
+    ("SELECT country, COUNT(*) FROM events GROUP BY country", Caps(1, 1)),  # the mask
+    ("SELECT country, COUNT(*) FROM events GROUP BY country", Caps(1, 2)),  # the window over codes
+    ("SELECT country, SUM(amount) FROM events GROUP BY country", Caps(1, 1)),  # the salted race, the window
+    ("SELECT country, SUM(amount) FROM events GROUP BY country", Caps(1, 2)),  # the salted numbering
+])
+def test_coded_keys_choose_as_text_keys_whatever_the_connection_collation(collation: str | None, sql: str,
+                                                                          caps: Caps) -> None:
+    # 2000 units, each with the four groups 'US', 'us', NFC and NFD e-acute (equal under the
+    # collations, distinct as bytes) and C_u = 1: the coded plans keep what the text plan keeps
+    # under the same salt, and each spelling about a quarter of the time (binomial, 1e-6)
+    n, groups = 2000, ["US", "us", NFC, NFD]
+    data = pa.table({"user_id": np.repeat(np.arange(n), 4), "country": groups * n,
+                     "amount": np.ones(4 * n)})
+    plan = plan_for(sql, spec_for("events", data, domains={"country": tuple(groups)}, bounds={"amount": (0, 1)}))
+    text = _run(plan, caps, data, _TextKeys(), collation)
+    for ops in (SaltedDuckDBOps(), _WindowOverCodes()):
+        assert _run(plan, caps, data, ops, collation) == text
+    assert sum(r["__users"] for r in text.values()) == n
+    assert all(binomtest(text[(g,)]["__users"], n, 0.25).pvalue > 1e-6 for g in groups)
+
+
+class _CollatedText(_WindowOverCodes):
+    """Negative control: a code's text hashed under the connection's collation (no COLLATE "binary")."""
+
+    def domain_text(self, code: Any) -> Any:
+        from sqlglot import exp
+
+        from dpsql.rewrite.render import DIALECT_MARK
+
+        e = exp.cast(code, "VARCHAR")
+        e.meta[DIALECT_MARK] = "duckdb"
+        return e
+
+
+def test_spellings_equal_under_the_collation_are_kept_uniformly() -> None:
+    # 2000 units with the groups 'US' and 'us', C_u = 1, under a nocase connection: each spelling is
+    # kept by about half of the units (binomial, 1e-6) under each of three salts; the control that
+    # hashes the collated text keeps 'US' for every unit
+    n = 2000
+    data = pa.table({"user_id": np.repeat(np.arange(n), 2), "country": ["US", "us"] * n})
+    plan = plan_for("SELECT country, COUNT(*) FROM events GROUP BY country",
+                    spec_for("events", data, domains={"country": ("US", "us")}))
+
+    def uniform(ops: Any) -> bool:
+        outs = [_run(plan, Caps(1, 1), data, ops, "nocase", salt) for salt in ("a", "b", "c")]
+        return all(binomtest(out.get(("US",), {"__users": 0})["__users"], n, 0.5).pvalue > 1e-6 for out in outs)
+
+    assert uniform(SaltedDuckDBOps()) and uniform(_WindowOverCodes())
+    assert not uniform(_CollatedText())
+
+
+# -- end to end: every source kind, hostile spellings, the caller's collations ----------------------------
+
+DOMAIN = ["US", "us", "US ", " US", "", "a\0b", NFC, NFD, "x" * 3000, "O'Brien", 'a"b', "\\", "%", "NULL"]
+OUTSIDE = ["Us", "US  ", "a", "a\0", "E", "x" * 2999, "o'brien", "null", "\t", "US\n"]
+
+
+def _events(seed: int = 1, n: int = 4000) -> pa.Table:
+    gen = np.random.default_rng(seed)
+    spellings = DOMAIN + OUTSIDE
+    keys: list[str | None] = [spellings[i] for i in gen.integers(0, len(spellings), n)]
+    keys = [None if gen.random() < 0.03 else k for k in keys]
+    return pa.table({"uid": gen.integers(0, 300, n), "g": pa.array(keys, pa.string()),
+                     "v": gen.integers(0, 10, n).astype(np.float64)})
+
+
+def _release(kind: str, data: pa.Table, tmp_path: Any, sql: str, ops: Any, collation: str | None) -> list[tuple[Any, ...]]:
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    import dpsql
+    from dpsql.testing import use_noise, zero_noise
+
+    con = duckdb.connect()
+    if collation is not None:
+        con.execute(f"SET default_collation = '{collation}'")
+    source: Any = data
+    cols: dict[str, dict[str, Any]] = {"g": {"domain": DOMAIN}, "v": {"bounds": (0, 10)}}
+    if kind == "parquet":
+        source = str(tmp_path / "t.parquet")
+        pq.write_table(data, source)
+    elif kind == "csv":
+        source = str(tmp_path / "t.csv")
+        pcsv.write_csv(data, source)
+        cols["v"]["type"] = "DOUBLE"
+    elif kind == "duckdb":
+        con.register("v0", data)
+        con.execute("CREATE TABLE dt (uid BIGINT, g VARCHAR COLLATE NOCASE, v DOUBLE)")
+        con.execute("INSERT INTO dt SELECT * FROM v0")
+        con.unregister("v0")
+        source = "dt"
+    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con)
+    try:
+        use_noise(s, zero_noise())
+        s._engine.ops = ops  # type: ignore[attr-defined]
+        s.register("t", source, privacy_unit="uid", max_groups_per_unit=2, columns=cols)
+        rows = s.query(sql, epsilon=5.0, delta=1e-5).table.to_pylist()
+    finally:
+        s.close()
+        con.close()
+    return sorted((tuple(sorted(r.items())) for r in rows), key=repr)
+
+
+@pytest.mark.parametrize(("kind", "collation"), [("arrow", None), ("parquet", None), ("csv", None), ("duckdb", None),
+                                                 ("duckdb", "nocase"), ("arrow", "nocase")])
+@pytest.mark.parametrize("sql", ["SELECT g, COUNT(*) AS n FROM t GROUP BY g",
+                                 "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM t WHERE g <> 'us' GROUP BY g ORDER BY g LIMIT 6"])
+def test_sessions_release_what_the_text_plan_releases(kind: str, collation: str | None, sql: str, tmp_path: Any) -> None:
+    # case and space variants, empty text, NUL, NFC and NFD, quotes, a 3000-byte key, NULL keys and keys
+    # outside the domain, users over C_u = 2: the released keys and zero-noise counts equal the text plan's
+    data = _events()
+    coded = _release(kind, data, tmp_path, sql, SaltedDuckDBOps(), collation)
+    assert coded == _release(kind, data, tmp_path, sql, _TextKeys(), collation)
+    assert {dict(r)["g"] for r in coded} <= set(DOMAIN) and len(coded) >= 6
