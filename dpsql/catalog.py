@@ -312,6 +312,13 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
             raise ConfigError(f"domain for '{table}.{name}' is empty")
         if len(set(domain)) != len(domain):
             raise ConfigError(f"domain for '{table}.{name}' has duplicate values")
+        for v in domain:
+            if isinstance(v, str):
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate: no text column can hold it
+                    raise ConfigError(f"domain for '{table}.{name}' has a value that is not valid text (a lone "
+                                      "surrogate code point)", hint="give every domain value as valid Unicode text") from None
     ordered = None
     o = spec.get("ordered")
     if o is None and ("bins" in spec or "bin_width" in spec):

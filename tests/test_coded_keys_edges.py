@@ -156,3 +156,18 @@ def test_sessions_release_what_the_text_plan_releases(kind: str, collation: str 
     coded = _release(kind, data, tmp_path, sql, SaltedDuckDBOps(), collation)
     assert coded == _release(kind, data, tmp_path, sql, _TextKeys(), collation)
     assert {dict(r)["g"] for r in coded} <= set(DOMAIN) and len(coded) >= 6
+
+
+def test_a_domain_value_that_is_not_valid_text_is_refused_at_registration() -> None:
+    """A lone surrogate has no UTF-8 form: registered, every query on the column was refused at its
+    bind check (free, but the owner learned it only from the analysts)."""
+    import dpsql
+    from dpsql.errors import ConfigError
+
+    s = dpsql.Session(budget=dpsql.Budget(1.0, 1e-6))
+    t = pa.table({"u": [1, 2], "k": ["a", "b"]})
+    with pytest.raises(ConfigError, match="lone surrogate"):
+        s.register("t", t, privacy_unit="u", columns={"k": {"domain": ["a", "\ud800"]}})
+    assert "t" not in s.tables
+    s.register("t", t, privacy_unit="u", columns={"k": {"domain": ["a", "\u00e9"]}})
+    s.close()

@@ -134,3 +134,4 @@ def test_a_refused_registration_again_keeps_the_working_one() -> None:
         assert s.tables["customer"] is not before
         assert s.query("SELECT COUNT(*) AS n FROM customer", epsilon=1.0).table.num_rows == 1
     s.close()
+
