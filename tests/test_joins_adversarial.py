@@ -275,17 +275,21 @@ def test_an_interval_privacy_unit_is_refused_in_joins_for_free() -> None:
 
 
 def test_a_fine_tau_grid_names_the_delta_it_needs() -> None:
-    """tau_base near 1 gives a long grid whose floating-point part exceeds delta=1e-6; the hint used to say
-    'use delta >= 1e-10', which 1e-6 already is."""
+    """tau_base near 1 gives a long grid whose floating-point part exceeds delta; the hint used to say
+    'use delta >= 1e-10' whatever the delta needed. (tau_base = 1.0000001 with delta = 1e-6, the first
+    form of this test, is now refused for its grid of over 64 thresholds; Delta = 12 allows b >= 1.04023:
+    64 thresholds, which need delta > 1.06e-10.)"""
     import re
 
     s = _small_fk()
     try:
-        with pytest.raises(ConfigError) as info:
+        with pytest.raises(ConfigError, match="at most 64 are allowed"):
             s.explain(SCALAR, epsilon=1.0, delta=1e-6, options={"tau_base": 1.0000001, "mechanism": "dp_s4s", "q": 1.0})
+        with pytest.raises(ConfigError) as info:
+            s.explain(SCALAR, epsilon=1.0, delta=1e-12, options={"tau_base": 1.0405, "mechanism": "dp_s4s", "q": 1.0})
         msg = str(info.value)
         m = re.search(r"needs delta > ([0-9.e+-]+)", msg)
-        assert m is not None and float(m.group(1)) > 1e-6 and "larger tau_base" in msg and "1e-10" not in msg
+        assert m is not None and float(m.group(1)) > 1e-10 and "larger tau_base" in msg and "1e-10" not in msg
         assert s.history().num_rows == 0
     finally:
         s.close()
