@@ -426,7 +426,10 @@ class DuckDBBackend:
         s = self.settings
         # never fetch or load an extension because a query names a type or function of one
         out = [("autoinstall_known_extensions", "false"), ("autoload_known_extensions", "false"),
-               ("threads", str(s.effective_threads))]
+               ("threads", str(s.effective_threads)),
+               # an ORDER BY without a direction (the analyst's, and the bounding's windows and sorts)
+               # means ascending, NULLs last, whatever a caller's connection sets
+               ("default_order", "ASC"), ("default_null_order", "NULLS_LAST")]
         if s.memory_limit is not None:
             out.append(("memory_limit", s.memory_limit))
         if s.max_temp_directory_size is not None:
@@ -657,7 +660,7 @@ class DuckDBBackend:
         in ORDER BY and LIMIT kept one of them in the engine's internal row order).
         """
         failure: ExecutionError | None = None
-        with self._lock:
+        with self._lock, self._limited():
             cur = self._con
             try:
                 cur.register("__released_raw", table)

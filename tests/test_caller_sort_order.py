@@ -1,0 +1,48 @@
+"""A caller's DuckDB connection may set ``default_order = 'DESC'`` or another
+``default_null_order``: an ORDER BY without a direction then sorted descending, so the analyst's
+``ORDER BY k LIMIT 3`` released the last three keys, and the bounding's windows kept the largest
+hashes (uniform still, but not the choices of Spark and the portable hash). The engine sets
+ascending, NULLs last, for its private reads and post-processing, and gives the caller's settings
+back."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql.testing import use_noise, zero_noise
+
+SETTINGS = [("DESC", "NULLS_FIRST"), ("ASC", "NULLS_FIRST_ON_ASC_LAST_ON_DESC"), (None, None)]
+
+
+def _run(con: duckdb.DuckDBPyConnection | None, sql: str) -> list[dict[str, object]]:
+    s = dpsql.Session(budget=dpsql.Budget(1000.0, 1e-2), connection=con)
+    use_noise(s, zero_noise())
+    t = pa.table({"u": np.arange(11), "k": pa.array(list("aabbbccccd") + [None])})
+    s.register("t", t, privacy_unit="u", columns={"k": {"domain": list("abcd")}})
+    try:
+        return s.query(sql, epsilon=5.0).table.to_pylist()
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("order,nulls", SETTINGS)
+def test_order_by_means_ascending_whatever_the_callers_connection_sets(order: str | None, nulls: str | None) -> None:
+    con = duckdb.connect()
+    if order is not None:
+        con.execute(f"SET default_order = '{order}'")
+        con.execute(f"SET default_null_order = '{nulls}'")
+    before = con.execute("SELECT current_setting('default_order'), current_setting('default_null_order')").fetchall()
+    got = _run(con, "SELECT k, COUNT(*) AS n FROM t GROUP BY k ORDER BY k LIMIT 3")
+    assert [r["k"] for r in got] == ["a", "b", "c"]
+    got = _run(con, "SELECT k, COUNT(*) AS n FROM t GROUP BY k ORDER BY n, k")
+    assert [r["k"] for r in got] == ["d", "a", "b", "c"]
+    # the caller's settings are theirs again
+    after = con.execute("SELECT current_setting('default_order'), current_setting('default_null_order')").fetchall()
+    short = {"ASCENDING": "ASC", "DESCENDING": "DESC"}  # DuckDB shows its default spelled out
+    assert [(short.get(o, o), n) for o, n in after] == [(short.get(o, o), n) for o, n in before]
+    if order == "DESC":  # negative control: the caller's own ORDER BY on that connection is descending
+        assert con.execute("SELECT x FROM (VALUES (1), (2)) v(x) ORDER BY x").fetchall() == [(2,), (1,)]
