@@ -429,7 +429,11 @@ class DuckDBBackend:
                ("threads", str(s.effective_threads)),
                # an ORDER BY without a direction (the analyst's, and the bounding's windows and sorts)
                # means ascending, NULLs last, whatever a caller's connection sets
-               ("default_order", "ASC"), ("default_null_order", "NULLS_LAST")]
+               ("default_order", "ASC"), ("default_null_order", "NULLS_LAST"),
+               # the typer's total expressions assume DuckDB's defaults: IEEE floating point (ln(0) is
+               # -inf, 1/0.0 inf, not an error), / as true division, warnings as warnings; a caller's
+               # connection set otherwise failed after the charge exactly when one person's row held a 0
+               ("ieee_floating_point_ops", "true"), ("integer_division", "false"), ("warnings_as_errors", "false")]
         if s.memory_limit is not None:
             out.append(("memory_limit", s.memory_limit))
         if s.max_temp_directory_size is not None:

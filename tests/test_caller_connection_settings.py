@@ -1,4 +1,7 @@
-"""A caller's DuckDB connection may set ``default_order = 'DESC'`` or another
+"""Settings of a caller's DuckDB connection (``Session(connection=...)``) that change what a query
+means are pinned while dpsql reads private rows or post-processes a release, then given back.
+
+Sort order: a caller's connection may set ``default_order = 'DESC'`` or another
 ``default_null_order``: an ORDER BY without a direction then sorted descending, so the analyst's
 ``ORDER BY k LIMIT 3`` released the last three keys, and the bounding's windows kept the largest
 hashes (uniform still, but not the choices of Spark and the portable hash). The engine sets
@@ -46,3 +49,35 @@ def test_order_by_means_ascending_whatever_the_callers_connection_sets(order: st
     assert [(short.get(o, o), n) for o, n in after] == [(short.get(o, o), n) for o, n in before]
     if order == "DESC":  # negative control: the caller's own ORDER BY on that connection is descending
         assert con.execute("SELECT x FROM (VALUES (1), (2)) v(x) ORDER BY x").fetchall() == [(2,), (1,)]
+
+
+@pytest.mark.parametrize("setting", ["SET ieee_floating_point_ops = false", "SET integer_division = true"])
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) AS n FROM t WHERE ln(x) > -1",
+    "SELECT COUNT(*) AS n FROM t WHERE 1 / x > 0",
+    "SELECT COUNT(*) AS n FROM t WHERE sqrt(x - 1) >= 0",
+])
+def test_a_callers_arithmetic_settings_do_not_make_one_row_fail_the_query(setting: str, sql: str) -> None:
+    """With ieee_floating_point_ops = false, ln(0), 1/0.0 and sqrt(-1) raise; with integer_division =
+    true, 1 / x is an integer division that raises on 0: on such a caller's connection the query
+    failed after its charge exactly when one person's row held x = 0 (D: answered, D + that person:
+    ExecutionError). The engine reads private rows with DuckDB's defaults and restores the caller's."""
+    outcomes = []
+    for xs in ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 0.0]):
+        con = duckdb.connect()
+        con.execute(setting)
+        s = dpsql.Session(budget=dpsql.Budget(1000.0, 1e-2), connection=con)
+        use_noise(s, zero_noise())
+        s.register("t", pa.table({"u": np.arange(len(xs)), "x": xs}), privacy_unit="u")
+        try:
+            outcomes.append(s.query(sql, epsilon=5.0).table.num_rows)
+        finally:
+            s.close()
+        name = setting.split()[1]
+        want = "false" if "ieee" in name else "true"
+        assert str(con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0]).lower() == want
+        # negative control: the caller's own query on that connection still raises on the zero row
+        con.register("z", pa.table({"x": [0.0]}))
+        with pytest.raises(duckdb.Error):
+            con.execute("SELECT ln(x) FROM z" if "ieee" in name else "SELECT CAST(1 AS BIGINT) / CAST(x AS BIGINT) FROM z").fetchall()
+    assert outcomes == [1, 1]
