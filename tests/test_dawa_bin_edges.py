@@ -62,3 +62,21 @@ def test_stage1_wavelet_depth_is_public() -> None:
     y = x.copy()
     y[10] = 7  # one person's rows in bin 10: 5 distinct counts
     assert _WaveletMatrix(x).nbits == _WaveletMatrix(y).nbits == (64).bit_length()
+
+
+def test_timestamp_just_before_midnight_stays_in_its_day(tmp_path: Path) -> None:
+    """The edge tolerance is for numeric domains only: 1e-9 of a one-day bin is 86 microseconds, so
+    23:59:59.999990 would otherwise be counted in the next day."""
+    import datetime as dt
+
+    ts = [dt.datetime(2026, 1, 1, 23, 59, 59, 999990)] * 50 + [dt.datetime(2026, 1, 3)] * 50
+    pq.write_table(pa.table({"uid": list(range(100)), "t": ts}), tmp_path / "ts.parquet")
+    s = dpsql.Session(ledger=str(tmp_path / "lt.db"), budget=Budget(100.0, 1e-3), create=True)
+    use_noise(s, zero_noise())
+    try:
+        s.register("t", str(tmp_path / "ts.parquet"), privacy_unit="uid", max_rows_per_unit=1,
+                   columns={"t": {"bounds": ("2026-01-01", "2026-01-05"), "bin_width": "1 day"}})
+        assert s.query("SELECT t, COUNT(*) FROM t GROUP BY t", epsilon=10.0).table.column(1).to_pylist() == [50, 0, 50, 0]
+        assert list(s.query_many(["SELECT COUNT(*) FROM t WHERE t < TIMESTAMP '2026-01-02 00:00:00'"], epsilon=10.0).counts) == [50]
+    finally:
+        s.close()
