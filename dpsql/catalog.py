@@ -220,14 +220,23 @@ def source_identity(table: TableSpec) -> dict[str, Any] | None:
     """What identifies the rows a stored synopsis was computed from (public, owner-side).
 
     The table's read definition (``read_key``: schema with declared types, and the engine's read
-    settings such as ``max_text_bytes``) together with the owner-declared ``version`` when given;
+    settings such as ``max_text_bytes``) together with the owner-declared ``version`` when given
+    (with the source's kind and location: its files' paths, or the DuckDB table's name, so one
+    version label on two sources is two identities; an Arrow table has only its label);
     otherwise, for file sources, each file's identity and modification time (device, inode,
     mtime, size): never a hash of the contents, since reuse must not reveal whether the data
     changed. A glob that now matches other files than at registration has no identity, nor do
     Arrow and DuckDB-table sources without a declared version: their synopses are never reused.
     """
     if table.version is not None:
-        return {"version": table.version, "read": table.read_key}
+        # the version labels the contents of *this* source: another file (or DuckDB table) declared
+        # with the same label, e.g. the same date, is other data
+        where: Any = None
+        if table.source_kind in ("parquet", "csv"):
+            where = [os.path.realpath(f) for f in table.files]
+        elif table.source_kind == "duckdb" and isinstance(table.source, str):
+            where = table.source
+        return {"version": table.version, "read": table.read_key, "kind": table.source_kind, "where": where}
     if table.source_kind not in ("parquet", "csv") or not table.files:
         return None
     if source_files(table.source_kind, table.source) != table.files:

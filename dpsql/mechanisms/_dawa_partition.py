@@ -6,8 +6,9 @@ claim. Indices are 0-based; a bucket is a closed bin interval ``[start, end]``.
 Complexity (n bins, c candidate buckets: dyadic lengths with any start c = O(n log n); with
 half-aligned starts, the default of the private stage 1, c ≈ 4n; all intervals c = O(n²)):
 
-* :class:`_WaveletMatrix` over the value ranks (U <= n distinct values, ``B = bit_length(U)``
-  levels): O(n B) build, O(B) per "count and sum of the values below a threshold inside a window"
+* :class:`_WaveletMatrix` over the value ranks (U <= n distinct values, ``B = bit_length(n)``
+  levels, a public depth: with ``bit_length(U)`` the running time would step up when one person's
+  rows make U cross a power of two, about 0.15 s per level at n = 2^20): O(n B) build, O(B) per "count and sum of the values below a threshold inside a window"
   query, each step vectorised over all queries at once;
 * deviations of all candidates: windows of length <= 32 directly (O(L) each), longer ones by one
   wavelet query each: O(c log n), i.e. O(n log² n) for any-start dyadic candidates (docs/mechanisms.md section 2.2's
@@ -126,13 +127,14 @@ class _WaveletMatrix:
 
     ``count_sum_below(lo, hi, thr)`` returns, for every query, the number and the sum of the
     ``x_j`` with ``lo <= j < hi`` whose rank is ``< thr`` (rank = index in the sorted distinct
-    values), in O(bit_length(#distinct)) vectorised steps.
+    values), in O(bit_length(n)) vectorised steps: the depth is public (``bit_length(n)``, not
+    of the number of distinct values, which one person can move across a power of two).
     """
 
     def __init__(self, x: np.ndarray) -> None:
         self.uniq, ranks = np.unique(x, return_inverse=True)
         n = x.size
-        self.nbits = max(1, int(self.uniq.size).bit_length())
+        self.nbits = max(1, int(n).bit_length())
         idx_t = np.intp  # fancy indexing converts other index types on every gather
         sum_t = np.int64 if x.dtype == np.int64 else np.float64
         cur = ranks.astype(np.int64)

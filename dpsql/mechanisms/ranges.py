@@ -202,14 +202,21 @@ class Dawa:
 
     @staticmethod
     def _other_rule_key(wl: Workload, request: Request, catalog: dict[str, TableSpec], *, histogram_rule: bool) -> str | None:
-        """The key of a synopsis made by the other bounding rule, with the table's registered caps."""
+        """The key of a synopsis made by the other bounding rule, with the caps of this request: the
+        registered ones, or lower ones from its options (a cap the request lowers is never answered
+        from a synopsis kept at the higher one). A histogram request that lowers its per-bin or
+        per-person bin caps has no counterpart under the rule of L rows per unit: None."""
         table = wl.table
+        opts = request.options
+        cap_l = lowered_cap(table, opts, "max_rows_per_unit") if table.max_rows_per_unit is not None or \
+            "max_rows_per_unit" in opts else math.inf
         if histogram_rule:
-            g = Caps(float(table.max_groups_per_unit), float(table.max_rows_per_group),
-                     float(table.max_rows_per_unit) if table.max_rows_per_unit is not None else math.inf)
+            g = Caps(float(table.max_groups_per_unit), float(table.max_rows_per_group), cap_l)
             return wl.synopsis_key(g.rows_bound, catalog, groups=(g.max_groups_per_unit, g.max_rows_per_group,
                                                                   g.max_rows_per_unit))
-        return wl.synopsis_key(table.rows_per_unit_cap, catalog)
+        if any(o in opts for o in ("max_groups_per_unit", "max_rows_per_group")):
+            return None
+        return wl.synopsis_key(lowered_cap(table, opts, "max_rows_per_unit"), catalog)
 
     def describe(self, cal: DawaCalibration) -> Description:
         wl = cal.workload

@@ -118,7 +118,7 @@ class Workload:
         """The key under which this workload's synopsis is stored and found again.
 
         It names the exact normalised WHERE (string literals keep their case), the table, the
-        ordered dimension(s), the per-unit cap, the privacy unit, and the identity of the source's
+        ordered dimension(s) (bounds, bins and, for dates/times, the bin width), the per-unit cap, the privacy unit, and the identity of the source's
         contents (``catalog.source_identity``: an owner-declared version, or file identity and
         modification time). ``None`` when the source has no identity: no reuse. ``groups``: the
         grouped rule's caps (C_u, k, L) when the histogram was bounded by it (a histogram's
@@ -131,7 +131,10 @@ class Workload:
             "table": self.table.name,
             "source": ident_src,
             "unit": _unit(self.table, catalog),
-            "dims": [[d.column, str(d.domain.lo), str(d.domain.hi), d.domain.bins] for d in self.dims],
+            # a date/time domain declared by bin_width keeps its hi, so lo, hi and bins do not fix
+            # the bins ("6 hours" and "7 hours" over one day are both 4 bins): name their width
+            "dims": [[d.column, str(d.domain.lo), str(d.domain.hi), d.domain.bins]
+                     + ([] if d.domain.bin_seconds is None else [float(d.domain.bin_seconds)]) for d in self.dims],
             "where": self.base_key,
             "max_rows_per_unit": float(cap),
         }

@@ -780,6 +780,10 @@ def bounded_query(
 # -- bounded histogram (range workloads) --------------------------------------------------------
 
 
+#: a value within this many bin widths below a bin edge is on the edge (as in ``workload._bins_for``)
+_BIN_EDGE_TOLERANCE = 1e-9
+
+
 def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: SqlOps | None = None,
                       groups: Caps | None = None) -> exp.Expression:
     """A range workload's bounded histogram: the rows in the declared domain passing the base
@@ -820,6 +824,13 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
                 expression=exp.Literal.number(dom.bin_seconds),
             )
             inside = exp.And(this=exp.GTE(this=ts.copy(), expression=lo_ts), expression=exp.LT(this=ts.copy(), expression=hi_ts))
+        if dom.kind == "numeric":
+            # a value on a bin edge belongs to the bin it starts, as a range endpoint on that edge
+            # selects it (``workload._bins_for``, the same 1e-9 bin tolerance): 0.3 / 0.1 is
+            # 2.9999999999999996 in floating point, which flooring alone would put in [0.2, 0.3).
+            # Date/time edges are whole seconds, exact in EPOCH's double, and a timestamp a few
+            # microseconds before midnight is not on the edge: no tolerance there
+            pos = exp.Add(this=exp.Paren(this=pos), expression=exp.Literal.number(_BIN_EDGE_TOLERANCE))
         b = ops.least(ops.try_cast(exp.func("floor", pos), "BIGINT"), exp.Literal.number(d.n - 1))
         proj.append(exp.alias_(b, f"__b{i}"))
         cond = exp.And(this=cond, expression=inside)
