@@ -72,7 +72,9 @@ L·τ_j·ln(L/β)/ε (b = 2 in the paper, 5.5 by default as in the authors' code
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -171,6 +173,52 @@ def _binom_logsf(k: int, n: int, p: float) -> float:
     return ls
 
 
+def _log_chernoff(k: float, n: int, p: float) -> float:
+    """−n·KL(k/n ‖ p), the Chernoff bound on log P[Bin(n, p) ≥ k] (k ≥ np) or on log P[Bin(n, p) ≤ k]
+    (k ≤ np); made larger by a relative 1e-12 (its own rounding, for n up to 2^63)."""
+    x = min(1.0, max(0.0, k / n))
+    kl = 0.0
+    if x > 0.0:
+        kl += x * (math.log(x) - math.log(p))
+    if x < 1.0:
+        kl += (1.0 - x) * (math.log1p(-x) - math.log1p(-p))
+    return min(0.0, -n * max(0.0, kl) * (1.0 - 1e-12))
+
+
+def _log_tail_bound(k: int, n: int, p: float, *, above: bool) -> float:
+    """An upper bound on log P[Bin(n, p) > k] (``above``) or log P[Bin(n, p) ≤ k]: the tail itself
+    where it is a positive double, else (a positive tail that underflowed to 0) its Chernoff bound,
+    not −inf. For Lemma 3.5's upper bounds, where a tail is multiplied by up to e^{(α−1)ρ}: a tail
+    of 1e-400 times e^2000 is not negligible, and reading it as 0 understated ρ′."""
+    out = _binom_logsf(k, n, p) if above else _binom_logcdf(k, n, p)
+    if out > -math.inf:
+        return out
+    if (above and not (k < n and p > 0.0)) or (not above and not (k >= 0 and p < 1.0)):
+        return -math.inf  # the tail is empty
+    return _log_chernoff(k + 1 if above else k, n, p)
+
+
+#: segments of the Chernoff bound of an underflowed upper tail (:func:`_log_upper_terms`)
+_TAIL_SEGMENTS = 256
+
+
+def _log_upper_terms(lo: int, hi: int, n: int, p: float, factor: Callable[[np.ndarray], np.ndarray]) -> float:
+    """An upper bound on log Σ_{lo < k ≤ hi} P[Bin(n, p) = k]·e^{factor(k)}, ``factor`` nondecreasing, lo
+    above the mean: ln P[Bin > lo] + factor(hi) where that tail is a positive double (the bound Lemma
+    3.5's sums always used), else, in :data:`_TAIL_SEGMENTS` equal segments [a, b], the sum of
+    (b − a + 1)·P[Bin ≥ a]·e^{factor(b)} by the Chernoff bound (a single factor(hi) over an
+    underflowed tail would be far too loose where it matters: factors in the thousands)."""
+    if hi <= lo:
+        return -math.inf
+    tail = _binom_logsf(lo, n, p)
+    if tail > -math.inf:
+        return tail + float(factor(np.array([float(hi)]))[0])
+    edges = np.unique(np.floor(np.linspace(lo + 1, hi + 1, _TAIL_SEGMENTS + 1)))
+    a, b = edges[:-1], edges[1:] - 1.0
+    chern = np.array([_log_chernoff(float(x), n, p) for x in a])
+    return float(logsumexp(np.log(b - a + 1.0) + chern + factor(b)))
+
+
 def _binom_logpmf(ks: np.ndarray, n: int, p: float) -> np.ndarray:
     """log P[Bin(n, p) = k]. ``binom.pmf`` (Boost, ~1e-15 relative) where it does not underflow;
     ``binom.logpmf`` (a difference of log-gammas, ~1e-13 relative at n = 256 and far worse for huge n)
@@ -211,6 +259,25 @@ def _tilted(q: float, x: float) -> tuple[float, float, float]:
 _DIRECT = 200_000
 
 
+@functools.lru_cache(maxsize=8)
+def _window_terms(w_lo: int, w_hi: int, n: int, p: float, bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The α-independent part of Lemma 3.5's window [w_lo, w_hi] (read-only arrays; a schedule
+    evaluates one window at dozens of Rényi orders): with ``bins`` = 0 its ks, log P[K = k] and
+    zeros; else, in ``bins`` bins [lo, hi], (hi, log of the bin's largest pmf, log of its width)."""
+    if not bins:
+        ks = np.arange(w_lo, w_hi + 1, dtype=float)
+        out = (ks, _binom_logpmf(ks, n, p), np.zeros(0))
+    else:
+        edges = np.unique(np.floor(np.linspace(w_lo, w_hi + 1, bins + 1)))
+        lo_b, hi_b = edges[:-1], edges[1:] - 1.0
+        mode = math.floor((n + 1) * p)
+        at = np.clip(float(mode), lo_b, hi_b)
+        out = (hi_b, _binom_logpmf(at, n, p), np.log(hi_b - lo_b + 1.0))
+    for arr in out:
+        arr.setflags(write=False)
+    return out
+
+
 def _log_tilted_sum(lo: int, hi: int, n: int, q: float, x: float) -> float:
     """ln Σ_{lo ≤ k ≤ hi} p_k e^{kx}, p_k = P[Bin(n, q) = k], summed term by term in log space (log-gamma
     binomial coefficients, ~1e-13 relative): the fallback where A^n·P[lo ≤ Bin(n, q_x) ≤ hi] underflows in
@@ -248,7 +315,8 @@ def _eps_prime_branches(e: float, tau: float, n: int, q: float) -> tuple[float, 
     la1, q1, c1 = _tilted(q, x)
     lc1 = _tilted_logcdf(k, n, q1, c1)
     t1 = lc1 + n * la1 if lc1 > -700.0 or k > _DIRECT else _log_tilted_sum(0, min(k, n), n, q, x)
-    up = _lse(t1, log_sf + e)
+    # an underflowed P[K > k] times e^ε (ε in the hundreds) is bounded, not read as 0 (it only raises up)
+    up = _lse(t1, _log_tail_bound(k, n, q, above=True) + e)
     la2, q2, c2 = _tilted(q, -x)
     lc2 = _tilted_logcdf(k, n, q2, c2)
     t2 = lc2 + n * la2 if lc2 > -700.0 or k > _DIRECT else _log_tilted_sum(0, min(k, n), n, q, -x)
@@ -378,6 +446,21 @@ def s4s_joint_epsilon(laplace_rates: object, taus: object, max_tuples: int, q: f
 #: the most terms of Lemma 3.5's sum evaluated one by one; a wider window is bounded in this many bins
 _WINDOW = 200_001
 
+#: a window sum is left out of a log-sum-exp when an upper bound on it is this many nats below the
+#: terms it would be added to (e^-50 < 2^-72: the float of every partial sum stays as it is)
+_NEGLIGIBLE_NATS = 50.0
+
+
+def _negligible(bound: float, before: float | None, after: list[float]) -> bool:
+    """Whether a term of log at most ``bound``, added to :func:`_lse`'s sum after the term
+    ``before`` (None: it would come first) and before the terms ``after``, cannot change the
+    sum's float: at least :data:`_NEGLIGIBLE_NATS` below ``before``, or, with no finite ``before``,
+    below each finite term of ``after`` (a −inf term adds an exact 0)."""
+    if before is not None and math.isfinite(before):
+        return bound + _NEGLIGIBLE_NATS < before
+    finite = [o for o in after if o > -math.inf]
+    return bool(finite) and all(math.isfinite(o) for o in finite) and bound + _NEGLIGIBLE_NATS < min(finite)
+
 
 def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: float, gap: float = 0.0) -> float:
     """Amplified RDP ρ′ of Sample-and-Truncate with Gaussian noise (DP-S4S Lemma 3.5); ρ′ ≤ ρ.
@@ -388,7 +471,6 @@ def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: floa
     most min(τ, k) + gap when the witness has k sampled tuples, and the k-th term of the lemma's
     sum becomes exp((α−1)ρ((k + gap)/(τ + gap))²) (gap = 0 is the lemma as published).
     """
-    from scipy.stats import binom  # lazy: scipy.stats takes a second to import
 
     a = v.alpha_order(alpha)
     r = v.nonneg(rho, "rho", hint="rho is an RDP budget: a finite value >= 0")
@@ -408,26 +490,28 @@ def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: floa
     if w_hi < w_lo:  # ⌊τ⌋ lies below the bulk: the largest terms are the ones just below ⌊τ⌋
         w_hi = kmax
         w_lo = max(0, kmax - 200_000)
-    parts = [_binom_logsf(kmax, n, qq) + top] if kmax < n else []
-    if w_hi - w_lo < _WINDOW:
-        ks = np.arange(w_lo, w_hi + 1, dtype=float)
-        parts.append(float(logsumexp(_binom_logpmf(ks, n, qq) + c * (ks + gp) ** 2)))
-    else:
-        # a huge Delta (the window spans 80 sd of Bin(Delta, q)): bound the window in _WINDOW bins
-        # [lo, hi], each by (its width) x (its largest pmf: at the mode clamped into the bin, the pmf
-        # being unimodal) x exp(c (hi + gap)^2), an upper bound on its terms' sum (rho' only grows)
-        edges = np.unique(np.floor(np.linspace(w_lo, w_hi + 1, _WINDOW + 1)))
-        lo_b, hi_b = edges[:-1], edges[1:] - 1.0
-        mode = math.floor((n + 1) * qq)
-        at = np.clip(float(mode), lo_b, hi_b)
-        parts.append(float(logsumexp(np.log(hi_b - lo_b + 1.0) + _binom_logpmf(at, n, qq) + c * (hi_b + gp) ** 2)))
+    parts = [_log_tail_bound(kmax, n, qq, above=True) + top] if kmax < n else []
     # upper bounds for the k ≤ ⌊τ⌋ outside the window
+    outside = []
     if w_lo > 0:
-        parts.append(_binom_logcdf(w_lo - 1, n, qq) + c * (float(w_lo) + gp) ** 2)
+        outside.append(_log_tail_bound(w_lo - 1, n, qq, above=False) + c * (float(w_lo) + gp) ** 2)
     if w_hi < kmax:
-        sf_hi = float(binom.sf(w_hi, n, qq))
-        if sf_hi > 0:
-            parts.append(math.log(sf_hi) + top)
+        outside.append(_log_upper_terms(w_hi, kmax, n, qq, lambda k: c * (k + gp) ** 2))
+    # the window's terms are at most P[K ≤ w_hi]·exp(c (w_hi + gap)²) together: far below the other
+    # terms (⌊τ⌋ deep below the bulk of Bin(Δ, q), the common case for a huge Δ), their sum cannot change
+    # the result's float, so it is not evaluated (up to 200 001 binomial terms per call)
+    bound = _log_tail_bound(w_hi, n, qq, above=False) + c * (float(w_hi) + gp) ** 2
+    if not _negligible(bound, parts[0] if parts else None, outside):
+        if w_hi - w_lo < _WINDOW:
+            ks, lp, _ = _window_terms(w_lo, w_hi, n, qq, 0)
+            parts.append(float(logsumexp(lp + c * (ks + gp) ** 2)))
+        else:
+            # a huge Delta (the window spans 80 sd of Bin(Delta, q)): bound the window in _WINDOW bins
+            # [lo, hi], each by (its width) x (its largest pmf: at the mode clamped into the bin, the pmf
+            # being unimodal) x exp(c (hi + gap)^2), an upper bound on its terms' sum (rho' only grows)
+            hi_b, lp, width = _window_terms(w_lo, w_hi, n, qq, _WINDOW)
+            parts.append(float(logsumexp(width + lp + c * (hi_b + gp) ** 2)))
+    parts += outside
     total = _lse(*parts)
     return min(r, max(0.0, total / (a - 1.0)))
 
@@ -449,7 +533,6 @@ def s4s_joint_rdp(alpha: float, rhos: object, taus: object, max_tuples: int, q: 
     below the window with the factor at its lower end and above it with the largest factor h(Δ);
     an upper bound. With one run it equals :func:`s4s_rdp_prime`.
     """
-    from scipy.stats import binom  # lazy: scipy.stats takes a second to import
 
     a = v.alpha_order(alpha)
     rs = [v.nonneg(r, "rhos", hint="each rho is an RDP budget, >= 0") for r in _floats(rhos, "rhos")]
@@ -467,7 +550,6 @@ def s4s_joint_rdp(alpha: float, rhos: object, taus: object, max_tuples: int, q: 
             out += (a - 1.0) * r * ((np.where(k <= math.floor(t), k, t) + g) / (t + g)) ** 2  # min(τ, k), k integer
         return out
 
-    top = float(h(np.array([float(n)]))[0])
     mean = n * qq
     sd = math.sqrt(n * qq * (1.0 - qq))
     # ±35 sd: the pmf stays above ~1e-266 there, where Boost's pmf is accurate even for Δ ~ 1e18 (the
@@ -485,11 +567,9 @@ def s4s_joint_rdp(alpha: float, rhos: object, taus: object, max_tuples: int, q: 
         at = np.clip(float(mode), lo_b, hi_b)
         parts.append(float(logsumexp(np.log(hi_b - lo_b + 1.0) + np.minimum(_binom_logpmf(at, n, qq), 0.0) + h(hi_b))))
     if w_lo > 0:
-        parts.append(_binom_logcdf(w_lo - 1, n, qq) + float(h(np.array([float(w_lo)]))[0]))
+        parts.append(_log_tail_bound(w_lo - 1, n, qq, above=False) + float(h(np.array([float(w_lo)]))[0]))
     if w_hi < n:
-        sf_hi = float(binom.sf(w_hi, n, qq))
-        if sf_hi > 0:
-            parts.append(math.log(sf_hi) + top)
+        parts.append(_log_upper_terms(w_hi, n, n, qq, h))
     return max(0.0, _lse(*parts) / (a - 1.0))
 
 
