@@ -40,7 +40,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from sqlglot import exp
 
@@ -306,6 +306,42 @@ class SqlOps(Protocol):
         the salt (a computational claim: SHA-256 as a pseudo-random function of the salt).
         Every engine must compute the same hash of the same text, so the sample is the same."""
         ...
+
+
+class CodedKeyOps(Protocol):
+    """Optional building blocks (DuckDB's): a text group key of a small public domain carried
+    through the bounding as its position in the domain. A backend offers them when
+    :func:`coded_key_ops` says so; Spark and the portable hash keep text keys."""
+
+    #: the largest public domain coded (0: none); at most 63, one BIGINT bit per value
+    coded_domain_max: int
+
+    def domain_code(self, key: exp.Expression, values: Sequence[str]) -> exp.Expression:
+        """The key's position in ``values`` (NULL outside them, by exact spelling)."""
+        ...
+
+    def domain_text(self, code: exp.Expression) -> exp.Expression:
+        """The domain value (text) of a :meth:`domain_code`."""
+        ...
+
+    def keyed_hash_of(self, values: Sequence[exp.Expression], salt: str) -> exp.Expression:
+        """:meth:`SqlOps.keyed_hash` of expressions (a coded key's :meth:`domain_text`)."""
+        ...
+
+    def count_units_by_mask(self, relation: exp.Expression, key: str, values: Sequence[str], n: int,
+                            salt: str) -> exp.Select:
+        """The per-unit group cap ``n`` and the count of units per group of one coded key, in one pass
+        (columns ``key`` and ``__users``)."""
+        ...
+
+
+def coded_key_ops(ops: object) -> CodedKeyOps | None:
+    """``ops`` as :class:`CodedKeyOps` when it codes any key (``coded_domain_max`` > 0), else None.
+    From the backend's class only: public. (A subclass may switch the one-pass mask plan off by
+    setting ``count_units_by_mask`` to None and keep coded keys.)"""
+    if getattr(ops, "coded_domain_max", 0) > 0:
+        return cast(CodedKeyOps, ops)
+    return None
 
 
 @runtime_checkable

@@ -66,7 +66,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.engine.base import SqlOps, source_name
+from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, source_name
 from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
@@ -172,7 +172,8 @@ def coded_keys(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> frozenset[str]:
     instead of as text: plain text columns whose declared domain has at most
     ``ops.coded_domain_max`` values (none on backends without it). From public values only (the
     query, the catalog and the backend); the released key is the same text either way."""
-    limit = getattr(ops, "coded_domain_max", 0)
+    coder = coded_key_ops(ops)
+    limit = coder.coded_domain_max if coder is not None else 0
     return frozenset(
         k.name for k in plan.keys
         if k.domain is not None and 0 < len(k.domain) <= limit and isinstance(k.expr, exp.Column)
@@ -180,12 +181,21 @@ def coded_keys(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> frozenset[str]:
     )
 
 
+def _coder(ops: SqlOps) -> CodedKeyOps:
+    """``ops``' coded-key building blocks; only called for keys :func:`coded_keys` coded, which
+    needs them."""
+    coder = coded_key_ops(ops)
+    if coder is None:  # pragma: no cover - coded_keys codes nothing on such a backend
+        raise AssertionError("a coded key on a backend without coded keys")
+    return coder
+
+
 def _key_item(key: ir.GroupKey, schema: dict[str, str], ops: SqlOps, coded: frozenset[str]) -> exp.Expression:
     """A group key's column of the base rows: the canonical key, or its code (:func:`coded_keys`;
     NULL outside the domain)."""
     if key.name in coded:
         assert isinstance(key.expr, exp.Column) and key.domain is not None
-        return exp.alias_(ops.domain_code(exp.column(key.expr.name, quoted=True), key.domain), key.name)  # type: ignore[attr-defined]
+        return exp.alias_(_coder(ops).domain_code(exp.column(key.expr.name, quoted=True), key.domain), key.name)
     return exp.alias_(key_expression(key, schema), key.name)
 
 
@@ -428,8 +438,8 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
     )
     numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(relation, copy=False).subquery("__numbered", copy=False)
     if coded & set(partition):  # a coded key is hashed as its text (:func:`coded_keys`)
-        hashed = [ops.domain_text(_col(c)) if c in coded else _col(c) for c in [*partition, "__idx"]]  # type: ignore[attr-defined]
-        key = ops.keyed_hash_of(hashed, salt)  # type: ignore[attr-defined]
+        hashed = [_coder(ops).domain_text(_col(c)) if c in coded else _col(c) for c in [*partition, "__idx"]]
+        key = _coder(ops).keyed_hash_of(hashed, salt)
     else:
         key = ops.keyed_hash([*partition, "__idx"], salt)
     return ops.keep_n_per_partition(numbered, partition, key, int(n), alias=alias)
@@ -475,8 +485,8 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     """
     n = int(max_groups)
     if coded:
-        hashed = [_col(unit)] + [ops.domain_text(_col(k)) if k in coded else _col(k) for k in keys]  # type: ignore[attr-defined]
-        key = ops.keyed_hash_of(hashed, salt)  # type: ignore[attr-defined]
+        hashed = [_col(unit)] + [_coder(ops).domain_text(_col(k)) if k in coded else _col(k) for k in keys]
+        key = _coder(ops).keyed_hash_of(hashed, salt)
     else:
         key = ops.keyed_hash([unit, *keys], salt)
     if getattr(ops, "group_cap_window", False):
@@ -540,7 +550,7 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
     clock = ops.row_clock()
     if clock is not None:
         return ops.keep_n_per_partition(relation, part, clock, 1, alias="__rows", output=[*part, *values])
-    texts = [exp.alias_(ops.domain_text(_col(k)), f"__text{k}") for k in keys if k in coded]  # type: ignore[attr-defined]
+    texts = [exp.alias_(_coder(ops).domain_text(_col(k)), f"__text{k}") for k in keys if k in coded]
     counted = (exp.select(*[_col(c) for c in [*part, *values]], *texts, exp.alias_(exp.Count(this=exp.Star()), "__m"))
                .from_(relation, copy=False).group_by(*[_col(c) for c in [*part, *values]], copy=False).subquery("__counted", copy=False))
     # a coded key is hashed as its text (the same race as over the text key, under the same salt)
@@ -691,12 +701,12 @@ def bounded_query(
                                       draw=True, coded=coded)
     # one row per unit and group, counts only: the (unit, group) pairs themselves, no per-pair count
     pairs_only = caps.rows_finite and caps.max_rows_per_group == 1 and not need_values
-    by_mask = getattr(ops, "count_units_by_mask", None)
-    if pairs_only and caps.groups_finite and len(keys) == 1 and keys[0] in coded and by_mask is not None:
+    # (a backend, or a test, without the mask plan sets count_units_by_mask to None)
+    if pairs_only and caps.groups_finite and len(keys) == 1 and keys[0] in coded and callable(_coder(ops).count_units_by_mask):
         # one coded key, counts of units only: each unit's groups as one mask, capped per unit, no pairs
         key = plan.keys[0]
         assert key.domain is not None
-        counted = by_mask(rows_src, keys[0], key.domain, int(caps.max_groups_per_unit), salt).subquery("__chosen", copy=False)
+        counted = _coder(ops).count_units_by_mask(rows_src, keys[0], key.domain, int(caps.max_groups_per_unit), salt).subquery("__chosen", copy=False)
         cols: list[exp.Expression] = [_col(keys[0]), _col("__users")]
         cols += [exp.alias_(_col("__users"), a.name) for a in plan.aggregates if a.kind == ir.COUNT_STAR]
         by_units = exp.select(*cols).from_(counted, copy=False)
@@ -751,7 +761,7 @@ def bounded_query(
         # the exact fixed-point total, then one conversion to the value's units
         return exp.func("coalesce", _released_sum(a, ops.exact_sum(_col(col)), ops, square=square), _lit(0))
 
-    out: list[exp.Expression] = [exp.alias_(ops.domain_text(_col(k)), k) if k in coded else _col(k)  # type: ignore[attr-defined]
+    out: list[exp.Expression] = [exp.alias_(_coder(ops).domain_text(_col(k)), k) if k in coded else _col(k)
                                  for k in keys]
     out.append(exp.alias_(exp.Count(this=exp.Star()), "__users"))
     for a in plan.aggregates:
