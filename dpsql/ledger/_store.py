@@ -313,19 +313,40 @@ def _json_default(o: object) -> Any:
 
 def _to_json(obj: object, what: str) -> str:
     try:
-        return json.dumps(obj, sort_keys=True, allow_nan=False, default=_json_default, separators=(",", ":"))
+        text = json.dumps(obj, sort_keys=True, allow_nan=False, default=_json_default, separators=(",", ":"))
     except (TypeError, ValueError) as e:
         raise ConfigError(
             f"{what} must be JSON-serialisable with finite numbers: {e}",
             hint="record plain numbers, strings, lists and dicts (no NaN/inf, no arbitrary objects)",
         ) from None
+    if "\\ud" in text and not _utf8(json.dumps(json.loads(text), ensure_ascii=False)):
+        # a lone surrogate (as Python decodes bytes that are not UTF-8): DuckDB's and PostgreSQL's JSON refuse it
+        raise ConfigError(f"the ledger cannot store {what}: a string in it is not valid Unicode (a lone surrogate, "
+                          "as Python decodes bytes that are not UTF-8)",
+                          hint="pass text encoded as UTF-8")
+    return text
 
 
 def _check_str(value: object, what: str, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
         kind = "a string" if allow_empty else "a non-empty string"
         raise ConfigError(f"{what} must be {kind}, got {type(value).__name__} {value!r:.60}")
+    if "\x00" in value or not value.isascii() and not _utf8(value):
+        raise ConfigError(
+            f"the ledger cannot store {what} {value!r:.60}: it holds "
+            + ("a NUL character" if "\x00" in value else "text that is not valid Unicode (a lone surrogate, as "
+               "Python decodes bytes that are not UTF-8)"),
+            hint="pass text encoded as UTF-8, without NUL characters",
+        )
     return value
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_tables(tables: object) -> list[str]:
