@@ -1182,6 +1182,9 @@ class Ledger:
                         if ledger_id is None:  # a ledger of an earlier release: it gets its identity now
                             ledger_id = _new_ledger_id()
                             con.execute("INSERT INTO ledger_meta VALUES ('ledger_id', ?)", [ledger_id])
+                        # after the COMMIT the markers must go up: a marker this process cannot write
+                        # would leave a committed change refused, so it is found now, before anything counts
+                        self._check_markers_writable(t.unchanged)
                     _hook("before_commit", p)
                 except BaseException as e:
                     _rollback(con)
@@ -1270,6 +1273,20 @@ class Ledger:
                 f"{where} away first (the budget history becomes this file's)",
             )
         return None if ledger_id is None else str(ledger_id)
+
+    def _check_markers_writable(self, unchanged: str) -> None:
+        assert self.path is not None
+        for where in (_marker_path(self.path), _legacy_marker_path(self.path)):
+            try:
+                os.close(os.open(where, os.O_WRONLY | os.O_CLOEXEC))
+            except FileNotFoundError:
+                continue  # created after the COMMIT, in the directory that holds the WAL
+            except OSError as e:
+                raise LedgerError(
+                    f"ledger {self.path}: its generation marker {where} cannot be written ({e.strerror}); {unchanged}",
+                    hint="every user who charges the ledger needs write access to the marker as well as to the ledger "
+                    "file and its directory (e.g. chmod g+w on all three for a shared group)",
+                ) from None
 
     def _check_generation(self, generation: int) -> int:
         assert self.path is not None
@@ -1835,11 +1852,23 @@ def _write_marker(path: str, generation: int, ledger_id: str | None = None) -> N
     try:
         os.pwrite(fd, data, 0)
         if not existed:
+            _share_like_ledger(fd, path)
             os.fsync(fd)
     finally:
         os.close(fd)
     if not existed:
         _fsync_path(os.path.dirname(path))
+
+
+def _share_like_ledger(fd: int, marker: str) -> None:
+    """Give a new marker the permission bits of its ledger file (a ledger shared with a group
+    gets a marker the group can write too); best effort."""
+    d, name = os.path.split(marker)
+    ledger = os.path.join(d, name.removeprefix(".").removesuffix(GENERATION_SUFFIX))
+    try:
+        os.fchmod(fd, stat.S_IMODE(os.stat(ledger).st_mode) & 0o666)
+    except OSError:
+        pass
 
 
 def _fsync_path(path: str) -> None:
