@@ -59,3 +59,14 @@ def test_decisions_at_the_edge_are_exact() -> None:
     # the largest doubles, many times: far beyond any double, still exact
     huge = [(Budget(1.7976931348623157e308), 2**62), (Budget(5e-324), 3)]
     assert _exact_counted_sums(huge)[0] == 2**62 * Fraction("1.7976931348623157e308") + 3 * Fraction("5e-324")
+
+
+def test_the_ledgers_fast_path_builds_the_same_budgets_and_leaves_invalid_values_to_validation() -> None:
+    from dpsql.ledger._store import _plain_budget
+
+    for e, d in [(0.1, 0.0), (-0.0, -0.0), (5e-324, 5e-324), (1.7976931348623157e308, 0.9999999999999999)]:
+        b = _plain_budget(e, d)
+        assert b is not None and b == Budget(e, d) and repr(b) == repr(Budget(e, d))
+    for e, d in [(math.nan, 0.0), (math.inf, 0.0), (0.1, 1.0), (0.1, math.nan), (-1e-300, 0.0), (0.1, -5e-324),
+                 (1, 0.0), ("0.1", 0.0), (None, 0.0)]:
+        assert _plain_budget(e, d) is None
