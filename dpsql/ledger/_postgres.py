@@ -17,8 +17,9 @@ COMMITTED, where each statement sees every transaction committed before it start
 ``reserve`` that holds the lock reads every charge committed before it (the previous holder has
 committed and released the lock), decides ``spent + cost <= total`` exactly
 (``dpsql.budget.exact_counted_sum_fits``) and inserts its row, and the next writer sees that row. The
-charge is durable when COMMIT returns (PostgreSQL's WAL, ``synchronous_commit`` as the server
-is configured: keep it ``on``); the caller reads private rows only after that. A lock that is not
+charge is durable when COMMIT returns (PostgreSQL's WAL: every write transaction raises
+``synchronous_commit`` to ``on`` where the server, database or role sets ``off`` or ``local``,
+and keeps ``remote_write`` / ``remote_apply``); the caller reads private rows only after that. A lock that is not
 granted within ``lock_timeout`` seconds (PostgreSQL's ``lock_timeout``, set per transaction) is a
 LedgerError that changes nothing. ``tests/test_ledger_postgres.py`` runs N processes charging
 one ledger concurrently and checks that the total is never exceeded.
@@ -270,6 +271,11 @@ class PostgresLedger(Ledger):
                 # database's extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted)
                 c.execute("SET LOCAL extra_float_digits = 3")
                 if write:
+                    # a charge is acknowledged only once its WAL record is flushed (and, with synchronous
+                    # standbys, flushed there too): a server, database or role set to 'off' or 'local'
+                    # would let a crash or fail-over take back a charge whose query has read private rows
+                    c.execute("SELECT set_config('synchronous_commit', 'on', true) "
+                              "WHERE current_setting('synchronous_commit') IN ('off', 'local')")
                     c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
                 self._check_schema(c)  # type: ignore[arg-type]
             except psycopg.errors.LockNotAvailable:
