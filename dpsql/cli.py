@@ -761,6 +761,18 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                     f"--set-total needs a finite EPSILON >= 0 and a DELTA in [0, 1), got {' '.join(args.set_total)!r}",
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
+            if cfg.registers_tables and new_total != cfg.budget:
+                # the owner's config: its [ledger] total is the owner's word (a file the analyst cannot
+                # write); the command line may only record that total, never choose one
+                said = ("declares no total" if cfg.budget is None else
+                        f"declares epsilon = {cfg.budget.epsilon!r}, delta = {cfg.budget.delta!r}")
+                raise ConfigError(
+                    f"--set-total {' '.join(args.set_total)} differs from the total of the config {args.config_path!r}, "
+                    f"which registers tables and {said} under [ledger]: with the data owner's config the total can "
+                    "only be set to the one the config declares; nothing was changed",
+                    hint="the data owner first writes the new total under [ledger] in the config (epsilon = ..., delta = "
+                    "...), then runs this command with the same values",
+                )
             led.set_total(new_total, reason=args.reason)
         snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
         t, sp, r = snap["total"], snap["spent"], snap["remaining"]
