@@ -515,6 +515,15 @@ def _cmd_init(args: argparse.Namespace) -> int:
     path = _ledger_path(args, cfg)
     total = dpsql.Budget(args.epsilon, args.delta)
     pg = path.startswith(("postgresql://", "postgres://"))
+    if cfg.registers_tables and cfg.budget is None:  # the owner's config: the owner's word on the total
+        from dpsql.errors import ConfigError
+
+        raise ConfigError(
+            f"the config {args.config_path!r} registers tables but declares no total under [ledger]: with the data "
+            "owner's config, init creates the ledger only with the total the config declares; nothing was created",
+            hint="the data owner writes epsilon = ... and delta = ... under [ledger] in the config, then runs init with "
+            "the same values",
+        )
     # (an existing file is refused by Ledger.create first: dpsql never overwrites a ledger)
     if cfg.budget is not None and total != cfg.budget and (pg or not os.path.lexists(path)):
         from dpsql.errors import ConfigError

@@ -58,3 +58,15 @@ def test_without_an_owner_config_set_total_works_as_before(workdir: Path) -> Non
     Ledger.create(workdir / "mine.duckdb", Budget(1.0)).close()
     assert run_cli(["--ledger", "mine.duckdb", "budget", "--set-total", "5", "0", "--reason", "mine"]) == 0
     assert Ledger.open(workdir / "mine.duckdb").total() == Budget(5.0)
+
+
+def test_owner_config_without_a_total_cannot_create_the_ledger(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same for `init`: through an owner config that declares no total, whoever runs the command
+    line first (before the owner, or after the ledger was removed) chose the total."""
+    (workdir / "events.parquet").write_bytes((workdir / "examples" / "events.parquet").read_bytes())
+    (workdir / "owner.toml").write_text(OWNER.format(total=""))
+    assert run_cli(["--config", "owner.toml", "init", "--epsilon", "1000"]) == 2
+    assert "[ledger]" in capsys.readouterr().err and not (workdir / "ledger.duckdb").exists()
+    (workdir / "owner.toml").write_text(OWNER.format(total="epsilon = 1.0"))  # control: the owner declares it
+    assert run_cli(["--config", "owner.toml", "init", "--epsilon", "1"]) == 0
+    assert Ledger.open(workdir / "ledger.duckdb").total() == Budget(1.0)
