@@ -1,6 +1,6 @@
 """Benchmark: the ledger's cost per query (one reserve and one commit), and what bounds it.
 
-One command:  python benchmarks/ledger_overhead.py [--pairs 50] [--dir DIR] [--history N]
+One command:  python benchmarks/ledger_overhead.py [--pairs 50] [--dir DIR] [--history N] [--distinct]
 JSON to stdout and ``benchmarks/out/ledger_overhead.json``. A ledger file is created in a
 temporary directory (``--dir``: on the file system to measure), then, with the median of
 ``--pairs`` runs each (milliseconds):
@@ -17,6 +17,8 @@ temporary directory (``--dir``: on the file system to measure), then, with the m
 
 ``--history N`` first fills the ledger with N earlier charges (a long-lived ledger: the budget
 check reads every counted charge, grouped by value in SQL), written straight into the file.
+``--distinct`` makes every one of them a different epsilon (an analyst who never repeats a value:
+the grouping then saves nothing, and the exact sum does all the work).
 
 Target from the issue: pair_ms <= 20. The load average is recorded: other work on the machine
 changes these figures.
@@ -57,6 +59,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=50)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--history", type=int, default=0, help="earlier charges in the ledger before measuring")
+    ap.add_argument("--distinct", action="store_true", help="every earlier charge a different epsilon")
     args = ap.parse_args()
     d = tempfile.mkdtemp(prefix="dpsql-ledger-", dir=args.dir)
     try:
@@ -67,7 +70,8 @@ def main() -> None:
             con = duckdb.connect(path)
             con.execute(
                 "INSERT INTO ledger_entries (entry_id, created_at, updated_at, status, mechanism, epsilon, delta, "
-                "query, tables, params) SELECT i + 1, now(), now(), 'released', 'gaussian', 0.001 * (1 + i % 7), "
+                "query, tables, params) SELECT i + 1, now(), now(), 'released', 'gaussian', "
+                + ("0.001 + i * 1e-12" if args.distinct else "0.001 * (1 + i % 7)") + ", "
                 f"1e-9, 'SELECT 1', ['t'], '{{}}' FROM range({int(args.history)}) AS r(i)")
             con.close()
             led = open_ledger(path, None)
@@ -126,7 +130,7 @@ def main() -> None:
         raw["fdatasync_ms"] = med(sync, args.pairs)
         os.close(fd)
         out = {
-            "benchmark": "ledger_overhead", "pairs": args.pairs, "history_entries": args.history,
+            "benchmark": "ledger_overhead", "pairs": args.pairs, "history_entries": args.history, "distinct": args.distinct,
             "ledger_bytes": os.path.getsize(path),
             "reserve_ms": reserve_ms, "commit_ms": commit_ms, "pair_ms": pair_ms, "read_ms": read_ms, **raw,
             "target_pair_ms": 20.0, "load_average": os.getloadavg(),

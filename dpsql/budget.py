@@ -20,6 +20,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from decimal import Clamped, Context, Decimal, Inexact, Overflow, Rounded, Underflow
 from fractions import Fraction
 
 from dpsql.errors import ConfigError
@@ -146,13 +147,22 @@ def _exact_sums(costs: Iterable[Budget]) -> tuple[Fraction, Fraction]:
     return _exact_counted_sums((Budget(eps, delta), n) for (eps, delta), n in counts.items())
 
 
+#: Decimal arithmetic that is exact or raises: every rounding is trapped. The decimals of doubles
+#: span from about 1e-343 to 2e308, times a count: well under the 4000 digits allowed.
+_EXACT = Context(prec=4000, Emax=10**6, Emin=-(10**6), traps=[Inexact, Rounded, Overflow, Underflow, Clamped])
+
+
 def _exact_counted_sums(counted: Iterable[tuple[Budget, int]]) -> tuple[Fraction, Fraction]:
-    e = Fraction(0)
-    d = Fraction(0)
+    """The exact sums (rounding rule above). Added as decimals, which is what the rule makes of
+    them: one ``Fraction`` addition per distinct cost normalised each partial sum with a gcd of
+    ever larger numbers (about 75 us per distinct cost: 4 s at 50 000 distinct epsilons, inside
+    the ledger's exclusive lock), a decimal addition takes about a microsecond."""
+    e = Decimal(0)
+    d = Decimal(0)
     for cost, n in counted:
-        e += n * cost.exact_epsilon
-        d += n * cost.exact_delta
-    return e, d
+        e = _EXACT.fma(Decimal(repr(cost.epsilon)), n, e)
+        d = _EXACT.fma(Decimal(repr(cost.delta)), n, d)
+    return Fraction(e), Fraction(d)
 
 
 def compose(costs: Iterable[Budget]) -> Budget:

@@ -515,6 +515,15 @@ def _cmd_init(args: argparse.Namespace) -> int:
     path = _ledger_path(args, cfg)
     total = dpsql.Budget(args.epsilon, args.delta)
     pg = path.startswith(("postgresql://", "postgres://"))
+    if cfg.registers_tables and cfg.budget is None:  # the owner's config: the owner's word on the total
+        from dpsql.errors import ConfigError
+
+        raise ConfigError(
+            f"the config {args.config_path!r} registers tables but declares no total under [ledger]: with the data "
+            "owner's config, init creates the ledger only with the total the config declares; nothing was created",
+            hint="the data owner writes epsilon = ... and delta = ... under [ledger] in the config, then runs init with "
+            "the same values",
+        )
     # (an existing file is refused by Ledger.create first: dpsql never overwrites a ledger)
     if cfg.budget is not None and total != cfg.budget and (pg or not os.path.lexists(path)):
         from dpsql.errors import ConfigError
@@ -761,6 +770,18 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                     f"--set-total needs a finite EPSILON >= 0 and a DELTA in [0, 1), got {' '.join(args.set_total)!r}",
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
+            if cfg.registers_tables and new_total != cfg.budget:
+                # the owner's config: its [ledger] total is the owner's word (a file the analyst cannot
+                # write); the command line may only record that total, never choose one
+                said = ("declares no total" if cfg.budget is None else
+                        f"declares epsilon = {cfg.budget.epsilon!r}, delta = {cfg.budget.delta!r}")
+                raise ConfigError(
+                    f"--set-total {' '.join(args.set_total)} differs from the total of the config {args.config_path!r}, "
+                    f"which registers tables and {said} under [ledger]: with the data owner's config the total can "
+                    "only be set to the one the config declares; nothing was changed",
+                    hint="the data owner first writes the new total under [ledger] in the config (epsilon = ..., delta = "
+                    "...), then runs this command with the same values",
+                )
             led.set_total(new_total, reason=args.reason)
         snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
         t, sp, r = snap["total"], snap["spent"], snap["remaining"]

@@ -14,7 +14,8 @@
 --     exactly (see dpsql/budget.py); never SUM() these columns in SQL to decide anything.
 
 CREATE TABLE ledger_meta (
-    key   VARCHAR PRIMARY KEY,  -- 'schema_version', 'created_at', 'created_by', 'generation'
+    key   VARCHAR PRIMARY KEY,  -- 'schema_version', 'created_at', 'created_by', 'generation',
+                                --   'ledger_id', 'created_over'
     value VARCHAR NOT NULL
 );
 
@@ -24,6 +25,11 @@ INSERT INTO ledger_meta VALUES ('schema_version', '1');
 -- 'generation' counts write transactions (1 at creation); each write also records it in the
 -- marker file <ledger>.generation, and a ledger holding an older generation than its marker
 -- (a lost write-ahead log, a restored old copy) is refused.
+
+-- 'ledger_id' (32 hex digits, random, set at creation; a ledger of an earlier release gets one at
+-- its next write) is recorded in the marker too, and a file of another identity than its marker
+-- (another ledger put in its place) is refused. 'created_over' lists the identities in the markers
+-- of a ledger that was deleted at this path when this one was created there (comma-separated).
 
 -- The total budget is the newest row of this log. The first row is written at creation;
 -- every later row is an explicit, recorded set_total (never below what is spent).

@@ -452,7 +452,8 @@ def test_config_total_out_of_date_says_how_to_match_it(workdir: Path, capsys: py
     config's [ledger] values and the values to write there; nothing is charged meanwhile."""
     cfg = ["--config", "examples/dpsql.toml"]
     assert run_cli([*cfg, "budget"]) == 0  # creates the example ledger (create_if_missing)
-    assert run_cli([*cfg, "budget", "--set-total", "20", "1e-5", "--reason", "new quarter"]) == 0
+    assert run_cli(["--ledger", "examples/example_ledger.duckdb", "budget", "--set-total", "20", "1e-5", "--reason",
+                    "new quarter"]) == 0
     capsys.readouterr()
     assert run_cli([*cfg, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1"]) == 2
     err = capsys.readouterr().err

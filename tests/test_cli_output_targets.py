@@ -180,11 +180,11 @@ def test_a_ledger_failure_once_the_charge_is_recorded_exits_as_charged_then_fail
     calls = []
     raise_markers = _store._raise_markers
 
-    def markers(p: str, generation: int) -> None:
+    def markers(p: str, generation: int, *rest: object) -> None:
         calls.append(p)
         if len(calls) == nth:
             raise OSError(28, "No space left on device")
-        raise_markers(p, generation)
+        raise_markers(p, generation, *rest)  # type: ignore[arg-type]
 
     reserve = _store.Ledger.reserve
 

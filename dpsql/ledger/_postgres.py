@@ -13,12 +13,14 @@ Every write transaction (reserve, commit, fail, record_reuse, set_total) starts 
 ``LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE`` before it reads anything. That
 lock conflicts with itself, so writers run one at a time across every connection to the
 database, whatever host they come from; it does not block readers. The transaction runs at READ
-COMMITTED, where each statement sees every transaction committed before it started: so a
+COMMITTED (set explicitly: a database default of REPEATABLE READ would freeze a snapshot taken by
+any query before the lock), where each statement sees every transaction committed before it started: so a
 ``reserve`` that holds the lock reads every charge committed before it (the previous holder has
 committed and released the lock), decides ``spent + cost <= total`` exactly
 (``dpsql.budget.exact_counted_sum_fits``) and inserts its row, and the next writer sees that row. The
-charge is durable when COMMIT returns (PostgreSQL's WAL, ``synchronous_commit`` as the server
-is configured: keep it ``on``); the caller reads private rows only after that. A lock that is not
+charge is durable when COMMIT returns (PostgreSQL's WAL: every write transaction raises
+``synchronous_commit`` to ``on`` where the server, database or role sets ``off`` or ``local``,
+and keeps ``remote_write`` / ``remote_apply``); the caller reads private rows only after that. A lock that is not
 granted within ``lock_timeout`` seconds (PostgreSQL's ``lock_timeout``, set per transaction) is a
 LedgerError that changes nothing. ``tests/test_ledger_postgres.py`` runs N processes charging
 one ledger concurrently and checks that the total is never exceeded.
@@ -263,6 +265,8 @@ class PostgresLedger(Ledger):
             try:
                 if not write:  # one snapshot for every statement of a read (e.g. spent and the entries)
                     c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                else:  # each statement sees what was committed before it, whatever the database's default
+                    c.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 # PostgreSQL reads 0 as "wait forever" and refuses more than 2^31 - 1 ms
                 ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
                 c.execute(f"SET LOCAL lock_timeout = '{ms}ms'")
@@ -271,6 +275,12 @@ class PostgresLedger(Ledger):
                 c.execute("SET LOCAL extra_float_digits = 3")
                 if write:
                     c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
+                    # a charge is acknowledged only once its WAL record is flushed (and, with synchronous
+                    # standbys, flushed there too): a server, database or role set to 'off' or 'local'
+                    # would let a crash or fail-over take back a charge whose query has read private rows.
+                    # (After the lock: before it, a query would take the snapshot at a stricter isolation.)
+                    c.execute("SELECT set_config('synchronous_commit', 'on', true) "
+                              "WHERE current_setting('synchronous_commit') IN ('off', 'local')")
                 self._check_schema(c)  # type: ignore[arg-type]
             except psycopg.errors.LockNotAvailable:
                 failure = LedgerError(f"ledger {self.path} is busy: another process held it for more than "

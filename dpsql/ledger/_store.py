@@ -102,6 +102,14 @@ Durability and lost write-ahead logs
   (seen in the test that disables the flock). Opening a missing ledger whose marker file
   exists says that a ledger existed there (restore it; ``dpsql init`` would start a new
   budget).
+* Generations alone cannot tell two ledgers apart: another ledger file put in this one's place
+  (a wrong backup, another budget's ledger) that was written at least as often would pass. So
+  each ledger has a random identity (``ledger_meta.ledger_id``, 128 bits) that the marker files
+  record with the generation, and a file of another identity than its marker is refused. A
+  ledger created at a path where a deleted ledger's marker lies records that marker's identity
+  (``created_over``) and is accepted over it (its generation is higher), so a creation killed
+  before it rewrote the marker leaves a usable ledger; the creator holds the new file's inode
+  lock from before it has its name until the marker names it.
 * Creation is atomic: the new ledger is built under a temporary name in the same directory,
   checkpointed and fsynced, then published with ``link(2)`` (which, unlike ``rename``, fails if
   the name exists, so a concurrent creator is never overwritten), and the directory is fsynced.
@@ -281,6 +289,18 @@ def _hook(name: str, path: str) -> None:
 
 def _fmt(b: Budget) -> str:
     return f"(epsilon={b.epsilon!r}, delta={b.delta!r})"
+def _plain_budget(eps: object, delta: object) -> Budget | None:
+    """``Budget(eps, delta)`` for the common case, two valid non-negative doubles, without the general
+    validation (a few microseconds per distinct charge, inside the ledger's lock); None otherwise
+    (the caller then validates, and names an invalid value)."""
+    if type(eps) is float and type(delta) is float and 0.0 <= eps < math.inf and 0.0 <= delta < 1.0:
+        b = object.__new__(Budget)
+        object.__setattr__(b, "epsilon", eps + 0.0)
+        object.__setattr__(b, "delta", delta + 0.0)
+        return b
+    return None
+
+
 def _check_budget(value: object, what: str) -> Budget:
     if not isinstance(value, Budget):
         raise ConfigError(
@@ -305,19 +325,40 @@ def _json_default(o: object) -> Any:
 
 def _to_json(obj: object, what: str) -> str:
     try:
-        return json.dumps(obj, sort_keys=True, allow_nan=False, default=_json_default, separators=(",", ":"))
+        text = json.dumps(obj, sort_keys=True, allow_nan=False, default=_json_default, separators=(",", ":"))
     except (TypeError, ValueError) as e:
         raise ConfigError(
             f"{what} must be JSON-serialisable with finite numbers: {e}",
             hint="record plain numbers, strings, lists and dicts (no NaN/inf, no arbitrary objects)",
         ) from None
+    if "\\ud" in text and not _utf8(json.dumps(json.loads(text), ensure_ascii=False)):
+        # a lone surrogate (as Python decodes bytes that are not UTF-8): DuckDB's and PostgreSQL's JSON refuse it
+        raise ConfigError(f"the ledger cannot store {what}: a string in it is not valid Unicode (a lone surrogate, "
+                          "as Python decodes bytes that are not UTF-8)",
+                          hint="pass text encoded as UTF-8")
+    return text
 
 
 def _check_str(value: object, what: str, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
         kind = "a string" if allow_empty else "a non-empty string"
         raise ConfigError(f"{what} must be {kind}, got {type(value).__name__} {value!r:.60}")
+    if "\x00" in value or not value.isascii() and not _utf8(value):
+        raise ConfigError(
+            f"the ledger cannot store {what} {value!r:.60}: it holds "
+            + ("a NUL character" if "\x00" in value else "text that is not valid Unicode (a lone surrogate, as "
+               "Python decodes bytes that are not UTF-8)"),
+            hint="pass text encoded as UTF-8, without NUL characters",
+        )
     return value
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_tables(tables: object) -> list[str]:
@@ -814,7 +855,7 @@ class Ledger:
             f"({', '.join(repr(s) for s in COUNTING_STATUSES)}) GROUP BY epsilon, delta "
             "UNION ALL SELECT NULL, NULL, -1, COALESCE(MAX(entry_id), 0) + 1 FROM ledger_entries"
         ).fetchall()
-        spent = [(self._budget(e, d, f"entry {i}"), int(n)) for e, d, n, i in rows if n != -1]
+        spent = [(_plain_budget(e, d) or self._budget(e, d, f"entry {i}"), int(n)) for e, d, n, i in rows if n != -1]
         next_id = [int(i) for _, _, n, i in rows if n == -1]
         if len(next_id) != 1:
             raise self._corrupt("its entries could not be read")
@@ -834,7 +875,10 @@ class Ledger:
             hint="restore the ledger file from a backup; dpsql never repairs a ledger silently",
         )
 
-    def _init_schema(self, con: duckdb.DuckDBPyConnection, total: Budget, *, generation: int) -> None:
+    def _init_schema(
+        self, con: duckdb.DuckDBPyConnection, total: Budget, *, generation: int, ledger_id: str | None = None,
+        created_over: str = "",
+    ) -> None:
         tables = con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
         ).fetchall()
@@ -858,9 +902,11 @@ class Ledger:
                 hint="reinstall dpsql",
             )
         con.execute(
-            "INSERT INTO ledger_meta VALUES ('created_at', ?), ('created_by', ?), ('generation', ?)",
-            [datetime.now(UTC).isoformat(), _created_by(), str(generation)],
+            "INSERT INTO ledger_meta VALUES ('created_at', ?), ('created_by', ?), ('generation', ?), ('ledger_id', ?)",
+            [datetime.now(UTC).isoformat(), _created_by(), str(generation), ledger_id or _new_ledger_id()],
         )
+        if created_over:  # the identities in the markers of a ledger deleted at this path
+            con.execute("INSERT INTO ledger_meta VALUES ('created_over', ?)", [created_over])
         con.execute(
             "INSERT INTO ledger_totals VALUES (1, current_timestamp, ?, ?, NULL, NULL, 'created')",
             [total.epsilon, total.delta],
@@ -955,6 +1001,15 @@ class Ledger:
             found = None  # an unreadable marker of a ledger that is gone: the new one starts over it
         previous = found[0] if found is not None else 0
         generation = previous + 1  # generations at one path only ever grow
+        ledger_id = _new_ledger_id()
+        replaced = []  # the identities the markers of a deleted ledger here record
+        for where in (_marker_path(p), _legacy_marker_path(p)):
+            try:
+                old = _read_marker_id(where)
+            except LedgerError:
+                old = None
+            if old is not None and old[1] is not None:
+                replaced.append(old[1])
         tmp = os.path.join(parent, f".{name}.creating-{os.getpid()}-{random.getrandbits(32):08x}")
         try:
             base = _base_connection()
@@ -973,7 +1028,8 @@ class Ledger:
                     con.execute(f"USE {alias}")
                     con.execute("BEGIN TRANSACTION")
                     _hook("create_schema", p)
-                    self._init_schema(con, total, generation=generation)
+                    self._init_schema(con, total, generation=generation, ledger_id=ledger_id,
+                                      created_over=",".join(replaced))
                     con.execute("COMMIT")
                     _hook("create_checkpoint", p)
                     con.execute(f"CHECKPOINT {alias}")
@@ -993,27 +1049,18 @@ class Ledger:
                     hint="check free disk space and retry",
                 )
             _fsync_path(tmp)
-            _hook("create_link", p)
+            # the new file's inode is locked before it appears under its name, until its markers
+            # record it: an operation through the name never sees a marker of a ledger deleted here
+            # before (of another identity) together with the new file
+            key, fd = _lock_file(tmp, time.monotonic() + self.lock_timeout, p, "no ledger was created")
+            published = False
             try:
-                os.link(tmp, p)  # atomic, and never replaces an existing file
-            except FileExistsError:
-                raise _AlreadyCreated(
-                    f"cannot create a ledger at {p}: another process created one there just now",
-                    hint="open it with Ledger.open(path)",
-                ) from None
-            except OSError as e:
-                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
-                    raise LedgerError(
-                        f"cannot create a ledger at {p}: {e.strerror}", hint="check the directory permissions"
-                    ) from None
-                # a file system without hard links: rename (atomic; the existence check races
-                # only with another creator, whose ledger holds no charge yet)
-                if os.path.lexists(p):
-                    raise _AlreadyCreated(
-                        f"cannot create a ledger at {p}: another process created one there just now",
-                        hint="open it with Ledger.open(path)",
-                    ) from None
-                os.rename(tmp, p)
+                _hook("create_link", p)
+                self._publish(tmp, p)
+                published = True
+            finally:
+                if not published:
+                    _unlock(key, fd)
         finally:
             for f in (tmp, tmp + ".wal"):
                 try:
@@ -1022,14 +1069,37 @@ class Ledger:
                     pass
                 except OSError:  # pragma: no cover - an unused temporary file is harmless
                     pass
-        _fsync_path(parent)
-        _hook("create_marker", p)
-        # record the generation outside the file (never lowering a marker a faster process wrote)
-        key, fd = _lock_file(p, time.monotonic() + self.lock_timeout, p, "the ledger was created")
         try:
-            _raise_markers(p, generation)
+            _fsync_path(parent)
+            _hook("create_marker", p)
+            # record the generation and identity outside the file (never lowering a marker)
+            _raise_markers(p, generation, ledger_id)
         finally:
             _unlock(key, fd)
+
+    @staticmethod
+    def _publish(tmp: str, p: str) -> None:
+        """Give the complete new ledger ``tmp`` its name ``p``, never over an existing file."""
+        try:
+            os.link(tmp, p)  # atomic, and never replaces an existing file
+        except FileExistsError:
+            raise _AlreadyCreated(
+                f"cannot create a ledger at {p}: another process created one there just now",
+                hint="open it with Ledger.open(path)",
+            ) from None
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise LedgerError(
+                    f"cannot create a ledger at {p}: {e.strerror}", hint="check the directory permissions"
+                ) from None
+            # a file system without hard links: rename (atomic; the existence check races
+            # only with another creator, whose ledger holds no charge yet)
+            if os.path.lexists(p):
+                raise _AlreadyCreated(
+                    f"cannot create a ledger at {p}: another process created one there just now",
+                    hint="open it with Ledger.open(path)",
+                ) from None
+            os.rename(tmp, p)
 
     # transactions ---------------------------------------------------------------------------
     @contextmanager
@@ -1110,6 +1180,7 @@ class Ledger:
                     raise self._duck_failed(e, write, t.unchanged) from None
                 try:
                     generation = self._check_generation(self._check_schema(con))
+                    ledger_id = self._check_identity(con, generation)
                     _hook("after_attach", p)
                     yield con
                     if write and t.wrote:
@@ -1120,6 +1191,12 @@ class Ledger:
                             else "INSERT OR REPLACE INTO ledger_meta VALUES ('generation', ?)",
                             [str(generation)],
                         )
+                        if ledger_id is None:  # a ledger of an earlier release: it gets its identity now
+                            ledger_id = _new_ledger_id()
+                            con.execute("INSERT INTO ledger_meta VALUES ('ledger_id', ?)", [ledger_id])
+                        # after the COMMIT the markers must go up: a marker this process cannot write
+                        # would leave a committed change refused, so it is found now, before anything counts
+                        self._check_markers_writable(t.unchanged)
                     _hook("before_commit", p)
                 except BaseException as e:
                     _rollback(con)
@@ -1141,7 +1218,7 @@ class Ledger:
                     # name) without this change is refused, even while the change is in the WAL only
                     _hook("before_marker", p)
                     try:
-                        _raise_markers(p, generation)
+                        _raise_markers(p, generation, ledger_id)
                     except (OSError, LedgerError) as e:
                         raise _recorded(LedgerError(
                             f"ledger {p}: {t.committed} in the write-ahead log {wal}, but its generation "
@@ -1178,6 +1255,50 @@ class Ledger:
             f"({type(e).__name__}: {e}); {unchanged}",
             hint="check that the file is a dpsql ledger on a writable disk with free space",
         )
+
+    def _check_identity(self, con: duckdb.DuckDBPyConnection, generation: int) -> str | None:
+        """The ledger's identity (None for a ledger written before identities were recorded), after
+        refusing a file that is not the ledger whose marker files lie next to it: another ledger put
+        in its place would replace the recorded charges with its own, whatever its generation. A
+        ledger created at this path over the marker of a deleted one names that one ('created_over'),
+        which it replaces until its own identity reaches the marker."""
+        assert self.path is not None
+        meta = dict(con.execute("SELECT key, value FROM ledger_meta WHERE key IN ('ledger_id', 'created_over')"
+                                ).fetchall())
+        ledger_id = meta.get("ledger_id")
+        if ledger_id is not None and not _LEDGER_ID_RE.fullmatch(str(ledger_id)):
+            raise self._corrupt(f"ledger_id is {str(ledger_id)[:40]!r}")
+        replaced = str(meta.get("created_over", "")).split(",")
+        for where in (_marker_path(self.path), _legacy_marker_path(self.path)):
+            found = _read_marker_id(where)
+            if found is None or found[1] is None or found[1] == ledger_id:
+                continue
+            if found[1] in replaced and found[0] < generation:
+                continue
+            this = f"ledger {ledger_id}" if ledger_id is not None else "a ledger without an identity"
+            raise LedgerError(
+                f"ledger {self.path} is not the ledger whose generation marker {where} lies next to it: the "
+                f"file is {this}, but the marker records ledger {found[1]} at generation {found[0]}; another "
+                "ledger file was put in its place, and using it would replace the recorded charges with its own",
+                hint="put the ledger that was here back (restore its newest copy together with its .wal file). "
+                "Only the data owner can decide to continue with this file instead: then move the marker "
+                f"{where} away first (the budget history becomes this file's)",
+            )
+        return None if ledger_id is None else str(ledger_id)
+
+    def _check_markers_writable(self, unchanged: str) -> None:
+        assert self.path is not None
+        for where in (_marker_path(self.path), _legacy_marker_path(self.path)):
+            try:
+                os.close(os.open(where, os.O_WRONLY | os.O_CLOEXEC))
+            except FileNotFoundError:
+                continue  # created after the COMMIT, in the directory that holds the WAL
+            except OSError as e:
+                raise LedgerError(
+                    f"ledger {self.path}: its generation marker {where} cannot be written ({e.strerror}); {unchanged}",
+                    hint="every user who charges the ledger needs write access to the marker as well as to the ledger "
+                    "file and its directory (e.g. chmod g+w on all three for a shared group)",
+                ) from None
 
     def _check_generation(self, generation: int) -> int:
         assert self.path is not None
@@ -1673,15 +1794,16 @@ def _recorded_generation(p: str) -> tuple[int, str] | None:
     return best
 
 
-def _raise_markers(p: str, generation: int) -> None:
+def _raise_markers(p: str, generation: int, ledger_id: str | None = None) -> None:
     """Raise every marker of ``p`` to ``generation`` (never lowering one): the marker file (and
-    a legacy one that exists) and the inode's attribute, where the file system has them."""
+    a legacy one that exists), which also records the ledger's identity, and the inode's
+    attribute, where the file system has them."""
     for where in (_marker_path(p), _legacy_marker_path(p)):
         if where != _marker_path(p) and not os.path.exists(where):
             continue
-        current = _read_marker(where)
-        if current is None or current < generation:
-            _write_marker(where, generation)
+        found = _read_marker_id(where)
+        if found is None or found[0] < generation or (found[0] == generation and found[1] != ledger_id):
+            _write_marker(where, generation, ledger_id)
     current = _read_xattr(p)
     if current is None or current < generation:
         try:
@@ -1691,10 +1813,23 @@ def _raise_markers(p: str, generation: int) -> None:
                 raise
 
 
-_MARKER_RE = re.compile(r"dpsql ledger generation (\d{1,20})\n")
+_MARKER_RE = re.compile(r"dpsql ledger generation (\d{1,20})(?: id ([0-9a-f]{32}))?\n")
+_LEDGER_ID_RE = re.compile(r"[0-9a-f]{32}")
+
+
+def _new_ledger_id() -> str:
+    """A ledger's identity: 128 random bits, recorded in the file and in its markers."""
+    return f"{random.SystemRandom().getrandbits(128):032x}"
 
 
 def _read_marker(path: str) -> int | None:
+    found = _read_marker_id(path)
+    return None if found is None else found[0]
+
+
+def _read_marker_id(path: str) -> tuple[int, str | None] | None:
+    """The generation a marker file records and the identity of its ledger (None in a marker
+    of an earlier release, which recorded no identity)."""
     try:
         with open(path, "rb") as f:
             data = f.read(256)
@@ -1712,26 +1847,40 @@ def _read_marker(path: str) -> int | None:
         raise LedgerError(
             f"the ledger's generation marker {path} is damaged ({data[:40]!r})",
             hint="restore it from the backup that holds the ledger; it must read 'dpsql ledger "
-            "generation N' with N the ledger_meta 'generation' value of the newest ledger copy",
+            "generation N id ID' with N and ID the ledger_meta 'generation' and 'ledger_id' values of "
+            "the newest ledger copy",
         )
-    return int(m.group(1))
+    return int(m.group(1)), m.group(2)
 
 
-def _write_marker(path: str, generation: int) -> None:
+def _write_marker(path: str, generation: int, ledger_id: str | None = None) -> None:
     """Write the marker in place (fixed width, so an update never shortens it). Only its creation
     is fsynced: the marker is written after the main file is durable, so a later update that a
     power loss takes back leaves an older value, a lower bound that can never cause a refusal."""
-    data = f"dpsql ledger generation {generation:020d}\n".encode("ascii")
+    ident = "" if ledger_id is None else f" id {ledger_id}"
+    data = f"dpsql ledger generation {generation:020d}{ident}\n".encode("ascii")
     existed = os.path.exists(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         os.pwrite(fd, data, 0)
         if not existed:
+            _share_like_ledger(fd, path)
             os.fsync(fd)
     finally:
         os.close(fd)
     if not existed:
         _fsync_path(os.path.dirname(path))
+
+
+def _share_like_ledger(fd: int, marker: str) -> None:
+    """Give a new marker the permission bits of its ledger file (a ledger shared with a group
+    gets a marker the group can write too); best effort."""
+    d, name = os.path.split(marker)
+    ledger = os.path.join(d, name.removeprefix(".").removesuffix(GENERATION_SUFFIX))
+    try:
+        os.fchmod(fd, stat.S_IMODE(os.stat(ledger).st_mode) & 0o666)
+    except OSError:
+        pass
 
 
 def _fsync_path(path: str) -> None:
