@@ -560,6 +560,12 @@ class _JoinBuilder:
                 _bad(self.sql, self.stmt, f"the privacy unit '{person}.{pt.privacy_unit}' is an INTERVAL, whose equal values "
                      "are spelled differently, so a join cannot tell its people apart (hint: the data owner must register "
                      "an integer, DECIMAL, text or date privacy unit)", vs)
+            elif utype.strip() == "JSON":
+                # refused at registration too: JSON compares under the connection's collation ('"A"' and '"a"'
+                # one value under nocase) while its spelling, which names the user, tells them apart
+                _bad(self.sql, self.stmt, f"the privacy unit '{person}.{pt.privacy_unit}' is JSON, whose equality follows "
+                     "the connection's collation while its spelling does not, so a join cannot tell its people apart "
+                     "(hint: the data owner must register an integer, DECIMAL, text or date privacy unit)", vs)
             elif is_nested_type(utype):
                 # refused at registration too; kept here for a catalog built another way: one person would be
                 # several users to the truncation
