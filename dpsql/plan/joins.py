@@ -32,8 +32,8 @@ What the plan states (all public):
   capped partition's rows reach one set of people: the partition also holds every other column
   through which the input reaches people (``lineitem`` referencing its order and its customer is
   capped per (order, customer)), each fixed by the inputs joined before; where that is
-  impossible the plan is not enforced (``_uniform_caps``). Otherwise Delta is **attested** by the owner's declarations: the
-  privacy claim of sampling (q < 1) is conditional on it.
+  impossible the plan is not enforced (``_uniform_caps``). Otherwise Delta is **attested** by
+  the owner's declarations: the privacy claim of sampling (q < 1) is conditional on it.
 
 What is assumed and what is enforced. A reference declares its target a key and the data is
 expected to honour it (unique keys, no dangling references), but nothing here relies on it for
