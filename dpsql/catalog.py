@@ -853,6 +853,15 @@ def register_table(
                           "whose values cannot be told apart by their binary value",
                           hint="register an integer, DECIMAL, text or date column that identifies a person (e.g. derive "
                           "one upstream)")
+    if unit_type.strip().upper() == "JSON":
+        # JSON compares under the connection's collation (no binary collation applies to it) but is spelled
+        # apart: under 'nocase' the people '"A"' and '"a"' were one value to the caps and joins, two users to
+        # the truncation (a one-person join plan then failed after its charge when both existed)
+        unregister_source(tname, kind, view)
+        raise ConfigError(f"table '{tname}': the privacy unit '{privacy_unit}' has the type JSON, whose equality follows the "
+                          "connection's collation while its spelling does not, so it cannot tell people apart",
+                          hint="register an integer, DECIMAL, text or date column that identifies a person (e.g. CAST "
+                          "the JSON to VARCHAR upstream)")
     try:
         col_specs = type_domains(tname, col_specs, schema)
     except ConfigError:

@@ -28,9 +28,12 @@ What the plan states (all public):
   new input multiplying the count by the bound of the column it joins on. A class's bound is
   the least over its slots; Delta is the largest sum over one person table's classes.
   **Enforced** (single owner, no lookups): the bounded query caps every input's rows per
-  join column at these bounds (stable: each capped partition belongs to one person), so Delta
-  holds whatever the data. Otherwise Delta is **attested** by the owner's declarations: the
-  privacy claim of sampling (q < 1) is conditional on it.
+  join column at these bounds, so Delta holds whatever the data. A cap is stable only if each
+  capped partition's rows reach one set of people: the partition also holds every other column
+  through which the input reaches people (``lineitem`` referencing its order and its customer is
+  capped per (order, customer)), each fixed by the inputs joined before; where that is
+  impossible the plan is not enforced (``_uniform_caps``). Otherwise Delta is **attested** by
+  the owner's declarations: the privacy claim of sampling (q < 1) is conditional on it.
 
 What is assumed and what is enforced. A reference declares its target a key and the data is
 expected to honour it (unique keys, no dangling references), but nothing here relies on it for
@@ -557,6 +560,12 @@ class _JoinBuilder:
                 _bad(self.sql, self.stmt, f"the privacy unit '{person}.{pt.privacy_unit}' is an INTERVAL, whose equal values "
                      "are spelled differently, so a join cannot tell its people apart (hint: the data owner must register "
                      "an integer, DECIMAL, text or date privacy unit)", vs)
+            elif utype.strip() == "JSON":
+                # refused at registration too: JSON compares under the connection's collation ('"A"' and '"a"'
+                # one value under nocase) while its spelling, which names the user, tells them apart
+                _bad(self.sql, self.stmt, f"the privacy unit '{person}.{pt.privacy_unit}' is JSON, whose equality follows "
+                     "the connection's collation while its spelling does not, so a join cannot tell its people apart "
+                     "(hint: the data owner must register an integer, DECIMAL, text or date privacy unit)", vs)
             elif is_nested_type(utype):
                 # refused at registration too; kept here for a catalog built another way: one person would be
                 # several users to the truncation
@@ -680,28 +689,89 @@ def _walk(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], start: str, lowered
     return factor, caps, steps
 
 
+def _reach_columns(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[str]:
+    """The columns of ``table`` through which its rows reach people: the first column of each chain
+    of ``_slots_from`` (its own unit, a foreign key). Public metadata only."""
+    out: list[str] = []
+    for ch in _slots_from(table, catalog, frozenset()):
+        if ch is None:
+            continue
+        for c in parts(ch[0].column) if ch else [table.privacy_unit or ""]:
+            if c not in out:
+                out.append(c)
+    return out
+
+
+def _uniform_caps(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.UserSlot,
+                  caps: list[tuple[str, str, int]]) -> tuple[tuple[str, str, int], ...] | None:
+    """``caps`` (the anchor's, then the walk's, in walk order) with each partition widened by the
+    input's other columns that reach people, or None where that is impossible.
+
+    A cap keeps n rows per partition, a choice among that partition's rows: it is stable under
+    removing a person only if every row of a partition reaches the same people, i.e. if the
+    partition fixes every column through which the input reaches people. ``lineitem`` capped per
+    ``l_orderkey`` but also referencing its customer: one person's line items on other people's
+    orders pushed those people's rows out of the cap (removing a person who is in no tuple changed
+    others' tuples). So each such column joins the partition; the cap's n still bounds the rows that
+    extend one partial tuple when the column is fixed by the inputs joined before (its class, under
+    the ON equalities, holds a column of an input joined before; for the anchor: the owner's class),
+    since every row extending that partial tuple then lies in one partition. If a column is not
+    fixed so, no partition is both stable and a bound: the plan is not enforced (Delta attested)."""
+    uf = _UnionFind()
+    for a, b in jp.conditions:
+        uf.union(a, b)
+    tables = {a: catalog[t] for a, t in jp.inputs}
+    cols_of = {a: {c.split(SEP, 1)[1] for pair in jp.conditions for c in pair if c.split(SEP, 1)[0] == a}
+               for a, _ in jp.inputs}
+    out: list[tuple[str, str, int]] = []
+    visited: list[str] = []
+    for i, (a, col, n) in enumerate(caps):
+        fixed = ({uf.find(flat(a, owner.column))} if i == 0
+                 else {uf.find(flat(x, c)) for x in visited for c in cols_of[x]})
+        cols = list(parts(col))
+        for c in _reach_columns(tables[a], catalog):
+            if c in cols:
+                continue
+            if uf.find(flat(a, c)) not in fixed:
+                return None
+            cols.append(c)
+        out.append((a, ",".join(cols), n))
+        visited.append(a)
+    return tuple(out)
+
+
 def bound_people(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], lowered: Mapping[str, int] | None = None) -> PeopleBound:
     """Delta of a join plan from the owner's declarations (``lowered``: per-query lower bounds on
     ``table.column`` degrees, enforced plans only). See the module docstring."""
     tables = {a: catalog[t] for a, t in jp.inputs}
-    per_class: dict[tuple[str, str], tuple[float, ir.UserSlot, list[tuple[str, str, int]], str]] = {}
+    #: per person class: (Delta, slot, caps widened to stable partitions or None, derivation), the least
+    #: Delta; and the least Delta among slots whose caps partition stably (enforceable)
+    per_class: dict[tuple[str, str], tuple[float, ir.UserSlot, tuple[tuple[str, str, int], ...] | None, str]] = {}
+    stable: dict[tuple[str, str], tuple[float, ir.UserSlot, tuple[tuple[str, str, int], ...] | None, str]] = {}
     for k, s in enumerate(jp.slots):
         key = (s.person_table, s.person_class if s.person_class is not None else f"#lookup{k}")
         m = chain_rows(tables[s.alias], s.hops, catalog, lowered)
         rest, caps, steps = _walk(jp, catalog, s.alias, lowered)
         d = m * rest
-        anchor = [(s.alias, s.column, int(m))] if math.isfinite(m) and (not s.hops or _direct(s.hops, catalog)) else []
+        anchored = math.isfinite(d) and (not s.hops or _direct(s.hops, catalog))
+        uniform = _uniform_caps(jp, catalog, s, [(s.alias, s.column, int(m)), *caps]) if anchored else None
         how = f"{s.alias}.{s.column}: {m:g} row(s) per person" + "".join(" " + x for x in steps) + f" = {d:g}"
         if key not in per_class or d < per_class[key][0]:
-            per_class[key] = (d, s, anchor + caps, how)
+            per_class[key] = (d, s, uniform, how)
+        if uniform is not None and (key not in stable or d < stable[key][0]):
+            stable[key] = (d, s, uniform, how)
+    single = len(per_class) == 1
+    if single and next(iter(per_class)) in stable:
+        per_class = stable  # one owner: enforce through a stable slot (its Delta, maybe above the least)
     sums: dict[str, float] = {}
     for (person, _), (d, *_rest) in per_class.items():
         sums[person] = sums.get(person, 0.0) + d
     delta = max(sums.values()) if sums else math.inf
-    single = len(per_class) == 1
     owner = next(iter(per_class.values()))[1] if single else None
-    enforced = single and math.isfinite(delta) and owner is not None and owner.person_class is not None
-    caps_t = tuple(next(iter(per_class.values()))[2]) if enforced else ()
+    widened = next(iter(per_class.values()))[2] if single else None
+    enforced = (single and math.isfinite(delta) and owner is not None and owner.person_class is not None
+                and widened is not None)
+    caps_t = widened if enforced and widened is not None else ()
     derivation = "; ".join(v[3] for v in per_class.values())
     return PeopleBound(delta, len(per_class), single, enforced, caps_t, owner, derivation)
 

@@ -58,6 +58,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -1776,7 +1777,16 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
         raise bad
     if k == "float":
         if isinstance(v, (int, float)) and float(v) == float(v) and abs(float(v)) != float("inf"):
-            return float(v) + 0.0
+            f = float(v) + 0.0
+            if t.name == "FLOAT":
+                # a FLOAT column compares in single precision: the value it holds is the nearest
+                # single, so two declared values that round to one single are one key (refused by
+                # the caller), and a value rounding beyond the FLOAT range would be a key of infinity
+                try:
+                    f = struct.unpack("<f", struct.pack("<f", f))[0] + 0.0
+                except OverflowError:
+                    raise bad from None
+            return f
         raise bad
     if k == "date":
         if isinstance(v, dt.datetime):

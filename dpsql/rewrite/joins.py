@@ -410,7 +410,9 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
     table holding the value (a declared key is assumed, not trusted, to be unique: duplicates
     attach several people), and a hop that reaches no row (a dangling reference, or a NULL met on
     the way) attaches the synthetic user of the last key value that was looked up (``_key_text``),
-    so those tuples stay truncated. A NULL start value reaches nobody (no row is looked up)."""
+    so those tuples stay truncated. A NULL start value reaches nobody (no row is looked up).
+    Each hop reads its table's DISTINCT (key, next value) pairs: the people reached are the same,
+    and one person's duplicated rows in two hops cost their sum, not their product, of work."""
     direct_last = _direct(s.hops[-1:], catalog)
     fetch = s.hops[:-1] if direct_last else s.hops
     starts = key_parts(s.column)
@@ -430,6 +432,8 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
                           *[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(t, c)), f"__b{i}")
                             for i, c in enumerate(nexts)],
                           exp.alias_(_lit(1), "__m"))
+               .distinct()  # equal (key, next) rows reach the same people: one each, so that one person's
+               # duplicated rows in two hops make no product of rows (work linear in each person's rows)
                .from_(exp.to_table(t.view or source_name(t.name), quoted=True)))
         on = _and([exp.EQ(this=_col(f"{la}.__a{i}"), expression=prev[i]) for i in range(len(keys))])
         q = q.join(rel.subquery(la), on=on, join_type="left")
