@@ -445,12 +445,37 @@ class _Progress:
             self._t.join()
 
 
+def _table_cell(v: Any) -> str:
+    """One value as a ``table`` cell: SQL NULL is the bare word NULL; text is shown as it is unless a
+    reader could misread it (the word NULL in any case, empty, edge spaces, a leading '"', a '|', a
+    line break or another unprintable character), then it is a JSON string literal: "NULL", "",
+    " a", "x\\ny". So a cell that starts with '"' is always quoted text, and NULL is always NULL."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.10g}"
+    if not isinstance(v, str):
+        return str(v)
+    if (v.upper() == "NULL" or not v or v != v.strip(" ") or v.startswith('"') or "|" in v
+            or not all(c.isprintable() or c == " " for c in v)):
+        text = json.dumps(v, ensure_ascii=False)
+        return "".join(c if c.isprintable() or c == " " else _json_escape(c) for c in text)
+    return v
+
+
+def _json_escape(c: str) -> str:
+    code = ord(c)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 def _format_table(tbl: Any) -> str:
-    cols = tbl.column_names
+    cols = [_table_cell(c) if c != "NULL" else c for c in tbl.column_names]
     from dpsql.release import python_rows
 
-    rows = [[("NULL" if v is None else f"{v:.10g}" if isinstance(v, float) else str(v)) for v in r.values()]
-            for r in python_rows(tbl)]
+    rows = [[_table_cell(v) for v in r.values()] for r in python_rows(tbl)]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     out = [" | ".join(c.ljust(w) for c, w in zip(cols, widths)), "-+-".join("-" * w for w in widths)]
     out += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
