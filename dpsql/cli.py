@@ -85,12 +85,73 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
 def _query_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("sql", nargs="?", help="one SELECT statement")
     p.add_argument("-f", "--file", metavar="FILE", help="read the SQL from a file ('-': standard input)")
-    p.add_argument("--epsilon", required=True, type=float, help="privacy budget epsilon to spend")
-    p.add_argument("--delta", type=float, default=0.0, help="privacy budget delta to spend (default 0)")
+    p.add_argument("--epsilon", required=True, type=_number("--epsilon"), help="privacy budget epsilon to spend")
+    p.add_argument("--delta", type=_number("--delta"), default=0.0, help="privacy budget delta to spend (default 0)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="mechanism option, e.g. tau=10 (repeatable)")
     p.add_argument("--reuse-synopsis", action="store_true",
                    help="answer a range count from a stored DAWA synopsis for free (it kept at most max_rows_per_unit rows per "
                    "person before the range predicate: a slightly different quantity)")
+
+
+class _Number(float):
+    """A number flag's value that remembers the text typed, so that a refusal can quote it."""
+
+    text: str
+
+
+_EXAMPLE = {"--epsilon": "--epsilon 1.0", "--delta": "--delta 1e-6", "--quantile": "--quantile 0.9"}
+
+
+def _number(flag: str) -> Any:
+    def parse(text: str) -> _Number:
+        try:
+            v = _Number(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. {_EXAMPLE[flag]})") from None
+        v.text = text
+        return v
+
+    return parse
+
+
+def _unrepresentable(text: str, v: float) -> str:
+    """Why the decimal ``text`` does not survive as the double ``v`` ('' when it does)."""
+    from fractions import Fraction
+
+    try:
+        decimal: Fraction | None = Fraction(text.strip().replace("_", ""))
+    except (ValueError, ZeroDivisionError):
+        decimal = None  # nan, inf, or a spelling only float() reads
+    if decimal is not None and math.isinf(v):
+        return "it overflows to infinity (beyond the largest double-precision number, about 1.8e308); "
+    if decimal is not None and decimal != 0 and v == 0:
+        return "it underflows to 0 (below the smallest positive double-precision number, about 4.9e-324); "
+    return ""
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse, in the flag's own terms and quoting what was typed, a number flag outside its range,
+    including a decimal that a double cannot hold (1e-400 underflows to 0, 1e400 overflows to inf)."""
+    import shlex
+
+    from dpsql.errors import ConfigError
+
+    positive = args.command != "init"  # a ledger's total may be 0; a charge may not
+    rules = {"--epsilon": ("a finite number > 0" if positive else "a finite number >= 0",
+                           lambda v: v > 0 if positive else v >= 0),
+             "--delta": ("a number in [0, 1)", lambda v: 0 <= v < 1),
+             "--quantile": ("a number strictly between 0 and 1", lambda v: 0 < v < 1)}
+    for flag, (want, ok) in rules.items():
+        v = getattr(args, flag[2:], None)
+        if not isinstance(v, _Number):
+            continue
+        why = _unrepresentable(v.text, v)
+        if not why and math.isfinite(v) and ok(v):
+            continue
+        hint = f"give {want}, e.g. {_EXAMPLE[flag]}"
+        if flag == "--delta":
+            hint += " (well below 1/number_of_people), or --delta 0 for pure DP"
+        raise ConfigError(f"{flag} {shlex.quote(v.text)} is refused: {why}{flag} must be {want}", hint=hint)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,8 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{init,query,explain,budget,tables,describe,suggest-caps}")
     p = sub.add_parser("init", help="create a budget ledger with a total budget", epilog=EXAMPLES["init"], formatter_class=fmt)
     _common(p, sub=True)
-    p.add_argument("--epsilon", required=True, type=float, help="total epsilon")
-    p.add_argument("--delta", type=float, default=0.0, help="total delta (default 0)")
+    p.add_argument("--epsilon", required=True, type=_number("--epsilon"), help="total epsilon")
+    p.add_argument("--delta", type=_number("--delta"), default=0.0, help="total delta (default 0)")
     p = sub.add_parser("query", help="run a differentially private query", epilog=EXAMPLES["query"], formatter_class=fmt)
     _common(p, sub=True)
     _query_args(p)
@@ -144,9 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=EXAMPLES["suggest-caps"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("name", help="the table")
-    p.add_argument("--epsilon", required=True, type=float, help="privacy budget epsilon to spend")
+    p.add_argument("--epsilon", required=True, type=_number("--epsilon"), help="privacy budget epsilon to spend")
     p.add_argument("--group-by", metavar="COL", help="also suggest max_groups_per_unit and max_rows_per_group for GROUP BY COL")
-    p.add_argument("--quantile", type=float, default=0.9, help="share of people the caps keep whole (default 0.9)")
+    p.add_argument("--quantile", type=_number("--quantile"), default=0.9, help="share of people the caps keep whole (default 0.9)")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
     p = sub.add_parser("describe", help="one registered table's public policy: unit, caps, bounds, domains (free)",
                        epilog=EXAMPLES["describe"], formatter_class=fmt)
@@ -779,11 +840,15 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                     f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
+            why = "".join(f"{t}: {w}" for t, w in ((t, _unrepresentable(t, v)) for t, v in zip(args.set_total, (eps, delta))) if w)
             try:
+                if why:
+                    raise ConfigError(why)
                 new_total = dpsql.Budget(eps, delta)
             except ConfigError:
                 raise ConfigError(
-                    f"--set-total needs a finite EPSILON >= 0 and a DELTA in [0, 1), got {' '.join(args.set_total)!r}",
+                    f"--set-total {' '.join(args.set_total)} is refused: {why}--set-total needs a finite EPSILON >= 0 and a "
+                    "DELTA in [0, 1)",
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
             led.set_total(new_total, reason=args.reason)
@@ -948,6 +1013,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, on_sigint)
     try:
+        _check_numbers(args)
         if args.command == "budget" and args.set_total and not args.reason.strip():
             from dpsql.errors import ConfigError
 

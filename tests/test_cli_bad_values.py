@@ -19,10 +19,10 @@ def _spent(capsys: pytest.CaptureFixture[str]) -> float:
 
 
 @pytest.mark.parametrize("flag,value,words", [
-    ("--delta", "-1e-5", "delta must be a number in [0, 1), got -1e-05"),
-    ("--delta", "-inf", "delta must be a number in [0, 1), got -inf"),
-    ("--epsilon", "-1e-3", "epsilon must be a finite number > 0, got -0.001"),
-    ("--epsilon", "-inf", "epsilon must be a finite number > 0, got -inf"),
+    ("--delta", "-1e-5", "--delta -1e-5 is refused: --delta must be a number in [0, 1)"),
+    ("--delta", "-inf", "--delta -inf is refused: --delta must be a number in [0, 1)"),
+    ("--epsilon", "-1e-3", "--epsilon -1e-3 is refused: --epsilon must be a finite number > 0"),
+    ("--epsilon", "-inf", "--epsilon -inf is refused: --epsilon must be a finite number > 0"),
 ])
 def test_negative_numbers_are_judged_as_numbers(workdir: Path, capsys: pytest.CaptureFixture[str],
                                                 flag: str, value: str, words: str) -> None:
@@ -34,6 +34,49 @@ def test_negative_numbers_are_judged_as_numbers(workdir: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert words in err and "expected one argument" not in err and "hint:" in err
     assert _spent(capsys) == 0
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--epsilon", "1e-400"], "--epsilon 1e-400 is refused: it underflows to 0"),
+    (["--epsilon", "1e400"], "--epsilon 1e400 is refused: it overflows to infinity"),
+    (["--epsilon", "nan"], "--epsilon nan is refused: --epsilon must be a finite number > 0"),
+    (["--epsilon", "0.1", "--delta", "1e-400"], "--delta 1e-400 is refused: it underflows to 0"),
+    (["--epsilon", "0.1", "--delta", "NaN"], "--delta NaN is refused: --delta must be a number in [0, 1)"),
+])
+def test_a_refused_number_is_quoted_as_typed_with_the_reason(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                             argv: list[str], words: str) -> None:
+    """--epsilon 1e-400 was reported as 'got 0.0': a value the user never typed, and no reason."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "got 0.0" not in err and "hint: give" in err and err.startswith("error: ConfigError"), err
+    assert _spent(capsys) == 0
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["init", "--epsilon", "1e-400"], "--epsilon 1e-400 is refused: it underflows to 0"),
+    (["init", "--epsilon", "1", "--delta", "1e-400"], "--delta 1e-400 is refused: it underflows to 0"),
+    (["suggest-caps", "events", "--epsilon", "1", "--quantile", "1e-400"], "--quantile 1e-400 is refused: it underflows"),
+    (["suggest-caps", "events", "--epsilon", "1", "--quantile", "nan"], "--quantile nan is refused"),
+])
+def test_init_and_suggest_caps_numbers_are_quoted_as_typed(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                           argv: list[str], words: str) -> None:
+    assert run(["--ledger", "l.duckdb", *argv]) == 2 if argv[0] == "init" else run([*CFG, *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "hint: give" in err, err
+    assert not Path("l.duckdb").exists() and not Path("examples/example_ledger.duckdb").exists()
+
+
+def test_set_total_that_underflows_is_refused_and_keeps_the_total(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--set-total 1e-400 0 used to set the total to 0 without a word."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    assert run([*CFG, "budget", "--set-total", "1e-400", "1e-5", "--reason", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "--set-total 1e-400 1e-5 is refused: 1e-400: it underflows to 0" in err
+    assert run([*CFG, "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"]["epsilon"] == 10.0
 
 
 def test_values_after_a_double_dash_are_left_alone() -> None:
