@@ -340,11 +340,13 @@ def _open_session(args: argparse.Namespace) -> Any:
         bounds: dict[str, dict[str, Any]] = {}
         for k, v in _kv(args.bounds, "--bounds").items():
             t, _, c = k.partition(".")
-            lo, _, hi = v.partition(":")
-            try:
-                bounds.setdefault(t, {}).setdefault(c, {})["bounds"] = (float(lo), float(hi))
-            except ValueError:
-                raise ConfigError(f"--bounds expects NAME.COL=LO:HI, got {k}={v}", hint="e.g. --bounds events.amount=0:100") from None
+            parts = v.split(":")
+            if len(parts) != 2 or not c:
+                raise ConfigError(f"--bounds expects NAME.COL=LO:HI, got {k}={v}", hint="e.g. --bounds events.amount=0:100")
+            lo, hi = (_flag_value("--bounds", f"{k}={v}", x, "e.g. --bounds events.amount=0:100") for x in parts)
+            if lo > hi:
+                raise ConfigError(f"--bounds {k}={v} is refused: LO must be at most HI", hint=f"e.g. --bounds {k}={parts[1]}:{parts[0]}")
+            bounds.setdefault(t, {}).setdefault(c, {})["bounds"] = (lo, hi)
         for k, v in _kv(args.domain, "--domain").items():
             t, _, c = k.partition(".")
             values = [x.strip() for x in v.split(",") if x.strip()]
@@ -354,12 +356,13 @@ def _open_session(args: argparse.Namespace) -> Any:
         for k, v in _kv(args.bins, "--bins").items():
             t, _, c = k.partition(".")
             parts = v.split(":")
-            try:
-                blo, bhi, n = float(parts[0]), float(parts[1]), int(parts[2])
-                if len(parts) != 3 or not c:
-                    raise ValueError
-            except (ValueError, IndexError):
-                raise ConfigError(f"--bins expects NAME.COL=LO:HI:N, got {k}={v}", hint="e.g. --bins events.age=0:120:120") from None
+            if len(parts) != 3 or not c:
+                raise ConfigError(f"--bins expects NAME.COL=LO:HI:N, got {k}={v}", hint="e.g. --bins events.age=0:120:120")
+            example = "e.g. --bins events.age=0:120:120"
+            blo, bhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])
+            n = int(_flag_value("--bins", f"{k}={v}", parts[2], example, whole=True, least=1))
+            if blo >= bhi:
+                raise ConfigError(f"--bins {k}={v} is refused: LO must be below HI", hint=example)
             bounds.setdefault(t, {}).setdefault(c, {}).update({"bounds": (blo, bhi), "bins": n})
         refs: dict[str, dict[str, str]] = {}
         for k, v in _kv(getattr(args, "reference", []), "--reference").items():
@@ -368,17 +371,11 @@ def _open_session(args: argparse.Namespace) -> Any:
         degrees: dict[str, dict[str, int]] = {}
         for k, v in _kv(getattr(args, "degree_bound", []), "--degree-bound").items():
             t, _, c = k.partition(".")
-            try:
-                degrees.setdefault(t, {})[c] = int(v)
-            except ValueError:
-                raise ConfigError(f"--degree-bound expects NAME.COL=N, got {k}={v}") from None
+            degrees.setdefault(t, {})[c] = int(_flag_value("--degree-bound", f"{k}={v}", v, "e.g. --degree-bound orders.o_custkey=16",
+                                                            whole=True, least=1))
         sizes: dict[str, int] = {}
         for k, v in _kv(getattr(args, "max_table_rows", []), "--max-table-rows").items():
-            try:
-                sizes[k] = int(v.replace("_", ""))
-            except ValueError:
-                raise ConfigError(f"--max-table-rows expects NAME=N (a whole number), got {k}={v}",
-                                  hint="e.g. --max-table-rows orders=1500000") from None
+            sizes[k] = int(_flag_value("--max-table-rows", f"{k}={v}", v, "e.g. --max-table-rows orders=1500000", whole=True, least=1))
         public = set(getattr(args, "public", []) or [])
         sampling = set(getattr(args, "allow_conditional_sampling", []) or [])
         for name in (list(units) + list(groups) + list(rows) + list(bounds) + list(refs) + list(degrees) + list(sizes) + sorted(public)
@@ -397,8 +394,8 @@ def _open_session(args: argparse.Namespace) -> Any:
                 name,
                 path,
                 privacy_unit=units.get(name),
-                max_groups_per_unit=_cap(groups.get(name, "1")),
-                max_rows_per_group=_cap(rows.get(name, "1")),
+                max_groups_per_unit=_cap("--max-groups", name, groups.get(name, "1")),
+                max_rows_per_group=_cap("--max-rows", name, rows.get(name, "1")),
                 columns=bounds.get(name),
                 references=refs.get(name),
                 public=name in public,
@@ -436,18 +433,29 @@ def _engine_settings(args: argparse.Namespace, cfg: Any) -> Any:
     return settings
 
 
-def _cap(v: str) -> float:
+def _cap(flag: str, name: str, v: str) -> float:
+    if v.strip().lower() in ("inf", "infinity", "unlimited"):
+        return math.inf
+    return _flag_value(flag, f"{name}={v}", v, f"e.g. {flag} {name}=5 (or {name}=inf)", whole=True, least=1, inf_word=True)
+
+
+def _flag_value(flag: str, item: str, text: str, example: str, *, whole: bool = False, least: float | None = None,
+                inf_word: bool = False) -> float:
+    """One number of a per-table flag (``item`` as typed, e.g. ``t.x=0:nan``): finite, held exactly
+    enough by a double (no overflow to inf or underflow to 0), whole and at least ``least`` when
+    asked; refused in the flag's terms otherwise."""
     from dpsql.errors import ConfigError
 
-    if v.lower() in ("inf", "infinity", "unlimited"):
-        return math.inf
+    want = ("a whole number" if whole else "a finite number") + (f" >= {least:g}" if least is not None else "")
+    want += " or 'inf'" if inf_word else ""
     try:
-        return float(v)
-    except ValueError:
-        raise ConfigError(
-            f"--max-groups / --max-rows expect a whole number >= 1 or 'inf', got {v!r}",
-            hint="e.g. --max-groups events=5",
-        ) from None
+        v = float(int(text)) if whole and text.strip().lstrip("+-").isdigit() else float(text)
+    except (ValueError, OverflowError):
+        raise ConfigError(f"{flag} {item} is refused: {text.strip()!r} is not a number; {flag} needs {want}", hint=example) from None
+    why = _unrepresentable(text, v)
+    if why or not math.isfinite(v) or (whole and not v.is_integer()) or (least is not None and v < least):
+        raise ConfigError(f"{flag} {item} is refused: {why}{flag} needs {want}", hint=example)
+    return v
 
 
 def _read_sql(args: argparse.Namespace) -> str:
@@ -1100,6 +1108,9 @@ def _cli_text(text: str) -> str:
                   lambda m: f"--reference TABLE.{m.group(1)}={m.group(2)} (or references = {{ {m.group(1)} = \"{m.group(2)}\" }} "
                   "under [tables.T] in the config)", text)
     text = re.sub(r"references=\{'a,b': 'table\.x,y'\}", "--reference 'TABLE.a,b=table.x,y'", text)
+    text = re.sub(r"degree_bounds=\{'(\w+)': (\d+)\}",
+                  lambda m: f"--degree-bound TABLE.{m.group(1)}={m.group(2)} (or degree_bounds = {{ {m.group(1)} = {m.group(2)} }} "
+                  "under [tables.T] in the config)", text)
     text = text.replace("e.g. max_table_rows=1_500_000", "e.g. --max-table-rows TABLE=1500000 (or max_table_rows = 1_500_000 "
                         "under [tables.T] in the config)")
     text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")

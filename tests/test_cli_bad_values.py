@@ -247,3 +247,52 @@ def test_a_flag_given_twice_for_one_name_is_refused(workdir: Path, capsys: pytes
     assert float(json.loads(capsys.readouterr().out)["spent"]["epsilon"]) == 0
     # control: each flag once runs and charges
     assert run([*base, *flags[:2], "query", "SELECT COUNT(*) FROM ev", "--epsilon", "1", *opts[:2]]) == 0
+
+
+@pytest.mark.parametrize("flag,value,words", [
+    ("--max-groups", "e=0", "--max-groups e=0 is refused: --max-groups needs a whole number >= 1 or 'inf'"),
+    ("--max-groups", "e=1e-400", "--max-groups e=1e-400 is refused: it underflows to 0"),
+    ("--max-groups", "e=1e400", "--max-groups e=1e400 is refused: it overflows to infinity"),
+    ("--max-rows", "e=nan", "--max-rows e=nan is refused: --max-rows needs a whole number >= 1 or 'inf'"),
+    ("--bounds", "e.x=0:nan", "--bounds e.x=0:nan is refused: --bounds needs a finite number"),
+    ("--bounds", "e.x=0:1e400", "--bounds e.x=0:1e400 is refused: it overflows to infinity"),
+    ("--bounds", "e.x=5:1", "--bounds e.x=5:1 is refused: LO must be at most HI"),
+    ("--bins", "e.x=0:10:0", "--bins e.x=0:10:0 is refused: --bins needs a whole number >= 1"),
+    ("--bins", "e.x=10:0:5", "--bins e.x=10:0:5 is refused: LO must be below HI"),
+    ("--max-table-rows", "e=0", "--max-table-rows e=0 is refused: --max-table-rows needs a whole number >= 1"),
+])
+def test_per_table_numbers_are_refused_in_the_flags_terms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str], flag: str, value: str,
+                                                          words: str) -> None:
+    """These used to answer in Python terms ('max_groups_per_unit for table ... or math.inf, got 0.0',
+    'bounds for ... got (0.0, nan)', no hint), or to take 1e400 as unlimited."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": [1, 2, 3], "x": [1.0, 2.0, 3.0]}), "e.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    base = ["--table", "e=e.parquet", "--privacy-unit", "e=user_id", "--ledger", "l.duckdb"]
+    assert run([*base, flag, value, "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "hint: e.g. " + flag in err and "math.inf" not in err and "got (" not in err, err
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
+
+
+def test_a_join_without_degree_bounds_hints_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"uid": [1, 2, 3]}), "u.parquet")
+    pq.write_table(pa.table({"oid": [1, 2, 3], "uid": [1, 1, 2]}), "o.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    argv = ["--ledger", "l.duckdb", "--table", "u=u.parquet", "--privacy-unit", "u=uid", "--table", "o=o.parquet",
+            "--reference", "o.uid=u.uid", "query", "SELECT COUNT(*) FROM o JOIN u ON o.uid = u.uid", "--epsilon", "0.1"]
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert "--degree-bound TABLE.customer_id=64" in err and "degree_bounds={" not in err, err
