@@ -1,7 +1,7 @@
 """The ``dpsql`` command line: init / query / explain / budget / tables.
 
-Exit codes: 0 ok, 2 usage/query/config error, 3 budget exceeded, 4 ledger error, 130 interrupted,
-1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
+Exit codes: 0 ok, 2 usage/query/config error, 3 budget exceeded, 4 ledger error, 130 interrupted
+(Ctrl-C), 143 terminated (SIGTERM), 1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
 accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet schema metadata).
 """
 
@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dpsql",
         description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
         "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 3 budget exceeded,\n"
-        "  4 ledger error (nothing charged), 130 interrupted (a charge already made stands),\n"
+        "  4 ledger error (nothing charged), 130 interrupted by Ctrl-C or 143 by SIGTERM (a charge\n"
+        "  already made stands),\n"
         "  1 anything else, e.g. a failure after the charge (the charge stands)",
         epilog=EXAMPLES["main"],
         formatter_class=fmt,
@@ -1012,14 +1013,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     # warnings as one clean stderr line (no file:line of the library)
     warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
     interrupted = threading.Event()
-    previous = signal.getsignal(signal.SIGINT)
+    caught: list[int] = []
+    # Ctrl-C and a job runner's SIGTERM (docker stop, kill, timeout): both unwind the command, so a
+    # charged run's ledger entry is marked failed and the caller is told; exit 128 + the signal
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in handled}
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
+        caught.append(signum)
         interrupted.set()
         raise KeyboardInterrupt
 
+    def stopped() -> int:
+        sig = caught[0] if caught else signal.SIGINT
+        what = "terminated (SIGTERM)" if sig == signal.SIGTERM else "interrupted"
+        print(f"{what}: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
+        return 128 + int(sig)
+
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, on_sigint)
+        for sig in handled:
+            signal.signal(sig, on_signal)
     try:
         _check_numbers(args)
         if args.command == "budget" and args.set_total and not args.reason.strip():
@@ -1046,15 +1059,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except DPSQLError as e:
         if interrupted.is_set():
-            print("interrupted: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
-            return 130
+            return stopped()
         print(f"error: {type(e).__name__}: {_cli_text(str(e))}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
         return int(e.exit_code)
     except KeyboardInterrupt:
-        print("interrupted: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
-        return 130
+        return stopped()
     except Exception as e:  # pragma: no cover - unexpected
         print(f"error: unexpected {type(e).__name__}", file=sys.stderr)
         if getattr(args, "debug_on", False):
@@ -1062,7 +1073,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 
