@@ -1091,7 +1091,9 @@ def _cli_text(text: str) -> str:
         keys = ", ".join(f"{k} = {v}" for k, v in pairs)
         flags = " ".join(f"{_FLAG_OF[k]} {table}={v}" for k, v in pairs if k in _FLAG_OF)
         out = f"set {keys} under [tables.{table}] in the config" if pairs else f"register table '{table}'"
-        return out + (f" (or {flags} with --table)" if flags else "")
+        per_query = " ".join(f"--option {k}={v}" for k, v in pairs if k == "max_rows_per_unit")  # a query option too
+        return (out + (f" (or {flags} with --table)" if flags else "")
+                + (f", or cap this query with {per_query}" if per_query else ""))
 
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)

@@ -70,3 +70,19 @@ def test_null_and_null_text_in_every_format(names_cli: list[str], capsys: pytest
     assert sorted(got, key=repr) == sorted(["NULL", None, "", " a", "a|b", "x\ny"], key=repr)
     rows = list(csv.reader(io.StringIO(text)))[1:]
     assert sorted(r[0] for r in rows) == sorted(["NULL", "", "", " a", "a|b", "x\ny"])
+
+
+def test_json_rows_tell_null_from_nan_and_infinities(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """JSON printed NULL, NaN, +inf and -inf all as null; null is now only SQL NULL."""
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": list(range(50))}), "t.parquet")
+    assert run(["init", "--epsilon", "10", "--ledger", "l.duckdb"]) == 0
+    sql = ("SELECT ln(COUNT(*) - 1000000) AS nan_, exp(COUNT(*) + 1000) AS pinf, -exp(COUNT(*) + 1000) AS minf, "
+           "NULLIF(COUNT(*), COUNT(*)) AS nul, COUNT(*) - COUNT(*) AS zero FROM t")
+    capsys.readouterr()
+    assert run(["--table", "t=t.parquet", "--privacy-unit", "t=user_id", "--ledger", "l.duckdb", "query", sql,
+                "--epsilon", "1", "--format", "json"]) == 0
+    text = capsys.readouterr().out
+    row = json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} is not JSON"))["rows"][0]
+    assert row == {"nan_": "NaN", "pinf": "Infinity", "minf": "-Infinity", "nul": None, "zero": 0}
