@@ -296,3 +296,20 @@ def test_a_join_without_degree_bounds_hints_the_flag(tmp_path: Path, monkeypatch
     assert run(argv) == 2
     err = capsys.readouterr().err
     assert "--degree-bound TABLE.customer_id=64" in err and "degree_bounds={" not in err, err
+
+
+def test_unlimited_caps_hint_the_per_query_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """With --max-groups/--max-rows inf the hint named only a config key, which --table users do not have."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": [1, 2, 3]}), "e.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    base = ["--table", "e=e.parquet", "--privacy-unit", "e=user_id", "--max-groups", "e=inf", "--max-rows", "e=inf",
+            "--ledger", "l.duckdb", "explain", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]
+    capsys.readouterr()
+    assert run(base) == 2
+    assert "--option max_rows_per_unit=5" in capsys.readouterr().err
+    assert run([*base, "--option", "max_rows_per_unit=5"]) == 0  # the hint works
