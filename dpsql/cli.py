@@ -218,21 +218,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _kv(items: list[str], what: str) -> dict[str, str]:
+def _kv(items: list[str], what: str, *, fold: bool = True) -> dict[str, str]:
+    """NAME=VALUE items by NAME. Table and column names are case-insensitive (SQL registers and
+    resolves them in lower case), so with ``fold`` the names are lower-cased, and two spellings of
+    one name (``t=a.parquet`` and ``T=b.parquet``) are the same name given twice."""
     from dpsql.errors import ConfigError
 
     out: dict[str, str] = {}
+    typed: dict[str, str] = {}
     for it in items:
         if "=" not in it:
             raise ConfigError(f"{what} expects NAME=VALUE, got {it!r}")
         k, v = it.split("=", 1)
         k = k.strip()
-        if k in out:  # a silent "last one wins" would query with a declaration the caller did not mean
+        key = k.lower() if fold else k
+        if key in out:  # a silent "last one wins" would query with a declaration the caller did not mean
             raise ConfigError(
-                f"{what} is given twice for {k!r} ({k}={out[k]} and {k}={v.strip()})",
+                f"{what} is given twice for {key!r} ({typed[key]}={out[key]} and {k}={v.strip()})"
+                + (" (names are case-insensitive)" if typed[key] != k else ""),
                 hint=f"give {what} once per name",
             )
-        out[k] = v.strip()
+        out[key] = v.strip()
+        typed[key] = k
     return out
 
 
@@ -377,8 +384,8 @@ def _open_session(args: argparse.Namespace) -> Any:
         sizes: dict[str, int] = {}
         for k, v in _kv(getattr(args, "max_table_rows", []), "--max-table-rows").items():
             sizes[k] = int(_flag_value("--max-table-rows", f"{k}={v}", v, "e.g. --max-table-rows orders=1500000", whole=True, least=1))
-        public = set(getattr(args, "public", []) or [])
-        sampling = set(getattr(args, "allow_conditional_sampling", []) or [])
+        public = {n.strip().lower() for n in getattr(args, "public", []) or []}
+        sampling = {n.strip().lower() for n in getattr(args, "allow_conditional_sampling", []) or []}
         for name in (list(units) + list(groups) + list(rows) + list(bounds) + list(refs) + list(degrees) + list(sizes) + sorted(public)
                      + sorted(sampling)):
             if name not in tables:
@@ -723,7 +730,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     sql = _read_sql(args)
     if args.command == "query":
         _check_output(args)
-    opts = {k: _parse_option_value(v) for k, v in _kv(args.option, "--option").items()}
+    opts = {k: _parse_option_value(v) for k, v in _kv(args.option, "--option", fold=False).items()}
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
     with _open_session(args) as s:
@@ -1078,7 +1085,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 
-_FLAG_OF = {"max_groups_per_unit": "--max-groups", "max_rows_per_group": "--max-rows"}
+_FLAG_OF = {"max_groups_per_unit": "--max-groups", "max_rows_per_group": "--max-rows", "privacy_unit": "--privacy-unit"}
 
 
 def _cli_text(text: str) -> str:
@@ -1088,8 +1095,8 @@ def _cli_text(text: str) -> str:
     def register(m: re.Match[str]) -> str:
         table, args = m.group(1), m.group(2)
         pairs = re.findall(r"(\w+)=([^,)]+)", args)
-        keys = ", ".join(f"{k} = {v}" for k, v in pairs)
-        flags = " ".join(f"{_FLAG_OF[k]} {table}={v}" for k, v in pairs if k in _FLAG_OF)
+        keys = ", ".join(f"{k} = {json.dumps(v.strip(chr(39))) if v.startswith(chr(39)) else v}" for k, v in pairs)
+        flags = " ".join(f"{_FLAG_OF[k]} {table}={v.strip(chr(39))}" for k, v in pairs if k in _FLAG_OF)
         out = f"set {keys} under [tables.{table}] in the config" if pairs else f"register table '{table}'"
         per_query = " ".join(f"--option {k}={v}" for k, v in pairs if k == "max_rows_per_unit")  # a query option too
         return (out + (f" (or {flags} with --table)" if flags else "")
@@ -1128,6 +1135,9 @@ def _cli_text(text: str) -> str:
     text = text.replace("e.g. max_table_rows=1_500_000", "e.g. --max-table-rows TABLE=1500000 (or max_table_rows = 1_500_000 "
                         "under [tables.T] in the config)")
     text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")
+    text = text.replace("drop public=True, or drop privacy_unit", "drop --public NAME or --privacy-unit NAME=COLUMN (public = true "
+                        "or privacy_unit under [tables.T] in the config)")
+    text = text.replace("public=True", "--public (public = true in the config)")
     text = text.replace("register it first (Session.tables lists them)",
                         "dpsql tables lists the registered tables; register one with --table NAME=PATH (or [tables.NAME] "
                         "in the config)")

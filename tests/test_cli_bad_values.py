@@ -313,3 +313,42 @@ def test_unlimited_caps_hint_the_per_query_option(tmp_path: Path, monkeypatch: p
     assert run(base) == 2
     assert "--option max_rows_per_unit=5" in capsys.readouterr().err
     assert run([*base, "--option", "max_rows_per_unit=5"]) == 0  # the hint works
+
+
+def test_table_names_differing_in_case_are_one_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """--table t=a.parquet --table T=b.parquet registered both as 't', the second silently replacing the
+    first (and --privacy-unit T=... was refused as naming no --table)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": [1, 2, 3]}), "a.parquet")
+    pq.write_table(pa.table({"uid": [1, 2]}), "b.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    q = ["query", "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]
+    assert run(["--ledger", "l.duckdb", "--table", "t=a.parquet", "--table", "T=b.parquet", "--privacy-unit", "t=user_id",
+                "--privacy-unit", "T=uid", *q]) == 2
+    err = capsys.readouterr().err
+    assert "--table is given twice for 't' (t=a.parquet and T=b.parquet)" in err and "case-insensitive" in err
+    # one table spelled in two cases across flags is one table
+    assert run(["--ledger", "l.duckdb", "--table", "T=a.parquet", "--privacy-unit", "t=user_id", "--bounds", "T.USER_ID=0:9",
+                "describe", "t"]) == 0
+    assert "user_id: bounds" in capsys.readouterr().out
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
+
+
+def test_public_with_a_privacy_unit_hints_in_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": [1, 2, 3]}), "a.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "--table", "t=a.parquet", "--privacy-unit", "t=user_id", "--public", "t", "tables"]) == 2
+    hint = capsys.readouterr().err.split("hint:", 1)[1]
+    assert "--public" in hint and "--privacy-unit" in hint and "public=True" not in hint
