@@ -1067,7 +1067,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DPSQLError as e:
         if interrupted.is_set():
             return stopped()
-        print(f"error: {type(e).__name__}: {_cli_text(str(e))}", file=sys.stderr)
+        name = next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))  # a public class
+        print(f"error: {name}: {_cli_text(str(e))}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
         return int(e.exit_code)

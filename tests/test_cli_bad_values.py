@@ -352,3 +352,18 @@ def test_public_with_a_privacy_unit_hints_in_flags(tmp_path: Path, monkeypatch: 
     assert run(["--ledger", "l.duckdb", "--table", "t=a.parquet", "--privacy-unit", "t=user_id", "--public", "t", "tables"]) == 2
     hint = capsys.readouterr().err.split("hint:", 1)[1]
     assert "--public" in hint and "--privacy-unit" in hint and "public=True" not in hint
+
+
+def test_an_internal_error_class_is_named_by_its_public_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Two concurrent `dpsql init` on one path: the loser printed 'error: _AlreadyCreated: ...'."""
+    from dpsql.ledger import Ledger, _store
+
+    monkeypatch.chdir(tmp_path)
+
+    def lost_race(path: object, total: object) -> None:
+        raise _store._AlreadyCreated("cannot create a ledger at l.duckdb: another process created one there just now")
+
+    monkeypatch.setattr(Ledger, "create", staticmethod(lost_race))
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 4
+    assert capsys.readouterr().err.startswith("error: LedgerError: cannot create a ledger")
