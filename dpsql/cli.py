@@ -1009,6 +1009,8 @@ def _is_number(v: str) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     from dpsql.errors import DPSQLError, ExecutionError
 
+    if sys.stderr is None:  # started with 2>&-: print(file=None) would put messages among the rows on stdout
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
     parser = build_parser()
     args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
     if not args.command:
@@ -1040,8 +1042,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         for sig in handled:
             signal.signal(sig, on_signal)
+    guard = sys.stdout = _StdoutGuard(sys.stdout)
     try:
         _check_numbers(args)
+        _check_stdout_open(args, guard)
         if args.command == "budget" and args.set_total and not args.reason.strip():
             from dpsql.errors import ConfigError
 
@@ -1059,10 +1063,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = _cmd_budget(args)
         sys.stdout.flush()
         return code
-    except BrokenPipeError:  # a free command's output (a charged one says so through _written_failed)
+    except OSError as e:
+        if not (isinstance(e, BrokenPipeError) or e is guard.failed):
+            return _unexpected(e, args)
+        # a free command's output (a charged one says so through _written_failed)
         _silence_stdout()
-        print(f"error: writing stdout failed (its reader closed it); nothing was charged by dpsql {args.command}",
-              file=sys.stderr)
+        why = "its reader closed it" if isinstance(e, BrokenPipeError) else e.strerror or type(e).__name__
+        print(f"error: writing stdout failed ({why}); nothing was charged by dpsql {args.command}", file=sys.stderr)
         return 1
     except DPSQLError as e:
         if interrupted.is_set():
@@ -1075,15 +1082,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return stopped()
     except Exception as e:  # pragma: no cover - unexpected
-        print(f"error: unexpected {type(e).__name__}", file=sys.stderr)
-        if getattr(args, "debug_on", False):
-            raise
-        return 1
+        return _unexpected(e, args)
     finally:
+        if sys.stdout is guard:
+            sys.stdout = guard.real
         if threading.current_thread() is threading.main_thread():
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+
+
+def _unexpected(e: BaseException, args: argparse.Namespace) -> int:
+    print(f"error: unexpected {type(e).__name__}", file=sys.stderr)
+    if getattr(args, "debug_on", False):
+        raise e
+    return 1
+
+
+class _StdoutGuard:
+    """Standard output, remembering a write that failed (a full disk, a closed pipe), so that the
+    command can say so instead of 'unexpected OSError'; ``real`` is None when it was closed (>&-)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self.real.write(text))
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.real.flush()
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
+    """Standard output closed (>&-): refuse, before any charge, a command that prints to it."""
+    from dpsql.errors import ConfigError
+
+    if guard.real is not None:
+        return
+    guard.real = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - what nothing reads
+    if args.command == "init" or (args.command == "query" and args.output):
+        return
+    raise ConfigError(f"standard output is closed: dpsql {args.command} would have nowhere to print"
+                      + ("; nothing was charged" if args.command in ("query", "suggest-caps") else ""),
+                      hint="run it with standard output open (e.g. > result.txt)"
+                      + (", or give -o FILE" if args.command == "query" else ""))
 
 
 _FLAG_OF = {"max_groups_per_unit": "--max-groups", "max_rows_per_group": "--max-rows", "privacy_unit": "--privacy-unit"}
