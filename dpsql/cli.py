@@ -147,6 +147,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
             continue
         why = _unrepresentable(v.text, v)
         if not why and math.isfinite(v) and ok(v):
+            setattr(args, flag[2:], float(v))  # the library sees a plain float
             continue
         hint = f"give {want}, e.g. {_EXAMPLE[flag]}"
         if flag == "--delta":
