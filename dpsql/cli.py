@@ -705,6 +705,25 @@ def _check_output_targets(args: argparse.Namespace, s: Any) -> None:
         if what is not None:
             raise ConfigError(f"{flag} {path!r} would overwrite {what}; nothing was charged",
                               hint=f"write the output elsewhere, e.g. {flag} {'result.csv' if flag == '-o' else 'meta.json'}")
+        pattern = next((f"{spec.source} (table '{name}')" for name, spec in s.tables.items()
+                        if isinstance(spec.source, str) and spec.files and _glob_matches(spec.source, path)), None)
+        if pattern is not None:
+            raise ConfigError(f"{flag} {path!r} matches the source pattern {pattern}: the next run would read this output "
+                              "as rows of the table; nothing was charged",
+                              hint="write the output to a name or directory outside the table's pattern")
+
+
+def _glob_matches(pattern: str, path: str) -> bool:
+    """Whether ``glob.glob(pattern)`` would list ``path`` once it exists (component by component,
+    as glob does: '*' stays within one directory and does not match a leading '.')."""
+    import fnmatch
+
+    if not any(ch in pattern for ch in "*?["):
+        return False
+    pat = os.path.abspath(pattern).split(os.sep)
+    out = os.path.abspath(path).split(os.sep)
+    return len(pat) == len(out) and all(
+        fnmatch.fnmatchcase(o, p) and not (o.startswith(".") and not p.startswith(".")) for o, p in zip(out, pat))
 
 
 def _check_writable(flag: str, path: str) -> None:
