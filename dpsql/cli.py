@@ -750,7 +750,14 @@ def _cmd_query(args: argparse.Namespace) -> int:
     sql = _read_sql(args)
     if args.command == "query":
         _check_output(args)
-    opts = {k: _parse_option_value(v) for k, v in _kv(args.option, "--option", fold=False).items()}
+    typed = _kv(args.option, "--option", fold=False)
+    opts = {k: _parse_option_value(v) for k, v in typed.items()}
+    for k, v in typed.items():
+        why = _unrepresentable(v, opts[k]) if isinstance(opts[k], float) else ""
+        if why:
+            from dpsql.errors import ConfigError
+
+            raise ConfigError(f"--option {k}={v} is refused: {why.rstrip('; ')}", hint=f"give {k} a number a double can hold")
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
     with _open_session(args) as s:

@@ -367,3 +367,16 @@ def test_an_internal_error_class_is_named_by_its_public_base(tmp_path: Path, mon
     monkeypatch.setattr(Ledger, "create", staticmethod(lost_race))
     assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 4
     assert capsys.readouterr().err.startswith("error: LedgerError: cannot create a ledger")
+
+
+@pytest.mark.parametrize("opt,words", [("q=1e-400", "--option q=1e-400 is refused: it underflows to 0"),
+                                       ("max_rows_per_unit=1e400", "--option max_rows_per_unit=1e400 is refused: it overflows")])
+def test_an_option_value_a_double_cannot_hold_is_quoted_as_typed(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                                 opt: str, words: str) -> None:
+    """--option q=1e-400 was judged as 'got 0.0'."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1", "--option", opt]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "got 0.0" not in err and "got inf" not in err, err
+    assert _spent(capsys) == 0
