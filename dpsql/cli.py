@@ -1040,8 +1040,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
     parser = build_parser()
     args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
-    if not args.command:
-        parser.print_help()
+    if not args.command:  # a usage error: its help goes to stderr, never into the caller's output file
+        parser.print_help(sys.stderr)
         return 2
     import signal
     import warnings
