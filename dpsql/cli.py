@@ -216,7 +216,34 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, sub=True)
     p.add_argument("name", help="the table")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
+    _once(parser, {})
     return parser
+
+
+class _Once(argparse.Action):
+    """A flag that takes one value: given twice (anywhere on the line, e.g. --epsilon 0.1 ...
+    --epsilon 5, or --ledger before and after the command) it is a usage error, where argparse
+    would silently keep the last."""
+
+    seen: dict[str, str]
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        shown = " ".join(values) if isinstance(values, list) else getattr(values, "text", values)
+        if self.dest in self.seen:
+            parser.error(f"{option_string} is given twice ({self.seen[self.dest]} and {shown}): give it once")
+        self.seen[self.dest] = str(shown)
+        setattr(namespace, self.dest, values)
+
+
+def _once(parser: argparse.ArgumentParser, seen: dict[str, str]) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                _once(sub, seen)
+        elif type(action) is argparse._StoreAction and action.option_strings:
+            action.__class__ = _Once
+            action.seen = seen  # type: ignore[attr-defined]
 
 
 def _kv(items: list[str], what: str, *, fold: bool = True) -> dict[str, str]:

@@ -380,3 +380,20 @@ def test_an_option_value_a_double_cannot_hold_is_quoted_as_typed(workdir: Path, 
     err = capsys.readouterr().err
     assert words in err and "got 0.0" not in err and "got inf" not in err, err
     assert _spent(capsys) == 0
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1", "--epsilon", "5"], "--epsilon is given twice (0.1 and 5)"),
+    (["--ledger", "examples/example_ledger.duckdb", "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1",
+      "--ledger", "other.duckdb"], "--ledger is given twice"),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1", "-o", "a.csv", "--output", "b.csv"], "--output is given twice"),
+])
+def test_a_one_value_flag_given_twice_is_a_usage_error(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                       argv: list[str], words: str) -> None:
+    """argparse kept the last: --epsilon 0.1 ... --epsilon 5 charged 5."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    assert run(["--config", "examples/dpsql.toml", *argv] if argv[0] != "--ledger" else argv) == 2
+    assert words in capsys.readouterr().err
+    assert _spent(capsys) == 0
+    assert not Path("a.csv").exists() and not Path("b.csv").exists()
