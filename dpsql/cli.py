@@ -242,7 +242,7 @@ def _once(parser: argparse.ArgumentParser, seen: dict[str, str]) -> None:
             for sub in set(action.choices.values()):
                 _once(sub, seen)
         elif type(action) is argparse._StoreAction and action.option_strings:
-            action.__class__ = _Once
+            action.__class__ = _Once  # type: ignore[assignment]
             action.seen = seen  # type: ignore[attr-defined]
 
 
