@@ -1061,6 +1061,19 @@ def _is_number(v: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import warnings
+
+    with warnings.catch_warnings():  # the caller's filters and showwarning are given back
+        # A RuntimeWarning of a numeric library (overflow, invalid value) can arise while a release is
+        # computed from noisy or true aggregates: never printed (its text could reflect them), and never
+        # turned into an error after the charge (PYTHONWARNINGS=error lost the paid release)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        # dpsql's own warnings (about public parameters) as one clean stderr line (no file:line)
+        warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from dpsql.errors import DPSQLError, ExecutionError
 
     if sys.stderr is None:  # started with 2>&-: print(file=None) would put messages among the rows on stdout
@@ -1071,10 +1084,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     import signal
-    import warnings
 
-    # warnings as one clean stderr line (no file:line of the library)
-    warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
     interrupted = threading.Event()
     caught: list[int] = []
     # Ctrl-C and a job runner's SIGTERM (docker stop, kill, timeout): both unwind the command, so a

@@ -72,3 +72,30 @@ def test_a_full_disk_behind_stdout_is_named_for_free_commands(workdir: Path, cap
         assert run([*CFG, *argv]) == 1
     err = capsys.readouterr().err
     assert "writing stdout failed (No space left on device); nothing was charged" in err and "unexpected" not in err
+
+
+def test_a_numeric_runtime_warning_during_a_release_is_neither_shown_nor_fatal(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A numpy RuntimeWarning while a release was computed (seen: 'invalid value encountered in
+    multiply' in the VARIANCE interval, from noisy sums) was printed as a warning line, and under
+    PYTHONWARNINGS=error it failed the query after its charge."""
+    import warnings
+
+    import dpsql.mechanisms.basic as basic
+
+    real = basic.finish_release
+
+    def noisy_finish(*a: object, **k: object) -> object:
+        warnings.warn("invalid value encountered in multiply", RuntimeWarning, stacklevel=1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(basic, "finish_release", noisy_finish)
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as PYTHONWARNINGS=error
+        assert run([*CFG, *Q, "--format", "csv"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith('"n"') and "invalid value" not in err and "warning:" not in err
+    assert run([*CFG, "explain", "SELECT COUNT(*) FROM events", "--epsilon", "200"]) == 0
+    assert "warning: epsilon=200 is unusually large" in capsys.readouterr().err  # dpsql's own warnings still show
