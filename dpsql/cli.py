@@ -505,8 +505,8 @@ def _read_sql(args: argparse.Namespace) -> str:
         where = "standard input (-f -)" if args.file == "-" else f"SQL file {args.file!r} (-f)"
         try:
             if args.file == "-":
-                return sys.stdin.read()
-            with open(args.file, encoding="utf-8") as f:
+                return sys.stdin.read().removeprefix("\ufeff")  # a byte order mark (Windows editors) is not SQL
+            with open(args.file, encoding="utf-8-sig") as f:
                 return f.read()
         except UnicodeDecodeError:
             raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None

@@ -397,3 +397,17 @@ def test_a_one_value_flag_given_twice_is_a_usage_error(workdir: Path, capsys: py
     assert words in capsys.readouterr().err
     assert _spent(capsys) == 0
     assert not Path("a.csv").exists() and not Path("b.csv").exists()
+
+
+@pytest.mark.parametrize("stdin", [False, True])
+def test_a_sql_file_with_a_byte_order_mark_is_read_as_sql(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch, stdin: bool) -> None:
+    """A UTF-8 BOM (as Windows editors save) made -f fail with 'syntax error at line 1, col 14 near ('."""
+    import io
+
+    data = "\ufeffSELECT COUNT(*) AS n FROM events\r\n".encode()
+    Path("q.sql").write_bytes(data)
+    if stdin:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    assert run([*CFG, "budget"]) == 0
+    assert run([*CFG, "explain", "-f", "-" if stdin else "q.sql", "--epsilon", "0.1"]) == 0
