@@ -1,7 +1,7 @@
 """The ``dpsql`` command line: init / query / explain / budget / tables.
 
-Exit codes: 0 ok, 2 usage/query/config error, 3 budget exceeded, 4 ledger error, 130 interrupted,
-1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
+Exit codes: 0 ok, 2 usage/query/config error, 3 budget exceeded, 4 ledger error, 130 interrupted
+(Ctrl-C), 143 terminated (SIGTERM), 1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
 accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet schema metadata).
 """
 
@@ -85,12 +85,74 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
 def _query_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("sql", nargs="?", help="one SELECT statement")
     p.add_argument("-f", "--file", metavar="FILE", help="read the SQL from a file ('-': standard input)")
-    p.add_argument("--epsilon", required=True, type=float, help="privacy budget epsilon to spend")
-    p.add_argument("--delta", type=float, default=0.0, help="privacy budget delta to spend (default 0)")
+    p.add_argument("--epsilon", required=True, type=_number("--epsilon"), help="privacy budget epsilon to spend")
+    p.add_argument("--delta", type=_number("--delta"), default=0.0, help="privacy budget delta to spend (default 0)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="mechanism option, e.g. tau=10 (repeatable)")
     p.add_argument("--reuse-synopsis", action="store_true",
                    help="answer a range count from a stored DAWA synopsis for free (it kept at most max_rows_per_unit rows per "
                    "person before the range predicate: a slightly different quantity)")
+
+
+class _Number(float):
+    """A number flag's value that remembers the text typed, so that a refusal can quote it."""
+
+    text: str
+
+
+_EXAMPLE = {"--epsilon": "--epsilon 1.0", "--delta": "--delta 1e-6", "--quantile": "--quantile 0.9"}
+
+
+def _number(flag: str) -> Any:
+    def parse(text: str) -> _Number:
+        try:
+            v = _Number(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. {_EXAMPLE[flag]})") from None
+        v.text = text
+        return v
+
+    return parse
+
+
+def _unrepresentable(text: str, v: float) -> str:
+    """Why the decimal ``text`` does not survive as the double ``v`` ('' when it does)."""
+    from fractions import Fraction
+
+    try:
+        decimal: Fraction | None = Fraction(text.strip().replace("_", ""))
+    except (ValueError, ZeroDivisionError):
+        decimal = None  # nan, inf, or a spelling only float() reads
+    if decimal is not None and math.isinf(v):
+        return "it overflows to infinity (beyond the largest double-precision number, about 1.8e308); "
+    if decimal is not None and decimal != 0 and v == 0:
+        return "it underflows to 0 (below the smallest positive double-precision number, about 4.9e-324); "
+    return ""
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """Refuse, in the flag's own terms and quoting what was typed, a number flag outside its range,
+    including a decimal that a double cannot hold (1e-400 underflows to 0, 1e400 overflows to inf)."""
+    import shlex
+
+    from dpsql.errors import ConfigError
+
+    positive = args.command != "init"  # a ledger's total may be 0; a charge may not
+    rules = {"--epsilon": ("a finite number > 0" if positive else "a finite number >= 0",
+                           lambda v: v > 0 if positive else v >= 0),
+             "--delta": ("a number in [0, 1)", lambda v: 0 <= v < 1),
+             "--quantile": ("a number strictly between 0 and 1", lambda v: 0 < v < 1)}
+    for flag, (want, ok) in rules.items():
+        v = getattr(args, flag[2:], None)
+        if not isinstance(v, _Number):
+            continue
+        why = _unrepresentable(v.text, v)
+        if not why and math.isfinite(v) and ok(v):
+            setattr(args, flag[2:], float(v))  # the library sees a plain float
+            continue
+        hint = f"give {want}, e.g. {_EXAMPLE[flag]}"
+        if flag == "--delta":
+            hint += " (well below 1/number_of_people), or --delta 0 for pure DP"
+        raise ConfigError(f"{flag} {shlex.quote(v.text)} is refused: {why}{flag} must be {want}", hint=hint)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dpsql",
         description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
         "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 3 budget exceeded,\n"
-        "  4 ledger error (nothing charged), 130 interrupted (a charge already made stands),\n"
+        "  4 ledger error (nothing charged), 130 interrupted by Ctrl-C or 143 by SIGTERM (a charge\n"
+        "  already made stands),\n"
         "  1 anything else, e.g. a failure after the charge (the charge stands)",
         epilog=EXAMPLES["main"],
         formatter_class=fmt,
@@ -111,8 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{init,query,explain,budget,tables,describe,suggest-caps}")
     p = sub.add_parser("init", help="create a budget ledger with a total budget", epilog=EXAMPLES["init"], formatter_class=fmt)
     _common(p, sub=True)
-    p.add_argument("--epsilon", required=True, type=float, help="total epsilon")
-    p.add_argument("--delta", type=float, default=0.0, help="total delta (default 0)")
+    p.add_argument("--epsilon", required=True, type=_number("--epsilon"), help="total epsilon")
+    p.add_argument("--delta", type=_number("--delta"), default=0.0, help="total delta (default 0)")
     p = sub.add_parser("query", help="run a differentially private query", epilog=EXAMPLES["query"], formatter_class=fmt)
     _common(p, sub=True)
     _query_args(p)
@@ -144,33 +207,67 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=EXAMPLES["suggest-caps"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("name", help="the table")
-    p.add_argument("--epsilon", required=True, type=float, help="privacy budget epsilon to spend")
+    p.add_argument("--epsilon", required=True, type=_number("--epsilon"), help="privacy budget epsilon to spend")
     p.add_argument("--group-by", metavar="COL", help="also suggest max_groups_per_unit and max_rows_per_group for GROUP BY COL")
-    p.add_argument("--quantile", type=float, default=0.9, help="share of people the caps keep whole (default 0.9)")
+    p.add_argument("--quantile", type=_number("--quantile"), default=0.9, help="share of people the caps keep whole (default 0.9)")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
     p = sub.add_parser("describe", help="one registered table's public policy: unit, caps, bounds, domains (free)",
                        epilog=EXAMPLES["describe"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("name", help="the table")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
+    _once(parser, {})
     return parser
 
 
-def _kv(items: list[str], what: str) -> dict[str, str]:
+class _Once(argparse.Action):
+    """A flag that takes one value: given twice (anywhere on the line, e.g. --epsilon 0.1 ...
+    --epsilon 5, or --ledger before and after the command) it is a usage error, where argparse
+    would silently keep the last."""
+
+    seen: dict[str, str]
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        shown = " ".join(values) if isinstance(values, list) else getattr(values, "text", values)
+        if self.dest in self.seen:
+            parser.error(f"{option_string} is given twice ({self.seen[self.dest]} and {shown}): give it once")
+        self.seen[self.dest] = str(shown)
+        setattr(namespace, self.dest, values)
+
+
+def _once(parser: argparse.ArgumentParser, seen: dict[str, str]) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                _once(sub, seen)
+        elif type(action) is argparse._StoreAction and action.option_strings:
+            action.__class__ = _Once  # type: ignore[assignment]
+            action.seen = seen  # type: ignore[attr-defined]
+
+
+def _kv(items: list[str], what: str, *, fold: bool = True) -> dict[str, str]:
+    """NAME=VALUE items by NAME. Table and column names are case-insensitive (SQL registers and
+    resolves them in lower case), so with ``fold`` the names are lower-cased, and two spellings of
+    one name (``t=a.parquet`` and ``T=b.parquet``) are the same name given twice."""
     from dpsql.errors import ConfigError
 
     out: dict[str, str] = {}
+    typed: dict[str, str] = {}
     for it in items:
         if "=" not in it:
             raise ConfigError(f"{what} expects NAME=VALUE, got {it!r}")
         k, v = it.split("=", 1)
         k = k.strip()
-        if k in out:  # a silent "last one wins" would query with a declaration the caller did not mean
+        key = k.lower() if fold else k
+        if key in out:  # a silent "last one wins" would query with a declaration the caller did not mean
             raise ConfigError(
-                f"{what} is given twice for {k!r} ({k}={out[k]} and {k}={v.strip()})",
+                f"{what} is given twice for {key!r} ({typed[key]}={out[key]} and {k}={v.strip()})"
+                + (" (names are case-insensitive)" if typed[key] != k else ""),
                 hint=f"give {what} once per name",
             )
-        out[k] = v.strip()
+        out[key] = v.strip()
+        typed[key] = k
     return out
 
 
@@ -279,11 +376,13 @@ def _open_session(args: argparse.Namespace) -> Any:
         bounds: dict[str, dict[str, Any]] = {}
         for k, v in _kv(args.bounds, "--bounds").items():
             t, _, c = k.partition(".")
-            lo, _, hi = v.partition(":")
-            try:
-                bounds.setdefault(t, {}).setdefault(c, {})["bounds"] = (float(lo), float(hi))
-            except ValueError:
-                raise ConfigError(f"--bounds expects NAME.COL=LO:HI, got {k}={v}", hint="e.g. --bounds events.amount=0:100") from None
+            parts = v.split(":")
+            if len(parts) != 2 or not c:
+                raise ConfigError(f"--bounds expects NAME.COL=LO:HI, got {k}={v}", hint="e.g. --bounds events.amount=0:100")
+            lo, hi = (_flag_value("--bounds", f"{k}={v}", x, "e.g. --bounds events.amount=0:100") for x in parts)
+            if lo > hi:
+                raise ConfigError(f"--bounds {k}={v} is refused: LO must be at most HI", hint=f"e.g. --bounds {k}={parts[1]}:{parts[0]}")
+            bounds.setdefault(t, {}).setdefault(c, {})["bounds"] = (lo, hi)
         for k, v in _kv(args.domain, "--domain").items():
             t, _, c = k.partition(".")
             values = [x.strip() for x in v.split(",") if x.strip()]
@@ -293,12 +392,13 @@ def _open_session(args: argparse.Namespace) -> Any:
         for k, v in _kv(args.bins, "--bins").items():
             t, _, c = k.partition(".")
             parts = v.split(":")
-            try:
-                blo, bhi, n = float(parts[0]), float(parts[1]), int(parts[2])
-                if len(parts) != 3 or not c:
-                    raise ValueError
-            except (ValueError, IndexError):
-                raise ConfigError(f"--bins expects NAME.COL=LO:HI:N, got {k}={v}", hint="e.g. --bins events.age=0:120:120") from None
+            if len(parts) != 3 or not c:
+                raise ConfigError(f"--bins expects NAME.COL=LO:HI:N, got {k}={v}", hint="e.g. --bins events.age=0:120:120")
+            example = "e.g. --bins events.age=0:120:120"
+            blo, bhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])
+            n = int(_flag_value("--bins", f"{k}={v}", parts[2], example, whole=True, least=1))
+            if blo >= bhi:
+                raise ConfigError(f"--bins {k}={v} is refused: LO must be below HI", hint=example)
             bounds.setdefault(t, {}).setdefault(c, {}).update({"bounds": (blo, bhi), "bins": n})
         refs: dict[str, dict[str, str]] = {}
         for k, v in _kv(getattr(args, "reference", []), "--reference").items():
@@ -307,19 +407,13 @@ def _open_session(args: argparse.Namespace) -> Any:
         degrees: dict[str, dict[str, int]] = {}
         for k, v in _kv(getattr(args, "degree_bound", []), "--degree-bound").items():
             t, _, c = k.partition(".")
-            try:
-                degrees.setdefault(t, {})[c] = int(v)
-            except ValueError:
-                raise ConfigError(f"--degree-bound expects NAME.COL=N, got {k}={v}") from None
+            degrees.setdefault(t, {})[c] = int(_flag_value("--degree-bound", f"{k}={v}", v, "e.g. --degree-bound orders.o_custkey=16",
+                                                            whole=True, least=1))
         sizes: dict[str, int] = {}
         for k, v in _kv(getattr(args, "max_table_rows", []), "--max-table-rows").items():
-            try:
-                sizes[k] = int(v.replace("_", ""))
-            except ValueError:
-                raise ConfigError(f"--max-table-rows expects NAME=N (a whole number), got {k}={v}",
-                                  hint="e.g. --max-table-rows orders=1500000") from None
-        public = set(getattr(args, "public", []) or [])
-        sampling = set(getattr(args, "allow_conditional_sampling", []) or [])
+            sizes[k] = int(_flag_value("--max-table-rows", f"{k}={v}", v, "e.g. --max-table-rows orders=1500000", whole=True, least=1))
+        public = {n.strip().lower() for n in getattr(args, "public", []) or []}
+        sampling = {n.strip().lower() for n in getattr(args, "allow_conditional_sampling", []) or []}
         for name in (list(units) + list(groups) + list(rows) + list(bounds) + list(refs) + list(degrees) + list(sizes) + sorted(public)
                      + sorted(sampling)):
             if name not in tables:
@@ -336,8 +430,8 @@ def _open_session(args: argparse.Namespace) -> Any:
                 name,
                 path,
                 privacy_unit=units.get(name),
-                max_groups_per_unit=_cap(groups.get(name, "1")),
-                max_rows_per_group=_cap(rows.get(name, "1")),
+                max_groups_per_unit=_cap("--max-groups", name, groups.get(name, "1")),
+                max_rows_per_group=_cap("--max-rows", name, rows.get(name, "1")),
                 columns=bounds.get(name),
                 references=refs.get(name),
                 public=name in public,
@@ -375,18 +469,29 @@ def _engine_settings(args: argparse.Namespace, cfg: Any) -> Any:
     return settings
 
 
-def _cap(v: str) -> float:
+def _cap(flag: str, name: str, v: str) -> float:
+    if v.strip().lower() in ("inf", "infinity", "unlimited"):
+        return math.inf
+    return _flag_value(flag, f"{name}={v}", v, f"e.g. {flag} {name}=5 (or {name}=inf)", whole=True, least=1, inf_word=True)
+
+
+def _flag_value(flag: str, item: str, text: str, example: str, *, whole: bool = False, least: float | None = None,
+                inf_word: bool = False) -> float:
+    """One number of a per-table flag (``item`` as typed, e.g. ``t.x=0:nan``): finite, held exactly
+    enough by a double (no overflow to inf or underflow to 0), whole and at least ``least`` when
+    asked; refused in the flag's terms otherwise."""
     from dpsql.errors import ConfigError
 
-    if v.lower() in ("inf", "infinity", "unlimited"):
-        return math.inf
+    want = ("a whole number" if whole else "a finite number") + (f" >= {least:g}" if least is not None else "")
+    want += " or 'inf'" if inf_word else ""
     try:
-        return float(v)
-    except ValueError:
-        raise ConfigError(
-            f"--max-groups / --max-rows expect a whole number >= 1 or 'inf', got {v!r}",
-            hint="e.g. --max-groups events=5",
-        ) from None
+        v = float(int(text)) if whole and text.strip().lstrip("+-").isdigit() else float(text)
+    except (ValueError, OverflowError):
+        raise ConfigError(f"{flag} {item} is refused: {text.strip()!r} is not a number; {flag} needs {want}", hint=example) from None
+    why = _unrepresentable(text, v)
+    if why or not math.isfinite(v) or (whole and not v.is_integer()) or (least is not None and v < least):
+        raise ConfigError(f"{flag} {item} is refused: {why}{flag} needs {want}", hint=example)
+    return v
 
 
 def _read_sql(args: argparse.Namespace) -> str:
@@ -400,8 +505,8 @@ def _read_sql(args: argparse.Namespace) -> str:
         where = "standard input (-f -)" if args.file == "-" else f"SQL file {args.file!r} (-f)"
         try:
             if args.file == "-":
-                return sys.stdin.read()
-            with open(args.file, encoding="utf-8") as f:
+                return sys.stdin.read().removeprefix("\ufeff")  # a byte order mark (Windows editors) is not SQL
+            with open(args.file, encoding="utf-8-sig") as f:
                 return f.read()
         except UnicodeDecodeError:
             raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
@@ -445,12 +550,37 @@ class _Progress:
             self._t.join()
 
 
+def _table_cell(v: Any) -> str:
+    """One value as a ``table`` cell: SQL NULL is the bare word NULL; text is shown as it is unless a
+    reader could misread it (the word NULL in any case, empty, edge spaces, a leading '"', a '|', a
+    line break or another unprintable character), then it is a JSON string literal: "NULL", "",
+    " a", "x\\ny". So a cell that starts with '"' is always quoted text, and NULL is always NULL."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.10g}"
+    if not isinstance(v, str):
+        return str(v)
+    if (v.upper() == "NULL" or not v or v != v.strip(" ") or v.startswith('"') or "|" in v
+            or not all(c.isprintable() or c == " " for c in v)):
+        text = json.dumps(v, ensure_ascii=False)
+        return "".join(c if c.isprintable() or c == " " else _json_escape(c) for c in text)
+    return v
+
+
+def _json_escape(c: str) -> str:
+    code = ord(c)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 def _format_table(tbl: Any) -> str:
-    cols = tbl.column_names
+    cols = [_table_cell(c) if c != "NULL" else c for c in tbl.column_names]
     from dpsql.release import python_rows
 
-    rows = [[("NULL" if v is None else f"{v:.10g}" if isinstance(v, float) else str(v)) for v in r.values()]
-            for r in python_rows(tbl)]
+    rows = [[_table_cell(v) for v in r.values()] for r in python_rows(tbl)]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     out = [" | ".join(c.ljust(w) for c, w in zip(cols, widths)), "-+-".join("-" * w for w in widths)]
     out += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
@@ -611,6 +741,25 @@ def _check_output_targets(args: argparse.Namespace, s: Any) -> None:
         if what is not None:
             raise ConfigError(f"{flag} {path!r} would overwrite {what}; nothing was charged",
                               hint=f"write the output elsewhere, e.g. {flag} {'result.csv' if flag == '-o' else 'meta.json'}")
+        pattern = next((f"{spec.source} (table '{name}')" for name, spec in s.tables.items()
+                        if isinstance(spec.source, str) and spec.files and _glob_matches(spec.source, path)), None)
+        if pattern is not None:
+            raise ConfigError(f"{flag} {path!r} matches the source pattern {pattern}: the next run would read this output "
+                              "as rows of the table; nothing was charged",
+                              hint="write the output to a name or directory outside the table's pattern")
+
+
+def _glob_matches(pattern: str, path: str) -> bool:
+    """Whether ``glob.glob(pattern)`` would list ``path`` once it exists (component by component,
+    as glob does: '*' stays within one directory and does not match a leading '.')."""
+    import fnmatch
+
+    if not any(ch in pattern for ch in "*?["):
+        return False
+    pat = os.path.abspath(pattern).split(os.sep)
+    out = os.path.abspath(path).split(os.sep)
+    return len(pat) == len(out) and all(
+        fnmatch.fnmatchcase(o, p) and not (o.startswith(".") and not p.startswith(".")) for o, p in zip(out, pat))
 
 
 def _check_writable(flag: str, path: str) -> None:
@@ -637,7 +786,14 @@ def _cmd_query(args: argparse.Namespace) -> int:
     sql = _read_sql(args)
     if args.command == "query":
         _check_output(args)
-    opts = {k: _parse_option_value(v) for k, v in _kv(args.option, "--option").items()}
+    typed = _kv(args.option, "--option", fold=False)
+    opts = {k: _parse_option_value(v) for k, v in typed.items()}
+    for k, v in typed.items():
+        why = _unrepresentable(v, opts[k]) if isinstance(opts[k], float) else ""
+        if why:
+            from dpsql.errors import ConfigError
+
+            raise ConfigError(f"--option {k}={v} is refused: {why.rstrip('; ')}", hint=f"give {k} a number a double can hold")
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
     with _open_session(args) as s:
@@ -763,11 +919,15 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                     f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
+            why = "".join(f"{t}: {w}" for t, w in ((t, _unrepresentable(t, v)) for t, v in zip(args.set_total, (eps, delta))) if w)
             try:
+                if why:
+                    raise ConfigError(why)
                 new_total = dpsql.Budget(eps, delta)
             except ConfigError:
                 raise ConfigError(
-                    f"--set-total needs a finite EPSILON >= 0 and a DELTA in [0, 1), got {' '.join(args.set_total)!r}",
+                    f"--set-total {' '.join(args.set_total)} is refused: {why}--set-total needs a finite EPSILON >= 0 and a "
+                    "DELTA in [0, 1)",
                     hint="e.g. --set-total 10 1e-5",
                 ) from None
             if cfg.registers_tables and new_total != cfg.budget:
@@ -922,28 +1082,55 @@ def _is_number(v: str) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from dpsql.errors import DPSQLError, ExecutionError
-
-    parser = build_parser()
-    args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
-    if not args.command:
-        parser.print_help()
-        return 2
-    import signal
     import warnings
 
-    # warnings as one clean stderr line (no file:line of the library)
-    warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
-    interrupted = threading.Event()
-    previous = signal.getsignal(signal.SIGINT)
+    with warnings.catch_warnings():  # the caller's filters and showwarning are given back
+        # A RuntimeWarning of a numeric library (overflow, invalid value) can arise while a release is
+        # computed from noisy or true aggregates: never printed (its text could reflect them), and never
+        # turned into an error after the charge (PYTHONWARNINGS=error lost the paid release)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        # dpsql's own warnings (about public parameters) as one clean stderr line (no file:line)
+        warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
+        return _main(argv)
 
-    def on_sigint(signum: int, frame: Any) -> None:
+
+def _main(argv: Sequence[str] | None) -> int:
+    from dpsql.errors import DPSQLError, ExecutionError
+
+    if sys.stderr is None:  # started with 2>&-: print(file=None) would put messages among the rows on stdout
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
+    parser = build_parser()
+    args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    if not args.command:  # a usage error: its help goes to stderr, never into the caller's output file
+        parser.print_help(sys.stderr)
+        return 2
+    import signal
+
+    interrupted = threading.Event()
+    caught: list[int] = []
+    # Ctrl-C and a job runner's SIGTERM (docker stop, kill, timeout): both unwind the command, so a
+    # charged run's ledger entry is marked failed and the caller is told; exit 128 + the signal
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in handled}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        caught.append(signum)
         interrupted.set()
         raise KeyboardInterrupt
 
+    def stopped() -> int:
+        sig = caught[0] if caught else signal.SIGINT
+        what = "terminated (SIGTERM)" if sig == signal.SIGTERM else "interrupted"
+        print(f"{what}: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
+        return 128 + int(sig)
+
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, on_sigint)
+        for sig in handled:
+            signal.signal(sig, on_signal)
+    guard = sys.stdout = _StdoutGuard(sys.stdout)
     try:
+        _check_numbers(args)
+        _check_stdout_open(args, guard)
         if args.command == "budget" and args.set_total and not args.reason.strip():
             from dpsql.errors import ConfigError
 
@@ -961,34 +1148,84 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = _cmd_budget(args)
         sys.stdout.flush()
         return code
-    except BrokenPipeError:  # a free command's output (a charged one says so through _written_failed)
+    except OSError as e:
+        if not (isinstance(e, BrokenPipeError) or e is guard.failed):
+            return _unexpected(e, args)
+        # a free command's output (a charged one says so through _written_failed)
         _silence_stdout()
-        print(f"error: writing stdout failed (its reader closed it); nothing was charged by dpsql {args.command}",
-              file=sys.stderr)
+        why = "its reader closed it" if isinstance(e, BrokenPipeError) else e.strerror or type(e).__name__
+        print(f"error: writing stdout failed ({why}); nothing was charged by dpsql {args.command}", file=sys.stderr)
         return 1
     except DPSQLError as e:
         if interrupted.is_set():
-            print("interrupted: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
-            return 130
-        print(f"error: {type(e).__name__}: {_cli_text(str(e))}", file=sys.stderr)
+            return stopped()
+        name = next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))  # a public class
+        print(f"error: {name}: {_cli_text(str(e))}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
         return int(e.exit_code)
     except KeyboardInterrupt:
-        print("interrupted: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
-        return 130
+        return stopped()
     except Exception as e:  # pragma: no cover - unexpected
-        print(f"error: unexpected {type(e).__name__}", file=sys.stderr)
-        if getattr(args, "debug_on", False):
-            raise
-        return 1
+        return _unexpected(e, args)
     finally:
+        if sys.stdout is guard:
+            sys.stdout = guard.real
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 
-_FLAG_OF = {"max_groups_per_unit": "--max-groups", "max_rows_per_group": "--max-rows"}
+def _unexpected(e: BaseException, args: argparse.Namespace) -> int:
+    print(f"error: unexpected {type(e).__name__}", file=sys.stderr)
+    if getattr(args, "debug_on", False):
+        raise e
+    return 1
+
+
+class _StdoutGuard:
+    """Standard output, remembering a write that failed (a full disk, a closed pipe), so that the
+    command can say so instead of 'unexpected OSError'; ``real`` is None when it was closed (>&-)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self.real.write(text))
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.real.flush()
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
+    """Standard output closed (>&-): refuse, before any charge, a command that prints to it."""
+    from dpsql.errors import ConfigError
+
+    if guard.real is not None:
+        return
+    guard.real = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - what nothing reads
+    if args.command == "init" or (args.command == "query" and args.output):
+        return
+    raise ConfigError(f"standard output is closed: dpsql {args.command} would have nowhere to print"
+                      + ("; nothing was charged" if args.command in ("query", "suggest-caps") else ""),
+                      hint="run it with standard output open (e.g. > result.txt)"
+                      + (", or give -o FILE" if args.command == "query" else ""))
+
+
+_FLAG_OF = {"max_groups_per_unit": "--max-groups", "max_rows_per_group": "--max-rows", "privacy_unit": "--privacy-unit"}
 
 
 def _cli_text(text: str) -> str:
@@ -998,10 +1235,12 @@ def _cli_text(text: str) -> str:
     def register(m: re.Match[str]) -> str:
         table, args = m.group(1), m.group(2)
         pairs = re.findall(r"(\w+)=([^,)]+)", args)
-        keys = ", ".join(f"{k} = {v}" for k, v in pairs)
-        flags = " ".join(f"{_FLAG_OF[k]} {table}={v}" for k, v in pairs if k in _FLAG_OF)
+        keys = ", ".join(f"{k} = {json.dumps(v.strip(chr(39))) if v.startswith(chr(39)) else v}" for k, v in pairs)
+        flags = " ".join(f"{_FLAG_OF[k]} {table}={v.strip(chr(39))}" for k, v in pairs if k in _FLAG_OF)
         out = f"set {keys} under [tables.{table}] in the config" if pairs else f"register table '{table}'"
-        return out + (f" (or {flags} with --table)" if flags else "")
+        per_query = " ".join(f"--option {k}={v}" for k, v in pairs if k == "max_rows_per_unit")  # a query option too
+        return (out + (f" (or {flags} with --table)" if flags else "")
+                + (f", or cap this query with {per_query}" if per_query else ""))
 
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
@@ -1030,9 +1269,15 @@ def _cli_text(text: str) -> str:
                   lambda m: f"--reference TABLE.{m.group(1)}={m.group(2)} (or references = {{ {m.group(1)} = \"{m.group(2)}\" }} "
                   "under [tables.T] in the config)", text)
     text = re.sub(r"references=\{'a,b': 'table\.x,y'\}", "--reference 'TABLE.a,b=table.x,y'", text)
+    text = re.sub(r"degree_bounds=\{'(\w+)': (\d+)\}",
+                  lambda m: f"--degree-bound TABLE.{m.group(1)}={m.group(2)} (or degree_bounds = {{ {m.group(1)} = {m.group(2)} }} "
+                  "under [tables.T] in the config)", text)
     text = text.replace("e.g. max_table_rows=1_500_000", "e.g. --max-table-rows TABLE=1500000 (or max_table_rows = 1_500_000 "
                         "under [tables.T] in the config)")
     text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")
+    text = text.replace("drop public=True, or drop privacy_unit", "drop --public NAME or --privacy-unit NAME=COLUMN (public = true "
+                        "or privacy_unit under [tables.T] in the config)")
+    text = text.replace("public=True", "--public (public = true in the config)")
     text = text.replace("register it first (Session.tables lists them)",
                         "dpsql tables lists the registered tables; register one with --table NAME=PATH (or [tables.NAME] "
                         "in the config)")

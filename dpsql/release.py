@@ -55,7 +55,7 @@ class Release:
 
     def to_dict(self, remaining: Budget | None = None) -> dict[str, Any]:
         """``{"rows": [...], "meta": {...}}``: the JSON form the CLI prints with ``--format json``."""
-        return {"rows": _json_safe(python_rows(self.table)), "meta": self.meta(remaining)}
+        return {"rows": _json_safe(python_rows(self.table), nonfinite_as_text=True), "meta": self.meta(remaining)}
 
     def to_arrow(self, remaining: Budget | None = None) -> pa.Table:
         """The released rows with the meta in the schema metadata (key ``dpsql``), e.g. for Parquet."""
@@ -165,14 +165,18 @@ class WorkloadRelease(Release):
         return [int(v) for v in self.table.column("count").to_pylist()]
 
 
-def _json_safe(v: Any) -> Any:
-    """Plain JSON values: non-finite floats become null, dates and other objects their ISO text."""
+def _json_safe(v: Any, *, nonfinite_as_text: bool = False) -> Any:
+    """Plain JSON values: dates and other objects become their ISO text, non-finite floats null (in
+    meta and parameters, where null is an unlimited cap) or, with ``nonfinite_as_text`` (released
+    rows, where null is SQL NULL), the strings "NaN", "Infinity" and "-Infinity"."""
     if isinstance(v, dict):
-        return {str(k): _json_safe(x) for k, x in v.items()}
+        return {str(k): _json_safe(x, nonfinite_as_text=nonfinite_as_text) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_json_safe(x) for x in v]
+        return [_json_safe(x, nonfinite_as_text=nonfinite_as_text) for x in v]
     if isinstance(v, float):
-        return v if math.isfinite(v) else None
+        if math.isfinite(v):
+            return v
+        return ("NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity") if nonfinite_as_text else None
     if v is None or isinstance(v, (bool, int, str)):
         return v
     if hasattr(v, "isoformat"):

@@ -88,7 +88,8 @@ def test_every_help_example_runs(sub: str, workdir: Path, capsys: pytest.Capture
 
 def test_no_command_prints_help_and_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert run([]) == 2
-    assert "usage:" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "usage:" in err and out == ""  # `dpsql > out.csv` with the command missing leaves out.csv empty
 
 
 # -- query / explain / budget ----------------------------------------------------------------------------------

@@ -19,10 +19,10 @@ def _spent(capsys: pytest.CaptureFixture[str]) -> float:
 
 
 @pytest.mark.parametrize("flag,value,words", [
-    ("--delta", "-1e-5", "delta must be a number in [0, 1), got -1e-05"),
-    ("--delta", "-inf", "delta must be a number in [0, 1), got -inf"),
-    ("--epsilon", "-1e-3", "epsilon must be a finite number > 0, got -0.001"),
-    ("--epsilon", "-inf", "epsilon must be a finite number > 0, got -inf"),
+    ("--delta", "-1e-5", "--delta -1e-5 is refused: --delta must be a number in [0, 1)"),
+    ("--delta", "-inf", "--delta -inf is refused: --delta must be a number in [0, 1)"),
+    ("--epsilon", "-1e-3", "--epsilon -1e-3 is refused: --epsilon must be a finite number > 0"),
+    ("--epsilon", "-inf", "--epsilon -inf is refused: --epsilon must be a finite number > 0"),
 ])
 def test_negative_numbers_are_judged_as_numbers(workdir: Path, capsys: pytest.CaptureFixture[str],
                                                 flag: str, value: str, words: str) -> None:
@@ -34,6 +34,49 @@ def test_negative_numbers_are_judged_as_numbers(workdir: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert words in err and "expected one argument" not in err and "hint:" in err
     assert _spent(capsys) == 0
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--epsilon", "1e-400"], "--epsilon 1e-400 is refused: it underflows to 0"),
+    (["--epsilon", "1e400"], "--epsilon 1e400 is refused: it overflows to infinity"),
+    (["--epsilon", "nan"], "--epsilon nan is refused: --epsilon must be a finite number > 0"),
+    (["--epsilon", "0.1", "--delta", "1e-400"], "--delta 1e-400 is refused: it underflows to 0"),
+    (["--epsilon", "0.1", "--delta", "NaN"], "--delta NaN is refused: --delta must be a number in [0, 1)"),
+])
+def test_a_refused_number_is_quoted_as_typed_with_the_reason(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                             argv: list[str], words: str) -> None:
+    """--epsilon 1e-400 was reported as 'got 0.0': a value the user never typed, and no reason."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "got 0.0" not in err and "hint: give" in err and err.startswith("error: ConfigError"), err
+    assert _spent(capsys) == 0
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["init", "--epsilon", "1e-400"], "--epsilon 1e-400 is refused: it underflows to 0"),
+    (["init", "--epsilon", "1", "--delta", "1e-400"], "--delta 1e-400 is refused: it underflows to 0"),
+    (["suggest-caps", "events", "--epsilon", "1", "--quantile", "1e-400"], "--quantile 1e-400 is refused: it underflows"),
+    (["suggest-caps", "events", "--epsilon", "1", "--quantile", "nan"], "--quantile nan is refused"),
+])
+def test_init_and_suggest_caps_numbers_are_quoted_as_typed(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                           argv: list[str], words: str) -> None:
+    assert run(["--ledger", "l.duckdb", *argv]) == 2 if argv[0] == "init" else run([*CFG, *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "hint: give" in err, err
+    assert not Path("l.duckdb").exists() and not Path("examples/example_ledger.duckdb").exists()
+
+
+def test_set_total_that_underflows_is_refused_and_keeps_the_total(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--set-total 1e-400 0 used to set the total to 0 without a word."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    assert run([*CFG, "budget", "--set-total", "1e-400", "1e-5", "--reason", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "--set-total 1e-400 1e-5 is refused: 1e-400: it underflows to 0" in err
+    assert run([*CFG, "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"]["epsilon"] == 10.0
 
 
 def test_values_after_a_double_dash_are_left_alone() -> None:
@@ -204,3 +247,167 @@ def test_a_flag_given_twice_for_one_name_is_refused(workdir: Path, capsys: pytes
     assert float(json.loads(capsys.readouterr().out)["spent"]["epsilon"]) == 0
     # control: each flag once runs and charges
     assert run([*base, *flags[:2], "query", "SELECT COUNT(*) FROM ev", "--epsilon", "1", *opts[:2]]) == 0
+
+
+@pytest.mark.parametrize("flag,value,words", [
+    ("--max-groups", "e=0", "--max-groups e=0 is refused: --max-groups needs a whole number >= 1 or 'inf'"),
+    ("--max-groups", "e=1e-400", "--max-groups e=1e-400 is refused: it underflows to 0"),
+    ("--max-groups", "e=1e400", "--max-groups e=1e400 is refused: it overflows to infinity"),
+    ("--max-rows", "e=nan", "--max-rows e=nan is refused: --max-rows needs a whole number >= 1 or 'inf'"),
+    ("--bounds", "e.x=0:nan", "--bounds e.x=0:nan is refused: --bounds needs a finite number"),
+    ("--bounds", "e.x=0:1e400", "--bounds e.x=0:1e400 is refused: it overflows to infinity"),
+    ("--bounds", "e.x=5:1", "--bounds e.x=5:1 is refused: LO must be at most HI"),
+    ("--bins", "e.x=0:10:0", "--bins e.x=0:10:0 is refused: --bins needs a whole number >= 1"),
+    ("--bins", "e.x=10:0:5", "--bins e.x=10:0:5 is refused: LO must be below HI"),
+    ("--max-table-rows", "e=0", "--max-table-rows e=0 is refused: --max-table-rows needs a whole number >= 1"),
+])
+def test_per_table_numbers_are_refused_in_the_flags_terms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str], flag: str, value: str,
+                                                          words: str) -> None:
+    """These used to answer in Python terms ('max_groups_per_unit for table ... or math.inf, got 0.0',
+    'bounds for ... got (0.0, nan)', no hint), or to take 1e400 as unlimited."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": [1, 2, 3], "x": [1.0, 2.0, 3.0]}), "e.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    base = ["--table", "e=e.parquet", "--privacy-unit", "e=user_id", "--ledger", "l.duckdb"]
+    assert run([*base, flag, value, "query", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "hint: e.g. " + flag in err and "math.inf" not in err and "got (" not in err, err
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
+
+
+def test_a_join_without_degree_bounds_hints_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"uid": [1, 2, 3]}), "u.parquet")
+    pq.write_table(pa.table({"oid": [1, 2, 3], "uid": [1, 1, 2]}), "o.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    argv = ["--ledger", "l.duckdb", "--table", "u=u.parquet", "--privacy-unit", "u=uid", "--table", "o=o.parquet",
+            "--reference", "o.uid=u.uid", "query", "SELECT COUNT(*) FROM o JOIN u ON o.uid = u.uid", "--epsilon", "0.1"]
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert "--degree-bound TABLE.customer_id=64" in err and "degree_bounds={" not in err, err
+
+
+def test_unlimited_caps_hint_the_per_query_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """With --max-groups/--max-rows inf the hint named only a config key, which --table users do not have."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": [1, 2, 3]}), "e.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    base = ["--table", "e=e.parquet", "--privacy-unit", "e=user_id", "--max-groups", "e=inf", "--max-rows", "e=inf",
+            "--ledger", "l.duckdb", "explain", "SELECT COUNT(*) FROM e", "--epsilon", "0.1"]
+    capsys.readouterr()
+    assert run(base) == 2
+    assert "--option max_rows_per_unit=5" in capsys.readouterr().err
+    assert run([*base, "--option", "max_rows_per_unit=5"]) == 0  # the hint works
+
+
+def test_table_names_differing_in_case_are_one_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """--table t=a.parquet --table T=b.parquet registered both as 't', the second silently replacing the
+    first (and --privacy-unit T=... was refused as naming no --table)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": [1, 2, 3]}), "a.parquet")
+    pq.write_table(pa.table({"uid": [1, 2]}), "b.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    q = ["query", "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]
+    assert run(["--ledger", "l.duckdb", "--table", "t=a.parquet", "--table", "T=b.parquet", "--privacy-unit", "t=user_id",
+                "--privacy-unit", "T=uid", *q]) == 2
+    err = capsys.readouterr().err
+    assert "--table is given twice for 't' (t=a.parquet and T=b.parquet)" in err and "case-insensitive" in err
+    # one table spelled in two cases across flags is one table
+    assert run(["--ledger", "l.duckdb", "--table", "T=a.parquet", "--privacy-unit", "t=user_id", "--bounds", "T.USER_ID=0:9",
+                "describe", "t"]) == 0
+    assert "user_id: bounds" in capsys.readouterr().out
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
+
+
+def test_public_with_a_privacy_unit_hints_in_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"user_id": [1, 2, 3]}), "a.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "--table", "t=a.parquet", "--privacy-unit", "t=user_id", "--public", "t", "tables"]) == 2
+    hint = capsys.readouterr().err.split("hint:", 1)[1]
+    assert "--public" in hint and "--privacy-unit" in hint and "public=True" not in hint
+
+
+def test_an_internal_error_class_is_named_by_its_public_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Two concurrent `dpsql init` on one path: the loser printed 'error: _AlreadyCreated: ...'."""
+    from dpsql.ledger import Ledger, _store
+
+    monkeypatch.chdir(tmp_path)
+
+    def lost_race(path: object, total: object) -> None:
+        raise _store._AlreadyCreated("cannot create a ledger at l.duckdb: another process created one there just now")
+
+    monkeypatch.setattr(Ledger, "create", staticmethod(lost_race))
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 4
+    assert capsys.readouterr().err.startswith("error: LedgerError: cannot create a ledger")
+
+
+@pytest.mark.parametrize("opt,words", [("q=1e-400", "--option q=1e-400 is refused: it underflows to 0"),
+                                       ("max_rows_per_unit=1e400", "--option max_rows_per_unit=1e400 is refused: it overflows")])
+def test_an_option_value_a_double_cannot_hold_is_quoted_as_typed(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                                 opt: str, words: str) -> None:
+    """--option q=1e-400 was judged as 'got 0.0'."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1", "--option", opt]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "got 0.0" not in err and "got inf" not in err, err
+    assert _spent(capsys) == 0
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1", "--epsilon", "5"], "--epsilon is given twice (0.1 and 5)"),
+    (["--ledger", "examples/example_ledger.duckdb", "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1",
+      "--ledger", "other.duckdb"], "--ledger is given twice"),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1", "-o", "a.csv", "--output", "b.csv"], "--output is given twice"),
+])
+def test_a_one_value_flag_given_twice_is_a_usage_error(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                       argv: list[str], words: str) -> None:
+    """argparse kept the last: --epsilon 0.1 ... --epsilon 5 charged 5."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    assert run(["--config", "examples/dpsql.toml", *argv] if argv[0] != "--ledger" else argv) == 2
+    assert words in capsys.readouterr().err
+    assert _spent(capsys) == 0
+    assert not Path("a.csv").exists() and not Path("b.csv").exists()
+
+
+@pytest.mark.parametrize("stdin", [False, True])
+def test_a_sql_file_with_a_byte_order_mark_is_read_as_sql(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch, stdin: bool) -> None:
+    """A UTF-8 BOM (as Windows editors save) made -f fail with 'syntax error at line 1, col 14 near ('."""
+    import io
+
+    data = "\ufeffSELECT COUNT(*) AS n FROM events\r\n".encode()
+    Path("q.sql").write_bytes(data)
+    if stdin:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    assert run([*CFG, "budget"]) == 0
+    assert run([*CFG, "explain", "-f", "-" if stdin else "q.sql", "--epsilon", "0.1"]) == 0

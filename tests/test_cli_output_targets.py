@@ -283,3 +283,32 @@ def test_budget_history_agrees_with_its_summary_while_others_charge(
         spent = float(next(ln for ln in out.splitlines() if ln.startswith("spent:")).split("epsilon=")[1].split()[0])
         rows = [ln for ln in out.splitlines() if "| reserved" in ln or "| released" in ln]
         assert spent == pytest.approx(0.1 * len(rows))
+
+
+@pytest.mark.parametrize("flag,target,ok", [("-o", "data/out.parquet", False), ("-o", "data/../data/o.parquet", False),
+                                            ("--meta", "data/m.parquet", False), ("-o", "data/sub/o.parquet", True),
+                                            ("-o", "data/.o.parquet", True), ("-o", "data/o.csv", True)])
+def test_output_matching_a_tables_glob_is_refused_before_the_charge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str], flag: str,
+                                                                    target: str, ok: bool) -> None:
+    """-o data/out.parquet with --table t=data/*.parquet was written, and the next run read the
+    released rows as rows of the table (a missing privacy-unit column reads as NULL)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    Path("data/sub").mkdir(parents=True)
+    pq.write_table(pa.table({"user_id": [1, 2, 3]}), "data/a.parquet")
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    argv = ["--ledger", "l.duckdb", "--table", "t=data/*.parquet", "--privacy-unit", "t=user_id",
+            "query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "0.1", flag, target]
+    capsys.readouterr()
+    if ok:
+        assert run(argv) == 0
+        return
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert "matches the source pattern data/*.parquet (table 't')" in err and "nothing was charged" in err
+    assert not Path(target).exists()
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0

@@ -57,6 +57,6 @@ def test_cli_flag_declares_the_size_and_names_itself_when_malformed(tmp_path: Pa
     assert run_cli([*base, "--max-table-rows", "t=1_000", "describe", "t"]) == 0
     assert "at most 1000 rows" in capsys.readouterr().out
     assert run_cli([*base, "--max-table-rows", "t=many", "describe", "t"]) != 0
-    assert "--max-table-rows expects NAME=N" in capsys.readouterr().err
+    assert "--max-table-rows t=many is refused: 'many' is not a number" in capsys.readouterr().err
     assert run_cli([*base, "--max-table-rows", "other=5", "describe", "t"]) != 0
     assert "no --table other" in capsys.readouterr().err
