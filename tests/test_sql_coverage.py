@@ -404,7 +404,7 @@ def test_variance_interval_never_warns_on_masked_branches() -> None:
 
     from dpsql.plan import ir
 
-    n, s, q = np.array([0.4, 1.0, 5.0]), np.array([0.0, 3.0, 10.0]), np.array([0.0, 0.0, 30.0])
+    n, s, q = np.array([0.4, 1.0, 5.0]), np.array([0.0, 3.0, 10.0]), np.array([-9.0, -9.0, 30.0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for kind in (ir.VAR_SAMP, ir.STDDEV_SAMP, ir.VAR_POP):
