@@ -395,3 +395,18 @@ def test_cli_variance_public_domain_and_top(workdir: Path, capsys: pytest.Captur
     assert run_cli([*cfg, "query", "SELECT TOP 5 country FROM events", "--epsilon", "1"]) == 2
     _, err = capsys.readouterr()
     assert "use LIMIT 5" in err
+
+
+def test_variance_interval_never_warns_on_masked_branches() -> None:
+    """A noisy count of at most 1 makes n/(n - 1) infinite in a branch np.where masks; computing it
+    must not warn (a caller's warnings-as-errors would fail the query after its charge)."""
+    import warnings
+
+    from dpsql.plan import ir
+
+    n, s, q = np.array([0.4, 1.0, 5.0]), np.array([0.0, 3.0, 10.0]), np.array([-9.0, -9.0, 30.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for kind in (ir.VAR_SAMP, ir.STDDEV_SAMP, ir.VAR_POP):
+            lo, hi = variance.interval(kind, n, s, q, 2.0, 3.0, 4.0, 10.0)
+            assert np.all(lo <= hi)

@@ -82,8 +82,11 @@ def interval(kind: str, n: np.ndarray, s: np.ndarray, q: np.ndarray, hn: float, 
         with np.errstate(divide="ignore", invalid="ignore"):
             f_lo = n_hi / np.maximum(n_hi - 1.0, 1e-300)
             f_hi = np.where(n_lo >= 2, n_lo / (n_lo - 1.0), np.inf)
-        lo = np.clip(np.where(n_hi >= 2, pop_lo * f_lo, 0.0), 0.0, 2.0 * r * r)
-        hi = np.clip(np.where(np.isfinite(f_hi), pop_hi * f_hi, 2.0 * r * r), 0.0, 2.0 * r * r)
+        # np.where evaluates both branches: 0 x inf where f_hi is infinite (masked) must not warn, which
+        # under a caller's warnings-as-errors would fail a query after its charge
+        with np.errstate(invalid="ignore", over="ignore"):
+            lo = np.clip(np.where(n_hi >= 2, pop_lo * f_lo, 0.0), 0.0, 2.0 * r * r)
+            hi = np.clip(np.where(np.isfinite(f_hi), pop_hi * f_hi, 2.0 * r * r), 0.0, 2.0 * r * r)
     if kind in (ir.STDDEV_SAMP, ir.STDDEV_POP):
         return np.sqrt(lo), np.sqrt(hi)
     return lo, hi
