@@ -301,3 +301,30 @@ def test_vector_truncation_moves_by_exactly_the_removed_persons_grid_vector() ->
     diff = [Fraction(n1 - n2, 2**e) for (n1, e), (n2, _) in zip(a.exact, b.exact)]
     assert all(x != 0 for x in diff)
     assert tau**2 * (1 - Fraction(2) ** -40) <= sum(x * x for x in diff) <= (tau * (1 + Fraction(2) ** -30)) ** 2
+
+
+def test_exact_int_sum_of_the_scalar_truncation_is_exact_where_float_sums_are_not() -> None:
+    """The scalar truncation's sums across tuples and people (``_s4s_truncation.exact_int_sum``): exact for
+    integers below 2^53 in any number and order; numpy's float sum of the same values is not (control)."""
+    from dpsql.mechanisms._s4s_truncation import exact_int_sum
+
+    g = np.random.default_rng(4)
+    a = np.concatenate([[2.0**53 - 1], g.integers(0, 2**30, 200_000).astype(np.float64), [2.0**53 - 1, 1.0, 3.0]])
+    want = sum(int(x) for x in a.tolist())
+    assert exact_int_sum(a) == want
+    assert exact_int_sum(a[::-1]) == want and exact_int_sum(a.astype(np.int64)) == want
+    assert int(np.sum(a)) != want  # control: numpy's float sum rounds beyond 2^53
+
+
+def test_clipping_refuses_bounds_whose_person_totals_overflow_before_the_charge() -> None:
+    """Delta x max|value| beyond the DOUBLE range would make a person's total infinite (then NaN when clipped):
+    refused for free (a public check of the declared bounds and Delta)."""
+    orders = adversarial(1.0).slice(0, 10)
+    s = session(orders, 1e306)
+    try:
+        before = s.remaining()
+        with pytest.raises(dpsql.errors.ConfigError, match="DOUBLE range"):
+            s.query(SQL, epsilon=1.0, delta=1e-6, options={"clip_norm": 1.0})
+        assert s.remaining() == before
+    finally:
+        s.close()
