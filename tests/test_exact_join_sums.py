@@ -328,3 +328,94 @@ def test_clipping_refuses_bounds_whose_person_totals_overflow_before_the_charge(
         assert s.remaining() == before
     finally:
         s.close()
+
+
+# -- the range of the clip norm: the norm and the scaling C / norm stay in the normal DOUBLE range --------------
+
+def _one_person_change(hi: float, clip: float, victim_price: float) -> float:
+    """||total(D) - total(D - victim)||_2 / C on the bounded SQL (no noise): the victim (one order of
+    ``victim_price`` in group A) and one other person (one order of ``hi`` in group B)."""
+    full = pa.table({"o_custkey": pa.array([0, 1], pa.int64()), "o_nationkey": pa.array([0, 1], pa.int64()),
+                     "o_price": pa.array([victim_price, hi], pa.float64())})
+    out = []
+    for t in (full, full.slice(1, 1)):
+        s = session(t, hi)
+        try:
+            rows, parts = bounded(s, clip)
+        finally:
+            s.close()
+        out.append([Fraction(n) * Fraction(2) ** -e for n, e in clipped_totals(rows, clip, parts)])
+    sq = sum(((x - y) ** 2 for x, y in zip(*out)), Fraction(0))
+    return math.sqrt(float(sq / Fraction(clip) ** 2))
+
+
+def test_the_clipped_vector_stays_within_C_when_the_unclipped_ratio_is_moderate() -> None:
+    """Control for the two tests below: ordinary magnitudes give a change of exactly about C."""
+    assert 1.0 - 2.0**-20 <= _one_person_change(2.0**10, 0.75, 2.0**10) <= 1.0 + CLIP_SLACK
+
+
+@pytest.mark.parametrize(("hi", "clip"), [
+    # C / norm = 0.5000...01 * 2^-1074 (subnormal) rounds up to 2^-1074: the clipped vector was about 2C
+    (2.0**70, 2.0**-1005 + 2.0**-1014),
+    # tiny bounds: the square of a person's total underflows to 0, the norm reads 0 <= C and nothing is clipped:
+    # the change was 1024 C
+    (2.0**-600, 2.0**-610),
+], ids=["C/norm subnormal", "norm underflows"])
+def test_clip_norms_whose_arithmetic_leaves_the_normal_range_are_refused_for_free(hi: float, clip: float) -> None:
+    """The calibration's C(1 + 2^-30) holds only while C / norm and the squares are normal doubles: a clip norm
+    (or bounds) outside that range is refused before the charge, from public values alone."""
+    orders = pa.table({"o_custkey": pa.array([0], pa.int64()), "o_nationkey": pa.array([0], pa.int64()),
+                       "o_price": pa.array([hi], pa.float64())})
+    s = session(orders, hi)
+    try:
+        before = s.remaining()
+        with pytest.raises(dpsql.errors.ConfigError, match="clip_norm"):
+            s.query(SQL, epsilon=1.0, delta=1e-6, options={"clip_norm": clip})
+        assert s.remaining() == before
+    finally:
+        s.close()
+
+
+def test_the_clip_norm_range_check_is_what_keeps_the_sensitivity() -> None:
+    """What the refused parameters did (negative control for the refusal): the bounded SQL itself, outside the
+    range, moves by far more than C(1 + 2^-30) when one person is removed."""
+    assert _one_person_change(2.0**70, 2.0**-1005 + 2.0**-1014, 2.0**70) > 1.9
+    assert _one_person_change(2.0**-600, 2.0**-610, 2.0**-600) > 1000.0
+
+
+# -- dpsql.noise.add_exactly ---------------------------------------------------------------------------------
+
+def _rounded(n: int, s: int, x: float) -> float:
+    v = Fraction(n) * Fraction(2) ** -s + Fraction(x)
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
+def test_add_exactly_is_the_correctly_rounded_sum() -> None:
+    """Against exact rationals: random and adversarial n (up to 2000 bits, either sign), s in [-1100, 1200], x
+    normal, subnormal, zero, the largest double; ties (v + x exactly halfway) round to even."""
+    g = np.random.default_rng(21)
+    specials = [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, -1.7976931348623157e308]
+    cases = []
+    for _ in range(20_000):
+        s = int(g.choice([0, 1, 52, int(g.integers(-1100, 1200)), int(g.integers(0, 400))]))
+        bits = int(g.choice([1, 53, 54, 127, 2000]))
+        n = int.from_bytes(g.bytes(bits // 8 + 1), "little") % (1 << bits) * int(g.choice([1, -1]))
+        r = g.random()
+        x = float(g.choice(specials)) if r < 0.2 else math.ldexp(float(g.uniform(-1, 1)), int(g.integers(-1074, 1024))) \
+            if r < 0.5 else float(g.normal(0, 10.0 ** int(g.integers(-30, 30))))
+        cases.append((n, s, x))
+    cases += [((1 << 53) + 1, 0, 0.0), ((1 << 53) + 3, 0, 0.0), (1, 1075, 0.0), (3, 1075, 0.0), (-3, 1076, 0.0),
+              (1, 0, 2.0**53), (-1, 0, 1.0), (0, 7, -0.0)]
+    got = add_exactly([(n, s) for n, s, _ in cases], np.array([x for _, _, x in cases]))
+    want = np.array([_rounded(n, s, x) for n, s, x in cases])
+    assert got.tobytes() == want.tobytes()
+
+
+def test_add_exactly_passes_non_finite_noise_through() -> None:
+    """A noise sample beyond the DOUBLE range (a public sigma near it) is infinite: the sum is that infinity, as
+    IEEE addition gives, never an exception after the charge; NaN stays NaN."""
+    out = add_exactly([(5, 3), (-(1 << 200), 0), (7, -1000)], np.array([math.inf, -math.inf, math.nan]))
+    assert out[0] == math.inf and out[1] == -math.inf and math.isnan(out[2])

@@ -231,6 +231,21 @@ BETA = 0.1
 DEFAULT_Q = 1.0 / 16.0
 #: relative slack on the clip norm (floating-point norm and scaling)
 CLIP_SLACK = 2.0**-30
+#: the smallest clip norm C: a person whose norm exceeds C has a component >= C/sqrt(m) whose square is a normal
+#: double, so the norm is computed within (m/2 + 1) 2^-53 (smaller squares underflowing add < m 2^-1074);
+#: below, a person's squares could underflow to 0, the norm read 0 <= C, and nothing be clipped
+CLIP_MIN = 2.0**-400
+#: the smallest C / (Delta x max|value|): C / norm (norm <= Delta x max|value|) is then a normal double, within
+#: 2^-53 of its value (a subnormal quotient is off by up to 2^-1075 absolute: 0.5000001 x 2^-1074 rounds to
+#: 2^-1074, doubling the clipped vector); an infinite norm (squares overflowing) gives C / norm = 0: clipped to 0
+CLIP_MIN_RATIO = 2.0**-1000
+
+
+def clip_in_range(clip: float, max_total: float) -> bool:
+    """Whether per-user clipping to ``clip`` keeps every clipped vector within C(1 + 2^-30) (CLIP_MIN,
+    CLIP_MIN_RATIO; ``max_total`` = Delta x max|value| bounds a person's norm): the products v x (C / norm)
+    are then normal or below C 2^-600 in error (subnormal: 2^-1075 absolute each). Public values only."""
+    return clip >= CLIP_MIN and clip >= max_total * CLIP_MIN_RATIO
 KAPPA = 1.0 + socp.GAP
 FP_SHARE = 0.1  #: the share of δ set aside for the floating-point part first
 #: the shares tried in turn (δ_A = (1 − share)·δ) before a release grid coarser than about 2σ_lo (2σ for clipping)
@@ -559,6 +574,11 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
     if path == "clip" and not math.isfinite(float(delta_int) * max(p.scale for p in parts)):
         # a person's group total (at most Delta x max|value|) must be a finite DOUBLE for its norm and clipping
         raise ConfigError("per-user clipping: Delta x max(|lo|, |hi|) exceeds the DOUBLE range", hint="declare narrower bounds")
+    if path == "clip" and not (jp.kind == ir.SUM and lo == hi == 0.0) and not clip_in_range(clip, float(delta_int) * max(p.scale for p in parts)):
+        raise ConfigError(f"clip_norm={clip!r} is outside the range in which per-user clipping is computed within "
+                          f"C(1 + 2^-30): it must be at least {CLIP_MIN!r} and at least 2^-1000 x Delta x max(|lo|, |hi|) "
+                          f"= {float(delta_int) * max(p.scale for p in parts) * CLIP_MIN_RATIO!r}",
+                          hint="declare a larger clip_norm (or omit it: the default Delta x max|value| clips nothing)")
     if path == "clip":
         parts = [Part("__a0", 1, 1.0, 1)]
     cal = VectorCalibration(plan, jp, people, name, path, request.epsilon, request.delta, q, delta_int, parts, catalog, _d(jp),
