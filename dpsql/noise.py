@@ -399,9 +399,13 @@ def add_exactly(values: Sequence[tuple[int, int]], noise: np.ndarray) -> np.ndar
     """RN(v + x) for exact values v = n·2^(−s) (given as (n, s)) and the doubles x of ``noise``: the
     correctly rounded real sum, what IEEE addition returns for an exact v (section 3: the release is then
     q*(v + X̂) of the exact statistic, with no rounding of v before the noise whatever its magnitude).
-    CPython divides integers with correct rounding; beyond the double range: ±inf (never an exception)."""
+    CPython divides integers with correct rounding; beyond the double range: ±inf, and an infinite (or NaN)
+    noise sample is passed through (never an exception)."""
     out = np.empty(len(values), dtype=np.float64)
     for i, ((n, s), x) in enumerate(zip(values, np.asarray(noise, dtype=np.float64).tolist())):
+        if not math.isfinite(x):  # a noise sample beyond the double range: v + x is x, as IEEE addition gives
+            out[i] = x
+            continue
         a, b = x.as_integer_ratio()  # b is a power of two
         t = max(s, b.bit_length() - 1, 0)
         num = (n << (t - s)) + (a << (t - b.bit_length() + 1))
