@@ -402,7 +402,7 @@ def add_exactly(values: Sequence[tuple[int, int]], noise: np.ndarray) -> np.ndar
     CPython divides integers with correct rounding; beyond the double range: ±inf, and an infinite (or NaN)
     noise sample is passed through (never an exception)."""
     out = np.empty(len(values), dtype=np.float64)
-    for i, ((n, s), x) in enumerate(zip(values, np.asarray(noise, dtype=np.float64).tolist())):
+    for i, ((n, s), x) in enumerate(zip(values, np.asarray(noise, dtype=np.float64).tolist(), strict=True)):
         if not math.isfinite(x):  # a noise sample beyond the double range: v + x is x, as IEEE addition gives
             out[i] = x
             continue
