@@ -122,6 +122,7 @@ from __future__ import annotations
 import math
 import os
 import secrets
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import special
@@ -386,6 +387,33 @@ def gaussian_release(values: np.ndarray, noise: np.ndarray, *, integer: bool) ->
     if integer:
         return np.clip(np.rint(v), -INT_VALUE_BOUND, INT_VALUE_BOUND) + np.rint(noise)
     return v + noise
+
+
+def dyadic_sum(terms: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """Σ n_i·2^(−s_i) exactly, as (n, s) with value n·2^(−s) (Python integers: no bound, no rounding)."""
+    s = max((si for _, si in terms), default=0)
+    return sum((n << (s - si) for n, si in terms), 0), s
+
+
+def add_exactly(values: Sequence[tuple[int, int]], noise: np.ndarray) -> np.ndarray:
+    """RN(v + x) for exact values v = n·2^(−s) (given as (n, s)) and the doubles x of ``noise``: the
+    correctly rounded real sum, what IEEE addition returns for an exact v (section 3: the release is then
+    q*(v + X̂) of the exact statistic, with no rounding of v before the noise whatever its magnitude).
+    CPython divides integers with correct rounding; beyond the double range: ±inf, and an infinite (or NaN)
+    noise sample is passed through (never an exception)."""
+    out = np.empty(len(values), dtype=np.float64)
+    for i, ((n, s), x) in enumerate(zip(values, np.asarray(noise, dtype=np.float64).tolist(), strict=True)):
+        if not math.isfinite(x):  # a noise sample beyond the double range: v + x is x, as IEEE addition gives
+            out[i] = x
+            continue
+        a, b = x.as_integer_ratio()  # b is a power of two
+        t = max(s, b.bit_length() - 1, 0)
+        num = (n << (t - s)) + (a << (t - b.bit_length() + 1))
+        try:
+            out[i] = num / (1 << t)
+        except OverflowError:
+            out[i] = math.inf if num > 0 else -math.inf
+    return out
 
 
 def round_to_granularity(values: np.ndarray, granularity: float) -> np.ndarray:

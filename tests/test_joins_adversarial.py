@@ -16,9 +16,11 @@ import pytest
 import dpsql
 from dpsql.budget import Budget
 from dpsql.errors import ConfigError
+from dpsql.mechanisms.s4s_vector import clipped_totals
 from dpsql.plan.analyze import analyze
 from dpsql.plan.joins import bound_people
 from dpsql.rewrite.join_groups import clipped_groups
+from dpsql.rewrite.joins import parts_of
 from dpsql.testing import use_noise, zero_noise
 
 
@@ -81,7 +83,7 @@ def _clipped(data: dict[str, pa.Table], sql: str, clip: float) -> np.ndarray:
         jp, pb = plan.join, bound_people(plan.join, dict(s.tables))
         assert pb.enforced and pb.owner is not None
         t = s._engine.fetch_arrow(clipped_groups(jp, dict(s.tables), pb.owner, clip, salt="k", ops=s._engine.ops, caps=pb.caps))
-        return np.asarray(t.column("__a0").to_pylist(), dtype=float)
+        return np.array([n * 2.0**-e for n, e in clipped_totals(t, clip, parts_of(jp))])
     finally:
         s.close()
 

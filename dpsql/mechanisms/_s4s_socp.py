@@ -19,8 +19,25 @@ Exact reductions (applied first)
 * when the join plan guarantees one person per tuple (``Instance.one_person``, public: a single
   foreign-key chain to one person class) the program separates per user: y_u = min(1, τ/‖v_u‖),
   z = y_u on u's tuples (closed form, no solver): F̄ is the sum of the users' vectors scaled into
-  the τ-ball, i.e. per-user L2 clipping. F̄ is summed per (user, group), in key order, so that it does
-  not depend on the order of the sampled rows (which differs between runs and engines) in any bit.
+  the τ-ball, i.e. per-user L2 clipping. F̄ is summed exactly (below), so that it does not depend on
+  the order of the sampled rows (which differs between runs and engines) in any bit.
+
+Exact sums
+----------
+F̄_g sums, over people (and tuples reaching nobody), values that are not on a common grid (y_u·load,
+w·z). A floating-point sum of them rounds at the last place of the running total, an error growing
+with the number of summands that no sensitivity bound allows for. Instead (:func:`grid_values`) each
+summand — a person's clipped load y_u·load_ug (at most τ(1 + 2⁻³⁰)), a merged variable's w·z (at most
+its user's load in that group, ≤ τ after the repair), a tuple reaching nobody or fixed at z = 1 (a
+weight ≤ 1 ≤ τ) — is truncated toward zero onto the grid 2^(−k), k = ``fixed_point_scale(τ)``
+(τ·2^k ∈ [2⁵¹, 2⁵²): every summand times 2^k is an integer below 2⁵³), and the integers are added
+exactly (:func:`_group_int_sums`). The exact totals go to the release, which adds the noise with one
+rounding (``dpsql.noise.add_exactly``). Truncation toward zero never enlarges a summand: on the closed
+form, removing a person moves F̄ by exactly their grid vector, of norm ≤ τ(1 + 2⁻³⁰) (within the
+sensitivity 2τκ(E + 1) ≥ 2τ used); on the cone path the grid values are w·z̃ with z̃ ≤ z, so every cone
+still holds, and a linking row may fall short by less than 2^(−k)/w — a residual of the same kind as
+the solver's own point, to which Eq. (4)'s bound is applied (below). Weights on the 2⁻²⁰ grid are
+whole multiples of 2^(−k) for τ < 2³², so sums of unclipped weights are unchanged.
 
 Which path runs is public (timing)
 ----------------------------------
@@ -57,6 +74,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+
+from dpsql.rewrite.bound import fixed_point_scale
 
 #: certified-gap allowance, in users (added to the sensitivity of B = E + 1 by the mechanism)
 GAP = 1e-3
@@ -98,16 +117,50 @@ class Instance:
 
 @dataclass(frozen=True)
 class VectorTruncation:
-    values: np.ndarray  #: F̄ (d,)
+    values: np.ndarray  #: F̄ (d,), each the correctly rounded ``exact`` value
     excess: float  #: E_P = Σ_u (1 − y_u) of the released point
     gap: float  #: certified D − P (0 on the exact paths)
     path: str  #: "closed_form" | "socp" (fixed by ``Instance.one_person``)
+    #: F̄ exactly: per group (n, k), the value n·2^(−k) (module docstring, "Exact sums")
+    exact: tuple[tuple[int, int], ...] = ()
+
+
+_SPLIT = 26
+
+
+def _group_int_sums(gid: np.ndarray, q: np.ndarray, d: int) -> list[int]:
+    """Σ q over each group (q: int64, |q| < 2^53) as Python integers, exactly: each q is split into
+    q = h·2^26 + l (0 <= l < 2^26, |h| <= 2^27) and the halves summed in int64 (exact below 2^36 terms
+    per group), then joined without bound."""
+    out = [0] * d
+    if gid.size == 0:
+        return out
+    o = np.argsort(gid, kind="stable")
+    gs, qs = gid[o], q[o]
+    starts = np.flatnonzero(np.concatenate([[True], gs[1:] != gs[:-1]]))
+    hs = np.add.reduceat(qs >> _SPLIT, starts)
+    ls = np.add.reduceat(qs & ((1 << _SPLIT) - 1), starts)
+    for g, h, lo in zip(gs[starts].tolist(), hs.tolist(), ls.tolist()):
+        out[g] = (h << _SPLIT) + lo
+    return out
+
+
+def grid_values(pieces: list[tuple[np.ndarray, np.ndarray]], d: int, tau: float) -> tuple[np.ndarray, tuple[tuple[int, int], ...]]:
+    """F̄ from its summands (group index, value >= 0) (module docstring, "Exact sums"): each value
+    truncated toward zero onto the grid 2^(−k), k = ``fixed_point_scale(τ)``, summed exactly per group;
+    the exact totals and their correctly rounded doubles."""
+    k = fixed_point_scale(float(tau))
+    gid = np.concatenate([np.asarray(g, dtype=np.int64) for g, _ in pieces]) if pieces else np.zeros(0, dtype=np.int64)
+    v = np.concatenate([np.asarray(x, dtype=np.float64) for _, x in pieces]) if pieces else np.zeros(0)
+    q = np.trunc(v * 2.0**k).astype(np.int64)  # below 2^53: every summand is at most τ(1 + 2^-30), or a weight <= 1 <= τ
+    sums = _group_int_sums(gid, q, d)
+    exact = tuple((n, k) for n in sums)
+    return np.array([n / (1 << k) if k >= 0 else float(n << -k) for n in sums], dtype=np.float64), exact
 
 
 def truncate(inst: Instance, tau: float) -> VectorTruncation:
     """F̄, E of the program at τ > 0 (module docstring). The path is ``inst.one_person`` (public)."""
     w, gid, ti, ui, d = inst.w, inst.gid, inst.ti, inst.ui, inst.d
-    full = np.bincount(gid, weights=w, minlength=d).astype(np.float64)
     # per (user, group) loads and per-user norms
     key = ui.astype(np.int64) * d + gid[ti]
     uk, inv = np.unique(key, return_inverse=True)
@@ -126,18 +179,17 @@ def truncate(inst: Instance, tau: float) -> VectorTruncation:
         # 2^-20 grid), so F̄ is a function of the sample alone. Σ_t w_t·y_u in row order changed its last bits with
         # the order the engine returned the tuples in (threads; DuckDB vs Spark): a zero-noise release on a
         # rounding tie then went either way
-        vals = np.bincount(gid[~owned], weights=w[~owned], minlength=d) + np.bincount(uk % d, weights=load * y[uk // d],
-                                                                                       minlength=d)
-        return VectorTruncation(vals, float(np.sum(1.0 - y[heavy])), 0.0, "closed_form")
+        vals, exact = grid_values([(gid[~owned], w[~owned]), (uk % d, load * y[uk // d])], d, tau)
+        return VectorTruncation(vals, float(np.sum(1.0 - y[heavy])), 0.0, "closed_form", exact)
     active_t = np.zeros(w.size, dtype=bool)
     active_t[ti[heavy[ui]]] = True
     sel = active_t[ti]
-    fixed = np.bincount(gid[~active_t], weights=w[~active_t], minlength=d) if active_t.any() else full
+    fixed = (gid[~active_t], w[~active_t])
     return _socp(w, gid, ti[sel], ui[sel], heavy, fixed, tau, d)
 
 
-def _socp(w: np.ndarray, gid: np.ndarray, ti: np.ndarray, ui: np.ndarray, heavy: np.ndarray, fixed: np.ndarray,
-          tau: float, d: int) -> VectorTruncation:
+def _socp(w: np.ndarray, gid: np.ndarray, ti: np.ndarray, ui: np.ndarray, heavy: np.ndarray,
+          fixed: tuple[np.ndarray, np.ndarray], tau: float, d: int) -> VectorTruncation:
     import clarabel
 
     if ti.size == 0:  # no heavy user: the empty program, still handed to the solver (module docstring)
@@ -145,7 +197,8 @@ def _socp(w: np.ndarray, gid: np.ndarray, ti: np.ndarray, ui: np.ndarray, heavy:
         st.verbose = False
         STATS.socp += 1
         clarabel.DefaultSolver(sp.csc_matrix((0, 0)), np.zeros(0), sp.csc_matrix((0, 0)), np.zeros(0), [], st).solve()
-        return VectorTruncation(fixed.astype(np.float64), 0.0, 0.0, "socp")
+        vals, exact = grid_values([fixed], d, tau)
+        return VectorTruncation(vals, 0.0, 0.0, "socp", exact)
     # merge tuples by (sorted owner set, group)
     o = np.lexsort((ui, ti))
     ti, ui = ti[o], ui[o]
@@ -229,8 +282,8 @@ def _socp(w: np.ndarray, gid: np.ndarray, ti: np.ndarray, ui: np.ndarray, heavy:
         zv = _scaled_point(wv, cu, cv, ug_row, ug_inv, n_cone, head, tau, nv)
         best = (0.0, math.inf, y, zv)
     p_val, gap, y, zv = best
-    vals = fixed + np.bincount(usig[:, 0], weights=wv * zv, minlength=d)
-    return VectorTruncation(vals, float(nu - p_val), float(gap), "socp")
+    vals, exact = grid_values([fixed, (usig[:, 0], wv * zv)], d, tau)
+    return VectorTruncation(vals, float(nu - p_val), float(gap), "socp", exact)
 
 
 def _cone_norms(zv: np.ndarray, wv: np.ndarray, cv: np.ndarray, ug_row: np.ndarray, ug_inv: np.ndarray, n_cone: int,

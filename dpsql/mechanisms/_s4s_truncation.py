@@ -11,9 +11,16 @@ of S: removing one user from S removes the same tuples from S′, so f̄(·, τ�
 sensitivity ≤ τ′ ≤ τ. Weights 0 and 1 (counts) are not changed; a weight loses < γ, so
 f̄(S′, τ′) ≥ f̄(S, τ) − nγ − m·(τ − τ′) (utility only; n·2⁻³⁰·max(1, τ) is negligible).
 The grid makes every capacity an integer multiple of γ, so the max-flow below is exact, and the
-sums of the exact paths are sums of integers (in units of γ), exact in binary64 below 2⁵³, i.e.
-for fewer than 2²³ tuples; beyond that they round by < 2⁻⁵² relative, far inside the slack G
-that every run is charged anyway (below).
+sums across tuples and people of the exact paths are sums of integers (in units of γ, each at most
+2³⁰) added as integers (``exact_int_sum``: int64 halves, exact below 2³⁶ terms, joined as a Python
+integer), in any order. The only rounding is the conversion of the exact total f̄ to a double: one
+correct rounding, at most 2⁻⁵³·f̄. The releases allow it: the snapping mechanism takes inputs within
+2⁻⁵²·B of the exact statistic and clamps at B (``dpsql.noise`` section 2; f̄ beyond B is clamped either
+way, rounding being monotone), and the Gaussian variants charge the sensitivity τ + G with
+G = τ·2⁻¹⁰ ≥ 2⁻⁵³·f̄ whenever f̄ ≤ 2⁴³·τ, i.e. always below 2⁴³ sampled tuples (each weighs at most
+1). Before, the integers were added as doubles (numpy's pairwise sums, and a difference of two such
+sums): exact below 2⁵³γ (2²³ tuples of weight 1 at τ ≤ 1), beyond that off by a few units in the last
+place of the total, which G covered in practice but no stated bound did.
 
 Exact reductions (always applied)
 ---------------------------------
@@ -79,6 +86,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -153,30 +161,42 @@ class Truncation:
     gap: float  #: certified D − P (0 on the exact paths)
 
 
+def exact_int_sum(a: np.ndarray) -> int:
+    """The exact sum of integers |a_i| < 2^53 (as floats or ints), as a Python integer: each split into
+    h·2^26 + l (0 <= l < 2^26), the halves summed in int64 (exact below 2^36 terms), then joined."""
+    q = np.asarray(a).astype(np.int64)
+    return (int(np.sum(q >> 26)) << 26) + int(np.sum(q & ((1 << 26) - 1)))
+
+
+def _value(total: int, scale: float) -> float:
+    """An exact integer total in units of 1/scale (a power of two) as a double: one correct rounding."""
+    return float(total) / scale
+
+
 def truncate(p: Prepared, tau: float) -> Truncation:
     """f̄(S′, τ′) as described in the module docstring (τ ≥ 0 finite, validated by the caller)."""
     k = grid_exponent(tau)
     scale = float(2**k)
-    wq = np.floor(p.w * scale)  # integers (as floats) in units of γ = 2^−k
+    wq = np.floor(p.w * scale)  # integers (as floats, at most 2^30) in units of γ = 2^−k
     tq = math.floor(float(tau) * scale)
-    total_q = float(wq.sum())  # exact: integers below 2^53
+    total_q = exact_int_sum(wq)
     ti, ui = p.ti, p.ui
     if ti.size == 0:
-        return Truncation(total_q / scale, "closed_form", 0.0)
+        return Truncation(_value(total_q, scale), "closed_form", 0.0)
     if tq == 0:  # τ′ = 0: only the tuples no user contributes to (and zero weights) count
         STATS.closed_form += 1
         owned = np.zeros(p.w.size, dtype=bool)
         owned[ti] = True
-        return Truncation(float(wq[~owned].sum()) / scale, "closed_form", 0.0)
+        return Truncation(_value(exact_int_sum(wq[~owned]), scale), "closed_form", 0.0)
     load = np.bincount(ui, weights=wq[ti], minlength=p.n_users)
     heavy = load > tq
     if not heavy.any():
         STATS.closed_form += 1
-        return Truncation(total_q / scale, "closed_form", 0.0)
+        return Truncation(_value(total_q, scale), "closed_form", 0.0)
     hp = heavy[ui]
     ti_h, ui_h = ti[hp], ui[hp]  # still sorted by (tuple, user)
     tup, start, cnt = np.unique(ti_h, return_index=True, return_counts=True)
-    fixed_q = total_q - float(wq[tup].sum())
+    fixed_q = total_q - exact_int_sum(wq[tup])
     # one signature per tuple: its sorted heavy owners (padded with −1)
     width = int(cnt.max())
     sig = np.full((tup.size, width), -1, dtype=np.int64)
@@ -190,20 +210,20 @@ def truncate(p: Prepared, tau: float) -> Truncation:
     if width == 1 or not (owners >= 2).any():
         # path 1: only private variables (one per heavy user)
         STATS.closed_form += 1
-        return Truncation((fixed_q + float(np.minimum(cap, tq).sum())) / scale, "closed_form", 0.0)
+        return Truncation(_value(fixed_q + exact_int_sum(np.minimum(cap, tq)), scale), "closed_form", 0.0)
     if width == 2:
         flow = _max_flow(usig, owners, cap, tq)
         if flow is not None:
             STATS.max_flow += 1
-            return Truncation((fixed_q + flow / 2.0) / scale, "max_flow", 0.0)
+            return Truncation(_value(2 * fixed_q + flow, 2.0 * scale), "max_flow", 0.0)
         STATS.flow_rejected += 1
     val_q, gap_q = _certified_lp(usig, owners, cap, tq)
     STATS.lp += 1
-    return Truncation((fixed_q + val_q) / scale, "lp", gap_q / scale)
+    return Truncation(float((Fraction(fixed_q) + Fraction(val_q)) / Fraction(scale)), "lp", gap_q / scale)
 
 
 # ----------------------------------------------------------------------------- path 2
-def _max_flow(usig: np.ndarray, owners: np.ndarray, cap: np.ndarray, tq: int) -> float | None:
+def _max_flow(usig: np.ndarray, owners: np.ndarray, cap: np.ndarray, tq: int) -> int | None:
     """maxflow on the double cover (module docstring), verified; None if the check fails."""
     import scipy.sparse as sp
     from scipy.sparse.csgraph import maximum_flow
@@ -229,14 +249,14 @@ def _max_flow(usig: np.ndarray, owners: np.ndarray, cap: np.ndarray, tq: int) ->
     g.sum_duplicates()
     np.minimum(g.data, tq, out=g.data)  # parallel arcs merged: still ≤ τ′ of their endpoint
     if g.nnz == 0:
-        return 0.0
+        return 0
     if int(g.data.max()) >= 2**31:  # pragma: no cover - k(τ) keeps every capacity ≤ 2^30
         return None
     res = maximum_flow(g.astype(np.int32), src, snk, method="dinic")
     return _verify_flow(g, res.flow, src, snk)
 
 
-def _verify_flow(g: sp.csr_matrix, flow: object, src: int, snk: int) -> float | None:
+def _verify_flow(g: sp.csr_matrix, flow: object, src: int, snk: int) -> int | None:
     """Exact check that ``flow`` is a maximum flow of ``g``; returns its value or None."""
     import scipy.sparse as sp
     from scipy.sparse.csgraph import breadth_first_order
@@ -272,7 +292,7 @@ def _verify_flow(g: sp.csr_matrix, flow: object, src: int, snk: int) -> float | 
     cut = int(gc.data[reach[gc.row] & ~reach[gc.col]].sum())
     if cut != value:
         return None
-    return float(value)
+    return value
 
 
 # ----------------------------------------------------------------------------- path 3

@@ -15,7 +15,18 @@ engine each owner's contribution vector v_u ∈ ℝ^d (per group, the sum of its
 scaled into the L2 ball of radius C: v_u·min(1, C/‖v_u‖₂); the clipped vectors are summed per
 group (``dpsql.rewrite.join_groups.clipped_groups``). Removing one person removes exactly their
 tuples, so the sum moves by their clipped vector: L2 sensitivity C (we calibrate for C(1 + 2⁻³⁰),
-covering the floating-point rounding of the norm and the scaling). C is the option ``clip_norm``
+covering the floating-point rounding of the norm and the scaling: a person's m groups, m ≤ min(Δ, d),
+give a norm within (m/2 + 1)·2⁻⁵³ relative and the clipped vector a norm ≤ C(1 + (m/2 + 3)·2⁻⁵³),
+below C(1 + 2⁻³⁰) for m < 2²³). The sum across persons is exact: each clipped component truncated
+toward zero onto the grid 2^(−k), C·2^k ∈ [2⁵¹, 2⁵²) (truncation never enlarges a component, so the
+bound above holds for the grid vector), the integers added exactly in the engine, the tuples reaching
+nobody on their own grid likewise; both totals reach Python as exact integers (``clipped_totals``) and
+the noise is added to the exact value with one rounding (``dpsql.noise.add_exactly``). So the released
+input moves between neighbours by exactly the removed person's grid vector, whatever the number of
+persons, the order the engine adds them in, or the size of the unclipped total beside them (a
+floating-point SUM across persons, used before, rounded at the last place of the running total: with
+tuples reaching nobody worth 2⁴⁵ in a group, the persons' 0.75-clipped values came out 0.31 from their
+exact sum, 4.5·10⁸ times the 2⁻³⁰·C allowed; ``tests/test_exact_join_sums.py``). C is the option ``clip_norm``
 (declared by the analyst, in the aggregate's units) or, by default, the data-independent
 C = Δ·max(|lo|, |hi|) (count: Δ), the largest norm one person's vector can have, so by default
 nothing is clipped. Noise N(0, σ²I_d), σ = ``gaussian_sigma``(ε, δ_G, C) (exact analytic-Gaussian
@@ -180,7 +191,7 @@ Dong, Sun, Yi, "Better than composition" (PMSJA, SIGMOD 2023); ``docs/mechanisms
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -202,17 +213,39 @@ from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import _s4s_socp as socp
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.mechanisms.s4s_sql import JOIN_DIALECTS
-from dpsql.noise import NoiseSource, gaussian_fp_delta, gaussian_fp_delta_affine, round_to_granularity
+from dpsql.noise import (
+    NoiseSource,
+    add_exactly,
+    dyadic_sum,
+    gaussian_fp_delta,
+    gaussian_fp_delta_affine,
+    round_to_granularity,
+)
 from dpsql.plan import ir
 from dpsql.plan.joins import PeopleBound, bound_people
 from dpsql.rewrite.bound import Caps
-from dpsql.rewrite.join_groups import clipped_groups, key_set, sampled_groups
+from dpsql.rewrite.join_groups import clip_scale, clipped_groups, key_set, sampled_groups, unowned_scale
 from dpsql.rewrite.joins import Part, parts_of
 
 BETA = 0.1
 DEFAULT_Q = 1.0 / 16.0
 #: relative slack on the clip norm (floating-point norm and scaling)
 CLIP_SLACK = 2.0**-30
+#: the smallest clip norm C: a person whose norm exceeds C has a component >= C/sqrt(m) whose square is a normal
+#: double, so the norm is computed within (m/2 + 1) 2^-53 (smaller squares underflowing add < m 2^-1074);
+#: below, a person's squares could underflow to 0, the norm read 0 <= C, and nothing be clipped
+CLIP_MIN = 2.0**-400
+#: the smallest C / (Delta x max|value|): C / norm (norm <= Delta x max|value|) is then a normal double, within
+#: 2^-53 of its value (a subnormal quotient is off by up to 2^-1075 absolute: 0.5000001 x 2^-1074 rounds to
+#: 2^-1074, doubling the clipped vector); an infinite norm (squares overflowing) gives C / norm = 0: clipped to 0
+CLIP_MIN_RATIO = 2.0**-1000
+
+
+def clip_in_range(clip: float, max_total: float) -> bool:
+    """Whether per-user clipping to ``clip`` keeps every clipped vector within C(1 + 2^-30) (CLIP_MIN,
+    CLIP_MIN_RATIO; ``max_total`` = Delta x max|value| bounds a person's norm): the products v x (C / norm)
+    are then normal or below C 2^-600 in error (subnormal: 2^-1075 absolute each). Public values only."""
+    return clip >= CLIP_MIN and clip >= max_total * CLIP_MIN_RATIO
 KAPPA = 1.0 + socp.GAP
 FP_SHARE = 0.1  #: the share of δ set aside for the floating-point part first
 #: the shares tried in turn (δ_A = (1 − share)·δ) before a release grid coarser than about 2σ_lo (2σ for clipping)
@@ -538,6 +571,14 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
     clip = float(opts.get("clip_norm", default_clip))
     if not (math.isfinite(clip) and clip > 0):
         raise ConfigError(f"clip_norm must be a positive number, got {opts.get('clip_norm')!r}")
+    if path == "clip" and not math.isfinite(float(delta_int) * max(p.scale for p in parts)):
+        # a person's group total (at most Delta x max|value|) must be a finite DOUBLE for its norm and clipping
+        raise ConfigError("per-user clipping: Delta x max(|lo|, |hi|) exceeds the DOUBLE range", hint="declare narrower bounds")
+    if path == "clip" and not (jp.kind == ir.SUM and lo == hi == 0.0) and not clip_in_range(clip, float(delta_int) * max(p.scale for p in parts)):
+        raise ConfigError(f"clip_norm={clip!r} is outside the range in which per-user clipping is computed within "
+                          f"C(1 + 2^-30): it must be at least {CLIP_MIN!r} and at least 2^-1000 x Delta x max(|lo|, |hi|) "
+                          f"= {float(delta_int) * max(p.scale for p in parts) * CLIP_MIN_RATIO!r}",
+                          hint="declare a larger clip_norm (or omit it: the default Delta x max|value| clips nothing)")
     if path == "clip":
         parts = [Part("__a0", 1, 1.0, 1)]
     cal = VectorCalibration(plan, jp, people, name, path, request.epsilon, request.delta, q, delta_int, parts, catalog, _d(jp),
@@ -658,6 +699,14 @@ def _domain(rows: pa.Table, jp: ir.JoinPlan) -> pa.Table:
     return rows.select([k.name for k in jp.keys] + ["__gid"]).sort_by("__gid")
 
 
+def clipped_totals(rows: pa.Table, clip: float, parts: Sequence[Part]) -> list[tuple[int, int]]:
+    """The exact per-group totals of ``clipped_groups``' rows, in ``__gid`` order, as (n, s) with value
+    n·2^(−s): the persons' clipped components on the grid 2^(−k) plus the tuples reaching nobody on 2^(−k0)."""
+    k, k0 = clip_scale(clip), unowned_scale(parts)
+    rows = rows.sort_by("__gid")
+    return [dyadic_sum([(int(c), k), (int(z), k0)]) for c, z in zip(rows.column("__c").to_pylist(), rows.column("__z").to_pylist())]
+
+
 def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Released:
     dom = _domain(rows, cal.jp)
     d = dom.num_rows
@@ -667,8 +716,9 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
         return Released(table=pa.table({**keys, "__a0": empty}), accuracy={"__a0": {"mechanism": cal.name.value}})
     if cal.path == "clip":
         cp = clip_params(cal.epsilon, cal.delta, d, cal.clip, cal.integer)
-        vals = np.asarray(rows.sort_by("__gid").column("__a0").to_numpy(zero_copy_only=False), dtype=np.float64)
-        noisy = round_to_granularity(vals + rng.gaussian_noise(cp.sigma, d), cp.grid)
+        # the exact totals plus the noise, rounded once (dpsql.noise.add_exactly), then to the public grid
+        noisy = round_to_granularity(add_exactly(clipped_totals(rows, cal.clip, parts_of(cal.jp)),
+                                                 rng.gaussian_noise(cp.sigma, d)), cp.grid)
         acc: dict[str, Any] = {"mechanism": cal.name.value, "noise": "gaussian", "sigma": cp.sigma, "half_width_95": 1.96 * cp.sigma,
                "note": "per-user L2 clipping to clip_norm (biased low when a person's vector is clipped) + Gaussian noise"}
         total = noisy
@@ -727,7 +777,7 @@ def _algorithm5(inst: socp.Instance, vp: VectorParams, rng: NoiseSource,
     assert chosen is not None
     i, tau, tr = chosen
     sigma = noise_scale(tau, tr.excess, vp.gamma, vp.eta)  # data dependent: never reported
-    noisy = round_to_granularity(tr.values + rng.gaussian_noise(sigma, inst.d), vp.grid[i])
+    noisy = round_to_granularity(add_exactly(tr.exact, rng.gaussian_noise(sigma, inst.d)), vp.grid[i])
     return noisy, tau
 
 

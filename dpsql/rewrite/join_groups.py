@@ -4,10 +4,21 @@
   ordered by the key values): declared domains and years as literal lists; a public table's
   column as its distinct non-NULL values after the WHERE conjuncts over that table alone (public
   rows only). The product of the keys' sets when there are several.
-* :func:`clipped_groups` (one person per tuple): per owner and group the sum of the tuple values,
-  each owner's vector clipped in L2 to the public bound C (scaled by min(1, C/norm)), summed per
-  group; tuples whose owner is NULL reach nobody and count unclipped. One row per key of
-  ``__dom`` (zero where no tuple), all inside the engine: only d numbers reach Python.
+* :func:`clipped_groups` (one person per tuple): per owner and group the sum of the tuple values
+  (per part the exact integer sum of the weights, converted once: the same bits in any order), each
+  owner's vector clipped in L2 to the public bound C (scaled by min(1, C/norm)); tuples whose owner
+  is NULL reach nobody and count unclipped. The sum over owners is exact: each person's clipped
+  component is truncated toward zero onto the grid 2^-k, k = ``fixed_point_scale(C)`` (C·2^k in
+  [2^51, 2^52)), and the integers trunc(component·2^k) are added as integers (``SqlOps.exact_sum``:
+  HUGEINT on DuckDB, DECIMAL(38, 0) on Spark), in whatever order the engine adds them; a tuple
+  reaching nobody is put on its own grid 2^-k0 (M·2^k0 in [2^51, 2^52), M the largest value of a
+  tuple) and those integers are added likewise. Truncation toward zero never enlarges a component,
+  so every person's grid vector still has norm <= C(1 + 2^-30). One row per key of ``__dom``: both
+  exact integers as text (``0`` where no tuple), so that nothing is rounded before the noise
+  (``dpsql.mechanisms.s4s_vector.clipped_totals``, ``dpsql.noise.add_exactly``): a double sum across
+  persons rounds at the running total's last place, which the total of the tuples reaching nobody
+  (no public bound) can make coarser than C itself. All inside the engine: only 2d integers reach
+  Python.
 * :func:`sampled_groups` (general): the Poisson-sampled tuples of ``dpsql.rewrite.joins`` with
   their group index, UNION ALL the rows of ``__dom`` (``__tuple`` NULL): only the sample and the
   public key set reach Python.
@@ -35,7 +46,7 @@ from dpsql.engine.base import SqlOps, source_name
 from dpsql.plan import ir
 from dpsql.plan.joins import flat
 from dpsql.plan.typer import domain_literal
-from dpsql.rewrite.bound import guard
+from dpsql.rewrite.bound import fixed_point_scale, guard
 from dpsql.rewrite.joins import Part, _split_where, join_relation, parts_of, sampled_tuples
 
 
@@ -95,7 +106,7 @@ def _on_keys(jp: ir.JoinPlan, left: str) -> exp.Expression:
 
 def _value(parts: list[Part]) -> exp.Expression:
     """The tuple's signed value in the aggregate's units (count: 1; sum: its clamped value, on the
-    2^-20 grid of ``dpsql.rewrite.joins``)."""
+    2^-20 grid of ``dpsql.rewrite.joins``), at most :func:`value_bound` in magnitude."""
     out: exp.Expression | None = None
     for p in parts:
         v = exp.Mul(this=exp.cast(_col(p.name), "DOUBLE"), expression=exp.Literal.number(repr(p.sign * p.scale / p.units)))
@@ -104,29 +115,69 @@ def _value(parts: list[Part]) -> exp.Expression:
     return out
 
 
+def value_bound(parts: Sequence[Part]) -> float:
+    """M: the largest magnitude of one tuple's value (:func:`_value`): a part's weight is at most
+    ``units`` (so w * (scale / units) <= scale, rounding being monotone) and a tuple's value is
+    nonzero in one part only (its positive or its negative part)."""
+    return max(p.scale for p in parts)
+
+
+def clip_scale(clip: float) -> int:
+    """k of the persons' fixed-point grid 2^-k: ``fixed_point_scale(C)`` (C * 2^k in [2^51, 2^52)), so a
+    clipped component (at most C(1 + 2^-30) in magnitude) times 2^k is an integer below 2^53."""
+    return fixed_point_scale(float(clip))
+
+
+def unowned_scale(parts: Sequence[Part]) -> int:
+    """k of the grid of the tuples reaching nobody: ``fixed_point_scale(M)``, M = :func:`value_bound`."""
+    return fixed_point_scale(value_bound(parts))
+
+
+def _person_total(parts: list[Part], ops: SqlOps) -> exp.Expression:
+    """A person's total in one group: per part the exact integer sum of its weights, converted to
+    DOUBLE once and scaled (one rounding per part; the same bits on every engine and in any order)."""
+    out: exp.Expression | None = None
+    for p in parts:
+        v = exp.Mul(this=ops.from_fixed_point(ops.exact_sum(_col(p.name)), 0),
+                    expression=exp.Literal.number(repr(p.sign * p.scale / p.units)))
+        out = v if out is None else exp.Add(this=out, expression=v)
+    assert out is not None
+    return out
+
+
 def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.UserSlot, clip: float, *, salt: str,
                    ops: SqlOps, caps: Sequence[tuple[str, str, int]]) -> exp.Select:
-    """One row per key: the keys, ``__gid`` and ``__a0`` = Σ_u clip_C(v_u)[g] (module docstring)."""
+    """One row per key: the keys, ``__gid``, ``__c`` = Σ_u trunc(clip_C(v_u)[g]·2^k) (k of :func:`clip_scale`)
+    and ``__z`` = Σ_t trunc(value_t·2^k0) over the tuples reaching nobody (k0 of :func:`unowned_scale`), both
+    exact integers as text (module docstring; ``dpsql.mechanisms.s4s_vector.clipped_totals`` reads them)."""
     parts = parts_of(jp)
-    extra = [exp.alias_(k.expr.copy(), f"__x{i}") for i, k in enumerate(jp.keys)]
+    k, k0 = clip_scale(clip), unowned_scale(parts)
+    extra = [exp.alias_(k_.expr.copy(), f"__x{i}") for i, k_ in enumerate(jp.keys)]
     extra.append(exp.alias_(_col(flat(owner.alias, owner.column)), "__owner"))
     rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=extra, with_tid=False)
-    per = (exp.select(_col("__j.__owner"), _col("__dom.__gid"), exp.alias_(exp.func("sum", _value(parts)), "__v"))
+    nobody = exp.Is(this=_col("__j.__owner"), expression=exp.Null())
+    # tuples reaching nobody count in full: each on its own grid, exactly summed (their total has no public bound)
+    unowned = ops.exact_sum(exp.Case(ifs=[exp.If(this=nobody, true=ops.fixed_point(exp.Paren(this=_value(parts)), k0))]))
+    per = (exp.select(_col("__j.__owner"), _col("__dom.__gid"), exp.alias_(_person_total(parts, ops), "__v"),
+                      exp.alias_(unowned, "__f"))
            .from_(rel.subquery("__j")).join(exp.to_table("__dom"), on=_on_keys(jp, "__j"), join_type="inner")
            .group_by(_col("__j.__owner"), _col("__dom.__gid")))
     # each owner's norm by a window over its rows (no self-join: the join is computed once on every engine)
     norm = exp.func("sqrt", exp.Window(this=exp.func("sum", exp.Mul(this=_col("__v"), expression=_col("__v"))),
                                        partition_by=[_col("__owner")]))
     c = exp.Literal.number(repr(float(clip)))
-    scaled = exp.Case(ifs=[
-        exp.If(this=exp.Is(this=_col("__owner"), expression=exp.Null()), true=_col("__v")),
-        exp.If(this=exp.LTE(this=_col("__norm"), expression=c), true=_col("__v"))],
-        default=exp.Mul(this=_col("__v"), expression=exp.Div(this=c, expression=_col("__norm"))))
-    normed = exp.select(_col("__owner"), _col("__gid"), _col("__v"), exp.alias_(norm, "__norm")).from_(per.subquery("__t"))
-    per_group = (exp.select(_col("__gid"), exp.alias_(exp.func("sum", scaled), "__c"))
+    # each person's clipped component truncated toward zero onto the grid 2^-k (never larger in magnitude)
+    clipped = exp.Case(ifs=[
+        exp.If(this=exp.Is(this=_col("__owner"), expression=exp.Null()), true=exp.Null()),
+        exp.If(this=exp.LTE(this=_col("__norm"), expression=c), true=ops.fixed_point(_col("__v"), k))],
+        default=ops.fixed_point(exp.Mul(this=_col("__v"), expression=exp.Paren(this=exp.Div(this=c, expression=_col("__norm")))), k))
+    normed = exp.select(_col("__owner"), _col("__gid"), _col("__v"), _col("__f"), exp.alias_(norm, "__norm")).from_(per.subquery("__t"))
+    per_group = (exp.select(_col("__gid"), exp.alias_(ops.exact_sum(clipped), "__c"), exp.alias_(ops.exact_sum(_col("__f")), "__z"))
                  .from_(normed.subquery("__n")).group_by(_col("__gid")))
-    out = (exp.select(*[_col(f"__dom.{k.name}") for k in jp.keys], _col("__dom.__gid"),
-                      exp.alias_(exp.func("coalesce", _col("__g.__c"), exp.Literal.number("0.0")), "__a0"))
+    # the exact integers as text (every engine spells an integer the same way): no rounding before the noise
+    texts = [exp.alias_(exp.cast(exp.func("coalesce", _col(f"__g.__{n}"), exp.cast(exp.Literal.number(0), "HUGEINT")), "VARCHAR"),
+                        f"__{n}") for n in ("c", "z")]
+    out = (exp.select(*[_col(f"__dom.{k_.name}") for k_ in jp.keys], _col("__dom.__gid"), *texts)
            .from_("__dom").join(per_group.subquery("__g"), on=exp.EQ(this=_col("__dom.__gid"), expression=_col("__g.__gid")),
                                 join_type="left")
            .order_by(_col("__dom.__gid")))
