@@ -61,9 +61,10 @@ certified LP — also when the reduction leaves no heavy user (an empty network 
 variable of capacity 0 is solved all the same) or only private variables. Choosing by the shape of
 what remains (``people=None``, the dispatch before) let one person switch a threshold from the
 closed form or the max-flow to the LP (adding a heavy user to tuples of two heavy users), e.g.
-0.6 s → 6.8 s CPU at one τ on ``benchmarks/s4s_paths.py``'s synthetic neighbours; with the plan's
-path both take the LP's time. What remains data dependent is the size of the reduced instance
-(heavy users, their tuples), like the size of the sample (``docs/threat_model.md``), and τ = 0
+0.5 s → 6.1 s CPU at one τ on ``benchmarks/s4s_paths.py``'s synthetic neighbours; with the plan's
+path both take the LP. What remains data dependent is the size of the reduced instance (heavy
+users, their tuples), like the size of the sample (``docs/threat_model.md``), and the solver's own
+run time on it (HiGHS: 7.8 s and 5.4 s on those neighbours: iteration counts vary), and τ = 0
 (R2T's f̄(I, 0), public τ) is always the closed form. A sample with more people per tuple than
 ``people`` allows (impossible under a join plan, whose bound holds on any data; possible for a
 caller of the numeric API passing a wrong bound) takes the LP so that the value stays right, and is
