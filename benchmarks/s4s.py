@@ -30,7 +30,10 @@ With q = 1 the truncation values do not depend on the run's randomness; after th
 (``--timed``, default 3, each a full call) the remaining runs of a q = 1 configuration reuse the
 truncation values (fresh noise each run) so that the error statistics do not cost 20 full R2T
 runs. Every q < 1 run is a full call. Path counters of the truncation (closed form / verified
-max-flow / certified LP, retries, uncertified) are reported per configuration.
+max-flow / certified LP, retries, uncertified) are reported per configuration. The path is the plan's, as
+in the SQL mechanisms: people per tuple 2 for edges (verified max-flow at every τ > 0), 3 for 2-paths and
+triangles (certified LP at every τ > 0); ``--data-paths`` picks it per τ from the sample instead (the
+dispatch before, whose run time one user can switch: ``benchmarks/s4s_paths.py``).
 
 Every row uses the product default: thresholds τ = 5.5^i (the authors' code) — for DP-S4S those below
 Δ, then Δ itself — and DP-S4S's bias ln(L/β). ``--power-grid`` adds each DP-S4S row on the grid
@@ -123,16 +126,16 @@ class _Memo:
         self.real = trunc.truncate
         self.cache: dict[tuple[int, float], Any] = {}
 
-    def __call__(self, p: Any, tau: float) -> Any:
+    def __call__(self, p: Any, tau: float, people: float | None = None) -> Any:
         key = (int(p.ti.size), float(tau))  # one configuration: the same join tuples every run
         if key not in self.cache:
-            self.cache[key] = self.real(p, tau)
+            self.cache[key] = self.real(p, tau, people)
         return self.cache[key]
 
 
 def run_config(
     w: np.ndarray, ti: np.ndarray, ui: np.ndarray, truth: float, delta: int, mech: str, q: float,
-    runs: int, timed: int, seed: int, paper: bool = False, power: bool = False,
+    runs: int, timed: int, seed: int, paper: bool = False, power: bool = False, people: float | None = None,
 ) -> dict[str, Any]:
     rng = seeded_noise(seed)
     errs, times, cpu = [], [], []
@@ -145,10 +148,12 @@ def run_config(
             t0, c0 = time.perf_counter(), time.process_time()
             grid: dict[str, Any] = {"tau_base": 2.0} if paper else {}
             if mech == "r2t":
-                est = r2t_scalar(w, ti, ui, epsilon=1.0, global_sensitivity=delta, rng=rng, **grid).estimate
+                est = r2t_scalar(w, ti, ui, epsilon=1.0, global_sensitivity=delta, rng=rng, max_people_per_tuple=people,
+                                 **grid).estimate
             else:
                 est = s4s_scalar(
                     w, ti, ui, epsilon=1.0, max_tuples_per_user=delta, q=q, rng=rng, paper_bias=paper, **grid,
+                    max_people_per_tuple=people,
                     **({"top_at_delta": False} if power else {}),
                 ).estimate
             dt, dc = time.perf_counter() - t0, time.process_time() - c0
@@ -198,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run every default DP-S4S row on the power grid 5.5^i <= Delta (top_at_delta=False, the default "
                          "before Delta was put on the grid), with the same seed (the same samples)")
     ap.add_argument("--timed", type=int, default=3)
+    ap.add_argument("--data-paths", action="store_true",
+                    help="pick the truncation's path per threshold from the sample (the dispatch before the plan chose it; "
+                         "a run time one user can switch) instead of from the plan's people per tuple")
     default_graphs = os.environ.get("DPSQL_GRAPHS", str(Path(__file__).resolve().parents[1].parent / "shared/data/graphs"))
     ap.add_argument("--graphs", default=default_graphs)
     ap.add_argument("--out", default=str(Path(__file__).parent / "out"))
@@ -251,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                 # the power-grid rows reuse their default row's seed: the same samples
                 cj = configs.index((mech, q, paper, False)) if power else ci
                 seed = 1000 * gi + 100 * ["edge", "2-path", "triangle"].index(query) + cj
-                res = run_config(w, ti, ui, truth, delta, mech, q, runs, min(args.timed, runs), seed, paper, power)
+                res = run_config(w, ti, ui, truth, delta, mech, q, runs, min(args.timed, runs), seed, paper, power,
+                                 None if args.data_paths else (2.0 if query == "edge" else 3.0))
                 label = "r2t" if mech == "r2t" else f"s4s 1/{round(1 / q)}" if q < 1 else "s4s 1"
                 if paper:
                     label += " paper"

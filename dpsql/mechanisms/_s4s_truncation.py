@@ -30,12 +30,12 @@ Exact reductions (always applied)
   variable bounded by the sum of their weights (in particular all tuples whose only heavy owner
   is u merge into one variable y_u, and y_u may be capped at τ′).
 
-Paths, by the shape of what remains (all compute the same f̄(S′, τ′))
-----------------------------------------------------------------------
-1. **No shared variable** (every remaining tuple has one heavy owner, e.g. every tuple of a single
-   foreign-key chain): the closed form f̄ = fixed + Σ_u min(τ′, y_u). Exact.
-2. **Every shared variable has exactly two heavy owners** (e.g. an edge table with both ends as
-   users): the fractional b-matching LP on the multigraph (users = nodes with capacity τ′, merged
+Paths (all compute the same f̄(S′, τ′), the LP's up to the slack G charged on every path)
+----------------------------------------------------------------------------------------
+1. **Closed form** (valid when no variable is shared: every remaining tuple has one heavy owner,
+   as in every tuple of a single foreign-key chain): f̄ = fixed + Σ_u min(τ′, y_u). Exact.
+2. **Max-flow** (valid when every shared variable has at most two heavy owners, e.g. an edge table
+   with both ends as users): the fractional b-matching LP on the multigraph (users = nodes with capacity τ′, merged
    tuples = edges with capacity c_e, private variables = half-edges). Its optimum is half-integral
    in units of γ and equals maxflow/2 on the bipartite double cover: source → u_L (cap τ′),
    u_R → sink (cap τ′), for each edge e = {u, v}: u_L → v_R and v_L → u_R (cap c_e), for each
@@ -46,7 +46,7 @@ Paths, by the shape of what remains (all compute the same f̄(S′, τ′))
    max-flow is exact; we still **verify** it: capacity and conservation of the returned flow, and
    a cut of equal capacity (the residual-reachable set), i.e. a certificate of optimality, in
    exact integer arithmetic. A failed verification (never observed) falls through to path 3.
-3. **General (tuples with ≥ 3 heavy owners)**: HiGHS dual simplex (``scipy.optimize.linprog``) on
+3. **General (any number of heavy owners)**: HiGHS dual simplex (``scipy.optimize.linprog``) on
    the reduced LP, then a **certificate** in floating point with explicit margins: the primal point
    is clipped to [0, c] and every column scaled by min over its rows of min(1, τ′(1 − 2⁻³⁰)/load)
    (feasible, value P ≤ OPT); the row duals y ≥ 0 complete to the dual-feasible
@@ -55,6 +55,27 @@ Paths, by the shape of what remains (all compute the same f̄(S′, τ′))
    interior-point method with crossover. The released P satisfies OPT − G ≤ P ≤ OPT, hence
    |P(S) − P(S ∪ S_u)| ≤ min(τ, |S_u|) + G: **the mechanisms charge the sensitivity τ + G**
    (for every τ and every path, so the charge is public; paths 1–2 have gap 0).
+
+Which path runs is public (timing)
+----------------------------------
+The closed form takes microseconds to milliseconds, the max-flow milliseconds, the LP up to seconds
+(HiGHS's fixed cost alone is a few ms): the path is observable through the run time. The mechanisms
+choose it from the **join plan**, never from the sample: ``people`` = the most people one join tuple
+can reach under the plan (``PeopleBound.per_tuple`` of ``dpsql.plan.joins``: one per person class of
+a slot holding the person, unbounded with a looked-up slot) gives the path of every τ > 0 —
+1 → closed form, 2 → max-flow (the LP only after a failed verification, never observed), ≥ 3 → the
+certified LP — also when the reduction leaves no heavy user (an empty network or an LP of one
+variable of capacity 0 is solved all the same) or only private variables. Choosing by the shape of
+what remains (``people=None``, the dispatch before) let one person switch a threshold from the
+closed form or the max-flow to the LP (adding a heavy user to tuples of two heavy users), e.g.
+0.5 s → 6.1 s CPU at one τ on ``benchmarks/s4s_paths.py``'s synthetic neighbours; with the plan's
+path both take the LP. What remains data dependent is the size of the reduced instance (heavy
+users, their tuples), like the size of the sample (``docs/threat_model.md``), and the solver's own
+run time on it (HiGHS: 7.8 s and 5.4 s on those neighbours: iteration counts vary), and τ = 0
+(R2T's f̄(I, 0), public τ) is always the closed form. A sample with more people per tuple than
+``people`` allows (impossible under a join plan, whose bound holds on any data; possible for a
+caller of the numeric API passing a wrong bound) takes the LP so that the value stays right, and is
+counted (``STATS.plan_exceeded``).
 
 If no attempt certifies (never observed on our tests and benchmarks), the best certified-feasible
 P is still released: the run's privacy loss then grows by (gap − G)/λ for that candidate — a
@@ -67,7 +88,8 @@ mechanism). This residual is the one assumption outside the proof; the module ke
 (:data:`STATS`, process-local, never released) so that benchmarks report it.
 
 Measurements (CPU seconds per mechanism call on ca-GrQc, nodes as users, ε = 1, D = 1024; the
-code before this module → now; ``benchmarks/s4s.py`` for the full table):
+code before this module → with the paths chosen from the sample; ``benchmarks/s4s.py`` for the full
+table; the plan's paths: docs/mechanisms.md §3.2):
 
     edges (2 users per tuple, max-flow)   R2T 0.22 → 0.050     DP-S4S q = 1/16 0.13 → 0.005
     2-paths (3 users, certified LP)       R2T 14.5 → 10.7      DP-S4S q = 1/16 1.64 → 0.67
@@ -113,10 +135,11 @@ class _Stats:
     lp_retries: int = 0
     uncertified: int = 0
     flow_rejected: int = 0
+    plan_exceeded: int = 0  #: samples with more people per tuple than the caller's bound (never from a plan)
     max_gap_ratio: float = 0.0  #: largest certified (D − P)/G seen
 
     def reset(self) -> None:
-        for f in ("closed_form", "max_flow", "lp", "lp_retries", "uncertified", "flow_rejected"):
+        for f in ("closed_form", "max_flow", "lp", "lp_retries", "uncertified", "flow_rejected", "plan_exceeded"):
             setattr(self, f, 0)
         self.max_gap_ratio = 0.0
 
@@ -173,32 +196,46 @@ def _value(total: int, scale: float) -> float:
     return float(total) / scale
 
 
-def truncate(p: Prepared, tau: float) -> Truncation:
-    """f̄(S′, τ′) as described in the module docstring (τ ≥ 0 finite, validated by the caller)."""
+#: the path classes, by the most people one join tuple can reach under the plan (public)
+CLOSED_FORM, MAX_FLOW, LP = "closed_form", "max_flow", "lp"
+
+
+def path_class(people: float) -> str:
+    """The path a plan whose join tuples reach at most ``people`` people runs at every τ > 0
+    (module docstring, "Which path runs is public"): 1 → closed form, 2 → max-flow, ≥ 3 (or
+    unbounded, ``math.inf``) → certified LP."""
+    if not people >= 1:  # also NaN
+        raise ValueError(f"people per tuple must be >= 1, got {people!r}")
+    return CLOSED_FORM if people <= 1 else MAX_FLOW if people <= 2 else LP
+
+
+def truncate(p: Prepared, tau: float, people: float | None = None) -> Truncation:
+    """f̄(S′, τ′) as described in the module docstring (τ ≥ 0 finite, validated by the caller).
+
+    ``people``: the most people one join tuple can reach under the join plan (public; ``math.inf``
+    when unbounded). It alone picks the path at τ > 0 (:func:`path_class`), whatever the sample holds.
+    ``None`` picks the cheapest exact path for the instance at hand instead: a choice made from the
+    data, whose run time one user can switch (for callers without a plan, and as a comparison)."""
     k = grid_exponent(tau)
     scale = float(2**k)
     wq = np.floor(p.w * scale)  # integers (as floats, at most 2^30) in units of γ = 2^−k
     tq = math.floor(float(tau) * scale)
     total_q = exact_int_sum(wq)
     ti, ui = p.ti, p.ui
-    if ti.size == 0:
-        return Truncation(_value(total_q, scale), "closed_form", 0.0)
-    if tq == 0:  # τ′ = 0: only the tuples no user contributes to (and zero weights) count
+    if tq == 0:  # τ′ = 0 (public): only the tuples no user contributes to (and zero weights) count
         STATS.closed_form += 1
         owned = np.zeros(p.w.size, dtype=bool)
         owned[ti] = True
-        return Truncation(_value(exact_int_sum(wq[~owned]), scale), "closed_form", 0.0)
+        return Truncation(_value(exact_int_sum(wq[~owned]), scale), CLOSED_FORM, 0.0)
+    cls = None if people is None else path_class(people)
     load = np.bincount(ui, weights=wq[ti], minlength=p.n_users)
     heavy = load > tq
-    if not heavy.any():
-        STATS.closed_form += 1
-        return Truncation(_value(total_q, scale), "closed_form", 0.0)
     hp = heavy[ui]
     ti_h, ui_h = ti[hp], ui[hp]  # still sorted by (tuple, user)
     tup, start, cnt = np.unique(ti_h, return_index=True, return_counts=True)
     fixed_q = total_q - exact_int_sum(wq[tup])
     # one signature per tuple: its sorted heavy owners (padded with −1)
-    width = int(cnt.max())
+    width = int(cnt.max()) if cnt.size else 1
     sig = np.full((tup.size, width), -1, dtype=np.int64)
     for j in range(width):
         has = cnt > j
@@ -207,19 +244,27 @@ def truncate(p: Prepared, tau: float) -> Truncation:
     cap = np.bincount(inv.reshape(-1), weights=wq[tup], minlength=usig.shape[0])
     cap = np.minimum(cap, float(tq))  # a variable in some constraint ≤ τ′ never exceeds τ′
     owners = (usig >= 0).sum(axis=1)
-    if width == 1 or not (owners >= 2).any():
+    most = int(owners.max()) if owners.size else 0  # heavy owners of one variable (data)
+    if cls is None:  # the data-chosen dispatch: the cheapest exact path for this instance
+        cls = CLOSED_FORM if most <= 1 else MAX_FLOW if most == 2 else LP
+    elif (cls == CLOSED_FORM and most > 1) or (cls == MAX_FLOW and most > 2):
+        # the sample holds more people per tuple than ``people`` says: a wrong bound (never from a
+        # join plan, whose bound holds on any data); the value stays right, through the general path
+        STATS.plan_exceeded += 1
+        cls = LP
+    if cls == CLOSED_FORM:
         # path 1: only private variables (one per heavy user)
         STATS.closed_form += 1
-        return Truncation(_value(fixed_q + exact_int_sum(np.minimum(cap, tq)), scale), "closed_form", 0.0)
-    if width == 2:
+        return Truncation(_value(fixed_q + exact_int_sum(np.minimum(cap, tq)), scale), CLOSED_FORM, 0.0)
+    if cls == MAX_FLOW:
         flow = _max_flow(usig, owners, cap, tq)
         if flow is not None:
             STATS.max_flow += 1
-            return Truncation(_value(2 * fixed_q + flow, 2.0 * scale), "max_flow", 0.0)
+            return Truncation(_value(2 * fixed_q + flow, 2.0 * scale), MAX_FLOW, 0.0)
         STATS.flow_rejected += 1
     val_q, gap_q = _certified_lp(usig, owners, cap, tq)
     STATS.lp += 1
-    return Truncation(float((Fraction(fixed_q) + Fraction(val_q)) / Fraction(scale)), "lp", gap_q / scale)
+    return Truncation(float((Fraction(fixed_q) + Fraction(val_q)) / Fraction(scale)), LP, gap_q / scale)
 
 
 # ----------------------------------------------------------------------------- path 2
@@ -228,6 +273,8 @@ def _max_flow(usig: np.ndarray, owners: np.ndarray, cap: np.ndarray, tq: int) ->
     import scipy.sparse as sp
     from scipy.sparse.csgraph import maximum_flow
 
+    if usig.shape[1] < 2:  # no shared variable (the plan's path runs all the same)
+        usig = np.hstack([usig, np.full((usig.shape[0], 2 - usig.shape[1]), -1, dtype=np.int64)])
     users, node = np.unique(usig[usig >= 0], return_inverse=True)
     h = users.size
     lab = np.full(usig.shape, -1, dtype=np.int64)
@@ -248,9 +295,8 @@ def _max_flow(usig: np.ndarray, owners: np.ndarray, cap: np.ndarray, tq: int) ->
     g = sp.csr_matrix((caps, (rows, cols)), shape=(n_nodes, n_nodes), dtype=np.int64)
     g.sum_duplicates()
     np.minimum(g.data, tq, out=g.data)  # parallel arcs merged: still ≤ τ′ of their endpoint
-    if g.nnz == 0:
-        return 0
-    if int(g.data.max()) >= 2**31:  # pragma: no cover - k(τ) keeps every capacity ≤ 2^30
+    # an empty network (nobody heavy) is solved and verified too: the path's cost does not depend on it
+    if g.nnz and int(g.data.max()) >= 2**31:  # pragma: no cover - k(τ) keeps every capacity ≤ 2^30
         return None
     res = maximum_flow(g.astype(np.int32), src, snk, method="dinic")
     return _verify_flow(g, res.flow, src, snk)
@@ -301,6 +347,9 @@ def _certified_lp(usig: np.ndarray, owners: np.ndarray, cap: np.ndarray, tq: int
     import scipy.sparse as sp
     from scipy.optimize import linprog
 
+    if cap.size == 0:  # nothing left to truncate: one user and one variable of capacity 0 (value 0), so that
+        # the solver and the certificate run all the same (the path's fixed cost does not depend on the data)
+        usig, cap = np.zeros((1, 1), dtype=np.int64), np.zeros(1)
     users, node = np.unique(usig[usig >= 0], return_inverse=True)
     h = users.size
     var, _ = np.nonzero(usig >= 0)  # row-major, the same order as usig[usig >= 0]

@@ -35,9 +35,12 @@ R2T (q = 1) needs no Δ.
   (for τ ≥ the largest user contribution, f̄ = Σ w_t). It is computed by
   :mod:`dpsql.mechanisms._s4s_truncation` on the instance whose weights and τ are rounded down to
   the public grid 2^−k(τ) (a per-tuple map: the sensitivity bound is unchanged): exactly by a
-  closed form or a verified max-flow when no tuple has more than two (heavy) users, and otherwise
-  by HiGHS with a primal–dual certificate: the released value P is feasible and within
-  G(τ) = τ·2⁻¹⁰ of the optimum. **Every run is calibrated for the sensitivity τ + G(τ)** (below).
+  closed form (one user per tuple) or a verified max-flow (two), and otherwise by HiGHS with a
+  primal–dual certificate: the released value P is feasible and within G(τ) = τ·2⁻¹⁰ of the
+  optimum. **Every run is calibrated for the sensitivity τ + G(τ)** (below). Which of the three
+  runs is set by ``max_people_per_tuple`` (the join plan's most users per tuple, public; the SQL
+  mechanisms pass ``PeopleBound.per_tuple``), never by the sample, since the paths' run times
+  differ; without it the cheapest exact path for the sample is taken (a data-dependent run time).
 * Algorithm 1 (Sample-and-Truncate, §3.4): Poisson-sample the join tuples with rate q → S; release
   f̄(S, τ) + Lap(τ/ε). By Lemma 3.1 (computed through the O(1) PGF form of Lemma 3.2 in
   :func:`dpsql.accounting.s4s_epsilon_prime`) this is ε′(ε, τ, Δ, q)-DP with ε′ ≤ ε. Lemma 3.1
@@ -332,12 +335,27 @@ def _prepared(jt: JoinTuples, mask: np.ndarray | None) -> _trunc.Prepared:
     return _trunc.prepare(w, ti, ui, jt.n_users)
 
 
-def _truncated(jt: JoinTuples, mask: np.ndarray | None, tau: float) -> float:
+def _truncated(jt: JoinTuples, mask: np.ndarray | None, tau: float, people: float | None = None) -> float:
     """f̄ on the tuples selected by ``mask`` (all if None); ``jt`` already validated."""
-    return _trunc.truncate(_prepared(jt, mask), tau).value
+    return _trunc.truncate(_prepared(jt, mask), tau, people).value
 
 
-def truncated_value(weights: object, tuple_idx: object, user_idx: object, tau: float) -> float:
+def _people(x: object) -> float | None:
+    """``max_people_per_tuple``: None, or a whole number >= 1 or ``math.inf`` (public)."""
+    if x is None:
+        return None
+    hint = ("max_people_per_tuple is the most users one join tuple can have under the join's plan (1 for one foreign-key "
+            "chain, 2 for an edge whose ends are users, 3 for 2-paths or triangles), a whole number >= 1 or math.inf")
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"max_people_per_tuple must be a number, got {x!r}", hint=hint)
+    v = float(x)
+    if not (v >= 1 and (math.isinf(v) or v.is_integer())):
+        raise ConfigError(f"max_people_per_tuple must be a whole number >= 1 or inf, got {x!r}", hint=hint)
+    return v
+
+
+def truncated_value(weights: object, tuple_idx: object, user_idx: object, tau: float, *,
+                    max_people_per_tuple: float | None = None) -> float:
     """The truncation LP f̄(T, τ) = max Σ x_t s.t. Σ_{t: u⇝t} x_t ≤ τ ∀u, 0 ≤ x_t ≤ w_t (docs/mechanisms.md §3.2).
 
     Computed by :mod:`dpsql.mechanisms._s4s_truncation` on the instance whose weights and τ are
@@ -346,11 +364,13 @@ def truncated_value(weights: object, tuple_idx: object, user_idx: object, tau: f
     every shared tuple has two heavy users) or, with tuples of ≥ 3 heavy users, as a feasible
     value P within the certified gap G(τ) = τ·2⁻¹⁰ of the optimum. ``tau`` ≥ 0 (τ = 0 gives
     the weight of tuples contributed by no user). The result is a true (non-private) value: it
-    must only leave through a DP mechanism.
+    must only leave through a DP mechanism. ``max_people_per_tuple`` picks the path as in
+    :func:`s4s_scalar`.
     """
+    people = _people(max_people_per_tuple)
     jt = validate_join_tuples(weights, tuple_idx, user_idx)
     t = _tau_value(tau)
-    return _truncated(jt, None, t)
+    return _truncated(jt, None, t, people)
 
 
 def _tau_value(tau: object) -> float:
@@ -580,6 +600,7 @@ def s4s_scalar(
     tau_base: float = DEFAULT_TAU_BASE,
     paper_bias: bool = False,
     top_at_delta: bool | None = None,
+    max_people_per_tuple: float | None = None,
 ) -> S4SResult:
     """DP-S4S Algorithm 2 (scalar, pure DP): an ε-DP estimate of Σ_t w_t under user-level DP.
 
@@ -589,11 +610,20 @@ def s4s_scalar(
     ``max_tuples_per_user`` tuples is not detected (see "Δ" in the module docstring; single-owner
     tuples are bounded by the caller, e.g. with :func:`bound_tuples_per_user`). Grid: ``tau_base`` and
     ``top_at_delta`` (None: ``not paper_bias``), :func:`dpsql.accounting.s4s_tau_grid`.
+
+    ``max_people_per_tuple``: the most users one join tuple can have under the join's plan (public: 1
+    for a foreign-key chain, 2 for an edge table whose ends are users, 3 for 2-paths and triangles,
+    ``math.inf`` unbounded); it alone picks the truncation's path (closed form / max-flow / certified
+    LP) at every τ, so that the run time does not switch with one user's tuples. None (the default,
+    for inputs without a plan) picks per τ the cheapest exact path for the sample: a choice made
+    from the data (``dpsql.mechanisms._s4s_truncation``). The released value is the same either way
+    up to the certified slack G that every run is charged.
     """
     e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
     qq = _rate(q)
     delta = _max_tuples(max_tuples_per_user)
     b = _beta(beta)
+    people = _people(max_people_per_tuple)
     # Δ is never checked against the data here (raising would reveal whether it is exceeded):
     # see "Δ" in the module docstring.
     steps = _s4s_steps(e, delta, qq, b, tau_grid_base(tau_base), bool(paper_bias), _top(paper_bias, top_at_delta))
@@ -601,7 +631,7 @@ def s4s_scalar(
 
     jt = _sampled_join_tuples(weights, tuple_idx, user_idx, qq, rng)
     prep = _prepared(jt, None)
-    fbars = np.array([_trunc.truncate(prep, s.tau).value for s in steps])
+    fbars = np.array([_trunc.truncate(prep, s.tau, people).value for s in steps])
     snapped = rng.snap_laplace(
         fbars,
         np.array([s.snap_lambda for s in steps]),
@@ -656,22 +686,25 @@ def r2t_scalar(
     rng: NoiseSource,
     beta: float = 0.1,
     tau_base: float = DEFAULT_TAU_BASE,
+    max_people_per_tuple: float | None = None,
 ) -> R2TResult:
     """R2T (Dong et al. 2022; docs/mechanisms.md §3.3): the unsampled race over τ_j = b^j, each run with ε/L.
 
     ``global_sensitivity`` ≥ 2 is the public bound GS_Q that sets the grid (L = ⌈log_b GS⌉;
-    b = ``tau_base``, 5.5 by default, 2 in the paper).
+    b = ``tau_base``, 5.5 by default, 2 in the paper). ``max_people_per_tuple`` picks the
+    truncation's path as in :func:`s4s_scalar`.
     """
     e = _positive(epsilon, "epsilon", "epsilon is the query's total budget, e.g. epsilon=1.0")
     b = _beta(beta)
     base = tau_grid_base(tau_base)
     gs = _r2t_sensitivity(e, global_sensitivity, b, base)
+    people = _people(max_people_per_tuple)
     sched, _ = r2t_calibration(e, gs, b, base)  # public: refused before the data
     jt = validate_join_tuples(weights, tuple_idx, user_idx)
     prep = _prepared(jt, None)
     taus = [float(s.tau) for s in sched]
-    fbars = np.array([_trunc.truncate(prep, t).value for t in taus])
-    return r2t_release(fbars, _trunc.truncate(prep, 0.0).value, epsilon=e, global_sensitivity=global_sensitivity,
+    fbars = np.array([_trunc.truncate(prep, t, people).value for t in taus])
+    return r2t_release(fbars, _trunc.truncate(prep, 0.0, people).value, epsilon=e, global_sensitivity=global_sensitivity,
                        rng=rng, beta=b, tau_base=base)
 
 
@@ -936,6 +969,7 @@ def s4s_scalar_rdp(
     tau_base: float = DEFAULT_TAU_BASE,
     paper_bias: bool = False,
     top_at_delta: bool | None = None,
+    max_people_per_tuple: float | None = None,
 ) -> S4SRdpResult:
     r"""DP-S4S Algorithm 2 with Gaussian noise under Rényi DP: an (ε, δ)-DP estimate of Σ_t w_t.
 
@@ -947,8 +981,10 @@ def s4s_scalar_rdp(
     δ_fp = (1 + e^ε)·Σ_i δ_coord,i (``dpsql.noise`` §3), so the whole is (ε, δ)-DP. The candidates
     f̃_i = f̂_i − σ_i√(2 ln(kL/β)) (each underestimates f̄(S, τ_i) except w.p. β/(kL), the Gaussian
     analogue of the pure-DP bias) are rescaled by 1/q; the release max(0, max_i f̃_i/q) is
-    post-processing. Raises :class:`ConfigError` on invalid parameters only.
+    post-processing. Raises :class:`ConfigError` on invalid parameters only. ``max_people_per_tuple``
+    picks the truncation's path as in :func:`s4s_scalar`.
     """
+    people = _people(max_people_per_tuple)
     sched = s4s_rdp_schedule(epsilon, delta, max_tuples_per_user, q, beta, alpha, tau_base, paper_bias, top_at_delta)
     qq = _rate(q)
     for st in sched.steps:  # public: refused before any data is read
@@ -957,7 +993,7 @@ def s4s_scalar_rdp(
     prep = _prepared(jt, None)
     cands = []
     for st in sched.steps:
-        v = np.array([_trunc.truncate(prep, st.tau).value])
+        v = np.array([_trunc.truncate(prep, st.tau, people).value])
         noisy = round_to_granularity(gaussian_release(v, rng.gaussian_noise(st.sigma, 1), integer=False),
                                      st.granularity)
         cands.append((float(noisy[0]) - st.bias) / qq)

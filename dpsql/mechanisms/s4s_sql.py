@@ -19,7 +19,9 @@ owner's degree bounds, i.e. by an attested Delta.
   the engine in integers (``truncated_sums``; sensitivity ≤ τ, the noise is calibrated to τ), for
   DP-S4S and R2T alike (R2T also reads τ = 0 there: the weight reaching nobody); otherwise the sampled tuples and their users reach Python
   and the truncation is ``dpsql.mechanisms._s4s_truncation`` (closed form / verified max-flow /
-  certified LP with its slack G(τ) charged to the sensitivity), as in ``dpsql.mechanisms.s4s``.
+  certified LP with its slack G(τ) charged to the sensitivity), as in ``dpsql.mechanisms.s4s``; the
+  path is the plan's (``PeopleBound.per_tuple``: 1, 2, ≥ 3 people per tuple), never the sample's, so
+  that one person cannot switch a threshold to a slower path (``explain``: ``truncation``).
 * DP-S4S (Algorithm 2): one Poisson sample S at rate q' ≤ q, in the engine (``dpsql.rewrite.joins``):
   on DuckDB's own connection, where the query reads the sample once (this path's closed form, and
   the sampled tuples when no slot is looked up), each tuple's own ``RANDOM()`` draw below
@@ -402,6 +404,15 @@ def _lemma_3_3(cal: JoinCalibration) -> dict[str, Any]:
     return out
 
 
+def _truncation_path(cal: JoinCalibration) -> str:
+    """The truncation's path on the sample, fixed by the plan's people per tuple (public: it sets the run time)."""
+    n = cal.people.per_tuple
+    most = "unbounded (a looked-up slot)" if math.isinf(n) else f"{n:g}"
+    path = {_trunc.CLOSED_FORM: "closed form", _trunc.MAX_FLOW: "verified max-flow",
+            _trunc.LP: "certified LP (HiGHS)"}[_trunc.path_class(n)]
+    return f"{path} on the sample at every tau (people per join tuple under the plan: {most})"
+
+
 def describe(cal: JoinCalibration) -> Description:
     params: dict[str, Any] = {
         "mechanism": cal.name.value,
@@ -412,7 +423,7 @@ def describe(cal: JoinCalibration) -> Description:
         "person_classes": cal.people.classes,
         "caps": [f"{a}.{c} <= {n}" for a, c, n in cal.caps],
         "join": cal.jp.describe(),
-        "truncation": "closed form in the engine (one person per tuple)" if cal.fast else "exact / certified LP on the sample",
+        "truncation": "closed form in the engine (one person per tuple)" if cal.fast else _truncation_path(cal),
         "tau_base": cal.tau_base,
         "bias": "ln(3L/beta) per step (the paper's Algorithm 2)" if cal.paper_bias else "ln(L/beta) per step",
         "parts": [{"sign": p.sign, "scale": p.scale, "epsilon": cal.part_epsilon,
@@ -488,11 +499,13 @@ def release(cal: JoinCalibration, rows: pa.Table, rng: NoiseSource) -> Released:
             w, ti, ui = _tuples(cal, rows, part)
             if cal.name == MechanismName.R2T:
                 est = core.r2t_scalar(w, ti, ui, epsilon=cal.part_epsilon, global_sensitivity=max(2.0, float(cal.max_tuples)),
-                                      rng=rng, beta=BETA, tau_base=cal.tau_base).estimate
+                                      rng=rng, beta=BETA, tau_base=cal.tau_base,
+                                      max_people_per_tuple=cal.people.per_tuple).estimate
             else:
                 jt = core.validate_join_tuples(w, ti, ui)
                 prep = _trunc.prepare(jt.weights, jt.tuple_idx, jt.user_idx, jt.n_users)
-                fb = np.array([_trunc.truncate(prep, t).value for t in cal.taus])
+                # the path is the plan's (people per tuple), never the sample's: run time is public
+                fb = np.array([_trunc.truncate(prep, t, cal.people.per_tuple).value for t in cal.taus])
                 est = _noisy(cal, fb, rng)
         total += part.sign * part.scale * est
     is_count = cal.jp.kind in (ir.COUNT_STAR, ir.COUNT_COL)

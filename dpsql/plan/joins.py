@@ -649,6 +649,9 @@ class PeopleBound:
     caps: tuple[tuple[str, str, int], ...]  #: (alias, column, n): at most n rows per value (enforced only)
     owner: ir.UserSlot | None  #: the slot that identifies the one owner (single owner)
     derivation: str  #: how Delta follows from the declarations
+    #: the most people one join tuple reaches (public): one per person class of a slot whose column holds the
+    #: person, unbounded (inf) with a looked-up slot (a declared key is not trusted: duplicates attach several)
+    per_tuple: float = math.inf
 
 
 def _walk(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], start: str, lowered: Mapping[str, int] | None
@@ -748,6 +751,9 @@ def bound_people(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], lowered: Map
     #: Delta; and the least Delta among slots whose caps partition stably (enforceable)
     per_class: dict[tuple[str, str], tuple[float, ir.UserSlot, tuple[tuple[str, str, int], ...] | None, str]] = {}
     stable: dict[tuple[str, str], tuple[float, ir.UserSlot, tuple[tuple[str, str, int], ...] | None, str]] = {}
+    per_tuple = float(len({(s.person_table, s.person_class) for s in jp.slots}))
+    if any(s.person_class is None for s in jp.slots):
+        per_tuple = math.inf
     for k, s in enumerate(jp.slots):
         key = (s.person_table, s.person_class if s.person_class is not None else f"#lookup{k}")
         m = chain_rows(tables[s.alias], s.hops, catalog, lowered)
@@ -773,7 +779,7 @@ def bound_people(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], lowered: Map
                 and widened is not None)
     caps_t = widened if enforced and widened is not None else ()
     derivation = "; ".join(v[3] for v in per_class.values())
-    return PeopleBound(delta, len(per_class), single, enforced, caps_t, owner, derivation)
+    return PeopleBound(delta, len(per_class), single, enforced, caps_t, owner, derivation, per_tuple)
 
 
 def hop_column(h: ir.Hop) -> str:
