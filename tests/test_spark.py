@@ -208,7 +208,7 @@ def test_bounded_sums_are_bit_identical_on_duckdb_and_spark(duck: dpsql.Session,
             for (k, va), (_, vb) in zip(ra, rb, strict=True):
                 if isinstance(va, float) or isinstance(vb, float):
                     assert float(va) == float(vb), (name, k, va, vb)
-                if isinstance(va, str) or isinstance(vb, str) or k.endswith(("_sum", "_sq")):
+                if k.startswith("__a") and (isinstance(va, str) or isinstance(vb, str) or k.endswith(("_sum", "_sq"))):
                     assert isinstance(va, str) and va == vb and int(va) == int(vb), (name, k, va, vb)
                     exact += 1
     assert exact > 0, name
