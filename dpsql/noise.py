@@ -61,10 +61,11 @@ probability of the shrunk cell, and a half-line's probability changes by at most
 So P(y|x)/P(y|x′) ≤ e^{Δ/λ}(1 + 7.1E/λ) ≤ exp(Δ/λ + 8·2⁻⁴⁸(B + Λ)/λ), and Λ < 2λ. ∎
 
 Hypothesis on the input: counts are exact integers, and DAWA's and DP-S4S's values are exact up
-to one rounding; a floating-point SUM computed by DuckDB is *assumed* to lie within 2⁻⁵²·B of
-the exact sum of its clamped values (B ≥ 2¹⁰Λ makes this generous, but summation order is not
-controlled). A larger error e adds 8e/λ to ε (snapping) or about 2e/γ to δ (Gaussian); an
-integer (fixed-point) or compensated sum in the bounding SQL would remove the hypothesis.
+to one rounding; a bounded SUM (AVG's and the variances' sums) is the exact sum of its clamped
+values on a fixed-point grid (``dpsql.rewrite.bound.fixed_point_scale``), which reaches Python as
+an exact integer and enters as its correctly rounded double (:func:`round_exactly`: one rounding,
+within 2⁻⁵³ of it). A larger input error e would add 8e/λ to ε (snapping) or about 2e/γ to δ
+(Gaussian); the Gaussian releases of exact sums take no input error at all (:func:`add_exactly`).
 
 Vectors: noise is independent per coordinate; a coordinate whose value is the same for D and
 D′ has the same output distribution, so a release in which one unit changes at most N
@@ -413,6 +414,18 @@ def add_exactly(values: Sequence[tuple[int, int]], noise: np.ndarray) -> np.ndar
             out[i] = num / (1 << t)
         except OverflowError:
             out[i] = math.inf if num > 0 else -math.inf
+    return out
+
+
+def round_exactly(values: Sequence[tuple[int, int]]) -> np.ndarray:
+    """RN(v) for exact values v = n·2^(−s) (given as (n, s)): the correctly rounded doubles (CPython's
+    integer division); beyond the double range: ±inf. The snapping mechanism's input (section 2)."""
+    out = np.empty(len(values), dtype=np.float64)
+    for i, (n, s) in enumerate(values):
+        try:
+            out[i] = n / (1 << s) if s >= 0 else float(n << -s)
+        except OverflowError:
+            out[i] = math.inf if n > 0 else -math.inf
     return out
 
 

@@ -2,7 +2,8 @@
 
 ``seeded_noise(seed)`` gives a reproducible noise source (fixed-seed statistical tests);
 ``zero_noise()`` gives a source whose Gaussian and Laplace samples are exactly 0 (goldens); its
-snapping mechanism only clamps (no noise, no grid), so goldens pin the bounded true values. It is
+snapping mechanism only clamps (no noise, no grid), so goldens pin the bounded true values (an exact
+sum: its correctly rounded double). It is
 not a private mechanism.
 """
 

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from scipy.stats import binomtest
-from test_bounding import plan_for, spec_for
+from test_bounding import doubles_sql, plan_for, spec_for
 
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps, bounded_query, source_name
@@ -40,7 +40,7 @@ ALPHA = 1e-6  # family-wise failure probability of each statistical test
 
 
 def _sql(plan: ir.QueryPlan, caps: Caps, *, tau: int | None = None, salt: str = "s") -> str:
-    return render(bounded_query(plan, caps, salt=salt, tau=tau, unit_column="user_id"))
+    return doubles_sql(plan, caps, render(bounded_query(plan, caps, salt=salt, tau=tau, unit_column="user_id")))
 
 
 def _connect(table: pa.Table, name: str, *, threads: int, seed: float | None = None) -> duckdb.DuckDBPyConnection:
@@ -177,7 +177,7 @@ def test_group_cap_over_a_shared_relation_reads_one_draw(caps: Caps, materialize
 
     t = _paired_rows()
     plan = plan_for(CONSISTENCY_SQL, spec_for("t", t, bounds={"x": X_BOUNDS, "y": Y_BOUNDS}))
-    sql = render(bounded_query(plan, caps, salt="s", unit_column="user_id", ops=SharedOps()))
+    sql = doubles_sql(plan, caps, render(bounded_query(plan, caps, salt="s", unit_column="user_id", ops=SharedOps())))
     assert sql.count("RANDOM() AS __rnd") == 2 and ("MATERIALIZED" in sql) == materialize
     con = _connect(t, source_name("t"), threads=4, seed=0.37)
     try:

@@ -18,6 +18,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 from scipy.stats import binomtest
+from test_bounding import doubles_sql
 
 import dpsql
 from dpsql.catalog import ColumnSpec, TableSpec
@@ -84,7 +85,7 @@ def _plan(sql: str, table: pa.Table, bounds: dict[str, tuple[float, float]]) -> 
 
 
 def _bounded(plan: Any, caps: Caps, salt: str, ops: Any) -> str:
-    return render(bounded_query(plan, caps, salt=salt, unit_column="user_id", ops=ops))
+    return doubles_sql(plan, caps, render(bounded_query(plan, caps, salt=salt, unit_column="user_id", ops=ops)))
 
 
 def _trials(plan: Any, table: pa.Table, n: int, ops: Any) -> list[tuple[Any, ...]]:

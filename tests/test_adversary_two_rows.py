@@ -37,7 +37,7 @@ import pyarrow as pa
 import pytest
 from scipy.stats import binomtest
 from sqlglot import exp
-from test_bounding import plan_for, spec_for
+from test_bounding import doubles_sql, plan_for, spec_for
 
 from dpsql.engine.base import source_name
 from dpsql.engine.duckdb_ops import DuckDBOps, SaltedDuckDBOps
@@ -59,7 +59,7 @@ def _any_width(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 def _sql(plan: ir.QueryPlan, caps: Caps, *, tau: int | None = None, ops: Any = None) -> str:
-    return render(bounded_query(plan, caps, salt="s", tau=tau, unit_column="user_id", ops=ops))
+    return doubles_sql(plan, caps, render(bounded_query(plan, caps, salt="s", tau=tau, unit_column="user_id", ops=ops)))
 
 
 def _uniform(counts: list[int], n: int, probs: list[float]) -> bool:

@@ -25,6 +25,8 @@ from scipy.stats import binomtest
 
 from dpsql.catalog import ColumnSpec, TableSpec
 from dpsql.engine.duckdb_ops import SaltedDuckDBOps
+from dpsql.mechanisms.common import exact_totals
+from dpsql.noise import round_exactly
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze
 from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps, bounded_query, released_columns, source_name
@@ -59,15 +61,41 @@ def plan_for(sql: str, spec: TableSpec) -> ir.QueryPlan:
     return analyze(sql, {spec.name: spec})
 
 
-def bounded_sql(plan: ir.QueryPlan, caps: Caps, salt: str, **kw: Any) -> str:
-    return render(bounded_query(plan, caps, salt=salt, unit_column="user_id", **kw))
+def bounded_sql(plan: ir.QueryPlan, caps: Caps, salt: str, *, exact: bool = False, **kw: Any) -> str:
+    """The bounded query's DuckDB SQL; its exact sums read as DOUBLE (:func:`doubles_sql`) unless ``exact``."""
+    sql = render(bounded_query(plan, caps, salt=salt, unit_column="user_id", **kw))
+    return sql if exact else doubles_sql(plan, caps, sql)
 
 
-def run_bounded(plan: ir.QueryPlan, caps: Caps, table: pa.Table, salt: str = "salt", **kw: Any) -> pa.Table:
+def run_bounded(plan: ir.QueryPlan, caps: Caps, table: pa.Table, salt: str = "salt", *, exact: bool = False,
+                **kw: Any) -> pa.Table:
+    """The bounded result; its exact sums (integer text, ``ReleasedColumn.scale``) as their correctly
+    rounded doubles unless ``exact``."""
     con = duckdb.connect()
     con.register(source_name(plan.table.name), table)
-    out = con.sql(bounded_sql(plan, caps, salt, **kw)).to_arrow_table()
+    out = con.sql(bounded_sql(plan, caps, salt, exact=True, **kw)).to_arrow_table()
     con.close()
+    return out if exact else as_doubles(plan, caps, out)
+
+
+def doubles_sql(plan: ir.QueryPlan, caps: Caps, sql: str) -> str:
+    """A bounded query's DuckDB SQL whose exact sums (integer text, ``ReleasedColumn.scale``) read as
+    DOUBLE, ``CAST(CAST(t AS HUGEINT) AS DOUBLE) * 2^-k``: one conversion, for tests of the bounding
+    (which rows are kept, sensitivities) that compare sums as numbers."""
+    repl = []
+    for c in released_columns(plan, caps):
+        if c.scale is not None:
+            h = c.scale // 2
+            repl.append(f"CAST(CAST({c.name} AS HUGEINT) AS DOUBLE) * {2.0 ** -h!r} * {2.0 ** -(c.scale - h)!r} AS {c.name}")
+    return f"SELECT * REPLACE ({', '.join(repl)}) FROM ({sql})" if repl else sql
+
+
+def as_doubles(plan: ir.QueryPlan, caps: Caps, out: pa.Table) -> pa.Table:
+    """``out`` (a bounded result) with each exact sum column as its correctly rounded DOUBLE."""
+    for c in released_columns(plan, caps):
+        if c.scale is not None and c.name in out.column_names:
+            vals = round_exactly(exact_totals(out.column(c.name), c.scale))
+            out = out.set_column(out.column_names.index(c.name), c.name, pa.array(vals, type=pa.float64()))
     return out
 
 
@@ -156,7 +184,7 @@ def _check_equivalence(sql: str, data: pa.Table) -> None:
     nkeys = len(plan.keys)
     order = ", ".join(str(i + 1) for i in range(nkeys))
     original = con.execute(sql + (f" ORDER BY {order}" if nkeys else "")).fetchall()
-    bounded = con.sql(render(bounded_query(plan, INF, salt="s", unit_column="user_id"))).to_arrow_table()
+    bounded = as_doubles(plan, INF, con.sql(render(bounded_query(plan, INF, salt="s", unit_column="user_id"))).to_arrow_table())
     con.close()
     rows = sorted((_flatten_bounded(plan, r) for r in bounded.to_pylist()), key=lambda v: tuple(map(str, v[:nkeys])))
     original = sorted(original, key=lambda v: tuple(map(str, v[:nkeys])))
@@ -574,8 +602,8 @@ SELECT
   __k0,
   COUNT(*) AS __users,
   COALESCE(SUM(__n), 0) AS __a0,
-  COALESCE(CAST(SUM(__a1_s) AS DOUBLE) * CAST('2.842170943040401e-14' AS DOUBLE), 0) AS __a1,
-  COALESCE(CAST(SUM(__a2_s) AS DOUBLE) * CAST('1.4210854715202004e-14' AS DOUBLE), 0) AS __a2_sum,
+  CAST(COALESCE(SUM(__a1_s), CAST(0 AS INT128)) AS TEXT) AS __a1,
+  CAST(COALESCE(SUM(__a2_s), CAST(0 AS INT128)) AS TEXT) AS __a2_sum,
   COALESCE(SUM(__a2_c), 0) AS __a2_cnt
 FROM (
   SELECT

@@ -201,6 +201,8 @@ def test_sensitivity_of_the_released_columns():
     s = session(t, cu=3, k=2)
     plan = analyze("SELECT url, COUNT(*), SUM(amount) FROM events GROUP BY url", s.tables)
     # every choice from the salt (no per-row engine draw): D and D minus a user are coupled
+    from test_bounding import as_doubles
+
     from dpsql.engine.duckdb_ops import SaltedDuckDBOps
 
     q = render(bounded_query(plan, Caps(3, 2), salt="same-salt", unit_column="user_id", ops=SaltedDuckDBOps()))
@@ -208,7 +210,7 @@ def test_sensitivity_of_the_released_columns():
 
     def run(tbl: pa.Table) -> dict[str, tuple[float, ...]]:
         con.register(s.tables["events"].view, tbl)
-        out = con.execute(q).fetchall()
+        out = [list(r.values()) for r in as_doubles(plan, Caps(3, 2), con.sql(q).to_arrow_table()).to_pylist()]
         return {r[0]: tuple(float(v) for v in r[1:]) for r in out}
 
     full = run(t)

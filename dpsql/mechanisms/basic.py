@@ -178,9 +178,7 @@ def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseS
         table = bounded
     noisy: dict[str, np.ndarray] = {}
     for c in cal.columns:
-        vals = table.column(c.name).to_numpy(zero_copy_only=False)
-        vals = np.nan_to_num(np.asarray(vals, dtype=np.float64), nan=0.0)
-        noisy[c.name] = add_noise(vals, c, cal, rng)
+        noisy[c.name] = add_noise(table.column(c.name), c, cal, rng)
     keys_out = {k.name: table.column(k.name) for k in plan.keys}
     return finish_release(plan, cal, keys_out, noisy)
 

@@ -22,9 +22,11 @@ from dpsql.mechanisms import variance
 from dpsql.mechanisms.base import Description, Released, fmt_cap
 from dpsql.noise import (
     NoiseSource,
+    add_exactly,
     check_gaussian_representable,
     gaussian_fp_delta,
     gaussian_release,
+    round_exactly,
     round_to_granularity,
 )
 from dpsql.plan import ir
@@ -144,14 +146,29 @@ def is_integer_column(col: ReleasedColumn) -> bool:
     return col.kind in ("users", "count")
 
 
-def add_noise(values: np.ndarray, col: ReleasedColumn, cal: Calibration, rng: NoiseSource) -> np.ndarray:
-    """Noisy values of one released column, by the calibrated mechanism (see the module docstring)."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0:
-        return v
+def exact_totals(values: pa.Array | pa.ChunkedArray, scale: int) -> list[tuple[int, int]]:
+    """An exact sum column of the bounded result (``ReleasedColumn.scale``: integer totals as text,
+    NULL where a public key has no row: 0) as (n, scale) pairs, value n * 2^-scale."""
+    return [(int(t) if t is not None else 0, scale) for t in values.to_pylist()]
+
+
+def add_noise(values: pa.Array | pa.ChunkedArray, col: ReleasedColumn, cal: Calibration, rng: NoiseSource) -> np.ndarray:
+    """Noisy values of one released column of the bounded result (NULL: 0), by the calibrated mechanism
+    (see the module docstring). An exact sum (``col.scale``) gets its Gaussian noise added to the exact
+    total with one rounding (``dpsql.noise.add_exactly``: no rounding of the total before the noise,
+    whose ulp is not public), or enters the snapping mechanism as its correctly rounded double."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.float64)
     scale = cal.scales[col.name]
-    if cal.noise == "gaussian":
-        return gaussian_release(v, rng.gaussian_noise(scale, v.size), integer=is_integer_column(col))
+    if col.scale is not None:
+        exact = exact_totals(values, col.scale)
+        if cal.noise == "gaussian":
+            return add_exactly(exact, rng.gaussian_noise(scale, len(exact)))
+        v = round_exactly(exact)
+    else:
+        v = np.nan_to_num(np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64), nan=0.0)
+        if cal.noise == "gaussian":
+            return gaussian_release(v, rng.gaussian_noise(scale, v.size), integer=is_integer_column(col))
     grid, bound = cal.snap[col.name]
     return rng.snap_laplace(v, scale, grid, bound)
 

@@ -169,8 +169,7 @@ def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseS
     for c in cal.columns:
         if c.name == "__users":
             continue
-        vals = np.asarray(kept.column(c.name).to_numpy(zero_copy_only=False), dtype=np.float64)
-        noisy[c.name] = add_noise(np.nan_to_num(vals, nan=0.0), c, cal, rng)
+        noisy[c.name] = add_noise(kept.column(c.name), c, cal, rng)
     keys = {k.name: kept.column(k.name) for k in plan.keys}
     # the ledger records how many groups crossed the noisy threshold (before the query's own HAVING
     # or LIMIT): a function of released values only

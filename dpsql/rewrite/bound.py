@@ -39,7 +39,9 @@ query and never shown, so every choice is unpredictable and independent across q
 count ``__users``, each unit adding 0 or 1, and per aggregate its per-(unit, group)
 contribution summed over units -- for VARIANCE / STDDEV the count, centred sum and centred sum
 of squares; for COUNT(DISTINCT col) the distinct values of each (unit, group)'s kept rows,
-merged over units); :func:`bounded_histogram` for a range workload's histogram
+merged over units; a sum of values is the exact integer total of their fixed-point integers, as
+text (:func:`exact_text`, ``ReleasedColumn.scale``), so the noise is added to the exact value);
+:func:`bounded_histogram` for a range workload's histogram
 (the per-unit row cap only, then counts per bin). ``tests/test_bounding.py`` checks the
 sensitivities by removing units from generated data.
 
@@ -77,7 +79,7 @@ from dpsql.rewrite.render import DIALECT_MARK, render
 
 __all__ = [
     "SALT_PLACEHOLDER", "Caps", "ContributionModel", "ReleasedColumn", "ValueGrid", "base_relation", "bounded_histogram",
-    "bounded_value_histograms", "grid_index",
+    "bounded_value_histograms", "exact_text", "grid_index",
     "bounded_query", "cap_groups_per_unit", "cap_rows", "cap_rows_per_group", "cap_rows_per_unit", "clamped_value",
     "guard", "key_expression", "released_columns", "source_column", "source_name",
 ]
@@ -95,6 +97,10 @@ class ReleasedColumn:
     name: str
     sensitivity: float
     kind: str  # users | count | sum
+    #: an exact sum (kind ``sum``): the bounded column holds the integer total n of the values'
+    #: fixed-point integers as text, its value n * 2^-scale exactly (scale: :func:`fixed_point_scale`
+    #: of the bound, public); ``dpsql.mechanisms.common.add_noise`` adds the noise to that value
+    scale: int | None = None
 
 
 def _lit(v: float | int | str) -> exp.Expression:
@@ -218,21 +224,21 @@ def released_columns(plan: ir.QueryPlan, caps: Caps) -> list[ReleasedColumn]:
             cols.append(ReleasedColumn(a.name, k, "count"))
         elif a.kind == ir.SUM:
             _, m, _ = _value_range(a)
-            cols.append(ReleasedColumn(a.name, _times_up(k, m), "sum"))
+            cols.append(ReleasedColumn(a.name, _times_up(k, m), "sum", fixed_point_scale(m)))
         elif a.kind == ir.AVG:
             # the centred values as the engine computes them: |fl(v - shift)| <= m, which may exceed
             # (hi - lo) / 2 (shift = fl((lo + hi) / 2) is rounded at the bounds' magnitude; adjacent
             # doubles lo, hi give values 0 and hi - lo, twice (hi - lo) / 2)
             _, m, _ = _value_range(a)
-            cols.append(ReleasedColumn(a.name + "_sum", _times_up(k, m), "sum"))
+            cols.append(ReleasedColumn(a.name + "_sum", _times_up(k, m), "sum", fixed_point_scale(m)))
             cols.append(ReleasedColumn(a.name + "_cnt", k, "count"))
         elif a.kind == ir.COUNT_DISTINCT:
             cols.append(ReleasedColumn(a.name, k, "count"))  # <= k distinct values per (unit, group)
         elif a.kind in ir.VARIANCE_KINDS:
             _, m, m2 = _value_range(a)  # centred values lie in [-m, m], their squares in [0, m2]
-            cols.append(ReleasedColumn(a.name + "_sum", _times_up(k, m), "sum"))
+            cols.append(ReleasedColumn(a.name + "_sum", _times_up(k, m), "sum", fixed_point_scale(m)))
             cols.append(ReleasedColumn(a.name + "_cnt", k, "count"))
-            cols.append(ReleasedColumn(a.name + "_sq", _times_up(k, m2), "sum"))
+            cols.append(ReleasedColumn(a.name + "_sq", _times_up(k, m2), "sum", fixed_point_scale(m2)))
     return cols
 
 
@@ -302,10 +308,13 @@ def _fixed_square(agg: ir.Aggregate, fixed: exp.Expression, ops: SqlOps) -> exp.
     return ops.fixed_point(exp.Mul(this=as_double, expression=as_double.copy()), fixed_point_scale(m2))
 
 
-def _released_sum(agg: ir.Aggregate, total: exp.Expression, ops: SqlOps, *, square: bool = False) -> exp.Expression:
-    """An exact fixed-point sum of the aggregate's values (or squares) back in the value's units."""
-    _, m, m2 = _value_range(agg)
-    return ops.from_fixed_point(total, fixed_point_scale(m2 if square else m))
+def exact_text(total: exp.Expression) -> exp.Expression:
+    """An exact integer sum (``SqlOps.exact_sum``; NULL over no rows: 0) as its decimal text, which every
+    engine spells the same way: nothing is rounded before the noise (the scale 2^-k is public, from
+    the bounds: ``ReleasedColumn.scale``). A DOUBLE total rounded at its last place, an error the
+    Gaussian calibration cannot cover (the ulp of a large total is not public)."""
+    zero = exp.cast(exp.Literal.number(0), "HUGEINT")
+    return exp.cast(exp.func("coalesce", total, zero), "VARCHAR")
 
 
 #: a public key domain with more values than this enters the AST as one node holding its literals
@@ -757,9 +766,9 @@ def bounded_query(
     def zsum(col: str) -> exp.Expression:
         return exp.func("coalesce", exp.Sum(this=_col(col)), _lit(0))
 
-    def vsum(a: ir.Aggregate, col: str, *, square: bool = False) -> exp.Expression:
-        # the exact fixed-point total, then one conversion to the value's units
-        return exp.func("coalesce", _released_sum(a, ops.exact_sum(_col(col)), ops, square=square), _lit(0))
+    def vsum(col: str) -> exp.Expression:
+        # the exact fixed-point total as integer text (released_columns: its public scale)
+        return exact_text(ops.exact_sum(_col(col)))
 
     out: list[exp.Expression] = [exp.alias_(_coder(ops).domain_text(_col(k)), k) if k in coded else _col(k)
                                  for k in keys]
@@ -770,12 +779,12 @@ def bounded_query(
         elif a.kind == ir.COUNT_COL:
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name))
         elif a.kind == ir.SUM:
-            out.append(exp.alias_(vsum(a, f"{a.name}_s"), a.name))
+            out.append(exp.alias_(vsum(f"{a.name}_s"), a.name))
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
-            out.append(exp.alias_(vsum(a, f"{a.name}_s"), a.name + "_sum"))
+            out.append(exp.alias_(vsum(f"{a.name}_s"), a.name + "_sum"))
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt"))
             if a.kind in ir.VARIANCE_KINDS:
-                out.append(exp.alias_(vsum(a, f"{a.name}_q", square=True), a.name + "_sq"))
+                out.append(exp.alias_(vsum(f"{a.name}_q"), a.name + "_sq"))
         elif a.kind == ir.COUNT_DISTINCT:
             values = exp.func("list_distinct", exp.func("flatten", exp.func("list", _col(f"{a.name}_l"))))
             out.append(exp.alias_(exp.func("coalesce", exp.func("len", values), _lit(0)), a.name))
