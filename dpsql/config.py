@@ -89,16 +89,23 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
     if os.path.isdir(p):
         raise ConfigError(f"config file {p!r} is a directory",
                           hint=f"pass the path of the TOML file, e.g. {os.path.join(p, 'dpsql.toml')!r}")
-    if not os.path.isfile(p):
+    if not os.path.exists(p):
         raise ConfigError(f"config file {p!r} not found",
                           hint="create dpsql.toml (see examples/dpsql.toml) or pass the path of an existing one")
+    if not os.path.isfile(p):
+        raise ConfigError(f"config file {p!r} is not a regular file (a device, a pipe or a socket)",
+                          hint="pass the path of the TOML file itself (see examples/dpsql.toml)")
     try:
         with open(p, "rb") as f:
             raw = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {p!r} is not valid TOML: {e}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"config file {p!r} cannot be read: {type(e).__name__}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {p!r} is not UTF-8 text (an invalid byte at offset {e.start})",
+                          hint="save the config as UTF-8 (TOML files are UTF-8)") from None
+    except OSError as e:
+        raise ConfigError(f"config file {p!r} cannot be read: {e.strerror or type(e).__name__}",
+                          hint="check the file's permissions") from None
     absp = os.path.abspath(p)
     base = os.path.dirname(absp)
     _unknown(raw, SECTIONS, "top level of the config", "sections")

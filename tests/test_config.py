@@ -166,3 +166,17 @@ def test_loaded_config_is_frozen_and_resolved(confdir: Path) -> None:
         c.tables["events"]["columns"]["g"]["domain"] = ["x"]  # nested tables are read-only too
     assert c.tables["events"]["columns"]["g"]["domain"] == ("a", "b")
     assert DpsqlConfig().ledger_path is None and MEMORY == ":memory:"
+
+
+def test_unreadable_configs_are_named_in_the_callers_terms(tmp_path: Path) -> None:
+    """A config that is not UTF-8 names the byte and the fix (it said only 'UnicodeDecodeError');
+    a path that exists but is no regular file is not called missing."""
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'[ledger]\npath = "l\xff.duckdb"\n')
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(an invalid byte at offset 18\)") as e:
+        load_config(bad)
+    assert "UTF-8" in (e.value.hint or "")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config("/dev/null")
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.toml")
