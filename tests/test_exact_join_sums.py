@@ -419,3 +419,29 @@ def test_add_exactly_passes_non_finite_noise_through() -> None:
     IEEE addition gives, never an exception after the charge; NaN stays NaN."""
     out = add_exactly([(5, 3), (-(1 << 200), 0), (7, -1000)], np.array([math.inf, -math.inf, math.nan]))
     assert out[0] == math.inf and out[1] == -math.inf and math.isnan(out[2])
+
+
+def test_the_cone_paths_linking_rows_hold_at_the_carried_grid_values() -> None:
+    """The released F̄ carries w·z truncated onto 2^-k, below z by up to 2^-k/w (≈ 2e-7 at τ = 1000 and
+    the least weight 2^-20); the repair lowers y until every linking row Σ y_u − z_j ≤ |U_j| − 1 holds
+    at that carried z, exactly (checked in rationals). Checking it at z itself left the row violated by
+    that much, far above the repair's margin (the negative control)."""
+    from fractions import Fraction
+
+    from dpsql.mechanisms import _s4s_socp as socp
+    from dpsql.rewrite.bound import fixed_point_scale
+
+    tau, w = 1000.0, 2.0**-20
+    k = fixed_point_scale(tau)
+    args = dict(wv=np.array([w]), var_u=np.array([0, 1]), vrow=np.array([0, 0]), n_own=np.array([2]),
+                hv=np.array([True, True]), cu=np.array([0, 1]), cv=np.array([0, 0]), ug_row=np.array([1, 3]),
+                ug_inv=np.array([0, 1]), n_cone=4, head=np.array([0, 2]), tau=tau)
+
+    def row_excess(y: np.ndarray, zv: np.ndarray) -> Fraction:
+        q = int(np.trunc(w * zv[0] * 2.0**k))  # what grid_values carries
+        return Fraction(y[0]) + Fraction(y[1]) - Fraction(q, 2**k) / Fraction(w) - 1
+
+    y, zv = socp._repair(np.array([1.0, 0.7]), np.array([0.7]), **args)  # type: ignore[arg-type]
+    assert row_excess(y, zv) <= 0
+    # control: the row checked at z (the repair before), tight there, is violated at the carried value
+    assert row_excess(np.array([1.0, 0.7]), np.array([0.7])) > 1e-7

@@ -35,8 +35,8 @@ exactly (:func:`_group_int_sums`). The exact totals go to the release, which add
 rounding (``dpsql.noise.add_exactly``). Truncation toward zero never enlarges a summand: on the closed
 form, removing a person moves F̄ by exactly their grid vector, of norm ≤ τ(1 + 2⁻³⁰) (within the
 sensitivity 2τκ(E + 1) ≥ 2τ used); on the cone path the grid values are w·z̃ with z̃ ≤ z, so every cone
-still holds, and a linking row may fall short by less than 2^(−k)/w — a residual of the same kind as
-the solver's own point, to which Eq. (4)'s bound is applied (below). Weights on the 2⁻²⁰ grid are
+still holds, and the repair checks every linking row at z̃ (not z, which is up to 2^(−k)/w larger), lowering
+y where it must: the released point (y, z̃) is feasible, and E is taken from that y. Weights on the 2⁻²⁰ grid are
 whole multiples of 2^(−k) for τ < 2³², so sums of unclipped weights are unchanged.
 
 Which path runs is public (timing)
@@ -312,8 +312,14 @@ def _repair(y: np.ndarray, zv: np.ndarray, wv: np.ndarray, var_u: np.ndarray, vr
     fac = np.ones(zv.size)
     np.minimum.at(fac, cv, scale_u[pos[cu]])
     zv = zv * fac
-    # linking rows: Σ_{u∈U_j} y_u − z_j ≤ |U_j| − 1; lower every y of a violated row by its violation
-    lhs = np.bincount(vrow, weights=y[var_u], minlength=zv.size) - zv - (n_own - 1.0)
+    # linking rows: Σ_{u∈U_j} y_u − z_j ≤ |U_j| − 1; lower every y of a violated row by its violation.
+    # Checked at the z the release carries: w·z truncated onto the grid 2^-k (:func:`grid_values`), below
+    # z by up to 2^-k/w (≈ 3e-7 at τ = 1000 and the least weight 2^-20, far above the margin); the
+    # division by w rounds once (relative 2^-53), inside the margin
+    k = fixed_point_scale(float(tau))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        carried = np.where(wv > 0, np.trunc(wv * zv * 2.0**k) / 2.0**k / wv, zv)
+    lhs = np.bincount(vrow, weights=y[var_u], minlength=zv.size) - np.minimum(zv, carried) - (n_own - 1.0)
     viol = np.maximum(0.0, lhs + 4.0 * _MARGIN * n_own)
     if viol.any():
         low = np.zeros(y.size)
