@@ -87,6 +87,12 @@ def test_create_refuses_existing_file(path: Path) -> None:
     assert Ledger.open(path).total() == Budget(1.0)
 
 
+def test_create_at_a_directory_says_so(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match="it is a directory") as ei:
+        Ledger.create(tmp_path, Budget(1.0))
+    assert "ledger.duckdb" in (ei.value.hint or "")
+
+
 def test_open_with_different_total_is_config_error(path: Path) -> None:
     Ledger.create(path, Budget(1.0, 1e-6))
     with pytest.raises(ConfigError, match="explicit, recorded operation") as ei:

@@ -977,6 +977,11 @@ class Ledger:
     def _create_file(self, total: Budget) -> None:
         p = self.path
         assert p is not None
+        if os.path.isdir(p):
+            raise LedgerError(
+                f"cannot create a ledger at {p}: it is a directory",
+                hint=f"give the ledger a file path, e.g. {os.path.join(p, 'ledger.duckdb')}",
+            )
         if os.path.lexists(p):
             raise LedgerError(
                 f"cannot create a ledger at {p}: the file already exists",
