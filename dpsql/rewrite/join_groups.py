@@ -46,7 +46,7 @@ from dpsql.engine.base import SqlOps, source_name
 from dpsql.plan import ir
 from dpsql.plan.joins import flat
 from dpsql.plan.typer import domain_literal
-from dpsql.rewrite.bound import fixed_point_scale, guard
+from dpsql.rewrite.bound import exact_text, fixed_point_scale, guard
 from dpsql.rewrite.joins import Part, _split_where, join_relation, parts_of, sampled_tuples
 
 
@@ -175,8 +175,7 @@ def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.
     per_group = (exp.select(_col("__gid"), exp.alias_(ops.exact_sum(clipped), "__c"), exp.alias_(ops.exact_sum(_col("__f")), "__z"))
                  .from_(normed.subquery("__n")).group_by(_col("__gid")))
     # the exact integers as text (every engine spells an integer the same way): no rounding before the noise
-    texts = [exp.alias_(exp.cast(exp.func("coalesce", _col(f"__g.__{n}"), exp.cast(exp.Literal.number(0), "HUGEINT")), "VARCHAR"),
-                        f"__{n}") for n in ("c", "z")]
+    texts = [exp.alias_(exact_text(_col(f"__g.__{n}")), f"__{n}") for n in ("c", "z")]
     out = (exp.select(*[_col(f"__dom.{k_.name}") for k_ in jp.keys], _col("__dom.__gid"), *texts)
            .from_("__dom").join(per_group.subquery("__g"), on=exp.EQ(this=_col("__dom.__gid"), expression=_col("__g.__gid")),
                                 join_type="left")
