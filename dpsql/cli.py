@@ -1245,6 +1245,7 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
     text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints
+    text = re.sub(r"ask for delta=([0-9][0-9.e+-]*) or less", r"ask for --delta \1 or less", text)  # the ledger's fp hint
     # the CLI passes a total only from the config's [ledger] epsilon/delta: say so, and how to match it
     m = re.search(r"records a total budget of \(epsilon=([^,]+), delta=([^)]+)\), but (\(epsilon=[^)]*\)) was passed", text)
     if m:

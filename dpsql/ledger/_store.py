@@ -181,6 +181,25 @@ def schema_sql() -> str:
     return resources.files("dpsql.ledger").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
+def _fp_hint(cost: Budget, remaining: Budget, params: Mapping[str, Any]) -> str:
+    """When only a Gaussian sampler's floating-point delta (``fp_delta``, docs/mechanisms.md §5.4) pushes
+    the charge over the remaining delta, say so and name a delta that fits (the part grows a little
+    as delta falls, so leave it twice)."""
+    fp = params.get("fp_delta")
+    if not isinstance(fp, float) or not 0 < fp < cost.delta or cost.exact_epsilon > remaining.exact_epsilon:
+        return ""
+    if Fraction(cost.delta) - Fraction(fp) > remaining.exact_delta or cost.exact_delta <= remaining.exact_delta:
+        return ""
+    fits = remaining.delta - 2.0 * fp
+    if not fits > 0:
+        return ""
+    text = next(t for t in (f"{fits:.{d}g}" for d in range(3, 18)) if float(t) <= fits)  # never rounded up
+    return (
+        f"the charge is the delta asked for plus the Gaussian sampler's floating-point delta {fp:.3g} (fp_delta), "
+        f"so asking for exactly the remaining delta does not fit: ask for delta={text} or less; or "
+    )
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """One row of the ledger (a charge, or a zero-cost reuse of a stored synopsis)."""
@@ -570,7 +589,8 @@ class Ledger:
                     f"total {_fmt(total)}; nothing was charged",
                     requested=cost,
                     remaining=remaining,
-                    hint="ask for a smaller epsilon/delta, reuse an earlier release, or (if the data "
+                    hint=_fp_hint(cost, remaining, params)
+                    + "ask for a smaller epsilon/delta, reuse an earlier release, or (if the data "
                     "owner agrees) raise the total with Ledger.set_total(..., reason='...')",
                 )
             con.execute(
