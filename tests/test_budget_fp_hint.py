@@ -16,7 +16,7 @@ from conftest import run_cli as run
 import dpsql
 from dpsql.budget import Budget
 from dpsql.errors import BudgetExceededError
-from dpsql.testing import zero_noise, use_noise
+from dpsql.testing import use_noise, zero_noise
 
 TABLE = pa.table({"uid": np.arange(400), "country": np.array(["a", "b"] * 200), "amount": np.ones(400)})
 
