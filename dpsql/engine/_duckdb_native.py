@@ -45,6 +45,8 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.engine.base import view_column
+
 #: a file modified less than this many seconds before its check keeps the Arrow view
 SETTLE_SECONDS = 2.0
 #: rows per batch of the check's read
@@ -193,11 +195,11 @@ def native_select(src: NativeSource, capped: Callable[[exp.Expression], exp.Sele
         table[flag] = pa.array(marked, pa.bool_())
     items = []
     for f in src.schema:
-        value = exp.column(f.name, table="__s", quoted=True)
+        value = exp.column(view_column(f.name), table="__s", quoted=True)
         if f.name in flags:
             value = exp.Case(ifs=[exp.If(this=exp.column(flags[f.name], table="__b", quoted=True), true=exp.Null())],
                              default=value)
-        items.append(exp.alias_(value, f.name, quoted=True))
+        items.append(exp.alias_(value, view_column(f.name), quoted=True))
     on = exp.and_(exp.EQ(this=exp.column("_dpsql_file", table="__b", quoted=True),
                          expression=exp.column("_dpsql_file", table="__s", quoted=True)),
                   exp.EQ(this=exp.column("_dpsql_row", table="__b", quoted=True),

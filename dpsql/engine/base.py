@@ -197,6 +197,14 @@ def private_failure(what: str, detail: str | None, settings: EngineSettings) -> 
 
 
 
+def view_column(name: str) -> str:
+    """The name under which a source's column appears in its private relation: the catalog's
+    (Python's Unicode lower case). Queries are resolved against lower-cased names, and DuckDB folds
+    only ASCII letters when it matches an identifier, so a column such as ``Ärger`` must be exposed
+    as ``ärger`` for ``"Ärger"``, ``Ärger`` and ``ärger`` to reach it alike."""
+    return name.lower()
+
+
 def source_name(table: str) -> str:
     """The default name of a registered source's private relation."""
     return f"_dpsql_src_{table}"

@@ -66,7 +66,7 @@ from dpsql.engine._duckdb_sources import (
     _temporal_in_range,
     has_glob_chars,
 )
-from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name
+from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name, view_column
 from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, SPILLING_WINDOW, DuckDBOps, SaltedDuckDBOps
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
 from dpsql.rewrite.render import render
@@ -291,7 +291,7 @@ class DuckDBBackend:
         cols = []
         for f, _, build in plans:
             ref = exp.column(f.name, quoted=True)
-            cols.append(exp.alias_(build(ref) if build is not None else ref, f.name, quoted=True))
+            cols.append(exp.alias_(build(ref) if build is not None else ref, view_column(f.name), quoted=True))
         sel = exp.select(*cols).from_(exp.to_table(raw_name, quoted=True))
         self._con.execute(self._render(_temp_view(view, sel)))
         if kind == "parquet" and native.eligible(schema) and not has_glob_chars(paths):
@@ -331,7 +331,7 @@ class DuckDBBackend:
                 continue
             ref = exp.column(str(col), quoted=True)
             build = _duck_plan(typ, f"'{name}.{col}'", self.settings.max_text_bytes)
-            items.append(exp.alias_(build(ref) if build is not None else ref, str(col), quoted=True))
+            items.append(exp.alias_(build(ref) if build is not None else ref, view_column(str(col)), quoted=True))
         return exp.select(*items).from_(rel)
 
     def _csv_select(self, name: str, source: str, types: dict[str, str], read: list[str] | None = None) -> exp.Select:
@@ -394,7 +394,7 @@ class DuckDBBackend:
                     col = rebuild(col)
             else:
                 col = _cap(col, self.settings.max_text_bytes, fn="STRLEN")
-            items.append(exp.alias_(col, n, quoted=True))
+            items.append(exp.alias_(col, view_column(n), quoted=True))
         return exp.select(*items).from_(exp.Table(this=reader))
 
     def _duckdb_select(self, name: str, source: str) -> exp.Select:

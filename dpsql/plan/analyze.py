@@ -58,6 +58,16 @@ def _norm(node: exp.Expression) -> str:
     return n.sql(dialect=DIALECT, normalize=True)
 
 
+def lower_columns(node: exp.Expression) -> None:
+    """Spell every column of ``node`` as the catalog does (lower case; quoting kept), in place: the
+    engine matches identifiers folding ASCII letters only, so ``"Ärger"`` must reach the source's
+    ``ärger`` (``dpsql.engine.base.view_column``)."""
+    for c in node.find_all(exp.Column):
+        ident = c.this
+        if isinstance(ident, exp.Identifier):
+            ident.set("this", ident.name.lower())
+
+
 _VALUE_KINDS: dict[type, str] = {
     exp.Sum: ir.SUM, exp.Avg: ir.AVG, exp.Variance: ir.VAR_SAMP, exp.VariancePop: ir.VAR_POP,
     exp.Stddev: ir.STDDEV_SAMP, exp.StddevSamp: ir.STDDEV_SAMP, exp.StddevPop: ir.STDDEV_POP,
@@ -585,6 +595,7 @@ class _Builder:
                 c.set("table", None)
                 c.set("db", None)
                 c.set("catalog", None)
+            lower_columns(where_expr)
 
         # GROUP BY ------------------------------------------------------------------
         group = stmt.args.get("group")
@@ -638,6 +649,7 @@ class _Builder:
             stripped = g.copy()
             for c in stripped.find_all(exp.Column):
                 c.set("table", None)
+            lower_columns(stripped)
             self.keys.append(ir.GroupKey(stripped, f"__k{len(self.keys)}", s, domain))
 
         # outputs ---------------------------------------------------------------------

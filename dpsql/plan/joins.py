@@ -108,6 +108,12 @@ def max_rows_per_value(table: TableSpec, column: str, catalog: Mapping[str, Tabl
     return best
 
 
+def _not_plain(col: exp.Column, table: str, where: str) -> str:
+    return (f"column '{col.name}' of table '{table}' ({where}): a join reads only columns named with ASCII letters, "
+            "digits and '_' (they are written plainly in the join's SQL); single-table queries read it. To join on "
+            "it or filter a join by it, expose it under such a name (e.g. a DuckDB view or a renamed Parquet column)")
+
+
 def _bad(sql: str, node: exp.Expression, msg: str, vs: list[Violation]) -> None:
     vs.append(violation(node, sql, msg))
 
@@ -259,10 +265,16 @@ class _JoinBuilder:
                 self.bad(col, f"{where} refers to unknown table or alias '{col.table}'")
                 return None
             if flat(inp.alias, name) not in self.flat_schema:
-                self.bad(col, f"unknown column '{col.name}' in '{q}' (table '{inp.table.name}') ({where})")
+                self.bad(col, _not_plain(col, inp.table.name, where) if name in inp.table.schema
+                         else f"unknown column '{col.name}' in '{q}' (table '{inp.table.name}') ({where})")
                 return None
             return flat(inp.alias, name)
         owners = [i for i in self.inputs if flat(i.alias, name) in self.flat_schema]
+        if not owners and not _PLAIN.match(name):
+            held = [i for i in self.inputs if name in i.table.schema]
+            if held:
+                self.bad(col, _not_plain(col, held[0].table.name, where))
+                return None
         if not owners and self.failed:
             return None  # may be a column of a refused input: that input's problem is reported
         if len(owners) != 1:
