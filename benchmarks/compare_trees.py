@@ -1,7 +1,8 @@
-"""Benchmark: two source trees of dpsql on the peer queries Q1 and Q3, interleaved in one run.
+"""Benchmark: two source trees of dpsql on the peer queries (Q1 and Q3; ``--queries`` to choose among
+Q1, Q2, Q3), interleaved in one run.
 
 One command:  python benchmarks/compare_trees.py --base /path/to/other/checkout [--rows 1000000]
-                                                 [--rounds 3] [--repeat 7]
+                                                 [--rounds 3] [--repeat 7] [--queries Q1,Q2,Q3]
 
 Each round runs one fresh process per tree (``PYTHONPATH`` = the tree; this tree is ``head``), the
 trees alternating, so both see the same machine load. In each process, after the registered
@@ -32,12 +33,15 @@ HEAD = os.path.dirname(HERE)
 EPS, DELTA, CU, K = 1.0, 1e-5, 5, 1  # as in peers.py
 QUERIES = {
     "Q1": "SELECT country, COUNT(*) AS n FROM events GROUP BY country",
+    "Q2": "SELECT url, country, COUNT(*) AS n FROM events GROUP BY url, country",
     "Q3": "SELECT country, SUM(likes) AS s, AVG(likes) AS a FROM events GROUP BY country",
 }
 
 
 def floor_sql(q: str, src: str) -> str:
-    """peers.py's bounding floor of Q1 and Q3."""
+    """peers.py's bounding floor of Q1, Q2 and Q3."""
+    if q == "Q2":
+        return f"SELECT url, country, COUNT(*) FROM (SELECT DISTINCT user_id, url, country FROM {src}) GROUP BY ALL"
     if q == "Q3":
         return f"SELECT country, COUNT(*), SUM(v) FROM (SELECT user_id, country, ANY_VALUE(likes) AS v FROM {src} GROUP BY ALL) GROUP BY ALL"
     return f"SELECT country, COUNT(*) FROM (SELECT DISTINCT user_id, country FROM {src}) GROUP BY ALL"
@@ -48,7 +52,7 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def child(rows: int, repeat: int) -> dict[str, Any]:
+def child(rows: int, repeat: int, queries: list[str]) -> dict[str, Any]:
     """Runs inside one tree's process: the timings of each query and its floor."""
     sys.path.insert(0, HERE)
     import duckdb
@@ -68,7 +72,8 @@ def child(rows: int, repeat: int) -> dict[str, Any]:
     for _ in range(2):  # the registered relation's steady state (as in peers.py)
         s.query(QUERIES["Q1"], epsilon=EPS, delta=DELTA)
     out: dict[str, Any] = {}
-    for q, sql in QUERIES.items():
+    for q in queries:
+        sql = QUERIES[q]
         floor = floor_sql(q, src)
         runs: dict[str, list[float]] = {"floor": [], "floor_cpu": [], "dpsql": [], "dpsql_cpu": []}
         con.execute(floor).fetchall()
@@ -91,10 +96,14 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--queries", default="Q1,Q3", help="comma-separated, among Q1, Q2, Q3")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    queries = [q.strip() for q in args.queries.split(",") if q.strip()]
+    if not queries or any(q not in QUERIES for q in queries):
+        ap.error(f"--queries takes a comma-separated list among {', '.join(QUERIES)}, got {args.queries!r}")
     if args.child:
-        print(json.dumps(child(args.rows, args.repeat)))
+        print(json.dumps(child(args.rows, args.repeat, queries)))
         return
     trees = {"base": os.path.abspath(args.base), "head": HEAD}
     got: dict[str, dict[str, dict[str, list[float]]]] = {t: {} for t in trees}
@@ -102,7 +111,7 @@ def main() -> None:
         for name, tree in trees.items():
             env = dict(os.environ, PYTHONPATH=tree)
             p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--base", tree, "--rows",
-                                str(args.rows), "--repeat", str(args.repeat)], env=env, capture_output=True, text=True)
+                                str(args.rows), "--repeat", str(args.repeat), "--queries", args.queries], env=env, capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit(f"{name} failed: {p.stderr[-2000:]}")
             for q, runs in json.loads(p.stdout).items():
