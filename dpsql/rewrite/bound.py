@@ -128,6 +128,8 @@ def unit_expression(unit_column: str, schema: dict[str, str]) -> exp.Expression:
 
 def is_text(sql_type: str) -> bool:
     """Whether a catalog type is text (a column or connection collation could apply to it)."""
+    if sql_type.rstrip().endswith("]"):  # a list or array of text (VARCHAR[]) is no text
+        return False
     typ = sql_type.upper().split("(")[0].strip()
     return typ in _TEXT_TYPES or typ.startswith("VARCHAR")
 
