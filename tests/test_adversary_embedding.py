@@ -89,3 +89,80 @@ def test_count_of_a_list_of_text_binds(typ: pa.DataType) -> None:
     which DuckDB refuses on a list (a free QueryTypeError on every dataset)."""
     t = pa.table({"uid": [1, 2, 3], "c": pa.array([["a"], None, ["b"]], typ)})
     assert _outcome(t, "SELECT COUNT(c) AS n FROM t") == ("ok", [{"n": 2}])
+
+
+# -- a caller's connection: DuckDB's own output while private rows are read -----------------------------------------
+
+def _caller_session() -> tuple[Any, dpsql.Session]:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS uid, CASE WHEN i = 7 THEN 'secret' ELSE 'x' END AS note "
+                "FROM range(1234) r(i)")
+    s = dpsql.Session(budget=Budget(10.0), connection=con)
+    s.register("t", "t", privacy_unit="uid")
+    return con, s
+
+
+PROFILED = """
+import sys, duckdb, dpsql
+from dpsql.budget import Budget
+con = duckdb.connect()
+con.execute("CREATE TABLE t AS SELECT i AS uid, CASE WHEN i = 7 THEN 'secret' ELSE 'x' END AS note FROM range(1234) r(i)")
+s = dpsql.Session(budget=Budget(10.0), connection=con)
+s.register("t", "t", privacy_unit="uid")
+con.execute("PRAGMA enable_profiling = 'query_tree'")
+if sys.argv[1] == "dpsql":
+    s.query("SELECT COUNT(*) FROM t WHERE note = 'secret'", epsilon=1.0)
+else:  # the control: the caller's own query
+    con.execute("SELECT COUNT(*) FROM t WHERE note = 'secret'").fetchall()
+assert con.execute("SELECT current_setting('enable_profiling')").fetchall()[0][0] == "query_tree"
+"""
+
+
+def test_the_callers_profiler_never_shows_a_private_read() -> None:
+    """With ``PRAGMA enable_profiling`` on the caller's connection DuckDB printed the plan of the bounded
+    query with the exact rows through each operator ('Filters: ... = 'secret'', '1 row': the count before
+    the noise). The profiler is off while private rows are read, and the caller's setting comes back."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(Path(dpsql.__file__).parents[1]),
+                                                                    os.environ.get("PYTHONPATH", "")] if p)}
+    outs = {}
+    for who in ("dpsql", "caller"):
+        r = subprocess.run([sys.executable, "-c", PROFILED, who], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs[who] = r.stdout + r.stderr
+    assert "Table Scan" not in outs["dpsql"] and "Filters" not in outs["dpsql"]
+    assert "Table Scan" in outs["caller"] and "Filters" in outs["caller"]  # the control
+
+
+def test_the_callers_duckdb_log_never_records_a_private_read() -> None:
+    """DuckDB's logger (``enable_logging``) recorded every statement run on the connection, and at finer
+    levels events of the scan (the adaptive filter's order of predicates, which follows their selectivity on
+    the rows). It is off while private rows are read, and the caller's setting comes back."""
+    con, s = _caller_session()
+    try:
+        con.execute("SET enable_logging = true")
+        con.execute("SET logging_level = 'TRACE'")
+        s.query("SELECT COUNT(*) FROM t WHERE note = 'secret'", epsilon=1.0)
+        assert str(con.execute("SELECT current_setting('enable_logging')").fetchall()[0][0]).lower() in ("true", "1")
+        con.execute("SET enable_logging = false")
+        logged = con.execute("SELECT type, message FROM duckdb_logs()").fetchall()
+        reads = [m for typ, m in logged if typ == "QueryLog" and "__users" in m and not m.startswith("DESCRIBE")]
+        assert reads == [] and not [m for typ, m in logged if typ == "AdaptiveFilter"]
+        assert any(typ == "QueryLog" and m.startswith("DESCRIBE") for typ, m in logged)  # the free bind checks
+    finally:
+        s.close()
+
+
+def test_the_callers_progress_bar_is_off_during_a_private_read_and_restored() -> None:
+    con, s = _caller_session()
+    try:
+        con.execute("SET enable_progress_bar = true")
+        s.query("SELECT COUNT(*) FROM t", epsilon=1.0)
+        assert str(con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]).lower() == "true"
+    finally:
+        s.close()
