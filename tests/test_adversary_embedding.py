@@ -99,7 +99,7 @@ def _caller_session() -> tuple[Any, dpsql.Session]:
     con = duckdb.connect()
     con.execute("CREATE TABLE t AS SELECT i AS uid, CASE WHEN i = 7 THEN 'secret' ELSE 'x' END AS note "
                 "FROM range(1234) r(i)")
-    s = dpsql.Session(budget=Budget(10.0), connection=con)
+    s = dpsql.Session(budget=Budget(10.0, 1e-3), connection=con)
     s.register("t", "t", privacy_unit="uid")
     return con, s
 
@@ -164,5 +164,24 @@ def test_the_callers_progress_bar_is_off_during_a_private_read_and_restored() ->
         con.execute("SET enable_progress_bar = true")
         s.query("SELECT COUNT(*) FROM t", epsilon=1.0)
         assert str(con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]).lower() == "true"
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("setting", ["arrow_lossless_conversion = true", "produce_arrow_string_view = true",
+                                     "arrow_output_list_view = true"])
+def test_the_callers_arrow_export_settings_do_not_fail_a_release(setting: str) -> None:
+    """Under ``arrow_lossless_conversion`` DuckDB exported AVG's HUGEINT count as opaque bytes, which the
+    release could not read: every AVG failed after its charge on such a connection."""
+    con, s = _caller_session()
+    use_noise(s, zero_noise())
+    name = setting.split(" = ")[0]
+    try:
+        con.execute(f"SET {setting}")
+        s.register("u", "t", privacy_unit="uid", columns={"uid": {"bounds": (0, 2000)}})
+        out = s.query("SELECT AVG(uid) AS a, COUNT(*) AS n FROM u", epsilon=1.0, delta=1e-6)
+        row = out.table.to_pylist()[0]
+        assert row["n"] == 1234 and abs(row["a"] - 616.5) < 1  # zero noise: the mean of 0..1233, on the grid
+        assert str(con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0]).lower() in ("true", "1")
     finally:
         s.close()

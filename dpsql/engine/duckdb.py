@@ -436,7 +436,11 @@ class DuckDBBackend:
                ("ieee_floating_point_ops", "true"), ("integer_division", "false"), ("warnings_as_errors", "false"),
                # nothing about a private read is printed or logged by DuckDB: a caller's connection with the
                # progress bar or DuckDB's logger on printed or stored them meanwhile (the profiler: _limited)
-               ("enable_progress_bar", "false"), ("enable_logging", "false")]
+               ("enable_progress_bar", "false"), ("enable_logging", "false"),
+               # results come back in the Arrow types the release reads (lossless conversion exported a
+               # HUGEINT count as opaque bytes: AVG failed after its charge on such a connection)
+               ("arrow_lossless_conversion", "false"), ("produce_arrow_string_view", "false"),
+               ("arrow_output_list_view", "false")]
         if s.memory_limit is not None:
             out.append(("memory_limit", s.memory_limit))
         if s.max_temp_directory_size is not None:
