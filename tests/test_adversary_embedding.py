@@ -185,3 +185,31 @@ def test_the_callers_arrow_export_settings_do_not_fail_a_release(setting: str) -
         assert str(con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0]).lower() in ("true", "1")
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_binary_as_string_on_the_callers_connection_keeps_blobs(tmp_path: Path, when: str) -> None:
+    """DuckDB's Parquet reader reads BLOB as VARCHAR under the connection's ``binary_as_string``: with
+    ``invalid_text = "replace"`` every query on a table registered with a BLOB failed after its charge once
+    the caller set it. The readers are told ``binary_as_string = false``."""
+    import duckdb
+
+    t = pa.table({"uid": list(range(N + 1)), "b": pa.array([b"ok"] * N + [b"\xff\xfe"], pa.binary())})
+    pq.write_table(t, tmp_path / "b.parquet")
+    for mode in ("null", "replace"):
+        con = duckdb.connect()
+        if when == "before":
+            con.execute("SET binary_as_string = true")
+        s = dpsql.Session(budget=Budget(100.0, 1e-3), connection=con, engine={"invalid_text": mode})
+        use_noise(s, zero_noise())
+        try:
+            s.register("t", str(tmp_path / "b.parquet"), privacy_unit="uid")
+            assert s.tables["t"].schema["b"] == "BLOB"
+            counts = []
+            for i in range(4):  # the second read on is DuckDB's own reader for the default mode too
+                if i == 1:
+                    con.execute("SET binary_as_string = true")
+                counts.append(s.query("SELECT COUNT(b) AS n FROM t", epsilon=1.0).table.column("n")[0].as_py())
+            assert counts == [N + 1] * 4
+        finally:
+            s.close()

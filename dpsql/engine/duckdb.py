@@ -319,7 +319,9 @@ class DuckDBBackend:
         # no hive partitioning: a "user_id=7/" directory must not override the rows' own user_id
         reader = exp.func("read_parquet", files,
                           exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")),
-                          exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false()))
+                          exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false()),
+                          # a BLOB stays a BLOB (as registered) whatever the connection's binary_as_string
+                          exp.EQ(this=exp.column("binary_as_string"), expression=exp.false()))
         return self._capped_select(name, exp.Table(this=reader))
 
     def _capped_select(self, name: str, rel: exp.Expression, only: list[str] | None = None) -> exp.Select:
