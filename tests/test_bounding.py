@@ -608,6 +608,7 @@ SELECT
 FROM (
   SELECT
     __k0,
+    __spread,
     __n,
     __a1_s,
     __a2_s,
@@ -616,6 +617,7 @@ FROM (
     SELECT
       __unit,
       __k0,
+      __spread,
       COUNT(*) AS __n,
       SUM(__a1_v) AS __a1_s,
       SUM(__a2_v) AS __a2_s,
@@ -629,35 +631,41 @@ FROM (
           RANDOM() AS __rnd__rows
         FROM (
           SELECT
-            "user_id" AS __unit,
-            "url" COLLATE "binary" AS __k0,
-            CAST(TRUNC(
-              CASE
-                WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
-                THEN NULL
-                ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100)
-              END * CAST('35184372088832.0' AS DOUBLE)
-            ) AS BIGINT) AS __a1_v,
-            CAST(TRUNC(
-              CASE
-                WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
-                THEN NULL
-                ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100) - 50
-              END * CAST('70368744177664.0' AS DOUBLE)
-            ) AS BIGINT) AS __a2_v
-          FROM _dpsql_src_events
-          WHERE
-            (
-              "age" >= CAST(18 AS BIGINT)
-            ) AND NOT "user_id" IS NULL
-        ) AS __base
+            *,
+            HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __spread
+          FROM (
+            SELECT
+              "user_id" AS __unit,
+              "url" COLLATE "binary" AS __k0,
+              CAST(TRUNC(
+                CASE
+                  WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
+                  THEN NULL
+                  ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100)
+                END * CAST('35184372088832.0' AS DOUBLE)
+              ) AS BIGINT) AS __a1_v,
+              CAST(TRUNC(
+                CASE
+                  WHEN TRY_CAST("amount" AS DOUBLE) IS NULL
+                  THEN NULL
+                  ELSE LEAST(GREATEST(TRY_CAST("amount" AS DOUBLE), 0), 100) - 50
+                END * CAST('70368744177664.0' AS DOUBLE)
+              ) AS BIGINT) AS __a2_v
+            FROM _dpsql_src_events
+            WHERE
+              (
+                "age" >= CAST(18 AS BIGINT)
+              ) AND NOT "user_id" IS NULL
+          ) AS __base
+        ) AS __spread_rows
       ) AS __drawn__rows
       QUALIFY
-        ROW_NUMBER() OVER (PARTITION BY __unit, __k0 ORDER BY __rnd__rows) <= 3
+        ROW_NUMBER() OVER (PARTITION BY __unit, __k0, __spread ORDER BY __rnd__rows) <= 3
     ) AS __rows
     GROUP BY
       __unit,
-      __k0
+      __k0,
+      __spread
   ) AS __ug
   QUALIFY
     ROW_NUMBER() OVER (
@@ -755,17 +763,20 @@ FROM (
   SELECT
     __unit,
     __k0,
+    __spread,
     COUNT(*) AS __n,
     COUNT(__a0_v) AS __a0_c
   FROM (
     SELECT
       __unit,
       __k0,
+      __spread,
       UNNEST(CASE WHEN __n2 = 1 THEN [__lo0] ELSE [__lo0, __hi0] END) AS __a0_v
     FROM (
       SELECT
         __unit,
         __k0,
+        __spread,
         COUNT(*) AS __n2,
         ARG_MIN_NULL(__a0_v, __rnd__rows) AS __lo0,
         ARG_MAX_NULL(__a0_v, __rnd__rows) AS __hi0
@@ -775,30 +786,37 @@ FROM (
           RANDOM() AS __rnd__rows
         FROM (
           SELECT
-            "user_id" AS __unit,
-            CASE
-              WHEN ISNAN(
-                FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
-              )
-              THEN CAST('nan' AS DOUBLE)
-              WHEN FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE) = CAST('0.0' AS DOUBLE)
-              THEN CAST('0.0' AS DOUBLE)
-              ELSE FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
-            END AS __k0,
-            "url" COLLATE "binary" AS __a0_v
-          FROM _dpsql_src_events
-          WHERE
-            NOT "user_id" IS NULL
-        ) AS __base
+            *,
+            HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __spread
+          FROM (
+            SELECT
+              "user_id" AS __unit,
+              CASE
+                WHEN ISNAN(
+                  FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
+                )
+                THEN CAST('nan' AS DOUBLE)
+                WHEN FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE) = CAST('0.0' AS DOUBLE)
+                THEN CAST('0.0' AS DOUBLE)
+                ELSE FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
+              END AS __k0,
+              "url" COLLATE "binary" AS __a0_v
+            FROM _dpsql_src_events
+            WHERE
+              NOT "user_id" IS NULL
+          ) AS __base
+        ) AS __spread_rows
       ) AS __drawn__rows
       GROUP BY
         __unit,
-        __k0
+        __k0,
+        __spread
     ) AS __two
   ) AS __rows
   GROUP BY
     __unit,
-    __k0
+    __k0,
+    __spread
 ) AS __ug
 GROUP BY
   __k0""",

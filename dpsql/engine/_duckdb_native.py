@@ -174,7 +174,9 @@ def native_select(src: NativeSource, capped: Callable[[exp.Expression], exp.Sele
     by the same plan as a file with none."""
     files = exp.Array(expressions=[exp.Literal.string(p) for p in src.paths])
     opts: list[exp.Expression] = [exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")),
-                                  exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false())]
+                                  exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false()),
+                                  # a BLOB stays a BLOB whatever the connection's binary_as_string
+                                  exp.EQ(this=exp.column("binary_as_string"), expression=exp.false())]
     cols = src.text_columns
     if not cols:
         return capped(exp.Table(this=exp.func("read_parquet", files, *opts))), None

@@ -255,6 +255,11 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
                           hint="convert it to a supported type (numbers, text, binary, dates, timestamps, lists, "
                                "structs), or leave the column out of the source")
     if all(_arrow_plan(c, where, cap, depth + 1) == (c, None) for c in children):
+        if T.is_map(t):
+            # DuckDB's Arrow scan raises on a map holding a key twice (Arrow allows it): read as
+            # its entries, a list of structs, which DuckDB does not check
+            entry = pa.struct([pa.field("key", t.key_type), pa.field("value", t.item_type)])
+            return pa.list_(entry), None
         return t, None
     raise ConfigError(
         f"column {where} has type {t}: the text, binary or temporal values inside this type cannot be read safely",

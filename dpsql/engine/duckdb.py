@@ -319,7 +319,9 @@ class DuckDBBackend:
         # no hive partitioning: a "user_id=7/" directory must not override the rows' own user_id
         reader = exp.func("read_parquet", files,
                           exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")),
-                          exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false()))
+                          exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false()),
+                          # a BLOB stays a BLOB (as registered) whatever the connection's binary_as_string
+                          exp.EQ(this=exp.column("binary_as_string"), expression=exp.false()))
         return self._capped_select(name, exp.Table(this=reader))
 
     def _capped_select(self, name: str, rel: exp.Expression, only: list[str] | None = None) -> exp.Select:
@@ -433,7 +435,14 @@ class DuckDBBackend:
                # the typer's total expressions assume DuckDB's defaults: IEEE floating point (ln(0) is
                # -inf, 1/0.0 inf, not an error), / as true division, warnings as warnings; a caller's
                # connection set otherwise failed after the charge exactly when one person's row held a 0
-               ("ieee_floating_point_ops", "true"), ("integer_division", "false"), ("warnings_as_errors", "false")]
+               ("ieee_floating_point_ops", "true"), ("integer_division", "false"), ("warnings_as_errors", "false"),
+               # nothing about a private read is printed or logged by DuckDB: a caller's connection with the
+               # progress bar or DuckDB's logger on printed or stored them meanwhile (the profiler: _limited)
+               ("enable_progress_bar", "false"), ("enable_logging", "false"),
+               # results come back in the Arrow types the release reads (lossless conversion exported a
+               # HUGEINT count as opaque bytes: AVG failed after its charge on such a connection)
+               ("arrow_lossless_conversion", "false"), ("produce_arrow_string_view", "false"),
+               ("arrow_output_list_view", "false")]
         if s.memory_limit is not None:
             out.append(("memory_limit", s.memory_limit))
         if s.max_temp_directory_size is not None:
@@ -456,9 +465,19 @@ class DuckDBBackend:
             original = prev[0] if prev is not None and prev[1] == shown else shown
             saved.append((name, original))
             self._con.execute(f"SET {name} = {_sql_str(value)}")
+        # the profiler prints (or writes to the caller's profiling_output) each query's plan with the
+        # exact number of rows through each operator (the rows a WHERE kept: a count before any noise)
+        profiling = self._con.execute("SELECT current_setting('enable_profiling')").fetchall()[0][0]
+        if profiling is not None:
+            self._con.execute("RESET enable_profiling")
         try:
             yield
         finally:
+            if profiling is not None:
+                try:
+                    self._con.execute(f"SET enable_profiling = {_sql_str(str(profiling))}")
+                except duckdb.Error:  # pragma: no cover - restoring a value DuckDB reported
+                    pass
             for name, original in reversed(saved):
                 try:
                     self._con.execute(f"SET {name} = {_sql_str(original)}")

@@ -128,6 +128,8 @@ def unit_expression(unit_column: str, schema: dict[str, str]) -> exp.Expression:
 
 def is_text(sql_type: str) -> bool:
     """Whether a catalog type is text (a column or connection collation could apply to it)."""
+    if sql_type.rstrip().endswith("]"):  # a list or array of text (VARCHAR[]) is no text
+        return False
     typ = sql_type.upper().split("(")[0].strip()
     return typ in _TEXT_TYPES or typ.startswith("VARCHAR")
 
@@ -446,12 +448,31 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
         order=exp.Order(expressions=[exp.Ordered(this=_col(c)) for c in order_by]) if order_by else None,
     )
     numbered = exp.select("*", exp.alias_(idx, "__idx")).from_(relation, copy=False).subquery("__numbered", copy=False)
+    # (the spread column, a function of the others, changes no choice)
+    drawn_by = [c for c in partition if c != SPREAD]
     if coded & set(partition):  # a coded key is hashed as its text (:func:`coded_keys`)
-        hashed = [_coder(ops).domain_text(_col(c)) if c in coded else _col(c) for c in [*partition, "__idx"]]
+        hashed = [_coder(ops).domain_text(_col(c)) if c in coded else _col(c) for c in [*drawn_by, "__idx"]]
         key = _coder(ops).keyed_hash_of(hashed, salt)
     else:
-        key = ops.keyed_hash([*partition, "__idx"], salt)
+        key = ops.keyed_hash([*drawn_by, "__idx"], salt)
     return ops.keep_n_per_partition(numbered, partition, key, int(n), alias=alias)
+
+
+#: the column of :func:`spread_keys`
+SPREAD = "__spread"
+
+
+def spread_keys(relation: exp.Expression, keys: Sequence[str], salt: str, ops: SqlOps) -> exp.Subquery:
+    """``relation`` with one more column, :data:`SPREAD`: the keyed hash of (unit, keys) under the
+    query's secret salt. Partitions and groupings by (unit, keys) also go by it: the same groups,
+    but hashed unpredictably. The engine's own hash is public and unsalted (DuckDB's hash of a
+    BIGINT is Murmur3's finaliser, a bijection anyone can invert), so one person's rows could hold
+    thousands of keys whose hashes share their low bits; a hash aggregate or window partitioned by
+    (unit, key) then probed quadratically (20 000 such keys: 1.07 s for a sparse histogram against
+    0.03 s for 20 000 random keys), before the group cap bounds that person to a few groups. A
+    collision of the keyed hash cannot be crafted without the salt."""
+    h = ops.keyed_hash(["__unit", *keys], salt)
+    return exp.select("*", exp.alias_(h, SPREAD)).from_(relation, copy=False).subquery("__spread_rows", copy=False)
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
@@ -563,7 +584,7 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
     counted = (exp.select(*[_col(c) for c in [*part, *values]], *texts, exp.alias_(exp.Count(this=exp.Star()), "__m"))
                .from_(relation, copy=False).group_by(*[_col(c) for c in [*part, *values]], copy=False).subquery("__counted", copy=False))
     # a coded key is hashed as its text (the same race as over the text key, under the same salt)
-    hashed = [unit, *[f"__text{k}" if k in coded else k for k in keys], *values]
+    hashed = [unit, *[f"__text{k}" if k in coded else k for k in keys if k != SPREAD], *values]
     race = exp.Div(this=ops.exponential_clock(hashed, salt), expression=_col("__m"))
     return ops.keep_n_per_partition(counted, part, race, 1, alias="__rows", output=[*part, *values])
 
@@ -636,7 +657,10 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     proj += [exp.alias_(source[c], r) for c, r in raw.items()]
     base = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__base", copy=False)
-    picked = _pick_one_row(base, "__unit", keys, list(raw.values()), salt, ops=ops, coded=coded)
+    pkeys = keys
+    if keys and not set(keys) <= coded:  # (:func:`spread_keys`)
+        base, pkeys = spread_keys(base, keys, salt, ops), [*keys, SPREAD]
+    picked = _pick_one_row(base, "__unit", pkeys, list(raw.values()), salt, ops=ops, coded=coded)
 
     def present(r: str) -> exp.Expression:
         return exp.Case(ifs=[exp.If(this=exp.Is(this=_col(r), expression=exp.Null()), true=_lit(0))], default=_lit(1))
@@ -703,10 +727,16 @@ def bounded_query(
     if caps.unit_rows_finite:
         rows_src = cap_rows_per_unit(rows_src, "__unit", [*keys, *value_cols], caps.max_rows_per_unit, salt,
                                      alias="__unit_rows", ops=ops, draw=True)
+    # every (unit, group) partition and grouping before the group cap also goes by a salted hash of it
+    # (:func:`spread_keys`): keys crafted to collide in the engine's own hash made them quadratic (after
+    # L, which partitions by the unit alone)
+    pkeys = keys
+    if keys and not set(keys) <= coded and not one_row:
+        rows_src, pkeys = spread_keys(rows_src, keys, salt, ops), [*keys, SPREAD]
 
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
     if caps.rows_finite and need_values and not one_row:
-        rows_src = cap_rows_per_group(rows_src, "__unit", keys, value_cols, caps.max_rows_per_group, salt, ops=ops,
+        rows_src = cap_rows_per_group(rows_src, "__unit", pkeys, value_cols, caps.max_rows_per_group, salt, ops=ops,
                                       draw=True, coded=coded)
     # one row per unit and group, counts only: the (unit, group) pairs themselves, no per-pair count
     pairs_only = caps.rows_finite and caps.max_rows_per_group == 1 and not need_values
@@ -726,8 +756,8 @@ def bounded_query(
     if caps.rows_finite and not need_values:
         # counts only: capping the count per (unit, group) at k is the same as keeping k rows
         n_expr = ops.least(n_expr, _lit(caps.max_rows_per_group))
-    part = [_col("__unit")] + [_col(k) for k in keys]
-    ug_proj: list[exp.Expression] = [_col("__unit")] + [_col(k) for k in keys]
+    part = [_col("__unit")] + [_col(k) for k in pkeys]
+    ug_proj: list[exp.Expression] = [_col("__unit")] + [_col(k) for k in pkeys]
     if not pairs_only:
         ug_proj.append(exp.alias_(n_expr, "__n"))
     for a in plan.aggregates:
