@@ -237,6 +237,22 @@ def _check_bounded_aggregates(a: dict[str, Any], b: dict[str, Any], cal: Any) ->
         for c in cal.columns:
             if abs(cal.scales[c.name] - cal.params["sigma"] * c.sensitivity) > 1e-9 * cal.scales[c.name]:
                 probs.append(f"scale of {c.name} is not sigma * sensitivity")
+    if cal.mechanism == "laplace":
+        m = len(cal.columns)
+        if cal.params["l1_sensitivity"] < groups_per_unit * m:
+            probs.append(f"l1_sensitivity {cal.params['l1_sensitivity']} < {groups_per_unit} * {m}")
+        for c in cal.columns:
+            if cal.scales[c.name] < c.sensitivity * groups_per_unit * m / cal.cost.epsilon:
+                probs.append(f"Laplace scale of {c.name} {cal.scales[c.name]} < sensitivity * C * m / epsilon")
+        if cal.params["epsilon_proven"] > cal.cost.epsilon:
+            probs.append(f"epsilon_proven {cal.params['epsilon_proven']} > charged {cal.cost.epsilon}")
+    if cal.mechanism == "sparse_histogram":
+        sigma = cal.scales["__users"]
+        mu2 = sum((c.sensitivity / cal.scales[c.name]) ** 2 for c in cal.columns if c.name != "__users")
+        if cal.params["mu_other"] < math.sqrt(mu2) * (1 - 1e-9):
+            probs.append(f"mu_other {cal.params['mu_other']} < {math.sqrt(mu2)} from the scales")
+        if sigma != cal.params["sigma"]:
+            probs.append("sigma of the threshold column is not the calibrated sigma")
     exp_c = min(cal.caps.max_groups_per_unit, cal.caps.max_rows_per_unit)
     if plan.keys and plan.public_keys:
         n = 1
@@ -341,6 +357,23 @@ def _check_quantile(a: dict[str, Any], b: dict[str, Any], cal: Any) -> list[str]
             out.setdefault(key, {})[(row["__q"], row["__b"])] = row["__n"]
         return out
 
+    exp_c = min(cal.caps.max_groups_per_unit, cal.caps.max_rows_per_unit)
+    if plan.keys:
+        n = 1
+        for k in plan.keys:
+            n *= len(k.domain)
+        exp_c = min(exp_c, n)
+    else:
+        exp_c = 1
+    if cal.groups_per_unit < exp_c:
+        probs.append(f"quantile groups_per_unit {cal.groups_per_unit} < {exp_c}")
+    if abs(cal.eps_run - cal.epsilon / (cal.groups_per_unit * len(plan.aggregates))) > 1e-12 * cal.eps_run:
+        probs.append(f"quantile eps_run {cal.eps_run} is not epsilon / (C m)")
+    for j, a in enumerate(plan.aggregates):
+        # p is taken on the dyadic grid m / 2^20 (dpsql/mechanisms/quantile.py, step 1): the quantile released
+        p = round(a.quantile * 2**20) / 2**20 if a.kind == ir.QUANTILE else 1.0
+        if cal.sensitivity[j] < r * max(p, 1 - p):
+            probs.append(f"quantile sensitivity {cal.sensitivity[j]} < {r} * max(p, 1 - p)")
     ha, hb = hist(ta[0]), hist(tb[0])
     changed = 0
     for key in set(ha) | set(hb):
@@ -364,6 +397,10 @@ def _check_dawa(a: dict[str, Any], b: dict[str, Any], cal: Any) -> list[str]:
     def hist(t: pa.Table) -> dict[tuple[Any, ...], int]:
         return {tuple(r[c] for c in bins): r["__n"] for r in t.to_pylist()}
 
+    g = cal.groups
+    want = min(g.max_groups_per_unit * g.max_rows_per_group, g.max_rows_per_unit) if g is not None else None
+    if want is not None and cal.cap < want:
+        return [f"DAWA cap {cal.cap} < min(C_u k, L) = {want}"]
     ha, hb = hist(ta[0]), hist(tb[0])
     l1 = sum(abs(ha.get(k, 0) - hb.get(k, 0)) for k in set(ha) | set(hb))
     if l1 > cal.cap:

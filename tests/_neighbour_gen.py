@@ -50,7 +50,7 @@ class Case:
 
 def _base_rows(rnd: random.Random, production: bool) -> list[dict[str, Any]]:
     rows = []
-    for u in range(rnd.randint(5, 14) * (3 if production else 1)):
+    for u in range(rnd.randint(20, 50) * (3 if production else 1)):
         for _ in range(1 if production else rnd.randint(1, 4)):
             rows.append({
                 "uid": u,
@@ -123,7 +123,8 @@ AGGS = [
 QUANTILES = ["MEDIAN(x)", "MIN(y)", "MAX(x)", "PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY y)", "QUANTILE(v, 0.25)",
              "MEDIAN(n)", "MAX(v)"]
 KEYS = ["g", "h", "CASE WHEN x > 3 THEN 'hi' ELSE 'lo' END", "floor(y / 10) * 10", "COALESCE(h, 'none')", "length(h)",
-        "b", "n", "g || h", "x > 0"]
+        "b", "n", "g || h", "x > 0", "x", "z", "TRY_CAST(h AS INTEGER)", "y", "upper(g)", "n % 3", "floor(n / 2) * 2",
+        "CASE WHEN h IS NULL THEN 'none' WHEN h = 'p' THEN 'p' ELSE 'other' END"]
 WHERES = [None, "x > 0", "h <> 'zz'", "g IN ('a', 'b')", "y BETWEEN 10 AND 50", "z IS NOT NULL", "NOT b", "x < y",
           "length(h) < 5", "v > 0.5"]
 
@@ -160,8 +161,26 @@ def random_case(seed: int, production: bool = False) -> Case:
             sql = f"SELECT {', '.join(aggs)} FROM t{w}"
     elif shape < 0.28:  # histogram over an ordered column (DAWA)
         reg["columns"]["n"] = {"bounds": (0, 10), "bins": 10}
-        sql = f"SELECT n, COUNT(*) FROM t{w} GROUP BY n"
+        key = rnd.choice(["n", "n", "floor(n / 2) * 2"])
+        sql = f"SELECT {key}, COUNT(*) FROM t{w} GROUP BY {key}"
         delta = 0.0 if rnd.random() < 0.5 else delta
+    elif shape < 0.34:  # keys only (public domain or sparse keys), DISTINCT
+        keys = rnd.sample(["g", "h", "b", "g", "n"], rnd.randint(1, 2))
+        if "b" in keys and rnd.random() < 0.5:
+            reg["columns"]["b"] = {"domain": [True, False]}
+        if "n" in keys and rnd.random() < 0.5:
+            reg["columns"]["n"] = {"domain": list(range(0, 11))}
+        sql = (f"SELECT DISTINCT {', '.join(keys)} FROM t{w}" if rnd.random() < 0.5
+               else f"SELECT {', '.join(keys)} FROM t{w} GROUP BY {', '.join(keys)}")
+        delta = rnd.choice([1e-6, 1e-5])
+    elif shape < 0.42:  # public multi-key domains
+        reg["columns"]["g"] = {"domain": ["a", "b", "c", ""]}
+        reg["columns"]["b"] = {"domain": [True, False]}
+        keys = rnd.choice([["g", "b"], ["b"], ["g"]])
+        aggs = rnd.sample(AGGS, rnd.randint(1, 3))
+        sql = f"SELECT {', '.join([*keys, *aggs])} FROM t{w} GROUP BY {', '.join(keys)}"
+        if rnd.random() < 0.2:
+            sql += " ORDER BY 1 LIMIT 3"
     else:
         aggs = rnd.sample(AGGS, rnd.randint(1, 3))
         nkeys = rnd.choice([0, 1, 1, 1, 2])
@@ -172,6 +191,10 @@ def random_case(seed: int, production: bool = False) -> Case:
             sql += f" GROUP BY {', '.join(keys)}"
             if rnd.random() < 0.15:
                 sql += " HAVING COUNT(*) > 2"
-    if rnd.random() < 0.15:
-        options = {"max_groups_per_unit": 1} if isinstance(sql, str) and "GROUP BY" in sql else None
+    if rnd.random() < 0.3 and isinstance(sql, str):
+        if "GROUP BY" in sql or "DISTINCT" in sql:
+            options = rnd.choice([{"max_groups_per_unit": 1}, {"max_rows_per_group": 1}, {"tau": 4}, {"tau_star": 3.5},
+                                  {"sigma": 3.0, "tau_star": 40}, {"max_groups_per_unit": 2, "max_rows_per_group": 2}])
+        else:
+            options = rnd.choice([{"max_rows_per_unit": 1}, {"max_rows_per_unit": 2}])
     return Case(seed, table, reg, sql, eps, delta, options, production)
