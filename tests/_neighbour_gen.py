@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
 import random
 from dataclasses import dataclass
@@ -13,8 +15,14 @@ TARGET = 1000
 
 SCHEMA = pa.schema([
     ("uid", pa.int64()), ("g", pa.string()), ("h", pa.string()), ("x", pa.float64()), ("y", pa.int64()),
-    ("z", pa.float64()), ("n", pa.int32()), ("b", pa.bool_()), ("v", pa.float64()),
+    ("z", pa.float64()), ("n", pa.int32()), ("b", pa.bool_()), ("v", pa.float64()), ("d", pa.date32()),
+    ("amt", pa.decimal128(18, 2)), ("ts", pa.timestamp("us")),
 ])
+D_ADV = [datetime.date(1, 1, 1), datetime.date(9999, 12, 31), None, datetime.date(2024, 2, 29), datetime.date(1970, 1, 1)]
+AMT_ADV = [decimal.Decimal("9999999999999999.99"), decimal.Decimal("-9999999999999999.99"), None, decimal.Decimal("0.01"),
+           decimal.Decimal("500.00"), decimal.Decimal("500.01")]
+TS_ADV = [datetime.datetime(1, 1, 1), datetime.datetime(9999, 12, 31, 23, 59, 59, 999999), None,
+          datetime.datetime(2024, 1, 31, 23, 59, 59, 999999)]
 
 X_ADV = [1e308, -1e308, math.nan, math.inf, -math.inf, None, -0.0, 5e-324, 20.0, -5.0, 20.000000001, 19.999, 1e15]
 Y_ADV = [2**63 - 1, -(2**63), None, 0, 100, 101, -1, 2**53 + 1]
@@ -62,6 +70,9 @@ def _base_rows(rnd: random.Random, production: bool) -> list[dict[str, Any]]:
                 "n": rnd.choice([rnd.randint(0, 12), rnd.randint(0, 9), None]),
                 "b": rnd.choice([True, False, None]),
                 "v": rnd.choice([rnd.uniform(-2, 2), rnd.uniform(1e15, 1e15 + 4), None]),
+                "d": datetime.date(2024, rnd.randint(1, 12), rnd.randint(1, 28)),
+                "amt": decimal.Decimal(rnd.randint(0, 60000)) / 100,
+                "ts": datetime.datetime(2024, rnd.randint(1, 3), rnd.randint(1, 28), rnd.randint(0, 23)),
             })
     return rows
 
@@ -85,6 +96,9 @@ def _target_rows(rnd: random.Random) -> list[dict[str, Any]]:
             "n": rnd.choice(N_ADV),
             "b": rnd.choice([True, False, None]),
             "v": rnd.choice(V_ADV),
+            "d": rnd.choice(D_ADV),
+            "amt": rnd.choice(AMT_ADV),
+            "ts": rnd.choice(TS_ADV),
         }
         first = first or r
         rows.append(r)
@@ -97,7 +111,11 @@ def _registration(rnd: random.Random) -> dict[str, Any]:
         "y": {"bounds": (0, 100)},
         "n": {"bounds": (0, 10), "bins": 10} if rnd.random() < 0.5 else {"bounds": (0, 10)},
         "v": {"bounds": rnd.choice(BOUNDS_V)},
+        "amt": {"bounds": rnd.choice([(0, 500), (-1e6, 1e6), (0.01, 0.02)])},
     }
+    if rnd.random() < 0.3:
+        cols["d"] = {"bounds": ("2024-01-01", "2025-01-01"), "bin_width": "7 days"} if rnd.random() < 0.5 else \
+            {"domain": ["2024-01-01", "2024-02-29", "9999-12-31"]}
     if rnd.random() < 0.5:
         cols["g"] = {"domain": rnd.choice([["a", "b", "c"], ["a", "b"], ["a", "b", "c", "d", ""]])}
     reg: dict[str, Any] = {
@@ -118,15 +136,17 @@ AGGS = [
     "SUM(LEAST(GREATEST(z, -3), 7))", "SUM(x * 2 - y)", "SUM(CASE WHEN b THEN x ELSE 0 END)", "AVG(y / 4)",
     "SUM(ABS(x))", "SUM(-v)", "AVG(LEAST(GREATEST(z, -1e300), 1e300))", "SUM(x * x)", "SUM(COALESCE(x, 3))",
     "SUM(CAST(y AS INTEGER))", "SUM(v * 1e10)", "AVG(GREATEST(x, y))", "COUNT(DISTINCT CAST(x AS VARCHAR))",
-    "SUM(n)", "COUNT(DISTINCT g)", "VAR_SAMP(v)", "STDDEV_SAMP(n)",
+    "SUM(n)", "COUNT(DISTINCT g)", "VAR_SAMP(v)", "STDDEV_SAMP(n)", "SUM(amt)", "AVG(amt)", "VARIANCE(amt)",
+    "COUNT(DISTINCT d)", "COUNT(ts)", "SUM(amt * 2)",
 ]
 QUANTILES = ["MEDIAN(x)", "MIN(y)", "MAX(x)", "PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY y)", "QUANTILE(v, 0.25)",
              "MEDIAN(n)", "MAX(v)"]
 KEYS = ["g", "h", "CASE WHEN x > 3 THEN 'hi' ELSE 'lo' END", "floor(y / 10) * 10", "COALESCE(h, 'none')", "length(h)",
         "b", "n", "g || h", "x > 0", "x", "z", "TRY_CAST(h AS INTEGER)", "y", "upper(g)", "n % 3", "floor(n / 2) * 2",
-        "CASE WHEN h IS NULL THEN 'none' WHEN h = 'p' THEN 'p' ELSE 'other' END"]
+        "CASE WHEN h IS NULL THEN 'none' WHEN h = 'p' THEN 'p' ELSE 'other' END", "date_trunc('month', d)", "year(d)",
+        "d", "date_trunc('day', ts)", "CAST(amt AS INTEGER)", "amt > 100"]
 WHERES = [None, "x > 0", "h <> 'zz'", "g IN ('a', 'b')", "y BETWEEN 10 AND 50", "z IS NOT NULL", "NOT b", "x < y",
-          "length(h) < 5", "v > 0.5"]
+          "length(h) < 5", "v > 0.5", "d >= DATE '2024-03-01'", "amt < 300", "ts < TIMESTAMP '2024-02-01'"]
 
 
 def random_case(seed: int, production: bool = False) -> Case:
