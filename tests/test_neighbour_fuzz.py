@@ -44,7 +44,7 @@ SALTED_SEEDS = [
     20261219,  # public domain
     20261202,  # refused on both
 ]
-PRODUCTION_SEEDS = list(range(7020, 7020 + 6))
+PRODUCTION_SEEDS = [7000, 7004, 7020, 7026, 7006, 7010, 7018, 7001, 7002]  # dawa, exponential, gaussian, laplace, sparse
 
 
 def _check(case: Case) -> list[str]:
