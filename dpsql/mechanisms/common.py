@@ -218,7 +218,10 @@ def finish_release(
             declared = plan.table.column(a.column or "").granularity
             if declared:
                 g = min(g, declared)
-            avg = round_to_granularity(avg, g)
+            if g > 0:
+                avg = round_to_granularity(avg, g)
+            else:  # bounds so narrow (width below ~1e-306) that their power of ten underflows: no grid, no rounding
+                g = 0.0
             mask = np.isnan(avg)
             cols[a.name] = pa.array(np.where(mask, 0.0, avg), mask=mask, type=pa.float64())
             # delta-method interval around the bounded truth, from released values only

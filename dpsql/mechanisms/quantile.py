@@ -147,7 +147,10 @@ def value_grid(plan: ir.QueryPlan, agg: ir.Aggregate) -> ValueGrid:
         if plan.table.schema.get(agg.column, "").upper() in _INTEGER_TYPES:
             base = 1.0
         else:
-            base = 10.0 ** math.floor(math.log10(width / 1000.0)) if width > 0 else 1.0
+            # a width below 1000 times the least double has no such power (width / 1000 underflows to 0):
+            # base 0 is refused as too fine below, as a power of ten that underflows is
+            tenth = width / 1000.0
+            base = 10.0 ** math.floor(math.log10(tenth)) if tenth > 0 else (0.0 if width > 0 else 1.0)
     ratio = width / float(base) if float(base) > 0 else math.inf
     if not math.isfinite(ratio):  # a granularity (or a width) too fine for doubles: no grid can be built
         raise ConfigError(
