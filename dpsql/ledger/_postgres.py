@@ -22,7 +22,12 @@ charge is durable when COMMIT returns (PostgreSQL's WAL: every write transaction
 ``synchronous_commit`` to ``on`` where the server, database or role sets ``off`` or ``local``,
 and keeps ``remote_write`` / ``remote_apply``); the caller reads private rows only after that. A lock that is not
 granted within ``lock_timeout`` seconds (PostgreSQL's ``lock_timeout``, set per transaction) is a
-LedgerError that changes nothing. ``tests/test_ledger_postgres.py`` runs N processes charging
+LedgerError that changes nothing; the server's, database's or role's ``statement_timeout``,
+``idle_in_transaction_session_timeout`` and ``transaction_timeout`` are lifted for the transaction
+(its one wait is the lock, bounded by ``lock_timeout``). A read-only transaction (a standby, or
+``default_transaction_read_only = on``) is a LedgerError that says so; a connection the server
+drops mid-transaction is a LedgerError (the server rolls the transaction back), never psycopg's
+own exception. ``tests/test_ledger_postgres.py`` runs N processes charging
 one ledger concurrently and checks that the total is never exceeded.
 
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
@@ -194,10 +199,18 @@ class PostgresLedger(Ledger):
     def _has_tables(self) -> bool:
         con = self._connect("nothing was changed")
         try:
-            with con.cursor() as cur:
-                cur.execute("SELECT to_regclass('ledger_meta'), to_regclass('ledger_totals'), to_regclass('ledger_entries')")
-                row = cur.fetchone()
-            con.rollback()
+            failure: LedgerError | None = None
+            try:
+                with con.cursor() as cur:
+                    cur.execute("SELECT to_regclass('ledger_meta'), to_regclass('ledger_totals'), to_regclass('ledger_entries')")
+                    row = cur.fetchone()
+                con.rollback()
+            except Exception as e:  # noqa: BLE001 - psycopg's errors; the server's text is not shown
+                failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); nothing was changed",
+                                      hint="check the server and the user's rights")
+            if failure is not None:
+                _rollback(con)
+                raise failure
             present = [x is not None for x in row]
             if any(present) and not all(present):
                 raise LedgerError(
@@ -229,10 +242,17 @@ class PostgresLedger(Ledger):
                           [total.epsilon, total.delta])
             con.commit()
         except LedgerError:
-            con.rollback()
+            _rollback(con)
             raise
         except Exception as e:  # noqa: BLE001
-            con.rollback()
+            _rollback(con)
+            psycopg = _psycopg()
+            if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
+                raise _read_only_failure(self.path, "no ledger was created") from None
+            if isinstance(e, psycopg.errors.InvalidSchemaName):
+                raise LedgerError(f"cannot create the ledger in {self.path}: the connection's search_path names no "
+                                  "schema to create its tables in; no ledger was created",
+                                  hint="name one in the URL: ?options=-csearch_path%3D<schema>") from None
             raise LedgerError(f"cannot create the ledger in {self.path} ({type(e).__name__}); no ledger was created",
                               hint="check that the user may create tables in the database") from None
         finally:
@@ -270,6 +290,8 @@ class PostgresLedger(Ledger):
                 # PostgreSQL reads 0 as "wait forever" and refuses more than 2^31 - 1 ms
                 ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
                 c.execute(f"SET LOCAL lock_timeout = '{ms}ms'")
+                c.execute("SELECT set_config(name, '0', true) FROM pg_settings WHERE name IN ("
+                          + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")")
                 # doubles as the shortest text that reads back bit-exact, whatever the server's or the
                 # database's extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted)
                 c.execute("SET LOCAL extra_float_digits = 3")
@@ -288,11 +310,13 @@ class PostgresLedger(Ledger):
             except psycopg.errors.UndefinedTable:
                 failure = LedgerError(f"the database {self.path} is not a dpsql budget ledger (a table is missing)",
                                       hint="create it with create=True or `dpsql init --ledger URL`")
+            except psycopg.errors.ReadOnlySqlTransaction:
+                failure = _read_only_failure(self.path, unchanged)
             except psycopg.Error as e:
                 failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
                                       hint="check the server and the user's rights")
             if failure is not None:
-                con.rollback()
+                _rollback(con)
                 raise failure
             try:
                 yield c, t
@@ -300,7 +324,9 @@ class PostgresLedger(Ledger):
                     c.execute("UPDATE ledger_meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) "
                               "WHERE key = 'generation'")
             except BaseException as e:
-                con.rollback()
+                _rollback(con)
+                if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
+                    raise _read_only_failure(self.path, unchanged) from None
                 if isinstance(e, psycopg.Error):
                     raise LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
                                       hint="check the server and the user's rights") from None
@@ -338,6 +364,33 @@ class PostgresLedger(Ledger):
 
     def close(self) -> None:
         self._closed = True
+
+
+def _rollback(con: Any) -> None:
+    """Roll back, whatever the connection's state: a connection the server has dropped (its backend
+    terminated, a restart, a fail-over) raises on ROLLBACK, and that error would replace the
+    LedgerError being raised. The server rolls back the transaction of a connection it dropped."""
+    try:
+        con.rollback()
+    except Exception:  # noqa: BLE001 - the connection is closed right after
+        pass
+
+
+#: time-outs of the server, database or role that would cut a ledger transaction short. Each is
+#: lifted for the transaction (those the server has): its only wait is for the ledger's lock,
+#: bounded by ``lock_timeout``, and a ``statement_timeout`` below that wait turned a busy ledger
+#: into a failure; an idle-in-transaction time-out below the driver's pause between two statements
+#: dropped the connection mid-charge.
+_LIFTED_TIMEOUTS = ("statement_timeout", "idle_in_transaction_session_timeout", "transaction_timeout")
+
+
+def _read_only_failure(path: str, unchanged: str) -> LedgerError:
+    return LedgerError(
+        f"ledger {path}: the PostgreSQL transaction is read-only (the server is a standby in recovery, or the "
+        f"server, database or role sets default_transaction_read_only = on); {unchanged}",
+        hint="point the URL at the primary server, or let the ledger's user write: ALTER ROLE <user> SET "
+             "default_transaction_read_only = off (or ALTER DATABASE <db> ...)",
+    )
 
 
 def _statements(script: str) -> list[str]:
