@@ -384,7 +384,7 @@ def _rollback(con: Any) -> None:
 _LIFTED_TIMEOUTS = ("statement_timeout", "idle_in_transaction_session_timeout", "transaction_timeout")
 
 
-def _read_only_failure(path: str, unchanged: str) -> LedgerError:
+def _read_only_failure(path: str | None, unchanged: str) -> LedgerError:
     return LedgerError(
         f"ledger {path}: the PostgreSQL transaction is read-only (the server is a standby in recovery, or the "
         f"server, database or role sets default_transaction_read_only = on); {unchanged}",
