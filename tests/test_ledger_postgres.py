@@ -254,3 +254,25 @@ def test_a_connection_the_server_drops_is_a_ledger_error(server: Server, monkeyp
             open_ledger(url)
     monkeypatch.undo()
     assert open_ledger(url).remaining() == dpsql.Budget(1.0, 0.0)
+
+
+def test_a_user_without_write_rights_is_told_which_grant_is_missing(server: Server) -> None:
+    import psycopg
+
+    url = _configured(server, "work_mem = '4MB'")
+    role = "r_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(f"CREATE ROLE {role} LOGIN")
+        con.execute(f"GRANT SELECT ON ledger_meta, ledger_totals, ledger_entries TO {role}")
+    as_reader = url.replace("//dpsql@", f"//{role}@")
+    led = open_ledger(as_reader)
+    assert led.remaining() == dpsql.Budget(1.0, 0.0)  # reading is allowed
+    with pytest.raises(LedgerError, match="may not write") as info:
+        led.reserve(dpsql.Budget(0.1, 0.0), mechanism="basic", query="q", tables=["t"], params={})
+    assert "GRANT SELECT, INSERT, UPDATE ON ledger_meta, ledger_totals, ledger_entries" in str(info.value.hint)
+    assert "nothing was charged" in str(info.value)
+    # creating a ledger where the user may not create tables says so
+    other = server.database("c_" + uuid.uuid4().hex[:12])
+    with pytest.raises(LedgerError, match="no ledger was created") as info:
+        open_ledger(other.replace("//dpsql@", f"//{role}@"), budget=dpsql.Budget(1.0, 0.0), create=True)
+    assert "create tables" in str(info.value.hint)

@@ -312,6 +312,8 @@ class PostgresLedger(Ledger):
                                       hint="create it with create=True or `dpsql init --ledger URL`")
             except psycopg.errors.ReadOnlySqlTransaction:
                 failure = _read_only_failure(self.path, unchanged)
+            except psycopg.errors.InsufficientPrivilege:
+                failure = _privilege_failure(self.path, unchanged, write)
             except psycopg.Error as e:
                 failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
                                       hint="check the server and the user's rights")
@@ -327,6 +329,8 @@ class PostgresLedger(Ledger):
                 _rollback(con)
                 if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
                     raise _read_only_failure(self.path, unchanged) from None
+                if isinstance(e, psycopg.errors.InsufficientPrivilege):
+                    raise _privilege_failure(self.path, unchanged, write) from None
                 if isinstance(e, psycopg.Error):
                     raise LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
                                       hint="check the server and the user's rights") from None
@@ -390,6 +394,15 @@ def _read_only_failure(path: str | None, unchanged: str) -> LedgerError:
         f"server, database or role sets default_transaction_read_only = on); {unchanged}",
         hint="point the URL at the primary server, or let the ledger's user write: ALTER ROLE <user> SET "
              "default_transaction_read_only = off (or ALTER DATABASE <db> ...)",
+    )
+
+
+def _privilege_failure(path: str | None, unchanged: str, write: bool) -> LedgerError:
+    need = "SELECT, INSERT, UPDATE" if write else "SELECT"
+    return LedgerError(
+        f"ledger {path}: the PostgreSQL user may not {'write' if write else 'read'} the ledger's tables; {unchanged}",
+        hint=f"as the ledger's owner: GRANT {need} ON ledger_meta, ledger_totals, ledger_entries TO <user> (and USAGE "
+             "on their schema)",
     )
 
 
