@@ -276,3 +276,34 @@ def test_a_user_without_write_rights_is_told_which_grant_is_missing(server: Serv
     with pytest.raises(LedgerError, match="no ledger was created") as info:
         open_ledger(other.replace("//dpsql@", f"//{role}@"), budget=dpsql.Budget(1.0, 0.0), create=True)
     assert "create tables" in str(info.value.hint)
+
+
+def test_a_schema_earlier_in_the_search_path_cannot_stand_in_for_the_ledger(server: Server) -> None:
+    """Someone who may create schemas in the database (not write the ledger) creates one named after
+    the ledger's user, which the default search_path ("$user", public) reads first, holding an empty
+    ledger_entries: the ledger read it, the spent budget was 0 again, and a charge of 0.9 against a
+    total of 1.0 that had 0.1 left went through. Tables of the ledger's names in two schemas of the
+    search_path are now refused; naming the ledger's schema in the URL reads the real one."""
+    import psycopg
+
+    url = _configured(server, "work_mem = '4MB'")
+    led = open_ledger(url)
+    led.commit(led.reserve(dpsql.Budget(0.9, 0.0), mechanism="m", query="q", tables=["t"], params={}))
+    ddl = dpsql.ledger._postgres.schema_postgres_sql()
+    entries = ddl[ddl.index("CREATE TABLE ledger_entries"):].split(";")[0]
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE SCHEMA dpsql")  # the ledger's user is 'dpsql'
+        con.execute(entries.replace("CREATE TABLE ledger_entries", "CREATE TABLE dpsql.ledger_entries"))
+    for attempt in (lambda: open_ledger(url).remaining(),
+                    lambda: open_ledger(url).reserve(dpsql.Budget(0.9, 0.0), mechanism="m", query="q", tables=["t"],
+                                                     params={})):
+        with pytest.raises(LedgerError, match="more than one schema") as info:
+            attempt()
+        assert "search_path" in str(info.value.hint)
+    # the ledger's own schema named in the URL: the real ledger, 0.1 left
+    pinned = open_ledger(url + "?options=-csearch_path%3Dpublic")
+    assert pinned.remaining().epsilon == pytest.approx(0.1)
+    with pytest.raises(BudgetExceededError):
+        pinned.reserve(dpsql.Budget(0.9, 0.0), mechanism="m", query="q", tables=["t"], params={})
+    with psycopg.connect(url, autocommit=True) as con:  # negative control: without it, the shadow is what is read
+        assert con.execute("SELECT count(*) FROM ledger_entries").fetchone() == (0,)

@@ -289,12 +289,13 @@ class PostgresLedger(Ledger):
                     c.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 # PostgreSQL reads 0 as "wait forever" and refuses more than 2^31 - 1 ms
                 ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
-                c.execute(f"SET LOCAL lock_timeout = '{ms}ms'")
-                c.execute("SELECT set_config(name, '0', true) FROM pg_settings WHERE name IN ("
-                          + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")")
-                # doubles as the shortest text that reads back bit-exact, whatever the server's or the
-                # database's extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted)
-                c.execute("SET LOCAL extra_float_digits = 3")
+                # one statement (one round trip) sets, for this transaction: lock_timeout; doubles as the
+                # shortest text that reads back bit-exact, whatever the server's or the database's
+                # extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted); the
+                # server's time-outs lifted (_LIFTED_TIMEOUTS: those this server has)
+                c.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN ? WHEN 'extra_float_digits' THEN '3' "
+                          "ELSE '0' END, true) FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', "
+                          "'extra_float_digits', " + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms"])
                 if write:
                     c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
                     # a charge is acknowledged only once its WAL record is flushed (and, with synchronous
@@ -347,8 +348,19 @@ class PostgresLedger(Ledger):
             con.close()
 
     def _check_schema(self, con: Any) -> int:
-        rows = dict(con.execute("SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation')")
-                    .fetchall())
+        rows = dict(con.execute(_META_AND_PLACES).fetchall())
+        places = (rows.pop(_PLACES, None) or "").split(",")
+        if len(places) != len(_REQUIRED_TABLES) or len(set(places)) != 1:
+            # a schema earlier in the search_path that holds a table of the ledger's name (e.g. one named
+            # after the ledger's user, found first by the default "$user", public) stands in for the
+            # ledger's own: an empty ledger_entries there gave the spent budget back
+            raise LedgerError(
+                f"ledger {self.path}: the ledger's tables are found in more than one schema of the connection's "
+                f"search_path ({', '.join(sorted(set(places)))}); another schema's table could stand in for the "
+                "ledger's, so nothing is read or charged",
+                hint="name the ledger's schema in the URL (?options=-csearch_path%3D<schema>) and drop the other "
+                     "schema's tables of these names",
+            )
         if "schema_version" not in rows:
             raise self._corrupt("ledger_meta has no schema_version")
         try:
@@ -368,6 +380,17 @@ class PostgresLedger(Ledger):
 
     def close(self) -> None:
         self._closed = True
+
+
+_PLACES = "__places"
+#: ledger_meta's version and generation, and, in one round trip, the schema of every table of the
+#: ledger's names that the connection's search_path can see (pg_temp included): one schema, each once
+_META_AND_PLACES = (
+    "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation') UNION ALL "
+    f"SELECT '{_PLACES}', string_agg(n.nspname, ',' ORDER BY n.nspname) FROM pg_catalog.pg_class c "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
+    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true))"
+)
 
 
 def _rollback(con: Any) -> None:
