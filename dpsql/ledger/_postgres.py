@@ -34,7 +34,9 @@ Refusals: a database without the three tables is "not a dpsql ledger" unless ``c
 (then the schema is created, under a transaction-scoped advisory lock so two creators cannot
 both create it); a database with the tables but another ``schema_version`` is refused exactly
 as a DuckDB file is; tables other than dpsql's are left alone (the ledger uses the connection's
-``search_path``: give it a schema of its own with ``?options=-csearch_path%3Ddpsql``).
+``search_path``: give it a schema of its own with ``?options=-csearch_path%3Ddpsql``); tables of the
+ledger's names in more than one schema of the search_path are refused (another schema, e.g. one named
+after the user and so read first, could stand in for the ledger's own).
 The URL's password never appears in a message (``Ledger.path`` shows the URL without it).
 """
 
