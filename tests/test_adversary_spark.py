@@ -231,3 +231,36 @@ def test_files_that_disagree_on_a_type_are_refused_at_registration(spark: dpsql.
     pq.write_table(pa.table({"uid": pa.array([N + 2], pa.int64()), "x": pa.array([None], pa.null())}), w / "c.parquet")
     spark.register("widen", str(w / "*.parquet"), privacy_unit="uid")
     assert outcome(spark, "SELECT COUNT(*) AS c FROM widen WHERE x > 1") == ("ok", [{"c": N + 1}])
+
+
+# -- the caller's SparkSession settings ----------------------------------------------------------------------------
+
+
+def test_settings_the_callers_session_was_started_with_do_not_change_dpsql_sql(spark: dpsql.Session, lake: Path) -> None:
+    # ``newSession()`` inherits the options a SparkSession was built with (spark-defaults.conf, the
+    # builder's .config(...)): a caller's session with ANSI's reserved keywords enforced made every
+    # query with a SUM, a COUNT(DISTINCT ..) or a cast to text fail to parse (QueryTypeError on Spark
+    # only); dpsql's session now sets the parser options it relies on
+    from pyspark.sql import SparkSession
+
+    base = spark._engine.spark
+    jvm = base._jvm
+    opts = jvm.java.util.HashMap()
+    for k in ("spark.sql.ansi.enforceReservedKeywords", "spark.sql.ansi.doubleQuotedIdentifiers"):
+        opts.put(k, "true")
+    caller = SparkSession(base.sparkContext, jsparkSession=jvm.org.apache.spark.sql.classic.SparkSession(
+        base._jsc.sc(), opts))
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 0.5), engine="spark", spark=caller)
+    try:
+        # negative control: dpsql's session would inherit the caller's option
+        assert caller.newSession().conf.get("spark.sql.ansi.enforceReservedKeywords") == "true"
+        use_noise(s, zero_noise(3))
+        t = register(s, lake, pa.table({"uid": pa.array(range(N), pa.int64()),
+                                        "k": pa.array(["a", "b"] * (N // 2)),
+                                        "x": pa.array([1.5] * N)}), max_groups_per_unit=1,
+                     columns={"x": {"bounds": (0, 2)}})
+        assert outcome(s, f"SELECT k, COUNT(*) AS c, SUM(x) AS s FROM {t} GROUP BY k") == \
+            ("ok", [{"k": "a", "c": N // 2, "s": 1.5 * N / 2}, {"k": "b", "c": N // 2, "s": 1.5 * N / 2}])
+        assert outcome(s, f"SELECT COUNT(DISTINCT k) AS c FROM {t}") == ("ok", [{"c": 2}])
+    finally:
+        s.close()

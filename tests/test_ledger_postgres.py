@@ -11,6 +11,7 @@ import multiprocessing as mp
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -145,3 +146,164 @@ def test_concurrent_processes_never_overspend(url: str) -> None:
     assert h.num_rows == 30 and sorted(h.column("entry_id").to_pylist()) == list(range(1, 31))
     assert led.spent() == dpsql.Budget(3.0, 0.0) or led.spent().epsilon == pytest.approx(3.0)
     assert led.remaining().epsilon == pytest.approx(0.0, abs=1e-12)
+
+
+# -- the server's settings and a server that drops the connection -------------------------------------
+
+
+def _configured(server: Server, setting: str) -> str:
+    import psycopg
+
+    name = "l_" + uuid.uuid4().hex[:12]
+    url = server.database(name)
+    open_ledger(url, budget=dpsql.Budget(1.0, 0.0), create=True).close()
+    with psycopg.connect(server.url, autocommit=True) as con:
+        con.execute(f'ALTER DATABASE "{name}" SET {setting}')
+    return url
+
+
+def test_a_statement_timeout_shorter_than_the_lock_wait_does_not_fail_a_charge(server: Server) -> None:
+    """A database (or role) statement_timeout below the time a charge waits for the ledger's lock cancelled
+    the wait: a busy ledger failed with 'PostgreSQL failed (QueryCanceled)' instead of waiting up to the
+    ledger's lock_timeout. Every ledger transaction now lifts the server's statement, idle-in-transaction
+    (and, where the server has it, transaction) time-outs: its one wait is the lock, bounded by lock_timeout."""
+    import threading
+    import time
+
+    import psycopg
+
+    url = _configured(server, "statement_timeout = '200ms'")
+    holder = psycopg.connect(url)  # another writer holds the ledger's lock for about a second
+    holder.execute("SET LOCAL statement_timeout = 0")
+    holder.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
+    release = threading.Timer(1.0, holder.commit)
+    release.start()
+    try:
+        led = open_ledger(url, lock_timeout=60)
+        t0 = time.monotonic()
+        led.reserve(dpsql.Budget(0.1, 0.0), mechanism="basic", query="q", tables=["t"], params={})
+        assert time.monotonic() - t0 > 0.2  # it did wait beyond the server's statement_timeout
+        assert led.spent() == dpsql.Budget(0.1, 0.0)
+    finally:
+        release.join()
+        holder.close()
+    # negative control: the setting is in force for other statements of that database
+    with psycopg.connect(url) as con, pytest.raises(psycopg.errors.QueryCanceled):
+        con.execute("SELECT pg_sleep(1)")
+
+
+def test_a_read_only_database_is_named_with_the_fix(server: Server) -> None:
+    url = _configured(server, "default_transaction_read_only = on")
+    led = open_ledger(url)
+    assert led.remaining() == dpsql.Budget(1.0, 0.0)  # reads work
+    with pytest.raises(LedgerError) as info:
+        led.reserve(dpsql.Budget(0.1, 0.0), mechanism="basic", query="q", tables=["t"], params={})
+    text = str(info.value) + " " + str(info.value.hint)
+    assert "read-only" in text and "default_transaction_read_only" in text and "nothing was charged" in text
+    assert led.remaining() == dpsql.Budget(1.0, 0.0)
+    other = server.database("r_" + uuid.uuid4().hex[:12])
+    import psycopg
+
+    with psycopg.connect(server.url, autocommit=True) as con:
+        con.execute(f'ALTER DATABASE "{other.rsplit("/", 1)[1]}" SET default_transaction_read_only = on')
+    with pytest.raises(LedgerError, match="read-only") as info:
+        open_ledger(other, budget=dpsql.Budget(1.0, 0.0), create=True)
+    assert "default_transaction_read_only" in str(info.value.hint)
+
+
+@pytest.mark.parametrize("at", ["connect", "LOCK TABLE", "INSERT INTO ledger_entries", "UPDATE ledger_meta"])
+def test_a_connection_the_server_drops_is_a_ledger_error(server: Server, monkeypatch: pytest.MonkeyPatch,
+                                                         at: str) -> None:
+    """The server ends the ledger's connection (pg_terminate_backend, a restart, a fail-over, an
+    idle-in-transaction time-out) at each step of a charge: psycopg's own OperationalError escaped
+    (from the statement, or from the rollback of the dead connection) instead of a LedgerError saying
+    that nothing was charged. Nothing is charged in every case."""
+    import psycopg
+
+    from dpsql.ledger import _postgres
+
+    url = _configured(server, "work_mem = '4MB'")  # any ledger of its own
+    led = open_ledger(url)
+
+    def kill(con: Any) -> None:
+        with psycopg.connect(server.url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", [con.info.backend_pid])
+
+    if at == "connect":
+        connect = _postgres.PostgresLedger._connect
+
+        def dropped(self: Any, unchanged: str) -> Any:
+            con = connect(self, unchanged)
+            kill(con)
+            return con
+
+        monkeypatch.setattr(_postgres.PostgresLedger, "_connect", dropped)
+    else:
+        execute = _postgres._Con.execute
+
+        def dropping(self: Any, sql: str, params: Any = None) -> Any:
+            if sql.startswith(at):
+                kill(self._con)
+            return execute(self, sql, params)
+
+        monkeypatch.setattr(_postgres._Con, "execute", dropping)
+    with pytest.raises(LedgerError, match="nothing was (charged|changed)"):
+        led.reserve(dpsql.Budget(0.1, 0.0), mechanism="basic", query="q", tables=["t"], params={})
+    if at == "connect":
+        with pytest.raises(LedgerError):
+            open_ledger(url)
+    monkeypatch.undo()
+    assert open_ledger(url).remaining() == dpsql.Budget(1.0, 0.0)
+
+
+def test_a_user_without_write_rights_is_told_which_grant_is_missing(server: Server) -> None:
+    import psycopg
+
+    url = _configured(server, "work_mem = '4MB'")
+    role = "r_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(f"CREATE ROLE {role} LOGIN")
+        con.execute(f"GRANT SELECT ON ledger_meta, ledger_totals, ledger_entries TO {role}")
+    as_reader = url.replace("//dpsql@", f"//{role}@")
+    led = open_ledger(as_reader)
+    assert led.remaining() == dpsql.Budget(1.0, 0.0)  # reading is allowed
+    with pytest.raises(LedgerError, match="may not write") as info:
+        led.reserve(dpsql.Budget(0.1, 0.0), mechanism="basic", query="q", tables=["t"], params={})
+    assert "GRANT SELECT, INSERT, UPDATE ON ledger_meta, ledger_totals, ledger_entries" in str(info.value.hint)
+    assert "nothing was charged" in str(info.value)
+    # creating a ledger where the user may not create tables says so
+    other = server.database("c_" + uuid.uuid4().hex[:12])
+    with pytest.raises(LedgerError, match="no ledger was created") as info:
+        open_ledger(other.replace("//dpsql@", f"//{role}@"), budget=dpsql.Budget(1.0, 0.0), create=True)
+    assert "create tables" in str(info.value.hint)
+
+
+def test_a_schema_earlier_in_the_search_path_cannot_stand_in_for_the_ledger(server: Server) -> None:
+    """Someone who may create schemas in the database (not write the ledger) creates one named after
+    the ledger's user, which the default search_path ("$user", public) reads first, holding an empty
+    ledger_entries: the ledger read it, the spent budget was 0 again, and a charge of 0.9 against a
+    total of 1.0 that had 0.1 left went through. Tables of the ledger's names in two schemas of the
+    search_path are now refused; naming the ledger's schema in the URL reads the real one."""
+    import psycopg
+
+    url = _configured(server, "work_mem = '4MB'")
+    led = open_ledger(url)
+    led.commit(led.reserve(dpsql.Budget(0.9, 0.0), mechanism="m", query="q", tables=["t"], params={}))
+    ddl = dpsql.ledger._postgres.schema_postgres_sql()
+    entries = ddl[ddl.index("CREATE TABLE ledger_entries"):].split(";")[0]
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE SCHEMA dpsql")  # the ledger's user is 'dpsql'
+        con.execute(entries.replace("CREATE TABLE ledger_entries", "CREATE TABLE dpsql.ledger_entries"))
+    for attempt in (lambda: open_ledger(url).remaining(),
+                    lambda: open_ledger(url).reserve(dpsql.Budget(0.9, 0.0), mechanism="m", query="q", tables=["t"],
+                                                     params={})):
+        with pytest.raises(LedgerError, match="more than one schema") as info:
+            attempt()
+        assert "search_path" in str(info.value.hint)
+    # the ledger's own schema named in the URL: the real ledger, 0.1 left
+    pinned = open_ledger(url + "?options=-csearch_path%3Dpublic")
+    assert pinned.remaining().epsilon == pytest.approx(0.1)
+    with pytest.raises(BudgetExceededError):
+        pinned.reserve(dpsql.Budget(0.9, 0.0), mechanism="m", query="q", tables=["t"], params={})
+    with psycopg.connect(url, autocommit=True) as con:  # negative control: without it, the shadow is what is read
+        assert con.execute("SELECT count(*) FROM ledger_entries").fetchone() == (0,)

@@ -19,7 +19,8 @@ checks it on every backend, with negative controls).
 
 Identity across engines holds wherever both engines spell the value alike as text: integers,
 text (UTF-8 bytes), booleans, decimals, dates and timestamps (checked by
-``tests/test_spark.py``). Floating-point values are spelled differently beyond about 1e7 or
+``tests/test_spark.py``; Spark's text of a date or timestamp before year 1 or after 9999 is
+rewritten into DuckDB's, :func:`spark_text_as_duckdb`). Floating-point values are spelled differently beyond about 1e7 or
 below 1e-3 (DuckDB ``1e+20``, Spark ``1.0E20``): a DOUBLE privacy unit or DOUBLE group key is
 still hashed uniformly on each engine, but the engines may then keep different rows where caps
 bind. The bounded query's own hashed columns are the unit, the group keys and the row numbers.
@@ -51,9 +52,40 @@ def _mark(e: exp.Expression, dialect: str) -> exp.Expression:
     return e
 
 
+def _s(v: str) -> exp.Expression:
+    return exp.Literal.string(v)
+
+
+def spark_text_as_duckdb(x: exp.Expression, text: exp.Expression) -> exp.Expression:
+    """Spark's ``text`` of ``x`` (``CAST(x AS STRING)``) with DATE and TIMESTAMP_NTZ values spelled as
+    DuckDB spells them: Spark writes a year after 9999 with a '+' ('+10000-01-01') and a year before
+    1 astronomically with a '-' ('-0095-08-15', '0000-01-01'), DuckDB without the '+' and as
+    '0096-08-15 (BC)' / '0001-01-01 (BC)' (timestamps: the ' (BC)' before the time). Years 1 .. 9999
+    and every other type keep Spark's text, which is DuckDB's (``typeof`` is folded by Spark's
+    analyser: the rewrite costs nothing for other types). Unmarked: callers mark the tree."""
+    year = exp.Anonymous(this="regexp_extract", expressions=[text.copy(), _s("^(-?[0-9]+)-"), exp.Literal.number(1)])
+    bc_year = exp.Anonymous(this="format_string", expressions=[
+        _s("%04d"), exp.Sub(this=exp.Literal.number(1),
+                            expression=exp.TryCast(this=year, to=exp.DataType.build("BIGINT"), safe=True))])
+    rest = exp.Anonymous(this="regexp_replace", expressions=[text.copy(), _s("^-?[0-9]+(-[0-9]{2}-[0-9]{2})"),
+                                                              _s("$1 (BC)")])
+    fixed = exp.Case(ifs=[
+        exp.If(this=exp.Like(this=text.copy(), expression=_s("+%")),
+               true=exp.Anonymous(this="substr", expressions=[text.copy(), exp.Literal.number(2)])),
+        exp.If(this=exp.or_(exp.Like(this=text.copy(), expression=_s("-%")),
+                            exp.Like(this=text.copy(), expression=_s("0000-%"))),
+               true=exp.Anonymous(this="concat", expressions=[bc_year, rest]))],
+        default=text.copy())
+    temporal = exp.In(this=exp.Anonymous(this="typeof", expressions=[x.copy()]),
+                      expressions=[_s("date"), _s("timestamp_ntz")])
+    return exp.Case(ifs=[exp.If(this=temporal, true=fixed)], default=text.copy())
+
+
 def _piece(column: str, dialect: str) -> exp.Expression:
     col = exp.column(column, quoted=False)
-    text = exp.Cast(this=col.copy(), to=exp.DataType.build("VARCHAR"))
+    text: exp.Expression = exp.Cast(this=col.copy(), to=exp.DataType.build("VARCHAR"))
+    if dialect == "spark":  # DuckDB's spelling of dates and timestamps outside years 1 .. 9999
+        text = spark_text_as_duckdb(col, text)
     nbytes = exp.func("strlen", text.copy()) if dialect == "duckdb" else exp.func("octet_length", text.copy())
     length_text = exp.Cast(this=nbytes, to=exp.DataType.build("VARCHAR"))
     body = exp.DPipe(this=exp.DPipe(this=exp.DPipe(this=exp.Literal.string("v"), expression=length_text, safe=True),

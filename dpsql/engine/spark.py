@@ -69,6 +69,11 @@ SQL_CONF = {
     "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
     "spark.sql.legacy.timeParserPolicy": "CORRECTED",
     "spark.sql.caseSensitive": "false",
+    # the parser of dpsql's own SQL: a caller's session started with ANSI's reserved keywords enforced
+    # (``spark.sql.ansi.enforceReservedKeywords``, inherited by ``newSession()``) refused dpsql's
+    # generated SQL, and double-quoted identifiers would change what a quoted literal means
+    "spark.sql.ansi.enforceReservedKeywords": "false",
+    "spark.sql.ansi.doubleQuotedIdentifiers": "false",
     "spark.sql.parquet.inferTimestampNTZ.enabled": "true",
     # DECIMAL arithmetic keeps its operands' scale (never rounds a value to fit 38 digits): the
     # exact negation of a wide DECIMAL (``spark_ops._decimal_sign_lowered``) relies on it

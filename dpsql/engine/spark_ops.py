@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 from sqlglot import exp
 
 from dpsql.engine.base import literal_text, power_of_two_factors
-from dpsql.engine.portable import portable_hash, portable_uniform
+from dpsql.engine.portable import portable_hash, portable_uniform, spark_text_as_duckdb
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.typer import NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
 from dpsql.rewrite.render import DIALECT_MARK
@@ -493,6 +493,9 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
                                if isinstance(node, exp.TryCast) else exp.Cast(this=node.this, to=spark_type(_duck_name(to))))
         new.meta[DIALECT_MARK] = SPARK
         new.meta[_LOWERED] = True
+        if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR):
+            # a DATE or TIMESTAMP as text: DuckDB's spelling outside years 1 .. 9999 (a released key)
+            return _built(spark_text_as_duckdb(_arg(node.this.copy()), _arg(new)))
         return new
     if isinstance(node, exp.Div):
         a, b = node.this, node.expression

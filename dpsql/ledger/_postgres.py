@@ -22,14 +22,21 @@ charge is durable when COMMIT returns (PostgreSQL's WAL: every write transaction
 ``synchronous_commit`` to ``on`` where the server, database or role sets ``off`` or ``local``,
 and keeps ``remote_write`` / ``remote_apply``); the caller reads private rows only after that. A lock that is not
 granted within ``lock_timeout`` seconds (PostgreSQL's ``lock_timeout``, set per transaction) is a
-LedgerError that changes nothing. ``tests/test_ledger_postgres.py`` runs N processes charging
+LedgerError that changes nothing; the server's, database's or role's ``statement_timeout``,
+``idle_in_transaction_session_timeout`` and ``transaction_timeout`` are lifted for the transaction
+(its one wait is the lock, bounded by ``lock_timeout``). A read-only transaction (a standby, or
+``default_transaction_read_only = on``) is a LedgerError that says so; a connection the server
+drops mid-transaction is a LedgerError (the server rolls the transaction back), never psycopg's
+own exception. ``tests/test_ledger_postgres.py`` runs N processes charging
 one ledger concurrently and checks that the total is never exceeded.
 
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
 (then the schema is created, under a transaction-scoped advisory lock so two creators cannot
 both create it); a database with the tables but another ``schema_version`` is refused exactly
 as a DuckDB file is; tables other than dpsql's are left alone (the ledger uses the connection's
-``search_path``: give it a schema of its own with ``?options=-csearch_path%3Ddpsql``).
+``search_path``: give it a schema of its own with ``?options=-csearch_path%3Ddpsql``); tables of the
+ledger's names in more than one schema of the search_path are refused (another schema, e.g. one named
+after the user and so read first, could stand in for the ledger's own).
 The URL's password never appears in a message (``Ledger.path`` shows the URL without it).
 """
 
@@ -194,10 +201,18 @@ class PostgresLedger(Ledger):
     def _has_tables(self) -> bool:
         con = self._connect("nothing was changed")
         try:
-            with con.cursor() as cur:
-                cur.execute("SELECT to_regclass('ledger_meta'), to_regclass('ledger_totals'), to_regclass('ledger_entries')")
-                row = cur.fetchone()
-            con.rollback()
+            failure: LedgerError | None = None
+            try:
+                with con.cursor() as cur:
+                    cur.execute("SELECT to_regclass('ledger_meta'), to_regclass('ledger_totals'), to_regclass('ledger_entries')")
+                    row = cur.fetchone()
+                con.rollback()
+            except Exception as e:  # noqa: BLE001 - psycopg's errors; the server's text is not shown
+                failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); nothing was changed",
+                                      hint="check the server and the user's rights")
+            if failure is not None:
+                _rollback(con)
+                raise failure
             present = [x is not None for x in row]
             if any(present) and not all(present):
                 raise LedgerError(
@@ -229,10 +244,17 @@ class PostgresLedger(Ledger):
                           [total.epsilon, total.delta])
             con.commit()
         except LedgerError:
-            con.rollback()
+            _rollback(con)
             raise
         except Exception as e:  # noqa: BLE001
-            con.rollback()
+            _rollback(con)
+            psycopg = _psycopg()
+            if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
+                raise _read_only_failure(self.path, "no ledger was created") from None
+            if isinstance(e, psycopg.errors.InvalidSchemaName):
+                raise LedgerError(f"cannot create the ledger in {self.path}: the connection's search_path names no "
+                                  "schema to create its tables in; no ledger was created",
+                                  hint="name one in the URL: ?options=-csearch_path%3D<schema>") from None
             raise LedgerError(f"cannot create the ledger in {self.path} ({type(e).__name__}); no ledger was created",
                               hint="check that the user may create tables in the database") from None
         finally:
@@ -269,10 +291,13 @@ class PostgresLedger(Ledger):
                     c.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 # PostgreSQL reads 0 as "wait forever" and refuses more than 2^31 - 1 ms
                 ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
-                c.execute(f"SET LOCAL lock_timeout = '{ms}ms'")
-                # doubles as the shortest text that reads back bit-exact, whatever the server's or the
-                # database's extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted)
-                c.execute("SET LOCAL extra_float_digits = 3")
+                # one statement (one round trip) sets, for this transaction: lock_timeout; doubles as the
+                # shortest text that reads back bit-exact, whatever the server's or the database's
+                # extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted); the
+                # server's time-outs lifted (_LIFTED_TIMEOUTS: those this server has)
+                c.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN ? WHEN 'extra_float_digits' THEN '3' "
+                          "ELSE '0' END, true) FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', "
+                          "'extra_float_digits', " + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms"])
                 if write:
                     c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
                     # a charge is acknowledged only once its WAL record is flushed (and, with synchronous
@@ -288,11 +313,15 @@ class PostgresLedger(Ledger):
             except psycopg.errors.UndefinedTable:
                 failure = LedgerError(f"the database {self.path} is not a dpsql budget ledger (a table is missing)",
                                       hint="create it with create=True or `dpsql init --ledger URL`")
+            except psycopg.errors.ReadOnlySqlTransaction:
+                failure = _read_only_failure(self.path, unchanged)
+            except psycopg.errors.InsufficientPrivilege:
+                failure = _privilege_failure(self.path, unchanged, write)
             except psycopg.Error as e:
                 failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
                                       hint="check the server and the user's rights")
             if failure is not None:
-                con.rollback()
+                _rollback(con)
                 raise failure
             try:
                 yield c, t
@@ -300,7 +329,11 @@ class PostgresLedger(Ledger):
                     c.execute("UPDATE ledger_meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) "
                               "WHERE key = 'generation'")
             except BaseException as e:
-                con.rollback()
+                _rollback(con)
+                if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
+                    raise _read_only_failure(self.path, unchanged) from None
+                if isinstance(e, psycopg.errors.InsufficientPrivilege):
+                    raise _privilege_failure(self.path, unchanged, write) from None
                 if isinstance(e, psycopg.Error):
                     raise LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
                                       hint="check the server and the user's rights") from None
@@ -317,8 +350,19 @@ class PostgresLedger(Ledger):
             con.close()
 
     def _check_schema(self, con: Any) -> int:
-        rows = dict(con.execute("SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation')")
-                    .fetchall())
+        rows = dict(con.execute(_META_AND_PLACES).fetchall())
+        places = (rows.pop(_PLACES, None) or "").split(",")
+        if len(places) != len(_REQUIRED_TABLES) or len(set(places)) != 1:
+            # a schema earlier in the search_path that holds a table of the ledger's name (e.g. one named
+            # after the ledger's user, found first by the default "$user", public) stands in for the
+            # ledger's own: an empty ledger_entries there gave the spent budget back
+            raise LedgerError(
+                f"ledger {self.path}: the ledger's tables are found in more than one schema of the connection's "
+                f"search_path ({', '.join(sorted(set(places)))}); another schema's table could stand in for the "
+                "ledger's, so nothing is read or charged",
+                hint="name the ledger's schema in the URL (?options=-csearch_path%3D<schema>) and drop the other "
+                     "schema's tables of these names",
+            )
         if "schema_version" not in rows:
             raise self._corrupt("ledger_meta has no schema_version")
         try:
@@ -338,6 +382,53 @@ class PostgresLedger(Ledger):
 
     def close(self) -> None:
         self._closed = True
+
+
+_PLACES = "__places"
+#: ledger_meta's version and generation, and, in one round trip, the schema of every table of the
+#: ledger's names that the connection's search_path can see (pg_temp included): one schema, each once
+_META_AND_PLACES = (
+    "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation') UNION ALL "
+    f"SELECT '{_PLACES}', string_agg(n.nspname, ',' ORDER BY n.nspname) FROM pg_catalog.pg_class c "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
+    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true))"
+)
+
+
+def _rollback(con: Any) -> None:
+    """Roll back, whatever the connection's state: a connection the server has dropped (its backend
+    terminated, a restart, a fail-over) raises on ROLLBACK, and that error would replace the
+    LedgerError being raised. The server rolls back the transaction of a connection it dropped."""
+    try:
+        con.rollback()
+    except Exception:  # noqa: BLE001 - the connection is closed right after
+        pass
+
+
+#: time-outs of the server, database or role that would cut a ledger transaction short. Each is
+#: lifted for the transaction (those the server has): its only wait is for the ledger's lock,
+#: bounded by ``lock_timeout``, and a ``statement_timeout`` below that wait turned a busy ledger
+#: into a failure; an idle-in-transaction time-out below the driver's pause between two statements
+#: dropped the connection mid-charge.
+_LIFTED_TIMEOUTS = ("statement_timeout", "idle_in_transaction_session_timeout", "transaction_timeout")
+
+
+def _read_only_failure(path: str | None, unchanged: str) -> LedgerError:
+    return LedgerError(
+        f"ledger {path}: the PostgreSQL transaction is read-only (the server is a standby in recovery, or the "
+        f"server, database or role sets default_transaction_read_only = on); {unchanged}",
+        hint="point the URL at the primary server, or let the ledger's user write: ALTER ROLE <user> SET "
+             "default_transaction_read_only = off (or ALTER DATABASE <db> ...)",
+    )
+
+
+def _privilege_failure(path: str | None, unchanged: str, write: bool) -> LedgerError:
+    need = "SELECT, INSERT, UPDATE" if write else "SELECT"
+    return LedgerError(
+        f"ledger {path}: the PostgreSQL user may not {'write' if write else 'read'} the ledger's tables; {unchanged}",
+        hint=f"as the ledger's owner: GRANT {need} ON ledger_meta, ledger_totals, ledger_entries TO <user> (and USAGE "
+             "on their schema)",
+    )
 
 
 def _statements(script: str) -> list[str]:
