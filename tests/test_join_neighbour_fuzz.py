@@ -18,6 +18,10 @@ them through any declared reference (built from the declarations alone, independ
   and message, or the same mechanism, charge (explain's = the release's = the ledger's), key set and
   details; no warning and no output on stdout / stderr differs.
 
+Below the SQL, random sampled-tuple instances with up to three people per tuple check the scalar
+truncation (certified LP at 3 and unbounded people per tuple: |Δ| ≤ τ + G(τ), and removal never raises
+it by more than G) and the vector cone program (|ΔE| ≤ 1 + gaps, ‖ΔF̄‖ ≤ 2τκ(min E + 1 + gap)).
+
 The sample (q < 1) is the keyed one with a fixed salt, so both neighbours draw the same tuples.
 Negative controls: without the filter that keeps only unique key values (``_unique_filter``) and
 without widening the row caps to every column that reaches people (``_uniform_caps``), the same checks
@@ -96,3 +100,54 @@ def test_negative_control_without_widened_caps(monkeypatch: pytest.MonkeyPatch) 
     assert problems() == []
     monkeypatch.setattr(pj, "_uniform_caps", lambda jp, cat, owner, caps: tuple(caps))
     assert any("per-owner totals" in p for p in problems())
+
+
+def _instance(seed: int, max_people: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Random sampled tuples with up to ``max_people`` people each (weights on the 2^-20 grid), a group each."""
+    g = np.random.default_rng(seed)
+    nu, nt, d = int(g.integers(2, 9)), int(g.integers(3, 30)), int(g.integers(1, 4))
+    w = g.choice([1.0, 0.5, 0.25, 3 * 2.0**-20, 1 - 2.0**-20], nt)
+    pairs = [(t, int(u)) for t in range(nt) for u in g.choice(nu, min(int(g.integers(0, max_people + 1)), nu), replace=False)]
+    ti = np.array([t for t, _ in pairs], dtype=np.int64)
+    ui = np.array([u for _, u in pairs], dtype=np.int64)
+    return w, g.integers(0, d, nt), ti, ui, nu, d
+
+
+def _drop(w: np.ndarray, gid: np.ndarray, ti: np.ndarray, ui: np.ndarray, v: int) -> tuple[np.ndarray, ...]:
+    """The instance less user ``v`` and every tuple they are in (users renumbered)."""
+    keep = np.ones(w.size, dtype=bool)
+    keep[ti[ui == v]] = False
+    idx = np.cumsum(keep) - 1
+    sel = keep[ti]
+    return w[keep], gid[keep], idx[ti[sel]], np.where(ui[sel] > v, ui[sel] - 1, ui[sel])
+
+
+def test_the_general_truncation_paths_move_by_at_most_tau_plus_the_certified_slack() -> None:
+    from dpsql.mechanisms import _s4s_truncation as trunc
+
+    for seed in range(60):
+        w, _, ti, ui, nu, _ = _instance(seed, 3)
+        for people in (3.0, float("inf")):
+            for tau in (0.5, 1.0, 3.0):
+                base = trunc.truncate(trunc.prepare(w, ti, ui, nu), tau, people).value
+                for v in range(nu):
+                    w2, _, ti2, ui2 = _drop(w, np.zeros(w.size, dtype=np.int64), ti, ui, v)
+                    val = trunc.truncate(trunc.prepare(w2, ti2, ui2, nu - 1), tau, people).value
+                    assert abs(base - val) <= tau + trunc.gap_bound(tau) + 1e-12, (seed, people, tau, v, base, val)
+                    assert val <= base + trunc.gap_bound(tau) + 1e-12
+
+
+def test_the_cone_program_moves_E_by_one_and_F_by_two_tau_E_plus_one() -> None:
+    from dpsql.mechanisms import _s4s_socp as socp
+    from dpsql.mechanisms.s4s_vector import KAPPA
+
+    for seed in range(60):
+        w, gid, ti, ui, nu, d = _instance(seed, 3)
+        for tau in (0.5, 1.0, 2.0):
+            a = socp.truncate(socp.Instance(w, gid, ti, ui, nu, d), tau)
+            for v in range(nu):
+                w2, gid2, ti2, ui2 = _drop(w, gid, ti, ui, v)
+                b = socp.truncate(socp.Instance(w2, gid2, ti2, ui2, nu - 1, d), tau)
+                assert abs(a.excess - b.excess) <= 1 + a.gap + b.gap + 1e-9, (seed, tau, v)
+                lim = 2 * tau * KAPPA * (min(a.excess, b.excess) + 1 + max(a.gap, b.gap))
+                assert float(np.linalg.norm(a.values - b.values)) <= lim * (1 + 1e-9), (seed, tau, v)
