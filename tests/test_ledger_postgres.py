@@ -307,3 +307,29 @@ def test_a_schema_earlier_in_the_search_path_cannot_stand_in_for_the_ledger(serv
         pinned.reserve(dpsql.Budget(0.9, 0.0), mechanism="m", query="q", tables=["t"], params={})
     with psycopg.connect(url, autocommit=True) as con:  # negative control: without it, the shadow is what is read
         assert con.execute("SELECT count(*) FROM ledger_entries").fetchone() == (0,)
+
+
+def test_creating_waits_for_another_creator_only_up_to_lock_timeout(server: Server) -> None:
+    """Creation serialises creators with an advisory lock, which waited forever (``dpsql init`` hung while
+    another creator's transaction stayed open). The wait is now bounded by lock_timeout, with a LedgerError
+    naming the fix; once the other creator is done, creation goes through."""
+    import time
+
+    import psycopg
+
+    from dpsql.ledger._postgres import _ADVISORY_KEY
+
+    url = server.database("l_" + uuid.uuid4().hex[:12])
+    holder = psycopg.connect(url)
+    holder.execute("SELECT pg_advisory_xact_lock(%s)", [_ADVISORY_KEY])
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(LedgerError, match="busy: another process has been creating a ledger") as e:
+            open_ledger(url, budget=dpsql.Budget(1.0, 0.0), create=True, lock_timeout=0.5)
+        assert time.monotonic() - t0 < 30 and "lock_timeout" in (e.value.hint or "")
+    finally:
+        holder.rollback()
+        holder.close()
+    led = open_ledger(url, budget=dpsql.Budget(1.0, 0.0), create=True, lock_timeout=0.5)
+    assert led.total() == dpsql.Budget(1.0, 0.0)
+    led.close()

@@ -231,6 +231,12 @@ class PostgresLedger(Ledger):
         con = self._connect("no ledger was created")
         try:
             with con.cursor() as cur:
+                # the wait for another creator is bounded as a charge's is (lock_timeout), and the server's
+                # time-outs are lifted for it: an advisory lock otherwise waits forever
+                ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
+                cur.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN %s ELSE '0' END, true) "
+                            "FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', "
+                            + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms"])
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", [_ADVISORY_KEY])
                 cur.execute("SELECT to_regclass('ledger_meta')")
                 exists = cur.fetchone()[0] is not None
@@ -249,6 +255,10 @@ class PostgresLedger(Ledger):
         except Exception as e:  # noqa: BLE001
             _rollback(con)
             psycopg = _psycopg()
+            if isinstance(e, psycopg.errors.LockNotAvailable):
+                raise LedgerError(f"ledger {self.path} is busy: another process has been creating a ledger in this "
+                                  f"database for more than {self.lock_timeout:g} s; no ledger was created",
+                                  hint="retry, or pass a larger lock_timeout") from None
             if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
                 raise _read_only_failure(self.path, "no ledger was created") from None
             if isinstance(e, psycopg.errors.InvalidSchemaName):
