@@ -456,35 +456,50 @@ class DuckDBBackend:
         if self._owned:
             yield
             return
+        limits = self._limits()
+        # one statement reads every setting, one sets them all and one restores them (a statement
+        # each cost ~25 ms per query on a caller's connection)
+        names = [name for name, _ in limits]
+        row = self._con.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in [*names, "enable_profiling"])
+                                ).fetchall()[0]
         saved = []
-        for name, value in self._limits():
-            shown = str(self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
+        for (name, _), value in zip(limits, row[:-1], strict=True):
+            shown = str(value)
             # DuckDB shows sizes rounded: restore the caller's own text again while the setting
             # still shows what our last restore left, so repeated queries never drift
             prev = self._callers.get(name)
-            original = prev[0] if prev is not None and prev[1] == shown else shown
-            saved.append((name, original))
-            self._con.execute(f"SET {name} = {_sql_str(value)}")
+            saved.append((name, prev[0] if prev is not None and prev[1] == shown else shown))
         # the profiler prints (or writes to the caller's profiling_output) each query's plan with the
         # exact number of rows through each operator (the rows a WHERE kept: a count before any noise)
-        profiling = self._con.execute("SELECT current_setting('enable_profiling')").fetchall()[0][0]
-        if profiling is not None:
-            self._con.execute("RESET enable_profiling")
+        profiling = row[-1]
         try:
+            # inside the try: settings changed before an interrupt of this statement are restored too
+            self._con.execute("; ".join([f"SET {name} = {_sql_str(value)}" for name, value in limits]
+                                        + (["RESET enable_profiling"] if profiling is not None else [])))
             yield
         finally:
-            if profiling is not None:
+            self._restore(saved, profiling)
+
+    def _restore(self, saved: list[tuple[str, str]], profiling: Any) -> None:
+        """The caller's settings back (``_limited``), in one statement; one by one if that fails."""
+        sets = [f"SET {name} = {_sql_str(original)}" for name, original in reversed(saved)]
+        if profiling is not None:
+            sets.insert(0, f"SET enable_profiling = {_sql_str(str(profiling))}")
+        try:
+            self._con.execute("; ".join(sets))
+        except duckdb.Error:  # pragma: no cover - restoring values DuckDB reported
+            for one in sets:
                 try:
-                    self._con.execute(f"SET enable_profiling = {_sql_str(str(profiling))}")
-                except duckdb.Error:  # pragma: no cover - restoring a value DuckDB reported
+                    self._con.execute(one)
+                except duckdb.Error:
                     pass
-            for name, original in reversed(saved):
-                try:
-                    self._con.execute(f"SET {name} = {_sql_str(original)}")
-                    shown = str(self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
-                    self._callers[name] = (original, shown)
-                except duckdb.Error:  # pragma: no cover - restoring a value DuckDB reported
-                    pass
+        try:
+            shown = self._con.execute("SELECT " + ", ".join(f"current_setting('{name}')" for name, _ in saved)
+                                      ).fetchall()[0]
+        except duckdb.Error:  # pragma: no cover
+            return
+        for (name, original), now in zip(saved, shown, strict=True):
+            self._callers[name] = (original, str(now))
 
     @contextmanager
     def _deadline(self) -> Iterator[None]:
