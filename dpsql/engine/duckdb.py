@@ -460,10 +460,11 @@ class DuckDBBackend:
         # one statement reads every setting, one sets them all and one restores them (a statement
         # each cost ~25 ms per query on a caller's connection)
         names = [name for name, _ in limits]
-        row = self._con.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in [*names, "enable_profiling"])
-                                ).fetchall()[0]
+        row = self._con.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in
+                                                      [*names, "log_query_path", "enable_profiling"])).fetchall()[0]
+        _refuse_query_log(row[-2])
         saved = []
-        for (name, _), value in zip(limits, row[:-1], strict=True):
+        for (name, _), value in zip(limits, row[:-2], strict=True):
             shown = str(value)
             # DuckDB shows sizes rounded: restore the caller's own text again while the setting
             # still shows what our last restore left, so repeated queries never drift
@@ -677,6 +678,8 @@ class DuckDBBackend:
         # binding reads schemas only: the exception class is public, DuckDB's text is not shown
         failure: QueryTypeError | None = None
         with self._lock:
+            if not self._owned:  # the bound query's text holds the query's secret salt
+                _refuse_query_log(self._con.execute("SELECT current_setting('log_query_path')").fetchall()[0][0])
             try:
                 return self._con.sql(self._render(ast)).fetchall()
             except duckdb.Error as e:
@@ -754,6 +757,20 @@ def _binary_text_columns(schema: pa.Schema, relation: str) -> exp.Select:
             col = exp.Collate(this=col, expression=exp.to_identifier("binary", quoted=True))
         items.append(exp.alias_(col, f.name, quoted=True))
     return exp.select(*items).from_(exp.to_table(relation, quoted=True))
+
+
+def _refuse_query_log(path: Any) -> None:
+    """A caller's connection whose ``log_query_path`` is set writes every statement's text to that file:
+    dpsql's bounded queries hold the query's secret salt (its bounding, the keyed spread of
+    (person, key) and the S4S join sample, whose amplification needs the sample unknown). Setting it
+    aside and back would truncate the caller's file, so such a connection is refused, for free."""
+    if path:
+        raise ConfigError(
+            "the DuckDB connection logs every statement to a file (log_query_path): dpsql's private queries hold "
+            "their secret salt, which must not be written anywhere; nothing was charged",
+            hint="unset it on the connection (SET log_query_path = '') while dpsql queries it, or let dpsql "
+                 "open its own connection",
+        )
 
 
 def _sql_str(value: str) -> str:
