@@ -69,3 +69,35 @@ def test_cli_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     m = re.search(r"ask for --delta ([0-9.e+-]+) or less", err)
     assert m, err
     assert run([*flags, "query", "SELECT COUNT(*) FROM ev", "--epsilon", "1", "--delta", m.group(1)]) == 0
+
+
+# (epsilon, total delta, granularity of amount, query): the first two ask for exactly a remaining delta whose
+# sum with fp_delta rounds up by one ulp (no hint was given); the last two have an fp_delta above a
+# third of what remains, where the named delta (remaining - 2 fp) was refused (its own part exceeds it)
+ROUNDED_OR_LARGE = [
+    (0.01, 9.955863631704034e-07, None, "SELECT COUNT(*) AS n FROM ev"),
+    (1.0, 2.9182530384772054e-06, None, "SELECT SUM(amount) AS s, COUNT(*) AS n FROM ev"),
+    (1.0, 4.963463199420766e-12, 2.0, "SELECT AVG(amount) AS a FROM ev"),
+    (8.0, 3.5477584566058454e-09, None, "SELECT SUM(amount) AS s FROM ev"),
+]
+
+
+@pytest.mark.parametrize(("eps", "total", "gran", "sql"), ROUNDED_OR_LARGE)
+def test_the_hint_is_given_and_any_named_delta_fits(tmp_path: Path, eps: float, total: float, gran: float | None,
+                                                    sql: str) -> None:
+    with dpsql.Session(budget=Budget(100.0, total)) as s:
+        use_noise(s, zero_noise())
+        cols: dict = {"amount": {"bounds": (-5, 5) if gran else (0, 1e-3)}}
+        if gran:
+            cols["amount"]["granularity"] = gran
+        s.register("ev", TABLE, privacy_unit="uid", max_groups_per_unit=1, columns=cols)
+        with pytest.raises(BudgetExceededError) as ei:
+            s.query(sql, epsilon=eps, delta=total)
+        hint = ei.value.hint or ""
+        assert "floating-point delta" in hint, hint
+        m = re.search(r"ask for delta=([0-9.e+-]+) or less", hint)
+        if m is None:
+            assert "too large a share" in hint
+            return
+        r = s.query(sql, epsilon=eps, delta=float(m.group(1)))
+        assert r.cost.delta <= total

@@ -81,3 +81,41 @@ def test_a_callers_arithmetic_settings_do_not_make_one_row_fail_the_query(settin
         with pytest.raises(duckdb.Error):
             con.execute("SELECT ln(x) FROM z" if "ieee" in name else "SELECT CAST(1 AS BIGINT) / CAST(x AS BIGINT) FROM z").fetchall()
     assert outcomes == [1, 1]
+
+
+def test_a_connection_that_logs_its_statements_to_a_file_is_refused_for_free(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """DuckDB's log_query_path writes every statement's text to a file; the bounded query's text holds
+    the query's secret salt (bounding choices, the keyed spread, the S4S join sample). Such a caller's
+    connection is refused before any charge; setting the log aside and back would truncate it."""
+    import hashlib
+
+    import dpsql.engine.duckdb as engine
+
+    log = tmp_path / "q.log"
+    table = pa.table({"uid": np.arange(50), "k": np.arange(50) % 5, "x": np.ones(50)})
+    salt = hashlib.sha256(b"0:1").hexdigest()[:32]  # zero_noise(0)'s first salt
+
+    def run(con: duckdb.DuckDBPyConnection) -> dpsql.Session:
+        s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), connection=con)
+        use_noise(s, zero_noise(0))
+        s.register("ev", table, privacy_unit="uid", max_groups_per_unit=2, columns={"x": {"bounds": (0, 1)}})
+        return s
+
+    con = duckdb.connect()
+    con.execute(f"SET log_query_path = '{log}'")
+    with run(con) as s:
+        with pytest.raises(dpsql.errors.ConfigError, match="log_query_path"):
+            s.query("SELECT k, SUM(x) AS s FROM ev GROUP BY k", epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 0
+    assert salt not in log.read_text()
+    con.execute("SET log_query_path = ''")
+    with run(con) as s:  # unset: the query runs
+        s.query("SELECT k, SUM(x) AS s FROM ev GROUP BY k", epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 1
+    # negative control: without the refusal the salt is written to the caller's file
+    monkeypatch.setattr(engine, "_refuse_query_log", lambda path: None)
+    con.execute(f"SET log_query_path = '{log}'")
+    with run(con) as s:
+        s.query("SELECT k, SUM(x) AS s FROM ev GROUP BY k", epsilon=1.0, delta=1e-6)
+    assert salt in log.read_text()
+    con.close()

@@ -205,3 +205,29 @@ def test_dates_and_timestamps_as_text_and_their_keyed_hash_are_duckdbs_on_spark(
     raw.meta["dpsql_dialect"] = "spark"
     native = {r["t"] for r in spark.fetch_arrow(exp.select(exp.alias_(raw, "t")).from_("v")).to_pylist()}
     assert "0000-01-01" in native and any(t and t.startswith("+") for t in native)
+
+
+def test_timestamps_with_a_time_zone_as_text_are_duckdbs_on_spark(engines: Any) -> None:
+    """DuckDB writes a TIMESTAMP WITH TIME ZONE's offset ('2024-01-01 12:00:00+00' in UTC, Spark's
+    session time zone); Spark wrote none: a released key CAST(ts AS VARCHAR) and the portable hash of
+    it differed on every row. NULL stays NULL; BC years and fractions as DuckDB writes them."""
+    from dpsql.engine.portable import PortableDuckDBOps
+    from dpsql.engine.spark_ops import SparkOps
+
+    duck, spark = engines
+    duck._con.execute("SET TimeZone = 'UTC'")
+    micros = [0, 1704110400500000, -62135596800000001, -9000000000000000000, 253402300800000000, None]
+    t = pa.table({"ts": pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                  "i": pa.array(range(len(micros)), pa.int64())})
+    duck.register_source("tz", "arrow", t, view="vtz")
+    spark.register_source("tz", "arrow", t, view="vtz")
+    node = sqlglot.parse_one("SELECT CAST(ts AS VARCHAR)", read="duckdb").expressions[0]
+    text = Typer({"ts": "TIMESTAMP WITH TIME ZONE"}).t(node).expr
+
+    def rows(backend: Any, ops: Any) -> list[dict[str, Any]]:
+        q = exp.select("i", exp.alias_(text.copy(), "t"), exp.alias_(ops.keyed_hash(["ts"], "s4lt"), "h")).from_("vtz")
+        return sorted(backend.fetch_arrow(q).to_pylist(), key=lambda r: r["i"])
+
+    d, s = rows(duck, PortableDuckDBOps()), rows(spark, SparkOps())
+    assert d == s
+    assert d[1]["t"] == "2024-01-01 12:00:00.5+00" and d[2]["t"].endswith("(BC) 23:59:59.999999+00") and d[-1]["t"] is None

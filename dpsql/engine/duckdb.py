@@ -456,35 +456,51 @@ class DuckDBBackend:
         if self._owned:
             yield
             return
+        limits = self._limits()
+        # one statement reads every setting, one sets them all and one restores them (a statement
+        # each cost ~25 ms per query on a caller's connection)
+        names = [name for name, _ in limits]
+        row = self._con.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in
+                                                      [*names, "log_query_path", "enable_profiling"])).fetchall()[0]
+        _refuse_query_log(row[-2])
         saved = []
-        for name, value in self._limits():
-            shown = str(self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
+        for (name, _), value in zip(limits, row[:-2], strict=True):
+            shown = str(value)
             # DuckDB shows sizes rounded: restore the caller's own text again while the setting
             # still shows what our last restore left, so repeated queries never drift
             prev = self._callers.get(name)
-            original = prev[0] if prev is not None and prev[1] == shown else shown
-            saved.append((name, original))
-            self._con.execute(f"SET {name} = {_sql_str(value)}")
+            saved.append((name, prev[0] if prev is not None and prev[1] == shown else shown))
         # the profiler prints (or writes to the caller's profiling_output) each query's plan with the
         # exact number of rows through each operator (the rows a WHERE kept: a count before any noise)
-        profiling = self._con.execute("SELECT current_setting('enable_profiling')").fetchall()[0][0]
-        if profiling is not None:
-            self._con.execute("RESET enable_profiling")
+        profiling = row[-1]
         try:
+            # inside the try: settings changed before an interrupt of this statement are restored too
+            self._con.execute("; ".join([f"SET {name} = {_sql_str(value)}" for name, value in limits]
+                                        + (["RESET enable_profiling"] if profiling is not None else [])))
             yield
         finally:
-            if profiling is not None:
+            self._restore(saved, profiling)
+
+    def _restore(self, saved: list[tuple[str, str]], profiling: Any) -> None:
+        """The caller's settings back (``_limited``), in one statement; one by one if that fails."""
+        sets = [f"SET {name} = {_sql_str(original)}" for name, original in reversed(saved)]
+        if profiling is not None:
+            sets.insert(0, f"SET enable_profiling = {_sql_str(str(profiling))}")
+        try:
+            self._con.execute("; ".join(sets))
+        except duckdb.Error:  # pragma: no cover - restoring values DuckDB reported
+            for one in sets:
                 try:
-                    self._con.execute(f"SET enable_profiling = {_sql_str(str(profiling))}")
-                except duckdb.Error:  # pragma: no cover - restoring a value DuckDB reported
+                    self._con.execute(one)
+                except duckdb.Error:
                     pass
-            for name, original in reversed(saved):
-                try:
-                    self._con.execute(f"SET {name} = {_sql_str(original)}")
-                    shown = str(self._con.execute(f"SELECT current_setting('{name}')").fetchall()[0][0])
-                    self._callers[name] = (original, shown)
-                except duckdb.Error:  # pragma: no cover - restoring a value DuckDB reported
-                    pass
+        try:
+            shown = self._con.execute("SELECT " + ", ".join(f"current_setting('{name}')" for name, _ in saved)
+                                      ).fetchall()[0]
+        except duckdb.Error:  # pragma: no cover
+            return
+        for (name, original), now in zip(saved, shown, strict=True):
+            self._callers[name] = (original, str(now))
 
     @contextmanager
     def _deadline(self) -> Iterator[None]:
@@ -662,6 +678,8 @@ class DuckDBBackend:
         # binding reads schemas only: the exception class is public, DuckDB's text is not shown
         failure: QueryTypeError | None = None
         with self._lock:
+            if not self._owned:  # the bound query's text holds the query's secret salt
+                _refuse_query_log(self._con.execute("SELECT current_setting('log_query_path')").fetchall()[0][0])
             try:
                 return self._con.sql(self._render(ast)).fetchall()
             except duckdb.Error as e:
@@ -739,6 +757,20 @@ def _binary_text_columns(schema: pa.Schema, relation: str) -> exp.Select:
             col = exp.Collate(this=col, expression=exp.to_identifier("binary", quoted=True))
         items.append(exp.alias_(col, f.name, quoted=True))
     return exp.select(*items).from_(exp.to_table(relation, quoted=True))
+
+
+def _refuse_query_log(path: Any) -> None:
+    """A caller's connection whose ``log_query_path`` is set writes every statement's text to that file:
+    dpsql's bounded queries hold the query's secret salt (its bounding, the keyed spread of
+    (person, key) and the S4S join sample, whose amplification needs the sample unknown). Setting it
+    aside and back would truncate the caller's file, so such a connection is refused, for free."""
+    if path:
+        raise ConfigError(
+            "the DuckDB connection logs every statement to a file (log_query_path): dpsql's private queries hold "
+            "their secret salt, which must not be written anywhere; nothing was charged",
+            hint="unset it on the connection (SET log_query_path = '') while dpsql queries it, or let dpsql "
+                 "open its own connection",
+        )
 
 
 def _sql_str(value: str) -> str:

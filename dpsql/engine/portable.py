@@ -60,7 +60,8 @@ def spark_text_as_duckdb(x: exp.Expression, text: exp.Expression) -> exp.Express
     """Spark's ``text`` of ``x`` (``CAST(x AS STRING)``) with DATE and TIMESTAMP_NTZ values spelled as
     DuckDB spells them: Spark writes a year after 9999 with a '+' ('+10000-01-01') and a year before
     1 astronomically with a '-' ('-0095-08-15', '0000-01-01'), DuckDB without the '+' and as
-    '0096-08-15 (BC)' / '0001-01-01 (BC)' (timestamps: the ' (BC)' before the time). Years 1 .. 9999
+    '0096-08-15 (BC)' / '0001-01-01 (BC)' (timestamps: the ' (BC)' before the time); a TIMESTAMP
+    WITH TIME ZONE ends in DuckDB's '+00' (UTC, the session's time zone). Years 1 .. 9999
     and every other type keep Spark's text, which is DuckDB's (``typeof`` is folded by Spark's
     analyser: the rewrite costs nothing for other types). Unmarked: callers mark the tree."""
     year = exp.Anonymous(this="regexp_extract", expressions=[text.copy(), _s("^(-?[0-9]+)-"), exp.Literal.number(1)])
@@ -78,7 +79,12 @@ def spark_text_as_duckdb(x: exp.Expression, text: exp.Expression) -> exp.Express
         default=text.copy())
     temporal = exp.In(this=exp.Anonymous(this="typeof", expressions=[x.copy()]),
                       expressions=[_s("date"), _s("timestamp_ntz")])
-    return exp.Case(ifs=[exp.If(this=temporal, true=fixed)], default=text.copy())
+    # a TIMESTAMP WITH TIME ZONE: DuckDB writes its offset ('+00' in UTC, the time zone of dpsql's Spark
+    # session), Spark none: the released key CAST(ts AS VARCHAR) and the portable hash of that text differed
+    with_zone = exp.EQ(this=exp.Anonymous(this="typeof", expressions=[x.copy()]), expression=_s("timestamp"))
+    return exp.Case(ifs=[exp.If(this=temporal, true=fixed),
+                         exp.If(this=with_zone, true=exp.Anonymous(this="concat", expressions=[fixed.copy(), _s("+00")]))],
+                    default=text.copy())
 
 
 def _piece(column: str, dialect: str) -> exp.Expression:

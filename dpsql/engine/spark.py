@@ -53,7 +53,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.engine._duckdb_sources import DATE_MAX_DAY, DATE_MIN_DAY, TS_MAX_US, TS_MIN_US, _expand
-from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name
+from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name, view_column
 from dpsql.engine.duckdb import DuckDBBackend
 from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
@@ -367,7 +367,7 @@ class SparkBackend:
                 as_ts = exp.Cast(this=exp.Anonymous(this="timestamp_millis", expressions=[ref.copy()]),
                                  to=exp.DataType.build("TIMESTAMP_NTZ" if t == "timestamp_ntz" else "TIMESTAMP_LTZ",
                                                        dialect=SPARK))
-                items.append(exp.alias_(exp.Case(ifs=[exp.If(this=inside, true=as_ts)]), n, quoted=True))
+                items.append(exp.alias_(exp.Case(ifs=[exp.If(this=inside, true=as_ts)]), view_column(n), quoted=True))
                 continue
             text = t == "string" or t.startswith("string collate")
             if text or (cap is not None and t == "binary"):
@@ -389,7 +389,9 @@ class SparkBackend:
                 inside = exp.Between(this=stored, low=exp.Literal.number(lo) if lo >= 0 else exp.Neg(
                     this=exp.Literal.number(-lo)), high=exp.Literal.number(hi))
                 e = exp.Case(ifs=[exp.If(this=inside, true=ref.copy())])
-            items.append(exp.alias_(e, n, quoted=True))
+            # the catalog's name (as DuckDB's views): Spark matches identifiers ignoring case char by char,
+            # so 'İd' (whose lower case 'i̇d' is longer) was reached by no spelling
+            items.append(exp.alias_(e, view_column(n), quoted=True))
         return exp.select(*items).from_(exp.to_table(raw, quoted=True))
 
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:

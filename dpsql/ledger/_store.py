@@ -183,21 +183,26 @@ def schema_sql() -> str:
 
 def _fp_hint(cost: Budget, remaining: Budget, params: Mapping[str, Any]) -> str:
     """When only a Gaussian sampler's floating-point delta (``fp_delta``, docs/mechanisms.md §5.4) pushes
-    the charge over the remaining delta, say so and name a delta that fits (the part grows a little
-    as delta falls, so leave it twice)."""
+    the charge over the remaining delta, say so and name a delta that fits. The part grows as delta
+    falls (its noise scale does), so the named delta leaves it twice, and is named only when it keeps
+    at least half of what remains (the scale then grows by well under 2x); a larger part gets the
+    explanation without a number (a delta near it would be refused, the part exceeding it).
+
+    The request's own delta is ``cost.delta - fp`` up to the rounding of their sum (one ulp):
+    a request of exactly the remaining delta often reads one ulp over it."""
     fp = params.get("fp_delta")
     if not isinstance(fp, float) or not 0 < fp < cost.delta or cost.exact_epsilon > remaining.exact_epsilon:
         return ""
-    if Fraction(cost.delta) - Fraction(fp) > remaining.exact_delta or cost.exact_delta <= remaining.exact_delta:
+    asked = Fraction(cost.delta) - Fraction(fp) - Fraction(math.ulp(cost.delta))
+    if asked > remaining.exact_delta or cost.exact_delta <= remaining.exact_delta:
         return ""
+    words = (f"the charge is the delta asked for plus the Gaussian sampler's floating-point delta {fp:.3g} (fp_delta), "
+             "so asking for exactly the remaining delta does not fit: ")
     fits = remaining.delta - 2.0 * fp
-    if not fits > 0:
-        return ""
+    if not fits >= remaining.delta / 2:
+        return words + "that part is too large a share of what remains for a nearby delta to fit; "
     text = next(t for t in (f"{fits:.{d}g}" for d in range(3, 18)) if float(t) <= fits)  # never rounded up
-    return (
-        f"the charge is the delta asked for plus the Gaussian sampler's floating-point delta {fp:.3g} (fp_delta), "
-        f"so asking for exactly the remaining delta does not fit: ask for delta={text} or less; or "
-    )
+    return words + f"ask for delta={text} or less; or "
 
 
 @dataclass(frozen=True)
