@@ -138,6 +138,9 @@ _E_CAP = 1021
 INT_BOUND = 2.0**62
 #: largest bound for float-valued snapped results
 FLOAT_BOUND = 2.0**1000
+#: noise scales below this are refused: from 2^-900 on, subnormal rounding (absolute, at most 2^-1075) is
+#: below 2^-150 of the scale, inside the relative-error terms of the proofs in sections 2 and 3
+MIN_SCALE = 2.0**-900
 #: largest noise grid for integer results: Λ <= 2**52 keeps unit resolution and B <= 2**62
 MAX_INT_GRID = 2.0**52
 #: Gaussian sampler constants (section 3 of the module docstring)
@@ -189,6 +192,9 @@ def snapping_grid(
     """(Λ, B) for scale λ and exponent K: Λ = 2^⌈log₂ λ⌉, B = min(2^K·Λ, cap); refuses overflow."""
     if not (math.isfinite(lam) and 0 < lam <= FLOAT_BOUND):
         raise ConfigError(f"the noise scale of {what} overflows", hint="use a larger epsilon or tighter declared bounds")
+    if lam < MIN_SCALE:  # below it, subnormal rounding is no longer small against the scale (the theorem's E)
+        raise ConfigError(f"the noise scale of {what} ({lam:.3g}) is too small for a double",
+                          hint="declare wider bounds, or aggregate a rescaled value (e.g. x * 1e6) and rescale the result")
     grid = power_of_two_at_least(lam)
     cap = INT_BOUND if integer else FLOAT_BOUND
     if max_bound is not None:
@@ -199,7 +205,9 @@ def snapping_grid(
             + (" in a 64-bit integer result" if integer else ""),
             hint="use a larger epsilon or tighter declared bounds",
         )
-    return grid, min(math.ldexp(grid, k), math.floor(cap / grid) * grid)  # a multiple of Λ
+    steps = cap / grid  # inf for a fine grid under the double bound (bounds near 1e-4 and below)
+    top = math.floor(steps) * grid if math.isfinite(steps) else math.inf
+    return grid, min(math.ldexp(grid, k), top)  # a multiple of Λ
 
 
 def snapping_calibration(
@@ -220,12 +228,24 @@ def snapping_calibration(
     eps = float(epsilon)
     d = float(sensitivity)
     n = max(1, int(coordinates))
+    if d == 0.0 and math.isfinite(eps) and eps > 0:  # the sensitivity underflowed (a variance squares its bounds)
+        raise ConfigError(f"the noise scale of {what} (0) is too small for a double",
+                          hint="declare wider bounds, or aggregate a rescaled value (e.g. x * 1e6) and rescale the result")
     if not (math.isfinite(eps) and eps > 0 and math.isfinite(d) and d > 0):
         raise ConfigError(f"cannot calibrate {what}: epsilon={epsilon!r}, sensitivity={sensitivity!r}")
     k = snapping_exponent(eps / 1000.0 / n, what=what)
     lam = d / (eps - n * snapping_extra(2.0 ** (k + 1)))
     grid, bound = snapping_grid(lam, k, integer=integer, what=what, max_bound=max_bound)
     return lam, grid, bound
+
+
+def fp_delta_refusal(fp: float, delta: float, epsilon: float) -> ConfigError:
+    """The refusal of a Gaussian release whose floating-point delta ``fp`` (section 3) exceeds the requested
+    delta. That part grows as (1 + e^epsilon): for a large epsilon the fix is a smaller one, not a larger."""
+    eps_hint = ("a smaller epsilon (this part of delta grows as e^epsilon)" if epsilon > 10.0
+                else "a larger epsilon")
+    return ConfigError(f"the floating-point delta of the Gaussian noise ({fp:.3g}) exceeds the requested delta={delta:g}",
+                       hint=f"use a larger delta, {eps_hint}, or declare a coarser granularity for the column")
 
 
 def gaussian_fp_delta(
@@ -268,6 +288,9 @@ def gaussian_fp_delta_affine(granularity: float, *, integer: bool) -> tuple[floa
 def check_gaussian_representable(sigma: float, granularity: float, *, integer: bool, what: str) -> None:
     """Refuse (before any charge) Gaussian noise that cannot be represented at this granularity."""
     s = float(sigma)
+    if 0.0 <= s < MIN_SCALE:  # the sensitivity underflowed, or nearly: bounds too narrow (a variance squares them)
+        raise ConfigError(f"the noise scale of {what} ({s:.3g}) is too small for a double",
+                          hint="declare wider bounds, or aggregate a rescaled value (e.g. x * 1e6) and rescale the result")
     if not (math.isfinite(s) and s > 0):
         raise ConfigError(f"the noise scale of {what} is not finite (sigma={sigma!r})", hint="use a larger epsilon or delta")
     if integer and s > 2.0**45:

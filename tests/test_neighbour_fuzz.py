@@ -139,12 +139,23 @@ def _tiny_session(bounds: tuple[float, float], values: list[float | None]) -> An
     return s
 
 
-@pytest.mark.parametrize("values", [[0.0, -1e-321], [], [None]])
-def test_avg_over_bounds_narrower_than_its_rounding_grid_is_answered(values: list[float | None]) -> None:
+@pytest.mark.parametrize("values", [[0.0, -1e-99], [], [None]])
+def test_avg_over_bounds_narrower_than_its_rounding_grid_is_answered_or_refused_for_free(values: list[float | None]) -> None:
     """AVG(v) over bounds (-1e-320, 0): the mean's rounding grid, a power of ten near a hundredth of the
     width, underflowed to 0, and every such query failed after its charge (whatever the data), while
-    explain accepted it. A grid that underflows now leaves the mean unrounded."""
+    explain accepted it. Bounds below 1e-100 in magnitude or width are now refused before any charge
+    (``tests/test_tiny_bounds.py``); bounds (-1e-99, 0) are answered."""
+    import dpsql
+
     s = _tiny_session((-1e-320, 0.0), values)
+    try:
+        for run in (s.explain, s.query):
+            with pytest.raises(dpsql.errors.UnsupportedQueryError, match="too small"):
+                run("SELECT AVG(v) AS m FROM t", epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 0
+    finally:
+        s.close()
+    s = _tiny_session((-1e-99, 0.0), values)
     try:
         plan = s.explain("SELECT AVG(v) AS m FROM t", epsilon=1.0, delta=1e-6)
         rel = s.query("SELECT AVG(v) AS m FROM t", epsilon=1.0, delta=1e-6)
@@ -152,7 +163,7 @@ def test_avg_over_bounds_narrower_than_its_rounding_grid_is_answered(values: lis
         s.close()
     assert rel.cost == plan.cost
     m = rel.to_pylist()[0]["m"]
-    assert m is None if not [v for v in values if v is not None] else -1e-320 <= m <= 0.0
+    assert m is None if not [v for v in values if v is not None] else -1e-99 <= m <= 0.0
 
 
 def test_quantile_over_bounds_narrower_than_any_grid_is_refused_before_the_charge() -> None:

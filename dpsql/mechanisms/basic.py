@@ -56,7 +56,7 @@ from dpsql.mechanisms.common import (
     is_integer_column,
     needed_columns,
 )
-from dpsql.noise import NoiseSource, snapping_calibration, snapping_epsilon
+from dpsql.noise import NoiseSource, fp_delta_refusal, snapping_calibration, snapping_epsilon
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps
 
@@ -100,10 +100,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
         params["l2_sensitivity"] = math.sqrt(c_eff * m)
         fp = gaussian_fp_charge(plan, cols, scales, epsilon=epsilon, groups_per_unit=c_eff)
         if fp > delta:
-            raise ConfigError(
-                f"the floating-point delta of the Gaussian noise ({fp:.3g}) exceeds the requested delta={delta:g}",
-                hint="use a larger delta or epsilon, or declare a coarser granularity for the column",
-            )
+            raise fp_delta_refusal(fp, delta, epsilon)
         params["fp_delta"] = fp
         cost_delta = delta + fp
     else:

@@ -55,7 +55,7 @@ from dpsql.mechanisms.common import (
     gaussian_fp_charge,
     needed_columns,
 )
-from dpsql.noise import INT_VALUE_BOUND, NoiseSource, gaussian_release
+from dpsql.noise import INT_VALUE_BOUND, NoiseSource, fp_delta_refusal, gaussian_release
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps, ReleasedColumn
 
@@ -110,10 +110,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
     columns = [users] + extra
     fp = gaussian_fp_charge(plan, columns, scales, epsilon=epsilon, groups_per_unit=c_u, threshold_column="__users")
     if fp > delta:
-        raise ConfigError(
-            f"the floating-point delta of the Gaussian noise ({fp:.3g}) exceeds the requested delta={delta:g}",
-            hint="use a larger delta or epsilon, or declare a coarser granularity for the column",
-        )
+        raise fp_delta_refusal(fp, delta, epsilon)
     params: dict[str, Any] = {
         "sigma": sigma,
         "tau": tau,

@@ -39,6 +39,10 @@ from dpsql.plan.typer import (
 )
 
 _POLICY_PREFIX = "[policy] "
+#: bounds of SUM / AVG / VARIANCE / STDDEV arguments: at most this large in magnitude
+MAX_BOUND = 1e15
+#: ... and, unless zero, at least this large in magnitude and in width (noise scales stay normal doubles)
+MIN_BOUND = 1e-100
 
 
 def _norm(node: exp.Expression) -> str:
@@ -368,8 +372,17 @@ class _Builder:
                 self.bad(node, f"{fn} over an expression needs bounds: {e.message} (hint: write "
                                f"{fn}(LEAST(GREATEST(expr, lo), hi)) with literal bounds, or declare the columns' bounds)")
                 return None
-        if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > 1e15:
-            self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too large (at most 1e15 in magnitude)")
+        if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > MAX_BOUND:
+            self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
+                           f"(hint: aggregate a rescaled value, e.g. {fn}(x / 1e6), and rescale the result, or declare "
+                           "narrower bounds)")
+            return None
+        if 0 < max(abs(lo), abs(hi)) < MIN_BOUND or 0 < hi - lo < MIN_BOUND:
+            # noise scales this small leave the normal range of doubles (a variance squares them), where
+            # the floating-point proofs of the samplers (dpsql.noise) no longer hold
+            self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too small (at least 1e-100 in "
+                           f"magnitude and width) (hint: aggregate a rescaled value, e.g. {fn}(x * 1e6), and rescale "
+                           "the result)")
             return None
         if column is not None:
             return column, None, (lo, hi)
