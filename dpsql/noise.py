@@ -74,7 +74,10 @@ Calibration (:func:`snapping_calibration`) picks B = 2^K·Λ (capped at the repr
 2⁶² for integer results) with K ≤ 40 the largest exponent whose extra term is ≤ 1/1000 of the
 coordinate's budget, then solves λ = Δ/(ε_coord − 2⁻⁴⁵(2^{K+1} + 2)) so that the *proven* ε is
 at most the ε the analyst asked for, which is what the ledger charges. B is public: it depends
-only on (ε, Δ) and K, never on data. Parameters whose noise or result cannot be represented
+only on (ε, Δ) and K, never on data. Scales λ below 2⁻⁹⁰⁰ (:data:`MIN_SCALE`) are refused: above it,
+the absolute rounding error of a subnormal intermediate (at most 2⁻¹⁰⁷⁵) is below 2⁻¹⁵⁰·λ, inside the
+relative-error terms of the proof (the Gaussian samplers of section 3 refuse σ below it likewise).
+Parameters whose noise or result cannot be represented
 (ε too small for the extra term, Λ beyond 2⁵² for integer results) are refused before any
 charge.
 
