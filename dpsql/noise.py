@@ -144,6 +144,8 @@ FLOAT_BOUND = 2.0**1000
 #: noise scales below this are refused: from 2^-900 on, subnormal rounding (absolute, at most 2^-1075) is
 #: below 2^-150 of the scale, inside the relative-error terms of the proofs in sections 2 and 3
 MIN_SCALE = 2.0**-900
+TINY_SCALE_HINT = ("use a smaller epsilon, or (a bounded aggregate) declare wider bounds or aggregate a rescaled "
+                   "value (e.g. x * 1e6) and rescale the result")
 #: largest noise grid for integer results: Λ <= 2**52 keeps unit resolution and B <= 2**62
 MAX_INT_GRID = 2.0**52
 #: Gaussian sampler constants (section 3 of the module docstring)
@@ -197,7 +199,7 @@ def snapping_grid(
         raise ConfigError(f"the noise scale of {what} overflows", hint="use a larger epsilon or tighter declared bounds")
     if lam < MIN_SCALE:  # below it, subnormal rounding is no longer small against the scale (the theorem's E)
         raise ConfigError(f"the noise scale of {what} ({lam:.3g}) is too small for a double",
-                          hint="declare wider bounds, or aggregate a rescaled value (e.g. x * 1e6) and rescale the result")
+                          hint=TINY_SCALE_HINT)
     grid = power_of_two_at_least(lam)
     cap = INT_BOUND if integer else FLOAT_BOUND
     if max_bound is not None:
@@ -233,7 +235,7 @@ def snapping_calibration(
     n = max(1, int(coordinates))
     if d == 0.0 and math.isfinite(eps) and eps > 0:  # the sensitivity underflowed (a variance squares its bounds)
         raise ConfigError(f"the noise scale of {what} (0) is too small for a double",
-                          hint="declare wider bounds, or aggregate a rescaled value (e.g. x * 1e6) and rescale the result")
+                          hint=TINY_SCALE_HINT)
     if not (math.isfinite(eps) and eps > 0 and math.isfinite(d) and d > 0):
         raise ConfigError(f"cannot calibrate {what}: epsilon={epsilon!r}, sensitivity={sensitivity!r}")
     k = snapping_exponent(eps / 1000.0 / n, what=what)
@@ -293,7 +295,7 @@ def check_gaussian_representable(sigma: float, granularity: float, *, integer: b
     s = float(sigma)
     if 0.0 <= s < MIN_SCALE:  # the sensitivity underflowed, or nearly: bounds too narrow (a variance squares them)
         raise ConfigError(f"the noise scale of {what} ({s:.3g}) is too small for a double",
-                          hint="declare wider bounds, or aggregate a rescaled value (e.g. x * 1e6) and rescale the result")
+                          hint=TINY_SCALE_HINT)
     if not (math.isfinite(s) and s > 0):
         raise ConfigError(f"the noise scale of {what} is not finite (sigma={sigma!r})", hint="use a larger epsilon or delta")
     if integer and s > 2.0**45:

@@ -137,3 +137,16 @@ def test_fp_delta_refusal_at_a_large_epsilon_asks_for_a_smaller_one() -> None:
         assert "smaller epsilon" in (e.value.hint or "") and "larger epsilon" not in (e.value.hint or "")
     finally:
         s.close()
+
+
+@pytest.mark.filterwarnings("ignore:epsilon=1e")
+def test_a_tiny_scale_from_a_huge_epsilon_asks_for_a_smaller_epsilon() -> None:
+    s = dpsql.Session(budget=dpsql.Budget(1e301, 0.5))
+    s.register("t", pa.table({"uid": pa.array(range(10), pa.int64())}), privacy_unit="uid", max_rows_per_unit=1)
+    try:
+        with pytest.raises(ConfigError, match="too small") as e:
+            s.query("SELECT COUNT(*) FROM t", epsilon=1e300)
+        assert (e.value.hint or "").startswith("use a smaller epsilon")
+        assert s.history().num_rows == 0
+    finally:
+        s.close()
