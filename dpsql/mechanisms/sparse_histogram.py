@@ -59,6 +59,9 @@ from dpsql.noise import INT_VALUE_BOUND, NoiseSource, fp_delta_refusal, gaussian
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps, ReleasedColumn
 
+#: the largest per-person group cap the exact accounting is run for (0.2 s at 1e9; memory grows past it)
+MAX_GROUPS_PER_UNIT = 10**9
+
 
 def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts: dict[str, Any]) -> Calibration:
     table = plan.table
@@ -69,6 +72,12 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
         )
     tau = int(opts.get("tau", table.tau))
     c_u = int(caps.max_groups_per_unit)
+    if c_u > MAX_GROUPS_PER_UNIT:  # the exact accounting's work grows with C_u (a 16 GiB array at 2^62)
+        raise PolicyError(
+            f"table '{table.name}': max_groups_per_unit={c_u} is above the {MAX_GROUPS_PER_UNIT:.0e} groups per person "
+            "that the sparse histogram's exact accounting supports (its noise would swamp every count long before)",
+            hint=f"register('{table.name}', ..., max_groups_per_unit=5) or another realistic cap",
+        )
     cols = needed_columns(plan, caps)
     users = ReleasedColumn("__users", 1.0, "users")
     extra = [c for c in cols if c.name != "__users"]
