@@ -535,7 +535,8 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
     if "max_tuples_per_user" in opts:
         v = opts["max_tuples_per_user"]
         if people.enforced:
-            raise PolicyError("max_tuples_per_user applies to an attested Delta; this join's Delta is enforced")
+            raise PolicyError("max_tuples_per_user applies to an attested Delta; this join's Delta is enforced",
+                              hint="omit the max_tuples_per_user option: the enforced Delta is used")
         if v < delta_int:
             raise PolicyError(f"max_tuples_per_user={v} is below Delta={delta_int} that follows from the owner's declarations: "
                               "an attested Delta may be raised, never lowered", hint=f"pass max_tuples_per_user >= {delta_int}")

@@ -202,7 +202,8 @@ class SparseHistogram(BoundedAggregates):
         plan, table, opts = request.plan, request.table, request.options
         assert plan is not None
         if not plan.is_grouped:
-            raise PolicyError("the sparse histogram mechanism needs a GROUP BY")
+            raise PolicyError("the sparse histogram mechanism needs a GROUP BY",
+                              hint="omit the mechanism option (dpsql then chooses one), or add a GROUP BY")
         if request.delta == 0:
             undeclared = [k.sql for k in plan.keys if k.domain is None]
             if not undeclared:

@@ -289,7 +289,8 @@ def analyze_workload(
 
     ``plans``: the queries already analysed (each query is parsed once)."""
     if not isinstance(sqls, (list, tuple)) or not sqls:
-        raise UnsupportedQueryError("query_many needs a non-empty list of SQL range-count queries")
+        raise UnsupportedQueryError("query_many needs a non-empty list of SQL range-count queries",
+                                    hint="pass a list such as [\"SELECT COUNT(*) FROM t WHERE x >= 0 AND x < 10\"]")
     if plans is None:
         plans = [analyze(s, catalog) for s in sqls]
     table = plans[0].table
@@ -305,7 +306,8 @@ def analyze_workload(
     used: list[str] = []
     for s, p in zip(sqls, plans):
         if p.table.name != table.name:
-            raise UnsupportedQueryError("all queries of a workload must read the same table")
+            raise UnsupportedQueryError("all queries of a workload must read the same table",
+                                        hint="answer each table's range counts as a workload of its own")
         plain = (len(p.outputs) == 1 and p.outputs[0].source is not None and not p.order and p.limit is None
                  and p.offset is None)
         if p.keys or [a.kind for a in p.aggregates] != [ir.COUNT_STAR] or p.having is not None or not plain:
@@ -334,9 +336,12 @@ def analyze_workload(
             )
         per_query.append(rng)
     if not used:
-        raise UnsupportedQueryError("no query of the workload has a range over a column with a declared ordered domain")
+        raise UnsupportedQueryError("no query of the workload has a range over a column with a declared ordered domain",
+                                    hint="range over a column registered with bounds and bins, e.g. "
+                                    "columns={'age': {'bounds': (0, 120), 'bins': 121}}")
     if len(used) > 2:
-        raise UnsupportedQueryError(f"range workloads support one or two ordered columns, got {used}")
+        raise UnsupportedQueryError(f"range workloads support one or two ordered columns, got {used}",
+                                    hint="split the workload so that each part ranges over at most two of these columns")
     dims = [Dim(c, ordered[c], table.schema.get(c)) for c in used]
     rows, snapped = [], []
     for rng in per_query:
@@ -349,7 +354,8 @@ def analyze_workload(
         rows.append(row)
         snapped.append(sn)
     if len(dims) == 2 and dims[0].n * dims[1].n > 1 << 20:
-        raise PolicyError("2-D range workloads support at most 1,048,576 cells (e.g. 1024 x 1024)")
+        raise PolicyError(f"2-D range workloads support at most 1,048,576 cells (e.g. 1024 x 1024), got {dims[0].n} x {dims[1].n}",
+                          hint="register the columns with fewer bins, or answer each column's ranges as a 1-D workload")
     return Workload(
         table=table,
         dims=dims,
