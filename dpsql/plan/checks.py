@@ -14,7 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.errors import Violation
-from dpsql.plan.parse import DIALECT, keyword_offset, line_col, position, tokens
+from dpsql.plan.parse import DIALECT, is_big, keyword_offset, line_col, position, tokens
 from dpsql.plan.quantiles import QUANTILE_AGGS
 from dpsql.plan.typer import func_name, node_problem
 
@@ -39,6 +39,10 @@ __all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_func
 def violation(node: exp.Expression, sql: str, message: str, *, offset: int | None = None) -> Violation:
     """A violation at ``node`` (or at character ``offset`` of ``sql`` when given)."""
     line, col = line_col(sql, offset) if offset is not None else position(node, sql)
+    if is_big(node):  # quoted from the query's text: rendering a huge expression costs seconds
+        start = sum(len(x) + 1 for x in sql.split("\n")[: line - 1]) + col - 1 if line else 0
+        frag = " ".join(sql[start:start + 200].split())
+        return Violation(message, line, col, frag[:77] + "..." if len(frag) > 80 else frag)
     frag = node.sql(dialect=DIALECT)
     written = written_name(node, sql)
     if written:  # a function spelled another way in the query (RAND for RANDOM): quote it as written

@@ -93,7 +93,22 @@ def _anchor(node: exp.Expression, sql: str) -> int | None:
     return best
 
 
+#: nodes with more descendants than this are never rendered for a message (rendering copies the whole tree:
+#: a 10 000-term AND chain took seconds per message); their fragment is the query's own text
+BIG_NODE = 2000
+
+
+def is_big(node: exp.Expression) -> bool:
+    """Whether ``node`` has more than :data:`BIG_NODE` descendants (a walk that stops there)."""
+    for i, _ in enumerate(node.walk()):
+        if i > BIG_NODE:
+            return True
+    return False
+
+
 def _lead_word(node: exp.Expression) -> str:
+    if is_big(node):
+        return ""
     try:
         text = node.sql(dialect=DIALECT)
     except Exception:  # pragma: no cover - defensive
@@ -152,6 +167,8 @@ def position(node: exp.Expression, sql: str) -> tuple[int, int]:
     """
     best = _offset(node, sql)
     if best is None:
+        if is_big(node):
+            return 0, 0
         frag = node.sql(dialect=DIALECT)
         idx = sql.lower().find(frag.lower()) if frag else -1
         if idx < 0:

@@ -290,8 +290,25 @@ _TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?
 _NUM_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
+_TYPE_NODES: dict[str, exp.DataType] = {}
+
+
+def _type_node(name: str) -> exp.DataType:
+    """``exp.DataType.build(name)``, parsed once per type name (a fresh copy each time: a node has one parent;
+    a 9 000-element IN list parsed its element type 27 000 times)."""
+    node = _TYPE_NODES.get(name)
+    if node is None:
+        node = exp.DataType.build(name, dialect="duckdb")
+        if len(_TYPE_NODES) < 4096:
+            _TYPE_NODES[name] = node
+    if not any(isinstance(v, exp.Expression) or (isinstance(v, list) and v) for v in node.args.values()):
+        # a plain type (DOUBLE, DATE, ...): its arguments hold no node
+        return exp.DataType(**{k: [] if isinstance(v, list) else v for k, v in node.args.items()})
+    return node.copy()
+
+
 def _cast(e: exp.Expression, t: SqlType | str, *, try_: bool = True) -> exp.Expression:
-    to = exp.DataType.build(t.name if isinstance(t, SqlType) else t, dialect="duckdb")
+    to = _type_node(t.name if isinstance(t, SqlType) else t)
     return exp.TryCast(this=e, to=to) if try_ else exp.Cast(this=e, to=to)
 
 

@@ -1,0 +1,63 @@
+"""Very large query texts are refused (or answered) without rendering huge expressions for messages.
+
+A refusal quoted its fragment by rendering the offending expression with sqlglot, which copies the whole
+tree: a 10 000-term AND chain spent seconds per message. Expressions of more than ``BIG_NODE`` nodes are
+quoted from the query's own text instead. The typer parsed the type name of every typed literal (27 000
+parses for a 9 000-element IN list); each type name is parsed once now.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from sqlglot import exp
+
+import dpsql
+from dpsql.plan.parse import BIG_NODE, is_big
+from dpsql.plan.typer import _type_node
+
+
+@pytest.fixture()
+def session() -> dpsql.Session:
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 0.5))
+    s.register("t", pa.table({"uid": np.arange(50), "x": np.arange(50.0)}), privacy_unit="uid", max_rows_per_unit=1,
+               columns={"x": {"bounds": [0, 100]}})
+    yield s
+    s.close()
+
+
+def test_a_huge_expression_is_quoted_from_the_query_text(session: dpsql.Session) -> None:
+    sql = "SELECT COUNT(*) FROM t WHERE " + " AND ".join(["x > 1"] * 3000)
+    with pytest.raises(dpsql.errors.UnsupportedQueryError, match="nested more than 64 levels") as e:
+        session.explain(sql, epsilon=1.0, delta=1e-6)
+    v = e.value.violations[0]
+    assert (v.line, v.col) == (1, 30)
+    assert v.fragment.endswith("...") and len(v.fragment) == 80
+    assert ("x > 1 AND " * 10).startswith(v.fragment[:-3])
+    assert session.history().num_rows == 0
+
+
+def test_small_expressions_are_still_rendered(session: dpsql.Session) -> None:
+    with pytest.raises(dpsql.errors.UnsupportedQueryError) as e:
+        session.explain("SELECT COUNT(*) FROM t WHERE RAND() > 0.5", epsilon=1.0, delta=1e-6)
+    assert e.value.violations[0].fragment.startswith("RAND(")
+
+
+def test_is_big_stops_at_the_bound() -> None:
+    small = exp.and_(*[exp.column("x")] * (BIG_NODE // 4))
+    big = exp.and_(*[exp.column("x")] * (BIG_NODE + 1))
+    assert not is_big(small) and is_big(big)
+
+
+def test_a_9000_element_in_list_is_answered(session: dpsql.Session) -> None:
+    sql = "SELECT COUNT(*) AS c FROM t WHERE x IN (" + ", ".join(str(i) for i in range(9000)) + ")"
+    assert session.query(sql, epsilon=1.0, delta=1e-6).table.num_rows == 1
+
+
+def test_type_nodes_are_fresh_and_equal_to_a_parse() -> None:
+    for name in ("DOUBLE", "DECIMAL(18,3)", "TIMESTAMP", "VARCHAR", "HUGEINT", "INTEGER[]", "DATE"):
+        a, b = _type_node(name), _type_node(name)
+        assert a == exp.DataType.build(name, dialect="duckdb") and a is not b
+        exp.Cast(this=exp.column("x"), to=a)
+        assert b.parent is None  # a node handed out once is never shared
