@@ -35,8 +35,9 @@ def test_unstorable_text_is_a_free_config_error(tmp_path: Path, bad: str) -> Non
 def test_cli_style_query_with_invalid_utf8_costs_nothing_and_says_why(tmp_path: Path) -> None:
     with dpsql.Session(tmp_path / "l.duckdb", Budget(1.0), create=True) as s:
         s.register("t", pa.table({"u": [1, 2, 3]}), privacy_unit="u")
-        with pytest.raises(ConfigError, match="cannot store"):
+        with pytest.raises(dpsql.errors.SQLSyntaxError, match="lone surrogate") as e:  # refused while parsing
             s.query("SELECT COUNT(*) FROM t -- caf\udce9", epsilon=0.5)
+        assert (e.value.line, e.value.col) == (1, 30) and "UTF-8" in (e.value.hint or "")
         assert s.remaining() == Budget(1.0)
         s.query("SELECT COUNT(*) FROM t -- café", epsilon=0.5)  # control: valid text is charged and answered
         assert s.remaining() == Budget(0.5)

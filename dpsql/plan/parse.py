@@ -254,11 +254,22 @@ def _refuse_top(sql: str) -> None:
             )
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def parse_statements(sql: str) -> list[exp.Expression]:
     if not isinstance(sql, str):
         raise SQLSyntaxError(f"the query must be a SQL string, got {type(sql).__name__}")
     if not sql.strip():
         raise SQLSyntaxError("the query is empty", hint="pass one SELECT statement")
+    m = _UNSTORABLE.search(sql)
+    if m is not None:  # neither the engine nor the ledger can hold it: refused here, before any binding
+        bad = m.start()
+        line, col = line_col(sql, bad)
+        what = "a NUL character" if sql[bad] == "\x00" else f"a lone surrogate (U+{ord(sql[bad]):04X}: not valid Unicode)"
+        raise SQLSyntaxError(f"the query text holds {what} at line {line}, col {col}", line=line, col=col,
+                             hint="pass the query as UTF-8 text without NUL characters (e.g. read the file with "
+                             "encoding='utf-8')")
     _refuse_top(sql)
     try:
         stmts = sqlglot.parse(bracket_identifiers(sql), read=DIALECT)
