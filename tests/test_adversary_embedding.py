@@ -158,6 +158,19 @@ def test_the_callers_duckdb_log_never_records_a_private_read() -> None:
         s.close()
 
 
+def test_the_callers_progress_bar_setting_is_left_as_it_was() -> None:
+    """Opening a Session on a caller's connection used to turn its progress bar off for good."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = true")
+    s = dpsql.Session(budget=Budget(10.0), connection=con)
+    try:
+        assert str(con.execute("SELECT current_setting('enable_progress_bar')").fetchall()[0][0]).lower() == "true"
+    finally:
+        s.close()
+
+
 def test_the_callers_progress_bar_is_off_during_a_private_read_and_restored() -> None:
     con, s = _caller_session()
     try:

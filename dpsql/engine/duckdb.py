@@ -159,10 +159,8 @@ class DuckDBBackend:
         self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
         self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
         self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
-        try:
+        if self._owned:  # a caller's connection keeps its own setting: private reads turn it off and back (_limited)
             self._con.execute("SET enable_progress_bar = false")
-        except duckdb.Error:  # pragma: no cover - older settings name
-            pass
         self._spill = self.settings.temp_directory or os.path.join(
             tempfile.gettempdir(), f"dpsql-spill-{os.getpid()}-{secrets.token_hex(6)}")
         if self._owned:
