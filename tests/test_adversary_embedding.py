@@ -226,3 +226,27 @@ def test_binary_as_string_on_the_callers_connection_keeps_blobs(tmp_path: Path, 
             assert counts == [N + 1] * 4
         finally:
             s.close()
+
+
+def test_a_timestamptz_key_is_spelled_in_utc_whatever_the_machines_time_zone(tmp_path: Path) -> None:
+    """dpsql's own DuckDB connection took the machine's time zone, so a TIMESTAMPTZ key cast to text was
+    spelled '2020-01-01 01:00:00+01' in Paris and '2020-01-01 00:00:00+00' in UTC (Spark: UTC)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import datetime as dt, pyarrow as pa, dpsql\n"
+            "from dpsql.testing import use_noise, zero_noise\n"
+            "t = pa.table({'uid': list(range(50)), 'ts': pa.array([dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)] * 50,"
+            " pa.timestamp('us', tz='UTC'))})\n"
+            "s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-2))\n"
+            "use_noise(s, zero_noise())\n"
+            "s.register('t', t, privacy_unit='uid', max_groups_per_unit=1, max_rows_per_group=1)\n"
+            "print(s.query('SELECT CAST(ts AS VARCHAR) AS k, COUNT(*) AS n FROM t GROUP BY CAST(ts AS VARCHAR)',"
+            " epsilon=5, delta=1e-3).to_pylist()[0]['k'])\n")
+    for tz in ("Europe/Paris", "America/New_York"):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(dpsql.__file__)))  # this tree's dpsql
+        env = {**os.environ, "TZ": tz, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             cwd=tmp_path, check=True)
+        assert out.stdout.strip() == "2020-01-01 00:00:00+00", (tz, out.stdout, out.stderr[-500:])

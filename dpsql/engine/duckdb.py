@@ -168,6 +168,8 @@ class DuckDBBackend:
                 self._con.execute(f"SET {name} = {_sql_str(value)}")
             # results of the bounded queries have no order to keep: lets DuckDB stream and spill freely
             self._con.execute("SET preserve_insertion_order = false")
+            # a TIMESTAMPTZ's text (a key cast to VARCHAR) in UTC, as on Spark, not in the machine's time zone
+            self._con.execute("SET TimeZone = 'UTC'")
 
     def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
         """SQL text of ``ast`` for DuckDB, rendered strictly (``dpsql.rewrite.render``)."""
