@@ -1,0 +1,526 @@
+"""End-to-end empirical privacy audits through the public API (``Session.query`` and friends).
+
+For each route: worst-case neighbours D, D' (D' = D minus one person, chosen to maximise the
+difference), one output event S fixed in advance from the mechanism's analysis, N releases on
+each side with a seeded noise source, and a lower bound on the privacy loss at the charged δ from
+Clopper–Pearson intervals:
+
+    ε_lb = ln((p_D,lower − δ) / p_D',upper)
+
+A violation is ε_lb > the charged ε (equivalently p_D − e^ε·p_D' > δ with confidence). Where the
+docs give the event probabilities in closed form (Gaussian tails of the sparse histogram, the
+exponential mechanism's law), the empirical frequencies are also checked against them, which
+catches a mis-calibrated σ even when ε_lb is loose.
+
+Replication. A release noises groups independently with parameters that depend only on public
+metadata (docs/mechanisms.md §1.1, §7, §9), so one release over R disjoint copies of the
+neighbour pair's target (each copy a different person with the same contribution pattern) gives R
+independent draws of the target's output. D holds R copies with the person, D' the same R copies
+without. Scalar routes (joins, range workloads) have one draw per release and run at smaller N;
+their power is stated in their docstrings.
+
+Every test uses a fixed seed, has total failure probability <= 1e-6 (a union bound over its
+intervals), and has a negative control (``ScaledNoise``: every Gaussian/Laplace draw scaled, i.e.
+a mechanism whose noise is wrong by a known factor) that the same statistics must catch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from scipy import optimize, special, stats
+
+import dpsql
+from dpsql.testing import SeededNoise, use_noise
+
+FAIL = 1e-6  # total failure probability of each test
+
+
+class ScaledNoise(SeededNoise):
+    """A broken noise source for negative controls: Gaussian and Laplace draws scaled by ``factor``."""
+
+    def __init__(self, seed: int | str, factor: float) -> None:
+        super().__init__(seed)
+        self.factor = factor
+
+    def normal(self, scale, size):  # type: ignore[no-untyped-def]
+        return super().normal(np.asarray(scale, dtype=np.float64) * self.factor, size)
+
+    def laplace(self, scale, size):  # type: ignore[no-untyped-def]
+        return super().laplace(np.asarray(scale, dtype=np.float64) * self.factor, size)
+
+
+# -- statistics ----------------------------------------------------------------------------------
+
+
+def cp_lower(k: int, n: int, alpha: float) -> float:
+    """One-sided Clopper–Pearson lower bound: P(p < bound) <= alpha."""
+    return 0.0 if k == 0 else float(stats.beta.ppf(alpha, k, n - k + 1))
+
+
+def cp_upper(k: int, n: int, alpha: float) -> float:
+    return 1.0 if k == n else float(stats.beta.ppf(1 - alpha, k + 1, n - k))
+
+
+def eps_lower_bound(k_d: int, n_d: int, k_dp: int, n_dp: int, delta: float, alpha: float) -> float:
+    """ε_lb at δ from one event (alpha split over the two one-sided intervals); -inf if vacuous."""
+    lo = cp_lower(k_d, n_d, alpha / 2) - delta
+    up = cp_upper(k_dp, n_dp, alpha / 2)
+    return math.log(lo / up) if lo > 0 else -math.inf
+
+
+def delta_lower_bound(k_d: int, n_d: int, k_dp: int, n_dp: int, eps: float, alpha: float) -> float:
+    """A lower bound on P_D(S) − e^ε·P_D'(S) (the hockey-stick divergence at ε)."""
+    return cp_lower(k_d, n_d, alpha / 2) - math.exp(eps) * cp_upper(k_dp, n_dp, alpha / 2)
+
+
+def consistent(k: int, n: int, p: float, alpha: float) -> bool:
+    """The two-sided Clopper–Pearson interval at level alpha contains p."""
+    return cp_lower(k, n, alpha / 2) <= p <= cp_upper(k, n, alpha / 2)
+
+
+# -- the spec's calibration, recomputed here (docs/mechanisms.md §1.2) ----------------------------
+
+
+def delta_gauss(eps: float, mu: float) -> float:
+    return float(special.ndtr(-eps / mu + mu / 2) - math.exp(eps) * special.ndtr(-eps / mu - mu / 2))
+
+
+def least_sigma(eps: float, delta: float, l2: float = 1.0) -> float:
+    return float(optimize.brentq(lambda s: delta_gauss(eps, l2 / s) - delta, 1e-3, 1e3, xtol=1e-14))
+
+
+# -- sessions --------------------------------------------------------------------------------------
+
+
+class Runner:
+    """Fresh sessions as the δ budget fills up; every release's charge is collected."""
+
+    def __init__(self, register: Callable[[dpsql.Session], None], source: SeededNoise, per_session: int = 15):
+        self.register, self.source, self.per_session = register, source, per_session
+        self.session: dpsql.Session | None = None
+        self.used = 0
+        self.costs: set[tuple[float, float]] = set()
+
+    def _fresh(self) -> dpsql.Session:
+        if self.session is None or self.used >= self.per_session:
+            if self.session is not None:
+                self.session.close()
+            self.session = dpsql.Session(budget=dpsql.Budget(1e6, 0.99))
+            use_noise(self.session, self.source)
+            self.register(self.session)
+            self.used = 0
+        self.used += 1
+        return self.session
+
+    def query(self, sql: str, **kw: Any) -> dpsql.Release:
+        r = self._fresh().query(sql, **kw)
+        self.costs.add((float(r.cost.epsilon), float(r.cost.delta)))
+        return r
+
+    def call(self, f: Callable[[dpsql.Session], Any]) -> Any:
+        r = f(self._fresh())
+        self.costs.add((float(r.cost.epsilon), float(r.cost.delta)))
+        return r
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+
+    def cost(self) -> tuple[float, float]:
+        assert len(self.costs) == 1, self.costs
+        return next(iter(self.costs))
+
+
+def table_of(units: list[np.ndarray], **cols: list[np.ndarray]) -> pa.Table:
+    return pa.table({"uid": np.concatenate(units).astype(np.int64),
+                     **{k: np.concatenate(v) for k, v in cols.items()}})
+
+
+def groups_table(copies: int, size: int, *, with_target: bool, groups_per_unit: int = 1,
+                 value: float = 0.0, others: float = 0.0, prefix: str = "g") -> pa.Table:
+    """``copies`` disjoint copies of the target's neighbourhood: the target (value ``value``) in
+    ``groups_per_unit`` groups of its own copy, each group holding ``size`` distinct units in D
+    (the target and size − 1 others, each other unit in one group, value ``others``)."""
+    uid, key, val = [], [], []
+    next_uid = 0
+    for i in range(copies):
+        target = next_uid
+        next_uid += 1
+        for g in range(groups_per_unit):
+            members = list(range(next_uid, next_uid + size - 1))
+            next_uid += size - 1
+            if with_target:
+                uid.append(target)
+                key.append(f"{prefix}{i}_{g}")
+                val.append(value)
+            uid.extend(members)
+            key.extend([f"{prefix}{i}_{g}"] * len(members))
+            val.extend([others] * len(members))
+    return pa.table({"uid": np.asarray(uid, dtype=np.int64), "k": np.asarray(key), "v": np.asarray(val)})
+
+
+def sparse_releases(tbl: pa.Table, runs: int, source: SeededNoise, caps: int, eps: float, delta: float,
+                    sql: str = "SELECT k, COUNT(*) AS n FROM t GROUP BY k",
+                    options: dict[str, Any] | None = None, columns: dict[str, Any] | None = None,
+                    ) -> tuple[list[pa.Table], dpsql.Release, tuple[float, float]]:
+    def register(s: dpsql.Session) -> None:
+        s.register("t", tbl, privacy_unit="uid", max_groups_per_unit=caps, max_rows_per_group=1,
+                   columns=columns or {})
+    run = Runner(register, source)
+    try:
+        out = []
+        r = None
+        for _ in range(runs):
+            r = run.query(sql, epsilon=eps, delta=delta, options=options)
+            out.append(r.table)
+        assert r is not None
+        return out, r, run.cost()
+    finally:
+        run.close()
+
+
+def released_counts(tables: list[pa.Table], col: str = "n") -> dict[str, np.ndarray]:
+    """Per release: key -> released value (only released keys)."""
+    return [dict(zip(t.column("k").to_pylist(), t.column(col).to_pylist(), strict=True)) for t in tables]  # type: ignore[return-value]
+
+
+# -- 1. sparse histogram: the Gaussian part (a person in a large group) --------------------------
+
+
+def audit_sparse_gaussian(factor: float, seed: str) -> dict[str, Any]:
+    """C_u = 1, target in a group of c = 12 (far above τ*): D has count c, D' count c − 1.
+    Events S_k = {released count >= c + k}, k = 0..4 (union bound over the family)."""
+    eps, delta, copies, c, runs = 1.0, 0.05, 3000, 12, 30
+    res = {}
+    for side, with_target in (("D", True), ("D'", False)):
+        tbl = groups_table(copies, c, with_target=with_target)
+        tabs, rel, cost = sparse_releases(tbl, runs, ScaledNoise(f"{seed}:{side}", factor), 1, eps, delta)
+        vals = [np.asarray(t.column("n").to_numpy(zero_copy_only=False), dtype=float) for t in tabs]
+        rows = [t.num_rows for t in tabs]
+        assert all(r == copies for r in rows)  # every group is far above the threshold
+        res[side] = np.concatenate(vals)
+        res["cost"], res["details"] = cost, rel.details
+    n_d, n_dp = res["D"].size, res["D'"].size
+    ks = range(5)
+    alpha = FAIL / 2 / len(ks)
+    lbs = {}
+    for k in ks:
+        kd = int(np.sum(res["D"] >= c + k))
+        kdp = int(np.sum(res["D'"] >= c + k))
+        lbs[k] = eps_lower_bound(kd, n_d, kdp, n_dp, res["cost"][1], alpha)
+    # exact law of the released count: c + rint(N(0, σ²)), σ the spec's least σ for (ε, δ), L2 = 1
+    sigma = least_sigma(eps, delta)
+    k_fix = 2
+    p_theory = float(special.ndtr(-(k_fix - 0.5) / sigma))
+    k_obs = int(np.sum(res["D"] >= c + k_fix))
+    return {"eps_lb": max(lbs.values()), "lbs": lbs, "cost": res["cost"], "sigma_spec": sigma,
+            "sigma_engine": res["details"]["sigma"], "consistent": consistent(k_obs, n_d, p_theory, FAIL / 2),
+            "freq": k_obs / n_d, "p_theory": p_theory, "n": n_d}
+
+
+def test_sparse_histogram_gaussian_part() -> None:
+    a = audit_sparse_gaussian(1.0, "sparse-gauss")
+    eps_c, delta_c = a["cost"]
+    assert eps_c == 1.0 and 0.05 <= delta_c < 0.05 + 1e-9
+    assert a["sigma_engine"] == pytest.approx(a["sigma_spec"], rel=1e-8)
+    assert a["eps_lb"] <= eps_c, a
+    assert a["eps_lb"] > 0.7, a  # the audit has power: the bound is close to the claim
+    assert a["consistent"], a
+
+
+def test_sparse_histogram_gaussian_part_control_half_sigma() -> None:
+    a = audit_sparse_gaussian(0.5, "sparse-gauss-ctl")
+    assert a["eps_lb"] > a["cost"][0], a
+    assert not a["consistent"], a
+
+
+# -- 2. sparse histogram: the key-release threshold (a person alone in C_u groups) ----------------
+
+
+def audit_sparse_threshold(factor: float, seed: str) -> dict[str, Any]:
+    """C_u = 3, τ = 1: the target is the only member of its 3 groups (the δ_infinite branch,
+    docs/mechanisms.md §1.4–1.5). D' lacks the target, so its keys can never appear (an
+    infinite-loss event): S = {some key of the target released}, P_D'(S) = 0 exactly."""
+    eps, delta, copies, runs, cu = 1.0, 0.05, 8000, 12, 3
+    filler = groups_table(1, 30, with_target=False, prefix="f")  # one unrelated public-size group on both sides
+    hits, per_group, total_groups = 0, 0, 0
+    for side in ("D", "D'"):
+        if side == "D":
+            tgt = groups_table(copies, 1, with_target=True, groups_per_unit=cu)
+            tbl = pa.table({"uid": pa.concat_arrays([tgt.column("uid").combine_chunks(),
+                                                     pa.array(filler.column("uid").to_numpy() + 10**7)]),
+                            "k": pa.concat_arrays([tgt.column("k").combine_chunks(), filler.column("k").combine_chunks()]),
+                            "v": pa.concat_arrays([tgt.column("v").combine_chunks(), filler.column("v").combine_chunks()])})
+        else:
+            tbl = filler
+        tabs, rel, cost = sparse_releases(tbl, runs, ScaledNoise(f"{seed}:{side}", factor), cu, eps, delta)
+        if side == "D":
+            details = rel.details
+            for t in tabs:
+                keys = [k for k in t.column("k").to_pylist() if not k.startswith("f")]
+                per_group += len(keys)
+                hits += len({k.split("_")[0] for k in keys})
+                total_groups += copies * cu
+        else:
+            dp_hits = sum(sum(1 for k in t.column("k").to_pylist() if not k.startswith("f")) for t in tabs)
+            assert dp_hits == 0
+    n = copies * runs
+    sigma, tau_star = details["sigma"], details["tau_star"]
+    p1 = float(special.ndtr(-(tau_star - 1) / sigma))  # one at-threshold group released
+    p_any = 1 - (1 - p1) ** cu  # δ_infinite
+    alpha = FAIL / 3
+    return {"eps_lb": eps_lower_bound(hits, n, 0, n, cost[1], alpha),
+            "delta_lb": delta_lower_bound(hits, n, 0, n, cost[0], alpha),
+            "cost": cost, "freq": hits / n, "p_theory": p_any, "sigma": sigma, "tau_star": tau_star,
+            "consistent": consistent(hits, n, p_any, alpha) and consistent(per_group, total_groups, p1, alpha),
+            "n": n}
+
+
+def test_sparse_histogram_threshold() -> None:
+    a = audit_sparse_threshold(1.0, "sparse-thr")
+    eps_c, delta_c = a["cost"]
+    assert a["delta_lb"] <= delta_c and a["eps_lb"] <= eps_c, a
+    assert a["delta_lb"] > 0.5 * delta_c, a  # power: the bound nearly reaches the charged δ
+    assert a["consistent"], a
+
+
+def test_sparse_histogram_threshold_control_noise_too_large() -> None:
+    a = audit_sparse_threshold(1.5, "sparse-thr-ctl")
+    assert a["delta_lb"] > a["cost"][1] and a["eps_lb"] > a["cost"][0], a
+    assert not a["consistent"], a
+
+
+# -- 3. sparse histogram: one group at the threshold and two far above (Lemma 5.3) ----------------
+
+
+def mixed_table(copies: int, big: int, *, with_target: bool) -> pa.Table:
+    uid, key = [], []
+    nxt = 0
+    for i in range(copies):
+        t = nxt
+        nxt += 1
+        if with_target:
+            uid += [t, t, t]
+            key += [f"a{i}", f"b{i}_0", f"b{i}_1"]
+        for g in range(2):
+            uid += list(range(nxt, nxt + big - 1))
+            key += [f"b{i}_{g}"] * (big - 1)
+            nxt += big - 1
+    return pa.table({"uid": np.asarray(uid, dtype=np.int64), "k": np.asarray(key), "v": np.zeros(len(uid))})
+
+
+def audit_sparse_mixed(factor: float, seed: str) -> dict[str, Any]:
+    """C_u = 3 with a₌ = 1 (a group where the target is alone) and a₊ = 2 (groups of c = 20).
+    Direction D → D': S_k = {the target's lone key released} ∪ {both big groups released with
+    counts summing to >= 2c + k}; the exact bound is 1 − P + P·δ_G(ε − ln P; √2/σ)."""
+    eps, delta, copies, c, runs = 1.0, 0.05, 3000, 20, 24
+    out: dict[str, Any] = {}
+    for side, wt in (("D", True), ("D'", False)):
+        tabs, rel, cost = sparse_releases(mixed_table(copies, c, with_target=wt), runs,
+                                          ScaledNoise(f"{seed}:{side}", factor), 3, eps, delta)
+        lone, sums = [], []
+        for t in tabs:
+            d = dict(zip(t.column("k").to_pylist(), t.column("n").to_pylist(), strict=True))
+            for i in range(copies):
+                lone.append(f"a{i}" in d)
+                b0, b1 = d.get(f"b{i}_0"), d.get(f"b{i}_1")
+                sums.append(-math.inf if b0 is None or b1 is None else b0 + b1)
+        out[side] = (np.asarray(lone), np.asarray(sums, dtype=float))
+        out["cost"], out["details"] = cost, rel.details
+    ks = (0, 2, 4, 5, 6, 8)
+    alpha = FAIL / 2 / len(ks)
+    lbs = {}
+    n = copies * runs
+    for k in ks:
+        ev_d = out["D"][0] | (out["D"][1] >= 2 * c + k)
+        ev_dp = out["D'"][0] | (out["D'"][1] >= 2 * c + k)
+        lbs[k] = eps_lower_bound(int(ev_d.sum()), n, int(ev_dp.sum()), n, cost[1], alpha)
+    assert not out["D'"][0].any()
+    return {"eps_lb": max(lbs.values()), "lbs": lbs, "cost": out["cost"], "n": n,
+            "sigma": out["details"]["sigma"], "tau_star": out["details"]["tau_star"]}
+
+
+def test_sparse_histogram_mixed_threshold_and_gaussian() -> None:
+    a = audit_sparse_mixed(1.0, "sparse-mixed")
+    assert a["eps_lb"] <= a["cost"][0], a
+
+
+def test_sparse_histogram_mixed_control() -> None:
+    a = audit_sparse_mixed(0.6, "sparse-mixed-ctl")
+    assert a["eps_lb"] > a["cost"][0], a
+
+
+# -- 4. public-domain GROUP BY (Gaussian and Laplace), VARIANCE / STDDEV, quantiles ---------------
+
+
+def copies_table(copies: int, target: list[float], others: list[float], *, with_target: bool) -> pa.Table:
+    """Key i holds the ``others`` values (one unit each) and, in D, the target's value(s)."""
+    uid, key, val = [], [], []
+    nxt = 0
+    for i in range(copies):
+        vals = (list(others) + (list(target) if with_target else []))
+        owners = list(range(nxt, nxt + len(others))) + ([nxt + len(others)] * len(target) if with_target else [])
+        nxt += len(others) + 1
+        uid += owners
+        key += [f"k{i}"] * len(vals)
+        val += vals
+    return pa.table({"uid": np.asarray(uid, dtype=np.int64), "k": np.asarray(key), "v": np.asarray(val, dtype=float)})
+
+
+def public_releases(copies: int, target: list[float], others: list[float], sql: str, cols: list[str],
+                    eps: float, delta: float, runs: int, source_seed: str, factor: float,
+                    bounds: tuple[float, float] = (0.0, 10.0), rows_per_group: int = 1,
+                    granularity: float | None = None) -> dict[str, Any]:
+    keys = [f"k{i}" for i in range(copies)]
+    out: dict[str, Any] = {}
+    vcol: dict[str, Any] = {"bounds": bounds}
+    if granularity is not None:
+        vcol["granularity"] = granularity
+    for side, wt in (("D", True), ("D'", False)):
+        tbl = copies_table(copies, target, others, with_target=wt)
+
+        def register(s: dpsql.Session, tbl: pa.Table = tbl) -> None:
+            s.register("t", tbl, privacy_unit="uid", max_groups_per_unit=1, max_rows_per_group=rows_per_group,
+                       columns={"k": {"domain": keys}, "v": vcol})
+        run = Runner(register, ScaledNoise(f"{source_seed}:{side}", factor))
+        try:
+            vals: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+            for _ in range(runs):
+                r = run.query(sql, epsilon=eps, delta=delta)
+                assert r.table.num_rows == copies
+                for c in cols:
+                    vals[c].append(np.asarray([math.nan if x is None else x for x in r.table.column(c).to_pylist()],
+                                              dtype=float))
+            out[side] = {c: np.concatenate(v) for c, v in vals.items()}
+            out["cost"], out["details"] = run.cost(), r.details
+        finally:
+            run.close()
+    return out
+
+
+def family_eps_lb(out: dict[str, Any], events: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]],
+                  alpha: float) -> tuple[float, dict[str, float]]:
+    a = alpha / len(events)
+    lbs = {}
+    for name, ev in events.items():
+        e_d, e_dp = ev(out["D"]), ev(out["D'"])
+        lbs[name] = eps_lower_bound(int(e_d.sum()), e_d.size, int(e_dp.sum()), e_dp.size, out["cost"][1], a)
+    return max(lbs.values()), lbs
+
+
+def audit_public_sum_gaussian(factor: float, seed: str) -> dict[str, Any]:
+    """SUM over public keys, Gaussian: the target at the clamp bound (value 1000, bounds (0, 10)),
+    in a key with two others at the bound: Δ = 10. Events {sum >= 30 + j}."""
+    eps, delta = 1.0, 0.05
+    out = public_releases(1500, [1000.0], [10.0, 10.0], "SELECT k, SUM(v) AS s FROM t GROUP BY k", ["s"],
+                          eps, delta, 14, seed, factor)
+    events = {f">={30 + j}": (lambda o, j=j: o["s"] >= 30 + j) for j in (5, 10, 13, 15, 20)}
+    lb, lbs = family_eps_lb(out, events, FAIL / 2)
+    sigma = 10 * least_sigma(eps, delta)
+    p = float(special.ndtr(-12.5 / sigma))  # released = 30 + rint(N(0, σ²)) on the integer grid
+    k = int((out["D"]["s"] >= 43).sum())
+    return {"eps_lb": lb, "lbs": lbs, "cost": out["cost"], "n": out["D"]["s"].size, "freq": k / out["D"]["s"].size,
+            "p_theory": p, "consistent": consistent(k, out["D"]["s"].size, p, FAIL / 2),
+            "sigma_engine": out["details"]["expected_accuracy"]["s"]["noise_std"], "sigma_spec": sigma}
+
+
+def test_public_sum_gaussian() -> None:
+    a = audit_public_sum_gaussian(1.0, "pub-sum")
+    assert a["eps_lb"] <= a["cost"][0], a
+    assert a["sigma_engine"] == pytest.approx(a["sigma_spec"], rel=1e-8)
+    assert a["consistent"], a
+
+
+def test_public_sum_gaussian_control() -> None:
+    a = audit_public_sum_gaussian(0.5, "pub-sum-ctl")
+    assert a["eps_lb"] > a["cost"][0] and not a["consistent"], a
+
+
+def audit_public_count_laplace(factor: float, seed: str) -> dict[str, Any]:
+    """COUNT over public keys, δ = 0 (snapping Laplace, grid 2): 4 units vs 3. Events {n >= 4 + j}."""
+    eps = 1.0
+    out = public_releases(1500, [1.0], [1.0, 1.0, 1.0], "SELECT k, COUNT(*) AS n FROM t GROUP BY k", ["n"],
+                          eps, 0.0, 14, seed, factor)
+    events = {f">={4 + j}": (lambda o, j=j: o["n"] >= 4 + j) for j in (0, 2, 4)}
+    lb, lbs = family_eps_lb(out, events, FAIL / 2)
+    lam = 1 / (1 - 2.0**-45 * (2.0**35 + 2))  # docs §7.2: Δ = 1, Λ = 2, B = 2^34·Λ
+    p = 0.5 * math.exp(-1 / lam)  # P(2·rint((4 + L)/2) >= 6) = P(L >= 1)
+    k = int((out["D"]["n"] >= 6).sum())
+    snap = out["details"]["snapping"]["__users"]
+    return {"eps_lb": lb, "lbs": lbs, "cost": out["cost"], "n": out["D"]["n"].size, "freq": k / out["D"]["n"].size,
+            "p_theory": p, "consistent": consistent(k, out["D"]["n"].size, p, FAIL / 2),
+            "lambda_engine": snap["lambda"], "lambda_spec": lam, "grid": snap["grid"]}
+
+
+def test_public_count_laplace() -> None:
+    a = audit_public_count_laplace(1.0, "pub-count")
+    assert a["cost"] == (1.0, 0.0)
+    assert a["lambda_engine"] == pytest.approx(a["lambda_spec"], rel=1e-12) and a["grid"] == 2.0
+    assert a["eps_lb"] <= a["cost"][0], a
+    assert a["consistent"], a
+
+
+def test_public_count_laplace_control() -> None:
+    a = audit_public_count_laplace(0.5, "pub-count-ctl")
+    assert a["eps_lb"] > a["cost"][0] and not a["consistent"], a
+
+
+def _nan_ge(x: np.ndarray, t: float) -> np.ndarray:
+    return np.nan_to_num(x, nan=-math.inf) >= t
+
+
+def _nan_le(x: np.ndarray, t: float) -> np.ndarray:
+    return np.nan_to_num(x, nan=math.inf) <= t
+
+
+def audit_public_avg(factor: float, seed: str) -> dict[str, Any]:
+    """AVG over public keys (noisy count and centred sum, Gaussian): four others at 0 and the
+    target at the upper clamp bound (value 1000, bounds (0, 10)). No closed form for the law of the
+    ratio: ε_lb only, over events {avg >= t}, {avg <= t}, {avg is NULL}."""
+    out = public_releases(1500, [1000.0], [0.0] * 4, "SELECT k, AVG(v) AS a FROM t GROUP BY k", ["a"],
+                          1.0, 0.05, 14, seed, factor)
+    events: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]] = {
+        **{f">={t}": (lambda o, t=t: _nan_ge(o["a"], t)) for t in (1.0, 2.0, 3.0, 5.0)},
+        **{f"<={t}": (lambda o, t=t: _nan_le(o["a"], t)) for t in (0.0, 0.5)},
+    }
+    lb, lbs = family_eps_lb(out, events, FAIL)
+    return {"eps_lb": lb, "lbs": lbs, "cost": out["cost"], "n": out["D"]["a"].size}
+
+
+def test_public_avg() -> None:
+    a = audit_public_avg(1.0, "pub-avg")
+    assert a["eps_lb"] <= a["cost"][0], a
+
+
+def test_public_avg_control() -> None:
+    a = audit_public_avg(0.3, "pub-avg-ctl")
+    assert a["eps_lb"] > a["cost"][0], a
+
+
+def audit_public_variance(factor: float, seed: str) -> dict[str, Any]:
+    """VARIANCE / STDDEV over public keys (noisy count, centred sum and sum of squares): four
+    others at 0 and the target at the clamp bound. ε_lb only, events on the released variance."""
+    out = public_releases(1500, [1000.0], [0.0] * 4, "SELECT k, VARIANCE(v) AS var FROM t GROUP BY k", ["var"],
+                          1.0, 0.05, 14, seed, factor)
+    events: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]] = {
+        **{f">={t}": (lambda o, t=t: _nan_ge(o["var"], t)) for t in (5.0, 10.0, 20.0)},
+        **{f"<={t}": (lambda o, t=t: _nan_le(o["var"], t)) for t in (0.0, 2.0)},
+    }
+    lb, lbs = family_eps_lb(out, events, FAIL)
+    return {"eps_lb": lb, "lbs": lbs, "cost": out["cost"], "n": out["D"]["var"].size}
+
+
+def test_public_variance() -> None:
+    a = audit_public_variance(1.0, "pub-var")
+    assert a["eps_lb"] <= a["cost"][0], a
+
+
+def test_public_variance_control() -> None:
+    a = audit_public_variance(0.3, "pub-var-ctl")
+    assert a["eps_lb"] > a["cost"][0], a
