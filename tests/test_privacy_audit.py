@@ -524,3 +524,151 @@ def test_public_variance() -> None:
 def test_public_variance_control() -> None:
     a = audit_public_variance(0.3, "pub-var-ctl")
     assert a["eps_lb"] > a["cost"][0], a
+
+
+def median_law(values: list[float], eps_em: float, n_cand: int = 11) -> np.ndarray:
+    """docs/mechanisms.md §9: the exponential mechanism's law for MEDIAN on the grid 0..10 (one row
+    per unit, Δ = ½), with the uniform mixture γ = 2⁻¹⁰."""
+    x = np.arange(n_cand, dtype=float)
+    a = np.array([sum(v < xi for v in values) for xi in x], dtype=float)
+    b = np.array([sum(v > xi for v in values) for xi in x], dtype=float)
+    u = -np.abs(0.5 * a - 0.5 * b)
+    w = np.exp(eps_em * u / (2 * 0.5))
+    gamma = 2.0**-10
+    return (1 - gamma) * w / w.sum() + gamma / n_cand
+
+
+def audit_median(score_factor: float, seed: str) -> dict[str, Any]:
+    """MEDIAN over public keys (exponential mechanism on the public grid 0..10): one other at 5,
+    the target at the upper clamp bound (1000 → 10). Events fixed from the exact law."""
+    import dpsql.mechanisms.quantile as qm
+
+    eps = 1.0
+    orig = qm.score_scale
+    qm.score_scale = lambda e, d: orig(e, d) * score_factor  # type: ignore[assignment]
+    try:
+        out = public_releases(1500, [1000.0], [5.0], "SELECT k, MEDIAN(v) AS m FROM t GROUP BY k", ["m"],
+                              eps, 0.0, 10, seed, 1.0, granularity=1.0)
+    finally:
+        qm.score_scale = orig  # type: ignore[assignment]
+    agg = out["details"]["aggregates"][0]
+    assert agg["candidates"] == 11 and agg["utility_sensitivity"] == 0.5
+    eps_run = out["details"]["epsilon_per_release"]
+    law_d, law_dp = median_law([5.0, 10.0], eps_run), median_law([5.0], eps_run)
+    exact_eps = float(np.max(np.abs(np.log(law_d / law_dp))))
+    events = {"6..9": lambda o: (o["m"] >= 6) & (o["m"] <= 9), ">=6": lambda o: o["m"] >= 6,
+              "<=4": lambda o: o["m"] <= 4, "<=5": lambda o: o["m"] <= 5}
+    lb, lbs = family_eps_lb(out, events, FAIL / 4)
+    alpha = FAIL / 8
+    # reversed direction (D' as the "high" side) for the events that favour D'
+    for name in ("<=4", "<=5"):
+        e_d, e_dp = events[name](out["D'"]), events[name](out["D"])
+        lbs["rev" + name] = eps_lower_bound(int(e_d.sum()), e_d.size, int(e_dp.sum()), e_dp.size, 0.0, alpha / 2)
+    lb = max(lbs.values())
+    n = out["D"]["m"].size
+    ok = True
+    for side, law in (("D", law_d), ("D'", law_dp)):
+        k = int(((out[side]["m"] >= 6) & (out[side]["m"] <= 9)).sum())
+        ok &= consistent(k, n, float(law[6:10].sum()), FAIL / 4)
+    return {"eps_lb": lb, "lbs": lbs, "cost": out["cost"], "n": n, "exact_eps": exact_eps, "consistent": ok}
+
+
+def test_median_exponential_mechanism() -> None:
+    a = audit_median(1.0, "median")
+    assert a["cost"] == (1.0, 0.0)
+    assert a["exact_eps"] <= 1.0
+    assert a["eps_lb"] <= a["cost"][0], a
+    assert a["consistent"], a
+
+
+def test_median_control_double_scale() -> None:
+    a = audit_median(4.0, "median-ctl")
+    assert a["eps_lb"] > a["cost"][0] and not a["consistent"], a
+
+
+# -- 5. persons over the caps: the bounding must hold the loss to one capped contribution ---------
+
+
+def overcap_table(copies: int, c: int, groups: int, rows: int, *, with_target: bool, drop: int = 1) -> pa.Table:
+    """Copy i: ``groups`` groups of c − 1 others; the target has ``rows`` rows in each of them.
+    ``drop`` > 1 removes that many persons per copy on the D' side (the control: two persons)."""
+    uid, key = [], []
+    nxt = 0
+    for i in range(copies):
+        t = nxt
+        nxt += 1
+        if with_target:
+            for g in range(groups):
+                uid += [t] * rows
+                key += [f"g{i}_{g}"] * rows
+        for g in range(groups):
+            members = list(range(nxt, nxt + c - 1))
+            nxt += c - 1
+            if not with_target and g < drop - 1:
+                members = members[1:]
+            uid += members
+            key += [f"g{i}_{g}"] * len(members)
+    return pa.table({"uid": np.asarray(uid, dtype=np.int64), "k": np.asarray(key), "v": np.zeros(len(uid))})
+
+
+def audit_sparse_overcap(drop: int, seed: str, runs: int = 24) -> dict[str, Any]:
+    """C_u = 1, k = 1, but the target has 3 rows in each of 2 groups of size c = 15: bounding keeps
+    one group and one row, so Σ counts moves by 1 (σ√2 noise on the sum). Events
+    {n_0 + n_1 >= 2c − 1 + j}. Control: D' lacks two persons (what a broken bound would allow)."""
+    eps, delta, copies, c = 1.0, 0.05, 1500, 15
+    sums = {}
+    for side, wt in (("D", True), ("D'", False)):
+        tabs, rel, cost = sparse_releases(overcap_table(copies, c, 2, 3, with_target=wt, drop=drop), runs,
+                                          ScaledNoise(f"{seed}:{side}", 1.0), 1, eps, delta)
+        s = []
+        for t in tabs:
+            d = dict(zip(t.column("k").to_pylist(), t.column("n").to_pylist(), strict=True))
+            s += [d.get(f"g{i}_0", -1000) + d.get(f"g{i}_1", -1000) for i in range(copies)]
+        sums[side] = np.asarray(s, dtype=float)
+    ks = (1, 2, 3, 4)
+    alpha = FAIL / len(ks)
+    lbs = {k: eps_lower_bound(int((sums["D"] >= 2 * c - 1 + k).sum()), sums["D"].size,
+                              int((sums["D'"] >= 2 * c - 1 + k).sum()), sums["D'"].size, cost[1], alpha) for k in ks}
+    return {"eps_lb": max(lbs.values()), "lbs": lbs, "cost": cost, "n": sums["D"].size}
+
+
+def test_sparse_histogram_over_the_caps() -> None:
+    a = audit_sparse_overcap(1, "sparse-overcap")
+    assert a["eps_lb"] <= a["cost"][0], a
+
+
+def test_sparse_histogram_over_the_caps_control_two_persons() -> None:
+    a = audit_sparse_overcap(2, "sparse-overcap-ctl", runs=12)
+    assert a["eps_lb"] > a["cost"][0], a
+
+
+def audit_public_sum_overcap(extra_drop: bool, seed: str, runs: int = 14) -> dict[str, Any]:
+    """SUM over public keys with max_rows_per_group = 2: the target has 5 rows at the bound (1000 →
+    10), two others one row each at 10, so Δ = 20. Events {sum >= 40 + j}. Control: D' also lacks
+    one other (a contribution of 30, what a broken row cap would allow)."""
+    others_dp = [10.0] if extra_drop else [10.0, 10.0]
+    keys_n = 1500
+    eps, delta = 1.0, 0.05
+    out = {}
+    # D: others + target; D': others_dp only (copies_table with an empty target)
+    d = public_releases(keys_n, [1000.0] * 5, [10.0, 10.0], "SELECT k, SUM(v) AS s FROM t GROUP BY k", ["s"],
+                        eps, delta, runs, seed, 1.0, rows_per_group=2)
+    dp = public_releases(keys_n, [], others_dp, "SELECT k, SUM(v) AS s FROM t GROUP BY k", ["s"],
+                         eps, delta, runs, seed + "'", 1.0, rows_per_group=2)
+    out = {"D": d["D"], "D'": dp["D"], "cost": d["cost"]}
+    assert dp["cost"] == d["cost"]
+    events = {f">={40 + j}": (lambda o, j=j: o["s"] >= 40 + j) for j in (10, 20, 25, 30, 40)}
+    lb, lbs = family_eps_lb(out, events, FAIL)
+    return {"eps_lb": lb, "lbs": lbs, "cost": out["cost"], "n": out["D"]["s"].size,
+            "noise_std": d["details"]["expected_accuracy"]["s"]["noise_std"]}
+
+
+def test_public_sum_over_the_caps() -> None:
+    a = audit_public_sum_overcap(False, "pub-overcap")
+    assert a["noise_std"] == pytest.approx(20 * least_sigma(1.0, 0.05), rel=1e-8)
+    assert a["eps_lb"] <= a["cost"][0], a
+
+
+def test_public_sum_over_the_caps_control() -> None:
+    a = audit_public_sum_overcap(True, "pub-overcap-ctl", runs=7)
+    assert a["eps_lb"] > a["cost"][0], a
