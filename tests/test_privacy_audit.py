@@ -193,10 +193,10 @@ def released_counts(tables: list[pa.Table], col: str = "n") -> dict[str, np.ndar
 # -- 1. sparse histogram: the Gaussian part (a person in a large group) --------------------------
 
 
-def audit_sparse_gaussian(factor: float, seed: str) -> dict[str, Any]:
+def audit_sparse_gaussian(factor: float, seed: str, runs: int = 14) -> dict[str, Any]:
     """C_u = 1, target in a group of c = 12 (far above τ*): D has count c, D' count c − 1.
     Events S_k = {released count >= c + k}, k = 0..4 (union bound over the family)."""
-    eps, delta, copies, c, runs = 1.0, 0.05, 3000, 12, 30
+    eps, delta, copies, c = 1.0, 0.05, 3000, 12
     res = {}
     for side, with_target in (("D", True), ("D'", False)):
         tbl = groups_table(copies, c, with_target=with_target)
@@ -235,7 +235,7 @@ def test_sparse_histogram_gaussian_part() -> None:
 
 
 def test_sparse_histogram_gaussian_part_control_half_sigma() -> None:
-    a = audit_sparse_gaussian(0.5, "sparse-gauss-ctl")
+    a = audit_sparse_gaussian(0.5, "sparse-gauss-ctl", runs=5)
     assert a["eps_lb"] > a["cost"][0], a
     assert not a["consistent"], a
 
@@ -243,11 +243,11 @@ def test_sparse_histogram_gaussian_part_control_half_sigma() -> None:
 # -- 2. sparse histogram: the key-release threshold (a person alone in C_u groups) ----------------
 
 
-def audit_sparse_threshold(factor: float, seed: str) -> dict[str, Any]:
+def audit_sparse_threshold(factor: float, seed: str, runs: int = 12) -> dict[str, Any]:
     """C_u = 3, τ = 1: the target is the only member of its 3 groups (the δ_infinite branch,
     docs/mechanisms.md §1.4–1.5). D' lacks the target, so its keys can never appear (an
     infinite-loss event): S = {some key of the target released}, P_D'(S) = 0 exactly."""
-    eps, delta, copies, runs, cu = 1.0, 0.05, 8000, 12, 3
+    eps, delta, copies, cu = 1.0, 0.05, 8000, 3
     filler = groups_table(1, 30, with_target=False, prefix="f")  # one unrelated public-size group on both sides
     hits, per_group, total_groups = 0, 0, 0
     for side in ("D", "D'"):
@@ -291,7 +291,7 @@ def test_sparse_histogram_threshold() -> None:
 
 
 def test_sparse_histogram_threshold_control_noise_too_large() -> None:
-    a = audit_sparse_threshold(1.5, "sparse-thr-ctl")
+    a = audit_sparse_threshold(1.5, "sparse-thr-ctl", runs=4)
     assert a["delta_lb"] > a["cost"][1] and a["eps_lb"] > a["cost"][0], a
     assert not a["consistent"], a
 
@@ -315,11 +315,11 @@ def mixed_table(copies: int, big: int, *, with_target: bool) -> pa.Table:
     return pa.table({"uid": np.asarray(uid, dtype=np.int64), "k": np.asarray(key), "v": np.zeros(len(uid))})
 
 
-def audit_sparse_mixed(factor: float, seed: str) -> dict[str, Any]:
+def audit_sparse_mixed(factor: float, seed: str, runs: int = 12) -> dict[str, Any]:
     """C_u = 3 with a₌ = 1 (a group where the target is alone) and a₊ = 2 (groups of c = 20).
     Direction D → D': S_k = {the target's lone key released} ∪ {both big groups released with
     counts summing to >= 2c + k}; the exact bound is 1 − P + P·δ_G(ε − ln P; √2/σ)."""
-    eps, delta, copies, c, runs = 1.0, 0.05, 3000, 20, 24
+    eps, delta, copies, c = 1.0, 0.05, 2000, 20
     out: dict[str, Any] = {}
     for side, wt in (("D", True), ("D'", False)):
         tabs, rel, cost = sparse_releases(mixed_table(copies, c, with_target=wt), runs,
@@ -352,7 +352,7 @@ def test_sparse_histogram_mixed_threshold_and_gaussian() -> None:
 
 
 def test_sparse_histogram_mixed_control() -> None:
-    a = audit_sparse_mixed(0.6, "sparse-mixed-ctl")
+    a = audit_sparse_mixed(0.6, "sparse-mixed-ctl", runs=5)
     assert a["eps_lb"] > a["cost"][0], a
 
 
@@ -376,14 +376,14 @@ def copies_table(copies: int, target: list[float], others: list[float], *, with_
 def public_releases(copies: int, target: list[float], others: list[float], sql: str, cols: list[str],
                     eps: float, delta: float, runs: int, source_seed: str, factor: float,
                     bounds: tuple[float, float] = (0.0, 10.0), rows_per_group: int = 1,
-                    granularity: float | None = None) -> dict[str, Any]:
+                    granularity: float | None = None, others_dp: list[float] | None = None) -> dict[str, Any]:
     keys = [f"k{i}" for i in range(copies)]
     out: dict[str, Any] = {}
     vcol: dict[str, Any] = {"bounds": bounds}
     if granularity is not None:
         vcol["granularity"] = granularity
     for side, wt in (("D", True), ("D'", False)):
-        tbl = copies_table(copies, target, others, with_target=wt)
+        tbl = copies_table(copies, target, others if wt or others_dp is None else others_dp, with_target=wt)
 
         def register(s: dpsql.Session, tbl: pa.Table = tbl) -> None:
             s.register("t", tbl, privacy_unit="uid", max_groups_per_unit=1, max_rows_per_group=rows_per_group,
@@ -414,12 +414,12 @@ def family_eps_lb(out: dict[str, Any], events: dict[str, Callable[[dict[str, np.
     return max(lbs.values()), lbs
 
 
-def audit_public_sum_gaussian(factor: float, seed: str) -> dict[str, Any]:
+def audit_public_sum_gaussian(factor: float, seed: str, runs: int = 10) -> dict[str, Any]:
     """SUM over public keys, Gaussian: the target at the clamp bound (value 1000, bounds (0, 10)),
     in a key with two others at the bound: Δ = 10. Events {sum >= 30 + j}."""
     eps, delta = 1.0, 0.05
     out = public_releases(1500, [1000.0], [10.0, 10.0], "SELECT k, SUM(v) AS s FROM t GROUP BY k", ["s"],
-                          eps, delta, 14, seed, factor)
+                          eps, delta, runs, seed, factor)
     events = {f">={30 + j}": (lambda o, j=j: o["s"] >= 30 + j) for j in (5, 10, 13, 15, 20)}
     lb, lbs = family_eps_lb(out, events, FAIL / 2)
     sigma = 10 * least_sigma(eps, delta)
@@ -438,15 +438,15 @@ def test_public_sum_gaussian() -> None:
 
 
 def test_public_sum_gaussian_control() -> None:
-    a = audit_public_sum_gaussian(0.5, "pub-sum-ctl")
+    a = audit_public_sum_gaussian(0.5, "pub-sum-ctl", runs=4)
     assert a["eps_lb"] > a["cost"][0] and not a["consistent"], a
 
 
-def audit_public_count_laplace(factor: float, seed: str) -> dict[str, Any]:
+def audit_public_count_laplace(factor: float, seed: str, runs: int = 10) -> dict[str, Any]:
     """COUNT over public keys, δ = 0 (snapping Laplace, grid 2): 4 units vs 3. Events {n >= 4 + j}."""
     eps = 1.0
     out = public_releases(1500, [1.0], [1.0, 1.0, 1.0], "SELECT k, COUNT(*) AS n FROM t GROUP BY k", ["n"],
-                          eps, 0.0, 14, seed, factor)
+                          eps, 0.0, runs, seed, factor)
     events = {f">={4 + j}": (lambda o, j=j: o["n"] >= 4 + j) for j in (0, 2, 4)}
     lb, lbs = family_eps_lb(out, events, FAIL / 2)
     lam = 1 / (1 - 2.0**-45 * (2.0**35 + 2))  # docs §7.2: Δ = 1, Λ = 2, B = 2^34·Λ
@@ -467,7 +467,7 @@ def test_public_count_laplace() -> None:
 
 
 def test_public_count_laplace_control() -> None:
-    a = audit_public_count_laplace(0.5, "pub-count-ctl")
+    a = audit_public_count_laplace(0.5, "pub-count-ctl", runs=4)
     assert a["eps_lb"] > a["cost"][0] and not a["consistent"], a
 
 
@@ -479,12 +479,12 @@ def _nan_le(x: np.ndarray, t: float) -> np.ndarray:
     return np.nan_to_num(x, nan=math.inf) <= t
 
 
-def audit_public_avg(factor: float, seed: str) -> dict[str, Any]:
+def audit_public_avg(factor: float, seed: str, runs: int = 10) -> dict[str, Any]:
     """AVG over public keys (noisy count and centred sum, Gaussian): four others at 0 and the
     target at the upper clamp bound (value 1000, bounds (0, 10)). No closed form for the law of the
     ratio: ε_lb only, over events {avg >= t}, {avg <= t}, {avg is NULL}."""
     out = public_releases(1500, [1000.0], [0.0] * 4, "SELECT k, AVG(v) AS a FROM t GROUP BY k", ["a"],
-                          1.0, 0.05, 14, seed, factor)
+                          1.0, 0.05, runs, seed, factor)
     events: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]] = {
         **{f">={t}": (lambda o, t=t: _nan_ge(o["a"], t)) for t in (1.0, 2.0, 3.0, 5.0)},
         **{f"<={t}": (lambda o, t=t: _nan_le(o["a"], t)) for t in (0.0, 0.5)},
@@ -499,15 +499,15 @@ def test_public_avg() -> None:
 
 
 def test_public_avg_control() -> None:
-    a = audit_public_avg(0.3, "pub-avg-ctl")
+    a = audit_public_avg(0.3, "pub-avg-ctl", runs=4)
     assert a["eps_lb"] > a["cost"][0], a
 
 
-def audit_public_variance(factor: float, seed: str) -> dict[str, Any]:
+def audit_public_variance(factor: float, seed: str, runs: int = 10) -> dict[str, Any]:
     """VARIANCE / STDDEV over public keys (noisy count, centred sum and sum of squares): four
     others at 0 and the target at the clamp bound. ε_lb only, events on the released variance."""
     out = public_releases(1500, [1000.0], [0.0] * 4, "SELECT k, VARIANCE(v) AS var FROM t GROUP BY k", ["var"],
-                          1.0, 0.05, 14, seed, factor)
+                          1.0, 0.05, runs, seed, factor)
     events: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]] = {
         **{f">={t}": (lambda o, t=t: _nan_ge(o["var"], t)) for t in (5.0, 10.0, 20.0)},
         **{f"<={t}": (lambda o, t=t: _nan_le(o["var"], t)) for t in (0.0, 2.0)},
@@ -522,7 +522,7 @@ def test_public_variance() -> None:
 
 
 def test_public_variance_control() -> None:
-    a = audit_public_variance(0.3, "pub-var-ctl")
+    a = audit_public_variance(0.3, "pub-var-ctl", runs=4)
     assert a["eps_lb"] > a["cost"][0], a
 
 
@@ -538,7 +538,7 @@ def median_law(values: list[float], eps_em: float, n_cand: int = 11) -> np.ndarr
     return (1 - gamma) * w / w.sum() + gamma / n_cand
 
 
-def audit_median(score_factor: float, seed: str) -> dict[str, Any]:
+def audit_median(score_factor: float, seed: str, runs: int = 8) -> dict[str, Any]:
     """MEDIAN over public keys (exponential mechanism on the public grid 0..10): one other at 5,
     the target at the upper clamp bound (1000 → 10). Events fixed from the exact law."""
     import dpsql.mechanisms.quantile as qm
@@ -548,7 +548,7 @@ def audit_median(score_factor: float, seed: str) -> dict[str, Any]:
     qm.score_scale = lambda e, d: orig(e, d) * score_factor  # type: ignore[assignment]
     try:
         out = public_releases(1500, [1000.0], [5.0], "SELECT k, MEDIAN(v) AS m FROM t GROUP BY k", ["m"],
-                              eps, 0.0, 10, seed, 1.0, granularity=1.0)
+                              eps, 0.0, runs, seed, 1.0, granularity=1.0)
     finally:
         qm.score_scale = orig  # type: ignore[assignment]
     agg = out["details"]["aggregates"][0]
@@ -582,7 +582,7 @@ def test_median_exponential_mechanism() -> None:
 
 
 def test_median_control_double_scale() -> None:
-    a = audit_median(4.0, "median-ctl")
+    a = audit_median(4.0, "median-ctl", runs=4)
     assert a["eps_lb"] > a["cost"][0] and not a["consistent"], a
 
 
@@ -611,7 +611,7 @@ def overcap_table(copies: int, c: int, groups: int, rows: int, *, with_target: b
     return pa.table({"uid": np.asarray(uid, dtype=np.int64), "k": np.asarray(key), "v": np.zeros(len(uid))})
 
 
-def audit_sparse_overcap(drop: int, seed: str, runs: int = 24) -> dict[str, Any]:
+def audit_sparse_overcap(drop: int, seed: str, runs: int = 16) -> dict[str, Any]:
     """C_u = 1, k = 1, but the target has 3 rows in each of 2 groups of size c = 15: bounding keeps
     one group and one row, so Σ counts moves by 1 (σ√2 noise on the sum). Events
     {n_0 + n_1 >= 2c − 1 + j}. Control: D' lacks two persons (what a broken bound would allow)."""
@@ -638,29 +638,23 @@ def test_sparse_histogram_over_the_caps() -> None:
 
 
 def test_sparse_histogram_over_the_caps_control_two_persons() -> None:
-    a = audit_sparse_overcap(2, "sparse-overcap-ctl", runs=12)
+    a = audit_sparse_overcap(2, "sparse-overcap-ctl", runs=6)
     assert a["eps_lb"] > a["cost"][0], a
 
 
-def audit_public_sum_overcap(extra_drop: bool, seed: str, runs: int = 14) -> dict[str, Any]:
+def audit_public_sum_overcap(extra_drop: bool, seed: str, runs: int = 10) -> dict[str, Any]:
     """SUM over public keys with max_rows_per_group = 2: the target has 5 rows at the bound (1000 →
     10), two others one row each at 10, so Δ = 20. Events {sum >= 40 + j}. Control: D' also lacks
     one other (a contribution of 30, what a broken row cap would allow)."""
     others_dp = [10.0] if extra_drop else [10.0, 10.0]
     keys_n = 1500
     eps, delta = 1.0, 0.05
-    out = {}
-    # D: others + target; D': others_dp only (copies_table with an empty target)
-    d = public_releases(keys_n, [1000.0] * 5, [10.0, 10.0], "SELECT k, SUM(v) AS s FROM t GROUP BY k", ["s"],
-                        eps, delta, runs, seed, 1.0, rows_per_group=2)
-    dp = public_releases(keys_n, [], others_dp, "SELECT k, SUM(v) AS s FROM t GROUP BY k", ["s"],
-                         eps, delta, runs, seed + "'", 1.0, rows_per_group=2)
-    out = {"D": d["D"], "D'": dp["D"], "cost": d["cost"]}
-    assert dp["cost"] == d["cost"]
+    out = public_releases(keys_n, [1000.0] * 5, [10.0, 10.0], "SELECT k, SUM(v) AS s FROM t GROUP BY k", ["s"],
+                          eps, delta, runs, seed, 1.0, rows_per_group=2, others_dp=others_dp)
     events = {f">={40 + j}": (lambda o, j=j: o["s"] >= 40 + j) for j in (10, 20, 25, 30, 40)}
     lb, lbs = family_eps_lb(out, events, FAIL)
     return {"eps_lb": lb, "lbs": lbs, "cost": out["cost"], "n": out["D"]["s"].size,
-            "noise_std": d["details"]["expected_accuracy"]["s"]["noise_std"]}
+            "noise_std": out["details"]["expected_accuracy"]["s"]["noise_std"]}
 
 
 def test_public_sum_over_the_caps() -> None:
@@ -670,5 +664,316 @@ def test_public_sum_over_the_caps() -> None:
 
 
 def test_public_sum_over_the_caps_control() -> None:
-    a = audit_public_sum_overcap(True, "pub-overcap-ctl", runs=7)
+    a = audit_public_sum_overcap(True, "pub-overcap-ctl", runs=4)
     assert a["eps_lb"] > a["cost"][0], a
+
+
+# -- 6. GROUP BY over a join (one person per join tuple: per-person L2 clipping + Gaussian) -------
+
+
+def join_tables(copies: int, delta_cap: int, target_orders: int, others: int, *, with_target: bool,
+                extra_drop: int = 0) -> tuple[pa.Table, pa.Table]:
+    """Key i (a public nation): the target customer with ``target_orders`` orders and ``others``
+    customers with one order each (``extra_drop`` of them also missing on the D' side)."""
+    cust, nat, o_cust = [], [], []
+    nxt = 0
+    for i in range(copies):
+        t = nxt
+        nxt += 1
+        if with_target:
+            cust.append(t)
+            nat.append(i)
+            o_cust += [t] * target_orders
+        oth = list(range(nxt, nxt + others))
+        nxt += others
+        if not with_target:
+            oth = oth[extra_drop:]
+        cust += oth
+        nat += [i] * len(oth)
+        o_cust += oth
+    customer = pa.table({"c_custkey": np.asarray(cust, dtype=np.int64), "c_nat": np.asarray(nat, dtype=np.int64)})
+    orders = pa.table({"o_orderkey": np.arange(len(o_cust), dtype=np.int64), "o_custkey": np.asarray(o_cust, dtype=np.int64)})
+    return customer, orders
+
+
+JOIN_GROUP_SQL = ("SELECT c.c_nat, COUNT(*) AS n FROM orders o JOIN customer c ON o.o_custkey = c.c_custkey "
+                  "GROUP BY c.c_nat")
+
+
+def join_releases(copies: int, customer: pa.Table, orders: pa.Table, cap: int, sql: str, runs: int,
+                  source: SeededNoise, eps: float, delta: float,
+                  options: dict[str, Any] | None = None) -> tuple[list[pa.Table], dpsql.Release, tuple[float, float]]:
+    def register(s: dpsql.Session) -> None:
+        s.register("customer", customer, privacy_unit="c_custkey", columns={"c_nat": {"domain": list(range(copies))}})
+        s.register("orders", orders, references={"o_custkey": "customer.c_custkey"}, degree_bounds={"o_custkey": cap})
+    run = Runner(register, source)
+    try:
+        tabs, r = [], None
+        for _ in range(runs):
+            r = run.query(sql, epsilon=eps, delta=delta, options=options)
+            tabs.append(r.table)
+        assert r is not None
+        return tabs, r, run.cost()
+    finally:
+        run.close()
+
+
+def audit_join_group_by(factor: float, seed: str, runs: int = 2, extra_drop: int = 0) -> dict[str, Any]:
+    """The target owns Δ = 4 orders, all in one public key (L2 contribution 4, the clip norm);
+    two others own one order each. D: count 6, D': 2. Events {n >= 6 + j}."""
+    eps, delta, copies, cap = 1.0, 0.05, 1000, 4
+    vals = {}
+    for side, wt in (("D", True), ("D'", False)):
+        cu, od = join_tables(copies, cap, cap, 2 + extra_drop, with_target=wt, extra_drop=extra_drop)
+        tabs, rel, cost = join_releases(copies, cu, od, cap, JOIN_GROUP_SQL, runs,
+                                        ScaledNoise(f"{seed}:{side}", factor), eps, delta)
+        assert all(t.num_rows == copies for t in tabs)
+        vals[side] = np.concatenate([np.asarray(t.column("n").to_pylist(), dtype=float) for t in tabs])
+        details = rel.details
+    base = 6 + extra_drop
+    ks = (0, 2, 4, 6, 8, 10)
+    alpha = FAIL / 2 / len(ks)
+    lbs = {k: eps_lower_bound(int((vals["D"] >= base + k).sum()), vals["D"].size,
+                              int((vals["D'"] >= base + k).sum()), vals["D'"].size, cost[1], alpha) for k in ks}
+    sigma = details["sigma"]
+    p = float(special.ndtr(-5.5 / sigma))  # P(6 + rint(N) >= 12)
+    k_obs = int((vals["D"] >= base + 6).sum())
+    return {"eps_lb": max(lbs.values()), "lbs": lbs, "cost": cost, "n": vals["D"].size, "sigma": sigma,
+            "l2": details["l2_sensitivity"], "mechanism": details["mechanism"],
+            "consistent": consistent(k_obs, vals["D"].size, p, FAIL / 2), "freq": k_obs / vals["D"].size, "p": p}
+
+
+def test_join_group_by() -> None:
+    a = audit_join_group_by(1.0, "join-group")
+    assert a["mechanism"] == "clipped_gaussian" and a["l2"] == pytest.approx(4.0)
+    assert a["eps_lb"] <= a["cost"][0], a
+    assert a["consistent"], a
+
+
+def test_join_group_by_control() -> None:
+    a = audit_join_group_by(0.4, "join-group-ctl", runs=1)
+    assert a["eps_lb"] > a["cost"][0] and not a["consistent"], a
+
+
+# -- 7. scalar routes: one draw per release (small N; the benchmark runs them at large N) ---------
+
+
+def s4s_tables(persons: int, cap: int, *, with_target: bool) -> tuple[pa.Table, pa.Table]:
+    """The instance on which the amplification lemma is tight: ``persons`` people each own ``cap``
+    orders and nobody else owns any; D' lacks them (two bystanders without orders on both sides)."""
+    owners = list(range(persons)) if with_target else []
+    cust = owners + [10**6, 10**6 + 1]
+    o_cust = [u for u in owners for _ in range(cap)]
+    return (pa.table({"c_custkey": np.asarray(cust, dtype=np.int64), "c_nat": np.zeros(len(cust), dtype=np.int64)}),
+            pa.table({"o_orderkey": np.arange(len(o_cust), dtype=np.int64), "o_custkey": np.asarray(o_cust, dtype=np.int64)}))
+
+
+S4S_SQL = "SELECT COUNT(*) AS n FROM orders o JOIN customer c ON o.o_custkey = c.c_custkey"
+
+
+def laplace_sf(a: float, lam: float) -> float:
+    return 0.5 * math.exp(-a / lam) if a >= 0 else 1 - 0.5 * math.exp(a / lam)
+
+
+def s4s_p_positive(details: dict[str, Any], fbars: list[float]) -> float:
+    """P(released >= 1) for q = 1 (docs §3.5, snapping §5.3): step i releases
+    Λ_i·rint((f̄_i + Lap(λ_i))/Λ_i) − bias_i with Λ_i the least power of two >= λ_i."""
+    none = 1.0
+    for st, f in zip(details["schedule"], fbars, strict=True):
+        lam, bias = st["laplace_scale"], st["bias"]
+        grid = 2.0 ** math.ceil(math.log2(lam))
+        m = math.ceil((bias + 0.5) / grid)
+        none *= 1 - laplace_sf(grid * (m - 0.5) - f, lam)
+    return 1 - none
+
+
+def audit_s4s_scalar(factor: float, seed: str, runs: int, eps: float = 4.0, q: float = 1.0,
+                     persons: int = 1) -> dict[str, Any]:
+    """DP-S4S scalar COUNT over a join (q = 1 makes the charge tight: joint ε = ε). Δ = 4; D: the
+    target owns 4 orders, D': nobody owns any. Event {released >= 1}."""
+    cap = 4
+    out: dict[str, Any] = {}
+    for side, wt in (("D", True), ("D'", False)):
+        cu, od = s4s_tables(persons, cap, with_target=wt)
+
+        def register(s: dpsql.Session, cu: pa.Table = cu, od: pa.Table = od) -> None:
+            s.register("customer", cu, privacy_unit="c_custkey")
+            s.register("orders", od, references={"o_custkey": "customer.c_custkey"}, degree_bounds={"o_custkey": cap})
+        run = Runner(register, ScaledNoise(f"{seed}:{side}", factor), per_session=10**6)
+        try:
+            vals = []
+            for _ in range(runs):
+                r = run.query(S4S_SQL, epsilon=eps, options={"q": q})
+                vals.append(r.table.column(0)[0].as_py())
+            out[side] = np.asarray(vals, dtype=float)
+            out["cost"], out["details"] = run.cost(), r.details
+        finally:
+            run.close()
+    det = out["details"]
+    assert det["mechanism"] == "dp_s4s" and det["tau_grid"] == [4.0, 1.0]
+    alpha = FAIL / 2
+    k_d, k_dp = int((out["D"] >= 1).sum()), int((out["D'"] >= 1).sum())
+    lb = eps_lower_bound(k_d, runs, k_dp, runs, 0.0, alpha)
+    res = {"eps_lb": lb, "cost": out["cost"], "n": runs, "freq_D": k_d / runs, "freq_D'": k_dp / runs,
+           "joint": det["joint_cost"]["epsilon_joint"]}
+    if q == 1.0:
+        p_d = s4s_p_positive(det, [float(min(4, cap * persons)), float(min(1, cap * persons))])
+        p_dp = s4s_p_positive(det, [0.0, 0.0])
+        res.update(p_D=p_d, p_Dp=p_dp, exact_eps=math.log(max(p_d / p_dp, (1 - p_dp) / (1 - p_d))),
+                   consistent=consistent(k_d, runs, p_d, alpha / 2) and consistent(k_dp, runs, p_dp, alpha / 2))
+    return res
+
+
+def test_s4s_scalar_join_count() -> None:
+    """Power: N = 30 per side. The exact law of the event is checked, which catches a Laplace
+    scale off by ~8x (the control); ε_lb can only catch gross violations at this N.
+    benchmarks/privacy_audit.py runs the same audit at N = 2000."""
+    a = audit_s4s_scalar(1.0, "s4s", 30)
+    assert a["cost"] == (4.0, 0.0) and a["joint"] == pytest.approx(4.0, rel=1e-4)
+    assert a["exact_eps"] <= 4.0
+    assert a["eps_lb"] <= a["cost"][0], a
+    assert a["consistent"], a
+
+
+def test_s4s_scalar_join_count_control() -> None:
+    a = audit_s4s_scalar(8.0, "s4s-ctl", 20)
+    assert not a["consistent"], a
+
+
+def audit_suggest_caps(factor: float, seed: str, runs: int) -> dict[str, Any]:
+    """suggest_caps (rows per person, one histogram of 21 power-of-two bins, snapping Laplace with
+    Λ = 2, counts rint'ed and clipped at 0). Bins are noised independently with a public λ, so the
+    13 targets of D, one alone in each of bins 0..12 (1, 2, 4, …, 4096 rows), give 12 draws of the
+    one-person bin per release (bin 0 also holds a bystander); bins 1..20 of D' and bins 13..20
+    of D are draws of the empty bin. Event {count >= 2}: P_D = P(L >= 0) = ½, P_D' = P(L >= 1) = ½e^{−1/λ}, a log-ratio
+    of exactly 1/λ ≈ ε."""
+    nb = 13
+    hit: dict[str, list[bool]] = {"D": [], "D'": []}
+    for side, wt in (("D", True), ("D'", False)):
+        uid = np.repeat(np.arange(nb), 2 ** np.arange(nb)) if wt else np.zeros(0)
+        tbl = pa.table({"uid": np.concatenate([uid, [10**6]]).astype(np.int64),
+                        "k": np.asarray(["a"] * (len(uid) + 1))})  # + one bystander with 1 row (bin 0)
+
+        def register(s: dpsql.Session, tbl: pa.Table = tbl) -> None:
+            s.register("t", tbl, privacy_unit="uid", max_groups_per_unit=1)
+        run = Runner(register, ScaledNoise(f"{seed}:{side}", factor), per_session=10**6)
+        try:
+            for _ in range(runs):
+                r = run.call(lambda s: s.suggest_caps("t", epsilon=1.0))
+                people = r.table.column("people").to_pylist()
+                assert len(people) == 21
+                if wt:
+                    hit["D"] += [c >= 2 for c in people[1:nb]]  # bin 0 also holds the bystander
+                    hit["D'"] += [c >= 2 for c in people[nb:]]
+                else:
+                    hit["D'"] += [c >= 2 for c in people[1:]]
+            cost, details = run.cost(), r.details
+        finally:
+            run.close()
+    lam = details["snapping"]["lambda"]
+    p_d, p_dp = 0.5, 0.5 * math.exp(-1 / lam)
+    n_d, n_dp = len(hit["D"]), len(hit["D'"])
+    k_d, k_dp = sum(hit["D"]), sum(hit["D'"])
+    alpha = FAIL / 2
+    return {"eps_lb": eps_lower_bound(k_d, n_d, k_dp, n_dp, 0.0, alpha), "cost": cost, "n": (n_d, n_dp),
+            "freq_D": k_d / n_d, "freq_D'": k_dp / n_dp, "p_D": p_d, "p_D'": p_dp, "lambda": lam,
+            "consistent": consistent(k_d, n_d, p_d, alpha / 2) and consistent(k_dp, n_dp, p_dp, alpha / 2)}
+
+
+def test_suggest_caps() -> None:
+    a = audit_suggest_caps(1.0, "caps", 40)
+    assert a["cost"] == (1.0, 0.0) and a["lambda"] == pytest.approx(1 / (1 - 2.0**-45 * (2.0**35 + 2)), rel=1e-12)
+    assert a["eps_lb"] <= a["cost"][0], a
+    assert a["consistent"], a
+
+
+def test_suggest_caps_control() -> None:
+    a = audit_suggest_caps(0.5, "caps-ctl", 20)
+    assert a["eps_lb"] > a["cost"][0] and not a["consistent"], a
+
+
+def audit_dawa(factor: float, seed: str, runs: int, eps: float = 1.0) -> dict[str, Any]:
+    """DAWA through query_many (16 bins, one row per person): D has the target alone in bin 5 and
+    three bystanders in bin 15, D' only the bystanders (the "x = 0 vs e_j" neighbours of
+    docs/mechanisms.md §2.4). Events on the released counts of [5, 5] and [4, 7]. One draw per
+    release: the test file does not run this (too slow for power); benchmarks/privacy_audit.py does."""
+    work = ["SELECT COUNT(*) FROM t WHERE x BETWEEN 5 AND 5", "SELECT COUNT(*) FROM t WHERE x BETWEEN 4 AND 7",
+            "SELECT COUNT(*) FROM t WHERE x BETWEEN 0 AND 15", "SELECT COUNT(*) FROM t WHERE x BETWEEN 8 AND 15"]
+    out: dict[str, Any] = {}
+    for side, wt in (("D", True), ("D'", False)):
+        xs = ([5] if wt else []) + [15, 15, 15]
+        tbl = pa.table({"uid": np.arange(len(xs), dtype=np.int64), "x": np.asarray(xs, dtype=np.int64)})
+
+        def register(s: dpsql.Session, tbl: pa.Table = tbl) -> None:
+            s.register("t", tbl, privacy_unit="uid", max_rows_per_unit=1, columns={"x": {"bounds": (0, 16), "bins": 16}})
+        run = Runner(register, ScaledNoise(f"{seed}:{side}", factor), per_session=10**6)
+        try:
+            got = [run.call(lambda s: s.query_many(work, epsilon=eps)).counts for _ in range(runs)]
+        finally:
+            run.close()
+        out[side] = np.asarray(got, dtype=float)
+        out["cost"] = run.cost()
+    events = {f"[5,5]>={t}": (lambda o, t=t: o[:, 0] >= t) for t in (1, 2, 3)}
+    events.update({f"[4,7]>={t}": (lambda o, t=t: o[:, 1] >= t) for t in (1, 2, 3)})
+    a = FAIL / len(events) / 2
+    lbs = {}
+    for name, ev in events.items():
+        e_d, e_dp = ev(out["D"]), ev(out["D'"])
+        lbs[name] = max(eps_lower_bound(int(e_d.sum()), runs, int(e_dp.sum()), runs, 0.0, a),
+                        eps_lower_bound(int(e_dp.sum()), runs, int(e_d.sum()), runs, 0.0, a))
+    return {"eps_lb": max(lbs.values()), "lbs": lbs, "cost": out["cost"], "n": runs,
+            "freq": {k: (float(ev(out["D"]).mean()), float(ev(out["D'"]).mean())) for k, ev in events.items()}}
+
+
+# -- 8. reuse of a stored synopsis reads no private row -------------------------------------------
+
+
+def test_synopsis_reuse_is_post_processing(tmp_path: Any) -> None:
+    """A free answer from a stored DAWA synopsis must be a function of that synopsis only: asked
+    on D and on D' (another person's rows removed, the same declared version) it must be identical,
+    while a charged query tells D from D' (the control). Deterministic (no failure probability)."""
+    path = str(tmp_path / "ledger.duckdb")
+    gen = np.random.default_rng(5)
+    x = gen.integers(0, 32, 400)
+    d = pa.table({"uid": np.arange(400, dtype=np.int64), "x": x.astype(np.int64)})
+    heavy = np.isin(np.arange(400), np.arange(0, 400, 2))  # D' drops half the people
+    dprime = d.filter(pa.array(~heavy))
+    workload = ["SELECT COUNT(*) FROM t WHERE x BETWEEN 0 AND 7", "SELECT COUNT(*) FROM t WHERE x BETWEEN 8 AND 31"]
+    reuse_sql = ["SELECT COUNT(*) FROM t WHERE x BETWEEN 3 AND 20",
+                 "SELECT x, COUNT(*) AS n FROM t GROUP BY x ORDER BY x",
+                 "SELECT MEDIAN(x) AS m FROM t"]
+
+    def session(tbl: pa.Table, seed: str) -> dpsql.Session:
+        s = dpsql.Session(ledger=path, budget=dpsql.Budget(10.0, 1e-5), create=True)
+        use_noise(s, SeededNoise(seed))
+        s.register("t", tbl, privacy_unit="uid", max_rows_per_unit=1, version="v1",
+                   columns={"x": {"bounds": (0, 32), "bins": 32}})
+        return s
+
+    s = session(d, "reuse-1")
+    first = s.query_many(workload, epsilon=1.0)
+    assert not first.reused and first.cost.epsilon == 1.0
+    s.close()
+    answers = []
+    for tbl, seed in ((d, "reuse-2"), (dprime, "reuse-3"), (d, "reuse-4")):
+        s = session(tbl, seed)
+        before = s.remaining()
+        got = []
+        for q in reuse_sql:
+            r = s.query(q, epsilon=1.0, options={"reuse": "synopsis"})
+            assert r.reused and r.cost == dpsql.Budget(0.0, 0.0), q
+            got.append(r.table.to_pylist())
+        assert s.remaining() == before
+        answers.append(got)
+        s.close()
+    assert answers[0] == answers[1] == answers[2]
+    # control: charged answers do tell the two datasets apart (zero noise would be exact; seeded
+    # noise at epsilon=50 is within a few units, and the counts differ by ~100)
+    fresh = []
+    for tbl in (d, dprime):
+        s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-5))
+        use_noise(s, SeededNoise("reuse-ctl"))
+        s.register("t", tbl, privacy_unit="uid", max_rows_per_unit=1, columns={"x": {"bounds": (0, 32), "bins": 32}})
+        fresh.append(s.query(reuse_sql[0], epsilon=50.0).table.column(0)[0].as_py())
+        s.close()
+    assert abs(fresh[0] - fresh[1]) > 50
