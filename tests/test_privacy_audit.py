@@ -106,6 +106,7 @@ class Runner:
         self.session: dpsql.Session | None = None
         self.used = 0
         self.costs: set[tuple[float, float]] = set()
+        self.session_details: dict[str, Any] = {}
 
     def _fresh(self) -> dpsql.Session:
         if self.session is None or self.used >= self.per_session:
@@ -121,6 +122,7 @@ class Runner:
     def query(self, sql: str, **kw: Any) -> dpsql.Release:
         r = self._fresh().query(sql, **kw)
         self.costs.add((float(r.cost.epsilon), float(r.cost.delta)))
+        self.session_details = r.details
         return r
 
     def call(self, f: Callable[[dpsql.Session], Any]) -> Any:
@@ -162,7 +164,7 @@ def groups_table(copies: int, size: int, *, with_target: bool, groups_per_unit: 
             uid.extend(members)
             key.extend([f"{prefix}{i}_{g}"] * len(members))
             val.extend([others] * len(members))
-    return pa.table({"uid": np.asarray(uid, dtype=np.int64), "k": np.asarray(key), "v": np.asarray(val)})
+    return pa.table({"uid": pa.array(uid, pa.int64()), "k": pa.array(key, pa.string()), "v": pa.array(val, pa.float64())})
 
 
 def sparse_releases(tbl: pa.Table, runs: int, source: SeededNoise, caps: int, eps: float, delta: float,
@@ -243,25 +245,35 @@ def test_sparse_histogram_gaussian_part_control_half_sigma() -> None:
 # -- 2. sparse histogram: the key-release threshold (a person alone in C_u groups) ----------------
 
 
-def audit_sparse_threshold(factor: float, seed: str, runs: int = 12) -> dict[str, Any]:
-    """C_u = 3, τ = 1: the target is the only member of its 3 groups (the δ_infinite branch,
-    docs/mechanisms.md §1.4–1.5). D' lacks the target, so its keys can never appear (an
-    infinite-loss event): S = {some key of the target released}, P_D'(S) = 0 exactly."""
-    eps, delta, copies, cu = 1.0, 0.05, 8000, 3
-    filler = groups_table(1, 30, with_target=False, prefix="f")  # one unrelated public-size group on both sides
+def audit_sparse_threshold(factor: float, seed: str, runs: int = 12, tau: int = 1, tau_as_option: bool = False,
+                           ) -> dict[str, Any]:
+    """C_u = 3: the target sits in 3 groups of exactly τ distinct units (the δ_infinite branch,
+    docs/mechanisms.md §1.4–1.5). In D' those groups hold τ − 1 units, below the deterministic
+    threshold, so their keys can never appear (an infinite-loss event): S = {some key of the
+    target released}, P_D'(S) = 0 exactly. τ is registered with the table, or (``tau_as_option``)
+    raised by the query's ``tau`` option."""
+    eps, delta, copies, cu = 1.0, 0.05, 8000 // tau, 3
+    filler = groups_table(1, 30, with_target=False, prefix="f")  # one unrelated large group on both sides
     hits, per_group, total_groups = 0, 0, 0
+    options = {"tau": tau} if tau_as_option else None
     for side in ("D", "D'"):
+        tgt = groups_table(copies, tau, with_target=side == "D", groups_per_unit=cu)
+        tbl = pa.table({"uid": pa.concat_arrays([tgt.column("uid").combine_chunks(),
+                                                 pa.array(filler.column("uid").to_numpy() + 10**7)]),
+                        "k": pa.concat_arrays([tgt.column("k").combine_chunks(), filler.column("k").combine_chunks()]),
+                        "v": pa.concat_arrays([tgt.column("v").combine_chunks(), filler.column("v").combine_chunks()])})
+
+        def register(s: dpsql.Session, tbl: pa.Table = tbl) -> None:
+            s.register("t", tbl, privacy_unit="uid", max_groups_per_unit=cu, max_rows_per_group=1,
+                       tau=1 if tau_as_option else tau)
+        run = Runner(register, ScaledNoise(f"{seed}:{side}", factor))
+        try:
+            tabs = [run.query("SELECT k, COUNT(*) AS n FROM t GROUP BY k", epsilon=eps, delta=delta, options=options).table
+                    for _ in range(runs)]
+            cost = run.cost()
+        finally:
+            run.close()
         if side == "D":
-            tgt = groups_table(copies, 1, with_target=True, groups_per_unit=cu)
-            tbl = pa.table({"uid": pa.concat_arrays([tgt.column("uid").combine_chunks(),
-                                                     pa.array(filler.column("uid").to_numpy() + 10**7)]),
-                            "k": pa.concat_arrays([tgt.column("k").combine_chunks(), filler.column("k").combine_chunks()]),
-                            "v": pa.concat_arrays([tgt.column("v").combine_chunks(), filler.column("v").combine_chunks()])})
-        else:
-            tbl = filler
-        tabs, rel, cost = sparse_releases(tbl, runs, ScaledNoise(f"{seed}:{side}", factor), cu, eps, delta)
-        if side == "D":
-            details = rel.details
             for t in tabs:
                 keys = [k for k in t.column("k").to_pylist() if not k.startswith("f")]
                 per_group += len(keys)
@@ -270,9 +282,11 @@ def audit_sparse_threshold(factor: float, seed: str, runs: int = 12) -> dict[str
         else:
             dp_hits = sum(sum(1 for k in t.column("k").to_pylist() if not k.startswith("f")) for t in tabs)
             assert dp_hits == 0
+    details = run.session_details
     n = copies * runs
     sigma, tau_star = details["sigma"], details["tau_star"]
-    p1 = float(special.ndtr(-(tau_star - 1) / sigma))  # one at-threshold group released
+    assert details["tau"] == tau
+    p1 = float(special.ndtr(-(tau_star - tau) / sigma))  # one at-threshold group released
     p_any = 1 - (1 - p1) ** cu  # δ_infinite
     alpha = FAIL / 3
     return {"eps_lb": eps_lower_bound(hits, n, 0, n, cost[1], alpha),
@@ -294,6 +308,14 @@ def test_sparse_histogram_threshold_control_noise_too_large() -> None:
     a = audit_sparse_threshold(1.5, "sparse-thr-ctl", runs=4)
     assert a["delta_lb"] > a["cost"][1] and a["eps_lb"] > a["cost"][0], a
     assert not a["consistent"], a
+
+
+@pytest.mark.parametrize("as_option", [False, True])
+def test_sparse_histogram_threshold_tau_3(as_option: bool) -> None:
+    """τ = 3 (registered, or raised by the query): the margin is τ* − τ, not τ* − 1."""
+    a = audit_sparse_threshold(1.0, f"sparse-thr3-{as_option}", runs=9, tau=3, tau_as_option=as_option)
+    assert a["delta_lb"] <= a["cost"][1] and a["eps_lb"] <= a["cost"][0], a
+    assert a["consistent"], a
 
 
 # -- 3. sparse histogram: one group at the threshold and two far above (Lemma 5.3) ----------------
@@ -826,17 +848,17 @@ def audit_s4s_scalar(factor: float, seed: str, runs: int, eps: float = 4.0, q: f
 
 def test_s4s_scalar_join_count() -> None:
     """Power: N = 30 per side. The exact law of the event is checked, which catches a Laplace
-    scale off by ~8x (the control); ε_lb can only catch gross violations at this N.
+    scale off by ~16x at ε = 8 (the control); ε_lb can only catch gross violations at this N.
     benchmarks/privacy_audit.py runs the same audit at N = 2000."""
-    a = audit_s4s_scalar(1.0, "s4s", 30)
-    assert a["cost"] == (4.0, 0.0) and a["joint"] == pytest.approx(4.0, rel=1e-4)
-    assert a["exact_eps"] <= 4.0
+    a = audit_s4s_scalar(1.0, "s4s", 30, eps=8.0)
+    assert a["cost"] == (8.0, 0.0) and a["joint"] == pytest.approx(8.0, rel=1e-4)
+    assert a["exact_eps"] <= 8.0
     assert a["eps_lb"] <= a["cost"][0], a
     assert a["consistent"], a
 
 
 def test_s4s_scalar_join_count_control() -> None:
-    a = audit_s4s_scalar(8.0, "s4s-ctl", 20)
+    a = audit_s4s_scalar(16.0, "s4s-ctl", 30, eps=8.0)
     assert not a["consistent"], a
 
 
@@ -977,3 +999,120 @@ def test_synopsis_reuse_is_post_processing(tmp_path: Any) -> None:
         fresh.append(s.query(reuse_sql[0], epsilon=50.0).table.column(0)[0].as_py())
         s.close()
     assert abs(fresh[0] - fresh[1]) > 50
+
+
+# -- 9. extra released columns and several groups per person --------------------------------------
+
+
+def audit_sparse_extra_columns(factor: float, seed: str, runs: int = 10) -> dict[str, Any]:
+    """Sparse histogram with COUNT(*) and SUM(v), k = 2 rows per group: the target has 5 rows at
+    1000 (clamped to 10) in a group of c = 25 others (one row at 10 each). Bounded, the target moves
+    COUNT(*) by 2 and SUM by 20, the column sensitivities (σ_j = Δ_j·σ, docs §1.11). Normalised,
+    both shift by 1: events {n/2 + s/20 >= base + j}."""
+    eps, delta, copies, c = 1.0, 0.05, 2000, 26
+    stat = {}
+    for side, wt in (("D", True), ("D'", False)):
+        uid, key, val = [], [], []
+        nxt = 0
+        for i in range(copies):
+            if wt:
+                uid += [nxt] * 5
+                key += [f"g{i}"] * 5
+                val += [1000.0] * 5
+            nxt += 1
+            uid += list(range(nxt, nxt + c - 1))
+            key += [f"g{i}"] * (c - 1)
+            val += [10.0] * (c - 1)
+            nxt += c - 1
+        tbl = pa.table({"uid": np.asarray(uid, dtype=np.int64), "k": np.asarray(key), "v": np.asarray(val)})
+
+        def register(s: dpsql.Session, tbl: pa.Table = tbl) -> None:
+            s.register("t", tbl, privacy_unit="uid", max_groups_per_unit=1, max_rows_per_group=2,
+                       columns={"v": {"bounds": (0.0, 10.0)}})
+        run = Runner(register, ScaledNoise(f"{seed}:{side}", factor))
+        try:
+            vals = []
+            for _ in range(runs):
+                r = run.query("SELECT k, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY k", epsilon=eps, delta=delta)
+                assert r.table.num_rows == copies
+                n = np.asarray(r.table.column("n").to_pylist(), dtype=float)
+                sm = np.asarray(r.table.column("s").to_pylist(), dtype=float)
+                vals.append(n / 2 + sm / 20)
+            stat[side] = np.concatenate(vals)
+            cost, details = run.cost(), r.details
+        finally:
+            run.close()
+    base = (c - 1) / 2 + 10 * (c - 1) / 20 + 2  # D's bounded truth: (c−1+2)/2 + (10(c−1)+20)/20
+    ks = (0, 1, 2, 3, 4)
+    alpha = FAIL / len(ks)
+    lbs = {k: eps_lower_bound(int((stat["D"] >= base + k).sum()), stat["D"].size,
+                              int((stat["D'"] >= base + k).sum()), stat["D'"].size, cost[1], alpha) for k in ks}
+    return {"eps_lb": max(lbs.values()), "lbs": lbs, "cost": cost, "n": stat["D"].size,
+            "sigma": details["sigma"], "extra": details["extra_columns"]}
+
+
+def test_sparse_histogram_extra_columns() -> None:
+    a = audit_sparse_extra_columns(1.0, "sparse-extra")
+    assert a["eps_lb"] <= a["cost"][0], a
+
+
+def test_sparse_histogram_extra_columns_control() -> None:
+    a = audit_sparse_extra_columns(0.5, "sparse-extra-ctl", runs=4)
+    assert a["eps_lb"] > a["cost"][0], a
+
+
+def audit_public_two_keys(factor: float, seed: str, runs: int = 6) -> dict[str, Any]:
+    """SUM over public keys with max_groups_per_unit = 2: the target has one row at the bound in
+    each of its copy's two keys (with two others each), L2 sensitivity √2·10. Events on s_0 + s_1."""
+    eps, delta, copies = 1.0, 0.05, 750
+    keys = [f"k{i}_{g}" for i in range(copies) for g in range(2)]
+    tot = {}
+    for side, wt in (("D", True), ("D'", False)):
+        uid, key, val = [], [], []
+        nxt = 0
+        for i in range(copies):
+            t = nxt
+            nxt += 1
+            for g in range(2):
+                if wt:
+                    uid.append(t)
+                    key.append(f"k{i}_{g}")
+                    val.append(1000.0)
+                uid += [nxt, nxt + 1]
+                key += [f"k{i}_{g}"] * 2
+                val += [10.0, 10.0]
+                nxt += 2
+        tbl = pa.table({"uid": np.asarray(uid, dtype=np.int64), "k": np.asarray(key), "v": np.asarray(val)})
+
+        def register(s: dpsql.Session, tbl: pa.Table = tbl) -> None:
+            s.register("t", tbl, privacy_unit="uid", max_groups_per_unit=2, max_rows_per_group=1,
+                       columns={"k": {"domain": keys}, "v": {"bounds": (0.0, 10.0)}})
+        run = Runner(register, ScaledNoise(f"{seed}:{side}", factor))
+        try:
+            vals = []
+            for _ in range(runs):
+                r = run.query("SELECT k, SUM(v) AS s FROM t GROUP BY k", epsilon=eps, delta=delta)
+                d = dict(zip(r.table.column("k").to_pylist(), r.table.column("s").to_pylist(), strict=True))
+                vals.append(np.asarray([d[f"k{i}_0"] + d[f"k{i}_1"] for i in range(copies)], dtype=float))
+            tot[side] = np.concatenate(vals)
+            cost, details = run.cost(), r.details
+        finally:
+            run.close()
+    ks = (10, 15, 20, 25, 30)
+    alpha = FAIL / 2 / len(ks)
+    lbs = {k: eps_lower_bound(int((tot["D"] >= 60 + k).sum()), tot["D"].size,
+                              int((tot["D'"] >= 60 + k).sum()), tot["D'"].size, cost[1], alpha) for k in ks}
+    return {"eps_lb": max(lbs.values()), "lbs": lbs, "cost": cost, "n": tot["D"].size,
+            "noise_std": details["expected_accuracy"]["s"]["noise_std"],
+            "sigma_spec": 10 * least_sigma(eps, delta, math.sqrt(2))}
+
+
+def test_public_two_keys_per_person() -> None:
+    a = audit_public_two_keys(1.0, "pub-two")
+    assert a["noise_std"] == pytest.approx(a["sigma_spec"], rel=1e-8)
+    assert a["eps_lb"] <= a["cost"][0], a
+
+
+def test_public_two_keys_per_person_control() -> None:
+    a = audit_public_two_keys(0.5, "pub-two-ctl", runs=3)
+    assert a["eps_lb"] > a["cost"][0], a
