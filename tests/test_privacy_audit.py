@@ -398,7 +398,8 @@ def copies_table(copies: int, target: list[float], others: list[float], *, with_
 def public_releases(copies: int, target: list[float], others: list[float], sql: str, cols: list[str],
                     eps: float, delta: float, runs: int, source_seed: str, factor: float,
                     bounds: tuple[float, float] = (0.0, 10.0), rows_per_group: int = 1,
-                    granularity: float | None = None, others_dp: list[float] | None = None) -> dict[str, Any]:
+                    granularity: float | None = None, others_dp: list[float] | None = None,
+                    expect_all: bool = True) -> dict[str, Any]:
     keys = [f"k{i}" for i in range(copies)]
     out: dict[str, Any] = {}
     vcol: dict[str, Any] = {"bounds": bounds}
@@ -413,13 +414,16 @@ def public_releases(copies: int, target: list[float], others: list[float], sql: 
         run = Runner(register, ScaledNoise(f"{source_seed}:{side}", factor))
         try:
             vals: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+            released = 0
             for _ in range(runs):
                 r = run.query(sql, epsilon=eps, delta=delta)
-                assert r.table.num_rows == copies
+                assert r.table.num_rows == copies or not expect_all
+                released += r.table.num_rows
                 for c in cols:
                     vals[c].append(np.asarray([math.nan if x is None else x for x in r.table.column(c).to_pylist()],
                                               dtype=float))
             out[side] = {c: np.concatenate(v) for c, v in vals.items()}
+            out[side]["__keys"] = released
             out["cost"], out["details"] = run.cost(), r.details
         finally:
             run.close()
@@ -1116,3 +1120,33 @@ def test_public_two_keys_per_person() -> None:
 def test_public_two_keys_per_person_control() -> None:
     a = audit_public_two_keys(0.5, "pub-two-ctl", runs=3)
     assert a["eps_lb"] > a["cost"][0], a
+
+
+def audit_having(factor: float, seed: str, runs: int = 2) -> dict[str, Any]:
+    """HAVING over public keys releases only which keys pass a condition on a hidden aggregate:
+    it must be decided on the noisy value (and the hidden column charged). Key with 30 units vs
+    29; event {key released} for HAVING COUNT(*) >= 31, whose law is exact: 30 + rint(N(0, σ²))
+    >= 31 with σ = 1.8779, the least σ for (1, 0.01). Decided on true counts it would release
+    the key never under D' and always under D."""
+    out = public_releases(1500, [1.0], [1.0] * 29, "SELECT k, 1 AS one FROM t GROUP BY k HAVING COUNT(*) >= 31", [],
+                          1.0, 0.01, runs, seed, factor, expect_all=False)
+    d, dp = out["D"]["__keys"], out["D'"]["__keys"]
+    n = 1500 * runs
+    sigma = least_sigma(1.0, 0.01)
+    p_d, p_dp = float(special.ndtr(-0.5 / sigma)), float(special.ndtr(-1.5 / sigma))  # 30 + rint(N) >= 31
+    alpha = FAIL / 4
+    return {"eps_lb": eps_lower_bound(d, n, dp, n, out["cost"][1], alpha * 2), "cost": out["cost"], "n": n,
+            "freq": (d / n, dp / n), "p": (p_d, p_dp), "columns": out["details"]["columns"],
+            "consistent": consistent(d, n, p_d, alpha) and consistent(dp, n, p_dp, alpha)}
+
+
+def test_having_is_decided_on_noisy_values() -> None:
+    a = audit_having(1.0, "having")
+    assert a["columns"] == 1 and a["cost"][0] == 1.0
+    assert a["eps_lb"] <= a["cost"][0], a
+    assert a["consistent"], a
+
+
+def test_having_control() -> None:
+    a = audit_having(0.3, "having-ctl", runs=1)
+    assert a["eps_lb"] > a["cost"][0] and not a["consistent"], a
