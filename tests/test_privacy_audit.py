@@ -954,6 +954,7 @@ def audit_dawa(factor: float, seed: str, runs: int, eps: float = 1.0) -> dict[st
 # -- 8. reuse of a stored synopsis reads no private row -------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:epsilon=50 is unusually large")
 def test_synopsis_reuse_is_post_processing(tmp_path: Any) -> None:
     """A free answer from a stored DAWA synopsis must be a function of that synopsis only: asked
     on D and on D' (another person's rows removed, the same declared version) it must be identical,
