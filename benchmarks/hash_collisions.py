@@ -102,13 +102,14 @@ def joins(args: argparse.Namespace) -> dict[str, object]:
     ``spread_of`` off in this process), zero noise (the salt-keyed sample), the best and the median of
     ``--repeat`` interleaved runs in one process; ``ratio`` is colliding / random of the best.
 
-    Measured (2 shared cores, load about 1-3, 20 000 customers, 20 000 keys, best of 3): plain, colliding /
-    random was 13.7x (DP-S4S chain count: 1.86 s against 0.136 s), 23.5x (DP-S4S SUM over orders JOIN
-    lineitem), 37.7x (R2T count, the same join), 51.4x (R2T over lineitem alone, people looked up through
-    orders: 6.41 s against 0.125 s) and 12.4x (GROUP BY over the chain: 3.03 s against 0.245 s); DuckDB's
-    profile put the time in the unique-key filter's GROUP BY o_orderkey over all orders (and the DISTINCT
-    of a correlated EXISTS's outer keys), and in the lookup's hash joins and grouping. With the keyed hash:
-    0.7-2.0x, the run-to-run noise (the colliding plans' SQL 0.15 s)."""
+    Measured with this script (2 shared cores, load average 7, 20 000 customers, 20 000 keys, best of 3),
+    colliding / random, plain -> spread: DP-S4S chain count 12.9x (5.64 s against 0.44 s) -> 1.18x
+    (0.61 s against 0.52 s); DP-S4S SUM over orders JOIN lineitem 29.8x (7.47 s) -> 1.05x; R2T count over the
+    same join 31.1x (7.63 s) -> 0.78x; R2T over lineitem alone, people looked up through orders, 66.4x
+    (18.1 s against 0.27 s) -> 0.99x; GROUP BY over the chain 9.3x (5.27 s) -> 0.77x. An earlier run at load
+    1-3 gave 13.7x, 23.5x, 37.7x, 51.4x, 12.4x plain. DuckDB's profile put the plain plans' time in the
+    unique-key filter's GROUP BY o_orderkey over all orders and the DISTINCT that a correlated EXISTS makes of
+    its outer key values, and in the lookup's hash joins and grouping. Cost on TPC-H: ``join_spread_cost.py``."""
     import dpsql.rewrite.joins as rj
 
     rng = np.random.default_rng(1)

@@ -175,8 +175,10 @@ _PLAIN_TYPES = ("DATE", "TIME", "TIMESTAMP", "DECIMAL", "NUMERIC", "BOOLEAN", "B
 @dataclass(frozen=True)
 class Spread:
     """How a join plan hashes the keys one person could choose: the per-query secret ``salt`` and the
-    backend's keyed hash (``ops.keyed_hash``), as ``dpsql.rewrite.bound.spread_keys`` does for a single
-    table. The engine's own hash is public and unsalted (DuckDB's hash of a BIGINT is Murmur3's finaliser, a
+    backend's cheapest keyed hash (``ops.spread_hash``: DuckDB's ``HASH(XOR(HASH(x), HASH(salt)))``,
+    Spark's the same with ``xxhash64``; else ``ops.keyed_hash``), as ``dpsql.rewrite.bound.spread_keys``
+    does for a single table. It decides nothing (every match and group is the same), so it need not be
+    the same on every engine. The engine's own hash is public and unsalted (DuckDB's hash of a BIGINT is Murmur3's finaliser, a
     bijection anyone can invert), so one person's rows could hold thousands of key values whose hashes share
     their low bits, and every hash join, aggregate, DISTINCT or window partition over those values then probed
     quadratically (20 000 such order keys: a join plan 14-51x slower than with 20 000 random keys,
@@ -220,6 +222,9 @@ def spread_of(values: Sequence[tuple[exp.Expression, str]], spread: Spread,
         if x is None:
             return None
         inputs.append(x)
+    fast = getattr(spread.ops, "spread_hash", None)  # the backend's cheapest keyed hash (no text per row)
+    if fast is not None:
+        return fast([x.copy() for x in inputs], spread.salt)  # type: ignore[no-any-return]
     names = [f"__spread_in{i}" for i in range(len(inputs))]
     h = spread.ops.keyed_hash(names, spread.salt)
     for c in list(h.find_all(exp.Column)):
