@@ -53,7 +53,7 @@ def edges(seed: int, order: np.ndarray | None = None) -> pa.Table:
     return pa.table({"src": src, "dst": dst})
 
 
-def _global_row_number(q: exp.Select) -> exp.Select:
+def _global_row_number(q: exp.Select, **_: Any) -> exp.Select:
     return q.select(exp.alias_(exp.cast(exp.Window(this=exp.RowNumber()), "VARCHAR"), "__tid"))
 
 
@@ -92,8 +92,8 @@ def _dup_pairs(with_number: bool, monkeypatch: pytest.MonkeyPatch) -> int:
     # 2000 copies of the edge (1, 2) and one (2, 3): 2000 identical path tuples (1, 2, 2, 3)
     t = pa.table({"src": [1] * 2000 + [2], "dst": [2] * 2000 + [3]})
     if not with_number:
-        def no_number(q: exp.Select) -> exp.Select:
-            out = joins.__dict__["_with_tid_orig"](q)
+        def no_number(q: exp.Select, **kw: Any) -> exp.Select:
+            out = joins.__dict__["_with_tid_orig"](q, **kw)
             tid = out.expressions[-1]
             tid.set("this", tid.this.this.this)  # drop "|| '#' || number"
             return out

@@ -59,7 +59,7 @@ def test_neighbours_observe_the_same_outcome_and_the_charge_is_explains(seed: in
 def test_negative_control_without_the_unique_key_filter(monkeypatch: pytest.MonkeyPatch) -> None:
     import dpsql.rewrite.joins as rj
 
-    monkeypatch.setattr(rj, "_unique_filter", lambda rel, alias, key, table: rel)
+    monkeypatch.setattr(rj, "_unique_filter", lambda rel, alias, key, table, **_: rel)
     rep = fz.run_seed(15, 4, outcomes=False, text=False)
     assert any("moved" in p or "!=" in p for p in rep.problems), rep.problems
 

@@ -145,6 +145,14 @@ class SparkOps:
         salt and the columns' canonical text, identical to ``PortableDuckDBOps``'s."""
         return portable_hash(columns, salt, SPARK)
 
+    def spread_hash(self, values: Sequence[exp.Expression], salt: str) -> exp.Expression:
+        """A keyed hash of ``values`` that only spreads a hash table's keys (``dpsql.rewrite.joins.Spread``):
+        ``xxhash64(xxhash64(values...) ^ xxhash64(salt))``, DuckDB's construction with Spark's 64-bit hash
+        (no text per row; equal values hash alike, and it changes no result, so it need not match DuckDB's)."""
+        inner = _mark(exp.func("xxhash64", *values))
+        key = _mark(exp.func("xxhash64", exp.Literal.string(salt)))
+        return _mark(exp.func("xxhash64", _mark(exp.BitwiseXor(this=inner, expression=key))))
+
     def keyed_uniform(self, columns: Sequence[str], salt: str) -> exp.Expression:
         """A keyed pseudo-random DOUBLE in (0, 1) from the portable hash (``portable_uniform``),
         identical to ``PortableDuckDBOps.keyed_uniform``."""

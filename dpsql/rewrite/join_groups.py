@@ -187,7 +187,8 @@ def sampled_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: s
                    caps: Sequence[tuple[str, str, int]] = ()) -> exp.Expression:
     """The sampled tuples with ``__gid``, and the rows of ``__dom`` (``__tuple`` NULL)."""
     extra = [(f"__x{i}", k.expr) for i, k in enumerate(jp.keys)]
-    st = sampled_tuples(jp, catalog, salt=salt, q=q, ops=ops, caps=caps, extra=extra)
+    types = {f"__x{i}": "BIGINT" if k.kind == "year" else k.sql_type for i, k in enumerate(jp.keys)}
+    st = sampled_tuples(jp, catalog, salt=salt, q=q, ops=ops, caps=caps, extra=extra, extra_types=types)
     keep = [c.split(".")[-1] for c in st.named_selects if not c.split(".")[-1].startswith("__x")]
     names = [k.name for k in jp.keys]
     # a positional UNION ALL with every column named on both sides (Spark has no UNION BY NAME); an

@@ -15,6 +15,15 @@ connection's ``default_collation`` or a column's declared ``COLLATE NOCASE``: a 
 merged two people would let one person's removal change another's kept tuples (the sensitivities
 below assume one person per value). Results equal those under no collation.
 
+Key values are hashed under the per-query secret salt too (:class:`Spread`): every equi-join
+condition also compares the keyed hash of both sides' keys, and the unique-key filter's GROUP BY,
+the semi-joins before the Delta caps, the lookups' DISTINCTs, joins and groupings and the tuple
+identity's partitions also go by it, as a column. One person's rows could otherwise hold thousands of key
+values crafted to collide in the engine's public hash, and make those hash tables probe
+quadratically (a timing channel: ``benchmarks/hash_collisions.py --joins``). The keyed hash is a
+function of the key (equal keys, cast to one type, hash alike), so every match and group is the
+same and no choice changes.
+
 Per join tuple:
 
 * its **weight(s)** on an integer grid: COUNT(*) weighs 1; SUM(expr) weighs
@@ -87,7 +96,7 @@ from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps, source_name
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.joins import SEP, _direct, flat
+from dpsql.plan.joins import SEP, _direct, _type_family, flat
 from dpsql.plan.joins import parts as key_parts
 from dpsql.plan.typer import TypeRefusal, type_checked
 from dpsql.rewrite.bound import binary_text, cap_rows, guard, is_text
@@ -154,6 +163,94 @@ def _weights(jp: ir.JoinPlan, parts: list[Part], ops: SqlOps) -> list[exp.Expres
     return out
 
 
+#: the column holding :func:`spread_of` of a relation's chosen keys
+SPREAD = "__spread"
+
+_FLOAT_TYPES = frozenset({"DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8"})
+#: types whose values are equal exactly when their text and their engine hash are (once floats are
+#: canonical): the keys a spread may hash
+_PLAIN_TYPES = ("DATE", "TIME", "TIMESTAMP", "DECIMAL", "NUMERIC", "BOOLEAN", "BOOL", "UUID", "BLOB")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How a join plan hashes the keys one person could choose: the per-query secret ``salt`` and the
+    backend's cheapest keyed hash (``ops.spread_hash``: DuckDB's ``HASH(XOR(HASH(x), HASH(salt)))``,
+    Spark's the same with ``xxhash64``; else ``ops.keyed_hash``), as ``dpsql.rewrite.bound.spread_keys``
+    does for a single table. It decides nothing (every match and group is the same), so it need not be
+    the same on every engine. The engine's own hash is public and unsalted (DuckDB's hash of a BIGINT is Murmur3's finaliser, a
+    bijection anyone can invert), so one person's rows could hold thousands of key values whose hashes share
+    their low bits, and every hash join, aggregate, DISTINCT or window partition over those values then probed
+    quadratically (20 000 such order keys: a join plan 14-51x slower than with 20 000 random keys,
+    ``benchmarks/hash_collisions.py --joins``). Every such grouping and equi-join also goes by a keyed hash of
+    its key: the same groups and matches (the hash is a function of the key, equal for equal keys), hashed
+    unpredictably."""
+
+    salt: str
+    ops: SqlOps
+
+
+def _spread_input(e: exp.Expression, typ: str, other: str, ops: SqlOps) -> exp.Expression | None:
+    """``e`` (of type ``typ``, compared with values of type ``other``) as the keyed hash reads it, so that
+    values equal in SQL hash alike on every backend: integers of two different types as one wide integer
+    (DuckDB hashes -1 as INTEGER and as BIGINT apart), floating point with one zero and one NaN (-0.0 = 0.0
+    and NaN = NaN in a join, spelled apart as text); None for a type outside that list (not spread)."""
+    t, o = typ.strip().upper(), other.strip().upper()
+    if _type_family(t) == "int" and _type_family(o) == "int":
+        return e if t == o else exp.cast(e, "HUGEINT" if ops.dialect == "duckdb" else "BIGINT")
+    if _type_family(t) == "text" and _type_family(o) == "text":
+        return e
+    if t != o:
+        return None
+    if t in _FLOAT_TYPES:
+        return exp.Case(ifs=[exp.If(this=exp.func("isnan", e.copy()), true=exp.cast(exp.Literal.string("NaN"), t)),
+                             exp.If(this=exp.EQ(this=e.copy(), expression=_lit(0)), true=exp.cast(_lit(0), t))],
+                        default=e.copy())
+    if t.startswith(_PLAIN_TYPES):
+        return e
+    return None
+
+
+def spread_of(values: Sequence[tuple[exp.Expression, str]], spread: Spread,
+              others: Sequence[str] | None = None) -> exp.Expression | None:
+    """The keyed hash (``ops.keyed_hash`` under the query's salt) of ``values`` (expression, type), each
+    compared with a value of the type in ``others`` (the same type by default); None when a type is not
+    one :func:`_spread_input` hashes."""
+    inputs = []
+    for i, (e, typ) in enumerate(values):
+        x = _spread_input(e, typ, typ if others is None else others[i], spread.ops)
+        if x is None:
+            return None
+        inputs.append(x)
+    fast = getattr(spread.ops, "spread_hash", None)  # the backend's cheapest keyed hash (no text per row)
+    if fast is not None:
+        return fast([x.copy() for x in inputs], spread.salt)  # type: ignore[no-any-return]
+    names = [f"__spread_in{i}" for i in range(len(inputs))]
+    h = spread.ops.keyed_hash(names, spread.salt)
+    for c in list(h.find_all(exp.Column)):
+        if c.name in names and not c.table:
+            c.replace(inputs[names.index(c.name)].copy())
+    return h
+
+
+def spread_eq(left: Sequence[tuple[exp.Expression, str]], right: Sequence[tuple[exp.Expression, str]],
+              spread: Spread | None) -> exp.Expression | None:
+    """``keyed(left) = keyed(right)`` for an equi-join of ``left[i] = right[i]`` (pairs of expression and
+    type): true exactly where the keys match, so adding it changes no match, and the join hashes the keyed
+    hash. None without a spread, or for a type that is not spread."""
+    if spread is None or not left:
+        return None
+    a = spread_of(left, spread, [t for _, t in right])
+    b = spread_of(right, spread, [t for _, t in left])
+    if a is None or b is None:
+        return None
+    return exp.EQ(this=a, expression=b)
+
+
+def _with_spread(cond: exp.Expression, extra: exp.Expression | None) -> exp.Expression:
+    return cond if extra is None else exp.And(this=cond, expression=extra)
+
+
 def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, list[str]]:
     cols: dict[str, set[str]] = {a: set() for a, _ in jp.inputs}
 
@@ -180,8 +277,11 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
 
 def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, ops: SqlOps,
                   caps: Sequence[tuple[str, str, int]], parts: list[Part], extra: Sequence[exp.Expression] = (),
-                  with_tid: bool = True) -> exp.Select:
-    """The join with weights (``parts``), optional extra projections and the tuple id ``__tid``."""
+                  with_tid: bool = True, extra_types: Mapping[str, str] | None = None) -> exp.Select:
+    """The join with weights (``parts``), optional extra projections (``extra_types``: the types of those
+    that are not join columns, by name) and the tuple id ``__tid``. Every equi-join, semi-join, grouping and
+    partition over a key also goes by its keyed hash (:class:`Spread`)."""
+    spread = Spread(salt, ops)
     needed = _needed(jp, caps)
     cap_of = {(a, c): n for a, c, n in caps}
     order = {a: i for i, (a, _) in enumerate(jp.inputs)}
@@ -202,27 +302,34 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
                 rel.subquery("__b"))
         for (ca, cc), n in cap_of.items():
             if ca == a:
-                rel = _semi_filter(rel, jp, a, cc, built)
+                rel = _semi_filter(rel, jp, a, cc, built, spread=spread, columns=[flat(a, c) for c in cols])
                 kept = cap_rows(rel.subquery("__in"), [flat(a, p) for p in key_parts(cc)], [flat(a, c) for c in cols], n, salt,
                                 alias="__capped", ops=ops)
                 rel = exp.select(*[_col(flat(a, c)) for c in cols]).from_(kept)
         for ua, uc in jp.unique_keys:
             if ua == a:
-                rel = _unique_filter(rel, a, uc, t)
+                rel = _unique_filter(rel, a, uc, t, spread=spread, columns=[flat(a, c) for c in cols])
         built[a] = rel
     rels = [built[a].subquery(a) for a, _ in jp.inputs]
     q = exp.select(*_weights(jp, parts, ops), *extra).from_(rels[0])
     for i, rel in enumerate(rels[1:], start=1):
-        conds = [exp.EQ(this=_col(x), expression=_col(y)) for x, y in jp.conditions
+        pairs = [(x, y) if order[y.split(SEP)[0]] == i else (y, x) for x, y in jp.conditions
                  if max(order[x.split(SEP)[0]], order[y.split(SEP)[0]]) == i]
+        conds = [exp.EQ(this=_col(x), expression=_col(y)) for x, y in pairs]
         on: exp.Expression = exp.true()
         for c in conds:
             on = c if on == exp.true() else exp.And(this=on, expression=c)
-        q = q.join(rel, on=on, join_type="inner")
+        # (earlier inputs' keys) = (this input's keys), hashed by the keyed hash too
+        same = spread_eq([(_col(x), jp.flat_schema.get(x, "")) for x, _ in pairs], [(_col(y), jp.flat_schema.get(y, "")) for _, y in pairs],
+                         spread)
+        q = q.join(rel, on=_with_spread(on, same), join_type="inner")
     if top:
         q = q.where(guard(_and(top), dict(jp.flat_schema)))
     if with_tid:
-        return _with_tid(q)
+        types = {n: jp.flat_schema[n] for n in jp.flat_schema}
+        types.update({p.name: "BIGINT" for p in parts})
+        types.update(extra_types or {})
+        return _with_tid(q, types=types, spread=spread)
     return q
 
 
@@ -240,13 +347,35 @@ def _id_piece(col: exp.Expression) -> exp.Expression:
                     default=body)
 
 
-def _with_tid(q: exp.Select) -> exp.Select:
+def _projected_types(q: exp.Select, types: Mapping[str, str]) -> dict[str, str]:
+    """The types of ``q``'s projected columns that ``types`` knows (by the output name, or for an alias
+    of a column, by the column's name)."""
+    out = {}
+    for p in q.expressions:
+        name = p.alias_or_name
+        inner = p.this if isinstance(p, exp.Alias) else p
+        if name in types:
+            out[name] = types[name]
+        elif isinstance(inner, exp.Column) and inner.name in types:
+            out[name] = types[inner.name]
+    return out
+
+
+def _with_tid(q: exp.Select, *, types: Mapping[str, str] | None = None, spread: Spread | None = None) -> exp.Select:
     """``q`` (the join's projection) with the tuple identity ``__tid`` (module docstring): the
     injective text of every projected column, then ``#`` and the tuple's number among the tuples
-    with the same projected values."""
+    with the same projected values (partitioned also by the keyed hash of the projected columns
+    whose ``types`` are known: :class:`Spread`)."""
     names = [p.alias_or_name for p in q.expressions]
     cols = [_col(f"__t.{n}") for n in names]
-    dup = exp.Window(this=exp.RowNumber(), partition_by=[c.copy() for c in cols])
+    part = [c.copy() for c in cols]
+    if spread is not None and types:
+        known = _projected_types(q, types)
+        hashed = [(_col(f"__t.{n}"), known[n]) for n in names if n in known]
+        h = spread_of(hashed, spread) if hashed else None
+        if h is not None:
+            part.append(h)
+    dup = exp.Window(this=exp.RowNumber(), partition_by=part)
     text: exp.Expression = exp.Literal.string("")
     for c in cols:
         text = exp.DPipe(this=text, expression=_id_piece(c), safe=True)
@@ -255,7 +384,8 @@ def _with_tid(q: exp.Select) -> exp.Select:
     return exp.select(*[c.copy() for c in cols], exp.alias_(text, "__tid")).from_(q.subquery("__t"))
 
 
-def _unique_filter(rel: exp.Expression, alias: str, key: str, table: TableSpec) -> exp.Expression:
+def _unique_filter(rel: exp.Expression, alias: str, key: str, table: TableSpec, *,
+                   spread: Spread | None = None, columns: Sequence[str] | None = None) -> exp.Expression:
     """Keep the rows of input ``alias`` whose value of the declared key ``key`` occurs exactly once
     in the base table (before any WHERE or cap). The join enters this input through that key on
     behalf of a user slot (``ir.JoinPlan.unique_keys``): a key value held by several rows would
@@ -264,21 +394,39 @@ def _unique_filter(rel: exp.Expression, alias: str, key: str, table: TableSpec) 
     under the neighbouring relation: a key value is duplicated or not by the base table alone, and
     when removing a person turns a duplicated value unique, every row referencing that value
     reached the removed person and is removed with them, so no tuple appears. Applied after the
-    row caps, which depend only on their own partitions."""
+    row caps, which depend only on their own partitions. The key values are grouped and probed
+    together with their keyed hash (:class:`Spread`): every row's key value is in the base table's
+    aggregate, before any cap."""
     keys = key_parts(key)
     src = exp.to_table(table.view or source_name(table.name), quoted=True)
-    once = (exp.select(*[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(table, c)), c, quoted=True)
-                         for c in keys]).from_(src)
-            .group_by(*[binary_text(exp.column(c, quoted=True), _type_of(table, c)) for c in keys])
-            .having(exp.EQ(this=exp.Count(this=exp.Star()), expression=_lit(1))))
+    typed = [(binary_text(exp.column(c, quoted=True), _type_of(table, c)), _type_of(table, c)) for c in keys]
+    h = spread_of(typed, spread) if spread is not None else None
+    mine = (spread_of([(_col(flat(alias, c)), _type_of(table, c)) for c in keys], spread)
+            if spread is not None and columns is not None else None)
     cond = _and([exp.EQ(this=exp.column(c, table="__once", quoted=True), expression=_col(f"__r.{flat(alias, c)}"))
                  for c in keys])
+    if h is None or mine is None or columns is None:
+        once = (exp.select(*[exp.alias_(e.copy(), c, quoted=True) for (e, _), c in zip(typed, keys, strict=True)]).from_(src)
+                .group_by(*[e.copy() for e, _ in typed])
+                .having(exp.EQ(this=exp.Count(this=exp.Star()), expression=_lit(1))))
+        probe = exp.select(exp.Literal.number(1)).from_(once.subquery("__once")).where(cond)
+        return exp.select("*").from_(rel.subquery("__r")).where(exp.Exists(this=probe))
+    # the keyed hash as a column of both sides (DuckDB drops from a GROUP BY an expression of the other
+    # keys, and groups the outer values of a correlated EXISTS by the columns it reads)
+    hashed = (exp.select(*[exp.alias_(e.copy(), c, quoted=True) for (e, _), c in zip(typed, keys, strict=True)],
+                         exp.alias_(h, SPREAD)).from_(src).subquery("__keys"))
+    once = (exp.select(*[exp.column(c, quoted=True) for c in keys], _col(SPREAD)).from_(hashed)
+            .group_by(*[exp.column(c, quoted=True) for c in keys], _col(SPREAD))
+            .having(exp.EQ(this=exp.Count(this=exp.Star()), expression=_lit(1))))
+    cond = exp.And(this=cond, expression=exp.EQ(this=exp.column(SPREAD, table="__once"), expression=_col(f"__r.{SPREAD}")))
     probe = exp.select(exp.Literal.number(1)).from_(once.subquery("__once")).where(cond)
-    return exp.select("*").from_(rel.subquery("__r")).where(exp.Exists(this=probe))
+    r = exp.select("*", exp.alias_(mine, SPREAD)).from_(rel.subquery("__rs")).subquery("__r")
+    return exp.select(*[_col(f"__r.{c}") for c in columns]).from_(r).where(exp.Exists(this=probe))
 
 
 def _semi_filter(rel: exp.Expression, jp: ir.JoinPlan, alias: str, cap_column: str,
-                 built: Mapping[str, exp.Expression]) -> exp.Expression:
+                 built: Mapping[str, exp.Expression], *, spread: Spread | None = None,
+                 columns: Sequence[str] | None = None) -> exp.Expression:
     """Before capping ``alias`` per ``cap_column``: keep only the rows whose partition value occurs
     in an input built before it that it joins on that column (``EXISTS``). Whole partitions are
     kept or dropped by their value alone, and a partition's capped rows depend only on its own
@@ -294,8 +442,20 @@ def _semi_filter(rel: exp.Expression, jp: ir.JoinPlan, alias: str, cap_column: s
             pairs.append((mine, match))
         else:
             cond = _and([exp.EQ(this=_col(f"__x.{theirs}"), expression=_col(f"__r.{mine}")) for mine, theirs in pairs])
-            probe = exp.select(exp.Literal.number(1)).from_(other_rel.subquery("__x")).where(cond)
-            return exp.select("*").from_(rel.subquery("__r")).where(exp.Exists(this=probe))
+            mine_t = [jp.flat_schema.get(m, "") for m, _ in pairs]
+            theirs_t = [jp.flat_schema.get(t, "") for _, t in pairs]
+            h_mine = spread_of([(_col(m), t) for (m, _), t in zip(pairs, mine_t, strict=True)], spread, theirs_t) if spread else None
+            h_theirs = spread_of([(_col(t), ty) for (_, t), ty in zip(pairs, theirs_t, strict=True)], spread, mine_t) if spread else None
+            if h_mine is None or h_theirs is None or columns is None:
+                probe = exp.select(exp.Literal.number(1)).from_(other_rel.subquery("__x")).where(cond)
+                return exp.select("*").from_(rel.subquery("__r")).where(exp.Exists(this=probe))
+            # the keyed hash as a column of both sides (a correlated EXISTS groups the outer rows by the columns it
+            # reads, then joins on them: :class:`Spread`)
+            cond = exp.And(this=cond, expression=exp.EQ(this=_col(f"__x.{SPREAD}"), expression=_col(f"__r.{SPREAD}")))
+            theirs_rel = exp.select("*", exp.alias_(h_theirs, SPREAD)).from_(other_rel.subquery("__xs")).subquery("__x")
+            probe = exp.select(exp.Literal.number(1)).from_(theirs_rel).where(cond)
+            r = exp.select("*", exp.alias_(h_mine, SPREAD)).from_(rel.subquery("__rs")).subquery("__r")
+            return exp.select(*[_col(f"__r.{c}") for c in columns]).from_(r).where(exp.Exists(this=probe))
     return rel
 
 
@@ -404,7 +564,7 @@ def _all_set(values: Sequence[exp.Expression]) -> exp.Expression:
     return _and([exp.Not(this=exp.Is(this=v.copy(), expression=exp.Null())) for v in values])
 
 
-def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Select:
+def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec], *, spread: Spread | None = None) -> exp.Select:
     """Every person a sampled tuple's row reaches through slot ``s``'s chain of references, as a
     list per start value (``__k<i>``, the slot's columns): each hop reads EVERY row of its target
     table holding the value (a declared key is assumed, not trusted, to be unique: duplicates
@@ -412,14 +572,26 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
     the way) attaches the synthetic user of the last key value that was looked up (``_key_text``),
     so those tuples stay truncated. A NULL start value reaches nobody (no row is looked up).
     Each hop reads its table's DISTINCT (key, next value) pairs: the people reached are the same,
-    and one person's duplicated rows in two hops cost their sum, not their product, of work."""
+    and one person's duplicated rows in two hops cost their sum, not their product, of work.
+    With ``spread`` (:class:`Spread`), each DISTINCT, join and grouping over key values also goes by
+    their keyed hash (``__spread``: the start values' and each hop's key values'; a join compares the
+    keyed hashes of both sides' values); the result has the start values' ``__spread`` too."""
     direct_last = _direct(s.hops[-1:], catalog)
     fetch = s.hops[:-1] if direct_last else s.hops
     starts = key_parts(s.column)
+    start_table = catalog[s.hops[0].table] if s.hops else None
+    start_types = [_type_of(start_table, p) if start_table is not None else "" for p in starts]
+    start_cols = [(_col(f"__s.{flat(s.alias, p)}"), typ) for p, typ in zip(starts, start_types, strict=True)]
+    h0 = spread_of(start_cols, spread) if spread is not None else None
     st = (exp.select(*[exp.alias_(_col(f"__s.{flat(s.alias, p)}"), f"__k{i}") for i, p in enumerate(starts)])
           .distinct().from_("__s").where(_all_set([_col(f"__s.{flat(s.alias, p)}") for p in starts])))
+    if h0 is not None:  # the keyed hash computed below the DISTINCT (an expression of the keys would be dropped from it)
+        st.set("distinct", None)
+        inner = st.select(exp.alias_(h0, SPREAD)).subquery("__sts")
+        st = exp.select(*[_col(f"__k{i}") for i in range(len(starts))], _col(SPREAD)).distinct().from_(inner)
     q = exp.select(*[_col(f"__st.__k{i}") for i in range(len(starts))]).from_(st.subquery("__st"))
     prev: list[exp.Expression] = [_col(f"__st.__k{i}") for i in range(len(starts))]
+    prev_types = start_types
     looked: list[tuple[TableSpec, str, list[exp.Expression], str]] = []  # (table, key, values, alias)
     for j, hop in enumerate(fetch):
         t = catalog[hop.target_table]
@@ -427,6 +599,7 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
         assert nxt is not None
         keys, nexts = key_parts(hop.target_column), key_parts(nxt)
         la = f"__l{k}_{j}"
+        key_types = [_type_of(t, c) for c in keys]
         rel = (exp.select(*[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(t, c)), f"__a{i}")
                             for i, c in enumerate(keys)],
                           *[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(t, c)), f"__b{i}")
@@ -435,10 +608,20 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
                .distinct()  # equal (key, next) rows reach the same people: one each, so that one person's
                # duplicated rows in two hops make no product of rows (work linear in each person's rows)
                .from_(exp.to_table(t.view or source_name(t.name), quoted=True)))
+        hk = (spread_of([(binary_text(exp.column(c, quoted=True), typ), typ) for c, typ in zip(keys, key_types, strict=True)],
+                        spread, prev_types) if spread is not None else None)
+        hp = spread_of(list(zip(prev, prev_types, strict=True)), spread, key_types) if spread is not None else None
         on = _and([exp.EQ(this=_col(f"{la}.__a{i}"), expression=prev[i]) for i in range(len(keys))])
+        if hk is not None and hp is not None:
+            # the key values' keyed hash, computed below the DISTINCT, and compared in the join
+            rel.set("distinct", None)
+            inner = rel.select(exp.alias_(hk, SPREAD)).subquery("__hop")
+            rel = exp.select(*[_col(n) for n in rel.named_selects], _col(SPREAD)).distinct().from_(inner)
+            on = exp.And(this=on, expression=exp.EQ(this=_col(f"{la}.{SPREAD}"), expression=hp))
         q = q.join(rel.subquery(la), on=on, join_type="left")
         looked.append((t, hop.target_column, prev, la))
         prev = [_col(f"{la}.__b{i}") for i in range(len(nexts))]
+        prev_types = [_type_of(t, c) for c in nexts]
     # the user: the person at the end, or the synthetic user where the chain stopped
     final = _person_text(catalog, s.person_table, prev[0])
     last_t, last_key, last_vals, _ = looked[-1]
@@ -452,7 +635,11 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec]) -> exp.Sel
     ifs.append(exp.If(this=exp.Is(this=prev[0].copy(), expression=exp.Null()), true=_key_text(last_t, last_key, last_vals)))
     uid = exp.Case(ifs=ifs, default=final)
     users = exp.func("list", exp.Distinct(expressions=[uid]))
-    return q.select(exp.alias_(users, "__users")).group_by(*[_col(f"__st.__k{i}") for i in range(len(starts))])
+    group = [_col(f"__st.__k{i}") for i in range(len(starts))]
+    if h0 is not None:
+        q = q.select(exp.alias_(_col(f"__st.{SPREAD}"), SPREAD))
+        group.append(_col(f"__st.{SPREAD}"))
+    return q.select(exp.alias_(users, "__users")).group_by(*group)
 
 
 def reads_sample_once(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> bool:
@@ -463,19 +650,20 @@ def reads_sample_once(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> bool
 
 
 def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
-                   caps: Sequence[tuple[str, str, int]] = (), extra: Sequence[tuple[str, exp.Expression]] = ()
-                   ) -> exp.Select:
+                   caps: Sequence[tuple[str, str, int]] = (), extra: Sequence[tuple[str, exp.Expression]] = (),
+                   extra_types: Mapping[str, str] | None = None) -> exp.Select:
     """Per sampled tuple: the weights ``__w*`` and per user slot ``__u<k>``: the
     person's id (VARCHAR; NULL where the slot's column is NULL: it reaches nobody) for a slot
     whose column holds the person, or the list of ids (VARCHAR[]) of a looked-up chain
     (:func:`_lookup`). ``extra``: (name, expression over the join's flat columns) carried along
-    (e.g. a GROUP BY key)."""
+    (e.g. a GROUP BY key), ``extra_types`` their types by name where known."""
     parts = parts_of(jp)
+    spread = Spread(salt, ops)
     starts = list(dict.fromkeys(flat(s.alias, p) for s in jp.slots for p in key_parts(s.column)))
     more = [exp.alias_(e.copy(), n) for n, e in extra]  # part of the tuple's content, hence of its identity
     clock = _sample_clock(ops, q) if reads_sample_once(jp, catalog) else None
     rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=[_col(c) for c in starts] + more,
-                        with_tid=q < 1.0 and clock is None)
+                        with_tid=q < 1.0 and clock is None, extra_types=extra_types)
     sample = _sampled(rel, salt, q, ops, clock)
     out = exp.select(*[_col(f"__s.{p.name}") for p in parts], *[_col(f"__s.{n}") for n, _ in extra]).from_("__s")
     for k, s in enumerate(jp.slots):
@@ -486,7 +674,13 @@ def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: s
         la = f"__lk{k}"
         cols = key_parts(s.column)
         on = _and([exp.EQ(this=_col(f"{la}.__k{i}"), expression=_col(f"__s.{flat(s.alias, p)}")) for i, p in enumerate(cols)])
-        out = out.join(_lookup(k, s, catalog).subquery(la), on=on, join_type="left")
+        looked_up = _lookup(k, s, catalog, spread=spread)
+        if SPREAD in looked_up.named_selects:  # the start values' keyed hash, as the lookup computed it
+            t0 = catalog[s.hops[0].table]
+            mine = spread_of([(_col(f"__s.{flat(s.alias, p)}"), _type_of(t0, p)) for p in cols], spread)
+            assert mine is not None
+            on = exp.And(this=on, expression=exp.EQ(this=_col(f"{la}.{SPREAD}"), expression=mine))
+        out = out.join(looked_up.subquery(la), on=on, join_type="left")
         out = out.select(exp.alias_(_col(f"{la}.__users"), f"__u{k}"))
     return out.with_("__s", as_=sample)
 
