@@ -25,7 +25,7 @@ from dpsql.plan.checks import (
 )
 from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
 from dpsql.plan.joins import analyze_join
-from dpsql.plan.names import qualifier, qualifier_problem
+from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call
 from dpsql.plan.typer import (
@@ -213,7 +213,8 @@ class _Builder:
             if self.table.schema and name not in self.table.schema:
                 if where != "WHERE" and is_bin_column(name, self.table):
                     continue  # <col>_bin: the bins of a declared ordered domain (histograms)
-                self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})")
+                self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})"
+                            f"{did_you_mean(c.name, self.table.schema)}")
 
     # -- aggregates ------------------------------------------------------------------
     def aggregate_ref(self, node: exp.Expression, clause: str = "SELECT") -> exp.Expression | None:
@@ -548,7 +549,8 @@ class _Builder:
             known = ", ".join(sorted(self.catalog)) or "none"
             self.bad(
                 tbl,
-                f"table '{name}' is not registered (registered tables: {known}); register it with a privacy unit first",
+                f"table '{name}' is not registered{did_you_mean(name, self.catalog)} (registered tables: {known}); "
+                "register it with a privacy unit first",
                 policy=True,
             )
             self._raise()
