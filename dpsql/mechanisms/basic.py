@@ -52,6 +52,7 @@ from dpsql.mechanisms.common import (
     add_noise,
     column_words,
     finish_release,
+    fp_delta_refusal,
     gaussian_fp_charge,
     is_integer_column,
     needed_columns,
@@ -100,10 +101,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
         params["l2_sensitivity"] = math.sqrt(c_eff * m)
         fp = gaussian_fp_charge(plan, cols, scales, epsilon=epsilon, groups_per_unit=c_eff)
         if fp > delta:
-            raise ConfigError(
-                f"the floating-point delta of the Gaussian noise ({fp:.3g}) exceeds the requested delta={delta:g}",
-                hint="use a larger delta or epsilon, or declare a coarser granularity for the column",
-            )
+            raise fp_delta_refusal(fp, epsilon=epsilon, delta=delta, laplace=True)
         params["fp_delta"] = fp
         cost_delta = delta + fp
     else:

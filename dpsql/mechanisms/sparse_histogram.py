@@ -52,6 +52,7 @@ from dpsql.mechanisms.common import (
     Calibration,
     add_noise,
     finish_release,
+    fp_delta_refusal,
     gaussian_fp_charge,
     needed_columns,
 )
@@ -110,10 +111,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
     columns = [users] + extra
     fp = gaussian_fp_charge(plan, columns, scales, epsilon=epsilon, groups_per_unit=c_u, threshold_column="__users")
     if fp > delta:
-        raise ConfigError(
-            f"the floating-point delta of the Gaussian noise ({fp:.3g}) exceeds the requested delta={delta:g}",
-            hint="use a larger delta or epsilon, or declare a coarser granularity for the column",
-        )
+        raise fp_delta_refusal(fp, epsilon=epsilon, delta=delta, laplace=False)
     params: dict[str, Any] = {
         "sigma": sigma,
         "tau": tau,
