@@ -187,3 +187,41 @@ def test_shifted_literals_are_range_endpoints_of_a_workload():
                            epsilon=1.0)
     assert shifted.table.column("count").to_pylist() == written.table.column("count").to_pylist()
     s.close()
+
+
+# -- aggregate FILTER: the message gives a rewrite that dpsql answers -----------------------------------------
+
+@pytest.mark.parametrize("sql,fix", [
+    ("SELECT COUNT(*) FILTER (WHERE status = 'open') AS n, COUNT(*) AS total FROM orders",
+     "SUM(CASE WHEN status = 'open' THEN 1 ELSE 0 END)"),
+    ("SELECT COUNT(amount) FILTER (WHERE status = 'open') FROM orders",
+     "SUM(CASE WHEN (status = 'open') AND NOT amount IS NULL THEN 1 ELSE 0 END)"),
+    ("SELECT SUM(amount) FILTER (WHERE status = 'open') FROM orders", "SUM(CASE WHEN status = 'open' THEN amount END)"),
+    ("SELECT status, AVG(amount) FILTER (WHERE amount > 10) FROM orders GROUP BY status",
+     "AVG(CASE WHEN amount > 10 THEN amount END)"),
+    ("SELECT STDDEV(amount) FILTER (WHERE amount > 10) FROM orders", "STDDEV(CASE WHEN amount > 10 THEN amount END)"),
+])
+def test_filter_clause_refusal_names_a_rewrite_that_works(shop, sql, fix):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "FILTER clauses are not supported")
+    assert f"write it as {fix}" in msg, msg
+    start = sql.index("FILTER") - 1
+    agg_start = sql.rindex(" ", 0, sql.rindex("(", 0, start)) + 1
+    end = sql.index(")", sql.index("WHERE", start)) + 1
+    rewritten = sql[:agg_start] + fix + sql[end:]
+    assert shop.query(rewritten, epsilon=1.0, delta=1e-6).table.num_rows >= 1
+
+
+def test_filter_clause_without_a_case_form_says_where(shop):
+    msg = _refused(shop, "SELECT MEDIAN(amount) FILTER (WHERE amount > 10) FROM orders", errors.UnsupportedQueryError, "FILTER")
+    assert "move the condition into WHERE" in msg and "write it as" not in msg
+
+
+# -- a subquery is reported once, not also through its own columns and aggregates -------------------------------
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM orders WHERE customer_id IN (SELECT customer_id FROM customers WHERE segment = 'a')",
+    "SELECT COUNT(*) FROM orders WHERE amount > (SELECT AVG(amount) FROM orders)",
+])
+def test_a_subquery_in_where_is_one_problem(shop, sql):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "subqueries are not supported in WHERE")
+    assert "problems" not in msg and "unknown column" not in msg and "use HAVING" not in msg, msg

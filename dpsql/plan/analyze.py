@@ -166,6 +166,38 @@ def unit_problem(table: TableSpec, catalog: Mapping[str, TableSpec]) -> str:
     )
 
 
+def _in_subquery(c: exp.Expression, root: exp.Expression) -> bool:
+    """Whether ``c`` lies in a SELECT nested inside ``root`` (e.g. ``WHERE x IN (SELECT ...)``)."""
+    if c is root:
+        return False
+    p = c.parent
+    while p is not None and p is not root:
+        if isinstance(p, (exp.Select, exp.Subquery)):
+            return True
+        p = p.parent
+    return False
+
+
+def _filter_fix(node: exp.Filter) -> str:
+    """The fix for ``AGG(...) FILTER (WHERE c)``: the same aggregate over a CASE where dpsql has one (a count
+    of rows as a SUM of 0/1, SUM/AVG/variances over ``CASE WHEN c THEN x END``, which skips the other rows as
+    FILTER does), else WHERE (the SQL text only)."""
+    agg, where = node.this, node.expression
+    cond = where.this if isinstance(where, exp.Where) else where
+    arg = agg.this if isinstance(agg, exp.AggFunc) else None
+    if isinstance(agg, exp.Count) and isinstance(arg, (exp.Star, exp.Column)):
+        test = cond.copy() if isinstance(arg, exp.Star) else exp.and_(exp.paren(cond.copy()), exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null())))
+        case = exp.Case(ifs=[exp.If(this=test, true=exp.Literal.number(1))], default=exp.Literal.number(0))
+        return f"write it as {exp.Sum(this=case).sql(dialect=DIALECT)}, or move the condition into WHERE"
+    if isinstance(agg, (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)) \
+            and isinstance(arg, exp.Expression) and not isinstance(arg, exp.Distinct):
+        case = exp.Case(ifs=[exp.If(this=cond.copy(), true=arg.copy())])
+        fixed = agg.copy()
+        fixed.set("this", case)
+        return f"write it as {fixed.sql(dialect=DIALECT)}, or move the condition into WHERE"
+    return "move the condition into WHERE (a separate query if the other aggregates must not have it)"
+
+
 class _Builder:
     def __init__(self, sql: str, catalog: Mapping[str, TableSpec]) -> None:
         self.sql = sql
@@ -202,6 +234,8 @@ class _Builder:
     def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool = False) -> None:
         assert self.table is not None
         for c in node.find_all(exp.Column):
+            if _in_subquery(c, node):
+                continue  # a subquery is refused as a whole: its columns belong to its own FROM
             name = c.name.lower()
             qual = c.table.lower() if c.table else ""
             db = ".".join(str(c.args[k].name).lower() for k in ("catalog", "db") if c.args.get(k) is not None)
@@ -221,7 +255,7 @@ class _Builder:
         """Map an aggregate call to a column reference to its (noisy) released value."""
         assert self.table is not None
         if isinstance(node, exp.Filter):
-            self.bad(node, "aggregate FILTER clauses are not supported; move the condition into WHERE")
+            self.bad(node, f"aggregate FILTER clauses are not supported; {_filter_fix(node)}")
             return None
         arg = node.expressions[0] if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 else node.this
         if isinstance(node, exp.Anonymous) and len(node.expressions) != 1:
@@ -587,7 +621,7 @@ class _Builder:
         if where_expr is not None:
             before = len(self.violations)
             self.violations.extend(check_expression_functions(where_expr, self.sql, "WHERE"))
-            for a in [n for n in where_expr.walk() if is_aggregate(n)]:
+            for a in [n for n in where_expr.walk() if is_aggregate(n) and not _in_subquery(n, where_expr)]:
                 self.bad(a, "aggregates are not allowed in WHERE; use HAVING")
             self.check_columns(where_expr, "WHERE")
             self.type_check(where_expr, "WHERE", before)
