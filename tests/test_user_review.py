@@ -225,3 +225,27 @@ def test_filter_clause_without_a_case_form_says_where(shop):
 def test_a_subquery_in_where_is_one_problem(shop, sql):
     msg = _refused(shop, sql, errors.UnsupportedQueryError, "subqueries are not supported in WHERE")
     assert "problems" not in msg and "unknown column" not in msg and "use HAVING" not in msg, msg
+
+
+# -- functions and aggregates are named as the query spells them ------------------------------------------------
+
+@pytest.mark.parametrize("sql,named", [
+    ("SELECT string_agg(status, ',') FROM orders", "aggregate STRING_AGG is not supported"),
+    ("SELECT list(status) FROM orders", "aggregate LIST is not supported"),
+    ("SELECT APPROX_COUNT_DISTINCT(customer_id) FROM orders", "aggregate APPROX_COUNT_DISTINCT is not supported"),
+    ("SELECT status, ANY_VALUE(amount) FROM orders GROUP BY status", "aggregate ANY_VALUE is not supported"),
+    ("SELECT COUNT(*) FROM orders WHERE date_diff('day', order_date, DATE '2024-12-31') < 30", "function date_diff() is not"),
+    ("SELECT COUNT(*) FROM orders WHERE regexp_matches(status, '^o')", "function regexp_matches() is not"),
+])
+def test_refused_functions_are_named_as_written(shop, sql, named):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "not")
+    assert named in msg and "problems" not in msg, msg  # one problem, named as written (no IGNORENULLS, GROUPCONCAT)
+
+
+def test_explain_statement_points_to_explain(shop, workdir, capsys):
+    msg = _refused(shop, "EXPLAIN SELECT COUNT(*) FROM orders", errors.UnsupportedQueryError, "EXPLAIN statements")
+    assert "Session.explain" in msg
+    code = run_cli(["--config", "examples/dpsql.toml", "query", "EXPLAIN SELECT COUNT(*) FROM events", "--epsilon", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "use `dpsql explain SQL --epsilon ...`" in err and "Session.explain" not in err, err
+    assert "Falling back" not in err  # sqlglot's own warning is not printed above the refusal

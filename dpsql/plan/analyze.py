@@ -32,6 +32,7 @@ from dpsql.plan.typer import (
     MAX_DEPTH,
     TypeRefusal,
     check_numeric_column,
+    func_name,
     parse_type,
     type_checked,
     type_key,
@@ -164,6 +165,13 @@ def unit_problem(table: TableSpec, catalog: Mapping[str, TableSpec]) -> str:
         f"table '{table.name}' reaches people only through '{p.column}' (references {p.via}), which is not a privacy unit "
         "column: paths of several hops need joins, which are not supported yet"
     )
+
+
+def _agg_name(node: exp.Expression, sql: str) -> str:
+    """An aggregate's name as the query spells it (``string_agg``, not sqlglot's GROUPCONCAT)."""
+    while isinstance(node, (exp.IgnoreNulls, exp.RespectNulls)):
+        node = node.this
+    return (written_name(node, sql) or node.sql(dialect=DIALECT).split("(", 1)[0] or func_name(node)).upper()
 
 
 def _in_subquery(c: exp.Expression, root: exp.Expression) -> bool:
@@ -333,7 +341,7 @@ class _Builder:
         else:
             self.bad(
                 node,
-                f"aggregate {type(node).__name__.upper()} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
+                f"aggregate {_agg_name(node, self.sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
                 "MEDIAN or QUANTILE",
             )
             return None
@@ -480,7 +488,7 @@ class _Builder:
                 if isinstance(n, (*SUPPORTED_AGGS, exp.Filter, exp.Anonymous)):
                     r = self.aggregate_ref(n, where)
                     return r if r is not None else exp.Null()
-                self.bad(n, f"{where}: aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM, AVG, VARIANCE, "
+                self.bad(n, f"{where}: aggregate {_agg_name(n, self.sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, "
                          "STDDEV, MIN, MAX, MEDIAN or QUANTILE")
                 return exp.Null()
             if isinstance(n, exp.Window):

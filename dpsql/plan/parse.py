@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from functools import lru_cache
 
@@ -235,6 +236,18 @@ def _refuse_top(sql: str) -> None:
                 violations=[Violation(f"SELECT {shown} is not supported; use {fix}", line, col, shown)],
                 hint=f"write SELECT ... ORDER BY ... {fix}",
             )
+
+
+class _NoCommandFallbackWarning(logging.Filter):
+    """sqlglot logs a warning, printed on stderr when the application configures no logging, for a
+    statement it reads as a generic command (``EXPLAIN SELECT ...``); dpsql refuses such a statement
+    with its own message, so the warning is only noise above it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+logging.getLogger("sqlglot").addFilter(_NoCommandFallbackWarning())
 
 
 def parse_statements(sql: str) -> list[exp.Expression]:
