@@ -1029,7 +1029,9 @@ def _cmd_tables(args: argparse.Namespace) -> int:
         tables = {name: spec.public_description() for name, spec in s.tables.items()}
     if getattr(args, "name", None) is not None:
         if args.name.lower() not in tables:
-            raise ConfigError(f"no table '{args.name}' is registered",
+            from dpsql.plan.names import did_you_mean
+
+            raise ConfigError(f"no table '{args.name}' is registered{did_you_mean(args.name, tables)}",
                               hint="dpsql tables lists them" + (f": {', '.join(sorted(tables))}" if tables else ""))
         tables = {args.name.lower(): tables[args.name.lower()]}
     if args.format == "json":
@@ -1038,12 +1040,15 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     if not tables:
         print("no tables registered (use --config FILE, or --table NAME=PATH --privacy-unit NAME=COLUMN)", file=sys.stderr)
     for name, d in tables.items():
-        print(f"{name}: privacy unit {d['privacy_unit'] or '(through references)'}; max_groups_per_unit "
-              f"{d['max_groups_per_unit']:g}, max_rows_per_group {d['max_rows_per_group']:g}"
-              + (f", max_rows_per_unit {d['max_rows_per_unit']:g}" if d["max_rows_per_unit"] is not None else "")
-              + f", tau {d['tau']}"
-              + (f", at most {d['max_table_rows']} rows" if d.get("max_table_rows") is not None else "")
-              + (" (public)" if d.get("public") else ""))
+        if d.get("public"):  # no person: no unit, no caps
+            print(f"{name}: public (holds no person; joined freely, not protected)"
+                  + (f", at most {d['max_table_rows']} rows" if d.get("max_table_rows") is not None else ""))
+        else:
+            print(f"{name}: privacy unit {d['privacy_unit'] or '(through references)'}; max_groups_per_unit "
+                  f"{d['max_groups_per_unit']:g}, max_rows_per_group {d['max_rows_per_group']:g}"
+                  + (f", max_rows_per_unit {d['max_rows_per_unit']:g}" if d["max_rows_per_unit"] is not None else "")
+                  + f", tau {d['tau']}"
+                  + (f", at most {d['max_table_rows']} rows" if d.get("max_table_rows") is not None else ""))
         for ref, tgt in d["references"].items():
             deg = d.get("degree_bounds", {}).get(ref)
             print(f"  reference {ref} -> {tgt}" + (f" (at most {deg} rows per value)" if deg is not None else ""))

@@ -249,3 +249,23 @@ def test_explain_statement_points_to_explain(shop, workdir, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "use `dpsql explain SQL --epsilon ...`" in err and "Session.explain" not in err, err
     assert "Falling back" not in err  # sqlglot's own warning is not printed above the refusal
+
+
+def test_cli_tables_and_describe_for_a_first_user(tmp_path, capsys, monkeypatch):
+    """``tables`` says a public table is public (no unit, no caps) and ``describe`` suggests a mistyped name."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(_orders().drop(["Promo Code"]), "orders.parquet")
+    pq.write_table(pa.table({"product_id": pa.array(range(4), pa.int64()), "category": ["p", "q", "p", "q"]}), "products.parquet")
+    flags = ["--ledger", "l.duckdb", "--table", "orders=orders.parquet", "--privacy-unit", "orders=customer_id",
+             "--table", "products=products.parquet", "--public", "products"]
+    assert run_cli(["init", "--ledger", "l.duckdb", "--epsilon", "1", "--delta", "1e-6"]) == 0
+    capsys.readouterr()
+    assert run_cli([*flags, "tables"]) == 0
+    out = capsys.readouterr().out
+    assert "products: public (holds no person" in out and "through references" not in out, out
+    assert "orders: privacy unit customer_id" in out
+    assert run_cli([*flags, "describe", "ordrs"]) == 2
+    assert "did you mean 'orders'?" in capsys.readouterr().err
