@@ -1255,6 +1255,7 @@ def _cli_text(text: str) -> str:
                         "use a smaller --epsilon (10 or less usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
     text = text.replace("use a smaller epsilon (10 or less usually fits)", "use a smaller --epsilon (10 or less usually fits)")
     text = text.replace("use Session.explain(sql, epsilon=...) or `dpsql explain SQL --epsilon ...`", "use `dpsql explain SQL --epsilon ...`")
+    text = text.replace("at one charge, by Session.query_many([...])", "at one charge, by --workload")
     # the CLI passes a total only from the config's [ledger] epsilon/delta: say so, and how to match it
     m = re.search(r"records a total budget of \(epsilon=([^,]+), delta=([^)]+)\), but (\(epsilon=[^)]*\)) was passed", text)
     if m:

@@ -269,3 +269,30 @@ def test_cli_tables_and_describe_for_a_first_user(tmp_path, capsys, monkeypatch)
     assert "orders: privacy unit customer_id" in out
     assert run_cli([*flags, "describe", "ordrs"]) == 2
     assert "did you mean 'orders'?" in capsys.readouterr().err
+
+
+# -- comments are not part of the query ----------------------------------------------------------------------------
+
+def test_comments_next_to_columns_do_not_change_the_query(shop):
+    plain = shop.query("SELECT status, COUNT(*) AS n FROM orders WHERE amount > 3 GROUP BY status ORDER BY n DESC",
+                       epsilon=1.0, delta=1e-6)
+    commented = shop.query("-- report\nSELECT status,   -- the status\n       COUNT(*) AS n /* rows */\nFROM orders -- t\n"
+                           "WHERE amount > 3 /* filter */\nGROUP BY status -- key\nORDER BY n DESC;", epsilon=1.0, delta=1e-6)
+    assert commented.table.to_pylist() == plain.table.to_pylist()  # zero noise: the same release
+    assert commented.table.column_names == ["status", "n"]
+    # text that looks like a comment inside a string literal is kept
+    r = shop.query("SELECT COUNT(*) AS n FROM orders WHERE status = '-- x /* y */'", epsilon=1.0, delta=1e-6)
+    assert r.table.column("n").to_pylist() == [0]
+
+
+def test_several_statements_point_to_workloads(workdir, capsys):
+    code = run_cli(["--config", "examples/dpsql.toml", "query", "SELECT COUNT(*) FROM events; SELECT COUNT(*) FROM events",
+                    "--epsilon", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--workload" in err and "query_many" not in err, err
+
+
+def test_column_spec_hint_lists_type(shop):
+    with pytest.raises(errors.ConfigError, match="allowed keys") as info:
+        shop.register("o2", _orders(), privacy_unit="customer_id", columns={"amount": {"bound": (0, 1)}})
+    assert "'type'" in str(info.value)

@@ -535,7 +535,8 @@ class _Builder:
                     self.violations.extend(check_statement_shape(st, self.sql, start=off or 0))
             raise UnsupportedQueryError(
                 f"exactly one SQL statement is allowed, got {len(stmts)}",
-                hint="send one SELECT statement per query",
+                hint="send one SELECT statement per query (range counts over one table are answered together, at one "
+                     "charge, by Session.query_many([...]))",
                 violations=self.violations,
             )
         stmt = stmts[0]

@@ -275,4 +275,9 @@ def parse_statements(sql: str) -> list[exp.Expression]:
         ) from None
     except sqlglot.errors.TokenError as e:
         raise SQLSyntaxError(f"SQL syntax error: {e}", hint="check quotes and brackets") from None
-    return [s for s in stmts if s is not None]
+    out = [s for s in stmts if s is not None]
+    for stmt in out:  # comments mean nothing to the query: `status -- note` is the column status
+        for node in stmt.walk():
+            if node.comments:
+                node.comments = None
+    return out
