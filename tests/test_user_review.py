@@ -296,3 +296,12 @@ def test_column_spec_hint_lists_type(shop):
     with pytest.raises(errors.ConfigError, match="allowed keys") as info:
         shop.register("o2", _orders(), privacy_unit="customer_id", columns={"amount": {"bound": (0, 1)}})
     assert "'type'" in str(info.value)
+
+
+@pytest.mark.parametrize("sql,fix", [
+    ("WITH big AS (SELECT * FROM orders WHERE amount > 10) SELECT COUNT(*) FROM big", "with the CTE's conditions in WHERE"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders WHERE amount > 10) t", "with the subquery's conditions in WHERE"),
+])
+def test_cte_and_from_subquery_are_one_problem_with_the_fix(shop, sql, fix):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "not supported")
+    assert fix in msg and "not registered" not in msg and "problems" not in msg, msg

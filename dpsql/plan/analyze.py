@@ -558,7 +558,8 @@ class _Builder:
         self._table_names: set[str] = set()
         if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
             if isinstance(tbl, exp.Subquery):
-                self.bad(tbl, "subqueries in FROM are not supported: they can change each person's contribution")
+                self.bad(tbl, "subqueries in FROM are not supported: they can change each person's contribution; select "
+                              "from the registered table directly, with the subquery's conditions in WHERE")
             else:
                 self.bad(tbl, "table functions (read_parquet, read_csv, ...) and file paths are not allowed in queries; register the file as a table")
             self._raise()
@@ -588,6 +589,10 @@ class _Builder:
         if isinstance(alias, exp.TableAlias) and alias.columns:
             self.bad(alias, "column aliases on the table (FROM t AS x(a, b)) are not supported; alias columns in SELECT")
         table = self.catalog.get(name.lower())
+        with_ = stmt.args.get("with") or stmt.args.get("with_")
+        ctes = {c.alias.lower() for c in with_.expressions} if isinstance(with_, exp.With) else set()
+        if table is None and name.lower() in ctes:
+            self._raise()  # a CTE's name: the WITH itself is the problem (reported with its fix)
         if table is None:
             known = ", ".join(sorted(self.catalog)) or "none"
             self.bad(

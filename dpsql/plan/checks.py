@@ -175,7 +175,8 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
     if stmt.args.get("with") or stmt.args.get("with_"):
         v.append(
             violation(
-                stmt, sql, "WITH (common table expressions) is not supported",
+                stmt, sql, "WITH (common table expressions) is not supported; select from the registered table directly, "
+                "with the CTE's conditions in WHERE (one SELECT per query)",
                 offset=keyword_offset(sql, {"WITH"}, after=start),
             )
         )
