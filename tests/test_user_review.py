@@ -305,3 +305,18 @@ def test_column_spec_hint_lists_type(shop):
 def test_cte_and_from_subquery_are_one_problem_with_the_fix(shop, sql, fix):
     msg = _refused(shop, sql, errors.UnsupportedQueryError, "not supported")
     assert fix in msg and "not registered" not in msg and "problems" not in msg, msg
+
+
+# -- GROUP BY a position over joins ----------------------------------------------------------------------------
+
+def test_group_by_position_over_a_join(shop):
+    by_name = shop.query("SELECT c.segment, COUNT(*) AS n FROM orders o JOIN customers c ON o.customer_id = c.customer_id "
+                         "GROUP BY c.segment ORDER BY c.segment", epsilon=1.0, delta=1e-6)
+    by_pos = shop.query("SELECT c.segment, COUNT(*) AS n FROM orders o JOIN customers c ON o.customer_id = c.customer_id "
+                        "GROUP BY 1 ORDER BY 1", epsilon=1.0, delta=1e-6)
+    assert by_pos.table.to_pylist() == by_name.table.to_pylist()
+    assert by_pos.table.column("segment").to_pylist() == ["a", "b"]
+    _refused(shop, "SELECT c.segment, COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id GROUP BY 3",
+             errors.UnsupportedQueryError, "GROUP BY 3: the select list has 2 item")
+    _refused(shop, "SELECT COUNT(*), c.segment FROM orders o JOIN customers c ON o.customer_id = c.customer_id GROUP BY 1",
+             errors.UnsupportedQueryError, "aggregates are not allowed in GROUP BY")
