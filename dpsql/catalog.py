@@ -290,7 +290,7 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
     if unknown:
         raise ConfigError(
             f"unknown key(s) {sorted(unknown)} in column spec for '{table}.{name}'",
-            hint=f"allowed keys: {sorted(known)}",
+            hint=f"allowed keys: {sorted(known | {'type'})} ('type': a CSV column's type, e.g. 'DOUBLE')",
         )
     bounds = None
     time_bounds = None

@@ -1029,7 +1029,9 @@ def _cmd_tables(args: argparse.Namespace) -> int:
         tables = {name: spec.public_description() for name, spec in s.tables.items()}
     if getattr(args, "name", None) is not None:
         if args.name.lower() not in tables:
-            raise ConfigError(f"no table '{args.name}' is registered",
+            from dpsql.plan.names import did_you_mean
+
+            raise ConfigError(f"no table '{args.name}' is registered{did_you_mean(args.name, tables)}",
                               hint="dpsql tables lists them" + (f": {', '.join(sorted(tables))}" if tables else ""))
         tables = {args.name.lower(): tables[args.name.lower()]}
     if args.format == "json":
@@ -1038,12 +1040,15 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     if not tables:
         print("no tables registered (use --config FILE, or --table NAME=PATH --privacy-unit NAME=COLUMN)", file=sys.stderr)
     for name, d in tables.items():
-        print(f"{name}: privacy unit {d['privacy_unit'] or '(through references)'}; max_groups_per_unit "
-              f"{d['max_groups_per_unit']:g}, max_rows_per_group {d['max_rows_per_group']:g}"
-              + (f", max_rows_per_unit {d['max_rows_per_unit']:g}" if d["max_rows_per_unit"] is not None else "")
-              + f", tau {d['tau']}"
-              + (f", at most {d['max_table_rows']} rows" if d.get("max_table_rows") is not None else "")
-              + (" (public)" if d.get("public") else ""))
+        if d.get("public"):  # no person: no unit, no caps
+            print(f"{name}: public (holds no person; joined freely, not protected)"
+                  + (f", at most {d['max_table_rows']} rows" if d.get("max_table_rows") is not None else ""))
+        else:
+            print(f"{name}: privacy unit {d['privacy_unit'] or '(through references)'}; max_groups_per_unit "
+                  f"{d['max_groups_per_unit']:g}, max_rows_per_group {d['max_rows_per_group']:g}"
+                  + (f", max_rows_per_unit {d['max_rows_per_unit']:g}" if d["max_rows_per_unit"] is not None else "")
+                  + f", tau {d['tau']}"
+                  + (f", at most {d['max_table_rows']} rows" if d.get("max_table_rows") is not None else ""))
         for ref, tgt in d["references"].items():
             deg = d.get("degree_bounds", {}).get(ref)
             print(f"  reference {ref} -> {tgt}" + (f" (at most {deg} rows per value)" if deg is not None else ""))
@@ -1246,6 +1251,11 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
     text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints
     text = re.sub(r"ask for delta=([0-9][0-9.e+-]*) or less", r"ask for --delta \1 or less", text)  # the ledger's fp hint
+    text = text.replace("use a smaller epsilon (10 or less usually fits), or delta=0 (Laplace",
+                        "use a smaller --epsilon (10 or less usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
+    text = text.replace("use a smaller epsilon (10 or less usually fits)", "use a smaller --epsilon (10 or less usually fits)")
+    text = text.replace("use Session.explain(sql, epsilon=...) or `dpsql explain SQL --epsilon ...`", "use `dpsql explain SQL --epsilon ...`")
+    text = text.replace("at one charge, by Session.query_many([...])", "at one charge, by --workload")
     # the CLI passes a total only from the config's [ledger] epsilon/delta: say so, and how to match it
     m = re.search(r"records a total budget of \(epsilon=([^,]+), delta=([^)]+)\), but (\(epsilon=[^)]*\)) was passed", text)
     if m:

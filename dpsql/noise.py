@@ -244,16 +244,6 @@ def snapping_calibration(
     return lam, grid, bound
 
 
-def fp_delta_refusal(fp: float, delta: float, epsilon: float) -> ConfigError:
-    """The refusal of a Gaussian release whose floating-point delta ``fp`` (section 3) exceeds the requested
-    delta. That part grows as (1 + e^epsilon): for a large epsilon the fix is a smaller one, not a larger."""
-    eps_hint = ("a smaller epsilon (this part of delta grows as e^epsilon)" if epsilon > 10.0
-                else "a larger epsilon")
-    return ConfigError(f"the floating-point delta of the Gaussian noise ({fp:.3g}) exceeds the requested delta={delta:g}",
-                       hint=f"use a larger delta, {eps_hint}, declare a coarser granularity for the column, or lower "
-                            "the table's max_groups_per_unit (the part grows with it)")
-
-
 def gaussian_fp_delta(
     sigma: float,
     granularity: float,

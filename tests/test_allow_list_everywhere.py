@@ -117,7 +117,7 @@ def test_control_allowed_names_are_accepted() -> None:
 #: (call, the name the refusal gives it)
 NOTABLE = [
     ("stats(x)", "stats"), ("current_query()", "current_query"), ("current_setting('threads')", "current_setting"),
-    ("version()", "current_version"), ("txid_current()", "txid_current"), ("getenv('HOME')", "getenv"),
+    ("version()", "version"), ("txid_current()", "txid_current"), ("getenv('HOME')", "getenv"),
     ("duckdb_tables()", "duckdb_tables"), ("duckdb_settings()", "duckdb_settings"),
     ("read_text('/etc/passwd')", "read_text"), ("now()", "now"), ("sleep_ms(1000)", "sleep_ms"),
     ("write_log('x')", "write_log"), ("current_user", "current_user"), ("uuid()", "uuid"), ("random()", "random"),

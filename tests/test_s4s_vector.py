@@ -347,8 +347,11 @@ def test_years_of_a_declared_date_range_are_public_keys() -> None:
 REFUSED = [
     ("SELECT o.o_custkey, COUNT(*) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY o.o_custkey",
      {}, PolicyError, r"declare columns=\{'o_custkey': \{'domain'"),
+    # GROUP BY 1 is the select list's first item: here the year of a column without a declared date range
     ("SELECT year(o.o_orderkey), COUNT(*) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY 1",
-     {}, UnsupportedQueryError, "GROUP BY"),
+     {}, PolicyError, "GROUP BY YEAR"),
+    ("SELECT year(o.o_orderkey), COUNT(*) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY 3",
+     {}, UnsupportedQueryError, "GROUP BY 3"),
     ("SELECT n.n_name, COUNT(*) FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey GROUP BY n.n_name "
      "HAVING COUNT(*) > 3", {}, UnsupportedQueryError, "HAVING"),
     (BY_NATION, {"mechanism": "laplace"}, PolicyError, "not by mechanism 'laplace'"),

@@ -571,6 +571,8 @@ ALLOW_LIST_SAMPLES = {
         "quarter(day) > 0", "dayofweek(day) > 0", "dayofyear(day) > 0", "week(day) > 0"],
     "strftime": ["strftime(day, '%Y') = '2024'"],
     "strptime, try_strptime": ["strptime(note, '%Y') > ts", "try_strptime(note, '%Y') > ts"],
+    "+, - (INTERVAL)": ["ts > TIMESTAMP '2024-01-01' - INTERVAL 1 DAY", "day >= DATE '2024-03-31' - INTERVAL '1 month'",
+                        "ts < INTERVAL 2 HOUR + TIMESTAMP '2024-01-01'"],
 }
 
 

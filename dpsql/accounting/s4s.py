@@ -866,7 +866,12 @@ def s4s_find_alpha(epsilon2: float, delta: float, d: int) -> float:
         r = e2 - math.log(1.0 / dl) / (a - 1.0)
         if r <= 0:
             return math.inf
-        _, c = _gamma_and_c(a, r, dd)
+        try:
+            _, c = _gamma_and_c(a, r, dd)
+        except ValueError:  # the roots of Lemma 4.1 leave double precision (a very large epsilon2)
+            raise ConfigError("the Renyi accounting of the smooth-sensitivity noise cannot be solved in double "
+                              f"precision at so large an epsilon (this stage's share: {e2:g})",
+                              hint="use a smaller epsilon (10 or less usually fits)") from None
         return math.sqrt(a / r) / c
 
     x = 1.0

@@ -52,11 +52,12 @@ from dpsql.mechanisms.common import (
     add_noise,
     column_words,
     finish_release,
+    fp_delta_refusal,
     gaussian_fp_charge,
     is_integer_column,
     needed_columns,
 )
-from dpsql.noise import NoiseSource, fp_delta_refusal, snapping_calibration, snapping_epsilon
+from dpsql.noise import NoiseSource, snapping_calibration, snapping_epsilon
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps
 
@@ -100,7 +101,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
         params["l2_sensitivity"] = math.sqrt(c_eff * m)
         fp = gaussian_fp_charge(plan, cols, scales, epsilon=epsilon, groups_per_unit=c_eff)
         if fp > delta:
-            raise fp_delta_refusal(fp, delta, epsilon)
+            raise fp_delta_refusal(fp, epsilon=epsilon, delta=delta, laplace=True)
         params["fp_delta"] = fp
         cost_delta = delta + fp
     else:

@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from dpsql.budget import Budget
 from dpsql.engine.base import SqlOps
+from dpsql.errors import ConfigError
 from dpsql.mechanisms import variance
 from dpsql.mechanisms.base import Description, Released, fmt_cap
 from dpsql.noise import (
@@ -139,6 +140,20 @@ def gaussian_fp_charge(
         check_gaussian_representable(sigma, gran, integer=integer, what=column_words(plan, c.name))
         per_group += gaussian_fp_delta(sigma, gran, integer=integer, threshold=c.name == threshold_column)
     return (1.0 + math.exp(min(epsilon, 700.0))) * groups_per_unit * per_group
+
+
+def fp_delta_refusal(fp: float, *, epsilon: float, delta: float, laplace: bool) -> ConfigError:
+    """The refusal when the floating-point part of the Gaussian noise's delta (``gaussian_fp_charge``)
+    exceeds the request. That part grows like e^epsilon, so past epsilon of about 10 a larger epsilon
+    makes it worse: the hint then says to lower epsilon (or, where the query can be answered with
+    Laplace noise, ``laplace``, to pass delta=0) rather than to raise it."""
+    what = f"the floating-point delta of the Gaussian noise ({fp:.3g}) exceeds the requested delta={delta:g}"
+    if epsilon >= 10:
+        alt = ", or delta=0 (Laplace noise, pure DP)" if laplace else ""
+        return ConfigError(f"{what}: this part grows like e^epsilon, so epsilon={epsilon:g} is too large for Gaussian noise",
+                           hint=f"use a smaller epsilon (10 or less usually fits){alt}")
+    return ConfigError(what, hint="use a larger delta or epsilon, declare a coarser granularity for the column, or lower "
+                                  "the table's max_groups_per_unit (the part grows with it)")
 
 
 def is_integer_column(col: ReleasedColumn) -> bool:

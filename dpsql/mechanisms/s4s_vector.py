@@ -405,15 +405,17 @@ def vector_params(epsilon: float, delta: float, d: int, q: float, max_tuples: in
     vp = _vector_fit(epsilon, delta, d, q, max_tuples)
     if vp is None:
         raise too_many_groups(d, delta * parts,
-                              lambda n, dl: _vector_fit(epsilon, dl / parts, n, q, max_tuples) is not None)
+                              lambda n, dl: _vector_fit(epsilon, dl / parts, n, q, max_tuples) is not None, epsilon=epsilon)
     return vp
 
 
-def too_many_groups(d: int, delta: float, fits: Callable[[int, float], bool]) -> ConfigError:
+def too_many_groups(d: int, delta: float, fits: Callable[[int, float], bool], *, epsilon: float = 0.0) -> ConfigError:
     """The refusal of a key count whose floating-point part δ cannot cover: computed limits, public inputs only.
 
     The largest answerable count is found by bisection on [1, d) and the least δ (two significant digits,
-    up to 0.01) by bisection over those values; each reported value is one at which ``fits`` held."""
+    up to 0.01) by bisection over those values; each reported value is one at which ``fits`` held. The
+    floating-point part grows like e^epsilon: when no count is answerable at epsilon >= 10, the hint says to
+    lower epsilon (fewer groups cannot help then)."""
     lo, hi = 0, d  # fits(lo) (lo = 0: none yet), not fits(hi)
     if fits(1, delta):
         lo = 1
@@ -432,6 +434,11 @@ def too_many_groups(d: int, delta: float, fits: Callable[[int, float], bool]) ->
     largest = (f"the largest key count answerable at delta={delta:g} is {lo}" if lo
                else f"no key count is answerable at delta={delta:g}")
     needs = f"delta={need:g} would answer {d} groups" if need is not None else f"no delta up to 0.01 answers {d} groups"
+    if not lo and need is None and epsilon >= 10:
+        return ConfigError(
+            f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups: {largest}; {needs}:"
+            f" this part grows like e^epsilon, so epsilon={epsilon:g} is too large for Gaussian noise",
+            hint="use a smaller epsilon (10 or less usually fits)")
     return ConfigError(
         f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups: {largest}; {needs}",
         hint=(f"pass delta={need:g} (or more)" if need is not None else "use fewer groups")
@@ -474,7 +481,7 @@ def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool
     """σ and grid of per-user clipping; ConfigError (with computed limits) if δ cannot cover the float part."""
     cp = _clip_fit(epsilon, delta, d, clip, integer)
     if cp is None:
-        raise too_many_groups(d, delta, lambda n, dl: _clip_fit(epsilon, dl, n, clip, integer) is not None)
+        raise too_many_groups(d, delta, lambda n, dl: _clip_fit(epsilon, dl, n, clip, integer) is not None, epsilon=epsilon)
     return cp
 
 

@@ -52,10 +52,11 @@ from dpsql.mechanisms.common import (
     Calibration,
     add_noise,
     finish_release,
+    fp_delta_refusal,
     gaussian_fp_charge,
     needed_columns,
 )
-from dpsql.noise import INT_VALUE_BOUND, NoiseSource, fp_delta_refusal, gaussian_release
+from dpsql.noise import INT_VALUE_BOUND, NoiseSource, gaussian_release
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps, ReleasedColumn
 
@@ -119,7 +120,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
     columns = [users] + extra
     fp = gaussian_fp_charge(plan, columns, scales, epsilon=epsilon, groups_per_unit=c_u, threshold_column="__users")
     if fp > delta:
-        raise fp_delta_refusal(fp, delta, epsilon)
+        raise fp_delta_refusal(fp, epsilon=epsilon, delta=delta, laplace=False)
     params: dict[str, Any] = {
         "sigma": sigma,
         "tau": tau,

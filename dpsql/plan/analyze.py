@@ -25,13 +25,14 @@ from dpsql.plan.checks import (
 )
 from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
 from dpsql.plan.joins import analyze_join
-from dpsql.plan.names import qualifier, qualifier_problem
+from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call
 from dpsql.plan.typer import (
     MAX_DEPTH,
     TypeRefusal,
     check_numeric_column,
+    func_name,
     parse_type,
     type_checked,
     type_key,
@@ -170,6 +171,45 @@ def unit_problem(table: TableSpec, catalog: Mapping[str, TableSpec]) -> str:
     )
 
 
+def _agg_name(node: exp.Expression, sql: str) -> str:
+    """An aggregate's name as the query spells it (``string_agg``, not sqlglot's GROUPCONCAT)."""
+    while isinstance(node, (exp.IgnoreNulls, exp.RespectNulls)):
+        node = node.this
+    return (written_name(node, sql) or node.sql(dialect=DIALECT).split("(", 1)[0] or func_name(node)).upper()
+
+
+def _in_subquery(c: exp.Expression, root: exp.Expression) -> bool:
+    """Whether ``c`` lies in a SELECT nested inside ``root`` (e.g. ``WHERE x IN (SELECT ...)``)."""
+    if c is root:
+        return False
+    p = c.parent
+    while p is not None and p is not root:
+        if isinstance(p, (exp.Select, exp.Subquery)):
+            return True
+        p = p.parent
+    return False
+
+
+def _filter_fix(node: exp.Filter) -> str:
+    """The fix for ``AGG(...) FILTER (WHERE c)``: the same aggregate over a CASE where dpsql has one (a count
+    of rows as a SUM of 0/1, SUM/AVG/variances over ``CASE WHEN c THEN x END``, which skips the other rows as
+    FILTER does), else WHERE (the SQL text only)."""
+    agg, where = node.this, node.expression
+    cond = where.this if isinstance(where, exp.Where) else where
+    arg = agg.this if isinstance(agg, exp.AggFunc) else None
+    if isinstance(agg, exp.Count) and isinstance(arg, (exp.Star, exp.Column)):
+        test = cond.copy() if isinstance(arg, exp.Star) else exp.and_(exp.paren(cond.copy()), exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null())))
+        case = exp.Case(ifs=[exp.If(this=test, true=exp.Literal.number(1))], default=exp.Literal.number(0))
+        return f"write it as {exp.Sum(this=case).sql(dialect=DIALECT)}, or move the condition into WHERE"
+    if isinstance(agg, (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)) \
+            and isinstance(arg, exp.Expression) and not isinstance(arg, exp.Distinct):
+        case = exp.Case(ifs=[exp.If(this=cond.copy(), true=arg.copy())])
+        fixed = agg.copy()
+        fixed.set("this", case)
+        return f"write it as {fixed.sql(dialect=DIALECT)}, or move the condition into WHERE"
+    return "move the condition into WHERE (a separate query if the other aggregates must not have it)"
+
+
 class _Builder:
     def __init__(self, sql: str, catalog: Mapping[str, TableSpec]) -> None:
         self.sql = sql
@@ -206,6 +246,8 @@ class _Builder:
     def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool = False) -> None:
         assert self.table is not None
         for c in node.find_all(exp.Column):
+            if _in_subquery(c, node):
+                continue  # a subquery is refused as a whole: its columns belong to its own FROM
             name = c.name.lower()
             qual = c.table.lower() if c.table else ""
             db = ".".join(str(c.args[k].name).lower() for k in ("catalog", "db") if c.args.get(k) is not None)
@@ -217,14 +259,15 @@ class _Builder:
             if self.table.schema and name not in self.table.schema:
                 if where != "WHERE" and is_bin_column(name, self.table):
                     continue  # <col>_bin: the bins of a declared ordered domain (histograms)
-                self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})")
+                self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})"
+                            f"{did_you_mean(c.name, self.table.schema)}")
 
     # -- aggregates ------------------------------------------------------------------
     def aggregate_ref(self, node: exp.Expression, clause: str = "SELECT") -> exp.Expression | None:
         """Map an aggregate call to a column reference to its (noisy) released value."""
         assert self.table is not None
         if isinstance(node, exp.Filter):
-            self.bad(node, "aggregate FILTER clauses are not supported; move the condition into WHERE")
+            self.bad(node, f"aggregate FILTER clauses are not supported; {_filter_fix(node)}")
             return None
         arg = node.expressions[0] if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 else node.this
         if isinstance(node, exp.Anonymous) and len(node.expressions) != 1:
@@ -302,7 +345,7 @@ class _Builder:
         else:
             self.bad(
                 node,
-                f"aggregate {type(node).__name__.upper()} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
+                f"aggregate {_agg_name(node, self.sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
                 "MEDIAN or QUANTILE",
             )
             return None
@@ -458,7 +501,7 @@ class _Builder:
                 if isinstance(n, (*SUPPORTED_AGGS, exp.Filter, exp.Anonymous)):
                     r = self.aggregate_ref(n, where)
                     return r if r is not None else exp.Null()
-                self.bad(n, f"{where}: aggregate {type(n).__name__.upper()} is not supported; use COUNT, SUM, AVG, VARIANCE, "
+                self.bad(n, f"{where}: aggregate {_agg_name(n, self.sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, "
                          "STDDEV, MIN, MAX, MEDIAN or QUANTILE")
                 return exp.Null()
             if isinstance(n, exp.Window):
@@ -505,7 +548,8 @@ class _Builder:
                     self.violations.extend(check_statement_shape(st, self.sql, start=off or 0))
             raise UnsupportedQueryError(
                 f"exactly one SQL statement is allowed, got {len(stmts)}",
-                hint="send one SELECT statement per query",
+                hint="send one SELECT statement per query (range counts over one table are answered together, at one "
+                     "charge, by Session.query_many([...]))",
                 violations=self.violations,
             )
         stmt = stmts[0]
@@ -527,7 +571,8 @@ class _Builder:
         self._table_names: set[str] = set()
         if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
             if isinstance(tbl, exp.Subquery):
-                self.bad(tbl, "subqueries in FROM are not supported: they can change each person's contribution")
+                self.bad(tbl, "subqueries in FROM are not supported: they can change each person's contribution; select "
+                              "from the registered table directly, with the subquery's conditions in WHERE")
             else:
                 self.bad(tbl, "table functions (read_parquet, read_csv, ...) and file paths are not allowed in queries; register the file as a table")
             self._raise()
@@ -557,11 +602,16 @@ class _Builder:
         if isinstance(alias, exp.TableAlias) and alias.columns:
             self.bad(alias, "column aliases on the table (FROM t AS x(a, b)) are not supported; alias columns in SELECT")
         table = self.catalog.get(name.lower())
+        with_ = stmt.args.get("with") or stmt.args.get("with_")
+        ctes = {c.alias.lower() for c in with_.expressions} if isinstance(with_, exp.With) else set()
+        if table is None and name.lower() in ctes:
+            self._raise()  # a CTE's name: the WITH itself is the problem (reported with its fix)
         if table is None:
             known = ", ".join(sorted(self.catalog)) or "none"
             self.bad(
                 tbl,
-                f"table '{name}' is not registered (registered tables: {known}); register it with a privacy unit first",
+                f"table '{name}' is not registered{did_you_mean(name, self.catalog)} (registered tables: {known}); "
+                "register it with a privacy unit first",
                 policy=True,
             )
             self._raise()
@@ -598,7 +648,7 @@ class _Builder:
         if where_expr is not None:
             before = len(self.violations)
             self.violations.extend(check_expression_functions(where_expr, self.sql, "WHERE"))
-            for a in [n for n in where_expr.walk() if is_aggregate(n)]:
+            for a in [n for n in where_expr.walk() if is_aggregate(n) and not _in_subquery(n, where_expr)]:
                 self.bad(a, "aggregates are not allowed in WHERE; use HAVING")
             self.check_columns(where_expr, "WHERE")
             self.type_check(where_expr, "WHERE", before)

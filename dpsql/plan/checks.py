@@ -103,7 +103,9 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
             if not post:
                 continue  # an aggregate over private rows in WHERE / GROUP BY: refused by the analysis
         else:
-            msg = node_problem(sub, post=post)
+            # ANY_VALUE(x) is IGNORE NULLS around the aggregate: the aggregate is reported (by its name) by the analysis
+            wrapper = isinstance(sub, (exp.IgnoreNulls, exp.RespectNulls)) and is_aggregate(sub.this)
+            msg = None if wrapper else node_problem(sub, post=post)
             if isinstance(sub, exp.Rand):
                 name = written_name(sub, sql) or "RANDOM"
                 msg = (f"function {name}() is not on the allow-list: dpsql's results are reproducible functions of the "
@@ -113,6 +115,9 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
                 if missing:
                     msg = f"function {func_name(sub)}() is missing its argument(s); see docs/expressions.md for its signature"
             if msg is not None:
+                written = written_name(sub, sql) if isinstance(sub, exp.Func) and not isinstance(sub, exp.Rand) else ""
+                if written:  # name the function as the query spells it (date_diff, not sqlglot's datediff)
+                    msg = msg.replace(f"function {func_name(sub) or type(sub).__name__.lower()}()", f"function {written}()", 1)
                 out.append(violation(sub, sql, f"{where}: {msg}"))
         stack.extend(reversed(list(sub.iter_expressions())))
     return out
@@ -160,18 +165,22 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
         if kind in ("COMMAND", "COLUMN"):  # sqlglot's fallback for statements it does not model
             first = next((t.text.upper() for t in tokens(sql) if t.start >= start), "")
             kind = first or kind
+        fix = (": to see how dpsql would answer a query, and its cost, for free, use Session.explain(sql, epsilon=...) "
+               "or `dpsql explain SQL --epsilon ...`" if kind in ("EXPLAIN", "DESCRIBE", "SUMMARIZE", "SHOW") else "")
         return [
             violation(
                 stmt,
                 sql,
-                f"only a single SELECT statement is supported; {kind} statements (DDL, DML, PRAGMA, ATTACH, COPY, INSTALL, SET ...) are refused",
+                f"only a single SELECT statement is supported; {kind} statements (DDL, DML, PRAGMA, ATTACH, COPY, INSTALL, SET ...) "
+                f"are refused{fix}",
                 offset=start,
             )
         ]
     if stmt.args.get("with") or stmt.args.get("with_"):
         v.append(
             violation(
-                stmt, sql, "WITH (common table expressions) is not supported",
+                stmt, sql, "WITH (common table expressions) is not supported; select from the registered table directly, "
+                "with the CTE's conditions in WHERE (one SELECT per query)",
                 offset=keyword_offset(sql, {"WITH"}, after=start),
             )
         )

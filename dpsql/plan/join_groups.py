@@ -82,6 +82,12 @@ def group_keys(
     for g in group.expressions:
         if isinstance(g, exp.Column) and not g.table and g.name.lower() in aliases:
             g = aliases[g.name.lower()]
+        elif isinstance(g, exp.Literal) and not g.is_string and g.this.isdigit():  # GROUP BY 1: a select-list position
+            n = int(g.this)
+            if not 1 <= n <= len(stmt.expressions):
+                bad(g, f"GROUP BY {n}: the select list has {len(stmt.expressions)} item(s)")
+                continue
+            g = stmt.expressions[n - 1].unalias()
         if any(True for _ in g.find_all(exp.AggFunc)):
             bad(g, "aggregates are not allowed in GROUP BY")
             continue

@@ -64,7 +64,7 @@ from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, violation
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
-from dpsql.plan.names import ambiguity_problem, qualifier, qualifier_problem
+from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem
 from dpsql.plan.typer import TypeRefusal, type_checked, type_predicate
 
 SEP = "__"
@@ -237,7 +237,8 @@ class _JoinBuilder:
         table = self.catalog.get(name)
         if table is None:
             known = ", ".join(sorted(self.catalog)) or "none"
-            self.bad(at, f"table '{tbl.this.name}' is not registered (registered tables: {known}); register it first")
+            self.bad(at, f"table '{tbl.this.name}' is not registered{did_you_mean(tbl.this.name, self.catalog)} "
+                         f"(registered tables: {known}); register it first")
             return False
         ambiguous = ambiguity_problem([(i.table.name, qualifier(i.node)) for i in self.inputs] + [(table.name, qualifier(tbl))])
         if ambiguous is not None:
@@ -266,7 +267,8 @@ class _JoinBuilder:
                 return None
             if flat(inp.alias, name) not in self.flat_schema:
                 self.bad(col, _not_plain(col, inp.table.name, where) if name in inp.table.schema
-                         else f"unknown column '{col.name}' in '{q}' (table '{inp.table.name}') ({where})")
+                         else f"unknown column '{col.name}' in '{q}' (table '{inp.table.name}') ({where})"
+                              f"{did_you_mean(col.name, inp.table.schema)}")
                 return None
             return flat(inp.alias, name)
         owners = [i for i in self.inputs if flat(i.alias, name) in self.flat_schema]
@@ -278,7 +280,9 @@ class _JoinBuilder:
         if not owners and self.failed:
             return None  # may be a column of a refused input: that input's problem is reported
         if len(owners) != 1:
-            self.bad(col, f"column '{col.name}' is {'ambiguous' if owners else 'unknown'} in {where}; qualify it with its table's alias")
+            hint = "" if owners else did_you_mean(col.name, {c for i in self.inputs for c in i.table.schema})
+            self.bad(col, f"column '{col.name}' is ambiguous in {where}; qualify it with its table's alias" if owners
+                     else f"column '{col.name}' is unknown in {where} (no joined table has it){hint}")
             return None
         return flat(owners[0].alias, name)
 
@@ -600,10 +604,23 @@ class _JoinBuilder:
             what = (f"no bound on the rows per person through {', '.join(loose)}" if loose else
                     "some input joins on a column with no declared bound")
             _bad(self.sql, self.stmt, f"a join tuple reaches people through {len(jp.slots)} paths ({names}) and the tuples "
-                 f"per person cannot be bounded from the catalog: {what} (hint: declare degree_bounds for these "
-                 "references, e.g. degree_bounds={'customer_id': 64}, or join on keys and privacy units)", vs)
+                 f"per person cannot be bounded from the catalog: {what} (hint: {self._lookup_hint(jp)}declare "
+                 "degree_bounds for these references, e.g. degree_bounds={'customer_id': 64}, or join on keys and privacy units)", vs)
             _raise(vs, policy=True)
         return jp
+
+    def _lookup_hint(self, jp: ir.JoinPlan) -> str:
+        """A join of a private table with a public lookup table on a column the catalog does not declare a key
+        of the lookup (one order may then match any number of its rows): the reference that declares it."""
+        tables = dict(jp.inputs)
+        for a, b in jp.conditions:
+            for x, y in ((a, b), (b, a)):
+                (xa, xc), (ya, yc) = x.split(SEP, 1), y.split(SEP, 1)
+                xt, yt = self.catalog[tables[xa]], self.catalog[tables[ya]]
+                if yt.public and not xt.public and xc not in xt.references:
+                    return (f"declare {yt.name}.{yc} a key of the lookup table by registering '{xt.name}' with "
+                            f"references={{'{xc}': '{yt.name}.{yc}'}}, or ")
+        return ""
 
     def reduce(self, alias: str, chain: tuple[ir.Hop, ...]) -> ir.UserSlot:
         """Follow hops that the join itself performs (an input of the target table joined on the

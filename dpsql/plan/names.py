@@ -15,6 +15,8 @@ Public metadata only (the SQL and the catalog's names).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from sqlglot import exp
 
 #: qualifiers that name the engine's own catalogs, never a registered table
@@ -49,3 +51,18 @@ def ambiguity_problem(refs: list[tuple[str, str]]) -> str | None:
                     "whatever its schema): the query is ambiguous; write the same name for both, with a table alias for each use")
         seen[name] = q
     return None
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` when a registered name (public: a table or column of the catalog) is
+    close to the mistyped ``name`` (case ignored), else ``""``. Used in the messages of unknown
+    tables and columns."""
+    import difflib
+
+    cands = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(cands), n=1, cutoff=0.75)
+    if not close:
+        return ""
+    best = cands[close[0]]
+    plain = best.replace("_", "a").isalnum() and best.isascii() and not best[0].isdigit()
+    return f"; did you mean '{best}'?" if plain else f"; did you mean \"{best}\" (quoted)?"

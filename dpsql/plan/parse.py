@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from functools import lru_cache
 
@@ -257,6 +258,18 @@ def _refuse_top(sql: str) -> None:
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+class _NoCommandFallbackWarning(logging.Filter):
+    """sqlglot logs a warning, printed on stderr when the application configures no logging, for a
+    statement it reads as a generic command (``EXPLAIN SELECT ...``); dpsql refuses such a statement
+    with its own message, so the warning is only noise above it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+logging.getLogger("sqlglot").addFilter(_NoCommandFallbackWarning())
+
+
 def parse_statements(sql: str) -> list[exp.Expression]:
     if not isinstance(sql, str):
         raise SQLSyntaxError(f"the query must be a SQL string, got {type(sql).__name__}")
@@ -290,4 +303,9 @@ def parse_statements(sql: str) -> list[exp.Expression]:
         ) from None
     except sqlglot.errors.TokenError as e:
         raise SQLSyntaxError(f"SQL syntax error: {e}", hint="check quotes and brackets") from None
-    return [s for s in stmts if s is not None]
+    out = [s for s in stmts if s is not None]
+    for stmt in out:  # comments mean nothing to the query: `status -- note` is the column status
+        for node in stmt.walk():
+            if node.comments:
+                node.comments = None
+    return out

@@ -272,6 +272,10 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("strptime, try_strptime", "VARCHAR, format literal -> TIMESTAMP", "total",
              "rendered try_strptime: text that does not parse is NULL; input capped; a format with %n (nanoseconds, "
              "a TIMESTAMP_NS in DuckDB) is read as TIMESTAMP; %z and %Z (a TIMESTAMP WITH TIME ZONE) are refused"),
+    FuncSpec("+, - (INTERVAL)", "DATE/TIMESTAMP literal, INTERVAL n unit -> TIMESTAMP literal", "folded at analysis",
+             "only on a literal (`TIMESTAMP '2024-06-01' - INTERVAL 30 DAY`), computed by dpsql before the query runs "
+             "as DuckDB would (months clamp to the month's end); one whole unit per INTERVAL (YEAR, QUARTER, MONTH, WEEK, "
+             "DAY, HOUR, MINUTE, SECOND); a result outside years 1..9999 and an INTERVAL on a column are refused"),
 )
 
 #: types with no total comparison whose text (CAST AS VARCHAR) is a canonical spelling
@@ -936,6 +940,10 @@ class Typer:
         return Typed(cls(this=ca, expression=_nonzero(cb, typ)), typ)
 
     def _arith(self, node: exp.Expression) -> Typed:
+        if isinstance(node, (exp.Add, exp.Sub)) and (
+            isinstance(node.expression, exp.Interval) or (isinstance(node, exp.Add) and isinstance(node.this, exp.Interval))
+        ):
+            return self._shift_literal(node)
         a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
         cls = type(node)
         if a.type.kind == "int" and b.type.kind == "int":
@@ -963,6 +971,61 @@ class Typer:
             # HUGEINT: computed in DOUBLE (total)
             typ = DOUBLE
         return Typed(cls(this=self.coerce(a, typ, node), expression=self.coerce(b, typ, node)), typ)
+
+    def _shift_literal(self, node: exp.Expression) -> Typed:
+        """``DATE/TIMESTAMP literal +/- INTERVAL n unit`` (or ``INTERVAL ... + literal``), folded here into
+        a TIMESTAMP literal (DuckDB's type for both), as DuckDB computes it: months are added with the day
+        clamped to the month's end (``DATE '2024-03-31' - INTERVAL 1 MONTH`` is 2024-02-29 00:00:00),
+        other units exactly. Only literals: nothing is evaluated on a row, so the result is as total as
+        any literal; an INTERVAL applied to a column is refused (an INTERVAL is no value a row may hold
+        here), with the fix of shifting the literal side of the comparison instead."""
+        interval, other = (node.expression, node.this) if isinstance(node.expression, exp.Interval) else (node.this, node.expression)
+        sign = -1 if isinstance(node, exp.Sub) else 1
+        r = self.t(other)
+        if not (r.literal and r.type.kind in ("date", "timestamp") and r.value is not None):
+            raise self.refuse(node, "INTERVAL arithmetic is only supported on a DATE or TIMESTAMP literal (folded before the "
+                              "query runs), e.g. order_ts >= TIMESTAMP '2024-06-01' - INTERVAL 30 DAY; to shift a column, "
+                              "shift the literal it is compared with instead")
+        months, delta = self._interval_value(interval)
+        v = r.value if isinstance(r.value, dt.datetime) else dt.datetime(r.value.year, r.value.month, r.value.day)
+        try:
+            if months:
+                y, m = divmod(v.month - 1 + sign * months, 12)
+                year, month = v.year + y, m + 1
+                if not 1 <= year <= 9999:
+                    raise OverflowError
+                last = (dt.date(year + (month == 12), month % 12 + 1, 1) - dt.timedelta(days=1)).day if year < 9999 or month < 12 else 31
+                v = v.replace(year=year, month=month, day=min(v.day, last))
+            v = v + sign * delta
+        except OverflowError:
+            raise self.refuse(node, "the shifted date is outside years 1..9999") from None
+        return Typed(typed_literal(v, TIMESTAMP), TIMESTAMP, True, v)
+
+    _INTERVAL_UNITS: dict[str, tuple[int, dt.timedelta]] = {
+        "YEAR": (12, dt.timedelta(0)), "QUARTER": (3, dt.timedelta(0)), "MONTH": (1, dt.timedelta(0)),
+        "WEEK": (0, dt.timedelta(weeks=1)), "DAY": (0, dt.timedelta(days=1)), "HOUR": (0, dt.timedelta(hours=1)),
+        "MINUTE": (0, dt.timedelta(minutes=1)), "SECOND": (0, dt.timedelta(seconds=1)),
+    }
+
+    def _interval_value(self, node: exp.Interval) -> tuple[int, dt.timedelta]:
+        """(months, exact part) of ``INTERVAL n unit`` / ``INTERVAL 'n unit'`` with a whole n (of one unit)."""
+        this, unit = node.this, node.args.get("unit")
+        while isinstance(this, exp.Paren):
+            this = this.this
+        text = this.name if isinstance(this, exp.Literal) else None
+        uname = unit.name.upper() if isinstance(unit, exp.Var) else None
+        if text is not None and uname is None:  # INTERVAL '30 days'
+            m = re.fullmatch(r"\s*([+-]?\d+)\s+([A-Za-z]+)\s*", text)
+            text, uname = (m.group(1), m.group(2).upper()) if m else (None, None)
+        if uname is not None and uname.endswith("S"):
+            uname = uname[:-1]
+        if text is None or uname not in self._INTERVAL_UNITS or not re.fullmatch(r"\s*[+-]?\d{1,7}\s*", text):
+            raise self.refuse(node, "an INTERVAL here is a whole number of one unit (YEAR, QUARTER, MONTH, WEEK, DAY, "
+                              "HOUR, MINUTE or SECOND), e.g. INTERVAL 30 DAY or INTERVAL '1 month'; chain several for "
+                              "mixed units (- INTERVAL 1 MONTH - INTERVAL 2 DAY)")
+        n = int(text)
+        months, exact = self._INTERVAL_UNITS[uname]
+        return n * months, n * exact
 
     def _decimal_digits(self, r: Typed) -> tuple[int, int] | None:
         """(precision, scale) of a DECIMAL or integer operand: an integer's digits are those of
@@ -1571,6 +1634,8 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
             return f"COLLATE is not on the allow-list of post-processing ({_DOCS})"
         return ("COLLATE is not allowed: a collation makes different spellings equal, so a released key "
                 "could be spelled by one person's row; use lower()/upper() to compare text case-insensitively")
+    if isinstance(sub, exp.Interval) and not post and isinstance(sub.parent, (exp.Add, exp.Sub)):
+        return None  # DATE/TIMESTAMP literal +/- INTERVAL: folded by the typer (Typer._shift_literal), else refused there
     if isinstance(sub, exp.Anonymous):
         if str(sub.this).lower() in _ANON:
             return None
@@ -1828,6 +1893,20 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
             raise ValueError(f"domain value {v!r} of {where} is not a {t} value ({ts_limits_text(t)})")
         return ts
     raise bad  # pragma: no cover
+
+
+def shifted_literal(node: exp.Expression) -> dt.datetime:
+    """The instant of a DATE/TIMESTAMP literal shifted by INTERVALs (``DATE '2024-12-31' - INTERVAL 30 DAY``),
+    folded as the typer folds it (``Typer._shift_literal``); ValueError if ``node`` is not one."""
+    if not (isinstance(node, (exp.Add, exp.Sub)) and any(isinstance(x, exp.Interval) for x in (node.this, node.expression))):
+        raise ValueError("not a shifted literal")
+    try:
+        r = Typer({}).t(node)
+    except _Refuse:
+        raise ValueError("not a shifted literal") from None
+    if not (r.literal and isinstance(r.value, dt.datetime)):  # pragma: no cover - _shift_literal gives one
+        raise ValueError("not a shifted literal")
+    return r.value
 
 
 def domain_literal(value: Any, column_type: str) -> exp.Expression:

@@ -30,6 +30,7 @@ from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column
 from dpsql.plan.parse import DIALECT
+from dpsql.plan.typer import shifted_literal
 
 
 def _unit(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
@@ -196,6 +197,8 @@ def _literal_value(e: exp.Expression) -> Any:
         return str(e.this) if e.is_string else float(e.this)
     if isinstance(e, (exp.TsOrDsToDate,)) and isinstance(e.this, exp.Literal):
         return str(e.this.this)
+    if isinstance(e, (exp.Add, exp.Sub)):
+        return shifted_literal(e)  # DATE '2024-12-31' - INTERVAL 30 DAY, folded as the typer does (or ValueError)
     raise ValueError("not a literal")
 
 

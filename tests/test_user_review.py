@@ -1,0 +1,322 @@
+"""What a first-time analyst meets: names suggested for typos, hints that point the right way at a
+large epsilon, a join with a lookup table that says which reference to declare, and DATE/TIMESTAMP
+literals shifted by an INTERVAL. Every refusal here is free (no ledger entry)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import pyarrow as pa
+import pytest
+import sqlglot
+from conftest import run_cli
+
+import dpsql
+from dpsql import errors
+from dpsql.plan.typer import type_predicate
+from dpsql.testing import use_noise, zero_noise
+
+pytestmark = pytest.mark.filterwarnings("ignore:epsilon=.* is unusually large")
+
+
+def _orders() -> pa.Table:
+    n = 40
+    return pa.table({
+        "customer_id": pa.array([i % 10 for i in range(n)], pa.int64()),
+        "product_id": pa.array([i % 4 for i in range(n)], pa.int64()),
+        "amount": pa.array([float(i) for i in range(n)]),
+        "status": pa.array(["done" if i % 3 else "open" for i in range(n)]),
+        "order_ts": pa.array([dt.datetime(2024, 1, 1) + dt.timedelta(days=3 * i, hours=i) for i in range(n)],
+                             pa.timestamp("us")),
+        "order_date": pa.array([dt.date(2024, 1, 1) + dt.timedelta(days=3 * i) for i in range(n)], pa.date32()),
+        "Promo Code": pa.array(["x"] * n),
+    })
+
+
+@pytest.fixture
+def shop():
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("orders", _orders(), privacy_unit="customer_id", max_groups_per_unit=50, max_rows_per_group=50,
+               columns={"amount": {"bounds": (0, 100)}, "status": {"domain": ["done", "open"]}})
+    s.register("customers", pa.table({"customer_id": pa.array(range(10), pa.int64()),
+                                      "segment": ["a", "b"] * 5}), privacy_unit="customer_id",
+               columns={"segment": {"domain": ["a", "b"]}})
+    s.register("products", pa.table({"product_id": pa.array(range(4), pa.int64()), "category": ["p", "q", "p", "q"]}),
+               public=True)
+    yield s
+    s.close()
+
+
+def _refused(s: dpsql.Session, sql: str, exc: type[Exception], match: str, **kw: float) -> str:
+    before = s.history().num_rows
+    with pytest.raises(exc, match=match) as info:
+        s.query(sql, epsilon=kw.get("epsilon", 1.0), delta=kw.get("delta", 1e-6))
+    assert s.history().num_rows == before  # nothing charged, nothing recorded
+    return str(info.value)
+
+
+# -- did you mean ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sql,suggestion", [
+    ("SELECT COUNT(*) FROM orders WHERE amont > 1", "did you mean 'amount'?"),
+    ("SELECT SUM(ammount) FROM orders", "did you mean 'amount'?"),
+    ("SELECT stauts, COUNT(*) FROM orders GROUP BY stauts", "did you mean 'status'?"),
+    ("SELECT COUNT(*) FROM orders WHERE promo_code = 'x'", 'did you mean "promo code" (quoted)?'),
+    ("SELECT COUNT(*) FROM orderz", "did you mean 'orders'?"),
+    ("SELECT COUNT(*) FROM orders o JOIN customerz c ON o.customer_id = c.customer_id", "did you mean 'customers'?"),
+    ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id WHERE c.segmnt = 'a'",
+     "did you mean 'segment'?"),
+    ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id WHERE segmnt = 'a'",
+     "did you mean 'segment'?"),
+])
+def test_a_mistyped_name_is_refused_with_the_registered_name(shop, sql, suggestion):
+    assert suggestion in _refused(shop, sql, errors.QueryError, "unknown|not registered")
+
+
+def test_no_suggestion_for_a_name_close_to_nothing(shop):
+    msg = _refused(shop, "SELECT COUNT(*) FROM orders WHERE xyz > 1", errors.QueryError, "unknown column 'xyz'")
+    assert "did you mean" not in msg
+    msg = _refused(shop, "SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id WHERE qq = 1",
+                   errors.QueryError, "unknown")
+    assert "did you mean" not in msg and "qualify" not in msg  # qualifying cannot help a name no table has
+
+
+# -- a large epsilon: the hint says to lower it, not to raise it -------------------------------------------
+
+def test_gaussian_float_part_at_a_large_epsilon_says_lower_epsilon(shop):
+    msg = _refused(shop, "SELECT COUNT(*) FROM orders", errors.ConfigError, "grows like e\\^epsilon", epsilon=30)
+    assert "use a smaller epsilon" in msg and "delta=0" in msg and "larger delta or epsilon" not in msg
+    msg = _refused(shop, "SELECT product_id, COUNT(*) FROM orders GROUP BY product_id", errors.ConfigError,
+                   "grows like e\\^epsilon", epsilon=30)
+    assert "use a smaller epsilon" in msg and "delta=0" not in msg  # the sparse histogram needs delta > 0
+    # control: at an ordinary epsilon the query is answered
+    assert shop.query("SELECT COUNT(*) FROM orders", epsilon=1.0, delta=1e-6).table.num_rows == 1
+
+
+def test_gaussian_float_part_hint_in_cli_terms(workdir, capsys):
+    code = run_cli(["--config", "examples/dpsql.toml", "query", "SELECT COUNT(*) FROM events", "--epsilon", "9.9",
+                    "--delta", "1e-6"])
+    assert code == 0  # control: 9.9 fits the example ledger's total and the float part
+    capsys.readouterr()
+    code = run_cli(["--config", "examples/dpsql.toml", "explain", "SELECT COUNT(*) FROM events", "--epsilon", "30",
+                    "--delta", "1e-6"])
+    err = capsys.readouterr().err
+    assert code == 2 and "use a smaller --epsilon" in err and "--delta 0 (Laplace" in err, err
+
+
+@pytest.mark.parametrize("eps", [20, 50, 100])
+def test_join_group_by_at_a_large_epsilon_is_a_clear_refusal(shop, eps):
+    sql = "SELECT c.segment, COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id GROUP BY c.segment"
+    with pytest.raises(errors.ConfigError, match="epsilon") as info:
+        shop.explain(sql, epsilon=eps, delta=1e-6)
+    assert "smaller epsilon" in str(info.value)
+    _refused(shop, sql, errors.ConfigError, "epsilon", epsilon=eps)
+    shop.explain(sql, epsilon=1, delta=1e-6)  # control
+
+
+# -- a join with a public lookup table ---------------------------------------------------------------------
+
+def test_lookup_join_names_the_reference_to_declare(shop):
+    sql = "SELECT p.category, COUNT(*) FROM orders o JOIN products p ON o.product_id = p.product_id GROUP BY p.category"
+    msg = _refused(shop, sql, errors.PolicyError, "cannot be bounded")
+    assert "references={'product_id': 'products.product_id'}" in msg
+    shop.register("orders", _orders(), privacy_unit="customer_id", max_groups_per_unit=50, max_rows_per_group=50,
+                  references={"product_id": "products.product_id"})
+    r = shop.query(sql, epsilon=1.0, delta=1e-6)  # the hint's fix works
+    assert sorted(r.table.column("category").to_pylist()) == ["p", "q"]
+
+
+# -- DATE/TIMESTAMP literal +/- INTERVAL --------------------------------------------------------------------
+
+SHIFTS = [
+    "TIMESTAMP '2024-06-01' - INTERVAL 30 DAY", "TIMESTAMP '2024-06-01 12:30:00' + INTERVAL '2 hours'",
+    "DATE '2024-03-31' - INTERVAL 1 MONTH", "DATE '2023-03-31' - INTERVAL '1' MONTH", "DATE '2024-01-31' + INTERVAL 1 MONTH",
+    "DATE '2024-02-29' + INTERVAL 1 YEAR", "DATE '2024-12-31' - INTERVAL 1 YEAR", "DATE '2024-05-31' + INTERVAL 1 QUARTER",
+    "INTERVAL 2 WEEK + DATE '2024-12-25'", "TIMESTAMP '2024-01-01' - INTERVAL (90) MINUTE",
+    "TIMESTAMP '2024-01-01' - INTERVAL '-45' SECOND", "DATE '2024-01-01' - INTERVAL 1 MONTH - INTERVAL 2 DAY",
+    "DATE '9999-11-30' + INTERVAL 1 MONTH", "DATE '2024-10-31' - INTERVAL 13 MONTH", "DATE '2020-01-01' + INTERVAL 25 MONTHS",
+]
+
+
+@pytest.mark.parametrize("shift", SHIFTS)
+def test_a_shifted_literal_is_folded_as_duckdb_computes_it(shift):
+    typed = type_predicate(sqlglot.parse_one(f"ts = {shift}", read="duckdb"), {"ts": "TIMESTAMP"}).sql(dialect="duckdb")
+    assert "INTERVAL" not in typed.upper()  # folded: nothing is computed on a row
+    con = duckdb.connect()
+    want = con.execute(f"SELECT {shift}").fetchone()[0]
+    assert con.execute(f"SELECT COUNT(*) FROM (SELECT CAST(? AS TIMESTAMP) AS ts) WHERE {typed}", [want]).fetchone()[0] == 1
+    con.close()
+
+
+def test_shifted_literals_in_queries(shop):
+    sql = "SELECT COUNT(*) AS n FROM orders WHERE order_ts >= TIMESTAMP '2024-03-01' - INTERVAL 1 MONTH"
+    want = sum(1 for t in _orders().column("order_ts").to_pylist() if t >= dt.datetime(2024, 2, 1))
+    assert shop.query(sql, epsilon=1.0, delta=1e-6).table.column("n").to_pylist() == [want]
+    sql = "SELECT COUNT(*) AS n FROM orders WHERE order_date BETWEEN DATE '2024-03-31' - INTERVAL 1 MONTH AND DATE '2024-03-31'"
+    want = sum(1 for d in _orders().column("order_date").to_pylist() if dt.date(2024, 2, 29) <= d <= dt.date(2024, 3, 31))
+    assert shop.query(sql, epsilon=1.0, delta=1e-6).table.column("n").to_pylist() == [want]
+
+
+@pytest.mark.parametrize("sql,match", [
+    ("SELECT COUNT(*) FROM orders WHERE order_ts + INTERVAL 1 DAY > TIMESTAMP '2024-01-01'", "only supported on a DATE or TIMESTAMP literal"),
+    ("SELECT COUNT(*) FROM orders WHERE order_ts > TIMESTAMP '2024-01-01' - INTERVAL '1 month 2 days'", "one unit"),
+    ("SELECT COUNT(*) FROM orders WHERE order_ts > TIMESTAMP '2024-01-01' - INTERVAL '1.5' DAY", "whole number"),
+    ("SELECT COUNT(*) FROM orders WHERE order_ts > DATE '0001-01-01' - INTERVAL 1 DAY", "outside years 1..9999"),
+    ("SELECT COUNT(*) FROM orders WHERE order_ts > '2024-01-01' - INTERVAL 1 DAY", "only supported on a DATE or TIMESTAMP literal"),
+    ("SELECT COUNT(*) FROM orders WHERE order_ts > INTERVAL 1 DAY", "INTERVAL is not on the allow-list"),
+    ("SELECT COUNT(*) FROM orders GROUP BY order_ts - INTERVAL 1 DAY", "only supported on a DATE or TIMESTAMP literal"),
+])
+def test_other_interval_uses_stay_refused_for_free(shop, sql, match):
+    _refused(shop, sql, errors.UnsupportedQueryError, match)
+
+
+def test_shifted_literals_are_range_endpoints_of_a_workload():
+    """query_many reads a shifted literal as the range endpoint it folds to: the same answers as the literal
+    written out (zero noise), where it was refused as a non-range condition."""
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    use_noise(s, zero_noise())
+    s.register("orders", _orders(), privacy_unit="customer_id", max_groups_per_unit=50, max_rows_per_group=50,
+               max_rows_per_unit=50, columns={"order_date": {"bounds": ("2024-01-01", "2024-12-31"), "bin_width": "1 day"}})
+    shifted = s.query_many(["SELECT COUNT(*) FROM orders WHERE order_date >= DATE '2024-04-30' - INTERVAL 30 DAY",
+                            "SELECT COUNT(*) FROM orders WHERE order_date BETWEEN DATE '2024-03-31' - INTERVAL 1 MONTH "
+                            "AND DATE '2024-03-31'"], epsilon=1.0)
+    written = s.query_many(["SELECT COUNT(*) FROM orders WHERE order_date >= DATE '2024-03-31'",
+                            "SELECT COUNT(*) FROM orders WHERE order_date BETWEEN DATE '2024-02-29' AND DATE '2024-03-31'"],
+                           epsilon=1.0)
+    assert shifted.table.column("count").to_pylist() == written.table.column("count").to_pylist()
+    s.close()
+
+
+# -- aggregate FILTER: the message gives a rewrite that dpsql answers -----------------------------------------
+
+@pytest.mark.parametrize("sql,fix", [
+    ("SELECT COUNT(*) FILTER (WHERE status = 'open') AS n, COUNT(*) AS total FROM orders",
+     "SUM(CASE WHEN status = 'open' THEN 1 ELSE 0 END)"),
+    ("SELECT COUNT(amount) FILTER (WHERE status = 'open') FROM orders",
+     "SUM(CASE WHEN (status = 'open') AND NOT amount IS NULL THEN 1 ELSE 0 END)"),
+    ("SELECT SUM(amount) FILTER (WHERE status = 'open') FROM orders", "SUM(CASE WHEN status = 'open' THEN amount END)"),
+    ("SELECT status, AVG(amount) FILTER (WHERE amount > 10) FROM orders GROUP BY status",
+     "AVG(CASE WHEN amount > 10 THEN amount END)"),
+    ("SELECT STDDEV(amount) FILTER (WHERE amount > 10) FROM orders", "STDDEV(CASE WHEN amount > 10 THEN amount END)"),
+])
+def test_filter_clause_refusal_names_a_rewrite_that_works(shop, sql, fix):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "FILTER clauses are not supported")
+    assert f"write it as {fix}" in msg, msg
+    start = sql.index("FILTER") - 1
+    agg_start = sql.rindex(" ", 0, sql.rindex("(", 0, start)) + 1
+    end = sql.index(")", sql.index("WHERE", start)) + 1
+    rewritten = sql[:agg_start] + fix + sql[end:]
+    assert shop.query(rewritten, epsilon=1.0, delta=1e-6).table.num_rows >= 1
+
+
+def test_filter_clause_without_a_case_form_says_where(shop):
+    msg = _refused(shop, "SELECT MEDIAN(amount) FILTER (WHERE amount > 10) FROM orders", errors.UnsupportedQueryError, "FILTER")
+    assert "move the condition into WHERE" in msg and "write it as" not in msg
+
+
+# -- a subquery is reported once, not also through its own columns and aggregates -------------------------------
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM orders WHERE customer_id IN (SELECT customer_id FROM customers WHERE segment = 'a')",
+    "SELECT COUNT(*) FROM orders WHERE amount > (SELECT AVG(amount) FROM orders)",
+])
+def test_a_subquery_in_where_is_one_problem(shop, sql):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "subqueries are not supported in WHERE")
+    assert "problems" not in msg and "unknown column" not in msg and "use HAVING" not in msg, msg
+
+
+# -- functions and aggregates are named as the query spells them ------------------------------------------------
+
+@pytest.mark.parametrize("sql,named", [
+    ("SELECT string_agg(status, ',') FROM orders", "aggregate STRING_AGG is not supported"),
+    ("SELECT list(status) FROM orders", "aggregate LIST is not supported"),
+    ("SELECT APPROX_COUNT_DISTINCT(customer_id) FROM orders", "aggregate APPROX_COUNT_DISTINCT is not supported"),
+    ("SELECT status, ANY_VALUE(amount) FROM orders GROUP BY status", "aggregate ANY_VALUE is not supported"),
+    ("SELECT COUNT(*) FROM orders WHERE date_diff('day', order_date, DATE '2024-12-31') < 30", "function date_diff() is not"),
+    ("SELECT COUNT(*) FROM orders WHERE regexp_matches(status, '^o')", "function regexp_matches() is not"),
+])
+def test_refused_functions_are_named_as_written(shop, sql, named):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "not")
+    assert named in msg and "problems" not in msg, msg  # one problem, named as written (no IGNORENULLS, GROUPCONCAT)
+
+
+def test_explain_statement_points_to_explain(shop, workdir, capsys):
+    msg = _refused(shop, "EXPLAIN SELECT COUNT(*) FROM orders", errors.UnsupportedQueryError, "EXPLAIN statements")
+    assert "Session.explain" in msg
+    code = run_cli(["--config", "examples/dpsql.toml", "query", "EXPLAIN SELECT COUNT(*) FROM events", "--epsilon", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "use `dpsql explain SQL --epsilon ...`" in err and "Session.explain" not in err, err
+    assert "Falling back" not in err  # sqlglot's own warning is not printed above the refusal
+
+
+def test_cli_tables_and_describe_for_a_first_user(tmp_path, capsys, monkeypatch):
+    """``tables`` says a public table is public (no unit, no caps) and ``describe`` suggests a mistyped name."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(_orders().drop(["Promo Code"]), "orders.parquet")
+    pq.write_table(pa.table({"product_id": pa.array(range(4), pa.int64()), "category": ["p", "q", "p", "q"]}), "products.parquet")
+    flags = ["--ledger", "l.duckdb", "--table", "orders=orders.parquet", "--privacy-unit", "orders=customer_id",
+             "--table", "products=products.parquet", "--public", "products"]
+    assert run_cli(["init", "--ledger", "l.duckdb", "--epsilon", "1", "--delta", "1e-6"]) == 0
+    capsys.readouterr()
+    assert run_cli([*flags, "tables"]) == 0
+    out = capsys.readouterr().out
+    assert "products: public (holds no person" in out and "through references" not in out, out
+    assert "orders: privacy unit customer_id" in out
+    assert run_cli([*flags, "describe", "ordrs"]) == 2
+    assert "did you mean 'orders'?" in capsys.readouterr().err
+
+
+# -- comments are not part of the query ----------------------------------------------------------------------------
+
+def test_comments_next_to_columns_do_not_change_the_query(shop):
+    plain = shop.query("SELECT status, COUNT(*) AS n FROM orders WHERE amount > 3 GROUP BY status ORDER BY n DESC",
+                       epsilon=1.0, delta=1e-6)
+    commented = shop.query("-- report\nSELECT status,   -- the status\n       COUNT(*) AS n /* rows */\nFROM orders -- t\n"
+                           "WHERE amount > 3 /* filter */\nGROUP BY status -- key\nORDER BY n DESC;", epsilon=1.0, delta=1e-6)
+    assert commented.table.to_pylist() == plain.table.to_pylist()  # zero noise: the same release
+    assert commented.table.column_names == ["status", "n"]
+    # text that looks like a comment inside a string literal is kept
+    r = shop.query("SELECT COUNT(*) AS n FROM orders WHERE status = '-- x /* y */'", epsilon=1.0, delta=1e-6)
+    assert r.table.column("n").to_pylist() == [0]
+
+
+def test_several_statements_point_to_workloads(workdir, capsys):
+    code = run_cli(["--config", "examples/dpsql.toml", "query", "SELECT COUNT(*) FROM events; SELECT COUNT(*) FROM events",
+                    "--epsilon", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--workload" in err and "query_many" not in err, err
+
+
+def test_column_spec_hint_lists_type(shop):
+    with pytest.raises(errors.ConfigError, match="allowed keys") as info:
+        shop.register("o2", _orders(), privacy_unit="customer_id", columns={"amount": {"bound": (0, 1)}})
+    assert "'type'" in str(info.value)
+
+
+@pytest.mark.parametrize("sql,fix", [
+    ("WITH big AS (SELECT * FROM orders WHERE amount > 10) SELECT COUNT(*) FROM big", "with the CTE's conditions in WHERE"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders WHERE amount > 10) t", "with the subquery's conditions in WHERE"),
+])
+def test_cte_and_from_subquery_are_one_problem_with_the_fix(shop, sql, fix):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "not supported")
+    assert fix in msg and "not registered" not in msg and "problems" not in msg, msg
+
+
+# -- GROUP BY a position over joins ----------------------------------------------------------------------------
+
+def test_group_by_position_over_a_join(shop):
+    by_name = shop.query("SELECT c.segment, COUNT(*) AS n FROM orders o JOIN customers c ON o.customer_id = c.customer_id "
+                         "GROUP BY c.segment ORDER BY c.segment", epsilon=1.0, delta=1e-6)
+    by_pos = shop.query("SELECT c.segment, COUNT(*) AS n FROM orders o JOIN customers c ON o.customer_id = c.customer_id "
+                        "GROUP BY 1 ORDER BY 1", epsilon=1.0, delta=1e-6)
+    assert by_pos.table.to_pylist() == by_name.table.to_pylist()
+    assert by_pos.table.column("segment").to_pylist() == ["a", "b"]
+    _refused(shop, "SELECT c.segment, COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id GROUP BY 3",
+             errors.UnsupportedQueryError, "GROUP BY 3: the select list has 2 item")
+    _refused(shop, "SELECT COUNT(*), c.segment FROM orders o JOIN customers c ON o.customer_id = c.customer_id GROUP BY 1",
+             errors.UnsupportedQueryError, "aggregates are not allowed in GROUP BY")
