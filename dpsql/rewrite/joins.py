@@ -91,6 +91,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps, source_name
@@ -537,7 +538,10 @@ def _person_text(catalog: Mapping[str, TableSpec], person: str, value: exp.Expre
     t = catalog[person]
     assert t.privacy_unit is not None
     typ = t.schema.get(t.privacy_unit, "VARCHAR")
-    typed = exp.cast(value, typ)
+    try:
+        typed = exp.cast(value, typ)
+    except ParseError:  # a DuckDB-only type name (UBIGINT, UHUGEINT, ...) that sqlglot reads only in its dialect
+        typed = exp.cast(value, exp.DataType.build(typ, dialect="duckdb"))
     text: exp.Expression = exp.cast(typed, "VARCHAR")
     if typ.upper().startswith(("DOUBLE", "FLOAT", "REAL")):
         text = exp.Case(ifs=[exp.If(this=exp.func("isnan", typed.copy()), true=exp.Literal.string("nan")),
