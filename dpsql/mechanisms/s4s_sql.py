@@ -76,6 +76,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from dpsql.accounting import r2t_schedule
@@ -463,8 +464,8 @@ def _tuples(cal: JoinCalibration, rows: pa.Table, part: Part) -> tuple[np.ndarra
     for k in range(len(cal.jp.slots)):
         col = rows.column(f"__u{k}").combine_chunks()
         if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-            parents = np.asarray(pa.compute.list_parent_indices(col).to_numpy(zero_copy_only=False), dtype=np.int64)
-            col = pa.compute.list_flatten(col)
+            parents = np.asarray(pc.list_parent_indices(col).to_numpy(zero_copy_only=False), dtype=np.int64)
+            col = pc.list_flatten(col)
         else:
             parents = np.arange(len(col), dtype=np.int64)
         valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)

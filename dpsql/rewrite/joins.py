@@ -91,6 +91,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps, source_name
@@ -413,11 +414,14 @@ def _unique_filter(rel: exp.Expression, alias: str, key: str, table: TableSpec, 
         return exp.select("*").from_(rel.subquery("__r")).where(exp.Exists(this=probe))
     # the keyed hash as a column of both sides (DuckDB drops from a GROUP BY an expression of the other
     # keys, and groups the outer values of a correlated EXISTS by the columns it reads)
-    hashed = (exp.select(*[exp.alias_(e.copy(), c, quoted=True) for (e, _), c in zip(typed, keys, strict=True)],
+    # the key values under names of their own: a key column may itself be called ``__spread``
+    names = [f"__key{i}" for i in range(len(keys))]
+    hashed = (exp.select(*[exp.alias_(e.copy(), n) for (e, _), n in zip(typed, names, strict=True)],
                          exp.alias_(h, SPREAD)).from_(src).subquery("__keys"))
-    once = (exp.select(*[exp.column(c, quoted=True) for c in keys], _col(SPREAD)).from_(hashed)
-            .group_by(*[exp.column(c, quoted=True) for c in keys], _col(SPREAD))
+    once = (exp.select(*[_col(n) for n in names], _col(SPREAD)).from_(hashed)
+            .group_by(*[_col(n) for n in names], _col(SPREAD))
             .having(exp.EQ(this=exp.Count(this=exp.Star()), expression=_lit(1))))
+    cond = _and([exp.EQ(this=_col(f"__once.{n}"), expression=_col(f"__r.{flat(alias, c)}")) for n, c in zip(names, keys, strict=True)])
     cond = exp.And(this=cond, expression=exp.EQ(this=exp.column(SPREAD, table="__once"), expression=_col(f"__r.{SPREAD}")))
     probe = exp.select(exp.Literal.number(1)).from_(once.subquery("__once")).where(cond)
     r = exp.select("*", exp.alias_(mine, SPREAD)).from_(rel.subquery("__rs")).subquery("__r")
@@ -534,7 +538,10 @@ def _person_text(catalog: Mapping[str, TableSpec], person: str, value: exp.Expre
     t = catalog[person]
     assert t.privacy_unit is not None
     typ = t.schema.get(t.privacy_unit, "VARCHAR")
-    typed = exp.cast(value, typ)
+    try:
+        typed = exp.cast(value, typ)
+    except ParseError:  # a DuckDB-only type name (UBIGINT, UHUGEINT, ...) that sqlglot reads only in its dialect
+        typed = exp.cast(value, exp.DataType.build(typ, dialect="duckdb"))
     text: exp.Expression = exp.cast(typed, "VARCHAR")
     if typ.upper().startswith(("DOUBLE", "FLOAT", "REAL")):
         text = exp.Case(ifs=[exp.If(this=exp.func("isnan", typed.copy()), true=exp.Literal.string("nan")),
