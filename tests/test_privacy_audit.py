@@ -505,50 +505,34 @@ def _nan_le(x: np.ndarray, t: float) -> np.ndarray:
     return np.nan_to_num(x, nan=math.inf) <= t
 
 
-def audit_public_avg(factor: float, seed: str, runs: int = 7) -> dict[str, Any]:
-    """AVG over public keys (noisy count and centred sum, Gaussian): four others at 0 and the
-    target at the upper clamp bound (value 1000, bounds (0, 10)). No closed form for the law of the
-    ratio: ε_lb only, over events {avg >= t}, {avg <= t}, {avg is NULL}."""
-    out = public_releases(1500, [1000.0], [0.0] * 4, "SELECT k, AVG(v) AS a FROM t GROUP BY k", ["a"],
-                          1.0, 0.05, runs, seed, factor)
+def audit_public_ratio(sql: str, col: str, ge: tuple[float, ...], le: tuple[float, ...], factor: float, seed: str,
+                       runs: int = 7) -> dict[str, Any]:
+    """AVG, or VARIANCE / STDDEV, over public keys (noisy count, centred sum and, for the variances, the
+    sum of squares; Gaussian): four others at 0 and the target at the upper clamp bound (value 1000,
+    bounds (0, 10)). No closed form for the law of the released ratio: ε_lb only, over the events
+    {col >= t} for t in ``ge``, {col <= t} for t in ``le`` (NULL counts as neither)."""
+    out = public_releases(1500, [1000.0], [0.0] * 4, sql, [col], 1.0, 0.05, runs, seed, factor)
     events: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]] = {
-        **{f">={t}": (lambda o, t=t: _nan_ge(o["a"], t)) for t in (1.0, 2.0, 3.0, 5.0)},
-        **{f"<={t}": (lambda o, t=t: _nan_le(o["a"], t)) for t in (0.0, 0.5)},
+        **{f">={t}": (lambda o, t=t: _nan_ge(o[col], t)) for t in ge},
+        **{f"<={t}": (lambda o, t=t: _nan_le(o[col], t)) for t in le},
     }
     lb, lbs = family_eps_lb(out, events, FAIL)
-    return {"eps_lb": lb, "lbs": lbs, "cost": out["cost"], "n": out["D"]["a"].size}
+    return {"eps_lb": lb, "lbs": lbs, "cost": out["cost"], "n": out["D"][col].size}
 
 
-def test_public_avg() -> None:
-    a = audit_public_avg(1.0, "pub-avg")
+AVG = ("SELECT k, AVG(v) AS a FROM t GROUP BY k", "a", (1.0, 2.0, 3.0, 5.0), (0.0, 0.5))
+VARIANCE = ("SELECT k, VARIANCE(v) AS var FROM t GROUP BY k", "var", (5.0, 10.0, 20.0), (0.0, 2.0))
+
+
+@pytest.mark.parametrize(("case", "seed"), [(AVG, "pub-avg"), (VARIANCE, "pub-var")], ids=["avg", "variance"])
+def test_public_ratio(case: tuple[Any, ...], seed: str) -> None:
+    a = audit_public_ratio(*case, 1.0, seed)
     assert a["eps_lb"] <= a["cost"][0], a
 
 
-def test_public_avg_control() -> None:
-    a = audit_public_avg(0.3, "pub-avg-ctl", runs=4)
-    assert a["eps_lb"] > a["cost"][0], a
-
-
-def audit_public_variance(factor: float, seed: str, runs: int = 7) -> dict[str, Any]:
-    """VARIANCE / STDDEV over public keys (noisy count, centred sum and sum of squares): four
-    others at 0 and the target at the clamp bound. ε_lb only, events on the released variance."""
-    out = public_releases(1500, [1000.0], [0.0] * 4, "SELECT k, VARIANCE(v) AS var FROM t GROUP BY k", ["var"],
-                          1.0, 0.05, runs, seed, factor)
-    events: dict[str, Callable[[dict[str, np.ndarray]], np.ndarray]] = {
-        **{f">={t}": (lambda o, t=t: _nan_ge(o["var"], t)) for t in (5.0, 10.0, 20.0)},
-        **{f"<={t}": (lambda o, t=t: _nan_le(o["var"], t)) for t in (0.0, 2.0)},
-    }
-    lb, lbs = family_eps_lb(out, events, FAIL)
-    return {"eps_lb": lb, "lbs": lbs, "cost": out["cost"], "n": out["D"]["var"].size}
-
-
-def test_public_variance() -> None:
-    a = audit_public_variance(1.0, "pub-var")
-    assert a["eps_lb"] <= a["cost"][0], a
-
-
-def test_public_variance_control() -> None:
-    a = audit_public_variance(0.3, "pub-var-ctl", runs=4)
+@pytest.mark.parametrize(("case", "seed"), [(AVG, "pub-avg-ctl"), (VARIANCE, "pub-var-ctl")], ids=["avg", "variance"])
+def test_public_ratio_control(case: tuple[Any, ...], seed: str) -> None:
+    a = audit_public_ratio(*case, 0.3, seed, runs=4)
     assert a["eps_lb"] > a["cost"][0], a
 
 
