@@ -440,6 +440,12 @@ def family_eps_lb(out: dict[str, Any], events: dict[str, Callable[[dict[str, np.
     return max(lbs.values()), lbs
 
 
+def threshold_eps_lb(stat: dict[str, np.ndarray], thresholds: list[float], delta: float) -> tuple[float, dict[str, float]]:
+    """:func:`family_eps_lb` over the events {statistic >= t}, t in ``thresholds``, of one statistic per release."""
+    events = {f">={t:g}": (lambda o, t=t: o["x"] >= t) for t in thresholds}
+    return family_eps_lb({"D": {"x": stat["D"]}, "D'": {"x": stat["D'"]}, "cost": (None, delta)}, events, FAIL)
+
+
 def audit_public_sum_gaussian(factor: float, seed: str, runs: int = 8) -> dict[str, Any]:
     """SUM over public keys, Gaussian: the target at the clamp bound (value 1000, bounds (0, 10)),
     in a key with two others at the bound: Δ = 10. Events {sum >= 30 + j}."""
@@ -635,11 +641,8 @@ def audit_sparse_overcap(drop: int, seed: str, runs: int = 12) -> dict[str, Any]
             d = dict(zip(t.column("k").to_pylist(), t.column("n").to_pylist(), strict=True))
             s += [d.get(f"g{i}_0", -1000) + d.get(f"g{i}_1", -1000) for i in range(copies)]
         sums[side] = np.asarray(s, dtype=float)
-    ks = (1, 2, 3, 4)
-    alpha = FAIL / len(ks)
-    lbs = {k: eps_lower_bound(int((sums["D"] >= 2 * c - 1 + k).sum()), sums["D"].size,
-                              int((sums["D'"] >= 2 * c - 1 + k).sum()), sums["D'"].size, cost[1], alpha) for k in ks}
-    return {"eps_lb": max(lbs.values()), "lbs": lbs, "cost": cost, "n": sums["D"].size}
+    lb, lbs = threshold_eps_lb(sums, [2 * c - 1 + k for k in (1, 2, 3, 4)], cost[1])
+    return {"eps_lb": lb, "lbs": lbs, "cost": cost, "n": sums["D"].size}
 
 
 def test_sparse_histogram_over_the_caps() -> None:
@@ -1032,11 +1035,8 @@ def audit_sparse_extra_columns(factor: float, seed: str, runs: int = 6) -> dict[
         finally:
             run.close()
     base = (c - 1) / 2 + 10 * (c - 1) / 20 + 2  # D's bounded truth: (c−1+2)/2 + (10(c−1)+20)/20
-    ks = (0, 1, 2, 3, 4)
-    alpha = FAIL / len(ks)
-    lbs = {k: eps_lower_bound(int((stat["D"] >= base + k).sum()), stat["D"].size,
-                              int((stat["D'"] >= base + k).sum()), stat["D'"].size, cost[1], alpha) for k in ks}
-    return {"eps_lb": max(lbs.values()), "lbs": lbs, "cost": cost, "n": stat["D"].size,
+    lb, lbs = threshold_eps_lb(stat, [base + k for k in (0, 1, 2, 3, 4)], cost[1])
+    return {"eps_lb": lb, "lbs": lbs, "cost": cost, "n": stat["D"].size,
             "sigma": details["sigma"], "extra": details["extra_columns"]}
 
 
