@@ -61,3 +61,26 @@ def test_type_nodes_are_fresh_and_equal_to_a_parse() -> None:
         assert a == exp.DataType.build(name, dialect="duckdb") and a is not b
         exp.Cast(this=exp.column("x"), to=a)
         assert b.parent is None  # a node handed out once is never shared
+
+
+def test_a_refused_call_is_rendered_once_for_its_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rendering a node copies its tree (the main cost of an analysis that refuses): a refused call's
+    position, fragment and spelling as written share one rendering (it was rendered six times)."""
+    from dpsql.plan.checks import check_expression_functions
+    from dpsql.plan.parse import parse_statements
+
+    sql = "SELECT COUNT(*) FROM t WHERE stats(x) IS NULL AND\n  rand() > 0.5"
+    where = parse_statements(sql)[0].args["where"].this
+    refused = [where.find(exp.Anonymous), where.find(exp.Rand)]
+    renders: dict[int, int] = {}
+    real = exp.Expression.sql
+
+    def counting(self: exp.Expression, *a: object, **k: object) -> str:
+        renders[id(self)] = renders.get(id(self), 0) + 1
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(exp.Expression, "sql", counting)
+    got = check_expression_functions(where, sql, "WHERE")
+    assert [renders.get(id(n)) for n in refused] == [1, 1]
+    assert [(v.line, v.col, v.fragment) for v in got] == [(1, 30, "stats(x)"), (2, 3, "rand()")]
+    assert "function stats()" in got[0].message and "function rand()" in got[1].message

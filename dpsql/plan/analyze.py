@@ -175,7 +175,8 @@ def _agg_name(node: exp.Expression, sql: str) -> str:
     """An aggregate's name as the query spells it (``string_agg``, not sqlglot's GROUPCONCAT)."""
     while isinstance(node, (exp.IgnoreNulls, exp.RespectNulls)):
         node = node.this
-    return (written_name(node, sql) or node.sql(dialect=DIALECT).split("(", 1)[0] or func_name(node)).upper()
+    rendered = node.sql(dialect=DIALECT)
+    return (written_name(node, sql, rendered=rendered) or rendered.split("(", 1)[0] or func_name(node)).upper()
 
 
 def _in_subquery(c: exp.Expression, root: exp.Expression) -> bool:
@@ -727,7 +728,7 @@ class _Builder:
                 name = inner.name
             else:
                 name = inner.sql(dialect=DIALECT)
-                written = written_name(inner, self.sql)
+                written = written_name(inner, self.sql, rendered=name)
                 if written and written.lower() != name.split("(", 1)[0].lower():  # VAR_SAMP(x) is named as written, not as sqlglot spells it (VARIANCE(x))
                     name = written + name[len(name.split("(", 1)[0]):]
             base, n = name, 1

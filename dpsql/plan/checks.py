@@ -36,15 +36,35 @@ __all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_func
            "is_aggregate", "violation", "written_name"]
 
 
-def violation(node: exp.Expression, sql: str, message: str, *, offset: int | None = None) -> Violation:
-    """A violation at ``node`` (or at character ``offset`` of ``sql`` when given)."""
-    line, col = line_col(sql, offset) if offset is not None else position(node, sql)
-    if is_big(node):  # quoted from the query's text: rendering a huge expression costs seconds
+def violation(
+    node: exp.Expression,
+    sql: str,
+    message: str,
+    *,
+    offset: int | None = None,
+    at: tuple[int, int] | None = None,
+    rendered: str | None = None,
+    written: str | None = None,
+) -> Violation:
+    """A violation at ``node`` (or at character ``offset`` of ``sql`` when given). A caller that has
+    computed them already passes ``at`` (``position(node, sql)``), ``rendered``
+    (``node.sql(dialect=DIALECT)``, never for a node that ``is_big``) and ``written``
+    (``written_name(node, sql)``): each renders or walks the node's tree again otherwise."""
+    big = is_big(node)
+    if rendered is None and not big:
+        rendered = node.sql(dialect=DIALECT)
+    if offset is not None:
+        line, col = line_col(sql, offset)
+    else:
+        line, col = at if at is not None else position(node, sql, rendered)
+    if big:  # quoted from the query's text: rendering a huge expression costs seconds
         start = sum(len(x) + 1 for x in sql.split("\n")[: line - 1]) + col - 1 if line else 0
         frag = " ".join(sql[start:start + 200].split())
         return Violation(message, line, col, frag[:77] + "..." if len(frag) > 80 else frag)
-    frag = node.sql(dialect=DIALECT)
-    written = written_name(node, sql)
+    assert rendered is not None
+    frag = rendered
+    if written is None:
+        written = written_name(node, sql, at=(line, col) if offset is None else None, rendered=rendered)
     if written:  # a function spelled another way in the query (RAND for RANDOM): quote it as written
         frag = written + frag[len(frag.split("(", 1)[0]):]
     if len(frag) > 80:
@@ -52,18 +72,23 @@ def violation(node: exp.Expression, sql: str, message: str, *, offset: int | Non
     return Violation(message, line, col, frag)
 
 
-def written_name(node: exp.Expression, sql: str) -> str:
+def written_name(
+    node: exp.Expression, sql: str, *, at: tuple[int, int] | None = None, rendered: str | None = None
+) -> str:
     """The name of function ``node`` as the query spells it, when it differs from sqlglot's
-    spelling (``RAND()`` is read as ``RANDOM()``); '' otherwise."""
+    spelling (``RAND()`` is read as ``RANDOM()``); '' otherwise. ``at`` and ``rendered``: the
+    node's ``position`` and ``node.sql(dialect=DIALECT)`` when the caller has them already."""
     if not isinstance(node, exp.Func):
         return ""
-    line, col = position(node, sql)
+    line, col = at if at is not None else position(node, sql, rendered)
     if not line:
         return ""
     lines = sql.split("\n")
     rest = lines[line - 1][col - 1:] if line <= len(lines) else ""
     name = rest.split("(", 1)[0].strip()
-    rendered = node.sql(dialect=DIALECT).split("(", 1)[0]
+    if rendered is None:
+        rendered = node.sql(dialect=DIALECT)
+    rendered = rendered.split("(", 1)[0]
     if "(" in rest and name and name.replace("_", "").isalnum() and name != rendered:
         return name
     return ""
@@ -106,19 +131,24 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
             # ANY_VALUE(x) is IGNORE NULLS around the aggregate: the aggregate is reported (by its name) by the analysis
             wrapper = isinstance(sub, (exp.IgnoreNulls, exp.RespectNulls)) and is_aggregate(sub.this)
             msg = None if wrapper else node_problem(sub, post=post)
-            if isinstance(sub, exp.Rand):
-                name = written_name(sub, sql) or "RANDOM"
-                msg = (f"function {name}() is not on the allow-list: dpsql's results are reproducible functions of the "
-                       f"released values (and a random draw over private rows is not one); remove {name}() (see docs/expressions.md)")
-            if msg is None and isinstance(sub, exp.Func) and not isinstance(sub, exp.Anonymous):
+            rand = isinstance(sub, exp.Rand)
+            if msg is None and not rand and isinstance(sub, exp.Func) and not isinstance(sub, exp.Anonymous):
                 missing = [k for k, required in sub.arg_types.items() if required and sub.args.get(k) is None]
                 if missing:
                     msg = f"function {func_name(sub)}() is missing its argument(s); see docs/expressions.md for its signature"
-            if msg is not None:
-                written = written_name(sub, sql) if isinstance(sub, exp.Func) and not isinstance(sub, exp.Rand) else ""
-                if written:  # name the function as the query spells it (date_diff, not sqlglot's datediff)
+            if msg is not None or rand:
+                # the node's rendering, position and spelling, once for the message and its fragment
+                rendered = None if is_big(sub) else sub.sql(dialect=DIALECT)
+                at = position(sub, sql, rendered)
+                written = written_name(sub, sql, at=at, rendered=rendered)
+                if rand:
+                    name = written or "RANDOM"
+                    msg = (f"function {name}() is not on the allow-list: dpsql's results are reproducible functions of the "
+                           f"released values (and a random draw over private rows is not one); remove {name}() (see docs/expressions.md)")
+                elif written:  # name the function as the query spells it (date_diff, not sqlglot's datediff)
+                    assert msg is not None
                     msg = msg.replace(f"function {func_name(sub) or type(sub).__name__.lower()}()", f"function {written}()", 1)
-                out.append(violation(sub, sql, f"{where}: {msg}"))
+                out.append(violation(sub, sql, f"{where}: {msg}", at=at, rendered=rendered, written=written))
         stack.extend(reversed(list(sub.iter_expressions())))
     return out
 

@@ -107,18 +107,19 @@ def is_big(node: exp.Expression) -> bool:
     return False
 
 
-def _lead_word(node: exp.Expression) -> str:
-    if is_big(node):
-        return ""
-    try:
-        text = node.sql(dialect=DIALECT)
-    except Exception:  # pragma: no cover - defensive
-        return ""
-    m = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)", text)
+def _lead_word(node: exp.Expression, rendered: str | None = None) -> str:
+    if rendered is None:
+        if is_big(node):
+            return ""
+        try:
+            rendered = node.sql(dialect=DIALECT)
+        except Exception:  # pragma: no cover - defensive
+            return ""
+    m = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)", rendered)
     return m.group(1).upper() if m else ""
 
 
-def _offset(node: exp.Expression, sql: str) -> int | None:
+def _offset(node: exp.Expression, sql: str, rendered: str | None = None) -> int | None:
     anchor = _anchor(node, sql)
     if anchor is None:
         return None
@@ -149,7 +150,7 @@ def _offset(node: exp.Expression, sql: str) -> int | None:
             i -= 1
         return toks[i].start
     if isinstance(node, (exp.Func, exp.Window, exp.Filter, exp.Cube, exp.Rollup, exp.GroupingSets)):
-        lead = _lead_word(node)
+        lead = _lead_word(node, rendered)
         for j in range(i, max(-1, i - 16), -1):
             if toks[j].text.upper() == lead:
                 return toks[j].start
@@ -159,18 +160,20 @@ def _offset(node: exp.Expression, sql: str) -> int | None:
     return toks[i].start
 
 
-def position(node: exp.Expression, sql: str) -> tuple[int, int]:
+def position(node: exp.Expression, sql: str, rendered: str | None = None) -> tuple[int, int]:
     """Best-effort 1-based (line, column) where ``node`` starts in ``sql`` (0, 0 if unknown).
 
     sqlglot records token positions on leaves (identifiers, literals, some function names);
     from the leftmost one the start of the construct is found by walking back over the
     tokens that open it (a function's name and '(', JOIN keywords, '(' SELECT of a subquery).
+    ``rendered``: ``node.sql(dialect=DIALECT)`` when the caller has it already (rendering copies
+    the node's tree, the main cost of a message); never given for a node that :func:`is_big`.
     """
-    best = _offset(node, sql)
+    best = _offset(node, sql, rendered)
     if best is None:
         if is_big(node):
             return 0, 0
-        frag = node.sql(dialect=DIALECT)
+        frag = rendered if rendered is not None else node.sql(dialect=DIALECT)
         idx = sql.lower().find(frag.lower()) if frag else -1
         if idx < 0:
             head = frag.split("(")[0].strip()
