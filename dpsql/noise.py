@@ -296,6 +296,13 @@ def check_gaussian_representable(sigma: float, granularity: float, *, integer: b
         )
 
 
+def _trailing_zeros_plus_one(w: np.ndarray) -> np.ndarray:
+    """Per uint64 word: 1 + its number of trailing zero bits (64 for a zero word), as int64."""
+    low = w & (~w + np.uint64(1))  # the lowest set bit 2**t (0 for w == 0), exact as a double
+    exp = np.frexp(low.astype(np.float64))[1]  # 2**t = 0.5 * 2**(t + 1): t + 1 (0 for w == 0)
+    return np.where(w == 0, 64, exp).astype(np.int64)
+
+
 class NoiseSource:
     """Vectorised noise drawn from OS entropy (see the module docstring)."""
 
@@ -310,18 +317,16 @@ class NoiseSource:
 
     # -- the uniform as (sign, exponent, mantissa) -------------------------------------------
     def _exponents(self, n: int) -> np.ndarray:
-        """e >= 1 with P(e = k) = 2**-k, unbounded: 1 + trailing zero bits of random words."""
-        e = np.zeros(n, dtype=np.int64)
-        todo = np.arange(n)
+        """e >= 1 with P(e = k) = 2**-k, unbounded: 1 + trailing zero bits of random words. A zero
+        word (probability 2**-64) adds 64 and the count goes on in a next word, drawn for the
+        zero words only, in their order."""
+        w = self._words(n)
+        e = _trailing_zeros_plus_one(w)
+        todo = np.flatnonzero(w == 0)
         while todo.size:
             w = self._words(todo.size)
-            nz = w != 0
-            low = w & (~w + np.uint64(1))  # lowest set bit (0 for w == 0)
-            tz = np.zeros(todo.size, dtype=np.int64)
-            tz[nz] = np.frexp(low[nz].astype(np.float64))[1].astype(np.int64) - 1  # 2**tz = 0.5 * 2**(tz+1)
-            e[todo[nz]] += tz[nz] + 1
-            e[todo[~nz]] += 64
-            todo = todo[~nz]
+            e[todo] += _trailing_zeros_plus_one(w)
+            todo = todo[w == 0]
         return e
 
     def sign_magnitude(self, size: int | tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

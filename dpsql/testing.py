@@ -10,6 +10,7 @@ not a private mechanism.
 from __future__ import annotations
 
 import hashlib
+import sys
 
 import numpy as np
 
@@ -29,6 +30,13 @@ class SeededNoise(NoiseSource):
 
     def _random_bytes(self, n: int) -> bytes:
         return self._gen.bytes(n)
+
+    def _words(self, n: int) -> np.ndarray:
+        # the same words as from _random_bytes(8 * n) (PCG64's 64-bit outputs, little-endian), without
+        # the detour through 32-bit draws and bytes
+        if sys.byteorder != "little":  # pragma: no cover
+            return super()._words(n)
+        return self._gen.bit_generator.random_raw(n) if n else np.zeros(0, np.uint64)
 
     def salt(self) -> str:
         self._salt_counter += 1

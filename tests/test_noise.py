@@ -83,6 +83,36 @@ def test_exponent_is_geometric_and_mantissa_uniform():
     assert stats.chisquare(obs, q / q.sum() * e.size).pvalue < ALPHA
 
 
+class ScriptedWords(NoiseSource):
+    """Hands out the given batches of words, one batch per draw (each of the size asked for)."""
+
+    def __init__(self, batches: list[list[int]]) -> None:
+        self._batches = [np.asarray(b, dtype=np.uint64) for b in batches]
+
+    def _words(self, n: int) -> np.ndarray:
+        w = self._batches.pop(0)
+        assert w.size == n
+        return w
+
+
+def test_exponent_counts_trailing_zeros_across_zero_words_in_order():
+    """e = 1 + trailing zeros of the element's word; a zero word adds 64 and the count goes on in
+    the next batch, drawn for the zero words only, in their order (the sampler is vectorised)."""
+    src = ScriptedWords([[0, 0, 8, 0, 1, 2**63], [0, 2, 4], [1]])
+    assert src._exponents(6).tolist() == [64 + 64 + 1, 64 + 2, 4, 64 + 3, 1, 64]
+    assert src._batches == []
+    big = np.random.default_rng(3).integers(1, 2**63, 10_000, dtype=np.uint64)
+    want = [1 + (int(x) & -int(x)).bit_length() - 1 for x in big]  # Python integers, no floats
+    assert ScriptedWords([big.tolist()])._exponents(big.size).tolist() == want
+
+
+def test_seeded_words_are_the_seeded_byte_stream():
+    """SeededNoise draws its words straight from PCG64: the same words as NoiseSource reads from its bytes."""
+    a, b = seeded_noise("words"), seeded_noise("words")
+    for n in (0, 1, 7, 100_000, 0, 3):
+        assert np.array_equal(a._words(n), NoiseSource._words(b, n))
+
+
 def test_bernoulli_is_exact_and_calibrated():
     rng = seeded_noise("bern")
     n = 400_000
