@@ -39,19 +39,28 @@ def _nine_tenths_spent(path: Path) -> None:
 
 # --- a deterministic race ------------------------------------------------------------------------
 
-# A reserves while pausing 1.5 s inside its critical section (after DuckDB attached the file).
+# A reserves and stays inside its critical section (after DuckDB attached the file) until B has
+# started its own reserve (B's "before_queue" point: next come the waiting queue and the flock, or,
+# unlocked, DuckDB's ATTACH at once), and then 0.3 s more.
 HOLDER = """
-import json, sys, time
+import json, os, sys, time
 from dpsql.budget import Budget
 from dpsql.ledger import Ledger, _store
 times = {}
 def inside(p):
     times["inside"] = time.monotonic()
     print("inside", flush=True)
-    time.sleep(1.5)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    times["b_started"] = os.path.exists(sys.argv[2])
+    time.sleep(0.3)
 _store._HOOKS["after_attach"] = inside
 _store._HOOKS["after_detach"] = lambda p: times.setdefault("detached", time.monotonic())
 led = Ledger(sys.argv[1], lock_timeout=30)
+_store._base_connection()
+print("ready", flush=True)
+sys.stdin.readline()
 eid = led.reserve(Budget(0.1), mechanism="m", query="A", tables=["t"], params={})
 print(json.dumps({"id": eid, **times}), flush=True)
 """
@@ -63,12 +72,16 @@ from dpsql.budget import Budget
 from dpsql.errors import BudgetExceededError
 from dpsql.ledger import Ledger, _store
 times = {}
+_store._HOOKS["before_queue"] = lambda p: open(sys.argv[3], "w").close()
 _store._HOOKS["before_attach"] = lambda p: times.setdefault("attach", time.monotonic())
 if sys.argv[2] == "unlocked":  # negative control: no flock and no waiting queue at all
     _store._lock_file = lambda *a: ((0, 0), -1)
     _store._unlock = lambda *a: None
     _store._queue_enter = lambda *a: None
 led = Ledger(sys.argv[1], lock_timeout=30)
+_store._base_connection()  # DuckDB's instance is up: B attaches right after its start when unlocked
+print("ready", flush=True)
+sys.stdin.readline()
 try:
     result = led.reserve(Budget(0.1), mechanism="m", query="B", tables=["t"], params={})
 except BudgetExceededError:
@@ -107,15 +120,30 @@ def _second_path(kind: str, path: Path, tmp_path: Path) -> Path:
 
 
 def _race(path: Path, second: Path, mode: str) -> tuple[dict[str, object], dict[str, object]]:
-    a = _spawn(HOLDER, str(path))
-    assert a.stdout is not None
-    line = a.stdout.readline()
-    assert line.strip() == "inside", a.stderr.read() if a.stderr else line
-    b = _spawn(RACER, str(second), mode)  # starts while A is inside its critical section
-    out_b, err_b = b.communicate(timeout=60)
-    out_a, err_a = a.communicate(timeout=60)
+    """A and B start (and import) together; B's reserve starts while A is inside its critical section."""
+    started = path.parent / f"b-started-{uuid.uuid4().hex}"
+    a, b = _spawn(HOLDER, str(path), str(started)), _spawn(RACER, str(second), mode, str(started))
+    try:
+        for p in (a, b):
+            assert p.stdout is not None and p.stdin is not None
+            line = p.stdout.readline()
+            assert line.strip() == "ready", p.stderr.read() if p.stderr else line
+        a.stdin.write("go\n")  # type: ignore[union-attr]
+        a.stdin.flush()  # type: ignore[union-attr]
+        line = a.stdout.readline()  # type: ignore[union-attr]
+        assert line.strip() == "inside", a.stderr.read() if a.stderr else line
+        b.stdin.write("go\n")  # type: ignore[union-attr]
+        b.stdin.flush()  # type: ignore[union-attr]
+        out_b, err_b = b.communicate(timeout=60)
+        out_a, err_a = a.communicate(timeout=60)
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
     assert a.returncode == 0 and b.returncode == 0, (err_a, err_b)
-    return json.loads(out_a.strip().splitlines()[-1]), json.loads(out_b.strip().splitlines()[-1])
+    got_a, got_b = json.loads(out_a.strip().splitlines()[-1]), json.loads(out_b.strip().splitlines()[-1])
+    assert got_a["b_started"] is True  # B's reserve began while A was inside
+    return got_a, got_b
 
 
 @pytest.mark.parametrize("kind", ["same", "hardlink", "symlink", "bind"])
@@ -147,7 +175,7 @@ def test_deterministic_race_negative_control(tmp_path: Path) -> None:
 
 # An LD_PRELOAD shim (compiled here when a C compiler is available) delays DuckDB's fcntl write
 # lock on one file, i.e. the moment after DuckDB has read the file's headers through an unlocked
-# handle and before it locks the file.
+# handle and before it locks the file: until a release file exists (at most DPSQL_SHIM_MS).
 SHIM_C = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -163,7 +191,8 @@ static void delay_lock(int fd, int cmd, void *arg) {
     struct flock *fl = (struct flock *)arg;
     if (!fl || fl->l_type != F_WRLCK) return;
     const char *want = getenv("DPSQL_SHIM_PATH"), *ms = getenv("DPSQL_SHIM_MS"), *sig = getenv("DPSQL_SHIM_SIGNAL");
-    if (!want || !ms || !sig) return;
+    const char *rel = getenv("DPSQL_SHIM_RELEASE");
+    if (!want || !ms || !sig || !rel) return;
     char link[64], target[4096];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     ssize_t n = readlink(link, target, sizeof target - 1);
@@ -172,7 +201,7 @@ static void delay_lock(int fd, int cmd, void *arg) {
     if (strcmp(target, want) != 0) return;
     FILE *f = fopen(sig, "w");
     if (f) fclose(f);
-    usleep((useconds_t)atoi(ms) * 1000);
+    for (int i = 0; i < atoi(ms) && access(rel, F_OK) != 0; i++) usleep(1000);
 }
 int fcntl(int fd, int cmd, ...) {
     static fcntl_fn real;
@@ -225,6 +254,11 @@ if sys.argv[2] == "unlocked":  # negative control: no flock and no waiting queue
 
     _store._base_connection = lambda: _Base(_real_base())
 led = Ledger(sys.argv[1], lock_timeout=30)
+if sys.argv[3] == "A":  # started with B, goes once B's DuckDB has paused; says when its reserve starts
+    _store._base_connection()
+    _store._HOOKS["before_queue"] = lambda p: open(sys.argv[4], "w").close()
+    print("ready", flush=True)
+    sys.stdin.readline()
 try:
     result = led.reserve(Budget(0.1), mechanism="m", query=sys.argv[3], tables=["t"], params={})
 except BudgetExceededError:
@@ -250,20 +284,46 @@ def fcntl_shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _shim_race(path: Path, shim: Path, mode: str) -> tuple[object, object]:
-    signal_file = path.parent / "paused"
+    """B's DuckDB pauses between reading the headers and locking; A reserves meanwhile: B goes on once
+    A is done (unlocked: A is not held up) or 0.5 s after A's reserve started (locked: A waits for B)."""
+    signal_file, release, a_started = path.parent / "paused", path.parent / "release", path.parent / "a-started"
     env = _env()
-    env.update(LD_PRELOAD=str(shim), DPSQL_SHIM_PATH=os.path.realpath(path), DPSQL_SHIM_MS="1500",
-               DPSQL_SHIM_SIGNAL=str(signal_file))
+    env.update(LD_PRELOAD=str(shim), DPSQL_SHIM_PATH=os.path.realpath(path), DPSQL_SHIM_MS="30000",
+               DPSQL_SHIM_SIGNAL=str(signal_file), DPSQL_SHIM_RELEASE=str(release))
+    a = _spawn(SHIM_WORKER, str(path), mode, "A", str(a_started))
     b = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SHIM_WORKER), str(path), mode, "B"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    for _ in range(3000):  # until B's DuckDB has read the headers and paused before its lock
-        if signal_file.exists() or b.poll() is not None:
-            break
-        threading.Event().wait(0.01)
-    assert signal_file.exists(), b.communicate(timeout=60)
-    a = _spawn(SHIM_WORKER, str(path), mode, "A")
-    out_a, err_a = a.communicate(timeout=60)
-    out_b, err_b = b.communicate(timeout=60)
+    try:
+        assert a.stdout is not None and a.stdin is not None
+        line = a.stdout.readline()
+        assert line.strip() == "ready", a.stderr.read() if a.stderr else line
+        for _ in range(3000):  # until B's DuckDB has read the headers and paused before its lock
+            if signal_file.exists() or b.poll() is not None:
+                break
+            threading.Event().wait(0.01)
+        assert signal_file.exists(), b.communicate(timeout=60)
+        a.stdin.write("go\n")
+        a.stdin.flush()
+        if mode == "locked":
+            for _ in range(3000):
+                if a_started.exists() or a.poll() is not None:
+                    break
+                threading.Event().wait(0.01)
+            assert a_started.exists(), a.communicate(timeout=60)
+            try:  # A waits for B (its flock), so it can only finish early if the flock is broken
+                a.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            a.wait(timeout=60)
+        release.touch()
+        out_a, err_a = a.communicate(timeout=60)
+        out_b, err_b = b.communicate(timeout=60)
+    finally:
+        release.touch()
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
     assert a.returncode == 0 and b.returncode == 0, (err_a, err_b)
     return json.loads(out_a.strip().splitlines()[-1])["result"], json.loads(out_b.strip().splitlines()[-1])["result"]
 
