@@ -12,6 +12,7 @@ fixed in the same change (the test then passes, with a negative control where on
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -176,17 +177,33 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
-def _cli_child(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dpsql.cli", *argv], cwd=cwd, env=child_env(), capture_output=True,
-                          text=True, timeout=120)
+def _cli(argv: list[str], cwd: Path, capsys: pytest.CaptureFixture[str]) -> subprocess.CompletedProcess[str]:
+    """``dpsql ARGV`` run from ``cwd`` in this process (``main``, as the command calls it), for the
+    commands whose claim is not about a process of their own. Log records of WARNING and above go
+    to stderr, as in a process of its own (Python's last-resort handler)."""
+    capsys.readouterr()
+    old = os.getcwd()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+    os.chdir(cwd)
+    try:
+        rc = run_cli(argv)
+    finally:
+        os.chdir(old)
+        logging.getLogger().removeHandler(handler)
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, rc, out.out, out.err)
 
 
 @pytest.mark.parametrize(("when", "sig"), [("wal_only", "SIGKILL"), ("after_reserve", "SIGKILL"),
                                            ("after_reserve", "SIGINT"), ("after_reserve", "SIGTERM")])
-def test_killed_query_keeps_its_charge_and_releases_nothing(tmp_path: Path, when: str, sig: str) -> None:
+def test_killed_query_keeps_its_charge_and_releases_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            when: str, sig: str) -> None:
+    """The query is killed in a process of its own; the ledger is then read and used from this one."""
     shutil.copy(REPO / "examples" / "events.parquet", tmp_path / "events.parquet")
     flags = ["--table", "e=events.parquet", "--privacy-unit", "e=user_id", "--ledger", "l.duckdb"]
-    assert _cli_child([*flags, "init", "--epsilon", "1", "--delta", "0"], tmp_path).returncode == 0
+    assert _cli([*flags, "init", "--epsilon", "1", "--delta", "0"], tmp_path, capsys).returncode == 0
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(KILLER), when, sig, *flags, "query",
                         "SELECT COUNT(*) AS n FROM e", "--epsilon", "0.25"],
                        cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120)
@@ -195,15 +212,15 @@ def test_killed_query_keeps_its_charge_and_releases_nothing(tmp_path: Path, when
     else:  # Ctrl-C, or a job runner's SIGTERM (it used to end the process without a word)
         assert p.returncode == 128 + getattr(signal, sig) and "a charge already made stands" in p.stderr, p.stderr
     assert p.stdout == ""  # nothing released
-    b = _cli_child([*flags, "budget", "--history", "--format", "json"], tmp_path)
+    b = _cli([*flags, "budget", "--history", "--format", "json"], tmp_path, capsys)
     assert b.returncode == 0, b.stderr
     got = json.loads(b.stdout)
     assert got["spent"]["epsilon"] == 0.25  # the charge stands
     assert [e["status"] in ("reserved", "failed") for e in got["entries"]] == [True]
-    q = _cli_child([*flags, "query", "SELECT COUNT(*) AS n FROM e", "--epsilon", "0.75", "--format", "json"], tmp_path)
+    q = _cli([*flags, "query", "SELECT COUNT(*) AS n FROM e", "--epsilon", "0.75", "--format", "json"], tmp_path, capsys)
     assert q.returncode == 0, q.stderr  # the ledger still works; 0.25 + 0.75 is exactly the total
     assert json.loads(q.stdout)["meta"]["remaining"]["epsilon"] == 0.0
-    again = _cli_child([*flags, "query", "SELECT COUNT(*) AS n FROM e", "--epsilon", "0.01"], tmp_path)
+    again = _cli([*flags, "query", "SELECT COUNT(*) AS n FROM e", "--epsilon", "0.01"], tmp_path, capsys)
     assert again.returncode == 3 and "nothing was charged" in again.stderr  # negative control: it is spent
 
 
@@ -258,12 +275,25 @@ def test_named_pipe_or_device_as_ledger_is_refused_at_once(tmp_path: Path) -> No
     with a hint about permissions and disk space. Each is now refused at once by what it is."""
     fifo = tmp_path / "ledger.fifo"
     os.mkfifo(fifo)
-    for path, kind in ((fifo, "a named pipe"), ("/dev/zero", "a device"), (tmp_path, "a directory")):
-        start = time.monotonic()
-        p = subprocess.run([sys.executable, "-m", "dpsql.cli", "--ledger", str(path), "budget"], cwd=tmp_path,
-                           env=child_env(), capture_output=True, text=True, timeout=60)
-        assert p.returncode == 4 and f"is not a dpsql budget ledger: it is {kind}" in p.stderr, p.stderr
-        assert time.monotonic() - start < 30
+    paths = {str(fifo): "a named pipe", "/dev/zero": "a device", str(tmp_path): "a directory"}
+    # one process runs `dpsql --ledger PATH budget` for each (its time-out catches a hang in open(2))
+    script = """
+        import contextlib, io, json, sys, time
+        from dpsql.cli import main
+        out = []
+        for path in sys.argv[1:]:
+            err, start = io.StringIO(), time.monotonic()
+            with contextlib.redirect_stderr(err):
+                rc = main(["--ledger", path, "budget"])
+            out.append([rc, err.getvalue(), time.monotonic() - start])
+        print(json.dumps(out))
+    """
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *paths], cwd=tmp_path, env=child_env(),
+                       capture_output=True, text=True, timeout=90)
+    assert p.returncode == 0, p.stderr
+    for (rc, err, took), kind in zip(json.loads(p.stdout.strip().splitlines()[-1]), paths.values(), strict=True):
+        assert rc == 4 and f"is not a dpsql budget ledger: it is {kind}" in err, err
+        assert took < 30
     assert not any(tmp_path.glob(".ledger.fifo.q-*"))  # the waiting queue left nothing behind
 
 
@@ -289,7 +319,7 @@ def test_damaged_ledger_names_the_damage_and_the_restore(tmp_path: Path) -> None
     assert Ledger.open(good).spent() == Budget(0.3)  # negative control: the intact copy opens
 
 
-def test_read_only_ledger_reads_and_refuses_charges_cleanly(tmp_path: Path) -> None:
+def test_read_only_ledger_reads_and_refuses_charges_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A ledger on a read-only mount: `budget` and `explain` work, `query` is a LedgerError (exit 4)
     that names the file system, nothing is charged and nothing next to the ledger changes."""
     if shutil.which("unshare") is None or os.geteuid() != 0:
@@ -297,7 +327,7 @@ def test_read_only_ledger_reads_and_refuses_charges_cleanly(tmp_path: Path) -> N
     src, mnt = tmp_path / "data", tmp_path / "ro"
     shutil.copytree(REPO / "examples", src, ignore=shutil.ignore_patterns("*.duckdb*"))
     mnt.mkdir()
-    assert _cli_child(["--config", str(src / "dpsql.toml"), "budget"], tmp_path).returncode == 0  # creates it
+    assert _cli(["--config", str(src / "dpsql.toml"), "budget"], tmp_path, capsys).returncode == 0  # creates it
     before = {p.name: p.read_bytes() for p in src.iterdir() if p.is_file()}
     script = textwrap.dedent(f"""
         mount --bind -o ro {src} {mnt} || exit 99
@@ -318,8 +348,8 @@ def test_read_only_ledger_reads_and_refuses_charges_cleanly(tmp_path: Path) -> N
     assert (tmp_path / "query.out").read_text() == ""
     assert {p.name: p.read_bytes() for p in src.iterdir() if p.is_file()} == before
     # negative control: the same command on the writable path charges
-    assert _cli_child(["--config", str(src / "dpsql.toml"), "query", "SELECT COUNT(*) AS n FROM events",
-                       "--epsilon", "0.1"], tmp_path).returncode == 0
+    assert _cli(["--config", str(src / "dpsql.toml"), "query", "SELECT COUNT(*) AS n FROM events",
+                 "--epsilon", "0.1"], tmp_path, capsys).returncode == 0
     assert Ledger.open(src / "example_ledger.duckdb").spent() == Budget(0.1)
 
 
@@ -608,47 +638,47 @@ def test_postgres_lock_timeout_zero_gives_up_and_huge_works(pg: Any) -> None:
     assert led.spent() == Budget(0.1)
 
 
-def test_budget_command_never_prints_the_postgres_password(pg: Any, tmp_path: Path) -> None:
+def test_budget_command_never_prints_the_postgres_password(pg: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Finding (fixed): `dpsql --ledger postgresql://user:PASSWORD@host/db budget` printed the URL with
     its password on stdout ("ledger: ..." and the JSON summary's "ledger"), although `init` and every
     error message redact it."""
     url = pg.database("pw").replace("dpsql@", "dpsql:hunter2-secret@")
-    assert _cli_child(["--ledger", url, "init", "--epsilon", "1"], tmp_path).returncode == 0
+    assert _cli(["--ledger", url, "init", "--epsilon", "1"], tmp_path, capsys).returncode == 0
     for extra in ([], ["--format", "json"], ["--history", "--format", "json"], ["--set-total", "2", "0", "--reason", "r"]):
-        p = _cli_child(["--ledger", url, "budget", *extra], tmp_path)
+        p = _cli(["--ledger", url, "budget", *extra], tmp_path, capsys)
         assert p.returncode == 0, p.stderr
         assert "hunter2" not in p.stdout + p.stderr, extra
         assert "dpsql:***@127.0.0.1" in p.stdout  # negative control: the ledger is still named
 
 
-def test_password_in_the_query_string_is_redacted_too(pg: Any, tmp_path: Path) -> None:
+def test_password_in_the_query_string_is_redacted_too(pg: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Finding (fixed): libpq also takes the password from the URL's query string
     (`postgresql://dpsql@host/db?password=...`); redact() only knew the user:password@ form, so this
     password appeared in every message, Ledger.path and the `budget` output."""
     from dpsql.ledger import open_ledger
 
     url = pg.database("qpw") + "?password=hunter2-query&sslmode=disable"
-    assert _cli_child(["--ledger", url, "init", "--epsilon", "1"], tmp_path).returncode == 0
+    assert _cli(["--ledger", url, "init", "--epsilon", "1"], tmp_path, capsys).returncode == 0
     led = open_ledger(url, None)
     assert "hunter2" not in str(led.path) and "password=***" in str(led.path)
-    p = _cli_child(["--ledger", url, "budget", "--format", "json"], tmp_path)
+    p = _cli(["--ledger", url, "budget", "--format", "json"], tmp_path, capsys)
     assert p.returncode == 0 and "hunter2" not in p.stdout + p.stderr
     bad = url.replace(str(pg.port), "1")  # nothing listens there: the connection error names the URL
-    q = _cli_child(["--ledger", bad, "budget"], tmp_path)
+    q = _cli(["--ledger", bad, "budget"], tmp_path, capsys)
     assert q.returncode == 4 and "password=***" in q.stderr and "hunter2" not in q.stderr
 
 
-def test_postgres_init_refuses_an_existing_ledger_like_a_file(pg: Any, tmp_path: Path) -> None:
+def test_postgres_init_refuses_an_existing_ledger_like_a_file(pg: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Finding (fixed): `dpsql init` on a PostgreSQL database that already holds a ledger with the
     same total printed "created ledger ..." and exited 0 (a file ledger is refused: exit 4)."""
     url = pg.database("init2")
-    assert _cli_child(["--ledger", url, "init", "--epsilon", "1"], tmp_path).returncode == 0
-    again = _cli_child(["--ledger", url, "init", "--epsilon", "1"], tmp_path)
+    assert _cli(["--ledger", url, "init", "--epsilon", "1"], tmp_path, capsys).returncode == 0
+    again = _cli(["--ledger", url, "init", "--epsilon", "1"], tmp_path, capsys)
     assert again.returncode == 4 and "already holds one" in again.stderr, again.stderr
     assert "created ledger" not in again.stderr
-    f = _cli_child(["--ledger", "l.duckdb", "init", "--epsilon", "1"], tmp_path)
+    f = _cli(["--ledger", "l.duckdb", "init", "--epsilon", "1"], tmp_path, capsys)
     assert f.returncode == 0
-    assert _cli_child(["--ledger", "l.duckdb", "init", "--epsilon", "1"], tmp_path).returncode == 4  # the file's rule
+    assert _cli(["--ledger", "l.duckdb", "init", "--epsilon", "1"], tmp_path, capsys).returncode == 4  # the file's rule
     from dpsql.ledger import open_ledger
 
     led = open_ledger(url, Budget(1.0), create=True)  # open(create=True) still uses an existing ledger
