@@ -9,9 +9,10 @@ uniform subset, NULL values included, L then k composed as specified.
 * one read: the physical plan scans the source once in every query shape, and the released
   columns agree with each other on data where every kept subset is identifiable (per-row values
   are distinct powers of two); negative control: a relation read twice is caught by both checks;
-* uniform subsets (exact binomial tests, family-wise failure probability <= 1e-6, DuckDB's
-  generator seeded with ``setseed`` and one thread, so each run is reproducible), each with a
-  negative control that must fail;
+* uniform subsets (exact binomial tests, family-wise failure probability <= 1e-6; the n runs of a
+  test are one query over n copies of its data, each copy with units and group keys of its own, so
+  each copy's choice is made from its own rows and draws; DuckDB's generator seeded with ``setseed``
+  and one thread, so the runs are reproducible), each with a negative control that must fail;
 * only ``bounded_query`` (an aggregation that reads its capped relation once) asks for the draw.
 * spilling: DuckDB runs the row-cap window as ``ARG_MIN(..., n)`` per partition (held in memory), so
   the row caps do not spill in either form (expected to fail, strict), while the window itself does.
@@ -30,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from scipy.stats import binomtest
-from test_bounding import doubles_sql, plan_for, spec_for
+from test_bounding import doubles_sql, plan_for, replica_runs, replicas, spec_for
 
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps, bounded_query, source_name
@@ -235,20 +236,17 @@ def _drawn_twice_disagree(t: pa.Table, plan: ir.QueryPlan, caps: Caps) -> None:
 
 def _trials(plan: ir.QueryPlan, caps: Caps, table: pa.Table, n: int, seed: float,
             edit: Any = None) -> list[list[dict[str, Any]]]:
-    """The bounded output of ``n`` independent runs (DuckDB seeded, one thread: reproducible)."""
+    """The bounded output of ``n`` independent runs over ``table``, from one query over ``n`` copies of
+    it with units and group keys of their own (``test_bounding.replica_runs``; DuckDB seeded, one
+    thread: reproducible)."""
     sql = _sql(plan, caps)
     if edit is not None:
         sql = edit(sql)
-    con = _connect(table, source_name(plan.table.name), threads=1, seed=seed)
-    out: dict[int, list[dict[str, Any]]] = {i: [] for i in range(n)}
+    con = _connect(replicas(table, n, key="g" if plan.keys else None), source_name(plan.table.name), threads=1)
     try:
-        for start in range(0, n, 200):
-            union = " UNION ALL ".join(f"SELECT {i} AS trial, * FROM ({sql})" for i in range(start, min(n, start + 200)))
-            for r in con.sql(union).to_arrow_table().to_pylist():
-                out[r["trial"]].append(r)
+        return replica_runs(con, sql, plan, table, n, seed)
     finally:
         con.close()
-    return [out[i] for i in range(n)]
 
 
 def _uniform(counts: list[int], n: int, probs: list[float]) -> bool:
