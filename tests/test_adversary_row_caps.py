@@ -63,15 +63,18 @@ def _scans(con: duckdb.DuckDBPyConnection, sql: str) -> int:
 
 # pairs of users share three groups; each user has 4 rows per group (12 rows), the row j of the
 # user in slot s (0 or 1) has x = 2^(4s + j): the sum of x in a group identifies exactly which rows
-# of which user were kept. y, s are other columns of the same row (s NULL for j = 3).
+# of which user were kept. y, s are other columns of the same row (s NULL for j = 3). TRIALS runs of
+# PAIRS pairs are one query over TRIALS * PAIRS pairs (run i: the pairs i * PAIRS, ...): every user
+# and group belongs to one run, and each user's rows are chosen from its own rows and draws.
 PAIRS = 60
+TRIALS = 40
 X_BOUNDS, Y_BOUNDS = (0.0, 256.0), (0.0, 100.0)
 X_MID, Y_MID = 128.0, 50.0
 
 
-def _paired_rows() -> pa.Table:
+def _paired_rows(pairs: int = PAIRS) -> pa.Table:
     user, g, x, y, s = [], [], [], [], []
-    for p in range(PAIRS):
+    for p in range(pairs):
         for slot in (0, 1):
             for grp in range(3):
                 for j in range(4):
@@ -123,7 +126,7 @@ def _violations(row: dict[str, Any], caps: Caps, tau: int | None) -> list[str]:
 
 
 def _per_user_totals(rows: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[int, int]]:
-    """(trial, user) -> (kept rows, groups) over every released row of one trial."""
+    """(trial, user) -> (kept rows, groups) over every released row of that user's trial."""
     tot: dict[tuple[int, int], tuple[int, int]] = {}
     for r in rows:
         p = int(r["__k0"].split("-")[0][1:])
@@ -131,7 +134,7 @@ def _per_user_totals(rows: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[
         for slot in (0, 1):
             n = bin(bits >> (4 * slot) & 0xF).count("1")
             if n:
-                k = (r["trial"], 2 * p + slot)
+                k = (p // PAIRS, 2 * p + slot)
                 rows_, groups = tot.get(k, (0, 0))
                 tot[k] = (rows_ + n, groups + 1)
     return tot
@@ -141,7 +144,7 @@ def _per_user_totals(rows: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[
                                                           f"{c.max_rows_per_unit:g}-{'dom' if d else 'nodom'}-{t}"
                                                           for c, d, t in SHAPES])
 def test_every_aggregate_sees_one_draw_of_the_kept_rows(caps: Caps, domain: bool, tau: int | None) -> None:
-    t = _paired_rows()
+    t = _paired_rows(TRIALS * PAIRS)
     groups = sorted(set(t.column("g").to_pylist()))
     spec = spec_for("t", t, bounds={"x": X_BOUNDS, "y": Y_BOUNDS}, domains={"g": tuple(groups)} if domain else None)
     plan = plan_for(CONSISTENCY_SQL, spec)
@@ -151,9 +154,7 @@ def test_every_aggregate_sees_one_draw_of_the_kept_rows(caps: Caps, domain: bool
     con = _connect(t, source_name("t"), threads=4, seed=0.31)
     try:
         assert _scans(con, sql) == 1  # the source is read once
-        trials = 40
-        union = " UNION ALL ".join(f"SELECT {i} AS trial, * FROM ({sql})" for i in range(trials))
-        rows = con.sql(union).to_arrow_table().to_pylist()
+        rows = con.sql(sql).to_arrow_table().to_pylist()
     finally:
         con.close()
     bad = [v for r in rows for v in _violations(r, caps, tau)]
@@ -161,7 +162,7 @@ def test_every_aggregate_sees_one_draw_of_the_kept_rows(caps: Caps, domain: bool
     for (trial, user), (n, g) in _per_user_totals(rows).items():
         assert n <= caps.max_rows_per_unit and g <= caps.max_groups_per_unit, (trial, user, n, g)
     if tau is None:  # every user keeps something in every trial
-        assert len(_per_user_totals(rows)) == trials * 2 * PAIRS
+        assert len(_per_user_totals(rows)) == TRIALS * 2 * PAIRS
 
 
 @pytest.mark.parametrize("materialize", [True, False], ids=["materialized", "plain-cte"])
@@ -176,20 +177,20 @@ def test_group_cap_over_a_shared_relation_reads_one_draw(caps: Caps, materialize
         group_cap_window = False
         materialize_shared = materialize
 
-    t = _paired_rows()
+    t = _paired_rows(TRIALS * PAIRS)
     plan = plan_for(CONSISTENCY_SQL, spec_for("t", t, bounds={"x": X_BOUNDS, "y": Y_BOUNDS}))
     sql = doubles_sql(plan, caps, render(bounded_query(plan, caps, salt="s", unit_column="user_id", ops=SharedOps())))
     assert sql.count("RANDOM() AS __rnd") == 2 and ("MATERIALIZED" in sql) == materialize
     con = _connect(t, source_name("t"), threads=4, seed=0.37)
     try:
         assert _scans(con, sql) == 1
-        rows = con.sql(" UNION ALL ".join(f"SELECT {i} AS trial, * FROM ({sql})" for i in range(40))).to_arrow_table().to_pylist()
+        rows = con.sql(sql).to_arrow_table().to_pylist()
     finally:
         con.close()
     bad = [v for r in rows for v in _violations(r, caps, None)]
     assert not bad, bad[:5]
     totals = _per_user_totals(rows)
-    assert len(totals) == 40 * 2 * PAIRS
+    assert len(totals) == TRIALS * 2 * PAIRS
     for (trial, user), (n, g) in totals.items():
         assert n <= caps.max_rows_per_unit and g <= caps.max_groups_per_unit, (trial, user, n, g)
 
