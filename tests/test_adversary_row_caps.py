@@ -21,6 +21,7 @@ uniform subset, NULL values included, L then k composed as specified.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import pathlib
 from collections import Counter
@@ -72,6 +73,7 @@ X_BOUNDS, Y_BOUNDS = (0.0, 256.0), (0.0, 100.0)
 X_MID, Y_MID = 128.0, 50.0
 
 
+@functools.cache  # read-only (Arrow tables are immutable): built once per size
 def _paired_rows(pairs: int = PAIRS) -> pa.Table:
     user, g, x, y, s = [], [], [], [], []
     for p in range(pairs):
