@@ -9,9 +9,10 @@ uniform subset, NULL values included, L then k composed as specified.
 * one read: the physical plan scans the source once in every query shape, and the released
   columns agree with each other on data where every kept subset is identifiable (per-row values
   are distinct powers of two); negative control: a relation read twice is caught by both checks;
-* uniform subsets (exact binomial tests, family-wise failure probability <= 1e-6, DuckDB's
-  generator seeded with ``setseed`` and one thread, so each run is reproducible), each with a
-  negative control that must fail;
+* uniform subsets (exact binomial tests, family-wise failure probability <= 1e-6; the n runs of a
+  test are one query over n copies of its data, each copy with units and group keys of its own, so
+  each copy's choice is made from its own rows and draws; DuckDB's generator seeded with ``setseed``
+  and one thread, so the runs are reproducible), each with a negative control that must fail;
 * only ``bounded_query`` (an aggregation that reads its capped relation once) asks for the draw.
 * spilling: DuckDB runs the row-cap window as ``ARG_MIN(..., n)`` per partition (held in memory), so
   the row caps do not spill in either form (expected to fail, strict), while the window itself does.
@@ -20,6 +21,7 @@ uniform subset, NULL values included, L then k composed as specified.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import pathlib
 from collections import Counter
@@ -30,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from scipy.stats import binomtest
-from test_bounding import doubles_sql, plan_for, spec_for
+from test_bounding import doubles_sql, plan_for, replica_runs, replicas, spec_for
 
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps, bounded_query, source_name
@@ -62,15 +64,19 @@ def _scans(con: duckdb.DuckDBPyConnection, sql: str) -> int:
 
 # pairs of users share three groups; each user has 4 rows per group (12 rows), the row j of the
 # user in slot s (0 or 1) has x = 2^(4s + j): the sum of x in a group identifies exactly which rows
-# of which user were kept. y, s are other columns of the same row (s NULL for j = 3).
+# of which user were kept. y, s are other columns of the same row (s NULL for j = 3). TRIALS runs of
+# PAIRS pairs are one query over TRIALS * PAIRS pairs (run i: the pairs i * PAIRS, ...): every user
+# and group belongs to one run, and each user's rows are chosen from its own rows and draws.
 PAIRS = 60
+TRIALS = 40
 X_BOUNDS, Y_BOUNDS = (0.0, 256.0), (0.0, 100.0)
 X_MID, Y_MID = 128.0, 50.0
 
 
-def _paired_rows() -> pa.Table:
+@functools.cache  # read-only (Arrow tables are immutable): built once per size
+def _paired_rows(pairs: int = PAIRS) -> pa.Table:
     user, g, x, y, s = [], [], [], [], []
-    for p in range(PAIRS):
+    for p in range(pairs):
         for slot in (0, 1):
             for grp in range(3):
                 for j in range(4):
@@ -122,7 +128,7 @@ def _violations(row: dict[str, Any], caps: Caps, tau: int | None) -> list[str]:
 
 
 def _per_user_totals(rows: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[int, int]]:
-    """(trial, user) -> (kept rows, groups) over every released row of one trial."""
+    """(trial, user) -> (kept rows, groups) over every released row of that user's trial."""
     tot: dict[tuple[int, int], tuple[int, int]] = {}
     for r in rows:
         p = int(r["__k0"].split("-")[0][1:])
@@ -130,7 +136,7 @@ def _per_user_totals(rows: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[
         for slot in (0, 1):
             n = bin(bits >> (4 * slot) & 0xF).count("1")
             if n:
-                k = (r["trial"], 2 * p + slot)
+                k = (p // PAIRS, 2 * p + slot)
                 rows_, groups = tot.get(k, (0, 0))
                 tot[k] = (rows_ + n, groups + 1)
     return tot
@@ -140,7 +146,7 @@ def _per_user_totals(rows: list[dict[str, Any]]) -> dict[tuple[int, int], tuple[
                                                           f"{c.max_rows_per_unit:g}-{'dom' if d else 'nodom'}-{t}"
                                                           for c, d, t in SHAPES])
 def test_every_aggregate_sees_one_draw_of_the_kept_rows(caps: Caps, domain: bool, tau: int | None) -> None:
-    t = _paired_rows()
+    t = _paired_rows(TRIALS * PAIRS)
     groups = sorted(set(t.column("g").to_pylist()))
     spec = spec_for("t", t, bounds={"x": X_BOUNDS, "y": Y_BOUNDS}, domains={"g": tuple(groups)} if domain else None)
     plan = plan_for(CONSISTENCY_SQL, spec)
@@ -150,9 +156,7 @@ def test_every_aggregate_sees_one_draw_of_the_kept_rows(caps: Caps, domain: bool
     con = _connect(t, source_name("t"), threads=4, seed=0.31)
     try:
         assert _scans(con, sql) == 1  # the source is read once
-        trials = 40
-        union = " UNION ALL ".join(f"SELECT {i} AS trial, * FROM ({sql})" for i in range(trials))
-        rows = con.sql(union).to_arrow_table().to_pylist()
+        rows = con.sql(sql).to_arrow_table().to_pylist()
     finally:
         con.close()
     bad = [v for r in rows for v in _violations(r, caps, tau)]
@@ -160,7 +164,7 @@ def test_every_aggregate_sees_one_draw_of_the_kept_rows(caps: Caps, domain: bool
     for (trial, user), (n, g) in _per_user_totals(rows).items():
         assert n <= caps.max_rows_per_unit and g <= caps.max_groups_per_unit, (trial, user, n, g)
     if tau is None:  # every user keeps something in every trial
-        assert len(_per_user_totals(rows)) == trials * 2 * PAIRS
+        assert len(_per_user_totals(rows)) == TRIALS * 2 * PAIRS
 
 
 @pytest.mark.parametrize("materialize", [True, False], ids=["materialized", "plain-cte"])
@@ -175,20 +179,20 @@ def test_group_cap_over_a_shared_relation_reads_one_draw(caps: Caps, materialize
         group_cap_window = False
         materialize_shared = materialize
 
-    t = _paired_rows()
+    t = _paired_rows(TRIALS * PAIRS)
     plan = plan_for(CONSISTENCY_SQL, spec_for("t", t, bounds={"x": X_BOUNDS, "y": Y_BOUNDS}))
     sql = doubles_sql(plan, caps, render(bounded_query(plan, caps, salt="s", unit_column="user_id", ops=SharedOps())))
     assert sql.count("RANDOM() AS __rnd") == 2 and ("MATERIALIZED" in sql) == materialize
     con = _connect(t, source_name("t"), threads=4, seed=0.37)
     try:
         assert _scans(con, sql) == 1
-        rows = con.sql(" UNION ALL ".join(f"SELECT {i} AS trial, * FROM ({sql})" for i in range(40))).to_arrow_table().to_pylist()
+        rows = con.sql(sql).to_arrow_table().to_pylist()
     finally:
         con.close()
     bad = [v for r in rows for v in _violations(r, caps, None)]
     assert not bad, bad[:5]
     totals = _per_user_totals(rows)
-    assert len(totals) == 40 * 2 * PAIRS
+    assert len(totals) == TRIALS * 2 * PAIRS
     for (trial, user), (n, g) in totals.items():
         assert n <= caps.max_rows_per_unit and g <= caps.max_groups_per_unit, (trial, user, n, g)
 
@@ -235,20 +239,17 @@ def _drawn_twice_disagree(t: pa.Table, plan: ir.QueryPlan, caps: Caps) -> None:
 
 def _trials(plan: ir.QueryPlan, caps: Caps, table: pa.Table, n: int, seed: float,
             edit: Any = None) -> list[list[dict[str, Any]]]:
-    """The bounded output of ``n`` independent runs (DuckDB seeded, one thread: reproducible)."""
+    """The bounded output of ``n`` independent runs over ``table``, from one query over ``n`` copies of
+    it with units and group keys of their own (``test_bounding.replica_runs``; DuckDB seeded, one
+    thread: reproducible)."""
     sql = _sql(plan, caps)
     if edit is not None:
         sql = edit(sql)
-    con = _connect(table, source_name(plan.table.name), threads=1, seed=seed)
-    out: dict[int, list[dict[str, Any]]] = {i: [] for i in range(n)}
+    con = _connect(replicas(table, n, key="g" if plan.keys else None), source_name(plan.table.name), threads=1)
     try:
-        for start in range(0, n, 200):
-            union = " UNION ALL ".join(f"SELECT {i} AS trial, * FROM ({sql})" for i in range(start, min(n, start + 200)))
-            for r in con.sql(union).to_arrow_table().to_pylist():
-                out[r["trial"]].append(r)
+        return replica_runs(con, sql, plan, table, n, seed)
     finally:
         con.close()
-    return [out[i] for i in range(n)]
 
 
 def _uniform(counts: list[int], n: int, probs: list[float]) -> bool:

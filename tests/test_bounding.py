@@ -411,7 +411,7 @@ def choices_over_salts(plan: ir.QueryPlan, caps: Caps, data: pa.Table, n: int, t
     con.register(source_name(plan.table.name), data)
     base = bounded_sql(plan, caps, "@@SALT@@", **({"ops": ops} if ops is not None else {}))
     out: dict[int, list[Any]] = {i: [] for i in range(n)}
-    batch = 150
+    batch = 25  # DuckDB plans a UNION ALL of a few dozen branches faster per branch than one of 150
     for start in range(0, n, batch):
         parts = [
             f"SELECT {i} AS trial, * FROM ({base.replace('@@SALT@@', f'{tag}-{i}')})"
@@ -421,6 +421,74 @@ def choices_over_salts(plan: ir.QueryPlan, caps: Caps, data: pa.Table, n: int, t
             out[r["trial"]].append(r)
     con.close()
     return [out[i] for i in range(n)]
+
+
+def replicas(table: pa.Table, n: int, *, key: str | None = "g", unit: str = "user_id") -> pa.Table:
+    """``n`` copies of ``table`` in one table, copy i with units of its own (``unit + i * span``, span
+    above every unit of ``table``) and, for a grouped query, group keys of its own (``f"{g}#{i}"``).
+    The row caps choose each unit's rows from that unit's rows and their per-row draws only, within
+    its own (unit, group) partitions: one bounded query over the copies makes ``n`` independent
+    choices, as ``n`` runs over ``table`` do (one query instead of ``n``; :func:`replica_runs`)."""
+    units = table.column(unit)
+    assert units.null_count == 0 and pc.min(units).as_py() >= 0
+    span = pc.max(units).as_py() + 1
+    copy = np.repeat(np.arange(n, dtype=np.int64), table.num_rows)
+    out = pa.concat_tables([table] * n)
+    out = out.set_column(out.column_names.index(unit), unit,
+                         pa.array(np.tile(units.to_numpy(), n) + copy * span, type=units.type))
+    if key is not None:
+        keys = table.column(key).to_pylist()
+        assert all(isinstance(k, str) and "#" not in k for k in keys), keys
+        out = out.set_column(out.column_names.index(key), key, pa.array([f"{k}#{i}" for i in range(n) for k in keys]))
+    return out
+
+
+def per_unit(sql: str) -> str:
+    """An ungrouped bounded query with its last aggregate (the sums over units of each unit's
+    bounded contribution) split by unit: every step that chooses rows is the query's own."""
+    head, tail = "SELECT COUNT(*) AS __users, ", ") AS __ug"
+    assert sql.count(head) == 1 and sql.count(tail) == 1, sql
+    return sql.replace(head, "SELECT __unit, COUNT(*) AS __users, ").replace(tail, tail + " GROUP BY __unit")
+
+
+def replica_runs(con: duckdb.DuckDBPyConnection, sql: str, plan: ir.QueryPlan, table: pa.Table, n: int,
+                 seed: float, *, unit: str = "user_id") -> list[list[dict[str, Any]]]:
+    """The bounded output of ``n`` independent runs of ``sql`` over ``table``, from one query over
+    ``replicas(table, n)`` (which ``con`` holds as the plan's source; one thread, ``setseed(seed)``:
+    reproducible). Grouped: each output row belongs to the run named by its key's suffix, and gets
+    its key back as spelled in ``table``. Ungrouped (``table`` has one unit): the unit's own
+    bounded row (:func:`per_unit`), checked to add up to the query's row under the same draws."""
+    con.execute(f"SELECT setseed({seed})").fetchall()
+    out: dict[int, list[dict[str, Any]]] = {i: [] for i in range(n)}
+    if plan.keys:
+        assert len(plan.keys) == 1
+        for r in con.sql(sql).to_arrow_table().to_pylist():
+            r["__k0"], _, i = r["__k0"].rpartition("#")
+            out[int(i)].append(r)
+        return [out[i] for i in range(n)]
+    units = set(table.column(unit).to_pylist())
+    assert len(units) == 1, units  # one unit per run: its bounded row is the run's output
+    span = units.pop() + 1
+    rows = con.sql(per_unit(sql)).to_arrow_table().to_pylist()
+    for r in rows:
+        out[r.pop("__unit") // span].append(r)
+    con.execute(f"SELECT setseed({seed})").fetchall()
+    (whole,) = con.sql(sql).to_arrow_table().to_pylist()
+    assert whole == {c: sum(type(v)(r[c]) for r in rows) for c, v in whole.items()}, whole
+    return [out[i] for i in range(n)]
+
+
+def choices_over_copies(plan: ir.QueryPlan, caps: Caps, data: pa.Table, n: int) -> list[list[Any]]:
+    """What :func:`choices_over_salts` gives for DuckDB's per-row ``RANDOM()`` row choice, whose
+    salt only orders a unit's groups: ``n`` runs as one query over ``n`` copies of ``data``
+    (:func:`replica_runs`), one salt, the same seed."""
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    con.register(source_name(plan.table.name), replicas(data, n, key="g" if plan.keys else None))
+    try:
+        return replica_runs(con, bounded_sql(plan, caps, "copies"), plan, data, n, 0.25)
+    finally:
+        con.close()
 
 
 N_SALTS = 400
@@ -477,22 +545,25 @@ def test_row_choice_counts_repeated_values_once_per_row(ops: Any) -> None:
     # one user, one group, rows with values 1, 1, 1, 2 and k = 1: each *row* is kept with
     # probability 1/4, so the value 1 with probability 3/4. DuckDB's default: the row with the
     # smallest per-row RANDOM() (identical rows draw separately); reproducible from the salt: an
-    # exponential race over the distinct values, weighted by their numbers of rows
+    # exponential race over the distinct values, weighted by their numbers of rows. The salted race
+    # runs over salts; the per-row draw (not keyed by the salt) over copies of the unit in one query
     t = pa.table({"user_id": pa.array([5] * 4, type=pa.int64()), "g": ["a"] * 4, "amount": [1.0, 1.0, 2.0, 1.0]})
     plan = plan_for("SELECT g, SUM(amount) FROM t GROUP BY g", spec_for("t", t, bounds={"amount": (0, 10)}))
     sql = bounded_sql(plan, Caps(1, 1), "s", **({"ops": ops} if ops is not None else {}))
     assert ("RANDOM()" in sql) == (ops is None) and ("LN(" in sql) == (ops is not None)
-    runs = choices_over_salts(plan, Caps(1, 1), t, N_SALTS, "repeated", ops)
+    runs = (choices_over_salts(plan, Caps(1, 1), t, N_SALTS, "repeated", ops) if ops is not None
+            else choices_over_copies(plan, Caps(1, 1), t, N_SALTS))
     ones = sum(1 for r in runs if r[0]["__a0"] == 1.0)
     assert sum(1 for r in runs if r[0]["__a0"] == 2.0) == N_SALTS - ones
     assert binomtest(ones, N_SALTS, 0.75).pvalue >= ALPHA, ones
     # negative control: a choice among the distinct values, unweighted (the keyed hash of the
     # value alone), keeps 1 about half of the time and fails the same test
     con = duckdb.connect()
-    rows = con.sql(" UNION ALL ".join(
-        f"SELECT arg_min(v, hash(xor(hash(v), hash('repeated-{i}')))) AS v FROM (SELECT DISTINCT v FROM "
-        "(VALUES (1.0), (1.0), (2.0), (1.0)) AS x(v))" for i in range(N_SALTS))).fetchall()
+    rows = con.sql(  # one salt 'repeated-<i>' per i
+        "SELECT arg_min(v, hash(xor(hash(v), hash('repeated-' || i)))) AS v FROM range(" + str(N_SALTS) + ") AS s(i), "
+        "(SELECT DISTINCT v FROM (VALUES (1.0), (1.0), (2.0), (1.0)) AS x(v)) GROUP BY i").fetchall()
     con.close()
+    assert len(rows) == N_SALTS
     unweighted = sum(1 for (v,) in rows if v == 1.0)
     assert binomtest(unweighted, N_SALTS, 0.75).pvalue < ALPHA, unweighted
 
@@ -502,13 +573,15 @@ def test_k_rows_kept_are_a_uniform_subset_of_rows(ops: Any) -> None:
     # one user, one group, rows with values 1, 1, 2, 4 and k = 2: each of the 6 two-row subsets
     # is equally likely, so the kept sum is 2 (the two 1s) w.p. 1/6, 3 w.p. 2/6, 5 w.p. 2/6,
     # 6 w.p. 1/6. DuckDB's default keeps the two smallest per-row RANDOM() draws (one window);
-    # reproducible from the salt: the keyed hash of the rows' numbers by value
+    # reproducible from the salt: the keyed hash of the rows' numbers by value (runs over salts;
+    # the per-row draw, not keyed by the salt, over copies of the unit in one query)
     t = pa.table({"user_id": pa.array([5] * 4, type=pa.int64()), "g": ["a"] * 4, "amount": [1.0, 2.0, 1.0, 4.0]})
     plan = plan_for("SELECT g, SUM(amount) FROM t GROUP BY g", spec_for("t", t, bounds={"amount": (0, 10)}))
     sql = bounded_sql(plan, Caps(1, 2), "s", **({"ops": ops} if ops is not None else {}))
     assert ("RANDOM() AS __rnd__rows" in sql) == (ops is None) and ("__idx" in sql) == (ops is not None)
     n = 600
-    runs = choices_over_salts(plan, Caps(1, 2), t, n, "subsets", ops)
+    runs = (choices_over_salts(plan, Caps(1, 2), t, n, "subsets", ops) if ops is not None
+            else choices_over_copies(plan, Caps(1, 2), t, n))
     sums = Counter(r[0]["__a0"] for r in runs)
     assert set(sums) <= {2.0, 3.0, 5.0, 6.0}
     counts = [sums[2.0], sums[3.0], sums[5.0], sums[6.0]]
