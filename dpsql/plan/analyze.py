@@ -322,8 +322,10 @@ class _Builder:
             elif isinstance(arg, exp.Column):
                 kind, column = ir.COUNT_COL, arg.name.lower()
             else:
-                self.bad(node, "COUNT takes *, a column, or DISTINCT column; compute expressions in WHERE or GROUP BY")
-                return None
+                value = self.count_value(node, arg)
+                if value is None:
+                    return None
+                kind = ir.COUNT_COL
         elif type(node) in _VALUE_KINDS or isinstance(node, exp.Anonymous):
             kind = _value_kind(node)
             fn = _written(node)
@@ -359,6 +361,29 @@ class _Builder:
         agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds, quantile=p, value=value)
         self.aggregates.append(agg)
         return exp.column(agg.name)
+
+    def count_value(self, node: exp.Expression, arg: exp.Expression) -> exp.Expression | None:
+        """COUNT(expr), e.g. ``COUNT(CASE WHEN status = 'paid' THEN 1 END)``: the rows where the
+        expression, typed and rendered total by dpsql's typer (a conversion that fails gives NULL, as
+        everywhere in dpsql), is not NULL; as the value ``CASE WHEN (expr) IS NOT NULL THEN 1 END``,
+        whose non-NULL rows a COUNT counts (the count of a column, with the same caps and noise)."""
+        assert self.table is not None
+        before = len(self.violations)
+        try:  # allow-list, depth and rendered size: the limits of every typed expression
+            type_checked(arg, dict(self.table.schema))
+        except TypeRefusal as e:
+            for n, m in e.problems:
+                self.bad(n if n is not None else node, f"COUNT: {m}")
+        if len(self.violations) != before:
+            return None
+        inner = arg.copy()
+        for c in inner.find_all(exp.Column):
+            c.set("table", None)
+            c.set("db", None)
+            c.set("catalog", None)
+            c.set("this", exp.to_identifier(c.name.lower()))
+        present = exp.Not(this=exp.Is(this=exp.Paren(this=inner), expression=exp.Null()))
+        return exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
 
     def value_bounds(self, node: exp.Expression, arg: exp.Expression, fn: str
                      ) -> tuple[str | None, exp.Expression | None, tuple[float, float]] | None:
