@@ -107,6 +107,20 @@ def test_query_rows_on_stdout_cost_on_stderr(workdir: Path, capsys: pytest.Captu
     assert "epsilon" not in out
 
 
+def test_a_release_warning_is_printed_on_stderr_and_kept_in_the_meta(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # the warning itself (a MIN above its MAX) is tested in test_quantile.py; here, that the CLI shows it
+    from dpsql.mechanisms import quantile
+
+    monkeypatch.setattr(quantile, "_min_above_max", lambda *a: ["MIN(amount) came out above MAX(amount) in 2 of 20 groups"])
+    sql = "SELECT country, MIN(amount) AS lo, MAX(amount) AS hi FROM events GROUP BY country"
+    assert run([*CFG, "query", sql, "--epsilon", "0.5", "--format", "json", "-o", "out.json"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: MIN(amount) came out above MAX(amount) in 2 of 20 groups" in err
+    assert json.loads((workdir / "out.json").read_text())["meta"]["warnings"] == [
+        "MIN(amount) came out above MAX(amount) in 2 of 20 groups"]
+
+
 @pytest.mark.parametrize("fmt", ["table", "csv", "json", "parquet"])
 def test_output_formats_to_file(fmt: str, workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = workdir / f"out.{fmt}"

@@ -116,6 +116,8 @@ class Released:
     final: bool = False
     #: values computed from the released ones (post-processing) that the Release's details carry
     details: dict[str, Any] = field(default_factory=dict)
+    #: notes on the released values (post-processing: a function of them and public settings only)
+    notes: list[str] = field(default_factory=list)
 
 
 class Mechanism(Protocol):
