@@ -37,6 +37,7 @@ from dpsql.plan.typer import (
     type_checked,
     type_key,
     type_predicate,
+    type_value,
 )
 
 _POLICY_PREFIX = "[policy] "
@@ -383,7 +384,13 @@ class _Builder:
             c.set("catalog", None)
             c.set("this", exp.to_identifier(c.name.lower()))
         present = exp.Not(this=exp.Is(this=exp.Paren(this=inner), expression=exp.Null()))
-        return exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
+        value = exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
+        try:  # the value as the bounded query renders it: typed now, so nothing is refused after the charge
+            type_value(value, dict(self.table.schema))
+        except TypeRefusal as e:
+            self.bad(node, f"COUNT: {e.problems[0][1] if e.problems else 'its argument cannot be typed'}")
+            return None
+        return value
 
     def value_bounds(self, node: exp.Expression, arg: exp.Expression, fn: str
                      ) -> tuple[str | None, exp.Expression | None, tuple[float, float]] | None:
