@@ -159,3 +159,14 @@ def test_explain_shows_the_count_and_the_charge_is_the_count_s(s: Any) -> None:
     before = s.remaining()
     s.query("SELECT status, COUNT(CASE WHEN amount > 50 THEN 1 END) FROM t GROUP BY status", epsilon=1.0)
     assert math.isclose(before.epsilon - s.remaining().epsilon, 1.0)
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(amount, status) FROM t", "SELECT COUNT(amount + 1, status) FROM t",
+                                 "SELECT status, COUNT(status, amount) FROM t GROUP BY status"])
+def test_count_of_several_arguments_is_refused_for_free_not_answered_as_the_first(s: Any, sql: str) -> None:
+    # DuckDB has no COUNT(a, b); answering COUNT(a) for it would silently drop b
+    before, rows = s.remaining(), s.history().num_rows
+    for run in (s.query, s.explain):
+        with pytest.raises(errors.UnsupportedQueryError, match="COUNT takes one argument"):
+            run(sql, epsilon=1.0)
+    assert s.remaining() == before and s.history().num_rows == rows
