@@ -309,6 +309,10 @@ class _Builder:
                 return None
             bounds = declared
         elif isinstance(node, exp.Count):
+            if node.expressions:  # COUNT(a, b): DuckDB has no such COUNT; never answer COUNT(a) for it
+                self.bad(node, "COUNT takes one argument (*, a column or an expression); count each one separately, "
+                               "or write COUNT(CASE WHEN a IS NOT NULL AND b IS NOT NULL THEN 1 END)")
+                return None
             if isinstance(arg, exp.Star) or arg is None:
                 kind = ir.COUNT_STAR
             elif isinstance(arg, exp.Distinct):
