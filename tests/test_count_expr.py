@@ -170,3 +170,19 @@ def test_count_of_several_arguments_is_refused_for_free_not_answered_as_the_firs
         with pytest.raises(errors.UnsupportedQueryError, match="COUNT takes one argument"):
             run(sql, epsilon=1.0)
     assert s.remaining() == before and s.history().num_rows == rows
+
+
+def test_cli_query_and_laplace(workdir: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import run_cli
+
+    cfg = ["--config", "examples/dpsql.toml"]
+    sql = "SELECT country, COUNT(CASE WHEN amount > 50 THEN 1 END) AS big FROM events GROUP BY country ORDER BY big DESC"
+    assert run_cli([*cfg, "query", sql, "--epsilon", "0.5", "--format", "json", "-o", "out.json"]) == 0
+    import json
+    doc = json.loads((workdir / "out.json").read_text())
+    assert doc["meta"]["cost"] == {"epsilon": 0.5, "delta": 0.0} and doc["meta"]["warnings"] == []
+    assert len(doc["rows"]) == 20 and all(isinstance(r["big"], int) for r in doc["rows"])
+    assert "warning:" not in capsys.readouterr().err
+    # refused for free on the CLI too (exit 2, nothing charged)
+    assert run_cli([*cfg, "query", "SELECT COUNT(amount, age) FROM events", "--epsilon", "0.5"]) == 2
+    assert "COUNT takes one argument" in capsys.readouterr().err
