@@ -24,7 +24,8 @@ class Release:
     ``details``: the mechanism's public parameters (as in explain and the ledger row);
     ``notes``: what the release means (thresholds, bounding), in words. ``warnings``: what the
     released values themselves show that a reader could misread (e.g. a MIN above its MAX), from
-    the released values and public settings only.
+    the released values and public settings only, about the rows returned (after HAVING, ORDER BY
+    and LIMIT).
     """
 
     table: pa.Table
