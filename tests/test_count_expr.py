@@ -186,3 +186,15 @@ def test_cli_query_and_laplace(workdir: Any, capsys: pytest.CaptureFixture[str])
     # refused for free on the CLI too (exit 2, nothing charged)
     assert run_cli([*cfg, "query", "SELECT COUNT(amount, age) FROM events", "--epsilon", "0.5"]) == 2
     assert "COUNT takes one argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arg", ["1", "'x'", "TRUE", "-1", "1.5"])
+def test_count_of_a_literal_is_count_star_with_its_accuracy(s: Any, arg: str) -> None:
+    # COUNT(1) counts every kept row, as COUNT(*): the same aggregate, so the same noise and threshold
+    # (as a value it was a second released column next to the distinct-unit count, with more noise)
+    plan = plan_for(f"SELECT COUNT({arg}), COUNT(*) FROM t", spec_for("t", people(), unit="uid"))
+    assert [a.kind for a in plan.aggregates] == [ir.COUNT_STAR]
+    star = s.explain("SELECT code, COUNT(*) FROM t GROUP BY code", epsilon=1.0, delta=1e-6)
+    lit = s.explain(f"SELECT code, COUNT({arg}) FROM t GROUP BY code", epsilon=1.0, delta=1e-6)
+    assert lit.parameters["sigma"] == star.parameters["sigma"] and lit.parameters["tau_star"] == star.parameters["tau_star"]
+    assert s.query(f"SELECT COUNT({arg}) AS n FROM t", epsilon=1.0).to_pylist() == [{"n": 300}]
