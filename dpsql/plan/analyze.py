@@ -211,6 +211,13 @@ def _filter_fix(node: exp.Filter) -> str:
     return "move the condition into WHERE (a separate query if the other aggregates must not have it)"
 
 
+def _never_null_literal(e: exp.Expression) -> bool:
+    """A literal number, string or boolean (optionally negated): never NULL on any row."""
+    while isinstance(e, (exp.Neg, exp.Paren)):
+        e = e.this
+    return isinstance(e, (exp.Literal, exp.Boolean))
+
+
 class _Builder:
     def __init__(self, sql: str, catalog: Mapping[str, TableSpec]) -> None:
         self.sql = sql
@@ -313,7 +320,8 @@ class _Builder:
                 self.bad(node, "COUNT takes one argument (*, a column or an expression); count each one separately, "
                                "or write COUNT(CASE WHEN a IS NOT NULL AND b IS NOT NULL THEN 1 END)")
                 return None
-            if isinstance(arg, exp.Star) or arg is None:
+            if isinstance(arg, exp.Star) or arg is None or _never_null_literal(arg):
+                # COUNT(1), COUNT('x'): every kept row, as COUNT(*) (one aggregate: no second released column)
                 kind = ir.COUNT_STAR
             elif isinstance(arg, exp.Distinct):
                 exprs = arg.expressions
