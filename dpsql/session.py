@@ -204,9 +204,7 @@ class Session:
         self._bind_check(r)
         req, desc, mech = r.request, r.description, r.mechanism
         clip = bool(req.options.get("clip_negative", False))
-        table: pa.Table = pa.table({})
-        accuracy: dict[str, dict[str, Any]] = {}
-        warnings: list[str] = []
+        table, accuracy, warnings = pa.table({}), dict[str, dict[str, Any]](), list[str]()
         if desc.reuse_of is not None:  # post-processing of a stored release: costs nothing, recorded once answered
             released = mech.release(r.calibration, None, self._noise)
             if req.plan is not None and not released.final:
