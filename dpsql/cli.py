@@ -830,6 +830,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 print(f"  {col}: {acc['note']}", file=sys.stderr)
         if rel.details.get("estimates"):
             print(f"  estimates: {rel.details['estimates']}", file=sys.stderr)
+        for w in rel.warnings:
+            print(f"warning: {w}", file=sys.stderr)
         if "tau_star" in rel.details:
             print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
                   "a group missing from the output is not a zero", file=sys.stderr)

@@ -144,8 +144,9 @@ def nonnegative_aggregates(plan: ir.QueryPlan) -> list[str]:
 
 def apply(
     backend: _Runs, plan: ir.QueryPlan, released: Released, *, nonnegative: bool = False, estimates: str | None = None
-) -> tuple[pa.Table, dict[str, dict[str, Any]]]:
-    """The caller's table from the released values, and the accuracy of each output column.
+) -> tuple[pa.Table, dict[str, dict[str, Any]], list[str]]:
+    """The caller's table from the released values, the accuracy of each output column, and the notes on
+    the rows shown (``Released.notes``, then each of ``Released.row_notes`` for the rows that came out).
 
     ``nonnegative`` (the ``clip_negative`` option): aggregates that cannot be negative are
     released as max(0, value) before the outputs, HAVING and ORDER BY see them. ``estimates``:
@@ -165,9 +166,27 @@ def apply(
                 alias = "_" + alias
             taken.add(alias)
             hidden.append((f"__row_acc_{o.source}", alias))
+    flagged: list[str] = []
+    for i, (flags, _) in enumerate(released.row_notes):
+        table = table.append_column(f"__row_note_{i}", flags)
+        alias = f"__rn_{i}"
+        while alias in taken:
+            alias = "_" + alias
+        taken.add(alias)
+        flagged.append(alias)
+        hidden.append((f"__row_note_{i}", alias))
     out = backend.post_process(table, lambda rel: post_ast(plan, exp.to_table(rel), hidden, total=True))
+    # notes on the rows shown (after HAVING, ORDER BY, LIMIT): the flags of the rows that came out
+    notes = list(released.notes)
+    for (_, note), alias in zip(released.row_notes, flagged, strict=True):
+        text = note(sum(bool(f) for f in out.column(alias).to_pylist()), out.num_rows)
+        if text is not None:
+            notes.append(text)
+        out = out.drop_columns([alias])
     rows_acc: dict[str, list[Any]] = {}
     for col, alias in hidden:
+        if alias in flagged:
+            continue
         rows_acc[col.removeprefix("__row_acc_")] = out.column(alias).to_pylist()
         out = out.drop_columns([alias])
     by_output: dict[str, dict[str, Any]] = {}
@@ -179,4 +198,4 @@ def apply(
             by_output[o.name] = {**acc, "estimates": estimates} if estimates else acc
         elif o.source is None:
             by_output[o.name] = {"note": "derived from released values (post-processing)"}
-    return out, by_output
+    return out, by_output, notes

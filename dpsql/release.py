@@ -22,7 +22,10 @@ class Release:
     after per-user contribution bounding). ``ledger_id``: the ledger entry of the charge.
     ``reused``: True when answered for free from an earlier release (post-processing).
     ``details``: the mechanism's public parameters (as in explain and the ledger row);
-    ``notes``: what the release means (thresholds, bounding), in words.
+    ``notes``: what the release means (thresholds, bounding), in words. ``warnings``: what the
+    released values themselves show that a reader could misread (e.g. a MIN above its MAX), from
+    the released values and public settings only, about the rows returned (after HAVING, ORDER BY
+    and LIMIT).
     """
 
     table: pa.Table
@@ -33,6 +36,7 @@ class Release:
     reused: bool = False
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_pylist(self) -> list[dict[str, Any]]:
         return python_rows(self.table)
@@ -48,6 +52,7 @@ class Release:
             "accuracy": _json_safe(self.accuracy),
             "parameters": _json_safe(self.details),
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
         if remaining is not None:
             out["remaining"] = {"epsilon": remaining.epsilon, "delta": remaining.delta}

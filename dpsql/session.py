@@ -204,12 +204,11 @@ class Session:
         self._bind_check(r)
         req, desc, mech = r.request, r.description, r.mechanism
         clip = bool(req.options.get("clip_negative", False))
-        table: pa.Table = pa.table({})
-        accuracy: dict[str, dict[str, Any]] = {}
+        table, accuracy, warnings = pa.table({}), dict[str, dict[str, Any]](), list[str]()
         if desc.reuse_of is not None:  # post-processing of a stored release: costs nothing, recorded once answered
             released = mech.release(r.calibration, None, self._noise)
             if req.plan is not None and not released.final:
-                table, accuracy = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))
+                table, accuracy, warnings = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))
             entry = self._ledger.record_reuse(source_entry_id=desc.reuse_of, query=req.text, tables=req.tables,
                                               params=desc.parameters)
         else:
@@ -220,13 +219,13 @@ class Session:
                 rows = self._engine.fetch_arrow(ast) if ast is not None else None
                 released = mech.release(r.calibration, rows, self._noise)
                 if req.plan is not None and not released.final:
-                    table, accuracy = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))
+                    table, accuracy, warnings = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))
             record_release(self._ledger, entry, released.commit)
         if released.final or req.plan is None:  # a workload: one count per query
             rows = postprocess.clip_negative(released.table, ["count"]) if clip else released.table
             return WorkloadRelease(rows, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
                                    {**_details(desc), **released.details}, list(desc.notes))
-        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, _details(desc), list(desc.notes))
+        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, _details(desc), list(desc.notes), warnings)
 
     def _check_open(self) -> None:
         if self._closed:

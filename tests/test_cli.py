@@ -12,7 +12,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import make_events
@@ -105,6 +107,24 @@ def test_query_rows_on_stdout_cost_on_stderr(workdir: Path, capsys: pytest.Captu
     assert "cost: epsilon=0.5 delta=1e-06" in err and "remaining: epsilon=9.5" in err
     assert "noise std" in err
     assert "epsilon" not in out
+
+
+def test_a_release_warning_is_printed_on_stderr_and_kept_in_the_meta(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # the warning itself (a MIN above its MAX) is tested in test_quantile.py; here, that the CLI shows it
+    from dpsql.mechanisms import quantile
+
+    def crossed(aggs: Any, cols: Any, cal: Any, grouped: bool) -> Any:
+        n = len(cols[aggs[0].name])
+        return [(pa.array([True] * n), lambda flagged, shown: "MIN(amount) came out above MAX(amount) in 2 of 20 groups")]
+
+    monkeypatch.setattr(quantile, "_min_above_max", crossed)
+    sql = "SELECT country, MIN(amount) AS lo, MAX(amount) AS hi FROM events GROUP BY country"
+    assert run([*CFG, "query", sql, "--epsilon", "0.5", "--format", "json", "-o", "out.json"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: MIN(amount) came out above MAX(amount) in 2 of 20 groups" in err
+    assert json.loads((workdir / "out.json").read_text())["meta"]["warnings"] == [
+        "MIN(amount) came out above MAX(amount) in 2 of 20 groups"]
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json", "parquet"])

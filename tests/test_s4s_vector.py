@@ -320,6 +320,9 @@ def test_several_people_per_tuple_run_algorithm_5() -> None:
     assert "sigma" not in p  # the data-dependent scale is never shown
     default = s.explain(Q5ISH, epsilon=4.0, delta=1e-7)
     assert default.mechanism == "r2t" and default.parameters["q"] == 1.0
+    # the label is R2T's, the reason says which algorithm that is here
+    assert "DP-S4S vector form, unsampled variant (mechanism 'r2t'), q = 1 " in default.reason
+    assert "unsampled" not in ex.reason and "q = 0.25 " in ex.reason
     before = s.remaining()
     use_noise(s, zero_noise())
     r = s.query(Q5ISH, epsilon=4.0, delta=1e-7, options={"q": 0.25})

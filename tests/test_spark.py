@@ -137,6 +137,14 @@ QUERIES = {
     "count_distinct_one_row": "SELECT country, COUNT(DISTINCT url) AS n, SUM(amount) AS s FROM events1 GROUP BY country",
     "count_distinct_nulls": "SELECT country, COUNT(DISTINCT ref) AS n FROM events GROUP BY country",
     "count_distinct_nulls_one_row": "SELECT COUNT(DISTINCT ref) AS n FROM events1",
+    # COUNT(expr): the rows where the typed, total expression is not NULL (conversions that fail are NULL)
+    "count_expr": ("SELECT country, COUNT(CASE WHEN amount > 50 THEN 1 END) AS n, COUNT(CASE WHEN length(ref) > 2 "
+                   "THEN ref END) AS r, SUM(CASE WHEN amount > 50 THEN amount END) AS s FROM events GROUP BY country"),
+    "count_expr_sparse": "SELECT url, COUNT(CAST(ref AS INT)) AS n, COUNT(NULLIF(action, 'view')) AS m FROM events GROUP BY url",
+    "count_expr_one_row": "SELECT country, COUNT(CASE WHEN action = 'share' THEN day END) AS n FROM events1 GROUP BY country",
+    # isnan(NULL) is NULL on DuckDB, where Spark's isnan gives false
+    "count_expr_isnan_null": ("SELECT country, COUNT(isnan(CAST(ref AS DOUBLE))) AS n, COUNT(CASE WHEN NOT isnan(CAST(ref AS "
+                              "DOUBLE)) THEN 1 END) AS m FROM events GROUP BY country"),
 }
 WORKLOAD = [
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 29",

@@ -580,6 +580,10 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
     lowered_list = _list_lowered(node)
     if lowered_list is not None:
         return lowered_list
+    if isinstance(node, exp.IsNan):
+        # DuckDB's isnan(NULL) is NULL, Spark's is false: NULL in, NULL out
+        return exp.Case(ifs=[exp.If(this=exp.Is(this=node.this.copy(), expression=exp.Null()), true=exp.Null())],
+                        default=node)
     if isinstance(node, _SAME):
         return node
     raise _refuse(node)

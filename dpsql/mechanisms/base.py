@@ -116,6 +116,12 @@ class Released:
     final: bool = False
     #: values computed from the released ones (post-processing) that the Release's details carry
     details: dict[str, Any] = field(default_factory=dict)
+    #: notes on the released values (post-processing: a function of them and public settings only)
+    notes: list[str] = field(default_factory=list)
+    #: notes on the rows the caller is shown: per note, one flag per released row (riding along through
+    #: HAVING, ORDER BY and LIMIT, as ``row_accuracy``) and the note for (flagged rows shown, rows shown), or
+    #: None (post-processing, as ``notes``)
+    row_notes: list[tuple[pa.Array, Callable[[int, int], str | None]]] = field(default_factory=list)
 
 
 class Mechanism(Protocol):

@@ -93,6 +93,7 @@ as that synopsis bounded them), which the release states.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -280,6 +281,33 @@ class QuantileCalibration:
 
 def _quantile_aggs(plan: ir.QueryPlan) -> list[ir.Aggregate]:
     return [a for a in plan.aggregates if a.kind in ir.QUANTILE_KINDS]
+
+
+def _min_above_max(aggs: list[ir.Aggregate], cols: dict[str, Any], cal: QuantileCalibration, grouped: bool
+                   ) -> list[tuple[pa.Array, Callable[[int, int], str | None]]]:
+    """Per released row, whether its MIN(col) lies above the MAX(col) of its group (post-processing of
+    released values), with the note for the rows the caller is shown (after HAVING, ORDER BY and LIMIT):
+    MIN and MAX are the c-th smallest and largest kept values, so with fewer than about 2c kept rows, or
+    within their rank errors, they cross; neither is adjusted."""
+    notes: list[tuple[pa.Array, Callable[[int, int], str | None]]] = []
+    for j, lo in enumerate(aggs):
+        for i, hi in enumerate(aggs):
+            if lo.kind != ir.MIN or hi.kind != ir.MAX or lo.column != hi.column:
+                continue
+            a = np.asarray(cols[lo.name].to_numpy(zero_copy_only=False), dtype=np.float64)
+            b = np.asarray(cols[hi.name].to_numpy(zero_copy_only=False), dtype=np.float64)
+            text = (f"{lo.sql} came out above {hi.sql}{{where}}: they estimate the c-th smallest and the c-th largest "
+                    f"kept values (c = {cal.targets[j]:g} and {cal.targets[i]:g}: rank_target), which cross when a group "
+                    f"keeps fewer than about {cal.targets[j] + cal.targets[i]:g} rows, and each may miss its rank by up "
+                    "to rank_error_95 rows; a larger epsilon lowers c and the rank error (neither value is adjusted)")
+
+            def note(crossed: int, shown: int, text: str = text) -> str | None:
+                if not crossed:
+                    return None
+                return text.format(where=f" in {crossed} of {shown} groups" if grouped else "")
+
+            notes.append((pa.array(a > b, type=pa.bool_()), note))
+    return notes
 
 
 class QuantileMechanism:
@@ -503,7 +531,8 @@ class QuantileMechanism:
                          f"as asked up to {cal.rank_error(j):.3g} rows, relative to the best grid point (a rank, not a "
                          "value interval)"),
             }
-        return Released(table=pa.table(cols), accuracy=accuracy)
+        return Released(table=pa.table(cols), accuracy=accuracy,
+                        row_notes=_min_above_max(aggs, cols, cal, bool(cal.plan.keys)))
 
     def _from_synopsis(self, cal: QuantileCalibration) -> Released:
         from dpsql.mechanisms.ranges import answer, load_synopsis

@@ -331,8 +331,11 @@ def _route_grouped_join(
         reason = ("GROUP BY over a join with one person per tuple: per-person L2 clipping of the vector of group totals "
                   "in the engine, Gaussian noise (no sampling)")
     else:
-        reason = (f"GROUP BY over a join: DP-S4S vector form (q = {options.get('q', 1.0 if name == MechanismName.R2T else 1 / 16):g}; "
-                  "SVT over tau, SOCP truncation, smooth-sensitivity Gaussian under Renyi DP)")
+        # mechanism 'r2t' over a GROUP BY is the vector form's unsampled variant (q = 1): say so, as the label is R2T's
+        variant = "unsampled variant (mechanism 'r2t'), " if name == MechanismName.R2T else ""
+        reason = (f"GROUP BY over a join: DP-S4S vector form, {variant}q = "
+                  f"{options.get('q', 1.0 if name == MechanismName.R2T else 1 / 16):g} (SVT over tau, SOCP truncation, "
+                  "smooth-sensitivity Gaussian under Renyi DP)")
     return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason)
 
 

@@ -37,6 +37,7 @@ from dpsql.plan.typer import (
     type_checked,
     type_key,
     type_predicate,
+    type_value,
 )
 
 _POLICY_PREFIX = "[policy] "
@@ -211,6 +212,13 @@ def _filter_fix(node: exp.Filter) -> str:
     return "move the condition into WHERE (a separate query if the other aggregates must not have it)"
 
 
+def _never_null_literal(e: exp.Expression) -> bool:
+    """A literal number, string or boolean (optionally negated): never NULL on any row."""
+    while isinstance(e, (exp.Neg, exp.Paren)):
+        e = e.this
+    return isinstance(e, (exp.Literal, exp.Boolean))
+
+
 class _Builder:
     def __init__(self, sql: str, catalog: Mapping[str, TableSpec]) -> None:
         self.sql = sql
@@ -309,7 +317,12 @@ class _Builder:
                 return None
             bounds = declared
         elif isinstance(node, exp.Count):
-            if isinstance(arg, exp.Star) or arg is None:
+            if node.expressions:  # COUNT(a, b): DuckDB has no such COUNT; never answer COUNT(a) for it
+                self.bad(node, "COUNT takes one argument (*, a column or an expression); count each one separately, "
+                               "or write COUNT(CASE WHEN a IS NOT NULL AND b IS NOT NULL THEN 1 END)")
+                return None
+            if isinstance(arg, exp.Star) or arg is None or _never_null_literal(arg):
+                # COUNT(1), COUNT('x'): every kept row, as COUNT(*) (one aggregate: no second released column)
                 kind = ir.COUNT_STAR
             elif isinstance(arg, exp.Distinct):
                 exprs = arg.expressions
@@ -323,8 +336,10 @@ class _Builder:
             elif isinstance(arg, exp.Column):
                 kind, column = ir.COUNT_COL, arg.name.lower()
             else:
-                self.bad(node, "COUNT takes *, a column, or DISTINCT column; compute expressions in WHERE or GROUP BY")
-                return None
+                value = self.count_value(node, arg)
+                if value is None:
+                    return None
+                kind = ir.COUNT_COL
         elif type(node) in _VALUE_KINDS or isinstance(node, exp.Anonymous):
             kind = _value_kind(node)
             fn = _written(node)
@@ -360,6 +375,35 @@ class _Builder:
         agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds, quantile=p, value=value)
         self.aggregates.append(agg)
         return exp.column(agg.name)
+
+    def count_value(self, node: exp.Expression, arg: exp.Expression) -> exp.Expression | None:
+        """COUNT(expr), e.g. ``COUNT(CASE WHEN status = 'paid' THEN 1 END)``: the rows where the
+        expression, typed and rendered total by dpsql's typer (a conversion that fails gives NULL, as
+        everywhere in dpsql), is not NULL; as the value ``CASE WHEN (expr) IS NOT NULL THEN 1 END``,
+        whose non-NULL rows a COUNT counts (the count of a column, with the same caps and noise)."""
+        assert self.table is not None
+        before = len(self.violations)
+        try:  # allow-list, depth and rendered size: the limits of every typed expression
+            type_checked(arg, dict(self.table.schema))
+        except TypeRefusal as e:
+            for n, m in e.problems:
+                self.bad(n if n is not None else node, f"COUNT: {m}")
+        if len(self.violations) != before:
+            return None
+        inner = arg.copy()
+        for c in inner.find_all(exp.Column):
+            c.set("table", None)
+            c.set("db", None)
+            c.set("catalog", None)
+            c.set("this", exp.to_identifier(c.name.lower()))
+        present = exp.Not(this=exp.Is(this=exp.Paren(this=inner), expression=exp.Null()))
+        value = exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
+        try:  # the value as the bounded query renders it: typed now, so nothing is refused after the charge
+            type_value(value, dict(self.table.schema))
+        except TypeRefusal as e:
+            self.bad(node, f"COUNT: {e.problems[0][1] if e.problems else 'its argument cannot be typed'}")
+            return None
+        return value
 
     def value_bounds(self, node: exp.Expression, arg: exp.Expression, fn: str
                      ) -> tuple[str | None, exp.Expression | None, tuple[float, float]] | None:

@@ -600,8 +600,10 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
     value_cols: list[str] = []
     for a in plan.aggregates:
         if a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT):
-            assert a.column is not None
-            proj.append(exp.alias_(_raw_column(a.column, plan.table.schema), f"{a.name}_v"))
+            # a column as it is; COUNT(expr) reads its typed value (1, or NULL where expr is NULL)
+            raw = (_raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
+                   else aggregate_input(a, plan.table.schema, ops))
+            proj.append(exp.alias_(raw, f"{a.name}_v"))
             value_cols.append(f"{a.name}_v")
         elif a.kind in ir.VALUE_KINDS:
             proj.append(exp.alias_(_clamped_input(a, plan.table.schema, ops), f"{a.name}_v"))
