@@ -309,3 +309,30 @@ def test_lemma_3_1_at_large_epsilon_over_tau_by_direct_summation(eps: float, tau
     if (eps, tau, n, q) == (40.0, 1.0, 3, 0.5):
         assert want == pytest.approx(math.log(0.125 + 0.875 * math.exp(40.0)), rel=1e-15)
         assert want - (40.0 + math.log(0.5)) > 0.5  # the value the rounded rate gave is far below
+
+
+def test_gamma_and_eta_from_one_solve_are_the_two_functions_bit_for_bit() -> None:
+    """``s4s_gamma_eta`` (the calibration's scan over α calls it) returns exactly ``s4s_gamma`` and ``s4s_eta``."""
+    from dpsql.accounting import s4s_eta, s4s_gamma, s4s_gamma_eta
+
+    n_ok = 0
+    for alpha in (1.01, 1.5, 2.0, 7.3, 40.0, 1e3):
+        for rho in (1e-3, 0.3, 2.0, 50.0):
+            for d in (1, 3, 2526, 10**6):
+                for form in ("paper", "proof"):
+                    try:
+                        want: object = (s4s_gamma(alpha, rho, d), s4s_eta(alpha, rho, d, form))
+                    except ValueError as e:  # outside the roots' numerical range: the same refusal
+                        want = type(e)
+                    try:
+                        got: object = s4s_gamma_eta(alpha, rho, d, form)
+                    except ValueError as e:
+                        got = type(e)
+                    assert got == want, (alpha, rho, d, form)
+                    n_ok += isinstance(got, tuple)
+    assert n_ok >= 150
+    for bad in ((1.0, 0.3, 3, "proof"), (2.0, 0.0, 3, "proof"), (2.0, 0.3, 0, "proof"), (2.0, 0.3, 3, "other")):
+        with pytest.raises(ValueError):
+            s4s_gamma_eta(*bad)
+        with pytest.raises(ValueError):
+            s4s_eta(*bad)

@@ -146,8 +146,11 @@ def release(alpha: Decimal, eps2: Decimal, delta_a: Decimal, d: int) -> Release 
     return Release(alpha, rho, gamma, eta, eta * smooth_sensitivity(1 / KAPPA, gamma))
 
 
+@lru_cache(maxsize=256)
 def best_release(eps2: Decimal, delta_a: Decimal, d: int) -> Release:
-    """α > α₀ = 1 + ln(1/δ_A)/ε₂ minimising η·SS(1/κ, γ): a scan of α₀ + α₀·2^{j/4}, then golden section."""
+    """α > α₀ = 1 + ln(1/δ_A)/ε₂ minimising η·SS(1/κ, γ): a scan of α₀ + α₀·2^{j/4}, then golden section.
+    Cached: a pure function of its arguments (always computed at ``PREC`` digits), and the controls (``checks`` with
+    ``extra_noises``, which changes only Ŝ) ask again for the releases of the figures they control."""
     a0 = 1 + (1 / delta_a).ln() / eps2
     xs = [a0 + a0 * _pow(TWO, Decimal(j) / 4) for j in range(-48, 25)]
     vals = [release(x, eps2, delta_a, d) for x in xs]

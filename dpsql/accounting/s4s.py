@@ -96,6 +96,7 @@ __all__ = [
     "s4s_rdp_ss_roots",
     "s4s_gamma",
     "s4s_eta",
+    "s4s_gamma_eta",
     "s4s_smooth_sensitivity",
     "s4s_smooth_sensitivity_bound",
     "s4s_variance_divergence_term",
@@ -736,6 +737,21 @@ def s4s_gamma(alpha: float, rho: float, d: int) -> float:
     return _gamma_and_c(a, r, dd)[0]
 
 
+def s4s_gamma_eta(alpha: float, rho: float, d: int, form: str = "paper") -> tuple[float, float]:
+    """(``s4s_gamma``, ``s4s_eta``) of the same (α, ρ, d), from one solve of the roots of h (each alone solves
+    them again): the same two floats, bit for bit, at half the cost (the calibration's scan over α calls both)."""
+    a, r, dd = _check_rdp_d(alpha, rho, d)
+    f = v.choice(form, "form", ("paper", "proof"))
+    gamma, c = _gamma_and_c(a, r, dd)
+    return gamma, _eta(a, r, c, f)
+
+
+def _eta(a: float, r: float, c: float, form: str) -> float:
+    if form == "paper":
+        return math.sqrt(a / r) / c
+    return math.sqrt(a / (r * c))
+
+
 def s4s_eta(alpha: float, rho: float, d: int, form: str = "paper") -> float:
     """Noise multiplier η with σ(I) = G(I)·η (DP-S4S Lemma 4.1 / Algorithm 4).
 
@@ -745,9 +761,7 @@ def s4s_eta(alpha: float, rho: float, d: int, form: str = "paper") -> float:
     a, r, dd = _check_rdp_d(alpha, rho, d)
     f = v.choice(form, "form", ("paper", "proof"))
     _, c = _gamma_and_c(a, r, dd)
-    if f == "paper":
-        return math.sqrt(a / r) / c
-    return math.sqrt(a / (r * c))
+    return _eta(a, r, c, f)
 
 
 def s4s_smooth_sensitivity(bound: float, gamma: float) -> tuple[float, int]:

@@ -200,7 +200,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.accounting import gaussian_sigma, s4s_eta, s4s_gamma, s4s_smooth_sensitivity
+from dpsql.accounting import gaussian_sigma, s4s_gamma_eta, s4s_smooth_sensitivity
 from dpsql.accounting.s4s import (
     s4s_find_alpha,
     s4s_tau_grid,
@@ -295,8 +295,8 @@ def _release_factor(alpha: float, eps2: float, delta: float, d: int) -> float:
     rho = eps2 - math.log(1.0 / delta) / (alpha - 1.0)
     if not rho > 0:
         return math.inf
-    gamma = s4s_gamma(alpha, rho, d)
-    return s4s_eta(alpha, rho, d, ETA_FORM) * s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
+    gamma, eta = s4s_gamma_eta(alpha, rho, d, ETA_FORM)  # one solve of Lemma 4.1's roots for both
+    return eta * s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
 
 
 @lru_cache(maxsize=256)
@@ -380,8 +380,7 @@ def _vector_fit(epsilon: float, delta: float, d: int, q: float, max_tuples: int)
         delta_alg = delta * (1.0 - share)
         alpha = release_alpha(eps2, delta_alg, d)
         rho = eps2 - math.log(1.0 / delta_alg) / (alpha - 1.0)
-        gamma = s4s_gamma(alpha, rho, d)
-        eta = s4s_eta(alpha, rho, d, ETA_FORM)
+        gamma, eta = s4s_gamma_eta(alpha, rho, d, ETA_FORM)
         g1 = s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
         gc = s4s_smooth_sensitivity(b_cap / KAPPA, gamma)[0]
         lo = tuple(2.0 * t * KAPPA * eta * g1 for t in taus)

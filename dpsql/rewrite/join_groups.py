@@ -158,10 +158,13 @@ def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.
     nobody = exp.Is(this=_col("__j.__owner"), expression=exp.Null())
     # tuples reaching nobody count in full: each on its own grid, exactly summed (their total has no public bound)
     unowned = ops.exact_sum(exp.Case(ifs=[exp.If(this=nobody, true=ops.fixed_point(exp.Paren(this=_value(parts)), k0))]))
+    # every builder below extends a tree built here and used once: in place (copy=False), not by a deep copy of
+    # the whole join at each step (the copies were most of the planning time of a GROUP BY join)
     per = (exp.select(_col("__j.__owner"), _col("__dom.__gid"), exp.alias_(_person_total(parts, ops), "__v"),
                       exp.alias_(unowned, "__f"))
-           .from_(rel.subquery("__j")).join(exp.to_table("__dom"), on=_on_keys(jp, "__j"), join_type="inner")
-           .group_by(_col("__j.__owner"), _col("__dom.__gid")))
+           .from_(rel.subquery("__j", copy=False), copy=False)
+           .join(exp.to_table("__dom"), on=_on_keys(jp, "__j"), join_type="inner", copy=False)
+           .group_by(_col("__j.__owner"), _col("__dom.__gid"), copy=False))
     # each owner's norm by a window over its rows (no self-join: the join is computed once on every engine)
     norm = exp.func("sqrt", exp.Window(this=exp.func("sum", exp.Mul(this=_col("__v"), expression=_col("__v"))),
                                        partition_by=[_col("__owner")]))
@@ -171,16 +174,18 @@ def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.
         exp.If(this=exp.Is(this=_col("__owner"), expression=exp.Null()), true=exp.Null()),
         exp.If(this=exp.LTE(this=_col("__norm"), expression=c), true=ops.fixed_point(_col("__v"), k))],
         default=ops.fixed_point(exp.Mul(this=_col("__v"), expression=exp.Paren(this=exp.Div(this=c, expression=_col("__norm")))), k))
-    normed = exp.select(_col("__owner"), _col("__gid"), _col("__v"), _col("__f"), exp.alias_(norm, "__norm")).from_(per.subquery("__t"))
+    normed = exp.select(_col("__owner"), _col("__gid"), _col("__v"), _col("__f"), exp.alias_(norm, "__norm")).from_(
+        per.subquery("__t", copy=False), copy=False)
     per_group = (exp.select(_col("__gid"), exp.alias_(ops.exact_sum(clipped), "__c"), exp.alias_(ops.exact_sum(_col("__f")), "__z"))
-                 .from_(normed.subquery("__n")).group_by(_col("__gid")))
+                 .from_(normed.subquery("__n", copy=False), copy=False).group_by(_col("__gid"), copy=False))
     # the exact integers as text (every engine spells an integer the same way): no rounding before the noise
     texts = [exp.alias_(exact_text(_col(f"__g.__{n}")), f"__{n}") for n in ("c", "z")]
     out = (exp.select(*[_col(f"__dom.{k_.name}") for k_ in jp.keys], _col("__dom.__gid"), *texts)
-           .from_("__dom").join(per_group.subquery("__g"), on=exp.EQ(this=_col("__dom.__gid"), expression=_col("__g.__gid")),
-                                join_type="left")
-           .order_by(_col("__dom.__gid")))
-    return out.with_("__dom", as_=key_set(jp, catalog))
+           .from_("__dom", copy=False)
+           .join(per_group.subquery("__g", copy=False), on=exp.EQ(this=_col("__dom.__gid"), expression=_col("__g.__gid")),
+                 join_type="left", copy=False)
+           .order_by(_col("__dom.__gid"), copy=False))
+    return out.with_("__dom", as_=key_set(jp, catalog), copy=False)
 
 
 def sampled_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,

@@ -311,8 +311,9 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
             if ua == a:
                 rel = _unique_filter(rel, a, uc, t, spread=spread, columns=[flat(a, c) for c in cols])
         built[a] = rel
-    rels = [built[a].subquery(a) for a, _ in jp.inputs]
-    q = exp.select(*_weights(jp, parts, ops), *extra).from_(rels[0])
+    # each input's tree is used once from here on: wrapped and joined in place (copy=False), not deep-copied
+    rels = [built[a].subquery(a, copy=False) for a, _ in jp.inputs]
+    q = exp.select(*_weights(jp, parts, ops), *extra).from_(rels[0], copy=False)
     for i, rel in enumerate(rels[1:], start=1):
         pairs = [(x, y) if order[y.split(SEP)[0]] == i else (y, x) for x, y in jp.conditions
                  if max(order[x.split(SEP)[0]], order[y.split(SEP)[0]]) == i]
@@ -323,9 +324,9 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         # (earlier inputs' keys) = (this input's keys), hashed by the keyed hash too
         same = spread_eq([(_col(x), jp.flat_schema.get(x, "")) for x, _ in pairs], [(_col(y), jp.flat_schema.get(y, "")) for _, y in pairs],
                          spread)
-        q = q.join(rel, on=_with_spread(on, same), join_type="inner")
+        q = q.join(rel, on=_with_spread(on, same), join_type="inner", copy=False)
     if top:
-        q = q.where(guard(_and(top), dict(jp.flat_schema)))
+        q = q.where(guard(_and(top), dict(jp.flat_schema)), copy=False)
     if with_tid:
         types = {n: jp.flat_schema[n] for n in jp.flat_schema}
         types.update({p.name: "BIGINT" for p in parts})
