@@ -16,6 +16,7 @@ text or log line with a value reaches the caller. Skipped (with the reason) with
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import shutil
@@ -83,18 +84,27 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"events": str(root / "events-*.parquet"), "people": str(root / "people.parquet")}
 
 
-def register(s: dpsql.Session, data: dict[str, str]) -> None:
-    s.register("events", data["events"], privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=2,
-               max_rows_per_unit=6,
-               columns={"amount": {"bounds": (0, 100)}, "country": {"domain": ["US", "FR", "DE", "XX"]}})
+#: table -> (source, registration options)
+TABLES: dict[str, tuple[str, dict[str, Any]]] = {
+    "events": ("events", {"privacy_unit": "user_id", "max_groups_per_unit": 2, "max_rows_per_group": 2,
+                          "max_rows_per_unit": 6,
+                          "columns": {"amount": {"bounds": (0, 100)}, "country": {"domain": ["US", "FR", "DE", "XX"]}}}),
     # one row per (user, group): COUNT(DISTINCT ..) reads each kept row's value as a one-element list
-    s.register("events1", data["events"], privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=1,
-               columns={"amount": {"bounds": (0, 100)}})
-    s.register("people", data["people"], privacy_unit="pid", max_rows_per_unit=3,
-               columns={"age": {"bounds": (0, 120), "bins": 121}})
+    "events1": ("events", {"privacy_unit": "user_id", "max_groups_per_unit": 2, "max_rows_per_group": 1,
+                           "columns": {"amount": {"bounds": (0, 100)}}}),
+    "people": ("people", {"privacy_unit": "pid", "max_rows_per_unit": 3,
+                          "columns": {"age": {"bounds": (0, 120), "bins": 121}}}),
     # two ordered columns: 2-D DAWA workloads (rectangles over a 10 x 10 grid); the row cap binds
-    s.register("events2d", data["events"], privacy_unit="user_id", max_rows_per_unit=4,
-               columns={"age": {"bounds": (0, 100), "bins": 10}, "amount": {"bounds": (0, 100), "bins": 10}})
+    "events2d": ("events", {"privacy_unit": "user_id", "max_rows_per_unit": 4,
+                            "columns": {"age": {"bounds": (0, 100), "bins": 10}, "amount": {"bounds": (0, 100), "bins": 10}}}),
+}
+
+
+def register(s: dpsql.Session, data: dict[str, str], only: tuple[str, ...] | None = None) -> None:
+    """Register the tables (``only``: those of them)."""
+    for name, (source, options) in TABLES.items():
+        if only is None or name in only:
+            s.register(name, data[source], **copy.deepcopy(options))
 
 
 def session(kind: str, data: dict[str, str], *, keyed_hash: str = "portable") -> dpsql.Session:
