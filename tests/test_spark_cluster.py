@@ -99,7 +99,7 @@ CLIENT = textwrap.dedent('''
     data = json.loads(sys.argv[2])
     s = dpsql.Session(budget=dpsql.Budget(1000.0, 0.5), engine={"kind": "spark", "master": sys.argv[1]})
     use_noise(s, zero_noise(11))
-    register(s, data)
+    register(s, data, only=("events", "people"))  # the tables queried here
     out = {"master": s._engine.spark.sparkContext.master,
            "executors": s._engine.spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size(),
            "sparse": bounded_rows(s, QUERIES["sparse_keys"], "cluster salt"),
