@@ -41,6 +41,20 @@ from dpsql.plan.typer import (
 )
 
 _POLICY_PREFIX = "[policy] "
+
+
+def _unqualified(node: exp.Expression) -> exp.Expression:
+    """A copy of an aggregate's argument with its columns unqualified and lower-cased (the table's
+    own names: one table per single-table query)."""
+    out = node.copy()
+    for c in out.find_all(exp.Column):
+        c.set("table", None)
+        c.set("db", None)
+        c.set("catalog", None)
+        c.set("this", exp.to_identifier(c.name.lower()))
+    return out
+
+
 #: bounds of SUM / AVG / VARIANCE / STDDEV arguments: at most this large in magnitude
 MAX_BOUND = 1e15
 #: ... and, unless zero, at least this large in magnitude and in width (noise scales stay normal doubles)
@@ -390,12 +404,7 @@ class _Builder:
                 self.bad(n if n is not None else node, f"COUNT: {m}")
         if len(self.violations) != before:
             return None
-        inner = arg.copy()
-        for c in inner.find_all(exp.Column):
-            c.set("table", None)
-            c.set("db", None)
-            c.set("catalog", None)
-            c.set("this", exp.to_identifier(c.name.lower()))
+        inner = _unqualified(arg)
         present = exp.Not(this=exp.Is(this=exp.Paren(this=inner), expression=exp.Null()))
         value = exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
         try:  # the value as the bounded query renders it: typed now, so nothing is refused after the charge
@@ -484,13 +493,7 @@ class _Builder:
                 self.bad(n if n is not None else node, f"{fn}: {m}")
         if len(self.violations) != before:
             return None
-        value = inner.copy()
-        for c in value.find_all(exp.Column):
-            c.set("table", None)
-            c.set("db", None)
-            c.set("catalog", None)
-            c.set("this", exp.to_identifier(c.name.lower()))
-        return None, value, (lo, hi)
+        return None, _unqualified(inner), (lo, hi)
 
     def _binned_by_value(self, key: exp.Expression) -> bool:
         """A plain column whose declared ordered domain has one value per bin: a GROUP BY on it may
