@@ -193,9 +193,9 @@ def test_shifted_literals_are_range_endpoints_of_a_workload():
 
 @pytest.mark.parametrize("sql,fix", [
     ("SELECT COUNT(*) FILTER (WHERE status = 'open') AS n, COUNT(*) AS total FROM orders",
-     "SUM(CASE WHEN status = 'open' THEN 1 ELSE 0 END)"),
+     "COUNT(CASE WHEN status = 'open' THEN 1 END)"),
     ("SELECT COUNT(amount) FILTER (WHERE status = 'open') FROM orders",
-     "SUM(CASE WHEN (status = 'open') AND NOT amount IS NULL THEN 1 ELSE 0 END)"),
+     "COUNT(CASE WHEN status = 'open' THEN amount END)"),
     ("SELECT SUM(amount) FILTER (WHERE status = 'open') FROM orders", "SUM(CASE WHEN status = 'open' THEN amount END)"),
     ("SELECT status, AVG(amount) FILTER (WHERE amount > 10) FROM orders GROUP BY status",
      "AVG(CASE WHEN amount > 10 THEN amount END)"),

@@ -207,16 +207,16 @@ def _in_subquery(c: exp.Expression, root: exp.Expression) -> bool:
 
 
 def _filter_fix(node: exp.Filter) -> str:
-    """The fix for ``AGG(...) FILTER (WHERE c)``: the same aggregate over a CASE where dpsql has one (a count
-    of rows as a SUM of 0/1, SUM/AVG/variances over ``CASE WHEN c THEN x END``, which skips the other rows as
-    FILTER does), else WHERE (the SQL text only)."""
+    """The fix for ``AGG(...) FILTER (WHERE c)``: the same aggregate over a CASE where dpsql has one (COUNT,
+    SUM/AVG/variances over ``CASE WHEN c THEN x END`` (``THEN 1`` for ``COUNT(*)``), which skips the other rows
+    as FILTER does), else WHERE (the SQL text only)."""
     agg, where = node.this, node.expression
     cond = where.this if isinstance(where, exp.Where) else where
     arg = agg.this if isinstance(agg, exp.AggFunc) else None
     if isinstance(agg, exp.Count) and isinstance(arg, (exp.Star, exp.Column)):
-        test = cond.copy() if isinstance(arg, exp.Star) else exp.and_(exp.paren(cond.copy()), exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null())))
-        case = exp.Case(ifs=[exp.If(this=test, true=exp.Literal.number(1))], default=exp.Literal.number(0))
-        return f"write it as {exp.Sum(this=case).sql(dialect=DIALECT)}, or move the condition into WHERE"
+        then = exp.Literal.number(1) if isinstance(arg, exp.Star) else arg.copy()
+        case = exp.Case(ifs=[exp.If(this=cond.copy(), true=then)])
+        return f"write it as {exp.Count(this=case).sql(dialect=DIALECT)}, or move the condition into WHERE"
     if isinstance(agg, (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)) \
             and isinstance(arg, exp.Expression) and not isinstance(arg, exp.Distinct):
         case = exp.Case(ifs=[exp.If(this=cond.copy(), true=arg.copy())])
