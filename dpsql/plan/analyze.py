@@ -43,9 +43,9 @@ from dpsql.plan.typer import (
 _POLICY_PREFIX = "[policy] "
 
 
-def _unqualified(node: exp.Expression) -> exp.Expression:
-    """A copy of an aggregate's argument with its columns unqualified and lower-cased (the table's
-    own names: one table per single-table query)."""
+def unqualified(node: exp.Expression) -> exp.Expression:
+    """A copy of ``node`` (an aggregate's argument, a condition) with its columns unqualified and
+    lower-cased (the table's own names: one table per single-table query)."""
     out = node.copy()
     for c in out.find_all(exp.Column):
         c.set("table", None)
@@ -404,7 +404,7 @@ class _Builder:
                 self.bad(n if n is not None else node, f"COUNT: {m}")
         if len(self.violations) != before:
             return None
-        inner = _unqualified(arg)
+        inner = unqualified(arg)
         present = exp.Not(this=exp.Is(this=exp.Paren(this=inner), expression=exp.Null()))
         value = exp.Case(ifs=[exp.If(this=present, true=exp.Literal.number(1))])
         try:  # the value as the bounded query renders it: typed now, so nothing is refused after the charge
@@ -493,7 +493,7 @@ class _Builder:
                 self.bad(n if n is not None else node, f"{fn}: {m}")
         if len(self.violations) != before:
             return None
-        return None, _unqualified(inner), (lo, hi)
+        return None, unqualified(inner), (lo, hi)
 
     def _binned_by_value(self, key: exp.Expression) -> bool:
         """A plain column whose declared ordered domain has one value per bin: a GROUP BY on it may

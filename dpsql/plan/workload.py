@@ -28,7 +28,7 @@ from sqlglot import exp
 from dpsql.catalog import OrderedDomain, TableSpec, source_identity
 from dpsql.errors import PolicyError, UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column
+from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column, unqualified
 from dpsql.plan.parse import DIALECT
 from dpsql.plan.typer import shifted_literal
 
@@ -147,13 +147,7 @@ class Workload:
 def _exact(node: exp.Expression) -> str:
     """SQL of a condition with column names unqualified and lower-cased, everything else as
     written (string literals keep their case: ``country = 'US'`` and ``= 'us'`` differ)."""
-    n = node.copy()
-    for c in n.find_all(exp.Column):
-        c.set("table", None)
-        c.set("db", None)
-        c.set("catalog", None)
-        c.set("this", exp.to_identifier(c.name.lower()))
-    return n.sql(dialect=DIALECT)
+    return unqualified(node).sql(dialect=DIALECT)
 
 
 def _where_key(base: list[exp.Expression]) -> str:
