@@ -104,11 +104,13 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
     a function DuckDB adds in a new release is refused until it is listed. Aggregate calls are
     left to the analysis, which accepts COUNT, SUM and AVG only and names any other.
     """
-    post = where in POST_CLAUSES
     out: list[Violation] = []
-    stack = [node]
+    # (node, its clause's label, post-processing?): an aggregate's argument in a post-processing
+    # clause is read on private rows, so it is checked against ALLOW_LIST under the aggregate's
+    # name, as the analysis checks it (one message, not one per list)
+    stack: list[tuple[exp.Expression, str, bool]] = [(node, where, where in POST_CLAUSES)]
     while stack:  # depth first, left to right in the SQL text
-        sub = stack.pop()
+        sub, where, post = stack.pop()
         if isinstance(sub, (exp.Subquery, exp.Exists)) or (
             isinstance(sub, exp.Select) and sub is not node and not isinstance(sub.parent, (exp.Subquery, exp.Exists))
         ):
@@ -127,6 +129,12 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
         if is_aggregate(sub):
             if not post:
                 continue  # an aggregate over private rows in WHERE / GROUP BY: refused by the analysis
+            if isinstance(sub, SUPPORTED_AGGS) or isinstance(sub, exp.Anonymous):  # another: named by the analysis
+                name = (written_name(sub, sql) or (str(sub.this) if isinstance(sub, exp.Anonymous) else sub.sql_name())).upper()
+                args = [a for c in sub.iter_expressions() if not isinstance(c, exp.Star)
+                        for a in (c.expressions if isinstance(c, exp.Distinct) else [c])]
+                stack.extend((a, name, False) for a in reversed(args))
+            continue
         else:
             # ANY_VALUE(x) is IGNORE NULLS around the aggregate: the aggregate is reported (by its name) by the analysis
             wrapper = isinstance(sub, (exp.IgnoreNulls, exp.RespectNulls)) and is_aggregate(sub.this)
@@ -149,7 +157,7 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
                     assert msg is not None
                     msg = msg.replace(f"function {func_name(sub) or type(sub).__name__.lower()}()", f"function {written}()", 1)
                 out.append(violation(sub, sql, f"{where}: {msg}", at=at, rendered=rendered, written=written))
-        stack.extend(reversed(list(sub.iter_expressions())))
+        stack.extend((c, where, post) for c in reversed(list(sub.iter_expressions())))
     return out
 
 

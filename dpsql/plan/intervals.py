@@ -104,6 +104,20 @@ def clamp_argument(node: exp.Expression) -> exp.Expression | None:
     return exp.Coalesce(this=inner.this.copy(), expressions=[inner.expressions[0].copy()])
 
 
+def _label(node: exp.Expression) -> str:
+    """How a message names ``node``: its operator or function as SQL writes it (``||``, ``LPAD``,
+    ``FOO``), not the parser's class name."""
+    ops = {exp.DPipe: "||", exp.Mod: "%", exp.IntDiv: "//", exp.Pow: "^", exp.BitwiseAnd: "&", exp.BitwiseOr: "|",
+           exp.BitwiseXor: "xor", exp.BitwiseLeftShift: "<<", exp.BitwiseRightShift: ">>"}
+    if type(node) in ops:
+        return ops[type(node)]
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).upper()
+    if isinstance(node, exp.Func):
+        return node.sql_name()
+    return type(node).__name__.upper()
+
+
 def _hull(parts: list[Interval]) -> Interval:
     return min(p[0] for p in parts), max(p[1] for p in parts)
 
@@ -192,5 +206,5 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> 
         if node.to.is_type(*exp.DataType.INTEGER_TYPES):  # rounds to an integer: widen by one half
             return math.floor(lo), math.ceil(hi)
         return lo, hi
-    raise NoInterval(node, f"{type(node).__name__.upper()} has no interval rule (supported: + - * / by a constant, "
+    raise NoInterval(node, f"{_label(node)} has no interval rule (supported: + - * / by a constant, "
                            "CASE, ABS, LEAST, GREATEST, COALESCE, numeric CAST)")
