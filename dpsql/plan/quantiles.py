@@ -101,8 +101,8 @@ def time_column_problem(table: TableSpec, column: str, fn: str) -> str | None:
            f"'bin_width': '1 day'}}}}: the released value is a point of that grid")
     o = table.column(column).ordered
     if o is None or o.kind == "numeric":
-        return (f"{fn}({column}) over a {t} column needs its bounds and granularity declared; table '{table.name}' "
-                f"declares none for '{column}' (hint: {fix})")
+        return (f"{fn}({column}) over a {t} column needs its date bounds and grid declared (bounds with bins or "
+                f"bin_width); table '{table.name}' declares none for '{column}' (hint: {fix})")
     if t.kind == "date":
         for v in (o.lo, o.hi):
             x = dt.datetime.fromisoformat(str(v))
