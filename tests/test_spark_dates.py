@@ -120,6 +120,30 @@ def test_every_date_function_gives_duckdbs_values_on_spark(engines: Any) -> None
     assert d[DAYS.index(106661767)]["c0"] is not None and d[DAYS.index(106661768)]["c0"] is None
 
 
+SHIFTS = ["d + INTERVAL 30 DAY", "d - INTERVAL 1 MONTH", "ts + INTERVAL 1 MONTH", "ts - INTERVAL 13 MONTH",
+          "INTERVAL 2 WEEK + ts", "ts + INTERVAL '2 hours'", "ts - INTERVAL '-45' SECOND", "d + INTERVAL 1 YEAR",
+          "ts - INTERVAL 3 QUARTER", "ts + INTERVAL 1 MONTH - INTERVAL 2 DAY", "d + INTERVAL 9000 YEAR",
+          "ts + INTERVAL 4000000 DAY", "d - INTERVAL 90 MINUTE"]
+
+
+def test_interval_shifts_of_a_column_give_duckdbs_values_on_spark(engines: Any) -> None:
+    """``col +/- INTERVAL n unit`` (``Typer._shift_value``): the same instant on both engines for every
+    edge value (years 1 and 9999, month ends, around 1970), and NULL on both where the instant or its
+    shift leaves years 1..9999 (beyond both, DuckDB's infinities) -- never an error."""
+    duck, spark = engines
+    q = exp.select(exp.column("i"), *[exp.alias_(typed(e), f"c{k}") for k, e in enumerate(SHIFTS)]).from_("v")
+    d = sorted(_plain(duck.fetch_arrow(q)).to_pylist(), key=lambda r: r["i"])
+    s = sorted(_plain(spark.fetch_arrow(q)).to_pylist(), key=lambda r: r["i"])
+    assert d == s
+    values = [[r[f"c{k}"] for r in d] for k in range(len(SHIFTS))]
+    assert all(any(v is None for v in col) and any(v is not None for v in col) for col in values[:-3]), values
+    assert all(v is None for v in values[-2])  # 4,000,000 days leave years 1..9999 from every instant
+    # 2024-02-29 (day 19782) + 30 days; 2020-12-31 (18627) - 1 month = 2020-11-30 (a month end clamps)
+    day_us = 86_400_000_000
+    assert values[0][DAYS.index(19782)] == (19782 + 30) * day_us
+    assert values[1][DAYS.index(18627)] == (18627 - 31) * day_us
+
+
 def test_refused_parts_and_formats_are_free_errors() -> None:
     from dpsql.engine.spark_ops import lower_for_spark
 
