@@ -347,7 +347,7 @@ def test_forms_still_refused_are_free() -> None:
                         "f": {"bounds": ["2020-01-01 12:00:00", "2021-01-01 00:00:00"], "bin_width": "1 day"}})
     m = free(s, "SELECT MIN(d) FROM r", PolicyError)
     assert "needs its date bounds and grid declared" in m and "'bin_width': '1 day'" in m
-    assert "declares none for 'e'" in free(s, "SELECT MEDIAN(e) FROM r", PolicyError)
+    assert "declares numeric bounds only for 'e'" in free(s, "SELECT MEDIAN(e) FROM r", PolicyError)
     assert "not whole days" in free(s, "SELECT MAX(f) FROM r", PolicyError)
     assert "MIN needs a numeric, DATE or TIMESTAMP column" in free(s, "SELECT MIN(z) FROM r", UnsupportedQueryError)
     assert "plain column" in free(s, "SELECT MIN(d + 1) FROM r", UnsupportedQueryError)

@@ -101,8 +101,9 @@ def time_column_problem(table: TableSpec, column: str, fn: str) -> str | None:
            f"'bin_width': '1 day'}}}}: the released value is a point of that grid")
     o = table.column(column).ordered
     if o is None or o.kind == "numeric":
+        what = "numeric bounds only" if o is not None or table.column(column).bounds is not None else "none"
         return (f"{fn}({column}) over a {t} column needs its date bounds and grid declared (bounds with bins or "
-                f"bin_width); table '{table.name}' declares none for '{column}' (hint: {fix})")
+                f"bin_width); table '{table.name}' declares {what} for '{column}' (hint: {fix})")
     if t.kind == "date":
         for v in (o.lo, o.hi):
             x = dt.datetime.fromisoformat(str(v))
