@@ -977,9 +977,9 @@ class Typer:
         """``DATE/TIMESTAMP literal +/- INTERVAL n unit`` (or ``INTERVAL ... + literal``), folded here into
         a TIMESTAMP literal (DuckDB's type for both), as DuckDB computes it: months are added with the day
         clamped to the month's end (``DATE '2024-03-31' - INTERVAL 1 MONTH`` is 2024-02-29 00:00:00),
-        other units exactly. Only literals: nothing is evaluated on a row, so the result is as total as
-        any literal; an INTERVAL applied to a column is refused (an INTERVAL is no value a row may hold
-        here), with the fix of shifting the literal side of the comparison instead."""
+        other units exactly. Nothing is evaluated on a row, so the result is as total as any literal.
+        An INTERVAL applied to a non-literal DATE/TIMESTAMP is computed per row (:meth:`_shift_value`);
+        on anything else it is refused (an INTERVAL is no value a row may hold here)."""
         interval, other = (node.expression, node.this) if isinstance(node.expression, exp.Interval) else (node.this, node.expression)
         sign = -1 if isinstance(node, exp.Sub) else 1
         r = self.t(other)
