@@ -305,7 +305,10 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
             else:
                 raise ConfigError(
                     f"bounds for '{table}.{name}' must be a pair (lo, hi) of numbers "
-                    f"(or of dates/timestamps together with bins or bin_width), got {b!r}"
+                    f"(or of dates/timestamps together with bins or bin_width), got {b!r}",
+                    hint=f"for a DATE or TIMESTAMP column declare its grid with the bounds, e.g. columns={{'{name}': "
+                    "{'bounds': ['2019-01-01', '2021-01-01'], 'bin_width': '1 day'}}: MIN, MAX, MEDIAN and "
+                    "QUANTILE release a point of it",
                 ) from None
         if time_bounds is None:
             if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:

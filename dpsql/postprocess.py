@@ -93,12 +93,18 @@ def check(
             cols.append(exp.alias_(exp.cast(exp.Null(), exp.DataType.build(key_types[k.name], dialect="duckdb")), k.name))
         for a in plan.aggregates:
             # a non-NULL placeholder: conversions in HAVING / ORDER BY are only tried on values
-            cols.append(exp.alias_(exp.cast(exp.Literal.number(0), aggregate_types.get(a.name, "DOUBLE")), a.name))
+            typ = aggregate_types.get(a.name, "DOUBLE")
+            zero = exp.Literal.string("1970-01-01") if typ in ("DATE", "TIMESTAMP") else exp.Literal.number(0)
+            cols.append(exp.alias_(exp.cast(zero, typ), a.name))
         backend.bind_check(post_ast(plan, exp.select(*cols).subquery("__released"), []), run=True)
     elif key_domain is None:  # pragma: no cover - every mechanism gives key types or the key values
         raise AssertionError("post-processing check needs the key types or the key values")
     if key_domain is not None:
         _check_on_keys(backend, plan, aggregate_types, key_domain)
+
+
+#: released aggregate types whose placeholder is not the DOUBLE 0.0 (0 is 1970-01-01 for a DATE / TIMESTAMP)
+_PLACEHOLDER_TYPES = {"BIGINT": pa.int64(), "DATE": pa.date32(), "TIMESTAMP": pa.timestamp("us")}
 
 
 def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str, str], key_domain: pa.Table) -> None:
@@ -107,8 +113,8 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
     n = key_domain.num_rows
     values: dict[str, Any] = {name: key_domain.column(name) for name in key_domain.column_names}
     for a in plan.aggregates:
-        integer = aggregate_types.get(a.name) == "BIGINT"
-        values[a.name] = pa.array([0] * n, pa.int64()) if integer else pa.array([0.0] * n, pa.float64())
+        typ = aggregate_types.get(a.name)
+        values[a.name] = pa.array([0] * n, _PLACEHOLDER_TYPES[typ]) if typ in _PLACEHOLDER_TYPES else pa.array([0.0] * n, pa.float64())
     try:
         backend.post_process(pa.table(values), lambda rel: post_ast(plan, exp.to_table(rel), []))
     except ExecutionError:

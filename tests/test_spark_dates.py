@@ -9,6 +9,7 @@ free. Skipped (with the reason) without pyspark/Java.
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import os
 import shutil
@@ -119,6 +120,30 @@ def test_every_date_function_gives_duckdbs_values_on_spark(engines: Any) -> None
     assert d[DAYS.index(106661767)]["c0"] is not None and d[DAYS.index(106661768)]["c0"] is None
 
 
+SHIFTS = ["d + INTERVAL 30 DAY", "d - INTERVAL 1 MONTH", "ts + INTERVAL 1 MONTH", "ts - INTERVAL 13 MONTH",
+          "INTERVAL 2 WEEK + ts", "ts + INTERVAL '2 hours'", "ts - INTERVAL '-45' SECOND", "d + INTERVAL 1 YEAR",
+          "ts - INTERVAL 3 QUARTER", "ts + INTERVAL 1 MONTH - INTERVAL 2 DAY", "d + INTERVAL 9000 YEAR",
+          "ts + INTERVAL 4000000 DAY", "d - INTERVAL 90 MINUTE"]
+
+
+def test_interval_shifts_of_a_column_give_duckdbs_values_on_spark(engines: Any) -> None:
+    """``col +/- INTERVAL n unit`` (``Typer._shift_value``): the same instant on both engines for every
+    edge value (years 1 and 9999, month ends, around 1970), and NULL on both where the instant or its
+    shift leaves years 1..9999 (beyond both, DuckDB's infinities) -- never an error."""
+    duck, spark = engines
+    q = exp.select(exp.column("i"), *[exp.alias_(typed(e), f"c{k}") for k, e in enumerate(SHIFTS)]).from_("v")
+    d = sorted(_plain(duck.fetch_arrow(q)).to_pylist(), key=lambda r: r["i"])
+    s = sorted(_plain(spark.fetch_arrow(q)).to_pylist(), key=lambda r: r["i"])
+    assert d == s
+    values = [[r[f"c{k}"] for r in d] for k in range(len(SHIFTS))]
+    assert all(any(v is None for v in col) and any(v is not None for v in col) for col in values[:-3]), values
+    assert all(v is None for v in values[-2])  # 4,000,000 days leave years 1..9999 from every instant
+    # 2024-02-29 (day 19782) + 30 days; 2020-12-31 (18627) - 1 month = 2020-11-30 (a month end clamps)
+    day_us = 86_400_000_000
+    assert values[0][DAYS.index(19782)] == (19782 + 30) * day_us
+    assert values[1][DAYS.index(18627)] == (18627 - 31) * day_us
+
+
 def test_refused_parts_and_formats_are_free_errors() -> None:
     from dpsql.engine.spark_ops import lower_for_spark
 
@@ -168,6 +193,46 @@ def test_zero_noise_date_queries_are_the_same_on_duckdb_and_spark() -> None:
             s.close()
     assert got[0] == got[1]
     assert all(len(r) > 0 for r in got[0])
+
+
+def test_date_quantiles_are_the_same_on_duckdb_and_spark() -> None:
+    """MIN / MEDIAN / MAX / QUANTILE over a DATE and a TIMESTAMP column (the grid of their declared
+    ordered domains): the same zero-noise points on both engines, with the edge values of DAYS and
+    MICROS (years 1 and 9999, beyond both, NULL) among ordinary rows: clamped to the grid's ends (or
+    NULL where the source reads them so) alike."""
+    g = np.random.default_rng(12)
+    n = 400
+    day = 18262 + g.integers(0, 400, n)  # 2020-01-01 onwards
+    micros = day * 86_400_000_000 + g.integers(0, 86_400, n) * 1_000_000
+    k = len(DAYS)
+    day_list: list[Any] = [int(v) for v in day]
+    micro_list: list[Any] = [int(v) for v in micros]
+    day_list[:k], micro_list[:k] = DAYS, MICROS
+    t = pa.table({"user_id": g.integers(0, 150, n), "g": np.array(["a", "b"])[g.integers(0, 2, n)],
+                  "day": pa.array(day_list, pa.int32()).cast(pa.date32()),
+                  "ts": pa.array(micro_list, pa.int64()).cast(pa.timestamp("us"))})
+    queries = ["SELECT g, MIN(day) AS lo, MEDIAN(day) AS m, MAX(day) AS hi FROM events GROUP BY g",
+               "SELECT QUANTILE(ts, 0.9) AS q, MIN(ts) AS lo FROM events"]
+    got = []
+    for kind in ("duckdb", "spark"):
+        engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
+        if kind == "duckdb":
+            engine["keyed_hash"] = "portable"
+        s = dpsql.Session(budget=dpsql.Budget(1000.0, 0.5), engine=engine)
+        use_noise(s, zero_noise(31))
+        s.register("events", t, privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=2,
+                   max_rows_per_unit=3,
+                   columns={"day": {"bounds": ["2020-01-01", "2021-01-01"], "bin_width": "1 day"},
+                            "ts": {"bounds": ["2020-01-01 00:00:00", "2021-01-01 00:00:00"], "bin_width": "1 hour"},
+                            "g": {"domain": ["a", "b"]}})
+        try:
+            got.append([s.query(q, epsilon=4.0).table.to_pylist() for q in queries])
+        finally:
+            s.close()
+    assert got[0] == got[1]
+    medians = [r["m"] for r in got[0][0]]
+    assert all(dt.date(2020, 1, 1) < m < dt.date(2021, 1, 1) for m in medians), medians
+    assert isinstance(got[0][1][0]["q"], dt.datetime)
 
 
 def test_dates_and_timestamps_as_text_and_their_keyed_hash_are_duckdbs_on_spark(engines: Any) -> None:

@@ -584,6 +584,12 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         # DuckDB's isnan(NULL) is NULL, Spark's is false: NULL in, NULL out
         return exp.Case(ifs=[exp.If(this=exp.Is(this=node.this.copy(), expression=exp.Null()), true=exp.Null())],
                         default=node)
+    if isinstance(node, exp.Interval) and isinstance(node.parent, exp.Add) and isinstance(node.this, exp.Literal) \
+            and isinstance(node.args.get("unit"), exp.Var) and node.args["unit"].name in ("MONTH", "DAY", "SECOND"):
+        # the typer's shift of a TIMESTAMP in years 1..9999 that stays there (``Typer._shift_value``):
+        # Spark's TIMESTAMP_NTZ + INTERVAL 'n' MONTH / DAY / SECOND is DuckDB's (months clamp the day
+        # to the month's end on both)
+        return node
     if isinstance(node, _SAME):
         return node
     raise _refuse(node)

@@ -92,6 +92,7 @@ as that synopsis bounded them), which the release states.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -110,6 +111,7 @@ from dpsql.mechanisms.basic import KEY_DOMAIN_CHECK_LIMIT, _domain_table, domain
 from dpsql.mechanisms.common import bounding_note, estimated_quantity
 from dpsql.noise import NoiseSource, round_to_granularity
 from dpsql.plan import ir
+from dpsql.plan.typer import parse_type
 from dpsql.plan.workload import Workload, column_workload
 from dpsql.rewrite.bound import Caps, ValueGrid, bounded_value_histograms
 
@@ -133,8 +135,80 @@ _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYI
                   "UBIGINT", "UHUGEINT")
 
 
+#: microseconds in a day: a DATE column's grid steps are whole days
+DAY_MICROS = 86_400_000_000
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def micros(v: dt.datetime) -> int:
+    """Microseconds since 1970-01-01 00:00:00, exactly."""
+    return (v - _EPOCH) // dt.timedelta(microseconds=1)
+
+
+def time_type(plan: ir.QueryPlan, agg: ir.Aggregate) -> str:
+    """The type name of a DATE / TIMESTAMP quantile column (``DATE``, ``TIMESTAMP``, ``TIMESTAMP_NS``, ...), else ''."""
+    t = parse_type(plan.table.schema.get(agg.column or "", ""))
+    return t.name if t.kind in ("date", "timestamp") else ""
+
+
+def time_grid(plan: ir.QueryPlan, agg: ir.Aggregate, typ: str) -> ValueGrid:
+    """The grid of a DATE / TIMESTAMP column: its declared ordered domain's [lo, hi] (both points of
+    the grid; analysis checked that a DATE column's are dates) and its bin width as the step (a
+    DATE column's rounded up to whole days, a TIMESTAMP column's to whole microseconds), coarsened
+    tenfold while the grid has more than MAX_CELLS cells. Computed in integer microseconds, so the
+    points (lo + i * step, the last capped at hi) are exact DATEs / TIMESTAMPs."""
+    o = plan.table.column(agg.column or "").ordered
+    assert o is not None and o.bin_seconds is not None and o.kind != "numeric"
+    lo, hi = dt.datetime.fromisoformat(str(o.lo)), dt.datetime.fromisoformat(str(o.hi))
+    lo_us, hi_us = micros(lo), micros(hi)
+    if typ == "DATE":
+        step = max(1, math.ceil(o.bin_seconds * 1e6 / DAY_MICROS - 1e-9)) * DAY_MICROS
+    else:
+        step = max(1, round(o.bin_seconds * 1e6))
+    while -(-(hi_us - lo_us) // step) > MAX_CELLS:
+        step *= 10
+    cells = -(-(hi_us - lo_us) // step)
+    return ValueGrid(agg.column or "", lo_us / 1e6, hi_us / 1e6, step / 1e6, cells, typ, (lo, hi), step)
+
+
+def time_values(grid: ValueGrid, idx: np.ndarray) -> tuple[np.ndarray, pa.Array]:
+    """The released grid points of a DATE / TIMESTAMP grid: (seconds since 1970 as DOUBLE, the Arrow
+    array: date32 for a DATE column, timestamp[us] otherwise), from exact integer microseconds."""
+    assert grid.time_bounds is not None
+    lo_us, hi_us = micros(grid.time_bounds[0]), micros(grid.time_bounds[1])
+    us = np.minimum(lo_us + idx.astype(np.int64) * grid.step_micros, hi_us)  # |us| < 2.6e17: exact in int64
+    if grid.time_type == "DATE":
+        return us / 1e6, pa.array((us // DAY_MICROS).astype(np.int32), type=pa.date32())
+    return us / 1e6, pa.array(us, type=pa.timestamp("us"))
+
+
+def grid_public(grid: ValueGrid) -> dict[str, Any]:
+    """lo, hi and step of a grid as explain and the release show them: numbers, or for a DATE /
+    TIMESTAMP grid ISO text and the step in days (seconds, microseconds) as text, e.g. '1 day'."""
+    if not grid.time_type:
+        return {"lo": grid.lo, "hi": grid.hi, "grid_step": grid.step}
+    assert grid.time_bounds is not None
+    lo, hi = grid.time_bounds
+    if grid.time_type == "DATE":
+        lo, hi = lo.date(), hi.date()
+    n, unit = grid.step_micros, "microsecond"
+    for size, name in ((DAY_MICROS, "day"), (1_000_000, "second")):
+        if n % size == 0:
+            n, unit = n // size, name
+            break
+    return {"lo": lo.isoformat(), "hi": hi.isoformat(), "grid_step": f"{n} {unit}{'s' if n != 1 else ''}"}
+
+
+def _step_text(grid: ValueGrid) -> str:
+    step = grid_public(grid)["grid_step"]
+    return step if isinstance(step, str) else f"{step:g}"
+
+
 def value_grid(plan: ir.QueryPlan, agg: ir.Aggregate) -> ValueGrid:
     """The public candidate grid of one quantile aggregate (see the module docstring)."""
+    typ = time_type(plan, agg)
+    if typ:
+        return time_grid(plan, agg, typ)
     assert agg.column is not None and agg.bounds is not None
     lo, hi = float(agg.bounds[0]), float(agg.bounds[1])
     width = hi - lo
@@ -283,7 +357,7 @@ def _quantile_aggs(plan: ir.QueryPlan) -> list[ir.Aggregate]:
     return [a for a in plan.aggregates if a.kind in ir.QUANTILE_KINDS]
 
 
-def _min_above_max(aggs: list[ir.Aggregate], cols: dict[str, Any], cal: QuantileCalibration, grouped: bool
+def _min_above_max(aggs: list[ir.Aggregate], numbers: dict[str, np.ndarray], cal: QuantileCalibration, grouped: bool
                    ) -> list[tuple[pa.Array, Callable[[int, int], str | None]]]:
     """Per released row, whether its MIN(col) lies above the MAX(col) of its group (post-processing of
     released values), with the note for the rows the caller is shown (after HAVING, ORDER BY and LIMIT):
@@ -294,8 +368,7 @@ def _min_above_max(aggs: list[ir.Aggregate], cols: dict[str, Any], cal: Quantile
         for i, hi in enumerate(aggs):
             if lo.kind != ir.MIN or hi.kind != ir.MAX or lo.column != hi.column:
                 continue
-            a = np.asarray(cols[lo.name].to_numpy(zero_copy_only=False), dtype=np.float64)
-            b = np.asarray(cols[hi.name].to_numpy(zero_copy_only=False), dtype=np.float64)
+            a, b = numbers[lo.name], numbers[hi.name]
             text = (f"{lo.sql} came out above {hi.sql}{{where}}: they estimate the c-th smallest and the c-th largest "
                     f"kept values (c = {cal.targets[j]:g} and {cal.targets[i]:g}: rank_target), which cross when a group "
                     f"keeps fewer than about {cal.targets[j] + cal.targets[i]:g} rows, and each may miss its rank by up "
@@ -426,8 +499,8 @@ class QuantileMechanism:
         by_agg = {a.name: j for j, a in enumerate(aggs)}
         for j, a in enumerate(aggs):
             g = cal.grids[j]
-            per.append({"aggregate": a.sql, "kind": a.kind, "p": a.quantile, "column": a.column, "lo": g.lo, "hi": g.hi,
-                        "grid_step": g.step, "candidates": g.cells + 1, "utility_sensitivity": cal.sensitivity[j],
+            per.append({"aggregate": a.sql, "kind": a.kind, "p": a.quantile, "column": a.column, **grid_public(g),
+                        "candidates": g.cells + 1, "utility_sensitivity": cal.sensitivity[j],
                         "rank_target": cal.targets[j] if a.kind != ir.QUANTILE else None,
                         "rank_error_95": cal.rank_error(j)})
         expected: dict[str, Any] = {}
@@ -435,8 +508,8 @@ class QuantileMechanism:
             if o.source in by_agg:
                 j = by_agg[o.source]
                 expected[o.name] = {
-                    "rank_error_95": cal.rank_error(j), "grid_step": cal.grids[j].step,
-                    "note": (f"a point of a grid of step {cal.grids[j].step:g}; with probability 0.95 the rows below/above "
+                    "rank_error_95": cal.rank_error(j), "grid_step": grid_public(cal.grids[j])["grid_step"],
+                    "note": (f"a point of a grid of step {_step_text(cal.grids[j])}; with probability 0.95 the rows below/above "
                              f"it split as asked up to {cal.rank_error(j):.4g} rows (relative to the best grid point)"),
                 }
         params: dict[str, Any] = {
@@ -471,7 +544,10 @@ class QuantileMechanism:
         return bounded_value_histograms(cal.plan, cal.caps, cal.grids, salt=salt, unit_column=cal.unit, ops=ops)
 
     def released_types(self, cal: QuantileCalibration) -> dict[str, str]:
-        return {a.name: "DOUBLE" for a in cal.plan.aggregates}
+        if cal.reuse is not None:
+            return {a.name: "DOUBLE" for a in cal.plan.aggregates}
+        return {a.name: "DOUBLE" if not g.time_type else "DATE" if g.time_type == "DATE" else "TIMESTAMP"
+                for a, g in zip(_quantile_aggs(cal.plan), cal.grids, strict=True)}
 
     def key_domain(self, cal: QuantileCalibration) -> pa.Table | None:
         if not cal.plan.public_keys or domain_size(cal.plan) > KEY_DOMAIN_CHECK_LIMIT:
@@ -503,6 +579,7 @@ class QuantileMechanism:
         b = np.asarray(rows.column("__b").to_numpy(zero_copy_only=False), dtype=np.int64)
         n = np.asarray(rows.column("__n").to_numpy(zero_copy_only=False), dtype=np.float64)
         cols: dict[str, Any] = dict(key_cols)
+        numbers: dict[str, np.ndarray] = {}  # the released values as numbers (dates: seconds since 1970)
         accuracy: dict[str, dict[str, Any]] = {}
         for j, a in enumerate(aggs):
             grid = cal.grids[j]
@@ -514,10 +591,15 @@ class QuantileMechanism:
             delta_int = math.ceil(cal.caps.rows_per_group_bound) * max(abs(ia), abs(ib))
             k = score_scale(cal.eps_run - float_slack(grid.cells + 1), delta_int)
             idx = sample_index(u, k, rng)
-            vals = np.minimum(grid.lo + idx.astype(np.float64) * grid.step, grid.hi)
-            gran = plan.table.column(a.column or "").granularity or grid.step
-            vals = np.clip(round_to_granularity(vals, gran), grid.lo, grid.hi)
-            cols[a.name] = pa.array(vals, type=pa.float64())
+            gran: Any
+            if grid.time_type:
+                gran = grid_public(grid)["grid_step"]
+                numbers[a.name], cols[a.name] = time_values(grid, idx)
+            else:
+                vals = np.minimum(grid.lo + idx.astype(np.float64) * grid.step, grid.hi)
+                gran = plan.table.column(a.column or "").granularity or grid.step
+                numbers[a.name] = vals = np.clip(round_to_granularity(vals, gran), grid.lo, grid.hi)
+                cols[a.name] = pa.array(vals, type=pa.float64())
             accuracy[a.name] = {
                 "noise": "exponential",
                 "noise_std": None,
@@ -525,14 +607,14 @@ class QuantileMechanism:
                 "rank_error_95": cal.rank_error(j),
                 "rank_target": cal.targets[j] if a.kind != ir.QUANTILE else None,
                 "p": a.quantile,
-                "grid_step": grid.step,
+                "grid_step": grid_public(grid)["grid_step"],
                 "granularity": gran,
                 "note": ("exponential mechanism: with probability 0.95 the kept rows below/above the released value split "
                          f"as asked up to {cal.rank_error(j):.3g} rows, relative to the best grid point (a rank, not a "
                          "value interval)"),
             }
         return Released(table=pa.table(cols), accuracy=accuracy,
-                        row_notes=_min_above_max(aggs, cols, cal, bool(cal.plan.keys)))
+                        row_notes=_min_above_max(aggs, numbers, cal, bool(cal.plan.keys)))
 
     def _from_synopsis(self, cal: QuantileCalibration) -> Released:
         from dpsql.mechanisms.ranges import answer, load_synopsis

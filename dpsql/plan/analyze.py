@@ -28,7 +28,7 @@ from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, inter
 from dpsql.plan.joins import analyze_join
 from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
-from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call
+from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call, time_column_problem
 from dpsql.plan.typer import (
     MAX_DEPTH,
     TypeRefusal,
@@ -317,21 +317,30 @@ class _Builder:
             column = arg.name.lower()
             if self.table.schema and column not in self.table.schema:
                 return None  # reported by check_columns
-            why = check_numeric_column(column, self.table.schema)
-            if why is not None:
-                self.bad(node, why.replace("SUM and AVG need", f"{str(getattr(node, 'key', '')).upper() if kind != ir.QUANTILE else 'a quantile'} needs"))
-                return None
-            declared = self.table.column(column).bounds
-            if declared is None:
-                self.bad(
-                    node,
-                    f"{fn.upper() if kind != ir.QUANTILE else 'QUANTILE'}({column}) needs value bounds; table "
-                    f"'{self.table.name}' declares none for '{column}' "
-                    f"(hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}})",
-                    policy=True,
-                )
-                return None
-            bounds = declared
+            written = str(getattr(node, "key", "")).upper() if kind != ir.QUANTILE else "a quantile"
+            if parse_type(self.table.schema.get(column, "")).kind in ("date", "timestamp"):
+                # a DATE / TIMESTAMP column: the grid is its declared ordered domain (no value bounds)
+                why = time_column_problem(self.table, column, fn.upper() if kind != ir.QUANTILE else "QUANTILE")
+                if why is not None:
+                    self.bad(node, why, policy=True)
+                    return None
+            else:
+                why = check_numeric_column(column, self.table.schema)
+                if why is not None:
+                    self.bad(node, why.replace("SUM and AVG need a numeric column",
+                                               f"{written} needs a numeric, DATE or TIMESTAMP column"))
+                    return None
+                declared = self.table.column(column).bounds
+                if declared is None:
+                    self.bad(
+                        node,
+                        f"{fn.upper() if kind != ir.QUANTILE else 'QUANTILE'}({column}) needs value bounds; table "
+                        f"'{self.table.name}' declares none for '{column}' "
+                        f"(hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}})",
+                        policy=True,
+                    )
+                    return None
+                bounds = declared
         elif isinstance(node, exp.Count):
             if node.expressions:  # COUNT(a, b): DuckDB has no such COUNT; never answer COUNT(a) for it
                 self.bad(node, "COUNT takes one argument (*, a column or an expression); count each one separately, "

@@ -1,6 +1,7 @@
 """Quantile aggregates as analysts write them: which column and which p (public SQL text only).
 
-Accepted spellings (all over a plain numeric column with declared bounds):
+Accepted spellings (all over a plain numeric column with declared bounds, or a DATE / TIMESTAMP
+column with a declared ordered domain: bounds with ``bins`` or ``bin_width``, :func:`time_column_problem`):
 
 * ``MIN(col)``, ``MAX(col)``: order statistics near the ends (``mechanisms.quantile``);
 * ``MEDIAN(col)``: p = 0.5;
@@ -16,9 +17,16 @@ picking a data value does not survive (no data value is ever released as such).
 
 from __future__ import annotations
 
+import datetime as dt
+from typing import TYPE_CHECKING
+
 from sqlglot import exp
 
 from dpsql.plan import ir
+from dpsql.plan.typer import parse_type
+
+if TYPE_CHECKING:
+    from dpsql.catalog import TableSpec
 
 #: aggregate classes that ask for a quantile (``exp.ApproxQuantile`` is a ``exp.Quantile``)
 QUANTILE_AGGS: tuple[type[exp.Expression], ...] = (
@@ -78,3 +86,28 @@ def quantile_call(node: exp.Expression) -> tuple[str, exp.Expression, float] | s
         p = _fraction(node.args.get("expression"))
         return p if isinstance(p, str) else (ir.QUANTILE, node.this, p)
     return f"unsupported quantile aggregate; {_FIX}"
+
+
+def time_column_problem(table: TableSpec, column: str, fn: str) -> str | None:
+    """None if ``fn`` (MIN, MAX, a quantile) may read the DATE / TIMESTAMP ``column``; else why not,
+    with the fix (public metadata only: refused before any charge).
+
+    The candidates are the points of the column's declared ordered domain (``bounds`` with
+    ``bins`` or ``bin_width``, ``mechanisms.quantile.value_grid``); a DATE column's bounds must be
+    dates (midnights), as its values and the released points are."""
+    t = parse_type(table.schema.get(column, ""))
+    assert t.kind in ("date", "timestamp")
+    fix = (f"register the column with e.g. columns={{'{column}': {{'bounds': ['2019-01-01', '2021-01-01'], "
+           f"'bin_width': '1 day'}}}}: the released value is a point of that grid")
+    o = table.column(column).ordered
+    if o is None or o.kind == "numeric":
+        what = "numeric bounds only" if o is not None or table.column(column).bounds is not None else "none"
+        return (f"{fn}({column}) over a {t} column needs its date bounds and grid declared (bounds with bins or "
+                f"bin_width); table '{table.name}' declares {what} for '{column}' (hint: {fix})")
+    if t.kind == "date":
+        for v in (o.lo, o.hi):
+            x = dt.datetime.fromisoformat(str(v))
+            if x != dt.datetime(x.year, x.month, x.day):
+                return (f"{fn}({column}): '{column}' is DATE, but its declared bounds ({o.lo}, {o.hi}) are not whole "
+                        f"days (hint: declare its bounds as dates, e.g. ['2019-01-01', '2021-01-01'])")
+    return None

@@ -272,10 +272,11 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("strptime, try_strptime", "VARCHAR, format literal -> TIMESTAMP", "total",
              "rendered try_strptime: text that does not parse is NULL; input capped; a format with %n (nanoseconds, "
              "a TIMESTAMP_NS in DuckDB) is read as TIMESTAMP; %z and %Z (a TIMESTAMP WITH TIME ZONE) are refused"),
-    FuncSpec("+, - (INTERVAL)", "DATE/TIMESTAMP literal, INTERVAL n unit -> TIMESTAMP literal", "folded at analysis",
-             "only on a literal (`TIMESTAMP '2024-06-01' - INTERVAL 30 DAY`), computed by dpsql before the query runs "
-             "as DuckDB would (months clamp to the month's end); one whole unit per INTERVAL (YEAR, QUARTER, MONTH, WEEK, "
-             "DAY, HOUR, MINUTE, SECOND); a result outside years 1..9999 and an INTERVAL on a column are refused"),
+    FuncSpec("+, - (INTERVAL)", "DATE/TIMESTAMP, INTERVAL n unit -> TIMESTAMP", "total",
+             "on a literal (`TIMESTAMP '2024-06-01' - INTERVAL 30 DAY`) folded by dpsql before the query runs as DuckDB "
+             "would (months clamp to the month's end; a result outside years 1..9999 is refused); on a column "
+             "(`ship_date - INTERVAL 2 DAY > order_date`) computed per row, NULL unless the value and its shift both lie "
+             "in years 1..9999; one whole unit per INTERVAL (YEAR, QUARTER, MONTH, WEEK, DAY, HOUR, MINUTE, SECOND)"),
 )
 
 #: types with no total comparison whose text (CAST AS VARCHAR) is a canonical spelling
@@ -976,16 +977,18 @@ class Typer:
         """``DATE/TIMESTAMP literal +/- INTERVAL n unit`` (or ``INTERVAL ... + literal``), folded here into
         a TIMESTAMP literal (DuckDB's type for both), as DuckDB computes it: months are added with the day
         clamped to the month's end (``DATE '2024-03-31' - INTERVAL 1 MONTH`` is 2024-02-29 00:00:00),
-        other units exactly. Only literals: nothing is evaluated on a row, so the result is as total as
-        any literal; an INTERVAL applied to a column is refused (an INTERVAL is no value a row may hold
-        here), with the fix of shifting the literal side of the comparison instead."""
+        other units exactly. Nothing is evaluated on a row, so the result is as total as any literal.
+        An INTERVAL applied to a non-literal DATE/TIMESTAMP is computed per row (:meth:`_shift_value`);
+        on anything else it is refused (an INTERVAL is no value a row may hold here)."""
         interval, other = (node.expression, node.this) if isinstance(node.expression, exp.Interval) else (node.this, node.expression)
         sign = -1 if isinstance(node, exp.Sub) else 1
         r = self.t(other)
+        if r.type.kind in ("date", "timestamp") and not r.literal:
+            months, delta = self._interval_value(interval)
+            return self._shift_value(r, sign * months, sign * delta, node)
         if not (r.literal and r.type.kind in ("date", "timestamp") and r.value is not None):
-            raise self.refuse(node, "INTERVAL arithmetic is only supported on a DATE or TIMESTAMP literal (folded before the "
-                              "query runs), e.g. order_ts >= TIMESTAMP '2024-06-01' - INTERVAL 30 DAY; to shift a column, "
-                              "shift the literal it is compared with instead")
+            raise self.refuse(node, "INTERVAL arithmetic is only supported on a DATE or TIMESTAMP value, e.g. "
+                              "order_ts >= TIMESTAMP '2024-06-01' - INTERVAL 30 DAY or ship_date - INTERVAL 2 DAY > order_date")
         months, delta = self._interval_value(interval)
         v = r.value if isinstance(r.value, dt.datetime) else dt.datetime(r.value.year, r.value.month, r.value.day)
         try:
@@ -1000,6 +1003,40 @@ class Typer:
         except OverflowError:
             raise self.refuse(node, "the shifted date is outside years 1..9999") from None
         return Typed(typed_literal(v, TIMESTAMP), TIMESTAMP, True, v)
+
+    def _shift_value(self, r: Typed, months: int, delta: dt.timedelta, node: exp.Expression) -> Typed:
+        """A DATE/TIMESTAMP expression shifted by one INTERVAL (``months``, or the exact ``delta``) as a
+        TIMESTAMP: ``CASE WHEN x BETWEEN lo AND hi THEN x + INTERVAL ... END``, where [lo, hi] are the
+        instants of years 1..9999 whose shift stays in years 1..9999 (computed here, exactly). Any other
+        instant (an earlier or later year, a shift leaving the range) is NULL: nothing outside the
+        years every engine computes alike reaches the addition, so it cannot fail, and DuckDB and
+        Spark give the same instant (a month shift clamps the day to the month's end on both)."""
+        x = self.coerce(r, TIMESTAMP, node)  # a DATE (or TIMESTAMP_S/_MS/_NS) through TRY_CAST
+        lo, hi = dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
+        nothing = Typed(_cast(exp.Null(), TIMESTAMP, try_=False), TIMESTAMP)
+        iv: exp.Interval
+        if months:
+            # x + k months is in range iff x's month, shifted by k, is (the day only clamps down)
+            top = 9999 * 12 + 11 - max(months, 0)  # months as year * 12 + month - 1
+            bottom = 12 + max(-months, 0)
+            if top < bottom:
+                return nothing
+            y, m = divmod(top + 1, 12)
+            hi = min(hi, dt.datetime(y, m + 1, 1) - dt.timedelta(microseconds=1)) if y <= 9999 else hi
+            y, m = divmod(bottom, 12)
+            lo = dt.datetime(y, m + 1, 1)
+            iv = exp.Interval(this=exp.Literal.string(str(months)), unit=exp.Var(this="MONTH"))
+        else:
+            try:
+                lo, hi = (lo - delta, hi) if delta < dt.timedelta(0) else (lo, hi - delta)
+            except OverflowError:  # a shift longer than years 1..9999
+                return nothing
+            micros = delta // dt.timedelta(microseconds=1)
+            day = 86_400_000_000
+            iv = (exp.Interval(this=exp.Literal.string(str(micros // day)), unit=exp.Var(this="DAY")) if micros % day == 0
+                  else exp.Interval(this=exp.Literal.string(str(micros // 1_000_000)), unit=exp.Var(this="SECOND")))
+        inside = exp.Between(this=x.copy(), low=typed_literal(lo, TIMESTAMP), high=typed_literal(hi, TIMESTAMP))
+        return Typed(exp.Case(ifs=[exp.If(this=inside, true=exp.Add(this=x.copy(), expression=iv))]), TIMESTAMP)
 
     _INTERVAL_UNITS: dict[str, tuple[int, dt.timedelta]] = {
         "YEAR": (12, dt.timedelta(0)), "QUARTER": (3, dt.timedelta(0)), "MONTH": (1, dt.timedelta(0)),

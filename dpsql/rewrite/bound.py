@@ -916,18 +916,66 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
 @dataclass(frozen=True)
 class ValueGrid:
     """A public grid over a column's declared bounds: candidates lo + i * step, i = 0..cells
-    (the last one capped at hi). A value is counted at its nearest grid point."""
+    (the last one capped at hi). A value is counted at its nearest grid point.
+
+    A DATE / TIMESTAMP column (``time_type`` its type name, e.g. ``"DATE"``, ``"TIMESTAMP_NS"``):
+    lo, hi and step are seconds since 1970-01-01 00:00:00, and ``time_bounds`` the declared
+    bounds (``datetime``) that the value is clamped to in its own type (:func:`clamped_time`),
+    ``step_micros`` the step in whole microseconds (exact, for the released points)."""
 
     column: str
     lo: float
     hi: float
     step: float
     cells: int
+    time_type: str = ""
+    time_bounds: tuple[Any, Any] | None = None
+    step_micros: int = 0
+
+
+#: the instants a TIMESTAMP_S / _MS column holds exactly, in microseconds
+_TIME_UNIT_MICROS = {"TIMESTAMP_S": 1_000_000, "TIMESTAMP_MS": 1_000}
+
+
+def clamped_time(grid: ValueGrid, ops: SqlOps = DEFAULT_OPS) -> exp.Expression:
+    """A DATE / TIMESTAMP column's value clamped to the declared [lo, hi], as DOUBLE seconds since 1970
+    (NULL for NULL), total on every value of the column's type: the comparisons are made in the
+    column's own type against literals it holds (so a DATE or TIMESTAMP_S far beyond the TIMESTAMP
+    range, and DuckDB's +-infinity, compare as they are and clamp to hi or lo), and only a value
+    inside [lo, hi] (years 1..9999) is converted: ``CASE WHEN v < lo THEN lo_s WHEN v > hi THEN hi_s
+    ELSE epoch(TRY_CAST(v AS TIMESTAMP)) END``. A TIMESTAMP_S / _MS column compares with lo rounded
+    up and hi rounded down to its unit (the same rows fall below / above); a TIMESTAMP_NS column
+    (1677..2262 only) is compared as ``TRY_CAST(v AS TIMESTAMP)``, which holds every one of its
+    values, infinities included."""
+    import datetime as dt
+
+    assert grid.time_bounds is not None
+    lo, hi = grid.time_bounds
+    col: exp.Expression = exp.column(grid.column, quoted=True)
+    typ = grid.time_type
+    if typ == "DATE":
+        lo_lit, hi_lit = ops.typed_literal(lo.date(), "DATE"), ops.typed_literal(hi.date(), "DATE")
+    elif typ in _TIME_UNIT_MICROS:
+        unit = _TIME_UNIT_MICROS[typ]
+        epoch = dt.datetime(1970, 1, 1)
+        lo_us, hi_us = ((v - epoch) // dt.timedelta(microseconds=1) for v in (lo, hi))
+        up = epoch + dt.timedelta(microseconds=-(-lo_us // unit) * unit)
+        down = epoch + dt.timedelta(microseconds=(hi_us // unit) * unit)
+        lo_lit, hi_lit = ops.typed_literal(up, typ), ops.typed_literal(down, typ)
+    else:
+        if typ != "TIMESTAMP":  # TIMESTAMP_NS: every value converts, infinities to infinities
+            col = ops.try_cast(col, "TIMESTAMP")
+        lo_lit, hi_lit = ops.typed_literal(lo, "TIMESTAMP"), ops.typed_literal(hi, "TIMESTAMP")
+    # only a value inside [lo, hi] reaches the conversion (a TIMESTAMP_NS column is one already)
+    ts = col.copy() if typ in ("TIMESTAMP", "TIMESTAMP_NS") else ops.try_cast(col.copy(), "TIMESTAMP")
+    return exp.Case(ifs=[exp.If(this=exp.LT(this=col.copy(), expression=lo_lit), true=ops.typed_literal(grid.lo, "DOUBLE")),
+                         exp.If(this=exp.GT(this=col.copy(), expression=hi_lit), true=ops.typed_literal(grid.hi, "DOUBLE"))],
+                    default=ops.epoch_seconds(ts))
 
 
 def grid_index(grid: ValueGrid, ops: SqlOps = DEFAULT_OPS) -> exp.Expression:
     """The grid point nearest to the clamped value, as BIGINT (NULL for NULL): floor((v - lo) / step + 1/2)."""
-    v = clamped_value(grid.column, grid.lo, grid.hi, ops=ops)
+    v = clamped_time(grid, ops) if grid.time_type else clamped_value(grid.column, grid.lo, grid.hi, ops=ops)
     pos = exp.Add(this=exp.Div(this=exp.Paren(this=exp.Sub(this=v, expression=_lit(grid.lo))), expression=_lit(grid.step)),
                   expression=exp.Literal.number(0.5))
     return ops.try_cast(exp.func("floor", pos), "BIGINT")
