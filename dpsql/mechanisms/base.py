@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from dpsql.budget import Budget
 from dpsql.catalog import TableSpec
-from dpsql.engine.base import SqlOps
+from dpsql.engine.base import BoundedBatch, SqlOps
 from dpsql.errors import ConfigError, PolicyError
 from dpsql.noise import NoiseSource
 from dpsql.plan import ir
@@ -135,13 +135,13 @@ class Mechanism(Protocol):
 
     def describe(self, calibration: Any) -> Description: ...
 
-    def bounded(self, calibration: Any, salt: str, ops: SqlOps) -> exp.Expression | None: ...
+    def bounded(self, calibration: Any, salt: str, ops: SqlOps) -> exp.Expression | BoundedBatch | None: ...
 
     def released_types(self, calibration: Any) -> dict[str, str]: ...
 
     def key_domain(self, calibration: Any) -> pa.Table | None: ...
 
-    def release(self, calibration: Any, bounded: pa.Table | None, rng: NoiseSource) -> Released: ...
+    def release(self, calibration: Any, bounded: Any, rng: NoiseSource) -> Released: ...
 
 
 def fmt_cap(v: float) -> str:

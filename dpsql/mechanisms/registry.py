@@ -300,7 +300,7 @@ def _route_join(
         sampled = options.get("q", 1.0 if not people.enforced else 0.5) < 1.0
         forced = "dp_s4s" if people.enforced or sampled else "r2t"
     name = MechanismName(forced)
-    mech = REGISTRY[name]
+    mech = _several(REGISTRY[name], plan)
     _check_applicable(mech, options)
     req = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
                   catalog=catalog, plan=plan, find_synopsis=find_synopsis)
@@ -310,6 +310,17 @@ def _route_join(
     else:
         reason = f"join: R2T (no sampling, truncation race over thresholds; Delta {holds})"
     return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason)
+
+
+def _several(mech: Mechanism, plan: ir.QueryPlan, *, grouped: bool = False) -> Mechanism:
+    """A join query with several base aggregates (AVG is two): one run of ``mech`` per base aggregate,
+    the budget split by basic composition (``dpsql.mechanisms.join_multi``)."""
+    assert plan.join is not None
+    if len(plan.join.aggregates) <= 1:
+        return mech
+    from dpsql.mechanisms.join_multi import MultiGroupedJoinMechanism, MultiJoinMechanism
+
+    return MultiGroupedJoinMechanism(mech) if grouped else MultiJoinMechanism(mech)
 
 
 def _route_grouped_join(
@@ -323,7 +334,7 @@ def _route_grouped_join(
     assert plan.join is not None
     people = bound_people(plan.join, dict(catalog))
     name = route_name(dict(options), people)
-    mech = _GROUPED[name] if name == MechanismName.R2T else REGISTRY[name]
+    mech = _several(_GROUPED[name] if name == MechanismName.R2T else REGISTRY[name], plan, grouped=True)
     _check_applicable(mech, options)
     req = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
                   catalog=catalog, plan=plan, find_synopsis=find_synopsis)
