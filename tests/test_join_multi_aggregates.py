@@ -102,14 +102,50 @@ def test_r2t_split_is_pinned(session: Any) -> None:
     assert p.parameters["samples"].startswith("none (q = 1)")
 
 
-def test_grouped_splits_are_pinned(session: Any) -> None:
+def test_grouped_clipping_runs_are_one_gaussian_vector(session: Any) -> None:
     p = session.explain(GROUPED, epsilon=3.0, delta=3e-6)  # one person per tuple: per-person clipping
     assert p.mechanism == "clipped_gaussian" and p.cost == Budget(3.0, 3e-6)
     assert [(r["aggregate"], r["budget"], r["cost"]) for r in runs(p)] == [
-        (a, {"epsilon": 1.0, "delta": 1e-6}, {"epsilon": 1.0, "delta": 1e-6})
-        for a in ("COUNT(*)", "SUM(l.l_price)", "COUNT(l.l_price)")]
-    single = session.explain("SELECT n.n_name, COUNT(*)" + NCOL + " GROUP BY n.n_name", epsilon=1.0, delta=1e-6)
-    assert runs(p)[0]["parameters"]["clip_norm"] == single.parameters["clip_norm"] == 32.0  # Delta = 8 x 4
+        (a, {"epsilon": 3.0, "delta": 1e-6}, None) for a in ("COUNT(*)", "SUM(l.l_price)", "COUNT(l.l_price)")]
+    assert p.parameters["composition"].startswith("one Gaussian vector of 3 runs")
+    # each run clips at its default Delta x max|value| (Delta = 8 orders x 4 items) and is calibrated to sqrt(3) x it
+    assert [r["parameters"]["clip_norm"] for r in runs(p)] == [32.0, 3200.0, 32.0]
+    assert [r["parameters"]["path"].startswith("per-user L2 clipping") for r in runs(p)] == [True] * 3
+
+
+def test_clipping_runs_composed_as_one_gaussian_meet_the_exact_profile() -> None:
+    """The runs' noise scales, read from explain over a declared key set (d = 5), checked against the exact
+    Gaussian profile written here: the m runs are one Gaussian mechanism with mu = sqrt(sum_j (C_j / sigma_j)^2),
+    delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) <= the largest run's Gaussian delta, and that plus
+    the runs' floating-point deltas is within the charged delta. Negative control: runs calibrated to their own
+    sensitivity only (sigma / sqrt(3)) exceed it."""
+    from scipy.stats import norm
+    from test_joins import fk_data
+
+    s = make_session()
+    s.register("customer", fk_data()["customer"], privacy_unit="c_custkey",
+               references={"c_nationkey": "nation.n_nationkey"}, columns={"c_nationkey": {"domain": [0, 1, 2, 3, 4]}})
+    col = " FROM customer c JOIN orders o ON o.o_custkey = c.c_custkey JOIN lineitem l ON o.o_orderkey = l.l_orderkey"
+    p = s.explain("SELECT c.c_nationkey, COUNT(*), AVG(l.l_price)" + col + " GROUP BY c.c_nationkey", epsilon=3.0,
+                  delta=3e-6)
+    s.close()
+    params = [r["parameters"] for r in runs(p)]
+    assert [x["d"] for x in params] == [5, 5, 5] and p.cost == Budget(3.0, 3e-6)
+
+    def delta_of(scale: float) -> float:
+        mu = math.sqrt(sum((x["clip_norm"] * (1 + 2**-30) / (x["sigma"] * scale)) ** 2 for x in params))
+        return float(norm.cdf(-3.0 / mu + mu / 2) - math.exp(3.0) * norm.cdf(-3.0 / mu - mu / 2))
+
+    gaussian = max(x["delta_gaussian"] for x in params)
+    assert gaussian == pytest.approx(9e-7)  # (1 - 0.1) x 1e-6: the first floating-point share fits
+    assert delta_of(1.0) <= gaussian * (1 + 1e-9)
+    assert delta_of(1.0) + sum(x["fp_delta"] for x in params) <= 3e-6
+    assert delta_of(1.0 / math.sqrt(3.0)) > 100 * gaussian  # negative control
+    # and the noise is below basic composition's (each run at epsilon / 3): sigma 85.94 against 135.88 for a count
+    assert params[0]["sigma"] == pytest.approx(85.9422, rel=1e-5)
+
+
+def test_grouped_vector_form_split_is_pinned(session: Any) -> None:
     # DP-S4S's vector form at q = 1/4: each run costs its amplified epsilon ln(1 + q'(e^1 - 1)), q' = 1 - (3/4)^32
     p = session.explain(GROUPED, epsilon=3.0, delta=3e-6, options={"q": 0.25})
     q_prime = 1.0 - 0.75 ** 32
@@ -207,13 +243,14 @@ REFUSED = [
     # the share is too small for a sampled run: the refusal names the aggregate and its share
     (SCALAR, {"q": 2.0 ** -18}, ConfigError, r"COUNT\(\*\), one of the query's 3 base aggregates, answered with "
                                              r"epsilon=0.0333333"),
+    (GROUPED, {"clip_norm": 10.0}, ConfigError, "clip_norm is a norm in one aggregate's units"),
 ]
 
 
 @pytest.mark.parametrize("sql,opts,cls,msg", REFUSED, ids=[m[:30] for *_, m in REFUSED])
 def test_refusals_are_free(session: Any, sql: str, opts: dict[str, Any], cls: type, msg: str) -> None:
     before = session.remaining()
-    eps = 0.1 if opts else 3.0
+    eps = 0.1 if "q" in opts else 3.0
     for call in (session.explain, session.query):
         with pytest.raises(cls, match=msg):
             call(sql, epsilon=eps, delta=3e-6 if "GROUP BY" in sql else 0.0, options=opts)

@@ -23,7 +23,8 @@ when the mechanism samples join tuples (q < 1), a salt of their own, SHA-256 of 
 salt and j (``sub_salt``; on DuckDB's own connection the per-tuple ``RANDOM()`` draws are fresh per
 run anyway) — so their samples are independent and together the runs are (Σ_j cost_j)-DP by basic
 sequential composition (Dwork & Roth, Theorem 3.16). That sum, rounded up to a float, is charged,
-once, before any private row is read; it is at most the requested (ε, δ).
+once, before any private row is read; it is at most the requested (ε, δ). (Per-person clipping
+composes its runs more tightly, as one Gaussian vector: below.)
 
 Why independent samples: a sampled run's amplified cost (Lemma 3.1, Lemma 4.2) holds over the
 randomness of its own sample. Runs on one shared sample would need a joint accounting (the one the
@@ -39,11 +40,22 @@ salt, the composition holds given the salt, hence over its draw. With q < 1 each
 own salt: where the data exceed the declared bounds (the caps bind), a SUM and the COUNT of an AVG
 may keep different rows.
 
-Tighter accountings the library has, not used here: the single-table Gaussian mechanism composes
-its columns as one Gaussian vector (L2 sensitivity √m instead of m shares of ε), and RDP composes
-the Gaussian runs of DP-S4S under δ > 0 before one conversion; applying them to the join paths
-would change those mechanisms' calibrations (and their floating-point accounting), so they are left
-out and the split is the plain one above.
+Per-person clipping (GROUP BY, one person per tuple) uses a tighter accounting than the split: the
+exact Gaussian profile of a composition of Gaussians (``docs/mechanisms.md`` §1.2, §7: the single-table
+Gaussian mechanism composes its columns the same way). Run j releases its exact clipped totals plus
+N(0, σ_j²I_d), and removing a person moves them by at most C_j′ = C_j(1 + 2⁻³⁰) in L2; scaled by 1/σ_j the
+m runs are one Gaussian mechanism with μ = (Σ_j (C_j′/σ_j)²)^½. Each run is calibrated at (ε, δ_j) to the
+sensitivity √m·C_j′ (√m rounded up; ``s4s_vector.joint_factor``): √m·C_j′/σ_j ≤ μ*(ε, δ_A,j), the largest
+μ of an (ε, δ_A,j)-DP Gaussian, δ_A,j = (1 − s_j)δ_j its Gaussian part. So μ ≤ max_j μ*(ε, δ_A,j) =
+μ*(ε, max_j δ_A,j) and the runs together are (ε, max_j δ_A,j)-DP, plus their floating-point parts
+Σ_j fp_j (the coupling of ``dpsql.noise`` §3 over all m·d coordinates, each fp_j computed at ε, as the
+joint release's ε is ε): (ε, max_j δ_A,j + Σ_j s_jδ_j) ≤ (ε, Σ_j δ_j) ≤ (ε, δ), which is charged. Against
+the split, each σ_j is that of ε rather than ε/m at √m times the sensitivity: at ε = 3, δ = 3·10⁻⁶, m = 3,
+Δ = 32, σ = 85.9 for a count instead of 135.9. ``clip_norm`` (one norm, in one aggregate's units) is
+refused with several aggregates; each run clips at its default Δ·max|value|.
+
+Not used: composing DP-S4S's Gaussian runs under δ > 0 in RDP before one conversion (§4), which would
+change their schedules (``dpsql.mechanisms.s4s``); they are split as above.
 
 What the analyst sees depends on public metadata and released values only: m, the shares and every
 run's calibration come from the plan, the catalog and the options; a run that cannot be calibrated
@@ -66,7 +78,7 @@ from sqlglot import exp
 
 from dpsql.budget import Budget, exact
 from dpsql.engine.base import BoundedBatch, SqlOps
-from dpsql.errors import DPSQLError
+from dpsql.errors import ConfigError, DPSQLError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Released, Request
 from dpsql.noise import NoiseSource
 from dpsql.plan import ir
@@ -118,6 +130,7 @@ class MultiCalibration:
     epsilons: list[float]
     deltas: list[float]
     samples: bool  #: the runs sample join tuples (q < 1): each gets its own salt
+    joint: bool = False  #: per-person clipping: the runs are composed as one Gaussian vector (module docstring)
     notes: list[str] = field(default_factory=list)
 
 
@@ -133,23 +146,38 @@ def calibrate(request: Request, mechanism: Mechanism, contribution: Caps) -> Mul
     plan = request.plan
     assert plan is not None and plan.join is not None and len(plan.join.aggregates) > 1
     m = len(plan.join.aggregates)
-    eps, dels = shares(request.epsilon, m), (shares(request.delta, m) if request.delta > 0 else [0.0] * m)
+    joint = mechanism.name == MechanismName.JOIN_CLIPPED
+    if joint and "clip_norm" in request.options:
+        raise ConfigError(f"clip_norm is a norm in one aggregate's units, and this query has {m} base aggregates "
+                          f"({', '.join(a.sql for a in plan.aggregates)}), each clipped at its own default "
+                          "Delta x max|value|", hint="omit clip_norm, or ask each aggregate in a query of its own")
+    eps = [request.epsilon] * m if joint else shares(request.epsilon, m)
+    dels = shares(request.delta, m) if request.delta > 0 else [0.0] * m
     runs = []
     for j, (e_j, d_j) in enumerate(zip(eps, dels, strict=True)):
         sub = dataclasses.replace(request, epsilon=e_j, delta=d_j, plan=_sub_plan(plan, j))
         try:
-            runs.append(mechanism.calibrate(sub, contribution))
+            c = mechanism.calibrate(sub, contribution)
+            if joint:  # one Gaussian vector with the other runs: sigma for sqrt(m) x the run's sensitivity
+                from dpsql.mechanisms.s4s_vector import _params
+
+                c.joint = m
+                if c.d is not None:
+                    _params(c, c.d)  # refuse unusable parameters before any charge
+            runs.append(c)
         except DPSQLError as err:  # refused before any charge: say which aggregate and its share
             err.message = (f"{plan.aggregates[j].sql}, one of the query's {m} base aggregates, answered with "
                            f"epsilon={e_j:g}, delta={d_j:g} (the query's budget split {m} ways): {err.message}")
             err.args = (err._render(),)
             raise
     samples = any(getattr(c, "q", 1.0) < 1.0 and getattr(c, "path", "s4s") != "clip" for c in runs)
-    cal = MultiCalibration(plan, mechanism, runs, eps, dels, samples)
+    cal = MultiCalibration(plan, mechanism, runs, eps, dels, samples, joint)
+    how = (f"with epsilon and 1/{m} of delta each, composed as one Gaussian vector (each run's noise calibrated to "
+           f"sqrt({m}) x its sensitivity); the charge is (epsilon, delta)" if joint else
+           f"with 1/{m} of (epsilon, delta); the charge is the sum of the runs' costs (basic sequential composition)")
     cal.notes.append(
         f"{m} base aggregates ({', '.join(a.sql for a in plan.aggregates)}), each answered by its own run of the "
-        f"{mechanism.name} mechanism with 1/{m} of (epsilon, delta); the charge is the sum of the runs' costs (basic "
-        "sequential composition)" + ("; each run samples the join tuples independently" if samples else "")
+        f"{mechanism.name} mechanism {how}" + ("; each run samples the join tuples independently" if samples else "")
         + (". AVG is the released SUM over the released COUNT (NULL where that count is <= 0): numerator and "
            "denominator both carry the mechanism's downward bias, so AVG is not an underestimate (its error can go "
            "either way)" if _has_average(plan) else ""))
@@ -168,12 +196,23 @@ def describe(cal: MultiCalibration) -> Description:
     for j, (a, d) in enumerate(zip(cal.plan.aggregates, descs, strict=True)):
         runs.append({"aggregate": a.sql, "released_as": f"__a{j}", "mechanism": d.label,
                      "budget": {"epsilon": cal.epsilons[j], "delta": cal.deltas[j]},
-                     "cost": {"epsilon": d.cost.epsilon, "delta": d.cost.delta}, "parameters": d.parameters})
-    cost = charged_sum([d.cost for d in descs])
+                     "cost": None if cal.joint else {"epsilon": d.cost.epsilon, "delta": d.cost.delta},
+                     "parameters": d.parameters})
+    m = len(runs)
+    if cal.joint:  # (epsilon, max_j delta_A,j + sum_j fp_j) <= (epsilon, sum_j delta_j): module docstring
+        cost = Budget(cal.epsilons[0], charged_sum([Budget(0.0, x) for x in cal.deltas]).delta)
+        composition = (f"one Gaussian vector of {m} runs (per-person clipping), one per base aggregate: each run's sigma "
+                       f"is calibrated at (epsilon, delta/{m}) to sqrt({m}) x its L2 sensitivity, so the runs together "
+                       "are one Gaussian mechanism at (epsilon, the largest run's Gaussian delta) plus their "
+                       "floating-point deltas (the exact Gaussian profile of a composition of Gaussians); charged: "
+                       "(epsilon, delta)")
+    else:
+        cost = charged_sum([d.cost for d in descs])
+        composition = (f"basic sequential composition of {m} runs, one per base aggregate, each with 1/{m} of "
+                       "(epsilon, delta) (the last share the exact remainder); charged: the sum of their costs")
     params: dict[str, Any] = {
         "mechanism": descs[0].label,
-        "composition": (f"basic sequential composition of {len(runs)} runs, one per base aggregate, each with 1/{len(runs)} "
-                        "of (epsilon, delta) (the last share the exact remainder); charged: the sum of their costs"),
+        "composition": composition,
         "samples": ("independent per aggregate (each run's own salt)" if cal.samples
                     else "none (q = 1): the runs share the query's salt, so the row caps keep the same rows"),
         "aggregates": runs,
