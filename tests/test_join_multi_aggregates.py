@@ -266,3 +266,37 @@ def test_over_budget_is_refused_before_any_read(session: Any) -> None:
     with pytest.raises(BudgetExceededError):  # the session's delta budget is 1e-2
         session.query(SCALAR, epsilon=3.0, delta=0.03)
     assert session.history().num_rows == 0 and session.remaining() == Budget(1000.0, 1e-2)
+
+
+def test_each_clipping_run_adds_noise_of_its_published_scale() -> None:
+    """Statistical (fixed seed, failure probability <= 1e-6): the noise each run actually adds, over 400 releases
+    of the same bounded rows, divided by that run's published sigma, is chi-square distributed (per run
+    n = 400 x 5 keys). Negative controls: the same draws divided by sigma x 0.7 and x 1.3 must fail."""
+    from scipy.stats import chi2
+    from test_joins import fk_data
+
+    import dpsql.engine as backends
+    from dpsql.testing import seeded_noise
+
+    s = make_session()
+    s.register("customer", fk_data()["customer"], privacy_unit="c_custkey",
+               references={"c_nationkey": "nation.n_nationkey"}, columns={"c_nationkey": {"domain": [0, 1, 2, 3, 4]}})
+    col = " FROM customer c JOIN orders o ON o.o_custkey = c.c_custkey JOIN lineitem l ON o.o_orderkey = l.l_orderkey"
+    r = s._route("SELECT c.c_nationkey, COUNT(*), AVG(l.l_price)" + col + " GROUP BY c.c_nationkey", 3.0, 3e-6, {})
+    rows = backends.fetch_bounded(s._engine, r.mechanism.bounded(r.calibration, "a fixed test salt", s._engine.ops))
+    s.close()
+    sigmas = [x["parameters"]["sigma"] for x in r.description.parameters["aggregates"]]
+    truth = r.mechanism.release(r.calibration, rows, zero_noise()).table
+    rng = seeded_noise("test_each_clipping_run_adds_noise_of_its_published_scale")
+    z: list[list[float]] = [[], [], []]
+    for _ in range(400):
+        out = r.mechanism.release(r.calibration, rows, rng).table
+        for j in range(3):
+            got, exact_ = out.column(f"__a{j}").to_pylist(), truth.column(f"__a{j}").to_pylist()
+            z[j] += [(g - t) / sigmas[j] for g, t in zip(got, exact_, strict=True)]
+    n = len(z[0])  # per run: three two-sided checks at 1e-6 / 3 each
+    lo, hi = chi2.ppf(1e-6 / 6, n), chi2.isf(1e-6 / 6, n)
+    for x in z:
+        stat = sum(v * v for v in x)
+        assert lo <= stat <= hi
+        assert not lo <= stat / 0.7**2 <= hi and not lo <= stat / 1.3**2 <= hi  # negative controls

@@ -11,8 +11,9 @@ steps, in this order (``dpsql/session.py``):
    row (label, cost, parameters, notes, and which earlier release it reuses, if any).
 3. ``bounded(calibration, salt, ops)``: the bounded relation as a sqlglot AST, built from the
    shared bounding steps of ``dpsql.rewrite.bound`` over the backend's building blocks ``ops``
-   (``None`` when no private row is read, e.g. an answer from a stored synopsis). The Session
-   renders and runs it on the execution backend.
+   (``None`` when no private row is read, e.g. an answer from a stored synopsis; a
+   ``dpsql.engine.base.BoundedBatch`` of several, read in turn, for a join with several aggregates).
+   The Session renders and runs it on the execution backend.
 4. ``release(calibration, bounded_rows, rng)``: noise, thresholds and rounding on the fetched
    Arrow table; returns :class:`Released`: the released values under the plan's internal
    names (``__k*`` keys, ``__a*`` aggregates), their accuracy, and what the ledger keeps.

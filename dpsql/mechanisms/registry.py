@@ -13,7 +13,8 @@ Routing rules, in order:
 0. A join (or a table reaching people through several references) -> DP-S4S when Delta is
    enforced (one person per tuple; default q = 1/16), R2T (q = 1) when Delta is only attested
    by the owner's declarations, unless the request sets q < 1 (then DP-S4S, its claim
-   conditional on the attested Delta) or forces ``mechanism``.
+   conditional on the attested Delta) or forces ``mechanism``. Several aggregates (AVG is two):
+   one run of that mechanism per base aggregate (``dpsql.mechanisms.join_multi``).
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
 2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
    same bounding, so the same quantity); a single range count over such a column -> a stored
@@ -309,7 +310,7 @@ def _route_join(
         reason = f"join: DP-S4S (Poisson-sampled join tuples, truncation with a privately chosen threshold; Delta {holds})"
     else:
         reason = f"join: R2T (no sampling, truncation race over thresholds; Delta {holds})"
-    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason)
+    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
 
 
 def _several(mech: Mechanism, plan: ir.QueryPlan, *, grouped: bool = False) -> Mechanism:
@@ -321,6 +322,12 @@ def _several(mech: Mechanism, plan: ir.QueryPlan, *, grouped: bool = False) -> M
     from dpsql.mechanisms.join_multi import MultiGroupedJoinMechanism, MultiJoinMechanism
 
     return MultiGroupedJoinMechanism(mech) if grouped else MultiJoinMechanism(mech)
+
+
+def _several_reason(plan: ir.QueryPlan) -> str:
+    assert plan.join is not None
+    m = len(plan.join.aggregates)
+    return f"; {m} base aggregates, one run each (explain's 'aggregates')" if m > 1 else ""
 
 
 def _route_grouped_join(
@@ -347,7 +354,7 @@ def _route_grouped_join(
         reason = (f"GROUP BY over a join: DP-S4S vector form, {variant}q = "
                   f"{options.get('q', 1.0 if name == MechanismName.R2T else 1 / 16):g} (SVT over tau, SOCP truncation, "
                   "smooth-sensitivity Gaussian under Renyi DP)")
-    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason)
+    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
 
 
 def _single_range_count(plan: ir.QueryPlan) -> bool:

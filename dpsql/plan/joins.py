@@ -1,7 +1,8 @@
 """Join queries -> JoinPlan. Pure: reads only public metadata (the catalog and the SQL).
 
-Accepted: ``SELECT COUNT(*) | COUNT(col) | SUM(expr) FROM a [AS x] JOIN b [AS y] ON x.c = y.d [AND ...]
-[JOIN ...] [WHERE ...]`` over registered tables, with aliases and self-joins; also a single
+Accepted: ``SELECT <aggregates> FROM a [AS x] JOIN b [AS y] ON x.c = y.d [AND ...] [JOIN ...] [WHERE ...]``
+over registered tables, with aliases and self-joins, the aggregates any of COUNT(*), COUNT(col), SUM(expr)
+and AVG(expr), and outputs over them; also a single
 table that reaches people through several references, or through a chain of references
 (``unit_problem`` refuses those on the single-table path).
 
@@ -10,9 +11,11 @@ What the plan states (all public):
 * **inputs** (alias -> table), **equi-join conditions** (column equalities; every input's
   columns are renamed ``<alias>__<column>`` so the WHERE clause is typed by
   ``dpsql.plan.typer`` over one flat schema, total as on a single table);
-* the **aggregate**: COUNT(*), COUNT(col), or SUM(expr) with bounds from the catalog (a plain
+* the **aggregates**: COUNT(*), COUNT(col), or SUM(expr) with bounds from the catalog (a plain
   column with declared bounds) or from an explicit clamp ``LEAST(GREATEST(expr, lo), hi)``
-  with literal bounds;
+  with literal bounds; AVG(expr) is SUM(expr) and COUNT(expr) (``base_aggregates``). Several
+  distinct base aggregates are listed in ``JoinPlan.aggregates`` and each answered on its own
+  (``dpsql.mechanisms.join_multi``); the outputs read ``__a<j>`` (AVG: NULL where the count is <= 0);
 * the **user slots**: every way a join tuple reaches a person -- an input's own privacy unit,
   a foreign key to a person table's privacy unit, or a chain of foreign keys ending at one,
   followed transitively through every table, person tables included (``orders -> customer ->
