@@ -472,9 +472,11 @@ class _JoinBuilder:
         swap: dict[str, exp.Expression] = {}  #: an aggregate call's SQL -> its value over the released __a<j>
         if not agg_nodes:
             self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG)")
+        seen: set[str] = set()
         for node in agg_nodes:
             key = node.sql(dialect="duckdb").lower()
-            found = None if key in swap else self.base_aggregates(node)
+            found = None if key in seen else self.base_aggregates(node)  # a repeated call: answered (or refused) once
+            seen.add(key)
             if found is None:
                 continue
             refs = []
@@ -492,13 +494,14 @@ class _JoinBuilder:
             for ba, node in zip(bases, at, strict=True):
                 if ba.value is None:
                     continue
+                fn = "AVG" if isinstance(node, exp.Avg) else ("SUM" if ba.kind == ir.SUM else "COUNT")
                 try:  # allow-list, depth and rendered size: the limits of every typed expression
                     typed = type_checked(ba.value, dict(self.flat_schema))
                     if ba.kind == ir.SUM and not (typed.type.numeric or typed.type.kind == "bool"):
-                        self.bad(node, f"SUM needs a numeric value, got {typed.type}")
+                        self.bad(node, f"{fn} needs a numeric value, got {typed.type}")
                 except TypeRefusal as e:
                     for n, m in e.problems:
-                        self.bad(node if n is ba.value else n, f"SUM: {m}")
+                        self.bad(node if n is ba.value else n, f"{fn}: {m}")
         agg = (bases[0].kind, bases[0].value, bases[0].bounds) if bases else None
         value = agg[1] if agg is not None else None
         _raise(self.vs)
