@@ -8,6 +8,7 @@ single-aggregate queries run at the same share; refusals are free; the ledger re
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -210,6 +211,9 @@ def test_one_ledger_charge_with_the_summed_cost(session: Any) -> None:
     assert (h[-1]["mechanism"], h[-1]["epsilon"], h[-1]["delta"], h[-1]["status"]) == ("dp_s4s", 1.5, 3e-6, "released")
     assert r.cost == Budget(1.5, 3e-6) and before.minus(session.remaining()) == Budget(1.5, 3e-6)
     assert [x["cost"] for x in r.details["aggregates"]] == [{"epsilon": 0.5, "delta": 1e-6}] * 3
+    # the ledger row keeps what explain states (each run's mechanism, budget, cost and parameters)
+    plan = session.explain(SCALAR, epsilon=1.5, delta=3e-6)
+    assert json.loads(h[-1]["params"]) == json.loads(json.dumps(plan.parameters))
 
 
 def test_explain_lists_each_aggregate_and_its_query(session: Any) -> None:
