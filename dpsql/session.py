@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+import dpsql.engine as backends
 from dpsql import postprocess
 from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import TableSpec, check_sources_unchanged, register_table
@@ -166,7 +167,7 @@ class Session:
         if key not in self._bound_ok:
             ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
             getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, self._engine)  # reads public rows only
-            key_types = dict(self._engine.describe(ast)) if ast is not None else {}
+            key_types = backends.describe_bounded(self._engine, ast)  # every query of a batch is bound
             if r.request.plan is not None:
                 postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
                                   r.mechanism.key_domain(r.calibration))
@@ -181,7 +182,7 @@ class Session:
         ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
         over = [] if d.cost.fits_in(left) else [f"this costs more than the remaining budget ({left}): query would refuse it"]
         return Plan(sql=r.request.text, mechanism=d.label, reason=r.reason, cost=d.cost, parameters=dict(d.parameters),
-                    bounded_sql=self._engine.render(ast, pretty=True) if ast is not None else "", notes=[*d.notes, *over])
+                    bounded_sql=backends.render_bounded(self._engine, ast), notes=[*d.notes, *over])
 
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
         """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger; the routing
@@ -216,7 +217,7 @@ class Session:
                             params=desc.parameters)
             with charged(self._ledger, self._engine, entry, "the query" if req.plan is not None else "the range workload"):
                 ast = mech.bounded(r.calibration, self._noise.salt(), self._engine.ops)
-                rows = self._engine.fetch_arrow(ast) if ast is not None else None
+                rows = backends.fetch_bounded(self._engine, ast)  # a list of tables for a batch
                 released = mech.release(r.calibration, rows, self._noise)
                 if req.plan is not None and not released.final:
                     table, accuracy, warnings = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))

@@ -109,7 +109,7 @@ def test_citation_checker_rejects_unknown_sections(sections: set[str]) -> None:
     assert missing_sections("``docs/mechanisms.md`` section 1.", sections) == []
     assert missing_sections("see ``docs/mechanisms.md`` §19.4", sections) == ["line 1: §19.4"]
     assert missing_sections("see docs/mechanisms.md section 2.44", sections) == ["line 1: §2.44"]
-    assert missing_sections("(docs/mechanisms.md §3.1–3.12)", sections) == ["line 1: §3.11", "line 1: §3.12"]
+    assert missing_sections("(docs/mechanisms.md §3.1–3.13)", sections) == ["line 1: §3.12", "line 1: §3.13"]
     # a bare § elsewhere in a file that cites the reference counts too
     assert missing_sections("uses docs/mechanisms.md.\n\nlater: §8.1", sections) == ["line 3: §8.1"]
     # ... but not in a file that never mentions it (noise.py cites Mironov 2012, §5.2)

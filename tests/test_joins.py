@@ -128,7 +128,9 @@ REFUSED = [
      PolicyError, "cannot be bounded"),
     ("SELECT o.o_custkey, COUNT(*) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY o.o_custkey",
      PolicyError, "neither a column of a public table nor declared public"),
-    ("SELECT AVG(l.l_price) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey", UnsupportedQueryError, "AVG"),
+    ("SELECT MIN(l.l_price) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey", UnsupportedQueryError, "MIN"),
+    ("SELECT AVG(o.o_custkey) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey", UnsupportedQueryError,
+     "AVG.*needs value bounds"),
     ("SELECT COUNT(*) FROM nation a JOIN nation b ON a.n_nationkey = b.n_nationkey", PolicyError, "every table of the join is public"),
 ]
 

@@ -373,3 +373,17 @@ def test_clipped_integers_of_persons_in_many_groups_agree_up_to_the_norms_roundi
     duck, spark = out
     assert len(duck) == groups and any(duck)
     assert all(abs(a - b) <= 16 * persons for a, b in zip(duck, spark))
+
+
+def test_zero_noise_several_aggregates_are_the_same_on_duckdb_and_spark(duck: dpsql.Session, spark: dpsql.Session) -> None:
+    """Several aggregates over a join (``dpsql.mechanisms.join_multi``): one bounded query per base aggregate,
+    each read on the session's engine, sampled runs under salts of their own (keyed: the same on both
+    engines). One query (AVG = SUM / COUNT over a sample), two Spark reads: the grouped paths run the same
+    batch of single-aggregate queries, each compared above."""
+    sql = "SELECT AVG(l.l_price) AS a, SUM(l.l_price) AS s FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey"
+    for s in (duck, spark):
+        use_noise(s, zero_noise(57))  # the same salts, in the same order, on both engines
+    d, s_ = (x.query(sql, epsilon=4.0, options={"q": 0.5}) for x in (duck, spark))
+    assert d.mechanism == s_.mechanism == "dp_s4s" and d.cost == s_.cost and len(d.details["aggregates"]) == 2
+    (dr,), (sr,) = d.to_pylist(), s_.to_pylist()
+    assert dr == pytest.approx(sr, rel=1e-9) and dr["s"] > 0 and dr["a"] > 0

@@ -20,6 +20,7 @@ from typing import Any
 
 from dpsql.engine.base import (
     PRIVATE_FAILURE,
+    BoundedBatch,
     EngineSettings,
     ExecutionBackend,
     SqlOps,
@@ -62,7 +63,35 @@ def make_backend(settings: EngineSettings, connection: Any = None, spark: Any = 
     return DuckDBBackend(connection, settings)
 
 
+def fetch_bounded(backend: ExecutionBackend, ast: Any) -> Any:
+    """The result of a mechanism's bounded relation: None (no private read), an Arrow table, or for a
+    :class:`BoundedBatch` the list of its queries' tables (each read in turn)."""
+    if isinstance(ast, BoundedBatch):
+        return [backend.fetch_arrow(q) for q in ast.queries]
+    return backend.fetch_arrow(ast) if ast is not None else None
+
+
+def describe_bounded(backend: ExecutionBackend, ast: Any) -> dict[str, str]:
+    """Column types of a bounded relation by binding it (no row read); of a batch, every query is bound
+    (so each is refused before the charge if it does not bind) and the first one's types returned."""
+    if isinstance(ast, BoundedBatch):
+        return [dict(backend.describe(q)) for q in ast.queries][0]
+    return dict(backend.describe(ast)) if ast is not None else {}
+
+
+def render_bounded(backend: ExecutionBackend, ast: Any) -> str:
+    """The SQL ``explain`` shows: the bounded relation, or a batch's queries one after another."""
+    if isinstance(ast, BoundedBatch):
+        return "\n\n".join(f"-- query {i + 1} of {len(ast.queries)}\n{backend.render(q, pretty=True)}"
+                             for i, q in enumerate(ast.queries))
+    return backend.render(ast, pretty=True) if ast is not None else ""
+
+
 __all__ = [
+    "BoundedBatch",
+    "describe_bounded",
+    "fetch_bounded",
+    "render_bounded",
     "make_backend",
     "BACKENDS",
     "PRIVATE_FAILURE",

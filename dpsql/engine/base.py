@@ -403,6 +403,15 @@ class ExecutionBackend(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class BoundedBatch:
+    """Several bounded queries of one request, run one after another on the same backend: a join query
+    with several aggregates answers each by its own mechanism run (``dpsql.mechanisms.join_multi``).
+    Each is rendered, bound and read as a query of its own; the release gets their results in order."""
+
+    queries: tuple[exp.Expression, ...]
+
+
 def literal_text(value: Any) -> str:
     """The text a typed literal casts from, the same on every backend: integers and decimals
     exactly, floats as their shortest round-trip text (inf, nan too), dates and timestamps in

@@ -11,8 +11,9 @@ steps, in this order (``dpsql/session.py``):
    row (label, cost, parameters, notes, and which earlier release it reuses, if any).
 3. ``bounded(calibration, salt, ops)``: the bounded relation as a sqlglot AST, built from the
    shared bounding steps of ``dpsql.rewrite.bound`` over the backend's building blocks ``ops``
-   (``None`` when no private row is read, e.g. an answer from a stored synopsis). The Session
-   renders and runs it on the execution backend.
+   (``None`` when no private row is read, e.g. an answer from a stored synopsis; a
+   ``dpsql.engine.base.BoundedBatch`` of several, read in turn, for a join with several aggregates).
+   The Session renders and runs it on the execution backend.
 4. ``release(calibration, bounded_rows, rng)``: noise, thresholds and rounding on the fetched
    Arrow table; returns :class:`Released`: the released values under the plan's internal
    names (``__k*`` keys, ``__a*`` aggregates), their accuracy, and what the ledger keeps.
@@ -35,7 +36,7 @@ from sqlglot import exp
 
 from dpsql.budget import Budget
 from dpsql.catalog import TableSpec
-from dpsql.engine.base import SqlOps
+from dpsql.engine.base import BoundedBatch, SqlOps
 from dpsql.errors import ConfigError, PolicyError
 from dpsql.noise import NoiseSource
 from dpsql.plan import ir
@@ -135,13 +136,13 @@ class Mechanism(Protocol):
 
     def describe(self, calibration: Any) -> Description: ...
 
-    def bounded(self, calibration: Any, salt: str, ops: SqlOps) -> exp.Expression | None: ...
+    def bounded(self, calibration: Any, salt: str, ops: SqlOps) -> exp.Expression | BoundedBatch | None: ...
 
     def released_types(self, calibration: Any) -> dict[str, str]: ...
 
     def key_domain(self, calibration: Any) -> pa.Table | None: ...
 
-    def release(self, calibration: Any, bounded: pa.Table | None, rng: NoiseSource) -> Released: ...
+    def release(self, calibration: Any, bounded: Any, rng: NoiseSource) -> Released: ...
 
 
 def fmt_cap(v: float) -> str:

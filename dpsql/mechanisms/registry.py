@@ -13,7 +13,8 @@ Routing rules, in order:
 0. A join (or a table reaching people through several references) -> DP-S4S when Delta is
    enforced (one person per tuple; default q = 1/16), R2T (q = 1) when Delta is only attested
    by the owner's declarations, unless the request sets q < 1 (then DP-S4S, its claim
-   conditional on the attested Delta) or forces ``mechanism``.
+   conditional on the attested Delta) or forces ``mechanism``. Several aggregates (AVG is two):
+   one run of that mechanism per base aggregate (``dpsql.mechanisms.join_multi``).
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
 2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
    same bounding, so the same quantity); a single range count over such a column -> a stored
@@ -300,7 +301,7 @@ def _route_join(
         sampled = options.get("q", 1.0 if not people.enforced else 0.5) < 1.0
         forced = "dp_s4s" if people.enforced or sampled else "r2t"
     name = MechanismName(forced)
-    mech = REGISTRY[name]
+    mech = _several(REGISTRY[name], plan)
     _check_applicable(mech, options)
     req = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
                   catalog=catalog, plan=plan, find_synopsis=find_synopsis)
@@ -309,7 +310,24 @@ def _route_join(
         reason = f"join: DP-S4S (Poisson-sampled join tuples, truncation with a privately chosen threshold; Delta {holds})"
     else:
         reason = f"join: R2T (no sampling, truncation race over thresholds; Delta {holds})"
-    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason)
+    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
+
+
+def _several(mech: Mechanism, plan: ir.QueryPlan, *, grouped: bool = False) -> Mechanism:
+    """A join query with several base aggregates (AVG is two): one run of ``mech`` per base aggregate,
+    the budget split by basic composition (``dpsql.mechanisms.join_multi``)."""
+    assert plan.join is not None
+    if len(plan.join.aggregates) <= 1:
+        return mech
+    from dpsql.mechanisms.join_multi import MultiGroupedJoinMechanism, MultiJoinMechanism
+
+    return MultiGroupedJoinMechanism(mech) if grouped else MultiJoinMechanism(mech)
+
+
+def _several_reason(plan: ir.QueryPlan) -> str:
+    assert plan.join is not None
+    m = len(plan.join.aggregates)
+    return f"; {m} base aggregates, one run each (explain's 'aggregates')" if m > 1 else ""
 
 
 def _route_grouped_join(
@@ -323,7 +341,7 @@ def _route_grouped_join(
     assert plan.join is not None
     people = bound_people(plan.join, dict(catalog))
     name = route_name(dict(options), people)
-    mech = _GROUPED[name] if name == MechanismName.R2T else REGISTRY[name]
+    mech = _several(_GROUPED[name] if name == MechanismName.R2T else REGISTRY[name], plan, grouped=True)
     _check_applicable(mech, options)
     req = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
                   catalog=catalog, plan=plan, find_synopsis=find_synopsis)
@@ -336,7 +354,7 @@ def _route_grouped_join(
         reason = (f"GROUP BY over a join: DP-S4S vector form, {variant}q = "
                   f"{options.get('q', 1.0 if name == MechanismName.R2T else 1 / 16):g} (SVT over tau, SOCP truncation, "
                   "smooth-sensitivity Gaussian under Renyi DP)")
-    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason)
+    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
 
 
 def _single_range_count(plan: ir.QueryPlan) -> bool:

@@ -454,11 +454,19 @@ class ClipParams:
     fp_share: float = FP_SHARE  #: the Gaussian is calibrated at (ε, (1 − fp_share)·δ)
 
 
+def joint_factor(runs: int) -> float:
+    """√runs rounded up: the L2 sensitivity factor of one run among ``runs`` composed as one Gaussian vector."""
+    return 1.0 if runs <= 1 else math.nextafter(math.sqrt(runs), math.inf)
+
+
 @lru_cache(maxsize=4096)
-def _clip_fit(epsilon: float, delta: float, d: int, clip: float, integer: bool) -> ClipParams | None:
+def _clip_fit(epsilon: float, delta: float, d: int, clip: float, integer: bool, joint: int = 1) -> ClipParams | None:
     """Per-user clipping's σ and grid, or None when no (share, grid) covers the floating-point part: the shares
-    FP_SHARES in turn with grids up to 2σ, then coarser grids at the largest share (module docstring)."""
-    sens = clip * (1.0 + CLIP_SLACK)
+    FP_SHARES in turn with grids up to 2σ, then coarser grids at the largest share (module docstring).
+    ``joint`` = m > 1: one of m runs composed as one Gaussian vector (``dpsql.mechanisms.join_multi``): σ is
+    calibrated to the sensitivity √m·C(1 + 2⁻³⁰), so that the m runs together shift by at most the sensitivity
+    their σ's are calibrated to."""
+    sens = clip * (1.0 + CLIP_SLACK) * joint_factor(joint)
     mult = 1.0 + math.exp(epsilon)
     for fine in (True, False):
         for share in FP_SHARES if fine else FP_SHARES[-1:]:
@@ -476,11 +484,12 @@ def _clip_fit(epsilon: float, delta: float, d: int, clip: float, integer: bool) 
     return None
 
 
-def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool) -> ClipParams:
+def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool, joint: int = 1) -> ClipParams:
     """σ and grid of per-user clipping; ConfigError (with computed limits) if δ cannot cover the float part."""
-    cp = _clip_fit(epsilon, delta, d, clip, integer)
+    cp = _clip_fit(epsilon, delta, d, clip, integer, joint)
     if cp is None:
-        raise too_many_groups(d, delta, lambda n, dl: _clip_fit(epsilon, dl, n, clip, integer) is not None, epsilon=epsilon)
+        raise too_many_groups(d, delta, lambda n, dl: _clip_fit(epsilon, dl, n, clip, integer, joint) is not None,
+                              epsilon=epsilon)
     return cp
 
 
@@ -500,6 +509,8 @@ class VectorCalibration:
     d: int | None  #: None: the key set is read from a public table at run time
     clip: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: clipping only: this run is one of ``joint`` runs (several aggregates) composed as one Gaussian vector
+    joint: int = 1
 
     @property
     def part_epsilon(self) -> float:
@@ -616,7 +627,7 @@ def calibrate(request: Request, name: MechanismName) -> VectorCalibration:
 
 def _params(cal: VectorCalibration, d: int) -> Any:
     if cal.path == "clip":
-        return clip_params(cal.epsilon, cal.delta, d, cal.clip, cal.integer)
+        return clip_params(cal.epsilon, cal.delta, d, cal.clip, cal.integer, cal.joint)
     return vector_params(cal.part_epsilon, cal.part_delta, d, cal.q, cal.max_tuples, len(cal.parts))
 
 
@@ -666,7 +677,8 @@ def describe(cal: VectorCalibration) -> Description:
         params["clip_norm"] = cal.clip
         if cal.d is not None:
             cp = _params(cal, cal.d)
-            params.update({"sigma": cp.sigma, "l2_sensitivity": cal.clip * (1 + CLIP_SLACK), "granularity": cp.grid,
+            params.update({"sigma": cp.sigma, "l2_sensitivity": cal.clip * (1 + CLIP_SLACK) * joint_factor(cal.joint),
+                           "granularity": cp.grid,
                            "fp_delta": cp.fp_delta, "granularity_cap_sigma": GRID_CAP, "delta_gaussian": cal.delta * (1 - cp.fp_share)})
     else:
         params["budget_split"] = {"svt_epsilon": "epsilon/10 per part", "release_epsilon": "9 epsilon/10 per part",
@@ -722,7 +734,7 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
         empty = pa.array([], type=pa.int64() if cal.integer else pa.float64())
         return Released(table=pa.table({**keys, "__a0": empty}), accuracy={"__a0": {"mechanism": cal.name.value}})
     if cal.path == "clip":
-        cp = clip_params(cal.epsilon, cal.delta, d, cal.clip, cal.integer)
+        cp = clip_params(cal.epsilon, cal.delta, d, cal.clip, cal.integer, cal.joint)
         # the exact totals plus the noise, rounded once (dpsql.noise.add_exactly), then to the public grid
         noisy = round_to_granularity(add_exactly(clipped_totals(rows, cal.clip, parts_of(cal.jp)),
                                                  rng.gaussian_noise(cp.sigma, d)), cp.grid)

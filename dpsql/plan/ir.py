@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,12 +105,25 @@ class JoinKey:
 
 
 @dataclass(frozen=True)
+class JoinAggregate:
+    """One base aggregate of a join query: COUNT(*), COUNT(expr) or SUM(expr) (an AVG is a SUM and a
+    COUNT of the same values). ``value`` is over flat column names; ``sql`` names it for explain."""
+
+    kind: str
+    value: exp.Expression | None
+    bounds: tuple[float, float]
+    sql: str
+
+
+@dataclass(frozen=True)
 class JoinPlan:
-    """A scalar aggregate over an inner equi-join (``dpsql.plan.joins``); public metadata only.
+    """An aggregate over an inner equi-join (``dpsql.plan.joins``); public metadata only.
 
     ``inputs``: (alias, table name) in FROM order; ``conditions``: equalities between flat column
     names ``<alias>__<column>``; ``where`` and ``value`` are over flat names (``flat_schema``);
-    ``kind``: count_star | count | sum; ``bounds``: the aggregate's per-tuple value bounds."""
+    ``kind``: count_star | count | sum; ``bounds``: the aggregate's per-tuple value bounds.
+    ``aggregates``: with several base aggregates, all of them (``kind``, ``value`` and ``bounds``
+    are then the first's); each is answered on its own plan, :meth:`for_aggregate`."""
 
     inputs: tuple[tuple[str, str], ...]
     conditions: tuple[tuple[str, str], ...]
@@ -125,6 +139,13 @@ class JoinPlan:
     unique_keys: tuple[tuple[str, str], ...] = ()
     #: GROUP BY keys over public key sets (``dpsql.plan.join_groups``); () for a scalar aggregate
     keys: tuple[JoinKey, ...] = ()
+    #: the base aggregates when there are several (``dpsql.mechanisms.join_multi``); () for one
+    aggregates: tuple[JoinAggregate, ...] = ()
+
+    def for_aggregate(self, j: int) -> JoinPlan:
+        """The single-aggregate plan of base aggregate ``j``: the same join, WHERE, keys and people."""
+        a = self.aggregates[j]
+        return dataclasses.replace(self, kind=a.kind, value=a.value, bounds=a.bounds, aggregates=())
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -146,14 +146,18 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
     return None
 
 
-def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[[exp.Expression], exp.Expression]
-                ) -> exp.Expression:
-    """A SELECT item over internal names: aggregates -> ``__a0``, key expressions -> ``__k<i>``."""
+def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[[exp.Expression], exp.Expression],
+                aggregates: Mapping[str, exp.Expression] | None = None) -> exp.Expression:
+    """A SELECT item over internal names: aggregates -> their released values (``aggregates``: by the
+    call's lower-case SQL, e.g. ``__a1``, or AVG's quotient of two; default ``__a0``), key expressions
+    -> ``__k<i>``. The caller makes sure every aggregate call is in ``aggregates``."""
     by_sql = {k.expr.sql(dialect="duckdb"): k.name for k in keys}
 
     def swap(x: exp.Expression) -> exp.Expression:
         if isinstance(x, exp.AggFunc):
-            return exp.column("__a0")
+            if aggregates is None:
+                return exp.column("__a0")
+            return aggregates[x.sql(dialect="duckdb").lower()].copy()
         if isinstance(x, (exp.Column, exp.Year, exp.Extract, exp.Anonymous)):
             s = flatten(x).sql(dialect="duckdb")
             if s in by_sql:

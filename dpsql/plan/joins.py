@@ -1,7 +1,8 @@
 """Join queries -> JoinPlan. Pure: reads only public metadata (the catalog and the SQL).
 
-Accepted: ``SELECT COUNT(*) | COUNT(col) | SUM(expr) FROM a [AS x] JOIN b [AS y] ON x.c = y.d [AND ...]
-[JOIN ...] [WHERE ...]`` over registered tables, with aliases and self-joins; also a single
+Accepted: ``SELECT <aggregates> FROM a [AS x] JOIN b [AS y] ON x.c = y.d [AND ...] [JOIN ...] [WHERE ...]``
+over registered tables, with aliases and self-joins, the aggregates any of COUNT(*), COUNT(col), SUM(expr)
+and AVG(expr), and outputs over them; also a single
 table that reaches people through several references, or through a chain of references
 (``unit_problem`` refuses those on the single-table path).
 
@@ -10,9 +11,11 @@ What the plan states (all public):
 * **inputs** (alias -> table), **equi-join conditions** (column equalities; every input's
   columns are renamed ``<alias>__<column>`` so the WHERE clause is typed by
   ``dpsql.plan.typer`` over one flat schema, total as on a single table);
-* the **aggregate**: COUNT(*), COUNT(col), or SUM(expr) with bounds from the catalog (a plain
+* the **aggregates**: COUNT(*), COUNT(col), or SUM(expr) with bounds from the catalog (a plain
   column with declared bounds) or from an explicit clamp ``LEAST(GREATEST(expr, lo), hi)``
-  with literal bounds;
+  with literal bounds; AVG(expr) is SUM(expr) and COUNT(expr) (``base_aggregates``). Several
+  distinct base aggregates are listed in ``JoinPlan.aggregates`` and each answered on its own
+  (``dpsql.mechanisms.join_multi``); the outputs read ``__a<j>`` (AVG: NULL where the count is <= 0);
 * the **user slots**: every way a join tuple reaches a person -- an input's own privacy unit,
   a foreign key to a person table's privacy unit, or a chain of foreign keys ending at one,
   followed transitively through every table, person tables included (``orders -> customer ->
@@ -52,6 +55,7 @@ set (``dpsql.plan.join_groups``), HAVING.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -130,6 +134,12 @@ def _raise(vs: list[Violation], *, policy: bool = False) -> None:
     head = str(out[0]) if len(out) == 1 else f"the query has {len(out)} problems"
     cls = PolicyError if policy else UnsupportedQueryError
     raise cls(head, violations=out)
+
+
+def _average(total: exp.Expression, count: exp.Expression) -> exp.Expression:
+    """AVG from its released SUM and COUNT (post-processing): NULL where the released count is <= 0."""
+    return exp.Case(ifs=[exp.If(this=exp.GT(this=count.copy(), expression=exp.Literal.number(0)),
+                                true=exp.Div(this=total, expression=count))])
 
 
 class _UnionFind:
@@ -333,7 +343,7 @@ class _JoinBuilder:
 
     # -- aggregate ----------------------------------------------------------------------------
     def aggregate(self, node: exp.Expression) -> tuple[str, exp.Expression | None, tuple[float, float]] | None:
-        """(kind, flat value expression or None, bounds) of the one aggregate call."""
+        """(kind, flat value expression or None, bounds) of an aggregate call (of AVG: its SUM)."""
         if isinstance(node, exp.Count):
             arg = node.this
             if isinstance(arg, exp.Star) or arg is None:
@@ -343,7 +353,8 @@ class _JoinBuilder:
                 return (ir.COUNT_COL, exp.column(f, quoted=False), (1.0, 1.0)) if f else None
             self.bad(node, "in a join, COUNT takes * or a column")
             return None
-        if isinstance(node, exp.Sum):
+        if isinstance(node, (exp.Sum, exp.Avg)):
+            fn = "AVG" if isinstance(node, exp.Avg) else "SUM"
             arg = node.this
             lo_hi = clamp_bounds(arg)
             if lo_hi is not None:
@@ -354,24 +365,42 @@ class _JoinBuilder:
                 # as SQL computes the clamp: a NULL argument gives the inner call's literal
                 clamped = clamp_argument(arg)
                 assert clamped is not None
-                return ir.SUM, self.flatten(clamped, "SUM"), bounds
+                return ir.SUM, self.flatten(clamped, fn), bounds
             if isinstance(arg, exp.Column):
-                f = self.resolve(arg, "SUM")
+                f = self.resolve(arg, fn)
                 if f is None:
                     return None
                 alias, col = f.split(SEP, 1)
                 t = next(i.table for i in self.inputs if i.alias == alias)
                 b = t.column(col).bounds
                 if b is None:
-                    self.bad(node, f"SUM({arg.sql()}) needs value bounds: table '{t.name}' declares none for '{col}', "
-                                   f"and the query gives no clamp (hint: write SUM(LEAST(GREATEST({arg.sql()}, lo), hi)) "
+                    self.bad(node, f"{fn}({arg.sql()}) needs value bounds: table '{t.name}' declares none for '{col}', "
+                                   f"and the query gives no clamp (hint: write {fn}(LEAST(GREATEST({arg.sql()}, lo), hi)) "
                                    "with literal bounds, or register the column's bounds)")
                     return None
                 return ir.SUM, exp.column(f, quoted=False), (float(b[0]), float(b[1]))
-            self.bad(node, "SUM over an expression needs literal bounds: write SUM(LEAST(GREATEST(expr, lo), hi))")
+            self.bad(node, f"{fn} over an expression needs literal bounds: write {fn}(LEAST(GREATEST(expr, lo), hi))")
             return None
-        self.bad(node, f"aggregate {type(node).__name__.upper()} is not supported over joins; use COUNT or SUM")
+        self.bad(node, f"aggregate {type(node).__name__.upper()} is not supported over joins; use COUNT, SUM or AVG")
         return None
+
+    def base_aggregates(self, node: exp.Expression) -> list[ir.JoinAggregate] | None:
+        """The base aggregates an aggregate call is answered from: itself (COUNT(*), COUNT(col),
+        SUM(expr)), or for AVG(x) SUM(x) and COUNT(x) of the same values -- COUNT(col) for a column
+        (NULLs are neither summed nor counted), COUNT(*) for a clamp, which is never NULL in SQL."""
+        agg = self.aggregate(node)
+        if agg is None:
+            return None
+        if not isinstance(node, exp.Avg):
+            return [ir.JoinAggregate(*agg, sql=node.sql(dialect="duckdb"))]
+        arg = node.this
+        total = ir.JoinAggregate(*agg, sql=exp.Sum(this=arg.copy()).sql(dialect="duckdb"))
+        if isinstance(arg, exp.Column):
+            assert agg[1] is not None
+            count = ir.JoinAggregate(ir.COUNT_COL, agg[1].copy(), (1.0, 1.0), exp.Count(this=arg.copy()).sql(dialect="duckdb"))
+        else:
+            count = ir.JoinAggregate(ir.COUNT_STAR, None, (1.0, 1.0), "COUNT(*)")
+        return [total, count]
 
     # -- main ---------------------------------------------------------------------------------
     def build(self) -> ir.QueryPlan:  # noqa: C901 - one pass over the statement
@@ -427,36 +456,54 @@ class _JoinBuilder:
             _raise(pv, policy=True)  # a key without a public key set: the owner's declaration is missing
         self.vs.extend(pv)
 
-        # SELECT: one aggregate, outputs over it
+        # SELECT: aggregates (each answered from base aggregates), outputs over them
         agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
-        agg_sqls = {a.sql(dialect="duckdb").lower() for a in agg_nodes}
         for it in stmt.expressions:
             self.vs.extend(check_expression_functions(it, sql, "SELECT"))
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
                 self.bad(it, "SELECT * releases raw rows and is not allowed; select COUNT(*) or SUM(...)")
             elif not any(True for _ in it.find_all(exp.AggFunc)):
                 if stmt.args.get("group") is None:
-                    self.bad(it, "over joins every output must be an aggregate (COUNT or SUM)")
+                    self.bad(it, "over joins every output must be an aggregate (COUNT, SUM or AVG)")
                 else:
                     self.flatten(it, "SELECT")  # reports unknown columns
-        agg = None
-        if len(agg_sqls) > 1:
-            self.bad(stmt, "over joins one aggregate is answered per query (COUNT(*) or one SUM)")
-        elif not agg_nodes:
-            self.bad(stmt, "the query must aggregate (COUNT or SUM)")
-        else:
-            agg = self.aggregate(agg_nodes[0])
-        value = None
-        if agg is not None and agg[1] is not None:
-            value = agg[1]
-            if not self.vs:
+        bases: list[ir.JoinAggregate] = []
+        at: list[exp.Expression] = []  #: per base, the call it came from (for messages)
+        swap: dict[str, exp.Expression] = {}  #: an aggregate call's SQL -> its value over the released __a<j>
+        if not agg_nodes:
+            self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG)")
+        seen: set[str] = set()
+        for node in agg_nodes:
+            key = node.sql(dialect="duckdb").lower()
+            found = None if key in seen else self.base_aggregates(node)  # a repeated call: answered (or refused) once
+            seen.add(key)
+            if found is None:
+                continue
+            refs = []
+            for ba in found:
+                ident = (ba.kind, ba.value.sql(dialect="duckdb") if ba.value is not None else "", ba.bounds)
+                idx = next((i for i, o in enumerate(bases) if (o.kind, o.value.sql(dialect="duckdb") if o.value is not None
+                                                                 else "", o.bounds) == ident), None)
+                if idx is None:
+                    idx = len(bases)
+                    bases.append(ba)
+                    at.append(node)
+                refs.append(exp.column(f"__a{idx}"))
+            swap[key] = refs[0] if len(refs) == 1 else _average(*refs)
+        if not self.vs:
+            for ba, node in zip(bases, at, strict=True):
+                if ba.value is None:
+                    continue
+                fn = "AVG" if isinstance(node, exp.Avg) else ("SUM" if ba.kind == ir.SUM else "COUNT")
                 try:  # allow-list, depth and rendered size: the limits of every typed expression
-                    typed = type_checked(value, dict(self.flat_schema))
-                    if agg[0] == ir.SUM and not (typed.type.numeric or typed.type.kind == "bool"):
-                        self.bad(agg_nodes[0], f"SUM needs a numeric value, got {typed.type}")
+                    typed = type_checked(ba.value, dict(self.flat_schema))
+                    if ba.kind == ir.SUM and not (typed.type.numeric or typed.type.kind == "bool"):
+                        self.bad(node, f"{fn} needs a numeric value, got {typed.type}")
                 except TypeRefusal as e:
                     for n, m in e.problems:
-                        self.bad(agg_nodes[0] if n is value else n, f"SUM: {m}")
+                        self.bad(node if n is ba.value else n, f"{fn}: {m}")
+        agg = (bases[0].kind, bases[0].value, bases[0].bounds) if bases else None
+        value = agg[1] if agg is not None else None
         _raise(self.vs)
         assert agg is not None
         outputs: list[ir.OutputColumn] = []
@@ -469,7 +516,7 @@ class _JoinBuilder:
             while name.lower() in used:
                 name, n = f"{base}_{n}", n + 1
             used.add(name.lower())
-            post = key_outputs(inner, self.keys, lambda x: self.flatten(x, "SELECT"))
+            post = key_outputs(inner, self.keys, lambda x: self.flatten(x, "SELECT"), swap)
             for c in post.find_all(exp.Column):
                 if not c.name.startswith(("__a", "__k")):
                     self.bad(it, f"'{c.sql()}' in SELECT is neither aggregated nor a GROUP BY key; add it to GROUP BY or "
@@ -477,18 +524,25 @@ class _JoinBuilder:
             outputs.append(ir.OutputColumn(name, post, post.name if isinstance(post, exp.Column) else None))
 
         join_plan = self.people(agg, value, where_flat, conditions)
+        if len(bases) > 1:
+            join_plan = dataclasses.replace(join_plan, aggregates=tuple(bases))
         first = self.inputs[0].table
-        aggregate = ir.Aggregate(agg[0], None, "__a0", agg_nodes[0].sql(dialect="duckdb"), agg[2])
+        aggregates = [ir.Aggregate(b.kind, None, f"__a{j}", b.sql, b.bounds) for j, b in enumerate(bases)]
         order = [o.copy() for o in stmt.args["order"].expressions] if stmt.args.get("order") is not None else []
-        if self.keys:  # ORDER BY a key expression: over the released key (output names stay as they are)
-            names = {o.name.lower() for o in outputs}
-            for o in order:
-                if not (isinstance(o.this, exp.Column) and not o.this.table and o.this.name.lower() in names):
-                    o.set("this", key_outputs(o.this, self.keys, lambda x: self.flatten(x, "ORDER BY")))
+        for o in order:
+            for a in o.find_all(exp.AggFunc):
+                if a.sql(dialect="duckdb").lower() not in swap:
+                    self.bad(a, f"ORDER BY {a.sql(dialect='duckdb')}: over joins an aggregate is released only when the "
+                                "SELECT list asks for it (hint: select it too, or order by an output's name)")
+        _raise(self.vs)
+        names = {o.name.lower() for o in outputs}
+        for o in order:  # ORDER BY a key or an aggregate: over the released values (output names stay as they are)
+            if not (isinstance(o.this, exp.Column) and not o.this.table and o.this.name.lower() in names):
+                o.set("this", key_outputs(o.this, self.keys, lambda x: self.flatten(x, "ORDER BY"), swap))
         lim, off = self.int_clause("limit"), self.int_clause("offset")
         _raise(self.vs)
         keys = [ir.GroupKey(k.expr, k.name, k.sql, k.domain) for k in self.keys]
-        return ir.QueryPlan(sql=sql, table=first, where=None, keys=keys, aggregates=[aggregate], outputs=outputs,
+        return ir.QueryPlan(sql=sql, table=first, where=None, keys=keys, aggregates=aggregates, outputs=outputs,
                             having=self.key_only_where(where_flat), order=order, limit=lim, offset=off, join=join_plan)
 
     def key_only_where(self, where_flat: exp.Expression | None) -> exp.Expression | None:
