@@ -359,3 +359,71 @@ def test_forms_still_refused_are_free() -> None:
         s.register("o2", orders(50), privacy_unit="uid", max_rows_per_unit=1, columns={"d": {"bounds": [LO, HI]}})
     assert "'bin_width': '1 day'" in str(ei.value.hint)
     assert math.isclose(s.remaining().epsilon, 10.0)
+
+
+def test_bounds_with_a_utc_offset_are_refused_at_registration() -> None:
+    """A DATE / TIMESTAMP column holds no UTC offset: date bounds written with one are refused when
+    the column is registered, saying so (they were accepted, and then MEDIAN over a TIMESTAMP column
+    raised a TypeError, over a DATE column said 'not whole days'; one aware and one naive bound
+    raised a TypeError at registration)."""
+    t = pa.table({"uid": pa.array([1, 2]), "d": pa.array([0, 1], pa.int32()).cast(pa.date32()),
+                  "ts": pa.array([0, 1], pa.int64()).cast(pa.timestamp("us"))})
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 0.0))
+    for col, bounds in (("ts", ["2019-01-01T00:00:00+05:00", "2021-01-01T00:00:00+05:00"]),
+                        ("d", ["2019-01-01T00:00:00+00:00", "2021-01-01T00:00:00+00:00"]),
+                        ("ts", [dt.datetime(2019, 1, 1, tzinfo=dt.timezone.utc), "2021-01-01"])):
+        with pytest.raises(ConfigError) as ei:
+            s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
+                       columns={col: {"bounds": bounds, "bin_width": "1 day"}})
+        assert "UTC offset" in str(ei.value) and "2019-01-01" in str(ei.value.hint), (str(ei.value), ei.value.hint)
+    # negative control: the same bounds without an offset are a grid
+    s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
+               columns={"ts": {"bounds": ["2019-01-01", "2021-01-01"], "bin_width": "1 day"}})
+    assert s.explain("SELECT MEDIAN(ts) FROM t", epsilon=1.0).parameters["aggregates"][0]["candidates"] == 732
+
+
+@pytest.mark.parametrize("bins", [0, -3])
+def test_a_date_grid_needs_at_least_one_bin(bins: int) -> None:
+    """``bins`` of a date / timestamp domain is refused at registration as a numeric one is (0 was
+    a ZeroDivisionError; -3 made a grid of 1 microsecond, coarsened, unlike anything declared)."""
+    t = pa.table({"uid": pa.array([1]), "ts": pa.array([0], pa.int64()).cast(pa.timestamp("us"))})
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 0.0))
+    with pytest.raises(ConfigError, match="bins for 't.ts' must be between 1 and"):
+        s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
+                   columns={"ts": {"bounds": ["2019-01-01", "2021-01-01"], "bins": bins}})
+    s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,  # negative control
+               columns={"ts": {"bounds": ["2019-01-01", "2021-01-01"], "bins": 2}})
+
+
+def test_grid_coarsens_past_100000_cells_as_the_numeric_grid_does() -> None:
+    """Exactly 100,000 one-day cells stay (100,001 candidates); one day more coarsens tenfold (10 days,
+    10,001 cells: the last one capped at hi), as an integer column with bounds (0, 100000) and
+    (0, 100001) does."""
+    t = pa.table({"uid": pa.array([1]), "d": pa.array([0], pa.int32()).cast(pa.date32()), "x": pa.array([0])})
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 0.0))
+    lo = dt.date(1800, 1, 1)
+    for days, step, candidates in ((100_000, "1 day", 100_001), (100_001, "10 days", 10_002)):
+        s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
+                   columns={"d": {"bounds": [lo, lo + dt.timedelta(days=days)], "bin_width": "1 day"},
+                            "x": {"bounds": (0, days)}})
+        [a] = s.explain("SELECT MEDIAN(d) FROM t", epsilon=1.0).parameters["aggregates"]
+        [b] = s.explain("SELECT MEDIAN(x) FROM t", epsilon=1.0).parameters["aggregates"]
+        assert (a["grid_step"], a["candidates"]) == (step, candidates)
+        assert b["candidates"] == candidates and b["rank_error_95"] == a["rank_error_95"]
+
+
+@pytest.mark.parametrize("shift", ["d + INTERVAL '١' DAY", "d - INTERVAL '１٢' MONTH", "d + INTERVAL '٣ days'",
+                                   "d + INTERVAL '\u00a01' DAY", "DATE '2020-01-01' + INTERVAL '١' DAY"])
+def test_interval_counts_are_ascii_digits(shift: str) -> None:
+    """DuckDB reads an INTERVAL's count as ASCII digits and spaces only ('١', an Arabic-Indic one, and
+    a no-break space are conversion errors there): dpsql, which computes the shift itself, refuses
+    other digits and spaces for free rather than give them a meaning DuckDB does not."""
+    con = duckdb.connect()
+    with pytest.raises(duckdb.ConversionException):
+        con.execute("SELECT TIMESTAMP '2020-01-01' + INTERVAL '١' DAY").fetchall()
+    s = session(orders(50), zero_noise())
+    m = free(s, f"SELECT COUNT(*) FROM orders WHERE {shift} > ts", UnsupportedQueryError, delta=1e-6)
+    assert "whole number of one unit" in m
+    # negative control: ASCII digits are a shift
+    ascii_shift = shift.translate(str.maketrans({"١": "1", "１": "1", "٢": "2", "٣": "3", "\u00a0": " "}))
+    s.query(f"SELECT COUNT(*) FROM orders WHERE {ascii_shift} > ts", epsilon=1.0, delta=1e-6)
