@@ -427,3 +427,36 @@ def test_interval_counts_are_ascii_digits(shift: str) -> None:
     # negative control: ASCII digits are a shift
     ascii_shift = shift.translate(str.maketrans({"١": "1", "１": "1", "٢": "2", "٣": "3", "\u00a0": " "}))
     s.query(f"SELECT COUNT(*) FROM orders WHERE {ascii_shift} > ts", epsilon=1.0, delta=1e-6)
+
+
+def test_a_person_beyond_the_grid_ends_moves_only_the_end_points_by_their_kept_rows() -> None:
+    """The privacy claim at the clamps: each person holding a value beyond the bounds (a day before lo,
+    400 days before, years 1 and 9999, after hi) changes a group's histogram by at most their kept rows
+    (k = 2 in a group, L = 3 in all) when removed, and only at the ends of the grid (0, 731) and at the
+    points of their own in-range values -- the clamp gives their extreme value no other weight."""
+    t = orders(800, seed=11)
+    uids = np.asarray(t.column("uid").to_numpy())
+    days = np.asarray(t.column("days").to_numpy(zero_copy_only=False))
+    extreme = sorted({int(u) for u in uids[:12]})
+
+    def hist(table: pa.Table) -> dict[tuple[str, int], int]:
+        s = session(table, zero_noise(3))
+        r = route("SELECT region, MEDIAN(d) FROM orders GROUP BY region", 1.0, 0.0, {}, s.tables, lambda k: None)
+        sql = s._engine.render(r.mechanism.bounded(r.calibration, "fixed-salt", s._engine.ops))
+        return {(k, b): n for k, _, b, n in s._engine._con.execute(sql).fetchall()}
+
+    full = hist(t)
+    moved_ends = 0
+    for u in extreme:
+        mine = uids == u
+        own = {int(d) - LO_DAYS for d in days[mine] if LO_DAYS <= d <= HI_DAYS}
+        other = hist(t.filter(~mine))
+        diff: dict[str, int] = {}
+        for k, b in set(full) | set(other):
+            change = abs(full.get((k, b), 0) - other.get((k, b), 0))
+            if change:
+                assert b in (0, 731) or b in own, (u, k, b)
+                moved_ends += b in (0, 731)
+                diff[k] = diff.get(k, 0) + change
+        assert max(diff.values(), default=0) <= 2 and sum(diff.values()) <= 3, (u, diff)
+    assert moved_ends > 0  # negative control: some of them had a kept row clamped to an end
