@@ -371,7 +371,7 @@ def test_bounds_with_a_utc_offset_are_refused_at_registration() -> None:
     s = dpsql.Session(budget=dpsql.Budget(10.0, 0.0))
     for col, bounds in (("ts", ["2019-01-01T00:00:00+05:00", "2021-01-01T00:00:00+05:00"]),
                         ("d", ["2019-01-01T00:00:00+00:00", "2021-01-01T00:00:00+00:00"]),
-                        ("ts", [dt.datetime(2019, 1, 1, tzinfo=dt.timezone.utc), "2021-01-01"])):
+                        ("ts", [dt.datetime(2019, 1, 1, tzinfo=dt.UTC), "2021-01-01"])):
         with pytest.raises(ConfigError) as ei:
             s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
                        columns={col: {"bounds": bounds, "bin_width": "1 day"}})
