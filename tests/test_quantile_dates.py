@@ -353,7 +353,7 @@ def test_forms_still_refused_are_free() -> None:
     assert "plain column" in free(s, "SELECT MIN(d + 1) FROM r", UnsupportedQueryError)
     s.register("o", orders(50), privacy_unit="uid", max_rows_per_unit=1,
                columns={"d": {"bounds": [LO, HI], "bin_width": "1 day"}})
-    assert "no stored DAWA synopsis" in free(s, "SELECT MEDIAN(d) FROM o", PolicyError, options={"reuse": "synopsis"})
+    assert "answered by the exponential mechanism" in free(s, "SELECT MEDIAN(d) FROM o", PolicyError, options={"reuse": "synopsis"})
     # date bounds without a grid are refused at registration, naming the fix
     with pytest.raises(ConfigError) as ei:
         s.register("o2", orders(50), privacy_unit="uid", max_rows_per_unit=1, columns={"d": {"bounds": [LO, HI]}})
@@ -460,3 +460,19 @@ def test_a_person_beyond_the_grid_ends_moves_only_the_end_points_by_their_kept_r
                 diff[k] = diff.get(k, 0) + change
         assert max(diff.values(), default=0) <= 2 and sum(diff.values()) <= 3, (u, diff)
     assert moved_ends > 0  # negative control: some of them had a kept row clamped to an end
+
+
+def test_reuse_of_a_synopsis_is_refused_for_a_date_column_saying_why() -> None:
+    """A date grid's quantile is never read from a stored histogram: ``reuse='synopsis'`` is refused
+    for free saying so, also after the column's DAWA histogram was released (the refusal said no
+    synopsis covered the quantile and hinted to release that histogram first: following the hint
+    spent budget and changed nothing)."""
+    s = session(orders(600), zero_noise())
+    s.query("SELECT d, COUNT(*) FROM orders GROUP BY d", epsilon=1.0)  # the DAWA histogram of the date grid
+    m = free(s, "SELECT MEDIAN(d) FROM orders", PolicyError, options={"reuse": "synopsis"})
+    assert "DATE" in m and "release the histogram first" not in m, m
+    # negative control: a numeric column with an ordered domain is still read from its synopsis
+    s.register("n", pa.table({"uid": pa.array(range(300)), "x": pa.array([i % 50 for i in range(300)])}),
+               privacy_unit="uid", max_rows_per_unit=1, columns={"x": {"bounds": (0, 49), "bins": 50}})
+    s.query("SELECT x, COUNT(*) FROM n GROUP BY x", epsilon=1.0)
+    assert s.query("SELECT MEDIAN(x) FROM n", epsilon=1.0, options={"reuse": "synopsis"}).cost.epsilon == 0.0
