@@ -473,6 +473,6 @@ def test_reuse_of_a_synopsis_is_refused_for_a_date_column_saying_why() -> None:
     assert "DATE" in m and "release the histogram first" not in m, m
     # negative control: a numeric column with an ordered domain is still read from its synopsis
     s.register("n", pa.table({"uid": pa.array(range(300)), "x": pa.array([i % 50 for i in range(300)])}),
-               privacy_unit="uid", max_rows_per_unit=1, columns={"x": {"bounds": (0, 49), "bins": 50}})
+               privacy_unit="uid", max_rows_per_unit=1, columns={"x": {"bounds": (0, 49), "bins": 50}}, version="v1")
     s.query("SELECT x, COUNT(*) FROM n GROUP BY x", epsilon=1.0)
     assert s.query("SELECT MEDIAN(x) FROM n", epsilon=1.0, options={"reuse": "synopsis"}).cost.epsilon == 0.0
