@@ -446,6 +446,11 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
             raise ConfigError(f"ordered domain bound {v!r} for '{table}.{name}' is not an ISO date/timestamp") from None
 
     lo_d, hi_d = to_dt(lo), to_dt(hi)
+    if lo_d.tzinfo is not None or hi_d.tzinfo is not None:
+        # DATE and TIMESTAMP values carry no offset (TIMESTAMPTZ columns are refused where bounds are read)
+        raise ConfigError(f"the date bounds ({lo}, {hi}) of '{table}.{name}' carry a UTC offset; a DATE or TIMESTAMP "
+                          "column's values have none",
+                          hint=f"declare the bounds of '{name}' without an offset, e.g. ['2019-01-01', '2021-01-01']")
     span = (hi_d - lo_d).total_seconds()
     if span <= 0:
         raise ConfigError(f"ordered domain for '{table}.{name}' needs lo < hi")
@@ -454,6 +459,8 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
         bins = int(math.ceil(span / secs - 1e-9))
     elif bins is not None:
         bins = int(bins)
+        if bins < 1 or bins > 1 << 22:  # as a numeric domain's (0 divided by zero, a negative count made a 1 us grid)
+            raise ConfigError(f"bins for '{table}.{name}' must be between 1 and 4194304")
         secs = span / bins
     else:
         raise ConfigError(f"ordered domain for '{table}.{name}' needs bins or bin_width")

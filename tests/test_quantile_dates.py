@@ -353,9 +353,126 @@ def test_forms_still_refused_are_free() -> None:
     assert "plain column" in free(s, "SELECT MIN(d + 1) FROM r", UnsupportedQueryError)
     s.register("o", orders(50), privacy_unit="uid", max_rows_per_unit=1,
                columns={"d": {"bounds": [LO, HI], "bin_width": "1 day"}})
-    assert "no stored DAWA synopsis" in free(s, "SELECT MEDIAN(d) FROM o", PolicyError, options={"reuse": "synopsis"})
+    assert "answered by the exponential mechanism" in free(s, "SELECT MEDIAN(d) FROM o", PolicyError, options={"reuse": "synopsis"})
     # date bounds without a grid are refused at registration, naming the fix
     with pytest.raises(ConfigError) as ei:
         s.register("o2", orders(50), privacy_unit="uid", max_rows_per_unit=1, columns={"d": {"bounds": [LO, HI]}})
     assert "'bin_width': '1 day'" in str(ei.value.hint)
     assert math.isclose(s.remaining().epsilon, 10.0)
+
+
+def test_bounds_with_a_utc_offset_are_refused_at_registration() -> None:
+    """A DATE / TIMESTAMP column holds no UTC offset: date bounds written with one are refused when
+    the column is registered, saying so (they were accepted, and then MEDIAN over a TIMESTAMP column
+    raised a TypeError, over a DATE column said 'not whole days'; one aware and one naive bound
+    raised a TypeError at registration)."""
+    t = pa.table({"uid": pa.array([1, 2]), "d": pa.array([0, 1], pa.int32()).cast(pa.date32()),
+                  "ts": pa.array([0, 1], pa.int64()).cast(pa.timestamp("us"))})
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 0.0))
+    for col, bounds in (("ts", ["2019-01-01T00:00:00+05:00", "2021-01-01T00:00:00+05:00"]),
+                        ("d", ["2019-01-01T00:00:00+00:00", "2021-01-01T00:00:00+00:00"]),
+                        ("ts", [dt.datetime(2019, 1, 1, tzinfo=dt.UTC), "2021-01-01"])):
+        with pytest.raises(ConfigError) as ei:
+            s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
+                       columns={col: {"bounds": bounds, "bin_width": "1 day"}})
+        assert "UTC offset" in str(ei.value) and "2019-01-01" in str(ei.value.hint), (str(ei.value), ei.value.hint)
+    # negative control: the same bounds without an offset are a grid
+    s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
+               columns={"ts": {"bounds": ["2019-01-01", "2021-01-01"], "bin_width": "1 day"}})
+    assert s.explain("SELECT MEDIAN(ts) FROM t", epsilon=1.0).parameters["aggregates"][0]["candidates"] == 732
+
+
+@pytest.mark.parametrize("bins", [0, -3])
+def test_a_date_grid_needs_at_least_one_bin(bins: int) -> None:
+    """``bins`` of a date / timestamp domain is refused at registration as a numeric one is (0 was
+    a ZeroDivisionError; -3 made a grid of 1 microsecond, coarsened, unlike anything declared)."""
+    t = pa.table({"uid": pa.array([1]), "ts": pa.array([0], pa.int64()).cast(pa.timestamp("us"))})
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 0.0))
+    with pytest.raises(ConfigError, match="bins for 't.ts' must be between 1 and"):
+        s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
+                   columns={"ts": {"bounds": ["2019-01-01", "2021-01-01"], "bins": bins}})
+    s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,  # negative control
+               columns={"ts": {"bounds": ["2019-01-01", "2021-01-01"], "bins": 2}})
+
+
+def test_grid_coarsens_past_100000_cells_as_the_numeric_grid_does() -> None:
+    """Exactly 100,000 one-day cells stay (100,001 candidates); one day more coarsens tenfold (10 days,
+    10,001 cells: the last one capped at hi), as an integer column with bounds (0, 100000) and
+    (0, 100001) does."""
+    t = pa.table({"uid": pa.array([1]), "d": pa.array([0], pa.int32()).cast(pa.date32()), "x": pa.array([0])})
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 0.0))
+    lo = dt.date(1800, 1, 1)
+    for days, step, candidates in ((100_000, "1 day", 100_001), (100_001, "10 days", 10_002)):
+        s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
+                   columns={"d": {"bounds": [lo, lo + dt.timedelta(days=days)], "bin_width": "1 day"},
+                            "x": {"bounds": (0, days)}})
+        [a] = s.explain("SELECT MEDIAN(d) FROM t", epsilon=1.0).parameters["aggregates"]
+        [b] = s.explain("SELECT MEDIAN(x) FROM t", epsilon=1.0).parameters["aggregates"]
+        assert (a["grid_step"], a["candidates"]) == (step, candidates)
+        assert b["candidates"] == candidates and b["rank_error_95"] == a["rank_error_95"]
+
+
+@pytest.mark.parametrize("shift", ["d + INTERVAL '١' DAY", "d - INTERVAL '１٢' MONTH", "d + INTERVAL '٣ days'",
+                                   "d + INTERVAL '\u00a01' DAY", "DATE '2020-01-01' + INTERVAL '١' DAY"])
+def test_interval_counts_are_ascii_digits(shift: str) -> None:
+    """DuckDB reads an INTERVAL's count as ASCII digits and spaces only ('١', an Arabic-Indic one, and
+    a no-break space are conversion errors there): dpsql, which computes the shift itself, refuses
+    other digits and spaces for free rather than give them a meaning DuckDB does not."""
+    con = duckdb.connect()
+    with pytest.raises(duckdb.ConversionException):
+        con.execute("SELECT TIMESTAMP '2020-01-01' + INTERVAL '١' DAY").fetchall()
+    s = session(orders(50), zero_noise())
+    m = free(s, f"SELECT COUNT(*) FROM orders WHERE {shift} > ts", UnsupportedQueryError, delta=1e-6)
+    assert "whole number of one unit" in m
+    # negative control: ASCII digits are a shift
+    ascii_shift = shift.translate(str.maketrans({"١": "1", "１": "1", "٢": "2", "٣": "3", "\u00a0": " "}))
+    s.query(f"SELECT COUNT(*) FROM orders WHERE {ascii_shift} > ts", epsilon=1.0, delta=1e-6)
+
+
+def test_a_person_beyond_the_grid_ends_moves_only_the_end_points_by_their_kept_rows() -> None:
+    """The privacy claim at the clamps: each person holding a value beyond the bounds (a day before lo,
+    400 days before, years 1 and 9999, after hi) changes a group's histogram by at most their kept rows
+    (k = 2 in a group, L = 3 in all) when removed, and only at the ends of the grid (0, 731) and at the
+    points of their own in-range values -- the clamp gives their extreme value no other weight."""
+    t = orders(800, seed=11)
+    uids = np.asarray(t.column("uid").to_numpy())
+    days = np.asarray(t.column("days").to_numpy(zero_copy_only=False))
+    extreme = sorted({int(u) for u in uids[:12]})
+
+    def hist(table: pa.Table) -> dict[tuple[str, int], int]:
+        s = session(table, zero_noise(3))
+        r = route("SELECT region, MEDIAN(d) FROM orders GROUP BY region", 1.0, 0.0, {}, s.tables, lambda k: None)
+        sql = s._engine.render(r.mechanism.bounded(r.calibration, "fixed-salt", s._engine.ops))
+        return {(k, b): n for k, _, b, n in s._engine._con.execute(sql).fetchall()}
+
+    full = hist(t)
+    moved_ends = 0
+    for u in extreme:
+        mine = uids == u
+        own = {int(d) - LO_DAYS for d in days[mine] if LO_DAYS <= d <= HI_DAYS}
+        other = hist(t.filter(~mine))
+        diff: dict[str, int] = {}
+        for k, b in set(full) | set(other):
+            change = abs(full.get((k, b), 0) - other.get((k, b), 0))
+            if change:
+                assert b in (0, 731) or b in own, (u, k, b)
+                moved_ends += b in (0, 731)
+                diff[k] = diff.get(k, 0) + change
+        assert max(diff.values(), default=0) <= 2 and sum(diff.values()) <= 3, (u, diff)
+    assert moved_ends > 0  # negative control: some of them had a kept row clamped to an end
+
+
+def test_reuse_of_a_synopsis_is_refused_for_a_date_column_saying_why() -> None:
+    """A date grid's quantile is never read from a stored histogram: ``reuse='synopsis'`` is refused
+    for free saying so, also after the column's DAWA histogram was released (the refusal said no
+    synopsis covered the quantile and hinted to release that histogram first: following the hint
+    spent budget and changed nothing)."""
+    s = session(orders(600), zero_noise())
+    s.query("SELECT d, COUNT(*) FROM orders GROUP BY d", epsilon=1.0)  # the DAWA histogram of the date grid
+    m = free(s, "SELECT MEDIAN(d) FROM orders", PolicyError, options={"reuse": "synopsis"})
+    assert "DATE" in m and "release the histogram first" not in m, m
+    # negative control: a numeric column with an ordered domain is still read from its synopsis
+    s.register("n", pa.table({"uid": pa.array(range(300)), "x": pa.array([i % 50 for i in range(300)])}),
+               privacy_unit="uid", max_rows_per_unit=1, columns={"x": {"bounds": (0, 49), "bins": 50}}, version="v1")
+    s.query("SELECT x, COUNT(*) FROM n GROUP BY x", epsilon=1.0)
+    assert s.query("SELECT MEDIAN(x) FROM n", epsilon=1.0, options={"reuse": "synopsis"}).cost.epsilon == 0.0

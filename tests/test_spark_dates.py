@@ -211,8 +211,17 @@ def test_date_quantiles_are_the_same_on_duckdb_and_spark() -> None:
     t = pa.table({"user_id": g.integers(0, 150, n), "g": np.array(["a", "b"])[g.integers(0, 2, n)],
                   "day": pa.array(day_list, pa.int32()).cast(pa.date32()),
                   "ts": pa.array(micro_list, pa.int64()).cast(pa.timestamp("us"))})
+    # grids reaching years 1 and 9999 (their literals and conversions at the ends of the range), one of
+    # a step that is no whole second (7 bins of sub-second bounds), over values spread across the years
+    wide = g.integers(-719162, 2932897, n)
+    wide_list: list[Any] = [int(v) for v in wide]
+    wide_micros: list[Any] = [int(v) * 86_400_000_000 + int(w) for v, w in zip(wide, g.integers(0, 86_400_000_000, n),
+                                                                             strict=True)]
+    wide_list[:k], wide_micros[:k] = DAYS, MICROS
+    t = t.append_column("wide", pa.array(wide_list, pa.int32()).cast(pa.date32()))
+    t = t.append_column("wts", pa.array(wide_micros, pa.int64()).cast(pa.timestamp("us")))
     queries = ["SELECT g, MIN(day) AS lo, MEDIAN(day) AS m, MAX(day) AS hi FROM events GROUP BY g",
-               "SELECT QUANTILE(ts, 0.9) AS q, MIN(ts) AS lo FROM events"]
+               "SELECT QUANTILE(ts, 0.9) AS q, MIN(ts) AS lo, MEDIAN(wide) AS w, QUANTILE(wts, 0.3) AS wt FROM events"]
     got = []
     for kind in ("duckdb", "spark"):
         engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
@@ -224,6 +233,8 @@ def test_date_quantiles_are_the_same_on_duckdb_and_spark() -> None:
                    max_rows_per_unit=3,
                    columns={"day": {"bounds": ["2020-01-01", "2021-01-01"], "bin_width": "1 day"},
                             "ts": {"bounds": ["2020-01-01 00:00:00", "2021-01-01 00:00:00"], "bin_width": "1 hour"},
+                            "wide": {"bounds": ["0001-01-01", "9999-12-31"], "bin_width": "1 day"},
+                            "wts": {"bounds": ["0001-01-01 00:00:00.000001", "9999-12-31 23:59:59.999999"], "bins": 7},
                             "g": {"domain": ["a", "b"]}})
         try:
             got.append([s.query(q, epsilon=4.0).table.to_pylist() for q in queries])
@@ -233,6 +244,7 @@ def test_date_quantiles_are_the_same_on_duckdb_and_spark() -> None:
     medians = [r["m"] for r in got[0][0]]
     assert all(dt.date(2020, 1, 1) < m < dt.date(2021, 1, 1) for m in medians), medians
     assert isinstance(got[0][1][0]["q"], dt.datetime)
+    assert dt.date(1000, 1, 1) < got[0][1][0]["w"] < dt.date(9000, 1, 1) and got[0][1][0]["wt"].microsecond != 0
 
 
 def test_dates_and_timestamps_as_text_and_their_keyed_hash_are_duckdbs_on_spark(engines: Any) -> None:

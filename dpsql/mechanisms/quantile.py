@@ -461,6 +461,13 @@ class QuantileMechanism:
         if len({a.column for a in aggs}) != 1:
             raise PolicyError("reuse='synopsis' reads quantiles of one column per query from its stored histogram",
                               hint="ask one query per column")
+        typ = time_type(cal.plan, aggs[0])
+        if typ:  # no stored histogram answers a date grid's quantile (``column_workload``: numeric domains only)
+            raise PolicyError(
+                f"reuse='synopsis' reads quantiles of a numeric column from its stored histogram; '{aggs[0].column}' is "
+                f"{typ}: its quantiles are answered by the exponential mechanism over its date grid; nothing was charged",
+                hint="omit the reuse option (charged; explain shows the cost)",
+            )
         wl = column_workload(cal.plan, aggs[0].column or "")
         if wl is None:
             return

@@ -1052,11 +1052,12 @@ class Typer:
         text = this.name if isinstance(this, exp.Literal) else None
         uname = unit.name.upper() if isinstance(unit, exp.Var) else None
         if text is not None and uname is None:  # INTERVAL '30 days'
-            m = re.fullmatch(r"\s*([+-]?\d+)\s+([A-Za-z]+)\s*", text)
+            m = re.fullmatch(r"\s*([+-]?\d+)\s+([A-Za-z]+)\s*", text, re.ASCII)
             text, uname = (m.group(1), m.group(2).upper()) if m else (None, None)
         if uname is not None and uname.endswith("S"):
             uname = uname[:-1]
-        if text is None or uname not in self._INTERVAL_UNITS or not re.fullmatch(r"\s*[+-]?\d{1,7}\s*", text):
+        # ASCII digits and spaces only, as DuckDB reads a count ('\u0661', an Arabic-Indic one, is no number there)
+        if text is None or uname not in self._INTERVAL_UNITS or not re.fullmatch(r"\s*[+-]?\d{1,7}\s*", text, re.ASCII):
             raise self.refuse(node, "an INTERVAL here is a whole number of one unit (YEAR, QUARTER, MONTH, WEEK, DAY, "
                               "HOUR, MINUTE or SECOND), e.g. INTERVAL 30 DAY or INTERVAL '1 month'; chain several for "
                               "mixed units (- INTERVAL 1 MONTH - INTERVAL 2 DAY)")
