@@ -69,6 +69,35 @@ def colliding_keys(n: int, low_bits: int = 24) -> list[int]:
     return [_unhash((0x1234 << 48) | (i << low_bits) | 0xABC) for i in range(1, n + 1)]
 
 
+def colliding_strings(n: int, blocks: int = 3, seed: int = 0) -> list[str]:
+    """``n`` distinct printable ASCII strings of ``8 * blocks`` characters whose DuckDB hashes are equal in all
+    64 bits. DuckDB hashes a string by XORing each 8-byte block into a state and multiplying it by an odd
+    constant, then finalising: for any first blocks, the last block that brings the state to one chosen value
+    is ``target * C^-1 XOR state``; drawn at random, it is printable once in about 2800 draws. No salt
+    enters the hash, so a keyed hash of the string's hash (``HASH(XOR(HASH(k), HASH(salt)))``) is equal for
+    all of them too."""
+    import numpy as np
+
+    length = 8 * blocks
+    h0 = (0xE17A1465 ^ (length * 0xC6A4A7935BD1E995)) & _M
+    last_xor = np.uint64((0x0123456789ABCDEF * _C_INV) & _M)
+    gen = np.random.default_rng(seed)
+    out: set[str] = set()
+    while len(out) < n:
+        m = 1 << 18
+        head = gen.integers(0x21, 0x7F, size=(m, blocks - 1, 8), dtype=np.uint8)
+        h = np.full(m, h0, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for j in range(blocks - 1):
+                h ^= np.ascontiguousarray(head[:, j, :]).view("<u8").reshape(m)
+                h *= np.uint64(_C)
+        last = (h ^ last_xor).astype("<u8").view(np.uint8).reshape(m, 8)
+        ok = np.all((last >= 0x21) & (last < 0x7F), axis=1)
+        for i in np.nonzero(ok)[0]:
+            out.add(head[i].tobytes().decode() + last[i].tobytes().decode())
+    return sorted(out)[:n]
+
+
 SHAPES = {
     "sparse_histogram_count": ("SELECT x, COUNT(*) FROM t GROUP BY x", {"max_groups_per_unit": 1}),
     "sum_k1": ("SELECT x, SUM(v) FROM t GROUP BY x", {"max_groups_per_unit": 1}),
