@@ -615,7 +615,8 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
-                  ops: SqlOps, coded: frozenset[str] = frozenset()) -> exp.Subquery:
+                  ops: SqlOps, coded: frozenset[str] = frozenset(),
+                  value_types: Mapping[str, str] | None = None) -> exp.Subquery:
     """k = 1: one row per (unit, group), uniformly at random among the group's rows, by one
     aggregate. Where the backend draws a fresh uniform per row (``ops.row_clock()``, DuckDB's
     ``RANDOM()``), the row with the smallest draw: ``ARG_MIN(values, RANDOM())`` per (unit,
@@ -631,8 +632,19 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
     if clock is not None:
         return ops.keep_n_per_partition(relation, part, clock, 1, alias="__rows", output=[*part, *values])
     texts = [exp.alias_(_coder(ops).domain_text(_col(k)), f"__text{k}") for k in keys if k in coded]
+    grouped = [_col(c) for c in [*part, *values]]
+    weak = [v for v in values if value_types and weakly_hashed(value_types.get(v, ""))]
+    if weak:
+        # the distinct values of one (unit, group) are a GROUP BY over values the person chose: values whose
+        # engine hash anyone can make equal (text) also go by a keyed hash of their salted text (spread_keys)
+        h = ops.keyed_hash([unit, *weak], salt)
+        for c in list(h.find_all(exp.Column)):
+            if c.name in weak and not c.table:
+                c.replace(salted_text(_col(c.name), salt))
+        relation = exp.select("*", exp.alias_(h, "__vspread")).from_(relation, copy=False).subquery("__vspread_rows", copy=False)
+        grouped.append(_col("__vspread"))
     counted = (exp.select(*[_col(c) for c in [*part, *values]], *texts, exp.alias_(exp.Count(this=exp.Star()), "__m"))
-               .from_(relation, copy=False).group_by(*[_col(c) for c in [*part, *values]], copy=False).subquery("__counted", copy=False))
+               .from_(relation, copy=False).group_by(*grouped, copy=False).subquery("__counted", copy=False))
     # a coded key is hashed as its text (the same race as over the text key, under the same salt)
     hashed = [unit, *[f"__text{k}" if k in coded else k for k in keys if k != SPREAD], *values]
     race = exp.Div(this=ops.exponential_clock(hashed, salt), expression=_col("__m"))
@@ -712,7 +724,9 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     pkeys = keys
     if keys and not set(keys) <= coded:  # (:func:`spread_keys`)
         base, pkeys = spread_keys(base, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
-    picked = _pick_one_row(base, "__unit", pkeys, list(raw.values()), salt, ops=ops, coded=coded)
+    schema = plan.table.schema  # the raw columns of COUNT(col) keep their type; every other value is a DOUBLE
+    types = {r: schema.get((c or "").lower(), "") for c, r in raw.items() if not c.startswith("expr:")}
+    picked = _pick_one_row(base, "__unit", pkeys, list(raw.values()), salt, ops=ops, coded=coded, value_types=types)
 
     def present(r: str) -> exp.Expression:
         return exp.Case(ifs=[exp.If(this=exp.Is(this=_col(r), expression=exp.Null()), true=_lit(0))], default=_lit(1))
