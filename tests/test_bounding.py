@@ -705,7 +705,12 @@ FROM (
         FROM (
           SELECT
             *,
-            HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __spread
+            HASH(
+              XOR(
+                HASH(__unit, '<per-query secret salt>' || CAST(__k0 AS TEXT)),
+                HASH('<per-query secret salt>')
+              )
+            ) AS __spread
           FROM (
             SELECT
               "user_id" AS __unit,

@@ -34,7 +34,8 @@ from dpsql.engine.base import SqlOps
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.noise import NoiseSource, snapping_calibration
 from dpsql.plan import ir
-from dpsql.rewrite.bound import Caps, key_expression, unit_expression
+from dpsql.plan.typer import type_key
+from dpsql.rewrite.bound import SPREAD, Caps, key_expression, spread_keys, unit_expression
 
 #: bins 0..MAX_BIN: a value v (>= 1) is in bin min(floor(log2 v), MAX_BIN), i.e. [2^b, 2^(b+1))
 MAX_BIN = 20
@@ -104,8 +105,13 @@ class ContributionProfile:
         if cal.group_by:
             key = ir.GroupKey(expr=exp.column(cal.group_by), name="__k0", sql=cal.group_by)
             k = key_expression(key, dict(cal.table.schema))
-            pairs = (exp.select(exp.alias_(unit.copy(), "__u"), exp.alias_(exp.Count(this=exp.Star()), "__n"))
-                     .from_(src).where(not_null).group_by(unit.copy(), k))
+            key_type = type_key(key.expr, dict(cal.table.schema))[1].name
+            # one person's keys could be chosen to collide in the engine's public hash (a quadratic
+            # GROUP BY): the (person, key) pairs are grouped by the salted spread too (spread_keys)
+            keyed = exp.select(exp.alias_(unit.copy(), "__unit"), exp.alias_(k, "__k0")).from_(src).where(not_null)
+            pairs = (exp.select(exp.alias_(exp.column("__unit"), "__u"), exp.alias_(exp.Count(this=exp.Star()), "__n"))
+                     .from_(spread_keys(keyed.subquery("__keyed"), ["__k0"], salt, ops, {"__k0": key_type}))
+                     .group_by(exp.column("__unit"), exp.column("__k0"), exp.column(SPREAD)))
             groups = exp.select(exp.alias_(exp.Count(this=exp.Star()), "v")).from_(pairs.subquery("__pairs")).group_by("__u")
             most = exp.select(exp.alias_(exp.Max(this=exp.column("__n")), "v")).from_(pairs.subquery("__pairs")).group_by("__u")
             parts += [hist("groups", groups), hist("rows_per_group", most)]

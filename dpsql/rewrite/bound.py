@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -196,6 +196,11 @@ def _coder(ops: SqlOps) -> CodedKeyOps:
     if coder is None:  # pragma: no cover - coded_keys codes nothing on such a backend
         raise AssertionError("a coded key on a backend without coded keys")
     return coder
+
+
+def key_types(plan: ir.QueryPlan, coded: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The SQL type of each group key that is carried as its value (not as a code), for :func:`spread_keys`."""
+    return {k.name: type_key(k.expr, plan.table.schema)[1].name for k in plan.keys if k.name not in coded}
 
 
 def _key_item(key: ir.GroupKey, schema: dict[str, str], ops: SqlOps, coded: frozenset[str]) -> exp.Expression:
@@ -462,7 +467,8 @@ def cap_rows(relation: exp.Expression, partition: Sequence[str], order_by: Seque
 SPREAD = "__spread"
 
 
-def spread_keys(relation: exp.Expression, keys: Sequence[str], salt: str, ops: SqlOps) -> exp.Subquery:
+def spread_keys(relation: exp.Expression, keys: Sequence[str], salt: str, ops: SqlOps,
+                types: Mapping[str, str] | None = None) -> exp.Subquery:
     """``relation`` with one more column, :data:`SPREAD`: the keyed hash of (unit, keys) under the
     query's secret salt. Partitions and groupings by (unit, keys) also go by it: the same groups,
     but hashed unpredictably. The engine's own hash is public and unsalted (DuckDB's hash of a
@@ -470,9 +476,53 @@ def spread_keys(relation: exp.Expression, keys: Sequence[str], salt: str, ops: S
     thousands of keys whose hashes share their low bits; a hash aggregate or window partitioned by
     (unit, key) then probed quadratically (20 000 such keys: 1.07 s for a sparse histogram against
     0.03 s for 20 000 random keys), before the group cap bounds that person to a few groups. A
-    collision of the keyed hash cannot be crafted without the salt."""
+    collision of the keyed hash cannot be crafted without the salt.
+
+    ``types``: the SQL type of each key. A key whose engine hash is not a bijection of its value
+    (:func:`weakly_hashed`: text, wide integers and decimals) is hashed as the salt followed by its
+    text (:func:`spread_input`): DuckDB's hash of a string has no secret, and strings whose hashes
+    are equal in all 64 bits are easy to write (each 8-byte block is XORed into the state and
+    multiplied by a constant, so the last block can cancel the others); their keyed hash was equal
+    too, and 20 000 such keys of one person made a sparse histogram 24x and a SUM 60x slower."""
     h = ops.keyed_hash(["__unit", *keys], salt)
+    weak = {k for k in keys if types is not None and k in types and weakly_hashed(types[k])}
+    for c in list(h.find_all(exp.Column)):
+        if c.name in weak and not c.table:
+            c.replace(spread_input(_col(c.name), types[c.name] if types else "", salt))
     return exp.select("*", exp.alias_(h, SPREAD)).from_(relation, copy=False).subquery("__spread_rows", copy=False)
+
+
+#: type names whose engine hash (DuckDB's) is not a bijection of the value, so that many distinct values
+#: with one hash can be written without any secret (strings: blocks XORed into a multiplicative state;
+#: 128-bit integers and wide decimals: the two halves' hashes XORed)
+_WEAK_HASH = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "NVARCHAR", "JSON", "BLOB", "BYTEA", "BINARY",
+              "VARBINARY", "UUID", "HUGEINT", "UHUGEINT", "INT128", "UINT128", "BIT", "BITSTRING")
+
+
+def weakly_hashed(sql_type: str) -> bool:
+    """Whether values of ``sql_type`` are hashed by :func:`spread_input` as salted text (see there)."""
+    t = sql_type.strip().upper()
+    base = t.split("(")[0].split(" ")[0].strip()
+    if base in ("DECIMAL", "NUMERIC"):
+        digits = t[len(base):].strip().lstrip("(").split(",")[0].rstrip(")").strip()
+        return digits.isdigit() and int(digits) > 18  # DuckDB stores more than 18 digits as a HUGEINT
+    return base in _WEAK_HASH
+
+
+def spread_input(value: exp.Expression, sql_type: str, salt: str) -> exp.Expression:
+    """``value`` as a spread hashes it: as it is, or, for a type whose engine hash anyone can make
+    equal for many distinct values (:func:`weakly_hashed`), the secret salt followed by its text.
+    Equal values have equal text for these types (text is compared byte for byte, under the binary
+    collation; integers and decimals of one type print exactly), so the spread stays a function of
+    the key. Without the salt no block of the hashed string is known, and the difference of two
+    keys cannot be cancelled for certain (the only certain cancellation, a flip of the top bit of
+    a block's last byte, is never valid UTF-8, and the text of a number or BLOB is ASCII)."""
+    return salted_text(value, salt) if weakly_hashed(sql_type) else value
+
+
+def salted_text(value: exp.Expression, salt: str) -> exp.Expression:
+    """The secret salt followed by the text of ``value`` (:func:`spread_input`)."""
+    return exp.DPipe(this=exp.Literal.string(salt), expression=exp.cast(value, "VARCHAR"))
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
@@ -565,7 +615,8 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
-                  ops: SqlOps, coded: frozenset[str] = frozenset()) -> exp.Subquery:
+                  ops: SqlOps, coded: frozenset[str] = frozenset(),
+                  value_types: Mapping[str, str] | None = None) -> exp.Subquery:
     """k = 1: one row per (unit, group), uniformly at random among the group's rows, by one
     aggregate. Where the backend draws a fresh uniform per row (``ops.row_clock()``, DuckDB's
     ``RANDOM()``), the row with the smallest draw: ``ARG_MIN(values, RANDOM())`` per (unit,
@@ -581,8 +632,19 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
     if clock is not None:
         return ops.keep_n_per_partition(relation, part, clock, 1, alias="__rows", output=[*part, *values])
     texts = [exp.alias_(_coder(ops).domain_text(_col(k)), f"__text{k}") for k in keys if k in coded]
+    grouped = [_col(c) for c in [*part, *values]]
+    weak = [v for v in values if value_types and weakly_hashed(value_types.get(v, ""))]
+    if weak:
+        # the distinct values of one (unit, group) are a GROUP BY over values the person chose: values whose
+        # engine hash anyone can make equal (text) also go by a keyed hash of their salted text (spread_keys)
+        h = ops.keyed_hash([unit, *weak], salt)
+        for c in list(h.find_all(exp.Column)):
+            if c.name in weak and not c.table:
+                c.replace(salted_text(_col(c.name), salt))
+        relation = exp.select("*", exp.alias_(h, "__vspread")).from_(relation, copy=False).subquery("__vspread_rows", copy=False)
+        grouped.append(_col("__vspread"))
     counted = (exp.select(*[_col(c) for c in [*part, *values]], *texts, exp.alias_(exp.Count(this=exp.Star()), "__m"))
-               .from_(relation, copy=False).group_by(*[_col(c) for c in [*part, *values]], copy=False).subquery("__counted", copy=False))
+               .from_(relation, copy=False).group_by(*grouped, copy=False).subquery("__counted", copy=False))
     # a coded key is hashed as its text (the same race as over the text key, under the same salt)
     hashed = [unit, *[f"__text{k}" if k in coded else k for k in keys if k != SPREAD], *values]
     race = exp.Div(this=ops.exponential_clock(hashed, salt), expression=_col("__m"))
@@ -661,8 +723,10 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     base = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__base", copy=False)
     pkeys = keys
     if keys and not set(keys) <= coded:  # (:func:`spread_keys`)
-        base, pkeys = spread_keys(base, keys, salt, ops), [*keys, SPREAD]
-    picked = _pick_one_row(base, "__unit", pkeys, list(raw.values()), salt, ops=ops, coded=coded)
+        base, pkeys = spread_keys(base, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
+    schema = plan.table.schema  # the raw columns of COUNT(col) keep their type; every other value is a DOUBLE
+    types = {r: schema.get((c or "").lower(), "") for c, r in raw.items() if not c.startswith("expr:")}
+    picked = _pick_one_row(base, "__unit", pkeys, list(raw.values()), salt, ops=ops, coded=coded, value_types=types)
 
     def present(r: str) -> exp.Expression:
         return exp.Case(ifs=[exp.If(this=exp.Is(this=_col(r), expression=exp.Null()), true=_lit(0))], default=_lit(1))
@@ -734,7 +798,7 @@ def bounded_query(
     # L, which partitions by the unit alone)
     pkeys = keys
     if keys and not set(keys) <= coded and not one_row:
-        rows_src, pkeys = spread_keys(rows_src, keys, salt, ops), [*keys, SPREAD]
+        rows_src, pkeys = spread_keys(rows_src, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
 
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
     if caps.rows_finite and need_values and not one_row:
