@@ -82,3 +82,13 @@ def test_the_refusals_spend_nothing() -> None:
                 s.query(sql, epsilon=0.5, delta=1e-7)
         assert s.remaining() == dpsql.Budget(1.0, 1e-6) and s.history().num_rows == 0
         s.close()
+
+
+@pytest.mark.parametrize("sql, named", [
+    ("SELECT MEDIAN(x) FROM t", "MEDIAN(x) needs value bounds"),
+    ("SELECT quantile_cont(x, 0.3) FROM t", "QUANTILE_CONT(x) needs value bounds"),
+    ("SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY x) FROM t", "PERCENTILE_CONT(x) needs value bounds"),
+    ("SELECT MIN(x) FROM t", "MIN(x) needs value bounds"),
+])
+def test_a_quantile_refusal_names_the_call_as_written(sql: str, named: str) -> None:
+    assert named in str(refusal(sql))

@@ -304,3 +304,18 @@ def test_each_clipping_run_adds_noise_of_its_published_scale() -> None:
         stat = sum(v * v for v in x)
         assert lo <= stat <= hi
         assert not lo <= stat / 0.7**2 <= hi and not lo <= stat / 1.3**2 <= hi  # negative controls
+
+
+def test_count_of_a_literal_over_a_join_is_count_star_and_count_of_two_columns_is_refused(session: Any) -> None:
+    # COUNT(1) / COUNT('x') never see a NULL: the base aggregate COUNT(*), shared with an explicit COUNT(*)
+    p = analyze("SELECT COUNT(1) AS a, COUNT('x') AS b, COUNT(*) AS c, SUM(l.l_price) AS s" + OL, dict(session.tables))
+    assert [a.kind for a in p.aggregates] == ["count_star", "sum"]
+    one, star = (session.explain(f"SELECT {c} AS n" + OL, epsilon=1.0) for c in ("COUNT(1)", "COUNT(*)"))
+    assert (one.mechanism, one.cost, one.parameters, one.bounded_sql) == (
+        star.mechanism, star.cost, star.parameters, star.bounded_sql)
+    assert session.query("SELECT COUNT(1) AS n" + OL, epsilon=1.0).table.column_names == ["n"]
+    # COUNT(a, b) is no DuckDB COUNT: refused for free, never answered as COUNT(a)
+    left = session.remaining()
+    with pytest.raises(UnsupportedQueryError, match="COUNT takes one argument"):
+        session.query("SELECT COUNT(o.o_orderkey, l.l_price)" + OL, epsilon=1.0)
+    assert session.remaining() == left

@@ -21,6 +21,7 @@ from dpsql.plan.checks import (
     check_expression_functions,
     check_statement_shape,
     is_aggregate,
+    never_null_literal,
     violation,
     written_name,
 )
@@ -228,13 +229,6 @@ def _filter_fix(node: exp.Filter) -> str:
     return "move the condition into WHERE (a separate query if the other aggregates must not have it)"
 
 
-def _never_null_literal(e: exp.Expression) -> bool:
-    """A literal number, string or boolean (optionally negated): never NULL on any row."""
-    while isinstance(e, (exp.Neg, exp.Paren)):
-        e = e.this
-    return isinstance(e, (exp.Literal, exp.Boolean))
-
-
 class _Builder:
     def __init__(self, sql: str, catalog: Mapping[str, TableSpec]) -> None:
         self.sql = sql
@@ -318,9 +312,12 @@ class _Builder:
             if self.table.schema and column not in self.table.schema:
                 return None  # reported by check_columns
             written = str(getattr(node, "key", "")).upper() if kind != ir.QUANTILE else "a quantile"
+            # the call as the query names it (MEDIAN(d), PERCENTILE_CONT(d), QUANTILE(d)), for messages
+            inner_call: exp.Expression = node.this if isinstance(node, exp.WithinGroup) else node
+            call = (written_name(node, self.sql) or func_name(inner_call)).upper()
             if parse_type(self.table.schema.get(column, "")).kind in ("date", "timestamp"):
                 # a DATE / TIMESTAMP column: the grid is its declared ordered domain (no value bounds)
-                why = time_column_problem(self.table, column, fn.upper() if kind != ir.QUANTILE else "QUANTILE")
+                why = time_column_problem(self.table, column, call)
                 if why is not None:
                     self.bad(node, why, policy=True)
                     return None
@@ -334,7 +331,7 @@ class _Builder:
                 if declared is None:
                     self.bad(
                         node,
-                        f"{fn.upper() if kind != ir.QUANTILE else 'QUANTILE'}({column}) needs value bounds; table "
+                        f"{call}({column}) needs value bounds; table "
                         f"'{self.table.name}' declares none for '{column}' "
                         f"(hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}})",
                         policy=True,
@@ -346,7 +343,7 @@ class _Builder:
                 self.bad(node, "COUNT takes one argument (*, a column or an expression); count each one separately, "
                                "or write COUNT(CASE WHEN a IS NOT NULL AND b IS NOT NULL THEN 1 END)")
                 return None
-            if isinstance(arg, exp.Star) or arg is None or _never_null_literal(arg):
+            if isinstance(arg, exp.Star) or arg is None or never_null_literal(arg):
                 # COUNT(1), COUNT('x'): every kept row, as COUNT(*) (one aggregate: no second released column)
                 kind = ir.COUNT_STAR
             elif isinstance(arg, exp.Distinct):

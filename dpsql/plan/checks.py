@@ -29,11 +29,19 @@ def is_aggregate(node: exp.Expression) -> bool:
     """An aggregate call: sqlglot's aggregates and the spellings of ``ANON_AGGS``."""
     return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous) and str(node.this).lower() in ANON_AGGS)
 
+def never_null_literal(e: exp.Expression) -> bool:
+    """A literal number, string or boolean (optionally negated): never NULL on any row, so that
+    ``COUNT(1)`` and ``COUNT('x')`` are ``COUNT(*)``."""
+    while isinstance(e, (exp.Neg, exp.Paren)):
+        e = e.this
+    return isinstance(e, (exp.Literal, exp.Boolean))
+
+
 #: clauses evaluated by dpsql over released values only (post-processing)
 POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY")
 
 __all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "func_name",
-           "is_aggregate", "violation", "written_name"]
+           "is_aggregate", "never_null_literal", "violation", "written_name"]
 
 
 def violation(

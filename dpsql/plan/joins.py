@@ -66,7 +66,7 @@ from sqlglot import exp
 from dpsql.catalog import TableSpec, is_nested_type, reference_problems
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
-from dpsql.plan.checks import check_expression_functions, check_statement_shape, violation
+from dpsql.plan.checks import check_expression_functions, check_statement_shape, never_null_literal, violation
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem
 from dpsql.plan.typer import TypeRefusal, type_checked, type_predicate
@@ -346,8 +346,11 @@ class _JoinBuilder:
         """(kind, flat value expression or None, bounds) of an aggregate call (of AVG: its SUM)."""
         if isinstance(node, exp.Count):
             arg = node.this
-            if isinstance(arg, exp.Star) or arg is None:
-                return ir.COUNT_STAR, None, (1.0, 1.0)
+            if node.expressions:  # COUNT(a, b): DuckDB has no such COUNT; never answer COUNT(a) for it
+                self.bad(node, "COUNT takes one argument (* or a column); count each one separately")
+                return None
+            if isinstance(arg, exp.Star) or arg is None or never_null_literal(arg):
+                return ir.COUNT_STAR, None, (1.0, 1.0)  # COUNT(1), COUNT('x'): every tuple, as COUNT(*)
             if isinstance(arg, exp.Column):
                 f = self.resolve(arg, "COUNT")
                 return (ir.COUNT_COL, exp.column(f, quoted=False), (1.0, 1.0)) if f else None
