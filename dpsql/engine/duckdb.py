@@ -40,6 +40,7 @@ import os
 import secrets
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -503,13 +504,16 @@ class DuckDBBackend:
             self._callers[name] = (original, str(now))
 
     @contextmanager
-    def _deadline(self) -> Iterator[None]:
+    def _deadline(self, until: float | None = None) -> Iterator[None]:
         """Interrupt the connection after the owner's statement time-out (a timer thread:
-        DuckDB has no statement time-out). The deadline does not depend on the data."""
+        DuckDB has no statement time-out), or at ``until`` (a ``time.monotonic()`` instant: what is
+        left of a batch's time-out) if that is sooner. The deadline does not depend on the data."""
         limit = self.settings.statement_timeout
         if limit is None:
             yield
             return
+        if until is not None:
+            limit = max(0.0, min(limit, until - time.monotonic()))
         # Python-side steps of the read (the copies of CSV files) check it themselves: an
         # interrupt reaches only a running DuckDB statement
         self._until = csvcopy.now() + limit
@@ -555,15 +559,17 @@ class DuckDBBackend:
             self._con.execute(f"SET disabled_optimizers = {_sql_str(before)}")
 
     # -- execution ------------------------------------------------------------------------
-    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query") -> pa.Table:
-        """Run a query that reads private data, under the owner's limits and time-out.
+    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query",
+                    deadline: float | None = None) -> pa.Table:
+        """Run a query that reads private data, under the owner's limits and time-out (and, for a
+        batch, ``deadline``: :meth:`_deadline`).
 
         Any failure is the one generic ExecutionError (:data:`PRIVATE_FAILURE`)."""
         sql = self._render(ast)
         failure: ExecutionError | None = None
         with self._lock:
             try:
-                with self._limited(), self._written_build_side(ast), self._deadline():
+                with self._limited(), self._written_build_side(ast), self._deadline(deadline):
                     used = self._native_views(sql)
                     used_csv = self._csv_views(sql)
                     # the main connection: registered Arrow sources are connection-local

@@ -44,6 +44,7 @@ import logging
 import os
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -440,11 +441,15 @@ class SparkBackend:
 
     # -- execution ------------------------------------------------------------------------------
     @contextmanager
-    def _deadline(self, group: str) -> Iterator[None]:
+    def _deadline(self, group: str, until: float | None = None) -> Iterator[None]:
+        """Cancel the job group after the owner's statement time-out, or at ``until`` (a
+        ``time.monotonic()`` instant: what is left of a batch's time-out) if that is sooner."""
         limit = self.settings.statement_timeout
         if limit is None:
             yield
             return
+        if until is not None:
+            limit = max(0.0, min(limit, until - time.monotonic()))
         done = threading.Event()
         sc = self._spark.sparkContext
 
@@ -461,7 +466,8 @@ class SparkBackend:
             done.set()
             timer.cancel()
 
-    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query") -> pa.Table:
+    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query",
+                    deadline: float | None = None) -> pa.Table:
         """Run a query over private data on Spark and bring its (bounded) result to the driver as
         Arrow. Any failure is the one generic ExecutionError (:func:`private_failure`)."""
         sql = self.render(ast)
@@ -471,7 +477,7 @@ class SparkBackend:
             sc = self._spark.sparkContext
             try:
                 sc.setJobGroup(group, "dpsql bounded query", interruptOnCancel=True)
-                with self._deadline(group):
+                with self._deadline(group, deadline):
                     table: pa.Table = self._spark.sql(sql).toArrow()
                 return table
             except Exception as e:  # noqa: BLE001 - whatever failed, the same error
