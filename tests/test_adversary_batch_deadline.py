@@ -48,3 +48,26 @@ def test_a_batch_is_interrupted_once_its_reads_together_reach_the_time_out() -> 
     elapsed = time.perf_counter() - t0
     assert elapsed < limit + 2.0 * t, (elapsed, limit, t)  # interrupted near the limit, not after ten reads
     b.close()
+
+
+def test_an_interrupt_that_fires_before_the_statement_starts_is_not_lost() -> None:
+    """DuckDB drops an interrupt that arrives while no statement runs, so a time-out firing before the read
+    began (a tiny time-out, or what is left of a batch's) let that read run unbounded: with a 0.1 ms time-out a
+    read of about a second finished. The timer now interrupts until the read ends, and a read with no time left
+    does not start."""
+    slow = sqlglot.parse_one("SELECT COUNT(*) AS n FROM range(40000000) t(i) WHERE hash(i) % 7 = 1", read="duckdb")
+    free = DuckDBBackend(None, EngineSettings(threads=1, statement_timeout=None))
+    t = _one_read(free) * 40 / 12  # the slow read takes about this long (the control: well above the bound below)
+    free.close()
+    b = DuckDBBackend(None, EngineSettings(threads=1, statement_timeout=1e-4))
+    for _ in range(5):
+        t0 = time.perf_counter()
+        with pytest.raises(ExecutionError):
+            b.fetch_arrow(slow)
+        assert time.perf_counter() - t0 < max(0.5, t / 3), (time.perf_counter() - t0, t)
+    # nothing left of a batch's time-out: the read does not start
+    t0 = time.perf_counter()
+    with pytest.raises(ExecutionError):
+        b.fetch_arrow(slow, deadline=time.monotonic() - 1.0)
+    assert time.perf_counter() - t0 < 0.5
+    b.close()

@@ -513,7 +513,9 @@ class DuckDBBackend:
             yield
             return
         if until is not None:
-            limit = max(0.0, min(limit, until - time.monotonic()))
+            limit = min(limit, until - time.monotonic())
+            if limit <= 0:  # nothing left of a batch's time-out: the read does not start (the generic failure)
+                raise TimeoutError("the statement time-out passed")
         # Python-side steps of the read (the copies of CSV files) check it themselves: an
         # interrupt reaches only a running DuckDB statement
         self._until = csvcopy.now() + limit
@@ -521,9 +523,15 @@ class DuckDBBackend:
         guard = threading.Lock()
 
         def fire() -> None:
-            with guard:
-                if not done.is_set():
+            # DuckDB drops an interrupt that arrives while no statement runs (a time-out firing before the
+            # read's statement began let it run unbounded): interrupt until the read ends
+            while True:
+                with guard:
+                    if done.is_set():
+                        return
                     self._con.interrupt()
+                if done.wait(0.01):
+                    return
 
         timer = threading.Timer(limit, fire)
         timer.daemon = True

@@ -449,13 +449,19 @@ class SparkBackend:
             yield
             return
         if until is not None:
-            limit = max(0.0, min(limit, until - time.monotonic()))
+            limit = min(limit, until - time.monotonic())
+            if limit <= 0:  # nothing left of a batch's time-out: the read does not start (the generic failure)
+                raise TimeoutError("the statement time-out passed")
         done = threading.Event()
         sc = self._spark.sparkContext
 
         def fire() -> None:
-            if not done.is_set():
+            # a cancel reaches only the group's running jobs: cancel until the read ends, so that a job
+            # started after the time-out fired is cancelled too
+            while not done.is_set():
                 sc.cancelJobGroup(group)
+                if done.wait(0.05):
+                    return
 
         timer = threading.Timer(limit, fire)
         timer.daemon = True
