@@ -371,6 +371,38 @@ def is_nested_type(type_name: str) -> bool:
     return t.endswith("]") or t.startswith(("STRUCT", "MAP", "UNION"))
 
 
+#: the types a join may key on: those whose values the join's keyed hash covers (``dpsql.rewrite.joins.Spread``:
+#: integers, text and floating point by name, the types whose engine hash is a bijection of the value or which
+#: it hashes as salted text by prefix, as it does), and ENUM (its values are the owner's dictionary)
+_JOIN_KEY_NAMES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                             "UBIGINT", "INT", "INT1", "INT2", "INT4", "INT8", "INT16", "VARCHAR", "TEXT", "STRING",
+                             "FLOAT", "DOUBLE", "REAL", "FLOAT4", "FLOAT8"})
+_JOIN_KEY_PREFIXES = ("DATE", "TIME", "TIMESTAMP", "DECIMAL", "NUMERIC", "BOOLEAN", "BOOL", "UUID", "BLOB", "UHUGEINT",
+                      "BIT", "ENUM")
+
+
+def join_key_type_problem(type_name: str) -> str | None:
+    """Why a column of ``type_name`` cannot be a join key (an ON equality, a declared reference), or None.
+
+    Join plans group, DISTINCT, semi-join and join by key values one person chose before any cap bounds
+    that person, so every such grouping also goes by a keyed hash of the key under the query's secret salt,
+    which starts from the engine's hash of the key. For the types of :data:`_JOIN_KEY_NAMES` and
+    :data:`_JOIN_KEY_PREFIXES` that hash is a bijection of the value or is taken of the salt followed by the
+    key's text; for the others (INTERVAL, nested types, JSON, BIGNUM, ...) DuckDB's hash is easy to make equal in all 64 bits for many values, and a hash table holding them probes
+    quadratically: an INTERVAL hashes as hash(months) XOR hash(days) XOR hash(micros), so every
+    ``m months + m microseconds`` hashes to 0 (one customer's 20 000 such order keys made R2T over lineitem
+    66.7 s against 0.22 s for random ones); a list or struct combines its members' hashes, and strings with
+    one hash are easy to write (``tests/test_adversary_join_key_types.py``). Such types also compare coarser
+    than their spelling (1 month = 30 days; members under the connection's collation)."""
+    t = type_name.strip().upper()
+    base = re.split(r"[\s(\[]", t, maxsplit=1)[0]
+    if is_nested_type(t) or not (base in _JOIN_KEY_NAMES or t.startswith(_JOIN_KEY_PREFIXES)):
+        return (f"of type {type_name}, which no join may key on: its engine hash is easy to make equal for many "
+                "values (join plans group and join by the key before any cap bounds a person, so one person's "
+                "keys could make the query slow)")
+    return None
+
+
 def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, str]) -> dict[str, ColumnSpec]:
     """Domains typed to their column at registration: every value must be a value of the column's
     type (an integer domain on a VARCHAR column, a date that is not a date, ... is a ConfigError),
@@ -629,7 +661,12 @@ def reference_problems(table: TableSpec, catalog: Mapping[str, TableSpec]) -> li
             ta, tb = table.schema.get(a), ref.schema.get(b)
             if ta is None or tb is None:
                 continue
-            if ta.upper() != tb.upper():
+            problem = join_key_type_problem(ta)
+            if problem is not None:
+                out.append((f"reference '{table.name}.{a}' -> '{tn}.{b}' is {problem}",
+                            f"join on an integer, text, DATE, TIMESTAMP, DECIMAL, BOOLEAN, UUID or BLOB column instead "
+                            f"(e.g. CAST '{table.name}.{a}' and '{tn}.{b}' to VARCHAR in the source)"))
+            elif ta.upper() != tb.upper():
                 out.append((f"reference '{table.name}.{a}' ({ta}) -> '{tn}.{b}' ({tb}): the types differ, so one value "
                             "could be spelled several ways (1, '01', 1.0) and count as several people",
                             f"give '{table.name}.{a}' the type {tb} (e.g. CAST in the source, or a declared CSV column type)"))

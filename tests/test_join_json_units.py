@@ -14,7 +14,7 @@ import pytest
 
 import dpsql
 from dpsql.budget import Budget
-from dpsql.errors import ConfigError, PolicyError
+from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.plan.analyze import analyze
 
 
@@ -43,5 +43,7 @@ def test_the_join_planner_refuses_a_json_unit_of_a_catalog_built_by_hand() -> No
         cat["person"] = dataclasses.replace(cat["person"], privacy_unit="id")
         cat["ev"] = dataclasses.replace(cat["ev"], privacy_unit=None, references={"uid": "person.id"},
                                         degree_bounds={"uid": 2})
-        with pytest.raises(PolicyError, match="JSON"):
+        # the ON equality of two JSON columns is refused first (no join keys on JSON: its hash is easy to
+        # make collide, tests/test_adversary_join_key_types.py), the JSON unit with it
+        with pytest.raises((PolicyError, UnsupportedQueryError), match="JSON"):
             analyze("SELECT COUNT(*) FROM person p JOIN ev e ON p.id = e.uid", cat)

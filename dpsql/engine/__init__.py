@@ -15,6 +15,7 @@ A new engine is one module implementing both protocols, plus one entry in :data:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,9 +66,13 @@ def make_backend(settings: EngineSettings, connection: Any = None, spark: Any = 
 
 def fetch_bounded(backend: ExecutionBackend, ast: Any) -> Any:
     """The result of a mechanism's bounded relation: None (no private read), an Arrow table, or for a
-    :class:`BoundedBatch` the list of its queries' tables (each read in turn)."""
+    :class:`BoundedBatch` the list of its queries' tables (each read in turn, all under one statement time-out)."""
     if isinstance(ast, BoundedBatch):
-        return [backend.fetch_arrow(q) for q in ast.queries]
+        # one statement time-out for the whole batch (each read gets what is left of it): m reads with a
+        # time-out each could run for m times it, past a min_response_time set to cover one time-out
+        limit = backend.settings.statement_timeout
+        until = None if limit is None else time.monotonic() + limit
+        return [backend.fetch_arrow(q, deadline=until) for q in ast.queries]
     return backend.fetch_arrow(ast) if ast is not None else None
 
 

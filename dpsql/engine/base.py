@@ -390,9 +390,11 @@ class ExecutionBackend(Protocol):
         a construct the dialect cannot express is refused here, before any charge."""
         ...
 
-    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query") -> pa.Table:
+    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query",
+                    deadline: float | None = None) -> pa.Table:
         """Run a query over private data under the owner's limits; any failure is
-        :func:`private_failure`."""
+        :func:`private_failure`. ``deadline``: a ``time.monotonic()`` instant the read must not run past
+        (a batch's shared statement time-out), besides the owner's ``statement_timeout``."""
         ...
 
     def post_process(self, table: pa.Table, ast_builder: Callable[[str], exp.Expression]) -> pa.Table:

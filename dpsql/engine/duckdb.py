@@ -40,6 +40,7 @@ import os
 import secrets
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -503,13 +504,18 @@ class DuckDBBackend:
             self._callers[name] = (original, str(now))
 
     @contextmanager
-    def _deadline(self) -> Iterator[None]:
+    def _deadline(self, until: float | None = None) -> Iterator[None]:
         """Interrupt the connection after the owner's statement time-out (a timer thread:
-        DuckDB has no statement time-out). The deadline does not depend on the data."""
+        DuckDB has no statement time-out), or at ``until`` (a ``time.monotonic()`` instant: what is
+        left of a batch's time-out) if that is sooner. The deadline does not depend on the data."""
         limit = self.settings.statement_timeout
         if limit is None:
             yield
             return
+        if until is not None:
+            limit = min(limit, until - time.monotonic())
+            if limit <= 0:  # nothing left of a batch's time-out: the read does not start (the generic failure)
+                raise TimeoutError("the statement time-out passed")
         # Python-side steps of the read (the copies of CSV files) check it themselves: an
         # interrupt reaches only a running DuckDB statement
         self._until = csvcopy.now() + limit
@@ -517,9 +523,15 @@ class DuckDBBackend:
         guard = threading.Lock()
 
         def fire() -> None:
-            with guard:
-                if not done.is_set():
+            # DuckDB drops an interrupt that arrives while no statement runs (a time-out firing before the
+            # read's statement began let it run unbounded): interrupt until the read ends
+            while True:
+                with guard:
+                    if done.is_set():
+                        return
                     self._con.interrupt()
+                if done.wait(0.01):
+                    return
 
         timer = threading.Timer(limit, fire)
         timer.daemon = True
@@ -555,15 +567,17 @@ class DuckDBBackend:
             self._con.execute(f"SET disabled_optimizers = {_sql_str(before)}")
 
     # -- execution ------------------------------------------------------------------------
-    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query") -> pa.Table:
-        """Run a query that reads private data, under the owner's limits and time-out.
+    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query",
+                    deadline: float | None = None) -> pa.Table:
+        """Run a query that reads private data, under the owner's limits and time-out (and, for a
+        batch, ``deadline``: :meth:`_deadline`).
 
         Any failure is the one generic ExecutionError (:data:`PRIVATE_FAILURE`)."""
         sql = self._render(ast)
         failure: ExecutionError | None = None
         with self._lock:
             try:
-                with self._limited(), self._written_build_side(ast), self._deadline():
+                with self._limited(), self._written_build_side(ast), self._deadline(deadline):
                     used = self._native_views(sql)
                     used_csv = self._csv_views(sql)
                     # the main connection: registered Arrow sources are connection-local

@@ -44,6 +44,7 @@ import logging
 import os
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -440,17 +441,27 @@ class SparkBackend:
 
     # -- execution ------------------------------------------------------------------------------
     @contextmanager
-    def _deadline(self, group: str) -> Iterator[None]:
+    def _deadline(self, group: str, until: float | None = None) -> Iterator[None]:
+        """Cancel the job group after the owner's statement time-out, or at ``until`` (a
+        ``time.monotonic()`` instant: what is left of a batch's time-out) if that is sooner."""
         limit = self.settings.statement_timeout
         if limit is None:
             yield
             return
+        if until is not None:
+            limit = min(limit, until - time.monotonic())
+            if limit <= 0:  # nothing left of a batch's time-out: the read does not start (the generic failure)
+                raise TimeoutError("the statement time-out passed")
         done = threading.Event()
         sc = self._spark.sparkContext
 
         def fire() -> None:
-            if not done.is_set():
+            # a cancel reaches only the group's running jobs: cancel until the read ends, so that a job
+            # started after the time-out fired is cancelled too
+            while not done.is_set():
                 sc.cancelJobGroup(group)
+                if done.wait(0.05):
+                    return
 
         timer = threading.Timer(limit, fire)
         timer.daemon = True
@@ -461,7 +472,8 @@ class SparkBackend:
             done.set()
             timer.cancel()
 
-    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query") -> pa.Table:
+    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query",
+                    deadline: float | None = None) -> pa.Table:
         """Run a query over private data on Spark and bring its (bounded) result to the driver as
         Arrow. Any failure is the one generic ExecutionError (:func:`private_failure`)."""
         sql = self.render(ast)
@@ -471,7 +483,7 @@ class SparkBackend:
             sc = self._spark.sparkContext
             try:
                 sc.setJobGroup(group, "dpsql bounded query", interruptOnCancel=True)
-                with self._deadline(group):
+                with self._deadline(group, deadline):
                     table: pa.Table = self._spark.sql(sql).toArrow()
                 return table
             except Exception as e:  # noqa: BLE001 - whatever failed, the same error

@@ -223,12 +223,22 @@ def describe(cal: MultiCalibration) -> Description:
     return Description(label=descs[0].label, cost=cost, parameters=params, notes=tuple(notes))
 
 
+def _key_rows(table: pa.Table, keys: list[str]) -> list[tuple[Any, ...]]:
+    """The key tuples of ``table``'s rows, a NaN key as one value (keys are canonical: one NaN, one zero),
+    so that a key compares equal to itself (NaN != NaN: a public DOUBLE key holding NaN was found in no
+    run, and every such query failed after its charge)."""
+    def canon(v: Any) -> Any:
+        return ("NaN",) if isinstance(v, float) and math.isnan(v) else v
+
+    return [tuple(canon(v) for v in row) for row in zip(*(table.column(k).to_pylist() for k in keys), strict=True)]
+
+
 def _aligned(first: pa.Table, other: pa.Table, keys: list[str]) -> pa.ChunkedArray | pa.Array:
     """``other``'s ``__a0`` in the row order of ``first`` (the same public key set; keys are never NULL)."""
     if not keys or first.select(keys).equals(other.select(keys)):
         return other.column("__a0")
-    index = {row: i for i, row in enumerate(zip(*(other.column(k).to_pylist() for k in keys), strict=True))}
-    order = [index[row] for row in zip(*(first.column(k).to_pylist() for k in keys), strict=True)]
+    index = {row: i for i, row in enumerate(_key_rows(other, keys))}
+    order = [index[row] for row in _key_rows(first, keys)]
     return other.column("__a0").take(pa.array(order, pa.int64()))
 
 

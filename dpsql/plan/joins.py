@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dpsql.catalog import TableSpec, is_nested_type, reference_problems
+from dpsql.catalog import TableSpec, is_nested_type, join_key_type_problem, reference_problems
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, never_null_literal, violation
@@ -337,6 +337,11 @@ class _JoinBuilder:
             ta, tb = self.flat_schema[a], self.flat_schema[b]
             if _type_family(ta) != _type_family(tb):
                 self.bad(c, f"join columns have different types ({ta} and {tb}); join columns of the same type")
+                continue
+            problem = join_key_type_problem(ta) or join_key_type_problem(tb)
+            if problem is not None:
+                self.bad(c, f"the join key is {problem}; join on an integer, text, DATE, TIMESTAMP, DECIMAL, BOOLEAN, "
+                         "UUID or BLOB column instead")
                 continue
             conds.append((a, b))
         return conds

@@ -492,29 +492,43 @@ def spread_keys(relation: exp.Expression, keys: Sequence[str], salt: str, ops: S
     return exp.select("*", exp.alias_(h, SPREAD)).from_(relation, copy=False).subquery("__spread_rows", copy=False)
 
 
-#: type names whose engine hash (DuckDB's) is not a bijection of the value, so that many distinct values
-#: with one hash can be written without any secret (strings: blocks XORed into a multiplicative state;
-#: 128-bit integers and wide decimals: the two halves' hashes XORed)
-_WEAK_HASH = ("VARCHAR", "TEXT", "STRING", "CHAR", "BPCHAR", "NVARCHAR", "JSON", "BLOB", "BYTEA", "BINARY",
-              "VARBINARY", "UUID", "HUGEINT", "UHUGEINT", "INT128", "UINT128", "BIT", "BITSTRING")
+#: type names whose engine hash (DuckDB's) is a bijection of the value (Murmur3's 64-bit finaliser of a value of
+#: at most 64 bits; floating point once its zero and NaN are canonical; an ENUM by its index in the owner's
+#: dictionary); decimals of at most 18 digits too (:func:`weakly_hashed`)
+_STRONG_HASH = frozenset({"TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER",
+                          "UBIGINT", "INT1", "INT2", "INT4", "INT8", "BOOLEAN", "BOOL", "FLOAT", "DOUBLE", "REAL",
+                          "FLOAT4", "FLOAT8", "DATE", "TIME", "TIMETZ", "TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS",
+                          "TIMESTAMP_NS", "TIMESTAMPTZ", "TIMESTAMP_NTZ", "DATETIME", "ENUM"})
 
 
 def weakly_hashed(sql_type: str) -> bool:
-    """Whether values of ``sql_type`` are hashed by :func:`spread_input` as salted text (see there)."""
+    """Whether values of ``sql_type`` are hashed by :func:`spread_input` as salted text (see there): every
+    type but those of :data:`_STRONG_HASH` and decimals of at most 18 digits. Text's hash, a 128-bit
+    integer's (its two halves' hashes XORed) or a wide decimal's are easy to make equal for many values
+    without any secret, and so are an INTERVAL's (hash(months) XOR hash(days) XOR hash(micros): every
+    ``m months + m microseconds`` hashes to 0) and a list's or struct's (its members' hashes combined), and
+    of any type not named here. ``""`` (no type known: a computed DOUBLE) is not weak."""
     t = sql_type.strip().upper()
+    if not t:
+        return False
+    if t.endswith("]") or t.startswith(("STRUCT", "MAP", "UNION", "ARRAY")):
+        return True
     base = t.split("(")[0].split(" ")[0].strip()
     if base in ("DECIMAL", "NUMERIC"):
         digits = t[len(base):].strip().lstrip("(").split(",")[0].rstrip(")").strip()
         return digits.isdigit() and int(digits) > 18  # DuckDB stores more than 18 digits as a HUGEINT
-    return base in _WEAK_HASH
+    return base not in _STRONG_HASH
 
 
 def spread_input(value: exp.Expression, sql_type: str, salt: str) -> exp.Expression:
     """``value`` as a spread hashes it: as it is, or, for a type whose engine hash anyone can make
     equal for many distinct values (:func:`weakly_hashed`), the secret salt followed by its text.
-    Equal values have equal text for these types (text is compared byte for byte, under the binary
-    collation; integers and decimals of one type print exactly), so the spread stays a function of
-    the key. Without the salt no block of the hashed string is known, and the difference of two
+    Equal keys have equal text (text is compared byte for byte, under the binary collation; integers
+    and decimals of one type print exactly; the key types whose equality is coarser than their text,
+    INTERVAL and nested types, are refused as keys and join keys), so the spread stays a function of
+    the key. (Values the k = 1 race groups, :func:`_pick_one_row`, may be of such a type: two equal
+    values of different text, '1 month' and '30 days', are then two of the race's combinations, which
+    still keeps one row of the (unit, group).) Without the salt no block of the hashed string is known, and the difference of two
     keys cannot be cancelled for certain (the only certain cancellation, a flip of the top bit of
     a block's last byte, is never valid UTF-8, and the text of a number or BLOB is ASCII)."""
     return salted_text(value, salt) if weakly_hashed(sql_type) else value

@@ -170,7 +170,7 @@ SPREAD = "__spread"
 _FLOAT_TYPES = frozenset({"DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8"})
 #: types whose values are equal exactly when their text and their engine hash are (once floats are
 #: canonical): the keys a spread may hash
-_PLAIN_TYPES = ("DATE", "TIME", "TIMESTAMP", "DECIMAL", "NUMERIC", "BOOLEAN", "BOOL", "UUID", "BLOB")
+_PLAIN_TYPES = ("DATE", "TIME", "TIMESTAMP", "DECIMAL", "NUMERIC", "BOOLEAN", "BOOL", "UUID", "BLOB", "UHUGEINT", "BIT")
 
 
 @dataclass(frozen=True)
