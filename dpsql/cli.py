@@ -1123,7 +1123,7 @@ def _main(argv: Sequence[str] | None) -> int:
     def on_signal(signum: int, frame: Any) -> None:
         caught.append(signum)
         interrupted.set()
-        raise KeyboardInterrupt
+        raise _Stopped
 
     def stopped() -> int:
         sig = caught[0] if caught else signal.SIGINT
@@ -1156,6 +1156,8 @@ def _main(argv: Sequence[str] | None) -> int:
         sys.stdout.flush()
         return code
     except OSError as e:
+        if interrupted.is_set():
+            return stopped()
         if not (isinstance(e, BrokenPipeError) or e is guard.failed):
             return _unexpected(e, args)
         # a free command's output (a charged one says so through _written_failed)
@@ -1173,8 +1175,12 @@ def _main(argv: Sequence[str] | None) -> int:
         return int(e.exit_code)
     except KeyboardInterrupt:
         return stopped()
-    except Exception as e:  # pragma: no cover - unexpected
-        return _unexpected(e, args)
+    except Exception as e:
+        # after a signal, whatever failed failed because of it: DuckDB turns the interrupt of a running
+        # statement into RuntimeError('Query interrupted'), and an import cut short becomes an ImportError
+        if interrupted.is_set():
+            return stopped()
+        return _unexpected(e, args)  # pragma: no cover - unexpected
     finally:
         if sys.stdout is guard:
             sys.stdout = guard.real
@@ -1182,6 +1188,13 @@ def _main(argv: Sequence[str] | None) -> int:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+
+
+class _Stopped(KeyboardInterrupt):
+    """What the SIGINT/SIGTERM handler raises: a KeyboardInterrupt to every ``except`` clause, but not
+    the exact class. CPython marks the interpreter as ended by Ctrl-C when a plain KeyboardInterrupt
+    escapes code run from a string (``exec(text)``, as dataclasses do while a module is imported),
+    and ``python -m dpsql.cli`` then kills itself with SIGINT on exit, whatever ``main`` returned."""
 
 
 def _unexpected(e: BaseException, args: argparse.Namespace) -> int:
