@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the SQL holds several range counts (separated by ';'): answer them together with DAWA, one charge",
     )
-    p.add_argument("-o", "--output", metavar="FILE", help="write rows to FILE instead of stdout")
+    p.add_argument("-o", "--output", metavar="FILE", help="write rows to FILE instead of stdout ('-': stdout)")
     p = sub.add_parser("explain", help="show mechanism, noise and bounded SQL (free)", epilog=EXAMPLES["explain"], formatter_class=fmt)
     _common(p, sub=True)
     _query_args(p)
@@ -515,7 +515,13 @@ def _read_sql(args: argparse.Namespace) -> str:
                               hint="give -f the path of a readable SQL text file (or -f - to read standard input)") from None
     if not args.sql:
         raise ConfigError("no SQL given", hint='dpsql query "SELECT COUNT(*) FROM t" --epsilon 1')
-    return str(args.sql)
+    sql = str(args.sql)
+    bad = next((i for i, c in enumerate(sql) if "\udc80" <= c <= "\udcff"), None)
+    if bad is not None:  # bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape)
+        raise ConfigError(f"the SQL argument is not UTF-8 text: byte 0x{ord(sql[bad]) - 0xDC00:02X} at character {bad + 1} "
+                          "is not UTF-8 (a terminal or file in another encoding, e.g. Latin-1)",
+                          hint="pass the query as UTF-8 text: save it as a UTF-8 file and give it with -f FILE")
+    return sql
 
 
 class _Progress:
@@ -681,6 +687,12 @@ def _check_output(args: argparse.Namespace) -> None:
     (from -o's extension when --format is not given)."""
     from dpsql.errors import ConfigError
 
+    if args.output == "-":  # as with -f -: standard output (a file named '-' is -o ./-)
+        args.output = None
+    if getattr(args, "meta", None) == "-":
+        raise ConfigError("--meta - would write the meta to a file named '-', not to standard output",
+                          hint="use --format json to print the rows and the meta together on standard output, or give "
+                          "--meta a file, e.g. --meta meta.json (--meta ./- for a file named '-')")
     if args.output:
         ext = os.path.splitext(args.output)[1].lower()
         implied = EXTENSIONS.get(ext)
@@ -1237,7 +1249,7 @@ def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
     if guard.real is not None:
         return
     guard.real = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - what nothing reads
-    if args.command == "init" or (args.command == "query" and args.output):
+    if args.command == "init" or (args.command == "query" and args.output and args.output != "-"):
         return
     raise ConfigError(f"standard output is closed: dpsql {args.command} would have nowhere to print"
                       + ("; nothing was charged" if args.command in ("query", "suggest-caps") else ""),
@@ -1265,6 +1277,8 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
     text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints
+    text = re.sub(r"pass delta=([0-9][0-9.e-]*)", r"pass --delta \1", text)  # a mechanism's need of a delta
+    text = re.sub(r"mechanism='(\w+)'", r"--option mechanism=\1", text)  # a mechanism named as an option
     text = re.sub(r"ask for delta=([0-9][0-9.e+-]*) or less", r"ask for --delta \1 or less", text)  # the ledger's fp hint
     text = text.replace("use a smaller epsilon (10 or less usually fits), or delta=0 (Laplace",
                         "use a smaller --epsilon (10 or less usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
