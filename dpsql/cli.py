@@ -1324,6 +1324,10 @@ def _cli_text(text: str) -> str:
                         "dpsql tables lists the registered tables; register one with --table NAME=PATH (or [tables.NAME] "
                         "in the config)")
     text = text.replace(", or a pyarrow.Table", "")
+    text = text.replace("is not a .parquet/.csv path and the Session has no DuckDB connection", "is not a .parquet or .csv file")
+    text = text.replace("pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
+                        "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
+                        "named .parquet or .csv")
     return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished")
 
 

@@ -411,3 +411,25 @@ def test_a_sql_file_with_a_byte_order_mark_is_read_as_sql(workdir: Path, capsys:
         monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
     assert run([*CFG, "budget"]) == 0
     assert run([*CFG, "explain", "-f", "-" if stdin else "q.sql", "--epsilon", "0.1"]) == 0
+
+
+@pytest.mark.parametrize("line", ['epsilon = "10.0"', 'epsilon = 10.0\ndelta = "1e-5"'])
+def test_a_total_written_as_text_in_the_config_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                          line: str) -> None:
+    """[ledger] epsilon = "10.0" (a TOML string) was read as the number 10 (and delta = "1e-5" as 1e-5)."""
+    cfg = workdir / "examples" / "dpsql.toml"
+    text = cfg.read_text()
+    cfg.write_text(text.replace("epsilon = 10.0\ndelta = 1e-5", line))
+    assert run([*CFG, "budget"]) == 2
+    err = capsys.readouterr().err
+    assert "[ledger]" in err and "a number" in err and "quotes" in err and "hint:" in err, err
+    assert not (workdir / "examples" / "example_ledger.duckdb").exists()  # nothing was created
+
+
+def test_a_table_file_of_another_kind_is_refused_in_flag_terms(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--table t=data.txt (a name that is neither .parquet nor .csv, and no such file) said 'the
+    Session has no DuckDB connection' with a hint about Session(connection=...)."""
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    assert run(["--ledger", "l.duckdb", "--table", "t=data.txt", "--privacy-unit", "t=user_id", "tables"]) == 2
+    err = capsys.readouterr().err
+    assert "Session" not in err and "connection" not in err and "--table" in err and ".parquet" in err, err
