@@ -923,39 +923,41 @@ def _cmd_budget(args: argparse.Namespace) -> int:
 
         opener = PostgresLedger.open
         shown = redact(path)  # the URL's password never reaches stdout (CI logs, terminals)
+    new_total: Any = None  # the numbers and the owner's word are judged before the ledger is opened
+    if args.set_total:
+        try:
+            eps, delta = float(args.set_total[0]), float(args.set_total[1])
+        except ValueError:
+            raise ConfigError(
+                f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
+                hint="e.g. --set-total 10 1e-5",
+            ) from None
+        why = "".join(f"{t}: {w}" for t, w in ((t, _unrepresentable(t, v)) for t, v in zip(args.set_total, (eps, delta))) if w)
+        try:
+            if why:
+                raise ConfigError(why)
+            new_total = dpsql.Budget(eps, delta)
+        except ConfigError:
+            raise ConfigError(
+                f"--set-total {' '.join(args.set_total)} is refused: {why}--set-total needs a finite EPSILON >= 0 and a "
+                "DELTA in [0, 1)",
+                hint="e.g. --set-total 10 1e-5",
+            ) from None
+        if cfg.registers_tables and new_total != cfg.budget:
+            # the owner's config: its [ledger] total is the owner's word (a file the analyst cannot
+            # write); the command line may only record that total, never choose one
+            said = ("declares no total" if cfg.budget is None else
+                    f"declares epsilon = {cfg.budget.epsilon!r}, delta = {cfg.budget.delta!r}")
+            raise ConfigError(
+                f"--set-total {' '.join(args.set_total)} differs from the total of the config {args.config_path!r}, "
+                f"which registers tables and {said} under [ledger]: with the data owner's config the total can "
+                "only be set to the one the config declares; nothing was changed",
+                hint="the data owner first writes the new total under [ledger] in the config (epsilon = ..., delta = "
+                "...), then runs this command with the same values",
+            )
     with opener(path, None if args.set_total else cfg.budget,
                      create=not args.set_total and _create_if_missing(args, cfg)) as led:
-        if args.set_total:
-            try:
-                eps, delta = float(args.set_total[0]), float(args.set_total[1])
-            except ValueError:
-                raise ConfigError(
-                    f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
-                    hint="e.g. --set-total 10 1e-5",
-                ) from None
-            why = "".join(f"{t}: {w}" for t, w in ((t, _unrepresentable(t, v)) for t, v in zip(args.set_total, (eps, delta))) if w)
-            try:
-                if why:
-                    raise ConfigError(why)
-                new_total = dpsql.Budget(eps, delta)
-            except ConfigError:
-                raise ConfigError(
-                    f"--set-total {' '.join(args.set_total)} is refused: {why}--set-total needs a finite EPSILON >= 0 and a "
-                    "DELTA in [0, 1)",
-                    hint="e.g. --set-total 10 1e-5",
-                ) from None
-            if cfg.registers_tables and new_total != cfg.budget:
-                # the owner's config: its [ledger] total is the owner's word (a file the analyst cannot
-                # write); the command line may only record that total, never choose one
-                said = ("declares no total" if cfg.budget is None else
-                        f"declares epsilon = {cfg.budget.epsilon!r}, delta = {cfg.budget.delta!r}")
-                raise ConfigError(
-                    f"--set-total {' '.join(args.set_total)} differs from the total of the config {args.config_path!r}, "
-                    f"which registers tables and {said} under [ledger]: with the data owner's config the total can "
-                    "only be set to the one the config declares; nothing was changed",
-                    hint="the data owner first writes the new total under [ledger] in the config (epsilon = ..., delta = "
-                    "...), then runs this command with the same values",
-                )
+        if new_total is not None:
             led.set_total(new_total, reason=args.reason)
         snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
         t, sp, r = snap["total"], snap["spent"], snap["remaining"]

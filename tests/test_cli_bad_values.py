@@ -433,3 +433,14 @@ def test_a_table_file_of_another_kind_is_refused_in_flag_terms(workdir: Path, ca
     assert run(["--ledger", "l.duckdb", "--table", "t=data.txt", "--privacy-unit", "t=user_id", "tables"]) == 2
     err = capsys.readouterr().err
     assert "Session" not in err and "connection" not in err and "--table" in err and ".parquet" in err, err
+
+
+@pytest.mark.parametrize("values", [["abc", "1e-5"], ["1", "1"], ["nan", "0"]])
+def test_a_bad_set_total_is_refused_as_such_before_the_ledger_is_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], values: list[str]) -> None:
+    """With a ledger that is missing (a typo in --ledger), a bad --set-total was reported as the
+    missing ledger (exit 4) and the bad numbers only on the next try."""
+    monkeypatch.chdir(tmp_path)
+    assert run(["--ledger", "missing.duckdb", "budget", "--set-total", *values, "--reason", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "--set-total" in err and "no budget ledger" not in err, err
