@@ -1242,6 +1242,15 @@ class Ledger:
                 try:
                     con.execute("COMMIT")  # appends to <path>.wal and fdatasyncs it
                 except duckdb.Error as e:
+                    d = os.path.dirname(os.path.realpath(p))
+                    if "Permission denied" in str(e) and os.path.exists(p) and not os.access(d, os.W_OK | os.X_OK):
+                        raise LedgerError(  # the WAL could not be created: nothing was written
+                            f"ledger {p}: its directory {d} is not writable, and DuckDB writes every change to "
+                            f"{wal} there first; {t.unchanged}",
+                            hint="make the ledger's directory writable for every user who charges the ledger, as "
+                            "the ledger file and its marker are (e.g. chmod g+w on all three for a shared group); "
+                            "reading it (dpsql budget) needs no write access",
+                        ) from None
                     raise LedgerError(
                         f"ledger {p}: DuckDB could not commit the change ({type(e).__name__}: {e}); it was "
                         f"not acknowledged: {t.unchanged}, unless the write reached the disk before the "
