@@ -104,3 +104,12 @@ def test_dash_as_output_with_stdout_closed_is_refused_before_the_charge(workdir:
         assert run([*CFG, "query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1", "-o", "-"]) == 2
     assert "standard output is closed" in capsys.readouterr().err
     assert _entries(capsys) == 0
+
+
+def test_reuse_synopsis_refusals_name_the_flag(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """They said "reuse='synopsis' was asked ... omit the reuse option" (the Python API's option)."""
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events WHERE age BETWEEN 18 AND 30", "--epsilon", "0.1",
+                "--reuse-synopsis"]) == 2
+    err = capsys.readouterr().err
+    assert "--reuse-synopsis was asked" in err and "drop --reuse-synopsis" in err and "reuse=" not in err, err
+    assert _entries(capsys) == 0
