@@ -739,6 +739,8 @@ def _check_output_targets(args: argparse.Namespace, s: Any) -> None:
     inputs = [(f, f"the source of table '{name}'") for name, spec in s.tables.items() for f in spec.files]
     if getattr(args, "config_path", None):
         inputs.append((args.config_path, "the config file"))
+    if getattr(args, "file", None) and args.file != "-":
+        inputs.append((args.file, "the SQL file given with -f"))
     for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
         if not path:
             continue
