@@ -97,7 +97,9 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
                           hint="pass the path of the TOML file itself (see examples/dpsql.toml)")
     try:
         with open(p, "rb") as f:
-            raw = tomllib.load(f)
+            data = f.read()
+        # a byte order mark (Windows editors) is not TOML: read past it, as -f does for SQL files
+        raw = tomllib.loads(data.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {p!r} is not valid TOML: {e}") from None
     except UnicodeDecodeError as e:

@@ -444,3 +444,12 @@ def test_a_bad_set_total_is_refused_as_such_before_the_ledger_is_opened(
     assert run(["--ledger", "missing.duckdb", "budget", "--set-total", *values, "--reason", "x"]) == 2
     err = capsys.readouterr().err
     assert "--set-total" in err and "no budget ledger" not in err, err
+
+
+def test_a_config_saved_with_a_byte_order_mark_is_read(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A config saved by a Windows editor (UTF-8 with a byte order mark) was 'not valid TOML:
+    Invalid statement (at line 1, column 1)'."""
+    cfg = workdir / "examples" / "dpsql.toml"
+    cfg.write_bytes(b"\xef\xbb\xbf" + cfg.read_bytes().replace(b"\n", b"\r\n"))
+    assert run([*CFG, "budget", "--format", "json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["total"]["epsilon"] == 10.0
