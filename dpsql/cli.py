@@ -43,6 +43,9 @@ EXAMPLES = {
     ),
 }
 
+#: the longest SQL text -f reads (characters)
+MAX_SQL_CHARS = 16 * 2**20
+
 #: -o FILE extensions and the format each implies
 EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json", ".txt": "table"}
 
@@ -504,15 +507,22 @@ def _read_sql(args: argparse.Namespace) -> str:
             raise ConfigError(f"SQL file {args.file!r} not found", hint="check the path given to -f (or -f - to read standard input)")
         where = "standard input (-f -)" if args.file == "-" else f"SQL file {args.file!r} (-f)"
         try:
+            # read at most MAX_SQL_CHARS + 1 characters: -f /dev/zero or a data file given by mistake
+            # would otherwise be read whole into memory (the machine's memory, then the OOM killer)
             if args.file == "-":
-                return sys.stdin.read().removeprefix("\ufeff")  # a byte order mark (Windows editors) is not SQL
-            with open(args.file, encoding="utf-8-sig") as f:
-                return f.read()
+                text = sys.stdin.read(MAX_SQL_CHARS + 1).removeprefix("\ufeff")  # a byte order mark is not SQL
+            else:
+                with open(args.file, encoding="utf-8-sig") as f:
+                    text = f.read(MAX_SQL_CHARS + 1)
         except UnicodeDecodeError:
             raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
         except OSError as e:
             raise ConfigError(f"{where} cannot be read ({e.strerror or type(e).__name__})",
                               hint="give -f the path of a readable SQL text file (or -f - to read standard input)") from None
+        if len(text) > MAX_SQL_CHARS:
+            raise ConfigError(f"{where} holds more than {MAX_SQL_CHARS // 2**20} Mi characters: no query is that long",
+                              hint="check that -f names the SQL file (not a data file or a device)")
+        return text
     if not args.sql:
         raise ConfigError("no SQL given", hint='dpsql query "SELECT COUNT(*) FROM t" --epsilon 1')
     sql = str(args.sql)

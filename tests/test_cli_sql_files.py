@@ -113,3 +113,34 @@ def test_reuse_synopsis_refusals_name_the_flag(workdir: Path, capsys: pytest.Cap
     err = capsys.readouterr().err
     assert "--reuse-synopsis was asked" in err and "drop --reuse-synopsis" in err and "reuse=" not in err, err
     assert _entries(capsys) == 0
+
+
+@pytest.mark.parametrize("stdin", [False, True])
+def test_an_endless_or_huge_sql_input_is_refused_without_reading_it_whole(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, stdin: bool) -> None:
+    """-f /dev/zero was read until the machine ran out of memory (the process was killed), and a
+    300 MB file was read whole (then 'the query is empty')."""
+    import io
+
+    from dpsql import cli
+
+    monkeypatch.setattr(cli, "MAX_SQL_CHARS", 1000, raising=False)
+    text = "SELECT COUNT(*) AS n FROM events" + " " * 2000
+    if stdin:
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    else:
+        Path("q.sql").write_text(text)
+    assert run([*CFG, "query", "-f", "-" if stdin else "q.sql", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "no query is that long" in err and "hint:" in err, err
+    assert _entries(capsys) == 0
+    monkeypatch.setattr(cli, "MAX_SQL_CHARS", 2032)  # control: at the limit it is read
+    if stdin:
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    assert run([*CFG, "query", "-f", "-" if stdin else "q.sql", "--epsilon", "0.1"]) == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_sql_from_dev_zero_is_refused_at_once(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([*CFG, "query", "-f", "/dev/zero", "--epsilon", "0.1"]) == 2
+    assert "no query is that long" in capsys.readouterr().err
