@@ -274,6 +274,13 @@ def _kv(items: list[str], what: str, *, fold: bool = True) -> dict[str, str]:
     return out
 
 
+def _option_value(v: str) -> Any:
+    """An --option value: true/false (any case) are booleans (clip_negative=true), else as below."""
+    if v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    return _parse_option_value(v)
+
+
 def _parse_option_value(v: str) -> Any:
     for conv in (int, float):
         try:
@@ -811,7 +818,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     if args.command == "query":
         _check_output(args)
     typed = _kv(args.option, "--option", fold=False)
-    opts = {k: _parse_option_value(v) for k, v in typed.items()}
+    opts = {k: _option_value(v) for k, v in typed.items()}
     for k, v in typed.items():
         why = _unrepresentable(v, opts[k]) if isinstance(opts[k], float) else ""
         if why:

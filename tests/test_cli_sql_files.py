@@ -144,3 +144,14 @@ def test_an_endless_or_huge_sql_input_is_refused_without_reading_it_whole(
 def test_sql_from_dev_zero_is_refused_at_once(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run([*CFG, "query", "-f", "/dev/zero", "--epsilon", "0.1"]) == 2
     assert "no query is that long" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["true", "True", "false"])
+def test_a_boolean_option_can_be_given_on_the_command_line(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                          value: str) -> None:
+    """--option clip_negative=true (and =True, as the refusal's own hint said) was refused: 'clip_negative
+    must be true or false, got 'true'': the option could not be set from the command line at all."""
+    assert run([*CFG, "query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1", "--option",
+                f"clip_negative={value}", "--format", "json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["rows"][0]["n"] is not None
+    assert _entries(capsys) == 1
