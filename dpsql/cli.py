@@ -43,6 +43,9 @@ EXAMPLES = {
     ),
 }
 
+#: the longest SQL text -f reads (characters)
+MAX_SQL_CHARS = 16 * 2**20
+
 #: -o FILE extensions and the format each implies
 EXTENSIONS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json", ".txt": "table"}
 
@@ -188,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the SQL holds several range counts (separated by ';'): answer them together with DAWA, one charge",
     )
-    p.add_argument("-o", "--output", metavar="FILE", help="write rows to FILE instead of stdout")
+    p.add_argument("-o", "--output", metavar="FILE", help="write rows to FILE instead of stdout ('-': stdout)")
     p = sub.add_parser("explain", help="show mechanism, noise and bounded SQL (free)", epilog=EXAMPLES["explain"], formatter_class=fmt)
     _common(p, sub=True)
     _query_args(p)
@@ -269,6 +272,13 @@ def _kv(items: list[str], what: str, *, fold: bool = True) -> dict[str, str]:
         out[key] = v.strip()
         typed[key] = k
     return out
+
+
+def _option_value(v: str) -> Any:
+    """An --option value: true/false (any case) are booleans (clip_negative=true), else as below."""
+    if v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    return _parse_option_value(v)
 
 
 def _parse_option_value(v: str) -> Any:
@@ -504,18 +514,31 @@ def _read_sql(args: argparse.Namespace) -> str:
             raise ConfigError(f"SQL file {args.file!r} not found", hint="check the path given to -f (or -f - to read standard input)")
         where = "standard input (-f -)" if args.file == "-" else f"SQL file {args.file!r} (-f)"
         try:
+            # read at most MAX_SQL_CHARS + 1 characters: -f /dev/zero or a data file given by mistake
+            # would otherwise be read whole into memory (the machine's memory, then the OOM killer)
             if args.file == "-":
-                return sys.stdin.read().removeprefix("\ufeff")  # a byte order mark (Windows editors) is not SQL
-            with open(args.file, encoding="utf-8-sig") as f:
-                return f.read()
+                text = sys.stdin.read(MAX_SQL_CHARS + 1).removeprefix("\ufeff")  # a byte order mark is not SQL
+            else:
+                with open(args.file, encoding="utf-8-sig") as f:
+                    text = f.read(MAX_SQL_CHARS + 1)
         except UnicodeDecodeError:
             raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
         except OSError as e:
             raise ConfigError(f"{where} cannot be read ({e.strerror or type(e).__name__})",
                               hint="give -f the path of a readable SQL text file (or -f - to read standard input)") from None
+        if len(text) > MAX_SQL_CHARS:
+            raise ConfigError(f"{where} holds more than {MAX_SQL_CHARS // 2**20} Mi characters: no query is that long",
+                              hint="check that -f names the SQL file (not a data file or a device)")
+        return text
     if not args.sql:
         raise ConfigError("no SQL given", hint='dpsql query "SELECT COUNT(*) FROM t" --epsilon 1')
-    return str(args.sql)
+    sql = str(args.sql)
+    bad = next((i for i, c in enumerate(sql) if "\udc80" <= c <= "\udcff"), None)
+    if bad is not None:  # bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape)
+        raise ConfigError(f"the SQL argument is not UTF-8 text: byte 0x{ord(sql[bad]) - 0xDC00:02X} at character {bad + 1} "
+                          "is not UTF-8 (a terminal or file in another encoding, e.g. Latin-1)",
+                          hint="pass the query as UTF-8 text: save it as a UTF-8 file and give it with -f FILE")
+    return sql
 
 
 class _Progress:
@@ -681,6 +704,12 @@ def _check_output(args: argparse.Namespace) -> None:
     (from -o's extension when --format is not given)."""
     from dpsql.errors import ConfigError
 
+    if args.output == "-":  # as with -f -: standard output (a file named '-' is -o ./-)
+        args.output = None
+    if getattr(args, "meta", None) == "-":
+        raise ConfigError("--meta - would write the meta to a file named '-', not to standard output",
+                          hint="use --format json to print the rows and the meta together on standard output, or give "
+                          "--meta a file, e.g. --meta meta.json (--meta ./- for a file named '-')")
     if args.output:
         ext = os.path.splitext(args.output)[1].lower()
         implied = EXTENSIONS.get(ext)
@@ -727,6 +756,8 @@ def _check_output_targets(args: argparse.Namespace, s: Any) -> None:
     inputs = [(f, f"the source of table '{name}'") for name, spec in s.tables.items() for f in spec.files]
     if getattr(args, "config_path", None):
         inputs.append((args.config_path, "the config file"))
+    if getattr(args, "file", None) and args.file != "-":
+        inputs.append((args.file, "the SQL file given with -f"))
     for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
         if not path:
             continue
@@ -787,7 +818,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
     if args.command == "query":
         _check_output(args)
     typed = _kv(args.option, "--option", fold=False)
-    opts = {k: _parse_option_value(v) for k, v in typed.items()}
+    opts = {k: _option_value(v) for k, v in typed.items()}
     for k, v in typed.items():
         why = _unrepresentable(v, opts[k]) if isinstance(opts[k], float) else ""
         if why:
@@ -911,39 +942,41 @@ def _cmd_budget(args: argparse.Namespace) -> int:
 
         opener = PostgresLedger.open
         shown = redact(path)  # the URL's password never reaches stdout (CI logs, terminals)
+    new_total: Any = None  # the numbers and the owner's word are judged before the ledger is opened
+    if args.set_total:
+        try:
+            eps, delta = float(args.set_total[0]), float(args.set_total[1])
+        except ValueError:
+            raise ConfigError(
+                f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
+                hint="e.g. --set-total 10 1e-5",
+            ) from None
+        why = "".join(f"{t}: {w}" for t, w in ((t, _unrepresentable(t, v)) for t, v in zip(args.set_total, (eps, delta))) if w)
+        try:
+            if why:
+                raise ConfigError(why)
+            new_total = dpsql.Budget(eps, delta)
+        except ConfigError:
+            raise ConfigError(
+                f"--set-total {' '.join(args.set_total)} is refused: {why}--set-total needs a finite EPSILON >= 0 and a "
+                "DELTA in [0, 1)",
+                hint="e.g. --set-total 10 1e-5",
+            ) from None
+        if cfg.registers_tables and new_total != cfg.budget:
+            # the owner's config: its [ledger] total is the owner's word (a file the analyst cannot
+            # write); the command line may only record that total, never choose one
+            said = ("declares no total" if cfg.budget is None else
+                    f"declares epsilon = {cfg.budget.epsilon!r}, delta = {cfg.budget.delta!r}")
+            raise ConfigError(
+                f"--set-total {' '.join(args.set_total)} differs from the total of the config {args.config_path!r}, "
+                f"which registers tables and {said} under [ledger]: with the data owner's config the total can "
+                "only be set to the one the config declares; nothing was changed",
+                hint="the data owner first writes the new total under [ledger] in the config (epsilon = ..., delta = "
+                "...), then runs this command with the same values",
+            )
     with opener(path, None if args.set_total else cfg.budget,
                      create=not args.set_total and _create_if_missing(args, cfg)) as led:
-        if args.set_total:
-            try:
-                eps, delta = float(args.set_total[0]), float(args.set_total[1])
-            except ValueError:
-                raise ConfigError(
-                    f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
-                    hint="e.g. --set-total 10 1e-5",
-                ) from None
-            why = "".join(f"{t}: {w}" for t, w in ((t, _unrepresentable(t, v)) for t, v in zip(args.set_total, (eps, delta))) if w)
-            try:
-                if why:
-                    raise ConfigError(why)
-                new_total = dpsql.Budget(eps, delta)
-            except ConfigError:
-                raise ConfigError(
-                    f"--set-total {' '.join(args.set_total)} is refused: {why}--set-total needs a finite EPSILON >= 0 and a "
-                    "DELTA in [0, 1)",
-                    hint="e.g. --set-total 10 1e-5",
-                ) from None
-            if cfg.registers_tables and new_total != cfg.budget:
-                # the owner's config: its [ledger] total is the owner's word (a file the analyst cannot
-                # write); the command line may only record that total, never choose one
-                said = ("declares no total" if cfg.budget is None else
-                        f"declares epsilon = {cfg.budget.epsilon!r}, delta = {cfg.budget.delta!r}")
-                raise ConfigError(
-                    f"--set-total {' '.join(args.set_total)} differs from the total of the config {args.config_path!r}, "
-                    f"which registers tables and {said} under [ledger]: with the data owner's config the total can "
-                    "only be set to the one the config declares; nothing was changed",
-                    hint="the data owner first writes the new total under [ledger] in the config (epsilon = ..., delta = "
-                    "...), then runs this command with the same values",
-                )
+        if new_total is not None:
             led.set_total(new_total, reason=args.reason)
         snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
         t, sp, r = snap["total"], snap["spent"], snap["remaining"]
@@ -1123,7 +1156,7 @@ def _main(argv: Sequence[str] | None) -> int:
     def on_signal(signum: int, frame: Any) -> None:
         caught.append(signum)
         interrupted.set()
-        raise KeyboardInterrupt
+        raise _Stopped
 
     def stopped() -> int:
         sig = caught[0] if caught else signal.SIGINT
@@ -1156,6 +1189,8 @@ def _main(argv: Sequence[str] | None) -> int:
         sys.stdout.flush()
         return code
     except OSError as e:
+        if interrupted.is_set():
+            return stopped()
         if not (isinstance(e, BrokenPipeError) or e is guard.failed):
             return _unexpected(e, args)
         # a free command's output (a charged one says so through _written_failed)
@@ -1173,8 +1208,12 @@ def _main(argv: Sequence[str] | None) -> int:
         return int(e.exit_code)
     except KeyboardInterrupt:
         return stopped()
-    except Exception as e:  # pragma: no cover - unexpected
-        return _unexpected(e, args)
+    except Exception as e:
+        # after a signal, whatever failed failed because of it: DuckDB turns the interrupt of a running
+        # statement into RuntimeError('Query interrupted'), and an import cut short becomes an ImportError
+        if interrupted.is_set():
+            return stopped()
+        return _unexpected(e, args)  # pragma: no cover - unexpected
     finally:
         if sys.stdout is guard:
             sys.stdout = guard.real
@@ -1182,6 +1221,13 @@ def _main(argv: Sequence[str] | None) -> int:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+
+
+class _Stopped(KeyboardInterrupt):
+    """What the SIGINT/SIGTERM handler raises: a KeyboardInterrupt to every ``except`` clause, but not
+    the exact class. CPython marks the interpreter as ended by Ctrl-C when a plain KeyboardInterrupt
+    escapes code run from a string (``exec(text)``, as dataclasses do while a module is imported),
+    and ``python -m dpsql.cli`` then kills itself with SIGINT on exit, whatever ``main`` returned."""
 
 
 def _unexpected(e: BaseException, args: argparse.Namespace) -> int:
@@ -1224,7 +1270,7 @@ def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
     if guard.real is not None:
         return
     guard.real = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - what nothing reads
-    if args.command == "init" or (args.command == "query" and args.output):
+    if args.command == "init" or (args.command == "query" and args.output and args.output != "-"):
         return
     raise ConfigError(f"standard output is closed: dpsql {args.command} would have nowhere to print"
                       + ("; nothing was charged" if args.command in ("query", "suggest-caps") else ""),
@@ -1252,6 +1298,8 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"register\('(\w+)', \.\.\.,? ?([^)]*)\)", register, text)
     text = re.sub(r"options=\{'(\w+)': ([^}]+)\}", lambda m: f"--option {m.group(1)}={m.group(2)}", text)
     text = re.sub(r"e\.g\. (epsilon|delta)=([0-9][0-9.e-]*)", r"e.g. --\1 \2", text)  # Budget's hints
+    text = re.sub(r"pass delta=([0-9][0-9.e-]*)", r"pass --delta \1", text)  # a mechanism's need of a delta
+    text = re.sub(r"mechanism='(\w+)'", r"--option mechanism=\1", text)  # a mechanism named as an option
     text = re.sub(r"ask for delta=([0-9][0-9.e+-]*) or less", r"ask for --delta \1 or less", text)  # the ledger's fp hint
     text = text.replace("use a smaller epsilon (10 or less usually fits), or delta=0 (Laplace",
                         "use a smaller --epsilon (10 or less usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
@@ -1288,6 +1336,7 @@ def _cli_text(text: str) -> str:
     text = text.replace("e.g. max_table_rows=1_500_000", "e.g. --max-table-rows TABLE=1500000 (or max_table_rows = 1_500_000 "
                         "under [tables.T] in the config)")
     text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")
+    text = text.replace("reuse='synopsis'", "--reuse-synopsis").replace("omit the reuse option", "drop --reuse-synopsis")
     text = text.replace("lower the table's max_groups_per_unit", "lower the table's --max-groups (max_groups_per_unit under "
                         "[tables.T] in the config)")
     text = text.replace("drop public=True, or drop privacy_unit", "drop --public NAME or --privacy-unit NAME=COLUMN (public = true "
@@ -1297,6 +1346,10 @@ def _cli_text(text: str) -> str:
                         "dpsql tables lists the registered tables; register one with --table NAME=PATH (or [tables.NAME] "
                         "in the config)")
     text = text.replace(", or a pyarrow.Table", "")
+    text = text.replace("is not a .parquet/.csv path and the Session has no DuckDB connection", "is not a .parquet or .csv file")
+    text = text.replace("pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
+                        "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
+                        "named .parquet or .csv")
     return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished")
 
 

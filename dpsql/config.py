@@ -97,7 +97,9 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
                           hint="pass the path of the TOML file itself (see examples/dpsql.toml)")
     try:
         with open(p, "rb") as f:
-            raw = tomllib.load(f)
+            data = f.read()
+        # a byte order mark (Windows editors) is not TOML: read past it, as -f does for SQL files
+        raw = tomllib.loads(data.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {p!r} is not valid TOML: {e}") from None
     except UnicodeDecodeError as e:
@@ -135,6 +137,10 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
                               hint='path = "ledger.duckdb"')
         if lpath != MEMORY:
             lpath = os.path.normpath(os.path.join(base, os.path.expanduser(lpath)))
+    for key in ("epsilon", "delta"):  # a TOML string ("10.0") is text, not the number the total must be
+        if key in led and (isinstance(led[key], bool) or not isinstance(led[key], int | float)):
+            raise ConfigError(f"[ledger] in config file {p!r}: {key} must be a number, got {led[key]!r}",
+                              hint=f"write the number without quotes, e.g. {key} = {'10.0' if key == 'epsilon' else '1e-5'}")
     if "delta" in led and "epsilon" not in led:
         raise ConfigError("[ledger] sets delta but no epsilon", hint="add epsilon = 1.0 under [ledger], or drop delta")
     try:

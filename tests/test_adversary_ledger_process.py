@@ -295,6 +295,8 @@ def test_named_pipe_or_device_as_ledger_is_refused_at_once(tmp_path: Path) -> No
         assert rc == 4 and f"is not a dpsql budget ledger: it is {kind}" in err, err
         assert took < 30
     assert not any(tmp_path.glob(".ledger.fifo.q-*"))  # the waiting queue left nothing behind
+    # nor its tail file ("nothing was changed"): as root, `--ledger /dev/null` left /dev/.null.queue
+    assert not any(tmp_path.glob(".ledger.fifo*")) and not (tmp_path.parent / f".{tmp_path.name}.queue").exists()
 
 
 def test_damaged_ledger_names_the_damage_and_the_restore(tmp_path: Path) -> None:

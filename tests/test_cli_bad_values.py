@@ -411,3 +411,45 @@ def test_a_sql_file_with_a_byte_order_mark_is_read_as_sql(workdir: Path, capsys:
         monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
     assert run([*CFG, "budget"]) == 0
     assert run([*CFG, "explain", "-f", "-" if stdin else "q.sql", "--epsilon", "0.1"]) == 0
+
+
+@pytest.mark.parametrize("line", ['epsilon = "10.0"', 'epsilon = 10.0\ndelta = "1e-5"'])
+def test_a_total_written_as_text_in_the_config_is_refused(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                          line: str) -> None:
+    """[ledger] epsilon = "10.0" (a TOML string) was read as the number 10 (and delta = "1e-5" as 1e-5)."""
+    cfg = workdir / "examples" / "dpsql.toml"
+    text = cfg.read_text()
+    cfg.write_text(text.replace("epsilon = 10.0\ndelta = 1e-5", line))
+    assert run([*CFG, "budget"]) == 2
+    err = capsys.readouterr().err
+    assert "[ledger]" in err and "a number" in err and "quotes" in err and "hint:" in err, err
+    assert not (workdir / "examples" / "example_ledger.duckdb").exists()  # nothing was created
+
+
+def test_a_table_file_of_another_kind_is_refused_in_flag_terms(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--table t=data.txt (a name that is neither .parquet nor .csv, and no such file) said 'the
+    Session has no DuckDB connection' with a hint about Session(connection=...)."""
+    assert run(["init", "--epsilon", "1", "--ledger", "l.duckdb"]) == 0
+    assert run(["--ledger", "l.duckdb", "--table", "t=data.txt", "--privacy-unit", "t=user_id", "tables"]) == 2
+    err = capsys.readouterr().err
+    assert "Session" not in err and "connection" not in err and "--table" in err and ".parquet" in err, err
+
+
+@pytest.mark.parametrize("values", [["abc", "1e-5"], ["1", "1"], ["nan", "0"]])
+def test_a_bad_set_total_is_refused_as_such_before_the_ledger_is_opened(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], values: list[str]) -> None:
+    """With a ledger that is missing (a typo in --ledger), a bad --set-total was reported as the
+    missing ledger (exit 4) and the bad numbers only on the next try."""
+    monkeypatch.chdir(tmp_path)
+    assert run(["--ledger", "missing.duckdb", "budget", "--set-total", *values, "--reason", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "--set-total" in err and "no budget ledger" not in err, err
+
+
+def test_a_config_saved_with_a_byte_order_mark_is_read(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A config saved by a Windows editor (UTF-8 with a byte order mark) was 'not valid TOML:
+    Invalid statement (at line 1, column 1)'."""
+    cfg = workdir / "examples" / "dpsql.toml"
+    cfg.write_bytes(b"\xef\xbb\xbf" + cfg.read_bytes().replace(b"\n", b"\r\n"))
+    assert run([*CFG, "budget", "--format", "json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["total"]["epsilon"] == 10.0

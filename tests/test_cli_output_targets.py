@@ -57,6 +57,19 @@ def test_rows_and_meta_into_one_file_is_refused_before_the_charge(workdir: Path,
     assert json.loads(Path("out.json").read_text())["rows"] and json.loads(Path("meta.json").read_text())["ledger_id"] == 1
 
 
+@pytest.mark.parametrize(("flag", "name"), [("-o", "q.txt"), ("--meta", "q.sql"), ("--meta", "./q.sql")])
+def test_output_onto_the_sql_file_is_refused_before_the_charge(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                               flag: str, name: str) -> None:
+    """`-f q.sql --meta q.sql` replaced the query file with the meta after the charge: the job's SQL was lost."""
+    sql = "SELECT COUNT(*) AS n FROM events\n"
+    Path(name).write_text(sql)
+    assert run([*CFG, "query", "-f", name, "--epsilon", "0.1", flag, name]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} {name!r} would overwrite the SQL file given with -f" in err and "hint:" in err, err
+    assert Path(name).read_text() == sql
+    assert _entries(capsys) == 0
+
+
 @pytest.mark.parametrize("out", ["r.csv", "r.json", "r.parquet"])
 def test_a_ledger_read_failing_after_the_release_still_delivers_it(
         workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out: str) -> None:

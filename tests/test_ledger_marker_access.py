@@ -52,3 +52,35 @@ def test_new_marker_takes_the_ledger_files_permissions(tmp_path: Path) -> None:
     marker.unlink()
     _reserve(led)
     assert stat.S_IMODE(marker.stat().st_mode) == 0o664
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not __import__("shutil").which("setpriv"),
+                    reason="needs root and setpriv to run a process that file permissions apply to")
+def test_a_read_only_directory_names_the_directory_and_charges_nothing(tmp_path: Path) -> None:
+    """A ledger in a directory its user cannot write: DuckDB cannot create the write-ahead log, and
+    the refusal said 'nothing was charged, unless the write reached the disk before the error (then
+    it counts)' with a hint about disk space. Now it names the directory, and that nothing was
+    charged, for sure (no byte was written)."""
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    d = tmp_path / "ro"
+    d.mkdir()
+    (tmp_path / "t.csv").write_text("u\n1\n")
+    Ledger.create(d / "ledger.duckdb", Budget(1.0)).close()
+    d.chmod(0o555)
+    try:
+        # root without the capabilities that bypass file permissions: a user who cannot write d
+        p = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all",
+                            sys.executable, "-c", "import sys; from dpsql.cli import main; sys.exit(main(sys.argv[1:]))",
+                            "--ledger", str(d / "ledger.duckdb"), "--table", "t=t.csv", "--privacy-unit", "t=u",
+                            "query", "SELECT COUNT(*) FROM t", "--epsilon", "0.5"],
+                           cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120)
+    finally:
+        d.chmod(0o755)
+    assert p.returncode == 4, p.stderr
+    assert f"its directory {d} is not writable" in p.stderr and "nothing was charged" in p.stderr, p.stderr
+    assert "unless the write reached the disk" not in p.stderr and "hint:" in p.stderr
+    assert Ledger.open(d / "ledger.duckdb").remaining() == Budget(1.0)

@@ -1150,6 +1150,12 @@ class Ledger:
         started = time.monotonic()
         deadline = started + self.lock_timeout
         _hook("before_queue", p)
+        try:
+            st: os.stat_result | None = os.stat(p)
+        except OSError:
+            st = None  # missing or unreadable: said by _lock_file
+        if st is not None and not stat.S_ISREG(st.st_mode):  # refused before the queue leaves a file beside it
+            raise _not_regular(p, st, t.unchanged)
         slot = _queue_enter(p, deadline)  # fairness only: first come, first served
         try:
             key, fd = _lock_file(p, deadline, p, t.unchanged, started)  # the exclusion
@@ -1236,6 +1242,15 @@ class Ledger:
                 try:
                     con.execute("COMMIT")  # appends to <path>.wal and fdatasyncs it
                 except duckdb.Error as e:
+                    d = os.path.dirname(os.path.realpath(p))
+                    if "Permission denied" in str(e) and os.path.exists(p) and not os.access(d, os.W_OK | os.X_OK):
+                        raise LedgerError(  # the WAL could not be created: nothing was written
+                            f"ledger {p}: its directory {d} is not writable, and DuckDB writes every change to "
+                            f"{wal} there first; {t.unchanged}",
+                            hint="make the ledger's directory writable for every user who charges the ledger, as "
+                            "the ledger file and its marker are (e.g. chmod g+w on all three for a shared group); "
+                            "reading it (dpsql budget) needs no write access",
+                        ) from None
                     raise LedgerError(
                         f"ledger {p}: DuckDB could not commit the change ({type(e).__name__}: {e}); it was "
                         f"not acknowledged: {t.unchanged}, unless the write reached the disk before the "
@@ -1518,6 +1533,16 @@ def _poll_flock(fd: int, op: int, deadline: float) -> bool:
         pause = min(pause * 1.5, 0.005)
 
 
+def _not_regular(p: str, s: os.stat_result, unchanged: str) -> LedgerError:
+    kind = "a directory" if stat.S_ISDIR(s.st_mode) else "a named pipe" if stat.S_ISFIFO(s.st_mode) else (
+        "a device" if stat.S_ISCHR(s.st_mode) or stat.S_ISBLK(s.st_mode) else "not a regular file")
+    return LedgerError(
+        f"{p} is not a dpsql budget ledger: it is {kind}; {unchanged}",
+        hint="pass the path of your ledger file (a regular file), e.g. --ledger ledger.duckdb; to start "
+        "a new ledger: " + _INIT_HINT.format(path="NEW_PATH"),
+    )
+
+
 def _lock_file(
     p: str, deadline: float, where: str, unchanged: str, started: float | None = None
 ) -> tuple[tuple[int, int], int]:
@@ -1533,13 +1558,7 @@ def _lock_file(
         except OSError as e:
             raise LedgerError(f"cannot open the budget ledger {p}: {e.strerror}", hint="check the path") from None
         if not stat.S_ISREG(s.st_mode):  # a FIFO would block the open below forever, past lock_timeout
-            kind = "a directory" if stat.S_ISDIR(s.st_mode) else "a named pipe" if stat.S_ISFIFO(s.st_mode) else (
-                "a device" if stat.S_ISCHR(s.st_mode) or stat.S_ISBLK(s.st_mode) else "not a regular file")
-            raise LedgerError(
-                f"{p} is not a dpsql budget ledger: it is {kind}; {unchanged}",
-                hint="pass the path of your ledger file (a regular file), e.g. --ledger ledger.duckdb; to start "
-                "a new ledger: " + _INIT_HINT.format(path="NEW_PATH"),
-            )
+            raise _not_regular(p, s, unchanged)
         key = (s.st_dev, s.st_ino)
         fd = _take_fd(p, key)
         if fd is None:

@@ -306,7 +306,12 @@ def parse_statements(sql: str) -> list[exp.Expression]:
         ) from None
     except sqlglot.errors.TokenError as e:
         raise SQLSyntaxError(f"SQL syntax error: {e}", hint="check quotes and brackets") from None
-    out = [s for s in stmts if s is not None]
+    # a comment after the last ';' comes back as a statement of its own (an exp.Semicolon holding
+    # the comment): it is no statement, as a file of comments only holds none
+    out = [s for s in stmts if s is not None and not isinstance(s, exp.Semicolon)]
+    if not out:
+        raise SQLSyntaxError("the query holds no SQL statement, only comments or ';'",
+                             hint="pass one SELECT statement (check that the file or text holds the query itself)")
     for stmt in out:  # comments mean nothing to the query: `status -- note` is the column status
         for node in stmt.walk():
             if node.comments:
