@@ -20,6 +20,7 @@ from dpsql.plan.checks import (
     SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
+    distinct_operand,
     is_aggregate,
     never_null_literal,
     violation,
@@ -347,13 +348,27 @@ class _Builder:
                 # COUNT(1), COUNT('x'): every kept row, as COUNT(*) (one aggregate: no second released column)
                 kind = ir.COUNT_STAR
             elif isinstance(arg, exp.Distinct):
-                exprs = arg.expressions
+                exprs = [distinct_operand(e) for e in arg.expressions]  # COUNT(DISTINCT (col)) is COUNT(DISTINCT col)
                 if len(exprs) == 1 and isinstance(exprs[0], exp.Column) and exprs[0].name.lower() == self.unit:
                     kind = ir.COUNT_UNITS
                 elif len(exprs) == 1 and isinstance(exprs[0], exp.Column):
                     kind, column = ir.COUNT_DISTINCT, exprs[0].name.lower()
                 else:
-                    self.bad(node, "COUNT(DISTINCT ...) takes one column")
+                    # one message for the call (its argument is not checked on its own: plan.checks); quoted as
+                    # written (sqlglot renders COUNT(DISTINCT a, b) as a CASE over a tuple)
+                    call = "COUNT(DISTINCT " + ", ".join(e.sql(dialect=DIALECT, normalize_functions=False)
+                                                          for e in arg.expressions) + ")"
+                    cols = sorted({c.name for e in exprs for c in e.find_all(exp.Column)})
+                    if len(exprs) > 1:
+                        fix = ("count each column's distinct values in its own COUNT(DISTINCT col), or GROUP BY the "
+                               "columns to release their combinations")
+                    else:
+                        fix = ("count a column's distinct values" + (f", e.g. COUNT(DISTINCT {cols[0]})" if len(cols) == 1
+                                                                       else " (COUNT(DISTINCT col))")
+                               + ", or GROUP BY the expression to release its values")
+                    self.violations.append(violation(node, self.sql, "COUNT(DISTINCT ...) takes one column, not "
+                                                     f"{'several' if len(exprs) > 1 else 'an expression'} (hint: {fix})",
+                                                     rendered=call))
                     return None
             elif isinstance(arg, exp.Column):
                 kind, column = ir.COUNT_COL, arg.name.lower()

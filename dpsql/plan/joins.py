@@ -354,6 +354,11 @@ class _JoinBuilder:
             if isinstance(arg, exp.Column):
                 f = self.resolve(arg, "COUNT")
                 return (ir.COUNT_COL, exp.column(f, quoted=False), (1.0, 1.0)) if f else None
+            if isinstance(arg, exp.Distinct):  # the column is fine: DISTINCT is what a join cannot bound
+                self.bad(node, "COUNT(DISTINCT ...) is not supported over joins (one person's tuples are bounded, not "
+                               "the distinct values they hold); count tuples with COUNT(*) or COUNT(col), or ask "
+                               "COUNT(DISTINCT col) of one table")
+                return None
             self.bad(node, "in a join, COUNT takes * or a column")
             return None
         if isinstance(node, (exp.Sum, exp.Avg)):
