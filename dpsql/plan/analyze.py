@@ -263,8 +263,11 @@ class _Builder:
             for n, msg in e.problems:
                 self.bad(n if n is not None else node, f"{role}: {msg}")
 
-    def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool = False) -> None:
+    def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool | set[str] = False) -> None:
+        """Report unknown tables and columns in ``node``. ``allow_aliases``: select-list aliases may be
+        named (``True``: any of them; a set: those names only)."""
         assert self.table is not None
+        aliases = allow_aliases if isinstance(allow_aliases, set) else self.aliases if allow_aliases else set()
         for c in node.find_all(exp.Column):
             if _in_subquery(c, node):
                 continue  # a subquery is refused as a whole: its columns belong to its own FROM
@@ -274,7 +277,7 @@ class _Builder:
             if qual and (qual not in self._table_names or (db and db != self._qualifier)):
                 self.bad(c, f"{where} refers to unknown table or alias '{(db + '.') if db else ''}{c.table}'")
                 continue
-            if allow_aliases and not qual and name in self.aliases:
+            if not qual and name in aliases:
                 continue
             if self.table.schema and name not in self.table.schema:
                 if where != "WHERE" and is_bin_column(name, self.table):
@@ -714,11 +717,20 @@ class _Builder:
         for it in select_items:
             if isinstance(it, exp.Alias):
                 self.aliases.add(it.alias.lower())
+        # an output may name an earlier output's alias (COUNT(*) AS n, n / 10 AS share), as in DuckDB; a
+        # column of the table wins over an alias of its name
+        lateral: list[set[str]] = []
         for it in select_items:
+            seen = lateral[-1] if lateral else set()
+            lateral.append(seen)
+            if isinstance(it, exp.Alias) and it.alias.lower() not in table.schema:
+                lateral[-1] = seen | {it.alias.lower()}
+        lateral = [set()] + lateral[:-1]
+        for it, earlier in zip(select_items, lateral, strict=True):
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
                 self.bad(it, "SELECT * releases raw rows and is not allowed; select aggregates such as COUNT(*)")
             self.violations.extend(check_expression_functions(it, self.sql, "SELECT"))
-            self.check_columns(it, "SELECT")
+            self.check_columns(it, "SELECT", allow_aliases=earlier)
 
         # WHERE ---------------------------------------------------------------------
         where = stmt.args.get("where")
@@ -813,7 +825,7 @@ class _Builder:
                 name = f"{base}_{n}"
                 n += 1
             used.add(name.lower())
-            post = self.to_post(inner, "SELECT")
+            post = self.to_post(inner, "SELECT", alias_map={a: e for a, e in alias_post.items() if a not in table.schema})
             src = post.name if isinstance(post, exp.Column) and post.name.startswith("__") else None
             outputs.append(ir.OutputColumn(name, post, src))
             if isinstance(it, exp.Alias):
