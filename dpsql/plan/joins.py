@@ -466,6 +466,9 @@ class _JoinBuilder:
 
         # SELECT: aggregates (each answered from base aggregates), outputs over them
         agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
+        if stmt.args.get("order") is not None:  # over released values: the allow-list of post-processing, as on one table
+            for o in stmt.args["order"].expressions:
+                self.vs.extend(check_expression_functions(o, sql, "ORDER BY"))
         for it in stmt.expressions:
             self.vs.extend(check_expression_functions(it, sql, "SELECT"))
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
