@@ -448,3 +448,16 @@ def test_string_literal_case_distinguishes_select_items_from_keys() -> None:
     with pytest.raises(errors.UnsupportedQueryError, match="not in GROUP BY"):
         analyze("SELECT CASE WHEN country = 'US' THEN 1 ELSE 0 END AS k, COUNT(*) FROM events "
                 "GROUP BY CASE WHEN country = 'us' THEN 1 ELSE 0 END", cat)
+
+
+@pytest.mark.parametrize("sql,words", [
+    ("SELECT country, COUNT(*) FROM events GROUP BY ROLLUP (country)", "ROLLUP"),
+    ("SELECT country, url, COUNT(*) FROM events GROUP BY CUBE (country, url)", "CUBE"),
+    ("SELECT country, url, COUNT(*) FROM events GROUP BY GROUPING SETS ((country), (country, url))", "GROUPING SETS"),
+    ("SELECT country, COUNT(*) FROM events GROUP BY country WITH ROLLUP", "ROLLUP"),
+])
+def test_rollup_is_one_problem(catalog: dict[str, TableSpec], sql: str, words: str) -> None:
+    # the keys it names are keys: the SELECT list naming them is no second ('non-aggregated') problem
+    with pytest.raises(errors.UnsupportedQueryError) as ei:
+        analyze(sql, catalog)
+    assert len(ei.value.violations) == 1 and words in str(ei.value), str(ei.value)

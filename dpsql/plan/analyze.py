@@ -762,7 +762,15 @@ class _Builder:
                     continue  # GROUP BY (): the grand total, i.e. no grouping
                 if isinstance(g, (exp.Cube, exp.Rollup, exp.GroupingSets)):
                     kind = {exp.Cube: "CUBE", exp.Rollup: "ROLLUP", exp.GroupingSets: "GROUPING SETS"}[type(g)]
-                    self.bad(g, f"GROUP BY {kind} is not supported: it releases several groupings of the same rows")
+                    self.bad(g, f"GROUP BY {kind} is not supported: it releases several groupings of the same rows "
+                                "(hint: send one GROUP BY query per grouping)")
+                    # the columns it groups by are keys all the same: naming them in SELECT is no second problem
+                    for part in g.expressions:
+                        for e in part.expressions if isinstance(part, exp.Tuple) else [part]:
+                            while isinstance(e, exp.Paren):
+                                e = e.this
+                            if not any(_norm(e) == _norm(x) for x in group_exprs):
+                                group_exprs.append(e)
                     continue
                 if isinstance(g, exp.Literal) and not g.is_string:
                     idx = int(g.this) - 1
