@@ -59,3 +59,24 @@ def test_a_column_wins_and_a_later_alias_is_not_visible(s: Any, sql: str, needle
     with pytest.raises(errors.UnsupportedQueryError, match=needle):
         s.query(sql, epsilon=1.0)
     assert s.remaining() == before and s.history().num_rows == rows
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT g AS grp, COUNT(*) AS k FROM t WHERE grp <> 'a' GROUP BY grp",
+    "SELECT lower(g) || '-' AS lg, SUM(amt) AS s FROM t WHERE lg IN ('b-', 'c-') GROUP BY lg",
+    "SELECT amt * 2 > 70 AS big, COUNT(*) AS k FROM t WHERE big AND g = 'a' GROUP BY big",
+    "SELECT g AS n, COUNT(*) AS k FROM t WHERE n > 1 GROUP BY g",  # the column n wins, as in DuckDB
+])
+def test_where_may_name_a_select_alias_as_in_duckdb(s: Any, sql: str) -> None:
+    got = sorted(tuple(r.values()) for r in s.query(sql, epsilon=5.0, delta=1e-5).to_pylist())
+    assert got == plain(sql)
+
+
+@pytest.mark.parametrize("sql,needle", [
+    ("SELECT g, COUNT(*) AS k FROM t WHERE k > 1 GROUP BY g", "aggregates are not allowed in WHERE; use HAVING"),
+])
+def test_where_alias_refusals_are_free(s: Any, sql: str, needle: str) -> None:
+    before, rows = s.remaining(), s.history().num_rows
+    with pytest.raises(errors.UnsupportedQueryError, match=needle):
+        s.query(sql, epsilon=1.0)
+    assert s.remaining() == before and s.history().num_rows == rows

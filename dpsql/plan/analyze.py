@@ -285,6 +285,23 @@ class _Builder:
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})"
                             f"{did_you_mean(c.name, self.table.schema)}")
 
+    def select_aliases(self, node: exp.Expression, items: list[exp.Expression]) -> exp.Expression:
+        """``node`` (the WHERE) with each select-list alias it names replaced by the aliased expression,
+        as DuckDB reads ``SELECT c AS country ... WHERE country <> 'US'``; a column of the table of that
+        name wins (also as in DuckDB). An aliased aggregate is then refused as any aggregate in WHERE."""
+        assert self.table is not None
+        by_alias = {it.alias.lower(): it.this for it in items
+                    if isinstance(it, exp.Alias) and it.alias.lower() not in self.table.schema}
+        if not by_alias:
+            return node
+
+        def swap(c: exp.Expression) -> exp.Expression:
+            if isinstance(c, exp.Column) and not c.table and c.name.lower() in by_alias:
+                return exp.Paren(this=by_alias[c.name.lower()].copy())
+            return c
+
+        return node.transform(swap)
+
     # -- aggregates ------------------------------------------------------------------
     def aggregate_ref(self, node: exp.Expression, clause: str = "SELECT") -> exp.Expression | None:
         """Map an aggregate call to a column reference to its (noisy) released value."""
@@ -736,6 +753,7 @@ class _Builder:
         where = stmt.args.get("where")
         where_expr = where.this if where is not None else None
         if where_expr is not None:
+            where_expr = self.select_aliases(where_expr, select_items)
             before = len(self.violations)
             self.violations.extend(check_expression_functions(where_expr, self.sql, "WHERE"))
             for a in [n for n in where_expr.walk() if is_aggregate(n) and not _in_subquery(n, where_expr)]:
