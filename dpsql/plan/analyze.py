@@ -489,6 +489,8 @@ class _Builder:
             inner, column = clamped, None
         elif column is not None:
             declared = self.table.column(column).bounds
+            if declared is None and parse_type(self.table.schema.get(column, "")).kind == "bool":
+                declared = (0.0, 1.0)  # false / true, by the column's type
             if declared is None:
                 self.bad(
                     node,
@@ -503,6 +505,8 @@ class _Builder:
             schema = self.table.schema
 
             def declared_bounds(c: str) -> tuple[float, float] | None:
+                if c in schema and parse_type(schema[c]).kind == "bool":
+                    return 0.0, 1.0  # false / true, by the column's type (as a condition is)
                 b = self.table.column(c).bounds if self.table is not None else None
                 return None if b is None or check_numeric_column(c, schema) is not None else (float(b[0]), float(b[1]))
 
