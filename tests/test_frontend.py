@@ -461,3 +461,18 @@ def test_rollup_is_one_problem(catalog: dict[str, TableSpec], sql: str, words: s
     with pytest.raises(errors.UnsupportedQueryError) as ei:
         analyze(sql, catalog)
     assert len(ei.value.violations) == 1 and words in str(ei.value), str(ei.value)
+
+
+@pytest.mark.parametrize("sql,fix", [
+    ("SELECT COUNT(*) FROM events WHERE day > CURRENT_DATE - INTERVAL 30 DAY", "write the date as a literal"),
+    ("SELECT COUNT(*) FROM events WHERE day > now() - INTERVAL 30 DAY", "write the date as a literal"),
+    ("SELECT COUNT(*) FROM events WHERE date_diff('day', day, DATE '2024-12-31') < 30",
+     "d > DATE '2024-12-31' - INTERVAL 30 DAY"),
+    ("SELECT COUNT(*) FROM events WHERE regexp_matches(url, '^/a')", "LIKE"),
+    ("SELECT COUNT(*) FROM events WHERE url SIMILAR TO '/a.*'", "LIKE"),
+    ("SELECT COUNT(*) FROM events WHERE url GLOB '/a*'", "LIKE"),
+])
+def test_common_functions_off_the_list_name_the_fix(catalog: dict[str, TableSpec], sql: str, fix: str) -> None:
+    with pytest.raises(errors.UnsupportedQueryError) as ei:
+        analyze(sql, catalog)
+    assert len(ei.value.violations) == 1 and fix in str(ei.value), str(ei.value)

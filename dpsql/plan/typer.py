@@ -1706,13 +1706,29 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
         return None
     elif post and (isinstance(sub, _POST_STRUCTURAL) or type(sub) in _POST_FUNCS):
         return None
+    fix = _OFF_LIST_FIXES.get(type(sub))
     if isinstance(sub, exp.Func):
         name = str(sub.this).lower() if isinstance(sub, exp.Anonymous) else Typer._fname(sub)
+        fix = _OFF_LIST_FIXES.get(name, fix)
         if post:
             return (f"function {name}() is not on the allow-list of functions over released values "
-                    f"(outputs, HAVING, ORDER BY; {_DOCS})")
-        return f"function {name}() is not on the allow-list of functions with a total, bounded-cost evaluation ({_DOCS})"
-    return f"the expression {type(sub).__name__.upper()} is not on the allow-list ({_DOCS})"
+                    f"(outputs, HAVING, ORDER BY; {_DOCS})" + (f"; {fix}" if fix else ""))
+        return (f"function {name}() is not on the allow-list of functions with a total, bounded-cost evaluation ({_DOCS})"
+                + (f"; {fix}" if fix else ""))
+    return f"the expression {type(sub).__name__.upper()} is not on the allow-list ({_DOCS})" + (f"; {fix}" if fix else "")
+
+
+_CLOCK_FIX = "a release must not depend on when it ran: write the date as a literal (DATE '2024-12-31')"
+_PATTERN_FIX = "match text with LIKE / ILIKE ('%' and '_'), starts_with, ends_with or contains"
+#: the fix for common functions and operators that are not on the allow-list (by name or node type)
+_OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
+    "current_date": _CLOCK_FIX, "current_timestamp": _CLOCK_FIX, "current_time": _CLOCK_FIX, "now": _CLOCK_FIX,
+    "get_current_timestamp": _CLOCK_FIX, "transaction_timestamp": _CLOCK_FIX,
+    "datediff": ("compare the column with a shifted literal instead: date_diff('day', d, DATE '2024-12-31') < 30 is "
+                 "d > DATE '2024-12-31' - INTERVAL 30 DAY"),
+    "regexp_like": _PATTERN_FIX, "regexp_matches": _PATTERN_FIX, "regexp_full_match": _PATTERN_FIX,
+    exp.SimilarTo: _PATTERN_FIX, exp.Glob: _PATTERN_FIX,
+}
 
 
 def allow_list_problems(node: exp.Expression, *, post: bool = False) -> list[tuple[exp.Expression, str]]:
