@@ -476,3 +476,15 @@ def test_common_functions_off_the_list_name_the_fix(catalog: dict[str, TableSpec
     with pytest.raises(errors.UnsupportedQueryError) as ei:
         analyze(sql, catalog)
     assert len(ei.value.violations) == 1 and fix in str(ei.value), str(ei.value)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM events WHERE age > 30 = true",
+    "SELECT COUNT(*) FROM events WHERE 18 <= age < 65",
+    "SELECT COUNT(*) AS n FROM events HAVING 1 < COUNT(*) < 5",
+])
+def test_chained_comparisons_are_named(catalog: dict[str, TableSpec], sql: str) -> None:
+    # DuckDB's parser refuses them; the message was 'does not type-check ... (ParserException)'
+    with pytest.raises(errors.UnsupportedQueryError) as ei:
+        analyze(sql, catalog)
+    assert len(ei.value.violations) == 1 and "chained comparison" in str(ei.value) and "AND" in str(ei.value)

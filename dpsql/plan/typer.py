@@ -1693,6 +1693,9 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
             return f"COLLATE is not on the allow-list of post-processing ({_DOCS})"
         return ("COLLATE is not allowed: a collation makes different spellings equal, so a released key "
                 "could be spelled by one person's row; use lower()/upper() to compare text case-insensitively")
+    if isinstance(sub, _COMPARISONS) and any(isinstance(x, _COMPARISONS) for x in (sub.this, sub.expression)):
+        return ("chained comparisons (a < b < c) are not supported, as in DuckDB: combine the comparisons with AND "
+                "(18 <= age AND age < 65), or parenthesize the one to compare first")
     if isinstance(sub, exp.Interval) and isinstance(sub.parent, (exp.Add, exp.Sub)):
         if not post:
             return None  # DATE/TIMESTAMP +/- INTERVAL: typed by the typer (Typer._shift_literal), else refused there
@@ -1718,6 +1721,7 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
     return f"the expression {type(sub).__name__.upper()} is not on the allow-list ({_DOCS})" + (f"; {fix}" if fix else "")
 
 
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _CLOCK_FIX = "a release must not depend on when it ran: write the date as a literal (DATE '2024-12-31')"
 _PATTERN_FIX = "match text with LIKE / ILIKE ('%' and '_'), starts_with, ends_with or contains"
 #: the fix for common functions and operators that are not on the allow-list (by name or node type)
