@@ -44,6 +44,8 @@ def plain(sql: str) -> list[tuple[Any, ...]]:
     "SELECT g, SUM(amt) AS s, COUNT(*) AS k, s / k AS mean FROM t GROUP BY g",
     "SELECT g AS grp, COUNT(*) AS k, grp || '!' AS label FROM t GROUP BY grp",
     "SELECT g, COUNT(*) AS k, k * 2 AS k2 FROM t GROUP BY g HAVING k2 > 10 ORDER BY k2, g",
+    "SELECT g, COUNT(*) AS k, k * 2 AS k2 FROM t GROUP BY ALL",  # k2 is an aggregate's: no key
+    "SELECT g AS grp, grp || '!' AS label, COUNT(*) AS k FROM t GROUP BY ALL",
 ])
 def test_an_earlier_alias_names_its_released_value(s: Any, sql: str) -> None:
     got = sorted(tuple(r.values()) for r in s.query(sql, epsilon=5.0, delta=1e-5).to_pylist())

@@ -778,7 +778,17 @@ class _Builder:
         group_exprs: list[exp.Expression] = []
         if group is not None:
             if group.args.get("all"):
-                group_exprs = [it.unalias() for it in select_items if not any(is_aggregate(n) for n in it.walk())]
+                # every output that is no aggregate, read through the earlier aliases it names (COUNT(*) AS n,
+                # n * 2 AS n2: n2 is an aggregate's value, no key)
+                spelled_out: dict[str, exp.Expression] = {}
+                for it in select_items:
+                    inner = it.unalias().transform(
+                        lambda c: exp.Paren(this=spelled_out[c.name.lower()].copy())
+                        if isinstance(c, exp.Column) and not c.table and c.name.lower() in spelled_out else c)
+                    if not any(is_aggregate(n) for n in inner.walk()):
+                        group_exprs.append(inner)
+                    if isinstance(it, exp.Alias) and it.alias.lower() not in table.schema:
+                        spelled_out[it.alias.lower()] = inner
             for g in group.expressions:
                 if isinstance(g, exp.Tuple) and not g.expressions:
                     continue  # GROUP BY (): the grand total, i.e. no grouping
