@@ -68,3 +68,12 @@ def test_what_having_cannot_name_is_refused_for_free(s: Any, sql: str, needle: s
         with pytest.raises(errors.UnsupportedQueryError, match=needle):
             run(sql, epsilon=1.0, delta=1e-6)
     assert s.remaining() == before and s.history().num_rows == rows
+
+
+def test_an_unbounded_lookup_join_counts_its_paths_in_words() -> None:
+    with dpsql.Session(budget=dpsql.Budget(10.0, 1e-3)) as s:
+        s.register("cust", pa.table({"cid": [1, 2], "region": ["N", "S"]}), privacy_unit="cid")
+        s.register("regions", pa.table({"region": ["N", "S"], "rname": ["North", "South"]}), public=True)
+        with pytest.raises(errors.PolicyError) as ei:
+            s.query("SELECT COUNT(*) FROM cust c JOIN regions r ON c.region = r.region", epsilon=1.0, delta=1e-6)
+    assert "through 1 path (" in str(ei.value) and "1 paths" not in str(ei.value)

@@ -704,7 +704,8 @@ class _JoinBuilder:
                      if math.isinf(chain_rows(self.catalog[dict(jp.inputs)[s.alias]], s.hops, self.catalog))]
             what = (f"no bound on the rows per person through {', '.join(loose)}" if loose else
                     "some input joins on a column with no declared bound")
-            _bad(self.sql, self.stmt, f"a join tuple reaches people through {len(jp.slots)} paths ({names}) and the tuples "
+            paths = f"{len(jp.slots)} path" + ("s" if len(jp.slots) != 1 else "")
+            _bad(self.sql, self.stmt, f"a join tuple reaches people through {paths} ({names}) and the tuples "
                  f"per person cannot be bounded from the catalog: {what} (hint: {self._lookup_hint(jp)}declare "
                  "degree_bounds for these references, e.g. degree_bounds={'customer_id': 64}, or join on keys and privacy units)", vs)
             _raise(vs, policy=True)
