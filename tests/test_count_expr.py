@@ -198,3 +198,40 @@ def test_count_of_a_literal_is_count_star_with_its_accuracy(s: Any, arg: str) ->
     lit = s.explain(f"SELECT code, COUNT({arg}) FROM t GROUP BY code", epsilon=1.0, delta=1e-6)
     assert lit.parameters["sigma"] == star.parameters["sigma"] and lit.parameters["tau_star"] == star.parameters["tau_star"]
     assert s.query(f"SELECT COUNT({arg}) AS n FROM t", epsilon=1.0).to_pylist() == [{"n": 300}]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(DISTINCT frobnicate(code)) FROM t",
+    "SELECT COUNT(DISTINCT lower(code)) FROM t",
+    "SELECT COUNT(DISTINCT random()) FROM t",
+    "SELECT status, COUNT(DISTINCT code || 'x') FROM t GROUP BY status",
+])
+def test_count_distinct_of_an_expression_is_one_problem_with_its_fix(s: Any, sql: str) -> None:
+    # it was two problems for COUNT(DISTINCT frobnicate(code)): the function, then "takes one column"
+    before, rows = s.remaining(), s.history().num_rows
+    for run in (s.query, s.explain):
+        with pytest.raises(errors.UnsupportedQueryError) as ei:
+            run(sql, epsilon=1.0)
+        assert len(ei.value.violations) == 1, str(ei.value)
+        assert "COUNT(DISTINCT ...) takes one column" in str(ei.value)
+        assert ("COUNT(DISTINCT code)" in str(ei.value)) == ("code" in sql)  # the fix, over the column it reads
+    assert s.remaining() == before and s.history().num_rows == rows
+
+
+def test_count_distinct_of_several_columns_quotes_the_call_as_written(s: Any) -> None:
+    with pytest.raises(errors.UnsupportedQueryError) as ei:
+        s.query("SELECT COUNT(DISTINCT code, status) FROM t", epsilon=1.0)
+    assert len(ei.value.violations) == 1 and ei.value.violations[0].fragment == "COUNT(DISTINCT code, status)"
+    assert "CASE" not in str(ei.value)
+
+
+@pytest.mark.parametrize("sql,plain", [
+    ("SELECT COUNT(DISTINCT (code)) AS v FROM t", "SELECT COUNT(DISTINCT code) AS v FROM t"),
+    ("SELECT status, COUNT(DISTINCT ((uid))) AS v FROM t GROUP BY status ORDER BY status",
+     "SELECT status, COUNT(DISTINCT uid) AS v FROM t GROUP BY status ORDER BY status"),
+])
+def test_a_parenthesised_column_is_the_column(s: Any, sql: str, plain: str) -> None:
+    got = s.query(sql, epsilon=1.0, delta=1e-6).to_pylist()
+    con = duckdb.connect()
+    con.register("t", people())
+    assert got == [dict(zip(r.keys(), r.values(), strict=True)) for r in con.sql(plain).to_arrow_table().to_pylist()]

@@ -132,6 +132,16 @@ REFUSED = [
     ("SELECT AVG(o.o_custkey) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey", UnsupportedQueryError,
      "AVG.*needs value bounds"),
     ("SELECT COUNT(*) FROM nation a JOIN nation b ON a.n_nationkey = b.n_nationkey", PolicyError, "every table of the join is public"),
+    # ORDER BY over joins takes the allow-list as everywhere (random() and a subquery were charged, then failed)
+    ("SELECT COUNT(*) AS n FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey ORDER BY random()",
+     UnsupportedQueryError, r"function random\(\) is not on the allow-list"),
+    ("SELECT COUNT(*) AS n FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey ORDER BY (SELECT 1)",
+     UnsupportedQueryError, "subqueries are not supported in ORDER BY"),
+    ("SELECT COUNT(*) AS n FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey ORDER BY getenv('HOME')",
+     UnsupportedQueryError, r"ORDER BY: function getenv\(\) is not on the allow-list"),
+    # the column is fine: DISTINCT is the problem (it was "in a join, COUNT takes * or a column")
+    ("SELECT COUNT(DISTINCT l.l_price) FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey",
+     UnsupportedQueryError, r"COUNT\(DISTINCT \.\.\.\) is not supported over joins"),
 ]
 
 

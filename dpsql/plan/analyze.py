@@ -20,6 +20,7 @@ from dpsql.plan.checks import (
     SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
+    distinct_operand,
     is_aggregate,
     never_null_literal,
     violation,
@@ -262,8 +263,11 @@ class _Builder:
             for n, msg in e.problems:
                 self.bad(n if n is not None else node, f"{role}: {msg}")
 
-    def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool = False) -> None:
+    def check_columns(self, node: exp.Expression, where: str, *, allow_aliases: bool | set[str] = False) -> None:
+        """Report unknown tables and columns in ``node``. ``allow_aliases``: select-list aliases may be
+        named (``True``: any of them; a set: those names only)."""
         assert self.table is not None
+        aliases = allow_aliases if isinstance(allow_aliases, set) else self.aliases if allow_aliases else set()
         for c in node.find_all(exp.Column):
             if _in_subquery(c, node):
                 continue  # a subquery is refused as a whole: its columns belong to its own FROM
@@ -273,13 +277,30 @@ class _Builder:
             if qual and (qual not in self._table_names or (db and db != self._qualifier)):
                 self.bad(c, f"{where} refers to unknown table or alias '{(db + '.') if db else ''}{c.table}'")
                 continue
-            if allow_aliases and not qual and name in self.aliases:
+            if not qual and name in aliases:
                 continue
             if self.table.schema and name not in self.table.schema:
                 if where != "WHERE" and is_bin_column(name, self.table):
                     continue  # <col>_bin: the bins of a declared ordered domain (histograms)
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})"
                             f"{did_you_mean(c.name, self.table.schema)}")
+
+    def select_aliases(self, node: exp.Expression, items: list[exp.Expression]) -> exp.Expression:
+        """``node`` (the WHERE) with each select-list alias it names replaced by the aliased expression,
+        as DuckDB reads ``SELECT c AS country ... WHERE country <> 'US'``; a column of the table of that
+        name wins (also as in DuckDB). An aliased aggregate is then refused as any aggregate in WHERE."""
+        assert self.table is not None
+        by_alias = {it.alias.lower(): it.this for it in items
+                    if isinstance(it, exp.Alias) and it.alias.lower() not in self.table.schema}
+        if not by_alias:
+            return node
+
+        def swap(c: exp.Expression) -> exp.Expression:
+            if isinstance(c, exp.Column) and not c.table and c.name.lower() in by_alias:
+                return exp.Paren(this=by_alias[c.name.lower()].copy())
+            return c
+
+        return node.transform(swap)
 
     # -- aggregates ------------------------------------------------------------------
     def aggregate_ref(self, node: exp.Expression, clause: str = "SELECT") -> exp.Expression | None:
@@ -347,13 +368,27 @@ class _Builder:
                 # COUNT(1), COUNT('x'): every kept row, as COUNT(*) (one aggregate: no second released column)
                 kind = ir.COUNT_STAR
             elif isinstance(arg, exp.Distinct):
-                exprs = arg.expressions
+                exprs = [distinct_operand(e) for e in arg.expressions]  # COUNT(DISTINCT (col)) is COUNT(DISTINCT col)
                 if len(exprs) == 1 and isinstance(exprs[0], exp.Column) and exprs[0].name.lower() == self.unit:
                     kind = ir.COUNT_UNITS
                 elif len(exprs) == 1 and isinstance(exprs[0], exp.Column):
                     kind, column = ir.COUNT_DISTINCT, exprs[0].name.lower()
                 else:
-                    self.bad(node, "COUNT(DISTINCT ...) takes one column")
+                    # one message for the call (its argument is not checked on its own: plan.checks); quoted as
+                    # written (sqlglot renders COUNT(DISTINCT a, b) as a CASE over a tuple)
+                    call = "COUNT(DISTINCT " + ", ".join(e.sql(dialect=DIALECT, normalize_functions=False)
+                                                          for e in arg.expressions) + ")"
+                    cols = sorted({c.name for e in exprs for c in e.find_all(exp.Column)})
+                    if len(exprs) > 1:
+                        fix = ("count each column's distinct values in its own COUNT(DISTINCT col), or GROUP BY the "
+                               "columns to release their combinations")
+                    else:
+                        fix = ("count a column's distinct values" + (f", e.g. COUNT(DISTINCT {cols[0]})" if len(cols) == 1
+                                                                       else " (COUNT(DISTINCT col))")
+                               + ", or GROUP BY the expression to release its values")
+                    self.violations.append(violation(node, self.sql, "COUNT(DISTINCT ...) takes one column, not "
+                                                     f"{'several' if len(exprs) > 1 else 'an expression'} (hint: {fix})",
+                                                     rendered=call))
                     return None
             elif isinstance(arg, exp.Column):
                 kind, column = ir.COUNT_COL, arg.name.lower()
@@ -454,6 +489,8 @@ class _Builder:
             inner, column = clamped, None
         elif column is not None:
             declared = self.table.column(column).bounds
+            if declared is None and parse_type(self.table.schema.get(column, "")).kind == "bool":
+                declared = (0.0, 1.0)  # false / true, by the column's type
             if declared is None:
                 self.bad(
                     node,
@@ -468,6 +505,8 @@ class _Builder:
             schema = self.table.schema
 
             def declared_bounds(c: str) -> tuple[float, float] | None:
+                if c in schema and parse_type(schema[c]).kind == "bool":
+                    return 0.0, 1.0  # false / true, by the column's type (as a condition is)
                 b = self.table.column(c).bounds if self.table is not None else None
                 return None if b is None or check_numeric_column(c, schema) is not None else (float(b[0]), float(b[1]))
 
@@ -699,16 +738,26 @@ class _Builder:
         for it in select_items:
             if isinstance(it, exp.Alias):
                 self.aliases.add(it.alias.lower())
+        # an output may name an earlier output's alias (COUNT(*) AS n, n / 10 AS share), as in DuckDB; a
+        # column of the table wins over an alias of its name
+        lateral: list[set[str]] = []
         for it in select_items:
+            seen = lateral[-1] if lateral else set()
+            lateral.append(seen)
+            if isinstance(it, exp.Alias) and it.alias.lower() not in table.schema:
+                lateral[-1] = seen | {it.alias.lower()}
+        lateral = [set()] + lateral[:-1]
+        for it, earlier in zip(select_items, lateral, strict=True):
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
                 self.bad(it, "SELECT * releases raw rows and is not allowed; select aggregates such as COUNT(*)")
             self.violations.extend(check_expression_functions(it, self.sql, "SELECT"))
-            self.check_columns(it, "SELECT")
+            self.check_columns(it, "SELECT", allow_aliases=earlier)
 
         # WHERE ---------------------------------------------------------------------
         where = stmt.args.get("where")
         where_expr = where.this if where is not None else None
         if where_expr is not None:
+            where_expr = self.select_aliases(where_expr, select_items)
             before = len(self.violations)
             self.violations.extend(check_expression_functions(where_expr, self.sql, "WHERE"))
             for a in [n for n in where_expr.walk() if is_aggregate(n) and not _in_subquery(n, where_expr)]:
@@ -729,13 +778,31 @@ class _Builder:
         group_exprs: list[exp.Expression] = []
         if group is not None:
             if group.args.get("all"):
-                group_exprs = [it.unalias() for it in select_items if not any(is_aggregate(n) for n in it.walk())]
+                # every output that is no aggregate, read through the earlier aliases it names (COUNT(*) AS n,
+                # n * 2 AS n2: n2 is an aggregate's value, no key)
+                spelled_out: dict[str, exp.Expression] = {}
+                for it in select_items:
+                    inner = it.unalias().transform(
+                        lambda c: exp.Paren(this=spelled_out[c.name.lower()].copy())
+                        if isinstance(c, exp.Column) and not c.table and c.name.lower() in spelled_out else c)
+                    if not any(is_aggregate(n) for n in inner.walk()):
+                        group_exprs.append(inner)
+                    if isinstance(it, exp.Alias) and it.alias.lower() not in table.schema:
+                        spelled_out[it.alias.lower()] = inner
             for g in group.expressions:
                 if isinstance(g, exp.Tuple) and not g.expressions:
                     continue  # GROUP BY (): the grand total, i.e. no grouping
                 if isinstance(g, (exp.Cube, exp.Rollup, exp.GroupingSets)):
                     kind = {exp.Cube: "CUBE", exp.Rollup: "ROLLUP", exp.GroupingSets: "GROUPING SETS"}[type(g)]
-                    self.bad(g, f"GROUP BY {kind} is not supported: it releases several groupings of the same rows")
+                    self.bad(g, f"GROUP BY {kind} is not supported: it releases several groupings of the same rows "
+                                "(hint: send one GROUP BY query per grouping)")
+                    # the columns it groups by are keys all the same: naming them in SELECT is no second problem
+                    for part in g.expressions:
+                        for e in part.expressions if isinstance(part, exp.Tuple) else [part]:
+                            while isinstance(e, exp.Paren):
+                                e = e.this
+                            if not any(_norm(e) == _norm(x) for x in group_exprs):
+                                group_exprs.append(e)
                     continue
                 if isinstance(g, exp.Literal) and not g.is_string:
                     idx = int(g.this) - 1
@@ -798,7 +865,7 @@ class _Builder:
                 name = f"{base}_{n}"
                 n += 1
             used.add(name.lower())
-            post = self.to_post(inner, "SELECT")
+            post = self.to_post(inner, "SELECT", alias_map={a: e for a, e in alias_post.items() if a not in table.schema})
             src = post.name if isinstance(post, exp.Column) and post.name.startswith("__") else None
             outputs.append(ir.OutputColumn(name, post, src))
             if isinstance(it, exp.Alias):

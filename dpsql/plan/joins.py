@@ -50,7 +50,7 @@ tables reference only public tables.
 
 Refused, for free, with the fix: outer, cross, non-equi, NATURAL/USING/ASOF joins, subqueries,
 tables neither public nor linked to a person, unbounded contributions, GROUP BY over keys without a public key
-set (``dpsql.plan.join_groups``), HAVING.
+set (``dpsql.plan.join_groups``), HAVING or ORDER BY naming an aggregate the SELECT list does not release.
 """
 
 from __future__ import annotations
@@ -359,6 +359,11 @@ class _JoinBuilder:
             if isinstance(arg, exp.Column):
                 f = self.resolve(arg, "COUNT")
                 return (ir.COUNT_COL, exp.column(f, quoted=False), (1.0, 1.0)) if f else None
+            if isinstance(arg, exp.Distinct):  # the column is fine: DISTINCT is what a join cannot bound
+                self.bad(node, "COUNT(DISTINCT ...) is not supported over joins (one person's tuples are bounded, not "
+                               "the distinct values they hold); count tuples with COUNT(*) or COUNT(col), or ask "
+                               "COUNT(DISTINCT col) of one table")
+                return None
             self.bad(node, "in a join, COUNT takes * or a column")
             return None
         if isinstance(node, (exp.Sum, exp.Avg)):
@@ -453,8 +458,8 @@ class _JoinBuilder:
                 except TypeRefusal as e:
                     for n, m in e.problems:
                         self.bad(where.this if n is None else n, f"WHERE: {m}")
-        if stmt.args.get("having") is not None:
-            self.bad(stmt.args["having"], "HAVING is not supported over joins yet; filter the released rows yourself")
+        if stmt.args.get("having") is not None:  # over released values: the allow-list of post-processing
+            self.vs.extend(check_expression_functions(stmt.args["having"].this, sql, "HAVING"))
         from dpsql.plan.join_groups import group_keys, key_outputs
 
         pv: list[Violation] = []
@@ -466,6 +471,9 @@ class _JoinBuilder:
 
         # SELECT: aggregates (each answered from base aggregates), outputs over them
         agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
+        if stmt.args.get("order") is not None:  # over released values: the allow-list of post-processing, as on one table
+            for o in stmt.args["order"].expressions:
+                self.vs.extend(check_expression_functions(o, sql, "ORDER BY"))
         for it in stmt.expressions:
             self.vs.extend(check_expression_functions(it, sql, "SELECT"))
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
@@ -537,21 +545,57 @@ class _JoinBuilder:
         first = self.inputs[0].table
         aggregates = [ir.Aggregate(b.kind, None, f"__a{j}", b.sql, b.bounds) for j, b in enumerate(bases)]
         order = [o.copy() for o in stmt.args["order"].expressions] if stmt.args.get("order") is not None else []
-        for o in order:
-            for a in o.find_all(exp.AggFunc):
+        having_node = stmt.args["having"].this if stmt.args.get("having") is not None else None
+        for clause, node in [*(("ORDER BY", o) for o in order), *([("HAVING", having_node)] if having_node else [])]:
+            for a in node.find_all(exp.AggFunc):
                 if a.sql(dialect="duckdb").lower() not in swap:
-                    self.bad(a, f"ORDER BY {a.sql(dialect='duckdb')}: over joins an aggregate is released only when the "
-                                "SELECT list asks for it (hint: select it too, or order by an output's name)")
+                    self.bad(a, f"{clause} {a.sql(dialect='duckdb')}: over joins an aggregate is released only when the "
+                                f"SELECT list asks for it (hint: select it too, or name an output's alias in {clause})")
         _raise(self.vs)
         names = {o.name.lower() for o in outputs}
+        # an output's alias names its released value (in HAVING, and inside an ORDER BY expression); a
+        # column of a joined table of that name wins
+        columns = {c.lower() for i in self.inputs for c in i.table.schema}
+        by_alias = {it.alias.lower(): o.expr for it, o in zip(stmt.expressions, outputs, strict=True)
+                    if isinstance(it, exp.Alias) and it.alias.lower() not in columns}
         for o in order:  # ORDER BY a key or an aggregate: over the released values (output names stay as they are)
             if not (isinstance(o.this, exp.Column) and not o.this.table and o.this.name.lower() in names):
-                o.set("this", key_outputs(o.this, self.keys, lambda x: self.flatten(x, "ORDER BY"), swap))
+                o.set("this", self.released_expr(o.this, "ORDER BY", swap, by_alias))
+        having = self.key_only_where(where_flat)
+        if having_node is not None:
+            post_having = self.released_expr(having_node, "HAVING", swap, by_alias)
+            having = post_having if having is None else exp.and_(exp.Paren(this=having), exp.Paren(this=post_having))
         lim, off = self.int_clause("limit"), self.int_clause("offset")
         _raise(self.vs)
         keys = [ir.GroupKey(k.expr, k.name, k.sql, k.domain) for k in self.keys]
         return ir.QueryPlan(sql=sql, table=first, where=None, keys=keys, aggregates=aggregates, outputs=outputs,
-                            having=self.key_only_where(where_flat), order=order, limit=lim, offset=off, join=join_plan)
+                            having=having, order=order, limit=lim, offset=off, join=join_plan)
+
+    def released_expr(self, node: exp.Expression, clause: str, swap: dict[str, exp.Expression],
+                      by_alias: dict[str, exp.Expression]) -> exp.Expression:
+        """``node`` (HAVING, an ORDER BY item) over the released columns: aggregates and keys as in the
+        SELECT list (:func:`key_outputs`), an output's alias as that output's value; anything else is
+        neither released nor public, and refused."""
+        from dpsql.plan.join_groups import key_outputs  # (join_groups imports this module)
+
+        marks: dict[str, exp.Expression] = {}
+
+        def mark(x: exp.Expression) -> exp.Expression:
+            # an alias stands in as a call no key matches, until the keys and aggregates are swapped
+            if isinstance(x, exp.Column) and not x.table and x.name.lower() in by_alias:
+                name = f"__dpsql_alias_{len(marks)}"
+                marks[name] = by_alias[x.name.lower()]
+                return exp.Anonymous(this=name, expressions=[])
+            return x
+
+        post = key_outputs(node.copy().transform(mark), self.keys, lambda x: self.flatten(x, clause), swap)
+        post = post.transform(lambda x: marks[str(x.this)].copy()
+                              if isinstance(x, exp.Anonymous) and str(x.this) in marks else x)
+        for c in post.find_all(exp.Column):
+            if not c.name.startswith(("__a", "__k")):
+                self.bad(node, f"'{c.sql()}' in {clause} is neither aggregated nor a GROUP BY key; add it to GROUP BY or "
+                               "aggregate it (and select that aggregate)")
+        return post
 
     def key_only_where(self, where_flat: exp.Expression | None) -> exp.Expression | None:
         """The WHERE's AND-ed conditions that read the GROUP BY keys only (a declared or public
@@ -665,7 +709,8 @@ class _JoinBuilder:
                      if math.isinf(chain_rows(self.catalog[dict(jp.inputs)[s.alias]], s.hops, self.catalog))]
             what = (f"no bound on the rows per person through {', '.join(loose)}" if loose else
                     "some input joins on a column with no declared bound")
-            _bad(self.sql, self.stmt, f"a join tuple reaches people through {len(jp.slots)} paths ({names}) and the tuples "
+            paths = f"{len(jp.slots)} path" + ("s" if len(jp.slots) != 1 else "")
+            _bad(self.sql, self.stmt, f"a join tuple reaches people through {paths} ({names}) and the tuples "
                  f"per person cannot be bounded from the catalog: {what} (hint: {self._lookup_hint(jp)}declare "
                  "degree_bounds for these references, e.g. degree_bounds={'customer_id': 64}, or join on keys and privacy units)", vs)
             _raise(vs, policy=True)

@@ -468,6 +468,75 @@ def _lit_number(text: str) -> Any:
     return decimal.Decimal(text)
 
 
+
+_INTERVAL_UNITS: dict[str, tuple[int, dt.timedelta]] = {
+    "YEAR": (12, dt.timedelta(0)), "QUARTER": (3, dt.timedelta(0)), "MONTH": (1, dt.timedelta(0)),
+    "WEEK": (0, dt.timedelta(weeks=1)), "DAY": (0, dt.timedelta(days=1)), "HOUR": (0, dt.timedelta(hours=1)),
+    "MINUTE": (0, dt.timedelta(minutes=1)), "SECOND": (0, dt.timedelta(seconds=1)),
+}
+
+#: what an INTERVAL may be, wherever it is accepted (refusal text)
+INTERVAL_FORM = ("an INTERVAL here is a whole number of one unit (YEAR, QUARTER, MONTH, WEEK, DAY, HOUR, MINUTE or "
+                 "SECOND), e.g. INTERVAL 30 DAY or INTERVAL '1 month'; chain several for mixed units (- INTERVAL 1 MONTH "
+                 "- INTERVAL 2 DAY)")
+
+
+def interval_parts(node: exp.Interval) -> tuple[int, dt.timedelta] | None:
+    """(months, exact part) of ``INTERVAL n unit`` / ``INTERVAL 'n unit'`` with a whole n (of one unit);
+    None for any other INTERVAL. Reads the query's text only."""
+    this, unit = node.this, node.args.get("unit")
+    while isinstance(this, exp.Paren):
+        this = this.this
+    text = this.name if isinstance(this, exp.Literal) else None
+    uname = unit.name.upper() if isinstance(unit, exp.Var) else None
+    if text is not None and uname is None:  # INTERVAL '30 days'
+        m = re.fullmatch(r"\s*([+-]?\d+)\s+([A-Za-z]+)\s*", text, re.ASCII)
+        text, uname = (m.group(1), m.group(2).upper()) if m else (None, None)
+    if uname is not None and uname.endswith("S"):
+        uname = uname[:-1]
+    # ASCII digits and spaces only, as DuckDB reads a count ('\u0661', an Arabic-Indic one, is no number there)
+    if text is None or uname not in _INTERVAL_UNITS or not re.fullmatch(r"\s*[+-]?\d{1,7}\s*", text, re.ASCII):
+        return None
+    n = int(text)
+    months, exact = _INTERVAL_UNITS[uname]
+    return n * months, n * exact
+
+
+def guarded_shift(x: exp.Expression, months: int, delta: dt.timedelta) -> exp.Expression:
+    """``x`` (a TIMESTAMP expression) shifted by ``months`` or the exact ``delta``, total: ``CASE WHEN x
+    BETWEEN lo AND hi THEN x + INTERVAL ... END``, where [lo, hi] are the instants of years 1..9999
+    whose shift stays in years 1..9999 (computed here, exactly). Any other instant (an earlier or later
+    year, a shift leaving the range) is NULL: nothing outside the years every engine computes alike
+    reaches the addition, so it cannot fail, and DuckDB and Spark give the same instant (a month shift
+    clamps the day to the month's end on both). Used over private rows (``Typer._shift_value``) and over
+    released values (post-processing, ``dpsql.postprocess``)."""
+    lo, hi = dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
+    nothing = _cast(exp.Null(), TIMESTAMP, try_=False)
+    iv: exp.Interval
+    if months:
+        # x + k months is in range iff x's month, shifted by k, is (the day only clamps down)
+        top = 9999 * 12 + 11 - max(months, 0)  # months as year * 12 + month - 1
+        bottom = 12 + max(-months, 0)
+        if top < bottom:
+            return nothing
+        y, m = divmod(top + 1, 12)
+        hi = min(hi, dt.datetime(y, m + 1, 1) - dt.timedelta(microseconds=1)) if y <= 9999 else hi
+        y, m = divmod(bottom, 12)
+        lo = dt.datetime(y, m + 1, 1)
+        iv = exp.Interval(this=exp.Literal.string(str(months)), unit=exp.Var(this="MONTH"))
+    else:
+        try:
+            lo, hi = (lo - delta, hi) if delta < dt.timedelta(0) else (lo, hi - delta)
+        except OverflowError:  # a shift longer than years 1..9999
+            return nothing
+        micros = delta // dt.timedelta(microseconds=1)
+        day = 86_400_000_000
+        iv = (exp.Interval(this=exp.Literal.string(str(micros // day)), unit=exp.Var(this="DAY")) if micros % day == 0
+              else exp.Interval(this=exp.Literal.string(str(micros // 1_000_000)), unit=exp.Var(this="SECOND")))
+    inside = exp.Between(this=x.copy(), low=typed_literal(lo, TIMESTAMP), high=typed_literal(hi, TIMESTAMP))
+    return exp.Case(ifs=[exp.If(this=inside, true=exp.Add(this=x.copy(), expression=iv))])
+
+
 class Typer:
     """Types and re-renders one expression over a table schema. Raise-free: see ``violations``."""
 
@@ -1006,64 +1075,16 @@ class Typer:
 
     def _shift_value(self, r: Typed, months: int, delta: dt.timedelta, node: exp.Expression) -> Typed:
         """A DATE/TIMESTAMP expression shifted by one INTERVAL (``months``, or the exact ``delta``) as a
-        TIMESTAMP: ``CASE WHEN x BETWEEN lo AND hi THEN x + INTERVAL ... END``, where [lo, hi] are the
-        instants of years 1..9999 whose shift stays in years 1..9999 (computed here, exactly). Any other
-        instant (an earlier or later year, a shift leaving the range) is NULL: nothing outside the
-        years every engine computes alike reaches the addition, so it cannot fail, and DuckDB and
-        Spark give the same instant (a month shift clamps the day to the month's end on both)."""
+        TIMESTAMP: :func:`guarded_shift` of it (NULL unless the value and its shift lie in years 1..9999)."""
         x = self.coerce(r, TIMESTAMP, node)  # a DATE (or TIMESTAMP_S/_MS/_NS) through TRY_CAST
-        lo, hi = dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
-        nothing = Typed(_cast(exp.Null(), TIMESTAMP, try_=False), TIMESTAMP)
-        iv: exp.Interval
-        if months:
-            # x + k months is in range iff x's month, shifted by k, is (the day only clamps down)
-            top = 9999 * 12 + 11 - max(months, 0)  # months as year * 12 + month - 1
-            bottom = 12 + max(-months, 0)
-            if top < bottom:
-                return nothing
-            y, m = divmod(top + 1, 12)
-            hi = min(hi, dt.datetime(y, m + 1, 1) - dt.timedelta(microseconds=1)) if y <= 9999 else hi
-            y, m = divmod(bottom, 12)
-            lo = dt.datetime(y, m + 1, 1)
-            iv = exp.Interval(this=exp.Literal.string(str(months)), unit=exp.Var(this="MONTH"))
-        else:
-            try:
-                lo, hi = (lo - delta, hi) if delta < dt.timedelta(0) else (lo, hi - delta)
-            except OverflowError:  # a shift longer than years 1..9999
-                return nothing
-            micros = delta // dt.timedelta(microseconds=1)
-            day = 86_400_000_000
-            iv = (exp.Interval(this=exp.Literal.string(str(micros // day)), unit=exp.Var(this="DAY")) if micros % day == 0
-                  else exp.Interval(this=exp.Literal.string(str(micros // 1_000_000)), unit=exp.Var(this="SECOND")))
-        inside = exp.Between(this=x.copy(), low=typed_literal(lo, TIMESTAMP), high=typed_literal(hi, TIMESTAMP))
-        return Typed(exp.Case(ifs=[exp.If(this=inside, true=exp.Add(this=x.copy(), expression=iv))]), TIMESTAMP)
-
-    _INTERVAL_UNITS: dict[str, tuple[int, dt.timedelta]] = {
-        "YEAR": (12, dt.timedelta(0)), "QUARTER": (3, dt.timedelta(0)), "MONTH": (1, dt.timedelta(0)),
-        "WEEK": (0, dt.timedelta(weeks=1)), "DAY": (0, dt.timedelta(days=1)), "HOUR": (0, dt.timedelta(hours=1)),
-        "MINUTE": (0, dt.timedelta(minutes=1)), "SECOND": (0, dt.timedelta(seconds=1)),
-    }
+        return Typed(guarded_shift(x, months, delta), TIMESTAMP)
 
     def _interval_value(self, node: exp.Interval) -> tuple[int, dt.timedelta]:
         """(months, exact part) of ``INTERVAL n unit`` / ``INTERVAL 'n unit'`` with a whole n (of one unit)."""
-        this, unit = node.this, node.args.get("unit")
-        while isinstance(this, exp.Paren):
-            this = this.this
-        text = this.name if isinstance(this, exp.Literal) else None
-        uname = unit.name.upper() if isinstance(unit, exp.Var) else None
-        if text is not None and uname is None:  # INTERVAL '30 days'
-            m = re.fullmatch(r"\s*([+-]?\d+)\s+([A-Za-z]+)\s*", text, re.ASCII)
-            text, uname = (m.group(1), m.group(2).upper()) if m else (None, None)
-        if uname is not None and uname.endswith("S"):
-            uname = uname[:-1]
-        # ASCII digits and spaces only, as DuckDB reads a count ('\u0661', an Arabic-Indic one, is no number there)
-        if text is None or uname not in self._INTERVAL_UNITS or not re.fullmatch(r"\s*[+-]?\d{1,7}\s*", text, re.ASCII):
-            raise self.refuse(node, "an INTERVAL here is a whole number of one unit (YEAR, QUARTER, MONTH, WEEK, DAY, "
-                              "HOUR, MINUTE or SECOND), e.g. INTERVAL 30 DAY or INTERVAL '1 month'; chain several for "
-                              "mixed units (- INTERVAL 1 MONTH - INTERVAL 2 DAY)")
-        n = int(text)
-        months, exact = self._INTERVAL_UNITS[uname]
-        return n * months, n * exact
+        parts = interval_parts(node)
+        if parts is None:
+            raise self.refuse(node, INTERVAL_FORM)
+        return parts
 
     def _decimal_digits(self, r: Typed) -> tuple[int, int] | None:
         """(precision, scale) of a DECIMAL or integer operand: an integer's digits are those of
@@ -1672,8 +1693,15 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
             return f"COLLATE is not on the allow-list of post-processing ({_DOCS})"
         return ("COLLATE is not allowed: a collation makes different spellings equal, so a released key "
                 "could be spelled by one person's row; use lower()/upper() to compare text case-insensitively")
-    if isinstance(sub, exp.Interval) and not post and isinstance(sub.parent, (exp.Add, exp.Sub)):
-        return None  # DATE/TIMESTAMP literal +/- INTERVAL: folded by the typer (Typer._shift_literal), else refused there
+    if isinstance(sub, _COMPARISONS) and any(isinstance(x, _COMPARISONS) for x in (sub.this, sub.expression)):
+        return ("chained comparisons (a < b < c) are not supported, as in DuckDB: combine the comparisons with AND "
+                "(18 <= age AND age < 65), or parenthesize the one to compare first")
+    if isinstance(sub, exp.Interval) and isinstance(sub.parent, (exp.Add, exp.Sub)):
+        if not post:
+            return None  # DATE/TIMESTAMP +/- INTERVAL: typed by the typer (Typer._shift_literal), else refused there
+        # over released values (a released DATE, or a GROUP BY key named in the SELECT list): rendered
+        # total by dpsql.postprocess (guarded_shift), so only its form is checked here
+        return None if interval_parts(sub) is not None else INTERVAL_FORM
     if isinstance(sub, exp.Anonymous):
         if str(sub.this).lower() in _ANON:
             return None
@@ -1681,13 +1709,30 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
         return None
     elif post and (isinstance(sub, _POST_STRUCTURAL) or type(sub) in _POST_FUNCS):
         return None
+    fix = _OFF_LIST_FIXES.get(type(sub))
     if isinstance(sub, exp.Func):
         name = str(sub.this).lower() if isinstance(sub, exp.Anonymous) else Typer._fname(sub)
+        fix = _OFF_LIST_FIXES.get(name, fix)
         if post:
             return (f"function {name}() is not on the allow-list of functions over released values "
-                    f"(outputs, HAVING, ORDER BY; {_DOCS})")
-        return f"function {name}() is not on the allow-list of functions with a total, bounded-cost evaluation ({_DOCS})"
-    return f"the expression {type(sub).__name__.upper()} is not on the allow-list ({_DOCS})"
+                    f"(outputs, HAVING, ORDER BY; {_DOCS})" + (f"; {fix}" if fix else ""))
+        return (f"function {name}() is not on the allow-list of functions with a total, bounded-cost evaluation ({_DOCS})"
+                + (f"; {fix}" if fix else ""))
+    return f"the expression {type(sub).__name__.upper()} is not on the allow-list ({_DOCS})" + (f"; {fix}" if fix else "")
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+_CLOCK_FIX = "a release must not depend on when it ran: write the date as a literal (DATE '2024-12-31')"
+_PATTERN_FIX = "match text with LIKE / ILIKE ('%' and '_'), starts_with, ends_with or contains"
+#: the fix for common functions and operators that are not on the allow-list (by name or node type)
+_OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
+    "current_date": _CLOCK_FIX, "current_timestamp": _CLOCK_FIX, "current_time": _CLOCK_FIX, "now": _CLOCK_FIX,
+    "get_current_timestamp": _CLOCK_FIX, "transaction_timestamp": _CLOCK_FIX,
+    "datediff": ("compare the column with a shifted literal instead: date_diff('day', d, DATE '2024-12-31') < 30 is "
+                 "d > DATE '2024-12-31' - INTERVAL 30 DAY"),
+    "regexp_like": _PATTERN_FIX, "regexp_matches": _PATTERN_FIX, "regexp_full_match": _PATTERN_FIX,
+    exp.SimilarTo: _PATTERN_FIX, exp.Glob: _PATTERN_FIX,
+}
 
 
 def allow_list_problems(node: exp.Expression, *, post: bool = False) -> list[tuple[exp.Expression, str]]:

@@ -1,0 +1,84 @@
+"""An output named by an earlier select-list alias (``COUNT(*) AS n, n / 3000.0 AS share``), as DuckDB
+allows: post-processing of the released value that alias names. A table column of that name wins
+(as in DuckDB), and an alias defined later in the list is not visible. With zero noise and caps
+that do not bind, the answers are plain DuckDB's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql import errors
+from dpsql.testing import use_noise, zero_noise
+
+
+def people() -> pa.Table:
+    n = 900
+    return pa.table({"uid": list(range(n)), "g": [["a", "b", "c"][i % 3] for i in range(n)],
+                     "amt": [float(i % 50) for i in range(n)], "n": [i % 4 for i in range(n)]})
+
+
+@pytest.fixture
+def s() -> Any:
+    sess = dpsql.Session(budget=dpsql.Budget(1000.0, 1e-2))
+    use_noise(sess, zero_noise())
+    sess.register("t", people(), privacy_unit="uid", max_groups_per_unit=1, max_rows_per_group=1,
+                  columns={"amt": {"bounds": (0, 50)}})
+    yield sess
+    sess.close()
+
+
+def plain(sql: str) -> list[tuple[Any, ...]]:
+    con = duckdb.connect()
+    con.register("t", people())
+    return sorted(con.sql(sql).fetchall())
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) AS k, k * 2 AS k2 FROM t",
+    "SELECT g, COUNT(*) AS k, k / 900.0 AS share FROM t GROUP BY g",
+    "SELECT g, SUM(amt) AS s, COUNT(*) AS k, s / k AS mean FROM t GROUP BY g",
+    "SELECT g AS grp, COUNT(*) AS k, grp || '!' AS label FROM t GROUP BY grp",
+    "SELECT g, COUNT(*) AS k, k * 2 AS k2 FROM t GROUP BY g HAVING k2 > 10 ORDER BY k2, g",
+    "SELECT g, COUNT(*) AS k, k * 2 AS k2 FROM t GROUP BY ALL",  # k2 is an aggregate's: no key
+    "SELECT g AS grp, grp || '!' AS label, COUNT(*) AS k FROM t GROUP BY ALL",
+])
+def test_an_earlier_alias_names_its_released_value(s: Any, sql: str) -> None:
+    got = sorted(tuple(r.values()) for r in s.query(sql, epsilon=5.0, delta=1e-5).to_pylist())
+    assert got == plain(sql)
+
+
+@pytest.mark.parametrize("sql,needle", [
+    ("SELECT COUNT(*) AS n, n * 2 AS n2 FROM t", "'n' outside an aggregate"),  # the column n, as in DuckDB
+    ("SELECT k * 2 AS k2, COUNT(*) AS k FROM t", "unknown column 'k'"),  # defined later
+])
+def test_a_column_wins_and_a_later_alias_is_not_visible(s: Any, sql: str, needle: str) -> None:
+    before, rows = s.remaining(), s.history().num_rows
+    with pytest.raises(errors.UnsupportedQueryError, match=needle):
+        s.query(sql, epsilon=1.0)
+    assert s.remaining() == before and s.history().num_rows == rows
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT g AS grp, COUNT(*) AS k FROM t WHERE grp <> 'a' GROUP BY grp",
+    "SELECT lower(g) || '-' AS lg, SUM(amt) AS s FROM t WHERE lg IN ('b-', 'c-') GROUP BY lg",
+    "SELECT amt * 2 > 70 AS big, COUNT(*) AS k FROM t WHERE big AND g = 'a' GROUP BY big",
+    "SELECT g AS n, COUNT(*) AS k FROM t WHERE n > 1 GROUP BY g",  # the column n wins, as in DuckDB
+])
+def test_where_may_name_a_select_alias_as_in_duckdb(s: Any, sql: str) -> None:
+    got = sorted(tuple(r.values()) for r in s.query(sql, epsilon=5.0, delta=1e-5).to_pylist())
+    assert got == plain(sql)
+
+
+@pytest.mark.parametrize("sql,needle", [
+    ("SELECT g, COUNT(*) AS k FROM t WHERE k > 1 GROUP BY g", "aggregates are not allowed in WHERE; use HAVING"),
+])
+def test_where_alias_refusals_are_free(s: Any, sql: str, needle: str) -> None:
+    before, rows = s.remaining(), s.history().num_rows
+    with pytest.raises(errors.UnsupportedQueryError, match=needle):
+        s.query(sql, epsilon=1.0)
+    assert s.remaining() == before and s.history().num_rows == rows
