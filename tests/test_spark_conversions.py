@@ -164,3 +164,24 @@ def test_arrow_timestamps_in_seconds_and_milliseconds_and_date64_register_as_on_
         pa.list_(pa.timestamp("s")))})
     with pytest.raises(ConfigError, match=r"(?s)column 'deep'.*pa\.timestamp\('us'\)"):
         spark.register_source("n", "arrow", nested, view="vn")
+
+
+TEXTS = ["İstanbul", "ΟΔΟΣ", "Σ", "ΣΑΣ ΣΑΣ", "ǅ", "ABC", "é", "", None]
+
+
+def test_lower_is_duckdbs_simple_case_mapping(engines: Any) -> None:
+    """DuckDB lowers 'İ' to 'i' and every 'Σ' to 'σ'; Spark (Java's full mapping) gave 'i̇' and a final 'ς'."""
+    duck, spark = engines
+    t = pa.table({"i": pa.array(range(len(TEXTS)), pa.int64()), "s": pa.array(TEXTS, pa.string())})
+    for b in (duck, spark):
+        b.register_source("x", "arrow", t, view="vx")
+    lowered = Typer({"i": "BIGINT", "s": "VARCHAR"}).t(sqlglot.parse_one("SELECT lower(s)", read="duckdb").expressions[0]).expr
+    q = exp.select("i", exp.alias_(lowered, "l")).from_("vx")
+    d, s = _rows(duck, q), _rows(spark, q)
+    assert d == s
+    assert [r["l"] for r in d][:4] == ["istanbul", "οδοσ", "σ", "σασ σασ"]
+    # negative control: Spark's own lower spells them otherwise
+    raw = exp.Lower(this=exp.column("s"))
+    raw.meta["dpsql_dialect"] = "spark"
+    native = [r["l"] for r in _rows(spark, exp.select("i", exp.alias_(raw, "l")).from_("vx"))]
+    assert native[0] == "i\u0307stanbul" and native[1] == "οδος"

@@ -628,6 +628,14 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         # Spark's TIMESTAMP_NTZ + INTERVAL 'n' MONTH / DAY / SECOND is DuckDB's (months clamp the day
         # to the month's end on both)
         return node
+    if isinstance(node, exp.Lower) and not node.meta.get(_LOWERED):
+        # DuckDB lowers by the simple case mapping ('İ' is 'i', 'Σ' is 'σ' everywhere); Java's full
+        # mapping, Spark's, makes 'İ' two code points ('i̇') and a word's final 'Σ' 'ς': those two
+        # letters are mapped first, so a released key or a filter is the same on both engines
+        node.meta[_LOWERED] = True
+        node.set("this", exp.Anonymous(this="translate", expressions=[
+            node.this, exp.Literal.string("\u0130\u03a3"), exp.Literal.string("i\u03c3")]))
+        return node
     if isinstance(node, exp.Max) and isinstance(node.this, exp.Column) and not node.expressions:
         # MAX of a bounded query's own integer column (caps advice: a person's most rows in one
         # group, a COUNT): the same value on both engines
