@@ -294,7 +294,9 @@ class SparkBackend:
                 raise
             except Exception as e:  # noqa: BLE001 - Spark's errors come in many classes; the text is withheld
                 failure = ConfigError(f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
-                                      hint="check that the path exists, is readable by Spark and is valid Parquet")
+                                      hint="check that the path exists, is readable by Spark and is valid Parquet"
+                                      if kind == "parquet" else "check the Arrow table's column types "
+                                      "(docs/spark.md, Sources), or use the DuckDB engine")
         if failure is not None:
             self.unregister_source(name, kind, view)
             raise failure
