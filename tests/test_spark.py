@@ -453,3 +453,26 @@ def test_no_value_in_the_whole_process_output(tmp_path: Path) -> None:
     assert "ERROR: " in proc.stdout and "withheld" in proc.stdout
     assert SENTINEL not in both  # nowhere in the whole process's output, before or after the control
     assert loud in both  # negative control: without dpsql's settings Spark does print the value
+
+
+def test_suggest_caps_is_the_same_on_duckdb_and_spark() -> None:
+    """Caps advice bins each person's contribution by comparisons against powers of two (exact on both
+    engines; Spark has no DuckDB-equivalent floor(log2(..)) on the allow-list): with zero noise the same
+    histograms and the same suggested caps, at each side of the powers of two."""
+    per = [1, 2, 3, 4, 7, 8, 15, 16, 1023, 1024, 1025]
+    uid = np.repeat(np.arange(len(per)), per)
+    t = pa.table({"u": pa.array(uid, pa.int64()), "g": pa.array([f"k{i % 3}" for i in range(len(uid))])})
+    out = []
+    for kind in ("duckdb", "spark"):
+        s = dpsql.Session(ledger=None, budget=dpsql.Budget(10.0, 1e-5), engine={"kind": kind})
+        try:
+            use_noise(s, zero_noise(3))
+            s.register("t", t, privacy_unit="u")
+            r = s.suggest_caps("t", epsilon=3.0, group_by="g", quantile=0.5)
+            out.append((r.table.to_pylist(), r.details["suggested"]))
+        finally:
+            s.close()
+    assert out[0] == out[1]
+    rows = [r["people"] for r in out[0][0] if r["contribution"] == "rows per person"]
+    # 1 | 2,3 | 4,7 | 8,15 | 16 | 1023 | 1024,1025
+    assert rows == [1, 2, 2, 2, 1, 0, 0, 0, 0, 1, 2] + [0] * 10

@@ -108,3 +108,24 @@ def test_duckdb_output_is_unchanged_by_the_spark_path() -> None:
     lower_for_spark(bounded_query(p, Caps(2, 2), salt="s", unit_column="user_id", ops=SparkOps()))
     assert a == render(bounded_query(p, Caps(2, 2), salt="s", unit_column="user_id"))
     assert "TRY_CAST" in a and "HASH(" in a
+
+
+@pytest.mark.parametrize("where,spelled", [
+    ("age % 7 = 1", "% CAST(7 AS BIGINT)"),
+    ("age % -3 = 1", "% CAST(-3 AS BIGINT)"),
+    ("left(url, 2) = 'ab'", "LEFT(LEFT(url, 1024), 2)"),
+    ("right(url, 3) = 'abc'", "RIGHT(LEFT(url, 1024), 3)"),
+])
+def test_literal_counts_and_divisors_are_kept(where: str, spelled: str) -> None:
+    """The typer spells a literal divisor as ``CAST(7 AS BIGINT)`` and a literal count as a clamped
+    ``LEAST(GREATEST(CAST(2 AS BIGINT), ..), ..)``: both are constants the lowering reads (they were
+    refused as "% on DOUBLE" and "a count that is not a positive literal")."""
+    sql = spark_sql(f"SELECT COUNT(*) FROM events WHERE {where}")
+    assert spelled.replace(" ", "").lower() in sql.replace(" ", "").replace("`", "").lower(), sql
+
+
+@pytest.mark.parametrize("where", ["amount % 7 = 1", "left(url, 0) = ''", "left(url, -2) = 'a'",
+                                   "right(url, age) = 'a'"])
+def test_other_divisors_and_counts_are_still_refused(where: str) -> None:
+    with pytest.raises(UnsupportedQueryError, match="Spark"):
+        spark_sql(f"SELECT COUNT(*) FROM events WHERE {where}")

@@ -97,3 +97,20 @@ def test_removing_one_person_moves_each_histogram_by_one_in_one_bin():
         rest = counts(t.filter(pa.array(t.column("u").to_numpy() != victim)))
         diff = full - rest
         assert (diff >= 0).all() and (diff.sum(axis=1) == 1).all() and (np.count_nonzero(diff, axis=1) == 1).all()
+
+
+def test_bins_are_exact_at_the_powers_of_two():
+    """Bin b holds [2^b, 2^(b+1)) exactly (comparisons, no floating-point log) and bin 20 is open above."""
+    per = [1, 2, 3, 4, 2**19 - 1, 2**19, 2**20 - 1, 2**20, 2**21 + 3]
+    uid = np.repeat(np.arange(len(per)), per)
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(10.0, 1e-5))
+    try:
+        use_noise(s, zero_noise())
+        s.register("t", pa.table({"u": pa.array(uid, pa.int64())}), privacy_unit="u")
+        got = s.suggest_caps("t", epsilon=1.0).table.column("people").to_pylist()
+    finally:
+        s.close()
+    want = [0] * 21
+    for v in per:
+        want[min(int(v).bit_length() - 1, 20)] += 1
+    assert got == want and got[18] == 1 and got[19] == 2 and got[20] == 2

@@ -149,6 +149,43 @@ def duckdb_type(spark_simple: str) -> str:
     return _SIMPLE.get(t, t.upper())
 
 
+def _micros_or_null(column: Any, t: pa.TimestampType) -> Any:
+    """A timestamp column in seconds or milliseconds as microseconds (time zone kept): exact inside
+    DuckDB reader's range (``TS_MIN_US`` .. ``TS_MAX_US``), NULL outside it, as DuckDB reads it."""
+    import pyarrow.compute as pc
+
+    f = 1_000_000 if t.unit == "s" else 1_000
+    lo, hi = -((-TS_MIN_US) // f), TS_MAX_US // f
+    v = column.cast(pa.int64())
+    inside = pc.and_(pc.greater_equal(v, lo), pc.less_equal(v, hi))
+    us = pc.multiply(pc.min_element_wise(pc.max_element_wise(v, lo), hi), f)  # clamped: cannot overflow
+    return pc.if_else(inside, us, pa.scalar(None, pa.int64())).cast(pa.timestamp("us", tz=t.tz))
+
+
+def _days_or_null(column: Any) -> Any:
+    """An Arrow ``date64`` column (milliseconds) as ``date32`` days, rounded down, NULL outside
+    ``DATE_MIN_DAY`` .. ``DATE_MAX_DAY`` (as DuckDB's reader: ``_duckdb_sources._arrow_plan``)."""
+    import pyarrow.compute as pc
+
+    day = 86_400_000
+    lo, hi = DATE_MIN_DAY * day, DATE_MAX_DAY * day + day - 1
+    v = column.cast(pa.int64())
+    inside = pc.and_(pc.greater_equal(v, lo), pc.less_equal(v, hi))
+    days = pc.add(pc.divide(pc.subtract(pc.min_element_wise(pc.max_element_wise(v, lo), hi), lo), day), DATE_MIN_DAY)
+    return pc.if_else(inside, days, pa.scalar(None, pa.int64())).cast(pa.int32()).cast(pa.date32())
+
+
+def _holds_unconverted(t: pa.DataType) -> bool:
+    """Whether a nested Arrow type holds a timestamp in seconds or milliseconds, or a date64."""
+    if pa.types.is_timestamp(t):
+        return t.unit in ("s", "ms")
+    if pa.types.is_date64(t):
+        return True
+    if pa.types.is_dictionary(t):
+        return _holds_unconverted(t.value_type)
+    return any(_holds_unconverted(t.field(i).type) for i in range(t.num_fields))
+
+
 def _quiet(spark: Any) -> None:
     """Spark's log output carries query text and values: off (see the module docstring)."""
     try:
@@ -247,7 +284,7 @@ class SparkBackend:
                 else:
                     if not isinstance(source, pa.Table):
                         raise ConfigError(f"table '{name}': an Arrow source must be a pyarrow.Table")
-                    raw = self._arrow_frame(source)
+                    raw = self._arrow_frame(name, source)
                 raw.createOrReplaceTempView(view + "_raw")
                 if not millis:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
@@ -258,7 +295,9 @@ class SparkBackend:
                 raise
             except Exception as e:  # noqa: BLE001 - Spark's errors come in many classes; the text is withheld
                 failure = ConfigError(f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
-                                      hint="check that the path exists, is readable by Spark and is valid Parquet")
+                                      hint="check that the path exists, is readable by Spark and is valid Parquet"
+                                      if kind == "parquet" else "check the Arrow table's column types "
+                                      "(docs/spark.md, Sources), or use the DuckDB engine")
         if failure is not None:
             self.unregister_source(name, kind, view)
             raise failure
@@ -268,10 +307,41 @@ class SparkBackend:
             raise ConfigError(f"table '{name}' has column names that differ only by case; dpsql needs them distinct")
         return schema
 
-    def _arrow_frame(self, table: pa.Table) -> Any:
-        """An Arrow table as a Spark DataFrame (timestamps without a time zone as TIMESTAMP_NTZ)."""
-        from pyspark.sql.pandas.types import from_arrow_schema
+    def _arrow_frame(self, name: str, table: pa.Table) -> Any:
+        """An Arrow table as a Spark DataFrame (timestamps without a time zone as TIMESTAMP_NTZ).
 
+        Spark converts timestamps in seconds or milliseconds to microseconds while building the
+        frame and raises on one value beyond +-2^63 microseconds, and has no Arrow ``date64``: such
+        top-level columns are converted here first, as DuckDB's reader converts them (NULL outside
+        290000 BC .. 294000, :func:`_micros_or_null`, :func:`_days_or_null`). Inside a nested
+        column, and for a type Spark cannot read, a ConfigError names the column and the fix (a
+        property of the schema, never of a value)."""
+        from pyspark.sql.pandas.types import from_arrow_schema, from_arrow_type
+
+        columns = []
+        for field, column in zip(table.schema, table.columns, strict=True):
+            t = field.type
+            if pa.types.is_timestamp(t) and t.unit in ("s", "ms"):
+                column = _micros_or_null(column, t)
+            elif pa.types.is_date64(t):
+                column = _days_or_null(column)
+            elif _holds_unconverted(t):
+                raise ConfigError(f"table '{name}': column '{field.name}' holds timestamps in seconds or milliseconds "
+                                  f"or date64 values inside a nested type ({t}), which the Spark engine cannot read "
+                                  "totally",
+                                  hint="cast them to pa.timestamp('us') and pa.date32() before registering, "
+                                       "or use the DuckDB engine")
+            else:
+                try:
+                    from_arrow_type(t, prefer_timestamp_ntz=True)
+                except Exception:  # noqa: BLE001 - pyspark raises several classes for an unknown type
+                    raise ConfigError(f"table '{name}': column '{field.name}' has the Arrow type {t}, which the "
+                                      "Spark engine cannot read",
+                                      hint="convert it to a supported type (numbers, text, binary, date32, "
+                                           "timestamps, lists, structs) or leave it out, or use the DuckDB engine") \
+                        from None
+            columns.append(column)
+        table = pa.Table.from_arrays(columns, names=table.schema.names)
         schema = from_arrow_schema(table.schema, prefer_timestamp_ntz=True)
         if table.num_rows == 0:
             return self._spark.createDataFrame([], schema)

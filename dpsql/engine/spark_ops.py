@@ -63,7 +63,7 @@ from sqlglot import exp
 from dpsql.engine.base import literal_text, power_of_two_factors
 from dpsql.engine.portable import portable_hash, portable_uniform, spark_text_as_duckdb
 from dpsql.errors import UnsupportedQueryError
-from dpsql.plan.typer import NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
+from dpsql.plan.typer import CAST_FROM, NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
 from dpsql.rewrite.render import DIALECT_MARK
 
 SPARK = "spark"
@@ -436,6 +436,31 @@ def _positive_int_literal(e: exp.Expression | None) -> bool:
         and int(str(e.this)) >= 1
 
 
+_INT_TYPES = ("TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT")
+
+
+def _constant_int(e: exp.Expression | None) -> int | None:
+    """The value of an integer expression built from literals only (integer literals, casts to
+    integer types, unary minus, parentheses, GREATEST/LEAST: the typer's spelling of a literal
+    count or divisor), else None."""
+    if isinstance(e, exp.Paren):
+        return _constant_int(e.this)
+    if isinstance(e, exp.Literal) and not e.is_string:
+        return int(str(e.this)) if re.fullmatch(r"-?\d+", str(e.this)) else None
+    if isinstance(e, exp.Neg):
+        v = _constant_int(e.this)
+        return None if v is None else -v
+    if isinstance(e, (exp.Cast, exp.TryCast)) and isinstance(e.args.get("to"), exp.DataType) \
+            and e.args["to"].sql(dialect=SPARK).upper() in _INT_TYPES:
+        return _constant_int(e.this)
+    if isinstance(e, (exp.Greatest, exp.Least)):
+        vals = [_constant_int(x) for x in [e.this, *e.expressions]]
+        if any(v is None for v in vals):
+            return None
+        return max(vals) if isinstance(e, exp.Greatest) else min(vals)  # type: ignore[type-var]
+    return None
+
+
 def _outputs(select: exp.Expression) -> list[str] | None:
     """The output column names of a subquery's SELECT, if known from the AST alone."""
     if isinstance(select, exp.Subquery):
@@ -501,6 +526,9 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
                                if isinstance(node, exp.TryCast) else exp.Cast(this=node.this, to=spark_type(_duck_name(to))))
         new.meta[DIALECT_MARK] = SPARK
         new.meta[_LOWERED] = True
+        rounded = _rounded_conversion(node, new)
+        if rounded is not None:
+            return rounded
         if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR):
             # a DATE or TIMESTAMP as text: DuckDB's spelling outside years 1 .. 9999 (a released key)
             return _built(spark_text_as_duckdb(_arg(node.this.copy()), _arg(new)))
@@ -516,6 +544,10 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
     if isinstance(node, exp.Mod):
         if isinstance(node.expression, exp.Nullif):
             return node
+        if _constant_int(node.expression) not in (None, 0, -1):
+            # the typer's integer remainder by a literal other than 0 and -1: it cannot fail, and
+            # Spark's sign convention is DuckDB's (the dividend's)
+            return node
         raise _refuse(node, "% on DOUBLE")
     if isinstance(node, exp.Collate):
         coll = node.expression
@@ -530,6 +562,12 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         return node
     if isinstance(node, (exp.Left, exp.Right)):
         if _positive_int_literal(node.expression):
+            return node
+        count = _constant_int(node.expression)
+        if count is not None and count >= 1:
+            # the typer clamps the count (LEAST(GREATEST(CAST(n AS BIGINT), ..), ..)); Spark's left/right
+            # take an INT: the folded literal
+            node.set("expression", exp.Literal.number(count))
             return node
         raise _refuse(node, f"{type(node).__name__.lower()}() with a count that is not a positive literal")
     if isinstance(node, exp.Substring):
@@ -590,9 +628,59 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         # Spark's TIMESTAMP_NTZ + INTERVAL 'n' MONTH / DAY / SECOND is DuckDB's (months clamp the day
         # to the month's end on both)
         return node
+    if isinstance(node, exp.Lower) and not node.meta.get(_LOWERED):
+        # DuckDB lowers by the simple case mapping ('İ' is 'i', 'Σ' is 'σ' everywhere); Java's full
+        # mapping, Spark's, makes 'İ' two code points ('i̇') and a word's final 'Σ' 'ς': those two
+        # letters are mapped first, so a released key or a filter is the same on both engines
+        node.meta[_LOWERED] = True
+        node.set("this", exp.Anonymous(this="translate", expressions=[
+            node.this, exp.Literal.string("\u0130\u03a3"), exp.Literal.string("i\u03c3")]))
+        return node
+    if isinstance(node, exp.Max) and isinstance(node.this, exp.Column) and not node.expressions:
+        # MAX of a bounded query's own integer column (caps advice: a person's most rows in one
+        # group, a COUNT): the same value on both engines
+        return node
     if isinstance(node, _SAME):
         return node
     raise _refuse(node)
+
+
+_FLOATS = ("DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8")
+_TO_INTEGER = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "INT128")
+
+
+def _rounded_conversion(node: exp.Expression, new: exp.Expression) -> exp.Expression | None:
+    """The typer's conversion of a DOUBLE or DECIMAL value (``CAST_FROM``) to an integer type, or of
+    a DOUBLE to FLOAT, with DuckDB's result, or None for any other conversion.
+
+    DuckDB rounds a DOUBLE to the nearest integer, ties to even (``TRY_CAST(2.5 AS INT)`` is 2, of
+    1.5 is 2), and a DECIMAL to the nearest, ties away from zero (2.5 is 3); Spark truncates both
+    (1). So the operand is first Spark's ``bround(x, 0)`` (ties to even) or ``round(x, 0)`` (ties away
+    from zero, DECIMAL(p - s + 1, 0): it cannot overflow), a whole number that then converts exactly
+    or is out of range (NULL under TRY_CAST; the typer's other conversions are total). Spark's
+    range test of a DOUBLE against BIGINT reads 2^63 as in range and saturates it to 2^63 - 1, where
+    DuckDB's is NULL: that one value is NULL here too. A finite DOUBLE beyond FLOAT's range is
+    NULL on DuckDB and infinite on Spark: NULL here too."""
+    src = str(node.meta.get(CAST_FROM) or "").upper()
+    to = _duck_name(node.args["to"]).upper() if isinstance(node.args.get("to"), exp.DataType) else ""
+    x = new.this
+    if src in _FLOATS and to in _TO_INTEGER:
+        new.set("this", exp.Anonymous(this="bround", expressions=[x, exp.Literal.number(0)]))
+        if to == "BIGINT":
+            beyond = exp.GTE(this=x.copy(), expression=_double(2.0**63))
+            return exp.Case(ifs=[exp.If(this=beyond, true=exp.Cast(this=exp.Null(), to=spark_type("BIGINT")))],
+                            default=new)
+        return new
+    m = re.fullmatch(r"DECIMAL\((\d+),\s*(\d+)\)", src.replace(" ", ""))
+    if m and int(m.group(2)) > 0 and to in _TO_INTEGER:
+        new.set("this", exp.Anonymous(this="round", expressions=[x, exp.Literal.number(0)]))
+        return new
+    if src in _FLOATS and to in ("FLOAT", "REAL", "FLOAT4"):
+        inf = _double(math.inf)
+        overflow = exp.And(this=exp.EQ(this=exp.Abs(this=new.copy()), expression=inf),
+                           expression=exp.NEQ(this=exp.Abs(this=x.copy()), expression=inf.copy()))
+        return exp.Case(ifs=[exp.If(this=overflow, true=exp.Cast(this=exp.Null(), to=spark_type("FLOAT")))], default=new)
+    return None
 
 
 def _decimal_sign_lowered(node: exp.Expression) -> exp.Expression | None:

@@ -10,7 +10,7 @@ Privacy claim
 -------------
 Neighbouring relation: add or remove one person with all of their rows. Each histogram counts
 people by one number per person (their rows; with ``group_by``: their groups, and their most rows
-in one group) put in bin ``min(floor(log2(value)), 20)``: one person is in exactly one bin of
+in one group) put in bin ``min(floor(log2(value)), 20)`` (computed exactly, by comparisons with powers of two): one person is in exactly one bin of
 each histogram, so each histogram has L1 sensitivity 1. Every bin is released through Mironov's
 snapping mechanism (``dpsql.noise`` section 2) calibrated with ``snapping_calibration(1, eps_h)``,
 whose proven loss for the one changed bin is at most eps_h; the h histograms split epsilon
@@ -92,8 +92,11 @@ class ContributionProfile:
         not_null = exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))
 
         def binned(value: exp.Expression) -> exp.Expression:
-            b = exp.Cast(this=exp.Floor(this=exp.func("log2", value)), to=exp.DataType.build("BIGINT"))
-            return exp.func("least", b, exp.Literal.number(MAX_BIN))
+            # min(floor(log2 v), MAX_BIN) by comparisons with powers of two: exact for every count,
+            # and the same SQL on every engine (no floating-point log, which Spark's lowering refuses)
+            ifs = [exp.If(this=exp.GTE(this=value.copy(), expression=exp.Literal.number(2**b)),
+                          true=exp.Literal.number(b)) for b in range(MAX_BIN, 0, -1)]
+            return exp.Case(ifs=ifs, default=exp.Literal.number(0))
 
         def hist(what: str, per_unit: exp.Expression) -> exp.Expression:
             return (exp.select(exp.alias_(exp.Literal.string(what), "what"), exp.alias_(binned(exp.column("v")), "bin"),

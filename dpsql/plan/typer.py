@@ -571,7 +571,9 @@ class Typer:
             # through TIMESTAMP: TRY_CAST(TIMESTAMP_S AS VARCHAR) beyond TIMESTAMP's range raises
             # an internal error in DuckDB; an instant beyond it is NULL
             return _cast(_cast(r.expr, TIMESTAMP), target)
-        return _cast(r.expr, target)
+        out = _cast(r.expr, target)
+        out.meta[CAST_FROM] = src.name
+        return out
 
     def _literal_as(self, r: Typed, target: SqlType, node: exp.Expression) -> Any:
         """The Python value of literal ``r`` in type ``target``, or refuse (free, at analysis)."""
@@ -1411,6 +1413,11 @@ def _numeric_tag(e: E, t: SqlType) -> E:
     e.meta[NUMERIC_ARG] = t.name
     return e
 
+
+#: meta key on the typer's conversion of a value: the type name (DuckDB's) it converts from, for
+#: backends whose conversions round differently (``dpsql.engine.spark_ops``: DuckDB rounds a DOUBLE
+#: to the nearest integer, ties to even, and a DECIMAL to the nearest, ties away from zero)
+CAST_FROM = "dpsql_cast_from"
 
 #: meta key on a typed date function: the kind of its argument ("date" or "timestamp"), for
 #: backends that spell date functions differently by argument type (``dpsql.engine.spark_ops``)
