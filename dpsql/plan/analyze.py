@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from sqlglot import exp
 
@@ -198,6 +198,16 @@ def _agg_name(node: exp.Expression, sql: str) -> str:
     return (written_name(node, sql, rendered=rendered) or rendered.split("(", 1)[0] or func_name(node)).upper()
 
 
+def _ancestors(c: exp.Expression, root: exp.Expression) -> Iterator[exp.Expression]:
+    """The nodes from ``c``'s parent up to ``root`` (included), innermost first."""
+    p = c.parent
+    while p is not None:
+        yield p
+        if p is root:
+            return
+        p = p.parent
+
+
 def _in_subquery(c: exp.Expression, root: exp.Expression) -> bool:
     """Whether ``c`` lies in a SELECT nested inside ``root`` (e.g. ``WHERE x IN (SELECT ...)``)."""
     if c is root:
@@ -277,7 +287,15 @@ class _Builder:
             if qual and (qual not in self._table_names or (db and db != self._qualifier)):
                 self.bad(c, f"{where} refers to unknown table or alias '{(db + '.') if db else ''}{c.table}'")
                 continue
-            if not qual and name in aliases:
+            if not qual and name in aliases and (not self.table.schema or name not in self.table.schema):
+                agg = next((a for a in _ancestors(c, node) if is_aggregate(a)), None)
+                if agg is None:
+                    continue
+                # an aggregate reads the table's rows, not the outputs: an alias there (of an aggregate: a
+                # nested aggregate; of a key) names no column, and its value would be released as NULL
+                self.bad(c, f"{where}: the select-list alias '{c.name}' cannot be named inside an aggregate "
+                            f"({_agg_name(agg, self.sql)}): an aggregate reads the table's columns (hint: write "
+                            "the aliased expression of columns there; an aggregate of an aggregate is not supported)")
                 continue
             if self.table.schema and name not in self.table.schema:
                 if where != "WHERE" and is_bin_column(name, self.table):
