@@ -664,6 +664,8 @@ def _rounded_conversion(node: exp.Expression, new: exp.Expression) -> exp.Expres
     src = str(node.meta.get(CAST_FROM) or "").upper()
     to = _duck_name(node.args["to"]).upper() if isinstance(node.args.get("to"), exp.DataType) else ""
     x = new.this
+    if src in ("DOUBLE", "FLOAT8") and to in ("HUGEINT", "INT128"):
+        return _double_to_decimal(_arg(x), 38, 0, "bround")  # exactly, not through Spark's decimal text
     if src in _FLOATS and to in _TO_INTEGER:
         new.set("this", exp.Anonymous(this="bround", expressions=[x, exp.Literal.number(0)]))
         if to == "BIGINT":
@@ -675,12 +677,59 @@ def _rounded_conversion(node: exp.Expression, new: exp.Expression) -> exp.Expres
     if m and int(m.group(2)) > 0 and to in _TO_INTEGER:
         new.set("this", exp.Anonymous(this="round", expressions=[x, exp.Literal.number(0)]))
         return new
+    md = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", to.replace(" ", ""))
+    if src in ("DOUBLE", "FLOAT8") and md:
+        return _double_to_decimal(_arg(x), int(md.group(1)), int(md.group(2)))
     if src in _FLOATS and to in ("FLOAT", "REAL", "FLOAT4"):
         inf = _double(math.inf)
         overflow = exp.And(this=exp.EQ(this=exp.Abs(this=new.copy()), expression=inf),
                            expression=exp.NEQ(this=exp.Abs(this=x.copy()), expression=inf.copy()))
         return exp.Case(ifs=[exp.If(this=overflow, true=exp.Cast(this=exp.Null(), to=spark_type("FLOAT")))], default=new)
     return None
+
+
+def _double_to_decimal(x: exp.Expression, p: int, s: int, rounding: str = "round") -> exp.Expression:
+    """``TRY_CAST(x AS DECIMAL(p, s))`` of a DOUBLE ``x`` with DuckDB's result: ``v = round(x * 1e<s>)``
+    (the product in DOUBLE, the rounding to the nearest, ties away from zero), NULL unless ``|v| <
+    1e<p>``, else exactly ``v / 10^s``. Spark converts a DOUBLE to DECIMAL through its shortest decimal
+    text instead (HALF_UP of '1.005' is 1.01, DuckDB's 1.005 * 100 is 100.49999999999999, so 1.00;
+    CAST(2^63 AS DECIMAL(38,0)) was 9223372036854776000): a released key differed between the engines.
+    Spark's round of a DOUBLE is HALF_UP of that text, which is ties-away of the value itself (a text
+    ending in '.5' is the value). The whole ``v`` (below 10^38) reaches DECIMAL exactly through BIGINT
+    parts (a whole DOUBLE below 2^63 converts exactly), none of which can overflow (ANSI mode).
+    ``rounding="bround"`` (ties to even): DuckDB's conversion of a DOUBLE to HUGEINT (DECIMAL(38,0) here)."""
+
+    def dbl(v: float) -> exp.Expression:
+        return _double(v)
+
+    def dec(e: exp.Expression, prec: int = 38, scale: int = 0) -> exp.Expression:
+        return exp.Cast(this=e, to=exp.DataType.build(f"DECIMAL({prec},{scale})", dialect=SPARK))
+
+    def bigint(e: exp.Expression) -> exp.Expression:
+        return exp.Cast(this=e, to=exp.DataType.build("BIGINT", dialect=SPARK))
+
+    limit = float(f"1e{p}")
+    scaled = exp.Mul(this=exp.Paren(this=x.copy()), expression=dbl(float(f"1e{s}")))
+    # finite and not far beyond the range (round of an infinity or NaN raises on Spark): rounded
+    v = exp.Paren(this=exp.Case(ifs=[exp.If(this=exp.LT(this=exp.Abs(this=scaled.copy()), expression=dbl(2 * limit)),
+                                           true=exp.Anonymous(this=rounding, expressions=[scaled, exp.Literal.number(0)]))]))
+    if p <= 18:
+        whole = dec(bigint(v.copy()))
+    else:
+        two64, two32 = 2.0**64, 2.0**32
+        hi = bigint(exp.Div(this=v.copy(), expression=dbl(two64)))
+        rest = exp.Paren(this=exp.Sub(this=v.copy(), expression=exp.Mul(this=exp.Cast(this=hi.copy(), to=exp.DataType.build("DOUBLE")),
+                                                                      expression=dbl(two64))))
+        mid = bigint(exp.Div(this=rest.copy(), expression=dbl(two32)))
+        low = bigint(exp.Sub(this=rest.copy(), expression=exp.Mul(this=exp.Cast(this=mid.copy(), to=exp.DataType.build("DOUBLE")),
+                                                                  expression=dbl(two32))))
+        whole = exp.Add(this=exp.Add(this=exp.Mul(this=dec(hi, 20), expression=dec(exp.Literal.string(str(2**64)), 20)),
+                                     expression=exp.Mul(this=dec(mid, 20), expression=dec(exp.Literal.string(str(2**32)), 20))),
+                        expression=dec(low, 20))
+    shifted = whole if s == 0 else exp.Mul(this=exp.Paren(this=whole),
+                                           expression=dec(exp.Literal.string("0." + "0" * (s - 1) + "1"), 38, s))
+    inside = exp.LT(this=exp.Abs(this=v.copy()), expression=dbl(limit))
+    return _built(exp.Case(ifs=[exp.If(this=inside, true=dec(shifted, p, s))]))
 
 
 def _decimal_sign_lowered(node: exp.Expression) -> exp.Expression | None:
