@@ -111,7 +111,7 @@ def test_numbers_convert_to_integers_as_on_duckdb(engines: Any) -> None:
 
 DECIMAL_CASTS = ["CAST(d AS DECIMAL(10,2))", "CAST(d / 2 + 0.755 AS DECIMAL(10,2))", "CAST(d / 1000 AS DECIMAL(30,20))",
                  "CAST(d AS DECIMAL(38,0))", "CAST(d AS DECIMAL(38,2))", "CAST(d AS HUGEINT)", "CAST(d / 3 AS DECIMAL(18,17))",
-                 "CAST(d * 1e17 AS DECIMAL(38,0))"]
+                 "CAST(d * 1e17 AS DECIMAL(38,0))", "CAST(f AS HUGEINT)", "CAST(f AS DECIMAL(38,0))", "CAST(f AS DECIMAL(12,2))"]
 
 
 def test_doubles_convert_to_decimals_digit_for_digit_as_on_duckdb(engines: Any) -> None:

@@ -664,7 +664,8 @@ def _rounded_conversion(node: exp.Expression, new: exp.Expression) -> exp.Expres
     src = str(node.meta.get(CAST_FROM) or "").upper()
     to = _duck_name(node.args["to"]).upper() if isinstance(node.args.get("to"), exp.DataType) else ""
     x = new.this
-    if src in ("DOUBLE", "FLOAT8") and to in ("HUGEINT", "INT128"):
+    # (a FLOAT: whole numbers only, which it and its DOUBLE are alike; its fractions are Spark's already)
+    if src in _FLOATS and to in ("HUGEINT", "INT128"):
         return _double_to_decimal(_arg(x), 38, 0, "bround")  # exactly, not through Spark's decimal text
     if src in _FLOATS and to in _TO_INTEGER:
         new.set("this", exp.Anonymous(this="bround", expressions=[x, exp.Literal.number(0)]))
@@ -678,7 +679,7 @@ def _rounded_conversion(node: exp.Expression, new: exp.Expression) -> exp.Expres
         new.set("this", exp.Anonymous(this="round", expressions=[x, exp.Literal.number(0)]))
         return new
     md = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", to.replace(" ", ""))
-    if src in ("DOUBLE", "FLOAT8") and md:
+    if md and (src in ("DOUBLE", "FLOAT8") or (src in _FLOATS and md.group(2) == "0")):
         return _double_to_decimal(_arg(x), int(md.group(1)), int(md.group(2)))
     if src in _FLOATS and to in ("FLOAT", "REAL", "FLOAT4"):
         inf = _double(math.inf)
