@@ -9,28 +9,20 @@ shared by the whole module. Skipped (with the reason) without pyspark/Java.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _spark import require_spark
 
 import dpsql
 from dpsql.errors import ConfigError, DPSQLError, ExecutionError
 from dpsql.testing import use_noise, zero_noise
 
-_WHY = ("the Spark engine needs the 'spark' extra: pip install 'dpsql[spark]'"
-        if importlib.util.find_spec("pyspark") is None else
-        "the Spark engine needs Java 17 on the PATH" if shutil.which("java") is None else None)
-if _WHY is not None:
-    if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
-        raise RuntimeError(_WHY + " (DPSQL_REQUIRE_EXTRAS=1: these tests must run here)")
-    pytest.skip(_WHY, allow_module_level=True)
+require_spark()
 
 SENTINEL = "zq-sentinel-4417"
 N = 60  # people in every table: enough for a key held by all of them to pass the threshold

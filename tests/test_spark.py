@@ -17,9 +17,6 @@ text or log line with a value reaches the caller. Skipped (with the reason) with
 from __future__ import annotations
 
 import copy
-import importlib.util
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _spark import require_spark
 from sqlglot import exp
 
 import dpsql
@@ -34,13 +32,7 @@ from dpsql.engine import EngineSettings
 from dpsql.errors import ConfigError, ExecutionError, UnsupportedQueryError
 from dpsql.testing import use_noise, zero_noise
 
-_WHY = ("the Spark engine needs the 'spark' extra: pip install 'dpsql[spark]'"
-        if importlib.util.find_spec("pyspark") is None else
-        "the Spark engine needs Java 17 on the PATH" if shutil.which("java") is None else None)
-if _WHY is not None:
-    if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
-        raise RuntimeError(_WHY + " (DPSQL_REQUIRE_EXTRAS=1: these tests must run here)")
-    pytest.skip(_WHY, allow_module_level=True)
+require_spark()
 
 SENTINEL = "zq-sentinel-7731"
 

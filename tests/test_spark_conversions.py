@@ -14,14 +14,12 @@ Skipped (with the reason) without pyspark/Java.
 from __future__ import annotations
 
 import decimal
-import importlib.util
-import os
-import shutil
 from typing import Any
 
 import pyarrow as pa
 import pytest
 import sqlglot
+from _spark import require_spark
 from sqlglot import exp
 
 import dpsql
@@ -30,13 +28,7 @@ from dpsql.errors import ConfigError
 from dpsql.plan.typer import Typer
 from dpsql.testing import use_noise, zero_noise
 
-_WHY = ("the Spark engine needs the 'spark' extra: pip install 'dpsql[spark]'"
-        if importlib.util.find_spec("pyspark") is None else
-        "the Spark engine needs Java 17 on the PATH" if shutil.which("java") is None else None)
-if _WHY is not None:
-    if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
-        raise RuntimeError(_WHY + " (DPSQL_REQUIRE_EXTRAS=1: these tests must run here)")
-    pytest.skip(_WHY, allow_module_level=True)
+require_spark()
 
 D = decimal.Decimal
 DOUBLES = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4999999, 127.5, -128.5, 32767.5, 2147483646.5, 2147483647.5,

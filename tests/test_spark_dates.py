@@ -10,15 +10,13 @@ free. Skipped (with the reason) without pyspark/Java.
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
-import os
-import shutil
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 import sqlglot
+from _spark import require_spark
 from sqlglot import exp
 
 import dpsql
@@ -27,13 +25,7 @@ from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.typer import Typer
 from dpsql.testing import use_noise, zero_noise
 
-_WHY = ("the Spark engine needs the 'spark' extra: pip install 'dpsql[spark]'"
-        if importlib.util.find_spec("pyspark") is None else
-        "the Spark engine needs Java 17 on the PATH" if shutil.which("java") is None else None)
-if _WHY is not None:
-    if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
-        raise RuntimeError(_WHY + " (DPSQL_REQUIRE_EXTRAS=1: these tests must run here)")
-    pytest.skip(_WHY, allow_module_level=True)
+require_spark()
 
 DAYS = [0, -1, 19782, 18627, 18630, 18631, 18260, 18992, 20088, -719162, -719163, -719528, -740000, 2932896, 11016,
         -100000000, 2**31 - 1, -(2**31 - 1), -106639487, -106639488, 106661767, 106661768, None]

@@ -17,9 +17,6 @@ so these comparisons can fail. Skipped (with the reason) without pyspark/Java.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 from fractions import Fraction
 from typing import Any
 
@@ -27,19 +24,14 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from _spark import require_spark
 
 import dpsql
 from dpsql.mechanisms.s4s_vector import clipped_totals
 from dpsql.rewrite.joins import parts_of
 from dpsql.testing import use_noise, zero_noise
 
-_WHY = ("the Spark engine needs the 'spark' extra: pip install 'dpsql[spark]'"
-        if importlib.util.find_spec("pyspark") is None else
-        "the Spark engine needs Java 17 on the PATH" if shutil.which("java") is None else None)
-if _WHY is not None:
-    if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
-        raise RuntimeError(_WHY + " (DPSQL_REQUIRE_EXTRAS=1: these tests must run here)")
-    pytest.skip(_WHY, allow_module_level=True)
+require_spark()
 
 CHAIN = ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
          "JOIN lineitem l ON o.o_orderkey = l.l_orderkey")
