@@ -227,9 +227,9 @@ def finish_release(
                 avg = np.where(n >= 1, mid + s / np.maximum(n, 1), np.nan)
             avg = np.clip(avg, lo, hi)
             # a power of ten at most a thousandth of the width (default_granularity of a hundredth), or the
-            # column's declared granularity if finer: the
-            # declared grid is that of the values and their sums, not of their mean (the mean of whole ages
-            # is not a whole number; rounding it there lost up to half a year, the same way on every run)
+            # column's declared granularity if finer: the declared grid is that of the values and their
+            # sums, not of their mean (the mean of whole ages is not a whole number; rounding it there lost
+            # up to half a year, the same way on every run)
             g = default_granularity((hi - lo) / 100.0)
             declared = plan.table.column(a.column or "").granularity
             if declared:
