@@ -58,7 +58,7 @@ L1 sensitivity k ‖A‖₁ <= k).
   (:func:`stage1_float_calibration`) keeps stage 1 epsilon1-DP. A cost above B1 is clamped (only
   bad buckets are that expensive). :func:`dawa_precheck` refuses unrepresentable parameters
   before any charge.
-* Sequential composition (§2.5): epsilon1 + epsilon2 = epsilon. Least squares, uniform
+* Sequential composition (§2.5): epsilon1 + epsilon2 <= epsilon as exact numbers (epsilon2 is rounded down). Least squares, uniform
   expansion, answering later ranges, coarsening and serialisation are post-processing.
 * With ``partition=`` a public, data-independent partition replaces stage 1 and all of epsilon
   goes to stage 2.
@@ -114,8 +114,10 @@ back; rectangles are answered by 2-D prefix sums.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -331,7 +333,12 @@ def _check_epsilon(epsilon: float, ratio: float, staged: bool) -> tuple[float, f
             f"ratio (the share of epsilon spent on the partition) must be in (0, 1), got {ratio!r}"
         )
     eps1 = r * eps
-    return eps, eps1, eps - eps1
+    eps2 = eps - eps1
+    # sequential composition needs eps1 + eps2 <= eps exactly: the rounded difference can exceed it
+    # by half an ulp, so eps2 steps down to the largest float that keeps the exact sum within eps
+    while Fraction(eps1) + Fraction(eps2) > Fraction(eps):
+        eps2 = math.nextafter(eps2, 0.0)
+    return eps, eps1, eps2
 
 
 def dawa(
