@@ -130,6 +130,18 @@ class Budget:
         return f"(epsilon={self.epsilon:g}, delta={self.delta:g})"
 
 
+def share_of(total: float, parts: float) -> float:
+    """One of ``parts`` equal shares of ``total`` (an epsilon or a delta split for basic composition):
+    the largest float x with parts * x <= total as exact numbers. ``total / parts`` rounded to nearest
+    can exceed the exact share by half an ulp, so the shares would add up to more than ``total``."""
+    n = Fraction(parts)
+    t = Fraction(total)
+    x = float(total) / float(parts)
+    while x > 0 and n * Fraction(x) > t:
+        x = math.nextafter(x, 0.0)
+    return x
+
+
 def _float_at_most(q: Fraction) -> float:
     """The largest float whose decimal under the rounding rule is <= ``q`` (``q`` >= 0)."""
     f = float(q)

@@ -70,3 +70,25 @@ def test_the_ledgers_fast_path_builds_the_same_budgets_and_leaves_invalid_values
     for e, d in [(math.nan, 0.0), (math.inf, 0.0), (0.1, 1.0), (0.1, math.nan), (-1e-300, 0.0), (0.1, -5e-324),
                  (1, 0.0), ("0.1", 0.0), (None, 0.0)]:
         assert _plain_budget(e, d) is None
+
+
+def test_equal_shares_never_add_up_to_more_than_the_whole() -> None:
+    """share_of(total, n): n equal shares of an epsilon or delta (basic composition over runs, coordinates
+    or aggregates) add up to at most total as exact numbers, and lose at most one ulp each. The negative
+    control: total / n rounded to nearest overspends for some splits (1.0 / 10 is one)."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    from dpsql.budget import share_of
+
+    assert 10 * Fraction(1.0 / 10) > 1  # the naive share overspends (the float 0.1 is above 1/10)
+    over = 0
+    rng = np.random.default_rng(20261202)
+    for total in [1.0, 0.1, 1e-5, 3.0, *rng.uniform(1e-3, 10.0, 500), *(10.0 ** rng.uniform(-12, -4, 200))]:
+        for n in (1, 2, 3, 5, 7, 10, 12, 49, 1000, 2.0, 6.0):
+            x = share_of(float(total), n)
+            over += Fraction(n) * Fraction(float(total) / n) > Fraction(float(total))
+            assert 0 < x and Fraction(n) * Fraction(x) <= Fraction(float(total))
+            assert Fraction(n) * Fraction(np.nextafter(x, np.inf)) > Fraction(float(total)) or n == 1
+    assert over > 100  # the control: rounding to nearest overspent in many of these splits

@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpsql.accounting import gaussian_sigma
-from dpsql.budget import Budget
+from dpsql.budget import Budget, share_of
 from dpsql.errors import ConfigError, PolicyError
 from dpsql.mechanisms.base import MechanismName, Released, Request
 from dpsql.mechanisms.common import (
@@ -105,7 +105,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
         params["fp_delta"] = fp
         cost_delta = delta + fp
     else:
-        eps_c = epsilon / (c_eff * m)
+        eps_c = share_of(epsilon, c_eff * m)
         proven = 0.0
         for c in cols:
             lam, grid, bound = snapping_calibration(

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.budget import Budget
+from dpsql.budget import Budget, share_of
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
@@ -71,7 +71,7 @@ class ContributionProfile:
         group_by = request.options.get("group_by")
         quantile = float(request.options.get("quantile", 0.9))
         h = 3 if group_by else 1
-        snap = snapping_calibration(1.0, request.epsilon / h, integer=True, what="the contribution histogram")
+        snap = snapping_calibration(1.0, share_of(request.epsilon, h), integer=True, what="the contribution histogram")
         return ProfileCalibration(request.table, request.unit, group_by, quantile, request.epsilon, snap)
 
     def describe(self, cal: ProfileCalibration) -> Description:

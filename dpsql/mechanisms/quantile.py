@@ -103,7 +103,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.budget import Budget
+from dpsql.budget import Budget, share_of
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request, fmt_cap, lowered_cap
@@ -422,7 +422,7 @@ class QuantileMechanism:
             )
         groups = domain_size(plan) if plan.keys else 1
         cal.groups_per_unit = float(min(caps.groups_bound, groups)) if plan.keys else 1.0
-        cal.eps_run = request.epsilon / (cal.groups_per_unit * len(aggs))
+        cal.eps_run = share_of(request.epsilon, cal.groups_per_unit * len(aggs))
         for a in aggs:
             grid = value_grid(plan, a)
             _, _, weight = coefficients(a)

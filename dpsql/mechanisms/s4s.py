@@ -159,6 +159,7 @@ from dpsql.accounting import (
     s4s_rdp_prime,
 )
 from dpsql.accounting.s4s import DEFAULT_TAU_BASE, s4s_grid_size, s4s_tau_grid, tau_grid_base
+from dpsql.budget import share_of
 from dpsql.errors import ConfigError, ExecutionError
 from dpsql.mechanisms import _s4s_truncation as _trunc
 from dpsql.noise import (
@@ -720,7 +721,7 @@ def r2t_calibration(
     """R2T's schedule and each run's snapping (λ_j, Λ_j, B_j) with (τ_j + G(τ_j))/λ_j + ξ_j ≤ ε/L:
     public quantities only (raises :class:`ConfigError` when ε is too small for the noise)."""
     sched = tuple(r2t_schedule(e, gs, beta, base))
-    share = e / len(sched)
+    share = share_of(e, len(sched))
     # sensitivity τ_j + G(τ_j): the certified slack of the truncation (module docstring)
     snaps = tuple(
         snapping_calibration(float(s.tau) + _trunc.gap_bound(float(s.tau)), share, integer=False, what="an R2T run")

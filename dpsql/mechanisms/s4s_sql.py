@@ -81,7 +81,7 @@ from sqlglot import exp
 
 from dpsql.accounting import r2t_schedule
 from dpsql.accounting.s4s import DEFAULT_TAU_BASE, MAX_TUPLES, tau_grid_base
-from dpsql.budget import Budget
+from dpsql.budget import Budget, share_of
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import _s4s_truncation as _trunc
@@ -139,11 +139,11 @@ class JoinCalibration:
 
     @property
     def part_epsilon(self) -> float:
-        return self.epsilon / len(self.parts)
+        return share_of(self.epsilon, len(self.parts))
 
     @property
     def part_delta(self) -> float:
-        return self.delta / len(self.parts)
+        return share_of(self.delta, len(self.parts))
 
 
 def _private_tables(jp: ir.JoinPlan, catalog: dict[str, Any]) -> list[str]:

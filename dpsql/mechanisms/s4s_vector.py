@@ -207,7 +207,7 @@ from dpsql.accounting.s4s import (
     s4s_vector_epsilon_parts,
     s4s_vector_joint_epsilon,
 )
-from dpsql.budget import Budget
+from dpsql.budget import Budget, share_of
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import _s4s_socp as socp
@@ -514,11 +514,11 @@ class VectorCalibration:
 
     @property
     def part_epsilon(self) -> float:
-        return self.epsilon / len(self.parts)
+        return share_of(self.epsilon, len(self.parts))
 
     @property
     def part_delta(self) -> float:
-        return self.delta / len(self.parts)
+        return share_of(self.delta, len(self.parts))
 
     @property
     def integer(self) -> bool:
