@@ -517,7 +517,7 @@ def _read_sql(args: argparse.Namespace) -> str:
             # read at most MAX_SQL_CHARS + 1 characters: -f /dev/zero or a data file given by mistake
             # would otherwise be read whole into memory (the machine's memory, then the OOM killer)
             if args.file == "-":
-                text = sys.stdin.read(MAX_SQL_CHARS + 1).removeprefix("\ufeff")  # a byte order mark is not SQL
+                text = _read_stdin_utf8(MAX_SQL_CHARS + 1).removeprefix("\ufeff")  # a byte order mark is not SQL
             else:
                 with open(args.file, encoding="utf-8-sig") as f:
                     text = f.read(MAX_SQL_CHARS + 1)
@@ -539,6 +539,28 @@ def _read_sql(args: argparse.Namespace) -> str:
                           "is not UTF-8 (a terminal or file in another encoding, e.g. Latin-1)",
                           hint="pass the query as UTF-8 text: save it as a UTF-8 file and give it with -f FILE")
     return sql
+
+
+def _read_stdin_utf8(limit: int) -> str:
+    """At most ``limit`` characters of standard input, decoded as UTF-8 (as ``-f FILE`` is read),
+    whatever the locale's encoding: under a Latin-1 locale a UTF-8 query was read as Latin-1, and
+    bytes that are not UTF-8 became lone surrogates. Raises UnicodeDecodeError on such bytes."""
+    import codecs
+
+    raw = getattr(sys.stdin, "buffer", None)
+    if raw is None:  # a text stream without bytes underneath (an embedding caller's StringIO)
+        return str(sys.stdin.read(limit))
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    parts: list[str] = []
+    n = 0
+    while n < limit:
+        chunk = raw.read1(65536) if hasattr(raw, "read1") else raw.read(65536)
+        text = decoder.decode(chunk, final=not chunk)
+        parts.append(text)
+        n += len(text)
+        if not chunk:
+            break
+    return "".join(parts)[:limit]
 
 
 class _Progress:
@@ -1168,6 +1190,7 @@ def _main(argv: Sequence[str] | None) -> int:
         for sig in handled:
             signal.signal(sig, on_signal)
     guard = sys.stdout = _StdoutGuard(sys.stdout)
+    restore_encoding = _utf8_stdout(guard)
     try:
         _check_numbers(args)
         _check_stdout_open(args, guard)
@@ -1215,6 +1238,9 @@ def _main(argv: Sequence[str] | None) -> int:
             return stopped()
         return _unexpected(e, args)  # pragma: no cover - unexpected
     finally:
+        if restore_encoding is not None:
+            with contextlib.suppress(Exception):
+                guard.real.reconfigure(encoding=restore_encoding)
         if sys.stdout is guard:
             sys.stdout = guard.real
         if threading.current_thread() is threading.main_thread():
@@ -1261,6 +1287,26 @@ class _StdoutGuard:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
+
+
+def _utf8_stdout(guard: _StdoutGuard) -> str | None:
+    """Standard output carries machine-readable rows: UTF-8, as ``-o FILE`` writes them, whatever the
+    locale's encoding (under Latin-1 a released key such as '日本' failed the write after the charge).
+    Returns the encoding to give back when the command is done (None when nothing was changed)."""
+    import codecs
+
+    real = guard.real
+    enc = getattr(real, "encoding", None)
+    if real is None or not isinstance(enc, str) or not callable(getattr(real, "reconfigure", None)):
+        return None
+    try:
+        if codecs.lookup(enc).name == "utf-8":
+            return None
+        real.flush()
+        real.reconfigure(encoding="utf-8")
+    except (LookupError, OSError, ValueError):
+        return None
+    return enc
 
 
 def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
