@@ -1362,7 +1362,13 @@ def _cli_text(text: str) -> str:
                       "then update the config)", text)
     text = re.sub(r"(?:\s*or\s*)?`?Ledger\.set_total\((?:[^()]|\([^()]*\))*\)`?",
                   "" if "--set-total" in text else 'dpsql budget --set-total EPSILON DELTA --reason "..."', text)
-    text = re.sub(r"Ledger\.open\(path[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)
+    text = re.sub(r"Ledger\.open\((?:path|url)[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)
+    # a PostgreSQL ledger's hints name the API's way of creating one next to `dpsql init`
+    text = text.replace(" or Session(ledger=URL, budget=..., create=True)", "")
+    text = text.replace("create it with create=True or `dpsql init --ledger URL`",
+                        "create it with `dpsql init --epsilon EPSILON --delta DELTA --ledger URL`")
+    # a program that is not dpsql holds the ledger: the command line has no lock_timeout to raise
+    text = text.replace("or retry with a larger lock_timeout", "or retry once they have closed it")
     text = re.sub(r"columns=\{'([^']+)': \{'domain': \[\.\.\.\]\}\}",
                   lambda m: f"--domain TABLE.{m.group(1)}=A,B,C (or domain = [...] under [tables.T.columns.{m.group(1)}] in the "
                   "config)", text)
