@@ -18,7 +18,7 @@ import pytest
 from conftest import make_events
 
 import dpsql
-from dpsql.budget import Budget
+from dpsql.budget import Budget, exact
 from dpsql.errors import BudgetExceededError, ConfigError, LedgerError
 from dpsql.rewrite.bound import SALT_PLACEHOLDER
 from dpsql.testing import seeded_noise, use_noise, zero_noise
@@ -210,7 +210,9 @@ def test_release_fields(events: pa.Table) -> None:
         assert r.table.column_names == ["country", "n", "total"]
         # the charge is the request plus the sampler's floating-point delta (dpsql.noise section 3)
         fp = r.details["fp_delta"]
-        assert 0 < fp < 1e-7 and r.cost == Budget(0.5, 1e-6 + fp)
+        # (added exactly and rounded up: the least float whose decimal is at least the sum)
+        assert 0 < fp < 1e-7 and r.cost.epsilon == 0.5
+        assert exact(r.cost.delta) >= exact(1e-6) + exact(fp) > exact(math.nextafter(r.cost.delta, 0))
         assert r.mechanism == "gaussian"
         assert set(r.accuracy) == {"n", "total"}
         for col in ("n", "total"):

@@ -188,12 +188,13 @@ def _fp_hint(cost: Budget, remaining: Budget, params: Mapping[str, Any]) -> str:
     at least half of what remains (the scale then grows by well under 2x); a larger part gets the
     explanation without a number (a delta near it would be refused, the part exceeding it).
 
-    The request's own delta is ``cost.delta - fp`` up to the rounding of their sum (one ulp):
-    a request of exactly the remaining delta often reads one ulp over it."""
+    The request's own delta is ``cost.delta - fp`` up to the rounding of their sum (rounded up to a
+    float whose decimal is at least the exact sum: within two ulps): a request of exactly the
+    remaining delta often reads an ulp or two over it."""
     fp = params.get("fp_delta")
     if not isinstance(fp, float) or not 0 < fp < cost.delta or cost.exact_epsilon > remaining.exact_epsilon:
         return ""
-    asked = Fraction(cost.delta) - Fraction(fp) - Fraction(math.ulp(cost.delta))
+    asked = Fraction(cost.delta) - Fraction(fp) - 2 * Fraction(math.ulp(cost.delta))
     if asked > remaining.exact_delta or cost.exact_delta <= remaining.exact_delta:
         return ""
     words = (f"the charge is the delta asked for plus the Gaussian sampler's floating-point delta {fp:.3g} (fp_delta), "
