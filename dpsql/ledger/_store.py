@@ -453,6 +453,7 @@ class Ledger:
         self._closed = False
         self._mem: duckdb.DuckDBPyConnection | None = None
         self._mem_lock = threading.Lock()
+        self._mem_pid = os.getpid()  # an in-memory ledger's budget exists in this process only
         self.path = None if path is None else os.path.abspath(os.fspath(path))
 
     # construction --------------------------------------------------------------------------
@@ -1170,6 +1171,15 @@ class Ledger:
 
     @contextmanager
     def _mem_txn(self, *, write: bool, creating: bool, t: _Txn) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self._mem_pid != os.getpid():
+            # a forked child holds a copy of the budget: spending it there, in every child, would
+            # spend the total once per process, unknown to the parent and to each other
+            raise LedgerError(
+                f"an in-memory ledger cannot be used in a forked process (it belongs to process {self._mem_pid}; "
+                f"a copy in each child would spend the whole budget again); {t.unchanged}",
+                hint="give the Session a ledger file (Session(ledger='ledger.duckdb', ...)), which every process "
+                "shares, or run the queries in the process that created the in-memory ledger",
+            )
         if not self._mem_lock.acquire(timeout=self.lock_timeout):
             raise LedgerError(
                 f"the in-memory ledger is busy in another thread for more than {self.lock_timeout:g} s; "
