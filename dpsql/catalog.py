@@ -500,6 +500,20 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
     return OrderedDomain(lo_d.isoformat(sep=" "), hi_d.isoformat(sep=" "), bins, kind, secs)
 
 
+def _source_hint(source: Any) -> str:
+    """How to pass an unsupported source: Arrow streams and datasets, and data frames, by name."""
+    accepted = "a Parquet path or glob, a CSV path, a pyarrow.Table, or a table name in the Session's DuckDB connection"
+    if callable(getattr(source, "read_all", None)):  # pyarrow.RecordBatchReader (a stream, read once)
+        return (f"a {type(source).__name__} can be read only once, and dpsql reads the table at every query: pass "
+                f"source.read_all() (a pyarrow.Table), or {accepted}")
+    if callable(getattr(source, "to_table", None)):  # pyarrow.dataset.Dataset
+        return (f"pass the dataset's Parquet path or glob (read at every query), or source.to_table() (a pyarrow.Table "
+                f"held in memory); accepted: {accepted}")
+    if callable(getattr(source, "to_numpy", None)) and hasattr(source, "columns"):  # a pandas / polars data frame
+        return f"convert it first, e.g. pyarrow.Table.from_pandas(df) or df.to_arrow(); accepted: {accepted}"
+    return f"pass {accepted}"
+
+
 def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
     """Decide what kind of source this is: parquet / csv path (or glob), arrow, duckdb table."""
     try:
@@ -514,10 +528,7 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
     if not isinstance(source, str) or not source:
-        raise ConfigError(
-            f"unsupported table source {type(source).__name__}",
-            hint="pass a Parquet path or glob, a CSV path, a pyarrow.Table, or a table name in the Session's DuckDB connection",
-        )
+        raise ConfigError(f"unsupported table source {type(source).__name__}", hint=_source_hint(source))
     low = source.lower()
     is_glob = any(ch in source for ch in "*?[")
     if low.endswith((".parquet", ".pq")) or (is_glob and ".parquet" in low):
