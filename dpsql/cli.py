@@ -1352,6 +1352,7 @@ def _cli_text(text: str) -> str:
     text = text.replace("use a smaller epsilon (10 or less usually fits)", "use a smaller --epsilon (10 or less usually fits)")
     text = text.replace("use Session.explain(sql, epsilon=...) or `dpsql explain SQL --epsilon ...`", "use `dpsql explain SQL --epsilon ...`")
     text = text.replace("at one charge, by Session.query_many([...])", "at one charge, by --workload")
+    text = text.replace("use Session.query_many([...])", "use --workload with a file of range counts (-f FILE)")
     # the CLI passes a total only from the config's [ledger] epsilon/delta: say so, and how to match it
     m = re.search(r"records a total budget of \(epsilon=([^,]+), delta=([^)]+)\), but (\(epsilon=[^)]*\)) was passed", text)
     if m:

@@ -179,3 +179,11 @@ def test_query_many_names_the_refused_query(events) -> None:  # type: ignore[no-
             s.query_many(["SELECT COUNT(*) FROM r WHERE age < 10", "SELECT COUNT(*) FROM r WHERE age < 20",
                           "SELECT COUNT(*) FROM r WHERE nope < 30"], epsilon=0.1)
         assert "nope" in str(e.value) and s.history().num_rows == 0
+
+
+def test_forcing_dawa_on_one_query_is_told_the_workload_flag(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal named the Python API: "use Session.query_many([...]) or a histogram ..."."""
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1", "--option", "mechanism=dawa"]) == 2
+    err = capsys.readouterr().err
+    assert "--workload" in err and "Session" not in err and "query_many" not in err, err
+    assert _entries(capsys) == 0
