@@ -31,7 +31,6 @@ from dpsql.config import load_config, table_kwargs
 from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
 from dpsql.errors import ConfigError
 from dpsql.ledger import Ledger, open_ledger
-from dpsql.mechanisms.base import Description
 from dpsql.mechanisms.registry import Route, route, route_profile, route_workload
 from dpsql.noise import NoiseSource, default_noise_source
 from dpsql.options import LARGE_EPSILON, OPTIONS, check_options
@@ -135,6 +134,7 @@ class Session:
         return self._ledger.remaining()
 
     def total(self) -> Budget:
+        self._check_open()
         return self._ledger.total()
 
     def history(self) -> pa.Table:
@@ -225,12 +225,15 @@ class Session:
         if released.final or req.plan is None:  # a workload: one count per query
             rows = postprocess.clip_negative(released.table, ["count"]) if clip else released.table
             return WorkloadRelease(rows, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
-                                   {**_details(desc), **released.details}, list(desc.notes))
-        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, _details(desc), list(desc.notes), warnings)
+                                   {**desc.details, **released.details}, list(desc.notes))
+        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, desc.details, list(desc.notes), warnings)
 
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigError("this Session is closed", hint="open a new dpsql.Session")
+
+    def __reduce__(self) -> Any:  # its engine, catalog views and in-memory ledger live in this process only
+        raise TypeError("a dpsql Session cannot be pickled or sent to another process: open one in each process (dpsql.Session.from_config(...)) on a ledger file, which every process shares")
 
     def close(self) -> None:
         if not self._closed:
@@ -243,7 +246,3 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _details(desc: Description) -> dict[str, Any]:
-    return {k: v for k, v in desc.parameters.items() if k != "scales"}
