@@ -922,18 +922,19 @@ def _write_release(rel: Any, args: argparse.Namespace, remaining: Any) -> None:
             step = ("--meta", args.meta)
             with _replacing(args.meta) as tmp, open(tmp, "w", encoding="utf-8") as f:
                 json.dump(rel.meta(remaining), f, indent=1)
-    except OSError as e:
-        if step[1] is None:
+    except Exception as e:  # an OSError (a full disk), or any other failure of the writer: the charge stands
+        if step[1] is None and isinstance(e, OSError):
             _silence_stdout()
         raise _written_failed(rel, step[0], step[1], e) from None
 
 
-def _written_failed(rel: Any, flag: str, path: str | None, e: OSError) -> Any:
+def _written_failed(rel: Any, flag: str, path: str | None, e: Exception) -> Any:
     from dpsql.errors import ExecutionError
 
     where = f"{flag} {path!r}" if path else flag
+    why = (e.strerror if isinstance(e, OSError) else None) or type(e).__name__  # never the text: it may quote a value
     return ExecutionError(
-        f"the query was answered, but writing {where} failed ({e.strerror or type(e).__name__}); its charge "
+        f"the query was answered, but writing {where} failed ({why}); its charge "
         f"stands (ledger entry {rel.ledger_id})",
         hint=f"free disk space or choose another {flag if path else '-o FILE'}; the release cannot be "
         "written again without a new charge",
@@ -1070,8 +1071,9 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
             sys.stdout.write(_format_table(rel.table))
             print("suggested: " + ", ".join(f"{k} = {v}" for k, v in rel.details["suggested"].items()))
         sys.stdout.flush()
-    except OSError as e:
-        _silence_stdout()
+    except Exception as e:  # as _write_release: whatever failed, the charge stands
+        if isinstance(e, OSError):
+            _silence_stdout()
         raise _written_failed(rel, "stdout", None, e) from None
     print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: {_fmt_remaining(rem)}; "
           f"ledger entry {rel.ledger_id}", file=sys.stderr)

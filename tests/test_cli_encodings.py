@@ -68,3 +68,22 @@ def test_standard_input_that_is_not_utf8_is_refused_before_the_charge(data: Path
     err = r.stderr.decode("utf-8")
     assert r.returncode == 2 and "standard input (-f -) is not UTF-8" in err and "encoding=" not in err, err
     assert _history(data) == []
+
+
+def test_any_failure_to_write_a_charged_release_says_the_charge_stands(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write of the rows that failed with anything but an OSError (the UnicodeEncodeError above, an
+    encoder's ValueError, a MemoryError) said only "error: unexpected UnicodeEncodeError": not that the
+    query had been charged, nor its ledger entry."""
+    from conftest import run_cli
+
+    from dpsql import cli
+
+    def broken(*a: object, **k: object) -> None:
+        raise UnicodeEncodeError("latin-1", "日本", 0, 1, "ordinal not in range(256)")
+
+    monkeypatch.setattr(cli, "_write_rows", broken)
+    argv = ["--config", "examples/dpsql.toml", "query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1"]
+    assert run_cli(argv) == 1
+    err = capsys.readouterr().err
+    assert "its charge stands (ledger entry 1)" in err and "UnicodeEncodeError" in err and "unexpected" not in err, err
