@@ -516,6 +516,9 @@ def _read_sql(args: argparse.Namespace) -> str:
         try:
             # read at most MAX_SQL_CHARS + 1 characters: -f /dev/zero or a data file given by mistake
             # would otherwise be read whole into memory (the machine's memory, then the OOM killer)
+            if args.file == "-" and sys.stdin is None:  # started with <&-
+                raise ConfigError("standard input is closed: -f - has no SQL to read",
+                                  hint="pipe the SQL in (e.g. dpsql query -f - < query.sql) or give -f FILE")
             if args.file == "-":
                 text = _read_stdin_utf8(MAX_SQL_CHARS + 1).removeprefix("\ufeff")  # a byte order mark is not SQL
             else:

@@ -187,3 +187,17 @@ def test_forcing_dawa_on_one_query_is_told_the_workload_flag(workdir: Path, caps
     err = capsys.readouterr().err
     assert "--workload" in err and "Session" not in err and "query_many" not in err, err
     assert _entries(capsys) == 0
+
+
+def test_sql_from_a_closed_standard_input_is_a_usage_error(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dpsql query -f - <&-` (a job runner that closes stdin) ended with "error: unexpected
+    AttributeError" and exit 1."""
+    import sys
+
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stdin", None)
+        assert run([*CFG, "query", "-f", "-", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "standard input" in err and "closed" in err and "unexpected" not in err, err
+    assert _entries(capsys) == 0
