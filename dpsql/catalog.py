@@ -18,7 +18,9 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
@@ -956,6 +958,52 @@ def register_table(
     if old is not None:
         unregister_source(tname, old.source_kind, old.view)
     return spec
+
+
+class CatalogLock:
+    """Registrations against the requests in flight in other threads of one Session. A request
+    (``reading``) holds it from its analysis to its last read of private rows; a registration
+    (``writing``, which replaces a table's view) waits for the requests in flight, so a request never
+    finds the view it was planned on dropped after its charge. Readers do not wait for a waiting
+    writer (a request may run inside another's reading, e.g. a synopsis lookup). A forked child starts
+    with a fresh lock: the parent's threads that held it do not exist there."""
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+
+    def _mine(self) -> threading.Condition:
+        if self._pid != os.getpid():
+            self.__init__()  # type: ignore[misc]
+        return self._cond
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._mine():
+            while self._writer:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._mine():
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._mine():
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._mine():
+                self._writer = False
+                self._cond.notify_all()
 
 
 def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[str],
