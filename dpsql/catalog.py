@@ -961,18 +961,20 @@ def register_table(
 
 
 class CatalogLock:
-    """Registrations against the requests in flight in other threads of one Session. A request
-    (``reading``) holds it from its analysis to its last read of private rows; a registration
-    (``writing``, which replaces a table's view) waits for the requests in flight, so a request never
-    finds the view it was planned on dropped after its charge. Readers do not wait for a waiting
-    writer (a request may run inside another's reading, e.g. a synopsis lookup). A forked child starts
+    """Registrations (and closing) against the requests in flight in other threads of one Session. A
+    request (``reading``) holds it from its analysis to its last read of private rows; a registration
+    (``writing``, which replaces a table's view) or ``close`` waits for the requests in flight, so a
+    request never finds the view it was planned on dropped, or the engine closed, after its charge.
+    A waiting writer goes before requests that arrive after it (threads that query without pause do not
+    hold a registration or ``close`` off for ever; no request runs inside another). A forked child starts
     with a fresh lock: the parent's threads that held it do not exist there."""
 
     def __init__(self) -> None:
         self._pid = os.getpid()
         self._cond = threading.Condition()
         self._readers = 0
-        self._writer = False
+        self._writers = 0  # waiting or active
+        self._writing = False
 
     def _mine(self) -> threading.Condition:
         if self._pid != os.getpid():
@@ -982,7 +984,7 @@ class CatalogLock:
     @contextmanager
     def reading(self) -> Iterator[None]:
         with self._mine():
-            while self._writer:
+            while self._writers:
                 self._cond.wait()
             self._readers += 1
         try:
@@ -995,14 +997,21 @@ class CatalogLock:
     @contextmanager
     def writing(self) -> Iterator[None]:
         with self._mine():
-            while self._writer or self._readers:
-                self._cond.wait()
-            self._writer = True
+            self._writers += 1
+            try:
+                while self._writing or self._readers:
+                    self._cond.wait()
+            except BaseException:
+                self._writers -= 1
+                self._cond.notify_all()
+                raise
+            self._writing = True
         try:
             yield
         finally:
             with self._mine():
-                self._writer = False
+                self._writing = False
+                self._writers -= 1
                 self._cond.notify_all()
 
 

@@ -236,10 +236,11 @@ class Session:
         raise TypeError("a dpsql Session cannot be pickled or sent to another process: open one in each process (dpsql.Session.from_config(...)) on a ledger file, which every process shares")
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._engine.close()
-            self._ledger.close()
+        with self._catalog_lock.writing():  # requests in flight in other threads finish first (else: charged, failed)
+            if not self._closed:
+                self._closed = True
+                self._engine.close()
+                self._ledger.close()
 
     def __enter__(self) -> Session:
         return self

@@ -8,6 +8,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import dpsql
 
 SCRIPT = textwrap.dedent(
@@ -90,3 +92,42 @@ def test_registering_a_table_again_while_another_thread_queries_it_loses_no_char
     assert [e["status"] for e in s.history().to_pylist()] == ["released"]
     assert s.tables["e"].view and s.query("SELECT COUNT(*) AS n FROM e", epsilon=1.0).table.num_rows == 1
     s.close()
+
+
+def test_closing_a_session_while_another_thread_queries_lets_the_query_finish(tmp_path: Path) -> None:
+    """Finding (fixed): ``close()`` from one thread while another thread's query was between its charge
+    and its read closed the engine and the ledger under it: the query failed after its charge, and
+    its entry stayed 'reserved' for ever (marking it failed was refused by the closed ledger), so the
+    history read as if the process had crashed. ``close()`` now waits for the requests in flight."""
+    import threading
+
+    import pyarrow as pa
+
+    import dpsql
+    from dpsql.budget import Budget
+    from dpsql.ledger import Ledger
+
+    path = tmp_path / "l.duckdb"
+    s = dpsql.Session(path, Budget(10.0), create=True)
+    s.register("e", pa.table({"uid": list(range(100))}), privacy_unit="uid")
+    done = threading.Event()
+
+    def close() -> None:
+        s.close()
+        done.set()
+
+    reserve = s.ledger.reserve
+
+    def reserve_then_close(*a: Any, **k: Any) -> int:
+        entry = reserve(*a, **k)
+        threading.Thread(target=close).start()  # another thread closes the Session now
+        done.wait(5.0)  # without the fix it is closed at once; with it, close waits for this query
+        return entry
+
+    s.ledger.reserve = reserve_then_close  # type: ignore[method-assign]
+    r = s.query("SELECT COUNT(*) AS n FROM e", epsilon=1.0)
+    assert r.table.num_rows == 1
+    assert done.wait(30.0)
+    assert [e["status"] for e in Ledger.open(path).history().to_pylist()] == ["released"]
+    with pytest.raises(dpsql.errors.ConfigError, match="this Session is closed"):
+        s.query("SELECT COUNT(*) AS n FROM e", epsilon=1.0)  # control: closed for what comes after
