@@ -377,7 +377,7 @@ def _open_session(args: argparse.Namespace) -> Any:
 
     cfg = _load_config(args)
     s = dpsql.Session(ledger=_ledger_path(args, cfg), budget=cfg.budget, create=_create_if_missing(args, cfg),
-                      engine=_engine_settings(args, cfg), tables=cfg.tables)
+                      engine=_engine_settings(args, cfg), tables=cfg.tables, lock_timeout=cfg.lock_timeout)
     try:
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")
@@ -715,10 +715,10 @@ def _cmd_init(args: argparse.Namespace) -> int:
     if pg:
         from dpsql.ledger._postgres import PostgresLedger, redact
 
-        led: Ledger = PostgresLedger.create(path, total)
+        led: Ledger = PostgresLedger.create(path, total, lock_timeout=cfg.lock_timeout)
         path = redact(path)
     else:
-        led = Ledger.create(path, total)
+        led = Ledger.create(path, total, lock_timeout=cfg.lock_timeout)
     led.close()
     print(f"created ledger {path} with total budget epsilon={args.epsilon:g} delta={args.delta:g}", file=sys.stderr)
     return 0
@@ -1001,7 +1001,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 "...), then runs this command with the same values",
             )
     with opener(path, None if args.set_total else cfg.budget,
-                     create=not args.set_total and _create_if_missing(args, cfg)) as led:
+                     create=not args.set_total and _create_if_missing(args, cfg), lock_timeout=cfg.lock_timeout) as led:
         if new_total is not None:
             led.set_total(new_total, reason=args.reason)
         snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
@@ -1408,7 +1408,8 @@ def _cli_text(text: str) -> str:
     text = text.replace("pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
                         "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
                         "named .parquet or .csv")
-    return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished")
+    return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished (the data "
+                        "owner can raise lock_timeout under [ledger] in the config)")
 
 
 if __name__ == "__main__":  # pragma: no cover

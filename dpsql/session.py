@@ -88,7 +88,7 @@ class Session:
         (read and checked by ``dpsql.config.load_config``, the same loader as the CLI's)."""
         cfg = load_config(path)
         return cls(ledger=cfg.session_ledger(), budget=cfg.budget, engine=cfg.engine, create=cfg.create_if_missing,
-                   tables=cfg.tables)
+                   tables=cfg.tables, lock_timeout=cfg.lock_timeout)
 
     def register_from_dict(self, name: str, spec: dict[str, Any], *, base_dir: str = ".") -> None:
         """Register a ``[tables.NAME]``-style dict (relative sources resolved against ``base_dir``)."""
