@@ -106,7 +106,7 @@ class Budget:
         1 - 1e-20 is, and then refuse a request of 1.0)."""
         e = max(Fraction(0), self.exact_epsilon - other.exact_epsilon)
         d = max(Fraction(0), self.exact_delta - other.exact_delta)
-        return Budget(_float_at_most(e), _float_at_most(d))
+        return Budget(float_at_most(e), float_at_most(d))
 
     def fits_in(self, available: Budget) -> bool:
         """True iff this cost fits in ``available`` in both coordinates, decided exactly."""
@@ -142,11 +142,20 @@ def share_of(total: float, parts: float) -> float:
     return x
 
 
-def _float_at_most(q: Fraction) -> float:
+def float_at_most(q: Fraction) -> float:
     """The largest float whose decimal under the rounding rule is <= ``q`` (``q`` >= 0)."""
     f = float(q)
     while f > 0 and exact(f) > q:
         f = math.nextafter(f, 0.0)
+    return f
+
+
+def float_at_least(q: Fraction) -> float:
+    """The smallest float whose decimal under the rounding rule is >= ``q``: what a charge made of
+    several exact parts is recorded as (rounding to nearest could record less than was spent)."""
+    f = float(q)
+    while exact(f) < q:
+        f = math.nextafter(f, math.inf)
     return f
 
 
@@ -202,8 +211,8 @@ def counted_remaining(counted: Iterable[tuple[Budget, int]], total: Budget) -> B
     coordinate the largest float whose decimal is at most the exact remainder, so a request of
     exactly what it reports always fits (see :meth:`Budget.minus`)."""
     e, d = _exact_counted_sums(counted)
-    return Budget(_float_at_most(max(Fraction(0), total.exact_epsilon - e)),
-                  _float_at_most(max(Fraction(0), total.exact_delta - d)))
+    return Budget(float_at_most(max(Fraction(0), total.exact_epsilon - e)),
+                  float_at_most(max(Fraction(0), total.exact_delta - d)))
 
 
 def _fits(sums: tuple[Fraction, Fraction], request: Budget, total: Budget) -> bool:

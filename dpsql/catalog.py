@@ -18,7 +18,9 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
@@ -500,6 +502,20 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
     return OrderedDomain(lo_d.isoformat(sep=" "), hi_d.isoformat(sep=" "), bins, kind, secs)
 
 
+def _source_hint(source: Any) -> str:
+    """How to pass an unsupported source: Arrow streams and datasets, and data frames, by name."""
+    accepted = "a Parquet path or glob, a CSV path, a pyarrow.Table, or a table name in the Session's DuckDB connection"
+    if callable(getattr(source, "read_all", None)):  # pyarrow.RecordBatchReader (a stream, read once)
+        return (f"a {type(source).__name__} can be read only once, and dpsql reads the table at every query: pass "
+                f"source.read_all() (a pyarrow.Table), or {accepted}")
+    if callable(getattr(source, "to_table", None)):  # pyarrow.dataset.Dataset
+        return (f"pass the dataset's Parquet path or glob (read at every query), or source.to_table() (a pyarrow.Table "
+                f"held in memory); accepted: {accepted}")
+    if callable(getattr(source, "to_numpy", None)) and hasattr(source, "columns"):  # a pandas / polars data frame
+        return f"convert it first, e.g. pyarrow.Table.from_pandas(df) or df.to_arrow(); accepted: {accepted}"
+    return f"pass {accepted}"
+
+
 def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
     """Decide what kind of source this is: parquet / csv path (or glob), arrow, duckdb table."""
     try:
@@ -514,10 +530,7 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
     if isinstance(source, os.PathLike):
         source = os.fspath(source)
     if not isinstance(source, str) or not source:
-        raise ConfigError(
-            f"unsupported table source {type(source).__name__}",
-            hint="pass a Parquet path or glob, a CSV path, a pyarrow.Table, or a table name in the Session's DuckDB connection",
-        )
+        raise ConfigError(f"unsupported table source {type(source).__name__}", hint=_source_hint(source))
     low = source.lower()
     is_glob = any(ch in source for ch in "*?[")
     if low.endswith((".parquet", ".pq")) or (is_glob and ".parquet" in low):
@@ -945,6 +958,61 @@ def register_table(
     if old is not None:
         unregister_source(tname, old.source_kind, old.view)
     return spec
+
+
+class CatalogLock:
+    """Registrations (and closing) against the requests in flight in other threads of one Session. A
+    request (``reading``) holds it from its analysis to its last read of private rows; a registration
+    (``writing``, which replaces a table's view) or ``close`` waits for the requests in flight, so a
+    request never finds the view it was planned on dropped, or the engine closed, after its charge.
+    A waiting writer goes before requests that arrive after it (threads that query without pause do not
+    hold a registration or ``close`` off for ever; no request runs inside another). A forked child starts
+    with a fresh lock: the parent's threads that held it do not exist there."""
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writers = 0  # waiting or active
+        self._writing = False
+
+    def _mine(self) -> threading.Condition:
+        if self._pid != os.getpid():
+            self.__init__()  # type: ignore[misc]
+        return self._cond
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._mine():
+            while self._writers:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._mine():
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._mine():
+            self._writers += 1
+            try:
+                while self._writing or self._readers:
+                    self._cond.wait()
+            except BaseException:
+                self._writers -= 1
+                self._cond.notify_all()
+                raise
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._mine():
+                self._writing = False
+                self._writers -= 1
+                self._cond.notify_all()
 
 
 def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[str],

@@ -377,7 +377,7 @@ def _open_session(args: argparse.Namespace) -> Any:
 
     cfg = _load_config(args)
     s = dpsql.Session(ledger=_ledger_path(args, cfg), budget=cfg.budget, create=_create_if_missing(args, cfg),
-                      engine=_engine_settings(args, cfg), tables=cfg.tables)
+                      engine=_engine_settings(args, cfg), tables=cfg.tables, lock_timeout=cfg.lock_timeout)
     try:
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")
@@ -516,8 +516,11 @@ def _read_sql(args: argparse.Namespace) -> str:
         try:
             # read at most MAX_SQL_CHARS + 1 characters: -f /dev/zero or a data file given by mistake
             # would otherwise be read whole into memory (the machine's memory, then the OOM killer)
+            if args.file == "-" and sys.stdin is None:  # started with <&-
+                raise ConfigError("standard input is closed: -f - has no SQL to read",
+                                  hint="pipe the SQL in (e.g. dpsql query -f - < query.sql) or give -f FILE")
             if args.file == "-":
-                text = sys.stdin.read(MAX_SQL_CHARS + 1).removeprefix("\ufeff")  # a byte order mark is not SQL
+                text = _read_stdin_utf8(MAX_SQL_CHARS + 1).removeprefix("\ufeff")  # a byte order mark is not SQL
             else:
                 with open(args.file, encoding="utf-8-sig") as f:
                     text = f.read(MAX_SQL_CHARS + 1)
@@ -539,6 +542,28 @@ def _read_sql(args: argparse.Namespace) -> str:
                           "is not UTF-8 (a terminal or file in another encoding, e.g. Latin-1)",
                           hint="pass the query as UTF-8 text: save it as a UTF-8 file and give it with -f FILE")
     return sql
+
+
+def _read_stdin_utf8(limit: int) -> str:
+    """At most ``limit`` characters of standard input, decoded as UTF-8 (as ``-f FILE`` is read),
+    whatever the locale's encoding: under a Latin-1 locale a UTF-8 query was read as Latin-1, and
+    bytes that are not UTF-8 became lone surrogates. Raises UnicodeDecodeError on such bytes."""
+    import codecs
+
+    raw = getattr(sys.stdin, "buffer", None)
+    if raw is None:  # a text stream without bytes underneath (an embedding caller's StringIO)
+        return str(sys.stdin.read(limit))
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    parts: list[str] = []
+    n = 0
+    while n < limit:
+        chunk = raw.read1(65536) if hasattr(raw, "read1") else raw.read(65536)
+        text = decoder.decode(chunk, final=not chunk)
+        parts.append(text)
+        n += len(text)
+        if not chunk:
+            break
+    return "".join(parts)[:limit]
 
 
 class _Progress:
@@ -690,10 +715,10 @@ def _cmd_init(args: argparse.Namespace) -> int:
     if pg:
         from dpsql.ledger._postgres import PostgresLedger, redact
 
-        led: Ledger = PostgresLedger.create(path, total)
+        led: Ledger = PostgresLedger.create(path, total, lock_timeout=cfg.lock_timeout)
         path = redact(path)
     else:
-        led = Ledger.create(path, total)
+        led = Ledger.create(path, total, lock_timeout=cfg.lock_timeout)
     led.close()
     print(f"created ledger {path} with total budget epsilon={args.epsilon:g} delta={args.delta:g}", file=sys.stderr)
     return 0
@@ -900,18 +925,19 @@ def _write_release(rel: Any, args: argparse.Namespace, remaining: Any) -> None:
             step = ("--meta", args.meta)
             with _replacing(args.meta) as tmp, open(tmp, "w", encoding="utf-8") as f:
                 json.dump(rel.meta(remaining), f, indent=1)
-    except OSError as e:
-        if step[1] is None:
+    except Exception as e:  # an OSError (a full disk), or any other failure of the writer: the charge stands
+        if step[1] is None and isinstance(e, OSError):
             _silence_stdout()
         raise _written_failed(rel, step[0], step[1], e) from None
 
 
-def _written_failed(rel: Any, flag: str, path: str | None, e: OSError) -> Any:
+def _written_failed(rel: Any, flag: str, path: str | None, e: Exception) -> Any:
     from dpsql.errors import ExecutionError
 
     where = f"{flag} {path!r}" if path else flag
+    why = (e.strerror if isinstance(e, OSError) else None) or type(e).__name__  # never the text: it may quote a value
     return ExecutionError(
-        f"the query was answered, but writing {where} failed ({e.strerror or type(e).__name__}); its charge "
+        f"the query was answered, but writing {where} failed ({why}); its charge "
         f"stands (ledger entry {rel.ledger_id})",
         hint=f"free disk space or choose another {flag if path else '-o FILE'}; the release cannot be "
         "written again without a new charge",
@@ -975,7 +1001,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 "...), then runs this command with the same values",
             )
     with opener(path, None if args.set_total else cfg.budget,
-                     create=not args.set_total and _create_if_missing(args, cfg)) as led:
+                     create=not args.set_total and _create_if_missing(args, cfg), lock_timeout=cfg.lock_timeout) as led:
         if new_total is not None:
             led.set_total(new_total, reason=args.reason)
         snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
@@ -1048,8 +1074,9 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
             sys.stdout.write(_format_table(rel.table))
             print("suggested: " + ", ".join(f"{k} = {v}" for k, v in rel.details["suggested"].items()))
         sys.stdout.flush()
-    except OSError as e:
-        _silence_stdout()
+    except Exception as e:  # as _write_release: whatever failed, the charge stands
+        if isinstance(e, OSError):
+            _silence_stdout()
         raise _written_failed(rel, "stdout", None, e) from None
     print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: {_fmt_remaining(rem)}; "
           f"ledger entry {rel.ledger_id}", file=sys.stderr)
@@ -1168,6 +1195,7 @@ def _main(argv: Sequence[str] | None) -> int:
         for sig in handled:
             signal.signal(sig, on_signal)
     guard = sys.stdout = _StdoutGuard(sys.stdout)
+    restore_encoding = _utf8_stdout(guard)
     try:
         _check_numbers(args)
         _check_stdout_open(args, guard)
@@ -1215,6 +1243,9 @@ def _main(argv: Sequence[str] | None) -> int:
             return stopped()
         return _unexpected(e, args)  # pragma: no cover - unexpected
     finally:
+        if restore_encoding is not None:
+            with contextlib.suppress(Exception):
+                guard.real.reconfigure(encoding=restore_encoding)
         if sys.stdout is guard:
             sys.stdout = guard.real
         if threading.current_thread() is threading.main_thread():
@@ -1263,6 +1294,26 @@ class _StdoutGuard:
         return getattr(self.real, name)
 
 
+def _utf8_stdout(guard: _StdoutGuard) -> str | None:
+    """Standard output carries machine-readable rows: UTF-8, as ``-o FILE`` writes them, whatever the
+    locale's encoding (under Latin-1 a released key such as '日本' failed the write after the charge).
+    Returns the encoding to give back when the command is done (None when nothing was changed)."""
+    import codecs
+
+    real = guard.real
+    enc = getattr(real, "encoding", None)
+    if real is None or not isinstance(enc, str) or not callable(getattr(real, "reconfigure", None)):
+        return None
+    try:
+        if codecs.lookup(enc).name == "utf-8":
+            return None
+        real.flush()
+        real.reconfigure(encoding="utf-8")
+    except (LookupError, OSError, ValueError):
+        return None
+    return enc
+
+
 def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
     """Standard output closed (>&-): refuse, before any charge, a command that prints to it."""
     from dpsql.errors import ConfigError
@@ -1306,6 +1357,7 @@ def _cli_text(text: str) -> str:
     text = text.replace("use a smaller epsilon (10 or less usually fits)", "use a smaller --epsilon (10 or less usually fits)")
     text = text.replace("use Session.explain(sql, epsilon=...) or `dpsql explain SQL --epsilon ...`", "use `dpsql explain SQL --epsilon ...`")
     text = text.replace("at one charge, by Session.query_many([...])", "at one charge, by --workload")
+    text = text.replace("use Session.query_many([...])", "use --workload with a file of range counts (-f FILE)")
     # the CLI passes a total only from the config's [ledger] epsilon/delta: say so, and how to match it
     m = re.search(r"records a total budget of \(epsilon=([^,]+), delta=([^)]+)\), but (\(epsilon=[^)]*\)) was passed", text)
     if m:
@@ -1316,7 +1368,13 @@ def _cli_text(text: str) -> str:
                       "then update the config)", text)
     text = re.sub(r"(?:\s*or\s*)?`?Ledger\.set_total\((?:[^()]|\([^()]*\))*\)`?",
                   "" if "--set-total" in text else 'dpsql budget --set-total EPSILON DELTA --reason "..."', text)
-    text = re.sub(r"Ledger\.open\(path[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)
+    text = re.sub(r"Ledger\.open\((?:path|url)[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)
+    # a PostgreSQL ledger's hints name the API's way of creating one next to `dpsql init`
+    text = text.replace(" or Session(ledger=URL, budget=..., create=True)", "")
+    text = text.replace("create it with create=True or `dpsql init --ledger URL`",
+                        "create it with `dpsql init --epsilon EPSILON --delta DELTA --ledger URL`")
+    # a program that is not dpsql holds the ledger: the command line has no lock_timeout to raise
+    text = text.replace("or retry with a larger lock_timeout", "or retry once they have closed it")
     text = re.sub(r"columns=\{'([^']+)': \{'domain': \[\.\.\.\]\}\}",
                   lambda m: f"--domain TABLE.{m.group(1)}=A,B,C (or domain = [...] under [tables.T.columns.{m.group(1)}] in the "
                   "config)", text)
@@ -1350,7 +1408,8 @@ def _cli_text(text: str) -> str:
     text = text.replace("pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
                         "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
                         "named .parquet or .csv")
-    return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished")
+    return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished (the data "
+                        "owner can raise lock_timeout under [ledger] in the config)")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,8 @@ Every rule and every error message about the file lives here, so a file means th
 whichever entry point reads it:
 
 * ``[ledger]``: ``path`` (or ``url = "postgresql://..."``: a ledger in PostgreSQL shared by many
-  hosts, ``dpsql.ledger._postgres``), ``epsilon``, ``delta``, ``create_if_missing``. A ``[ledger]`` section
+  hosts, ``dpsql.ledger._postgres``), ``epsilon``, ``delta``, ``create_if_missing``, ``lock_timeout`` (seconds
+  an operation waits for a ledger busy with other operations; default 10). A ``[ledger]`` section
   must name its ``path``: a file (relative paths are resolved against the config file's
   directory), or ``":memory:"`` for an in-memory ledger that forgets every charge when the
   process exits (notebooks and tests; the CLI refuses it, since each command is a new process).
@@ -23,6 +24,7 @@ the ledger from ``--ledger``, ``$DPSQL_LEDGER`` or its default (command-line beh
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -38,7 +40,7 @@ from dpsql.errors import ConfigError
 MEMORY = ":memory:"
 
 SECTIONS = ("ledger", "engine", "tables")
-LEDGER_KEYS = ("path", "url", "epsilon", "delta", "create_if_missing")
+LEDGER_KEYS = ("path", "url", "epsilon", "delta", "create_if_missing", "lock_timeout")
 TABLE_KEYS = ("source", "privacy_unit", "max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit", "columns",
               "references", "tau", "version", "public", "degree_bounds",
               "allow_conditional_sampling", "max_table_rows")
@@ -61,6 +63,7 @@ class DpsqlConfig:
     ledger_path: str | None = None  # absolute file path, MEMORY, or None (the file names no ledger)
     budget: Budget | None = None
     create_if_missing: bool = False
+    lock_timeout: float = 10.0  # seconds an operation waits for a busy ledger before a LedgerError
     engine: EngineSettings = field(default_factory=EngineSettings)
     tables: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)  # name -> register() kwargs
 
@@ -157,6 +160,11 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
         raise ConfigError(f"[ledger] create_if_missing must be true or false, got {create!r}",
                           hint="create_if_missing = true")
 
+    wait = led.get("lock_timeout", 10.0)
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not (math.isfinite(wait) and wait >= 0):
+        raise ConfigError(f"[ledger] lock_timeout must be a finite number of seconds >= 0, got {wait!r}",
+                          hint="lock_timeout = 60 (how long a command waits for a ledger that other dpsql commands use)")
+
     # [engine]
     _unknown(eng, engine_keys(), "[engine]", "settings")
     settings = EngineSettings(**eng)
@@ -171,7 +179,7 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
             hint='the data owner sets [ledger] path = "ledger.duckdb" in the config',
         )
     return DpsqlConfig(path=absp, base_dir=base, ledger_path=lpath, budget=budget,
-                       create_if_missing=create, engine=settings, tables=MappingProxyType(tables))
+                       create_if_missing=create, lock_timeout=float(wait), engine=settings, tables=MappingProxyType(tables))
 
 
 def table_kwargs(name: Any, spec: Any, base_dir: str) -> dict[str, Any]:

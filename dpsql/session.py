@@ -25,13 +25,12 @@ import pyarrow as pa
 import dpsql.engine as backends
 from dpsql import postprocess
 from dpsql.budget import Budget, check_delta, check_epsilon
-from dpsql.catalog import TableSpec, check_sources_unchanged, register_table
+from dpsql.catalog import CatalogLock, TableSpec, check_sources_unchanged, register_table
 from dpsql.charge import FAILURE_REASON, charged, record_release, reserve
 from dpsql.config import load_config, table_kwargs
 from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
 from dpsql.errors import ConfigError
 from dpsql.ledger import Ledger, open_ledger
-from dpsql.mechanisms.base import Description
 from dpsql.mechanisms.registry import Route, route, route_profile, route_workload
 from dpsql.noise import NoiseSource, default_noise_source
 from dpsql.options import LARGE_EPSILON, OPTIONS, check_options
@@ -56,17 +55,10 @@ class Session:
     """
 
     def __init__(
-        self,
-        ledger: str | os.PathLike[str] | None = None,
-        budget: Budget | None = None,
-        *,
-        connection: duckdb.DuckDBPyConnection | None = None,
-        lock_timeout: float = 10.0,
-        debug: bool = False,
-        engine: str | EngineSettings | dict[str, Any] | None = None,
-        create: bool = False,
-        tables: Mapping[str, Mapping[str, Any]] | None = None,
-        spark: Any = None,
+        self, ledger: str | os.PathLike[str] | None = None, budget: Budget | None = None, *,
+        connection: duckdb.DuckDBPyConnection | None = None, lock_timeout: float = 10.0, debug: bool = False,
+        engine: str | EngineSettings | dict[str, Any] | None = None, create: bool = False,
+        tables: Mapping[str, Mapping[str, Any]] | None = None, spark: Any = None,
     ) -> None:
         settings = EngineSettings.from_dict({"kind": engine} if isinstance(engine, str) else engine)
         if not isinstance(debug, bool):
@@ -78,6 +70,7 @@ class Session:
         self._catalog: dict[str, TableSpec] = {}
         self._noise: NoiseSource = default_noise_source()
         self._token = secrets.token_hex(4)  # keeps this Session's views apart from others'
+        self._catalog_lock = CatalogLock()  # a registration waits for the requests in flight in other threads
         self._closed = False
         self._catalog_version, self._bound_ok = 0, dict[tuple[Any, ...], None]()  # remembered bind checks
         try:  # ``tables`` are registered before the ledger is opened: a bad table never creates a ledger
@@ -95,7 +88,7 @@ class Session:
         (read and checked by ``dpsql.config.load_config``, the same loader as the CLI's)."""
         cfg = load_config(path)
         return cls(ledger=cfg.session_ledger(), budget=cfg.budget, engine=cfg.engine, create=cfg.create_if_missing,
-                   tables=cfg.tables)
+                   tables=cfg.tables, lock_timeout=cfg.lock_timeout)
 
     def register_from_dict(self, name: str, spec: dict[str, Any], *, base_dir: str = ".") -> None:
         """Register a ``[tables.NAME]``-style dict (relative sources resolved against ``base_dir``)."""
@@ -114,16 +107,18 @@ class Session:
         """Register a private table; reads only its schema, never its rows (``dpsql.catalog.register_table``:
         the meaning of every argument; ``version`` labels the contents for synopsis reuse)."""
         self._check_open()
-        settings, self._catalog_version = self._engine.settings, self._catalog_version + 1
-        register_table(
-            self._catalog, name, source,
-            register_source=self._engine.register_source, unregister_source=self._engine.unregister_source,
-            view_suffix=self._token, has_connection=self._has_connection,
-            read_settings={"max_text_bytes": settings.max_text_bytes, "invalid_text": settings.invalid_text},
-            privacy_unit=privacy_unit, max_groups_per_unit=max_groups_per_unit, max_rows_per_group=max_rows_per_group,
-            max_rows_per_unit=max_rows_per_unit, columns=columns, references=references, tau=tau, version=version,
-            max_table_rows=max_table_rows, public=public, degree_bounds=degree_bounds, allow_conditional_sampling=allow_conditional_sampling,
-        )
+        settings = self._engine.settings
+        with self._catalog_lock.writing():  # it replaces the table's view: never under a request planned on it
+            self._catalog_version += 1
+            register_table(
+                self._catalog, name, source,
+                register_source=self._engine.register_source, unregister_source=self._engine.unregister_source,
+                view_suffix=self._token, has_connection=self._has_connection,
+                read_settings={"max_text_bytes": settings.max_text_bytes, "invalid_text": settings.invalid_text},
+                privacy_unit=privacy_unit, max_groups_per_unit=max_groups_per_unit, max_rows_per_group=max_rows_per_group,
+                max_rows_per_unit=max_rows_per_unit, columns=columns, references=references, tau=tau, version=version,
+                max_table_rows=max_table_rows, public=public, degree_bounds=degree_bounds, allow_conditional_sampling=allow_conditional_sampling,
+            )
 
     @property
     def tables(self) -> Mapping[str, TableSpec]:
@@ -135,6 +130,7 @@ class Session:
         return self._ledger.remaining()
 
     def total(self) -> Budget:
+        self._check_open()
         return self._ledger.total()
 
     def history(self) -> pa.Table:
@@ -176,8 +172,9 @@ class Session:
     def explain(self, sql: str | list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
         """What ``query`` (or, given a list of SQL, ``query_many``) would do: mechanism, noise,
         thresholds, bounded SQL. Free; reads no rows."""
-        r = self._route(sql, epsilon, delta, options, many=isinstance(sql, (list, tuple)))
-        self._bind_check(r)  # refuses exactly what query refuses before its charge
+        with self._catalog_lock.reading():
+            r = self._route(sql, epsilon, delta, options, many=isinstance(sql, (list, tuple)))
+            self._bind_check(r)  # refuses exactly what query refuses before its charge
         d, left = r.description, self._ledger.remaining()
         ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
         over = [] if d.cost.fits_in(left) else [f"this costs more than the remaining budget ({left}): query would refuse it"]
@@ -187,19 +184,22 @@ class Session:
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
         """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger; the routing
         rules (which mechanism, when a stored synopsis answers for free) are in ``dpsql.mechanisms.registry``."""
-        return self._run(self._route(sql, epsilon, delta, options))
+        with self._catalog_lock.reading():  # from the analysis to the last read of private rows
+            return self._run(self._route(sql, epsilon, delta, options))
 
     def query_many(
         self, sqls: list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None
     ) -> WorkloadRelease:
         """Answer range counts ``SELECT COUNT(*) FROM t WHERE <same other conditions> AND <range>`` over one or
         two ordered columns with DAWA, one charge (pure epsilon-DP), or free from a stored synopsis."""
-        return self._run(self._route(sqls, epsilon, delta, options, many=True))  # type: ignore[return-value]
+        with self._catalog_lock.reading():
+            return self._run(self._route(sqls, epsilon, delta, options, many=True))  # type: ignore[return-value]
 
     def suggest_caps(self, table: str, *, epsilon: Any, group_by: str | None = None, quantile: float = 0.9) -> Release:
         """Charged caps advice (``dpsql.mechanisms.profile``): noisy per-person contribution histograms."""
-        return self._run(route_profile(table, check_epsilon(epsilon), {"group_by": group_by, "quantile": quantile},
-                                       self._catalog))
+        with self._catalog_lock.reading():
+            return self._run(route_profile(table, check_epsilon(epsilon), {"group_by": group_by, "quantile": quantile},
+                                           self._catalog))
 
     def _run(self, r: Route) -> Release:
         self._bind_check(r)
@@ -225,25 +225,25 @@ class Session:
         if released.final or req.plan is None:  # a workload: one count per query
             rows = postprocess.clip_negative(released.table, ["count"]) if clip else released.table
             return WorkloadRelease(rows, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
-                                   {**_details(desc), **released.details}, list(desc.notes))
-        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, _details(desc), list(desc.notes), warnings)
+                                   {**desc.details, **released.details}, list(desc.notes))
+        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, desc.details, list(desc.notes), warnings)
 
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigError("this Session is closed", hint="open a new dpsql.Session")
 
+    def __reduce__(self) -> Any:  # its engine, catalog views and in-memory ledger live in this process only
+        raise TypeError("a dpsql Session cannot be pickled or sent to another process: open one in each process (dpsql.Session.from_config(...)) on a ledger file, which every process shares")
+
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._engine.close()
-            self._ledger.close()
+        with self._catalog_lock.writing():  # requests in flight in other threads finish first (else: charged, failed)
+            if not self._closed:
+                self._closed = True
+                self._engine.close()
+                self._ledger.close()
 
     def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _details(desc: Description) -> dict[str, Any]:
-    return {k: v for k, v in desc.parameters.items() if k != "scales"}

@@ -687,6 +687,45 @@ def test_postgres_init_refuses_an_existing_ledger_like_a_file(pg: Any, tmp_path:
     assert led.totals_history().num_rows == 1
 
 
+_PYTHON_WORDS = ("Session(", "Ledger.", "create=True", "lock_timeout", "budget=")
+
+
+def test_postgres_ledger_refusals_speak_in_flags(pg: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding (fixed): through the command line, a PostgreSQL ledger's refusals named the Python API:
+    "... or Session(ledger=URL, budget=..., create=True)", "open the existing ledger with
+    Ledger.open(url)"."""
+    url = pg.database("hints")
+    runs = [_cli(["--ledger", url, "budget"], tmp_path, capsys)]  # no ledger there yet
+    assert _cli(["--ledger", url, "init", "--epsilon", "1"], tmp_path, capsys).returncode == 0
+    runs.append(_cli(["--ledger", url, "init", "--epsilon", "1"], tmp_path, capsys))  # one exists
+    for p in runs:
+        assert p.returncode == 4 and "hint:" in p.stderr, p.stderr
+        assert not [w for w in _PYTHON_WORDS if w in p.stderr], p.stderr
+        assert "dpsql init" in p.stderr or "--ledger" in p.stderr, p.stderr
+
+
+def test_a_ledger_held_open_by_another_program_is_told_in_flags(tmp_path: Path) -> None:
+    """Finding (fixed): a ledger held open by a program that is not dpsql (a duckdb shell) gave, through
+    the command line, the hint "... or retry with a larger lock_timeout", a Python parameter that
+    the command line has no flag for."""
+    from dpsql import cli
+
+    path = tmp_path / "l.duckdb"
+    Ledger.create(path, Budget(1.0))
+    holder = subprocess.Popen([sys.executable, "-c", "import duckdb, sys; c = duckdb.connect(sys.argv[1]); print('held', "
+                               "flush=True); sys.stdin.readline()", str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=child_env())
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(LedgerError, match="that is not dpsql") as e:
+            Ledger.open(path, lock_timeout=0.2).remaining()
+    finally:
+        holder.communicate("\n", timeout=60)
+    text = cli._cli_text(str(e.value))
+    assert "lock_timeout" in str(e.value) and "lock_timeout" not in text, text  # the API keeps its parameter
+    assert "duckdb shell" in text and "retry" in text, text
+
+
 # --- 8. Spark and DuckDB: the same refusals, the same charges -----------------------------------------------
 
 

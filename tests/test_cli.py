@@ -20,7 +20,7 @@ import pytest
 from conftest import make_events
 from conftest import run_cli as run
 
-from dpsql.budget import Budget
+from dpsql.budget import Budget, exact, float_at_least
 from dpsql.cli import EXAMPLES, build_parser, main
 from dpsql.ledger import Ledger
 
@@ -166,7 +166,9 @@ def test_explain_is_free_and_budget_history(workdir: Path, capsys: pytest.Captur
     # the charge is the request plus the sampler's floating-point delta (dpsql.noise section 3)
     fp = plan["parameters"]["fp_delta"]
     assert 0 < fp < 1e-10
-    assert plan["mechanism"] == "sparse_histogram" and plan["cost"] == {"epsilon": 1.0, "delta": 1e-6 + fp}
+    # (added exactly and rounded up under the ledger's rounding rule: never below the sum)
+    up = float_at_least(exact(1e-6) + exact(fp))
+    assert plan["mechanism"] == "sparse_histogram" and plan["cost"] == {"epsilon": 1.0, "delta": up}
     assert run([*CFG, "budget"]) == 0
     out = capsys.readouterr().out
     assert "spent:     epsilon=0 delta=0" in out and "remaining: epsilon=10 delta=1e-05" in out

@@ -155,3 +155,49 @@ def test_a_boolean_option_can_be_given_on_the_command_line(workdir: Path, capsys
                 f"clip_negative={value}", "--format", "json"]) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["rows"][0]["n"] is not None
     assert _entries(capsys) == 1
+
+
+def test_a_refused_query_of_a_workload_file_is_named_by_its_place(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal of the second statement of a workload file said "(line 1, col 34)": its place in
+    that statement alone, so in a file of many statements nothing said which one was refused."""
+    (workdir / "w.sql").write_text("SELECT COUNT(*) FROM events WHERE age BETWEEN 18 AND 30;\n"
+                                   "SELECT COUNT(*) FROM events WHERE agee BETWEEN 31 AND 60;\n"
+                                   "SELECT COUNT(*) FROM events WHERE age BETWEEN 61 AND 90;\n")
+    assert run([*CFG, "query", "-f", "w.sql", "--workload", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "query 2 of 3 of the workload" in err and "agee" in err, err
+    assert _entries(capsys) == 0
+
+
+def test_query_many_names_the_refused_query(events) -> None:  # type: ignore[no-untyped-def]
+    import dpsql
+    from dpsql.errors import QueryError
+
+    with dpsql.Session(budget=dpsql.Budget(1.0)) as s:
+        s.register("r", events, privacy_unit="user_id", columns={"age": {"bounds": (0, 100), "bins": 10}})
+        with pytest.raises(QueryError, match=r"query 3 of 3 of the workload") as e:
+            s.query_many(["SELECT COUNT(*) FROM r WHERE age < 10", "SELECT COUNT(*) FROM r WHERE age < 20",
+                          "SELECT COUNT(*) FROM r WHERE nope < 30"], epsilon=0.1)
+        assert "nope" in str(e.value) and s.history().num_rows == 0
+
+
+def test_forcing_dawa_on_one_query_is_told_the_workload_flag(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal named the Python API: "use Session.query_many([...]) or a histogram ..."."""
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1", "--option", "mechanism=dawa"]) == 2
+    err = capsys.readouterr().err
+    assert "--workload" in err and "Session" not in err and "query_many" not in err, err
+    assert _entries(capsys) == 0
+
+
+def test_sql_from_a_closed_standard_input_is_a_usage_error(workdir: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dpsql query -f - <&-` (a job runner that closes stdin) ended with "error: unexpected
+    AttributeError" and exit 1."""
+    import sys
+
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stdin", None)
+        assert run([*CFG, "query", "-f", "-", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "standard input" in err and "closed" in err and "unexpected" not in err, err
+    assert _entries(capsys) == 0

@@ -180,3 +180,33 @@ def test_unreadable_configs_are_named_in_the_callers_terms(tmp_path: Path) -> No
         load_config("/dev/null")
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_the_owner_sets_how_long_a_busy_ledger_is_waited_for(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command waited for a busy ledger exactly 10 s (the Session's default lock_timeout): an ETL
+    deployment that runs many jobs on one ledger could not wait longer (exit 4 'locked by another dpsql
+    operation', the hint naming a lock_timeout no command could set), nor fail faster. `[ledger]
+    lock_timeout` (seconds) now reaches every command and Session.from_config."""
+    from dpsql.ledger import Ledger
+
+    (tmp_path / "dpsql.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\ncreate_if_missing = true\n'
+                                         "lock_timeout = 42.5\n")
+    assert load_config(tmp_path / "dpsql.toml").lock_timeout == 42.5
+    with dpsql.Session.from_config(tmp_path / "dpsql.toml") as s:
+        assert s.ledger.lock_timeout == 42.5
+    seen: list[float] = []
+    real = Ledger._txn
+
+    def spy(self: Ledger, **kw: object) -> object:
+        seen.append(self.lock_timeout)
+        return real(self, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Ledger, "_txn", spy)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--config", "dpsql.toml", "budget"]) == 0
+    assert seen and set(seen) == {42.5}, seen
+    for bad in ("-1", "\"10\"", "true", "inf"):
+        (tmp_path / "bad.toml").write_text(f'[ledger]\npath = "l.duckdb"\nlock_timeout = {bad}\n')
+        with pytest.raises(ConfigError, match=r"\[ledger\] lock_timeout"):
+            load_config(tmp_path / "bad.toml")

@@ -134,3 +134,50 @@ def test_session_used_in_a_forked_child_answers_or_refuses(tmp_path: Path) -> No
     assert "ok" in got or got.get("error") in ("ConfigError", "LedgerError", "ExecutionError"), got
     if "error" in got:
         assert "create a new Session in the child" in got["msg"], got
+
+
+MEMORY_FORK = """
+import json, os, sys
+import pyarrow as pa
+import dpsql
+from dpsql.budget import Budget
+s = dpsql.Session(None, Budget(1.0))
+s.register("e", pa.table({"uid": list(range(50))}), privacy_unit="uid")
+kids = []
+for i in range(3):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            s.query("SELECT COUNT(*) AS n FROM e", epsilon=1.0)
+            out = {"ok": True}
+        except Exception as e:
+            out = {"error": type(e).__name__, "msg": str(e)[:600]}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    kids.append((pid, r))
+outs = []
+for pid, r in kids:
+    os.waitpid(pid, 0)
+    outs.append(json.loads(os.read(r, 65536).decode()))
+s.query("SELECT COUNT(*) AS n FROM e", epsilon=1.0)  # the parent's budget is whole
+print(json.dumps({"children": outs, "parent_spent": s.ledger.spent().epsilon}))
+"""
+
+
+def test_an_in_memory_ledger_is_not_spent_again_in_forked_children(tmp_path: Path) -> None:
+    """Finding (fixed): a Session on an in-memory ledger that forked (multiprocessing's fork start
+    method, a pre-forking server) handed each child a copy of the whole remaining budget: three
+    children each spent epsilon 1.0 of a total of 1.0, and the parent's ledger knew of none of it.
+    A forked child is now refused (a LedgerError, nothing read), so the total holds across the
+    processes; the parent keeps its ledger."""
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(MEMORY_FORK)], capture_output=True, text=True,
+                       timeout=120, env=_env(), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["parent_spent"] == 1.0
+    for child in got["children"]:
+        assert child.get("error") == "LedgerError", child
+        assert "in-memory ledger" in child["msg"] and "ledger file" in child["msg"], child

@@ -333,3 +333,45 @@ def test_creating_waits_for_another_creator_only_up_to_lock_timeout(server: Serv
     led = open_ledger(url, budget=dpsql.Budget(1.0, 0.0), create=True, lock_timeout=0.5)
     assert led.total() == dpsql.Budget(1.0, 0.0)
     led.close()
+
+
+STALLED_HOLDER = """
+import os, signal, sys
+import dpsql
+from dpsql.ledger import _postgres, open_ledger
+execute = _postgres._Con.execute
+def stall(self, sql, params=None):
+    if sql.startswith("INSERT INTO ledger_entries"):  # the ledger's lock is held from here to COMMIT
+        print("holding", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)  # a frozen process: a debugger, a paused VM, a ^Z
+    return execute(self, sql, params)
+_postgres._Con.execute = stall
+open_ledger(sys.argv[1], None, lock_timeout=1.0).reserve(dpsql.Budget(0.5, 0.0), mechanism="m", query="stalled",
+                                                         tables=["t"], params={})
+"""
+
+
+def test_a_frozen_process_holding_the_ledger_lock_blocks_the_others_only_for_a_while(url: str) -> None:
+    """Finding (fixed): every ledger transaction lifted the server's idle_in_transaction_session_timeout to
+    0 (no limit), so a dpsql process frozen while it held the ledger's table lock (SIGSTOP, a debugger, a
+    paused VM) blocked every charge on every host until it resumed, however long: each waiter gave up
+    'busy' after lock_timeout. The idle time-out is now bounded (10 s, or twice lock_timeout): the server
+    ends the frozen transaction, which had charged nothing, and the others go on."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import child_env
+
+    open_ledger(url, budget=dpsql.Budget(1.0, 0.0), create=True)
+    holder = subprocess.Popen([sys.executable, "-c", STALLED_HOLDER, url], stdout=subprocess.PIPE, text=True,
+                              env=child_env())
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        led = open_ledger(url, lock_timeout=60.0)
+        e = led.reserve(dpsql.Budget(0.5, 0.0), mechanism="m", query="after", tables=["t"], params={})
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+    assert [(x["entry_id"], x["query"]) for x in led.history().to_pylist()] == [(e, "after")]
+    assert led.remaining() == dpsql.Budget(0.5, 0.0)  # the frozen transaction charged nothing

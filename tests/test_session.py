@@ -18,7 +18,7 @@ import pytest
 from conftest import make_events
 
 import dpsql
-from dpsql.budget import Budget
+from dpsql.budget import Budget, exact
 from dpsql.errors import BudgetExceededError, ConfigError, LedgerError
 from dpsql.rewrite.bound import SALT_PLACEHOLDER
 from dpsql.testing import seeded_noise, use_noise, zero_noise
@@ -210,7 +210,9 @@ def test_release_fields(events: pa.Table) -> None:
         assert r.table.column_names == ["country", "n", "total"]
         # the charge is the request plus the sampler's floating-point delta (dpsql.noise section 3)
         fp = r.details["fp_delta"]
-        assert 0 < fp < 1e-7 and r.cost == Budget(0.5, 1e-6 + fp)
+        # (added exactly and rounded up: the least float whose decimal is at least the sum)
+        assert 0 < fp < 1e-7 and r.cost.epsilon == 0.5
+        assert exact(r.cost.delta) >= exact(1e-6) + exact(fp) > exact(math.nextafter(r.cost.delta, 0))
         assert r.mechanism == "gaussian"
         assert set(r.accuracy) == {"n", "total"}
         for col in ("n", "total"):
@@ -535,3 +537,27 @@ def test_tables_are_frozen_policy_changes_only_through_register(events: pa.Table
     p = s.explain("SELECT country, COUNT(*) FROM events GROUP BY country", epsilon=1.0)
     assert p.parameters["max_groups_per_unit"] == 2
     s.close()
+
+
+def test_a_closed_session_refuses_every_budget_read_alike(events: pa.Table) -> None:
+    """``total()`` of a closed Session raised the ledger's LedgerError ("open it again with
+    Ledger.open(path)") where ``remaining()`` and ``history()`` raise "this Session is closed"."""
+    s = dpsql.Session(budget=Budget(1.0))
+    s.close()
+    for read in (s.total, s.remaining, s.history):
+        with pytest.raises(ConfigError, match="this Session is closed"):
+            read()
+
+
+@pytest.mark.parametrize("ledger", [None, "file"])
+def test_pickling_a_session_says_what_to_do(events: pa.Table, tmp_path: Path, ledger: str | None) -> None:
+    """Sending a Session to a worker process (multiprocessing, concurrent.futures) failed with
+    "cannot pickle 'DuckDBPyConnection' object"; it now says why and what to do instead."""
+    import pickle
+
+    path = None if ledger is None else tmp_path / "l.duckdb"
+    with dpsql.Session(path, Budget(1.0), create=True) as s:
+        s.register("e", events, privacy_unit="user_id")
+        with pytest.raises(TypeError, match="a dpsql Session cannot be pickled") as e:
+            pickle.dumps(s)
+        assert "from_config" in str(e.value) and ("ledger file" in str(e.value)), str(e.value)

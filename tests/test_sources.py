@@ -299,3 +299,21 @@ def test_csv_unbalanced_quote_affects_its_own_line_only(tmp_path: Path) -> None:
         "quote='\"', escape='\"', columns={'uid': 'VARCHAR', 'note': 'VARCHAR'}, strict_mode=false, ignore_errors=true)"
     ).fetchall()[0][0]
     assert raw < 100
+
+
+@pytest.mark.parametrize(("make", "advice"), [
+    (lambda t, p: t.to_reader(), "read_all()"),
+    (lambda t, p: __import__("pyarrow.dataset").dataset.dataset(p), "to_table()"),
+])
+def test_an_arrow_stream_or_dataset_is_refused_with_the_way_to_pass_it(tmp_path: Path, make: Any, advice: str) -> None:
+    """A pyarrow.RecordBatchReader (a stream: read once, while dpsql reads a table at every query)
+    or a pyarrow.dataset was refused with the generic list of accepted sources; the refusal now
+    says how to pass it. Nothing is registered either way."""
+    t = pa.table({"uid": [1, 2, 3], "x": [1.0, 2.0, 3.0]})
+    pq.write_table(t, tmp_path / "t.parquet")
+    with dpsql.Session(budget=Budget(1.0)) as s:
+        with pytest.raises(errors.ConfigError, match="unsupported table source") as e:
+            s.register("t", make(t, tmp_path / "t.parquet"), privacy_unit="uid")
+        assert advice in (e.value.hint or ""), e.value.hint
+        assert "t" not in s.tables
+        s.register("t", t, privacy_unit="uid")  # control: the table itself is accepted

@@ -22,9 +22,10 @@ charge is durable when COMMIT returns (PostgreSQL's WAL: every write transaction
 ``synchronous_commit`` to ``on`` where the server, database or role sets ``off`` or ``local``,
 and keeps ``remote_write`` / ``remote_apply``); the caller reads private rows only after that. A lock that is not
 granted within ``lock_timeout`` seconds (PostgreSQL's ``lock_timeout``, set per transaction) is a
-LedgerError that changes nothing; the server's, database's or role's ``statement_timeout``,
-``idle_in_transaction_session_timeout`` and ``transaction_timeout`` are lifted for the transaction
-(its one wait is the lock, bounded by ``lock_timeout``). A read-only transaction (a standby, or
+LedgerError that changes nothing; the server's, database's or role's ``statement_timeout`` and
+``transaction_timeout`` are lifted for the transaction (its one wait is the lock, bounded by
+``lock_timeout``), and ``idle_in_transaction_session_timeout`` is set to dpsql's own bound (10 s, or
+twice ``lock_timeout``): a process frozen while holding the lock is cut off, its change not made. A read-only transaction (a standby, or
 ``default_transaction_read_only = on``) is a LedgerError that says so; a connection the server
 drops mid-transaction is a LedgerError (the server rolls the transaction back), never psycopg's
 own exception. ``tests/test_ledger_postgres.py`` runs N processes charging
@@ -305,9 +306,12 @@ class PostgresLedger(Ledger):
                 # shortest text that reads back bit-exact, whatever the server's or the database's
                 # extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted); the
                 # server's time-outs lifted (_LIFTED_TIMEOUTS: those this server has)
+                # ... and the idle-in-transaction time-out set to a bound of dpsql's own (_idle_ms): a process frozen
+                # while it holds the ledger's lock (SIGSTOP, a debugger, a paused VM) blocked every host, however long
                 c.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN ? WHEN 'extra_float_digits' THEN '3' "
-                          "ELSE '0' END, true) FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', "
-                          "'extra_float_digits', " + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms"])
+                          "WHEN 'idle_in_transaction_session_timeout' THEN ? ELSE '0' END, true) FROM pg_catalog.pg_settings "
+                          "WHERE name IN ('lock_timeout', 'extra_float_digits', "
+                          + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms", f"{self._idle_ms()}ms"])
                 if write:
                     c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
                     # a charge is acknowledged only once its WAL record is flushed (and, with synchronous
@@ -358,6 +362,13 @@ class PostgresLedger(Ledger):
                 ) from None
         finally:
             con.close()
+
+    def _idle_ms(self) -> int:
+        """The longest pause between two statements of a ledger transaction before the server ends it
+        (rolling it back: a reserve then charged nothing): 10 s, or twice ``lock_timeout``. A live
+        transaction pauses for milliseconds; a frozen holder of the lock then blocks the others for a while
+        only (a server's own, lower value is not kept: it dropped live connections mid-charge)."""
+        return min(max(10_000, math.ceil(2000 * self.lock_timeout)), _PG_MAX_MS)
 
     def _check_schema(self, con: Any) -> int:
         rows = dict(con.execute(_META_AND_PLACES).fetchall())
@@ -419,7 +430,7 @@ def _rollback(con: Any) -> None:
 #: lifted for the transaction (those the server has): its only wait is for the ledger's lock,
 #: bounded by ``lock_timeout``, and a ``statement_timeout`` below that wait turned a busy ledger
 #: into a failure; an idle-in-transaction time-out below the driver's pause between two statements
-#: dropped the connection mid-charge.
+#: dropped the connection mid-charge (a charge's transaction sets that one to ``_idle_ms`` instead).
 _LIFTED_TIMEOUTS = ("statement_timeout", "idle_in_transaction_session_timeout", "transaction_timeout")
 
 

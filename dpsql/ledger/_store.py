@@ -188,12 +188,13 @@ def _fp_hint(cost: Budget, remaining: Budget, params: Mapping[str, Any]) -> str:
     at least half of what remains (the scale then grows by well under 2x); a larger part gets the
     explanation without a number (a delta near it would be refused, the part exceeding it).
 
-    The request's own delta is ``cost.delta - fp`` up to the rounding of their sum (one ulp):
-    a request of exactly the remaining delta often reads one ulp over it."""
+    The request's own delta is ``cost.delta - fp`` up to the rounding of their sum (rounded up to a
+    float whose decimal is at least the exact sum: within two ulps): a request of exactly the
+    remaining delta often reads an ulp or two over it."""
     fp = params.get("fp_delta")
     if not isinstance(fp, float) or not 0 < fp < cost.delta or cost.exact_epsilon > remaining.exact_epsilon:
         return ""
-    asked = Fraction(cost.delta) - Fraction(fp) - Fraction(math.ulp(cost.delta))
+    asked = Fraction(cost.delta) - Fraction(fp) - 2 * Fraction(math.ulp(cost.delta))
     if asked > remaining.exact_delta or cost.exact_delta <= remaining.exact_delta:
         return ""
     words = (f"the charge is the delta asked for plus the Gaussian sampler's floating-point delta {fp:.3g} (fp_delta), "
@@ -452,6 +453,7 @@ class Ledger:
         self._closed = False
         self._mem: duckdb.DuckDBPyConnection | None = None
         self._mem_lock = threading.Lock()
+        self._mem_pid = os.getpid()  # an in-memory ledger's budget exists in this process only
         self.path = None if path is None else os.path.abspath(os.fspath(path))
 
     # construction --------------------------------------------------------------------------
@@ -1169,6 +1171,15 @@ class Ledger:
 
     @contextmanager
     def _mem_txn(self, *, write: bool, creating: bool, t: _Txn) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self._mem_pid != os.getpid():
+            # a forked child holds a copy of the budget: spending it there, in every child, would
+            # spend the total once per process, unknown to the parent and to each other
+            raise LedgerError(
+                f"an in-memory ledger cannot be used in a forked process (it belongs to process {self._mem_pid}; "
+                f"a copy in each child would spend the whole budget again); {t.unchanged}",
+                hint="give the Session a ledger file (Session(ledger='ledger.duckdb', ...)), which every process "
+                "shares, or run the queries in the process that created the in-memory ledger",
+            )
         if not self._mem_lock.acquire(timeout=self.lock_timeout):
             raise LedgerError(
                 f"the in-memory ledger is busy in another thread for more than {self.lock_timeout:g} s; "

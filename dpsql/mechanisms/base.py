@@ -98,6 +98,11 @@ class Description:
     #: the ledger entry whose released synopsis answers this request (a zero-cost reuse)
     reuse_of: int | None = None
 
+    @property
+    def details(self) -> dict[str, Any]:
+        """The parameters a Release reports (all but the internal per-column noise ``scales``)."""
+        return {k: v for k, v in self.parameters.items() if k != "scales"}
+
 
 @dataclass
 class Released:

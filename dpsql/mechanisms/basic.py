@@ -50,6 +50,7 @@ from dpsql.mechanisms.common import (
     BoundedAggregates,
     Calibration,
     add_noise,
+    charged_delta,
     column_words,
     finish_release,
     fp_delta_refusal,
@@ -103,7 +104,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
         if fp > delta:
             raise fp_delta_refusal(fp, epsilon=epsilon, delta=delta, laplace=True)
         params["fp_delta"] = fp
-        cost_delta = delta + fp
+        cost_delta = charged_delta(delta, fp)
     else:
         eps_c = share_of(epsilon, c_eff * m)
         proven = 0.0

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.budget import Budget
+from dpsql.budget import Budget, exact, float_at_least
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError
 from dpsql.mechanisms import variance
@@ -140,6 +140,21 @@ def gaussian_fp_charge(
         check_gaussian_representable(sigma, gran, integer=integer, what=column_words(plan, c.name))
         per_group += gaussian_fp_delta(sigma, gran, integer=integer, threshold=c.name == threshold_column)
     return (1.0 + math.exp(min(epsilon, 700.0))) * groups_per_unit * per_group
+
+
+def charged_delta(delta: float, fp: float) -> float:
+    """The delta a Gaussian release is charged: the requested ``delta`` plus the sampler's floating-point
+    part ``fp``, added exactly and rounded up (the ledger's rounding rule, dpsql/budget.py), so the
+    recorded charge is never below what the release spends. A sum that reaches 1 is refused in terms
+    of what was asked."""
+    total = exact(delta) + exact(fp)
+    if total >= 1:
+        raise ConfigError(
+            f"delta={delta!r} plus the Gaussian sampler's floating-point delta {fp:.3g} (fp_delta) reaches 1: "
+            "no privacy is left to claim",
+            hint="use a small delta such as 1e-6 (well below 1/number_of_people), or 0 for pure DP",
+        )
+    return float_at_least(total)
 
 
 def fp_delta_refusal(fp: float, *, epsilon: float, delta: float, laplace: bool) -> ConfigError:

@@ -76,7 +76,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.budget import Budget, exact
+from dpsql.budget import Budget, exact, float_at_least, float_at_most
 from dpsql.engine.base import BoundedBatch, SqlOps
 from dpsql.errors import ConfigError, DPSQLError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Released, Request
@@ -85,33 +85,19 @@ from dpsql.plan import ir
 from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps
 
 
-def _float_at_most(q: Fraction) -> float:
-    f = float(q)
-    while f > 0 and exact(f) > q:
-        f = math.nextafter(f, 0.0)
-    return f
-
-
-def _float_at_least(q: Fraction) -> float:
-    f = float(q)
-    while exact(f) < q:
-        f = math.nextafter(f, math.inf)
-    return f
-
-
 def shares(total: float, m: int) -> list[float]:
     """``total``/m rounded down to a float for the first m - 1 shares, the exact remainder (rounded down)
     for the last: the shares' exact sum is at most ``total`` (public, data independent)."""
     t = exact(total)
-    first = [_float_at_most(t / m)] * (m - 1)
-    return first + [_float_at_most(t - sum((exact(x) for x in first), Fraction(0)))]
+    first = [float_at_most(t / m)] * (m - 1)
+    return first + [float_at_most(t - sum((exact(x) for x in first), Fraction(0)))]
 
 
 def charged_sum(costs: list[Budget]) -> Budget:
     """The runs' costs added exactly and rounded up to floats (what the ledger is charged)."""
     e = sum((c.exact_epsilon for c in costs), Fraction(0))
     d = sum((c.exact_delta for c in costs), Fraction(0))
-    return Budget(_float_at_least(e), _float_at_least(d))
+    return Budget(float_at_least(e), float_at_least(d))
 
 
 def sub_salt(salt: str, j: int) -> str:

@@ -51,6 +51,7 @@ from dpsql.mechanisms.common import (
     BoundedAggregates,
     Calibration,
     add_noise,
+    charged_delta,
     finish_release,
     fp_delta_refusal,
     gaussian_fp_charge,
@@ -148,7 +149,7 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, opts
     ]
     return Calibration(
         mechanism=MechanismName.SPARSE_HISTOGRAM,
-        cost=Budget(epsilon, delta + fp),
+        cost=Budget(epsilon, charged_delta(delta, fp)),
         noise="gaussian",
         caps=caps,
         columns=columns,

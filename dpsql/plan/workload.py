@@ -26,7 +26,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.catalog import OrderedDomain, TableSpec, source_identity
-from dpsql.errors import PolicyError, UnsupportedQueryError
+from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column, unqualified
 from dpsql.plan.parse import DIALECT
@@ -279,6 +279,17 @@ def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
     return i0, i1, snapped
 
 
+def _analyze_nth(sql: str, i: int, n: int, catalog: dict[str, TableSpec]) -> ir.QueryPlan:
+    """``analyze`` of the ``i``-th of ``n`` queries; a refusal names which query it is (its line and
+    column are within that query's own text)."""
+    try:
+        return analyze(sql, catalog)
+    except QueryError as e:
+        e.message = f"query {i} of {n} of the workload: {e.message}"
+        e.args = (e._render(),)
+        raise
+
+
 def analyze_workload(
     sqls: list[str], catalog: dict[str, TableSpec], plans: list[ir.QueryPlan] | None = None
 ) -> Workload:
@@ -289,7 +300,7 @@ def analyze_workload(
         raise UnsupportedQueryError("query_many needs a non-empty list of SQL range-count queries",
                                     hint="pass a list such as [\"SELECT COUNT(*) FROM t WHERE x >= 0 AND x < 10\"]")
     if plans is None:
-        plans = [analyze(s, catalog) for s in sqls]
+        plans = [_analyze_nth(s, i, len(sqls), catalog) for i, s in enumerate(sqls, 1)]
     table = plans[0].table
     ordered = {name: c.ordered for name, c in table.columns.items() if c.ordered is not None}
     if not ordered:
