@@ -24,7 +24,7 @@ from typing import Any, NoReturn, TypeVar
 
 from dpsql.budget import is_plain_number, plain_float
 from dpsql.errors import ConfigError
-from dpsql.plan.typer import type_domain
+from dpsql.plan.typer import parse_type, type_domain
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_NAMES = {"dpsql_ledger", "ledger", "information_schema", "pg_catalog", "duckdb_tables"}
@@ -181,6 +181,14 @@ class TableSpec:
 
     def column(self, name: str) -> ColumnSpec:
         return self.columns.get(name.lower()) or ColumnSpec(name.lower())
+
+    def value_bounds(self, name: str) -> tuple[float, float] | None:
+        """Bounds of a column's values as SUM / AVG read them: declared, else [0, 1] for a BOOLEAN
+        (false / true, by its type, as a condition is); None when neither."""
+        b = self.column(name).bounds
+        if b is not None:
+            return float(b[0]), float(b[1])
+        return (0.0, 1.0) if parse_type(self.schema.get(name.lower(), "")).kind == "bool" else None
 
     @property
     def rows_per_unit_cap(self) -> float:

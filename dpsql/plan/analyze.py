@@ -506,9 +506,7 @@ class _Builder:
             assert clamped is not None
             inner, column = clamped, None
         elif column is not None:
-            declared = self.table.column(column).bounds
-            if declared is None and parse_type(self.table.schema.get(column, "")).kind == "bool":
-                declared = (0.0, 1.0)  # false / true, by the column's type
+            declared = self.table.value_bounds(column)  # a BOOLEAN's [0, 1] comes from its type
             if declared is None:
                 self.bad(
                     node,
