@@ -42,13 +42,18 @@ def is_plain_number(text: str) -> bool:
 
 
 def plain_float(value: Any, what: str, hint: str | None = None) -> Any:
-    """``value`` itself, except that a string must be a plain number (then its float): anything else
-    typed as text is a ConfigError naming ``what`` and the accepted form."""
+    """``value`` itself, except that a string in plain notation is its float, and a string that only
+    float() reads as a number ('1_0', ' 1', '１', 'infinity') is a ConfigError naming ``what`` and the
+    accepted form. Other text is returned as it is, for the caller's own refusal of a non-number."""
     if not isinstance(value, str):
         return value
-    if not is_plain_number(value):
-        raise ConfigError(f"{what} must be a number in {PLAIN_FORM}, got {value!r}", hint=hint)
-    return float(value)
+    if is_plain_number(value):
+        return float(value)
+    try:
+        float(value)
+    except ValueError:
+        return value
+    raise ConfigError(f"{what} must be a number in {PLAIN_FORM}, got {value!r}", hint=hint)
 
 
 def exact(x: float | int | str | Fraction) -> Fraction:
