@@ -36,6 +36,7 @@ from dpsql.plan.typer import (
     TypeRefusal,
     allow_list_problems,
     check_numeric_column,
+    distinct_type_problem,
     func_name,
     parse_type,
     type_checked,
@@ -391,6 +392,10 @@ class _Builder:
                     kind = ir.COUNT_UNITS
                 elif len(exprs) == 1 and isinstance(exprs[0], exp.Column):
                     kind, column = ir.COUNT_DISTINCT, exprs[0].name.lower()
+                    problem = distinct_type_problem(exprs[0].name, self.table.schema.get(column, ""))
+                    if problem is not None:
+                        self.bad(node, problem)
+                        return None
                 else:
                     # one message for the call (its argument is not checked on its own: plan.checks); quoted as
                     # written (sqlglot renders COUNT(DISTINCT a, b) as a CASE over a tuple)
