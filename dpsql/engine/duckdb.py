@@ -345,7 +345,7 @@ class DuckDBBackend:
         ``dpsql.engine._duckdb_csv``); None at registration (the header and types only: no row)."""
         delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
         paths = _literal_files(name, _expand(source))
-        names = _csv_header(paths[0], delim)
+        names = _csv_header(paths[0], delim, self.settings.csv_encoding)
         low = {n.lower(): n for n in names}
         bad = sorted(set(types) - set(low))
         if bad:
@@ -420,7 +420,7 @@ class DuckDBBackend:
         CREATE): the header's columns, VARCHAR or their declared type as DuckDB spells it, read from a
         one-column select per distinct declared type."""
         delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
-        names = _csv_header(_literal_files(name, _expand(source))[0], delim)
+        names = _csv_header(_literal_files(name, _expand(source))[0], delim, self.settings.csv_encoding)
         spelled: dict[str, str] = {}
         for t in {types[n.lower()] for n in names if n.lower() in types}:
             field, column = self._csv_column("x", t)
@@ -677,7 +677,7 @@ class DuckDBBackend:
                 self._csv_dir = csvcopy.make_dir(self.settings.temp_directory)
                 self._csv_gone = weakref.finalize(self, csvcopy.remove_dir, self._csv_dir, os.getpid())
             suffix = ".tsv" if src.source.lower().endswith((".tsv", ".tsv.gz")) else ".csv"
-            fresh, version = csvcopy.refresh(src, self._csv_dir, suffix, self._until)
+            fresh, version = csvcopy.refresh(src, self._csv_dir, suffix, self._until, self.settings.csv_encoding)
             if fresh:
                 try:
                     self._con.execute(self._render(_temp_view(view, self._csv_select(src.name, src.source, src.types,
