@@ -157,3 +157,19 @@ def test_python_api_register_strings(tmp_path: Path, kwargs: dict) -> None:  # t
         with pytest.raises(ConfigError, match="plain decimal or scientific notation"):
             s.register("e", str(tmp_path / "e.parquet"), privacy_unit="user_id", **kwargs)
         assert s.remaining().epsilon == 1.0
+
+
+@pytest.mark.parametrize("value", ["1_0", " 1", "\uff11"])
+def test_python_api_decimal_domain_strings(tmp_path: Path, value: str) -> None:
+    """Decimal() reads '1_0' as 10 too: a DECIMAL column's domain given as text takes plain notation."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"user_id": [1, 2], "d": pa.array([Decimal("1.00"), Decimal("10.00")], pa.decimal128(6, 2))}),
+                   tmp_path / "e.parquet")
+    with dpsql.Session(ledger=None, budget=dpsql.Budget(1.0)) as s:
+        with pytest.raises(ConfigError, match="plain decimal or scientific notation"):
+            s.register("e", str(tmp_path / "e.parquet"), privacy_unit="user_id", columns={"d": {"domain": ["1.5", value]}})
+        s.register("e", str(tmp_path / "e.parquet"), privacy_unit="user_id", columns={"d": {"domain": ["1.5", "10"]}})

@@ -65,6 +65,8 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
+from dpsql.budget import PLAIN_FORM, is_plain_number
+
 #: string functions see at most this many characters of a non-literal argument
 STRING_CAP = 1024
 #: LIKE / ILIKE patterns and other literal text arguments of string functions: at most this long
@@ -1951,6 +1953,8 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
             return int(v)
         raise bad
     if k == "decimal":
+        if isinstance(v, str) and not is_plain_number(v):  # Decimal() reads '1_0' as 10, and ' 1', '１'
+            raise ValueError(f"domain value {v!r} of {where} is not a {t} value: write it in {PLAIN_FORM}")
         if isinstance(v, (int, float, str, decimal.Decimal)):
             try:
                 d = decimal.Decimal(str(v)) if not isinstance(v, decimal.Decimal) else v
