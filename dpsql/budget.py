@@ -17,13 +17,43 @@ added later without changing what was recorded.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Clamped, Context, Decimal, Inexact, Overflow, Rounded, Underflow
 from fractions import Fraction
+from typing import Any
 
 from dpsql.errors import ConfigError
+
+#: the one spelling of a number typed as text (CLI flags, config values, strings handed to the API):
+#: ASCII digits, an optional sign, point and exponent, nothing around it. Python's float() reads far
+#: more ('1_0' as 10, ' 1', full-width and other Unicode digits, 'infinity'): a slip for 1.0 must not
+#: spend ten times the budget, so text is judged by this rule before float() sees it
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: how the accepted form is named in every refusal
+PLAIN_FORM = "plain decimal or scientific notation (e.g. 10, 0.5, 1e-6)"
+
+
+def is_plain_number(text: str) -> bool:
+    """Whether ``text`` is a number in plain decimal or scientific notation (see ``_PLAIN_NUMBER``)."""
+    return _PLAIN_NUMBER.fullmatch(text) is not None
+
+
+def plain_float(value: Any, what: str, hint: str | None = None) -> Any:
+    """``value`` itself, except that a string in plain notation is its float, and a string that only
+    float() reads as a number ('1_0', ' 1', '１', 'infinity') is a ConfigError naming ``what`` and the
+    accepted form. Other text is returned as it is, for the caller's own refusal of a non-number."""
+    if not isinstance(value, str):
+        return value
+    if is_plain_number(value):
+        return float(value)
+    try:
+        float(value)
+    except ValueError:
+        return value
+    raise ConfigError(f"{what} must be a number in {PLAIN_FORM}, got {value!r}", hint=hint)
 
 
 def exact(x: float | int | str | Fraction) -> Fraction:
@@ -41,6 +71,7 @@ def exact(x: float | int | str | Fraction) -> Fraction:
 
 def check_epsilon(epsilon: object, *, name: str = "epsilon", allow_zero: bool = False) -> float:
     """Validate an epsilon: finite, positive (or zero when allowed)."""
+    epsilon = plain_float(epsilon, name, hint=f"pass {name}=1.0")
     try:
         e = float(epsilon)  # type: ignore[arg-type]
     except OverflowError:
@@ -57,6 +88,7 @@ def check_epsilon(epsilon: object, *, name: str = "epsilon", allow_zero: bool = 
 
 def check_delta(delta: object, *, name: str = "delta") -> float:
     """Validate a delta: finite, in [0, 1)."""
+    delta = plain_float(delta, name, hint=f"pass {name}=1e-6")
     try:
         d = float(delta)  # type: ignore[arg-type]
     except OverflowError:

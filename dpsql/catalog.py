@@ -24,8 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
+from dpsql.budget import is_plain_number, plain_float
 from dpsql.errors import ConfigError
-from dpsql.plan.typer import type_domain
+from dpsql.plan.typer import parse_type, type_domain
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_NAMES = {"dpsql_ledger", "ledger", "information_schema", "pg_catalog", "duckdb_tables"}
@@ -183,6 +184,14 @@ class TableSpec:
     def column(self, name: str) -> ColumnSpec:
         return self.columns.get(name.lower()) or ColumnSpec(name.lower())
 
+    def value_bounds(self, name: str) -> tuple[float, float] | None:
+        """Bounds of a column's values as SUM / AVG read them: declared, else [0, 1] for a BOOLEAN
+        (false / true, by its type, as a condition is); None when neither."""
+        b = self.column(name).bounds
+        if b is not None:
+            return float(b[0]), float(b[1])
+        return (0.0, 1.0) if parse_type(self.schema.get(name.lower(), "")).kind == "bool" else None
+
     @property
     def rows_per_unit_cap(self) -> float:
         if self.max_rows_per_unit is not None:
@@ -257,7 +266,9 @@ def _check_cap(value: Any, name: str, table: str) -> float:
     if isinstance(value, bool):
         raise ConfigError(f"{name} for table '{table}' must be a whole number >= 1 or math.inf, got {value!r}")
     try:
-        v = float(value)
+        v = float(plain_float(value, f"{name} for table '{table}'", hint=f"register('{table}', ..., {name}=5)"))
+    except ConfigError:
+        raise
     except (TypeError, ValueError):
         raise ConfigError(
             f"{name} for table '{table}' must be a whole number >= 1 or math.inf, got {value!r}",
@@ -272,7 +283,7 @@ def _check_cap(value: Any, name: str, table: str) -> float:
 
 
 def _parse_seconds(width: str) -> float:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(second|minute|hour|day|week)s?\s*", str(width), re.I)
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(second|minute|hour|day|week)s?\s*", str(width), re.I)
     if not m:
         raise ConfigError(
             f"bin_width {width!r} is not understood",
@@ -298,10 +309,20 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
     time_bounds = None
     if spec.get("bounds") is not None:
         b = spec["bounds"]
+        grid = "bins" in spec or "bin_width" in spec
         try:
+            if isinstance(b, (list, tuple)) and not (grid and any(isinstance(x, str) and not is_plain_number(x) for x in b)):
+                # text bounds are numbers only in plain notation ('1_0' is not 10); with a grid, other
+                # text is a date or timestamp, judged below
+                b = tuple(plain_float(x, f"each bound of '{table}.{name}'", hint=f"columns={{'{name}': {{'bounds': (0, 100)}}}}")
+                          for x in b)
+            elif isinstance(b, (list, tuple)):
+                raise ValueError
             lo, hi = (float(b[0]), float(b[1]))
+        except ConfigError:
+            raise
         except (TypeError, ValueError, IndexError):
-            if ("bins" in spec or "bin_width" in spec) and isinstance(b, (list, tuple)) and len(b) == 2:
+            if grid and isinstance(b, (list, tuple)) and len(b) == 2:
                 time_bounds = (b[0], b[1])  # a date/timestamp ordered domain
                 lo = hi = 0.0
             else:
@@ -346,7 +367,9 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
     gran = spec.get("granularity")
     if gran is not None:
         try:
-            gran = float(gran)
+            gran = float(plain_float(gran, f"granularity for '{table}.{name}'"))
+        except ConfigError:
+            raise
         except (TypeError, ValueError):
             raise ConfigError(f"granularity for '{table}.{name}' must be a positive number") from None
         if not math.isfinite(gran) or gran <= 0:
@@ -445,8 +468,10 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
             f"ordered domain for '{table}.{name}' needs lo and hi",
             hint="e.g. columns={'age': {'bounds': (0, 120), 'bins': 121}}",
         )
-    bins = o.get("bins")
+    bins = plain_float(o.get("bins"), f"bins for '{table}.{name}'")
     width = o.get("bin_width")
+    if isinstance(width, str) and not re.search(r"[a-z]", width, re.I):  # a number as text; '1 hour' is a span
+        width = plain_float(width, f"bin_width for '{table}.{name}'")
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
         lo_f, hi_f = float(lo), float(hi)
         if not (math.isfinite(lo_f) and math.isfinite(hi_f)) or hi_f <= lo_f:

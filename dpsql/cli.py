@@ -110,7 +110,8 @@ def _number(flag: str) -> Any:
         try:
             v = _Number(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. {_EXAMPLE[flag]})") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number in plain decimal or scientific notation "
+                                             f"(e.g. {_EXAMPLE[flag]})") from None
         v.text = text
         return v
 
@@ -132,6 +133,24 @@ def _unrepresentable(text: str, v: float) -> str:
     return ""
 
 
+def _spelling(text: str, v: float) -> str:
+    """Why ``text``, which float() read as ``v``, is refused for its spelling ('' when plain, and for
+    nan and inf words, refused for their value): '1_0' is 10 to float(), ' 1' and full-width digits
+    are numbers to it too, but a number flag takes plain notation only."""
+    from dpsql.budget import is_plain_number
+
+    if is_plain_number(text) or not math.isfinite(v):
+        return ""
+    return f"{text!r} is not a plain number (Python would read it as {v:g}); "
+
+
+def _form(text: str) -> str:
+    """The accepted notation, named in a refusal of a value not written in it."""
+    from dpsql.budget import PLAIN_FORM, is_plain_number
+
+    return "" if is_plain_number(text) else f", written in {PLAIN_FORM}"
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
     """Refuse, in the flag's own terms and quoting what was typed, a number flag outside its range,
     including a decimal that a double cannot hold (1e-400 underflows to 0, 1e400 overflows to inf)."""
@@ -148,14 +167,14 @@ def _check_numbers(args: argparse.Namespace) -> None:
         v = getattr(args, flag[2:], None)
         if not isinstance(v, _Number):
             continue
-        why = _unrepresentable(v.text, v)
+        why = _unrepresentable(v.text, v) + _spelling(v.text, v)
         if not why and math.isfinite(v) and ok(v):
             setattr(args, flag[2:], float(v))  # the library sees a plain float
             continue
         hint = f"give {want}, e.g. {_EXAMPLE[flag]}"
         if flag == "--delta":
             hint += " (well below 1/number_of_people), or --delta 0 for pure DP"
-        raise ConfigError(f"{flag} {shlex.quote(v.text)} is refused: {why}{flag} must be {want}", hint=hint)
+        raise ConfigError(f"{flag} {shlex.quote(v.text)} is refused: {why}{flag} must be {want}{_form(v.text)}", hint=hint)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -282,11 +301,12 @@ def _option_value(v: str) -> Any:
 
 
 def _parse_option_value(v: str) -> Any:
-    for conv in (int, float):
-        try:
-            return conv(v)
-        except ValueError:
-            pass
+    """A number when ``v`` is one in plain notation (whole: an int), else as below; other spellings
+    that float() would read ('1_0', 'inf') stay text, refused where a number is needed."""
+    from dpsql.budget import is_plain_number
+
+    if is_plain_number(v):
+        return int(v) if v.lstrip("+-").isdigit() else float(v)
     if v.startswith("{"):  # a mapping option, e.g. degree_caps={"orders.o_custkey": 16}
         import json
 
@@ -497,10 +517,11 @@ def _flag_value(flag: str, item: str, text: str, example: str, *, whole: bool = 
     try:
         v = float(int(text)) if whole and text.strip().lstrip("+-").isdigit() else float(text)
     except (ValueError, OverflowError):
-        raise ConfigError(f"{flag} {item} is refused: {text.strip()!r} is not a number; {flag} needs {want}", hint=example) from None
-    why = _unrepresentable(text, v)
+        raise ConfigError(f"{flag} {item} is refused: {text.strip()!r} is not a number; {flag} needs {want}{_form(text)}",
+                          hint=example) from None
+    why = _unrepresentable(text, v) + _spelling(text, v)
     if why or not math.isfinite(v) or (whole and not v.is_integer()) or (least is not None and v < least):
-        raise ConfigError(f"{flag} {item} is refused: {why}{flag} needs {want}", hint=example)
+        raise ConfigError(f"{flag} {item} is refused: {why}{flag} needs {want}{_form(text)}", hint=example)
     return v
 
 
@@ -850,6 +871,12 @@ def _cmd_query(args: argparse.Namespace) -> int:
             from dpsql.errors import ConfigError
 
             raise ConfigError(f"--option {k}={v} is refused: {why.rstrip('; ')}", hint=f"give {k} a number a double can hold")
+        if isinstance(opts[k], str) and _is_number(v):  # '1_0', 'inf', full-width digits: float() reads them
+            from dpsql.budget import PLAIN_FORM
+            from dpsql.errors import ConfigError
+
+            raise ConfigError(f"--option {k}={v} is refused: {v!r} is not a plain number; write option numbers in {PLAIN_FORM}",
+                              hint=f"e.g. --option {k}=10")
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
     with _open_session(args) as s:
@@ -977,7 +1004,8 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 f"--set-total expects two numbers EPSILON DELTA, got {' '.join(args.set_total)!r}",
                 hint="e.g. --set-total 10 1e-5",
             ) from None
-        why = "".join(f"{t}: {w}" for t, w in ((t, _unrepresentable(t, v)) for t, v in zip(args.set_total, (eps, delta))) if w)
+        why = "".join(f"{t}: {w}" for t, w in ((t, _unrepresentable(t, v) + _spelling(t, v))
+                                               for t, v in zip(args.set_total, (eps, delta))) if w)
         try:
             if why:
                 raise ConfigError(why)
@@ -985,7 +1013,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         except ConfigError:
             raise ConfigError(
                 f"--set-total {' '.join(args.set_total)} is refused: {why}--set-total needs a finite EPSILON >= 0 and a "
-                "DELTA in [0, 1)",
+                f"DELTA in [0, 1){''.join(dict.fromkeys(_form(t) for t in args.set_total))}",
                 hint="e.g. --set-total 10 1e-5",
             ) from None
         if cfg.registers_tables and new_total != cfg.budget:

@@ -26,13 +26,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from dpsql.budget import Budget
+from dpsql.budget import PLAIN_FORM, Budget
 from dpsql.engine import EngineSettings
 from dpsql.errors import ConfigError
 
@@ -111,6 +112,7 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
     except OSError as e:
         raise ConfigError(f"config file {p!r} cannot be read: {e.strerror or type(e).__name__}",
                           hint="check the file's permissions") from None
+    _plain_numbers(data.removeprefix(b"\xef\xbb\xbf").decode("utf-8"), p)
     absp = os.path.abspath(p)
     base = os.path.dirname(absp)
     _unknown(raw, SECTIONS, "top level of the config", "sections")
@@ -180,6 +182,31 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
         )
     return DpsqlConfig(path=absp, base_dir=base, ledger_path=lpath, budget=budget,
                        create_if_missing=create, lock_timeout=float(wait), engine=settings, tables=MappingProxyType(tables))
+
+
+#: a TOML string (basic, literal, multi-line) or comment, skipped when number literals are judged
+_TOML_TEXT = re.compile(r'''"""(?:\\.|[^\\])*?"""|\'\'\'.*?\'\'\'|"(?:\\.|[^"\\\n])*"|'[^'\n]*'|\#[^\n]*''', re.S)
+#: a value in key = value or in an array: a number literal starts with a sign or a digit
+_TOML_VALUE = re.compile(r"(?:=|\[|,)\s*([+-]?[0-9][0-9A-Za-z_.:+-]*)")
+
+
+def _plain_numbers(text: str, path: str) -> None:
+    """Refuse number literals in a spelling other than plain decimal or scientific notation. TOML
+    reads ``1_0`` as 10 and ``0x10`` as 16: a slip for 1.0 in a budget or a cap must not be taken
+    at ten times its meaning, as on the command line (``--epsilon 1_0`` is refused there too).
+    Dates and times (``2019-01-01``) are not numbers and pass."""
+    bare = _TOML_TEXT.sub(lambda m: ('""' if m.group(0)[0] != "#" else "") + "\n" * m.group(0).count("\n"), text)
+    for m in _TOML_VALUE.finditer(bare):
+        tok = m.group(1)
+        if "_" in tok or re.match(r"[+-]?0[xob]", tok):
+            line = bare.count("\n", 0, m.start(1)) + 1
+            plain = tok.replace("_", "")
+            try:
+                read = str(int(plain, 0))
+            except ValueError:
+                read = repr(float(plain))
+            raise ConfigError(f"config file {path!r}, line {line}: the number {tok} is not in {PLAIN_FORM}",
+                              hint=f"TOML reads {tok} as {read}: write {read} if that is meant")
 
 
 def table_kwargs(name: Any, spec: Any, base_dir: str) -> dict[str, Any]:

@@ -202,7 +202,7 @@ def test_a_second_session_and_explain_on_the_same_file(tmp_path: Path) -> None:
 
 def test_negative_control_a_plain_copy_fails_the_read_path_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the owner's bytes copied as they are, each read-path test above fails."""
-    def plain(path: str, out_dir: str, suffix: str, until: float | None = None) -> str:
+    def plain(path: str, out_dir: str, suffix: str, until: float | None = None, encoding: str = "utf-8") -> str:
         fd, out = tempfile.mkstemp(dir=out_dir, suffix=suffix)
         os.close(fd)
         shutil.copyfile(path, out)

@@ -18,6 +18,12 @@ version is ``(device, inode, size, mtime, ctime)``, checked before the copy, aft
 the read: a change in between makes the read the one generic failure (its charge stands), a
 function of the owner's files, never of a cell.
 
+The copy is also where the file's text is decoded (engine setting ``csv_encoding``): into UTF-8
+from Latin-1, or, for UTF-8, a line that is not valid UTF-8 is left out of the copy. DuckDB's reader
+(with ``ignore_errors``) dropped such a line only when a query read one of its text columns, so
+``COUNT(*)`` and ``COUNT(name)`` of one file disagreed; decided here, a line is kept or skipped
+alike for every query, by its own bytes only.
+
 The copy runs under the owner's ``statement_timeout`` like the query itself (checked at every
 chunk: DuckDB's interrupt reaches only a running statement), so the time-out, with
 ``min_response_time`` above it, still bounds and hides how long a read takes: without the check
@@ -44,6 +50,8 @@ from dpsql.engine._duckdb_native import Version, settled, versions
 
 #: bytes per chunk of the copy
 _CHUNK = 1 << 22
+#: a line longer than this is left out of the copy (DuckDB's reader skips lines over 2 MiB)
+_LONG_LINE = 1 << 23
 
 
 @dataclass
@@ -58,28 +66,37 @@ class CsvSource:
     copies: list[str] = field(default_factory=list)
 
 
-def clean_copy(path: str, out_dir: str, suffix: str, until: float | None = None) -> str:
-    """Copy ``path`` into ``out_dir`` with ``\\r\\n`` as ``\\n`` and any other ``\\r`` as a space;
-    TimeoutError (an OSError: the generic failure) once :func:`now` passes ``until``, the
-    statement time-out's deadline, checked at every chunk."""
+def clean_copy(path: str, out_dir: str, suffix: str, until: float | None = None, encoding: str = "utf-8") -> str:
+    """Copy ``path`` into ``out_dir`` with ``\\r\\n`` as ``\\n`` and any other ``\\r`` as a space, as
+    UTF-8 text decoded from ``encoding`` (UTF-8: a line that is not valid UTF-8 is left out, and so
+    is a line over :data:`_LONG_LINE` bytes, which DuckDB's reader skips too); TimeoutError (an
+    OSError: the generic failure) once :func:`now` passes ``until``, the statement time-out's
+    deadline, checked at every chunk."""
     opener: Any = gzip.open if path.lower().endswith(".gz") else open
     fd, out = tempfile.mkstemp(dir=out_dir, suffix=suffix)
     try:
         with opener(path, "rb") as src, os.fdopen(fd, "wb") as dst:
-            carry = b""
+            pending = b""  # an unfinished line (whole lines are cleaned: a \r\n is never split)
+            dropping = False  # the unfinished line is over _LONG_LINE bytes: left out up to its \n
             while True:
                 chunk = src.read(_CHUNK)
                 if not chunk:
                     break
                 if until is not None and now() > until:
                     raise TimeoutError("the copy of a CSV file ran past the statement time-out")
-                data = carry + chunk
-                carry = b""
-                if data.endswith(b"\r"):  # it may be the first half of \r\n: decided with the next chunk
-                    data, carry = data[:-1], b"\r"
-                dst.write(data.replace(b"\r\n", b"\n").replace(b"\r", b" "))
-            if carry:
-                dst.write(b" ")
+                data = pending + chunk
+                cut = data.rfind(b"\n") + 1
+                lines, pending = data[:cut], data[cut:]
+                if dropping:
+                    if not cut:
+                        pending = b""
+                        continue
+                    lines, dropping = lines[lines.index(b"\n") + 1:], False
+                if len(pending) > _LONG_LINE:
+                    pending, dropping = b"", True
+                dst.write(_clean(lines, encoding))
+            if pending and not dropping:
+                dst.write(_clean(pending, encoding))
     except BaseException:
         try:
             os.unlink(out)
@@ -89,7 +106,29 @@ def clean_copy(path: str, out_dir: str, suffix: str, until: float | None = None)
     return out
 
 
-def refresh(src: CsvSource, out_dir: str, suffix: str, until: float | None = None) -> tuple[bool, Version]:
+def _clean(lines: bytes, encoding: str) -> bytes:
+    """Whole lines (the last may lack its \\n) cleaned and decoded as :func:`clean_copy` says."""
+    lines = lines.replace(b"\r\n", b"\n").replace(b"\r", b" ")
+    if encoding != "utf-8":
+        return lines.decode(encoding).encode("utf-8")
+    try:
+        lines.decode("utf-8")
+        return lines
+    except UnicodeDecodeError:  # the line(s) holding the invalid bytes, and no other, are left out
+        *whole, last = lines.split(b"\n")
+        return b"".join(line + b"\n" for line in whole if _utf8(line)) + (last if _utf8(last) else b"")
+
+
+def _utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def refresh(src: CsvSource, out_dir: str, suffix: str, until: float | None = None,
+            encoding: str = "utf-8") -> tuple[bool, Version]:
     """Make ``src.copies`` hold the files' current version; returns whether the copies are new and
     the version they hold. OSError if a file is missing or changes during the copy."""
     version = versions(src.paths)
@@ -98,7 +137,7 @@ def refresh(src: CsvSource, out_dir: str, suffix: str, until: float | None = Non
     copies: list[str] = []
     try:  # a failed copy leaves none behind (else one more full copy per failed read)
         for p in src.paths:
-            copies.append(clean_copy(p, out_dir, suffix, until))
+            copies.append(clean_copy(p, out_dir, suffix, until, encoding))
         if versions(src.paths) != version:
             raise OSError("a source file changed while it was copied")
     except BaseException:

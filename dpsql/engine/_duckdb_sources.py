@@ -395,8 +395,8 @@ def _csv_unquote(col: exp.Expression) -> exp.Expression:
     return exp.Case(ifs=[exp.If(this=quoted, true=inner)], default=col.copy())
 
 
-def _csv_header(path: str, delim: str) -> list[str]:
-    """Column names from the header line of a CSV file (never from a data row)."""
+def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
+    """Column names from the header line of a CSV file (never from a data row), in ``encoding``."""
     # errors are raised outside the except blocks: no chained exception quotes the file
     opener: Callable[..., Any] = gzip.open if path.lower().endswith(".gz") else open
     raw: bytes | None = None
@@ -408,15 +408,18 @@ def _csv_header(path: str, delim: str) -> list[str]:
         problem = type(e).__name__
     if raw is None:
         raise ConfigError(f"cannot read CSV file {path!r} ({problem})", hint="check that the file exists and is readable")
-    if raw.startswith(b"\xef\xbb\xbf"):
+    if raw.startswith(b"\xef\xbb\xbf") and encoding == "utf-8":
         raw = raw[3:]
     line: str | None = None
     try:
-        line = raw.decode("utf-8")
+        line = raw.decode(encoding)
     except UnicodeDecodeError:
         pass
     if line is None:
-        raise ConfigError(f"the header line of {path!r} is not valid UTF-8", hint="save the CSV file as UTF-8")
+        raise ConfigError(f"the header line of {path!r} is not valid UTF-8",
+                          hint='save the CSV file as UTF-8, or, for a file in ISO-8859-1, set the engine setting '
+                               'csv_encoding = "latin-1" ([engine] in dpsql.toml, or Session(engine={"csv_encoding": '
+                               '"latin-1"}))')
     line = line[:-1] if line.endswith("\n") else line
     line = line[:-1] if line.endswith("\r") else line
     if "\r" in line:  # the rows are read with a lone \r as a space (``dpsql.engine._duckdb_csv``)

@@ -55,6 +55,10 @@ PRIVATE_FAILURE = "{what} failed while reading private data; the reason is withh
 _SIZE = re.compile(r"^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.I)
 
 
+#: the encodings a CSV source may be in (engine setting ``csv_encoding``)
+CSV_ENCODINGS = ("utf-8", "latin-1")
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """Owner settings of the execution engine (``Session(engine=...)``, ``[engine]`` in dpsql.toml).
@@ -82,6 +86,11 @@ class EngineSettings:
         invalid byte becomes ``?``; DuckDB's own reader, faster, which refuses at registration
         the column types it cannot read totally, such as timestamps in milliseconds). Both are
         total: never an error. Arrow tables are always read the ``"null"`` way.
+    ``csv_encoding``: the encoding of CSV files: ``"utf-8"`` (default: a line that is not valid UTF-8
+        is skipped by every query alike) or ``"latin-1"`` (ISO-8859-1: every byte is a character, no
+        line is skipped for its text). The engine's copy of each file version
+        (``dpsql.engine._duckdb_csv``) decodes it so; the header line must decode too (else the
+        registration is refused, naming this setting).
     ``kind``: the engine: ``"duckdb"`` (default, embedded) or ``"spark"`` (``dpsql.engine.spark``;
         ``pip install 'dpsql[spark]'``).
     ``master``: Spark only: the master the backend starts its SparkSession on when the caller
@@ -103,6 +112,7 @@ class EngineSettings:
     temp_directory: str | None = None
     max_text_bytes: int | None = 65536
     invalid_text: str = "null"
+    csv_encoding: str = "utf-8"
     kind: str = "duckdb"
     master: str | None = None
     keyed_hash: str = "native"
@@ -119,6 +129,10 @@ class EngineSettings:
         if self.keyed_hash not in ("native", "portable"):
             raise ConfigError(f"engine setting keyed_hash must be 'native' or 'portable', got {self.keyed_hash!r}",
                               hint="portable: the hash Spark uses too (dpsql/engine/portable.py)")
+        if self.csv_encoding not in CSV_ENCODINGS:
+            raise ConfigError(f"engine setting csv_encoding must be 'utf-8' or 'latin-1', got {self.csv_encoding!r}",
+                              hint='csv_encoding = "latin-1" for ISO-8859-1 files (a Windows-1252 file saved from a '
+                                   'spreadsheet reads as Latin-1 but for 27 of its 256 bytes: save it as UTF-8)')
         if self.invalid_text not in ("null", "replace"):
             raise ConfigError(f"engine setting invalid_text must be 'null' or 'replace', got {self.invalid_text!r}")
         if not isinstance(self.debug, bool):

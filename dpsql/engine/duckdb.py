@@ -241,8 +241,11 @@ class DuckDBBackend:
                     else:  # pragma: no cover
                         raise ConfigError(f"unknown source kind {kind!r}")
                     self._con.execute(self._render(_temp_view(view, sel)))
-                desc = exp.Describe(this=exp.select("*").from_(exp.to_table(view, quoted=True)))
-                rows = self._con.execute(self._render(desc)).fetchall()
+                if kind == "csv":  # its schema is its header and declared types: the view is bound once
+                    rows = self._csv_schema(name, source, types)
+                else:
+                    desc = exp.Describe(this=exp.select("*").from_(exp.to_table(view, quoted=True)))
+                    rows = self._con.execute(self._render(desc)).fetchall()
             except duckdb.Error as e:
                 failure = ConfigError(
                     f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
@@ -342,7 +345,7 @@ class DuckDBBackend:
         ``dpsql.engine._duckdb_csv``); None at registration (the header and types only: no row)."""
         delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
         paths = _literal_files(name, _expand(source))
-        names = _csv_header(paths[0], delim)
+        names = _csv_header(paths[0], delim, self.settings.csv_encoding)
         low = {n.lower(): n for n in names}
         bad = sorted(set(types) - set(low))
         if bad:
@@ -381,24 +384,51 @@ class DuckDBBackend:
             opt("parallel", exp.true()),
             opt("hive_partitioning", exp.false()),  # a "uid=7/" directory never sets a column
         )
-        items = []
+        inner, outer = [], []
         for n in names:
-            col: exp.Expression = _csv_unquote(exp.column(n, quoted=True))
-            declared = types.get(n.lower())
-            if declared is not None and declared.strip().upper() != "VARCHAR":
-                col = exp.TryCast(this=col, to=exp.DataType.build(declared.strip().upper(), dialect="duckdb"))
-                # TRY_CAST accepts timestamps up to DuckDB's ends, where date_trunc raises
-                edge = {"TIMESTAMP": "timestamp", "TIMESTAMPTZ": "timestamp with time zone",
-                        "DATE": "date"}.get(declared.strip().upper())
-                if edge is not None:
-                    col = exp.paren(col)
-                    rebuild = _temporal_in_range(edge)
-                    assert rebuild is not None
-                    col = rebuild(col)
-            else:
-                col = _cap(col, self.settings.max_text_bytes, fn="STRLEN")
-            items.append(exp.alias_(col, view_column(n), quoted=True))
-        return exp.select(*items).from_(exp.Table(this=reader))
+            field, column = self._csv_column(n, types.get(n.lower()))
+            inner.append(exp.alias_(field, n, quoted=True, copy=False))
+            outer.append(exp.alias_(column, view_column(n), quoted=True, copy=False))
+        # two levels, each column's expression of a constant size: the inner select reads each field
+        # once (unquoted, then its declared type's TRY_CAST), the outer caps or range-checks that one
+        # column (a cap or a range test over the inner expression would repeat it)
+        fields = exp.select(*inner, copy=False).from_(exp.Table(this=reader), copy=False)
+        return exp.select(*outer, copy=False).from_(fields.subquery("__fields", copy=False), copy=False)
+
+    def _csv_column(self, name: str, declared: str | None) -> tuple[exp.Expression, exp.Expression]:
+        """(field, column) of one CSV column: the field read from the line (unquoted, then cast to
+        the declared type), and the view's column over the field as ``name`` (text capped at
+        ``max_text_bytes``, a date or timestamp outside the range of years 1..9999 NULL)."""
+        field: exp.Expression = _csv_unquote(exp.column(name, quoted=True))
+        column: exp.Expression = exp.column(name, quoted=True)
+        if declared is not None and declared.strip().upper() != "VARCHAR":
+            field = exp.TryCast(this=field, to=exp.DataType.build(declared.strip().upper(), dialect="duckdb"))
+            # TRY_CAST accepts timestamps up to DuckDB's ends, where date_trunc raises
+            edge = {"TIMESTAMP": "timestamp", "TIMESTAMPTZ": "timestamp with time zone",
+                    "DATE": "date"}.get(declared.strip().upper())
+            if edge is not None:
+                rebuild = _temporal_in_range(edge)
+                assert rebuild is not None
+                column = rebuild(column)
+        else:
+            column = _cap(column, self.settings.max_text_bytes, fn="STRLEN")
+        return field, column
+
+    def _csv_schema(self, name: str, source: str, types: dict[str, str]) -> list[tuple[str, str]]:
+        """(column, type) of a CSV source's view without binding it (DuckDB's binder takes time that
+        grows faster than the width of a select list: a wide file's view is bound once, by its
+        CREATE): the header's columns, VARCHAR or their declared type as DuckDB spells it, read from a
+        one-column select per distinct declared type."""
+        delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
+        names = _csv_header(_literal_files(name, _expand(source))[0], delim, self.settings.csv_encoding)
+        spelled: dict[str, str] = {}
+        for t in {types[n.lower()] for n in names if n.lower() in types}:
+            field, column = self._csv_column("x", t)
+            probe = exp.select(exp.alias_(column, "x")).from_(
+                exp.select(exp.alias_(field, "x")).from_(
+                    exp.select(exp.alias_(exp.cast(exp.Null(), "VARCHAR"), "x")).subquery("__v")).subquery("__f"))
+            spelled[t] = str(self._con.execute(self._render(exp.Describe(this=probe))).fetchall()[0][1])
+        return [(n, spelled.get(types.get(n.lower(), ""), "VARCHAR")) for n in names]
 
     def _duckdb_select(self, name: str, source: str) -> exp.Select:
         """A table of the caller's connection; text, JSON and BLOB over ``max_text_bytes`` read as
@@ -647,7 +677,7 @@ class DuckDBBackend:
                 self._csv_dir = csvcopy.make_dir(self.settings.temp_directory)
                 self._csv_gone = weakref.finalize(self, csvcopy.remove_dir, self._csv_dir, os.getpid())
             suffix = ".tsv" if src.source.lower().endswith((".tsv", ".tsv.gz")) else ".csv"
-            fresh, version = csvcopy.refresh(src, self._csv_dir, suffix, self._until)
+            fresh, version = csvcopy.refresh(src, self._csv_dir, suffix, self._until, self.settings.csv_encoding)
             if fresh:
                 try:
                     self._con.execute(self._render(_temp_view(view, self._csv_select(src.name, src.source, src.types,

@@ -36,6 +36,7 @@ from dpsql.plan.typer import (
     TypeRefusal,
     allow_list_problems,
     check_numeric_column,
+    distinct_type_problem,
     func_name,
     parse_type,
     type_checked,
@@ -391,6 +392,10 @@ class _Builder:
                     kind = ir.COUNT_UNITS
                 elif len(exprs) == 1 and isinstance(exprs[0], exp.Column):
                     kind, column = ir.COUNT_DISTINCT, exprs[0].name.lower()
+                    problem = distinct_type_problem(exprs[0].name, self.table.schema.get(column, ""))
+                    if problem is not None:
+                        self.bad(node, problem)
+                        return None
                 else:
                     # one message for the call (its argument is not checked on its own: plan.checks); quoted as
                     # written (sqlglot renders COUNT(DISTINCT a, b) as a CASE over a tuple)
@@ -506,9 +511,7 @@ class _Builder:
             assert clamped is not None
             inner, column = clamped, None
         elif column is not None:
-            declared = self.table.column(column).bounds
-            if declared is None and parse_type(self.table.schema.get(column, "")).kind == "bool":
-                declared = (0.0, 1.0)  # false / true, by the column's type
+            declared = self.table.value_bounds(column)  # a BOOLEAN's [0, 1] comes from its type
             if declared is None:
                 self.bad(
                     node,

@@ -69,7 +69,7 @@ from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, never_null_literal, violation
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem
-from dpsql.plan.typer import TypeRefusal, type_checked, type_predicate
+from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predicate
 
 SEP = "__"
 #: aliases and columns that a join may name: rendered as plain identifiers in the join SQL
@@ -379,19 +379,26 @@ class _JoinBuilder:
                 clamped = clamp_argument(arg)
                 assert clamped is not None
                 return ir.SUM, self.flatten(clamped, fn), bounds
-            if isinstance(arg, exp.Column):
-                f = self.resolve(arg, fn)
+            # a column, or a BOOLEAN column's numeric cast (SUM(flag::INTEGER)), as on one table
+            column = arg.this if isinstance(arg, exp.Cast) and isinstance(arg.this, exp.Column) else arg
+            if isinstance(column, exp.Column):
+                f = self.resolve(column, fn)
                 if f is None:
                     return None
                 alias, col = f.split(SEP, 1)
                 t = next(i.table for i in self.inputs if i.alias == alias)
-                b = t.column(col).bounds
+                if column is not arg and not (parse_type(t.schema.get(col, "")).kind == "bool"
+                                              and parse_type(arg.args["to"].sql(dialect="duckdb")).numeric):
+                    self.bad(node, f"{fn} over an expression needs literal bounds: write {fn}(LEAST(GREATEST(expr, lo), hi))")
+                    return None
+                b = t.value_bounds(col)  # declared, or a BOOLEAN's [0, 1] from its type
                 if b is None:
                     self.bad(node, f"{fn}({arg.sql()}) needs value bounds: table '{t.name}' declares none for '{col}', "
                                    f"and the query gives no clamp (hint: write {fn}(LEAST(GREATEST({arg.sql()}, lo), hi)) "
                                    "with literal bounds, or register the column's bounds)")
                     return None
-                return ir.SUM, exp.column(f, quoted=False), (float(b[0]), float(b[1]))
+                value = exp.column(f, quoted=False) if column is arg else self.flatten(arg, fn)
+                return ir.SUM, value, b
             self.bad(node, f"{fn} over an expression needs literal bounds: write {fn}(LEAST(GREATEST(expr, lo), hi))")
             return None
         self.bad(node, f"aggregate {type(node).__name__.upper()} is not supported over joins; use COUNT, SUM or AVG")

@@ -65,6 +65,8 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
+from dpsql.budget import PLAIN_FORM, is_plain_number
+
 #: string functions see at most this many characters of a non-literal argument
 STRING_CAP = 1024
 #: LIKE / ILIKE patterns and other literal text arguments of string functions: at most this long
@@ -1887,6 +1889,20 @@ class TypeRefusal(Exception):
         super().__init__("; ".join(m for _, m in problems))
 
 
+def distinct_type_problem(column: str, type_name: str) -> str | None:
+    """Why COUNT(DISTINCT column) of ``type_name`` is refused, or None. DuckDB compares INTERVAL values
+    after normalising them (INTERVAL '1 day' = INTERVAL '24 hours', INTERVAL '1 month' = INTERVAL '30 days'),
+    and a list, struct or map compares its INTERVAL members so; the bounded query's list functions count
+    distinct representations, and no spelling is canonical: refused, as an INTERVAL GROUP BY key is."""
+    bare = re.sub(r'"(?:[^"]|"")*"', '""', str(type_name).upper())  # a quoted member name is no type
+    if not re.search(r"\bINTERVAL\b", bare):
+        return None
+    return (f"COUNT(DISTINCT {column}) is not supported: '{column}' is {type_name}, and DuckDB compares INTERVAL values "
+            "after normalising them (INTERVAL '1 day' = INTERVAL '24 hours', INTERVAL '1 month' = INTERVAL '30 days'), "
+            "so their distinct values are not their distinct spellings (hint: COUNT("
+            f"{column}) counts its non-NULL values; to count distinct lengths, register a numeric column that holds them)")
+
+
 def check_numeric_column(column: str, schema: dict[str, str]) -> str | None:
     """None if SUM/AVG may read ``column``; else the reason."""
     t = parse_type(schema.get(column.lower(), "")) if schema else None
@@ -1937,6 +1953,8 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
             return int(v)
         raise bad
     if k == "decimal":
+        if isinstance(v, str) and not is_plain_number(v):  # Decimal() reads '1_0' as 10, and ' 1', '１'
+            raise ValueError(f"domain value {v!r} of {where} is not a {t} value: write it in {PLAIN_FORM}")
         if isinstance(v, (int, float, str, decimal.Decimal)):
             try:
                 d = decimal.Decimal(str(v)) if not isinstance(v, decimal.Decimal) else v
