@@ -240,6 +240,22 @@ def _filter_fix(node: exp.Filter) -> str:
     return "move the condition into WHERE (a separate query if the other aggregates must not have it)"
 
 
+def _spell(node: exp.Expression, by_alias: Mapping[str, exp.Expression]) -> exp.Expression:
+    """A copy of ``node`` with each unqualified column named in ``by_alias`` replaced by its expression,
+    parenthesised where an operator's precedence could otherwise change its meaning."""
+    if not by_alias:
+        return node.copy()
+
+    def swap(c: exp.Expression) -> exp.Expression:
+        if isinstance(c, exp.Column) and not c.table and c.name.lower() in by_alias:
+            e = by_alias[c.name.lower()].copy()
+            operator = isinstance(e, (exp.Binary, exp.Unary, exp.Predicate, exp.Connector)) and not isinstance(e, exp.Paren)
+            return exp.Paren(this=e) if operator else e
+        return c
+
+    return node.copy().transform(swap)
+
+
 class _Builder:
     def __init__(self, sql: str, catalog: Mapping[str, TableSpec]) -> None:
         self.sql = sql
@@ -303,22 +319,27 @@ class _Builder:
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})"
                             f"{did_you_mean(c.name, self.table.schema)}")
 
-    def select_aliases(self, node: exp.Expression, items: list[exp.Expression]) -> exp.Expression:
-        """``node`` (the WHERE) with each select-list alias it names replaced by the aliased expression,
-        as DuckDB reads ``SELECT c AS country ... WHERE country <> 'US'``; a column of the table of that
-        name wins (also as in DuckDB). An aliased aggregate is then refused as any aggregate in WHERE."""
+    def spelled_items(self, items: list[exp.Expression]) -> tuple[list[exp.Expression], dict[str, exp.Expression]]:
+        """Each select item's expression with the earlier aliases it names written out (``g AS a, a || 'x'
+        AS b``: b is ``g || 'x'``), as DuckDB reads an output naming an earlier one; and the aliases so
+        spelled out. A column of the table wins over an alias of its name (also as in DuckDB). WHERE and
+        GROUP BY read an alias through this, so a chain of aliases is the expression written out."""
         assert self.table is not None
-        by_alias = {it.alias.lower(): it.this for it in items
-                    if isinstance(it, exp.Alias) and it.alias.lower() not in self.table.schema}
-        if not by_alias:
-            return node
+        spelled: list[exp.Expression] = []
+        by_alias: dict[str, exp.Expression] = {}
+        for it in items:
+            inner = _spell(it.unalias(), by_alias)
+            spelled.append(inner)
+            if isinstance(it, exp.Alias) and it.alias.lower() not in self.table.schema:
+                by_alias[it.alias.lower()] = inner
+        return spelled, by_alias
 
-        def swap(c: exp.Expression) -> exp.Expression:
-            if isinstance(c, exp.Column) and not c.table and c.name.lower() in by_alias:
-                return exp.Paren(this=by_alias[c.name.lower()].copy())
-            return c
-
-        return node.transform(swap)
+    def select_aliases(self, node: exp.Expression, items: list[exp.Expression]) -> exp.Expression:
+        """``node`` (the WHERE) with each select-list alias it names replaced by the aliased expression
+        (earlier aliases it names written out too), as DuckDB reads ``SELECT c AS country ... WHERE
+        country <> 'US'``; a column of the table of that name wins (also as in DuckDB). An aliased
+        aggregate is then refused as any aggregate in WHERE."""
+        return _spell(node, self.spelled_items(items)[1])
 
     # -- aggregates ------------------------------------------------------------------
     def aggregate_ref(self, node: exp.Expression, clause: str = "SELECT") -> exp.Expression | None:
@@ -792,21 +813,13 @@ class _Builder:
 
         # GROUP BY ------------------------------------------------------------------
         group = stmt.args.get("group")
-        alias_exprs = {it.alias.lower(): it.this for it in select_items if isinstance(it, exp.Alias)}
+        spelled, alias_exprs = self.spelled_items(select_items)
         group_exprs: list[exp.Expression] = []
         if group is not None:
             if group.args.get("all"):
                 # every output that is no aggregate, read through the earlier aliases it names (COUNT(*) AS n,
                 # n * 2 AS n2: n2 is an aggregate's value, no key)
-                spelled_out: dict[str, exp.Expression] = {}
-                for it in select_items:
-                    inner = it.unalias().transform(
-                        lambda c: exp.Paren(this=spelled_out[c.name.lower()].copy())
-                        if isinstance(c, exp.Column) and not c.table and c.name.lower() in spelled_out else c)
-                    if not any(is_aggregate(n) for n in inner.walk()):
-                        group_exprs.append(inner)
-                    if isinstance(it, exp.Alias) and it.alias.lower() not in table.schema:
-                        spelled_out[it.alias.lower()] = inner
+                group_exprs.extend(inner for inner in spelled if not any(is_aggregate(n) for n in inner.walk()))
             for g in group.expressions:
                 if isinstance(g, exp.Tuple) and not g.expressions:
                     continue  # GROUP BY (): the grand total, i.e. no grouping
@@ -825,7 +838,7 @@ class _Builder:
                 if isinstance(g, exp.Literal) and not g.is_string:
                     idx = int(g.this) - 1
                     if 0 <= idx < len(select_items):
-                        group_exprs.append(select_items[idx].unalias())
+                        group_exprs.append(spelled[idx])
                     else:
                         self.bad(g, "GROUP BY position is out of range")
                     continue
@@ -883,7 +896,9 @@ class _Builder:
                 name = f"{base}_{n}"
                 n += 1
             used.add(name.lower())
-            post = self.to_post(inner, "SELECT", alias_map={a: e for a, e in alias_post.items() if a not in table.schema})
+            key = next((k for k in self.keys if k.sql == _norm(spelled[len(outputs)])), None)
+            post = exp.column(key.name) if key is not None else self.to_post(
+                inner, "SELECT", alias_map={a: e for a, e in alias_post.items() if a not in table.schema})
             src = post.name if isinstance(post, exp.Column) and post.name.startswith("__") else None
             outputs.append(ir.OutputColumn(name, post, src))
             if isinstance(it, exp.Alias):
