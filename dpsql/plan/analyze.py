@@ -220,24 +220,25 @@ def _in_subquery(c: exp.Expression, root: exp.Expression) -> bool:
     return False
 
 
-def _filter_fix(node: exp.Filter) -> str:
-    """The fix for ``AGG(...) FILTER (WHERE c)``: the same aggregate over a CASE where dpsql has one (COUNT,
-    SUM/AVG/variances over ``CASE WHEN c THEN x END`` (``THEN 1`` for ``COUNT(*)``), which skips the other rows
-    as FILTER does), else WHERE (the SQL text only)."""
+def _filter_as_case(node: exp.Filter) -> exp.Expression | None:
+    """``AGG(x) FILTER (WHERE c)`` as the aggregate of ``CASE WHEN c THEN x END`` (``THEN 1`` for ``COUNT(*)``),
+    which skips the rows where ``c`` fails as FILTER does (they are NULL): the same aggregate, value bounds
+    and sensitivity as the CASE form written out. COUNT, SUM, AVG and the variances (not DISTINCT); None
+    for the others (MIN, MAX, quantiles take a plain column)."""
     agg, where = node.this, node.expression
     cond = where.this if isinstance(where, exp.Where) else where
     arg = agg.this if isinstance(agg, exp.AggFunc) else None
-    if isinstance(agg, exp.Count) and isinstance(arg, (exp.Star, exp.Column)):
+    if not isinstance(arg, exp.Expression) or isinstance(arg, exp.Distinct) or agg.expressions:
+        return None
+    if isinstance(agg, exp.Count):
         then = exp.Literal.number(1) if isinstance(arg, exp.Star) else arg.copy()
-        case = exp.Case(ifs=[exp.If(this=cond.copy(), true=then)])
-        return f"write it as {exp.Count(this=case).sql(dialect=DIALECT)}, or move the condition into WHERE"
-    if isinstance(agg, (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)) \
-            and isinstance(arg, exp.Expression) and not isinstance(arg, exp.Distinct):
-        case = exp.Case(ifs=[exp.If(this=cond.copy(), true=arg.copy())])
-        fixed = agg.copy()
-        fixed.set("this", case)
-        return f"write it as {fixed.sql(dialect=DIALECT)}, or move the condition into WHERE"
-    return "move the condition into WHERE (a separate query if the other aggregates must not have it)"
+    elif isinstance(agg, (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)):
+        then = arg.copy()
+    else:
+        return None
+    fixed = agg.copy()
+    fixed.set("this", exp.Case(ifs=[exp.If(this=cond.copy(), true=then)]))
+    return fixed
 
 
 def _spell(node: exp.Expression, by_alias: Mapping[str, exp.Expression]) -> exp.Expression:
@@ -346,8 +347,13 @@ class _Builder:
         """Map an aggregate call to a column reference to its (noisy) released value."""
         assert self.table is not None
         if isinstance(node, exp.Filter):
-            self.bad(node, f"aggregate FILTER clauses are not supported; {_filter_fix(node)}")
-            return None
+            case = _filter_as_case(node)
+            if case is None:
+                self.bad(node, "an aggregate FILTER clause is answered for COUNT, SUM, AVG, VARIANCE and STDDEV only (as "
+                               "the aggregate of CASE WHEN c THEN x END); move the condition into WHERE (a separate "
+                               "query if the other aggregates must not have it)")
+                return None
+            node = case
         arg = node.expressions[0] if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 else node.this
         if isinstance(node, exp.Anonymous) and len(node.expressions) != 1:
             self.bad(node, f"{node.name.upper()} takes one argument")
@@ -635,8 +641,8 @@ class _Builder:
                 r = self.aggregate_ref(n, where)
                 return r if r is not None else exp.Null()
             if is_aggregate(n) or isinstance(n, exp.Filter):
-                inner = n.this if isinstance(n, exp.Filter) else n  # FILTER wraps its aggregate: refused as FILTER
-                if any(is_aggregate(x) for x in inner.walk() if x is not inner):
+                inner = n.this if isinstance(n, exp.Filter) else n  # FILTER wraps its aggregate
+                if any(is_aggregate(x) for x in n.walk() if x is not inner):  # (a FILTER's condition too)
                     self.bad(n, f"{where}: aggregates cannot be nested; aggregate a column or an expression of columns")
                     return exp.Null()
                 if isinstance(n, (*SUPPORTED_AGGS, exp.Filter, exp.Anonymous)):

@@ -470,6 +470,13 @@ class _JoinBuilder:
         self.vs.extend(pv)
 
         # SELECT: aggregates (each answered from base aggregates), outputs over them
+        clauses = [*stmt.expressions, *[stmt.args[k] for k in ("having", "order") if stmt.args.get(k) is not None]]
+        filters = [f for c in clauses for f in c.find_all(exp.Filter)]
+        for f in filters:  # one message each (its aggregate would otherwise be read without its condition)
+            self.bad(f, "aggregate FILTER clauses are not supported over joins; move the condition into WHERE (a "
+                        "separate query if the other aggregates must not have it)")
+        if filters:
+            _raise(self.vs)
         agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
         if stmt.args.get("order") is not None:  # over released values: the allow-list of post-processing, as on one table
             for o in stmt.args["order"].expressions:
