@@ -792,10 +792,12 @@ class _Builder:
             if isinstance(it, exp.Alias) and it.alias.lower() not in table.schema:
                 lateral[-1] = seen | {it.alias.lower()}
         lateral = [set()] + lateral[:-1]
-        for it, earlier in zip(select_items, lateral, strict=True):
+        keyed = _keyed_items(stmt, select_items, table.schema)
+        for i, (it, earlier) in enumerate(zip(select_items, lateral, strict=True)):
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
                 self.bad(it, "SELECT * releases raw rows and is not allowed; select aggregates such as COUNT(*)")
-            self.violations.extend(check_expression_functions(it, self.sql, "SELECT"))
+            if i not in keyed:  # a key GROUP BY names is checked there, once, against the stricter allow-list
+                self.violations.extend(check_expression_functions(it, self.sql, "SELECT"))
             self.check_columns(it, "SELECT", allow_aliases=earlier)
 
         # WHERE ---------------------------------------------------------------------
@@ -902,7 +904,8 @@ class _Builder:
                 name = f"{base}_{n}"
                 n += 1
             used.add(name.lower())
-            key = next((k for k in self.keys if k.sql == _norm(spelled[len(outputs)])), None)
+            key = None if any(is_aggregate(n) for n in spelled[len(outputs)].walk()) else next(
+                (k for k in self.keys if k.sql == _norm(spelled[len(outputs)])), None)
             post = exp.column(key.name) if key is not None else self.to_post(
                 inner, "SELECT", alias_map={a: e for a, e in alias_post.items() if a not in table.schema})
             src = post.name if isinstance(post, exp.Column) and post.name.startswith("__") else None
@@ -1017,6 +1020,26 @@ class _Builder:
             head = str(Violation(msg, clean[0].line, clean[0].col, clean[0].fragment))
             hint = h.rstrip(")")
         raise cls(head, violations=clean, hint=hint)
+
+
+def _keyed_items(stmt: exp.Select, items: list[exp.Expression], schema: Mapping[str, str]) -> set[int]:
+    """The positions of the select items that GROUP BY names by alias or position (GROUP BY ALL: every item
+    without an aggregate):
+    keys, whose functions GROUP BY checks against the allow-list over private rows (a subset of the one over
+    released values), so that a function off it is one problem, not also an output's."""
+    group = stmt.args.get("group")
+    if group is None:
+        return set()
+    if group.args.get("all"):  # the items without an aggregate (the others are outputs, checked as such)
+        return {i for i, it in enumerate(items) if not any(is_aggregate(n) for n in it.walk())}
+    by_alias = {it.alias.lower(): i for i, it in enumerate(items) if isinstance(it, exp.Alias) and it.alias.lower() not in schema}
+    out: set[int] = set()
+    for g in group.expressions:
+        if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
+            out.add(int(g.this) - 1)
+        elif isinstance(g, exp.Column) and not g.table and g.name.lower() in by_alias:
+            out.add(by_alias[g.name.lower()])
+    return out
 
 
 def _distinct_as_group_by(stmt: exp.Expression) -> exp.Expression:
