@@ -124,6 +124,12 @@ def test_public_domain_with_a_key_filter_reads_no_row(s: Any) -> None:
     ("SELECT replace(url, 'a', 'b') AS u, COUNT(*) FROM events GROUP BY 1", "GROUP BY: function replace()"),
     ("SELECT dayname(DATE '2024-01-01') AS d, COUNT(*) FROM events GROUP BY d", "GROUP BY: function dayname()"),
     ("SELECT concat_ws('/', url, country) || '!' AS k, COUNT(*) FROM events GROUP BY k", "GROUP BY: function concat_ws()"),
+    # a window over aggregates was also reported as a nested aggregate, or as an unsupported aggregate RANK
+    ("SELECT country, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS pct FROM events GROUP BY country",
+     "window functions are not supported"),
+    ("SELECT country, RANK() OVER (ORDER BY COUNT(*) DESC) AS rk FROM events GROUP BY country",
+     "window functions are not supported"),
+    ("SELECT country, COUNT(*) FROM events GROUP BY country ORDER BY ROW_NUMBER() OVER ()", "window functions are not supported"),
 ])
 def test_one_problem_one_message(s: Any, sql: str, msg: str) -> None:
     got = free(s, sql)

@@ -637,6 +637,8 @@ class _Builder:
         key_by_sql = {k.sql: k for k in self.keys}
 
         def repl(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Window):
+                return exp.Null()  # refused as a window by the function checks: its calls are no second problem
             if isinstance(n, exp.WithinGroup):
                 r = self.aggregate_ref(n, where)
                 return r if r is not None else exp.Null()
@@ -651,8 +653,6 @@ class _Builder:
                 self.bad(n, f"{where}: aggregate {_agg_name(n, self.sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, "
                          "STDDEV, MIN, MAX, MEDIAN or QUANTILE")
                 return exp.Null()
-            if isinstance(n, exp.Window):
-                return n  # reported by the function checks
             s = _norm(n) if isinstance(n, (exp.Column, exp.Func, exp.Binary, exp.Unary, exp.Predicate, exp.Case, exp.Cast)) else None
             if s is not None and s in key_by_sql:
                 return exp.column(key_by_sql[s].name)
