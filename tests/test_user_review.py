@@ -429,3 +429,30 @@ def test_an_aggregate_in_a_filter_condition_is_a_nested_aggregate(shop):
     msg = _refused(shop, "SELECT COUNT(*) FILTER (WHERE COUNT(*) > 3) FROM orders", errors.UnsupportedQueryError,
                    "aggregates cannot be nested")
     assert "problems" not in msg
+
+
+# -- select-list aliases over joins, as on one table --------------------------------------------------------
+
+_J = " FROM orders o JOIN customers c ON o.customer_id = c.customer_id"
+
+
+@pytest.mark.parametrize("sql,written_out", [
+    ("SELECT c.segment AS seg, COUNT(*) AS n, n * 2 AS n2" + _J + " GROUP BY seg",
+     "SELECT c.segment AS seg, COUNT(*) AS n, COUNT(*) * 2 AS n2" + _J + " GROUP BY c.segment"),
+    ("SELECT c.segment AS seg, COUNT(*) AS n" + _J + " WHERE seg <> 'a' GROUP BY seg",
+     "SELECT c.segment AS seg, COUNT(*) AS n" + _J + " WHERE c.segment <> 'a' GROUP BY c.segment"),
+    ("SELECT SUM(LEAST(GREATEST(o.amount, 0), 50)) AS s, COUNT(*) AS n, s / n AS mean" + _J,
+     "SELECT SUM(LEAST(GREATEST(o.amount, 0), 50)) AS s, COUNT(*) AS n, SUM(LEAST(GREATEST(o.amount, 0), 50)) / "
+     "COUNT(*) AS mean" + _J),
+])
+def test_select_aliases_over_joins_are_read_as_on_one_table(shop, sql, written_out):
+    """An output naming an earlier output's alias, and a WHERE naming a select-list alias, were refused over
+    joins as an 'unknown' column: they are the expression written out (the same plan and cost)."""
+    a, b = shop.explain(sql, epsilon=1.0, delta=1e-6), shop.explain(written_out, epsilon=1.0, delta=1e-6)
+    assert a.bounded_sql == b.bounded_sql and a.cost == b.cost
+    r = shop.query(sql, epsilon=1.0, delta=1e-6)
+    assert r.table.column_names == shop.query(written_out, epsilon=1.0, delta=1e-6).table.column_names
+
+
+def test_an_alias_inside_an_aggregate_over_a_join_is_still_refused(shop):
+    _refused(shop, "SELECT c.segment AS seg, COUNT(seg)" + _J + " GROUP BY c.segment", errors.UnsupportedQueryError, "seg")

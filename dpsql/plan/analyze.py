@@ -28,7 +28,7 @@ from dpsql.plan.checks import (
 )
 from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
 from dpsql.plan.joins import analyze_join
-from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem
+from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem, spell_aliases
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call, time_column_problem
 from dpsql.plan.typer import (
@@ -241,22 +241,6 @@ def _filter_as_case(node: exp.Filter) -> exp.Expression | None:
     return fixed
 
 
-def _spell(node: exp.Expression, by_alias: Mapping[str, exp.Expression]) -> exp.Expression:
-    """A copy of ``node`` with each unqualified column named in ``by_alias`` replaced by its expression,
-    parenthesised where an operator's precedence could otherwise change its meaning."""
-    if not by_alias:
-        return node.copy()
-
-    def swap(c: exp.Expression) -> exp.Expression:
-        if isinstance(c, exp.Column) and not c.table and c.name.lower() in by_alias:
-            e = by_alias[c.name.lower()].copy()
-            operator = isinstance(e, (exp.Binary, exp.Unary, exp.Predicate, exp.Connector)) and not isinstance(e, exp.Paren)
-            return exp.Paren(this=e) if operator else e
-        return c
-
-    return node.copy().transform(swap)
-
-
 class _Builder:
     def __init__(self, sql: str, catalog: Mapping[str, TableSpec]) -> None:
         self.sql = sql
@@ -329,7 +313,7 @@ class _Builder:
         spelled: list[exp.Expression] = []
         by_alias: dict[str, exp.Expression] = {}
         for it in items:
-            inner = _spell(it.unalias(), by_alias)
+            inner = spell_aliases(it.unalias(), by_alias)
             spelled.append(inner)
             if isinstance(it, exp.Alias) and it.alias.lower() not in self.table.schema:
                 by_alias[it.alias.lower()] = inner
@@ -340,7 +324,7 @@ class _Builder:
         (earlier aliases it names written out too), as DuckDB reads ``SELECT c AS country ... WHERE
         country <> 'US'``; a column of the table of that name wins (also as in DuckDB). An aliased
         aggregate is then refused as any aggregate in WHERE."""
-        return _spell(node, self.spelled_items(items)[1])
+        return spell_aliases(node, self.spelled_items(items)[1])
 
     # -- aggregates ------------------------------------------------------------------
     def aggregate_ref(self, node: exp.Expression, clause: str = "SELECT") -> exp.Expression | None:

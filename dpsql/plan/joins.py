@@ -68,7 +68,7 @@ from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import check_expression_functions, check_statement_shape, never_null_literal, violation
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
-from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem
+from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem, spell_aliases
 from dpsql.plan.typer import TypeRefusal, type_checked, type_predicate
 
 SEP = "__"
@@ -429,6 +429,7 @@ class _JoinBuilder:
         joins = [j for j in stmt.args.get("joins") or [] if self.add_input(j.this, j)]
         # columns that are not plain identifiers cannot be named in a join (they read as unknown)
         self.flat_schema = {flat(i.alias, c): t for i in self.inputs for c, t in i.table.schema.items() if _PLAIN.match(c)}
+        stmt = _spelled(stmt, {c.lower() for i in self.inputs for c in i.table.schema})
         conditions: list[tuple[str, str]] = []
         for j in joins:
             conditions += self.add_conditions(j)
@@ -954,6 +955,32 @@ def _type_family(t: str) -> str:
     if re.fullmatch(r"(VARCHAR|TEXT|STRING)(\(\d+\))?", t):  # Spark spells a bounded text VARCHAR(n)
         return "text"
     return t
+
+
+def _spelled(stmt: exp.Select, columns: set[str]) -> exp.Select:
+    """``stmt`` with the select-list aliases that an output (earlier ones) or the WHERE names written out, as
+    on one table (``COUNT(*) AS n, n * 2 AS n2``; ``WHERE seg <> 'a'``); a column of a joined table of that
+    name wins, and an aggregate's argument is left as written (it reads the tables' columns)."""
+    by_alias: dict[str, exp.Expression] = {}
+    items: list[exp.Expression] = []
+    for it in stmt.expressions:
+        inner = spell_aliases(it.unalias(), by_alias, in_aggregates=False)
+        if isinstance(it, exp.Alias):
+            items.append(exp.Alias(this=inner, alias=it.args["alias"].copy()))
+            if it.alias.lower() not in columns:
+                by_alias[it.alias.lower()] = inner
+        elif inner.sql(dialect="duckdb") != it.sql(dialect="duckdb"):  # named as written
+            items.append(exp.Alias(this=inner, alias=exp.to_identifier(it.sql(dialect="duckdb"), quoted=True)))
+        else:
+            items.append(it)
+    where = stmt.args.get("where")
+    if not by_alias:
+        return stmt
+    out = stmt.copy()
+    out.set("expressions", items)
+    if where is not None:
+        out.set("where", exp.Where(this=spell_aliases(where.this, by_alias)))
+    return out
 
 
 def analyze_join(sql: str, stmt: exp.Select, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
