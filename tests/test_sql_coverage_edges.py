@@ -255,3 +255,20 @@ def test_outputs_beside_keys_are_still_checked(s: Any, sql: str) -> None:
     """An output that is no key (it holds an aggregate, or GROUP BY does not name it) is checked against
     the allow-list over released values, whatever GROUP BY names."""
     assert "is not on the allow-list" in free(s, sql)
+
+
+@pytest.mark.parametrize("sql,positions", [
+    ("SELECT country, COUNT(*) AS n FROM events GROUP BY country ORDER BY ALL", "ORDER BY 1, 2"),
+    ("SELECT country, COUNT(*) AS n FROM events GROUP BY ALL ORDER BY ALL DESC", "ORDER BY 1 DESC, 2 DESC"),
+    ("SELECT country, url, COUNT(*) AS n FROM events GROUP BY 1, 2 ORDER BY ALL DESC LIMIT 3", "ORDER BY 1 DESC, 2 DESC, 3 DESC"),
+])
+def test_order_by_all_is_every_output_left_to_right(s: Any, sql: str, positions: str) -> None:
+    """DuckDB's ORDER BY ALL sorts by every output, left to right; it was refused after a parser error inside
+    the engine as a query that 'does not type-check'."""
+    head, _, tail = sql.partition("ORDER BY ALL DESC") if "ALL DESC" in sql else sql.partition("ORDER BY ALL")
+    written = head + positions + tail
+    a, b = s.query(sql, epsilon=1.0, delta=1e-6), s.query(written, epsilon=1.0, delta=1e-6)
+    assert a.table.column_names == b.table.column_names and a.table.num_rows == b.table.num_rows
+    assert s.explain(sql, epsilon=1.0, delta=1e-6).bounded_sql == s.explain(written, epsilon=1.0, delta=1e-6).bounded_sql
+    got = [tuple(r.values()) for r in a.to_pylist()]
+    assert got == sorted(got, reverse="DESC" in positions)  # every output, left to right (the keys are unique)

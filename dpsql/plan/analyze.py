@@ -683,7 +683,7 @@ class _Builder:
                      "charge, by Session.query_many([...]))",
                 violations=self.violations,
             )
-        stmt = stmts[0]
+        stmt = _order_by_all(stmts[0])
         if isinstance(stmt, exp.Select) and stmt.args.get("joins"):
             return analyze_join(self.sql, stmt, self.catalog)  # joins: DP-S4S / R2T (dpsql.plan.joins)
         if isinstance(stmt, exp.Select) and self._several_paths(stmt):
@@ -1023,6 +1023,26 @@ def _keyed_items(stmt: exp.Select, items: list[exp.Expression], schema: Mapping[
             out.add(int(g.this) - 1)
         elif isinstance(g, exp.Column) and not g.table and g.name.lower() in by_alias:
             out.add(by_alias[g.name.lower()])
+    return out
+
+
+def _order_by_all(stmt: exp.Expression) -> exp.Expression:
+    """DuckDB's ``ORDER BY ALL [DESC]`` is ``ORDER BY 1, 2, ... [DESC]``: every output, left to right (the
+    released values, as any ORDER BY)."""
+    order = stmt.args.get("order") if isinstance(stmt, exp.Select) else None
+    if order is None or not any(isinstance(o.this, exp.Var) and o.this.name.upper() == "ALL" for o in order.expressions):
+        return stmt
+    out = stmt.copy()
+    items: list[exp.Expression] = []
+    for o in out.args["order"].expressions:
+        if not (isinstance(o.this, exp.Var) and o.this.name.upper() == "ALL"):
+            items.append(o)
+            continue
+        for i in range(len(out.expressions)):
+            each = o.copy()
+            each.set("this", exp.Literal.number(i + 1))
+            items.append(each)
+    out.args["order"].set("expressions", items)
     return out
 
 
