@@ -130,6 +130,9 @@ def test_public_domain_with_a_key_filter_reads_no_row(s: Any) -> None:
     ("SELECT country, RANK() OVER (ORDER BY COUNT(*) DESC) AS rk FROM events GROUP BY country",
      "window functions are not supported"),
     ("SELECT country, COUNT(*) FROM events GROUP BY country ORDER BY ROW_NUMBER() OVER ()", "window functions are not supported"),
+    # LIMIT 10% (a share of the released rows in DuckDB) was answered as LIMIT 10
+    ("SELECT country, COUNT(*) FROM events GROUP BY country LIMIT 10%", "LIMIT must be a non-negative integer literal"),
+    ("SELECT country, COUNT(*) FROM events GROUP BY country LIMIT 50 PERCENT", "LIMIT must be a non-negative integer"),
 ])
 def test_one_problem_one_message(s: Any, sql: str, msg: str) -> None:
     got = free(s, sql)

@@ -456,3 +456,17 @@ def test_select_aliases_over_joins_are_read_as_on_one_table(shop, sql, written_o
 
 def test_an_alias_inside_an_aggregate_over_a_join_is_still_refused(shop):
     _refused(shop, "SELECT c.segment AS seg, COUNT(seg)" + _J + " GROUP BY c.segment", errors.UnsupportedQueryError, "seg")
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT c.segment, COUNT(*) AS n" + _J + " GROUP BY c.segment LIMIT 10%",
+    "SELECT c.segment, COUNT(*) AS n" + _J + " GROUP BY c.segment ORDER BY n FETCH FIRST 50 PERCENT ROWS ONLY",
+])
+def test_a_percent_limit_over_a_join_is_refused(shop, sql):
+    """LIMIT 10% over a join was answered as LIMIT 10 (the percent dropped)."""
+    assert "problems" not in _refused(shop, sql, errors.UnsupportedQueryError, "must be a non-negative integer literal")
+
+
+def test_fetch_first_over_a_join_is_a_limit(shop):
+    sql = "SELECT c.segment, COUNT(*) AS n" + _J + " GROUP BY c.segment ORDER BY c.segment FETCH FIRST 1 ROWS ONLY"
+    assert shop.query(sql, epsilon=1.0, delta=1e-6).table.num_rows == 1

@@ -23,6 +23,7 @@ from dpsql.plan.checks import (
     distinct_operand,
     is_aggregate,
     never_null_literal,
+    row_count,
     violation,
     written_name,
 )
@@ -960,13 +961,9 @@ class _Builder:
         node = stmt.args.get(key)
         if node is None:
             return None
-        val = node.args.get("expression") or node.this
-        if isinstance(node, exp.Fetch):  # ANSI FETCH FIRST n ROWS ONLY: LIMIT n (not PERCENT / WITH TIES)
-            opts = node.args.get("limit_options")
-            plain = opts is None or not (opts.args.get("percent") or opts.args.get("with_ties"))
-            val = node.args.get("count") if plain else None
-        if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
-            return int(val.this)
+        count = row_count(node)  # (ANSI FETCH FIRST n ROWS ONLY is LIMIT n; n PERCENT and WITH TIES are refused)
+        if count is not None:
+            return count
         self.violations.append(
             violation(
                 node,

@@ -281,3 +281,15 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
                 label = {"laterals": "LATERAL", "windows": "WINDOW", "locks": "FOR UPDATE/SHARE", "connect": "CONNECT BY"}.get(key, key.upper())
                 v.append(violation(stmt, sql, f"{label} clauses are not supported", offset=off))
     return v
+
+
+def row_count(node: exp.Expression) -> int | None:
+    """The row count of a LIMIT / OFFSET / FETCH FIRST clause: a non-negative integer literal, else None
+    (refused by the caller): ``LIMIT 10%`` / ``PERCENT`` (a share of the rows) and ``WITH TIES`` are no count."""
+    opts = node.args.get("limit_options")
+    if opts is not None and (opts.args.get("percent") or opts.args.get("with_ties")):
+        return None
+    val = node.args.get("count") if isinstance(node, exp.Fetch) else node.args.get("expression") or node.this
+    if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
+        return int(val.this)
+    return None
