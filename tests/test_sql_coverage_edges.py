@@ -130,6 +130,11 @@ def test_public_domain_with_a_key_filter_reads_no_row(s: Any) -> None:
     ("SELECT country, RANK() OVER (ORDER BY COUNT(*) DESC) AS rk FROM events GROUP BY country",
      "window functions are not supported"),
     ("SELECT country, COUNT(*) FROM events GROUP BY country ORDER BY ROW_NUMBER() OVER ()", "window functions are not supported"),
+    # SELECT DISTINCT is answered (as GROUP BY): its refusals said it "releases raw values"
+    ("SELECT DISTINCT ON (country) country FROM events", "SELECT DISTINCT ON is not supported"),
+    ("SELECT DISTINCT ON (country) country, age FROM events", "write SELECT DISTINCT country"),
+    ("SELECT DISTINCT country, COUNT(*) FROM events GROUP BY country", "drop DISTINCT"),
+    ("SELECT DISTINCT COUNT(*) FROM events", "SELECT DISTINCT with an aggregate or GROUP BY is not supported"),
     # LIMIT 10% (a share of the released rows in DuckDB) was answered as LIMIT 10
     ("SELECT country, COUNT(*) FROM events GROUP BY country LIMIT 10%", "LIMIT must be a non-negative integer literal"),
     ("SELECT country, COUNT(*) FROM events GROUP BY country LIMIT 50 PERCENT", "LIMIT must be a non-negative integer"),

@@ -691,8 +691,9 @@ class _Builder:
             return analyze_join(self.sql, stmt, self.catalog)
         stmt = _distinct_as_group_by(stmt)
         self.violations.extend(check_statement_shape(stmt, self.sql, start=starts[0] if starts else 0))
-        if not isinstance(stmt, exp.Select):
-            self._raise()
+        distinct = stmt.args.get("distinct") if isinstance(stmt, exp.Select) else None
+        if not isinstance(stmt, exp.Select) or (isinstance(distinct, exp.Distinct) and distinct.args.get("on")):
+            self._raise()  # (DISTINCT ON: its outputs are raw values; one problem, not also each output)
         assert isinstance(stmt, exp.Select)
 
         from_ = stmt.args.get("from_") or stmt.args.get("from")

@@ -248,15 +248,18 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
                 offset=keyword_offset(sql, {"WITH"}, after=start),
             )
         )
-    if stmt.args.get("distinct"):
-        v.append(
-            violation(
-                stmt,
-                sql,
-                "SELECT DISTINCT releases raw values and is not supported; use GROUP BY with an aggregate",
-                offset=_after_select_keyword(sql, start),
-            )
-        )
+    distinct = stmt.args.get("distinct")
+    if distinct:
+        # (SELECT DISTINCT k without an aggregate or GROUP BY is answered, as GROUP BY k, before this check)
+        on = distinct.args.get("on") if isinstance(distinct, exp.Distinct) else None
+        if on is not None:
+            keys = ", ".join(e.sql(dialect="duckdb") for e in (on.expressions if isinstance(on, exp.Tuple) else [on]))
+            what = (f"SELECT DISTINCT ON is not supported: it keeps one raw row per key; write SELECT DISTINCT {keys} "
+                    f"(the keys), or GROUP BY {keys} with an aggregate")
+        else:
+            what = ("SELECT DISTINCT with an aggregate or GROUP BY is not supported; drop DISTINCT (the rows of a GROUP "
+                    "BY are distinct keys already; SELECT DISTINCT k without an aggregate lists the keys)")
+        v.append(violation(stmt, sql, what, offset=_after_select_keyword(sql, start)))
     for key in ("joins", "laterals", "windows", "qualify", "into", "locks", "sample", "pivots", "connect", "prewhere"):
         val = stmt.args.get(key)
         if val:
