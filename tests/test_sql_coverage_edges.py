@@ -280,3 +280,18 @@ def test_order_by_all_is_every_output_left_to_right(s: Any, sql: str, positions:
     assert s.explain(sql, epsilon=1.0, delta=1e-6).bounded_sql == s.explain(written, epsilon=1.0, delta=1e-6).bounded_sql
     got = [tuple(r.values()) for r in a.to_pylist()]
     assert got == sorted(got, reverse="DESC" in positions)  # every output, left to right (the keys are unique)
+
+
+@pytest.mark.parametrize("sql,named", [
+    ("SELECT url, MEDIAN(amount) FROM events GROUP BY url", "columns={'url': {'domain': [...]}}"),
+    ("SELECT country, url, MAX(age) FROM events GROUP BY country, url", "columns={'url': {'domain': [...]}}"),
+    ("SELECT floor(age / 10) AS d, MEDIAN(amount) FROM events GROUP BY d", "the key FLOOR(age / 10) is an expression"),
+])
+def test_quantile_key_without_a_domain_is_named(s: Any, sql: str, named: str) -> None:
+    """The refusal's hint said columns={'<col>': ...} whatever the key: it names the key now."""
+    before, rows = s.remaining(), s.history().num_rows
+    with pytest.raises(errors.PolicyError) as ei:
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    assert s.remaining() == before and s.history().num_rows == rows
+    text = str(ei.value) + " " + (ei.value.hint or "")
+    assert named in text and "<col>" not in text, text
