@@ -135,6 +135,10 @@ def test_public_domain_with_a_key_filter_reads_no_row(s: Any) -> None:
     ("SELECT DISTINCT ON (country) country, age FROM events", "write SELECT DISTINCT country"),
     ("SELECT DISTINCT country, COUNT(*) FROM events GROUP BY country", "drop DISTINCT"),
     ("SELECT DISTINCT COUNT(*) FROM events", "SELECT DISTINCT with an aggregate or GROUP BY is not supported"),
+    # one construct, one message (a row-value IN gave one per tuple; LIKE ANY one for ANY, one for the list)
+    ("SELECT COUNT(*) FROM events WHERE (country, url) IN (('US', 'a'), ('FR', 'b'))", "row values"),
+    ("SELECT COUNT(*) FROM events WHERE url LIKE ANY (['a%', 'b%'])", "ANY / ALL over a list"),
+    ("SELECT COUNT(*) FROM events WHERE url NOT LIKE ALL (['a%', 'b%'])", "ANY / ALL over a list"),
     # LIMIT 10% (a share of the released rows in DuckDB) was answered as LIMIT 10
     ("SELECT country, COUNT(*) FROM events GROUP BY country LIMIT 10%", "LIMIT must be a non-negative integer literal"),
     ("SELECT country, COUNT(*) FROM events GROUP BY country LIMIT 50 PERCENT", "LIMIT must be a non-negative integer"),

@@ -143,6 +143,14 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
         if isinstance(sub, (exp.Placeholder, exp.Parameter)):
             out.append(violation(sub, sql, f"query parameters ($1, ?) are not supported in {where}; write the value into the SQL"))
             continue
+        if isinstance(sub, exp.In) and isinstance(sub.this, exp.Tuple):  # one message, not one per tuple
+            out.append(violation(sub, sql, f"{where}: row values ((a, b) IN ((x, y), ...)) are not supported; compare "
+                                           "each column: (a = x AND b = y) OR (a = ... AND b = ...)"))
+            continue
+        if isinstance(sub, (exp.Any, exp.All)):  # x LIKE ANY ([...]): one message, not also one for the list
+            out.append(violation(sub, sql, f"{where}: ANY / ALL over a list are not supported; write each test, "
+                                           "joined with OR for ANY, AND for ALL (x LIKE 'a%' OR x LIKE 'b%')"))
+            continue
         if isinstance(sub, exp.Window):
             out.append(violation(sub, sql, "window functions are not supported: they release per-row values"))
             continue
