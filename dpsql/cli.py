@@ -1380,9 +1380,9 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"pass delta=([0-9][0-9.e-]*)", r"pass --delta \1", text)  # a mechanism's need of a delta
     text = re.sub(r"mechanism='(\w+)'", r"--option mechanism=\1", text)  # a mechanism named as an option
     text = re.sub(r"ask for delta=([0-9][0-9.e+-]*) or less", r"ask for --delta \1 or less", text)  # the ledger's fp hint
-    text = text.replace("use a smaller epsilon (10 or less usually fits), or delta=0 (Laplace",
-                        "use a smaller --epsilon (10 or less usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
-    text = text.replace("use a smaller epsilon (10 or less usually fits)", "use a smaller --epsilon (10 or less usually fits)")
+    text = text.replace("use a smaller epsilon (below 10 usually fits), or delta=0 (Laplace",
+                        "use a smaller --epsilon (below 10 usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
+    text = text.replace("use a smaller epsilon (below 10 usually fits)", "use a smaller --epsilon (below 10 usually fits)")
     text = text.replace("use Session.explain(sql, epsilon=...) or `dpsql explain SQL --epsilon ...`", "use `dpsql explain SQL --epsilon ...`")
     text = text.replace("at one charge, by Session.query_many([...])", "at one charge, by --workload")
     text = text.replace("use Session.query_many([...])", "use --workload with a file of range counts (-f FILE)")

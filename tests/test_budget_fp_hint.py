@@ -101,3 +101,17 @@ def test_the_hint_is_given_and_any_named_delta_fits(tmp_path: Path, eps: float, 
             return
         r = s.query(sql, epsilon=eps, delta=float(m.group(1)))
         assert r.cost.delta <= total
+
+
+def test_fp_delta_refusal_at_epsilon_10_does_not_offer_10_and_names_the_group_cap(tmp_path: Path) -> None:
+    """At epsilon = 10 the refusal said epsilon=10 'is too large' and then 'use a smaller epsilon (10 or less
+    usually fits)'; the part also grows with max_groups_per_unit, which was the cause here."""
+    s = dpsql.Session(ledger=tmp_path / "l.duckdb", budget=Budget(100.0, 1e-3), create=True)
+    use_noise(s, zero_noise())
+    s.register("ev", TABLE, privacy_unit="uid", max_groups_per_unit=10000)
+    with pytest.raises(dpsql.errors.ConfigError) as ei:
+        s.query("SELECT country, COUNT(*) AS n FROM ev GROUP BY country", epsilon=10.0, delta=1e-5)
+    assert s.remaining() == Budget(100.0, 1e-3) and s.history().num_rows == 0  # nothing charged
+    hint = ei.value.hint or ""
+    assert "10 or less" not in hint and "below 10" in hint and "max_groups_per_unit" in hint
+    s.close()

@@ -154,6 +154,13 @@ BOUNDS = {"a": (0.0, 100.0), "b": (-20.0, 10.0)}
     ("COALESCE(b, 0)", -20.0, 10.0),
     ("(a = 3)::INTEGER", 0.0, 1.0),
     ("CAST(b AS INTEGER) * 2", -40.0, 20.0),
+    ("NULLIF(b, 0)", -20.0, 10.0),        # b or NULL (which SUM skips)
+    ("NULLIF(a * 2, b) + 1", 1.0, 201.0),
+    ("ROUND(b / 3)", -7.0, 4.0),          # [-6.67, 3.33], widened to whole numbers
+    ("FLOOR(a / 7)", 0.0, 15.0),
+    ("CEIL(b / 4)", -5.0, 3.0),
+    ("TRUNC(b / 3)", -7.0, 4.0),
+    ("ROUND(b / 3, 1)", -7.0, 4.0),       # k >= 0 digits: between floor and ceil too
 ])
 def test_interval_arithmetic_pinned(expr: str, lo: float, hi: float) -> None:
     import sqlglot
@@ -162,7 +169,8 @@ def test_interval_arithmetic_pinned(expr: str, lo: float, hi: float) -> None:
     assert got == pytest.approx((lo, hi))
 
 
-@pytest.mark.parametrize("expr", ["a / b", "a / 0", "c + 1", "length('x')", "a // 2"])
+@pytest.mark.parametrize("expr", ["a / b", "a / 0", "c + 1", "length('x')", "a // 2", "NULLIF(c, 0)", "ROUND(a, -1)",
+                                  "ROUND(c)", "ROUND(a, b)", "ROUND(a, 1.5)"])
 def test_interval_arithmetic_refuses_what_it_cannot_bound(expr: str) -> None:
     import sqlglot
 
@@ -188,6 +196,7 @@ SENS = [
     "SELECT g, COUNT(DISTINCT h), SUM(CASE WHEN age > 30 THEN amount ELSE 0 END), "
     "AVG(LEAST(GREATEST(amount * 3, -50), 50)) FROM t GROUP BY g",
     "SELECT h, SUM(GREATEST(LEAST(age / 2, 10), 0)), COUNT(DISTINCT g), VAR_POP(amount) FROM t GROUP BY h",
+    "SELECT g, SUM(NULLIF(amount, 0)), AVG(ROUND(amount / 3)), VARIANCE(FLOOR(age / 7)) FROM t GROUP BY g",
 ]
 
 

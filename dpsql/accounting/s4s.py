@@ -885,7 +885,7 @@ def s4s_find_alpha(epsilon2: float, delta: float, d: int) -> float:
         except ValueError:  # the roots of Lemma 4.1 leave double precision (a very large epsilon2)
             raise ConfigError("the Renyi accounting of the smooth-sensitivity noise cannot be solved in double "
                               f"precision at so large an epsilon (this stage's share: {e2:g})",
-                              hint="use a smaller epsilon (10 or less usually fits)") from None
+                              hint="use a smaller epsilon (below 10 usually fits)") from None
         return math.sqrt(a / r) / c
 
     x = 1.0

@@ -164,9 +164,10 @@ def fp_delta_refusal(fp: float, *, epsilon: float, delta: float, laplace: bool) 
     Laplace noise, ``laplace``, to pass delta=0) rather than to raise it."""
     what = f"the floating-point delta of the Gaussian noise ({fp:.3g}) exceeds the requested delta={delta:g}"
     if epsilon >= 10:
-        alt = ", or delta=0 (Laplace noise, pure DP)" if laplace else ""
+        alt = (", or delta=0 (Laplace noise, pure DP)" if laplace else "") + \
+            ", or lower the table's max_groups_per_unit (the part grows with it)"
         return ConfigError(f"{what}: this part grows like e^epsilon, so epsilon={epsilon:g} is too large for Gaussian noise",
-                           hint=f"use a smaller epsilon (10 or less usually fits){alt}")
+                           hint=f"use a smaller epsilon (below 10 usually fits){alt}")
     return ConfigError(what, hint="use a larger delta or epsilon, declare a coarser granularity for the column, or lower "
                                   "the table's max_groups_per_unit (the part grows with it)")
 

@@ -395,10 +395,19 @@ class QuantileMechanism:
         aggs = _quantile_aggs(plan)
         assert aggs and len(aggs) == len(plan.aggregates)
         if plan.keys and not plan.public_keys:
+            fixes = []
+            for k in plan.keys:
+                if k.domain is not None:
+                    continue
+                if isinstance(k.expr, exp.Column):
+                    fixes.append(f"register the key column with columns={{'{k.expr.name}': {{'domain': [...]}}}}")
+                else:
+                    fixes.append(f"the key {k.expr.sql(dialect='duckdb')} is an expression: group by a column with a "
+                                 "declared domain instead")
             raise PolicyError(
                 "a quantile (MIN, MAX, MEDIAN, PERCENTILE) with GROUP BY needs every key's domain declared: the groups "
                 "are then public and all released",
-                hint="register the key column with columns={'<col>': {'domain': [...]}}, or drop the GROUP BY",
+                hint="; ".join(fixes) + ", or drop the GROUP BY",
             )
         cal = QuantileCalibration(plan, request.unit, contribution, request.epsilon)
         if request.options.get("reuse") == "synopsis":

@@ -437,7 +437,7 @@ def too_many_groups(d: int, delta: float, fits: Callable[[int, float], bool], *,
         return ConfigError(
             f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups: {largest}; {needs}:"
             f" this part grows like e^epsilon, so epsilon={epsilon:g} is too large for Gaussian noise",
-            hint="use a smaller epsilon (10 or less usually fits)")
+            hint="use a smaller epsilon (below 10 usually fits)")
     return ConfigError(
         f"delta={delta:g} is too small to cover the floating-point part of the noise for {d} groups: {largest}; {needs}",
         hint=(f"pass delta={need:g} (or more)" if need is not None else "use fewer groups")

@@ -23,12 +23,13 @@ from dpsql.plan.checks import (
     distinct_operand,
     is_aggregate,
     never_null_literal,
+    row_count,
     violation,
     written_name,
 )
 from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
 from dpsql.plan.joins import analyze_join
-from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem
+from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem, spell_aliases
 from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call, time_column_problem
 from dpsql.plan.typer import (
@@ -221,24 +222,25 @@ def _in_subquery(c: exp.Expression, root: exp.Expression) -> bool:
     return False
 
 
-def _filter_fix(node: exp.Filter) -> str:
-    """The fix for ``AGG(...) FILTER (WHERE c)``: the same aggregate over a CASE where dpsql has one (COUNT,
-    SUM/AVG/variances over ``CASE WHEN c THEN x END`` (``THEN 1`` for ``COUNT(*)``), which skips the other rows
-    as FILTER does), else WHERE (the SQL text only)."""
+def _filter_as_case(node: exp.Filter) -> exp.Expression | None:
+    """``AGG(x) FILTER (WHERE c)`` as the aggregate of ``CASE WHEN c THEN x END`` (``THEN 1`` for ``COUNT(*)``),
+    which skips the rows where ``c`` fails as FILTER does (they are NULL): the same aggregate, value bounds
+    and sensitivity as the CASE form written out. COUNT, SUM, AVG and the variances (not DISTINCT); None
+    for the others (MIN, MAX, quantiles take a plain column)."""
     agg, where = node.this, node.expression
     cond = where.this if isinstance(where, exp.Where) else where
     arg = agg.this if isinstance(agg, exp.AggFunc) else None
-    if isinstance(agg, exp.Count) and isinstance(arg, (exp.Star, exp.Column)):
+    if not isinstance(arg, exp.Expression) or isinstance(arg, exp.Distinct) or agg.expressions:
+        return None
+    if isinstance(agg, exp.Count):
         then = exp.Literal.number(1) if isinstance(arg, exp.Star) else arg.copy()
-        case = exp.Case(ifs=[exp.If(this=cond.copy(), true=then)])
-        return f"write it as {exp.Count(this=case).sql(dialect=DIALECT)}, or move the condition into WHERE"
-    if isinstance(agg, (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)) \
-            and isinstance(arg, exp.Expression) and not isinstance(arg, exp.Distinct):
-        case = exp.Case(ifs=[exp.If(this=cond.copy(), true=arg.copy())])
-        fixed = agg.copy()
-        fixed.set("this", case)
-        return f"write it as {fixed.sql(dialect=DIALECT)}, or move the condition into WHERE"
-    return "move the condition into WHERE (a separate query if the other aggregates must not have it)"
+    elif isinstance(agg, (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp)):
+        then = arg.copy()
+    else:
+        return None
+    fixed = agg.copy()
+    fixed.set("this", exp.Case(ifs=[exp.If(this=cond.copy(), true=then)]))
+    return fixed
 
 
 class _Builder:
@@ -304,30 +306,40 @@ class _Builder:
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})"
                             f"{did_you_mean(c.name, self.table.schema)}")
 
-    def select_aliases(self, node: exp.Expression, items: list[exp.Expression]) -> exp.Expression:
-        """``node`` (the WHERE) with each select-list alias it names replaced by the aliased expression,
-        as DuckDB reads ``SELECT c AS country ... WHERE country <> 'US'``; a column of the table of that
-        name wins (also as in DuckDB). An aliased aggregate is then refused as any aggregate in WHERE."""
+    def spelled_items(self, items: list[exp.Expression]) -> tuple[list[exp.Expression], dict[str, exp.Expression]]:
+        """Each select item's expression with the earlier aliases it names written out (``g AS a, a || 'x'
+        AS b``: b is ``g || 'x'``), as DuckDB reads an output naming an earlier one; and the aliases so
+        spelled out. A column of the table wins over an alias of its name (also as in DuckDB). WHERE and
+        GROUP BY read an alias through this, so a chain of aliases is the expression written out."""
         assert self.table is not None
-        by_alias = {it.alias.lower(): it.this for it in items
-                    if isinstance(it, exp.Alias) and it.alias.lower() not in self.table.schema}
-        if not by_alias:
-            return node
+        spelled: list[exp.Expression] = []
+        by_alias: dict[str, exp.Expression] = {}
+        for it in items:
+            inner = spell_aliases(it.unalias(), by_alias)
+            spelled.append(inner)
+            if isinstance(it, exp.Alias) and it.alias.lower() not in self.table.schema:
+                by_alias[it.alias.lower()] = inner
+        return spelled, by_alias
 
-        def swap(c: exp.Expression) -> exp.Expression:
-            if isinstance(c, exp.Column) and not c.table and c.name.lower() in by_alias:
-                return exp.Paren(this=by_alias[c.name.lower()].copy())
-            return c
-
-        return node.transform(swap)
+    def select_aliases(self, node: exp.Expression, items: list[exp.Expression]) -> exp.Expression:
+        """``node`` (the WHERE) with each select-list alias it names replaced by the aliased expression
+        (earlier aliases it names written out too), as DuckDB reads ``SELECT c AS country ... WHERE
+        country <> 'US'``; a column of the table of that name wins (also as in DuckDB). An aliased
+        aggregate is then refused as any aggregate in WHERE."""
+        return spell_aliases(node, self.spelled_items(items)[1])
 
     # -- aggregates ------------------------------------------------------------------
     def aggregate_ref(self, node: exp.Expression, clause: str = "SELECT") -> exp.Expression | None:
         """Map an aggregate call to a column reference to its (noisy) released value."""
         assert self.table is not None
         if isinstance(node, exp.Filter):
-            self.bad(node, f"aggregate FILTER clauses are not supported; {_filter_fix(node)}")
-            return None
+            case = _filter_as_case(node)
+            if case is None:
+                self.bad(node, "an aggregate FILTER clause is answered for COUNT, SUM, AVG, VARIANCE and STDDEV only (as "
+                               "the aggregate of CASE WHEN c THEN x END); move the condition into WHERE (a separate "
+                               "query if the other aggregates must not have it)")
+                return None
+            node = case
         arg = node.expressions[0] if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 else node.this
         if isinstance(node, exp.Anonymous) and len(node.expressions) != 1:
             self.bad(node, f"{node.name.upper()} takes one argument")
@@ -613,12 +625,14 @@ class _Builder:
         key_by_sql = {k.sql: k for k in self.keys}
 
         def repl(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Window):
+                return exp.Null()  # refused as a window by the function checks: its calls are no second problem
             if isinstance(n, exp.WithinGroup):
                 r = self.aggregate_ref(n, where)
                 return r if r is not None else exp.Null()
             if is_aggregate(n) or isinstance(n, exp.Filter):
-                inner = n.this if isinstance(n, exp.Filter) else n  # FILTER wraps its aggregate: refused as FILTER
-                if any(is_aggregate(x) for x in inner.walk() if x is not inner):
+                inner = n.this if isinstance(n, exp.Filter) else n  # FILTER wraps its aggregate
+                if any(is_aggregate(x) for x in n.walk() if x is not inner):  # (a FILTER's condition too)
                     self.bad(n, f"{where}: aggregates cannot be nested; aggregate a column or an expression of columns")
                     return exp.Null()
                 if isinstance(n, (*SUPPORTED_AGGS, exp.Filter, exp.Anonymous)):
@@ -627,8 +641,6 @@ class _Builder:
                 self.bad(n, f"{where}: aggregate {_agg_name(n, self.sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, "
                          "STDDEV, MIN, MAX, MEDIAN or QUANTILE")
                 return exp.Null()
-            if isinstance(n, exp.Window):
-                return n  # reported by the function checks
             s = _norm(n) if isinstance(n, (exp.Column, exp.Func, exp.Binary, exp.Unary, exp.Predicate, exp.Case, exp.Cast)) else None
             if s is not None and s in key_by_sql:
                 return exp.column(key_by_sql[s].name)
@@ -675,15 +687,16 @@ class _Builder:
                      "charge, by Session.query_many([...]))",
                 violations=self.violations,
             )
-        stmt = stmts[0]
+        stmt = _order_by_all(stmts[0])
         if isinstance(stmt, exp.Select) and stmt.args.get("joins"):
             return analyze_join(self.sql, stmt, self.catalog)  # joins: DP-S4S / R2T (dpsql.plan.joins)
         if isinstance(stmt, exp.Select) and self._several_paths(stmt):
             return analyze_join(self.sql, stmt, self.catalog)
         stmt = _distinct_as_group_by(stmt)
         self.violations.extend(check_statement_shape(stmt, self.sql, start=starts[0] if starts else 0))
-        if not isinstance(stmt, exp.Select):
-            self._raise()
+        distinct = stmt.args.get("distinct") if isinstance(stmt, exp.Select) else None
+        if not isinstance(stmt, exp.Select) or (isinstance(distinct, exp.Distinct) and distinct.args.get("on")):
+            self._raise()  # (DISTINCT ON: its outputs are raw values; one problem, not also each output)
         assert isinstance(stmt, exp.Select)
 
         from_ = stmt.args.get("from_") or stmt.args.get("from")
@@ -768,10 +781,12 @@ class _Builder:
             if isinstance(it, exp.Alias) and it.alias.lower() not in table.schema:
                 lateral[-1] = seen | {it.alias.lower()}
         lateral = [set()] + lateral[:-1]
-        for it, earlier in zip(select_items, lateral, strict=True):
+        keyed = _keyed_items(stmt, select_items, table.schema)
+        for i, (it, earlier) in enumerate(zip(select_items, lateral, strict=True)):
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
                 self.bad(it, "SELECT * releases raw rows and is not allowed; select aggregates such as COUNT(*)")
-            self.violations.extend(check_expression_functions(it, self.sql, "SELECT"))
+            if i not in keyed:  # a key GROUP BY names is checked there, once, against the stricter allow-list
+                self.violations.extend(check_expression_functions(it, self.sql, "SELECT"))
             self.check_columns(it, "SELECT", allow_aliases=earlier)
 
         # WHERE ---------------------------------------------------------------------
@@ -795,21 +810,13 @@ class _Builder:
 
         # GROUP BY ------------------------------------------------------------------
         group = stmt.args.get("group")
-        alias_exprs = {it.alias.lower(): it.this for it in select_items if isinstance(it, exp.Alias)}
+        spelled, alias_exprs = self.spelled_items(select_items)
         group_exprs: list[exp.Expression] = []
         if group is not None:
             if group.args.get("all"):
                 # every output that is no aggregate, read through the earlier aliases it names (COUNT(*) AS n,
                 # n * 2 AS n2: n2 is an aggregate's value, no key)
-                spelled_out: dict[str, exp.Expression] = {}
-                for it in select_items:
-                    inner = it.unalias().transform(
-                        lambda c: exp.Paren(this=spelled_out[c.name.lower()].copy())
-                        if isinstance(c, exp.Column) and not c.table and c.name.lower() in spelled_out else c)
-                    if not any(is_aggregate(n) for n in inner.walk()):
-                        group_exprs.append(inner)
-                    if isinstance(it, exp.Alias) and it.alias.lower() not in table.schema:
-                        spelled_out[it.alias.lower()] = inner
+                group_exprs.extend(inner for inner in spelled if not any(is_aggregate(n) for n in inner.walk()))
             for g in group.expressions:
                 if isinstance(g, exp.Tuple) and not g.expressions:
                     continue  # GROUP BY (): the grand total, i.e. no grouping
@@ -828,7 +835,7 @@ class _Builder:
                 if isinstance(g, exp.Literal) and not g.is_string:
                     idx = int(g.this) - 1
                     if 0 <= idx < len(select_items):
-                        group_exprs.append(select_items[idx].unalias())
+                        group_exprs.append(spelled[idx])
                     else:
                         self.bad(g, "GROUP BY position is out of range")
                     continue
@@ -886,7 +893,10 @@ class _Builder:
                 name = f"{base}_{n}"
                 n += 1
             used.add(name.lower())
-            post = self.to_post(inner, "SELECT", alias_map={a: e for a, e in alias_post.items() if a not in table.schema})
+            key = None if any(is_aggregate(n) for n in spelled[len(outputs)].walk()) else next(
+                (k for k in self.keys if k.sql == _norm(spelled[len(outputs)])), None)
+            post = exp.column(key.name) if key is not None else self.to_post(
+                inner, "SELECT", alias_map={a: e for a, e in alias_post.items() if a not in table.schema})
             src = post.name if isinstance(post, exp.Column) and post.name.startswith("__") else None
             outputs.append(ir.OutputColumn(name, post, src))
             if isinstance(it, exp.Alias):
@@ -955,13 +965,9 @@ class _Builder:
         node = stmt.args.get(key)
         if node is None:
             return None
-        val = node.args.get("expression") or node.this
-        if isinstance(node, exp.Fetch):  # ANSI FETCH FIRST n ROWS ONLY: LIMIT n (not PERCENT / WITH TIES)
-            opts = node.args.get("limit_options")
-            plain = opts is None or not (opts.args.get("percent") or opts.args.get("with_ties"))
-            val = node.args.get("count") if plain else None
-        if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
-            return int(val.this)
+        count = row_count(node)  # (ANSI FETCH FIRST n ROWS ONLY is LIMIT n; n PERCENT and WITH TIES are refused)
+        if count is not None:
+            return count
         self.violations.append(
             violation(
                 node,
@@ -999,6 +1005,46 @@ class _Builder:
             head = str(Violation(msg, clean[0].line, clean[0].col, clean[0].fragment))
             hint = h.rstrip(")")
         raise cls(head, violations=clean, hint=hint)
+
+
+def _keyed_items(stmt: exp.Select, items: list[exp.Expression], schema: Mapping[str, str]) -> set[int]:
+    """The positions of the select items that GROUP BY names by alias or position (GROUP BY ALL: every item
+    without an aggregate):
+    keys, whose functions GROUP BY checks against the allow-list over private rows (a subset of the one over
+    released values), so that a function off it is one problem, not also an output's."""
+    group = stmt.args.get("group")
+    if group is None:
+        return set()
+    if group.args.get("all"):  # the items without an aggregate (the others are outputs, checked as such)
+        return {i for i, it in enumerate(items) if not any(is_aggregate(n) for n in it.walk())}
+    by_alias = {it.alias.lower(): i for i, it in enumerate(items) if isinstance(it, exp.Alias) and it.alias.lower() not in schema}
+    out: set[int] = set()
+    for g in group.expressions:
+        if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
+            out.add(int(g.this) - 1)
+        elif isinstance(g, exp.Column) and not g.table and g.name.lower() in by_alias:
+            out.add(by_alias[g.name.lower()])
+    return out
+
+
+def _order_by_all(stmt: exp.Expression) -> exp.Expression:
+    """DuckDB's ``ORDER BY ALL [DESC]`` is ``ORDER BY 1, 2, ... [DESC]``: every output, left to right (the
+    released values, as any ORDER BY)."""
+    order = stmt.args.get("order") if isinstance(stmt, exp.Select) else None
+    if order is None or not any(isinstance(o.this, exp.Var) and o.this.name.upper() == "ALL" for o in order.expressions):
+        return stmt
+    out = stmt.copy()
+    items: list[exp.Expression] = []
+    for o in out.args["order"].expressions:
+        if not (isinstance(o.this, exp.Var) and o.this.name.upper() == "ALL"):
+            items.append(o)
+            continue
+        for i in range(len(out.expressions)):
+            each = o.copy()
+            each.set("this", exp.Literal.number(i + 1))
+            items.append(each)
+    out.args["order"].set("expressions", items)
+    return out
 
 
 def _distinct_as_group_by(stmt: exp.Expression) -> exp.Expression:

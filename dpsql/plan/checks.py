@@ -143,6 +143,14 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
         if isinstance(sub, (exp.Placeholder, exp.Parameter)):
             out.append(violation(sub, sql, f"query parameters ($1, ?) are not supported in {where}; write the value into the SQL"))
             continue
+        if isinstance(sub, exp.In) and isinstance(sub.this, exp.Tuple):  # one message, not one per tuple
+            out.append(violation(sub, sql, f"{where}: row values ((a, b) IN ((x, y), ...)) are not supported; compare "
+                                           "each column: (a = x AND b = y) OR (a = ... AND b = ...)"))
+            continue
+        if isinstance(sub, (exp.Any, exp.All)):  # x LIKE ANY ([...]): one message, not also one for the list
+            out.append(violation(sub, sql, f"{where}: ANY / ALL over a list are not supported; write each test, "
+                                           "joined with OR for ANY, AND for ALL (x LIKE 'a%' OR x LIKE 'b%')"))
+            continue
         if isinstance(sub, exp.Window):
             out.append(violation(sub, sql, "window functions are not supported: they release per-row values"))
             continue
@@ -248,15 +256,18 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
                 offset=keyword_offset(sql, {"WITH"}, after=start),
             )
         )
-    if stmt.args.get("distinct"):
-        v.append(
-            violation(
-                stmt,
-                sql,
-                "SELECT DISTINCT releases raw values and is not supported; use GROUP BY with an aggregate",
-                offset=_after_select_keyword(sql, start),
-            )
-        )
+    distinct = stmt.args.get("distinct")
+    if distinct:
+        # (SELECT DISTINCT k without an aggregate or GROUP BY is answered, as GROUP BY k, before this check)
+        on = distinct.args.get("on") if isinstance(distinct, exp.Distinct) else None
+        if on is not None:
+            keys = ", ".join(e.sql(dialect="duckdb") for e in (on.expressions if isinstance(on, exp.Tuple) else [on]))
+            what = (f"SELECT DISTINCT ON is not supported: it keeps one raw row per key; write SELECT DISTINCT {keys} "
+                    f"(the keys), or GROUP BY {keys} with an aggregate")
+        else:
+            what = ("SELECT DISTINCT with an aggregate or GROUP BY is not supported; drop DISTINCT (the rows of a GROUP "
+                    "BY are distinct keys already; SELECT DISTINCT k without an aggregate lists the keys)")
+        v.append(violation(stmt, sql, what, offset=_after_select_keyword(sql, start)))
     for key in ("joins", "laterals", "windows", "qualify", "into", "locks", "sample", "pivots", "connect", "prewhere"):
         val = stmt.args.get(key)
         if val:
@@ -281,3 +292,15 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
                 label = {"laterals": "LATERAL", "windows": "WINDOW", "locks": "FOR UPDATE/SHARE", "connect": "CONNECT BY"}.get(key, key.upper())
                 v.append(violation(stmt, sql, f"{label} clauses are not supported", offset=off))
     return v
+
+
+def row_count(node: exp.Expression) -> int | None:
+    """The row count of a LIMIT / OFFSET / FETCH FIRST clause: a non-negative integer literal, else None
+    (refused by the caller): ``LIMIT 10%`` / ``PERCENT`` (a share of the rows) and ``WITH TIES`` are no count."""
+    opts = node.args.get("limit_options")
+    if opts is not None and (opts.args.get("percent") or opts.args.get("with_ties")):
+        return None
+    val = node.args.get("count") if isinstance(node, exp.Fetch) else node.args.get("expression") or node.this
+    if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
+        return int(val.this)
+    return None

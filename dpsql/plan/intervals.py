@@ -201,10 +201,21 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> 
         if not parts:
             raise NoInterval(node, "every branch of the IF is NULL")
         return _hull(parts)
+    if isinstance(node, exp.Nullif):  # the first argument, or NULL (which SUM skips)
+        return interval(node.this, bounds)
+    if isinstance(node, (exp.Round, exp.Floor, exp.Ceil, exp.Trunc)) and not node.args.get("to") \
+            and not node.args.get("expression"):
+        digits = node.args.get("decimals")
+        k = number(digits) if digits is not None else 0.0
+        if k is None or k < 0 or not float(k).is_integer():
+            raise NoInterval(node, f"{_label(node)} has an interval rule only without digits or with whole digits >= 0")
+        # x rounded to k >= 0 decimals lies between floor(x) and ceil(x), and floor / ceil are monotone
+        lo, hi = interval(node.this, bounds)
+        return float(math.floor(lo)), float(math.ceil(hi))
     if isinstance(node, exp.Cast) and node.to.is_type(*exp.DataType.REAL_TYPES, *exp.DataType.INTEGER_TYPES):
         lo, hi = interval(node.this, bounds)
         if node.to.is_type(*exp.DataType.INTEGER_TYPES):  # rounds to an integer: widen by one half
             return math.floor(lo), math.ceil(hi)
         return lo, hi
     raise NoInterval(node, f"{_label(node)} has no interval rule (supported: + - * / by a constant, "
-                           "CASE, ABS, LEAST, GREATEST, COALESCE, numeric CAST)")
+                           "CASE, ABS, LEAST, GREATEST, COALESCE, NULLIF, ROUND, FLOOR, CEIL, TRUNC, numeric CAST)")

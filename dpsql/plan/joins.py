@@ -66,9 +66,15 @@ from sqlglot import exp
 from dpsql.catalog import TableSpec, is_nested_type, join_key_type_problem, reference_problems
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
-from dpsql.plan.checks import check_expression_functions, check_statement_shape, never_null_literal, violation
+from dpsql.plan.checks import (
+    check_expression_functions,
+    check_statement_shape,
+    never_null_literal,
+    row_count,
+    violation,
+)
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
-from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem
+from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem, spell_aliases
 from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predicate
 
 SEP = "__"
@@ -436,6 +442,7 @@ class _JoinBuilder:
         joins = [j for j in stmt.args.get("joins") or [] if self.add_input(j.this, j)]
         # columns that are not plain identifiers cannot be named in a join (they read as unknown)
         self.flat_schema = {flat(i.alias, c): t for i in self.inputs for c, t in i.table.schema.items() if _PLAIN.match(c)}
+        stmt = _spelled(stmt, {c.lower() for i in self.inputs for c in i.table.schema})
         conditions: list[tuple[str, str]] = []
         for j in joins:
             conditions += self.add_conditions(j)
@@ -477,6 +484,13 @@ class _JoinBuilder:
         self.vs.extend(pv)
 
         # SELECT: aggregates (each answered from base aggregates), outputs over them
+        clauses = [*stmt.expressions, *[stmt.args[k] for k in ("having", "order") if stmt.args.get(k) is not None]]
+        filters = [f for c in clauses for f in c.find_all(exp.Filter)]
+        for f in filters:  # one message each (its aggregate would otherwise be read without its condition)
+            self.bad(f, "aggregate FILTER clauses are not supported over joins; move the condition into WHERE (a "
+                        "separate query if the other aggregates must not have it)")
+        if filters:
+            _raise(self.vs)
         agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
         if stmt.args.get("order") is not None:  # over released values: the allow-list of post-processing, as on one table
             for o in stmt.args["order"].expressions:
@@ -637,9 +651,9 @@ class _JoinBuilder:
         node = self.stmt.args.get(key)
         if node is None:
             return None
-        v = node.args.get("expression") or node.this
-        if isinstance(v, exp.Literal) and not v.is_string and str(v.this).isdigit():
-            return int(v.this)
+        count = row_count(node)
+        if count is not None:
+            return count
         self.bad(node, f"{key.upper()} must be a non-negative integer literal")
         return None
 
@@ -954,6 +968,32 @@ def _type_family(t: str) -> str:
     if re.fullmatch(r"(VARCHAR|TEXT|STRING)(\(\d+\))?", t):  # Spark spells a bounded text VARCHAR(n)
         return "text"
     return t
+
+
+def _spelled(stmt: exp.Select, columns: set[str]) -> exp.Select:
+    """``stmt`` with the select-list aliases that an output (earlier ones) or the WHERE names written out, as
+    on one table (``COUNT(*) AS n, n * 2 AS n2``; ``WHERE seg <> 'a'``); a column of a joined table of that
+    name wins, and an aggregate's argument is left as written (it reads the tables' columns)."""
+    by_alias: dict[str, exp.Expression] = {}
+    items: list[exp.Expression] = []
+    for it in stmt.expressions:
+        inner = spell_aliases(it.unalias(), by_alias, in_aggregates=False)
+        if isinstance(it, exp.Alias):
+            items.append(exp.Alias(this=inner, alias=it.args["alias"].copy()))
+            if it.alias.lower() not in columns:
+                by_alias[it.alias.lower()] = inner
+        elif inner.sql(dialect="duckdb") != it.sql(dialect="duckdb"):  # named as written
+            items.append(exp.Alias(this=inner, alias=exp.to_identifier(it.sql(dialect="duckdb"), quoted=True)))
+        else:
+            items.append(it)
+    where = stmt.args.get("where")
+    if not by_alias:
+        return stmt
+    out = stmt.copy()
+    out.set("expressions", items)
+    if where is not None:
+        out.set("where", exp.Where(this=spell_aliases(where.this, by_alias)))
+    return out
 
 
 def analyze_join(sql: str, stmt: exp.Select, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:

@@ -15,7 +15,7 @@ Public metadata only (the SQL and the catalog's names).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from sqlglot import exp
 
@@ -66,3 +66,25 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     best = cands[close[0]]
     plain = best.replace("_", "a").isalnum() and best.isascii() and not best[0].isdigit()
     return f"; did you mean '{best}'?" if plain else f"; did you mean \"{best}\" (quoted)?"
+
+
+def spell_aliases(node: exp.Expression, by_alias: Mapping[str, exp.Expression], *,
+                  in_aggregates: bool = True) -> exp.Expression:
+    """A copy of ``node`` with each unqualified column named in ``by_alias`` (select-list aliases) replaced
+    by its expression, parenthesised where an operator's precedence could otherwise change its meaning
+    (``in_aggregates=False``: not inside an aggregate, which reads the table's columns)."""
+    if not by_alias:
+        return node.copy()
+    out = node.copy()
+    for c in list(out.find_all(exp.Column)):
+        if c.table or c.name.lower() not in by_alias:
+            continue
+        if not in_aggregates and c.find_ancestor(exp.AggFunc) is not None:
+            continue
+        e = by_alias[c.name.lower()].copy()
+        operator = isinstance(e, (exp.Binary, exp.Unary, exp.Predicate, exp.Connector)) and not isinstance(e, exp.Paren)
+        new = exp.Paren(this=e) if operator else e
+        if c is out:
+            return new
+        c.replace(new)
+    return out
