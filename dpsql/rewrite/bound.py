@@ -68,7 +68,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, source_name
+from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, data_type, source_name
 from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
@@ -208,7 +208,7 @@ def _key_item(key: ir.GroupKey, schema: dict[str, str], ops: SqlOps, coded: froz
     NULL outside the domain)."""
     if key.name in coded:
         assert isinstance(key.expr, exp.Column) and key.domain is not None
-        return exp.alias_(_coder(ops).domain_code(exp.column(key.expr.name, quoted=True), key.domain), key.name)
+        return exp.alias_(_coder(ops).domain_code(exp.column(key.expr.name, quoted=True), key.domain), key.name, copy=False)
     return exp.alias_(key_expression(key, schema), key.name)
 
 
@@ -320,8 +320,8 @@ def exact_text(total: exp.Expression) -> exp.Expression:
     engine spells the same way: nothing is rounded before the noise (the scale 2^-k is public, from
     the bounds: ``ReleasedColumn.scale``). A DOUBLE total rounded at its last place, an error the
     Gaussian calibration cannot cover (the ulp of a large total is not public)."""
-    zero = exp.cast(exp.Literal.number(0), "HUGEINT")
-    return exp.cast(exp.func("coalesce", total, zero), "VARCHAR")
+    zero = exp.cast(exp.Literal.number(0), data_type("HUGEINT"), copy=False)
+    return exp.cast(exp.func("coalesce", total, zero, copy=False), data_type("VARCHAR"), copy=False)
 
 
 #: a public key domain with more values than this enters the AST as one node holding its literals
@@ -536,7 +536,7 @@ def spread_input(value: exp.Expression, sql_type: str, salt: str) -> exp.Express
 
 def salted_text(value: exp.Expression, salt: str) -> exp.Expression:
     """The secret salt followed by the text of ``value`` (:func:`spread_input`)."""
-    return exp.DPipe(this=exp.Literal.string(salt), expression=exp.cast(value, "VARCHAR"))
+    return exp.DPipe(this=exp.Literal.string(salt), expression=exp.cast(value, data_type("VARCHAR")))
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
@@ -671,7 +671,7 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
     """The rows that may contribute, projected to ``__unit``, the group keys (``coded``: as
     their codes, :func:`coded_keys`) and the clamped values (``<aggregate>_v``); also the names
     of the value columns."""
-    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
+    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit", copy=False)]
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     value_cols: list[str] = []
     for a in plan.aggregates:
@@ -679,10 +679,10 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
             # a column as it is; COUNT(expr) reads its typed value (1, or NULL where expr is NULL)
             raw = (_raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
                    else aggregate_input(a, plan.table.schema, ops))
-            proj.append(exp.alias_(raw, f"{a.name}_v"))
+            proj.append(exp.alias_(raw, f"{a.name}_v", copy=False))
             value_cols.append(f"{a.name}_v")
         elif a.kind in ir.VALUE_KINDS:
-            proj.append(exp.alias_(_clamped_input(a, plan.table.schema, ops), f"{a.name}_v"))
+            proj.append(exp.alias_(_clamped_input(a, plan.table.schema, ops), f"{a.name}_v", copy=False))
             value_cols.append(f"{a.name}_v")
     return _rows_of(plan, unit_column, proj, where, use_public_domain, ops), value_cols
 
@@ -731,9 +731,9 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
                 raw[src] = f"__r{len(raw)}"
                 source[src] = (_raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
                                else aggregate_input(a, plan.table.schema, ops))
-    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
+    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit", copy=False)]
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
-    proj += [exp.alias_(source[c], r) for c, r in raw.items()]
+    proj += [exp.alias_(source[c], r, copy=False) for c, r in raw.items()]
     base = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__base", copy=False)
     pkeys = keys
     if keys and not set(keys) <= coded:  # (:func:`spread_keys`)
@@ -745,24 +745,24 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     def present(r: str) -> exp.Expression:
         return exp.Case(ifs=[exp.If(this=exp.Is(this=_col(r), expression=exp.Null()), true=_lit(0))], default=_lit(1))
 
-    out: list[exp.Expression] = [_col("__unit"), *[_col(k) for k in keys], exp.alias_(_lit(1), "__n")]
+    out: list[exp.Expression] = [_col("__unit"), *[_col(k) for k in keys], exp.alias_(_lit(1), "__n", copy=False)]
     for a in plan.aggregates:
         if a.kind not in (ir.COUNT_COL, ir.COUNT_DISTINCT, *ir.VALUE_KINDS):
             continue
         r = raw[_raw_key(a)]
         if a.kind == ir.COUNT_COL:
-            out.append(exp.alias_(present(r), f"{a.name}_c"))
+            out.append(exp.alias_(present(r), f"{a.name}_c", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
-            out.append(exp.alias_(exp.func("list_value", _col(r)), f"{a.name}_l"))
+            out.append(exp.alias_(exp.func("list_value", _col(r)), f"{a.name}_l", copy=False))
         elif a.kind == ir.SUM:
-            out.append(exp.alias_(_clamped_input(a, plan.table.schema, ops, raw=r), f"{a.name}_s"))
+            out.append(exp.alias_(_clamped_input(a, plan.table.schema, ops, raw=r), f"{a.name}_s", copy=False))
         else:
             v = _clamped_input(a, plan.table.schema, ops, raw=r)
-            out.append(exp.alias_(v, f"{a.name}_s"))
+            out.append(exp.alias_(v, f"{a.name}_s", copy=False))
             out.append(exp.alias_(exp.Case(ifs=[exp.If(this=exp.Is(this=v.copy(), expression=exp.Null()), true=_lit(0))],
-                                           default=_lit(1)), f"{a.name}_c"))
+                                           default=_lit(1)), f"{a.name}_c", copy=False))
             if a.kind in ir.VARIANCE_KINDS:
-                out.append(exp.alias_(_fixed_square(a, v, ops), f"{a.name}_q"))
+                out.append(exp.alias_(_fixed_square(a, v, ops), f"{a.name}_q", copy=False))
     return exp.select(*out).from_(picked, copy=False)
 
 
@@ -827,7 +827,7 @@ def bounded_query(
         assert key.domain is not None
         counted = _coder(ops).count_units_by_mask(rows_src, keys[0], key.domain, int(caps.max_groups_per_unit), salt).subquery("__chosen", copy=False)
         cols: list[exp.Expression] = [_col(keys[0]), _col("__users")]
-        cols += [exp.alias_(_col("__users"), a.name) for a in plan.aggregates if a.kind == ir.COUNT_STAR]
+        cols += [exp.alias_(_col("__users"), a.name, copy=False) for a in plan.aggregates if a.kind == ir.COUNT_STAR]
         by_units = exp.select(*cols).from_(counted, copy=False)
         if tau is not None and tau > 1:
             by_units = by_units.where(exp.GTE(this=_col("__users"), expression=_lit(tau)), copy=False)
@@ -839,20 +839,20 @@ def bounded_query(
     part = [_col("__unit")] + [_col(k) for k in pkeys]
     ug_proj: list[exp.Expression] = [_col("__unit")] + [_col(k) for k in pkeys]
     if not pairs_only:
-        ug_proj.append(exp.alias_(n_expr, "__n"))
+        ug_proj.append(exp.alias_(n_expr, "__n", copy=False))
     for a in plan.aggregates:
         if a.kind == ir.COUNT_COL:
-            ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
+            ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c", copy=False))
         elif a.kind == ir.SUM:
-            ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s"))
+            ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s", copy=False))
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
-            ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s"))
-            ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
+            ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s", copy=False))
+            ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c", copy=False))
             if a.kind in ir.VARIANCE_KINDS:
-                ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(f"{a.name}_v"), ops)), f"{a.name}_q"))
+                ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(f"{a.name}_v"), ops)), f"{a.name}_q", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
             # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
-            ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", _col(f"{a.name}_v"))), f"{a.name}_l"))
+            ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", _col(f"{a.name}_v"))), f"{a.name}_l", copy=False))
     if one_row:
         ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops,
                                 coded=coded)
@@ -880,24 +880,24 @@ def bounded_query(
         # the exact fixed-point total as integer text (released_columns: its public scale)
         return exact_text(ops.exact_sum(_col(col)))
 
-    out: list[exp.Expression] = [exp.alias_(_coder(ops).domain_text(_col(k)), k) if k in coded else _col(k)
+    out: list[exp.Expression] = [exp.alias_(_coder(ops).domain_text(_col(k)), k, copy=False) if k in coded else _col(k)
                                  for k in keys]
-    out.append(exp.alias_(exp.Count(this=exp.Star()), "__users"))
+    out.append(exp.alias_(exp.Count(this=exp.Star()), "__users", copy=False))
     for a in plan.aggregates:
         if a.kind == ir.COUNT_STAR:
-            out.append(exp.alias_(exp.Count(this=exp.Star()) if pairs_only else zsum("__n"), a.name))
+            out.append(exp.alias_(exp.Count(this=exp.Star()) if pairs_only else zsum("__n"), a.name, copy=False))
         elif a.kind == ir.COUNT_COL:
-            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name))
+            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name, copy=False))
         elif a.kind == ir.SUM:
-            out.append(exp.alias_(vsum(f"{a.name}_s"), a.name))
+            out.append(exp.alias_(vsum(f"{a.name}_s"), a.name, copy=False))
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
-            out.append(exp.alias_(vsum(f"{a.name}_s"), a.name + "_sum"))
-            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt"))
+            out.append(exp.alias_(vsum(f"{a.name}_s"), a.name + "_sum", copy=False))
+            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt", copy=False))
             if a.kind in ir.VARIANCE_KINDS:
-                out.append(exp.alias_(vsum(f"{a.name}_q"), a.name + "_sq"))
+                out.append(exp.alias_(vsum(f"{a.name}_q"), a.name + "_sq", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
             values = exp.func("list_distinct", exp.func("flatten", exp.func("list", _col(f"{a.name}_l"))))
-            out.append(exp.alias_(exp.func("coalesce", exp.func("len", values), _lit(0)), a.name))
+            out.append(exp.alias_(exp.func("coalesce", exp.func("len", values), _lit(0)), a.name, copy=False))
     final = exp.select(*out).from_(chosen, copy=False)
     if keys:
         final = final.group_by(*[_col(k) for k in keys], copy=False)
