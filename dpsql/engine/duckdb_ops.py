@@ -117,9 +117,14 @@ class DuckDBOps:
         and nothing is sorted by unit."""
         code = exp.cast(_mark(exp.func("enum_code", _col(key), copy=False)), data_type("BIGINT"), copy=False)
         one = exp.cast(_number(1), data_type("BIGINT"), copy=False)
-        masks = (exp.select(_col("__unit"), exp.alias_(_mark(exp.func("bit_or", exp.BitwiseLeftShift(this=one, expression=code), copy=False)), "__m"))
-                 .from_(relation, copy=False).where(exp.Not(this=exp.Is(this=_col(key), expression=exp.Null())), copy=False)
-                 .group_by(_col("__unit"), copy=False).subquery("__masks", copy=False))
+        # a row outside the domain (NULL code) shifts by NULL, which BIT_OR skips: a unit with no row inside
+        # has a NULL mask and is dropped after the aggregate (a filter on the code before it is pushed by
+        # DuckDB onto the rows, where the code was then computed twice per row)
+        bits = _mark(exp.func("bit_or", exp.BitwiseLeftShift(this=one, expression=code), copy=False))
+        masks = (exp.select(_col("__unit"), exp.alias_(bits, "__m", copy=False))
+                 .from_(relation, copy=False).group_by(_col("__unit"), copy=False)
+                 .having(exp.Not(this=exp.Is(this=bits.copy(), expression=exp.Null())), copy=False)
+                 .subquery("__masks", copy=False))
 
         def codes(mask: str) -> exp.Expression:  # the codes of a mask's set bits, ascending
             shifted = exp.paren(exp.BitwiseRightShift(this=_col(mask), expression=_col("__c")))

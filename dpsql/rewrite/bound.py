@@ -371,7 +371,8 @@ def _domain_filter(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> exp.Express
 
 
 def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str],
-                     ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset()) -> exp.Select:
+                     ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset(),
+                     coded_later: bool = False) -> exp.Select:
     """The rows of ``relation`` (one per unit and group, the keys in the columns named as the
     plan's keys) whose keys lie in their public domains: per key with a domain, a semi-join
     ``key IN (SELECT UNNEST([lit, ...]) AS __d)`` (Spark: ``explode(array(...))``) with the literals
@@ -382,13 +383,16 @@ def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Seque
     any group is chosen. It is cheaper there: one probe per pair instead of one per row (and a
     semi-join on a subquery, unlike an IN list of constants, is not pushed below the
     aggregation by DuckDB's optimizer). A coded key (:func:`coded_keys`) is NULL exactly outside
-    its domain: ``NOT key IS NULL``."""
+    its domain: ``NOT key IS NULL``, unless ``coded_later``: then the group cap window drops those
+    pairs (:func:`_smallest_by_window`)."""
     schema = plan.table.schema
     cond: exp.Expression | None = None
     for key in plan.keys:
         if key.domain is None:
             continue
         if key.name in coded:
+            if coded_later:
+                continue
             c0 = exp.Not(this=exp.Is(this=_col(key.name), expression=exp.Null()))
             cond = c0 if cond is None else exp.And(this=cond, expression=c0)
             continue
@@ -575,7 +579,9 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
       groups.
 
     ``coded`` keys (:func:`coded_keys`) are hashed as their text, so the order is the one of the
-    text keys under the same salt; equal hashes are then ordered by code (the domain's order).
+    text keys under the same salt; equal hashes are then ordered by code (the domain's order). In
+    the window, a pair whose code is NULL (its key outside the public domain) comes after every
+    pair of its unit inside the domain and is dropped, so the relation need not be filtered first.
     """
     n = int(max_groups)
     if coded:
@@ -584,7 +590,7 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     else:
         key = ops.keyed_hash([unit, *keys], salt)
     if getattr(ops, "group_cap_window", False):
-        return _smallest_by_window(relation, unit, keys, output, key, n).subquery(alias, copy=False)
+        return _smallest_by_window(relation, unit, keys, output, key, n, outside=sorted(coded)).subquery(alias, copy=False)
     shared, heavy = "__pairs", "__heavy"
     pairs_cte = exp.CTE(this=exp.select("*").from_(relation, copy=False), alias=exp.TableAlias(this=exp.to_identifier(shared)),
                         materialized=True if getattr(ops, "materialize_shared", False) else None)
@@ -608,7 +614,7 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
 
 
 def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
-                        key: exp.Expression, n: int) -> exp.Select:
+                        key: exp.Expression, n: int, *, outside: Sequence[str] = ()) -> exp.Select:
     """Per unit, the ``n`` rows (one per group) first in the total order (keyed hash, group key),
     by one window: ``QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash, keys...) <= n``.
 
@@ -620,12 +626,25 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
     groups apart first (that needs the relation materialised, an aggregate and two semi-joins,
     to save sorting partitions of at most ``n`` rows), and it spills: DuckDB sorts the
     partitions on disk when they do not fit the memory limit.
+
+    ``outside``: coded keys that are NULL where the key lies outside its public domain. Such a
+    row is ordered after every row of its unit whose keys all lie inside (``key IS NULL`` is the
+    first order key: false before true), so it takes no place among the first ``n`` of those, and
+    it is dropped with the rows past ``n``: the rows kept are those the window keeps over the
+    relation filtered first (``_in_domain_pairs``), whose filter DuckDB would push below the
+    aggregation onto every row.
     """
-    order = [exp.Ordered(this=key, nulls_first=False)]
+    missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
+    order = [exp.Ordered(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing),
+                         nulls_first=False)] if missing else []
+    order.append(exp.Ordered(this=key, nulls_first=False))
     order += [exp.Ordered(this=_col(k), nulls_first=False) for k in keys]
     rn = exp.Window(this=exp.RowNumber(), partition_by=[_col(unit)], order=exp.Order(expressions=order))
+    kept: exp.Expression = exp.LTE(this=rn, expression=_lit(n))
+    for m in missing:
+        kept = exp.And(this=exp.Not(this=m.copy()), expression=kept)
     return (exp.select(*[_col(c) for c in output]).from_(relation, copy=False)
-            .qualify(exp.LTE(this=rn, expression=_lit(n)), copy=False))
+            .qualify(kept, copy=False))
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
@@ -861,9 +880,12 @@ def bounded_query(
     else:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
 
+    # a coded key's filter on the pairs is pushed by DuckDB below the aggregation onto the rows, where the
+    # code is then computed twice per row (the filter's, the projection's): the group cap window drops them
+    in_window = bool(coded) and caps.groups_finite and getattr(ops, "group_cap_window", False)
     if pairs_domain:
         ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects], ops,
-                              coded)
+                              coded, coded_later=in_window)
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug", copy=False)
