@@ -816,10 +816,10 @@ FROM (
           WHERE
             NOT "user_id" IS NULL
         ) AS __base
-        WHERE
-          NOT __k0 IS NULL
         GROUP BY
           __unit
+        HAVING
+          NOT BIT_OR(CAST(1 AS BIGINT) << CAST(ENUM_CODE(__k0) AS BIGINT)) IS NULL
       ) AS __masks
       GROUP BY
         __kept

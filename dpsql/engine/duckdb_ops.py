@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
-from dpsql.engine.base import literal_text, power_of_two_factors
+from dpsql.engine.base import data_type, literal_text, power_of_two_factors
 from dpsql.rewrite.render import DIALECT_MARK
 
 DUCKDB = "duckdb"
@@ -47,7 +47,7 @@ def _mark(e: E) -> E:
 def _number(v: float | int) -> exp.Expression:
     """A numeric constant: whole numbers as integers (``3``, not ``3.0``), non-finite as DOUBLE."""
     if isinstance(v, float) and not math.isfinite(v):
-        return exp.Cast(this=exp.Literal.string(repr(v)), to=exp.DataType.build("DOUBLE"))
+        return exp.Cast(this=exp.Literal.string(repr(v)), to=data_type("DOUBLE"))
     if isinstance(v, float) and v.is_integer() and abs(v) < 2**53:
         return exp.Literal.number(int(v))
     return exp.Literal.number(v)
@@ -55,7 +55,7 @@ def _number(v: float | int) -> exp.Expression:
 
 def _pow2(k: int) -> exp.Expression:
     """The DOUBLE 2^k, exactly (``|k| <= 1000``)."""
-    return exp.Cast(this=exp.Literal.string(repr(2.0**k)), to=exp.DataType.build("DOUBLE"))
+    return exp.Cast(this=exp.Literal.string(repr(2.0**k)), to=data_type("DOUBLE"))
 
 
 def _col(name: str) -> exp.Column:
@@ -99,7 +99,7 @@ class DuckDBOps:
         value's spelling. Binary: under a connection's ``default_collation`` (``nocase``, ``nfc``,
         ...) DuckDB's ``HASH`` of a text hashes its collation key, so 'US' and 'us' would hash
         alike for every unit and salt, and the group cap would always keep the one of smaller code."""
-        return _binary(_mark(exp.cast(code, "VARCHAR")))
+        return _binary(_mark(exp.cast(code, data_type("VARCHAR"))))
 
     def count_units_by_mask(self, relation: exp.Expression, key: str, values: Sequence[str], n: int,
                             salt: str) -> exp.Select:
@@ -115,37 +115,42 @@ class DuckDBOps:
         but for ties, over the text keys), computed from the unit's own mask. The units are then counted per kept set (few distinct sets),
         and each set's count added to each of its groups: no (unit, group) pair is materialised
         and nothing is sorted by unit."""
-        code = exp.cast(_mark(exp.func("enum_code", _col(key))), "BIGINT")
-        one = exp.cast(_number(1), "BIGINT")
-        masks = (exp.select(_col("__unit"), exp.alias_(_mark(exp.func("bit_or", exp.BitwiseLeftShift(this=one, expression=code))), "__m"))
-                 .from_(relation, copy=False).where(exp.Not(this=exp.Is(this=_col(key), expression=exp.Null())), copy=False)
-                 .group_by(_col("__unit"), copy=False).subquery("__masks", copy=False))
+        code = exp.cast(_mark(exp.func("enum_code", _col(key), copy=False)), data_type("BIGINT"), copy=False)
+        one = exp.cast(_number(1), data_type("BIGINT"), copy=False)
+        # a row outside the domain (NULL code) shifts by NULL, which BIT_OR skips: a unit with no row inside
+        # has a NULL mask and is dropped after the aggregate (a filter on the code before it is pushed by
+        # DuckDB onto the rows, where the code was then computed twice per row)
+        bits = _mark(exp.func("bit_or", exp.BitwiseLeftShift(this=one, expression=code), copy=False))
+        masks = (exp.select(_col("__unit"), exp.alias_(bits, "__m", copy=False))
+                 .from_(relation, copy=False).group_by(_col("__unit"), copy=False)
+                 .having(exp.Not(this=exp.Is(this=bits.copy(), expression=exp.Null())), copy=False)
+                 .subquery("__masks", copy=False))
 
         def codes(mask: str) -> exp.Expression:  # the codes of a mask's set bits, ascending
             shifted = exp.paren(exp.BitwiseRightShift(this=_col(mask), expression=_col("__c")))
             has = exp.EQ(this=exp.paren(exp.BitwiseAnd(this=shifted, expression=_number(1))), expression=_number(1))
-            every = exp.func("range", _number(0), _number(len(values)))
-            return _mark(exp.func("list_filter", every, exp.Lambda(this=has, expressions=[exp.to_identifier("__c")])))
+            every = exp.func("range", _number(0), _number(len(values)), copy=False)
+            return _mark(exp.func("list_filter", every, exp.Lambda(this=has, expressions=[exp.to_identifier("__c")]), copy=False))
 
         def text(c: exp.Expression) -> exp.Expression:  # the domain value of code c
             listed = exp.Array(expressions=[exp.Literal.string(v) for v in values])
-            return _binary(_mark(exp.func("list_extract", listed, exp.Add(this=c, expression=_number(1)))))
+            return _binary(_mark(exp.func("list_extract", listed, exp.Add(this=c, expression=_number(1)), copy=False)))
 
         h = self.keyed_hash_of([_col("__unit"), text(_col("__c"))], salt)
         pair = exp.Struct(expressions=[exp.PropertyEQ(this=exp.to_identifier("h"), expression=h),
                                        exp.PropertyEQ(this=exp.to_identifier("c"), expression=_col("__c"))])
-        ranked = _mark(exp.func("list_transform", codes("__m"), exp.Lambda(this=pair, expressions=[exp.to_identifier("__c")])))
-        first = _mark(exp.func("list_slice", _mark(exp.func("list_sort", ranked)), _number(1), _number(n)))
+        ranked = _mark(exp.func("list_transform", codes("__m"), exp.Lambda(this=pair, expressions=[exp.to_identifier("__c")]), copy=False))
+        first = _mark(exp.func("list_slice", _mark(exp.func("list_sort", ranked, copy=False)), _number(1), _number(n), copy=False))
         bit = exp.BitwiseLeftShift(this=one.copy(), expression=exp.Dot(this=_col("__s"), expression=exp.to_identifier("c")))
-        as_bits = _mark(exp.func("list_transform", first, exp.Lambda(this=bit, expressions=[exp.to_identifier("__s")])))
-        few = exp.LTE(this=_mark(exp.func("bit_count", _col("__m"))), expression=_number(n))
-        kept = exp.Case(ifs=[exp.If(this=few, true=_col("__m"))], default=exp.cast(_mark(exp.func("list_sum", as_bits)), "BIGINT"))
-        per_set = (exp.select(exp.alias_(kept, "__kept"), exp.alias_(exp.Count(this=exp.Star()), "__n"))
+        as_bits = _mark(exp.func("list_transform", first, exp.Lambda(this=bit, expressions=[exp.to_identifier("__s")]), copy=False))
+        few = exp.LTE(this=_mark(exp.func("bit_count", _col("__m"), copy=False)), expression=_number(n))
+        kept = exp.Case(ifs=[exp.If(this=few, true=_col("__m"))], default=exp.cast(_mark(exp.func("list_sum", as_bits, copy=False)), data_type("BIGINT"), copy=False))
+        per_set = (exp.select(exp.alias_(kept, "__kept", copy=False), exp.alias_(exp.Count(this=exp.Star()), "__n", copy=False))
                    .from_(masks, copy=False).group_by(_col("__kept"), copy=False).subquery("__sets", copy=False))
-        spread = (exp.select(exp.alias_(exp.Unnest(expressions=[codes("__kept")]), "__c"), _col("__n"))
+        spread = (exp.select(exp.alias_(exp.Unnest(expressions=[codes("__kept")]), "__c", copy=False), _col("__n"))
                   .from_(per_set, copy=False).subquery("__spread", copy=False))
-        users = exp.cast(exp.Sum(this=_col("__n")), "BIGINT")
-        return _mark(exp.select(exp.alias_(text(_col("__c")), key), exp.alias_(users, "__users")).from_(spread, copy=False)
+        users = exp.cast(exp.Sum(this=_col("__n")), data_type("BIGINT"), copy=False)
+        return _mark(exp.select(exp.alias_(text(_col("__c")), key, copy=False), exp.alias_(users, "__users", copy=False)).from_(spread, copy=False)
                      .group_by(_col("__c"), copy=False))
 
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
@@ -182,7 +187,7 @@ class DuckDBOps:
         ``((h >> 11) + 0.5) / 2^53``, never 0 (so ``LN`` of it is finite)."""
         h = self.keyed_hash(columns, salt)
         top = exp.Cast(this=exp.paren(exp.BitwiseRightShift(this=h, expression=exp.Literal.number(11))),
-                       to=exp.DataType.build("DOUBLE"))
+                       to=data_type("DOUBLE"))
         return _mark(exp.Div(this=exp.paren(exp.Add(this=top, expression=exp.Literal.number(0.5))),
                              expression=exp.Literal.number(float(2**53))))
 
@@ -280,20 +285,21 @@ class DuckDBOps:
         DuckDB's GREATEST/LEAST skip NULL arguments, so a bare clamp would turn NULL into lo.
         NaN sorts above every number in DuckDB: GREATEST(NaN, lo) is NaN and LEAST(NaN, hi) hi.
         """
-        e: exp.Expression = exp.func("least", exp.func("greatest", value.copy(), _number(lo)), _number(hi))
+        e: exp.Expression = exp.func("least", exp.func("greatest", value.copy(), _number(lo), copy=False), _number(hi),
+                                     copy=False)
         if shift:
             e = exp.Sub(this=e, expression=_number(shift))
         return _mark(exp.Case(ifs=[exp.If(this=exp.Is(this=value, expression=exp.Null()), true=exp.Null())], default=e))
 
     def try_cast(self, value: exp.Expression, to: str) -> exp.Expression:
         """``TRY_CAST(value AS to)``: NULL where the value does not convert."""
-        return _mark(exp.TryCast(this=value, to=exp.DataType.build(to, dialect=DUCKDB)))
+        return _mark(exp.TryCast(this=value, to=data_type(to, DUCKDB)))
 
     def typed_literal(self, value: Any, to: str) -> exp.Expression:
         """``CAST('<text>' AS to)``: DuckDB parses the text as a value of the type (numbers
         exactly, whatever their size; dates and timestamps in ISO form; quotes in text are
         escaped by the renderer). ``None`` is a NULL of the type."""
-        typ = exp.DataType.build(to, dialect=DUCKDB)
+        typ = data_type(to, DUCKDB)
         lit: exp.Expression
         if value is None:
             lit = exp.Null()
@@ -316,14 +322,14 @@ class DuckDBOps:
         e: exp.Expression = value.copy()
         for f in power_of_two_factors(scale):
             e = exp.Mul(this=e, expression=_pow2(f))
-        return _mark(exp.Cast(this=_mark(exp.func("trunc", e)), to=exp.DataType.build("BIGINT")))
+        return _mark(exp.Cast(this=_mark(exp.func("trunc", e, copy=False)), to=data_type("BIGINT")))
 
     def exact_sum(self, value: exp.Expression) -> exp.Expression:
         """``SUM`` of BIGINT (or HUGEINT) values: a HUGEINT, exact."""
         return _mark(exp.Sum(this=value.copy()))
 
     def from_fixed_point(self, total: exp.Expression, scale: int) -> exp.Expression:
-        e: exp.Expression = exp.Cast(this=total.copy(), to=exp.DataType.build("DOUBLE"))
+        e: exp.Expression = exp.Cast(this=total.copy(), to=data_type("DOUBLE"))
         for f in power_of_two_factors(scale):
             e = exp.Mul(this=e, expression=_pow2(-f))
         return _mark(e)
@@ -338,14 +344,14 @@ class DuckDBOps:
             raise ValueError(f"q must be in (0, 1], got {q!r}")
         text: exp.Expression = exp.Literal.string(salt)
         for c in columns:
-            part = exp.func("coalesce", exp.cast(_col(c), "VARCHAR"), exp.Literal.string("NULL"))
+            part = exp.func("coalesce", exp.cast(_col(c), data_type("VARCHAR"), copy=False), exp.Literal.string("NULL"))
             text = exp.DPipe(this=exp.DPipe(this=text, expression=exp.Literal.string(":"), safe=True),
                              expression=part, safe=True)
         digest = _mark(exp.func("sha256", text))
         head = exp.DPipe(this=exp.Literal.string("0x"), expression=exp.func("substr", digest, _number(1), _number(13)),
                          safe=True)
         threshold = math.floor(q * 2.0**52)
-        return _mark(exp.LT(this=exp.cast(head, exp.DataType.build("UBIGINT", dialect=DUCKDB)), expression=exp.Literal.number(threshold)))
+        return _mark(exp.LT(this=exp.cast(head, data_type("UBIGINT", DUCKDB)), expression=exp.Literal.number(threshold)))
 
 
 class SaltedDuckDBOps(DuckDBOps):

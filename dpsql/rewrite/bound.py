@@ -68,7 +68,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, source_name
+from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, data_type, source_name
 from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
@@ -208,7 +208,7 @@ def _key_item(key: ir.GroupKey, schema: dict[str, str], ops: SqlOps, coded: froz
     NULL outside the domain)."""
     if key.name in coded:
         assert isinstance(key.expr, exp.Column) and key.domain is not None
-        return exp.alias_(_coder(ops).domain_code(exp.column(key.expr.name, quoted=True), key.domain), key.name)
+        return exp.alias_(_coder(ops).domain_code(exp.column(key.expr.name, quoted=True), key.domain), key.name, copy=False)
     return exp.alias_(key_expression(key, schema), key.name)
 
 
@@ -320,8 +320,8 @@ def exact_text(total: exp.Expression) -> exp.Expression:
     engine spells the same way: nothing is rounded before the noise (the scale 2^-k is public, from
     the bounds: ``ReleasedColumn.scale``). A DOUBLE total rounded at its last place, an error the
     Gaussian calibration cannot cover (the ulp of a large total is not public)."""
-    zero = exp.cast(exp.Literal.number(0), "HUGEINT")
-    return exp.cast(exp.func("coalesce", total, zero), "VARCHAR")
+    zero = exp.cast(exp.Literal.number(0), data_type("HUGEINT"), copy=False)
+    return exp.cast(exp.func("coalesce", total, zero, copy=False), data_type("VARCHAR"), copy=False)
 
 
 #: a public key domain with more values than this enters the AST as one node holding its literals
@@ -371,7 +371,8 @@ def _domain_filter(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> exp.Express
 
 
 def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str],
-                     ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset()) -> exp.Select:
+                     ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset(),
+                     coded_later: bool = False) -> exp.Select:
     """The rows of ``relation`` (one per unit and group, the keys in the columns named as the
     plan's keys) whose keys lie in their public domains: per key with a domain, a semi-join
     ``key IN (SELECT UNNEST([lit, ...]) AS __d)`` (Spark: ``explode(array(...))``) with the literals
@@ -382,13 +383,16 @@ def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Seque
     any group is chosen. It is cheaper there: one probe per pair instead of one per row (and a
     semi-join on a subquery, unlike an IN list of constants, is not pushed below the
     aggregation by DuckDB's optimizer). A coded key (:func:`coded_keys`) is NULL exactly outside
-    its domain: ``NOT key IS NULL``."""
+    its domain: ``NOT key IS NULL``, unless ``coded_later``: then the group cap window drops those
+    pairs (:func:`_smallest_by_window`)."""
     schema = plan.table.schema
     cond: exp.Expression | None = None
     for key in plan.keys:
         if key.domain is None:
             continue
         if key.name in coded:
+            if coded_later:
+                continue
             c0 = exp.Not(this=exp.Is(this=_col(key.name), expression=exp.Null()))
             cond = c0 if cond is None else exp.And(this=cond, expression=c0)
             continue
@@ -536,7 +540,7 @@ def spread_input(value: exp.Expression, sql_type: str, salt: str) -> exp.Express
 
 def salted_text(value: exp.Expression, salt: str) -> exp.Expression:
     """The secret salt followed by the text of ``value`` (:func:`spread_input`)."""
-    return exp.DPipe(this=exp.Literal.string(salt), expression=exp.cast(value, "VARCHAR"))
+    return exp.DPipe(this=exp.Literal.string(salt), expression=exp.cast(value, data_type("VARCHAR")))
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
@@ -575,7 +579,9 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
       groups.
 
     ``coded`` keys (:func:`coded_keys`) are hashed as their text, so the order is the one of the
-    text keys under the same salt; equal hashes are then ordered by code (the domain's order).
+    text keys under the same salt; equal hashes are then ordered by code (the domain's order). In
+    the window, a pair whose code is NULL (its key outside the public domain) comes after every
+    pair of its unit inside the domain and is dropped, so the relation need not be filtered first.
     """
     n = int(max_groups)
     if coded:
@@ -584,7 +590,7 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     else:
         key = ops.keyed_hash([unit, *keys], salt)
     if getattr(ops, "group_cap_window", False):
-        return _smallest_by_window(relation, unit, keys, output, key, n).subquery(alias, copy=False)
+        return _smallest_by_window(relation, unit, keys, output, key, n, outside=sorted(coded)).subquery(alias, copy=False)
     shared, heavy = "__pairs", "__heavy"
     pairs_cte = exp.CTE(this=exp.select("*").from_(relation, copy=False), alias=exp.TableAlias(this=exp.to_identifier(shared)),
                         materialized=True if getattr(ops, "materialize_shared", False) else None)
@@ -608,7 +614,7 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
 
 
 def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
-                        key: exp.Expression, n: int) -> exp.Select:
+                        key: exp.Expression, n: int, *, outside: Sequence[str] = ()) -> exp.Select:
     """Per unit, the ``n`` rows (one per group) first in the total order (keyed hash, group key),
     by one window: ``QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash, keys...) <= n``.
 
@@ -620,12 +626,25 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
     groups apart first (that needs the relation materialised, an aggregate and two semi-joins,
     to save sorting partitions of at most ``n`` rows), and it spills: DuckDB sorts the
     partitions on disk when they do not fit the memory limit.
+
+    ``outside``: coded keys that are NULL where the key lies outside its public domain. Such a
+    row is ordered after every row of its unit whose keys all lie inside (``key IS NULL`` is the
+    first order key: false before true), so it takes no place among the first ``n`` of those, and
+    it is dropped with the rows past ``n``: the rows kept are those the window keeps over the
+    relation filtered first (``_in_domain_pairs``), whose filter DuckDB would push below the
+    aggregation onto every row.
     """
-    order = [exp.Ordered(this=key, nulls_first=False)]
+    missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
+    order = [exp.Ordered(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing),
+                         nulls_first=False)] if missing else []
+    order.append(exp.Ordered(this=key, nulls_first=False))
     order += [exp.Ordered(this=_col(k), nulls_first=False) for k in keys]
     rn = exp.Window(this=exp.RowNumber(), partition_by=[_col(unit)], order=exp.Order(expressions=order))
+    kept: exp.Expression = exp.LTE(this=rn, expression=_lit(n))
+    for m in missing:
+        kept = exp.And(this=exp.Not(this=m.copy()), expression=kept)
     return (exp.select(*[_col(c) for c in output]).from_(relation, copy=False)
-            .qualify(exp.LTE(this=rn, expression=_lit(n)), copy=False))
+            .qualify(kept, copy=False))
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
@@ -671,7 +690,7 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
     """The rows that may contribute, projected to ``__unit``, the group keys (``coded``: as
     their codes, :func:`coded_keys`) and the clamped values (``<aggregate>_v``); also the names
     of the value columns."""
-    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
+    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit", copy=False)]
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     value_cols: list[str] = []
     for a in plan.aggregates:
@@ -679,10 +698,10 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
             # a column as it is; COUNT(expr) reads its typed value (1, or NULL where expr is NULL)
             raw = (_raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
                    else aggregate_input(a, plan.table.schema, ops))
-            proj.append(exp.alias_(raw, f"{a.name}_v"))
+            proj.append(exp.alias_(raw, f"{a.name}_v", copy=False))
             value_cols.append(f"{a.name}_v")
         elif a.kind in ir.VALUE_KINDS:
-            proj.append(exp.alias_(_clamped_input(a, plan.table.schema, ops), f"{a.name}_v"))
+            proj.append(exp.alias_(_clamped_input(a, plan.table.schema, ops), f"{a.name}_v", copy=False))
             value_cols.append(f"{a.name}_v")
     return _rows_of(plan, unit_column, proj, where, use_public_domain, ops), value_cols
 
@@ -731,9 +750,9 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
                 raw[src] = f"__r{len(raw)}"
                 source[src] = (_raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
                                else aggregate_input(a, plan.table.schema, ops))
-    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
+    proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit", copy=False)]
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
-    proj += [exp.alias_(source[c], r) for c, r in raw.items()]
+    proj += [exp.alias_(source[c], r, copy=False) for c, r in raw.items()]
     base = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__base", copy=False)
     pkeys = keys
     if keys and not set(keys) <= coded:  # (:func:`spread_keys`)
@@ -745,24 +764,24 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     def present(r: str) -> exp.Expression:
         return exp.Case(ifs=[exp.If(this=exp.Is(this=_col(r), expression=exp.Null()), true=_lit(0))], default=_lit(1))
 
-    out: list[exp.Expression] = [_col("__unit"), *[_col(k) for k in keys], exp.alias_(_lit(1), "__n")]
+    out: list[exp.Expression] = [_col("__unit"), *[_col(k) for k in keys], exp.alias_(_lit(1), "__n", copy=False)]
     for a in plan.aggregates:
         if a.kind not in (ir.COUNT_COL, ir.COUNT_DISTINCT, *ir.VALUE_KINDS):
             continue
         r = raw[_raw_key(a)]
         if a.kind == ir.COUNT_COL:
-            out.append(exp.alias_(present(r), f"{a.name}_c"))
+            out.append(exp.alias_(present(r), f"{a.name}_c", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
-            out.append(exp.alias_(exp.func("list_value", _col(r)), f"{a.name}_l"))
+            out.append(exp.alias_(exp.func("list_value", _col(r)), f"{a.name}_l", copy=False))
         elif a.kind == ir.SUM:
-            out.append(exp.alias_(_clamped_input(a, plan.table.schema, ops, raw=r), f"{a.name}_s"))
+            out.append(exp.alias_(_clamped_input(a, plan.table.schema, ops, raw=r), f"{a.name}_s", copy=False))
         else:
             v = _clamped_input(a, plan.table.schema, ops, raw=r)
-            out.append(exp.alias_(v, f"{a.name}_s"))
+            out.append(exp.alias_(v, f"{a.name}_s", copy=False))
             out.append(exp.alias_(exp.Case(ifs=[exp.If(this=exp.Is(this=v.copy(), expression=exp.Null()), true=_lit(0))],
-                                           default=_lit(1)), f"{a.name}_c"))
+                                           default=_lit(1)), f"{a.name}_c", copy=False))
             if a.kind in ir.VARIANCE_KINDS:
-                out.append(exp.alias_(_fixed_square(a, v, ops), f"{a.name}_q"))
+                out.append(exp.alias_(_fixed_square(a, v, ops), f"{a.name}_q", copy=False))
     return exp.select(*out).from_(picked, copy=False)
 
 
@@ -827,7 +846,7 @@ def bounded_query(
         assert key.domain is not None
         counted = _coder(ops).count_units_by_mask(rows_src, keys[0], key.domain, int(caps.max_groups_per_unit), salt).subquery("__chosen", copy=False)
         cols: list[exp.Expression] = [_col(keys[0]), _col("__users")]
-        cols += [exp.alias_(_col("__users"), a.name) for a in plan.aggregates if a.kind == ir.COUNT_STAR]
+        cols += [exp.alias_(_col("__users"), a.name, copy=False) for a in plan.aggregates if a.kind == ir.COUNT_STAR]
         by_units = exp.select(*cols).from_(counted, copy=False)
         if tau is not None and tau > 1:
             by_units = by_units.where(exp.GTE(this=_col("__users"), expression=_lit(tau)), copy=False)
@@ -839,20 +858,20 @@ def bounded_query(
     part = [_col("__unit")] + [_col(k) for k in pkeys]
     ug_proj: list[exp.Expression] = [_col("__unit")] + [_col(k) for k in pkeys]
     if not pairs_only:
-        ug_proj.append(exp.alias_(n_expr, "__n"))
+        ug_proj.append(exp.alias_(n_expr, "__n", copy=False))
     for a in plan.aggregates:
         if a.kind == ir.COUNT_COL:
-            ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
+            ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c", copy=False))
         elif a.kind == ir.SUM:
-            ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s"))
+            ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s", copy=False))
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
-            ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s"))
-            ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c"))
+            ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s", copy=False))
+            ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c", copy=False))
             if a.kind in ir.VARIANCE_KINDS:
-                ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(f"{a.name}_v"), ops)), f"{a.name}_q"))
+                ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(f"{a.name}_v"), ops)), f"{a.name}_q", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
             # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
-            ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", _col(f"{a.name}_v"))), f"{a.name}_l"))
+            ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", _col(f"{a.name}_v"))), f"{a.name}_l", copy=False))
     if one_row:
         ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops,
                                 coded=coded)
@@ -861,9 +880,12 @@ def bounded_query(
     else:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
 
+    # a coded key's filter on the pairs is pushed by DuckDB below the aggregation onto the rows, where the
+    # code is then computed twice per row (the filter's, the projection's): the group cap window drops them
+    in_window = bool(coded) and caps.groups_finite and getattr(ops, "group_cap_window", False)
     if pairs_domain:
         ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects], ops,
-                              coded)
+                              coded, coded_later=in_window)
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug", copy=False)
@@ -880,24 +902,24 @@ def bounded_query(
         # the exact fixed-point total as integer text (released_columns: its public scale)
         return exact_text(ops.exact_sum(_col(col)))
 
-    out: list[exp.Expression] = [exp.alias_(_coder(ops).domain_text(_col(k)), k) if k in coded else _col(k)
+    out: list[exp.Expression] = [exp.alias_(_coder(ops).domain_text(_col(k)), k, copy=False) if k in coded else _col(k)
                                  for k in keys]
-    out.append(exp.alias_(exp.Count(this=exp.Star()), "__users"))
+    out.append(exp.alias_(exp.Count(this=exp.Star()), "__users", copy=False))
     for a in plan.aggregates:
         if a.kind == ir.COUNT_STAR:
-            out.append(exp.alias_(exp.Count(this=exp.Star()) if pairs_only else zsum("__n"), a.name))
+            out.append(exp.alias_(exp.Count(this=exp.Star()) if pairs_only else zsum("__n"), a.name, copy=False))
         elif a.kind == ir.COUNT_COL:
-            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name))
+            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name, copy=False))
         elif a.kind == ir.SUM:
-            out.append(exp.alias_(vsum(f"{a.name}_s"), a.name))
+            out.append(exp.alias_(vsum(f"{a.name}_s"), a.name, copy=False))
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
-            out.append(exp.alias_(vsum(f"{a.name}_s"), a.name + "_sum"))
-            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt"))
+            out.append(exp.alias_(vsum(f"{a.name}_s"), a.name + "_sum", copy=False))
+            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt", copy=False))
             if a.kind in ir.VARIANCE_KINDS:
-                out.append(exp.alias_(vsum(f"{a.name}_q"), a.name + "_sq"))
+                out.append(exp.alias_(vsum(f"{a.name}_q"), a.name + "_sq", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
             values = exp.func("list_distinct", exp.func("flatten", exp.func("list", _col(f"{a.name}_l"))))
-            out.append(exp.alias_(exp.func("coalesce", exp.func("len", values), _lit(0)), a.name))
+            out.append(exp.alias_(exp.func("coalesce", exp.func("len", values), _lit(0)), a.name, copy=False))
     final = exp.select(*out).from_(chosen, copy=False)
     if keys:
         final = final.group_by(*[_col(k) for k in keys], copy=False)
