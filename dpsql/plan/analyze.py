@@ -17,11 +17,13 @@ from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violati
 from dpsql.plan import ir
 from dpsql.plan.checks import (
     ANON_AGGS,
+    LIMIT_FORM,
     SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
     distinct_operand,
     is_aggregate,
+    limit_count,
     never_null_literal,
     violation,
     written_name,
@@ -952,18 +954,14 @@ class _Builder:
         node = stmt.args.get(key)
         if node is None:
             return None
-        val = node.args.get("expression") or node.this
-        if isinstance(node, exp.Fetch):  # ANSI FETCH FIRST n ROWS ONLY: LIMIT n (not PERCENT / WITH TIES)
-            opts = node.args.get("limit_options")
-            plain = opts is None or not (opts.args.get("percent") or opts.args.get("with_ties"))
-            val = node.args.get("count") if plain else None
-        if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
-            return int(val.this)
+        count = limit_count(node)
+        if count is not None:
+            return count
         self.violations.append(
             violation(
                 node,
                 self.sql,
-                f"{key.upper()} must be a non-negative integer literal",
+                f"{key.upper()} {LIMIT_FORM}",
                 offset=keyword_offset(self.sql, {key.upper()}),
             )
         )

@@ -60,6 +60,25 @@ __all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_func
            "is_aggregate", "never_null_literal", "violation", "written_name"]
 
 
+#: the refusal of a LIMIT / OFFSET that is no row count (after the clause's name)
+LIMIT_FORM = ("must be a non-negative integer literal: a number of rows (a percentage of the released rows, LIMIT 10% "
+              "or LIMIT 10 PERCENT, and WITH TIES have no form here)")
+
+
+def limit_count(node: exp.Expression) -> int | None:
+    """The number of rows of a LIMIT / OFFSET (or ANSI FETCH FIRST n ROWS ONLY) clause, a non-negative integer
+    literal; None for anything else (the caller refuses it with :data:`LIMIT_FORM`). sqlglot keeps a
+    percentage (``LIMIT 10%``, ``LIMIT 10 PERCENT``) and WITH TIES beside the number, which was read alone:
+    ``LIMIT 10%`` returned up to 10 rows where DuckDB returns a tenth of them."""
+    opts = node.args.get("limit_options")
+    if opts is not None and (opts.args.get("percent") or opts.args.get("with_ties")):
+        return None
+    val = node.args.get("count") if isinstance(node, exp.Fetch) else node.args.get("expression") or node.this
+    if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
+        return int(val.this)
+    return None
+
+
 def violation(
     node: exp.Expression,
     sql: str,

@@ -66,7 +66,14 @@ from sqlglot import exp
 from dpsql.catalog import TableSpec, is_nested_type, join_key_type_problem, reference_problems
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
-from dpsql.plan.checks import check_expression_functions, check_statement_shape, never_null_literal, violation
+from dpsql.plan.checks import (
+    LIMIT_FORM,
+    check_expression_functions,
+    check_statement_shape,
+    limit_count,
+    never_null_literal,
+    violation,
+)
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem
 from dpsql.plan.typer import TypeRefusal, type_checked, type_predicate
@@ -630,10 +637,10 @@ class _JoinBuilder:
         node = self.stmt.args.get(key)
         if node is None:
             return None
-        v = node.args.get("expression") or node.this
-        if isinstance(v, exp.Literal) and not v.is_string and str(v.this).isdigit():
-            return int(v.this)
-        self.bad(node, f"{key.upper()} must be a non-negative integer literal")
+        count = limit_count(node)
+        if count is None:
+            self.bad(node, f"{key.upper()} {LIMIT_FORM}")
+        return count
         return None
 
     def people(self, agg: tuple[str, exp.Expression | None, tuple[float, float]], value: exp.Expression | None,
