@@ -54,7 +54,9 @@ def post_ast(
     items += [exp.alias_(exp.column(col), alias, quoted=True) for col, alias in hidden]
     q = exp.select(*items).from_(rel)
     if plan.having is not None:
-        q = q.where(t(plan.having))
+        # a condition that is not BOOLEAN (a text key: HAVING g) is cast by DuckDB implicitly, around
+        # the TRY: made explicit, the cast is inside it ('2' is no boolean: NULL, the row is dropped)
+        q = q.where(t(exp.cast(plan.having, "BOOLEAN") if total else plan.having))
     order = []
     for o in plan.order:
         o2 = o.copy()

@@ -231,3 +231,49 @@ def test_the_row_race_groups_a_persons_text_values_by_their_salted_spread(keys: 
         con.close()
     # one row per person: 201 notes, the 7 spellings of the others and the person's one
     assert got == [{"n": 201, "d": 8}]
+
+
+DISTINCT_SHAPES = [
+    ("SELECT COUNT(DISTINCT x) AS d FROM t", {"max_rows_per_unit": 512}),
+    ("SELECT g, COUNT(DISTINCT x) AS d FROM t GROUP BY g", {"max_rows_per_group": 512}),
+]
+
+
+def _distinct_session(uid: Any, x: Any, caps: dict[str, Any]) -> dpsql.Session:
+    s = dpsql.Session(budget=Budget(1e6, 0.5))
+    use_noise(s, zero_noise())
+    t = pa.table({"uid": np.asarray(uid, np.int64), "x": pa.array(x, pa.string()), "g": ["a"] * len(x),
+                  "v": np.ones(len(x))})
+    s.register("t", t, privacy_unit="uid", columns={"v": {"bounds": (0, 1)}, "g": {"domain": ["a"]}}, **caps)
+    return s
+
+
+@pytest.mark.parametrize("sql,caps", DISTINCT_SHAPES)
+def test_count_distinct_lists_the_salted_text_of_text_values(sql: str, caps: dict[str, Any]) -> None:
+    """COUNT(DISTINCT x) over a person's kept rows (k or L above 1) lists the distinct values of each (person,
+    group) and then of each group with ``list_distinct``, a hash table under DuckDB's public hash: one person's
+    20 000 text values of one hash (within an owner's cap of 20 000 rows) made ``SELECT COUNT(DISTINCT note)``
+    6.75 s against 0.29 s for 20 000 random values (grouped: 6.52 s against 0.29 s). The values are listed as
+    the salted text (injective: the same count)."""
+    s = _distinct_session(range(10), [f"k{i}" for i in range(10)], caps)
+    try:
+        bounded = _flat(s.explain(sql, epsilon=1.0, delta=1e-6).bounded_sql)
+        plain = _flat(s.explain(sql.replace("DISTINCT x", "DISTINCT v"), epsilon=1.0, delta=1e-6).bounded_sql)
+    finally:
+        s.close()
+    assert f"LIST('{SALT_PLACEHOLDER}' || CAST(" in bounded, bounded
+    assert f"LIST('{SALT_PLACEHOLDER}' ||" not in plain and "LIST(" in plain, plain  # a DOUBLE is listed as it is
+
+
+@pytest.mark.parametrize("sql,caps", DISTINCT_SHAPES)
+def test_count_distinct_over_colliding_text_values_is_the_bounded_truth(keys: list[str], sql: str,
+                                                                        caps: dict[str, Any]) -> None:
+    """200 people with the values 'k0'..'k6' and one person holding 400 colliding values: 407 distinct values."""
+    x = [f"k{i % 7}" for i in range(200)] + keys
+    uid = np.concatenate([np.arange(200), np.full(len(keys), 10**6)])
+    s = _distinct_session(uid, x, caps)
+    try:
+        rows = s.query(sql, epsilon=1.0, delta=1e-6).table.to_pylist()
+    finally:
+        s.close()
+    assert [r["d"] for r in rows] == [407]

@@ -839,65 +839,71 @@ SELECT
   COALESCE(SUM(__a0_c), 0) AS __a0
 FROM (
   SELECT
-    __unit,
-    __k0,
-    __spread,
-    COUNT(*) AS __n,
-    COUNT(__a0_v) AS __a0_c
+    *,
+    HASH(XOR(HASH(__k0), HASH('<per-query secret salt>'))) AS __key_spread
   FROM (
     SELECT
       __unit,
       __k0,
       __spread,
-      UNNEST(CASE WHEN __n2 = 1 THEN [__lo0] ELSE [__lo0, __hi0] END) AS __a0_v
+      COUNT(*) AS __n,
+      COUNT(__a0_v) AS __a0_c
     FROM (
       SELECT
         __unit,
         __k0,
         __spread,
-        COUNT(*) AS __n2,
-        ARG_MIN_NULL(__a0_v, __rnd__rows) AS __lo0,
-        ARG_MAX_NULL(__a0_v, __rnd__rows) AS __hi0
+        UNNEST(CASE WHEN __n2 = 1 THEN [__lo0] ELSE [__lo0, __hi0] END) AS __a0_v
       FROM (
         SELECT
-          *,
-          RANDOM() AS __rnd__rows
+          __unit,
+          __k0,
+          __spread,
+          COUNT(*) AS __n2,
+          ARG_MIN_NULL(__a0_v, __rnd__rows) AS __lo0,
+          ARG_MAX_NULL(__a0_v, __rnd__rows) AS __hi0
         FROM (
           SELECT
             *,
-            HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __spread
+            RANDOM() AS __rnd__rows
           FROM (
             SELECT
-              "user_id" AS __unit,
-              CASE
-                WHEN ISNAN(
-                  FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
-                )
-                THEN CAST('nan' AS DOUBLE)
-                WHEN FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE) = CAST('0.0' AS DOUBLE)
-                THEN CAST('0.0' AS DOUBLE)
-                ELSE FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
-              END AS __k0,
-              "url" COLLATE "binary" AS __a0_v
-            FROM _dpsql_src_events
-            WHERE
-              NOT "user_id" IS NULL
-          ) AS __base
-        ) AS __spread_rows
-      ) AS __drawn__rows
-      GROUP BY
-        __unit,
-        __k0,
-        __spread
-    ) AS __two
-  ) AS __rows
-  GROUP BY
-    __unit,
-    __k0,
-    __spread
-) AS __ug
+              *,
+              HASH(XOR(HASH(__unit, __k0), HASH('<per-query secret salt>'))) AS __spread
+            FROM (
+              SELECT
+                "user_id" AS __unit,
+                CASE
+                  WHEN ISNAN(
+                    FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
+                  )
+                  THEN CAST('nan' AS DOUBLE)
+                  WHEN FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE) = CAST('0.0' AS DOUBLE)
+                  THEN CAST('0.0' AS DOUBLE)
+                  ELSE FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
+                END AS __k0,
+                "url" COLLATE "binary" AS __a0_v
+              FROM _dpsql_src_events
+              WHERE
+                NOT "user_id" IS NULL
+            ) AS __base
+          ) AS __spread_rows
+        ) AS __drawn__rows
+        GROUP BY
+          __unit,
+          __k0,
+          __spread
+      ) AS __two
+    ) AS __rows
+    GROUP BY
+      __unit,
+      __k0,
+      __spread
+  ) AS __ug
+) AS __key_spread_rows
 GROUP BY
-  __k0""",
+  __k0,
+  __key_spread""",
     ),
 }
 

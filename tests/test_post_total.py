@@ -56,6 +56,12 @@ def _outcome(s: dpsql.Session, sql: str, delta: float) -> tuple[Any, ...]:
         ("SELECT s, COUNT(*) AS n FROM t GROUP BY s ORDER BY CAST(s AS DATE)", 1e-6),
         ("SELECT COUNT(*) AS n FROM t HAVING n::TINYINT > 0", 0.0),
         ("SELECT COUNT(*) AS n FROM t ORDER BY n * 9223372036854775807", 0.0),
+        # a HAVING of text: DuckDB casts it to BOOLEAN outside any TRY ('2' is no boolean)
+        ("SELECT s, COUNT(*) AS n FROM t GROUP BY s HAVING s", 1e-6),
+        ("SELECT s, COUNT(*) AS n FROM t GROUP BY s HAVING (s)", 1e-6),
+        ("SELECT s, COUNT(*) AS n FROM t GROUP BY s HAVING CASE WHEN n > 0 THEN s END", 1e-6),
+        ("SELECT s, COUNT(*) AS n FROM t GROUP BY s HAVING s || ''", 1e-6),
+        ("SELECT s AS v, COUNT(*) AS n FROM t GROUP BY v HAVING v", 1e-6),
     ],
 )
 def test_post_processing_failure_is_not_charged(sql: str, delta: float) -> None:
@@ -80,3 +86,15 @@ def test_post_processing_sees_released_rows_only() -> None:
             s.close()
             con.close()
     assert outs[0] == outs[1] and outs[0][0] == "ok"
+
+
+def test_a_text_having_keeps_the_keys_that_read_as_true() -> None:
+    """``HAVING s`` over released text keys: DuckDB reads the condition as a BOOLEAN ('1' is true); a
+    key that is no boolean ('2') drops its row rather than failing the paid release."""
+    s, con = _session(False)
+    try:
+        out = _outcome(s, "SELECT s, COUNT(*) AS n FROM t GROUP BY s HAVING s", 1e-6)
+    finally:
+        s.close()
+        con.close()
+    assert out == ("ok", [{"s": "1", "n": 60}])

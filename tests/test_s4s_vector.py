@@ -360,6 +360,8 @@ REFUSED = [
      "HAVING COUNT(c.c_custkey) > 3", {}, UnsupportedQueryError, "released only when the SELECT list asks"),
     (BY_NATION, {"mechanism": "laplace"}, PolicyError, "not by mechanism 'laplace'"),
     (BY_NATION, {"clip_norm": 3, "q": 0.5}, ConfigError, "clip_norm applies"),
+    # a count's noise beyond 2^63: the counts were released as -9223372036854775808 (after the charge)
+    (BY_NATION, {"clip_norm": 2**63}, ConfigError, "clip_norm=.* is too large for a count"),
     (Q5ISH, {"mechanism": "clipped_gaussian"}, PolicyError, "one person per join tuple"),
 ]
 

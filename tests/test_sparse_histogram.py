@@ -116,6 +116,16 @@ def test_fixed_sigma_and_tau_star_options():
     assert s.history().num_rows == 0
 
 
+@pytest.mark.parametrize("options", [{"sigma": 1e-300}, {"sigma": 5e-324}, {"sigma": 1e-300, "tau_star": 50.0}])
+def test_a_tiny_fixed_sigma_is_a_config_error(options: dict[str, float]) -> None:
+    """sigma = 1e-300 squared underflows to 0: the calibration raised a bare ZeroDivisionError (free, but no
+    DPSQLError: exit 1 'unexpected' in the CLI) instead of naming the least sigma."""
+    s = session(groups_table({"x": 100}), cu=2)
+    with pytest.raises(ConfigError, match=r"(?s)sigma=.* is too small .* use sigma >= "):
+        s.query("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1.0, delta=1e-5, options=options)
+    assert s.history().num_rows == 0
+
+
 def test_needs_delta_and_finite_caps():
     s = session(groups_table({"x": 10}))
     with pytest.raises(PolicyError, match="delta > 0"):

@@ -372,6 +372,12 @@ def calibrate_sparse_histogram_fixed(
     if s is None and ts is None:
         sig, t_s = _optimise(pb)
         return pb.record(sig, t_s)
+    if s is not None and s < pb.sigma_min:  # (checked first: 1/s^2 overflows for s near 1e-300)
+        raise ConfigError(
+            f"sigma={s!r} is too small for (epsilon={pb.e!r}, delta={pb.d!r}): the Gaussian part alone "
+            f"already has delta above the target, so no threshold can help",
+            hint=f"use sigma >= {pb.sigma_min:.6g} (the Gaussian-only minimum for max_groups={pb.c})",
+        )
     if s is not None and ts is not None:
         d_at = pb.delta_at(s, ts)
         if d_at > pb.d_safe:

@@ -490,7 +490,16 @@ def clip_params(epsilon: float, delta: float, d: int, clip: float, integer: bool
     if cp is None:
         raise too_many_groups(d, delta, lambda n, dl: _clip_fit(epsilon, dl, n, clip, integer, joint) is not None,
                               epsilon=epsilon)
+    if integer and 40.0 * cp.sigma > _EXACT_INTEGERS:
+        # a count is released as an integer: noise past 2^53 is not one (past 2^63 it wrapped to -2^63)
+        raise ConfigError(f"clip_norm={clip!r} is too large for a count: its noise (sigma {cp.sigma:.3g}) leaves the "
+                          "integers a count is released as",
+                          hint=f"declare clip_norm at most {clip * _EXACT_INTEGERS / (40.0 * cp.sigma):.3g} (or omit it)")
     return cp
+
+
+#: counts are released as integers, exact in a DOUBLE up to 2^53 (40 sigma: never reached in practice)
+_EXACT_INTEGERS = 2.0 ** 53
 
 
 @dataclass

@@ -17,6 +17,7 @@ from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violati
 from dpsql.plan import ir
 from dpsql.plan.checks import (
     ANON_AGGS,
+    LIMIT_FORM,
     SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
@@ -972,7 +973,7 @@ class _Builder:
             violation(
                 node,
                 self.sql,
-                f"{key.upper()} must be a non-negative integer literal",
+                f"{key.upper()} {LIMIT_FORM}",
                 offset=keyword_offset(self.sql, {key.upper()}),
             )
         )

@@ -60,6 +60,11 @@ __all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_func
            "is_aggregate", "never_null_literal", "violation", "written_name"]
 
 
+#: the refusal of a LIMIT / OFFSET that is no row count (after the clause's name)
+LIMIT_FORM = ("must be a non-negative integer literal: a number of rows (a percentage of the released rows, LIMIT 10% "
+              "or LIMIT 10 PERCENT, and WITH TIES have no form here)")
+
+
 def violation(
     node: exp.Expression,
     sql: str,

@@ -67,6 +67,7 @@ from dpsql.catalog import TableSpec, is_nested_type, join_key_type_problem, refe
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import (
+    LIMIT_FORM,
     check_expression_functions,
     check_statement_shape,
     never_null_literal,
@@ -654,7 +655,7 @@ class _JoinBuilder:
         count = row_count(node)
         if count is not None:
             return count
-        self.bad(node, f"{key.upper()} must be a non-negative integer literal")
+        self.bad(node, f"{key.upper()} {LIMIT_FORM}")
         return None
 
     def people(self, agg: tuple[str, exp.Expression | None, tuple[float, float]], value: exp.Expression | None,
