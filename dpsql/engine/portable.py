@@ -86,10 +86,8 @@ def spark_text_as_duckdb(x: exp.Expression, text: exp.Expression) -> exp.Express
     # a TIMESTAMP WITH TIME ZONE: DuckDB writes its offset ('+00' in UTC, the time zone of dpsql's Spark
     # session), Spark none: the released key CAST(ts AS VARCHAR) and the portable hash of that text differed
     with_zone = exp.EQ(this=exp.Anonymous(this="typeof", expressions=[x.copy()]), expression=_s("timestamp"))
-    double = exp.EQ(this=exp.Anonymous(this="typeof", expressions=[x.copy()]), expression=_s("double"))
     return exp.Case(ifs=[exp.If(this=temporal, true=fixed),
-                         exp.If(this=with_zone, true=exp.Anonymous(this="concat", expressions=[fixed.copy(), _s("+00")])),
-                         exp.If(this=double, true=spark_double_text(text))],
+                         exp.If(this=with_zone, true=exp.Anonymous(this="concat", expressions=[fixed.copy(), _s("+00")]))],
                     default=text.copy())
 
 
@@ -155,14 +153,10 @@ def spark_double_text(text: exp.Expression) -> exp.Expression:
 
 def _piece(column: str, dialect: str) -> exp.Expression:
     col = exp.column(column, quoted=False)
-    # (Spark's text of a date outside years 1 .. 9999 or of a TIMESTAMP WITH TIME ZONE is not rewritten into
-    # DuckDB's here: that rewrite made every Spark hash about 6x slower; such keys hash apart across engines)
+    # (Spark's text of a date outside years 1 .. 9999, of a TIMESTAMP WITH TIME ZONE or of a DOUBLE is not
+    # rewritten into DuckDB's here: the hash knows no column types, and a rewrite chosen by typeof() made every
+    # Spark hash about 6x slower (dates) or 10x slower to analyse (doubles); such keys hash apart across engines)
     text: exp.Expression = exp.Cast(this=col.copy(), to=exp.DataType.build("VARCHAR"))
-    if dialect == "spark":
-        # a DOUBLE in DuckDB's spelling (Java's differs beyond 1e-3 .. 1e7 and in its digits); Spark's analyser
-        # folds typeof, so any other column keeps the plain cast
-        is_double = exp.EQ(this=exp.Anonymous(this="typeof", expressions=[col.copy()]), expression=_s("double"))
-        text = exp.Case(ifs=[exp.If(this=is_double, true=spark_double_text(text))], default=text.copy())
     nbytes = exp.func("strlen", text.copy()) if dialect == "duckdb" else exp.func("octet_length", text.copy())
     length_text = exp.Cast(this=nbytes, to=exp.DataType.build("VARCHAR"))
     body = exp.DPipe(this=exp.DPipe(this=exp.DPipe(this=exp.Literal.string("v"), expression=length_text, safe=True),

@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 from sqlglot import exp
 
 from dpsql.engine.base import literal_text, power_of_two_factors
-from dpsql.engine.portable import portable_hash, portable_uniform, spark_text_as_duckdb
+from dpsql.engine.portable import portable_hash, portable_uniform, spark_double_text, spark_text_as_duckdb
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.typer import CAST_FROM, NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
 from dpsql.rewrite.render import DIALECT_MARK
@@ -529,6 +529,10 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         rounded = _rounded_conversion(node, new)
         if rounded is not None:
             return rounded
+        if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) \
+                and str(node.meta.get(CAST_FROM) or "").upper() in ("DOUBLE", "FLOAT8"):
+            # a DOUBLE as text: DuckDB's spelling (shortest digits, '1e+23'), where Java 17 writes '9.999999999999999E22'
+            return _built(spark_double_text(_arg(new)))
         if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR):
             # a DATE or TIMESTAMP as text: DuckDB's spelling outside years 1 .. 9999 (a released key)
             return _built(spark_text_as_duckdb(_arg(node.this.copy()), _arg(new)))
