@@ -1184,7 +1184,12 @@ class Typer:
             raise self.refuse(
                 node, f"values of type {r.type} cannot be cast here; only {', '.join(_TEXT_CASTABLE)} cast to VARCHAR"
             )
-        return Typed(self.coerce(r, target, node) if r.type.name != target.name else r.expr, target)
+        out = self.coerce(r, target, node) if r.type.name != target.name else r.expr
+        if target.name == "HUGEINT" and (r.type.kind in ("float", "varchar") or r.type.name == "UHUGEINT"):
+            # a converted HUGEINT holds what every engine's does, +-(10^38 - 1) (Spark's is DECIMAL(38,0)): beyond,
+            # NULL on both (DuckDB's own reaches +-(2^127 - 1): CAST(1.5e38 AS HUGEINT) was a value there, NULL on Spark)
+            out = _cast(_cast(out, "DECIMAL(38,0)"), target)
+        return Typed(out, target)
 
 
 def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str) -> Callable[[Typer, exp.Expression], Typed]:
