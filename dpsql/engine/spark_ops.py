@@ -529,6 +529,11 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         rounded = _rounded_conversion(node, new)
         if rounded is not None:
             return rounded
+        refused_text = _text_spark_alone_reads(node)
+        if refused_text is not None:
+            # text only Spark converts is NULL, as on DuckDB (the same query gives the same keys)
+            return exp.Case(ifs=[exp.If(this=exp.RegexpLike(this=node.this.copy(), expression=exp.Literal.string(refused_text)),
+                                        true=exp.Cast(this=exp.Null(), to=new.args["to"].copy()))], default=new)
         if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) \
                 and str(node.meta.get(CAST_FROM) or "").upper() in ("DOUBLE", "FLOAT8"):
             # a DOUBLE as text: DuckDB's spelling (shortest digits, '1e+23'), where Java 17 writes '9.999999999999999E22'
@@ -698,6 +703,28 @@ def _rounded_conversion(node: exp.Expression, new: exp.Expression) -> exp.Expres
         overflow = exp.And(this=exp.EQ(this=exp.Abs(this=new.copy()), expression=inf),
                            expression=exp.NEQ(this=exp.Abs(this=x.copy()), expression=inf.copy()))
         return exp.Case(ifs=[exp.If(this=overflow, true=exp.Cast(this=exp.Null(), to=spark_type("FLOAT")))], default=new)
+    return None
+
+
+#: texts Spark converts to a type and DuckDB does not (NULL there), by the typer's target: Java's suffixes and hex
+#: floats for DOUBLE/FLOAT ('1d', '1f', '0x1p3'), digits other than ASCII for DECIMAL/HUGEINT ('٣', '１２'), spaces or
+#: control characters around a BOOLEAN (' true ', '\t1': DuckDB trims none there)
+_SPARK_ONLY_TEXT = {"float": r"[0-9.][dDfF]\s*$|^\s*[+-]?0[xX]", "decimal": r"[^\x00-\x7F]",
+                    "bool": r"^[\x00-\x20]|[\x00-\x20]$"}
+
+
+def _text_spark_alone_reads(node: exp.Expression) -> str | None:
+    """The pattern of texts that Spark converts and DuckDB does not for the typer's conversion ``node`` of text
+    (``CAST_FROM`` VARCHAR), or None."""
+    if str(node.meta.get(CAST_FROM) or "").upper() not in ("VARCHAR", "TEXT", "STRING"):
+        return None
+    to = _duck_name(node.args["to"]).upper().replace(" ", "") if isinstance(node.args.get("to"), exp.DataType) else ""
+    if to in _FLOATS:
+        return _SPARK_ONLY_TEXT["float"]
+    if to in ("HUGEINT", "INT128") or to.startswith("DECIMAL"):
+        return _SPARK_ONLY_TEXT["decimal"]
+    if to in ("BOOLEAN", "BOOL"):
+        return _SPARK_ONLY_TEXT["bool"]
     return None
 
 
