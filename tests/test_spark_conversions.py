@@ -208,3 +208,16 @@ def test_lower_is_duckdbs_simple_case_mapping(engines: Any) -> None:
     raw.meta["dpsql_dialect"] = "spark"
     native = [r["l"] for r in _rows(spark, exp.select("i", exp.alias_(raw, "l")).from_("vx"))]
     assert native[0] == "i\u0307stanbul" and native[1] == "οδος"
+
+
+def test_floor_and_ceil_of_a_decimal_are_duckdbs_decimals(engines: Any) -> None:
+    """floor/ceil of a DECIMAL(p, s) is DuckDB's DECIMAL(p, 0) on Spark too (it was released as a DOUBLE there,
+    so a GROUP BY ceil(price) key was spelled 2.0 on Spark and 2 on DuckDB), digit for digit."""
+    duck, spark = engines
+    exprs = ["floor(m)", "ceil(m)", "floor(w)", "ceil(w)"]
+    q = exp.select(exp.column("i"), *[exp.alias_(typed(e), f"c{k}") for k, e in enumerate(exprs)]).from_("v")
+    d, s = _rows(duck, q), _rows(spark, q)
+    bad = [(e, i, d[i][f"c{k}"], s[i][f"c{k}"]) for k, e in enumerate(exprs) for i in range(len(d))
+           if repr(d[i][f"c{k}"]) != repr(s[i][f"c{k}"])]
+    assert not bad, bad[:10]
+    assert [r["c1"] for r in d][:5] == [D(1), D(2), D(3), D(0), D(-2)]  # not vacuous: ceil, as DECIMALs

@@ -593,6 +593,11 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Floor) and isinstance(parent, exp.TryCast) and parent.meta.get(DIALECT_MARK) == SPARK \
                 and parent.args["to"].sql(dialect=SPARK).upper() == "BIGINT":
             return node  # a histogram bin number: FLOOR then TRY_CAST to BIGINT, over in-range values
+        dec = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", str(node.meta.get(NUMERIC_ARG) or "").upper().replace(" ", ""))
+        if dec:
+            # of a DECIMAL(p, s): DuckDB's is DECIMAL(p, 0), Spark's DECIMAL(p - s + 1, 0), the same value (exact)
+            node.meta[DIALECT_MARK] = SPARK
+            return exp.Cast(this=node, to=spark_type(f"DECIMAL({dec.group(1)},0)"))
         # DuckDB's floor/ceil of a DOUBLE is a DOUBLE; Spark's is a BIGINT (saturating, NaN -> 0):
         # beyond 2^52 every double is whole already, so floor(x) is x there (inf and NaN too).
         # The test reads x as a DOUBLE: Spark's abs() of a DECIMAL with more than 34 digits rounds

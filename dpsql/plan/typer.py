@@ -1245,7 +1245,8 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
             if digits is not None:
                 args["decimals"] = exp.Literal.number(digits)
             out = cls(**args)
-            return Typed(_numeric_tag(out, src) if isinstance(node, exp.Abs) else out, rt)
+            return Typed(_numeric_tag(out, src) if isinstance(node, (exp.Abs, exp.Floor, exp.Ceil)) and digits is None
+                         else out, rt)
         rt, _ = result(r.type)
         args = {"this": ty.coerce(r, DOUBLE, node) if rt.kind == "float" and r.type.kind != "float" else
                 (r.expr if not r.literal else ty.coerce(r, r.type, node))}
@@ -1409,8 +1410,9 @@ def _temporal_arg(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc
 
 E = TypeVar("E", bound=exp.Expression)
 
-#: meta key on a typed negation or abs() of an integer or DECIMAL: its operand's type name (DuckDB's),
-#: for backends whose negation of a wide DECIMAL is not exact (``dpsql.engine.spark_ops``)
+#: meta key on a typed negation or abs() of an integer or DECIMAL, and floor/ceil of a DECIMAL: its operand's type
+#: name (DuckDB's), for backends whose negation of a wide DECIMAL is not exact or whose floor/ceil gives another
+#: type (``dpsql.engine.spark_ops``)
 NUMERIC_ARG = "dpsql_numeric_arg"
 
 
