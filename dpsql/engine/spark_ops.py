@@ -42,6 +42,9 @@ binding, before any charge):
 * date and time functions (``date_part``/``extract``, ``year`` ... ``second``, ``date_trunc``)
   with DuckDB's conventions, from the DATE and the microseconds since 1970 (see the section
   below); decade/century/millennium and strftime/strptime are refused;
+* a DOUBLE cast to text is DuckDB's spelling (``dpsql.engine.portable.spark_double_text``); ``upper`` maps 'ß'
+  to DuckDB's 'ẞ' first (``lower`` 'İ' and 'Σ'); text that only Spark converts (``_SPARK_ONLY_TEXT``) is NULL;
+  floor/ceil of a DECIMAL(p, s) is cast to DuckDB's DECIMAL(p, 0);
 * refused on Spark: ``//``, ``sign``, ``ln``/``log10``, ``isinf``, ``round``/``floor``/``ceil``
   over a user's value, casts into types Spark lacks (unsigned integers, TIMESTAMP_S/_MS/_NS).
 
