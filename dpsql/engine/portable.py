@@ -34,8 +34,10 @@ Cost: SHA-256 of a short text per hashed row instead of a 64-bit hash (measured 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
+import sqlglot
 from sqlglot import exp
 
 from dpsql.engine.duckdb_ops import SaltedDuckDBOps
@@ -89,10 +91,71 @@ def spark_text_as_duckdb(x: exp.Expression, text: exp.Expression) -> exp.Express
                     default=text.copy())
 
 
+#: DuckDB's text of a DOUBLE from Java's (Spark's ``CAST(x AS STRING)``, ``__t`` below), in Spark SQL. Java 17's
+#: ``Double.toString`` gives digits that read back as the value but not always the fewest ('9.999999999999999E22'
+#: for 1e23, '4.9E-324', '2.82879384806159008E17'), and its own layout ('1.0E20', '1.0E-5'); DuckDB writes the
+#: shortest digits that read back (the nearest such), fixed for exponents -4 .. 15, else '1e+20', '1e-05'.
+#: So: Java's digits as an integer m and exponent q (trailing zeros dropped); for j = 1, 2, .. the two j-digit
+#: shorter neighbours of m (the nearer first, ties to even), kept while one reads back as the value; then
+#: DuckDB's layout. (The lambdas only name intermediate values; everything is total on a DOUBLE's text.)
+_DOUBLE_TEXT = r"""
+CASE WHEN __t IS NULL THEN NULL WHEN __t = 'NaN' THEN 'nan' WHEN __t = 'Infinity' THEN 'inf' WHEN __t = '-Infinity' THEN '-inf'
+ELSE concat(IF(startswith(__t, '-'), '-', ''), element_at(transform(array(named_struct(
+  'r', regexp_replace(concat(regexp_extract(__t, '([0-9]+)[.]', 1), regexp_extract(__t, '[.]([0-9]+)', 1)), '^0+', ''),
+  'f', length(regexp_extract(__t, '[.]([0-9]+)', 1)),
+  'e', coalesce(TRY_CAST(nullif(regexp_extract(__t, 'E(-?[0-9]+)', 1), '') AS INT), 0),
+  'v', abs(TRY_CAST(__t AS DOUBLE)))), __a ->
+ CASE WHEN __a.r = '' THEN '0.0' ELSE element_at(transform(array(named_struct(
+   'm', TRY_CAST(regexp_replace(__a.r, '0+$', '') AS BIGINT),
+   'q', __a.e - __a.f + length(__a.r) - length(regexp_replace(__a.r, '0+$', '')), 'v', __a.v)), __b ->
+  element_at(transform(array(aggregate(sequence(1, 17), named_struct('j', 0, 'm', __b.m), (__acc, __j) ->
+   element_at(transform(array(CAST(power(10, __j) AS BIGINT)), __p ->
+    element_at(transform(array(named_struct(
+      'n', __b.m DIV __p + IF(2 * (__b.m % __p) > __p OR (2 * (__b.m % __p) = __p AND (__b.m DIV __p) % 2 = 1), 1, 0),
+      'o', __b.m DIV __p + IF(2 * (__b.m % __p) > __p OR (2 * (__b.m % __p) = __p AND (__b.m DIV __p) % 2 = 1), 0, 1))), __c ->
+     CASE WHEN __acc.j <> __j - 1 THEN __acc
+          WHEN TRY_CAST(concat(CAST(__c.n AS STRING), 'E', CAST(__b.q + __j AS STRING)) AS DOUBLE) = __b.v
+            THEN named_struct('j', __j, 'm', __c.n)
+          WHEN TRY_CAST(concat(CAST(__c.o AS STRING), 'E', CAST(__b.q + __j AS STRING)) AS DOUBLE) = __b.v
+            THEN named_struct('j', __j, 'm', __c.o)
+          ELSE __acc END), 1)), 1))), __z ->
+   element_at(transform(array(named_struct('s', regexp_replace(CAST(__z.m AS STRING), '0+$', ''),
+                                           'x', __b.q + __z.j + length(CAST(__z.m AS STRING)) - 1)), __d ->
+    CASE WHEN __d.x BETWEEN -4 AND 15 THEN
+      CASE WHEN __d.x >= length(__d.s) - 1 THEN concat(__d.s, repeat('0', __d.x - length(__d.s) + 1), '.0')
+           WHEN __d.x >= 0 THEN concat(substr(__d.s, 1, __d.x + 1), '.', substr(__d.s, __d.x + 2))
+           ELSE concat('0.', repeat('0', -__d.x - 1), __d.s) END
+    ELSE concat(substr(__d.s, 1, 1), IF(length(__d.s) > 1, concat('.', substr(__d.s, 2)), ''), 'e',
+                IF(__d.x < 0, '-', '+'), IF(abs(__d.x) < 10, '0', ''), CAST(abs(__d.x) AS STRING)) END), 1)), 1)), 1) END), 1))
+END"""
+
+
+@functools.cache
+def _double_text_template() -> exp.Expression:
+    tree = sqlglot.parse_one(_DOUBLE_TEXT, read="spark")
+    for node in tree.walk():
+        if isinstance(node, exp.TryCast):
+            node.set("safe", True)
+    return tree
+
+
+def spark_double_text(text: exp.Expression) -> exp.Expression:
+    """DuckDB's text of a DOUBLE (``CAST(x AS VARCHAR)``: '1e+20', '1e-05', '-0.0', '5e-324', 'inf', 'nan')
+    from Spark's ``text`` of it (``CAST(x AS STRING)``, Java's spelling), identical for every DOUBLE
+    (``tests/test_spark_doubles.py``). Unmarked: callers mark the tree."""
+    out = _double_text_template().copy()
+    # one evaluation of the text: the whole rewrite is a lambda over it
+    return exp.Anonymous(this="element_at", expressions=[
+        exp.Anonymous(this="transform", expressions=[exp.Array(expressions=[text.copy()]),
+                                                     exp.Lambda(this=out, expressions=[exp.to_identifier("__t")])]),
+        exp.Literal.number(1)])
+
+
 def _piece(column: str, dialect: str) -> exp.Expression:
     col = exp.column(column, quoted=False)
-    # (Spark's text of a date outside years 1 .. 9999 or of a TIMESTAMP WITH TIME ZONE is not rewritten into
-    # DuckDB's here: that rewrite made every Spark hash about 6x slower; such keys hash apart across engines)
+    # (Spark's text of a date outside years 1 .. 9999, of a TIMESTAMP WITH TIME ZONE or of a DOUBLE is not
+    # rewritten into DuckDB's here: the hash knows no column types, and a rewrite chosen by typeof() made every
+    # Spark hash about 6x slower (dates) or 10x slower to analyse (doubles); such keys hash apart across engines)
     text: exp.Expression = exp.Cast(this=col.copy(), to=exp.DataType.build("VARCHAR"))
     nbytes = exp.func("strlen", text.copy()) if dialect == "duckdb" else exp.func("octet_length", text.copy())
     length_text = exp.Cast(this=nbytes, to=exp.DataType.build("VARCHAR"))

@@ -42,6 +42,9 @@ binding, before any charge):
 * date and time functions (``date_part``/``extract``, ``year`` ... ``second``, ``date_trunc``)
   with DuckDB's conventions, from the DATE and the microseconds since 1970 (see the section
   below); decade/century/millennium and strftime/strptime are refused;
+* a DOUBLE cast to text is DuckDB's spelling (``dpsql.engine.portable.spark_double_text``); ``upper`` maps 'ß'
+  to DuckDB's 'ẞ' first (``lower`` 'İ' and 'Σ'); text that only Spark converts (``_SPARK_ONLY_TEXT``) is NULL;
+  floor/ceil of a DECIMAL(p, s) is cast to DuckDB's DECIMAL(p, 0);
 * refused on Spark: ``//``, ``sign``, ``ln``/``log10``, ``isinf``, ``round``/``floor``/``ceil``
   over a user's value, casts into types Spark lacks (unsigned integers, TIMESTAMP_S/_MS/_NS).
 
@@ -61,7 +64,7 @@ from typing import Any, TypeVar
 from sqlglot import exp
 
 from dpsql.engine.base import literal_text, power_of_two_factors
-from dpsql.engine.portable import portable_hash, portable_uniform, spark_text_as_duckdb
+from dpsql.engine.portable import portable_hash, portable_uniform, spark_double_text, spark_text_as_duckdb
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.typer import CAST_FROM, NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
 from dpsql.rewrite.render import DIALECT_MARK
@@ -529,6 +532,15 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         rounded = _rounded_conversion(node, new)
         if rounded is not None:
             return rounded
+        refused_text = _text_spark_alone_reads(node)
+        if refused_text is not None:
+            # text only Spark converts is NULL, as on DuckDB (the same query gives the same keys)
+            return exp.Case(ifs=[exp.If(this=exp.RegexpLike(this=node.this.copy(), expression=exp.Literal.string(refused_text)),
+                                        true=exp.Cast(this=exp.Null(), to=new.args["to"].copy()))], default=new)
+        if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) \
+                and str(node.meta.get(CAST_FROM) or "").upper() in ("DOUBLE", "FLOAT8"):
+            # a DOUBLE as text: DuckDB's spelling (shortest digits, '1e+23'), where Java 17 writes '9.999999999999999E22'
+            return _built(spark_double_text(_arg(new)))
         if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR):
             # a DATE or TIMESTAMP as text: DuckDB's spelling outside years 1 .. 9999 (a released key)
             return _built(spark_text_as_duckdb(_arg(node.this.copy()), _arg(new)))
@@ -584,6 +596,11 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Floor) and isinstance(parent, exp.TryCast) and parent.meta.get(DIALECT_MARK) == SPARK \
                 and parent.args["to"].sql(dialect=SPARK).upper() == "BIGINT":
             return node  # a histogram bin number: FLOOR then TRY_CAST to BIGINT, over in-range values
+        dec = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", str(node.meta.get(NUMERIC_ARG) or "").upper().replace(" ", ""))
+        if dec:
+            # of a DECIMAL(p, s): DuckDB's is DECIMAL(p, 0), Spark's DECIMAL(p - s + 1, 0), the same value (exact)
+            node.meta[DIALECT_MARK] = SPARK
+            return exp.Cast(this=node, to=spark_type(f"DECIMAL({dec.group(1)},0)"))
         # DuckDB's floor/ceil of a DOUBLE is a DOUBLE; Spark's is a BIGINT (saturating, NaN -> 0):
         # beyond 2^52 every double is whole already, so floor(x) is x there (inf and NaN too).
         # The test reads x as a DOUBLE: Spark's abs() of a DECIMAL with more than 34 digits rounds
@@ -635,6 +652,14 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         node.meta[_LOWERED] = True
         node.set("this", exp.Anonymous(this="translate", expressions=[
             node.this, exp.Literal.string("\u0130\u03a3"), exp.Literal.string("i\u03c3")]))
+        return node
+    if isinstance(node, exp.Upper) and not node.meta.get(_LOWERED):
+        # DuckDB upper-cases 'ß' to 'ẞ' (one letter, which Java leaves as it is), Java's full mapping, Spark's, to
+        # 'SS': mapped first, so a released key or a filter is the same on both engines. (The other letters whose
+        # full mapping expands, 'ŉ', 'ǰ', 'ﬁ', Greek with ypogegrammeni, stay apart: docs/spark.md)
+        node.meta[_LOWERED] = True
+        node.set("this", exp.Anonymous(this="translate", expressions=[
+            node.this, exp.Literal.string("\u00df"), exp.Literal.string("\u1e9e")]))
         return node
     if isinstance(node, exp.Max) and isinstance(node.this, exp.Column) and not node.expressions:
         # MAX of a bounded query's own integer column (caps advice: a person's most rows in one
@@ -689,6 +714,28 @@ def _rounded_conversion(node: exp.Expression, new: exp.Expression) -> exp.Expres
     return None
 
 
+#: texts Spark converts to a type and DuckDB does not (NULL there), by the typer's target: Java's suffixes and hex
+#: floats for DOUBLE/FLOAT ('1d', '1f', '0x1p3'), digits other than ASCII for DECIMAL/HUGEINT ('٣', '１２'), spaces or
+#: control characters around a BOOLEAN (' true ', '\t1': DuckDB trims none there)
+_SPARK_ONLY_TEXT = {"float": r"[0-9.][dDfF]\s*$|^\s*[+-]?0[xX]", "decimal": r"[^\x00-\x7F]",
+                    "bool": r"^[\x00-\x20]|[\x00-\x20]$"}
+
+
+def _text_spark_alone_reads(node: exp.Expression) -> str | None:
+    """The pattern of texts that Spark converts and DuckDB does not for the typer's conversion ``node`` of text
+    (``CAST_FROM`` VARCHAR), or None."""
+    if str(node.meta.get(CAST_FROM) or "").upper() not in ("VARCHAR", "TEXT", "STRING"):
+        return None
+    to = _duck_name(node.args["to"]).upper().replace(" ", "") if isinstance(node.args.get("to"), exp.DataType) else ""
+    if to in _FLOATS:
+        return _SPARK_ONLY_TEXT["float"]
+    if to in ("HUGEINT", "INT128") or to.startswith("DECIMAL"):
+        return _SPARK_ONLY_TEXT["decimal"]
+    if to in ("BOOLEAN", "BOOL"):
+        return _SPARK_ONLY_TEXT["bool"]
+    return None
+
+
 def _double_to_decimal(x: exp.Expression, p: int, s: int, rounding: str = "round") -> exp.Expression:
     """``TRY_CAST(x AS DECIMAL(p, s))`` of a DOUBLE ``x`` with DuckDB's result: ``v = round(x * 1e<s>)``
     (the product in DOUBLE, the rounding to the nearest, ties away from zero), NULL unless ``|v| <
@@ -729,7 +776,10 @@ def _double_to_decimal(x: exp.Expression, p: int, s: int, rounding: str = "round
                         expression=dec(low, 20))
     shifted = whole if s == 0 else exp.Mul(this=exp.Paren(this=whole),
                                            expression=dec(exp.Literal.string("0." + "0" * (s - 1) + "1"), 38, s))
-    inside = exp.LT(this=exp.Abs(this=v.copy()), expression=dbl(limit))
+    # DuckDB's DECIMAL test compares in DOUBLE (|v| < 1e38: the DOUBLE 1e38 is NULL); its HUGEINT holds that DOUBLE,
+    # 99999999999999997748809823456034029568 < 10^38 (the typer then keeps a HUGEINT below 10^38): <= there
+    below = rounding == "bround" and int(limit) < 10**p
+    inside = (exp.LTE if below else exp.LT)(this=exp.Abs(this=v.copy()), expression=dbl(limit))
     return _built(exp.Case(ifs=[exp.If(this=inside, true=dec(shifted, p, s))]))
 
 

@@ -1186,7 +1186,12 @@ class Typer:
             raise self.refuse(
                 node, f"values of type {r.type} cannot be cast here; only {', '.join(_TEXT_CASTABLE)} cast to VARCHAR"
             )
-        return Typed(self.coerce(r, target, node) if r.type.name != target.name else r.expr, target)
+        out = self.coerce(r, target, node) if r.type.name != target.name else r.expr
+        if target.name == "HUGEINT" and (r.type.kind in ("float", "varchar") or r.type.name == "UHUGEINT"):
+            # a converted HUGEINT holds what every engine's does, +-(10^38 - 1) (Spark's is DECIMAL(38,0)): beyond,
+            # NULL on both (DuckDB's own reaches +-(2^127 - 1): CAST(1.5e38 AS HUGEINT) was a value there, NULL on Spark)
+            out = _cast(_cast(out, "DECIMAL(38,0)"), target)
+        return Typed(out, target)
 
 
 def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str) -> Callable[[Typer, exp.Expression], Typed]:
@@ -1242,7 +1247,8 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
             if digits is not None:
                 args["decimals"] = exp.Literal.number(digits)
             out = cls(**args)
-            return Typed(_numeric_tag(out, src) if isinstance(node, exp.Abs) else out, rt)
+            return Typed(_numeric_tag(out, src) if isinstance(node, (exp.Abs, exp.Floor, exp.Ceil)) and digits is None
+                         else out, rt)
         rt, _ = result(r.type)
         args = {"this": ty.coerce(r, DOUBLE, node) if rt.kind == "float" and r.type.kind != "float" else
                 (r.expr if not r.literal else ty.coerce(r, r.type, node))}
@@ -1406,8 +1412,9 @@ def _temporal_arg(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc
 
 E = TypeVar("E", bound=exp.Expression)
 
-#: meta key on a typed negation or abs() of an integer or DECIMAL: its operand's type name (DuckDB's),
-#: for backends whose negation of a wide DECIMAL is not exact (``dpsql.engine.spark_ops``)
+#: meta key on a typed negation or abs() of an integer or DECIMAL, and floor/ceil of a DECIMAL: its operand's type
+#: name (DuckDB's), for backends whose negation of a wide DECIMAL is not exact or whose floor/ceil gives another
+#: type (``dpsql.engine.spark_ops``)
 NUMERIC_ARG = "dpsql_numeric_arg"
 
 
