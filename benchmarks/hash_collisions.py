@@ -105,6 +105,23 @@ def colliding_strings(n: int, blocks: int = 3, seed: int = 0) -> list[str]:
     return sorted(out)[:n]
 
 
+def aligned_strings(n: int, blocks: int = 10) -> list[str]:
+    """``n`` distinct printable ASCII strings of ``8 * blocks`` characters (``n <= 3 ** blocks``) whose DuckDB
+    hashes take at most 8 values, and so do the hashes of any text of a length divisible by 8 followed by
+    them, whatever that text (a secret salt): each block is ``abcdefg`` and one of ``!``, ``A``, ``a``, which
+    differ only in bits 5 and 6 of the block's last byte (bits 61 and 62 of the little-endian word). DuckDB
+    XORs each block into its state and multiplies by an odd constant; neither carries a difference in the top
+    3 bits into the low 61, so all these strings leave the same low 61 bits and one of 8 top-3-bit values."""
+    import itertools
+
+    out = []
+    for combo in itertools.product("!Aa", repeat=blocks):
+        out.append("".join("abcdefg" + c for c in combo))
+        if len(out) == n:
+            break
+    return out
+
+
 SHAPES = {
     "sparse_histogram_count": ("SELECT x, COUNT(*) FROM t GROUP BY x", {"max_groups_per_unit": 1}),
     "sum_k1": ("SELECT x, SUM(v) FROM t GROUP BY x", {"max_groups_per_unit": 1}),

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -492,7 +492,7 @@ def spread_keys(relation: exp.Expression, keys: Sequence[str], salt: str, ops: S
     weak = {k for k in keys if types is not None and k in types and weakly_hashed(types[k])}
     for c in list(h.find_all(exp.Column)):
         if c.name in weak and not c.table:
-            c.replace(spread_input(_col(c.name), types[c.name] if types else "", salt))
+            c.replace(spread_input(_col(c.name), types[c.name] if types else "", salt, keyed_digest(ops)))
     return exp.select("*", exp.alias_(h, SPREAD)).from_(relation, copy=False).subquery("__spread_rows", copy=False)
 
 
@@ -524,7 +524,8 @@ def weakly_hashed(sql_type: str) -> bool:
     return base not in _STRONG_HASH
 
 
-def spread_input(value: exp.Expression, sql_type: str, salt: str) -> exp.Expression:
+def spread_input(value: exp.Expression, sql_type: str, salt: str,
+                 digest: Callable[[exp.Expression], exp.Expression] | None = None) -> exp.Expression:
     """``value`` as a spread hashes it: as it is, or, for a type whose engine hash anyone can make
     equal for many distinct values (:func:`weakly_hashed`), the secret salt followed by its text.
     Equal keys have equal text (text is compared byte for byte, under the binary collation; integers
@@ -532,15 +533,32 @@ def spread_input(value: exp.Expression, sql_type: str, salt: str) -> exp.Express
     INTERVAL and nested types, are refused as keys and join keys), so the spread stays a function of
     the key. (Values the k = 1 race groups, :func:`_pick_one_row`, may be of such a type: two equal
     values of different text, '1 month' and '30 days', are then two of the race's combinations, which
-    still keeps one row of the (unit, group).) Without the salt no block of the hashed string is known, and the difference of two
-    keys cannot be cancelled for certain (the only certain cancellation, a flip of the top bit of
-    a block's last byte, is never valid UTF-8, and the text of a number or BLOB is ASCII)."""
-    return salted_text(value, salt) if weakly_hashed(sql_type) else value
+    still keeps one row of the (unit, group).)
+
+    ``digest`` (:func:`keyed_digest`): how the hash reads the salted text. DuckDB's own hash of a string
+    hides no difference behind a secret prefix: it XORs each 8-byte block into its state and multiplies
+    by an odd constant, and neither carries a difference in the top 3 bits of a word into its low 61. The
+    salt's length is public (a multiple of 8), so keys that differ only in bits 5 and 6 of each block's last
+    byte (printable ASCII) hash to at most 8 values under every salt
+    (``tests/test_adversary_text_hash_differentials.py``). DuckDB's hash therefore reads the salted text
+    through a digest (``MD5_NUMBER``); a keyed hash that is already a digest of the text (SHA-256) reads it
+    as it is."""
+    return salted_text(value, salt, digest) if weakly_hashed(sql_type) else value
 
 
-def salted_text(value: exp.Expression, salt: str) -> exp.Expression:
-    """The secret salt followed by the text of ``value`` (:func:`spread_input`)."""
-    return exp.DPipe(this=exp.Literal.string(salt), expression=exp.cast(value, data_type("VARCHAR")))
+def salted_text(value: exp.Expression, salt: str,
+                digest: Callable[[exp.Expression], exp.Expression] | None = None) -> exp.Expression:
+    """The secret salt followed by the text of ``value`` (:func:`spread_input`), through ``digest`` if given."""
+    text = exp.DPipe(this=exp.Literal.string(salt), expression=exp.cast(value, data_type("VARCHAR")))
+    return digest(text) if digest is not None else text
+
+
+def keyed_digest(ops: SqlOps) -> Callable[[exp.Expression], exp.Expression] | None:
+    """How ``ops.keyed_hash`` reads a salted text (:func:`spread_input`): through ``ops.text_digest``
+    where that hash is the engine's own (``ops.keyed_hash_is_digest`` false), as it is otherwise."""
+    if getattr(ops, "keyed_hash_is_digest", True):
+        return None
+    return getattr(ops, "text_digest", None)
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
@@ -673,7 +691,7 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
         h = ops.keyed_hash([unit, *weak], salt)
         for c in list(h.find_all(exp.Column)):
             if c.name in weak and not c.table:
-                c.replace(salted_text(_col(c.name), salt))
+                c.replace(salted_text(_col(c.name), salt, keyed_digest(ops)))
         relation = exp.select("*", exp.alias_(h, "__vspread")).from_(relation, copy=False).subquery("__vspread_rows", copy=False)
         grouped.append(_col("__vspread"))
     counted = (exp.select(*[_col(c) for c in [*part, *values]], *texts, exp.alias_(exp.Count(this=exp.Star()), "__m"))
