@@ -100,7 +100,15 @@ from dpsql.plan import ir
 from dpsql.plan.joins import SEP, _direct, _type_family, flat
 from dpsql.plan.joins import parts as key_parts
 from dpsql.plan.typer import TypeRefusal, type_checked
-from dpsql.rewrite.bound import binary_text, cap_rows, guard, is_text, keyed_digest, salted_text, weakly_hashed
+from dpsql.rewrite.bound import (
+    binary_text,
+    cap_rows,
+    guard,
+    is_text,
+    keyed_digest,
+    salted_text,
+    weakly_hashed,
+)
 
 #: weight grid of sums: a tuple's weight is a whole number of 2^-20 of its bound
 SUM_UNITS = 1 << 20
