@@ -707,7 +707,7 @@ FROM (
             *,
             HASH(
               XOR(
-                HASH(__unit, '<per-query secret salt>' || CAST(__k0 AS TEXT)),
+                HASH(__unit, MD5_NUMBER('<per-query secret salt>' || CAST(__k0 AS TEXT))),
                 HASH('<per-query secret salt>')
               )
             ) AS __spread

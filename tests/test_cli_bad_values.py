@@ -361,7 +361,7 @@ def test_an_internal_error_class_is_named_by_its_public_base(tmp_path: Path, mon
 
     monkeypatch.chdir(tmp_path)
 
-    def lost_race(path: object, total: object) -> None:
+    def lost_race(path: object, total: object, *args: object, **kwargs: object) -> None:
         raise _store._AlreadyCreated("cannot create a ledger at l.duckdb: another process created one there just now")
 
     monkeypatch.setattr(Ledger, "create", staticmethod(lost_race))

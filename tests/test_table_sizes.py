@@ -54,8 +54,10 @@ def test_cli_flag_declares_the_size_and_names_itself_when_malformed(tmp_path: Pa
     assert run_cli(["--ledger", ledger, "init", "--epsilon", "1"]) == 0
     base = ["--table", f"t={tmp_path / 't.parquet'}", "--privacy-unit", "t=u", "--ledger", ledger]
     capsys.readouterr()
-    assert run_cli([*base, "--max-table-rows", "t=1_000", "describe", "t"]) == 0
+    assert run_cli([*base, "--max-table-rows", "t=1000", "describe", "t"]) == 0
     assert "at most 1000 rows" in capsys.readouterr().out
+    assert run_cli([*base, "--max-table-rows", "t=1_000", "describe", "t"]) == 2  # not plain notation
+    assert "'1_000' is not a plain number" in capsys.readouterr().err
     assert run_cli([*base, "--max-table-rows", "t=many", "describe", "t"]) != 0
     assert "--max-table-rows t=many is refused: 'many' is not a number" in capsys.readouterr().err
     assert run_cli([*base, "--max-table-rows", "other=5", "describe", "t"]) != 0

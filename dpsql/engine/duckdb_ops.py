@@ -174,6 +174,18 @@ class DuckDBOps:
         key = _mark(exp.func("hash", exp.Literal.string(salt)))
         return _mark(exp.func("hash", exp.BitwiseXor(this=inner, expression=key)))
 
+    #: :meth:`keyed_hash` is DuckDB's own hash (not a digest): it reads a key's salted text through
+    #: :meth:`text_digest` (``dpsql.rewrite.bound.keyed_digest``)
+    keyed_hash_is_digest = False
+
+    def text_digest(self, text: exp.Expression) -> exp.Expression:
+        """``MD5_NUMBER(text)``: how DuckDB's own hash (:meth:`keyed_hash_of`, :meth:`spread_hash`) reads a
+        key's salted text (``dpsql.rewrite.bound.spread_input``: DuckDB's string hash keeps the low 61 bits of
+        its state free of the top 3 bits of every block, whatever the salt before them, so crafted keys take at
+        most 8 hashes). The digest mixes every bit of the text under the secret salt; DuckDB hashes the
+        128-bit result as the XOR of its halves' hashes."""
+        return _mark(exp.func("md5_number", text))
+
     def spread_hash(self, values: Sequence[exp.Expression], salt: str) -> exp.Expression:
         """A keyed hash of ``values`` that only spreads a hash table's keys (``dpsql.rewrite.joins.Spread``:
         equal for equal values, unpredictable without the salt, never a random choice): DuckDB's own

@@ -212,6 +212,8 @@ class PortableDuckDBOps(SaltedDuckDBOps):
 
     #: group keys stay text, as on Spark (the same hash input and the same order of ties)
     coded_domain_max = 0
+    #: :meth:`keyed_hash` is SHA-256 of the text: a key's salted text enters it as it is (as on Spark)
+    keyed_hash_is_digest = True
 
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
         return portable_hash(columns, salt, "duckdb")

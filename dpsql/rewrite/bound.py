@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -500,7 +500,7 @@ def _keyed_spread(columns: Sequence[str], keys: Sequence[str], salt: str, ops: S
     weak = {k for k in keys if types is not None and k in types and weakly_hashed(types[k])}
     for c in list(h.find_all(exp.Column)):
         if c.name in weak and not c.table:
-            c.replace(spread_input(_col(c.name), types[c.name] if types else "", salt))
+            c.replace(spread_input(_col(c.name), types[c.name] if types else "", salt, keyed_digest(ops)))
     return h
 
 
@@ -545,7 +545,8 @@ def weakly_hashed(sql_type: str) -> bool:
     return base not in _STRONG_HASH
 
 
-def spread_input(value: exp.Expression, sql_type: str, salt: str) -> exp.Expression:
+def spread_input(value: exp.Expression, sql_type: str, salt: str,
+                 digest: Callable[[exp.Expression], exp.Expression] | None = None) -> exp.Expression:
     """``value`` as a spread hashes it: as it is, or, for a type whose engine hash anyone can make
     equal for many distinct values (:func:`weakly_hashed`), the secret salt followed by its text.
     Equal keys have equal text (text is compared byte for byte, under the binary collation; integers
@@ -553,27 +554,47 @@ def spread_input(value: exp.Expression, sql_type: str, salt: str) -> exp.Express
     INTERVAL and nested types, are refused as keys and join keys), so the spread stays a function of
     the key. (Values the k = 1 race groups, :func:`_pick_one_row`, may be of such a type: two equal
     values of different text, '1 month' and '30 days', are then two of the race's combinations, which
-    still keeps one row of the (unit, group).) Without the salt no block of the hashed string is known, and the difference of two
-    keys cannot be cancelled for certain (the only certain cancellation, a flip of the top bit of
-    a block's last byte, is never valid UTF-8, and the text of a number or BLOB is ASCII)."""
-    return salted_text(value, salt) if weakly_hashed(sql_type) else value
+    still keeps one row of the (unit, group).)
+
+    ``digest`` (:func:`keyed_digest`): how the hash reads the salted text. DuckDB's own hash of a string
+    hides no difference behind a secret prefix: it XORs each 8-byte block into its state and multiplies
+    by an odd constant, and neither carries a difference in the top 3 bits of a word into its low 61. The
+    salt's length is public (a multiple of 8), so keys that differ only in bits 5 and 6 of each block's last
+    byte (printable ASCII) hash to at most 8 values under every salt
+    (``tests/test_adversary_text_hash_differentials.py``). DuckDB's hash therefore reads the salted text
+    through a digest (``MD5_NUMBER``); a keyed hash that is already a digest of the text (SHA-256) reads it
+    as it is."""
+    return salted_text(value, salt, digest) if weakly_hashed(sql_type) else value
 
 
-def distinct_value(agg: ir.Aggregate, schema: dict[str, str], value: exp.Expression, salt: str) -> exp.Expression:
+def distinct_value(agg: ir.Aggregate, schema: dict[str, str], value: exp.Expression, salt: str,
+                   digest: Callable[[exp.Expression], exp.Expression] | None = None) -> exp.Expression:
     """What COUNT(DISTINCT col) lists for ``value`` (a kept row's ``col``): its :func:`spread_input`. The
     distinct values of each (person, group) and then of each group are counted by ``list_distinct``, a hash
     table under the engine's hash of the values, so one person's values crafted to share that hash made it
     quadratic within the owner's caps (20 000 text values of one DuckDB hash: ``COUNT(DISTINCT note)`` 6.75 s
     against 0.29 s for random ones; ``tests/test_adversary_text_hash_collisions.py``). Values of a weakly hashed
     type are listed as the salt followed by their text, which is injective on them (the same count; an
-    INTERVAL or nested value counts by its spelling, still at most k per (person, group))."""
+    INTERVAL or nested value counts by its spelling, still at most k per (person, group)), through ``digest``
+    (the engine's ``text_digest``) where the engine's hash would read that text (a 128-bit digest of a secret-prefixed
+    text: two values share one with probability about 2^-128)."""
     column = agg.column if agg.value is None and agg.column is not None else ""
-    return spread_input(value, schema.get(column.lower(), ""), salt)
+    return spread_input(value, schema.get(column.lower(), ""), salt, digest)
 
 
-def salted_text(value: exp.Expression, salt: str) -> exp.Expression:
-    """The secret salt followed by the text of ``value`` (:func:`spread_input`)."""
-    return exp.DPipe(this=exp.Literal.string(salt), expression=exp.cast(value, data_type("VARCHAR")))
+def salted_text(value: exp.Expression, salt: str,
+                digest: Callable[[exp.Expression], exp.Expression] | None = None) -> exp.Expression:
+    """The secret salt followed by the text of ``value`` (:func:`spread_input`), through ``digest`` if given."""
+    text = exp.DPipe(this=exp.Literal.string(salt), expression=exp.cast(value, data_type("VARCHAR")))
+    return digest(text) if digest is not None else text
+
+
+def keyed_digest(ops: SqlOps) -> Callable[[exp.Expression], exp.Expression] | None:
+    """How ``ops.keyed_hash`` reads a salted text (:func:`spread_input`): through ``ops.text_digest``
+    where that hash is the engine's own (``ops.keyed_hash_is_digest`` false), as it is otherwise."""
+    if getattr(ops, "keyed_hash_is_digest", True):
+        return None
+    return getattr(ops, "text_digest", None)
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
@@ -706,7 +727,7 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
         h = ops.keyed_hash([unit, *weak], salt)
         for c in list(h.find_all(exp.Column)):
             if c.name in weak and not c.table:
-                c.replace(salted_text(_col(c.name), salt))
+                c.replace(salted_text(_col(c.name), salt, keyed_digest(ops)))
         relation = exp.select("*", exp.alias_(h, "__vspread")).from_(relation, copy=False).subquery("__vspread_rows", copy=False)
         grouped.append(_col("__vspread"))
     counted = (exp.select(*[_col(c) for c in [*part, *values]], *texts, exp.alias_(exp.Count(this=exp.Star()), "__m"))
@@ -805,7 +826,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
         if a.kind == ir.COUNT_COL:
             out.append(exp.alias_(present(r), f"{a.name}_c", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
-            out.append(exp.alias_(exp.func("list_value", distinct_value(a, plan.table.schema, _col(r), salt)), f"{a.name}_l", copy=False))
+            out.append(exp.alias_(exp.func("list_value", distinct_value(a, plan.table.schema, _col(r), salt, getattr(ops, "text_digest", None))), f"{a.name}_l", copy=False))
         elif a.kind == ir.SUM:
             out.append(exp.alias_(_clamped_input(a, plan.table.schema, ops, raw=r), f"{a.name}_s", copy=False))
         else:
@@ -904,7 +925,7 @@ def bounded_query(
                 ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(f"{a.name}_v"), ops)), f"{a.name}_q", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
             # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
-            listed = distinct_value(a, plan.table.schema, _col(f"{a.name}_v"), salt)
+            listed = distinct_value(a, plan.table.schema, _col(f"{a.name}_v"), salt, getattr(ops, "text_digest", None))
             ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", listed)), f"{a.name}_l", copy=False))
     if one_row:
         ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops,

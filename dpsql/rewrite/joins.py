@@ -100,7 +100,15 @@ from dpsql.plan import ir
 from dpsql.plan.joins import SEP, _direct, _type_family, flat
 from dpsql.plan.joins import parts as key_parts
 from dpsql.plan.typer import TypeRefusal, type_checked
-from dpsql.rewrite.bound import binary_text, cap_rows, guard, is_text, salted_text, weakly_hashed
+from dpsql.rewrite.bound import (
+    binary_text,
+    cap_rows,
+    guard,
+    is_text,
+    keyed_digest,
+    salted_text,
+    weakly_hashed,
+)
 
 #: weight grid of sums: a tuple's weight is a whole number of 2^-20 of its bound
 SUM_UNITS = 1 << 20
@@ -218,15 +226,17 @@ def spread_of(values: Sequence[tuple[exp.Expression, str]], spread: Spread,
     compared with a value of the type in ``others`` (the same type by default); None when a type is not
     one :func:`_spread_input` hashes."""
     inputs = []
+    fast = getattr(spread.ops, "spread_hash", None)  # the backend's cheapest keyed hash (no text per row)
+    # a key whose engine hash anyone can make equal for many values (text, wide integers, decimals, UUID,
+    # BLOB) is hashed as the salt followed by its text (dpsql.rewrite.bound.spread_input), through the
+    # backend's digest where the hash that reads it is the engine's own (spread_input says why)
+    digest = getattr(spread.ops, "text_digest", None) if fast is not None else keyed_digest(spread.ops)
     for i, (e, typ) in enumerate(values):
         other = typ if others is None else others[i]
         x = _spread_input(e, typ, other, spread.ops)
         if x is None:
             return None
-        # a key whose engine hash anyone can make equal for many values (text, wide integers, decimals,
-        # UUID, BLOB) is hashed as the salt followed by its text (dpsql.rewrite.bound.spread_input)
-        inputs.append(salted_text(x, spread.salt) if weakly_hashed(typ) or weakly_hashed(other) else x)
-    fast = getattr(spread.ops, "spread_hash", None)  # the backend's cheapest keyed hash (no text per row)
+        inputs.append(salted_text(x, spread.salt, digest) if weakly_hashed(typ) or weakly_hashed(other) else x)
     if fast is not None:
         return fast([x.copy() for x in inputs], spread.salt)  # type: ignore[no-any-return]
     names = [f"__spread_in{i}" for i in range(len(inputs))]
