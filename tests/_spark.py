@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -18,3 +20,26 @@ def require_spark() -> None:
         if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
             raise RuntimeError(why + " (DPSQL_REQUIRE_EXTRAS=1: these tests must run here)")
         pytest.skip(why, allow_module_level=True)
+
+
+def both_engines(table: Any) -> Iterator[tuple[Any, Any]]:
+    """A DuckDB and a Spark backend with ``table`` registered as the view ``v`` (a module fixture's body:
+    ``yield from both_engines(t)``), closed afterwards."""
+    from dpsql.engine import EngineSettings
+    from dpsql.engine.duckdb import DuckDBBackend
+    from dpsql.engine.spark import SparkBackend
+
+    duck, spark = DuckDBBackend(None, EngineSettings()), SparkBackend(None, EngineSettings())
+    duck.register_source("t", "arrow", table, view="v")
+    spark.register_source("t", "arrow", table, view="v")
+    yield duck, spark
+    duck.close()
+    spark.close()
+
+
+def column_of(backend: Any, e: Any) -> list[Any]:
+    """``e`` evaluated over the view ``v`` of :func:`both_engines`, in the order of its column ``i``."""
+    from sqlglot import exp
+
+    rows = backend.fetch_arrow(exp.select(exp.column("i"), exp.alias_(e, "y")).from_("v")).to_pylist()
+    return [r["y"] for r in sorted(rows, key=lambda r: r["i"])]

@@ -19,11 +19,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import sqlglot
-from _spark import require_spark
+from _spark import both_engines, column_of, require_spark
 from sqlglot import exp
 
 import dpsql
-from dpsql.engine import EngineSettings
 from dpsql.plan.typer import Typer
 from dpsql.testing import use_noise, zero_noise
 
@@ -49,22 +48,12 @@ def doubles() -> list[float | None]:
 
 @pytest.fixture(scope="module")
 def engines() -> Any:
-    from dpsql.engine.duckdb import DuckDBBackend
-    from dpsql.engine.spark import SparkBackend
-
     vals = doubles()
-    t = pa.table({"i": pa.array(range(len(vals)), pa.int64()), "x": pa.array(vals, pa.float64())})
-    duck, spark = DuckDBBackend(None, EngineSettings()), SparkBackend(None, EngineSettings())
-    duck.register_source("t", "arrow", t, view="v")
-    spark.register_source("t", "arrow", t, view="v")
-    yield duck, spark
-    duck.close()
-    spark.close()
+    yield from both_engines(pa.table({"i": pa.array(range(len(vals)), pa.int64()), "x": pa.array(vals, pa.float64())}))
 
 
 def _column(backend: Any, e: exp.Expression) -> list[Any]:
-    rows = backend.fetch_arrow(exp.select(exp.column("i"), exp.alias_(e, "y")).from_("v")).to_pylist()
-    return [r["y"] for r in sorted(rows, key=lambda r: r["i"])]
+    return column_of(backend, e)
 
 
 def test_a_double_as_text_is_duckdbs_text(engines: Any) -> None:

@@ -13,10 +13,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import sqlglot
-from _spark import require_spark
+from _spark import both_engines, column_of, require_spark
 from sqlglot import exp
 
-from dpsql.engine import EngineSettings
 from dpsql.plan.typer import Typer
 
 require_spark()
@@ -32,21 +31,12 @@ CONVERSIONS = ["TRY_CAST(s AS DOUBLE)", "TRY_CAST(s AS FLOAT)", "TRY_CAST(s AS D
 
 @pytest.fixture(scope="module")
 def engines() -> Any:
-    from dpsql.engine.duckdb import DuckDBBackend
-    from dpsql.engine.spark import SparkBackend
-
     t = pa.table({"i": pa.array(range(len(TEXTS)), pa.int64()), "s": pa.array(TEXTS, pa.string())})
-    duck, spark = DuckDBBackend(None, EngineSettings()), SparkBackend(None, EngineSettings())
-    duck.register_source("t", "arrow", t, view="v")
-    spark.register_source("t", "arrow", t, view="v")
-    yield duck, spark
-    duck.close()
-    spark.close()
+    yield from both_engines(t)
 
 
 def _column(backend: Any, e: exp.Expression) -> list[Any]:
-    rows = backend.fetch_arrow(exp.select(exp.column("i"), exp.alias_(e, "y")).from_("v")).to_pylist()
-    return [r["y"] for r in sorted(rows, key=lambda r: r["i"])]
+    return column_of(backend, e)
 
 
 def typed(sql: str) -> exp.Expression:
