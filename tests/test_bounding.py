@@ -958,6 +958,8 @@ def test_group_cap_window_breaks_hash_ties_by_key() -> None:
     from dpsql.engine.duckdb_ops import DuckDBOps
 
     class TiedOps(DuckDBOps):
+        keyed_hash_is_digest = False  # a test hash, not a digest: salted text still goes through MD5_NUMBER
+
         def keyed_hash(self, columns: Any, salt: str) -> exp.Expression:
             # two hash values only: g1 and g2 key parity, so most groups share a hash
             return exp.Mod(this=exp.func("coalesce", exp.column("g2"), exp.Literal.number(0)),
@@ -1086,6 +1088,8 @@ def test_mask_cap_keeps_c_u_groups_of_each_unit_and_is_uniform() -> None:
     from sqlglot import exp
 
     class ByCode(SaltedDuckDBOps):
+        keyed_hash_is_digest = False  # a broken hash for the negative control, not a digest
+
         def keyed_hash_of(self, values: Any, salt: str) -> exp.Expression:
             return values[-1]
 

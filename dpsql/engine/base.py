@@ -243,6 +243,67 @@ def power_of_two_factors(k: int) -> tuple[int, ...]:
     return (k,) if abs(k) <= 1000 else (k // 2, k - k // 2)
 
 
+#: the declarations every building-block class makes itself (:class:`DeclaredOps`): no default, because
+#: the safe answer differs by engine and a default would be the unsafe one for some engine
+REQUIRED_DECLARATIONS = ("keyed_hash_is_digest", "text_digest")
+
+
+def check_declarations(cls: type) -> None:
+    """Refuse (``TypeError``) a building-block class whose hashes do not say how they read a salted text
+    (``dpsql.rewrite.bound.spread_input``, ``docs/threat_model.md``):
+
+    * ``keyed_hash_is_digest`` (a bool): whether :meth:`SqlOps.keyed_hash` is a digest of its input's
+      text (SHA-256: a salted text enters it as it is) or the engine's own hash (which must read the
+      salted text through ``text_digest``);
+    * ``text_digest``: how the engine's own hash (its hash tables, ``list_distinct``, ``spread_hash``)
+      reads a salted text: a method ``text_digest(text) -> digest expression``, or ``None`` where the
+      engine's hash reads it as it is.
+
+    Both are read from the class only (public), and a class that defines a hash declares them in its
+    own body, so a subclass that changes the hash cannot inherit its parent's answer by accident.
+    Called when the class is created (:class:`DeclaredOps`), so a backend without them fails at import,
+    never per query."""
+    name = cls.__qualname__
+    missing = [d for d in REQUIRED_DECLARATIONS
+               if not any(d in vars(k) for k in cls.__mro__ if k is not DeclaredOps and k is not object)]
+    if missing:
+        raise TypeError(f"building blocks {name} do not declare {', '.join(missing)}: say how its hashes read a "
+                        "key's salted text (keyed_hash_is_digest = True only for a digest such as SHA-256; "
+                        "text_digest = a digest method, or None where the engine's own hash reads the text as it is)")
+    for hashes, declaration in ((("keyed_hash", "keyed_hash_of"), "keyed_hash_is_digest"),
+                                (("spread_hash",), "text_digest")):
+        defined = [h for h in hashes if h in vars(cls)]
+        if defined and declaration not in vars(cls):
+            raise TypeError(f"building blocks {name} define {defined[0]} but do not declare {declaration} "
+                            "in the same class: a changed hash restates how it reads a salted text")
+    digest = cls.keyed_hash_is_digest  # type: ignore[attr-defined]
+    if not isinstance(digest, bool):
+        raise TypeError(f"building blocks {name}: keyed_hash_is_digest must be True or False, got {digest!r}")
+    text = cls.text_digest  # type: ignore[attr-defined]
+    if text is not None and not callable(text):
+        raise TypeError(f"building blocks {name}: text_digest must be a method or None, got {text!r}")
+    if not digest and text is None:
+        raise TypeError(f"building blocks {name}: keyed_hash is the engine's own hash (keyed_hash_is_digest = "
+                        "False), so it needs a text_digest to read a salted text through")
+
+
+class DeclaredOps:
+    """The base of every building-block class (:class:`SqlOps`): a subclass is checked by
+    :func:`check_declarations` when it is created."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_declarations(cls)
+
+
+def text_digest_of(ops: object) -> Callable[[exp.Expression], exp.Expression] | None:
+    """``ops.text_digest``, read strictly: building blocks that do not derive from :class:`DeclaredOps`
+    are checked here (``TypeError``), never taken to need no digest."""
+    if not isinstance(ops, DeclaredOps):
+        check_declarations(type(ops))
+    return cast("Callable[[exp.Expression], exp.Expression] | None", ops.text_digest)  # type: ignore[attr-defined]
+
+
 @runtime_checkable
 class SqlOps(Protocol):
     """The semantic building blocks of bounded queries, as sqlglot ASTs in one dialect.
@@ -254,6 +315,17 @@ class SqlOps(Protocol):
 
     #: the sqlglot dialect the building blocks are written in (and the backend renders with)
     dialect: str
+    @property
+    def keyed_hash_is_digest(self) -> bool:
+        """Whether :meth:`keyed_hash` is a digest of its input's text (a class attribute, declared by every
+        class: :func:`check_declarations`; no default)."""
+        ...
+
+    @property
+    def text_digest(self) -> Callable[[exp.Expression], exp.Expression] | None:
+        """How the engine's own hash reads a salted text: a digest method, or None (declared by every
+        class: :func:`check_declarations`; no default). Read it through :func:`text_digest_of`."""
+        ...
 
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
         """A pseudo-random sort key of the given columns under a secret ``salt``: over rows with

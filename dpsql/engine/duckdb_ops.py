@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
-from dpsql.engine.base import data_type, literal_text, power_of_two_factors
+from dpsql.engine.base import DeclaredOps, data_type, literal_text, power_of_two_factors
 from dpsql.rewrite.render import DIALECT_MARK
 
 DUCKDB = "duckdb"
@@ -68,7 +68,7 @@ def _binary(e: exp.Expression) -> exp.Expression:
     return _mark(exp.Collate(this=e, expression=exp.to_identifier("binary", quoted=True)))
 
 
-class DuckDBOps:
+class DuckDBOps(DeclaredOps):
     """The building blocks of bounded queries for DuckDB (see :class:`dpsql.engine.base.SqlOps`)."""
 
     dialect = DUCKDB

@@ -63,7 +63,7 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
-from dpsql.engine.base import literal_text, power_of_two_factors
+from dpsql.engine.base import DeclaredOps, literal_text, power_of_two_factors
 from dpsql.engine.portable import portable_hash, portable_uniform, spark_double_text, spark_text_as_duckdb
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.typer import CAST_FROM, NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
@@ -138,10 +138,15 @@ def _double(v: float) -> exp.Expression:
     return exp.Cast(this=exp.Literal.string(repr(float(v))), to=exp.DataType.build("DOUBLE"))
 
 
-class SparkOps:
+class SparkOps(DeclaredOps):
     """The building blocks of bounded queries for Spark (see :class:`dpsql.engine.base.SqlOps`)."""
 
     dialect = SPARK
+    #: :meth:`keyed_hash` is SHA-256 of the text (``dpsql.engine.portable``): a key's salted text enters it as it is
+    keyed_hash_is_digest = True
+    #: Spark's own hashes (:meth:`spread_hash`'s xxhash64, ``collect_set`` and ``array_distinct``'s hash sets) read a
+    #: key's salted text as it is: no digest (``docs/threat_model.md`` notes this as not yet analysed for Spark)
+    text_digest = None
 
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
         """The portable keyed hash (``dpsql.engine.portable``): a BIGINT from SHA-256 of the

@@ -68,7 +68,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, data_type, source_name
+from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, data_type, source_name, text_digest_of
 from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
@@ -591,10 +591,11 @@ def salted_text(value: exp.Expression, salt: str,
 
 def keyed_digest(ops: SqlOps) -> Callable[[exp.Expression], exp.Expression] | None:
     """How ``ops.keyed_hash`` reads a salted text (:func:`spread_input`): through ``ops.text_digest``
-    where that hash is the engine's own (``ops.keyed_hash_is_digest`` false), as it is otherwise."""
-    if getattr(ops, "keyed_hash_is_digest", True):
-        return None
-    return getattr(ops, "text_digest", None)
+    where that hash is the engine's own (``ops.keyed_hash_is_digest`` false), as it is otherwise. Both are
+    declarations every building-block class must make (``dpsql.engine.base.check_declarations``): none
+    defaults to reading the text as it is."""
+    digest = text_digest_of(ops)
+    return None if ops.keyed_hash_is_digest else digest
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
@@ -826,7 +827,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
         if a.kind == ir.COUNT_COL:
             out.append(exp.alias_(present(r), f"{a.name}_c", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
-            out.append(exp.alias_(exp.func("list_value", distinct_value(a, plan.table.schema, _col(r), salt, getattr(ops, "text_digest", None))), f"{a.name}_l", copy=False))
+            out.append(exp.alias_(exp.func("list_value", distinct_value(a, plan.table.schema, _col(r), salt, text_digest_of(ops))), f"{a.name}_l", copy=False))
         elif a.kind == ir.SUM:
             out.append(exp.alias_(_clamped_input(a, plan.table.schema, ops, raw=r), f"{a.name}_s", copy=False))
         else:
@@ -925,7 +926,7 @@ def bounded_query(
                 ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(f"{a.name}_v"), ops)), f"{a.name}_q", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
             # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
-            listed = distinct_value(a, plan.table.schema, _col(f"{a.name}_v"), salt, getattr(ops, "text_digest", None))
+            listed = distinct_value(a, plan.table.schema, _col(f"{a.name}_v"), salt, text_digest_of(ops))
             ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", listed)), f"{a.name}_l", copy=False))
     if one_row:
         ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops,

@@ -94,7 +94,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from dpsql.catalog import TableSpec
-from dpsql.engine.base import SqlOps, source_name
+from dpsql.engine.base import SqlOps, source_name, text_digest_of
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.joins import SEP, _direct, _type_family, flat
@@ -230,7 +230,7 @@ def spread_of(values: Sequence[tuple[exp.Expression, str]], spread: Spread,
     # a key whose engine hash anyone can make equal for many values (text, wide integers, decimals, UUID,
     # BLOB) is hashed as the salt followed by its text (dpsql.rewrite.bound.spread_input), through the
     # backend's digest where the hash that reads it is the engine's own (spread_input says why)
-    digest = getattr(spread.ops, "text_digest", None) if fast is not None else keyed_digest(spread.ops)
+    digest = text_digest_of(spread.ops) if fast is not None else keyed_digest(spread.ops)
     for i, (e, typ) in enumerate(values):
         other = typ if others is None else others[i]
         x = _spread_input(e, typ, other, spread.ops)
