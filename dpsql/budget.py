@@ -9,6 +9,14 @@ the number the user typed, and does all sums and comparisons on those decimals w
 rational arithmetic (``fractions.Fraction``). No tolerance is involved anywhere: two budgets
 are equal iff their decimals are equal, and ``spent + request <= total`` is decided exactly.
 
+Mechanisms work with binary floats: the epsilon and delta a mechanism calibrates its noise with are
+the largest floats whose exact binary values are at most the recorded decimals
+(:func:`calibration_value`), and a cost a mechanism composes of several parts is summed exactly and
+rounded up, then recorded as a float whose decimal is at least that binary sum (:func:`recorded`).
+Both conversions happen in one place, where a request's budget enters the mechanisms and where its
+cost leaves them (``dpsql.mechanisms.base.Request.asking``, ``dpsql.mechanisms.registry``). So the
+noise is never calibrated for more than the ledger records.
+
 Composition here is basic (sequential) composition: epsilons add and deltas add. Every
 charge keeps its mechanism parameters in the ledger, so a tighter accountant can be
 added later without changing what was recorded.
@@ -189,6 +197,58 @@ def float_at_least(q: Fraction) -> float:
     while exact(f) < q:
         f = math.nextafter(f, math.inf)
     return f
+
+
+def binary_at_most(q: Fraction) -> float:
+    """The largest float whose exact binary value is <= ``q`` (``q`` >= 0): ``q`` rounded down."""
+    f = float(q)
+    while f > 0 and Fraction(f) > q:
+        f = math.nextafter(f, 0.0)
+    return f
+
+
+def binary_at_least(q: Fraction) -> float:
+    """The smallest float whose exact binary value is >= ``q``: ``q`` rounded up (a sum of costs that
+    mechanisms compose before the ledger records it, :func:`recorded`)."""
+    f = float(q)
+    while Fraction(f) < q:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
+def calibration_value(x: float) -> float:
+    """The number a mechanism calibrates with for a requested epsilon or delta ``x``: the largest float
+    whose exact binary value is at most ``x``'s decimal (the rounding rule, what the ledger records).
+
+    A float and its decimal differ: 0.1 is the binary 0.1000000000000000055..., above the 0.1 the
+    ledger records, so noise calibrated with the float 0.1 is calibrated for up to half an ulp
+    (2^-53 relative) more than is charged. Its calibration value is 0.09999999999999999 (the binary
+    0.0999999999999999916...). For 0.3 (the binary 0.2999999999999999888...) it is 0.3 itself."""
+    return binary_at_most(exact(x))
+
+
+def recorded(cost: Budget, asked: Budget | None) -> Budget:
+    """What the ledger records for a mechanism's ``cost``, whose floats are exact binary numbers (the
+    values it calibrated with and composed exactly). Per coordinate, with c the :func:`calibration_value`
+    of the analyst's ``asked`` value a:
+
+    * a cost of c: a itself (the charge is what was asked for);
+    * a cost x above c (a Gaussian release's delta plus its sampler's floating-point part): the smallest
+      float whose decimal is at least a + (x - c), the decimal asked for plus the exact excess;
+    * any other cost (below c, or without a request): the smallest float whose decimal is at least x.
+
+    Each recorded decimal is at least the binary cost the mechanism spent (a >= c)."""
+    def one(x: float, want: float | None) -> float:
+        if want is None:
+            return float_at_least(Fraction(x))
+        c = calibration_value(want)
+        if x == c:
+            return want
+        if x > c:
+            return float_at_least(exact(want) + Fraction(x) - Fraction(c))
+        return float_at_least(Fraction(x))
+
+    return Budget(one(cost.epsilon, asked.epsilon if asked else None), one(cost.delta, asked.delta if asked else None))
 
 
 def _exact_sums(costs: Iterable[Budget]) -> tuple[Fraction, Fraction]:

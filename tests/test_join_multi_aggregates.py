@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -60,11 +61,20 @@ def test_aggregates_reduce_to_distinct_base_aggregates(session: Any) -> None:
     assert p.join is not None and p.join.aggregates == () and len(p.aggregates) == 1
 
 
+#: 3e-6 split three ways: shares of its calibration value 2.9999999999999997e-06 (the float 3e-6 is above the
+#: decimal 3e-6 the ledger records: ``dpsql.budget.calibration_value``), the last the exact binary remainder
+DELTA_THIRDS = [9.999999999999997e-07, 9.999999999999997e-07, 1.0000000000000002e-06]
+
+
 def test_shares_add_up_exactly() -> None:
+    """Shares of a calibration value, as exact binary numbers (what the runs calibrate with)."""
     assert shares(3.0, 3) == [1.0, 1.0, 1.0]
-    assert shares(1.0, 3) == [0.3333333333333333, 0.3333333333333333, 0.3333333333333334]  # exact sum 1
-    assert shares(3e-6, 3) == [1e-06, 1e-06, 1e-06]
+    assert shares(1.0, 3) == [0.3333333333333333, 0.3333333333333333, 0.33333333333333337]  # binary sum exactly 1
+    assert shares(2.9999999999999997e-06, 3) == DELTA_THIRDS
     assert shares(1.0, 2) == [0.5, 0.5]
+    for total in (1.0, 2.9999999999999997e-06, 0.3, 0.09999999999999999):
+        for m in (2, 3, 7):
+            assert sum((Fraction(x) for x in shares(total, m)), Fraction(0)) <= Fraction(total)
 
 
 # -- calibration, pinned ---------------------------------------------------------------------------
@@ -87,10 +97,10 @@ def test_scalar_split_and_charge_are_pinned(session: Any) -> None:
     # with delta > 0 (Gaussian runs under RDP) delta is split too
     p = session.explain(SCALAR, epsilon=3.0, delta=3e-6)
     assert p.cost == Budget(3.0, 3e-6)
-    assert [r["cost"] for r in runs(p)] == [{"epsilon": 1.0, "delta": 1e-6}] * 3
+    assert [r["cost"] for r in runs(p)] == [{"epsilon": 1.0, "delta": d} for d in DELTA_THIRDS]
     # a share that is not a whole third: the last run takes the exact remainder
     p = session.explain(SCALAR, epsilon=1.0)
-    assert [r["budget"]["epsilon"] for r in runs(p)] == [0.3333333333333333, 0.3333333333333333, 0.3333333333333334]
+    assert [r["budget"]["epsilon"] for r in runs(p)] == [0.3333333333333333, 0.3333333333333333, 0.33333333333333337]
     assert p.cost == Budget(1.0, 0.0)
     assert session.remaining() == before
 
@@ -107,7 +117,8 @@ def test_grouped_clipping_runs_are_one_gaussian_vector(session: Any) -> None:
     p = session.explain(GROUPED, epsilon=3.0, delta=3e-6)  # one person per tuple: per-person clipping
     assert p.mechanism == "clipped_gaussian" and p.cost == Budget(3.0, 3e-6)
     assert [(r["aggregate"], r["budget"], r["cost"]) for r in runs(p)] == [
-        (a, {"epsilon": 3.0, "delta": 1e-6}, None) for a in ("COUNT(*)", "SUM(l.l_price)", "COUNT(l.l_price)")]
+        (a, {"epsilon": 3.0, "delta": d}, None)
+        for a, d in zip(("COUNT(*)", "SUM(l.l_price)", "COUNT(l.l_price)"), DELTA_THIRDS, strict=True)]
     assert p.parameters["composition"].startswith("one Gaussian vector of 3 runs")
     # each run clips at its default Delta x max|value| (Delta = 8 orders x 4 items) and is calibrated to sqrt(3) x it
     assert [r["parameters"]["clip_norm"] for r in runs(p)] == [32.0, 3200.0, 32.0]
@@ -152,11 +163,12 @@ def test_grouped_vector_form_split_is_pinned(session: Any) -> None:
     q_prime = 1.0 - 0.75 ** 32
     eps_star = math.log1p(q_prime * math.expm1(1.0))
     assert p.mechanism == "dp_s4s_vector"
-    for r in runs(p):
-        assert r["budget"] == {"epsilon": 1.0, "delta": 1e-6}
-        assert r["cost"]["epsilon"] == pytest.approx(eps_star, rel=1e-12) and r["cost"]["delta"] == 1e-6
+    for r, d in zip(runs(p), DELTA_THIRDS, strict=True):
+        assert r["budget"] == {"epsilon": 1.0, "delta": d}
+        assert r["cost"]["epsilon"] == pytest.approx(eps_star, rel=1e-12) and r["cost"]["delta"] == d
     assert p.cost.epsilon == pytest.approx(3 * eps_star, rel=1e-12) and p.cost.delta == 3e-6
-    assert p.cost.exact_epsilon >= sum(Budget(r["cost"]["epsilon"]).exact_epsilon for r in runs(p))
+    # the runs' costs are the exact binary numbers they calibrated with; the charge's decimal is at least their sum
+    assert p.cost.exact_epsilon >= sum((Fraction(r["cost"]["epsilon"]) for r in runs(p)), Fraction(0))
     assert p.parameters["samples"].startswith("independent")
 
 
@@ -210,7 +222,7 @@ def test_one_ledger_charge_with_the_summed_cost(session: Any) -> None:
     assert len(h) == n0 + 1
     assert (h[-1]["mechanism"], h[-1]["epsilon"], h[-1]["delta"], h[-1]["status"]) == ("dp_s4s", 1.5, 3e-6, "released")
     assert r.cost == Budget(1.5, 3e-6) and before.minus(session.remaining()) == Budget(1.5, 3e-6)
-    assert [x["cost"] for x in r.details["aggregates"]] == [{"epsilon": 0.5, "delta": 1e-6}] * 3
+    assert [x["cost"] for x in r.details["aggregates"]] == [{"epsilon": 0.5, "delta": d} for d in DELTA_THIRDS]
     # the ledger row keeps what explain states (each run's mechanism, budget, cost and parameters)
     plan = session.explain(SCALAR, epsilon=1.5, delta=3e-6)
     assert json.loads(h[-1]["params"]) == json.loads(json.dumps(plan.parameters))

@@ -222,7 +222,7 @@ def test_release_fields(events: pa.Table) -> None:
         h = s.history()
         assert h["entry_id"].to_pylist()[-1] == r.ledger_id
         assert h["status"].to_pylist()[-1] == "released"
-        assert s.remaining() == Budget(100.0, 1e-3).minus(Budget(0.5, 1e-6 + fp))
+        assert s.remaining() == Budget(100.0, 1e-3).minus(r.cost)
 
 
 @pytest.mark.parametrize(
@@ -265,11 +265,14 @@ def test_explain_costs_nothing_and_hides_the_salt(tmp_path: Path, events: pa.Tab
         p = s.explain("SELECT url, COUNT(*) FROM events GROUP BY url", epsilon=1, delta=1e-6)
         assert isinstance(p, dpsql.Plan)
         fp = p.parameters["fp_delta"]
-        assert 0 < fp < 1e-10 and p.cost == Budget(1, 1e-6 + fp) and p.mechanism == "sparse_histogram"
+        assert 0 < fp < 1e-10 and p.cost.epsilon == 1 and p.mechanism == "sparse_histogram"
+        # the delta asked for plus the floating-point part, rounded up (at most a float above the least: dpsql/budget.py)
+        assert exact(1e-6) + exact(fp) <= exact(p.cost.delta)
+        assert exact(math.nextafter(math.nextafter(p.cost.delta, 0.0), 0.0)) < exact(1e-6) + exact(fp)
         assert SALT_PLACEHOLDER in p.bounded_sql
         assert "tau_star" in p.parameters and p.parameters["max_groups_per_unit"] == 2
         d = p.to_dict()
-        assert d["cost"] == {"epsilon": 1.0, "delta": 1e-6 + fp}
+        assert d["cost"] == {"epsilon": 1.0, "delta": p.cost.delta}
         assert "bounded SQL:" in str(p)
         # explaining more than the remaining budget is fine too: nothing is charged
         s.explain("SELECT COUNT(*) FROM events", epsilon=5)

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.budget import Budget
+from dpsql.budget import Budget, calibration_value, recorded
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import BoundedBatch, SqlOps
 from dpsql.errors import ConfigError, PolicyError
@@ -67,6 +67,11 @@ class Request:
     ``plan`` is the analysed query (None for a workload passed to ``query_many``);
     ``workload`` the range workload it amounts to, when it is one (``dpsql.plan.workload``);
     ``find_synopsis`` looks up a released synopsis by key in the ledger (released values only).
+
+    ``epsilon`` and ``delta`` are what the mechanism calibrates with: built by :meth:`asking`, the largest
+    floats whose exact binary values are at most the decimals the ledger records for the analyst's
+    ``asked`` budget (``dpsql.budget.calibration_value``). The router records a description's cost
+    through :meth:`record` (``dpsql.budget.recorded``): never less than the binary values it calibrated.
     """
 
     text: str
@@ -79,6 +84,22 @@ class Request:
     plan: ir.QueryPlan | None = None
     workload: Workload | None = None
     find_synopsis: Callable[[str], tuple[int, str] | None] = field(default=lambda key: None)
+    #: the budget the analyst asked for, as the ledger records it (None: a request built without one,
+    #: whose costs are recorded by their binary values rounded up)
+    asked: Budget | None = None
+
+    @classmethod
+    def asking(cls, epsilon: float, delta: float, **fields: Any) -> Request:
+        """A request for the budget (``epsilon``, ``delta``) as the analyst asked for it (checked floats,
+        read as decimals by the rounding rule): the one place a query's budget becomes the numbers
+        mechanisms calibrate with."""
+        asked = Budget(epsilon, delta)
+        return cls(epsilon=calibration_value(asked.epsilon), delta=calibration_value(asked.delta), asked=asked,
+                   **fields)
+
+    def record(self, cost: Budget) -> Budget:
+        """The ledger's record of a mechanism's ``cost`` for this request (``dpsql.budget.recorded``)."""
+        return recorded(cost, self.asked)
 
     @property
     def tables(self) -> list[str]:

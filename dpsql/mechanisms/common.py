@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.budget import Budget, exact, float_at_least
+from dpsql.budget import Budget, binary_at_least, exact
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError
 from dpsql.mechanisms import variance
@@ -143,18 +144,20 @@ def gaussian_fp_charge(
 
 
 def charged_delta(delta: float, fp: float) -> float:
-    """The delta a Gaussian release is charged: the requested ``delta`` plus the sampler's floating-point
-    part ``fp``, added exactly and rounded up (the ledger's rounding rule, dpsql/budget.py), so the
-    recorded charge is never below what the release spends. A sum that reaches 1 is refused in terms
-    of what was asked."""
-    total = exact(delta) + exact(fp)
+    """The delta a Gaussian release is charged: the calibrated ``delta`` plus the sampler's floating-point
+    part ``fp`` (the larger of its binary value and its decimal, the ``fp_delta`` shown), added exactly and
+    rounded up to a float. The router records the delta asked for plus this excess over the calibrated
+    delta (``dpsql.budget.recorded``), so the recorded charge is never below what the release spends, nor
+    below the delta asked for plus the ``fp_delta`` shown. A sum that reaches 1 is refused in terms of what
+    was asked."""
+    total = Fraction(delta) + max(Fraction(fp), exact(fp))
     if total >= 1:
         raise ConfigError(
             f"delta={delta!r} plus the Gaussian sampler's floating-point delta {fp:.3g} (fp_delta) reaches 1: "
             "no privacy is left to claim",
             hint="use a small delta such as 1e-6 (well below 1/number_of_people), or 0 for pure DP",
         )
-    return float_at_least(total)
+    return binary_at_least(total)
 
 
 def fp_delta_refusal(fp: float, *, epsilon: float, delta: float, laplace: bool) -> ConfigError:

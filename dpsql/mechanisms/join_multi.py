@@ -15,15 +15,17 @@ the choice reads the plan's people and the options, the same for every aggregate
 its own single-aggregate plan over the same join, WHERE, GROUP BY keys and people
 (``ir.JoinPlan.for_aggregate``), its own calibration at (ε_j, δ_j) and its own bounded query, read
 after the one charge. The shares are ε_j = ε/m and δ_j = δ/m rounded down to a float, the last one
-the exact remainder, so Σ_j ε_j ≤ ε and Σ_j δ_j ≤ δ exactly (``dpsql.budget``'s rounding rule).
+the exact remainder, so Σ_j ε_j ≤ ε and Σ_j δ_j ≤ δ exactly (as binary numbers: ε and δ are the request's
+calibration values, at most the recorded decimals, ``dpsql.budget``).
 Run j alone is cost_j-DP (its mechanism's own claim: (ε_j, 0) for DP-S4S under pure DP and for R2T,
 (ε_j, δ_j) for DP-S4S under RDP and for clipping, (ε*_j, δ_j) for the vector form, ε*_j its
 amplified ε). The m runs use independent randomness — fresh noise from the session's source, and,
 when the mechanism samples join tuples (q < 1), a salt of their own, SHA-256 of the query's secret
 salt and j (``sub_salt``; on DuckDB's own connection the per-tuple ``RANDOM()`` draws are fresh per
 run anyway) — so their samples are independent and together the runs are (Σ_j cost_j)-DP by basic
-sequential composition (Dwork & Roth, Theorem 3.16). That sum, rounded up to a float, is charged,
-once, before any private row is read; it is at most the requested (ε, δ). (Per-person clipping
+sequential composition (Dwork & Roth, Theorem 3.16). That sum, rounded up to a float, is charged
+(recorded as a decimal at least as large, ``dpsql.budget.recorded``), once, before any private row is
+read; it is at most the requested (ε, δ). (Per-person clipping
 composes its runs more tightly, as one Gaussian vector: below.)
 
 Why independent samples: a sampled run's amplified cost (Lemma 3.1, Lemma 4.2) holds over the
@@ -76,7 +78,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.budget import Budget, exact, float_at_least, float_at_most
+from dpsql.budget import Budget, binary_at_least, binary_at_most
 from dpsql.engine.base import BoundedBatch, SqlOps
 from dpsql.errors import ConfigError, DPSQLError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Released, Request
@@ -87,17 +89,19 @@ from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps
 
 def shares(total: float, m: int) -> list[float]:
     """``total``/m rounded down to a float for the first m - 1 shares, the exact remainder (rounded down)
-    for the last: the shares' exact sum is at most ``total`` (public, data independent)."""
-    t = exact(total)
-    first = [float_at_most(t / m)] * (m - 1)
-    return first + [float_at_most(t - sum((exact(x) for x in first), Fraction(0)))]
+    for the last: the shares' exact sum is at most ``total`` (public, data independent). Exact binary
+    values, as the runs calibrate with them (``total`` is a calibration value: ``dpsql.budget``)."""
+    t = Fraction(total)
+    first = [binary_at_most(t / m)] * (m - 1)
+    return first + [binary_at_most(t - sum((Fraction(x) for x in first), Fraction(0)))]
 
 
 def charged_sum(costs: list[Budget]) -> Budget:
-    """The runs' costs added exactly and rounded up to floats (what the ledger is charged)."""
-    e = sum((c.exact_epsilon for c in costs), Fraction(0))
-    d = sum((c.exact_delta for c in costs), Fraction(0))
-    return Budget(float_at_least(e), float_at_least(d))
+    """The runs' costs (binary values) added exactly and rounded up to floats: the query's cost, which the
+    router records (``dpsql.budget.recorded``)."""
+    e = sum((Fraction(c.epsilon) for c in costs), Fraction(0))
+    d = sum((Fraction(c.delta) for c in costs), Fraction(0))
+    return Budget(binary_at_least(e), binary_at_least(d))
 
 
 def sub_salt(salt: str, j: int) -> str:

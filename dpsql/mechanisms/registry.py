@@ -141,6 +141,7 @@ class Route:
 
 def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: str) -> Route:
     desc = mechanism.describe(calibration)
+    desc = dataclasses.replace(desc, cost=request.record(desc.cost))  # recorded >= what was calibrated
     if request.options.get("reuse") == "synopsis" and desc.reuse_of is None:
         raise PolicyError(
             "reuse='synopsis' was asked, but no stored DAWA synopsis covers this query (same table, ordered column(s), "
@@ -178,8 +179,8 @@ def route_workload(
         raise ConfigError("range workloads (query_many) are answered by DAWA only", hint="omit the mechanism option")
     _check_applicable(dawa, options)
     wl = analyze_workload(list(sqls) if isinstance(sqls, (list, tuple)) else sqls, dict(catalog))
-    req = Request(text="\n;\n".join(wl.sqls), epsilon=epsilon, delta=delta, options=options, table=wl.table,
-                  unit=_unit(wl.table, catalog), catalog=catalog, workload=wl, find_synopsis=find_synopsis)
+    req = Request.asking(text="\n;\n".join(wl.sqls), epsilon=epsilon, delta=delta, options=options, table=wl.table,
+                         unit=_unit(wl.table, catalog), catalog=catalog, workload=wl, find_synopsis=find_synopsis)
     cal = dawa.calibrate(req, contribution(wl.table, {}))
     return _finish(req, dawa, cal, _REASONS["dawa_workload"])
 
@@ -197,8 +198,8 @@ def route(
     if forced in ("dp_s4s", "r2t", "dp_s4s_vector", "clipped_gaussian"):
         raise PolicyError(f"mechanism '{forced}' answers joins (or tables that reach people through several references)",
                           hint="omit the mechanism option for a single-table query")
-    base = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=table,
-                   unit=_unit(table, catalog), catalog=catalog, plan=plan, find_synopsis=find_synopsis)
+    base = Request.asking(text=sql, epsilon=epsilon, delta=delta, options=options, table=table,
+                          unit=_unit(table, catalog), catalog=catalog, plan=plan, find_synopsis=find_synopsis)
     if any(a.kind in ir.QUANTILE_KINDS for a in plan.aggregates):
         return _route_quantile(base, forced)
     if forced == "exponential":
@@ -303,8 +304,8 @@ def _route_join(
     name = MechanismName(forced)
     mech = _several(REGISTRY[name], plan)
     _check_applicable(mech, options)
-    req = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
-                  catalog=catalog, plan=plan, find_synopsis=find_synopsis)
+    req = Request.asking(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
+                         catalog=catalog, plan=plan, find_synopsis=find_synopsis)
     holds = "enforced by per-input row caps" if people.enforced else "attested by the owner's declarations"
     if name == MechanismName.DP_S4S:
         reason = f"join: DP-S4S (Poisson-sampled join tuples, truncation with a privately chosen threshold; Delta {holds})"
@@ -343,8 +344,8 @@ def _route_grouped_join(
     name = route_name(dict(options), people)
     mech = _several(_GROUPED[name] if name == MechanismName.R2T else REGISTRY[name], plan, grouped=True)
     _check_applicable(mech, options)
-    req = Request(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
-                  catalog=catalog, plan=plan, find_synopsis=find_synopsis)
+    req = Request.asking(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
+                         catalog=catalog, plan=plan, find_synopsis=find_synopsis)
     if name == MechanismName.JOIN_CLIPPED:
         reason = ("GROUP BY over a join with one person per tuple: per-person L2 clipping of the vector of group totals "
                   "in the engine, Gaussian noise (no sampling)")
@@ -385,6 +386,6 @@ def route_profile(table: str, epsilon: float, options: Mapping[str, Any], catalo
     if unit is None:
         raise PolicyError(unit_problem(spec, dict(catalog)))
     mech = REGISTRY[MechanismName.CONTRIBUTION_PROFILE]
-    req = _profile_request(Request(text=f"-- contribution profile of {name}", epsilon=epsilon, delta=0.0, options=options,
-                                   table=spec, unit=unit, catalog=catalog))
+    req = _profile_request(Request.asking(text=f"-- contribution profile of {name}", epsilon=epsilon, delta=0.0, options=options,
+                                          table=spec, unit=unit, catalog=catalog))
     return _finish(req, mech, mech.calibrate(req, contribution(spec, {})), "caps advice: noisy per-person contribution histograms")
