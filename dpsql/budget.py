@@ -172,7 +172,8 @@ class Budget:
 
 def share_of(total: float, parts: float) -> float:
     """One of ``parts`` equal shares of ``total`` (an epsilon or a delta split for basic composition):
-    the largest float x with parts * x <= total as exact numbers. ``total / parts`` rounded to nearest
+    the largest float x with parts * x <= total as exact binary numbers (``total`` a calibration value,
+    :func:`calibration_value`, so the shares add up to at most the recorded decimal). ``total / parts`` rounded to nearest
     can exceed the exact share by half an ulp, so the shares would add up to more than ``total``."""
     n = Fraction(parts)
     t = Fraction(total)
