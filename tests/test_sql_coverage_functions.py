@@ -163,10 +163,11 @@ def test_like_escape_counts_as_duckdb(plain: dpsql.Session, where: str) -> None:
 @pytest.mark.parametrize("where,words", [
     ("s LIKE 'a!' ESCAPE '!'", "ends with its escape character"),
     ("s LIKE 'a!b' ESCAPE '!'", "may precede only '%', '_' or itself"),
-    ("s LIKE 'ab' ESCAPE 'xy'", "one character"),
-    ("s LIKE 'ab' ESCAPE ''", "one character"),
-    ("s ILIKE 'ab' ESCAPE 'a'", "without upper/lower case"),
-    ("s LIKE 'a%' ESCAPE '%'", "other than '%' and '_'"),
+    ("s LIKE 'ab' ESCAPE 'xy'", "one ASCII character"),
+    ("s LIKE 'ab' ESCAPE ''", "one ASCII character"),
+    ("s ILIKE 'ab' ESCAPE 'a'", "other than a letter"),
+    ("s LIKE 'a%' ESCAPE '%'", "other than a letter, '%' and '_'"),
+    ("s LIKE 'a€%' ESCAPE '€'", "one ASCII character"),  # DuckDB takes one byte: it failed at bind
     ("s LIKE s ESCAPE '!'", "must be a string literal"),
 ])
 def test_other_escapes_are_refused_for_free(plain: dpsql.Session, where: str, words: str) -> None:

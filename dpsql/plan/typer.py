@@ -263,7 +263,7 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              f"inputs capped at {STRING_CAP} characters"),
     FuncSpec("[NOT] LIKE, [NOT] ILIKE [ESCAPE]", "VARCHAR, VARCHAR literal[, VARCHAR literal] -> BOOLEAN", "total",
              f"pattern: a literal of at most {MAX_LIKE_PATTERN} characters, at most {MAX_LIKES} per expression; "
-             "ESCAPE: a literal of one character (not '%', '_' or a letter with case) that precedes only '%', '_' or "
+             "ESCAPE: a literal of one ASCII character (not a letter, '%' or '_') that precedes only '%', '_' or "
              f"itself in the pattern; input capped at {STRING_CAP}"),
     FuncSpec("||, concat", "VARCHAR... -> VARCHAR", "total", f"inputs capped at {STRING_CAP} characters"),
     FuncSpec("concat_ws", "VARCHAR literal, VARCHAR... -> VARCHAR", "total",
@@ -955,8 +955,8 @@ class Typer:
 
     def _like(self, node: exp.Expression, escape: exp.Escape | None) -> Typed:
         """``x [NOT] LIKE / ILIKE 'pattern' [ESCAPE 'c']``: a literal pattern of at most MAX_LIKE_PATTERN
-        characters, at most MAX_LIKES per expression. An escape is one character without case (so ILIKE,
-        which lower-cases the pattern on some engines, keeps it), neither '%' nor '_', and in the pattern
+        characters, at most MAX_LIKES per expression. An escape is one ASCII character (DuckDB takes one byte)
+        other than a letter (ILIKE lower-cases the pattern on some engines), '%' and '_', and in the pattern
         it precedes only '%', '_' or itself: DuckDB reads an escaped ordinary letter as the letter and
         refuses a pattern ending in the escape only when the pattern is constant-folded, Spark refuses
         both, so such a pattern is refused here, for free, on every engine."""
@@ -972,9 +972,9 @@ class Typer:
         if escape is not None:
             er = self.t(escape.expression)
             esc = str(er.value) if er.literal and er.type.kind == "strlit" else None
-            if esc is None or len(esc) != 1 or esc in "%_" or esc.lower() != esc.upper():
-                raise self.refuse(escape, "ESCAPE takes a string literal of one character other than '%' and '_' and "
-                                          "without upper/lower case, e.g. ESCAPE '!' or ESCAPE '\\'")
+            if esc is None or len(esc) != 1 or not esc.isascii() or esc in "%_" or esc.isalpha():
+                raise self.refuse(escape, "ESCAPE takes a string literal of one ASCII character other than a letter, "
+                                          "'%' and '_', e.g. ESCAPE '!' or ESCAPE '\\'")
             problem = _escape_problem(pattern, esc)
             if problem is not None:
                 raise self.refuse(escape, problem)
