@@ -587,7 +587,7 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         esc = _literal_text(node.expression)
         if not isinstance(node.this, (exp.Like, exp.ILike)) or esc is None or len(esc) != 1:
             raise _refuse(node, "this ESCAPE")
-        # the typer's escape (one character without case, preceding only %, _ or itself): Spark's meaning
+        # the typer's escape (one ASCII character, not a letter, preceding only %, _ or itself): Spark's meaning
         return node
     if isinstance(node, (exp.Left, exp.Right)):
         if _positive_int_literal(node.expression):

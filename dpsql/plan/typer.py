@@ -957,9 +957,9 @@ class Typer:
         """``x [NOT] LIKE / ILIKE 'pattern' [ESCAPE 'c']``: a literal pattern of at most MAX_LIKE_PATTERN
         characters, at most MAX_LIKES per expression. An escape is one ASCII character (DuckDB takes one byte)
         other than a letter (ILIKE lower-cases the pattern on some engines), '%' and '_', and in the pattern
-        it precedes only '%', '_' or itself: DuckDB reads an escaped ordinary letter as the letter and
-        refuses a pattern ending in the escape only when the pattern is constant-folded, Spark refuses
-        both, so such a pattern is refused here, for free, on every engine."""
+        it precedes only '%', '_' or itself: DuckDB reads an escaped ordinary letter as the letter and fails
+        on a pattern ending in its escape, Spark fails on both, so such a pattern is refused here, for free,
+        on every engine."""
         a = self.t(node.this)
         pr = self.t(node.expression)
         where = escape if escape is not None else node
