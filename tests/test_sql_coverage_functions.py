@@ -320,3 +320,21 @@ def test_power_is_on_the_allow_list_everywhere_but_bounds_need_a_clamp(plain: dp
 def test_refusals_name_the_problem_before_any_typing() -> None:
     with pytest.raises(TypeRefusal, match="part 0 is none"):
         type_key(sqlglot.parse_one("split_part(s, ',', 0)", read="duckdb"), SCHEMA)
+
+
+def test_power_by_a_whole_constant_has_bounds_from_its_base() -> None:
+    """SUM / AVG of power(x, k) (k a literal whole number) takes its bounds from x's: [0, 4] for x^2 with x in
+    [-2, 2], as plain DuckDB's clamped sum; a power whose bounds exceed 1e15, or by another exponent, is refused."""
+    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.5))
+    use_noise(s, zero_noise())
+    s.register("t", table(), privacy_unit="uid", max_groups_per_unit=1, max_rows_per_group=1,
+               columns={"x": {"bounds": (-2, 2)}, "y": {"bounds": (0, 3000)}})
+    try:
+        got = s.query("SELECT SUM(power(x, 2)) AS v, SUM(x ** 3) AS w FROM t", epsilon=1.0, delta=1e-6).table.to_pylist()[0]
+        want = duck("SELECT SUM(LEAST(GREATEST(power(LEAST(GREATEST(x, -2), 2), 2), 0), 4)), "
+                    "SUM(LEAST(GREATEST(power(LEAST(GREATEST(x, -2), 2), 3), -8), 8)) FROM t")[0]
+        assert (got["v"], got["w"]) == pytest.approx(want)
+        assert "too large" in free(s, "SELECT SUM(power(y, 5)) FROM t")
+        assert "literal whole k" in free(s, "SELECT SUM(power(x, 0.5)) FROM t")
+    finally:
+        s.close()
