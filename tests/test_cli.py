@@ -231,7 +231,7 @@ EXIT_CASES = [
     # query errors
     (["query", "SELECT * FROM events", "--epsilon", "1"], 2),
     (["query", "SELECT COUNT(*) FROM nosuch", "--epsilon", "1"], 2),
-    (["query", "SELECT COUNT(*) FROM events JOIN events e2 USING (user_id)", "--epsilon", "1"], 2),
+    (["query", "SELECT COUNT(*) FROM events JOIN events e2 USING (nosuch)", "--epsilon", "1"], 2),
     (["query", "SELECT COUNT(*) FROM", "--epsilon", "1"], 2),
     (["explain", "DROP TABLE events", "--epsilon", "1"], 2),
     (["query", "SELECT SUM(user_id) FROM events", "--epsilon", "1"], 2),

@@ -211,6 +211,11 @@ CORPUS = [
     ("where", "tns = ts"), ("where", "tss = day"), ("where", "(big // -1) > 0"), ("where", "(-big) < 0"),
     ("key", "date_trunc('year', ts)"), ("key", "tns"), ("key", "tss"), ("key", "tms"), ("key", "date_trunc('day', tms)"),
     ("key", "CAST(tss AS VARCHAR)"), ("key", "year(tss)"),
+    # replace, split_part, concat_ws, day/month names, make_date, power, LIKE ... ESCAPE
+    ("key", "replace(note, 'a', 'aaaa')"), ("key", "split_part(name, ',', -1)"), ("key", "concat_ws('-', note, name)"),
+    ("key", "dayname(day)"), ("key", "monthname(tns)"), ("key", "make_date(i, ti, big)"), ("key", "power(d, f)"),
+    ("where", "make_date(big, i, ti) > day"), ("where", "power(big, big) > 1"), ("where", "dayname(tss) = 'Monday'"),
+    ("where", f"uid = {TARGET} AND note LIKE '%!%%' ESCAPE '!'"), ("where", "name NOT ILIKE '!_%' ESCAPE '!'"),
 ]
 
 

@@ -155,6 +155,11 @@ QUERIES = {
     # isnan(NULL) is NULL on DuckDB, where Spark's isnan gives false
     "count_expr_isnan_null": ("SELECT country, COUNT(isnan(CAST(ref AS DOUBLE))) AS n, COUNT(CASE WHEN NOT isnan(CAST(ref AS "
                               "DOUBLE)) THEN 1 END) AS m FROM events GROUP BY country"),
+    # LIKE ... ESCAPE, replace, split_part, concat_ws, dayname / monthname and make_date (power is refused on Spark)
+    "new_functions": ("SELECT dayname(day) AS dn, monthname(day) AS mn, COUNT(*) AS n FROM events WHERE url NOT LIKE "
+                      "'a!%' ESCAPE '!' AND replace(url, 'a', 'bb') <> 'x' AND split_part(country || ',' || action, ',', "
+                      "-1) = 'view' AND make_date(year(day), month(day), 1) >= DATE '2024-01-01' AND concat_ws('-', url, "
+                      "ref) <> '' GROUP BY dn, mn"),
 }
 WORKLOAD = [
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 29",
@@ -318,7 +323,8 @@ def test_public_domain_key_set_is_the_same_and_free(duck: dpsql.Session, spark_s
 def test_unsupported_function_is_refused_for_free(spark_session: dpsql.Session) -> None:
     before = spark_session.remaining()
     for sql in ("SELECT COUNT(*) FROM events WHERE strftime(day, '%Y') = '2024'",
-                "SELECT COUNT(*) FROM events WHERE url LIKE 'a\\%'"):
+                "SELECT COUNT(*) FROM events WHERE url LIKE 'a\\%'",
+                "SELECT COUNT(*) FROM events WHERE power(amount, 2) > 100"):
         with pytest.raises(UnsupportedQueryError, match="Spark"):
             spark_session.query(sql, epsilon=1.0, delta=1e-5)
         with pytest.raises(UnsupportedQueryError):

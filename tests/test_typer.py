@@ -562,8 +562,15 @@ ALLOW_LIST_SAMPLES = {
     "starts_with, ends_with, contains, strpos, instr": [
         "starts_with(note, 'a')", "ends_with(note, 'a')", "contains(note, 'a')", "strpos(note, 'a') > 0",
         "instr(note, 'a') > 0"],
-    "[NOT] LIKE, [NOT] ILIKE": ["note LIKE 'a%'", "note NOT LIKE 'a%'", "note ILIKE 'A%'", "note NOT ILIKE 'A%'"],
+    "[NOT] LIKE, [NOT] ILIKE [ESCAPE]": ["note LIKE 'a%'", "note NOT LIKE 'a%'", "note ILIKE 'A%'", "note NOT ILIKE 'A%'",
+                                         "note LIKE 'a!%' ESCAPE '!'", "note NOT ILIKE '!_%' ESCAPE '!'"],
     "||, concat": ["note || 'x' = 'ax'", "concat(note, 'x') = 'ax'"],
+    "concat_ws": ["concat_ws('-', note, note) = 'a-a'", "concat_ws('', note, NULL) = 'a'"],
+    "replace": ["replace(note, 'a', 'bb') = 'bb'", "replace(note, 'ab', '') = ''"],
+    "split_part": ["split_part(note, ',', 2) = 'a'", "split_part(note, ',', -1) = 'a'"],
+    "power, pow, **, ^": ["power(d, 2) > 1", "pow(i, ti) > 1", "d ** amt > 1", "i ^ 0.5 > 1"],
+    "dayname, monthname": ["dayname(day) = 'Monday'", "monthname(ts) = 'May'"],
+    "make_date": ["make_date(i, ti, 1) > day", "make_date(2024, 2, 30) IS NULL"],
     "date_trunc": ["date_trunc('month', day) > ts", "date_trunc('hour', ts) > ts"],
     "date_part, extract": ["date_part('year', day) > 0", "extract(month FROM ts) > 0"],
     "year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week": [

@@ -36,9 +36,10 @@ binding, before any charge):
   ``explode(array(..))``;
 * ``LIST(DISTINCT x)`` (the people a join tuple reaches through looked-up keys) is
   ``collect_set(x)``: the same set, perhaps in another order;
-* LIKE patterns holding a backslash are refused (Spark's LIKE escapes with ``\\`` by default,
-  DuckDB's has no escape); ``left``/``right`` only with a positive literal count (their meaning
-  differs for negative counts), ``substring`` only with a start >= 1;
+* LIKE patterns holding a backslash are refused without an ESCAPE (Spark's LIKE escapes with ``\\`` by
+  default, DuckDB's has no default escape; with the typer's ``ESCAPE 'c'`` both read only ``c``);
+  ``left``/``right`` only with a positive literal count (their meaning differs for negative counts),
+  ``substring`` only with a start >= 1;
 * date and time functions (``date_part``/``extract``, ``year`` ... ``second``, ``date_trunc``)
   with DuckDB's conventions, from the DATE and the microseconds since 1970 (see the section
   below); decade/century/millennium and strftime/strptime are refused;
@@ -281,6 +282,9 @@ _SAME: tuple[type[exp.Expression], ...] = (
     exp.LTE, exp.NullSafeEQ, exp.Between, exp.In, exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least,
     exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Abs, exp.Sqrt, exp.IsNan, exp.Lower, exp.Upper, exp.Length, exp.Trim,
     exp.Reverse, exp.StartsWith, exp.EndsWith, exp.Contains, exp.StrPosition, exp.DPipe, exp.Concat,
+    # (ConcatWs is a Concat; replace with literal texts, split_part with a non-empty literal separator and a
+    # literal part number other than 0: the typer's forms, the same meaning on Spark)
+    exp.Replace, exp.SplitPart,
     exp.DataType, exp.DataTypeParam, exp.Var,
 )
 
@@ -573,9 +577,22 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
         raise _refuse(node, "COLLATE")
     if isinstance(node, (exp.Like, exp.ILike)):
         pat = node.expression
-        if node.args.get("escape") is not None or not (isinstance(pat, exp.Literal) and pat.is_string) \
-                or "\\" in str(pat.this):
-            raise _refuse(node, "a LIKE pattern with a backslash")
+        if not (isinstance(pat, exp.Literal) and pat.is_string):
+            raise _refuse(node, "a LIKE pattern that is not a literal")
+        if "\\" in str(pat.this) and not isinstance(node.parent, exp.Escape):
+            # Spark's LIKE escapes with a backslash by default, DuckDB's has no default escape (with an
+            # explicit ESCAPE both engines read only that character as the escape)
+            raise _refuse(node, "a LIKE pattern with a backslash (write it with ESCAPE '!' to match a backslash on Spark)")
+        return node
+    if isinstance(node, exp.DateFromParts):
+        # the typer's make_date, reached only for a valid date of years 1..9999 (its CASE guard): Spark's
+        # make_date takes INT arguments (ANSI mode casts no BIGINT down implicitly), which these values fit
+        return _fn("make_date", *(exp.Cast(this=node.args[k], to=spark_type("INTEGER")) for k in ("year", "month", "day")))
+    if isinstance(node, exp.Escape):
+        esc = _literal_text(node.expression)
+        if not isinstance(node.this, (exp.Like, exp.ILike)) or esc is None or len(esc) != 1:
+            raise _refuse(node, "this ESCAPE")
+        # the typer's escape (one ASCII character, not a letter, preceding only %, _ or itself): Spark's meaning
         return node
     if isinstance(node, (exp.Left, exp.Right)):
         if _positive_int_literal(node.expression):

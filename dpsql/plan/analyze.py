@@ -688,7 +688,7 @@ class _Builder:
                      "charge, by Session.query_many([...]))",
                 violations=self.violations,
             )
-        stmt = _order_by_all(stmts[0])
+        stmt = _limit_all(_order_by_all(stmts[0]))
         if isinstance(stmt, exp.Select) and stmt.args.get("joins"):
             return analyze_join(self.sql, stmt, self.catalog)  # joins: DP-S4S / R2T (dpsql.plan.joins)
         if isinstance(stmt, exp.Select) and self._several_paths(stmt):
@@ -1045,6 +1045,17 @@ def _order_by_all(stmt: exp.Expression) -> exp.Expression:
             each.set("this", exp.Literal.number(i + 1))
             items.append(each)
     out.args["order"].set("expressions", items)
+    return out
+
+
+def _limit_all(stmt: exp.Expression) -> exp.Expression:
+    """``LIMIT ALL`` (DuckDB's, PostgreSQL's) is no limit: every released row."""
+    limit = stmt.args.get("limit") if isinstance(stmt, exp.Select) else None
+    if not (isinstance(limit, exp.Limit) and isinstance(limit.expression, exp.Var) and limit.expression.name.upper() == "ALL"
+            and limit.args.get("limit_options") is None and limit.args.get("offset") is None):
+        return stmt
+    out = stmt.copy()
+    out.set("limit", None)
     return out
 
 

@@ -44,6 +44,10 @@ class NoInterval(Exception):
         super().__init__(message)
 
 
+#: power(x, k) has bounds for a literal whole k in [0, MAX_POWER] (the bounds' own limit, +-1e15, then applies)
+MAX_POWER = 64
+
+
 def number(node: exp.Expression) -> float | None:
     """A finite numeric literal (through parentheses and unary minus), else None."""
     neg = False
@@ -116,6 +120,14 @@ def _label(node: exp.Expression) -> str:
     if isinstance(node, exp.Func):
         return node.sql_name()
     return type(node).__name__.upper()
+
+
+def _power(x: float, n: int) -> float:
+    """``x ** n`` in floats, +-inf beyond their range (Python raises there; the bounds check then refuses)."""
+    try:
+        return float(x) ** n
+    except OverflowError:
+        return math.copysign(math.inf, x) if n % 2 else math.inf
 
 
 def _hull(parts: list[Interval]) -> Interval:
@@ -212,10 +224,21 @@ def interval(node: exp.Expression, bounds: Callable[[str], Interval | None]) -> 
         # x rounded to k >= 0 decimals lies between floor(x) and ceil(x), and floor / ceil are monotone
         lo, hi = interval(node.this, bounds)
         return float(math.floor(lo)), float(math.ceil(hi))
+    if isinstance(node, exp.Pow):
+        k = number(node.expression)
+        if k is None or not float(k).is_integer() or not 0 <= k <= MAX_POWER:
+            raise NoInterval(node, f"power(x, k) has an interval rule only for a literal whole k from 0 to {MAX_POWER}")
+        lo, hi = interval(node.this, bounds)
+        n = int(k)
+        if n % 2 == 1 or lo >= 0:  # monotone on [lo, hi]
+            return _power(lo, n), _power(hi, n)
+        if hi <= 0:
+            return _power(hi, n), _power(lo, n)
+        return (0.0 if n else 1.0), _power(max(-lo, hi), n)
     if isinstance(node, exp.Cast) and node.to.is_type(*exp.DataType.REAL_TYPES, *exp.DataType.INTEGER_TYPES):
         lo, hi = interval(node.this, bounds)
         if node.to.is_type(*exp.DataType.INTEGER_TYPES):  # rounds to an integer: widen by one half
             return math.floor(lo), math.ceil(hi)
         return lo, hi
     raise NoInterval(node, f"{_label(node)} has no interval rule (supported: + - * / by a constant, "
-                           "CASE, ABS, LEAST, GREATEST, COALESCE, NULLIF, ROUND, FLOOR, CEIL, TRUNC, numeric CAST)")
+                           "power by a whole constant, CASE, ABS, LEAST, GREATEST, COALESCE, NULLIF, ROUND, FLOOR, CEIL, TRUNC, numeric CAST)")

@@ -48,7 +48,10 @@ feed Delta, which is enforced by caps or attested as above; reference types are 
 registration and again here (``dpsql.catalog.reference_problems``), as is the rule that public
 tables reference only public tables.
 
-Refused, for free, with the fix: outer, cross, non-equi, NATURAL/USING/ASOF joins, subqueries,
+``JOIN b USING (c)`` is ``JOIN b ON a.c = b.c`` (``a``: the input before it holding ``c``), and an unqualified
+``c`` then names that one column.
+
+Refused, for free, with the fix: outer, cross, non-equi, NATURAL/ASOF joins, an ambiguous USING, subqueries,
 tables neither public nor linked to a person, unbounded contributions, GROUP BY over keys without a public key
 set (``dpsql.plan.join_groups``), HAVING or ORDER BY naming an aggregate the SELECT list does not release.
 """
@@ -223,6 +226,8 @@ class _JoinBuilder:
         #: aliases of inputs already refused (unregistered, table functions, ...)
         self.failed: set[str] = set()
         self.keys: list[ir.JoinKey] = []
+        #: column -> the aliases a JOIN ... USING (column) made equal, the first named by an unqualified column
+        self.using: dict[str, list[str]] = {}
 
     def bad(self, node: exp.Expression, msg: str) -> None:
         _bad(self.sql, node, msg, self.vs)
@@ -296,6 +301,9 @@ class _JoinBuilder:
                 return None
         if not owners and self.failed:
             return None  # may be a column of a refused input: that input's problem is reported
+        group = self.using.get(name)
+        if len(owners) > 1 and group is not None and {o.alias for o in owners} <= set(group):
+            return flat(group[0], name)  # a USING column: one value in every input of its group
         if len(owners) != 1:
             hint = "" if owners else did_you_mean(col.name, {c for i in self.inputs for c in i.table.schema})
             self.bad(col, f"column '{col.name}' is ambiguous in {where}; qualify it with its table's alias" if owners
@@ -312,7 +320,37 @@ class _JoinBuilder:
             c.replace(exp.column(f or "__unknown", quoted=False))
         return out
 
-    def add_conditions(self, join: exp.Join) -> list[tuple[str, str]]:
+    def using_condition(self, join: exp.Join, position: int | None) -> exp.Expression | None:
+        """``JOIN b USING (c, ...)`` as ``ON a.c = b.c AND ...``: ``a`` is the one input before the join holding
+        ``c`` (or, when several inputs were joined by an earlier ``USING (c)``, the first of them, which they all
+        equal in an inner join); an unqualified ``c`` then names that column (``resolve``). None if refused."""
+        if position is None or not 0 < position < len(self.inputs):  # pragma: no cover - build() gives it
+            self.bad(join, "JOIN ... USING could not be read here; write JOIN ... ON a.x = b.y")
+            return None
+        right = self.inputs[position]
+        eqs: list[exp.Expression] = []
+        for ident in join.args["using"]:
+            name = ident.name.lower() if isinstance(ident, (exp.Identifier, exp.Column)) else ""
+            if not name:
+                self.bad(join, "JOIN ... USING takes column names; write JOIN ... ON a.x = b.y")
+                return None
+            left = [i for i in self.inputs[:position] if name in i.table.schema]
+            group = self.using.get(name, [])
+            if name not in right.table.schema or not left:
+                where = f"'{right.alias}' (table '{right.table.name}')" if name not in right.table.schema else \
+                    "any table joined before it"
+                self.bad(join, f"USING ({ident.name}): column '{ident.name}' is not in {where}; write JOIN ... ON a.x = b.y")
+                return None
+            if len(left) > 1 and not {i.alias for i in left} <= set(group):
+                self.bad(join, f"USING ({ident.name}) is ambiguous: '{ident.name}' is a column of "
+                               f"{', '.join(repr(i.alias) for i in left)}; write JOIN ... ON with the column you mean")
+                return None
+            first = group[0] if group else left[0].alias
+            self.using[name] = (group or [first]) + [right.alias]
+            eqs.append(exp.EQ(this=exp.column(name, table=first), expression=exp.column(name, table=right.alias)))
+        return exp.and_(*eqs, copy=False)
+
+    def add_conditions(self, join: exp.Join, position: int | None = None) -> list[tuple[str, str]]:
         side = (join.args.get("side") or "").upper()
         kind = (join.args.get("kind") or "").upper()
         if side in ("LEFT", "RIGHT", "FULL") or kind == "OUTER":
@@ -321,10 +359,11 @@ class _JoinBuilder:
         if kind in ("CROSS", "NATURAL", "ASOF", "POSITIONAL", "SEMI", "ANTI", "LATERAL") or join.args.get("method"):
             self.bad(join, f"{kind or join.args.get('method')} joins are not supported; use an inner JOIN ... ON a.x = b.y")
             return []
-        if join.args.get("using"):
-            self.bad(join, "JOIN ... USING is not supported; write JOIN ... ON a.x = b.y")
-            return []
         on = join.args.get("on")
+        if join.args.get("using"):
+            on = self.using_condition(join, position)
+            if on is None:
+                return []
         if on is None:
             self.bad(join, "cross joins (a join without ON, or FROM a, b) are not supported: they pair every row with every row; write JOIN ... ON a.x = b.y")
             return []
@@ -445,8 +484,8 @@ class _JoinBuilder:
         self.flat_schema = {flat(i.alias, c): t for i in self.inputs for c, t in i.table.schema.items() if _PLAIN.match(c)}
         stmt = _spelled(stmt, {c.lower() for i in self.inputs for c in i.table.schema})
         conditions: list[tuple[str, str]] = []
-        for j in joins:
-            conditions += self.add_conditions(j)
+        for k, j in enumerate(joins):
+            conditions += self.add_conditions(j, k + 1)
         for a, b in conditions:
             self.uf.union(a, b)
         # the join graph must be connected (no hidden cross join)

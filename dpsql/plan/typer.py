@@ -250,6 +250,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "computed in a type holding every result (else DOUBLE); round(DECIMAL(p,0), -k) in DECIMAL(p+1,0) "
              "(DOUBLE at p = 38)"),
     FuncSpec("sqrt, ln, log10", "numeric -> DOUBLE", "total", "computed in DOUBLE (NaN / -inf outside the domain)"),
+    FuncSpec("power, pow, **, ^", "numeric, numeric -> DOUBLE", "total",
+             "computed in DOUBLE: an overflow is inf, an undefined power (a negative number to a fraction) NaN"),
     FuncSpec("isnan, isinf", "DOUBLE -> BOOLEAN", "total"),
     FuncSpec("lower, upper, trim, ltrim, rtrim, reverse", "VARCHAR -> VARCHAR", "total", f"input capped at {STRING_CAP} characters"),
     FuncSpec("length", "VARCHAR -> BIGINT", "total", f"input capped at {STRING_CAP} characters"),
@@ -259,10 +261,19 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              f"start/length must be integer literals within +-{STRING_CAP}; input capped"),
     FuncSpec("starts_with, ends_with, contains, strpos, instr", "VARCHAR, VARCHAR -> BOOLEAN/BIGINT", "total",
              f"inputs capped at {STRING_CAP} characters"),
-    FuncSpec("[NOT] LIKE, [NOT] ILIKE", "VARCHAR, VARCHAR literal -> BOOLEAN", "total",
-             f"pattern: a literal of at most {MAX_LIKE_PATTERN} characters, at most {MAX_LIKES} per expression, no ESCAPE; "
-             f"input capped at {STRING_CAP}"),
+    FuncSpec("[NOT] LIKE, [NOT] ILIKE [ESCAPE]", "VARCHAR, VARCHAR literal[, VARCHAR literal] -> BOOLEAN", "total",
+             f"pattern: a literal of at most {MAX_LIKE_PATTERN} characters, at most {MAX_LIKES} per expression; "
+             "ESCAPE: a literal of one ASCII character (not a letter, '%' or '_') that precedes only '%', '_' or "
+             f"itself in the pattern; input capped at {STRING_CAP}"),
     FuncSpec("||, concat", "VARCHAR... -> VARCHAR", "total", f"inputs capped at {STRING_CAP} characters"),
+    FuncSpec("concat_ws", "VARCHAR literal, VARCHAR... -> VARCHAR", "total",
+             f"the separator a literal; NULL arguments are skipped; inputs capped at {STRING_CAP} characters"),
+    FuncSpec("replace", "VARCHAR, VARCHAR literal, VARCHAR literal -> VARCHAR", "total",
+             f"input capped at {STRING_CAP} characters; when the replacement is longer than the text it replaces, the "
+             f"result is cut to {STRING_CAP} characters (a value cannot grow beyond what a string function returns)"),
+    FuncSpec("split_part", "VARCHAR, VARCHAR literal, integer literal -> VARCHAR", "total",
+             f"a non-empty separator; the part number within +-{STRING_CAP}, not 0 (negative: counted from the end; "
+             f"beyond the parts: ''); input capped at {STRING_CAP} characters"),
     FuncSpec("date_trunc", "'part' literal, DATE/TIMESTAMP -> TIMESTAMP", "total",
              "a DATE or TIMESTAMP_S/_MS beyond the TIMESTAMP range is NULL; so is an instant before "
              f"{TRUNC_LEAST} (its truncation would leave the TIMESTAMP range; -infinity is kept)"),
@@ -270,6 +281,10 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "a TIMESTAMP_S/_MS beyond the TIMESTAMP range is NULL (read as TRY_CAST(x AS TIMESTAMP))"),
     FuncSpec("year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week",
              "DATE/TIMESTAMP -> BIGINT", "total", "as date_part"),
+    FuncSpec("dayname, monthname", "DATE/TIMESTAMP -> VARCHAR", "total",
+             "English names ('Monday', 'January'), as DuckDB's; computed from date_part (NULL where it is)"),
+    FuncSpec("make_date", "integer, integer, integer -> DATE", "total",
+             "NULL unless (year, month, day) is a valid date of years 1..9999 (DuckDB would fail on 2023-02-29)"),
     FuncSpec("strftime", "DATE/TIMESTAMP, format literal -> VARCHAR", "total", "as date_part"),
     FuncSpec("strptime, try_strptime", "VARCHAR, format literal -> TIMESTAMP", "total",
              "rendered try_strptime: text that does not parse is NULL; input capped; a format with %n (nanoseconds, "
@@ -914,21 +929,11 @@ class Typer:
         if isinstance(node, exp.DPipe):
             return Typed(exp.DPipe(this=self.cap(self.t(node.this), node), expression=self.cap(self.t(node.expression), node), safe=True), VARCHAR)
         if isinstance(node, (exp.Like, exp.ILike)):
-            a = self.t(node.this)
-            pat = node.expression
-            pr = self.t(pat)
-            if not (pr.literal and pr.type.kind == "strlit"):
-                raise self.refuse(node, "the LIKE pattern must be a string literal")
-            if len(str(pr.value)) > MAX_LIKE_PATTERN:
-                raise self.refuse(node, f"a LIKE pattern may have at most {MAX_LIKE_PATTERN} characters (its cost per row grows with its length)")
-            self.likes += 1
-            if self.likes > MAX_LIKES:
-                raise self.refuse(node, f"an expression may hold at most {MAX_LIKES} LIKE/ILIKE tests (bounded cost per row)")
-            cls = type(node)
-            out: exp.Expression = cls(this=_binary(self.cap(a, node)), expression=self.cap(pr, node))
-            if node.args.get("negate"):
-                out = exp.Not(this=out)
-            return Typed(out, BOOLEAN)
+            return self._like(node, None)
+        if isinstance(node, exp.Escape):
+            if not isinstance(node.this, (exp.Like, exp.ILike)):
+                raise self.refuse(node, "ESCAPE is only allowed after a LIKE or ILIKE pattern")
+            return self._like(node.this, node)
         if isinstance(node, exp.Collate):
             raise self.refuse(
                 node,
@@ -947,6 +952,42 @@ class Typer:
                 "evaluation (see docs/expressions.md)",
             )
         raise self.refuse(node, f"the expression {type(node).__name__.upper()} is not on the allow-list (see docs/expressions.md)")
+
+    def _like(self, node: exp.Expression, escape: exp.Escape | None) -> Typed:
+        """``x [NOT] LIKE / ILIKE 'pattern' [ESCAPE 'c']``: a literal pattern of at most MAX_LIKE_PATTERN
+        characters, at most MAX_LIKES per expression. An escape is one ASCII character (DuckDB takes one byte)
+        other than a letter (ILIKE lower-cases the pattern on some engines), '%' and '_', and in the pattern
+        it precedes only '%', '_' or itself: DuckDB reads an escaped ordinary letter as the letter and fails
+        on a pattern ending in its escape, Spark fails on both, so such a pattern is refused here, for free,
+        on every engine."""
+        a = self.t(node.this)
+        pr = self.t(node.expression)
+        where = escape if escape is not None else node
+        if not (pr.literal and pr.type.kind == "strlit"):
+            raise self.refuse(where, "the LIKE pattern must be a string literal")
+        pattern = str(pr.value)
+        if len(pattern) > MAX_LIKE_PATTERN:
+            raise self.refuse(where, f"a LIKE pattern may have at most {MAX_LIKE_PATTERN} characters (its cost per row grows with its length)")
+        esc: str | None = None
+        if escape is not None:
+            er = self.t(escape.expression)
+            esc = str(er.value) if er.literal and er.type.kind == "strlit" else None
+            if esc is None or len(esc) != 1 or not esc.isascii() or esc in "%_" or esc.isalpha():
+                raise self.refuse(escape, "ESCAPE takes a string literal of one ASCII character other than a letter, "
+                                          "'%' and '_', e.g. ESCAPE '!' or ESCAPE '\\'")
+            problem = _escape_problem(pattern, esc)
+            if problem is not None:
+                raise self.refuse(escape, problem)
+        self.likes += 1
+        if self.likes > MAX_LIKES:
+            raise self.refuse(where, f"an expression may hold at most {MAX_LIKES} LIKE/ILIKE tests (bounded cost per row)")
+        cls = type(node)
+        out: exp.Expression = cls(this=_binary(self.cap(a, node)), expression=self.cap(pr, node))
+        if esc is not None:
+            out = exp.Escape(this=out, expression=exp.Literal.string(esc))
+        if node.args.get("negate"):
+            out = exp.Not(this=out)
+        return Typed(out, BOOLEAN)
 
     def _numeric(self, node: exp.Expression, parent: exp.Expression) -> Typed:
         r = self.t(node)
@@ -1194,6 +1235,23 @@ class Typer:
         return Typed(out, target)
 
 
+def _escape_problem(pattern: str, esc: str) -> str | None:
+    """Why ``pattern`` is not a LIKE pattern every engine reads alike with the escape ``esc``, or None."""
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == esc:
+            nxt = pattern[i + 1] if i + 1 < len(pattern) else None
+            if nxt is None:
+                return f"the LIKE pattern ends with its escape character '{esc}': escape '%', '_' or '{esc}' itself"
+            if nxt not in ("%", "_", esc):
+                return (f"the escape character '{esc}' may precede only '%', '_' or itself in the LIKE pattern, not '{nxt}' "
+                        f"(write '{nxt}' alone)")
+            i += 2
+        else:
+            i += 1
+    return None
+
+
 def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str) -> Callable[[Typer, exp.Expression], Typed]:
     def h(ty: Typer, node: exp.Expression) -> Typed:
         extra = [k for k, v in node.args.items() if v is not None and k not in ("this", "decimals")]
@@ -1368,6 +1426,130 @@ def _concat(ty: Typer, node: exp.Expression) -> Typed:
     if not args:
         raise ty.refuse(node, "concat() needs arguments")
     return Typed(exp.Concat(expressions=[ty.cap(ty.t(a), node) for a in args], safe=True, coalesce=True), VARCHAR)
+
+
+def _replace(ty: Typer, node: exp.Expression) -> Typed:
+    """``replace(s, 'from', 'to')`` with literal ``from`` and ``to``. The input is capped (STRING_CAP characters);
+    when ``to`` is longer than ``from`` the result is cut to STRING_CAP characters as well, so a replacement cannot
+    grow a value (or a key built from it) beyond what a string function may return. An empty ``from`` changes
+    nothing (DuckDB's and Spark's meaning)."""
+    if node.args.get("replacement") is None:
+        raise ty.refuse(node, "replace() takes (text, 'from', 'to')")
+    src = ty.cap(ty.t(node.this), node)
+    frm = ty.text_literal(node.expression, "the text to replace in replace()")
+    to = ty.text_literal(node.args["replacement"], "the replacement in replace()")
+    for lit in (frm, to):
+        if len(lit) > MAX_PATTERN:
+            raise ty.refuse(node, f"text literals given to replace() may have at most {MAX_PATTERN} characters")
+    if not frm:
+        return Typed(src, VARCHAR)
+    out: exp.Expression = exp.Replace(this=_binary(src), expression=exp.Literal.string(frm),
+                                      replacement=exp.Literal.string(to))
+    if len(to) > len(frm):
+        out = exp.Left(this=out, expression=exp.Literal.number(STRING_CAP))
+    return Typed(out, VARCHAR)
+
+
+def _split_part(ty: Typer, node: exp.Expression) -> Typed:
+    """``split_part(s, 'sep', n)``: a non-empty literal separator and a literal part number n != 0 within
+    +-STRING_CAP (negative: counted from the end; beyond the parts: ''). An empty separator and part 0 mean
+    different things on DuckDB and Spark (Spark fails on part 0), so they are refused."""
+    extra = [k for k, v in node.args.items() if v is not None and k not in ("this", "delimiter", "part_index")]
+    if extra or node.args.get("delimiter") is None or node.args.get("part_index") is None:
+        raise ty.refuse(node, "split_part() takes (text, 'separator', part number)")
+    src = ty.cap(ty.t(node.this), node)
+    sep = ty.text_literal(node.args["delimiter"], "the separator of split_part()")
+    if not sep or len(sep) > MAX_PATTERN:
+        raise ty.refuse(node, f"the separator of split_part() must have 1 to {MAX_PATTERN} characters")
+    n = ty.int_literal(node.args["part_index"], "the part number of split_part()", STRING_CAP)
+    if n == 0:
+        raise ty.refuse(node, "split_part() counts parts from 1 (or from -1 at the end): part 0 is none")
+    idx = exp.Literal.number(n) if n > 0 else exp.Neg(this=exp.Literal.number(-n))
+    return Typed(exp.SplitPart(this=_binary(src), delimiter=exp.Literal.string(sep), part_index=idx), VARCHAR)
+
+
+def _concat_ws(ty: Typer, node: exp.Expression) -> Typed:
+    """``concat_ws('sep', a, b, ...)``: a literal separator, text arguments (capped); NULL arguments are skipped."""
+    args = list(node.expressions)
+    if len(args) < 2:
+        raise ty.refuse(node, "concat_ws() takes ('separator', text, ...)")
+    sep = ty.text_literal(args[0], "the separator of concat_ws()")
+    if len(sep) > MAX_PATTERN:
+        raise ty.refuse(node, f"the separator of concat_ws() may have at most {MAX_PATTERN} characters")
+    # a NULL argument is skipped, as concat_ws skips it
+    typed = [r for r in (ty.t(a) for a in args[1:]) if r.type.kind != "null"]
+    if not typed:
+        return Typed(exp.Literal.string(""), STRLIT, True, "")
+    parts = [ty.cap(r, node) for r in typed]
+    # (safe, coalesce: DuckDB's own CONCAT_WS, which skips NULL arguments, as sqlglot renders it then)
+    return Typed(exp.ConcatWs(expressions=[exp.Literal.string(sep), *parts], safe=True, coalesce=True), VARCHAR)
+
+
+_DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
+_MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+                "November", "December")
+
+
+def _day_month_name(ty: Typer, node: exp.Expression) -> Typed:
+    """``dayname(d)`` / ``monthname(d)``: DuckDB's English names, rendered as a CASE over ``date_part('dow' |
+    'month', d)`` (the same name DuckDB's own function gives for every DATE and TIMESTAMP, NULL for +-infinity),
+    so every engine that computes the date part computes the name."""
+    if any(v is not None for k, v in node.args.items() if k != "this"):
+        raise ty.refuse(node, f"{ty._fname(node)}() takes one DATE or TIMESTAMP")
+    arg, kind = _temporal_arg(ty, node, node.this)
+    day = isinstance(node, exp.Dayname)
+    part = _tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string("dow" if day else "month"), arg]), kind)
+    names = _DAY_NAMES if day else _MONTH_NAMES
+    first = 0 if day else 1
+    ifs = [exp.If(this=exp.Literal.number(i + first), true=exp.Literal.string(n)) for i, n in enumerate(names)]
+    return Typed(exp.Case(this=part, ifs=ifs), VARCHAR)
+
+
+def _make_date(ty: Typer, node: exp.Expression) -> Typed:
+    """``make_date(y, m, d)`` of integers: NULL unless (y, m, d) is a date of years 1..9999 (DuckDB raises on an
+    invalid date; every engine holds these years). Literal arguments are folded here; otherwise the call runs
+    only under ``CASE WHEN <a valid date> THEN make_date(...) END``."""
+    keys = ("year", "month", "day")
+    if any(node.args.get(k) is None for k in keys) or any(v is not None for k, v in node.args.items() if k not in keys):
+        raise ty.refuse(node, "make_date() takes (year, month, day) as integers")
+    parts = [ty.t(node.args[k]) for k in keys]
+    for p_ in parts:
+        if p_.type.kind not in ("int", "null"):
+            raise ty.refuse(node, f"make_date() takes integers, got {p_.type if p_.type.kind != 'strlit' else 'a string'}"
+                                  "; write CAST(x AS INTEGER) (a value that does not convert is then NULL)")
+    if any(p_.type.kind == "null" for p_ in parts):
+        return Typed(_cast(exp.Null(), DATE, try_=False), DATE)
+    if all(p_.literal for p_ in parts):
+        try:
+            v = dt.date(*(int(p_.value) for p_ in parts))
+        except (ValueError, OverflowError):
+            return Typed(_cast(exp.Null(), DATE, try_=False), DATE)
+        return Typed(typed_literal(v, DATE), DATE, True, v)
+    y, m, d = (ty.coerce(p_, BIGINT, node) for p_ in parts)
+
+    def num(v: int) -> exp.Expression:
+        return exp.Literal.number(v)
+
+    def divides(k: int) -> exp.Expression:
+        return exp.EQ(this=exp.Mod(this=y.copy(), expression=num(k)), expression=num(0))
+
+    not_century = exp.NEQ(this=exp.Mod(this=y.copy(), expression=num(100)), expression=num(0))
+    leap = exp.Or(this=exp.Paren(this=exp.And(this=divides(4), expression=not_century)), expression=divides(400))
+    last = exp.Case(ifs=[
+        exp.If(this=exp.EQ(this=m.copy(), expression=num(2)), true=exp.Case(ifs=[exp.If(this=leap, true=num(29))], default=num(28))),
+        exp.If(this=exp.In(this=m.copy(), expressions=[num(4), num(6), num(9), num(11)]), true=num(30)),
+    ], default=num(31))
+    valid = exp.and_(exp.Between(this=y.copy(), low=num(1), high=num(9999)),
+                     exp.Between(this=m.copy(), low=num(1), high=num(12)),
+                     exp.Between(this=d.copy(), low=num(1), high=last), copy=False)
+    return Typed(exp.Case(ifs=[exp.If(this=valid, true=exp.DateFromParts(year=y, month=m, day=d))]), DATE)
+
+
+def _pow(ty: Typer, node: exp.Expression) -> Typed:
+    """``power(x, y)`` (``pow``, ``**``, ``^``) in DOUBLE: an overflow is inf, an undefined power NaN (never an
+    error, as for the other DOUBLE operators)."""
+    a, b = ty._numeric(node.this, node), ty._numeric(node.expression, node)
+    return Typed(exp.Pow(this=ty.coerce(a, DOUBLE, node), expression=ty.coerce(b, DOUBLE, node)), DOUBLE)
 
 
 def _temporal(ty: Typer, node: exp.Expression, arg: exp.Expression, *, trunc: bool = False) -> exp.Expression:
@@ -1564,6 +1746,13 @@ _FUNCS: dict[type[exp.Expression], Callable[[Typer, exp.Expression], Typed]] = {
     exp.Contains: _text2(BOOLEAN),
     exp.StrPosition: _text2(BIGINT),
     exp.Concat: _concat,
+    exp.ConcatWs: _concat_ws,
+    exp.Replace: _replace,
+    exp.SplitPart: _split_part,
+    exp.Dayname: _day_month_name,
+    exp.Monthname: _day_month_name,
+    exp.DateFromParts: _make_date,
+    exp.Pow: _pow,
     exp.TimestampTrunc: _date_trunc,
     exp.DateTrunc: _date_trunc,
     exp.Extract: _extract,
@@ -1649,7 +1838,7 @@ _STRUCTURAL: tuple[type[exp.Expression], ...] = (
     exp.Paren, exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.Neg, exp.And, exp.Or, exp.Not, exp.Is,
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between, exp.In,
     exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif, exp.Cast, exp.TryCast, exp.Add,
-    exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.DPipe, exp.Like, exp.ILike,
+    exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.DPipe, exp.Like, exp.ILike, exp.Escape,
     # parts of the nodes above (names, types, date-part units)
     exp.Identifier, exp.DataType, exp.DataTypeParam, exp.Var,
 )
@@ -1662,7 +1851,6 @@ POST_ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("COUNT, SUM, AVG", "the released aggregates", "released values",
              "as the query's aggregates (their arguments are checked by the analysis)"),
     FuncSpec("exp", "numeric -> DOUBLE", "released values only", "e.g. to undo a log scale"),
-    FuncSpec("power, pow, **, ^", "numeric, numeric -> DOUBLE", "released values only"),
     FuncSpec("log, log2", "[base, ] numeric -> DOUBLE", "released values only", "log(x) is the base-10 logarithm"),
 )
 
@@ -1674,7 +1862,7 @@ ALIASES: dict[str, str] = {
 }
 
 #: node types behind POST_ALLOW_LIST (besides the aggregates COUNT/SUM/AVG)
-_POST_FUNCS: tuple[type[exp.Expression], ...] = (exp.Exp, exp.Pow)
+_POST_FUNCS: tuple[type[exp.Expression], ...] = (exp.Exp,)
 #: parts of a select item / ORDER BY item / aggregate call (COUNT(*), COUNT(DISTINCT u))
 _POST_STRUCTURAL: tuple[type[exp.Expression], ...] = (exp.Alias, exp.Ordered, exp.Star, exp.Distinct,
                                                        exp.Count, exp.Sum, exp.Avg)
