@@ -52,6 +52,7 @@ from sqlglot import exp
 
 from dpsql.engine import _duckdb_csv as csvcopy
 from dpsql.engine import _duckdb_native as native
+from dpsql.engine._arrow_post import projection
 from dpsql.engine._duckdb_sources import (
     _CSV_TYPES,
     _arrow_plan,
@@ -742,15 +743,24 @@ class DuckDBBackend:
         holds only released (noisy) values, so this is post-processing. Text columns are read
         ``COLLATE "binary"``: HAVING, ORDER BY and LIMIT compare released keys as WHERE and
         GROUP BY do, whatever the caller's ``default_collation`` (under 'nocase', 'A' and 'a' tied
-        in ORDER BY and LIMIT kept one of them in the engine's internal row order).
+        in ORDER BY and LIMIT kept one of them in the engine's internal row order). On the engine's
+        own connection, a query that only renames columns and orders rows is done in Arrow
+        (``dpsql.engine._arrow_post``: the same table, without a DuckDB statement).
         """
+        query = ast_builder("__released")
+        if self._owned:
+            try:
+                done = projection(table, query, "__released")
+            except pa.ArrowException:  # pragma: no cover - DuckDB answers whatever Arrow does not
+                done = None
+            if done is not None:
+                return done
         failure: ExecutionError | None = None
         with self._lock, self._limited():
             cur = self._con
             try:
                 cur.register("__released_raw", table)
                 try:
-                    query = ast_builder("__released")
                     if table.num_columns and isinstance(query, exp.Select):
                         query = query.with_("__released", as_=_binary_text_columns(table.schema, "__released_raw"))
                     else:  # pragma: no cover - every post-processing query is a SELECT over released columns
