@@ -150,6 +150,14 @@ def test_anything_else_is_left_to_duckdb(sql: str) -> None:
     assert projection(table, exp.maybe_parse(sql, dialect="duckdb"), REL) is None
 
 
+@pytest.mark.parametrize("alias", ["", "a\x00b"])
+def test_names_duckdb_would_refuse_or_cut_are_left_to_it(alias: str) -> None:
+    table = pa.table({"__k0": ["b", "a"]})
+    query = exp.select(exp.alias_(exp.column("__k0"), alias, quoted=True)).from_(exp.to_table(REL)).order_by(
+        exp.Ordered(this=exp.column("__k0"), nulls_first=False))
+    assert projection(table, query, REL) is None
+
+
 def test_large_text_and_dictionaries_are_left_to_duckdb() -> None:
     query = _by_k0()
     for col in (pa.array(["b", "a"], pa.large_string()), pa.array(["b", "a"]).dictionary_encode()):

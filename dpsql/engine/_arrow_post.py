@@ -11,8 +11,8 @@ the same row order. So it is taken only where that holds by construction, on the
 connection (DuckDB's defaults: ``ASC``/``DESC`` put NULLs last; a caller's connection may set
 another ``default_null_order``):
 
-* the query is a SELECT of bare, unqualified columns of the table, each under a distinct alias,
-  with at most an ORDER BY (no WHERE, LIMIT, OFFSET, DISTINCT, CTE, ...), over the table alone;
+* the query is a SELECT of bare, unqualified columns of the table, each under a distinct alias
+  (not empty, no NUL character: DuckDB refuses the one and cuts the other), with at most an ORDER BY (no WHERE, LIMIT, OFFSET, DISTINCT, CTE, ...), over the table alone;
 * every column's Arrow type is one DuckDB gives back unchanged (integers, floats, booleans, UTF-8
   text), and every ORDER BY column is an integer, boolean or text column: DuckDB orders text with
   ``COLLATE "binary"`` (the post-processing reads released text so), byte by byte, as Arrow's sort
@@ -68,8 +68,8 @@ def projection(table: pa.Table, query: exp.Expression, relation: str) -> pa.Tabl
     outputs: list[tuple[str, str]] = []  # (alias, column)
     for item in query.expressions:
         col = _bare(item.this, names) if isinstance(item, exp.Alias) else None
-        if col is None or not _kept(types[col]):
-            return None
+        if col is None or not _kept(types[col]) or not item.alias or "\x00" in item.alias:
+            return None  # (DuckDB refuses an empty name and cuts one at a NUL)
         outputs.append((item.alias, col))
     aliases = {alias.lower(): col for alias, col in outputs}
     if len(aliases) != len(outputs):
