@@ -233,3 +233,24 @@ def test_gaussian_epsilon_is_zero_when_delta_is_large():
     assert gaussian_delta(0.0, mu) < 0.1
     assert gaussian_epsilon(0.1, mu) == 0.0
     assert gaussian_epsilon(0.5, 0.0) == 0.0
+
+
+def test_a_calibration_asked_again_is_not_solved_again(monkeypatch):
+    """Every query with the same budget and caps asks for the same σ: it is solved once (before:
+    some twenty evaluations of δ_G per query), and a changed argument is solved anew."""
+    import dpsql.accounting.gaussian as g
+    from dpsql.errors import ConfigError
+
+    calls = []
+    real = g._ldg
+    monkeypatch.setattr(g, "_ldg", lambda *a: calls.append(a) or real(*a))
+    first = gaussian_sigma(0.7317, 3.1e-7, 2.5)
+    assert calls
+    calls.clear()
+    assert gaussian_sigma(0.7317, 3.1e-7, 2.5) == first
+    assert gaussian_sigma(np.float64(0.7317), 3.1e-7, 2.5) == first
+    assert not calls
+    other = gaussian_sigma(0.7317, 3.1e-7, 2.6)
+    assert calls and other > first  # negative control: another sensitivity is solved
+    with pytest.raises(ConfigError):
+        gaussian_sigma(0.7317, 3.1e-7, -1.0)  # the checks still run on every call

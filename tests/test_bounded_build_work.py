@@ -67,3 +67,28 @@ def test_building_a_bounded_query_parses_no_type_and_copies_little(sql: str) -> 
     returned = sum(1 for _ in ast.walk())
     assert seen["parsed"] == 0
     assert seen["nodes"] <= 2.5 * returned, (seen["nodes"], returned)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT country, COUNT(*) AS n FROM events GROUP BY country",
+    "SELECT country, SUM(likes) AS s, AVG(likes) AS a FROM events GROUP BY country",
+])
+def test_reading_a_bounded_query_renders_it_without_a_copy(sql: str) -> None:
+    """The tree built for one read is rendered once, without sqlglot's copy of it (about two
+    thirds of a render; before: a copy of every node), and reads what the copied render reads."""
+    from dpsql.engine.duckdb import DuckDBBackend
+    from dpsql.rewrite.render import render
+
+    backend = DuckDBBackend(None)
+    try:
+        backend.register_source("events", "arrow", EVENTS)
+        plan = plan_for(sql, SPEC)
+        ast = bounded_query(plan, CAPS, salt="s", unit_column="user_id", ops=backend.ops)
+        expected = render(ast)
+        with _counted() as seen:
+            rows = backend.fetch_arrow(ast)
+        assert seen["nodes"] < sum(1 for _ in ast.walk()) / 2, seen  # a copy would create one per node
+        assert rows == backend._con.sql(expected).to_arrow_table()
+        assert render(ast) == expected  # the tree still renders to the same query
+    finally:
+        backend.close()

@@ -52,6 +52,7 @@ from sqlglot import exp
 
 from dpsql.engine import _duckdb_csv as csvcopy
 from dpsql.engine import _duckdb_native as native
+from dpsql.engine._arrow_post import projection
 from dpsql.engine._duckdb_sources import (
     _CSV_TYPES,
     _arrow_plan,
@@ -176,8 +177,8 @@ class DuckDBBackend:
         """SQL text of ``ast`` for DuckDB, rendered strictly (``dpsql.rewrite.render``)."""
         return render(ast, dialect=self.dialect, pretty=pretty)
 
-    def _render(self, ast: exp.Expression) -> str:
-        return render(ast, dialect=self.dialect)
+    def _render(self, ast: exp.Expression, *, copy: bool = True) -> str:
+        return render(ast, dialect=self.dialect, copy=copy)
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -574,17 +575,21 @@ class DuckDBBackend:
                 done.set()
             timer.cancel()
 
-    @contextmanager
-    def _written_build_side(self, ast: exp.Expression) -> Iterator[None]:
-        """DuckDB optimizers turned off while a query runs, from marks on its parts (the query's
+    @staticmethod
+    def _marked_off(ast: exp.Expression) -> list[str]:
+        """DuckDB optimizers to turn off while a query runs, from marks on its parts (the query's
         shape only, never the data): :data:`KEEP_BUILD_SIDE`, the build/probe side swap (each hash
         join builds on its right side as written, the small one, instead of trusting the
         estimates of Arrow scans, unknown, about 1 row, which can put 10M rows on the build side);
         :data:`SPILLING_WINDOW`, the top-n window rewrite (a row cap's window stays a window, which
         sorts on disk, instead of per-partition ``ARG_MIN(..., n)`` lists held in memory)."""
         marks = {m for n in ast.walk() if n._meta for m in (KEEP_BUILD_SIDE, SPILLING_WINDOW) if n.meta.get(m)}
-        off = [name for m, name in ((KEEP_BUILD_SIDE, "build_side_probe_side"),
-                                    (SPILLING_WINDOW, "top_n_window_elimination")) if m in marks]
+        return [name for m, name in ((KEEP_BUILD_SIDE, "build_side_probe_side"),
+                                     (SPILLING_WINDOW, "top_n_window_elimination")) if m in marks]
+
+    @contextmanager
+    def _optimizers_off(self, off: list[str]) -> Iterator[None]:
+        """The optimizers ``off`` (:meth:`_marked_off`) turned off while the block runs."""
         if not off:
             yield
             return
@@ -602,12 +607,14 @@ class DuckDBBackend:
         """Run a query that reads private data, under the owner's limits and time-out (and, for a
         batch, ``deadline``: :meth:`_deadline`).
 
-        Any failure is the one generic ExecutionError (:data:`PRIVATE_FAILURE`)."""
-        sql = self._render(ast)
+        Any failure is the one generic ExecutionError (:data:`PRIVATE_FAILURE`). ``ast`` is the
+        query built for this read: its marks are read, then it is rendered without a copy."""
+        off = self._marked_off(ast)
+        sql = self._render(ast, copy=False)
         failure: ExecutionError | None = None
         with self._lock:
             try:
-                with self._limited(), self._written_build_side(ast), self._deadline(deadline):
+                with self._limited(), self._optimizers_off(off), self._deadline(deadline):
                     used = self._native_views(sql)
                     used_csv = self._csv_views(sql)
                     # the main connection: registered Arrow sources are connection-local
@@ -742,20 +749,30 @@ class DuckDBBackend:
         holds only released (noisy) values, so this is post-processing. Text columns are read
         ``COLLATE "binary"``: HAVING, ORDER BY and LIMIT compare released keys as WHERE and
         GROUP BY do, whatever the caller's ``default_collation`` (under 'nocase', 'A' and 'a' tied
-        in ORDER BY and LIMIT kept one of them in the engine's internal row order).
+        in ORDER BY and LIMIT kept one of them in the engine's internal row order). On the engine's
+        own connection, a query that only renames columns and orders rows is done in Arrow
+        (``dpsql.engine._arrow_post``: the same table, without a DuckDB statement).
         """
+        query = ast_builder("__released")
+        if self._owned:
+            try:
+                done = projection(table, query, "__released")
+            except pa.ArrowException:  # pragma: no cover - DuckDB answers whatever Arrow does not
+                done = None
+            if done is not None:
+                return done
         failure: ExecutionError | None = None
         with self._lock, self._limited():
             cur = self._con
             try:
                 cur.register("__released_raw", table)
                 try:
-                    query = ast_builder("__released")
                     if table.num_columns and isinstance(query, exp.Select):
-                        query = query.with_("__released", as_=_binary_text_columns(table.schema, "__released_raw"))
+                        query = query.with_("__released", as_=_binary_text_columns(table.schema, "__released_raw"),
+                                            copy=False)
                     else:  # pragma: no cover - every post-processing query is a SELECT over released columns
                         query = ast_builder("__released_raw")
-                    return cur.sql(self._render(query)).to_arrow_table()
+                    return cur.sql(self._render(query, copy=False)).to_arrow_table()  # built for this run
                 except duckdb.Error as e:
                     failure = ExecutionError(
                         "post-processing (HAVING/ORDER BY/LIMIT) of the released values failed",
