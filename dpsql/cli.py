@@ -656,10 +656,33 @@ def _format_table(tbl: Any) -> str:
     return "\n".join(out) + "\n"
 
 
+def _writable(tbl: Any) -> Any:
+    """``tbl`` with every INTERVAL column (a difference of released TIMESTAMPs in the outputs) as
+    DuckDB's text of it (``CAST(x AS VARCHAR)``: ``1 year 2 months 3 days 01:02:03``). Arrow's CSV and
+    Parquet writers have no form for an interval, so writing it failed after the charge, and the table
+    and JSON forms showed Python's ``MonthDayNano(...)`` or a bare triple."""
+    import pyarrow as pa
+
+    found = [i for i, f in enumerate(tbl.schema) if pa.types.is_interval(f.type)]
+    if not found:
+        return tbl
+    import duckdb
+
+    with duckdb.connect() as con:
+        for i in found:
+            con.register("__interval", pa.table({"v": tbl.column(i)}))
+            text = con.sql('SELECT CAST("v" AS VARCHAR) AS "v" FROM "__interval"').to_arrow_table().column(0)
+            tbl = tbl.set_column(i, tbl.schema.field(i).with_type(pa.string()), text.cast(pa.string()))
+    return tbl
+
+
 def _write_rows(rel: Any, fmt: str, output: str | None, remaining: Any) -> None:
+    import dataclasses
+
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    rel = dataclasses.replace(rel, table=_writable(rel.table))
     tbl = rel.table
     if fmt == "parquet":
         assert output  # checked before the query (_check_output)
