@@ -66,6 +66,7 @@ from dpsql.engine._duckdb_sources import (
     _temp_view,
     _temporal_in_range,
     has_glob_chars,
+    parquet_format,
 )
 from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name, view_column
 from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, SPILLING_WINDOW, DuckDBOps, SaltedDuckDBOps
@@ -276,7 +277,7 @@ class DuckDBBackend:
         if kind == "parquet":
             paths = _expand(source)
             _same_file_types(name, paths)
-            schema = ds.dataset(paths[0], format="parquet").schema
+            schema = ds.dataset(paths[0], format=parquet_format()).schema
         else:
             schema = source.schema
         _distinct_names(name, schema.names)
@@ -287,7 +288,7 @@ class DuckDBBackend:
         plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap)) for f in schema]
         target = pa.schema([pa.field(f.name, read) for f, read, _ in plans])
         if kind == "parquet":
-            raw: Any = ds.dataset(paths, format="parquet", schema=target)
+            raw: Any = ds.dataset(paths, format=parquet_format(), schema=target)
         else:
             raw = source if target.equals(schema) else source.cast(target)
         raw_name = view + "_raw"
