@@ -77,6 +77,9 @@ MAX_LIKE_PATTERN = 32
 MAX_LIKES = 8
 #: IN lists: at most this many elements
 MAX_IN_LIST = 10_000
+#: The longest IN list DuckDB compares element by element; a longer list of constants is looked up in a
+#: hash table of its elements (DuckDB's IN-clause rewrite into a join), under DuckDB's hash of them.
+IN_LIST_SCANNED = 5
 #: expressions nested deeper than this (operators, functions, parentheses) are refused
 MAX_DEPTH = 64
 #: rendered expressions larger than this are refused: guards repeat an operand (DuckDB evaluates
@@ -221,7 +224,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "precisions, and a literal the column's type cannot hold (TIMESTAMP_NS: 1677-09-22..2262-04-11; "
              "TIMESTAMP_S/_MS: finer than the unit), are compared in TIMESTAMP"),
     FuncSpec("[NOT] BETWEEN", "T, T, T -> BOOLEAN", "total", "as comparisons"),
-    FuncSpec("[NOT] IN (list)", "T, T... -> BOOLEAN", "total", f"as comparisons; at most {MAX_IN_LIST} elements"),
+    FuncSpec("[NOT] IN (list)", "T, T... -> BOOLEAN", "total", f"as comparisons; at most {MAX_IN_LIST} elements; more than {IN_LIST_SCANNED} texts, 128-bit integers or "
+             "DECIMALs beyond 18 digits are compared by their MD5 digests (DuckDB looks a long list up in a hash table)"),
     FuncSpec("IS [NOT] NULL", "any -> BOOLEAN", "total", "the only operation allowed on INTERVAL, lists, structs, ..."),
     FuncSpec("IS [NOT] TRUE / FALSE", "BOOLEAN -> BOOLEAN", "total"),
     FuncSpec("CASE, IF, COALESCE, IFNULL, NULLIF, GREATEST, LEAST", "T... -> T", "total",
@@ -856,6 +860,8 @@ class Typer:
             if typ.kind == "null":
                 return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
             c = [self.coerce(p, typ, node) for p in parts]
+            if len(items) > IN_LIST_SCANNED and _weakly_hashed(typ):
+                return Typed(exp.In(this=_digest(c[0], typ), expressions=[_digest(x, typ) for x in c[1:]]), BOOLEAN)
             return Typed(exp.In(this=_text_binary(c[0], typ), expressions=c[1:]), BOOLEAN)
         if isinstance(node, exp.Case):
             if node.this is not None:
@@ -1617,6 +1623,26 @@ def _binary(e: exp.Expression) -> exp.Expression:
     return exp.Collate(this=inner, expression=exp.to_identifier("binary", quoted=True))
 
 
+def _weakly_hashed(t: SqlType) -> bool:
+    """Whether anyone can make DuckDB's hash equal for many distinct values of ``t``: text (each 8-byte block
+    XORed into the state, then multiplied by an odd constant, no secret), a 128-bit integer and a DECIMAL
+    beyond 18 digits (stored as one: its halves' hashes XORed). Other integers, floats, dates and timestamps
+    are hashed by a bijection of their bits."""
+    return (t.kind in ("varchar", "strlit") or (t.kind == "int" and t.name in ("HUGEINT", "UHUGEINT"))
+            or (t.kind == "decimal" and t.precision > 18))
+
+
+def _digest(e: exp.Expression, t: SqlType) -> exp.Expression:
+    """The MD5 digest of a value of a :func:`_weakly_hashed` type, by its text (the text of an integer or a
+    DECIMAL of one type is its value's one spelling; text is hashed byte for byte, as the binary collation
+    compares it). ``x IN (c1, ..., cn)`` of such a type is rendered ``MD5(x) IN (MD5(c1), ..., MD5(cn))``:
+    DuckDB answers a long IN list from a hash table of its elements, and an analyst who lists up to
+    MAX_IN_LIST texts sharing the hash of a guessed value made every row holding that value compare
+    with all of them (``tests/test_adversary_in_list_collisions.py``); digests cannot be chosen to share a
+    hash. Two texts with one MD5 digest are one value to IN: only the outcome of a row holding one changes."""
+    return exp.MD5(this=e if t.kind in ("varchar", "strlit") else exp.Cast(this=e, to=exp.DataType.build("VARCHAR")))
+
+
 def _text_binary(e: exp.Expression, t: SqlType) -> exp.Expression:
     """A text operand of a comparison (=, <, BETWEEN, IN, LIKE, NULLIF, GREATEST, ...) under the
     binary collation: DuckDB compares under the operand's collation, so a column declared
@@ -1777,7 +1803,7 @@ def _constant(node: exp.Expression) -> bool:
     """A literal, possibly typed (``CAST('2024-01-01' AS DATE)``) or negated."""
     if isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
         return True
-    if isinstance(node, (exp.Cast, exp.TryCast, exp.Neg, exp.Paren)):
+    if isinstance(node, (exp.Cast, exp.TryCast, exp.Neg, exp.Paren, exp.MD5)):
         return _constant(node.this)
     return False
 
