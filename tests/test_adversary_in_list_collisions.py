@@ -104,8 +104,8 @@ def test_answers_are_those_of_plain_in(keys: list[str], where: str) -> None:
 
 
 def test_spark_answers_a_digested_in_list_as_duckdb() -> None:
-    from _spark import both_engines, column_of, require_spark
     import sqlglot
+    from _spark import both_engines, column_of, require_spark
 
     from dpsql.plan.typer import Typer
 
