@@ -658,22 +658,31 @@ def _format_table(tbl: Any) -> str:
 
 def _writable(tbl: Any) -> Any:
     """``tbl`` with every INTERVAL column (a difference of released TIMESTAMPs in the outputs) as
-    DuckDB's text of it (``CAST(x AS VARCHAR)``: ``1 year 2 months 3 days 01:02:03``). Arrow's CSV and
-    Parquet writers have no form for an interval, so writing it failed after the charge, and the table
-    and JSON forms showed Python's ``MonthDayNano(...)`` or a bare triple."""
+    DuckDB's text of it (what ``CAST(x AS VARCHAR)`` gives: ``1 year 2 months 3 days 01:02:03``). Arrow's
+    CSV and Parquet writers have no form for an interval, so writing it failed after the charge, and the
+    table and JSON forms showed Python's ``MonthDayNano(...)`` or a bare triple."""
     import pyarrow as pa
 
-    found = [i for i, f in enumerate(tbl.schema) if pa.types.is_interval(f.type)]
-    if not found:
-        return tbl
-    import duckdb
-
-    with duckdb.connect() as con:
-        for i in found:
-            con.register("__interval", pa.table({"v": tbl.column(i)}))
-            text = con.sql('SELECT CAST("v" AS VARCHAR) AS "v" FROM "__interval"').to_arrow_table().column(0)
-            tbl = tbl.set_column(i, tbl.schema.field(i).with_type(pa.string()), text.cast(pa.string()))
+    for i, f in enumerate(tbl.schema):
+        if pa.types.is_interval(f.type):
+            text = [None if v is None else _interval_text(*v) for v in tbl.column(i).to_pylist()]
+            tbl = tbl.set_column(i, f.with_type(pa.string()), pa.array(text, pa.string()))
     return tbl
+
+
+def _interval_text(months: int, days: int, nanoseconds: int) -> str:
+    """DuckDB's spelling of an interval (its microseconds; a DuckDB interval holds no finer part)."""
+    years = int(months / 12)  # toward zero, as DuckDB
+    parts = [f"{n} {unit}{'' if abs(n) == 1 else 's'}"
+             for n, unit in ((years, "year"), (months - 12 * years, "month"), (days, "day")) if n]
+    micros = int(nanoseconds / 1000)
+    if micros or not parts:
+        h, rest = divmod(abs(micros), 3_600_000_000)
+        m, rest = divmod(rest, 60_000_000)
+        sec, us = divmod(rest, 1_000_000)
+        frac = f".{us:06d}".rstrip("0") if us else ""
+        parts.append(f"{'-' if micros < 0 else ''}{h:02d}:{m:02d}:{sec:02d}{frac}")
+    return " ".join(parts)
 
 
 def _write_rows(rel: Any, fmt: str, output: str | None, remaining: Any) -> None:

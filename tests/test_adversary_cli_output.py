@@ -69,3 +69,18 @@ def test_interval_text_is_duckdbs_spelling() -> None:
                             "n": [1, 2, 3]}))
     assert t.column("v").to_pylist() == ["1 year 2 months 3 days 01:02:03", None, "-1 month -2 days -00:00:00.0015"]
     assert t.column("n").to_pylist() == [1, 2, 3]
+
+
+def test_interval_text_matches_duckdb_on_random_intervals() -> None:
+    import duckdb
+    import numpy as np
+
+    from dpsql.cli import _interval_text
+
+    g = np.random.default_rng(7)
+    con = duckdb.connect()
+    cases = [(0, 0, 0), (12, 0, 0), (-12, 0, 0), (13, 1, 1_000), (-13, -1, -1_000), (0, 0, 360_000_000_000_000_000)]
+    cases += [(int(g.integers(-300, 300)), int(g.integers(-40, 40)), int(g.integers(-10**14, 10**14)) * 1000) for _ in range(300)]
+    for mo, d, ns in cases:
+        want = con.execute(f"SELECT CAST(to_months({mo}) + to_days({d}) + to_microseconds({ns // 1000}) AS VARCHAR)").fetchall()[0][0]
+        assert _interval_text(mo, d, ns) == want, (mo, d, ns)

@@ -68,7 +68,7 @@ from dpsql.engine._duckdb_sources import (
     has_glob_chars,
     parquet_format,
 )
-from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name, view_column
+from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name, view_column, with_read_salt
 from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, SPILLING_WINDOW, DuckDBOps, SaltedDuckDBOps
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
 from dpsql.rewrite.render import render
@@ -604,6 +604,7 @@ class DuckDBBackend:
         batch, ``deadline``: :meth:`_deadline`).
 
         Any failure is the one generic ExecutionError (:data:`PRIVATE_FAILURE`)."""
+        ast = with_read_salt(ast)
         sql = self._render(ast)
         failure: ExecutionError | None = None
         with self._lock:

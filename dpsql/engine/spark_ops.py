@@ -277,7 +277,7 @@ _SAME: tuple[type[exp.Expression], ...] = (
     exp.Add, exp.Sub, exp.Mul, exp.Neg, exp.Abs, exp.Sqrt, exp.IsNan, exp.Lower, exp.Upper, exp.Length, exp.Trim,
     exp.Reverse, exp.StartsWith, exp.EndsWith, exp.Contains, exp.StrPosition, exp.DPipe, exp.Concat,
     exp.DataType, exp.DataTypeParam, exp.Var,
-    exp.MD5,  # a long IN list over text (dpsql.plan.typer._digest): lower-case hex of the UTF-8 bytes on both
+    exp.MD5,  # a long IN list (dpsql.plan.typer._digest): lower-case hex of the UTF-8 bytes on both
 )
 
 
