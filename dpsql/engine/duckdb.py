@@ -68,7 +68,15 @@ from dpsql.engine._duckdb_sources import (
     has_glob_chars,
     parquet_format,
 )
-from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name, view_column, with_read_salt
+from dpsql.engine.base import (
+    EngineSettings,
+    SqlOps,
+    private_failure,
+    scrub,
+    source_name,
+    view_column,
+    with_read_salt,
+)
 from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, SPILLING_WINDOW, DuckDBOps, SaltedDuckDBOps
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
 from dpsql.rewrite.render import render

@@ -54,7 +54,15 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.engine._duckdb_sources import DATE_MAX_DAY, DATE_MIN_DAY, TS_MAX_US, TS_MIN_US, _expand
-from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name, view_column, with_read_salt
+from dpsql.engine.base import (
+    EngineSettings,
+    SqlOps,
+    private_failure,
+    scrub,
+    source_name,
+    view_column,
+    with_read_salt,
+)
 from dpsql.engine.duckdb import DuckDBBackend
 from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
