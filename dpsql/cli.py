@@ -665,24 +665,11 @@ def _writable(tbl: Any) -> Any:
 
     for i, f in enumerate(tbl.schema):
         if pa.types.is_interval(f.type):
-            text = [None if v is None else _interval_text(*v) for v in tbl.column(i).to_pylist()]
+            from dpsql.release import interval_text
+
+            text = [None if v is None else interval_text(*v) for v in tbl.column(i).to_pylist()]
             tbl = tbl.set_column(i, f.with_type(pa.string()), pa.array(text, pa.string()))
     return tbl
-
-
-def _interval_text(months: int, days: int, nanoseconds: int) -> str:
-    """DuckDB's spelling of an interval (its microseconds; a DuckDB interval holds no finer part)."""
-    years = int(months / 12)  # toward zero, as DuckDB
-    parts = [f"{n} {unit}{'' if abs(n) == 1 else 's'}"
-             for n, unit in ((years, "year"), (months - 12 * years, "month"), (days, "day")) if n]
-    micros = int(nanoseconds / 1000)
-    if micros or not parts:
-        h, rest = divmod(abs(micros), 3_600_000_000)
-        m, rest = divmod(rest, 60_000_000)
-        sec, us = divmod(rest, 1_000_000)
-        frac = f".{us:06d}".rstrip("0") if us else ""
-        parts.append(f"{'-' if micros < 0 else ''}{h:02d}:{m:02d}:{sec:02d}{frac}")
-    return " ".join(parts)
 
 
 def _write_rows(rel: Any, fmt: str, output: str | None, remaining: Any) -> None:

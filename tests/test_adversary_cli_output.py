@@ -75,7 +75,7 @@ def test_interval_text_matches_duckdb_on_random_intervals() -> None:
     import duckdb
     import numpy as np
 
-    from dpsql.cli import _interval_text
+    from dpsql.release import interval_text as _interval_text
 
     g = np.random.default_rng(7)
     con = duckdb.connect()
@@ -84,3 +84,14 @@ def test_interval_text_matches_duckdb_on_random_intervals() -> None:
     for mo, d, ns in cases:
         want = con.execute(f"SELECT CAST(to_months({mo}) + to_days({d}) + to_microseconds({ns // 1000}) AS VARCHAR)").fetchall()[0][0]
         assert _interval_text(mo, d, ns) == want, (mo, d, ns)
+
+
+def test_release_to_dict_spells_an_interval_as_duckdb_does() -> None:
+    import pyarrow as pa
+
+    from dpsql.budget import Budget
+    from dpsql.release import Release
+
+    t = pa.table({"x": pa.array([(0, 440, 7_200_000_000_000), None], pa.month_day_nano_interval())})
+    rel = Release(t, Budget(1.0, 0.0), "exponential", {}, 1)
+    assert rel.to_dict()["rows"] == [{"x": "440 days 02:00:00"}, {"x": None}]
