@@ -656,10 +656,29 @@ def _format_table(tbl: Any) -> str:
     return "\n".join(out) + "\n"
 
 
+def _writable(tbl: Any) -> Any:
+    """``tbl`` with every INTERVAL column (a difference of released TIMESTAMPs in the outputs) as
+    DuckDB's text of it (what ``CAST(x AS VARCHAR)`` gives: ``1 year 2 months 3 days 01:02:03``). Arrow's
+    CSV and Parquet writers have no form for an interval, so writing it failed after the charge, and the
+    table and JSON forms showed Python's ``MonthDayNano(...)`` or a bare triple."""
+    import pyarrow as pa
+
+    for i, f in enumerate(tbl.schema):
+        if pa.types.is_interval(f.type):
+            from dpsql.release import interval_text
+
+            text = [None if v is None else interval_text(*v) for v in tbl.column(i).to_pylist()]
+            tbl = tbl.set_column(i, f.with_type(pa.string()), pa.array(text, pa.string()))
+    return tbl
+
+
 def _write_rows(rel: Any, fmt: str, output: str | None, remaining: Any) -> None:
+    import dataclasses
+
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    rel = dataclasses.replace(rel, table=_writable(rel.table))
     tbl = rel.table
     if fmt == "parquet":
         assert output  # checked before the query (_check_output)

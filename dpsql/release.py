@@ -170,12 +170,29 @@ class WorkloadRelease(Release):
         return [int(v) for v in self.table.column("count").to_pylist()]
 
 
+def interval_text(months: int, days: int, nanoseconds: int) -> str:
+    """DuckDB's spelling of an interval (its microseconds; a DuckDB interval holds no finer part)."""
+    years = int(months / 12)  # toward zero, as DuckDB
+    parts = [f"{n} {unit}{'' if abs(n) == 1 else 's'}"
+             for n, unit in ((years, "year"), (months - 12 * years, "month"), (days, "day")) if n]
+    micros = int(nanoseconds / 1000)
+    if micros or not parts:
+        h, rest = divmod(abs(micros), 3_600_000_000)
+        m, rest = divmod(rest, 60_000_000)
+        sec, us = divmod(rest, 1_000_000)
+        frac = f".{us:06d}".rstrip("0") if us else ""
+        parts.append(f"{'-' if micros < 0 else ''}{h:02d}:{m:02d}:{sec:02d}{frac}")
+    return " ".join(parts)
+
+
 def _json_safe(v: Any, *, nonfinite_as_text: bool = False) -> Any:
     """Plain JSON values: dates and other objects become their ISO text, non-finite floats null (in
     meta and parameters, where null is an unlimited cap) or, with ``nonfinite_as_text`` (released
     rows, where null is SQL NULL), the strings "NaN", "Infinity" and "-Infinity"."""
     if isinstance(v, dict):
         return {str(k): _json_safe(x, nonfinite_as_text=nonfinite_as_text) for k, x in v.items()}
+    if isinstance(v, pa.MonthDayNano):  # an INTERVAL output: DuckDB's text, not a bare triple
+        return interval_text(*v)
     if isinstance(v, (list, tuple)):
         return [_json_safe(x, nonfinite_as_text=nonfinite_as_text) for x in v]
     if isinstance(v, float):

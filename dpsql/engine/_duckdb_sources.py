@@ -474,18 +474,38 @@ def _type_class(t: pa.DataType) -> str:
     return str(t)
 
 
+#: The unit Parquet INT96 timestamps (the legacy type of Spark, Hive and Impala) are read in: pyarrow's
+#: default, nanoseconds, silently wraps every instant outside 1677-09-22 .. 2262-04-11 (9999-12-31, the
+#: usual "end of time", read as 1816-03-29); microseconds hold DuckDB's whole TIMESTAMP range exactly
+#: (an instant beyond about 292 000 years from 1970, which only a forged file holds, still wraps: a
+#: property of that one value, never a failure). tests/test_adversary_parquet_int96.py
+INT96_UNIT = "us"
+
+
+def parquet_format() -> Any:
+    """The pyarrow dataset format every Parquet source is read with (INT96 in :data:`INT96_UNIT`)."""
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit=INT96_UNIT))
+
+
+def parquet_schema(path: str) -> pa.Schema:
+    """A Parquet file's Arrow schema as :func:`parquet_format` reads it (its footer only)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, coerce_int96_timestamp_unit=INT96_UNIT).schema_arrow
+
+
 def _same_file_types(name: str, paths: list[str]) -> None:
     """Refuse a multi-file Parquet source whose files store a column under different types (footers
     only). Both readers convert every file to the first file's types with a checked cast, which
     fails on a value that does not fit (2^40 in an int32 column, 1.5 in an int64 one): whether a
     query failed would then depend on one cell. A column missing from some file reads as NULL."""
-    import pyarrow.parquet as pq
-
     if len(paths) < 2:
         return
-    first = {f.name: f.type for f in pq.read_schema(paths[0])}
+    first = {f.name: f.type for f in parquet_schema(paths[0])}
     for p in paths[1:]:
-        for f in pq.read_schema(p):
+        for f in parquet_schema(p):
             t = first.get(f.name)
             if t is not None and _type_class(t) != _type_class(f.type):
                 raise ConfigError(

@@ -194,6 +194,26 @@ def scrub(text: str) -> str:
 
 
 
+def with_read_salt(ast: Any) -> Any:
+    """``ast`` with a fresh secret in place of every literal the typer marked as the read salt
+    (``dpsql.plan.typer.READ_SALT``: the salt of a long IN list's digests), drawn for this one private
+    read and never shown (explain and the bind check keep the marker literal). ``ast`` itself is unchanged."""
+    import secrets
+
+    from sqlglot import exp
+
+    from dpsql.plan.typer import READ_SALT
+
+    if not any(n.meta.get(READ_SALT) for n in ast.find_all(exp.Literal)):
+        return ast
+    out = ast.copy()
+    salt = secrets.token_hex(16)
+    for n in list(out.find_all(exp.Literal)):
+        if n.meta.get(READ_SALT):
+            n.set("this", salt)
+    return out
+
+
 def private_failure(what: str, detail: str | None, settings: EngineSettings) -> ExecutionError:
     """The one error for any failure after data was read: the text depends on public settings only."""
     limits = []

@@ -67,8 +67,17 @@ from dpsql.engine._duckdb_sources import (
     _temp_view,
     _temporal_in_range,
     has_glob_chars,
+    parquet_format,
 )
-from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name, view_column
+from dpsql.engine.base import (
+    EngineSettings,
+    SqlOps,
+    private_failure,
+    scrub,
+    source_name,
+    view_column,
+    with_read_salt,
+)
 from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, SPILLING_WINDOW, DuckDBOps, SaltedDuckDBOps
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
 from dpsql.rewrite.render import render
@@ -277,7 +286,7 @@ class DuckDBBackend:
         if kind == "parquet":
             paths = _expand(source)
             _same_file_types(name, paths)
-            schema = ds.dataset(paths[0], format="parquet").schema
+            schema = ds.dataset(paths[0], format=parquet_format()).schema
         else:
             schema = source.schema
         _distinct_names(name, schema.names)
@@ -288,7 +297,7 @@ class DuckDBBackend:
         plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap)) for f in schema]
         target = pa.schema([pa.field(f.name, read) for f, read, _ in plans])
         if kind == "parquet":
-            raw: Any = ds.dataset(paths, format="parquet", schema=target)
+            raw: Any = ds.dataset(paths, format=parquet_format(), schema=target)
         else:
             raw = source if target.equals(schema) else source.cast(target)
         raw_name = view + "_raw"
@@ -608,9 +617,10 @@ class DuckDBBackend:
         batch, ``deadline``: :meth:`_deadline`).
 
         Any failure is the one generic ExecutionError (:data:`PRIVATE_FAILURE`). ``ast`` is the
-        query built for this read: its marks are read, then it is rendered without a copy."""
+        query built for this read: its marks are read, the read salt put in (a copy, if it has one),
+        then it is rendered without a copy."""
         off = self._marked_off(ast)
-        sql = self._render(ast, copy=False)
+        sql = self._render(with_read_salt(ast), copy=False)
         failure: ExecutionError | None = None
         with self._lock:
             try:

@@ -54,7 +54,15 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.engine._duckdb_sources import DATE_MAX_DAY, DATE_MIN_DAY, TS_MAX_US, TS_MIN_US, _expand
-from dpsql.engine.base import EngineSettings, SqlOps, private_failure, scrub, source_name, view_column
+from dpsql.engine.base import (
+    EngineSettings,
+    SqlOps,
+    private_failure,
+    scrub,
+    source_name,
+    view_column,
+    with_read_salt,
+)
 from dpsql.engine.duckdb import DuckDBBackend
 from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
@@ -546,6 +554,7 @@ class SparkBackend:
                     deadline: float | None = None) -> pa.Table:
         """Run a query over private data on Spark and bring its (bounded) result to the driver as
         Arrow. Any failure is the one generic ExecutionError (:func:`private_failure`)."""
+        ast = with_read_salt(ast)
         sql = self.render(ast)
         failure: ExecutionError | None = None
         group = "dpsql-" + uuid.uuid4().hex

@@ -77,6 +77,9 @@ MAX_LIKE_PATTERN = 32
 MAX_LIKES = 8
 #: IN lists: at most this many elements
 MAX_IN_LIST = 10_000
+#: The longest IN list DuckDB compares element by element; a longer list of constants is looked up in a
+#: hash table of its elements (DuckDB's IN-clause rewrite into a join), under DuckDB's hash of them.
+IN_LIST_SCANNED = 5
 #: expressions nested deeper than this (operators, functions, parentheses) are refused
 MAX_DEPTH = 64
 #: rendered expressions larger than this are refused: guards repeat an operand (DuckDB evaluates
@@ -221,7 +224,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "precisions, and a literal the column's type cannot hold (TIMESTAMP_NS: 1677-09-22..2262-04-11; "
              "TIMESTAMP_S/_MS: finer than the unit), are compared in TIMESTAMP"),
     FuncSpec("[NOT] BETWEEN", "T, T, T -> BOOLEAN", "total", "as comparisons"),
-    FuncSpec("[NOT] IN (list)", "T, T... -> BOOLEAN", "total", f"as comparisons; at most {MAX_IN_LIST} elements"),
+    FuncSpec("[NOT] IN (list)", "T, T... -> BOOLEAN", "total", f"as comparisons; at most {MAX_IN_LIST} elements; a list of more than {IN_LIST_SCANNED} is compared by the "
+             "values' MD5 digests under a secret salt (DuckDB looks a long list up in a hash table)"),
     FuncSpec("IS [NOT] NULL", "any -> BOOLEAN", "total", "the only operation allowed on INTERVAL, lists, structs, ..."),
     FuncSpec("IS [NOT] TRUE / FALSE", "BOOLEAN -> BOOLEAN", "total"),
     FuncSpec("CASE, IF, COALESCE, IFNULL, NULLIF, GREATEST, LEAST", "T... -> T", "total",
@@ -871,6 +875,8 @@ class Typer:
             if typ.kind == "null":
                 return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
             c = [self.coerce(p, typ, node) for p in parts]
+            if len(items) > IN_LIST_SCANNED and _digestible(typ):
+                return Typed(exp.In(this=_digest(c[0], typ), expressions=[_digest(x, typ) for x in c[1:]]), BOOLEAN)
             return Typed(exp.In(this=_text_binary(c[0], typ), expressions=c[1:]), BOOLEAN)
         if isinstance(node, exp.Case):
             if node.this is not None:
@@ -1806,6 +1812,40 @@ def _binary(e: exp.Expression) -> exp.Expression:
     return exp.Collate(this=inner, expression=exp.to_identifier("binary", quoted=True))
 
 
+#: meta key of the literal that stands for a secret the engine draws afresh for each private read
+#: (``dpsql.engine.base.with_read_salt``); explain and the bind check show and bind the literal itself
+READ_SALT = "dpsql_read_salt"
+
+
+def _digestible(t: SqlType) -> bool:
+    """Whether ``x IN (...)`` of type ``t`` is compared by digest (:func:`_digest`): every type whose text is
+    one spelling per value and whose cast to VARCHAR is total (not TIMESTAMP_S/_MS/_NS: DuckDB raises on
+    some of their values)."""
+    return t.kind in ("varchar", "strlit", "int", "decimal", "float", "date", "bool") or t.name == "TIMESTAMP"
+
+
+def _digest(e: exp.Expression, t: SqlType) -> exp.Expression:
+    """``MD5(salt || text of e)``, the salt a secret drawn for each private read (:data:`READ_SALT`).
+
+    ``x IN (c1, ..., cn)`` with more than :data:`IN_LIST_SCANNED` elements is rendered ``MD5(salt || x) IN
+    (MD5(salt || c1), ...)``. DuckDB answers a long IN list from a hash table of its elements, under its
+    own hash, which has no secret: text whose hashes are equal in all 64 bits is easy to write, and integers
+    whose hashes share a bucket and its salt bits are computed by inverting the hash. An analyst who listed
+    up to MAX_IN_LIST constants sharing the hash of a guessed value made every row holding that value
+    compare with all of them (``tests/test_adversary_in_list_collisions.py``). Under a secret salt no one
+    can choose constants whose digests share a bucket. The text is the value's one spelling (a float's
+    -0.0 and NaNs made canonical first, text compared byte for byte as the binary collation does), so the
+    digests are equal exactly when the values are, up to an MD5 collision under a secret prefix."""
+    if t.kind in ("varchar", "strlit"):
+        text = e
+    else:
+        v = _canonical_key(Typed(e, t), e) if t.kind == "float" else e
+        text = exp.Cast(this=v, to=exp.DataType.build("VARCHAR"))
+    salt = exp.Literal.string(READ_SALT)
+    salt.meta[READ_SALT] = True
+    return exp.MD5(this=exp.DPipe(this=salt, expression=text))
+
+
 def _text_binary(e: exp.Expression, t: SqlType) -> exp.Expression:
     """A text operand of a comparison (=, <, BETWEEN, IN, LIKE, NULLIF, GREATEST, ...) under the
     binary collation: DuckDB compares under the operand's collation, so a column declared
@@ -1965,8 +2005,16 @@ def _constant(node: exp.Expression) -> bool:
     """A literal, possibly typed (``CAST('2024-01-01' AS DATE)``) or negated."""
     if isinstance(node, (exp.Literal, exp.Boolean, exp.Null)):
         return True
-    if isinstance(node, (exp.Cast, exp.TryCast, exp.Neg, exp.Paren)):
+    if isinstance(node, (exp.Cast, exp.TryCast, exp.Neg, exp.Paren, exp.MD5)):
         return _constant(node.this)
+    if isinstance(node, exp.DPipe):  # a digest's salt and a constant (_digest)
+        return _constant(node.this) and _constant(node.expression)
+    if isinstance(node, exp.Case):  # a float constant made canonical (_digest)
+        return all(_constant(c) for c in node.iter_expressions())
+    if isinstance(node, exp.If):
+        return _constant(node.this) and _constant(node.args["true"])
+    if isinstance(node, (exp.IsNan, exp.EQ)):
+        return all(_constant(c) for c in node.iter_expressions())
     return False
 
 
