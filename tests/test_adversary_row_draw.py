@@ -10,15 +10,17 @@ entropy fixes -- in particular not the state of a connection the caller hands to
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections import Counter
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pytest
 from scipy.stats import binomtest
-from test_bounding import doubles_sql
+from test_bounding import bounded_sql, doubles_sql, plan_for, spec_for
 
 import dpsql
 from dpsql.catalog import ColumnSpec, TableSpec
@@ -240,3 +242,70 @@ def test_seeded_sessions_reproduce_releases_with_several_rows_per_group() -> Non
     # of ~2000 fair coins agrees between two runs with probability below 0.02: all ten below 1e-16)
     c, d = _zero_noise_sums(3, per_row_draw=True), _zero_noise_sums(3, per_row_draw=True)
     assert len(c) == len(d) == 10 and c != d
+
+
+# -- one read of the rows, whatever one person's groups ----------------------------------------------------------
+
+
+def _rows_read(con: duckdb.DuckDBPyConnection, sql: str, tmp_path: Any) -> int:
+    """The rows every scan of ``sql``'s physical plan produced (DuckDB's JSON profile)."""
+    out = tmp_path / f"profile_{secrets.token_hex(4)}.json"
+    con.execute("SET enable_profiling = 'json'")
+    con.execute(f"SET profiling_output = '{out}'")
+    try:
+        con.execute(sql).fetchall()
+    finally:
+        con.execute("SET enable_profiling = 'no_output'")
+    total = 0
+    stack = list(json.loads(out.read_text())["operator"])
+    while stack:
+        node = stack.pop()
+        if "SCAN" in node.get("type", ""):
+            total += int(node.get("intermediate_rows", 0))
+        stack.extend(node.get("children", []))
+    return total
+
+
+_COUNTRIES = tuple(f"C{i}" for i in range(10))
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT country, SUM(likes) AS s, AVG(likes) AS a FROM events GROUP BY country",
+    "SELECT country, COUNT(*) AS n FROM events GROUP BY country",
+    "SELECT url, SUM(likes) AS s FROM events GROUP BY url",
+])
+def test_one_persons_second_group_does_not_switch_on_a_second_read(sql: str, tmp_path: Any) -> None:
+    # Where every person has one group, a plan could answer most people from one aggregate per
+    # person and read the rows again only for people with several groups, behind a join that DuckDB
+    # skips when no such person exists. Then one person's second group would switch a second read of
+    # every row on: a query slower by a whole scan because of one person (docs/threat_model.md,
+    # timing). The bounded SQL reads the same rows whatever the groups: with that person's two rows
+    # added it reads exactly two more rows. Control: a plan with such a gated second read reads
+    # about twice the rows once the person is there.
+    n_users, per_user = 2000, 5
+    base = {"user_id": np.repeat(np.arange(n_users), per_user),
+            "country": [f"C{u % 10}" for u in range(n_users) for _ in range(per_user)],
+            "url": [f"u{u % 37}" for u in range(n_users) for _ in range(per_user)],
+            "likes": np.arange(n_users * per_user) % 7}
+    one = pa.table(base)
+    # one more person, with one row in each of two groups
+    two = pa.concat_tables([one, pa.table({"user_id": [n_users] * 2, "country": ["C1", "C2"], "url": ["u1", "u2"],
+                                           "likes": [3, 4]}).cast(one.schema)])
+    spec = spec_for("events", one, bounds={"likes": (0, 10)}, domains={"country": _COUNTRIES})
+    plan = plan_for(sql, spec)
+    text = bounded_sql(plan, Caps(5, 1), secrets.token_hex(8), ops=DuckDBOps())
+    gated = ("SELECT country, COUNT(*) FROM (SELECT * FROM events SEMI JOIN (SELECT user_id FROM events GROUP BY "
+             "user_id HAVING COUNT(DISTINCT country) > 1) AS m USING (user_id)) GROUP BY country")
+    read: dict[str, list[int]] = {"bounded": [], "gated": []}
+    for data in (one, two):
+        con = duckdb.connect()
+        try:
+            con.register(source_name("events"), data)
+            read["bounded"].append(_rows_read(con, text, tmp_path))
+            con.register("events", data)
+            read["gated"].append(_rows_read(con, gated, tmp_path))
+        finally:
+            con.close()
+    assert read["bounded"][1] - read["bounded"][0] == 2, read
+    assert read["bounded"][0] >= n_users * per_user, read
+    assert read["gated"][1] - read["gated"][0] >= n_users * per_user // 2, read
