@@ -1224,10 +1224,11 @@ class Ledger:
         assert p is not None
         base = _base_connection()
         alias = f"dpsql_ledger_{next(_state().aliases)}"
-        paths = _marker_paths(p)  # the path resolved once per operation (a lstat per component)
-        wal = paths[1].removesuffix(GENERATION_SUFFIX) + ".wal"  # DuckDB names the WAL after the resolved path
+        real = os.path.realpath(p)  # resolved once per operation (a lstat per component), after the flock
+        paths = _marker_paths(real, resolved=True)
+        wal = real + ".wal"  # DuckDB names the WAL after the resolved path
         _hook("before_attach", p)
-        self._attach(base, alias, read_only=not write, deadline=deadline, unchanged=t.unchanged)
+        self._attach(base, alias, read_only=not write, deadline=deadline, unchanged=t.unchanged, real=real)
         try:
             con = base.cursor()
             try:
@@ -1388,7 +1389,8 @@ class Ledger:
         return generation
 
     def _attach(
-        self, base: duckdb.DuckDBPyConnection, alias: str, *, read_only: bool, deadline: float, unchanged: str
+        self, base: duckdb.DuckDBPyConnection, alias: str, *, read_only: bool, deadline: float, unchanged: str,
+        real: str | None = None,
     ) -> None:
         """ATTACH the (flock'ed) ledger file, waiting out DuckDB locks of programs that are not dpsql."""
         p = self.path
@@ -1402,7 +1404,7 @@ class Ledger:
         while True:
             try:
                 base.cursor().execute(sql)
-                _note_attached(alias, p)
+                _note_attached(alias, p, real)
                 return
             except duckdb.Error as e:
                 msg = str(e)
@@ -1741,8 +1743,9 @@ def _base_connection() -> duckdb.DuckDBPyConnection:
         return st.base
 
 
-def _note_attached(alias: str, path: str) -> None:
-    """Record that ``alias`` has ``path`` attached (its inode's descriptors then stay open)."""
+def _note_attached(alias: str, path: str, real: str | None = None) -> None:
+    """Record that ``alias`` has ``path`` attached (its inode's descriptors then stay open);
+    ``real``: its resolved path, when the caller has it."""
     st = _state()
     try:
         s = os.stat(path)
@@ -1750,7 +1753,7 @@ def _note_attached(alias: str, path: str) -> None:
     except OSError:
         key = (-1, -1)
     with st.mutex:
-        st.attached[alias] = (os.path.realpath(path), key)
+        st.attached[alias] = (real or os.path.realpath(path), key)
 
 
 def _note_detached(alias: str) -> None:
@@ -1818,10 +1821,10 @@ def _legacy_marker_path(p: str) -> str:
     return _marker_paths(p)[1]
 
 
-def _marker_paths(p: str) -> tuple[str, str]:
-    """The marker file and the legacy one of ``p``, from one resolution of the path (``realpath``
-    costs a ``lstat`` per component: an operation resolves it once, after its flock)."""
-    real = os.path.realpath(p)
+def _marker_paths(p: str, *, resolved: bool = False) -> tuple[str, str]:
+    """The marker file and the legacy one of ``p`` (``resolved``: ``p`` is already the real path;
+    ``realpath`` costs a ``lstat`` per component, so an operation resolves the path once)."""
+    real = p if resolved else os.path.realpath(p)
     d, name = os.path.split(real)
     return os.path.join(d, f".{name}{GENERATION_SUFFIX}"), real + GENERATION_SUFFIX
 
