@@ -2,7 +2,8 @@
 
 A charge takes its exclusive lock, attaches the file, checks it, writes, commits and checkpoints: what
 the privacy argument needs. These tests pin that nothing is done twice: one statement reads
-``ledger_meta`` (schema version, generation and identity), the path is resolved once, each marker
+``ledger_meta`` (schema version, generation and identity), one more the total and what is spent, the
+path is resolved once, each marker
 file is read once for the checks, and the budget sum converts each distinct value of a coordinate once.
 """
 
@@ -64,12 +65,12 @@ def led(tmp_path: Path) -> Ledger:
 
 
 OPERATIONS: dict[str, tuple[Callable[[Ledger], object], int]] = {
-    # ATTACH, USE, BEGIN, ledger_meta, total, spent, INSERT, generation, COMMIT, CHECKPOINT, DETACH
-    "reserve": (_reserve, 11),
+    # ATTACH, USE, BEGIN, ledger_meta, total and spent, INSERT, generation, COMMIT, CHECKPOINT, DETACH
+    "reserve": (_reserve, 10),
     # ATTACH, USE, BEGIN, ledger_meta, the entry, UPDATE, generation, COMMIT, CHECKPOINT, DETACH
     "commit": (lambda led: led.commit(_reserve(led)), 10),
-    # ATTACH, USE, BEGIN, ledger_meta, spent, total, COMMIT, DETACH
-    "remaining": (Ledger.remaining, 8),
+    # ATTACH, USE, BEGIN, ledger_meta, total and spent, COMMIT, DETACH
+    "remaining": (Ledger.remaining, 7),
 }
 
 

@@ -187,6 +187,9 @@ _SPENT_SQL = (
     f"SELECT epsilon, delta, status IN ({', '.join(repr(s) for s in COUNTING_STATUSES)}), COUNT(*), MIN(entry_id), "
     "MAX(entry_id) FROM ledger_entries GROUP BY 1, 2, 3"
 )
+#: ``_SPENT_SQL`` and every total (a row per change, marked by the count -1; a group counts at least one
+#: entry): one statement for what a reserve decides on.
+_STATE_SQL = _SPENT_SQL + " UNION ALL SELECT epsilon, delta, NULL, -1, change_id, NULL FROM ledger_totals"
 
 _ENTRY_COLUMNS = (
     "entry_id, created_at, updated_at, status, mechanism, epsilon, delta, query, tables, params, "
@@ -577,7 +580,8 @@ class Ledger:
     def remaining(self) -> Budget:
         """total - spent (exact, floored at zero per coordinate), from one consistent snapshot."""
         with self._txn(write=False) as (con, _t):
-            return counted_remaining(self._spent_counts(con)[0], self._total(con))
+            spent, _, total = self._budget_state(con)
+            return counted_remaining(spent, total)
 
     def reserve(
         self, cost: Budget, *, mechanism: str, query: str, tables: list[str], params: dict[str, Any]
@@ -596,8 +600,7 @@ class Ledger:
             raise ConfigError(f"params must be a dict of mechanism parameters, got {type(params).__name__}")
         params_json = _to_json(dict(params), "params")
         with self._txn(write=True, unchanged="nothing was charged") as (con, t):
-            total = self._total(con)
-            spent, entry_id = self._spent_counts(con)
+            spent, entry_id, total = self._budget_state(con)
             if not exact_counted_sum_fits(spent, cost, total):
                 remaining = counted_remaining(spent, total)
                 over = [
@@ -761,8 +764,7 @@ class Ledger:
         _check_budget(new_total, "new_total")
         _check_str(reason, "reason")
         with self._txn(write=True, unchanged="the total was not changed") as (con, t):
-            current = self._total(con)
-            spent, _ = self._spent_counts(con)
+            spent, _, current = self._budget_state(con)
             if not exact_counted_sum_fits(spent, Budget(0.0, 0.0), new_total):
                 raise ConfigError(
                     f"cannot set the total of ledger {self._where()} to {_fmt(new_total)}: "
@@ -814,8 +816,7 @@ class Ledger:
         ``total_changes``, as :meth:`history` and :meth:`totals_history` give them) read in one
         transaction, so they agree with each other while other processes charge the ledger."""
         with self._txn(write=False) as (con, _t):
-            counts = self._spent_counts(con)[0]
-            total = self._total(con)
+            counts, _, total = self._budget_state(con)
             out: dict[str, Any] = {"total": total, "spent": compose_counted(counts),
                                    "remaining": counted_remaining(counts, total)}
             if history:
@@ -885,11 +886,22 @@ class Ledger:
     def _total(self, con: duckdb.DuckDBPyConnection) -> Budget:
         # every row (one per set_total, a handful) and the newest picked here: a plain scan costs DuckDB a
         # third of what ORDER BY ... LIMIT 1 costs, and the statement is the same on PostgreSQL
-        rows = con.execute("SELECT change_id, epsilon, delta FROM ledger_totals").fetchall()
+        return self._newest_total(con.execute("SELECT change_id, epsilon, delta FROM ledger_totals").fetchall())
+
+    def _newest_total(self, rows: Sequence[Sequence[Any]]) -> Budget:
+        """The total of the newest of ``(change_id, epsilon, delta)`` rows of ``ledger_totals``."""
         if not rows:
             raise self._corrupt("it records no total budget (ledger_totals is empty)")
         _, eps, delta = max(rows, key=lambda r: r[0])
         return self._budget(eps, delta, "the total budget")
+
+    def _budget_state(self, con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[Budget, int]], int, Budget]:
+        """:meth:`_spent_counts` and :meth:`_total` from ONE statement (``_STATE_SQL``): what a reserve,
+        a read of what remains and ``set_total`` decide on. The total is validated first, as before."""
+        rows = con.execute(_STATE_SQL).fetchall()
+        total = self._newest_total([(i, e, d) for e, d, _, n, i, _ in rows if n == -1])
+        spent, next_id = self._counted([r for r in rows if r[3] != -1])
+        return spent, next_id, total
 
     def _spent_counts(self, con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[Budget, int]], int]:
         """The counted costs grouped by value (cost, how many entries), and the next entry id, from
@@ -898,7 +910,10 @@ class Ledger:
         its first entry)."""
         # one aggregation over every entry, grouped also by whether the entry counts, whose largest id gives
         # the next one (a single scan: half the cost in DuckDB of a filtered grouping plus a second MAX)
-        rows = con.execute(_SPENT_SQL).fetchall()
+        return self._counted(con.execute(_SPENT_SQL).fetchall())
+
+    def _counted(self, rows: Sequence[Sequence[Any]]) -> tuple[list[tuple[Budget, int]], int]:
+        """:meth:`_spent_counts` of the rows of ``_SPENT_SQL``."""
         spent = [(_plain_budget(e, d) or self._budget(e, d, f"entry {i}"), int(n))
                  for e, d, counted, n, i, _ in rows if counted is True]
         last = max((int(m) for *_, m in rows if m is not None), default=0)
