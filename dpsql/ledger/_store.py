@@ -130,9 +130,10 @@ What one operation costs (docs/performance.md, "The ledger's two writes per quer
 0.2-1 ms of CPU on every statement however small the tables (binding, optimizing; an INSERT about
 1 ms) and 2.5-3.5 ms on a CHECKPOINT, so nothing is asked twice. After ATTACH, USE and BEGIN, ONE
 statement reads every ``ledger_meta`` row (schema version, generation, identity; it binds only if
-all three tables exist); the total is a plain scan of ``ledger_totals`` (a row per ``set_total``,
-the newest picked in Python) and what is spent one grouping of ``ledger_entries`` that also gives
-the next id. A reserve runs 11 statements, a commit 10, a read 8 (``tests/test_ledger_work.py``).
+all three tables exist); ONE more reads the total and what is spent: a grouping of
+``ledger_entries`` by value and by whether the entry counts (its largest id gives the next one),
+with every row of ``ledger_totals`` appended (a row per ``set_total``, the newest picked in
+Python). A reserve runs 10 statements, a commit 10, a read 7 (``tests/test_ledger_work.py``).
 The path is resolved once per operation, after the flock; the marker files and the attribute are
 read once for the generation and identity checks (under the flock, as before) and each marker once
 more right before it is raised, so a marker is never lowered.
