@@ -13,7 +13,9 @@ temporary directory (``--dir``: on the file system to measure), then, with the m
   (opening and closing the file), ``attach_first_query_detach_ms`` (plus one query, which loads
   the catalog from the file), ``attach_write_checkpoint_detach_ms`` (one durable write of the
   same shape: the floor of a durable write that keeps nothing open between operations);
-* ``fdatasync_ms``: one small write and fdatasync on the same file system.
+* ``fdatasync_ms``: one small write and fdatasync on the same file system;
+* ``cpu_ms``: the median CPU time (user + system of this process) of each dpsql operation above, which
+  other work on a shared machine inflates far less than the wall times.
 
 ``--history N`` first fills the ledger with N earlier charges (a long-lived ledger: the budget
 check reads every counted charge, grouped by value in SQL), written straight into the file.
@@ -44,13 +46,18 @@ import duckdb  # noqa: E402
 import dpsql  # noqa: E402
 from dpsql.ledger import open_ledger  # noqa: E402
 
+CPU: dict[str, float] = {}
 
-def med(fn: Callable[[], object], n: int) -> float:
-    ts = []
+
+def med(fn: Callable[[], object], n: int, name: str = "") -> float:
+    ts, cpu = [], []
     for _ in range(n):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
         ts.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    if name:
+        CPU[name] = 1000 * statistics.median(cpu)
     return 1000 * statistics.median(ts)
 
 
@@ -81,15 +88,15 @@ def main() -> None:
         def reserve() -> None:
             ids.append(led.reserve(cost, mechanism="gaussian", query="SELECT 1", tables=["t"], params={"sigma": 1.0}))
 
-        reserve_ms = med(reserve, args.pairs)
+        reserve_ms = med(reserve, args.pairs, "reserve")
         todo = iter(list(ids))
-        commit_ms = med(lambda: led.commit(next(todo), params_update={"released_rows": 1}), args.pairs)
+        commit_ms = med(lambda: led.commit(next(todo), params_update={"released_rows": 1}), args.pairs, "commit")
 
         def pair() -> None:
             led.commit(led.reserve(cost, mechanism="gaussian", query="SELECT 1", tables=["t"], params={"sigma": 1.0}))
 
-        pair_ms = med(pair, args.pairs)
-        read_ms = med(led.remaining, args.pairs)
+        pair_ms = med(pair, args.pairs, "pair")
+        read_ms = med(led.remaining, args.pairs, "read")
         led.close()
 
         copy = os.path.join(d, "copy.duckdb")
@@ -133,7 +140,7 @@ def main() -> None:
             "benchmark": "ledger_overhead", "pairs": args.pairs, "history_entries": args.history, "distinct": args.distinct,
             "ledger_bytes": os.path.getsize(path),
             "reserve_ms": reserve_ms, "commit_ms": commit_ms, "pair_ms": pair_ms, "read_ms": read_ms, **raw,
-            "target_pair_ms": 20.0, "load_average": os.getloadavg(),
+            "cpu_ms": CPU, "target_pair_ms": 20.0, "load_average": os.getloadavg(),
         }
     finally:
         shutil.rmtree(d, ignore_errors=True)

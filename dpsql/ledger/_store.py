@@ -126,6 +126,18 @@ at CHECKPOINT). Nothing is held open between operations. DuckDB also refuses to 
 another DuckDB connection in the same process has open ("Unique file handle conflict"); dpsql
 then waits for that connection to close until ``lock_timeout``, and never shares it.
 
+What one operation costs (docs/performance.md, "The ledger's two writes per query"): DuckDB spends
+0.2-1 ms of CPU on every statement however small the tables (binding, optimizing; an INSERT about
+1 ms) and 2.5-3.5 ms on a CHECKPOINT, so nothing is asked twice. After ATTACH, USE and BEGIN, ONE
+statement reads every ``ledger_meta`` row (schema version, generation, identity; it binds only if
+all three tables exist); ONE more reads the total and what is spent: a grouping of
+``ledger_entries`` by value and by whether the entry counts (its largest id gives the next one),
+with every row of ``ledger_totals`` appended (a row per ``set_total``, the newest picked in
+Python). A reserve runs 10 statements, a commit 10, a read 7 (``tests/test_ledger_work.py``).
+The path is resolved once per operation, after the flock; the marker files and the attribute are
+read once for the generation and identity checks (under the flock, as before) and each marker once
+more right before it is raised, so a marker is never lowered.
+
 In-memory ledgers (``path=None``) keep one DuckDB connection for the object's lifetime; they
 are for notebooks and tests only: the budget dies with the process.
 """
@@ -169,6 +181,16 @@ _INIT_HINT = "create it with `dpsql init --epsilon 1.0 --delta 1e-6 --ledger {pa
 
 #: Suffix of the generation marker file kept next to a ledger file.
 GENERATION_SUFFIX = ".generation"
+
+#: The counted costs grouped by value, with whether they count, how many, the first and the last id
+#: (``Ledger._spent_counts``; the same text runs on DuckDB and PostgreSQL).
+_SPENT_SQL = (
+    f"SELECT epsilon, delta, status IN ({', '.join(repr(s) for s in COUNTING_STATUSES)}), COUNT(*), MIN(entry_id), "
+    "MAX(entry_id) FROM ledger_entries GROUP BY 1, 2, 3"
+)
+#: ``_SPENT_SQL`` and every total (a row per change, marked by the count -1; a group counts at least one
+#: entry): one statement for what a reserve decides on.
+_STATE_SQL = _SPENT_SQL + " UNION ALL SELECT epsilon, delta, NULL, -1, change_id, NULL FROM ledger_totals"
 
 _ENTRY_COLUMNS = (
     "entry_id, created_at, updated_at, status, mechanism, epsilon, delta, query, tables, params, "
@@ -559,7 +581,8 @@ class Ledger:
     def remaining(self) -> Budget:
         """total - spent (exact, floored at zero per coordinate), from one consistent snapshot."""
         with self._txn(write=False) as (con, _t):
-            return counted_remaining(self._spent_counts(con)[0], self._total(con))
+            spent, _, total = self._budget_state(con)
+            return counted_remaining(spent, total)
 
     def reserve(
         self, cost: Budget, *, mechanism: str, query: str, tables: list[str], params: dict[str, Any]
@@ -578,8 +601,7 @@ class Ledger:
             raise ConfigError(f"params must be a dict of mechanism parameters, got {type(params).__name__}")
         params_json = _to_json(dict(params), "params")
         with self._txn(write=True, unchanged="nothing was charged") as (con, t):
-            total = self._total(con)
-            spent, entry_id = self._spent_counts(con)
+            spent, entry_id, total = self._budget_state(con)
             if not exact_counted_sum_fits(spent, cost, total):
                 remaining = counted_remaining(spent, total)
                 over = [
@@ -743,8 +765,7 @@ class Ledger:
         _check_budget(new_total, "new_total")
         _check_str(reason, "reason")
         with self._txn(write=True, unchanged="the total was not changed") as (con, t):
-            current = self._total(con)
-            spent, _ = self._spent_counts(con)
+            spent, _, current = self._budget_state(con)
             if not exact_counted_sum_fits(spent, Budget(0.0, 0.0), new_total):
                 raise ConfigError(
                     f"cannot set the total of ledger {self._where()} to {_fmt(new_total)}: "
@@ -796,8 +817,7 @@ class Ledger:
         ``total_changes``, as :meth:`history` and :meth:`totals_history` give them) read in one
         transaction, so they agree with each other while other processes charge the ledger."""
         with self._txn(write=False) as (con, _t):
-            counts = self._spent_counts(con)[0]
-            total = self._total(con)
+            counts, _, total = self._budget_state(con)
             out: dict[str, Any] = {"total": total, "spent": compose_counted(counts),
                                    "remaining": counted_remaining(counts, total)}
             if history:
@@ -865,28 +885,40 @@ class Ledger:
         )
 
     def _total(self, con: duckdb.DuckDBPyConnection) -> Budget:
-        row = _first(
-            con.execute("SELECT epsilon, delta FROM ledger_totals ORDER BY change_id DESC LIMIT 1").fetchall()
-        )
-        if row is None:
+        # every row (one per set_total, a handful) and the newest picked here: a plain scan costs DuckDB a
+        # third of what ORDER BY ... LIMIT 1 costs, and the statement is the same on PostgreSQL
+        return self._newest_total(con.execute("SELECT change_id, epsilon, delta FROM ledger_totals").fetchall())
+
+    def _newest_total(self, rows: Sequence[Sequence[Any]]) -> Budget:
+        """The total of the newest of ``(change_id, epsilon, delta)`` rows of ``ledger_totals``."""
+        if not rows:
             raise self._corrupt("it records no total budget (ledger_totals is empty)")
-        return self._budget(row[0], row[1], "the total budget")
+        _, eps, delta = max(rows, key=lambda r: r[0])
+        return self._budget(eps, delta, "the total budget")
+
+    def _budget_state(self, con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[Budget, int]], int, Budget]:
+        """:meth:`_spent_counts` and :meth:`_total` from ONE statement (``_STATE_SQL``): what a reserve,
+        a read of what remains and ``set_total`` decide on. The total is validated first, as before."""
+        rows = con.execute(_STATE_SQL).fetchall()
+        total = self._newest_total([(i, e, d) for e, d, _, n, i, _ in rows if n == -1])
+        spent, next_id = self._counted([r for r in rows if r[3] != -1])
+        return spent, next_id, total
 
     def _spent_counts(self, con: duckdb.DuckDBPyConnection) -> tuple[list[tuple[Budget, int]], int]:
         """The counted costs grouped by value (cost, how many entries), and the next entry id, from
         one statement: the grouping is the engine's, so a reserve costs the same Python work at
         ten entries as at a million (each distinct cost is validated once, an invalid one named by
         its first entry)."""
-        rows = con.execute(
-            "SELECT epsilon, delta, COUNT(*), MIN(entry_id) FROM ledger_entries WHERE status IN "
-            f"({', '.join(repr(s) for s in COUNTING_STATUSES)}) GROUP BY epsilon, delta "
-            "UNION ALL SELECT NULL, NULL, -1, COALESCE(MAX(entry_id), 0) + 1 FROM ledger_entries"
-        ).fetchall()
-        spent = [(_plain_budget(e, d) or self._budget(e, d, f"entry {i}"), int(n)) for e, d, n, i in rows if n != -1]
-        next_id = [int(i) for _, _, n, i in rows if n == -1]
-        if len(next_id) != 1:
-            raise self._corrupt("its entries could not be read")
-        return spent, next_id[0]
+        # one aggregation over every entry, grouped also by whether the entry counts, whose largest id gives
+        # the next one (a single scan: half the cost in DuckDB of a filtered grouping plus a second MAX)
+        return self._counted(con.execute(_SPENT_SQL).fetchall())
+
+    def _counted(self, rows: Sequence[Sequence[Any]]) -> tuple[list[tuple[Budget, int]], int]:
+        """:meth:`_spent_counts` of the rows of ``_SPENT_SQL``."""
+        spent = [(_plain_budget(e, d) or self._budget(e, d, f"entry {i}"), int(n))
+                 for e, d, counted, n, i, _ in rows if counted is True]
+        last = max((int(m) for *_, m in rows if m is not None), default=0)
+        return spent, last + 1
 
     def _budget(self, eps: object, delta: object, what: str) -> Budget:
         try:
@@ -942,11 +974,16 @@ class Ledger:
     def _check_schema(self, con: duckdb.DuckDBPyConnection) -> int:
         """Check that this is a ledger of our schema version; returns its generation (0 when the
         ledger predates generation counting)."""
-        try:  # one statement that binds only if all three tables exist
+        return self._schema_meta(con)[0]
+
+    def _schema_meta(self, con: duckdb.DuckDBPyConnection) -> tuple[int, dict[str, str]]:
+        """:meth:`_check_schema`, also returning every ``ledger_meta`` row (identity included), read by
+        the same single statement."""
+        try:  # one statement that binds only if all three tables exist (a plain scan and an empty branch)
             meta = dict(
                 con.execute(
-                    "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation') "
-                    "AND NOT EXISTS (SELECT 1 FROM ledger_totals, ledger_entries WHERE false)"
+                    "SELECT key, value FROM ledger_meta UNION ALL SELECT NULL, NULL FROM ledger_totals, ledger_entries "
+                    "WHERE false"
                 ).fetchall()
             )
         except duckdb.CatalogException:
@@ -996,7 +1033,7 @@ class Ledger:
                 hint=fix,
             )
         try:
-            return int(meta.get("generation", "0"))
+            return int(meta.get("generation", "0")), meta
         except ValueError:
             raise self._corrupt(f"generation is {meta['generation']!r}") from None
 
@@ -1214,9 +1251,11 @@ class Ledger:
         assert p is not None
         base = _base_connection()
         alias = f"dpsql_ledger_{next(_state().aliases)}"
-        wal = os.path.realpath(p) + ".wal"  # DuckDB names the WAL after the resolved path
+        real = os.path.realpath(p)  # resolved once per operation (a lstat per component), after the flock
+        paths = _marker_paths(real, resolved=True)
+        wal = real + ".wal"  # DuckDB names the WAL after the resolved path
         _hook("before_attach", p)
-        self._attach(base, alias, read_only=not write, deadline=deadline, unchanged=t.unchanged)
+        self._attach(base, alias, read_only=not write, deadline=deadline, unchanged=t.unchanged, real=real)
         try:
             con = base.cursor()
             try:
@@ -1226,8 +1265,9 @@ class Ledger:
                 except duckdb.Error as e:
                     raise self._duck_failed(e, write, t.unchanged) from None
                 try:
-                    generation = self._check_generation(self._check_schema(con))
-                    ledger_id = self._check_identity(con, generation)
+                    generation, meta = self._schema_meta(con)
+                    marks = _read_marks(paths)
+                    ledger_id = self._check_identity(meta, self._check_generation(generation, marks), marks)
                     _hook("after_attach", p)
                     yield con
                     if write and t.wrote:
@@ -1243,7 +1283,7 @@ class Ledger:
                             con.execute("INSERT INTO ledger_meta VALUES ('ledger_id', ?)", [ledger_id])
                         # after the COMMIT the markers must go up: a marker this process cannot write
                         # would leave a committed change refused, so it is found now, before anything counts
-                        self._check_markers_writable(t.unchanged)
+                        self._check_markers_writable(t.unchanged, paths)
                     _hook("before_commit", p)
                 except BaseException as e:
                     _rollback(con)
@@ -1253,7 +1293,7 @@ class Ledger:
                 try:
                     con.execute("COMMIT")  # appends to <path>.wal and fdatasyncs it
                 except duckdb.Error as e:
-                    d = os.path.dirname(os.path.realpath(p))
+                    d = os.path.dirname(wal)
                     if "Permission denied" in str(e) and os.path.exists(p) and not os.access(d, os.W_OK | os.X_OK):
                         raise LedgerError(  # the WAL could not be created: nothing was written
                             f"ledger {p}: its directory {d} is not writable, and DuckDB writes every change to "
@@ -1274,11 +1314,11 @@ class Ledger:
                     # name) without this change is refused, even while the change is in the WAL only
                     _hook("before_marker", p)
                     try:
-                        _raise_markers(p, generation, ledger_id)
+                        _raise_markers(p, generation, ledger_id, paths)
                     except (OSError, LedgerError) as e:
                         raise _recorded(LedgerError(
                             f"ledger {p}: {t.committed} in the write-ahead log {wal}, but its generation "
-                            f"marker {_marker_path(p)} could not be updated ({e})",
+                            f"marker {paths[0]} could not be updated ({e})",
                             hint=f"make the ledger's directory writable; keep {wal} next to the ledger (the "
                             "next dpsql operation writes it into the file). This operation did not complete: "
                             "no private row was read after this error",
@@ -1312,21 +1352,18 @@ class Ledger:
             hint="check that the file is a dpsql ledger on a writable disk with free space",
         )
 
-    def _check_identity(self, con: duckdb.DuckDBPyConnection, generation: int) -> str | None:
+    def _check_identity(self, meta: Mapping[str, str], generation: int, marks: _Marks) -> str | None:
         """The ledger's identity (None for a ledger written before identities were recorded), after
         refusing a file that is not the ledger whose marker files lie next to it: another ledger put
         in its place would replace the recorded charges with its own, whatever its generation. A
         ledger created at this path over the marker of a deleted one names that one ('created_over'),
         which it replaces until its own identity reaches the marker."""
         assert self.path is not None
-        meta = dict(con.execute("SELECT key, value FROM ledger_meta WHERE key IN ('ledger_id', 'created_over')"
-                                ).fetchall())
         ledger_id = meta.get("ledger_id")
         if ledger_id is not None and not _LEDGER_ID_RE.fullmatch(str(ledger_id)):
             raise self._corrupt(f"ledger_id is {str(ledger_id)[:40]!r}")
         replaced = str(meta.get("created_over", "")).split(",")
-        for where in (_marker_path(self.path), _legacy_marker_path(self.path)):
-            found = _read_marker_id(where)
+        for where, found in marks.items():
             if found is None or found[1] is None or found[1] == ledger_id:
                 continue
             if found[1] in replaced and found[0] < generation:
@@ -1342,9 +1379,9 @@ class Ledger:
             )
         return None if ledger_id is None else str(ledger_id)
 
-    def _check_markers_writable(self, unchanged: str) -> None:
+    def _check_markers_writable(self, unchanged: str, paths: tuple[str, str]) -> None:
         assert self.path is not None
-        for where in (_marker_path(self.path), _legacy_marker_path(self.path)):
+        for where in paths:
             try:
                 os.close(os.open(where, os.O_WRONLY | os.O_CLOEXEC))
             except FileNotFoundError:
@@ -1356,9 +1393,9 @@ class Ledger:
                     "file and its directory (e.g. chmod g+w on all three for a shared group)",
                 ) from None
 
-    def _check_generation(self, generation: int) -> int:
+    def _check_generation(self, generation: int, marks: _Marks) -> int:
         assert self.path is not None
-        found = _recorded_generation(self.path)
+        found = _recorded_generation(self.path, marks)
         if found is not None and generation < found[0]:
             marker, where = found
             real = os.path.realpath(self.path)
@@ -1379,7 +1416,8 @@ class Ledger:
         return generation
 
     def _attach(
-        self, base: duckdb.DuckDBPyConnection, alias: str, *, read_only: bool, deadline: float, unchanged: str
+        self, base: duckdb.DuckDBPyConnection, alias: str, *, read_only: bool, deadline: float, unchanged: str,
+        real: str | None = None,
     ) -> None:
         """ATTACH the (flock'ed) ledger file, waiting out DuckDB locks of programs that are not dpsql."""
         p = self.path
@@ -1393,7 +1431,7 @@ class Ledger:
         while True:
             try:
                 base.cursor().execute(sql)
-                _note_attached(alias, p)
+                _note_attached(alias, p, real)
                 return
             except duckdb.Error as e:
                 msg = str(e)
@@ -1732,8 +1770,9 @@ def _base_connection() -> duckdb.DuckDBPyConnection:
         return st.base
 
 
-def _note_attached(alias: str, path: str) -> None:
-    """Record that ``alias`` has ``path`` attached (its inode's descriptors then stay open)."""
+def _note_attached(alias: str, path: str, real: str | None = None) -> None:
+    """Record that ``alias`` has ``path`` attached (its inode's descriptors then stay open);
+    ``real``: its resolved path, when the caller has it."""
     st = _state()
     try:
         s = os.stat(path)
@@ -1741,7 +1780,7 @@ def _note_attached(alias: str, path: str) -> None:
     except OSError:
         key = (-1, -1)
     with st.mutex:
-        st.attached[alias] = (os.path.realpath(path), key)
+        st.attached[alias] = (real or os.path.realpath(path), key)
 
 
 def _note_detached(alias: str) -> None:
@@ -1801,13 +1840,29 @@ def _sql_str(s: str) -> str:
 def _marker_path(p: str) -> str:
     """The marker file: ``.<name>.generation`` next to the resolved path (hidden, like the queue
     files, so that ``rm ledger.duckdb*`` before a restore does not remove it)."""
-    d, name = os.path.split(os.path.realpath(p))
-    return os.path.join(d, f".{name}{GENERATION_SUFFIX}")
+    return _marker_paths(p)[0]
 
 
 def _legacy_marker_path(p: str) -> str:
     """Where earlier releases kept the marker (``<name>.generation``); still read, never created."""
-    return os.path.realpath(p) + GENERATION_SUFFIX
+    return _marker_paths(p)[1]
+
+
+def _marker_paths(p: str, *, resolved: bool = False) -> tuple[str, str]:
+    """The marker file and the legacy one of ``p`` (``resolved``: ``p`` is already the real path;
+    ``realpath`` costs a ``lstat`` per component, so an operation resolves the path once)."""
+    real = p if resolved else os.path.realpath(p)
+    d, name = os.path.split(real)
+    return os.path.join(d, f".{name}{GENERATION_SUFFIX}"), real + GENERATION_SUFFIX
+
+
+#: What the marker files of one operation recorded when it began: marker path -> (generation, identity)
+_Marks = dict[str, tuple[int, str | None] | None]
+
+
+def _read_marks(paths: tuple[str, str]) -> _Marks:
+    """Read both marker files once, for the generation and the identity checks of one operation."""
+    return {where: _read_marker_id(where) for where in paths}
 
 
 #: The extended attribute of the ledger file's inode that mirrors the marker (best effort).
@@ -1834,32 +1889,37 @@ def _read_xattr(p: str) -> int | None:
     return int(data)
 
 
-def _path_marker(p: str) -> tuple[int, str] | None:
-    """The highest generation recorded by the marker files of path ``p``, and where."""
+def _path_marker(p: str, marks: _Marks | None = None) -> tuple[int, str] | None:
+    """The highest generation recorded by the marker files of path ``p`` (or in ``marks``, as
+    :func:`_read_marks` read them), and where."""
     best: tuple[int, str] | None = None
-    for where in (_marker_path(p), _legacy_marker_path(p)):
-        g = _read_marker(where)
+    for where, found in (marks or _read_marks(_marker_paths(p))).items():
+        g = None if found is None else found[0]
         if g is not None and (best is None or g > best[0]):
             best = (g, where)
     return best
 
 
-def _recorded_generation(p: str) -> tuple[int, str] | None:
+def _recorded_generation(p: str, marks: _Marks | None = None) -> tuple[int, str] | None:
     """The highest generation recorded outside the ledger file for ``p``: its marker files and
     the attribute of its inode (which every name of the file shares, hard links included)."""
-    best = _path_marker(p)
+    best = _path_marker(p, marks)
     g = _read_xattr(p)
     if g is not None and (best is None or g > best[0]):
         best = (g, f"the attribute {_XATTR} of the ledger file")
     return best
 
 
-def _raise_markers(p: str, generation: int, ledger_id: str | None = None) -> None:
+def _raise_markers(
+    p: str, generation: int, ledger_id: str | None = None, paths: tuple[str, str] | None = None
+) -> None:
     """Raise every marker of ``p`` to ``generation`` (never lowering one): the marker file (and
     a legacy one that exists), which also records the ledger's identity, and the inode's
-    attribute, where the file system has them."""
-    for where in (_marker_path(p), _legacy_marker_path(p)):
-        if where != _marker_path(p) and not os.path.exists(where):
+    attribute, where the file system has them. ``paths``: :func:`_marker_paths` of ``p``. Each
+    marker is read again right before it is written (not taken from the operation's start)."""
+    marker, legacy = paths or _marker_paths(p)
+    for where in (marker, legacy):
+        if where is legacy and not os.path.exists(where):
             continue
         found = _read_marker_id(where)
         if found is None or found[0] < generation or (found[0] == generation and found[1] != ledger_id):
@@ -1880,11 +1940,6 @@ _LEDGER_ID_RE = re.compile(r"[0-9a-f]{32}")
 def _new_ledger_id() -> str:
     """A ledger's identity: 128 random bits, recorded in the file and in its markers."""
     return f"{random.SystemRandom().getrandbits(128):032x}"
-
-
-def _read_marker(path: str) -> int | None:
-    found = _read_marker_id(path)
-    return None if found is None else found[0]
 
 
 def _read_marker_id(path: str) -> tuple[int, str | None] | None:
