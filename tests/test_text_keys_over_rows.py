@@ -127,3 +127,28 @@ def test_a_text_key_with_an_uncoded_domain_keeps_the_pairs_plan() -> None:
     rendered = bounded_sql(_plan("SELECT url, country, COUNT(*) FROM events GROUP BY url, country", data),
                            Caps(2, 1), "s1", ops=TextKeys())
     assert "DENSE_RANK()" not in rendered and "MD5_NUMBER" in rendered, rendered
+
+
+def test_the_group_cap_over_rows_spills_under_a_small_memory_limit(tmp_path: Any) -> None:
+    """2M rows, 200k people of 5 URLs each twice, C_u = 3, one thread under 60 MB: the window sorts on disk and
+    the count completes (every person keeps 3 groups); the same query without a memory limit is the reference."""
+    schema = pa.table({"user_id": pa.array([1], pa.int64()), "url": pa.array(["u"], pa.string())})
+    plan = plan_for("SELECT url, COUNT(*) FROM events GROUP BY url", spec_for("events", schema))
+    sql = bounded_sql(plan, Caps(3, 1), "s1")
+    assert "DENSE_RANK()" in sql and "MD5_NUMBER" not in sql
+
+    def run(limit: str | None) -> list[tuple[Any, ...]]:
+        con = duckdb.connect()
+        try:
+            con.execute("SET threads = 1")
+            con.execute(f"SET temp_directory = '{tmp_path / str(limit)}'")
+            con.execute(f"CREATE TABLE {source_name(plan.table.name)} AS SELECT i // 10 AS user_id, "
+                        "'https://example.org/a-long-enough-path/' || (i % 5) AS url FROM range(2000000) t(i)")
+            if limit is not None:
+                con.execute(f"SET memory_limit = '{limit}'")
+                con.execute("SET preserve_insertion_order = false")
+            return sorted(con.sql(f"SELECT SUM(__users), COUNT(*) FROM ({sql})").fetchall())
+        finally:
+            con.close()
+
+    assert run("60MB") == run(None) == [(600000, 5)]
