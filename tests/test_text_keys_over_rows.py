@@ -57,10 +57,13 @@ def _plan(sql: str, data: pa.Table) -> ir.QueryPlan:
     return plan_for(sql, spec_for("events", data, domains={"country": DOMAIN}, bounds={"amount": (0, 1)}))
 
 
-def _run(plan: ir.QueryPlan, caps: Caps, data: pa.Table, ops: Any, salt: str) -> tuple[str, dict[Any, Any]]:
+def _run(plan: ir.QueryPlan, caps: Caps, data: pa.Table, ops: Any, salt: str,
+         collation: str | None = None) -> tuple[str, dict[Any, Any]]:
     sql = bounded_sql(plan, caps, salt, ops=ops)
     con = duckdb.connect()
     try:
+        if collation is not None:
+            con.execute(f"SET default_collation = '{collation}'")
         con.register(source_name(plan.table.name), data)
         return sql, keyed(plan, con.sql(sql).to_arrow_table())
     finally:
@@ -152,3 +155,22 @@ def test_the_group_cap_over_rows_spills_under_a_small_memory_limit(tmp_path: Any
             con.close()
 
     assert run("60MB") == run(None) == [(600000, 5)]
+
+
+@pytest.mark.parametrize("collation", ["nocase", "noaccent.nocase", "nfc"])
+def test_spellings_equal_under_a_connections_collation_stay_distinct_groups(collation: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a caller's connection whose default collation makes 'US' and 'us' (or NFC and NFD) equal, they stay
+    two groups of a person, peers of no other group in the window, and the rows plan keeps what the pairs
+    plan keeps."""
+    n = 400
+    data = pa.table({"user_id": np.repeat(np.arange(n), 4), "url": ["US", "us", "\u00e9", "e\u0301"] * n,
+                     "country": ["c0"] * (4 * n), "amount": np.ones(4 * n)})
+    plan = _plan("SELECT url, COUNT(*) FROM events GROUP BY url", data)
+    for caps in (Caps(1, 1), Caps(3, 1)):
+        _, over_rows = _run(plan, caps, data, SaltedDuckDBOps(), "s1", collation)
+        with monkeypatch.context() as m:
+            m.setattr(bound, "rows_group_cap", lambda *a: False)
+            _, pairs = _run(plan, caps, data, SaltedDuckDBOps(), "s1", collation)
+        assert over_rows == pairs
+        assert len(over_rows) == 4 and sum(r["__users"] for r in over_rows.values()) == n * caps.max_groups_per_unit
