@@ -130,7 +130,22 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("sql,caps", SHAPES)
+#: counts of units with C_u at most 64 group no pairs before the cap: its window ranks each person's rows
+#: (tests/test_text_keys_over_rows.py); a wider cap keeps the pairs and their spread
+SPREAD_SHAPES = [("SELECT x, COUNT(*) FROM t GROUP BY x", {"max_groups_per_unit": 65}), *SHAPES[1:]]
+
+
+def test_counts_of_text_keys_rank_each_persons_rows_before_any_grouping() -> None:
+    s = _session(range(10), [f"k{i}" for i in range(10)], SHAPES[0][1])
+    try:
+        bounded = _flat(s.explain(SHAPES[0][0], epsilon=1.0, delta=1e-6).bounded_sql)
+    finally:
+        s.close()
+    assert "AS __base QUALIFY DENSE_RANK() OVER (PARTITION BY __unit ORDER BY" in bounded, bounded
+    assert "SELECT DISTINCT __unit, __k0 FROM" in bounded and "MD5_NUMBER" not in bounded, bounded
+
+
+@pytest.mark.parametrize("sql,caps", SPREAD_SHAPES)
 def test_text_keys_are_spread_as_salted_text_and_integers_are_not(sql: str, caps: dict[str, Any]) -> None:
     s = _session(range(10), [f"k{i}" for i in range(10)], caps)
     try:

@@ -598,6 +598,34 @@ def keyed_digest(ops: SqlOps) -> Callable[[exp.Expression], exp.Expression] | No
     return None if ops.keyed_hash_is_digest else digest
 
 
+def rows_group_cap(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, coded: frozenset[str]) -> bool:
+    """Whether the group cap C_u runs over the rows themselves, before any grouping (``DENSE_RANK`` in
+    :func:`_smallest_by_window`), instead of over the (unit, group) pairs: with counts of units only (one row per
+    (unit, group), no per-unit row cap L), a key of a weakly hashed type (:func:`weakly_hashed`: text) carried as
+    its value, every key with a public domain coded (:func:`coded_keys`: the window drops the rows outside it),
+    the engine's own hash (``ops.keyed_hash_is_digest`` false) and C_u at most :data:`KEY_SPREAD_ABOVE`. Decided
+    from public values only.
+
+    The pairs' ``DISTINCT`` before the cap groups a person's keys in a hash table, so it also groups them by
+    their spread, the keyed hash of their salted text, which DuckDB's hash reads through ``MD5_NUMBER``
+    (:func:`spread_input`): one digest per row, the largest cost of a text-keyed count (1M rows: about 0.1 s of
+    CPU). Over the rows, the window partitions by the unit alone and sorts each unit's rows (a sort: keys of
+    one hash are ordered by the keys themselves, no probing), and the ``DISTINCT`` after it sees at most C_u
+    keys per person, as the final grouping by key does (a person left with at most :data:`KEY_SPREAD_ABOVE`
+    keys cannot make it slow). The same groups are kept: the first C_u of each unit in the same order."""
+    if not (caps.rows_finite and caps.max_rows_per_group == 1 and caps.groups_finite and not caps.unit_rows_finite):
+        return False
+    if caps.max_groups_per_unit > KEY_SPREAD_ABOVE or not getattr(ops, "group_cap_window", False):
+        return False
+    if keyed_digest(ops) is None:
+        return False
+    if any(a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT, *ir.VALUE_KINDS) for a in plan.aggregates):
+        return False
+    if any(k.domain is not None and k.name not in coded for k in plan.keys):
+        return False
+    return any(weakly_hashed(t) for t in key_types(plan, coded).values())
+
+
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
                       alias: str = "__kept", ops: SqlOps = DEFAULT_OPS, draw: bool = False) -> exp.Subquery:
     """The per-unit row cap L: at most ``max_rows`` rows per unit (:func:`cap_rows`)."""
@@ -614,7 +642,8 @@ def cap_rows_per_group(relation: exp.Expression, unit: str, keys: Sequence[str],
 
 def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
                         max_groups: float, salt: str, *, alias: str = "__chosen",
-                        ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset()) -> exp.Subquery:
+                        ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset(),
+                        over_rows: bool = False) -> exp.Subquery:
     """The per-unit group cap C_u, over a relation with one row per (unit, group): per unit,
     the ``max_groups`` rows first in the total order (keyed hash of (unit, group), group key), a
     uniform random choice that depends only on that unit's groups and the salt. The result has
@@ -637,6 +666,10 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     text keys under the same salt; equal hashes are then ordered by code (the domain's order). In
     the window, a pair whose code is NULL (its key outside the public domain) comes after every
     pair of its unit inside the domain and is dropped, so the relation need not be filtered first.
+
+    ``over_rows`` (``ops.group_cap_window`` only): the relation may hold several rows per (unit, group);
+    the window ranks the distinct groups (``DENSE_RANK``) and keeps every row of the first ``max_groups``
+    (:func:`rows_group_cap`).
     """
     n = int(max_groups)
     if coded:
@@ -645,7 +678,9 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     else:
         key = ops.keyed_hash([unit, *keys], salt)
     if getattr(ops, "group_cap_window", False):
-        return _smallest_by_window(relation, unit, keys, output, key, n, outside=sorted(coded)).subquery(alias, copy=False)
+        return _smallest_by_window(relation, unit, keys, output, key, n, outside=sorted(coded),
+                                   dense=over_rows).subquery(alias, copy=False)
+    assert not over_rows, "the group cap over rows is a window"  # rows_group_cap checks ops.group_cap_window
     shared, heavy = "__pairs", "__heavy"
     pairs_cte = exp.CTE(this=exp.select("*").from_(relation, copy=False), alias=exp.TableAlias(this=exp.to_identifier(shared)),
                         materialized=True if getattr(ops, "materialize_shared", False) else None)
@@ -669,7 +704,7 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
 
 
 def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
-                        key: exp.Expression, n: int, *, outside: Sequence[str] = ()) -> exp.Select:
+                        key: exp.Expression, n: int, *, outside: Sequence[str] = (), dense: bool = False) -> exp.Select:
     """Per unit, the ``n`` rows (one per group) first in the total order (keyed hash, group key),
     by one window: ``QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash, keys...) <= n``.
 
@@ -688,13 +723,18 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
     it is dropped with the rows past ``n``: the rows kept are those the window keeps over the
     relation filtered first (``_in_domain_pairs``), whose filter DuckDB would push below the
     aggregation onto every row.
+
+    ``dense``: the relation holds rows, several per (unit, group); ``DENSE_RANK`` numbers each unit's
+    distinct groups in the same order (a group's rows are peers: equal hash and keys), so the rows of the
+    same first ``n`` groups are kept.
     """
     missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
     order = [exp.Ordered(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing),
                          nulls_first=False)] if missing else []
     order.append(exp.Ordered(this=key, nulls_first=False))
     order += [exp.Ordered(this=_col(k), nulls_first=False) for k in keys]
-    rn = exp.Window(this=exp.RowNumber(), partition_by=[_col(unit)], order=exp.Order(expressions=order))
+    rank: exp.Expression = exp.func("dense_rank") if dense else exp.RowNumber()
+    rn = exp.Window(this=rank, partition_by=[_col(unit)], order=exp.Order(expressions=order))
     kept: exp.Expression = exp.LTE(this=rn, expression=_lit(n))
     for m in missing:
         kept = exp.And(this=exp.Not(this=m.copy()), expression=kept)
@@ -871,6 +911,8 @@ def bounded_query(
     row_domain = use_public_domain and not pairs_domain
     # text keys of small public domains as their codes (NULL outside the domain), filtered on the pairs
     coded = coded_keys(plan, ops) if pairs_domain else frozenset()
+    # text keys, counts of units only: the group cap over the rows, before any grouping (no digest per row)
+    over_rows = bool(keys) and rows_group_cap(plan, caps, ops, coded)
 
     # 1. base rows ------------------------------------------------------------------------------
     base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=row_domain, ops=ops,
@@ -885,7 +927,7 @@ def bounded_query(
     # (:func:`spread_keys`): keys crafted to collide in the engine's own hash made them quadratic (after
     # L, which partitions by the unit alone)
     pkeys = keys
-    if keys and not set(keys) <= coded and not one_row:
+    if keys and not set(keys) <= coded and not one_row and not over_rows:
         rows_src, pkeys = spread_keys(rows_src, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
 
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
@@ -928,7 +970,12 @@ def bounded_query(
             # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
             listed = distinct_value(a, plan.table.schema, _col(f"{a.name}_v"), salt, text_digest_of(ops))
             ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", listed)), f"{a.name}_l", copy=False))
-    if one_row:
+    if over_rows:
+        # the first C_u groups of each unit, over its rows; then its at most C_u (unit, group) pairs
+        kept = cap_groups_per_unit(rows_src, "__unit", keys, ["__unit", *keys], caps.max_groups_per_unit, salt,
+                                   alias="__kept_rows", ops=ops, coded=coded, over_rows=True)
+        ug = exp.select(*[_col(c) for c in ["__unit", *keys]]).from_(kept, copy=False).distinct(copy=False)
+    elif one_row:
         ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops,
                                 coded=coded)
     elif pairs_only:
@@ -939,13 +986,13 @@ def bounded_query(
     # a coded key's filter on the pairs is pushed by DuckDB below the aggregation onto the rows, where the
     # code is then computed twice per row (the filter's, the projection's): the group cap window drops them
     in_window = bool(coded) and caps.groups_finite and getattr(ops, "group_cap_window", False)
-    if pairs_domain:
+    if pairs_domain and not over_rows:  # (over rows: every key with a domain is coded, dropped by the window)
         ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects], ops,
                               coded, coded_later=in_window)
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug", copy=False)
-    if caps.groups_finite and keys:
+    if caps.groups_finite and keys and not over_rows:
         fields = [c.alias_or_name for c in ug.selects if c.alias_or_name != "__unit"]
         chosen = cap_groups_per_unit(chosen, "__unit", keys, fields, caps.max_groups_per_unit, salt, ops=ops,
                                      coded=coded)

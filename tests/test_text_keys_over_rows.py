@@ -1,0 +1,176 @@
+"""Counts of text keys: the group cap C_u over the rows themselves (``dpsql.rewrite.bound.rows_group_cap``).
+
+A text key of unknown domain is grouped with a person's other keys before the group cap, in the pairs'
+``DISTINCT``, so that grouping also goes by the spread, the keyed hash of the key's salted text, which DuckDB's
+hash reads through ``MD5_NUMBER`` (``tests/test_adversary_text_hash_differentials.py``): one digest per row, the
+largest cost of ``SELECT url, country, COUNT(*) ... GROUP BY url, country`` (``benchmarks/peers.py`` Q2). For
+counts of units only (one row per (person, group)), with C_u at most ``KEY_SPREAD_ABOVE``, the group cap's
+window now ranks each person's distinct groups over the rows (``DENSE_RANK``: a sort within the person, no hash
+table of keys), and the ``DISTINCT`` after it sees at most C_u keys per person. These tests pin the plan, and
+that it keeps exactly the groups the pairs plan keeps under the same salt (so it inherits that plan's uniform
+choice), on text, NULL and empty keys, keys outside a coded domain, keys of one DuckDB hash and keys aligned
+to 8 hashes under any salt.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+from test_bounding import bounded_sql, keyed, plan_for, spec_for
+
+from dpsql.engine.duckdb_ops import DuckDBOps, SaltedDuckDBOps
+from dpsql.engine.portable import PortableDuckDBOps
+from dpsql.plan import ir
+from dpsql.rewrite import bound
+from dpsql.rewrite.bound import Caps, source_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from hash_collisions import aligned_strings, colliding_strings  # noqa: E402
+
+DOMAIN = tuple(f"c{i}" for i in range(6))
+
+
+def _events(seed: int, n: int = 6000) -> pa.Table:
+    """300 people, most with more than C_u URLs; some URLs NULL or empty, some countries outside the domain
+    or NULL; one person holding 40 keys of one DuckDB hash and 40 keys aligned to 8 hashes under any salt."""
+    gen = np.random.default_rng(seed)
+    users = gen.integers(0, 300, n)
+    url = gen.choice([f"u{i}" for i in range(60)] + [""], n).astype(object)
+    url[gen.random(n) < 0.03] = None
+    country = gen.choice([*DOMAIN, "C1", "x"], n, p=[0.15] * 6 + [0.05, 0.05]).astype(object)
+    country[gen.random(n) < 0.03] = None
+    crafted = colliding_strings(40) + aligned_strings(40, blocks=4)
+    users = np.concatenate([users, np.full(len(crafted), 10**6)])
+    url = np.concatenate([url, np.array(crafted, dtype=object)])
+    country = np.concatenate([country, np.array(["c0"] * len(crafted), dtype=object)])
+    return pa.table({"user_id": users, "url": pa.array(url.tolist(), pa.string()),
+                     "country": pa.array(country.tolist(), pa.string()), "amount": np.ones(len(users))})
+
+
+def _plan(sql: str, data: pa.Table) -> ir.QueryPlan:
+    return plan_for(sql, spec_for("events", data, domains={"country": DOMAIN}, bounds={"amount": (0, 1)}))
+
+
+def _run(plan: ir.QueryPlan, caps: Caps, data: pa.Table, ops: Any, salt: str,
+         collation: str | None = None) -> tuple[str, dict[Any, Any]]:
+    sql = bounded_sql(plan, caps, salt, ops=ops)
+    con = duckdb.connect()
+    try:
+        if collation is not None:
+            con.execute(f"SET default_collation = '{collation}'")
+        con.register(source_name(plan.table.name), data)
+        return sql, keyed(plan, con.sql(sql).to_arrow_table())
+    finally:
+        con.close()
+
+
+QUERIES = [
+    ("SELECT url, COUNT(*) FROM events GROUP BY url", Caps(1, 1)),
+    ("SELECT url, COUNT(*) FROM events GROUP BY url", Caps(3, 1)),
+    ("SELECT url, country, COUNT(*) FROM events GROUP BY url, country", Caps(2, 1)),  # country coded
+    ("SELECT country, url, COUNT(*) AS n FROM events GROUP BY country, url", Caps(5, 1)),
+]
+
+
+@pytest.mark.parametrize("ops", [DuckDBOps(), SaltedDuckDBOps()], ids=type)
+@pytest.mark.parametrize(("sql", "caps"), QUERIES)
+def test_the_group_cap_over_rows_keeps_what_the_pairs_plan_keeps(sql: str, caps: Caps, ops: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _events(1)
+    plan = _plan(sql, data)
+    for salt in ("s1", "s2", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"):
+        rows_sql, over_rows = _run(plan, caps, data, ops, salt)
+        with monkeypatch.context() as m:
+            m.setattr(bound, "rows_group_cap", lambda *a: False)
+            pairs_sql, pairs = _run(plan, caps, data, ops, salt)
+        assert "DENSE_RANK()" in rows_sql and "MD5_NUMBER" not in rows_sql and "__spread" not in rows_sql, rows_sql
+        assert "MD5_NUMBER" in pairs_sql and "DENSE_RANK()" not in pairs_sql  # the control: the pairs plan ran
+        assert over_rows == pairs
+        users = sum(r["__users"] for r in over_rows.values())
+        assert 0 < users <= caps.max_groups_per_unit * 301
+    # negative control: another salt keeps other groups
+    assert _run(plan, caps, data, ops, "s1")[1] != _run(plan, caps, data, ops, "s2")[1]
+
+
+def test_the_crafted_persons_keys_are_capped_and_outside_keys_take_no_place() -> None:
+    data = _events(2)
+    plan = _plan("SELECT url, country, COUNT(*) FROM events GROUP BY url, country", data)
+    _, out = _run(plan, Caps(2, 1), data, DuckDBOps(), "s1")
+    crafted = set(colliding_strings(40) + aligned_strings(40, blocks=4))
+    assert sum(r["__users"] for (url, _), r in out.items() if url in crafted) == 2
+    assert all(c in DOMAIN for _, c in out)
+
+
+@pytest.mark.parametrize(("sql", "caps", "ops"), [
+    ("SELECT url, SUM(amount) FROM events GROUP BY url", Caps(2, 1), DuckDBOps()),  # values: a row per pair
+    ("SELECT url, COUNT(*) FROM events GROUP BY url", Caps(2, 3), DuckDBOps()),  # k = 3: counts per pair
+    ("SELECT url, COUNT(*) FROM events GROUP BY url", Caps(65, 1), DuckDBOps()),  # C_u above KEY_SPREAD_ABOVE
+    ("SELECT url, COUNT(*) FROM events GROUP BY url", Caps(2, 1, 4), DuckDBOps()),  # a row cap L
+    ("SELECT country, COUNT(*) FROM events GROUP BY country", Caps(2, 1), DuckDBOps()),  # coded only
+    ("SELECT user_id % 7 AS g, COUNT(*) FROM events GROUP BY user_id % 7", Caps(2, 1), DuckDBOps()),  # an integer
+    ("SELECT url, COUNT(*) FROM events GROUP BY url", Caps(2, 1), PortableDuckDBOps()),  # SHA-256 keyed hash
+])
+def test_other_shapes_keep_the_pairs_plan(sql: str, caps: Caps, ops: Any) -> None:
+    data = _events(3, n=300)
+    rendered = bounded_sql(_plan(sql, data), caps, "s1", ops=ops)
+    assert "DENSE_RANK()" not in rendered, rendered
+
+
+def test_a_text_key_with_an_uncoded_domain_keeps_the_pairs_plan() -> None:
+    class TextKeys(DuckDBOps):
+        coded_domain_max = 0
+
+    data = _events(3, n=300)
+    rendered = bounded_sql(_plan("SELECT url, country, COUNT(*) FROM events GROUP BY url, country", data),
+                           Caps(2, 1), "s1", ops=TextKeys())
+    assert "DENSE_RANK()" not in rendered and "MD5_NUMBER" in rendered, rendered
+
+
+def test_the_group_cap_over_rows_spills_under_a_small_memory_limit(tmp_path: Any) -> None:
+    """2M rows, 200k people of 5 URLs each twice, C_u = 3, one thread under 60 MB: the window sorts on disk and
+    the count completes (every person keeps 3 groups); the same query without a memory limit is the reference."""
+    schema = pa.table({"user_id": pa.array([1], pa.int64()), "url": pa.array(["u"], pa.string())})
+    plan = plan_for("SELECT url, COUNT(*) FROM events GROUP BY url", spec_for("events", schema))
+    sql = bounded_sql(plan, Caps(3, 1), "s1")
+    assert "DENSE_RANK()" in sql and "MD5_NUMBER" not in sql
+
+    def run(limit: str | None) -> list[tuple[Any, ...]]:
+        con = duckdb.connect()
+        try:
+            con.execute("SET threads = 1")
+            con.execute(f"SET temp_directory = '{tmp_path / str(limit)}'")
+            con.execute(f"CREATE TABLE {source_name(plan.table.name)} AS SELECT i // 10 AS user_id, "
+                        "'https://example.org/a-long-enough-path/' || (i % 5) AS url FROM range(2000000) t(i)")
+            if limit is not None:
+                con.execute(f"SET memory_limit = '{limit}'")
+                con.execute("SET preserve_insertion_order = false")
+            return sorted(con.sql(f"SELECT SUM(__users), COUNT(*) FROM ({sql})").fetchall())
+        finally:
+            con.close()
+
+    assert run("60MB") == run(None) == [(600000, 5)]
+
+
+@pytest.mark.parametrize("collation", ["nocase", "noaccent.nocase", "nfc"])
+def test_spellings_equal_under_a_connections_collation_stay_distinct_groups(collation: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a caller's connection whose default collation makes 'US' and 'us' (or NFC and NFD) equal, they stay
+    two groups of a person, peers of no other group in the window, and the rows plan keeps what the pairs
+    plan keeps."""
+    n = 400
+    data = pa.table({"user_id": np.repeat(np.arange(n), 4), "url": ["US", "us", "\u00e9", "e\u0301"] * n,
+                     "country": ["c0"] * (4 * n), "amount": np.ones(4 * n)})
+    plan = _plan("SELECT url, COUNT(*) FROM events GROUP BY url", data)
+    for caps in (Caps(1, 1), Caps(3, 1)):
+        _, over_rows = _run(plan, caps, data, SaltedDuckDBOps(), "s1", collation)
+        with monkeypatch.context() as m:
+            m.setattr(bound, "rows_group_cap", lambda *a: False)
+            _, pairs = _run(plan, caps, data, SaltedDuckDBOps(), "s1", collation)
+        assert over_rows == pairs
+        assert len(over_rows) == 4 and sum(r["__users"] for r in over_rows.values()) == n * caps.max_groups_per_unit
