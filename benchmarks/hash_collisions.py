@@ -125,6 +125,67 @@ def aligned_strings(n: int, blocks: int = 10) -> list[str]:
     return out
 
 
+_M32 = 0xFFFFFFFF
+_MURMUR_C1, _MURMUR_C2 = 0xCC9E2D51, 0x1B873593
+
+
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _murmur_word(k: int) -> int:
+    """Murmur3_x86_32's mixing of one little-endian 4-byte block (a bijection, before it meets the state)."""
+    return _rotl32(k * _MURMUR_C1 & _M32, 15) * _MURMUR_C2 & _M32
+
+
+def spark_string_hash(data: bytes, seed: int = 42) -> int:
+    """Spark's hash of a string's UTF-8 bytes (``Murmur3_x86_32.hashUnsafeBytes``: ``hash(s)`` in SQL, and
+    ``UTF8String.hashCode``, which its hash sets use), as a signed 32-bit int."""
+    aligned = len(data) - len(data) % 4
+    words = [int.from_bytes(data[i:i + 4], "little") for i in range(0, aligned, 4)]
+    words += [(b - 256 if b > 127 else b) & _M32 for b in data[aligned:]]  # the tail, one signed byte a block
+    h = seed
+    for k in words:
+        h = (_rotl32(h ^ _murmur_word(k), 13) * 5 + 0xE6546B64) & _M32
+    h ^= len(data)
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & _M32
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & _M32
+    h ^= h >> 16
+    return h - (1 << 32) if h >> 31 else h
+
+
+def murmur3_aligned_strings(n: int, segments: int = 15, seed: int = 0) -> list[str]:
+    """``n`` distinct ASCII strings of ``8 * segments`` characters (``n <= 2 ** segments``) that share one Spark
+    string hash (:func:`spark_string_hash`) after any text of a length divisible by 4 (a secret salt), whatever
+    that text. Spark's Murmur3_x86_32 mixes each 4-byte block ``k`` into the state ``h`` as ``h = rotl(h ^ m(k),
+    13) * 5 + c`` (``m`` a bijection). A difference in the top bit of ``h`` alone passes ``* 5 + c`` unchanged,
+    whatever ``h``; so two first blocks whose ``m`` differ in bit 18 (bit 31 after the rotation) and two second
+    blocks whose ``m`` differ in bit 31 leave every state as the other pair does. Each 8-byte segment is one of
+    two such pairs (ASCII 1-127: found by inverting ``m``); every string of the family is the same length."""
+    import random
+
+    rng = random.Random(seed)
+    inv1, inv2 = pow(_MURMUR_C1, -1, 1 << 32), pow(_MURMUR_C2, -1, 1 << 32)
+
+    def pair(diff: int) -> tuple[bytes, bytes]:
+        while True:
+            a = bytes(rng.randrange(1, 0x80) for _ in range(4))
+            w = _murmur_word(int.from_bytes(a, "little")) ^ diff
+            b = (_rotl32(w * inv2 & _M32, 17) * inv1 & _M32).to_bytes(4, "little")
+            if 0 < min(b) and max(b) < 0x80:
+                return a, b
+
+    segs = []
+    for _ in range(segments):
+        (a1, b1), (a2, b2) = pair(1 << 18), pair(1 << 31)
+        segs.append((a1 + a2, b1 + b2))
+    if n > 2 ** segments:
+        raise ValueError(f"at most {2 ** segments} strings of {segments} segments, asked for {n}")
+    return [b"".join(segs[i][(m >> i) & 1] for i in range(segments)).decode("ascii") for m in range(n)]
+
+
 SHAPES = {
     "sparse_histogram_count": ("SELECT x, COUNT(*) FROM t GROUP BY x", {"max_groups_per_unit": 1}),
     "sum_k1": ("SELECT x, SUM(v) FROM t GROUP BY x", {"max_groups_per_unit": 1}),

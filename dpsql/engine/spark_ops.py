@@ -145,9 +145,18 @@ class SparkOps(DeclaredOps):
     dialect = SPARK
     #: :meth:`keyed_hash` is SHA-256 of the text (``dpsql.engine.portable``): a key's salted text enters it as it is
     keyed_hash_is_digest = True
-    #: Spark's own hashes (:meth:`spread_hash`'s xxhash64, ``collect_set`` and ``array_distinct``'s hash sets) read a
-    #: key's salted text as it is: no digest (``docs/threat_model.md`` notes this as not yet analysed for Spark)
-    text_digest = None
+
+    def text_digest(self, text: exp.Expression) -> exp.Expression:
+        """``md5(text)``: how Spark's own hashes (:meth:`spread_hash`'s xxhash64, the hash sets of ``collect_set``
+        and ``array_distinct`` that COUNT(DISTINCT col) lists with) read a key's salted text
+        (``dpsql.rewrite.bound.spread_input``). Spark hashes a string with Murmur3_x86_32 over 4-byte blocks, and
+        a block pair whose mixed words differ in bit 18 then bit 31 leaves the state as it found it whatever that
+        state (a top-bit difference passes ``*5 + c`` unchanged), so after the 32-character salt one person's
+        texts built from such pairs share one hash under every salt
+        (``tests/test_adversary_spark_text_hash.py``). The 32-character hex digest of the whole salted text is
+        unknown without the salt, and 128 bits keep distinct values apart (the same counts as DuckDB's
+        ``MD5_NUMBER``); total on every text (Spark reads a string as its UTF-8 bytes)."""
+        return _mark(exp.func("md5", text))
 
     def keyed_hash(self, columns: Sequence[str], salt: str) -> exp.Expression:
         """The portable keyed hash (``dpsql.engine.portable``): a BIGINT from SHA-256 of the
