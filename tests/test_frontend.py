@@ -242,7 +242,7 @@ REJECTED = [
     ("SELECT COUNT(*) FROM events WHERE EXISTS (SELECT 1 FROM dpsql_ledger)", U, "subqueries", "EXISTS (SELECT"),
     ("SELECT COUNT(*) FROM (SELECT * FROM events)", U, "subqueries in FROM", "(SELECT *"),
     ("WITH t AS (SELECT * FROM events) SELECT COUNT(*) FROM events", U, "WITH", "WITH t"),
-    ("SELECT COUNT(*) FROM events JOIN events e2 USING (user_id)", U, "JOIN", "JOIN events e2"),
+    ("SELECT COUNT(*) FROM events NATURAL JOIN events e2", U, "JOIN", "NATURAL JOIN events e2"),
     ("SELECT COUNT(*) FROM events LEFT JOIN events e2 ON events.user_id = e2.user_id", U, "JOIN", "LEFT JOIN"),
     ("SELECT COUNT(*) FROM events, events e2", U, "JOIN", ", events e2"),
     ("SELECT COUNT(*) FROM events POSITIONAL JOIN events e2", U, "JOIN", "POSITIONAL JOIN"),
