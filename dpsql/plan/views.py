@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from dpsql.catalog import TableSpec
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
-from dpsql.plan.checks import is_aggregate, violation, written_name
+from dpsql.plan.checks import check_expression_functions, is_aggregate, violation, written_name
 from dpsql.plan.names import did_you_mean
 from dpsql.plan.parse import DIALECT, keyword_offset, tokens
 
@@ -254,6 +254,21 @@ class _Merger:
             if jj.args.get("on") is not None:
                 jj.set("on", resolve(jj.args["on"], {}))
             joins.append(jj)
+        # every output, used or not, names columns its tables hold and functions of the allow-list over private
+        # rows (an unused one is not run, but a mistake in it is no less a mistake)
+        for it in flat.expressions:
+            if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
+                continue
+            bad = check_expression_functions(it.unalias(), self.sql, label)
+            if bad:
+                raise UnsupportedQueryError(str(bad[0]), violations=bad[:1])
+        for _, e in outputs + ([("", where)] if where is not None else []):
+            for c in _own_nodes(e, exp.Column):
+                assert isinstance(c, exp.Column)
+                spec = specs.get(c.table.lower()) if c.table else None
+                if spec is not None and spec.schema and c.name.lower() not in spec.schema and not c.name.lower().endswith("_bin"):
+                    self.refuse(c, f"unknown column '{c.name}' in table '{spec.name}' ({label})"
+                                   f"{did_you_mean(c.name, spec.schema)}")
         sized = [(n, e, _size(e)) for n, e in outputs]
         for _, e, s in sized:
             if s > MAX_NODES:
@@ -507,11 +522,11 @@ class _Merger:
             new_joins.extend(js)
         out.set("joins", new_joins or None)
 
-        conds = [_requalify(s.view.where, renames[i]) for i, s in enumerate(sources)
-                 if s.view is not None and s.view.where is not None]
-        for s in sources:
+        for s in sources:  # counted before any copy is made
             if s.view is not None:
                 self.count(s.view.where_size, stmt)
+        conds = [_requalify(s.view.where, renames[i]) for i, s in enumerate(sources)
+                 if s.view is not None and s.view.where is not None]
         w = out.args.get("where")
         if w is not None:
             conds.append(w.this)
