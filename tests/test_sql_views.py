@@ -316,3 +316,22 @@ def test_a_view_named_many_times_is_bounded_by_the_node_limit(shop):
     body = " AND ".join(f"amount <> {i}" for i in range(1200))
     sql = f"WITH v AS (SELECT customer_id FROM orders WHERE {body}) SELECT COUNT(*) FROM v v0 {joins}"
     _refused(shop, sql, errors.UnsupportedQueryError, "expression nodes")
+
+
+def test_more_forms(shop):
+    assert _answer(shop, "WITH v AS (FROM orders WHERE amount > 4) SELECT COUNT(*) FROM v") == \
+        _answer(shop, "SELECT COUNT(*) FROM orders WHERE amount > 4")
+    _refused(shop, "WITH v AS (SELECT amount FROM orders) SELECT v.* FROM v", errors.UnsupportedQueryError, r"SELECT \*")
+    _refused(shop, "WITH v AS (SELECT amount FROM orders) SELECT COUNT(*) FROM v UNION SELECT COUNT(*) FROM v",
+             errors.UnsupportedQueryError, "set operations")
+    # a CTE named only in a subquery of WHERE: the subquery is the one problem
+    msg = _refused(shop, "WITH v AS (SELECT customer_id FROM orders) SELECT COUNT(*) FROM orders "
+                         "WHERE customer_id IN (SELECT customer_id FROM v)", errors.UnsupportedQueryError,
+                   "subqueries are not supported in WHERE")
+    assert "never used" not in msg
+
+
+def test_an_unknown_column_in_a_view_points_into_the_view(shop):
+    with pytest.raises(errors.UnsupportedQueryError) as info:
+        shop.query("WITH v AS (\n  SELECT amont AS a FROM orders)\nSELECT SUM(a) FROM v", epsilon=1.0, delta=1e-6)
+    assert (info.value.violations[0].line, info.value.violations[0].col) == (2, 10)

@@ -308,8 +308,12 @@ class _Merger:
         from_ = stmt.args.get("from_")
         items: list[exp.Expression] = ([from_.this] if from_ is not None else []) + [j.this for j in stmt.args.get("joins") or []]
         sources = [self.source(t, scope) for t in items]
+        # a CTE named only inside a subquery of WHERE, SELECT, ...: that subquery is the problem (refused by the
+        # analysis), not the CTE
+        elsewhere = {t.name.lower() for t in stmt.find_all(exp.Table) if not any(
+            isinstance(a, exp.With) for a in _ancestors(t, stmt))}
         for cte, v in local:
-            if not v.used:
+            if not v.used and cte.alias.lower() not in elsewhere:
                 self.refuse(cte.args["alias"], f"the CTE '{cte.alias}' is defined but never used (it would be ignored)",
                             "remove it, or select from it")
         if not any(s.view is not None for s in sources):
@@ -534,6 +538,15 @@ class _Merger:
             cond = conds[0] if len(conds) == 1 else exp.and_(*[exp.Paren(this=c) for c in conds], copy=False)
             out.set("where", exp.Where(this=cond))
         return out
+
+
+def _ancestors(node: exp.Expression, root: exp.Expression) -> list[exp.Expression]:
+    out: list[exp.Expression] = []
+    p = node.parent
+    while p is not None and p is not root:
+        out.append(p)
+        p = p.parent
+    return out
 
 
 def _start(node: exp.Expression) -> int:
