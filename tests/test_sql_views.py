@@ -129,6 +129,10 @@ SAME = [
      "JOIN v b ON a.customer_id = b.customer_id",
      "SELECT COUNT(*) FROM orders a JOIN orders b ON a.customer_id = b.customer_id "
      "WHERE a.status = 'done' AND b.status = 'done'"),
+    ("WITH v AS (SELECT o.customer_id, p.category FROM orders o JOIN products p ON o.product_id = p.product_id) "
+     "SELECT a.category, COUNT(*) FROM v a JOIN v b ON a.customer_id = b.customer_id GROUP BY a.category",
+     "SELECT p.category, COUNT(*) FROM orders o JOIN products p ON o.product_id = p.product_id JOIN orders o2 "
+     "ON o.customer_id = o2.customer_id JOIN products p2 ON o2.product_id = p2.product_id GROUP BY p.category"),
     ("WITH v AS (SELECT o.amount, c.segment FROM orders o JOIN customers c ON o.customer_id = c.customer_id) "
      "SELECT segment, COUNT(*) FROM v GROUP BY segment",
      "SELECT c.segment, COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id GROUP BY c.segment"),
