@@ -160,6 +160,9 @@ QUERIES = {
                       "'a!%' ESCAPE '!' AND replace(url, 'a', 'bb') <> 'x' AND split_part(country || ',' || action, ',', "
                       "-1) = 'view' AND make_date(year(day), month(day), 1) >= DATE '2024-01-01' AND concat_ws('-', url, "
                       "ref) <> '' GROUP BY dn, mn"),
+    # a CTE merged into the flat query (dpsql.plan.views): the flat query's bounded SQL on both engines
+    "cte_merged": ("WITH v AS (SELECT country AS c, amount * 2 AS a FROM events WHERE action = 'view') "
+                   "SELECT c, COUNT(*) AS n, SUM(a) AS s FROM v WHERE a > 10 GROUP BY c"),
 }
 WORKLOAD = [
     "SELECT COUNT(*) FROM people WHERE region = 'north' AND age BETWEEN 20 AND 29",

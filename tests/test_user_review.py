@@ -387,8 +387,9 @@ def test_column_spec_hint_lists_type(shop):
 
 
 @pytest.mark.parametrize("sql,fix", [
-    ("WITH big AS (SELECT * FROM orders WHERE amount > 10) SELECT COUNT(*) FROM big", "with the CTE's conditions in WHERE"),
-    ("SELECT COUNT(*) FROM (SELECT * FROM orders WHERE amount > 10) t", "with the subquery's conditions in WHERE"),
+    ("WITH big AS (SELECT status, COUNT(*) AS n FROM orders GROUP BY status) SELECT SUM(n) FROM big",
+     "write the query flat"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders WHERE amount > 10 LIMIT 5) t", "write the query flat"),
 ])
 def test_cte_and_from_subquery_are_one_problem_with_the_fix(shop, sql, fix):
     msg = _refused(shop, sql, errors.UnsupportedQueryError, "not supported")

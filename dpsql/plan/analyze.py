@@ -46,6 +46,7 @@ from dpsql.plan.typer import (
     type_predicate,
     type_value,
 )
+from dpsql.plan.views import merge_views
 
 _POLICY_PREFIX = "[policy] "
 
@@ -688,7 +689,8 @@ class _Builder:
                      "charge, by Session.query_many([...]))",
                 violations=self.violations,
             )
-        stmt = _limit_all(_order_by_all(stmts[0]))
+        # CTEs and subqueries in FROM: merged into the flat query (dpsql.plan.views), analysed as one
+        stmt = _limit_all(_order_by_all(merge_views(stmts[0], self.sql, self.catalog)))
         if isinstance(stmt, exp.Select) and stmt.args.get("joins"):
             return analyze_join(self.sql, stmt, self.catalog)  # joins: DP-S4S / R2T (dpsql.plan.joins)
         if isinstance(stmt, exp.Select) and self._several_paths(stmt):
