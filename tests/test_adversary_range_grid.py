@@ -8,6 +8,8 @@ answered in memory linear in the grid.
   ``bin_width`` (numbers, dates and timestamps alike); a zero or negative width is refused.
 * A 2-D workload's rectangles are turned into runs from their border cells: more than 4,194,304
   border cells in all are refused before the charge, as a grid of more than 1,048,576 cells is.
+* A GROUP BY over declared keys releases every combination: more than 4,194,304 are refused before
+  the charge.
 """
 
 from __future__ import annotations
@@ -302,3 +304,33 @@ def test_a_grid_of_more_than_2_20_cells_is_refused_before_the_charge():
     with pytest.raises(PolicyError, match="1,048,576 cells"):
         s.query_many(["SELECT COUNT(*) FROM g WHERE a < 5 AND b < 5"], epsilon=1.0)
     assert s.remaining() == spent and s.history().num_rows == 1
+
+
+# -- 4. GROUP BY over declared keys: every combination is released, so their number is bounded --------
+
+
+def _keyed_session(na: int, nb: int) -> dpsql.Session:
+    t = pa.table({"pid": np.arange(100, dtype=np.int64), "a": np.arange(100, dtype=np.int64) % na,
+                  "b": np.arange(100, dtype=np.int64) % nb})
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5))
+    use_noise(s, zero_noise())
+    s.register("t", t, privacy_unit="pid", max_groups_per_unit=1, max_rows_per_group=1, max_rows_per_unit=1,
+               columns={"a": {"domain": list(range(na))}, "b": {"domain": list(range(nb))}})
+    return s
+
+
+def test_a_cross_product_of_declared_keys_beyond_2_22_groups_is_refused_before_the_charge():
+    s = _keyed_session(3000, 2000)  # 6,000,000 combinations, each a released row built after the charge
+    s.query("SELECT COUNT(*) FROM t", epsilon=0.5)
+    spent = s.remaining()
+    for sql in ("SELECT a, b, COUNT(*) FROM t GROUP BY a, b", "SELECT a, b FROM t GROUP BY a, b"):
+        with pytest.raises(PolicyError) as e:
+            s.query(sql, epsilon=1.0)
+        assert "6,000,000" in str(e.value) and "4,194,304" in str(e.value)
+        with pytest.raises(PolicyError):
+            s.explain(sql, epsilon=1.0)
+    assert s.remaining() == spent and s.history().num_rows == 1
+    # one key alone, or the limit itself, is answered
+    assert s.explain("SELECT a, COUNT(*) FROM t GROUP BY a", epsilon=1.0) is not None
+    s2 = _keyed_session(2048, 2048)
+    assert s2.explain("SELECT a, b, COUNT(*) FROM t GROUP BY a, b", epsilon=1.0) is not None
