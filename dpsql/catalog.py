@@ -16,6 +16,7 @@ import dataclasses
 import glob
 import json
 import math
+import numbers
 import os
 import re
 import threading
@@ -29,6 +30,9 @@ from dpsql.errors import ConfigError
 from dpsql.plan.typer import parse_type, type_domain
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: bins an ordered domain may have, declared by ``bins`` or cut by ``bin_width``, for numbers, dates and
+#: timestamps alike: DAWA's memory and time, and a histogram's released rows, grow with them after the charge
+MAX_BINS = 1 << 22
 _RESERVED_NAMES = {"dpsql_ledger", "ledger", "information_schema", "pg_catalog", "duckdb_tables"}
 
 
@@ -46,6 +50,20 @@ class OrderedDomain:
     bins: int
     kind: str = "numeric"  # numeric | date | timestamp
     bin_seconds: float | None = None  # for date/timestamp
+
+    def __post_init__(self) -> None:
+        # checked however the domain is built: every later stage sizes its work by ``bins`` (DAWA's
+        # vectors, a histogram's released rows) and runs it after the charge
+        b = self.bins
+        if isinstance(b, bool) or not isinstance(b, numbers.Integral) or not 1 <= int(b) <= MAX_BINS:
+            raise ConfigError(f"an ordered domain needs a whole number of bins between 1 and {MAX_BINS:,}, got {b!r}",
+                              hint="declare the column with bounds and bins, e.g. {'bounds': (0, 120), 'bins': 121}")
+        if self.kind != "numeric":
+            w = self.bin_seconds
+            if w is None or isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
+                raise ConfigError(f"a date/time ordered domain needs a positive, finite bin width in seconds, got {w!r}",
+                                  hint="declare the column with bounds and bin_width, e.g. "
+                                  "{'bounds': ['2019-01-01', '2021-01-01'], 'bin_width': '1 day'}")
 
     @property
     def width(self) -> float:
@@ -282,15 +300,54 @@ def _check_cap(value: Any, name: str, table: str) -> float:
     return v if math.isinf(v) else int(v)
 
 
-def _parse_seconds(width: str) -> float:
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(second|minute|hour|day|week)s?\s*", str(width), re.I)
+_TIME_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+
+
+def _parse_seconds(width: str, where: str = "") -> float:
+    m = re.fullmatch(r"\s*([-+]?[0-9]+(?:\.[0-9]+)?)\s*(second|minute|hour|day|week)s?\s*", str(width), re.I)
     if not m:
         raise ConfigError(
-            f"bin_width {width!r} is not understood",
+            f"bin_width {width!r}{where} is not understood",
             hint="use a number for numeric columns, or e.g. '1 hour', '15 minutes', '1 day' for time columns",
         )
-    mult = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}[m.group(2).lower()]
-    return float(m.group(1)) * mult
+    secs = float(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
+    if not secs > 0:  # '0 seconds' divided the span by zero
+        raise ConfigError(f"bin_width {width!r}{where} must be a positive interval",
+                          hint="e.g. '1 hour', '15 minutes' or '1 day'")
+    return secs
+
+
+def _up3(v: float) -> float:
+    """``v`` > 0 rounded up to three significant digits."""
+    e = math.floor(math.log10(v)) - 2
+    return math.ceil(v / 10.0**e) * 10.0**e
+
+
+def _time_width_text(seconds: float) -> str:
+    """A bin_width of at least ``seconds``, in the largest unit it fills, as '7.54 seconds' (rounded up)."""
+    unit = next((u for u in ("week", "day", "hour", "minute") if seconds >= _TIME_UNITS[u]), "second")
+    v = seconds / _TIME_UNITS[unit]
+    dp = max(0, 2 - math.floor(math.log10(v)))
+    up = math.ceil(v * 10**dp) / 10**dp
+    return f"{up:.{dp}f} {unit}s"
+
+
+def _too_many_bins(table: str, name: str, bins: float, width: Any, least: str) -> NoReturn:
+    count = f"{bins:,.0f}" if math.isfinite(bins) else "too many"
+    raise ConfigError(
+        f"bin_width {width!r} cuts the ordered domain of '{table}.{name}' into {count} bins; at most {MAX_BINS:,} are "
+        "allowed (the work of a range workload or histogram grows with them)",
+        hint=f"declare a bin_width of at least {least}, narrower bounds, or 'bins': {MAX_BINS} or fewer",
+    )
+
+
+def _whole_bins(table: str, name: str, bins: Any) -> int:
+    """A declared ``bins``: a whole number between 1 and MAX_BINS (2.5 was cut to 2, NaN and inf crashed)."""
+    ok = not isinstance(bins, bool) and isinstance(bins, (int, float)) and math.isfinite(bins) and bins == int(bins)
+    if not ok or not 1 <= int(bins) <= MAX_BINS:
+        raise ConfigError(f"bins for '{table}.{name}' must be between 1 and {MAX_BINS:,} (a whole number), got {bins!r}",
+                          hint=f"e.g. columns={{'{name}': {{'bounds': (0, 120), 'bins': 121}}}}")
+    return int(bins)
 
 
 def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
@@ -479,14 +536,18 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
         if bins is None and width is None:
             raise ConfigError(f"ordered domain for '{table}.{name}' needs bins or bin_width")
         if bins is None:
-            w = float(width)  # type: ignore[arg-type]
-            if w <= 0:
-                raise ConfigError(f"bin_width for '{table}.{name}' must be > 0")
-            bins = int(math.ceil((hi_f - lo_f) / w - 1e-9))
+            w = width
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
+                raise ConfigError(f"bin_width for '{table}.{name}' must be a positive, finite number, got {width!r}",
+                                  hint=f"e.g. columns={{'{name}': {{'bounds': (0, 120), 'bin_width': 5}}}}")
+            w = float(w)
+            count = (hi_f - lo_f) / w  # inf for a width far below the span (1e-320): refused, not an OverflowError
+            if not count <= MAX_BINS + 1e-9 * MAX_BINS:
+                _too_many_bins(table, name, math.ceil(count - 1e-9) if math.isfinite(count) else count, width,
+                               f"{_up3((hi_f - lo_f) / MAX_BINS):.3g}")
+            bins = int(math.ceil(count - 1e-9))
             hi_f = lo_f + bins * w
-        bins = int(bins)
-        if bins < 1 or bins > 1 << 22:
-            raise ConfigError(f"bins for '{table}.{name}' must be between 1 and 4194304")
+        bins = _whole_bins(table, name, bins)
         if lo_f.is_integer() and hi_f.is_integer() and bins == int(hi_f - lo_f) + 1:
             # integer domain lo..hi inclusive, one bin per value: bins are [v, v + 1)
             hi_f += 1.0
@@ -514,12 +575,15 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
     if span <= 0:
         raise ConfigError(f"ordered domain for '{table}.{name}' needs lo < hi")
     if width is not None:
-        secs = _parse_seconds(width)
-        bins = int(math.ceil(span / secs - 1e-9))
+        secs = _parse_seconds(width, f" for '{table}.{name}'")
+        count = span / secs
+        if not count <= MAX_BINS + 1e-9 * MAX_BINS:  # as a numeric domain's: '1 second' over a year is 31,622,400
+            _too_many_bins(table, name, math.ceil(count - 1e-9) if math.isfinite(count) else count, width,
+                           _time_width_text(span / MAX_BINS))
+        bins = int(math.ceil(count - 1e-9))
     elif bins is not None:
-        bins = int(bins)
-        if bins < 1 or bins > 1 << 22:  # as a numeric domain's (0 divided by zero, a negative count made a 1 us grid)
-            raise ConfigError(f"bins for '{table}.{name}' must be between 1 and 4194304")
+        # as a numeric domain's (0 divided by zero, a negative count made a 1 us grid)
+        bins = _whole_bins(table, name, bins)
         secs = span / bins
     else:
         raise ConfigError(f"ordered domain for '{table}.{name}' needs bins or bin_width")

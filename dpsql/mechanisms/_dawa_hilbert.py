@@ -1,10 +1,13 @@
 """Hilbert-curve order of a d x d grid and the mapping of rectangles to interval workloads (docs/mechanisms.md section 2.6).
 
-The grid is padded to a d x d square (d a power of two) only to define the curve; padding cells are
-skipped, so the 1-D vector has exactly n1 n2 entries.
+The grid is placed in a d x d square (d a power of two) only to define the curve; the padding cells
+are never listed, so the 1-D vector has exactly n1 n2 entries.
 
-Complexity: the order is O(d² log d) vectorised; a rectangle becomes the runs of consecutive
-positions inside it, found from its border cells only, so O(perimeter) per rectangle.
+Complexity: the order of an n1 x n2 grid is O(n1 n2 log d) time and O(n1 n2) memory, vectorised: the
+curve position of every real cell is computed directly and the cells sorted by it (listing the whole
+d x d square first took O(d²): a 2^20 x 1 grid asked for 2^40 cells). A rectangle becomes the runs
+of consecutive positions inside it, found from its border cells only, so O(perimeter) per
+rectangle; a workload's border cells are bounded by :data:`MAX_BORDER_CELLS`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ import numpy as np
 
 from dpsql.errors import ConfigError
 from dpsql.mechanisms._dawa_greedyh import IntervalWorkload
+
+#: border cells a workload's rectangles may have in all (``dpsql.plan.workload`` refuses more before
+#: any charge; each costs about a hundred bytes while the runs are found)
+MAX_BORDER_CELLS = 1 << 22
 
 
 def _check_side(d: int) -> int:
@@ -49,6 +56,32 @@ def hilbert_order(d: int) -> np.ndarray:
     return np.stack([a, b], axis=1)
 
 
+def hilbert_positions(d: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Position along :func:`hilbert_order` of each cell (rows[i], cols[i]) of the d x d square.
+
+    The inverse of the walk in :func:`hilbert_order`, one bit level at a time (from the top): the
+    quadrant adds s² q, q = (3 r) ^ c for the level's bits r, c, then the cell is rotated into the
+    quadrant's frame (transposed, and flipped when r = 1 and c = 0). O(len log d) time, O(len) memory.
+    """
+    d = _check_side(d)
+    a = np.asarray(rows, dtype=np.int64).copy()
+    b = np.asarray(cols, dtype=np.int64).copy()
+    pos = np.zeros(a.shape, dtype=np.int64)
+    s = d // 2
+    while s > 0:
+        ra = (a & s) > 0
+        rb = (b & s) > 0
+        pos += (s * s) * ((3 * ra.astype(np.int64)) ^ rb.astype(np.int64))
+        rot = ~rb
+        flip = rot & ra
+        # within the remaining low bits, d - 1 - v complements them: the same as XOR with d - 1
+        a = np.where(flip, a ^ (d - 1), a)
+        b = np.where(flip, b ^ (d - 1), b)
+        a, b = np.where(rot, b, a), np.where(rot, a, b)
+        s //= 2
+    return pos
+
+
 def hilbert_index(d: int) -> np.ndarray:
     """(d, d) array: position of cell (row, col) along :func:`hilbert_order`."""
     order = hilbert_order(d)
@@ -70,15 +103,19 @@ def grid_order(shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     ``index[row, col]`` the position of a cell in that list. Skipping the padding (docs/mechanisms.md section 2.6 pads
     with zeros) keeps the vector at n1 n2 entries and stops estimates leaking into cells that
     cannot hold data; consecutive real cells stay neighbours except where the curve crosses padding.
+    Only the real cells are visited (their curve positions, then a sort): memory O(n1 n2) whatever d.
     """
     n1, n2 = int(shape[0]), int(shape[1])
     if n1 < 1 or n2 < 1:
         raise ConfigError("the grid must have at least one row and one column")
-    order = hilbert_order(side_for((n1, n2)))
-    cells = order[(order[:, 0] < n1) & (order[:, 1] < n2)]
-    index = np.empty((n1, n2), dtype=np.int64)
-    index[cells[:, 0], cells[:, 1]] = np.arange(cells.shape[0], dtype=np.int64)
-    return cells, index
+    flat = np.arange(n1 * n2, dtype=np.int64)  # cell (r, c) is r * n2 + c
+    pos = hilbert_positions(side_for((n1, n2)), flat // n2, flat % n2)
+    by_curve = np.argsort(pos, kind="stable")  # positions are distinct: any sort gives this order
+    del pos
+    cells = np.stack([by_curve // n2, by_curve % n2], axis=1)
+    index = np.empty(n1 * n2, dtype=np.int64)
+    index[by_curve] = flat
+    return cells, index.reshape(n1, n2)
 
 
 def check_rects(rects: object, shape: tuple[int, int]) -> np.ndarray:
@@ -117,6 +154,11 @@ def rects_to_workload(rects: object, shape: tuple[int, int]) -> IntervalWorkload
     arr = check_rects(rects, (n1, n2))
     r0, r1, c0, c1 = arr.T
     m = arr.shape[0]
+    h, w_ = r1 - r0 + 1, c1 - c0 + 1
+    border = int(np.sum(np.where((h <= 2) | (w_ <= 2), h * w_, 2 * (h + w_) - 4)))
+    if border > MAX_BORDER_CELLS:
+        raise ConfigError(f"the {m} rectangles have {border:,} border cells in all; at most {MAX_BORDER_CELLS:,} are supported",
+                          hint="pass fewer or smaller rectangles, or a coarser grid")
     order, index = grid_order((n1, n2))
     size = n1 * n2
     if m == 0:

@@ -106,7 +106,8 @@ all intervals; m queries given as I intervals; k buckets in K groups; branch b; 
 2-D (§2.6): the grid's cells are listed in the Hilbert order of the d × d square that contains
 it (d a power of two; :func:`hilbert_order`, the orientation of ``tests/vectors/dawa.json``),
 skipping the padding cells, which hold no data (the paper keeps them as zeros; skipping them stops
-the estimate from spreading mass onto them); rectangles become unions of runs of positions (0/1
+the estimate from spreading mass onto them; only the real cells are ever listed, so the order takes
+O(n1 n2) memory whatever d: :func:`grid_order`); rectangles become unions of runs of positions (0/1
 interval queries, O(perimeter) each), 1-D DAWA runs on the n1 n2 vector and estimates are mapped
 back; rectangles are answered by 2-D prefix sums.
 """

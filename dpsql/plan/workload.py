@@ -43,6 +43,22 @@ _INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT
                             "UINTEGER", "UBIGINT", "UHUGEINT", "INT1", "INT2", "INT4", "INT8", "INT", "LONG"})
 
 
+#: cells a 2-D workload's grid may have (n1 x n2)
+MAX_GRID_CELLS = 1 << 20
+#: border cells a 2-D workload's rectangles may have in all (``dpsql.mechanisms._dawa_hilbert`` maps each
+#: rectangle onto the Hilbert order from its border, after the charge: memory and time grow with them)
+MAX_BORDER_CELLS = 1 << 22
+
+
+def rect_border_cells(r0: int, r1: int, c0: int, c1: int) -> int:
+    """Cells on the border of the inclusive rectangle rows r0..r1, columns c0..c1; an empty one (a
+    range selecting no bin) is answered as the single cell (0, 0): 1."""
+    h, w = r1 - r0 + 1, c1 - c0 + 1
+    if h < 1 or w < 1:
+        return 1
+    return h * w if h <= 2 or w <= 2 else 2 * (h + w) - 4
+
+
 @dataclass(frozen=True)
 class Dim:
     column: str
@@ -361,9 +377,21 @@ def analyze_workload(
             sn = sn or s_
         rows.append(row)
         snapped.append(sn)
-    if len(dims) == 2 and dims[0].n * dims[1].n > 1 << 20:
-        raise PolicyError(f"2-D range workloads support at most 1,048,576 cells (e.g. 1024 x 1024), got {dims[0].n} x {dims[1].n}",
+    if len(dims) == 2 and dims[0].n * dims[1].n > MAX_GRID_CELLS:
+        raise PolicyError(f"2-D range workloads support at most {MAX_GRID_CELLS:,} cells (e.g. 1024 x 1024), got "
+                          f"{dims[0].n} x {dims[1].n}",
                           hint="register the columns with fewer bins, or answer each column's ranges as a 1-D workload")
+    if len(dims) == 2:
+        border = sum(rect_border_cells(*r) for r in rows)
+        if border > MAX_BORDER_CELLS:
+            raise UnsupportedQueryError(
+                f"the {len(rows)} rectangles of this 2-D range workload have {border:,} border cells in all; at most "
+                f"{MAX_BORDER_CELLS:,} are supported (a rectangle is mapped onto the grid's Hilbert order from its border "
+                f"cells, on a {dims[0].n} x {dims[1].n} grid up to {rect_border_cells(0, dims[0].n - 1, 0, dims[1].n - 1):,} "
+                "each)",
+                hint="ask fewer or smaller rectangles per workload (each workload is charged on its own), or register the "
+                     "columns with fewer bins",
+            )
     return Workload(
         table=table,
         dims=dims,
