@@ -31,6 +31,11 @@ class Server:
             con.execute(f'CREATE DATABASE "{name}"')
         return self.url.rsplit("/", 1)[0] + "/" + name
 
+    def restart(self) -> None:
+        """A fast restart (the server ends every connection, as at a fail-over or an upgrade)."""
+        _run(self, [os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir, "-m", "fast", "-w", "-l",
+                   os.path.join(os.path.dirname(self.datadir), "log"), "restart"])
+
     def stop(self) -> None:
         _run(self, [os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir, "-m", "immediate", "stop"], check=False)
         shutil.rmtree(os.path.dirname(self.datadir), ignore_errors=True)
