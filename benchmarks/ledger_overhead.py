@@ -27,8 +27,10 @@ the grouping then saves nothing, and the exact sum does all the work).
 ``--url`` measures a PostgreSQL ledger instead (``pip install 'dpsql[postgres]'``): the database
 at the URL must hold no ledger (one with a large total is created there) or be one made by an
 earlier run of this benchmark (its remaining budget is used). Its figures: ``reserve_ms``,
-``commit_ms``, ``pair_ms``, ``read_ms`` and ``cpu_ms`` as above, ``first_read_ms`` (the first
-operation of a new ledger object: it opens its connection), and two floors in plain psycopg:
+``commit_ms``, ``pair_ms``, ``read_ms`` and ``cpu_ms`` as above, ``open_and_read_ms`` (opening the
+ledger and one read, as a new process or ``dpsql budget`` does), ``server_cpu_ms`` (where the server
+runs on this machine: the CPU time of all its processes, read from /proc, per operation, the mean over
+each measurement; a ledger's backend does most of an operation's work), and two floors in plain psycopg:
 ``connect_close_ms`` (one connection opened and closed, what every operation paid when the
 ledger kept no connection) and ``round_trip_ms`` (one ``SELECT 1`` on an open connection: a
 ledger transaction sends 6 to 9 statements and a COMMIT). ``--history`` applies here too.
@@ -58,6 +60,7 @@ import dpsql  # noqa: E402
 from dpsql.ledger import open_ledger  # noqa: E402
 
 CPU: dict[str, float] = {}
+SERVER_CPU: dict[str, float] = {}
 
 
 def med(fn: Callable[[], object], n: int, name: str = "") -> float:
@@ -188,37 +191,98 @@ def postgres(args: argparse.Namespace) -> None:
                 + ("0.001 + i * 1e-12" if args.distinct else "0.001 * (1 + i % 7)") + ", "
                 "1e-9, 'SELECT 1', ARRAY['t'], '{}' FROM generate_series(0, %s) AS r(i)", [int(args.history) - 1])
     led.close()
+    server = _postmaster(url)
+
+    def measure(fn: Callable[[], object], name: str) -> float:
+        before = _server_cpu(server)
+        ms = med(fn, args.pairs, name)
+        after = _server_cpu(server)
+        if before is not None and after is not None:
+            SERVER_CPU[name] = 1000 * (after - before) / args.pairs
+        return ms
+
     led = open_ledger(url, None)
-    t = time.perf_counter()
-    led.remaining()
-    first_read_ms = 1000 * (time.perf_counter() - t)
+    led.close()
+    opened: list[object] = []
+
+    def open_and_read() -> None:
+        opened.append(open_ledger(url, None))
+        opened[-1].remaining()  # type: ignore[attr-defined]
+        opened[-1].close()  # type: ignore[attr-defined]
+
+    open_and_read_ms = measure(open_and_read, "open_and_read")
+    led = open_ledger(url, None)
     cost = dpsql.Budget(0.001, 1e-9)
     ids: list[int] = []
 
     def reserve() -> None:
         ids.append(led.reserve(cost, mechanism="gaussian", query="SELECT 1", tables=["t"], params={"sigma": 1.0}))
 
-    reserve_ms = med(reserve, args.pairs, "reserve")
+    reserve_ms = measure(reserve, "reserve")
     todo = iter(list(ids))
-    commit_ms = med(lambda: led.commit(next(todo), params_update={"released_rows": 1}), args.pairs, "commit")
+    commit_ms = measure(lambda: led.commit(next(todo), params_update={"released_rows": 1}), "commit")
 
     def pair() -> None:
         led.commit(led.reserve(cost, mechanism="gaussian", query="SELECT 1", tables=["t"], params={"sigma": 1.0}))
 
-    pair_ms = med(pair, args.pairs, "pair")
-    read_ms = med(led.remaining, args.pairs, "read")
+    pair_ms = measure(pair, "pair")
+    read_ms = measure(led.remaining, "read")
     led.close()
     connect_close_ms = med(lambda: psycopg.connect(url).close(), args.pairs)
     with psycopg.connect(url, autocommit=True) as con:
         round_trip_ms = med(lambda: con.execute("SELECT 1").fetchall(), args.pairs)
     out = {
         "benchmark": "ledger_overhead", "ledger": "postgresql", "url": redact(url), "pairs": args.pairs,
-        "history_entries": args.history, "distinct": args.distinct, "first_read_ms": first_read_ms,
+        "history_entries": args.history, "distinct": args.distinct, "open_and_read_ms": open_and_read_ms,
         "reserve_ms": reserve_ms, "commit_ms": commit_ms, "pair_ms": pair_ms, "read_ms": read_ms,
         "connect_close_ms": connect_close_ms, "round_trip_ms": round_trip_ms, "cpu_ms": CPU,
+        "server_cpu_ms": SERVER_CPU,
         "load_average": os.getloadavg(),
     }
     write(out, "ledger_overhead_postgres.json")
+
+
+
+def _postmaster(url: str) -> int | None:
+    """The PostgreSQL server's main process, where it runs on this machine (else None)."""
+    import psycopg
+
+    with psycopg.connect(url) as con:
+        backend = con.info.backend_pid
+        try:
+            with open(f"/proc/{backend}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{parent}/cmdline", "rb") as f:
+                return parent if b"postgres" in f.read() else None
+        except (OSError, ValueError, IndexError):
+            return None
+
+
+def _server_cpu(postmaster: int | None) -> float | None:
+    """CPU seconds used so far by the server: its main process, its ended children (reaped: counted
+    in the main process's cutime/cstime) and its live ones."""
+    if postmaster is None:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def fields(pid: int | str) -> list[str]:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+
+    try:
+        main = fields(postmaster)
+    except OSError:
+        return None
+    total = sum(int(x) for x in main[11:15])
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                f = fields(pid)
+            except OSError:
+                continue
+            if int(f[1]) == postmaster:
+                total += int(f[11]) + int(f[12])
+    return total / tick
 
 
 if __name__ == "__main__":
