@@ -211,9 +211,7 @@ def _disown(con: Any) -> None:
     goodbye that closing sends (libpq's Terminate message, a TLS close) goes nowhere instead of
     ending the parent's server session; then it is closed (the parent's descriptor stays open)."""
     try:
-        if con.closed:
-            return
-        fd = con.fileno()
+        fd = con.fileno()  # (also of a connection found broken: libpq keeps its socket until it is freed)
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
             os.dup2(null, fd, inheritable=False)
