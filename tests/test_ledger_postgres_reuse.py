@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _postgres import Server, running_server
+from _postgres import Server, running_bouncer, running_server
 
 import dpsql
 from dpsql.errors import BudgetExceededError, LedgerError
@@ -453,3 +453,62 @@ def test_a_connection_older_than_60_s_is_closed_and_replaced(server: Server, url
     assert spy.backends()[-1] != first  # 60.5 s old: a new connection
     assert [pid for pid, _ in _settle(server, url, 1)] == [spy.backends()[-1]]
     led.close()
+
+
+# -- behind pgbouncer in transaction mode -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bouncer(server: Server) -> Iterator[str]:
+    yield from running_bouncer(server)
+
+
+def test_through_pgbouncer_in_transaction_mode_threads_never_overspend(server: Server, bouncer: str) -> None:
+    """pgbouncer in transaction mode hands each transaction to one of 2 server sessions, whichever
+    client it comes from: the ledger's connections use no prepared statements and no session state."""
+    import psycopg
+
+    name = "b_" + uuid.uuid4().hex[:12]
+    server.database(name)
+    url = bouncer + name
+    led = open_ledger(url, dpsql.Budget(3.0, 0.0), create=True, lock_timeout=60)
+    ok: list[int] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        for _ in range(8):
+            try:
+                led.commit(_charge(led))
+                ok.append(1)
+            except BudgetExceededError:
+                pass
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert len(ok) == 30 and led.history().num_rows == 30
+    assert led.remaining().epsilon == pytest.approx(0.0, abs=1e-12)
+    led.close()
+    # negative control: connections that prepare their statements fail behind it
+    cons = [psycopg.connect(url, prepare_threshold=0) for _ in range(3)]
+    try:
+        with pytest.raises(psycopg.Error):
+            for i in range(20):
+                for c in cons:
+                    c.execute("SELECT %s::int + 1", [i])
+                    c.commit()
+    finally:
+        for c in cons:
+            _close_quietly(c)
+
+
+def _close_quietly(con: Any) -> None:
+    try:
+        con.close()
+    except Exception:  # noqa: BLE001 - a connection the error left broken
+        pass
