@@ -31,6 +31,11 @@ class Server:
             con.execute(f'CREATE DATABASE "{name}"')
         return self.url.rsplit("/", 1)[0] + "/" + name
 
+    def restart(self) -> None:
+        """A fast restart (the server ends every connection, as at a fail-over or an upgrade)."""
+        _run(self, [os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir, "-m", "fast", "-w", "-l",
+                   os.path.join(os.path.dirname(self.datadir), "log"), "restart"])
+
     def stop(self) -> None:
         _run(self, [os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir, "-m", "immediate", "stop"], check=False)
         shutil.rmtree(os.path.dirname(self.datadir), ignore_errors=True)
@@ -79,6 +84,43 @@ def start() -> tuple[Server | None, str]:
         shutil.rmtree(root, ignore_errors=True)
         return None, f"could not start PostgreSQL: {type(e).__name__}"
     return s, ""
+
+
+def running_bouncer(s: Server) -> Iterator[str]:
+    """A module fixture's body: pgbouncer in transaction mode (two server sessions shared by all its
+    clients) in front of ``s``; yields its URL with the path left for a database name (``.../``);
+    skipped where pgbouncer is not installed (a failure under ``DPSQL_REQUIRE_EXTRAS=1``)."""
+    import pytest
+
+    exe = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
+    if exe is None:
+        if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
+            pytest.fail("pgbouncer must be installed here (apt-get install pgbouncer); .ci/run installs it")
+        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer)")
+    root = tempfile.mkdtemp(prefix="dpsql-pgb-")
+    os.chmod(root, 0o777)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ini = os.path.join(root, "pgbouncer.ini")
+    with open(ini, "w") as f:
+        f.write(f"[databases]\n* = host=127.0.0.1 port={s.port}\n[pgbouncer]\nlisten_addr = 127.0.0.1\n"
+                f"listen_port = {port}\nauth_type = trust\nauth_file = {root}/users.txt\npool_mode = transaction\n"
+                f"default_pool_size = 2\nunix_socket_dir =\nlogfile = {root}/log\npidfile = {root}/pid\n")
+    with open(os.path.join(root, "users.txt"), "w") as f:
+        f.write('"dpsql" ""\n')
+    for name in os.listdir(root):
+        os.chmod(os.path.join(root, name), 0o666)
+    _run(s, [exe, "-d", ini])
+    try:
+        yield f"postgresql://dpsql@127.0.0.1:{port}/"
+    finally:
+        try:
+            with open(os.path.join(root, "pid")) as f:
+                os.kill(int(f.read().strip()), 15)
+        except (OSError, ValueError):
+            pass
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def running_server() -> Iterator[Server]:

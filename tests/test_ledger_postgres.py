@@ -223,7 +223,8 @@ def test_a_connection_the_server_drops_is_a_ledger_error(server: Server, monkeyp
     from dpsql.ledger import _postgres
 
     url = _configured(server, "work_mem = '4MB'")  # any ledger of its own
-    led = open_ledger(url)
+    # (at "connect": a ledger object that has not connected yet; an opened one reuses its connection)
+    led = _postgres.PostgresLedger(url) if at == "connect" else open_ledger(url)
 
     def kill(con: Any) -> None:
         with psycopg.connect(server.url, autocommit=True) as admin:

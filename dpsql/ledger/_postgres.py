@@ -31,6 +31,28 @@ drops mid-transaction is a LedgerError (the server rolls the transaction back), 
 own exception. ``tests/test_ledger_postgres.py`` runs N processes charging
 one ledger concurrently and checks that the total is never exceeded.
 
+Connections kept between operations
+------------------------------------
+Opening a connection (and warming a new server backend's caches) was most of an operation's time,
+so a ledger keeps its connections (:class:`_Pool`): at most 4 per ledger object and process, one per
+thread inside an operation at the same time (a fifth thread waits for one, within its
+``lock_timeout``). An idle connection is reused only while it has been idle for less than 30 s, is
+younger than 60 s, is outside any transaction and has nothing waiting on its socket (a server that
+ended it has said so there); otherwise it is closed and a new one opened. Every setting a
+transaction makes is local to it (``SET TRANSACTION``, ``set_config(..., true)``), so a reused
+connection starts each transaction as a new one would, except for the server's, database's or
+role's defaults, which a session reads when it starts: a change of those reaches a ledger within 60
+s. Prepared statements are off (``prepare_threshold=None``), so a pooler in transaction mode
+(pgbouncer) can stand between. A forked child never uses its parent's connections: the at-fork hook
+(``os.register_at_fork``; and a pid check where a fork bypassed it) points the child's descriptor of
+each inherited socket at /dev/null before closing it, so the goodbye that closing sends cannot end
+the parent's server session, and the child opens its own. A kept connection that the server
+dropped while it was idle and that fails one of the statements that open a transaction (before the
+body: nothing has been written) is replaced and the transaction started again, once; a connection
+lost after that is a LedgerError as before (the server rolled the transaction back; at COMMIT it may
+have committed it), never a retry, so a charge is never sent twice. ``close()`` (and a ledger that
+is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
+
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
 (then the schema is created, under a transaction-scoped advisory lock so two creators cannot
 both create it); a database with the tables but another ``schema_version`` is refused exactly
@@ -44,9 +66,13 @@ The URL's password never appears in a message (``Ledger.path`` shows the URL wit
 from __future__ import annotations
 
 import math
+import os
 import re
+import select
+import threading
 import time
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
@@ -133,6 +159,200 @@ class _Con:
         return self.execute(sql)
 
 
+# -- connections kept between operations ------------------------------------------------------------
+
+#: a ledger keeps at most this many connections per process (one per thread inside an operation at once)
+_POOL_SIZE = 4
+#: a kept connection is reused only while it has been idle for less than this (seconds) ...
+_MAX_IDLE = 30.0
+#: ... and is younger than this: it then picks up what the server, database or role now set
+_MAX_AGE = 60.0
+#: the clock of idleness and age (tests replace it)
+_clock = time.monotonic
+
+
+class _Slot:
+    """One open connection of a pool, with when it was opened and when it was last given back."""
+
+    __slots__ = ("con", "opened", "idle_since")
+
+    def __init__(self, con: Any) -> None:
+        self.con = con
+        self.opened = self.idle_since = _clock()
+
+
+def _alive(con: Any) -> bool:
+    """Whether an idle connection may still be usable: open, outside any transaction, and nothing
+    waiting to be read on its socket (an idle connection receives nothing, unless the server ended it:
+    a terminated backend, a restart). Reading the socket costs no round trip; a connection that dies
+    later still fails its first statement (then the operation is retried once, see _txn)."""
+    from psycopg.pq import TransactionStatus
+
+    try:
+        if con.closed or con.info.transaction_status != TransactionStatus.IDLE:
+            return False
+        poller = select.poll()
+        poller.register(con.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+        return not poller.poll(0)
+    except Exception:  # noqa: BLE001 - a connection that cannot even say so is not used
+        return False
+
+
+def _close(con: Any) -> None:
+    try:
+        con.close()
+    except Exception:  # noqa: BLE001 - closing a connection the server dropped may fail; it is gone either way
+        pass
+
+
+def _disown(con: Any) -> None:
+    """In a forked child, let go of a connection inherited from the parent without touching the
+    parent's session: the child's descriptor of the socket is first pointed at /dev/null, so the
+    goodbye that closing sends (libpq's Terminate message, a TLS close) goes nowhere instead of
+    ending the parent's server session; then it is closed (the parent's descriptor stays open)."""
+    try:
+        fd = con.fileno()  # (also of a connection found broken: libpq keeps its socket until it is freed)
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            os.dup2(null, fd, inheritable=False)
+        finally:
+            os.close(null)
+    except Exception:  # noqa: BLE001 - without a socket there is nothing to protect
+        pass
+    _close(con)
+
+
+class _Pool:
+    """The open connections of one ledger in this process: at most ``_POOL_SIZE``; an idle one is
+    reused while ``_alive``, idle for less than ``_MAX_IDLE`` and younger than ``_MAX_AGE``, else
+    closed. A thread that finds every connection in use waits for one, up to the operation's
+    deadline (its ``lock_timeout``). In a forked child (the at-fork hook, or the pid check where the
+    fork bypassed it) every inherited connection is disowned (``_disown``) and the pool starts empty."""
+
+    def __init__(self) -> None:
+        self._reset()
+        _POOLS.add(self)
+
+    def _reset(self) -> None:  # also in a forked child, without the parent's mutex (it may be held)
+        self.pid = os.getpid()
+        self.cond = threading.Condition(threading.Lock())
+        self.idle: list[_Slot] = []
+        #: every connection of this pool, idle or in use, and the count of those being opened
+        self.slots: set[_Slot] = set()
+        self.opening = 0
+        self.closed = False
+
+    def forget_inherited(self) -> None:
+        for slot in list(self.slots):
+            _disown(slot.con)
+        self._reset()
+
+    def _mine(self) -> None:
+        if self.pid != os.getpid():  # forked without the at-fork hook (defensive)
+            self.forget_inherited()
+
+    def acquire(self, connect: Callable[[], Any], deadline: float, busy: Callable[[], Exception]) -> tuple[_Slot, bool]:
+        """A connection for one operation: (slot, whether it served an operation before). Waits for
+        one of ``_POOL_SIZE`` connections in use until ``deadline`` (``time.monotonic``), then raises
+        ``busy()``."""
+        self._mine()
+        while True:
+            stale: list[_Slot] = []
+            slot: _Slot | None = None
+            state = "open"
+            with self.cond:
+                now = _clock()
+                for s in list(self.idle):  # every expired one goes, not only the one taken
+                    if now - s.idle_since >= _MAX_IDLE or now - s.opened >= _MAX_AGE:
+                        self.idle.remove(s)
+                        self.slots.discard(s)
+                        stale.append(s)
+                while self.idle and slot is None:
+                    s = self.idle.pop()  # the most recently used: the others age out
+                    if _alive(s.con):
+                        slot, state = s, "reuse"
+                    else:
+                        self.slots.discard(s)
+                        stale.append(s)
+                if slot is None:
+                    if len(self.slots) + self.opening < _POOL_SIZE:
+                        self.opening += 1
+                    elif (left := deadline - time.monotonic()) > 0:
+                        self.cond.wait(min(left, threading.TIMEOUT_MAX))
+                        state = "wait"
+                    else:
+                        state = "busy"
+            for s in stale:
+                _close(s.con)
+            if state == "reuse" and slot is not None:
+                return slot, True
+            if state == "busy":
+                raise busy()
+            if state == "open":
+                break
+        try:
+            con = connect()
+        except BaseException:
+            with self.cond:
+                self.opening -= 1
+                self.cond.notify()
+            raise
+        slot = _Slot(con)
+        with self.cond:
+            self.opening -= 1
+            self.slots.add(slot)
+        return slot, False
+
+    def release(self, slot: _Slot, reusable: bool) -> None:
+        """Give a connection back: kept if ``reusable`` and clean (outside any transaction), else closed."""
+        if self.pid != os.getpid():
+            self._mine()  # (the slot was inherited: disowned with the others)
+            return
+        keep = reusable and _alive(slot.con)
+        with self.cond:
+            if slot not in self.slots:  # inherited and disowned, or dropped
+                keep = False
+            elif keep and not self.closed and _clock() - slot.opened < _MAX_AGE:
+                slot.idle_since = _clock()
+                self.idle.append(slot)
+            else:
+                keep = False
+                self.slots.discard(slot)
+            self.cond.notify()
+        if not keep:
+            _close(slot.con)
+
+    def discard_idle(self) -> None:
+        """Close every idle connection (after one was found dropped: the others probably were too)."""
+        with self.cond:
+            stale, self.idle = self.idle, []
+            for s in stale:
+                self.slots.discard(s)
+        for s in stale:
+            _close(s.con)
+
+    def close(self) -> None:
+        """Close the idle connections now and those in use when they are given back."""
+        if self.pid != os.getpid():
+            self.forget_inherited()
+        with self.cond:
+            self.closed = True
+        self.discard_idle()
+
+
+#: every pool of this process, for the at-fork hook
+_POOLS: weakref.WeakSet[_Pool] = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    # The child runs one thread; the parent's other threads (and any lock they held) are not there.
+    for pool in list(_POOLS):
+        pool.forget_inherited()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 class PostgresLedger(Ledger):
     """A :class:`Ledger` stored in a PostgreSQL database (see the module docstring)."""
 
@@ -141,6 +361,10 @@ class PostgresLedger(Ledger):
         _psycopg()
         self._url = url
         self.path = redact(url)
+        self._pool = _Pool()
+        # a ledger that is dropped without close() closes its connections too (the finalizer holds the
+        # pool, not the ledger)
+        weakref.finalize(self, self._pool.close)
 
     @classmethod
     def create(cls, path: Any, total: Budget, *, lock_timeout: float = 10.0) -> PostgresLedger:
@@ -186,8 +410,10 @@ class PostgresLedger(Ledger):
         psycopg = _psycopg()
         failure: LedgerError | None = None
         try:
+            # no prepared statements: a connection pooler in transaction mode (pgbouncer) may hand the next
+            # transaction to another server session, which would not know them
             con = psycopg.connect(self._url, connect_timeout=min(max(1, math.ceil(self.lock_timeout)), _PG_MAX_MS // 1000),
-                                  autocommit=False)
+                                  autocommit=False, prepare_threshold=None, fallback_application_name="dpsql ledger")
         except Exception as e:  # noqa: BLE001 - psycopg's message may hold the password: class only
             failure = LedgerError(f"cannot connect to the PostgreSQL ledger {self.path} ({type(e).__name__}); {unchanged}",
                                   hint="check the URL, that the server runs and accepts this user")
@@ -199,9 +425,30 @@ class PostgresLedger(Ledger):
             con.adapters.register_loader(name, TextLoader)  # JSON columns as text, as the DuckDB ledger reads them
         return con
 
-    def _has_tables(self) -> bool:
-        con = self._connect("nothing was changed")
+    def _acquire(self, unchanged: str, deadline: float) -> tuple[_Slot, bool]:
+        def busy() -> LedgerError:
+            return LedgerError(f"ledger {self.path} is busy: {_POOL_SIZE} operations on it in other threads of this "
+                               f"process held all its connections for more than {self.lock_timeout:g} s; {unchanged}",
+                               hint="retry, or pass a larger lock_timeout")
+
+        return self._pool.acquire(lambda: self._connect(unchanged), deadline, busy)
+
+    @contextmanager
+    def _connection(self, unchanged: str) -> Iterator[Any]:
+        """A connection of the pool for one transaction that is not a ledger operation's (no retry)."""
+        slot, _ = self._acquire(unchanged, time.monotonic() + self.lock_timeout)
+        reusable = False
         try:
+            yield slot.con
+            reusable = True
+        except Exception:
+            reusable = True  # kept only if it is back outside any transaction (release checks)
+            raise
+        finally:
+            self._pool.release(slot, reusable)
+
+    def _has_tables(self) -> bool:
+        with self._connection("nothing was changed") as con:
             failure: LedgerError | None = None
             try:
                 with con.cursor() as cur:
@@ -222,14 +469,13 @@ class PostgresLedger(Ledger):
                     hint="point the URL at the ledger's own database or schema; dpsql never repairs a ledger",
                 )
             return all(present)
-        finally:
-            con.close()
 
     def _create(self, total: Budget, *, must_be_new: bool = False) -> None:
         """Create the tables. ``must_be_new`` (``dpsql init``, :meth:`create`): an existing ledger is
         refused, as for a file; otherwise (``open(create=True)`` racing another creator) an existing
         ledger with the same total is used."""
-        con = self._connect("no ledger was created")
+        slot, _ = self._acquire("no ledger was created", time.monotonic() + self.lock_timeout)
+        con = slot.con
         try:
             with con.cursor() as cur:
                 # the wait for another creator is bounded as a charge's is (lock_timeout), and the server's
@@ -269,7 +515,7 @@ class PostgresLedger(Ledger):
             raise LedgerError(f"cannot create the ledger in {self.path} ({type(e).__name__}); no ledger was created",
                               hint="check that the user may create tables in the database") from None
         finally:
-            con.close()
+            self._pool.release(slot, True)  # kept only if back outside any transaction
         if exists and must_be_new:
             raise LedgerError(
                 f"cannot create a ledger in {self.path}: the database already holds one",
@@ -285,83 +531,106 @@ class PostgresLedger(Ledger):
     @contextmanager
     def _txn(self, *, write: bool, creating: bool = False,
              unchanged: str = "nothing was changed") -> Iterator[tuple[Any, _Txn]]:
-        """One transaction: connect, (writers) take the table lock, check the schema, run the
-        body, commit. Any failure before COMMIT rolls back: ``unchanged`` holds."""
+        """One transaction: take a connection (a kept one, or a new one), (writers) take the table
+        lock, check the schema, run the body, commit. Any failure before COMMIT rolls back:
+        ``unchanged`` holds. A kept connection found dropped during the opening statements (before
+        the body, so before anything is written) is replaced and the transaction started again, once;
+        a connection lost from the body on is an error, never a retry (a charge is sent once)."""
         if self._closed:
             raise LedgerError(f"ledger {self.path} is closed", hint="open it again")
         t = _Txn(unchanged)
         psycopg = _psycopg()
-        con = self._connect(unchanged)
-        try:
-            c = _Con(con)
-            failure: LedgerError | None = None
+        deadline = time.monotonic() + self.lock_timeout  # the pool's wait and the lock's share lock_timeout
+        retried = False
+        while True:
+            slot, reused = self._acquire(unchanged, deadline)
+            con = slot.con
+            reusable = False
             try:
-                if not write:  # one snapshot for every statement of a read (e.g. spent and the entries)
-                    c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                else:  # each statement sees what was committed before it, whatever the database's default
-                    c.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                # PostgreSQL reads 0 as "wait forever" and refuses more than 2^31 - 1 ms
-                ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
-                # one statement (one round trip) sets, for this transaction: lock_timeout; doubles as the
-                # shortest text that reads back bit-exact, whatever the server's or the database's
-                # extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted); the
-                # server's time-outs lifted (_LIFTED_TIMEOUTS: those this server has)
-                # ... and the idle-in-transaction time-out set to a bound of dpsql's own (_idle_ms): a process frozen
-                # while it holds the ledger's lock (SIGSTOP, a debugger, a paused VM) blocked every host, however long
-                c.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN ? WHEN 'extra_float_digits' THEN '3' "
-                          "WHEN 'idle_in_transaction_session_timeout' THEN ? ELSE '0' END, true) FROM pg_catalog.pg_settings "
-                          "WHERE name IN ('lock_timeout', 'extra_float_digits', "
-                          + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms", f"{self._idle_ms()}ms"])
-                if write:
-                    c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
-                    # a charge is acknowledged only once its WAL record is flushed (and, with synchronous
-                    # standbys, flushed there too): a server, database or role set to 'off' or 'local'
-                    # would let a crash or fail-over take back a charge whose query has read private rows.
-                    # (After the lock: before it, a query would take the snapshot at a stricter isolation.)
-                    c.execute("SELECT set_config('synchronous_commit', 'on', true) "
-                              "WHERE current_setting('synchronous_commit') IN ('off', 'local')")
-                self._check_schema(c)  # type: ignore[arg-type]
-            except psycopg.errors.LockNotAvailable:
-                failure = LedgerError(f"ledger {self.path} is busy: another process held it for more than "
-                                      f"{self.lock_timeout:g} s; {unchanged}", hint="retry, or pass a larger lock_timeout")
-            except psycopg.errors.UndefinedTable:
-                failure = LedgerError(f"the database {self.path} is not a dpsql budget ledger (a table is missing)",
-                                      hint="create it with create=True or `dpsql init --ledger URL`")
-            except psycopg.errors.ReadOnlySqlTransaction:
-                failure = _read_only_failure(self.path, unchanged)
-            except psycopg.errors.InsufficientPrivilege:
-                failure = _privilege_failure(self.path, unchanged, write)
-            except psycopg.Error as e:
-                failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
-                                      hint="check the server and the user's rights")
-            if failure is not None:
-                _rollback(con)
-                raise failure
-            try:
-                yield c, t
-                if write and t.wrote:
-                    c.execute("UPDATE ledger_meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) "
-                              "WHERE key = 'generation'")
-            except BaseException as e:
-                _rollback(con)
-                if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
-                    raise _read_only_failure(self.path, unchanged) from None
-                if isinstance(e, psycopg.errors.InsufficientPrivilege):
-                    raise _privilege_failure(self.path, unchanged, write) from None
-                if isinstance(e, psycopg.Error):
-                    raise LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
-                                      hint="check the server and the user's rights") from None
-                raise
-            try:
-                con.commit()
-            except psycopg.Error as e:
-                raise LedgerError(
-                    f"ledger {self.path}: PostgreSQL could not commit ({type(e).__name__}); the change was not "
-                    f"acknowledged: {unchanged}, unless it reached the server before the error (then it counts)",
-                    hint="dpsql reads no private row after this error",
-                ) from None
-        finally:
-            con.close()
+                c = _Con(con)
+                failure: LedgerError | None = None
+                dropped = False
+                try:
+                    if not write:  # one snapshot for every statement of a read (e.g. spent and the entries)
+                        c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    else:  # each statement sees what was committed before it, whatever the database's default
+                        c.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    # PostgreSQL reads 0 as "wait forever" and refuses more than 2^31 - 1 ms
+                    ms = min(max(1, math.ceil((deadline - time.monotonic()) * 1000)), _PG_MAX_MS)
+                    # one statement (one round trip) sets, for this transaction: lock_timeout; doubles as the
+                    # shortest text that reads back bit-exact, whatever the server's or the database's
+                    # extra_float_digits (at 0, 0.1 + 0.2 read back as 0.3: charges undercounted); the
+                    # server's time-outs lifted (_LIFTED_TIMEOUTS: those this server has)
+                    # ... and the idle-in-transaction time-out set to a bound of dpsql's own (_idle_ms): a process
+                    # frozen while it holds the ledger's lock (SIGSTOP, a debugger, a paused VM) blocked every
+                    # host, however long
+                    c.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN ? WHEN 'extra_float_digits' "
+                              "THEN '3' WHEN 'idle_in_transaction_session_timeout' THEN ? ELSE '0' END, true) FROM "
+                              "pg_catalog.pg_settings WHERE name IN ('lock_timeout', 'extra_float_digits', "
+                              + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms", f"{self._idle_ms()}ms"])
+                    if write:
+                        c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
+                        # a charge is acknowledged only once its WAL record is flushed (and, with synchronous
+                        # standbys, flushed there too): a server, database or role set to 'off' or 'local'
+                        # would let a crash or fail-over take back a charge whose query has read private rows.
+                        # (After the lock: before it, a query would take the snapshot at a stricter isolation.)
+                        c.execute("SELECT set_config('synchronous_commit', 'on', true) "
+                                  "WHERE current_setting('synchronous_commit') IN ('off', 'local')")
+                    self._check_schema(c)  # type: ignore[arg-type]
+                except psycopg.errors.LockNotAvailable:
+                    failure = LedgerError(f"ledger {self.path} is busy: another process held it for more than "
+                                          f"{self.lock_timeout:g} s; {unchanged}",
+                                          hint="retry, or pass a larger lock_timeout")
+                except psycopg.errors.UndefinedTable:
+                    failure = LedgerError(f"the database {self.path} is not a dpsql budget ledger (a table is missing)",
+                                          hint="create it with create=True or `dpsql init --ledger URL`")
+                except psycopg.errors.ReadOnlySqlTransaction:
+                    failure = _read_only_failure(self.path, unchanged)
+                except psycopg.errors.InsufficientPrivilege:
+                    failure = _privilege_failure(self.path, unchanged, write)
+                except psycopg.Error as e:
+                    # a kept connection that the server ended while it was idle (a terminated backend, a
+                    # restart, a pooler or firewall that drops idle connections) shows it here: nothing
+                    # has been written in this transaction, so it is started again on a new connection
+                    dropped = reused and not retried and con.closed
+                    failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
+                                          hint="check the server and the user's rights")
+                if dropped:
+                    retried = True
+                    self._pool.discard_idle()  # kept from before the drop: likely dropped too
+                    continue
+                if failure is not None:
+                    _rollback(con)
+                    reusable = True  # kept only if the rollback left it outside any transaction
+                    raise failure
+                try:
+                    yield c, t
+                    if write and t.wrote:
+                        c.execute("UPDATE ledger_meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) "
+                                  "WHERE key = 'generation'")
+                except BaseException as e:
+                    _rollback(con)
+                    reusable = isinstance(e, Exception)  # not after an interrupt: closed
+                    if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
+                        raise _read_only_failure(self.path, unchanged) from None
+                    if isinstance(e, psycopg.errors.InsufficientPrivilege):
+                        raise _privilege_failure(self.path, unchanged, write) from None
+                    if isinstance(e, psycopg.Error):
+                        raise LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
+                                          hint="check the server and the user's rights") from None
+                    raise
+                try:
+                    con.commit()
+                except psycopg.Error as e:
+                    raise LedgerError(
+                        f"ledger {self.path}: PostgreSQL could not commit ({type(e).__name__}); the change was not "
+                        f"acknowledged: {unchanged}, unless it reached the server before the error (then it counts)",
+                        hint="dpsql reads no private row after this error",
+                    ) from None
+                reusable = True
+                return
+            finally:
+                self._pool.release(slot, reusable)
 
     def _idle_ms(self) -> int:
         """The longest pause between two statements of a ledger transaction before the server ends it
@@ -402,7 +671,9 @@ class PostgresLedger(Ledger):
         return int(rows.get("generation", "0") or 0)
 
     def close(self) -> None:
+        """Close the ledger's connections (one in use by another thread closes when its operation ends)."""
         self._closed = True
+        self._pool.close()
 
 
 _PLACES = "__places"
