@@ -40,6 +40,9 @@ binding, before any charge):
   default, DuckDB's has no default escape; with the typer's ``ESCAPE 'c'`` both read only ``c``);
   ``left``/``right`` only with a positive literal count (their meaning differs for negative counts),
   ``substring`` only with a start >= 1;
+* substring searches (``contains``, ``strpos``, the text ``replace`` replaces, the separator of ``split_part``) only
+  for a string literal of at most ``MAX_LIKE_PATTERN`` characters, as the typer renders them (a needle taken from a
+  row would let the row choose the search's cost; the typer also limits their number per expression);
 * date and time functions (``date_part``/``extract``, ``year`` ... ``second``, ``date_trunc``)
   with DuckDB's conventions, from the DATE and the microseconds since 1970 (see the section
   below); decade/century/millennium and strftime/strptime are refused;
@@ -67,7 +70,7 @@ from sqlglot import exp
 from dpsql.engine.base import DeclaredOps, literal_text, power_of_two_factors
 from dpsql.engine.portable import portable_hash, portable_uniform, spark_double_text, spark_text_as_duckdb
 from dpsql.errors import UnsupportedQueryError
-from dpsql.plan.typer import CAST_FROM, NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
+from dpsql.plan.typer import CAST_FROM, MAX_LIKE_PATTERN, NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
 from dpsql.rewrite.render import DIALECT_MARK
 
 SPARK = "spark"
@@ -505,6 +508,11 @@ def _outputs(select: exp.Expression) -> list[str] | None:
     return out
 
 
+#: substring searches and the argument each searches for (the typer's forms: a short string literal)
+_NEEDLE: dict[type[exp.Expression], str] = {exp.Contains: "expression", exp.StrPosition: "substr",
+                                            exp.Replace: "expression", exp.SplitPart: "delimiter"}
+
+
 def _lower_node(node: exp.Expression) -> exp.Expression:
     made_for = node.meta.get(DIALECT_MARK)
     if made_for is not None:
@@ -593,6 +601,13 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
             # Spark's LIKE escapes with a backslash by default, DuckDB's has no default escape (with an
             # explicit ESCAPE both engines read only that character as the escape)
             raise _refuse(node, "a LIKE pattern with a backslash (write it with ESCAPE '!' to match a backslash on Spark)")
+        return node
+    needle_key = _NEEDLE.get(type(node))
+    if needle_key is not None:
+        needle = node.args.get(needle_key)
+        if not (isinstance(needle, exp.Literal) and needle.is_string and len(str(needle.this)) <= MAX_LIKE_PATTERN):
+            raise _refuse(node, f"{node.sql_name().lower()}() searching for anything but a string literal of at most "
+                                f"{MAX_LIKE_PATTERN} characters")
         return node
     if isinstance(node, exp.DateFromParts):
         # the typer's make_date, reached only for a valid date of years 1..9999 (its CASE guard): Spark's
