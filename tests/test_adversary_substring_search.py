@@ -12,7 +12,8 @@ or many searches in one expression multiply what one crafted text costs. So:
   longer literal, is refused for free (before any charge), with a message naming the function and
   the fix;
 * an expression holds at most ``MAX_SEARCHES`` (16) searches, LIKE / ILIKE tests included (which
-  keep their own limit of ``MAX_LIKES`` = 8).
+  keep their own limit of ``MAX_LIKES`` = 8), counted as written and again in the rendering a row
+  evaluates (date_trunc's guard and NULLIF repeat their operand, and each copy searches again).
 
 starts_with / ends_with (and prefix / suffix) compare at one position, like ``=``, so they keep
 taking any text (both capped). The Spark engine types expressions with the same typer and its
@@ -168,6 +169,20 @@ def test_the_count_is_per_expression() -> None:
     type_predicate(sqlglot.parse_one(many, read="duckdb"), SCHEMA)
     with pytest.raises(TypeRefusal):
         type_predicate(sqlglot.parse_one(many + " OR contains(s, 'a')", read="duckdb"), SCHEMA)
+
+
+def test_searches_repeated_by_a_guard_count_each_time(duck: dpsql.Session) -> None:
+    # date_trunc's range guard reads its operand three times: five such keys are 15 searches a row evaluates,
+    # six are 18 (refused, although the query writes only six)
+    one = "date_trunc('month', strptime(split_part(s, ',', 1), '%Y')) IS NULL"
+    assert count(duck, " AND ".join([one] * 5)) == len(TEXTS)
+    msg = refused_for_free(duck, "SELECT COUNT(*) AS v FROM t WHERE " + " AND ".join([one] * 6))
+    assert "once made total" in msg and "date_trunc" in msg, msg
+    # NULLIF reads its first operand twice
+    nullif = "nullif(strpos(s, 'a'), 0) IS NULL"
+    type_predicate(sqlglot.parse_one(" OR ".join([nullif] * 8), read="duckdb"), SCHEMA)
+    with pytest.raises(TypeRefusal, match="once made total"):
+        type_predicate(sqlglot.parse_one(" OR ".join([nullif] * 8 + ["contains(s, 'a')"]), read="duckdb"), SCHEMA)
 
 
 # -- Spark ---------------------------------------------------------------------------------------------

@@ -274,8 +274,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              f"inputs capped at {STRING_CAP} characters (one comparison at one position, as =)"),
     FuncSpec("contains, strpos, instr", "VARCHAR, VARCHAR literal -> BOOLEAN/BIGINT", "total",
              f"a substring search: the text looked for is a literal of at most {MAX_LIKE_PATTERN} characters, at most "
-             f"{MAX_SEARCHES} searches per expression (LIKE/ILIKE, replace and split_part count too); input capped at "
-             f"{STRING_CAP} characters"),
+             f"{MAX_SEARCHES} searches per expression (LIKE/ILIKE, replace and split_part count too, and each copy a "
+             f"guard such as date_trunc's makes of its operand); input capped at {STRING_CAP} characters"),
     FuncSpec("[NOT] LIKE, [NOT] ILIKE [ESCAPE]", "VARCHAR, VARCHAR literal[, VARCHAR literal] -> BOOLEAN", "total",
              f"pattern: a literal of at most {MAX_LIKE_PATTERN} characters, at most {MAX_LIKES} per expression "
              f"(and each counts as one of the {MAX_SEARCHES} substring searches); "
@@ -765,12 +765,13 @@ class Typer:
             raise self.refuse(node, f"{what} must be an integer literal between -{bound} and {bound}")
         return int(r.value)
 
-    def search(self, where: exp.Expression, fname: str) -> None:
-        """Count one substring search of this expression (at most MAX_SEARCHES, LIKE tests included)."""
+    def search(self, where: exp.Expression, name: str) -> None:
+        """Count one substring search of this expression (at most MAX_SEARCHES, LIKE tests included; ``name``
+        as the message shows it). The rendering is counted again (``_check_rendered``): guards repeat operands."""
         self.searches += 1
         if self.searches > MAX_SEARCHES:
             raise self.refuse(where, f"an expression may hold at most {MAX_SEARCHES} substring searches (LIKE/ILIKE, "
-                                     f"contains, strpos, replace, split_part; here {fname}() is one too many): their "
+                                     f"contains, strpos, replace, split_part; here {name} is one too many): their "
                                      "costs per row add up; split the condition or drop some of them")
 
     def needle(self, node: exp.Expression, parent: exp.Expression, fname: str, what: str, example: str) -> str:
@@ -787,7 +788,7 @@ class Typer:
         if len(text) > MAX_LIKE_PATTERN:
             raise self.refuse(node, f"{what} of {fname}() may have at most {MAX_LIKE_PATTERN} characters (a search's "
                                     f"cost per row grows with its length), not {len(text)}: search for a shorter literal")
-        self.search(parent, fname)
+        self.search(parent, f"{fname}()")
         return text
 
     def text_literal(self, node: exp.Expression, what: str) -> str:
@@ -2119,9 +2120,29 @@ def _rendered_size(node: exp.Expression) -> int:
     return n
 
 
+#: the rendered nodes that search a text for a literal (each counts against MAX_SEARCHES)
+_SEARCHES: tuple[type[exp.Expression], ...] = (exp.Contains, exp.StrPosition, exp.Replace, exp.SplitPart, exp.Like,
+                                               exp.ILike)
+
+TOO_MANY_SEARCHES = (f"the expression holds more than {MAX_SEARCHES} substring searches (LIKE/ILIKE, contains, strpos, "
+                     "replace, split_part) once made total: date_trunc, integer division and NULLIF repeat their operand, "
+                     "and each copy searches again; use fewer searches, or keep them outside those functions")
+
+
+def _rendered_searches(node: exp.Expression) -> int:
+    """The substring searches a row evaluates in ``node`` (DuckDB evaluates NULLIF(a, b) as a CASE reading ``a``
+    twice, as ``_rendered_size`` counts it)."""
+    own = 1 if isinstance(node, _SEARCHES) else 0
+    if isinstance(node, exp.Nullif):
+        return own + 2 * _rendered_searches(node.this) + _rendered_searches(node.expression)
+    return own + sum(_rendered_searches(c) for c in node.iter_expressions())
+
+
 def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expression:
     if _depth(rendered) > 4 * MAX_DEPTH or _size(rendered) > MAX_RENDERED_NODES:
         raise TypeRefusal([(node, TOO_LARGE)])
+    if _rendered_searches(rendered) > MAX_SEARCHES:
+        raise TypeRefusal([(node, TOO_MANY_SEARCHES)])
     return rendered
 
 
