@@ -16,8 +16,9 @@ or many searches in one expression multiply what one crafted text costs. So:
   evaluates (date_trunc's guard and NULLIF repeat their operand, and each copy searches again).
 
 starts_with / ends_with (and prefix / suffix) compare at one position, like ``=``, so they keep
-taking any text (both capped). The Spark engine types expressions with the same typer and its
-lowering refuses a search whose needle is not such a literal as well (defence in depth).
+taking any text (both capped). The Spark engine types expressions with the same typer; its
+lowering refuses a search whose needle is not such a literal as well (defence in depth) and counts
+the searches again in Spark's form of each expression, where some conversions repeat their operand.
 The residual (a crafted text against a short literal needle) is measured by
 ``benchmarks/substring_search.py`` and stated in docs/threat_model.md.
 """
@@ -202,6 +203,27 @@ def test_spark_lowering_refuses_a_search_without_a_short_literal_needle(build: A
     # control: the same search with a literal needle of 32 characters is lowered
     ok = exp.select(exp.alias_(build(exp.Literal.string(EDGE)), "y")).from_("v")
     assert EDGE in lower_for_spark(ok).sql(dialect="spark")
+
+
+def spark_where(where: str) -> exp.Expression:
+    return lower_for_spark(exp.select("uid").from_("v").where(type_predicate(sqlglot.parse_one(where, read="duckdb"),
+                                                                              SCHEMA)))
+
+
+def test_spark_counts_the_searches_of_its_own_form() -> None:
+    # Spark's form of date_trunc reads its operand six times (the typer's three), and its DuckDB spelling of a
+    # DATE as text 23 times: the count is checked again in Spark's form (free: while binding)
+    trunc = "date_trunc('month', CAST(split_part(s, ',', 1) AS TIMESTAMP)) IS NULL"
+    spark_where(" AND ".join([trunc] * 2))  # 6 searches in the typer's form, 12 in Spark's
+    type_predicate(sqlglot.parse_one(" AND ".join([trunc] * 3), read="duckdb"), SCHEMA)  # 9: DuckDB runs it
+    for where in (" AND ".join([trunc] * 3), "CAST(CAST(split_part(s, ',', 1) AS DATE) AS VARCHAR) = '2024-01-01'"):
+        with pytest.raises(UnsupportedQueryError, match=f"more than {MAX_SEARCHES} substring searches"):
+            spark_where(where)
+    # control: 16 plain searches stay 16 in Spark's form, and the count is per expression (two projections)
+    sixteen = " OR ".join(["contains(s, 'a')"] * MAX_SEARCHES)
+    spark_where(sixteen)
+    typed = type_predicate(sqlglot.parse_one(sixteen, read="duckdb"), SCHEMA)
+    lower_for_spark(exp.select(exp.alias_(typed, "p"), exp.alias_(typed.copy(), "q")).from_("v"))
 
 
 def test_spark_refuses_and_limits_the_same_way() -> None:
