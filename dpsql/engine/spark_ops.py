@@ -40,6 +40,10 @@ binding, before any charge):
   default, DuckDB's has no default escape; with the typer's ``ESCAPE 'c'`` both read only ``c``);
   ``left``/``right`` only with a positive literal count (their meaning differs for negative counts),
   ``substring`` only with a start >= 1;
+* substring searches (``contains``, ``strpos``, the text ``replace`` replaces, the separator of ``split_part``) only
+  for a string literal of at most ``MAX_LIKE_PATTERN`` characters, as the typer renders them (a needle taken from a
+  row would let the row choose the search's cost); an expression whose Spark form holds more than
+  ``MAX_SEARCHES`` of them (with LIKE/ILIKE; some conversions below repeat their operand) is refused;
 * date and time functions (``date_part``/``extract``, ``year`` ... ``second``, ``date_trunc``)
   with DuckDB's conventions, from the DATE and the microseconds since 1970 (see the section
   below); decade/century/millennium and strftime/strptime are refused;
@@ -67,7 +71,7 @@ from sqlglot import exp
 from dpsql.engine.base import DeclaredOps, literal_text, power_of_two_factors
 from dpsql.engine.portable import portable_hash, portable_uniform, spark_double_text, spark_text_as_duckdb
 from dpsql.errors import UnsupportedQueryError
-from dpsql.plan.typer import CAST_FROM, NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
+from dpsql.plan.typer import CAST_FROM, MAX_LIKE_PATTERN, MAX_SEARCHES, NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
 from dpsql.rewrite.render import DIALECT_MARK
 
 SPARK = "spark"
@@ -505,6 +509,11 @@ def _outputs(select: exp.Expression) -> list[str] | None:
     return out
 
 
+#: substring searches and the argument each searches for (the typer's forms: a short string literal)
+_NEEDLE: dict[type[exp.Expression], str] = {exp.Contains: "expression", exp.StrPosition: "substr",
+                                            exp.Replace: "expression", exp.SplitPart: "delimiter"}
+
+
 def _lower_node(node: exp.Expression) -> exp.Expression:
     made_for = node.meta.get(DIALECT_MARK)
     if made_for is not None:
@@ -593,6 +602,13 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
             # Spark's LIKE escapes with a backslash by default, DuckDB's has no default escape (with an
             # explicit ESCAPE both engines read only that character as the escape)
             raise _refuse(node, "a LIKE pattern with a backslash (write it with ESCAPE '!' to match a backslash on Spark)")
+        return node
+    needle_key = _NEEDLE.get(type(node))
+    if needle_key is not None:
+        needle = node.args.get(needle_key)
+        if not (isinstance(needle, exp.Literal) and needle.is_string and len(str(needle.this)) <= MAX_LIKE_PATTERN):
+            raise _refuse(node, f"{node.sql_name().lower()}() searching for anything but a string literal of at most "
+                                f"{MAX_LIKE_PATTERN} characters")
         return node
     if isinstance(node, exp.DateFromParts):
         # the typer's make_date, reached only for a valid date of years 1..9999 (its CASE guard): Spark's
@@ -874,8 +890,45 @@ def _list_lowered(node: exp.Expression) -> exp.Expression | None:
 
 def lower_for_spark(ast: exp.Expression) -> exp.Expression:
     """``ast`` (a bounded query or a query to bind) with every unmarked node in its Spark form;
-    UnsupportedQueryError for a construct whose meaning Spark cannot reproduce."""
-    return _lower(ast.copy())
+    UnsupportedQueryError for a construct whose meaning Spark cannot reproduce, or for an expression
+    whose Spark form holds more than MAX_SEARCHES substring searches (``_searches``)."""
+    ast = ast.copy()
+    for node in ast.walk():
+        if isinstance(node, _SEARCH_NODES) and node.meta.get(DIALECT_MARK) is None:
+            node.meta[_SEARCH] = True  # the query's own search (copies made below carry the mark)
+    out = _lower(ast)
+    if _searches(out) > MAX_SEARCHES:
+        raise _too_many_searches()
+    return out
+
+
+#: query structure: the scalar expressions below such a node are counted one by one
+_STRUCTURE: tuple[type[exp.Expression], ...] = (
+    exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Subquery, exp.Table, exp.TableAlias, exp.Identifier,
+    exp.Join, exp.With, exp.CTE, exp.Union, exp.Window, exp.Order, exp.Ordered, exp.Alias, exp.Distinct, exp.Limit)
+_SEARCH_NODES: tuple[type[exp.Expression], ...] = (exp.Contains, exp.StrPosition, exp.Replace, exp.SplitPart, exp.Like,
+                                                   exp.ILike)
+#: meta key marking the query's own substring searches (not those the lowering writes, e.g. a sign test)
+_SEARCH = "dpsql_spark_search"
+def _too_many_searches() -> UnsupportedQueryError:
+    return UnsupportedQueryError(
+        f"an expression's Spark form holds more than {MAX_SEARCHES} substring searches (LIKE/ILIKE, contains, strpos, "
+        "replace, split_part): Spark's forms of date, time and number conversions repeat their operand, and each "
+        "copy searches again; nothing was run or charged",
+        hint="use fewer searches, keep them outside conversions to DATE/TIMESTAMP/text, or run the query on the "
+             "DuckDB engine",
+    )
+
+
+def _searches(node: exp.Expression) -> int:
+    """The query's substring searches in ``node``'s scalar expression (0 for query structure), refusing every
+    scalar expression below it with more than MAX_SEARCHES (the typer's bound, counted again in the Spark form)."""
+    if isinstance(node, _STRUCTURE):
+        for child in node.iter_expressions():
+            if _searches(child) > MAX_SEARCHES and not isinstance(child, _STRUCTURE):
+                raise _too_many_searches()
+        return 0
+    return (1 if node.meta.get(_SEARCH) else 0) + sum(_searches(c) for c in node.iter_expressions())
 
 
 def _lower(node: exp.Expression) -> exp.Expression:

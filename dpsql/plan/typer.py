@@ -33,8 +33,11 @@ The typer then renders the expression again, for DuckDB, so that
   ``MAX_RENDERED_NODES`` rendered nodes (guards repeat an operand), both refused for free.
 * functions have bounded per-row cost: nothing that repeats, generates series, or runs an
   edit distance / regex; string functions see at most ``STRING_CAP`` characters of a
-  non-literal argument (it is rendered ``LEFT(arg, STRING_CAP)``), and LIKE patterns are
-  literals of at most ``MAX_PATTERN`` characters.
+  non-literal argument (it is rendered ``LEFT(arg, STRING_CAP)``), and what a substring search
+  looks for (a LIKE pattern, the needle of contains / strpos, the text replace() replaces, the
+  separator of split_part) is a literal of at most ``MAX_LIKE_PATTERN`` characters, at most
+  ``MAX_SEARCHES`` searches per expression: a search costs up to (text length x needle length)
+  per row, so a needle taken from a row would let that row choose its cost.
 * group keys are canonical: text keys are grouped under the binary collation (a column
   declared with a collation, a ``default_collation`` on the connection and ``COLLATE`` in
   the query cannot merge 'A' and 'a'), floating-point keys are normalised (-0.0 -> 0.0, every
@@ -75,6 +78,10 @@ MAX_PATTERN = 256
 #: so LIKE patterns are shorter and an expression may hold only a few of them (per-row cost bound)
 MAX_LIKE_PATTERN = 32
 MAX_LIKES = 8
+#: substring searches (LIKE / ILIKE, contains, strpos / instr / position, replace, split_part): each looks for
+#: a literal of at most MAX_LIKE_PATTERN characters, and an expression holds at most this many of them (LIKE
+#: tests included, which keep their own limit MAX_LIKES): their per-row costs add up
+MAX_SEARCHES = 16
 #: IN lists: at most this many elements
 MAX_IN_LIST = 10_000
 #: The longest IN list DuckDB compares element by element; a longer list of constants is looked up in a
@@ -263,21 +270,29 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              f"input capped at {STRING_CAP} characters; the count clamped to +-(2^31 - 1)"),
     FuncSpec("substring, substr", "VARCHAR, integer literal[, integer literal] -> VARCHAR", "total",
              f"start/length must be integer literals within +-{STRING_CAP}; input capped"),
-    FuncSpec("starts_with, ends_with, contains, strpos, instr", "VARCHAR, VARCHAR -> BOOLEAN/BIGINT", "total",
-             f"inputs capped at {STRING_CAP} characters"),
+    FuncSpec("starts_with, ends_with", "VARCHAR, VARCHAR -> BOOLEAN", "total",
+             f"inputs capped at {STRING_CAP} characters (one comparison at one position, as =)"),
+    FuncSpec("contains, strpos, instr", "VARCHAR, VARCHAR literal -> BOOLEAN/BIGINT", "total",
+             f"a substring search: the text looked for is a literal of at most {MAX_LIKE_PATTERN} characters, at most "
+             f"{MAX_SEARCHES} searches per expression (LIKE/ILIKE, replace and split_part count too, and each copy a "
+             f"guard such as date_trunc's makes of its operand); input capped at {STRING_CAP} characters"),
     FuncSpec("[NOT] LIKE, [NOT] ILIKE [ESCAPE]", "VARCHAR, VARCHAR literal[, VARCHAR literal] -> BOOLEAN", "total",
-             f"pattern: a literal of at most {MAX_LIKE_PATTERN} characters, at most {MAX_LIKES} per expression; "
+             f"pattern: a literal of at most {MAX_LIKE_PATTERN} characters, at most {MAX_LIKES} per expression "
+             f"(and each counts as one of the {MAX_SEARCHES} substring searches); "
              "ESCAPE: a literal of one ASCII character (not a letter, '%' or '_') that precedes only '%', '_' or "
              f"itself in the pattern; input capped at {STRING_CAP}"),
     FuncSpec("||, concat", "VARCHAR... -> VARCHAR", "total", f"inputs capped at {STRING_CAP} characters"),
     FuncSpec("concat_ws", "VARCHAR literal, VARCHAR... -> VARCHAR", "total",
              f"the separator a literal; NULL arguments are skipped; inputs capped at {STRING_CAP} characters"),
     FuncSpec("replace", "VARCHAR, VARCHAR literal, VARCHAR literal -> VARCHAR", "total",
-             f"input capped at {STRING_CAP} characters; when the replacement is longer than the text it replaces, the "
-             f"result is cut to {STRING_CAP} characters (a value cannot grow beyond what a string function returns)"),
+             f"the text replaced: a literal of at most {MAX_LIKE_PATTERN} characters (a substring search), the "
+             f"replacement one of at most {MAX_PATTERN}; input capped at {STRING_CAP} characters; when the replacement is "
+             f"longer than the text it replaces, the result is cut to {STRING_CAP} characters (a value cannot grow beyond "
+             "what a string function returns)"),
     FuncSpec("split_part", "VARCHAR, VARCHAR literal, integer literal -> VARCHAR", "total",
-             f"a non-empty separator; the part number within +-{STRING_CAP}, not 0 (negative: counted from the end; "
-             f"beyond the parts: ''); input capped at {STRING_CAP} characters"),
+             f"the separator: a literal of 1 to {MAX_LIKE_PATTERN} characters (a substring search); the part number "
+             f"within +-{STRING_CAP}, not 0 (negative: counted from the end; beyond the parts: ''); input capped at "
+             f"{STRING_CAP} characters"),
     FuncSpec("date_trunc", "'part' literal, DATE/TIMESTAMP -> TIMESTAMP", "total",
              "a DATE or TIMESTAMP_S/_MS beyond the TIMESTAMP range is NULL; so is an instant before "
              f"{TRUNC_LEAST} (its truncation would leave the TIMESTAMP range; -infinity is kept)"),
@@ -564,6 +579,7 @@ class Typer:
     def __init__(self, schema: dict[str, str]) -> None:
         self.schema = {k.lower(): parse_type(v) for k, v in schema.items()}
         self.likes = 0
+        self.searches = 0
 
     # ---- entry points ------------------------------------------------------------------------
     def run(self, node: exp.Expression) -> Typed:
@@ -748,6 +764,32 @@ class Typer:
         if not (r.literal and r.type.kind == "int") or abs(int(r.value)) > bound:
             raise self.refuse(node, f"{what} must be an integer literal between -{bound} and {bound}")
         return int(r.value)
+
+    def search(self, where: exp.Expression, name: str) -> None:
+        """Count one substring search of this expression (at most MAX_SEARCHES, LIKE tests included; ``name``
+        as the message shows it). The rendering is counted again (``_check_rendered``): guards repeat operands."""
+        self.searches += 1
+        if self.searches > MAX_SEARCHES:
+            raise self.refuse(where, f"an expression may hold at most {MAX_SEARCHES} substring searches (LIKE/ILIKE, "
+                                     f"contains, strpos, replace, split_part; here {name} is one too many): their "
+                                     "costs per row add up; split the condition or drop some of them")
+
+    def needle(self, node: exp.Expression, parent: exp.Expression, fname: str, what: str, example: str) -> str:
+        """The literal text a substring search looks for (``what``: how ``fname()`` calls it), at most
+        MAX_LIKE_PATTERN characters, counted as one search: a search costs up to (text length x needle
+        length) per row, so a needle taken from a row (a column, any expression) would let that row choose
+        the cost of the query."""
+        r = self.t(node)
+        if not (r.literal and r.type.kind == "strlit"):
+            raise self.refuse(node, f"{what} of {fname}() must be a string literal of at most {MAX_LIKE_PATTERN} "
+                                    "characters, not a column or an expression (a search's cost per row grows with what "
+                                    f"it looks for, so it may not come from a row): write it as one literal, e.g. {example}")
+        text = str(r.value)
+        if len(text) > MAX_LIKE_PATTERN:
+            raise self.refuse(node, f"{what} of {fname}() may have at most {MAX_LIKE_PATTERN} characters (a search's "
+                                    f"cost per row grows with its length), not {len(text)}: search for a shorter literal")
+        self.search(parent, f"{fname}()")
+        return text
 
     def text_literal(self, node: exp.Expression, what: str) -> str:
         r = self.t(node)
@@ -987,6 +1029,7 @@ class Typer:
         self.likes += 1
         if self.likes > MAX_LIKES:
             raise self.refuse(where, f"an expression may hold at most {MAX_LIKES} LIKE/ILIKE tests (bounded cost per row)")
+        self.search(where, "LIKE" if isinstance(node, exp.Like) else "ILIKE")
         cls = type(node)
         out: exp.Expression = cls(this=_binary(self.cap(a, node)), expression=self.cap(pr, node))
         if esc is not None:
@@ -1403,14 +1446,31 @@ def _substring(ty: Typer, node: exp.Expression) -> Typed:
 
 
 def _text2(result: SqlType) -> Callable[[Typer, exp.Expression], Typed]:
+    """starts_with / ends_with: one comparison at one position (as =), both texts capped."""
+    def h(ty: Typer, node: exp.Expression) -> Typed:
+        extra = [k for k, v in node.args.items() if v is not None and k not in ("this", "expression")]
+        if extra or node.args.get("expression") is None:
+            raise ty.refuse(node, f"{ty._fname(node)}() takes two text arguments here")
+        new = node.copy()
+        new.set("this", _binary(ty.cap(ty.t(node.this), node)))  # DuckDB matches under the collation
+        new.set("expression", ty.cap(ty.t(node.expression), node))
+        return Typed(new, result)
+
+    return h
+
+
+def _search(result: SqlType, name: str) -> Callable[[Typer, exp.Expression], Typed]:
+    """``contains(s, 'needle')`` / ``strpos(s, 'needle')`` (instr, position, locate): a literal needle of at
+    most MAX_LIKE_PATTERN characters (``Typer.needle``); the text searched is capped."""
     def h(ty: Typer, node: exp.Expression) -> Typed:
         other_key = "substr" if isinstance(node, exp.StrPosition) else "expression"
         extra = [k for k, v in node.args.items() if v is not None and k not in ("this", other_key)]
         if extra or node.args.get(other_key) is None:
-            raise ty.refuse(node, f"{ty._fname(node)}() takes two text arguments here")
+            raise ty.refuse(node, f"{name}() takes two text arguments here")
         new = node.copy()
         new.set("this", _binary(ty.cap(ty.t(node.this), node)))  # DuckDB matches under the collation
-        new.set(other_key, ty.cap(ty.t(node.args[other_key]), node))
+        text = ty.needle(node.args[other_key], node, name, "the text searched for", f"{name}(note, 'abc')")
+        new.set(other_key, exp.Literal.string(text))
         return Typed(new, result)
 
     return h
@@ -1442,11 +1502,10 @@ def _replace(ty: Typer, node: exp.Expression) -> Typed:
     if node.args.get("replacement") is None:
         raise ty.refuse(node, "replace() takes (text, 'from', 'to')")
     src = ty.cap(ty.t(node.this), node)
-    frm = ty.text_literal(node.expression, "the text to replace in replace()")
+    frm = ty.needle(node.expression, node, "replace", "the text to replace", "replace(note, 'abc', 'x')")
     to = ty.text_literal(node.args["replacement"], "the replacement in replace()")
-    for lit in (frm, to):
-        if len(lit) > MAX_PATTERN:
-            raise ty.refuse(node, f"text literals given to replace() may have at most {MAX_PATTERN} characters")
+    if len(to) > MAX_PATTERN:
+        raise ty.refuse(node, f"the replacement in replace() may have at most {MAX_PATTERN} characters")
     if not frm:
         return Typed(src, VARCHAR)
     out: exp.Expression = exp.Replace(this=_binary(src), expression=exp.Literal.string(frm),
@@ -1464,9 +1523,9 @@ def _split_part(ty: Typer, node: exp.Expression) -> Typed:
     if extra or node.args.get("delimiter") is None or node.args.get("part_index") is None:
         raise ty.refuse(node, "split_part() takes (text, 'separator', part number)")
     src = ty.cap(ty.t(node.this), node)
-    sep = ty.text_literal(node.args["delimiter"], "the separator of split_part()")
-    if not sep or len(sep) > MAX_PATTERN:
-        raise ty.refuse(node, f"the separator of split_part() must have 1 to {MAX_PATTERN} characters")
+    sep = ty.needle(node.args["delimiter"], node, "split_part", "the separator", "split_part(note, ',', 2)")
+    if not sep:
+        raise ty.refuse(node, f"the separator of split_part() must have 1 to {MAX_LIKE_PATTERN} characters")
     n = ty.int_literal(node.args["part_index"], "the part number of split_part()", STRING_CAP)
     if n == 0:
         raise ty.refuse(node, "split_part() counts parts from 1 (or from -1 at the end): part 0 is none")
@@ -1749,8 +1808,8 @@ _FUNCS: dict[type[exp.Expression], Callable[[Typer, exp.Expression], Typed]] = {
     exp.Substring: _substring,
     exp.StartsWith: _text2(BOOLEAN),
     exp.EndsWith: _text2(BOOLEAN),
-    exp.Contains: _text2(BOOLEAN),
-    exp.StrPosition: _text2(BIGINT),
+    exp.Contains: _search(BOOLEAN, "contains"),
+    exp.StrPosition: _search(BIGINT, "strpos"),
     exp.Concat: _concat,
     exp.ConcatWs: _concat_ws,
     exp.Replace: _replace,
@@ -2061,9 +2120,29 @@ def _rendered_size(node: exp.Expression) -> int:
     return n
 
 
+#: the rendered nodes that search a text for a literal (each counts against MAX_SEARCHES)
+_SEARCHES: tuple[type[exp.Expression], ...] = (exp.Contains, exp.StrPosition, exp.Replace, exp.SplitPart, exp.Like,
+                                               exp.ILike)
+
+TOO_MANY_SEARCHES = (f"the expression holds more than {MAX_SEARCHES} substring searches (LIKE/ILIKE, contains, strpos, "
+                     "replace, split_part) once made total: date_trunc, integer division and NULLIF repeat their operand, "
+                     "and each copy searches again; use fewer searches, or keep them outside those functions")
+
+
+def _rendered_searches(node: exp.Expression) -> int:
+    """The substring searches a row evaluates in ``node`` (DuckDB evaluates NULLIF(a, b) as a CASE reading ``a``
+    twice, as ``_rendered_size`` counts it)."""
+    own = 1 if isinstance(node, _SEARCHES) else 0
+    if isinstance(node, exp.Nullif):
+        return own + 2 * _rendered_searches(node.this) + _rendered_searches(node.expression)
+    return own + sum(_rendered_searches(c) for c in node.iter_expressions())
+
+
 def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expression:
     if _depth(rendered) > 4 * MAX_DEPTH or _size(rendered) > MAX_RENDERED_NODES:
         raise TypeRefusal([(node, TOO_LARGE)])
+    if _rendered_searches(rendered) > MAX_SEARCHES:
+        raise TypeRefusal([(node, TOO_MANY_SEARCHES)])
     return rendered
 
 
