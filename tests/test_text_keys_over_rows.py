@@ -90,6 +90,7 @@ def test_the_group_cap_over_rows_keeps_what_the_pairs_plan_keeps(sql: str, caps:
             m.setattr(bound, "rows_group_cap", lambda *a: False)
             pairs_sql, pairs = _run(plan, caps, data, ops, salt)
         assert "DENSE_RANK()" in rows_sql and "MD5_NUMBER" not in rows_sql and "__spread" not in rows_sql, rows_sql
+        assert "= RANK() OVER" in rows_sql and "DISTINCT" not in rows_sql, rows_sql  # one row per kept group
         assert "MD5_NUMBER" in pairs_sql and "DENSE_RANK()" not in pairs_sql  # the control: the pairs plan ran
         assert over_rows == pairs
         users = sum(r["__users"] for r in over_rows.values())
@@ -174,3 +175,46 @@ def test_spellings_equal_under_a_connections_collation_stay_distinct_groups(coll
             _, pairs = _run(plan, caps, data, SaltedDuckDBOps(), "s1", collation)
         assert over_rows == pairs
         assert len(over_rows) == 4 and sum(r["__users"] for r in over_rows.values()) == n * caps.max_groups_per_unit
+
+
+def _kept_per_key(sql: str, data: pa.Table, table: str) -> dict[Any, int]:
+    con = duckdb.connect()
+    try:
+        con.register(table, data)
+        return {r[0]: int(r[1]) for r in con.sql(sql).fetchall()}
+    finally:
+        con.close()
+
+
+def _uniform_halves(kept: dict[Any, int], people: int) -> bool:
+    """Whether each of the four groups is kept by a count of people within Binomial(people, 1/2)'s central
+    interval of probability 1 - 2.5e-7 (so all four pass together with probability at least 1 - 1e-6)."""
+    from scipy.stats import binom
+
+    lo, hi = binom.ppf(1.25e-7, people, 0.5), binom.isf(1.25e-7, people, 0.5)
+    return len(kept) == 4 and all(lo <= kept[g] <= hi for g in kept)
+
+
+def test_the_group_cap_over_rows_keeps_each_group_with_equal_probability_whatever_its_rows() -> None:
+    """4000 people, each with the same four groups of 1, 2, 5 and 20 rows, C_u = 2: each person keeps a uniform
+    2-subset, so each group is kept by Binomial(4000, 1/2) people, however many rows it has (one fixed salt: the
+    keyed hash of (person, group) differs per person). The negative control ranks each person's groups by the
+    smallest keyed hash of their rows (more rows, more draws, smaller minimum) and must fail the same check."""
+    people = 4000
+    mult = {"a": 1, "b": 2, "c": 5, "d": 20}
+    urls = [g for g, m in mult.items() for _ in range(m)]
+    data = pa.table({"user_id": np.repeat(np.arange(people, dtype=np.int64), len(urls)),
+                     "url": pa.array(urls * people, pa.string()), "country": pa.array(["c0"] * (people * len(urls))),
+                     "amount": np.ones(people * len(urls))})
+    plan = _plan("SELECT url, COUNT(*) FROM events GROUP BY url", data)
+    sql = bounded_sql(plan, Caps(2, 1), "uniform-salt-1")
+    assert "DENSE_RANK()" in sql and "= RANK() OVER" in sql and "DISTINCT" not in sql
+    kept = {k: v for k, v in _kept_per_key(sql, data, source_name(plan.table.name)).items()}
+    assert sum(kept.values()) == 2 * people
+    assert _uniform_halves(kept, people), kept
+    control = ("SELECT url, COUNT(*) FROM (SELECT user_id, url, MIN(h) AS m FROM (SELECT user_id, url, "
+               "HASH(XOR(HASH(user_id, url, ROW_NUMBER() OVER ()), HASH('uniform-salt-1'))) AS h FROM t) "
+               "GROUP BY user_id, url QUALIFY ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY m, url) <= 2) GROUP BY url")
+    biased = _kept_per_key(control, data, "t")
+    assert sum(biased.values()) == 2 * people
+    assert not _uniform_halves(biased, people), biased

@@ -610,9 +610,10 @@ def rows_group_cap(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, cod
     their spread, the keyed hash of their salted text, which DuckDB's hash reads through ``MD5_NUMBER``
     (:func:`spread_input`): one digest per row, the largest cost of a text-keyed count (1M rows: about 0.1 s of
     CPU). Over the rows, the window partitions by the unit alone and sorts each unit's rows (a sort: keys of
-    one hash are ordered by the keys themselves, no probing), and the ``DISTINCT`` after it sees at most C_u
-    keys per person, as the final grouping by key does (a person left with at most :data:`KEY_SPREAD_ABOVE`
-    keys cannot make it slow). The same groups are kept: the first C_u of each unit in the same order."""
+    one hash are ordered by the keys themselves, no probing) and keeps one row of each of its first C_u
+    groups, so the final grouping by key sees at most C_u keys per person (a person left with at most
+    :data:`KEY_SPREAD_ABOVE` keys cannot make it slow). The same groups are kept: the first C_u of each unit in
+    the same order."""
     if not (caps.rows_finite and caps.max_rows_per_group == 1 and caps.groups_finite and not caps.unit_rows_finite):
         return False
     if caps.max_groups_per_unit > KEY_SPREAD_ABOVE or not getattr(ops, "group_cap_window", False):
@@ -668,8 +669,8 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     pair of its unit inside the domain and is dropped, so the relation need not be filtered first.
 
     ``over_rows`` (``ops.group_cap_window`` only): the relation may hold several rows per (unit, group);
-    the window ranks the distinct groups (``DENSE_RANK``) and keeps every row of the first ``max_groups``
-    (:func:`rows_group_cap`).
+    the window ranks the distinct groups (``DENSE_RANK``) and keeps one row of each of the first
+    ``max_groups`` (:func:`rows_group_cap`).
     """
     n = int(max_groups)
     if coded:
@@ -725,17 +726,22 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
     aggregation onto every row.
 
     ``dense``: the relation holds rows, several per (unit, group); ``DENSE_RANK`` numbers each unit's
-    distinct groups in the same order (a group's rows are peers: equal hash and keys), so the rows of the
-    same first ``n`` groups are kept.
+    distinct groups in the same order (a group's rows are peers: equal hash and keys), and of the first ``n``
+    groups one row each is kept, the first of its peers (``ROW_NUMBER() = RANK()`` in the same window, which
+    DuckDB computes in the same sort): one row per kept (unit, group), with no ``DISTINCT`` after the window.
     """
     missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
     order = [exp.Ordered(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing),
                          nulls_first=False)] if missing else []
     order.append(exp.Ordered(this=key, nulls_first=False))
     order += [exp.Ordered(this=_col(k), nulls_first=False) for k in keys]
-    rank: exp.Expression = exp.func("dense_rank") if dense else exp.RowNumber()
-    rn = exp.Window(this=rank, partition_by=[_col(unit)], order=exp.Order(expressions=order))
-    kept: exp.Expression = exp.LTE(this=rn, expression=_lit(n))
+
+    def window(fn: exp.Expression) -> exp.Window:
+        return exp.Window(this=fn, partition_by=[_col(unit)], order=exp.Order(expressions=[o.copy() for o in order]))
+
+    kept: exp.Expression = exp.LTE(this=window(exp.func("dense_rank") if dense else exp.RowNumber()), expression=_lit(n))
+    if dense:  # the first row of each kept group (its peers are its other rows)
+        kept = exp.And(this=kept, expression=exp.EQ(this=window(exp.RowNumber()), expression=window(exp.func("rank"))))
     for m in missing:
         kept = exp.And(this=exp.Not(this=m.copy()), expression=kept)
     return (exp.select(*[_col(c) for c in output]).from_(relation, copy=False)
@@ -971,10 +977,10 @@ def bounded_query(
             listed = distinct_value(a, plan.table.schema, _col(f"{a.name}_v"), salt, text_digest_of(ops))
             ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", listed)), f"{a.name}_l", copy=False))
     if over_rows:
-        # the first C_u groups of each unit, over its rows; then its at most C_u (unit, group) pairs
+        # the first C_u groups of each unit, over its rows, one row each: its at most C_u (unit, group) pairs
         kept = cap_groups_per_unit(rows_src, "__unit", keys, ["__unit", *keys], caps.max_groups_per_unit, salt,
                                    alias="__kept_rows", ops=ops, coded=coded, over_rows=True)
-        ug = exp.select(*[_col(c) for c in ["__unit", *keys]]).from_(kept, copy=False).distinct(copy=False)
+        ug = exp.select(*[_col(c) for c in ["__unit", *keys]]).from_(kept, copy=False)
     elif one_row:
         ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops,
                                 coded=coded)
