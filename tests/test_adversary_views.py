@@ -65,9 +65,7 @@ def _chain(k: int) -> str:
     return f"WITH v AS (SELECT {', '.join(cols)} FROM orders) SELECT COUNT(*) FROM v"
 
 
-def test_lateral_aliases_inside_one_view_are_counted_before_they_are_copied(shop, monkeypatch):
-    # x_k names x_(k-1) twice: merged, 2^k copies of `amount`. The node limit must refuse it after about
-    # MAX_NODES copied nodes, not after building the 2^k (k = 16: about 2^17 nodes were copied, k = 40 never ends)
+def _counting_copies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     copied = [0]
     real = exp.Expression.copy
 
@@ -77,6 +75,14 @@ def test_lateral_aliases_inside_one_view_are_counted_before_they_are_copied(shop
         return out
 
     monkeypatch.setattr(exp.Expression, "copy", counting)
+    return copied
+
+
+def test_lateral_aliases_inside_one_view_are_counted_before_they_are_copied(shop, monkeypatch):
+    # x_k names x_(k-1) twice: merged, 2^k copies of `amount`. The node limit must refuse it after about
+    # MAX_NODES copied nodes, not after building the 2^k (k = 16: about 2^17 nodes were copied, k = 40 never ends)
+    real = exp.Expression.copy
+    copied = _counting_copies(monkeypatch)
     _refused(shop, _chain(16), errors.UnsupportedQueryError, f"more than {MAX_NODES} expression nodes")
     assert copied[0] < 20 * MAX_NODES, copied[0]
     monkeypatch.setattr(exp.Expression, "copy", real)
@@ -143,3 +149,22 @@ def test_bins_through_a_view_are_those_of_the_view_s_column(ranged):
                            "GROUP BY amount_bin") == flat
     assert _answer(ranged, "WITH v AS (SELECT amount AS a FROM orders) SELECT v.a_bin, COUNT(*) FROM v "
                            "GROUP BY a_bin") == flat
+
+
+# -- the outer query's output names in HAVING and ORDER BY ------------------------------------------------------------
+
+def test_having_and_order_by_name_the_outer_output_before_a_view_column(shop):
+    # DuckDB and the flat query read `n` in ORDER BY / HAVING as the output COUNT(*) AS n; merged, it was the view's
+    # column `n` (status): a charged answer to another query
+    flat = _answer(shop, "SELECT status, COUNT(*) AS n FROM orders GROUP BY status ORDER BY n DESC LIMIT 1")
+    assert flat and flat[0][0] == "done"
+    assert _answer(shop, "WITH v AS (SELECT status AS n, status FROM orders) SELECT status, COUNT(*) AS n FROM v "
+                         "GROUP BY status ORDER BY n DESC LIMIT 1") == flat
+    assert _answer(shop, "WITH v AS (SELECT amount AS n, status FROM orders) SELECT status, COUNT(*) AS n FROM v "
+                         "GROUP BY status HAVING n > 300") == \
+        _answer(shop, "SELECT status, COUNT(*) AS n FROM orders GROUP BY status HAVING n > 300")
+    # inside an aggregate the name is the view's column (an aggregate of an output is no aggregate)
+    assert _answer(shop, "WITH v AS (SELECT amount AS n, status FROM orders) SELECT status, COUNT(*) AS n FROM v "
+                         "GROUP BY status HAVING SUM(n) > 1 ORDER BY status") == \
+        _answer(shop, "SELECT status, COUNT(*) AS n FROM orders GROUP BY status HAVING SUM(amount) > 1 ORDER BY status")
+

@@ -497,6 +497,8 @@ class _Merger:
             own = [(i, s) for i, s in enumerate(sources)
                    if (s.view is not None and any(n == nm for n, _, _ in s.outputs))
                    or (s.spec is not None and nm in s.spec.schema)]
+            if nm in out_aliases and any(s.view is not None for _, s in own) and _names_an_output(c, out):
+                continue  # HAVING / ORDER BY: the output of that name, as in DuckDB and the flat query
             if len(own) > 1:
                 self.refuse(c, f"column '{c.name}' is ambiguous: it is a column of "
                                f"{', '.join(repr(s.alias) for _, s in own)}", "qualify it with the alias you mean")
@@ -585,6 +587,18 @@ class _Merger:
             cond = conds[0] if len(conds) == 1 else exp.and_(*[exp.Paren(this=c) for c in conds], copy=False)
             out.set("where", exp.Where(this=cond))
         return out
+
+
+def _names_an_output(c: exp.Column, stmt: exp.Select) -> bool:
+    """Whether bare ``c`` stands in ``stmt``'s HAVING or ORDER BY outside an aggregate: there a select-list alias
+    wins over a column of that name (in SELECT, WHERE and GROUP BY the column wins)."""
+    clauses = [stmt.args.get("having"), stmt.args.get("order")]
+    for a in _ancestors(c, stmt):
+        if is_aggregate(a):
+            return False
+        if any(a is k for k in clauses if k is not None):
+            return True
+    return False
 
 
 def _ancestors(node: exp.Expression, root: exp.Expression) -> list[exp.Expression]:
