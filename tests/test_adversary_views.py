@@ -16,6 +16,7 @@ from sqlglot import exp
 
 import dpsql
 from dpsql import errors
+from dpsql.plan.names import MAX_SPELLED
 from dpsql.plan.views import MAX_NODES
 from dpsql.testing import use_noise, zero_noise
 
@@ -168,3 +169,20 @@ def test_having_and_order_by_name_the_outer_output_before_a_view_column(shop):
                          "GROUP BY status HAVING SUM(n) > 1 ORDER BY status") == \
         _answer(shop, "SELECT status, COUNT(*) AS n FROM orders GROUP BY status HAVING SUM(amount) > 1 ORDER BY status")
 
+
+def test_a_chain_of_select_list_aliases_is_refused_before_it_is_written_out(shop, monkeypatch):
+    # the same chain in the outer query (flat, or over a view): WHERE and later outputs read an alias written out,
+    # 2^k nodes; refused after about MAX_SPELLED copied nodes (k = 16: about 2^19 nodes were copied, k = 40 never ends)
+    def chain(k: int, source: str) -> str:
+        cols = ["amount AS x0"] + [f"x{i - 1} + x{i - 1} AS x{i}" for i in range(1, k + 1)]
+        return f"SELECT COUNT(*), {', '.join(cols)} FROM {source} WHERE x{k} > 0"
+
+    real = exp.Expression.copy
+    for source in ("orders", "(SELECT amount FROM orders) t"):
+        copied = _counting_copies(monkeypatch)
+        _refused(shop, chain(16, source), errors.UnsupportedQueryError, f"more than {MAX_SPELLED} expression nodes")
+        assert copied[0] < 40 * MAX_SPELLED, copied[0]
+        monkeypatch.setattr(exp.Expression, "copy", real)
+        _refused(shop, chain(60, source), errors.UnsupportedQueryError, f"more than {MAX_SPELLED} expression nodes")
+    # negative control: a short chain is read through (then refused for its raw outputs, as before)
+    _refused(shop, chain(3, "orders"), errors.UnsupportedQueryError, "outside an aggregate")
