@@ -6,7 +6,11 @@ Findings kept here: lateral aliases inside one view (``SELECT a AS x0, x0 + x0 A
 without being counted, so the merge did exponential work before the node limit refused it (fixed: counted
 before each copy); a bare column of a view over a join that none of its tables holds escaped the view's
 scope: it was read from a table of the outer query, or captured by a select-list alias of the outer query,
-and a column two of its tables hold was not reported ambiguous (fixed: refused, as the flat SQL is)."""
+and a column two of its tables hold was not reported ambiguous (fixed: refused, as the flat SQL is); ``<col>_bin``
+over a view was the bins of any table's ``col``, even one the view does not select (fixed: the view's ``col``);
+in the outer HAVING / ORDER BY a view's column won over a select-list alias of its name, a charged answer to
+another query (fixed: the alias, as in DuckDB); a chain of select-list aliases in the outer (or any flat) query
+was written out exponentially before any refusal (fixed: refused past MAX_SPELLED nodes)."""
 
 from __future__ import annotations
 
