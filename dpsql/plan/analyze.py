@@ -741,10 +741,6 @@ class _Builder:
         if isinstance(alias, exp.TableAlias) and alias.columns:
             self.bad(alias, "column aliases on the table (FROM t AS x(a, b)) are not supported; alias columns in SELECT")
         table = self.catalog.get(name.lower())
-        with_ = stmt.args.get("with") or stmt.args.get("with_")
-        ctes = {c.alias.lower() for c in with_.expressions} if isinstance(with_, exp.With) else set()
-        if table is None and name.lower() in ctes:
-            self._raise()  # a CTE's name: the WITH itself is the problem (reported with its fix)
         if table is None:
             known = ", ".join(sorted(self.catalog)) or "none"
             self.bad(

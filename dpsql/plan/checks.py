@@ -253,14 +253,6 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
                 offset=start,
             )
         ]
-    if stmt.args.get("with") or stmt.args.get("with_"):
-        v.append(
-            violation(
-                stmt, sql, "WITH (common table expressions) is not supported; select from the registered table directly, "
-                "with the CTE's conditions in WHERE (one SELECT per query)",
-                offset=keyword_offset(sql, {"WITH"}, after=start),
-            )
-        )
     distinct = stmt.args.get("distinct")
     if distinct:
         # (SELECT DISTINCT k without an aggregate or GROUP BY is answered, as GROUP BY k, before this check)

@@ -68,6 +68,19 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     return f"; did you mean '{best}'?" if plain else f"; did you mean \"{best}\" (quoted)?"
 
 
+#: a select-list alias written out where it is named (WHERE, GROUP BY, a later output) may hold at most this
+#: many expression nodes
+MAX_SPELLED = 20_000
+
+
+def _size(node: exp.Expression) -> int:
+    n = 0
+    for n, _ in enumerate(node.walk(), 1):
+        if n > MAX_SPELLED:
+            break
+    return n
+
+
 def spell_aliases(node: exp.Expression, by_alias: Mapping[str, exp.Expression], *,
                   in_aggregates: bool = True) -> exp.Expression:
     """A copy of ``node`` with each unqualified column named in ``by_alias`` (select-list aliases) replaced
@@ -76,12 +89,22 @@ def spell_aliases(node: exp.Expression, by_alias: Mapping[str, exp.Expression], 
     if not by_alias:
         return node.copy()
     out = node.copy()
+    total, sizes = _size(out), dict[str, int]()
     for c in list(out.find_all(exp.Column)):
         if c.table or c.name.lower() not in by_alias:
             continue
         if not in_aggregates and c.find_ancestor(exp.AggFunc) is not None:
             continue
-        e = by_alias[c.name.lower()].copy()
+        aliased = by_alias[c.name.lower()]
+        total += sizes.setdefault(c.name.lower(), _size(aliased))
+        if total > MAX_SPELLED:  # each alias naming the previous one twice doubles it: refused before it is copied
+            from dpsql.errors import UnsupportedQueryError
+
+            raise UnsupportedQueryError(
+                f"the select-list aliases written out (an alias names the expression of an earlier one) would hold "
+                f"more than {MAX_SPELLED} expression nodes", hint="write the expressions with fewer references to "
+                "earlier aliases")
+        e = aliased.copy()
         operator = isinstance(e, (exp.Binary, exp.Unary, exp.Predicate, exp.Connector)) and not isinstance(e, exp.Paren)
         new = exp.Paren(this=e) if operator else e
         if c is out:

@@ -182,7 +182,9 @@ class _Merger:
         def owners(name: str) -> list[str]:
             return [a for a, s in specs.items() if s is not None and name in s.schema]
 
-        def resolve(e: exp.Expression, aliases: dict[str, exp.Expression]) -> exp.Expression:
+        registered = all(s is not None for s in specs.values())
+
+        def resolve(e: exp.Expression, aliases: dict[str, tuple[exp.Expression, int]]) -> exp.Expression:
             out = e.copy()
             for c in _own_nodes(out, exp.Column):
                 assert isinstance(c, exp.Column)
@@ -196,7 +198,9 @@ class _Merger:
                 nm = c.name.lower()
                 own = owners(nm)
                 if not own and nm in aliases:
-                    new = _wrap(aliases[nm].copy())
+                    alias, n = aliases[nm]
+                    self.count(n, c)  # an alias named k times is copied k times: counted before the copy
+                    new = _wrap(alias.copy())
                     if c is out:
                         return new
                     c.replace(new)
@@ -204,10 +208,24 @@ class _Merger:
                     c.set("table", exp.to_identifier(tables[0][0]))
                 elif len(own) == 1:
                     c.set("table", exp.to_identifier(own[0]))
+                elif own:
+                    self.refuse(c, f"column '{c.name}' is ambiguous in {label}: it is a column of "
+                                   f"{', '.join(repr(a) for a in own)}", "qualify it with the alias you mean")
+                elif registered:
+                    # left bare, it would be read from a table of the outer query or an alias of its SELECT
+                    bare = nm.removesuffix("_bin") if nm.endswith("_bin") else None
+                    by_bin = owners(bare) if bare else []
+                    if len(by_bin) == 1:
+                        c.set("table", exp.to_identifier(by_bin[0]))
+                        continue
+                    cols = sorted({col for s in specs.values() if s is not None for col in s.schema})
+                    self.refuse(c, f"unknown column '{c.name}' in {label} (the columns of its tables: "
+                                   f"{', '.join(cols)}){did_you_mean(c.name, cols)}",
+                                "a view reads only its own tables' columns (a correlated subquery is not supported)")
             return out
 
         outputs: list[tuple[str, exp.Expression]] = []
-        earlier: dict[str, exp.Expression] = {}
+        earlier: dict[str, tuple[exp.Expression, int]] = {}
         for it in flat.expressions:
             inner = it.unalias() if isinstance(it, exp.Alias) else it
             star = inner if isinstance(inner, exp.Star) else inner.this if (
@@ -235,7 +253,7 @@ class _Merger:
             e = resolve(inner, earlier)
             if isinstance(it, exp.Alias):
                 nm = it.alias.lower()
-                earlier[nm] = e
+                earlier[nm] = (e, _size(e))
             elif isinstance(inner, exp.Column):
                 nm = inner.name.lower()
             else:
@@ -396,6 +414,8 @@ class _Merger:
             nm = c.name.lower()
             found = [(e, n) for name, e, n in s.outputs if name == nm]
             assert s.view is not None
+            if not found and nm.endswith("_bin") and any(name == nm[:-4] for name, _, _ in s.outputs):
+                return view_bins(c, i, s)
             if not found:
                 cols = ", ".join(name for name, _, _ in s.outputs)
                 self.refuse(c, f"unknown column '{c.name}' in {s.view.label} (its columns: {cols})"
@@ -407,6 +427,20 @@ class _Merger:
             e, n = found[0]
             self.count(n, c)
             return _wrap(_requalify(e, renames[i]))
+
+        def view_bins(c: exp.Column, i: int, s: _Source) -> exp.Expression:
+            """``<col>_bin`` of a view: the bins of the table column the view's ``col`` is, if it is one."""
+            assert s.view is not None
+            base = c.name.lower()[:-4]
+            found = [e for name, e, _ in s.outputs if name == base]
+            e = _requalify(found[0], renames[i]) if len(found) == 1 else None
+            if not isinstance(e, exp.Column) or not e.table:
+                self.refuse(c, f"'{c.name}' names the bins of '{base}', which in {s.view.label} is "
+                               f"{'given twice' if len(found) > 1 else 'an expression'}, not a column of a table "
+                               "(bins are those of a column's declared ordered domain)",
+                            "select the column itself in the view, or group by the bins in a query over the table")
+            assert isinstance(e, exp.Column)
+            return exp.column(f"{e.name}_bin", table=e.table, quoted=e.this.quoted)
 
         # a bare column of a view in SELECT keeps its output name; in a view's body, * (or v.*) over a view
         # is the view's columns (elsewhere SELECT * is refused by the analysis)
@@ -463,6 +497,8 @@ class _Merger:
             own = [(i, s) for i, s in enumerate(sources)
                    if (s.view is not None and any(n == nm for n, _, _ in s.outputs))
                    or (s.spec is not None and nm in s.spec.schema)]
+            if nm in out_aliases and any(s.view is not None for _, s in own) and _names_an_output(c, out):
+                continue  # HAVING / ORDER BY: the output of that name, as in DuckDB and the flat query
             if len(own) > 1:
                 self.refuse(c, f"column '{c.name}' is ambiguous: it is a column of "
                                f"{', '.join(repr(s.alias) for _, s in own)}", "qualify it with the alias you mean")
@@ -473,8 +509,21 @@ class _Merger:
                 else:
                     c.set("table", exp.to_identifier(s.alias))
                 continue
-            if unknown_table or nm.endswith("_bin"):
-                continue  # the unregistered table is refused by the analysis; _bin: the bins of a domain
+            if unknown_table:
+                continue  # the unregistered table is refused by the analysis
+            if nm.endswith("_bin"):  # <col>_bin: the bins of col's declared ordered domain, col as the query names it
+                bins = [(i, s) for i, s in enumerate(sources) if s.view is not None and any(
+                    n == nm[:-4] for n, _, _ in s.outputs)]
+                tables = [s for s in sources if s.spec is not None and nm[:-4] in s.spec.schema]
+                if len(bins) == 1 and not tables:
+                    c.replace(view_bins(c, *bins[0]))
+                    continue
+                if tables and not bins:
+                    continue  # a registered table's: the analysis reads its domain
+                if len(bins) + len(tables) > 1:
+                    self.refuse(c, f"column '{c.name}' is ambiguous: '{nm[:-4]}' is a column of "
+                                   f"{', '.join(repr(s.alias) for _, s in bins)}{''.join(', ' + repr(s.alias) for s in tables)}",
+                                "qualify it with the alias you mean")
             if nm in out_aliases:
                 if isinstance(c.parent, exp.Ordered) and c.parent.parent is out.args.get("order"):
                     continue  # ORDER BY an output's name: the output
@@ -538,6 +587,18 @@ class _Merger:
             cond = conds[0] if len(conds) == 1 else exp.and_(*[exp.Paren(this=c) for c in conds], copy=False)
             out.set("where", exp.Where(this=cond))
         return out
+
+
+def _names_an_output(c: exp.Column, stmt: exp.Select) -> bool:
+    """Whether bare ``c`` stands in ``stmt``'s HAVING or ORDER BY outside an aggregate: there a select-list alias
+    wins over a column of that name (in SELECT, WHERE and GROUP BY the column wins)."""
+    clauses = [stmt.args.get("having"), stmt.args.get("order")]
+    for a in _ancestors(c, stmt):
+        if is_aggregate(a):
+            return False
+        if any(a is k for k in clauses if k is not None):
+            return True
+    return False
 
 
 def _ancestors(node: exp.Expression, root: exp.Expression) -> list[exp.Expression]:
