@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sqlglot import exp
 from test_joins import make_session
 
 import dpsql
@@ -169,5 +170,54 @@ def test_a_join_above_the_limit_is_refused_for_free(monkeypatch: pytest.MonkeyPa
         aggs = ", ".join(f"SUM(l.l_price) AS s{i}" for i in range(MAX_AGGREGATES + 1))
         refused_free(s, f"SELECT {aggs} FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey",
                      f"at most {MAX_AGGREGATES} aggregate calls", monkeypatch)
+    finally:
+        s.close()
+
+
+def test_join_base_aggregates_above_their_limit_are_refused_for_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpsql.plan.joins import MAX_JOIN_AGGREGATES
+
+    s = make_session()
+    try:
+        def sql(n: int) -> str:
+            aggs = ", ".join(f"SUM(LEAST(GREATEST(l.l_price, 0), {i + 1})) AS w{i}" for i in range(n))
+            return f"SELECT {aggs}, COUNT(*) AS n FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey"
+
+        p = analyze(sql(MAX_JOIN_AGGREGATES - 1), dict(s.tables))  # at the limit: planned
+        assert p.join is not None and len(p.join.aggregates) == MAX_JOIN_AGGREGATES
+        from dpsql.mechanisms import join_multi
+
+        def never(*_: Any, **__: Any) -> Any:
+            raise AssertionError("calibrated a query above the limit")
+
+        monkeypatch.setattr(join_multi, "shares", never)
+        before = s.remaining()
+        with pytest.raises(UnsupportedQueryError, match=f"has {MAX_JOIN_AGGREGATES + 1} distinct base aggregates; "
+                                                        f"at most {MAX_JOIN_AGGREGATES}"):
+            s.explain(sql(MAX_JOIN_AGGREGATES), epsilon=1.0, delta=1e-6)
+        assert s.remaining() == before and s.history().num_rows == 0
+    finally:
+        s.close()
+
+
+def test_join_bases_are_rendered_once_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new base aggregate over a join is looked up by key: no rendering of every earlier base again."""
+    s = make_session()
+    try:
+        renders = [0]
+        real = exp.Expression.sql
+
+        def counting(self: exp.Expression, *a: Any, **k: Any) -> str:
+            renders[0] += 1
+            return real(self, *a, **k)
+
+        monkeypatch.setattr(exp.Expression, "sql", counting)
+        work = {}
+        for n in (20, 40):
+            renders[0] = 0
+            aggs = ", ".join(f"SUM(LEAST(GREATEST(l.l_price, 0), {i + 1})) AS w{i}" for i in range(n))
+            analyze(f"SELECT {aggs} FROM orders o JOIN lineitem l ON o.o_orderkey = l.l_orderkey", dict(s.tables))
+            work[n] = renders[0]
+        assert work[40] <= 2.1 * work[20], work
     finally:
         s.close()
