@@ -51,7 +51,7 @@ from dpsql.mechanisms.common import (
     Calibration,
     add_noise,
     charged_delta,
-    column_words,
+    columns_words,
     finish_release,
     fp_delta_refusal,
     gaussian_fp_charge,
@@ -108,9 +108,10 @@ def calibrate(plan: ir.QueryPlan, epsilon: float, delta: float, caps: Caps, nois
     else:
         eps_c = share_of(epsilon, c_eff * m)
         proven = 0.0
+        words = columns_words(plan, [c.name for c in cols])
         for c in cols:
             lam, grid, bound = snapping_calibration(
-                c.sensitivity, eps_c, integer=is_integer_column(c), what=column_words(plan, c.name)
+                c.sensitivity, eps_c, integer=is_integer_column(c), what=words[c.name]
             )
             scales[c.name] = lam
             snap[c.name] = (grid, bound)

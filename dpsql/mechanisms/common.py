@@ -81,11 +81,22 @@ def needed_columns(plan: ir.QueryPlan, caps: Caps) -> list[Any]:
 def column_words(plan: ir.QueryPlan, name: str) -> str:
     """A released column in the query's own words (the aggregates it carries), never its internal
     name (``__a0``, ``__users``): for messages the analyst reads."""
-    if name == "__users":
-        sqls = [a.sql for a in plan.aggregates if a.kind in (ir.COUNT_UNITS, ir.COUNT_STAR)]
-    else:
-        sqls = [a.sql for a in plan.aggregates if name == a.name or name.startswith(a.name + "_")]
-    return ", ".join(dict.fromkeys(sqls)) if sqls else "the count of people per group"
+    return columns_words(plan, [name])[name]
+
+
+def columns_words(plan: ir.QueryPlan, names: list[str]) -> dict[str, str]:
+    """:func:`column_words` of each of ``names``: the aggregates are indexed once (looked up by the
+    column name and its prefixes before a '_'), not scanned again for each column."""
+    index = {a.name: i for i, a in enumerate(plan.aggregates)}
+    out: dict[str, str] = {}
+    for name in names:
+        if name == "__users":
+            sqls = [a.sql for a in plan.aggregates if a.kind in (ir.COUNT_UNITS, ir.COUNT_STAR)]
+        else:  # the aggregates named ``name`` or a prefix of it followed by '_'
+            cut = [name] + [name[:k] for k, ch in enumerate(name) if ch == "_"]
+            sqls = [plan.aggregates[i].sql for i in sorted({index[c] for c in cut if c in index})]
+        out[name] = ", ".join(dict.fromkeys(sqls)) if sqls else "the count of people per group"
+    return out
 
 
 def default_granularity(scale: float) -> float:
@@ -134,11 +145,12 @@ def gaussian_fp_charge(
     Also refuses (ConfigError, before any charge) noise that cannot be represented.
     """
     per_group = 0.0
+    words = columns_words(plan, [c.name for c in columns])
     for c in columns:
         sigma = scales[c.name]
         gran = column_granularity(c, plan, sigma)
         integer = is_integer_column(c)
-        check_gaussian_representable(sigma, gran, integer=integer, what=column_words(plan, c.name))
+        check_gaussian_representable(sigma, gran, integer=integer, what=words[c.name])
         per_group += gaussian_fp_delta(sigma, gran, integer=integer, threshold=c.name == threshold_column)
     return (1.0 + math.exp(min(epsilon, 700.0))) * groups_per_unit * per_group
 

@@ -67,6 +67,10 @@ def unqualified(node: exp.Expression) -> exp.Expression:
 MAX_BOUND = 1e15
 #: ... and, unless zero, at least this large in magnitude and in width (noise scales stay normal doubles)
 MIN_BOUND = 1e-100
+#: at most this many aggregate calls in one query, and this many output columns: analysis and the bounded query
+#: grow with them (checked on the parsed query, before any other analysis: a larger query is refused for free)
+MAX_AGGREGATES = 1000
+MAX_OUTPUT_COLUMNS = 1000
 
 
 def _norm(node: exp.Expression) -> str:
@@ -251,6 +255,7 @@ class _Builder:
         self.catalog = catalog
         self.violations: list[Violation] = []
         self.aggregates: list[ir.Aggregate] = []
+        self._aggregate_names: dict[tuple[object, ...], str] = {}  # the key of each of self.aggregates -> its name
         self.keys: list[ir.GroupKey] = []
         self.table: TableSpec | None = None
         self.aliases: set[str] = set()
@@ -461,14 +466,15 @@ class _Builder:
             return None
         if column is not None and self.table.schema and column not in self.table.schema:
             return None  # reported by check_columns
-        vsql = _norm(value) if value is not None else None
-        for a in self.aggregates:
-            if a.kind == kind and a.column == column and a.bounds == bounds and a.quantile == p and (
-                    (a.value is None and value is None) or (a.value is not None and _norm(a.value) == vsql)):
-                return exp.column(a.name)
-        agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds, quantile=p, value=value)
-        self.aggregates.append(agg)
-        return exp.column(agg.name)
+        # one released value per distinct (kind, column, bounds, quantile, value): looked up by that key (each
+        # value rendered once), never by rendering every earlier aggregate again (quadratic in the select list)
+        key = (kind, column, bounds, p, _norm(value) if value is not None else None)
+        name = self._aggregate_names.get(key)
+        if name is None:
+            agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds, quantile=p, value=value)
+            self.aggregates.append(agg)
+            name = self._aggregate_names[key] = agg.name
+        return exp.column(name)
 
     def count_value(self, node: exp.Expression, arg: exp.Expression) -> exp.Expression | None:
         """COUNT(expr), e.g. ``COUNT(CASE WHEN status = 'paid' THEN 1 END)``: the rows where the
@@ -689,6 +695,7 @@ class _Builder:
                      "charge, by Session.query_many([...]))",
                 violations=self.violations,
             )
+        _check_size(stmts[0])  # before anything else: a query above the limits costs no analysis
         # CTEs and subqueries in FROM: merged into the flat query (dpsql.plan.views), analysed as one
         stmt = _limit_all(_order_by_all(merge_views(stmts[0], self.sql, self.catalog)))
         if isinstance(stmt, exp.Select) and stmt.args.get("joins"):
@@ -847,6 +854,7 @@ class _Builder:
             for key in ("grouping_sets", "cube", "rollup"):
                 if group.args.get(key):
                     self.bad(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
+        key_sqls = {k.sql for k in self.keys}
         for g in group_exprs:
             before = len(self.violations)
             self.violations.extend(check_expression_functions(g, self.sql, "GROUP BY"))
@@ -856,8 +864,9 @@ class _Builder:
             if not any(is_bin_column(c.name, table) and c.name.lower() not in table.schema for c in g.find_all(exp.Column)):
                 self.type_check(g, "GROUP BY", before)
             s = _norm(g)
-            if any(k.sql == s for k in self.keys):
+            if s in key_sqls:
                 continue
+            key_sqls.add(s)
             domain = None
             if isinstance(g, exp.Column):
                 domain = table.column(g.name.lower()).domain
@@ -875,7 +884,10 @@ class _Builder:
         # outputs ---------------------------------------------------------------------
         outputs: list[ir.OutputColumn] = []
         used: set[str] = set()
+        suffix: dict[str, int] = {}  # the next _n to try for a repeated name (the names taken only grow)
         alias_post: dict[str, exp.Expression] = {}
+        alias_map: dict[str, exp.Expression] = {}  # alias_post less the table's columns (kept as it grows)
+        key_by_sql = {k.sql: k for k in self.keys}
         for it in select_items:
             inner = it.unalias()
             if isinstance(it, exp.Alias):
@@ -887,19 +899,21 @@ class _Builder:
                 written = written_name(inner, self.sql, rendered=name)
                 if written and written.lower() != name.split("(", 1)[0].lower():  # VAR_SAMP(x) is named as written, not as sqlglot spells it (VARIANCE(x))
                     name = written + name[len(name.split("(", 1)[0]):]
-            base, n = name, 1
+            base, n = name, suffix.get(name.lower(), 1)
             while name.lower() in used:
                 name = f"{base}_{n}"
                 n += 1
+            suffix[base.lower()] = n
             used.add(name.lower())
-            key = None if any(is_aggregate(n) for n in spelled[len(outputs)].walk()) else next(
-                (k for k in self.keys if k.sql == _norm(spelled[len(outputs)])), None)
-            post = exp.column(key.name) if key is not None else self.to_post(
-                inner, "SELECT", alias_map={a: e for a, e in alias_post.items() if a not in table.schema})
+            key = None if any(is_aggregate(n) for n in spelled[len(outputs)].walk()) else key_by_sql.get(
+                _norm(spelled[len(outputs)])) if key_by_sql else None
+            post = exp.column(key.name) if key is not None else self.to_post(inner, "SELECT", alias_map=alias_map)
             src = post.name if isinstance(post, exp.Column) and post.name.startswith("__") else None
             outputs.append(ir.OutputColumn(name, post, src))
             if isinstance(it, exp.Alias):
                 alias_post[it.alias.lower()] = post
+                if it.alias.lower() not in table.schema:
+                    alias_map[it.alias.lower()] = post
 
         having = None
         if stmt.args.get("having") is not None:
@@ -1073,6 +1087,21 @@ def _distinct_as_group_by(stmt: exp.Expression) -> exp.Expression:
     out.set("distinct", None)
     out.set("group", exp.Group(expressions=[exp.Literal.number(i + 1) for i in range(len(items))]))
     return out
+
+
+def _check_size(stmt: exp.Expression) -> None:
+    """Refuse a query of more than :data:`MAX_AGGREGATES` aggregate calls (anywhere in it, views included)
+    or :data:`MAX_OUTPUT_COLUMNS` select-list items: counted on the parsed query, one walk, before any analysis."""
+    calls = sum(1 for n in stmt.walk() if is_aggregate(n))
+    if calls > MAX_AGGREGATES:
+        raise UnsupportedQueryError(
+            f"the query has {calls} aggregate calls; at most {MAX_AGGREGATES} aggregate calls are answered in one "
+            "query", hint="split the aggregates over several queries (each is charged on its own)")
+    items = len(stmt.expressions) if isinstance(stmt, exp.Select) else 0
+    if items > MAX_OUTPUT_COLUMNS:
+        raise UnsupportedQueryError(
+            f"the query has {items} output columns; at most {MAX_OUTPUT_COLUMNS} output columns are released by one "
+            "query", hint="split the select list over several queries (each is charged on its own)")
 
 
 def analyze(sql: str, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:

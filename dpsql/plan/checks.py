@@ -14,7 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.errors import Violation
-from dpsql.plan.parse import DIALECT, is_big, keyword_offset, line_col, position, tokens
+from dpsql.plan.parse import DIALECT, is_big, keyword_offset, line_col, line_text, position, tokens
 from dpsql.plan.quantiles import QUANTILE_AGGS
 from dpsql.plan.typer import func_name, node_problem
 
@@ -112,8 +112,7 @@ def written_name(
     line, col = at if at is not None else position(node, sql, rendered)
     if not line:
         return ""
-    lines = sql.split("\n")
-    rest = lines[line - 1][col - 1:] if line <= len(lines) else ""
+    rest = line_text(sql, line)[col - 1:]
     name = rest.split("(", 1)[0].strip()
     if rendered is None:
         rendered = node.sql(dialect=DIALECT)

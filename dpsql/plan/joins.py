@@ -82,6 +82,10 @@ from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifi
 from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predicate
 
 SEP = "__"
+#: at most this many distinct base aggregates in one query over a join: each is its own run of the join
+#: mechanism (its own bounded query, with 1/m of the budget), so the work grows with them (about 0.1 s of CPU each
+#: for ``explain``; benchmarks/analysis_scaling.py)
+MAX_JOIN_AGGREGATES = 64
 #: aliases and columns that a join may name: rendered as plain identifiers in the join SQL
 _PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -550,6 +554,7 @@ class _JoinBuilder:
         if not agg_nodes:
             self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG)")
         seen: set[str] = set()
+        index: dict[tuple[object, ...], int] = {}  #: a base's (kind, value, bounds) -> its place in ``bases``
         for node in agg_nodes:
             key = node.sql(dialect="duckdb").lower()
             found = None if key in seen else self.base_aggregates(node)  # a repeated call: answered (or refused) once
@@ -558,11 +563,11 @@ class _JoinBuilder:
                 continue
             refs = []
             for ba in found:
+                # looked up by key: each base rendered once (rendering every earlier one was quadratic)
                 ident = (ba.kind, ba.value.sql(dialect="duckdb") if ba.value is not None else "", ba.bounds)
-                idx = next((i for i, o in enumerate(bases) if (o.kind, o.value.sql(dialect="duckdb") if o.value is not None
-                                                                 else "", o.bounds) == ident), None)
+                idx = index.get(ident)
                 if idx is None:
-                    idx = len(bases)
+                    idx = index[ident] = len(bases)
                     bases.append(ba)
                     at.append(node)
                 refs.append(exp.column(f"__a{idx}"))
@@ -582,6 +587,11 @@ class _JoinBuilder:
         agg = (bases[0].kind, bases[0].value, bases[0].bounds) if bases else None
         value = agg[1] if agg is not None else None
         _raise(self.vs)
+        if len(bases) > MAX_JOIN_AGGREGATES:  # each is its own run of the join mechanism: refused before any
+            raise UnsupportedQueryError(
+                f"the query over a join has {len(bases)} distinct base aggregates; at most {MAX_JOIN_AGGREGATES} are "
+                "answered in one query over a join (each is its own run of the join mechanism, with its share of "
+                "the budget)", hint="split the aggregates over several queries (each is charged on its own)")
         assert agg is not None
         outputs: list[ir.OutputColumn] = []
         used: set[str] = set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
 from functools import lru_cache
@@ -23,12 +24,26 @@ _QUERY_STARTS = {"SELECT", "FROM", "WITH", "VALUES", "("}
 _TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, comments: \[.*?\]>")
 
 
+@lru_cache(maxsize=64)
+def _line_starts(sql: str) -> tuple[int, ...]:
+    return (0, *(i + 1 for i, ch in enumerate(sql) if ch == "\n"))
+
+
 def line_col(sql: str, offset: int) -> tuple[int, int]:
-    """1-based (line, column) of a character offset."""
+    """1-based (line, column) of a character offset (a search of the query's line starts, found once: a
+    message for each of many calls never counts the lines before it again)."""
     offset = max(0, min(offset, len(sql)))
-    line = sql.count("\n", 0, offset) + 1
-    col = offset - (sql.rfind("\n", 0, offset) + 1) + 1
-    return line, col
+    line = bisect.bisect_right(_line_starts(sql), offset)
+    return line, offset - _line_starts(sql)[line - 1] + 1
+
+
+def line_text(sql: str, line: int) -> str:
+    """The text of 1-based ``line`` of ``sql`` ('' past its end)."""
+    starts = _line_starts(sql)
+    if not 1 <= line <= len(starts):
+        return ""
+    end = starts[line] - 1 if line < len(starts) else len(sql)
+    return sql[starts[line - 1]:end]
 
 
 @lru_cache(maxsize=64)
@@ -52,6 +67,22 @@ def statement_starts(sql: str) -> list[int]:
             starts.append(t.start)
             expect = False
     return starts
+
+
+@lru_cache(maxsize=64)
+def _token_starts(sql: str) -> tuple[int, ...] | None:
+    """The start of every token of ``sql`` in order (``None`` if they are not in order)."""
+    starts = tuple(t.start for t in tokens(sql))
+    return starts if all(a <= b for a, b in zip(starts, starts[1:])) else None
+
+
+def _last_token_at(sql: str, offset: int) -> int:
+    """Index of the last token of ``sql`` that starts at or before ``offset`` (-1 if none): a search, not a
+    scan of every token (a position for each of n calls scanned the query n times)."""
+    starts = _token_starts(sql)
+    if starts is None:  # pragma: no cover - the tokenizer gives its tokens in order
+        return max((k for k, t in enumerate(tokens(sql)) if t.start <= offset), default=-1)
+    return bisect.bisect_right(starts, offset) - 1
 
 
 def keyword_offset(sql: str, words: set[str], *, after: int = 0, depth0: bool = True) -> int | None:
@@ -124,7 +155,7 @@ def _offset(node: exp.Expression, sql: str, rendered: str | None = None) -> int 
     if anchor is None:
         return None
     toks = tokens(sql)
-    i = max((k for k, t in enumerate(toks) if t.start <= anchor), default=-1)
+    i = _last_token_at(sql, anchor)
     if i < 0:
         return anchor
     if isinstance(node, (exp.Subquery, exp.Exists)) or (
