@@ -43,7 +43,8 @@ binding, before any charge):
 * substring searches (``contains``, ``strpos``, the text ``replace`` replaces, the separator of ``split_part``) only
   for a string literal of at most ``MAX_LIKE_PATTERN`` characters, as the typer renders them (a needle taken from a
   row would let the row choose the search's cost); an expression whose Spark form holds more than
-  ``MAX_SEARCHES`` of them (with LIKE/ILIKE; some conversions below repeat their operand) is refused;
+  ``MAX_SEARCHES`` of them (with LIKE/ILIKE; some conversions below repeat their operand) is refused, and so is
+  one whose Spark form holds more than ``MAX_SPARK_NODES`` nodes;
 * date and time functions (``date_part``/``extract``, ``year`` ... ``second``, ``date_trunc``)
   with DuckDB's conventions, from the DATE and the microseconds since 1970 (see the section
   below); decade/century/millennium and strftime/strptime are refused;
@@ -891,15 +892,26 @@ def _list_lowered(node: exp.Expression) -> exp.Expression | None:
 def lower_for_spark(ast: exp.Expression) -> exp.Expression:
     """``ast`` (a bounded query or a query to bind) with every unmarked node in its Spark form;
     UnsupportedQueryError for a construct whose meaning Spark cannot reproduce, or for an expression
-    whose Spark form holds more than MAX_SEARCHES substring searches (``_searches``)."""
+    whose Spark form holds more than MAX_SEARCHES substring searches or MAX_SPARK_NODES nodes (``_counted``)."""
     ast = ast.copy()
     for node in ast.walk():
         if isinstance(node, _SEARCH_NODES) and node.meta.get(DIALECT_MARK) is None:
             node.meta[_SEARCH] = True  # the query's own search (copies made below carry the mark)
     out = _lower(ast)
-    if _searches(out) > MAX_SEARCHES:
+    searches, nodes = _counted(out)
+    if searches > MAX_SEARCHES:
         raise _too_many_searches()
+    if nodes > MAX_SPARK_NODES:
+        raise _too_large()
     return out
+
+
+#: nodes of one scalar expression's Spark form. Some conversions are long there (a DOUBLE written as text about
+#: 500 nodes, a DATE as text about 60): a CTE chain doubling one (256 copies, within the merged query's 20 000
+#: nodes) was 131 000 nodes, which Spark took 206 s to analyse and 60 s to plan and run, against 2 s on DuckDB
+#: (128 copies, 65 000 nodes: 73 s and 18 s). dpsql's own expressions stay well below: a sampled join's tuple
+#: expression over 4 tables is about 22 000 nodes
+MAX_SPARK_NODES = 50_000
 
 
 #: query structure: the scalar expressions below such a node are counted one by one
@@ -920,15 +932,34 @@ def _too_many_searches() -> UnsupportedQueryError:
     )
 
 
-def _searches(node: exp.Expression) -> int:
-    """The query's substring searches in ``node``'s scalar expression (0 for query structure), refusing every
-    scalar expression below it with more than MAX_SEARCHES (the typer's bound, counted again in the Spark form)."""
+def _too_large() -> UnsupportedQueryError:
+    return UnsupportedQueryError(
+        f"an expression's Spark form holds more than {MAX_SPARK_NODES:,} parts (Spark's forms of number, date and "
+        "time conversions to text are long, and a CTE or view named several times repeats them); nothing was run "
+        "or charged",
+        hint="convert fewer values to text in one expression (a DOUBLE written as text is about 500 parts), or run "
+             "the query on the DuckDB engine",
+    )
+
+
+def _counted(node: exp.Expression) -> tuple[int, int]:
+    """The query's substring searches and the nodes in ``node``'s scalar expression ((0, 0) for query structure),
+    refusing every scalar expression below it with more than MAX_SEARCHES searches (the typer's bound, counted
+    again in the Spark form) or more than MAX_SPARK_NODES nodes."""
     if isinstance(node, _STRUCTURE):
         for child in node.iter_expressions():
-            if _searches(child) > MAX_SEARCHES and not isinstance(child, _STRUCTURE):
-                raise _too_many_searches()
-        return 0
-    return (1 if node.meta.get(_SEARCH) else 0) + sum(_searches(c) for c in node.iter_expressions())
+            searches, nodes = _counted(child)
+            if not isinstance(child, _STRUCTURE):
+                if searches > MAX_SEARCHES:
+                    raise _too_many_searches()
+                if nodes > MAX_SPARK_NODES:
+                    raise _too_large()
+        return 0, 0
+    searches, nodes = (1 if node.meta.get(_SEARCH) else 0), 1
+    for c in node.iter_expressions():
+        s, n = _counted(c)
+        searches, nodes = searches + s, nodes + n
+    return searches, nodes
 
 
 def _lower(node: exp.Expression) -> exp.Expression:
