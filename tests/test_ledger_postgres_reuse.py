@@ -108,6 +108,30 @@ def _charge(led: Any, eps: float = 0.1) -> int:
     return entry
 
 
+def _charge_in_threads(led: Any, threads: int, each: int) -> tuple[int, list[BaseException]]:
+    """``threads`` threads each try ``each`` charges of 0.1 on ``led``; returns the number that
+    succeeded and the errors other than an exhausted budget."""
+    ok: list[int] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        for _ in range(each):
+            try:
+                led.commit(_charge(led))
+                ok.append(1)
+            except BudgetExceededError:
+                pass
+            except BaseException as e:  # noqa: BLE001 - reported by the caller
+                errors.append(e)
+
+    ts = [threading.Thread(target=work) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    return len(ok), errors
+
+
 # -- reuse --------------------------------------------------------------------------------------------
 
 
@@ -151,27 +175,9 @@ def test_threads_share_at_most_four_connections_and_never_overspend(server: Serv
     # 8 threads x 10 charges of 0.1 against a total of 5.0: exactly 50 succeed, whatever the interleaving
     spy = Spy(monkeypatch)
     led = open_ledger(url, None, lock_timeout=60)
-    ok: list[int] = []
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            for _ in range(10):
-                try:
-                    led.commit(_charge(led))
-                    ok.append(1)
-                except BudgetExceededError:
-                    pass
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    ok, errors = _charge_in_threads(led, threads=8, each=10)
     assert not errors, errors
-    assert len(ok) == 50
+    assert ok == 50
     h = led.history()
     assert sorted(h.column("entry_id").to_pylist()) == list(range(1, 51))
     assert set(h.column("status").to_pylist()) == {"released"}
@@ -472,26 +478,9 @@ def test_through_pgbouncer_in_transaction_mode_threads_never_overspend(server: S
     server.database(name)
     url = bouncer + name
     led = open_ledger(url, dpsql.Budget(3.0, 0.0), create=True, lock_timeout=60)
-    ok: list[int] = []
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        for _ in range(8):
-            try:
-                led.commit(_charge(led))
-                ok.append(1)
-            except BudgetExceededError:
-                pass
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-    threads = [threading.Thread(target=work) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    ok, errors = _charge_in_threads(led, threads=6, each=8)
     assert not errors, errors
-    assert len(ok) == 30 and led.history().num_rows == 30
+    assert ok == 30 and led.history().num_rows == 30
     assert led.remaining().epsilon == pytest.approx(0.0, abs=1e-12)
     led.close()
     # negative control: connections that prepare their statements fail behind it
