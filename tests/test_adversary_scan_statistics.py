@@ -1,0 +1,187 @@
+"""The plan of a private read never depends on the statistics of the private rows.
+
+DuckDB keeps statistics of every column (the min and max of each Parquet row group and of the
+file, a DuckDB table's zone maps) and plans with them: a filter such as ``x > 5000`` is pushed
+into the scan, which skips every row group whose max is at most 5000, and the optimizer folds it
+to an empty result when the whole source's max is. So one person's row with ``x = 10^9`` switched
+a query from reading nothing to reading that person's row group (122 880 rows of every column the
+query reads): on 500 000 rows with a 2 kB text column, ``SELECT COUNT(*) FROM t WHERE x > 5000 AND
+note LIKE '%zz%'`` took 25 ms of CPU without the person and 145 ms with them (the Arrow view;
+40 ms against 300 ms wall), whatever ε. Timing such queries at a negligible ε told whether any row
+exceeds a threshold: a binary search read the largest value of a column, one person's, exactly.
+
+Every private read therefore runs with DuckDB's statistics-driven optimizers off (filters stay
+where the bounded query puts them, evaluated on every row: ``dpsql.engine.duckdb.STATISTICS_OPTIMIZERS``).
+These tests compare, on neighbouring datasets (D and D plus one person holding extreme values),
+the physical plan of each private read (DuckDB's EXPLAIN under the read's own settings, estimated
+cardinalities left out, which count rows and are never shown): it must be the same on both, and no
+scan of a private source may carry a filter (which it would check against row-group statistics).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dpsql
+from dpsql.engine import _duckdb_native as native
+from dpsql.engine import duckdb as dd
+from dpsql.testing import use_noise, zero_noise
+
+N = 3000
+PERSON = 10_000_000
+
+QUERIES = [
+    "SELECT COUNT(*) AS n FROM t WHERE x > 5000",
+    "SELECT COUNT(*) AS n FROM t WHERE x > 5000 AND note LIKE '%zz%'",
+    "SELECT COUNT(*) AS n FROM t WHERE note = 'hostile'",
+    "SELECT COUNT(*) AS n FROM t WHERE x BETWEEN 2000000 AND 3000000000",
+    "SELECT SUM(v) AS s FROM t WHERE x >= 1000",
+    "SELECT x AS k, COUNT(*) AS n FROM t GROUP BY k",
+    "SELECT x % 7 AS k, COUNT(*) AS n FROM t WHERE x < 0 GROUP BY k",
+]
+
+
+def _tables() -> tuple[pa.Table, pa.Table]:
+    base = {"uid": [i // 3 for i in range(N)], "x": [(i * 37) % 1000 for i in range(N)],
+            "note": [f"n{i % 50}" for i in range(N)], "v": [float(i % 10) for i in range(N)]}
+    d0 = pa.table(base)
+    one = pa.table({"uid": [PERSON], "x": [1_000_000_000], "note": ["hostile"], "v": [9.0]})
+    half = N // 2  # the person's row in the middle of the file, inside one row group
+    d1 = pa.concat_tables([d0.slice(0, half), one, d0.slice(half)])
+    return d0, d1
+
+
+@pytest.fixture(autouse=True)
+def _no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
+
+
+class Plans:
+    """The JSON plan of every private read, taken under the read's settings (the engine's own
+    ``_native_views`` runs inside them, just before the read, with the read's SQL)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.plans: list[Any] = []
+        orig = dd.DuckDBBackend._native_views
+
+        def spy(engine: dd.DuckDBBackend, sql: str) -> Any:
+            used = orig(engine, sql)
+            text = engine._con.sql("EXPLAIN (FORMAT json) " + sql).fetchall()[0][1]
+            self.plans.append(_strip(json.loads(text)))
+            return used
+
+        monkeypatch.setattr(dd.DuckDBBackend, "_native_views", spy)
+
+
+def _strip(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strip(n) for n in node]
+    if isinstance(node, dict):
+        return {k: _strip(v) for k, v in node.items() if k != "Estimated Cardinality"}
+    return node
+
+
+def _scans_with_filters(node: Any) -> list[Any]:
+    out = []
+    if isinstance(node, list):
+        for n in node:
+            out += _scans_with_filters(n)
+    elif isinstance(node, dict):
+        info = node.get("extra_info") or {}
+        if any("filter" in str(k).lower() for k in info):
+            out.append((node.get("name"), {k: v for k, v in info.items() if "filter" in str(k).lower()}))
+        out += _scans_with_filters(node.get("children", []))
+    return out
+
+
+def _run(make_session: Any, sql: str, reads: int) -> None:
+    s = make_session()
+    try:
+        use_noise(s, zero_noise())
+        for _ in range(reads):
+            s.query(sql, epsilon=1.0, delta=1e-6)
+    finally:
+        s.close()
+
+
+def _register(s: dpsql.Session, source: Any) -> None:
+    s.register("t", source, privacy_unit="uid", max_rows_per_unit=4,
+               columns={"x": {"bounds": (0, 1000)}, "v": {"bounds": (0, 10)}})
+
+
+def _parquet_sessions(tmp_path: Path) -> list[Any]:
+    paths = []
+    for i, t in enumerate(_tables()):
+        p = tmp_path / f"d{i}.parquet"
+        pq.write_table(t, p, row_group_size=500)
+        paths.append(str(p))
+
+    def make(path: str) -> Any:
+        def f() -> dpsql.Session:
+            s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9))
+            _register(s, path)
+            return s
+        return f
+
+    return [make(p) for p in paths]
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_parquet_read_plans_do_not_depend_on_one_persons_values(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str) -> None:
+    """Three reads per session: the first through the Arrow view, the later ones natively."""
+    seen = []
+    for make in _parquet_sessions(tmp_path):
+        spy = Plans(monkeypatch)
+        _run(make, sql, reads=3)
+        seen.append(spy.plans)
+        monkeypatch.undo()
+        monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
+    assert len(seen[0]) == len(seen[1]) == 3
+    assert seen[0] == seen[1], sql
+    for plan in seen[0] + seen[1]:
+        assert _scans_with_filters(plan) == [], (sql, _scans_with_filters(plan))
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_duckdb_table_read_plans_do_not_depend_on_one_persons_values(
+        monkeypatch: pytest.MonkeyPatch, sql: str) -> None:
+    seen = []
+    for table in _tables():
+        con = duckdb.connect()
+        con.register("arrow_rows", table)
+        con.execute("CREATE TABLE src AS SELECT * FROM arrow_rows")  # one name on both sides
+        spy = Plans(monkeypatch)
+
+        def make(con: duckdb.DuckDBPyConnection = con) -> dpsql.Session:
+            s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9), connection=con)
+            _register(s, "src")
+            return s
+
+        _run(make, sql, reads=1)
+        seen.append(spy.plans)
+        monkeypatch.undo()
+        con.close()
+    assert seen[0] == seen[1], sql
+    for plan in seen[0] + seen[1]:
+        assert _scans_with_filters(plan) == [], (sql, _scans_with_filters(plan))
+
+
+def test_control_plain_duckdb_plans_depend_on_one_persons_value(tmp_path: Path) -> None:
+    """Negative control: DuckDB's own plan of the same filter is an empty result without the
+    person and a filtered scan with them."""
+    plans = []
+    for i, t in enumerate(_tables()):
+        p = tmp_path / f"c{i}.parquet"
+        pq.write_table(t, p, row_group_size=500)
+        text = duckdb.sql(f"EXPLAIN (FORMAT json) SELECT COUNT(*) FROM '{p}' WHERE x > 5000").fetchall()[0][1]
+        plans.append(_strip(json.loads(text)))
+    assert plans[0] != plans[1]
+    assert _scans_with_filters(plans[1]) != []
