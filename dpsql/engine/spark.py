@@ -87,6 +87,10 @@ SQL_CONF = {
     # DECIMAL arithmetic keeps its operands' scale (never rounds a value to fit 38 digits): the
     # exact negation of a wide DECIMAL (``spark_ops._decimal_sign_lowered``) relies on it
     "spark.sql.decimalOperations.allowPrecisionLoss": "false",
+    # no Parquet row group is skipped by its statistics (min and max of the private rows): a filter
+    # pushed into the reader made one person's extreme value switch on the read of their row group
+    # (docs/threat_model.md, timing; the DuckDB engine's ``STATISTICS_OPTIMIZERS``)
+    "spark.sql.parquet.filterPushdown": "false",
 }
 
 _QUIET_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j", "py4j.java_gateway",
