@@ -232,3 +232,54 @@ def test_join_read_plans_do_not_depend_on_one_persons_values(tmp_path: Path, mon
     assert seen[0] == seen[1]
     for plan in seen[0] + seen[1]:
         assert _scans_with_filters(plan) == [], _scans_with_filters(plan)
+
+
+def test_three_table_join_plans_on_duckdb_tables_do_not_depend_on_one_person(monkeypatch: pytest.MonkeyPatch) -> None:
+    """customer <- orders <- lineitem as tables of a caller's connection (zone maps and distinct-count
+    statistics): the person adds a customer, their orders and line items with extreme keys and prices."""
+    import numpy as np
+    from test_joins import ITEMS_PER_ORDER, ORDERS_PER_CUSTOMER, fk_data
+
+    base = fk_data(n_customers=2000)
+    queries = [
+        "SELECT COUNT(*) AS n FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+        "JOIN lineitem l ON l.l_orderkey = o.o_orderkey",
+        "SELECT n.n_name, COUNT(*) AS k FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+        "JOIN nation n ON c.c_nationkey = n.n_nationkey GROUP BY n.n_name",
+        "SELECT SUM(l.l_price) AS s FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+        "JOIN lineitem l ON l.l_orderkey = o.o_orderkey WHERE l.l_price > 90",
+    ]
+    seen = []
+    for side in (0, 1):
+        d = dict(base)
+        if side:
+            d["customer"] = pa.concat_tables([d["customer"], pa.table({"c_custkey": np.array([10**12]),
+                                                                       "c_nationkey": np.array([4])})])
+            ok = np.array([10**13 + i for i in range(ORDERS_PER_CUSTOMER)])
+            d["orders"] = pa.concat_tables([d["orders"], pa.table({"o_orderkey": ok, "o_custkey": np.full(ok.size, 10**12)})])
+            lk = np.repeat(ok, ITEMS_PER_ORDER)
+            d["lineitem"] = pa.concat_tables([d["lineitem"], pa.table({"l_orderkey": lk, "l_price": np.full(lk.size, 1e6)})])
+        con = duckdb.connect()
+        for name, table in d.items():
+            con.register("arrow_" + name, table)
+            con.execute(f"CREATE TABLE {name} AS SELECT * FROM arrow_{name}")
+        spy = Plans(monkeypatch)
+        s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9), connection=con)
+        try:
+            use_noise(s, zero_noise())
+            s.register("nation", "nation", public=True)
+            s.register("customer", "customer", privacy_unit="c_custkey", references={"c_nationkey": "nation.n_nationkey"})
+            s.register("orders", "orders", references={"o_custkey": "customer.c_custkey"},
+                       degree_bounds={"o_custkey": ORDERS_PER_CUSTOMER})
+            s.register("lineitem", "lineitem", references={"l_orderkey": "orders.o_orderkey"},
+                       degree_bounds={"l_orderkey": ITEMS_PER_ORDER}, columns={"l_price": {"bounds": (-20, 100)}})
+            for sql in queries:
+                for options in (None, {"q": 0.25}):
+                    s.query(sql, epsilon=1.0, delta=1e-6, options=options)
+        finally:
+            s.close()
+            con.close()
+        seen.append(spy.plans)
+        monkeypatch.undo()
+    assert len(seen[0]) == len(seen[1]) >= 2 * len(queries)
+    assert seen[0] == seen[1]
