@@ -191,6 +191,9 @@ class DuckDBBackend:
             self._con.execute("SET preserve_insertion_order = false")
             # a TIMESTAMPTZ's text (a key cast to VARCHAR) in UTC, as on Spark, not in the machine's time zone
             self._con.execute("SET TimeZone = 'UTC'")
+            # no plan of this connection reads the rows' statistics (STATISTICS_OPTIMIZERS): set once
+            # here rather than around every private read (three statements a query)
+            self._con.execute(f"SET disabled_optimizers = {_sql_str(', '.join(STATISTICS_OPTIMIZERS))}")
 
     def render(self, ast: exp.Expression, *, pretty: bool = False) -> str:
         """SQL text of ``ast`` for DuckDB, rendered strictly (``dpsql.rewrite.render``)."""
@@ -608,7 +611,10 @@ class DuckDBBackend:
 
     @contextmanager
     def _optimizers_off(self, off: list[str]) -> Iterator[None]:
-        """The optimizers ``off`` (:meth:`_marked_off`) turned off while the block runs."""
+        """The optimizers ``off`` (:meth:`_marked_off`) turned off while the block runs (on the
+        engine's own connection, :data:`STATISTICS_OPTIMIZERS` are off from its start)."""
+        if self._owned:
+            off = [o for o in off if o not in STATISTICS_OPTIMIZERS]
         if not off:
             yield
             return
