@@ -193,7 +193,7 @@ def test_a_check_that_cannot_read_keeps_the_arrow_view(tmp_path: Path, monkeypat
     path = tmp_path / "t.parquet"
     _write(path, notes)
 
-    def failing(src: native.NativeSource) -> None:
+    def failing(src: native.NativeSource, threads: int = 1) -> None:
         raise pa.ArrowInvalid("cannot read value 'secret-cell-\\xff'")
 
     monkeypatch.setattr(native, "invalid_cells", failing)
@@ -207,7 +207,7 @@ def test_a_failure_inside_the_check_is_the_generic_one(tmp_path: Path, monkeypat
     path = tmp_path / "t.parquet"
     _write(path, [b"ok", b"secret-\xff"])
 
-    def failing(src: native.NativeSource) -> None:
+    def failing(src: native.NativeSource, threads: int = 1) -> None:
         raise MemoryError("secret-cell")
 
     monkeypatch.setattr(native, "invalid_cells", failing)
@@ -220,3 +220,19 @@ def test_a_failure_inside_the_check_is_the_generic_one(tmp_path: Path, monkeypat
     while seen is not None:  # nothing in the chain carries the cell or the original exception
         assert "secret" not in repr(seen) and not isinstance(seen, MemoryError)
         seen = seen.__cause__ or seen.__context__
+
+
+def test_the_threads_share_row_groups_and_find_the_same_cells(tmp_path: Path) -> None:
+    values = _fuzz(6000, seed=5)
+    rng = random.Random(6)
+    for k in range(2):
+        notes: list[bytes | None] = [v if rng.random() < 0.02 else b"ok" for v in values]
+        _write(tmp_path / f"{k}.parquet", notes, row_group_size=700)
+    paths = sorted(str(p) for p in tmp_path.glob("*.parquet"))
+    src = native.NativeSource("t", "v", paths, pq.ParquetFile(paths[0]).schema_arrow, exp.select("*"))
+    one = native.invalid_cells(src, 1)
+    assert one is not None and len(one["note"]) > 50
+    assert native.invalid_cells(src, 2) == native.invalid_cells(src, 3) == one
+    expected = [(i, r) for i, p in enumerate(paths)
+                for r in sorted(_duck_invalid(pq.read_table(p).column("note").cast(pa.binary()).to_pylist()))]
+    assert one["note"] == expected

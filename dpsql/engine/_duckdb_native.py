@@ -160,7 +160,7 @@ def _batch_rows(pf: Any, cols: list[str]) -> int:
     return int(max(4096, min(_BATCH, _BATCH_BYTES / max(per_row, 1.0))))
 
 
-def invalid_cells(src: NativeSource) -> dict[str, list[tuple[int, int]]] | None:
+def invalid_cells(src: NativeSource, threads: int = 1) -> dict[str, list[tuple[int, int]]] | None:
     """Per text column, the (file index, row number) of each cell the Arrow view reads as NULL
     because it is not UTF-8; None when a file's schema differs from the first file's.
 
@@ -170,45 +170,71 @@ def invalid_cells(src: NativeSource) -> dict[str, list[tuple[int, int]]] | None:
     indices and one validation of their distinct values per batch. Only a batch whose values
     are not all UTF-8 goes further: its invalid values are found by halving
     (:func:`_invalid_positions`) and its rows by their dictionary index, a cost of one pass over
-    that batch's indices (a few milliseconds per batch that holds an invalid cell)."""
+    that batch's indices (a few milliseconds per batch that holds an invalid cell). The row
+    groups of each file are shared among ``threads`` threads (the engine's ``threads``)."""
     try:
-        return _invalid_cells(src)
+        return _invalid_cells(src, threads)
     finally:
         # the batches' memory back to the system before the read (pyarrow's allocator keeps freed
         # memory: about 100 MB at 10M rows stayed resident through the query that followed)
         pa.default_memory_pool().release_unused()
 
 
-def _invalid_cells(src: NativeSource) -> dict[str, list[tuple[int, int]]] | None:
-    import pyarrow.compute as pc
+def _invalid_cells(src: NativeSource, threads: int) -> dict[str, list[tuple[int, int]]] | None:
     import pyarrow.parquet as pq
 
     cols = src.text_columns
     bad: dict[str, list[tuple[int, int]]] = {c: [] for c in cols}
+    parts: list[tuple[int, str, list[int], int]] = []  # (file index, path, row groups, first row)
     for i, p in enumerate(src.paths):
-        if not pq.ParquetFile(p).schema_arrow.equals(src.schema):
+        pf = pq.ParquetFile(p)
+        if not pf.schema_arrow.equals(src.schema):
             return None
-        if not cols:
-            continue
-        pf = pq.ParquetFile(p, read_dictionary=cols)
-        start = 0
-        for b in pf.iter_batches(batch_size=_batch_rows(pf, cols), columns=cols, use_threads=False):
-            for c in cols:
-                a = b.column(c)
-                values, indices = (a.dictionary, a.indices) if pa.types.is_dictionary(a.type) else (a, None)
-                if _valid(values):
-                    continue
-                at = _invalid_positions(values)
-                if indices is None:
-                    rows = at
-                else:
-                    hit = pc.is_in(indices, value_set=pa.array(at, indices.type))
-                    rows = pc.indices_nonzero(pc.fill_null(hit, False)).to_pylist()
-                bad[c].extend((i, start + r) for r in rows)
-            start += b.num_rows
+        meta = pf.metadata
+        sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        per = -(-len(sizes) // max(threads, 1))  # contiguous row groups, one share per thread
+        for g in range(0, len(sizes), per):
+            parts.append((i, p, list(range(g, min(g + per, len(sizes)))), sum(sizes[:g])))
+    if not cols:
+        return bad
+    if threads <= 1 or len(parts) <= 1:
+        found = [_invalid_in(part, cols) for part in parts]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:  # pyarrow decodes without the GIL
+            found = list(pool.map(lambda part: _invalid_in(part, cols), parts))
+    for cells in found:
+        for c, cell in cells:
+            bad[c].append(cell)
     for c in bad:
         bad[c].sort()
     return bad
+
+
+def _invalid_in(part: tuple[int, str, list[int], int], cols: list[str]) -> list[tuple[str, tuple[int, int]]]:
+    """The invalid cells of some row groups of one file (:func:`invalid_cells`)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    i, p, groups, start = part
+    out: list[tuple[str, tuple[int, int]]] = []
+    pf = pq.ParquetFile(p, read_dictionary=cols)
+    for b in pf.iter_batches(batch_size=_batch_rows(pf, cols), row_groups=groups, columns=cols, use_threads=False):
+        for c in cols:
+            a = b.column(c)
+            values, indices = (a.dictionary, a.indices) if pa.types.is_dictionary(a.type) else (a, None)
+            if _valid(values):
+                continue
+            at = _invalid_positions(values)
+            if indices is None:
+                rows = at
+            else:
+                hit = pc.is_in(indices, value_set=pa.array(at, indices.type))
+                rows = pc.indices_nonzero(pc.fill_null(hit, False)).to_pylist()
+            out.extend((c, (i, start + r)) for r in rows)
+        start += b.num_rows
+    return out
 
 
 def native_select(src: NativeSource, capped: Callable[[exp.Expression], exp.Select],

@@ -658,7 +658,7 @@ class DuckDBBackend:
             if not native.settled(version):
                 continue
             try:
-                bad = native.invalid_cells(src)
+                bad = native.invalid_cells(src, self.settings.effective_threads)
             except (pa.ArrowException, OSError):  # the check cannot read them: the Arrow view (same values) stays
                 bad = None
             if bad is None:
