@@ -19,8 +19,8 @@ Systems, each timed warm (best of ``--repeat`` runs, wall seconds) in this proce
 * ``floor``: the least work any user-level bounding must do, ``SELECT k, COUNT(*) FROM (SELECT
   DISTINCT user_id, k FROM events) GROUP BY k`` (Q3: one value per (user, group), then its sum),
   over ``read_parquet`` and (``floor_registered``) over the relation dpsql registers for the file
-  (invalid UTF-8 is NULL: from its second private read in a process, once the file's text was
-  checked, DuckDB's own reader with the invalid cells marked, ``dpsql/engine/_duckdb_native.py``;
+  (invalid UTF-8 is NULL: from its first private read in a process, which checks the file's
+  text, DuckDB's own reader with the invalid cells marked, ``dpsql/engine/_duckdb_native.py``;
   two untimed queries before the first measurement bring it to that state);
 * ``dpsql``: ``Session.query`` end to end (routing, bounded SQL, noise, post-processing, and the
   two durable writes of a ledger file); ``dpsql_bounded_sql``: its bounded SQL alone (the text
@@ -200,7 +200,7 @@ def main() -> None:
     view = [v for (v,) in scon.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal AND "
                                        "view_name LIKE '_dpsql_src_events%' AND view_name NOT LIKE '%_raw'").fetchall()][0]
 
-    for _ in range(2):  # the registered relation's steady state (the file's text checked once)
+    for _ in range(2):  # the registered relation's steady state (the file's text checked by the first)
         s.query(QUERIES["Q1"]["sql"], epsilon=EPS, delta=DELTA)
     results: dict[str, Any] = {}
     for q, spec in QUERIES.items():

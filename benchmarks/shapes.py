@@ -62,7 +62,7 @@ def session(path: str, tmp: str, columns: dict[str, Any], **kw: Any) -> dpsql.Se
     s = dpsql.Session(ledger=os.path.join(tmp, f"l{time.perf_counter_ns()}.duckdb"), budget=dpsql.Budget(1e9, 0.5),
                       create=True)
     s.register("events", path, privacy_unit="user_id", max_groups_per_unit=5, max_rows_per_group=1, columns=columns, **kw)
-    for _ in range(2):  # the registered relation's steady state (the file's text checked once)
+    for _ in range(2):  # the registered relation's steady state (the file's text checked by the first)
         s.query("SELECT COUNT(*) FROM events", epsilon=1.0, delta=1e-5)
     return s
 

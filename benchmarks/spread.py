@@ -17,14 +17,18 @@ seconds and its peak resident set size above its level before the query:
 * ``dpsql``: ``Session.query("SELECT url, COUNT(*) FROM events GROUP BY url")`` end to end
   (epsilon 1, delta 1e-5, C_u 5, k 1, in-memory ledger), with dpsql's default engine settings
   (memory limit 4GB, spilling to a temporary directory of its own): the process's first query,
-  which reads the file through Arrow (its text is not checked yet, docs/performance.md);
-* ``dpsql_warm``: the same query as the process's third (after two untimed ones; the second
-  checks the file's text once), read by DuckDB's own reader: what a long-lived process (the
+  which checks the file's text and then reads it with DuckDB's own reader (docs/performance.md);
+* ``dpsql_warm``: the same query as the process's third (after two untimed ones; the first
+  checked the file's text once), read by DuckDB's own reader: what a long-lived process (the
   Python API, an ETL job) sees from then on. Its ``peak_mb`` is above the level after the two
   earlier queries (DuckDB keeps its buffers), so ``peak_mb_since_start`` (the child's peak
   above its size before it imported anything) is reported for every step too;
 * ``dpsql_replace``: the process's first query with the engine setting ``invalid_text =
   "replace"`` (invalid UTF-8 replaced; DuckDB's own reader from the first read).
+
+Each step also reports its CPU seconds (user + system of the child, every thread, during the
+measured call: ``cpu_seconds`` of the fastest run, ``cpu_seconds_min`` over the runs) and the
+1-minute load average after each run (``load_averages``): the machine may be shared.
 
 Targets from the issue: dpsql within 2x of plain ``COUNT(DISTINCT user_id)`` time (both forms are
 reported: the global count is a much smaller job than any per-URL count, which must find the
@@ -69,7 +73,13 @@ def _rss() -> int:
 _START_RSS = 0  # the child's resident size before it imports or opens anything (set in _child)
 
 
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def _measure(fn: Any) -> tuple[float, float]:
+    global _CPU
     base = peak = _rss()
     stop = threading.Event()
 
@@ -80,9 +90,10 @@ def _measure(fn: Any) -> tuple[float, float]:
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _cpu()
     fn()
     dt = time.perf_counter() - t
+    _CPU = _cpu() - c
     stop.set()
     th.join()
     global _PEAK_SINCE_START
@@ -91,6 +102,7 @@ def _measure(fn: Any) -> tuple[float, float]:
 
 
 _PEAK_SINCE_START = 0.0
+_CPU = 0.0  # the child's CPU seconds (user + system, every thread) during the measured call
 
 
 def _child(kind: str, path: str, conn: Any, memory_limit: str | None, timeout: float | None) -> None:
@@ -123,13 +135,13 @@ def _child_run(kind: str, path: str, conn: Any, memory_limit: str | None, timeou
         s = dpsql.Session(ledger=None, budget=dpsql.Budget(100.0, 1e-3), engine=engine or None)
         s.register("events", path, privacy_unit="user_id", max_groups_per_unit=5, max_rows_per_group=1)
         s.explain("SELECT url, COUNT(*) AS n FROM events GROUP BY url", epsilon=1.0, delta=1e-5)
-        if kind == "dpsql_warm":  # the process's steady state: the file's text checked (its second read)
+        if kind == "dpsql_warm":  # the process's steady state: the file's text checked (by its first read)
             for _ in range(2):
                 s.query("SELECT url, COUNT(*) AS n FROM events GROUP BY url", epsilon=1.0, delta=1e-5)
         out: list[Any] = []
         dt, mb = _measure(lambda: out.append(s.query("SELECT url, COUNT(*) AS n FROM events GROUP BY url",
                                                       epsilon=1.0, delta=1e-5).table.num_rows))
-        conn.send((dt, mb, out[0], _PEAK_SINCE_START))
+        conn.send((dt, mb, out[0], _PEAK_SINCE_START, _CPU))
         return
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
@@ -147,7 +159,7 @@ def _child_run(kind: str, path: str, conn: Any, memory_limit: str | None, timeou
     }[kind]
     res: list[Any] = []
     dt, mb = _measure(lambda: res.append(len(con.execute(q).fetchall())))
-    conn.send((dt, mb, res[0], _PEAK_SINCE_START))
+    conn.send((dt, mb, res[0], _PEAK_SINCE_START, _CPU))
 
 
 def run(kind: str, path: str, memory_limit: str | None, timeout: float | None) -> dict[str, Any]:
@@ -159,8 +171,9 @@ def run(kind: str, path: str, memory_limit: str | None, timeout: float | None) -
     p.join()
     if got[0] == "failed":
         return {"failed": got[1]}
-    dt, mb, rows, since_start = got
-    return {"seconds": dt, "peak_mb": mb, "rows": rows, "peak_mb_since_start": since_start}
+    dt, mb, rows, since_start, cpu = got
+    return {"seconds": dt, "cpu_seconds": cpu, "peak_mb": mb, "rows": rows, "peak_mb_since_start": since_start,
+            "load_average": os.getloadavg()[0]}
 
 
 def main() -> None:
@@ -202,6 +215,8 @@ def main() -> None:
             results[kind] = min(done, key=lambda r: r["seconds"])
             results[kind]["peak_mb"] = max(r["peak_mb"] for r in done)
             results[kind]["peak_mb_since_start"] = max(r["peak_mb_since_start"] for r in done)
+            results[kind]["cpu_seconds_min"] = min(r["cpu_seconds"] for r in done)
+            results[kind]["load_averages"] = [r["load_average"] for r in done]
         else:
             results[kind] = {"seconds": None, "peak_mb": None, "failed": runs[0]["failed"]}
     d, w = results["dpsql"], results["dpsql_warm"]
@@ -217,6 +232,8 @@ def main() -> None:
         "dpsql_time_vs_count_distinct": ratio(d["seconds"], results["count_distinct"]["seconds"]),
         "dpsql_time_vs_count_distinct_by_url": ratio(d["seconds"], results["count_distinct_by_url"]["seconds"]),
         "dpsql_time_vs_floor": ratio(d["seconds"], results["floor"]["seconds"]),
+        "dpsql_cpu_vs_count_distinct_by_url": ratio(d.get("cpu_seconds_min"),
+                                                    results["count_distinct_by_url"].get("cpu_seconds_min")),
         "dpsql_memory_vs_distinct_pairs": ratio(d["peak_mb"], results["distinct_pairs"]["peak_mb"]),
         "warm_time_vs_count_distinct_by_url": ratio(w["seconds"], results["count_distinct_by_url"]["seconds"]),
         "warm_time_vs_floor": ratio(w["seconds"], results["floor"]["seconds"]),

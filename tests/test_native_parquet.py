@@ -1,4 +1,5 @@
-"""DuckDB's own Parquet reader after a one-time check of the text (dpsql/engine/_duckdb_native.py).
+"""DuckDB's own Parquet reader after a check of the text once per file version, on a process's
+first private read of the file (dpsql/engine/_duckdb_native.py).
 
 The native view must give, cell by cell, what the Arrow view gives (invalid UTF-8 NULL, text
 over max_text_bytes NULL), so one person's invalid cell changes neither whether a query fails
@@ -75,10 +76,9 @@ def test_native_view_equals_the_arrow_view_cell_by_cell(tmp_path: Path) -> None:
     _write(path, 40, {i * 5 + 1: v for i, v in enumerate(HOSTILE)}, long_at=2)
     s = _session(path)
     first = _rows(s)
-    assert _src(s).checked is None  # the first read of a process uses the Arrow view
-    second = _rows(s)
     src = _src(s)
-    assert src.checked is not None and not src.disabled  # checked, now native
+    assert src.checked is not None and not src.disabled  # checked by the first read, which is native
+    second = _rows(s)
     assert "read_parquet" in s._engine.connection.sql(
         f"SELECT sql FROM duckdb_views() WHERE view_name = '{src.view}'").fetchall()[0][0]
     assert first == second == _rows(s) == _arrow_rows(s)
@@ -128,7 +128,7 @@ def test_a_changed_file_goes_back_to_the_arrow_view_then_is_checked_again(tmp_pa
     assert {r["user_id"]: r["note"] for r in rows}[9] is None
     assert {r["user_id"]: r["note"] for r in rows}[4] == "n4"
     fresh = _session(path)
-    assert rows == _rows(fresh) and _src(fresh).checked is None  # a new Session reads it through Arrow
+    assert rows == _rows(fresh) == _arrow_rows(fresh) and _src(fresh).checked is not None  # natively from its first read
     assert _src(s).bad["note"] == [(0, 9)] and _src(s).checked == native.versions([str(path)])
 
 

@@ -671,9 +671,12 @@ class DuckDBBackend:
             if src.checked is not None:  # the file changed: back to the Arrow view until checked again
                 self._con.execute(self._render(_temp_view(view, src.arrow_select.copy())))
                 src.checked = None
-            if src.reads < 2 or not native.settled(version):
+            if not native.settled(version):
                 continue
-            bad = native.invalid_cells(src, self._scan_reader, view + "_check")
+            try:
+                bad = native.invalid_cells(src, self.settings.effective_threads)
+            except (pa.ArrowException, OSError):  # the check cannot read them: the Arrow view (same values) stays
+                bad = None
             if bad is None:
                 src.disabled = True
                 continue
@@ -720,14 +723,6 @@ class DuckDBBackend:
                     raise
             used.append((src, version))
         return used
-
-    def _scan_reader(self, name: str, reader: pa.RecordBatchReader, query: exp.Select) -> list[tuple[Any, ...]]:
-        """Rows of ``query`` over an Arrow reader registered as ``name`` for this query only."""
-        self._con.register(name, reader)
-        try:
-            return self._con.sql(self._render(query)).fetchall()
-        finally:
-            self._con.unregister(name)
 
     def _schema_of(self, sel: exp.Expression) -> list[tuple[str, str]] | None:
         """(column, type) of a source select by binding it (no row is read); None if it does not bind."""

@@ -1,0 +1,238 @@
+"""The text check on a process's first private read of a Parquet file (dpsql/engine/_duckdb_native.py).
+
+The check finds the cells that are not UTF-8 with Arrow's validation of each batch's dictionary
+(or values), then reads the file with DuckDB's own reader, those cells NULL. It must flag
+exactly the cells DuckDB's ``TRY(DECODE(...))`` (the Arrow view's reading) makes NULL, in every
+layout of the file, so that a person's invalid cell changes neither whether a query fails nor
+any value but that cell's; and no failure around it may carry a cell."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from sqlglot import exp
+
+import dpsql
+from dpsql.engine import _duckdb_native as native
+from dpsql.errors import ExecutionError
+
+SPECIAL = [b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xef\xbf\xbf", b"\xef\xbf\xbe", b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80",
+           b"\xc0\x80", b"\xc1\xbf", b"\xe0\x80\x80", b"\xf0\x80\x80\x80", b"\xf5\x80\x80\x80", b"\x00", b"\xe2\x82\xac",
+           b"\xf0\x9f\x98\x80", b"\xc3\xa9", b"\xc3", b"\xe2\x82", b"\xff", b"\x80"]
+
+
+@pytest.fixture(autouse=True)
+def _no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
+
+
+def _fuzz(n: int, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(0, 6)):
+            r = rng.random()
+            parts.append(rng.choice(SPECIAL) if r < 0.3 else bytes([rng.randrange(256)]) if r < 0.6 else b"ab")
+        out.append(b"".join(parts))
+    return out
+
+
+def _duck_invalid(values: list[bytes | None]) -> set[int]:
+    con = duckdb.connect()
+    con.register("r", pa.table({"i": list(range(len(values))), "s": pa.array(values, pa.binary())}))
+    return {i for (i,) in con.sql("SELECT i FROM r WHERE s IS NOT NULL AND TRY(DECODE(s)) IS NULL").fetchall()}
+
+
+def _text(values: list[bytes | None], large: bool = False) -> pa.Array:
+    raw = pa.array(values, pa.large_binary() if large else pa.binary())
+    return pa.Array.from_buffers(pa.large_string() if large else pa.string(), len(raw), raw.buffers(),
+                                 null_count=raw.null_count)
+
+
+def test_arrows_validation_flags_exactly_duckdbs_decode_failures() -> None:
+    """The check's test (Arrow's UTF-8 validation, value by value and by halving a whole array)
+    is DuckDB's TRY(DECODE(...)): a value Arrow accepts and DuckDB rejects would be read by the
+    native view as replaced text where the Arrow view reads NULL."""
+    values = _fuzz(20_000, seed=11)
+    duck = _duck_invalid(list(values))
+    one = {i for i, v in enumerate(values) if not native._valid(_text([v]))}
+    assert one == duck and 0 < len(duck) < len(values)  # both kinds present (the control)
+    rng = random.Random(12)
+    mostly_valid: list[bytes | None] = [v if rng.random() < 0.02 else b"ok" + bytes([65 + i % 26]) for i, v in
+                                        enumerate(values)]
+    mostly_valid[5] = None
+    assert native._invalid_positions(_text(mostly_valid)) == sorted(_duck_invalid(mostly_valid))
+
+
+def _write(path: Path, notes: list[bytes | None], **kw: Any) -> None:
+    large = kw.pop("large", False)
+    pq.write_table(pa.table({"user_id": list(range(len(notes))), "note": _text(notes, large),
+                             "likes": [i % 4 for i in range(len(notes))]}), path, **kw)
+
+
+def _session(path: Path) -> dpsql.Session:
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    s.register("t", str(path), privacy_unit="user_id", columns={"likes": {"bounds": [0, 3]}})
+    return s
+
+
+def _src(s: dpsql.Session) -> native.NativeSource:
+    (src,) = s._engine._native.values()
+    return src
+
+
+def _rows(s: dpsql.Session) -> list[dict[str, Any]]:
+    ast = exp.select("*").from_(exp.to_table(_src(s).view, quoted=True)).order_by("user_id")
+    return s._engine.fetch_arrow(ast).to_pylist()
+
+
+def _arrow_rows(s: dpsql.Session) -> list[dict[str, Any]]:
+    sel = _src(s).arrow_select.copy().order_by("user_id")
+    return s._engine.connection.sql(s._engine.render(sel)).to_arrow_table().to_pylist()
+
+
+@pytest.mark.parametrize("layout", [
+    {"row_group_size": 3000},  # dictionary pages, several row groups and batches
+    {"row_group_size": 20_000, "use_dictionary": False},  # plain pages
+    {"row_group_size": 2500, "large": True},  # 64-bit offsets
+    {"row_group_size": 20_000, "dictionary_pagesize_limit": 256},  # dictionary falling back to plain pages
+])
+def test_the_first_read_finds_every_invalid_cell_in_every_layout(tmp_path: Path, layout: dict[str, Any]) -> None:
+    values = _fuzz(10_000, seed=3)
+    rng = random.Random(4)
+    notes: list[bytes | None] = [v if rng.random() < 0.01 else f"n{i % 40}".encode() for i, v in enumerate(values)]
+    notes[7] = None
+    path = tmp_path / "t.parquet"
+    _write(path, notes, **layout)
+    s = _session(path)
+    rows = _rows(s)  # the first private read
+    src = _src(s)
+    assert src.checked is not None and not src.disabled  # read natively from the first read on
+    assert src.bad["note"] == [(0, i) for i in sorted(_duck_invalid(notes))] and src.bad["note"]
+    assert rows == _arrow_rows(s)
+
+
+def test_small_batches_repeat_the_dictionary_and_find_the_same_cells(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    notes: list[bytes | None] = [f"n{i % 30}".encode() for i in range(20_000)]
+    for i in (0, 4095, 4096, 12_345, 19_999):
+        notes[i] = b"x\xff" + bytes([i % 7])
+    path = tmp_path / "t.parquet"
+    _write(path, notes, row_group_size=20_000)
+    monkeypatch.setattr(native, "_BATCH", 4096)  # five batches over one row group and its dictionary
+    s = _session(path)
+    _rows(s)
+    assert _src(s).bad["note"] == [(0, 0), (0, 4095), (0, 4096), (0, 12_345), (0, 19_999)]
+
+
+def test_one_invalid_cell_costs_a_bounded_number_of_validations(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check's extra work for a person's invalid cell is the halving of that batch's values
+    (at most 2 log2(n) + 1 validations of slices) and one pass over that batch's indices, not a
+    second read of the file."""
+    n = 5000
+    counts = []
+    for bad in (False, True):
+        notes: list[bytes | None] = [f"v{i}".encode() for i in range(n)]
+        if bad:
+            notes[1234] = b"\xfe"
+        path = tmp_path / f"{bad}.parquet"
+        _write(path, notes)
+        calls = {"n": 0}
+        real = native._valid
+
+        def counting(values: pa.Array, real: Any = real, calls: dict[str, int] = calls) -> bool:
+            calls["n"] += 1
+            return bool(real(values))
+
+        monkeypatch.setattr(native, "_valid", counting)
+        s = _session(path)
+        _rows(s)
+        monkeypatch.setattr(native, "_valid", real)
+        counts.append(calls["n"])
+        assert _src(s).bad["note"] == ([(0, 1234)] if bad else [])
+    assert counts[0] == 1 and 1 < counts[1] <= 2 + 2 * math.ceil(math.log2(n))
+
+
+def test_neighbouring_files_first_query_same_outcome_and_plan(tmp_path: Path) -> None:
+    """D and D + one person whose text is invalid, each the first query of a new Session: both
+    succeed with the same mechanism and columns, read by the same plan (the marks joined, empty
+    or not)."""
+    base: list[bytes | None] = [f"n{i % 5}".encode() for i in range(40)]
+    d, d2 = tmp_path / "d.parquet", tmp_path / "d2.parquet"
+    _write(d, base)
+    _write(d2, [*base, b"\xc3("])
+    queries = ["SELECT note, COUNT(*) AS n FROM t GROUP BY note",
+               "SELECT COUNT(*) AS n FROM t WHERE upper(note) LIKE 'N%'",
+               "SELECT SUM(likes) AS s FROM t WHERE length(note) >= 2"]
+    for q in queries:
+        outcomes, plans = [], []
+        for p in (d, d2):
+            s = _session(p)
+            rel = s.query(q, epsilon=1.0, delta=1e-6)  # the process's first private read of the file
+            src = _src(s)
+            assert src.checked is not None
+            sql = s._engine.connection.sql(
+                f"SELECT sql FROM duckdb_views() WHERE view_name = '{src.view}'").fetchall()[0][0]
+            plans.append(sql.replace(src.view, "V").replace(str(p), "P"))
+            outcomes.append((rel.mechanism, rel.table.column_names))
+            s.close()
+        assert outcomes[0] == outcomes[1] and plans[0] == plans[1] and "LEFT JOIN" in plans[0].upper()
+
+
+def test_a_check_that_cannot_read_keeps_the_arrow_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    notes: list[bytes | None] = [b"ok", b"\xff", b"fine"]
+    path = tmp_path / "t.parquet"
+    _write(path, notes)
+
+    def failing(src: native.NativeSource, threads: int = 1) -> None:
+        raise pa.ArrowInvalid("cannot read value 'secret-cell-\\xff'")
+
+    monkeypatch.setattr(native, "invalid_cells", failing)
+    s = _session(path)
+    rows = _rows(s)
+    assert _src(s).disabled and _src(s).checked is None  # the Arrow view, the same values
+    assert [r["note"] for r in rows] == ["ok", None, "fine"]
+
+
+def test_a_failure_inside_the_check_is_the_generic_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.parquet"
+    _write(path, [b"ok", b"secret-\xff"])
+
+    def failing(src: native.NativeSource, threads: int = 1) -> None:
+        raise MemoryError("secret-cell")
+
+    monkeypatch.setattr(native, "invalid_cells", failing)
+    s = _session(path)
+    with pytest.raises(ExecutionError) as ei:
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+    text = f"{ei.value} {ei.value.hint}"
+    assert "secret" not in text and "MemoryError" not in text
+    seen: BaseException | None = ei.value
+    while seen is not None:  # nothing in the chain carries the cell or the original exception
+        assert "secret" not in repr(seen) and not isinstance(seen, MemoryError)
+        seen = seen.__cause__ or seen.__context__
+
+
+def test_the_threads_share_row_groups_and_find_the_same_cells(tmp_path: Path) -> None:
+    values = _fuzz(6000, seed=5)
+    rng = random.Random(6)
+    for k in range(2):
+        notes: list[bytes | None] = [v if rng.random() < 0.02 else b"ok" for v in values]
+        _write(tmp_path / f"{k}.parquet", notes, row_group_size=700)
+    paths = sorted(str(p) for p in tmp_path.glob("*.parquet"))
+    src = native.NativeSource("t", "v", paths, pq.ParquetFile(paths[0]).schema_arrow, exp.select("*"))
+    one = native.invalid_cells(src, 1)
+    assert one is not None and len(one["note"]) > 50
+    assert native.invalid_cells(src, 2) == native.invalid_cells(src, 3) == one
+    expected = [(i, r) for i, p in enumerate(paths)
+                for r in sorted(_duck_invalid(pq.read_table(p).column("note").cast(pa.binary()).to_pylist()))]
+    assert one["note"] == expected
