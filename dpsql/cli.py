@@ -118,17 +118,23 @@ def _number(flag: str) -> Any:
     return parse
 
 
-def _unrepresentable(text: str, v: float) -> str:
-    """Why the decimal ``text`` does not survive as the double ``v`` ('' when it does)."""
-    from fractions import Fraction
+#: a decimal number as float() reads it (underscores removed): its mantissa, and an exponent never expanded
+_DECIMAL = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:[eE][+-]?\d+)?"
 
-    try:
-        decimal: Fraction | None = Fraction(text.strip().replace("_", ""))
-    except (ValueError, ZeroDivisionError):
-        decimal = None  # nan, inf, or a spelling only float() reads
-    if decimal is not None and math.isinf(v):
+
+def _unrepresentable(text: str, v: float) -> str:
+    """Why the decimal ``text`` does not survive as the double ``v`` ('' when it does). Judged from the
+    text's form and its mantissa alone: the exact value of ``1e999999999999`` is an integer of a
+    trillion digits, which took the command minutes and all the machine's memory to build."""
+    import re
+    from decimal import Decimal
+
+    m = re.fullmatch(_DECIMAL, text.strip().replace("_", ""))
+    if m is None:  # nan, inf, or a spelling only float() reads
+        return ""
+    if math.isinf(v):
         return "it overflows to infinity (beyond the largest double-precision number, about 1.8e308); "
-    if decimal is not None and decimal != 0 and v == 0:
+    if v == 0 and Decimal(m.group(1)) != 0:
         return "it underflows to 0 (below the smallest positive double-precision number, about 4.9e-324); "
     return ""
 

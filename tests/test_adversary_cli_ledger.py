@@ -1,0 +1,62 @@
+"""The command line and the ledger under hostile input: each refusal is prompt, names the flag, key or
+file to fix, exits with its documented code, and charges nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import child_env
+from conftest import run_cli as run
+
+CFG = ["--config", "examples/dpsql.toml"]
+
+
+def _cli_in_child(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``dpsql ARGV`` in a child process, killed after 60 s (a refusal takes about a second): a parse
+    that expands a number into a huge integer fails the test instead of holding it."""
+    return subprocess.run([sys.executable, "-m", "dpsql.cli", *argv], cwd=cwd, env=child_env(), capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1e999999999999"],
+     "--epsilon 1e999999999999 is refused: it overflows to infinity"),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--delta", "1e-999999999999"],
+     "--delta 1e-999999999999 is refused: it underflows to 0"),
+    (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--option", "tau=1e999999999999"],
+     "--option tau=1e999999999999 is refused: it overflows to infinity"),
+    (["budget", "--set-total", "1e-999999999999", "0", "--reason", "x"],
+     "--set-total 1e-999999999999 0 is refused: 1e-999999999999: it underflows to 0"),
+])
+def test_a_number_with_a_huge_exponent_is_refused_at_once(workdir: Path, argv: list[str], words: str) -> None:
+    """Finding (fixed): a number flag with a huge exponent (``--epsilon 1e999999999999``, a typo or a
+    generated value) was checked for overflow by building its exact rational value, 10**999999999999:
+    the command ran for as long as memory lasted (minutes, then the out-of-memory killer) instead of
+    being refused. The exponent is now judged without expanding it."""
+    assert run([*CFG, "budget"]) == 0  # the ledger exists: a refusal must leave it unspent
+    r = _cli_in_child([*CFG, *argv], workdir)
+    assert r.returncode == 2, r.stderr
+    assert words in r.stderr and "unexpected" not in r.stderr, r.stderr
+    r = _cli_in_child([*CFG, "budget", "--format", "json"], workdir)
+    assert json.loads(r.stdout)["spent"]["epsilon"] == 0 and json.loads(r.stdout)["total"]["epsilon"] == 10.0
+
+
+def test_a_huge_exponent_in_a_per_table_flag_is_refused_at_once(tmp_path: Path) -> None:
+    """The same for the numbers of --bounds, --bins and the caps."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"u": [1, 2], "x": [1.0, 2.0]}), tmp_path / "t.parquet")
+    base = ["--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=u"]
+    assert _cli_in_child(["init", "--epsilon", "1", "--ledger", "l.duckdb"], tmp_path).returncode == 0
+    for flag, value, words in (("--bounds", "t.x=0:1e999999999999", "--bounds t.x=0:1e999999999999 is refused: it overflows"),
+                               ("--bins", "t.x=1e-999999999999:1:4", "is refused: it underflows to 0"),
+                               ("--max-groups", "t=1e999999999999", "--max-groups t=1e999999999999 is refused: it overflows")):
+        r = _cli_in_child([*base, flag, value, "query", "SELECT COUNT(*) FROM t", "--epsilon", "0.5"], tmp_path)
+        assert r.returncode == 2 and words in r.stderr, r.stderr
+    r = _cli_in_child(["--ledger", "l.duckdb", "budget", "--format", "json"], tmp_path)
+    assert json.loads(r.stdout)["spent"]["epsilon"] == 0
