@@ -60,3 +60,26 @@ def test_a_huge_exponent_in_a_per_table_flag_is_refused_at_once(tmp_path: Path) 
         assert r.returncode == 2 and words in r.stderr, r.stderr
     r = _cli_in_child(["--ledger", "l.duckdb", "budget", "--format", "json"], tmp_path)
     assert json.loads(r.stdout)["spent"]["epsilon"] == 0
+
+
+@pytest.mark.parametrize("text,words", [
+    ("[ledger]\npath = \"l.duckdb\"\nepsilon = " + "1" * 5000 + "\n", "line 3"),
+    ("[ledger]\npath = \"l.duckdb\"\nepsilon = 0x" + "f" * 5000 + "\n", "line 3"),
+    ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "nested"),
+])
+def test_a_hostile_config_is_a_config_error_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              text: str, words: str) -> None:
+    """Finding (fixed): a config with an integer of more digits than Python converts (5000), or arrays nested
+    100 000 deep, escaped the TOML reader's own error: 'error: unexpected ValueError' or 'unexpected
+    RecursionError' (exit 1) from the command line, and a bare ValueError from Session.from_config."""
+    import dpsql
+    from dpsql.errors import ConfigError
+
+    cfg = tmp_path / "dpsql.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError, match="dpsql.toml") as e:
+        dpsql.Session.from_config(cfg)
+    assert words in str(e.value) and len(str(e.value)) < 600  # the 5000 digits are not quoted back
+    assert run(["--config", str(cfg), "budget"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ConfigError: config file") and "unexpected" not in err, err
