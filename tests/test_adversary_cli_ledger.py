@@ -83,3 +83,50 @@ def test_a_hostile_config_is_a_config_error_naming_the_file(tmp_path: Path, caps
     assert run(["--config", str(cfg), "budget"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ConfigError: config file") and "unexpected" not in err, err
+
+
+FROZEN_HOLDER = """
+import os, signal, sys
+import dpsql
+from dpsql.ledger import _store
+
+def freeze(path):
+    print("holding", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)  # a frozen process: Ctrl-Z, a debugger, a paused container
+
+_store._HOOKS["after_attach"] = freeze
+_store.Ledger.open(sys.argv[1]).reserve(dpsql.Budget(0.5, 0.0), mechanism="m", query="frozen", tables=["t"], params={})
+"""
+
+
+def test_a_frozen_holder_of_the_ledger_lock_is_named_with_the_way_out(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding (fixed): a dpsql process stopped (SIGSTOP, Ctrl-Z, a debugger) while it held a file
+    ledger's lock blocks every other operation on that ledger until it resumes, and each waiter gave up
+    after lock_timeout with 'locked by another dpsql operation ... look for a stuck process that has the
+    ledger file open': no process named, so an ETL operator had to hunt for it with lsof. The message
+    now names the holder's process id and state, and how to resume or end it; nothing is charged."""
+    from conftest import child_env
+
+    import dpsql
+    from dpsql.errors import LedgerError
+    from dpsql.ledger import Ledger
+
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, dpsql.Budget(1.0))
+    holder = subprocess.Popen([sys.executable, "-c", FROZEN_HOLDER, str(path)], stdout=subprocess.PIPE, text=True,
+                              env=child_env())
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        with pytest.raises(LedgerError) as e:
+            Ledger.open(path, lock_timeout=0.5)
+        text = str(e.value)
+        assert f"process {holder.pid}" in text and "stopped" in text and f"kill -CONT {holder.pid}" in text, text
+        assert run(["--ledger", str(path), "budget"]) == 4  # the command line says the same
+        err = capsys.readouterr().err
+        assert f"process {holder.pid}" in err and "stopped" in err, err
+    finally:
+        holder.kill()
+        holder.wait(timeout=60)
+    led = Ledger.open(path)
+    assert led.remaining() == dpsql.Budget(1.0) and led.history().num_rows == 0  # the frozen reserve never committed

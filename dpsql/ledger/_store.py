@@ -1625,11 +1625,12 @@ def _lock_file(
             raise
         if not granted:
             _give_back(key, fd)
+            holder, way_out = _flock_holder(key)
             raise LedgerError(
-                f"ledger {where} is locked by another dpsql operation (in this or another process); "
+                f"ledger {where} is locked by another dpsql operation{holder or ' (in this or another process)'}; "
                 f"gave up after {time.monotonic() - started:.2g} s of waiting for it; {unchanged}",
-                hint="retry later or pass a larger lock_timeout; if no other dpsql program is running, look "
-                "for a stuck process that has the ledger file open",
+                hint=way_out or "retry later or pass a larger lock_timeout; if no other dpsql program is running, "
+                "look for a stuck process that has the ledger file open",
             )
         try:
             s2 = os.stat(p)
@@ -1640,6 +1641,51 @@ def _lock_file(
             _unlock(key, fd)
             continue
         return key, fd
+
+
+#: process states of /proc/PID/stat that never let go of a lock by themselves
+_FROZEN_STATES = {"T": "stopped (SIGSTOP, Ctrl-Z)", "t": "stopped by a debugger",
+                  "D": "blocked in the kernel (disk or network file system I/O)"}
+
+
+def _flock_holder(key: tuple[int, int]) -> tuple[str, str]:
+    """Who holds the flock of inode ``key``, read from ``/proc/locks`` (Linux): the holder in words and
+    a hint on how to get it to let go; ``("", "")`` where that cannot be told (another system, the
+    holder gone meanwhile). A frozen holder (SIGSTOP, a debugger) keeps the ledger locked for as long
+    as it stays frozen: the waiters are told which process it is and how to resume or end it."""
+    dev, ino = key
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return "", ""
+    pids = [int(w[4]) for w in (ln.split() for ln in lines)
+            if len(w) >= 6 and w[1] == "FLOCK" and w[5] == want and w[4].isdigit()]  # '->' lines are waiters
+    if not pids:
+        return "", ""
+    pid = pids[0]
+    if pid == os.getpid():
+        return " (another thread of this process)", ""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except (OSError, IndexError):
+        state, cmd = "", ""
+    cmd = cmd if len(cmd) <= 80 else cmd[:77] + "..."
+    who = f": process {pid}" + (f" ({cmd})" if cmd else "") + " holds it"
+    frozen = _FROZEN_STATES.get(state)
+    if frozen is None:
+        return who, ""
+    if state == "D":
+        return (f"{who} and is {frozen}, so it keeps the ledger locked until that I/O ends",
+                "check the disk or network file system the ledger is on (keep ledgers on a local file system); the "
+                "ledger is usable again as soon as the process lets go")
+    return (f"{who} and is {frozen}, so it keeps the ledger locked until it runs again",
+            f"resume it with `kill -CONT {pid}`, or end it with `kill -KILL {pid}` (a charge it had already reserved "
+            "still counts); the ledger is usable again as soon as it lets go")
 
 
 # --------------------------------------------------------------------------------------------
