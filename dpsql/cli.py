@@ -59,6 +59,9 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
 
     g.add_argument("--config", metavar="FILE", default=d(None), help="dpsql.toml with [ledger] and [tables.NAME] (default: ./dpsql.toml if present)")
     g.add_argument("--ledger", metavar="PATH", default=d(None), help=f"budget ledger file (default: from config, $DPSQL_LEDGER, or ./{DEFAULT_LEDGER})")
+    g.add_argument("--lock-timeout", metavar="SECONDS", type=_number("--lock-timeout"), default=d(None),
+                   help="how long to wait for a ledger that other dpsql commands are using (default: [ledger] lock_timeout "
+                   "of the config, else 10)")
     g.add_argument("--table", action="append", default=d([]), metavar="NAME=PATH", help="register a Parquet/CSV file as a table (repeatable)")
     g.add_argument("--privacy-unit", action="append", default=d([]), metavar="NAME=COLUMN", help="privacy unit column of a --table")
     g.add_argument("--max-groups", action="append", default=d([]), metavar="NAME=N", help="max groups per unit for a --table (default 1)")
@@ -102,7 +105,8 @@ class _Number(float):
     text: str
 
 
-_EXAMPLE = {"--epsilon": "--epsilon 1.0", "--delta": "--delta 1e-6", "--quantile": "--quantile 0.9"}
+_EXAMPLE = {"--epsilon": "--epsilon 1.0", "--delta": "--delta 1e-6", "--quantile": "--quantile 0.9",
+            "--lock-timeout": "--lock-timeout 60"}
 
 
 def _number(flag: str) -> Any:
@@ -168,14 +172,15 @@ def _check_numbers(args: argparse.Namespace) -> None:
     rules = {"--epsilon": ("a finite number > 0" if positive else "a finite number >= 0",
                            lambda v: v > 0 if positive else v >= 0),
              "--delta": ("a number in [0, 1)", lambda v: 0 <= v < 1),
-             "--quantile": ("a number strictly between 0 and 1", lambda v: 0 < v < 1)}
+             "--quantile": ("a number strictly between 0 and 1", lambda v: 0 < v < 1),
+             "--lock-timeout": ("a finite number of seconds >= 0", lambda v: v >= 0)}
     for flag, (want, ok) in rules.items():
-        v = getattr(args, flag[2:], None)
+        v = getattr(args, flag[2:].replace("-", "_"), None)
         if not isinstance(v, _Number):
             continue
         why = _unrepresentable(v.text, v) + _spelling(v.text, v)
         if not why and math.isfinite(v) and ok(v):
-            setattr(args, flag[2:], float(v))  # the library sees a plain float
+            setattr(args, flag[2:].replace("-", "_"), float(v))  # the library sees a plain float
             continue
         hint = f"give {want}, e.g. {_EXAMPLE[flag]}"
         if flag == "--delta":
@@ -391,6 +396,13 @@ def _load_config(args: argparse.Namespace) -> Any:
     return DpsqlConfig() if path is None else load_config(path)
 
 
+def _lock_timeout(args: argparse.Namespace, cfg: Any) -> float:
+    """How long this command waits for a busy ledger: --lock-timeout, else the config's [ledger]
+    lock_timeout (10 s by default). Any user may set it: it changes no policy, only this command's wait."""
+    v = getattr(args, "lock_timeout", None)
+    return float(cfg.lock_timeout if v is None else v)
+
+
 def _create_if_missing(args: argparse.Namespace, cfg: Any) -> bool:
     """A missing ledger is created only by `dpsql init` or `[ledger] create_if_missing = true`; the
     latter applies to the ledger the config names, not to a --ledger given on the command line."""
@@ -403,7 +415,7 @@ def _open_session(args: argparse.Namespace) -> Any:
 
     cfg = _load_config(args)
     s = dpsql.Session(ledger=_ledger_path(args, cfg), budget=cfg.budget, create=_create_if_missing(args, cfg),
-                      engine=_engine_settings(args, cfg), tables=cfg.tables, lock_timeout=cfg.lock_timeout)
+                      engine=_engine_settings(args, cfg), tables=cfg.tables, lock_timeout=_lock_timeout(args, cfg))
     try:
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")
@@ -761,10 +773,10 @@ def _cmd_init(args: argparse.Namespace) -> int:
     if pg:
         from dpsql.ledger._postgres import PostgresLedger, redact
 
-        led: Ledger = PostgresLedger.create(path, total, lock_timeout=cfg.lock_timeout)
+        led: Ledger = PostgresLedger.create(path, total, lock_timeout=_lock_timeout(args, cfg))
         path = redact(path)
     else:
-        led = Ledger.create(path, total, lock_timeout=cfg.lock_timeout)
+        led = Ledger.create(path, total, lock_timeout=_lock_timeout(args, cfg))
     led.close()
     print(f"created ledger {path} with total budget epsilon={args.epsilon:g} delta={args.delta:g}", file=sys.stderr)
     return 0
@@ -1054,7 +1066,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 "...), then runs this command with the same values",
             )
     with opener(path, None if args.set_total else cfg.budget,
-                     create=not args.set_total and _create_if_missing(args, cfg), lock_timeout=cfg.lock_timeout) as led:
+                     create=not args.set_total and _create_if_missing(args, cfg), lock_timeout=_lock_timeout(args, cfg)) as led:
         if new_total is not None:
             led.set_total(new_total, reason=args.reason)
         snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
@@ -1174,7 +1186,7 @@ def _cmd_tables(args: argparse.Namespace) -> int:
 
 #: flags whose value is one number: a negative one (-1e-5, -inf) is attached as --flag=VALUE, since
 #: argparse takes anything but a plain -1 or -0.5 for an option and says only "expected one argument"
-_NUMBER_FLAGS = ("--epsilon", "--delta", "--quantile")
+_NUMBER_FLAGS = ("--epsilon", "--delta", "--quantile", "--lock-timeout")
 
 
 def _attach_negative_values(argv: list[str]) -> list[str]:
@@ -1426,8 +1438,9 @@ def _cli_text(text: str) -> str:
     text = text.replace(" or Session(ledger=URL, budget=..., create=True)", "")
     text = text.replace("create it with create=True or `dpsql init --ledger URL`",
                         "create it with `dpsql init --epsilon EPSILON --delta DELTA --ledger URL`")
-    # a program that is not dpsql holds the ledger: the command line has no lock_timeout to raise
-    text = text.replace("or retry with a larger lock_timeout", "or retry once they have closed it")
+    # a program that is not dpsql holds the ledger
+    text = text.replace("or retry with a larger lock_timeout", "or retry once they have closed it (--lock-timeout SECONDS "
+                        "waits longer)")
     text = re.sub(r"columns=\{'([^']+)': \{'domain': \[\.\.\.\]\}\}",
                   lambda m: f"--domain TABLE.{m.group(1)}=A,B,C (or domain = [...] under [tables.T.columns.{m.group(1)}] in the "
                   "config)", text)
@@ -1461,8 +1474,8 @@ def _cli_text(text: str) -> str:
     text = text.replace("pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
                         "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
                         "named .parquet or .csv")
-    return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished (the data "
-                        "owner can raise lock_timeout under [ledger] in the config)")
+    return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished, or wait longer "
+                        "with --lock-timeout SECONDS (for every command: lock_timeout under [ledger] in the config)")
 
 
 if __name__ == "__main__":  # pragma: no cover
