@@ -344,7 +344,7 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
         raise ConfigError("--ledger :memory: would forget every charge when the command ends",
                           hint="give a ledger file, e.g. --ledger ledger.duckdb (create it with dpsql init)")
     if args.ledger:
-        return str(args.ledger)
+        return _utf8_ledger(str(args.ledger), "--ledger")
     if cfg.in_memory:
         raise ConfigError(
             f'config file {cfg.path!r} keeps its ledger in memory ([ledger] path = ":memory:"): the command line '
@@ -352,12 +352,26 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
             hint='set [ledger] path = "ledger.duckdb" in the config',
         )
     if cfg.ledger_path is not None:
-        return str(cfg.ledger_path)
+        return _utf8_ledger(str(cfg.ledger_path), f"[ledger] path of the config {args.config_path!r}")
     env = os.environ.get("DPSQL_LEDGER")
     if env is not None and not env.strip():
         raise ConfigError("$DPSQL_LEDGER is set but empty: no ledger file was named",
                           hint="set DPSQL_LEDGER to the ledger file, unset it, or pass --ledger PATH")
-    return env if env is not None else DEFAULT_LEDGER
+    return _utf8_ledger(env, "$DPSQL_LEDGER") if env is not None else DEFAULT_LEDGER
+
+
+def _utf8_ledger(path: str, where: str) -> str:
+    """``path``, refused in the terms of ``where`` it came from when it is not UTF-8 text: DuckDB
+    opens only files whose names are UTF-8 (a byte that is not reaches Python as a lone surrogate)."""
+    from dpsql.errors import ConfigError
+
+    bad = next((c for c in os.path.abspath(path) if "\udc80" <= c <= "\udcff"), None)
+    if bad is not None:
+        raise ConfigError(f"the ledger path {path!r} given by {where} is not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02X} is "
+                          "not UTF-8): DuckDB opens only files whose names are UTF-8; nothing was created or charged",
+                          hint=f"give {where.split(' of ')[0]} a path that is UTF-8 text (rename the ledger file, together "
+                          "with its hidden .NAME.generation marker, if it exists)")
+    return path
 
 
 def _check_owner_config(args: argparse.Namespace) -> None:

@@ -195,3 +195,46 @@ def test_a_lock_time_out_hint_names_the_flag(workdir: Path, capsys: pytest.Captu
     err = capsys.readouterr().err
     assert "locked by another dpsql operation" in err and "--lock-timeout SECONDS" in err and "lock_timeout under" in err, err
     assert Ledger.open("examples/example_ledger.duckdb").history().num_rows == 0
+
+
+@pytest.mark.parametrize("name", ["budget_café.duckdb", "預算.duckdb"])
+def test_a_ledger_named_in_any_language_is_usable(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """Finding (fixed): a ledger whose file name holds a character outside ASCII ('budget_café.duckdb') was
+    created, and then every operation on it failed with 'unexpected UnicodeEncodeError' (exit 1): the
+    waiting queue wrote the ledger's name into its tail file as ASCII."""
+    import dpsql
+    from dpsql.ledger import Ledger
+
+    path = tmp_path / name
+    Ledger.create(path, dpsql.Budget(1.0))
+    led = Ledger.open(path)
+    entry = led.reserve(dpsql.Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+    led.commit(entry)
+    assert Ledger.open(path).remaining() == dpsql.Budget(0.75)
+    assert run(["--ledger", str(path), "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0.25
+
+
+def test_a_ledger_path_that_is_not_utf8_is_refused_in_flag_terms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding (fixed): DuckDB opens only file names that are UTF-8. A --ledger path holding a byte that is not
+    UTF-8 (a Latin-1 name) made init fail with DuckDB's 'Python Conversion Failure' and a hint about disk
+    space, and every other command with 'unexpected UnicodeEncodeError' (exit 1). It is now refused as what
+    it is, before anything is created or charged."""
+    import os
+
+    latin1 = os.fsdecode(str(tmp_path).encode() + b"/l\xe9.duckdb")
+    assert run(["--ledger", latin1, "init", "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "error: ConfigError:" in err and "not UTF-8" in err and "--ledger" in err, err
+    assert os.listdir(tmp_path) == []
+    assert run(["--ledger", latin1, "budget"]) == 2
+    err = capsys.readouterr().err
+    assert "not UTF-8" in err and "unexpected" not in err, err
+    from dpsql import Budget
+    from dpsql.errors import ConfigError
+    from dpsql.ledger import Ledger
+
+    for call in (lambda: Ledger.create(latin1, Budget(1.0)), lambda: Ledger.open(latin1, Budget(1.0), create=True)):
+        with pytest.raises(ConfigError, match="is not UTF-8 text"):
+            call()
+    assert os.listdir(tmp_path) == []

@@ -428,6 +428,21 @@ def _check_id(entry_id: object) -> int:
     return entry_id
 
 
+def _utf8_path(p: str) -> str:
+    """``p``, refused when it is not UTF-8 text (a byte that is not UTF-8 reaches Python as a lone
+    surrogate): DuckDB opens only files whose names are UTF-8, and failed on such a path with a
+    'Python Conversion Failure' after dpsql had begun (its message blamed the disk)."""
+    bad = next((c for c in p if "\udc80" <= c <= "\udcff"), None)
+    if bad is not None:
+        raise ConfigError(
+            f"the ledger path {p!r} is not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02X} is not UTF-8): DuckDB opens only "
+            "files whose names are UTF-8; nothing was created or charged",
+            hint="give the ledger a path that is UTF-8 text (rename the file, together with its hidden "
+            ".NAME.generation marker, if it exists)",
+        )
+    return p
+
+
 def _lock_holder(msg: str) -> str:
     m = re.search(r"\(PID (\d+)\)", msg)
     return f" (PID {m.group(1)})" if m else ""
@@ -476,7 +491,7 @@ class Ledger:
         self._mem: duckdb.DuckDBPyConnection | None = None
         self._mem_lock = threading.Lock()
         self._mem_pid = os.getpid()  # an in-memory ledger's budget exists in this process only
-        self.path = None if path is None else os.path.abspath(os.fspath(path))
+        self.path = None if path is None else _utf8_path(os.path.abspath(os.fspath(path)))
 
     # construction --------------------------------------------------------------------------
     @classmethod
@@ -526,7 +541,7 @@ class Ledger:
                     hint="pass total=Budget(epsilon=..., delta=...) or give the path of a ledger file",
                 )
             return cls.create(None, total, lock_timeout=lock_timeout)
-        p = os.path.abspath(os.fspath(path))
+        p = _utf8_path(os.path.abspath(os.fspath(path)))
         if not os.path.lexists(p):
             existed = _path_marker(p)
             if existed is not None and not os.path.lexists(p):
@@ -1735,8 +1750,9 @@ def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
         tail_fd = _open_other(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(tail_fd, fcntl.LOCK_EX)  # held for a read and a write only
-            pred = os.pread(tail_fd, 4096, 0).decode("ascii", "replace").strip()
-            mine_b = os.path.basename(mine).encode("ascii")
+            # file names as the file system holds them (bytes): a ledger may be named in any language
+            pred = os.fsdecode(os.pread(tail_fd, 4096, 0).strip())
+            mine_b = os.fsencode(os.path.basename(mine))
             os.ftruncate(tail_fd, len(mine_b))
             os.pwrite(tail_fd, mine_b, 0)
         finally:
