@@ -238,3 +238,27 @@ def test_a_ledger_path_that_is_not_utf8_is_refused_in_flag_terms(tmp_path: Path,
         with pytest.raises(ConfigError, match="is not UTF-8 text"):
             call()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_table_file_named_outside_utf8_is_refused_before_the_charge(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding (fixed): --table t=FILE whose name holds a byte that is not UTF-8 (alone, or matched by a glob)
+    failed with 'unexpected UnicodeEncodeError' (exit 1) from the Parquet reader; it is now a ConfigError
+    naming the file (exit 2), and nothing is charged."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    latin1 = os.fsdecode(b"e\xe9.parquet")
+    with open(latin1, "wb") as f:  # pyarrow itself takes only UTF-8 names
+        pq.write_table(pa.table({"u": [1, 2], "x": [1.0, 2.0]}), f)
+    assert run(["--ledger", "l.duckdb", "init", "--epsilon", "1"]) == 0
+    for source in (latin1, "*.parquet"):
+        assert run(["--ledger", "l.duckdb", "--table", f"t={source}", "--privacy-unit", "t=u", "query",
+                    "SELECT COUNT(*) FROM t", "--epsilon", "0.5"]) == 2
+        err = capsys.readouterr().err
+        assert "error: ConfigError:" in err and "not UTF-8" in err and "rename" in err, err
+    assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
