@@ -930,7 +930,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
                               hint=f"e.g. --option {k}=10")
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
-    with _open_session(args) as s:
+    with _open_session(args) as s, _options_named(typed):
         if args.command == "query":
             _check_output_targets(args, s)
         if args.command == "explain":
@@ -970,6 +970,22 @@ def _cmd_query(args: argparse.Namespace) -> int:
             print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
                   "a group missing from the output is not a zero", file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def _options_named(typed: dict[str, str]) -> Iterator[None]:
+    """A refusal of an --option value, which the library words by the option's name ('tau must be a
+    whole number >= 1, got 'abc''), names the flag as typed: '--option tau=abc is refused: ...'."""
+    from dpsql.errors import ConfigError
+
+    try:
+        yield
+    except ConfigError as e:
+        k = next((k for k in typed if e.message.startswith((f"{k} ", f"{k}="))), None)
+        if k is not None:
+            e.message = f"--option {k}={typed[k]} is refused: {e.message}"
+            e.args = (e._render(),)
+        raise
 
 
 def _remaining_after(s: Any) -> Any:
@@ -1236,7 +1252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # turned into an error after the charge (PYTHONWARNINGS=error lost the paid release)
         warnings.simplefilter("ignore", RuntimeWarning)
         # dpsql's own warnings (about public parameters) as one clean stderr line (no file:line)
-        warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
+        warnings.showwarning = lambda message, *a, **k: print(f"warning: {_cli_text(str(message))}", file=sys.stderr)
         return _main(argv)
 
 
@@ -1434,6 +1450,12 @@ def _cli_text(text: str) -> str:
     text = text.replace("use a smaller epsilon (below 10 usually fits), or delta=0 (Laplace",
                         "use a smaller --epsilon (below 10 usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
     text = text.replace("use a smaller epsilon (below 10 usually fits)", "use a smaller --epsilon (below 10 usually fits)")
+    # the budget's words in a mechanism's refusal (a noise scale, a sampler's allowance): the flags
+    text = re.sub(r"\buse (a smaller|a larger|an) epsilon\b", lambda m: f"use {m.group(1)} --epsilon", text)
+    text = text.replace("use a small delta such as", "use a small --delta such as").replace(
+        ", or 0 for pure DP", ", or --delta 0 for pure DP").replace("pass delta (", "pass --delta (")
+    text = re.sub(r"^(epsilon|delta)=([0-9][0-9.e+-]*) ", r"--\1 \2 ", text)  # a refused value, quoted first
+    text = re.sub(r"^epsilon is too small for ", "--epsilon is too small for ", text)
     text = text.replace("use Session.explain(sql, epsilon=...) or `dpsql explain SQL --epsilon ...`", "use `dpsql explain SQL --epsilon ...`")
     text = text.replace("at one charge, by Session.query_many([...])", "at one charge, by --workload")
     text = text.replace("use Session.query_many([...])", "use --workload with a file of range counts (-f FILE)")

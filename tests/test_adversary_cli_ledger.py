@@ -262,3 +262,32 @@ def test_a_table_file_named_outside_utf8_is_refused_before_the_charge(tmp_path: 
         assert "error: ConfigError:" in err and "not UTF-8" in err and "rename" in err, err
     assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
+
+
+@pytest.mark.parametrize("argv,flag_words,api_words", [
+    (["COUNT(*)", "--epsilon", "1e308"], "use a smaller --epsilon", "use a smaller epsilon"),
+    (["COUNT(*)", "--epsilon", "1e-320"], "--epsilon is too small for COUNT(*)", "use a larger epsilon"),
+    (["MEDIAN(amount)", "--epsilon", "1e-300"], "--epsilon 1e-300 is too small", "use an epsilon above"),
+    (["COUNT(*)", "--epsilon", "1", "--delta", "0.9999999999999999"], "--delta 0.9999999999999999 plus",
+     "use a small delta such as"),
+    (["AVG(amount)", "--epsilon", "1", "--option", "tau=abc"], "--option tau=abc is refused: tau must be", "\nerror"),
+])
+def test_budget_and_option_refusals_speak_in_flags(workdir: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                   flag_words: str, api_words: str) -> None:
+    """Finding (fixed): refusals of an --epsilon, --delta or --option value the mechanism cannot use spoke
+    in Python parameters: 'use a smaller epsilon', 'epsilon is too small for COUNT(*) ... use a larger
+    epsilon', 'use an epsilon above 2.91e-07', 'delta=0.99... plus ... use a small delta such as 1e-6',
+    'tau must be a whole number >= 1, got 'abc'' (which flag?). They now name the flags."""
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    assert run([*CFG, "explain", f"SELECT {argv[0]} FROM events", *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert flag_words in err and api_words not in err, err
+    assert "epsilon=" not in err.replace("--option", "") and "delta=" not in err, err
+
+
+def test_a_warning_about_the_budget_names_the_flag(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """'warning: epsilon=10000 is unusually large' spoke of a Python parameter on the command line."""
+    assert run([*CFG, "explain", "SELECT COUNT(*) FROM events", "--epsilon", "10000"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --epsilon 10000 is unusually large" in err, err
