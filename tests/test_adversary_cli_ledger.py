@@ -291,3 +291,23 @@ def test_a_warning_about_the_budget_names_the_flag(workdir: Path, capsys: pytest
     assert run([*CFG, "explain", "SELECT COUNT(*) FROM events", "--epsilon", "10000"]) == 0
     err = capsys.readouterr().err
     assert "warning: --epsilon 10000 is unusually large" in err, err
+
+
+@pytest.mark.parametrize("command", [["budget"], ["init", "--epsilon", "1"]])
+def test_a_malformed_postgres_url_is_a_config_error_that_hides_the_password(tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture[str],
+                                                                             command: list[str]) -> None:
+    """Finding (fixed): a PostgreSQL ledger URL that Python's URL parser refuses (an unclosed '[' of an
+    IPv6 host) failed in the password redaction itself: 'unexpected ValueError' (exit 1), and a bare
+    ValueError from the Python API. It is now a ConfigError that never shows the URL (it may hold a
+    password)."""
+    from dpsql.errors import ConfigError
+    from dpsql.ledger._postgres import PostgresLedger
+
+    url = "postgresql://analyst:s3cret@[::1/dpsql"
+    assert run(["--ledger", url, "--lock-timeout", "1", *command]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ConfigError:") and "s3cret" not in err and "--ledger" in err, err
+    with pytest.raises(ConfigError) as e:
+        PostgresLedger.open(url, lock_timeout=1)
+    assert "s3cret" not in str(e.value) and "URL" in str(e.value)
