@@ -311,3 +311,15 @@ def test_a_malformed_postgres_url_is_a_config_error_that_hides_the_password(tmp_
     with pytest.raises(ConfigError) as e:
         PostgresLedger.open(url, lock_timeout=1)
     assert "s3cret" not in str(e.value) and "URL" in str(e.value)
+
+
+def test_init_on_a_broken_symbolic_link_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsql init --ledger L` where L is a symbolic link to a missing file said 'the file already exists',
+    while `dpsql budget --ledger L` said it does not exist: both true of the link, neither helpful."""
+    import os
+
+    (tmp_path / "l.duckdb").symlink_to(tmp_path / "gone" / "target.duckdb")
+    assert run(["--ledger", str(tmp_path / "l.duckdb"), "init", "--epsilon", "1"]) == 4
+    err = capsys.readouterr().err
+    assert "symbolic link" in err and "target.duckdb" in err and "does not exist" in err and "already exists" not in err, err
+    assert os.listdir(tmp_path) == ["l.duckdb"]

@@ -1061,6 +1061,12 @@ class Ledger:
                 f"cannot create a ledger at {p}: it is a directory",
                 hint=f"give the ledger a file path, e.g. {os.path.join(p, 'ledger.duckdb')}",
             )
+        if os.path.islink(p) and not os.path.exists(p):
+            raise LedgerError(
+                f"cannot create a ledger at {p}: it is a symbolic link to {os.readlink(p)}, which does not exist "
+                "(a ledger is created under a new name, never through a link)",
+                hint="create the ledger at the path the link names, or choose a new path",
+            )
         if os.path.lexists(p):
             raise LedgerError(
                 f"cannot create a ledger at {p}: the file already exists",
