@@ -1472,6 +1472,8 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"Ledger\.open\((?:path|url)[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)
     # a PostgreSQL ledger's hints name the API's way of creating one next to `dpsql init`
     text = text.replace(" or Session(ledger=URL, budget=..., create=True)", "")
+    text = text.replace("hint: give the ledger a name of at most", "hint: give --ledger (or [ledger] path in the config) a file "
+                        "name of at most")
     text = text.replace("hint: check the ledger URL:", "hint: check the URL given to --ledger (or [ledger] url in the config):")
     text = text.replace("create it with create=True or `dpsql init --ledger URL`",
                         "create it with `dpsql init --epsilon EPSILON --delta DELTA --ledger URL`")

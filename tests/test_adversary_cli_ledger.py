@@ -323,3 +323,20 @@ def test_init_on_a_broken_symbolic_link_says_so(tmp_path: Path, capsys: pytest.C
     err = capsys.readouterr().err
     assert "symbolic link" in err and "target.duckdb" in err and "does not exist" in err and "already exists" not in err, err
     assert os.listdir(tmp_path) == ["l.duckdb"]
+
+
+def test_a_ledger_name_too_long_for_its_side_files_is_refused_before_anything(tmp_path: Path,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A ledger file name that fits the file system (230 bytes of its 255) but leaves no room for the hidden
+    files beside it (.NAME.generation, the queue's .NAME.q-..., the temporary .NAME.creating-...) failed in
+    DuckDB with 'File name too long' and a hint about disk space. It is refused as what it is."""
+    import os
+
+    name = "l" * 223 + ".duckdb"
+    assert run(["--ledger", str(tmp_path / name), "init", "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "error: ConfigError:" in err and "230 bytes" in err and "--ledger" in err, err
+    assert os.listdir(tmp_path) == []
+    short = "l" * 200 + ".duckdb"  # room enough: created and used
+    assert run(["--ledger", str(tmp_path / short), "init", "--epsilon", "1"]) == 0
+    assert run(["--ledger", str(tmp_path / short), "budget"]) == 0

@@ -443,6 +443,27 @@ def _utf8_path(p: str) -> str:
     return p
 
 
+#: bytes that the hidden files beside a ledger add to its name (".NAME.creating-PID-RANDOM", ".NAME.q-PID-N-RANDOM")
+_SIDE_NAME_ROOM = 40
+
+
+def _check_name_room(p: str) -> None:
+    """Refuse a ledger file name that leaves no room, within the file system's longest name, for the
+    hidden files dpsql keeps beside it (they failed in DuckDB with 'File name too long')."""
+    d, name = os.path.split(p)
+    try:
+        most = os.pathconf(d if os.path.isdir(d) else "/", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return
+    n = len(os.fsencode(name))
+    if n + _SIDE_NAME_ROOM > most:
+        raise ConfigError(
+            f"the ledger file name {name[:24]}... is {n} bytes long: dpsql keeps hidden files beside the ledger whose "
+            f"names add up to {_SIDE_NAME_ROOM} bytes to it, beyond this file system's limit of {most}; nothing was created",
+            hint=f"give the ledger a name of at most {most - _SIDE_NAME_ROOM} bytes",
+        )
+
+
 def _lock_holder(msg: str) -> str:
     m = re.search(r"\(PID (\d+)\)", msg)
     return f" (PID {m.group(1)})" if m else ""
@@ -1061,6 +1082,7 @@ class Ledger:
                 f"cannot create a ledger at {p}: it is a directory",
                 hint=f"give the ledger a file path, e.g. {os.path.join(p, 'ledger.duckdb')}",
             )
+        _check_name_room(p)
         if os.path.islink(p) and not os.path.exists(p):
             raise LedgerError(
                 f"cannot create a ledger at {p}: it is a symbolic link to {os.readlink(p)}, which does not exist "
