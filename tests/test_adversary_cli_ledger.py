@@ -340,3 +340,42 @@ def test_a_ledger_name_too_long_for_its_side_files_is_refused_before_anything(tm
     short = "l" * 200 + ".duckdb"  # room enough: created and used
     assert run(["--ledger", str(tmp_path / short), "init", "--epsilon", "1"]) == 0
     assert run(["--ledger", str(tmp_path / short), "budget"]) == 0
+
+
+QUEUE_WAITER = """
+import sys, time
+import dpsql
+from dpsql.ledger import Ledger
+led = Ledger.open(sys.argv[1], lock_timeout=0.5)
+e = led.reserve(dpsql.Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+print("charged", e, flush=True)
+"""
+
+
+def test_a_process_frozen_inside_the_queue_update_delays_the_others_only_up_to_lock_timeout(tmp_path: Path) -> None:
+    """Finding (fixed): entering the waiting queue takes a short exclusive flock on the queue's tail file
+    (for one read and one write), and took it with a blocking call, outside lock_timeout. A process frozen
+    (SIGSTOP, Ctrl-Z, a debugger) inside that window held every later dpsql operation on the ledger forever,
+    whatever its lock_timeout. Here the frozen process is stood in for by holding that flock: an operation
+    now waits for it at most lock_timeout, then goes on without its queue turn (the ledger's own lock still
+    excludes), and charges."""
+    import fcntl
+    import os
+
+    from conftest import child_env
+
+    import dpsql
+    from dpsql.ledger import Ledger
+
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, dpsql.Budget(1.0))
+    Ledger.open(path).remaining()  # the queue's tail file exists
+    fd = os.open(tmp_path / ".ledger.duckdb.queue", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        r = subprocess.run([sys.executable, "-c", QUEUE_WAITER, str(path)], env=child_env(), capture_output=True,
+                           text=True, timeout=60)
+    finally:
+        os.close(fd)
+    assert r.returncode == 0 and r.stdout.strip() == "charged 1", r.stderr
+    assert Ledger.open(path).spent() == dpsql.Budget(0.25)

@@ -1773,19 +1773,30 @@ def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
     except OSError:
         return None  # e.g. a read-only directory: the inode flock alone (correct, less fair)
     slot = (my_fd, mine)
+    pred = ""
     try:
         fcntl.flock(my_fd, fcntl.LOCK_EX)  # a new file: granted at once
         tail_fd = _open_other(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(tail_fd, fcntl.LOCK_EX)  # held for a read and a write only
-            # file names as the file system holds them (bytes): a ledger may be named in any language
-            pred = os.fsdecode(os.pread(tail_fd, 4096, 0).strip())
-            mine_b = os.fsencode(os.path.basename(mine))
-            os.ftruncate(tail_fd, len(mine_b))
-            os.pwrite(tail_fd, mine_b, 0)
+            # held by others for a read and a write only, but a process frozen inside them (SIGSTOP, a
+            # debugger) holds it for as long as it stays frozen: waited for within lock_timeout only, then
+            # the queue is skipped (the inode flock alone excludes), never an unbounded blocking flock
+            queued = _poll_flock(tail_fd, fcntl.LOCK_EX, deadline)
+            if queued:
+                # file names as the file system holds them (bytes): a ledger may be named in any language
+                pred = os.fsdecode(os.pread(tail_fd, 4096, 0).strip())
+                mine_b = os.fsencode(os.path.basename(mine))
+                os.ftruncate(tail_fd, len(mine_b))
+                os.pwrite(tail_fd, mine_b, 0)
         finally:
             _close_other(tail_fd)  # releases its flock
     except OSError:
+        _queue_leave(slot)
+        return None
+    except BaseException:  # e.g. KeyboardInterrupt while waiting: leave the queue, hold nothing
+        _queue_leave(slot)
+        raise
+    if not queued:
         _queue_leave(slot)
         return None
     if not pred.startswith(f".{name}.q-") or "/" in pred:
