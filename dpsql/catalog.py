@@ -645,6 +645,14 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
             hint="check the path (relative paths are resolved from the current directory; in a config file, from "
             "the config file's directory)",
         )
+    for f in matches:  # the Parquet and CSV readers open only file names that are UTF-8 text
+        bad = next((c for c in os.path.abspath(f) if "\udc80" <= c <= "\udcff"), None)
+        if bad is not None:
+            raise ConfigError(
+                f"table source {source!r}: the file name {f!r} is not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02X} is not "
+                "UTF-8), and the Parquet and CSV readers open only UTF-8 file names",
+                hint="rename the file (and the directories on its path) to UTF-8 text",
+            )
     return kind, os.path.abspath(source) if not is_glob else source
 
 

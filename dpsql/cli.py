@@ -59,6 +59,9 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
 
     g.add_argument("--config", metavar="FILE", default=d(None), help="dpsql.toml with [ledger] and [tables.NAME] (default: ./dpsql.toml if present)")
     g.add_argument("--ledger", metavar="PATH", default=d(None), help=f"budget ledger file (default: from config, $DPSQL_LEDGER, or ./{DEFAULT_LEDGER})")
+    g.add_argument("--lock-timeout", metavar="SECONDS", type=_number("--lock-timeout"), default=d(None),
+                   help="how long to wait for a ledger that other dpsql commands are using (default: [ledger] lock_timeout "
+                   "of the config, else 10)")
     g.add_argument("--table", action="append", default=d([]), metavar="NAME=PATH", help="register a Parquet/CSV file as a table (repeatable)")
     g.add_argument("--privacy-unit", action="append", default=d([]), metavar="NAME=COLUMN", help="privacy unit column of a --table")
     g.add_argument("--max-groups", action="append", default=d([]), metavar="NAME=N", help="max groups per unit for a --table (default 1)")
@@ -102,7 +105,8 @@ class _Number(float):
     text: str
 
 
-_EXAMPLE = {"--epsilon": "--epsilon 1.0", "--delta": "--delta 1e-6", "--quantile": "--quantile 0.9"}
+_EXAMPLE = {"--epsilon": "--epsilon 1.0", "--delta": "--delta 1e-6", "--quantile": "--quantile 0.9",
+            "--lock-timeout": "--lock-timeout 60"}
 
 
 def _number(flag: str) -> Any:
@@ -118,17 +122,23 @@ def _number(flag: str) -> Any:
     return parse
 
 
-def _unrepresentable(text: str, v: float) -> str:
-    """Why the decimal ``text`` does not survive as the double ``v`` ('' when it does)."""
-    from fractions import Fraction
+#: a decimal number as float() reads it (underscores removed): its mantissa, and an exponent never expanded
+_DECIMAL = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:[eE][+-]?\d+)?"
 
-    try:
-        decimal: Fraction | None = Fraction(text.strip().replace("_", ""))
-    except (ValueError, ZeroDivisionError):
-        decimal = None  # nan, inf, or a spelling only float() reads
-    if decimal is not None and math.isinf(v):
+
+def _unrepresentable(text: str, v: float) -> str:
+    """Why the decimal ``text`` does not survive as the double ``v`` ('' when it does). Judged from the
+    text's form and its mantissa alone: the exact value of ``1e999999999999`` is an integer of a
+    trillion digits, which took the command minutes and all the machine's memory to build."""
+    import re
+    from decimal import Decimal
+
+    m = re.fullmatch(_DECIMAL, text.strip().replace("_", ""))
+    if m is None:  # nan, inf, or a spelling only float() reads
+        return ""
+    if math.isinf(v):
         return "it overflows to infinity (beyond the largest double-precision number, about 1.8e308); "
-    if decimal is not None and decimal != 0 and v == 0:
+    if v == 0 and Decimal(m.group(1)) != 0:
         return "it underflows to 0 (below the smallest positive double-precision number, about 4.9e-324); "
     return ""
 
@@ -162,14 +172,15 @@ def _check_numbers(args: argparse.Namespace) -> None:
     rules = {"--epsilon": ("a finite number > 0" if positive else "a finite number >= 0",
                            lambda v: v > 0 if positive else v >= 0),
              "--delta": ("a number in [0, 1)", lambda v: 0 <= v < 1),
-             "--quantile": ("a number strictly between 0 and 1", lambda v: 0 < v < 1)}
+             "--quantile": ("a number strictly between 0 and 1", lambda v: 0 < v < 1),
+             "--lock-timeout": ("a finite number of seconds >= 0", lambda v: v >= 0)}
     for flag, (want, ok) in rules.items():
-        v = getattr(args, flag[2:], None)
+        v = getattr(args, flag[2:].replace("-", "_"), None)
         if not isinstance(v, _Number):
             continue
         why = _unrepresentable(v.text, v) + _spelling(v.text, v)
         if not why and math.isfinite(v) and ok(v):
-            setattr(args, flag[2:], float(v))  # the library sees a plain float
+            setattr(args, flag[2:].replace("-", "_"), float(v))  # the library sees a plain float
             continue
         hint = f"give {want}, e.g. {_EXAMPLE[flag]}"
         if flag == "--delta":
@@ -333,7 +344,7 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
         raise ConfigError("--ledger :memory: would forget every charge when the command ends",
                           hint="give a ledger file, e.g. --ledger ledger.duckdb (create it with dpsql init)")
     if args.ledger:
-        return str(args.ledger)
+        return _utf8_ledger(str(args.ledger), "--ledger")
     if cfg.in_memory:
         raise ConfigError(
             f'config file {cfg.path!r} keeps its ledger in memory ([ledger] path = ":memory:"): the command line '
@@ -341,12 +352,26 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
             hint='set [ledger] path = "ledger.duckdb" in the config',
         )
     if cfg.ledger_path is not None:
-        return str(cfg.ledger_path)
+        return _utf8_ledger(str(cfg.ledger_path), f"[ledger] path of the config {args.config_path!r}")
     env = os.environ.get("DPSQL_LEDGER")
     if env is not None and not env.strip():
         raise ConfigError("$DPSQL_LEDGER is set but empty: no ledger file was named",
                           hint="set DPSQL_LEDGER to the ledger file, unset it, or pass --ledger PATH")
-    return env if env is not None else DEFAULT_LEDGER
+    return _utf8_ledger(env, "$DPSQL_LEDGER") if env is not None else DEFAULT_LEDGER
+
+
+def _utf8_ledger(path: str, where: str) -> str:
+    """``path``, refused in the terms of ``where`` it came from when it is not UTF-8 text: DuckDB
+    opens only files whose names are UTF-8 (a byte that is not reaches Python as a lone surrogate)."""
+    from dpsql.errors import ConfigError
+
+    bad = next((c for c in os.path.abspath(path) if "\udc80" <= c <= "\udcff"), None)
+    if bad is not None:
+        raise ConfigError(f"the ledger path {path!r} given by {where} is not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02X} is "
+                          "not UTF-8): DuckDB opens only files whose names are UTF-8; nothing was created or charged",
+                          hint=f"give {where.split(' of ')[0]} a path that is UTF-8 text (rename the ledger file, together "
+                          "with its hidden .NAME.generation marker, if it exists)")
+    return path
 
 
 def _check_owner_config(args: argparse.Namespace) -> None:
@@ -385,6 +410,13 @@ def _load_config(args: argparse.Namespace) -> Any:
     return DpsqlConfig() if path is None else load_config(path)
 
 
+def _lock_timeout(args: argparse.Namespace, cfg: Any) -> float:
+    """How long this command waits for a busy ledger: --lock-timeout, else the config's [ledger]
+    lock_timeout (10 s by default). Any user may set it: it changes no policy, only this command's wait."""
+    v = getattr(args, "lock_timeout", None)
+    return float(cfg.lock_timeout if v is None else v)
+
+
 def _create_if_missing(args: argparse.Namespace, cfg: Any) -> bool:
     """A missing ledger is created only by `dpsql init` or `[ledger] create_if_missing = true`; the
     latter applies to the ledger the config names, not to a --ledger given on the command line."""
@@ -397,7 +429,7 @@ def _open_session(args: argparse.Namespace) -> Any:
 
     cfg = _load_config(args)
     s = dpsql.Session(ledger=_ledger_path(args, cfg), budget=cfg.budget, create=_create_if_missing(args, cfg),
-                      engine=_engine_settings(args, cfg), tables=cfg.tables, lock_timeout=cfg.lock_timeout)
+                      engine=_engine_settings(args, cfg), tables=cfg.tables, lock_timeout=_lock_timeout(args, cfg))
     try:
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")
@@ -755,10 +787,10 @@ def _cmd_init(args: argparse.Namespace) -> int:
     if pg:
         from dpsql.ledger._postgres import PostgresLedger, redact
 
-        led: Ledger = PostgresLedger.create(path, total, lock_timeout=cfg.lock_timeout)
+        led: Ledger = PostgresLedger.create(path, total, lock_timeout=_lock_timeout(args, cfg))
         path = redact(path)
     else:
-        led = Ledger.create(path, total, lock_timeout=cfg.lock_timeout)
+        led = Ledger.create(path, total, lock_timeout=_lock_timeout(args, cfg))
     led.close()
     print(f"created ledger {path} with total budget epsilon={args.epsilon:g} delta={args.delta:g}", file=sys.stderr)
     return 0
@@ -898,7 +930,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
                               hint=f"e.g. --option {k}=10")
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
-    with _open_session(args) as s:
+    with _open_session(args) as s, _options_named(typed):
         if args.command == "query":
             _check_output_targets(args, s)
         if args.command == "explain":
@@ -938,6 +970,22 @@ def _cmd_query(args: argparse.Namespace) -> int:
             print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
                   "a group missing from the output is not a zero", file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def _options_named(typed: dict[str, str]) -> Iterator[None]:
+    """A refusal of an --option value, which the library words by the option's name ('tau must be a
+    whole number >= 1, got 'abc''), names the flag as typed: '--option tau=abc is refused: ...'."""
+    from dpsql.errors import ConfigError
+
+    try:
+        yield
+    except ConfigError as e:
+        k = next((k for k in typed if e.message.startswith((f"{k} ", f"{k}="))), None)
+        if k is not None:
+            e.message = f"--option {k}={typed[k]} is refused: {e.message}"
+            e.args = (e._render(),)
+        raise
 
 
 def _remaining_after(s: Any) -> Any:
@@ -1048,7 +1096,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 "...), then runs this command with the same values",
             )
     with opener(path, None if args.set_total else cfg.budget,
-                     create=not args.set_total and _create_if_missing(args, cfg), lock_timeout=cfg.lock_timeout) as led:
+                     create=not args.set_total and _create_if_missing(args, cfg), lock_timeout=_lock_timeout(args, cfg)) as led:
         if new_total is not None:
             led.set_total(new_total, reason=args.reason)
         snap = led.snapshot(history=args.history)  # one transaction: the summary agrees with the entries
@@ -1168,7 +1216,7 @@ def _cmd_tables(args: argparse.Namespace) -> int:
 
 #: flags whose value is one number: a negative one (-1e-5, -inf) is attached as --flag=VALUE, since
 #: argparse takes anything but a plain -1 or -0.5 for an option and says only "expected one argument"
-_NUMBER_FLAGS = ("--epsilon", "--delta", "--quantile")
+_NUMBER_FLAGS = ("--epsilon", "--delta", "--quantile", "--lock-timeout")
 
 
 def _attach_negative_values(argv: list[str]) -> list[str]:
@@ -1204,7 +1252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # turned into an error after the charge (PYTHONWARNINGS=error lost the paid release)
         warnings.simplefilter("ignore", RuntimeWarning)
         # dpsql's own warnings (about public parameters) as one clean stderr line (no file:line)
-        warnings.showwarning = lambda message, *a, **k: print(f"warning: {message}", file=sys.stderr)
+        warnings.showwarning = lambda message, *a, **k: print(f"warning: {_cli_text(str(message))}", file=sys.stderr)
         return _main(argv)
 
 
@@ -1402,6 +1450,12 @@ def _cli_text(text: str) -> str:
     text = text.replace("use a smaller epsilon (below 10 usually fits), or delta=0 (Laplace",
                         "use a smaller --epsilon (below 10 usually fits), or --delta 0 (Laplace")  # the Gaussian fp hint
     text = text.replace("use a smaller epsilon (below 10 usually fits)", "use a smaller --epsilon (below 10 usually fits)")
+    # the budget's words in a mechanism's refusal (a noise scale, a sampler's allowance): the flags
+    text = re.sub(r"\buse (a smaller|a larger|an) epsilon\b", lambda m: f"use {m.group(1)} --epsilon", text)
+    text = text.replace("use a small delta such as", "use a small --delta such as").replace(
+        ", or 0 for pure DP", ", or --delta 0 for pure DP").replace("pass delta (", "pass --delta (")
+    text = re.sub(r"^(epsilon|delta)=([0-9][0-9.e+-]*) ", r"--\1 \2 ", text)  # a refused value, quoted first
+    text = re.sub(r"^epsilon is too small for ", "--epsilon is too small for ", text)
     text = text.replace("use Session.explain(sql, epsilon=...) or `dpsql explain SQL --epsilon ...`", "use `dpsql explain SQL --epsilon ...`")
     text = text.replace("at one charge, by Session.query_many([...])", "at one charge, by --workload")
     text = text.replace("use Session.query_many([...])", "use --workload with a file of range counts (-f FILE)")
@@ -1418,10 +1472,14 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"Ledger\.open\((?:path|url)[^)]*\)", "--ledger PATH (or the config's [ledger] path)", text)
     # a PostgreSQL ledger's hints name the API's way of creating one next to `dpsql init`
     text = text.replace(" or Session(ledger=URL, budget=..., create=True)", "")
+    text = text.replace("hint: give the ledger a name of at most", "hint: give --ledger (or [ledger] path in the config) a file "
+                        "name of at most")
+    text = text.replace("hint: check the ledger URL:", "hint: check the URL given to --ledger (or [ledger] url in the config):")
     text = text.replace("create it with create=True or `dpsql init --ledger URL`",
                         "create it with `dpsql init --epsilon EPSILON --delta DELTA --ledger URL`")
-    # a program that is not dpsql holds the ledger: the command line has no lock_timeout to raise
-    text = text.replace("or retry with a larger lock_timeout", "or retry once they have closed it")
+    # a program that is not dpsql holds the ledger
+    text = text.replace("or retry with a larger lock_timeout", "or retry once they have closed it (--lock-timeout SECONDS "
+                        "waits longer)")
     text = re.sub(r"columns=\{'([^']+)': \{'domain': \[\.\.\.\]\}\}",
                   lambda m: f"--domain TABLE.{m.group(1)}=A,B,C (or domain = [...] under [tables.T.columns.{m.group(1)}] in the "
                   "config)", text)
@@ -1455,8 +1513,8 @@ def _cli_text(text: str) -> str:
     text = text.replace("pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
                         "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
                         "named .parquet or .csv")
-    return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished (the data "
-                        "owner can raise lock_timeout under [ledger] in the config)")
+    return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished, or wait longer "
+                        "with --lock-timeout SECONDS (for every command: lock_timeout under [ledger] in the config)")
 
 
 if __name__ == "__main__":  # pragma: no cover

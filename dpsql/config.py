@@ -112,6 +112,9 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
     except OSError as e:
         raise ConfigError(f"config file {p!r} cannot be read: {e.strerror or type(e).__name__}",
                           hint="check the file's permissions") from None
+    except (ValueError, RecursionError) as e:  # what the TOML reader lets through: not TOML errors to it
+        raise ConfigError(f"config file {p!r} cannot be read: {_beyond_limits(data, e)}",
+                          hint="a dpsql config holds short numbers and shallow values (see examples/dpsql.toml)") from None
     _plain_numbers(data.removeprefix(b"\xef\xbb\xbf").decode("utf-8"), p)
     absp = os.path.abspath(p)
     base = os.path.dirname(absp)
@@ -201,12 +204,32 @@ def _plain_numbers(text: str, path: str) -> None:
         if "_" in tok or re.match(r"[+-]?0[xob]", tok):
             line = bare.count("\n", 0, m.start(1)) + 1
             plain = tok.replace("_", "")
+            shown = tok if len(tok) <= 40 else f"{tok[:20]}... ({len(tok)} characters)"
             try:
                 read = str(int(plain, 0))
-            except ValueError:
-                read = repr(float(plain))
-            raise ConfigError(f"config file {path!r}, line {line}: the number {tok} is not in {PLAIN_FORM}",
+            except ValueError:  # a float, or an integer of more digits than Python writes out (4300)
+                try:
+                    read = repr(float(plain))
+                except ValueError:
+                    read = ""
+            if not read or len(read) > 40:  # no config value is that long: no number to suggest
+                raise ConfigError(f"config file {path!r}, line {line}: the number {shown} is not in {PLAIN_FORM}, "
+                                  "and far longer than any value of a dpsql config",
+                                  hint="write the number in plain decimal, e.g. 10 or 1e-6")
+            raise ConfigError(f"config file {path!r}, line {line}: the number {shown} is not in {PLAIN_FORM}",
                               hint=f"TOML reads {tok} as {read}: write {read} if that is meant")
+
+
+def _beyond_limits(data: bytes, e: BaseException) -> str:
+    """Why the TOML reader failed with ``e`` outside its own errors: arrays or tables nested
+    thousands deep (RecursionError), or an integer of more than 4300 digits, which Python refuses to
+    convert (ValueError), named by its line."""
+    if isinstance(e, RecursionError):
+        return "its values are nested too deeply (arrays or inline tables inside each other thousands of times)"
+    text = _TOML_TEXT.sub(lambda m: "\n" * m.group(0).count("\n"), data.decode("utf-8", "replace"))
+    m = re.search(r"[0-9][0-9_]{4000,}", text)
+    line = f" (line {text.count(chr(10), 0, m.start()) + 1})" if m else ""
+    return f"a number literal{line} has more digits than Python reads (4300)"
 
 
 def table_kwargs(name: Any, spec: Any, base_dir: str) -> dict[str, Any]:

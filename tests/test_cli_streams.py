@@ -98,4 +98,4 @@ def test_a_numeric_runtime_warning_during_a_release_is_neither_shown_nor_fatal(
     out, err = capsys.readouterr()
     assert out.startswith('"n"') and "invalid value" not in err and "warning:" not in err
     assert run([*CFG, "explain", "SELECT COUNT(*) FROM events", "--epsilon", "200"]) == 0
-    assert "warning: epsilon=200 is unusually large" in capsys.readouterr().err  # dpsql's own warnings still show
+    assert "warning: --epsilon 200 is unusually large" in capsys.readouterr().err  # dpsql's own warnings still show

@@ -101,7 +101,13 @@ _SECRET_PARAMS = ("password", "sslpassword")
 def redact(url: str) -> str:
     """The URL without its password (for messages, ``Ledger.path`` and the history): the one in
     the user part and ``password=`` / ``sslpassword=`` in the query string."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.password  # noqa: B018 - parsed here, so that a malformed user part fails here
+    except ValueError as e:  # e.g. an unclosed '[' of an IPv6 host: never quote the URL (a password)
+        raise ConfigError(f"the PostgreSQL ledger URL cannot be parsed ({e}); it is not shown, as it may hold a password",
+                          hint="check the ledger URL: postgresql://USER@HOST:PORT/DATABASE, an IPv6 host in brackets "
+                          "(postgresql://USER@[::1]:5432/DATABASE)") from None
     if parts.password is not None:
         netloc = parts.netloc.rsplit("@", 1)
         user = netloc[0].split(":", 1)[0]

@@ -428,6 +428,42 @@ def _check_id(entry_id: object) -> int:
     return entry_id
 
 
+def _utf8_path(p: str) -> str:
+    """``p``, refused when it is not UTF-8 text (a byte that is not UTF-8 reaches Python as a lone
+    surrogate): DuckDB opens only files whose names are UTF-8, and failed on such a path with a
+    'Python Conversion Failure' after dpsql had begun (its message blamed the disk)."""
+    bad = next((c for c in p if "\udc80" <= c <= "\udcff"), None)
+    if bad is not None:
+        raise ConfigError(
+            f"the ledger path {p!r} is not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02X} is not UTF-8): DuckDB opens only "
+            "files whose names are UTF-8; nothing was created or charged",
+            hint="give the ledger a path that is UTF-8 text (rename the file, together with its hidden "
+            ".NAME.generation marker, if it exists)",
+        )
+    return p
+
+
+#: bytes that the hidden files beside a ledger add to its name (".NAME.creating-PID-RANDOM", ".NAME.q-PID-N-RANDOM")
+_SIDE_NAME_ROOM = 40
+
+
+def _check_name_room(p: str) -> None:
+    """Refuse a ledger file name that leaves no room, within the file system's longest name, for the
+    hidden files dpsql keeps beside it (they failed in DuckDB with 'File name too long')."""
+    d, name = os.path.split(p)
+    try:
+        most = os.pathconf(d if os.path.isdir(d) else "/", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return
+    n = len(os.fsencode(name))
+    if n + _SIDE_NAME_ROOM > most:
+        raise ConfigError(
+            f"the ledger file name {name[:24]}... is {n} bytes long: dpsql keeps hidden files beside the ledger whose "
+            f"names add up to {_SIDE_NAME_ROOM} bytes to it, beyond this file system's limit of {most}; nothing was created",
+            hint=f"give the ledger a name of at most {most - _SIDE_NAME_ROOM} bytes",
+        )
+
+
 def _lock_holder(msg: str) -> str:
     m = re.search(r"\(PID (\d+)\)", msg)
     return f" (PID {m.group(1)})" if m else ""
@@ -476,7 +512,7 @@ class Ledger:
         self._mem: duckdb.DuckDBPyConnection | None = None
         self._mem_lock = threading.Lock()
         self._mem_pid = os.getpid()  # an in-memory ledger's budget exists in this process only
-        self.path = None if path is None else os.path.abspath(os.fspath(path))
+        self.path = None if path is None else _utf8_path(os.path.abspath(os.fspath(path)))
 
     # construction --------------------------------------------------------------------------
     @classmethod
@@ -526,7 +562,7 @@ class Ledger:
                     hint="pass total=Budget(epsilon=..., delta=...) or give the path of a ledger file",
                 )
             return cls.create(None, total, lock_timeout=lock_timeout)
-        p = os.path.abspath(os.fspath(path))
+        p = _utf8_path(os.path.abspath(os.fspath(path)))
         if not os.path.lexists(p):
             existed = _path_marker(p)
             if existed is not None and not os.path.lexists(p):
@@ -1045,6 +1081,13 @@ class Ledger:
             raise LedgerError(
                 f"cannot create a ledger at {p}: it is a directory",
                 hint=f"give the ledger a file path, e.g. {os.path.join(p, 'ledger.duckdb')}",
+            )
+        _check_name_room(p)
+        if os.path.islink(p) and not os.path.exists(p):
+            raise LedgerError(
+                f"cannot create a ledger at {p}: it is a symbolic link to {os.readlink(p)}, which does not exist "
+                "(a ledger is created under a new name, never through a link)",
+                hint="create the ledger at the path the link names, or choose a new path",
             )
         if os.path.lexists(p):
             raise LedgerError(
@@ -1625,11 +1668,12 @@ def _lock_file(
             raise
         if not granted:
             _give_back(key, fd)
+            holder, way_out = _flock_holder(key)
             raise LedgerError(
-                f"ledger {where} is locked by another dpsql operation (in this or another process); "
+                f"ledger {where} is locked by another dpsql operation{holder or ' (in this or another process)'}; "
                 f"gave up after {time.monotonic() - started:.2g} s of waiting for it; {unchanged}",
-                hint="retry later or pass a larger lock_timeout; if no other dpsql program is running, look "
-                "for a stuck process that has the ledger file open",
+                hint=way_out or "retry later or pass a larger lock_timeout; if no other dpsql program is running, "
+                "look for a stuck process that has the ledger file open",
             )
         try:
             s2 = os.stat(p)
@@ -1640,6 +1684,51 @@ def _lock_file(
             _unlock(key, fd)
             continue
         return key, fd
+
+
+#: process states of /proc/PID/stat that never let go of a lock by themselves
+_FROZEN_STATES = {"T": "stopped (SIGSTOP, Ctrl-Z)", "t": "stopped by a debugger",
+                  "D": "blocked in the kernel (disk or network file system I/O)"}
+
+
+def _flock_holder(key: tuple[int, int]) -> tuple[str, str]:
+    """Who holds the flock of inode ``key``, read from ``/proc/locks`` (Linux): the holder in words and
+    a hint on how to get it to let go; ``("", "")`` where that cannot be told (another system, the
+    holder gone meanwhile). A frozen holder (SIGSTOP, a debugger) keeps the ledger locked for as long
+    as it stays frozen: the waiters are told which process it is and how to resume or end it."""
+    dev, ino = key
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return "", ""
+    pids = [int(w[4]) for w in (ln.split() for ln in lines)
+            if len(w) >= 6 and w[1] == "FLOCK" and w[5] == want and w[4].isdigit()]  # '->' lines are waiters
+    if not pids:
+        return "", ""
+    pid = pids[0]
+    if pid == os.getpid():
+        return " (another thread of this process)", ""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except (OSError, IndexError):
+        state, cmd = "", ""
+    cmd = cmd if len(cmd) <= 80 else cmd[:77] + "..."
+    who = f": process {pid}" + (f" ({cmd})" if cmd else "") + " holds it"
+    frozen = _FROZEN_STATES.get(state)
+    if frozen is None:
+        return who, ""
+    if state == "D":
+        return (f"{who} and is {frozen}, so it keeps the ledger locked until that I/O ends",
+                "check the disk or network file system the ledger is on (keep ledgers on a local file system); the "
+                "ledger is usable again as soon as the process lets go")
+    return (f"{who} and is {frozen}, so it keeps the ledger locked until it runs again",
+            f"resume it with `kill -CONT {pid}`, or end it with `kill -KILL {pid}` (a charge it had already reserved "
+            "still counts); the ledger is usable again as soon as it lets go")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1684,18 +1773,30 @@ def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
     except OSError:
         return None  # e.g. a read-only directory: the inode flock alone (correct, less fair)
     slot = (my_fd, mine)
+    pred = ""
     try:
         fcntl.flock(my_fd, fcntl.LOCK_EX)  # a new file: granted at once
         tail_fd = _open_other(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(tail_fd, fcntl.LOCK_EX)  # held for a read and a write only
-            pred = os.pread(tail_fd, 4096, 0).decode("ascii", "replace").strip()
-            mine_b = os.path.basename(mine).encode("ascii")
-            os.ftruncate(tail_fd, len(mine_b))
-            os.pwrite(tail_fd, mine_b, 0)
+            # held by others for a read and a write only, but a process frozen inside them (SIGSTOP, a
+            # debugger) holds it for as long as it stays frozen: waited for within lock_timeout only, then
+            # the queue is skipped (the inode flock alone excludes), never an unbounded blocking flock
+            queued = _poll_flock(tail_fd, fcntl.LOCK_EX, deadline)
+            if queued:
+                # file names as the file system holds them (bytes): a ledger may be named in any language
+                pred = os.fsdecode(os.pread(tail_fd, 4096, 0).strip())
+                mine_b = os.fsencode(os.path.basename(mine))
+                os.ftruncate(tail_fd, len(mine_b))
+                os.pwrite(tail_fd, mine_b, 0)
         finally:
             _close_other(tail_fd)  # releases its flock
     except OSError:
+        _queue_leave(slot)
+        return None
+    except BaseException:  # e.g. KeyboardInterrupt while waiting: leave the queue, hold nothing
+        _queue_leave(slot)
+        raise
+    if not queued:
         _queue_leave(slot)
         return None
     if not pred.startswith(f".{name}.q-") or "/" in pred:
