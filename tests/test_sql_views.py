@@ -339,3 +339,80 @@ def test_an_unknown_column_in_a_view_points_into_the_view(shop):
     with pytest.raises(errors.UnsupportedQueryError) as info:
         shop.query("WITH v AS (\n  SELECT amont AS a FROM orders)\nSELECT SUM(a) FROM v", epsilon=1.0, delta=1e-6)
     assert (info.value.violations[0].line, info.value.violations[0].col) == (2, 10)
+
+
+def _quoted(s: dpsql.Session, sql: str, exc: type[Exception] = errors.QueryError) -> tuple[str, str, str]:
+    """(fragment, the query's text from the refusal's position on, message) of a refusal (free, as every one)."""
+    before, rows = s.remaining(), s.history().num_rows
+    with pytest.raises(exc) as info:
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    assert s.history().num_rows == rows and s.remaining() == before
+    v = info.value.violations[0]  # type: ignore[attr-defined]
+    at = sum(len(line) + 1 for line in sql.split("\n")[: v.line - 1]) + v.col - 1
+    return v.fragment, sql[at:], v.message
+
+
+#: (query, the fragment quoted as written, where it stands in the query: the text that follows). A view is merged
+#: into the query before the analysis; each refusal still quotes the query's own text at its own position.
+QUOTED = [
+    # raised inside a view
+    ("WITH v AS (SELECT amount AS x, url FROM orders WHERE url > 3) SELECT SUM(x) FROM v", "url > 3",
+     "url > 3) SELECT"),
+    ("SELECT COUNT(*) FROM (SELECT amount AS x, url FROM orders WHERE url LIKE x) t", "url LIKE x", "url LIKE x) t"),
+    ("WITH v AS (SELECT amount AS x, url FROM orders WHERE RAND() > 0.5) SELECT SUM(x) FROM v", "RAND()",
+     "RAND() > 0.5) SELECT"),
+    ("WITH v AS (\n  SELECT amount AS x FROM orders\n  WHERE url > 3)\nSELECT SUM(x) FROM v", "url > 3", "url > 3)\nSELECT"),
+    # raised in the outer query, on a view's columns
+    ("WITH v AS (SELECT amount AS x, url FROM orders) SELECT SUM(x) FROM v WHERE url > 3", "url > 3", "url > 3"),
+    ("SELECT COUNT(*) FROM (SELECT amount AS x, url FROM orders) t WHERE t.url LIKE t.x", "t.url LIKE t.x", "t.url LIKE t.x"),
+    ("WITH v AS (SELECT amount AS x, url AS u FROM orders) SELECT MEDIAN(u) FROM v", "MEDIAN(u)", "MEDIAN(u) FROM v"),
+    ("WITH v AS (SELECT amount AS x, url AS u FROM orders) SELECT SUM(u) FROM v", "SUM(u)", "SUM(u) FROM v"),
+    ("WITH v AS (SELECT amount AS x, url AS u FROM orders) SELECT COUNT(*) FROM v WHERE contains(u, x)", "x", "x)"),
+    ("WITH v AS (SELECT product_id AS x FROM orders) SELECT SUM(x) FROM v", "SUM(x)", "SUM(x) FROM v"),
+    ("WITH v AS (SELECT amount AS x, customer_id AS c FROM orders) SELECT c, COUNT(*) FROM v GROUP BY c", "c", "c"),
+    ("WITH v AS (SELECT amount AS x, url FROM orders) SELECT COUNT(DISTINCT url) FILTER (WHERE x > 1) FROM v",
+     "COUNT(DISTINCT url) FILTER(WHERE x > 1)", "COUNT(DISTINCT url) FILTER (WHERE x > 1) FROM v"),
+    ("WITH v AS (SELECT amount AS x, url FROM orders) SELECT x, url, COUNT(*) FROM v GROUP BY url", "x", "x, url"),
+    ("WITH v AS (SELECT amount FROM orders) SELECT v.* FROM v", "v.*", "v.* FROM v"),
+    # through a CTE named twice (a self-join of its body), and over a flat join
+    ("WITH v AS (SELECT amount AS x, customer_id FROM orders) SELECT COUNT(*) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id WHERE a.x > 'q'", "a.x > 'q'", "a.x > 'q'"),
+    ("WITH v AS (SELECT amount AS x, customer_id, status FROM orders) SELECT COUNT(*) FROM v a JOIN v b "
+     "ON a.status = b.customer_id", "a.status = b.customer_id", "a.status = b.customer_id"),
+    ("WITH v AS (SELECT product_id AS x, customer_id FROM orders) SELECT SUM(b.x) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id", "SUM(b.x)", "SUM(b.x) FROM v a"),
+    ("WITH v AS (SELECT customer_id, url FROM orders WHERE url > 3) SELECT COUNT(*) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id", "url > 3", "url > 3) SELECT"),
+    ("WITH v AS (SELECT amount AS x, customer_id FROM orders) SELECT a.x, COUNT(*) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id", "a.x", "a.x, COUNT(*)"),
+    ("WITH v AS (SELECT amount AS x, customer_id FROM orders) SELECT COUNT(*) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id ORDER BY SUM(a.x)", "SUM(a.x)", "SUM(a.x)"),
+    ("WITH v AS (SELECT amount AS x, customer_id, url AS u FROM orders) SELECT COUNT(*) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id GROUP BY a.u", "a.u", "a.u"),
+    ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id WHERE o.amount > 'q'",
+     "o.amount > 'q'", "o.amount > 'q'"),
+]
+
+
+@pytest.mark.parametrize("sql,fragment,at", QUOTED, ids=[f"{i}" for i in range(len(QUOTED))])
+def test_a_refusal_quotes_the_query_s_own_text_at_its_position(shop, sql, fragment, at):
+    """Merged, a view's column is the view's expression (``v.url`` for ``url``, ``a__amount`` for ``a.x`` over a
+    join): a refusal quoted that merged text, and placed it where the view's expression is written."""
+    got, follows, message = _quoted(shop, sql)
+    assert (got, follows[: len(at)]) == (fragment, at), message
+    assert "__" not in message, message  # a join's flat column names (a__amount) are never quoted
+
+
+def test_a_message_names_the_view_s_column_as_written(shop):
+    """The message's own text names what the query wrote (the table's column it reads comes after)."""
+    _, _, message = _quoted(shop, "WITH v AS (SELECT product_id AS x FROM orders) SELECT SUM(x) FROM v")
+    assert message.startswith("SUM(x) needs value bounds; table 'orders' declares none for 'product_id'"), message
+    _, _, message = _quoted(shop, "WITH v AS (SELECT product_id AS x, customer_id FROM orders) SELECT SUM(b.x) FROM v a "
+                                  "JOIN v b ON a.customer_id = b.customer_id")
+    assert message.startswith("SUM(b.x) needs value bounds: table 'orders' declares none for 'product_id'"), message
+    _, _, message = _quoted(shop, "SELECT o.url, COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id "
+                                  "GROUP BY c.segment")
+    assert "'o.url' in SELECT" in message, message
+    # the flat query's messages are unchanged
+    _, _, message = _quoted(shop, "SELECT SUM(product_id) FROM orders")
+    assert message.startswith("SUM(product_id) needs value bounds"), message

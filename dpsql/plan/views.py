@@ -23,7 +23,7 @@ from dpsql.catalog import TableSpec
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan.checks import check_expression_functions, is_aggregate, violation, written_name
 from dpsql.plan.names import did_you_mean
-from dpsql.plan.parse import DIALECT, keyword_offset, tokens
+from dpsql.plan.parse import DIALECT, WRITTEN, keyword_offset, original, stands_for, tokens
 
 #: the merged query may hold at most this many expression nodes (a CTE named many times, or CTEs
 #: naming each other, multiply their bodies); above it the query is refused
@@ -78,11 +78,18 @@ def _wrap(e: exp.Expression) -> exp.Expression:
     return e if isinstance(e, (exp.Column, exp.Literal, exp.Paren, exp.Boolean, exp.Null)) else exp.Paren(this=e)
 
 
+def _qualify(c: exp.Column, table: str) -> None:
+    """Set ``c``'s table to ``table``, keeping the column as the query wrote it for messages."""
+    if c._meta is None or WRITTEN not in c._meta:
+        c.meta[WRITTEN] = original(c)
+    c.set("table", exp.to_identifier(table))
+
+
 def _requalify(e: exp.Expression, rename: Mapping[str, str]) -> exp.Expression:
     out = e.copy()
     for c in list(out.find_all(exp.Column)):
         if c.table and c.table.lower() in rename:
-            c.set("table", exp.to_identifier(rename[c.table.lower()]))
+            _qualify(c, rename[c.table.lower()])
     return out
 
 
@@ -200,14 +207,14 @@ class _Merger:
                 if not own and nm in aliases:
                     alias, n = aliases[nm]
                     self.count(n, c)  # an alias named k times is copied k times: counted before the copy
-                    new = _wrap(alias.copy())
+                    new = stands_for(_wrap(alias.copy()), c)
                     if c is out:
                         return new
                     c.replace(new)
                 elif len(tables) == 1:
-                    c.set("table", exp.to_identifier(tables[0][0]))
+                    _qualify(c, tables[0][0])
                 elif len(own) == 1:
-                    c.set("table", exp.to_identifier(own[0]))
+                    _qualify(c, own[0])
                 elif own:
                     self.refuse(c, f"column '{c.name}' is ambiguous in {label}: it is a column of "
                                    f"{', '.join(repr(a) for a in own)}", "qualify it with the alias you mean")
@@ -216,7 +223,7 @@ class _Merger:
                     bare = nm.removesuffix("_bin") if nm.endswith("_bin") else None
                     by_bin = owners(bare) if bare else []
                     if len(by_bin) == 1:
-                        c.set("table", exp.to_identifier(by_bin[0]))
+                        _qualify(c, by_bin[0])
                         continue
                     cols = sorted({col for s in specs.values() if s is not None for col in s.schema})
                     self.refuse(c, f"unknown column '{c.name}' in {label} (the columns of its tables: "
@@ -462,14 +469,14 @@ class _Merger:
                                  for n in names)
                 continue
             if isinstance(it, exp.Column) and not isinstance(it.this, exp.Star):
-                it = exp.Alias(this=it, alias=it.this.copy())
-            elif not isinstance(it, (exp.Alias, exp.Star)) and not expand and _own_nodes(it, exp.Column):
+                it = stands_for(exp.Alias(this=it, alias=it.this.copy()), it)
+            elif star is None and not isinstance(it, exp.Alias) and not expand and _own_nodes(it, exp.Column):
                 # an unaliased expression keeps the name the flat query gives it (its text as written)
                 name = it.sql(dialect=DIALECT)
                 written = written_name(it, self.sql, rendered=name)
                 if written and written.lower() != name.split("(", 1)[0].lower():
                     name = written + name[len(name.split("(", 1)[0]):]
-                it = exp.Alias(this=it, alias=exp.to_identifier(name, quoted=True))
+                it = stands_for(exp.Alias(this=it, alias=exp.to_identifier(name, quoted=True)), it)
             items.append(it)
         out.set("expressions", items)
 
@@ -487,9 +494,9 @@ class _Merger:
                 if s.view is None:
                     continue
                 if isinstance(c.this, exp.Star):
-                    c.replace(exp.Star())
+                    c.replace(stands_for(exp.Star(), c))
                     continue
-                c.replace(view_output(c, i, s))
+                c.replace(stands_for(view_output(c, i, s), c))
                 continue
             if isinstance(c.this, exp.Star):
                 continue
@@ -505,9 +512,9 @@ class _Merger:
             if own:
                 i, s = own[0]
                 if s.view is not None:
-                    c.replace(view_output(c, i, s))
+                    c.replace(stands_for(view_output(c, i, s), c))
                 else:
-                    c.set("table", exp.to_identifier(s.alias))
+                    _qualify(c, s.alias)
                 continue
             if unknown_table:
                 continue  # the unregistered table is refused by the analysis
@@ -516,7 +523,7 @@ class _Merger:
                     n == nm[:-4] for n, _, _ in s.outputs)]
                 tables = [s for s in sources if s.spec is not None and nm[:-4] in s.spec.schema]
                 if len(bins) == 1 and not tables:
-                    c.replace(view_bins(c, *bins[0]))
+                    c.replace(stands_for(view_bins(c, *bins[0]), c))
                     continue
                 if tables and not bins:
                     continue  # a registered table's: the analysis reads its domain
@@ -547,7 +554,7 @@ class _Merger:
             for k, (a, t) in enumerate(s.view.tables):
                 tt = t.copy()
                 if m[a] != tt.name.lower() or tt.alias:
-                    tt.set("alias", exp.TableAlias(this=exp.to_identifier(m[a])))
+                    stands_for(tt, t).set("alias", exp.TableAlias(this=exp.to_identifier(m[a])))
                 if k == 0:
                     first = tt
                 else:
@@ -562,7 +569,7 @@ class _Merger:
         new_joins: list[exp.Join] = []
         if sources[0].view is not None:
             first, js = placed(0, sources[0])
-            out.args["from_"].set("this", first)
+            out.args["from_"].set("this", stands_for(first, out.args["from_"].this))
             new_joins.extend(js)
         for k, j in enumerate(out.args.get("joins") or [], 1):
             s = sources[k]
@@ -570,7 +577,7 @@ class _Merger:
                 new_joins.append(j)
                 continue
             first, js = placed(k, s)
-            j.set("this", first)
+            j.set("this", stands_for(first, j.this))
             new_joins.append(j)
             new_joins.extend(js)
         out.set("joins", new_joins or None)
