@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from sqlglot import exp
 
 import dpsql
 from dpsql import errors
@@ -416,3 +417,63 @@ def test_a_message_names_the_view_s_column_as_written(shop):
     # the flat query's messages are unchanged
     _, _, message = _quoted(shop, "SELECT SUM(product_id) FROM orders")
     assert message.startswith("SUM(product_id) needs value bounds"), message
+
+
+#: a clause on a subquery in FROM changes which rows it gives: merged without it, the query would be answered as
+#: another query (the PIVOT, UNPIVOT and TABLESAMPLE were dropped and the count of every row released)
+CLAUSES = [
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders) PIVOT (COUNT(*) FOR url IN ('a'))", "PIVOT / UNPIVOT"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders) UNPIVOT (v FOR k IN (amount))", "PIVOT / UNPIVOT"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders) t TABLESAMPLE 10%", "TABLESAMPLE"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders) AS t TABLESAMPLE SYSTEM (10)", "TABLESAMPLE"),
+    ("WITH v AS (SELECT * FROM orders) SELECT COUNT(*) FROM v PIVOT (COUNT(*) FOR url IN ('a'))", "PIVOT / UNPIVOT"),
+]
+
+
+@pytest.mark.parametrize("sql,what", CLAUSES, ids=[f"{i}" for i in range(len(CLAUSES))])
+def test_a_clause_on_a_subquery_in_from_is_refused(shop, sql, what):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "is not supported")
+    assert what in msg and "write the query flat" in msg, msg
+    # negative control: without the clause, the subquery is merged and answered
+    assert _answer(shop, "SELECT COUNT(*) FROM (SELECT * FROM orders) t") == _answer(shop, "SELECT COUNT(*) FROM orders")
+
+
+#: parentheses in FROM that hold no SELECT: named as what they are (they were "a TABLE statement" or "a SUBQUERY
+#: statement in a subquery in FROM"), with the fix
+PARENTHESISED = [
+    ("SELECT COUNT(*) FROM (orders)", "parentheses around a table or a join in FROM", "FROM orders"),
+    ("SELECT COUNT(*) FROM (orders o JOIN customers c ON o.customer_id = c.customer_id)",
+     "parentheses around a table or a join in FROM", "without the parentheses"),
+    ("SELECT COUNT(*) FROM ((orders))", "parentheses around a table or a join in FROM", "without the parentheses"),
+    ("SELECT COUNT(*) FROM ((SELECT * FROM orders)) t", "doubled parentheses around a subquery", "(SELECT ...) t"),
+    ("SELECT COUNT(*) FROM (VALUES (1)) t(x)", "VALUES in FROM", "registered table"),
+    ("SELECT COUNT(*) FROM orders o JOIN (VALUES (1)) t(x) ON o.amount = t.x", "VALUES in FROM", "registered table"),
+]
+
+
+@pytest.mark.parametrize("sql,what,fix", PARENTHESISED, ids=[f"{i}" for i in range(len(PARENTHESISED))])
+def test_parentheses_without_a_select_in_from_are_named(shop, sql, what, fix):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "not supported")
+    assert what in msg and fix in msg and "statement" not in msg, msg
+
+
+def test_every_subquery_in_from_is_merged_or_refused_before_the_analysis(shop):
+    """The analysis never meets a subquery in FROM or JOIN (its own refusal of them was unreachable and removed):
+    the merge answers or refuses each."""
+    from dpsql.plan.parse import parse_statements
+    from dpsql.plan.views import merge_views
+
+    forms = [
+        "SELECT COUNT(*) FROM (SELECT * FROM orders) t", "FROM (SELECT * FROM orders) SELECT COUNT(*)",
+        "SELECT COUNT(*) FROM (SELECT * FROM (SELECT * FROM orders) a) b",
+        "SELECT COUNT(*) FROM (SELECT * FROM orders) o JOIN (SELECT * FROM customers) c ON o.customer_id = c.customer_id",
+        "WITH v AS (SELECT * FROM (SELECT * FROM orders) x) SELECT COUNT(*) FROM v",
+        *(sql for sql, _ in CLAUSES), *(sql for sql, _, _ in PARENTHESISED),
+    ]
+    for sql in forms:
+        try:
+            merged = merge_views(parse_statements(sql)[0], sql, shop._catalog)
+        except errors.QueryError:
+            continue
+        sources = [merged.args["from_"].this] + [j.this for j in merged.args.get("joins") or []]
+        assert not any(isinstance(t, exp.Subquery) for t in sources), sql

@@ -46,7 +46,7 @@ from dpsql.plan.typer import (
     type_predicate,
     type_value,
 )
-from dpsql.plan.views import merge_views
+from dpsql.plan.views import VALUES_IN_FROM, merge_views
 
 _POLICY_PREFIX = "[policy] "
 
@@ -723,9 +723,9 @@ class _Builder:
         tbl = from_.this
         self._table_names: set[str] = set()
         if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
-            if isinstance(tbl, exp.Subquery):
-                self.bad(tbl, "subqueries in FROM are not supported: they can change each person's contribution; select "
-                              "from the registered table directly, with the subquery's conditions in WHERE")
+            # (a subquery in FROM is never here: dpsql.plan.views merges it into the query, or refuses it)
+            if isinstance(tbl, exp.Values):
+                self.bad(tbl, f"{VALUES_IN_FROM}; select from a registered table")
             else:
                 self.bad(tbl, "table functions (read_parquet, read_csv, ...) and file paths are not allowed in queries; register the file as a table")
             self._raise()

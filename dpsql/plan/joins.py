@@ -81,6 +81,7 @@ from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem, spell_aliases
 from dpsql.plan.parse import carry_written, quoted, stands_for
 from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predicate
+from dpsql.plan.views import VALUES_IN_FROM
 
 SEP = "__"
 #: at most this many distinct base aggregates in one query over a join: each is its own run of the join
@@ -247,8 +248,9 @@ class _JoinBuilder:
 
     def _add_input(self, tbl: exp.Expression, at: exp.Expression) -> bool:
         if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
-            what = "subqueries" if isinstance(tbl, exp.Subquery) else "table functions and file paths"
-            self.bad(at, f"{what} are not allowed in joins; join registered tables")
+            # (a subquery is never here: dpsql.plan.views merges it into the query, or refuses it)
+            self.bad(at, f"{VALUES_IN_FROM}; join registered tables" if isinstance(tbl, exp.Values)
+                     else "table functions and file paths are not allowed in joins; join registered tables")
             return False
         qual_problem = qualifier_problem(tbl)
         if qual_problem is not None:

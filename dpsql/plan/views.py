@@ -31,6 +31,14 @@ MAX_NODES = 20_000
 
 _FLAT = "write the query flat: select from the registered tables directly, with the conditions in WHERE"
 
+#: clauses on a view's reference or a subquery in FROM, by sqlglot's name: each changes which rows it gives
+_CLAUSES = {"pivots": "PIVOT / UNPIVOT", "sample": "TABLESAMPLE", "joins": "a JOIN inside the reference",
+            "laterals": "LATERAL", "hints": "a table hint", "version": "a time travel clause (AT / FOR ... AS OF)"}
+
+#: refused in FROM wherever a table is expected: a VALUES list is rows written in the query, not a registered table
+VALUES_IN_FROM = ("VALUES in FROM is not supported: dpsql answers queries over registered tables (each row tied to a "
+                  "person), and a VALUES list is rows written into the query")
+
 
 @dataclass
 class _View:
@@ -121,6 +129,20 @@ class _Merger:
     # -- a view's body -----------------------------------------------------------------------------
     def shape(self, body: exp.Expression, label: str) -> None:
         """Refuse a body that is not a plain projection and filter, naming the construct."""
+        inner = body
+        while isinstance(inner, exp.Subquery) and not inner.args.get("alias"):
+            inner = inner.this
+        if isinstance(inner, exp.Table):  # FROM (t), FROM ((t)), FROM (t JOIN u ON ...): parentheses, no SELECT
+            plain = not inner.args.get("joins") and isinstance(inner.this, exp.Identifier)
+            self.refuse(body, "parentheses around a table or a join in FROM are not supported",
+                        "write the table or the join without the parentheses"
+                        + (f" (FROM {exp.Table(this=inner.this.copy(), alias=inner.args.get('alias')).sql(dialect=DIALECT)})"
+                           if plain else ""))
+        if isinstance(body, exp.Subquery):  # FROM ((SELECT ...)) t
+            self.refuse(body, f"doubled parentheses around a subquery in FROM ({label}) are not supported",
+                        "write one pair of parentheses: FROM (SELECT ...) t")
+        if isinstance(body, exp.Values):
+            self.refuse(body, f"{VALUES_IN_FROM} ({label})", "select from a registered table")
         if not isinstance(body, exp.Select):
             what = ("a set operation (UNION / INTERSECT / EXCEPT)" if isinstance(body, exp.SetOperation)
                     else f"a {type(body).__name__.upper()} statement")
@@ -174,6 +196,8 @@ class _Merger:
         tables: list[tuple[str, exp.Table]] = []
         specs: dict[str, TableSpec | None] = {}
         for t in items:
+            if isinstance(t, exp.Values):
+                self.refuse(t, f"{VALUES_IN_FROM} ({label})", "select from a registered table")
             if not isinstance(t, exp.Table) or not isinstance(t.this, exp.Identifier):
                 self.refuse(t, f"table functions and file paths are not allowed in queries ({label})",
                             "register the file as a table and select from its name")
@@ -359,6 +383,7 @@ class _Merger:
             name = t.alias.lower() if t.alias else "subquery"
             label = f"the subquery '{t.alias}' in FROM" if t.alias else "a subquery in FROM"
             cols = list(alias.columns) if isinstance(alias, exp.TableAlias) else []
+            self.clauses(t, label)
             v = self.view(t.this, name, label, cols, scope, t)
             v.used = True
             return _Source(name, t, v, outputs=v.outputs)
@@ -366,10 +391,7 @@ class _Merger:
                 and not t.args.get("catalog") and t.name.lower() in scope):
             v = scope[t.name.lower()]
             v.used = True
-            for key, val in t.args.items():
-                if val and key not in ("this", "alias"):
-                    self.refuse(t, f"a clause on the reference to {v.label} ({key.upper()}) is not supported",
-                                f"{_FLAT}")
+            self.clauses(t, f"the reference to {v.label}")
             alias = t.args.get("alias")
             outputs = v.outputs
             if isinstance(alias, exp.TableAlias) and alias.columns:
@@ -380,6 +402,14 @@ class _Merger:
             return _Source(t.alias_or_name.lower(), t, v, outputs=outputs)
         spec = self.catalog.get(t.name.lower()) if isinstance(t, exp.Table) and isinstance(t.this, exp.Identifier) else None
         return _Source(str(t.alias_or_name).lower(), t, spec=spec)
+
+    def clauses(self, t: exp.Expression, label: str) -> None:
+        """Refuse a clause on ``t`` (a view's reference or a subquery in FROM): merged without it, the query would
+        be answered as another query (PIVOT, UNPIVOT and TABLESAMPLE were dropped)."""
+        for key, val in t.args.items():
+            if val and key not in ("this", "alias"):
+                self.refuse(t, f"a clause on {label} ({_CLAUSES.get(key, key.upper())}) is not supported: it changes "
+                               "which rows it gives", _FLAT)
 
     def inline(self, stmt: exp.Select, sources: list[_Source], expand: bool) -> exp.Select:
         # the new alias of every table of every view: a one-table view's table takes the reference's alias
