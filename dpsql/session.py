@@ -156,27 +156,29 @@ class Session:
             raise ConfigError(f"epsilon={eps:g} and delta={d:g} give noise parameters that cannot be represented",
                               hint="use an epsilon between about 1e-6 and 100") from None
 
-    def _bind_check(self, r: Route) -> None:
-        """Type-check the bounded query and post-processing, reading no private row (a pass is remembered)."""
+    def _bind_check(self, r: Route, salt: str | None = SALT_PLACEHOLDER) -> Any:
+        """Type-check the bounded query and post-processing, reading no private row (a pass is remembered); return the
+        bounded query built once under ``salt`` for the check and the caller (None: built only to check, not returned)."""
         check_sources_unchanged(self._catalog, r.request.tables, self._engine.describe)  # never remembered
         key = (r.bind_key(), self._catalog_version, os.getpid())  # a forked child checks its engine again
+        ast = None if salt is None else r.mechanism.bounded(r.calibration, salt, self._engine.ops)
         if key not in self._bound_ok:
-            ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
+            ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast
             getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, self._engine)  # reads public rows only
             key_types = backends.describe_bounded(self._engine, ast)  # every query of a batch is bound
             if r.request.plan is not None:
                 postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
                                   r.mechanism.key_domain(r.calibration))
             self._bound_ok.update({key: None} if key[0] is not None and len(self._bound_ok) < 256 else {})
+        return ast
 
     def explain(self, sql: str | list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
         """What ``query`` (or, given a list of SQL, ``query_many``) would do: mechanism, noise,
         thresholds, bounded SQL. Free; reads no rows."""
         with self._catalog_lock.reading():
             r = self._route(sql, epsilon, delta, options, many=isinstance(sql, (list, tuple)))
-            self._bind_check(r)  # refuses exactly what query refuses before its charge
+            ast = self._bind_check(r)  # refuses exactly what query refuses before its charge
         d, left = r.description, self._ledger.remaining()
-        ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops)
         over = [] if d.cost.fits_in(left) else [f"this costs more than the remaining budget ({left}): query would refuse it"]
         return Plan(sql=r.request.text, mechanism=d.label, reason=r.reason, cost=d.cost, parameters=dict(d.parameters),
                     bounded_sql=backends.render_bounded(self._engine, ast), notes=[*d.notes, *over])
@@ -202,9 +204,8 @@ class Session:
                                            self._catalog))
 
     def _run(self, r: Route) -> Release:
-        self._bind_check(r)
-        req, desc, mech = r.request, r.description, r.mechanism
-        clip = bool(req.options.get("clip_negative", False))
+        req, desc, mech, clip = r.request, r.description, r.mechanism, bool(r.request.options.get("clip_negative", False))
+        ast = self._bind_check(r, None if desc.reuse_of is not None else self._noise.salt())  # the secret salt: never shown
         table, accuracy, warnings = pa.table({}), dict[str, dict[str, Any]](), list[str]()
         if desc.reuse_of is not None:  # post-processing of a stored release: costs nothing, recorded once answered
             released = mech.release(r.calibration, None, self._noise)
@@ -216,7 +217,6 @@ class Session:
             entry = reserve(self._ledger, desc.cost, mechanism=desc.label, query=req.text, tables=req.tables,
                             params=desc.parameters)
             with charged(self._ledger, self._engine, entry, "the query" if req.plan is not None else "the range workload"):
-                ast = mech.bounded(r.calibration, self._noise.salt(), self._engine.ops)
                 rows = backends.fetch_bounded(self._engine, ast)  # a list of tables for a batch
                 released = mech.release(r.calibration, rows, self._noise)
                 if req.plan is not None and not released.final:

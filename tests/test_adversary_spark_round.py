@@ -264,3 +264,22 @@ def test_hostile_views_fail_only_before_the_charge_and_never_quote_a_cell(spark,
         assert s[0] == "error", (d, s)
     if s[0] == "error" and d[0] == "ok":
         assert s[1][0] == "UnsupportedQueryError", s
+
+
+def test_a_spark_form_that_grows_past_the_limit_is_refused_before_spark_analyses_it(spark, duck):
+    """32 copies of a DOUBLE written as text are 16 400 nodes in Spark's form, under the 50 000-node limit of one
+    expression, and Spark's analysis (before the charge) took about 0.6 ms of CPU per node: 10 s here, 20 s for 64
+    copies. The lowering's growth (nodes it adds to the query, MAX_SPARK_GROWTH) is now limited: refused by the
+    rendering, in Python, before Spark sees the query; free."""
+    from dpsql.engine.spark_ops import MAX_SPARK_GROWTH
+
+    sql = _doubled("CAST(amount AS VARCHAR)", 5)
+    r = spark._route(sql, 1.0, 1e-5, None)
+    ast = r.mechanism.bounded(r.calibration, "s", spark._engine.ops)
+    with pytest.raises(UnsupportedQueryError, match=f"more than {MAX_SPARK_GROWTH:,} parts"):
+        spark._engine.render(ast)
+    kind, (cls, msg) = _outcome(spark, sql)
+    assert kind == "error" and cls == "UnsupportedQueryError" and "nothing was run or charged" in msg
+    assert _outcome(duck, sql)[0] == "ok"
+    # negative control: 8 copies (about 4 000 added nodes) are answered
+    assert _outcome(spark, _doubled("CAST(amount AS VARCHAR)", 3))[0] == "ok"

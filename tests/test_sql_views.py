@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from sqlglot import exp
 
 import dpsql
 from dpsql import errors
@@ -339,3 +340,140 @@ def test_an_unknown_column_in_a_view_points_into_the_view(shop):
     with pytest.raises(errors.UnsupportedQueryError) as info:
         shop.query("WITH v AS (\n  SELECT amont AS a FROM orders)\nSELECT SUM(a) FROM v", epsilon=1.0, delta=1e-6)
     assert (info.value.violations[0].line, info.value.violations[0].col) == (2, 10)
+
+
+def _quoted(s: dpsql.Session, sql: str, exc: type[Exception] = errors.QueryError) -> tuple[str, str, str]:
+    """(fragment, the query's text from the refusal's position on, message) of a refusal (free, as every one)."""
+    before, rows = s.remaining(), s.history().num_rows
+    with pytest.raises(exc) as info:
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    assert s.history().num_rows == rows and s.remaining() == before
+    v = info.value.violations[0]  # type: ignore[attr-defined]
+    at = sum(len(line) + 1 for line in sql.split("\n")[: v.line - 1]) + v.col - 1
+    return v.fragment, sql[at:], v.message
+
+
+#: (query, the fragment quoted as written, where it stands in the query: the text that follows). A view is merged
+#: into the query before the analysis; each refusal still quotes the query's own text at its own position.
+QUOTED = [
+    # raised inside a view
+    ("WITH v AS (SELECT amount AS x, url FROM orders WHERE url > 3) SELECT SUM(x) FROM v", "url > 3",
+     "url > 3) SELECT"),
+    ("SELECT COUNT(*) FROM (SELECT amount AS x, url FROM orders WHERE url LIKE x) t", "url LIKE x", "url LIKE x) t"),
+    ("WITH v AS (SELECT amount AS x, url FROM orders WHERE RAND() > 0.5) SELECT SUM(x) FROM v", "RAND()",
+     "RAND() > 0.5) SELECT"),
+    ("WITH v AS (\n  SELECT amount AS x FROM orders\n  WHERE url > 3)\nSELECT SUM(x) FROM v", "url > 3", "url > 3)\nSELECT"),
+    # raised in the outer query, on a view's columns
+    ("WITH v AS (SELECT amount AS x, url FROM orders) SELECT SUM(x) FROM v WHERE url > 3", "url > 3", "url > 3"),
+    ("SELECT COUNT(*) FROM (SELECT amount AS x, url FROM orders) t WHERE t.url LIKE t.x", "t.url LIKE t.x", "t.url LIKE t.x"),
+    ("WITH v AS (SELECT amount AS x, url AS u FROM orders) SELECT MEDIAN(u) FROM v", "MEDIAN(u)", "MEDIAN(u) FROM v"),
+    ("WITH v AS (SELECT amount AS x, url AS u FROM orders) SELECT SUM(u) FROM v", "SUM(u)", "SUM(u) FROM v"),
+    ("WITH v AS (SELECT amount AS x, url AS u FROM orders) SELECT COUNT(*) FROM v WHERE contains(u, x)", "x", "x)"),
+    ("WITH v AS (SELECT product_id AS x FROM orders) SELECT SUM(x) FROM v", "SUM(x)", "SUM(x) FROM v"),
+    ("WITH v AS (SELECT amount AS x, customer_id AS c FROM orders) SELECT c, COUNT(*) FROM v GROUP BY c", "c", "c"),
+    ("WITH v AS (SELECT amount AS x, url FROM orders) SELECT COUNT(DISTINCT url) FILTER (WHERE x > 1) FROM v",
+     "COUNT(DISTINCT url) FILTER(WHERE x > 1)", "COUNT(DISTINCT url) FILTER (WHERE x > 1) FROM v"),
+    ("WITH v AS (SELECT amount AS x, url FROM orders) SELECT x, url, COUNT(*) FROM v GROUP BY url", "x", "x, url"),
+    ("WITH v AS (SELECT amount FROM orders) SELECT v.* FROM v", "v.*", "v.* FROM v"),
+    # through a CTE named twice (a self-join of its body), and over a flat join
+    ("WITH v AS (SELECT amount AS x, customer_id FROM orders) SELECT COUNT(*) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id WHERE a.x > 'q'", "a.x > 'q'", "a.x > 'q'"),
+    ("WITH v AS (SELECT amount AS x, customer_id, status FROM orders) SELECT COUNT(*) FROM v a JOIN v b "
+     "ON a.status = b.customer_id", "a.status = b.customer_id", "a.status = b.customer_id"),
+    ("WITH v AS (SELECT product_id AS x, customer_id FROM orders) SELECT SUM(b.x) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id", "SUM(b.x)", "SUM(b.x) FROM v a"),
+    ("WITH v AS (SELECT customer_id, url FROM orders WHERE url > 3) SELECT COUNT(*) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id", "url > 3", "url > 3) SELECT"),
+    ("WITH v AS (SELECT amount AS x, customer_id FROM orders) SELECT a.x, COUNT(*) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id", "a.x", "a.x, COUNT(*)"),
+    ("WITH v AS (SELECT amount AS x, customer_id FROM orders) SELECT COUNT(*) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id ORDER BY SUM(a.x)", "SUM(a.x)", "SUM(a.x)"),
+    ("WITH v AS (SELECT amount AS x, customer_id, url AS u FROM orders) SELECT COUNT(*) FROM v a JOIN v b "
+     "ON a.customer_id = b.customer_id GROUP BY a.u", "a.u", "a.u"),
+    ("SELECT COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id WHERE o.amount > 'q'",
+     "o.amount > 'q'", "o.amount > 'q'"),
+]
+
+
+@pytest.mark.parametrize("sql,fragment,at", QUOTED, ids=[f"{i}" for i in range(len(QUOTED))])
+def test_a_refusal_quotes_the_query_s_own_text_at_its_position(shop, sql, fragment, at):
+    """Merged, a view's column is the view's expression (``v.url`` for ``url``, ``a__amount`` for ``a.x`` over a
+    join): a refusal quoted that merged text, and placed it where the view's expression is written."""
+    got, follows, message = _quoted(shop, sql)
+    assert (got, follows[: len(at)]) == (fragment, at), message
+    assert "__" not in message, message  # a join's flat column names (a__amount) are never quoted
+
+
+def test_a_message_names_the_view_s_column_as_written(shop):
+    """The message's own text names what the query wrote (the table's column it reads comes after)."""
+    _, _, message = _quoted(shop, "WITH v AS (SELECT product_id AS x FROM orders) SELECT SUM(x) FROM v")
+    assert message.startswith("SUM(x) needs value bounds; table 'orders' declares none for 'product_id'"), message
+    _, _, message = _quoted(shop, "WITH v AS (SELECT product_id AS x, customer_id FROM orders) SELECT SUM(b.x) FROM v a "
+                                  "JOIN v b ON a.customer_id = b.customer_id")
+    assert message.startswith("SUM(b.x) needs value bounds: table 'orders' declares none for 'product_id'"), message
+    _, _, message = _quoted(shop, "SELECT o.url, COUNT(*) FROM orders o JOIN customers c ON o.customer_id = c.customer_id "
+                                  "GROUP BY c.segment")
+    assert "'o.url' in SELECT" in message, message
+    # the flat query's messages are unchanged
+    _, _, message = _quoted(shop, "SELECT SUM(product_id) FROM orders")
+    assert message.startswith("SUM(product_id) needs value bounds"), message
+
+
+#: a clause on a subquery in FROM changes which rows it gives: merged without it, the query would be answered as
+#: another query (the PIVOT, UNPIVOT and TABLESAMPLE were dropped and the count of every row released)
+CLAUSES = [
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders) PIVOT (COUNT(*) FOR url IN ('a'))", "PIVOT / UNPIVOT"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders) UNPIVOT (v FOR k IN (amount))", "PIVOT / UNPIVOT"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders) t TABLESAMPLE 10%", "TABLESAMPLE"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM orders) AS t TABLESAMPLE SYSTEM (10)", "TABLESAMPLE"),
+    ("WITH v AS (SELECT * FROM orders) SELECT COUNT(*) FROM v PIVOT (COUNT(*) FOR url IN ('a'))", "PIVOT / UNPIVOT"),
+]
+
+
+@pytest.mark.parametrize("sql,what", CLAUSES, ids=[f"{i}" for i in range(len(CLAUSES))])
+def test_a_clause_on_a_subquery_in_from_is_refused(shop, sql, what):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "is not supported")
+    assert what in msg and "write the query flat" in msg, msg
+    # negative control: without the clause, the subquery is merged and answered
+    assert _answer(shop, "SELECT COUNT(*) FROM (SELECT * FROM orders) t") == _answer(shop, "SELECT COUNT(*) FROM orders")
+
+
+#: parentheses in FROM that hold no SELECT: named as what they are (they were "a TABLE statement" or "a SUBQUERY
+#: statement in a subquery in FROM"), with the fix
+PARENTHESISED = [
+    ("SELECT COUNT(*) FROM (orders)", "parentheses around a table or a join in FROM", "FROM orders"),
+    ("SELECT COUNT(*) FROM (orders o JOIN customers c ON o.customer_id = c.customer_id)",
+     "parentheses around a table or a join in FROM", "without the parentheses"),
+    ("SELECT COUNT(*) FROM ((orders))", "parentheses around a table or a join in FROM", "without the parentheses"),
+    ("SELECT COUNT(*) FROM ((SELECT * FROM orders)) t", "doubled parentheses around a subquery", "(SELECT ...) t"),
+    ("SELECT COUNT(*) FROM (VALUES (1)) t(x)", "VALUES in FROM", "registered table"),
+    ("SELECT COUNT(*) FROM orders o JOIN (VALUES (1)) t(x) ON o.amount = t.x", "VALUES in FROM", "registered table"),
+]
+
+
+@pytest.mark.parametrize("sql,what,fix", PARENTHESISED, ids=[f"{i}" for i in range(len(PARENTHESISED))])
+def test_parentheses_without_a_select_in_from_are_named(shop, sql, what, fix):
+    msg = _refused(shop, sql, errors.UnsupportedQueryError, "not supported")
+    assert what in msg and fix in msg and "statement" not in msg, msg
+
+
+def test_every_subquery_in_from_is_merged_or_refused_before_the_analysis(shop):
+    """The analysis never meets a subquery in FROM or JOIN (its own refusal of them was unreachable and removed):
+    the merge answers or refuses each."""
+    from dpsql.plan.parse import parse_statements
+    from dpsql.plan.views import merge_views
+
+    forms = [
+        "SELECT COUNT(*) FROM (SELECT * FROM orders) t", "FROM (SELECT * FROM orders) SELECT COUNT(*)",
+        "SELECT COUNT(*) FROM (SELECT * FROM (SELECT * FROM orders) a) b",
+        "SELECT COUNT(*) FROM (SELECT * FROM orders) o JOIN (SELECT * FROM customers) c ON o.customer_id = c.customer_id",
+        "WITH v AS (SELECT * FROM (SELECT * FROM orders) x) SELECT COUNT(*) FROM v",
+        *(sql for sql, _ in CLAUSES), *(sql for sql, _, _ in PARENTHESISED),
+    ]
+    for sql in forms:
+        try:
+            merged = merge_views(parse_statements(sql)[0], sql, shop._catalog)
+        except errors.QueryError:
+            continue
+        sources = [merged.args["from_"].this] + [j.this for j in merged.args.get("joins") or []]
+        assert not any(isinstance(t, exp.Subquery) for t in sources), sql

@@ -897,7 +897,10 @@ def lower_for_spark(ast: exp.Expression) -> exp.Expression:
     for node in ast.walk():
         if isinstance(node, _SEARCH_NODES) and node.meta.get(DIALECT_MARK) is None:
             node.meta[_SEARCH] = True  # the query's own search (copies made below carry the mark)
-    out = _lower(ast)
+    grown = [0]
+    out = _lower(ast, grown)
+    if grown[0] > MAX_SPARK_GROWTH:
+        raise _too_large(MAX_SPARK_GROWTH)
     searches, nodes = _counted(out)
     if searches > MAX_SEARCHES:
         raise _too_many_searches()
@@ -912,6 +915,15 @@ def lower_for_spark(ast: exp.Expression) -> exp.Expression:
 #: (128 copies, 65 000 nodes: 73 s and 18 s). dpsql's own expressions stay well below: a sampled join's tuple
 #: expression over 4 tables is about 22 000 nodes
 MAX_SPARK_NODES = 50_000
+
+#: nodes the lowering of the query's own conversions (the typer's casts) may add to a whole query. Spark's analysis,
+#: which runs before the charge (the bind check) on every query, costs about 0.6 ms of CPU per node: 32 copies of
+#: a DOUBLE written as text (16 400 nodes, under MAX_SPARK_NODES) took 10 s, 64 copies 20 s (65 s of wall time on
+#: a loaded machine), all for a free refusal or before any charge. The typer bounds an expression's DuckDB form
+#: (5 000 parts); what grows is the lowering of the query's conversions: 10 000 added nodes (20 DOUBLEs written as
+#: text) cost at most about 6 s. dpsql's own forms (a sampled join's tuple expression: 13 000 to 29 000 nodes over
+#: 2 to 5 tables) are the same for every query of their shape, and not counted here
+MAX_SPARK_GROWTH = 10_000
 
 
 #: query structure: the scalar expressions below such a node are counted one by one
@@ -932,11 +944,12 @@ def _too_many_searches() -> UnsupportedQueryError:
     )
 
 
-def _too_large() -> UnsupportedQueryError:
+def _too_large(added: int | None = None) -> UnsupportedQueryError:
+    what = (f"an expression's Spark form holds more than {MAX_SPARK_NODES:,} parts" if added is None else
+            f"the query's Spark form adds more than {added:,} parts to it")
     return UnsupportedQueryError(
-        f"an expression's Spark form holds more than {MAX_SPARK_NODES:,} parts (Spark's forms of number, date and "
-        "time conversions to text are long, and a CTE or view named several times repeats them); nothing was run "
-        "or charged",
+        f"{what} (Spark's forms of number, date and time conversions to text are long, and a CTE or view named "
+        "several times repeats them); nothing was run or charged",
         hint="convert fewer values to text in one expression (a DOUBLE written as text is about 500 parts), or run "
              "the query on the DuckDB engine",
     )
@@ -962,11 +975,17 @@ def _counted(node: exp.Expression) -> tuple[int, int]:
     return searches, nodes
 
 
-def _lower(node: exp.Expression) -> exp.Expression:
-    """Post-order: children first, so every node is checked (a replaced node's children too)."""
+def _lower(node: exp.Expression, grown: list[int]) -> exp.Expression:
+    """Post-order: children first, so every node is checked (a replaced node's children too). ``grown[0]``
+    adds up the nodes that the lowering of the query's own conversions (the typer's, ``CAST_FROM``) adds."""
     for key, value in list(node.args.items()):
         if isinstance(value, exp.Expression):
-            node.set(key, _lower(value))
+            node.set(key, _lower(value, grown))
         elif isinstance(value, list):
-            node.set(key, [_lower(v) if isinstance(v, exp.Expression) else v for v in value])
-    return _lower_node(node)
+            node.set(key, [_lower(v, grown) if isinstance(v, exp.Expression) else v for v in value])
+    if node.meta.get(CAST_FROM) is None or grown[0] > MAX_SPARK_GROWTH:
+        return _lower_node(node)
+    before = sum(1 for _ in node.walk())
+    out = _lower_node(node)
+    grown[0] += sum(1 for _ in out.walk()) - before
+    return out

@@ -31,7 +31,7 @@ from dpsql.plan.checks import (
 from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
 from dpsql.plan.joins import analyze_join
 from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem, spell_aliases
-from dpsql.plan.parse import DIALECT, keyword_offset, parse_statements, statement_starts
+from dpsql.plan.parse import DIALECT, as_written, keyword_offset, parse_statements, quoted, statement_starts
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call, time_column_problem
 from dpsql.plan.typer import (
     MAX_DEPTH,
@@ -46,7 +46,7 @@ from dpsql.plan.typer import (
     type_predicate,
     type_value,
 )
-from dpsql.plan.views import merge_views
+from dpsql.plan.views import VALUES_IN_FROM, merge_views
 
 _POLICY_PREFIX = "[policy] "
 
@@ -196,6 +196,12 @@ def unit_problem(table: TableSpec, catalog: Mapping[str, TableSpec]) -> str:
         f"table '{table.name}' reaches people only through '{p.column}' (references {p.via}), which is not a privacy unit "
         "column: paths of several hops need joins, which are not supported yet"
     )
+
+
+def _as_named(col: exp.Expression, column: str) -> str:
+    """How a message names the column ``col`` reads: ``column``, or what the query wrote where a view's merge
+    put ``col`` (a view's alias: ``SUM(x)`` for ``WITH v AS (SELECT product_id AS x ...)``)."""
+    return column if as_written(col) is col else quoted(col)
 
 
 def _agg_name(node: exp.Expression, sql: str) -> str:
@@ -390,7 +396,7 @@ class _Builder:
                 if declared is None:
                     self.bad(
                         node,
-                        f"{call}({column}) needs value bounds; table "
+                        f"{call}({_as_named(arg, column)}) needs value bounds; table "
                         f"'{self.table.name}' declares none for '{column}' "
                         f"(hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}})",
                         policy=True,
@@ -418,7 +424,7 @@ class _Builder:
                 else:
                     # one message for the call (its argument is not checked on its own: plan.checks); quoted as
                     # written (sqlglot renders COUNT(DISTINCT a, b) as a CASE over a tuple)
-                    call = "COUNT(DISTINCT " + ", ".join(e.sql(dialect=DIALECT, normalize_functions=False)
+                    call = "COUNT(DISTINCT " + ", ".join(as_written(e).sql(dialect=DIALECT, normalize_functions=False)
                                                           for e in arg.expressions) + ")"
                     cols = sorted({c.name for e in exprs for c in e.find_all(exp.Column)})
                     if len(exprs) > 1:
@@ -535,9 +541,10 @@ class _Builder:
             if declared is None:
                 self.bad(
                     node,
-                    f"{fn}({column}) needs value bounds; table '{self.table.name}' declares none for '{column}' "
-                    f"(hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}}, or clamp in the "
-                    f"query: {fn}(LEAST(GREATEST({column}, lo), hi)), where a NULL {column} counts as lo, as in SQL)",
+                    f"{fn}({_as_named(inner, column)}) needs value bounds; table '{self.table.name}' declares none for "
+                    f"'{column}' (hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}}, or clamp "
+                    f"in the query: {fn}(LEAST(GREATEST({_as_named(inner, column)}, lo), hi)), where a NULL "
+                    f"{_as_named(inner, column)} counts as lo, as in SQL)",
                     policy=True,
                 )
                 return None
@@ -716,9 +723,9 @@ class _Builder:
         tbl = from_.this
         self._table_names: set[str] = set()
         if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
-            if isinstance(tbl, exp.Subquery):
-                self.bad(tbl, "subqueries in FROM are not supported: they can change each person's contribution; select "
-                              "from the registered table directly, with the subquery's conditions in WHERE")
+            # (a subquery in FROM is never here: dpsql.plan.views merges it into the query, or refuses it)
+            if isinstance(tbl, exp.Values):
+                self.bad(tbl, f"{VALUES_IN_FROM}; select from a registered table")
             else:
                 self.bad(tbl, "table functions (read_parquet, read_csv, ...) and file paths are not allowed in queries; register the file as a table")
             self._raise()

@@ -14,7 +14,16 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.errors import Violation
-from dpsql.plan.parse import DIALECT, is_big, keyword_offset, line_col, line_text, position, tokens
+from dpsql.plan.parse import (
+    DIALECT,
+    as_written,
+    is_big,
+    keyword_offset,
+    line_col,
+    line_text,
+    position,
+    tokens,
+)
 from dpsql.plan.quantiles import QUANTILE_AGGS
 from dpsql.plan.typer import func_name, node_problem
 
@@ -78,7 +87,11 @@ def violation(
     """A violation at ``node`` (or at character ``offset`` of ``sql`` when given). A caller that has
     computed them already passes ``at`` (``position(node, sql)``), ``rendered``
     (``node.sql(dialect=DIALECT)``, never for a node that ``is_big``) and ``written``
-    (``written_name(node, sql)``): each renders or walks the node's tree again otherwise."""
+    (``written_name(node, sql)``): each renders or walks the node's tree again otherwise. A node of a merged
+    view is quoted and placed as the query wrote it (``parse.as_written``)."""
+    shown = as_written(node)
+    if shown is not node:
+        node, at, rendered, written = shown, None, None, None
     big = is_big(node)
     if rendered is None and not big:
         rendered = node.sql(dialect=DIALECT)
@@ -107,6 +120,9 @@ def written_name(
     """The name of function ``node`` as the query spells it, when it differs from sqlglot's
     spelling (``RAND()`` is read as ``RANDOM()``); '' otherwise. ``at`` and ``rendered``: the
     node's ``position`` and ``node.sql(dialect=DIALECT)`` when the caller has them already."""
+    shown = as_written(node)
+    if shown is not node:
+        node, at, rendered = shown, None, None
     if not isinstance(node, exp.Func):
         return ""
     line, col = at if at is not None else position(node, sql, rendered)

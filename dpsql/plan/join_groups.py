@@ -32,6 +32,7 @@ from sqlglot import exp
 
 from dpsql.catalog import TableSpec
 from dpsql.plan import ir
+from dpsql.plan.parse import quoted
 from dpsql.plan.typer import TEMPORAL_ARG
 
 #: the most key combinations a grouped join releases (one noisy value each)
@@ -110,7 +111,7 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
     inner = _year_arg(g)
     col = inner if inner is not None else g
     if not isinstance(col, exp.Column):
-        bad(g, f"GROUP BY {g.sql(dialect='duckdb')}: over joins a key must be a column of a public table, a column with a "
+        bad(g, f"GROUP BY {quoted(g)}: over joins a key must be a column of a public table, a column with a "
                "declared domain, or year(col) of a date column with a declared range (hint: group by such a column, or "
                "declare columns={'<col>': {'domain': [...]}} on its table)")
         return None
@@ -125,7 +126,7 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
     if inner is not None:
         o = spec.ordered
         if o is None or o.kind not in ("date", "timestamp"):
-            policy(g, f"GROUP BY {g.sql(dialect='duckdb')}: the years of '{t.name}.{column}' are not a public key set: the "
+            policy(g, f"GROUP BY {quoted(g)}: the years of '{t.name}.{column}' are not a public key set: the "
                    "column has no declared date range (hint: declare columns={'" + column + "': {'bounds': "
                    "('1992-01-01', '1998-12-31'), 'bin_width': '1 day'}} on table " + repr(t.name) + ")")
             return None
@@ -140,7 +141,7 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
         return ir.JoinKey(name, exp.column(f, quoted=False), where, "declared", alias, column, typ, tuple(spec.domain))
     if t.public:
         return ir.JoinKey(name, exp.column(f, quoted=False), where, "public", alias, column, typ, None)
-    policy(g, f"GROUP BY {col.sql(dialect='duckdb')}: '{t.name}.{column}' is neither a column of a public table nor declared "
+    policy(g, f"GROUP BY {quoted(col)}: '{t.name}.{column}' is neither a column of a public table nor declared "
            f"public, so its keys would reveal private values (hint: declare columns={{'{column}': {{'domain': [...]}}}} on "
            f"table '{t.name}', or join a public table and group by its column)")
     return None

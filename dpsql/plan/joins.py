@@ -79,7 +79,9 @@ from dpsql.plan.checks import (
 )
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem, spell_aliases
+from dpsql.plan.parse import carry_written, quoted, stands_for
 from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predicate
+from dpsql.plan.views import VALUES_IN_FROM
 
 SEP = "__"
 #: at most this many distinct base aggregates in one query over a join: each is its own run of the join
@@ -246,8 +248,9 @@ class _JoinBuilder:
 
     def _add_input(self, tbl: exp.Expression, at: exp.Expression) -> bool:
         if not isinstance(tbl, exp.Table) or not isinstance(tbl.this, exp.Identifier):
-            what = "subqueries" if isinstance(tbl, exp.Subquery) else "table functions and file paths"
-            self.bad(at, f"{what} are not allowed in joins; join registered tables")
+            # (a subquery is never here: dpsql.plan.views merges it into the query, or refuses it)
+            self.bad(at, f"{VALUES_IN_FROM}; join registered tables" if isinstance(tbl, exp.Values)
+                     else "table functions and file paths are not allowed in joins; join registered tables")
             return False
         qual_problem = qualifier_problem(tbl)
         if qual_problem is not None:
@@ -318,10 +321,10 @@ class _JoinBuilder:
     def flatten(self, node: exp.Expression, where: str) -> exp.Expression:
         out = node.copy()
         if isinstance(out, exp.Column):  # the root itself: replace() on a root is a no-op
-            return exp.column(self.resolve(out, where) or "__unknown", quoted=False)
+            return stands_for(exp.column(self.resolve(out, where) or "__unknown", quoted=False), out)
         for c in list(out.find_all(exp.Column)):
             f = self.resolve(c, where)
-            c.replace(exp.column(f or "__unknown", quoted=False))
+            c.replace(stands_for(exp.column(f or "__unknown", quoted=False), c))  # messages quote c as written
         return out
 
     def using_condition(self, join: exp.Join, position: int | None) -> exp.Expression | None:
@@ -443,8 +446,8 @@ class _JoinBuilder:
                     return None
                 b = t.value_bounds(col)  # declared, or a BOOLEAN's [0, 1] from its type
                 if b is None:
-                    self.bad(node, f"{fn}({arg.sql()}) needs value bounds: table '{t.name}' declares none for '{col}', "
-                                   f"and the query gives no clamp (hint: write {fn}(LEAST(GREATEST({arg.sql()}, lo), hi)) "
+                    self.bad(node, f"{fn}({quoted(arg)}) needs value bounds: table '{t.name}' declares none for '{col}', "
+                                   f"and the query gives no clamp (hint: write {fn}(LEAST(GREATEST({quoted(arg)}, lo), hi)) "
                                    "with literal bounds, or register the column's bounds)")
                     return None
                 value = exp.column(f, quoted=False) if column is arg else self.flatten(arg, fn)
@@ -606,7 +609,7 @@ class _JoinBuilder:
             post = key_outputs(inner, self.keys, lambda x: self.flatten(x, "SELECT"), swap)
             for c in post.find_all(exp.Column):
                 if not c.name.startswith(("__a", "__k")):
-                    self.bad(it, f"'{c.sql()}' in SELECT is neither aggregated nor a GROUP BY key; add it to GROUP BY or "
+                    self.bad(it, f"'{quoted(c)}' in SELECT is neither aggregated nor a GROUP BY key; add it to GROUP BY or "
                                  "aggregate it")
             outputs.append(ir.OutputColumn(name, post, post.name if isinstance(post, exp.Column) else None))
 
@@ -620,7 +623,7 @@ class _JoinBuilder:
         for clause, node in [*(("ORDER BY", o) for o in order), *([("HAVING", having_node)] if having_node else [])]:
             for a in node.find_all(exp.AggFunc):
                 if a.sql(dialect="duckdb").lower() not in swap:
-                    self.bad(a, f"{clause} {a.sql(dialect='duckdb')}: over joins an aggregate is released only when the "
+                    self.bad(a, f"{clause} {quoted(a)}: over joins an aggregate is released only when the "
                                 f"SELECT list asks for it (hint: select it too, or name an output's alias in {clause})")
         _raise(self.vs)
         names = {o.name.lower() for o in outputs}
@@ -664,7 +667,7 @@ class _JoinBuilder:
                               if isinstance(x, exp.Anonymous) and str(x.this) in marks else x)
         for c in post.find_all(exp.Column):
             if not c.name.startswith(("__a", "__k")):
-                self.bad(node, f"'{c.sql()}' in {clause} is neither aggregated nor a GROUP BY key; add it to GROUP BY or "
+                self.bad(node, f"'{quoted(c)}' in {clause} is neither aggregated nor a GROUP BY key; add it to GROUP BY or "
                                "aggregate it (and select that aggregate)")
         return post
 
@@ -1029,7 +1032,7 @@ def _spelled(stmt: exp.Select, columns: set[str]) -> exp.Select:
     for it in stmt.expressions:
         inner = spell_aliases(it.unalias(), by_alias, in_aggregates=False)
         if isinstance(it, exp.Alias):
-            items.append(exp.Alias(this=inner, alias=it.args["alias"].copy()))
+            items.append(carry_written(exp.Alias(this=inner, alias=it.args["alias"].copy()), it))
             if it.alias.lower() not in columns:
                 by_alias[it.alias.lower()] = inner
         elif inner.sql(dialect="duckdb") != it.sql(dialect="duckdb"):  # named as written

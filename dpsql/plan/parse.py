@@ -191,6 +191,66 @@ def _offset(node: exp.Expression, sql: str, rendered: str | None = None) -> int 
     return toks[i].start
 
 
+#: meta key: the node as the query wrote it, set on a node that the analysis puts in its place: the merge of views
+#: (``dpsql.plan.views``: a view's expression for the column naming it, a column qualified or renamed, a view's
+#: tables for its name) and a join's flat column names (``dpsql.plan.joins``: ``a__x`` for ``a.x``)
+WRITTEN = "dpsql_written"
+
+
+def original(node: exp.Expression) -> exp.Expression:
+    """``node`` as the query wrote it (a copy, without the mark)."""
+    meta = node._meta
+    if meta is not None and WRITTEN in meta:
+        return meta[WRITTEN]  # type: ignore[no-any-return]
+    out = node.copy()
+    if out._meta is not None:
+        out._meta.pop(WRITTEN, None)
+    return out
+
+
+def stands_for(new: exp.Expression, old: exp.Expression) -> exp.Expression:
+    """``new``, marked as standing where the query wrote ``old``: a message quotes and places ``old``
+    (``dpsql.plan.parse.as_written``), never the merged text."""
+    new.meta[WRITTEN] = original(old)
+    return new
+
+
+def carry_written(new: exp.Expression, old: exp.Expression) -> exp.Expression:
+    """``new``, with ``old``'s :data:`WRITTEN` mark if it has one (a node rebuilt from a marked one)."""
+    if old._meta is not None and WRITTEN in old._meta:
+        new.meta[WRITTEN] = old._meta[WRITTEN]
+    return new
+
+
+def _has_written(node: exp.Expression) -> bool:
+    return any(sub._meta is not None and WRITTEN in sub._meta for sub in node.walk())
+
+
+def as_written(node: exp.Expression) -> exp.Expression:
+    """``node`` as the query wrote it: ``node`` itself, or a copy with every part marked :data:`WRITTEN` put back
+    as written (a view's column instead of the view's expression, a column as qualified in the query), so that
+    a message quotes the query's own text at its own position, never the merged text."""
+    if not _has_written(node):
+        return node
+    if node._meta is not None and WRITTEN in node._meta:
+        return as_written(node._meta[WRITTEN])
+    out = node.copy()
+    stack: list[exp.Expression] = [out]
+    while stack:
+        sub = stack.pop()
+        for child in list(sub.iter_expressions()):
+            if child._meta is not None and WRITTEN in child._meta:
+                child.replace(as_written(child._meta[WRITTEN]).copy())
+            else:
+                stack.append(child)
+    return out
+
+
+def quoted(node: exp.Expression) -> str:
+    """``node``'s text for a message: as the query wrote it (:func:`as_written`), in DuckDB's dialect."""
+    return as_written(node).sql(dialect=DIALECT)
+
+
 def position(node: exp.Expression, sql: str, rendered: str | None = None) -> tuple[int, int]:
     """Best-effort 1-based (line, column) where ``node`` starts in ``sql`` (0, 0 if unknown).
 
@@ -198,8 +258,12 @@ def position(node: exp.Expression, sql: str, rendered: str | None = None) -> tup
     from the leftmost one the start of the construct is found by walking back over the
     tokens that open it (a function's name and '(', JOIN keywords, '(' SELECT of a subquery).
     ``rendered``: ``node.sql(dialect=DIALECT)`` when the caller has it already (rendering copies
-    the node's tree, the main cost of a message); never given for a node that :func:`is_big`.
+    the node's tree, the main cost of a message); never given for a node that :func:`is_big`. A node
+    that stands where the query wrote another is placed where that one is written (:func:`as_written`).
     """
+    shown = as_written(node)
+    if shown is not node:
+        node, rendered = shown, None
     best = _offset(node, sql, rendered)
     if best is None:
         if is_big(node):

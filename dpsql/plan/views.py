@@ -23,13 +23,21 @@ from dpsql.catalog import TableSpec
 from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan.checks import check_expression_functions, is_aggregate, violation, written_name
 from dpsql.plan.names import did_you_mean
-from dpsql.plan.parse import DIALECT, keyword_offset, tokens
+from dpsql.plan.parse import DIALECT, WRITTEN, keyword_offset, original, stands_for, tokens
 
 #: the merged query may hold at most this many expression nodes (a CTE named many times, or CTEs
 #: naming each other, multiply their bodies); above it the query is refused
 MAX_NODES = 20_000
 
 _FLAT = "write the query flat: select from the registered tables directly, with the conditions in WHERE"
+
+#: clauses on a view's reference or a subquery in FROM, by sqlglot's name: each changes which rows it gives
+_CLAUSES = {"pivots": "PIVOT / UNPIVOT", "sample": "TABLESAMPLE", "joins": "a JOIN inside the reference",
+            "laterals": "LATERAL", "hints": "a table hint", "version": "a time travel clause (AT / FOR ... AS OF)"}
+
+#: refused in FROM wherever a table is expected: a VALUES list is rows written in the query, not a registered table
+VALUES_IN_FROM = ("VALUES in FROM is not supported: dpsql answers queries over registered tables (each row tied to a "
+                  "person), and a VALUES list is rows written into the query")
 
 
 @dataclass
@@ -78,11 +86,18 @@ def _wrap(e: exp.Expression) -> exp.Expression:
     return e if isinstance(e, (exp.Column, exp.Literal, exp.Paren, exp.Boolean, exp.Null)) else exp.Paren(this=e)
 
 
+def _qualify(c: exp.Column, table: str) -> None:
+    """Set ``c``'s table to ``table``, keeping the column as the query wrote it for messages."""
+    if c._meta is None or WRITTEN not in c._meta:
+        c.meta[WRITTEN] = original(c)
+    c.set("table", exp.to_identifier(table))
+
+
 def _requalify(e: exp.Expression, rename: Mapping[str, str]) -> exp.Expression:
     out = e.copy()
     for c in list(out.find_all(exp.Column)):
         if c.table and c.table.lower() in rename:
-            c.set("table", exp.to_identifier(rename[c.table.lower()]))
+            _qualify(c, rename[c.table.lower()])
     return out
 
 
@@ -114,6 +129,20 @@ class _Merger:
     # -- a view's body -----------------------------------------------------------------------------
     def shape(self, body: exp.Expression, label: str) -> None:
         """Refuse a body that is not a plain projection and filter, naming the construct."""
+        inner = body
+        while isinstance(inner, exp.Subquery) and not inner.args.get("alias"):
+            inner = inner.this
+        if isinstance(inner, exp.Table):  # FROM (t), FROM ((t)), FROM (t JOIN u ON ...): parentheses, no SELECT
+            plain = not inner.args.get("joins") and isinstance(inner.this, exp.Identifier)
+            self.refuse(body, "parentheses around a table or a join in FROM are not supported",
+                        "write the table or the join without the parentheses"
+                        + (f" (FROM {exp.Table(this=inner.this.copy(), alias=inner.args.get('alias')).sql(dialect=DIALECT)})"
+                           if plain else ""))
+        if isinstance(body, exp.Subquery):  # FROM ((SELECT ...)) t
+            self.refuse(body, f"doubled parentheses around a subquery in FROM ({label}) are not supported",
+                        "write one pair of parentheses: FROM (SELECT ...) t")
+        if isinstance(body, exp.Values):
+            self.refuse(body, f"{VALUES_IN_FROM} ({label})", "select from a registered table")
         if not isinstance(body, exp.Select):
             what = ("a set operation (UNION / INTERSECT / EXCEPT)" if isinstance(body, exp.SetOperation)
                     else f"a {type(body).__name__.upper()} statement")
@@ -167,6 +196,8 @@ class _Merger:
         tables: list[tuple[str, exp.Table]] = []
         specs: dict[str, TableSpec | None] = {}
         for t in items:
+            if isinstance(t, exp.Values):
+                self.refuse(t, f"{VALUES_IN_FROM} ({label})", "select from a registered table")
             if not isinstance(t, exp.Table) or not isinstance(t.this, exp.Identifier):
                 self.refuse(t, f"table functions and file paths are not allowed in queries ({label})",
                             "register the file as a table and select from its name")
@@ -200,14 +231,14 @@ class _Merger:
                 if not own and nm in aliases:
                     alias, n = aliases[nm]
                     self.count(n, c)  # an alias named k times is copied k times: counted before the copy
-                    new = _wrap(alias.copy())
+                    new = stands_for(_wrap(alias.copy()), c)
                     if c is out:
                         return new
                     c.replace(new)
                 elif len(tables) == 1:
-                    c.set("table", exp.to_identifier(tables[0][0]))
+                    _qualify(c, tables[0][0])
                 elif len(own) == 1:
-                    c.set("table", exp.to_identifier(own[0]))
+                    _qualify(c, own[0])
                 elif own:
                     self.refuse(c, f"column '{c.name}' is ambiguous in {label}: it is a column of "
                                    f"{', '.join(repr(a) for a in own)}", "qualify it with the alias you mean")
@@ -216,7 +247,7 @@ class _Merger:
                     bare = nm.removesuffix("_bin") if nm.endswith("_bin") else None
                     by_bin = owners(bare) if bare else []
                     if len(by_bin) == 1:
-                        c.set("table", exp.to_identifier(by_bin[0]))
+                        _qualify(c, by_bin[0])
                         continue
                     cols = sorted({col for s in specs.values() if s is not None for col in s.schema})
                     self.refuse(c, f"unknown column '{c.name}' in {label} (the columns of its tables: "
@@ -352,6 +383,7 @@ class _Merger:
             name = t.alias.lower() if t.alias else "subquery"
             label = f"the subquery '{t.alias}' in FROM" if t.alias else "a subquery in FROM"
             cols = list(alias.columns) if isinstance(alias, exp.TableAlias) else []
+            self.clauses(t, label)
             v = self.view(t.this, name, label, cols, scope, t)
             v.used = True
             return _Source(name, t, v, outputs=v.outputs)
@@ -359,10 +391,7 @@ class _Merger:
                 and not t.args.get("catalog") and t.name.lower() in scope):
             v = scope[t.name.lower()]
             v.used = True
-            for key, val in t.args.items():
-                if val and key not in ("this", "alias"):
-                    self.refuse(t, f"a clause on the reference to {v.label} ({key.upper()}) is not supported",
-                                f"{_FLAT}")
+            self.clauses(t, f"the reference to {v.label}")
             alias = t.args.get("alias")
             outputs = v.outputs
             if isinstance(alias, exp.TableAlias) and alias.columns:
@@ -373,6 +402,14 @@ class _Merger:
             return _Source(t.alias_or_name.lower(), t, v, outputs=outputs)
         spec = self.catalog.get(t.name.lower()) if isinstance(t, exp.Table) and isinstance(t.this, exp.Identifier) else None
         return _Source(str(t.alias_or_name).lower(), t, spec=spec)
+
+    def clauses(self, t: exp.Expression, label: str) -> None:
+        """Refuse a clause on ``t`` (a view's reference or a subquery in FROM): merged without it, the query would
+        be answered as another query (PIVOT, UNPIVOT and TABLESAMPLE were dropped)."""
+        for key, val in t.args.items():
+            if val and key not in ("this", "alias"):
+                self.refuse(t, f"a clause on {label} ({_CLAUSES.get(key, key.upper())}) is not supported: it changes "
+                               "which rows it gives", _FLAT)
 
     def inline(self, stmt: exp.Select, sources: list[_Source], expand: bool) -> exp.Select:
         # the new alias of every table of every view: a one-table view's table takes the reference's alias
@@ -462,14 +499,14 @@ class _Merger:
                                  for n in names)
                 continue
             if isinstance(it, exp.Column) and not isinstance(it.this, exp.Star):
-                it = exp.Alias(this=it, alias=it.this.copy())
-            elif not isinstance(it, (exp.Alias, exp.Star)) and not expand and _own_nodes(it, exp.Column):
+                it = stands_for(exp.Alias(this=it, alias=it.this.copy()), it)
+            elif star is None and not isinstance(it, exp.Alias) and not expand and _own_nodes(it, exp.Column):
                 # an unaliased expression keeps the name the flat query gives it (its text as written)
                 name = it.sql(dialect=DIALECT)
                 written = written_name(it, self.sql, rendered=name)
                 if written and written.lower() != name.split("(", 1)[0].lower():
                     name = written + name[len(name.split("(", 1)[0]):]
-                it = exp.Alias(this=it, alias=exp.to_identifier(name, quoted=True))
+                it = stands_for(exp.Alias(this=it, alias=exp.to_identifier(name, quoted=True)), it)
             items.append(it)
         out.set("expressions", items)
 
@@ -487,9 +524,9 @@ class _Merger:
                 if s.view is None:
                     continue
                 if isinstance(c.this, exp.Star):
-                    c.replace(exp.Star())
+                    c.replace(stands_for(exp.Star(), c))
                     continue
-                c.replace(view_output(c, i, s))
+                c.replace(stands_for(view_output(c, i, s), c))
                 continue
             if isinstance(c.this, exp.Star):
                 continue
@@ -505,9 +542,9 @@ class _Merger:
             if own:
                 i, s = own[0]
                 if s.view is not None:
-                    c.replace(view_output(c, i, s))
+                    c.replace(stands_for(view_output(c, i, s), c))
                 else:
-                    c.set("table", exp.to_identifier(s.alias))
+                    _qualify(c, s.alias)
                 continue
             if unknown_table:
                 continue  # the unregistered table is refused by the analysis
@@ -516,7 +553,7 @@ class _Merger:
                     n == nm[:-4] for n, _, _ in s.outputs)]
                 tables = [s for s in sources if s.spec is not None and nm[:-4] in s.spec.schema]
                 if len(bins) == 1 and not tables:
-                    c.replace(view_bins(c, *bins[0]))
+                    c.replace(stands_for(view_bins(c, *bins[0]), c))
                     continue
                 if tables and not bins:
                     continue  # a registered table's: the analysis reads its domain
@@ -547,7 +584,7 @@ class _Merger:
             for k, (a, t) in enumerate(s.view.tables):
                 tt = t.copy()
                 if m[a] != tt.name.lower() or tt.alias:
-                    tt.set("alias", exp.TableAlias(this=exp.to_identifier(m[a])))
+                    stands_for(tt, t).set("alias", exp.TableAlias(this=exp.to_identifier(m[a])))
                 if k == 0:
                     first = tt
                 else:
@@ -562,7 +599,7 @@ class _Merger:
         new_joins: list[exp.Join] = []
         if sources[0].view is not None:
             first, js = placed(0, sources[0])
-            out.args["from_"].set("this", first)
+            out.args["from_"].set("this", stands_for(first, out.args["from_"].this))
             new_joins.extend(js)
         for k, j in enumerate(out.args.get("joins") or [], 1):
             s = sources[k]
@@ -570,7 +607,7 @@ class _Merger:
                 new_joins.append(j)
                 continue
             first, js = placed(k, s)
-            j.set("this", first)
+            j.set("this", stands_for(first, j.this))
             new_joins.append(j)
             new_joins.extend(js)
         out.set("joins", new_joins or None)
