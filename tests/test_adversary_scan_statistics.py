@@ -283,3 +283,51 @@ def test_three_table_join_plans_on_duckdb_tables_do_not_depend_on_one_person(mon
         monkeypatch.undo()
     assert len(seen[0]) == len(seen[1]) >= 2 * len(queries)
     assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("kind", ["parquet", "table"])
+def test_a_join_whose_sides_one_person_makes_cross_plans_alike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               kind: str) -> None:
+    """DuckDB builds each hash join's table on the side it estimates smaller, from the sources' row counts
+    (a Parquet footer's, a table's): with 400 customers and 399 orders, one person adding a customer and
+    an order swapped the build and probe sides of the orders-customers join (the sides' estimates
+    crossed), so that person's presence changed the plan and the work of the read."""
+    seen = []
+    for side in ("d0", "d1"):
+        cust: dict[str, list[Any]] = {"ck": list(range(400)), "seg": [f"s{i % 3}" for i in range(400)]}
+        orders: dict[str, list[Any]] = {"ok": list(range(399)), "ck": list(range(399)),
+                                        "amt": [float(i % 10) for i in range(399)]}
+        if side == "d1":
+            cust["ck"].append(10**6)
+            cust["seg"].append("s1")
+            orders["ok"].append(10**6)
+            orders["ck"].append(10**6)
+            orders["amt"].append(9.0)
+        con = duckdb.connect() if kind == "table" else None
+        sources = {}
+        for name, cols in (("c", cust), ("o", orders)):
+            if con is not None:
+                con.register("arrow_" + name, pa.table(cols))
+                con.execute(f"CREATE TABLE {name}_rows AS SELECT * FROM arrow_{name}")
+                sources[name] = f"{name}_rows"
+            else:
+                sources[name] = str(tmp_path / f"{side}_{name}.parquet")
+                pq.write_table(pa.table(cols), sources[name])
+        spy = Plans(monkeypatch)
+        s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9), connection=con)
+        try:
+            use_noise(s, zero_noise())
+            s.register("c", sources["c"], privacy_unit="ck", columns={"seg": {"domain": ["s0", "s1", "s2"]}})
+            s.register("o", sources["o"], references={"ck": "c.ck"}, degree_bounds={"ck": 4},
+                       columns={"amt": {"bounds": (0, 10)}})
+            for _ in range(2):  # Parquet: the Arrow view, then DuckDB's own reader
+                s.query(JOIN_QUERIES[0], epsilon=1.0, delta=1e-6)
+        finally:
+            s.close()
+            if con is not None:
+                con.close()
+        seen.append(spy.plans)
+        monkeypatch.undo()
+        monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
+    assert len(seen[0]) == len(seen[1]) == 2
+    assert seen[0] == seen[1]
