@@ -331,3 +331,54 @@ def test_a_join_whose_sides_one_person_makes_cross_plans_alike(tmp_path: Path, m
         monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
     assert len(seen[0]) == len(seen[1]) == 2
     assert seen[0] == seen[1]
+
+
+@pytest.mark.xfail(strict=True, reason="join_order still orders joins by estimated row counts: turning it off made "
+                   "the three-table join test above run for minutes; a fix must keep that plan's cost")
+@pytest.mark.parametrize("kind", ["parquet", "table"])
+def test_three_joins_whose_sizes_one_person_makes_cross_keep_their_order(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        kind: str) -> None:
+    """DuckDB orders a chain of joins by the estimated row counts of its inputs: with 400 customers, 399
+    orders and 399 line items, one person adding one of each turned (items JOIN orders) JOIN customers
+    into items JOIN (orders JOIN customers), so that person's presence changed the plan of the read."""
+    seen = []
+    for side in ("d0", "d1"):
+        tables: dict[str, dict[str, list[Any]]] = {
+            "c": {"ck": list(range(400)), "seg": [f"s{i % 3}" for i in range(400)]},
+            "o": {"ok": list(range(399)), "ck": list(range(399))},
+            "l": {"ok": list(range(399)), "p": [1.0] * 399}}
+        if side == "d1":
+            for name, row in (("c", (10**6, "s1")), ("o", (10**6, 10**6)), ("l", (10**6, 2.0))):
+                for col, v in zip(tables[name], row, strict=True):
+                    tables[name][col].append(v)
+        con = duckdb.connect() if kind == "table" else None
+        sources = {}
+        for name, cols in tables.items():
+            if con is not None:
+                con.register("arrow_" + name, pa.table(cols))
+                con.execute(f"CREATE TABLE {name}_rows AS SELECT * FROM arrow_{name}")
+                sources[name] = f"{name}_rows"
+            else:
+                sources[name] = str(tmp_path / f"{side}_{name}.parquet")
+                pq.write_table(pa.table(cols), sources[name])
+        spy = Plans(monkeypatch)
+        s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9), connection=con)
+        try:
+            use_noise(s, zero_noise())
+            s.register("c", sources["c"], privacy_unit="ck", columns={"seg": {"domain": ["s0", "s1", "s2"]}})
+            s.register("o", sources["o"], references={"ck": "c.ck"}, degree_bounds={"ck": 4})
+            s.register("l", sources["l"], references={"ok": "o.ok"}, degree_bounds={"ok": 4},
+                       columns={"p": {"bounds": (0, 10)}})
+            for _ in range(2):  # Parquet: the Arrow view, then DuckDB's own reader
+                s.query("SELECT c.seg, COUNT(*) AS n FROM l JOIN o ON l.ok = o.ok JOIN c ON c.ck = o.ck GROUP BY c.seg",
+                        epsilon=1.0, delta=1e-6)
+        finally:
+            s.close()
+            if con is not None:
+                con.close()
+        seen.append(spy.plans)
+        monkeypatch.undo()
+        monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
+    assert len(seen[0]) == len(seen[1]) == 2
+    assert seen[0] == seen[1]
