@@ -153,3 +153,12 @@ def test_text_of_a_value_that_is_no_date_or_timestamp_is_spark_own() -> None:
         assert "TYPEOF(" in text_of(source) and "(BC)" in text_of(source), source
     day = spark_sql("SELECT CAST(day AS VARCHAR) AS d, COUNT(*) FROM events GROUP BY d")
     assert "TYPEOF(" in day.upper() and "(BC)" in day
+
+
+def test_a_text_key_is_salted_as_spark_text_without_the_date_spelling() -> None:
+    """The spread of a text key (``dpsql.rewrite.bound.spread_input``: the salt followed by the key's text) knows
+    the key's type, so its Spark form is the plain conversion: no DuckDB spelling of dates (``TYPEOF``)."""
+    assert "TYPEOF(" not in spark_sql("SELECT url, COUNT(*) FROM events GROUP BY url").upper()
+    assert "TYPEOF(" not in spark_sql("SELECT url, COUNT(DISTINCT url) AS d FROM events GROUP BY url").upper()
+    # negative control: a DATE key converted to text by the query keeps DuckDB's spelling
+    assert "TYPEOF(" in spark_sql("SELECT CAST(day AS VARCHAR) AS d, COUNT(*) FROM events GROUP BY d").upper()
