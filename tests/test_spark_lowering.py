@@ -129,3 +129,36 @@ def test_literal_counts_and_divisors_are_kept(where: str, spelled: str) -> None:
 def test_other_divisors_and_counts_are_still_refused(where: str) -> None:
     with pytest.raises(UnsupportedQueryError, match="Spark"):
         spark_sql(f"SELECT COUNT(*) FROM events WHERE {where}")
+
+
+def test_text_of_a_value_that_is_no_date_or_timestamp_is_spark_own() -> None:
+    """A conversion to text whose operand is known to be no DATE or TIMESTAMP (the typer's source type, or
+    dpsql's own sums, counts and lengths) is Spark's plain CAST: DuckDB's spelling of dates
+    (``spark_text_as_duckdb``) repeats its operand about 20 times, which only made the plan larger."""
+    total = spark_sql("SELECT SUM(amount) AS s FROM events")  # the exact fixed-point total, as text
+    assert "TYPEOF(" not in total.upper() and "AS STRING)" in total.upper()
+    from dpsql.plan.typer import CAST_FROM
+
+    def text_of(source: str | None, operand: exp.Expression | None = None) -> str:
+        cast = exp.Cast(this=operand or exp.column("x"), to=exp.DataType.build("VARCHAR"))
+        if source is not None:
+            cast.meta[CAST_FROM] = source
+        return render(lower_for_spark(exp.select(cast).from_("t")), dialect="spark").upper()
+
+    for source in ("BIGINT", "DECIMAL(9,2)", "VARCHAR", "BOOLEAN"):
+        assert text_of(source) == "SELECT CAST(X AS STRING) FROM T", source
+    assert "TYPEOF(" not in text_of(None, exp.func("length", exp.column("x")))
+    # negative controls: a DATE's or TIMESTAMP's text, or one of unknown type, keeps DuckDB's spelling of dates
+    for source in ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", None):
+        assert "TYPEOF(" in text_of(source) and "(BC)" in text_of(source), source
+    day = spark_sql("SELECT CAST(day AS VARCHAR) AS d, COUNT(*) FROM events GROUP BY d")
+    assert "TYPEOF(" in day.upper() and "(BC)" in day
+
+
+def test_a_text_key_is_salted_as_spark_text_without_the_date_spelling() -> None:
+    """The spread of a text key (``dpsql.rewrite.bound.spread_input``: the salt followed by the key's text) knows
+    the key's type, so its Spark form is the plain conversion: no DuckDB spelling of dates (``TYPEOF``)."""
+    assert "TYPEOF(" not in spark_sql("SELECT url, COUNT(*) FROM events GROUP BY url").upper()
+    assert "TYPEOF(" not in spark_sql("SELECT url, COUNT(DISTINCT url) AS d FROM events GROUP BY url").upper()
+    # negative control: a DATE key converted to text by the query keeps DuckDB's spelling
+    assert "TYPEOF(" in spark_sql("SELECT CAST(day AS VARCHAR) AS d, COUNT(*) FROM events GROUP BY d").upper()

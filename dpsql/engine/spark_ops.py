@@ -101,6 +101,32 @@ def _arg(e: E) -> E:
     return e
 
 
+#: the typer's source types (``CAST_FROM``) that are neither a DATE nor a TIMESTAMP
+_NOT_TEMPORAL = frozenset({"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+                           "UINTEGER", "UBIGINT", "FLOAT", "REAL", "DOUBLE", "FLOAT8", "VARCHAR", "TEXT", "STRING",
+                           "BLOB"})
+#: expressions whose value is never a DATE or TIMESTAMP, whatever their operands
+_NEVER_TEMPORAL: tuple[type[exp.Expression], ...] = (exp.Count, exp.Sum, exp.Length, exp.MD5, exp.DPipe, exp.Concat)
+
+
+def _never_temporal(cast: exp.Cast) -> bool:
+    """Whether the operand of a conversion to text is known (from its form or the typer's ``CAST_FROM``) to be
+    no DATE or TIMESTAMP, so that Spark's own text is DuckDB's and :func:`spark_text_as_duckdb` (which repeats
+    the operand about 20 times for Spark's analyser to fold away) is not needed: the same value, a smaller plan.
+    dpsql's own conversions to text (the exact fixed-point sums, lengths and identities of join tuples) are such."""
+    src = str(cast.meta.get(CAST_FROM) or "").upper()
+    if src in _NOT_TEMPORAL or src.startswith("DECIMAL"):
+        return True
+    x = cast.this
+    while isinstance(x, exp.Paren):
+        x = x.this
+    if isinstance(x, exp.Coalesce):
+        return all(_never_temporal(exp.Cast(this=a, to=cast.args["to"])) for a in (x.this, *x.expressions))
+    if isinstance(x, (exp.Cast, exp.TryCast)) and isinstance(x.args.get("to"), exp.DataType):
+        return not x.args["to"].is_type(*exp.DataType.TEMPORAL_TYPES)
+    return isinstance(x, (*_NEVER_TEMPORAL, exp.Literal))
+
+
 def _built(e: E) -> E:
     """Mark every node of ``e`` as made for Spark except the subtrees of the caller's arguments
     (tagged by :func:`_arg`: those are lowered like any other part of the query)."""
@@ -570,7 +596,7 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
                 and str(node.meta.get(CAST_FROM) or "").upper() in ("DOUBLE", "FLOAT8"):
             # a DOUBLE as text: DuckDB's spelling (shortest digits, '1e+23'), where Java 17 writes '9.999999999999999E22'
             return _built(spark_double_text(_arg(new)))
-        if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR):
+        if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and not _never_temporal(node):
             # a DATE or TIMESTAMP as text: DuckDB's spelling outside years 1 .. 9999 (a released key)
             return _built(spark_text_as_duckdb(_arg(node.this.copy()), _arg(new)))
         return new

@@ -72,7 +72,7 @@ from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, data_type, sou
 from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.typer import TypeRefusal, domain_literal, type_key, type_predicate, type_value
+from dpsql.plan.typer import CAST_FROM, TypeRefusal, domain_literal, type_key, type_predicate, type_value
 from dpsql.plan.workload import Workload
 from dpsql.rewrite.contribution import Caps, ContributionModel
 from dpsql.rewrite.render import DIALECT_MARK, render
@@ -564,7 +564,7 @@ def spread_input(value: exp.Expression, sql_type: str, salt: str,
     (``tests/test_adversary_text_hash_differentials.py``). DuckDB's hash therefore reads the salted text
     through a digest (``MD5_NUMBER``); a keyed hash that is already a digest of the text (SHA-256) reads it
     as it is."""
-    return salted_text(value, salt, digest) if weakly_hashed(sql_type) else value
+    return salted_text(value, salt, digest, sql_type) if weakly_hashed(sql_type) else value
 
 
 def distinct_value(agg: ir.Aggregate, schema: dict[str, str], value: exp.Expression, salt: str,
@@ -583,9 +583,14 @@ def distinct_value(agg: ir.Aggregate, schema: dict[str, str], value: exp.Express
 
 
 def salted_text(value: exp.Expression, salt: str,
-                digest: Callable[[exp.Expression], exp.Expression] | None = None) -> exp.Expression:
-    """The secret salt followed by the text of ``value`` (:func:`spread_input`), through ``digest`` if given."""
-    text = exp.DPipe(this=exp.Literal.string(salt), expression=exp.cast(value, data_type("VARCHAR")))
+                digest: Callable[[exp.Expression], exp.Expression] | None = None, sql_type: str = "") -> exp.Expression:
+    """The secret salt followed by the text of ``value`` (:func:`spread_input`), through ``digest`` if given.
+    ``sql_type``: the type of ``value`` if known (kept as the conversion's ``CAST_FROM``: an engine whose
+    text of some types is rewritten, Spark's of dates, skips the rewrite for the other types)."""
+    cast = exp.cast(value, data_type("VARCHAR"))
+    if sql_type:
+        cast.meta[CAST_FROM] = sql_type
+    text = exp.DPipe(this=exp.Literal.string(salt), expression=cast)
     return digest(text) if digest is not None else text
 
 
@@ -774,7 +779,7 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
         h = ops.keyed_hash([unit, *weak], salt)
         for c in list(h.find_all(exp.Column)):
             if c.name in weak and not c.table:
-                c.replace(salted_text(_col(c.name), salt, keyed_digest(ops)))
+                c.replace(salted_text(_col(c.name), salt, keyed_digest(ops), (value_types or {}).get(c.name, "")))
         relation = exp.select("*", exp.alias_(h, "__vspread")).from_(relation, copy=False).subquery("__vspread_rows", copy=False)
         grouped.append(_col("__vspread"))
     counted = (exp.select(*[_col(c) for c in [*part, *values]], *texts, exp.alias_(exp.Count(this=exp.Star()), "__m"))
