@@ -984,7 +984,9 @@ def test_group_cap_window_breaks_hash_ties_by_key() -> None:
 
 def test_marked_query_keeps_the_written_build_side_and_restores_the_setting() -> None:
     # a query marked KEEP_BUILD_SIDE builds its joins on their right side whatever DuckDB
-    # estimates; the setting is on only while such a query runs, and a caller's own value comes back
+    # estimates; since every private read keeps the build side as written (STATISTICS_OPTIMIZERS),
+    # an unmarked read does too; on a caller's connection the setting is on only while a read runs,
+    # and the caller's own value comes back
     from sqlglot import exp
 
     from dpsql.engine.duckdb import DuckDBBackend
@@ -997,7 +999,8 @@ def test_marked_query_keeps_the_written_build_side_and_restores_the_setting() ->
     marked = probe.copy()
     marked.meta[KEEP_BUILD_SIDE] = True
     assert "build_side_probe_side" in backend.fetch_arrow(marked).to_pylist()[0]["s"]
-    assert "build_side_probe_side" not in backend.fetch_arrow(probe).to_pylist()[0]["s"]  # negative control
+    assert "build_side_probe_side" in backend.fetch_arrow(probe).to_pylist()[0]["s"]
+    # negative control: outside a read the caller's setting, without it, is back
     assert con.execute("SELECT current_setting('disabled_optimizers')").fetchall()[0][0] == "late_materialization"
 
 
