@@ -63,6 +63,21 @@ def _no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
 
 
+def _sources(tables: dict[str, dict[str, list[Any]]], con: duckdb.DuckDBPyConnection | None, tmp_path: Path,
+             side: str) -> dict[str, str]:
+    """Each table as a DuckDB table on ``con`` (a caller's connection) or, without one, a Parquet file."""
+    sources = {}
+    for name, cols in tables.items():
+        if con is not None:
+            con.register("arrow_" + name, pa.table(cols))
+            con.execute(f"CREATE TABLE {name}_rows AS SELECT * FROM arrow_{name}")
+            sources[name] = f"{name}_rows"
+        else:
+            sources[name] = str(tmp_path / f"{side}_{name}.parquet")
+            pq.write_table(pa.table(cols), sources[name])
+    return sources
+
+
 class Plans:
     """The JSON plan of every private read, taken under the read's settings (the engine's own
     ``_native_views`` runs inside them, just before the read, with the read's SQL)."""
@@ -304,15 +319,7 @@ def test_a_join_whose_sides_one_person_makes_cross_plans_alike(tmp_path: Path, m
             orders["ck"].append(10**6)
             orders["amt"].append(9.0)
         con = duckdb.connect() if kind == "table" else None
-        sources = {}
-        for name, cols in (("c", cust), ("o", orders)):
-            if con is not None:
-                con.register("arrow_" + name, pa.table(cols))
-                con.execute(f"CREATE TABLE {name}_rows AS SELECT * FROM arrow_{name}")
-                sources[name] = f"{name}_rows"
-            else:
-                sources[name] = str(tmp_path / f"{side}_{name}.parquet")
-                pq.write_table(pa.table(cols), sources[name])
+        sources = _sources({"c": cust, "o": orders}, con, tmp_path, side)
         spy = Plans(monkeypatch)
         s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9), connection=con)
         try:
@@ -320,7 +327,7 @@ def test_a_join_whose_sides_one_person_makes_cross_plans_alike(tmp_path: Path, m
             s.register("c", sources["c"], privacy_unit="ck", columns={"seg": {"domain": ["s0", "s1", "s2"]}})
             s.register("o", sources["o"], references={"ck": "c.ck"}, degree_bounds={"ck": 4},
                        columns={"amt": {"bounds": (0, 10)}})
-            for _ in range(2):  # Parquet: the Arrow view, then DuckDB's own reader
+            for _ in range(2):  # a first and a later read of each source
                 s.query(JOIN_QUERIES[0], epsilon=1.0, delta=1e-6)
         finally:
             s.close()
@@ -353,15 +360,7 @@ def test_three_joins_whose_sizes_one_person_makes_cross_keep_their_order(tmp_pat
                 for col, v in zip(tables[name], row, strict=True):
                     tables[name][col].append(v)
         con = duckdb.connect() if kind == "table" else None
-        sources = {}
-        for name, cols in tables.items():
-            if con is not None:
-                con.register("arrow_" + name, pa.table(cols))
-                con.execute(f"CREATE TABLE {name}_rows AS SELECT * FROM arrow_{name}")
-                sources[name] = f"{name}_rows"
-            else:
-                sources[name] = str(tmp_path / f"{side}_{name}.parquet")
-                pq.write_table(pa.table(cols), sources[name])
+        sources = _sources(tables, con, tmp_path, side)
         spy = Plans(monkeypatch)
         s = dpsql.Session(budget=dpsql.Budget(1e9, 0.9), connection=con)
         try:
@@ -370,7 +369,7 @@ def test_three_joins_whose_sizes_one_person_makes_cross_keep_their_order(tmp_pat
             s.register("o", sources["o"], references={"ck": "c.ck"}, degree_bounds={"ck": 4})
             s.register("l", sources["l"], references={"ok": "o.ok"}, degree_bounds={"ok": 4},
                        columns={"p": {"bounds": (0, 10)}})
-            for _ in range(2):  # Parquet: the Arrow view, then DuckDB's own reader
+            for _ in range(2):  # a first and a later read of each source
                 s.query("SELECT c.seg, COUNT(*) AS n FROM l JOIN o ON l.ok = o.ok JOIN c ON c.ck = o.ck GROUP BY c.seg",
                         epsilon=1.0, delta=1e-6)
         finally:
