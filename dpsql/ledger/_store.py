@@ -1739,10 +1739,12 @@ def _flock_holder(key: tuple[int, int]) -> tuple[str, str]:
 # first-come-first-served: each creates its own slot file ``.<name>.q-*`` next to the ledger and
 # holds an exclusive flock on it, swaps its name into ``.<name>.queue`` (the queue's tail), and
 # waits (shared flock) on its predecessor's slot, which is unlocked when the predecessor is
-# done, gives up, or dies. Only then does it wait for the inode flock above, which alone
-# provides exclusion: the queue may be skipped (no writable directory), be split (two names of
-# the file in different directories) or be left early on a time-out without any effect on
-# correctness.
+# done, gives up, or dies (the successor then unlinks a dead predecessor's slot; every entry
+# also sweeps away slots whose lock nobody holds, see _sweep_dead_slots, so a waiter killed
+# with no successor left to notice leaves nothing behind). Only then does it wait for the
+# inode flock above, which alone provides exclusion: the queue may be skipped (no writable
+# directory), be split (two names of the file in different directories) or be left early on a
+# time-out without any effect on correctness.
 
 
 def _open_other(path: str, flags: int, mode: int = 0o600) -> int:
@@ -1765,17 +1767,21 @@ def _close_other(fd: int) -> bool:
     return True
 
 
-def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
+def _queue_enter(p: str, deadline: float, tries: int = 3) -> tuple[int, str] | None:
     d, name = os.path.split(os.path.realpath(p))
     mine = os.path.join(d, f".{name}.q-{os.getpid()}-{next(_state().aliases)}-{random.getrandbits(32):08x}")
     try:
-        my_fd = _open_other(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        my_fd = _open_other(mine, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)  # others may lock it to test it
     except OSError:
         return None  # e.g. a read-only directory: the inode flock alone (correct, less fair)
     slot = (my_fd, mine)
     pred = ""
     try:
-        fcntl.flock(my_fd, fcntl.LOCK_EX)  # a new file: granted at once
+        # a new file: granted at once, unless a sweep (_sweep_dead_slots) holds it for an instant, taking
+        # it for a dead waiter's slot before this process locked it; if the sweep removed it, start again
+        if not _poll_flock(my_fd, fcntl.LOCK_EX, deadline) or not _names(mine, my_fd):
+            _queue_leave(slot)
+            return _queue_enter(p, deadline, tries - 1) if tries > 1 and time.monotonic() < deadline else None
         tail_fd = _open_other(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             # held by others for a read and a write only, but a process frozen inside them (SIGSTOP, a
@@ -1790,6 +1796,7 @@ def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
                 os.pwrite(tail_fd, mine_b, 0)
         finally:
             _close_other(tail_fd)  # releases its flock
+        _sweep_dead_slots(d, name, mine)
     except OSError:
         _queue_leave(slot)
         return None
@@ -1822,6 +1829,57 @@ def _queue_enter(p: str, deadline: float) -> tuple[int, str] | None:
             pass
     # not granted: the time-out is reported by the inode flock, which has no time left either
     return slot
+
+
+def _names(path: str, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        s, f = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (s.st_dev, s.st_ino) == (f.st_dev, f.st_ino)
+
+
+def _sweep_dead_slots(d: str, name: str, mine: str) -> None:
+    """Remove the slot files ``.<name>.q-*`` in ``d`` of waiters that are gone. A waiter holds the
+    exclusive flock of its slot from before the slot is in the queue until it has unlinked it, and a
+    flock dies with the last descriptor of its holder (the at-fork hook closes a forked child's
+    copies): so a slot whose lock this process is granted (non-blocking) has no live owner (a waiter
+    killed by SIGKILL, or a machine that lost power), and it is unlinked while still locked. The one
+    window, a new slot not yet locked by its creator, is closed on the creator's side: having locked
+    its slot, the creator checks that the name is still its file (:func:`_names`) and starts again if
+    a sweep removed it. Only regular files are opened (never a FIFO or a device, never through a
+    symbolic link), without blocking; a slot that cannot be opened (another user's, unreadable) is
+    left alone. A successor already unlinks its dead predecessor's slot; the sweep removes the slots
+    no successor will look at (a waiter killed together with its successor, or after its successor
+    timed out)."""
+    prefix = f".{name}.q-"
+    try:
+        with os.scandir(d) as it:
+            names = [e.name for e in it if e.name.startswith(prefix) and os.path.join(d, e.name) != mine]
+    except OSError:
+        return
+    for n in names:
+        path = os.path.join(d, n)
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            fd = _open_other(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: its waiter is alive
+                continue
+            if _names(path, fd):
+                os.unlink(path)  # still locked by this process: no waiter can have taken it meanwhile
+        except OSError:
+            pass
+        finally:
+            _close_other(fd)
 
 
 def _queue_leave(slot: tuple[int, str] | None) -> None:
