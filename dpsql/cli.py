@@ -3,6 +3,8 @@
 Exit codes: 0 ok, 2 usage/query/config error, 3 budget exceeded, 4 ledger error, 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM), 1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
 accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet schema metadata).
+Output files are opened before the charge and replaced atomically; a release whose write fails after
+the charge is saved beside the ledger (``dpsql._output``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import io
 import json
 import math
 import os
-import shutil
 import sys
 import threading
 import time
@@ -704,57 +705,22 @@ def _writable(tbl: Any) -> Any:
     return tbl
 
 
-def _write_rows(rel: Any, fmt: str, output: str | None, remaining: Any) -> None:
-    import dataclasses
-
+def _render_rows(rel: Any, fmt: str, remaining: Any) -> bytes:
+    """The rows as the bytes of their output format (Parquet: the meta rides in the schema metadata)."""
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    rel = dataclasses.replace(rel, table=_writable(rel.table))
-    tbl = rel.table
     if fmt == "parquet":
-        assert output  # checked before the query (_check_output)
-        with _replacing(output) as tmp:
-            pq.write_table(rel.to_arrow(remaining), tmp)  # the meta rides in the schema metadata
-        return
+        buf = io.BytesIO()
+        pq.write_table(rel.to_arrow(remaining), buf)
+        return buf.getvalue()
     if fmt == "csv":
         buf = io.BytesIO()
-        pacsv.write_csv(tbl, buf)
-        text = buf.getvalue().decode()
-    elif fmt == "json":
-        text = json.dumps(rel.to_dict(remaining), indent=1) + "\n"
-    else:
-        text = _format_table(tbl)
-    if output:
-        with _replacing(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-
-
-@contextlib.contextmanager
-def _replacing(path: str) -> Iterator[str]:
-    """A temporary name beside ``path`` to write to, renamed over it once complete: a write that
-    fails midway (a full disk) leaves no half-written file, and an earlier file of that name whole.
-    A target that is not a regular file (``/dev/stdout``, a FIFO) is written in place."""
-    import secrets
-
-    if os.path.exists(path) and not os.path.isfile(path):  # follows links: /dev/stdout -> a pipe
-        yield path
-        return
-    real = os.path.realpath(path)
-    d, name = os.path.split(real)
-    tmp = os.path.join(d, f".{name}.dpsql-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        yield tmp
-        if os.path.exists(real):
-            with contextlib.suppress(OSError):
-                shutil.copymode(real, tmp)
-        os.replace(tmp, real)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        pacsv.write_csv(rel.table, buf)
+        return buf.getvalue()
+    if fmt == "json":
+        return (json.dumps(rel.to_dict(remaining), indent=1) + "\n").encode("utf-8")
+    return _format_table(rel.table).encode("utf-8")
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
@@ -896,11 +862,14 @@ def _check_writable(flag: str, path: str) -> None:
     out = os.path.abspath(path)
     parent = os.path.dirname(out)
     if os.path.isdir(out):
-        raise ConfigError(f"{flag} {path!r} is a directory", hint=f"give a file name, e.g. {flag} result.json")
+        raise ConfigError(f"{flag} {path!r} is a directory; nothing was charged", hint=f"give a file name, e.g. {flag} result.json")
     if not os.path.isdir(parent):
-        raise ConfigError(f"cannot write {path!r}: directory {parent} does not exist", hint=f"create it, or change {flag}")
+        why = f"{parent} is not a directory" if os.path.lexists(parent) else f"directory {parent} does not exist"
+        raise ConfigError(f"{flag} {path!r} cannot be written: {why}; nothing was charged",
+                          hint=f"create the directory, or change {flag}")
     if not os.access(parent, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
-        raise ConfigError(f"cannot write {path!r}: permission denied", hint=f"change {flag}")
+        raise ConfigError(f"{flag} {path!r} cannot be written: permission denied; nothing was charged",
+                          hint=f"change {flag} to a file in a directory you can write to")
 
 
 def _split_statements(sql: str) -> list[str]:
@@ -930,9 +899,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
                               hint=f"e.g. --option {k}=10")
     if args.reuse_synopsis:
         opts["reuse"] = "synopsis"
-    with _open_session(args) as s, _options_named(typed):
+    with _open_session(args) as s, _options_named(typed), _Targets() as targets:
         if args.command == "query":
             _check_output_targets(args, s)
+            targets.prepare(args)  # each output file opened before the charge (its temporary sibling)
         if args.command == "explain":
             plan = s.explain(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
             if args.json:
@@ -946,7 +916,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
             else:
                 rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
         rem = _remaining_after(s)
-        _write_release(rel, args, rem)
+        _write_release(rel, args, rem, targets, _ledger_file(s))
         print(
             f"mechanism: {rel.mechanism}; cost: epsilon={rel.cost.epsilon:g} delta={rel.cost.delta:g}; "
             f"remaining: {_fmt_remaining(rem)}; ledger entry {rel.ledger_id}",
@@ -1007,34 +977,87 @@ def _fmt_remaining(rem: Any) -> str:
     return "unknown" if rem is None else f"epsilon={rem.epsilon:g} delta={rem.delta:g}"
 
 
-def _write_release(rel: Any, args: argparse.Namespace, remaining: Any) -> None:
-    """Write the rows (-o or stdout) and --meta; a write that fails (a full disk, a path that
-    became unwritable) says which output failed and that the charge stands, never 'unexpected'."""
-    step = ("-o", args.output) if args.output else ("stdout", None)
-    try:
-        _write_rows(rel, args.format, args.output, remaining)
-        if not args.output:
-            sys.stdout.flush()
-        if getattr(args, "meta", None):
-            step = ("--meta", args.meta)
-            with _replacing(args.meta) as tmp, open(tmp, "w", encoding="utf-8") as f:
-                json.dump(rel.meta(remaining), f, indent=1)
-    except Exception as e:  # an OSError (a full disk), or any other failure of the writer: the charge stands
-        if step[1] is None and isinstance(e, OSError):
-            _silence_stdout()
-        raise _written_failed(rel, step[0], step[1], e) from None
+class _Targets:
+    """The output files of a query (-o, --meta), opened before the charge and closed at the end (an
+    unused temporary sibling is removed, e.g. when the query was refused)."""
+
+    def __init__(self) -> None:
+        self.by_flag: dict[str, Any] = {}
+
+    def prepare(self, args: argparse.Namespace) -> None:
+        from dpsql._output import Target
+
+        for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
+            if path:
+                self.by_flag[flag] = Target.prepare(flag, path)
+
+    def __enter__(self) -> _Targets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for t in self.by_flag.values():
+            t.discard()
 
 
-def _written_failed(rel: Any, flag: str, path: str | None, e: Exception) -> Any:
+def _ledger_file(s: Any) -> str | None:
+    led = getattr(s.ledger, "path", None)
+    return led if isinstance(led, str) else None
+
+
+def _write_release(rel: Any, args: argparse.Namespace, remaining: Any, targets: _Targets, ledger: str | None) -> None:
+    """Write the rows (-o or stdout) and --meta. A write that fails (a full disk, a directory removed
+    or made read-only meanwhile) never loses the charged release: it is saved elsewhere, and the error
+    says which output failed, that the charge stands, and how to get the release back."""
+    import dataclasses
+
+    rel = dataclasses.replace(rel, table=_writable(rel.table))
+    out_name = os.path.basename(args.output) if args.output else f"stdout.{'txt' if args.format == 'table' else args.format}"
+    outputs = [("-o", args.output, out_name, lambda: _render_rows(rel, args.format, remaining))]
+    if getattr(args, "meta", None):
+        meta_name = os.path.basename(args.meta)
+        if meta_name in (out_name, "release.json"):
+            meta_name = "meta-" + meta_name
+        outputs.append(("--meta", args.meta, meta_name,
+                        lambda: (json.dumps(rel.meta(remaining), indent=1) + "\n").encode("utf-8")))
+    if out_name == "release.json":
+        outputs[0] = ("-o", args.output, "rows-" + out_name, outputs[0][3])
+    failed: list[tuple[str, str | None, str, bytes | None, Exception]] = []
+    for flag, path, name, render in outputs:
+        data: bytes | None = None
+        try:
+            data = render()
+            if path:
+                targets.by_flag[flag].write(data)
+            else:
+                sys.stdout.write(data.decode("utf-8"))
+                sys.stdout.flush()
+        except Exception as e:  # an OSError (a full disk), or any other failure of the writer: the charge stands
+            if path is None and isinstance(e, OSError):
+                _silence_stdout()
+            failed.append((flag if path else "stdout", path, name, data, e))
+    if failed:
+        raise _written_failed(rel, failed, remaining, ledger,
+                              written=[f"{f} {p!r}" for f, p, *_ in outputs if p and targets.by_flag[f].done]) from None
+
+
+def _written_failed(rel: Any, failed: list[tuple[str, str | None, str, bytes | None, Exception]], remaining: Any,
+                    ledger: str | None, written: Sequence[str] = ()) -> Any:
+    """The error of a charged release that could not be written, once the release is saved elsewhere."""
+    from dpsql._output import first_line, rescue, saved_text
     from dpsql.errors import ExecutionError
 
-    where = f"{flag} {path!r}" if path else flag
-    why = (e.strerror if isinstance(e, OSError) else None) or type(e).__name__  # never the text: it may quote a value
+    files = {name: data for _f, _p, name, data, _e in failed if data is not None}
+    try:
+        files["release.json"] = (json.dumps(rel.to_dict(remaining), indent=1, default=str) + "\n").encode("utf-8")
+    except Exception:  # pragma: no cover - the JSON form of released values
+        pass
+    saved = rescue(files, rel.ledger_id, ledger) if files else None
+    sentence, hint = saved_text(saved, {name: (p or "") for _f, p, name, data, _e in failed if data is not None})
+    what = " and ".join(f"writing {f + ' ' + repr(p) if p else f} failed ({first_line(e)})" for f, p, _n, _d, e in failed)
+    also = f" ({', '.join(written)} {'was' if len(written) == 1 else 'were'} written)" if written else ""
     return ExecutionError(
-        f"the query was answered, but writing {where} failed ({why}); its charge "
-        f"stands (ledger entry {rel.ledger_id})",
-        hint=f"free disk space or choose another {flag if path else '-o FILE'}; the release cannot be "
-        "written again without a new charge",
+        f"the query was answered, but {what}{also}; its charge stands (ledger entry {rel.ledger_id}){sentence}",
+        hint=hint,
     )
 
 
@@ -1162,17 +1185,21 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
     with _open_session(args) as s:
         rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
         rem = _remaining_after(s)
+        ledger = _ledger_file(s)
+    text = ""
     try:
         if args.format == "json":
-            print(json.dumps(rel.to_dict(rem), indent=1))
+            text = json.dumps(rel.to_dict(rem), indent=1) + "\n"
         else:
-            sys.stdout.write(_format_table(rel.table))
-            print("suggested: " + ", ".join(f"{k} = {v}" for k, v in rel.details["suggested"].items()))
+            text = _format_table(rel.table) + "suggested: " + ", ".join(
+                f"{k} = {v}" for k, v in rel.details["suggested"].items()) + "\n"
+        sys.stdout.write(text)
         sys.stdout.flush()
     except Exception as e:  # as _write_release: whatever failed, the charge stands
         if isinstance(e, OSError):
             _silence_stdout()
-        raise _written_failed(rel, "stdout", None, e) from None
+        name = f"stdout.{'json' if args.format == 'json' else 'txt'}"
+        raise _written_failed(rel, [("stdout", None, name, text.encode("utf-8") if text else None, e)], rem, ledger) from None
     print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: {_fmt_remaining(rem)}; "
           f"ledger entry {rel.ledger_id}", file=sys.stderr)
     return 0

@@ -82,8 +82,11 @@ def test_any_failure_to_write_a_charged_release_says_the_charge_stands(workdir: 
     def broken(*a: object, **k: object) -> None:
         raise UnicodeEncodeError("latin-1", "日本", 0, 1, "ordinal not in range(256)")
 
-    monkeypatch.setattr(cli, "_write_rows", broken)
+    monkeypatch.setattr(cli, "_render_rows", broken)
     argv = ["--config", "examples/dpsql.toml", "query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1"]
     assert run_cli(argv) == 1
     err = capsys.readouterr().err
     assert "its charge stands (ledger entry 1)" in err and "UnicodeEncodeError" in err and "unexpected" not in err, err
+    # the rows could not be rendered in the format asked for: the release is kept as JSON
+    saved = err.split("the released answer was saved to ", 1)[1].split()[0]
+    assert json.loads((Path(saved) / "release.json").read_text())["meta"]["ledger_id"] == 1

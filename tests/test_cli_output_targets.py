@@ -117,49 +117,30 @@ def test_suggest_caps_with_the_ledger_busy_afterwards_still_prints_its_advice(
 def test_a_write_that_fails_midway_leaves_no_partial_output(
         workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out: str, existing: bool) -> None:
     """A full disk halfway through -o: the file is never left half written (an ETL step that looks
-    for the file would read a truncated release); an earlier file of that name is kept whole."""
-    import builtins
-
-    import pyarrow.parquet as pq
-
-    from dpsql import cli
+    for the file would read a truncated release); an earlier file of that name is kept whole, and the
+    release is saved beside the ledger."""
+    from dpsql import _output
 
     if existing:
         Path(out).write_bytes(b"earlier")
-    real_open, real_write_table = builtins.open, pq.write_table
+    real_write_all, wrote = _output._write_all, []
 
-    class Full:
-        def __init__(self, f: object) -> None:
-            self.f = f
-
-        def __enter__(self) -> Full:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            self.f.close()  # type: ignore[attr-defined]
-
-        def write(self, text: str) -> int:
-            self.f.write(text[: len(text) // 2])  # type: ignore[attr-defined]
-            self.f.flush()  # type: ignore[attr-defined]
+    def full(fd: int, data: bytes) -> None:
+        if not wrote:  # the first write (the target's): half of it, then the disk is full
+            wrote.append(data)
+            real_write_all(fd, data[: len(data) // 2])
             raise OSError(28, "No space left on device")
-
-    def full_open(path: object, mode: str = "r", *a: object, **k: object) -> object:
-        f = real_open(path, mode, *a, **k)  # type: ignore[call-overload]
-        return Full(f) if "w" in mode else f
-
-    def full_write_table(table: object, where: str, *a: object, **k: object) -> None:
-        Path(where).write_bytes(b"PAR1 half")
-        raise OSError(28, "No space left on device")
+        real_write_all(fd, data)
 
     with monkeypatch.context() as m:
-        m.setattr(cli, "open", full_open, raising=False)
-        m.setattr(pq, "write_table", full_write_table)
+        m.setattr(_output, "_write_all", full)
         assert run([*CFG, *Q, "-o", out]) == 1
     err = capsys.readouterr().err
-    assert f"writing -o '{out}' failed" in err and "charge stands (ledger entry 1)" in err
+    assert f"writing -o '{out}' failed (No space left on device)" in err and "charge stands (ledger entry 1)" in err
     assert (Path(out).read_bytes() == b"earlier") if existing else not Path(out).exists()
     assert not [p.name for p in Path().iterdir() if ".dpsql-" in p.name]  # no temporary file left behind
-    assert real_write_table is pq.write_table
+    saved = next((workdir / "examples" / ".example_ledger.duckdb.releases").iterdir())
+    assert (saved / out).read_bytes() == wrote[0] and str(saved) in err and "cp " in err
 
 
 def test_output_to_dev_stdout_of_a_pipe_is_written_in_place(workdir: Path) -> None:
