@@ -4,7 +4,9 @@ output), so that a release whose budget is spent is never lost to a failed write
 * Before the charge, each file target is opened as far as that has no effect the caller would not
   expect (:meth:`Target.prepare`): for a regular file (or a name not taken yet) its temporary sibling
   ``.NAME.dpsql-PID-RANDOM`` is created in the target's directory, which proves that the directory
-  exists, is a directory and accepts new files; a named pipe is opened when a reader is there (and
+  exists, is a directory and accepts new files (it stays flock'ed by the command until written or
+  removed, so the next command writing that name removes the temporary file of a command that was
+  killed meanwhile, and never a live one's: :func:`_sweep_dead`); a named pipe is opened when a reader is there (and
   refused when none is, where the write would block forever after the charge); a device
   (``/dev/stdout``, ``/dev/null``) is opened. A target that fails is refused, naming its flag,
   with nothing charged.
@@ -21,10 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import secrets
 import shlex
 import stat
+import time
 from dataclasses import dataclass, field
 
 from dpsql.errors import ConfigError
@@ -59,18 +63,26 @@ class Target:
             t.fd = _open_special(where, flag, path, st)
             return t
         d, name = os.path.split(t.real)
-        tmp = os.path.join(d, f".{name}.dpsql-{os.getpid()}-{secrets.token_hex(4)}")
-        try:
-            t.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-        except OSError as e:
-            why = e.strerror or type(e).__name__
-            if isinstance(e, (FileNotFoundError, NotADirectoryError)):
-                why = f"directory {d} does not exist" if not os.path.lexists(d) else f"{d} is not a directory"
-            raise ConfigError(f"{where} cannot be written: creating a file in {d} failed ({why}); nothing was charged",
-                              hint=f"give {flag} a file in a directory that exists and that you can write to, e.g. "
-                              f"{flag} {_example(flag)}") from None
-        t.tmp = tmp
-        return t
+        for _ in range(3):
+            tmp = os.path.join(d, f".{name}.dpsql-{os.getpid()}-{secrets.token_hex(4)}")
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            except OSError as e:
+                why = e.strerror or type(e).__name__
+                if isinstance(e, (FileNotFoundError, NotADirectoryError)):
+                    why = f"directory {d} does not exist" if not os.path.lexists(d) else f"{d} is not a directory"
+                raise ConfigError(f"{where} cannot be written: creating a file in {d} failed ({why}); nothing was charged",
+                                  hint=f"give {flag} a file in a directory that exists and that you can write to, e.g. "
+                                  f"{flag} {_example(flag)}") from None
+            t.fd, t.tmp = fd, tmp
+            # locked for as long as this process may still write it; a sweep (of another command writing
+            # the same name) may have taken it in the instant before: then it is gone, and made again
+            if _lock_now(fd) and _names(tmp, fd):
+                _sweep_dead(d, f".{name}.dpsql-", tmp)
+                return t
+            t.discard()
+        raise ConfigError(f"{where} cannot be written: its temporary file in {d} kept disappearing; nothing was charged",
+                          hint=f"retry, or give {flag} a file in a directory no other program cleans")
 
     def write(self, data: bytes) -> None:
         """Write ``data`` whole, then (for a file) fsync and rename it over the target."""
@@ -96,6 +108,59 @@ class Target:
             with contextlib.suppress(OSError):
                 os.unlink(self.tmp)
             self.tmp = None
+
+
+def _lock_now(fd: int) -> bool:
+    """An exclusive flock of ``fd`` (a new file: granted at once unless a sweep holds it an instant)."""
+    for _ in range(100):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            time.sleep(0.001)
+        except OSError:  # a file system without flock: nothing sweeps there either
+            return True
+    return False
+
+
+def _names(path: str, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        s, f = os.lstat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (s.st_dev, s.st_ino) == (f.st_dev, f.st_ino)
+
+
+def _sweep_dead(d: str, prefix: str, mine: str) -> None:
+    """Remove the temporary files ``prefix*`` in ``d`` that a command killed between opening its
+    output and writing it (SIGKILL, the OOM killer: a query can run for minutes) left behind: those
+    whose flock this process is granted without blocking. Their writer holds it from creation (having
+    checked that the name is still its file) until the file is renamed or removed, and a flock dies with
+    its holder, so a live writer's file is never removed. Only regular files are opened, never
+    through a symbolic link, without blocking; one that cannot be opened is left alone."""
+    try:
+        with os.scandir(d) as it:
+            names = [e.name for e in it if e.name.startswith(prefix) and os.path.join(d, e.name) != mine]
+    except OSError:
+        return
+    for n in names:
+        path = os.path.join(d, n)
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: its writer is alive
+                if _names(path, fd):
+                    os.unlink(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def _example(flag: str) -> str:

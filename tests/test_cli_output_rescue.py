@@ -254,3 +254,37 @@ def test_no_writable_place_says_the_release_is_lost(workdir: Path, capsys: pytes
     assert run([*CFG, *Q, "-o", "outdir/r.csv"]) == 1
     err = capsys.readouterr().err
     assert "charge stands (ledger entry 1)" in err and "so it is lost" in err
+
+
+PREPARED = """
+import sys, time
+from dpsql._output import Target
+t = Target.prepare("-o", sys.argv[1])
+print(t.tmp, flush=True)
+time.sleep(120)
+"""
+
+
+def test_temporary_files_of_a_killed_command_are_removed_and_a_live_ones_kept(
+        workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A command SIGKILLed while its query ran (its output opened, not yet written) left its
+    temporary file beside the output for good; the next command writing that name removes it, but
+    never the temporary file of a command still running (negative control)."""
+    import signal
+
+    from conftest import spawn_python
+
+    procs = [spawn_python(PREPARED, "r.csv") for _ in range(2)]
+    try:
+        tmps = [Path(p.stdout.readline().strip()) for p in procs if p.stdout is not None]
+        assert all(t.exists() for t in tmps)
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(30)
+        assert run([*CFG, *Q, "-o", "r.csv"]) == 0
+        assert not tmps[0].exists() and tmps[1].exists()
+        assert Path("r.csv").read_text().startswith('"n"')
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
