@@ -340,15 +340,14 @@ def test_a_join_whose_sides_one_person_makes_cross_plans_alike(tmp_path: Path, m
     assert seen[0] == seen[1]
 
 
-@pytest.mark.xfail(strict=True, reason="join_order still orders joins by estimated row counts: turning it off made "
-                   "the three-table join test above run for minutes; a fix must keep that plan's cost")
 @pytest.mark.parametrize("kind", ["parquet", "table"])
 def test_three_joins_whose_sizes_one_person_makes_cross_keep_their_order(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch,
                                                                         kind: str) -> None:
-    """DuckDB orders a chain of joins by the estimated row counts of its inputs: with 400 customers, 399
+    """DuckDB ordered a chain of joins by the estimated row counts of its inputs: with 400 customers, 399
     orders and 399 line items, one person adding one of each turned (items JOIN orders) JOIN customers
-    into items JOIN (orders JOIN customers), so that person's presence changed the plan of the read."""
+    into items JOIN (orders JOIN customers), so that person's presence changed the plan of the read.
+    Every private read now joins in the order its SQL writes (``join_order`` off)."""
     seen = []
     for side in ("d0", "d1"):
         tables: dict[str, dict[str, list[Any]]] = {
