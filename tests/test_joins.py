@@ -14,6 +14,7 @@ import pytest
 
 import dpsql
 from dpsql.budget import Budget
+from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import s4s as core
 from dpsql.mechanisms.registry import route
@@ -89,6 +90,36 @@ def test_fk_chain_has_one_owner_and_an_enforced_delta(session: Any) -> None:
     assert set(pb.caps) == {("c", "c_custkey", 1), ("o", "o_custkey", 8), ("l", "l_orderkey", 4)}
     # the chain lineitem -> orders is followed by the join's own equality: one person class
     assert pb.classes == 1
+
+
+@pytest.mark.parametrize(("sql", "sequence"), [
+    (CHAIN, ("l", "o", "c")),
+    ("SELECT COUNT(*) FROM lineitem l JOIN orders o ON o.o_orderkey = l.l_orderkey "
+     "JOIN customer c ON c.c_custkey = o.o_custkey", ("l", "o", "c")),
+    ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey", ("o", "c")),
+    ("SELECT n.n_name, COUNT(*) FROM nation n JOIN customer c ON c.c_nationkey = n.n_nationkey "
+     "JOIN orders o ON c.c_custkey = o.o_custkey JOIN lineitem l ON o.o_orderkey = l.l_orderkey GROUP BY n.n_name",
+     ("l", "o", "c", "n")),
+    ("SELECT COUNT(*) FROM orders o1 JOIN orders o2 ON o1.o_custkey = o2.o_custkey "
+     "JOIN customer c ON c.c_custkey = o1.o_custkey", ("o1", "c", "o2")),
+    (PATH2, ("e1", "e2")),  # no side entered through a key: as written
+    ("SELECT COUNT(*) FROM node n JOIN edge e ON n.id = e.src", ("e", "n")),
+])
+def test_join_sequence_probes_with_the_many_side_and_builds_on_keys(session: Any, sql: str,
+                                                                   sequence: tuple[str, ...]) -> None:
+    """The join SQL joins its inputs in an order decided from the catalog: each input after the first shares an
+    equality with one before it and has the fewest rows per joined value (a key: 1), so the table holding many
+    rows per key probes and the tables reached through keys are built (the right side of each join)."""
+    from dpsql.plan.joins import join_sequence
+    from dpsql.rewrite.joins import join_relation, parts_of
+
+    plan = analyze(sql, dict(session.tables))
+    assert plan.join is not None
+    assert join_sequence(plan.join, dict(session.tables)) == sequence
+    rel = join_relation(plan.join, dict(session.tables), salt="00", ops=DuckDBOps(), caps=(),
+                        parts=parts_of(plan.join), with_tid=False)
+    written = [rel.args["from_"].this.alias] + [j.this.alias for j in rel.args.get("joins", [])]
+    assert tuple(written) == sequence
 
 
 def test_graph_self_join_has_several_people_and_an_attested_delta(session: Any) -> None:

@@ -142,8 +142,15 @@ os.register_at_fork(after_in_child=_engines_after_fork)
 #: ``build_side_probe_side`` swapped a hash join's sides when the estimated row counts of its inputs
 #: (a Parquet footer's, a table's) crossed: with 400 customers and 399 orders, one person adding one of
 #: each swapped them. Off, each hash join builds on its right side as the bounded query writes it.
+#: ``join_order`` ordered a chain of three or more joins by the same estimates: with 400 customers, 399
+#: orders and 399 line items, one person adding one of each regrouped (items JOIN orders) JOIN customers
+#: into items JOIN (orders JOIN customers). Off, the joins run in the order the bounded query writes them,
+#: which the join SQL decides from the catalog alone (``dpsql.plan.joins.join_sequence``). ``filter_pullup``
+#: reads no statistic but goes with it: it turns every inner join below another join into a cross product
+#: under a filter (for ``filter_pushdown`` and ``join_order`` to push back down); with both off, that
+#: cross product would stay, so each inner join keeps its written ON conditions instead.
 STATISTICS_OPTIMIZERS = ("filter_pushdown", "join_filter_pushdown", "statistics_propagation", "row_group_pruner",
-                         "build_side_probe_side")
+                         "build_side_probe_side", "join_order", "filter_pullup")
 
 
 class DuckDBBackend:

@@ -902,6 +902,55 @@ def _walk(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], start: str, lowered
     return factor, caps, steps
 
 
+def join_sequence(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> tuple[str, ...]:
+    """The order in which the join SQL joins the inputs of ``jp`` (aliases), from public metadata only.
+
+    The bounded query joins them left-deep in this order, each input on the right of its join: the side
+    DuckDB builds its hash table on, as written (private reads run with ``join_order`` and
+    ``build_side_probe_side`` off, which chose both from the inputs' estimated row counts, so that one
+    person's rows could regroup a chain or swap a join's sides: ``dpsql.engine.duckdb.STATISTICS_OPTIMIZERS``).
+    The order therefore depends on the query and the catalog, never on the rows.
+
+    Each input after the first shares an ON equality with one before it (no cross product), and is the one
+    with the fewest rows per joined value (``max_rows_per_value``: 1 for a declared key, a degree bound,
+    a per-person row cap; ties: the order the query names them): a table entered through its key (the
+    "one" side of a foreign key: a person table's unit, a dimension) is built, and the table holding many
+    rows per key probes. The first input is the one from which this walk multiplies the tuples the least
+    (``lineitem`` in customer - orders - lineitem: x1 through ``o_orderkey``, x1 through ``c_custkey``,
+    against x8 x4 from ``customer``), so the hash tables are those of the tables reached through keys."""
+    aliases = [a for a, _ in jp.inputs]
+    written = {a: i for i, a in enumerate(aliases)}
+    tables = {a: catalog[t] for a, t in jp.inputs}
+    edges = [(x.split(SEP, 1), y.split(SEP, 1)) for x, y in jp.conditions]
+
+    def rows_per_value(b: str, done: set[str]) -> float | None:
+        cols = {bc for (xa, xc), (ya, yc) in edges for (ba, bc), (oa, _) in (((xa, xc), (ya, yc)), ((ya, yc), (xa, xc)))
+                if ba == b and oa in done}
+        if not cols:
+            return None
+        t = tables[b]
+        combos = {k for k in (table_keys(t, catalog) | set(t.degree_bounds) | set(t.references)) if set(parts(k)) <= cols}
+        return min(max_rows_per_value(t, c, catalog) for c in cols | combos)
+
+    def walk(start: str) -> tuple[float, list[str]] | None:
+        order, done, factor = [start], {start}, 1.0
+        while len(order) < len(aliases):
+            steps = [(m, written[b], b) for b in aliases if b not in done
+                     for m in [rows_per_value(b, done)] if m is not None]
+            if not steps:
+                return None
+            m, _, b = min(steps)
+            order.append(b)
+            done.add(b)
+            factor *= m
+        return factor, order
+
+    walks = [(w[0], written[a], w[1]) for a in aliases for w in [walk(a)] if w is not None]
+    if not walks:  # pragma: no cover - an accepted plan's inputs are all linked by ON equalities
+        return tuple(aliases)
+    return tuple(min(walks)[2])
+
+
 def _reach_columns(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[str]:
     """The columns of ``table`` through which its rows reach people: the first column of each chain
     of ``_slots_from`` (its own unit, a foreign key). Public metadata only."""

@@ -4,7 +4,10 @@ One relation per input (its needed columns renamed ``<alias>__<column>``; the WH
 over that input alone; with an enforced Delta, then at most n rows per value of the column it
 joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), then only the rows whose key value is held once in the base table for an input the
 join enters through a declared key (:func:`_unique_filter`), the inner equi-join, the other WHERE
-conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`).
+conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`). The inputs
+are joined left-deep in the order :func:`dpsql.plan.joins.join_sequence` decides from the catalog alone
+(the table holding many rows per key first, each table entered through a key on the right of its join,
+the side DuckDB builds on): a private read runs in the written order, never in one chosen from row counts.
 
 Text is compared under the binary collation: each input's text columns are re-projected as
 ``x COLLATE "binary"`` (:func:`dpsql.rewrite.bound.binary_text`) right after that input's own WHERE
@@ -97,7 +100,7 @@ from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps, source_name, text_digest_of
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.joins import SEP, _direct, _type_family, flat
+from dpsql.plan.joins import SEP, _direct, _type_family, flat, join_sequence
 from dpsql.plan.joins import parts as key_parts
 from dpsql.plan.typer import TypeRefusal, type_checked
 from dpsql.rewrite.bound import (
@@ -298,7 +301,9 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     spread = Spread(salt, ops)
     needed = _needed(jp, caps)
     cap_of = {(a, c): n for a, c, n in caps}
-    order = {a: i for i, (a, _) in enumerate(jp.inputs)}
+    # the inputs joined left-deep in an order decided from the catalog alone, each built on its join's right side
+    sequence = join_sequence(jp, catalog)
+    order = {a: i for i, a in enumerate(sequence)}
     local, top = _split_where(jp)
     built: dict[str, exp.Expression] = {}
     # capped inputs in the order the bound was derived (each joins inputs built before it)
@@ -325,7 +330,7 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
                 rel = _unique_filter(rel, a, uc, t, spread=spread, columns=[flat(a, c) for c in cols])
         built[a] = rel
     # each input's tree is used once from here on: wrapped and joined in place (copy=False), not deep-copied
-    rels = [built[a].subquery(a, copy=False) for a, _ in jp.inputs]
+    rels = [built[a].subquery(a, copy=False) for a in sequence]
     q = exp.select(*_weights(jp, parts, ops), *extra).from_(rels[0], copy=False)
     for i, rel in enumerate(rels[1:], start=1):
         pairs = [(x, y) if order[y.split(SEP)[0]] == i else (y, x) for x, y in jp.conditions
