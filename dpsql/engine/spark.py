@@ -472,6 +472,17 @@ class SparkBackend:
                 inside = exp.Between(this=stored, low=exp.Literal.number(lo) if lo >= 0 else exp.Neg(
                     this=exp.Literal.number(-lo)), high=exp.Literal.number(hi))
                 e = exp.Case(ifs=[exp.If(this=inside, true=ref.copy())])
+            elif (dec := re.fullmatch(r"decimal\((\d+),(\d+)\)", t)) is not None:
+                # a DECIMAL(p, s) whose stored integer has more than p digits (a Parquet INT32/INT64 or Arrow
+                # decimal holds more) is NULL, as DuckDB's reader makes it: Spark keeps it, and its arithmetic on
+                # it (x * x, -x, floor, COUNT(DISTINCT x)) raised after the charge only when such a row existed.
+                # Comparing it with the type's own extremes cannot fail (no cast, no overflow check)
+                p, s = int(dec.group(1)), int(dec.group(2))
+                top = "9" * (p - s) + ("." + "9" * s if s else "") if p > s else "0." + "9" * s
+                typ = exp.DataType.build(f"DECIMAL({p},{s})", dialect=SPARK)
+                inside = exp.Between(this=ref.copy(), low=exp.Cast(this=exp.Literal.string("-" + top), to=typ),
+                                     high=exp.Cast(this=exp.Literal.string(top), to=typ.copy()))
+                e = exp.Case(ifs=[exp.If(this=inside, true=ref.copy())])
             # the catalog's name (as DuckDB's views): Spark matches identifiers ignoring case char by char,
             # so 'İd' (whose lower case 'i̇d' is longer) was reached by no spelling
             items.append(exp.alias_(e, view_column(n), quoted=True))
