@@ -91,6 +91,8 @@ SQL_CONF = {
     # pushed into the reader made one person's extreme value switch on the read of their row group
     # (docs/threat_model.md, timing; the DuckDB engine's ``STATISTICS_OPTIMIZERS``)
     "spark.sql.parquet.filterPushdown": "false",
+    # the vectorized reader reads a wide DECIMAL column as DECIMAL(38, s) (``SparkBackend._widened_decimals``)
+    "spark.sql.parquet.enableVectorizedReader": "true",
 }
 
 _QUIET_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger", "py4j", "py4j.java_gateway",
@@ -277,6 +279,7 @@ class SparkBackend:
         failure: ConfigError | None = None
         fields: list[tuple[str, str]] = []
         millis: set[str] = set()
+        widened: set[str] = set()
         with self._lock:
             self._views[view] = kind
             try:
@@ -286,21 +289,24 @@ class SparkBackend:
                     raw = self._spark.read.parquet(*paths)
                     self._check_file_schemas(name, raw)
                     millis = self._millis_columns(name, raw)
-                    if millis:  # read as the stored INT64 milliseconds, converted by _capped_select
-                        from pyspark.sql.types import LongType, StructField, StructType
+                    widened = self._widened_decimals(raw)
+                    if millis or widened:  # read as the stored INT64 milliseconds / as DECIMAL(38, s), see _capped_select
+                        from pyspark.sql.types import DecimalType, LongType, StructField, StructType
 
-                        as_long = StructType([StructField(f.name, LongType(), True) if f.name in millis else f
-                                              for f in raw.schema.fields])
+                        as_read = StructType([
+                            StructField(f.name, LongType(), True) if f.name in millis else
+                            StructField(f.name, DecimalType(38, f.dataType.scale), True) if f.name in widened else f
+                            for f in raw.schema.fields])
                         fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                        raw = self._spark.read.schema(as_long).parquet(*paths)
+                        raw = self._spark.read.schema(as_read).parquet(*paths)
                 else:
                     if not isinstance(source, pa.Table):
                         raise ConfigError(f"table '{name}': an Arrow source must be a pyarrow.Table")
                     raw = self._arrow_frame(name, source)
                 raw.createOrReplaceTempView(view + "_raw")
-                if not millis:
+                if not millis and not widened:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                sel = self._capped_select(view + "_raw", fields, millis)
+                sel = self._capped_select(view + "_raw", fields, millis, widened)
                 self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
             except ConfigError:
                 self.unregister_source(name, kind, view)
@@ -436,7 +442,42 @@ class SparkBackend:
                               hint="rewrite the files with one timestamp unit per column (microseconds)")
         return {c for c, u in units.items() if u == {"MILLIS"}}
 
-    def _capped_select(self, raw: str, fields: list[tuple[str, str]], millis: Collection[str] = ()) -> exp.Select:
+    def _widened_decimals(self, raw: Any) -> set[str]:
+        """The top-level DECIMAL columns of more than 18 digits stored as a FIXED_LEN_BYTE_ARRAY of at most 15
+        bytes in every file, in a table of atomic columns only (read by Spark's vectorized reader).
+
+        Spark's reader raises on a stored value with more digits than the declared precision, whatever reads
+        the column (``x IS NULL`` too): one row's value failed every query reading it, after the charge. Its
+        vectorized reader widens such a column to DECIMAL(38, s) without that check, and 15 bytes hold at most
+        36 digits, so read that way every value is read; :meth:`_capped_select` makes one beyond the declared
+        precision NULL, as DuckDB's reader. Read from the files' footers only (no row)."""
+        from pyspark.sql.types import DecimalType
+
+        wide = {f.name: f.dataType for f in raw.schema.fields
+                if isinstance(f.dataType, DecimalType) and 18 < f.dataType.precision < 38}
+        if not wide or any(f.dataType.simpleString().startswith(("struct", "array", "map")) for f in raw.schema.fields):
+            return set()
+        sc = self._spark.sparkContext
+        jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
+        ok = set(wide)
+        for uri in raw.inputFiles():
+            hin = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jvm.org.apache.hadoop.fs.Path(uri), conf)
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(hin)
+            try:
+                schema = reader.getFooter().getFileMetaData().getSchema()
+            finally:
+                reader.close()
+            for t in schema.getFields():
+                match = next((c for c in wide if c.lower() == str(t.getName()).lower()), None)
+                if match is None:
+                    continue
+                if not (t.isPrimitive() and str(t.asPrimitiveType().getPrimitiveTypeName().toString())
+                        == "FIXED_LEN_BYTE_ARRAY" and int(t.asPrimitiveType().getTypeLength()) <= 15):
+                    ok.discard(match)
+        return ok
+
+    def _capped_select(self, raw: str, fields: list[tuple[str, str]], millis: Collection[str] = (),
+                       widened: Collection[str] = ()) -> exp.Select:
         cap = self.settings.max_text_bytes
         items: list[exp.Expression] = []
         for n, t in fields:
@@ -472,6 +513,23 @@ class SparkBackend:
                 inside = exp.Between(this=stored, low=exp.Literal.number(lo) if lo >= 0 else exp.Neg(
                     this=exp.Literal.number(-lo)), high=exp.Literal.number(hi))
                 e = exp.Case(ifs=[exp.If(this=inside, true=ref.copy())])
+            elif (dec := re.fullmatch(r"decimal\((\d+),(\d+)\)", t)) is not None and (
+                    int(dec.group(1)) <= 18 or n in widened):
+                # a DECIMAL(p, s) whose stored integer has more than p digits (a Parquet INT32/INT64 or Arrow
+                # decimal holds more) is NULL, as DuckDB's reader makes it: Spark keeps it, and its arithmetic on
+                # it (x * x, -x, floor, COUNT(DISTINCT x)) raised after the charge only when such a row existed.
+                # Comparing it with extremes of its own type cannot fail (no cast, no overflow check). Up to 18
+                # digits (an INT32 or INT64), and for a wider one read as DECIMAL(38, s) (_widened_decimals; the
+                # value inside the range is then cast back to the declared type); Spark reads any other wider one
+                # beyond its precision with an error whatever reads it, x IS NULL too (docs/spark.md, Sources)
+                p, s = int(dec.group(1)), int(dec.group(2))
+                top = "9" * (p - s) + ("." + "9" * s if s else "") if p > s else "0." + "9" * s
+                declared = exp.DataType.build(f"DECIMAL({p},{s})", dialect=SPARK)
+                typ = exp.DataType.build(f"DECIMAL(38,{s})", dialect=SPARK) if n in widened else declared
+                inside = exp.Between(this=ref.copy(), low=exp.Cast(this=exp.Literal.string("-" + top), to=typ),
+                                     high=exp.Cast(this=exp.Literal.string(top), to=typ.copy()))
+                e = exp.Case(ifs=[exp.If(this=inside, true=exp.Cast(this=ref.copy(), to=declared)
+                                         if n in widened else ref.copy())])
             # the catalog's name (as DuckDB's views): Spark matches identifiers ignoring case char by char,
             # so 'İd' (whose lower case 'i̇d' is longer) was reached by no spelling
             items.append(exp.alias_(e, view_column(n), quoted=True))
