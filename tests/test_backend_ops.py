@@ -69,8 +69,10 @@ def _spark_missing() -> str | None:
     return None
 
 
-@pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest) -> Iterator[ExecutionBackend]:
+@pytest.fixture(scope="module", params=sorted(BACKENDS))
+def module_backend(request: pytest.FixtureRequest) -> Iterator[ExecutionBackend]:
+    """One backend per engine for the module: starting one costs a Spark session (its configuration set
+    call by call) and a DuckDB connection, the same for every test."""
     if request.param == "spark" and (why := _spark_missing()) is not None:
         if os.environ.get("DPSQL_REQUIRE_EXTRAS") == "1":
             pytest.fail(why)
@@ -82,15 +84,32 @@ def backend(request: pytest.FixtureRequest) -> Iterator[ExecutionBackend]:
         b.close()
 
 
-def run(b: ExecutionBackend, ast: exp.Expression, **tables: pa.Table) -> list[dict[str, Any]]:
-    """Rows of ``ast`` run on backend ``b``, the tables registered as its sources."""
+@pytest.fixture
+def backend(module_backend: ExecutionBackend) -> Iterator[ExecutionBackend]:
+    """The module's backend of each engine, with its own building blocks: a test may swap ``ops``
+    (``SaltedDuckDBOps``), which is undone afterwards; every test unregisters the sources it registers
+    (``run``, ``orders_over_salts``), so each starts with none."""
+    ops = module_backend.ops
+    try:
+        yield module_backend
+    finally:
+        module_backend.ops = ops
+
+
+def run_arrow(b: ExecutionBackend, ast: exp.Expression, **tables: pa.Table) -> pa.Table:
+    """The result of ``ast`` run on backend ``b``, the tables registered as its sources."""
     for name, t in tables.items():
         b.register_source(name, "arrow", t)
     try:
-        return b.fetch_arrow(ast, what="a building-block test").to_pylist()
+        return b.fetch_arrow(ast, what="a building-block test")
     finally:
         for name in tables:
             b.unregister_source(name, "arrow")
+
+
+def run(b: ExecutionBackend, ast: exp.Expression, **tables: pa.Table) -> list[dict[str, Any]]:
+    """Rows of ``ast`` run on backend ``b``, the tables registered as its sources."""
+    return run_arrow(b, ast, **tables).to_pylist()
 
 
 def src(name: str) -> exp.Expression:
@@ -652,8 +671,9 @@ def test_try_cast_marked_safe_renders_for_spark() -> None:
 def keeps(b: ExecutionBackend, n: int, salts: list[str], q: float) -> np.ndarray:
     t = pa.table({"i": np.arange(n, dtype=np.int64)})
     cols = [exp.alias_(b.ops.bernoulli_keep(["i"], s, q), f"k{j}") for j, s in enumerate(salts)]
-    rows = run(b, exp.select("i", *cols).from_(src("t")).order_by("i"), t=t)
-    return np.array([[r[f"k{j}"] for j in range(len(salts))] for r in rows], dtype=bool)
+    out = run_arrow(b, exp.select("i", *cols).from_(src("t")).order_by("i"), t=t)
+    assert out.num_rows == n
+    return np.column_stack([out.column(f"k{j}").to_numpy(zero_copy_only=False) for j in range(len(salts))]).astype(bool)
 
 
 def test_bernoulli_keep_has_rate_q(backend: ExecutionBackend) -> None:

@@ -40,12 +40,16 @@ def brute_force_taus(w, ti, ui, taus) -> dict[float, Fraction]:
         rows.append((e, [Fraction(w[t])] * len(taus)))  # x_t ≤ w_t
         rows.append(([-x for x in e], [Fraction(0)] * len(taus)))  # −x_t ≤ 0
     best: list[Fraction | None] = [None] * len(taus)
+    nonzero = [([(j, c) for j, c in enumerate(a) if c], b) for a, b in rows]  # the feasibility sums skip zeros
+    upper = {len(users) + 2 * t for t in range(n)}  # x_t ≤ w_t; the row after it, −x_t ≤ 0, is parallel to it
     for subset in itertools.combinations(range(len(rows)), n):
+        if any(i in upper and i + 1 in subset for i in subset):  # two parallel rows: singular, not a vertex
+            continue
         xs = _solve([rows[i][0] for i in subset], [rows[i][1] for i in subset])
         if xs is None:
             continue
         for k, x in enumerate(xs):
-            if all(sum(a[j] * x[j] for j in range(n)) <= b[k] for a, b in rows):
+            if all(sum(c * x[j] for j, c in terms) <= b[k] for terms, b in nonzero):
                 val = sum(x)
                 best[k] = val if best[k] is None or val > best[k] else best[k]
     assert all(b is not None for b in best)
