@@ -111,6 +111,19 @@ def _require_pyspark() -> Any:
     return SparkSession
 
 
+def local_conf(master: str) -> dict[str, str]:
+    """Settings of a local SparkContext that dpsql starts itself (:func:`spark_session`), for speed only:
+    a fixed number of shuffle partitions (twice the master's threads) instead of Spark's 200, which in
+    local mode made every shuffle run 200 tasks over small data. Fixed by the master, never by the data.
+    A caller's session, or a cluster's, keeps its own settings."""
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if m is None:
+        return {}
+    n = m.group(1)
+    threads = 1 if n is None else (os.cpu_count() or 1) if n == "*" else int(n)
+    return {"spark.sql.shuffle.partitions": str(max(2, 2 * threads))}
+
+
 def spark_session(master: str | None = None, memory: str | None = None) -> Any:
     """A SparkSession for ``master`` (default ``local[2]``): the process's active one if it runs
     on that master, else a new one (Spark allows one SparkContext per process). ``memory``: the
@@ -137,6 +150,8 @@ def spark_session(master: str | None = None, memory: str | None = None) -> Any:
             builder = builder.config("spark.driver.memory", f"{max(512, int(mib))}m")
     if master.startswith("spark://"):
         builder = builder.config("spark.driver.host", os.environ.get("DPSQL_SPARK_DRIVER_HOST", "127.0.0.1"))
+    for k, v in local_conf(master).items():
+        builder = builder.config(k, v)
     return builder.getOrCreate()
 
 
@@ -283,22 +298,28 @@ class SparkBackend:
                 if kind == "parquet":
                     paths = [source] if re.match(r"^[a-z][a-z0-9+.-]*://", str(source)) and not str(source).startswith(
                         "file://") else _expand(str(source).removeprefix("file://"))
-                    raw = self._spark.read.parquet(*paths)
-                    self._check_file_schemas(name, raw)
-                    millis = self._millis_columns(name, raw)
-                    if millis:  # read as the stored INT64 milliseconds, converted by _capped_select
+                    footers = self._footer_schemas(paths)
+                    if footers is not None:  # every file's schema from its footer, on the driver: no Spark job
+                        table_schema = footers[0][1]
+                        millis = self._millis_from(name, table_schema, [m for m, _ in footers])
+                    else:  # Spark infers the schema (a job) and the files are checked against it
+                        raw = self._spark.read.parquet(*paths)
+                        self._check_file_schemas(name, raw)
+                        table_schema = raw.schema
+                        millis = self._millis_columns(name, raw)
+                    if millis or footers is not None:  # millis: read as the stored INT64, converted by _capped_select
                         from pyspark.sql.types import LongType, StructField, StructType
 
-                        as_long = StructType([StructField(f.name, LongType(), True) if f.name in millis else f
-                                              for f in raw.schema.fields])
-                        fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                        raw = self._spark.read.schema(as_long).parquet(*paths)
+                        read_as = StructType([StructField(f.name, LongType(), True) if f.name in millis else f
+                                              for f in table_schema.fields])
+                        fields = [(f.name, f.dataType.simpleString()) for f in table_schema.fields]
+                        raw = self._spark.read.schema(read_as).parquet(*paths)
                 else:
                     if not isinstance(source, pa.Table):
                         raise ConfigError(f"table '{name}': an Arrow source must be a pyarrow.Table")
                     raw = self._arrow_frame(name, source)
                 raw.createOrReplaceTempView(view + "_raw")
-                if not millis:
+                if not fields:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
                 sel = self._capped_select(view + "_raw", fields, millis)
                 self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
@@ -385,6 +406,44 @@ class SparkBackend:
                               "would fail while reading some of them",
                               hint="rewrite the files with one type per column, or register them as separate tables")
 
+    def _footer_schemas(self, paths: list[str]) -> list[tuple[Any, Any]] | None:
+        """Each file's Parquet schema and Spark schema, read from its footer on the driver (no Spark job,
+        no row), as Spark's own schema inference converts a footer (``ParquetFileFormat.readSchemaFromFooter``
+        with the session's settings); None where Spark's inference would choose among files or
+        filter them, which it then does itself: a path that is not a local file (a directory, a URI
+        scheme), a name Spark skips (``_...``, ``.``..., ``..._COPYING_``), schema merging on, or files
+        whose schemas differ at all."""
+        if str(self._spark.conf.get("spark.sql.parquet.mergeSchema", "false")).lower() != "false":
+            return None
+        for p in paths:
+            base = os.path.basename(p)
+            if not os.path.isfile(p) or base.startswith(("_", ".")) or base.endswith("._COPYING_"):
+                return None
+        from pyspark.sql.types import StructType, _parse_datatype_json_string
+
+        sc = self._spark.sparkContext
+        jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
+        pq = jvm.org.apache.spark.sql.execution.datasources.parquet
+        converter = pq.ParquetToSparkSchemaConverter(self._spark._jsparkSession.sessionState().conf())
+        out: list[tuple[Any, Any]] = []
+        for p in paths:
+            path = jvm.org.apache.hadoop.fs.Path(os.path.abspath(p))
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(
+                jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(path, conf))
+            try:
+                meta = reader.getFooter()
+            finally:
+                reader.close()
+            spark_schema = pq.ParquetFileFormat.readSchemaFromFooter(jvm.org.apache.parquet.hadoop.Footer(path, meta),
+                                                                      converter)
+            # a file source's columns are all nullable, as Spark's reader makes an inferred schema
+            out.append((meta.getFileMetaData().getSchema(), spark_schema.asNullable().json()))
+        if any(j != out[0][1] for _, j in out):
+            return None
+        first = _parse_datatype_json_string(out[0][1])
+        assert isinstance(first, StructType)
+        return [(m, first) for m, _ in out]
+
     def _millis_columns(self, name: str, raw: Any) -> set[str]:
         """The top-level timestamp columns stored as Parquet TIMESTAMP(MILLIS) in every file.
 
@@ -395,21 +454,33 @@ class SparkBackend:
         DuckDB's reader). Read from the files' footers only (no row). A column stored in
         milliseconds in some files and not in others, or a millisecond timestamp inside a
         nested column, is a ConfigError (a property of the files' schemas, never of a value)."""
-        top = {f.name for f in raw.schema.fields}
-        stamps = {f.name for f in raw.schema.fields if f.dataType.simpleString() in ("timestamp", "timestamp_ntz")}
-        nested = any(f.dataType.simpleString().startswith(("struct", "array", "map")) for f in raw.schema.fields)
-        if not stamps and not nested:
+        if not self._stamps_or_nested(raw.schema):
             return set()
         sc = self._spark.sparkContext
         jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
-        units: dict[str, set[str]] = {}
+        schemas = []
         for uri in raw.inputFiles():
             hin = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jvm.org.apache.hadoop.fs.Path(uri), conf)
             reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(hin)
             try:
-                schema = reader.getFooter().getFileMetaData().getSchema()
+                schemas.append(reader.getFooter().getFileMetaData().getSchema())
             finally:
                 reader.close()
+        return self._millis_from(name, raw.schema, schemas)
+
+    @staticmethod
+    def _stamps_or_nested(table_schema: Any) -> bool:
+        return any(f.dataType.simpleString() in ("timestamp", "timestamp_ntz")
+                   or f.dataType.simpleString().startswith(("struct", "array", "map")) for f in table_schema.fields)
+
+    def _millis_from(self, name: str, table_schema: Any, schemas: list[Any]) -> set[str]:
+        """:meth:`_millis_columns` from the table's Spark schema and each file's Parquet schema."""
+        top = {f.name for f in table_schema.fields}
+        stamps = {f.name for f in table_schema.fields if f.dataType.simpleString() in ("timestamp", "timestamp_ntz")}
+        if not self._stamps_or_nested(table_schema):
+            return set()
+        units: dict[str, set[str]] = {}
+        for schema in schemas:
             stack = [(t, None) for t in schema.getFields()]
             while stack:
                 t, under = stack.pop()
