@@ -162,3 +162,26 @@ def test_a_text_key_is_salted_as_spark_text_without_the_date_spelling() -> None:
     assert "TYPEOF(" not in spark_sql("SELECT url, COUNT(DISTINCT url) AS d FROM events GROUP BY url").upper()
     # negative control: a DATE key converted to text by the query keeps DuckDB's spelling
     assert "TYPEOF(" in spark_sql("SELECT CAST(day AS VARCHAR) AS d, COUNT(*) FROM events GROUP BY d").upper()
+
+
+def test_a_join_tuple_identity_converts_columns_of_known_type_plainly() -> None:
+    """The identity of a join's tuple (``dpsql.rewrite.joins._with_tid``) writes each projected column as text
+    and the tuple's number among equal tuples: where the column's type is known and has one plain text (integers,
+    text, decimals; the number is a BIGINT), its Spark form is the plain conversion, not DuckDB's spelling of dates
+    (``TYPEOF``, operand repeated about 20 times). The DuckDB SQL is the same either way."""
+    from dpsql.rewrite.joins import _with_tid
+
+    q = exp.select("a", "b", "c").from_("t")
+
+    def tid(types: dict[str, str] | None, dialect: str = "spark") -> str:
+        ast = _with_tid(q.copy(), types=types)
+        return render(lower_for_spark(ast) if dialect == "spark" else ast, dialect=dialect).upper()
+
+    plain = tid({"a": "BIGINT", "b": "VARCHAR", "c": "DECIMAL(9,2)"})
+    assert "TYPEOF(" not in plain and "(BC)" not in plain
+    assert tid({"a": "BIGINT", "b": "VARCHAR", "c": "DECIMAL(9,2)"}, "duckdb") == tid(None, "duckdb")
+    # negative controls: a DATE or TIMESTAMP column, one of unknown type, and a DOUBLE (whose text is written as
+    # before) keep the spelling for that column only
+    for typ in ("DATE", "TIMESTAMP", "DOUBLE", None):
+        mixed = tid({"a": "BIGINT", "b": "VARCHAR"} | ({"c": typ} if typ else {}))
+        assert "TYPEOF(__T.C)" in mixed.replace("`", "") and "TYPEOF(__T.A)" not in mixed.replace("`", ""), typ

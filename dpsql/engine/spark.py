@@ -91,7 +91,7 @@ SQL_CONF = {
     # pushed into the reader made one person's extreme value switch on the read of their row group
     # (docs/threat_model.md, timing; the DuckDB engine's ``STATISTICS_OPTIMIZERS``)
     "spark.sql.parquet.filterPushdown": "false",
-    # the vectorized reader reads a wide DECIMAL column as DECIMAL(38, s) (``SparkBackend._widened_decimals``)
+    # the vectorized reader reads a wide DECIMAL column as DECIMAL(38, s) (``SparkBackend._widened_from``)
     "spark.sql.parquet.enableVectorizedReader": "true",
 }
 
@@ -111,6 +111,19 @@ def _require_pyspark() -> Any:
         raise ConfigError(f"the Spark engine needs pyspark 4, found {pyspark.__version__}",
                           hint="pip install 'dpsql[spark]'")
     return SparkSession
+
+
+def local_conf(master: str) -> dict[str, str]:
+    """Settings of a local SparkContext that dpsql starts itself (:func:`spark_session`), for speed only:
+    a fixed number of shuffle partitions (twice the master's threads) instead of Spark's 200, which in
+    local mode made every shuffle run 200 tasks over small data. Fixed by the master, never by the data.
+    A caller's session, or a cluster's, keeps its own settings."""
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if m is None:
+        return {}
+    n = m.group(1)
+    threads = 1 if n is None else (os.cpu_count() or 1) if n == "*" else int(n)
+    return {"spark.sql.shuffle.partitions": str(max(2, 2 * threads))}
 
 
 def spark_session(master: str | None = None, memory: str | None = None) -> Any:
@@ -139,6 +152,8 @@ def spark_session(master: str | None = None, memory: str | None = None) -> Any:
             builder = builder.config("spark.driver.memory", f"{max(512, int(mib))}m")
     if master.startswith("spark://"):
         builder = builder.config("spark.driver.host", os.environ.get("DPSQL_SPARK_DRIVER_HOST", "127.0.0.1"))
+    for k, v in local_conf(master).items():
+        builder = builder.config(k, v)
     return builder.getOrCreate()
 
 
@@ -286,25 +301,33 @@ class SparkBackend:
                 if kind == "parquet":
                     paths = [source] if re.match(r"^[a-z][a-z0-9+.-]*://", str(source)) and not str(source).startswith(
                         "file://") else _expand(str(source).removeprefix("file://"))
-                    raw = self._spark.read.parquet(*paths)
-                    self._check_file_schemas(name, raw)
-                    millis = self._millis_columns(name, raw)
-                    widened = self._widened_decimals(raw)
-                    if millis or widened:  # read as the stored INT64 milliseconds / as DECIMAL(38, s), see _capped_select
+                    footers = self._footer_schemas(paths)
+                    if footers is not None:  # every file's schema from its footer, on the driver: no Spark job
+                        table_schema = footers[0][1]
+                        file_schemas = [m for m, _ in footers]
+                    else:  # Spark infers the schema (a job) and the files are checked against it
+                        raw = self._spark.read.parquet(*paths)
+                        self._check_file_schemas(name, raw)
+                        table_schema = raw.schema
+                        file_schemas = self._file_schemas(raw) if self._needs_file_schemas(table_schema) else []
+                    millis = self._millis_from(name, table_schema, file_schemas)
+                    widened = self._widened_from(table_schema, file_schemas)
+                    if millis or widened or footers is not None:
+                        # millis / widened: read as the stored INT64 milliseconds / as DECIMAL(38, s), see _capped_select
                         from pyspark.sql.types import DecimalType, LongType, StructField, StructType
 
-                        as_read = StructType([
+                        read_as = StructType([
                             StructField(f.name, LongType(), True) if f.name in millis else
                             StructField(f.name, DecimalType(38, f.dataType.scale), True) if f.name in widened else f
-                            for f in raw.schema.fields])
-                        fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                        raw = self._spark.read.schema(as_read).parquet(*paths)
+                            for f in table_schema.fields])
+                        fields = [(f.name, f.dataType.simpleString()) for f in table_schema.fields]
+                        raw = self._spark.read.schema(read_as).parquet(*paths)
                 else:
                     if not isinstance(source, pa.Table):
                         raise ConfigError(f"table '{name}': an Arrow source must be a pyarrow.Table")
                     raw = self._arrow_frame(name, source)
                 raw.createOrReplaceTempView(view + "_raw")
-                if not millis and not widened:
+                if not fields:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
                 sel = self._capped_select(view + "_raw", fields, millis, widened)
                 self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
@@ -391,31 +414,83 @@ class SparkBackend:
                               "would fail while reading some of them",
                               hint="rewrite the files with one type per column, or register them as separate tables")
 
-    def _millis_columns(self, name: str, raw: Any) -> set[str]:
+    def _footer_schemas(self, paths: list[str]) -> list[tuple[Any, Any]] | None:
+        """Each file's Parquet schema and Spark schema, read from its footer on the driver (no Spark job,
+        no row), as Spark's own schema inference converts a footer (``ParquetFileFormat.readSchemaFromFooter``
+        with the session's settings); None where Spark's inference would choose among files or
+        filter them, which it then does itself: a path that is not a local file (a directory, a URI
+        scheme), a name Spark skips (``_...``, ``.``..., ``..._COPYING_``), schema merging on, or files
+        whose schemas differ at all."""
+        if str(self._spark.conf.get("spark.sql.parquet.mergeSchema", "false")).lower() != "false":
+            return None
+        for p in paths:
+            base = os.path.basename(p)
+            if not os.path.isfile(p) or base.startswith(("_", ".")) or base.endswith("._COPYING_"):
+                return None
+        from pyspark.sql.types import StructType, _parse_datatype_json_string
+
+        sc = self._spark.sparkContext
+        jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
+        pq = jvm.org.apache.spark.sql.execution.datasources.parquet
+        converter = pq.ParquetToSparkSchemaConverter(self._spark._jsparkSession.sessionState().conf())
+        out: list[tuple[Any, Any]] = []
+        for p in paths:
+            path = jvm.org.apache.hadoop.fs.Path(os.path.abspath(p))
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(
+                jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(path, conf))
+            try:
+                meta = reader.getFooter()
+            finally:
+                reader.close()
+            spark_schema = pq.ParquetFileFormat.readSchemaFromFooter(jvm.org.apache.parquet.hadoop.Footer(path, meta),
+                                                                      converter)
+            # a file source's columns are all nullable, as Spark's reader makes an inferred schema
+            out.append((meta.getFileMetaData().getSchema(), spark_schema.asNullable().json()))
+        if any(j != out[0][1] for _, j in out):
+            return None
+        first = _parse_datatype_json_string(out[0][1])
+        assert isinstance(first, StructType)
+        return [(m, first) for m, _ in out]
+
+    def _file_schemas(self, raw: Any) -> list[Any]:
+        """Each input file's Parquet schema, read from its footer (no row)."""
+        sc = self._spark.sparkContext
+        jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
+        schemas = []
+        for uri in raw.inputFiles():
+            hin = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jvm.org.apache.hadoop.fs.Path(uri), conf)
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(hin)
+            try:
+                schemas.append(reader.getFooter().getFileMetaData().getSchema())
+            finally:
+                reader.close()
+        return schemas
+
+    def _needs_file_schemas(self, table_schema: Any) -> bool:
+        """Whether :meth:`_millis_from` or :meth:`_widened_from` look at the files' schemas at all."""
+        return self._stamps_or_nested(table_schema) or bool(self._wide_decimals(table_schema))
+
+    @staticmethod
+    def _stamps_or_nested(table_schema: Any) -> bool:
+        return any(f.dataType.simpleString() in ("timestamp", "timestamp_ntz")
+                   or f.dataType.simpleString().startswith(("struct", "array", "map")) for f in table_schema.fields)
+
+    def _millis_from(self, name: str, table_schema: Any, schemas: list[Any]) -> set[str]:
         """The top-level timestamp columns stored as Parquet TIMESTAMP(MILLIS) in every file.
 
         Spark's reader converts milliseconds to microseconds with an exact multiplication: one
         stored value beyond +-2^63 microseconds (a millisecond count above ~9.2e15) makes every
         query that reads the column raise, a failure decided by one row. Such columns are read as
         the stored INT64 and converted by :meth:`_capped_select` (NULL outside DuckDB's range, as
-        DuckDB's reader). Read from the files' footers only (no row). A column stored in
-        milliseconds in some files and not in others, or a millisecond timestamp inside a
-        nested column, is a ConfigError (a property of the files' schemas, never of a value)."""
-        top = {f.name for f in raw.schema.fields}
-        stamps = {f.name for f in raw.schema.fields if f.dataType.simpleString() in ("timestamp", "timestamp_ntz")}
-        nested = any(f.dataType.simpleString().startswith(("struct", "array", "map")) for f in raw.schema.fields)
-        if not stamps and not nested:
+        DuckDB's reader). Read from the table's Spark schema and each file's Parquet schema
+        (footers only, no row). A column stored in milliseconds in some files and not in others,
+        or a millisecond timestamp inside a nested column, is a ConfigError (a property of the files' schemas, never of a value)."""
+        top = {f.name for f in table_schema.fields}
+        stamps = {f.name for f in table_schema.fields if f.dataType.simpleString() in ("timestamp", "timestamp_ntz")}
+        if not self._stamps_or_nested(table_schema):
             return set()
-        sc = self._spark.sparkContext
-        jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
         units: dict[str, set[str]] = {}
-        for uri in raw.inputFiles():
-            hin = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jvm.org.apache.hadoop.fs.Path(uri), conf)
-            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(hin)
-            try:
-                schema = reader.getFooter().getFileMetaData().getSchema()
-            finally:
-                reader.close()
+        for schema in schemas:
             stack = [(t, None) for t in schema.getFields()]
             while stack:
                 t, under = stack.pop()
@@ -442,7 +517,17 @@ class SparkBackend:
                               hint="rewrite the files with one timestamp unit per column (microseconds)")
         return {c for c, u in units.items() if u == {"MILLIS"}}
 
-    def _widened_decimals(self, raw: Any) -> set[str]:
+    @staticmethod
+    def _wide_decimals(table_schema: Any) -> dict[str, Any]:
+        """The table's top-level DECIMAL columns of 19 to 37 digits, in a table of atomic columns only."""
+        from pyspark.sql.types import DecimalType
+
+        if any(f.dataType.simpleString().startswith(("struct", "array", "map")) for f in table_schema.fields):
+            return {}
+        return {f.name: f.dataType for f in table_schema.fields
+                if isinstance(f.dataType, DecimalType) and 18 < f.dataType.precision < 38}
+
+    def _widened_from(self, table_schema: Any, schemas: list[Any]) -> set[str]:
         """The top-level DECIMAL columns of more than 18 digits stored as a FIXED_LEN_BYTE_ARRAY of at most 15
         bytes in every file, in a table of atomic columns only (read by Spark's vectorized reader).
 
@@ -451,22 +536,9 @@ class SparkBackend:
         vectorized reader widens such a column to DECIMAL(38, s) without that check, and 15 bytes hold at most
         36 digits, so read that way every value is read; :meth:`_capped_select` makes one beyond the declared
         precision NULL, as DuckDB's reader. Read from the files' footers only (no row)."""
-        from pyspark.sql.types import DecimalType
-
-        wide = {f.name: f.dataType for f in raw.schema.fields
-                if isinstance(f.dataType, DecimalType) and 18 < f.dataType.precision < 38}
-        if not wide or any(f.dataType.simpleString().startswith(("struct", "array", "map")) for f in raw.schema.fields):
-            return set()
-        sc = self._spark.sparkContext
-        jvm, conf = sc._jvm, sc._jsc.hadoopConfiguration()
+        wide = self._wide_decimals(table_schema)
         ok = set(wide)
-        for uri in raw.inputFiles():
-            hin = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(jvm.org.apache.hadoop.fs.Path(uri), conf)
-            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(hin)
-            try:
-                schema = reader.getFooter().getFileMetaData().getSchema()
-            finally:
-                reader.close()
+        for schema in schemas:
             for t in schema.getFields():
                 match = next((c for c in wide if c.lower() == str(t.getName()).lower()), None)
                 if match is None:
@@ -519,7 +591,7 @@ class SparkBackend:
                 # decimal holds more) is NULL, as DuckDB's reader makes it: Spark keeps it, and its arithmetic on
                 # it (x * x, -x, floor, COUNT(DISTINCT x)) raised after the charge only when such a row existed.
                 # Comparing it with extremes of its own type cannot fail (no cast, no overflow check). Up to 18
-                # digits (an INT32 or INT64), and for a wider one read as DECIMAL(38, s) (_widened_decimals; the
+                # digits (an INT32 or INT64), and for a wider one read as DECIMAL(38, s) (_widened_from; the
                 # value inside the range is then cast back to the declared type); Spark reads any other wider one
                 # beyond its precision with an error whatever reads it, x IS NULL too (docs/spark.md, Sources)
                 p, s = int(dec.group(1)), int(dec.group(2))

@@ -102,7 +102,7 @@ from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.joins import SEP, _direct, _type_family, flat, join_sequence
 from dpsql.plan.joins import parts as key_parts
-from dpsql.plan.typer import TypeRefusal, type_checked
+from dpsql.plan.typer import CAST_FROM, TypeRefusal, type_checked
 from dpsql.rewrite.bound import (
     binary_text,
     cap_rows,
@@ -357,9 +357,27 @@ def _type_of(t: TableSpec, column: str) -> str:
     return t.schema.get(column, t.schema.get(column.lower(), ""))
 
 
-def _id_piece(col: exp.Expression) -> exp.Expression:
-    """``n`` for NULL, else ``v<number of characters of t>:<t>`` with ``t = CAST(col AS VARCHAR)``."""
+#: types whose text every engine writes with its own plain conversion (no DATE or TIMESTAMP, no floating point
+#: with an engine's own spelling): their conversion to text records the type (``CAST_FROM``), which lets an
+#: engine that rewrites the text of other types (Spark's spelling of dates) convert them plainly
+_PLAIN_TEXT = ("BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER",
+               "UBIGINT", "VARCHAR", "TEXT", "STRING", "DECIMAL")
+
+
+def _as_text(col: exp.Expression, typ: str | None = None) -> exp.Expression:
+    """``CAST(col AS VARCHAR)``, recording ``typ`` (the column's type, if known) where it is one of
+    :data:`_PLAIN_TEXT`: the same text on every engine, and on Spark the plain conversion."""
     text = exp.cast(col.copy(), "VARCHAR")
+    t = (typ or "").upper().strip()
+    if t and (t in _PLAIN_TEXT or t.startswith("DECIMAL(")):
+        text.meta[CAST_FROM] = t
+    return text
+
+
+def _id_piece(col: exp.Expression, typ: str | None = None) -> exp.Expression:
+    """``n`` for NULL, else ``v<number of characters of t>:<t>`` with ``t = CAST(col AS VARCHAR)``
+    (``typ``: the column's type, if known: :func:`_as_text`)."""
+    text = _as_text(col, typ)
     body = exp.DPipe(this=exp.DPipe(this=exp.DPipe(this=exp.Literal.string("v"), expression=exp.cast(
         exp.func("length", text.copy()), "VARCHAR"), safe=True), expression=exp.Literal.string(":"), safe=True),
         expression=text, safe=True)
@@ -389,18 +407,18 @@ def _with_tid(q: exp.Select, *, types: Mapping[str, str] | None = None, spread: 
     names = [p.alias_or_name for p in q.expressions]
     cols = [_col(f"__t.{n}") for n in names]
     part = [c.copy() for c in cols]
+    known = _projected_types(q, types) if types else {}
     if spread is not None and types:
-        known = _projected_types(q, types)
         hashed = [(_col(f"__t.{n}"), known[n]) for n in names if n in known]
         h = spread_of(hashed, spread) if hashed else None
         if h is not None:
             part.append(h)
     dup = exp.Window(this=exp.RowNumber(), partition_by=part)
     text: exp.Expression = exp.Literal.string("")
-    for c in cols:
-        text = exp.DPipe(this=text, expression=_id_piece(c), safe=True)
+    for n, c in zip(names, cols, strict=True):
+        text = exp.DPipe(this=text, expression=_id_piece(c, known.get(n)), safe=True)
     text = exp.DPipe(this=exp.DPipe(this=text, expression=exp.Literal.string("#"), safe=True),
-                     expression=exp.cast(dup, "VARCHAR"), safe=True)
+                     expression=_as_text(dup, "BIGINT"), safe=True)
     return exp.select(*[c.copy() for c in cols], exp.alias_(text, "__tid")).from_(q.subquery("__t"))
 
 
