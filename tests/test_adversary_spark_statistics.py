@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from _spark import require_spark
 
 import dpsql
-from dpsql.engine.spark import SQL_CONF
+from dpsql.engine.spark import PLAN_CONF
 from dpsql.testing import use_noise, zero_noise
 
 require_spark()
@@ -23,7 +23,7 @@ require_spark()
 def test_dpsql_spark_session_reads_parquet_without_row_group_filters(tmp_path: Path) -> None:
     from pyspark.sql import SparkSession
 
-    assert SQL_CONF["spark.sql.parquet.filterPushdown"] == "false"
+    assert PLAN_CONF["spark.sql.parquet.filterPushdown"] == "false"
     caller = SparkSession.builder.master("local[1]").getOrCreate()
     caller.conf.set("spark.sql.parquet.filterPushdown", "true")
     path = tmp_path / "t.parquet"

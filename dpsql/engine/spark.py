@@ -16,6 +16,13 @@ Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/
   (TIMESTAMP_NTZ converts exactly), and Parquet's calendar rebasing and the datetime parser
   policy to CORRECTED (Spark's default EXCEPTION mode raises on some old dates, a failure that
   would depend on a row).
+* **Plans from the query alone.** Every private read is planned with :data:`PLAN_CONF` (checked
+  and set again before each read): no Adaptive Query Execution (it re-planned from the shuffled
+  rows' sizes: an empty stage emptied its join), no broadcast chosen by a side's estimated size,
+  no cost-based optimisation, runtime Bloom filter or dynamic partition pruning, no Parquet
+  statistics, and an Arrow table's rows never read by the optimizer
+  (:data:`LOCAL_RELATION_RULES`). Shuffles keep ``spark.sql.shuffle.partitions`` partitions:
+  the cluster's default parallelism unless the owner's Spark configuration sets it.
 * **No Spark text reaches the caller.** Any failure while reading private data is the one
   generic :func:`private_failure` (Spark's message, scrubbed, only in the owner's debug mode),
   raised outside the ``except`` block. Spark logs a failing query's message (which can quote a
@@ -87,10 +94,41 @@ SQL_CONF = {
     # DECIMAL arithmetic keeps its operands' scale (never rounds a value to fit 38 digits): the
     # exact negation of a wide DECIMAL (``spark_ops._decimal_sign_lowered``) relies on it
     "spark.sql.decimalOperations.allowPrecisionLoss": "false",
+}
+
+#: the rules of Spark's optimizer that read an Arrow table's rows while planning (an Arrow source is a
+#: ``LocalRelation``, its rows held in the plan): filters and projections evaluated over the rows, and a
+#: result found empty folded into an empty relation, so one person's row made the plan of a read
+#: (and the driver's work) differ
+LOCAL_RELATION_RULES = ("org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation",
+                        "org.apache.spark.sql.catalyst.optimizer.PropagateEmptyRelation")
+
+#: Spark SQL settings that make the physical plan of a private read a function of the query and the
+#: sources' schemas alone (docs/threat_model.md, "Spark"): set on dpsql's session and checked again
+#: before every private read (a setting changed on ``SparkBackend.spark`` meanwhile is set back)
+PLAN_CONF = {
+    # Adaptive Query Execution re-plans between stages from the shuffled rows' sizes: a stage with
+    # no row empties its join or aggregate, a small one is broadcast, partitions are coalesced by
+    # bytes and skewed ones split. Off: every shuffle has ``spark.sql.shuffle.partitions`` partitions
+    "spark.sql.adaptive.enabled": "false",
+    # no join is broadcast by its side's estimated size (a Parquet file's bytes, an Arrow table's row
+    # count); with sort-merge preferred, every equi-join is a sort-merge join
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    "spark.sql.join.preferSortMergeJoin": "true",
+    # no plan from statistics: cost-based join order, runtime Bloom filters and dynamic partition
+    # pruning are chosen from estimated sizes
+    "spark.sql.cbo.enabled": "false",
+    "spark.sql.cbo.joinReorder.enabled": "false",
+    "spark.sql.cbo.planStats.enabled": "false",
+    "spark.sql.cbo.starSchemaDetection": "false",
+    "spark.sql.optimizer.runtime.bloomFilter.enabled": "false",
+    "spark.sql.optimizer.dynamicPartitionPruning.enabled": "false",
     # no Parquet row group is skipped by its statistics (min and max of the private rows): a filter
     # pushed into the reader made one person's extreme value switch on the read of their row group
-    # (docs/threat_model.md, timing; the DuckDB engine's ``STATISTICS_OPTIMIZERS``)
+    # (the DuckDB engine's ``STATISTICS_OPTIMIZERS``); no aggregate is answered from a footer's
     "spark.sql.parquet.filterPushdown": "false",
+    "spark.sql.parquet.recordLevelFilter.enabled": "false",
+    "spark.sql.parquet.aggregatePushdown": "false",
     # the vectorized reader reads a wide DECIMAL column as DECIMAL(38, s) (``SparkBackend._widened_from``)
     "spark.sql.parquet.enableVectorizedReader": "true",
 }
@@ -253,10 +291,34 @@ class SparkBackend:
         self._spark = base.newSession()
         for k, v in SQL_CONF.items():
             self._spark.conf.set(k, v)
+        sc = self._spark.sparkContext
+        if not sc.getConf().contains("spark.sql.shuffle.partitions"):
+            # without AQE no shuffle is coalesced: Spark's 200 partitions per shuffle made each small
+            # query schedule hundreds of tasks; one per core (a property of the cluster, never of the
+            # data) unless the owner set the number (a local context dpsql starts sets twice its
+            # threads, :func:`local_conf`)
+            self._spark.conf.set("spark.sql.shuffle.partitions", str(max(1, int(sc.defaultParallelism))))
+        self._plan_conf: dict[str, str] = {}
+        self._pin_plan()
         _quiet(self._spark)
         self._lock = threading.RLock()
         self._views: dict[str, str] = {}  # view -> kind
         self._local = DuckDBBackend(None, self.settings)  # post-processing of released values only
+
+    def _pin_plan(self) -> None:
+        """Set :data:`PLAN_CONF` (and exclude :data:`LOCAL_RELATION_RULES`, besides the rules the
+        session already excludes) wherever dpsql's session says otherwise: one look-up per read."""
+        conf = self._spark.conf
+        now = conf.getAll
+        excluded = [r for r in (now.get("spark.sql.optimizer.excludedRules") or "").split(",") if r.strip()]
+        want = dict(PLAN_CONF)
+        if not set(LOCAL_RELATION_RULES) <= {r.strip() for r in excluded}:
+            want["spark.sql.optimizer.excludedRules"] = ",".join([*excluded, *LOCAL_RELATION_RULES])
+        for k, v in want.items():
+            if now.get(k) != self._plan_conf.get(k, v):
+                conf.set(k, v)
+                if k != "spark.sql.optimizer.excludedRules":
+                    self._plan_conf[k] = conf.get(k)  # Spark's spelling of the value (sizes gain a unit)
 
     @property
     def spark(self) -> Any:
@@ -695,6 +757,7 @@ class SparkBackend:
         with self._lock:
             sc = self._spark.sparkContext
             try:
+                self._pin_plan()
                 sc.setJobGroup(group, "dpsql bounded query", interruptOnCancel=True)
                 with self._deadline(group, deadline):
                     table: pa.Table = self._spark.sql(sql).toArrow()
