@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 
 from dpsql.errors import ConfigError
+from dpsql.ledger._store import names_file, sweep_unlocked
 
 
 @dataclass
@@ -77,7 +78,7 @@ class Target:
             t.fd, t.tmp = fd, tmp
             # locked for as long as this process may still write it; a sweep (of another command writing
             # the same name) may have taken it in the instant before: then it is gone, and made again
-            if _lock_now(fd) and _names(tmp, fd):
+            if _lock_now(fd) and names_file(tmp, fd):
                 _sweep_dead(d, f".{name}.dpsql-", tmp)
                 return t
             t.discard()
@@ -123,15 +124,6 @@ def _lock_now(fd: int) -> bool:
     return False
 
 
-def _names(path: str, fd: int) -> bool:
-    """Whether ``path`` still names the file open as ``fd``."""
-    try:
-        s, f = os.lstat(path), os.fstat(fd)
-    except OSError:
-        return False
-    return (s.st_dev, s.st_ino) == (f.st_dev, f.st_ino)
-
-
 def _sweep_dead(d: str, prefix: str, mine: str) -> None:
     """Remove the temporary files ``prefix*`` in ``d`` that a command killed between opening its
     output and writing it (SIGKILL, the OOM killer: a query can run for minutes) left behind: those
@@ -139,28 +131,7 @@ def _sweep_dead(d: str, prefix: str, mine: str) -> None:
     checked that the name is still its file) until the file is renamed or removed, and a flock dies with
     its holder, so a live writer's file is never removed. Only regular files are opened, never
     through a symbolic link, without blocking; one that cannot be opened is left alone."""
-    try:
-        with os.scandir(d) as it:
-            names = [e.name for e in it if e.name.startswith(prefix) and os.path.join(d, e.name) != mine]
-    except OSError:
-        return
-    for n in names:
-        path = os.path.join(d, n)
-        try:
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                continue
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: its writer is alive
-                if _names(path, fd):
-                    os.unlink(path)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+    sweep_unlocked(d, prefix, mine)
 
 
 def _example(flag: str) -> str:

@@ -146,19 +146,19 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-#: The longest test files, longest first (the Spark files and test_backend_ops.py by the seconds summed
-#: over their tests on the 2-core development machine, 2026-12; the others by the CPU seconds of a whole
-#: file's run, 2026-12). With ``--dist loadfile --no-loadscope-reorder`` (README) pytest-xdist hands
+#: The longest test files, longest first (by the seconds summed over their tests in a fresh-clone CI
+#: run on the 2-core development machine, 2026-12). With ``--dist loadfile --no-loadscope-reorder`` (README) pytest-xdist hands
 #: out whole files in collection order; starting the longest first lets the two workers finish
 #: together (pytest-xdist's own order, by number of tests, started the one-test cluster file last,
 #: and one worker ran it alone for about 80 s). A file missing here only starts later; the order
 #: never changes what a test checks.
 LONGEST_FIRST = (
-    "test_spark.py", "test_spark_joins.py", "test_backend_ops.py", "test_hostile_fuzz.py",
-    "test_privacy_audit.py", "test_spark_cluster.py", "test_joins_adversarial.py", "test_adversary_join_spread.py",
-    "test_s4s_truncation.py", "test_adversary_sql_surface.py", "test_bounding.py", "test_join_neighbour_fuzz.py",
-    "test_joins.py", "test_adversary_row_caps.py", "test_sources_overflow.py", "test_cli_output_targets.py",
-    "test_s4s_vector.py", "test_adversary_join_collisions.py", "test_quantile.py", "test_cli.py",
+    "test_spark.py", "test_spark_joins.py", "test_adversary_spark_plans.py", "test_spark_cluster.py",
+    "test_adversary_join_spread.py", "test_adversary_spark_round.py", "test_s4s_truncation.py",
+    "test_joins_adversarial.py", "test_hostile_fuzz.py", "test_adversary_sql_surface.py", "test_privacy_audit.py",
+    "test_adversary_scan_statistics.py", "test_adversary_spark_text_hash.py", "test_bounding.py",
+    "test_backend_ops.py", "test_join_neighbour_fuzz.py", "test_adversary_ledger_process.py", "test_sources.py",
+    "test_allow_list_everywhere.py", "test_adversary_expressions.py",
 )
 
 

@@ -155,7 +155,7 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -1779,7 +1779,7 @@ def _queue_enter(p: str, deadline: float, tries: int = 3) -> tuple[int, str] | N
     try:
         # a new file: granted at once, unless a sweep (_sweep_dead_slots) holds it for an instant, taking
         # it for a dead waiter's slot before this process locked it; if the sweep removed it, start again
-        if not _poll_flock(my_fd, fcntl.LOCK_EX, deadline) or not _names(mine, my_fd):
+        if not _poll_flock(my_fd, fcntl.LOCK_EX, deadline) or not names_file(mine, my_fd):
             _queue_leave(slot)
             return _queue_enter(p, deadline, tries - 1) if tries > 1 and time.monotonic() < deadline else None
         tail_fd = _open_other(os.path.join(d, f".{name}.queue"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -1831,7 +1831,7 @@ def _queue_enter(p: str, deadline: float, tries: int = 3) -> tuple[int, str] | N
     return slot
 
 
-def _names(path: str, fd: int) -> bool:
+def names_file(path: str, fd: int) -> bool:
     """Whether ``path`` still names the file open as ``fd``."""
     try:
         s, f = os.lstat(path), os.fstat(fd)
@@ -1847,13 +1847,22 @@ def _sweep_dead_slots(d: str, name: str, mine: str) -> None:
     copies): so a slot whose lock this process is granted (non-blocking) has no live owner (a waiter
     killed by SIGKILL, or a machine that lost power), and it is unlinked while still locked. The one
     window, a new slot not yet locked by its creator, is closed on the creator's side: having locked
-    its slot, the creator checks that the name is still its file (:func:`_names`) and starts again if
+    its slot, the creator checks that the name is still its file (:func:`names_file`) and starts again if
     a sweep removed it. Only regular files are opened (never a FIFO or a device, never through a
     symbolic link), without blocking; a slot that cannot be opened (another user's, unreadable) is
     left alone. A successor already unlinks its dead predecessor's slot; the sweep removes the slots
     no successor will look at (a waiter killed together with its successor, or after its successor
     timed out)."""
-    prefix = f".{name}.q-"
+    sweep_unlocked(d, f".{name}.q-", mine, _open_other, _close_other)
+
+
+def sweep_unlocked(d: str, prefix: str, mine: str, open_fd: Callable[[str, int], int] = os.open,
+                   close_fd: Callable[[int], object] = os.close) -> None:
+    """Unlink each regular file ``prefix*`` in ``d`` (other than ``mine``) whose exclusive flock this
+    process is granted without blocking, while holding it: a file whose owner holds its flock from
+    creation until it removes the file is thus removed only once that owner is gone (a flock dies
+    with its holder). Never opened through a symbolic link, never a FIFO or a device, never
+    blocking; a file that cannot be opened is left alone."""
     try:
         with os.scandir(d) as it:
             names = [e.name for e in it if e.name.startswith(prefix) and os.path.join(d, e.name) != mine]
@@ -1864,7 +1873,7 @@ def _sweep_dead_slots(d: str, name: str, mine: str) -> None:
         try:
             if not stat.S_ISREG(os.lstat(path).st_mode):
                 continue
-            fd = _open_other(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+            fd = open_fd(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         except OSError:
             continue
         try:
@@ -1872,14 +1881,14 @@ def _sweep_dead_slots(d: str, name: str, mine: str) -> None:
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # held: its waiter is alive
+            except OSError:  # held: its owner is alive
                 continue
-            if _names(path, fd):
-                os.unlink(path)  # still locked by this process: no waiter can have taken it meanwhile
+            if names_file(path, fd):
+                os.unlink(path)  # still locked by this process: no owner can have taken it meanwhile
         except OSError:
             pass
         finally:
-            _close_other(fd)
+            close_fd(fd)
 
 
 def _queue_leave(slot: tuple[int, str] | None) -> None:
