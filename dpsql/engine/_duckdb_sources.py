@@ -267,6 +267,31 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
     )
 
 
+def python_scans(plan_json: str) -> list[str]:
+    """The operators of a plan (DuckDB's ``EXPLAIN (FORMAT JSON)``) that scan a Python object registered with
+    the connection (``con.register(name, arrow_table)``, a data frame): DuckDB's Arrow scan converts some types
+    while reading and raises on a value it cannot convert (a duration of 2^62 ms), and trusts the text to be
+    UTF-8, so ``lower``, ``trim`` or ``strpos`` of a text that is not raised DuckDB's internal error, which
+    invalidates the database. The owner's relations must never read through one (:func:`_arrow_plan` reads an
+    Arrow table passed to ``register`` totally instead)."""
+    import json
+
+    found: list[str] = []
+    todo: list[Any] = [json.loads(plan_json)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+        elif isinstance(node, dict):
+            info = node.get("extra_info")
+            for name in (node.get("name"), info.get("Function") if isinstance(info, dict) else None):
+                up = str(name or "").upper()
+                if ("ARROW" in up or "PANDAS" in up or up.startswith(("PYTHON", "NUMPY", "POLARS"))) and up not in found:
+                    found.append(up)
+            todo.extend(node.get("children") or [])
+    return found
+
+
 def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild | None:
     """The SQL that reads a column of a DuckDB type (a ``DuckDBPyType``) totally, or None.
 

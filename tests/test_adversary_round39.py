@@ -1,0 +1,136 @@
+"""Neighbouring datasets (without and with one person's rows), the same query, the same observable outcome.
+
+A relation of the caller's DuckDB connection that is an Arrow object registered with ``con.register`` (or a
+view over one) is read through DuckDB's Arrow scan, which converts some types while reading and trusts the
+text to be UTF-8: the total reading dpsql gives a ``pyarrow.Table`` passed to ``register`` (text decoded
+with ``TRY(DECODE(...))``, durations and timestamps rebuilt from their integers) did not apply. One person's
+text that is not valid UTF-8 (``pyarrow.parquet.read_table`` keeps such bytes as they are) made ``lower``,
+``upper``, ``trim``, ``strpos`` or ``ILIKE`` raise DuckDB's internal error after the charge, which also
+invalidated the whole database: every later query raised a ``duckdb.FatalException`` quoting DuckDB's
+original message. One person's duration of 2^62 ms failed every query reading that column. Such relations
+are now refused at registration (free, from the plan DuckDB binds, no row read), with the fix: register the
+``pyarrow.Table`` itself, or materialise the relation as a DuckDB table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql.errors import ConfigError, DPSQLError
+from dpsql.testing import use_noise, zero_noise
+
+N = 30  # people besides the hostile one
+HOSTILE = 999
+
+
+def _text(raw: list[bytes]) -> pa.Array:
+    """A string array holding exactly these bytes (pyarrow's constructors would validate them)."""
+    offsets = [0]
+    for r in raw:
+        offsets.append(offsets[-1] + len(r))
+    return pa.Array.from_buffers(pa.string(), len(raw), [None, pa.array(offsets, pa.int32()).buffers()[1],
+                                                         pa.py_buffer(b"".join(raw))])
+
+
+def _table(hostile: bool, kind: str) -> pa.Table:
+    uids = list(range(N)) + ([HOSTILE] if hostile else [])
+    notes = [b"ok%d" % i for i in range(N)] + ([b"\xff\xfeab"] if hostile else [])
+    waits = list(range(N)) + ([2**62] if hostile else [])
+    cols: dict[str, Any] = {"uid": pa.array(uids, pa.int64())}
+    if kind == "text":
+        cols["note"] = _text(notes)
+    else:
+        cols["wait"] = pa.array(waits, pa.duration("ms"))
+    return pa.table(cols)
+
+
+QUERIES = {
+    "text": ["SELECT COUNT(*) AS n FROM t WHERE lower(note) = 'ok1'", "SELECT COUNT(*) AS n FROM t WHERE trim(note) = 'ok2'",
+             "SELECT COUNT(*) AS n FROM t WHERE uid < 5"],
+    "duration": ["SELECT COUNT(*) AS n FROM t WHERE wait IS NOT NULL", "SELECT COUNT(*) AS n FROM t WHERE uid < 5"],
+}
+
+
+def _outcome(con: duckdb.DuckDBPyConnection, source: Any, kind: str) -> list[tuple[str, Any]]:
+    """Registration and every query's outcome (an exception that is no DPSQLError is an outcome too)."""
+    out: list[tuple[str, Any]] = []
+    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con)
+    try:
+        use_noise(s, zero_noise(39))
+        try:
+            s.register("t", source, privacy_unit="uid")
+        except DPSQLError as e:
+            return [("refused", (type(e).__name__, str(e)))]
+        for sql in QUERIES[kind]:
+            try:
+                out.append(("ok", s.query(sql, epsilon=1.0).table.to_pylist()))
+            except DPSQLError as e:
+                out.append(("error", (type(e).__name__, str(e))))
+            except Exception as e:  # noqa: BLE001 - e.g. duckdb.FatalException once the database is invalidated
+                out.append(("raw", type(e).__name__))
+    finally:
+        try:
+            s.close()
+        except Exception:  # noqa: BLE001 - an invalidated database fails to close its views
+            pass
+    return out
+
+
+@pytest.mark.parametrize("kind", ["text", "duration"])
+def test_control_duckdb_fails_on_the_hostile_person_in_a_registered_arrow_object(kind: str) -> None:
+    con = duckdb.connect()
+    con.register("events", _table(False, kind))
+    col = "lower(note)" if kind == "text" else "wait IS NULL"
+    con.execute(f"SELECT {col} FROM events").fetchall()
+    con = duckdb.connect()
+    con.register("events", _table(True, kind))
+    with pytest.raises(duckdb.Error):
+        con.execute(f"SELECT {col} FROM events").fetchall()
+
+
+@pytest.mark.parametrize("view", [False, True])
+@pytest.mark.parametrize("kind", ["text", "duration"])
+def test_a_registered_arrow_object_gives_the_same_outcome_on_neighbours(kind: str, view: bool) -> None:
+    outcomes = []
+    for hostile in (False, True):
+        con = duckdb.connect()
+        con.register("events", _table(hostile, kind))
+        if view:
+            con.execute("CREATE VIEW events_v AS SELECT * FROM events")
+        outcomes.append(_outcome(con, "events_v" if view else "events", kind))
+    assert outcomes[0] == outcomes[1], outcomes
+    # refused for free, with the fix
+    assert outcomes[0][0][0] == "refused", outcomes[0]
+    assert "register the pyarrow.Table itself" in outcomes[0][0][1][1], outcomes[0]
+
+
+@pytest.mark.parametrize("kind", ["text", "duration"])
+def test_control_the_same_arrow_table_passed_to_register_is_read_totally(kind: str) -> None:
+    outcomes = [_outcome(duckdb.connect(), _table(hostile, kind), kind) for hostile in (False, True)]
+    assert all(o[0] == "ok" for o in outcomes[0]), outcomes
+    assert outcomes[0] == outcomes[1], outcomes  # zero noise: the hostile person's value reads as NULL
+
+
+def test_control_a_materialised_table_is_still_answered() -> None:
+    con = duckdb.connect()
+    con.register("events", _table(False, "text"))
+    con.execute("CREATE TABLE events_t AS SELECT * FROM events")
+    con.unregister("events")
+    out = _outcome(con, "events_t", "text")
+    assert out == [("ok", [{"n": 1}]), ("ok", [{"n": 1}]), ("ok", [{"n": 5}])], out
+
+
+@pytest.mark.parametrize("explain_output", ["all", "optimized_only", "physical_only"])
+def test_the_refusal_reads_whichever_plans_the_connection_explains(explain_output: str) -> None:
+    con = duckdb.connect()
+    con.register("events", _table(False, "text"))
+    con.execute(f"SET explain_output = '{explain_output}'")
+    with dpsql.Session(budget=dpsql.Budget(1.0), connection=con) as s:
+        with pytest.raises(ConfigError, match="PYTHON_ARROW_SCAN"):
+            s.register("t", "events", privacy_unit="uid")
+        assert "t" not in s.tables
