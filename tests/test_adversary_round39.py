@@ -7,17 +7,20 @@ with ``TRY(DECODE(...))``, durations and timestamps rebuilt from their integers)
 text that is not valid UTF-8 (``pyarrow.parquet.read_table`` keeps such bytes as they are) made ``lower``,
 ``upper``, ``trim``, ``strpos`` or ``ILIKE`` raise DuckDB's internal error after the charge, which also
 invalidated the whole database: every later query raised a ``duckdb.FatalException`` quoting DuckDB's
-original message. One person's duration of 2^62 ms failed every query reading that column. Such relations
-are now refused at registration (free, from the plan DuckDB binds, no row read), with the fix: register the
-``pyarrow.Table`` itself, or materialise the relation as a DuckDB table.
+original message. One person's duration of 2^62 ms failed every query reading that column. A view over
+DuckDB's own Parquet reader (``read_parquet``) failed the same way on such text. Such relations are now
+refused at registration (free, from the plan DuckDB binds, no row read), with the fix: register the
+``pyarrow.Table`` or the file itself, or materialise the relation as a DuckDB table.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import dpsql
@@ -106,7 +109,42 @@ def test_a_registered_arrow_object_gives_the_same_outcome_on_neighbours(kind: st
     assert outcomes[0] == outcomes[1], outcomes
     # refused for free, with the fix
     assert outcomes[0][0][0] == "refused", outcomes[0]
-    assert "register the pyarrow.Table itself" in outcomes[0][0][1][1], outcomes[0]
+    assert "register the pyarrow.Table or the Parquet / CSV file itself" in outcomes[0][0][1][1], outcomes[0]
+
+
+@pytest.mark.parametrize("reader", ["read_parquet", "parquet_scan", "path"])
+def test_a_view_over_duckdbs_parquet_reader_gives_the_same_outcome_on_neighbours(tmp_path: Path, reader: str) -> None:
+    outcomes = []
+    for hostile in (False, True):
+        path = tmp_path / f"events_{hostile}.parquet"
+        pq.write_table(_table(hostile, "text"), path)
+        con = duckdb.connect()
+        rel = f"'{path}'" if reader == "path" else f"{reader}('{path}')"
+        con.execute(f"CREATE VIEW events AS SELECT * FROM {rel}")
+        outcomes.append(_outcome(con, "events", "text"))
+    assert outcomes[0] == outcomes[1], outcomes
+    assert outcomes[0][0][0] == "refused", outcomes[0]
+    # control: the same file registered by its path is read totally (the hostile text is NULL)
+    answered = [_outcome(duckdb.connect(), str(tmp_path / f"events_{hostile}.parquet"), "text") for hostile in (False, True)]
+    assert answered[0] == answered[1] and answered[0][0] == ("ok", [{"n": 1}]), answered
+
+
+def test_a_view_over_duckdbs_csv_reader_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "events.csv"
+    path.write_text("uid,note\n1,a\n")
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW events AS SELECT * FROM read_csv('{path}')")
+    with dpsql.Session(budget=dpsql.Budget(1.0), connection=con) as s:
+        with pytest.raises(ConfigError, match="READ_CSV"):
+            s.register("t", "events", privacy_unit="uid")
+
+
+def test_control_views_over_tables_and_range_are_still_answered() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE raw AS SELECT i AS uid, 'ok' || i AS note FROM range(30) r(i)")
+    con.execute("CREATE VIEW events AS SELECT uid, note FROM raw UNION ALL SELECT 100 + i, 'x' FROM range(5) r(i)")
+    out = _outcome(con, "events", "text")
+    assert out == [("ok", [{"n": 1}]), ("ok", [{"n": 1}]), ("ok", [{"n": 5}])], out
 
 
 @pytest.mark.parametrize("kind", ["text", "duration"])

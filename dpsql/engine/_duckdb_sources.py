@@ -267,13 +267,20 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
     )
 
 
-def python_scans(plan_json: str) -> list[str]:
-    """The operators of a plan (DuckDB's ``EXPLAIN (FORMAT JSON)``) that scan a Python object registered with
-    the connection (``con.register(name, arrow_table)``, a data frame): DuckDB's Arrow scan converts some types
-    while reading and raises on a value it cannot convert (a duration of 2^62 ms), and trusts the text to be
-    UTF-8, so ``lower``, ``trim`` or ``strpos`` of a text that is not raised DuckDB's internal error, which
-    invalidates the database. The owner's relations must never read through one (:func:`_arrow_plan` reads an
-    Arrow table passed to ``register`` totally instead)."""
+#: operators (DuckDB's EXPLAIN names) that read a Python object registered with the connection or a file
+#: through DuckDB's own readers: :func:`reading_scans`
+_READING_SCANS = re.compile(r"ARROW|PANDAS|NUMPY|POLARS|^PYTHON|^READ_|PARQUET|CSV|JSON|ICEBERG|DELTA")
+
+
+def reading_scans(plan_json: str) -> list[str]:
+    """The operators of a plan (DuckDB's ``EXPLAIN (FORMAT JSON)``) that read a Python object registered with
+    the connection (``con.register(name, arrow_table)``, a data frame) or a file through DuckDB's own readers
+    (``read_parquet``, ``read_csv``, ...). Both convert values while reading and raise on some: DuckDB's Arrow
+    scan on a duration of 2^62 ms, and it trusts the text to be UTF-8, so ``lower``, ``trim`` or ``strpos`` of a
+    text that is not raised DuckDB's internal error, which invalidates the database; the Parquet reader on such
+    text, the CSV reader on a line it cannot parse (and its sniffer types columns from the rows). The owner's
+    relations must never read through one: :func:`_arrow_plan` reads an Arrow table or a Parquet file passed
+    to ``register`` totally, and a CSV file is read as its lines (``dpsql.engine._duckdb_csv``)."""
     import json
 
     found: list[str] = []
@@ -286,7 +293,7 @@ def python_scans(plan_json: str) -> list[str]:
             info = node.get("extra_info")
             for name in (node.get("name"), info.get("Function") if isinstance(info, dict) else None):
                 up = str(name or "").upper()
-                if ("ARROW" in up or "PANDAS" in up or up.startswith(("PYTHON", "NUMPY", "POLARS"))) and up not in found:
+                if _READING_SCANS.search(up) and up not in found:
                     found.append(up)
             todo.extend(node.get("children") or [])
     return found
