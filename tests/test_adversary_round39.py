@@ -15,6 +15,7 @@ refused at registration (free, from the plan DuckDB binds, no row read), with th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,17 @@ def test_the_refusal_reads_whichever_plans_the_connection_explains(explain_outpu
         with pytest.raises(ConfigError, match="PYTHON_ARROW_SCAN"):
             s.register("t", "events", privacy_unit="uid")
         assert "t" not in s.tables
+
+
+def test_reading_scans_names_the_readers_and_nothing_else() -> None:
+    from dpsql.engine._duckdb_sources import reading_scans
+
+    def node(name: str, *children: dict[str, Any], function: str | None = None) -> dict[str, Any]:
+        return {"name": name, "children": list(children), "extra_info": {"Function": function} if function else {}}
+
+    plain = [node("PROJECTION", node("HASH_JOIN", node("SEQ_SCAN ", function="SEQ_SCAN"), node("RANGE", function="RANGE"),
+                                     node("COLUMN_DATA_SCAN"), node("CTE_SCAN"), node("DELIM_SCAN")))]
+    assert reading_scans(json.dumps(plain)) == []
+    mixed = [node("UNION", node("TABLE_SCAN", function="SQLITE_SCAN"), node("READ_JSON", function="READ_JSON"),
+                  node("PYTHON_ARROW_SCAN"), node("PANDAS_SCAN"))]
+    assert sorted(reading_scans(json.dumps(mixed))) == ["PANDAS_SCAN", "PYTHON_ARROW_SCAN", "READ_JSON", "SQLITE_SCAN"]
