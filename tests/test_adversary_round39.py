@@ -229,3 +229,14 @@ def test_control_a_huge_bignum_tested_for_null_is_answered_on_neighbours() -> No
                    "(1.4 s of CPU) passes the statement time-out; a BIGNUM has no size cap to NULL it in the source view")
 def test_count_of_a_huge_bignum_is_answered_alike_on_neighbours() -> None:
     assert _bignum_outcomes("SELECT COUNT(bn) AS n FROM t") == [("ok", None)] * 2
+
+
+@pytest.mark.parametrize("typ", ["BIGNUM", "VARIANT", "STRUCT(b BIGNUM)", "BIGNUM[]"])
+def test_count_distinct_of_a_type_holding_a_bignum_is_refused(typ: str) -> None:
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t (uid BIGINT, v {typ})")
+    with dpsql.Session(budget=dpsql.Budget(1.0), connection=con) as s:
+        s.register("t", "t", privacy_unit="uid")
+        with pytest.raises(DPSQLError, match="no size cap"):
+            s.explain("SELECT COUNT(DISTINCT v) AS n FROM t", epsilon=1.0)
+        assert s.explain("SELECT COUNT(v) AS n FROM t", epsilon=1.0).cost.epsilon == 1.0
