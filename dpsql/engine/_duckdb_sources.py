@@ -267,6 +267,39 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
     )
 
 
+#: operators (DuckDB's EXPLAIN names) that read a Python object registered with the connection or a file
+#: through DuckDB's own readers: :func:`reading_scans`
+_READING_SCANS = re.compile(r"ARROW|PANDAS|NUMPY|POLARS|^PYTHON|^READ_|PARQUET|CSV|JSON|ICEBERG|DELTA|SQLITE")
+
+
+def reading_scans(plan_json: str) -> list[str]:
+    """The operators of a plan (DuckDB's ``EXPLAIN (FORMAT JSON)``) that read a Python object registered with
+    the connection (``con.register(name, arrow_table)``, a data frame) or a file through DuckDB's own readers
+    (``read_parquet``, ``read_csv``, ...). Both convert values while reading and raise on some: DuckDB's Arrow
+    scan on a duration of 2^62 ms, and it trusts the text to be UTF-8, so ``lower``, ``trim`` or ``strpos`` of a
+    text that is not raised DuckDB's internal error, which invalidates the database; the Parquet reader on such
+    text, the CSV reader on a line it cannot parse (and its sniffer types columns from the rows), the SQLite
+    scanner on a value whose type differs from its column's declared type (SQLite stores any type anywhere). The owner's
+    relations must never read through one: :func:`_arrow_plan` reads an Arrow table or a Parquet file passed
+    to ``register`` totally, and a CSV file is read as its lines (``dpsql.engine._duckdb_csv``)."""
+    import json
+
+    found: list[str] = []
+    todo: list[Any] = [json.loads(plan_json)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+        elif isinstance(node, dict):
+            info = node.get("extra_info")
+            for name in (node.get("name"), info.get("Function") if isinstance(info, dict) else None):
+                up = str(name or "").upper()
+                if _READING_SCANS.search(up) and up not in found:
+                    found.append(up)
+            todo.extend(node.get("children") or [])
+    return found
+
+
 def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild | None:
     """The SQL that reads a column of a DuckDB type (a ``DuckDBPyType``) totally, or None.
 

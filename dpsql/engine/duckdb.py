@@ -68,6 +68,7 @@ from dpsql.engine._duckdb_sources import (
     _temporal_in_range,
     has_glob_chars,
     parquet_format,
+    reading_scans,
 )
 from dpsql.engine.base import (
     EngineSettings,
@@ -466,8 +467,25 @@ class DuckDBBackend:
 
     def _duckdb_select(self, name: str, source: str) -> exp.Select:
         """A table of the caller's connection; text, JSON and BLOB over ``max_text_bytes`` read as
-        NULL at any depth (:func:`_duck_plan`)."""
-        return self._capped_select(name, exp.to_table(source))
+        NULL at any depth (:func:`_duck_plan`). A relation that reads a Python object registered with the
+        connection (an Arrow table, a data frame) or a file through DuckDB's own readers, directly or through
+        views, is refused (:func:`reading_scans`): its values would reach queries unchecked, and reading some
+        of them fails. Only the bound plan is read, never a row."""
+        rel = exp.to_table(source)
+        plans = self._con.execute("EXPLAIN (FORMAT JSON) " + self._render(exp.select("*").from_(rel.copy()))).fetchall()
+        scans = sorted({s for row in plans for s in reading_scans(str(row[1]))})  # every plan explain_output shows
+        if scans:
+            raise ConfigError(
+                f"table '{name}': '{source}' of the Session's connection reads {', '.join(scans)}: a Python object "
+                "registered with the connection, or a file read by DuckDB's own reader, whose values DuckDB converts "
+                "while reading (text that is not UTF-8, a duration or timestamp beyond DuckDB's range, a CSV line "
+                "that does not parse) and fails on some: queries would fail after their charge depending on one "
+                "person's row",
+                hint=f"register the pyarrow.Table or the Parquet / CSV file itself (register('{name}', table_or_path, "
+                "...)), which dpsql reads totally, or materialise the relation in the connection (CREATE TABLE ... AS "
+                f"SELECT * FROM {source})",
+            )
+        return self._capped_select(name, rel)
 
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
         view = view or source_name(name)
