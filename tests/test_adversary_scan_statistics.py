@@ -86,8 +86,8 @@ class Plans:
         self.plans: list[Any] = []
         orig = dd.DuckDBBackend._native_views
 
-        def spy(engine: dd.DuckDBBackend, sql: str) -> Any:
-            used = orig(engine, sql)
+        def spy(engine: dd.DuckDBBackend, sql: str, *rest: Any) -> Any:
+            used = orig(engine, sql, *rest)
             text = engine._con.sql("EXPLAIN (FORMAT json) " + sql).fetchall()[0][1]
             self.plans.append(_strip(json.loads(text)))
             return used

@@ -9,6 +9,7 @@ any value but that cell's; and no failure around it may carry a cell."""
 from __future__ import annotations
 
 import math
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from sqlglot import exp
+from sqlglot import exp, parse_one
 
 import dpsql
 from dpsql.engine import _duckdb_native as native
@@ -193,7 +194,7 @@ def test_a_check_that_cannot_read_keeps_the_arrow_view(tmp_path: Path, monkeypat
     path = tmp_path / "t.parquet"
     _write(path, notes)
 
-    def failing(src: native.NativeSource, threads: int = 1) -> None:
+    def failing(src: native.NativeSource, threads: int = 1, columns: Any = None) -> None:
         raise pa.ArrowInvalid("cannot read value 'secret-cell-\\xff'")
 
     monkeypatch.setattr(native, "invalid_cells", failing)
@@ -207,7 +208,7 @@ def test_a_failure_inside_the_check_is_the_generic_one(tmp_path: Path, monkeypat
     path = tmp_path / "t.parquet"
     _write(path, [b"ok", b"secret-\xff"])
 
-    def failing(src: native.NativeSource, threads: int = 1) -> None:
+    def failing(src: native.NativeSource, threads: int = 1, columns: Any = None) -> None:
         raise MemoryError("secret-cell")
 
     monkeypatch.setattr(native, "invalid_cells", failing)
@@ -236,3 +237,107 @@ def test_the_threads_share_row_groups_and_find_the_same_cells(tmp_path: Path) ->
     expected = [(i, r) for i, p in enumerate(paths)
                 for r in sorted(_duck_invalid(pq.read_table(p).column("note").cast(pa.binary()).to_pylist()))]
     assert one["note"] == expected
+
+
+def _two_text(path: Path, bad_country: int, bad_url: int, n: int = 200) -> None:
+    countries: list[bytes | None] = [f"c{i % 3}".encode() for i in range(n)]
+    urls: list[bytes | None] = [f"u{i % 17}".encode() for i in range(n)]
+    countries[bad_country] = b"c\xff"
+    urls[bad_url] = b"\xc3("
+    pq.write_table(pa.table({"user_id": [i % 50 for i in range(n)], "country": _text(countries),
+                             "url": _text(urls), "likes": [i % 4 for i in range(n)]}), path, row_group_size=64)
+
+
+def _columns(s: dpsql.Session, cols: str) -> list[dict[str, Any]]:
+    ast = parse_one(f'SELECT {cols} FROM "{_src(s).view}" ORDER BY user_id, likes, {cols}', read="duckdb")
+    return s._engine.fetch_arrow(ast).to_pylist()
+
+
+def _arrow_columns(s: dpsql.Session, cols: str) -> list[dict[str, Any]]:
+    sel = _src(s).arrow_select.copy().subquery("a")
+    ast = parse_one(f"SELECT {cols} FROM a ORDER BY user_id, likes, {cols}", read="duckdb")
+    return s._engine.connection.sql(s._engine.render(ast.from_(sel, copy=False))).to_arrow_table().to_pylist()
+
+
+def test_a_query_checks_only_the_text_columns_it_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query that reads ``country`` checks (and reads for the check) ``country`` only; a later
+    query that reads ``url`` checks ``url`` only, once; the values read are the Arrow view's."""
+    path = tmp_path / "t.parquet"
+    _two_text(path, bad_country=5, bad_url=77)
+    calls: list[list[str] | None] = []
+    scanned: list[list[str]] = []
+    real_cells, real_in = native.invalid_cells, native._invalid_in
+
+    def cells(src: native.NativeSource, threads: int = 1, columns: list[str] | None = None) -> Any:
+        calls.append(columns)
+        return real_cells(src, threads, columns)
+
+    def scan(part: Any, cols: list[str]) -> Any:
+        scanned.append(list(cols))
+        return real_in(part, cols)
+
+    monkeypatch.setattr(native, "invalid_cells", cells)
+    monkeypatch.setattr(native, "_invalid_in", scan)
+    s = _session(path)
+    s.query("SELECT country, COUNT(*) AS n FROM t GROUP BY country", epsilon=1.0, delta=1e-6)
+    src = _src(s)
+    assert calls == [["country"]] and scanned and all(c == ["country"] for c in scanned)
+    assert src.checked is not None and src.columns == {"country"} and src.bad == {"country": [(0, 5)]}
+    assert _columns(s, "user_id, likes, country") == _arrow_columns(s, "user_id, likes, country")
+    assert calls == [["country"]]  # already checked: no second check
+    scanned.clear()
+    s.query("SELECT url, COUNT(*) AS n FROM t GROUP BY url", epsilon=1.0, delta=1e-6)
+    assert calls == [["country"], ["url"]] and scanned and all(c == ["url"] for c in scanned)
+    assert src.columns == {"country", "url"} and src.bad == {"country": [(0, 5)], "url": [(0, 77)]}
+    s.query("SELECT country, COUNT(*) AS n FROM t GROUP BY country", epsilon=1.0, delta=1e-6)
+    assert _columns(s, "user_id, likes, url, country") == _arrow_columns(s, "user_id, likes, url, country")
+    assert len(calls) == 2
+    s.query("SELECT SUM(likes) AS s FROM t", epsilon=1.0, delta=1e-6)  # no text column
+    assert len(calls) == 2
+    # a new version of the file: checked again, the columns a query names only
+    tmp = tmp_path / "new.parquet"
+    _two_text(tmp, bad_country=9, bad_url=11, n=150)
+    os.replace(tmp, path)
+    s.query("SELECT url, COUNT(*) AS n FROM t GROUP BY url", epsilon=1.0, delta=1e-6)
+    assert calls[2:] == [["url"]] and src.columns == {"url"} and src.bad == {"url": [(0, 11)]}
+    fresh = _session(path)  # (the Arrow dataset of ``s`` still holds the old footer)
+    assert _columns(s, "user_id, likes, url") == _arrow_columns(fresh, "user_id, likes, url")
+
+
+def test_a_query_of_no_text_column_checks_the_schemas_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.parquet"
+    _two_text(path, bad_country=5, bad_url=77)
+    scanned: list[Any] = []
+    monkeypatch.setattr(native, "_invalid_in", lambda part, cols: scanned.append(cols) or [])
+    s = _session(path)
+    s.query("SELECT SUM(likes) AS s FROM t", epsilon=1.0, delta=1e-6)
+    src = _src(s)
+    assert scanned == [] and src.checked is not None and src.columns == frozenset() and src.bad == {}
+    sql = s._engine.connection.sql(f"SELECT sql FROM duckdb_views() WHERE view_name = '{src.view}'").fetchall()[0][0]
+    assert "JOIN" not in sql.upper()  # nothing to mark: no join
+
+
+@pytest.mark.parametrize(("query", "read"), [
+    ('SELECT url, COUNT(*) FROM "v" GROUP BY url', ["url"]),
+    ('SELECT COUNT(*) FROM "v" WHERE likes > 1', []),
+    ('SELECT COUNT(*) FROM "v" AS t JOIN o ON t.user_id = o.country', ["country"]),
+    ('SELECT COUNT(DISTINCT "URL") FROM "v"', ["url"]),
+    ('SELECT * FROM "v"', None),
+    ('SELECT t.* FROM "v" AS t', None),
+    ('SELECT COUNT(*) FROM (SELECT * EXCLUDE (url) FROM "v")', None),
+    ('SELECT hash(*) FROM "v"', None),
+    ('SELECT t FROM "v" AS t', None),
+    ('SELECT COUNT(v) FROM "v"', None),
+    ("SELECT max(COLUMNS('u.*')) FROM \"v\"", None),
+    ('SELECT COUNT(*) FROM "v" NATURAL JOIN o', None),
+    ('SELECT COUNT(*) FROM (PIVOT "v" ON likes USING COUNT(user_id))', None),
+    ('SELECT COUNT(*) FROM "v", query(\'SELECT url FROM "v"\')', None),
+    ('SELECT COUNT(*) FROM query(\'SELECT url FROM "v"\')', None),
+])
+def test_the_columns_a_query_may_read(query: str, read: list[str] | None) -> None:
+    """Which text columns a query may read, from its text: every column unless it can only read
+    columns by their names (the negative controls name some of them)."""
+    src = native.NativeSource("t", "v", [], pa.schema([("user_id", pa.int64()), ("country", pa.string()),
+                                                      ("url", pa.string()), ("likes", pa.int64())]), exp.select("*"))
+    got = native.reads_of(parse_one(query, read="duckdb")).text_columns(src)
+    assert got == (["country", "url"] if read is None else read)

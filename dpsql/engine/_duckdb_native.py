@@ -10,7 +10,7 @@ one cell). This module gives the same values through DuckDB's own reader, withou
   same column names and DuckDB types as the Arrow view (checked by binding both), and no file
   name holding a glob character (DuckDB's reader would expand ``[ab].parquet`` into ``a.parquet``
   and ``b.parquet``). Any other source keeps the Arrow view.
-* **One check per file version.** The text columns are read once with pyarrow, in batches,
+* **One check per column and file version.** A text column is read once with pyarrow, in batches,
   keeping Parquet's dictionaries, and each batch's dictionary (or values) is validated as UTF-8
   in C++; only a batch that fails is searched, by halving, for its invalid values, whose rows
   are found by their dictionary index (:func:`invalid_cells`). Arrow's validation rejects
@@ -33,11 +33,17 @@ one cell). This module gives the same values through DuckDB's own reader, withou
   :data:`SETTLE_SECONDS` ago). After the read the files are stat'ed again: if one changed meanwhile, the read is
   discarded and the caller raises the one generic error of a failed private read. So the
   outcome depends on the files' versions (the owner's metadata), never on a cell.
-* **When.** A source is checked on its first private read in a process (and again after its
-  file changes): the check costs less than reading through Arrow (at 10M rows of two text
-  columns about 0.2-0.3 CPU s, against about 1 CPU s more for the Arrow view's read of the
-  query, ``docs/performance.md``). The timing of that read grows by the check, a function of
-  the file's size and, by a few milliseconds per batch holding one, of the invalid cells.
+* **When.** A text column is checked on the first private read in a process whose query may
+  read it (and again after its file changes): the columns the query names, from its text alone
+  (:func:`reads_of`; every column where it may read one without naming it, ``SELECT *`` and the
+  like). The native view reads a text column not yet checked as NULL; a query that may read it
+  checks it first, so every text cell a private read reads was checked. Each read checks the
+  files' schemas (their footers), with or without a column to check. The check costs less than
+  reading through Arrow (at 10M rows of two text columns about 0.2-0.3 CPU s, most of it the
+  longer column, against about 1 CPU s more for the Arrow view's read of the query,
+  ``docs/performance.md``). The timing of that read grows by the check, a function of the
+  query's columns, the file's size and, by a few milliseconds per batch holding one, of the
+  invalid cells.
 """
 
 from __future__ import annotations
@@ -113,11 +119,67 @@ class NativeSource:
     reads: int = 0
     checked: Version | None = None  # the version the native view was built for (None: Arrow view)
     disabled: bool = False  # the native reader does not give the Arrow view's schema
-    bad: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    bad: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # per checked text column
+    columns: frozenset[str] = frozenset()  # the text columns checked in version ``checked``
 
     @property
     def text_columns(self) -> list[str]:
         return [f.name for f in self.schema if _text(f.type)]
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a private read's query may read of a source's columns, from the query's text alone
+    (:func:`reads_of`): never from a cell, so which columns are checked, and how long that takes,
+    depends on the query and the catalog only."""
+
+    names: frozenset[str] | None  # every identifier of the query, lower-cased; None: any column
+    strings: tuple[str, ...] = ()  # the query's string literals
+
+    def text_columns(self, src: NativeSource) -> list[str]:
+        """The text columns of ``src`` the query may read: those it names, or all of them where it
+        may read a column without naming it, or names the source otherwise than as a table."""
+        cols = src.text_columns
+        if self.names is None or src.view.lower() not in self.names or any(src.view in s for s in self.strings):
+            return cols
+        return [c for c in cols if view_column(c) in self.names]
+
+
+def reads_of(ast: exp.Expression) -> Reads:
+    """The columns ``ast`` may read (:class:`Reads`): a column is read only where its name is an
+    identifier of the query (a superset: a table's, an alias's or another source's column of that
+    name counts too), except where a column can be read without its name, which reads every
+    column: ``*`` other than ``COUNT(*)`` (``SELECT *``, ``t.*``, a function's ``*``),
+    ``COLUMNS(...)``, a NATURAL join, PIVOT / UNPIVOT, and a table or alias used as a column
+    (DuckDB reads it as a struct of every column)."""
+    names: set[str] = set()
+    relations: set[str] = set()
+    columns: set[str] = set()
+    strings: list[str] = []
+    for node in ast.walk():
+        if isinstance(node, exp.Identifier):
+            names.add(node.name.lower())
+        elif isinstance(node, exp.Literal):
+            if node.is_string:
+                strings.append(node.name)
+        elif isinstance(node, exp.Star):
+            if not (isinstance(node.parent, exp.Count) and node.arg_key == "this"):
+                return Reads(None)
+        elif isinstance(node, (exp.Columns, exp.Pivot)) or (isinstance(node, exp.Anonymous)
+                                                            and node.name.upper() == "COLUMNS"):
+            return Reads(None)
+        elif isinstance(node, exp.Join):
+            if node.method == "NATURAL":
+                return Reads(None)
+        elif isinstance(node, exp.Table):
+            relations.add(node.name.lower())
+        elif isinstance(node, exp.TableAlias):
+            relations.add(node.name.lower())
+        elif isinstance(node, exp.Column):
+            columns.add(node.name.lower())
+    if columns & relations:
+        return Reads(None)
+    return Reads(frozenset(names), tuple(strings))
 
 
 def _valid(values: pa.Array) -> bool:
@@ -160,9 +222,11 @@ def _batch_rows(pf: Any, cols: list[str]) -> int:
     return int(max(4096, min(_BATCH, _BATCH_BYTES / max(per_row, 1.0))))
 
 
-def invalid_cells(src: NativeSource, threads: int = 1) -> dict[str, list[tuple[int, int]]] | None:
-    """Per text column, the (file index, row number) of each cell the Arrow view reads as NULL
-    because it is not UTF-8; None when a file's schema differs from the first file's.
+def invalid_cells(src: NativeSource, threads: int = 1,
+                  columns: list[str] | None = None) -> dict[str, list[tuple[int, int]]] | None:
+    """Per text column of ``columns`` (default: every text column), the (file index, row number)
+    of each cell the Arrow view reads as NULL because it is not UTF-8; None when a file's schema
+    differs from the first file's (checked from the footers, with or without columns to read).
 
     One streaming read of the text columns in batches (:func:`_batch_rows`), dictionaries kept
     (Parquet's dictionary pages): a batch's dictionary (or its values, for a column stored
@@ -173,17 +237,16 @@ def invalid_cells(src: NativeSource, threads: int = 1) -> dict[str, list[tuple[i
     that batch's indices (a few milliseconds per batch that holds an invalid cell). The row
     groups of each file are shared among ``threads`` threads (the engine's ``threads``)."""
     try:
-        return _invalid_cells(src, threads)
+        return _invalid_cells(src, threads, src.text_columns if columns is None else columns)
     finally:
         # the batches' memory back to the system before the read (pyarrow's allocator keeps freed
         # memory: about 100 MB at 10M rows stayed resident through the query that followed)
         pa.default_memory_pool().release_unused()
 
 
-def _invalid_cells(src: NativeSource, threads: int) -> dict[str, list[tuple[int, int]]] | None:
+def _invalid_cells(src: NativeSource, threads: int, cols: list[str]) -> dict[str, list[tuple[int, int]]] | None:
     import pyarrow.parquet as pq
 
-    cols = src.text_columns
     bad: dict[str, list[tuple[int, int]]] = {c: [] for c in cols}
     parts: list[tuple[int, str, list[int], int]] = []  # (file index, path, row groups, first row)
     for i, p in enumerate(src.paths):
@@ -238,21 +301,25 @@ def _invalid_in(part: tuple[int, str, list[int], int], cols: list[str]) -> list[
 
 
 def native_select(src: NativeSource, capped: Callable[[exp.Expression], exp.Select],
-                  marks: str) -> tuple[exp.Select, pa.Table | None]:
+                  marks: str, columns: frozenset[str] | None = None) -> tuple[exp.Select, pa.Table | None]:
     """DuckDB's reader over ``src``'s files (text never raises), each listed invalid cell NULL.
-    ``capped(relation)`` is the backend's select of every column through ``_duck_plan``. With
-    text columns, also the table of the invalid cells' (file, row) to register as ``marks``: the
-    view joins it (a hash join whose build side grows with the number of invalid cells, not a
-    literal list), with or without invalid cells, so that a file with one invalid cell is read
-    by the same plan as a file with none."""
+    ``capped(relation)`` is the backend's select of every column through ``_duck_plan``.
+    ``columns`` are the text columns checked (default: all, each with its list in ``src.bad``);
+    a text column not checked is NULL in this view, which is used only by reads that do not name
+    it (:class:`Reads`). With checked text columns, also the table of the invalid cells' (file,
+    row) to register as ``marks``: the view joins it (a hash join whose build side grows with the
+    number of invalid cells, not a literal list), with or without invalid cells, so that a file
+    with one invalid cell is read by the same plan as a file with none."""
     files = exp.Array(expressions=[exp.Literal.string(p) for p in src.paths])
     opts: list[exp.Expression] = [exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")),
                                   exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false()),
                                   # a BLOB stays a BLOB whatever the connection's binary_as_string
                                   exp.EQ(this=exp.column("binary_as_string"), expression=exp.false())]
-    cols = src.text_columns
+    cols = [c for c in src.text_columns if columns is None or c in columns]
+    unchecked = {c for c in src.text_columns if c not in cols}
     if not cols:
-        return capped(exp.Table(this=exp.func("read_parquet", files, *opts))), None
+        sel = capped(exp.Table(this=exp.func("read_parquet", files, *opts)))
+        return (_unchecked_null(sel, unchecked) if unchecked else sel), None
     opts += [exp.EQ(this=exp.column("file_row_number"), expression=exp.true()),
              exp.EQ(this=exp.column("filename"), expression=exp.true())]
     inner = capped(exp.Table(this=exp.func("read_parquet", files, *opts)))
@@ -271,7 +338,9 @@ def native_select(src: NativeSource, capped: Callable[[exp.Expression], exp.Sele
     items = []
     for f in src.schema:
         value = exp.column(view_column(f.name), table="__s", quoted=True)
-        if f.name in flags:
+        if f.name in unchecked:
+            value = exp.cast(exp.Null(), "VARCHAR")
+        elif f.name in flags:
             value = exp.Case(ifs=[exp.If(this=exp.column(flags[f.name], table="__b", quoted=True), true=exp.Null())],
                              default=value)
         items.append(exp.alias_(value, view_column(f.name), quoted=True))
@@ -282,3 +351,11 @@ def native_select(src: NativeSource, capped: Callable[[exp.Expression], exp.Sele
     sel = exp.select(*items).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("__s")))) \
         .join(exp.to_table(marks, quoted=True).as_("__b"), on=on, join_type="left")
     return sel, pa.table(table)
+
+
+def _unchecked_null(sel: exp.Select, unchecked: set[str]) -> exp.Select:
+    """``sel`` (the capped columns of the reader) with each text column of ``unchecked`` NULL."""
+    names = {view_column(c) for c in unchecked}
+    items = [exp.alias_(exp.cast(exp.Null(), "VARCHAR"), e.alias_or_name, quoted=True) if e.alias_or_name in names
+             else e for e in sel.expressions]
+    return sel.select(*items, append=False)

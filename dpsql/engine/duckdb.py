@@ -666,12 +666,13 @@ class DuckDBBackend:
         query built for this read: its marks are read, the read salt put in (a copy, if it has one),
         then it is rendered without a copy."""
         off = [*STATISTICS_OPTIMIZERS, *self._marked_off(ast)]
-        sql = self._render(with_read_salt(ast), copy=False)
+        salted = with_read_salt(ast)
+        sql = self._render(salted, copy=False)
         failure: ExecutionError | None = None
         with self._lock:
             try:
                 with self._limited(), self._optimizers_off(off), self._deadline(deadline):
-                    used = self._native_views(sql)
+                    used = self._native_views(sql, salted)
                     used_csv = self._csv_views(sql)
                     # the main connection: registered Arrow sources are connection-local
                     out = self._con.sql(sql).to_arrow_table()
@@ -684,49 +685,67 @@ class DuckDBBackend:
         assert failure is not None
         raise failure
 
-    def _native_views(self, sql: str) -> list[tuple[native.NativeSource, native.Version]]:
-        """Point each Parquet source the query ``sql`` names at DuckDB's own reader where its files
-        were checked in their current version (``dpsql.engine._duckdb_native``), else at the Arrow
-        view; returns the sources read natively with the versions to find again after the read.
-        (A view name inside a literal only makes a source be checked that the query does not read.)"""
+    def _native_views(self, sql: str, ast: exp.Expression | None = None) -> list[tuple[native.NativeSource, native.Version]]:
+        """Point each Parquet source the query ``sql`` (of ``ast``) names at DuckDB's own reader
+        where the text columns the query may read (:func:`native.reads_of`; all of them without
+        ``ast``) were checked in the files' current version (``dpsql.engine._duckdb_native``), else
+        at the Arrow view; returns the sources read natively with the versions to find again after
+        the read. A column is checked once per file version, on the first read that names it; the
+        view reads the columns not yet checked as NULL. (A view name inside a literal only makes
+        every text column of a source be checked that the query does not read.)"""
         used = []
+        reads: native.Reads | None = None
         for view, src in self._native.items():
             if view not in sql or src.disabled:
                 continue
             src.reads += 1
             version = native.versions(src.paths)
-            if src.checked == version:
+            if src.checked is not None and src.checked != version:
+                self._arrow_view(src)  # the file changed: back to the Arrow view until checked again
+            if reads is None:
+                reads = native.reads_of(ast) if ast is not None else native.Reads(None)
+            new = [c for c in reads.text_columns(src) if c not in src.columns]
+            if src.checked == version and not new:
                 used.append((src, version))
                 continue
-            if src.checked is not None:  # the file changed: back to the Arrow view until checked again
-                self._con.execute(self._render(_temp_view(view, src.arrow_select.copy())))
-                src.checked = None
             if not native.settled(version):
                 continue
             try:
-                bad = native.invalid_cells(src, self.settings.effective_threads)
+                bad = native.invalid_cells(src, self.settings.effective_threads, new)
             except (pa.ArrowException, OSError):  # the check cannot read them: the Arrow view (same values) stays
                 bad = None
             if bad is None:
+                self._arrow_view(src)
                 src.disabled = True
                 continue
-            src.bad = bad
+            checked = src.columns | frozenset(new)
+            src.bad = {**src.bad, **bad}
             try:
-                sel, marks = native.native_select(src, self._native_capped(src), view + "_bad")
+                sel, marks = native.native_select(src, self._native_capped(src), view + "_bad", checked)
             except duckdb.Error:  # the reader does not bind these files: the Arrow view stays
+                self._arrow_view(src)
                 src.disabled = True
                 continue
             if marks is not None:
                 self._con.register(view + "_bad", marks)
             if self._schema_of(sel) != self._schema_of(src.arrow_select) or self._schema_of(sel) is None:
+                self._arrow_view(src)
                 src.disabled = True  # from the schemas only: the native reader would not give the same columns
                 continue
             if native.versions(src.paths) != version:  # changed while it was checked
+                self._arrow_view(src)
                 continue
             self._con.execute(self._render(_temp_view(view, sel)))
-            src.checked = version
+            src.checked, src.columns = version, checked
             used.append((src, version))
         return used
+
+    def _arrow_view(self, src: native.NativeSource) -> None:
+        """``src`` read through its Arrow view, nothing checked (its files changed, or the native
+        view cannot be built)."""
+        if src.checked is not None:
+            self._con.execute(self._render(_temp_view(src.view, src.arrow_select.copy())))
+        src.checked, src.columns, src.bad = None, frozenset(), {}
 
     def _csv_views(self, sql: str) -> list[tuple[csvcopy.CsvSource, native.Version]]:
         """Point each CSV source the query ``sql`` names at copies of its files' current version
