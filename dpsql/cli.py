@@ -706,15 +706,17 @@ def _writable(tbl: Any) -> Any:
 
 
 def _render_rows(rel: Any, fmt: str, remaining: Any) -> bytes:
-    """The rows as the bytes of their output format (Parquet: the meta rides in the schema metadata)."""
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
+    """The rows as the bytes of their output format (Parquet: the meta rides in the schema metadata).
+    Each writer is imported only for its format: the default table form needs neither."""
     if fmt == "parquet":
+        import pyarrow.parquet as pq
+
         buf = io.BytesIO()
         pq.write_table(rel.to_arrow(remaining), buf)
         return buf.getvalue()
     if fmt == "csv":
+        import pyarrow.csv as pacsv
+
         buf = io.BytesIO()
         pacsv.write_csv(rel.table, buf)
         return buf.getvalue()
@@ -985,10 +987,10 @@ class _Targets:
         self.by_flag: dict[str, Any] = {}
 
     def prepare(self, args: argparse.Namespace) -> None:
-        from dpsql._output import Target
-
         for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
             if path:
+                from dpsql._output import Target  # only for output files: standard output needs none
+
                 self.by_flag[flag] = Target.prepare(flag, path)
 
     def __enter__(self) -> _Targets:

@@ -16,71 +16,110 @@ parameter, with a hint) on NaN, infinities, out-of-range or non-integer values. 
 ``compose`` (exact basic composition) are re-exported from :mod:`dpsql.budget`.
 """
 
-from dpsql.accounting.calibration import (
-    SparseHistogramCalibration,
-    calibrate_sparse_histogram,
-    calibrate_sparse_histogram_fixed,
-)
-from dpsql.accounting.conversions import (
-    gaussian_rdp,
-    gaussian_zcdp,
-    laplace_scale,
-    pure_to_rdp,
-    pure_to_zcdp,
-    rdp_delta,
-    rdp_to_dp,
-    zcdp_delta,
-    zcdp_optimal_alpha,
-    zcdp_to_dp,
-)
-from dpsql.accounting.discrete_gaussian import (
-    discrete_gaussian_delta,
-    discrete_gaussian_normaliser,
-    discrete_gaussian_pmf,
-    discrete_gaussian_variance,
-    discrete_laplace_pmf,
-)
-from dpsql.accounting.gaussian import (
-    DELTA_EVAL_MARGIN,
-    gaussian_delta,
-    gaussian_epsilon,
-    gaussian_mu,
-    gaussian_sigma,
-    log_gaussian_delta,
-)
-from dpsql.accounting.s4s import (
-    R2TStep,
-    S4SBudgetStep,
-    S4SVectorEpsilon,
-    r2t_schedule,
-    s4s_budget_schedule,
-    s4s_epsilon_prime,
-    s4s_eta,
-    s4s_find_alpha,
-    s4s_gamma,
-    s4s_gamma_eta,
-    s4s_joint_epsilon,
-    s4s_joint_rdp,
-    s4s_rdp_prime,
-    s4s_rdp_ss_roots,
-    s4s_smooth_sensitivity,
-    s4s_smooth_sensitivity_bound,
-    s4s_tau_grid,
-    s4s_variance_divergence_term,
-    s4s_vector_epsilon,
-    s4s_vector_epsilon_parts,
-    s4s_vector_joint_epsilon,
-)
-from dpsql.accounting.sparse_histogram import (
-    SparseHistogramDelta,
-    add_the_deltas_delta,
-    round_tau_star_up,
-    sparse_histogram_delta,
-    sparse_histogram_delta_detail,
-    sparse_histogram_min_tau_star,
-    sparse_histogram_tau_star_lower_bound,
-)
+from typing import TYPE_CHECKING, Any
+
 from dpsql.budget import Budget, compose
+
+if TYPE_CHECKING:
+    from dpsql.accounting.calibration import (
+        SparseHistogramCalibration,
+        calibrate_sparse_histogram,
+        calibrate_sparse_histogram_fixed,
+    )
+    from dpsql.accounting.conversions import (
+        gaussian_rdp,
+        gaussian_zcdp,
+        laplace_scale,
+        pure_to_rdp,
+        pure_to_zcdp,
+        rdp_delta,
+        rdp_to_dp,
+        zcdp_delta,
+        zcdp_optimal_alpha,
+        zcdp_to_dp,
+    )
+    from dpsql.accounting.discrete_gaussian import (
+        discrete_gaussian_delta,
+        discrete_gaussian_normaliser,
+        discrete_gaussian_pmf,
+        discrete_gaussian_variance,
+        discrete_laplace_pmf,
+    )
+    from dpsql.accounting.gaussian import (
+        DELTA_EVAL_MARGIN,
+        gaussian_delta,
+        gaussian_epsilon,
+        gaussian_mu,
+        gaussian_sigma,
+        log_gaussian_delta,
+    )
+    from dpsql.accounting.s4s import (
+        R2TStep,
+        S4SBudgetStep,
+        S4SVectorEpsilon,
+        r2t_schedule,
+        s4s_budget_schedule,
+        s4s_epsilon_prime,
+        s4s_eta,
+        s4s_find_alpha,
+        s4s_gamma,
+        s4s_gamma_eta,
+        s4s_joint_epsilon,
+        s4s_joint_rdp,
+        s4s_rdp_prime,
+        s4s_rdp_ss_roots,
+        s4s_smooth_sensitivity,
+        s4s_smooth_sensitivity_bound,
+        s4s_tau_grid,
+        s4s_variance_divergence_term,
+        s4s_vector_epsilon,
+        s4s_vector_epsilon_parts,
+        s4s_vector_joint_epsilon,
+    )
+    from dpsql.accounting.sparse_histogram import (
+        SparseHistogramDelta,
+        add_the_deltas_delta,
+        round_tau_star_up,
+        sparse_histogram_delta,
+        sparse_histogram_delta_detail,
+        sparse_histogram_min_tau_star,
+        sparse_histogram_tau_star_lower_bound,
+    )
+
+#: the submodule of each public name: loaded on first use, so that a query imports only the
+#: accounting it needs (the Gaussian mechanism's calibration loads neither DP-S4S's nor the sparse
+#: histogram's)
+_SUBMODULE = {name: module for module, names in {
+    "calibration": (
+        "SparseHistogramCalibration", "calibrate_sparse_histogram",
+        "calibrate_sparse_histogram_fixed",
+    ),
+    "conversions": (
+        "gaussian_rdp", "gaussian_zcdp", "laplace_scale", "pure_to_rdp", "pure_to_zcdp",
+        "rdp_delta", "rdp_to_dp", "zcdp_delta", "zcdp_optimal_alpha", "zcdp_to_dp",
+    ),
+    "discrete_gaussian": (
+        "discrete_gaussian_delta", "discrete_gaussian_normaliser", "discrete_gaussian_pmf",
+        "discrete_gaussian_variance", "discrete_laplace_pmf",
+    ),
+    "gaussian": (
+        "DELTA_EVAL_MARGIN", "gaussian_delta", "gaussian_epsilon", "gaussian_mu", "gaussian_sigma",
+        "log_gaussian_delta",
+    ),
+    "s4s": (
+        "R2TStep", "S4SBudgetStep", "S4SVectorEpsilon", "r2t_schedule", "s4s_budget_schedule",
+        "s4s_epsilon_prime", "s4s_eta", "s4s_find_alpha", "s4s_gamma", "s4s_gamma_eta",
+        "s4s_joint_epsilon", "s4s_joint_rdp", "s4s_rdp_prime", "s4s_rdp_ss_roots",
+        "s4s_smooth_sensitivity", "s4s_smooth_sensitivity_bound", "s4s_tau_grid",
+        "s4s_variance_divergence_term", "s4s_vector_epsilon", "s4s_vector_epsilon_parts",
+        "s4s_vector_joint_epsilon",
+    ),
+    "sparse_histogram": (
+        "SparseHistogramDelta", "add_the_deltas_delta", "round_tau_star_up",
+        "sparse_histogram_delta", "sparse_histogram_delta_detail", "sparse_histogram_min_tau_star",
+        "sparse_histogram_tau_star_lower_bound",
+    ),
+}.items() for name in names}
 
 __all__ = [
     # budgets
@@ -144,3 +183,18 @@ __all__ = [
     "discrete_gaussian_delta",
     "discrete_laplace_pmf",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _SUBMODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dpsql.accounting' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"dpsql.accounting.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -32,7 +32,6 @@ Everything here builds sqlglot ASTs (DuckDB dialect) or reads file headers; noth
 from __future__ import annotations
 
 import csv
-import glob as globmod
 import gzip
 import io
 import re
@@ -550,7 +549,11 @@ def _same_file_types(name: str, paths: list[str]) -> None:
 
 def _expand(source: str) -> list[str]:
     """The files of a source path (a glob is expanded once, sorted)."""
-    paths = sorted(globmod.glob(source)) if any(ch in source for ch in "*?[") else [source]
+    if not any(ch in source for ch in "*?["):
+        return [source]
+    import glob
+
+    paths = sorted(glob.glob(source))
     if not paths:
         raise ConfigError(f"no file matches {source!r}")
     return paths

@@ -47,16 +47,35 @@ from dpsql.catalog import TableSpec
 from dpsql.errors import ConfigError, DPSQLError, PolicyError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
-from dpsql.mechanisms.profile import ContributionProfile
-from dpsql.mechanisms.profile import route_request as _profile_request
 from dpsql.mechanisms.public_domain import PublicDomain
-from dpsql.mechanisms.quantile import QuantileMechanism
-from dpsql.mechanisms.ranges import Dawa
-from dpsql.mechanisms.sparse_histogram import SparseHistogram
 from dpsql.options import UNIVERSAL
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, resolve_unit_column
 from dpsql.plan.workload import analyze_workload, histogram_workload
+
+
+def _sparse_histogram() -> Mechanism:
+    from dpsql.mechanisms.sparse_histogram import SparseHistogram
+
+    return SparseHistogram()
+
+
+def _dawa() -> Mechanism:
+    from dpsql.mechanisms.ranges import Dawa
+
+    return Dawa()
+
+
+def _profile() -> Mechanism:
+    from dpsql.mechanisms.profile import ContributionProfile
+
+    return ContributionProfile()
+
+
+def _quantile() -> Mechanism:
+    from dpsql.mechanisms.quantile import QuantileMechanism
+
+    return QuantileMechanism()
 
 
 def _join(name: MechanismName) -> Mechanism:
@@ -72,8 +91,10 @@ def _vector(name: MechanismName) -> Mechanism:
 
 
 class _Registry(Mapping[MechanismName, Mechanism]):
-    """Every mechanism by name, each built on first use (the join mechanisms import SciPy's sparse
-    matrices and the SOCP solver's glue: a query without a join never loads them)."""
+    """Every mechanism by name, each built (and its module imported) on first use: the join
+    mechanisms import SciPy's sparse matrices and the SOCP solver's glue, so a query without a join
+    never loads them, and a query answered by one mechanism imports no other's module (a count over
+    public keys loads neither DAWA, the sparse histogram, the quantiles nor their accounting)."""
 
     def __init__(self, factories: dict[MechanismName, Callable[[], Mechanism]]) -> None:
         self._factories, self._built = factories, dict[MechanismName, Mechanism]()
@@ -93,12 +114,12 @@ class _Registry(Mapping[MechanismName, Mechanism]):
 REGISTRY: Mapping[MechanismName, Mechanism] = _Registry({
     MechanismName.GAUSSIAN: lambda: BasicMechanism(MechanismName.GAUSSIAN),
     MechanismName.LAPLACE: lambda: BasicMechanism(MechanismName.LAPLACE),
-    MechanismName.SPARSE_HISTOGRAM: SparseHistogram,
-    MechanismName.DAWA: Dawa,
+    MechanismName.SPARSE_HISTOGRAM: _sparse_histogram,
+    MechanismName.DAWA: _dawa,
     MechanismName.DP_S4S: lambda: _join(MechanismName.DP_S4S),
     MechanismName.R2T: lambda: _join(MechanismName.R2T),
-    MechanismName.CONTRIBUTION_PROFILE: ContributionProfile,
-    MechanismName.EXPONENTIAL: QuantileMechanism,
+    MechanismName.CONTRIBUTION_PROFILE: _profile,
+    MechanismName.EXPONENTIAL: _quantile,
     MechanismName.PUBLIC_DOMAIN: PublicDomain,
     MechanismName.DP_S4S_VECTOR: lambda: _vector(MechanismName.DP_S4S_VECTOR),
     MechanismName.JOIN_CLIPPED: lambda: _vector(MechanismName.JOIN_CLIPPED),
@@ -229,16 +250,17 @@ def route(
 
     # rule 2: ordered domains (DAWA, or a stored synopsis)
     if forced in ("auto", "dawa") and any(c.ordered is not None for c in table.columns.values()):
-        dawa = REGISTRY[MechanismName.DAWA]
         wl = histogram_workload(plan)
         if wl is not None:
+            dawa = REGISTRY[MechanismName.DAWA]  # (built, and its module imported, only where it may answer)
             _check_applicable(dawa, options)
             req = dataclasses.replace(base, workload=wl)
             return _finish(req, dawa, dawa.calibrate(req, contribution(table, options, grouped=True)),
                            _REASONS["dawa_histogram"])
-        if options.get("reuse") == "synopsis" and _single_range_count(plan) and set(options) <= dawa.options | UNIVERSAL:
+        if options.get("reuse") == "synopsis" and _single_range_count(plan):
+            dawa = REGISTRY[MechanismName.DAWA]
             try:
-                wl = analyze_workload([sql], dict(catalog), plans=[plan])
+                wl = analyze_workload([sql], dict(catalog), plans=[plan]) if set(options) <= dawa.options | UNIVERSAL else None
             except DPSQLError:
                 wl = None
             if wl is not None:
@@ -397,6 +419,7 @@ def _check_bin_keys(plan: ir.QueryPlan) -> None:
 
 def route_profile(table: str, epsilon: float, options: Mapping[str, Any], catalog: Mapping[str, TableSpec]) -> Route:
     """``Session.suggest_caps``: the contribution profile of one registered table."""
+    from dpsql.mechanisms.profile import route_request as _profile_request
     from dpsql.plan.analyze import unit_problem
 
     name = table.lower() if isinstance(table, str) else table

@@ -29,7 +29,6 @@ from dpsql.plan.checks import (
     written_name,
 )
 from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
-from dpsql.plan.joins import analyze_join
 from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem, spell_aliases
 from dpsql.plan.parse import DIALECT, as_written, keyword_offset, parse_statements, quoted, statement_starts
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call, time_column_problem
@@ -705,10 +704,10 @@ class _Builder:
         _check_size(stmts[0])  # before anything else: a query above the limits costs no analysis
         # CTEs and subqueries in FROM: merged into the flat query (dpsql.plan.views), analysed as one
         stmt = _limit_all(_order_by_all(merge_views(stmts[0], self.sql, self.catalog)))
-        if isinstance(stmt, exp.Select) and stmt.args.get("joins"):
+        if isinstance(stmt, exp.Select) and (stmt.args.get("joins") or self._several_paths(stmt)):
+            from dpsql.plan.joins import analyze_join  # imported for joins only (a large module)
+
             return analyze_join(self.sql, stmt, self.catalog)  # joins: DP-S4S / R2T (dpsql.plan.joins)
-        if isinstance(stmt, exp.Select) and self._several_paths(stmt):
-            return analyze_join(self.sql, stmt, self.catalog)
         stmt = _distinct_as_group_by(stmt)
         self.violations.extend(check_statement_shape(stmt, self.sql, start=starts[0] if starts else 0))
         distinct = stmt.args.get("distinct") if isinstance(stmt, exp.Select) else None
