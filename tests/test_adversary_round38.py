@@ -280,3 +280,34 @@ def test_a_wide_decimal_beside_nested_columns_is_null_beyond_its_precision_on_sp
         assert got[3] == (decimal.Decimal("0.0003"), decimal.Decimal(3))
     finally:
         conf.set("spark.sql.parquet.enableNestedColumnVectorizedReader", was)
+
+
+@pytest.mark.parametrize(("length", "p", "s"), [(9, 20, 3), (13, 30, 0), (15, 38, 38), (16, 38, 0), (16, 36, 5),
+                                                (20, 38, 2)])
+def test_the_conversion_of_stored_bytes_is_exact_for_every_length(spark: dpsql.Session, length: int, p: int,
+                                                                   s: int) -> None:
+    """The view's conversion of a DECIMAL's stored bytes, over random integers of every size the bytes hold and
+    the edges (+-(10^p - 1) and one beyond, the bytes' own extremes, the 8-byte halves' boundaries): exactly the
+    value, NULL beyond p digits; a FIXED_LEN_BYTE_ARRAY of 20 bytes too (a writer may use more than 16)."""
+    import random
+
+    from sqlglot import exp
+
+    from dpsql.engine.spark import SPARK, _decimal_from_bytes
+    from dpsql.rewrite.render import render
+
+    rng = random.Random(38 * length + p)
+    most = 2 ** (8 * length - 1)
+    top = 10**p - 1
+    edges = [0, 1, -1, top, -top, top + 1, -top - 1, most - 1, -most, 2**63, -(2**63), 2**64, -(2**64), 2**64 - 1]
+    stored = [v for v in edges if -most <= v < most]
+    stored += [rng.randrange(-(2**bits), 2**bits) for bits in range(1, 8 * length) for _ in range(8)]
+    rows = [(i, v.to_bytes(length, "big", signed=True)) for i, v in enumerate(stored)] + [(len(stored), None)]
+    df = spark._engine.spark.createDataFrame(rows, "i bigint, b binary")
+    df.createOrReplaceTempView("stored_bytes")
+    sql = render(exp.select(exp.alias_(_decimal_from_bytes(exp.column("b", quoted=True), p, s, length), "d"), "i")
+                 .from_("stored_bytes"), dialect=SPARK)
+    got = {r["i"]: r["d"] for r in spark._engine.spark.sql(sql).collect()}
+    want = [*_read(stored, p, s), None]
+    assert [got[i] for i in range(len(want))] == want
+    assert any(w is None for w in want[:-1]) == (top < most)  # beyond p digits where the bytes hold more
