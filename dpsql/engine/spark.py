@@ -53,7 +53,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -129,7 +129,7 @@ PLAN_CONF = {
     "spark.sql.parquet.filterPushdown": "false",
     "spark.sql.parquet.recordLevelFilter.enabled": "false",
     "spark.sql.parquet.aggregatePushdown": "false",
-    # the vectorized reader reads a wide DECIMAL column as DECIMAL(38, s) (``SparkBackend._widened_from``)
+    # the vectorized reader reads a wide DECIMAL of an atomic table as DECIMAL(38, s) (``SparkBackend._widened_from``)
     "spark.sql.parquet.enableVectorizedReader": "true",
 }
 
@@ -240,6 +240,55 @@ def _days_or_null(column: Any) -> Any:
     inside = pc.and_(pc.greater_equal(v, lo), pc.less_equal(v, hi))
     days = pc.add(pc.divide(pc.subtract(pc.min_element_wise(pc.max_element_wise(v, lo), hi), lo), day), DATE_MIN_DAY)
     return pc.if_else(inside, days, pa.scalar(None, pa.int64())).cast(pa.int32()).cast(pa.date32())
+
+
+def _decimal_from_bytes(ref: exp.Expression, p: int, s: int, length: int) -> exp.Expression:
+    """A Parquet DECIMAL(p, s) read as its stored bytes (a FIXED_LEN_BYTE_ARRAY of ``length`` >= 9 bytes: a
+    big-endian two's complement integer) as DECIMAL(p, s): the exact value where that integer has at most p
+    digits, else NULL, as DuckDB's reader makes it.
+
+    Whether it has is decided first, from the bytes alone: they compare unsigned, so the integers from 0 to
+    10^p - 1 are the byte strings up to that one's bytes, and those from -(10^p - 1) to -1 the strings from that
+    one's bytes on. Inside, the integer is built from its last ``min(length, 16)`` bytes, which then hold it: an
+    unsigned high part (at most 8 bytes) and the unsigned last 8 bytes, each read through ``hex`` and ``conv`` as
+    at most 20 digits; a negative integer from its magnitude's parts, so that no step's value exceeds the
+    result's magnitude, below 10^38. Every operation is also its ``try_`` form: nothing here can raise, in
+    whichever order Spark evaluates the branches, with ANSI mode on or off."""
+    call = exp.Anonymous
+    d20 = exp.DataType.build("DECIMAL(20,0)", dialect=SPARK)
+
+    def number(v: int) -> exp.Expression:
+        return exp.Cast(this=exp.Literal.string(str(v)), to=d20.copy())
+
+    def stored(v: int) -> exp.Expression:
+        return call(this="unhex", expressions=[exp.Literal.string(v.to_bytes(length, "big", signed=True).hex())])
+
+    def unsigned(start: int, n: int) -> exp.Expression:  # bytes start .. start + n - 1 (1-based)
+        part = call(this="substring", expressions=[ref.copy(), exp.Literal.number(start), exp.Literal.number(n)])
+        digits = call(this="conv", expressions=[call(this="hex", expressions=[part]), exp.Literal.number(16),
+                                                 exp.Literal.number(10)])
+        return exp.TryCast(this=digits, to=d20.copy(), safe=True)
+
+    def op(name: str, a: exp.Expression, b: exp.Expression) -> exp.Expression:
+        return call(this=f"try_{name}", expressions=[a, b])
+
+    k = min(length, 16) - 8  # bytes of the high part
+    hi, lo, two64 = unsigned(length - 7 - k, k), unsigned(length - 7, 8), 2**64
+    positive = op("add", op("multiply", hi, number(two64)), lo)
+    magnitude = op("add", op("multiply", op("subtract", number(2 ** (8 * k) - 1), hi.copy()), number(two64)),
+                   op("subtract", number(two64), lo.copy()))
+    negative = op("subtract", number(0), magnitude)
+    most = 2 ** (8 * length - 1) - 1  # the bytes' own range: a DECIMAL(p) whose p digits it does not reach
+    top = min(10**p - 1, most)
+    unscaled = exp.Case(ifs=[exp.If(this=exp.LTE(this=ref.copy(), expression=stored(top)), true=positive),
+                             exp.If(this=exp.GTE(this=ref.copy(), expression=stored(-top - (top == most))),
+                                    true=negative)])
+    value: exp.Expression = unscaled
+    if s:  # the integer times 10^-s: exact in DECIMAL(38, s), where a value of at most p <= 38 digits fits
+        unit = exp.Cast(this=exp.Literal.string("0." + "0" * (s - 1) + "1"),
+                        to=exp.DataType.build(f"DECIMAL({s},{s})", dialect=SPARK))
+        value = op("multiply", unscaled, unit)
+    return exp.TryCast(this=value, to=exp.DataType.build(f"DECIMAL({p},{s})", dialect=SPARK), safe=True)
 
 
 def _holds_unconverted(t: pa.DataType) -> bool:
@@ -357,6 +406,7 @@ class SparkBackend:
         fields: list[tuple[str, str]] = []
         millis: set[str] = set()
         widened: set[str] = set()
+        as_bytes: dict[str, int] = {}
         with self._lock:
             self._views[view] = kind
             try:
@@ -373,14 +423,22 @@ class SparkBackend:
                         table_schema = raw.schema
                         file_schemas = self._file_schemas(raw) if self._needs_file_schemas(table_schema) else []
                     millis = self._millis_from(name, table_schema, file_schemas)
-                    widened = self._widened_from(table_schema, file_schemas)
-                    if millis or widened or footers is not None:
-                        # millis / widened: read as the stored INT64 milliseconds / as DECIMAL(38, s), see _capped_select
-                        from pyspark.sql.types import DecimalType, LongType, StructField, StructType
+                    widened, as_bytes = self._widened_from(table_schema, file_schemas)
+                    if millis or widened or as_bytes or footers is not None:
+                        # millis / widened / as_bytes: read as the stored INT64 milliseconds / as DECIMAL(38, s) /
+                        # as the stored bytes, see _capped_select
+                        from pyspark.sql.types import (
+                            BinaryType,
+                            DecimalType,
+                            LongType,
+                            StructField,
+                            StructType,
+                        )
 
                         read_as = StructType([
                             StructField(f.name, LongType(), True) if f.name in millis else
-                            StructField(f.name, DecimalType(38, f.dataType.scale), True) if f.name in widened else f
+                            StructField(f.name, DecimalType(38, f.dataType.scale), True) if f.name in widened else
+                            StructField(f.name, BinaryType(), True) if f.name in as_bytes else f
                             for f in table_schema.fields])
                         fields = [(f.name, f.dataType.simpleString()) for f in table_schema.fields]
                         raw = self._spark.read.schema(read_as).parquet(*paths)
@@ -391,7 +449,7 @@ class SparkBackend:
                 raw.createOrReplaceTempView(view + "_raw")
                 if not fields:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                sel = self._capped_select(view + "_raw", fields, millis, widened)
+                sel = self._capped_select(view + "_raw", fields, millis, widened, as_bytes)
                 self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
             except ConfigError:
                 self.unregister_source(name, kind, view)
@@ -581,37 +639,51 @@ class SparkBackend:
 
     @staticmethod
     def _wide_decimals(table_schema: Any) -> dict[str, Any]:
-        """The table's top-level DECIMAL columns of 19 to 37 digits, in a table of atomic columns only."""
+        """The table's top-level DECIMAL columns of more than 18 digits."""
         from pyspark.sql.types import DecimalType
 
-        if any(f.dataType.simpleString().startswith(("struct", "array", "map")) for f in table_schema.fields):
-            return {}
         return {f.name: f.dataType for f in table_schema.fields
-                if isinstance(f.dataType, DecimalType) and 18 < f.dataType.precision < 38}
+                if isinstance(f.dataType, DecimalType) and f.dataType.precision > 18}
 
-    def _widened_from(self, table_schema: Any, schemas: list[Any]) -> set[str]:
-        """The top-level DECIMAL columns of more than 18 digits stored as a FIXED_LEN_BYTE_ARRAY of at most 15
-        bytes in every file, in a table of atomic columns only (read by Spark's vectorized reader).
+    def _widened_from(self, table_schema: Any, schemas: list[Any]) -> tuple[set[str], dict[str, int]]:
+        """How the top-level DECIMAL columns of more than 18 digits stored as a FIXED_LEN_BYTE_ARRAY in every file
+        are read: (those read as DECIMAL(38, s), those read as their bytes: column -> the bytes per value).
 
         Spark's reader raises on a stored value with more digits than the declared precision, whatever reads
         the column (``x IS NULL`` too): one row's value failed every query reading it, after the charge. Its
         vectorized reader widens such a column to DECIMAL(38, s) without that check, and 15 bytes hold at most
-        36 digits, so read that way every value is read; :meth:`_capped_select` makes one beyond the declared
-        precision NULL, as DuckDB's reader. Read from the files' footers only (no row)."""
+        36 digits, so read that way every value of at most 15 bytes is read (in a table of atomic columns, which
+        :data:`PLAN_CONF` makes that reader read; the row-based reader, which reads nested columns where the owner
+        turns their vectorized reading off, checks the declared precision). 16 bytes (DECIMAL(36) to DECIMAL(38)
+        as pyarrow and Spark write them) hold 39 digits, more than any Spark DECIMAL: such a column, and any in a
+        table with nested columns, is read as its bytes, which both readers read whatever they hold, and converted
+        by :func:`_decimal_from_bytes` (the same number of bytes in every file). :meth:`_capped_select` makes a
+        value beyond the declared precision NULL either way, as DuckDB's reader. Read from the files' footers
+        only (no row); a column stored otherwise is read as Spark reads it (docs/spark.md, Sources)."""
         wide = self._wide_decimals(table_schema)
-        ok = set(wide)
+        nested = any(f.dataType.simpleString().startswith(("struct", "array", "map")) for f in table_schema.fields)
+        lengths: dict[str, set[int]] = {c: set() for c in wide}
         for schema in schemas:
             for t in schema.getFields():
                 match = next((c for c in wide if c.lower() == str(t.getName()).lower()), None)
                 if match is None:
                     continue
-                if not (t.isPrimitive() and str(t.asPrimitiveType().getPrimitiveTypeName().toString())
-                        == "FIXED_LEN_BYTE_ARRAY" and int(t.asPrimitiveType().getTypeLength()) <= 15):
-                    ok.discard(match)
-        return ok
+                flba = t.isPrimitive() and str(t.asPrimitiveType().getPrimitiveTypeName().toString()) \
+                    == "FIXED_LEN_BYTE_ARRAY"
+                lengths[match].add(int(t.asPrimitiveType().getTypeLength()) if flba else 0)
+        widened, as_bytes = set(), {}
+        for c, ls in lengths.items():
+            if not ls or min(ls) < 9:  # stored otherwise in some file (0), or in fewer bytes than 19 digits need
+                continue
+            if not nested and max(ls) <= 15:
+                widened.add(c)
+            elif len(ls) == 1:
+                as_bytes[c] = ls.pop()
+        return widened, as_bytes
 
     def _capped_select(self, raw: str, fields: list[tuple[str, str]], millis: Collection[str] = (),
-                       widened: Collection[str] = ()) -> exp.Select:
+                       widened: Collection[str] = (), as_bytes: Mapping[str, int] | None = None) -> exp.Select:
+        as_bytes = as_bytes or {}
         cap = self.settings.max_text_bytes
         items: list[exp.Expression] = []
         for n, t in fields:
@@ -647,6 +719,9 @@ class SparkBackend:
                 inside = exp.Between(this=stored, low=exp.Literal.number(lo) if lo >= 0 else exp.Neg(
                     this=exp.Literal.number(-lo)), high=exp.Literal.number(hi))
                 e = exp.Case(ifs=[exp.If(this=inside, true=ref.copy())])
+            elif (dec := re.fullmatch(r"decimal\((\d+),(\d+)\)", t)) is not None and n in as_bytes:
+                # the stored bytes: the exact value inside the declared precision, else NULL (_widened_from)
+                e = _decimal_from_bytes(ref, int(dec.group(1)), int(dec.group(2)), as_bytes[n])
             elif (dec := re.fullmatch(r"decimal\((\d+),(\d+)\)", t)) is not None and (
                     int(dec.group(1)) <= 18 or n in widened):
                 # a DECIMAL(p, s) whose stored integer has more than p digits (a Parquet INT32/INT64 or Arrow
@@ -654,8 +729,9 @@ class SparkBackend:
                 # it (x * x, -x, floor, COUNT(DISTINCT x)) raised after the charge only when such a row existed.
                 # Comparing it with extremes of its own type cannot fail (no cast, no overflow check). Up to 18
                 # digits (an INT32 or INT64), and for a wider one read as DECIMAL(38, s) (_widened_from; the
-                # value inside the range is then cast back to the declared type); Spark reads any other wider one
-                # beyond its precision with an error whatever reads it, x IS NULL too (docs/spark.md, Sources)
+                # value inside the range is then cast back to the declared type); one stored in more bytes, or in
+                # a table with nested columns, is read as its bytes (above); Spark reads any other wider one beyond
+                # its precision with an error whatever reads it, x IS NULL too (docs/spark.md, Sources)
                 p, s = int(dec.group(1)), int(dec.group(2))
                 top = "9" * (p - s) + ("." + "9" * s if s else "") if p > s else "0." + "9" * s
                 declared = exp.DataType.build(f"DECIMAL({p},{s})", dialect=SPARK)
