@@ -18,6 +18,14 @@ import dpsql
 from dpsql.cli import main
 from dpsql.testing import seeded_noise, use_noise, zero_noise
 
+# The JVMs of the Spark tests (pyspark's driver, those of child processes, a standalone cluster's master,
+# workers and executors: each inherits this environment) compile with the client compiler only and
+# collect with the serial collector. Their queries are many, short and each compiled anew, on small
+# data: the optimising compiler's threads cost more CPU than they saved (on 2 cores, test_spark.py's
+# start-up and first queries took about half the CPU). The JIT tier and the collector change no result
+# (Java's arithmetic is the same in every tier). An environment that sets the variable keeps its own.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 
 def make_events(n_users: int = 60, seed: int = 7, sentinel: str | None = None) -> pa.Table:
     """A small events table: several rows per user, a few URLs and countries, bounded amounts."""

@@ -159,14 +159,42 @@ def reference_keep(t: pa.Table, key: dict[int, int], n: int) -> set[int]:
     return {i for rows in by.values() for _, i in sorted(rows)[:n]}
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 9])
-@pytest.mark.parametrize("output", [None, ["id", "part"]], ids=["window", "aggregate"])
-def test_keep_n_per_partition_keeps_the_n_smallest_keys(backend: ExecutionBackend, n: int,
-                                                        output: list[str] | None) -> None:
+KEEP_N = [1, 2, 3, 9]
+KEEP_OUTPUTS: dict[str, list[str] | None] = {"window": None, "aggregate": ["id", "part"]}
+
+#: per backend (dialect, ops class, object id): rows of every ``KEEP_N`` x ``KEEP_OUTPUTS`` case, or of every
+#: ``LITERALS`` case, read by one query each (on Spark a query per case was a job per case, for the same answers)
+_BATCHED: dict[tuple[str, str, type, int], Any] = {}
+
+
+def _batch_key(what: str, backend: ExecutionBackend) -> tuple[str, str, type, int]:
+    return what, backend.dialect, type(backend.ops), id(backend)
+
+
+def kept_per_case(backend: ExecutionBackend) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    """The rows ``keep_n_per_partition`` keeps of ``partitions()`` for every (n, output form), each case's
+    kept subquery a branch of one UNION ALL tagged with its case (one query on the backend, not eight)."""
+    key = _batch_key("keep_n", backend)
+    if key not in _BATCHED:
+        cases = [(n, form) for n in KEEP_N for form in KEEP_OUTPUTS]
+        branches = [exp.select(exp.alias_(exp.Literal.number(i), "__case"), "id", "part").from_(
+            backend.ops.keep_n_per_partition(src("t"), ["part"], exp.column("key"), n, alias="__k",
+                                             output=KEEP_OUTPUTS[form])) for i, (n, form) in enumerate(cases)]
+        union = branches[0]
+        for b in branches[1:]:
+            union = exp.union(union, b, distinct=False)
+        out: dict[tuple[int, str], list[dict[str, Any]]] = {c: [] for c in cases}
+        for r in run(backend, union, t=partitions()):
+            out[cases[r.pop("__case")]].append(r)
+        _BATCHED[key] = out
+    return _BATCHED[key]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("n", KEEP_N)
+@pytest.mark.parametrize("output", list(KEEP_OUTPUTS))
+def test_keep_n_per_partition_keeps_the_n_smallest_keys(backend: ExecutionBackend, n: int, output: str) -> None:
     t = partitions()
-    ops = backend.ops
-    kept = ops.keep_n_per_partition(src("t"), ["part"], exp.column("key"), n, alias="__k", output=output)
-    rows = run(backend, exp.select("id", "part").from_(kept), t=t)
+    rows = kept_per_case(backend)[(n, output)]
     got = [r["id"] for r in rows]
     assert len(got) == len(set(got))
     expected = reference_keep(t, {r["id"]: r["key"] for r in t.to_pylist()}, n)
@@ -432,11 +460,20 @@ LITERALS: list[tuple[Any, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("value", "to"), LITERALS, ids=[f"{type(v).__name__}-{t}-{i}" for i, (v, t) in enumerate(LITERALS)])
-def test_typed_literal_round_trips(backend: ExecutionBackend, value: Any, to: str) -> None:
-    lit = backend.ops.typed_literal(value, to)
-    (row,) = run(backend, exp.select(exp.alias_(lit, "v")))
-    got = row["v"]
+def literal_row(backend: ExecutionBackend) -> dict[str, Any]:
+    """Every ``LITERALS`` case's typed literal on ``backend``: the columns ``v0``, ``v1``, ... of one
+    one-row query (one query on the backend, not one per case)."""
+    key = _batch_key("typed_literal", backend)
+    if key not in _BATCHED:
+        lits = [exp.alias_(backend.ops.typed_literal(v, to), f"v{i}") for i, (v, to) in enumerate(LITERALS)]
+        (_BATCHED[key],) = run(backend, exp.select(*lits))
+    return _BATCHED[key]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("i", range(len(LITERALS)), ids=[f"{type(v).__name__}-{t}-{i}" for i, (v, t) in enumerate(LITERALS)])
+def test_typed_literal_round_trips(backend: ExecutionBackend, i: int) -> None:
+    value, to = LITERALS[i]
+    got = literal_row(backend)[f"v{i}"]
     if to == "HUGEINT" and isinstance(got, decimal.Decimal):  # Arrow carries HUGEINT as decimal128(38, 0)
         got = int(got)
     assert got == value and type(got) is type(value), (value, got)
