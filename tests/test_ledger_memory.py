@@ -12,11 +12,13 @@ import pytest
 import dpsql
 from dpsql.errors import LedgerError
 from dpsql.ledger import Ledger
-from dpsql.ledger._store import _base_connection
+from dpsql.ledger._store import _base_connection, _state
 
 
 def _catalogs() -> set[str]:
-    rows = _base_connection().execute("SELECT database_name FROM duckdb_databases()").fetchall()
+    memory = _state().memory
+    assert memory is not None
+    rows = memory.execute("SELECT database_name FROM duckdb_databases()").fetchall()
     return {r[0] for r in rows if r[0].startswith("dpsql_memory_ledger_")}
 
 
@@ -50,3 +52,19 @@ def test_in_memory_ledgers_are_separate_and_dropped_when_closed_or_collected() -
     assert _catalogs() == before
     with pytest.raises(LedgerError, match="closed"):
         a.remaining()
+
+
+def test_an_in_memory_ledger_outlives_the_file_ledgers_instance_being_replaced(tmp_path) -> None:
+    # a file ledger whose DETACH fails closes the process's file-ledger instance (and every connection made
+    # from it) and starts a new one: in-memory ledgers live on an instance of their own
+    led = Ledger.create(None, dpsql.Budget(1.0, 1e-6))
+    Ledger.create(tmp_path / "l.duckdb", dpsql.Budget(1.0, 1e-6)).close()
+    st = _state()
+    with st.mutex:
+        base, st.base = st.base, None
+    assert base is not None
+    base.close()
+    led.reserve(dpsql.Budget(0.25, 1e-7), mechanism="m", query="q", tables=["t"], params={})
+    assert led.remaining().epsilon == pytest.approx(0.75)
+    assert _base_connection() is not base
+    led.close()

@@ -272,6 +272,8 @@ class _ProcessState:
         #: what the ledger DuckDB instance has attached right now: alias -> (real path, inode key)
         self.attached: dict[str, tuple[str, tuple[int, int]]] = {}
         self.base: duckdb.DuckDBPyConnection | None = None
+        #: the instance holding in-memory ledgers' catalogs (``_memory_catalog``), never closed
+        self.memory: duckdb.DuckDBPyConnection | None = None
         self.aliases = itertools.count(1)
 
 
@@ -1945,26 +1947,45 @@ def _base_connection() -> duckdb.DuckDBPyConnection:
 
 
 def _memory_catalog(ledger: Ledger) -> duckdb.DuckDBPyConnection:
-    """A connection to a new in-memory catalog attached to the process's ledger instance, for an in-memory
-    ledger. A new DuckDB instance per ledger cost 20-50 ms to open and 10-15 ms to close (every Session
-    without a ledger file made one); attaching a catalog costs about 1 ms. The catalog is detached when the
-    ledger is closed or collected; the ledger refuses to run in a forked child (``_mem_txn``)."""
-    base = _base_connection()
-    alias = f"dpsql_memory_ledger_{next(_state().aliases)}"
-    base.execute(f"ATTACH ':memory:' AS {alias}")
-    con = base.cursor()
-    con.execute(f"USE {alias}")
-    ledger._mem_gone = weakref.finalize(ledger, _drop_memory_catalog, con, base, alias, os.getpid())
+    """A connection to a new in-memory catalog attached to the process's instance for in-memory ledgers. A
+    new DuckDB instance per ledger cost 20-50 ms to open and 10-15 ms to close (every Session without a ledger
+    file made one); attaching a catalog costs about 1 ms. The instance is not the file ledgers' (which a failed
+    DETACH replaces, closing its connections) and is never closed. The catalog is detached when the ledger is
+    closed or collected; the ledger refuses to run in a forked child (``_mem_txn``)."""
+    st = _state()
+    with st.mutex:
+        if st.memory is None:
+            st.memory = duckdb.connect(":memory:", config={"threads": 1, "autoinstall_known_extensions": False,
+                                                           "autoload_known_extensions": False})
+        memory = st.memory
+        alias = f"dpsql_memory_ledger_{next(st.aliases)}"
+    cur = memory.cursor()
+    try:
+        cur.execute(f"ATTACH ':memory:' AS {alias}")
+        con = memory.cursor()
+        con.execute(f"USE {alias}")
+    except duckdb.Error as e:
+        _drop_memory_catalog(memory, alias, os.getpid())
+        raise LedgerError(f"in-memory ledger: DuckDB failed ({type(e).__name__}: {e}); nothing was created",
+                          hint="this is a bug in dpsql; please report it") from None
+    finally:
+        cur.close()
+    ledger._mem_gone = weakref.finalize(ledger, _drop_memory_catalog, memory, alias, os.getpid(), con)
     return con
 
 
-def _drop_memory_catalog(con: duckdb.DuckDBPyConnection, base: duckdb.DuckDBPyConnection, alias: str,
-                         pid: int) -> None:
+def _drop_memory_catalog(memory: duckdb.DuckDBPyConnection, alias: str, pid: int,
+                         con: duckdb.DuckDBPyConnection | None = None) -> None:
     if os.getpid() != pid:  # a forked child's copy: the parent's instance is not touched from here
         return
     try:
-        con.close()
-        base.execute(f"DETACH DATABASE IF EXISTS {alias}")
+        if con is not None:
+            con.close()
+        cur = memory.cursor()  # the finalizer may run on any thread: a cursor of its own
+        try:
+            cur.execute(f"DETACH DATABASE IF EXISTS {alias}")
+        finally:
+            cur.close()
     except duckdb.Error:  # the instance is already gone (interpreter shutdown)
         pass
 
