@@ -1112,8 +1112,7 @@ class CatalogLock:
                 self._cond.notify_all()
 
 
-def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[str],
-                            describe: Callable[[Any], list[tuple[str, str]]]) -> None:
+def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[str], engine: Any) -> None:
     """Refuse (free) a request reading a table of the caller's DuckDB connection -- among ``tables``
     and the tables their references reach -- whose columns or types changed since it was
     registered (an ALTER TABLE, a table dropped or re-created under the same name).
@@ -1122,8 +1121,12 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
     such a table binds the table's current columns at every query: a column now VARCHAR where
     INTEGER was registered would be compared through DuckDB's implicit cast, which fails on a
     cell that is not a number, so whether the query failed (after its charge) would depend on
-    one row. ``describe(ast)`` binds the view only (the owner's metadata, no row is read); the
-    session calls this before every charge, the remembered bind check included."""
+    one row. ``engine.describe(ast)`` binds the view only (the owner's metadata, no row is read); the
+    session calls this before every charge, the remembered bind check included.
+
+    Also refused: such a table that now reads a Python object registered with the connection or a file
+    through DuckDB's own readers (``engine.reading_scans``, the plan only), as registration refuses it: a
+    relation of that name registered (or a view replaced) after the table was, which hides it."""
     from sqlglot import exp
 
     from dpsql.errors import DPSQLError
@@ -1139,9 +1142,9 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
         todo += [t.partition(".")[0] for t in spec.references.values()]
         if spec.source_kind != "duckdb" or spec.view is None:
             continue
+        view = exp.select("*").from_(exp.to_table(spec.view, quoted=True))
         try:
-            now: dict[str, str] | None = {str(c).lower(): str(t) for c, t in
-                                          describe(exp.select("*").from_(exp.to_table(spec.view, quoted=True)))}
+            now: dict[str, str] | None = {str(c).lower(): str(t) for c, t in engine.describe(view)}
         except DPSQLError:
             now = None
         if now != dict(spec.schema):
@@ -1149,4 +1152,14 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
                 f"table '{name}': its DuckDB table changed its columns or types since it was registered (or no longer "
                 "exists); nothing was charged",
                 hint=f"register '{name}' again (Session.register) so that its policy and types match the table",
+            )
+        scans = getattr(engine, "reading_scans", None)
+        found = [] if scans is None else scans(view)
+        if found:
+            raise ConfigError(
+                f"table '{name}': its DuckDB table now reads {', '.join(found)} (a Python object registered with the "
+                "connection, or a file read by DuckDB's own reader, since it was registered): queries would fail after "
+                "their charge depending on one person's row; nothing was charged",
+                hint=f"drop what hides the table in the connection, or register '{name}' again from the pyarrow.Table "
+                "or the file itself (Session.register), which dpsql reads totally",
             )

@@ -240,3 +240,32 @@ def test_count_distinct_of_a_type_holding_a_bignum_is_refused(typ: str) -> None:
         with pytest.raises(DPSQLError, match="no size cap"):
             s.explain("SELECT COUNT(DISTINCT v) AS n FROM t", epsilon=1.0)
         assert s.explain("SELECT COUNT(v) AS n FROM t", epsilon=1.0).cost.epsilon == 1.0
+
+
+@pytest.mark.parametrize("how", ["register", "view"])
+def test_an_arrow_relation_that_hides_a_registered_table_afterwards_is_refused_free(how: str) -> None:
+    # the check at registration alone let the owner (or a library on the connection) hide the registered base
+    # table afterwards behind a relation of the same name over an Arrow object: queries then read the Arrow
+    # rows, and one person's text that is not UTF-8 failed them after their charge
+    outcomes = []
+    for hostile in (False, True):
+        con = duckdb.connect()
+        con.execute("CREATE TABLE base (uid BIGINT, note VARCHAR)")
+        con.execute("INSERT INTO base SELECT i, 'ok' || i FROM range(30) t(i)")
+        s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), connection=con)
+        use_noise(s, zero_noise(39))
+        s.register("t", "base", privacy_unit="uid")
+        assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.to_pylist() == [{"n": 30}]
+        spent = s.remaining()
+        arrow = _table(hostile, "text")
+        if how == "register":
+            con.register("base", arrow)
+        else:
+            con.register("arrow_src", arrow)
+            con.execute("CREATE OR REPLACE TEMP VIEW base AS SELECT * FROM arrow_src")
+        with pytest.raises(ConfigError, match="now reads") as e:
+            s.query("SELECT COUNT(*) AS n FROM t WHERE lower(note) = 'ok1'", epsilon=1.0)
+        assert s.remaining() == spent  # nothing charged
+        outcomes.append(str(e.value))
+        s.close()
+    assert outcomes[0] == outcomes[1]

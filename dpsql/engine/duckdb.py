@@ -472,8 +472,7 @@ class DuckDBBackend:
         views, is refused (:func:`reading_scans`): its values would reach queries unchecked, and reading some
         of them fails. Only the bound plan is read, never a row."""
         rel = exp.to_table(source)
-        plans = self._con.execute("EXPLAIN (FORMAT JSON) " + self._render(exp.select("*").from_(rel.copy()))).fetchall()
-        scans = sorted({s for row in plans for s in reading_scans(str(row[1]))})  # every plan explain_output shows
+        scans = self.reading_scans(exp.select("*").from_(rel.copy()))
         if scans:
             raise ConfigError(
                 f"table '{name}': '{source}' of the Session's connection reads {', '.join(scans)}: a Python object "
@@ -486,6 +485,13 @@ class DuckDBBackend:
                 f"SELECT * FROM {source})",
             )
         return self._capped_select(name, rel)
+
+    def reading_scans(self, ast: exp.Expression) -> list[str]:
+        """The operators of ``ast``'s plan that read a Python object registered with the connection or a file
+        through DuckDB's own readers (:func:`reading_scans`); the plan only, no row is read."""
+        with self._lock:
+            plans = self._con.execute("EXPLAIN (FORMAT JSON) " + self._render(ast)).fetchall()
+        return sorted({s for row in plans for s in reading_scans(str(row[1]))})  # every plan explain_output shows
 
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
         view = view or source_name(name)
