@@ -40,3 +40,30 @@ def test_dpsql_spark_session_reads_parquet_without_row_group_filters(tmp_path: P
         assert caller.conf.get("spark.sql.parquet.filterPushdown") == "true"  # the caller's own stays
     finally:
         s.close()
+
+
+def test_dpsql_spark_session_sets_its_sql_settings_back_before_every_read(tmp_path: Path) -> None:
+    # the exact reading of a wide DECIMAL (its bytes times 10^-s) relies on allowPrecisionLoss off, and totality
+    # on ANSI's settings: a change made on dpsql's own session after its start is set back before each read
+    from decimal import Decimal
+
+    from pyspark.sql import SparkSession
+
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"uid": list(range(3)), "d": pa.array([Decimal("1.2345678901")] * 3, pa.decimal128(38, 10))}),
+                   path)
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), engine="spark", spark=SparkSession.builder.getOrCreate())
+    try:
+        use_noise(s, zero_noise())
+        s.register("t", str(path), privacy_unit="uid")
+        engine_spark = s._engine.spark  # type: ignore[attr-defined]
+        for k, v in (("spark.sql.decimalOperations.allowPrecisionLoss", "true"), ("spark.sql.ansi.enabled", "false"),
+                     ("spark.sql.session.timeZone", "America/New_York")):
+            engine_spark.conf.set(k, v)
+        r = s.query("SELECT COUNT(*) AS n FROM t WHERE d = 1.2345678901", epsilon=1.0, delta=1e-6)
+        assert r.table.to_pylist() == [{"n": 3}]
+        assert engine_spark.conf.get("spark.sql.decimalOperations.allowPrecisionLoss") == "false"
+        assert engine_spark.conf.get("spark.sql.ansi.enabled") == "true"
+        assert engine_spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    finally:
+        s.close()

@@ -355,12 +355,14 @@ class SparkBackend:
         self._local = DuckDBBackend(None, self.settings)  # post-processing of released values only
 
     def _pin_plan(self) -> None:
-        """Set :data:`PLAN_CONF` (and exclude :data:`LOCAL_RELATION_RULES`, besides the rules the
-        session already excludes) wherever dpsql's session says otherwise: one look-up per read."""
+        """Set :data:`SQL_CONF` and :data:`PLAN_CONF` (and exclude :data:`LOCAL_RELATION_RULES`, besides the
+        rules the session already excludes) wherever dpsql's session says otherwise: one look-up per read. (The
+        exact conversions of wide DECIMALs rely on ``allowPrecisionLoss`` off, the totality of expressions on
+        ANSI's settings: a change made on ``SparkBackend.spark`` after its start is set back too.)"""
         conf = self._spark.conf
         now = conf.getAll
         excluded = [r for r in (now.get("spark.sql.optimizer.excludedRules") or "").split(",") if r.strip()]
-        want = dict(PLAN_CONF)
+        want = {**SQL_CONF, **PLAN_CONF}
         if not set(LOCAL_RELATION_RULES) <= {r.strip() for r in excluded}:
             want["spark.sql.optimizer.excludedRules"] = ",".join([*excluded, *LOCAL_RELATION_RULES])
         for k, v in want.items():
