@@ -8,9 +8,11 @@ any value but that cell's; and no failure around it may carry a cell."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -341,3 +343,116 @@ def test_the_columns_a_query_may_read(query: str, read: list[str] | None) -> Non
                                                       ("url", pa.string()), ("likes", pa.int64())]), exp.select("*"))
     got = native.reads_of(parse_one(query, read="duckdb")).text_columns(src)
     assert got == (["country", "url"] if read is None else read)
+
+
+class _Interrupting:
+    """The engine's connection, whose statements raise DuckDB's interrupt from the first one that
+    ``hit`` matches until :meth:`stop` (the statement time-out interrupts every 10 ms until the read
+    ends); ``once`` interrupts that one statement only."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, hit: Any, once: bool = False) -> None:
+        self._con, self._hit, self._once, self.fired, self.on = con, hit, once, 0, True
+
+    def stop(self) -> None:
+        self.on = False
+
+    def _maybe(self, kind: str, text: str) -> None:
+        if self.on and (self.fired and not self._once or not self.fired and self._hit(kind, text)):
+            self.fired += 1
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self._maybe("execute", sql)
+        return self._con.execute(sql, *args)
+
+    def sql(self, sql: str, *args: Any) -> Any:
+        self._maybe("sql", sql)
+        return self._con.sql(sql, *args)
+
+    def register(self, name: str, obj: Any) -> Any:
+        self._maybe("register", name)
+        return self._con.register(name, obj)
+
+    def unregister(self, name: str) -> Any:
+        self._maybe("unregister", name)
+        return self._con.unregister(name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+
+_POINTS = {
+    # the native view's rebuild (CREATE OR REPLACE VIEW ... JOIN the flags)
+    "rebuild": lambda kind, text: kind == "execute" and "VIEW" in text.upper() and "_dpsql_bad" in text,
+    # the binding of the new view's columns (DESCRIBE)
+    "schema": lambda kind, text: kind == "sql" and text.upper().startswith("DESCRIBE"),
+    # the flags table's registration
+    "register": lambda kind, text: kind == "register",
+}
+
+
+@pytest.mark.parametrize("once", [False, True])
+@pytest.mark.parametrize("point", sorted(_POINTS))
+def test_an_interrupt_between_the_check_and_the_view_leaves_consistent_values(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str, once: bool) -> None:
+    """``url`` checked, then a read that names ``country`` is interrupted (its statement time-out)
+    after the check, while the view is rebuilt: the next reads give the Arrow view's values. The
+    old view must never join flags built for other columns (``url`` NULL where ``country`` is
+    invalid and ``url``'s invalid cell read as replaced text), and an interrupt is not a reason to
+    give up the native reader for good."""
+    path = tmp_path / "t.parquet"
+    _two_text(path, bad_country=5, bad_url=77)
+    s = _session(path)
+    src = _src(s)
+    url, both = "user_id, likes, url", "user_id, likes, url, country"
+    assert _columns(s, url) == _arrow_columns(s, url) and src.columns == {"url"}
+    con = s._engine._con
+    proxy = _Interrupting(con, _POINTS[point], once)
+    monkeypatch.setattr(s._engine, "_con", proxy)
+    try:
+        rows = _columns(s, "user_id, likes, country")
+    except ExecutionError:
+        rows = None
+    proxy.stop()
+    assert proxy.fired
+    if rows is not None:  # a statement of the rebuild only was interrupted, the read went on
+        assert rows == _arrow_columns(s, "user_id, likes, country")
+    monkeypatch.setattr(s._engine, "_con", con)
+    assert _columns(s, url) == _arrow_columns(s, url)
+    assert _columns(s, both) == _arrow_columns(s, both)
+    assert not src.disabled and src.checked is not None and src.columns == {"url", "country"}
+    assert _columns(s, url) == _arrow_columns(s, url)
+    views = {r[0] for r in con.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert len(views - {src.view, src.view + "_raw"}) == 1  # the view's flags only: none left behind
+
+
+def test_a_check_that_outlasts_the_time_out_leaves_the_arrow_views_values(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statement time-out's own timer, past while the check of ``country`` runs: whichever
+    statement after the check it interrupts, the reads that follow give the Arrow view's values."""
+    path = tmp_path / "t.parquet"
+    _two_text(path, bad_country=5, bad_url=77)
+    s = _session(path)
+    engine = s._engine
+    url, both = "user_id, likes, url", "user_id, likes, url, country"
+    assert _columns(s, url) == _arrow_columns(s, url)
+    real = native.invalid_cells
+
+    def slow(src: native.NativeSource, threads: int = 1, columns: list[str] | None = None) -> Any:
+        out = real(src, threads, columns)
+        time.sleep(0.2)  # the timer interrupts every 10 ms from 0.05 s on
+        return out
+
+    for _ in range(5):
+        monkeypatch.setattr(native, "invalid_cells", slow)
+        monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, statement_timeout=0.05))
+        try:
+            _columns(s, "user_id, likes, country")
+        except ExecutionError:
+            pass
+        monkeypatch.setattr(native, "invalid_cells", real)  # no time-out for the reads that follow
+        monkeypatch.setattr(engine, "settings", dataclasses.replace(engine.settings, statement_timeout=None))
+        assert _columns(s, url) == _arrow_columns(s, url)
+        assert _src(s).columns in ({"url"}, {"url", "country"}) and not _src(s).disabled
+        _src(s).columns = frozenset({"url"})  # (country checked again by the next round)
+    assert _columns(s, both) == _arrow_columns(s, both)

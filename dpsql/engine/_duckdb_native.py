@@ -28,6 +28,14 @@ one cell). This module gives the same values through DuckDB's own reader, withou
   view's, cell by cell. The join is there with or without invalid cells (an empty table), so
   one person's invalid cell does not change the plan: its cost is one more row on the join's
   build side (measured at 1M rows: CPU 0.320 s without, 0.324 s with one invalid cell).
+* **A rebuild that fails.** Each build of the native view registers its flags under a name of
+  its own, replaces the view in one statement, and only then drops the previous flags
+  (``DuckDBBackend._native_rebuild``). So an exception between the check and the replacement
+  (the statement time-out interrupts every statement once the check has outlasted it) leaves
+  the previous view reading its own flags: the read fails as any time-out does and the next
+  one reads the same values (the flags' columns are named by position: one shared table once
+  let the previous view read a newer build's, a column's NULLs at another column's invalid
+  cells). An interrupt is the time-out's failure, not a reason to keep the Arrow view for good.
 * **A changed file.** Before each private read every file is stat'ed: a version other than the
   checked one is checked again before the read (the Arrow view if it was modified less than
   :data:`SETTLE_SECONDS` ago). After the read the files are stat'ed again: if one changed meanwhile, the read is
@@ -121,6 +129,8 @@ class NativeSource:
     disabled: bool = False  # the native reader does not give the Arrow view's schema
     bad: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # per checked text column
     columns: frozenset[str] = frozenset()  # the text columns checked in version ``checked``
+    marks: str | None = None  # the flags table the native view joins (a name of its own per build)
+    stale: list[str] = field(default_factory=list)  # flags tables to drop once the view is replaced
 
     @property
     def text_columns(self) -> list[str]:
@@ -300,16 +310,21 @@ def _invalid_in(part: tuple[int, str, list[int], int], cols: list[str]) -> list[
     return out
 
 
-def native_select(src: NativeSource, capped: Callable[[exp.Expression], exp.Select],
-                  marks: str, columns: frozenset[str] | None = None) -> tuple[exp.Select, pa.Table | None]:
+def native_select(src: NativeSource, capped: Callable[[exp.Expression], exp.Select], marks: str,
+                  columns: frozenset[str] | None = None,
+                  bad: dict[str, list[tuple[int, int]]] | None = None) -> tuple[exp.Select, pa.Table | None]:
     """DuckDB's reader over ``src``'s files (text never raises), each listed invalid cell NULL.
     ``capped(relation)`` is the backend's select of every column through ``_duck_plan``.
-    ``columns`` are the text columns checked (default: all, each with its list in ``src.bad``);
+    ``columns`` are the text columns checked (default: all, each with its list in ``bad``, by
+    default ``src.bad``);
     a text column not checked is NULL in this view, which is used only by reads that do not name
     it (:class:`Reads`). With checked text columns, also the table of the invalid cells' (file,
     row) to register as ``marks``: the view joins it (a hash join whose build side grows with the
     number of invalid cells, not a literal list), with or without invalid cells, so that a file
-    with one invalid cell is read by the same plan as a file with none."""
+    with one invalid cell is read by the same plan as a file with none. The flags' columns are
+    named by position among ``columns``: the view reads only the table built with it (``marks``,
+    a name of its own per build, :meth:`dpsql.engine.duckdb.DuckDBBackend._native_views`)."""
+    bad = src.bad if bad is None else bad
     files = exp.Array(expressions=[exp.Literal.string(p) for p in src.paths])
     opts: list[exp.Expression] = [exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")),
                                   exp.EQ(this=exp.column("hive_partitioning"), expression=exp.false()),
@@ -326,13 +341,13 @@ def native_select(src: NativeSource, capped: Callable[[exp.Expression], exp.Sele
     inner = inner.select(exp.alias_(exp.column("filename"), "_dpsql_file", quoted=True),
                          exp.alias_(exp.column("file_row_number"), "_dpsql_row", quoted=True))
     flags = {c: f"_dpsql_bad_{j}" for j, c in enumerate(cols)}
-    rows = sorted({cell for c in cols for cell in src.bad[c]})
+    rows = sorted({cell for c in cols for cell in bad[c]})
     at = {cell: k for k, cell in enumerate(rows)}
     table = {"_dpsql_file": pa.array([src.paths[i] for i, _ in rows], pa.string()),
              "_dpsql_row": pa.array([r for _, r in rows], pa.int64())}
     for c, flag in flags.items():
         marked = [False] * len(rows)
-        for cell in src.bad[c]:
+        for cell in bad[c]:
             marked[at[cell]] = True
         table[flag] = pa.array(marked, pa.bool_())
     items = []

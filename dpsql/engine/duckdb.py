@@ -187,6 +187,7 @@ class DuckDBBackend:
         _ENGINES.add(self)
         self._views: set[tuple[str, str]] = set()
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
+        self._builds = 0  # native views built: each joins a flags table of its own name
         self._csv: dict[str, csvcopy.CsvSource] = {}  # CSV sources, read from the engine's copies
         self._csv_dir: str | None = None
         self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
@@ -496,7 +497,8 @@ class DuckDBBackend:
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
         view = view or source_name(name)
         self._views.discard((view, kind))
-        self._native.pop(view, None)
+        nsrc = self._native.pop(view, None)
+        flags = [] if nsrc is None else [*nsrc.stale, *([nsrc.marks] if nsrc.marks else [])]
         src = self._csv.pop(view, None)
         if src is not None:
             csvcopy.drop(src)
@@ -506,9 +508,9 @@ class DuckDBBackend:
             except duckdb.Error:
                 pass
             if kind in ("arrow", "parquet"):
-                for suffix in ("_raw", "_bad"):
+                for table in (view + "_raw", *flags):
                     try:
-                        self._con.unregister(view + suffix)
+                        self._con.unregister(table)
                     except duckdb.Error:
                         pass
 
@@ -706,8 +708,10 @@ class DuckDBBackend:
                 continue
             src.reads += 1
             version = native.versions(src.paths)
-            if src.checked is not None and src.checked != version:
-                self._arrow_view(src)  # the file changed: back to the Arrow view until checked again
+            if src.checked != version and (src.checked is not None or src.stale):
+                # the file changed (or a rebuild failed with the Arrow view believed in place): the
+                # Arrow view until checked again
+                self._arrow_view(src)
             if reads is None:
                 reads = native.reads_of(ast) if ast is not None else native.Reads(None)
             new = [c for c in reads.text_columns(src) if c not in src.columns]
@@ -724,34 +728,71 @@ class DuckDBBackend:
                 self._arrow_view(src)
                 src.disabled = True
                 continue
-            checked = src.columns | frozenset(new)
-            src.bad = {**src.bad, **bad}
-            try:
-                sel, marks = native.native_select(src, self._native_capped(src), view + "_bad", checked)
-            except duckdb.Error:  # the reader does not bind these files: the Arrow view stays
-                self._arrow_view(src)
-                src.disabled = True
-                continue
-            if marks is not None:
-                self._con.register(view + "_bad", marks)
-            if self._schema_of(sel) != self._schema_of(src.arrow_select) or self._schema_of(sel) is None:
-                self._arrow_view(src)
-                src.disabled = True  # from the schemas only: the native reader would not give the same columns
-                continue
-            if native.versions(src.paths) != version:  # changed while it was checked
-                self._arrow_view(src)
-                continue
-            self._con.execute(self._render(_temp_view(view, sel)))
-            src.checked, src.columns = version, checked
-            used.append((src, version))
+            if self._native_rebuild(src, version, src.columns | frozenset(new), {**src.bad, **bad}):
+                used.append((src, version))
         return used
+
+    def _native_rebuild(self, src: native.NativeSource, version: native.Version, checked: frozenset[str],
+                        bad: dict[str, list[tuple[int, int]]]) -> bool:
+        """Point ``src``'s view at DuckDB's reader with the text columns ``checked`` (their invalid
+        cells ``bad``) in ``version``; False where the Arrow view stays. The view and its flags
+        table change together: the flags are registered under a name of their own, the view
+        replaced in one statement, and only then ``src``'s state updated and the previous flags
+        dropped. An exception anywhere between (the statement time-out interrupts every statement
+        once it has passed, and the check may outlast it) leaves the previous view reading the
+        previous flags, and ``src`` describing them; the new flags are dropped after the next
+        replacement of the view (the failed statement may have taken effect)."""
+        self._builds += 1
+        name = f"_dpsql_flags_{self._builds}_{src.view}"
+        try:
+            sel, marks = native.native_select(src, self._native_capped(src), name, checked, bad)
+        except duckdb.InterruptException:
+            raise
+        except duckdb.Error:  # the reader does not bind these files: the Arrow view stays
+            self._arrow_view(src)
+            src.disabled = True
+            return False
+        if marks is not None:
+            src.stale.append(name)  # not the view's until the view is replaced
+            self._con.register(name, marks)
+        schema = self._schema_of(sel)
+        if schema is None or schema != self._schema_of(src.arrow_select):
+            self._arrow_view(src)
+            src.disabled = True  # from the schemas only: the native reader would not give the same columns
+            return False
+        if native.versions(src.paths) != version:  # changed while it was checked
+            self._arrow_view(src)
+            return False
+        self._con.execute(self._render(_temp_view(src.view, sel)))
+        if src.marks is not None:
+            src.stale.append(src.marks)
+        src.marks = name if marks is not None else None
+        src.checked, src.columns, src.bad = version, checked, bad
+        self._drop_stale(src)
+        return True
 
     def _arrow_view(self, src: native.NativeSource) -> None:
         """``src`` read through its Arrow view, nothing checked (its files changed, or the native
         view cannot be built)."""
-        if src.checked is not None:
+        if src.checked is not None or src.stale:
             self._con.execute(self._render(_temp_view(src.view, src.arrow_select.copy())))
-        src.checked, src.columns, src.bad = None, frozenset(), {}
+        if src.marks is not None:
+            src.stale.append(src.marks)
+        src.checked, src.columns, src.bad, src.marks = None, frozenset(), {}, None
+        self._drop_stale(src)
+
+    def _drop_stale(self, src: native.NativeSource) -> None:
+        """Unregister the flags tables ``src``'s view no longer reads (right after the view was
+        replaced); one that cannot be dropped now is dropped after the next replacement."""
+        kept = []
+        for name in src.stale:
+            if name == src.marks:
+                continue
+            try:
+                self._con.unregister(name)
+            except duckdb.Error:
+                kept.append(name)
+        src.stale = kept
 
     def _csv_views(self, sql: str) -> list[tuple[csvcopy.CsvSource, native.Version]]:
         """Point each CSV source the query ``sql`` names at copies of its files' current version
@@ -783,6 +824,8 @@ class DuckDBBackend:
         """(column, type) of a source select by binding it (no row is read); None if it does not bind."""
         try:
             return [(str(r[0]), str(r[1])) for r in self._con.sql(self._render(exp.Describe(this=sel.copy()))).fetchall()]
+        except duckdb.InterruptException:  # the statement time-out, not the binding: the read's generic failure
+            raise
         except duckdb.Error:
             return None
 
