@@ -1124,9 +1124,10 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
     one row. ``engine.describe(ast)`` binds the view only (the owner's metadata, no row is read); the
     session calls this before every charge, the remembered bind check included.
 
-    Also refused: such a table that now reads a Python object registered with the connection or a file
-    through DuckDB's own readers (``engine.reading_scans``, the plan only), as registration refuses it: a
-    relation of that name registered (or a view replaced) after the table was, which hides it."""
+    Also refused: such a table that now reads anything but DuckDB's own tables and the values a query makes
+    itself (a Python object registered with the connection, a file read by DuckDB's own reader, an extension's
+    scan, another table function: ``engine.reading_scans``, an allow-list over the plan only), as registration
+    refuses it: a relation of that name registered (or a view replaced) after the table was, which hides it."""
     from sqlglot import exp
 
     from dpsql.errors import DPSQLError
@@ -1157,8 +1158,9 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
         found = [] if scans is None else scans(view)
         if found:
             raise ConfigError(
-                f"table '{name}': its DuckDB table now reads {', '.join(found)} (a Python object registered with the "
-                "connection, or a file read by DuckDB's own reader, since it was registered): queries would fail after "
+                f"table '{name}': its DuckDB table now reads {', '.join(found)} (not a DuckDB table but a Python object "
+                "registered with the connection, a file read by DuckDB's own reader, an extension's scan or another "
+                "table function, since it was registered): queries would fail after "
                 "their charge depending on one person's row; nothing was charged",
                 hint=f"drop what hides the table in the connection, or register '{name}' again from the pyarrow.Table "
                 "or the file itself (Session.register), which dpsql reads totally",

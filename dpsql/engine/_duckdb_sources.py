@@ -266,21 +266,45 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
     )
 
 
-#: operators (DuckDB's EXPLAIN names) that read a Python object registered with the connection or a file
-#: through DuckDB's own readers: :func:`reading_scans`
-_READING_SCANS = re.compile(r"ARROW|PANDAS|NUMPY|POLARS|^PYTHON|^READ_|PARQUET|CSV|JSON|ICEBERG|DELTA|SQLITE")
+#: Operators of DuckDB's plans (``EXPLAIN``'s names, physical and logical) that compute on their children's rows
+#: and read nothing themselves.
+_ROW_OPERATORS = frozenset({
+    "PROJECTION", "FILTER", "ORDER_BY", "LIMIT", "LIMIT_PERCENT", "STREAMING_LIMIT", "TOP_N", "SAMPLE",
+    "RESERVOIR_SAMPLE", "STREAMING_SAMPLE", "WINDOW", "STREAMING_WINDOW", "AGGREGATE", "UNGROUPED_AGGREGATE",
+    "HASH_GROUP_BY", "PERFECT_HASH_GROUP_BY", "PARTITIONED_AGGREGATE", "DISTINCT", "PIVOT", "UNION", "EXCEPT",
+    "INTERSECT", "JOIN", "COMPARISON_JOIN", "ANY_JOIN", "DEPENDENT_JOIN", "DELIM_JOIN", "LEFT_DELIM_JOIN",
+    "RIGHT_DELIM_JOIN", "HASH_JOIN", "NESTED_LOOP_JOIN", "BLOCKWISE_NL_JOIN", "PIECEWISE_MERGE_JOIN", "IE_JOIN",
+    "ASOF_JOIN", "CROSS_PRODUCT", "POSITIONAL_JOIN", "POSITIONAL_SCAN", "CTE", "REC_CTE", "REC_KEY_CTE",
+})
+#: Leaves and table functions that read DuckDB's own stored tables (of the connection's databases, attached
+#: DuckDB files and temporary tables included), or make values of their own from the query's constants and the
+#: rows above (VALUES, ``range``, ``unnest``, a CTE's rows): SEQ_SCAN and INDEX_SCAN are DuckDB's table scans
+#: (``Table``: the table; an extension's catalog, SQLite, Postgres, ..., scans through its own function).
+_SAFE_SCANS = frozenset({
+    "SEQ_SCAN", "INDEX_SCAN", "DUMMY_SCAN", "EMPTY_RESULT", "COLUMN_DATA_SCAN", "CHUNK_SCAN", "CHUNK_GET",
+    "EXPRESSION_SCAN", "EXPRESSION_GET", "CTE_SCAN", "REC_CTE_SCAN", "REC_REC_CTE_SCAN", "DELIM_SCAN", "DELIM_GET",
+    "RANGE", "GENERATE_SERIES", "UNNEST",
+})
 
 
 def reading_scans(plan_json: str) -> list[str]:
-    """The operators of a plan (DuckDB's ``EXPLAIN (FORMAT JSON)``) that read a Python object registered with
-    the connection (``con.register(name, arrow_table)``, a data frame) or a file through DuckDB's own readers
-    (``read_parquet``, ``read_csv``, ...). Both convert values while reading and raise on some: DuckDB's Arrow
-    scan on a duration of 2^62 ms, and it trusts the text to be UTF-8, so ``lower``, ``trim`` or ``strpos`` of a
-    text that is not raised DuckDB's internal error, which invalidates the database; the Parquet reader on such
-    text, the CSV reader on a line it cannot parse (and its sniffer types columns from the rows), the SQLite
-    scanner on a value whose type differs from its column's declared type (SQLite stores any type anywhere). The owner's
-    relations must never read through one: :func:`_arrow_plan` reads an Arrow table or a Parquet file passed
-    to ``register`` totally, and a CSV file is read as its lines (``dpsql.engine._duckdb_csv``)."""
+    """The operators of a plan (DuckDB's ``EXPLAIN (FORMAT JSON)``) that dpsql does not read: every scan and table
+    function other than those of :data:`_SAFE_SCANS`, and every operator neither there nor in
+    :data:`_ROW_OPERATORS` (an extension's operator, one of a later DuckDB). An allow-list: a table function is
+    named by its function in the plan, so any reader, DuckDB's or an extension's, is refused by its name.
+
+    Refused so, among others: a Python object registered with the connection (``con.register(name,
+    arrow_table)``, a data frame), a file read through DuckDB's own readers (``read_parquet``, ``read_csv``,
+    ``read_text``, ...), an extension's scan (``postgres_scan``, ``sqlite_scan``, ``st_read``, ``read_xlsx``,
+    a remote file). Such readers convert values while reading and raise on some: DuckDB's Arrow scan on a duration
+    of 2^62 ms, and it trusts the text to be UTF-8, so ``lower``, ``trim`` or ``strpos`` of a text that is not
+    raised DuckDB's internal error, which invalidates the database; the Parquet reader on such text, the CSV reader
+    on a line it cannot parse (and its sniffer types columns from the rows), the SQLite scanner on a value whose
+    type differs from its column's declared type (SQLite stores any type anywhere). The owner's relations must
+    never read through one: :func:`_arrow_plan` reads an Arrow table or a Parquet file passed to ``register``
+    totally, and a CSV file is read as its lines (``dpsql.engine._duckdb_csv``). DuckDB's own table functions
+    that read no person's values (``duckdb_settings()``, ``glob``, ``pragma_*``) are refused too: no private
+    table is made of them."""
     import json
 
     found: list[str] = []
@@ -289,13 +313,26 @@ def reading_scans(plan_json: str) -> list[str]:
         node = todo.pop()
         if isinstance(node, list):
             todo.extend(node)
-        elif isinstance(node, dict):
-            info = node.get("extra_info")
-            for name in (node.get("name"), info.get("Function") if isinstance(info, dict) else None):
-                up = str(name or "").upper()
-                if _READING_SCANS.search(up) and up not in found:
-                    found.append(up)
-            todo.extend(node.get("children") or [])
+            continue
+        if not isinstance(node, dict):
+            continue
+        info = node.get("extra_info")
+        info = info if isinstance(info, dict) else {}
+        name = str(node.get("name") or "").strip().upper()
+        function = str(info.get("Function") or "").strip().upper()
+        bad: str | None = None
+        if function and function not in _SAFE_SCANS:
+            bad = function  # a table function (the operator is named after it, or TABLE_SCAN)
+        elif name == "INOUT_FUNCTION":  # a table function over rows: ``Name`` is the function
+            inout = str(info.get("Name") or "").strip().upper()
+            bad = None if inout in _SAFE_SCANS else (inout or name)
+        elif name == "TABLE_SCAN":
+            bad = None if function else name
+        elif name not in _SAFE_SCANS and name not in _ROW_OPERATORS:
+            bad = name
+        if bad is not None and bad not in found:
+            found.append(bad)
+        todo.extend(node.get("children") or [])
     return found
 
 

@@ -468,19 +468,21 @@ class DuckDBBackend:
 
     def _duckdb_select(self, name: str, source: str) -> exp.Select:
         """A table of the caller's connection; text, JSON and BLOB over ``max_text_bytes`` read as
-        NULL at any depth (:func:`_duck_plan`). A relation that reads a Python object registered with the
-        connection (an Arrow table, a data frame) or a file through DuckDB's own readers, directly or through
-        views, is refused (:func:`reading_scans`): its values would reach queries unchecked, and reading some
-        of them fails. Only the bound plan is read, never a row."""
+        NULL at any depth (:func:`_duck_plan`). A relation whose plan, directly or through views, reads anything
+        but DuckDB's own tables and the values a query makes itself (VALUES, ``range``, ...) is refused
+        (:func:`reading_scans`, an allow-list): a Python object registered with the connection (an Arrow table,
+        a data frame), a file read by DuckDB's own readers, an extension's scan, any other table function. Its
+        values would reach queries unchecked, and reading some of them fails. Only the bound plan is read, never
+        a row."""
         rel = exp.to_table(source)
         scans = self.reading_scans(exp.select("*").from_(rel.copy()))
         if scans:
             raise ConfigError(
-                f"table '{name}': '{source}' of the Session's connection reads {', '.join(scans)}: a Python object "
-                "registered with the connection, or a file read by DuckDB's own reader, whose values DuckDB converts "
-                "while reading (text that is not UTF-8, a duration or timestamp beyond DuckDB's range, a CSV line "
-                "that does not parse) and fails on some: queries would fail after their charge depending on one "
-                "person's row",
+                f"table '{name}': '{source}' of the Session's connection reads {', '.join(scans)}: not a DuckDB table "
+                "but a Python object registered with the connection, a file read by DuckDB's own reader, an "
+                "extension's scan or another table function, which converts values while reading (text that is not "
+                "UTF-8, a duration or timestamp beyond DuckDB's range, a CSV line that does not parse) and fails on "
+                "some: queries would fail after their charge depending on one person's row",
                 hint=f"register the pyarrow.Table or the Parquet / CSV file itself (register('{name}', table_or_path, "
                 "...)), which dpsql reads totally, or materialise the relation in the connection (CREATE TABLE ... AS "
                 f"SELECT * FROM {source})",
@@ -488,8 +490,8 @@ class DuckDBBackend:
         return self._capped_select(name, rel)
 
     def reading_scans(self, ast: exp.Expression) -> list[str]:
-        """The operators of ``ast``'s plan that read a Python object registered with the connection or a file
-        through DuckDB's own readers (:func:`reading_scans`); the plan only, no row is read."""
+        """The operators of ``ast``'s plan that read anything but DuckDB's own tables and the values a query makes
+        itself (:func:`reading_scans`, an allow-list); the plan only, no row is read."""
         with self._lock:
             plans = self._con.execute("EXPLAIN (FORMAT JSON) " + self._render(ast)).fetchall()
         return sorted({s for row in plans for s in reading_scans(str(row[1]))})  # every plan explain_output shows
