@@ -1,0 +1,83 @@
+"""Neighbouring datasets (without and with one person's rows), the same query, the same observable outcome.
+
+A BIT column of the caller's DuckDB connection had no size cap: ``max_text_bytes`` capped text, JSON and BLOB
+values at every depth, but a BIT value of any length reached the query. Analysts can only test a BIT for NULL,
+count it, or count its distinct values, and both counts read each value as its salted text (one character per
+bit: ``COUNT(DISTINCT col)`` lists the salted texts, the row race of ``COUNT(col)`` on a caller's connection
+hashes them). One person's BIT of 80 million bits (10 MB stored) made ``COUNT(DISTINCT bits)`` take 1.0-1.6 s
+of CPU against 0.055 s without that person, and ``COUNT(bits)`` 0.75-0.86 s, while ``bits IS NOT NULL`` read
+the same value in 0.04 s: whatever epsilon, the time (or the statement time-out it passes) told whether that
+person's value was long. A BIT whose text is longer than ``max_text_bytes`` characters (more bits than that)
+is now NULL in the source view, as an over-long text or BLOB is, inside lists and structs too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pytest
+
+import dpsql
+from dpsql.errors import DPSQLError
+from dpsql.testing import use_noise, zero_noise
+
+HOSTILE = 999
+
+#: bits of the hostile person's value: its text (200 MB) takes more than a second to build and hash on any
+#: machine, past the time-out below, while the same query without that person reads 200 short values
+HUGE_BITS = 200_000_000
+
+
+def _bit_outcomes(sql: str, bits: int = HUGE_BITS) -> list[tuple[str, Any]]:
+    outcomes = []
+    for hostile in (False, True):
+        con = duckdb.connect()
+        con.execute("CREATE TABLE t (uid BIGINT, bits BIT)")
+        con.execute("INSERT INTO t SELECT i, '0101'::BIT FROM range(200) r(i)")
+        if hostile:
+            con.execute(f"INSERT INTO t SELECT {HOSTILE}, bitstring('1', {bits})")
+        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con, engine={"statement_timeout": 1}) as s:
+            use_noise(s, zero_noise(40))
+            s.register("t", "t", privacy_unit="uid")
+            try:
+                s.query(sql, epsilon=1.0)
+                outcomes.append(("ok", None))
+            except DPSQLError as e:
+                outcomes.append(("error", type(e).__name__))
+        con.close()
+    return outcomes
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(DISTINCT bits) AS n FROM t", "SELECT COUNT(bits) AS n FROM t"])
+def test_counting_one_persons_huge_bit_value_is_answered_alike_on_neighbours(sql: str) -> None:
+    assert _bit_outcomes(sql) == [("ok", None)] * 2
+
+
+def test_control_a_huge_bit_value_tested_for_null_is_answered_on_neighbours() -> None:
+    assert _bit_outcomes("SELECT COUNT(*) AS n FROM t WHERE bits IS NOT NULL") == [("ok", None)] * 2
+
+
+def _counts(cap: int) -> dict[str, int]:
+    """Zero-noise counts over 40 people: 10 hold a BIT of ``cap`` bits, 10 one of ``cap + 1`` bits, 10 a list
+    holding one of each, 10 a NULL."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (uid BIGINT, bits BIT, lst BIT[])")
+    con.execute(f"INSERT INTO t SELECT i, CASE i // 10 WHEN 0 THEN bitstring('1', {cap}) WHEN 1 THEN bitstring('1', {cap + 1}) "
+                f"END, CASE WHEN i // 10 = 2 THEN [bitstring('1', {cap}), bitstring('1', {cap + 1})] END FROM range(40) r(i)")
+    with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con, engine={"max_text_bytes": cap}) as s:
+        use_noise(s, zero_noise(40))
+        s.register("t", "t", privacy_unit="uid")
+        out = {}
+        for name, sql in [("bits", "SELECT COUNT(bits) AS n FROM t"), ("distinct", "SELECT COUNT(DISTINCT bits) AS n FROM t"),
+                          ("lists", "SELECT COUNT(lst) AS n FROM t")]:
+            out[name] = int(s.query(sql, epsilon=1.0).table.column("n")[0].as_py())
+    con.close()
+    return out
+
+
+def test_a_bit_value_longer_than_max_text_bytes_bits_is_null() -> None:
+    # 10 values at the cap are kept, 10 one bit over it are NULL; the list keeps its value at the cap
+    assert _counts(64) == {"bits": 10, "distinct": 1, "lists": 10}
+    # the cap counts bits, not the bytes they are stored in: 65 bits are 9 bytes, 64 are 8
+    assert _counts(65)["bits"] == 10
