@@ -382,7 +382,7 @@ def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild |
         kb, vb = _duck_plan(kt, where, cap, depth + 1), _duck_plan(vt, where, cap, depth + 1)
         if kb is None and vb is None:
             return None
-        if kt.id in ("varchar", "blob") or kb is None:
+        if kt.id in ("varchar", "blob", "bit") or kb is None:
             return _map_rebuild(kt.id, kb is not None, vb, cap, depth)
     if tid in ("map", "union"):
         if all(_duck_plan(ct, where, cap, depth + 1) is None for _, ct in t.children):
@@ -413,7 +413,7 @@ def _map_rebuild(key_id: str, cap_keys: bool, vb: Rebuild | None, cap: int | Non
                                            exp.Lambda(this=body, expressions=[var]))))
         if not cap_keys or cap is None:
             return out
-        size = _fn("OCTET_LENGTH" if key_id == "blob" else "STRLEN", exp.column(kvar))
+        size = _fn({"blob": "OCTET_LENGTH", "bit": "BIT_LENGTH"}.get(key_id, "STRLEN"), exp.column(kvar))
         longest = _fn("COALESCE", _fn("LIST_MAX", _fn("LIST_TRANSFORM", _fn("MAP_KEYS", e.copy()),
                                                       exp.Lambda(this=size, expressions=[kvar]))), _num(0))
         return _when(exp.LTE(this=longest, expression=_num(cap)), out)
