@@ -340,8 +340,8 @@ def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild |
     """The SQL that reads a column of a DuckDB type (a ``DuckDBPyType``) totally, or None.
 
     For the owner's DuckDB tables and DuckDB's own Parquet reader: text (VARCHAR, JSON) and BLOB
-    over ``cap`` bytes, and a BIT of more than ``cap`` bits (its text, one character per bit, longer
-    than ``cap``), are NULL at any depth; a DECIMAL beyond its precision, and a timestamp or
+    over ``cap`` bytes, a BIT of more than ``cap`` bits (its text, one character per bit, longer
+    than ``cap``) and a GEOMETRY whose WKB is over ``cap`` bytes, are NULL at any depth; a DECIMAL beyond its precision, and a timestamp or
     TIME beyond the range of :func:`_temporal_in_range`, are NULL (a later conversion or
     negation would raise); TIMESTAMP_S/_MS/_NS are read as TIMESTAMP.
     """
@@ -352,6 +352,8 @@ def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild |
         return None if cap is None else (lambda e: _cap(e, cap))
     if tid == "bit":  # counted and listed as its salted text: one character per bit
         return None if cap is None else (lambda e: _cap(e, cap, fn="BIT_LENGTH"))
+    if tid == "geometry":  # stored as WKB; counted and listed as its WKT text (at most ~3 characters a byte)
+        return None if cap is None else (lambda e: _cap(exp.cast(e, "BLOB"), cap, value=e))
     if tid == "decimal":
         return _decimal_in_range(*(int(v) for _, v in t.children))
     temporal = _temporal_in_range(tid)
