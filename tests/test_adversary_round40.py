@@ -181,3 +181,21 @@ def test_control_a_huge_variant_tested_for_null_is_answered_on_neighbours() -> N
                    "column to a bounded type in a view, or leave it out (docs/threat_model.md, residual risks)")
 def test_count_of_a_huge_variant_is_answered_alike_on_neighbours() -> None:
     assert _variant_outcomes("SELECT COUNT(v) AS n FROM t", 60_000_000) == [("ok", None)] * 2
+
+
+@pytest.mark.parametrize(("typ", "castable"), [("VARIANT", False), ("GEOMETRY", False), ("BIT", False), ("INTEGER[]", False),
+                                               ("INTERVAL", True), ("UUID", True)])
+def test_a_comparison_refused_on_a_type_names_only_the_fixes_that_exist(typ: str, castable: bool) -> None:
+    """The refusal of `col = ...` on a type without a total comparison named CAST(... AS VARCHAR) as the way out
+    for every such type, and the cast was then refused for most of them."""
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t (uid BIGINT, c {typ})")
+    with dpsql.Session(budget=dpsql.Budget(1.0, 0.5), connection=con) as s:
+        s.register("t", "t", privacy_unit="uid")
+        with pytest.raises(DPSQLError) as e:
+            s.query("SELECT COUNT(*) AS n FROM t WHERE COALESCE(c, NULL) IS NULL AND c = c", epsilon=1.0)
+        assert ("CAST(... AS VARCHAR)" in str(e.value)) == castable, str(e.value)
+        assert s.remaining().epsilon == 1.0
+        if castable:  # the fix it names is answered
+            s.query("SELECT COUNT(*) AS n FROM t WHERE CAST(c AS VARCHAR) = 'x'", epsilon=0.5)
+    con.close()
