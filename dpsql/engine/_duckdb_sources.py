@@ -341,8 +341,8 @@ def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild |
 
     For the owner's DuckDB tables and DuckDB's own Parquet reader: text (VARCHAR, JSON) and BLOB
     over ``cap`` bytes, a BIT of more than ``cap`` bits (its text, one character per bit, longer
-    than ``cap``) and a GEOMETRY whose WKB is over ``cap`` bytes, are NULL at any depth; a DECIMAL beyond its precision, and a timestamp or
-    TIME beyond the range of :func:`_temporal_in_range`, are NULL (a later conversion or
+    than ``cap``) and a GEOMETRY whose WKB is over ``cap`` bytes, are NULL at any depth; a DECIMAL
+    beyond its precision, and a timestamp or TIME beyond the range of :func:`_temporal_in_range`, are NULL (a later conversion or
     negation would raise); TIMESTAMP_S/_MS/_NS are read as TIMESTAMP.
     """
     tid = t.id

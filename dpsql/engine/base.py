@@ -101,8 +101,8 @@ class EngineSettings:
         zero-noise results agree across engines). Spark always uses the portable hash.
     ``max_text_bytes``: a text or BLOB value of any source longer than this many bytes (UTF-8),
         a BIT value of more bits (its text, one character per bit, is what counts of distinct
-        values list) or a GEOMETRY of a longer WKB, is read as NULL, also inside lists, structs and maps, so one hostile cell cannot make
-        per-row functions arbitrarily slow (None: no cap). The check is on the stored length.
+        values list) or a GEOMETRY of a longer WKB, is read as NULL, also inside lists, structs and
+        maps, so one hostile cell cannot make per-row functions arbitrarily slow (None: no cap). The check is on the stored length.
     """
 
     debug: bool = False
