@@ -340,8 +340,9 @@ def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild |
     """The SQL that reads a column of a DuckDB type (a ``DuckDBPyType``) totally, or None.
 
     For the owner's DuckDB tables and DuckDB's own Parquet reader: text (VARCHAR, JSON) and BLOB
-    over ``cap`` bytes are NULL at any depth; a DECIMAL beyond its precision, and a timestamp or
-    TIME beyond the range of :func:`_temporal_in_range`, are NULL (a later conversion or
+    over ``cap`` bytes, a BIT of more than ``cap`` bits (its text, one character per bit, longer
+    than ``cap``) and a GEOMETRY whose WKB is over ``cap`` bytes, are NULL at any depth; a DECIMAL
+    beyond its precision, and a timestamp or TIME beyond the range of :func:`_temporal_in_range`, are NULL (a later conversion or
     negation would raise); TIMESTAMP_S/_MS/_NS are read as TIMESTAMP.
     """
     tid = t.id
@@ -349,6 +350,10 @@ def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild |
         return None if cap is None else (lambda e: _cap(e, cap, fn="STRLEN"))
     if tid == "blob":
         return None if cap is None else (lambda e: _cap(e, cap))
+    if tid == "bit":  # counted and listed as its salted text: one character per bit
+        return None if cap is None else (lambda e: _cap(e, cap, fn="BIT_LENGTH"))
+    if tid == "geometry":  # stored as WKB; counted and listed as its WKT text (at most ~3 characters a byte)
+        return None if cap is None else (lambda e: _cap(exp.cast(e, "BLOB"), cap, value=e))
     if tid == "decimal":
         return _decimal_in_range(*(int(v) for _, v in t.children))
     temporal = _temporal_in_range(tid)
@@ -379,7 +384,7 @@ def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild |
         kb, vb = _duck_plan(kt, where, cap, depth + 1), _duck_plan(vt, where, cap, depth + 1)
         if kb is None and vb is None:
             return None
-        if kt.id in ("varchar", "blob") or kb is None:
+        if kt.id in ("varchar", "blob", "bit") or kb is None:
             return _map_rebuild(kt.id, kb is not None, vb, cap, depth)
     if tid in ("map", "union"):
         if all(_duck_plan(ct, where, cap, depth + 1) is None for _, ct in t.children):
@@ -410,7 +415,7 @@ def _map_rebuild(key_id: str, cap_keys: bool, vb: Rebuild | None, cap: int | Non
                                            exp.Lambda(this=body, expressions=[var]))))
         if not cap_keys or cap is None:
             return out
-        size = _fn("OCTET_LENGTH" if key_id == "blob" else "STRLEN", exp.column(kvar))
+        size = _fn({"blob": "OCTET_LENGTH", "bit": "BIT_LENGTH"}.get(key_id, "STRLEN"), exp.column(kvar))
         longest = _fn("COALESCE", _fn("LIST_MAX", _fn("LIST_TRANSFORM", _fn("MAP_KEYS", e.copy()),
                                                       exp.Lambda(this=size, expressions=[kvar]))), _num(0))
         return _when(exp.LTE(this=longest, expression=_num(cap)), out)

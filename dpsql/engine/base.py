@@ -99,9 +99,10 @@ class EngineSettings:
     ``keyed_hash``: DuckDB only: ``"native"`` (its fast 64-bit hash) or ``"portable"`` (SHA-256 of
         canonical text, ``dpsql.engine.portable``: the same random choices as the Spark engine, so
         zero-noise results agree across engines). Spark always uses the portable hash.
-    ``max_text_bytes``: a text or BLOB value of any source longer than this many bytes (UTF-8)
-        is read as NULL, also inside lists, structs and maps, so one hostile cell cannot make
-        per-row functions arbitrarily slow (None: no cap). The check is on the stored length.
+    ``max_text_bytes``: a text or BLOB value of any source longer than this many bytes (UTF-8),
+        a BIT value of more bits (its text, one character per bit, is what counts of distinct
+        values list) or a GEOMETRY of a longer WKB, is read as NULL, also inside lists, structs and
+        maps, so one hostile cell cannot make per-row functions arbitrarily slow (None: no cap). The check is on the stored length.
     """
 
     debug: bool = False

@@ -467,8 +467,8 @@ class DuckDBBackend:
         return [(n, spelled.get(types.get(n.lower(), ""), "VARCHAR")) for n in names]
 
     def _duckdb_select(self, name: str, source: str) -> exp.Select:
-        """A table of the caller's connection; text, JSON and BLOB over ``max_text_bytes`` read as
-        NULL at any depth (:func:`_duck_plan`). A relation whose plan, directly or through views, reads anything
+        """A table of the caller's connection; text, JSON, BLOB and GEOMETRY over ``max_text_bytes`` (a BIT over
+        that many bits) read as NULL at any depth (:func:`_duck_plan`). A relation whose plan, directly or through views, reads anything
         but DuckDB's own tables and the values a query makes itself (VALUES, ``range``, ...) is refused
         (:func:`reading_scans`, an allow-list): a Python object registered with the connection (an Arrow table,
         a data frame), a file read by DuckDB's own readers, an extension's scan, any other table function. Its

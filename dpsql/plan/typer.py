@@ -673,10 +673,12 @@ class Typer:
             return NULL
         for p in typed:
             if p.type.kind == "other":
+                castable = p.type.name.split("(")[0] in _TEXT_CASTABLE
                 raise self.refuse(
                     node,
                     f"{what} uses a value of type {p.type}, which has no total comparison here; "
-                    "only IS [NOT] NULL or CAST(... AS VARCHAR) is allowed on it",
+                    + ("only IS [NOT] NULL or CAST(... AS VARCHAR) is allowed on it" if castable else
+                       "only IS [NOT] NULL is allowed on it (and COUNT of it)"),
                 )
         nonlit = [p for p in typed if not p.literal]
         kinds = {p.type.kind for p in typed}
