@@ -68,6 +68,7 @@ from dpsql.engine._duckdb_sources import (
     _temporal_in_range,
     has_glob_chars,
     parquet_format,
+    parquet_schema,
     reading_scans,
 )
 from dpsql.engine.base import (
@@ -189,6 +190,8 @@ class DuckDBBackend:
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
         self._builds = 0  # native views built: each joins a flags table of its own name
         self._csv: dict[str, csvcopy.CsvSource] = {}  # CSV sources, read from the engine's copies
+        # Parquet sources read through a pyarrow dataset: the files' version and footers it was made from
+        self._datasets: dict[str, _Dataset] = {}
         self._csv_dir: str | None = None
         self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
         self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
@@ -323,7 +326,9 @@ class DuckDBBackend:
         plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap)) for f in schema]
         target = pa.schema([pa.field(f.name, read) for f, read, _ in plans])
         if kind == "parquet":
+            version = native.versions(paths)
             raw: Any = ds.dataset(paths, format=parquet_format(), schema=target)
+            self._datasets[view] = _Dataset(paths, [parquet_schema(p) for p in paths], target, view + "_raw", version)
         else:
             raw = source if target.equals(schema) else source.cast(target)
         raw_name = view + "_raw"
@@ -500,6 +505,7 @@ class DuckDBBackend:
         view = view or source_name(name)
         self._views.discard((view, kind))
         nsrc = self._native.pop(view, None)
+        self._datasets.pop(view, None)
         flags = [] if nsrc is None else [*nsrc.stale, *([nsrc.marks] if nsrc.marks else [])]
         src = self._csv.pop(view, None)
         if src is not None:
@@ -682,11 +688,12 @@ class DuckDBBackend:
         with self._lock:
             try:
                 with self._limited(), self._optimizers_off(off), self._deadline(deadline):
+                    used_arrow = self._dataset_views(sql)
                     used = self._native_views(sql, salted)
                     used_csv = self._csv_views(sql)
                     # the main connection: registered Arrow sources are connection-local
                     out = self._con.sql(sql).to_arrow_table()
-                    read = [(src.paths, v) for src, v in used] + [(c.paths, v) for c, v in used_csv]
+                    read = [(src.paths, v) for src, v in used] + [(c.paths, v) for c, v in used_csv] + used_arrow
                     if any(native.versions(paths) != v for paths, v in read):
                         raise OSError("a source file changed during the read")  # the generic failure below
                     return out
@@ -694,6 +701,48 @@ class DuckDBBackend:
                 failure = private_failure(what, self._detail(e), self.settings)
         assert failure is not None
         raise failure
+
+    def parquet_changed(self, view: str) -> str | None:
+        """Why the Parquet files of ``view``'s Arrow view can no longer be read as registered, or None
+        (checked before every charge; the files' footers only, no row). pyarrow's dataset keeps each
+        file's footer (row groups, page offsets and sizes) from when it was made, so a file replaced
+        since (an ETL job's new export under the same name) was read with the old footer: the query
+        failed after its charge, or read misplaced pages, depending on the new file's bytes. A new
+        version with the same schema gets a new dataset; another schema is refused, for free."""
+        with self._lock:
+            return self._refresh_dataset(view)
+
+    def _refresh_dataset(self, view: str) -> str | None:
+        import pyarrow.dataset as ds
+
+        d = self._datasets.get(view)
+        if d is None:
+            return None
+        try:
+            now = native.versions(d.paths)
+            if now == d.version:
+                return None
+            schemas = [parquet_schema(p) for p in d.paths]
+        except (OSError, pa.ArrowException):
+            return "one of its Parquet files can no longer be read"
+        if len(schemas) != len(d.schemas) or any(not a.equals(b) for a, b in zip(schemas, d.schemas, strict=True)):
+            return "its Parquet files changed their columns or types"
+        raw = ds.dataset(d.paths, format=parquet_format(), schema=d.target)
+        self._con.register(d.raw, raw)
+        d.version = now  # a file replaced again meanwhile is found by the read's check after it
+        return None
+
+    def _dataset_views(self, sql: str) -> list[tuple[list[str], native.Version]]:
+        """The Parquet datasets the query ``sql`` names, each made again if its files changed (with the
+        versions to find again after the read: a file replaced during the read fails it)."""
+        out = []
+        for view, d in self._datasets.items():
+            if view not in sql:
+                continue
+            if self._refresh_dataset(view) is not None:
+                raise OSError("a source file changed its schema")  # the generic failure of the read
+            out.append((d.paths, d.version))
+        return out
 
     def _native_views(self, sql: str, ast: exp.Expression | None = None) -> list[tuple[native.NativeSource, native.Version]]:
         """Point each Parquet source the query ``sql`` (of ``ast``) names at DuckDB's own reader
@@ -953,6 +1002,14 @@ def _refuse_query_log(path: Any) -> None:
             hint="unset it on the connection (SET log_query_path = '') while dpsql queries it, or let dpsql "
                  "open its own connection",
         )
+
+
+class _Dataset:
+    """A Parquet source's pyarrow dataset: its files, their footers' schemas and version when it was made."""
+
+    def __init__(self, paths: list[str], schemas: list[pa.Schema], target: pa.Schema, raw: str,
+                 version: native.Version) -> None:
+        self.paths, self.schemas, self.target, self.raw, self.version = paths, schemas, target, raw, version
 
 
 def _sql_str(value: str) -> str:
