@@ -152,3 +152,27 @@ def test_an_unchanged_parquet_file_is_read_without_a_new_dataset(tmp_path: Path)
     for _ in range(2):
         assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1).table.to_pylist() == [{"n": 100}]
     s.close()
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_duckdbs_own_reader_refuses_a_widened_column_whatever_the_rows(tmp_path: Path, big: bool) -> None:
+    """``invalid_text = "replace"`` reads the files afresh at each query, typed by their footers: an INTEGER
+    column now BIGINT made ``x * x`` (rendered total for INTEGER) overflow after the charge exactly where one
+    person's value was 2^40."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"uid": np.arange(100), "x": pa.array(np.arange(100) % 5, pa.int32())}), path)
+    s = dpsql.Session(budget=Budget(100.0, 0.5), engine={"invalid_text": "replace"})
+    use_noise(s, zero_noise(1))
+    s.register("t", str(path), privacy_unit="uid")
+    sql = "SELECT COUNT(*) AS n FROM t WHERE x * x > 5"
+    assert s.query(sql, epsilon=0.1).table.to_pylist() == [{"n": 40}]
+    xs = (np.arange(100) % 5).astype(np.int64)
+    _replace(path, pa.table({"uid": np.arange(100), "x": pa.array(np.where(np.arange(100) == 0, 2**40, xs) if big else xs)}))
+    left = s.remaining()
+    with pytest.raises(ConfigError, match=r"(?s)table 't'.*changed.*nothing was charged"):
+        s.query(sql, epsilon=1.0)
+    assert s.remaining() == left
+    # negative control: the same schema again is read as it now is
+    _replace(path, pa.table({"uid": np.arange(50), "x": pa.array(np.arange(50) % 5, pa.int32())}))
+    assert s.query(sql, epsilon=0.1).table.to_pylist() == [{"n": 20}]
+    s.close()

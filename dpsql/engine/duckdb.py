@@ -320,7 +320,11 @@ class DuckDBBackend:
             schema = source.schema
         _distinct_names(name, schema.names)
         if kind == "parquet" and self.settings.invalid_text == "replace":
+            # DuckDB's reader reads the files as they are at each query, typed by their footers: a column
+            # widened since (INTEGER now BIGINT) broke the totality the catalog's types were rendered for
+            version = native.versions(paths)
             self._con.execute(self._render(_temp_view(view, self._parquet_replace_select(name, source))))
+            self._datasets[view] = _Dataset(paths, [parquet_schema(p) for p in paths], None, None, version)
             return
         cap = self.settings.max_text_bytes
         plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap)) for f in schema]
@@ -708,7 +712,10 @@ class DuckDBBackend:
         file's footer (row groups, page offsets and sizes) from when it was made, so a file replaced
         since (an ETL job's new export under the same name) was read with the old footer: the query
         failed after its charge, or read misplaced pages, depending on the new file's bytes. A new
-        version with the same schema gets a new dataset; another schema is refused, for free."""
+        version with the same schema gets a new dataset; another schema is refused, for free. DuckDB's own
+        reader (``invalid_text = "replace"``) types the files by their footers at each query: a column
+        widened since registration (INTEGER now BIGINT) made ``x * x`` overflow, after the charge, where one
+        person's value was large; another schema is refused likewise."""
         with self._lock:
             return self._refresh_dataset(view)
 
@@ -727,8 +734,8 @@ class DuckDBBackend:
             return "one of its Parquet files can no longer be read"
         if len(schemas) != len(d.schemas) or any(not a.equals(b) for a, b in zip(schemas, d.schemas, strict=True)):
             return "its Parquet files changed their columns or types"
-        raw = ds.dataset(d.paths, format=parquet_format(), schema=d.target)
-        self._con.register(d.raw, raw)
+        if d.raw is not None:
+            self._con.register(d.raw, ds.dataset(d.paths, format=parquet_format(), schema=d.target))
         d.version = now  # a file replaced again meanwhile is found by the read's check after it
         return None
 
@@ -1005,9 +1012,10 @@ def _refuse_query_log(path: Any) -> None:
 
 
 class _Dataset:
-    """A Parquet source's pyarrow dataset: its files, their footers' schemas and version when it was made."""
+    """A Parquet source's pyarrow dataset (``raw``, read as ``target``; None for DuckDB's own reader, which
+    reads the files afresh): its files, their footers' schemas and version when it was made."""
 
-    def __init__(self, paths: list[str], schemas: list[pa.Schema], target: pa.Schema, raw: str,
+    def __init__(self, paths: list[str], schemas: list[pa.Schema], target: pa.Schema | None, raw: str | None,
                  version: native.Version) -> None:
         self.paths, self.schemas, self.target, self.raw, self.version = paths, schemas, target, raw, version
 
