@@ -176,3 +176,27 @@ def test_duckdbs_own_reader_refuses_a_widened_column_whatever_the_rows(tmp_path:
     _replace(path, pa.table({"uid": np.arange(50), "x": pa.array(np.arange(50) % 5, pa.int32())}))
     assert s.query(sql, epsilon=0.1).table.to_pylist() == [{"n": 20}]
     s.close()
+
+
+@pytest.mark.parametrize("header", ["uid,y", "uid", "x,uid"])
+def test_a_csv_file_whose_header_changed_is_refused_before_the_charge(tmp_path: Path, header: str) -> None:
+    """The view selects the registered columns by name: a column renamed or gone failed every query after
+    its charge (the header is public metadata, read without a row)."""
+    path = tmp_path / "t.csv"
+    path.write_text("uid,x\n" + "".join(f"{i},{i % 5}\n" for i in range(100)))
+    s = dpsql.Session(budget=Budget(100.0, 0.5))
+    use_noise(s, zero_noise(1))
+    s.register("t", str(path), privacy_unit="uid", columns={"x": {"type": "INTEGER", "bounds": (0, 10)}})
+    assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1).table.to_pylist() == [{"n": 100}]
+    cols = header.split(",")
+    new = tmp_path / "t.csv.new"
+    new.write_text(header + "\n" + "".join(",".join(str(i if c == "uid" else i % 5) for c in cols) + "\n" for i in range(100)))
+    new.replace(path)
+    left = s.remaining()
+    with pytest.raises(ConfigError, match=r"(?s)table 't'.*header changed.*nothing was charged"):
+        s.query("SELECT SUM(x) FROM t", epsilon=1.0)
+    assert s.remaining() == left
+    # negative control: the registered header again, with other rows, is read as it now is
+    path.write_text("uid,x\n" + "".join(f"{i},{i % 5}\n" for i in range(50)))
+    assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1).table.to_pylist() == [{"n": 50}]
+    s.close()

@@ -192,6 +192,7 @@ class DuckDBBackend:
         self._csv: dict[str, csvcopy.CsvSource] = {}  # CSV sources, read from the engine's copies
         # Parquet sources read through a pyarrow dataset: the files' version and footers it was made from
         self._datasets: dict[str, _Dataset] = {}
+        self._csv_headers: dict[str, list[str]] = {}  # CSV sources: the header line they were registered with
         self._csv_dir: str | None = None
         self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
         self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
@@ -274,7 +275,9 @@ class DuckDBBackend:
                 else:
                     if kind == "csv":
                         sel = self._csv_select(name, source, types)
-                        self._csv[view] = csvcopy.CsvSource(name, source, types, _literal_files(name, _expand(source)))
+                        files = _literal_files(name, _expand(source))
+                        self._csv[view] = csvcopy.CsvSource(name, source, types, files)
+                        self._csv_headers[view] = self._header_of(source, files)
                     elif kind == "duckdb":
                         sel = self._duckdb_select(name, source)
                     else:  # pragma: no cover
@@ -510,6 +513,7 @@ class DuckDBBackend:
         self._views.discard((view, kind))
         nsrc = self._native.pop(view, None)
         self._datasets.pop(view, None)
+        self._csv_headers.pop(view, None)
         flags = [] if nsrc is None else [*nsrc.stale, *([nsrc.marks] if nsrc.marks else [])]
         src = self._csv.pop(view, None)
         if src is not None:
@@ -705,6 +709,29 @@ class DuckDBBackend:
                 failure = private_failure(what, self._detail(e), self.settings)
         assert failure is not None
         raise failure
+
+    def _header_of(self, source: str, files: list[str]) -> list[str]:
+        delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
+        return _csv_header(files[0], delim, self.settings.csv_encoding)
+
+    def source_changed(self, view: str) -> str | None:
+        """Why the files of ``view`` (Parquet or CSV) can no longer be read as registered, or None: checked
+        before every charge, from the files' metadata only (footers, a CSV's header line; no row)."""
+        src = self._csv.get(view)
+        if src is None:
+            return self.parquet_changed(view)
+        try:
+            native.versions(src.paths)
+        except OSError:
+            return "one of its CSV files is gone"
+        try:
+            header = self._header_of(src.source, src.paths)
+        except Exception:  # a damaged file (a .gz that does not decompress): the read's generic failure, as before
+            return None
+        if header != self._csv_headers.get(view, header):
+            # the view selects the registered columns by name: a column gone failed every query after its charge
+            return "its CSV header changed"
+        return None
 
     def parquet_changed(self, view: str) -> str | None:
         """Why the Parquet files of ``view``'s Arrow view can no longer be read as registered, or None
