@@ -1127,7 +1127,11 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
     Also refused: such a table that now reads anything but DuckDB's own tables and the values a query makes
     itself (a Python object registered with the connection, a file read by DuckDB's own reader, an extension's
     scan, another table function: ``engine.reading_scans``, an allow-list over the plan only), as registration
-    refuses it: a relation of that name registered (or a view replaced) after the table was, which hides it."""
+    refuses it: a relation of that name registered (or a view replaced) after the table was, which hides it.
+
+    And a Parquet or CSV table whose files were replaced since: with the same schema (CSV: header line) the
+    engine reads them as they now are, with another one (or a file gone) the request is refused
+    (``engine.source_changed``)."""
     from sqlglot import exp
 
     from dpsql.errors import DPSQLError
@@ -1141,6 +1145,15 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
             continue
         seen.add(name)
         todo += [t.partition(".")[0] for t in spec.references.values()]
+        changed = getattr(engine, "source_changed", None)
+        if spec.source_kind in ("parquet", "csv") and spec.view is not None and changed is not None:
+            problem = changed(spec.view)
+            if problem is not None:
+                raise ConfigError(
+                    f"table '{name}': {problem} since it was registered (from the files' metadata; no row was "
+                    "read); nothing was charged",
+                    hint=f"register '{name}' again (Session.register) so that its policy and types match the files",
+                )
         if spec.source_kind != "duckdb" or spec.view is None:
             continue
         view = exp.select("*").from_(exp.to_table(spec.view, quoted=True))

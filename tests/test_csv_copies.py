@@ -12,7 +12,7 @@ import pytest
 
 import dpsql
 from dpsql.engine import _duckdb_csv as csvcopy
-from dpsql.errors import ExecutionError
+from dpsql.errors import ConfigError, ExecutionError
 from dpsql.testing import use_noise, zero_noise
 
 
@@ -89,12 +89,26 @@ def test_a_rewritten_file_is_copied_again_and_copies_go_with_the_engine(tmp_path
     assert not os.path.exists(d)
 
 
-def test_a_deleted_file_is_the_generic_failure_after_the_charge(tmp_path: Path) -> None:
+def test_a_deleted_file_is_refused_before_the_charge(tmp_path: Path) -> None:
     f = tmp_path / "t.csv"
     f.write_bytes(b"uid,amount\n1,5\n")
     s = _session(f)
     s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)  # the file copied, the query's bind check remembered
     f.unlink()  # the copy is still there: the engine must not read it
+    with pytest.raises(ConfigError) as e:  # the files' metadata (it is gone), checked before every charge
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+    assert "t.csv" not in str(e.value) and "gone" in str(e.value) and "nothing was charged" in str(e.value)
+    assert s.remaining().epsilon == 99.0
+    s.close()
+
+
+def test_a_file_deleted_during_the_read_is_the_generic_failure_after_the_charge(tmp_path: Path) -> None:
+    f = tmp_path / "t.csv"
+    f.write_bytes(b"uid,amount\n1,5\n")
+    s = _session(f)
+    s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+    check = s._engine.source_changed
+    s._engine.source_changed = lambda view: (check(view), f.unlink())[0]  # gone after the check, before the read
     with pytest.raises(ExecutionError) as e:
         s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
     assert "t.csv" not in str(e.value) and "failed" in str(e.value)

@@ -68,6 +68,7 @@ from dpsql.engine._duckdb_sources import (
     _temporal_in_range,
     has_glob_chars,
     parquet_format,
+    parquet_schema,
     reading_scans,
 )
 from dpsql.engine.base import (
@@ -189,6 +190,9 @@ class DuckDBBackend:
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
         self._builds = 0  # native views built: each joins a flags table of its own name
         self._csv: dict[str, csvcopy.CsvSource] = {}  # CSV sources, read from the engine's copies
+        # Parquet sources read through a pyarrow dataset: the files' version and footers it was made from
+        self._datasets: dict[str, _Dataset] = {}
+        self._csv_headers: dict[str, list[str]] = {}  # CSV sources: the header line they were registered with
         self._csv_dir: str | None = None
         self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
         self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
@@ -271,7 +275,9 @@ class DuckDBBackend:
                 else:
                     if kind == "csv":
                         sel = self._csv_select(name, source, types)
-                        self._csv[view] = csvcopy.CsvSource(name, source, types, _literal_files(name, _expand(source)))
+                        files = _literal_files(name, _expand(source))
+                        self._csv[view] = csvcopy.CsvSource(name, source, types, files)
+                        self._csv_headers[view] = self._header_of(source, files)
                     elif kind == "duckdb":
                         sel = self._duckdb_select(name, source)
                     else:  # pragma: no cover
@@ -317,13 +323,19 @@ class DuckDBBackend:
             schema = source.schema
         _distinct_names(name, schema.names)
         if kind == "parquet" and self.settings.invalid_text == "replace":
+            # DuckDB's reader reads the files as they are at each query, typed by their footers: a column
+            # widened since (INTEGER now BIGINT) broke the totality the catalog's types were rendered for
+            version = native.versions(paths)
             self._con.execute(self._render(_temp_view(view, self._parquet_replace_select(name, source))))
+            self._datasets[view] = _Dataset(paths, [parquet_schema(p) for p in paths], None, None, version)
             return
         cap = self.settings.max_text_bytes
         plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap)) for f in schema]
         target = pa.schema([pa.field(f.name, read) for f, read, _ in plans])
         if kind == "parquet":
+            version = native.versions(paths)
             raw: Any = ds.dataset(paths, format=parquet_format(), schema=target)
+            self._datasets[view] = _Dataset(paths, [parquet_schema(p) for p in paths], target, view + "_raw", version)
         else:
             raw = source if target.equals(schema) else source.cast(target)
         raw_name = view + "_raw"
@@ -500,6 +512,8 @@ class DuckDBBackend:
         view = view or source_name(name)
         self._views.discard((view, kind))
         nsrc = self._native.pop(view, None)
+        self._datasets.pop(view, None)
+        self._csv_headers.pop(view, None)
         flags = [] if nsrc is None else [*nsrc.stale, *([nsrc.marks] if nsrc.marks else [])]
         src = self._csv.pop(view, None)
         if src is not None:
@@ -682,11 +696,12 @@ class DuckDBBackend:
         with self._lock:
             try:
                 with self._limited(), self._optimizers_off(off), self._deadline(deadline):
+                    used_arrow = self._dataset_views(sql)
                     used = self._native_views(sql, salted)
                     used_csv = self._csv_views(sql)
                     # the main connection: registered Arrow sources are connection-local
                     out = self._con.sql(sql).to_arrow_table()
-                    read = [(src.paths, v) for src, v in used] + [(c.paths, v) for c, v in used_csv]
+                    read = [(src.paths, v) for src, v in used] + [(c.paths, v) for c, v in used_csv] + used_arrow
                     if any(native.versions(paths) != v for paths, v in read):
                         raise OSError("a source file changed during the read")  # the generic failure below
                     return out
@@ -694,6 +709,74 @@ class DuckDBBackend:
                 failure = private_failure(what, self._detail(e), self.settings)
         assert failure is not None
         raise failure
+
+    def _header_of(self, source: str, files: list[str]) -> list[str]:
+        delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
+        return _csv_header(files[0], delim, self.settings.csv_encoding)
+
+    def source_changed(self, view: str) -> str | None:
+        """Why the files of ``view`` (Parquet or CSV) can no longer be read as registered, or None: checked
+        before every charge, from the files' metadata only (footers, a CSV's header line; no row)."""
+        src = self._csv.get(view)
+        if src is None:
+            return self.parquet_changed(view)
+        try:
+            native.versions(src.paths)
+        except OSError:
+            return "one of its CSV files is gone"
+        try:
+            header = self._header_of(src.source, src.paths)
+        except Exception:  # a damaged file (a .gz that does not decompress): the read's generic failure, as before
+            return None
+        if header != self._csv_headers.get(view, header):
+            # the view selects the registered columns by name: a column gone failed every query after its charge
+            return "its CSV header changed"
+        return None
+
+    def parquet_changed(self, view: str) -> str | None:
+        """Why the Parquet files of ``view``'s Arrow view can no longer be read as registered, or None
+        (checked before every charge; the files' footers only, no row). pyarrow's dataset keeps each
+        file's footer (row groups, page offsets and sizes) from when it was made, so a file replaced
+        since (an ETL job's new export under the same name) was read with the old footer: the query
+        failed after its charge, or read misplaced pages, depending on the new file's bytes. A new
+        version with the same schema gets a new dataset; another schema is refused, for free. DuckDB's own
+        reader (``invalid_text = "replace"``) types the files by their footers at each query: a column
+        widened since registration (INTEGER now BIGINT) made ``x * x`` overflow, after the charge, where one
+        person's value was large; another schema is refused likewise."""
+        with self._lock:
+            return self._refresh_dataset(view)
+
+    def _refresh_dataset(self, view: str) -> str | None:
+        import pyarrow.dataset as ds
+
+        d = self._datasets.get(view)
+        if d is None:
+            return None
+        try:
+            now = native.versions(d.paths)
+            if now == d.version:
+                return None
+            schemas = [parquet_schema(p) for p in d.paths]
+        except (OSError, pa.ArrowException):
+            return "one of its Parquet files can no longer be read"
+        if len(schemas) != len(d.schemas) or any(not a.equals(b) for a, b in zip(schemas, d.schemas, strict=True)):
+            return "its Parquet files changed their columns or types"
+        if d.raw is not None:
+            self._con.register(d.raw, ds.dataset(d.paths, format=parquet_format(), schema=d.target))
+        d.version = now  # a file replaced again meanwhile is found by the read's check after it
+        return None
+
+    def _dataset_views(self, sql: str) -> list[tuple[list[str], native.Version]]:
+        """The Parquet datasets the query ``sql`` names, each made again if its files changed (with the
+        versions to find again after the read: a file replaced during the read fails it)."""
+        out = []
+        for view, d in self._datasets.items():
+            if view not in sql:
+                continue
+            if self._refresh_dataset(view) is not None:
+                raise OSError("a source file changed its schema")  # the generic failure of the read
+            out.append((d.paths, d.version))
+        return out
 
     def _native_views(self, sql: str, ast: exp.Expression | None = None) -> list[tuple[native.NativeSource, native.Version]]:
         """Point each Parquet source the query ``sql`` (of ``ast``) names at DuckDB's own reader
@@ -953,6 +1036,15 @@ def _refuse_query_log(path: Any) -> None:
             hint="unset it on the connection (SET log_query_path = '') while dpsql queries it, or let dpsql "
                  "open its own connection",
         )
+
+
+class _Dataset:
+    """A Parquet source's pyarrow dataset (``raw``, read as ``target``; None for DuckDB's own reader, which
+    reads the files afresh): its files, their footers' schemas and version when it was made."""
+
+    def __init__(self, paths: list[str], schemas: list[pa.Schema], target: pa.Schema | None, raw: str | None,
+                 version: native.Version) -> None:
+        self.paths, self.schemas, self.target, self.raw, self.version = paths, schemas, target, raw, version
 
 
 def _sql_str(value: str) -> str:

@@ -93,7 +93,8 @@ _PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
 def flat(alias: str, column: str) -> str:
-    """The flat name of an input's column in the join relation."""
+    """The flat name of an input's column in the join relation (read back up to the first ``SEP``: an
+    alias holds no ``SEP`` and does not end in ``_``, so the split is unambiguous)."""
     return f"{alias}{SEP}{column}"
 
 
@@ -277,8 +278,12 @@ class _JoinBuilder:
         if any(i.alias == alias for i in self.inputs):
             self.bad(at, f"'{alias}' names two inputs of the join; give each use of a table its own alias (FROM t AS a JOIN t AS b ...)")
             return False
-        if SEP in alias or not _PLAIN.match(alias):
-            self.bad(at, f"alias '{alias}' must be a plain identifier (letters, digits, '_') without '{SEP}'")
+        if SEP in alias or alias.endswith("_") or not _PLAIN.match(alias):
+            # the join relation names a column '<alias>__<column>' and reads the alias back up to the first
+            # '__': an alias ending in '_' ('o_' -> 'o___cid') would be read back as another alias
+            fix = f"give it an alias: FROM {tbl.this.name} AS t" if not tbl.alias else "choose another alias, e.g. t1"
+            self.bad(at, f"alias '{alias}' must be a plain identifier (letters, digits, '_') without '{SEP}' "
+                         f"and not ending in '_' ({fix})")
             return False
         self.inputs.append(_Input(alias, table, tbl))
         return True
