@@ -60,7 +60,14 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.engine._duckdb_sources import DATE_MAX_DAY, DATE_MIN_DAY, TS_MAX_US, TS_MIN_US, _expand
+from dpsql.engine._duckdb_sources import (
+    DATE_MAX_DAY,
+    DATE_MIN_DAY,
+    TS_MAX_US,
+    TS_MIN_US,
+    _expand,
+    decimal_storage_problem,
+)
 from dpsql.engine.base import (
     EngineSettings,
     SqlOps,
@@ -291,6 +298,69 @@ def _decimal_from_bytes(ref: exp.Expression, p: int, s: int, length: int) -> exp
     return exp.TryCast(this=value, to=exp.DataType.build(f"DECIMAL({p},{s})", dialect=SPARK), safe=True)
 
 
+def _sign_extended(ref: exp.Expression, length: int = 16) -> exp.Expression:
+    """A big-endian two's complement integer of at most ``length`` bytes as exactly ``length`` bytes (the same
+    integer): padded on the left with its sign's bytes. Total (``lpad`` of bytes; an empty value is 0)."""
+    unhex = exp.Anonymous(this="unhex", expressions=[exp.Literal.string("80")])
+    sign = exp.Case(ifs=[exp.If(this=exp.LT(this=ref.copy(), expression=unhex),
+                                true=exp.Anonymous(this="unhex", expressions=[exp.Literal.string("00")]))],
+                    default=exp.Anonymous(this="unhex", expressions=[exp.Literal.string("FF")]))
+    return exp.Anonymous(this="lpad", expressions=[ref.copy(), exp.Literal.number(length), sign])
+
+
+def _bytes_type(t: Any) -> Any:
+    """A Spark type with every DECIMAL inside it read as its stored bytes (BINARY)."""
+    from pyspark.sql.types import ArrayType, BinaryType, DecimalType, StructField, StructType
+
+    if isinstance(t, DecimalType):
+        return BinaryType()
+    if isinstance(t, StructType):
+        return StructType([StructField(f.name, _bytes_type(f.dataType), True) for f in t.fields])
+    if isinstance(t, ArrayType):
+        return ArrayType(_bytes_type(t.elementType), True)
+    return t  # (a map holding a DECIMAL is refused: SparkBackend._nested_as_bytes)
+
+
+def _nested_from_bytes(ref: exp.Expression, t: Any, depth: int = 0) -> exp.Expression:
+    """A nested value read as :func:`_bytes_type` of ``t``, rebuilt as ``t``: every DECIMAL(p, s) inside it the
+    exact value of its stored bytes within p digits, else NULL (:func:`_decimal_from_bytes` of the bytes sign-extended
+    to 16, so any stored length up to 16 converts); structs field by field (a NULL struct stays NULL), lists element
+    by element. Total: no step can raise on any stored value."""
+    from pyspark.sql.types import ArrayType, DecimalType, StructType
+
+    if isinstance(t, DecimalType):
+        return _decimal_from_bytes(_sign_extended(ref), t.precision, t.scale, 16)
+    if isinstance(t, StructType):
+        parts: list[exp.Expression] = []
+        for f in t.fields:
+            parts += [exp.Literal.string(f.name), _nested_from_bytes(
+                exp.Bracket(this=ref.copy(), expressions=[exp.Literal.string(f.name)]), f.dataType, depth + 1)]
+        return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=ref.copy(), expression=exp.Null())),
+                                    true=exp.Anonymous(this="named_struct", expressions=parts))])
+    if isinstance(t, ArrayType):
+        var = exp.to_identifier(f"_dpsql_e{depth}")
+        body = _nested_from_bytes(exp.column(var), t.elementType, depth + 1)
+        return exp.Anonymous(this="transform", expressions=[ref.copy(), exp.Lambda(this=body, expressions=[var])])
+    return ref
+
+
+def _holds_decimal(t: Any) -> bool:
+    return "decimal(" in t.simpleString()
+
+
+def _map_holds_decimal(t: Any) -> bool:
+    """Whether a map inside (or at) the Spark type ``t`` holds a DECIMAL (key or value, at any depth)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(t, MapType):
+        return _holds_decimal(t)
+    if isinstance(t, ArrayType):
+        return _map_holds_decimal(t.elementType)
+    if isinstance(t, StructType):
+        return any(_map_holds_decimal(f.dataType) for f in t.fields)
+    return False
+
+
 def _holds_unconverted(t: pa.DataType) -> bool:
     """Whether a nested Arrow type holds a timestamp in seconds or milliseconds, or a date64."""
     if pa.types.is_timestamp(t):
@@ -409,6 +479,7 @@ class SparkBackend:
         millis: set[str] = set()
         widened: set[str] = set()
         as_bytes: dict[str, int] = {}
+        nested_bytes: dict[str, Any] = {}
         with self._lock:
             self._views[view] = kind
             try:
@@ -424,9 +495,13 @@ class SparkBackend:
                         self._check_file_schemas(name, raw)
                         table_schema = raw.schema
                         file_schemas = self._file_schemas(raw) if self._needs_file_schemas(table_schema) else []
+                    for m in file_schemas:
+                        decimal_storage_problem(name, self._decimal_leaves(m))
                     millis = self._millis_from(name, table_schema, file_schemas)
                     widened, as_bytes = self._widened_from(table_schema, file_schemas)
-                    if millis or widened or as_bytes or footers is not None:
+                    nested_bytes = {f.name: f.dataType for f in table_schema.fields
+                                    if f.name in self._nested_as_bytes(name, table_schema, file_schemas)}
+                    if millis or widened or as_bytes or nested_bytes or footers is not None:
                         # millis / widened / as_bytes: read as the stored INT64 milliseconds / as DECIMAL(38, s) /
                         # as the stored bytes, see _capped_select
                         from pyspark.sql.types import (
@@ -440,7 +515,8 @@ class SparkBackend:
                         read_as = StructType([
                             StructField(f.name, LongType(), True) if f.name in millis else
                             StructField(f.name, DecimalType(38, f.dataType.scale), True) if f.name in widened else
-                            StructField(f.name, BinaryType(), True) if f.name in as_bytes else f
+                            StructField(f.name, BinaryType(), True) if f.name in as_bytes else
+                            StructField(f.name, _bytes_type(f.dataType), True) if f.name in nested_bytes else f
                             for f in table_schema.fields])
                         fields = [(f.name, f.dataType.simpleString()) for f in table_schema.fields]
                         raw = self._spark.read.schema(read_as).parquet(*paths)
@@ -451,7 +527,7 @@ class SparkBackend:
                 raw.createOrReplaceTempView(view + "_raw")
                 if not fields:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                sel = self._capped_select(view + "_raw", fields, millis, widened, as_bytes)
+                sel = self._capped_select(view + "_raw", fields, millis, widened, as_bytes, nested_bytes)
                 self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
             except ConfigError:
                 self.unregister_source(name, kind, view)
@@ -590,7 +666,7 @@ class SparkBackend:
 
     def _needs_file_schemas(self, table_schema: Any) -> bool:
         """Whether :meth:`_millis_from` or :meth:`_widened_from` look at the files' schemas at all."""
-        return self._stamps_or_nested(table_schema) or bool(self._wide_decimals(table_schema))
+        return self._stamps_or_nested(table_schema) or any(_holds_decimal(f.dataType) for f in table_schema.fields)
 
     @staticmethod
     def _stamps_or_nested(table_schema: Any) -> bool:
@@ -675,17 +751,68 @@ class SparkBackend:
                 lengths[match].add(int(t.asPrimitiveType().getTypeLength()) if flba else 0)
         widened, as_bytes = set(), {}
         for c, ls in lengths.items():
-            if not ls or min(ls) < 9:  # stored otherwise in some file (0), or in fewer bytes than 19 digits need
+            if not ls or 0 in ls:  # stored otherwise in some file (0)
                 continue
-            if not nested and max(ls) <= 15:
+            if not nested and min(ls) >= 9 and max(ls) <= 15:
                 widened.add(c)
-            elif len(ls) == 1:
+            elif len(ls) == 1 and min(ls) >= 9:
                 as_bytes[c] = ls.pop()
+            else:  # lengths that differ between files (at most 16, decimal_storage_problem): sign-extended to 16
+                as_bytes[c] = 0
         return widened, as_bytes
 
+    @staticmethod
+    def _decimal_leaves(schema: Any) -> list[tuple[str, str, int]]:
+        """A file's DECIMAL leaves at any depth, (dotted path, physical type, length), from its Parquet schema."""
+        out = []
+        for c in schema.getColumns():
+            t = c.getPrimitiveType()
+            ann = t.getLogicalTypeAnnotation()
+            if ann is not None and str(ann.getClass().getSimpleName()) == "DecimalLogicalTypeAnnotation":
+                out.append((".".join(str(x) for x in c.getPath()), str(t.getPrimitiveTypeName().toString()),
+                            int(t.getTypeLength())))
+        return out
+
+    def _nested_as_bytes(self, name: str, table_schema: Any, schemas: list[Any]) -> set[str]:
+        """The top-level nested columns whose DECIMALs are read as their stored bytes and rebuilt
+        (:func:`_nested_from_bytes`): those holding a DECIMAL stored as a FIXED_LEN_BYTE_ARRAY in every file.
+
+        Spark's row-based reader (which reads nested columns where the owner turns
+        ``spark.sql.parquet.enableNestedColumnVectorizedReader`` off) raised on a nested DECIMAL beyond its declared
+        precision, and with the vectorized reader ``COUNT(DISTINCT col)`` did (the value's text): one person's value
+        failed the query after its charge. Bytes read whatever they hold, with either reader. A map holding such a
+        DECIMAL (as the DuckDB engine refuses a map holding a DECIMAL), or a column holding DECIMALs stored as
+        FIXED_LEN_BYTE_ARRAY beside ones stored as integers, is a ConfigError (footers only, no row)."""
+        nested = {f.name.lower(): f for f in table_schema.fields
+                  if f.dataType.simpleString().startswith(("struct", "array", "map")) and _holds_decimal(f.dataType)}
+        storage: dict[str, set[str]] = {}
+        for schema in schemas:
+            for path, physical, _ in self._decimal_leaves(schema):
+                top = path.split(".", 1)[0].lower()
+                if top in nested:
+                    storage.setdefault(nested[top].name, set()).add(physical)
+        out = set()
+        for col, kinds in storage.items():
+            if "FIXED_LEN_BYTE_ARRAY" not in kinds:
+                continue
+            if kinds != {"FIXED_LEN_BYTE_ARRAY"}:
+                raise ConfigError(f"table '{name}': the nested column '{col}' holds DECIMALs stored as "
+                                  "FIXED_LEN_BYTE_ARRAY beside DECIMALs stored as integers, which the Spark engine "
+                                  "cannot read totally",
+                                  hint="rewrite the files with one DECIMAL encoding inside the column, or use the "
+                                       "DuckDB engine")
+            if _map_holds_decimal(nested[col.lower()].dataType):
+                raise ConfigError(f"table '{name}': the nested column '{col}' has a map holding a DECIMAL stored as "
+                                  "FIXED_LEN_BYTE_ARRAY, which the Spark engine cannot read totally (nor the DuckDB "
+                                  "engine: a value beyond its precision)",
+                                  hint="store the map as a list of structs, or leave the column out of the source")
+            out.add(col)
+        return out
+
     def _capped_select(self, raw: str, fields: list[tuple[str, str]], millis: Collection[str] = (),
-                       widened: Collection[str] = (), as_bytes: Mapping[str, int] | None = None) -> exp.Select:
-        as_bytes = as_bytes or {}
+                       widened: Collection[str] = (), as_bytes: Mapping[str, int] | None = None,
+                       nested_bytes: Mapping[str, Any] | None = None) -> exp.Select:
+        as_bytes, nested_bytes = as_bytes or {}, nested_bytes or {}
         cap = self.settings.max_text_bytes
         items: list[exp.Expression] = []
         for n, t in fields:
@@ -700,6 +827,9 @@ class SparkBackend:
                                  to=exp.DataType.build("TIMESTAMP_NTZ" if t == "timestamp_ntz" else "TIMESTAMP_LTZ",
                                                        dialect=SPARK))
                 items.append(exp.alias_(exp.Case(ifs=[exp.If(this=inside, true=as_ts)]), view_column(n), quoted=True))
+                continue
+            if n in nested_bytes:  # its DECIMALs read as their bytes: rebuilt (_nested_as_bytes)
+                items.append(exp.alias_(_nested_from_bytes(ref, nested_bytes[n]), view_column(n), quoted=True))
                 continue
             text = t == "string" or t.startswith("string collate")
             if text or (cap is not None and t == "binary"):
@@ -722,8 +852,10 @@ class SparkBackend:
                     this=exp.Literal.number(-lo)), high=exp.Literal.number(hi))
                 e = exp.Case(ifs=[exp.If(this=inside, true=ref.copy())])
             elif (dec := re.fullmatch(r"decimal\((\d+),(\d+)\)", t)) is not None and n in as_bytes:
-                # the stored bytes: the exact value inside the declared precision, else NULL (_widened_from)
-                e = _decimal_from_bytes(ref, int(dec.group(1)), int(dec.group(2)), as_bytes[n])
+                # the stored bytes: the exact value inside the declared precision, else NULL (_widened_from); bytes
+                # of lengths that differ between files (0) sign-extended to 16 first
+                e = (_decimal_from_bytes(ref, int(dec.group(1)), int(dec.group(2)), as_bytes[n]) if as_bytes[n] else
+                     _decimal_from_bytes(_sign_extended(ref), int(dec.group(1)), int(dec.group(2)), 16))
             elif (dec := re.fullmatch(r"decimal\((\d+),(\d+)\)", t)) is not None and (
                     int(dec.group(1)) <= 18 or n in widened):
                 # a DECIMAL(p, s) whose stored integer has more than p digits (a Parquet INT32/INT64 or Arrow

@@ -868,7 +868,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
             src = _raw_key(a)
             if src not in raw:
                 raw[src] = f"__r{len(raw)}"
-                source[src] = (_present(a.column) if src.startswith("present:") else
+                source[src] = (_present(src.removeprefix("present:")) if src.startswith("present:") else
                                _raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
                                else aggregate_input(a, plan.table.schema, ops))
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit", copy=False)]
