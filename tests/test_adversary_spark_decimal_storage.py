@@ -208,3 +208,50 @@ def test_a_decimal_no_reader_reads_totally_is_refused_by_both_engines_for_free(
         if case != "map_value":
             assert f"DECIMAL column '{column}'" in str(e.value) and "fixed DECIMAL encoding" in (e.value.hint or "")
         assert f"r_{case}" not in sess.tables and sess.remaining() == left
+
+
+def _int_stored(hostile: bool) -> Any:
+    """pyarrow's integer DECIMAL encoding (as Spark writes DECIMAL(p <= 18)): a struct of a DECIMAL(4,2) (INT32) and a
+    DECIMAL(12,0) (INT64), a list of DECIMAL(4,2), and a top-level DECIMAL(4,2) beside them; the hostile person stores
+    32767 (327.67, five digits) and 10^15 (sixteen digits) in each."""
+    import pyarrow as pa
+    from test_adversary_round38 import _over_precision
+
+    xs, ys = list(range(N)) + ([32767] if hostile else []), list(range(N)) + ([10**15] if hostile else [])
+    n = len(xs)
+    st = pa.StructArray.from_arrays([_over_precision(xs, 4, 2), _over_precision(ys, 12, 0)], names=["x", "y"])
+    lst = pa.ListArray.from_arrays(pa.array(range(n + 1), pa.int32()), _over_precision(xs, 4, 2))
+    return pa.table({"uid": pa.array(range(n), pa.int64()), "st": st, "l": lst, "a": _over_precision(xs, 4, 2)})
+
+
+@pytest.mark.parametrize("vectorized_nested", ["true", "false"])
+def test_a_decimal_stored_as_an_integer_beside_nested_columns_answers_alike_on_neighbours(
+        spark: dpsql.Session, duck: dpsql.Session, tmp_path: Path, vectorized_nested: str) -> None:
+    import pyarrow.parquet as pq
+
+    conf = spark._engine.spark.conf
+    was = conf.get("spark.sql.parquet.enableNestedColumnVectorizedReader")
+    conf.set("spark.sql.parquet.enableNestedColumnVectorizedReader", vectorized_nested)
+    try:
+        names = {}
+        for hostile in (False, True):
+            path = str(tmp_path / f"ints_{int(hostile)}.parquet")
+            pq.write_table(_int_stored(hostile), path, store_decimal_as_integer=True)
+            assert {c.physical_type for c in pq.ParquetFile(path).schema} == {"INT32", "INT64"}
+            names[hostile] = f"ints_{vectorized_nested}_{int(hostile)}"
+            for sess in (spark, duck):
+                sess.register(names[hostile], path, privacy_unit="uid")
+        for sql in ("SELECT COUNT(*) AS c FROM {t} WHERE st IS NOT NULL AND l IS NOT NULL",
+                    "SELECT COUNT(DISTINCT st) AS c FROM {t}", "SELECT COUNT(DISTINCT l) AS c FROM {t}",
+                    "SELECT COUNT(*) AS c FROM {t} WHERE a IS NULL OR a * a >= 0"):
+            base = _outcome(spark, sql.format(t=names[False]))
+            assert base == ("ok", [{"c": N}]), (sql, base)
+            hostile = _outcome(spark, sql.format(t=names[True]))
+            assert hostile == ("ok", [{"c": N + 1}]), (sql, hostile)
+            assert _outcome(duck, sql.format(t=names[True])) == hostile, sql
+        rows = {r["uid"]: r for r in spark._engine.spark.table(duck_view(spark, names[True])).collect()}
+        assert (rows[3]["st"]["x"], rows[3]["st"]["y"], rows[3]["l"], rows[3]["a"]) == (
+            decimal.Decimal("0.03"), decimal.Decimal(3), [decimal.Decimal("0.03")], decimal.Decimal("0.03"))
+        assert (rows[N]["st"]["x"], rows[N]["st"]["y"], rows[N]["l"], rows[N]["a"]) == (None, None, [None], None)
+    finally:
+        conf.set("spark.sql.parquet.enableNestedColumnVectorizedReader", was)

@@ -574,20 +574,23 @@ def parquet_schema(path: str) -> pa.Schema:
 DECIMAL_MAX_BYTES = 16
 
 
-def decimal_storage_problem(name: str, leaves: list[tuple[str, str, int]]) -> None:
+def decimal_storage_problem(name: str, leaves: list[tuple[str, str, int, int]]) -> None:
     """Refuse a Parquet source storing a DECIMAL (at any depth) in a way a reader cannot read totally, from the
-    files' footers only: ``leaves`` are each file's DECIMAL leaves as (dotted path, physical type, length).
+    files' footers only: ``leaves`` are each file's DECIMAL leaves as (dotted path, physical type, length,
+    precision).
 
     A DECIMAL stored as variable-length BINARY (as parquet-avro writes an Avro ``bytes`` decimal) can hold any
     number of bytes in any value: pyarrow's reader (the DuckDB engine's) raised on one of more than 16 bytes and
     Spark's on one beyond its precision, so whether a query failed after its charge depended on one person's
-    value. A FIXED_LEN_BYTE_ARRAY of more than :data:`DECIMAL_MAX_BYTES` bytes pyarrow cannot read at all (every
-    query reading the table failed after its charge). Both are refused by both engines, before any row is read."""
-    for path, physical, length in leaves:
+    value. A DECIMAL of at most 38 digits stored in a FIXED_LEN_BYTE_ARRAY of more than :data:`DECIMAL_MAX_BYTES`
+    bytes pyarrow cannot read at all (every query reading the table failed after its charge; a wider DECIMAL is
+    read as a 256-bit one, in at most 32 bytes). Both are refused by both engines, before any row is read."""
+    for path, physical, length, precision in leaves:
+        most = DECIMAL_MAX_BYTES if precision <= 38 else 32
         if physical == "BYTE_ARRAY" or physical == "BINARY":
             why = "as variable-length BINARY, whose values can hold any number of digits"
-        elif physical == "FIXED_LEN_BYTE_ARRAY" and length > DECIMAL_MAX_BYTES:
-            why = f"in {length} bytes, more than the {DECIMAL_MAX_BYTES} that hold every 38-digit value"
+        elif physical == "FIXED_LEN_BYTE_ARRAY" and length > most:
+            why = f"in {length} bytes, more than the {most} that hold every {38 if most == 16 else 76}-digit value"
         else:
             continue
         raise ConfigError(f"table '{name}': the Parquet files store the DECIMAL column '{path}' {why}; a stored value "
@@ -597,8 +600,8 @@ def decimal_storage_problem(name: str, leaves: list[tuple[str, str, int]]) -> No
                                "the column out of the files")
 
 
-def parquet_decimal_leaves(path: str) -> list[tuple[str, str, int]]:
-    """A Parquet file's DECIMAL leaves, (dotted path, physical type, length), from its footer."""
+def parquet_decimal_leaves(path: str) -> list[tuple[str, str, int, int]]:
+    """A Parquet file's DECIMAL leaves, (dotted path, physical type, length, precision), from its footer."""
     import pyarrow.parquet as pq
 
     schema = pq.ParquetFile(path).schema
@@ -606,7 +609,7 @@ def parquet_decimal_leaves(path: str) -> list[tuple[str, str, int]]:
     for i in range(len(schema)):
         c = schema.column(i)
         if c.converted_type == "DECIMAL" or c.logical_type.type == "DECIMAL":
-            out.append((c.path, str(c.physical_type), int(c.length or 0)))
+            out.append((c.path, str(c.physical_type), int(c.length or 0), int(c.precision)))
     return out
 
 
