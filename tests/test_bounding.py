@@ -882,7 +882,7 @@ FROM (
                   THEN CAST('0.0' AS DOUBLE)
                   ELSE FLOOR(TRY_CAST("age" AS DOUBLE) / CAST('10.0' AS DOUBLE)) * CAST('10.0' AS DOUBLE)
                 END AS __k0,
-                "url" COLLATE "binary" AS __a0_v
+                CASE WHEN NOT "url" IS NULL THEN 1 END AS __a0_v
               FROM _dpsql_src_events
               WHERE
                 NOT "user_id" IS NULL

@@ -570,11 +570,57 @@ def parquet_schema(path: str) -> pa.Schema:
     return pq.ParquetFile(path, coerce_int96_timestamp_unit=INT96_UNIT).schema_arrow
 
 
+#: the most bytes a Parquet DECIMAL may be stored in: 16 hold every 38-digit value, the most either engine reads
+DECIMAL_MAX_BYTES = 16
+
+
+def decimal_storage_problem(name: str, leaves: list[tuple[str, str, int, int]]) -> None:
+    """Refuse a Parquet source storing a DECIMAL (at any depth) in a way a reader cannot read totally, from the
+    files' footers only: ``leaves`` are each file's DECIMAL leaves as (dotted path, physical type, length,
+    precision).
+
+    A DECIMAL stored as variable-length BINARY (as parquet-avro writes an Avro ``bytes`` decimal) can hold any
+    number of bytes in any value: pyarrow's reader (the DuckDB engine's) raised on one of more than 16 bytes and
+    Spark's on one beyond its precision, so whether a query failed after its charge depended on one person's
+    value. A DECIMAL of at most 38 digits stored in a FIXED_LEN_BYTE_ARRAY of more than :data:`DECIMAL_MAX_BYTES`
+    bytes pyarrow cannot read at all (every query reading the table failed after its charge; a wider DECIMAL is
+    read as a 256-bit one, in at most 32 bytes). Both are refused by both engines, before any row is read."""
+    for path, physical, length, precision in leaves:
+        most = DECIMAL_MAX_BYTES if precision <= 38 else 32
+        if physical == "BYTE_ARRAY" or physical == "BINARY":
+            why = "as variable-length BINARY, whose values can hold any number of digits"
+        elif physical == "FIXED_LEN_BYTE_ARRAY" and length > most:
+            why = f"in {length} bytes, more than the {most} that hold every {38 if most == 16 else 76}-digit value"
+        else:
+            continue
+        raise ConfigError(f"table '{name}': the Parquet files store the DECIMAL column '{path}' {why}; a stored value "
+                          "beyond its precision would make reads fail",
+                          hint="rewrite the files with a fixed DECIMAL encoding (e.g. pyarrow's decimal128, which "
+                               "stores it as INT32, INT64 or a FIXED_LEN_BYTE_ARRAY of at most 16 bytes), or leave "
+                               "the column out of the files")
+
+
+def parquet_decimal_leaves(path: str) -> list[tuple[str, str, int, int]]:
+    """A Parquet file's DECIMAL leaves, (dotted path, physical type, length, precision), from its footer."""
+    import pyarrow.parquet as pq
+
+    schema = pq.ParquetFile(path).schema
+    out = []
+    for i in range(len(schema)):
+        c = schema.column(i)
+        if c.converted_type == "DECIMAL" or c.logical_type.type == "DECIMAL":
+            out.append((c.path, str(c.physical_type), int(c.length or 0), int(c.precision)))
+    return out
+
+
 def _same_file_types(name: str, paths: list[str]) -> None:
     """Refuse a multi-file Parquet source whose files store a column under different types (footers
     only). Both readers convert every file to the first file's types with a checked cast, which
     fails on a value that does not fit (2^40 in an int32 column, 1.5 in an int64 one): whether a
-    query failed would then depend on one cell. A column missing from some file reads as NULL."""
+    query failed would then depend on one cell. A column missing from some file reads as NULL. A DECIMAL
+    stored in a way no reader reads totally is refused too (:func:`decimal_storage_problem`)."""
+    for p in paths:
+        decimal_storage_problem(name, parquet_decimal_leaves(p))
     if len(paths) < 2:
         return
     first = {f.name: f.type for f in parquet_schema(paths[0])}

@@ -41,7 +41,10 @@ Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/
   (as DuckDB's reader: near the ends of the range date functions would leave it); text that
   is not valid UTF-8 is NULL (as DuckDB's default ``invalid_text = "null"``; Spark itself keeps
   the bytes). Differences from DuckDB's reader (docs/spark.md): the schema is the first file's
-  (files that disagree on a column's type are refused at registration), nested values are not capped. CSV files and DuckDB tables are DuckDB-only source kinds: a
+  (files that disagree on a column's type are refused at registration), nested values are not capped.
+  A Parquet DECIMAL is read totally at any depth, decided from the footers: read as what stores it and
+  converted where Spark's reader would check its precision, refused where no reader reads it totally
+  (``decimal_storage_problem``: variable-length BINARY, more than 16 bytes; a map holding one). CSV files and DuckDB tables are DuckDB-only source kinds: a
   ConfigError at registration.
 """
 
@@ -60,7 +63,14 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.engine._duckdb_sources import DATE_MAX_DAY, DATE_MIN_DAY, TS_MAX_US, TS_MIN_US, _expand
+from dpsql.engine._duckdb_sources import (
+    DATE_MAX_DAY,
+    DATE_MIN_DAY,
+    TS_MAX_US,
+    TS_MIN_US,
+    _expand,
+    decimal_storage_problem,
+)
 from dpsql.engine.base import (
     EngineSettings,
     SqlOps,
@@ -291,6 +301,106 @@ def _decimal_from_bytes(ref: exp.Expression, p: int, s: int, length: int) -> exp
     return exp.TryCast(this=value, to=exp.DataType.build(f"DECIMAL({p},{s})", dialect=SPARK), safe=True)
 
 
+def _sign_extended(ref: exp.Expression, length: int = 16) -> exp.Expression:
+    """A big-endian two's complement integer of at most ``length`` bytes as exactly ``length`` bytes (the same
+    integer): padded on the left with its sign's bytes. Total (``lpad`` of bytes; an empty value is 0)."""
+    unhex = exp.Anonymous(this="unhex", expressions=[exp.Literal.string("80")])
+    sign = exp.Case(ifs=[exp.If(this=exp.LT(this=ref.copy(), expression=unhex),
+                                true=exp.Anonymous(this="unhex", expressions=[exp.Literal.string("00")]))],
+                    default=exp.Anonymous(this="unhex", expressions=[exp.Literal.string("FF")]))
+    return exp.Anonymous(this="lpad", expressions=[ref.copy(), exp.Literal.number(length), sign])
+
+
+#: how a nested DECIMAL(p, s) is stored in every file: (p, s) -> Parquet physical type (``SparkBackend._nested_stored``)
+Stored = Mapping[tuple[int, int], str]
+
+_READ_AS = {"FIXED_LEN_BYTE_ARRAY": "binary", "INT32": "int", "INT64": "bigint"}
+
+
+def _stored_type(t: Any, stored: Stored) -> Any:
+    """A Spark type with every DECIMAL inside it read as what stores it: its bytes (BINARY) or its integer."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        DecimalType,
+        IntegerType,
+        LongType,
+        StructField,
+        StructType,
+    )
+
+    if isinstance(t, DecimalType):
+        kind = stored.get((t.precision, t.scale))
+        return {"binary": BinaryType(), "int": IntegerType(), "bigint": LongType()}[_READ_AS[kind]] if kind else t
+    if isinstance(t, StructType):
+        return StructType([StructField(f.name, _stored_type(f.dataType, stored), True) for f in t.fields])
+    if isinstance(t, ArrayType):
+        return ArrayType(_stored_type(t.elementType, stored), True)
+    return t  # (a map holding a DECIMAL is refused: SparkBackend._nested_stored)
+
+
+def _decimal_from_integer(ref: exp.Expression, p: int, s: int) -> exp.Expression:
+    """A DECIMAL(p, s) read as its stored INT32 / INT64 as DECIMAL(p, s): exact within p digits, else NULL. Total."""
+    top = exp.Literal.number(10 ** min(p, 19) - 1) if p < 19 else None
+    wide = exp.Cast(this=ref.copy(), to=exp.DataType.build("DECIMAL(20,0)", dialect=SPARK))
+    value: exp.Expression = wide
+    if s:
+        unit = exp.Cast(this=exp.Literal.string("0." + "0" * (s - 1) + "1"),
+                        to=exp.DataType.build(f"DECIMAL({s},{s})", dialect=SPARK))
+        value = exp.Anonymous(this="try_multiply", expressions=[wide, unit])
+    cast = exp.TryCast(this=value, to=exp.DataType.build(f"DECIMAL({p},{s})", dialect=SPARK), safe=True)
+    if top is None:  # 19 digits or more hold every INT64
+        return cast
+    inside = exp.Between(this=ref.copy(), low=exp.Neg(this=top.copy()), high=top)
+    return exp.Case(ifs=[exp.If(this=inside, true=cast)])
+
+
+def _nested_from_stored(ref: exp.Expression, t: Any, stored: Stored, depth: int = 0) -> exp.Expression:
+    """A nested value read as :func:`_stored_type` of ``t``, rebuilt as ``t``: every DECIMAL(p, s) inside it the
+    exact value of what stores it within p digits, else NULL, as DuckDB's reader makes it (bytes: by
+    :func:`_decimal_from_bytes` after sign-extending them to 16, so any stored length up to 16 converts; an integer:
+    :func:`_decimal_from_integer`); structs field by field (a NULL struct stays NULL), lists element by element.
+    Total: no step can raise on any stored value."""
+    from pyspark.sql.types import ArrayType, DecimalType, StructType
+
+    if isinstance(t, DecimalType):
+        kind = stored.get((t.precision, t.scale))
+        if kind is None:
+            return ref
+        if kind == "FIXED_LEN_BYTE_ARRAY":
+            return _decimal_from_bytes(_sign_extended(ref), t.precision, t.scale, 16)
+        return _decimal_from_integer(ref, t.precision, t.scale)
+    if isinstance(t, StructType):
+        parts: list[exp.Expression] = []
+        for f in t.fields:
+            parts += [exp.Literal.string(f.name), _nested_from_stored(
+                exp.Bracket(this=ref.copy(), expressions=[exp.Literal.string(f.name)]), f.dataType, stored, depth + 1)]
+        return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=ref.copy(), expression=exp.Null())),
+                                    true=exp.Anonymous(this="named_struct", expressions=parts))])
+    if isinstance(t, ArrayType):
+        var = exp.to_identifier(f"_dpsql_e{depth}")
+        body = _nested_from_stored(exp.column(var), t.elementType, stored, depth + 1)
+        return exp.Anonymous(this="transform", expressions=[ref.copy(), exp.Lambda(this=body, expressions=[var])])
+    return ref
+
+
+def _holds_decimal(t: Any) -> bool:
+    return "decimal(" in t.simpleString()
+
+
+def _map_holds_decimal(t: Any) -> bool:
+    """Whether a map inside (or at) the Spark type ``t`` holds a DECIMAL (key or value, at any depth)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(t, MapType):
+        return _holds_decimal(t)
+    if isinstance(t, ArrayType):
+        return _map_holds_decimal(t.elementType)
+    if isinstance(t, StructType):
+        return any(_map_holds_decimal(f.dataType) for f in t.fields)
+    return False
+
+
 def _holds_unconverted(t: pa.DataType) -> bool:
     """Whether a nested Arrow type holds a timestamp in seconds or milliseconds, or a date64."""
     if pa.types.is_timestamp(t):
@@ -409,6 +519,7 @@ class SparkBackend:
         millis: set[str] = set()
         widened: set[str] = set()
         as_bytes: dict[str, int] = {}
+        nested: dict[str, tuple[Any, Stored]] = {}
         with self._lock:
             self._views[view] = kind
             try:
@@ -424,9 +535,14 @@ class SparkBackend:
                         self._check_file_schemas(name, raw)
                         table_schema = raw.schema
                         file_schemas = self._file_schemas(raw) if self._needs_file_schemas(table_schema) else []
+                    for m in file_schemas:
+                        decimal_storage_problem(name, [d[:4] for d in self._decimal_storage(m)])
                     millis = self._millis_from(name, table_schema, file_schemas)
                     widened, as_bytes = self._widened_from(table_schema, file_schemas)
-                    if millis or widened or as_bytes or footers is not None:
+                    stored = {**self._nested_stored(name, table_schema, file_schemas),
+                              **self._narrow_beside_nested(table_schema, file_schemas)}
+                    nested = {f.name: (f.dataType, stored[f.name]) for f in table_schema.fields if f.name in stored}
+                    if millis or widened or as_bytes or nested or footers is not None:
                         # millis / widened / as_bytes: read as the stored INT64 milliseconds / as DECIMAL(38, s) /
                         # as the stored bytes, see _capped_select
                         from pyspark.sql.types import (
@@ -440,7 +556,9 @@ class SparkBackend:
                         read_as = StructType([
                             StructField(f.name, LongType(), True) if f.name in millis else
                             StructField(f.name, DecimalType(38, f.dataType.scale), True) if f.name in widened else
-                            StructField(f.name, BinaryType(), True) if f.name in as_bytes else f
+                            StructField(f.name, BinaryType(), True) if f.name in as_bytes else
+                            StructField(f.name, _stored_type(f.dataType, stored[f.name]), True)
+                            if f.name in nested else f
                             for f in table_schema.fields])
                         fields = [(f.name, f.dataType.simpleString()) for f in table_schema.fields]
                         raw = self._spark.read.schema(read_as).parquet(*paths)
@@ -451,7 +569,7 @@ class SparkBackend:
                 raw.createOrReplaceTempView(view + "_raw")
                 if not fields:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                sel = self._capped_select(view + "_raw", fields, millis, widened, as_bytes)
+                sel = self._capped_select(view + "_raw", fields, millis, widened, as_bytes, nested)
                 self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
             except ConfigError:
                 self.unregister_source(name, kind, view)
@@ -590,7 +708,7 @@ class SparkBackend:
 
     def _needs_file_schemas(self, table_schema: Any) -> bool:
         """Whether :meth:`_millis_from` or :meth:`_widened_from` look at the files' schemas at all."""
-        return self._stamps_or_nested(table_schema) or bool(self._wide_decimals(table_schema))
+        return self._stamps_or_nested(table_schema) or any(_holds_decimal(f.dataType) for f in table_schema.fields)
 
     @staticmethod
     def _stamps_or_nested(table_schema: Any) -> bool:
@@ -675,17 +793,92 @@ class SparkBackend:
                 lengths[match].add(int(t.asPrimitiveType().getTypeLength()) if flba else 0)
         widened, as_bytes = set(), {}
         for c, ls in lengths.items():
-            if not ls or min(ls) < 9:  # stored otherwise in some file (0), or in fewer bytes than 19 digits need
+            if not ls or 0 in ls:  # stored otherwise in some file (0)
                 continue
-            if not nested and max(ls) <= 15:
+            if not nested and min(ls) >= 9 and max(ls) <= 15:
                 widened.add(c)
-            elif len(ls) == 1:
+            elif len(ls) == 1 and min(ls) >= 9:
                 as_bytes[c] = ls.pop()
+            else:  # lengths that differ between files (at most 16, decimal_storage_problem): sign-extended to 16
+                as_bytes[c] = 0
         return widened, as_bytes
 
+    def _narrow_beside_nested(self, table_schema: Any, schemas: list[Any]) -> dict[str, Stored]:
+        """The top-level DECIMAL columns of at most 18 digits of a table with nested columns, each stored one way
+        (INT32, INT64 or FIXED_LEN_BYTE_ARRAY) in every file: read as what stores them and converted as nested ones
+        are (:func:`_nested_from_stored`). Spark's row-based reader, which reads such a table where the owner turns
+        ``spark.sql.parquet.enableNestedColumnVectorizedReader`` off, raised on a value beyond the declared
+        precision (the vectorized reader, which reads a table of atomic columns, keeps it: ``_capped_select``)."""
+        from pyspark.sql.types import DecimalType
+
+        if not any(f.dataType.simpleString().startswith(("struct", "array", "map")) for f in table_schema.fields):
+            return {}
+        narrow = {f.name.lower(): f for f in table_schema.fields
+                  if isinstance(f.dataType, DecimalType) and f.dataType.precision <= 18}
+        kinds: dict[str, set[str]] = {f.name: set() for f in narrow.values()}
+        for schema in schemas:
+            for path, physical, *_ in self._decimal_storage(schema):
+                if path.lower() in narrow:
+                    kinds[narrow[path.lower()].name].add(physical)
+        out: dict[str, Stored] = {}
+        for c, k in kinds.items():
+            t = narrow[c.lower()].dataType
+            if len(k) == 1 and k <= set(_READ_AS):
+                out[c] = {(t.precision, t.scale): next(iter(k))}
+        return out
+
+    @staticmethod
+    def _decimal_storage(schema: Any) -> list[tuple[str, str, int, int, int]]:
+        """A file's DECIMAL leaves at any depth, (dotted path, physical type, length, precision, scale), from its
+        Parquet schema."""
+        out = []
+        for c in schema.getColumns():
+            t = c.getPrimitiveType()
+            ann = t.getLogicalTypeAnnotation()
+            if ann is not None and str(ann.getClass().getSimpleName()) == "DecimalLogicalTypeAnnotation":
+                out.append((".".join(str(x) for x in c.getPath()), str(t.getPrimitiveTypeName().toString()),
+                            int(t.getTypeLength()), int(ann.getPrecision()), int(ann.getScale())))
+        return out
+
+    def _nested_stored(self, name: str, table_schema: Any, schemas: list[Any]) -> dict[str, Stored]:
+        """The top-level nested columns holding a DECIMAL, each with how its DECIMAL(p, s) are stored: read as what
+        stores them and rebuilt (:func:`_nested_from_stored`).
+
+        Spark's row-based reader (which reads nested columns where the owner turns
+        ``spark.sql.parquet.enableNestedColumnVectorizedReader`` off) raised on a nested DECIMAL beyond its declared
+        precision, stored as an integer or as bytes, and with the vectorized reader ``COUNT(DISTINCT col)`` did on one
+        stored as bytes (the value's text): one person's value failed the query after its charge. Bytes and integers
+        read whatever they hold, with either reader. Decided from the files' footers (no row): a map holding a DECIMAL
+        (as the DuckDB engine refuses it), or a column in which one DECIMAL(p, s) is stored in two ways (by two files,
+        or by two of its fields), is a ConfigError."""
+        nested = {f.name.lower(): f for f in table_schema.fields
+                  if f.dataType.simpleString().startswith(("struct", "array", "map")) and _holds_decimal(f.dataType)}
+        kinds: dict[str, dict[tuple[int, int], set[str]]] = {}
+        for schema in schemas:
+            for path, physical, _, p, s in self._decimal_storage(schema):
+                top = path.split(".", 1)[0].lower()
+                if top in nested:
+                    kinds.setdefault(nested[top].name, {}).setdefault((p, s), set()).add(physical)
+        out: dict[str, Stored] = {}
+        for col, by_type in kinds.items():
+            if _map_holds_decimal(nested[col.lower()].dataType):
+                raise ConfigError(f"table '{name}': the nested column '{col}' has a map holding a DECIMAL, which "
+                                  "neither engine reads totally (a value beyond its precision)",
+                                  hint="store the map as a list of structs, or leave the column out of the source")
+            mixed = sorted(f"DECIMAL({p},{s})" for (p, s), k in by_type.items() if len(k) > 1 or not k <= set(_READ_AS))
+            if mixed:
+                raise ConfigError(f"table '{name}': the nested column '{col}' stores {', '.join(mixed)} in more than "
+                                  "one Parquet encoding (in different files or fields), which the Spark engine "
+                                  "cannot read totally",
+                                  hint="rewrite the files with one DECIMAL encoding per precision inside the column, "
+                                       "or use the DuckDB engine")
+            out[col] = {t: next(iter(k)) for t, k in by_type.items()}
+        return out
+
     def _capped_select(self, raw: str, fields: list[tuple[str, str]], millis: Collection[str] = (),
-                       widened: Collection[str] = (), as_bytes: Mapping[str, int] | None = None) -> exp.Select:
-        as_bytes = as_bytes or {}
+                       widened: Collection[str] = (), as_bytes: Mapping[str, int] | None = None,
+                       nested: Mapping[str, tuple[Any, Stored]] | None = None) -> exp.Select:
+        as_bytes, nested = as_bytes or {}, nested or {}
         cap = self.settings.max_text_bytes
         items: list[exp.Expression] = []
         for n, t in fields:
@@ -700,6 +893,9 @@ class SparkBackend:
                                  to=exp.DataType.build("TIMESTAMP_NTZ" if t == "timestamp_ntz" else "TIMESTAMP_LTZ",
                                                        dialect=SPARK))
                 items.append(exp.alias_(exp.Case(ifs=[exp.If(this=inside, true=as_ts)]), view_column(n), quoted=True))
+                continue
+            if n in nested:  # its DECIMALs read as what stores them: rebuilt (_nested_stored)
+                items.append(exp.alias_(_nested_from_stored(ref, *nested[n]), view_column(n), quoted=True))
                 continue
             text = t == "string" or t.startswith("string collate")
             if text or (cap is not None and t == "binary"):
@@ -722,8 +918,10 @@ class SparkBackend:
                     this=exp.Literal.number(-lo)), high=exp.Literal.number(hi))
                 e = exp.Case(ifs=[exp.If(this=inside, true=ref.copy())])
             elif (dec := re.fullmatch(r"decimal\((\d+),(\d+)\)", t)) is not None and n in as_bytes:
-                # the stored bytes: the exact value inside the declared precision, else NULL (_widened_from)
-                e = _decimal_from_bytes(ref, int(dec.group(1)), int(dec.group(2)), as_bytes[n])
+                # the stored bytes: the exact value inside the declared precision, else NULL (_widened_from); bytes
+                # of lengths that differ between files (0) sign-extended to 16 first
+                e = (_decimal_from_bytes(ref, int(dec.group(1)), int(dec.group(2)), as_bytes[n]) if as_bytes[n] else
+                     _decimal_from_bytes(_sign_extended(ref), int(dec.group(1)), int(dec.group(2)), 16))
             elif (dec := re.fullmatch(r"decimal\((\d+),(\d+)\)", t)) is not None and (
                     int(dec.group(1)) <= 18 or n in widened):
                 # a DECIMAL(p, s) whose stored integer has more than p digits (a Parquet INT32/INT64 or Arrow
