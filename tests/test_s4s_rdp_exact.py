@@ -1,0 +1,71 @@
+"""The RDP schedule of DP-S4S delivers at most the ε it is charged, in exact arithmetic.
+
+The schedule is (α, ρ)-RDP and converted to (ε, δ − δ_fp)-DP by ε = ρ + ln(1 − 1/α) − (ln δ′ + ln α)/(α − 1)
+(CKS / Balle et al.). Here that ε is recomputed to 80 digits (``decimal``) from what the releases actually
+use: for q = 1 the noise scales σ_i themselves (run i is (α, α(min(τ_i, Δ) + G_i)²/(2σ_i²))-RDP), for
+q < 1 the schedule's own joint bound ``rho_joint``; and δ′ = δ − δ_fp exactly. A conversion evaluated in
+floating point and compared with ε by ``<=`` lets the delivered ε exceed the charged one by an ulp.
+"""
+
+from __future__ import annotations
+
+from decimal import Context, Decimal
+from fractions import Fraction
+
+import pytest
+
+from dpsql.mechanisms import _s4s_truncation as trunc
+from dpsql.mechanisms.s4s import s4s_rdp_schedule
+
+CTX = Context(prec=80)
+
+
+def _dec(x: Fraction) -> Decimal:
+    return CTX.divide(Decimal(x.numerator), Decimal(x.denominator))
+
+
+def _delivered_epsilon(sch: object, delta: float, max_tuples: int, q: float) -> Decimal:
+    a = Fraction(sch.alpha)  # type: ignore[attr-defined]
+    if q == 1.0:
+        rho = sum(
+            (a * (Fraction(min(s.tau, max_tuples)) + Fraction(trunc.gap_bound(s.tau))) ** 2 / (2 * Fraction(s.sigma) ** 2)
+             for s in sch.steps),  # type: ignore[attr-defined]
+            Fraction(0),
+        )
+    else:
+        rho = Fraction(sch.rho_joint)  # type: ignore[attr-defined]
+    d_rdp = Fraction(delta) - Fraction(sch.fp_delta)  # type: ignore[attr-defined]
+    ad = _dec(a)
+    return (_dec(rho) + CTX.ln(_dec(1 - 1 / a))
+            - CTX.divide(CTX.ln(_dec(d_rdp)) + CTX.ln(ad), _dec(a - 1)))
+
+
+# cases where a floating-point conversion put the delivered ε 1e-16 (relative) above the ε asked for
+@pytest.mark.parametrize(
+    ("epsilon", "delta", "max_tuples", "q"),
+    [
+        (4.0, 1e-7, 64, 1.0),
+        (4.0, 1e-7, 1, 1.0),
+        (8.0, 1e-5, 1024, 1.0),
+        (0.1, 1e-9, 5000, 0.1),
+        (0.1, 1e-5, 1024, 0.1),
+    ],
+)
+def test_rdp_schedule_never_delivers_more_than_the_epsilon_charged(
+    epsilon: float, delta: float, max_tuples: int, q: float
+) -> None:
+    sch = s4s_rdp_schedule(epsilon, delta, max_tuples, q, 0.1)
+    delivered = _delivered_epsilon(sch, delta, max_tuples, q)
+    assert delivered <= Decimal(epsilon), f"delivered epsilon {delivered} > charged {epsilon}"
+    assert Decimal(sch.epsilon_spent) >= delivered  # the reported epsilon_spent bounds it too
+    # and the margin costs nothing visible: the delivered epsilon is within 1e-9 of the budget's use
+    assert delivered > Decimal(epsilon) * Decimal("0.5")
+
+
+def test_negative_control_float_conversion_is_caught() -> None:
+    """The recomputation notices one ulp: the same check on ε one ulp smaller than charged fails."""
+    import math
+
+    sch = s4s_rdp_schedule(4.0, 1e-7, 64, 1.0, 0.1)
+    delivered = _delivered_epsilon(sch, 1e-7, 64, 1.0)
+    assert delivered > Decimal(math.nextafter(4.0, 0.0)) - Decimal("1e-12")
