@@ -69,3 +69,25 @@ def test_negative_control_float_conversion_is_caught() -> None:
     sch = s4s_rdp_schedule(4.0, 1e-7, 64, 1.0, 0.1)
     delivered = _delivered_epsilon(sch, 1e-7, 64, 1.0)
     assert delivered > Decimal(math.nextafter(4.0, 0.0)) - Decimal("1e-12")
+
+
+def _exact_joint_epsilon(epsilon: float, q: float, max_tuples: int) -> Decimal:
+    """ε* = ln(1 + q′(e^ε − 1)), q′ = 1 − (1 − q)^Δ, to 80 digits from the float inputs."""
+    qp = 1 - (1 - Fraction(q)) ** max_tuples
+    em1 = CTX.exp(Decimal(epsilon)) - 1
+    return CTX.ln(1 + _dec(qp) * em1)
+
+
+# the charge of the sampled vector path (Algorithm 5, "Joint accounting"); its float evaluation
+# ln((1 − q′) + q′e^ε) lost ~1e-13 of ε* to cancellation when q′(e^ε − 1) is small
+@pytest.mark.parametrize(
+    ("epsilon", "q", "max_tuples"),
+    [(0.01, 0.015625, 1), (0.01, 0.0009765625, 2), (0.01, 0.0625, 1), (0.1, 0.25, 64), (4.0, 0.0625, 1), (1.0, 0.5, 1024)],
+)
+def test_vector_joint_epsilon_charged_is_at_least_the_proven_one(epsilon: float, q: float, max_tuples: int) -> None:
+    from dpsql.accounting import s4s_vector_joint_epsilon
+
+    charged = s4s_vector_joint_epsilon(epsilon, q, max_tuples)
+    exact = min(_exact_joint_epsilon(epsilon, q, max_tuples), Decimal(epsilon))
+    assert Decimal(charged) >= exact
+    assert Decimal(charged) <= exact * (1 + Decimal("1e-12"))  # and no more than a rounding above it
