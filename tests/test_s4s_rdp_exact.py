@@ -91,3 +91,18 @@ def test_vector_joint_epsilon_charged_is_at_least_the_proven_one(epsilon: float,
     exact = min(_exact_joint_epsilon(epsilon, q, max_tuples), Decimal(epsilon))
     assert Decimal(charged) >= exact
     assert Decimal(charged) <= exact * (1 + Decimal("1e-12"))  # and no more than a rounding above it
+
+
+# Algorithm 5 on a fixed sample composes the SVT (ε₁) and the release ((α, ρ)-RDP ⇒ (ε₂, δ_A), Mironov's
+# conversion ε₂ = ρ + ln(1/δ_A)/(α − 1)); at q = 1 the charge is ε itself, so ε₁ + ε₂ must not exceed ε.
+# 0.1ε + 0.9ε rounds above ε for about 60% of ε (e.g. 0.3, 1.1, 4.7).
+@pytest.mark.parametrize("epsilon", [0.3, 1.1, 4.7, 1.0, 4.0, 7.3])
+@pytest.mark.parametrize("q", [1.0, 0.0625])
+def test_vector_fixed_sample_split_stays_within_epsilon(epsilon: float, q: float) -> None:
+    from dpsql.mechanisms.s4s_vector import vector_params
+
+    vp = vector_params(epsilon, 1e-6, 3, q, 16)
+    assert Fraction(vp.eps1) + Fraction(vp.eps2) <= Fraction(epsilon)
+    a = Fraction(vp.alpha)
+    eps2_delivered = _dec(Fraction(vp.rho)) + CTX.divide(-CTX.ln(_dec(Fraction(vp.delta_alg))), _dec(a - 1))
+    assert eps2_delivered <= _dec(Fraction(vp.eps2))
