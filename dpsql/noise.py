@@ -127,6 +127,7 @@ import math
 import os
 import secrets
 from collections.abc import Sequence
+from fractions import Fraction
 
 import numpy as np
 from scipy import special
@@ -241,6 +242,11 @@ def snapping_calibration(
     k = snapping_exponent(eps / 1000.0 / n, what=what)
     lam = d / (eps - n * snapping_extra(2.0 ** (k + 1)))
     grid, bound = snapping_grid(lam, k, integer=integer, what=what, max_bound=max_bound)
+    # the proven ε at most ε in exact arithmetic: the bound's slack 2^{K+1} − B/λ vanishes when λ lies just
+    # above a power of two, and λ rounded down then proved an ulp more than ε; step λ up by ulps instead
+    while Fraction(d) / Fraction(lam) + n * Fraction(2) ** -45 * (Fraction(bound) / Fraction(lam) + 2) > Fraction(eps):
+        lam = math.nextafter(lam, math.inf)
+        grid, bound = snapping_grid(lam, k, integer=integer, what=what, max_bound=max_bound)
     return lam, grid, bound
 
 

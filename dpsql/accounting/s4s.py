@@ -859,7 +859,11 @@ def s4s_vector_joint_epsilon(epsilon: float, q: float, max_tuples: int) -> float
     qp = -math.expm1(log_1mq)
     if qp >= 1.0:
         return e
-    return min(e, float(np.logaddexp(log_1mq, math.log(qp) + e)))  # ln(1 − q′ + q′e^ε), no overflow
+    # a charge: rounded up past the few ulps that the log1p/expm1/log evaluations can lose
+    if e < 700.0:  # ln(1 + q′(e^ε − 1)) without the cancellation of ln((1 − q′) + q′e^ε) when ε* is small
+        return min(e, math.log1p(qp * math.expm1(e)) * (1.0 + 2.0**-44))
+    lq = math.log(qp) + e  # no overflow: ln(e^{ln(1 − q′)} + e^{ln q′ + ε}), its error a few ulps of the terms
+    return min(e, float(np.logaddexp(log_1mq, lq)) + 2.0**-44 * (abs(log_1mq) + abs(lq)))
 
 
 def s4s_find_alpha(epsilon2: float, delta: float, d: int) -> float:

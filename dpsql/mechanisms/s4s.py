@@ -159,7 +159,7 @@ from dpsql.accounting import (
     s4s_rdp_prime,
 )
 from dpsql.accounting.s4s import DEFAULT_TAU_BASE, s4s_grid_size, s4s_tau_grid, tau_grid_base
-from dpsql.budget import share_of
+from dpsql.budget import binary_at_least, binary_at_most, share_of
 from dpsql.errors import ConfigError, ExecutionError
 from dpsql.mechanisms import _s4s_truncation as _trunc
 from dpsql.noise import (
@@ -839,7 +839,8 @@ def _rdp_schedule_cached(
     big_l = s4s_grid_size(delta, base, top_at_delta=top)
     # every run's σ/γ < 32, so δ_coord ≤ gaussian_fp_delta(32, 1) (it depends on σ/γ only)
     fp = (1.0 + math.exp(min(e, 700.0))) * big_l * gaussian_fp_delta(32.0, 1.0, integer=False)
-    d_rdp = d - fp
+    # δ′ = δ − δ_fp rounded down: the conversion below is then valid for the exact δ′ as well
+    d_rdp = binary_at_most(Fraction(d) - Fraction(fp)) if d > fp else 0.0
     if not d_rdp > 0:
         # the floating-point part grows with the grid's size and e^eps: name the delta this grid needs
         raise ConfigError(f"delta={d!r} is too small for DP-S4S's floating-point Gaussian noise over {big_l} thresholds "
@@ -863,8 +864,15 @@ def _rdp_schedule_cached(
     _, a, steps = best
     rt = _rdp_rho_total(e, d_rdp, a)
 
-    def conv(r: float) -> float:
-        return r + math.log1p(-1.0 / a) - (math.log(d_rdp) + math.log(a)) / (a - 1.0)
+    def conv(r: float | Fraction) -> float:
+        """An upper bound on the CKS ε of (α, r)-RDP at δ′ = d_rdp: the float evaluation plus 2⁻⁴⁶ of the
+        magnitudes of its terms (its few roundings and faithfully rounded logarithms err by a few ulps of
+        them), so that comparing it with ε by ``<=`` never lets the delivered ε exceed ε by an ulp."""
+        rf = binary_at_least(Fraction(r))
+        t1 = math.log1p(-1.0 / a)
+        ld, la = math.log(d_rdp), math.log(a)
+        t2 = (ld + la) / (a - 1.0)
+        return rf + t1 - t2 + 2.0**-46 * (abs(rf) + abs(t1) + (abs(ld) + abs(la)) / (a - 1.0))
 
     if q < 1.0:  # the runs share one sample: the joint RDP (not Σ ρ′_i) must fit ("Joint accounting")
         def joint(st: list[S4SRdpStep]) -> float:
@@ -889,13 +897,17 @@ def _rdp_schedule_cached(
         jr = joint(steps) * (1.0 + _JOINT_RTOL) + _JOINT_ATOL
         spent = math.fsum(s.rho_prime for s in steps)
         return S4SRdpSchedule(a, rt, tuple(steps), spent, fp, conv(jr), jr)
-    for _ in range(64):  # q = 1 (independent runs): the exact sum of the ρ′_i = ρ_i must not exceed ρ_total
-        spent_f = sum((Fraction(s.rho_prime) for s in steps), Fraction(0))
-        eps_conv = conv(float(spent_f))
-        if spent_f <= Fraction(_rdp_rho_total(e, d_rdp, a)) and eps_conv <= e:
-            return S4SRdpSchedule(a, _rdp_rho_total(e, d_rdp, a), tuple(steps), float(spent_f), fp, eps_conv,
-                                  float(spent_f))
-        rt = float(np.nextafter(rt, 0.0)) * (1.0 - 4.0 * float(np.finfo(float).eps))
+    for _ in range(64):
+        # q = 1 (independent runs): the exact RDP of the releases as drawn, Σ α(min(τ_i, Δ) + G_i)²/(2σ_i²)
+        # from the float σ_i themselves (σ_i may round below its formula), must convert to at most ε
+        spent_f = sum((Fraction(a) * (Fraction(min(s.tau, delta)) + Fraction(_trunc.gap_bound(s.tau))) ** 2
+                       / (2 * Fraction(s.sigma) ** 2) for s in steps), Fraction(0))
+        eps_conv = conv(spent_f)
+        if eps_conv <= e:
+            return S4SRdpSchedule(a, _rdp_rho_total(e, d_rdp, a), tuple(steps), binary_at_least(spent_f), fp,
+                                  eps_conv, binary_at_least(spent_f))
+        # lower ρ_total by the excess (the spent RDP moves with it one to one), and by a few ulps more
+        rt = float(np.nextafter(rt - 2.0 * (eps_conv - e), 0.0)) * (1.0 - 4.0 * float(np.finfo(float).eps))
         steps = _rdp_steps(rt, a, delta, q, beta, base, paper_bias, top_at_delta=top)
     raise ExecutionError(f"DP-S4S RDP schedule overspends epsilon={e!r}")  # pragma: no cover
 

@@ -193,6 +193,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
@@ -364,7 +365,11 @@ def vector_taus(max_tuples: int) -> tuple[float, ...]:
 @lru_cache(maxsize=4096)
 def _vector_fit(epsilon: float, delta: float, d: int, q: float, max_tuples: int) -> VectorParams | None:
     """Algorithm 5's public parameters, or None when no (share, grid) covers the floating-point part."""
-    eps1, eps2 = SVT_SHARE * epsilon, (1.0 - SVT_SHARE) * epsilon
+    # ε₁ + ε₂ ≤ ε exactly (0.1ε + 0.9ε rounds above ε for most ε): at q = 1 the charge is ε itself
+    eps1 = SVT_SHARE * epsilon
+    eps2 = epsilon - eps1
+    while Fraction(eps1) + Fraction(eps2) > Fraction(epsilon):
+        eps2 = math.nextafter(eps2, 0.0)
     theta0 = 30.0 / epsilon * math.log(6.0 / BETA)  # the paper's (6/ε₁)ln(6/β) at its ε₁ = ε/5
     taus = vector_taus(max_tuples)
     n_tau = len(taus)
@@ -379,7 +384,11 @@ def _vector_fit(epsilon: float, delta: float, d: int, q: float, max_tuples: int)
     for share, k in tries:
         delta_alg = delta * (1.0 - share)
         alpha = release_alpha(eps2, delta_alg, d)
-        rho = eps2 - math.log(1.0 / delta_alg) / (alpha - 1.0)
+        # ρ + ln(1/δ_A)/(α − 1) ≤ ε₂ in exact arithmetic: 2⁻⁴⁶ε₂ (128 ulps) absorbs the few ulps of ε₂ that the
+        # float logarithm, division and subtraction (all terms ≤ ε₂) and the SVT's float scales can lose
+        rho = eps2 * (1.0 - 2.0**-46) - math.log(1.0 / delta_alg) / (alpha - 1.0)
+        if not rho > 0:  # pragma: no cover - release_alpha keeps ρ > 0 with room to spare
+            continue
         gamma, eta = s4s_gamma_eta(alpha, rho, d, ETA_FORM)
         g1 = s4s_smooth_sensitivity(1.0 / KAPPA, gamma)[0]
         gc = s4s_smooth_sensitivity(b_cap / KAPPA, gamma)[0]
