@@ -114,7 +114,7 @@ class Session:
                 self._catalog, name, source,
                 register_source=self._engine.register_source, unregister_source=self._engine.unregister_source,
                 view_suffix=self._token, has_connection=self._has_connection,
-                read_settings={"max_text_bytes": settings.max_text_bytes, "invalid_text": settings.invalid_text},
+                read_settings=settings.read_settings(),
                 privacy_unit=privacy_unit, max_groups_per_unit=max_groups_per_unit, max_rows_per_group=max_rows_per_group,
                 max_rows_per_unit=max_rows_per_unit, columns=columns, references=references, tau=tau, version=version,
                 max_table_rows=max_table_rows, public=public, degree_bounds=degree_bounds, allow_conditional_sampling=allow_conditional_sampling,

@@ -149,7 +149,126 @@ def _cap(e: exp.Expression, cap: int | None, value: exp.Expression | None = None
     return _when(exp.LTE(this=_fn(fn, e.copy()), expression=_num(cap)), value)
 
 
-def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> tuple[pa.DataType, Rebuild | None]:
+#: The shape of a value for its size (:func:`_size_guard`): ("leaf", length function or None), ("list", child),
+#: ("array", size, child), ("map", key, value), ("struct", [(name, child), ...])
+Shape = tuple[Any, ...]
+
+
+def _duck_shape(t: Any, where: str) -> Shape:
+    """The shape of a DuckDB type (a ``DuckDBPyType``) for :func:`_size_guard`."""
+    tid = t.id
+    if tid in _LENGTHS:
+        return ("leaf", _LENGTHS[tid])
+    if tid == "list":
+        return ("list", _duck_shape(t.children[0][1], where))
+    if tid == "array":
+        return ("array", int(t.children[1][1]), _duck_shape(t.children[0][1], where))
+    if tid == "map":
+        return ("map", _duck_shape(t.children[0][1], where), _duck_shape(t.children[1][1], where))
+    if tid == "struct":
+        return ("struct", [(name, _duck_shape(ft, where)) for name, ft in t.children])
+    if tid == "union" and any(_duck_shape(ct, where) != ("leaf", None) for _, ct in t.children):
+        raise ConfigError(f"column {where} has type {t}: the size of the values inside it cannot be capped "
+                          "at max_text_bytes and max_list_size",
+                          hint="store it as a struct, or leave the column out of the source")
+    return ("leaf", None)
+
+
+def _arrow_shape(t: pa.DataType, where: str) -> Shape:
+    """The shape of the value DuckDB reads from an Arrow column read as type ``t`` (:func:`_arrow_plan`'s read type)."""
+    T = pa.types
+    if isinstance(t, pa.BaseExtensionType):
+        return _arrow_shape(t.storage_type, where)
+    if T.is_dictionary(t):
+        return _arrow_shape(t.value_type, where)
+    if T.is_string(t) or T.is_large_string(t) or T.is_string_view(t):
+        return ("leaf", "STRLEN")
+    if T.is_binary(t) or T.is_large_binary(t) or T.is_binary_view(t) or T.is_fixed_size_binary(t):
+        return ("leaf", "OCTET_LENGTH")
+    if T.is_fixed_size_list(t):
+        return ("array", t.list_size, _arrow_shape(t.value_type, where))
+    if T.is_list(t) or T.is_large_list(t) or T.is_list_view(t) or T.is_large_list_view(t):
+        return ("list", _arrow_shape(t.value_type, where))
+    if T.is_map(t):
+        return ("map", _arrow_shape(t.key_type, where), _arrow_shape(t.item_type, where))
+    if T.is_struct(t):
+        return ("struct", [(t.field(i).name, _arrow_shape(t.field(i).type, where)) for i in range(t.num_fields)])
+    children = ([t.field(i).type for i in range(t.num_fields)] if T.is_union(t) else
+                [t.value_type] if T.is_run_end_encoded(t) else [])
+    if any(_arrow_shape(c, where) != ("leaf", None) for c in children):
+        raise ConfigError(f"column {where} has type {t}: the size of the values inside it cannot be capped "
+                          "at max_text_bytes and max_list_size",
+                          hint="store it as a plain column, a list or a struct, or leave the column out of the source")
+    return ("leaf", None)
+
+
+#: How the stored length of a leaf is read, by DuckDB type id: bytes of text and BLOB, bits of a BIT (its text has
+#: one character per bit), bytes of a GEOMETRY's WKB
+_LENGTHS = {"varchar": "STRLEN", "blob": "OCTET_LENGTH", "bit": "BIT_LENGTH", "geometry": "GEOMETRY"}
+
+
+def _levels(e: exp.Expression, shape: Shape, depth: int) -> list[exp.Expression]:
+    """The size of the value ``e`` of ``shape`` by depth: the first term counts the elements of its outermost
+    lists and maps (with the lengths of texts beside them), each next term the elements and lengths one level
+    deeper. Each term reads only the elements the terms before it counted (``LEN`` and ``CARDINALITY`` read a
+    list's or map's stored length, ``STRLEN`` a text's): so a value whose first terms are over a cap is never
+    read further, and none is read as text. NULL counts 0."""
+    kind = shape[0]
+    if kind == "leaf":
+        if shape[1] is None:
+            return []
+        return [_fn("OCTET_LENGTH", exp.cast(e, "BLOB")) if shape[1] == "GEOMETRY" else _fn(shape[1], e)]
+    if kind == "struct":
+        per = [_levels(exp.Dot(this=e.copy(), expression=exp.to_identifier(name, quoted=True)), child, depth)
+               for name, child in shape[1]]
+        out: list[exp.Expression] = []
+        for j in range(max((len(p) for p in per), default=0)):
+            terms = [_fn("COALESCE", p[j], _num(0)) for p in per if len(p) > j]
+            total = terms[0]
+            for term in terms[1:]:
+                total = exp.Add(this=total, expression=term)
+            out.append(total)
+        return out
+    if kind == "list":
+        first, items, child = _fn("LEN", e.copy()), e, shape[1]
+    elif kind == "array":  # its size is its type's
+        first = exp.Case(ifs=[exp.If(this=exp.Is(this=e.copy(), expression=exp.Null()), true=_num(0))],
+                         default=_num(shape[1]))
+        items, child = e, shape[2]
+    else:  # a map: its entries, each a struct of its key and value
+        first, items = _fn("CARDINALITY", e.copy()), _fn("MAP_ENTRIES", e.copy())
+        child = ("struct", [("key", shape[1]), ("value", shape[2])])
+    var = exp.to_identifier(f"_dpsql_s{depth}")
+    inner = _levels(exp.column(var), child, depth + 1)
+    return [first] + [_fn("LIST_SUM", _fn("LIST_TRANSFORM", items.copy(), exp.Lambda(this=term, expressions=[var])))
+                      for term in inner]
+
+
+def _size_guard(e: exp.Expression, shape: Shape, cap: int, value: exp.Expression, depth: int) -> exp.Expression:
+    """``value``, or NULL when the list, array or map ``e`` is over ``cap`` in size: its elements at every depth
+    plus the stored length of each text, BLOB, BIT (in bits) and GEOMETRY inside it (:func:`_levels`). Nested
+    ``CASE``s, one per depth: DuckDB evaluates a ``THEN`` only on the rows whose condition holds, so a value is
+    read one depth further only while the depths before are within the cap, and the test costs at most about
+    ``cap`` element reads, whatever the value holds (a conjunction could be reordered by DuckDB's adaptive filters)."""
+    terms = [_fn("COALESCE", t, _num(0)) for t in _levels(e, shape, depth)]
+    out = value
+    for j in reversed(range(len(terms))):
+        total = terms[0].copy()
+        for term in terms[1:j + 1]:
+            total = exp.Add(this=total, expression=term.copy())
+        out = _when(exp.LTE(this=total, expression=_num(cap)), out)
+    return out
+
+
+def _guarded(build: Rebuild | None, shape: Shape, cap: int | None, depth: int) -> Rebuild | None:
+    """``build`` (None: the value as is) of an outermost list, array or map, NULL over ``cap`` (:func:`_size_guard`)."""
+    if cap is None:
+        return build
+    return lambda e: _size_guard(e, shape, cap, build(e) if build is not None else e, depth)
+
+
+def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0, list_cap: int | None = None,
+                inside: bool = False) -> tuple[pa.DataType, Rebuild | None]:
     """How to read a column of Arrow type ``t`` totally: the type asked of Arrow (a cast that
     cannot fail: text as bytes, temporal values as their stored integers, float16 and decimal256
     widened) and the SQL that rebuilds the value from it (None: read as is).
@@ -157,7 +276,8 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
     DuckDB's Arrow scan converts some types while reading (seconds and milliseconds to
     microseconds, UTF-8 validation, ...) and raises on a value it cannot convert; every such type
     is rebuilt here with a total expression: a value that does not fit DuckDB's type is NULL.
-    Text and BLOB values over ``cap`` bytes are NULL, at any depth. A type that is neither known
+    Text and BLOB values over ``cap`` bytes are NULL, at any depth; so is a list or map (not ``inside`` another)
+    over ``list_cap`` in size (:func:`_size_guard`). A type that is neither known
     to read totally nor rebuilt is refused (``ConfigError``), so a new Arrow type is never read
     unchecked.
     """
@@ -173,12 +293,11 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
         if t.extension_name == "arrow.bool8":  # a byte, true when not 0
             return t.storage_type, lambda e: exp.TryCast(this=e, to=exp.DataType.build("BOOLEAN"))
         if t.extension_name == "arrow.json":
-            return _arrow_plan(t.storage_type, where, cap, depth)  # text: decoded, never pushed
+            return _arrow_plan(t.storage_type, where, cap, depth, list_cap, inside)  # text: decoded, never pushed
         raise ConfigError(f"column {where} has extension type {t.extension_name}, which dpsql cannot read safely",
                           hint="store it as its storage type, or leave the column out of the source")
     if T.is_dictionary(t):  # decoded (a filter on a dictionary would meet the file's type too)
-        read, build = _arrow_plan(t.value_type, where, cap, depth)
-        return read, build
+        return _arrow_plan(t.value_type, where, cap, depth, list_cap, inside)
     if T.is_string(t) or T.is_large_string(t) or T.is_string_view(t):
         raw = pa.large_binary() if T.is_large_string(t) else pa.binary()
         return raw, lambda e: _cap(e, cap, _fn("TRY", _fn("DECODE", e.copy())))
@@ -217,18 +336,21 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
     if T.is_null(t) or T.is_boolean(t) or T.is_integer(t) or T.is_floating(t) or T.is_interval(t):
         return t, None
     if T.is_list(t) or T.is_large_list(t) or T.is_fixed_size_list(t) or T.is_list_view(t) or T.is_large_list_view(t):
-        read, build = _arrow_plan(t.value_type, where, cap, depth + 1)
+        def outermost(b: Rebuild | None, read: pa.DataType) -> Rebuild | None:
+            return b if inside else _guarded(b, _arrow_shape(read, where), list_cap, depth)
+
+        read, build = _arrow_plan(t.value_type, where, cap, depth + 1, list_cap, True)
         if build is None and read.equals(t.value_type):
-            return t, None
+            return t, outermost(None, t)
         if T.is_list_view(t) or T.is_large_list_view(t):
             raise ConfigError(f"column {where} has type {t}: its elements need a conversion that list views do not allow",
                               hint="store it as a list (pa.list_), or leave the column out of the source")
         var = exp.to_identifier(f"_dpsql_x{depth}")
         body = build(exp.column(var)) if build is not None else exp.column(var)
         outer = pa.large_list(read) if T.is_large_list(t) else pa.list_(read)
-        return outer, lambda e: _fn("LIST_TRANSFORM", e, exp.Lambda(this=body.copy(), expressions=[var]))
+        return outer, outermost(lambda e: _fn("LIST_TRANSFORM", e, exp.Lambda(this=body.copy(), expressions=[var])), outer)
     if T.is_struct(t):
-        plans = [(t.field(i).name, t.field(i).type, *_arrow_plan(t.field(i).type, where, cap, depth + 1))
+        plans = [(t.field(i).name, t.field(i).type, *_arrow_plan(t.field(i).type, where, cap, depth + 1, list_cap, inside))
                  for i in range(t.num_fields)]
         if all(b is None and r.equals(ft) for _, ft, r, b in plans):
             return t, None
@@ -253,12 +375,13 @@ def _arrow_plan(t: pa.DataType, where: str, cap: int | None, depth: int = 0) -> 
         raise ConfigError(f"column {where} has type {t}, which dpsql cannot read safely",
                           hint="convert it to a supported type (numbers, text, binary, dates, timestamps, lists, "
                                "structs), or leave the column out of the source")
-    if all(_arrow_plan(c, where, cap, depth + 1) == (c, None) for c in children):
+    if all(_arrow_plan(c, where, cap, depth + 1, list_cap, True) == (c, None) for c in children):
         if T.is_map(t):
             # DuckDB's Arrow scan raises on a map holding a key twice (Arrow allows it): read as
             # its entries, a list of structs, which DuckDB does not check
-            entry = pa.struct([pa.field("key", t.key_type), pa.field("value", t.item_type)])
-            return pa.list_(entry), None
+            entry = pa.list_(pa.struct([pa.field("key", t.key_type), pa.field("value", t.item_type)]))
+            return entry, (None if inside else _guarded(None, _arrow_shape(entry, where), list_cap, depth))
+        _arrow_shape(t, where)  # a union or run-end-encoded array holding a list is refused
         return t, None
     raise ConfigError(
         f"column {where} has type {t}: the text, binary or temporal values inside this type cannot be read safely",
@@ -336,16 +459,22 @@ def reading_scans(plan_json: str) -> list[str]:
     return found
 
 
-def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild | None:
+def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0, list_cap: int | None = None,
+               inside: bool = False) -> Rebuild | None:
     """The SQL that reads a column of a DuckDB type (a ``DuckDBPyType``) totally, or None.
 
     For the owner's DuckDB tables and DuckDB's own Parquet reader: text (VARCHAR, JSON) and BLOB
     over ``cap`` bytes, a BIT of more than ``cap`` bits (its text, one character per bit, longer
     than ``cap``) and a GEOMETRY whose WKB is over ``cap`` bytes, are NULL at any depth; a DECIMAL
     beyond its precision, and a timestamp or TIME beyond the range of :func:`_temporal_in_range`, are NULL (a later conversion or
-    negation would raise); TIMESTAMP_S/_MS/_NS are read as TIMESTAMP.
+    negation would raise); TIMESTAMP_S/_MS/_NS are read as TIMESTAMP. A LIST, ARRAY or MAP (not ``inside``
+    another) over ``list_cap`` in size is NULL (:func:`_size_guard`).
     """
     tid = t.id
+
+    def outermost(b: Rebuild | None) -> Rebuild | None:
+        return b if inside else _guarded(b, _duck_shape(t, where), list_cap, depth)
+
     if tid == "varchar":
         return None if cap is None else (lambda e: _cap(e, cap, fn="STRLEN"))
     if tid == "blob":
@@ -360,14 +489,14 @@ def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild |
     if temporal is not None:
         return temporal
     if tid in ("list", "array"):
-        build = _duck_plan(t.children[0][1], where, cap, depth + 1)
+        build = _duck_plan(t.children[0][1], where, cap, depth + 1, list_cap, True)
         if build is None:
-            return None
+            return outermost(None)
         var = exp.to_identifier(f"_dpsql_x{depth}")
         body = build(exp.column(var))
-        return lambda e: _fn("LIST_TRANSFORM", e, exp.Lambda(this=body.copy(), expressions=[var]))
+        return outermost(lambda e: _fn("LIST_TRANSFORM", e, exp.Lambda(this=body.copy(), expressions=[var])))
     if tid == "struct":
-        plans = [(name, _duck_plan(ft, where, cap, depth + 1)) for name, ft in t.children]
+        plans = [(name, _duck_plan(ft, where, cap, depth + 1, list_cap, inside)) for name, ft in t.children]
         if all(b is None for _, b in plans):
             return None
 
@@ -381,13 +510,14 @@ def _duck_plan(t: Any, where: str, cap: int | None, depth: int = 0) -> Rebuild |
         return struct
     if tid == "map":
         (_, kt), (_, vt) = t.children
-        kb, vb = _duck_plan(kt, where, cap, depth + 1), _duck_plan(vt, where, cap, depth + 1)
+        kb, vb = _duck_plan(kt, where, cap, depth + 1, list_cap, True), _duck_plan(vt, where, cap, depth + 1, list_cap, True)
         if kb is None and vb is None:
-            return None
+            return outermost(None)
         if kt.id in ("varchar", "blob", "bit") or kb is None:
-            return _map_rebuild(kt.id, kb is not None, vb, cap, depth)
+            return outermost(_map_rebuild(kt.id, kb is not None, vb, cap, depth))
     if tid in ("map", "union"):
-        if all(_duck_plan(ct, where, cap, depth + 1) is None for _, ct in t.children):
+        if all(_duck_plan(ct, where, cap, depth + 1, list_cap, True) is None for _, ct in t.children):
+            _duck_shape(t, where)  # a union holding a list is refused
             return None
         raise ConfigError(
             f"column {where} has type {t}: values inside it cannot be capped at max_text_bytes",

@@ -103,6 +103,13 @@ class EngineSettings:
         a BIT value of more bits (its text, one character per bit, is what counts of distinct
         values list) or a GEOMETRY of a longer WKB, is read as NULL, also inside lists, structs and
         maps, so one hostile cell cannot make per-row functions arbitrarily slow (None: no cap). The check is on the stored length.
+    ``max_list_size``: a LIST, fixed-size ARRAY or MAP value (also inside a struct) whose size is over this is
+        read as NULL (None: no cap), so one hostile cell cannot make counting its distinct values (which reads
+        each as its text) arbitrarily slow. Its size is its elements at every depth (a list of lists counts the
+        outer and the inner elements, a map its entries) plus the stored length of each text, BLOB, BIT (in
+        bits) and GEOMETRY inside it: a list of 65 536 integers, or of 100 texts of 500 bytes, is within the
+        default 65 536. It is measured from stored lengths, never by reading the value as text; a fixed-size
+        ARRAY's size is its type's (every value of an ``INTEGER[100000]`` column is NULL).
     """
 
     debug: bool = False
@@ -113,6 +120,7 @@ class EngineSettings:
     max_temp_directory_size: str | None = None
     temp_directory: str | None = None
     max_text_bytes: int | None = 65536
+    max_list_size: int | None = 65536
     invalid_text: str = "null"
     csv_encoding: str = "utf-8"
     kind: str = "duckdb"
@@ -155,12 +163,19 @@ class EngineSettings:
         if st is not None and (isinstance(st, bool) or not isinstance(st, (int, float)) or not st > 0 or st == float("inf")):
             raise ConfigError(f"engine setting statement_timeout must be a positive number of seconds, got {st!r}",
                               hint="statement_timeout = 300")
-        c = self.max_text_bytes
-        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
-            raise ConfigError(f"engine setting max_text_bytes must be a whole number >= 1, got {c!r}")
+        for name in ("max_text_bytes", "max_list_size"):
+            c = getattr(self, name)
+            if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+                raise ConfigError(f"engine setting {name} must be a whole number >= 1, got {c!r}",
+                                  hint=f"{name} = 65536")
         m = self.min_response_time
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0 <= m < float("inf")):
             raise ConfigError(f"engine setting min_response_time must be a number of seconds >= 0, got {m!r}")
+
+    def read_settings(self) -> dict[str, Any]:
+        """The settings that shape the rows a private read reads (part of each table's ``read_key``)."""
+        return {"max_text_bytes": self.max_text_bytes, "max_list_size": self.max_list_size,
+                "invalid_text": self.invalid_text}
 
     @classmethod
     def from_dict(cls, d: Any) -> EngineSettings:

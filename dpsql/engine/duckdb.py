@@ -330,7 +330,7 @@ class DuckDBBackend:
             self._datasets[view] = _Dataset(paths, [parquet_schema(p) for p in paths], None, None, version)
             return
         cap = self.settings.max_text_bytes
-        plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap)) for f in schema]
+        plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap, list_cap=self.settings.max_list_size)) for f in schema]
         target = pa.schema([pa.field(f.name, read) for f, read, _ in plans])
         if kind == "parquet":
             version = native.versions(paths)
@@ -384,7 +384,7 @@ class DuckDBBackend:
             if only is not None and str(col) not in only:
                 continue
             ref = exp.column(str(col), quoted=True)
-            build = _duck_plan(typ, f"'{name}.{col}'", self.settings.max_text_bytes)
+            build = _duck_plan(typ, f"'{name}.{col}'", self.settings.max_text_bytes, list_cap=self.settings.max_list_size)
             items.append(exp.alias_(build(ref) if build is not None else ref, view_column(str(col)), quoted=True))
         return exp.select(*items).from_(rel)
 

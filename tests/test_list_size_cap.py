@@ -1,0 +1,172 @@
+"""Neighbouring datasets (without and with one person's rows), the same query, the same observable outcome.
+
+``max_text_bytes`` capped each text, BLOB, BIT and GEOMETRY value, at any depth, but nothing capped a list's
+length: ``COUNT(DISTINCT lst)`` reads each list as its salted text, and one person's list of 2 million integers
+in a caller's DuckDB table made it take 0.42-0.44 s of CPU against 0.055 s without that person, so with a
+statement time-out whether the query failed depended on that person. A LIST, fixed-size ARRAY or MAP (at any
+depth of a struct) whose size is over ``max_list_size`` (default 65 536) now reads as NULL in every DuckDB
+source view: its size is its elements at every depth plus the stored length of each text, BLOB, BIT and
+GEOMETRY inside it (``dpsql.engine._duckdb_sources``), measured without reading it as text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dpsql
+from dpsql.errors import DPSQLError
+from dpsql.testing import use_noise, zero_noise
+
+HOSTILE = 999
+
+#: elements of the hostile person's list: its salted text (about 90 MB) takes more than a second to build and
+#: hash on any machine, past the time-out below, while the same query without that person reads 200 short lists
+HUGE = 12_000_000
+
+#: the hostile value of each column (DuckDB SQL over ``range(HUGE)``), beside the 200 short ones
+HOSTILE_VALUES = {
+    "INTEGER[]": ("[1, 2, 3]", "list(i::INTEGER)"),
+    "INTEGER[][]": ("[[1], [2, 3]]", "[list(i::INTEGER)]"),
+    "STRUCT(a INTEGER, l INTEGER[])": ("{'a': 1, 'l': [1, 2]}", "{'a': 1, 'l': list(i::INTEGER)}"),
+    "MAP(INTEGER, INTEGER)": ("MAP {1: 2}", "map(list(i::INTEGER), list(i::INTEGER))"),
+}
+
+
+def _outcome(s: dpsql.Session, sql: str) -> tuple[str, Any]:
+    try:
+        s.query(sql, epsilon=1.0)
+        return ("ok", None)
+    except DPSQLError as e:
+        return ("error", type(e).__name__)
+
+
+def _duckdb_outcomes(typ: str, sql: str) -> list[tuple[str, Any]]:
+    short, long = HOSTILE_VALUES[typ]
+    outcomes = []
+    for hostile in (False, True):
+        con = duckdb.connect()
+        con.execute(f"CREATE TABLE t (uid BIGINT, lst {typ})")
+        con.execute(f"INSERT INTO t SELECT i, {short} FROM range(200) r(i)")
+        if hostile:
+            con.execute(f"INSERT INTO t SELECT {HOSTILE}, {long} FROM range({HUGE}) r(i)")
+        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con, engine={"statement_timeout": 1}) as s:
+            use_noise(s, zero_noise(40))
+            s.register("t", "t", privacy_unit="uid")
+            outcomes.append(_outcome(s, sql))
+        con.close()
+    return outcomes
+
+
+@pytest.mark.parametrize("typ", sorted(HOSTILE_VALUES))
+def test_counting_distinct_values_of_one_persons_huge_list_is_answered_alike_on_neighbours(typ: str) -> None:
+    assert _duckdb_outcomes(typ, "SELECT COUNT(DISTINCT lst) AS n FROM t") == [("ok", None)] * 2
+
+
+def test_control_a_huge_list_tested_for_null_is_answered_on_neighbours() -> None:
+    assert _duckdb_outcomes("INTEGER[]", "SELECT COUNT(*) AS n FROM t WHERE lst IS NOT NULL") == [("ok", None)] * 2
+
+
+def _arrow(hostile: bool) -> pa.Table:
+    uid = list(range(200)) + ([HOSTILE] if hostile else [])
+    offsets = list(range(0, 601, 3)) + ([600 + HUGE] if hostile else [])
+    values = pa.concat_arrays([pa.array([1, 2, 3] * 200, pa.int32())] + ([pa.array(np.arange(HUGE, dtype=np.int32))] if hostile else []))
+    return pa.table({"uid": pa.array(uid, pa.int64()), "lst": pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)})
+
+
+@pytest.mark.parametrize("kind", ["arrow", "parquet", "parquet_replace"])
+def test_one_persons_huge_list_in_arrow_and_parquet_is_answered_alike_on_neighbours(tmp_path: Path, kind: str) -> None:
+    outcomes = []
+    for hostile in (False, True):
+        source: Any = _arrow(hostile)
+        if kind != "arrow":
+            p = tmp_path / f"t{int(hostile)}.parquet"
+            pq.write_table(source, p)
+            source = str(p)
+        engine: dict[str, Any] = {"statement_timeout": 1}
+        if kind == "parquet_replace":
+            engine["invalid_text"] = "replace"
+        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), engine=engine) as s:
+            use_noise(s, zero_noise(40))
+            s.register("t", source, privacy_unit="uid")
+            outcomes.append(_outcome(s, "SELECT COUNT(DISTINCT lst) AS n FROM t"))
+    assert outcomes == [("ok", None)] * 2
+
+
+#: columns of the semantics table: each row holds a value whose size is ``size`` (CAP or CAP + 1)
+SIZED = {
+    # elements of a list of integers
+    "ints": ("INTEGER[]", lambda n: f"list_transform(range({n}), lambda x: x::INTEGER)"),
+    # a list of lists: the outer list's elements and the inner ones
+    "nested": ("INTEGER[][]", lambda n: f"[list_transform(range({n} - 1), lambda x: x::INTEGER)]"),
+    # a list of texts: each element and its bytes ('ab': 3 each)
+    "texts": ("VARCHAR[]", lambda n: f"list_transform(range({n} // 3), lambda x: 'ab') || "
+                                     f"(CASE {n} % 3 WHEN 0 THEN [] WHEN 1 THEN [''] ELSE ['a'] END)"),
+    # a struct holding a list: the list is capped
+    "st": ("STRUCT(a INTEGER, l INTEGER[])", lambda n: f"{{'a': 1, 'l': list_transform(range({n}), lambda x: x::INTEGER)}}"),
+    # a map: its entries and the bytes of its text values ('a': 2 each)
+    "mp": ("MAP(INTEGER, VARCHAR)", lambda n: f"map(range({n} // 2 + {n} % 2)::INTEGER[], list_transform("
+                                              f"range({n} // 2 + {n} % 2), lambda x: CASE WHEN x < {n} // 2 THEN 'a' ELSE '' END))"),
+}
+
+CAP = 64
+
+
+def _view_rows(cap: int | None) -> list[tuple[Any, ...]]:
+    con = duckdb.connect()
+    cols = ", ".join(f"{c} {t}" for c, (t, _) in SIZED.items())
+    con.execute(f"CREATE TABLE t (uid BIGINT, {cols}, arr INTEGER[64], big INTEGER[65])")
+    for uid, n in ((0, CAP), (1, CAP + 1)):
+        vals = ", ".join(f(n) for _, f in SIZED.values())
+        con.execute(f"INSERT INTO t VALUES ({uid}, {vals}, range(64)::INTEGER[64], range(65)::INTEGER[65])")
+    con.execute("INSERT INTO t VALUES (2, [], [], [], {'a': 1, 'l': []}, MAP {}, NULL, NULL)")
+    con.execute("INSERT INTO t VALUES (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL)")
+    with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con, engine={"max_list_size": cap}) as s:
+        s.register("t", "t", privacy_unit="uid")
+        names = ", ".join([*SIZED, "arr", "big"])
+        rows = s._engine.connection.execute(f'SELECT {names} FROM "{s.tables["t"].view}" ORDER BY uid').fetchall()
+    con.close()
+    return rows
+
+
+def test_a_list_array_or_map_over_max_list_size_is_null() -> None:
+    at, over, empty, null = _view_rows(CAP)
+    assert all(v is not None for v in at[:4]) and at[4] is not None
+    assert over[:3] == (None, None, None) and over[3] == {"a": 1, "l": None} and over[4] is None
+    # a fixed-size array: its type's size decides, for every row alike
+    assert at[5] is not None and over[5] is not None and at[6] is None and over[6] is None
+    assert empty[:5] == ([], [], [], {"a": 1, "l": []}, {})
+    assert null == (None,) * 7
+
+
+def test_control_without_a_list_cap_every_value_is_read() -> None:
+    rows = _view_rows(None)
+    assert all(v is not None for v in rows[1][:5]) and rows[1][3]["l"] is not None and rows[1][6] is not None
+
+
+def test_the_size_of_a_list_in_arrow_and_parquet_is_capped_alike(tmp_path: Path) -> None:
+    t = pa.table({"uid": pa.array([0, 1], pa.int64()),
+                  "lst": pa.array([list(range(CAP)), list(range(CAP + 1))], pa.list_(pa.int32())),
+                  "fx": pa.array([list(range(4)), list(range(4))], pa.list_(pa.int32(), 4)),
+                  "tx": pa.array([["ab"] * (CAP // 3), ["ab"] * (CAP // 3 + 1)], pa.list_(pa.string())),
+                  "mp": pa.array([[(i, i) for i in range(CAP)], [(i, i) for i in range(CAP + 1)]],
+                                 pa.map_(pa.int32(), pa.int32()))})
+    p = tmp_path / "t.parquet"
+    pq.write_table(t, p)
+    for source, engine in ((t, {}), (str(p), {}), (str(p), {"invalid_text": "replace"})):
+        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), engine={"max_list_size": CAP, **engine}) as s:
+            s.register("t", source, privacy_unit="uid")
+            rows = s._engine.connection.execute(
+                f'SELECT lst IS NULL, fx IS NULL, tx IS NULL, mp IS NULL FROM "{s.tables["t"].view}" ORDER BY uid').fetchall()
+        assert rows == [(False, False, False, False), (True, False, True, True)], (source, engine)
+
+
+def test_max_list_size_must_be_a_whole_number() -> None:
+    with pytest.raises(dpsql.errors.ConfigError, match="max_list_size"):
+        dpsql.Session(budget=dpsql.Budget(1.0, 0.5), engine={"max_list_size": 0})
