@@ -66,7 +66,9 @@ from dpsql.engine._duckdb_sources import (
     _same_file_types,
     _temp_view,
     _temporal_in_range,
+    decimal_storage_reason,
     has_glob_chars,
+    parquet_decimal_leaves,
     parquet_format,
     parquet_schema,
     reading_scans,
@@ -761,6 +763,14 @@ class DuckDBBackend:
             return "one of its Parquet files can no longer be read"
         if len(schemas) != len(d.schemas) or any(not a.equals(b) for a, b in zip(schemas, d.schemas, strict=True)):
             return "its Parquet files changed their columns or types"
+        # the same Arrow types can be stored another way: a DECIMAL now variable-length BINARY (as registration
+        # refuses it) failed the read after the charge exactly where one person's value held more than 16 bytes
+        try:
+            why = next((w for p in d.paths if (w := decimal_storage_reason(parquet_decimal_leaves(p)))), None)
+        except (OSError, pa.ArrowException):
+            return "one of its Parquet files can no longer be read"
+        if why is not None:
+            return f"its Parquet files store {why}"
         if d.raw is not None:
             self._con.register(d.raw, ds.dataset(d.paths, format=parquet_format(), schema=d.target))
         d.version = now  # a file replaced again meanwhile is found by the read's check after it
