@@ -728,8 +728,10 @@ class DuckDBBackend:
             return "one of its CSV files is gone"
         try:
             header = self._header_of(src.source, src.paths)
-        except Exception:  # a damaged file (a .gz that does not decompress): the read's generic failure, as before
-            return None
+        except Exception:  # noqa: BLE001 - zlib.error, EOFError, ConfigError: whatever the first line's bytes
+            # emptied, another encoding, a lone carriage return, a .gz that does not decompress, or no header at
+            # all (the first line one person's row): the read failed after the charge, or not, by that line's bytes
+            return "the first line of its first CSV file is no longer a readable header"
         if header != self._csv_headers.get(view, header):
             # the view selects the registered columns by name: a column gone failed every query after its charge
             return "its CSV header changed"
