@@ -40,3 +40,37 @@ def test_a_csv_file_whose_first_line_is_no_longer_a_header_is_refused_for_free(t
         s.query("SELECT SUM(x) FROM t", epsilon=1.0)
     assert s.remaining() == left and s.history().num_rows == 1
     s.close()
+
+
+def _two_files(tmp_path: Path, second_header: str) -> str:
+    (tmp_path / "a.csv").write_text("uid,x\n" + "".join(f"{i},1\n" for i in range(20)))
+    # one person (uid 7) with 50 rows; under the header 'x,uid' the columns read positionally made each row a unit
+    cols = second_header.split(",")
+    (tmp_path / "b.csv").write_text(second_header + "\n" + "".join(
+        ",".join("7" if c == "uid" else str(1000 + i) if c == "x" else "0" for c in cols) + "\n" for i in range(50)))
+    return str(tmp_path / "*.csv")
+
+
+def test_a_csv_source_whose_files_have_different_headers_is_refused_at_registration(tmp_path: Path) -> None:
+    """The files of a source are read by position under the first file's header: a file whose header orders the
+    columns otherwise read its person's 50 rows as 50 people, past max_rows_per_unit = 1."""
+    s = dpsql.Session(budget=Budget(100.0, 0.5))
+    with pytest.raises(ConfigError, match=r"(?s)b\.csv.*header"):
+        s.register("t", _two_files(tmp_path, "x,uid"), privacy_unit="uid", max_rows_per_unit=1,
+                   columns={"x": {"type": "INTEGER", "bounds": (0, 10)}})
+    s.close()
+
+
+def test_a_second_csv_file_whose_header_changed_is_refused_before_the_charge(tmp_path: Path) -> None:
+    s = dpsql.Session(budget=Budget(100.0, 0.5))
+    use_noise(s, zero_noise(1))
+    # negative control: the same header in both files is registered and read
+    s.register("t", _two_files(tmp_path, "uid,x"), privacy_unit="uid", max_rows_per_unit=1,
+               columns={"x": {"type": "INTEGER", "bounds": (0, 10)}})
+    assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.to_pylist() == [{"n": 21}]
+    _two_files(tmp_path, "x,uid")
+    left = s.remaining()
+    with pytest.raises(ConfigError, match=r"(?s)table 't'.*header.*nothing was charged"):
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+    assert s.remaining() == left
+    s.close()
