@@ -17,7 +17,7 @@ import pytest
 from _spark import require_spark
 
 import dpsql
-from dpsql.errors import ConfigError
+from dpsql.errors import ConfigError, ExecutionError
 from dpsql.testing import use_noise, zero_noise
 
 require_spark()
@@ -78,3 +78,20 @@ def test_control_an_unchanged_file_is_answered(spark: dpsql.Session, tmp_path: P
     spark.register("same", str(path), privacy_unit="uid")
     for _ in range(2):
         assert spark.query(SQL.format(t="same"), epsilon=0.1).table.to_pylist() == [{"n": 40}]
+
+
+def test_a_file_replaced_between_the_check_and_the_read_fails_the_read(spark: dpsql.Session, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race: replaced after the check before the charge, the file is read from Spark's old listing; the
+    versions are compared again after the read, so the answer from its first bytes (none of 5000 rows) is never
+    released: the read's generic failure (charged, as any failure after the charge)."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(_table(100), path)
+    spark.register("race", str(path), privacy_unit="uid")
+    assert spark.query(SQL.format(t="race"), epsilon=0.1).table.to_pylist() == [{"n": 40}]
+    monkeypatch.setattr(spark._engine, "source_changed", lambda view: None)  # replaced after the check
+    new = tmp_path / "new.parquet"
+    pq.write_table(_table(5000), new)
+    os.replace(new, path)
+    with pytest.raises(ExecutionError):
+        spark.query(SQL.format(t="race"), epsilon=1.0)
