@@ -1069,8 +1069,12 @@ class SparkBackend:
             try:
                 self._pin_plan()
                 sc.setJobGroup(group, "dpsql bounded query", interruptOnCancel=True)
+                used = [(paths, v) for view, (paths, v) in self._versions.items() if view in sql]
                 with self._deadline(group, deadline):
                     table: pa.Table = self._spark.sql(sql).toArrow()
+                # a file replaced after the check before the charge was read from the old listing (its first bytes)
+                if any(_local_version(paths) != v for paths, v in used):
+                    raise OSError("a source file changed during the read")  # the generic failure below
                 return table
             except Exception as e:  # noqa: BLE001 - whatever failed, the same error
                 failure = private_failure(what, self._detail(e), self.settings)
