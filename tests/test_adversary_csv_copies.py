@@ -291,7 +291,9 @@ def test_a_failed_copy_of_a_multi_file_source_leaves_no_copy_behind(tmp_path: Pa
     s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
     d = s._engine._csv_dir
     assert d is not None and len(os.listdir(d)) == 2
-    (tmp_path / "b.csv.gz").write_bytes(gzip.compress(b"uid,amount\n2,6\n")[:20] + b"garbage" * 10)
+    # truncated past its header line (which the check before the charge reads): the copy fails after the charge
+    b = gzip.compress(b"uid,amount\n" + b"".join(b"%d,%d\n" % (i, i * 7919 % 10007) for i in range(20000)))
+    (tmp_path / "b.csv.gz").write_bytes(b[: len(b) // 2])
     for _ in range(3):
         with pytest.raises(ExecutionError):
             s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)

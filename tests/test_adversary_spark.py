@@ -172,10 +172,12 @@ def test_millisecond_and_microsecond_files_of_one_column_are_refused(spark: dpsq
 
 
 def test_a_spark_failure_charges_once_and_says_nothing(spark: dpsql.Session, lake: Path,
-                                                       capfd: pytest.CaptureFixture[str]) -> None:
-    # a file that vanishes after registration makes Spark fail while reading (FileNotFound, whose
-    # message names the file and Spark would log it): the run is charged once, marked failed, the
+                                                       capfd: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # a file that vanishes after the check before the charge makes Spark fail while reading (FileNotFound,
+    # whose message names the file and Spark would log it): the run is charged once, marked failed, the
     # earlier entries stay as they were, and neither the error nor the output carries the value
+    monkeypatch.setattr(spark._engine, "source_changed", lambda view: None)  # the file goes after the check
     t = register(spark, lake, people("url", [SENTINEL] * N, pa.string()))
     assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t} WHERE url = '{SENTINEL}'") == ("ok", [{"c": N}])
     before, left = spark.history().to_pylist(), spark.remaining()

@@ -715,19 +715,25 @@ def decimal_storage_problem(name: str, leaves: list[tuple[str, str, int, int]]) 
     value. A DECIMAL of at most 38 digits stored in a FIXED_LEN_BYTE_ARRAY of more than :data:`DECIMAL_MAX_BYTES`
     bytes pyarrow cannot read at all (every query reading the table failed after its charge; a wider DECIMAL is
     read as a 256-bit one, in at most 32 bytes). Both are refused by both engines, before any row is read."""
-    for path, physical, length, precision in leaves:
-        most = DECIMAL_MAX_BYTES if precision <= 38 else 32
-        if physical == "BYTE_ARRAY" or physical == "BINARY":
-            why = "as variable-length BINARY, whose values can hold any number of digits"
-        elif physical == "FIXED_LEN_BYTE_ARRAY" and length > most:
-            why = f"in {length} bytes, more than the {most} that hold every {38 if most == 16 else 76}-digit value"
-        else:
-            continue
-        raise ConfigError(f"table '{name}': the Parquet files store the DECIMAL column '{path}' {why}; a stored value "
-                          "beyond its precision would make reads fail",
+    why = decimal_storage_reason(leaves)
+    if why is not None:
+        raise ConfigError(f"table '{name}': the Parquet files store {why}; a stored value beyond its precision would "
+                          "make reads fail",
                           hint="rewrite the files with a fixed DECIMAL encoding (e.g. pyarrow's decimal128, which "
                                "stores it as INT32, INT64 or a FIXED_LEN_BYTE_ARRAY of at most 16 bytes), or leave "
                                "the column out of the files")
+
+
+def decimal_storage_reason(leaves: list[tuple[str, str, int, int]]) -> str | None:
+    """How the first DECIMAL leaf that no reader reads totally is stored (:func:`decimal_storage_problem`), or None."""
+    for path, physical, length, precision in leaves:
+        most = DECIMAL_MAX_BYTES if precision <= 38 else 32
+        if physical == "BYTE_ARRAY" or physical == "BINARY":
+            return f"the DECIMAL column '{path}' as variable-length BINARY, whose values can hold any number of digits"
+        if physical == "FIXED_LEN_BYTE_ARRAY" and length > most:
+            return (f"the DECIMAL column '{path}' in {length} bytes, more than the {most} that hold every "
+                    f"{38 if most == 16 else 76}-digit value")
+    return None
 
 
 def parquet_decimal_leaves(path: str) -> list[tuple[str, str, int, int]]:

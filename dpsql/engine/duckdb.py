@@ -66,7 +66,9 @@ from dpsql.engine._duckdb_sources import (
     _same_file_types,
     _temp_view,
     _temporal_in_range,
+    decimal_storage_reason,
     has_glob_chars,
+    parquet_decimal_leaves,
     parquet_format,
     parquet_schema,
     reading_scans,
@@ -192,7 +194,8 @@ class DuckDBBackend:
         self._csv: dict[str, csvcopy.CsvSource] = {}  # CSV sources, read from the engine's copies
         # Parquet sources read through a pyarrow dataset: the files' version and footers it was made from
         self._datasets: dict[str, _Dataset] = {}
-        self._csv_headers: dict[str, list[str]] = {}  # CSV sources: the header line they were registered with
+        # CSV sources: the header line they were registered with (every file's), and the files' versions then
+        self._csv_headers: dict[str, tuple[list[str], native.Version]] = {}
         self._csv_dir: str | None = None
         self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
         self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
@@ -277,7 +280,7 @@ class DuckDBBackend:
                         sel = self._csv_select(name, source, types)
                         files = _literal_files(name, _expand(source))
                         self._csv[view] = csvcopy.CsvSource(name, source, types, files)
-                        self._csv_headers[view] = self._header_of(source, files)
+                        self._csv_headers[view] = self._csv_registered(name, source, files)
                     elif kind == "duckdb":
                         sel = self._duckdb_select(name, source)
                     else:  # pragma: no cover
@@ -710,27 +713,49 @@ class DuckDBBackend:
         assert failure is not None
         raise failure
 
-    def _header_of(self, source: str, files: list[str]) -> list[str]:
+    def _header_of(self, source: str, path: str) -> list[str]:
         delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
-        return _csv_header(files[0], delim, self.settings.csv_encoding)
+        return _csv_header(path, delim, self.settings.csv_encoding)
+
+    def _csv_registered(self, name: str, source: str, files: list[str]) -> tuple[list[str], native.Version]:
+        """The header every file of a CSV source has, and the files' versions (taken first). The files are read by
+        position under the first file's header: one whose header differs (the columns in another order) read a
+        person's rows under another column, one person's rows as many people; it is refused."""
+        version = native.versions(files)
+        header = self._header_of(source, files[0])
+        for f in files[1:]:
+            if self._header_of(source, f) != header:
+                raise ConfigError(f"table '{name}': the CSV file {f!r} has another header line than {files[0]!r}; "
+                                  "the files of a source are read by position under the first file's header",
+                                  hint="give every file of the source the same header line (the same columns in "
+                                       "the same order), or register the files as separate tables")
+        return header, version
 
     def source_changed(self, view: str) -> str | None:
         """Why the files of ``view`` (Parquet or CSV) can no longer be read as registered, or None: checked
-        before every charge, from the files' metadata only (footers, a CSV's header line; no row)."""
+        before every charge, from the files' metadata only (footers, a CSV file's header line, read again only
+        where the file's version changed; no row)."""
         src = self._csv.get(view)
         if src is None:
             return self.parquet_changed(view)
         try:
-            native.versions(src.paths)
+            now = native.versions(src.paths)
         except OSError:
             return "one of its CSV files is gone"
-        try:
-            header = self._header_of(src.source, src.paths)
-        except Exception:  # a damaged file (a .gz that does not decompress): the read's generic failure, as before
-            return None
-        if header != self._csv_headers.get(view, header):
-            # the view selects the registered columns by name: a column gone failed every query after its charge
-            return "its CSV header changed"
+        header, then = self._csv_headers.get(view, ([], now))
+        for path, a, b in zip(src.paths, now, then, strict=False):
+            if a == b:
+                continue
+            try:
+                changed = self._header_of(src.source, path) != header
+            except Exception:  # noqa: BLE001 - zlib.error, EOFError, ConfigError: whatever the first line's bytes
+                # emptied, another encoding, a lone carriage return, a .gz that does not decompress, or no header
+                # at all (the first line one person's row): the read failed after the charge, or not, by its bytes
+                return "the first line of one of its CSV files is no longer a readable header"
+            if changed:
+                # the view selects the registered columns by name, the files by position: a column gone failed
+                # every query after its charge, columns in another order read one person's rows as many people
+                return "its CSV header changed"
         return None
 
     def parquet_changed(self, view: str) -> str | None:
@@ -761,6 +786,14 @@ class DuckDBBackend:
             return "one of its Parquet files can no longer be read"
         if len(schemas) != len(d.schemas) or any(not a.equals(b) for a, b in zip(schemas, d.schemas, strict=True)):
             return "its Parquet files changed their columns or types"
+        # the same Arrow types can be stored another way: a DECIMAL now variable-length BINARY (as registration
+        # refuses it) failed the read after the charge exactly where one person's value held more than 16 bytes
+        try:
+            why = next((w for p in d.paths if (w := decimal_storage_reason(parquet_decimal_leaves(p)))), None)
+        except (OSError, pa.ArrowException):
+            return "one of its Parquet files can no longer be read"
+        if why is not None:
+            return f"its Parquet files store {why}"
         if d.raw is not None:
             self._con.register(d.raw, ds.dataset(d.paths, format=parquet_format(), schema=d.target))
         d.version = now  # a file replaced again meanwhile is found by the read's check after it

@@ -63,6 +63,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.engine._duckdb_native import Version, versions
 from dpsql.engine._duckdb_sources import (
     DATE_MAX_DAY,
     DATE_MIN_DAY,
@@ -401,6 +402,16 @@ def _map_holds_decimal(t: Any) -> bool:
     return False
 
 
+def _local_version(paths: list[str]) -> Version | None:
+    """The version of local files (:func:`versions`), or None for another scheme or a path that cannot be read."""
+    if any(re.match(r"^[a-z][a-z0-9+.-]*://", p) for p in paths):
+        return None
+    try:
+        return versions(paths)
+    except OSError:
+        return None
+
+
 def _holds_unconverted(t: pa.DataType) -> bool:
     """Whether a nested Arrow type holds a timestamp in seconds or milliseconds, or a date64."""
     if pa.types.is_timestamp(t):
@@ -462,6 +473,8 @@ class SparkBackend:
         _quiet(self._spark)
         self._lock = threading.RLock()
         self._views: dict[str, str] = {}  # view -> kind
+        # local Parquet sources: their files and versions at registration (Spark keeps the listing it made then)
+        self._versions: dict[str, tuple[list[str], Version]] = {}
         self._local = DuckDBBackend(None, self.settings)  # post-processing of released values only
 
     def _pin_plan(self) -> None:
@@ -520,12 +533,14 @@ class SparkBackend:
         widened: set[str] = set()
         as_bytes: dict[str, int] = {}
         nested: dict[str, tuple[Any, Stored]] = {}
+        version: Version | None = None
         with self._lock:
             self._views[view] = kind
             try:
                 if kind == "parquet":
                     paths = [source] if re.match(r"^[a-z][a-z0-9+.-]*://", str(source)) and not str(source).startswith(
                         "file://") else _expand(str(source).removeprefix("file://"))
+                    version = _local_version(paths)  # before any footer is read: a later change is found
                     footers = self._footer_schemas(paths)
                     if footers is not None:  # every file's schema from its footer, on the driver: no Spark job
                         table_schema = footers[0][1]
@@ -571,6 +586,8 @@ class SparkBackend:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
                 sel = self._capped_select(view + "_raw", fields, millis, widened, as_bytes, nested)
                 self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
+                if kind == "parquet" and version is not None:
+                    self._versions[view] = (paths, version)
             except ConfigError:
                 self.unregister_source(name, kind, view)
                 raise
@@ -949,11 +966,28 @@ class SparkBackend:
         view = view or source_name(name)
         with self._lock:
             self._views.pop(view, None)
+            self._versions.pop(view, None)
             for v in (view, view + "_raw"):
                 try:
                     self._spark.catalog.dropTempView(v)
                 except Exception:  # noqa: BLE001 - already gone
                     pass
+
+    def source_changed(self, view: str) -> str | None:
+        """Why the local Parquet files of ``view`` can no longer be read as registered, or None: checked before every
+        charge, from the files' ``stat`` only. Spark's DataFrame keeps the files' listing (their lengths) from
+        registration: a larger file replaced since was read as its first bytes (5000 rows answered as none, whether a
+        row group was read depending on where it ended), a file gone failed the read after its charge. A file of
+        another scheme (``s3a://``, ``hdfs://``) is not checked."""
+        with self._lock:
+            got = self._versions.get(view)
+        if got is None:
+            return None
+        try:
+            now = versions(got[0])
+        except OSError:
+            return "one of its Parquet files is gone"
+        return None if now == got[1] else "its Parquet files were replaced (the Spark engine reads them as registered)"
 
     # -- binding --------------------------------------------------------------------------------
     def _analyzed(self, ast: exp.Expression) -> Any:
@@ -1035,8 +1069,12 @@ class SparkBackend:
             try:
                 self._pin_plan()
                 sc.setJobGroup(group, "dpsql bounded query", interruptOnCancel=True)
+                used = [(paths, v) for view, (paths, v) in self._versions.items() if view in sql]
                 with self._deadline(group, deadline):
                     table: pa.Table = self._spark.sql(sql).toArrow()
+                # a file replaced after the check before the charge was read from the old listing (its first bytes)
+                if any(_local_version(paths) != v for paths, v in used):
+                    raise OSError("a source file changed during the read")  # the generic failure below
                 return table
             except Exception as e:  # noqa: BLE001 - whatever failed, the same error
                 failure = private_failure(what, self._detail(e), self.settings)

@@ -848,10 +848,13 @@ def _present(column: str) -> exp.Expression:
 
 
 def _raw_key(a: ir.Aggregate) -> str:
-    """What an aggregate reads, for sharing one raw column between aggregates of the same input."""
-    if a.kind == ir.COUNT_COL and a.value is None and a.column is not None:
-        return "present:" + a.column
-    return a.column if a.value is None and a.column is not None else "expr:" + a.value.sql(dialect="duckdb") if a.value is not None else ""
+    """What an aggregate reads, for sharing one raw column between aggregates of the same input (each kind of input
+    under its own prefix: a column may be named ``present:a``)."""
+    if a.value is not None:
+        return "expr:" + a.value.sql(dialect="duckdb")
+    if a.column is None:
+        return ""
+    return ("present:" if a.kind == ir.COUNT_COL else "col:") + a.column
 
 
 def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where: exp.Expression | None,
@@ -879,7 +882,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     if keys and not set(keys) <= coded:  # (:func:`spread_keys`)
         base, pkeys = spread_keys(base, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
     schema = plan.table.schema  # the raw columns of COUNT(col) keep their type; every other value is a DOUBLE
-    types = {r: schema.get((c or "").lower(), "") for c, r in raw.items() if not c.startswith(("expr:", "present:"))}
+    types = {r: schema.get(c.removeprefix("col:").lower(), "") for c, r in raw.items() if c.startswith("col:")}
     picked = _pick_one_row(base, "__unit", pkeys, list(raw.values()), salt, ops=ops, coded=coded, value_types=types)
 
     def present(r: str) -> exp.Expression:
