@@ -23,6 +23,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _hostile_value import neighbour_outcomes
 
 import dpsql
 from dpsql.errors import ConfigError, DPSQLError
@@ -195,22 +196,8 @@ BIG_DIGITS = 1_000_000
 
 
 def _bignum_outcomes(sql: str, digits: int = BIG_DIGITS) -> list[tuple[str, Any]]:
-    outcomes = []
-    for hostile in (False, True):
-        con = duckdb.connect()
-        con.execute("CREATE TABLE t (uid BIGINT, bn BIGNUM)")
-        con.execute("INSERT INTO t SELECT i, i::BIGNUM FROM range(200) r(i)")
-        if hostile:
-            con.execute(f"INSERT INTO t VALUES ({HOSTILE}, CAST(repeat('9', {digits}) AS BIGNUM))")
-        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con, engine={"statement_timeout": 1}) as s:
-            use_noise(s, zero_noise(39))
-            s.register("t", "t", privacy_unit="uid")
-            try:
-                s.query(sql, epsilon=1.0)
-                outcomes.append(("ok", None))
-            except DPSQLError as e:
-                outcomes.append(("error", type(e).__name__))
-    return outcomes
+    return neighbour_outcomes("bn BIGNUM", "i::BIGNUM", f"INSERT INTO t VALUES ({HOSTILE}, CAST(repeat('9', {digits}) AS BIGNUM))",
+                              sql, seed=39)
 
 
 def test_count_distinct_of_a_bignum_is_refused_for_free_on_neighbours() -> None:

@@ -17,12 +17,11 @@ from typing import Any
 
 import duckdb
 import pytest
+from _hostile_value import HOSTILE, neighbour_outcomes
 
 import dpsql
 from dpsql.errors import ConfigError, DPSQLError
 from dpsql.testing import use_noise, zero_noise
-
-HOSTILE = 999
 
 #: bits of the hostile person's value: its text (200 MB) takes more than a second to build and hash on any
 #: machine, past the time-out below, while the same query without that person reads 200 short values
@@ -30,23 +29,7 @@ HUGE_BITS = 200_000_000
 
 
 def _bit_outcomes(sql: str, bits: int = HUGE_BITS) -> list[tuple[str, Any]]:
-    outcomes = []
-    for hostile in (False, True):
-        con = duckdb.connect()
-        con.execute("CREATE TABLE t (uid BIGINT, bits BIT)")
-        con.execute("INSERT INTO t SELECT i, '0101'::BIT FROM range(200) r(i)")
-        if hostile:
-            con.execute(f"INSERT INTO t SELECT {HOSTILE}, bitstring('1', {bits})")
-        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con, engine={"statement_timeout": 1}) as s:
-            use_noise(s, zero_noise(40))
-            s.register("t", "t", privacy_unit="uid")
-            try:
-                s.query(sql, epsilon=1.0)
-                outcomes.append(("ok", None))
-            except DPSQLError as e:
-                outcomes.append(("error", type(e).__name__))
-        con.close()
-    return outcomes
+    return neighbour_outcomes("bits BIT", "'0101'::BIT", f"INSERT INTO t SELECT {HOSTILE}, bitstring('1', {bits})", sql)
 
 
 @pytest.mark.parametrize("sql", ["SELECT COUNT(DISTINCT bits) AS n FROM t", "SELECT COUNT(bits) AS n FROM t"])
@@ -107,24 +90,9 @@ HUGE_POINTS = 2_500_000
 
 
 def _geometry_outcomes(sql: str) -> list[tuple[str, Any]]:
-    outcomes = []
-    for hostile in (False, True):
-        con = duckdb.connect()
-        con.execute("CREATE TABLE t (uid BIGINT, g GEOMETRY)")
-        con.execute("INSERT INTO t SELECT i, 'POINT(1 2)'::GEOMETRY FROM range(200) r(i)")
-        if hostile:
-            con.execute(f"INSERT INTO t SELECT {HOSTILE}, ('LINESTRING(' || string_agg(i || ' ' || i, ',') || ')')::GEOMETRY "
-                        f"FROM range({HUGE_POINTS}) r(i)")
-        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con, engine={"statement_timeout": 1}) as s:
-            use_noise(s, zero_noise(40))
-            s.register("t", "t", privacy_unit="uid")
-            try:
-                s.query(sql, epsilon=1.0)
-                outcomes.append(("ok", None))
-            except DPSQLError as e:
-                outcomes.append(("error", type(e).__name__))
-        con.close()
-    return outcomes
+    line = "('LINESTRING(' || string_agg(i || ' ' || i, ',') || ')')::GEOMETRY"
+    return neighbour_outcomes("g GEOMETRY", "'POINT(1 2)'::GEOMETRY",
+                              f"INSERT INTO t SELECT {HOSTILE}, {line} FROM range({HUGE_POINTS}) r(i)", sql)
 
 
 @pytest.mark.parametrize("sql", ["SELECT COUNT(DISTINCT g) AS n FROM t", "SELECT COUNT(g) AS n FROM t"])
@@ -152,23 +120,7 @@ def test_a_geometry_longer_than_max_text_bytes_is_null() -> None:
 
 
 def _variant_outcomes(sql: str, chars: int) -> list[tuple[str, Any]]:
-    outcomes = []
-    for hostile in (False, True):
-        con = duckdb.connect()
-        con.execute("CREATE TABLE t (uid BIGINT, v VARIANT)")
-        con.execute("INSERT INTO t SELECT i, 'ab'::VARIANT FROM range(200) r(i)")
-        if hostile:
-            con.execute(f"INSERT INTO t SELECT {HOSTILE}, repeat('x', {chars})::VARIANT")
-        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con, engine={"statement_timeout": 1}) as s:
-            use_noise(s, zero_noise(40))
-            s.register("t", "t", privacy_unit="uid")
-            try:
-                s.query(sql, epsilon=1.0)
-                outcomes.append(("ok", None))
-            except DPSQLError as e:
-                outcomes.append(("error", type(e).__name__))
-        con.close()
-    return outcomes
+    return neighbour_outcomes("v VARIANT", "'ab'::VARIANT", f"INSERT INTO t SELECT {HOSTILE}, repeat('x', {chars})::VARIANT", sql)
 
 
 def test_control_a_huge_variant_tested_for_null_is_answered_on_neighbours() -> None:
@@ -184,6 +136,8 @@ def test_count_of_a_huge_variant_is_answered_alike_on_neighbours() -> None:
 
 @pytest.mark.parametrize(("typ", "castable"), [("VARIANT", False), ("GEOMETRY", False), ("BIT", False), ("INTEGER[]", False),
                                                ("INTERVAL", True), ("UUID", True)])
+
+
 def test_a_comparison_refused_on_a_type_names_only_the_fixes_that_exist(typ: str, castable: bool) -> None:
     """The refusal of `col = ...` on a type without a total comparison named CAST(... AS VARCHAR) as the way out
     for every such type, and the cast was then refused for most of them."""
