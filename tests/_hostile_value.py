@@ -2,7 +2,7 @@
 
 ``t (uid BIGINT, <column>)`` holds 200 people with a short value each; the hostile neighbour adds one more
 person through ``hostile`` (an INSERT statement). Each side runs in a fresh Session with zero noise and a 1 s
-statement time-out, so a value that makes the query slow shows as a failure on one side only."""
+statement time-out (by default), so a value that makes the query slow shows as a failure on one side only."""
 
 from __future__ import annotations
 
@@ -27,10 +27,11 @@ def outcome(s: dpsql.Session, sql: str) -> tuple[str, Any]:
         return ("error", type(e).__name__)
 
 
-def neighbour_outcomes(column: str, short: str, hostile: str, sql: str, *, seed: int = 40) -> list[tuple[str, Any]]:
+def neighbour_outcomes(column: str, short: str, hostile: str, sql: str, *, seed: int = 40,
+                       timeout: float = 1) -> list[tuple[str, Any]]:
     """The outcomes of ``sql`` without and with the hostile person: ``column`` is the value column's
     definition (``bits BIT``), ``short`` the SQL of each of the 200 short values (over ``range(200) r(i)``),
-    ``hostile`` the statement that adds the person."""
+    ``hostile`` the statement that adds the person; ``timeout`` the statement time-out in seconds."""
     outcomes = []
     for with_hostile in (False, True):
         con = duckdb.connect()
@@ -38,7 +39,7 @@ def neighbour_outcomes(column: str, short: str, hostile: str, sql: str, *, seed:
         con.execute(f"INSERT INTO t SELECT i, {short} FROM range(200) r(i)")
         if with_hostile:
             con.execute(hostile)
-        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con, engine={"statement_timeout": 1}) as s:
+        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), connection=con, engine={"statement_timeout": timeout}) as s:
             use_noise(s, zero_noise(seed))
             s.register("t", "t", privacy_unit="uid")
             outcomes.append(outcome(s, sql))
