@@ -174,14 +174,23 @@ def test_millisecond_and_microsecond_files_of_one_column_are_refused(spark: dpsq
 def test_a_spark_failure_charges_once_and_says_nothing(spark: dpsql.Session, lake: Path,
                                                        capfd: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    # a file that vanishes after the check before the charge makes Spark fail while reading (FileNotFound,
-    # whose message names the file and Spark would log it): the run is charged once, marked failed, the
+    # a file that vanishes during the read (after the check before the charge, which refuses a file gone
+    # for free: tests/test_spark_replaced_sources.py) makes Spark fail while reading (FileNotFound, whose
+    # message names the file and Spark would log it): the run is charged once, marked failed, the
     # earlier entries stay as they were, and neither the error nor the output carries the value
-    monkeypatch.setattr(spark._engine, "source_changed", lambda view: None)  # the file goes after the check
+    from dpsql.engine.spark import SparkBackend
+
     t = register(spark, lake, people("url", [SENTINEL] * N, pa.string()))
     assert outcome(spark, f"SELECT COUNT(*) AS c FROM {t} WHERE url = '{SENTINEL}'") == ("ok", [{"c": N}])
     before, left = spark.history().to_pylist(), spark.remaining()
-    (lake / f"{t}.parquet").unlink()
+    checked = SparkBackend._read_files
+
+    def then_gone(self: SparkBackend, sql: str) -> Any:
+        out = checked(self, sql)
+        (lake / f"{t}.parquet").unlink()
+        return out
+
+    monkeypatch.setattr(SparkBackend, "_read_files", then_gone)
     capfd.readouterr()
     with pytest.raises(ExecutionError) as info:
         spark.query(f"SELECT url, COUNT(*) AS c FROM {t} GROUP BY url", epsilon=0.5, delta=1e-5)

@@ -63,7 +63,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.engine._duckdb_native import Version, versions
+from dpsql.engine import _duckdb_native as native
 from dpsql.engine._duckdb_sources import (
     DATE_MAX_DAY,
     DATE_MIN_DAY,
@@ -402,16 +402,6 @@ def _map_holds_decimal(t: Any) -> bool:
     return False
 
 
-def _local_version(paths: list[str]) -> Version | None:
-    """The version of local files (:func:`versions`), or None for another scheme or a path that cannot be read."""
-    if any(re.match(r"^[a-z][a-z0-9+.-]*://", p) for p in paths):
-        return None
-    try:
-        return versions(paths)
-    except OSError:
-        return None
-
-
 def _holds_unconverted(t: pa.DataType) -> bool:
     """Whether a nested Arrow type holds a timestamp in seconds or milliseconds, or a date64."""
     if pa.types.is_timestamp(t):
@@ -473,8 +463,7 @@ class SparkBackend:
         _quiet(self._spark)
         self._lock = threading.RLock()
         self._views: dict[str, str] = {}  # view -> kind
-        # local Parquet sources: their files and versions at registration (Spark keeps the listing it made then)
-        self._versions: dict[str, tuple[list[str], Version]] = {}
+        self._files: dict[str, _Files] = {}  # view -> its local Parquet files as registered (source_changed)
         self._local = DuckDBBackend(None, self.settings)  # post-processing of released values only
 
     def _pin_plan(self) -> None:
@@ -533,14 +522,14 @@ class SparkBackend:
         widened: set[str] = set()
         as_bytes: dict[str, int] = {}
         nested: dict[str, tuple[Any, Stored]] = {}
-        version: Version | None = None
         with self._lock:
             self._views[view] = kind
             try:
                 if kind == "parquet":
                     paths = [source] if re.match(r"^[a-z][a-z0-9+.-]*://", str(source)) and not str(source).startswith(
                         "file://") else _expand(str(source).removeprefix("file://"))
-                    version = _local_version(paths)  # before any footer is read: a later change is found
+                    # the files' version before their footers are read: one replaced meanwhile is refused below
+                    first = native.versions(paths) if all(os.path.isfile(p) for p in paths) else None
                     footers = self._footer_schemas(paths)
                     if footers is not None:  # every file's schema from its footer, on the driver: no Spark job
                         table_schema = footers[0][1]
@@ -557,6 +546,7 @@ class SparkBackend:
                     stored = {**self._nested_stored(name, table_schema, file_schemas),
                               **self._narrow_beside_nested(table_schema, file_schemas)}
                     nested = {f.name: (f.dataType, stored[f.name]) for f in table_schema.fields if f.name in stored}
+                    read_as: Any = None
                     if millis or widened or as_bytes or nested or footers is not None:
                         # millis / widened / as_bytes: read as the stored INT64 milliseconds / as DECIMAL(38, s) /
                         # as the stored bytes, see _capped_select
@@ -584,10 +574,13 @@ class SparkBackend:
                 raw.createOrReplaceTempView(view + "_raw")
                 if not fields:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                sel = self._capped_select(view + "_raw", fields, millis, widened, as_bytes, nested)
-                self._spark.sql(render(sel, dialect=SPARK)).createOrReplaceTempView(view)
-                if kind == "parquet" and version is not None:
-                    self._versions[view] = (paths, version)
+                sel = render(self._capped_select(view + "_raw", fields, millis, widened, as_bytes, nested), dialect=SPARK)
+                self._spark.sql(sel).createOrReplaceTempView(view)
+                if kind == "parquet":
+                    files = self._files_of(name, paths, raw, first)
+                    if files is not None:
+                        files.read_as, files.sel = read_as, sel
+                        self._files[view] = files
             except ConfigError:
                 self.unregister_source(name, kind, view)
                 raise
@@ -604,6 +597,74 @@ class SparkBackend:
             self.unregister_source(name, kind, view)
             raise ConfigError(f"table '{name}' has column names that differ only by case; dpsql needs them distinct")
         return schema
+
+    def _files_of(self, name: str, paths: list[str], raw: Any, first: native.Version | None) -> _Files | None:
+        """A Parquet source's local files with their version and footers' schemas (:meth:`source_changed`):
+        ``paths`` themselves where they are files (``first``: their version before their footers were read),
+        else the files Spark listed (a directory, ``file://``); None for another URI scheme (not checked)."""
+        if first is not None:
+            files = [os.path.abspath(p) for p in paths]
+        else:
+            uris = [str(u) for u in raw.inputFiles()]
+            if not uris or not all(u.startswith("file:") for u in uris):
+                return None
+            files = sorted(_local_path(u) for u in uris)
+        version = native.versions(files) if first is None else first
+        prints = [_footprint(f) for f in files]
+        if native.versions(files) != version:
+            raise ConfigError(f"table '{name}': one of its Parquet files changed while it was registered",
+                              hint=f"register '{name}' again once the files are written")
+        return _Files(paths, files, version, prints, listed=first is None)
+
+    def source_changed(self, view: str) -> str | None:
+        """Why the Parquet files of ``view`` can no longer be read as registered, or None: checked before every
+        charge (``catalog.check_sources_unchanged``), from the files' metadata only (a stat of each file; its
+        footer only when the stat changed; no row).
+
+        Spark's relation keeps the file listing made at registration (each file's size: a file replaced by a
+        longer one was read only up to the old size, its later row groups skipped), and the view reads the
+        columns as decided then from the footers (a DECIMAL read as its stored bytes or integer, timestamps in
+        milliseconds as their integer: ``register_source``). A file replaced since with the same Parquet schema
+        (physical types included) and Spark metadata is read as it now is, through a new relation; another
+        schema, a file gone (or a directory now listing other files) is refused, for free."""
+        with self._lock:
+            return self._refresh(view)
+
+    def _refresh(self, view: str) -> str | None:
+        f = self._files.get(view)
+        if f is None:
+            return None
+        try:
+            now = native.versions(f.files)
+            if now == f.version:
+                return None
+            prints = [_footprint(p) for p in f.files]
+        except (OSError, pa.ArrowException):
+            return "one of its Parquet files can no longer be read"
+        if prints != f.prints:
+            return "its Parquet files changed their columns or types"
+        try:
+            raw = (self._spark.read if f.read_as is None else self._spark.read.schema(f.read_as)).parquet(*f.paths)
+            if f.listed and sorted(_local_path(str(u)) for u in raw.inputFiles()) != f.files:
+                return "its directory lists other Parquet files"
+            raw.createOrReplaceTempView(view + "_raw")
+            self._spark.sql(f.sel).createOrReplaceTempView(view)
+        except Exception:  # noqa: BLE001 - a file Spark can no longer list or read the footer of
+            return "one of its Parquet files can no longer be read"
+        f.version = now  # a file replaced again meanwhile is found by the read's check after it
+        return None
+
+    def _read_files(self, sql: str) -> list[tuple[list[str], native.Version]]:
+        """The local Parquet files the query ``sql`` reads, each source's relation made again if they changed,
+        with the versions to find again after the read (a file replaced during the read fails it)."""
+        out = []
+        for view, f in self._files.items():
+            if view not in sql:
+                continue
+            if self._refresh(view) is not None:
+                raise OSError("a source file changed its schema")  # the generic failure of the read
+            out.append((f.files, f.version))
+        return out
 
     def _arrow_frame(self, name: str, table: pa.Table) -> Any:
         """An Arrow table as a Spark DataFrame (timestamps without a time zone as TIMESTAMP_NTZ).
@@ -966,28 +1027,12 @@ class SparkBackend:
         view = view or source_name(name)
         with self._lock:
             self._views.pop(view, None)
-            self._versions.pop(view, None)
+            self._files.pop(view, None)
             for v in (view, view + "_raw"):
                 try:
                     self._spark.catalog.dropTempView(v)
                 except Exception:  # noqa: BLE001 - already gone
                     pass
-
-    def source_changed(self, view: str) -> str | None:
-        """Why the local Parquet files of ``view`` can no longer be read as registered, or None: checked before every
-        charge, from the files' ``stat`` only. Spark's DataFrame keeps the files' listing (their lengths) from
-        registration: a larger file replaced since was read as its first bytes (5000 rows answered as none, whether a
-        row group was read depending on where it ended), a file gone failed the read after its charge. A file of
-        another scheme (``s3a://``, ``hdfs://``) is not checked."""
-        with self._lock:
-            got = self._versions.get(view)
-        if got is None:
-            return None
-        try:
-            now = versions(got[0])
-        except OSError:
-            return "one of its Parquet files is gone"
-        return None if now == got[1] else "its Parquet files were replaced (the Spark engine reads them as registered)"
 
     # -- binding --------------------------------------------------------------------------------
     def _analyzed(self, ast: exp.Expression) -> Any:
@@ -1069,11 +1114,10 @@ class SparkBackend:
             try:
                 self._pin_plan()
                 sc.setJobGroup(group, "dpsql bounded query", interruptOnCancel=True)
-                used = [(paths, v) for view, (paths, v) in self._versions.items() if view in sql]
                 with self._deadline(group, deadline):
+                    read = self._read_files(sql)
                     table: pa.Table = self._spark.sql(sql).toArrow()
-                # a file replaced after the check before the charge was read from the old listing (its first bytes)
-                if any(_local_version(paths) != v for paths, v in used):
+                if any(native.versions(files) != v for files, v in read):
                     raise OSError("a source file changed during the read")  # the generic failure below
                 return table
             except Exception as e:  # noqa: BLE001 - whatever failed, the same error
@@ -1095,3 +1139,48 @@ class SparkBackend:
         for view, kind in list(self._views.items()):
             self.unregister_source("", kind, view)
         self._local.close()
+
+
+class _Files:
+    """A Parquet source's local files as registered: ``paths`` (as given to Spark), ``files`` (each local file),
+    their version and footprints (:func:`_footprint`), the schema they are read as (None: Spark's inference)
+    and the view's SELECT over the ``_raw`` view (:meth:`SparkBackend.source_changed`)."""
+
+    def __init__(self, paths: list[str], files: list[str], version: native.Version, prints: list[Any],
+                 listed: bool) -> None:
+        self.paths, self.files, self.version, self.prints, self.listed = paths, files, version, prints, listed
+        self.read_as: Any = None
+        self.sel = ""
+
+
+#: the key of the Spark schema Spark writes into a Parquet footer (its reader prefers it to the Parquet schema)
+_SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
+
+
+def _footprint(path: str) -> tuple[Any, bytes | None]:
+    """What the reading of a Parquet file was decided from: its Parquet schema (physical types, lengths and
+    annotations: how each DECIMAL and timestamp is stored) and the Spark schema a Spark writer kept in it.
+    The footer only (no row)."""
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    return _Schema(f.schema), (f.metadata.metadata or {}).get(_SPARK_ROW_METADATA)
+
+
+class _Schema:
+    """A Parquet schema compared by ``ParquetSchema.equals`` (field ids and types, physical storage included)."""
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Schema) and bool(self.schema.equals(other.schema))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _local_path(uri: str) -> str:
+    """The local path of a ``file:`` URI Spark lists."""
+    from urllib.parse import unquote, urlparse
+
+    return unquote(urlparse(uri).path)
