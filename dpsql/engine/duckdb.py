@@ -394,7 +394,7 @@ class DuckDBBackend:
     def _csv_select(self, name: str, source: str, types: dict[str, str], read: list[str] | None = None) -> exp.Select:
         """The view of a CSV source: ``read`` are the files DuckDB reads (the engine's copies,
         ``dpsql.engine._duckdb_csv``); None at registration (the header and types only: no row)."""
-        delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
+        delim = _csv_delimiter(source)
         paths = _literal_files(name, _expand(source))
         names = _csv_header(paths[0], delim, self.settings.csv_encoding)
         low = {n.lower(): n for n in names}
@@ -470,8 +470,7 @@ class DuckDBBackend:
         grows faster than the width of a select list: a wide file's view is bound once, by its
         CREATE): the header's columns, VARCHAR or their declared type as DuckDB spells it, read from a
         one-column select per distinct declared type."""
-        delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
-        names = _csv_header(_literal_files(name, _expand(source))[0], delim, self.settings.csv_encoding)
+        names = self._header_of(source, _literal_files(name, _expand(source))[0])
         spelled: dict[str, str] = {}
         for t in {types[n.lower()] for n in names if n.lower() in types}:
             field, column = self._csv_column("x", t)
@@ -714,8 +713,7 @@ class DuckDBBackend:
         raise failure
 
     def _header_of(self, source: str, path: str) -> list[str]:
-        delim = "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
-        return _csv_header(path, delim, self.settings.csv_encoding)
+        return _csv_header(path, _csv_delimiter(source), self.settings.csv_encoding)
 
     def _csv_registered(self, name: str, source: str, files: list[str]) -> tuple[list[str], native.Version]:
         """The header every file of a CSV source has, and the files' versions (taken first). The files are read by
@@ -926,7 +924,7 @@ class DuckDBBackend:
                     self._csv_gone.detach()
                 self._csv_dir = csvcopy.make_dir(self.settings.temp_directory)
                 self._csv_gone = weakref.finalize(self, csvcopy.remove_dir, self._csv_dir, os.getpid())
-            suffix = ".tsv" if src.source.lower().endswith((".tsv", ".tsv.gz")) else ".csv"
+            suffix = ".tsv" if _csv_delimiter(src.source) == "\t" else ".csv"
             fresh, version = csvcopy.refresh(src, self._csv_dir, suffix, self._until, self.settings.csv_encoding)
             if fresh:
                 try:
@@ -1078,6 +1076,11 @@ class _Dataset:
     def __init__(self, paths: list[str], schemas: list[pa.Schema], target: pa.Schema | None, raw: str | None,
                  version: native.Version) -> None:
         self.paths, self.schemas, self.target, self.raw, self.version = paths, schemas, target, raw, version
+
+
+def _csv_delimiter(source: str) -> str:
+    """A CSV source's field delimiter: tab for ``.tsv`` (``.tsv.gz``) files, else a comma."""
+    return "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
 
 
 def _sql_str(value: str) -> str:
