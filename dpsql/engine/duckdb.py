@@ -360,17 +360,14 @@ class DuckDBBackend:
         paths = _literal_files(name, _expand(source))
         _same_file_types(name, paths)
         files = exp.Array(expressions=[exp.Literal.string(p) for p in paths])
-        meta = self._con.execute(self._render(exp.select("name", "type", "converted_type", "logical_type")
-                                        .from_(exp.Table(this=exp.func("parquet_schema", files))))).fetchall()
-        for col, ptype, converted, logical in meta:
-            stored = _parquet_unsafe(ptype, converted, logical)
-            if stored is not None:
-                raise ConfigError(
-                    f"column '{name}.{col}' is stored as {stored}, which DuckDB's own Parquet reader "
-                    "(invalid_text = \"replace\") converts in a way that can fail on a stored value",
-                    hint="use the default invalid_text = \"null\" (which reads it totally), or store the column "
-                         "as another type (a timestamp in microseconds, text)",
-                )
+        unsafe = self._replace_unsafe(paths)
+        if unsafe is not None:
+            raise ConfigError(
+                f"column '{name}.{unsafe[0]}' is stored as {unsafe[1]}, which DuckDB's own Parquet reader "
+                "(invalid_text = \"replace\") converts in a way that can fail on a stored value",
+                hint="use the default invalid_text = \"null\" (which reads it totally), or store the column "
+                     "as another type (a timestamp in microseconds, text)",
+            )
         # no hive partitioning: a "user_id=7/" directory must not override the rows' own user_id
         reader = exp.func("read_parquet", files,
                           exp.EQ(this=exp.column("utf8_validation"), expression=exp.Literal.string("replace")),
@@ -378,6 +375,18 @@ class DuckDBBackend:
                           # a BLOB stays a BLOB (as registered) whatever the connection's binary_as_string
                           exp.EQ(this=exp.column("binary_as_string"), expression=exp.false()))
         return self._capped_select(name, exp.Table(this=reader))
+
+    def _replace_unsafe(self, paths: list[str]) -> tuple[str, str] | None:
+        """The first column of these Parquet files (its name and how it is stored) that DuckDB's own reader
+        converts in a way that can fail on a stored value (:func:`_parquet_unsafe`), or None; footers only."""
+        files = exp.Array(expressions=[exp.Literal.string(p) for p in paths])
+        meta = self._con.execute(self._render(exp.select("name", "type", "converted_type", "logical_type")
+                                        .from_(exp.Table(this=exp.func("parquet_schema", files))))).fetchall()
+        for col, ptype, converted, logical in meta:
+            stored = _parquet_unsafe(ptype, converted, logical)
+            if stored is not None:
+                return str(col), stored
+        return None
 
     def _capped_select(self, name: str, rel: exp.Expression, only: list[str] | None = None) -> exp.Select:
         """Every column of a relation DuckDB reads (``only``: these), through :func:`_duck_plan` (bind only)."""
@@ -792,6 +801,19 @@ class DuckDBBackend:
             return "one of its Parquet files can no longer be read"
         if why is not None:
             return f"its Parquet files store {why}"
+        if d.raw is None:
+            # DuckDB's own reader: the same Arrow schema can be stored as a type that reader converts and fails
+            # on (a timestamp[us] now INT96, as Spark writes it, raised where one person's stored day was beyond
+            # its range), which registration refuses
+            try:
+                unsafe = self._replace_unsafe(d.paths)
+            except duckdb.InterruptException:
+                raise
+            except duckdb.Error:
+                return "one of its Parquet files can no longer be read"
+            if unsafe is not None:
+                return (f"its Parquet files store the column '{unsafe[0]}' as {unsafe[1]} (which DuckDB's own reader, "
+                        "invalid_text = \"replace\", converts in a way that can fail on a stored value)")
         if d.raw is not None:
             self._con.register(d.raw, ds.dataset(d.paths, format=parquet_format(), schema=d.target))
         d.version = now  # a file replaced again meanwhile is found by the read's check after it
