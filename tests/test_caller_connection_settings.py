@@ -119,3 +119,36 @@ def test_a_connection_that_logs_its_statements_to_a_file_is_refused_for_free(tmp
         s.query("SELECT k, SUM(x) AS s FROM ev GROUP BY k", epsilon=1.0, delta=1e-6)
     assert salt in log.read_text()
     con.close()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) AS n FROM t WHERE CAST(tz AS VARCHAR) LIKE '2%'",
+    "SELECT COUNT(*) AS n FROM t WHERE CAST(tz AS VARCHAR) IS NOT NULL",
+])
+@pytest.mark.parametrize("calendar", ["chinese", "dangi"])
+def test_a_callers_calendar_does_not_make_one_timestamptz_fail_the_query(calendar: str, sql: str) -> None:
+    """A TIMESTAMPTZ's text is made by DuckDB's ICU under the connection's ``Calendar``: under 'chinese' or
+    'dangi', the text of an instant from about the year 100 000 on (within the range sources keep) raised
+    DuckDB's internal error, which also invalidated the caller's database. On such a caller's connection the
+    query failed after its charge exactly when one person's row held such an instant (D: answered, D + that
+    person: ExecutionError, and every later statement FatalException). Private reads use the Gregorian
+    calendar, the caller's comes back afterwards."""
+    outcomes = []
+    for hostile in (False, True):
+        con = duckdb.connect()
+        con.execute("CREATE TABLE t (uid BIGINT, tz TIMESTAMPTZ)")
+        con.execute("INSERT INTO t SELECT i, TIMESTAMPTZ '2020-01-01 00:00:00+00' + to_days(i::INT) FROM range(200) r(i)")
+        if hostile:  # about the year 192 000
+            con.execute("INSERT INTO t VALUES (999, MAKE_TIMESTAMPTZ(6000000000000000000))")
+        con.execute(f"SET Calendar = '{calendar}'")
+        with dpsql.Session(budget=dpsql.Budget(1000.0, 1e-2), connection=con) as s:
+            use_noise(s, zero_noise())
+            s.register("t", "t", privacy_unit="uid")
+            outcomes.append(s.query(sql, epsilon=5.0).table.num_rows)
+        assert con.execute("SELECT current_setting('Calendar')").fetchall() == [(calendar,)]
+        if hostile:  # negative control: the caller's own cast on that connection raises on the hostile row
+            with pytest.raises(duckdb.Error):
+                con.execute("SELECT CAST(tz AS VARCHAR) FROM t WHERE uid = 999").fetchall()
+        con.close()
+    assert outcomes == [1, 1]
+

@@ -200,6 +200,8 @@ class DuckDBBackend:
         self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
         self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
         self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
+        # DuckDB's ICU (when loaded) spells a TIMESTAMPTZ in the connection's Calendar (pinned: _limits)
+        self._icu = bool(self._con.execute("SELECT COUNT(*) FROM duckdb_settings() WHERE name = 'Calendar'").fetchall()[0][0])
         if self._owned:  # a caller's connection keeps its own setting: private reads turn it off and back (_limited)
             self._con.execute("SET enable_progress_bar = false")
         self._spill = self.settings.temp_directory or os.path.join(
@@ -561,6 +563,11 @@ class DuckDBBackend:
                # HUGEINT count as opaque bytes: AVG failed after its charge on such a connection)
                ("arrow_lossless_conversion", "false"), ("produce_arrow_string_view", "false"),
                ("arrow_output_list_view", "false")]
+        if self._icu:
+            # a TIMESTAMPTZ's text is made under the connection's calendar: under 'chinese' or 'dangi' the text of an
+            # instant from about the year 100 000 on raised DuckDB's internal error (which also invalidated the
+            # database), so a caller's connection failed the query after its charge exactly where one row held one
+            out.append(("Calendar", "gregorian"))
         if s.memory_limit is not None:
             out.append(("memory_limit", s.memory_limit))
         if s.max_temp_directory_size is not None:
