@@ -74,3 +74,35 @@ def test_a_second_csv_file_whose_header_changed_is_refused_before_the_charge(tmp
         s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
     assert s.remaining() == left
     s.close()
+
+
+def test_a_csv_file_whose_header_changes_after_the_check_is_never_read_by_position(tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The headers are checked before the charge, the files copied and read after it: a file replaced in between
+    (an export rewritten while the query is charged) was copied and read by position under the registered header,
+    so one person's 50 rows read as 50 people past max_rows_per_unit = 1 (COUNT(*) 70 instead of 20). The copy's
+    header is checked against the registered one: such a read is the generic failure after the charge."""
+    import dpsql.engine._duckdb_csv as csvcopy
+
+    s = dpsql.Session(budget=Budget(100.0, 0.5))
+    use_noise(s, zero_noise(1))
+    s.register("t", _two_files(tmp_path, "uid,x"), privacy_unit="uid", max_rows_per_unit=1,
+               columns={"x": {"type": "INTEGER", "bounds": (0, 10)}})
+    sql = "SELECT COUNT(*) AS n FROM t"
+    assert s.query(sql, epsilon=1.0).table.to_pylist() == [{"n": 20}]
+    copy = csvcopy.refresh
+
+    def replaced_after_the_check(*args, **kwargs):  # type: ignore[no-untyped-def]
+        _two_files(tmp_path, "x,uid")
+        return copy(*args, **kwargs)
+
+    monkeypatch.setattr(csvcopy, "refresh", replaced_after_the_check)
+    with pytest.raises(dpsql.errors.ExecutionError, match="failed after its budget was charged"):
+        s.query(sql, epsilon=1.0)
+    monkeypatch.setattr(csvcopy, "refresh", copy)
+    # the next request finds the change before its charge
+    left = s.remaining()
+    with pytest.raises(ConfigError, match=r"(?s)table 't'.*header.*nothing was charged"):
+        s.query(sql, epsilon=1.0)
+    assert s.remaining() == left
+    s.close()

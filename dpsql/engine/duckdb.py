@@ -956,6 +956,12 @@ class DuckDBBackend:
             suffix = ".tsv" if _csv_delimiter(src.source) == "\t" else ".csv"
             fresh, version = csvcopy.refresh(src, self._csv_dir, suffix, self._until, self.settings.csv_encoding)
             if fresh:
+                # the headers were checked before the charge, the files copied after it: a file replaced in between
+                # would be read by position under the registered header (one person's rows as many people)
+                header = self._csv_headers.get(view, (None, None))[0]
+                if header is not None and not all(self._copied_header(src.source, c) == header for c in src.copies):
+                    csvcopy.drop(src)
+                    raise OSError("a CSV file's header changed before its read")  # the generic failure of the read
                 try:
                     self._con.execute(self._render(_temp_view(view, self._csv_select(src.name, src.source, src.types,
                                                                                      src.copies))))
@@ -964,6 +970,13 @@ class DuckDBBackend:
                     raise
             used.append((src, version))
         return used
+
+    def _copied_header(self, source: str, copy: str) -> list[str] | None:
+        """The header line of the engine's copy of a CSV file (UTF-8 text), None if it has none."""
+        try:
+            return _csv_header(copy, _csv_delimiter(source), "utf-8")
+        except ConfigError:
+            return None
 
     def _schema_of(self, sel: exp.Expression) -> list[tuple[str, str]] | None:
         """(column, type) of a source select by binding it (no row is read); None if it does not bind."""
