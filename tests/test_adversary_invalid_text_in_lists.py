@@ -1,0 +1,102 @@
+"""One person's lists of text that is not UTF-8, read through the Arrow view (an Arrow table, a Parquet file).
+
+Text is read as bytes and decoded where DuckDB can raise (``DECODE``); a value that does not decode is NULL. Inside
+a list each element was decoded under its own ``TRY``: DuckDB re-runs a failing ``TRY`` row by row and raises one
+exception per failing element, about 11 µs each, so one list of 32 000 one-byte elements that are not UTF-8 (within
+``max_list_size``) cost 0.36 s of CPU against 0.03 s for the same list in valid text. Ten such lists of one person
+passed a 1.5 s statement time-out, the same person with valid text did not. A list whose text does not decode
+anywhere is now NULL as a whole, under one ``TRY``: at most a failure or two per row, whatever the list holds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _hostile_value import HOSTILE, outcome
+
+import dpsql
+from dpsql.testing import use_noise, zero_noise
+
+M = 32_000  # one-byte elements: 64 000 of the default max_list_size (65 536)
+ROWS = 10  # the hostile person's lists
+
+
+def _lists(values: list[list[bytes]]) -> pa.Array:
+    """A list<string> array holding the bytes as they are (a broken writer's text, never validated)."""
+    offsets = [0]
+    for v in values:
+        offsets.append(offsets[-1] + len(v))
+    child = pa.array([b for v in values for b in v], pa.binary()).view(pa.string())
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), child)
+
+
+def _table(element: bytes | None) -> pa.Table:
+    """200 people with two short tags each, and (``element`` given) the hostile person's ROWS lists of M elements."""
+    values = [[b"a", b"b"] for _ in range(200)]
+    uids = list(range(200))
+    if element is not None:
+        values += [[element] * M for _ in range(ROWS)]
+        uids += [HOSTILE] * ROWS
+    return pa.table({"uid": pa.array(uids, pa.int64()), "tags": _lists(values)})
+
+
+def _outcomes(tmp_path: Path, kind: str, element: bytes, sql: str) -> list[tuple[str, Any]]:
+    out = []
+    for i, el in enumerate((None, element)):
+        src: Any = _table(el)
+        if kind == "parquet":
+            pq.write_table(src, tmp_path / f"t{i}.parquet")
+            src = str(tmp_path / f"t{i}.parquet")
+        with dpsql.Session(budget=dpsql.Budget(1e6, 0.5), engine={"statement_timeout": 1.5}) as s:
+            use_noise(s, zero_noise(41))
+            s.register("t", src, privacy_unit="uid")
+            out.append(outcome(s, sql))
+    return out
+
+
+SQLS = ["SELECT COUNT(*) AS n FROM t WHERE tags IS NOT NULL", "SELECT COUNT(tags) AS n FROM t"]
+
+
+@pytest.mark.parametrize("kind", ["arrow", "parquet"])
+@pytest.mark.parametrize("sql", SQLS)
+def test_one_persons_lists_of_text_that_is_not_utf8_are_answered_alike_on_neighbours(tmp_path: Path, kind: str,
+                                                                                     sql: str) -> None:
+    assert _outcomes(tmp_path, kind, b"\xff", sql) == [("ok", None)] * 2
+
+
+@pytest.mark.parametrize("kind", ["arrow", "parquet"])
+def test_control_the_same_lists_in_valid_text_are_answered_on_neighbours(tmp_path: Path, kind: str) -> None:
+    assert _outcomes(tmp_path, kind, b"a", SQLS[0]) == [("ok", None)] * 2
+
+
+def test_control_one_try_per_element_costs_an_exception_per_invalid_element() -> None:
+    """What the time-out above detects: DuckDB decoding each element under its own TRY, on ROWS lists of M invalid
+    one-byte elements, takes far longer than on valid ones (CPU seconds, best of 3)."""
+    con = duckdb.connect()
+    con.execute("SET threads = 1")
+    times = {}
+    for el in (b"a", b"\xff"):
+        con.register("r", pa.table({"l": pa.array([[el] * M] * ROWS, pa.list_(pa.binary()))}))
+        best = float("inf")
+        for _ in range(3):
+            start = time.process_time()
+            con.execute("SELECT COUNT(LIST_TRANSFORM(l, lambda x: TRY(DECODE(x)))) FROM r").fetchall()
+            best = min(best, time.process_time() - start)
+        times[el] = best
+    assert times[b"\xff"] > 1.0 and times[b"\xff"] > 10 * times[b"a"]
+
+
+def test_a_list_holding_text_that_is_not_utf8_is_null_as_a_whole() -> None:
+    table = pa.table({"uid": pa.array([1, 2, 3], pa.int64()),
+                      "tags": _lists([[b"a", b"\xff"], [b"a", b"b"], []]),
+                      "nested": pa.array([[["x"]], [["y"]], None], pa.list_(pa.list_(pa.string())))})
+    with dpsql.Session(budget=dpsql.Budget(1e6, 0.5)) as s:
+        s.register("t", table, privacy_unit="uid")
+        view = s.tables["t"].view
+        got = s._engine.connection.execute(f'SELECT uid, tags, nested FROM "{view}" ORDER BY uid').fetchall()
+    assert got == [(1, None, [["x"]]), (2, ["a", "b"], [["y"]]), (3, [], None)]
