@@ -561,6 +561,9 @@ def _flag_value(flag: str, item: str, text: str, example: str, *, whole: bool = 
 def _read_sql(args: argparse.Namespace) -> str:
     from dpsql.errors import ConfigError
 
+    if args.file == "":  # an unset shell variable (-f "$SQL"): never read as "no -f"
+        raise ConfigError("-f is empty: no SQL file was named",
+                          hint="give the SQL file, e.g. -f query.sql (or -f - to read standard input)")
     if args.file and args.sql:
         raise ConfigError("give the SQL either as an argument or with -f, not both")
     if args.file:
@@ -769,6 +772,11 @@ def _check_output(args: argparse.Namespace) -> None:
     (from -o's extension when --format is not given)."""
     from dpsql.errors import ConfigError
 
+    for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
+        if path == "":  # an unset shell variable (-o "$OUT"): the rows went to stdout, the meta nowhere
+            raise ConfigError(f"{flag} is empty: no file was named; nothing was charged",
+                              hint=f"give {flag} a file, e.g. {flag} {'result.csv' if flag == '-o' else 'meta.json'}"
+                              + (" (or -o - for standard output)" if flag == "-o" else ""))
     if args.output == "-":  # as with -f -: standard output (a file named '-' is -o ./-)
         args.output = None
     if getattr(args, "meta", None) == "-":
