@@ -451,7 +451,7 @@ def _open_session(args: argparse.Namespace) -> Any:
             values = [x.strip() for x in v.split(",") if x.strip()]
             if not c or not values:
                 raise ConfigError(f"--domain expects NAME.COL=A,B,C, got {k}={v}", hint="e.g. --domain events.country=US,FR,DE")
-            bounds.setdefault(t, {}).setdefault(c, {})["domain"] = [_parse_option_value(x) for x in values]
+            bounds.setdefault(t, {}).setdefault(c, {})["domain"] = values  # as typed: read by the column's type
         for k, v in _kv(args.bins, "--bins").items():
             t, _, c = k.partition(".")
             parts = v.split(":")
