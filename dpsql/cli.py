@@ -665,6 +665,12 @@ def _table_cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.10g}"
     if not isinstance(v, str):
+        from decimal import Decimal
+
+        if isinstance(v, Decimal):  # fixed point, as DuckDB spells it (str() writes 0E-10)
+            from dpsql.release import decimal_text
+
+            return decimal_text(v)
         return str(v)
     if (v.upper() == "NULL" or not v or v != v.strip(" ") or v.startswith('"') or "|" in v
             or not all(c.isprintable() or c == " " for c in v)):
@@ -720,8 +726,10 @@ def _render_rows(rel: Any, fmt: str, remaining: Any) -> bytes:
     if fmt == "csv":
         import pyarrow.csv as pacsv
 
+        from dpsql.release import decimal_columns_as_text
+
         buf = io.BytesIO()
-        pacsv.write_csv(rel.table, buf)
+        pacsv.write_csv(decimal_columns_as_text(rel.table), buf)
         return buf.getvalue()
     if fmt == "json":
         return (json.dumps(rel.to_dict(remaining), indent=1) + "\n").encode("utf-8")
