@@ -933,8 +933,13 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts or None)
             else:
                 rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
-        rem = _remaining_after(s)
-        _write_release(rel, args, rem, targets, _ledger_file(s))
+        rem = None
+        try:
+            rem = _remaining_after(s)
+            _write_release(rel, args, rem, targets, _ledger_file(s))
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM after the charge: the paid answer is kept
+            _keep_interrupted(rel, rem, targets, _ledger_file(s), to_stdout=not args.output)
+            raise
         print(
             f"mechanism: {rel.mechanism}; cost: epsilon={rel.cost.epsilon:g} delta={rel.cost.delta:g}; "
             f"remaining: {_fmt_remaining(rem)}; ledger entry {rel.ledger_id}",
@@ -1077,6 +1082,28 @@ def _written_failed(rel: Any, failed: list[tuple[str, str | None, str, bytes | N
         f"the query was answered, but {what}{also}; its charge stands (ledger entry {rel.ledger_id}){sentence}",
         hint=hint,
     )
+
+
+def _keep_interrupted(rel: Any, remaining: Any, targets: _Targets, ledger: str | None, *, to_stdout: bool) -> None:
+    """Save a charged release whose writing a signal cut short, as a failed write saves it: its charge
+    stands, so losing the answer would mean paying for it again. Signals wait meanwhile."""
+    if not to_stdout and all(t.done for t in targets.by_flag.values()):
+        return  # every output was written whole
+    import signal
+
+    from dpsql._output import rescue
+
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        data = (json.dumps(rel.to_dict(remaining), indent=1, default=str) + "\n").encode("utf-8")
+        saved = rescue({"release.json": data}, rel.ledger_id, ledger)
+        if saved is not None:
+            print(f"the released answer of ledger entry {rel.ledger_id} was saved to {saved}{os.sep}release.json (its rows "
+                  "and meta); running the query again would charge again", file=sys.stderr)
+    except Exception:  # pragma: no cover - the JSON form of released values; the signal's exit follows
+        pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _silence_stdout() -> None:
