@@ -451,7 +451,7 @@ def _open_session(args: argparse.Namespace) -> Any:
             values = [x.strip() for x in v.split(",") if x.strip()]
             if not c or not values:
                 raise ConfigError(f"--domain expects NAME.COL=A,B,C, got {k}={v}", hint="e.g. --domain events.country=US,FR,DE")
-            bounds.setdefault(t, {}).setdefault(c, {})["domain"] = [_parse_option_value(x) for x in values]
+            bounds.setdefault(t, {}).setdefault(c, {})["domain"] = values  # as typed: read by the column's type
         for k, v in _kv(args.bins, "--bins").items():
             t, _, c = k.partition(".")
             parts = v.split(":")
@@ -561,6 +561,9 @@ def _flag_value(flag: str, item: str, text: str, example: str, *, whole: bool = 
 def _read_sql(args: argparse.Namespace) -> str:
     from dpsql.errors import ConfigError
 
+    if args.file == "":  # an unset shell variable (-f "$SQL"): never read as "no -f"
+        raise ConfigError("-f is empty: no SQL file was named",
+                          hint="give the SQL file, e.g. -f query.sql (or -f - to read standard input)")
     if args.file and args.sql:
         raise ConfigError("give the SQL either as an argument or with -f, not both")
     if args.file:
@@ -662,6 +665,12 @@ def _table_cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.10g}"
     if not isinstance(v, str):
+        from decimal import Decimal
+
+        if isinstance(v, Decimal):  # fixed point, as DuckDB spells it (str() writes 0E-10)
+            from dpsql.release import decimal_text
+
+            return decimal_text(v)
         return str(v)
     if (v.upper() == "NULL" or not v or v != v.strip(" ") or v.startswith('"') or "|" in v
             or not all(c.isprintable() or c == " " for c in v)):
@@ -717,8 +726,10 @@ def _render_rows(rel: Any, fmt: str, remaining: Any) -> bytes:
     if fmt == "csv":
         import pyarrow.csv as pacsv
 
+        from dpsql.release import decimal_columns_as_text
+
         buf = io.BytesIO()
-        pacsv.write_csv(rel.table, buf)
+        pacsv.write_csv(decimal_columns_as_text(rel.table), buf)
         return buf.getvalue()
     if fmt == "json":
         return (json.dumps(rel.to_dict(remaining), indent=1) + "\n").encode("utf-8")
@@ -769,6 +780,11 @@ def _check_output(args: argparse.Namespace) -> None:
     (from -o's extension when --format is not given)."""
     from dpsql.errors import ConfigError
 
+    for flag, path in (("-o", args.output), ("--meta", getattr(args, "meta", None))):
+        if path == "":  # an unset shell variable (-o "$OUT"): the rows went to stdout, the meta nowhere
+            raise ConfigError(f"{flag} is empty: no file was named; nothing was charged",
+                              hint=f"give {flag} a file, e.g. {flag} {'result.csv' if flag == '-o' else 'meta.json'}"
+                              + (" (or -o - for standard output)" if flag == "-o" else ""))
     if args.output == "-":  # as with -f -: standard output (a file named '-' is -o ./-)
         args.output = None
     if getattr(args, "meta", None) == "-":
@@ -917,8 +933,13 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts or None)
             else:
                 rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
-        rem = _remaining_after(s)
-        _write_release(rel, args, rem, targets, _ledger_file(s))
+        rem = None
+        try:
+            rem = _remaining_after(s)
+            _write_release(rel, args, rem, targets, _ledger_file(s))
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM after the charge: the paid answer is kept
+            _keep_interrupted(rel, rem, targets, _ledger_file(s), to_stdout=not args.output)
+            raise
         print(
             f"mechanism: {rel.mechanism}; cost: epsilon={rel.cost.epsilon:g} delta={rel.cost.delta:g}; "
             f"remaining: {_fmt_remaining(rem)}; ledger entry {rel.ledger_id}",
@@ -1061,6 +1082,28 @@ def _written_failed(rel: Any, failed: list[tuple[str, str | None, str, bytes | N
         f"the query was answered, but {what}{also}; its charge stands (ledger entry {rel.ledger_id}){sentence}",
         hint=hint,
     )
+
+
+def _keep_interrupted(rel: Any, remaining: Any, targets: _Targets, ledger: str | None, *, to_stdout: bool) -> None:
+    """Save a charged release whose writing a signal cut short, as a failed write saves it: its charge
+    stands, so losing the answer would mean paying for it again. Signals wait meanwhile."""
+    if not to_stdout and all(t.done for t in targets.by_flag.values()):
+        return  # every output was written whole
+    import signal
+
+    from dpsql._output import rescue
+
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        data = (json.dumps(rel.to_dict(remaining), indent=1, default=str) + "\n").encode("utf-8")
+        saved = rescue({"release.json": data}, rel.ledger_id, ledger)
+        if saved is not None:
+            print(f"the released answer of ledger entry {rel.ledger_id} was saved to {saved}{os.sep}release.json (its rows "
+                  "and meta); running the query again would charge again", file=sys.stderr)
+    except Exception:  # pragma: no cover - the JSON form of released values; the signal's exit follows
+        pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _silence_stdout() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 from dataclasses import dataclass, field
@@ -201,9 +202,27 @@ def _json_safe(v: Any, *, nonfinite_as_text: bool = False) -> Any:
         return ("NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity") if nonfinite_as_text else None
     if v is None or isinstance(v, (bool, int, str)):
         return v
+    if isinstance(v, decimal.Decimal):
+        return decimal_text(v)
     if hasattr(v, "isoformat"):
         return v.isoformat()
     return str(v)
+
+
+def decimal_text(v: decimal.Decimal) -> str:
+    """A DECIMAL's text in fixed point with its scale, as DuckDB spells it: ``0.0000000000`` and
+    ``-0.0000000001`` for a DECIMAL(38, 10), where ``str`` writes ``0E-10`` and ``-1E-10``."""
+    return format(v, "f") if v.is_finite() else str(v)
+
+
+def decimal_columns_as_text(table: pa.Table) -> pa.Table:
+    """``table`` with every top-level DECIMAL column as its :func:`decimal_text` (Arrow's CSV writer
+    switches to scientific notation for small values, as ``str`` does)."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_decimal(f.type):
+            text = [None if v is None else decimal_text(v) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, f.with_type(pa.string()), pa.array(text, pa.string()))
+    return table
 
 
 def _readable(v: Any) -> Any:

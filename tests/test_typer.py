@@ -152,7 +152,7 @@ def test_date_domain_from_toml_is_typed_and_renders_typed_literals(tmp_path: Any
     "col,domain,words",
     [
         ("note", [1, 2, 3], "not a VARCHAR value"),
-        ("uid", ["1", "2"], "not a BIGINT value"),
+        ("uid", ["1", "0x2"], "not a BIGINT value"),  # text in plain notation only (["1", "2"] reads as 1, 2)
         ("uid", [1, 2**70], "not a BIGINT value"),
         ("uid", [True, False], "not a BIGINT value"),
         ("d", ["2024-13-01"], "not a DATE value"),

@@ -453,7 +453,7 @@ class _JoinBuilder:
                 if b is None:
                     self.bad(node, f"{fn}({quoted(arg)}) needs value bounds: table '{t.name}' declares none for '{col}', "
                                    f"and the query gives no clamp (hint: write {fn}(LEAST(GREATEST({quoted(arg)}, lo), hi)) "
-                                   "with literal bounds, or register the column's bounds)")
+                                   f"with literal bounds, or register the column with columns={{'{col}': {{'bounds': (lo, hi)}}}})")
                     return None
                 value = exp.column(f, quoted=False) if column is arg else self.flatten(arg, fn)
                 return ir.SUM, value, b

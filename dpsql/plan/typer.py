@@ -2282,6 +2282,8 @@ def type_domain(values: tuple[Any, ...], column_type: str, where: str) -> tuple[
 def _domain_value(v: Any, t: SqlType, where: str) -> Any:
     bad = ValueError(f"domain value {v!r} of {where} is not a {t} value")
     k = t.kind
+    if isinstance(v, str) and k in ("bool", "int", "float"):  # as typed on the command line (--domain t.k=1,2)
+        v = _domain_text(v, t, where, bad)
     if k == "bool":
         if isinstance(v, bool):
             return v
@@ -2347,6 +2349,21 @@ def _domain_value(v: Any, t: SqlType, where: str) -> Any:
             raise ValueError(f"domain value {v!r} of {where} is not a {t} value ({ts_limits_text(t)})")
         return ts
     raise bad  # pragma: no cover
+
+
+def _domain_text(v: str, t: SqlType, where: str, bad: ValueError) -> Any:
+    """A domain value given as text for a BOOLEAN or numeric column: ``true``/``false`` (any case), or a
+    number in plain notation (as ``bounds=["0", "100"]`` is read); anything else is refused as typed."""
+    if t.kind == "bool":
+        if v.lower() in ("true", "false"):
+            return v.lower() == "true"
+        raise bad
+    if not is_plain_number(v):  # float() reads '1_0', 'inf', ' 1' and full-width digits
+        raise ValueError(f"domain value {v!r} of {where} is not a {t} value: write it in {PLAIN_FORM}")
+    if t.kind == "int":  # exactly: '9007199254740993.0' is not rounded through a double
+        d = decimal.Decimal(v)
+        return int(d) if d == d.to_integral_value() else float(v)
+    return float(v)
 
 
 def shifted_literal(node: exp.Expression) -> dt.datetime:

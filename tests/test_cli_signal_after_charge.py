@@ -1,0 +1,89 @@
+"""Ctrl-C or SIGTERM that arrives after a query was charged and released, while its answer is being
+written, keeps the released answer.
+
+The charge of such a query stands (its entry reads released), but the answer was only in memory: the
+signal unwound the command, which removed the unwritten output files, and the paid release was lost (a
+job runner's `timeout` or `docker stop` at that moment meant paying again for the same answer). It is
+now saved as a failed write saves it (``.<ledger>.releases/entry-N-RANDOM/release.json``, rows and meta),
+and the message says where; the exit code is still the signal's."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import child_env
+
+#: the signal arrives at ``HOOK`` of the command (the function is replaced by one that signals first)
+PROBE = """
+import os, signal, sys
+from dpsql import cli
+
+sig, hook = getattr(signal, sys.argv[1]), sys.argv[2]
+real = getattr(cli, hook)
+
+def signalled(*a, **k):
+    os.kill(os.getpid(), sig)
+    for _ in range(10**6):  # the handler raises here
+        pass
+    return real(*a, **k)
+
+setattr(cli, hook, signalled)
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
+def _dpsql(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dpsql.cli", *argv], cwd=cwd, env=child_env(), capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    pq.write_table(pa.table({"uid": list(range(200))}), tmp_path / "t.parquet")
+    assert _dpsql(tmp_path, "--ledger", "l.duckdb", "init", "--epsilon", "10").returncode == 0
+    return tmp_path
+
+
+def _run(cwd: Path, sig: str, hook: str, *out: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE), sig, hook, "--ledger", "l.duckdb", "--table",
+                           "t=t.parquet", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "1",
+                           *out], cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=120)
+
+
+def _entries(cwd: Path) -> list[dict[str, object]]:
+    b = _dpsql(cwd, "--ledger", "l.duckdb", "budget", "--history", "--format", "json")
+    assert b.returncode == 0, b.stderr
+    return json.loads(b.stdout)["entries"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("out", [[], ["-o", "rows.csv", "--meta", "meta.json"]])
+def test_a_signal_while_the_answer_is_written_keeps_the_release(data: Path, sig: str, out: list[str]) -> None:
+    p = _run(data, sig, "_write_release", *out)
+    assert p.returncode == 128 + getattr(signal, sig), p.stderr
+    assert "a charge already made stands" in p.stderr and "unexpected" not in p.stderr, p.stderr
+    [entry] = _entries(data)
+    assert entry["status"] == "released"
+    saved = list(data.glob(".l.duckdb.releases/entry-1-*/release.json"))
+    assert len(saved) == 1, p.stderr
+    assert str(saved[0].parent) in p.stderr and "running the query again would charge again" in p.stderr
+    kept = json.loads(saved[0].read_text())
+    assert len(kept["rows"]) == 1 and "n" in kept["rows"][0] and kept["meta"]["ledger_id"] == 1
+    assert not (data / "rows.csv").exists() and not list(data.glob(".rows.csv.dpsql-*"))
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_before_the_charge_keeps_nothing(data: Path, sig: str) -> None:
+    """Negative control: interrupted before the query ran, nothing was charged and nothing is saved."""
+    p = _run(data, sig, "_check_output_targets", "-o", "rows.csv")
+    assert p.returncode == 128 + getattr(signal, sig), p.stderr
+    assert _entries(data) == [] and not (data / ".l.duckdb.releases").exists()
+    assert "saved" not in p.stderr
