@@ -742,6 +742,9 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
     distinct groups in the same order (a group's rows are peers: equal hash and keys), and of the first ``n``
     groups one row each is kept, the first of its peers (``ROW_NUMBER() = RANK()`` in the same window, which
     DuckDB computes in the same sort): one row per kept (unit, group), with no ``DISTINCT`` after the window.
+    That window runs over the rows of each unit's first ``n`` distinct hashes only (:func:`_first_hashes`, a
+    first window ordered by the hash alone, with ``outside`` keys filtered before it), so its sort compares the
+    keys' text for those rows alone.
     """
     missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
     if dense and HASH_FIRST_WINDOW:
