@@ -141,7 +141,9 @@ def test_counts_of_text_keys_rank_each_persons_rows_before_any_grouping() -> Non
         bounded = _flat(s.explain(SHAPES[0][0], epsilon=1.0, delta=1e-6).bounded_sql)
     finally:
         s.close()
-    assert "AS __base QUALIFY DENSE_RANK() OVER (PARTITION BY __unit ORDER BY" in bounded, bounded
+    # the rows of each person's first C_u keyed hashes, then the exact order (hash, key) over those rows
+    assert "AS __base) AS __in_domain QUALIFY DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash) <=" in bounded, bounded
+    assert "AS __first_hashes QUALIFY DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash, __k0" in bounded, bounded
     # one row per kept group, the first of its peers in the same window: no DISTINCT of the kept rows
     assert "ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY" in bounded and "= RANK() OVER (PARTITION BY __unit" in bounded
     assert "DISTINCT" not in bounded and "MD5_NUMBER" not in bounded, bounded

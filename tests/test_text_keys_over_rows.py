@@ -14,6 +14,7 @@ to 8 hashes under any salt.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,32 @@ def test_the_crafted_persons_keys_are_capped_and_outside_keys_take_no_place() ->
     crafted = set(colliding_strings(40) + aligned_strings(40, blocks=4))
     assert sum(r["__users"] for (url, _), r in out.items() if url in crafted) == 2
     assert all(c in DOMAIN for _, c in out)
+
+
+@pytest.mark.parametrize(("sql", "caps"), QUERIES)
+def test_the_first_window_orders_by_the_keyed_hash_alone_and_keeps_what_one_window_keeps(
+        sql: str, caps: Caps, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two windows: the rows of each person's first C_u distinct keyed hashes (keys outside a coded domain filtered
+    before it, an order of one integer), then the exact window (hash, keys) over those rows only. The first C_u
+    groups in the order (hash, keys) have their hashes among the first C_u distinct ones, so the same groups are
+    kept as by the one window over every row, whatever collides (the crafted person: 40 keys of one DuckDB hash
+    and 40 aligned to 8 hashes under any salt). The control: with the first window left out, the SQL has one
+    ``DENSE_RANK`` and still keeps the same groups."""
+    data = _events(4)
+    plan = _plan(sql, data)
+    for salt in ("s1", "s2", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"):
+        two_sql, two = _run(plan, caps, data, DuckDBOps(), salt)
+        with monkeypatch.context() as m:
+            m.setattr(bound, "HASH_FIRST_WINDOW", False)
+            one_sql, one = _run(plan, caps, data, DuckDBOps(), salt)
+        assert two_sql.count("DENSE_RANK()") == 2 and one_sql.count("DENSE_RANK()") == 1, two_sql
+        flat = " ".join(two_sql.split())
+        assert "DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash) <=" in flat, two_sql
+        if "country" in sql:  # the coded key's NULL (outside the domain) is filtered before the first window
+            filtered = re.search(r"WHERE NOT (__k\d) IS NULL\s*\) AS __in_domain", flat)
+            assert filtered and "IS NULL, HASH(" not in flat, two_sql
+            assert f"{filtered[1]} IS NULL, HASH(" in " ".join(one_sql.split())  # the control: ordered last
+        assert two == one
 
 
 @pytest.mark.parametrize(("sql", "caps", "ops"), [

@@ -603,6 +603,14 @@ def keyed_digest(ops: SqlOps) -> Callable[[exp.Expression], exp.Expression] | No
     return None if ops.keyed_hash_is_digest else digest
 
 
+#: the group cap over rows (:func:`rows_group_cap`) in two windows: the rows of each unit's first C_u distinct
+#: keyed hashes (an order of one integer, :func:`_first_hashes`), then the exact order (hash, keys) over those
+#: rows only (docs/performance.md, "Q2 in two windows")
+HASH_FIRST_WINDOW = True
+#: the keyed hash of (unit, group), a column between the two windows
+GROUP_HASH = "__ghash"
+
+
 def rows_group_cap(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, coded: frozenset[str]) -> bool:
     """Whether the group cap C_u runs over the rows themselves, before any grouping (``DENSE_RANK`` in
     :func:`_smallest_by_window`), instead of over the (unit, group) pairs: with counts of units only (one row per
@@ -734,8 +742,13 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
     distinct groups in the same order (a group's rows are peers: equal hash and keys), and of the first ``n``
     groups one row each is kept, the first of its peers (``ROW_NUMBER() = RANK()`` in the same window, which
     DuckDB computes in the same sort): one row per kept (unit, group), with no ``DISTINCT`` after the window.
+    That window runs over the rows of each unit's first ``n`` distinct hashes only (:func:`_first_hashes`, a
+    first window ordered by the hash alone, with ``outside`` keys filtered before it), so its sort compares the
+    keys' text for those rows alone.
     """
     missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
+    if dense and HASH_FIRST_WINDOW:
+        relation, key, missing = _first_hashes(relation, unit, key, n, missing), _col(GROUP_HASH), []
     order = [exp.Ordered(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing),
                          nulls_first=False)] if missing else []
     order.append(exp.Ordered(this=key, nulls_first=False))
@@ -751,6 +764,23 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
         kept = exp.And(this=exp.Not(this=m.copy()), expression=kept)
     return (exp.select(*[_col(c) for c in output]).from_(relation, copy=False)
             .qualify(kept, copy=False))
+
+
+def _first_hashes(relation: exp.Expression, unit: str, key: exp.Expression, n: int,
+                  missing: Sequence[exp.Expression]) -> exp.Subquery:
+    """The rows of each unit's first ``n`` distinct keyed hashes, the hash as the column :data:`GROUP_HASH`: the
+    first window of the group cap over rows (:data:`HASH_FIRST_WINDOW`), rows whose coded keys are NULL (outside
+    their domain) dropped before it. Its order is one integer, where the exact order (hash, keys) compares text;
+    the first ``n`` groups in that exact order have their hashes among these, so ranking these rows again by
+    (hash, keys) keeps the same groups whatever collides."""
+    hashed = exp.select("*", exp.alias_(key, GROUP_HASH, copy=False)).from_(relation, copy=False)
+    if missing:
+        hashed = hashed.where(exp.Not(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing)),
+                              copy=False)
+    rank = exp.Window(this=exp.func("dense_rank"), partition_by=[_col(unit)],
+                      order=exp.Order(expressions=[exp.Ordered(this=_col(GROUP_HASH), nulls_first=False)]))
+    return (exp.select("*").from_(hashed.subquery("__in_domain", copy=False), copy=False)
+            .qualify(exp.LTE(this=rank, expression=_lit(n)), copy=False).subquery("__first_hashes", copy=False))
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
