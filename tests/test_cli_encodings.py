@@ -7,6 +7,7 @@ standard input was read as Latin-1, charged and answered about another key."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,11 +30,19 @@ def _dpsql(cwd: Path, *argv: str, stdin: bytes = b"", encoding: str | None = "la
                           capture_output=True, timeout=120)
 
 
-@pytest.fixture
-def data(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def initialised(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The table and a fresh ledger, made once (``init`` is a process of its own); each test works on a copy."""
+    d = tmp_path_factory.mktemp("initialised")
     n = 300
-    pq.write_table(pa.table({"uid": list(range(n)), "k": [KEYS[i % 3] for i in range(n)]}), tmp_path / "t.parquet")
-    assert _dpsql(tmp_path, "init", "--epsilon", "10", "--delta", "0").returncode == 0
+    pq.write_table(pa.table({"uid": list(range(n)), "k": [KEYS[i % 3] for i in range(n)]}), d / "t.parquet")
+    assert _dpsql(d, "init", "--epsilon", "10", "--delta", "0").returncode == 0
+    return d
+
+
+@pytest.fixture
+def data(initialised: Path, tmp_path: Path) -> Path:
+    shutil.copytree(initialised, tmp_path, dirs_exist_ok=True)
     return tmp_path
 
 
