@@ -236,12 +236,19 @@ SIXTEEN_QUERIES = [
 
 def test_zero_noise_queries_over_a_16_byte_decimal_release_the_same_on_both_engines(
         spark: dpsql.Session, sixteen_byte_files: dict[tuple[int, int, bool], str]) -> None:
+    """Over the dictionary-encoded files (pyarrow's default): Spark reads a 16-byte DECIMAL as its bytes, so no
+    predicate on the value reaches the Parquet reader, and the encoding changes only the bytes the scan reads,
+    which the test above checks exactly for both encodings."""
     with dpsql.Session(budget=dpsql.Budget(1e6, 0.5)) as duck:
         use_noise(duck, zero_noise(38))
         for (p, s, dictionary), path in sixteen_byte_files.items():
+            if not dictionary:
+                continue
             name = f"z{p}_{s}_{int(dictionary)}"
             for sess in (spark, duck):
                 sess.register(name, path, privacy_unit="uid")
+            raw = spark._engine.spark.table(_view(spark, name) + "_raw")
+            assert raw.schema["a"].dataType.simpleString() == "binary"  # read as its bytes, converted by the view
             top, half = (str(decimal.Decimal(f"{v}E-{s}")) for v in (10**p - 1, 2**64))
             for sql in SIXTEEN_QUERIES:
                 q = sql.format(t=name, top=top, half=half)

@@ -50,6 +50,29 @@ def duck() -> Iterator[dpsql.Session]:
     s.close()
 
 
+@pytest.fixture(scope="module")
+def registered(spark: dpsql.Session, duck: dpsql.Session,
+               tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Files], dict[bool, str]]:
+    """``registered(key, files)``: the neighbours' files (``files(directory)``: hostile -> path, written on first use)
+    registered once on both sessions, hostile -> table name. A registration reads the files' footers only,
+    never the reader settings the tests below vary: those take effect when Spark plans each query, so the
+    parametrisations of one dataset share its files and tables."""
+    done: dict[str, dict[bool, str]] = {}
+    lake = tmp_path_factory.mktemp("decimal_storage")
+
+    def get(key: str, files: Files) -> dict[bool, str]:
+        if key not in done:
+            names = {}
+            for hostile, path in files(lake).items():
+                names[hostile] = f"{key}_{int(hostile)}"
+                for sess in (spark, duck):
+                    sess.register(names[hostile], path, privacy_unit="uid")
+            done[key] = names
+        return done[key]
+
+    return get
+
+
 def _outcome(s: dpsql.Session, sql: str) -> tuple[str, Any]:
     try:
         return "ok", s.query(sql, epsilon=1.0, delta=1e-5).table.to_pylist()
@@ -58,6 +81,7 @@ def _outcome(s: dpsql.Session, sql: str) -> tuple[str, Any]:
 
 
 Rows = Callable[[int, bool], dict[str, Any]]  # (person, hostile) -> the person's row
+Files = Callable[[Path], dict[bool, str]]  # a directory -> the neighbours' files written there, hostile -> path
 
 #: name -> (Parquet schema, the row of person i (the hostile value where asked), the column, precision, scale)
 NESTED: dict[str, tuple[str, Rows, str, int, int]] = {
@@ -90,18 +114,13 @@ def _files(tmp: Path, spark: dpsql.Session, schema: str, row: Rows, name: str) -
 @pytest.mark.parametrize("vectorized_nested", ["true", "false"])
 @pytest.mark.parametrize("case", sorted(NESTED))
 def test_a_nested_decimal_beyond_its_precision_answers_alike_on_neighbours(
-        spark: dpsql.Session, duck: dpsql.Session, tmp_path: Path, case: str, vectorized_nested: str) -> None:
+        spark: dpsql.Session, duck: dpsql.Session, registered: Any, case: str, vectorized_nested: str) -> None:
     schema, row, col, p, s = NESTED[case]
-    files = _files(tmp_path, spark, schema, row, case)
+    names = registered(case, lambda lake: _files(lake, spark, schema, row, case))
     conf = spark._engine.spark.conf
     was = conf.get("spark.sql.parquet.enableNestedColumnVectorizedReader")
     conf.set("spark.sql.parquet.enableNestedColumnVectorizedReader", vectorized_nested)
     try:
-        names = {}
-        for hostile, path in files.items():
-            names[hostile] = f"{case}_{vectorized_nested}_{int(hostile)}"
-            for sess in (spark, duck):
-                sess.register(names[hostile], path, privacy_unit="uid")
         for sql in (f"SELECT COUNT(*) AS c FROM {{t}} WHERE {col} IS NOT NULL", f"SELECT COUNT({col}) AS c FROM {{t}}",
                     f"SELECT COUNT(DISTINCT {col}) AS c FROM {{t}}"):
             base = _outcome(spark, sql.format(t=names[False]))
@@ -226,21 +245,22 @@ def _int_stored(hostile: bool) -> Any:
 
 @pytest.mark.parametrize("vectorized_nested", ["true", "false"])
 def test_a_decimal_stored_as_an_integer_beside_nested_columns_answers_alike_on_neighbours(
-        spark: dpsql.Session, duck: dpsql.Session, tmp_path: Path, vectorized_nested: str) -> None:
+        spark: dpsql.Session, duck: dpsql.Session, registered: Any, vectorized_nested: str) -> None:
     import pyarrow.parquet as pq
 
+    def files(lake: Path) -> dict[bool, str]:
+        out = {}
+        for hostile in (False, True):
+            out[hostile] = str(lake / f"ints_{int(hostile)}.parquet")
+            pq.write_table(_int_stored(hostile), out[hostile], store_decimal_as_integer=True)
+            assert {c.physical_type for c in pq.ParquetFile(out[hostile]).schema} == {"INT32", "INT64"}
+        return out
+
+    names = registered("ints", files)
     conf = spark._engine.spark.conf
     was = conf.get("spark.sql.parquet.enableNestedColumnVectorizedReader")
     conf.set("spark.sql.parquet.enableNestedColumnVectorizedReader", vectorized_nested)
     try:
-        names = {}
-        for hostile in (False, True):
-            path = str(tmp_path / f"ints_{int(hostile)}.parquet")
-            pq.write_table(_int_stored(hostile), path, store_decimal_as_integer=True)
-            assert {c.physical_type for c in pq.ParquetFile(path).schema} == {"INT32", "INT64"}
-            names[hostile] = f"ints_{vectorized_nested}_{int(hostile)}"
-            for sess in (spark, duck):
-                sess.register(names[hostile], path, privacy_unit="uid")
         for sql in ("SELECT COUNT(*) AS c FROM {t} WHERE st IS NOT NULL AND l IS NOT NULL",
                     "SELECT COUNT(DISTINCT st) AS c FROM {t}", "SELECT COUNT(DISTINCT l) AS c FROM {t}",
                     "SELECT COUNT(*) AS c FROM {t} WHERE a IS NULL OR a * a >= 0"):
