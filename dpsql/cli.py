@@ -1093,7 +1093,11 @@ def _keep_interrupted(rel: Any, remaining: Any, targets: _Targets, ledger: str |
 
     from dpsql._output import rescue
 
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    # a further signal waits for the save: masking it in this thread is not enough, since another thread (DuckDB's
+    # workers) takes it and Python's handler then runs here anyway; the command already exits as the first signal says
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         data = (json.dumps(rel.to_dict(remaining), indent=1, default=str) + "\n").encode("utf-8")
         saved = rescue({"release.json": data}, rel.ledger_id, ledger)
@@ -1103,7 +1107,8 @@ def _keep_interrupted(rel: Any, remaining: Any, targets: _Targets, ledger: str |
     except Exception:  # pragma: no cover - the JSON form of released values; the signal's exit follows
         pass
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _silence_stdout() -> None:
