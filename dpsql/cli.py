@@ -1250,6 +1250,9 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
             _silence_stdout()
         name = f"stdout.{'json' if args.format == 'json' else 'txt'}"
         raise _written_failed(rel, [("stdout", None, name, text.encode("utf-8") if text else None, e)], rem, ledger) from None
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM after the charge: the paid advice is kept, as a query's answer
+        _keep_interrupted(rel, rem, _Targets(), ledger, to_stdout=True)
+        raise
     print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: {_fmt_remaining(rem)}; "
           f"ledger entry {rel.ledger_id}", file=sys.stderr)
     return 0

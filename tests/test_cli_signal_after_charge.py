@@ -108,6 +108,19 @@ def test_a_second_signal_while_the_release_is_saved_waits_for_the_save(data: Pat
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_charged_caps_advice_is_written_keeps_it(data: Path, sig: str) -> None:
+    """suggest-caps is charged too: its answer, cut short by a signal while it was printed, is kept likewise."""
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE), sig, "_format_table", "--ledger", "l.duckdb",
+                        "--table", "t=t.parquet", "--privacy-unit", "t=uid", "suggest-caps", "t", "--epsilon", "1"],
+                       cwd=data, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 128 + getattr(signal, sig), p.stderr
+    [entry] = _entries(data)
+    saved = list(data.glob(f".l.duckdb.releases/entry-{entry['entry_id']}-*/release.json"))
+    assert len(saved) == 1, p.stderr
+    assert str(saved[0].parent) in p.stderr and "running the query again would charge again" in p.stderr
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_before_the_charge_keeps_nothing(data: Path, sig: str) -> None:
     """Negative control: interrupted before the query ran, nothing was charged and nothing is saved."""
     p = _run(data, sig, "_check_output_targets", "-o", "rows.csv")
