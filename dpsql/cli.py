@@ -1093,7 +1093,11 @@ def _keep_interrupted(rel: Any, remaining: Any, targets: _Targets, ledger: str |
 
     from dpsql._output import rescue
 
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    # a further signal waits for the save: masking it in this thread is not enough, since another thread (DuckDB's
+    # workers) takes it and Python's handler then runs here anyway; the command already exits as the first signal says
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         data = (json.dumps(rel.to_dict(remaining), indent=1, default=str) + "\n").encode("utf-8")
         saved = rescue({"release.json": data}, rel.ledger_id, ledger)
@@ -1103,7 +1107,8 @@ def _keep_interrupted(rel: Any, remaining: Any, targets: _Targets, ledger: str |
     except Exception:  # pragma: no cover - the JSON form of released values; the signal's exit follows
         pass
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _silence_stdout() -> None:
@@ -1245,6 +1250,9 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
             _silence_stdout()
         name = f"stdout.{'json' if args.format == 'json' else 'txt'}"
         raise _written_failed(rel, [("stdout", None, name, text.encode("utf-8") if text else None, e)], rem, ledger) from None
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM after the charge: the paid advice is kept, as a query's answer
+        _keep_interrupted(rel, rem, _Targets(), ledger, to_stdout=True)
+        raise
     print(f"cost: epsilon={rel.cost.epsilon:g}; remaining: {_fmt_remaining(rem)}; "
           f"ledger entry {rel.ledger_id}", file=sys.stderr)
     return 0

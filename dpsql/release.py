@@ -216,10 +216,12 @@ def decimal_text(v: decimal.Decimal) -> str:
 
 
 def decimal_columns_as_text(table: pa.Table) -> pa.Table:
-    """``table`` with every top-level DECIMAL column as its :func:`decimal_text` (Arrow's CSV writer
-    switches to scientific notation for small values, as ``str`` does)."""
+    """``table`` with every top-level DECIMAL column whose scale is over 6 as its :func:`decimal_text` (Arrow's
+    CSV writer switches to scientific notation for values under 10^-6 in magnitude, as ``str`` does: ``0E-10``
+    for a DECIMAL(38, 10) zero). A scale of at most 6 (an integer key computed in HUGEINT) is always written in
+    fixed point, unquoted like the other numbers, and stays so."""
     for i, f in enumerate(table.schema):
-        if pa.types.is_decimal(f.type):
+        if pa.types.is_decimal(f.type) and f.type.scale > 6:
             text = [None if v is None else decimal_text(v) for v in table.column(i).to_pylist()]
             table = table.set_column(i, f.with_type(pa.string()), pa.array(text, pa.string()))
     return table

@@ -80,6 +80,46 @@ def test_a_signal_while_the_answer_is_written_keeps_the_release(data: Path, sig:
     assert not (data / "rows.csv").exists() and not list(data.glob(".rows.csv.dpsql-*"))
 
 
+#: as PROBE, and a second signal as the release is being saved (Ctrl-C pressed twice, a job runner's SIGTERM
+#: repeated): the process's other threads (DuckDB's workers) do not block it, so Python's handler ran in the
+#: middle of the save whatever the main thread's signal mask, and the release was lost after all
+TWICE = PROBE.replace("setattr(cli, hook, signalled)", """setattr(cli, hook, signalled)
+from dpsql import _output
+saving = _output.rescue
+
+def signalled_again(*a, **k):
+    os.kill(os.getpid(), sig)
+    for _ in range(10**6):
+        pass
+    return saving(*a, **k)
+
+_output.rescue = signalled_again""")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_second_signal_while_the_release_is_saved_waits_for_the_save(data: Path, sig: str) -> None:
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(TWICE), sig, "_write_release", "--ledger", "l.duckdb",
+                        "--table", "t=t.parquet", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t",
+                        "--epsilon", "1"], cwd=data, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 128 + getattr(signal, sig), p.stderr
+    saved = list(data.glob(".l.duckdb.releases/entry-1-*/release.json"))
+    assert len(saved) == 1, p.stderr
+    assert str(saved[0].parent) in p.stderr and json.loads(saved[0].read_text())["meta"]["ledger_id"] == 1
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_charged_caps_advice_is_written_keeps_it(data: Path, sig: str) -> None:
+    """suggest-caps is charged too: its answer, cut short by a signal while it was printed, is kept likewise."""
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE), sig, "_format_table", "--ledger", "l.duckdb",
+                        "--table", "t=t.parquet", "--privacy-unit", "t=uid", "suggest-caps", "t", "--epsilon", "1"],
+                       cwd=data, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 128 + getattr(signal, sig), p.stderr
+    [entry] = _entries(data)
+    saved = list(data.glob(f".l.duckdb.releases/entry-{entry['entry_id']}-*/release.json"))
+    assert len(saved) == 1, p.stderr
+    assert str(saved[0].parent) in p.stderr and "running the query again would charge again" in p.stderr
+
+
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_before_the_charge_keeps_nothing(data: Path, sig: str) -> None:
     """Negative control: interrupted before the query ran, nothing was charged and nothing is saved."""

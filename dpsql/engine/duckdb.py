@@ -1090,10 +1090,21 @@ def _valid_utf8(arr: pa.Array, target: pa.DataType) -> pa.Array:
         return arr.cast(target)
     except pa.ArrowInvalid:
         pass
-    if len(arr) == 1:
-        return pa.nulls(1, target)
+    if len(arr) <= 4096:  # value by value: halving down to single values was one cast each (400 000 invalid: 13 s)
+        import pyarrow.compute as pc
+
+        keep = pa.array([v is None or _utf8(v) for v in arr.to_pylist()], pa.bool_())
+        return pc.if_else(keep, arr, pa.nulls(len(arr), arr.type)).cast(target)
     mid = len(arr) // 2
     return pa.concat_arrays([_valid_utf8(arr.slice(0, mid), target), _valid_utf8(arr.slice(mid), target)])
+
+
+def _utf8(v: bytes) -> bool:
+    try:
+        v.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _validated_text(raw: pa.Table, plans: list[tuple[pa.Field, pa.DataType, Any]],
