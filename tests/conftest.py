@@ -161,12 +161,13 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 #: and one worker ran it alone for about 80 s). A file missing here only starts later; the order
 #: never changes what a test checks.
 LONGEST_FIRST = (
-    "test_spark.py", "test_spark_joins.py", "test_adversary_spark_plans.py", "test_spark_cluster.py",
-    "test_adversary_join_spread.py", "test_adversary_spark_round.py", "test_s4s_truncation.py",
-    "test_joins_adversarial.py", "test_hostile_fuzz.py", "test_adversary_sql_surface.py", "test_privacy_audit.py",
-    "test_adversary_scan_statistics.py", "test_adversary_spark_text_hash.py", "test_bounding.py",
-    "test_backend_ops.py", "test_join_neighbour_fuzz.py", "test_adversary_ledger_process.py", "test_sources.py",
-    "test_allow_list_everywhere.py", "test_adversary_expressions.py",
+    "test_spark.py", "test_spark_joins.py", "test_adversary_spark_plans.py", "test_adversary_spark_decimal_storage.py",
+    "test_spark_cluster.py", "test_adversary_spark_text_hash.py", "test_s4s_truncation.py", "test_adversary_round38.py",
+    "test_adversary_join_spread.py", "test_adversary_spark_round.py", "test_spark_dates.py", "test_joins_adversarial.py",
+    "test_hostile_fuzz.py", "test_many_aggregates.py", "test_big_queries.py", "test_adversary_sql_surface.py",
+    "test_privacy_audit.py", "test_adversary_scan_statistics.py", "test_bounding.py", "test_backend_ops.py",
+    "test_join_neighbour_fuzz.py", "test_allow_list_everywhere.py", "test_adversary_ledger_process.py", "test_sources.py",
+    "test_adversary_expressions.py",
 )
 
 
