@@ -39,9 +39,13 @@ Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/
   are passed to Spark as given) and Arrow tables; text and binary values over
   ``max_text_bytes`` are NULL, and so are dates and timestamps outside 290000 BC .. 294000
   (as DuckDB's reader: near the ends of the range date functions would leave it); text that
-  is not valid UTF-8 is NULL (as DuckDB's default ``invalid_text = "null"``; Spark itself keeps
-  the bytes). Differences from DuckDB's reader (docs/spark.md): the schema is the first file's
-  (files that disagree on a column's type are refused at registration), nested values are not capped.
+  is not valid UTF-8 is NULL at the top of a column (as DuckDB's default ``invalid_text = "null"``;
+  Spark itself keeps the bytes; inside a nested value it is kept). Differences from DuckDB's reader (docs/spark.md): the schema is the first file's
+  (files that disagree on a column's type are refused at registration). Nested values are capped as
+  DuckDB caps them (:func:`_nested_read`): text and binary inside structs, lists and maps over
+  ``max_text_bytes`` are NULL (a map holding such a key is NULL as a whole), and a list or map whose
+  size (elements at every depth plus the bytes of the texts inside) is over ``max_list_size`` is NULL,
+  tested from stored lengths one depth at a time before the value is read (:func:`_size_guard`).
   A Parquet DECIMAL is read totally at any depth, decided from the footers: read as what stores it and
   converted where Spark's reader would check its precision, refused where no reader reads it totally
   (``decimal_storage_problem``: variable-length BINARY, more than 16 bytes; a map holding one). CSV files and DuckDB tables are DuckDB-only source kinds: a
