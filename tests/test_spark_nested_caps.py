@@ -94,7 +94,7 @@ ARROW_COLUMNS = [c for c in TYPES if not c.startswith(("mp", "lmp"))]
 def _duck(source: Any, kind: str, **settings: Any) -> Any:
     from dpsql.engine.duckdb import DuckDBBackend
 
-    b = DuckDBBackend(None, EngineSettings(max_text_bytes=T, max_list_size=L, **settings))
+    b = DuckDBBackend(None, EngineSettings(**{"max_text_bytes": T, "max_list_size": L, **settings}))
     b.register_source("t", kind, source, view="v")
     return b
 
@@ -161,6 +161,23 @@ def test_values_at_the_caps_are_kept_and_over_them_null(spark: Any) -> None:
     assert [r["mp"] for r in rows][:5] == [VALUES["mp"][0], None, None, [("a", None)], [("a", None)]]
     assert [r["mpl"] for r in rows][:3] == [VALUES["mpl"][0], None, [(1, [None]), (2, None)]]
     assert [r["lmp"] for r in rows][:3] == [VALUES["lmp"][0], None, [None, [("a", 2)]]]
+
+
+def test_under_the_default_ratio_of_the_caps_a_kept_list_is_not_rebuilt(spark: Any) -> None:
+    # max_list_size <= max_text_bytes (the defaults): no text inside a list within the size cap is over the text
+    # cap, so the kept list is read as is; the values are still DuckDB's
+    from dpsql.engine.spark import SparkBackend
+
+    duck = _duck(str(spark.path), "parquet", invalid_text="replace", max_text_bytes=L)
+    b = SparkBackend(None, EngineSettings(max_text_bytes=L, max_list_size=L))
+    try:
+        b.register_source("t", "parquet", str(spark.path), view="v")
+        assert _spark_rows(b, [*TYPES]) == _duck_rows(duck, [*TYPES])
+        plan = _plan(b, "SELECT ls, lls, mp FROM v")
+        assert "transform" not in plan and "forall" not in plan and "size(ls" in plan, plan
+    finally:
+        duck.close()
+        b.close()
 
 
 def test_control_without_caps_every_value_is_read_whole() -> None:

@@ -471,6 +471,13 @@ def _nested_read(ref: exp.Expression, t: Any, stored: Stored, cap: int | None, l
         return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=ref.copy(), expression=exp.Null())),
                                     true=_f("named_struct", *args))])
     out: exp.Expression | None = None
+    if isinstance(t, MapType) and not _is_text(t.keyType) and _nested_read(
+            exp.column("k"), t.keyType, stored, cap, None, where, depth + 1, True) is not None:
+        raise ConfigError(f"column {where} has type {t.simpleString()}: values inside its keys cannot be capped at "
+                          "max_text_bytes",
+                          hint="store it as a list of structs, or leave the column out of the source")
+    if not inside and list_cap is not None and cap is not None and list_cap <= cap:
+        cap = None  # every text inside a value within list_cap is within cap: its size counts the text's bytes
     if isinstance(t, ArrayType):
         var = f"_dpsql_e{depth}"
         body = _nested_read(exp.column(var), t.elementType, stored, cap, list_cap, where, depth + 1, True)
@@ -480,10 +487,6 @@ def _nested_read(ref: exp.Expression, t: Any, stored: Stored, cap: int | None, l
         key, var = f"_dpsql_k{depth}", f"_dpsql_v{depth}"
         keys = _nested_read(exp.column(key), t.keyType, stored, cap, list_cap, where, depth + 1, True)
         body = _nested_read(exp.column(var), t.valueType, stored, cap, list_cap, where, depth + 1, True)
-        if keys is not None and not _is_text(t.keyType):
-            raise ConfigError(f"column {where} has type {t.simpleString()}: values inside its keys cannot be capped at "
-                              "max_text_bytes",
-                              hint="store it as a list of structs, or leave the column out of the source")
         if body is not None:
             out = _f("transform_values", ref.copy(), _lambda(body, key, var))
         if keys is not None:  # a key over the cap: the map is NULL
