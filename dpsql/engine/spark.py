@@ -39,9 +39,13 @@ Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/
   are passed to Spark as given) and Arrow tables; text and binary values over
   ``max_text_bytes`` are NULL, and so are dates and timestamps outside 290000 BC .. 294000
   (as DuckDB's reader: near the ends of the range date functions would leave it); text that
-  is not valid UTF-8 is NULL (as DuckDB's default ``invalid_text = "null"``; Spark itself keeps
-  the bytes). Differences from DuckDB's reader (docs/spark.md): the schema is the first file's
-  (files that disagree on a column's type are refused at registration), nested values are not capped.
+  is not valid UTF-8 is NULL at the top of a column (as DuckDB's default ``invalid_text = "null"``;
+  Spark itself keeps the bytes; inside a nested value it is kept). Differences from DuckDB's reader (docs/spark.md): the schema is the first file's
+  (files that disagree on a column's type are refused at registration). Nested values are capped as
+  DuckDB caps them (:func:`_nested_read`): text and binary inside structs, lists and maps over
+  ``max_text_bytes`` are NULL (a map holding such a key is NULL as a whole), and a list or map whose
+  size (elements at every depth plus the bytes of the texts inside) is over ``max_list_size`` is NULL,
+  tested from stored lengths one depth at a time before the value is read (:func:`_size_guard`).
   A Parquet DECIMAL is read totally at any depth, decided from the footers: read as what stores it and
   converted where Spark's reader would check its precision, refused where no reader reads it totally
   (``decimal_storage_problem``: variable-length BINARY, more than 16 bytes; a map holding one). CSV files and DuckDB tables are DuckDB-only source kinds: a
@@ -356,33 +360,144 @@ def _decimal_from_integer(ref: exp.Expression, p: int, s: int) -> exp.Expression
     return exp.Case(ifs=[exp.If(this=inside, true=cast)])
 
 
-def _nested_from_stored(ref: exp.Expression, t: Any, stored: Stored, depth: int = 0) -> exp.Expression:
-    """A nested value read as :func:`_stored_type` of ``t``, rebuilt as ``t``: every DECIMAL(p, s) inside it the
-    exact value of what stores it within p digits, else NULL, as DuckDB's reader makes it (bytes: by
-    :func:`_decimal_from_bytes` after sign-extending them to 16, so any stored length up to 16 converts; an integer:
-    :func:`_decimal_from_integer`); structs field by field (a NULL struct stays NULL), lists element by element.
-    Total: no step can raise on any stored value."""
-    from pyspark.sql.types import ArrayType, DecimalType, StructType
+def _f(name: str, *args: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def _lambda(body: exp.Expression, *names: str) -> exp.Expression:
+    return exp.Lambda(this=body, expressions=[exp.to_identifier(n) for n in names])
+
+
+def _is_text(t: Any) -> bool:
+    """Whether the Spark type ``t`` is text or binary: its values' cost is their stored length (``octet_length``)."""
+    from pyspark.sql.types import BinaryType, CharType, StringType, VarcharType
+
+    return isinstance(t, (StringType, CharType, VarcharType, BinaryType))
+
+
+def _zero(e: exp.Expression) -> exp.Expression:
+    """``e``, 0 where NULL, as a BIGINT (sums of sizes never overflow an INT under ANSI mode)."""
+    return _f("coalesce", e, exp.Cast(this=exp.Literal.number(0), to=exp.DataType.build("BIGINT", dialect=SPARK)))
+
+
+def _size_levels(e: exp.Expression, t: Any, depth: int) -> list[exp.Expression]:
+    """The size of the value ``e`` of Spark type ``t`` by depth, as ``_duckdb_sources._levels`` counts it: the first
+    term the elements of its outermost arrays and maps (with the bytes of the texts beside them), each next term the
+    elements and bytes one level deeper; each term reads only the elements the terms before it counted (``size`` of
+    an array or map, ``octet_length`` of a text, summed by ``aggregate``), never a value as text. NULL counts 0."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if _is_text(t):
+        return [_f("octet_length", e)]
+    if isinstance(t, StructType):
+        per = [_size_levels(exp.Bracket(this=e.copy(), expressions=[exp.Literal.string(f.name)]), f.dataType, depth)
+               for f in t.fields]
+        return [_sum([_zero(p[j]) for p in per if len(p) > j]) for j in range(max((len(p) for p in per), default=0))]
+    var, acc = f"_dpsql_s{depth}", f"_dpsql_a{depth}"
+
+    def over(items: exp.Expression, child: Any) -> list[exp.Expression]:
+        zero = exp.Cast(this=exp.Literal.number(0), to=exp.DataType.build("BIGINT", dialect=SPARK))
+        return [_f("aggregate", items, zero, _lambda(
+            exp.Add(this=exp.column(acc), expression=_zero(term)), acc, var))
+            for term in _size_levels(exp.column(var), child, depth + 1)]
+
+    if isinstance(t, ArrayType):
+        return [_f("size", e.copy()), *over(e, t.elementType)]
+    if isinstance(t, MapType):
+        keys, values = over(_f("map_keys", e.copy()), t.keyType), over(_f("map_values", e.copy()), t.valueType)
+        return [_f("size", e.copy()), *(_sum([*keys[j:j + 1], *values[j:j + 1]])
+                                        for j in range(max(len(keys), len(values))))]
+    return []
+
+
+def _sum(terms: list[exp.Expression]) -> exp.Expression:
+    total = terms[0]
+    for term in terms[1:]:
+        total = exp.Add(this=total, expression=term)
+    return total
+
+
+def _size_guard(e: exp.Expression, t: Any, cap: int, value: exp.Expression, depth: int) -> exp.Expression:
+    """``value``, or NULL when the array or map ``e`` is over ``cap`` in size (:func:`_size_levels`), as
+    ``_duckdb_sources._size_guard``: nested ``CASE``s, one per depth, so a value is read one depth further only
+    while the depths before are within the cap (Spark evaluates a ``THEN`` only on the rows whose condition
+    holds, and its subexpression elimination hoists nothing out of a branch that may not run)."""
+    terms = [_zero(term) for term in _size_levels(e, t, depth)]
+    out = value
+    for j in reversed(range(len(terms))):
+        out = exp.Case(ifs=[exp.If(this=exp.LTE(this=_sum([x.copy() for x in terms[:j + 1]]),
+                                                expression=exp.Literal.number(cap)), true=out)])
+    return out
+
+
+def _nested_read(ref: exp.Expression, t: Any, stored: Stored, cap: int | None, list_cap: int | None, where: str,
+                 depth: int = 0, inside: bool = False) -> exp.Expression | None:
+    """A value of Spark type ``t`` read as the DuckDB engine reads it, or None where it is read as is:
+
+    * a DECIMAL(p, s) read as what stores it (``stored``: :func:`_stored_type`) is the exact value within p
+      digits, else NULL, as DuckDB's reader makes it (bytes: by :func:`_decimal_from_bytes` after sign-extending
+      them to 16, so any stored length up to 16 converts; an integer: :func:`_decimal_from_integer`);
+    * a text or binary value inside a struct, array or map (at any depth) over ``cap`` bytes is NULL, and a map
+      holding such a key is NULL as a whole (a key cannot be NULL); a map keyed by another type holding text is
+      refused (``ConfigError``, as the DuckDB engine refuses it);
+    * an array or map (not ``inside`` another) whose size is over ``list_cap`` is NULL (:func:`_size_guard`);
+    * structs are rebuilt field by field (a NULL struct stays NULL), arrays element by element (``transform``),
+      maps value by value (``transform_values``).
+
+    Total: no step can raise on any stored value. (Top-level text is capped by ``SparkBackend._capped_select``.)"""
+    from pyspark.sql.types import ArrayType, DecimalType, MapType, StructType
 
     if isinstance(t, DecimalType):
         kind = stored.get((t.precision, t.scale))
         if kind is None:
-            return ref
+            return None
         if kind == "FIXED_LEN_BYTE_ARRAY":
             return _decimal_from_bytes(_sign_extended(ref), t.precision, t.scale, 16)
         return _decimal_from_integer(ref, t.precision, t.scale)
+    if _is_text(t):
+        if cap is None:
+            return None
+        return exp.Case(ifs=[exp.If(this=exp.LTE(this=_f("octet_length", ref.copy()), expression=exp.Literal.number(cap)),
+                                    true=ref.copy())])
     if isinstance(t, StructType):
-        parts: list[exp.Expression] = []
-        for f in t.fields:
-            parts += [exp.Literal.string(f.name), _nested_from_stored(
-                exp.Bracket(this=ref.copy(), expressions=[exp.Literal.string(f.name)]), f.dataType, stored, depth + 1)]
+        parts = [(f.name, exp.Bracket(this=ref.copy(), expressions=[exp.Literal.string(f.name)]), f.dataType)
+                 for f in t.fields]
+        built = [(n, sub, _nested_read(sub, ft, stored, cap, list_cap, where, depth + 1, inside)) for n, sub, ft in parts]
+        if all(b is None for _, _, b in built):
+            return None
+        args: list[exp.Expression] = []
+        for n, sub, b in built:
+            args += [exp.Literal.string(n), b if b is not None else sub]
         return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=ref.copy(), expression=exp.Null())),
-                                    true=exp.Anonymous(this="named_struct", expressions=parts))])
+                                    true=_f("named_struct", *args))])
+    out: exp.Expression | None = None
+    if isinstance(t, MapType) and not _is_text(t.keyType) and _nested_read(
+            exp.column("k"), t.keyType, stored, cap, None, where, depth + 1, True) is not None:
+        raise ConfigError(f"column {where} has type {t.simpleString()}: values inside its keys cannot be capped at "
+                          "max_text_bytes",
+                          hint="store it as a list of structs, or leave the column out of the source")
+    if not inside and list_cap is not None and cap is not None and list_cap <= cap:
+        cap = None  # every text inside a value within list_cap is within cap: its size counts the text's bytes
     if isinstance(t, ArrayType):
-        var = exp.to_identifier(f"_dpsql_e{depth}")
-        body = _nested_from_stored(exp.column(var), t.elementType, stored, depth + 1)
-        return exp.Anonymous(this="transform", expressions=[ref.copy(), exp.Lambda(this=body, expressions=[var])])
-    return ref
+        var = f"_dpsql_e{depth}"
+        body = _nested_read(exp.column(var), t.elementType, stored, cap, list_cap, where, depth + 1, True)
+        if body is not None:
+            out = _f("transform", ref.copy(), _lambda(body, var))
+    elif isinstance(t, MapType):
+        key, var = f"_dpsql_k{depth}", f"_dpsql_v{depth}"
+        keys = _nested_read(exp.column(key), t.keyType, stored, cap, list_cap, where, depth + 1, True)
+        body = _nested_read(exp.column(var), t.valueType, stored, cap, list_cap, where, depth + 1, True)
+        if body is not None:
+            out = _f("transform_values", ref.copy(), _lambda(body, key, var))
+        if keys is not None:  # a key over the cap: the map is NULL
+            short = exp.LTE(this=_f("octet_length", exp.column(key)), expression=exp.Literal.number(cap or 0))
+            out = exp.Case(ifs=[exp.If(this=_f("forall", _f("map_keys", ref.copy()), _lambda(short, key)),
+                                       true=out if out is not None else ref.copy())])
+    else:
+        return None
+    if inside or list_cap is None:
+        return out
+    return _size_guard(ref, t, list_cap, out if out is not None else ref.copy(), depth)
 
 
 def _holds_decimal(t: Any) -> bool:
@@ -572,9 +687,11 @@ class SparkBackend:
                         raise ConfigError(f"table '{name}': an Arrow source must be a pyarrow.Table")
                     raw = self._arrow_frame(name, source)
                 raw.createOrReplaceTempView(view + "_raw")
+                declared = (table_schema if kind == "parquet" else raw.schema).fields
                 if not fields:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
-                sel = render(self._capped_select(view + "_raw", fields, millis, widened, as_bytes, nested), dialect=SPARK)
+                sel = render(self._capped_select(name, view + "_raw", fields, {f.name: f.dataType for f in declared},
+                                                 millis, widened, as_bytes, nested), dialect=SPARK)
                 self._spark.sql(sel).createOrReplaceTempView(view)
                 if kind == "parquet":
                     files = self._files_of(name, paths, raw, first)
@@ -884,7 +1001,7 @@ class SparkBackend:
     def _narrow_beside_nested(self, table_schema: Any, schemas: list[Any]) -> dict[str, Stored]:
         """The top-level DECIMAL columns of at most 18 digits of a table with nested columns, each stored one way
         (INT32, INT64 or FIXED_LEN_BYTE_ARRAY) in every file: read as what stores them and converted as nested ones
-        are (:func:`_nested_from_stored`). Spark's row-based reader, which reads such a table where the owner turns
+        are (:func:`_nested_read`). Spark's row-based reader, which reads such a table where the owner turns
         ``spark.sql.parquet.enableNestedColumnVectorizedReader`` off, raised on a value beyond the declared
         precision (the vectorized reader, which reads a table of atomic columns, keeps it: ``_capped_select``)."""
         from pyspark.sql.types import DecimalType
@@ -920,7 +1037,7 @@ class SparkBackend:
 
     def _nested_stored(self, name: str, table_schema: Any, schemas: list[Any]) -> dict[str, Stored]:
         """The top-level nested columns holding a DECIMAL, each with how its DECIMAL(p, s) are stored: read as what
-        stores them and rebuilt (:func:`_nested_from_stored`).
+        stores them and rebuilt (:func:`_nested_read`).
 
         Spark's row-based reader (which reads nested columns where the owner turns
         ``spark.sql.parquet.enableNestedColumnVectorizedReader`` off) raised on a nested DECIMAL beyond its declared
@@ -953,9 +1070,14 @@ class SparkBackend:
             out[col] = {t: next(iter(k)) for t, k in by_type.items()}
         return out
 
-    def _capped_select(self, raw: str, fields: list[tuple[str, str]], millis: Collection[str] = (),
-                       widened: Collection[str] = (), as_bytes: Mapping[str, int] | None = None,
+    def _capped_select(self, name: str, raw: str, fields: list[tuple[str, str]], types: Mapping[str, Any],
+                       millis: Collection[str] = (), widened: Collection[str] = (),
+                       as_bytes: Mapping[str, int] | None = None,
                        nested: Mapping[str, tuple[Any, Stored]] | None = None) -> exp.Select:
+        """The view of a source over its ``raw`` view: each column (``fields``: name and Spark type's simple
+        string; ``types``: name and Spark type as declared) read as the DuckDB engine reads it."""
+        from pyspark.sql.types import AtomicType
+
         as_bytes, nested = as_bytes or {}, nested or {}
         cap = self.settings.max_text_bytes
         items: list[exp.Expression] = []
@@ -972,8 +1094,11 @@ class SparkBackend:
                                                        dialect=SPARK))
                 items.append(exp.alias_(exp.Case(ifs=[exp.If(this=inside, true=as_ts)]), view_column(n), quoted=True))
                 continue
-            if n in nested:  # its DECIMALs read as what stores them: rebuilt (_nested_stored)
-                items.append(exp.alias_(_nested_from_stored(ref, *nested[n]), view_column(n), quoted=True))
+            if n in nested or (n in types and not isinstance(types[n], AtomicType)):
+                # its DECIMALs read as what stores them (_nested_stored), its text and lists capped: rebuilt
+                t_n, stored = nested.get(n, (types.get(n), {}))
+                built = _nested_read(ref, t_n, stored, cap, self.settings.max_list_size, f"'{name}.{n}'")
+                items.append(exp.alias_(built if built is not None else ref, view_column(n), quoted=True))
                 continue
             text = t == "string" or t.startswith("string collate")
             if text or (cap is not None and t == "binary"):
