@@ -335,6 +335,12 @@ def test_a_query_of_no_text_column_checks_the_schemas_only(tmp_path: Path, monke
     ('SELECT COUNT(*) FROM (PIVOT "v" ON likes USING COUNT(user_id))', None),
     ('SELECT COUNT(*) FROM "v", query(\'SELECT url FROM "v"\')', None),
     ('SELECT COUNT(*) FROM query(\'SELECT url FROM "v"\')', None),
+    ('SELECT * FROM (SELECT url FROM "v") AS s', ["url"]),
+    ('SELECT *, HASH(a) FROM (SELECT url AS a FROM "v") AS s JOIN (SELECT likes FROM "v") AS w ON TRUE', ["url"]),
+    ('SELECT * FROM (SELECT * FROM "v") AS s', None),
+    ('SELECT * FROM (SELECT url FROM "v") AS s JOIN "v" ON TRUE', None),
+    ('SELECT * FROM (SELECT url FROM "v") AS s, "v"', None),
+    ('WITH c AS (SELECT url FROM "v") SELECT * FROM c', None),
 ])
 def test_the_columns_a_query_may_read(query: str, read: list[str] | None) -> None:
     """Which text columns a query may read, from its text: every column unless it can only read

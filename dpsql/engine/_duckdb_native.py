@@ -173,7 +173,7 @@ def reads_of(ast: exp.Expression) -> Reads:
             if node.is_string:
                 strings.append(node.name)
         elif isinstance(node, exp.Star):
-            if not (isinstance(node.parent, exp.Count) and node.arg_key == "this"):
+            if not (isinstance(node.parent, exp.Count) and node.arg_key == "this") and not _star_of_subqueries(node):
                 return Reads(None)
         elif isinstance(node, (exp.Columns, exp.Pivot)) or (isinstance(node, exp.Anonymous)
                                                             and node.name.upper() == "COLUMNS"):
@@ -190,6 +190,16 @@ def reads_of(ast: exp.Expression) -> Reads:
     if columns & relations:
         return Reads(None)
     return Reads(frozenset(names), tuple(strings))
+
+
+def _star_of_subqueries(star: exp.Star) -> bool:
+    """Whether ``star`` is a ``SELECT *`` whose every source is a subquery: it then reads only the
+    columns those subqueries select, each walked (and named or starred) on its own."""
+    select = star.parent
+    if not isinstance(select, exp.Select) or star.arg_key != "expressions":
+        return False
+    sources = [select.args.get("from_"), *(select.args.get("joins") or [])]
+    return all(s is not None and isinstance(s.this, exp.Subquery) for s in sources)
 
 
 def _valid(values: pa.Array) -> bool:
