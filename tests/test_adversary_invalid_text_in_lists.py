@@ -138,6 +138,11 @@ def _cpu(sql: str, table: pa.Table) -> float:
     return best
 
 
+#: the CPU seconds one person's invalid rows may add to the read above (the control: decoding under TRY adds
+#: 0.25-0.45 s from one machine to another)
+EXTRA = 0.15
+
+
 def test_one_persons_rows_of_text_that_is_not_utf8_in_an_arrow_table_cost_what_valid_rows_cost() -> None:
     """Top-level text under ``TRY(DECODE(...))``: each vector holding one failing value was run again row by row
     (2048 rows), about 1.5 ms; one person's 300 such rows, one per vector, made a read of 614 400 rows 0.55 s of CPU
@@ -145,7 +150,7 @@ def test_one_persons_rows_of_text_that_is_not_utf8_in_an_arrow_table_cost_what_v
     table is copied there anyway), each invalid value NULL; the read decodes nothing."""
     sql = "SELECT COUNT(*) AS n FROM t WHERE note IS NOT NULL"
     valid, invalid = _cpu(sql, _spread_table(b"x")), _cpu(sql, _spread_table(b"\xff"))
-    assert invalid < valid + 0.15, (valid, invalid)
+    assert invalid < valid + EXTRA, (valid, invalid)
 
 
 def test_control_decoding_each_row_under_try_is_slow_on_the_vectors_holding_invalid_text() -> None:
@@ -160,7 +165,7 @@ def test_control_decoding_each_row_under_try_is_slow_on_the_vectors_holding_inva
             con.execute("SELECT COUNT(TRY(DECODE(note))) FROM r").fetchall()
             best = min(best, time.process_time() - start)
         times[el] = best
-    assert times[b"\xff"] > times[b"x"] + 0.25, times
+    assert times[b"\xff"] > times[b"x"] + EXTRA, times
 
 
 def test_an_arrow_tables_text_that_is_not_utf8_is_null() -> None:
@@ -192,7 +197,7 @@ def test_one_persons_lists_of_text_that_is_not_utf8_spread_over_vectors_cost_wha
     one person's 300 lists, one per vector, made this read 5 s of CPU against 0.2 s in valid text."""
     sql = "SELECT COUNT(*) AS n FROM t WHERE tags IS NOT NULL"
     valid, invalid = _cpu(sql, _spread_lists(b"x")), _cpu(sql, _spread_lists(b"\xff"))
-    assert invalid < valid + 0.15, (valid, invalid)
+    assert invalid < valid + EXTRA, (valid, invalid)
 
 
 def test_an_arrow_table_whose_text_is_mostly_not_utf8_registers_in_linear_time() -> None:
