@@ -350,12 +350,15 @@ UNBOUNDED = ("range(", "repeat(", "levenshtein(", "regexp_", "<<", "factorial(",
 
 
 def test_negative_control_raw_duckdb_outcomes_do_depend_on_one_user(connection: duckdb.DuckDBPyConnection) -> None:
-    """Without dpsql's typer, the same generated WHERE clauses fail or not depending on the user."""
+    """Without dpsql's typer, the same generated WHERE clauses fail or not depending on the user (the count stops
+    at the 5 the check asks for)."""
     differ = 0
     for role, e in generate(4 * N_EXPRESSIONS):
         # functions of unbounded cost would really run away here (that is the point of the allow-list)
         if role != "where" or any(f in e for f in UNBOUNDED):
             continue
+        if differ >= 5:
+            break
         res = []
         for name in ("d_full", "d_minus"):
             try:
