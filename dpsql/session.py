@@ -72,7 +72,7 @@ class Session:
         self._token = secrets.token_hex(4)  # keeps this Session's views apart from others'
         self._catalog_lock = CatalogLock()  # a registration waits for the requests in flight in other threads
         self._closed = False
-        self._catalog_version, self._bound_ok = 0, dict[tuple[Any, ...], None]()  # remembered bind checks
+        self._catalog_version, self._bound_ok = 0, dict[tuple[Any, ...], Any]()  # bind checks passed (and preparations)
         try:  # ``tables`` are registered before the ledger is opened: a bad table never creates a ledger
             for name, kwargs in (tables or {}).items():
                 self.register(name, **kwargs)
@@ -161,7 +161,7 @@ class Session:
         bounded query built once under ``salt`` for the check and the caller (None: built only to check, not returned)."""
         check_sources_unchanged(self._catalog, r.request.tables, self._engine)  # never remembered
         key = (r.bind_key(), self._catalog_version, os.getpid())  # a forked child checks its engine again
-        ast = None if salt is None else r.mechanism.bounded(r.calibration, salt, self._engine.ops)
+        ast = None if salt is None else backends.bounded_under(self._engine, r, salt, key, self._bound_ok)
         if key not in self._bound_ok:
             ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast
             getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, self._engine)  # reads public rows only

@@ -76,6 +76,24 @@ def fetch_bounded(backend: ExecutionBackend, ast: Any) -> Any:
     return backend.fetch_arrow(ast) if ast is not None else None
 
 
+def bounded_under(backend: ExecutionBackend, route: Any, salt: str, key: Any, checked: dict[Any, Any]) -> Any:
+    """The bounded query of ``route`` (a mechanism's route) under ``salt``: built; or for a query whose bind check
+    passed before (``key`` in ``checked``, whose value keeps the backend's preparation) and a real salt, the
+    backend's preparation of it under ``salt`` (built and rendered once, the salt put into the text where that is
+    exactly what building it under the salt gives: ``DuckDBBackend.prepare_bounded``), where it prepares one."""
+    from dpsql.rewrite.bound import SALT_PLACEHOLDER
+
+    def build(s: str) -> Any:
+        return route.mechanism.bounded(route.calibration, s, backend.ops)
+
+    if salt == SALT_PLACEHOLDER or key not in checked:
+        return build(salt)
+    if checked[key] is None:
+        prepare = getattr(backend, "prepare_bounded", None)
+        checked[key] = (prepare(build) if prepare is not None else None) or False
+    return checked[key].salted(salt) if checked[key] else build(salt)
+
+
 def describe_bounded(backend: ExecutionBackend, ast: Any) -> dict[str, str]:
     """Column types of a bounded relation by binding it (no row read); of a batch, every query is bound
     (so each is refused before the charge if it does not bind) and the first one's types returned."""
@@ -96,6 +114,7 @@ __all__ = [
     "BoundedBatch",
     "describe_bounded",
     "fetch_bounded",
+    "bounded_under",
     "render_bounded",
     "make_backend",
     "BACKENDS",

@@ -44,6 +44,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -155,6 +156,32 @@ os.register_at_fork(after_in_child=_engines_after_fork)
 #: cross product would stay, so each inner join keeps its written ON conditions instead.
 STATISTICS_OPTIMIZERS = ("filter_pushdown", "join_filter_pushdown", "statistics_propagation", "row_group_pruner",
                          "build_side_probe_side", "join_order", "filter_pullup")
+
+
+@dataclass(frozen=True)
+class SaltedRead:
+    """A bounded query's text under one query's secret salt, with what its tree told about it (the
+    optimizers its marks turn off, the columns it may read): :meth:`PreparedRead.salted`."""
+
+    sql: str
+    off: tuple[str, ...]
+    reads: native.Reads
+
+
+@dataclass(frozen=True)
+class PreparedRead:
+    """A bounded query rendered once under a stand-in salt (:meth:`DuckDBBackend.prepare_bounded`),
+    so a repeated query is not built, walked and rendered again: each query gets the text with its
+    own fresh salt in place of the stand-in. Made only where that text is, by a check at preparation,
+    exactly the text the query's tree built under that salt renders to."""
+
+    text: str
+    stand_in: str
+    off: tuple[str, ...]
+    reads: native.Reads
+
+    def salted(self, salt: str) -> SaltedRead:
+        return SaltedRead(self.text.replace(self.stand_in, salt), self.off, self.reads)
 
 
 class DuckDBBackend:
@@ -700,23 +727,49 @@ class DuckDBBackend:
             self._con.execute(f"SET disabled_optimizers = {_sql_str(before)}")
 
     # -- execution ------------------------------------------------------------------------
-    def fetch_arrow(self, ast: exp.Expression, *, what: str = "the bounded query",
+    def prepare_bounded(self, build: Callable[[str], Any]) -> PreparedRead | None:
+        """A bounded query ``build(salt)`` rendered once, for every later query of the same bind key
+        (``dpsql.session``) to run with its own salt; None where that would not be exact. The query is
+        built under two random stand-in salts and rendered: only where the first text does not hold the
+        second's salt and becomes the second text when one is put in place of the other (the salt enters
+        the text verbatim, if at all, and nothing else in it varies) is it kept. A query with a read salt
+        (``with_read_salt``: drawn again for each read) or that is not one query is not prepared."""
+        from dpsql.plan.typer import READ_SALT
+
+        one, two = secrets.token_hex(16), secrets.token_hex(16)
+        first, second = build(one), build(two)
+        if not isinstance(first, exp.Expression) or not isinstance(second, exp.Expression):
+            return None
+        if any(n.meta.get(READ_SALT) for n in first.find_all(exp.Literal)):
+            return None
+        off, reads = tuple(self._marked_off(first)), native.reads_of(first)
+        text, other = self._render(first, copy=False), self._render(second, copy=False)
+        if two in text or text.replace(one, two) != other:
+            return None
+        return PreparedRead(text, one, off, reads)
+
+    def fetch_arrow(self, ast: exp.Expression | SaltedRead, *, what: str = "the bounded query",
                     deadline: float | None = None) -> pa.Table:
         """Run a query that reads private data, under the owner's limits and time-out (and, for a
         batch, ``deadline``: :meth:`_deadline`).
 
         Any failure is the one generic ExecutionError (:data:`PRIVATE_FAILURE`). ``ast`` is the
         query built for this read: its marks are read, the read salt put in (a copy, if it has one),
-        then it is rendered without a copy."""
-        off = [*STATISTICS_OPTIMIZERS, *self._marked_off(ast)]
-        salted = with_read_salt(ast)
-        sql = self._render(salted, copy=False)
+        then it is rendered without a copy; or a prepared query's text under this query's salt
+        (:meth:`prepare_bounded`)."""
+        reads: native.Reads | None
+        if isinstance(ast, SaltedRead):
+            off, salted, sql, reads = [*STATISTICS_OPTIMIZERS, *ast.off], None, ast.sql, ast.reads
+        else:
+            off = [*STATISTICS_OPTIMIZERS, *self._marked_off(ast)]
+            salted = with_read_salt(ast)
+            sql, reads = self._render(salted, copy=False), None
         failure: ExecutionError | None = None
         with self._lock:
             try:
                 with self._limited(), self._optimizers_off(off), self._deadline(deadline):
                     used_arrow = self._dataset_views(sql)
-                    used = self._native_views(sql, salted)
+                    used = self._native_views(sql, salted, reads)
                     used_csv = self._csv_views(sql)
                     # the main connection: registered Arrow sources are connection-local
                     out = self._con.sql(sql).to_arrow_table()
@@ -839,16 +892,18 @@ class DuckDBBackend:
             out.append((d.paths, d.version))
         return out
 
-    def _native_views(self, sql: str, ast: exp.Expression | None = None) -> list[tuple[native.NativeSource, native.Version]]:
+    def _native_views(self, sql: str, ast: exp.Expression | None = None,
+                      known: native.Reads | None = None) -> list[tuple[native.NativeSource, native.Version]]:
         """Point each Parquet source the query ``sql`` (of ``ast``) names at DuckDB's own reader
         where the text columns the query may read (:func:`native.reads_of`; all of them without
         ``ast``) were checked in the files' current version (``dpsql.engine._duckdb_native``), else
         at the Arrow view; returns the sources read natively with the versions to find again after
         the read. A column is checked once per file version, on the first read that names it; the
         view reads the columns not yet checked as NULL. (A view name inside a literal only makes
-        every text column of a source be checked that the query does not read.)"""
+        every text column of a source be checked that the query does not read.) ``known``: what
+        the query may read, already found from its tree (a prepared query's)."""
         used = []
-        reads: native.Reads | None = None
+        reads: native.Reads | None = known
         for view, src in self._native.items():
             if view not in sql or src.disabled:
                 continue
