@@ -187,3 +187,38 @@ def test_an_output_failing_only_at_a_zero_count_is_not_blamed_on_the_tables_colu
 
     out = _observe(reg, "SELECT make_date(2020, 1, CAST(COUNT(*) AS INTEGER)) AS d FROM t", epsilon=1.0)
     assert "against the table's columns" not in out["explain"]
+
+
+# -- refusals of a join query's budget name the fix that exists -------------------------------------------
+
+
+def _single_owner_join(s: dpsql.Session) -> None:
+    n = 60
+    s.register("customer", pa.table({"id": np.arange(n)}), privacy_unit="id")
+    s.register("orders", pa.table({"oid": np.arange(2 * n), "cid": np.arange(2 * n) % n}),
+               references={"cid": "customer.id"}, degree_bounds={"cid": 2})
+
+
+@pytest.mark.parametrize("options", [None, {"q": 0.25}, {"q": 1}])
+@pytest.mark.parametrize(("epsilon", "delta"), [(30.0, 1e-3), (20.0, 1e-6)])
+def test_a_join_epsilon_too_large_for_the_floating_point_delta_is_refused_with_the_fix_that_exists(
+        options: dict[str, Any] | None, epsilon: float, delta: float) -> None:
+    """DP-S4S under delta > 0: the floating-point part of its Gaussian noise grows with e^epsilon, so a large epsilon
+    leaves no delta for the RDP conversion. The refusal said that the default q = 1/16 was "too small" and to "use a
+    larger epsilon" (the opposite of the fix: q = 1 fails alike), with a second hint inside the message asking for
+    "delta > 4.77", which no delta can be. Now it names the floating-point part and a smaller epsilon (and a larger
+    delta only when one below 1 would do), and charges nothing."""
+    out = _observe(_single_owner_join, "SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid",
+                   epsilon=epsilon, delta=delta, options=options)
+    assert out["explain"] == out["query"] and out["entries"] == []
+    text = out["query"]
+    assert text.startswith("ConfigError: ") and "floating-point" in text
+    assert "is too small for this query" not in text and "larger epsilon" not in text
+    assert text.count("hint:") == 1 and "a smaller epsilon" in text.split("hint:")[1]
+    needed = [float(m) for m in __import__("re").findall(r"use delta > ([0-9.e+-]+)", text)]
+    assert all(d < 1 for d in needed)
+
+
+def test_control_the_same_join_at_a_moderate_epsilon_is_answered() -> None:
+    out = _observe(_single_owner_join, "SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid", epsilon=5.0)
+    assert out["query"] == "ok" and out["entries"] == ["released"]
