@@ -178,15 +178,34 @@ def test_extreme_join_options_refuse_before_the_charge_or_answer(options: dict[s
 # -- post-processing refused at its placeholder --------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="the free post-processing check runs the outputs on a placeholder 0 without TRY: "
-                   "an output valid for every count but 0 is refused as a type error of the table's columns")
-def test_an_output_failing_only_at_a_zero_count_is_not_blamed_on_the_tables_columns() -> None:
-    def reg(s: dpsql.Session) -> None:
-        s.register("t", pa.table({"uid": np.arange(50), "x": np.ones(50)}), privacy_unit="uid",
-                   columns={"x": {"bounds": (0, 10)}})
+def _one_table(s: dpsql.Session) -> None:
+    s.register("t", pa.table({"uid": np.arange(50), "x": np.ones(50)}), privacy_unit="uid", columns={"x": {"bounds": (0, 10)}})
 
-    out = _observe(reg, "SELECT make_date(2020, 1, CAST(COUNT(*) AS INTEGER)) AS d FROM t", epsilon=1.0)
+
+@pytest.mark.parametrize("sql", [
+    "SELECT make_date(2020, 1, CAST(COUNT(*) AS INTEGER)) AS d FROM t",
+    "SELECT COUNT(*) AS n FROM t ORDER BY make_date(2020, 1, CAST(n AS INTEGER))",
+])
+def test_an_output_failing_only_at_a_zero_release_is_refused_as_such_for_free(sql: str) -> None:
+    """The free check of post-processing runs the outputs on placeholder zeros (a noisy release can be 0). An
+    output that binds but fails there (no 0th day of a month) was refused as a query that 'does not type-check
+    against the table's columns', with a hint about WHERE and GROUP BY: the table's columns had nothing to do
+    with it. The refusal now says which value it failed on and how to keep the expression valid there."""
+    out = _observe(_one_table, sql, epsilon=1.0)
+    assert out["explain"] == out["query"] and out["entries"] == []
     assert "against the table's columns" not in out["explain"]
+    assert "released value of 0" in out["explain"] and "GREATEST" in out["explain"]
+
+
+def test_control_a_type_error_in_the_outputs_is_still_a_type_error() -> None:
+    out = _observe(_one_table, "SELECT COUNT(*) + DATE '2020-01-01' FROM t", epsilon=1.0)
+    assert out["explain"].startswith("QueryTypeError") and "released value of 0" not in out["explain"]
+    assert out["entries"] == []
+
+
+def test_control_the_same_output_valid_at_zero_is_answered() -> None:
+    out = _observe(_one_table, "SELECT make_date(2020, 1, GREATEST(CAST(COUNT(*) AS INTEGER), 1)) AS d FROM t", epsilon=1.0)
+    assert out["query"] == "ok" and out["entries"] == ["released"]
 
 
 # -- refusals of a join query's budget name the fix that exists -------------------------------------------
