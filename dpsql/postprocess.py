@@ -121,7 +121,19 @@ def check(
             typ = aggregate_types.get(a.name, "DOUBLE")
             zero = exp.Literal.string("1970-01-01") if typ in ("DATE", "TIMESTAMP") else exp.Literal.number(0)
             cols.append(exp.alias_(exp.cast(zero, typ), a.name))
-        backend.bind_check(post_ast(plan, exp.select(*cols).subquery("__released"), []), run=True)
+        ast = post_ast(plan, exp.select(*cols).subquery("__released"), [])
+        try:
+            backend.bind_check(ast, run=True)
+        except QueryTypeError as failed:
+            try:
+                backend.bind_check(ast)  # it binds: only its evaluation on the zeros failed
+            except QueryTypeError:
+                raise failed from None
+            raise QueryTypeError(
+                "the query's outputs, HAVING or ORDER BY fail on a released value of 0 (a noisy release can be 0, and "
+                "a DATE or TIMESTAMP 1970-01-01: they are evaluated there before the charge); nothing was charged",
+                hint="keep the expression valid at 0, e.g. GREATEST(CAST(COUNT(*) AS INTEGER), 1) for a day of the month",
+            ) from None
     elif key_domain is None:  # pragma: no cover - every mechanism gives key types or the key values
         raise AssertionError("post-processing check needs the key types or the key values")
     if key_domain is not None:

@@ -843,10 +843,11 @@ def _rdp_schedule_cached(
     d_rdp = binary_at_most(Fraction(d) - Fraction(fp)) if d > fp else 0.0
     if not d_rdp > 0:
         # the floating-point part grows with the grid's size and e^eps: name the delta this grid needs
-        raise ConfigError(f"delta={d!r} is too small for DP-S4S's floating-point Gaussian noise over {big_l} thresholds "
+        raise ConfigError(f"delta={d:.6g} is too small for DP-S4S's floating-point Gaussian noise over {big_l} thresholds "
                           f"at epsilon={e!r} (it needs delta > {fp:.3g})",
-                          hint=f"use delta > {fp:.3g}" + (", or a larger tau_base (fewer thresholds)" if big_l > 8 else "")
-                          + (", or a smaller epsilon" if e > 20 else ""))
+                          # (it grows with e^epsilon: a smaller epsilon always helps; a delta of 1 or more never exists)
+                          hint=(f"use delta > {fp:.3g}, or " if fp < 1 else "use ") + "a smaller epsilon"
+                          + (", or a larger tau_base (fewer thresholds)" if big_l > 8 else ""))
     best: tuple[float, float, list[S4SRdpStep]] | None = None
     for a in (RDP_ORDERS if alpha is None else (alpha,)):
         rt = _rdp_rho_total(e, d_rdp, a)

@@ -241,11 +241,12 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
             if q >= 1.0:
                 raise
             least = _least_usable_q(cal, e_p, d_p, delta_int)
+            if least is None:  # q = 1 fails too: q is not the cause, and the refusal names what is
+                raise
             raise ConfigError(
                 f"q={q!r} is too small for this query: at epsilon={request.epsilon!r} (per part {e_p!r}) and Delta={delta_int} "
-                f"the sampled runs' budgets eps' shrink with q until the noise cannot be calibrated ({err.args[0]})",
-                hint=(f"use q >= {least!r} (the usable range here is [{least!r}, 1]), or a larger epsilon" if least is not None
-                      else "use a larger epsilon"),
+                f"the sampled runs' budgets eps' shrink with q until the noise cannot be calibrated ({err.message})",
+                hint=f"use q >= {least!r} (the usable range here is [{least!r}, 1]), or a larger epsilon",
             ) from None
     else:
         sched, _ = core.r2t_calibration(e_p, max(2.0, float(delta_int)), BETA, cal.tau_base)  # refused before the charge
