@@ -995,6 +995,30 @@ class DuckDBBackend:
         """(column, type) of a query's result, by binding it only (no row is read)."""
         return [(str(r[0]), str(r[1])) for r in self._bind(exp.Describe(this=ast.copy()))]
 
+    def check_connection(self) -> None:
+        """Refuse (free) a caller's connection on which a private read cannot run: one that logs every statement
+        (``log_query_path``, :func:`_refuse_query_log`), or whose settings :meth:`_limited` cannot change
+        (``lock_configuration``; ``enable_external_access = false`` forbids changing the temp directory). The
+        read sets its limits only after the charge, where such a connection failed every query (nothing
+        released). One statement, before every charge (the bind check is remembered, these settings are not)."""
+        if self._owned:
+            return
+        with self._lock:
+            log, locked, external = self._con.execute(
+                "SELECT current_setting('log_query_path'), current_setting('lock_configuration'), "
+                "current_setting('enable_external_access')").fetchall()[0]
+        _refuse_query_log(log)
+        blocked = [f"{name} = {value}" for name, value, bad in (("lock_configuration", "true", str(locked).lower() == "true"),
+                                                                ("enable_external_access", "false", str(external).lower() == "false"))
+                   if bad]
+        if blocked:
+            raise ConfigError(
+                f"the DuckDB connection's settings ({', '.join(blocked)}) keep dpsql from setting its limits "
+                "(threads, sort order, floating point, temp directory) for a private read; nothing was charged",
+                hint="open the connection without these settings while dpsql queries it, or let dpsql open its own "
+                     "connection",
+            )
+
     def bind_check(self, ast: exp.Expression, *, run: bool = False) -> None:
         """Bind (type-check) a query without reading any row; refuse it for free if it fails.
 

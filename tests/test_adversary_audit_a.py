@@ -1,0 +1,80 @@
+"""Settings of a caller's DuckDB connection that make dpsql's private read impossible are refused before the charge.
+
+For every private read on a caller's connection (``Session(connection=con)``) the engine sets its limits
+(threads, sort order, IEEE floating point, its temp directory, ...) and gives the caller's values back
+(``DuckDBBackend._limited``), and refuses a connection that logs statements to a file (``log_query_path``:
+the bounded queries hold the secret salt). These happened only inside the read, after the charge: a
+connection with ``SET lock_configuration = true`` (no setting can change) or ``SET enable_external_access =
+false`` (the temp directory cannot change) failed every query after its charge, releasing nothing, and a
+``log_query_path`` set after a query's first answer failed its next run after the charge too (the check at
+binding is remembered). Such a connection is now refused before every charge, for free, naming the
+setting and the fix; the ledger records nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql import errors
+from dpsql.testing import use_noise, zero_noise
+
+BLOCKING = [
+    ("SET lock_configuration = true", "lock_configuration"),
+    ("SET enable_external_access = false", "enable_external_access"),
+    ("SET log_query_path = '{tmp}/statements.log'", "log_query_path"),
+]
+
+
+def _session(con: duckdb.DuckDBPyConnection, arrow: bool) -> dpsql.Session:
+    con.execute("CREATE TABLE d AS SELECT k AS uid, k % 3 AS g FROM range(300) r(k)")
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), connection=con)
+    use_noise(s, zero_noise())
+    source: Any = pa.table({"uid": list(range(300)), "g": [k % 3 for k in range(300)]}) if arrow else "d"
+    s.register("t", source, privacy_unit="uid", columns={"g": {"bounds": (0, 2), "bins": 3}})
+    return s
+
+
+@pytest.mark.parametrize("arrow", [False, True], ids=["duckdb_table", "arrow_table"])
+@pytest.mark.parametrize(("setting", "name"), BLOCKING, ids=[n for _, n in BLOCKING])
+def test_a_connection_whose_settings_block_the_read_is_refused_before_the_charge(
+        tmp_path: Any, setting: str, name: str, arrow: bool) -> None:
+    con = duckdb.connect()
+    s = _session(con, arrow)
+    queries = ["SELECT COUNT(*) AS n FROM t", "SELECT g, COUNT(*) AS n FROM t GROUP BY g"]
+    for q in queries:  # answered once: the bind check of each is remembered
+        s.query(q, epsilon=1.0, delta=1e-6)
+    before = s.history().num_rows
+    con.execute(setting.format(tmp=tmp_path))
+    for q in queries + ["SELECT MEDIAN(g) AS m FROM t"]:
+        with pytest.raises(errors.ConfigError) as refused:
+            s.query(q, epsilon=1.0, delta=1e-6)
+        assert name in str(refused.value) and "nothing was charged" in str(refused.value)
+        with pytest.raises(errors.ConfigError):
+            s.explain(q, epsilon=1.0, delta=1e-6)
+    with pytest.raises(errors.ConfigError):
+        s.query_many(["SELECT COUNT(*) FROM t WHERE g BETWEEN 0 AND 1"], epsilon=1.0)
+    with pytest.raises(errors.ConfigError):
+        s.suggest_caps("t", epsilon=1.0)
+    assert s.history().num_rows == before
+    assert s.remaining().epsilon == 8.0
+
+
+def test_control_the_same_connection_answers_once_the_setting_is_back(tmp_path: Any) -> None:
+    con = duckdb.connect()
+    s = _session(con, False)
+    con.execute(f"SET log_query_path = '{tmp_path}/statements.log'")
+    with pytest.raises(errors.ConfigError):
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+    con.execute("SET log_query_path = ''")
+    assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.to_pylist() == [{"n": 300}]
+    assert s.remaining().epsilon == 9.0
+    # the engine's own connection is never refused
+    own = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3))
+    use_noise(own, zero_noise())
+    own.register("t", pa.table({"uid": list(range(300))}), privacy_unit="uid")
+    assert own.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.to_pylist() == [{"n": 300}]
