@@ -8,7 +8,8 @@ connection with ``SET lock_configuration = true`` (no setting can change) or ``S
 false`` (the temp directory cannot change) failed every query after its charge, releasing nothing, and a
 ``log_query_path`` set after a query's first answer failed its next run after the charge too (the check at
 binding is remembered). Such a connection is now refused before every charge, for free, naming the
-setting and the fix; the ledger records nothing.
+setting and the fix; the ledger records nothing. A nesting limit (``max_expression_depth``) lowered after a
+query's first answer is set back to DuckDB's default for the read, as the other limits are.
 """
 
 from __future__ import annotations
@@ -78,3 +79,18 @@ def test_control_the_same_connection_answers_once_the_setting_is_back(tmp_path: 
     use_noise(own, zero_noise())
     own.register("t", pa.table({"uid": list(range(300))}), privacy_unit="uid")
     assert own.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.to_pylist() == [{"n": 300}]
+
+
+def test_a_nesting_limit_lowered_after_the_first_answer_does_not_fail_the_read() -> None:
+    """``SET max_expression_depth = 12`` on the caller's connection after a query was answered once (its bind
+    check is remembered): the next run failed after its charge. The private read and post-processing run
+    under DuckDB's default limit, as on the engine's own connection; the caller's value is given back."""
+    con = duckdb.connect()
+    s = _session(con, False)
+    con.execute("CREATE TABLE w AS SELECT k AS uid, 'x' || k AS v FROM range(300) r(k)")
+    s.register("w", "w", privacy_unit="uid")
+    q = "SELECT COUNT(*) AS n FROM w WHERE lower(upper(trim(v))) LIKE 'x%'"
+    assert s.query(q, epsilon=1.0).table.to_pylist() == [{"n": 300}]
+    con.execute("SET max_expression_depth = 12")
+    assert s.query(q, epsilon=1.0).table.to_pylist() == [{"n": 300}]
+    assert con.execute("SELECT current_setting('max_expression_depth')").fetchall()[0][0] == 12

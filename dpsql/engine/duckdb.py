@@ -557,6 +557,9 @@ class DuckDBBackend:
                # -inf, 1/0.0 inf, not an error), / as true division, warnings as warnings; a caller's
                # connection set otherwise failed after the charge exactly when one person's row held a 0
                ("ieee_floating_point_ops", "true"), ("integer_division", "false"), ("warnings_as_errors", "false"),
+               # DuckDB's default nesting limit, under which every query the engine's own connection answers binds:
+               # a caller's connection lowered after a query's (remembered) bind check failed it after the charge
+               ("max_expression_depth", "1000"),
                # nothing about a private read is printed or logged by DuckDB: a caller's connection with the
                # progress bar or DuckDB's logger on printed or stored them meanwhile (the profiler: _limited)
                ("enable_progress_bar", "false"), ("enable_logging", "false"),
