@@ -94,3 +94,22 @@ def test_a_nesting_limit_lowered_after_the_first_answer_does_not_fail_the_read()
     con.execute("SET max_expression_depth = 12")
     assert s.query(q, epsilon=1.0).table.to_pylist() == [{"n": 300}]
     assert con.execute("SELECT current_setting('max_expression_depth')").fetchall()[0][0] == 12
+
+
+@pytest.mark.parametrize("arrow", [False, True], ids=["duckdb_table", "arrow_table"])
+def test_an_aborted_transaction_on_the_callers_connection_is_refused_before_the_charge(arrow: bool) -> None:
+    """The caller's transaction failed (every statement then fails until ROLLBACK): an Arrow table's query
+    failed after its charge, a DuckDB table's raised DuckDB's own exception. Both are a free ConfigError now,
+    naming the way out; after ROLLBACK the query is answered."""
+    con = duckdb.connect()
+    s = _session(con, arrow)
+    q = "SELECT COUNT(*) AS n FROM t"
+    s.query(q, epsilon=1.0)
+    con.execute("BEGIN TRANSACTION")
+    with pytest.raises(duckdb.Error):
+        con.execute("SELECT CAST('x' AS INTEGER)")
+    with pytest.raises(errors.ConfigError, match="ROLLBACK"):
+        s.query(q, epsilon=1.0)
+    assert s.remaining().epsilon == 9.0
+    con.execute("ROLLBACK")
+    assert s.query(q, epsilon=1.0).table.to_pylist() == [{"n": 300}]

@@ -1006,10 +1006,19 @@ class DuckDBBackend:
         released). One statement, before every charge (the bind check is remembered, these settings are not)."""
         if self._owned:
             return
+        failure: ConfigError | None = None
         with self._lock:
-            log, locked, external = self._con.execute(
-                "SELECT current_setting('log_query_path'), current_setting('lock_configuration'), "
-                "current_setting('enable_external_access')").fetchall()[0]
+            try:
+                log, locked, external = self._con.execute(
+                    "SELECT current_setting('log_query_path'), current_setting('lock_configuration'), "
+                    "current_setting('enable_external_access')").fetchall()[0]
+            except duckdb.Error as e:  # e.g. the caller's transaction aborted: every statement fails until ROLLBACK
+                failure = ConfigError(
+                    f"the DuckDB connection cannot run a statement now ({type(e).__name__}); nothing was charged",
+                    hint="end the connection's failed transaction (ROLLBACK) or let dpsql open its own connection",
+                )
+        if failure is not None:
+            raise failure
         _refuse_query_log(log)
         blocked = [f"{name} = {value}" for name, value, bad in (("lock_configuration", "true", str(locked).lower() == "true"),
                                                                 ("enable_external_access", "false", str(external).lower() == "false"))
