@@ -36,7 +36,7 @@ def _session(con: duckdb.DuckDBPyConnection, arrow: bool) -> dpsql.Session:
     s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3), connection=con)
     use_noise(s, zero_noise())
     source: Any = pa.table({"uid": list(range(300)), "g": [k % 3 for k in range(300)]}) if arrow else "d"
-    s.register("t", source, privacy_unit="uid", columns={"g": {"bounds": (0, 2), "bins": 3}})
+    s.register("t", source, privacy_unit="uid", columns={"g": {"bounds": (0, 2), "bins": 3, "domain": [0, 1, 2]}})
     return s
 
 
@@ -113,3 +113,20 @@ def test_an_aborted_transaction_on_the_callers_connection_is_refused_before_the_
     assert s.remaining().epsilon == 9.0
     con.execute("ROLLBACK")
     assert s.query(q, epsilon=1.0).table.to_pylist() == [{"n": 300}]
+
+
+@pytest.mark.parametrize("kind", ["TEMP VIEW", "TEMP TABLE"])
+def test_a_callers_relation_named_like_the_released_values_does_not_fail_post_processing(kind: str) -> None:
+    """Post-processing (ORDER BY, outputs over released values) registered the released table on the caller's
+    connection under the fixed name ``__released_raw``: a caller's temporary view or table of that name made it
+    raise DuckDB's CatalogException (raw, before the charge on a query's first run; after the charge once the
+    query's bind check was remembered). The caller's relation is left as it was."""
+    con = duckdb.connect()
+    s = _session(con, False)
+    q = "SELECT g, COUNT(*) AS n, g + 1 AS h FROM t GROUP BY g ORDER BY g DESC"
+    want = [{"g": 2, "n": 100, "h": 3}, {"g": 1, "n": 100, "h": 2}, {"g": 0, "n": 100, "h": 1}]
+    con.execute(f"CREATE {kind} __released_raw AS SELECT 42 AS x")
+    assert s.query(q, epsilon=1.0, delta=1e-3).table.to_pylist() == want  # first run: bound, then answered
+    assert s.query(q, epsilon=1.0, delta=1e-3).table.to_pylist() == want  # its bind check remembered
+    assert s.remaining().epsilon == 8.0
+    assert con.execute("SELECT * FROM __released_raw").fetchall() == [(42,)]

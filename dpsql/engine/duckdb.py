@@ -1076,16 +1076,18 @@ class DuckDBBackend:
             if done is not None:
                 return done
         failure: ExecutionError | None = None
+        # a name of its own: a caller's temporary table or view named like a fixed one made the registration
+        # fail (DuckDB's raw error before the charge once the query was bound, after it otherwise)
+        raw = f"__dpsql_released_{secrets.token_hex(8)}"
         with self._lock, self._limited():
             cur = self._con
             try:
-                cur.register("__released_raw", table)
                 try:
+                    cur.register(raw, table)
                     if table.num_columns and isinstance(query, exp.Select):
-                        query = query.with_("__released", as_=_binary_text_columns(table.schema, "__released_raw"),
-                                            copy=False)
+                        query = query.with_("__released", as_=_binary_text_columns(table.schema, raw), copy=False)
                     else:  # pragma: no cover - every post-processing query is a SELECT over released columns
-                        query = ast_builder("__released_raw")
+                        query = ast_builder(raw)
                     return cur.sql(self._render(query, copy=False)).to_arrow_table()  # built for this run
                 except duckdb.Error as e:
                     failure = ExecutionError(
@@ -1095,7 +1097,7 @@ class DuckDBBackend:
                     )
             finally:
                 try:
-                    cur.unregister("__released_raw")
+                    cur.unregister(raw)
                 except duckdb.Error:
                     pass
         assert failure is not None
