@@ -130,3 +130,37 @@ def test_a_callers_relation_named_like_the_released_values_does_not_fail_post_pr
     assert s.query(q, epsilon=1.0, delta=1e-3).table.to_pylist() == want  # its bind check remembered
     assert s.remaining().epsilon == 8.0
     assert con.execute("SELECT * FROM __released_raw").fetchall() == [(42,)]
+
+
+HUGE = "9" * 5000
+HUGE_LITERALS = [
+    f"SELECT COUNT(*) AS n FROM t WHERE g > {HUGE}",
+    f"SELECT COUNT(*) AS n FROM t WHERE g IN ({HUGE}, 1)",
+    f"SELECT COUNT(*) AS n FROM t WHERE CAST(g AS DECIMAL({HUGE}, 2)) > 1",
+    f"SELECT COUNT(*) AS n FROM t WHERE make_date({HUGE}, 1, 1) IS NULL",
+    f"SELECT g, COUNT(*) AS n FROM t GROUP BY g LIMIT {HUGE}",
+    f"SELECT g, COUNT(*) AS n FROM t GROUP BY g ORDER BY {HUGE}",
+    "SELECT COUNT(*) AS n FROM t WHERE g > 1e999999999999999999999",
+    ["SELECT COUNT(*) FROM t WHERE g BETWEEN 0 AND 1e999999999999999999999"],
+]
+
+
+@pytest.mark.parametrize("sql", HUGE_LITERALS, ids=range(len(HUGE_LITERALS)))
+def test_a_number_literal_beyond_any_value_is_a_syntax_error(sql: Any) -> None:
+    """An integer literal of more than 4300 digits raised Python's ValueError, one with an exponent of more than
+    18 digits decimal.InvalidOperation (both raw, from the analysis): a free SQLSyntaxError naming the limits now."""
+    s = _session(duckdb.connect(), False)
+    with pytest.raises(errors.SQLSyntaxError, match="out of range"):
+        if isinstance(sql, list):
+            s.query_many(sql, epsilon=1.0)
+        else:
+            s.query(sql, epsilon=1.0, delta=1e-6)
+    assert s.history().num_rows == 0
+
+
+def test_control_long_but_representable_number_literals_are_read() -> None:
+    s = _session(duckdb.connect(), False)
+    tiny = "0." + "0" * 400 + "1"  # 403 characters: a DOUBLE 0
+    for sql in (f"SELECT COUNT(*) AS n FROM t WHERE g > {tiny}", "SELECT COUNT(*) AS n FROM t WHERE g < 1e9999",
+                "SELECT COUNT(*) AS n FROM t WHERE g > -1.5e-9999"):
+        assert s.query(sql, epsilon=1.0).table.num_rows == 1
