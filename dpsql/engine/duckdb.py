@@ -584,6 +584,9 @@ class DuckDBBackend:
                # -inf, 1/0.0 inf, not an error), / as true division, warnings as warnings; a caller's
                # connection set otherwise failed after the charge exactly when one person's row held a 0
                ("ieee_floating_point_ops", "true"), ("integer_division", "false"), ("warnings_as_errors", "false"),
+               # DuckDB's default nesting limit, under which every query the engine's own connection answers binds:
+               # a caller's connection lowered after a query's (remembered) bind check failed it after the charge
+               ("max_expression_depth", "1000"),
                # nothing about a private read is printed or logged by DuckDB: a caller's connection with the
                # progress bar or DuckDB's logger on printed or stored them meanwhile (the profiler: _limited)
                ("enable_progress_bar", "false"), ("enable_logging", "false"),
@@ -1050,6 +1053,39 @@ class DuckDBBackend:
         """(column, type) of a query's result, by binding it only (no row is read)."""
         return [(str(r[0]), str(r[1])) for r in self._bind(exp.Describe(this=ast.copy()))]
 
+    def check_connection(self) -> None:
+        """Refuse (free) a caller's connection on which a private read cannot run: one that logs every statement
+        (``log_query_path``, :func:`_refuse_query_log`), or whose settings :meth:`_limited` cannot change
+        (``lock_configuration``; ``enable_external_access = false`` forbids changing the temp directory). The
+        read sets its limits only after the charge, where such a connection failed every query (nothing
+        released). One statement, before every charge (the bind check is remembered, these settings are not)."""
+        if self._owned:
+            return
+        failure: ConfigError | None = None
+        with self._lock:
+            try:
+                log, locked, external = self._con.execute(
+                    "SELECT current_setting('log_query_path'), current_setting('lock_configuration'), "
+                    "current_setting('enable_external_access')").fetchall()[0]
+            except duckdb.Error as e:  # e.g. the caller's transaction aborted: every statement fails until ROLLBACK
+                failure = ConfigError(
+                    f"the DuckDB connection cannot run a statement now ({type(e).__name__}); nothing was charged",
+                    hint="end the connection's failed transaction (ROLLBACK) or let dpsql open its own connection",
+                )
+        if failure is not None:
+            raise failure
+        _refuse_query_log(log)
+        blocked = [f"{name} = {value}" for name, value, bad in (("lock_configuration", "true", str(locked).lower() == "true"),
+                                                                ("enable_external_access", "false", str(external).lower() == "false"))
+                   if bad]
+        if blocked:
+            raise ConfigError(
+                f"the DuckDB connection's settings ({', '.join(blocked)}) keep dpsql from setting its limits "
+                "(threads, sort order, floating point, temp directory) for a private read; nothing was charged",
+                hint="open the connection without these settings while dpsql queries it, or let dpsql open its own "
+                     "connection",
+            )
+
     def bind_check(self, ast: exp.Expression, *, run: bool = False) -> None:
         """Bind (type-check) a query without reading any row; refuse it for free if it fails.
 
@@ -1095,16 +1131,18 @@ class DuckDBBackend:
             if done is not None:
                 return done
         failure: ExecutionError | None = None
+        # a name of its own: a caller's temporary table or view named like a fixed one made the registration
+        # fail (DuckDB's raw error before the charge once the query was bound, after it otherwise)
+        raw = f"__dpsql_released_{secrets.token_hex(8)}"
         with self._lock, self._limited():
             cur = self._con
             try:
-                cur.register("__released_raw", table)
                 try:
+                    cur.register(raw, table)
                     if table.num_columns and isinstance(query, exp.Select):
-                        query = query.with_("__released", as_=_binary_text_columns(table.schema, "__released_raw"),
-                                            copy=False)
+                        query = query.with_("__released", as_=_binary_text_columns(table.schema, raw), copy=False)
                     else:  # pragma: no cover - every post-processing query is a SELECT over released columns
-                        query = ast_builder("__released_raw")
+                        query = ast_builder(raw)
                     return cur.sql(self._render(query, copy=False)).to_arrow_table()  # built for this run
                 except duckdb.Error as e:
                     failure = ExecutionError(
@@ -1114,7 +1152,7 @@ class DuckDBBackend:
                     )
             finally:
                 try:
-                    cur.unregister("__released_raw")
+                    cur.unregister(raw)
                 except duckdb.Error:
                     pass
         assert failure is not None

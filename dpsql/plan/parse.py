@@ -411,4 +411,26 @@ def parse_statements(sql: str) -> list[exp.Expression]:
         for node in stmt.walk():
             if node.comments:
                 node.comments = None
+            if isinstance(node, exp.Literal) and not node.is_string:
+                _check_number_text(str(node.this))
     return out
+
+
+#: the longest number literal read (a DOUBLE written out in full has at most ~330 digits, a DECIMAL 38)
+MAX_NUMBER_TEXT = 1000
+#: the most digits of a number literal's exponent (a DOUBLE's reaches +-324)
+MAX_EXPONENT_DIGITS = 4
+
+
+def _check_number_text(text: str) -> None:
+    """Refuse a number literal beyond any value a column or result holds: Python reads no integer of more than
+    4300 digits (a raw ValueError) and no Decimal of an exponent of more than 18 digits (a raw InvalidOperation),
+    where the query's analysis meets it (a comparison, IN, LIMIT, ORDER BY, a type's parameters, ...)."""
+    _, _, exponent = text.lower().partition("e")
+    if len(text) > MAX_NUMBER_TEXT or len(exponent.lstrip("+-")) > MAX_EXPONENT_DIGITS:
+        shown = text if len(text) <= 40 else f"{text[:20]}...{text[-10:]} ({len(text)} characters)"
+        raise SQLSyntaxError(
+            f"the number literal {shown} is out of range: a number may be written with at most {MAX_NUMBER_TEXT} "
+            f"characters and an exponent of at most {MAX_EXPONENT_DIGITS} digits",
+            hint="write the number in scientific notation within the range of DOUBLE, e.g. 1e308",
+        )
