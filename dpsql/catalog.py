@@ -1131,10 +1131,15 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
 
     And a Parquet or CSV table whose files were replaced since: with the same schema (CSV: header line) the
     engine reads them as they now are, with another one (or a file gone) the request is refused
-    (``engine.source_changed``)."""
+    (``engine.source_changed``).
+
+    First of all, the caller's connection itself (``engine.check_connection``, where the engine has one): one on
+    which a private read cannot run is refused, whatever was checked before (the caller may change it)."""
     from sqlglot import exp
 
     from dpsql.errors import DPSQLError
+
+    getattr(engine, "check_connection", lambda: None)()
 
     seen: set[str] = set()
     todo = list(tables)

@@ -159,8 +159,7 @@ class Session:
     def _bind_check(self, r: Route, salt: str | None = SALT_PLACEHOLDER) -> Any:
         """Type-check the bounded query and post-processing, reading no private row (a pass is remembered); return the
         bounded query built once under ``salt`` for the check and the caller (None: built only to check, not returned)."""
-        getattr(self._engine, "check_connection", lambda: None)()  # never remembered: the caller may change it
-        check_sources_unchanged(self._catalog, r.request.tables, self._engine)  # never remembered
+        check_sources_unchanged(self._catalog, r.request.tables, self._engine)  # never remembered (nor the connection)
         key = (r.bind_key(), self._catalog_version, os.getpid())  # a forked child checks its engine again
         ast = None if salt is None else backends.bounded_under(self._engine, r, salt, key, self._bound_ok)
         if key not in self._bound_ok:
