@@ -160,7 +160,8 @@ class Session:
         """Type-check the bounded query and post-processing, reading no private row (a pass is remembered); return the
         bounded query built once under ``salt`` for the check and the caller (None: built only to check, not returned)."""
         check_sources_unchanged(self._catalog, r.request.tables, self._engine)  # never remembered (nor the connection)
-        key = (r.bind_key(), self._catalog_version, os.getpid())  # a forked child checks its engine again
+        # a forked child checks its engine again; other building blocks (``dpsql.testing.use_noise``) build anew
+        key = (r.bind_key(), self._catalog_version, os.getpid(), self._engine.ops)
         ast = None if salt is None else backends.bounded_under(self._engine, r, salt, key, self._bound_ok)
         if key not in self._bound_ok:
             ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast

@@ -147,3 +147,27 @@ def test_prepare_keeps_only_a_text_the_salt_enters_verbatim() -> None:
     marked.meta[READ_SALT] = True
     assert b.prepare_bounded(lambda salt: _build(salt).where(exp.EQ(this=exp.column("c"), expression=marked))) is None
     b.close()
+
+
+def _built(s: dpsql.Session, sql: str, salt: str) -> str:
+    r = s._route(sql, 1.0, 1e-5, None)
+    return render(r.mechanism.bounded(r.calibration, salt, s._engine.ops))
+
+
+def test_a_preparation_is_not_run_under_other_building_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dpsql.testing.use_noise`` gives the engine other building blocks (every choice from the salt, no
+    ``RANDOM()``): a query prepared before is built again under them, so a seed fixes the release."""
+    from dpsql.testing import use_noise, zero_noise
+
+    sql = "SELECT country, SUM(likes) AS s FROM events GROUP BY country"
+    s = _session()
+    for _ in range(2):
+        s.query(sql, epsilon=1.0, delta=1e-5)
+    use_noise(s, zero_noise(1))
+    salts, ran = _spy(s, monkeypatch)
+    got = [s.query(sql, epsilon=1.0, delta=1e-5).table for _ in range(2)]
+    for salt, read in zip(salts, ran, strict=True):
+        assert (read.sql if isinstance(read, SaltedRead) else read) == _built(s, sql, salt)
+    fresh = _session()  # the negative control: seeded from its start
+    use_noise(fresh, zero_noise(1))
+    assert got[0].sort_by("country").equals(fresh.query(sql, epsilon=1.0, delta=1e-5).table.sort_by("country"))
