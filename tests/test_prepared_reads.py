@@ -171,3 +171,24 @@ def test_a_preparation_is_not_run_under_other_building_blocks(monkeypatch: pytes
     fresh = _session()  # the negative control: seeded from its start
     use_noise(fresh, zero_noise(1))
     assert got[0].sort_by("country").equals(fresh.query(sql, epsilon=1.0, delta=1e-5).table.sort_by("country"))
+
+
+def test_a_salt_unlike_the_stand_in_gets_the_query_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The portable keyed hash reads the salt's length: a salt of another length (or alphabet) than the stand-in
+    the text was prepared under is not put into it; the query is built under it."""
+    from dpsql.noise import NoiseSource
+    from dpsql.testing import use_noise
+
+    class LongSalts(NoiseSource):
+        def salt(self) -> str:
+            return secrets.token_hex(32)
+
+    sql = "SELECT country, COUNT(*) AS n FROM events GROUP BY country"
+    s = _session({"keyed_hash": "portable"})
+    use_noise(s, LongSalts())
+    salts, ran = _spy(s, monkeypatch)
+    for _ in range(3):
+        s.query(sql, epsilon=1.0, delta=1e-5)
+    for salt, read in zip(salts, ran, strict=True):
+        assert (read.sql if isinstance(read, SaltedRead) else read) == _built(s, sql, salt)
+    assert f"{len(salts[-1])}:{salts[-1]}" in ran[-1]  # the control: the salt's length is in the text

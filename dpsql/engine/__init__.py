@@ -91,7 +91,8 @@ def bounded_under(backend: ExecutionBackend, route: Any, salt: str, key: Any, ch
     if checked[key] is None:
         prepare = getattr(backend, "prepare_bounded", None)
         checked[key] = (prepare(build) if prepare is not None else None) or False
-    return checked[key].salted(salt) if checked[key] else build(salt)
+    salted = checked[key].salted(salt) if checked[key] else None  # None: a salt unlike the stand-in
+    return salted if salted is not None else build(salt)
 
 
 def describe_bounded(backend: ExecutionBackend, ast: Any) -> dict[str, str]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import string
 import tempfile
 import threading
 import time
@@ -180,7 +181,12 @@ class PreparedRead:
     off: tuple[str, ...]
     reads: native.Reads
 
-    def salted(self, salt: str) -> SaltedRead:
+    def salted(self, salt: str) -> SaltedRead | None:
+        """The text under ``salt``; None for a salt unlike the stand-in (another length or alphabet than
+        lower-case hex), which the check at preparation did not cover: building may read more of it than its
+        text (the portable keyed hash reads its length)."""
+        if len(salt) != len(self.stand_in) or salt.strip(string.hexdigits.lower()):
+            return None
         return SaltedRead(self.text.replace(self.stand_in, salt), self.off, self.reads)
 
 
