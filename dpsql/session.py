@@ -170,7 +170,8 @@ class Session:
             if r.request.plan is not None:
                 postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
                                   r.mechanism.key_domain(r.calibration))
-            self._bound_ok.update({key: None} if key[0] is not None and len(self._bound_ok) < 256 else {})
+            if key[0] is not None and len(self._bound_ok) < 256:  # a preparation made meanwhile (another thread) stays
+                self._bound_ok.setdefault(key, None)
         return ast
 
     def explain(self, sql: str | list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:

@@ -192,3 +192,46 @@ def test_a_salt_unlike_the_stand_in_gets_the_query_built(monkeypatch: pytest.Mon
     for salt, read in zip(salts, ran, strict=True):
         assert (read.sql if isinstance(read, SaltedRead) else read) == _built(s, sql, salt)
     assert f"{len(salts[-1])}:{salts[-1]}" in ran[-1]  # the control: the salt's length is in the text
+
+
+def test_a_preparation_read_once_while_another_first_check_ends() -> None:
+    """Another thread's first bind check of the same query may end between two reads of the entry: the
+    preparation is read once (no failure before the charge), and a first check never drops a preparation."""
+    from dpsql.engine import bounded_under
+
+    class Racing(dict[Any, Any]):
+        def __getitem__(self, k: Any) -> Any:
+            v = super().__getitem__(k)
+            if isinstance(v, PreparedRead):
+                super().__setitem__(k, None)  # the other thread's first check ends: its pass is remembered
+            return v
+
+    s = _session()
+    sql = "SELECT country, COUNT(*) AS n FROM events GROUP BY country"
+    r = s._route(sql, 1.0, 1e-5, None)
+    checked = Racing({"k": None})
+    salt = secrets.token_hex(16)
+    read = bounded_under(s._engine, r, salt, "k", checked)
+    assert isinstance(read, SaltedRead) and read.sql == _built(s, sql, salt)
+
+    s.query(sql, epsilon=1.0, delta=1e-5)  # a first check: remembered
+    key = next(iter(s._bound_ok))
+    s.query(sql, epsilon=1.0, delta=1e-5)  # prepared
+    prepared = s._bound_ok[key]
+    assert isinstance(prepared, PreparedRead)
+    del s._bound_ok[key]
+    describe = dpsql.engine.describe_bounded
+
+    def late_first_check(*a: Any) -> Any:  # the preparation is made while this first check runs
+        s._bound_ok[key] = prepared
+        return describe(*a)
+
+    import dpsql.session as session_module
+
+    orig = session_module.backends.describe_bounded
+    session_module.backends.describe_bounded = late_first_check  # type: ignore[attr-defined]
+    try:
+        s.query(sql, epsilon=1.0, delta=1e-5)
+    finally:
+        session_module.backends.describe_bounded = orig  # type: ignore[attr-defined]
+    assert s._bound_ok[key] is prepared

@@ -86,12 +86,13 @@ def bounded_under(backend: ExecutionBackend, route: Any, salt: str, key: Any, ch
     def build(s: str) -> Any:
         return route.mechanism.bounded(route.calibration, s, backend.ops)
 
-    if salt == SALT_PLACEHOLDER or key not in checked:
-        return build(salt)
-    if checked[key] is None:
+    # the entry is read once: another thread's first bind check of the same query may end meanwhile
+    prepared = checked.get(key, False) if salt != SALT_PLACEHOLDER else False
+    if prepared is None:
         prepare = getattr(backend, "prepare_bounded", None)
-        checked[key] = (prepare(build) if prepare is not None else None) or False
-    salted = checked[key].salted(salt) if checked[key] else None  # None: a salt unlike the stand-in
+        prepared = (prepare(build) if prepare is not None else None) or False
+        checked[key] = prepared
+    salted = prepared.salted(salt) if prepared else None  # None: a salt unlike the stand-in
     return salted if salted is not None else build(salt)
 
 
