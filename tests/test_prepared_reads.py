@@ -128,24 +128,32 @@ def _build(salt: str, extra: str = "") -> exp.Expression:
     return exp.select(exp.func("hash", exp.Literal.string(salt + extra)).as_("h")).from_("t")
 
 
+def _prepare(b: DuckDBBackend, build: Any) -> PreparedRead | None:
+    """The preparation made with a query of a fresh salt; what that query runs is its own build's text."""
+    salt = secrets.token_hex(16)
+    made, own = b.prepare_bounded(build, salt)
+    assert own is None or isinstance(own, (SaltedRead, exp.Expression))
+    return made
+
+
 def test_prepare_keeps_only_a_text_the_salt_enters_verbatim() -> None:
     """The negative controls: a build that varies otherwise than by its salt, or that transforms the salt, or
     that has none, is not prepared; the plain one is."""
     b = DuckDBBackend()
-    ok = b.prepare_bounded(_build)
+    ok = _prepare(b, _build)
     assert isinstance(ok, PreparedRead)
     fresh = secrets.token_hex(16)
     assert ok.salted(fresh).sql == render(_build(fresh))
-    assert b.prepare_bounded(lambda salt: _build(salt, secrets.token_hex(4))) is None  # varies by more
-    assert b.prepare_bounded(lambda salt: _build(salt[::-1])) is None  # the salt transformed
-    assert b.prepare_bounded(lambda salt: _build(salt[:8])) is None  # part of the salt only
-    assert b.prepare_bounded(lambda salt: _build(salt, salt)) is not None  # the salt twice, verbatim
-    fixed = b.prepare_bounded(lambda salt: _build("fixed"))  # no salt at all: the same text for every salt
+    assert _prepare(b, lambda salt: _build(salt, secrets.token_hex(4))) is None  # varies by more
+    assert _prepare(b, lambda salt: _build(salt[::-1])) is None  # the salt transformed
+    assert _prepare(b, lambda salt: _build(salt[:8])) is None  # part of the salt only
+    assert _prepare(b, lambda salt: _build(salt, salt)) is not None  # the salt twice, verbatim
+    fixed = _prepare(b, lambda salt: _build("fixed"))  # no salt at all: the same text for every salt
     assert fixed is not None and fixed.salted(fresh).sql == render(_build("fixed"))
-    assert b.prepare_bounded(lambda salt: None) is None  # no private read
+    assert _prepare(b, lambda salt: None) is None  # no private read
     marked = exp.Literal.string("x")
     marked.meta[READ_SALT] = True
-    assert b.prepare_bounded(lambda salt: _build(salt).where(exp.EQ(this=exp.column("c"), expression=marked))) is None
+    assert _prepare(b, lambda salt: _build(salt).where(exp.EQ(this=exp.column("c"), expression=marked))) is None
     b.close()
 
 

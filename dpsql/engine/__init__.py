@@ -80,18 +80,20 @@ def bounded_under(backend: ExecutionBackend, route: Any, salt: str, key: Any, ch
     """The bounded query of ``route`` (a mechanism's route) under ``salt``: built; or for a query whose bind check
     passed before (``key`` in ``checked``, whose value keeps the backend's preparation) and a real salt, the
     backend's preparation of it under ``salt`` (built and rendered once, the salt put into the text where that is
-    exactly what building it under the salt gives: ``DuckDBBackend.prepare_bounded``), where it prepares one."""
+    exactly what building it under the salt gives: ``DuckDBBackend.prepare_bounded``), where it prepares one. The
+    query that prepares it runs its own build (one of the two the preparation compares; a batch: its only one)."""
     from dpsql.rewrite.bound import SALT_PLACEHOLDER
 
     def build(s: str) -> Any:
         return route.mechanism.bounded(route.calibration, s, backend.ops)
 
     # the entry is read once: another thread's first bind check of the same query may end meanwhile
-    prepared = checked.get(key, False) if salt != SALT_PLACEHOLDER else False
-    if prepared is None:
+    prepared: Any = checked.get(key, False) if salt != SALT_PLACEHOLDER else False
+    if prepared is None:  # prepared with this query: its own build is one of the two the check compares
         prepare = getattr(backend, "prepare_bounded", None)
-        prepared = (prepare(build) if prepare is not None else None) or False
-        checked[key] = prepared
+        made, own = prepare(build, salt) if prepare is not None else (None, build(salt))
+        checked[key] = made or False
+        return own
     salted = prepared.salted(salt) if prepared else None  # None: a salt unlike the stand-in
     return salted if salted is not None else build(salt)
 

@@ -736,26 +736,30 @@ class DuckDBBackend:
             self._con.execute(f"SET disabled_optimizers = {_sql_str(before)}")
 
     # -- execution ------------------------------------------------------------------------
-    def prepare_bounded(self, build: Callable[[str], Any]) -> PreparedRead | None:
+    def prepare_bounded(self, build: Callable[[str], Any], salt: str) -> tuple[PreparedRead | None, Any]:
         """A bounded query ``build(salt)`` rendered once, for every later query of the same bind key
-        (``dpsql.session``) to run with its own salt; None where that would not be exact. The query is
-        built under two random stand-in salts and rendered: only where the first text does not hold the
-        second's salt and becomes the second text when one is put in place of the other (the salt enters
-        the text verbatim, if at all, and nothing else in it varies) is it kept. A query with a read salt
-        (``with_read_salt``: drawn again for each read) or that is not one query is not prepared."""
+        (``dpsql.session``) to run with its own salt (None where that would not be exact), and what this
+        query (of secret ``salt``) runs. The query is built under ``salt``, and, only where that is one
+        query without a read salt (``with_read_salt``: drawn again for each read), under a random stand-in
+        salt: only where the stand-in's text does not hold ``salt`` and becomes the text built under ``salt``
+        when ``salt`` is put in place of the stand-in (the salt enters the text verbatim, if at all, and
+        nothing else in it varies) is it kept. A batch (or no read) is built once, as before."""
         from dpsql.plan.typer import READ_SALT
 
-        one, two = secrets.token_hex(16), secrets.token_hex(16)
-        first, second = build(one), build(two)
-        if not isinstance(first, exp.Expression) or not isinstance(second, exp.Expression):
-            return None
-        if any(n.meta.get(READ_SALT) for n in first.find_all(exp.Literal)):
-            return None
-        off, reads = tuple(self._marked_off(first)), native.reads_of(first)
-        text, other = self._render(first, copy=False), self._render(second, copy=False)
-        if two in text or text.replace(one, two) != other:
-            return None
-        return PreparedRead(text, one, off, reads)
+        built = build(salt)
+        if not isinstance(built, exp.Expression) or any(n.meta.get(READ_SALT) for n in built.find_all(exp.Literal)):
+            return None, built
+        off, reads = tuple(self._marked_off(built)), native.reads_of(built)  # read before the rendering
+        own = SaltedRead(self._render(built, copy=False), off, reads)  # what fetch_arrow runs of ``built``
+        one = secrets.token_hex(16)
+        stand_in = build(one)
+        if not isinstance(stand_in, exp.Expression):
+            return None, own
+        off, reads = tuple(self._marked_off(stand_in)), native.reads_of(stand_in)
+        text = self._render(stand_in, copy=False)
+        if salt in text or text.replace(one, salt) != own.sql or off != own.off:
+            return None, own
+        return PreparedRead(text, one, off, reads), own
 
     def fetch_arrow(self, ast: exp.Expression | SaltedRead, *, what: str = "the bounded query",
                     deadline: float | None = None) -> pa.Table:
