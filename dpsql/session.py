@@ -160,8 +160,7 @@ class Session:
         """Type-check the bounded query and post-processing, reading no private row (a pass is remembered); return the
         bounded query built once under ``salt`` for the check and the caller (None: built only to check, not returned)."""
         check_sources_unchanged(self._catalog, r.request.tables, self._engine)  # never remembered (nor the connection)
-        # a forked child checks its engine again; other building blocks (``dpsql.testing.use_noise``) build anew
-        key = (r.bind_key(), self._catalog_version, os.getpid(), self._engine.ops)
+        key = (r.bind_key(), self._catalog_version, os.getpid(), self._engine.ops)  # a fork, other ops: checked anew
         ast = None if salt is None else backends.bounded_under(self._engine, r, salt, key, self._bound_ok)
         if key not in self._bound_ok:
             ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast
@@ -170,8 +169,7 @@ class Session:
             if r.request.plan is not None:
                 postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
                                   r.mechanism.key_domain(r.calibration))
-            if key[0] is not None and len(self._bound_ok) < 256:  # a preparation made meanwhile (another thread) stays
-                self._bound_ok.setdefault(key, None)
+            backends.remember_bind_check(self._bound_ok, key)
         return ast
 
     def explain(self, sql: str | list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:

@@ -98,6 +98,13 @@ def bounded_under(backend: ExecutionBackend, route: Any, salt: str, key: Any, ch
     return salted if salted is not None else build(salt)
 
 
+def remember_bind_check(checked: dict[Any, Any], key: Any) -> None:
+    """Remember that the bind check of ``key`` passed (at most 256; never a key whose route is not remembered,
+    ``key[0]`` None), keeping a preparation another thread made meanwhile (:func:`bounded_under`)."""
+    if key[0] is not None and len(checked) < 256:
+        checked.setdefault(key, None)
+
+
 def describe_bounded(backend: ExecutionBackend, ast: Any) -> dict[str, str]:
     """Column types of a bounded relation by binding it (no row read); of a batch, every query is bound
     (so each is refused before the charge if it does not bind) and the first one's types returned."""
@@ -119,6 +126,7 @@ __all__ = [
     "describe_bounded",
     "fetch_bounded",
     "bounded_under",
+    "remember_bind_check",
     "render_bounded",
     "make_backend",
     "BACKENDS",
