@@ -20,6 +20,7 @@ import numbers
 import os
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -1159,6 +1160,13 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
                     "read); nothing was charged",
                     hint=f"register '{name}' again (Session.register) so that its policy and types match the files",
                 )
+        if spec.source_kind in ("parquet", "csv") and isinstance(spec.source, str) and any(c in spec.source for c in "*?["):
+            # a glob is expanded once, at registration: an ETL job's new part files are not read until then
+            added = set(source_files(spec.source_kind, spec.source)) - set(spec.files)
+            if added:
+                warnings.warn(f"table '{name}': {len(added)} file(s) matching {spec.source!r} were added since it was "
+                              f"registered and are not read by this query; register '{name}' again (Session.register) "
+                              "to read them", UserWarning, stacklevel=4)
         if spec.source_kind != "duckdb" or spec.view is None:
             continue
         view = exp.select("*").from_(exp.to_table(spec.view, quoted=True))

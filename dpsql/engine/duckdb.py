@@ -294,7 +294,7 @@ class DuckDBBackend:
         database file, and each Session uses its own view names. ``types`` (CSV only) are the
         owner's declared column types. Returns the schema. Reads schemas and the CSV header
         line only, never a data row. A glob is expanded once, here: files added later are
-        not read by this registration.
+        not read by this registration (each query warns of them: ``catalog.check_sources_unchanged``).
         """
         view = view or source_name(name)
         types = {k.lower(): v for k, v in (types or {}).items()}
