@@ -28,6 +28,7 @@ from sqlglot import exp
 from dpsql.budget import Budget
 from dpsql.engine.base import SqlOps
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
+from dpsql.mechanisms.basic import _exact_integers
 from dpsql.plan import ir
 from dpsql.rewrite.bound import Caps
 
@@ -70,6 +71,8 @@ def domain_table(plan: ir.QueryPlan) -> pa.Table:
         vals = [c[i] for c in combos]
         try:
             arr = pa.array(vals)
+        except OverflowError:  # integers beyond BIGINT (a UBIGINT or HUGEINT domain): exact decimals, cast below
+            arr = pa.array(_exact_integers(vals))
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             arr = pa.array([str(v) for v in vals])
         target = _column_arrow_type(plan, k)

@@ -1,0 +1,60 @@
+"""Range workloads, synopsis reuse, caps advice, quantiles, variances and declared key domains: corners found
+by comparing what an analyst observes on neighbouring datasets and on public metadata at its limits.
+
+What held (no test needed beyond the existing ones): DAWA workloads (1-D, 2-D, dates), histograms, reuse,
+quantiles, variances and caps advice answer alike (status, error class and text, schema, warnings, ledger
+rows, CLI exit codes and streams) when one person's rows hold NaN, +-inf, -0.0, values at the type limits,
+dates at years 1 and 9999, 5 MB texts, or values on and just outside the declared bounds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import dpsql
+from dpsql.budget import Budget
+from dpsql.errors import DPSQLError
+from dpsql.testing import use_noise, zero_noise
+
+# -- declared key domains beyond BIGINT ------------------------------------------------------------
+
+
+def _wide_keys(tmp_path: Path) -> dpsql.Session:
+    lines = "".join(f"{i},{i % 2},{i % 2}\n" for i in range(10))
+    (tmp_path / "t.csv").write_text("uid,u,h\n" + lines)
+    s = dpsql.Session(budget=Budget(10.0, 0.5))
+    use_noise(s, zero_noise(1))
+    s.register("t", str(tmp_path / "t.csv"), privacy_unit="uid", max_rows_per_unit=1,
+               columns={"uid": {"type": "BIGINT"}, "u": {"type": "UBIGINT", "domain": [0, 1, 2**64 - 1]},
+                        "h": {"type": "HUGEINT", "domain": [0, 1, 2**100]}})
+    return s
+
+
+@pytest.mark.parametrize("sql", ["SELECT u FROM t GROUP BY u", "SELECT DISTINCT u FROM t", "SELECT h FROM t GROUP BY h",
+                                 "SELECT u, h FROM t GROUP BY u, h"])
+def test_a_declared_domain_beyond_bigint_is_listed_free(tmp_path: Path, sql: str) -> None:
+    """A UBIGINT or HUGEINT key domain holding a value beyond BIGINT (2^64 - 1, 2^100) raised a bare
+    OverflowError from explain and query (the CLI's exit 1) when the domain was listed."""
+    s = _wide_keys(tmp_path)
+    s.explain(sql, epsilon=1)
+    r = s.query(sql, epsilon=1)
+    rows = r.table.to_pylist()
+    if "u" in r.table.column_names:
+        assert r.table.schema.field("u").type == pa.uint64()
+        assert {row["u"] for row in rows} == {0, 1, 2**64 - 1}
+    if "h" in r.table.column_names:
+        assert {int(row["h"]) for row in rows} == {0, 1, 2**100}
+    assert r.cost == Budget(0.0, 0.0)
+
+
+def test_control_a_domain_within_bigint_keeps_its_type(tmp_path: Path) -> None:
+    (tmp_path / "t.csv").write_text("uid,u\n" + "".join(f"{i},{i % 2}\n" for i in range(10)))
+    s = dpsql.Session(budget=Budget(10.0, 0.5))
+    s.register("t", str(tmp_path / "t.csv"), privacy_unit="uid", max_rows_per_unit=1,
+               columns={"uid": {"type": "BIGINT"}, "u": {"type": "UBIGINT", "domain": [0, 1, 2]}})
+    r = s.query("SELECT u FROM t GROUP BY u", epsilon=1)
+    assert r.table.schema.field("u").type == pa.uint64() and r.table.column("u").to_pylist() == [0, 1, 2]
