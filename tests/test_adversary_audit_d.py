@@ -58,3 +58,35 @@ def test_control_a_domain_within_bigint_keeps_its_type(tmp_path: Path) -> None:
                columns={"uid": {"type": "BIGINT"}, "u": {"type": "UBIGINT", "domain": [0, 1, 2]}})
     r = s.query("SELECT u FROM t GROUP BY u", epsilon=1)
     assert r.table.schema.field("u").type == pa.uint64() and r.table.column("u").to_pylist() == [0, 1, 2]
+
+
+# -- caps advice over a column dpsql cannot group by -----------------------------------------------
+
+
+def _typed_columns(tmp_path: Path) -> dpsql.Session:
+    import datetime as dt
+
+    t = pa.table({"uid": list(range(6)), "tz": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)] * 6,
+                                                         pa.timestamp("us", tz="UTC")),
+                  "l": pa.array([[1.0]] * 6, pa.list_(pa.float64())), "g": ["a", "b"] * 3})
+    pq.write_table(t, tmp_path / "t.parquet")
+    s = dpsql.Session(budget=Budget(10.0, 0.5))
+    s.register("t", str(tmp_path / "t.parquet"), privacy_unit="uid", max_rows_per_unit=1)
+    return s
+
+
+@pytest.mark.parametrize("column", ["tz", "l"])
+def test_caps_advice_by_a_column_it_cannot_group_says_so_with_a_fix_it_takes(tmp_path: Path, column: str) -> None:
+    """suggest_caps(group_by=...) takes a column name; over a TIMESTAMPTZ column the refusal said 'the query does not
+    type-check' and advised 'group by CAST(tz AS VARCHAR)', which group_by cannot be given."""
+    s = _typed_columns(tmp_path)
+    with pytest.raises(DPSQLError) as e:
+        s.suggest_caps("t", epsilon=1, group_by=column)
+    text = str(e.value)
+    assert "group_by" in text and f"'{column}'" in text and "CAST(" not in text and "query" not in text
+    assert s.history().num_rows == 0
+
+
+def test_control_caps_advice_by_a_text_column_is_answered(tmp_path: Path) -> None:
+    s = _typed_columns(tmp_path)
+    assert s.suggest_caps("t", epsilon=1, group_by="g").details["group_by"] == "g"

@@ -171,4 +171,15 @@ def route_request(request: Request) -> Any:
     if g is not None and (not isinstance(g, str) or g.lower() not in request.table.schema):
         raise ConfigError(f"group_by {g!r} is not a column of table '{request.table.name}'",
                           hint=f"its columns are: {', '.join(sorted(request.table.schema))}")
+    if g is not None:  # a key dpsql cannot group by: said here, as group_by takes a column (no CAST can be given)
+        from dpsql.plan.typer import TypeRefusal, type_key
+
+        try:
+            type_key(exp.column(g.lower()), dict(request.table.schema))
+        except TypeRefusal:
+            raise ConfigError(
+                f"group_by '{g}' cannot be counted as groups: column '{g.lower()}' of table '{request.table.name}' is of "
+                f"type {request.table.schema[g.lower()]}, which dpsql does not group by (not a scalar, or its equality is "
+                "coarser than its spelling)",
+                hint="give group_by a column of a text, number, BOOLEAN, DATE or TIMESTAMP type, or leave it out") from None
     return request
