@@ -98,6 +98,11 @@ def _query_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reuse-synopsis", action="store_true",
                    help="answer a range count from a stored DAWA synopsis for free (it kept at most max_rows_per_unit rows per "
                    "person before the range predicate: a slightly different quantity)")
+    p.add_argument(
+        "--workload",
+        action="store_true",
+        help="the SQL holds several range counts (separated by ';'): answer them together with DAWA, one charge",
+    )
 
 
 class _Number(float):
@@ -217,11 +222,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output format (default: from -o's extension .parquet/.csv/.json/.txt, else table); json prints "
                    '{"rows": [...], "meta": {...}}')
     p.add_argument("--meta", metavar="FILE", help="also write the release's meta (cost, remaining budget, ledger id, accuracy) as JSON")
-    p.add_argument(
-        "--workload",
-        action="store_true",
-        help="the SQL holds several range counts (separated by ';'): answer them together with DAWA, one charge",
-    )
     p.add_argument("-o", "--output", metavar="FILE", help="write rows to FILE instead of stdout ('-': stdout)")
     p = sub.add_parser("explain", help="show mechanism, noise and bounded SQL (free)", epilog=EXAMPLES["explain"], formatter_class=fmt)
     _common(p, sub=True)
@@ -922,7 +922,8 @@ def _cmd_query(args: argparse.Namespace) -> int:
             _check_output_targets(args, s)
             targets.prepare(args)  # each output file opened before the charge (its temporary sibling)
         if args.command == "explain":
-            plan = s.explain(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
+            plan = s.explain(_split_statements(sql) if args.workload else sql, epsilon=args.epsilon, delta=args.delta,
+                             options=opts or None)
             if args.json:
                 print(json.dumps(plan.to_dict(), indent=1, default=str))
             else:

@@ -90,3 +90,27 @@ def test_caps_advice_by_a_column_it_cannot_group_says_so_with_a_fix_it_takes(tmp
 def test_control_caps_advice_by_a_text_column_is_answered(tmp_path: Path) -> None:
     s = _typed_columns(tmp_path)
     assert s.suggest_caps("t", epsilon=1, group_by="g").details["group_by"] == "g"
+
+
+# -- the command line explains a range workload --------------------------------------------------
+
+
+def test_the_command_line_explains_a_workload_file_free(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsql explain -f w.sql` of a workload file was refused with the hint to use --workload, which explain did
+    not accept (a usage error): a workload could not be explained from the command line before its charge."""
+    import json
+
+    from conftest import run_cli as run
+
+    cfg = ["--config", "examples/dpsql.toml"]
+    (workdir / "w.sql").write_text("SELECT COUNT(*) FROM events WHERE age BETWEEN 18 AND 30;\n"
+                                   "SELECT COUNT(*) FROM events WHERE age BETWEEN 31 AND 60;\n")
+    assert run([*cfg, "explain", "-f", "w.sql", "--epsilon", "0.5"]) == 2
+    assert "--workload" in capsys.readouterr().err
+    assert run([*cfg, "explain", "-f", "w.sql", "--workload", "--epsilon", "0.5", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["mechanism"] == "dawa" and plan["parameters"]["queries"] == 2
+    assert run([*cfg, "budget", "--history", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == []
+    assert run([*cfg, "query", "-f", "w.sql", "--workload", "--epsilon", "0.5", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["meta"]["mechanism"] == "dawa"
