@@ -114,3 +114,21 @@ def test_the_command_line_explains_a_workload_file_free(workdir: Path, capsys: p
     assert json.loads(capsys.readouterr().out)["entries"] == []
     assert run([*cfg, "query", "-f", "w.sql", "--workload", "--epsilon", "0.5", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["meta"]["mechanism"] == "dawa"
+
+
+@pytest.mark.parametrize("q", ["np32", "0.5", 0.5])
+def test_caps_advice_reads_any_real_quantile_as_epsilon_is_read(tmp_path: Path, q: object) -> None:
+    """quantile=numpy.float32(0.5) was refused as 'quantile must be in (0, 1), got np.float32(0.5)'."""
+    import numpy as np
+
+    s = _typed_columns(tmp_path)
+    r = s.suggest_caps("t", epsilon=1, quantile=np.float32(0.5) if q == "np32" else q)  # type: ignore[arg-type]
+    assert r.details["quantile"] == 0.5 and isinstance(r.details["quantile"], float)
+
+
+@pytest.mark.parametrize("q", [0, 1, True, "1_0", "x", float("nan"), None, [0.5]])
+def test_control_caps_advice_refuses_a_quantile_outside_the_open_interval(tmp_path: Path, q: object) -> None:
+    s = _typed_columns(tmp_path)
+    with pytest.raises(DPSQLError, match="quantile must be a number"):
+        s.suggest_caps("t", epsilon=1, quantile=q)  # type: ignore[arg-type]
+    assert s.history().num_rows == 0

@@ -21,6 +21,8 @@ computed from the released counts only (post-processing).
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +30,13 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.budget import Budget, share_of
+from dpsql.budget import Budget, plain_float, share_of
 from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.noise import NoiseSource, snapping_calibration
 from dpsql.plan import ir
-from dpsql.plan.typer import type_key
+from dpsql.plan.typer import TypeRefusal, type_key
 from dpsql.rewrite.bound import SPREAD, Caps, key_expression, spread_keys, unit_expression
 
 #: bins 0..MAX_BIN: a value v (>= 1) is in bin min(floor(log2 v), MAX_BIN), i.e. [2^b, 2^(b+1))
@@ -164,16 +166,18 @@ def route_request(request: Request) -> Any:
     from dpsql.errors import ConfigError
 
     opts = request.options
-    q = opts.get("quantile", 0.9)
-    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1:
-        raise ConfigError(f"quantile must be in (0, 1), got {q!r}", hint="e.g. quantile=0.9")
+    q = plain_float(opts.get("quantile", 0.9), "quantile", hint="e.g. quantile=0.9")
+    try:  # any real number, as epsilon (a numpy float32 was refused as not 'in (0, 1)')
+        qf = math.nan if isinstance(q, bool) else float(q)
+    except (TypeError, ValueError, OverflowError):
+        qf = math.nan
+    if not 0 < qf < 1:
+        raise ConfigError(f"quantile must be a number in (0, 1), got {q!r}", hint="e.g. quantile=0.9")
     g = opts.get("group_by")
     if g is not None and (not isinstance(g, str) or g.lower() not in request.table.schema):
         raise ConfigError(f"group_by {g!r} is not a column of table '{request.table.name}'",
                           hint=f"its columns are: {', '.join(sorted(request.table.schema))}")
     if g is not None:  # a key dpsql cannot group by: said here, as group_by takes a column (no CAST can be given)
-        from dpsql.plan.typer import TypeRefusal, type_key
-
         try:
             type_key(exp.column(g.lower()), dict(request.table.schema))
         except TypeRefusal:
@@ -182,4 +186,4 @@ def route_request(request: Request) -> Any:
                 f"type {request.table.schema[g.lower()]}, which dpsql does not group by (not a scalar, or its equality is "
                 "coarser than its spelling)",
                 hint="give group_by a column of a text, number, BOOLEAN, DATE or TIMESTAMP type, or leave it out") from None
-    return request
+    return dataclasses.replace(request, options={**opts, "quantile": qf})
