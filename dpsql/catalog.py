@@ -1050,7 +1050,8 @@ def register_table(
         view=view,
         version=version,
         files=files,
-        read_key=json.dumps({"schema": schema, **(read_settings or {})}, sort_keys=True),
+        read_key=json.dumps({"schema": schema, **{k: v for k, v in (read_settings or {}).items()
+                                                  if k != "csv_encoding" or kind == "csv"}}, sort_keys=True),
     )
     catalog[tname] = spec
     if old is not None:

@@ -132,3 +132,24 @@ def test_control_caps_advice_refuses_a_quantile_outside_the_open_interval(tmp_pa
     with pytest.raises(DPSQLError, match="quantile must be a number"):
         s.suggest_caps("t", epsilon=1, quantile=q)  # type: ignore[arg-type]
     assert s.history().num_rows == 0
+
+
+# -- a stored synopsis and the CSV encoding it was read under -----------------------------------
+
+
+@pytest.mark.parametrize("version", [None, "2026-12-01"])
+def test_a_synopsis_read_under_one_csv_encoding_is_not_reused_under_another(tmp_path: Path, version: str | None) -> None:
+    """The engine setting csv_encoding decides which rows a CSV source has (under 'utf-8' a line that is not UTF-8 is
+    skipped, under 'latin-1' it is read), but the synopsis key did not name it: a histogram released under 'latin-1'
+    answered, for free, the same histogram asked under 'utf-8', which reads other rows."""
+    lines = b"".join(f"{i},{i % 10},a\n".encode() for i in range(40)) + b"99,5,\xe9t\xe9\n"
+    (tmp_path / "t.csv").write_bytes(b"uid,age,name\n" + lines)
+    ledger = str(tmp_path / "l.duckdb")
+    sql = "SELECT age, COUNT(*) FROM t GROUP BY age"
+    mechanisms = []
+    for i, encoding in enumerate(("latin-1", "utf-8", "latin-1")):
+        with dpsql.Session(ledger, Budget(10.0, 0.5), create=i == 0, engine={"csv_encoding": encoding}) as s:
+            s.register("t", str(tmp_path / "t.csv"), privacy_unit="uid", max_rows_per_unit=1, version=version,
+                       columns={"uid": {"type": "BIGINT"}, "age": {"type": "BIGINT", "bounds": (0, 9), "bins": 10}})
+            mechanisms.append(s.query(sql, epsilon=1).mechanism)
+    assert mechanisms == ["dawa", "dawa", "dawa (reused synopsis)"]

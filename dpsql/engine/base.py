@@ -173,9 +173,10 @@ class EngineSettings:
             raise ConfigError(f"engine setting min_response_time must be a number of seconds >= 0, got {m!r}")
 
     def read_settings(self) -> dict[str, Any]:
-        """The settings that shape the rows a private read reads (part of each table's ``read_key``)."""
+        """The settings that shape the rows a private read reads (part of each table's ``read_key``; ``csv_encoding``
+        of a CSV source's only: it decides which lines are rows)."""
         return {"max_text_bytes": self.max_text_bytes, "max_list_size": self.max_list_size,
-                "invalid_text": self.invalid_text}
+                "invalid_text": self.invalid_text, "csv_encoding": self.csv_encoding}
 
     @classmethod
     def from_dict(cls, d: Any) -> EngineSettings:
