@@ -153,3 +153,38 @@ def test_a_synopsis_read_under_one_csv_encoding_is_not_reused_under_another(tmp_
                        columns={"uid": {"type": "BIGINT"}, "age": {"type": "BIGINT", "bounds": (0, 9), "bins": 10}})
             mechanisms.append(s.query(sql, epsilon=1).mechanism)
     assert mechanisms == ["dawa", "dawa", "dawa (reused synopsis)"]
+
+
+# -- the fix a quantile's reuse refusal names ----------------------------------------------------
+
+
+def _ordered(tmp_path: Path) -> dpsql.Session:
+    t = pa.table({"uid": list(range(40)), "v": [float(i % 20) for i in range(40)], "x": [float(i) for i in range(40)],
+                  "c": ["a", "b"] * 20})
+    pq.write_table(t, tmp_path / "t.parquet")
+    s = dpsql.Session(budget=Budget(50.0, 0.5))
+    s.register("t", str(tmp_path / "t.parquet"), privacy_unit="uid", max_rows_per_unit=1,
+               columns={"v": {"bounds": (0, 20), "bins": 20}, "x": {"bounds": (0, 40)}, "c": {"domain": ["a", "b"]}})
+    return s
+
+
+@pytest.mark.parametrize("sql", ["SELECT MEDIAN(x) FROM t", "SELECT c, MEDIAN(v) AS m FROM t GROUP BY c"])
+def test_a_quantile_no_histogram_answers_is_not_told_to_release_one(tmp_path: Path, sql: str) -> None:
+    """reuse='synopsis' on a quantile no stored histogram can answer (a column without bins, a grouped quantile) was
+    told to 'release the histogram first (SELECT col, COUNT(*) FROM t GROUP BY col)': doing so spent budget and the
+    same refusal followed."""
+    s = _ordered(tmp_path)
+    with pytest.raises(DPSQLError) as e:
+        s.query(sql, epsilon=1, options={"reuse": "synopsis"})
+    assert "release the histogram" not in e.value.hint and "no stored histogram answers" in e.value.hint
+
+
+@pytest.mark.parametrize("where", ["", " WHERE c = 'a'"])
+def test_control_following_the_named_histogram_makes_the_quantile_free(tmp_path: Path, where: str) -> None:
+    s = _ordered(tmp_path)
+    sql = f"SELECT MEDIAN(v) FROM t{where}"
+    with pytest.raises(DPSQLError) as e:
+        s.query(sql, epsilon=1, options={"reuse": "synopsis"})
+    assert "SELECT v, COUNT(*) FROM t " in e.value.hint and ("WHERE ..." in e.value.hint) == bool(where)
+    s.query(f"SELECT v, COUNT(*) FROM t{where} GROUP BY v", epsilon=1)
+    assert s.query(sql, epsilon=1, options={"reuse": "synopsis"}).reused

@@ -413,12 +413,24 @@ class QuantileMechanism:
         if request.options.get("reuse") == "synopsis":
             self._find_synopsis(cal, request, aggs)
             if cal.reuse is None:
+                col, name = aggs[0].column or "", plan.table.name
+                # a histogram is a fix only where its synopsis could answer: an ungrouped quantile of an ordered column
+                # (releasing one for a grouped quantile or a column without bins spends budget and changes nothing)
+                if column_workload(plan, col) is not None:
+                    where = "WHERE ... " if plan.where is not None else ""
+                    first = (f"release the histogram of '{col}' first, with the same WHERE (SELECT {col}, COUNT(*) FROM "
+                             f"{name} {where}GROUP BY {col}), or ")
+                elif plan.keys:
+                    first = "no stored histogram answers a grouped quantile (only an ungrouped one is read from one): "
+                else:
+                    first = (f"no stored histogram answers quantiles of '{col}' (it has no declared ordered domain, bounds "
+                             "and bins): ")
                 raise PolicyError(
                     "reuse='synopsis' was asked, but no stored DAWA synopsis covers this quantile (an ungrouped query over a "
                     "column with a declared ordered domain, with a synopsis of the same table, column, other conditions, "
                     "caps and source contents); nothing was charged",
-                    hint="release the histogram first (SELECT col, COUNT(*) FROM t GROUP BY col), or omit the reuse option "
-                    "to answer with the exponential mechanism (charged; explain shows the cost)",
+                    hint=first + "omit the reuse option to answer with the exponential mechanism (charged; explain shows the "
+                    "cost)",
                 )
             return cal
         caps = contribution
