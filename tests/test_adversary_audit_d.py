@@ -188,3 +188,24 @@ def test_control_following_the_named_histogram_makes_the_quantile_free(tmp_path:
     assert "SELECT v, COUNT(*) FROM t " in e.value.hint and ("WHERE ..." in e.value.hint) == bool(where)
     s.query(f"SELECT v, COUNT(*) FROM t{where} GROUP BY v", epsilon=1)
     assert s.query(sql, epsilon=1, options={"reuse": "synopsis"}).reused
+
+
+# -- what a reused synopsis estimates ----------------------------------------------------------------
+
+
+def test_a_range_count_read_from_a_histogram_synopsis_says_what_it_estimates(tmp_path: Path) -> None:
+    """A release read from a stored synopsis had no details['estimates'] and its note said 'same table, column(s),
+    WHERE and cap', also where the synopsis was a histogram's, bounded per bin (k rows per person and bin, C_u bins),
+    answering a range count (whose own rule keeps L rows per person)."""
+    s = _ordered(tmp_path)
+    s.register("t", str(tmp_path / "t.parquet"), privacy_unit="uid", max_rows_per_unit=3, max_groups_per_unit=2,
+               max_rows_per_group=1, version="v1", columns={"v": {"bounds": (0, 20), "bins": 20}})
+    s.query("SELECT v, COUNT(*) FROM t GROUP BY v", epsilon=1)
+    r = s.query("SELECT COUNT(*) FROM t WHERE v < 10", epsilon=1, options={"reuse": "synopsis"})
+    assert r.reused and "1 row(s) per person in each group and 2 group(s) per person" in r.details["estimates"]
+    assert not any("and cap" in n for n in r.notes)
+    s.query_many(["SELECT COUNT(*) FROM t WHERE v < 5"], epsilon=1)
+    w = s.query_many(["SELECT COUNT(*) FROM t WHERE v < 5", "SELECT COUNT(*) FROM t WHERE v >= 5"], epsilon=1)
+    assert w.reused and "range counts over at most 3 row(s) per person" in w.details["estimates"]
+    h = s.query("SELECT floor(v / 2) * 2 AS v2, COUNT(*) FROM t GROUP BY v2", epsilon=1)
+    assert h.reused and "2 group(s) per person" in h.details["estimates"]

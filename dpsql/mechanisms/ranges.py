@@ -137,6 +137,8 @@ class DawaCalibration:
     #: a histogram's grouped caps (C_u, k, L): its bins are bounded as any GROUP BY; ``cap`` is then
     #: their L1 sensitivity min(C_u * k, L). None: a workload of range counts (L rows per unit)
     groups: Caps | None = None
+    #: what the reused synopsis estimates (its own bounding rule, which an opted-in reuse may not share)
+    reuse_estimates: str = ""
 
 
 def _stage1_scales(wl: Workload, epsilon1: float, cap: float) -> dict[str, float]:
@@ -149,6 +151,14 @@ def _stage1_scales(wl: Workload, epsilon1: float, cap: float) -> dict[str, float
     if n <= 1:
         return {}
     return {str(length): scale for length, scale in stage1_scale_table(n, epsilon1, sensitivity=cap).items()}
+
+
+def _estimates(groups: Caps | None, cap: float) -> str:
+    """What a synopsis bounded by ``groups`` (a histogram's grouped rule), else by ``cap`` rows per unit, estimates."""
+    if groups is not None:
+        return estimated_quantity(groups, grouped=True)
+    return (f"range counts over at most {fmt_cap(cap)} row(s) per person kept from the rows passing the other "
+            "conditions (before the range predicate)")
 
 
 class Dawa:
@@ -181,11 +191,18 @@ class Dawa:
             cap = lowered_cap(wl.table, request.options, "max_rows_per_unit")
             key = wl.synopsis_key(cap, catalog)
         found = request.find_synopsis(key) if key is not None else None
+        estimates = _estimates(groups, cap)
         if found is None and opt_in:
             other = self._other_rule_key(wl, request, catalog, histogram_rule=groups is None)
             found = request.find_synopsis(other) if other is not None else None
+            table, opts = wl.table, request.options
+            cap_l = lowered_cap(table, opts, "max_rows_per_unit") if table.max_rows_per_unit is not None or \
+                "max_rows_per_unit" in opts else math.inf
+            estimates = _estimates(Caps(float(table.max_groups_per_unit), float(table.max_rows_per_group), cap_l)
+                                   if groups is None else None, lowered_cap(table, opts, "max_rows_per_unit"))
         split = float(request.options.get("epsilon_split", 0.25))
-        cal = DawaCalibration(wl, request.plan, request.unit, cap, request.epsilon, split, key, found, groups)
+        cal = DawaCalibration(wl, request.plan, request.unit, cap, request.epsilon, split, key, found, groups,
+                              estimates if found is not None else "")
         if found is not None:
             return cal
         if reuse_only:
@@ -229,9 +246,9 @@ class Dawa:
             return Description(
                 label="dawa (reused synopsis)",
                 cost=Budget(0.0, 0.0),
-                parameters={"source_entry_id": cal.reuse[0], "dims": dims, **snapped},
-                notes=(f"answered from the DAWA synopsis of ledger entry {cal.reuse[0]} (same table, column(s), WHERE "
-                       "and cap): post-processing, no budget spent", *widened),
+                parameters={"source_entry_id": cal.reuse[0], "dims": dims, **snapped, "estimates": cal.reuse_estimates},
+                notes=(f"answered from the DAWA synopsis of ledger entry {cal.reuse[0]} (same table, column(s) and WHERE): "
+                       "post-processing, no budget spent", *widened),
                 reuse_of=cal.reuse[0],
             )
         params: dict[str, Any] = {
@@ -251,10 +268,7 @@ class Dawa:
             params["max_groups_per_unit"] = cal.groups.max_groups_per_unit
             params["max_rows_per_group"] = cal.groups.max_rows_per_group
             params["l1_sensitivity"] = cal.cap
-            params["estimates"] = estimated_quantity(cal.groups, grouped=True)
-        else:
-            params["estimates"] = (f"range counts over at most {fmt_cap(cal.cap)} row(s) per person kept from the rows "
-                                   "passing the other conditions (before the range predicate)")
+        params["estimates"] = _estimates(cal.groups, cal.cap)
         return Description(
             label="dawa",
             cost=Budget(cal.epsilon, 0.0),

@@ -170,7 +170,7 @@ def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: st
             hint="omit the reuse option to answer the query on its own, which is charged (explain shows the cost)",
         )
     if desc.reuse_of is not None:
-        reason = (f"answered from the DAWA synopsis of ledger entry {desc.reuse_of} (same table, column(s), WHERE and cap): "
+        reason = (f"answered from the DAWA synopsis of ledger entry {desc.reuse_of} (same table, column(s) and WHERE): "
                   "post-processing")
     return Route(request, mechanism, calibration, reason, desc)
 
