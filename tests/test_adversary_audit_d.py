@@ -209,3 +209,17 @@ def test_a_range_count_read_from_a_histogram_synopsis_says_what_it_estimates(tmp
     assert w.reused and "range counts over at most 3 row(s) per person" in w.details["estimates"]
     h = s.query("SELECT floor(v / 2) * 2 AS v2, COUNT(*) FROM t GROUP BY v2", epsilon=1)
     assert h.reused and "2 group(s) per person" in h.details["estimates"]
+
+
+def test_a_hugeint_domain_value_beyond_38_digits_is_refused_at_registration(tmp_path: Path) -> None:
+    """Such a value (2^127 - 1) was registered, then every query listing the domain was refused as 'the query's outputs,
+    HAVING or ORDER BY cannot be evaluated on the declared key values' with a hint about casts the query did not have."""
+    (tmp_path / "t.csv").write_text("uid,h\n" + "".join(f"{i},{i % 2}\n" for i in range(10)))
+    s = dpsql.Session(budget=Budget(10.0, 0.5))
+    with pytest.raises(dpsql.errors.ConfigError, match="more than 38 digits"):
+        s.register("t", str(tmp_path / "t.csv"), privacy_unit="uid", max_rows_per_unit=1,
+                   columns={"uid": {"type": "BIGINT"}, "h": {"type": "HUGEINT", "domain": [0, 2**127 - 1]}})
+    s.register("t", str(tmp_path / "t.csv"), privacy_unit="uid", max_rows_per_unit=1,
+               columns={"uid": {"type": "BIGINT"}, "h": {"type": "HUGEINT", "domain": [0, 1, 10**38 - 1, -(10**38 - 1)]}})
+    for sql in ("SELECT h FROM t GROUP BY h", "SELECT h, COUNT(*) AS n FROM t GROUP BY h"):
+        assert {int(v) for v in s.query(sql, epsilon=1).table.column("h").to_pylist()} == {0, 1, 10**38 - 1, -(10**38 - 1)}
