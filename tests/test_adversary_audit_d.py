@@ -223,3 +223,12 @@ def test_a_hugeint_domain_value_beyond_38_digits_is_refused_at_registration(tmp_
                columns={"uid": {"type": "BIGINT"}, "h": {"type": "HUGEINT", "domain": [0, 1, 10**38 - 1, -(10**38 - 1)]}})
     for sql in ("SELECT h FROM t GROUP BY h", "SELECT h, COUNT(*) AS n FROM t GROUP BY h"):
         assert {int(v) for v in s.query(sql, epsilon=1).table.column("h").to_pylist()} == {0, 1, 10**38 - 1, -(10**38 - 1)}
+
+
+def test_caps_advice_on_a_public_table_says_it_holds_no_person(tmp_path: Path) -> None:
+    """It said the table 'has no privacy unit column and reaches none through a foreign key', as if one were missing."""
+    s = _typed_columns(tmp_path)
+    s.register("countries", pa.table({"code": ["a", "b"]}), public=True)
+    with pytest.raises(dpsql.errors.PolicyError, match="declared public: it holds no person"):
+        s.suggest_caps("countries", epsilon=1)
+    assert s.history().num_rows == 0

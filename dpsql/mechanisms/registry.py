@@ -426,6 +426,9 @@ def route_profile(table: str, epsilon: float, options: Mapping[str, Any], catalo
     if name not in catalog:
         raise ConfigError(f"no table {table!r} is registered", hint="register it first (Session.tables lists them)")
     spec = catalog[name]
+    if spec.public:
+        raise PolicyError(f"table '{name}' is declared public: it holds no person, so there are no contributions per person "
+                          "to advise caps on; nothing was charged", hint="ask for the caps of a table of people")
     unit = resolve_unit_column(spec, dict(catalog))
     if unit is None:
         raise PolicyError(unit_problem(spec, dict(catalog)))
