@@ -232,3 +232,19 @@ def test_caps_advice_on_a_public_table_says_it_holds_no_person(tmp_path: Path) -
     with pytest.raises(dpsql.errors.PolicyError, match="declared public: it holds no person"):
         s.suggest_caps("countries", epsilon=1)
     assert s.history().num_rows == 0
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) * 2 AS n FROM t WHERE v < 10", "SELECT COUNT(*) AS n FROM t WHERE v < 10 HAVING n > 3",
+                                 "SELECT COUNT(*) FROM t WHERE v < 10 LIMIT 1"])
+def test_a_range_count_that_is_not_plain_is_not_told_no_synopsis_covers_it(tmp_path: Path, sql: str) -> None:
+    """With a synopsis of the range stored, reuse='synopsis' on the same count with an output expression, HAVING or
+    LIMIT was refused as 'no stored DAWA synopsis covers this query', which sends the analyst to release one again."""
+    s = _ordered(tmp_path)
+    s.register("t", str(tmp_path / "t.parquet"), privacy_unit="uid", max_rows_per_unit=1, version="v1",
+               columns={"v": {"bounds": (0, 20), "bins": 20}})
+    s.query_many(["SELECT COUNT(*) FROM t WHERE v < 5"], epsilon=1)
+    assert s.query("SELECT COUNT(*) AS n FROM t WHERE v < 10", epsilon=1, options={"reuse": "synopsis"}).reused
+    with pytest.raises(dpsql.errors.PolicyError) as e:
+        s.query(sql, epsilon=1, options={"reuse": "synopsis"})
+    assert "plain range count" in str(e.value) and "asks more than the count" in str(e.value) and "no stored DAWA synopsis covers" not in str(e.value)
+    assert [r["status"] for r in s.history().to_pylist()] == ["released", "reused"]

@@ -259,6 +259,14 @@ def route(
                            _REASONS["dawa_histogram"])
         if options.get("reuse") == "synopsis" and _single_range_count(plan):
             dawa = REGISTRY[MechanismName.DAWA]
+            if not (len(plan.outputs) == 1 and plan.outputs[0].source is not None and not plan.order
+                    and plan.limit is None and plan.offset is None and plan.having is None):
+                # said as such: the refusal below says no synopsis covers the query, though one may cover its count
+                raise PolicyError(
+                    "reuse='synopsis' reads a plain range count from a stored synopsis, and this query asks more than the count "
+                    "(another output, an expression of it, HAVING, ORDER BY, LIMIT or OFFSET); nothing was charged",
+                    hint=f"ask SELECT COUNT(*) FROM {table.name} WHERE ... alone (arithmetic, HAVING and LIMIT can be "
+                         "applied to the released count), or omit the reuse option")
             try:
                 wl = analyze_workload([sql], dict(catalog), plans=[plan]) if set(options) <= dawa.options | UNIVERSAL else None
             except DPSQLError:
