@@ -1580,6 +1580,7 @@ def _cli_text(text: str) -> str:
     text = text.replace("e.g. max_table_rows=1_500_000", "e.g. --max-table-rows TABLE=1500000 (or max_table_rows = 1_500_000 "
                         "under [tables.T] in the config)")
     text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")
+    text = text.replace("group_by '", "--group-by '").replace("give group_by a column", "give --group-by a column")
     text = text.replace("reuse='synopsis'", "--reuse-synopsis").replace("omit the reuse option", "drop --reuse-synopsis")
     text = text.replace("lower the table's max_groups_per_unit", "lower the table's --max-groups (max_groups_per_unit under "
                         "[tables.T] in the config)")

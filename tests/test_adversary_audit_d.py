@@ -248,3 +248,16 @@ def test_a_range_count_that_is_not_plain_is_not_told_no_synopsis_covers_it(tmp_p
         s.query(sql, epsilon=1, options={"reuse": "synopsis"})
     assert "plain range count" in str(e.value) and "asks more than the count" in str(e.value) and "no stored DAWA synopsis covers" not in str(e.value)
     assert [r["status"] for r in s.history().to_pylist()] == ["released", "reused"]
+
+
+def test_the_command_line_names_the_group_by_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import run_cli as run
+
+    _typed_columns(tmp_path).close()
+    assert run(["init", "--epsilon", "10", "--ledger", str(tmp_path / "l.duckdb")]) == 0
+    common = ["--ledger", str(tmp_path / "l.duckdb"), "--table", f"t={tmp_path / 't.parquet'}", "--privacy-unit", "t=uid"]
+    for col in ("tz", "nope"):
+        capsys.readouterr()
+        assert run([*common, "suggest-caps", "t", "--epsilon", "1", "--group-by", col]) == 2
+        err = capsys.readouterr().err
+        assert f"--group-by '{col}'" in err and "group_by" not in err, err
