@@ -4,7 +4,14 @@ by comparing what an analyst observes on neighbouring datasets and on public met
 What held (no test needed beyond the existing ones): DAWA workloads (1-D, 2-D, dates), histograms, reuse,
 quantiles, variances and caps advice answer alike (status, error class and text, schema, warnings, ledger
 rows, CLI exit codes and streams) when one person's rows hold NaN, +-inf, -0.0, values at the type limits,
-dates at years 1 and 9999, 5 MB texts, or values on and just outside the declared bounds.
+dates at years 1 and 9999, 5 MB texts, invalid UTF-8, or values on and just outside the declared bounds.
+
+Findings kept here (all before any charge, none a function of one person's rows): a declared UBIGINT/HUGEINT key
+domain beyond BIGINT raised a bare OverflowError when listed; a HUGEINT domain value of 39 digits made every query
+listing it fail with a wrong hint; a synopsis released under one CSV encoding was reused under another (other rows);
+a reused synopsis did not say what it estimates; refusals whose hint named a fix that spends budget for nothing
+(a quantile told to release a histogram that cannot answer it) or that does not exist (explain --workload,
+suggest_caps group_by advised a CAST); a range count with an output expression told no synopsis covers it.
 """
 
 from __future__ import annotations
