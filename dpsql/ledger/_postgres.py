@@ -419,7 +419,11 @@ class PostgresLedger(Ledger):
             # no prepared statements: a connection pooler in transaction mode (pgbouncer) may hand the next
             # transaction to another server session, which would not know them
             con = psycopg.connect(self._url, connect_timeout=min(max(1, math.ceil(self.lock_timeout)), _PG_MAX_MS // 1000),
-                                  autocommit=False, prepare_threshold=None, fallback_application_name="dpsql ledger")
+                                  autocommit=False, prepare_threshold=None, fallback_application_name="dpsql ledger",
+                                  # text is sent and read as UTF-8 whatever the database's or role's encoding: under
+                                  # LATIN1 a query holding another character raised Python's UnicodeEncodeError, and
+                                  # under SQL_ASCII every value was read as bytes (the ledger looked damaged)
+                                  client_encoding="UTF8")
         except Exception as e:  # noqa: BLE001 - psycopg's message may hold the password: class only
             failure = LedgerError(f"cannot connect to the PostgreSQL ledger {self.path} ({type(e).__name__}); {unchanged}",
                                   hint="check the URL, that the server runs and accepts this user")
@@ -621,6 +625,11 @@ class PostgresLedger(Ledger):
                         raise _read_only_failure(self.path, unchanged) from None
                     if isinstance(e, psycopg.errors.InsufficientPrivilege):
                         raise _privilege_failure(self.path, unchanged, write) from None
+                    if isinstance(e, psycopg.errors.UntranslatableCharacter | psycopg.errors.CharacterNotInRepertoire):
+                        raise LedgerError(f"ledger {self.path}: the database's encoding cannot store a character of the "
+                                          f"query's text or of a table's name; {unchanged}",
+                                          hint="keep the ledger in a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8'), "
+                                               "or leave the character out") from None
                     if isinstance(e, psycopg.Error):
                         raise LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
                                           hint="check the server and the user's rights") from None

@@ -1,0 +1,75 @@
+"""The Spark engine and the PostgreSQL ledger under hostile queries, data and server settings: what the
+analyst observes (whether a query succeeds, the error's class and text, the charge, the ledger's rows)
+depends on public metadata and released values only, and a failure is a dpsql error.
+
+A PostgreSQL server is started by the module's fixture (``tests/_postgres.py``); skipped without it,
+unless ``DPSQL_REQUIRE_EXTRAS=1``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from _postgres import Server
+
+import dpsql
+from dpsql.errors import LedgerError
+from dpsql.testing import use_noise, zero_noise
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    from _postgres import running_server
+
+    yield from running_server()
+
+
+def _database(server: Server, encoding: str) -> str:
+    import psycopg
+
+    name = "enc_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(server.url, autocommit=True) as con:
+        con.execute(f"CREATE DATABASE {name} ENCODING '{encoding}' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    return server.url.rsplit("/", 1)[0] + "/" + name
+
+
+def _session(url: str) -> dpsql.Session:
+    from dpsql.ledger import open_ledger
+
+    open_ledger(url, dpsql.Budget(10.0, 1e-6), create=True).close()
+    s = dpsql.Session(ledger=url)
+    use_noise(s, zero_noise(1))
+    s.register("t", pa.table({"uid": list(range(50)), "s": ["ß"] * 50}), privacy_unit="uid")
+    return s
+
+
+def test_a_ledger_in_a_sql_ascii_database_is_read_as_written(server: Server) -> None:
+    # SQL_ASCII (PostgreSQL's "no encoding") made psycopg read every text as bytes: the schema check saw no
+    # table in any schema, and every operation of a ledger it had just created was refused as standing in
+    # for another schema's ("found in more than one schema ... ()")
+    s = _session(_database(server, "SQL_ASCII"))
+    try:
+        sql = "SELECT COUNT(*) AS n FROM t WHERE s = 'ß' OR s = '😀'"
+        assert s.query(sql, epsilon=0.5).table.to_pylist() == [{"n": 50}]
+        assert s.remaining() == dpsql.Budget(9.5, 1e-6)
+        assert s.history().to_pylist()[-1]["query"] == sql
+    finally:
+        s.close()
+
+
+def test_text_a_latin1_ledger_cannot_store_is_a_ledger_error_that_charges_nothing(server: Server) -> None:
+    # the analyst's query text is recorded with the charge: a character LATIN1 has not raised Python's own
+    # UnicodeEncodeError out of Session.query (the command line's exit 1 with a traceback, not 4)
+    s = _session(_database(server, "LATIN1"))
+    try:
+        assert s.query("SELECT COUNT(*) AS n FROM t WHERE s = 'ß'", epsilon=0.5).table.to_pylist() == [{"n": 50}]
+        with pytest.raises(LedgerError, match="encoding cannot store a character") as e:
+            s.query("SELECT COUNT(*) AS n FROM t WHERE s = '😀'", epsilon=0.5)
+        assert e.value.exit_code == LedgerError.exit_code and "nothing was charged" in str(e.value)
+        assert s.remaining() == dpsql.Budget(9.5, 1e-6)
+        assert [r["status"] for r in s.history().to_pylist()] == ["released"]
+    finally:
+        s.close()
