@@ -73,3 +73,24 @@ def test_text_a_latin1_ledger_cannot_store_is_a_ledger_error_that_charges_nothin
         assert [r["status"] for r in s.history().to_pylist()] == ["released"]
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("url, secret", [
+    ("postgresql://dpsql:hunter2?x@127.0.0.1:1/dpsql", "hunter2"),  # libpq: the password is 'hunter2?x'
+    ("postgresql://dpsql:hun#ter2@127.0.0.1:1/dpsql", "ter2"),
+    ("postgresql://dpsql@127.0.0.1:1/dpsql?sslmode=disable&password=a#hunter2", "hunter2"),
+])
+def test_a_password_holding_a_question_mark_or_hash_is_never_shown(url: str, secret: str) -> None:
+    # Python's URL parser ends the host at '?' or '#', so redact() found no password in the user part (or kept
+    # what followed a '#' in ?password=), while libpq reads the URL up to the '@' and connects with it: the
+    # password appeared in Ledger.path, every LedgerError (the analyst's command line prints them) and
+    # `dpsql budget`
+    from psycopg.conninfo import conninfo_to_dict
+
+    from dpsql.ledger._postgres import PostgresLedger, redact
+
+    assert secret in conninfo_to_dict(url)["password"]  # control: libpq reads it as the password
+    assert secret not in redact(url) and "***" in redact(url)
+    with pytest.raises(LedgerError) as e:
+        PostgresLedger.open(url, lock_timeout=1)
+    assert secret not in str(e.value) and "127.0.0.1:1/dpsql" in str(e.value)

@@ -76,7 +76,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
@@ -108,16 +108,21 @@ def redact(url: str) -> str:
         raise ConfigError(f"the PostgreSQL ledger URL cannot be parsed ({e}); it is not shown, as it may hold a password",
                           hint="check the ledger URL: postgresql://USER@HOST:PORT/DATABASE, an IPv6 host in brackets "
                           "(postgresql://USER@[::1]:5432/DATABASE)") from None
-    if parts.password is not None:
-        netloc = parts.netloc.rsplit("@", 1)
-        user = netloc[0].split(":", 1)[0]
-        parts = parts._replace(netloc=f"{user}:***@{netloc[1]}")
-    if parts.query:
-        pairs = [p.split("=", 1) for p in parts.query.split("&")]
-        parts = parts._replace(query="&".join(
-            f"{kv[0]}=***" if len(kv) == 2 and unquote(kv[0]).strip().lower() in _SECRET_PARAMS else "=".join(kv)
-            for kv in pairs))
-    return urlunsplit(parts)
+    # read as libpq reads it, not as Python's parser does: the user part runs to an '@' before the first '/',
+    # and a '?' or '#' in it belongs to the password (Python ends the host at either, so it saw no password
+    # in postgresql://u:pa?ss@host/db, which libpq connects with as the password 'pa?ss'); the query string
+    # starts at the first '?' after it, and '#' has no meaning there (?password=a#b is the password 'a#b')
+    scheme, _, rest = url.partition("://")
+    at = rest.rfind("@", 0, len(rest) if "/" not in rest else rest.index("/"))
+    user = ""
+    if at >= 0:
+        info, rest = rest[:at], rest[at + 1:]
+        user = (info.split(":", 1)[0] + ":***" if ":" in info else info) + "@"
+    host, q, query = rest.partition("?")
+    if q:
+        query = "&".join(f"{kv[0]}=***" if len(kv) == 2 and unquote(kv[0]).strip().lower() in _SECRET_PARAMS
+                         else "=".join(kv) for kv in (pair.split("=", 1) for pair in query.split("&")))
+    return f"{scheme}://{user}{host}{q}{query}"
 
 
 def schema_postgres_sql() -> str:
