@@ -94,3 +94,24 @@ def test_a_password_holding_a_question_mark_or_hash_is_never_shown(url: str, sec
     with pytest.raises(LedgerError) as e:
         PostgresLedger.open(url, lock_timeout=1)
     assert secret not in str(e.value) and "127.0.0.1:1/dpsql" in str(e.value)
+
+
+def test_a_declared_domain_beyond_bigint_lists_its_keys_for_free() -> None:
+    # SELECT DISTINCT over a UBIGINT or HUGEINT key whose declared (public) domain holds a value of 2^63 or more
+    # raised pyarrow's OverflowError out of Session.query (the command line's exit 1), where the same GROUP BY
+    # with a COUNT answered; on Spark (a UBIGINT read as DECIMAL(20,0)) it answered too
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS uid, CAST(i % 2 AS UBIGINT) * 18446744073709551615 AS u, "
+                "CAST(i % 2 AS HUGEINT) * 10000000000000000000000000000000000000 AS h FROM range(60) r(i)")
+    s = dpsql.Session(budget=dpsql.Budget(1.0, 1e-6), connection=con)
+    use_noise(s, zero_noise(1))
+    s.register("t", "t", privacy_unit="uid", columns={"u": {"domain": [0, 2**64 - 1]}, "h": {"domain": [0, 10**37]}})
+    for key, big in (("u", 2**64 - 1), ("h", 10**37)):
+        counted = s.query(f"SELECT {key}, COUNT(*) AS n FROM t GROUP BY {key}", epsilon=0.1, delta=1e-7).table
+        listed = s.query(f"SELECT DISTINCT {key} FROM t", epsilon=0.1).table
+        assert listed.schema.field(key).type == counted.schema.field(key).type
+        assert listed.column(key).to_pylist() == counted.column(key).to_pylist() == [0, big]
+    assert [r["epsilon"] for r in s.history().to_pylist()] == [0.1, 0.0, 0.1, 0.0]  # the key lists are free
+    s.close()

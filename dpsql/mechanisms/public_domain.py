@@ -46,6 +46,7 @@ class DomainCalibration:
 
 _ARROW_TYPES = {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
                 "UTINYINT": pa.uint8(), "USMALLINT": pa.uint16(), "UINTEGER": pa.uint32(), "UBIGINT": pa.uint64(),
+                "HUGEINT": pa.decimal128(38, 0),
                 "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "DATE": pa.date32(), "BOOLEAN": pa.bool_()}
 _DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
 
@@ -70,7 +71,7 @@ def domain_table(plan: ir.QueryPlan) -> pa.Table:
         vals = [c[i] for c in combos]
         try:
             arr = pa.array(vals)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # (an integer of 2^63 or more: a UBIGINT's)
             arr = pa.array([str(v) for v in vals])
         target = _column_arrow_type(plan, k)
         if target is not None and arr.type != target:
