@@ -108,12 +108,17 @@ def redact(url: str) -> str:
         raise ConfigError(f"the PostgreSQL ledger URL cannot be parsed ({e}); it is not shown, as it may hold a password",
                           hint="check the ledger URL: postgresql://USER@HOST:PORT/DATABASE, an IPv6 host in brackets "
                           "(postgresql://USER@[::1]:5432/DATABASE)") from None
-    # read as libpq reads it, not as Python's parser does: the user part runs to an '@' before the first '/',
-    # and a '?' or '#' in it belongs to the password (Python ends the host at either, so it saw no password
-    # in postgresql://u:pa?ss@host/db, which libpq connects with as the password 'pa?ss'); the query string
-    # starts at the first '?' after it, and '#' has no meaning there (?password=a#b is the password 'a#b')
+    # read as libpq reads it, not as Python's parser does: the user part runs to the first '@' that comes before
+    # any '/' (hidden here up to the last '@' before the next '/' or '?'), and a '?' or '#' in it belongs to the
+    # password (Python ends the host at either, so it saw no password in postgresql://u:pa?ss@host/db, which libpq
+    # connects with as the password 'pa?ss'); the query string starts at the first '?' after it, and '#' has no
+    # meaning there (?password=a#b is the password 'a#b')
     scheme, _, rest = url.partition("://")
-    at = rest.rfind("@", 0, len(rest) if "/" not in rest else rest.index("/"))
+    first = next((i for i, ch in enumerate(rest) if ch in "@/"), -1)
+    at = -1
+    if first >= 0 and rest[first] == "@":
+        end = next((i for i in range(first, len(rest)) if rest[i] in "/?"), len(rest))
+        at = rest.rfind("@", 0, end)
     user = ""
     if at >= 0:
         info, rest = rest[:at], rest[at + 1:]
