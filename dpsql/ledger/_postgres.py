@@ -76,7 +76,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
@@ -108,16 +108,26 @@ def redact(url: str) -> str:
         raise ConfigError(f"the PostgreSQL ledger URL cannot be parsed ({e}); it is not shown, as it may hold a password",
                           hint="check the ledger URL: postgresql://USER@HOST:PORT/DATABASE, an IPv6 host in brackets "
                           "(postgresql://USER@[::1]:5432/DATABASE)") from None
-    if parts.password is not None:
-        netloc = parts.netloc.rsplit("@", 1)
-        user = netloc[0].split(":", 1)[0]
-        parts = parts._replace(netloc=f"{user}:***@{netloc[1]}")
-    if parts.query:
-        pairs = [p.split("=", 1) for p in parts.query.split("&")]
-        parts = parts._replace(query="&".join(
-            f"{kv[0]}=***" if len(kv) == 2 and unquote(kv[0]).strip().lower() in _SECRET_PARAMS else "=".join(kv)
-            for kv in pairs))
-    return urlunsplit(parts)
+    # read as libpq reads it, not as Python's parser does: the user part runs to the first '@' that comes before
+    # any '/' (hidden here up to the last '@' before the next '/' or '?'), and a '?' or '#' in it belongs to the
+    # password (Python ends the host at either, so it saw no password in postgresql://u:pa?ss@host/db, which libpq
+    # connects with as the password 'pa?ss'); the query string starts at the first '?' after it, and '#' has no
+    # meaning there (?password=a#b is the password 'a#b')
+    scheme, _, rest = url.partition("://")
+    first = next((i for i, ch in enumerate(rest) if ch in "@/"), -1)
+    at = -1
+    if first >= 0 and rest[first] == "@":
+        end = next((i for i in range(first, len(rest)) if rest[i] in "/?"), len(rest))
+        at = rest.rfind("@", 0, end)
+    user = ""
+    if at >= 0:
+        info, rest = rest[:at], rest[at + 1:]
+        user = (info.split(":", 1)[0] + ":***" if ":" in info else info) + "@"
+    host, q, query = rest.partition("?")
+    if q:
+        query = "&".join(f"{kv[0]}=***" if len(kv) == 2 and unquote(kv[0]).strip().lower() in _SECRET_PARAMS
+                         else "=".join(kv) for kv in (pair.split("=", 1) for pair in query.split("&")))
+    return f"{scheme}://{user}{host}{q}{query}"
 
 
 def schema_postgres_sql() -> str:
@@ -419,7 +429,11 @@ class PostgresLedger(Ledger):
             # no prepared statements: a connection pooler in transaction mode (pgbouncer) may hand the next
             # transaction to another server session, which would not know them
             con = psycopg.connect(self._url, connect_timeout=min(max(1, math.ceil(self.lock_timeout)), _PG_MAX_MS // 1000),
-                                  autocommit=False, prepare_threshold=None, fallback_application_name="dpsql ledger")
+                                  autocommit=False, prepare_threshold=None, fallback_application_name="dpsql ledger",
+                                  # text is sent and read as UTF-8 whatever the database's or role's encoding: under
+                                  # LATIN1 a query holding another character raised Python's UnicodeEncodeError, and
+                                  # under SQL_ASCII every value was read as bytes (the ledger looked damaged)
+                                  client_encoding="UTF8")
         except Exception as e:  # noqa: BLE001 - psycopg's message may hold the password: class only
             failure = LedgerError(f"cannot connect to the PostgreSQL ledger {self.path} ({type(e).__name__}); {unchanged}",
                                   hint="check the URL, that the server runs and accepts this user")
@@ -621,6 +635,11 @@ class PostgresLedger(Ledger):
                         raise _read_only_failure(self.path, unchanged) from None
                     if isinstance(e, psycopg.errors.InsufficientPrivilege):
                         raise _privilege_failure(self.path, unchanged, write) from None
+                    if isinstance(e, psycopg.errors.UntranslatableCharacter | psycopg.errors.CharacterNotInRepertoire):
+                        raise LedgerError(f"ledger {self.path}: the database's encoding cannot store a character of the "
+                                          f"query's text or of a table's name; {unchanged}",
+                                          hint="keep the ledger in a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8'), "
+                                               "or leave the character out") from None
                     if isinstance(e, psycopg.Error):
                         raise LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
                                           hint="check the server and the user's rights") from None

@@ -47,6 +47,7 @@ class DomainCalibration:
 
 _ARROW_TYPES = {"TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
                 "UTINYINT": pa.uint8(), "USMALLINT": pa.uint16(), "UINTEGER": pa.uint32(), "UBIGINT": pa.uint64(),
+                "HUGEINT": pa.decimal128(38, 0),
                 "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "DATE": pa.date32(), "BOOLEAN": pa.bool_()}
 _DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
 
