@@ -1255,6 +1255,13 @@ class Typer:
         r = self.t(node.this)
         if r.type.kind == "null":
             return Typed(_cast(exp.Null(), target, try_=False), target)
+        timely = {r.type.kind in ("date", "timestamp"), target.kind in ("date", "timestamp")}
+        if len(timely) == 2 and (r.type.numeric or r.type.kind == "bool" or target.numeric or target.kind == "bool"):
+            # no engine converts these (DuckDB's TRY_CAST is NULL for every row, Spark refuses it when binding)
+            raise self.refuse(
+                node, f"a {r.type} value cannot be cast to {target}: no engine converts between numbers (or booleans) "
+                "and dates or timestamps; convert with make_date(year, month, day), or read a date's parts with "
+                "year(d), month(d), day(d) or date_part('epoch', ts)")
         if r.literal:
             if r.type.kind == "strlit" and target.kind in ("date", "timestamp", "bool", "varchar"):
                 return Typed(typed_literal(self._literal_as(r, target, node), target), target, True, self._literal_as(r, target, node))
