@@ -73,7 +73,7 @@ def test_control_a_domain_within_bigint_keeps_its_type(tmp_path: Path) -> None:
 def _typed_columns(tmp_path: Path) -> dpsql.Session:
     import datetime as dt
 
-    t = pa.table({"uid": list(range(6)), "tz": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)] * 6,
+    t = pa.table({"uid": list(range(6)), "tz": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC)] * 6,
                                                          pa.timestamp("us", tz="UTC")),
                   "l": pa.array([[1.0]] * 6, pa.list_(pa.float64())), "g": ["a", "b"] * 3})
     pq.write_table(t, tmp_path / "t.parquet")
