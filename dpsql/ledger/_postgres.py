@@ -550,7 +550,7 @@ class PostgresLedger(Ledger):
 
     @contextmanager
     def _txn(self, *, write: bool, creating: bool = False,
-             unchanged: str = "nothing was changed") -> Iterator[tuple[Any, _Txn]]:
+             unchanged: str = "nothing was changed", wait: float | None = None) -> Iterator[tuple[Any, _Txn]]:
         """One transaction: take a connection (a kept one, or a new one), (writers) take the table
         lock, check the schema, run the body, commit. Any failure before COMMIT rolls back:
         ``unchanged`` holds. A kept connection found dropped during the opening statements (before
@@ -560,7 +560,8 @@ class PostgresLedger(Ledger):
             raise LedgerError(f"ledger {self.path} is closed", hint="open it again")
         t = _Txn(unchanged)
         psycopg = _psycopg()
-        deadline = time.monotonic() + self.lock_timeout  # the pool's wait and the lock's share lock_timeout
+        # the pool's wait and the lock's share lock_timeout (``wait``: a release's, Ledger.release_wait)
+        deadline = time.monotonic() + (self.lock_timeout if wait is None else wait)
         retried = False
         while True:
             slot, reused = self._acquire(unchanged, deadline)

@@ -714,7 +714,7 @@ class Ledger:
             f"entry {entry_id} stays 'reserved': the charge stands (it counts against the budget), but its "
             "release was not recorded"
         )
-        with self._txn(write=True, unchanged=stands) as (con, t):
+        with self._txn(write=True, unchanged=stands, wait=self.release_wait()) as (con, t):
             t.committed = f"the release of entry {entry_id} (whose charge stands either way) is recorded"
 
             status, params_text = self._row_for_transition(con, entry_id, "commit")
@@ -733,6 +733,13 @@ class Ledger:
                 "params = ?, synopsis_key = ?, synopsis = ? WHERE entry_id = ?",
                 [_to_json(params, "params"), synopsis_key, synopsis, entry_id],
             )
+
+    def release_wait(self) -> float:
+        """How long recording a release (:meth:`commit`) waits for the ledger's lock: its query has read private rows
+        and its charge stands, so giving up would discard an answer already paid for. ``lock_timeout`` and then the
+        bound on a frozen holder's hold (10 s, or twice ``lock_timeout``: the PostgreSQL ledger cuts such a holder
+        off then). The wait depends on other processes' ledger operations only, never on the data."""
+        return self.lock_timeout + max(10.0, 2 * self.lock_timeout)
 
     def fail(self, entry_id: int, reason: str) -> None:
         """Mark a reserved entry ``failed``. Its cost still counts. ``reason`` is stored as given
@@ -1224,9 +1231,10 @@ class Ledger:
     # transactions ---------------------------------------------------------------------------
     @contextmanager
     def _txn(
-        self, *, write: bool, creating: bool = False, unchanged: str = "nothing was changed"
+        self, *, write: bool, creating: bool = False, unchanged: str = "nothing was changed", wait: float | None = None
     ) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Txn]]:
-        """One transaction: lock, attach, check, run the body, commit, checkpoint, detach, unlock."""
+        """One transaction: lock, attach, check, run the body, commit, checkpoint, detach, unlock (waiting for the
+        lock up to ``wait`` seconds, by default ``lock_timeout``)."""
         if self._closed:
             raise LedgerError(
                 f"ledger {self._where()} is closed", hint="open it again with Ledger.open(path)"
@@ -1238,7 +1246,7 @@ class Ledger:
             return
         p = self.path
         started = time.monotonic()
-        deadline = started + self.lock_timeout
+        deadline = started + (self.lock_timeout if wait is None else wait)
         _hook("before_queue", p)
         try:
             st: os.stat_result | None = os.stat(p)

@@ -1,0 +1,71 @@
+"""Recording a release waits longer for the ledger's lock than a charge does: its query has read private rows and its
+charge stands, so giving up after ``lock_timeout`` threw away an answer already paid for (``Ledger.release_wait``).
+The holder is another process inside a ledger operation for a fixed time; no timed asserts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from conftest import spawn_python
+
+import dpsql
+from dpsql.budget import Budget
+from dpsql.errors import LedgerError
+from dpsql.ledger import Ledger
+
+# holds the ledger's lock inside one operation for argv[2] seconds
+HOLDER = """
+import sys, time
+from dpsql.budget import Budget
+from dpsql.ledger import Ledger, _store
+def inside(p):
+    print("inside", flush=True)
+    time.sleep(float(sys.argv[2]))
+_store._HOOKS["after_attach"] = inside
+Ledger(sys.argv[1], lock_timeout=30).reserve(Budget(0.1), mechanism="m", query="holder", tables=["t"], params={})
+"""
+
+
+def _hold(path: Path, seconds: float) -> object:
+    holder = spawn_python(HOLDER, str(path), str(seconds))
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "inside"
+    return holder
+
+
+def test_a_release_is_recorded_when_the_lock_is_held_past_lock_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, Budget(1.0))
+    led = Ledger(str(path), lock_timeout=0.5)
+    entry = led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={})
+    holder = _hold(path, 2.0)
+    try:
+        with pytest.raises(LedgerError, match="busy|gave up"):  # the control: a charge waits lock_timeout only
+            led.reserve(Budget(0.1), mechanism="m", query="q2", tables=["t"], params={})
+        led.commit(entry)  # the release waits the holder out
+    finally:
+        holder.wait(30)  # type: ignore[attr-defined]
+    assert led.entry(entry).status == "released"
+    assert led.release_wait() == 0.5 + 10.0
+
+
+def test_a_query_answers_when_another_process_holds_the_ledger_while_it_reads(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    s = dpsql.Session(str(path), Budget(1.0), create=True, lock_timeout=0.5)
+    s.register("t", pa.table({"u": [1, 2, 3]}), privacy_unit="u")
+    holders: list[object] = []
+    real = s._engine.fetch_arrow
+
+    def fetch_then_hold(*a: object, **k: object) -> pa.Table:  # another process takes the lock during the read
+        out = real(*a, **k)
+        holders.append(_hold(path, 2.0))
+        return out
+
+    s._engine.fetch_arrow = fetch_then_hold  # type: ignore[method-assign]
+    try:
+        r = s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
+    finally:
+        for h in holders:
+            h.wait(30)  # type: ignore[attr-defined]
+    assert holders and s.ledger.entry(r.ledger_id).status == "released"
