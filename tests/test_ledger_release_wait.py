@@ -69,3 +69,31 @@ def test_a_query_answers_when_another_process_holds_the_ledger_while_it_reads(tm
         for h in holders:
             h.wait(30)  # type: ignore[attr-defined]
     assert holders and s.ledger.entry(r.ledger_id).status == "released"
+
+
+# holds the ledger file open in DuckDB (a program that is not dpsql) until its stdin closes
+DUCK_HOLDER = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1])
+print("inside", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_release_that_gives_up_says_how_long_it_waited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release waits ``release_wait`` (not ``lock_timeout``): the message that it gave up states the time it waited,
+    also while a program that is not dpsql holds the file (it said 'gave up after 0.1 s' after waiting 1.5 s)."""
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, Budget(1.0))
+    led = Ledger(str(path), lock_timeout=0.1)
+    entry = led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={})
+    monkeypatch.setattr(Ledger, "release_wait", lambda self: 1.5)
+    holder = spawn_python(DUCK_HOLDER, str(path))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "inside"
+        with pytest.raises(LedgerError, match="not dpsql") as e:
+            led.commit(entry)
+    finally:
+        holder.stdin.close()  # type: ignore[attr-defined]
+        holder.wait(30)  # type: ignore[attr-defined]
+    assert float(str(e.value).split("gave up after ", 1)[1].split(" s", 1)[0]) >= 1.4

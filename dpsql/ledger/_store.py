@@ -1258,7 +1258,7 @@ class Ledger:
         try:
             key, fd = _lock_file(p, deadline, p, t.unchanged, started)  # the exclusion
             try:
-                with self._file_txn(write=write, t=t, deadline=deadline) as con:
+                with self._file_txn(write=write, t=t, deadline=deadline, started=started) as con:
                     yield con, t
             finally:
                 _unlock(key, fd)
@@ -1305,7 +1305,9 @@ class Ledger:
             self._mem_lock.release()
 
     @contextmanager
-    def _file_txn(self, *, write: bool, t: _Txn, deadline: float) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _file_txn(
+        self, *, write: bool, t: _Txn, deadline: float, started: float
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         p = self.path
         assert p is not None
         base = _base_connection()
@@ -1314,7 +1316,9 @@ class Ledger:
         paths = _marker_paths(real, resolved=True)
         wal = real + ".wal"  # DuckDB names the WAL after the resolved path
         _hook("before_attach", p)
-        self._attach(base, alias, read_only=not write, deadline=deadline, unchanged=t.unchanged, real=real)
+        self._attach(
+            base, alias, read_only=not write, deadline=deadline, started=started, unchanged=t.unchanged, real=real
+        )
         try:
             con = base.cursor()
             try:
@@ -1475,17 +1479,17 @@ class Ledger:
         return generation
 
     def _attach(
-        self, base: duckdb.DuckDBPyConnection, alias: str, *, read_only: bool, deadline: float, unchanged: str,
-        real: str | None = None,
+        self, base: duckdb.DuckDBPyConnection, alias: str, *, read_only: bool, deadline: float, started: float,
+        unchanged: str, real: str | None = None,
     ) -> None:
-        """ATTACH the (flock'ed) ledger file, waiting out DuckDB locks of programs that are not dpsql."""
+        """ATTACH the (flock'ed) ledger file, waiting out DuckDB locks of programs that are not dpsql until ``deadline``
+        (``started``: when the operation began waiting, queue and flock included, for the message)."""
         p = self.path
         assert p is not None
         # TYPE DUCKDB: the file is read as a DuckDB database or refused, never handed by its contents
         # or extension to another storage (SQLite, a CSV or Parquet reader) or to an extension that
         # DuckDB would install from the network
         sql = f"ATTACH {_sql_str(p)} AS {alias} (TYPE DUCKDB" + (", READ_ONLY)" if read_only else ")")
-        started = deadline - self.lock_timeout  # the operation's start (queue and flock included)
         delay = 0.002
         while True:
             try:
