@@ -376,3 +376,20 @@ def test_a_frozen_process_holding_the_ledger_lock_blocks_the_others_only_for_a_w
         holder.wait(timeout=60)
     assert [(x["entry_id"], x["query"]) for x in led.history().to_pylist()] == [(e, "after")]
     assert led.remaining() == dpsql.Budget(0.5, 0.0)  # the frozen transaction charged nothing
+
+
+def test_a_release_that_gives_up_says_how_long_it_waited(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release waits ``release_wait``, not ``lock_timeout``: its 'busy' message states the wait it made (it said
+    'held it for more than 0.1 s' after waiting 1.5 s)."""
+    import psycopg
+
+    from dpsql.ledger import Ledger
+
+    led = open_ledger(url, budget=dpsql.Budget(1.0, 0.0), create=True, lock_timeout=0.1)
+    entry = led.reserve(dpsql.Budget(0.1, 0.0), mechanism="basic", query="q", tables=["t"], params={})
+    monkeypatch.setattr(Ledger, "release_wait", lambda self: 1.5)
+    with psycopg.connect(url) as holder:
+        holder.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
+        with pytest.raises(LedgerError, match="busy") as e:
+            led.commit(entry)
+    assert "more than 1.5 s" in str(e.value)

@@ -445,10 +445,11 @@ class PostgresLedger(Ledger):
             con.adapters.register_loader(name, TextLoader)  # JSON columns as text, as the DuckDB ledger reads them
         return con
 
-    def _acquire(self, unchanged: str, deadline: float) -> tuple[_Slot, bool]:
+    def _acquire(self, unchanged: str, deadline: float, wait: float | None = None) -> tuple[_Slot, bool]:
         def busy() -> LedgerError:
             return LedgerError(f"ledger {self.path} is busy: {_POOL_SIZE} operations on it in other threads of this "
-                               f"process held all its connections for more than {self.lock_timeout:g} s; {unchanged}",
+                               f"process held all its connections for more than {self.lock_timeout if wait is None else wait:g} s; "
+                               f"{unchanged}",
                                hint="retry, or pass a larger lock_timeout")
 
         return self._pool.acquire(lambda: self._connect(unchanged), deadline, busy)
@@ -561,10 +562,11 @@ class PostgresLedger(Ledger):
         t = _Txn(unchanged)
         psycopg = _psycopg()
         # the pool's wait and the lock's share lock_timeout (``wait``: a release's, Ledger.release_wait)
-        deadline = time.monotonic() + (self.lock_timeout if wait is None else wait)
+        wait = self.lock_timeout if wait is None else wait
+        deadline = time.monotonic() + wait
         retried = False
         while True:
-            slot, reused = self._acquire(unchanged, deadline)
+            slot, reused = self._acquire(unchanged, deadline, wait)
             con = slot.con
             reusable = False
             try:
@@ -600,7 +602,7 @@ class PostgresLedger(Ledger):
                     self._check_schema(c)  # type: ignore[arg-type]
                 except psycopg.errors.LockNotAvailable:
                     failure = LedgerError(f"ledger {self.path} is busy: another process held it for more than "
-                                          f"{self.lock_timeout:g} s; {unchanged}",
+                                          f"{wait:g} s; {unchanged}",
                                           hint="retry, or pass a larger lock_timeout")
                 except psycopg.errors.UndefinedTable:
                     failure = LedgerError(f"the database {self.path} is not a dpsql budget ledger (a table is missing)",
