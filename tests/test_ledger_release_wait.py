@@ -97,3 +97,18 @@ def test_a_release_that_gives_up_says_how_long_it_waited(tmp_path: Path, monkeyp
         holder.stdin.close()  # type: ignore[attr-defined]
         holder.wait(30)  # type: ignore[attr-defined]
     assert float(str(e.value).split("gave up after ", 1)[1].split(" s", 1)[0]) >= 1.4
+
+
+def test_an_in_memory_ledger_release_waits_as_long_as_a_files() -> None:
+    """Another thread inside an in-memory ledger's operation: a release waits ``release_wait`` there too (it gave up
+    after ``lock_timeout``, the answer already paid for thrown away)."""
+    import threading
+
+    led = Ledger.create(None, Budget(1.0), lock_timeout=0.2)
+    entry = led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={})
+    led._mem_lock.acquire()  # another thread's operation, for about a second
+    threading.Timer(1.0, led._mem_lock.release).start()
+    with pytest.raises(LedgerError, match="busy"):  # the control: a charge waits lock_timeout only
+        led.reserve(Budget(0.1), mechanism="m", query="q2", tables=["t"], params={})
+    led.commit(entry)
+    assert led.entry(entry).status == "released"

@@ -1241,7 +1241,7 @@ class Ledger:
             )
         t = _Txn(unchanged)
         if self.path is None:
-            with self._mem_txn(write=write, creating=creating, t=t) as con:
+            with self._mem_txn(write=write, creating=creating, t=t, wait=wait) as con:
                 yield con, t
             return
         p = self.path
@@ -1266,7 +1266,9 @@ class Ledger:
             _queue_leave(slot)
 
     @contextmanager
-    def _mem_txn(self, *, write: bool, creating: bool, t: _Txn) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _mem_txn(
+        self, *, write: bool, creating: bool, t: _Txn, wait: float | None = None
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         if self._mem_pid != os.getpid():
             # a forked child holds a copy of the budget: spending it there, in every child, would
             # spend the total once per process, unknown to the parent and to each other
@@ -1276,9 +1278,10 @@ class Ledger:
                 hint="give the Session a ledger file (Session(ledger='ledger.duckdb', ...)), which every process "
                 "shares, or run the queries in the process that created the in-memory ledger",
             )
-        if not self._mem_lock.acquire(timeout=self.lock_timeout):
+        wait = self.lock_timeout if wait is None else wait
+        if not self._mem_lock.acquire(timeout=wait):
             raise LedgerError(
-                f"the in-memory ledger is busy in another thread for more than {self.lock_timeout:g} s; "
+                f"the in-memory ledger is busy in another thread for more than {wait:g} s; "
                 f"{t.unchanged}",
                 hint="retry later or pass a larger lock_timeout",
             )
