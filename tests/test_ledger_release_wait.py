@@ -112,3 +112,13 @@ def test_an_in_memory_ledger_release_waits_as_long_as_a_files() -> None:
         led.reserve(Budget(0.1), mechanism="m", query="q2", tables=["t"], params={})
     led.commit(entry)
     assert led.entry(entry).status == "released"
+
+
+@pytest.mark.parametrize("lock_timeout", [4e9, 1e300])
+def test_an_in_memory_ledger_takes_any_lock_timeout(lock_timeout: float) -> None:
+    """A lock_timeout (or a release's longer wait) past what the thread lock's time-out can hold raised a raw
+    OverflowError ('timestamp out of range for platform time_t'); a file ledger took it."""
+    led = Ledger.create(None, Budget(1.0), lock_timeout=lock_timeout)
+    entry = led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={})
+    led.commit(entry)
+    assert led.entry(entry).status == "released"

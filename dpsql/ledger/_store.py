@@ -1279,7 +1279,7 @@ class Ledger:
                 "shares, or run the queries in the process that created the in-memory ledger",
             )
         wait = self.lock_timeout if wait is None else wait
-        if not self._mem_lock.acquire(timeout=wait):
+        if not self._mem_lock.acquire(timeout=min(wait, 1e9)):  # 31 years: forever (more overflows the lock's clock)
             raise LedgerError(
                 f"the in-memory ledger is busy in another thread for more than {wait:g} s; "
                 f"{t.unchanged}",
