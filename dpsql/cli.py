@@ -62,7 +62,7 @@ def _common(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
     g.add_argument("--ledger", metavar="PATH", default=d(None), help=f"budget ledger file (default: from config, $DPSQL_LEDGER, or ./{DEFAULT_LEDGER})")
     g.add_argument("--lock-timeout", metavar="SECONDS", type=_number("--lock-timeout"), default=d(None),
                    help="how long to wait for a ledger that other dpsql commands are using (default: [ledger] lock_timeout "
-                   "of the config, else 10)")
+                   "of the config, else 10; recording an answered query's release waits 10 s, or twice it, longer)")
     g.add_argument("--table", action="append", default=d([]), metavar="NAME=PATH", help="register a Parquet/CSV file as a table (repeatable)")
     g.add_argument("--privacy-unit", action="append", default=d([]), metavar="NAME=COLUMN", help="privacy unit column of a --table")
     g.add_argument("--max-groups", action="append", default=d([]), metavar="NAME=N", help="max groups per unit for a --table (default 1)")

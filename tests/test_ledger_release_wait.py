@@ -122,3 +122,13 @@ def test_an_in_memory_ledger_takes_any_lock_timeout(lock_timeout: float) -> None
     entry = led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={})
     led.commit(entry)
     assert led.entry(entry).status == "released"
+
+
+def test_the_cli_help_says_a_release_waits_longer(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--lock-timeout 0`` still waits for a busy ledger (10 s) to record an answered query's release: the help says so."""
+    from dpsql.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["query", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "release" in text.split("--lock-timeout SECONDS")[-1].split(" --", 1)[0]
