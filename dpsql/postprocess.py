@@ -112,6 +112,7 @@ def check(
     each released aggregate; ``key_domain``: the released keys when they are public (declared),
     then the post-processing is run over exactly them.
     """
+    _refuse_casts_between_numbers_and_dates(post_ast(plan, exp.to_table("__released"), []), key_types, aggregate_types)
     if all(k.name in key_types for k in plan.keys):
         cols: list[exp.Expression] = []
         for k in plan.keys:
@@ -138,6 +139,47 @@ def check(
         raise AssertionError("post-processing check needs the key types or the key values")
     if key_domain is not None:
         _check_on_keys(backend, plan, aggregate_types, key_domain)
+
+
+def _kind(type_name: str | None) -> str | None:
+    """'number' (numbers and booleans), 'time' (dates and timestamps) or None, of a SQL type's name."""
+    base = (type_name or "").upper().split("(")[0].strip()
+    if base in ("DATE", "DATETIME") or base.startswith("TIMESTAMP") and base != "TIMESTAMPTZ":
+        return "time"
+    numbers = ("BOOLEAN", "BOOL", "DOUBLE", "FLOAT", "REAL", "DECIMAL", "NUMERIC", "HUGEINT", "UHUGEINT")
+    return "number" if base in numbers or base.endswith("INT") or base.startswith("INT") else None
+
+
+def _refuse_casts_between_numbers_and_dates(ast: exp.Expression, key_types: dict[str, str],
+                                            aggregate_types: dict[str, str]) -> None:
+    """A cast between numbers (or booleans) and dates or timestamps over released values converts nothing on any
+    engine: refused naming the functions that convert (the typer's refusal of it over private rows)."""
+    types = {**key_types, **aggregate_types}
+
+    def kind(e: exp.Expression) -> str | None:
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if isinstance(e, exp.Column):
+            return _kind(types.get(e.name, "DOUBLE" if e.name.startswith("__a") else None))
+        if isinstance(e, exp.Cast):
+            return _kind(e.args["to"].sql(dialect="duckdb"))
+        if isinstance(e, exp.Literal | exp.Boolean):
+            return None if isinstance(e, exp.Literal) and e.is_string else "number"
+        if isinstance(e, exp.Neg):
+            return kind(e.this)
+        if isinstance(e, exp.Add | exp.Sub | exp.Mul | exp.Div):
+            return "number" if kind(e.this) == kind(e.expression) == "number" else None
+        return None
+
+    for node in ast.find_all(exp.Cast):
+        pair = {kind(node.this), _kind(node.args["to"].sql(dialect="duckdb"))}
+        if pair == {"number", "time"}:
+            raise QueryTypeError(
+                f"the query's outputs, HAVING or ORDER BY cast between a number (or boolean) and a date or timestamp "
+                f"({node.sql(dialect='duckdb')}): such a value cannot be cast, no engine converts between them; "
+                "nothing was charged",
+                hint="convert with make_date(year, month, day), or read a date's parts with year(d), month(d), day(d) "
+                "or date_part('epoch', ts)")
 
 
 #: released aggregate types whose placeholder is not the DOUBLE 0.0 (0 is 1970-01-01 for a DATE / TIMESTAMP)
