@@ -603,7 +603,7 @@ class Typer:
         if target.name in ("TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"):
             # DuckDB's casts into these can raise even under TRY_CAST (DATE -> TIMESTAMP_NS is
             # an internal error): unify() never asks for one, CAST(... AS TIMESTAMP_NS) is refused
-            raise self.refuse(node, f"a {src} value cannot be converted to {target} here; convert to TIMESTAMP")
+            raise self.refuse(node, f"a value of type {src} cannot be converted to {target} here; convert to TIMESTAMP")
         if src.name in ("TIMESTAMP_S", "TIMESTAMP_MS") and target.name != "TIMESTAMP":
             # through TIMESTAMP: TRY_CAST(TIMESTAMP_S AS VARCHAR) beyond TIMESTAMP's range raises
             # an internal error in DuckDB; an instant beyond it is NULL
@@ -657,7 +657,7 @@ class Typer:
                 return self._ts_in(dt.datetime(v.year, v.month, v.day), target, node)
             if k == r.type.kind:
                 return self._ts_in(v, target, node) if k == "timestamp" else v
-        raise self.refuse(node, f"a {r.type} literal cannot be used as {target}")
+        raise self.refuse(node, f"a literal of type {r.type} cannot be used as {target}")
 
     def _ts_in(self, v: dt.datetime, target: SqlType, node: exp.Expression) -> dt.datetime:
         """``v`` if the timestamp type ``target`` holds it exactly, else refuse (free)."""
@@ -1259,7 +1259,7 @@ class Typer:
         if len(timely) == 2 and (r.type.numeric or r.type.kind == "bool" or target.numeric or target.kind == "bool"):
             # no engine converts these (DuckDB's TRY_CAST is NULL for every row, Spark refuses it when binding)
             raise self.refuse(
-                node, f"a {r.type} value cannot be cast to {target}: no engine converts between numbers (or booleans) "
+                node, f"a value of type {r.type} cannot be cast to {target}: no engine converts between numbers (or booleans) "
                 "and dates or timestamps; convert with make_date(year, month, day), or read a date's parts with "
                 "year(d), month(d), day(d) or date_part('epoch', ts)")
         if r.literal:
