@@ -26,7 +26,7 @@ from sqlglot import exp
 from dpsql.errors import ExecutionError, QueryTypeError
 from dpsql.mechanisms.base import Released
 from dpsql.plan import ir
-from dpsql.plan.typer import INTERVAL_FORM, guarded_shift, interval_parts
+from dpsql.plan.typer import INTERVAL_FORM, guarded_shift, interval_parts, parse_type
 
 
 class _Runs(Protocol):
@@ -142,12 +142,11 @@ def check(
 
 
 def _kind(type_name: str | None) -> str | None:
-    """'number' (numbers and booleans), 'time' (dates and timestamps) or None, of a SQL type's name."""
-    base = (type_name or "").upper().split("(")[0].strip()
-    if base in ("DATE", "DATETIME") or base.startswith("TIMESTAMP") and base != "TIMESTAMPTZ":
-        return "time"
-    numbers = ("BOOLEAN", "BOOL", "DOUBLE", "FLOAT", "REAL", "DECIMAL", "NUMERIC", "HUGEINT", "UHUGEINT")
-    return "number" if base in numbers or base.endswith("INT") or base.startswith("INT") else None
+    """'number' (numbers and booleans), 'time' (dates and timestamps) or None, of a SQL type's name (the typer's)."""
+    if type_name is None:
+        return None
+    t = parse_type(type_name)
+    return "time" if t.kind in ("date", "timestamp") else "number" if t.numeric or t.kind == "bool" else None
 
 
 def _refuse_casts_between_numbers_and_dates(ast: exp.Expression, key_types: dict[str, str],
