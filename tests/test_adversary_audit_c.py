@@ -16,7 +16,7 @@ import pytest
 from _postgres import Server
 
 import dpsql
-from dpsql.errors import LedgerError
+from dpsql.errors import ConfigError, LedgerError
 from dpsql.testing import use_noise, zero_noise
 
 
@@ -95,6 +95,22 @@ def test_a_password_holding_a_question_mark_or_hash_is_never_shown(url: str, sec
     with pytest.raises(LedgerError) as e:
         PostgresLedger.open(url, lock_timeout=1)
     assert secret not in str(e.value) and "hun" not in str(e.value) and "127.0.0.1:1/dpsql" in str(e.value)
+
+
+def test_a_password_holding_an_unencoded_slash_is_never_shown() -> None:
+    # libpq reads postgresql://u:pa/ss@host/db as host 'u', port 'pa' and database 'ss@host/db' (the user forgot
+    # to percent-encode '/'): no user part, so nothing was hidden and the message quoted both halves of the password
+    from psycopg.conninfo import conninfo_to_dict
+
+    from dpsql.ledger._postgres import PostgresLedger, redact
+
+    url = "postgresql://dpsql:hun/ter2@127.0.0.1:1/dpsql"
+    assert "password" not in conninfo_to_dict(url)  # control: libpq's reading has no password
+    assert redact(url) == "postgresql://***@127.0.0.1:1/dpsql"
+    assert redact("postgresql:///db?host=/tmp&user=a@b") == "postgresql:///db?host=/tmp&user=a@b"  # '@' in the query
+    with pytest.raises((LedgerError, ConfigError)) as e:
+        PostgresLedger.open(url, lock_timeout=1)
+    assert "hun" not in str(e.value) and "ter2" not in str(e.value)
 
 
 def test_a_declared_domain_beyond_bigint_lists_its_keys_for_free() -> None:

@@ -123,6 +123,11 @@ def redact(url: str) -> str:
     if at >= 0:
         info, rest = rest[:at], rest[at + 1:]
         user = (info.split(":", 1)[0] + ":***" if ":" in info else info) + "@"
+    elif "@" in rest.partition("?")[0]:
+        # an '@' after a '/' (a password holding an unencoded '/': postgresql://u:pa/ss@host/db, which libpq reads
+        # as host 'u', port 'pa' and database 'ss@host/db'): everything up to the last such '@' may be a password
+        rest = rest[rest.rfind("@", 0, len(rest.partition("?")[0])) + 1:]
+        user = "***@"
     host, q, query = rest.partition("?")
     if q:
         query = "&".join(f"{kv[0]}=***" if len(kv) == 2 and unquote(kv[0]).strip().lower() in _SECRET_PARAMS
