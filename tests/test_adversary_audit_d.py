@@ -99,6 +99,23 @@ def test_control_caps_advice_by_a_text_column_is_answered(tmp_path: Path) -> Non
     assert s.suggest_caps("t", epsilon=1, group_by="g").details["group_by"] == "g"
 
 
+def test_caps_advice_by_a_uhugeint_column_counts_its_groups() -> None:
+    """suggest_caps(group_by=<UHUGEINT>) was refused as a key dpsql does not group by: its values beyond 2^127 cannot
+    be released as numbers, but caps advice releases no key, only how many groups each person has."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i // 2 AS uid, CASE WHEN i % 2 = 0 THEN 340282366920938463463374607431768211455"
+                "::UHUGEINT ELSE 340282366920938463463374607431768211454::UHUGEINT END AS u FROM range(400) r(i)")
+    s = dpsql.Session(budget=Budget(10.0, 0.5), connection=con)
+    use_noise(s, zero_noise(1))
+    s.register("t", "t", privacy_unit="uid")
+    out = s.suggest_caps("t", epsilon=1, group_by="u").table.to_pylist()
+    groups = {r["from"]: r["people"] for r in out if r["contribution"].startswith("groups")}
+    assert groups[2] == 200 and groups[1] == 0  # 200 people of two groups each: 2^128 - 1 and 2^128 - 2 stay apart
+    s.close()
+
+
 # -- the command line explains a range workload --------------------------------------------------
 
 

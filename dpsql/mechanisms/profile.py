@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ from dpsql.engine.base import SqlOps
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.noise import NoiseSource, snapping_calibration
 from dpsql.plan import ir
-from dpsql.plan.typer import TypeRefusal, type_key
+from dpsql.plan.typer import _UNEXPORTABLE_KEYS, TypeRefusal, parse_type, type_key
 from dpsql.rewrite.bound import SPREAD, Caps, key_expression, spread_keys, unit_expression
 
 #: bins 0..MAX_BIN: a value v (>= 1) is in bin min(floor(log2 v), MAX_BIN), i.e. [2^b, 2^(b+1))
@@ -108,7 +109,7 @@ class ContributionProfile:
         rows = exp.select(exp.alias_(exp.Count(this=exp.Star()), "v")).from_(src).where(not_null).group_by(unit.copy())
         parts = [hist("rows", rows)]
         if cal.group_by:
-            key = ir.GroupKey(expr=exp.column(cal.group_by), name="__k0", sql=cal.group_by)
+            key = ir.GroupKey(expr=_group_key(cal.group_by, cal.table.schema), name="__k0", sql=cal.group_by)
             k = key_expression(key, dict(cal.table.schema))
             key_type = type_key(key.expr, dict(cal.table.schema))[1].name
             # one person's keys could be chosen to collide in the engine's public hash (a quadratic
@@ -161,6 +162,13 @@ class ContributionProfile:
                         final=True, details={"suggested": suggested})
 
 
+def _group_key(column: str, schema: Mapping[str, str]) -> exp.Expression:
+    """The key ``group_by`` counts groups of: the column, or its exact text where its released values could not keep
+    their value (UHUGEINT): no key is released here, only how many groups each person has."""
+    col = exp.column(column)
+    return exp.cast(col, "VARCHAR") if parse_type(schema[column]).name in _UNEXPORTABLE_KEYS else col
+
+
 def route_request(request: Request) -> Any:
     """Validate what ``Session.suggest_caps`` asks (public metadata only: free refusals)."""
     from dpsql.errors import ConfigError
@@ -179,7 +187,7 @@ def route_request(request: Request) -> Any:
                           hint=f"its columns are: {', '.join(sorted(request.table.schema))}")
     if g is not None:  # a key dpsql cannot group by: said here, as group_by takes a column (no CAST can be given)
         try:
-            type_key(exp.column(g.lower()), dict(request.table.schema))
+            type_key(_group_key(g.lower(), request.table.schema), dict(request.table.schema))
         except TypeRefusal:
             raise ConfigError(
                 f"group_by '{g}' cannot be counted as groups: column '{g.lower()}' of table '{request.table.name}' is of "
