@@ -163,7 +163,7 @@ class Session:
         key = (r.bind_key(), self._catalog_version, os.getpid(), self._engine.ops)  # a fork, other ops: checked anew
         ast = None if salt is None else backends.bounded_under(self._engine, r, salt, key, self._bound_ok)
         if key not in self._bound_ok:
-            ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast
+            ast = r.bounded(SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast
             getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, self._engine)  # reads public rows only
             key_types = backends.describe_bounded(self._engine, ast)  # every query of a batch is bound
             if r.request.plan is not None:

@@ -85,7 +85,7 @@ def bounded_under(backend: ExecutionBackend, route: Any, salt: str, key: Any, ch
     from dpsql.rewrite.bound import SALT_PLACEHOLDER
 
     def build(s: str) -> Any:
-        return route.mechanism.bounded(route.calibration, s, backend.ops)
+        return route.bounded(s, backend.ops)  # ``Route.bounded``: the mechanism's, refused if it reads rows for free
 
     # the entry is read once: another thread's first bind check of the same query may end meanwhile
     prepared: Any = checked.get(key, False) if salt != SALT_PLACEHOLDER else False

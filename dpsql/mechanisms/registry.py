@@ -148,6 +148,21 @@ class Route:
     reason: str
     description: Description
 
+    def bounded(self, salt: str, ops: Any) -> Any:
+        """The mechanism's bounded relation under ``salt`` over the backend's building blocks ``ops``
+        (``Mechanism.bounded``). A relation that reads private rows (not None) under a description that charges
+        nothing is refused here, before the charge: no route reads private rows for free, whatever it states."""
+        ast = self.mechanism.bounded(self.calibration, salt, ops)
+        cost = self.description.cost
+        if ast is not None and cost.epsilon == 0 and cost.delta == 0:
+            raise ConfigError(
+                f"mechanism '{self.description.label}' reads private rows but its description charges nothing "
+                "(cost (0, 0)); nothing was read or charged",
+                hint="a mechanism that reads private rows states its cost in describe(); one that reads none returns "
+                     "None from bounded()",
+            )
+        return ast
+
     def bind_key(self) -> tuple[Any, ...] | None:
         """What the bind check of this route is a function of, for a given catalog: the request
         (text, options) and the route (mechanism, and its calibration through the description:

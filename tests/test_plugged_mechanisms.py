@@ -1,0 +1,38 @@
+"""What the core enforces whatever a registered mechanism states (docs/architecture.md, "Adding a mechanism").
+
+A mechanism plugs into the registry and the Session drives it through its protocol; these tests stand in for
+a plugged mechanism that gets a statement wrong, by patching one method of a registered mechanism, and check
+that the core refuses it (before the charge where it can) instead of trusting it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import make_events
+
+import dpsql
+from dpsql.budget import Budget
+from dpsql.errors import ConfigError
+from dpsql.mechanisms.basic import BasicMechanism
+from dpsql.testing import use_noise, zero_noise
+
+
+@pytest.fixture
+def session():
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(10.0, 1e-5))
+    use_noise(s, zero_noise())
+    s.register("events", make_events(), privacy_unit="user_id", max_rows_per_unit=3)
+    yield s
+    s.close()
+
+
+def test_a_mechanism_that_reads_private_rows_for_free_is_refused_before_the_charge(session, monkeypatch):
+    describe = BasicMechanism.describe
+    monkeypatch.setattr(BasicMechanism, "describe",
+                        lambda self, cal: dataclasses.replace(describe(self, cal), cost=Budget(0.0, 0.0)))
+    for ask in (session.explain, session.query):
+        with pytest.raises(ConfigError, match="reads private rows.*charges nothing"):
+            ask("SELECT COUNT(*) FROM events", epsilon=1.0)
+    assert session.history().num_rows == 0
