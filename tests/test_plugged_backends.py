@@ -59,3 +59,18 @@ def test_a_failure_after_the_charge_on_a_backend_without_debug_detail_is_the_gen
     assert "42" not in str(caught.value) + str(caught.value.__context__) + str(caught.value.__cause__)
     assert ledger.history().to_pylist()[-1]["status"] == "failed"
     backend.close()
+
+
+def test_a_backend_registered_in_backends_is_chosen_by_the_engine_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow as pa
+
+    from dpsql import engine
+    from dpsql.errors import ConfigError
+
+    monkeypatch.setitem(engine.BACKENDS, "minimal", Minimal)
+    with dpsql.Session(ledger=None, budget=dpsql.Budget(1.0, 0.0), engine="minimal") as s:
+        assert isinstance(s._engine, Minimal)
+        s.register("t", pa.table({"pid": list(range(40))}), privacy_unit="pid")
+        assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5).table.column_names == ["n"]
+    with pytest.raises(ConfigError, match="'duckdb', 'minimal' or 'spark'"):
+        EngineSettings(kind="nope")

@@ -47,8 +47,9 @@ BACKENDS: dict[str, Callable[..., ExecutionBackend]] = {"duckdb": DuckDBBackend,
 
 def make_backend(settings: EngineSettings, connection: Any = None, spark: Any = None, *,
                  check_only: bool = False) -> ExecutionBackend:
-    """The backend ``settings.kind`` names: DuckDB over ``connection`` (a DuckDB connection or
-    None), or Spark over ``spark`` (a SparkSession or None: one on ``settings.master``).
+    """The backend ``settings.kind`` names in :data:`BACKENDS`: DuckDB over ``connection`` (a DuckDB connection or
+    None), Spark over ``spark`` (a SparkSession or None: one on ``settings.master``), another engine over
+    ``connection``.
     ``check_only``: refuse a wrong combination (ConfigError) and build nothing."""
     from dpsql.errors import ConfigError
 
@@ -59,9 +60,7 @@ def make_backend(settings: EngineSettings, connection: Any = None, spark: Any = 
         raise ConfigError("spark= needs the Spark engine", hint="Session(engine='spark', spark=spark_session)")
     if check_only:
         return None  # type: ignore[return-value]
-    if settings.kind == "spark":
-        return BACKENDS["spark"](spark, settings)
-    return DuckDBBackend(connection, settings)
+    return BACKENDS[settings.kind](spark if settings.kind == "spark" else connection, settings)
 
 
 def fetch_bounded(backend: ExecutionBackend, ast: Any) -> Any:

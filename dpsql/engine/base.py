@@ -92,7 +92,7 @@ class EngineSettings:
         line is skipped for its text). The engine's copy of each file version
         (``dpsql.engine._duckdb_csv``) decodes it so; the header line must decode too (else the
         registration is refused, naming this setting).
-    ``kind``: the engine: ``"duckdb"`` (default, embedded) or ``"spark"`` (``dpsql.engine.spark``;
+    ``kind``: the engine, a name in ``dpsql.engine.BACKENDS``: ``"duckdb"`` (default, embedded) or ``"spark"`` (``dpsql.engine.spark``;
         ``pip install 'dpsql[spark]'``).
     ``master``: Spark only: the master the backend starts its SparkSession on when the caller
         gives none (``"local[2]"`` by default, ``"spark://host:7077"`` for a standalone cluster).
@@ -128,8 +128,11 @@ class EngineSettings:
     keyed_hash: str = "native"
 
     def __post_init__(self) -> None:
-        if self.kind not in ("duckdb", "spark"):
-            raise ConfigError(f"engine setting kind must be 'duckdb' or 'spark', got {self.kind!r}",
+        from dpsql.engine import BACKENDS  # the engines by name (imported here: that module imports this one)
+
+        if not isinstance(self.kind, str) or self.kind not in BACKENDS:
+            names = sorted(repr(k) for k in BACKENDS)
+            raise ConfigError(f"engine setting kind must be {', '.join(names[:-1])} or {names[-1]}, got {self.kind!r}",
                               hint='[engine] kind = "spark" (with pip install \'dpsql[spark]\')')
         if self.master is not None and (not isinstance(self.master, str) or not self.master.strip()):
             raise ConfigError(f"engine setting master must be a Spark master URL, got {self.master!r}",
