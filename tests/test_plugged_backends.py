@@ -74,3 +74,29 @@ def test_a_backend_registered_in_backends_is_chosen_by_the_engine_kind(monkeypat
         assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5).table.column_names == ["n"]
     with pytest.raises(ConfigError, match="'duckdb', 'minimal' or 'spark'"):
         EngineSettings(kind="nope")
+
+
+def test_file_and_connection_tables_on_a_backend_that_cannot_check_them_are_refused_for_free(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Before every charge the core asks the engine whether a table's files were replaced (``source_changed``) and
+    whether a DuckDB table now reads something else (``reading_scans``): an engine without the hook is refused, never
+    taken to have nothing to report."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dpsql import engine
+    from dpsql.errors import ConfigError
+
+    monkeypatch.setitem(engine.BACKENDS, "minimal", Minimal)
+    pq.write_table(pa.table({"pid": list(range(40))}), tmp_path / "t.parquet")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE u AS SELECT range AS pid FROM range(40)")
+    with dpsql.Session(ledger=None, budget=dpsql.Budget(1.0, 0.0), engine="minimal", connection=con) as s:
+        s.register("t", str(tmp_path / "t.parquet"), privacy_unit="pid")
+        s.register("u", "u", privacy_unit="pid")
+        with pytest.raises(ConfigError, match="source_changed"):
+            s.query("SELECT COUNT(*) FROM t", epsilon=0.5)
+        with pytest.raises(ConfigError, match="reading_scans"):
+            s.query("SELECT COUNT(*) FROM u", epsilon=0.5)
+        assert s.history().num_rows == 0
