@@ -36,3 +36,20 @@ def test_a_mechanism_that_reads_private_rows_for_free_is_refused_before_the_char
         with pytest.raises(ConfigError, match="reads private rows.*charges nothing"):
             ask("SELECT COUNT(*) FROM events", epsilon=1.0)
     assert session.history().num_rows == 0
+
+
+def test_an_option_the_routed_mechanism_does_not_list_is_refused_whatever_rule_routed_it(session):
+    """A routing rule hands its request to ``_finish``, which refuses the options the mechanism does not read even
+    where the rule itself did not check them (a new rule's)."""
+    from dpsql.mechanisms import registry
+    from dpsql.mechanisms.base import MechanismName, Request, contribution
+    from dpsql.plan.analyze import analyze
+
+    catalog = dict(session.tables)
+    plan = analyze("SELECT COUNT(*) FROM events", catalog)
+    mech = registry.REGISTRY[MechanismName.LAPLACE]
+    req = Request.asking(1.0, 0.0, text="SELECT COUNT(*) FROM events", options={"tau": 5}, table=plan.table,
+                         unit="user_id", catalog=catalog, plan=plan)
+    cal = mech.calibrate(req, contribution(plan.table, {}, grouped=False))
+    with pytest.raises(ConfigError, match=r"option\(s\) \['tau'\] do not apply to the laplace mechanism"):
+        registry._finish(req, mech, cal, "a new rule")

@@ -48,7 +48,7 @@ from dpsql.errors import ConfigError, DPSQLError, PolicyError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
 from dpsql.mechanisms.public_domain import PublicDomain
-from dpsql.options import UNIVERSAL
+from dpsql.options import OPTIONS, UNIVERSAL
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, resolve_unit_column
 from dpsql.plan.workload import analyze_workload, histogram_workload
@@ -176,6 +176,7 @@ class Route:
 
 
 def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: str) -> Route:
+    _check_applicable(mechanism, request.options)  # (rules check before calibrating; this holds for every rule)
     desc = mechanism.describe(calibration)
     desc = dataclasses.replace(desc, cost=request.record(desc.cost))  # recorded >= what was calibrated
     if request.options.get("reuse") == "synopsis" and desc.reuse_of is None:
@@ -191,7 +192,8 @@ def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: st
 
 
 def _check_applicable(mechanism: Mechanism, options: Mapping[str, Any]) -> None:
-    bad = sorted(set(options) - mechanism.options - UNIVERSAL)
+    """Refuse the analyst's options (``dpsql.options.OPTIONS``) that ``mechanism`` does not read."""
+    bad = sorted(set(options) & set(OPTIONS) - mechanism.options - UNIVERSAL)
     if bad:
         raise ConfigError(
             f"option(s) {bad} do not apply to the {mechanism.name} mechanism",
