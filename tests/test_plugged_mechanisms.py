@@ -53,3 +53,16 @@ def test_an_option_the_routed_mechanism_does_not_list_is_refused_whatever_rule_r
     cal = mech.calibrate(req, contribution(plan.table, {}, grouped=False))
     with pytest.raises(ConfigError, match=r"option\(s\) \['tau'\] do not apply to the laplace mechanism"):
         registry._finish(req, mech, cal, "a new rule")
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) FROM events", "SELECT url, COUNT(*) FROM events GROUP BY url"])
+def test_a_forced_mechanism_that_no_rule_sends_the_query_to_is_refused_not_replaced(session, sql):
+    """A registered name that no routing rule answers this query with (here the two that cannot be forced, as a
+    plugged mechanism whose rule does not apply) is refused, never answered by the Gaussian / Laplace rule under
+    its name nor replaced by the sparse histogram."""
+    from dpsql.errors import PolicyError
+    from dpsql.mechanisms.registry import route
+
+    for name in ("contribution_profile", "public_domain"):
+        with pytest.raises(PolicyError, match=f"mechanism '{name}' does not answer this query"):
+            route(sql, 1.0, 1e-6, {"mechanism": name}, dict(session.tables), lambda key: None)

@@ -310,6 +310,10 @@ def route(
                           hint="omit the mechanism option: keys declared public are answered from their domain, others by "
                           "the sparse histogram")
 
+    if forced not in ("auto", "gaussian", "laplace", "sparse_histogram"):  # a name no rule above took
+        raise PolicyError(f"mechanism '{forced}' does not answer this query (no routing rule sends it there)",
+                          hint="omit the mechanism option (explain shows the mechanism chosen)")
+
     # rule 3: keys not declared public
     if plan.is_grouped and not plan.public_keys:
         if forced in ("gaussian", "laplace"):
