@@ -66,3 +66,20 @@ def test_a_forced_mechanism_that_no_rule_sends_the_query_to_is_refused_not_repla
     for name in ("contribution_profile", "public_domain"):
         with pytest.raises(PolicyError, match=f"mechanism '{name}' does not answer this query"):
             route(sql, 1.0, 1e-6, {"mechanism": name}, dict(session.tables), lambda key: None)
+
+
+def test_a_count_released_as_a_raw_float_is_not_shown(session, monkeypatch):
+    """A mechanism states each aggregate's SQL type (``released_types``); a BIGINT one released as non-integers (say,
+    the noise sampler's float bits) fails after the charge, generically, and nothing is shown."""
+    import pyarrow as pa
+
+    from dpsql.errors import ExecutionError
+    from dpsql.mechanisms.base import Released
+
+    def raw(self, cal, bounded, rng):
+        return Released(table=pa.table({"__a0": pa.array([41.73])}), accuracy={})
+
+    monkeypatch.setattr(BasicMechanism, "release", raw)
+    with pytest.raises(ExecutionError, match="failed after its budget was charged"):
+        session.query("SELECT COUNT(*) FROM events", epsilon=1.0)
+    assert session.history().to_pylist()[-1]["status"] == "failed"

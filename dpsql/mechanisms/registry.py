@@ -41,10 +41,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.catalog import TableSpec
-from dpsql.errors import ConfigError, DPSQLError, PolicyError
+from dpsql.errors import ConfigError, DPSQLError, ExecutionError, PolicyError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
 from dpsql.mechanisms.public_domain import PublicDomain
@@ -162,6 +163,19 @@ class Route:
                      "None from bounded()",
             )
         return ast
+
+    def release(self, bounded: Any, rng: Any) -> Any:
+        """The mechanism's release of the bounded rows (``Mechanism.release``). An aggregate it states as BIGINT
+        (``released_types``: a count) released as anything but integers is refused, not shown: a count's noise
+        is rounded to whole numbers, and a raw float would show the sampler's bits."""
+        released = self.mechanism.release(self.calibration, bounded, rng)
+        table = released.table
+        for name, typ in self.mechanism.released_types(self.calibration).items():
+            if typ == "BIGINT" and name in table.column_names:
+                t = table.schema.field(name).type
+                if not (pa.types.is_integer(t) or pa.types.is_null(t)):
+                    raise ExecutionError(f"mechanism '{self.description.label}' released a count as {t}, not integers")
+        return released
 
     def bind_key(self) -> tuple[Any, ...] | None:
         """What the bind check of this route is a function of, for a given catalog: the request
