@@ -83,3 +83,11 @@ def test_a_count_released_as_a_raw_float_is_not_shown(session, monkeypatch):
     with pytest.raises(ExecutionError, match="failed after its budget was charged"):
         session.query("SELECT COUNT(*) FROM events", epsilon=1.0)
     assert session.history().to_pylist()[-1]["status"] == "failed"
+
+
+def test_the_mechanism_option_documents_every_name_it_accepts():
+    from dpsql.mechanisms.registry import FORCEABLE
+    from dpsql.options import OPTIONS
+
+    for name in FORCEABLE[1:]:
+        assert f"'{name}'" in OPTIONS["mechanism"], name

@@ -49,7 +49,7 @@ from dpsql.errors import ConfigError, DPSQLError, ExecutionError, PolicyError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
 from dpsql.mechanisms.public_domain import PublicDomain
-from dpsql.options import OPTIONS, UNIVERSAL
+from dpsql.options import FORCEABLE_NAMES, OPTIONS, UNIVERSAL
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, resolve_unit_column
 from dpsql.plan.workload import analyze_workload, histogram_workload
@@ -129,8 +129,7 @@ REGISTRY: Mapping[MechanismName, Mechanism] = _Registry({
 _GROUPED = _Registry({MechanismName.R2T: lambda: _vector(MechanismName.R2T)})
 
 #: values the ``mechanism`` option accepts
-FORCEABLE = ("auto", *(m.value for m in MechanismName
-                        if m not in (MechanismName.CONTRIBUTION_PROFILE, MechanismName.PUBLIC_DOMAIN)))
+FORCEABLE = ("auto", *FORCEABLE_NAMES)
 
 _REASONS = {
     "dawa_histogram": "histogram over a column with a declared ordered domain: DAWA (private partition, then workload-aware measurement)",
