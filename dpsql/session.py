@@ -164,7 +164,7 @@ class Session:
         ast = None if salt is None else backends.bounded_under(self._engine, r, salt, key, self._bound_ok)
         if key not in self._bound_ok:
             ast = r.bounded(SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast
-            getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, self._engine)  # reads public rows only
+            getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, backends.PublicReads(self._engine, self._catalog))
             key_types = backends.describe_bounded(self._engine, ast)  # every query of a batch is bound
             if r.request.plan is not None:
                 postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),

@@ -91,3 +91,21 @@ def test_the_mechanism_option_documents_every_name_it_accepts():
 
     for name in FORCEABLE[1:]:
         assert f"'{name}'" in OPTIONS["mechanism"], name
+
+
+def test_a_mechanisms_check_before_the_charge_reads_public_tables_only(session, monkeypatch):
+    """``check_public(calibration, engine)`` runs before the charge: the engine it is handed reads tables
+    declared public only, so a mechanism's check cannot read a private row for free."""
+    from sqlglot import exp
+
+    view = session.tables["events"].view
+    seen = []
+
+    def check_public(self, cal, engine):
+        seen.append(engine.fetch_arrow(exp.select("COUNT(*) AS n").from_(exp.to_table(view, quoted=True)),
+                                       what="the public key set"))
+
+    monkeypatch.setattr(BasicMechanism, "check_public", check_public, raising=False)
+    with pytest.raises(ConfigError, match="reads a table not declared public"):
+        session.explain("SELECT COUNT(*) FROM events", epsilon=1.0)
+    assert seen == []

@@ -104,6 +104,28 @@ def remember_bind_check(checked: dict[Any, Any], key: Any) -> None:
         checked.setdefault(key, None)
 
 
+class PublicReads:
+    """The backend as a mechanism's check before the charge sees it (``check_public(calibration, engine)``):
+    ``fetch_arrow`` of a query whose every table is the relation of a table declared public (or a CTE of the
+    query itself); any other is refused (ConfigError, nothing read), so such a check reads no private row."""
+
+    def __init__(self, backend: ExecutionBackend, catalog: Any) -> None:
+        self._backend, self.settings, self.dialect, self.ops = backend, backend.settings, backend.dialect, backend.ops
+        self._public = {spec.view for spec in catalog.values() if spec.public and spec.view}
+
+    def fetch_arrow(self, ast: Any, *, what: str = "the public rows") -> Any:
+        from sqlglot import exp
+
+        from dpsql.errors import ConfigError
+
+        ctes = {c.alias_or_name for c in ast.find_all(exp.CTE)}
+        for t in ast.find_all(exp.Table):
+            if not (t.name in self._public or (t.name in ctes and not t.args.get("db"))) or not t.name:
+                raise ConfigError(f"{what} reads a table not declared public before the charge; nothing was read or "
+                                  "charged", hint="a mechanism's check_public reads public tables only")
+        return self._backend.fetch_arrow(ast, what=what)
+
+
 def describe_bounded(backend: ExecutionBackend, ast: Any) -> dict[str, str]:
     """Column types of a bounded relation by binding it (no row read); of a batch, every query is bound
     (so each is refused before the charge if it does not bind) and the first one's types returned."""
@@ -122,6 +144,7 @@ def render_bounded(backend: ExecutionBackend, ast: Any) -> str:
 
 __all__ = [
     "BoundedBatch",
+    "PublicReads",
     "describe_bounded",
     "fetch_bounded",
     "bounded_under",
