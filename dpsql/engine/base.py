@@ -498,6 +498,14 @@ class ExecutionBackend(Protocol):
 
     Every method takes sqlglot ASTs (never SQL text) and renders them itself, strictly, for
     :attr:`dialect`.
+
+    Besides these, the core calls, where they apply (an engine without one is refused there, never taken
+    to have nothing to report): ``source_changed(view) -> str | None`` (before every charge on a Parquet
+    or CSV table: what changed in its files since registration, or None) and ``reading_scans(ast) ->
+    list[str]`` (a table of the caller's DuckDB connection: the scans it now reads that are not DuckDB
+    tables). Optional: ``check_connection()`` (the caller's connection can run a private read),
+    ``prepare_bounded(build, salt)`` (``dpsql.engine.bounded_under``) and ``_detail(exception)`` (the
+    owner's debug mode: the engine's scrubbed message; else the exception's class).
     """
 
     settings: EngineSettings

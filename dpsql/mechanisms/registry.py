@@ -5,8 +5,8 @@ what ``explain`` says is what ``query`` does. It reads public metadata only (the
 analysed SQL, the options, and the keys of synopses already released in the ledger), so every
 refusal here is free.
 
-A new mechanism plugs in here: one ``MechanismName``, one entry in ``REGISTRY``, and the rule in
-``route`` that sends requests to it.
+A new mechanism plugs in here: one ``MechanismName`` (``dpsql.mechanisms.base``), one entry in
+``REGISTRY``, and the rule in ``route`` that sends requests to it (docs/architecture.md).
 
 Routing rules, in order:
 
