@@ -109,3 +109,10 @@ def test_a_mechanisms_check_before_the_charge_reads_public_tables_only(session, 
     with pytest.raises(ConfigError, match="reads a table not declared public"):
         session.explain("SELECT COUNT(*) FROM events", epsilon=1.0)
     assert seen == []
+
+
+def test_a_bounded_relation_that_is_not_an_ast_is_refused_by_name_before_the_charge(session, monkeypatch):
+    monkeypatch.setattr(BasicMechanism, "bounded", lambda self, cal, salt, ops: "SELECT 1 AS __users")
+    with pytest.raises(TypeError, match="bounded returned a str: a sqlglot expression, a BoundedBatch or None"):
+        session.query("SELECT COUNT(*) FROM events", epsilon=1.0)
+    assert session.history().num_rows == 0

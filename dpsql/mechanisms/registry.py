@@ -45,6 +45,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.catalog import TableSpec
+from dpsql.engine.base import BoundedBatch
 from dpsql.errors import ConfigError, DPSQLError, ExecutionError, PolicyError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
@@ -153,6 +154,9 @@ class Route:
         (``Mechanism.bounded``). A relation that reads private rows (not None) under a description that charges
         nothing is refused here, before the charge: no route reads private rows for free, whatever it states."""
         ast = self.mechanism.bounded(self.calibration, salt, ops)
+        if ast is not None and not isinstance(ast, (exp.Expression, BoundedBatch)):
+            raise TypeError(f"mechanism '{self.description.label}': bounded returned a {type(ast).__name__}: a sqlglot "
+                            "expression, a BoundedBatch or None (no private row is read)")
         cost = self.description.cost
         if ast is not None and cost.epsilon == 0 and cost.delta == 0:
             raise ConfigError(
