@@ -310,7 +310,7 @@ def check_declarations(cls: type) -> None:
         raise TypeError(f"building blocks {name} do not declare {', '.join(missing)}: say how its hashes read a "
                         "key's salted text (keyed_hash_is_digest = True only for a digest such as SHA-256; "
                         "text_digest = a digest method, or None where the engine's own hash reads the text as it is)")
-    for hashes, declaration in ((("keyed_hash", "keyed_hash_of"), "keyed_hash_is_digest"),
+    for hashes, declaration in ((("keyed_hash", "keyed_hash_of", "keyed_uniform", "exponential_clock"), "keyed_hash_is_digest"),
                                 (("spread_hash",), "text_digest")):
         defined = [h for h in hashes if h in vars(cls)]
         if defined and declaration not in vars(cls):
