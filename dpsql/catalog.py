@@ -1114,6 +1114,19 @@ class CatalogLock:
                 self._cond.notify_all()
 
 
+def _engine_hook(engine: Any, hook: str, table: str, what: str) -> Any:
+    """The engine's check ``hook`` for a table that needs it; an engine without it is refused (free), never taken
+    to have nothing to report."""
+    found = getattr(engine, hook, None)
+    if found is None:
+        raise ConfigError(
+            f"table '{table}': the engine {type(engine).__name__} cannot tell {what} since it was registered (it has no "
+            f"{hook}), which every request checks before its charge; nothing was charged",
+            hint="use an engine that implements it (docs/architecture.md, 'Adding an execution backend'), or register "
+                 "the table from a pyarrow.Table")
+    return found
+
+
 def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[str], engine: Any) -> None:
     """Refuse (free) a request reading a table of the caller's DuckDB connection -- among ``tables``
     and the tables their references reach -- whose columns or types changed since it was
@@ -1152,9 +1165,8 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
             continue
         seen.add(name)
         todo += [t.partition(".")[0] for t in spec.references.values()]
-        changed = getattr(engine, "source_changed", None)
-        if spec.source_kind in ("parquet", "csv") and spec.view is not None and changed is not None:
-            problem = changed(spec.view)
+        if spec.source_kind in ("parquet", "csv") and spec.view is not None:
+            problem = _engine_hook(engine, "source_changed", name, "whether its files were replaced")(spec.view)
             if problem is not None:
                 raise ConfigError(
                     f"table '{name}': {problem} since it was registered (from the files' metadata; no row was "
@@ -1181,8 +1193,7 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
                 "exists); nothing was charged",
                 hint=f"register '{name}' again (Session.register) so that its policy and types match the table",
             )
-        scans = getattr(engine, "reading_scans", None)
-        found = [] if scans is None else scans(view)
+        found = _engine_hook(engine, "reading_scans", name, "what its DuckDB table now reads")(view)
         if found:
             raise ConfigError(
                 f"table '{name}': its DuckDB table now reads {', '.join(found)} (not a DuckDB table but a Python object "

@@ -63,9 +63,9 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
             failure = e
         else:
             detail = None
-            if settings.debug:
+            if settings.debug:  # a backend without ``_detail`` (the engine's scrubbed message): the class alone
                 detail = (scrub(e.debug_detail) if isinstance(e, ExecutionError) and e.debug_detail
-                          else backend._detail(e))
+                          else getattr(backend, "_detail", lambda e: type(e).__name__)(e))
             err = private_failure(what, detail, settings)
             failure = ExecutionError(
                 f"{what} failed after its budget was charged; the charge stands. "

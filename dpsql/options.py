@@ -14,9 +14,15 @@ from typing import Any
 from dpsql.errors import ConfigError
 from dpsql.mechanisms.base import MechanismName
 
+#: the values the option ``mechanism`` takes besides 'auto': every mechanism but the two only the router chooses
+FORCEABLE_NAMES = tuple(m.value for m in MechanismName
+                        if m not in (MechanismName.CONTRIBUTION_PROFILE, MechanismName.PUBLIC_DOMAIN))
+
 #: documented per-query options (``Session.query(..., options={...})``)
 OPTIONS: dict[str, str] = {
-    "mechanism": "force a mechanism: 'gaussian', 'laplace', 'sparse_histogram', 'dawa', 'dp_s4s', 'r2t', 'clipped_gaussian' (GROUP BY over joins) (default: chosen automatically)",
+    "mechanism": "force a mechanism: " + ", ".join(repr(n) for n in FORCEABLE_NAMES) + " (each for the queries it "
+    "answers, e.g. 'clipped_gaussian' for GROUP BY over joins, 'exponential' for quantiles; default: chosen "
+    "automatically)",
     "tau": "sparse histogram: suppress groups with fewer than tau distinct units (default and floor: the table's registered tau)",
     "tau_star": "sparse histogram: fix the noisy release threshold (accepted only if the exact delta fits)",
     "sigma": "sparse histogram: fix the count noise std (accepted only if the exact delta fits)",
@@ -68,9 +74,9 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
         )
     out = dict(options)
     if "mechanism" in out:
-        names = [m.value for m in MechanismName if m not in (MechanismName.CONTRIBUTION_PROFILE, MechanismName.PUBLIC_DOMAIN)]
-        if out["mechanism"] != "auto" and out["mechanism"] not in names:
-            raise ConfigError(f"unknown mechanism {out['mechanism']!r}", hint="use one of " + ", ".join(repr(n) for n in names))
+        if out["mechanism"] != "auto" and out["mechanism"] not in FORCEABLE_NAMES:
+            raise ConfigError(f"unknown mechanism {out['mechanism']!r}",
+                              hint="use one of " + ", ".join(repr(n) for n in FORCEABLE_NAMES))
         out["mechanism"] = str(out["mechanism"])
     if "tau" in out:
         t = out["tau"]

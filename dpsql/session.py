@@ -163,8 +163,8 @@ class Session:
         key = (r.bind_key(), self._catalog_version, os.getpid(), self._engine.ops)  # a fork, other ops: checked anew
         ast = None if salt is None else backends.bounded_under(self._engine, r, salt, key, self._bound_ok)
         if key not in self._bound_ok:
-            ast = r.mechanism.bounded(r.calibration, SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast
-            getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, self._engine)  # reads public rows only
+            ast = r.bounded(SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast
+            getattr(r.mechanism, "check_public", lambda *_: None)(r.calibration, backends.PublicReads(self._engine, self._catalog))
             key_types = backends.describe_bounded(self._engine, ast)  # every query of a batch is bound
             if r.request.plan is not None:
                 postprocess.check(self._engine, r.request.plan, key_types, r.mechanism.released_types(r.calibration),
@@ -204,11 +204,11 @@ class Session:
                                            self._catalog))
 
     def _run(self, r: Route) -> Release:
-        req, desc, mech, clip = r.request, r.description, r.mechanism, bool(r.request.options.get("clip_negative", False))
+        req, desc, clip = r.request, r.description, bool(r.request.options.get("clip_negative", False))
         ast = self._bind_check(r, None if desc.reuse_of is not None else self._noise.salt())  # the secret salt: never shown
         table, accuracy, warnings = pa.table({}), dict[str, dict[str, Any]](), list[str]()
         if desc.reuse_of is not None:  # post-processing of a stored release: costs nothing, recorded once answered
-            released = mech.release(r.calibration, None, self._noise)
+            released = r.release(None, self._noise)
             if req.plan is not None and not released.final:
                 table, accuracy, warnings = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))
             entry = self._ledger.record_reuse(source_entry_id=desc.reuse_of, query=req.text, tables=req.tables,
@@ -218,7 +218,7 @@ class Session:
                             params=desc.parameters)
             with charged(self._ledger, self._engine, entry, "the query" if req.plan is not None else "the range workload"):
                 rows = backends.fetch_bounded(self._engine, ast)  # a list of tables for a batch
-                released = mech.release(r.calibration, rows, self._noise)
+                released = r.release(rows, self._noise)
                 if req.plan is not None and not released.final:
                     table, accuracy, warnings = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))
             record_release(self._ledger, entry, released.commit)

@@ -126,6 +126,16 @@ def test_duckdb_backend_implements_the_protocols() -> None:
     assert BACKENDS["duckdb"] is DuckDBBackend
 
 
+def test_every_backend_implements_the_protocols(backend: ExecutionBackend) -> None:
+    """Each engine of ``BACKENDS`` (a new one too): both protocols, one dialect, and building blocks that
+    declare how their hashes read a salted text (``engine.base.check_declarations``)."""
+    from dpsql.engine.base import check_declarations
+
+    assert isinstance(backend, ExecutionBackend) and isinstance(backend.ops, SqlOps)
+    assert backend.dialect == backend.ops.dialect
+    check_declarations(type(backend.ops))
+
+
 def test_backend_renders_its_own_bounded_query(backend: ExecutionBackend) -> None:
     sql, caps, golden = GOLDEN_SQL["grouped_sum_avg"]
     spec = _golden_spec()

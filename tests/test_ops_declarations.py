@@ -67,6 +67,15 @@ def test_a_subclass_that_changes_the_hash_restates_the_declarations() -> None:
     assert keyed_digest(Restated()) is not None  # type: ignore[arg-type]
 
 
+def test_a_subclass_that_changes_the_keyed_draws_restates_the_declaration() -> None:
+    """The exponential race reads a key's salted text through ``exponential_clock`` (``keyed_uniform``), digested
+    or not as ``keyed_hash_is_digest`` says: a subclass of the SHA-256 building blocks that draws them from the
+    engine's own hash instead cannot inherit its parent's True."""
+    for method in ("keyed_uniform", "exponential_clock"):
+        with pytest.raises(TypeError, match=f"define {method} but do not declare keyed_hash_is_digest"):
+            type("EngineDraws", (PortableDuckDBOps,), {method: getattr(DuckDBOps, method)})
+
+
 def test_undeclared_duck_typed_ops_are_refused_not_taken_as_digests() -> None:
     class Duck:  # not a DeclaredOps: read strictly, never defaulted to "no digest"
         dialect = "duckdb"

@@ -47,8 +47,9 @@ BACKENDS: dict[str, Callable[..., ExecutionBackend]] = {"duckdb": DuckDBBackend,
 
 def make_backend(settings: EngineSettings, connection: Any = None, spark: Any = None, *,
                  check_only: bool = False) -> ExecutionBackend:
-    """The backend ``settings.kind`` names: DuckDB over ``connection`` (a DuckDB connection or
-    None), or Spark over ``spark`` (a SparkSession or None: one on ``settings.master``).
+    """The backend ``settings.kind`` names in :data:`BACKENDS`: DuckDB over ``connection`` (a DuckDB connection or
+    None), Spark over ``spark`` (a SparkSession or None: one on ``settings.master``), another engine over
+    ``connection``.
     ``check_only``: refuse a wrong combination (ConfigError) and build nothing."""
     from dpsql.errors import ConfigError
 
@@ -59,9 +60,7 @@ def make_backend(settings: EngineSettings, connection: Any = None, spark: Any = 
         raise ConfigError("spark= needs the Spark engine", hint="Session(engine='spark', spark=spark_session)")
     if check_only:
         return None  # type: ignore[return-value]
-    if settings.kind == "spark":
-        return BACKENDS["spark"](spark, settings)
-    return DuckDBBackend(connection, settings)
+    return BACKENDS[settings.kind](spark if settings.kind == "spark" else connection, settings)
 
 
 def fetch_bounded(backend: ExecutionBackend, ast: Any) -> Any:
@@ -85,7 +84,7 @@ def bounded_under(backend: ExecutionBackend, route: Any, salt: str, key: Any, ch
     from dpsql.rewrite.bound import SALT_PLACEHOLDER
 
     def build(s: str) -> Any:
-        return route.mechanism.bounded(route.calibration, s, backend.ops)
+        return route.bounded(s, backend.ops)  # ``Route.bounded``: the mechanism's, refused if it reads rows for free
 
     # the entry is read once: another thread's first bind check of the same query may end meanwhile
     prepared: Any = checked.get(key, False) if salt != SALT_PLACEHOLDER else False
@@ -103,6 +102,28 @@ def remember_bind_check(checked: dict[Any, Any], key: Any) -> None:
     ``key[0]`` None), keeping a preparation another thread made meanwhile (:func:`bounded_under`)."""
     if key[0] is not None and len(checked) < 256:
         checked.setdefault(key, None)
+
+
+class PublicReads:
+    """The backend as a mechanism's check before the charge sees it (``check_public(calibration, engine)``):
+    ``fetch_arrow`` of a query whose every table is the relation of a table declared public (or a CTE of the
+    query itself); any other is refused (ConfigError, nothing read), so such a check reads no private row."""
+
+    def __init__(self, backend: ExecutionBackend, catalog: Any) -> None:
+        self._backend, self.settings, self.dialect, self.ops = backend, backend.settings, backend.dialect, backend.ops
+        self._public = {spec.view for spec in catalog.values() if spec.public and spec.view}
+
+    def fetch_arrow(self, ast: Any, *, what: str = "the public rows") -> Any:
+        from sqlglot import exp
+
+        from dpsql.errors import ConfigError
+
+        ctes = {c.alias_or_name for c in ast.find_all(exp.CTE)}
+        for t in ast.find_all(exp.Table):
+            if not (t.name in self._public or (t.name in ctes and not t.args.get("db"))) or not t.name:
+                raise ConfigError(f"{what} reads a table not declared public before the charge; nothing was read or "
+                                  "charged", hint="a mechanism's check_public reads public tables only")
+        return self._backend.fetch_arrow(ast, what=what)
 
 
 def describe_bounded(backend: ExecutionBackend, ast: Any) -> dict[str, str]:
@@ -123,6 +144,7 @@ def render_bounded(backend: ExecutionBackend, ast: Any) -> str:
 
 __all__ = [
     "BoundedBatch",
+    "PublicReads",
     "describe_bounded",
     "fetch_bounded",
     "bounded_under",

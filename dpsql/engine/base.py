@@ -92,7 +92,7 @@ class EngineSettings:
         line is skipped for its text). The engine's copy of each file version
         (``dpsql.engine._duckdb_csv``) decodes it so; the header line must decode too (else the
         registration is refused, naming this setting).
-    ``kind``: the engine: ``"duckdb"`` (default, embedded) or ``"spark"`` (``dpsql.engine.spark``;
+    ``kind``: the engine, a name in ``dpsql.engine.BACKENDS``: ``"duckdb"`` (default, embedded) or ``"spark"`` (``dpsql.engine.spark``;
         ``pip install 'dpsql[spark]'``).
     ``master``: Spark only: the master the backend starts its SparkSession on when the caller
         gives none (``"local[2]"`` by default, ``"spark://host:7077"`` for a standalone cluster).
@@ -128,8 +128,11 @@ class EngineSettings:
     keyed_hash: str = "native"
 
     def __post_init__(self) -> None:
-        if self.kind not in ("duckdb", "spark"):
-            raise ConfigError(f"engine setting kind must be 'duckdb' or 'spark', got {self.kind!r}",
+        from dpsql.engine import BACKENDS  # the engines by name (imported here: that module imports this one)
+
+        if not isinstance(self.kind, str) or self.kind not in BACKENDS:
+            names = sorted(repr(k) for k in BACKENDS)
+            raise ConfigError(f"engine setting kind must be {', '.join(names[:-1])} or {names[-1]}, got {self.kind!r}",
                               hint='[engine] kind = "spark" (with pip install \'dpsql[spark]\')')
         if self.master is not None and (not isinstance(self.master, str) or not self.master.strip()):
             raise ConfigError(f"engine setting master must be a Spark master URL, got {self.master!r}",
@@ -307,7 +310,7 @@ def check_declarations(cls: type) -> None:
         raise TypeError(f"building blocks {name} do not declare {', '.join(missing)}: say how its hashes read a "
                         "key's salted text (keyed_hash_is_digest = True only for a digest such as SHA-256; "
                         "text_digest = a digest method, or None where the engine's own hash reads the text as it is)")
-    for hashes, declaration in ((("keyed_hash", "keyed_hash_of"), "keyed_hash_is_digest"),
+    for hashes, declaration in ((("keyed_hash", "keyed_hash_of", "keyed_uniform", "exponential_clock"), "keyed_hash_is_digest"),
                                 (("spread_hash",), "text_digest")):
         defined = [h for h in hashes if h in vars(cls)]
         if defined and declaration not in vars(cls):
@@ -495,6 +498,14 @@ class ExecutionBackend(Protocol):
 
     Every method takes sqlglot ASTs (never SQL text) and renders them itself, strictly, for
     :attr:`dialect`.
+
+    Besides these, the core calls, where they apply (an engine without one is refused there, never taken
+    to have nothing to report): ``source_changed(view) -> str | None`` (before every charge on a Parquet
+    or CSV table: what changed in its files since registration, or None) and ``reading_scans(ast) ->
+    list[str]`` (a table of the caller's DuckDB connection: the scans it now reads that are not DuckDB
+    tables). Optional: ``check_connection()`` (the caller's connection can run a private read),
+    ``prepare_bounded(build, salt)`` (``dpsql.engine.bounded_under``) and ``_detail(exception)`` (the
+    owner's debug mode: the engine's scrubbed message; else the exception's class).
     """
 
     settings: EngineSettings

@@ -21,6 +21,13 @@ steps, in this order (``dpsql/session.py``):
 Post-processing (outputs, HAVING, ORDER BY, LIMIT) is not a mechanism's business: it runs on
 the released values in ``dpsql.postprocess``, which needs only ``released_types`` (the SQL type
 of each released aggregate) and ``key_domain`` (the public key values, when the keys are public).
+
+Optional: ``check_public(calibration, engine)``, run with step 3 before the charge, may read public
+tables only (``engine`` is ``dpsql.engine.PublicReads``, which refuses any other). The Session calls
+``bounded`` and ``release`` through ``dpsql.mechanisms.registry.Route``, which refuses a relation
+that reads private rows under a description charging nothing, and a BIGINT aggregate released as
+anything but integers (docs/architecture.md, "Adding a mechanism": what the core enforces and what
+it trusts the mechanism for).
 """
 
 from __future__ import annotations

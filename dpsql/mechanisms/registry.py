@@ -5,8 +5,8 @@ what ``explain`` says is what ``query`` does. It reads public metadata only (the
 analysed SQL, the options, and the keys of synopses already released in the ledger), so every
 refusal here is free.
 
-A new mechanism plugs in here: one ``MechanismName``, one entry in ``REGISTRY``, and the rule in
-``route`` that sends requests to it.
+A new mechanism plugs in here: one ``MechanismName`` (``dpsql.mechanisms.base``), one entry in
+``REGISTRY``, and the rule in ``route`` that sends requests to it (docs/architecture.md).
 
 Routing rules, in order:
 
@@ -41,14 +41,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.catalog import TableSpec
-from dpsql.errors import ConfigError, DPSQLError, PolicyError
+from dpsql.engine.base import BoundedBatch
+from dpsql.errors import ConfigError, DPSQLError, ExecutionError, PolicyError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
 from dpsql.mechanisms.public_domain import PublicDomain
-from dpsql.options import UNIVERSAL
+from dpsql.options import FORCEABLE_NAMES, OPTIONS, UNIVERSAL
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, resolve_unit_column
 from dpsql.plan.workload import analyze_workload, histogram_workload
@@ -128,8 +130,7 @@ REGISTRY: Mapping[MechanismName, Mechanism] = _Registry({
 _GROUPED = _Registry({MechanismName.R2T: lambda: _vector(MechanismName.R2T)})
 
 #: values the ``mechanism`` option accepts
-FORCEABLE = ("auto", *(m.value for m in MechanismName
-                        if m not in (MechanismName.CONTRIBUTION_PROFILE, MechanismName.PUBLIC_DOMAIN)))
+FORCEABLE = ("auto", *FORCEABLE_NAMES)
 
 _REASONS = {
     "dawa_histogram": "histogram over a column with a declared ordered domain: DAWA (private partition, then workload-aware measurement)",
@@ -148,6 +149,37 @@ class Route:
     reason: str
     description: Description
 
+    def bounded(self, salt: str, ops: Any) -> Any:
+        """The mechanism's bounded relation under ``salt`` over the backend's building blocks ``ops``
+        (``Mechanism.bounded``). A relation that reads private rows (not None) under a description that charges
+        nothing is refused here, before the charge: no route reads private rows for free, whatever it states."""
+        ast = self.mechanism.bounded(self.calibration, salt, ops)
+        if ast is not None and not isinstance(ast, (exp.Expression, BoundedBatch)):
+            raise TypeError(f"mechanism '{self.description.label}': bounded returned a {type(ast).__name__}: a sqlglot "
+                            "expression, a BoundedBatch or None (no private row is read)")
+        cost = self.description.cost
+        if ast is not None and cost.epsilon == 0 and cost.delta == 0:
+            raise ConfigError(
+                f"mechanism '{self.description.label}' reads private rows but its description charges nothing "
+                "(cost (0, 0)); nothing was read or charged",
+                hint="a mechanism that reads private rows states its cost in describe(); one that reads none returns "
+                     "None from bounded()",
+            )
+        return ast
+
+    def release(self, bounded: Any, rng: Any) -> Any:
+        """The mechanism's release of the bounded rows (``Mechanism.release``). An aggregate it states as BIGINT
+        (``released_types``: a count) released as anything but integers is refused, not shown: a count's noise
+        is rounded to whole numbers, and a raw float would show the sampler's bits."""
+        released = self.mechanism.release(self.calibration, bounded, rng)
+        table = released.table
+        for name, typ in self.mechanism.released_types(self.calibration).items():
+            if typ == "BIGINT" and name in table.column_names:
+                t = table.schema.field(name).type
+                if not (pa.types.is_integer(t) or pa.types.is_null(t)):
+                    raise ExecutionError(f"mechanism '{self.description.label}' released a count as {t}, not integers")
+        return released
+
     def bind_key(self) -> tuple[Any, ...] | None:
         """What the bind check of this route is a function of, for a given catalog: the request
         (text, options) and the route (mechanism, and its calibration through the description:
@@ -161,6 +193,7 @@ class Route:
 
 
 def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: str) -> Route:
+    _check_applicable(mechanism, request.options)  # (rules check before calibrating; this holds for every rule)
     desc = mechanism.describe(calibration)
     desc = dataclasses.replace(desc, cost=request.record(desc.cost))  # recorded >= what was calibrated
     if request.options.get("reuse") == "synopsis" and desc.reuse_of is None:
@@ -176,7 +209,8 @@ def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: st
 
 
 def _check_applicable(mechanism: Mechanism, options: Mapping[str, Any]) -> None:
-    bad = sorted(set(options) - mechanism.options - UNIVERSAL)
+    """Refuse the analyst's options (``dpsql.options.OPTIONS``) that ``mechanism`` does not read."""
+    bad = sorted(set(options) & set(OPTIONS) - mechanism.options - UNIVERSAL)
     if bad:
         raise ConfigError(
             f"option(s) {bad} do not apply to the {mechanism.name} mechanism",
@@ -292,6 +326,10 @@ def route(
         raise PolicyError(f"mechanism '{forced}' noises aggregates, and the query has none (it asks for the set of keys)",
                           hint="omit the mechanism option: keys declared public are answered from their domain, others by "
                           "the sparse histogram")
+
+    if forced not in ("auto", "gaussian", "laplace", "sparse_histogram"):  # a name no rule above took
+        raise PolicyError(f"mechanism '{forced}' does not answer this query (no routing rule sends it there)",
+                          hint="omit the mechanism option (explain shows the mechanism chosen)")
 
     # rule 3: keys not declared public
     if plan.is_grouped and not plan.public_keys:
