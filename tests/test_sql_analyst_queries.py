@@ -1,0 +1,89 @@
+"""Queries as analysts write them: DuckDB spellings of supported aggregates and date parts, GROUP BY ALL
+over joins, and the refusals of aggregates that have a supported form (docs/sql.md)."""
+
+from __future__ import annotations
+
+import datetime
+
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql.errors import UnsupportedQueryError
+from dpsql.testing import use_noise, zero_noise
+
+N = 40
+
+
+def _session() -> dpsql.Session:
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3))
+    use_noise(s, zero_noise())
+    users = pa.table({
+        "user_id": list(range(1, N + 1)),
+        "amount": [float(i % 17) for i in range(N)],
+        "day": [datetime.date(2026, 1, 1) + datetime.timedelta(days=9 * i) for i in range(N)],
+        "plan": [["free", "pro"][i % 2] for i in range(N)],
+    })
+    s.register("users", users, privacy_unit="user_id",
+               columns={"amount": {"bounds": (0, 20)}, "plan": {"domain": ["free", "pro"]}})
+    purchases = pa.table({
+        "purchase_id": list(range(3 * N)),
+        "user_id": [1 + i % N for i in range(3 * N)],
+        "price": [float(i % 11) for i in range(3 * N)],
+    })
+    s.register("purchases", purchases, references={"user_id": "users.user_id"}, degree_bounds={"user_id": 3},
+               columns={"price": {"bounds": (0, 10)}})
+    return s
+
+
+def _rows(s: dpsql.Session, sql: str, delta: float = 0.0) -> tuple[list[str], list[tuple]]:
+    t = s.query(sql, epsilon=1.0, delta=delta).table
+    return t.column_names, [tuple(r.values()) for r in t.to_pylist()]
+
+
+def test_group_by_all_over_a_join_groups_by_the_outputs_without_an_aggregate() -> None:
+    s = _session()
+    join = "FROM purchases p JOIN users u ON p.user_id = u.user_id"
+    names, rows = _rows(s, f"SELECT u.plan, COUNT(*) AS n, SUM(p.price) AS r {join} GROUP BY ALL ORDER BY ALL", 1e-6)
+    assert (names, rows) == _rows(s, f"SELECT u.plan, COUNT(*) AS n, SUM(p.price) AS r {join} GROUP BY 1 ORDER BY 1, 2, 3",
+                                  1e-6)
+    assert [r[0] for r in rows] == ["free", "pro"]
+
+
+@pytest.mark.parametrize("spelled, form", [("mean", "AVG"), ("favg", "AVG"), ("fsum", "SUM"), ("sumkahan", "SUM"),
+                                           ("kahan_sum", "SUM")])
+def test_duckdb_spellings_of_sum_and_avg_are_those_aggregates(spelled: str, form: str) -> None:
+    s = _session()
+    names, rows = _rows(s, f"SELECT plan, {spelled}(amount) FROM users GROUP BY plan ORDER BY plan")
+    assert names == ["plan", f"{spelled}(amount)"]  # named as written, as DuckDB names it
+    assert rows == _rows(s, f"SELECT plan, {form}(amount) FROM users GROUP BY plan ORDER BY plan")[1]
+    join = "FROM purchases p JOIN users u ON p.user_id = u.user_id"
+    assert _rows(s, f"SELECT {spelled}(p.price) AS v {join}")[1] == _rows(s, f"SELECT {form}(p.price) AS v {join}")[1]
+
+
+@pytest.mark.parametrize("spelled, part", [("dayofmonth", "day"), ("weekday", "dayofweek"), ("weekofyear", "week"),
+                                           ("isodow", "isodow"), ("yearweek", "yearweek")])
+def test_duckdb_date_part_functions_are_their_date_parts(spelled: str, part: str) -> None:
+    s = _session()
+    days = [datetime.date(2026, 1, 1) + datetime.timedelta(days=9 * i) for i in range(N)]
+    import duckdb
+    want = duckdb.sql(f"SELECT COUNT(*) FROM (SELECT unnest($d) AS day) WHERE {spelled}(day) % 3 = 1",
+                      params={"d": days}).fetchone()[0]
+    got = _rows(s, f"SELECT COUNT(*) AS n FROM users WHERE {spelled}(day) % 3 = 1")[1]
+    assert got == _rows(s, f"SELECT COUNT(*) AS n FROM users WHERE date_part('{part}', day) % 3 = 1")[1] == [(want,)]
+    names, rows = _rows(s, f"SELECT {spelled}(day), COUNT(*) AS n FROM users GROUP BY 1 ORDER BY 1", 1e-3)
+    assert names[0] == f"{spelled}(day)"
+    assert rows == _rows(s, f"SELECT date_part('{part}', day) AS k, COUNT(*) AS n FROM users GROUP BY 1 ORDER BY 1",
+                         1e-3)[1]
+
+
+@pytest.mark.parametrize("sql, fix", [
+    ("SELECT approx_count_distinct(plan) FROM users", "COUNT(DISTINCT plan)"),
+    ("SELECT count_if(amount > 3) FROM users", "COUNT(*) FILTER (WHERE amount > 3)"),
+])
+def test_aggregates_with_a_supported_form_are_refused_naming_it(sql: str, fix: str) -> None:
+    s = _session()
+    with pytest.raises(UnsupportedQueryError) as e:
+        s.query(sql, epsilon=1.0)
+    assert fix in str(e.value)
+    assert len(s.history()) == 0
