@@ -211,6 +211,19 @@ def _agg_name(node: exp.Expression, sql: str) -> str:
     return (written_name(node, sql, rendered=rendered) or rendered.split("(", 1)[0] or func_name(node)).upper()
 
 
+def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
+    """The refusal of an aggregate that is not answered, naming its supported form when it has one
+    (``approx_count_distinct(x)``: ``COUNT(DISTINCT x)``; ``count_if(c)``: ``COUNT(*) FILTER (WHERE c)``)."""
+    msg = (f"aggregate {_agg_name(node, sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
+           "MEDIAN or QUANTILE")
+    arg = node.this if isinstance(node, (exp.ApproxDistinct, exp.CountIf)) else None
+    if isinstance(arg, exp.Column) and isinstance(node, exp.ApproxDistinct):
+        return f"{msg}: the distinct values are counted exactly by COUNT(DISTINCT {quoted(arg)})"
+    if arg is not None and isinstance(node, exp.CountIf):
+        return f"{msg}: the rows where a condition holds are counted by COUNT(*) FILTER (WHERE {quoted(arg)})"
+    return msg
+
+
 def _ancestors(c: exp.Expression, root: exp.Expression) -> Iterator[exp.Expression]:
     """The nodes from ``c``'s parent up to ``root`` (included), innermost first."""
     p = c.parent
@@ -463,11 +476,7 @@ class _Builder:
                                f"{fn}(LEAST(GREATEST(expr, lo), hi)) with lo < hi)")
                 return None
         else:
-            self.bad(
-                node,
-                f"aggregate {_agg_name(node, self.sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
-                "MEDIAN or QUANTILE",
-            )
+            self.bad(node, _unsupported_aggregate(node, self.sql))
             return None
         if column is not None and self.table.schema and column not in self.table.schema:
             return None  # reported by check_columns
@@ -652,8 +661,7 @@ class _Builder:
                 if isinstance(n, (*SUPPORTED_AGGS, exp.Filter, exp.Anonymous)):
                     r = self.aggregate_ref(n, where)
                     return r if r is not None else exp.Null()
-                self.bad(n, f"{where}: aggregate {_agg_name(n, self.sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, "
-                         "STDDEV, MIN, MAX, MEDIAN or QUANTILE")
+                self.bad(n, f"{where}: {_unsupported_aggregate(n, self.sql)}")
                 return exp.Null()
             s = _norm(n) if isinstance(n, (exp.Column, exp.Func, exp.Binary, exp.Unary, exp.Predicate, exp.Case, exp.Cast)) else None
             if s is not None and s in key_by_sql:
