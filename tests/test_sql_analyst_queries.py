@@ -89,3 +89,27 @@ def test_aggregates_with_a_supported_form_are_refused_naming_it(sql: str, fix: s
         s.query(sql, epsilon=1.0)
     assert fix in str(e.value)
     assert len(s.history()) == 0
+
+
+@pytest.mark.parametrize("sql, fix", [
+    ("SELECT COUNT(*) FROM users WHERE day + 1 > DATE '2026-06-01'", "d + INTERVAL 1 DAY"),
+    ("SELECT COUNT(*) FROM users WHERE DATE '2026-12-31' - day < 30", "DATE '2024-12-31' - INTERVAL 30 DAY"),
+    ("SELECT COUNT(*) FROM users WHERE plan = ANY(['free', 'pro'])", "plan IN ('free', 'pro')"),
+    ("SELECT COUNT(CASE WHEN p.price > 5 THEN 1 END) FROM purchases p JOIN users u ON p.user_id = u.user_id",
+     "move the condition into WHERE"),
+])
+def test_refusals_name_the_form_that_is_answered(sql: str, fix: str) -> None:
+    s = _session()
+    with pytest.raises(UnsupportedQueryError) as e:
+        s.query(sql, epsilon=1.0)
+    assert fix in str(e.value)
+    assert len(s.history()) == 0
+
+
+def test_the_forms_the_refusals_name_are_answered() -> None:
+    s = _session()
+    for sql in ("SELECT COUNT(*) FROM users WHERE day + INTERVAL 1 DAY > DATE '2026-06-01'",
+                "SELECT COUNT(*) FROM users WHERE day > DATE '2026-12-31' - INTERVAL 30 DAY",
+                "SELECT COUNT(*) FROM users WHERE plan IN ('free', 'pro')",
+                "SELECT COUNT(*) FROM purchases p JOIN users u ON p.user_id = u.user_id WHERE p.price > 5"):
+        s.explain(sql, epsilon=1.0)

@@ -22,6 +22,7 @@ from dpsql.plan.parse import (
     line_col,
     line_text,
     position,
+    quoted,
     tokens,
 )
 from dpsql.plan.quantiles import QUANTILE_AGGS
@@ -168,8 +169,13 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
                                            "each column: (a = x AND b = y) OR (a = ... AND b = ...)"))
             continue
         if isinstance(sub, (exp.Any, exp.All)):  # x LIKE ANY ([...]): one message, not also one for the list
-            out.append(violation(sub, sql, f"{where}: ANY / ALL over a list are not supported; write each test, "
-                                           "joined with OR for ANY, AND for ALL (x LIKE 'a%' OR x LIKE 'b%')"))
+            arr = sub.this.this if isinstance(sub.this, exp.Paren) else sub.this
+            items = arr.expressions if isinstance(arr, exp.Array) else None
+            fix = (f"write {quoted(sub.parent.this)} IN ({', '.join(quoted(i) for i in items)})"
+                   if isinstance(sub, exp.Any) and isinstance(sub.parent, exp.EQ) and sub.parent.expression is sub
+                   and items and len(items) <= 10 and all(never_null_literal(i) for i in items) else
+                   "write each test, joined with OR for ANY, AND for ALL (x LIKE 'a%' OR x LIKE 'b%')")
+            out.append(violation(sub, sql, f"{where}: ANY / ALL over a list are not supported; {fix}"))
             continue
         if isinstance(sub, exp.Window):
             out.append(violation(sub, sql, "window functions are not supported: they release per-row values"))

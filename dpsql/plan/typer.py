@@ -1048,7 +1048,10 @@ class Typer:
             raise self.refuse(
                 parent,
                 f"arithmetic needs numbers, got {r.type if r.type.kind != 'strlit' else 'a string'}"
-                + ("; write CAST(col AS DOUBLE) (a value that does not convert is then NULL)" if r.type.kind == "varchar" else ""),
+                + ("; write CAST(col AS DOUBLE) (a value that does not convert is then NULL)" if r.type.kind == "varchar" else "")
+                + ("; shift a date or timestamp by an INTERVAL (d + INTERVAL 1 DAY), and compare it with a shifted literal "
+                   "instead of subtracting dates (d > DATE '2024-12-31' - INTERVAL 30 DAY)"
+                   if r.type.kind in ("date", "timestamp") else ""),
             )
         return r
 
