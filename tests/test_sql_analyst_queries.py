@@ -26,7 +26,8 @@ def _session() -> dpsql.Session:
         "plan": [["free", "pro"][i % 2] for i in range(N)],
     })
     s.register("users", users, privacy_unit="user_id",
-               columns={"amount": {"bounds": (0, 20)}, "plan": {"domain": ["free", "pro"]}})
+               columns={"amount": {"bounds": (0, 20)}, "plan": {"domain": ["free", "pro"]},
+                        "day": {"bounds": ("2026-01-01", "2027-01-01"), "bin_width": "1 day"}})
     purchases = pa.table({
         "purchase_id": list(range(3 * N)),
         "user_id": [1 + i % N for i in range(3 * N)],
@@ -113,3 +114,13 @@ def test_the_forms_the_refusals_name_are_answered() -> None:
                 "SELECT COUNT(*) FROM users WHERE plan IN ('free', 'pro')",
                 "SELECT COUNT(*) FROM purchases p JOIN users u ON p.user_id = u.user_id WHERE p.price > 5"):
         s.explain(sql, epsilon=1.0)
+
+
+def test_date_add_of_an_interval_is_the_shift() -> None:
+    s = _session()
+    for cond in ("date_add(day, INTERVAL 1 MONTH) > DATE '2026-06-01'", "date_add(day, INTERVAL '2 days') <= DATE '2026-03-03'"):
+        shift = cond.replace("date_add(day, ", "(day + ")
+        assert _rows(s, f"SELECT COUNT(*) AS n FROM users WHERE {cond}") == \
+            _rows(s, f"SELECT COUNT(*) AS n FROM users WHERE {shift}")
+    names, rows = _rows(s, "SELECT date_add(MAX(day), INTERVAL 1 DAY) AS next FROM users")
+    assert isinstance(rows[0][0], datetime.datetime)

@@ -417,6 +417,9 @@ def parse_statements(sql: str) -> list[exp.Expression]:
             kind = AGG_SPELLINGS.get(str(node.this).lower())
             if kind is not None and len(node.expressions) == 1:
                 node.replace(kind(this=node.expressions[0]))
+        for add in list(stmt.find_all(exp.DateAdd)):  # date_add(d, INTERVAL ...) is d + INTERVAL ... (as DuckDB's)
+            if isinstance(add.expression, exp.Interval) and add.args.get("unit") is None:
+                add.replace(exp.Add(this=add.this, expression=add.expression))
     return out
 
 
