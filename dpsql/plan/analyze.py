@@ -366,7 +366,7 @@ class _Builder:
                 return None
             node = case
         arg = node.expressions[0] if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 else node.this
-        if isinstance(node, exp.Anonymous) and len(node.expressions) != 1:
+        if isinstance(node, exp.Anonymous) and len(node.expressions) != 1 and str(node.this).lower() in ANON_AGGS:
             self.bad(node, f"{node.name.upper()} takes one argument")
             return None
         kind: str | None = None
@@ -457,7 +457,7 @@ class _Builder:
                 if value is None:
                     return None
                 kind = ir.COUNT_COL
-        elif type(node) in _VALUE_KINDS or isinstance(node, exp.Anonymous):
+        elif type(node) in _VALUE_KINDS or (isinstance(node, exp.Anonymous) and str(node.this).lower() in ANON_AGGS):
             kind = _value_kind(node)
             fn = _written(node)
             if isinstance(arg, exp.Distinct):
@@ -658,7 +658,8 @@ class _Builder:
                 if any(is_aggregate(x) for x in n.walk() if x is not inner):  # (a FILTER's condition too)
                     self.bad(n, f"{where}: aggregates cannot be nested; aggregate a column or an expression of columns")
                     return exp.Null()
-                if isinstance(n, (*SUPPORTED_AGGS, exp.Filter, exp.Anonymous)):
+                if isinstance(n, (*SUPPORTED_AGGS, exp.Filter)) or (isinstance(n, exp.Anonymous)
+                                                                   and str(n.this).lower() in ANON_AGGS):
                     r = self.aggregate_ref(n, where)
                     return r if r is not None else exp.Null()
                 self.bad(n, f"{where}: {_unsupported_aggregate(n, self.sql)}")

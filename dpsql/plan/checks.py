@@ -35,9 +35,20 @@ SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, ex
 ANON_AGGS = {"var": "var_samp", "varp": "var_pop", "std": "stddev_samp", "stdevp": "stddev_pop"}
 
 
+#: DuckDB's aggregates that sqlglot reads as plain function calls and that are not answered: aggregates all the
+#: same, so that the analysis refuses each as one (with its arguments inside it), not as a function over released
+#: values whose columns stand outside an aggregate
+OTHER_AGGS = frozenset({
+    "arbitrary", "arg_max_null", "arg_max_nulls_last", "arg_min_null", "arg_min_nulls_last", "bitstring_agg",
+    "count_star", "decimal_average", "entropy", "histogram", "histogram_exact", "kurtosis_pop", "lttb", "mad",
+    "product", "reservoir_quantile", "sem", "sum_no_overflow",
+})
+
+
 def is_aggregate(node: exp.Expression) -> bool:
-    """An aggregate call: sqlglot's aggregates and the spellings of ``ANON_AGGS``."""
-    return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous) and str(node.this).lower() in ANON_AGGS)
+    """An aggregate call: sqlglot's aggregates and the spellings of ``ANON_AGGS`` and ``OTHER_AGGS``."""
+    return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous)
+                                             and str(node.this).lower() in ANON_AGGS.keys() | OTHER_AGGS)
 
 def distinct_operand(e: exp.Expression) -> exp.Expression:
     """An operand of ``COUNT(DISTINCT ...)`` without its parentheses (``(col)`` is ``col``)."""
