@@ -141,3 +141,15 @@ def test_other_duckdb_aggregates_are_refused_as_aggregates(call: str) -> None:
         with pytest.raises(UnsupportedQueryError):
             s.query(sql, epsilon=1.0)
     assert len(s.history()) == 0
+
+
+def test_min_and_max_of_distinct_values_are_min_and_max() -> None:
+    from dpsql.plan.analyze import analyze
+    s = _session()
+    for fn in ("MIN", "MAX"):
+        got, = analyze(f"SELECT plan, {fn}(DISTINCT amount) AS v FROM users GROUP BY plan", s.tables).aggregates
+        want, = analyze(f"SELECT plan, {fn}(amount) AS v FROM users GROUP BY plan", s.tables).aggregates
+        assert (got.kind, got.column, got.bounds, got.quantile, got.value) == (want.kind, want.column, want.bounds,
+                                                                               want.quantile, want.value)
+    with pytest.raises(UnsupportedQueryError, match=r"MEDIAN\(DISTINCT \.\.\.\) is not supported.*drop DISTINCT"):
+        s.query("SELECT MEDIAN(DISTINCT amount) FROM users", epsilon=1.0)

@@ -381,6 +381,14 @@ class _Builder:
                 return None
             kind, arg, p = qgot
             fn = "MIN" if kind == ir.MIN else "MAX" if kind == ir.MAX else "a quantile"
+            if isinstance(arg, exp.Distinct) and len(arg.expressions) == 1:
+                if kind in (ir.MIN, ir.MAX):
+                    arg = arg.expressions[0]  # MIN(DISTINCT x) is MIN(x)
+                else:
+                    name = (written_name(node, self.sql) or func_name(node)).upper()
+                    self.bad(node, f"{clause}: {name}(DISTINCT ...) is not supported: distinct values are not bounded "
+                                   "per person; drop DISTINCT")
+                    return None
             if not isinstance(arg, exp.Column):
                 self.bad(node, f"{clause}: {fn} takes a plain column with declared bounds; expressions inside it are "
                          "not supported")
