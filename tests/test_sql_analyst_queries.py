@@ -153,3 +153,16 @@ def test_min_and_max_of_distinct_values_are_min_and_max() -> None:
                                                                                want.quantile, want.value)
     with pytest.raises(UnsupportedQueryError, match=r"MEDIAN\(DISTINCT \.\.\.\) is not supported.*drop DISTINCT"):
         s.query("SELECT MEDIAN(DISTINCT amount) FROM users", epsilon=1.0)
+
+
+def test_tables_listed_in_from_and_equated_in_where_are_an_inner_join() -> None:
+    s = _session()
+    on = "FROM purchases p JOIN users u ON u.user_id = p.user_id WHERE p.price > 3"
+    for comma in ("FROM users u, purchases p WHERE u.user_id = p.user_id AND p.price > 3",
+                  "FROM purchases p, users u WHERE p.price > 3 AND (u.user_id = p.user_id)"):
+        assert _rows(s, f"SELECT u.plan, COUNT(*) AS n, SUM(p.price) AS r {comma} GROUP BY u.plan ORDER BY 1", 1e-6) == \
+            _rows(s, f"SELECT u.plan, COUNT(*) AS n, SUM(p.price) AS r {on} GROUP BY u.plan ORDER BY 1", 1e-6)
+    for cross in ("FROM users u, purchases p WHERE p.price > 3", "FROM users u CROSS JOIN purchases p WHERE u.user_id = p.user_id",
+                  "FROM users u, purchases p WHERE u.user_id = p.user_id OR p.price > 3"):
+        with pytest.raises(UnsupportedQueryError, match="cross joins|CROSS joins"):
+            s.query(f"SELECT COUNT(*) {cross}", epsilon=1.0)

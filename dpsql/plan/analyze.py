@@ -720,7 +720,7 @@ class _Builder:
             )
         _check_size(stmts[0])  # before anything else: a query above the limits costs no analysis
         # CTEs and subqueries in FROM: merged into the flat query (dpsql.plan.views), analysed as one
-        stmt = _limit_all(_order_by_all(merge_views(stmts[0], self.sql, self.catalog)))
+        stmt = _comma_joins(_limit_all(_order_by_all(merge_views(stmts[0], self.sql, self.catalog))))
         if isinstance(stmt, exp.Select) and (stmt.args.get("joins") or self._several_paths(stmt)):
             from dpsql.plan.joins import analyze_join  # imported for joins only (a large module)
 
@@ -1080,6 +1080,45 @@ def _order_by_all(stmt: exp.Expression) -> exp.Expression:
             each.set("this", exp.Literal.number(i + 1))
             items.append(each)
     out.args["order"].set("expressions", items)
+    return out
+
+
+def _after_comma(join: exp.Expression) -> bool:
+    """A table listed after a comma in FROM (``FROM a, b``): a join with no kind, condition or method."""
+    return not any(v for k, v in join.args.items() if k != "this")
+
+
+def _comma_joins(stmt: exp.Expression) -> exp.Expression:
+    """``FROM a, b WHERE a.x = b.y AND ...`` (an implicit inner join) is ``FROM a JOIN b ON a.x = b.y WHERE ...``:
+    each table listed after a comma takes, as its ON, the WHERE's AND-ed equalities between a qualified column of
+    it and one of a table named before it (an inner join filtered by WHERE keeps the same rows). A table that gets
+    none stays a cross join (refused)."""
+    if not isinstance(stmt, exp.Select):
+        return stmt
+    from_ = stmt.args.get("from_") or stmt.args.get("from")
+    if from_ is None or stmt.args.get("where") is None or not any(_after_comma(j) for j in stmt.args.get("joins") or []):
+        return stmt
+    out = stmt.copy()
+    where = out.args["where"].this
+    conds = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    seen = {from_.this.alias_or_name.lower()}
+    for j in out.args["joins"]:
+        name = j.this.alias_or_name.lower()
+        if _after_comma(j):
+            on = []
+            for c in list(conds):
+                e = c
+                while isinstance(e, exp.Paren):
+                    e = e.this
+                if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column):
+                    sides = {e.this.table.lower(), e.expression.table.lower()}
+                    if name in sides and len(sides) == 2 and sides - {name} <= seen:
+                        on.append(e)
+                        conds.remove(c)
+            if on:
+                j.set("on", exp.and_(*on, copy=False))
+        seen.add(name)
+    out.set("where", exp.Where(this=exp.and_(*conds, copy=False)) if conds else None)
     return out
 
 
