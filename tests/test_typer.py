@@ -579,9 +579,10 @@ ALLOW_LIST_SAMPLES = {
     "make_date": ["make_date(i, ti, 1) > day", "make_date(2024, 2, 30) IS NULL"],
     "date_trunc": ["date_trunc('month', day) > ts", "date_trunc('hour', ts) > ts"],
     "date_part, extract": ["date_part('year', day) > 0", "extract(month FROM ts) > 0"],
-    "year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week": [
+    "year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week, isodow, yearweek": [
         "year(day) > 0", "month(day) > 0", "day(ts) > 0", "hour(ts) > 0", "minute(ts) > 0", "second(ts) > 0",
-        "quarter(day) > 0", "dayofweek(day) > 0", "dayofyear(day) > 0", "week(day) > 0"],
+        "quarter(day) > 0", "dayofweek(day) > 0", "dayofyear(day) > 0", "week(day) > 0", "isodow(ts) > 0",
+        "yearweek(day) > 0", "dayofmonth(ts) > 0", "weekday(day) > 0", "weekofyear(ts) > 0"],
     "strftime": ["strftime(day, '%Y') = '2024'"],
     "strptime, try_strptime": ["strptime(note, '%Y') > ts", "try_strptime(note, '%Y') > ts"],
     "+, - (INTERVAL)": ["ts > TIMESTAMP '2024-01-01' - INTERVAL 1 DAY", "day >= DATE '2024-03-31' - INTERVAL '1 month'",

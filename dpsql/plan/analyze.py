@@ -211,6 +211,19 @@ def _agg_name(node: exp.Expression, sql: str) -> str:
     return (written_name(node, sql, rendered=rendered) or rendered.split("(", 1)[0] or func_name(node)).upper()
 
 
+def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
+    """The refusal of an aggregate that is not answered, naming its supported form when it has one
+    (``approx_count_distinct(x)``: ``COUNT(DISTINCT x)``; ``count_if(c)``: ``COUNT(*) FILTER (WHERE c)``)."""
+    msg = (f"aggregate {_agg_name(node, sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
+           "MEDIAN or QUANTILE")
+    arg = node.this if isinstance(node, (exp.ApproxDistinct, exp.CountIf)) else None
+    if isinstance(arg, exp.Column) and isinstance(node, exp.ApproxDistinct):
+        return f"{msg}: the distinct values are counted exactly by COUNT(DISTINCT {quoted(arg)})"
+    if arg is not None and isinstance(node, exp.CountIf):
+        return f"{msg}: the rows where a condition holds are counted by COUNT(*) FILTER (WHERE {quoted(arg)})"
+    return msg
+
+
 def _ancestors(c: exp.Expression, root: exp.Expression) -> Iterator[exp.Expression]:
     """The nodes from ``c``'s parent up to ``root`` (included), innermost first."""
     p = c.parent
@@ -353,7 +366,7 @@ class _Builder:
                 return None
             node = case
         arg = node.expressions[0] if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 else node.this
-        if isinstance(node, exp.Anonymous) and len(node.expressions) != 1:
+        if isinstance(node, exp.Anonymous) and len(node.expressions) != 1 and str(node.this).lower() in ANON_AGGS:
             self.bad(node, f"{node.name.upper()} takes one argument")
             return None
         kind: str | None = None
@@ -368,6 +381,14 @@ class _Builder:
                 return None
             kind, arg, p = qgot
             fn = "MIN" if kind == ir.MIN else "MAX" if kind == ir.MAX else "a quantile"
+            if isinstance(arg, exp.Distinct) and len(arg.expressions) == 1:
+                if kind in (ir.MIN, ir.MAX):
+                    arg = arg.expressions[0]  # MIN(DISTINCT x) is MIN(x)
+                else:
+                    name = (written_name(node, self.sql) or func_name(node)).upper()
+                    self.bad(node, f"{clause}: {name}(DISTINCT ...) is not supported: distinct values are not bounded "
+                                   "per person; drop DISTINCT")
+                    return None
             if not isinstance(arg, exp.Column):
                 self.bad(node, f"{clause}: {fn} takes a plain column with declared bounds; expressions inside it are "
                          "not supported")
@@ -444,7 +465,7 @@ class _Builder:
                 if value is None:
                     return None
                 kind = ir.COUNT_COL
-        elif type(node) in _VALUE_KINDS or isinstance(node, exp.Anonymous):
+        elif type(node) in _VALUE_KINDS or (isinstance(node, exp.Anonymous) and str(node.this).lower() in ANON_AGGS):
             kind = _value_kind(node)
             fn = _written(node)
             if isinstance(arg, exp.Distinct):
@@ -463,11 +484,7 @@ class _Builder:
                                f"{fn}(LEAST(GREATEST(expr, lo), hi)) with lo < hi)")
                 return None
         else:
-            self.bad(
-                node,
-                f"aggregate {_agg_name(node, self.sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
-                "MEDIAN or QUANTILE",
-            )
+            self.bad(node, _unsupported_aggregate(node, self.sql))
             return None
         if column is not None and self.table.schema and column not in self.table.schema:
             return None  # reported by check_columns
@@ -649,11 +666,11 @@ class _Builder:
                 if any(is_aggregate(x) for x in n.walk() if x is not inner):  # (a FILTER's condition too)
                     self.bad(n, f"{where}: aggregates cannot be nested; aggregate a column or an expression of columns")
                     return exp.Null()
-                if isinstance(n, (*SUPPORTED_AGGS, exp.Filter, exp.Anonymous)):
+                if isinstance(n, (*SUPPORTED_AGGS, exp.Filter)) or (isinstance(n, exp.Anonymous)
+                                                                   and str(n.this).lower() in ANON_AGGS):
                     r = self.aggregate_ref(n, where)
                     return r if r is not None else exp.Null()
-                self.bad(n, f"{where}: aggregate {_agg_name(n, self.sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, "
-                         "STDDEV, MIN, MAX, MEDIAN or QUANTILE")
+                self.bad(n, f"{where}: {_unsupported_aggregate(n, self.sql)}")
                 return exp.Null()
             s = _norm(n) if isinstance(n, (exp.Column, exp.Func, exp.Binary, exp.Unary, exp.Predicate, exp.Case, exp.Cast)) else None
             if s is not None and s in key_by_sql:
@@ -703,7 +720,7 @@ class _Builder:
             )
         _check_size(stmts[0])  # before anything else: a query above the limits costs no analysis
         # CTEs and subqueries in FROM: merged into the flat query (dpsql.plan.views), analysed as one
-        stmt = _limit_all(_order_by_all(merge_views(stmts[0], self.sql, self.catalog)))
+        stmt = _comma_joins(_limit_all(_order_by_all(merge_views(stmts[0], self.sql, self.catalog))))
         if isinstance(stmt, exp.Select) and (stmt.args.get("joins") or self._several_paths(stmt)):
             from dpsql.plan.joins import analyze_join  # imported for joins only (a large module)
 
@@ -1063,6 +1080,45 @@ def _order_by_all(stmt: exp.Expression) -> exp.Expression:
             each.set("this", exp.Literal.number(i + 1))
             items.append(each)
     out.args["order"].set("expressions", items)
+    return out
+
+
+def _after_comma(join: exp.Expression) -> bool:
+    """A table listed after a comma in FROM (``FROM a, b``): a join with no kind, condition or method."""
+    return not any(v for k, v in join.args.items() if k != "this")
+
+
+def _comma_joins(stmt: exp.Expression) -> exp.Expression:
+    """``FROM a, b WHERE a.x = b.y AND ...`` (an implicit inner join) is ``FROM a JOIN b ON a.x = b.y WHERE ...``:
+    each table listed after a comma takes, as its ON, the WHERE's AND-ed equalities between a qualified column of
+    it and one of a table named before it (an inner join filtered by WHERE keeps the same rows). A table that gets
+    none stays a cross join (refused)."""
+    if not isinstance(stmt, exp.Select):
+        return stmt
+    from_ = stmt.args.get("from_") or stmt.args.get("from")
+    if from_ is None or stmt.args.get("where") is None or not any(_after_comma(j) for j in stmt.args.get("joins") or []):
+        return stmt
+    out = stmt.copy()
+    where = out.args["where"].this
+    conds = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    seen = {from_.this.alias_or_name.lower()}
+    for j in out.args["joins"]:
+        name = j.this.alias_or_name.lower()
+        if _after_comma(j):
+            on = []
+            for c in list(conds):
+                e = c
+                while isinstance(e, exp.Paren):
+                    e = e.this
+                if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column):
+                    sides = {e.this.table.lower(), e.expression.table.lower()}
+                    if name in sides and len(sides) == 2 and sides - {name} <= seen:
+                        on.append(e)
+                        conds.remove(c)
+            if on:
+                j.set("on", exp.and_(*on, copy=False))
+        seen.add(name)
+    out.set("where", exp.Where(this=exp.and_(*conds, copy=False)) if conds else None)
     return out
 
 

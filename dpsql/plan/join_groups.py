@@ -80,7 +80,15 @@ def group_keys(
     aliases = {it.alias.lower(): it.unalias() for it in stmt.expressions if isinstance(it, exp.Alias)}
     tables = dict(inputs)
     keys: list[ir.JoinKey] = []
-    for g in group.expressions:
+    written = list(group.expressions)
+    if group.args.get("all"):
+        # DuckDB's GROUP BY ALL: every output without an aggregate that reads a column (not only earlier
+        # outputs' aliases, as n * 2 AS n2 for COUNT(*) AS n), i.e. GROUP BY their positions
+        agg_aliases = {a for a, e in aliases.items() if any(True for _ in e.find_all(exp.AggFunc))}
+        written[:0] = [exp.Literal.number(i + 1) for i, it in enumerate(stmt.expressions)
+                       if not any(True for _ in it.find_all(exp.AggFunc))
+                       and any(c.table or c.name.lower() not in agg_aliases for c in it.find_all(exp.Column))]
+    for g in written:
         if isinstance(g, exp.Column) and not g.table and g.name.lower() in aliases:
             g = aliases[g.name.lower()]
         elif isinstance(g, exp.Literal) and not g.is_string and g.this.isdigit():  # GROUP BY 1: a select-list position

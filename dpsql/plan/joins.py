@@ -422,7 +422,8 @@ class _JoinBuilder:
                                "the distinct values they hold); count tuples with COUNT(*) or COUNT(col), or ask "
                                "COUNT(DISTINCT col) of one table")
                 return None
-            self.bad(node, "in a join, COUNT takes * or a column")
+            self.bad(node, "in a join, COUNT takes * or a column; to count the tuples where a condition holds, move the "
+                           "condition into WHERE (a query of its own if the other aggregates must not have it)")
             return None
         if isinstance(node, (exp.Sum, exp.Avg)):
             fn = "AVG" if isinstance(node, exp.Avg) else "SUM"

@@ -413,7 +413,20 @@ def parse_statements(sql: str) -> list[exp.Expression]:
                 node.comments = None
             if isinstance(node, exp.Literal) and not node.is_string:
                 _check_number_text(str(node.this))
+        for node in list(stmt.find_all(exp.Anonymous)):  # DuckDB's other names of SUM and AVG
+            kind = AGG_SPELLINGS.get(str(node.this).lower())
+            if kind is not None and len(node.expressions) == 1:
+                node.replace(kind(this=node.expressions[0]))
+        for add in list(stmt.find_all(exp.DateAdd)):  # date_add(d, INTERVAL ...) is d + INTERVAL ... (as DuckDB's)
+            if isinstance(add.expression, exp.Interval) and add.args.get("unit") is None:
+                add.replace(exp.Add(this=add.this, expression=add.expression))
     return out
+
+
+#: DuckDB's other names of SUM and AVG, read as those aggregates (an output is named as the query writes it:
+#: ``mean(x)``)
+AGG_SPELLINGS: dict[str, type[exp.AggFunc]] = {"mean": exp.Avg, "favg": exp.Avg, "fsum": exp.Sum, "sumkahan": exp.Sum,
+                                               "kahan_sum": exp.Sum}
 
 
 #: the longest number literal read (a DOUBLE written out in full has at most ~330 digits, a DECIMAL 38)

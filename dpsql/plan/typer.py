@@ -298,7 +298,7 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              f"{TRUNC_LEAST} (its truncation would leave the TIMESTAMP range; -infinity is kept)"),
     FuncSpec("date_part, extract", "'part' literal, DATE/TIMESTAMP -> BIGINT", "total",
              "a TIMESTAMP_S/_MS beyond the TIMESTAMP range is NULL (read as TRY_CAST(x AS TIMESTAMP))"),
-    FuncSpec("year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week",
+    FuncSpec("year, month, day, hour, minute, second, quarter, dayofweek, dayofyear, week, isodow, yearweek",
              "DATE/TIMESTAMP -> BIGINT", "total", "as date_part"),
     FuncSpec("dayname, monthname", "DATE/TIMESTAMP -> VARCHAR", "total",
              "English names ('Monday', 'January'), as DuckDB's; computed from date_part (NULL where it is)"),
@@ -1048,7 +1048,10 @@ class Typer:
             raise self.refuse(
                 parent,
                 f"arithmetic needs numbers, got {r.type if r.type.kind != 'strlit' else 'a string'}"
-                + ("; write CAST(col AS DOUBLE) (a value that does not convert is then NULL)" if r.type.kind == "varchar" else ""),
+                + ("; write CAST(col AS DOUBLE) (a value that does not convert is then NULL)" if r.type.kind == "varchar" else "")
+                + ("; shift a date or timestamp by an INTERVAL (d + INTERVAL 1 DAY), and compare it with a shifted literal "
+                   "instead of subtracting dates (d > DATE '2024-12-31' - INTERVAL 30 DAY)"
+                   if r.type.kind in ("date", "timestamp") else ""),
             )
         return r
 
@@ -1741,6 +1744,18 @@ def _date_fn(ty: Typer, node: exp.Expression) -> Typed:
     return Typed(_tag(new, kind), BIGINT)
 
 
+def _part_fn(part: str) -> Callable[[Typer, exp.Expression], Typed]:
+    """DuckDB's function for one date part (``dayofmonth(d)``, ``weekday(d)``, ``isodow(d)``, ...): typed as
+    ``date_part('part', d)``, whose rendering every engine has."""
+    def typed(ty: Typer, node: exp.Expression) -> Typed:
+        args = list(node.expressions) if isinstance(node, exp.Anonymous) else [node.this]
+        if len(args) != 1 or any(v is not None for k, v in node.args.items() if k not in ("this", "expressions")):
+            raise ty.refuse(node, f"{ty._fname(node)}() takes one DATE or TIMESTAMP")
+        arg, kind = _temporal_arg(ty, node, args[0])
+        return Typed(_tag(exp.Anonymous(this="date_part", expressions=[exp.Literal.string(part), arg]), kind), BIGINT)
+    return typed
+
+
 def _strftime(ty: Typer, node: exp.Expression) -> Typed:
     fmt = node.args.get("format")
     if fmt is None:
@@ -1837,6 +1852,9 @@ _FUNCS: dict[type[exp.Expression], Callable[[Typer, exp.Expression], Typed]] = {
     exp.DayOfWeek: _date_fn,
     exp.DayOfYear: _date_fn,
     exp.Week: _date_fn,
+    exp.DayOfMonth: _part_fn("day"),
+    exp.WeekOfYear: _part_fn("week"),
+    exp.DayOfWeekIso: _part_fn("isodow"),
     exp.TimeToStr: _strftime,
     exp.StrToTime: _strptime,
 }
@@ -1847,6 +1865,8 @@ for _name in ("Hour", "Minute", "Second"):
 _ANON: dict[str, Callable[[Typer, exp.Expression], Typed]] = {
     "date_part": _date_part,
     "datepart": _date_part,
+    "weekday": _part_fn("dayofweek"),
+    "yearweek": _part_fn("yearweek"),
     "prefix": _anon_text2("starts_with"),
     "suffix": _anon_text2("ends_with"),
     "try_strptime": lambda ty, node: _strptime(
@@ -1981,6 +2001,7 @@ ALIASES: dict[str, str] = {
     "ceiling": "ceil", "char_length": "length", "character_length": "length", "len": "length",
     "lcase": "lower", "ucase": "upper", "datepart": "date_part", "datetrunc": "date_trunc", "mod": "%",
     "position": "strpos", "prefix": "starts_with", "suffix": "ends_with",
+    "dayofmonth": "day", "weekday": "dayofweek", "weekofyear": "week",
 }
 
 #: node types behind POST_ALLOW_LIST (besides the aggregates COUNT/SUM/AVG)
