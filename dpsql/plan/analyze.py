@@ -385,8 +385,8 @@ class _Builder:
                 if kind in (ir.MIN, ir.MAX):
                     arg = arg.expressions[0]  # MIN(DISTINCT x) is MIN(x)
                 else:
-                    name = (written_name(node, self.sql) or func_name(node)).upper()
-                    self.bad(node, f"{clause}: {name}(DISTINCT ...) is not supported: distinct values are not bounded "
+                    written = (written_name(node, self.sql) or func_name(node)).upper()
+                    self.bad(node, f"{clause}: {written}(DISTINCT ...) is not supported: distinct values are not bounded "
                                    "per person; drop DISTINCT")
                     return None
             if not isinstance(arg, exp.Column):
