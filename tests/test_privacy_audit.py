@@ -548,7 +548,8 @@ def median_law(values: list[float], eps_em: float, n_cand: int = 11) -> np.ndarr
     x = np.arange(n_cand, dtype=float)
     a = np.array([sum(v < xi for v in values) for xi in x], dtype=float)
     b = np.array([sum(v > xi for v in values) for xi in x], dtype=float)
-    u = -np.abs(0.5 * a - 0.5 * b)
+    h = len(values) - a - b  # the rows at x_i, counted below or above as fits best
+    u = -np.maximum(np.maximum(0.5 * a - 0.5 * (b + h), 0.5 * b - 0.5 * (a + h)), 0)
     w = np.exp(eps_em * u / (2 * 0.5))
     gamma = 2.0**-10
     return (1 - gamma) * w / w.sum() + gamma / n_cand

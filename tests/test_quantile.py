@@ -183,8 +183,10 @@ def test_bounds_too_wide_or_huge_are_handled_before_any_charge() -> None:
 
 #: a small domain: ages 0..5 (6 candidates), h = [2, 0, 3, 1, 0, 4] rows at each point
 HIST = {0: 2, 2: 3, 3: 1, 5: 4}
-#: by hand: A = [0, 2, 2, 5, 6, 6], B = [8, 8, 5, 4, 4, 0], u = -|A/2 - B/2|
-U_BY_HAND = [-4.0, -3.0, -1.5, -0.5, -1.0, -3.0]
+#: by hand: A = [0, 2, 2, 5, 6, 6], B = [8, 8, 5, 4, 4, 0], u = -dist(0, [(A - B - h) / 2, (A + h - B) / 2])
+# h = [2, 0, 3, 1, 0, 4] (10 rows), the median's rows at x_i counted below or above as fits best: the 5th and 6th
+# of the sorted rows sit at x_2 and x_3, so both split the rows 1 : 1
+U_BY_HAND = [-3.0, -3.0, 0.0, 0.0, -1.0, -1.0]
 
 
 def _small_release(eps: float = 1.0) -> tuple[Any, Any, pa.Table]:
@@ -200,9 +202,47 @@ def _small_release(eps: float = 1.0) -> tuple[Any, Any, pa.Table]:
 def test_utilities_by_hand() -> None:
     h = np.array([[2, 0, 3, 1, 0, 4]], dtype=float)
     assert qm.utilities(h, 0.5, -0.5, 0.0)[0].tolist() == U_BY_HAND
-    # MIN with target c = 2: -|A - 2|; MAX with c = 1: -|B - 1|
-    assert qm.utilities(h, 1.0, 0.0, 2.0)[0].tolist() == [-2.0, 0.0, 0.0, -3.0, -4.0, -4.0]
-    assert qm.utilities(h, 0.0, 1.0, 1.0)[0].tolist() == [-7.0, -7.0, -4.0, -3.0, -3.0, -1.0]
+    # MIN with target c = 2: -max(0, A - 2, 2 - A - h) (the 2nd smallest row is at x_0); MAX with c = 1:
+    # -max(0, B - 1, 1 - B - h) (the largest is at x_5)
+    assert qm.utilities(h, 1.0, 0.0, 2.0)[0].tolist() == [0.0, 0.0, 0.0, -3.0, -4.0, -4.0]
+    assert qm.utilities(h, 0.0, 1.0, 1.0)[0].tolist() == [-7.0, -7.0, -4.0, -3.0, -3.0, 0.0]
+    # the integer utilities are the same, scaled (the median at p = m / 2^20: a = 2^19, b = -2^19, s = 2^20)
+    assert (qm.integer_utilities(h, 2**19, -(2**19), 0)[0] / 2**20).tolist() == U_BY_HAND
+    assert qm.integer_utilities(h, 1, 0, 2)[0].tolist() == [0, 0, 0, -3, -4, -4]
+
+
+def _tied(seed: str) -> dpsql.Session:
+    # 1 000 people at 10, 2 000 at 20, 2 800 at 60 (the median is 20: the 2 900th and 2 901st rows), and the
+    # 100 smallest of another column all at 16
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS pid, CASE WHEN i < 1000 THEN 10 WHEN i < 3000 THEN 20 ELSE 60 END AS v, "
+                "16 + i % 58 AS age FROM range(5800) r(i)")
+    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.0), connection=con)
+    s.register("t", "t", privacy_unit="pid", columns={"v": {"bounds": [0, 100]}, "age": {"bounds": [0, 120]}})
+    use_noise(s, seeded_noise(seed))
+    return s
+
+
+def test_quantiles_of_tied_values_are_the_tied_value() -> None:
+    """Rows at a grid point count below or above it, as fits best. With -|(1 - p) A - p B| alone, a median held
+    by 2 000 equal values scored -900 (A = 1 000 below, B = 2 800 above) and every point of the gap above it -100:
+    the median was released uniformly over 21..59 even at epsilon = 1e6, and MIN (the c-th smallest) uniformly
+    over [0, 16] below 100 equal minima."""
+    s = _tied("tied-values")
+    got = [s.query("SELECT MEDIAN(v) AS m, MIN(age) AS lo FROM t", epsilon=4.0).table.to_pylist()[0]
+           for _ in range(20)]
+    # each draw misses with probability < 0.01 (the uniform mixture 2^-10, the rank error's beta * 17/121 for
+    # MIN): 6 misses of 20 have probability < 1e-8
+    assert sum(r["m"] == 20.0 for r in got) >= 15 and sum(r["lo"] == 16.0 for r in got) >= 15
+    # negative control: the utility without the tied rows puts its best points in the gap (median) and ties
+    # every point at or below the minimum (MIN)
+    hist = np.zeros((1, 101))
+    hist[0, [10, 20, 60]] = [1000, 2000, 2800]
+    below = np.cumsum(hist, axis=-1) - hist
+    above = hist.sum() - below - hist
+    old = -np.abs(0.5 * below - 0.5 * above)[0]
+    assert old[20] == -900 and old[21:60].tolist() == [-100.0] * 39 and old.argmax() == 21
+    s.close()
 
 
 def _law(scale: float) -> np.ndarray:
@@ -228,7 +268,7 @@ def test_output_distribution_matches_the_exponential_mechanism() -> None:
     assert counts.sum() == n  # every release is a grid point
     # law by hand: e^u / sum e^u = [.0139, .0378, .1696, .4611, .2797, .0378]
     law = _law(1.0)
-    assert law.round(4).tolist() == [0.0139, 0.0378, 0.1696, 0.4611, 0.2797, 0.0378]
+    assert law.round(4).tolist() == [0.0176, 0.0176, 0.3527, 0.3527, 0.1297, 0.1297]
     assert chisquare(counts, n * law).pvalue > 1e-6
     # negative controls: the law of a mechanism 30% more or less private is rejected
     assert chisquare(counts, n * _law(1.3)).pvalue < 1e-6
@@ -267,18 +307,21 @@ def test_privacy_loss_over_every_neighbour_of_a_small_domain(p: float) -> None:
 
 def test_zero_noise_source_releases_the_best_point() -> None:
     mech, cal, bounded = _small_release()
-    assert mech.release(cal, bounded, zero_noise()).table.column("__a0")[0].as_py() == 3.0
+    # x_2 and x_3 both split the rows 1 : 1 (utility 0); the zero source's draw lands on the first of them
+    assert mech.release(cal, bounded, zero_noise()).table.column("__a0")[0].as_py() == 2.0
 
 
 # -- end to end: answered within the stated rank error ----------------------------------------------------
 
 
 def _rank_ok(values: np.ndarray, released: float, p: float, t: float, step: float) -> bool:
-    """|(1-p) A - p B| at the released point is within t of the best grid point's (values on the grid)."""
+    """The released point's distance from a p : (1 - p) split (rows at it counted on either side) is within t of
+    the best grid point's (values on the grid)."""
     grid = np.arange(0, 101, step)
     a = np.array([(values < x).sum() for x in grid])
     b = np.array([(values > x).sum() for x in grid])
-    u = np.abs((1 - p) * a - p * b)
+    h = values.size - a - b
+    u = np.maximum(np.maximum((1 - p) * a - p * (b + h), p * b - (1 - p) * (a + h)), 0)
     i = int(np.where(grid == released)[0][0])
     return bool(u[i] <= u.min() + t)
 

@@ -33,13 +33,14 @@ def test_score_scale_never_exceeds_the_calibration(eps: float, delta: int) -> No
 
 def test_integer_utilities_by_hand_and_saturated() -> None:
     h = np.array([[2, 0, 3, 1, 0, 4]])
-    # median, p = 1/2: a = b = 2^19 in magnitude; 2^20 u = -|2^19 A - 2^19 B|, u = [-4, -3, -1.5, -0.5, -1, -3]
+    # median, p = 1/2: a = b = 2^19 in magnitude; 2^20 u = -dist(0, [2^19 (A - B - h), 2^19 (A + h - B)]) (the rows
+    # at x_i counted below or above as fits best), u = [-3, -3, 0, 0, -1, -1]
     u = qm.integer_utilities(h, 2**19, -(2**19), 0)
-    assert (u[0] / 2**20).tolist() == [-4.0, -3.0, -1.5, -0.5, -1.0, -3.0]
-    # counts above C saturate: A and B never exceed 2^40, so every value stays exact in int64
-    big = np.array([[3e15, 0, 3e15]])
-    ub = qm.integer_utilities(big, 2**19, -(2**19), 0)
-    assert ub.dtype == np.int64 and ub[0].tolist() == [-(2**59), 0, -(2**59)]
+    assert (u[0] / 2**20).tolist() == [-3.0, -3.0, 0.0, 0.0, -1.0, -1.0]
+    # counts above C saturate: A, B and with the rows at x_i never exceed 2^40, so every value stays exact in int64
+    ub = qm.integer_utilities(np.array([[0, 3e15]]), 2**19, -(2**19), 0)
+    assert ub.dtype == np.int64 and ub[0].tolist() == [-(2**59), 0]
+    assert qm.integer_utilities(np.array([[3e15, 0, 3e15]]), 2**19, -(2**19), 0)[0].tolist() == [0, 0, 0]
 
 
 def _implemented_law(u: np.ndarray, k: float) -> np.ndarray:
@@ -66,7 +67,7 @@ def test_implemented_law_loses_at_most_eps_plus_slack_on_every_neighbour(eps: fl
     """Large eps pushes most weights to (or below) one unit of 2^-45: the additive rounding is then
     what the mixture must absorb. Negative control: without the mixture a weight that rounds to 0
     on one side only makes the loss infinite."""
-    base = np.array([5, 0, 9, 1, 0, 12, 3, 0, 0, 7])
+    base = np.array([5, 0, 9, 1, 0, 2, 3, 0, 0, 7])  # utilities [-8.5, -8.5, 0, -0.5, -1.5, -1.5, -3.5, -6.5, ...]
     a, b = 2**19, -(2**19)  # the median: s = 2^20, a = 2^20 - m, b = -m, m = 2^19
     delta_int = 1 * 2**19
     n = base.size

@@ -8,13 +8,19 @@ x_i = lo + i * s, i = 0..G (the last one capped at hi), with s the column's decl
 granularity (1 for integer columns without one; else a power of ten giving 1,000 to 10,000
 cells), coarsened tenfold until G <= 100,000. Every kept row's value is clamped to [lo, hi] and
 counted at its nearest grid point; h_i is the number of kept rows at x_i,
-A_i = sum_{j<i} h_j the rows below x_i and B_i = sum_{j>i} h_j the rows above. The utility of x_i is
+A_i = sum_{j<i} h_j the rows below x_i and B_i = sum_{j>i} h_j the rows above. The rows at x_i count
+below or above it, as fits best: with g(j) = alpha (A_i + j) + beta (B_i + h_i - j) - t for j of them
+counted below, the utility is u_i = -dist(0, [g(0), g(h_i)]) (0 where some split makes g vanish; without
+it a value held by many rows could never be released: a median held by 2,000 equal values scored -900,
+the empty gap above it -100, and was released in the gap whatever epsilon):
 
-* p-quantile (MEDIAN: p = 1/2; PERCENTILE_CONT / QUANTILE ...):  u_i = -|(1 - p) A_i - p B_i|,
-  which is 0 exactly where x_i splits the rows p : (1 - p), without needing the private n
-  (the form of Smith 2011, "Privacy-preserving statistical estimation with optimal convergence
-  rates", used for DP medians since);
-* MIN: u_i = -|A_i - c|, MAX: u_i = -|B_i - c|: the c-th smallest (largest) kept value, with
+* p-quantile (MEDIAN: p = 1/2; PERCENTILE_CONT / QUANTILE ...): alpha = 1 - p, beta = -p, t = 0,
+  u_i = -max(0, (1 - p) A_i - p (B_i + h_i), p B_i - (1 - p) (A_i + h_i)), which is 0 exactly where x_i
+  is a p-quantile of the kept rows, without needing the private n (with no row at x_i it is
+  -|(1 - p) A_i - p B_i|, the form of Smith 2011, "Privacy-preserving statistical estimation with
+  optimal convergence rates", used for DP medians since);
+* MIN: alpha = 1, beta = 0, t = c, u_i = -max(0, A_i - c, c - A_i - h_i); MAX: alpha = 0, beta = 1,
+  t = c, u_i = -max(0, B_i - c, c - B_i - h_i): the c-th smallest (largest) kept value, with
   c = ceil(t) the mechanism's own 95% rank error below (public). A DP release cannot be the
   exact minimum (that is one person's value): u = -A_i alone would be maximal everywhere below
   the minimum and the release uniform over [lo, min]; the target c makes points below the
@@ -28,8 +34,9 @@ Privacy claim
 -------------
 Neighbouring relation: add or remove one privacy unit with all of its rows (user level).
 One unit adds or removes at most r = min(k, L) kept rows in a group (r = L ungrouped); each row
-changes A_i by at most 1 or B_i by at most 1, never both, so |Delta u_i| <= r * max(1 - p, p)
-for a quantile and <= r for MIN / MAX: the utility sensitivity Delta. The grid is public, so
+changes exactly one of A_i, h_i, B_i by 1, so each end g(0), g(h_i) by at most max(|alpha|, |beta|),
+and the distance from 0 to an interval moves by at most the larger move of its ends: |Delta u_i| <=
+r * max(1 - p, p) for a quantile and <= r for MIN / MAX: the utility sensitivity Delta. The grid is public, so
 the candidate set never depends on the data. Each (group, aggregate) release samples
 i with probability proportional to exp(eps' u_i / (2 Delta)) -- the exponential mechanism of
 McSherry and Talwar 2007, which is eps'-DP for a utility of sensitivity Delta. One unit touches
@@ -41,10 +48,11 @@ never depends on the data (sparse keys are refused).
 Sampling, with its floating-point effects proven and charged (:func:`sample_index`):
 
 1. Exact integer utilities. p is taken on the dyadic grid p = m / 2^20 (m = round(p 2^20), public;
-   at most 5e-7 from the p asked), so u_i = -|a min(A_i, C) + b min(B_i, C) - t| / s with
-   integers a = 2^20 - m, b = -m, s = 2^20 (MIN: a = 1, b = 0, s = 1; MAX: a = 0, b = 1), target
-   t = c s, and C = 2^40. Saturating A and B at C keeps each one's change per row at most 1 (so
-   Delta is unchanged) and every integer below 2^62: the utilities U_i = s u_i are exact int64.
+   at most 5e-7 from the p asked), so u_i = -dist(0, [a min(A_i, C) + b min(B_i + h_i, C) - t,
+   a min(A_i + h_i, C) + b min(B_i, C) - t]) / s with integers a = 2^20 - m, b = -m, s = 2^20 (MIN:
+   a = 1, b = 0, s = 1; MAX: a = 0, b = 1), target t = c s, and C = 2^40. Saturating the counts at C
+   keeps each one's change per row at most 1 (so Delta is unchanged) and every integer below 2^62:
+   the utilities U_i = s u_i are exact int64.
 2. Scores d_i = k (U_i - max_j U_j) <= 0 with the public float k <= eps_em / (2 Delta_int),
    Delta_int = s Delta, checked in exact rationals (so the exact mechanism with scale k is
    eps_em-DP). U_i - max U is exact; converting it to a double and multiplying by k rounds twice:
@@ -76,7 +84,7 @@ the released point's utility is at least OPT - t with t = (2 Delta / eps') ln((G
 OPT the best candidate's utility, for the exponential mechanism at eps_em; the mixture of step 4
 adds gamma to the failure probability, so ``rank_error_95`` uses beta = 0.05 - 2^-10 for it.
 For a quantile this is a *rank* statement: the kept rows below
-and above the released value split p : (1 - p) up to t (in units of rows, max(p, 1 - p)
+and above the released value (those at it counted on either side) split p : (1 - p) up to t (in units of rows, max(p, 1 - p)
 weighted); beta = 0.05 in ``rank_error_95``. No interval in value units can be stated without
 the data. The released value is a grid point, rounded to the declared granularity.
 
@@ -269,20 +277,30 @@ def rank_error(delta_u: float, eps_run: float, candidates: int, beta: float = BE
     return 2.0 * delta_u / (eps_run - float_slack(candidates)) * math.log(candidates / (beta - GAMMA))
 
 
+def _distance_to_zero(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """-dist(0, [min(lo, hi), max(lo, hi)]): 0 where the interval holds 0 (1-Lipschitz in lo and hi)."""
+    return -np.maximum(np.maximum(np.minimum(lo, hi), -np.maximum(lo, hi)), 0)
+
+
 def utilities(hist: np.ndarray, alpha: float, beta: float, target: float) -> np.ndarray:
-    """u_i = -|alpha A_i + beta B_i - target| for each row of ``hist`` (groups x candidates)."""
+    """u_i = -dist(0, [alpha A_i + beta (B_i + h_i) - target, alpha (A_i + h_i) + beta B_i - target]) for each
+    row of ``hist`` (groups x candidates): the rows at x_i counted below or above as fits best."""
     h = np.asarray(hist, dtype=np.float64)
-    below = np.cumsum(h, axis=-1) - h
-    above = h.sum(axis=-1, keepdims=True) - below - h
-    return -np.abs(alpha * below + beta * above - target)
+    upto = np.cumsum(h, axis=-1)
+    total = h.sum(axis=-1, keepdims=True)
+    below, above = upto - h, total - upto
+    return _distance_to_zero(alpha * below + beta * (above + h) - target, alpha * upto + beta * above - target)
 
 
 def integer_utilities(hist: np.ndarray, a: int, b: int, target: int) -> np.ndarray:
-    """U_i = -|a min(A_i, C) + b min(B_i, C) - target| in int64 (step 1 of the module docstring)."""
+    """U_i = -dist(0, [a A + b B' - target, a A' + b B - target]) in int64, with A = min(A_i, C),
+    A' = min(A_i + h_i, C), B = min(B_i, C), B' = min(B_i + h_i, C) (step 1 of the module docstring)."""
     h = np.minimum(np.rint(np.asarray(hist, dtype=np.float64)), float(COUNT_CAP)).astype(np.int64)
-    below = np.minimum(np.cumsum(h, axis=-1) - h, COUNT_CAP)
-    above = np.minimum(h.sum(axis=-1, keepdims=True) - np.cumsum(h, axis=-1), COUNT_CAP)
-    return -np.abs(a * below + b * above - target)
+    upto = np.cumsum(h, axis=-1)
+    total = h.sum(axis=-1, keepdims=True)
+    below, upto_c = np.minimum(upto - h, COUNT_CAP), np.minimum(upto, COUNT_CAP)
+    above, from_c = np.minimum(total - upto, COUNT_CAP), np.minimum(total - upto + h, COUNT_CAP)
+    return _distance_to_zero(a * below + b * from_c - target, a * upto_c + b * above - target)
 
 
 def score_scale(eps_em: float, delta_int: int) -> float:
