@@ -70,7 +70,9 @@ Durability and lost write-ahead logs
   WAL). A failed CHECKPOINT is not ignored: the operation raises ``LedgerError`` saying that
   the change is recorded in the WAL only; for ``reserve`` that means the charge stands and the
   query does not run (nothing is read). DuckDB invalidates the attached database after a
-  failed checkpoint; the next operation re-attaches and replays the WAL.
+  failed checkpoint; the next operation re-attaches and replays the WAL, and a write first
+  checkpoints it: if that fails again (the disk is still full) the write is refused before it
+  adds anything, so retries do not pile up charges that fail the same way.
 * Why every write checkpoints, not only ``reserve``: DuckDB names the WAL after the path it was
   given (``<path>.wal``), so a WAL left behind by a write through one name of the file (a hard
   link, a bind mount) is invisible to an open through another name, which would then write a
@@ -1334,6 +1336,20 @@ class Ledger:
                     generation, meta = self._schema_meta(con)
                     marks = _read_marks(paths)
                     ledger_id = self._check_identity(meta, self._check_generation(generation, marks), marks)
+                    if write and os.path.exists(wal):
+                        # an earlier change lives in the WAL only (its CHECKPOINT failed, e.g. on a full
+                        # disk): it goes into the file first, or this change would join it there, count,
+                        # and fail the same way
+                        try:
+                            con.execute(f"CHECKPOINT {alias}")
+                        except duckdb.Error as e:
+                            raise LedgerError(
+                                f"ledger {p}: an earlier change is still in the write-ahead log {wal} only, and "
+                                f"writing it into the ledger file failed again ({type(e).__name__}: {e}); "
+                                f"{t.unchanged}",
+                                hint=f"free disk space, then retry (the next dpsql operation writes the earlier "
+                                f"change into the file); keep {wal} next to the ledger",
+                            ) from None
                     _hook("after_attach", p)
                     yield con
                     if write and t.wrote:

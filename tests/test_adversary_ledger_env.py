@@ -1,0 +1,51 @@
+"""The ledger's environment going wrong: a full disk, permissions, the file system under it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import spawn_python as _spawn
+
+from dpsql.budget import Budget
+from dpsql.ledger import Ledger
+
+#: a disk that holds the ledger file as it is but nothing more: every CHECKPOINT that grows it fails
+FULL_DISK_RETRIES = """
+import json, os, resource, signal, sys
+from dpsql.budget import Budget
+from dpsql.errors import LedgerError
+from dpsql.ledger import Ledger
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+path = sys.argv[1]
+size = os.path.getsize(path)
+resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+led = Ledger(path, lock_timeout=5)
+errors = []
+for i in range(3):
+    try:
+        led.reserve(Budget(0.25), mechanism="m", query="big " + "x" * 300000, tables=["t"], params={})
+        errors.append(None)
+    except LedgerError as e:
+        errors.append(str(e))
+print(json.dumps(errors))
+"""
+
+
+def test_retries_on_a_full_disk_charge_once_not_once_per_retry(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.duckdb"
+    led = Ledger.create(path, Budget(1.0))
+    p = _spawn(FULL_DISK_RETRIES, str(path))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    first, *retries = json.loads(out.strip().splitlines()[-1])
+    # the first charge reached the write-ahead log and stands (the caller read nothing) ...
+    assert first is not None and "entry 1" in first and "stands" in first
+    # ... but a retry while the disk is still full adds no charge that would fail the same way
+    for e in retries:
+        assert e is not None and "nothing was charged" in e and "free disk space" in e, e
+    assert led.remaining() == Budget(0.75)
+    assert [r["status"] for r in led.history().to_pylist()] == ["reserved"]
+    # with space again, the next charge writes the earlier one into the file too
+    led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+    assert led.remaining() == Budget(0.5) and not Path(str(path) + ".wal").exists()
