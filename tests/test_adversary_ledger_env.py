@@ -8,7 +8,8 @@ from pathlib import Path
 from conftest import spawn_python as _spawn
 
 from dpsql.budget import Budget
-from dpsql.ledger import Ledger
+from dpsql.errors import LedgerError
+from dpsql.ledger import Ledger, open_ledger
 
 #: a disk that holds the ledger file as it is but nothing more: every CHECKPOINT that grows it fails
 FULL_DISK_RETRIES = """
@@ -49,3 +50,34 @@ def test_retries_on_a_full_disk_charge_once_not_once_per_retry(tmp_path: Path) -
     # with space again, the next charge writes the earlier one into the file too
     led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
     assert led.remaining() == Budget(0.5) and not Path(str(path) + ".wal").exists()
+
+
+def test_a_release_waits_for_a_postgres_server_that_restarts_meanwhile() -> None:
+    import os
+    import threading
+
+    import _postgres
+    import pytest
+
+    for own in _postgres.running_server():  # a server of its own: it is stopped while a query runs
+        url = own.database("restarting")
+        led = open_ledger(url, Budget(1.0), create=True, lock_timeout=2)
+        entry = led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+        pg_ctl = os.path.join(own.bindir, "pg_ctl")
+        root = os.path.dirname(own.datadir)
+        _postgres._run(own, [pg_ctl, "-D", own.datadir, "-m", "fast", "-w", "stop"])
+        # the server comes back a second later (a restart, a fail-over) while the query's answer waits
+        opts = f"-c listen_addresses=127.0.0.1 -p {own.port} -k {root} -c fsync=off -c max_connections=60"
+        starter = threading.Timer(1.0, _postgres._run, [own, [pg_ctl, "-D", own.datadir, "-o", opts, "-l",
+                                                              os.path.join(root, "log"), "-w", "start"]])
+        starter.start()
+        try:
+            led.commit(entry)  # used to give up at once: the paid answer was discarded, the entry left 'reserved'
+        finally:
+            starter.join()
+        assert [e["status"] for e in led.history().to_pylist()] == ["released"]
+        # a charge still fails fast on a server that cannot be reached (nothing read yet, nothing lost)
+        _postgres._run(own, [pg_ctl, "-D", own.datadir, "-m", "fast", "-w", "stop"])
+        with pytest.raises(LedgerError, match="cannot connect.*nothing was charged"):
+            led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+        led.close()

@@ -50,8 +50,10 @@ the parent's server session, and the child opens its own. A kept connection that
 dropped while it was idle and that fails one of the statements that open a transaction (before the
 body: nothing has been written) is replaced and the transaction started again, once; a connection
 lost after that is a LedgerError as before (the server rolled the transaction back; at COMMIT it may
-have committed it), never a retry, so a charge is never sent twice. ``close()`` (and a ledger that
-is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
+have committed it), never a retry, so a charge is never sent twice. Recording a release (its query has
+read private rows) retries connecting until ``Ledger.release_wait`` runs out, so a server that restarts or
+fails over while the query runs does not discard an answer already paid for (connecting sends nothing).
+``close()`` (and a ledger that is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
 
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
 (then the schema is created, under a transaction-scoped advisory lock so two creators cannot
@@ -445,14 +447,27 @@ class PostgresLedger(Ledger):
             con.adapters.register_loader(name, TextLoader)  # JSON columns as text, as the DuckDB ledger reads them
         return con
 
-    def _acquire(self, unchanged: str, deadline: float, wait: float | None = None) -> tuple[_Slot, bool]:
+    def _acquire(
+        self, unchanged: str, deadline: float, wait: float | None = None, *, reconnect: bool = False
+    ) -> tuple[_Slot, bool]:
         def busy() -> LedgerError:
             return LedgerError(f"ledger {self.path} is busy: {_POOL_SIZE} operations on it in other threads of this "
                                f"process held all its connections for more than {self.lock_timeout if wait is None else wait:g} s; "
                                f"{unchanged}",
                                hint="retry, or pass a larger lock_timeout")
 
-        return self._pool.acquire(lambda: self._connect(unchanged), deadline, busy)
+        def connect() -> Any:
+            # ``reconnect`` (a release, whose query has read private rows): a server restarting or failing over
+            # meanwhile must not discard the answer; connecting sends nothing, so a retry never charges twice
+            while True:
+                try:
+                    return self._connect(unchanged)
+                except LedgerError:
+                    if not reconnect or (left := deadline - time.monotonic()) <= 0:
+                        raise
+                    time.sleep(min(left, 0.2))
+
+        return self._pool.acquire(connect, deadline, busy)
 
     @contextmanager
     def _connection(self, unchanged: str) -> Iterator[Any]:
@@ -561,12 +576,14 @@ class PostgresLedger(Ledger):
             raise LedgerError(f"ledger {self.path} is closed", hint="open it again")
         t = _Txn(unchanged)
         psycopg = _psycopg()
-        # the pool's wait and the lock's share lock_timeout (``wait``: a release's, Ledger.release_wait)
+        # the pool's wait and the lock's share lock_timeout (``wait``: a release's, Ledger.release_wait, which
+        # also waits for a server that cannot be reached: restarting, failing over)
+        reconnect = wait is not None
         wait = self.lock_timeout if wait is None else wait
         deadline = time.monotonic() + wait
         retried = False
         while True:
-            slot, reused = self._acquire(unchanged, deadline, wait)
+            slot, reused = self._acquire(unchanged, deadline, wait, reconnect=reconnect)
             con = slot.con
             reusable = False
             try:
