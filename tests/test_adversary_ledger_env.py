@@ -81,3 +81,26 @@ def test_a_release_waits_for_a_postgres_server_that_restarts_meanwhile() -> None
         with pytest.raises(LedgerError, match="cannot connect.*nothing was charged"):
             led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
         led.close()
+
+
+def test_a_ledger_path_with_a_nul_character_is_a_config_error(tmp_path: Path) -> None:
+    import pytest
+
+    from dpsql.errors import ConfigError
+
+    # (a TOML config can spell one: path = "l\\u0000.duckdb"; Python's file functions raised a bare ValueError)
+    for call in (lambda: Ledger.open(tmp_path / "l\0.duckdb"), lambda: Ledger.create(tmp_path / "l\0.duckdb", Budget(1.0))):
+        with pytest.raises(ConfigError, match="NUL character.*nothing was created or charged"):
+            call()
+
+
+def test_a_ledger_path_under_a_file_says_there_is_no_ledger_not_that_a_marker_is_unreadable(tmp_path: Path) -> None:
+    import pytest
+
+    (tmp_path / "afile").write_text("x")
+    for path in (tmp_path / "afile" / "l.duckdb", tmp_path / "afile" / "sub" / "l.duckdb"):
+        with pytest.raises(LedgerError, match="no budget ledger at") as info:
+            Ledger.open(path)
+        assert "marker" not in str(info.value) and "dpsql init" in str(info.value.hint)
+    with pytest.raises(LedgerError, match="afile is not a directory"):
+        Ledger.create(tmp_path / "afile" / "l.duckdb", Budget(1.0))

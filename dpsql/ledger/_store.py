@@ -438,7 +438,14 @@ def _check_id(entry_id: object) -> int:
 def _utf8_path(p: str) -> str:
     """``p``, refused when it is not UTF-8 text (a byte that is not UTF-8 reaches Python as a lone
     surrogate): DuckDB opens only files whose names are UTF-8, and failed on such a path with a
-    'Python Conversion Failure' after dpsql had begun (its message blamed the disk)."""
+    'Python Conversion Failure' after dpsql had begun (its message blamed the disk). A NUL character
+    (which no file name holds: Python's file functions raised a bare ValueError) is refused too."""
+    if "\0" in p:
+        raise ConfigError(
+            f"the ledger path {p!r} contains a NUL character, which no file name can hold; nothing was created or "
+            "charged",
+            hint="give the ledger's path without the NUL character (e.g. path = \"ledger.duckdb\" under [ledger])",
+        )
     bad = next((c for c in p if "\udc80" <= c <= "\udcff"), None)
     if bad is not None:
         raise ConfigError(
@@ -1121,7 +1128,8 @@ class Ledger:
         parent, name = os.path.split(p)
         if not os.path.isdir(parent):
             raise LedgerError(
-                f"cannot create a ledger at {p}: directory {parent} does not exist",
+                f"cannot create a ledger at {p}: "
+                + (f"{parent} is not a directory" if os.path.lexists(parent) else f"directory {parent} does not exist"),
                 hint="create the directory first or choose another path",
             )
         try:
@@ -2199,7 +2207,7 @@ def _read_marker_id(path: str) -> tuple[int, str | None] | None:
     try:
         with open(path, "rb") as f:
             data = f.read(256)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a component of the path is a file: no ledger, no marker)
         return None
     except OSError as e:
         raise LedgerError(
