@@ -104,3 +104,24 @@ def test_a_ledger_path_under_a_file_says_there_is_no_ledger_not_that_a_marker_is
         assert "marker" not in str(info.value) and "dpsql init" in str(info.value.hint)
     with pytest.raises(LedgerError, match="afile is not a directory"):
         Ledger.create(tmp_path / "afile" / "l.duckdb", Budget(1.0))
+
+
+def test_postgres_tables_of_another_layout_are_named_as_such() -> None:
+    import _postgres
+    import psycopg
+    import pytest
+
+    for own in _postgres.running_server():
+        url = own.database("layout")
+        with psycopg.connect(url, autocommit=True) as con:  # the ledger's table names, another layout
+            con.execute("CREATE TABLE ledger_meta (key text PRIMARY KEY, value text NOT NULL); "
+                        "INSERT INTO ledger_meta VALUES ('schema_version', '1'); "
+                        "CREATE TABLE ledger_totals (change_id bigint, epsilon float8, delta float8); "
+                        "INSERT INTO ledger_totals VALUES (1, 1.0, 0); "
+                        "CREATE TABLE ledger_entries (entry_id bigint, epsilon float8, delta float8, status text)")
+        led = open_ledger(url, None)
+        with pytest.raises(LedgerError, match="do not have the layout of dpsql's ledger") as info:
+            led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+        # (it used to say "PostgreSQL failed (UndefinedColumn)", with a hint about the server and rights)
+        assert '"created_at"' in str(info.value) and "nothing was charged" in str(info.value)
+        led.close()

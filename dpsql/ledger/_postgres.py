@@ -579,6 +579,8 @@ class PostgresLedger(Ledger):
         # the pool's wait and the lock's share lock_timeout (``wait``: a release's, Ledger.release_wait, which
         # also waits for a server that cannot be reached: restarting, failing over)
         reconnect = wait is not None
+        # a ledger table of another layout than dpsql's (a hand-made or foreign table of the same name)
+        layout = (psycopg.errors.UndefinedColumn, psycopg.errors.DatatypeMismatch, psycopg.errors.WrongObjectType)
         wait = self.lock_timeout if wait is None else wait
         deadline = time.monotonic() + wait
         retried = False
@@ -628,6 +630,8 @@ class PostgresLedger(Ledger):
                     failure = _read_only_failure(self.path, unchanged)
                 except psycopg.errors.InsufficientPrivilege:
                     failure = _privilege_failure(self.path, unchanged, write)
+                except layout as e:
+                    failure = _layout_failure(self.path, unchanged, e)
                 except psycopg.Error as e:
                     # a kept connection that the server ended while it was idle (a terminated backend, a
                     # restart, a pooler or firewall that drops idle connections) shows it here: nothing
@@ -655,6 +659,8 @@ class PostgresLedger(Ledger):
                         raise _read_only_failure(self.path, unchanged) from None
                     if isinstance(e, psycopg.errors.InsufficientPrivilege):
                         raise _privilege_failure(self.path, unchanged, write) from None
+                    if isinstance(e, layout):
+                        raise _layout_failure(self.path, unchanged, e) from None
                     if isinstance(e, psycopg.errors.UntranslatableCharacter | psycopg.errors.CharacterNotInRepertoire):
                         raise LedgerError(f"ledger {self.path}: the database's encoding cannot store a character of the "
                                           f"query's text or of a table's name; {unchanged}",
@@ -756,6 +762,17 @@ def _read_only_failure(path: str | None, unchanged: str) -> LedgerError:
         f"server, database or role sets default_transaction_read_only = on); {unchanged}",
         hint="point the URL at the primary server, or let the ledger's user write: ALTER ROLE <user> SET "
              "default_transaction_read_only = off (or ALTER DATABASE <db> ...)",
+    )
+
+
+def _layout_failure(path: str | None, unchanged: str, e: Any) -> LedgerError:
+    """The ledger's tables exist but not as dpsql's schema has them (a column missing or of another type: a
+    hand-made or foreign table of the same name). The server's primary message names objects only."""
+    return LedgerError(
+        f"ledger {path}: its tables do not have the layout of dpsql's ledger ({type(e).__name__}: "
+        f"{e.diag.message_primary}); {unchanged}",
+        hint="point the URL at a ledger that dpsql created (schema_postgres.sql), e.g. in a schema of its own "
+             "(?options=-csearch_path%3D<schema>); dpsql never repairs or alters a ledger",
     )
 
 
