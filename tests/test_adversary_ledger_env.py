@@ -125,3 +125,21 @@ def test_postgres_tables_of_another_layout_are_named_as_such() -> None:
         # (it used to say "PostgreSQL failed (UndefinedColumn)", with a hint about the server and rights)
         assert '"created_at"' in str(info.value) and "nothing was charged" in str(info.value)
         led.close()
+
+
+def test_postgres_history_reads_under_any_datestyle() -> None:
+    import _postgres
+    import psycopg
+
+    for own in _postgres.running_server():
+        url = own.database("datestyle")
+        led = open_ledger(url, Budget(1.0), create=True)
+        led.commit(led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={}))
+        led.close()
+        with psycopg.connect(own.url, autocommit=True) as con:
+            con.execute("ALTER DATABASE datestyle SET DateStyle = 'SQL, DMY'")
+        led = open_ledger(url, None)  # (the history raised psycopg's NotImplementedError: a raw exception)
+        entries = led.history().to_pylist()
+        assert [e["status"] for e in entries] == ["released"] and entries[0]["created_at"].year >= 2024
+        assert led.totals_history().num_rows == 1
+        led.close()

@@ -605,10 +605,12 @@ class PostgresLedger(Ledger):
                     # server's time-outs lifted (_LIFTED_TIMEOUTS: those this server has)
                     # ... and the idle-in-transaction time-out set to a bound of dpsql's own (_idle_ms): a process
                     # frozen while it holds the ledger's lock (SIGSTOP, a debugger, a paused VM) blocked every
-                    # host, however long
+                    # host, however long; and timestamps in ISO text, the only DateStyle psycopg reads (under
+                    # 'SQL, DMY' or 'German' the history raised psycopg's NotImplementedError)
                     c.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN ? WHEN 'extra_float_digits' "
-                              "THEN '3' WHEN 'idle_in_transaction_session_timeout' THEN ? ELSE '0' END, true) FROM "
-                              "pg_catalog.pg_settings WHERE name IN ('lock_timeout', 'extra_float_digits', "
+                              "THEN '3' WHEN 'idle_in_transaction_session_timeout' THEN ? WHEN 'DateStyle' THEN 'ISO' "
+                              "ELSE '0' END, true) FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', "
+                              "'extra_float_digits', 'DateStyle', "
                               + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms", f"{self._idle_ms()}ms"])
                     if write:
                         c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
