@@ -143,3 +143,26 @@ def test_postgres_history_reads_under_any_datestyle() -> None:
         assert [e["status"] for e in entries] == ["released"] and entries[0]["created_at"].year >= 2024
         assert led.totals_history().num_rows == 1
         led.close()
+
+
+def test_postgres_ledger_outside_a_changed_search_path_is_not_created_afresh() -> None:
+    import _postgres
+    import psycopg
+    import pytest
+
+    from dpsql.ledger._postgres import PostgresLedger
+
+    for own in _postgres.running_server():
+        url = own.database("moved_path")
+        led = open_ledger(url, Budget(1.0), create=True)
+        led.reserve(Budget(1.0), mechanism="m", query="q", tables=["t"], params={})  # all of it spent
+        led.close()
+        with psycopg.connect(url, autocommit=True) as con:  # the database's search_path changes (a DBA, a migration)
+            con.execute("CREATE SCHEMA team; ALTER DATABASE moved_path SET search_path = team")
+        for create in (False, True):  # create_if_missing = true created a new ledger there: the whole budget again
+            with pytest.raises(LedgerError, match=r"search_path \(team\).*in schema public") as info:
+                open_ledger(url, Budget(1.0), create=create)
+            assert "nothing was created" in str(info.value) and "NEW budget" in str(info.value.hint)
+        # naming the schema reads the ledger; creating one in the new schema stays possible, explicitly (dpsql init)
+        assert open_ledger(url + "?options=-csearch_path%3Dpublic", None).remaining() == Budget(0.0)
+        PostgresLedger.create(url, Budget(1.0)).close()

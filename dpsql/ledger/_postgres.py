@@ -61,7 +61,9 @@ both create it); a database with the tables but another ``schema_version`` is re
 as a DuckDB file is; tables other than dpsql's are left alone (the ledger uses the connection's
 ``search_path``: give it a schema of its own with ``?options=-csearch_path%3Ddpsql``); tables of the
 ledger's names in more than one schema of the search_path are refused (another schema, e.g. one named
-after the user and so read first, could stand in for the ledger's own).
+after the user and so read first, could stand in for the ledger's own). A search_path that holds no ledger while another
+schema of the database does is refused, with ``create=True`` too (a changed search_path never becomes a fresh
+budget; ``dpsql init`` creates a ledger there on purpose).
 The URL's password never appears in a message (``Ledger.path`` shows the URL without it).
 """
 
@@ -488,8 +490,12 @@ class PostgresLedger(Ledger):
             failure: LedgerError | None = None
             try:
                 with con.cursor() as cur:
-                    cur.execute("SELECT to_regclass('ledger_meta'), to_regclass('ledger_totals'), to_regclass('ledger_entries')")
-                    row = cur.fetchone()
+                    # ... and, for a ledger not found, the search_path and the schemas that hold a ledger elsewhere
+                    cur.execute("SELECT to_regclass('ledger_meta'), to_regclass('ledger_totals'), to_regclass('ledger_entries'), "
+                                "current_setting('search_path'), (SELECT string_agg(DISTINCT n.nspname, ', ' ORDER BY "
+                                "n.nspname) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = "
+                                "c.relnamespace WHERE c.relname = 'ledger_entries' AND c.relkind IN ('r', 'p'))")
+                    *row, search_path, elsewhere = cur.fetchone()
                 con.rollback()
             except Exception as e:  # noqa: BLE001 - psycopg's errors; the server's text is not shown
                 failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); nothing was changed",
@@ -503,6 +509,16 @@ class PostgresLedger(Ledger):
                     f"the database {self.path} is not a dpsql budget ledger: it has some of the ledger's tables "
                     f"but not all of {', '.join(_REQUIRED_TABLES)}",
                     hint="point the URL at the ledger's own database or schema; dpsql never repairs a ledger",
+                )
+            if not any(present) and elsewhere:
+                # the search_path (of the URL, the role or the database) changed, or the URL names another schema:
+                # creating a ledger here (create_if_missing) gave the whole budget again
+                raise LedgerError(
+                    f"no budget ledger in the search_path ({search_path}) of {self.path}, but the database holds a "
+                    f"ledger's tables in schema {elsewhere}; nothing was created or charged",
+                    hint="name the ledger's schema in the URL (?options=-csearch_path%3D<schema>). A ledger created in "
+                         "this search_path (`dpsql init`) would start a NEW budget, as if nothing had been spent: do "
+                         "that only if the data owner decides so",
                 )
             return all(present)
 
