@@ -166,3 +166,50 @@ def test_postgres_ledger_outside_a_changed_search_path_is_not_created_afresh() -
         # naming the schema reads the ledger; creating one in the new schema stays possible, explicitly (dpsql init)
         assert open_ledger(url + "?options=-csearch_path%3Dpublic", None).remaining() == Budget(0.0)
         PostgresLedger.create(url, Budget(1.0)).close()
+
+
+
+#: every operation of a ledger beside which a named pipe stands in for a side file (opening a pipe waits for
+#: a writer: it used to wait for ever, past lock_timeout, holding the ledger's lock)
+PIPE_SIDE_FILE = """
+import json, sys
+from dpsql.budget import Budget
+from dpsql.errors import LedgerError
+from dpsql.ledger import Ledger
+led = Ledger(sys.argv[1], lock_timeout=2)
+errors = []
+for call in (led.remaining, lambda: led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})):
+    try:
+        call()
+        errors.append(None)
+    except LedgerError as e:
+        errors.append(str(e))
+print(json.dumps(errors))
+"""
+
+
+def test_a_named_pipe_in_place_of_a_marker_or_the_wal_is_refused_at_once(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    path = tmp_path / "ledger.duckdb"
+    Ledger.create(path, Budget(1.0)).close()
+    for side, what in ((tmp_path / ".ledger.duckdb.generation", "generation marker"),
+                       (tmp_path / "ledger.duckdb.generation", "generation marker"),  # the earlier releases' name
+                       (Path(str(path) + ".wal"), "write-ahead log")):
+        saved = side.read_bytes() if side.exists() else None
+        side.unlink(missing_ok=True)
+        os.mkfifo(side)
+        p = _spawn(PIPE_SIDE_FILE, str(path))
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            raise AssertionError(f"an operation waited for ever on the named pipe {side}") from None
+        errors = json.loads(out.strip().splitlines()[-1])
+        assert all(e is not None and what in e and "named pipe" in e for e in errors), errors
+        side.unlink()
+        if saved is not None:
+            side.write_bytes(saved)
+    assert Ledger(path).remaining() == Budget(1.0)

@@ -1328,6 +1328,16 @@ class Ledger:
         real = os.path.realpath(p)  # resolved once per operation (a lstat per component), after the flock
         paths = _marker_paths(real, resolved=True)
         wal = real + ".wal"  # DuckDB names the WAL after the resolved path
+        try:
+            st = os.stat(wal)
+        except OSError:
+            st = None  # none (the usual case), or unreadable: DuckDB says so
+        if st is not None and not stat.S_ISREG(st.st_mode):  # a named pipe: DuckDB's open waited for ever
+            raise LedgerError(
+                f"ledger {p}: its write-ahead log {wal} is {_kind(st)}, not a file DuckDB could have written; "
+                f"{t.unchanged}",
+                hint=f"move {wal} away (a write-ahead log that DuckDB left is a regular file: keep that one)",
+            )
         _hook("before_attach", p)
         self._attach(
             base, alias, read_only=not write, deadline=deadline, started=started, unchanged=t.unchanged, real=real
@@ -1672,11 +1682,14 @@ def _poll_flock(fd: int, op: int, deadline: float) -> bool:
         pause = min(pause * 1.5, 0.005)
 
 
-def _not_regular(p: str, s: os.stat_result, unchanged: str) -> LedgerError:
-    kind = "a directory" if stat.S_ISDIR(s.st_mode) else "a named pipe" if stat.S_ISFIFO(s.st_mode) else (
+def _kind(s: os.stat_result) -> str:
+    return "a directory" if stat.S_ISDIR(s.st_mode) else "a named pipe" if stat.S_ISFIFO(s.st_mode) else (
         "a device" if stat.S_ISCHR(s.st_mode) or stat.S_ISBLK(s.st_mode) else "not a regular file")
+
+
+def _not_regular(p: str, s: os.stat_result, unchanged: str) -> LedgerError:
     return LedgerError(
-        f"{p} is not a dpsql budget ledger: it is {kind}; {unchanged}",
+        f"{p} is not a dpsql budget ledger: it is {_kind(s)}; {unchanged}",
         hint="pass the path of your ledger file (a regular file), e.g. --ledger ledger.duckdb; to start "
         "a new ledger: " + _INIT_HINT.format(path="NEW_PATH"),
     )
@@ -2201,19 +2214,31 @@ def _new_ledger_id() -> str:
     return f"{random.SystemRandom().getrandbits(128):032x}"
 
 
+def _unreadable_marker(path: str, why: str | None) -> LedgerError:
+    return LedgerError(
+        f"cannot read the ledger's generation marker {path}: {why}",
+        hint="make it a readable regular file (it guards against a ledger that lost recorded charges)",
+    )
+
+
 def _read_marker_id(path: str) -> tuple[int, str | None] | None:
     """The generation a marker file records and the identity of its ledger (None in a marker
     of an earlier release, which recorded no identity)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(256)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # (a named pipe would block a plain open)
     except (FileNotFoundError, NotADirectoryError):  # (a component of the path is a file: no ledger, no marker)
         return None
     except OSError as e:
-        raise LedgerError(
-            f"cannot read the ledger's generation marker {path}: {e.strerror}",
-            hint="make it readable (it guards against a ledger that lost recorded charges)",
-        ) from None
+        raise _unreadable_marker(path, e.strerror) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # read, it never ended (a named pipe) or failed
+            raise _unreadable_marker(path, f"it is {_kind(st)}")
+        data = os.pread(fd, 256, 0)
+    except OSError as e:
+        raise _unreadable_marker(path, e.strerror) from None
+    finally:
+        os.close(fd)
     if not data:  # created, then lost to a crash before its first write reached the disk
         return None
     m = _MARKER_RE.fullmatch(data.decode("ascii", "replace"))
