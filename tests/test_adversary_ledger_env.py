@@ -213,3 +213,43 @@ def test_a_named_pipe_in_place_of_a_marker_or_the_wal_is_refused_at_once(tmp_pat
         if saved is not None:
             side.write_bytes(saved)
     assert Ledger(path).remaining() == Budget(1.0)
+
+
+#: a query whose release is recorded in the write-ahead log, but whose CHECKPOINT then fails (the disk filled up)
+RELEASE_CHECKPOINT_FAILS = """
+import json, os, resource, signal, sys, warnings
+import dpsql
+from dpsql.ledger import _store
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+s = dpsql.Session(ledger=sys.argv[1], create=True, budget=dpsql.Budget(1.0, 1e-6))
+s.register("t", sys.argv[2], privacy_unit="user_id", max_groups_per_unit=1, max_rows_per_group=1)
+calls = []
+def full_disk(path):
+    calls.append(path)
+    if len(calls) == 2:  # the release's (the charge's was the first)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+_store._HOOKS["before_checkpoint"] = full_disk
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    r = s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+print(json.dumps({"rows": r.table.num_rows, "warnings": [str(x.message) for x in w], "calls": len(calls)}))
+"""
+
+
+def test_an_answer_whose_release_is_recorded_is_returned_when_the_checkpoint_fails(tmp_path: Path) -> None:
+    import duckdb
+
+    data = tmp_path / "t.parquet"
+    duckdb.sql(f"COPY (SELECT range AS user_id FROM range(50)) TO '{data}' (FORMAT parquet)")
+    path = tmp_path / "ledger.duckdb"
+    p = _spawn(RELEASE_CHECKPOINT_FAILS, str(path), str(data))
+    out, err = p.communicate(timeout=60)
+    # the release was recorded (in the write-ahead log), and the answer paid for used to be discarded with an error
+    assert p.returncode == 0, err
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["calls"] == 2 and got["rows"] == 1
+    assert any("recorded in the write-ahead log" in w and "the answer is returned" in w for w in got["warnings"]), got
+    led = Ledger(path)
+    assert [e["status"] for e in led.history().to_pylist()] == ["released"] and led.remaining().epsilon == 0.5
+    led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})  # writes the release into the file
+    assert not Path(str(path) + ".wal").exists()
