@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import spawn_python as _spawn
 
 from dpsql.budget import Budget
@@ -57,7 +59,6 @@ def test_a_release_waits_for_a_postgres_server_that_restarts_meanwhile() -> None
     import threading
 
     import _postgres
-    import pytest
 
     for own in _postgres.running_server():  # a server of its own: it is stopped while a query runs
         url = own.database("restarting")
@@ -84,7 +85,6 @@ def test_a_release_waits_for_a_postgres_server_that_restarts_meanwhile() -> None
 
 
 def test_a_ledger_path_with_a_nul_character_is_a_config_error(tmp_path: Path) -> None:
-    import pytest
 
     from dpsql.errors import ConfigError
 
@@ -95,7 +95,6 @@ def test_a_ledger_path_with_a_nul_character_is_a_config_error(tmp_path: Path) ->
 
 
 def test_a_ledger_path_under_a_file_says_there_is_no_ledger_not_that_a_marker_is_unreadable(tmp_path: Path) -> None:
-    import pytest
 
     (tmp_path / "afile").write_text("x")
     for path in (tmp_path / "afile" / "l.duckdb", tmp_path / "afile" / "sub" / "l.duckdb"):
@@ -109,7 +108,6 @@ def test_a_ledger_path_under_a_file_says_there_is_no_ledger_not_that_a_marker_is
 def test_postgres_tables_of_another_layout_are_named_as_such() -> None:
     import _postgres
     import psycopg
-    import pytest
 
     for own in _postgres.running_server():
         url = own.database("layout")
@@ -148,7 +146,6 @@ def test_postgres_history_reads_under_any_datestyle() -> None:
 def test_postgres_ledger_outside_a_changed_search_path_is_not_created_afresh() -> None:
     import _postgres
     import psycopg
-    import pytest
 
     from dpsql.ledger._postgres import PostgresLedger
 
@@ -212,7 +209,7 @@ def test_a_named_pipe_in_place_of_a_marker_or_the_wal_is_refused_at_once(tmp_pat
         side.unlink()
         if saved is not None:
             side.write_bytes(saved)
-    assert Ledger(path).remaining() == Budget(1.0)
+    assert Ledger(str(path)).remaining() == Budget(1.0)
 
 
 #: a query whose release is recorded in the write-ahead log, but whose CHECKPOINT then fails (the disk filled up)
@@ -249,7 +246,41 @@ def test_an_answer_whose_release_is_recorded_is_returned_when_the_checkpoint_fai
     got = json.loads(out.strip().splitlines()[-1])
     assert got["calls"] == 2 and got["rows"] == 1
     assert any("recorded in the write-ahead log" in w and "the answer is returned" in w for w in got["warnings"]), got
-    led = Ledger(path)
+    led = Ledger(str(path))
     assert [e["status"] for e in led.history().to_pylist()] == ["released"] and led.remaining().epsilon == 0.5
     led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})  # writes the release into the file
     assert not Path(str(path) + ".wal").exists()
+
+
+def test_postgres_release_tries_again_when_the_statement_timeout_cancels_its_first_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import _postgres
+    import psycopg
+
+    from dpsql.ledger import _postgres as pg
+
+    for own in _postgres.running_server():
+        url = own.database("stt")
+        led = open_ledger(url, Budget(1.0), create=True)
+        entry = led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+        led.close()
+        with psycopg.connect(own.url, autocommit=True) as con:  # a tiny default, which new sessions read
+            con.execute("ALTER DATABASE stt SET statement_timeout = '50ms'")
+        led = open_ledger(url, None)
+        execute, slow = pg._Con.execute, [True]
+
+        def once_slow(self: Any, sql: str, params: Any = None, execute: Any = execute, slow: list[bool] = slow) -> Any:
+            if slow and sql.startswith("SET TRANSACTION"):  # a loaded server: the first statement overruns it
+                slow.clear()
+                return execute(self, "SELECT pg_sleep(0.5)")
+            return execute(self, sql, params)
+
+        monkeypatch.setattr(pg._Con, "execute", once_slow)
+        led.commit(entry)  # used to fail: the paid answer discarded, the entry left 'reserved'
+        assert [e["status"] for e in led.history().to_pylist()] == ["released"]
+        slow.append(True)  # a charge gives up at once, saying why
+        with pytest.raises(LedgerError, match="statement_timeout.*nothing was charged") as info:
+            led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+        assert "ALTER ROLE" in str(info.value.hint)
+        led.close()

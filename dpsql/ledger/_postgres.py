@@ -52,7 +52,9 @@ body: nothing has been written) is replaced and the transaction started again, o
 lost after that is a LedgerError as before (the server rolled the transaction back; at COMMIT it may
 have committed it), never a retry, so a charge is never sent twice. Recording a release (its query has
 read private rows) retries connecting until ``Ledger.release_wait`` runs out, so a server that restarts or
-fails over while the query runs does not discard an answer already paid for (connecting sends nothing).
+fails over while the query runs does not discard an answer already paid for (connecting sends nothing); so, when the
+server's statement_timeout (which a transaction's first statements run under, before it is lifted) cancels one
+of them, does it start the transaction again (nothing has been written); a charge says so and gives up.
 ``close()`` (and a ledger that is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
 
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
@@ -498,8 +500,9 @@ class PostgresLedger(Ledger):
                     *row, search_path, elsewhere = cur.fetchone()
                 con.rollback()
             except Exception as e:  # noqa: BLE001 - psycopg's errors; the server's text is not shown
-                failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); nothing was changed",
-                                      hint="check the server and the user's rights")
+                failure = (_cancelled_failure(self.path, "nothing was changed") if type(e).__name__ == "QueryCanceled"
+                           else LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); nothing was "
+                                            "changed", hint="check the server and the user's rights"))
             if failure is not None:
                 _rollback(con)
                 raise failure
@@ -607,7 +610,7 @@ class PostgresLedger(Ledger):
             try:
                 c = _Con(con)
                 failure: LedgerError | None = None
-                dropped = False
+                dropped = cancelled = False
                 try:
                     if not write:  # one snapshot for every statement of a read (e.g. spent and the entries)
                         c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -650,6 +653,12 @@ class PostgresLedger(Ledger):
                     failure = _privilege_failure(self.path, unchanged, write)
                 except layout as e:
                     failure = _layout_failure(self.path, unchanged, e)
+                except psycopg.errors.QueryCanceled:
+                    # the statement_timeout of the server, database or role, which the first statements run
+                    # under (the second lifts it): nothing has been written, so a release (its answer is paid
+                    # for) tries again until its wait runs out
+                    cancelled = reconnect and time.monotonic() < deadline
+                    failure = _cancelled_failure(self.path, unchanged)
                 except psycopg.Error as e:
                     # a kept connection that the server ended while it was idle (a terminated backend, a
                     # restart, a pooler or firewall that drops idle connections) shows it here: nothing
@@ -660,6 +669,11 @@ class PostgresLedger(Ledger):
                 if dropped:
                     retried = True
                     self._pool.discard_idle()  # kept from before the drop: likely dropped too
+                    continue
+                if cancelled:
+                    _rollback(con)
+                    reusable = True  # kept only if the rollback left it outside any transaction
+                    time.sleep(0.01)
                     continue
                 if failure is not None:
                     _rollback(con)
@@ -679,6 +693,8 @@ class PostgresLedger(Ledger):
                         raise _privilege_failure(self.path, unchanged, write) from None
                     if isinstance(e, layout):
                         raise _layout_failure(self.path, unchanged, e) from None
+                    if isinstance(e, psycopg.errors.QueryCanceled):
+                        raise _cancelled_failure(self.path, unchanged) from None
                     if isinstance(e, psycopg.errors.UntranslatableCharacter | psycopg.errors.CharacterNotInRepertoire):
                         raise LedgerError(f"ledger {self.path}: the database's encoding cannot store a character of the "
                                           f"query's text or of a table's name; {unchanged}",
@@ -780,6 +796,16 @@ def _read_only_failure(path: str | None, unchanged: str) -> LedgerError:
         f"server, database or role sets default_transaction_read_only = on); {unchanged}",
         hint="point the URL at the primary server, or let the ledger's user write: ALTER ROLE <user> SET "
              "default_transaction_read_only = off (or ALTER DATABASE <db> ...)",
+    )
+
+
+def _cancelled_failure(path: str | None, unchanged: str) -> LedgerError:
+    return LedgerError(
+        f"ledger {path}: the server cancelled a statement of the ledger's transaction (QueryCanceled: the "
+        "statement_timeout of the server, database or role, which the first statements of a transaction run under "
+        f"before dpsql lifts it, or pg_cancel_backend); {unchanged}",
+        hint="give the ledger's user a statement_timeout of at least a second, or none (ALTER ROLE <user> SET "
+             "statement_timeout = '5s')",
     )
 
 
