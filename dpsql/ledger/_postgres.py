@@ -52,9 +52,9 @@ body: nothing has been written) is replaced and the transaction started again, o
 lost after that is a LedgerError as before (the server rolled the transaction back; at COMMIT it may
 have committed it), never a retry, so a charge is never sent twice. Recording a release (its query has
 read private rows) retries connecting until ``Ledger.release_wait`` runs out, so a server that restarts or
-fails over while the query runs does not discard an answer already paid for (connecting sends nothing); so, when the
-server's statement_timeout (which a transaction's first statements run under, before it is lifted) cancels one
-of them, does it start the transaction again (nothing has been written); a charge says so and gives up.
+fails over while the query runs does not discard an answer already paid for (connecting sends nothing), and
+starts its transaction again when the server's statement_timeout (which a transaction's first statements run
+under, before dpsql lifts it) cancels one of them (nothing is written yet); a charge says so and gives up.
 ``close()`` (and a ledger that is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
 
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
