@@ -284,3 +284,27 @@ def test_postgres_release_tries_again_when_the_statement_timeout_cancels_its_fir
             led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
         assert "ALTER ROLE" in str(info.value.hint)
         led.close()
+
+
+def test_a_switched_directory_link_never_lets_a_release_land_in_another_ledger(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    os.symlink("a", tmp_path / "current")  # e.g. a deployment's 'current' link
+    Ledger.create(tmp_path / "a" / "l.duckdb", Budget(5.0)).close()
+    other = Ledger.create(tmp_path / "b" / "l.duckdb", Budget(5.0))
+    theirs = other.reserve(Budget(1.0), mechanism="gaussian", query="theirs", tables=["x"], params={"sigma": 3})
+    led = Ledger.open(tmp_path / "current" / "l.duckdb")
+    mine = led.reserve(Budget(0.5), mechanism="laplace", query="mine", tables=["t"], params={"scale": 2})
+    assert mine == theirs == 1
+    os.remove(tmp_path / "current")
+    os.symlink("b", tmp_path / "current")  # switched while the query runs
+    # (the release used to be recorded on the other ledger's entry 1, another process's running query, whose
+    # own release was then refused as already released)
+    with pytest.raises(LedgerError, match="now leads to another ledger file") as info:
+        led.commit(mine, params_update={"rows": 3})
+    assert "stays 'reserved'" in str(info.value)
+    other.commit(theirs)
+    assert [(e["status"], e["params"]) for e in other.history().to_pylist()] == [("released", '{"sigma":3}')]
+    assert [e["status"] for e in Ledger.open(tmp_path / "a" / "l.duckdb").history().to_pylist()] == ["reserved"]

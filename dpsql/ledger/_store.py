@@ -527,6 +527,7 @@ class Ledger:
         self._mem_lock = threading.Lock()
         self._mem_pid = os.getpid()  # an in-memory ledger's budget exists in this process only
         self._mem_gone: weakref.finalize[Any, Any] | None = None
+        self._identity: str | None = None  # of the file ledger this object used first (_file_txn)
         self.path = None if path is None else _utf8_path(os.path.abspath(os.fspath(path)))
 
     # construction --------------------------------------------------------------------------
@@ -1354,6 +1355,18 @@ class Ledger:
                     generation, meta = self._schema_meta(con)
                     marks = _read_marks(paths)
                     ledger_id = self._check_identity(meta, self._check_generation(generation, marks), marks)
+                    if ledger_id is not None and self._identity not in (None, ledger_id):
+                        # the path now leads to another ledger (a directory or symbolic link on it was switched,
+                        # with that ledger's own markers): its entry ids name other charges than this object's
+                        raise LedgerError(
+                            f"ledger {p} now leads to another ledger file than the one this ledger object used "
+                            f"before (ledger {ledger_id}, not {self._identity}: a directory or symbolic link on the "
+                            f"path was switched); its entries are other charges than those recorded before; "
+                            f"{t.unchanged}",
+                            hint="point the path back at the ledger that recorded the earlier charges, or open "
+                            "the other one anew (Ledger.open(path), a new Session)",
+                        )
+                    self._identity = self._identity or ledger_id
                     if write and os.path.exists(wal):
                         # an earlier change lives in the WAL only (its CHECKPOINT failed, e.g. on a full
                         # disk): it goes into the file first, or this change would join it there, count,
@@ -1379,7 +1392,7 @@ class Ledger:
                             [str(generation)],
                         )
                         if ledger_id is None:  # a ledger of an earlier release: it gets its identity now
-                            ledger_id = _new_ledger_id()
+                            ledger_id = self._identity = _new_ledger_id()
                             con.execute("INSERT INTO ledger_meta VALUES ('ledger_id', ?)", [ledger_id])
                         # after the COMMIT the markers must go up: a marker this process cannot write
                         # would leave a committed change refused, so it is found now, before anything counts
