@@ -308,3 +308,16 @@ def test_a_switched_directory_link_never_lets_a_release_land_in_another_ledger(t
     other.commit(theirs)
     assert [(e["status"], e["params"]) for e in other.history().to_pylist()] == [("released", '{"sigma":3}')]
     assert [e["status"] for e in Ledger.open(tmp_path / "a" / "l.duckdb").history().to_pylist()] == ["reserved"]
+
+
+def test_a_lock_timeout_beyond_the_float_range_is_a_config_error(tmp_path: Path) -> None:
+    from dpsql.config import load_config
+    from dpsql.errors import ConfigError
+
+    huge = 10**400  # TOML reads an integer of any length (it raised OverflowError: "error: unexpected OverflowError")
+    with pytest.raises(ConfigError, match="lock_timeout must be a finite number"):
+        Ledger(str(tmp_path / "l.duckdb"), lock_timeout=huge)
+    cfg = tmp_path / "dpsql.toml"
+    cfg.write_text(f'[ledger]\npath = "l.duckdb"\nlock_timeout = {huge}\n')
+    with pytest.raises(ConfigError, match=r"\[ledger\] lock_timeout must be a finite number"):
+        load_config(str(cfg))

@@ -512,11 +512,12 @@ class Ledger:
     path: str | None
 
     def __init__(self, path: str | None, *, lock_timeout: float = 10.0) -> None:
-        if (
-            isinstance(lock_timeout, bool)
-            or not isinstance(lock_timeout, int | float)
-            or not (math.isfinite(lock_timeout) and lock_timeout >= 0)
-        ):
+        try:
+            ok = (not isinstance(lock_timeout, bool) and isinstance(lock_timeout, int | float)
+                  and math.isfinite(lock_timeout) and lock_timeout >= 0)
+        except OverflowError:  # an int beyond the float range
+            ok = False
+        if not ok:
             raise ConfigError(
                 f"lock_timeout must be a finite number of seconds >= 0, got {lock_timeout!r}",
                 hint="pass e.g. lock_timeout=10.0",
