@@ -13,6 +13,14 @@ from dpsql.budget import Budget
 from dpsql.errors import LedgerError
 from dpsql.ledger import Ledger, open_ledger
 
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    """A PostgreSQL server for the tests that leave it running (one that stops it starts its own)."""
+    from _postgres import running_server
+
+    yield from running_server()
+
 #: a disk that holds the ledger file as it is but nothing more: every CHECKPOINT that grows it fails
 FULL_DISK_RETRIES = """
 import json, os, resource, signal, sys
@@ -105,65 +113,58 @@ def test_a_ledger_path_under_a_file_says_there_is_no_ledger_not_that_a_marker_is
         Ledger.create(tmp_path / "afile" / "l.duckdb", Budget(1.0))
 
 
-def test_postgres_tables_of_another_layout_are_named_as_such() -> None:
-    import _postgres
+def test_postgres_tables_of_another_layout_are_named_as_such(server: Any) -> None:
     import psycopg
 
-    for own in _postgres.running_server():
-        url = own.database("layout")
-        with psycopg.connect(url, autocommit=True) as con:  # the ledger's table names, another layout
-            con.execute("CREATE TABLE ledger_meta (key text PRIMARY KEY, value text NOT NULL); "
-                        "INSERT INTO ledger_meta VALUES ('schema_version', '1'); "
-                        "CREATE TABLE ledger_totals (change_id bigint, epsilon float8, delta float8); "
-                        "INSERT INTO ledger_totals VALUES (1, 1.0, 0); "
-                        "CREATE TABLE ledger_entries (entry_id bigint, epsilon float8, delta float8, status text)")
-        led = open_ledger(url, None)
-        with pytest.raises(LedgerError, match="do not have the layout of dpsql's ledger") as info:
-            led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
-        # (it used to say "PostgreSQL failed (UndefinedColumn)", with a hint about the server and rights)
-        assert '"created_at"' in str(info.value) and "nothing was charged" in str(info.value)
-        led.close()
+    url = server.database("layout")
+    with psycopg.connect(url, autocommit=True) as con:  # the ledger's table names, another layout
+        con.execute("CREATE TABLE ledger_meta (key text PRIMARY KEY, value text NOT NULL); "
+                    "INSERT INTO ledger_meta VALUES ('schema_version', '1'); "
+                    "CREATE TABLE ledger_totals (change_id bigint, epsilon float8, delta float8); "
+                    "INSERT INTO ledger_totals VALUES (1, 1.0, 0); "
+                    "CREATE TABLE ledger_entries (entry_id bigint, epsilon float8, delta float8, status text)")
+    led = open_ledger(url, None)
+    with pytest.raises(LedgerError, match="do not have the layout of dpsql's ledger") as info:
+        led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+    # (it used to say "PostgreSQL failed (UndefinedColumn)", with a hint about the server and rights)
+    assert '"created_at"' in str(info.value) and "nothing was charged" in str(info.value)
+    led.close()
 
 
-def test_postgres_history_reads_under_any_datestyle() -> None:
-    import _postgres
+def test_postgres_history_reads_under_any_datestyle(server: Any) -> None:
     import psycopg
 
-    for own in _postgres.running_server():
-        url = own.database("datestyle")
-        led = open_ledger(url, Budget(1.0), create=True)
-        led.commit(led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={}))
-        led.close()
-        with psycopg.connect(own.url, autocommit=True) as con:
-            con.execute("ALTER DATABASE datestyle SET DateStyle = 'SQL, DMY'")
-        led = open_ledger(url, None)  # (the history raised psycopg's NotImplementedError: a raw exception)
-        entries = led.history().to_pylist()
-        assert [e["status"] for e in entries] == ["released"] and entries[0]["created_at"].year >= 2024
-        assert led.totals_history().num_rows == 1
-        led.close()
+    url = server.database("datestyle")
+    led = open_ledger(url, Budget(1.0), create=True)
+    led.commit(led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={}))
+    led.close()
+    with psycopg.connect(server.url, autocommit=True) as con:
+        con.execute("ALTER DATABASE datestyle SET DateStyle = 'SQL, DMY'")
+    led = open_ledger(url, None)  # (the history raised psycopg's NotImplementedError: a raw exception)
+    entries = led.history().to_pylist()
+    assert [e["status"] for e in entries] == ["released"] and entries[0]["created_at"].year >= 2024
+    assert led.totals_history().num_rows == 1
+    led.close()
 
 
-def test_postgres_ledger_outside_a_changed_search_path_is_not_created_afresh() -> None:
-    import _postgres
+def test_postgres_ledger_outside_a_changed_search_path_is_not_created_afresh(server: Any) -> None:
     import psycopg
 
     from dpsql.ledger._postgres import PostgresLedger
 
-    for own in _postgres.running_server():
-        url = own.database("moved_path")
-        led = open_ledger(url, Budget(1.0), create=True)
-        led.reserve(Budget(1.0), mechanism="m", query="q", tables=["t"], params={})  # all of it spent
-        led.close()
-        with psycopg.connect(url, autocommit=True) as con:  # the database's search_path changes (a DBA, a migration)
-            con.execute("CREATE SCHEMA team; ALTER DATABASE moved_path SET search_path = team")
-        for create in (False, True):  # create_if_missing = true created a new ledger there: the whole budget again
-            with pytest.raises(LedgerError, match=r"search_path \(team\).*in schema public") as info:
-                open_ledger(url, Budget(1.0), create=create)
-            assert "nothing was created" in str(info.value) and "NEW budget" in str(info.value.hint)
-        # naming the schema reads the ledger; creating one in the new schema stays possible, explicitly (dpsql init)
-        assert open_ledger(url + "?options=-csearch_path%3Dpublic", None).remaining() == Budget(0.0)
-        PostgresLedger.create(url, Budget(1.0)).close()
-
+    url = server.database("moved_path")
+    led = open_ledger(url, Budget(1.0), create=True)
+    led.reserve(Budget(1.0), mechanism="m", query="q", tables=["t"], params={})  # all of it spent
+    led.close()
+    with psycopg.connect(url, autocommit=True) as con:  # the database's search_path changes (a DBA, a migration)
+        con.execute("CREATE SCHEMA team; ALTER DATABASE moved_path SET search_path = team")
+    for create in (False, True):  # create_if_missing = true created a new ledger there: the whole budget again
+        with pytest.raises(LedgerError, match=r"search_path \(team\).*in schema public") as info:
+            open_ledger(url, Budget(1.0), create=create)
+        assert "nothing was created" in str(info.value) and "NEW budget" in str(info.value.hint)
+    # naming the schema reads the ledger; creating one in the new schema stays possible, explicitly (dpsql init)
+    assert open_ledger(url + "?options=-csearch_path%3Dpublic", None).remaining() == Budget(0.0)
+    PostgresLedger.create(url, Budget(1.0)).close()
 
 
 #: every operation of a ledger beside which a named pipe stands in for a side file (opening a pipe waits for
@@ -253,37 +254,35 @@ def test_an_answer_whose_release_is_recorded_is_returned_when_the_checkpoint_fai
 
 
 def test_postgres_release_tries_again_when_the_statement_timeout_cancels_its_first_statement(
-    monkeypatch: pytest.MonkeyPatch,
+    server: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import _postgres
     import psycopg
 
     from dpsql.ledger import _postgres as pg
 
-    for own in _postgres.running_server():
-        url = own.database("stt")
-        led = open_ledger(url, Budget(1.0), create=True)
-        entry = led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
-        led.close()
-        with psycopg.connect(own.url, autocommit=True) as con:  # a tiny default, which new sessions read
-            con.execute("ALTER DATABASE stt SET statement_timeout = '50ms'")
-        led = open_ledger(url, None)
-        execute, slow = pg._Con.execute, [True]
+    url = server.database("stt")
+    led = open_ledger(url, Budget(1.0), create=True)
+    entry = led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+    led.close()
+    with psycopg.connect(server.url, autocommit=True) as con:  # a tiny default, which new sessions read
+        con.execute("ALTER DATABASE stt SET statement_timeout = '50ms'")
+    led = open_ledger(url, None)
+    execute, slow = pg._Con.execute, [True]
 
-        def once_slow(self: Any, sql: str, params: Any = None, execute: Any = execute, slow: list[bool] = slow) -> Any:
-            if slow and sql.startswith("SET TRANSACTION"):  # a loaded server: the first statement overruns it
-                slow.clear()
-                return execute(self, "SELECT pg_sleep(0.5)")
-            return execute(self, sql, params)
+    def once_slow(self: Any, sql: str, params: Any = None, execute: Any = execute, slow: list[bool] = slow) -> Any:
+        if slow and sql.startswith("SET TRANSACTION"):  # a loaded server: the first statement overruns it
+            slow.clear()
+            return execute(self, "SELECT pg_sleep(0.5)")
+        return execute(self, sql, params)
 
-        monkeypatch.setattr(pg._Con, "execute", once_slow)
-        led.commit(entry)  # used to fail: the paid answer discarded, the entry left 'reserved'
-        assert [e["status"] for e in led.history().to_pylist()] == ["released"]
-        slow.append(True)  # a charge gives up at once, saying why
-        with pytest.raises(LedgerError, match="statement_timeout.*nothing was charged") as info:
-            led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
-        assert "ALTER ROLE" in str(info.value.hint)
-        led.close()
+    monkeypatch.setattr(pg._Con, "execute", once_slow)
+    led.commit(entry)  # used to fail: the paid answer discarded, the entry left 'reserved'
+    assert [e["status"] for e in led.history().to_pylist()] == ["released"]
+    slow.append(True)  # a charge gives up at once, saying why
+    with pytest.raises(LedgerError, match="statement_timeout.*nothing was charged") as info:
+        led.reserve(Budget(0.25), mechanism="m", query="q", tables=["t"], params={})
+    assert "ALTER ROLE" in str(info.value.hint)
+    led.close()
 
 
 def test_a_switched_directory_link_never_lets_a_release_land_in_another_ledger(tmp_path: Path) -> None:
