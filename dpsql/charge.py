@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,10 +34,17 @@ def reserve(ledger: Ledger, cost: Any, **entry: Any) -> int:
 
 def record_release(ledger: Ledger, entry: int, commit: dict[str, Any]) -> None:
     """``ledger.commit`` of a run that released; a failure to record it leaves the charge standing
-    and releases nothing, so it exits like any failure after the charge."""
+    and releases nothing, so it exits like any failure after the charge. A failure once the release
+    is recorded (``recorded``: in the ledger's write-ahead log, whose CHECKPOINT failed, e.g. on a
+    full disk) is a warning: the answer, paid for and recorded, is returned (the next ledger operation
+    writes the record into the file, or says what blocks it, charging nothing)."""
     try:
         ledger.commit(entry, **commit)
     except LedgerError as e:
+        if e.recorded:
+            warnings.warn(f"{e.message}; the answer is returned. Keep the write-ahead log next to the ledger: the next "
+                          "dpsql operation writes it into the ledger file, or says what blocks it", stacklevel=4)
+            return
         e.exit_code = ExecutionError.exit_code
         raise
 

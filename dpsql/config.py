@@ -166,7 +166,11 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
                           hint="create_if_missing = true")
 
     wait = led.get("lock_timeout", 10.0)
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or not (math.isfinite(wait) and wait >= 0):
+    try:
+        ok = not isinstance(wait, bool) and isinstance(wait, int | float) and math.isfinite(wait) and wait >= 0
+    except OverflowError:  # an int beyond the float range (TOML reads any number of digits)
+        ok = False
+    if not ok:
         raise ConfigError(f"[ledger] lock_timeout must be a finite number of seconds >= 0, got {wait!r}",
                           hint="lock_timeout = 60 (how long a command waits for a ledger that other dpsql commands use)")
 

@@ -50,8 +50,12 @@ the parent's server session, and the child opens its own. A kept connection that
 dropped while it was idle and that fails one of the statements that open a transaction (before the
 body: nothing has been written) is replaced and the transaction started again, once; a connection
 lost after that is a LedgerError as before (the server rolled the transaction back; at COMMIT it may
-have committed it), never a retry, so a charge is never sent twice. ``close()`` (and a ledger that
-is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
+have committed it), never a retry, so a charge is never sent twice. Recording a release (its query has
+read private rows) retries connecting until ``Ledger.release_wait`` runs out, so a server that restarts or
+fails over while the query runs does not discard an answer already paid for (connecting sends nothing), and
+starts its transaction again when the server's statement_timeout (which a transaction's first statements run
+under, before dpsql lifts it) cancels one of them (nothing is written yet); a charge says so and gives up.
+``close()`` (and a ledger that is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
 
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
 (then the schema is created, under a transaction-scoped advisory lock so two creators cannot
@@ -59,7 +63,9 @@ both create it); a database with the tables but another ``schema_version`` is re
 as a DuckDB file is; tables other than dpsql's are left alone (the ledger uses the connection's
 ``search_path``: give it a schema of its own with ``?options=-csearch_path%3Ddpsql``); tables of the
 ledger's names in more than one schema of the search_path are refused (another schema, e.g. one named
-after the user and so read first, could stand in for the ledger's own).
+after the user and so read first, could stand in for the ledger's own). A search_path that holds no ledger while another
+schema of the database does is refused, with ``create=True`` too (a changed search_path never becomes a fresh
+budget; ``dpsql init`` creates a ledger there on purpose).
 The URL's password never appears in a message (``Ledger.path`` shows the URL without it).
 """
 
@@ -450,14 +456,27 @@ class PostgresLedger(Ledger):
             con.adapters.register_loader(name, TextLoader)  # JSON columns as text, as the DuckDB ledger reads them
         return con
 
-    def _acquire(self, unchanged: str, deadline: float, wait: float | None = None) -> tuple[_Slot, bool]:
+    def _acquire(
+        self, unchanged: str, deadline: float, wait: float | None = None, *, reconnect: bool = False
+    ) -> tuple[_Slot, bool]:
         def busy() -> LedgerError:
             return LedgerError(f"ledger {self.path} is busy: {_POOL_SIZE} operations on it in other threads of this "
                                f"process held all its connections for more than {self.lock_timeout if wait is None else wait:g} s; "
                                f"{unchanged}",
                                hint="retry, or pass a larger lock_timeout")
 
-        return self._pool.acquire(lambda: self._connect(unchanged), deadline, busy)
+        def connect() -> Any:
+            # ``reconnect`` (a release, whose query has read private rows): a server restarting or failing over
+            # meanwhile must not discard the answer; connecting sends nothing, so a retry never charges twice
+            while True:
+                try:
+                    return self._connect(unchanged)
+                except LedgerError:
+                    if not reconnect or (left := deadline - time.monotonic()) <= 0:
+                        raise
+                    time.sleep(min(left, 0.2))
+
+        return self._pool.acquire(connect, deadline, busy)
 
     @contextmanager
     def _connection(self, unchanged: str) -> Iterator[Any]:
@@ -478,12 +497,17 @@ class PostgresLedger(Ledger):
             failure: LedgerError | None = None
             try:
                 with con.cursor() as cur:
-                    cur.execute("SELECT to_regclass('ledger_meta'), to_regclass('ledger_totals'), to_regclass('ledger_entries')")
-                    row = cur.fetchone()
+                    # ... and, for a ledger not found, the search_path and the schemas that hold a ledger elsewhere
+                    cur.execute("SELECT to_regclass('ledger_meta'), to_regclass('ledger_totals'), to_regclass('ledger_entries'), "
+                                "current_setting('search_path'), (SELECT string_agg(DISTINCT n.nspname, ', ' ORDER BY "
+                                "n.nspname) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = "
+                                "c.relnamespace WHERE c.relname = 'ledger_entries' AND c.relkind IN ('r', 'p'))")
+                    *row, search_path, elsewhere = cur.fetchone()
                 con.rollback()
             except Exception as e:  # noqa: BLE001 - psycopg's errors; the server's text is not shown
-                failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); nothing was changed",
-                                      hint="check the server and the user's rights")
+                failure = (_cancelled_failure(self.path, "nothing was changed") if type(e).__name__ == "QueryCanceled"
+                           else LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); nothing was "
+                                            "changed", hint="check the server and the user's rights"))
             if failure is not None:
                 _rollback(con)
                 raise failure
@@ -493,6 +517,16 @@ class PostgresLedger(Ledger):
                     f"the database {self.path} is not a dpsql budget ledger: it has some of the ledger's tables "
                     f"but not all of {', '.join(_REQUIRED_TABLES)}",
                     hint="point the URL at the ledger's own database or schema; dpsql never repairs a ledger",
+                )
+            if not any(present) and elsewhere:
+                # the search_path (of the URL, the role or the database) changed, or the URL names another schema:
+                # creating a ledger here (create_if_missing) gave the whole budget again
+                raise LedgerError(
+                    f"no budget ledger in the search_path ({search_path}) of {self.path}, but the database holds a "
+                    f"ledger's tables in schema {elsewhere}; nothing was created or charged",
+                    hint="name the ledger's schema in the URL (?options=-csearch_path%3D<schema>). A ledger created in "
+                         "this search_path (`dpsql init`) would start a NEW budget, as if nothing had been spent: do "
+                         "that only if the data owner decides so",
                 )
             return all(present)
 
@@ -566,18 +600,22 @@ class PostgresLedger(Ledger):
             raise LedgerError(f"ledger {self.path} is closed", hint="open it again")
         t = _Txn(unchanged)
         psycopg = _psycopg()
-        # the pool's wait and the lock's share lock_timeout (``wait``: a release's, Ledger.release_wait)
+        # the pool's wait and the lock's share lock_timeout (``wait``: a release's, Ledger.release_wait, which
+        # also waits for a server that cannot be reached: restarting, failing over)
+        reconnect = wait is not None
+        # a ledger table of another layout than dpsql's (a hand-made or foreign table of the same name)
+        layout = (psycopg.errors.UndefinedColumn, psycopg.errors.DatatypeMismatch, psycopg.errors.WrongObjectType)
         wait = self.lock_timeout if wait is None else wait
         deadline = time.monotonic() + wait
         retried = False
         while True:
-            slot, reused = self._acquire(unchanged, deadline, wait)
+            slot, reused = self._acquire(unchanged, deadline, wait, reconnect=reconnect)
             con = slot.con
             reusable = False
             try:
                 c = _Con(con)
                 failure: LedgerError | None = None
-                dropped = False
+                dropped = cancelled = False
                 try:
                     if not write:  # one snapshot for every statement of a read (e.g. spent and the entries)
                         c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -591,10 +629,12 @@ class PostgresLedger(Ledger):
                     # server's time-outs lifted (_LIFTED_TIMEOUTS: those this server has)
                     # ... and the idle-in-transaction time-out set to a bound of dpsql's own (_idle_ms): a process
                     # frozen while it holds the ledger's lock (SIGSTOP, a debugger, a paused VM) blocked every
-                    # host, however long
+                    # host, however long; and timestamps in ISO text, the only DateStyle psycopg reads (under
+                    # 'SQL, DMY' or 'German' the history raised psycopg's NotImplementedError)
                     c.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN ? WHEN 'extra_float_digits' "
-                              "THEN '3' WHEN 'idle_in_transaction_session_timeout' THEN ? ELSE '0' END, true) FROM "
-                              "pg_catalog.pg_settings WHERE name IN ('lock_timeout', 'extra_float_digits', "
+                              "THEN '3' WHEN 'idle_in_transaction_session_timeout' THEN ? WHEN 'DateStyle' THEN 'ISO' "
+                              "ELSE '0' END, true) FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', "
+                              "'extra_float_digits', 'DateStyle', "
                               + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms", f"{self._idle_ms()}ms"])
                     if write:
                         c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
@@ -616,6 +656,14 @@ class PostgresLedger(Ledger):
                     failure = _read_only_failure(self.path, unchanged)
                 except psycopg.errors.InsufficientPrivilege:
                     failure = _privilege_failure(self.path, unchanged, write)
+                except layout as e:
+                    failure = _layout_failure(self.path, unchanged, e)
+                except psycopg.errors.QueryCanceled:
+                    # the statement_timeout of the server, database or role, which the first statements run
+                    # under (the second lifts it): nothing has been written, so a release (its answer is paid
+                    # for) tries again until its wait runs out
+                    cancelled = reconnect and time.monotonic() < deadline
+                    failure = _cancelled_failure(self.path, unchanged)
                 except psycopg.Error as e:
                     # a kept connection that the server ended while it was idle (a terminated backend, a
                     # restart, a pooler or firewall that drops idle connections) shows it here: nothing
@@ -626,6 +674,11 @@ class PostgresLedger(Ledger):
                 if dropped:
                     retried = True
                     self._pool.discard_idle()  # kept from before the drop: likely dropped too
+                    continue
+                if cancelled:
+                    _rollback(con)
+                    reusable = True  # kept only if the rollback left it outside any transaction
+                    time.sleep(0.01)
                     continue
                 if failure is not None:
                     _rollback(con)
@@ -643,6 +696,10 @@ class PostgresLedger(Ledger):
                         raise _read_only_failure(self.path, unchanged) from None
                     if isinstance(e, psycopg.errors.InsufficientPrivilege):
                         raise _privilege_failure(self.path, unchanged, write) from None
+                    if isinstance(e, layout):
+                        raise _layout_failure(self.path, unchanged, e) from None
+                    if isinstance(e, psycopg.errors.QueryCanceled):
+                        raise _cancelled_failure(self.path, unchanged) from None
                     if isinstance(e, psycopg.errors.UntranslatableCharacter | psycopg.errors.CharacterNotInRepertoire):
                         raise LedgerError(f"ledger {self.path}: the database's encoding cannot store a character of the "
                                           f"query's text or of a table's name; {unchanged}",
@@ -744,6 +801,27 @@ def _read_only_failure(path: str | None, unchanged: str) -> LedgerError:
         f"server, database or role sets default_transaction_read_only = on); {unchanged}",
         hint="point the URL at the primary server, or let the ledger's user write: ALTER ROLE <user> SET "
              "default_transaction_read_only = off (or ALTER DATABASE <db> ...)",
+    )
+
+
+def _cancelled_failure(path: str | None, unchanged: str) -> LedgerError:
+    return LedgerError(
+        f"ledger {path}: the server cancelled a statement of the ledger's transaction (QueryCanceled: the "
+        "statement_timeout of the server, database or role, which the first statements of a transaction run under "
+        f"before dpsql lifts it, or pg_cancel_backend); {unchanged}",
+        hint="give the ledger's user a statement_timeout of at least a second, or none (ALTER ROLE <user> SET "
+             "statement_timeout = '5s')",
+    )
+
+
+def _layout_failure(path: str | None, unchanged: str, e: Any) -> LedgerError:
+    """The ledger's tables exist but not as dpsql's schema has them (a column missing or of another type: a
+    hand-made or foreign table of the same name). The server's primary message names objects only."""
+    return LedgerError(
+        f"ledger {path}: its tables do not have the layout of dpsql's ledger ({type(e).__name__}: "
+        f"{e.diag.message_primary}); {unchanged}",
+        hint="point the URL at a ledger that dpsql created (schema_postgres.sql), e.g. in a schema of its own "
+             "(?options=-csearch_path%3D<schema>); dpsql never repairs or alters a ledger",
     )
 
 

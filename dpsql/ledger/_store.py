@@ -70,7 +70,9 @@ Durability and lost write-ahead logs
   WAL). A failed CHECKPOINT is not ignored: the operation raises ``LedgerError`` saying that
   the change is recorded in the WAL only; for ``reserve`` that means the charge stands and the
   query does not run (nothing is read). DuckDB invalidates the attached database after a
-  failed checkpoint; the next operation re-attaches and replays the WAL.
+  failed checkpoint; the next operation re-attaches and replays the WAL, and a write first
+  checkpoints it: if that fails again (the disk is still full) the write is refused before it
+  adds anything, so retries do not pile up charges that fail the same way.
 * Why every write checkpoints, not only ``reserve``: DuckDB names the WAL after the path it was
   given (``<path>.wal``), so a WAL left behind by a write through one name of the file (a hard
   link, a bind mount) is invisible to an open through another name, which would then write a
@@ -436,7 +438,14 @@ def _check_id(entry_id: object) -> int:
 def _utf8_path(p: str) -> str:
     """``p``, refused when it is not UTF-8 text (a byte that is not UTF-8 reaches Python as a lone
     surrogate): DuckDB opens only files whose names are UTF-8, and failed on such a path with a
-    'Python Conversion Failure' after dpsql had begun (its message blamed the disk)."""
+    'Python Conversion Failure' after dpsql had begun (its message blamed the disk). A NUL character
+    (which no file name holds: Python's file functions raised a bare ValueError) is refused too."""
+    if "\0" in p:
+        raise ConfigError(
+            f"the ledger path {p!r} contains a NUL character, which no file name can hold; nothing was created or "
+            "charged",
+            hint="give the ledger's path without the NUL character (e.g. path = \"ledger.duckdb\" under [ledger])",
+        )
     bad = next((c for c in p if "\udc80" <= c <= "\udcff"), None)
     if bad is not None:
         raise ConfigError(
@@ -503,11 +512,12 @@ class Ledger:
     path: str | None
 
     def __init__(self, path: str | None, *, lock_timeout: float = 10.0) -> None:
-        if (
-            isinstance(lock_timeout, bool)
-            or not isinstance(lock_timeout, int | float)
-            or not (math.isfinite(lock_timeout) and lock_timeout >= 0)
-        ):
+        try:
+            ok = (not isinstance(lock_timeout, bool) and isinstance(lock_timeout, int | float)
+                  and math.isfinite(lock_timeout) and lock_timeout >= 0)
+        except OverflowError:  # an int beyond the float range
+            ok = False
+        if not ok:
             raise ConfigError(
                 f"lock_timeout must be a finite number of seconds >= 0, got {lock_timeout!r}",
                 hint="pass e.g. lock_timeout=10.0",
@@ -518,6 +528,7 @@ class Ledger:
         self._mem_lock = threading.Lock()
         self._mem_pid = os.getpid()  # an in-memory ledger's budget exists in this process only
         self._mem_gone: weakref.finalize[Any, Any] | None = None
+        self._identity: str | None = None  # of the file ledger this object used first (_file_txn)
         self.path = None if path is None else _utf8_path(os.path.abspath(os.fspath(path)))
 
     # construction --------------------------------------------------------------------------
@@ -1119,7 +1130,8 @@ class Ledger:
         parent, name = os.path.split(p)
         if not os.path.isdir(parent):
             raise LedgerError(
-                f"cannot create a ledger at {p}: directory {parent} does not exist",
+                f"cannot create a ledger at {p}: "
+                + (f"{parent} is not a directory" if os.path.lexists(parent) else f"directory {parent} does not exist"),
                 hint="create the directory first or choose another path",
             )
         try:
@@ -1318,6 +1330,16 @@ class Ledger:
         real = os.path.realpath(p)  # resolved once per operation (a lstat per component), after the flock
         paths = _marker_paths(real, resolved=True)
         wal = real + ".wal"  # DuckDB names the WAL after the resolved path
+        try:
+            st = os.stat(wal)
+        except OSError:
+            st = None  # none (the usual case), or unreadable: DuckDB says so
+        if st is not None and not stat.S_ISREG(st.st_mode):  # a named pipe: DuckDB's open waited for ever
+            raise LedgerError(
+                f"ledger {p}: its write-ahead log {wal} is {_kind(st)}, not a file DuckDB could have written; "
+                f"{t.unchanged}",
+                hint=f"move {wal} away (a write-ahead log that DuckDB left is a regular file: keep that one)",
+            )
         _hook("before_attach", p)
         self._attach(
             base, alias, read_only=not write, deadline=deadline, started=started, unchanged=t.unchanged, real=real
@@ -1334,6 +1356,32 @@ class Ledger:
                     generation, meta = self._schema_meta(con)
                     marks = _read_marks(paths)
                     ledger_id = self._check_identity(meta, self._check_generation(generation, marks), marks)
+                    if ledger_id is not None and self._identity not in (None, ledger_id):
+                        # the path now leads to another ledger (a directory or symbolic link on it was switched,
+                        # with that ledger's own markers): its entry ids name other charges than this object's
+                        raise LedgerError(
+                            f"ledger {p} now leads to another ledger file than the one this ledger object used "
+                            f"before (ledger {ledger_id}, not {self._identity}: a directory or symbolic link on the "
+                            f"path was switched); its entries are other charges than those recorded before; "
+                            f"{t.unchanged}",
+                            hint="point the path back at the ledger that recorded the earlier charges, or open "
+                            "the other one anew (Ledger.open(path), a new Session)",
+                        )
+                    self._identity = self._identity or ledger_id
+                    if write and os.path.exists(wal):
+                        # an earlier change lives in the WAL only (its CHECKPOINT failed, e.g. on a full
+                        # disk): it goes into the file first, or this change would join it there, count,
+                        # and fail the same way
+                        try:
+                            con.execute(f"CHECKPOINT {alias}")
+                        except duckdb.Error as e:
+                            raise LedgerError(
+                                f"ledger {p}: an earlier change is still in the write-ahead log {wal} only, and "
+                                f"writing it into the ledger file failed again ({type(e).__name__}: {e}); "
+                                f"{t.unchanged}",
+                                hint=f"free disk space, then retry (the next dpsql operation writes the earlier "
+                                f"change into the file); keep {wal} next to the ledger",
+                            ) from None
                     _hook("after_attach", p)
                     yield con
                     if write and t.wrote:
@@ -1345,7 +1393,7 @@ class Ledger:
                             [str(generation)],
                         )
                         if ledger_id is None:  # a ledger of an earlier release: it gets its identity now
-                            ledger_id = _new_ledger_id()
+                            ledger_id = self._identity = _new_ledger_id()
                             con.execute("INSERT INTO ledger_meta VALUES ('ledger_id', ?)", [ledger_id])
                         # after the COMMIT the markers must go up: a marker this process cannot write
                         # would leave a committed change refused, so it is found now, before anything counts
@@ -1648,11 +1696,14 @@ def _poll_flock(fd: int, op: int, deadline: float) -> bool:
         pause = min(pause * 1.5, 0.005)
 
 
-def _not_regular(p: str, s: os.stat_result, unchanged: str) -> LedgerError:
-    kind = "a directory" if stat.S_ISDIR(s.st_mode) else "a named pipe" if stat.S_ISFIFO(s.st_mode) else (
+def _kind(s: os.stat_result) -> str:
+    return "a directory" if stat.S_ISDIR(s.st_mode) else "a named pipe" if stat.S_ISFIFO(s.st_mode) else (
         "a device" if stat.S_ISCHR(s.st_mode) or stat.S_ISBLK(s.st_mode) else "not a regular file")
+
+
+def _not_regular(p: str, s: os.stat_result, unchanged: str) -> LedgerError:
     return LedgerError(
-        f"{p} is not a dpsql budget ledger: it is {kind}; {unchanged}",
+        f"{p} is not a dpsql budget ledger: it is {_kind(s)}; {unchanged}",
         hint="pass the path of your ledger file (a regular file), e.g. --ledger ledger.duckdb; to start "
         "a new ledger: " + _INIT_HINT.format(path="NEW_PATH"),
     )
@@ -2177,19 +2228,31 @@ def _new_ledger_id() -> str:
     return f"{random.SystemRandom().getrandbits(128):032x}"
 
 
+def _unreadable_marker(path: str, why: str | None) -> LedgerError:
+    return LedgerError(
+        f"cannot read the ledger's generation marker {path}: {why}",
+        hint="make it a readable regular file (it guards against a ledger that lost recorded charges)",
+    )
+
+
 def _read_marker_id(path: str) -> tuple[int, str | None] | None:
     """The generation a marker file records and the identity of its ledger (None in a marker
     of an earlier release, which recorded no identity)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(256)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # (a named pipe would block a plain open)
+    except (FileNotFoundError, NotADirectoryError):  # (a component of the path is a file: no ledger, no marker)
         return None
     except OSError as e:
-        raise LedgerError(
-            f"cannot read the ledger's generation marker {path}: {e.strerror}",
-            hint="make it readable (it guards against a ledger that lost recorded charges)",
-        ) from None
+        raise _unreadable_marker(path, e.strerror) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # read, it never ended (a named pipe) or failed
+            raise _unreadable_marker(path, f"it is {_kind(st)}")
+        data = os.pread(fd, 256, 0)
+    except OSError as e:
+        raise _unreadable_marker(path, e.strerror) from None
+    finally:
+        os.close(fd)
     if not data:  # created, then lost to a crash before its first write reached the disk
         return None
     m = _MARKER_RE.fullmatch(data.decode("ascii", "replace"))
