@@ -76,3 +76,61 @@ def test_a_query_from_inside_a_registration_of_the_same_thread_is_refused() -> N
     assert kind == "raised" and isinstance(err, ConfigError) and "inside its own request" in str(err)
     assert s.history().num_rows == 0  # refused before the charge
     s.close()
+
+
+def _interrupted() -> RuntimeError:
+    """What DuckDB's Python client raises when Ctrl-C's KeyboardInterrupt comes during a statement."""
+    return RuntimeError("Query interrupted")
+
+
+def test_ctrl_c_during_a_private_read_is_a_keyboard_interrupt_and_the_charge_stands(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script's Ctrl-C while DuckDB read the private rows came out as 'ExecutionError: the query failed after
+    its budget was charged ... (statement time-out, memory limit ...)', not the KeyboardInterrupt it was."""
+    s = dpsql.Session(ledger=str(tmp_path / "l.duckdb"), budget=Budget(10.0, 1e-5), create=True)
+    s.register("events", make_events(), privacy_unit="user_id")
+
+    def read(*a: Any, **k: Any) -> Any:
+        raise _interrupted()
+
+    monkeypatch.setattr(dpsql.session.backends, "fetch_bounded", read)
+    with pytest.raises(KeyboardInterrupt):
+        s.query("SELECT COUNT(*) AS n FROM events", epsilon=0.5)
+    assert s.history().column("status").to_pylist() == ["failed"]
+    s.close()
+
+
+def test_ctrl_c_during_a_ledger_statement_is_a_keyboard_interrupt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It escaped a script as a raw 'RuntimeError: Query interrupted' (neither a DPSQLError nor a KeyboardInterrupt)."""
+    from dpsql.ledger import _store
+
+    s = dpsql.Session(ledger=str(tmp_path / "l.duckdb"), budget=Budget(10.0, 1e-5), create=True)
+    s.register("events", make_events(), privacy_unit="user_id")
+
+    def attach(path: str) -> None:
+        raise _interrupted()
+
+    monkeypatch.setitem(_store._HOOKS, "after_attach", attach)
+    with pytest.raises(KeyboardInterrupt):
+        s.query("SELECT COUNT(*) AS n FROM events", epsilon=0.5)
+    with pytest.raises(KeyboardInterrupt):
+        s.remaining()
+    monkeypatch.delitem(_store._HOOKS, "after_attach")
+    assert s.history().num_rows == 0  # interrupted in the reservation's transaction: nothing committed
+    s.close()
+
+
+def test_only_the_exact_interrupt_shapes_count_as_ctrl_c() -> None:
+    """An Arrow source's scan cut by Ctrl-C fails in DuckDB with a message of one shape, matched whole: a message
+    that merely contains it (as one quoting a cell could) is not taken for Ctrl-C."""
+    import duckdb
+
+    from dpsql.errors import interrupted_by_signal
+
+    shape = "Invalid Input Error: counting the rows of the object registered as '_dpsql_src_t_1a2b_raw' failed: KeyboardInterrupt: "
+    assert interrupted_by_signal(duckdb.InvalidInputException(shape))
+    assert interrupted_by_signal(_interrupted())
+    assert not interrupted_by_signal(duckdb.InvalidInputException(f"Could not convert string '{shape}' to INT32"))
+    assert not interrupted_by_signal(duckdb.ConversionException(shape))
+    assert not interrupted_by_signal(duckdb.InterruptException("INTERRUPT Error: Interrupted!"))  # the time-out's
+    assert not interrupted_by_signal(RuntimeError("Query interrupted by a person's value"))

@@ -85,7 +85,7 @@ from dpsql.engine.base import (
     with_read_salt,
 )
 from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, SPILLING_WINDOW, DuckDBOps, SaltedDuckDBOps
-from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
+from dpsql.errors import ConfigError, ExecutionError, QueryTypeError, interrupted_by_signal
 from dpsql.rewrite.render import render
 
 __all__ = ["DuckDBBackend", "DuckDBOps", "Engine", "scrub"]
@@ -791,6 +791,8 @@ class DuckDBBackend:
                         raise OSError("a source file changed during the read")  # the generic failure below
                     return out
             except (duckdb.Error, pa.ArrowException, MemoryError, OSError) as e:
+                if interrupted_by_signal(e):  # Ctrl-C while an Arrow source was scanned: a KeyboardInterrupt
+                    raise KeyboardInterrupt from None
                 failure = private_failure(what, self._detail(e), self.settings)
         assert failure is not None
         raise failure

@@ -169,7 +169,7 @@ import duckdb
 import pyarrow as pa
 
 from dpsql.budget import Budget, compose_counted, counted_remaining, exact_counted_sum_fits
-from dpsql.errors import BudgetExceededError, ConfigError, LedgerError
+from dpsql.errors import BudgetExceededError, ConfigError, LedgerError, interrupted_by_signal
 
 #: The ledger schema version this code reads and writes. ``schema.sql`` inserts the same value.
 SCHEMA_VERSION = 1
@@ -1262,6 +1262,10 @@ class Ledger:
                     yield con, t
             finally:
                 _unlock(key, fd)
+        except RuntimeError as e:
+            if interrupted_by_signal(e):  # Ctrl-C during a ledger statement: a KeyboardInterrupt, as anywhere else
+                raise KeyboardInterrupt from None
+            raise
         finally:
             _queue_leave(slot)
 
