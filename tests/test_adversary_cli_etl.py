@@ -134,3 +134,21 @@ def test_only_the_exact_interrupt_shapes_count_as_ctrl_c() -> None:
     assert not interrupted_by_signal(duckdb.ConversionException(shape))
     assert not interrupted_by_signal(duckdb.InterruptException("INTERRUPT Error: Interrupted!"))  # the time-out's
     assert not interrupted_by_signal(RuntimeError("Query interrupted by a person's value"))
+
+
+def test_a_relative_temp_directory_in_the_config_is_the_config_files_not_the_working_directorys(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """[engine] temp_directory = "spill" was resolved from the working directory: a cron job (run from /) spilled
+    into /spill, and where that name was taken by a file, a query of a CSV table failed after its charge."""
+    from dpsql.config import load_config
+
+    owner = tmp_path / "owner"
+    owner.mkdir()
+    (owner / "dpsql.toml").write_text('[ledger]\npath = "l.duckdb"\n\n[engine]\ntemp_directory = "spill"\n')
+    elsewhere = tmp_path / "cron"
+    elsewhere.mkdir()
+    (elsewhere / "spill").write_text("a file, not a directory")
+    monkeypatch.chdir(elsewhere)
+    assert load_config("../owner/dpsql.toml").engine.temp_directory == str(owner / "spill")
+    (owner / "dpsql.toml").write_text('[ledger]\npath = "l.duckdb"\n\n[engine]\ntemp_directory = "/var/tmp/x"\n')
+    assert load_config(str(owner / "dpsql.toml")).engine.temp_directory == "/var/tmp/x"  # an absolute one as given
