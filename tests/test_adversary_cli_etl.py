@@ -152,3 +152,15 @@ def test_a_relative_temp_directory_in_the_config_is_the_config_files_not_the_wor
     assert load_config("../owner/dpsql.toml").engine.temp_directory == str(owner / "spill")
     (owner / "dpsql.toml").write_text('[ledger]\npath = "l.duckdb"\n\n[engine]\ntemp_directory = "/var/tmp/x"\n')
     assert load_config(str(owner / "dpsql.toml")).engine.temp_directory == "/var/tmp/x"  # an absolute one as given
+
+
+@pytest.mark.parametrize("under", ["file", "file/sub"])
+def test_a_temp_directory_that_cannot_be_made_is_refused_before_the_charge(tmp_path: Path, under: str) -> None:
+    """A temp_directory at (or under) a file failed every query of a CSV table after its charge."""
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(ConfigError, match="temp_directory .* cannot be used"):
+        dpsql.Session(ledger=str(tmp_path / "l.duckdb"), budget=Budget(10.0, 1e-5), create=True,
+                      engine={"temp_directory": str(tmp_path / under)})
+    assert not (tmp_path / "l.duckdb").exists()
+    s = dpsql.Session(budget=Budget(10.0, 1e-5), engine={"temp_directory": str(tmp_path / "new" / "spill")})
+    s.close()  # one to be made is fine

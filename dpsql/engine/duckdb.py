@@ -211,6 +211,8 @@ class DuckDBBackend:
     def __init__(self, connection: duckdb.DuckDBPyConnection | None = None,
                  settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
+        if self.settings.temp_directory is not None:
+            _check_spill_dir(self.settings.temp_directory)
         if self.settings.keyed_hash == "portable":
             from dpsql.engine.portable import PortableDuckDBOps
 
@@ -1272,6 +1274,20 @@ class _Dataset:
 def _csv_delimiter(source: str) -> str:
     """A CSV source's field delimiter: tab for ``.tsv`` (``.tsv.gz``) files, else a comma."""
     return "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
+
+
+def _check_spill_dir(path: str) -> None:
+    """Refuse, before anything is charged, an owner's ``temp_directory`` that cannot be a directory (it, or
+    a directory above it, is a file) or cannot be made in its nearest existing directory: every read of a
+    CSV table (whose copies go there) and every query that spills failed after its charge."""
+    p = os.path.abspath(path)
+    while not os.path.lexists(p):
+        p = os.path.dirname(p)
+    if not os.path.isdir(p) or not os.access(p, os.W_OK | os.X_OK):
+        why = "is not a directory" if not os.path.isdir(p) else "is not writable"
+        raise ConfigError(f"engine setting temp_directory {path!r} cannot be used: {p} {why}; nothing was charged",
+                          hint="the data owner sets temp_directory to a directory the engine can create and write, e.g. "
+                          "temp_directory = \"/var/tmp/dpsql\" under [engine], or removes it (the system's temporary directory)")
 
 
 def _sql_str(value: str) -> str:
