@@ -1316,6 +1316,32 @@ def _attach_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+#: flags whose values are text (SQL, names, domain values, a reason), never a file path
+_TEXT_FLAGS = ("sql", "option", "privacy_unit", "max_groups", "max_rows", "bounds", "domain", "bins", "public", "reference",
+               "degree_bound", "max_table_rows", "allow_conditional_sampling", "reason", "group_by", "name")
+
+
+def _texts_as_utf8(args: argparse.Namespace) -> None:
+    """Text flags typed in UTF-8 under an ASCII locale (LC_ALL=C with PYTHONUTF8=0), where Python reads every
+    byte above 0x7F of the command line as a lone surrogate: read as the UTF-8 they are ('été' was refused as
+    'not UTF-8 text'). Bytes that are not UTF-8 stay as they are, refused where used; paths are left alone,
+    since the file system reads them back through the same locale (and --table's NAME=PATH keeps its PATH)."""
+    def utf8(v: Any) -> Any:
+        if not isinstance(v, str) or not any("\udc80" <= c <= "\udcff" for c in v):
+            return v
+        try:
+            return os.fsencode(v).decode("utf-8")
+        except UnicodeError:
+            return v
+
+    for dest in _TEXT_FLAGS:
+        v = getattr(args, dest, None)
+        if v is not None:
+            setattr(args, dest, [utf8(x) for x in v] if isinstance(v, list) else utf8(v))
+    if getattr(args, "table", None):
+        args.table = [utf8(name) + eq + path for name, eq, path in (it.partition("=") for it in args.table)]
+
+
 def _is_number(v: str) -> bool:
     try:
         float(v)
@@ -1344,6 +1370,7 @@ def _main(argv: Sequence[str] | None) -> int:
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
     parser = build_parser()
     args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    _texts_as_utf8(args)
     if not args.command:  # a usage error: its help goes to stderr, never into the caller's output file
         parser.print_help(sys.stderr)
         return 2

@@ -164,3 +164,34 @@ def test_a_temp_directory_that_cannot_be_made_is_refused_before_the_charge(tmp_p
     assert not (tmp_path / "l.duckdb").exists()
     s = dpsql.Session(budget=Budget(10.0, 1e-5), engine={"temp_directory": str(tmp_path / "new" / "spill")})
     s.close()  # one to be made is fine
+
+
+def _as_ascii_locale_reads(text: str) -> str:
+    """``text`` typed in UTF-8, as Python reads the command line under an ASCII locale (LC_ALL=C with
+    PYTHONUTF8=0): every byte above 0x7F a lone surrogate."""
+    return text.encode("utf-8").decode("ascii", "surrogateescape")
+
+
+def test_utf8_text_on_the_command_line_of_an_ascii_locale_is_read_as_utf8(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Under LC_ALL=C PYTHONUTF8=0 'été' in a query, a --domain or a --reason was refused as 'not UTF-8 text
+    (byte 0xC3 is not UTF-8)': the bytes were UTF-8, only the locale was not."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import run_cli as run
+
+    pq.write_table(pa.table({"uid": list(range(40)), "saison": ["été", "hiver"] * 20}), "s.parquet")
+    flags = ["--ledger", "l.duckdb", "--table", "s=s.parquet", "--privacy-unit", "s=uid",
+             "--domain", _as_ascii_locale_reads("s.saison=été,hiver")]
+    assert run(["--ledger", "l.duckdb", "init", "--epsilon", "10"]) == 0
+    sql = _as_ascii_locale_reads("SELECT saison, COUNT(*) AS n FROM s WHERE saison = 'été' GROUP BY saison")
+    assert run([*flags, "query", sql, "--epsilon", "1", "--format", "json"]) == 0
+    assert [r["saison"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["été"]
+    assert run(["--ledger", "l.duckdb", "budget", "--set-total", "20", "0", "--reason", _as_ascii_locale_reads("période")]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", "l.duckdb", "budget", "--history", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total_changes"][-1]["reason"] == "période"
+    latin1 = "SELECT COUNT(*) FROM s WHERE saison = 'été'".encode("latin-1").decode("ascii", "surrogateescape")
+    assert run([*flags, "query", latin1, "--epsilon", "1"]) == 2  # bytes that are not UTF-8 are still refused
+    assert "not UTF-8" in capsys.readouterr().err
