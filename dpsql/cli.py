@@ -1422,6 +1422,11 @@ def _main(argv: Sequence[str] | None) -> int:
     except OSError as e:
         if interrupted.is_set():
             return stopped()
+        if isinstance(e, FileNotFoundError) and e.filename is None and _cwd_gone():  # os.getcwd() of a relative path
+            print("error: ConfigError: the working directory was removed, so a relative path given to this command (a file "
+                  "named without a leading /) cannot be found; nothing was charged\nhint: run it from a directory that "
+                  "exists (in a cron job or script: cd DIR && dpsql ...), or give absolute paths", file=sys.stderr)
+            return 2
         if not (isinstance(e, BrokenPipeError) or e is guard.failed):
             return _unexpected(e, args)
         # a free command's output (a charged one says so through _written_failed)
@@ -1462,6 +1467,14 @@ class _Stopped(KeyboardInterrupt):
     the exact class. CPython marks the interpreter as ended by Ctrl-C when a plain KeyboardInterrupt
     escapes code run from a string (``exec(text)``, as dataclasses do while a module is imported),
     and ``python -m dpsql.cli`` then kills itself with SIGINT on exit, whatever ``main`` returned."""
+
+
+def _cwd_gone() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def _unexpected(e: BaseException, args: argparse.Namespace) -> int:

@@ -195,3 +195,32 @@ def test_utf8_text_on_the_command_line_of_an_ascii_locale_is_read_as_utf8(workdi
     latin1 = "SELECT COUNT(*) FROM s WHERE saison = 'été'".encode("latin-1").decode("ascii", "surrogateescape")
     assert run([*flags, "query", latin1, "--epsilon", "1"]) == 2  # bytes that are not UTF-8 are still refused
     assert "not UTF-8" in capsys.readouterr().err
+
+
+def test_a_relative_path_from_a_removed_working_directory_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A cron job left in a release directory that a deploy removed: '-o out.csv' or '--ledger l.duckdb' failed with
+    'error: unexpected FileNotFoundError' (exit 1, the code of a failure after the charge). Absolute paths still work."""
+    import json
+
+    import pyarrow.parquet as pq
+    from conftest import run_cli as run
+
+    pq.write_table(make_events(), tmp_path / "e.parquet")
+    led = str(tmp_path / "l.duckdb")
+    flags = ["--ledger", led, "--table", f"e={tmp_path / 'e.parquet'}", "--privacy-unit", "e=user_id"]
+    assert run(["--ledger", led, "init", "--epsilon", "10"]) == 0
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    capsys.readouterr()
+    for argv in (["--ledger", "l.duckdb", "init", "--epsilon", "1"],
+                 [*flags, "query", "SELECT COUNT(*) AS n FROM e", "--epsilon", "1", "-o", "out.csv"]):
+        assert run(argv) == 2
+        err = capsys.readouterr().err
+        assert "working directory" in err and "unexpected" not in err and "hint:" in err
+    assert run([*flags, "query", "SELECT COUNT(*) AS n FROM e", "--epsilon", "1", "-o", str(tmp_path / "out.csv")]) == 0
+    capsys.readouterr()
+    assert run(["--ledger", led, "budget", "--history", "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["entries"]) == 1  # only the query with an absolute -o
