@@ -224,3 +224,31 @@ def test_a_relative_path_from_a_removed_working_directory_is_a_usage_error(tmp_p
     capsys.readouterr()
     assert run(["--ledger", led, "budget", "--history", "--format", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["entries"]) == 1  # only the query with an absolute -o
+
+
+def test_the_ledger_used_from_inside_its_own_operation_says_so_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script's signal handler that reads the budget (s.remaining()) while the query's own ledger transaction
+    runs in that thread waited for its own lock for lock_timeout, then blamed 'another thread of this process'."""
+    import time
+
+    from dpsql.errors import LedgerError
+    from dpsql.ledger import _store
+
+    s = dpsql.Session(ledger=str(tmp_path / "l.duckdb"), budget=Budget(10.0, 1e-5), create=True, lock_timeout=3)
+    s.register("events", make_events(), privacy_unit="user_id")
+    seen: list[BaseException] = []
+
+    def handler_reads_the_budget(path: str) -> None:
+        monkeypatch.delitem(_store._HOOKS, "after_attach")
+        try:
+            s.remaining()
+        except LedgerError as e:
+            seen.append(e)
+
+    monkeypatch.setitem(_store._HOOKS, "after_attach", handler_reads_the_budget)
+    start = time.monotonic()
+    s.query("SELECT COUNT(*) AS n FROM events", epsilon=0.5)  # the handler's failure stays in the handler
+    assert time.monotonic() - start < 2
+    assert len(seen) == 1 and "inside one of its own operations" in str(seen[0])
+    assert s.history().column("status").to_pylist() == ["released"]
+    s.close()

@@ -518,6 +518,7 @@ class Ledger:
         self._mem_lock = threading.Lock()
         self._mem_pid = os.getpid()  # an in-memory ledger's budget exists in this process only
         self._mem_gone: weakref.finalize[Any, Any] | None = None
+        self._inside: set[tuple[int, int]] = set()  # (process, thread) inside a transaction (_txn)
         self.path = None if path is None else _utf8_path(os.path.abspath(os.fspath(path)))
 
     # construction --------------------------------------------------------------------------
@@ -1231,6 +1232,26 @@ class Ledger:
     # transactions ---------------------------------------------------------------------------
     @contextmanager
     def _txn(
+        self, *, write: bool, creating: bool = False, unchanged: str = "nothing was changed", wait: float | None = None
+    ) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Txn]]:
+        """:meth:`_one_txn`, refused at once in a thread that is inside a transaction of this ledger already (a
+        signal handler runs in the thread it interrupts): it would wait for its own lock, then time out."""
+        me = (os.getpid(), threading.get_ident())
+        if me in self._inside:
+            raise LedgerError(
+                f"ledger {self._where()} was used from inside one of its own operations in the same thread (e.g. by a "
+                f"signal handler that interrupted a query); {unchanged}",
+                hint="in a signal handler, set a flag (or raise an exception) and use dpsql once the interrupted call "
+                "has returned")
+        self._inside.add(me)
+        try:
+            with self._one_txn(write=write, creating=creating, unchanged=unchanged, wait=wait) as out:
+                yield out
+        finally:
+            self._inside.discard(me)
+
+    @contextmanager
+    def _one_txn(
         self, *, write: bool, creating: bool = False, unchanged: str = "nothing was changed", wait: float | None = None
     ) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Txn]]:
         """One transaction: lock, attach, check, run the body, commit, checkpoint, detach, unlock (waiting for the
