@@ -1066,9 +1066,10 @@ class CatalogLock:
     request never finds the view it was planned on dropped, or the engine closed, after its charge.
     A waiting writer goes before requests that arrive after it (threads that query without pause do not
     hold a registration or ``close`` off for ever; no request runs inside another). A forked child starts
-    with a fresh lock: the parent's threads that held it do not exist there. A registration or ``close``
-    from a thread that holds it (a signal handler, which runs in the thread it interrupts) is refused:
-    it would wait for itself for ever."""
+    with a fresh lock: the parent's threads that held it do not exist there. A request, registration or
+    ``close`` from a thread that holds it (a signal handler, which runs in the thread it interrupts) is
+    refused before anything is charged: it would wait for itself for ever, or find the engine's connection
+    busy with the request it interrupted."""
 
     def __init__(self) -> None:
         self._pid = os.getpid()
@@ -1084,9 +1085,9 @@ class CatalogLock:
             self.__init__()  # type: ignore[misc]
         return self._cond
 
-    def _refuse_inside(self, *, writing: bool) -> None:
+    def _refuse_inside(self) -> None:
         me = threading.get_ident()
-        if self._writer == me or (writing and me in self._holders):
+        if self._writer == me or me in self._holders:
             raise ConfigError(
                 "a Session was called inside its own request or registration in the same thread (e.g. by a signal handler "
                 "that interrupted a query): it would wait for that request, which waits for it",
@@ -1102,8 +1103,8 @@ class CatalogLock:
     @contextmanager
     def reading(self) -> Iterator[None]:
         with self._mine():
-            self._refuse_inside(writing=False)
-            while self._writers and threading.get_ident() not in self._holders:
+            self._refuse_inside()
+            while self._writers:
                 self._cond.wait()
             self._readers += 1
             self._hold(1)
@@ -1118,7 +1119,7 @@ class CatalogLock:
     @contextmanager
     def writing(self) -> Iterator[None]:
         with self._mine():
-            self._refuse_inside(writing=True)
+            self._refuse_inside()
             self._writers += 1
             try:
                 while self._writing or self._readers:

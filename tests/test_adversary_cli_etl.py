@@ -252,3 +252,28 @@ def test_the_ledger_used_from_inside_its_own_operation_says_so_at_once(tmp_path:
     assert len(seen) == 1 and "inside one of its own operations" in str(seen[0])
     assert s.history().column("status").to_pylist() == ["released"]
     s.close()
+
+
+def test_a_query_from_inside_a_query_of_the_same_thread_is_refused_before_its_charge(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler that queried while its thread's query read private rows found DuckDB's connection busy with the
+    interrupted statement: refused as 'does not type-check (ResourceInUseException)', or, for a query whose bind
+    check was remembered from an earlier run, failed after its charge."""
+    s = dpsql.Session(ledger=str(tmp_path / "l.duckdb"), budget=Budget(10.0, 1e-5), create=True)
+    s.register("events", make_events(), privacy_unit="user_id")
+    fetch = dpsql.session.backends.fetch_bounded
+    inner: list[BaseException] = []
+
+    def handler_queries(*a: Any, **k: Any) -> Any:
+        monkeypatch.setattr(dpsql.session.backends, "fetch_bounded", fetch)
+        try:
+            s.query("SELECT COUNT(*) AS n FROM events", epsilon=0.25)
+        except dpsql.errors.DPSQLError as e:
+            inner.append(e)
+        return fetch(*a, **k)
+
+    monkeypatch.setattr(dpsql.session.backends, "fetch_bounded", handler_queries)
+    s.query("SELECT COUNT(*) AS n FROM events", epsilon=0.5)
+    assert len(inner) == 1 and isinstance(inner[0], ConfigError) and "inside its own request" in str(inner[0])
+    assert s.history().column("epsilon").to_pylist() == [0.5]  # the inner one charged nothing
+    s.close()
