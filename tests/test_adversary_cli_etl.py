@@ -277,3 +277,18 @@ def test_a_query_from_inside_a_query_of_the_same_thread_is_refused_before_its_ch
     assert len(inner) == 1 and isinstance(inner[0], ConfigError) and "inside its own request" in str(inner[0])
     assert s.history().column("epsilon").to_pylist() == [0.5]  # the inner one charged nothing
     s.close()
+
+
+def test_ctrl_c_while_a_query_is_type_checked_is_a_keyboard_interrupt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before its charge, DuckDB binds the bounded query: Ctrl-C then escaped as a raw RuntimeError('Query interrupted')."""
+    s = dpsql.Session(budget=Budget(10.0, 1e-5))
+    s.register("events", make_events(), privacy_unit="user_id")
+
+    def render(*a: Any, **k: Any) -> str:
+        raise _interrupted()
+
+    with monkeypatch.context() as m:
+        m.setattr(s._engine, "_render", render)
+        with pytest.raises(KeyboardInterrupt):
+            s.explain("SELECT COUNT(*) AS n FROM events", epsilon=0.5)
+    s.close()

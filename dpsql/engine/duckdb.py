@@ -1116,7 +1116,11 @@ class DuckDBBackend:
                 _refuse_query_log(self._con.execute("SELECT current_setting('log_query_path')").fetchall()[0][0])
             try:
                 return self._con.sql(self._render(ast)).fetchall()
-            except duckdb.Error as e:
+            except (duckdb.Error, RuntimeError) as e:
+                if interrupted_by_signal(e):  # Ctrl-C while DuckDB bound the query: a KeyboardInterrupt
+                    raise KeyboardInterrupt from None
+                if not isinstance(e, duckdb.Error):
+                    raise
                 failure = QueryTypeError(
                     f"the query does not type-check against the table's columns ({type(e).__name__}); nothing was charged",
                     hint="check the types in WHERE / GROUP BY / HAVING / ORDER BY (e.g. text compared with numbers)",
