@@ -714,6 +714,37 @@ def _writable(tbl: Any) -> Any:
     return tbl
 
 
+#: the instants (in seconds) Arrow's CSV writer spells right: years 1 to 9999 (DuckDB's reach to 294247)
+_CSV_TIME_RANGE = (-62135596800, 253402300799)
+
+
+def _csv_times(tbl: Any) -> Any:
+    """``tbl`` with each date or timestamp column that holds a value beyond the years 1 to 9999 as text, in the
+    form Arrow's CSV writer gives the others ('2001-09-09 01:46:40.000000', with 'Z' for a time zone): beyond
+    year 32767 the writer put '<value out of range: N>' in place of a released key, and past 9999 it wrote a
+    TIMESTAMPTZ with a wrong year."""
+    import numpy as np
+    import pyarrow as pa
+
+    for i, f in enumerate(tbl.schema):
+        if not (pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)):
+            continue
+        unit = "D" if pa.types.is_date32(f.type) else "ms" if pa.types.is_date64(f.type) else f.type.unit
+        per_second = {"D": 1 / 86400, "s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
+        raw = tbl.column(i).cast(pa.int32() if unit == "D" else pa.int64()).to_pylist()
+        lo, hi = _CSV_TIME_RANGE
+        if all(v is None or lo * per_second <= v <= hi * per_second for v in raw):
+            continue
+        spelled = tbl.column(i).cast(pa.string()).to_pylist()  # Arrow's spelling, kept for the years it can spell
+        zone = "Z" if getattr(f.type, "tz", None) else ""
+        beyond = (np.datetime64(v, unit) for v in raw)  # type: ignore[call-overload,arg-type,unused-ignore]
+        text = [s if v is None or lo * per_second <= v <= hi * per_second
+                else str(np.datetime_as_string(d)).replace("T", " ") + zone
+                for v, s, d in zip(raw, spelled, beyond)]
+        tbl = tbl.set_column(i, pa.field(f.name, pa.string()), pa.array(text, pa.string()))
+    return tbl
+
+
 def _render_rows(rel: Any, fmt: str, remaining: Any) -> bytes:
     """The rows as the bytes of their output format (Parquet: the meta rides in the schema metadata).
     Each writer is imported only for its format: the default table form needs neither."""
@@ -729,7 +760,7 @@ def _render_rows(rel: Any, fmt: str, remaining: Any) -> bytes:
         from dpsql.release import decimal_columns_as_text
 
         buf = io.BytesIO()
-        pacsv.write_csv(decimal_columns_as_text(rel.table), buf)
+        pacsv.write_csv(_csv_times(decimal_columns_as_text(rel.table)), buf)
         return buf.getvalue()
     if fmt == "json":
         return (json.dumps(rel.to_dict(remaining), indent=1) + "\n").encode("utf-8")

@@ -292,3 +292,35 @@ def test_ctrl_c_while_a_query_is_type_checked_is_a_keyboard_interrupt(monkeypatc
         with pytest.raises(KeyboardInterrupt):
             s.explain("SELECT COUNT(*) AS n FROM events", epsilon=0.5)
     s.close()
+
+
+@pytest.mark.parametrize("typ,value,text", [
+    ("timestamp_us", 2**62, "148108-07-06 14:00:27.387904"),
+    ("timestamp_us", -(2**62), "-144169-06-28 09:59:32.612096"),
+    ("timestamp_us_utc", 2**62, "148108-07-06 14:00:27.387904Z"),
+    ("timestamp_s", 2**40, "36812-02-20 00:36:16"),
+    ("date32", 20_000_000, "56728-02-22"),
+])
+def test_csv_spells_dates_and_timestamps_beyond_year_9999(typ: str, value: int, text: str) -> None:
+    """DuckDB's dates and timestamps reach far beyond Arrow's CSV writer: a released key past year 32767 was written
+    '<value out of range: 4611686018427387904>', and a TIMESTAMPTZ past 9999 as a wrong year (17036 for 148108)."""
+    import csv
+    import io
+    import types
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from dpsql.cli import _render_rows
+
+    arrow_type = {"timestamp_us": pa.timestamp("us"), "timestamp_us_utc": pa.timestamp("us", tz="UTC"),
+                  "timestamp_s": pa.timestamp("s"), "date32": pa.date32()}[typ]
+    raw = pa.array([value, 10**4, None], pa.int32()) if typ == "date32" else pa.array([value, 10**9, None], pa.int64())
+    table = pa.table({"k": raw.cast(arrow_type), "n": [1, 2, 3]})
+    out = _render_rows(types.SimpleNamespace(table=table), "csv", None).decode()
+    rows = list(csv.reader(io.StringIO(out, newline="")))
+    assert rows[1] == [text, "1"]
+    in_range = io.BytesIO()
+    pacsv.write_csv(table.slice(1), in_range)
+    assert rows[2:] == list(csv.reader(io.StringIO(in_range.getvalue().decode(), newline="")))[1:]  # spelled as before
+    assert rows[3] == ["", "3"]  # NULL stays an empty unquoted field
