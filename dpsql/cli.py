@@ -1384,14 +1384,54 @@ def _is_number(v: str) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     import warnings
 
-    with warnings.catch_warnings():  # the caller's filters and showwarning are given back
-        # A RuntimeWarning of a numeric library (overflow, invalid value) can arise while a release is
-        # computed from noisy or true aggregates: never printed (its text could reflect them), and never
-        # turned into an error after the charge (PYTHONWARNINGS=error lost the paid release)
-        warnings.simplefilter("ignore", RuntimeWarning)
-        # dpsql's own warnings (about public parameters) as one clean stderr line (no file:line)
-        warnings.showwarning = lambda message, *a, **k: print(f"warning: {_cli_text(str(message))}", file=sys.stderr)
-        return _main(argv)
+    err = sys.stderr
+    if err is not None:  # a message that cannot be written never changes what the command does or its exit code
+        sys.stderr = _QuietStderr(err)
+    try:
+        with warnings.catch_warnings():  # the caller's filters and showwarning are given back
+            # A RuntimeWarning of a numeric library (overflow, invalid value) can arise while a release is
+            # computed from noisy or true aggregates: never printed (its text could reflect them), and never
+            # turned into an error after the charge (PYTHONWARNINGS=error lost the paid release)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            # dpsql's own warnings (about public parameters) as one clean stderr line (no file:line)
+            warnings.showwarning = lambda message, *a, **k: print(f"warning: {_cli_text(str(message))}", file=sys.stderr)
+            return _main(argv)
+    finally:
+        if err is not None and isinstance(sys.stderr, _QuietStderr):
+            sys.stderr = err
+
+
+class _QuietStderr:
+    """Standard error, whose writes never fail the command (a full disk behind ``2>>log``, a reader gone from
+    ``2>&1 | head``): a refusal exited 1 instead of 2, 3 or 4, and an answer written to -o exited 1 too. What
+    cannot be written is dropped, and the descriptor then points at /dev/null, so that the interpreter's final
+    flush does not fail the exit status either."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self.real.write(text))
+        except OSError:
+            self._silence()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.real.flush()
+        except OSError:
+            self._silence()
+
+    def _silence(self) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            fd = self.real.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
 
 
 def _main(argv: Sequence[str] | None) -> int:

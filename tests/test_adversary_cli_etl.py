@@ -3,6 +3,9 @@ command line in shell pipelines."""
 
 from __future__ import annotations
 
+import errno
+import io
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -324,3 +327,27 @@ def test_csv_spells_dates_and_timestamps_beyond_year_9999(typ: str, value: int, 
     pacsv.write_csv(table.slice(1), in_range)
     assert rows[2:] == list(csv.reader(io.StringIO(in_range.getvalue().decode(), newline="")))[1:]  # spelled as before
     assert rows[3] == ["", "3"]  # NULL stays an empty unquoted field
+
+
+class _FullStderr(io.StringIO):
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("argv,code", [
+    (["query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1", "-o", "out.csv"], 0),
+    (["query", "SELECT COUNT(*) AS n FROM nosuch", "--epsilon", "0.1"], 2),
+    (["query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "1000"], 3),
+])
+def test_a_failing_stderr_never_changes_the_exit_code(workdir: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                                      code: int) -> None:
+    """Cron with 2>>log on a full disk, or 2>&1 | head: a refused query (2, 3) exited 1, the code that says a charge may
+    stand, and an answered one whose rows were written to -o exited 1 too (a retry would charge again)."""
+    from conftest import run_cli as run
+
+    assert run(["--config", "examples/dpsql.toml", "budget"]) == 0
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stderr", _FullStderr())
+        assert run(["--config", "examples/dpsql.toml", *argv]) == code
+    if code == 0:
+        assert (workdir / "out.csv").read_text().startswith('"n"')
