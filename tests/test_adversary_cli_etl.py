@@ -351,3 +351,17 @@ def test_a_failing_stderr_never_changes_the_exit_code(workdir: Path, monkeypatch
         assert run(["--config", "examples/dpsql.toml", *argv]) == code
     if code == 0:
         assert (workdir / "out.csv").read_text().startswith('"n"')
+
+
+def test_a_uhugeint_output_that_arrow_cannot_hold_is_refused_before_the_charge() -> None:
+    """DuckDB exports a UHUGEINT to Arrow as DECIMAL(38, 0): a released value of 3e38 (a noisy count times 1e35) was
+    written as -40082366920938463463374607431768211456 in every format, with exit 0."""
+    s = dpsql.Session(budget=Budget(10.0, 1e-5))
+    s.register("events", make_events(), privacy_unit="user_id")
+    big = "CAST('100000000000000000000000000000000000' AS UHUGEINT)"
+    with pytest.raises(dpsql.errors.QueryError, match="UHUGEINT"):
+        s.query(f"SELECT CAST(COUNT(*) AS UHUGEINT) * {big} AS v FROM events", epsilon=0.5)
+    assert s.history().num_rows == 0
+    r = s.query(f"SELECT CAST(COUNT(*) AS HUGEINT) AS v FROM events WHERE CAST(user_id AS UHUGEINT) < {big}", epsilon=0.5)
+    assert r.table.num_rows == 1  # over private rows, a UHUGEINT is never exported: allowed
+    s.close()

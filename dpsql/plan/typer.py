@@ -2014,6 +2014,9 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
         if target.kind not in Typer._CAST_TARGETS or target.enum:
             return (f"CAST to {sub.args['to'].sql(dialect='duckdb')} is not supported (not on the allow-list); cast to "
                     f"BOOLEAN, an integer type, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP ({_DOCS})")
+        if post and target.name in _UNEXPORTABLE_KEYS:  # an output: exported to Arrow as DECIMAL(38, 0)
+            return (f"CAST to {target} over released values is not supported: its values beyond 2^127 cannot be "
+                    "released as numbers (they would wrap to negative numbers); cast to HUGEINT, DOUBLE or VARCHAR")
     if isinstance(sub, exp.Collate):
         if post:
             return f"COLLATE is not on the allow-list of post-processing ({_DOCS})"
