@@ -1066,7 +1066,10 @@ class CatalogLock:
     request never finds the view it was planned on dropped, or the engine closed, after its charge.
     A waiting writer goes before requests that arrive after it (threads that query without pause do not
     hold a registration or ``close`` off for ever; no request runs inside another). A forked child starts
-    with a fresh lock: the parent's threads that held it do not exist there."""
+    with a fresh lock: the parent's threads that held it do not exist there. A request, registration or
+    ``close`` from a thread that holds it (a signal handler, which runs in the thread it interrupts) is
+    refused before anything is charged: it would wait for itself for ever, or find the engine's connection
+    busy with the request it interrupted."""
 
     def __init__(self) -> None:
         self._pid = os.getpid()
@@ -1074,28 +1077,49 @@ class CatalogLock:
         self._readers = 0
         self._writers = 0  # waiting or active
         self._writing = False
+        self._holders: dict[int, int] = {}  # thread id -> how many requests it holds
+        self._writer: int | None = None  # the thread registering or closing
 
     def _mine(self) -> threading.Condition:
         if self._pid != os.getpid():
             self.__init__()  # type: ignore[misc]
         return self._cond
 
+    def _refuse_inside(self) -> None:
+        me = threading.get_ident()
+        if self._writer == me or me in self._holders:
+            raise ConfigError(
+                "a Session was called inside its own request or registration in the same thread (e.g. by a signal handler "
+                "that interrupted a query): it would wait for that request, which waits for it",
+                hint="in a signal handler, raise an exception instead (e.g. sys.exit()) and close the Session once the "
+                "query has unwound (a with block does)")
+
+    def _hold(self, by: int) -> None:
+        me = threading.get_ident()
+        self._holders[me] = self._holders.get(me, 0) + by
+        if not self._holders[me]:
+            del self._holders[me]
+
     @contextmanager
     def reading(self) -> Iterator[None]:
         with self._mine():
+            self._refuse_inside()
             while self._writers:
                 self._cond.wait()
             self._readers += 1
+            self._hold(1)
         try:
             yield
         finally:
             with self._mine():
                 self._readers -= 1
+                self._hold(-1)
                 self._cond.notify_all()
 
     @contextmanager
     def writing(self) -> Iterator[None]:
         with self._mine():
+            self._refuse_inside()
             self._writers += 1
             try:
                 while self._writing or self._readers:
@@ -1104,12 +1128,12 @@ class CatalogLock:
                 self._writers -= 1
                 self._cond.notify_all()
                 raise
-            self._writing = True
+            self._writing, self._writer = True, threading.get_ident()
         try:
             yield
         finally:
             with self._mine():
-                self._writing = False
+                self._writing, self._writer = False, None
                 self._writers -= 1
                 self._cond.notify_all()
 

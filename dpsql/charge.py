@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dpsql.engine import private_failure, scrub
-from dpsql.errors import ExecutionError, LedgerError
+from dpsql.errors import ExecutionError, LedgerError, interrupted_by_signal
 from dpsql.ledger import Ledger
 
 #: the ledger's failure reason for every run that failed after its charge (never data-dependent)
@@ -69,6 +69,8 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
     except BaseException as e:
         if not isinstance(e, Exception):  # KeyboardInterrupt / SystemExit: keep them
             failure = e
+        elif interrupted_by_signal(e):  # Ctrl-C while DuckDB ran a statement: still a KeyboardInterrupt
+            failure = KeyboardInterrupt()
         else:
             detail = None
             if settings.debug:  # a backend without ``_detail`` (the engine's scrubbed message): the class alone

@@ -714,6 +714,37 @@ def _writable(tbl: Any) -> Any:
     return tbl
 
 
+#: the instants (in seconds) Arrow's CSV writer spells right: years 1 to 9999 (DuckDB's reach to 294247)
+_CSV_TIME_RANGE = (-62135596800, 253402300799)
+
+
+def _csv_times(tbl: Any) -> Any:
+    """``tbl`` with each date or timestamp column that holds a value beyond the years 1 to 9999 as text, in the
+    form Arrow's CSV writer gives the others ('2001-09-09 01:46:40.000000', with 'Z' for a time zone): beyond
+    year 32767 the writer put '<value out of range: N>' in place of a released key, and past 9999 it wrote a
+    TIMESTAMPTZ with a wrong year."""
+    import numpy as np
+    import pyarrow as pa
+
+    for i, f in enumerate(tbl.schema):
+        if not (pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)):
+            continue
+        unit = "D" if pa.types.is_date32(f.type) else "ms" if pa.types.is_date64(f.type) else f.type.unit
+        per_second = {"D": 1 / 86400, "s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
+        raw = tbl.column(i).cast(pa.int32() if unit == "D" else pa.int64()).to_pylist()
+        lo, hi = _CSV_TIME_RANGE
+        if all(v is None or lo * per_second <= v <= hi * per_second for v in raw):
+            continue
+        spelled = tbl.column(i).cast(pa.string()).to_pylist()  # Arrow's spelling, kept for the years it can spell
+        zone = "Z" if getattr(f.type, "tz", None) else ""
+        beyond = (np.datetime64(v, unit) for v in raw)  # type: ignore[call-overload,arg-type,unused-ignore]
+        text = [s if v is None or lo * per_second <= v <= hi * per_second
+                else str(np.datetime_as_string(d)).replace("T", " ") + zone
+                for v, s, d in zip(raw, spelled, beyond)]
+        tbl = tbl.set_column(i, pa.field(f.name, pa.string()), pa.array(text, pa.string()))
+    return tbl
+
+
 def _render_rows(rel: Any, fmt: str, remaining: Any) -> bytes:
     """The rows as the bytes of their output format (Parquet: the meta rides in the schema metadata).
     Each writer is imported only for its format: the default table form needs neither."""
@@ -729,7 +760,7 @@ def _render_rows(rel: Any, fmt: str, remaining: Any) -> bytes:
         from dpsql.release import decimal_columns_as_text
 
         buf = io.BytesIO()
-        pacsv.write_csv(decimal_columns_as_text(rel.table), buf)
+        pacsv.write_csv(_csv_times(decimal_columns_as_text(rel.table)), buf)
         return buf.getvalue()
     if fmt == "json":
         return (json.dumps(rel.to_dict(remaining), indent=1) + "\n").encode("utf-8")
@@ -1316,6 +1347,32 @@ def _attach_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+#: flags whose values are text (SQL, names, domain values, a reason), never a file path
+_TEXT_FLAGS = ("sql", "option", "privacy_unit", "max_groups", "max_rows", "bounds", "domain", "bins", "public", "reference",
+               "degree_bound", "max_table_rows", "allow_conditional_sampling", "reason", "group_by", "name")
+
+
+def _texts_as_utf8(args: argparse.Namespace) -> None:
+    """Text flags typed in UTF-8 under an ASCII locale (LC_ALL=C with PYTHONUTF8=0), where Python reads every
+    byte above 0x7F of the command line as a lone surrogate: read as the UTF-8 they are ('été' was refused as
+    'not UTF-8 text'). Bytes that are not UTF-8 stay as they are, refused where used; paths are left alone,
+    since the file system reads them back through the same locale (and --table's NAME=PATH keeps its PATH)."""
+    def utf8(v: Any) -> Any:
+        if not isinstance(v, str) or not any("\udc80" <= c <= "\udcff" for c in v):
+            return v
+        try:
+            return os.fsencode(v).decode("utf-8")
+        except UnicodeError:
+            return v
+
+    for dest in _TEXT_FLAGS:
+        v = getattr(args, dest, None)
+        if v is not None:
+            setattr(args, dest, [utf8(x) for x in v] if isinstance(v, list) else utf8(v))
+    if getattr(args, "table", None):
+        args.table = [utf8(name) + eq + path for name, eq, path in (it.partition("=") for it in args.table)]
+
+
 def _is_number(v: str) -> bool:
     try:
         float(v)
@@ -1327,14 +1384,54 @@ def _is_number(v: str) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     import warnings
 
-    with warnings.catch_warnings():  # the caller's filters and showwarning are given back
-        # A RuntimeWarning of a numeric library (overflow, invalid value) can arise while a release is
-        # computed from noisy or true aggregates: never printed (its text could reflect them), and never
-        # turned into an error after the charge (PYTHONWARNINGS=error lost the paid release)
-        warnings.simplefilter("ignore", RuntimeWarning)
-        # dpsql's own warnings (about public parameters) as one clean stderr line (no file:line)
-        warnings.showwarning = lambda message, *a, **k: print(f"warning: {_cli_text(str(message))}", file=sys.stderr)
-        return _main(argv)
+    err = sys.stderr
+    if err is not None:  # a message that cannot be written never changes what the command does or its exit code
+        sys.stderr = _QuietStderr(err)
+    try:
+        with warnings.catch_warnings():  # the caller's filters and showwarning are given back
+            # A RuntimeWarning of a numeric library (overflow, invalid value) can arise while a release is
+            # computed from noisy or true aggregates: never printed (its text could reflect them), and never
+            # turned into an error after the charge (PYTHONWARNINGS=error lost the paid release)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            # dpsql's own warnings (about public parameters) as one clean stderr line (no file:line)
+            warnings.showwarning = lambda message, *a, **k: print(f"warning: {_cli_text(str(message))}", file=sys.stderr)
+            return _main(argv)
+    finally:
+        if err is not None and isinstance(sys.stderr, _QuietStderr):
+            sys.stderr = err
+
+
+class _QuietStderr:
+    """Standard error, whose writes never fail the command (a full disk behind ``2>>log``, a reader gone from
+    ``2>&1 | head``): a refusal exited 1 instead of 2, 3 or 4, and an answer written to -o exited 1 too. What
+    cannot be written is dropped, and the descriptor then points at /dev/null, so that the interpreter's final
+    flush does not fail the exit status either."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self.real.write(text))
+        except OSError:
+            self._silence()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.real.flush()
+        except OSError:
+            self._silence()
+
+    def _silence(self) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            fd = self.real.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -1344,6 +1441,7 @@ def _main(argv: Sequence[str] | None) -> int:
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
     parser = build_parser()
     args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    _texts_as_utf8(args)
     if not args.command:  # a usage error: its help goes to stderr, never into the caller's output file
         parser.print_help(sys.stderr)
         return 2
@@ -1395,6 +1493,11 @@ def _main(argv: Sequence[str] | None) -> int:
     except OSError as e:
         if interrupted.is_set():
             return stopped()
+        if isinstance(e, FileNotFoundError) and e.filename is None and _cwd_gone():  # os.getcwd() of a relative path
+            print("error: ConfigError: the working directory was removed, so a relative path given to this command (a file "
+                  "named without a leading /) cannot be found; nothing was charged\nhint: run it from a directory that "
+                  "exists (in a cron job or script: cd DIR && dpsql ...), or give absolute paths", file=sys.stderr)
+            return 2
         if not (isinstance(e, BrokenPipeError) or e is guard.failed):
             return _unexpected(e, args)
         # a free command's output (a charged one says so through _written_failed)
@@ -1435,6 +1538,14 @@ class _Stopped(KeyboardInterrupt):
     the exact class. CPython marks the interpreter as ended by Ctrl-C when a plain KeyboardInterrupt
     escapes code run from a string (``exec(text)``, as dataclasses do while a module is imported),
     and ``python -m dpsql.cli`` then kills itself with SIGINT on exit, whatever ``main`` returned."""
+
+
+def _cwd_gone() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def _unexpected(e: BaseException, args: argparse.Namespace) -> int:

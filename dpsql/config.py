@@ -11,7 +11,8 @@ whichever entry point reads it:
   process exits (notebooks and tests; the CLI refuses it, since each command is a new process).
   A budget without a path is refused rather than guessed: a forgotten budget is the worst
   failure a ledger can have. ``delta`` needs ``epsilon``; an in-memory ledger needs ``epsilon``.
-* ``[engine]``: the owner's engine settings (``dpsql.engine.EngineSettings`` fields).
+* ``[engine]``: the owner's engine settings (``dpsql.engine.EngineSettings`` fields); a relative
+  ``temp_directory`` is resolved against the config file's directory too.
 * ``[tables.NAME]``: registration keyword arguments of ``Session.register`` plus ``source``;
   a relative source path (or glob) is resolved against the config file's directory, never the
   working directory. A file that registers tables must name its ledger (``[ledger] path``).
@@ -176,6 +177,8 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
 
     # [engine]
     _unknown(eng, engine_keys(), "[engine]", "settings")
+    if isinstance(eng.get("temp_directory"), str) and eng["temp_directory"].strip():  # relative: to the file, as sources
+        eng = {**eng, "temp_directory": os.path.normpath(os.path.join(base, os.path.expanduser(eng["temp_directory"])))}
     settings = EngineSettings(**eng)
 
     # [tables.NAME]

@@ -22,6 +22,22 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def interrupted_by_signal(e: BaseException) -> bool:
+    """Whether ``e`` is what DuckDB's Python client raises in place of the exception of a signal handler
+    that ran during a statement (Ctrl-C's KeyboardInterrupt, a SIGTERM handler's SystemExit): a plain
+    ``RuntimeError('Query interrupted')``, or, when the handler ran while DuckDB scanned an object dpsql
+    registered (an Arrow source), an InvalidInputException of exactly the shape below (matched whole, so
+    that no message quoting a cell can take it). The statement time-out's ``interrupt()`` raises DuckDB's
+    own ``InterruptException``, which is neither."""
+    import re
+
+    if type(e) is RuntimeError:
+        return e.args == ("Query interrupted",)
+    return type(e).__name__ == "InvalidInputException" and len(e.args) == 1 and isinstance(e.args[0], str) and bool(
+        re.fullmatch(r"Invalid Input Error: [a-z ]+ of the object registered as '_dpsql_\w+' failed: KeyboardInterrupt: ",
+                     e.args[0]))
+
+
 class DPSQLError(Exception):
     """Base class of every error dpsql raises on purpose."""
 

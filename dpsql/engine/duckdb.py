@@ -85,7 +85,7 @@ from dpsql.engine.base import (
     with_read_salt,
 )
 from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, SPILLING_WINDOW, DuckDBOps, SaltedDuckDBOps
-from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
+from dpsql.errors import ConfigError, ExecutionError, QueryTypeError, interrupted_by_signal
 from dpsql.rewrite.render import render
 
 __all__ = ["DuckDBBackend", "DuckDBOps", "Engine", "scrub"]
@@ -211,6 +211,8 @@ class DuckDBBackend:
     def __init__(self, connection: duckdb.DuckDBPyConnection | None = None,
                  settings: EngineSettings | None = None) -> None:
         self.settings = settings or EngineSettings()
+        if self.settings.temp_directory is not None:
+            _check_spill_dir(self.settings.temp_directory)
         if self.settings.keyed_hash == "portable":
             from dpsql.engine.portable import PortableDuckDBOps
 
@@ -791,6 +793,8 @@ class DuckDBBackend:
                         raise OSError("a source file changed during the read")  # the generic failure below
                     return out
             except (duckdb.Error, pa.ArrowException, MemoryError, OSError) as e:
+                if interrupted_by_signal(e):  # Ctrl-C while an Arrow source was scanned: a KeyboardInterrupt
+                    raise KeyboardInterrupt from None
                 failure = private_failure(what, self._detail(e), self.settings)
         assert failure is not None
         raise failure
@@ -1112,7 +1116,11 @@ class DuckDBBackend:
                 _refuse_query_log(self._con.execute("SELECT current_setting('log_query_path')").fetchall()[0][0])
             try:
                 return self._con.sql(self._render(ast)).fetchall()
-            except duckdb.Error as e:
+            except (duckdb.Error, RuntimeError) as e:
+                if interrupted_by_signal(e):  # Ctrl-C while DuckDB bound the query: a KeyboardInterrupt
+                    raise KeyboardInterrupt from None
+                if not isinstance(e, duckdb.Error):
+                    raise
                 failure = QueryTypeError(
                     f"the query does not type-check against the table's columns ({type(e).__name__}); nothing was charged",
                     hint="check the types in WHERE / GROUP BY / HAVING / ORDER BY (e.g. text compared with numbers)",
@@ -1270,6 +1278,20 @@ class _Dataset:
 def _csv_delimiter(source: str) -> str:
     """A CSV source's field delimiter: tab for ``.tsv`` (``.tsv.gz``) files, else a comma."""
     return "\t" if source.lower().endswith((".tsv", ".tsv.gz")) else ","
+
+
+def _check_spill_dir(path: str) -> None:
+    """Refuse, before anything is charged, an owner's ``temp_directory`` that cannot be a directory (it, or
+    a directory above it, is a file) or cannot be made in its nearest existing directory: every read of a
+    CSV table (whose copies go there) and every query that spills failed after its charge."""
+    p = os.path.abspath(path)
+    while not os.path.lexists(p):
+        p = os.path.dirname(p)
+    if not os.path.isdir(p) or not os.access(p, os.W_OK | os.X_OK):
+        why = "is not a directory" if not os.path.isdir(p) else "is not writable"
+        raise ConfigError(f"engine setting temp_directory {path!r} cannot be used: {p} {why}; nothing was charged",
+                          hint="the data owner sets temp_directory to a directory the engine can create and write, e.g. "
+                          "temp_directory = \"/var/tmp/dpsql\" under [engine], or removes it (the system's temporary directory)")
 
 
 def _sql_str(value: str) -> str:

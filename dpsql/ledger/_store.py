@@ -171,7 +171,7 @@ import duckdb
 import pyarrow as pa
 
 from dpsql.budget import Budget, compose_counted, counted_remaining, exact_counted_sum_fits
-from dpsql.errors import BudgetExceededError, ConfigError, LedgerError
+from dpsql.errors import BudgetExceededError, ConfigError, LedgerError, interrupted_by_signal
 
 #: The ledger schema version this code reads and writes. ``schema.sql`` inserts the same value.
 SCHEMA_VERSION = 1
@@ -529,6 +529,7 @@ class Ledger:
         self._mem_pid = os.getpid()  # an in-memory ledger's budget exists in this process only
         self._mem_gone: weakref.finalize[Any, Any] | None = None
         self._identity: str | None = None  # of the file ledger this object used first (_file_txn)
+        self._inside: set[tuple[int, int]] = set()  # (process, thread) inside a transaction (_txn)
         self.path = None if path is None else _utf8_path(os.path.abspath(os.fspath(path)))
 
     # construction --------------------------------------------------------------------------
@@ -1245,6 +1246,26 @@ class Ledger:
     def _txn(
         self, *, write: bool, creating: bool = False, unchanged: str = "nothing was changed", wait: float | None = None
     ) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Txn]]:
+        """:meth:`_one_txn`, refused at once in a thread that is inside a transaction of this ledger already (a
+        signal handler runs in the thread it interrupts): it would wait for its own lock, then time out."""
+        me = (os.getpid(), threading.get_ident())
+        if me in self._inside:
+            raise LedgerError(
+                f"ledger {self._where()} was used from inside one of its own operations in the same thread (e.g. by a "
+                f"signal handler that interrupted a query); {unchanged}",
+                hint="in a signal handler, set a flag (or raise an exception) and use dpsql once the interrupted call "
+                "has returned")
+        self._inside.add(me)
+        try:
+            with self._one_txn(write=write, creating=creating, unchanged=unchanged, wait=wait) as out:
+                yield out
+        finally:
+            self._inside.discard(me)
+
+    @contextmanager
+    def _one_txn(
+        self, *, write: bool, creating: bool = False, unchanged: str = "nothing was changed", wait: float | None = None
+    ) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Txn]]:
         """One transaction: lock, attach, check, run the body, commit, checkpoint, detach, unlock (waiting for the
         lock up to ``wait`` seconds, by default ``lock_timeout``)."""
         if self._closed:
@@ -1274,6 +1295,10 @@ class Ledger:
                     yield con, t
             finally:
                 _unlock(key, fd)
+        except RuntimeError as e:
+            if interrupted_by_signal(e):  # Ctrl-C during a ledger statement: a KeyboardInterrupt, as anywhere else
+                raise KeyboardInterrupt from None
+            raise
         finally:
             _queue_leave(slot)
 

@@ -2035,6 +2035,14 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
         if target.kind not in Typer._CAST_TARGETS or target.enum:
             return (f"CAST to {sub.args['to'].sql(dialect='duckdb')} is not supported (not on the allow-list); cast to "
                     f"BOOLEAN, an integer type, DECIMAL(p,s), DOUBLE, VARCHAR, DATE or TIMESTAMP ({_DOCS})")
+        if post and target.name in _UNEXPORTABLE_KEYS:  # an output: exported to Arrow as DECIMAL(38, 0)
+            return (f"CAST to {target} over released values is not supported: its values beyond 2^127 cannot be "
+                    "released as numbers (they would wrap to negative numbers); cast to HUGEINT, DOUBLE or VARCHAR")
+    if post and isinstance(sub, exp.Literal) and not sub.is_string and str(sub.this).isdigit() and (
+            2**127 <= int(str(sub.this)) < 2**128):  # DuckDB types it UHUGEINT (see the CAST above)
+        return (f"the integer {sub.this} is a UHUGEINT to DuckDB, whose values beyond 2^127 cannot be released as "
+                f"numbers (they would wrap to negative numbers); write it as a DOUBLE ({float(int(str(sub.this))):.6g}) "
+                "or as text")
     if isinstance(sub, exp.Collate):
         if post:
             return f"COLLATE is not on the allow-list of post-processing ({_DOCS})"
