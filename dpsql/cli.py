@@ -345,7 +345,7 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
         raise ConfigError("--ledger :memory: would forget every charge when the command ends",
                           hint="give a ledger file, e.g. --ledger ledger.duckdb (create it with dpsql init)")
     if args.ledger:
-        return _utf8_ledger(str(args.ledger), "--ledger")
+        return _utf8_ledger(os.path.expanduser(str(args.ledger)), "--ledger")  # --ledger=~/x: no shell expands it
     if cfg.in_memory:
         raise ConfigError(
             f'config file {cfg.path!r} keeps its ledger in memory ([ledger] path = ":memory:"): the command line '
@@ -358,7 +358,7 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
     if env is not None and not env.strip():
         raise ConfigError("$DPSQL_LEDGER is set but empty: no ledger file was named",
                           hint="set DPSQL_LEDGER to the ledger file, unset it, or pass --ledger PATH")
-    return _utf8_ledger(env, "$DPSQL_LEDGER") if env is not None else DEFAULT_LEDGER
+    return _utf8_ledger(os.path.expanduser(env), "$DPSQL_LEDGER") if env is not None else DEFAULT_LEDGER
 
 
 def _utf8_ledger(path: str, where: str) -> str:

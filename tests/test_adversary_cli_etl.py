@@ -367,3 +367,25 @@ def test_a_uhugeint_output_that_arrow_cannot_hold_is_refused_before_the_charge()
     r = s.query(f"SELECT CAST(COUNT(*) AS HUGEINT) AS v FROM events WHERE CAST(user_id AS UHUGEINT) < {big}", epsilon=0.5)
     assert r.table.num_rows == 1  # over private rows, a UHUGEINT is never exported: allowed
     s.close()
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_ledger_path_starting_with_a_tilde_is_the_home_directorys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    how: str) -> None:
+    """`--ledger=~/l.duckdb` (no shell expands '~' after '=') and DPSQL_LEDGER="~/l.duckdb" made a directory named '~'
+    in the working directory, where the config's [ledger] path expands it."""
+    from conftest import run_cli as run
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    argv = ["init", "--epsilon", "1"]
+    if how == "flag":
+        argv = ["--ledger=~/l.duckdb", *argv]
+    else:
+        monkeypatch.setenv("DPSQL_LEDGER", "~/l.duckdb")
+    assert run(argv) == 0
+    assert (home / "l.duckdb").exists() and not (work / "~").exists()
