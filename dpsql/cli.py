@@ -1,7 +1,7 @@
 """The ``dpsql`` command line: init / query / explain / budget / tables.
 
 Exit codes: 0 ok, 2 usage/query/config error, 3 budget exceeded, 4 ledger error, 130 interrupted
-(Ctrl-C), 143 terminated (SIGTERM), 1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
+(Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP, unless ignored), 1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
 accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet schema metadata).
 Output files are opened before the charge and replaced atomically; a release whose write fails after
 the charge is saved beside the ledger (``dpsql._output``).
@@ -200,8 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dpsql",
         description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
         "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 3 budget exceeded,\n"
-        "  4 ledger error (nothing charged), 130 interrupted by Ctrl-C or 143 by SIGTERM (a charge\n"
-        "  already made stands),\n"
+        "  4 ledger error (nothing charged), 130 interrupted by Ctrl-C, 143 by SIGTERM or 129 by\n"
+        "  SIGHUP (a charge already made stands),\n"
         "  1 anything else, e.g. a failure after the charge (the charge stands)",
         epilog=EXAMPLES["main"],
         formatter_class=fmt,
@@ -1130,6 +1130,8 @@ def _keep_interrupted(rel: Any, remaining: Any, targets: _Targets, ledger: str |
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if getattr(signal, "SIGHUP", None) is not None and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: None)
     try:
         data = (json.dumps(rel.to_dict(remaining), indent=1, default=str) + "\n").encode("utf-8")
         saved = rescue({"release.json": data}, rel.ledger_id, ledger)
@@ -1451,7 +1453,10 @@ def _main(argv: Sequence[str] | None) -> int:
     caught: list[int] = []
     # Ctrl-C and a job runner's SIGTERM (docker stop, kill, timeout): both unwind the command, so a
     # charged run's ledger entry is marked failed and the caller is told; exit 128 + the signal
-    handled = (signal.SIGINT, signal.SIGTERM)
+    # (and a hang-up, SIGHUP: an ssh session or terminal closed, unless the job ignores it, as under nohup)
+    hup = getattr(signal, "SIGHUP", None)
+    handled = (signal.SIGINT, signal.SIGTERM) + ((hup,) if hup is not None and signal.getsignal(hup) == signal.SIG_DFL
+                                                  else ())
     previous = {sig: signal.getsignal(sig) for sig in handled}
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -1461,7 +1466,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
     def stopped() -> int:
         sig = caught[0] if caught else signal.SIGINT
-        what = "terminated (SIGTERM)" if sig == signal.SIGTERM else "interrupted"
+        what = ("terminated (SIGTERM)" if sig == signal.SIGTERM else "hung up (SIGHUP)" if sig == getattr(signal, "SIGHUP", None)
+                else "interrupted")
         print(f"{what}: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
         return 128 + int(sig)
 

@@ -58,7 +58,7 @@ def _init(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_signal_during_a_ledger_statement_exits_as_a_signal(tmp_path: Path, sig: str) -> None:
     """It was 'error: unexpected RuntimeError' (exit 1): DuckDB turns the interrupt into a
     RuntimeError, which the command treated as a failure of its own."""
@@ -70,6 +70,16 @@ def test_a_signal_during_a_ledger_statement_exits_as_a_signal(tmp_path: Path, si
     b = subprocess.run([sys.executable, "-m", "dpsql.cli", "budget", "--ledger", "l.duckdb", "--format", "json"],
                        cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=60)
     assert b.returncode == 0 and json.loads(b.stdout)["remaining"]["epsilon"] == 1.0, b.stderr  # the ledger is whole
+
+
+def test_a_hang_up_the_job_ignores_is_still_ignored(tmp_path: Path) -> None:
+    """Under nohup (SIGHUP ignored) the command runs on; with SIGHUP at its default (a closed ssh session) it was
+    killed outright, its entry left reserved with no line on stderr: it now exits 129 as for SIGTERM (above)."""
+    _init(tmp_path)
+    ignored = "import signal; signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" + textwrap.dedent(IN_DUCKDB)
+    p = subprocess.run([sys.executable, "-c", ignored, "SIGHUP", "budget", "--ledger", "l.duckdb"],
+                       cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "remaining" in p.stdout.lower() and "hung up" not in p.stderr, (p.stdout, p.stderr)
 
 
 def test_sigterm_inside_code_run_from_a_string_exits_143_under_python_m(tmp_path: Path) -> None:
