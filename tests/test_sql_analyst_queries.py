@@ -166,3 +166,16 @@ def test_tables_listed_in_from_and_equated_in_where_are_an_inner_join() -> None:
                   "FROM users u, purchases p WHERE u.user_id = p.user_id OR p.price > 3"):
         with pytest.raises(UnsupportedQueryError, match="cross joins|CROSS joins"):
             s.query(f"SELECT COUNT(*) {cross}", epsilon=1.0)
+
+
+def test_comma_joins_find_their_equalities_inside_parenthesised_conjunctions() -> None:
+    """An AND inside parentheses (as written, or as a CTE's WHERE merged into the query's puts it) is the same
+    conjunction: its equalities join the tables listed with commas."""
+    s = _session()
+    on = "SELECT u.plan, COUNT(*) AS n FROM purchases p JOIN users u ON u.user_id = p.user_id WHERE p.price > 3 GROUP BY u.plan"
+    want = _rows(s, on + " ORDER BY 1", 1e-6)
+    for comma in ("SELECT u.plan, COUNT(*) AS n FROM users u, purchases p WHERE (u.user_id = p.user_id AND p.price > 3) "
+                  "GROUP BY u.plan",
+                  "WITH v AS (SELECT * FROM purchases WHERE price > 3) SELECT u.plan, COUNT(*) AS n FROM users u, v "
+                  "WHERE v.user_id = u.user_id GROUP BY u.plan"):
+        assert _rows(s, comma + " ORDER BY 1", 1e-6) == want

@@ -1088,6 +1088,16 @@ def _after_comma(join: exp.Expression) -> bool:
     return not any(v for k, v in join.args.items() if k != "this")
 
 
+def _conjuncts(cond: exp.Expression) -> list[exp.Expression]:
+    """The AND-ed terms of a condition, also inside parentheses (``a AND (b AND c)``, as a merged CTE's WHERE
+    joins the query's): the same conjunction however it is grouped."""
+    while isinstance(cond, exp.Paren):
+        cond = cond.this
+    if not isinstance(cond, exp.And):
+        return [cond]
+    return [c for part in cond.flatten() for c in _conjuncts(part)]
+
+
 def _comma_joins(stmt: exp.Expression) -> exp.Expression:
     """``FROM a, b WHERE a.x = b.y AND ...`` (an implicit inner join) is ``FROM a JOIN b ON a.x = b.y WHERE ...``:
     each table listed after a comma takes, as its ON, the WHERE's AND-ed equalities between a qualified column of
@@ -1099,8 +1109,7 @@ def _comma_joins(stmt: exp.Expression) -> exp.Expression:
     if from_ is None or stmt.args.get("where") is None or not any(_after_comma(j) for j in stmt.args.get("joins") or []):
         return stmt
     out = stmt.copy()
-    where = out.args["where"].this
-    conds = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    conds = _conjuncts(out.args["where"].this)
     seen = {from_.this.alias_or_name.lower()}
     for j in out.args["joins"]:
         name = j.this.alias_or_name.lower()
