@@ -179,3 +179,12 @@ def test_comma_joins_find_their_equalities_inside_parenthesised_conjunctions() -
                   "WITH v AS (SELECT * FROM purchases WHERE price > 3) SELECT u.plan, COUNT(*) AS n FROM users u, v "
                   "WHERE v.user_id = u.user_id GROUP BY u.plan"):
         assert _rows(s, comma + " ORDER BY 1", 1e-6) == want
+
+
+def test_a_table_listed_with_a_comma_and_no_equality_to_earlier_tables_is_told_how_to_join_it() -> None:
+    s = _session()
+    for sql in ("SELECT COUNT(*) FROM users u, purchases p WHERE user_id = p.user_id",
+                "SELECT COUNT(*) FROM purchases p, users v, users u WHERE u.user_id = p.user_id"):
+        with pytest.raises(UnsupportedQueryError, match=r"(?s)cross joins.*in WHERE, equate a qualified column of it with one "
+                                                        r"of a table listed before it"):
+            s.query(sql, epsilon=1.0)
