@@ -132,3 +132,16 @@ def test_a_declared_domain_beyond_bigint_lists_its_keys_for_free() -> None:
         assert listed.column(key).to_pylist() == counted.column(key).to_pylist() == [0, big]
     assert [r["epsilon"] for r in s.history().to_pylist()] == [0.1, 0.0, 0.1, 0.0]  # the key lists are free
     s.close()
+
+
+@pytest.mark.parametrize("url", ["postgresql://dpsql:hun/te?r2@127.0.0.1:1/dpsql",
+                                 "postgresql://dpsql:hun?te/r2@127.0.0.1:1/dpsql",
+                                 "postgresql://dpsql:hun/te?r2@127.0.0.1:1/dpsql?password=ter2"])
+def test_a_password_holding_an_unencoded_slash_and_question_mark_is_never_shown(url: str) -> None:
+    # with no '@' before the first '/', the '@' was looked for before the first '?' only: a '?' in the password (no
+    # key=value between it and the '@', so not a query string's) left both halves of it in the shown URL
+    from dpsql.ledger._postgres import redact
+
+    shown = redact(url)
+    assert "hun" not in shown and "ter2" not in shown and "127.0.0.1:1/dpsql" in shown, shown
+    assert redact("postgresql://h/db?user=a@b&password=x") == "postgresql://h/db?user=a@b&password=***"  # control

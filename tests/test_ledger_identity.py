@@ -131,3 +131,34 @@ def test_init_over_a_deleted_ledger_killed_before_its_marker_is_usable(tmp_path:
     _put_in_place(other, path)
     with pytest.raises(LedgerError, match="not the ledger whose generation marker"):
         Ledger.open(path)
+
+
+def test_an_identity_whose_write_rolled_back_is_not_kept(tmp_path: Path) -> None:
+    """A ledger written before identities: a write that fails before its COMMIT (here at the hook before it) does
+    not record the identity it drew, so this object keeps no identity the file never had; when another writer then
+    records the ledger's identity, this object goes on using the same ledger (not refused as another one)."""
+    from dpsql.ledger import _store
+
+    path = tmp_path / "ledger.duckdb"
+    led = Ledger.create(path, Budget(1.0))
+    _charge(led, 0.25)
+    con = duckdb.connect(str(path))
+    con.execute("DELETE FROM ledger_meta WHERE key = 'ledger_id'")
+    generation = int(con.execute("SELECT value FROM ledger_meta WHERE key = 'generation'").fetchall()[0][0])
+    con.close()
+    (tmp_path / (".ledger.duckdb" + GENERATION_SUFFIX)).write_text(f"dpsql ledger generation {generation:020d}\n")
+    mine = Ledger.open(path)
+
+    def fail(_p: str) -> None:
+        raise OSError("the disk failed")
+
+    _store._HOOKS["before_commit"] = fail
+    try:
+        with pytest.raises(OSError):
+            _charge(mine, 0.25)
+    finally:
+        _store._HOOKS.pop("before_commit")
+    _charge(Ledger.open(path), 0.25)  # another writer records the ledger's identity
+    assert mine.remaining() == Budget(0.5)
+    _charge(mine, 0.25)
+    assert Ledger.open(path).remaining() == Budget(0.25)

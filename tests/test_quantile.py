@@ -577,3 +577,14 @@ def test_the_warning_counts_the_groups_the_caller_sees() -> None:
     top = _min_max_query("SELECT g, MIN(x) AS lo, MAX(x) AS hi FROM t GROUP BY g ORDER BY MIN(x) - MAX(x) DESC LIMIT 2")
     assert top.table.num_rows == 2 and len(top.warnings) == 1
     assert top.warnings[0].startswith(f"MIN(x) came out above MAX(x) in {min(2, len(crossed))} of 2 groups")
+
+
+def test_min_max_whose_rank_target_exceeds_int64_are_answered() -> None:
+    """At an epsilon just above the sampler's allowance, c = ceil(rank error) passes 2^63 (here with 2 rows per
+    person): the release failed after its charge on the integer overflow; it is answered (target taken at 2^40)."""
+    s = session(max_rows_per_unit=2)
+    eps = 2 * qm.float_slack(101) * (1 + 1e-9)  # two releases
+    plan = s.explain("SELECT MIN(age), MAX(age) FROM people", epsilon=eps)
+    assert all(a["rank_target"] > 2.0**63 for a in plan.parameters["aggregates"])
+    r = s.query("SELECT MIN(age), MAX(age) FROM people", epsilon=eps)
+    assert r.table.num_rows == 1 and all(0 <= v <= 100 for v in r.table.to_pylist()[0].values())

@@ -131,3 +131,14 @@ def test_uniform_below_is_exact_and_in_range(t: int) -> None:
             assert chisquare(counts, 60_000 * np.array([0.5, 0.25, 0.25])).pvalue < 1e-6
     else:  # the top and bottom halves are equally likely
         assert abs(int((draws < t // 2).sum()) - 30_000) < 5 * math.sqrt(15_000) + 1
+
+
+def test_a_min_max_target_beyond_int64_is_the_law_of_the_target_at_the_count_cap() -> None:
+    """c = ceil(rank error) is public and unbounded (tiny epsilon, large caps): above every (saturated) count the
+    utilities only shift by a constant, so the law is that of c = C, and nothing overflows int64."""
+    h = np.array([[2, 0, 3, 1, 0, 4]])
+    for a, b in ((1, 0), (0, 1)):
+        at_cap = qm.integer_utilities(h, a, b, qm.COUNT_CAP)
+        for c in (2**62, 2**63 + 5, 10**25):
+            u = qm.integer_utilities(h, a, b, c)
+            assert u.dtype == np.int64 and (u - u.max()).tolist() == (at_cap - at_cap.max()).tolist()

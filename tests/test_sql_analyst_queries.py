@@ -166,3 +166,46 @@ def test_tables_listed_in_from_and_equated_in_where_are_an_inner_join() -> None:
                   "FROM users u, purchases p WHERE u.user_id = p.user_id OR p.price > 3"):
         with pytest.raises(UnsupportedQueryError, match="cross joins|CROSS joins"):
             s.query(f"SELECT COUNT(*) {cross}", epsilon=1.0)
+
+
+def test_comma_joins_find_their_equalities_inside_parenthesised_conjunctions() -> None:
+    """An AND inside parentheses (as written, or as a CTE's WHERE merged into the query's puts it) is the same
+    conjunction: its equalities join the tables listed with commas."""
+    s = _session()
+    on = "SELECT u.plan, COUNT(*) AS n FROM purchases p JOIN users u ON u.user_id = p.user_id WHERE p.price > 3 GROUP BY u.plan"
+    want = _rows(s, on + " ORDER BY 1", 1e-6)
+    for comma in ("SELECT u.plan, COUNT(*) AS n FROM users u, purchases p WHERE (u.user_id = p.user_id AND p.price > 3) "
+                  "GROUP BY u.plan",
+                  "WITH v AS (SELECT * FROM purchases WHERE price > 3) SELECT u.plan, COUNT(*) AS n FROM users u, v "
+                  "WHERE v.user_id = u.user_id GROUP BY u.plan"):
+        assert _rows(s, comma + " ORDER BY 1", 1e-6) == want
+
+
+def test_a_table_listed_with_a_comma_and_no_equality_to_earlier_tables_is_told_how_to_join_it() -> None:
+    s = _session()
+    for sql in ("SELECT COUNT(*) FROM users u, purchases p WHERE user_id = p.user_id",
+                "SELECT COUNT(*) FROM purchases p, users v, users u WHERE u.user_id = p.user_id"):
+        with pytest.raises(UnsupportedQueryError, match=r"(?s)cross joins.*in WHERE, equate a qualified column of it with one "
+                                                        r"of a table listed before it"):
+            s.query(sql, epsilon=1.0)
+
+
+def test_comma_joins_equate_unqualified_columns_each_of_one_listed_table() -> None:
+    """TPC-H's spelling: FROM customer, orders WHERE c_custkey = o_custkey, each column of exactly one listed
+    table (as SQL binds it) is the inner join ON c.c_custkey = o.o_custkey; a column that several listed tables
+    hold joins nothing (still a cross join, refused for free)."""
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 0.1))
+    use_noise(s, zero_noise())
+    s.register("customer", pa.table({"c_custkey": list(range(N)), "c_seg": [["a", "b"][i % 2] for i in range(N)],
+                                     "id": list(range(N))}),
+               privacy_unit="c_custkey", columns={"c_seg": {"domain": ["a", "b"]}})
+    s.register("orders", pa.table({"o_orderkey": list(range(3 * N)), "o_custkey": [i % N for i in range(3 * N)],
+                                   "id": list(range(3 * N))}),
+               references={"o_custkey": "customer.c_custkey"}, degree_bounds={"o_custkey": 3})
+    want = _rows(s, "SELECT c.c_seg, COUNT(*) AS n FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+                    "GROUP BY c.c_seg ORDER BY 1", 1e-6)
+    for comma in ("SELECT c_seg, COUNT(*) AS n FROM customer, orders WHERE c_custkey = o_custkey GROUP BY c_seg",
+                  "SELECT c_seg, COUNT(*) AS n FROM customer C, orders WHERE o_custkey = C.c_custkey GROUP BY c_seg"):
+        assert _rows(s, comma + " ORDER BY 1", 1e-6) == want
+    with pytest.raises(UnsupportedQueryError, match="cross joins"):
+        s.query("SELECT COUNT(*) FROM customer, orders WHERE id = o_custkey", epsilon=1.0)

@@ -104,6 +104,19 @@ def is_postgres_url(value: object) -> bool:
 _SECRET_PARAMS = ("password", "sslpassword")
 
 
+def _query_start(rest: str) -> int:
+    """Where the query string of a URL's part after '://' starts when no user part comes before its first '/':
+    at the first '?' followed by a key=value before any '@' (a '?' with none, as in u:pa/s?s@host, belongs to a
+    password that holds an unencoded '/'); its length when there is none."""
+    q = rest.find("?")
+    while q >= 0:
+        at = rest.find("@", q)
+        if at < 0 or "=" in rest[q:at]:
+            return q
+        q = rest.find("?", q + 1)
+    return len(rest)
+
+
 def redact(url: str) -> str:
     """The URL without its password (for messages, ``Ledger.path`` and the history): the one in
     the user part and ``password=`` / ``sslpassword=`` in the query string."""
@@ -129,10 +142,10 @@ def redact(url: str) -> str:
     if at >= 0:
         info, rest = rest[:at], rest[at + 1:]
         user = (info.split(":", 1)[0] + ":***" if ":" in info else info) + "@"
-    elif "@" in rest.partition("?")[0]:
+    elif "@" in rest[:(query_at := _query_start(rest))]:
         # an '@' after a '/' (a password holding an unencoded '/': postgresql://u:pa/ss@host/db, which libpq reads
         # as host 'u', port 'pa' and database 'ss@host/db'): everything up to the last such '@' may be a password
-        rest = rest[rest.rfind("@", 0, len(rest.partition("?")[0])) + 1:]
+        rest = rest[rest.rfind("@", 0, query_at) + 1:]
         user = "***@"
     host, q, query = rest.partition("?")
     if q:

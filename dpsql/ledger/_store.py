@@ -1369,6 +1369,7 @@ class Ledger:
         self._attach(
             base, alias, read_only=not write, deadline=deadline, started=started, unchanged=t.unchanged, real=real
         )
+        drawn: str | None = None  # an identity this write gives a ledger written before identities
         try:
             con = base.cursor()
             try:
@@ -1418,7 +1419,7 @@ class Ledger:
                             [str(generation)],
                         )
                         if ledger_id is None:  # a ledger of an earlier release: it gets its identity now
-                            ledger_id = self._identity = _new_ledger_id()
+                            ledger_id = drawn = _new_ledger_id()  # this object's identity once COMMITted (below)
                             con.execute("INSERT INTO ledger_meta VALUES ('ledger_id', ?)", [ledger_id])
                         # after the COMMIT the markers must go up: a marker this process cannot write
                         # would leave a committed change refused, so it is found now, before anything counts
@@ -1448,6 +1449,8 @@ class Ledger:
                         hint="check free disk space and that the file system is writable; dpsql reads no "
                         "private row after this error",
                     ) from None
+                if drawn is not None:  # an identity drawn by a write that rolled back is never this object's
+                    self._identity = drawn
                 if write and t.wrote:
                     # the markers go up BEFORE the checkpoint: from here on a ledger file (under any
                     # name) without this change is refused, even while the change is in the WAL only

@@ -50,9 +50,9 @@ Sampling, with its floating-point effects proven and charged (:func:`sample_inde
 1. Exact integer utilities. p is taken on the dyadic grid p = m / 2^20 (m = round(p 2^20), public;
    at most 5e-7 from the p asked), so u_i = -dist(0, [a min(A_i, C) + b min(B_i + h_i, C) - t,
    a min(A_i + h_i, C) + b min(B_i, C) - t]) / s with integers a = 2^20 - m, b = -m, s = 2^20 (MIN:
-   a = 1, b = 0, s = 1; MAX: a = 0, b = 1), target t = c s, and C = 2^40. Saturating the counts at C
-   keeps each one's change per row at most 1 (so Delta is unchanged) and every integer below 2^62:
-   the utilities U_i = s u_i are exact int64.
+   a = 1, b = 0, s = 1; MAX: a = 0, b = 1), target t = c s (at most C: a larger c shifts every utility
+   alike), and C = 2^40. Saturating the counts at C keeps each one's change per row at most 1 (so Delta is
+   unchanged) and every integer below 2^62: the utilities U_i = s u_i are exact int64.
 2. Scores d_i = k (U_i - max_j U_j) <= 0 with the public float k <= eps_em / (2 Delta_int),
    Delta_int = s Delta, checked in exact rationals (so the exact mechanism with scale k is
    eps_em-DP). U_i - max U is exact; converting it to a double and multiplying by k rounds twice:
@@ -294,7 +294,11 @@ def utilities(hist: np.ndarray, alpha: float, beta: float, target: float) -> np.
 
 def integer_utilities(hist: np.ndarray, a: int, b: int, target: int) -> np.ndarray:
     """U_i = -dist(0, [a A + b B' - target, a A' + b B - target]) in int64, with A = min(A_i, C),
-    A' = min(A_i + h_i, C), B = min(B_i, C), B' = min(B_i + h_i, C) (step 1 of the module docstring)."""
+    A' = min(A_i + h_i, C), B = min(B_i, C), B' = min(B_i + h_i, C) (step 1 of the module docstring).
+    A target above every end (a MIN / MAX rank target c = ceil(rank error), public and unbounded at a tiny epsilon)
+    is lowered to the largest end, max(a, 0) C + max(b, 0) C: the utilities then shift by a constant only (the
+    same law), and every value stays in int64."""
+    target = min(target, (max(a, 0) + max(b, 0)) * COUNT_CAP)
     h = np.minimum(np.rint(np.asarray(hist, dtype=np.float64)), float(COUNT_CAP)).astype(np.int64)
     upto = np.cumsum(h, axis=-1)
     total = h.sum(axis=-1, keepdims=True)

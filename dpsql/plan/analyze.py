@@ -720,7 +720,7 @@ class _Builder:
             )
         _check_size(stmts[0])  # before anything else: a query above the limits costs no analysis
         # CTEs and subqueries in FROM: merged into the flat query (dpsql.plan.views), analysed as one
-        stmt = _comma_joins(_limit_all(_order_by_all(merge_views(stmts[0], self.sql, self.catalog))))
+        stmt = _comma_joins(_limit_all(_order_by_all(merge_views(stmts[0], self.sql, self.catalog))), self.catalog)
         if isinstance(stmt, exp.Select) and (stmt.args.get("joins") or self._several_paths(stmt)):
             from dpsql.plan.joins import analyze_join  # imported for joins only (a large module)
 
@@ -1088,20 +1088,48 @@ def _after_comma(join: exp.Expression) -> bool:
     return not any(v for k, v in join.args.items() if k != "this")
 
 
-def _comma_joins(stmt: exp.Expression) -> exp.Expression:
+def _conjuncts(cond: exp.Expression) -> list[exp.Expression]:
+    """The AND-ed terms of a condition, also inside parentheses (``a AND (b AND c)``, as a merged CTE's WHERE
+    joins the query's): the same conjunction however it is grouped."""
+    while isinstance(cond, exp.Paren):
+        cond = cond.this
+    if not isinstance(cond, exp.And):
+        return [cond]
+    return [c for part in cond.flatten() for c in _conjuncts(part)]
+
+
+def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None = None) -> exp.Expression:
     """``FROM a, b WHERE a.x = b.y AND ...`` (an implicit inner join) is ``FROM a JOIN b ON a.x = b.y WHERE ...``:
-    each table listed after a comma takes, as its ON, the WHERE's AND-ed equalities between a qualified column of
-    it and one of a table named before it (an inner join filtered by WHERE keeps the same rows). A table that gets
-    none stays a cross join (refused)."""
+    each table listed after a comma takes, as its ON, the WHERE's AND-ed equalities between a column of it and one
+    of a table named before it (an inner join filtered by WHERE keeps the same rows). A column is qualified, or
+    unqualified and a column of exactly one of the listed tables, all registered (``catalog``), as SQL binds it
+    (``FROM customer, orders WHERE c_custkey = o_custkey``); it is qualified so in the ON. A table that gets none
+    stays a cross join (refused)."""
     if not isinstance(stmt, exp.Select):
         return stmt
     from_ = stmt.args.get("from_") or stmt.args.get("from")
     if from_ is None or stmt.args.get("where") is None or not any(_after_comma(j) for j in stmt.args.get("joins") or []):
         return stmt
     out = stmt.copy()
-    where = out.args["where"].this
-    conds = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    conds = _conjuncts(out.args["where"].this)
+    items = [from_.this, *(j.this for j in out.args["joins"])]
+    holders: dict[str, set[str]] | None = {}  # column -> the listed tables holding it (None: a table not registered)
+    for it in items:
+        spec = catalog.get(it.name.lower()) if catalog is not None and isinstance(it, exp.Table) and it.name else None
+        if spec is None or holders is None:
+            holders = None
+            continue
+        for col in spec.schema:
+            holders.setdefault(str(col).lower(), set()).add(it.alias_or_name.lower())
+
+    def side(c: exp.Column) -> str:
+        if c.table or holders is None:
+            return c.table.lower()
+        held = holders.get(c.name.lower(), set())
+        return next(iter(held)) if len(held) == 1 else ""
+
     seen = {from_.this.alias_or_name.lower()}
+    names = {it.alias_or_name.lower(): it.alias_or_name for it in items}
     for j in out.args["joins"]:
         name = j.this.alias_or_name.lower()
         if _after_comma(j):
@@ -1111,8 +1139,11 @@ def _comma_joins(stmt: exp.Expression) -> exp.Expression:
                 while isinstance(e, exp.Paren):
                     e = e.this
                 if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column):
-                    sides = {e.this.table.lower(), e.expression.table.lower()}
+                    sides = {side(e.this), side(e.expression)}
                     if name in sides and len(sides) == 2 and sides - {name} <= seen:
+                        for col in (e.this, e.expression):
+                            if not col.table:
+                                col.set("table", exp.to_identifier(names[side(col)]))
                         on.append(e)
                         conds.remove(c)
             if on:
