@@ -214,6 +214,7 @@ ANSWERED = [
     A("SELECT [sex], MAX([income]) AS top FROM [PUMS] GROUP BY [sex]"),
     # -- a self-join on the unit (DP-S4S) ----------------------------------------------------------------------
     A("SELECT COUNT(*) FROM PUMS a JOIN PUMS b ON a.pid = b.pid"),
+    A("SELECT COUNT(*) FROM PUMS a, PUMS b WHERE a.pid = b.pid"),  # tables listed with commas, equated in WHERE
     A("SELECT COUNT(*) FROM pums JOIN pums b ON pums.pid = b.pid WHERE b.age > 30"),
     A("SELECT COUNT(*) AS n, AVG(b.income) AS a FROM PUMS a JOIN PUMS b ON a.pid = b.pid"),  # one run per base aggregate
 ]
@@ -250,7 +251,7 @@ REFUSED = [
     R("SELECT DISTINCT COUNT(*) FROM PUMS", r"GROUP BY"),
     R("SELECT COUNT(*) FROM read_csv('pums.csv')", r"register the file"),
     R("SELECT COUNT(*) FROM PUMS a LEFT JOIN PUMS b ON a.pid = b.pid", r"inner JOIN", max_violations=1),
-    R("SELECT COUNT(*) FROM PUMS a, PUMS b WHERE a.pid = b.pid", r"JOIN \.\.\. ON", max_violations=1),
+    R("SELECT COUNT(*) FROM PUMS a, PUMS b WHERE a.age < b.age", r"JOIN \.\.\. ON", max_violations=1),
     R("SELECT COUNT(*) FROM PUMS a JOIN PUMS b ON a.pid = b.pid AND a.age < b.age", r"move other conditions into WHERE",
       max_violations=1),
     R("SELECT a.sex, COUNT(*) FROM PUMS a JOIN PUMS b ON a.pid = b.pid GROUP BY a.sex HAVING SUM(b.pid) > 5",
