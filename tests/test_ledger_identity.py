@@ -64,9 +64,9 @@ def test_negative_control_a_copy_of_the_same_ledger_is_accepted(tmp_path: Path) 
     assert Ledger.open(path).remaining() == Budget(0.0)
 
 
-def test_ledger_without_identity_adopts_one_and_then_is_checked(tmp_path: Path) -> None:
-    """A ledger written before identities (no meta row) and its marker open as before; the first
-    write records an identity in both, and from then on a ledger without it is refused."""
+def _without_identity(tmp_path: Path) -> tuple[Path, Ledger, int]:
+    """A ledger charged 0.25 of 1.0 (the object that did), its identity removed and its marker as earlier
+    releases wrote it (at that generation)."""
     path = tmp_path / "ledger.duckdb"
     led = Ledger.create(path, Budget(1.0))
     _charge(led, 0.25)
@@ -74,8 +74,15 @@ def test_ledger_without_identity_adopts_one_and_then_is_checked(tmp_path: Path) 
     con.execute("DELETE FROM ledger_meta WHERE key = 'ledger_id'")
     generation = int(con.execute("SELECT value FROM ledger_meta WHERE key = 'generation'").fetchall()[0][0])
     con.close()
+    (tmp_path / (".ledger.duckdb" + GENERATION_SUFFIX)).write_text(f"dpsql ledger generation {generation:020d}\n")
+    return path, led, generation
+
+
+def test_ledger_without_identity_adopts_one_and_then_is_checked(tmp_path: Path) -> None:
+    """A ledger written before identities (no meta row) and its marker open as before; the first
+    write records an identity in both, and from then on a ledger without it is refused."""
+    path, led, generation = _without_identity(tmp_path)
     marker = tmp_path / (".ledger.duckdb" + GENERATION_SUFFIX)
-    marker.write_text(f"dpsql ledger generation {generation:020d}\n")  # as earlier releases wrote it
     older = tmp_path / "older.duckdb"
     shutil.copyfile(path, older)
     assert led.remaining() == Budget(0.75)
@@ -139,14 +146,7 @@ def test_an_identity_whose_write_rolled_back_is_not_kept(tmp_path: Path) -> None
     records the ledger's identity, this object goes on using the same ledger (not refused as another one)."""
     from dpsql.ledger import _store
 
-    path = tmp_path / "ledger.duckdb"
-    led = Ledger.create(path, Budget(1.0))
-    _charge(led, 0.25)
-    con = duckdb.connect(str(path))
-    con.execute("DELETE FROM ledger_meta WHERE key = 'ledger_id'")
-    generation = int(con.execute("SELECT value FROM ledger_meta WHERE key = 'generation'").fetchall()[0][0])
-    con.close()
-    (tmp_path / (".ledger.duckdb" + GENERATION_SUFFIX)).write_text(f"dpsql ledger generation {generation:020d}\n")
+    path = _without_identity(tmp_path)[0]
     mine = Ledger.open(path)
 
     def fail(_p: str) -> None:
