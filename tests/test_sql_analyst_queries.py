@@ -186,8 +186,26 @@ def test_a_table_listed_with_a_comma_and_no_equality_to_earlier_tables_is_told_h
     for sql in ("SELECT COUNT(*) FROM users u, purchases p WHERE user_id = p.user_id",
                 "SELECT COUNT(*) FROM purchases p, users v, users u WHERE u.user_id = p.user_id"):
         with pytest.raises(UnsupportedQueryError, match=r"(?s)cross joins.*in WHERE, equate a qualified column of it with one "
-                                                        r"of a table listed before it"):
+                                                        r"of another listed table"):
             s.query(sql, epsilon=1.0)
+
+
+def test_comma_joins_are_joined_in_the_order_of_their_equalities() -> None:
+    """FROM users u, items i, purchases p WHERE p.user_id = u.user_id AND p.item = i.item: items is equated only with
+    purchases, listed after it; it was refused as a cross join (list it after a table it is equated with). With
+    commas only every join is inner, so the order is free: p joins first, then i."""
+    s = _session()
+    s.register("items", pa.table({"purchase_id": list(range(3 * N)), "cat": [["a", "b"][i % 2] for i in range(3 * N)]}),
+               privacy_unit=None, public=True)
+    purchases = pa.table({"purchase_id": list(range(3 * N)), "user_id": [1 + i % N for i in range(3 * N)],
+                          "price": [float(i % 11) for i in range(3 * N)]})
+    s.register("purchases", purchases, references={"user_id": "users.user_id", "purchase_id": "items.purchase_id"},
+               degree_bounds={"user_id": 3}, columns={"price": {"bounds": (0, 10)}})
+    want = _rows(s, "SELECT u.plan, COUNT(*) AS n FROM users u JOIN purchases p ON p.user_id = u.user_id JOIN items i "
+                    "ON p.purchase_id = i.purchase_id WHERE i.cat = 'a' GROUP BY u.plan ORDER BY 1", 1e-6)
+    got = _rows(s, "SELECT u.plan, COUNT(*) AS n FROM users u, items i, purchases p WHERE p.user_id = u.user_id AND "
+                   "p.purchase_id = i.purchase_id AND i.cat = 'a' GROUP BY u.plan ORDER BY 1", 1e-6)
+    assert got == want and sum(r[1] for r in got[1]) > 0
 
 
 def test_comma_joins_equate_unqualified_columns_each_of_one_listed_table() -> None:

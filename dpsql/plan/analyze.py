@@ -1128,24 +1128,40 @@ def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None =
         held = holders.get(c.name.lower(), set())
         return next(iter(held)) if len(held) == 1 else ""
 
+    def equated(c: exp.Expression) -> tuple[exp.EQ | None, set[str]]:
+        e = c
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column):
+            return e, {side(e.this), side(e.expression)}
+        return None, set()
+
+    def linked(name: str, seen: set[str]) -> bool:
+        return any(name in sides and len(sides) == 2 and sides - {name} <= seen
+                   for sides in (equated(c)[1] for c in conds))
+
     seen = {from_.this.alias_or_name.lower()}
     names = {it.alias_or_name.lower(): it.alias_or_name for it in items}
+    if all(_after_comma(j) for j in out.args["joins"]):  # inner joins only: any order (FROM u, i, p WHERE p.u = u.id
+        rest, ordered, placed = list(out.args["joins"]), [], set(seen)  # AND p.i = i.id joins p before i)
+        while rest:
+            j = next((j for j in rest if linked(j.this.alias_or_name.lower(), placed)), rest[0])
+            rest.remove(j)
+            ordered.append(j)
+            placed.add(j.this.alias_or_name.lower())
+        out.set("joins", ordered)
     for j in out.args["joins"]:
         name = j.this.alias_or_name.lower()
         if _after_comma(j):
             on = []
             for c in list(conds):
-                e = c
-                while isinstance(e, exp.Paren):
-                    e = e.this
-                if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column):
-                    sides = {side(e.this), side(e.expression)}
-                    if name in sides and len(sides) == 2 and sides - {name} <= seen:
-                        for col in (e.this, e.expression):
-                            if not col.table:
-                                col.set("table", exp.to_identifier(names[side(col)]))
-                        on.append(e)
-                        conds.remove(c)
+                e, sides = equated(c)
+                if e is not None and name in sides and len(sides) == 2 and sides - {name} <= seen:
+                    for col in (e.this, e.expression):
+                        if not col.table:
+                            col.set("table", exp.to_identifier(names[side(col)]))
+                    on.append(e)
+                    conds.remove(c)
             if on:
                 j.set("on", exp.and_(*on, copy=False))
         seen.add(name)

@@ -379,7 +379,7 @@ class _JoinBuilder:
         if on is None:
             comma = not any(v for k, v in join.args.items() if k != "this")  # FROM a, b: no equality joined it
             self.bad(join, "cross joins (a join without ON, or FROM a, b) are not supported: they pair every row with every row; write JOIN ... ON a.x = b.y"
-                     + (" (or, in WHERE, equate a qualified column of it with one of a table listed before it: a.x = b.y "
+                     + (" (or, in WHERE, equate a qualified column of it with one of another listed table: a.x = b.y "
                         "joined by AND)" if comma else ""))
             return []
         conds = []
