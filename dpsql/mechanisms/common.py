@@ -271,21 +271,26 @@ def finish_release(
                 g = 0.0
             mask = np.isnan(avg)
             cols[a.name] = pa.array(np.where(mask, 0.0, avg), mask=mask, type=pa.float64())
-            # delta-method interval around the bounded truth, from released values only
+            # delta-method interval around the bounded truth, from released values only: the 95% quantile of
+            # the linearised noise (Laplace: ln 20 / sqrt 2 per std bounds any mix of two independent Laplace
+            # draws) plus the rounding of the released sum and count (snapping grid and granularity, halved)
             with np.errstate(divide="ignore", invalid="ignore"):
                 ss = cal.std(a.name + "_sum")
                 sn = cal.std(a.name + "_cnt")
                 nn = np.maximum(n, 1)
                 std_row = np.sqrt((ss / nn) ** 2 + ((s / nn) * (sn / nn)) ** 2)
+                rs, rn = ((gran[a.name + c] + cal.snap.get(a.name + c, (0.0, 0.0))[0]) / 2 for c in ("_sum", "_cnt"))
+                half = (Z95 if cal.noise == "gaussian" else LAPLACE95 / math.sqrt(2.0)) * std_row
+                half = half + rs / nn + np.abs(s / nn) * rn / nn + g / 2
             # per-row half-widths travel with the rows (hidden column) through HAVING/ORDER/LIMIT
-            row_accuracy[a.name] = pa.array(Z95 * std_row + g / 2, type=pa.float64())
-            finite = std_row[np.isfinite(std_row)]
-            typical = float(np.median(finite)) if finite.size else None
+            row_accuracy[a.name] = pa.array(half, type=pa.float64())
+            finite = np.isfinite(std_row)
+            typical = float(np.median(std_row[finite])) if finite.any() else None
             accuracy[a.name] = {
                 # representative values (median over the released rows); per row below
                 "noise_std": typical,
-                "ci95_half_width": (Z95 * typical + g / 2) if typical is not None else None,
-                "per_row_ci95_half_width": (Z95 * std_row + g / 2).tolist(),
+                "ci95_half_width": float(np.median(half[finite])) if typical is not None else None,
+                "per_row_ci95_half_width": half.tolist(),
                 "granularity": g,
                 "note": "AVG = midpoint + noisy centred sum / noisy count (post-processing); approximate interval by the "
                 "delta method, per row in per_row_ci95_half_width (noise_std / ci95_half_width: median over rows)",

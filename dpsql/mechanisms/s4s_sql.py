@@ -372,6 +372,17 @@ def join_size_bound(cal: JoinCalibration) -> tuple[float | None, str]:
     return best_n, f"n <= {best_n:g} = {best_why} (from the owner's declared table sizes, keys and degree bounds)"
 
 
+def bias_direction(parts: list[Part], by: str) -> str:
+    """Which way the truncation (or clipping) biases the released value: each part's total toward zero, so
+    a count or a sum of values >= 0 is biased low, a sum of values <= 0 high, a sum of both either way."""
+    signs = {p.sign for p in parts}
+    if signs == {1}:
+        return f"biased low (by {by})"
+    if signs == {-1}:
+        return f"biased high, toward zero (by {by}): the values are <= 0"
+    return f"biased toward zero (by {by}) for values above and below 0 alike, so the error's sign depends on the data"
+
+
 def _lemma_3_3(cal: JoinCalibration) -> dict[str, Any]:
     """Lemma 3.3 as a formula of public quantities, evaluated per grid step where n is bounded."""
     if cal.name == MechanismName.R2T:
@@ -513,8 +524,8 @@ def release(cal: JoinCalibration, rows: pa.Table, rng: NoiseSource) -> Released:
     is_count = cal.jp.kind in (ir.COUNT_STAR, ir.COUNT_COL)
     value = pa.array([int(round(total))], type=pa.int64()) if is_count else pa.array([total], type=pa.float64())
     acc = {"noise": "gaussian" if cal.rdp is not None else "laplace", "mechanism": cal.name.value,
-           "note": "a private choice among truncation thresholds (biased low by at most the chosen step's bias); "
-           "see the error_bound parameter for the guarantee"}
+           "note": "a private choice among truncation thresholds; " + bias_direction(cal.parts, "the chosen step's bias "
+           "plus what truncating at that step removes") + "; see the error_bound parameter for the guarantee"}
     return Released(table=pa.table({"__a0": value}), accuracy={"__a0": acc})
 
 

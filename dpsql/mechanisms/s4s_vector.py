@@ -213,7 +213,7 @@ from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError, UnsupportedQueryError
 from dpsql.mechanisms import _s4s_socp as socp
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
-from dpsql.mechanisms.s4s_sql import JOIN_DIALECTS
+from dpsql.mechanisms.s4s_sql import JOIN_DIALECTS, bias_direction
 from dpsql.noise import (
     NoiseSource,
     add_exactly,
@@ -757,15 +757,16 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
         noisy = round_to_granularity(add_exactly(clipped_totals(rows, cal.clip, parts_of(cal.jp)),
                                                  rng.gaussian_noise(cp.sigma, d)), cp.grid)
         acc: dict[str, Any] = {"mechanism": cal.name.value, "noise": "gaussian", "sigma": cp.sigma, "half_width_95": 1.96 * cp.sigma,
-               "note": "per-user L2 clipping to clip_norm (biased low when a person's vector is clipped) + Gaussian noise"}
+               "note": "per-user L2 clipping to clip_norm + Gaussian noise; " + bias_direction(parts_of(cal.jp), "the clipping, "
+               "where a person's vector is longer than clip_norm")}
         total = noisy
     else:
         total = np.zeros(d)
         taus: list[float] = []
         caps: list[float] = []
         acc = {"mechanism": cal.name.value, "noise": "gaussian (smooth sensitivity; its scale is not shown)", "taus": taus,
-               "sigma_cap": caps, "note": "sigma_cap bounds the noise scale except with probability p_exceed (explain); the "
-               "truncation at the chosen tau biases the values low"}
+               "sigma_cap": caps, "note": "sigma_cap bounds the noise scale except with probability p_exceed (explain); "
+               + bias_direction(cal.parts, "the truncation at the chosen tau")}
         import pyarrow.compute as pc
 
         tup = rows.filter(pc.is_valid(rows.column("__tuple")))

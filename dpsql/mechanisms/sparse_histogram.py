@@ -59,7 +59,7 @@ from dpsql.mechanisms.common import (
 )
 from dpsql.noise import INT_VALUE_BOUND, NoiseSource, gaussian_release
 from dpsql.plan import ir
-from dpsql.rewrite.bound import Caps, ReleasedColumn
+from dpsql.rewrite.bound import Caps, ReleasedColumn, source_column
 
 #: the largest per-person group cap the exact accounting is run for (0.2 s at 1e9; memory grows past it)
 MAX_GROUPS_PER_UNIT = 10**9
@@ -181,7 +181,15 @@ def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseS
     keys = {k.name: kept.column(k.name) for k in plan.keys}
     # the ledger records how many groups crossed the noisy threshold (before the query's own HAVING
     # or LIMIT): a function of released values only
-    return finish_release(plan, cal, keys, noisy, commit={"params_update": {"released_rows": int(keep.sum())}})
+    out = finish_release(plan, cal, keys, noisy, commit={"params_update": {"released_rows": int(keep.sum())}})
+    for a in plan.aggregates:
+        if source_column(a, cal.caps) == "__users" and a.name in out.accuracy:
+            # the threshold reads this column's own noise: a group is kept when it came out high
+            out.accuracy[a.name]["note"] = (
+                f"the interval holds before the threshold; a released group passed it (noisy value >= tau*={cal.tau_star:g}), "
+                f"so values within a few noise_std of tau* are biased high and can exceed their truth by more than "
+                "ci95_half_width (well above tau* the interval holds)")
+    return out
 
 
 def release_probabilities(sigma: float, tau: int, tau_star: float) -> dict[str, float]:
