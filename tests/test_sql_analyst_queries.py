@@ -65,6 +65,17 @@ def test_duckdb_spellings_of_sum_and_avg_are_those_aggregates(spelled: str, form
             == _rows(s, f"SELECT {form}(p.price) AS v {join}", options=unsampled)[1])
 
 
+def test_duckdb_spellings_over_a_join_are_named_as_written() -> None:
+    """Over a join as on one table, an output without an alias is named as the query writes it (mean(p.price), not
+    AVG(p.price)), as DuckDB names it."""
+    s = _session()
+    names, _ = _rows(s, "SELECT u.plan, mean(p.price), fsum(p.price), COUNT(*) FROM purchases p JOIN users u ON "
+                        "p.user_id = u.user_id GROUP BY u.plan", 1e-6)
+    assert names == ["plan", "mean(p.price)", "fsum(p.price)", "COUNT(*)"]
+    names, _ = _rows(s, "SELECT kahan_sum(p.price) FROM purchases p, users u WHERE p.user_id = u.user_id", 1e-6)
+    assert names == ["kahan_sum(p.price)"]
+
+
 @pytest.mark.parametrize("spelled, part", [("dayofmonth", "day"), ("weekday", "dayofweek"), ("weekofyear", "week"),
                                            ("isodow", "isodow"), ("yearweek", "yearweek")])
 def test_duckdb_date_part_functions_are_their_date_parts(spelled: str, part: str) -> None:
