@@ -137,6 +137,15 @@ def test_date_add_of_an_interval_is_the_shift() -> None:
     assert isinstance(rows[0][0], datetime.datetime)
 
 
+@pytest.mark.parametrize("call", ["date_add(day, 3)", "date_add(day, user_id)", "date_sub(day, 3)"])
+def test_date_add_of_a_number_is_refused_naming_the_interval_shift(call: str) -> None:
+    """DuckDB's date_add(d, n) adds n days (a DATE, where d + INTERVAL n DAY is a TIMESTAMP): refused for free, saying
+    to shift by an INTERVAL."""
+    s = _session()
+    with pytest.raises(UnsupportedQueryError, match=r"shift by an INTERVAL: d \+ INTERVAL 3 DAY"):
+        s.explain(f"SELECT COUNT(*) FROM users WHERE {call} > DATE '2026-06-01'", epsilon=1.0)
+
+
 @pytest.mark.parametrize("call", ["reservoir_quantile(amount, 0.5)", "product(amount)", "mad(amount)", "entropy(plan)",
                                   "arbitrary(plan)"])
 def test_other_duckdb_aggregates_are_refused_as_aggregates(call: str) -> None:
