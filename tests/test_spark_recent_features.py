@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from _spark import both_engines, require_spark
 from sqlglot import exp
@@ -34,7 +35,8 @@ def people() -> tuple[pa.Table, pa.Table]:
     g = np.random.default_rng(5)
     n = 3 * N_USERS
     uid = [int(u) for u in np.repeat(np.arange(N_USERS), 3)] + [999] * 6
-    x = [7 if i < n // 3 else int(v) for i, v in enumerate(g.integers(0, 50, n))] + [2**63 - 1, -(2**63), 0, 1, 2**62, -1]
+    x = [7 if i < n // 3 else int(v) for i, v in enumerate(g.integers(0, 50, n))] + [
+        2**63 - 1, -(2**63), 0, 1, 2**62, -1]
     f = [float(v) for v in np.round(g.uniform(0, 100, n), 2)] + [
         float("nan"), float("inf"), float("-inf"), 1.7976931348623157e308, -0.0, 5e-324]
     d = pa.concat_arrays([
@@ -52,26 +54,31 @@ def people() -> tuple[pa.Table, pa.Table]:
     return rows, users
 
 
-def make(kind: str) -> dpsql.Session:
+def make(kind: str, parquet: str) -> dpsql.Session:
     engine: dict[str, Any] = {"kind": kind, "statement_timeout": 300}
     if kind == "duckdb":
         engine["keyed_hash"] = "portable"
     s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9), engine=engine)
     use_noise(s, zero_noise(3))
     rows, users = people()
-    cols = {"x": {"bounds": (0, 50)}, "f": {"bounds": (0, 100)},
+    cols: dict[str, dict[str, Any]] = {"x": {"bounds": (0, 50)}, "f": {"bounds": (0, 100)},
             "d": {"bounds": ("2024-01-01", "2025-02-01"), "bin_width": "1 day"},
             "ts": {"bounds": ("2024-01-01", "2024-08-01"), "bin_width": "1 hour"}}
     s.register("users", users, privacy_unit="id", columns={"region": {"domain": ["r0", "r1", "r2"]}})
     s.register("ev", rows, references={"uid": "users.id"}, degree_bounds={"uid": 4}, columns=cols)
     s.register("p", rows, privacy_unit="uid", max_rows_per_unit=3,
                columns={**cols, "s": {"domain": ["s0", "s1", "s2", "s3", "s4"]}})
+    # the same rows read by each engine's own Parquet reader (Spark's, not the driver's conversion of Arrow)
+    s.register("pq", parquet, privacy_unit="uid", max_rows_per_unit=3,
+               columns={**cols, "s": {"domain": ["s0", "s1", "s2", "s3", "s4"]}})
     return s
 
 
 @pytest.fixture(scope="module")
-def sessions() -> Any:
-    duck, spark = make("duckdb"), make("spark")
+def sessions(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    path = str(tmp_path_factory.mktemp("recent") / "people.parquet")
+    pq.write_table(people()[0], path)
+    duck, spark = make("duckdb", path), make("spark", path)
     yield duck, spark
     duck.close()
     spark.close()
@@ -89,6 +96,9 @@ QUERIES = {
                          "weekofyear(d) = 52 OR dayofmonth(ts) = 31 GROUP BY s"),
     "date_add": ("SELECT s, COUNT(*) AS n FROM p WHERE date_add(d, INTERVAL 9000 YEAR) > DATE '2024-06-01' OR "
                  "date_add(ts, INTERVAL -3 HOUR) < TIMESTAMP '2024-01-02 00:00:00' GROUP BY s"),
+    "parquet_date_parts_and_shifts": ("SELECT s, COUNT(*) AS n FROM pq WHERE yearweek(d) > 99990000 OR isodow(ts) = 7 "
+                                      "OR date_add(d, INTERVAL 9000 YEAR) > DATE '2024-06-01' GROUP BY s"),
+    "parquet_min_max_distinct": "SELECT MIN(DISTINCT d) AS lo, MAX(DISTINCT ts) AS hi, MAX(DISTINCT f) AS f FROM pq",
     "min_max_distinct": "SELECT s, MIN(DISTINCT x) AS lo, MAX(DISTINCT f) AS hi FROM p GROUP BY s",
     "tied_median": "SELECT MEDIAN(x) AS m, MIN(DISTINCT d) AS lo FROM p",
     "quantile_distinct_refused": "SELECT QUANTILE(DISTINCT x, 0.5) FROM p",
@@ -129,8 +139,8 @@ def test_date_parts_and_date_add_agree_over_extreme_and_bc_dates() -> None:
     t = pa.table({"i": pa.array(range(len(DAYS)), pa.int64()), "d": pa.array(DAYS, pa.int32()).cast(pa.date32()),
                   "ts": pa.array(us, pa.timestamp("us"))})
     typer = Typer({"i": "BIGINT", "d": "DATE", "ts": "TIMESTAMP"})
-    q = exp.select(exp.column("i"), *(exp.alias_(typer.t(parse_statements(f"SELECT {e}")[0].expressions[0]).expr, f"e{k}")
-                                      for k, e in enumerate(EXPRS))).from_("v")
+    typed = [typer.t(parse_statements(f"SELECT {e}")[0].expressions[0]).expr for e in EXPRS]
+    q = exp.select(exp.column("i"), *(exp.alias_(e, f"e{k}") for k, e in enumerate(typed))).from_("v")
     for duck, spark in both_engines(t):
         want = sorted(duck.fetch_arrow(q).to_pylist(), key=lambda r: r["i"])
         assert sorted(spark.fetch_arrow(q).to_pylist(), key=lambda r: r["i"]) == want
