@@ -4,6 +4,7 @@ over joins, and the refusals of aggregates that have a supported form (docs/sql.
 from __future__ import annotations
 
 import datetime
+import re
 
 import duckdb
 import pyarrow as pa
@@ -65,6 +66,17 @@ def test_duckdb_spellings_of_sum_and_avg_are_those_aggregates(spelled: str, form
             == _rows(s, f"SELECT {form}(p.price) AS v {join}", options=unsampled)[1])
 
 
+def test_duckdb_spellings_over_a_join_are_named_as_written() -> None:
+    """Over a join as on one table, an output without an alias is named as the query writes it (mean(p.price), not
+    AVG(p.price)), as DuckDB names it."""
+    s = _session()
+    names, _ = _rows(s, "SELECT u.plan, mean(p.price), fsum(p.price), COUNT(*) FROM purchases p JOIN users u ON "
+                        "p.user_id = u.user_id GROUP BY u.plan", 1e-6)
+    assert names == ["plan", "mean(p.price)", "fsum(p.price)", "COUNT(*)"]
+    names, _ = _rows(s, "SELECT kahan_sum(p.price) FROM purchases p, users u WHERE p.user_id = u.user_id", 1e-6)
+    assert names == ["kahan_sum(p.price)"]
+
+
 @pytest.mark.parametrize("spelled, part", [("dayofmonth", "day"), ("weekday", "dayofweek"), ("weekofyear", "week"),
                                            ("isodow", "isodow"), ("yearweek", "yearweek")])
 def test_duckdb_date_part_functions_are_their_date_parts(spelled: str, part: str) -> None:
@@ -124,6 +136,17 @@ def test_date_add_of_an_interval_is_the_shift() -> None:
             _rows(s, f"SELECT COUNT(*) AS n FROM users WHERE {shift}")
     names, rows = _rows(s, "SELECT date_add(MAX(day), INTERVAL 1 DAY) AS next FROM users")
     assert isinstance(rows[0][0], datetime.datetime)
+
+
+@pytest.mark.parametrize("call", ["date_add(day, 3)", "date_add(day, user_id)", "date_sub(day, 3)"])
+def test_date_add_of_a_number_is_refused_naming_the_interval_shift(call: str) -> None:
+    """DuckDB's date_add(d, n) adds n days (a DATE, where d + INTERVAL n DAY is a TIMESTAMP): refused for free, saying
+    to shift by an INTERVAL."""
+    s = _session()
+    with pytest.raises(UnsupportedQueryError, match=r"shift by an INTERVAL: d \+ INTERVAL 3 DAY") as e:
+        s.explain(f"SELECT COUNT(*) FROM users WHERE {call} > DATE '2026-06-01'", epsilon=1.0)
+    quoted = re.search(r": ([^:]*) \(line 1, col 34\)", str(e.value))  # whole, not its name spliced into day + INTERVAL ..
+    assert quoted is not None and (quoted.group(1) == call or quoted.group(1).startswith("day + INTERVAL"))
 
 
 @pytest.mark.parametrize("call", ["reservoir_quantile(amount, 0.5)", "product(amount)", "mad(amount)", "entropy(plan)",

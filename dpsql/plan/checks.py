@@ -145,7 +145,8 @@ def written_name(
     if rendered is None:
         rendered = node.sql(dialect=DIALECT)
     rendered = rendered.split("(", 1)[0]
-    if "(" in rest and name and name.replace("_", "").isalnum() and name != rendered:
+    # a call rendered as another form (date_add(d, 3) is d + INTERVAL 3 DAY) is quoted as rendered, not spliced
+    if "(" in rest and name and name.replace("_", "").isalnum() and name != rendered and rendered.replace("_", "").isalnum():
         return name
     return ""
 

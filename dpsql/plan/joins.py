@@ -76,6 +76,7 @@ from dpsql.plan.checks import (
     never_null_literal,
     row_count,
     violation,
+    written_name,
 )
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem, spell_aliases
@@ -611,6 +612,10 @@ class _JoinBuilder:
             inner = it.unalias()
             name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column)
                                                                else inner.sql(dialect="duckdb"))
+            written = "" if isinstance(it, exp.Alias) or isinstance(inner, exp.Column) else written_name(
+                inner, sql, rendered=name)
+            if written and written.lower() != name.split("(", 1)[0].lower():  # mean(x) is named as written, not AVG(x)
+                name = written + name[len(name.split("(", 1)[0]):]
             base, n = name, 1
             while name.lower() in used:
                 name, n = f"{base}_{n}", n + 1

@@ -2078,6 +2078,7 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _CLOCK_FIX = "a release must not depend on when it ran: write the date as a literal (DATE '2024-12-31')"
+_SHIFT_FIX = "shift by an INTERVAL: d + INTERVAL 3 DAY (or date_add(d, INTERVAL 3 DAY)), d - INTERVAL 3 DAY"
 _PATTERN_FIX = "match text with LIKE / ILIKE ('%' and '_'), starts_with, ends_with or contains"
 #: the fix for common functions and operators that are not on the allow-list (by name or node type)
 _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
@@ -2085,6 +2086,7 @@ _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
     "get_current_timestamp": _CLOCK_FIX, "transaction_timestamp": _CLOCK_FIX,
     "datediff": ("compare the column with a shifted literal instead: date_diff('day', d, DATE '2024-12-31') < 30 is "
                  "d > DATE '2024-12-31' - INTERVAL 30 DAY"),
+    "date_add": _SHIFT_FIX, "date_sub": _SHIFT_FIX,
     "regexp_like": _PATTERN_FIX, "regexp_matches": _PATTERN_FIX, "regexp_full_match": _PATTERN_FIX,
     exp.SimilarTo: _PATTERN_FIX, exp.Glob: _PATTERN_FIX,
 }
