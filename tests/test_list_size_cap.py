@@ -79,10 +79,13 @@ def _alike(sources: list[Any], sql: str, scanned: bool = False) -> None:
     if not scanned:
         assert outcomes[1][1] - base < CPU_SHARE * (uncapped[1] - base), (outcomes, uncapped)
         return
-    reads = [_answer(src, "SELECT COUNT(*) AS n FROM t WHERE lst IS NOT NULL")[1] for src in sources]
+    # CPU seconds are the least of three runs: another process's burst on the shared machine makes DuckDB's
+    # threads spin (one run of a capped query once cost 0.27 s against 0.06-0.09 s), and never makes a run cheaper
+    hostile = min(outcomes[1][1], *(_answer(sources[1], sql)[1] for _ in range(2)))
+    reads = [min(_answer(src, "SELECT COUNT(*) AS n FROM t WHERE lst IS NOT NULL")[1] for _ in range(3)) for src in sources]
     read = max(reads[1] - reads[0], 0.0)
     margin = 0.25 * (uncapped[1] - base)
-    assert outcomes[1][1] - base < read + margin < uncapped[1] - base - margin, (outcomes, reads, uncapped)
+    assert hostile - base < read + margin < uncapped[1] - base - margin, (outcomes, hostile, reads, uncapped)
 
 
 def _tables(typ: str) -> list[duckdb.DuckDBPyConnection]:
