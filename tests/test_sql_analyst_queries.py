@@ -219,6 +219,17 @@ def test_comma_joins_are_joined_in_the_order_of_their_equalities() -> None:
     got = _rows(s, "SELECT u.plan, COUNT(*) AS n FROM users u, items i, purchases p WHERE p.user_id = u.user_id AND "
                    "p.purchase_id = i.purchase_id AND i.cat = 'a' GROUP BY u.plan ORDER BY 1", 1e-6)
     assert got == want and sum(r[1] for r in got[1]) > 0
+    # commas mixed with inner JOIN ... ON: every join is inner, an ON is one more condition, the same order is found
+    for mixed in ("FROM users u, items i JOIN purchases p ON p.purchase_id = i.purchase_id WHERE p.user_id = u.user_id",
+                  "FROM users u, items i INNER JOIN purchases p ON p.purchase_id = i.purchase_id AND i.cat = 'a' "
+                  "WHERE p.user_id = u.user_id",
+                  "FROM items i JOIN purchases p ON p.purchase_id = i.purchase_id, users u WHERE u.user_id = p.user_id"):
+        where = "" if "i.cat = 'a' WHERE" in mixed else " AND i.cat = 'a'"
+        assert _rows(s, f"SELECT u.plan, COUNT(*) AS n {mixed}{where} GROUP BY u.plan ORDER BY 1", 1e-6) == want, mixed
+    # an outer join keeps its place: the comma table before it is still a cross join (refused, naming JOIN ... ON)
+    with pytest.raises(UnsupportedQueryError, match="cross joins"):
+        s.query("SELECT COUNT(*) FROM users u, items i LEFT JOIN purchases p ON p.purchase_id = i.purchase_id "
+                "WHERE p.user_id = u.user_id", epsilon=1.0)
 
 
 def test_comma_joins_equate_unqualified_columns_each_of_one_listed_table() -> None:

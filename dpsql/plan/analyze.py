@@ -1088,6 +1088,12 @@ def _after_comma(join: exp.Expression) -> bool:
     return not any(v for k, v in join.args.items() if k != "this")
 
 
+def _plain_inner(join: exp.Expression) -> bool:
+    """``JOIN t ON cond`` / ``INNER JOIN t ON cond``: an inner join by a condition only (no USING, side or method)."""
+    args = {k: v for k, v in join.args.items() if v and k != "this"}
+    return set(args) <= {"on", "kind"} and "on" in args and str(args.get("kind", "INNER")).upper() == "INNER"
+
+
 def _conjuncts(cond: exp.Expression) -> list[exp.Expression]:
     """The AND-ed terms of a condition, also inside parentheses (``a AND (b AND c)``, as a merged CTE's WHERE
     joins the query's): the same conjunction however it is grouped."""
@@ -1112,6 +1118,14 @@ def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None =
         return stmt
     out = stmt.copy()
     conds = _conjuncts(out.args["where"].this)
+    if all(_after_comma(j) or _plain_inner(j) for j in out.args["joins"]):
+        # inner joins only (FROM u, i JOIN p ON p.i = i.id WHERE p.u = u.id): an ON is one more AND-ed condition of
+        # WHERE, so every join is a comma join and all of them are placed in the order of their equalities below
+        for j in out.args["joins"]:
+            if _plain_inner(j):
+                conds.extend(_conjuncts(j.args["on"]))
+                j.set("on", None)
+                j.set("kind", None)
     items = [from_.this, *(j.this for j in out.args["joins"])]
     holders: dict[str, set[str]] | None = {}  # column -> the listed tables holding it (None: a table not registered)
     for it in items:
