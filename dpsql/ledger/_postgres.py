@@ -48,13 +48,20 @@ s. Prepared statements are off (``prepare_threshold=None``), so a pooler in tran
 each inherited socket at /dev/null before closing it, so the goodbye that closing sends cannot end
 the parent's server session, and the child opens its own. A kept connection that the server
 dropped while it was idle and that fails one of the statements that open a transaction (before the
-body: nothing has been written) is replaced and the transaction started again, once; a connection
-lost after that is a LedgerError as before (the server rolled the transaction back; at COMMIT it may
-have committed it), never a retry, so a charge is never sent twice. Recording a release (its query has
-read private rows) retries connecting until ``Ledger.release_wait`` runs out, so a server that restarts or
-fails over while the query runs does not discard an answer already paid for (connecting sends nothing), and
-starts its transaction again when the server's statement_timeout (which a transaction's first statements run
-under, before dpsql lifts it) cancels one of them (nothing is written yet); a charge says so and gives up.
+body: nothing has been written) is replaced and the transaction started again, once; for a charge, a
+connection lost after that is a LedgerError (the server rolled the transaction back; at COMMIT it may
+have committed it: the message says so), never a retry, so a charge is never sent twice. Recording a
+release (its query has read private rows, its charge stands) retries connecting until
+``Ledger.release_wait`` runs out, so a server that restarts or fails over while the query runs does not
+discard an answer already paid for (connecting sends nothing), and starts its transaction again when the
+server's statement_timeout (which a transaction's first statements run under, before dpsql lifts it)
+cancels one of them (nothing is written yet); a charge says so and gives up. A release whose connection
+the server drops inside its transaction (mid-statement, between two, or at COMMIT: a restart, a
+fail-over, ``pg_terminate_backend``) is started again on a new connection too, within the same
+``release_wait``, and is idempotent: the new transaction takes the ledger's lock (so the cut one has
+ended, rolled back or committed), and an entry it finds already released with exactly this release's
+parameters and synopsis is the first attempt's COMMIT, which reached the server: nothing more is written
+(``PostgresLedger._record_release``; ``tests/test_ledger_postgres_reuse.py``).
 ``close()`` (and a ledger that is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
 
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
@@ -682,8 +689,9 @@ class PostgresLedger(Ledger):
                     # restart, a pooler or firewall that drops idle connections) shows it here: nothing
                     # has been written in this transaction, so it is started again on a new connection
                     dropped = reused and not retried and con.closed
-                    failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
-                                          hint="check the server and the user's rights")
+                    failure = (_ConnectionLost if con.closed else LedgerError)(
+                        f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
+                        hint="check the server and the user's rights")
                 if dropped:
                     retried = True
                     self._pool.discard_idle()  # kept from before the drop: likely dropped too
@@ -719,13 +727,15 @@ class PostgresLedger(Ledger):
                                           hint="keep the ledger in a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8'), "
                                                "or leave the character out") from None
                     if isinstance(e, psycopg.Error):
-                        raise LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
-                                          hint="check the server and the user's rights") from None
+                        # (a connection the server dropped: the server rolled the transaction back)
+                        raise (_ConnectionLost if con.closed else LedgerError)(
+                            f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
+                            hint="check the server and the user's rights") from None
                     raise
                 try:
                     con.commit()
                 except psycopg.Error as e:
-                    raise LedgerError(
+                    raise (_ConnectionLost if con.closed else LedgerError)(
                         f"ledger {self.path}: PostgreSQL could not commit ({type(e).__name__}); the change was not "
                         f"acknowledged: {unchanged}, unless it reached the server before the error (then it counts)",
                         hint="dpsql reads no private row after this error",
@@ -734,6 +744,27 @@ class PostgresLedger(Ledger):
                 return
             finally:
                 self._pool.release(slot, reusable)
+
+    def _record_release(self, entry_id: int, update: dict[str, Any], synopsis_key: str | None, synopsis: str | None,
+                        stands: str, *, wait: float, again: bool) -> None:
+        """Recording a release (its query has read private rows, its charge stands) whose connection the server
+        dropped after its transaction began (a restart, a fail-over, a terminated backend: mid-statement, between
+        two, or at COMMIT) starts again on a new connection until ``wait`` runs out, so the paid answer is not
+        thrown away. The server rolled the cut transaction back, or, if its COMMIT got there, committed it: the
+        next attempt takes the ledger's lock (so that transaction has ended), and an entry it finds released with
+        exactly this release's parameters and synopsis is that COMMIT, recorded once (``again``). A charge is never
+        started again this way (reserve: its failure says what stands)."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                super()._record_release(entry_id, update, synopsis_key, synopsis, stands,
+                                        wait=max(deadline - time.monotonic(), 0.0), again=again)
+                return
+            except _ConnectionLost:
+                if (left := deadline - time.monotonic()) <= 0:
+                    raise
+            again = True
+            time.sleep(min(left, 0.05))
 
     def _idle_ms(self) -> int:
         """The longest pause between two statements of a ledger transaction before the server ends it
@@ -788,6 +819,11 @@ _META_AND_PLACES = (
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
     + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true))"
 )
+
+
+class _ConnectionLost(LedgerError):
+    """The server dropped the connection of a ledger transaction (a terminated backend, a restart, a fail-over)
+    after the transaction began: it rolled the transaction back, or, at COMMIT, may have committed it."""
 
 
 def _rollback(con: Any) -> None:
