@@ -494,6 +494,21 @@ def test_a_release_whose_commit_reached_the_server_before_the_connection_dropped
     led.close()
 
 
+def test_a_server_restart_inside_a_release_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server restarts (a fail-over, an upgrade) while a release's transaction runs: the release is recorded
+    once the server is back, once."""
+    for own in running_server():  # a server of its own: the restart ends every connection to it
+        url = own.database("restart_inside")
+        spy = Spy(monkeypatch)
+        led = open_ledger(url, dpsql.Budget(1.0, 0.0), create=True)
+        entry = _charge(led)
+        spy.before["UPDATE ledger_entries SET status"] = lambda con, own=own: own.restart()
+        led.commit(entry, params_update={"rows": 3})
+        assert spy.count("UPDATE ledger_entries SET status = 'released'") == 2
+        assert [e["status"] for e in led.history().to_pylist()] == ["released"] and _generation(url) == 3
+        led.close()
+
+
 def test_a_server_restart_between_operations(monkeypatch: pytest.MonkeyPatch) -> None:
     for own in running_server():  # a server of its own: the restart ends every connection to it
         url = own.database("restart")
