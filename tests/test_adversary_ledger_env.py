@@ -167,6 +167,81 @@ def test_postgres_ledger_outside_a_changed_search_path_is_not_created_afresh(ser
     PostgresLedger.create(url, Budget(1.0)).close()
 
 
+def _two_schema_ledgers(server: Any, db: str, *, legacy: bool = False) -> tuple[str, Any, int, Any]:
+    """Ledgers in schemas a and b of one database, each with entry 1 reserved (another process's query on b); the
+    database's search_path leads to a; returns the URL without a schema, a's ledger object, its entry, and a
+    ledger object that has only read a (``legacy``: both ledgers written before identities, with no ledger_id row
+    until a write gives them one)."""
+    import psycopg
+
+    from dpsql.ledger._postgres import PostgresLedger
+
+    url = server.database(db)
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE SCHEMA a; CREATE SCHEMA b")
+    theirs = open_ledger(url + "?options=-csearch_path%3Db", Budget(5.0), create=True)
+    entry_b = theirs.reserve(Budget(1.0), mechanism="gaussian", query="theirs", tables=["x"], params={"sigma": 3})
+    theirs.close()
+    PostgresLedger.create(url + "?options=-csearch_path%3Da", Budget(5.0)).close()  # (dpsql init: a ledger there too)
+    with psycopg.connect(url, autocommit=True) as con:
+        if legacy:
+            con.execute("DELETE FROM a.ledger_meta WHERE key = 'ledger_id'; DELETE FROM b.ledger_meta WHERE key = "
+                        "'ledger_id'")
+        con.execute(f"ALTER DATABASE {db} SET search_path = a")
+    reader = open_ledger(url, None)  # reads a
+    led = open_ledger(url, None)
+    mine = led.reserve(Budget(0.5), mechanism="laplace", query="mine", tables=["t"], params={"scale": 2})
+    assert mine == entry_b == 1
+    return url, led, mine, reader
+
+
+def _switch_to_b(server: Any, db: str) -> None:
+    """The database's search_path changes, and the ledger's kept connections are replaced (a restart, a pooler's
+    other server session, a connection older than 60 s)."""
+    import psycopg
+
+    with psycopg.connect(server.url, autocommit=True) as con:
+        con.execute(f"ALTER DATABASE {db} SET search_path = b")
+        con.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> "
+                    "pg_backend_pid()", [db])
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_postgres_release_never_lands_in_another_schemas_ledger_after_a_search_path_change(
+        server: Any, legacy: bool) -> None:
+    import psycopg
+
+    db = "switched_legacy" if legacy else "switched"
+    url, led, mine, reader = _two_schema_ledgers(server, db, legacy=legacy)
+    _switch_to_b(server, db)
+    # (the release used to be recorded on b's entry 1, another process's running query, whose own release was then
+    # refused as already released)
+    b = "a ledger without an identity yet" if legacy else "ledger [0-9a-f]{32}"
+    with pytest.raises(LedgerError, match=rf"now leads to another ledger \(schema b, {b}\) than the one this ledger "
+                                          r"object used before \(schema a, ledger [0-9a-f]{32}\)") as info:
+        led.commit(mine, params_update={"rows": 3})
+    assert "stays 'reserved'" in str(info.value) and "search_path%3Da" in str(info.value.hint)
+    with pytest.raises(LedgerError, match=r"another ledger.*nothing was charged"):  # a charge: nothing charged
+        led.reserve(Budget(0.5), mechanism="laplace", query="again", tables=["t"], params={})
+    # an object that has only read a ledger keeps to it too (one written before identities: by its table)
+    before = "a ledger without an identity yet" if legacy else "ledger [0-9a-f]{32}"
+    with pytest.raises(LedgerError, match=rf"another ledger \(schema b, {b}\).*\(schema a, {before}\).*nothing was "
+                                          "charged"):
+        reader.reserve(Budget(0.5), mechanism="laplace", query="again", tables=["t"], params={})
+    theirs = open_ledger(url + "?options=-csearch_path%3Db", None)
+    theirs.commit(1)
+    assert [(e["status"], e["params"]) for e in theirs.history().to_pylist()] == [("released", '{"sigma":3}')]
+    a = open_ledger(url + "?options=-csearch_path%3Da", None)
+    assert [e["status"] for e in a.history().to_pylist()] == ["reserved"] and a.remaining() == Budget(4.5)
+    # (a ledger written before identities gets one with its first write, under the ledger's lock)
+    with psycopg.connect(url, autocommit=True) as con:
+        ids = con.execute("SELECT (SELECT value FROM a.ledger_meta WHERE key = 'ledger_id'), "
+                          "(SELECT value FROM b.ledger_meta WHERE key = 'ledger_id')").fetchone()
+    assert ids[0] is not None and ids[1] is not None and ids[0] != ids[1]
+    for x in (led, reader, theirs, a):
+        x.close()
+
+
 #: every operation of a ledger beside which a named pipe stands in for a side file (opening a pipe waits for
 #: a writer: it used to wait for ever, past lock_timeout, holding the ledger's lock)
 PIPE_SIDE_FILE = """

@@ -24,12 +24,14 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from _postgres import Server, running_bouncer, running_server
 
 import dpsql
 from dpsql.errors import BudgetExceededError, LedgerError
 from dpsql.ledger import open_ledger
+from dpsql.testing import use_noise, zero_noise
 
 
 @pytest.fixture(scope="module")
@@ -392,6 +394,121 @@ def test_a_connection_dropped_after_the_charge_was_sent_is_never_retried(server:
     led.close()
 
 
+def _generation(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as con:
+        return int(con.execute("SELECT value FROM ledger_meta WHERE key = 'generation'").fetchone()[0])
+
+
+def test_a_release_whose_backend_is_terminated_mid_statement_is_recorded_on_a_new_connection(
+        server: Server, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server ends the release's connection while its UPDATE waits on a lock (a restart, a fail-over, an
+    administrator's pg_terminate_backend): the server rolled that transaction back, and the release, whose query
+    has read private rows and whose charge stands, is recorded on a new connection (it was a LedgerError: the
+    paid answer was thrown away and the entry left 'reserved')."""
+    import psycopg
+
+    spy = Spy(monkeypatch)
+    s = dpsql.Session(ledger=url, budget=None, lock_timeout=5)
+    use_noise(s, zero_noise())
+    s.register("t", pa.table({"u": pa.array([1, 2, 3], pa.int64())}), privacy_unit="u")
+    with psycopg.connect(url, autocommit=True) as admin:
+        # the release's UPDATE of its entry waits for an advisory lock the test holds
+        admin.execute("CREATE FUNCTION hold() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                      "PERFORM pg_advisory_xact_lock(4242); RETURN NEW; END $$")
+        admin.execute("CREATE TRIGGER hold BEFORE UPDATE ON ledger_entries FOR EACH ROW EXECUTE FUNCTION hold()")
+        admin.execute("SELECT pg_advisory_lock(4242)")
+        out: list[Any] = []
+
+        def query() -> None:
+            try:
+                out.append(s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5))
+            except BaseException as e:  # noqa: BLE001 - checked below
+                out.append(e)
+
+        worker = threading.Thread(target=query)
+        worker.start()
+        waiting: list[Any] = []
+        for _ in range(400):
+            waiting = admin.execute("SELECT pid FROM pg_stat_activity WHERE wait_event = 'advisory' AND datname = %s",
+                                    [url.rsplit("/", 1)[1]]).fetchall()
+            if waiting:
+                break
+            time.sleep(0.025)
+        assert len(waiting) == 1
+        _terminate(server, waiting[0][0])
+        admin.execute("SELECT pg_advisory_unlock(4242)")
+        worker.join(60)
+    assert not isinstance(out[0], BaseException), out
+    assert out[0].table.column("n").to_pylist() == [3]  # the answer is returned ...
+    assert spy.count("UPDATE ledger_entries SET status = 'released'") == 2  # (the first was rolled back)
+    entries = s.history().to_pylist()
+    assert [e["status"] for e in entries] == ["released"] and s.remaining() == dpsql.Budget(4.5, 0.0)
+    assert _generation(url) == 3  # ... and recorded once: created, reserved, released
+    s.close()
+
+
+@pytest.mark.parametrize("at", ["UPDATE ledger_entries SET status", "UPDATE ledger_meta"])
+def test_a_release_whose_connection_drops_inside_its_transaction_is_recorded_once(
+        server: Server, url: str, monkeypatch: pytest.MonkeyPatch, at: str) -> None:
+    spy = Spy(monkeypatch)
+    led = open_ledger(url, None)
+    entry = _charge(led)
+    spy.before[at] = lambda con: _terminate(server, con.info.backend_pid)
+    led.commit(entry, params_update={"rows": 3}, synopsis_key="k", synopsis='{"x": 1}')
+    assert spy.count("UPDATE ledger_entries SET status = 'released'") == 2
+    assert [(e["status"], json.loads(e["params"])) for e in led.history().to_pylist()] == [("released", {"rows": 3})]
+    assert led.find_synopsis("k") == (entry, '{"x": 1}') and _generation(url) == 3
+    led.close()
+
+
+def test_a_release_whose_commit_reached_the_server_before_the_connection_dropped_is_recorded_once(
+        server: Server, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The COMMIT of a release was carried out, but the connection dropped before its acknowledgement arrived: the
+    release is started again, finds its own entry released as it would record it, and writes nothing more (it
+    neither fails as 'already released' nor records twice)."""
+    import psycopg
+
+    spy = Spy(monkeypatch)
+    led = open_ledger(url, None)
+    entry = _charge(led)
+    commit = psycopg.Connection.commit
+    killed: list[int] = []
+
+    def lost_acknowledgement(con: Any) -> None:
+        commit(con)
+        if spy.count("UPDATE ledger_entries SET status = 'released'") and not killed:
+            killed.append(con.info.backend_pid)
+            _terminate(server, killed[0])
+            con.execute("SELECT 1")  # the connection's failure, as the COMMIT would have seen it
+
+    monkeypatch.setattr(psycopg.Connection, "commit", lost_acknowledgement)
+    led.commit(entry, params_update={"rows": 3}, synopsis_key="k", synopsis='{"x": 1}')
+    assert killed and spy.count("UPDATE ledger_entries SET status = 'released'") == 1
+    monkeypatch.undo()
+    assert [(e["status"], json.loads(e["params"])) for e in led.history().to_pylist()] == [("released", {"rows": 3})]
+    assert _generation(url) == 3  # the second attempt wrote nothing
+    with pytest.raises(LedgerError, match="only a 'reserved' entry can be released or failed, once"):
+        led.commit(entry, params_update={"rows": 3}, synopsis_key="k", synopsis='{"x": 1}')  # a second commit: refused
+    led.close()
+
+
+def test_a_server_restart_inside_a_release_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server restarts (a fail-over, an upgrade) while a release's transaction runs: the release is recorded
+    once the server is back, once."""
+    for own in running_server():  # a server of its own: the restart ends every connection to it
+        url = own.database("restart_inside")
+        spy = Spy(monkeypatch)
+        led = open_ledger(url, dpsql.Budget(1.0, 0.0), create=True)
+        entry = _charge(led)
+        spy.before["UPDATE ledger_entries SET status"] = lambda con, own=own: own.restart()
+        led.commit(entry, params_update={"rows": 3})
+        assert spy.count("UPDATE ledger_entries SET status = 'released'") == 2
+        assert [e["status"] for e in led.history().to_pylist()] == ["released"] and _generation(url) == 3
+        led.close()
+
+
 def test_a_server_restart_between_operations(monkeypatch: pytest.MonkeyPatch) -> None:
     for own in running_server():  # a server of its own: the restart ends every connection to it
         url = own.database("restart")
@@ -501,3 +618,24 @@ def _close_quietly(con: Any) -> None:
         con.close()
     except Exception:  # noqa: BLE001 - a connection the error left broken
         pass
+
+
+def test_through_pgbouncer_a_release_whose_server_session_is_terminated_is_recorded_once(
+        server: Server, bouncer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind pgbouncer the ledger's connection is to the pooler: when the server session serving the release's
+    transaction is terminated, the pooler closes the client's connection, and the release starts again."""
+    url = bouncer + server.database("b_" + uuid.uuid4().hex[:12]).rsplit("/", 1)[1]
+    led = open_ledger(url, dpsql.Budget(5.0, 0.0), create=True)
+    entry = _charge(led)
+    spy = Spy(monkeypatch)
+
+    def terminate_server_session(con: Any) -> None:
+        with con.cursor() as cur:
+            pid = cur.execute("SELECT pg_backend_pid()").fetchone()[0]  # the server session of this transaction
+        _terminate(server, pid)
+
+    spy.before["UPDATE ledger_entries SET status"] = terminate_server_session
+    led.commit(entry, params_update={"rows": 3})
+    assert spy.count("UPDATE ledger_entries SET status = 'released'") == 2
+    assert [(e["status"], json.loads(e["params"])) for e in led.history().to_pylist()] == [("released", {"rows": 3})]
+    led.close()

@@ -48,13 +48,20 @@ s. Prepared statements are off (``prepare_threshold=None``), so a pooler in tran
 each inherited socket at /dev/null before closing it, so the goodbye that closing sends cannot end
 the parent's server session, and the child opens its own. A kept connection that the server
 dropped while it was idle and that fails one of the statements that open a transaction (before the
-body: nothing has been written) is replaced and the transaction started again, once; a connection
-lost after that is a LedgerError as before (the server rolled the transaction back; at COMMIT it may
-have committed it), never a retry, so a charge is never sent twice. Recording a release (its query has
-read private rows) retries connecting until ``Ledger.release_wait`` runs out, so a server that restarts or
-fails over while the query runs does not discard an answer already paid for (connecting sends nothing), and
-starts its transaction again when the server's statement_timeout (which a transaction's first statements run
-under, before dpsql lifts it) cancels one of them (nothing is written yet); a charge says so and gives up.
+body: nothing has been written) is replaced and the transaction started again, once; for a charge, a
+connection lost after that is a LedgerError (the server rolled the transaction back; at COMMIT it may
+have committed it: the message says so), never a retry, so a charge is never sent twice. Recording a
+release (its query has read private rows, its charge stands) retries connecting until
+``Ledger.release_wait`` runs out, so a server that restarts or fails over while the query runs does not
+discard an answer already paid for (connecting sends nothing), and starts its transaction again when the
+server's statement_timeout (which a transaction's first statements run under, before dpsql lifts it)
+cancels one of them (nothing is written yet); a charge says so and gives up. A release whose connection
+the server drops inside its transaction (mid-statement, between two, or at COMMIT: a restart, a
+fail-over, ``pg_terminate_backend``) is started again on a new connection too, within the same
+``release_wait``, and is idempotent: the new transaction takes the ledger's lock (so the cut one has
+ended, rolled back or committed), and an entry it finds already released with exactly this release's
+parameters and synopsis is the first attempt's COMMIT, which reached the server: nothing more is written
+(``PostgresLedger._record_release``; ``tests/test_ledger_postgres_reuse.py``).
 ``close()`` (and a ledger that is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
 
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
@@ -66,6 +73,17 @@ ledger's names in more than one schema of the search_path are refused (another s
 after the user and so read first, could stand in for the ledger's own). A search_path that holds no ledger while another
 schema of the database does is refused, with ``create=True`` too (a changed search_path never becomes a fresh
 budget; ``dpsql init`` creates a ledger there on purpose).
+
+Each ledger has a random identity, as a ledger file has (``ledger_meta.ledger_id``, 128 bits, drawn when it is
+created; a ledger created before identities gets one at its next write, inserted under the ledger's lock, so
+one writer draws it and nothing else changes). Every transaction reads it in the statement that checks the
+schema (no extra round trip), with the OID of the ``ledger_entries`` table the search_path leads to, and a
+:class:`PostgresLedger` object keeps to the ledger it used first: to its identity, or, while that ledger has
+none yet (it was only read), to its table's OID. A search_path that changes while a session runs
+(``ALTER ROLE`` / ``ALTER DATABASE ... SET search_path`` picked up by a new connection, a pooler's other
+server session, another schema of the same tables) would otherwise lead a release to another ledger, whose
+entry numbers name other charges: it is refused with a LedgerError that names both schemas and identities
+and how to name the schema in the URL; nothing is charged or recorded there.
 The URL's password never appears in a message (``Ledger.path`` shows the URL without it).
 """
 
@@ -88,7 +106,15 @@ import pyarrow as pa
 
 from dpsql.budget import Budget
 from dpsql.errors import ConfigError, LedgerError
-from dpsql.ledger._store import _REQUIRED_TABLES, Ledger, _check_budget, _fmt, _Txn
+from dpsql.ledger._store import (
+    _LEDGER_ID_RE,
+    _REQUIRED_TABLES,
+    Ledger,
+    _check_budget,
+    _fmt,
+    _new_ledger_id,
+    _Txn,
+)
 
 __all__ = ["PostgresLedger", "is_postgres_url", "redact"]
 
@@ -402,6 +428,9 @@ class PostgresLedger(Ledger):
         self._url = url
         self.path = redact(url)
         self._pool = _Pool()
+        #: the ledger this object used first: (its identity, or None for a ledger written before identities; the
+        #: OID of its ledger_entries table; its schema), compared at every operation (_check_ledger)
+        self._pin: tuple[str | None, str, str] | None = None
         # a ledger that is dropped without close() closes its connections too (the finalizer holds the
         # pool, not the ledger)
         weakref.finalize(self, self._pool.close)
@@ -564,8 +593,9 @@ class PostgresLedger(Ledger):
                 c = _Con(con)
                 for stmt in _statements(schema_postgres_sql()):
                     c.execute(stmt)
-                c.execute("INSERT INTO ledger_meta VALUES ('created_at', ?), ('created_by', ?), ('generation', '1')",
-                          [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dpsql"])
+                c.execute("INSERT INTO ledger_meta VALUES ('created_at', ?), ('created_by', ?), ('generation', '1'), "
+                          "('ledger_id', ?)", [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dpsql",
+                                               _new_ledger_id()])
                 c.execute("INSERT INTO ledger_totals VALUES (1, current_timestamp, ?, ?, NULL, NULL, 'created')",
                           [total.epsilon, total.delta])
             con.commit()
@@ -657,7 +687,9 @@ class PostgresLedger(Ledger):
                         # (After the lock: before it, a query would take the snapshot at a stricter isolation.)
                         c.execute("SELECT set_config('synchronous_commit', 'on', true) "
                                   "WHERE current_setting('synchronous_commit') IN ('off', 'local')")
-                    self._check_schema(c)  # type: ignore[arg-type]
+                    found = self._check_ledger(c, unchanged)
+                except LedgerError as e:  # not a dpsql ledger's schema, another ledger than this object's
+                    failure = e
                 except psycopg.errors.LockNotAvailable:
                     failure = LedgerError(f"ledger {self.path} is busy: another process held it for more than "
                                           f"{wait:g} s; {unchanged}",
@@ -682,8 +714,9 @@ class PostgresLedger(Ledger):
                     # restart, a pooler or firewall that drops idle connections) shows it here: nothing
                     # has been written in this transaction, so it is started again on a new connection
                     dropped = reused and not retried and con.closed
-                    failure = LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
-                                          hint="check the server and the user's rights")
+                    failure = (_ConnectionLost if con.closed else LedgerError)(
+                        f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
+                        hint="check the server and the user's rights")
                 if dropped:
                     retried = True
                     self._pool.discard_idle()  # kept from before the drop: likely dropped too
@@ -697,11 +730,15 @@ class PostgresLedger(Ledger):
                     _rollback(con)
                     reusable = True  # kept only if the rollback left it outside any transaction
                     raise failure
+                drawn: str | None = None  # the identity this write gives a ledger written before identities
                 try:
                     yield c, t
                     if write and t.wrote:
                         c.execute("UPDATE ledger_meta SET value = CAST(CAST(value AS BIGINT) + 1 AS VARCHAR) "
                                   "WHERE key = 'generation'")
+                        if found[0] is None:  # under the ledger's lock: one writer draws it
+                            drawn = _new_ledger_id()
+                            c.execute("INSERT INTO ledger_meta VALUES ('ledger_id', ?)", [drawn])
                 except BaseException as e:
                     _rollback(con)
                     reusable = isinstance(e, Exception)  # not after an interrupt: closed
@@ -719,21 +756,46 @@ class PostgresLedger(Ledger):
                                           hint="keep the ledger in a UTF8 database (CREATE DATABASE ... ENCODING 'UTF8'), "
                                                "or leave the character out") from None
                     if isinstance(e, psycopg.Error):
-                        raise LedgerError(f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
-                                          hint="check the server and the user's rights") from None
+                        # (a connection the server dropped: the server rolled the transaction back)
+                        raise (_ConnectionLost if con.closed else LedgerError)(
+                            f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
+                            hint="check the server and the user's rights") from None
                     raise
                 try:
                     con.commit()
                 except psycopg.Error as e:
-                    raise LedgerError(
+                    raise (_ConnectionLost if con.closed else LedgerError)(
                         f"ledger {self.path}: PostgreSQL could not commit ({type(e).__name__}); the change was not "
                         f"acknowledged: {unchanged}, unless it reached the server before the error (then it counts)",
                         hint="dpsql reads no private row after this error",
                     ) from None
+                if drawn is not None:  # committed: this ledger's identity from now on
+                    self._pin = (drawn, found[1], found[2])
                 reusable = True
                 return
             finally:
                 self._pool.release(slot, reusable)
+
+    def _record_release(self, entry_id: int, update: dict[str, Any], synopsis_key: str | None, synopsis: str | None,
+                        stands: str, *, wait: float, again: bool) -> None:
+        """Recording a release (its query has read private rows, its charge stands) whose connection the server
+        dropped after its transaction began (a restart, a fail-over, a terminated backend: mid-statement, between
+        two, or at COMMIT) starts again on a new connection until ``wait`` runs out, so the paid answer is not
+        thrown away. The server rolled the cut transaction back, or, if its COMMIT got there, committed it: the
+        next attempt takes the ledger's lock (so that transaction has ended), and an entry it finds released with
+        exactly this release's parameters and synopsis is that COMMIT, recorded once (``again``). A charge is never
+        started again this way (reserve: its failure says what stands)."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                super()._record_release(entry_id, update, synopsis_key, synopsis, stands,
+                                        wait=max(deadline - time.monotonic(), 0.0), again=again)
+                return
+            except _ConnectionLost:
+                if (left := deadline - time.monotonic()) <= 0:
+                    raise
+            again = True
+            time.sleep(min(left, 0.05))
 
     def _idle_ms(self) -> int:
         """The longest pause between two statements of a ledger transaction before the server ends it
@@ -742,9 +804,12 @@ class PostgresLedger(Ledger):
         only (a server's own, lower value is not kept: it dropped live connections mid-charge)."""
         return min(max(10_000, math.ceil(2000 * self.lock_timeout)), _PG_MAX_MS)
 
-    def _check_schema(self, con: Any) -> int:
+    def _check_ledger(self, con: Any, unchanged: str) -> tuple[str | None, str, str]:
+        """Check that the search_path leads to one dpsql ledger of this version, and to the one this object used
+        first; returns the ledger's (identity, ledger_entries OID, schema)."""
         rows = dict(con.execute(_META_AND_PLACES).fetchall())
         places = (rows.pop(_PLACES, None) or "").split(",")
+        table = str(rows.pop(_TABLE, ""))
         if len(places) != len(_REQUIRED_TABLES) or len(set(places)) != 1:
             # a schema earlier in the search_path that holds a table of the ledger's name (e.g. one named
             # after the ledger's user, found first by the default "$user", public) stands in for the
@@ -771,7 +836,27 @@ class PostgresLedger(Ledger):
                       f"open it with the older dpsql release that wrote schema version {found}")
                 + "; dpsql never rewrites a ledger silently",
             )
-        return int(rows.get("generation", "0") or 0)
+        ledger_id = rows.get("ledger_id")
+        if ledger_id is not None and not _LEDGER_ID_RE.fullmatch(ledger_id):
+            raise self._corrupt(f"ledger_id is {ledger_id[:40]!r}")
+        seen = (ledger_id, table, places[0])
+        pin = self._pin
+        # the identity, once the ledger has one; before (a ledger written before identities, which gets one at its
+        # next write), its ledger_entries table: a search_path changed meanwhile (ALTER ROLE / DATABASE ... SET
+        # search_path and a new connection, a pooler's other server session, a URL's options) leads to another
+        # ledger, whose entry ids name other charges: a release recorded there would land on another's entry
+        if pin is not None and (ledger_id != pin[0] if pin[0] is not None else table != pin[1]):
+            raise LedgerError(
+                f"ledger {self.path}: the connection's search_path now leads to another ledger (schema {places[0]}, "
+                f"{_named(ledger_id)}) than the one this ledger object used before (schema {pin[2]}, {_named(pin[0])}): "
+                f"its entries are other charges than those recorded before; {unchanged}",
+                hint=f"name the ledger's schema in the URL (?options=-csearch_path%3D{pin[2]}) or restore the user's, "
+                     "role's or database's search_path; to use the other ledger, open it anew (Ledger.open(url), a new "
+                     "Session)",
+            )
+        if pin is None or pin[0] is None:
+            self._pin = seen
+        return seen
 
     def close(self) -> None:
         """Close the ledger's connections (one in use by another thread closes when its operation ends)."""
@@ -780,14 +865,26 @@ class PostgresLedger(Ledger):
 
 
 _PLACES = "__places"
-#: ledger_meta's version and generation, and, in one round trip, the schema of every table of the
-#: ledger's names that the connection's search_path can see (pg_temp included): one schema, each once
+_TABLE = "__table"
+#: ledger_meta's version, generation and identity, the OID of the ledger_entries table the search_path leads to,
+#: and, in one round trip, the schema of every table of the ledger's names that the connection's search_path can
+#: see (pg_temp included): one schema, each once
 _META_AND_PLACES = (
-    "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation') UNION ALL "
+    "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation', 'ledger_id') UNION ALL "
+    f"SELECT '{_TABLE}', CAST(CAST(to_regclass('ledger_entries') AS oid) AS VARCHAR) UNION ALL "
     f"SELECT '{_PLACES}', string_agg(n.nspname, ',' ORDER BY n.nspname) FROM pg_catalog.pg_class c "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
     + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true))"
 )
+
+
+def _named(ledger_id: str | None) -> str:
+    return f"ledger {ledger_id}" if ledger_id is not None else "a ledger without an identity yet"
+
+
+class _ConnectionLost(LedgerError):
+    """The server dropped the connection of a ledger transaction (a terminated backend, a restart, a fail-over)
+    after the transaction began: it rolled the transaction back, or, at COMMIT, may have committed it."""
 
 
 def _rollback(con: Any) -> None:

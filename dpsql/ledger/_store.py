@@ -726,9 +726,24 @@ class Ledger:
             f"entry {entry_id} stays 'reserved': the charge stands (it counts against the budget), but its "
             "release was not recorded"
         )
-        with self._txn(write=True, unchanged=stands, wait=self.release_wait()) as (con, t):
-            t.committed = f"the release of entry {entry_id} (whose charge stands either way) is recorded"
+        self._record_release(entry_id, update, synopsis_key, synopsis, stands, wait=self.release_wait(), again=False)
 
+    def _record_release(self, entry_id: int, update: dict[str, Any], synopsis_key: str | None, synopsis: str | None,
+                        stands: str, *, wait: float, again: bool) -> None:
+        """:meth:`commit`'s transaction. ``again``: the same release once more, after a transaction of it was cut
+        short where its COMMIT may have reached the ledger (the PostgreSQL ledger's lost connection): an entry
+        found released with exactly these parameters and synopsis is that COMMIT, and nothing more is written."""
+        with self._txn(write=True, unchanged=stands, wait=wait) as (con, t):
+            t.committed = f"the release of entry {entry_id} (whose charge stands either way) is recorded"
+            if again:
+                row = _first(con.execute(
+                    "SELECT status, CAST(params AS VARCHAR), synopsis_key, CAST(synopsis AS VARCHAR) FROM ledger_entries "
+                    "WHERE entry_id = ?", [entry_id]).fetchall())
+                if row is not None and row[0] == "released" and (row[2], row[3]) == (synopsis_key, synopsis):
+                    recorded = json.loads(row[1])
+                    if all(k in recorded and recorded[k] == v for k, v in update.items()):
+                        t.wrote = False
+                        return
             status, params_text = self._row_for_transition(con, entry_id, "commit")
             params = json.loads(params_text)
             for k, v in update.items():

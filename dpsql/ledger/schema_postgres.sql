@@ -7,7 +7,9 @@
 -- transitions, never SUM() the budget columns to decide anything.
 
 CREATE TABLE ledger_meta (
-    key   VARCHAR PRIMARY KEY,
+    key   VARCHAR PRIMARY KEY,  -- 'schema_version', 'created_at', 'created_by', 'generation', 'ledger_id'
+                                --   (32 hex digits, random, set at creation; a ledger of an earlier release
+                                --   gets one at its next write): a ledger object keeps to the ledger it used first
     value VARCHAR NOT NULL
 );
 
