@@ -51,3 +51,13 @@ def test_expressions_md_type_refusals_name_the_function_as_documented(session, e
     for internal in ("time_to_str", "str_to_time", "day_of_week", "day_of_year", "week_of_year", "dayofweek_iso",
                      "timestamp_trunc", "str_position"):
         assert internal not in msg, msg
+
+
+# -- README, Python API, query(): "options keys are documented in dpsql.session.OPTIONS (...)"
+
+
+def test_readme_python_api_query_lists_every_option_key() -> None:
+    start = README.index("* `query(sql, epsilon=, delta=, options=)`")
+    bullet = README[start : README.index("unknown keys are refused", start)]
+    missing = sorted(k for k in OPTIONS if f"`{k}`" not in bullet)
+    assert not missing, f"README's query() bullet does not name the option(s) {missing}"
