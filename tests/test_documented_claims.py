@@ -61,3 +61,18 @@ def test_readme_python_api_query_lists_every_option_key() -> None:
     bullet = README[start : README.index("unknown keys are refused", start)]
     missing = sorted(k for k in OPTIONS if f"`{k}`" not in bullet)
     assert not missing, f"README's query() bullet does not name the option(s) {missing}"
+
+
+# -- README, "The command line in ETL jobs": the meta holds the mechanism, the cost, the remaining budget, the
+#    ledger entry, per-column accuracy, the public parameters, notes and warnings; "From Python: Release.meta() ..."
+
+
+def test_readme_meta_from_python_holds_the_remaining_budget_when_given_it(session) -> None:
+    r = session.query("SELECT country, COUNT(*) AS n FROM events GROUP BY country", epsilon=1.0, delta=1e-6)
+    keys = {"mechanism", "cost", "ledger_id", "accuracy", "parameters", "notes", "warnings"}
+    assert keys <= set(r.meta()) and "remaining" not in r.meta()
+    rem = session.remaining()
+    assert r.meta(rem)["remaining"] == {"epsilon": rem.epsilon, "delta": rem.delta}
+    assert r.to_dict(rem)["meta"]["remaining"] == r.meta(rem)["remaining"]
+    assert b'"remaining"' in r.to_arrow(rem).schema.metadata[b"dpsql"]
+    assert "`r.meta(s.remaining())`" in README
