@@ -76,3 +76,21 @@ def test_readme_meta_from_python_holds_the_remaining_budget_when_given_it(sessio
     assert r.to_dict(rem)["meta"]["remaining"] == r.meta(rem)["remaining"]
     assert b'"remaining"' in r.to_arrow(rem).schema.metadata[b"dpsql"]
     assert "`r.meta(s.remaining())`" in README
+
+
+# -- README, "The command line in ETL jobs", ad-hoc files: how --domain NAME.COL=A,B,C reads its values
+
+
+def test_readme_cli_domain_values_are_split_at_commas_and_trimmed(tmp_path, capsys, monkeypatch) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(pa.table({"u": [1, 2], "zip": ["01234", "10"]}), "t.parquet")
+    assert run_cli(["init", "--epsilon", "1", "--delta", "1e-6", "--ledger", "l.duckdb"]) == 0
+    capsys.readouterr()
+    flags = ["--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=u"]
+    assert run_cli([*flags, "--domain", "t.zip= 01234, 10,,", "tables"]) == 0
+    assert 'zip: domain ["01234", "10"]' in capsys.readouterr().out  # text as typed, but trimmed
+    assert "split at commas with edge spaces trimmed and empty items dropped" in _flat(README)
