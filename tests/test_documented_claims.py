@@ -94,3 +94,19 @@ def test_readme_cli_domain_values_are_split_at_commas_and_trimmed(tmp_path, caps
     assert run_cli([*flags, "--domain", "t.zip= 01234, 10,,", "tables"]) == 0
     assert 'zip: domain ["01234", "10"]' in capsys.readouterr().out  # text as typed, but trimmed
     assert "split at commas with edge spaces trimmed and empty items dropped" in _flat(README)
+
+
+# -- docs/sql.md, Tables: "FROM schema.t ... Columns may be qualified the same way (schema.t.col)"
+
+
+def test_sql_md_tables_columns_are_qualified_as_from_names_the_table(session) -> None:
+    def count(sql: str) -> int:
+        return session.query(sql, epsilon=1.0, delta=1e-6).table.column(0)[0].as_py()
+
+    n = count("SELECT COUNT(*) FROM events WHERE amount > 5")
+    assert count("SELECT COUNT(*) FROM main.events WHERE main.events.amount > 5") == n
+    assert count("SELECT COUNT(*) FROM db.main.events WHERE db.main.events.amount > 5") == n
+    assert count("SELECT COUNT(*) FROM main.events WHERE events.amount > 5") == n
+    with pytest.raises(UnsupportedQueryError, match="unknown table or alias 'main.events'"):
+        session.query("SELECT COUNT(*) FROM events WHERE main.events.amount > 5", epsilon=1.0, delta=1e-6)
+    assert "`FROM t` takes `t.col`, not `main.t.col`" in SQL_MD
