@@ -11,12 +11,10 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
-import dpsql
 from dpsql.errors import UnsupportedQueryError
 from dpsql.session import OPTIONS
-
-from conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -110,3 +108,32 @@ def test_sql_md_tables_columns_are_qualified_as_from_names_the_table(session) ->
     with pytest.raises(UnsupportedQueryError, match="unknown table or alias 'main.events'"):
         session.query("SELECT COUNT(*) FROM events WHERE main.events.amount > 5", epsilon=1.0, delta=1e-6)
     assert "`FROM t` takes `t.col`, not `main.t.col`" in SQL_MD
+
+
+# -- README, Benchmarks: "Each script is one command": the scripts exist, and what they need beyond the
+#    repository (data sets, the bench extra) is said, in the README and by the script itself
+
+
+def _load_benchmark(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_readme_benchmarks_exist_and_name_what_they_need(tmp_path, monkeypatch) -> None:
+    block = README[README.index("## Benchmarks") : README.index("### Q1-Q3")]
+    scripts = re.findall(r"python (benchmarks/\w+\.py)", block)
+    assert len(scripts) >= 10 and all((ROOT / s).is_file() for s in scripts)
+    flat = _flat(block)
+    assert "pip install -e '.[test,bench]'" in flat
+    for script in scripts:  # a data set read from outside the repository is named with its variable
+        for var in re.findall(r"\"(DPSQL_(?:DPBENCH|GRAPHS))\"", (ROOT / script).read_text(encoding="utf-8")):
+            assert f"${var}" in flat, f"{script} reads ${var}, which the README does not name"
+    dawa = _load_benchmark("dawa")
+    with pytest.raises(SystemExit, match=r"--data DIR or set \$DPSQL_DPBENCH"):
+        dawa.main(["--data", str(tmp_path / "none"), "--quick", "--out", str(tmp_path)])
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # the bench extra not installed
+    assert "dpsql[bench]" in dawa.plot(str(tmp_path), str(tmp_path), {})
