@@ -137,3 +137,32 @@ def test_readme_benchmarks_exist_and_name_what_they_need(tmp_path, monkeypatch) 
         dawa.main(["--data", str(tmp_path / "none"), "--quick", "--out", str(tmp_path)])
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # the bench extra not installed
     assert "dpsql[bench]" in dawa.plot(str(tmp_path), str(tmp_path), {})
+
+
+# -- README: every dpsql command it shows (Quick start, "More to try", "The command line in ETL jobs", and the
+#    docker compose commands' arguments) runs on a fresh copy of the example data and exits 0
+
+
+def _readme_commands() -> list[list[str]]:
+    import shlex
+
+    cmds: list[list[str]] = []
+    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" # ")[0].strip()
+            for part in line.split("&&"):
+                argv = shlex.split(part, comments=True)
+                if argv and argv[0].endswith("dpsql") and "--config" in argv:
+                    cmds.append(argv[1:])
+    flat = _flat(README)
+    for args in re.findall(r"`docker compose run --rm dpsql ([^`]+)`", flat):  # the image runs dpsql --config ...
+        if not args.startswith("..."):
+            cmds.append(["--config", "examples/dpsql.toml", *shlex.split(args)])
+    return cmds
+
+
+def test_readme_commands_run_on_the_example(workdir) -> None:
+    cmds = _readme_commands()
+    assert len(cmds) >= 12 and any("sql/examples/top_urls.sql" in c for c in cmds)
+    failed = [" ".join(c) for c in cmds if run_cli(c) != 0]
+    assert not failed, "README commands that fail on the example:\n" + "\n".join(failed)
