@@ -166,3 +166,13 @@ def test_readme_commands_run_on_the_example(workdir) -> None:
     assert len(cmds) >= 12 and any("sql/examples/top_urls.sql" in c for c in cmds)
     failed = [" ".join(c) for c in cmds if run_cli(c) != 0]
     assert not failed, "README commands that fail on the example:\n" + "\n".join(failed)
+
+
+# -- docs/expressions.md, "The typer" rule 2: "varchar_col = 5 is refused, naming the fix (CAST(col AS INTEGER),
+#    or compare with '5')"
+
+
+def test_expressions_md_text_compared_with_a_number_names_the_fix(session) -> None:
+    with pytest.raises(UnsupportedQueryError) as e:
+        session.query("SELECT COUNT(*) FROM events WHERE url = 5", epsilon=1.0, delta=1e-6)
+    assert "CAST(col AS INTEGER)" in str(e.value) and "'5'" in str(e.value), str(e.value)

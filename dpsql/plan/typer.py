@@ -728,7 +728,14 @@ class Typer:
         names = sorted({("text" if p.type.kind in ("varchar",) else str(p.type)) for p in typed})
         hint = ""
         if "varchar" in kinds and kinds & {"int", "decimal", "float"}:
-            hint = "; DuckDB would cast text implicitly and fail on a value that does not convert: write CAST(col AS type) (a value that does not convert is then NULL) or compare with a string literal"
+            # name the fix with the query's own number type and literal (CAST(col AS INTEGER), or compare with '5')
+            nums = [p for p in typed if p.type.kind in ("int", "decimal", "float")]
+            num = nums[0]
+            lit = num.expr.sql(dialect="duckdb") if len(nums) == 1 and isinstance(num.expr, exp.Literal) else ""
+            to = "DOUBLE" if num.literal and num.type.kind != "int" else num.type
+            hint = (f"; DuckDB would cast text implicitly and fail on a value that does not convert: write CAST(col AS "
+                    f"{to}) (a value that does not convert is then NULL) or compare with "
+                    + (f"the string literal '{lit}'" if lit else "a string literal"))
         elif "strlit" in kinds and kinds & {"int", "decimal", "float"}:
             hint = "; write the number without quotes"
         raise self.refuse(node, f"{what} mixes incompatible types ({', '.join(names)}){hint}")
