@@ -176,3 +176,27 @@ def test_expressions_md_text_compared_with_a_number_names_the_fix(session) -> No
     with pytest.raises(UnsupportedQueryError) as e:
         session.query("SELECT COUNT(*) FROM events WHERE url = 5", epsilon=1.0, delta=1e-6)
     assert "CAST(col AS INTEGER)" in str(e.value) and "'5'" in str(e.value), str(e.value)
+
+
+# -- README, Exit codes: on Ctrl-C or SIGTERM "a charge already made stands: its entry is marked failed once the
+#    query has started" (also while the run is padded to the owner's min_response_time)
+
+
+def test_readme_interrupt_while_padding_marks_the_entry_failed(events, monkeypatch) -> None:
+    import types
+
+    import dpsql.charge
+
+    s = dpsql.Session(budget=dpsql.Budget(1.0, 1e-6), engine={"min_response_time": 30})
+    s.register("events", events, privacy_unit="user_id")
+
+    def sleep(seconds: float) -> None:  # the signal arrives while the run sleeps to its min_response_time
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dpsql.charge, "time", types.SimpleNamespace(monotonic=dpsql.charge.time.monotonic, sleep=sleep))
+    with pytest.raises(KeyboardInterrupt):
+        s.query("SELECT COUNT(*) FROM events", epsilon=0.5, delta=0)
+    [entry] = s.history().to_pylist()
+    assert entry["status"] == "failed" and entry["epsilon"] == 0.5
+    assert s.remaining().epsilon == 0.5  # the charge stands
+    s.close()
