@@ -39,6 +39,7 @@ def _flat(text: str) -> str:
         ("isodow(url) = 1", "isodow"),
         ("date_trunc('month', url) IS NULL", "date_trunc"),
         ("strpos(age, 'a') > 0", "strpos"),
+        ("url || '" + "a" * 300 + "' = 'x'", "concat"),  # || is concat (a text literal of over 256 characters)
     ],
 )
 def test_expressions_md_type_refusals_name_the_function_as_documented(session, expr: str, name: str) -> None:
@@ -47,7 +48,7 @@ def test_expressions_md_type_refusals_name_the_function_as_documented(session, e
     msg = str(e.value)
     assert f"{name}()" in msg, msg
     for internal in ("time_to_str", "str_to_time", "day_of_week", "day_of_year", "week_of_year", "dayofweek_iso",
-                     "timestamp_trunc", "str_position"):
+                     "timestamp_trunc", "str_position", "dpipe"):
         assert internal not in msg, msg
 
 

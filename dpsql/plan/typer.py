@@ -2027,7 +2027,7 @@ _SQL_SPELLING = {
     "time_to_str": "strftime", "str_to_time": "strptime", "day_of_week": "dayofweek", "day_of_year": "dayofyear",
     "day_of_month": "dayofmonth", "week_of_year": "weekofyear", "dayofweek_iso": "isodow",
     "timestamp_trunc": "date_trunc", "str_position": "strpos", "date_from_parts": "make_date",
-    "is_nan": "isnan", "is_inf": "isinf",
+    "is_nan": "isnan", "is_inf": "isinf", "dpipe": "concat",
 }
 
 
