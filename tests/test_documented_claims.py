@@ -201,3 +201,18 @@ def test_readme_interrupt_while_padding_marks_the_entry_failed(events, monkeypat
     assert entry["status"] == "failed" and entry["epsilon"] == 0.5
     assert s.remaining().epsilon == 0.5  # the charge stands
     s.close()
+
+
+# -- README, "The command line in ETL jobs": "Hints are worded as flags and config keys; a hint about a query
+#    option names the option as the Python API does, which --option KEY=VALUE sets"
+
+
+def test_readme_cli_hints_flags_and_option_names(workdir, capsys) -> None:
+    base = ["--config", "examples/dpsql.toml", "query", "--epsilon", "0.1", "--delta", "1e-6"]
+    assert run_cli([*base, "SELECT url, SUM(amount) FROM events GROUP BY url", "--option", "max_groups_per_unit=9"]) == 2
+    err = capsys.readouterr().err
+    assert "pass max_groups_per_unit <= 5, or omit it" in err, err
+    assert run_cli(["--config", "examples/dpsql.toml", "query", "--epsilon", "0.1", "SELECT url, COUNT(*) FROM events GROUP BY url"]) == 2
+    err = capsys.readouterr().err
+    assert "pass --delta (e.g. --delta 1e-6)" in err and "--domain TABLE.col=A,B,C" in err, err
+    assert "which `--option KEY=VALUE` sets" in _flat(README)
