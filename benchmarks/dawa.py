@@ -253,10 +253,13 @@ def bench_2d(data: str, name: str, seeds: int, opts: dict[str, Any]) -> dict[str
 
 
 def plot(data: str, out: str, opts: dict[str, Any]) -> str:
-    import matplotlib
+    try:
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # the bench extra is not installed: the figures are still written
+        return f"matplotlib unavailable ({exc}): pip install 'dpsql[bench]' for the plot"
 
     names = ["NETTRACE", "MEDCOST"]
     fig, axes = plt.subplots(len(names), 1, figsize=(11, 6.5))
@@ -336,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--no-2d", action="store_true")
     args = ap.parse_args(argv)
+    if not os.path.isdir(os.path.join(args.data, "1D")):
+        sys.exit(f"no DPBench histograms in {args.data!r} (its 1D/ folder): give --data DIR or set $DPSQL_DPBENCH")
     seeds = 3 if args.quick else args.seeds
     opts = {"ratio": args.ratio, "penalty": args.penalty, "alignment": args.alignment}
     os.makedirs(args.out, exist_ok=True)

@@ -87,7 +87,10 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
     finally:
         pad = settings.min_response_time - (time.monotonic() - start)
         if pad > 0:
-            time.sleep(pad)
+            try:
+                time.sleep(pad)
+            except BaseException as e:  # Ctrl-C or SIGTERM while padding: the run ends here, its entry is marked failed
+                failure = e
     if failure is not None:
         try:
             ledger.fail(entry, FAILURE_REASON)

@@ -728,7 +728,14 @@ class Typer:
         names = sorted({("text" if p.type.kind in ("varchar",) else str(p.type)) for p in typed})
         hint = ""
         if "varchar" in kinds and kinds & {"int", "decimal", "float"}:
-            hint = "; DuckDB would cast text implicitly and fail on a value that does not convert: write CAST(col AS type) (a value that does not convert is then NULL) or compare with a string literal"
+            # name the fix with the query's own number type and literal (CAST(col AS INTEGER), or compare with '5')
+            nums = [p for p in typed if p.type.kind in ("int", "decimal", "float")]
+            num = nums[0]
+            lit = num.expr.sql(dialect="duckdb") if len(nums) == 1 and isinstance(num.expr, exp.Literal) else ""
+            to = "DOUBLE" if num.literal and num.type.kind != "int" else num.type
+            hint = (f"; DuckDB would cast text implicitly and fail on a value that does not convert: write CAST(col AS "
+                    f"{to}) (a value that does not convert is then NULL) or compare with "
+                    + (f"the string literal '{lit}'" if lit else "a string literal"))
         elif "strlit" in kinds and kinds & {"int", "decimal", "float"}:
             hint = "; write the number without quotes"
         raise self.refuse(node, f"{what} mixes incompatible types ({', '.join(names)}){hint}")
@@ -745,7 +752,8 @@ class Typer:
 
     @staticmethod
     def _fname(node: exp.Expression) -> str:
-        return func_name(node) or type(node).__name__.lower()
+        name = func_name(node) or type(node).__name__.lower()
+        return _SQL_SPELLING.get(name, name)
 
     def boolean(self, node: exp.Expression, what: str) -> exp.Expression:
         r = self.t(node)
@@ -2011,6 +2019,16 @@ _POST_STRUCTURAL: tuple[type[exp.Expression], ...] = (exp.Alias, exp.Ordered, ex
                                                        exp.Count, exp.Sum, exp.Avg)
 
 _DOCS = "see docs/expressions.md"
+
+
+#: sqlglot's names of allow-listed functions that SQL spells otherwise: a message names the function as
+#: docs/expressions.md and DuckDB spell it (strftime(), not sqlglot's time_to_str())
+_SQL_SPELLING = {
+    "time_to_str": "strftime", "str_to_time": "strptime", "day_of_week": "dayofweek", "day_of_year": "dayofyear",
+    "day_of_month": "dayofmonth", "week_of_year": "weekofyear", "dayofweek_iso": "isodow",
+    "timestamp_trunc": "date_trunc", "str_position": "strpos", "date_from_parts": "make_date",
+    "is_nan": "isnan", "is_inf": "isinf", "dpipe": "concat",
+}
 
 
 def func_name(node: exp.Expression) -> str:
