@@ -226,6 +226,9 @@ def test_comma_joins_are_joined_in_the_order_of_their_equalities() -> None:
                   "FROM items i JOIN purchases p ON p.purchase_id = i.purchase_id, users u WHERE u.user_id = p.user_id"):
         where = "" if "i.cat = 'a' WHERE" in mixed else " AND i.cat = 'a'"
         assert _rows(s, f"SELECT u.plan, COUNT(*) AS n {mixed}{where} GROUP BY u.plan ORDER BY 1", 1e-6) == want, mixed
+    # ... also when every condition is in an ON (no WHERE)
+    assert _rows(s, "SELECT u.plan, COUNT(*) AS n FROM users u, items i JOIN purchases p ON p.purchase_id = i.purchase_id "
+                    "AND p.user_id = u.user_id AND i.cat = 'a' GROUP BY u.plan ORDER BY 1", 1e-6) == want
     # an outer join keeps its place: the comma table before it is still a cross join (refused, naming JOIN ... ON)
     with pytest.raises(UnsupportedQueryError, match="cross joins"):
         s.query("SELECT COUNT(*) FROM users u, items i LEFT JOIN purchases p ON p.purchase_id = i.purchase_id "

@@ -1114,10 +1114,12 @@ def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None =
     if not isinstance(stmt, exp.Select):
         return stmt
     from_ = stmt.args.get("from_") or stmt.args.get("from")
-    if from_ is None or stmt.args.get("where") is None or not any(_after_comma(j) for j in stmt.args.get("joins") or []):
+    joins = stmt.args.get("joins") or []
+    if from_ is None or not any(_after_comma(j) for j in joins) or (
+            stmt.args.get("where") is None and not any(_plain_inner(j) for j in joins)):
         return stmt
     out = stmt.copy()
-    conds = _conjuncts(out.args["where"].this)
+    conds = _conjuncts(out.args["where"].this) if out.args.get("where") is not None else []
     if all(_after_comma(j) or _plain_inner(j) for j in out.args["joins"]):
         # inner joins only (FROM u, i JOIN p ON p.i = i.id WHERE p.u = u.id): an ON is one more AND-ed condition of
         # WHERE, so every join is a comma join and all of them are placed in the order of their equalities below
