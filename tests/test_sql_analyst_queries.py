@@ -229,6 +229,11 @@ def test_comma_joins_are_joined_in_the_order_of_their_equalities() -> None:
     # ... also when every condition is in an ON (no WHERE)
     assert _rows(s, "SELECT u.plan, COUNT(*) AS n FROM users u, items i JOIN purchases p ON p.purchase_id = i.purchase_id "
                     "AND p.user_id = u.user_id AND i.cat = 'a' GROUP BY u.plan ORDER BY 1", 1e-6) == want
+    # an unqualified column of an ON names the one table holding it among those joined since the last comma, as DuckDB
+    # binds it (user_id: p's, not u's, listed before the comma)
+    bound = ("SELECT u.plan, COUNT(*) AS n FROM users u, items i JOIN purchases p ON p.purchase_id = i.purchase_id AND "
+             "{} < 10 WHERE p.user_id = u.user_id AND i.cat = 'a' GROUP BY u.plan ORDER BY 1")
+    assert _rows(s, bound.format("user_id"), 1e-6) == _rows(s, bound.format("p.user_id"), 1e-6) != want
     # an outer join keeps its place: the comma table before it is still a cross join (refused, naming JOIN ... ON)
     with pytest.raises(UnsupportedQueryError, match="cross joins"):
         s.query("SELECT COUNT(*) FROM users u, items i LEFT JOIN purchases p ON p.purchase_id = i.purchase_id "

@@ -1104,6 +1104,12 @@ def _conjuncts(cond: exp.Expression) -> list[exp.Expression]:
     return [c for part in cond.flatten() for c in _conjuncts(part)]
 
 
+def _columns_of(item: exp.Expression, catalog: Mapping[str, TableSpec] | None) -> set[str] | None:
+    """The columns of a registered table listed in FROM (lower case); None for anything else."""
+    spec = catalog.get(item.name.lower()) if catalog is not None and isinstance(item, exp.Table) and item.name else None
+    return None if spec is None else {str(c).lower() for c in spec.schema}
+
+
 def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None = None) -> exp.Expression:
     """``FROM a, b WHERE a.x = b.y AND ...`` (an implicit inner join) is ``FROM a JOIN b ON a.x = b.y WHERE ...``:
     each table listed after a comma takes, as its ON, the WHERE's AND-ed equalities between a column of it and one
@@ -1122,12 +1128,24 @@ def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None =
     conds = _conjuncts(out.args["where"].this) if out.args.get("where") is not None else []
     if all(_after_comma(j) or _plain_inner(j) for j in out.args["joins"]):
         # inner joins only (FROM u, i JOIN p ON p.i = i.id WHERE p.u = u.id): an ON is one more AND-ed condition of
-        # WHERE, so every join is a comma join and all of them are placed in the order of their equalities below
+        # WHERE, so every join is a comma join and all of them are placed in the order of their equalities below.
+        # An unqualified column of an ON is first the column of the one table holding it among those joined since
+        # the last comma (FROM u, i JOIN p ON p.i = i.id AND uid < 9: p.uid, as DuckDB binds it), qualified so
+        scope = [from_.this]
         for j in out.args["joins"]:
-            if _plain_inner(j):
-                conds.extend(_conjuncts(j.args["on"]))
-                j.set("on", None)
-                j.set("kind", None)
+            if not _plain_inner(j):
+                scope = [j.this]
+                continue
+            scope.append(j.this)
+            held = [_columns_of(it, catalog) for it in scope]
+            for c in _conjuncts(j.args["on"]):
+                for col in list(c.find_all(exp.Column)) if c.find(exp.Select) is None and None not in held else []:
+                    owners = [it for it, cols in zip(scope, held, strict=True) if col.name.lower() in (cols or ())]
+                    if not col.table and len(owners) == 1:
+                        col.set("table", exp.to_identifier(owners[0].alias_or_name))
+                conds.append(c)
+            j.set("on", None)
+            j.set("kind", None)
     items = [from_.this, *(j.this for j in out.args["joins"])]
     holders: dict[str, set[str]] | None = {}  # column -> the listed tables holding it (None: a table not registered)
     for it in items:
