@@ -40,6 +40,11 @@ from dpsql.errors import ConfigError
 from dpsql.noise import INT_BOUND, NoiseSource, snapping_calibration
 
 
+#: the work (element operations) up to which :meth:`HierarchicalStrategy.answer_noise` is computed
+#: exactly (a few seconds of numpy); beyond it the caller gets None
+ANSWER_NOISE_MAX_WORK = 2e8
+
+
 def stage2_max_bound(n: int) -> float:
     """2^62 / (n + 1): the cap on the measurement's clamp bound B, and the clip applied to rounded
     bucket totals (:meth:`DawaSynopsis.rounded`), so any answer (a sum of <= n totals) is an int64."""
@@ -485,20 +490,29 @@ class HierarchicalStrategy:
         distributed to the children in proportion to their variances. Group totals are then split
         over the group's buckets in proportion to bucket length (uniform expansion).
         """
+        final = self._group_estimates([np.asarray(zd, dtype=np.float64)[:, None] for zd in z])[:, 0]
+        lens = self.bucket_lengths.astype(np.float64)
+        counts = np.diff(self.group_first_bucket, append=self.n_buckets)
+        glen = np.add.reduceat(lens, self.group_first_bucket)
+        return np.repeat(final / glen, counts) * lens
+
+    def _group_estimates(self, z: Sequence[np.ndarray]) -> np.ndarray:
+        """Least-squares group totals (K, B) from measurements given per level as (segments, B) arrays
+        (B independent columns; linear in z, which :meth:`answer_noise` relies on)."""
         n_lv = len(self.levels)
         est: list[np.ndarray] = [np.empty(0)] * n_lv
         var: list[np.ndarray] = [np.empty(0)] * n_lv
         first = _child_first(self.levels)
         for d in range(n_lv - 1, -1, -1):
             w = self.weights[d]
-            zd = np.asarray(z[d], dtype=np.float64)
+            zd = z[d]
             if d == n_lv - 1:
                 if np.any(w <= 0):
                     raise ValueError("every group must be measured at the deepest level")
-                est[d] = zd / w
+                est[d] = zd / w[:, None]
                 var[d] = 1.0 / (w * w)
                 continue
-            s = np.add.reduceat(est[d + 1], first[d])
+            s = np.add.reduceat(est[d + 1], first[d], axis=0)
             vs = np.add.reduceat(var[d + 1], first[d])
             e = s.copy()
             v = vs.copy()
@@ -506,21 +520,72 @@ class HierarchicalStrategy:
             if np.any(m):
                 own_prec = w[m] ** 2
                 prec = 1.0 / vs[m] + own_prec
-                e[m] = (s[m] / vs[m] + zd[m] / w[m] * own_prec) / prec
+                e[m] = (s[m] / vs[m][:, None] + zd[m] / w[m][:, None] * own_prec[:, None]) / prec[:, None]
                 v[m] = 1.0 / prec
             est[d] = e
             var[d] = v
         final = est[0]
         for d in range(n_lv - 1):
-            s = np.add.reduceat(est[d + 1], first[d])
+            s = np.add.reduceat(est[d + 1], first[d], axis=0)
             vs = np.add.reduceat(var[d + 1], first[d])
-            sizes = np.diff(first[d], append=est[d + 1].size)
-            resid = np.repeat((final - s) / vs, sizes)
-            final = est[d + 1] + var[d + 1] * resid
-        lens = self.bucket_lengths.astype(np.float64)
-        counts = np.diff(self.group_first_bucket, append=self.n_buckets)
-        glen = np.add.reduceat(lens, self.group_first_bucket)
-        return np.repeat(final / glen, counts) * lens
+            sizes = np.diff(first[d], append=est[d + 1].shape[0])
+            resid = np.repeat((final - s) / vs[:, None], sizes, axis=0)
+            final = est[d + 1] + var[d + 1][:, None] * resid
+        return final
+
+    def answer_noise(self, workload: IntervalWorkload, *, max_work: float = ANSWER_NOISE_MAX_WORK
+                     ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(‖a_q‖₂, ‖a_q‖₁) per query q of ``workload`` (over the n bins of the buckets), where a_q is
+        the row of the linear map from the measurement noise to the noise of q's answer: the answer
+        is Σ_bins q_j x̂_j (uniform expansion of the least-squares group totals), so its noise is
+        a_qᵀe for the measurement noise vector e. Exact: least squares is linear, and a_q[r] is q's
+        answer when the measurements are the r-th unit vector, computed for blocks of unit vectors at
+        once (O(rows · (K · levels + intervals)) work, no dense matrix larger than a block). None
+        when that work exceeds ``max_work`` (the domain is too large for the exact computation).
+        """
+        wl = workload
+        lens = self.bucket_lengths.astype(np.int64)
+        if int(lens.sum()) != wl.n:
+            raise ConfigError(f"workload is over {wl.n} bins, the buckets cover {int(lens.sum())}")
+        n_rows = self.n_measurements
+        k = self.n_groups
+        n_iv = wl.qid.size
+        if float(n_rows) * (k * len(self.levels) + n_iv + wl.n_queries + k) > max_work:
+            return None
+        g_lo = (np.cumsum(lens) - lens)[self.group_first_bucket]
+        g_len = np.add.reduceat(lens, self.group_first_bucket).astype(np.float64)
+
+        def prefix_at(cum: np.ndarray, est: np.ndarray, j: np.ndarray) -> np.ndarray:
+            # Σ of the expanded estimate over bins [0, j): whole groups before j, plus a share of j's group
+            g = np.clip(np.searchsorted(g_lo, j, side="right") - 1, 0, k - 1)
+            inside = (j < wl.n)[:, None]
+            share = ((j - g_lo[g]) / g_len[g])[:, None] * est[g]
+            return np.where(inside, cum[g] + share, cum[k])
+
+        # measured rows in measurement order: (level, segment)
+        lv = np.concatenate([np.full(int(np.count_nonzero(w > 0)), d) for d, w in enumerate(self.weights)])
+        seg = np.concatenate([np.flatnonzero(w > 0) for w in self.weights])
+        block = max(1, min(n_rows, int(4_000_000 // (k + n_iv + wl.n_queries + 1))))
+        sq = np.zeros(wl.n_queries)
+        l1 = np.zeros(wl.n_queries)
+        for r0 in range(0, n_rows, block):
+            cols = np.arange(r0, min(r0 + block, n_rows))
+            z = [np.zeros((lvl.size, cols.size)) for lvl in self.levels]
+            for d in np.unique(lv[cols]):
+                sel = lv[cols] == d
+                z[d][seg[cols[sel]], np.flatnonzero(sel)] = 1.0
+            est = self._group_estimates(z)
+            cum = np.zeros((k + 1, cols.size))
+            np.cumsum(est, axis=0, out=cum[1:])
+            part = prefix_at(cum, est, wl.hi + 1) - prefix_at(cum, est, wl.lo)
+            if wl.single_interval:
+                a = part
+            else:
+                a = np.zeros((wl.n_queries, cols.size))
+                np.add.at(a, wl.qid, part)
+            sq += np.einsum("ij,ij->i", a, a)
+            l1 += np.abs(a).sum(axis=1)
+        return np.sqrt(sq), l1
 
 
 def _choose_splits(
