@@ -15,6 +15,7 @@ import pytest
 from scipy import optimize, stats
 
 from dpsql.mechanisms import ranges
+from dpsql.plan import workload
 from dpsql.mechanisms.dawa import (
     NOISE95,
     IntervalWorkload,
@@ -225,11 +226,25 @@ def test_sql_path_releases_per_answer_std_and_half_width():
     r2 = s.query_many(["SELECT COUNT(*) FROM people WHERE age BETWEEN 20 AND 40 AND score < 5",
                        "SELECT COUNT(*) FROM people WHERE age >= 60 AND score >= 5"], epsilon=1.0)
     assert all(math.isfinite(v) and v > 0 for v in r2.accuracy["count"]["per_row_ci95_half_width"])
-    # a stored synopsis does not keep the strategy: no interval, and the note says why
+    # a stored synopsis keeps its (public) strategy: the same answers get the same accuracy for free
     again = s.query_many(WORKLOAD, epsilon=1.0)
-    assert again.cost.epsilon == 0
+    assert again.cost.epsilon == 0 and again.counts == r.counts
     ra = again.accuracy["count"]
-    assert ra["noise_std"] is None and "stage-2 strategy" in ra["note"]
+    assert ra["per_row_noise_std"] == pytest.approx(acc["per_row_noise_std"], rel=1e-12)
+    assert ra["per_row_ci95_half_width"] == pytest.approx(acc["per_row_ci95_half_width"], rel=1e-12)
+    assert "stored synopsis" in ra["note"]
+    # a synopsis stored without a strategy: no interval, and the note says why
+    syn = ranges.load_synopsis(s.ledger.find_synopsis(
+        workload.analyze_workload(WORKLOAD, s.tables).synopsis_key(5, s.tables))[1])
+    assert syn.strategy is not None
+    bare = json.loads(syn.to_json())
+    del bare["strategy"]
+    old = ranges.load_synopsis(json.dumps(bare))
+    assert old.strategy is None
+    wl = workload.analyze_workload(WORKLOAD, s.tables)
+    assert ranges.answer_accuracy(wl, old) is None
+    acc_old, rows = ranges._accuracy(wl, old, True)
+    assert rows is None and acc_old["noise_std"] is None and "stage-2 strategy" in acc_old["note"]
 
 
 def test_cli_shows_the_std_and_meta_has_it(tmp_path, capsys):

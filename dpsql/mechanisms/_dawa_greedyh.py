@@ -31,8 +31,10 @@ squares (two passes over the levels) O(h K); answering m ranges from a synopsis 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -532,6 +534,34 @@ class HierarchicalStrategy:
             resid = np.repeat((final - s) / vs[:, None], sizes, axis=0)
             final = est[d + 1] + var[d + 1][:, None] * resid
         return final
+
+    def to_dict(self, branch: int) -> dict[str, Any] | None:
+        """The public strategy (groups and weights; the tree follows from the group count and
+        ``branch``) for a stored synopsis, so answers from it get their noise too; None when even
+        the smallest workload's :meth:`answer_noise` would exceed its work limit (nothing to gain)."""
+        if float(self.n_measurements) * self.n_groups * len(self.levels) > ANSWER_NOISE_MAX_WORK:
+            return None
+        return {"branch": int(branch), "group_first_bucket": self.group_first_bucket.tolist(),
+                "weights": [[float(v) for v in w] for w in self.weights]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], bucket_lengths: np.ndarray) -> HierarchicalStrategy | None:
+        """Inverse of :meth:`to_dict` (None if the stored strategy does not fit the buckets)."""
+        try:
+            gfirst = np.asarray(d["group_first_bucket"], dtype=np.int64)
+            k = int(np.asarray(bucket_lengths).size)
+            if gfirst.size == 0 or gfirst[0] != 0 or np.any(np.diff(gfirst) <= 0) or gfirst[-1] >= k:
+                return None
+            levels = _tree_levels(int(gfirst.size), int(d["branch"]))
+            weights = [np.asarray(w, dtype=np.float64) for w in d["weights"]]
+            if len(weights) != len(levels) or any(w.shape != lv.shape for w, lv in zip(weights, levels, strict=True)):
+                return None
+            if not all(np.all(np.isfinite(w) & (w >= 0)) for w in weights) or np.any(weights[-1] <= 0):
+                return None
+        except (KeyError, TypeError, ValueError):
+            return None
+        return cls(np.asarray(bucket_lengths, dtype=np.int64), gfirst, levels, [np.ones(lv.size) for lv in levels],
+                   weights, math.nan)
 
     def answer_noise(self, workload: IntervalWorkload, *, max_work: float = ANSWER_NOISE_MAX_WORK
                      ) -> tuple[np.ndarray, np.ndarray] | None:

@@ -254,8 +254,8 @@ class DawaSynopsis:
     epsilon2: float
     sensitivity: float
     params: dict[str, Any] = field(default_factory=dict)
-    #: the stage-2 strategy (public: a function of the partition and the workload); not serialised,
-    #: so a synopsis read back from JSON has None and :meth:`noise_bounds` cannot be computed
+    #: the stage-2 strategy (public: a function of the partition and the workload), stored with the
+    #: synopsis when small enough for :meth:`noise_bounds` (:meth:`HierarchicalStrategy.to_dict`)
     strategy: HierarchicalStrategy | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -329,7 +329,7 @@ class DawaSynopsis:
           2Φ̄(t/√v) <= 0.3315 v / t² for all v), so t = 2.58 σ is a valid 95% half-width whatever the
           mix (a single Laplace needs 2.12 σ, a normal 1.96 σ); |a_qᵀR| <= (Λ/2)‖a_q‖₁ is added.
 
-        None without the strategy (a synopsis read back from JSON), when the exact computation is too
+        None without the strategy (a synopsis stored without it), when the exact computation is too
         large (:meth:`HierarchicalStrategy.answer_noise`), or when a released total lies near the
         public snapping bound B (a measurement may have been clamped)."""
         snap = self.params.get("stage2_snapping")
@@ -358,7 +358,13 @@ class DawaSynopsis:
             "epsilon2": self.epsilon2,
             "sensitivity": self.sensitivity,
             "params": self.params,
+            **({"strategy": st} if (st := self._strategy_dict()) is not None else {}),
         }
+
+    def _strategy_dict(self) -> dict[str, Any] | None:
+        if self.strategy is None:
+            return None
+        return self.strategy.to_dict(int(self.params.get("branch", 2)))
 
     def to_json(self) -> str:
         """JSON text (floats written with round-trip precision)."""
@@ -371,6 +377,8 @@ class DawaSynopsis:
         lens = np.asarray(d["bucket_lengths"], dtype=np.int64)
         ends = np.cumsum(lens) - 1
         starts = ends - lens + 1
+        stored = d.get("strategy")
+        strategy = HierarchicalStrategy.from_dict(stored, lens) if isinstance(stored, dict) else None
         return cls(
             int(d["n"]),
             starts,
@@ -381,6 +389,7 @@ class DawaSynopsis:
             float(d["epsilon2"]),
             float(d["sensitivity"]),
             dict(d.get("params", {})),
+            strategy,
         )
 
     @classmethod

@@ -158,9 +158,12 @@ _NOISE_NOTE = ("DAWA: noise_std and ci95_half_width cover the stage-2 noise only
                "Exact least-squares noise variance (snapped Laplace bounded over its rounding), a 95% bound valid "
                "for any sum of independent Laplace terms (2.58 std) plus the snapping grid's and the integer "
                "rounding's worst case")
+_REUSE_NOISE_NOTE = ("; answered from a stored synopsis at zero cost: its buckets that the workload it was made for never "
+                     "told apart share one total, so for these ranges the truth is spread evenly over such groups of "
+                     "buckets")
 _NO_NOISE_NOTE = {
-    "reuse": "; a stored synopsis keeps the partition and bucket totals but not the stage-2 strategy (which depends on "
-             "the workload it was made for), so its noise cannot be computed here",
+    "reuse": "; this stored synopsis does not keep its stage-2 strategy (stored before strategies were kept, or too large "
+             "for the exact computation), so its noise cannot be computed here",
     "fresh": "; the noise could not be computed exactly for this domain size (too many buckets and queries) or a "
              "released total lies near the noise's public clamping bound",
 }
@@ -369,7 +372,7 @@ class Dawa:
 def _accuracy(wl: Workload, syn: Any, reused: bool) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray] | None]:
     """The accuracy entry of a DAWA release and its per-answer (noise std, 95% half-width), None if not computable."""
     acc: dict[str, Any] = {"noise": "laplace", "noise_std": None, "ci95_half_width": None}
-    bounds = None if reused else answer_accuracy(wl, syn)
+    bounds = answer_accuracy(wl, syn)
     if bounds is None:
         acc["note"] = _ACCURACY_NOTE + _NO_NOISE_NOTE["reuse" if reused else "fresh"] + (
             "; answered from a stored synopsis at zero cost" if reused else "")
@@ -379,5 +382,5 @@ def _accuracy(wl: Workload, syn: Any, reused: bool) -> tuple[dict[str, Any], tup
                 "ci95_half_width": float(np.median(half)) if half.size else 0.0,
                 "per_row_noise_std": std.tolist(), "per_row_ci95_half_width": half.tolist(),
                 "granularity": 1.0, "covers": "bucket-uniform truth (stage-2 noise only; partition bias excluded)",
-                "note": _NOISE_NOTE})
+                "note": _NOISE_NOTE + (_REUSE_NOISE_NOTE if reused else "")})
     return acc, (std, half)
