@@ -113,6 +113,30 @@ def test_noise_std_matches_the_empirical_std_of_answers(simulated):
     assert np.all(np.abs(sims.mean(axis=0) - truth) < 6 * std / math.sqrt(RUNS) + 0.06 * lam * l1)
 
 
+@pytest.mark.parametrize("kind", ["ranges", "bins_and_ranges", "intervals"])
+def test_answer_noise_matches_the_dense_map(kind):
+    gen = np.random.default_rng(11)
+    n = 40
+    cuts = np.sort(gen.choice(np.arange(1, n), size=9, replace=False))
+    part = list(zip(np.r_[0, cuts].tolist(), np.r_[cuts - 1, n - 1].tolist(), strict=True))
+    lo, hi = gen.integers(0, n, 12), gen.integers(0, n, 12)
+    r = np.c_[np.minimum(lo, hi), np.maximum(lo, hi)]
+    if kind == "ranges":
+        wl = IntervalWorkload.from_ranges(r, n)
+    elif kind == "bins_and_ranges":  # bins inside a group take the per-group shortcut
+        wl = IntervalWorkload.from_ranges(np.r_[np.c_[np.arange(n), np.arange(n)], r], n)
+    else:
+        t = 30
+        a = gen.integers(0, n, t)
+        wl = IntervalWorkload.from_intervals(gen.integers(0, 8, t), a, np.minimum(n - 1, a + gen.integers(0, 4, t)), n, 8)
+    syn = dawa(np.ones(n), wl, 1.0, seeded_noise("dense"), partition=part)
+    a = _answer_rows(syn.strategy, wl)
+    l2, l1 = syn.strategy.answer_noise(wl)
+    assert np.allclose(l2, np.sqrt((a**2).sum(axis=1)), rtol=1e-12, atol=1e-12)
+    assert np.allclose(l1, np.abs(a).sum(axis=1), rtol=1e-12, atol=1e-12)
+    assert syn.strategy.answer_noise(wl, max_work=10.0) is None
+
+
 def test_without_the_least_squares_variance_reduction_the_std_is_wrong(simulated):
     """Negative control: the variance of the leaf-only estimate (no combination of the tree's
     measurements) is far outside the tolerance the exact value meets."""

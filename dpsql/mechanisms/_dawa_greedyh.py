@@ -570,13 +570,45 @@ class HierarchicalStrategy:
         is Σ_bins q_j x̂_j (uniform expansion of the least-squares group totals), so its noise is
         a_qᵀe for the measurement noise vector e. Exact: least squares is linear, and a_q[r] is q's
         answer when the measurements are the r-th unit vector, computed for blocks of unit vectors at
-        once (O(rows · (K · levels + intervals)) work, no dense matrix larger than a block). None
-        when that work exceeds ``max_work`` (the domain is too large for the exact computation).
+        once (O(rows · (K · levels + intervals)) work, no dense matrix larger than a block). A query
+        of one interval inside one group (a histogram's bin) is that group's total times its share,
+        so such queries cost one query per group whatever their number. None when the work exceeds
+        ``max_work`` (the domain is too large for the exact computation).
         """
         wl = workload
         lens = self.bucket_lengths.astype(np.int64)
         if int(lens.sum()) != wl.n:
             raise ConfigError(f"workload is over {wl.n} bins, the buckets cover {int(lens.sum())}")
+        g_lo = (np.cumsum(lens) - lens)[self.group_first_bucket]
+        g_bins = np.add.reduceat(lens, self.group_first_bucket)
+        one = np.bincount(wl.qid, minlength=wl.n_queries)[wl.qid] == 1
+        g_of = np.searchsorted(g_lo, wl.lo, side="right") - 1
+        inner_iv = one & (g_of == np.searchsorted(g_lo, wl.hi, side="right") - 1)
+        if not np.any(inner_iv):
+            return self._answer_noise(wl, max_work)
+        groups, slot = np.unique(g_of[inner_iv], return_inverse=True)
+        rest = ~inner_iv
+        n_rest = int(np.unique(wl.qid[rest]).size)
+        # the other queries, renumbered, then one whole-group query per group in use
+        rest_q = np.unique(wl.qid[rest], return_inverse=True)[1]
+        reduced = IntervalWorkload.from_intervals(
+            np.r_[rest_q, n_rest + np.arange(groups.size)], np.r_[wl.lo[rest], g_lo[groups]],
+            np.r_[wl.hi[rest], g_lo[groups] + g_bins[groups] - 1], wl.n, n_rest + groups.size)
+        norms = self._answer_noise(reduced, max_work)
+        if norms is None:
+            return None
+        l2, l1 = np.zeros(wl.n_queries), np.zeros(wl.n_queries)
+        share = (wl.hi[inner_iv] - wl.lo[inner_iv] + 1) / g_bins[g_of[inner_iv]]
+        q_in = wl.qid[inner_iv]
+        l2[q_in] = share * norms[0][n_rest + slot]
+        l1[q_in] = share * norms[1][n_rest + slot]
+        q_rest = np.unique(wl.qid[rest])
+        l2[q_rest] = norms[0][:n_rest]
+        l1[q_rest] = norms[1][:n_rest]
+        return l2, l1
+
+    def _answer_noise(self, wl: IntervalWorkload, max_work: float) -> tuple[np.ndarray, np.ndarray] | None:
+        lens = self.bucket_lengths.astype(np.int64)
         n_rows = self.n_measurements
         k = self.n_groups
         n_iv = wl.qid.size
