@@ -15,6 +15,7 @@ import pytest
 from scipy import optimize, stats
 
 from dpsql.mechanisms import ranges
+from dpsql.mechanisms._dawa_greedyh import ANSWER_NOISE_MAX_WORK
 from dpsql.plan import workload
 from dpsql.mechanisms.dawa import (
     NOISE95,
@@ -134,7 +135,26 @@ def test_answer_noise_matches_the_dense_map(kind):
     l2, l1 = syn.strategy.answer_noise(wl)
     assert np.allclose(l2, np.sqrt((a**2).sum(axis=1)), rtol=1e-12, atol=1e-12)
     assert np.allclose(l1, np.abs(a).sum(axis=1), rtol=1e-12, atol=1e-12)
+    # the transpose of the least squares (used when there are fewer queries than measurements)
+    l2t, l1t = syn.strategy._answer_noise_adjoint(wl)
+    assert np.allclose(l2t, l2, rtol=1e-12, atol=1e-12) and np.allclose(l1t, l1, rtol=1e-12, atol=1e-12)
     assert syn.strategy.answer_noise(wl, max_work=10.0) is None
+
+
+def test_few_queries_over_many_groups_take_the_adjoint():
+    """8000 groups: blocks of unit measurement vectors would cost ~1e9 operations (refused), the
+    transpose pass one per query."""
+    n, t = 20000, 4000
+    gen = np.random.default_rng(4)
+    lo = gen.integers(0, n - 3, t)
+    wl = IntervalWorkload.from_intervals(gen.integers(0, 5, t), lo, lo + 2, n, 5)
+    syn = dawa(np.ones(n), wl, 1.0, seeded_noise("adjoint"), partition=[(i, i) for i in range(n)])
+    s = syn.strategy
+    assert float(s.n_measurements) * s.n_groups * len(s.levels) > ANSWER_NOISE_MAX_WORK
+    l2, l1 = s.answer_noise(wl)
+    assert np.all(np.isfinite(l2)) and np.all(l1 >= l2) and np.all(l2 > 0)
+    std, half = syn.noise_bounds(wl)
+    assert np.all(half > NOISE95 * std)
 
 
 def test_without_the_least_squares_variance_reduction_the_std_is_wrong(simulated):

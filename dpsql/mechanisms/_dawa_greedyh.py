@@ -537,9 +537,10 @@ class HierarchicalStrategy:
 
     def to_dict(self, branch: int) -> dict[str, Any] | None:
         """The public strategy (groups and weights; the tree follows from the group count and
-        ``branch``) for a stored synopsis, so answers from it get their noise too; None when even
-        the smallest workload's :meth:`answer_noise` would exceed its work limit (nothing to gain)."""
-        if float(self.n_measurements) * self.n_groups * len(self.levels) > ANSWER_NOISE_MAX_WORK:
+        ``branch``) for a stored synopsis, so answers from it get their noise too: about 2-3 numbers
+        per group, fewer than the synopsis's bucket totals. None when one query's transpose pass
+        (:meth:`answer_noise`) would already take a hundredth of its work limit."""
+        if float(self.n_groups) * len(self.levels) > ANSWER_NOISE_MAX_WORK / 100:
             return None
         return {"branch": int(branch), "group_first_bucket": self.group_first_bucket.tolist(),
                 "weights": [[float(v) for v in w] for w in self.weights]}
@@ -570,7 +571,9 @@ class HierarchicalStrategy:
         is Σ_bins q_j x̂_j (uniform expansion of the least-squares group totals), so its noise is
         a_qᵀe for the measurement noise vector e. Exact: least squares is linear, and a_q[r] is q's
         answer when the measurements are the r-th unit vector, computed for blocks of unit vectors at
-        once (O(rows · (K · levels + intervals)) work, no dense matrix larger than a block). A query
+        once (O(rows · (K · levels + intervals)) work, no dense matrix larger than a block), or, with
+        fewer queries than rows, by the transpose of the inference for blocks of queries
+        (O(queries · K · levels)). A query
         of one interval inside one group (a histogram's bin) is that group's total times its share,
         so such queries cost one query per group whatever their number. None when the work exceeds
         ``max_work`` (the domain is too large for the exact computation).
@@ -608,12 +611,17 @@ class HierarchicalStrategy:
         return l2, l1
 
     def _answer_noise(self, wl: IntervalWorkload, max_work: float) -> tuple[np.ndarray, np.ndarray] | None:
-        lens = self.bucket_lengths.astype(np.int64)
+        """Forward (blocks of unit measurement vectors) or adjoint (blocks of queries), whichever is cheaper."""
         n_rows = self.n_measurements
         k = self.n_groups
         n_iv = wl.qid.size
-        if float(n_rows) * (k * len(self.levels) + n_iv + wl.n_queries + k) > max_work:
+        forward = float(n_rows) * (k * len(self.levels) + n_iv + wl.n_queries + k)
+        adjoint = float(wl.n_queries) * (k * len(self.levels) + n_rows) + 4.0 * n_iv
+        if min(forward, adjoint) > max_work:
             return None
+        if adjoint < forward:
+            return self._answer_noise_adjoint(wl)
+        lens = self.bucket_lengths.astype(np.int64)
         g_lo = (np.cumsum(lens) - lens)[self.group_first_bucket]
         g_len = np.add.reduceat(lens, self.group_first_bucket).astype(np.float64)
 
@@ -649,6 +657,77 @@ class HierarchicalStrategy:
             l1 += np.abs(a).sum(axis=1)
         return np.sqrt(sq), l1
 
+
+    def _answer_noise_adjoint(self, wl: IntervalWorkload) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`answer_noise` by the transpose of :meth:`_group_estimates`: a_q = Gᵀ v_q for q's group
+        shares v_q (v_q[g] = |q ∩ g| / |g|), run backwards through the two passes for blocks of queries."""
+        lens = self.bucket_lengths.astype(np.int64)
+        k = self.n_groups
+        n_lv = len(self.levels)
+        first = _child_first(self.levels)
+        g_lo = (np.cumsum(lens) - lens)[self.group_first_bucket]
+        g_len = np.add.reduceat(lens, self.group_first_bucket)
+        g_hi = g_lo + g_len - 1
+        # the constants of both passes: subtree variances, the children's sum's variance, the blends
+        var: list[np.ndarray] = [np.empty(0)] * n_lv
+        vsum: list[np.ndarray] = [np.empty(0)] * n_lv
+        alpha: list[np.ndarray] = [np.empty(0)] * n_lv
+        beta: list[np.ndarray] = [np.empty(0)] * n_lv
+        for d in range(n_lv - 1, -1, -1):
+            w = self.weights[d]
+            if d == n_lv - 1:
+                var[d] = 1.0 / (w * w)
+                continue
+            vs = np.add.reduceat(var[d + 1], first[d])
+            m = w > 0
+            prec = np.where(m, 1.0 / vs + w * w, 1.0)
+            alpha[d] = np.where(m, (1.0 / vs) / prec, 1.0)
+            beta[d] = np.where(m, w / prec, 0.0)
+            var[d] = np.where(m, 1.0 / prec, vs)
+            vsum[d] = vs
+        sizes = [np.diff(first[d], append=self.levels[d + 1].size) for d in range(n_lv - 1)]
+        gamma = [var[d + 1] / np.repeat(vsum[d], sizes[d]) for d in range(n_lv - 1)]
+        ga_all = np.searchsorted(g_lo, wl.lo, side="right") - 1
+        gb_all = np.searchsorted(g_lo, wl.hi, side="right") - 1
+        sq = np.zeros(wl.n_queries)
+        l1 = np.zeros(wl.n_queries)
+        block = max(1, min(wl.n_queries, int(4_000_000 // (2 * k + self.n_measurements + 1))))
+        for q0 in range(0, wl.n_queries, block):
+            q1 = min(q0 + block, wl.n_queries)
+            t0, t1 = np.searchsorted(wl.qid, [q0, q1], side="left")
+            c = wl.qid[t0:t1] - q0
+            lo, hi, ga, gb = wl.lo[t0:t1], wl.hi[t0:t1], ga_all[t0:t1], gb_all[t0:t1]
+            diff = np.zeros((k + 1, q1 - q0))
+            same = ga == gb
+            pts = np.zeros((k, q1 - q0))
+            np.add.at(pts, (ga[same], c[same]), (hi[same] - lo[same] + 1) / g_len[ga[same]])
+            two = ~same
+            np.add.at(pts, (ga[two], c[two]), (g_hi[ga[two]] - lo[two] + 1) / g_len[ga[two]])
+            np.add.at(pts, (gb[two], c[two]), (hi[two] - g_lo[gb[two]] + 1) / g_len[gb[two]])
+            np.add.at(diff, (ga[two] + 1, c[two]), 1.0)
+            np.add.at(diff, (gb[two], c[two]), -1.0)
+            fbar = np.cumsum(diff, axis=0)[:k] + pts
+            # top-down pass backwards: final_{d+1} = est_{d+1} + γ ⊙ E(final_d − R est_{d+1})
+            ebar: list[np.ndarray] = [np.zeros((lv.size, q1 - q0)) for lv in self.levels]
+            for d in range(n_lv - 2, -1, -1):
+                t = np.add.reduceat(gamma[d][:, None] * fbar, first[d], axis=0)
+                ebar[d + 1] += fbar - np.repeat(t, sizes[d], axis=0)
+                fbar = t
+            ebar[0] += fbar
+            # bottom-up pass backwards: est_d = α ⊙ R est_{d+1} + β ⊙ z_d (measured), R est_{d+1} (not)
+            parts = []
+            for d in range(n_lv):
+                w = self.weights[d]
+                m = w > 0
+                if d == n_lv - 1:
+                    parts.append(ebar[d][m] / w[m][:, None])
+                    continue
+                parts.append(beta[d][m][:, None] * ebar[d][m])
+                ebar[d + 1] += np.repeat(alpha[d][:, None] * ebar[d], sizes[d], axis=0)
+            a = np.concatenate(parts, axis=0)  # (measurements, queries), in measurement order
+            sq[q0:q1] = np.einsum("ij,ij->j", a, a)
+            l1[q0:q1] = np.abs(a).sum(axis=0)
+        return np.sqrt(sq), l1
 
 def _choose_splits(
     levels: list[np.ndarray],
