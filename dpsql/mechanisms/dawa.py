@@ -87,6 +87,11 @@ release (:meth:`DawaSynopsis.rounded`, i.e. :func:`dpsql.noise.round_to_granular
 post-processing and keeps float sample bits out of the output; ``to_json`` stores whatever the
 synopsis holds, so store a rounded synopsis.
 
+Accuracy (:meth:`DawaSynopsis.noise_bounds`, ``docs/mechanisms.md`` §2.5): the partition and the
+stage-2 strategy are public, so each answer's stage-2 noise is an exactly known linear function of the
+measurement noise; its std and a 95% half-width around the bucket-uniform truth (not the true count:
+the partition's bias is data dependent) are published per answer.
+
 Noise: every Laplace variate comes from the ``rng`` argument (a :class:`dpsql.noise.NoiseSource`;
 no seeds, no global RNG): stage 1 draws one vector of len(candidates) variates, stage 2 one of
 n_measurements.
