@@ -159,6 +159,25 @@ def test_few_queries_over_many_groups_take_the_adjoint():
     assert np.all(half > NOISE95 * std)
 
 
+def test_rounding_bound_is_the_total_variation_of_the_shares_and_holds():
+    gen = np.random.default_rng(3)
+    for trial in range(30):
+        n = int(gen.integers(5, 60))
+        k = int(gen.integers(1, n))
+        cuts = np.sort(gen.choice(np.arange(1, n), size=k - 1, replace=False)) if k > 1 else np.zeros(0, dtype=int)
+        st, en = np.r_[0, cuts], np.r_[cuts - 1, n - 1]
+        t = int(gen.integers(1, 20))
+        a = gen.integers(0, n, t)
+        wl = IntervalWorkload.from_intervals(gen.integers(0, 6, t), a, np.minimum(n - 1, a + gen.integers(0, 8, t)), n, 6)
+        syn = dawa(gen.poisson(5, n).astype(float), wl, 1.0, seeded_noise(trial), partition=list(zip(st, en, strict=True)))
+        rounded = syn.rounded(1.0)
+        shares = np.pad(wl.bucket_matrix(st, en), ((0, 0), (1, 1)))
+        bound = rounded.rounding_bound(wl)
+        assert np.allclose(bound, np.abs(np.diff(shares, axis=1)).sum(axis=1) / 2)
+        assert np.all(np.abs(rounded.answer(wl) - syn.answer(wl)) <= bound + 1e-9)
+        assert np.all(syn.rounding_bound(wl) == 0)
+
+
 def test_without_the_least_squares_variance_reduction_the_std_is_wrong(simulated):
     """Negative control: the variance of the leaf-only estimate (no combination of the tree's
     measurements) is far outside the tolerance the exact value meets."""

@@ -351,6 +351,44 @@ class DawaSynopsis:
         half = NOISE95 * math.sqrt(2.0) * lam * l2 + grid / 2.0 * l1
         return std, half
 
+    def rounding_bound(self, workload: object) -> np.ndarray:
+        """Per query, the largest change :meth:`rounded` can make to its answer: 0 if unrounded, else
+        TV/2 · granularity with TV = Σ_i |f_i − f_(i+1)| the total variation of the query's bucket shares
+        f_i = |q ∩ b_i| / |b_i| (f = 0 outside): a rounded total is t_i = ŷ_i + δ_i − δ_(i−1), with δ the
+        rounding of the running totals (|δ| <= granularity / 2), so the answer Σ f_i t_i moves by
+        Σ δ_i (f_i − f_(i+1)). At most 1 for a range, 1/|b| for one bin of bucket b, and far below one
+        per run for a 2-D rectangle whose runs share buckets."""
+        wl = as_workload(workload, self.n)
+        g = float(self.params.get("rounded_to", 0.0))
+        if g == 0.0 or wl.n_queries == 0:
+            return np.zeros(wl.n_queries)
+        k = self.starts.size
+        lens = (self.ends - self.starts + 1).astype(np.float64)
+        ba = np.searchsorted(self.ends, wl.lo, side="left")
+        bb = np.searchsorted(self.ends, wl.hi, side="left")
+        same = ba == bb
+        # pieces of every query: partial buckets (coverage, merged over the query's intervals) and runs of
+        # whole buckets (share 1) in between
+        p_q = np.r_[wl.qid, wl.qid[~same]]
+        p_b = np.r_[ba, bb[~same]]
+        p_cov = np.r_[np.where(same, wl.hi - wl.lo + 1, self.ends[ba] - wl.lo + 1), (wl.hi - self.starts[bb] + 1)[~same]]
+        key, inv = np.unique(p_q * (k + 1) + p_b, return_inverse=True)
+        cov = np.bincount(inv, weights=p_cov.astype(np.float64))
+        part_q, part_b = key // (k + 1), key % (k + 1)
+        run = ~same & (bb - ba > 1)
+        q = np.r_[part_q, wl.qid[run]]
+        st = np.r_[part_b, ba[run] + 1]
+        en = np.r_[part_b, bb[run] - 1]
+        val = np.r_[cov / lens[part_b], np.ones(int(run.sum()))]
+        order = np.lexsort((st, q))
+        q, st, en, val = q[order], st[order], en[order], val[order]
+        nxt = np.r_[q[1:] == q[:-1], False]  # the next piece belongs to the same query
+        adjacent = nxt & (np.r_[st[1:], 0] == en + 1)
+        step = np.where(adjacent, np.abs(val - np.r_[val[1:], 0.0]), val + np.where(nxt, np.r_[val[1:], 0.0], 0.0))
+        first = np.r_[True, q[1:] != q[:-1]]
+        tv = np.bincount(q, weights=step + np.where(first, val, 0.0), minlength=wl.n_queries)
+        return tv / 2.0 * g
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": _KIND_1D,
@@ -550,14 +588,12 @@ class DawaSynopsis2D:
         return DawaSynopsis2D(self.shape, self.side, self.flat.rounded(granularity))
 
     def noise_bounds(self, rects: object) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """:meth:`DawaSynopsis.noise_bounds` of rectangles, and each rectangle's number of runs in the
-        Hilbert order (a rectangle's answer adds up its runs, each off by at most one count from the
-        rounding of the synopsis)."""
+        """:meth:`DawaSynopsis.noise_bounds` of rectangles, and :meth:`DawaSynopsis.rounding_bound`."""
         wl = rects_to_workload(rects, self.shape)
         out = self.flat.noise_bounds(wl)
         if out is None:
             return None
-        return out[0], out[1], np.bincount(wl.qid, minlength=wl.n_queries)
+        return out[0], out[1], self.flat.rounding_bound(wl)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -125,26 +125,25 @@ def answer_accuracy(wl: Workload, syn: Any) -> tuple[np.ndarray, np.ndarray] | N
     """Per answer of :func:`answer`: (noise std, 95% half-width around the bucket-uniform truth), or None.
 
     The noise terms are :meth:`DawaSynopsis.noise_bounds` (public: the partition, the stage-2
-    strategy and its snapping parameters). The half-width adds the rounding: the synopsis's bucket
-    totals are differences of running totals rounded to integers, so every prefix of the expanded
-    histogram is within 1/2 of the raw one and a run of bins within 1 (a rectangle: 1 per run of its
-    Hilbert order); the answer's own rounding adds 1/2 (consecutive histogram bins, whose running
-    totals are rounded again: 1). An empty range is exactly 0."""
+    strategy and its snapping parameters). The half-width adds the rounding: that of the synopsis's
+    bucket totals (:meth:`DawaSynopsis.rounding_bound`, at most 1 for a range) and the answer's own,
+    1/2 (consecutive histogram bins, whose running totals are rounded again: 1). An empty range is
+    exactly 0."""
     r = bin_ranges(wl)
     valid: np.ndarray = np.all(np.asarray(r[:, 0::2] <= r[:, 1::2], dtype=bool), axis=1).astype(bool)
     safe = np.where(valid[:, None], r, 0)
     if len(wl.dims) == 1:
         out = syn.noise_bounds(safe)
-        runs = np.ones(len(r))
+        rounding = None if out is None else syn.rounding_bound(safe)
     else:
         out2 = syn.noise_bounds(safe[:, [0, 1, 2, 3]])
         out = None if out2 is None else out2[:2]
-        runs = None if out2 is None else out2[2].astype(np.float64)
-    if out is None or runs is None:
+        rounding = None if out2 is None else out2[2]
+    if out is None or rounding is None:
         return None
     std, half = out
     final = 1.0 if _consecutive_bins(wl, r, valid) else 0.5
-    half = half + runs + final
+    half = half + rounding + final
     return np.where(valid, std, 0.0), np.where(valid, half, 0.0)
 
 
