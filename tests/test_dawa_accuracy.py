@@ -16,7 +16,6 @@ from scipy import optimize, stats
 
 from dpsql.mechanisms import ranges
 from dpsql.mechanisms._dawa_greedyh import ANSWER_NOISE_MAX_WORK
-from dpsql.plan import workload
 from dpsql.mechanisms.dawa import (
     NOISE95,
     IntervalWorkload,
@@ -25,6 +24,7 @@ from dpsql.mechanisms.dawa import (
     snapped_laplace_moments,
     snapped_laplace_variance,
 )
+from dpsql.plan import workload
 from dpsql.testing import seeded_noise
 
 RUNS = 20000

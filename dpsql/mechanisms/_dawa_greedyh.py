@@ -41,7 +41,6 @@ import numpy as np
 from dpsql.errors import ConfigError
 from dpsql.noise import INT_BOUND, NoiseSource, snapping_calibration
 
-
 #: the work (element operations) up to which :meth:`HierarchicalStrategy.answer_noise` is computed
 #: exactly (a few seconds of numpy); beyond it the caller gets None
 ANSWER_NOISE_MAX_WORK = 2e8
