@@ -42,8 +42,10 @@ from dpsql.errors import ConfigError
 from dpsql.noise import INT_BOUND, NoiseSource, snapping_calibration
 
 #: the work (element operations) up to which :meth:`HierarchicalStrategy.answer_noise` is computed
-#: exactly (a few seconds of numpy); beyond it the caller gets None
-ANSWER_NOISE_MAX_WORK = 2e8
+#: exactly (about 2 seconds of numpy); beyond it the caller gets None
+ANSWER_NOISE_MAX_WORK = 5e8
+#: the largest strategy (groups x levels) a synopsis stores for its answers' noise (a few MB of JSON)
+STORED_STRATEGY_MAX = 2e6
 
 
 def stage2_max_bound(n: int) -> float:
@@ -537,9 +539,8 @@ class HierarchicalStrategy:
     def to_dict(self, branch: int) -> dict[str, Any] | None:
         """The public strategy (groups and weights; the tree follows from the group count and
         ``branch``) for a stored synopsis, so answers from it get their noise too: about 2-3 numbers
-        per group, fewer than the synopsis's bucket totals. None when one query's transpose pass
-        (:meth:`answer_noise`) would already take a hundredth of its work limit."""
-        if float(self.n_groups) * len(self.levels) > ANSWER_NOISE_MAX_WORK / 100:
+        per group, fewer than the synopsis's bucket totals. None above :data:`STORED_STRATEGY_MAX`."""
+        if float(self.n_groups) * len(self.levels) > STORED_STRATEGY_MAX:
             return None
         return {"branch": int(branch), "group_first_bucket": self.group_first_bucket.tolist(),
                 "weights": [[float(v) for v in w] for w in self.weights]}
