@@ -978,7 +978,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         for col, acc in rel.accuracy.items():
-            if acc.get("noise_std") is not None:
+            if acc.get("noise_std") is not None and len(acc.get("per_row_noise_std") or []) > 1:
+                sd, hw = acc["per_row_noise_std"][0], (acc.get("per_row_ci95_half_width") or [None])[0]
+                print(f"  {col}: noise std {sd:.4g}, 95% interval +/- {hw:.4g} (row 1; per row in --meta)", file=sys.stderr)
+            elif acc.get("noise_std") is not None:
                 print(f"  {col}: noise std {acc['noise_std']:.4g}, 95% interval +/- {acc['ci95_half_width']:.4g}", file=sys.stderr)
             elif acc.get("ci95_half_width") is not None:
                 rows = acc.get("per_row_ci95_half_width") or []

@@ -242,14 +242,18 @@ def apply(
     hidden: list[tuple[str, str]] = []
     for agg, values in released.row_accuracy.items():
         table = table.append_column(f"__row_acc_{agg}", values)
+    for agg, values in released.row_noise_std.items():
+        table = table.append_column(f"__row_std_{agg}", values)
     taken = {o.name for o in plan.outputs}
     for i, o in enumerate(plan.outputs):
-        if o.source is not None and o.source in released.row_accuracy:
-            alias = f"__ci_{i}"
-            while alias in taken:  # never collide with an output the analyst named
-                alias = "_" + alias
-            taken.add(alias)
-            hidden.append((f"__row_acc_{o.source}", alias))
+        for prefix, short, per_row in (("__row_acc_", "__ci_", released.row_accuracy),
+                                       ("__row_std_", "__sd_", released.row_noise_std)):
+            if o.source is not None and o.source in per_row:
+                alias = f"{short}{i}"
+                while alias in taken:  # never collide with an output the analyst named
+                    alias = "_" + alias
+                taken.add(alias)
+                hidden.append((f"{prefix}{o.source}", alias))
     flagged: list[str] = []
     for i, (flags, _) in enumerate(released.row_notes):
         table = table.append_column(f"__row_note_{i}", flags)
@@ -268,10 +272,14 @@ def apply(
             notes.append(text)
         out = out.drop_columns([alias])
     rows_acc: dict[str, list[Any]] = {}
+    rows_std: dict[str, list[Any]] = {}
     for col, alias in hidden:
         if alias in flagged:
             continue
-        rows_acc[col.removeprefix("__row_acc_")] = out.column(alias).to_pylist()
+        if col.startswith("__row_std_"):
+            rows_std[col.removeprefix("__row_std_")] = out.column(alias).to_pylist()
+        else:
+            rows_acc[col.removeprefix("__row_acc_")] = out.column(alias).to_pylist()
         out = out.drop_columns([alias])
     by_output: dict[str, dict[str, Any]] = {}
     for o in plan.outputs:
@@ -279,6 +287,8 @@ def apply(
             acc = accuracy[o.source]
             if o.source in rows_acc:
                 acc = {**acc, "per_row_ci95_half_width": rows_acc[o.source]}
+            if o.source in rows_std:
+                acc = {**acc, "per_row_noise_std": rows_std[o.source]}
             by_output[o.name] = {**acc, "estimates": estimates} if estimates else acc
         elif o.source is None:
             by_output[o.name] = {"note": "derived from released values (post-processing)"}

@@ -31,13 +31,21 @@ squares (two passes over the levels) O(h K); answering m ranges from a synopsis 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dpsql.errors import ConfigError
 from dpsql.noise import INT_BOUND, NoiseSource, snapping_calibration
+
+#: the work (element operations) up to which :meth:`HierarchicalStrategy.answer_noise` is computed
+#: exactly (about 2 seconds of numpy); beyond it the caller gets None
+ANSWER_NOISE_MAX_WORK = 5e8
+#: the largest strategy (groups x levels) a synopsis stores for its answers' noise (a few MB of JSON)
+STORED_STRATEGY_MAX = 2e6
 
 
 def stage2_max_bound(n: int) -> float:
@@ -485,20 +493,29 @@ class HierarchicalStrategy:
         distributed to the children in proportion to their variances. Group totals are then split
         over the group's buckets in proportion to bucket length (uniform expansion).
         """
+        final = self._group_estimates([np.asarray(zd, dtype=np.float64)[:, None] for zd in z])[:, 0]
+        lens = self.bucket_lengths.astype(np.float64)
+        counts = np.diff(self.group_first_bucket, append=self.n_buckets)
+        glen = np.add.reduceat(lens, self.group_first_bucket)
+        return np.repeat(final / glen, counts) * lens
+
+    def _group_estimates(self, z: Sequence[np.ndarray]) -> np.ndarray:
+        """Least-squares group totals (K, B) from measurements given per level as (segments, B) arrays
+        (B independent columns; linear in z, which :meth:`answer_noise` relies on)."""
         n_lv = len(self.levels)
         est: list[np.ndarray] = [np.empty(0)] * n_lv
         var: list[np.ndarray] = [np.empty(0)] * n_lv
         first = _child_first(self.levels)
         for d in range(n_lv - 1, -1, -1):
             w = self.weights[d]
-            zd = np.asarray(z[d], dtype=np.float64)
+            zd = z[d]
             if d == n_lv - 1:
                 if np.any(w <= 0):
                     raise ValueError("every group must be measured at the deepest level")
-                est[d] = zd / w
+                est[d] = zd / w[:, None]
                 var[d] = 1.0 / (w * w)
                 continue
-            s = np.add.reduceat(est[d + 1], first[d])
+            s = np.add.reduceat(est[d + 1], first[d], axis=0)
             vs = np.add.reduceat(var[d + 1], first[d])
             e = s.copy()
             v = vs.copy()
@@ -506,22 +523,211 @@ class HierarchicalStrategy:
             if np.any(m):
                 own_prec = w[m] ** 2
                 prec = 1.0 / vs[m] + own_prec
-                e[m] = (s[m] / vs[m] + zd[m] / w[m] * own_prec) / prec
+                e[m] = (s[m] / vs[m][:, None] + zd[m] / w[m][:, None] * own_prec[:, None]) / prec[:, None]
                 v[m] = 1.0 / prec
             est[d] = e
             var[d] = v
         final = est[0]
         for d in range(n_lv - 1):
-            s = np.add.reduceat(est[d + 1], first[d])
+            s = np.add.reduceat(est[d + 1], first[d], axis=0)
             vs = np.add.reduceat(var[d + 1], first[d])
-            sizes = np.diff(first[d], append=est[d + 1].size)
-            resid = np.repeat((final - s) / vs, sizes)
-            final = est[d + 1] + var[d + 1] * resid
-        lens = self.bucket_lengths.astype(np.float64)
-        counts = np.diff(self.group_first_bucket, append=self.n_buckets)
-        glen = np.add.reduceat(lens, self.group_first_bucket)
-        return np.repeat(final / glen, counts) * lens
+            sizes = np.diff(first[d], append=est[d + 1].shape[0])
+            resid = np.repeat((final - s) / vs[:, None], sizes, axis=0)
+            final = est[d + 1] + var[d + 1][:, None] * resid
+        return final
 
+    def to_dict(self, branch: int) -> dict[str, Any] | None:
+        """The public strategy (groups and weights; the tree follows from the group count and
+        ``branch``) for a stored synopsis, so answers from it get their noise too: about 2-3 numbers
+        per group, fewer than the synopsis's bucket totals. None above :data:`STORED_STRATEGY_MAX`."""
+        if float(self.n_groups) * len(self.levels) > STORED_STRATEGY_MAX:
+            return None
+        return {"branch": int(branch), "group_first_bucket": self.group_first_bucket.tolist(),
+                "weights": [[float(v) for v in w] for w in self.weights]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], bucket_lengths: np.ndarray) -> HierarchicalStrategy | None:
+        """Inverse of :meth:`to_dict` (None if the stored strategy does not fit the buckets)."""
+        try:
+            gfirst = np.asarray(d["group_first_bucket"], dtype=np.int64)
+            k = int(np.asarray(bucket_lengths).size)
+            if gfirst.size == 0 or gfirst[0] != 0 or np.any(np.diff(gfirst) <= 0) or gfirst[-1] >= k:
+                return None
+            levels = _tree_levels(int(gfirst.size), int(d["branch"]))
+            weights = [np.asarray(w, dtype=np.float64) for w in d["weights"]]
+            if len(weights) != len(levels) or any(w.shape != lv.shape for w, lv in zip(weights, levels, strict=True)):
+                return None
+            if not all(np.all(np.isfinite(w) & (w >= 0)) for w in weights) or np.any(weights[-1] <= 0):
+                return None
+        except (KeyError, TypeError, ValueError):
+            return None
+        return cls(np.asarray(bucket_lengths, dtype=np.int64), gfirst, levels, [np.ones(lv.size) for lv in levels],
+                   weights, math.nan)
+
+    def answer_noise(self, workload: IntervalWorkload, *, max_work: float = ANSWER_NOISE_MAX_WORK
+                     ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(‖a_q‖₂, ‖a_q‖₁) per query q of ``workload`` (over the n bins of the buckets), where a_q is
+        the row of the linear map from the measurement noise to the noise of q's answer: the answer
+        is Σ_bins q_j x̂_j (uniform expansion of the least-squares group totals), so its noise is
+        a_qᵀe for the measurement noise vector e. Exact: least squares is linear, and a_q[r] is q's
+        answer when the measurements are the r-th unit vector, computed for blocks of unit vectors at
+        once (O(rows · (K · levels + intervals)) work, no dense matrix larger than a block), or, with
+        fewer queries than rows, by the transpose of the inference for blocks of queries
+        (O(queries · K · levels)). A query
+        of one interval inside one group (a histogram's bin) is that group's total times its share,
+        so such queries cost one query per group whatever their number. None when the work exceeds
+        ``max_work`` (the domain is too large for the exact computation).
+        """
+        wl = workload
+        lens = self.bucket_lengths.astype(np.int64)
+        if int(lens.sum()) != wl.n:
+            raise ConfigError(f"workload is over {wl.n} bins, the buckets cover {int(lens.sum())}")
+        g_lo = (np.cumsum(lens) - lens)[self.group_first_bucket]
+        g_bins = np.add.reduceat(lens, self.group_first_bucket)
+        one = np.bincount(wl.qid, minlength=wl.n_queries)[wl.qid] == 1
+        g_of = np.searchsorted(g_lo, wl.lo, side="right") - 1
+        inner_iv = one & (g_of == np.searchsorted(g_lo, wl.hi, side="right") - 1)
+        if not np.any(inner_iv):
+            return self._answer_noise(wl, max_work)
+        groups, slot = np.unique(g_of[inner_iv], return_inverse=True)
+        rest = ~inner_iv
+        n_rest = int(np.unique(wl.qid[rest]).size)
+        # the other queries, renumbered, then one whole-group query per group in use
+        rest_q = np.unique(wl.qid[rest], return_inverse=True)[1]
+        reduced = IntervalWorkload.from_intervals(
+            np.r_[rest_q, n_rest + np.arange(groups.size)], np.r_[wl.lo[rest], g_lo[groups]],
+            np.r_[wl.hi[rest], g_lo[groups] + g_bins[groups] - 1], wl.n, n_rest + groups.size)
+        norms = self._answer_noise(reduced, max_work)
+        if norms is None:
+            return None
+        l2, l1 = np.zeros(wl.n_queries), np.zeros(wl.n_queries)
+        share = (wl.hi[inner_iv] - wl.lo[inner_iv] + 1) / g_bins[g_of[inner_iv]]
+        q_in = wl.qid[inner_iv]
+        l2[q_in] = share * norms[0][n_rest + slot]
+        l1[q_in] = share * norms[1][n_rest + slot]
+        q_rest = np.unique(wl.qid[rest])
+        l2[q_rest] = norms[0][:n_rest]
+        l1[q_rest] = norms[1][:n_rest]
+        return l2, l1
+
+    def _answer_noise(self, wl: IntervalWorkload, max_work: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """Forward (blocks of unit measurement vectors) or adjoint (blocks of queries), whichever is cheaper."""
+        n_rows = self.n_measurements
+        k = self.n_groups
+        n_iv = wl.qid.size
+        forward = float(n_rows) * (k * len(self.levels) + n_iv + wl.n_queries + k)
+        adjoint = float(wl.n_queries) * (k * len(self.levels) + n_rows) + 4.0 * n_iv
+        if min(forward, adjoint) > max_work:
+            return None
+        if adjoint < forward:
+            return self._answer_noise_adjoint(wl)
+        lens = self.bucket_lengths.astype(np.int64)
+        g_lo = (np.cumsum(lens) - lens)[self.group_first_bucket]
+        g_len = np.add.reduceat(lens, self.group_first_bucket).astype(np.float64)
+
+        def prefix_at(cum: np.ndarray, est: np.ndarray, j: np.ndarray) -> np.ndarray:
+            # Σ of the expanded estimate over bins [0, j): whole groups before j, plus a share of j's group
+            g = np.clip(np.searchsorted(g_lo, j, side="right") - 1, 0, k - 1)
+            inside = (j < wl.n)[:, None]
+            share = ((j - g_lo[g]) / g_len[g])[:, None] * est[g]
+            return np.where(inside, cum[g] + share, cum[k])
+
+        # measured rows in measurement order: (level, segment)
+        lv = np.concatenate([np.full(int(np.count_nonzero(w > 0)), d) for d, w in enumerate(self.weights)])
+        seg = np.concatenate([np.flatnonzero(w > 0) for w in self.weights])
+        block = max(1, min(n_rows, int(4_000_000 // (k + n_iv + wl.n_queries + 1))))
+        sq = np.zeros(wl.n_queries)
+        l1 = np.zeros(wl.n_queries)
+        for r0 in range(0, n_rows, block):
+            cols = np.arange(r0, min(r0 + block, n_rows))
+            z = [np.zeros((lvl.size, cols.size)) for lvl in self.levels]
+            for d in np.unique(lv[cols]):
+                sel = lv[cols] == d
+                z[d][seg[cols[sel]], np.flatnonzero(sel)] = 1.0
+            est = self._group_estimates(z)
+            cum = np.zeros((k + 1, cols.size))
+            np.cumsum(est, axis=0, out=cum[1:])
+            part = prefix_at(cum, est, wl.hi + 1) - prefix_at(cum, est, wl.lo)
+            if wl.single_interval:
+                a = part
+            else:
+                a = np.zeros((wl.n_queries, cols.size))
+                np.add.at(a, wl.qid, part)
+            sq += np.einsum("ij,ij->i", a, a)
+            l1 += np.abs(a).sum(axis=1)
+        return np.sqrt(sq), l1
+
+
+    def _answer_noise_adjoint(self, wl: IntervalWorkload) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`answer_noise` by the transpose of :meth:`_group_estimates`: a_q = Gᵀ v_q for q's group
+        shares v_q (v_q[g] = |q ∩ g| / |g|), run backwards through the two passes for blocks of queries."""
+        lens = self.bucket_lengths.astype(np.int64)
+        k = self.n_groups
+        n_lv = len(self.levels)
+        first = _child_first(self.levels)
+        g_lo = (np.cumsum(lens) - lens)[self.group_first_bucket]
+        g_len = np.add.reduceat(lens, self.group_first_bucket)
+        g_hi = g_lo + g_len - 1
+        # the constants of both passes: subtree variances, the children's sum's variance, the blends
+        var: list[np.ndarray] = [np.empty(0)] * n_lv
+        vsum: list[np.ndarray] = [np.empty(0)] * n_lv
+        alpha: list[np.ndarray] = [np.empty(0)] * n_lv
+        beta: list[np.ndarray] = [np.empty(0)] * n_lv
+        for d in range(n_lv - 1, -1, -1):
+            w = self.weights[d]
+            if d == n_lv - 1:
+                var[d] = 1.0 / (w * w)
+                continue
+            vs = np.add.reduceat(var[d + 1], first[d])
+            m = w > 0
+            prec = np.where(m, 1.0 / vs + w * w, 1.0)
+            alpha[d] = np.where(m, (1.0 / vs) / prec, 1.0)
+            beta[d] = np.where(m, w / prec, 0.0)
+            var[d] = np.where(m, 1.0 / prec, vs)
+            vsum[d] = vs
+        sizes = [np.diff(first[d], append=self.levels[d + 1].size) for d in range(n_lv - 1)]
+        gamma = [var[d + 1] / np.repeat(vsum[d], sizes[d]) for d in range(n_lv - 1)]
+        ga_all = np.searchsorted(g_lo, wl.lo, side="right") - 1
+        gb_all = np.searchsorted(g_lo, wl.hi, side="right") - 1
+        sq = np.zeros(wl.n_queries)
+        l1 = np.zeros(wl.n_queries)
+        block = max(1, min(wl.n_queries, int(4_000_000 // (2 * k + self.n_measurements + 1))))
+        for q0 in range(0, wl.n_queries, block):
+            q1 = min(q0 + block, wl.n_queries)
+            t0, t1 = np.searchsorted(wl.qid, [q0, q1], side="left")
+            c = wl.qid[t0:t1] - q0
+            lo, hi, ga, gb = wl.lo[t0:t1], wl.hi[t0:t1], ga_all[t0:t1], gb_all[t0:t1]
+            diff = np.zeros((k + 1, q1 - q0))
+            same = ga == gb
+            pts = np.zeros((k, q1 - q0))
+            np.add.at(pts, (ga[same], c[same]), (hi[same] - lo[same] + 1) / g_len[ga[same]])
+            two = ~same
+            np.add.at(pts, (ga[two], c[two]), (g_hi[ga[two]] - lo[two] + 1) / g_len[ga[two]])
+            np.add.at(pts, (gb[two], c[two]), (hi[two] - g_lo[gb[two]] + 1) / g_len[gb[two]])
+            np.add.at(diff, (ga[two] + 1, c[two]), 1.0)
+            np.add.at(diff, (gb[two], c[two]), -1.0)
+            fbar = np.cumsum(diff, axis=0)[:k] + pts
+            # top-down pass backwards: final_{d+1} = est_{d+1} + γ ⊙ E(final_d − R est_{d+1})
+            ebar: list[np.ndarray] = [np.zeros((lv.size, q1 - q0)) for lv in self.levels]
+            for d in range(n_lv - 2, -1, -1):
+                t = np.add.reduceat(gamma[d][:, None] * fbar, first[d], axis=0)
+                ebar[d + 1] += fbar - np.repeat(t, sizes[d], axis=0)
+                fbar = t
+            ebar[0] += fbar
+            # bottom-up pass backwards: est_d = α ⊙ R est_{d+1} + β ⊙ z_d (measured), R est_{d+1} (not)
+            parts = []
+            for d in range(n_lv):
+                w = self.weights[d]
+                m = w > 0
+                if d == n_lv - 1:
+                    parts.append(ebar[d][m] / w[m][:, None])
+                    continue
+                parts.append(beta[d][m][:, None] * ebar[d][m])
+                ebar[d + 1] += np.repeat(alpha[d][:, None] * ebar[d], sizes[d], axis=0)
+            a = np.concatenate(parts, axis=0)  # (measurements, queries), in measurement order
+            sq[q0:q1] = np.einsum("ij,ij->j", a, a)
+            l1[q0:q1] = np.abs(a).sum(axis=0)
+        return np.sqrt(sq), l1
 
 def _choose_splits(
     levels: list[np.ndarray],

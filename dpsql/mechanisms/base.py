@@ -139,13 +139,16 @@ class Released:
     ``table``: keys and aggregates under the plan's internal names, or, when ``final``, the
     table handed to the caller as it is (a workload's ``(query, count)`` rows).
     ``accuracy``: per internal aggregate name. ``row_accuracy``: per internal aggregate name,
-    a per-row 95% half-width that travels with its row through post-processing.
+    a per-row 95% half-width that travels with its row through post-processing (``row_noise_std``:
+    likewise, a per-row noise standard deviation).
     ``commit``: extra keyword arguments for ``Ledger.commit`` (a synopsis to keep, counts).
     """
 
     table: pa.Table
     accuracy: dict[str, dict[str, Any]]
     row_accuracy: dict[str, pa.Array] = field(default_factory=dict)
+    #: per internal aggregate name, a per-row noise standard deviation, travelling as ``row_accuracy``
+    row_noise_std: dict[str, pa.Array] = field(default_factory=dict)
     commit: dict[str, Any] = field(default_factory=dict)
     final: bool = False
     #: values computed from the released ones (post-processing) that the Release's details carry

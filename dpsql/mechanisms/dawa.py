@@ -87,6 +87,11 @@ release (:meth:`DawaSynopsis.rounded`, i.e. :func:`dpsql.noise.round_to_granular
 post-processing and keeps float sample bits out of the output; ``to_json`` stores whatever the
 synopsis holds, so store a rounded synopsis.
 
+Accuracy (:meth:`DawaSynopsis.noise_bounds`, ``docs/mechanisms.md`` §2.5): the partition and the
+stage-2 strategy are public, so each answer's stage-2 noise is an exactly known linear function of the
+measurement noise; its std and a 95% half-width around the bucket-uniform truth (not the true count:
+the partition's bias is data dependent) are published per answer.
+
 Noise: every Laplace variate comes from the ``rng`` argument (a :class:`dpsql.noise.NoiseSource`;
 no seeds, no global RNG): stage 1 draws one vector of len(candidates) variates, stage 2 one of
 n_measurements.
@@ -196,6 +201,34 @@ __all__ = [
     "window_deviations",
 ]
 
+#: a valid 95% half-width, in standard deviations, of any weighted sum of independent Laplace variates:
+#: sqrt(0.33144 / 0.05) = 2.5746, rounded up (:meth:`DawaSynopsis.noise_bounds`)
+NOISE95 = 2.58
+
+
+def snapped_laplace_moments(rho: float, phase: object) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and variance, in units of λ and λ², of the snapped Laplace noise Λ·rint((x + L)/Λ) − x
+    (L ~ Laplace(λ), no clamping) for inputs x with x mod Λ = ``phase`` · λ; ``rho`` = Λ/λ."""
+    phi = np.asarray(phase, dtype=np.float64).reshape(-1, 1)
+    kmax = int(math.ceil(60.0 / rho)) + 2
+    v = np.arange(-kmax, kmax + 1, dtype=np.float64)[None, :] * rho - phi
+
+    def cdf(t: np.ndarray) -> np.ndarray:
+        return np.where(t < 0, 0.5 * np.exp(np.minimum(t, 0.0)), 1.0 - 0.5 * np.exp(-np.maximum(t, 0.0)))
+
+    p = cdf(v + rho / 2) - cdf(v - rho / 2)
+    m1 = (p * v).sum(axis=1)
+    return m1, (p * v * v).sum(axis=1) - m1**2
+
+
+def snapped_laplace_variance(rho: float) -> float:
+    """The largest variance (units of λ²) of one snapped Laplace over the phase of its input, Λ/λ = ``rho``:
+    2 + rho²/12 up to a few % (2.448 at rho = 2). The maximum over 4096 phases, raised by 0.1% (the
+    variance moves by less than that between grid points)."""
+    _, var = snapped_laplace_moments(rho, np.linspace(0.0, rho, 4097))
+    return float(var.max()) * 1.001
+
+
 _KIND_1D = "dpsql.dawa.synopsis"
 _KIND_2D = "dpsql.dawa.synopsis2d"
 _VERSION = 1
@@ -226,6 +259,9 @@ class DawaSynopsis:
     epsilon2: float
     sensitivity: float
     params: dict[str, Any] = field(default_factory=dict)
+    #: the stage-2 strategy (public: a function of the partition and the workload), stored with the
+    #: synopsis when small enough for :meth:`noise_bounds` (:meth:`HierarchicalStrategy.to_dict`)
+    strategy: HierarchicalStrategy | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         _check_partition(np.stack([self.starts, self.ends], axis=1), self.n)
@@ -278,7 +314,80 @@ class DawaSynopsis:
             self.epsilon2,
             self.sensitivity,
             {**self.params, "rounded_to": float(granularity)},
+            self.strategy,
         )
+
+    def noise_bounds(self, workload: object) -> tuple[np.ndarray, np.ndarray] | None:
+        """(std, half-width) of the stage-2 NOISE of each query's raw (unrounded) answer, or None.
+
+        The answer to q is Σ_g w_g ĝ_g (w_g = |q ∩ g| / |g|, ĝ the least-squares group totals), and
+        least squares is linear and unbiased, so answer − T_q = a_qᵀ e exactly, where T_q = Σ_g w_g g_g
+        is the truth spread uniformly within the strategy's groups (within the stage-1 buckets for the
+        workload the strategy was built for; the partition's bias T_q − q(x) is not covered) and e the
+        snapped-Laplace measurement noise. e_r = L_r + R_r with L_r ~ Laplace(λ) independent and
+        |R_r| <= Λ/2 the snapping grid's rounding. Hence:
+
+        * std <= √v(Λ/λ) · λ ‖a_q‖₂, with v the largest variance of one snapped Laplace over the
+          phase of its input (:func:`snapped_laplace_variance`: 2 + (Λ/λ)²/12 up to a few %);
+        * P(|a_qᵀL| > t) <= 0.3315 · 2λ²‖a_q‖₂² / t² for every weight vector a_q (a sum of independent
+          Laplace variates is a scale mixture of normals, N(0, V) with E V = σ², and
+          2Φ̄(t/√v) <= 0.3315 v / t² for all v), so t = 2.58 σ is a valid 95% half-width whatever the
+          mix (a single Laplace needs 2.12 σ, a normal 1.96 σ); |a_qᵀR| <= (Λ/2)‖a_q‖₁ is added.
+
+        None without the strategy (a synopsis stored without it), when the exact computation is too
+        large (:meth:`HierarchicalStrategy.answer_noise`), or when a released total lies near the
+        public snapping bound B (a measurement may have been clamped)."""
+        snap = self.params.get("stage2_snapping")
+        if self.strategy is None or not snap:
+            return None
+        lam, grid, bound = float(snap["lambda"]), float(snap["grid"]), float(snap["bound"])
+        if float(np.sum(np.abs(self.bucket_totals))) >= bound / 2:
+            return None
+        norms = self.strategy.answer_noise(as_workload(workload, self.n))
+        if norms is None:
+            return None
+        l2, l1 = norms
+        std = math.sqrt(snapped_laplace_variance(grid / lam)) * lam * l2
+        half = NOISE95 * math.sqrt(2.0) * lam * l2 + grid / 2.0 * l1
+        return std, half
+
+    def rounding_bound(self, workload: object) -> np.ndarray:
+        """Per query, the largest change :meth:`rounded` can make to its answer: 0 if unrounded, else
+        TV/2 · granularity with TV = Σ_i |f_i − f_(i+1)| the total variation of the query's bucket shares
+        f_i = |q ∩ b_i| / |b_i| (f = 0 outside): a rounded total is t_i = ŷ_i + δ_i − δ_(i−1), with δ the
+        rounding of the running totals (|δ| <= granularity / 2), so the answer Σ f_i t_i moves by
+        Σ δ_i (f_i − f_(i+1)). At most 1 for a range, 1/|b| for one bin of bucket b, and far below one
+        per run for a 2-D rectangle whose runs share buckets."""
+        wl = as_workload(workload, self.n)
+        g = float(self.params.get("rounded_to", 0.0))
+        if g == 0.0 or wl.n_queries == 0:
+            return np.zeros(wl.n_queries)
+        k = self.starts.size
+        lens = (self.ends - self.starts + 1).astype(np.float64)
+        ba = np.searchsorted(self.ends, wl.lo, side="left")
+        bb = np.searchsorted(self.ends, wl.hi, side="left")
+        same = ba == bb
+        # pieces of every query: partial buckets (coverage, merged over the query's intervals) and runs of
+        # whole buckets (share 1) in between
+        p_q = np.r_[wl.qid, wl.qid[~same]]
+        p_b = np.r_[ba, bb[~same]]
+        p_cov = np.r_[np.where(same, wl.hi - wl.lo + 1, self.ends[ba] - wl.lo + 1), (wl.hi - self.starts[bb] + 1)[~same]]
+        key, inv = np.unique(p_q * (k + 1) + p_b, return_inverse=True)
+        cov = np.bincount(inv, weights=p_cov.astype(np.float64))
+        part_q, part_b = key // (k + 1), key % (k + 1)
+        run = ~same & (bb - ba > 1)
+        q = np.r_[part_q, wl.qid[run]]
+        st = np.r_[part_b, ba[run] + 1]
+        en = np.r_[part_b, bb[run] - 1]
+        val = np.r_[cov / lens[part_b], np.ones(int(run.sum()))]
+        order = np.lexsort((st, q))
+        q, st, en, val = q[order], st[order], en[order], val[order]
+        nxt = np.r_[q[1:] == q[:-1], False]  # the next piece belongs to the same query
+        adjacent = nxt & (np.r_[st[1:], 0] == en + 1)
+        step = np.where(adjacent, np.abs(val - np.r_[val[1:], 0.0]), val + np.where(nxt, np.r_[val[1:], 0.0], 0.0))
+        first = np.r_[True, q[1:] != q[:-1]]
+        tv = np.bincount(q, weights=step + np.where(first, val, 0.0), minlength=wl.n_queries)
+        return tv / 2.0 * g
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -292,7 +401,13 @@ class DawaSynopsis:
             "epsilon2": self.epsilon2,
             "sensitivity": self.sensitivity,
             "params": self.params,
+            **({"strategy": st} if (st := self._strategy_dict()) is not None else {}),
         }
+
+    def _strategy_dict(self) -> dict[str, Any] | None:
+        if self.strategy is None:
+            return None
+        return self.strategy.to_dict(int(self.params.get("branch", 2)))
 
     def to_json(self) -> str:
         """JSON text (floats written with round-trip precision)."""
@@ -305,6 +420,8 @@ class DawaSynopsis:
         lens = np.asarray(d["bucket_lengths"], dtype=np.int64)
         ends = np.cumsum(lens) - 1
         starts = ends - lens + 1
+        stored = d.get("strategy")
+        strategy = HierarchicalStrategy.from_dict(stored, lens) if isinstance(stored, dict) else None
         return cls(
             int(d["n"]),
             starts,
@@ -315,6 +432,7 @@ class DawaSynopsis:
             float(d["epsilon2"]),
             float(d["sensitivity"]),
             dict(d.get("params", {})),
+            strategy,
         )
 
     @classmethod
@@ -409,7 +527,7 @@ def dawa(
         "n_measurements": strategy.n_measurements,
         "stage2_snapping": {"lambda": lam2, "grid": grid2, "bound": bound2, "changed_rows": rows2},
     }
-    return DawaSynopsis(n, st, en, y_hat, eps, eps1, eps2, sens, params)
+    return DawaSynopsis(n, st, en, y_hat, eps, eps1, eps2, sens, params, strategy)
 
 
 def dawa_precheck(n: int, epsilon: float, *, ratio: float = 0.25, sensitivity: float = 1.0, staged: bool = True) -> None:
@@ -468,6 +586,14 @@ class DawaSynopsis2D:
 
     def rounded(self, granularity: float = 1.0) -> DawaSynopsis2D:
         return DawaSynopsis2D(self.shape, self.side, self.flat.rounded(granularity))
+
+    def noise_bounds(self, rects: object) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`DawaSynopsis.noise_bounds` of rectangles, and :meth:`DawaSynopsis.rounding_bound`."""
+        wl = rects_to_workload(rects, self.shape)
+        out = self.flat.noise_bounds(wl)
+        if out is None:
+            return None
+        return out[0], out[1], self.flat.rounding_bound(wl)
 
     def to_dict(self) -> dict[str, Any]:
         return {

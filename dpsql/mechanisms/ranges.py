@@ -99,6 +99,10 @@ def load_synopsis(text: str) -> Any:
     return _dawa.DawaSynopsis.from_json(text)
 
 
+def _consecutive_bins(wl: Workload, r: np.ndarray, valid: np.ndarray) -> bool:
+    return wl.histogram and len(wl.dims) == 1 and bool(np.all(valid)) and bool(np.all(r[1:, 0] == r[:-1, 1] + 1))
+
+
 def answer(wl: Workload, syn: Any) -> np.ndarray:
     """Answers to the workload's ranges from a (rounded) synopsis: post-processing."""
     r = bin_ranges(wl)
@@ -109,7 +113,7 @@ def answer(wl: Workload, syn: Any) -> np.ndarray:
     else:
         out = np.asarray(syn.answer_rects(safe[:, [0, 1, 2, 3]]), dtype=np.float64)
     out = np.where(valid, out, 0.0)
-    if wl.histogram and len(wl.dims) == 1 and bool(np.all(valid)) and bool(np.all(r[1:, 0] == r[:-1, 1] + 1)):
+    if _consecutive_bins(wl, r, valid):
         # consecutive bins: round the running totals, each bin the difference of two, so a sum of
         # released bins stays within 1 of the estimate (bins of one bucket share one fraction,
         # e.g. 26.2 each, which rounding bin by bin would turn into a loss of 0.2 per bin)
@@ -117,9 +121,51 @@ def answer(wl: Workload, syn: Any) -> np.ndarray:
     return np.rint(out)
 
 
+def answer_accuracy(wl: Workload, syn: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per answer of :func:`answer`: (noise std, 95% half-width around the bucket-uniform truth), or None.
+
+    The noise terms are :meth:`DawaSynopsis.noise_bounds` (public: the partition, the stage-2
+    strategy and its snapping parameters). The half-width adds the rounding: that of the synopsis's
+    bucket totals (:meth:`DawaSynopsis.rounding_bound`, at most 1 for a range) and the answer's own,
+    1/2 (consecutive histogram bins, whose running totals are rounded again: 1). An empty range is
+    exactly 0."""
+    r = bin_ranges(wl)
+    valid: np.ndarray = np.all(np.asarray(r[:, 0::2] <= r[:, 1::2], dtype=bool), axis=1).astype(bool)
+    safe = np.where(valid[:, None], r, 0)
+    if len(wl.dims) == 1:
+        out = syn.noise_bounds(safe)
+        rounding = None if out is None else syn.rounding_bound(safe)
+    else:
+        out2 = syn.noise_bounds(safe[:, [0, 1, 2, 3]])
+        out = None if out2 is None else out2[:2]
+        rounding = None if out2 is None else out2[2]
+    if out is None or rounding is None:
+        return None
+    std, half = out
+    final = 1.0 if _consecutive_bins(wl, r, valid) else 0.5
+    half = half + rounding + final
+    return np.where(valid, std, 0.0), np.where(valid, half, 0.0)
+
+
 # -- the DAWA mechanism: fresh synopsis or free reuse ------------------------------------------
 
 _ACCURACY_NOTE = "DAWA: error is data dependent (partition bias plus stage-2 Laplace noise)"
+_NOISE_NOTE = ("DAWA: noise_std and ci95_half_width cover the stage-2 noise only, per answer in per_row_noise_std and "
+               "per_row_ci95_half_width (noise_std / ci95_half_width: median over answers). The interval is around "
+               "the bucket-uniform truth (each stage-1 bucket's true count spread evenly over its bins); the "
+               "partition's bias, the difference from the true count, is data dependent and NOT included. "
+               "Exact least-squares noise variance (snapped Laplace bounded over its rounding), a 95% bound valid "
+               "for any sum of independent Laplace terms (2.58 std) plus the snapping grid's and the integer "
+               "rounding's worst case")
+_REUSE_NOISE_NOTE = ("; answered from a stored synopsis at zero cost: its buckets that the workload it was made for never "
+                     "told apart share one total, so for these ranges the truth is spread evenly over such groups of "
+                     "buckets")
+_NO_NOISE_NOTE = {
+    "reuse": "; this stored synopsis does not keep its stage-2 strategy (stored before strategies were kept, or too large "
+             "for the exact computation), so its noise cannot be computed here",
+    "fresh": "; the noise could not be computed exactly for this domain size (too many buckets and queries) or a "
+             "released total lies near the noise's public clamping bound",
+}
 
 
 @dataclass
@@ -305,8 +351,9 @@ class Dawa:
             if cal.key is not None:  # a source without an identity (Arrow, DuckDB table, no version): no reuse
                 commit = {"synopsis_key": cal.key, "synopsis": syn.to_json()}
         answers = answer(wl, syn).astype(np.int64)
-        acc = {"noise": "laplace", "noise_std": None, "ci95_half_width": None,
-               "note": _ACCURACY_NOTE + ("; answered from a stored synopsis at zero cost" if cal.reuse is not None else "")}
+        acc, per_row = _accuracy(wl, syn, cal.reuse is not None)
+        if cal.plan is not None:  # per-row values travel with their rows (HAVING, ORDER BY, LIMIT): row_accuracy
+            acc = {k: v for k, v in acc.items() if not k.startswith("per_row_")}
         if cal.plan is None:
             table = pa.table({"query": pa.array(wl.sqls), "count": pa.array(answers)})
             return Released(table=table, accuracy={"count": acc}, commit=commit, final=True)
@@ -316,4 +363,23 @@ class Dawa:
             table = pa.table({cal.plan.keys[0].name: pa.array(labels), agg: pa.array(answers)})
         else:
             table = pa.table({agg: pa.array(answers)})
-        return Released(table=table, accuracy={agg: acc}, commit=commit)
+        row_acc = {agg: pa.array(per_row[1], type=pa.float64())} if per_row is not None else {}
+        row_std = {agg: pa.array(per_row[0], type=pa.float64())} if per_row is not None else {}
+        return Released(table=table, accuracy={agg: acc}, row_accuracy=row_acc, row_noise_std=row_std, commit=commit)
+
+
+def _accuracy(wl: Workload, syn: Any, reused: bool) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray] | None]:
+    """The accuracy entry of a DAWA release and its per-answer (noise std, 95% half-width), None if not computable."""
+    acc: dict[str, Any] = {"noise": "laplace", "noise_std": None, "ci95_half_width": None}
+    bounds = answer_accuracy(wl, syn)
+    if bounds is None:
+        acc["note"] = _ACCURACY_NOTE + _NO_NOISE_NOTE["reuse" if reused else "fresh"] + (
+            "; answered from a stored synopsis at zero cost" if reused else "")
+        return acc, None
+    std, half = bounds
+    acc.update({"noise_std": float(np.median(std)) if std.size else 0.0,
+                "ci95_half_width": float(np.median(half)) if half.size else 0.0,
+                "per_row_noise_std": std.tolist(), "per_row_ci95_half_width": half.tolist(),
+                "granularity": 1.0, "covers": "bucket-uniform truth (stage-2 noise only; partition bias excluded)",
+                "note": _NOISE_NOTE + (_REUSE_NOISE_NOTE if reused else "")})
+    return acc, (std, half)
