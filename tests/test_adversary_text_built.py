@@ -1,0 +1,127 @@
+"""An expression builds at most ``MAX_TEXT_BUILT`` bytes of text per row.
+
+String functions see at most 1024 characters of each text argument, but some build more than they
+read: a concatenation builds the sum of its parts, and replace() with a replacement longer than the
+text it replaces builds (characters / that text's length) replacements before its result is cut to 1024
+characters. DuckDB builds each such value in full for every row of a vector, in memory its
+``memory_limit`` does not count. So ``replace(note, 'a', <256 four-byte characters>)`` built 1 MB for each
+row holding 1024 'a's and about 1 kB for any other: one person's 300 such rows under eight of them took
+0.67-0.75 s of CPU and 2.6 GB of memory, against 0.05-0.07 s and 0.2 GB when those 300 rows held 'b's
+(20 000 other rows; the first run 2-3 s), and 2048 such rows in one vector under sixteen of them would
+have built 32 GB. What a row can build is a function of the query alone (literal lengths and the cap),
+so it is bounded at analysis: an expression that may build more than one text cell holds by default
+(65 536 bytes) is refused for free, naming the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+import sqlglot
+
+import dpsql
+from dpsql.errors import UnsupportedQueryError
+from dpsql.plan.typer import MAX_TEXT_BUILT, STRING_CAP, _rendered_text, type_predicate
+from dpsql.testing import use_noise, zero_noise
+
+TABLE = pa.table({
+    "uid": pa.array(range(6), pa.int64()),
+    "s": pa.array(["abc", "a" * 2000, "", "zzz", "😀" * 1500, "a,b"], pa.string()),
+    "t": pa.array(["x", "y", "z", "a", "b", "c"], pa.string()),
+})
+SCHEMA = {"uid": "BIGINT", "s": "VARCHAR", "t": "VARCHAR"}
+WIDE = "😀" * 256  # a replacement of 256 characters, 1024 bytes
+
+
+@pytest.fixture(scope="module")
+def duck() -> Any:
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(1000.0, 1e-3))
+    use_noise(s, zero_noise(5))
+    s.register("t", TABLE, privacy_unit="uid", columns={"t": {"domain": ["x", "y", "z"]}})
+    yield s
+    s.close()
+
+
+def refused_for_free(s: dpsql.Session, sql: str) -> str:
+    before = s.remaining()
+    with pytest.raises(UnsupportedQueryError) as info:
+        s.query(sql, epsilon=1.0)
+    with pytest.raises(UnsupportedQueryError):
+        s.explain(sql, epsilon=1.0)
+    assert s.remaining() == before
+    return str(info.value)
+
+
+REFUSED = [
+    f"length(replace(s, 'a', '{WIDE}')) > 5",  # 1024 replacements of 1024 bytes: 1 MB per row
+    f"replace(s, 'a', '{'y' * 65}') = ''",  # 1024 x 65 bytes
+    "concat(" + ", ".join(["s"] * 17) + ") = ''",  # 17 x 1024 characters of up to 4 bytes
+    " || ".join(["s"] * 10) + " = ''",  # each || builds both its (capped) sides
+    "concat_ws('-', " + ", ".join(["s"] * 17) + ") = ''",
+    " OR ".join([f"replace(s, 'a', '{'y' * 40}') = ''"] * 2),  # the bound is per expression
+    f"NULLIF(replace(s, 'a', '{'y' * 40}'), '') = ''",  # NULLIF evaluates its first argument twice
+]
+
+
+@pytest.mark.parametrize("where", REFUSED)
+def test_an_expression_that_may_build_more_text_is_refused_for_free(duck: dpsql.Session, where: str) -> None:
+    msg = refused_for_free(duck, f"SELECT COUNT(*) AS v FROM t WHERE {where}")
+    assert f"more than {MAX_TEXT_BUILT} bytes of text per row" in msg, msg
+    assert "concatenate fewer texts, or replace a longer text or with a shorter replacement" in msg, msg
+
+
+@pytest.mark.parametrize("sql", [
+    f"SELECT replace(s, 'a', '{WIDE}') AS k, COUNT(*) AS v FROM t GROUP BY k",
+    f"SELECT t, COUNT(*) AS v FROM t WHERE replace(s, 'a', '{WIDE}') <> '' GROUP BY t",
+    f"SELECT COUNT(replace(s, 'a', '{WIDE}')) AS v FROM t",
+])
+def test_every_expression_over_rows_is_bounded(duck: dpsql.Session, sql: str) -> None:
+    assert "bytes of text per row" in refused_for_free(duck, sql)
+
+
+ACCEPTED = [
+    f"replace(s, 'zzz', '{'y' * 100}') = ''",  # 341 replacements of 100 bytes
+    f"replace(s, 'a', '{'y' * 64}') = ''",  # exactly the bound
+    "replace(s, ',', '; ') = ''",
+    f"replace(s, 'abc', '') = '' AND replace(s, 'a', '{'y' * 60}') <> 'q'",  # a shrinking replace builds nothing new
+    "concat(" + ", ".join(["s"] * 16) + ") = ''",
+    "s || '-' || t || '-' || s = ''",
+    "concat_ws('-', s, t, s, t) = ''",
+    "s IN ('a', 'b', 'c', 'd', 'e', 'f', 'g')",  # a digest's salted text is no built value
+]
+
+
+@pytest.mark.parametrize("where", ACCEPTED)
+def test_expressions_within_the_bound_are_answered(duck: dpsql.Session, where: str) -> None:
+    duck.query(f"SELECT COUNT(*) AS v FROM t WHERE {where}", epsilon=1.0)
+
+
+def _built(node: Any) -> list[Any]:
+    """The text-building nodes of a rendering (concatenations and growing replaces)."""
+    out = []
+    for n in node.walk():
+        if isinstance(n, (sqlglot.exp.Concat, sqlglot.exp.ConcatWs, sqlglot.exp.DPipe)):
+            out.append(n)
+        elif isinstance(n, sqlglot.exp.Replace) and len(n.args["replacement"].this) > len(n.expression.this):
+            out.append(n)
+    return out
+
+
+@pytest.mark.parametrize("where", [
+    *ACCEPTED[:5], "s || t = ''", "concat_ws('-', s, t) = ''", f"replace(s, 'ab', '{'é' * 50}') = ''",
+])
+def test_the_bound_holds_on_the_texts_that_build_the_most(where: str) -> None:
+    """The static bound is the worst case: every built value, on texts made to build the most (every character
+    a match, or 4 bytes), is at most what the analysis counted for it."""
+    rendered = type_predicate(sqlglot.parse_one(where, read="duckdb"), SCHEMA)
+    bound = _rendered_text(rendered)
+    assert bound <= MAX_TEXT_BUILT
+    worst = ["😀" * STRING_CAP, "a" * STRING_CAP, "ab" * STRING_CAP, "z" * STRING_CAP, ",", "😀" * 3000]
+    con = duckdb.connect()
+    con.register("w", pa.table({"s": pa.array(worst), "t": pa.array(worst[::-1])}))
+    for node in _built(rendered):
+        largest = con.execute(f"SELECT MAX(strlen({node.sql(dialect='duckdb')})) FROM w").fetchone()[0]
+        assert largest <= _rendered_text(node) <= bound, (node.sql(dialect="duckdb"), largest)
