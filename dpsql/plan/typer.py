@@ -242,8 +242,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("[NOT] BETWEEN", "T, T, T -> BOOLEAN", "total", "as comparisons"),
     FuncSpec("[NOT] IN (list)", "T, T... -> BOOLEAN", "total", f"as comparisons; at most {MAX_IN_LIST} elements; a list of more than {IN_LIST_SCANNED} is compared by the "
              "values' MD5 digests under a secret salt (DuckDB looks a long list of constants up in a hash table), a text by "
-             "its first (longest element + 1) characters, which decide it; a text list with an element read from a row is "
-             "compared as written"),
+             f"its first (longest element + 1) characters, which decide it (elements of at most {MAX_PATTERN} characters); a "
+             "text list with an element read from a row is compared as written"),
     FuncSpec("IS [NOT] NULL", "any -> BOOLEAN", "total", "the only operation allowed on INTERVAL, lists, structs, ..."),
     FuncSpec("IS [NOT] TRUE / FALSE", "BOOLEAN -> BOOLEAN", "total"),
     FuncSpec("CASE, IF, COALESCE, IFNULL, NULLIF, GREATEST, LEAST", "T... -> T", "total",
@@ -948,6 +948,10 @@ class Typer:
                     # a text longer than every element equals none: its digest reads at most one character more
                     # than the longest (one person's 60 kB texts under 400 such lists: 60 ms a row, against 0.1 ms)
                     longest = max((len(str(p.value)) for p in parts[1:] if p.value is not None), default=0)
+                    if longest > MAX_PATTERN:  # the digest reads as much of every row's text
+                        raise self.refuse(node, f"the texts of an IN list of more than {IN_LIST_SCANNED} elements may have at "
+                                                f"most {MAX_PATTERN} characters (each row's text is read up to the longest), "
+                                                f"not {longest}: compare a longer text with =")
                     head = exp.Left(this=head, expression=exp.Literal.number(longest + 1))
                 return Typed(exp.In(this=_digest(head, typ), expressions=[_digest(x, typ) for x in c[1:]]), BOOLEAN)
             return Typed(exp.In(this=_text_binary(c[0], typ), expressions=c[1:]), BOOLEAN)
