@@ -78,6 +78,9 @@ MAX_PATTERN = 256
 #: so LIKE patterns are shorter and an expression may hold only a few of them (per-row cost bound)
 MAX_LIKE_PATTERN = 32
 MAX_LIKES = 8
+#: a text converted to a number, date, timestamp or boolean: one of more characters converts to NULL (parsing reads
+#: all of it, blanks and leading zeros included)
+CAST_TEXT_CAP = 256
 #: substring searches (LIKE / ILIKE, contains, strpos / instr / position, replace, split_part): each looks for
 #: a literal of at most MAX_LIKE_PATTERN characters, and an expression holds at most this many of them (LIKE
 #: tests included, which keep their own limit MAX_LIKES): their per-row costs add up
@@ -94,6 +97,12 @@ MAX_DEPTH = 64
 #: guards would otherwise grow exponentially (measured: about 5,000 such nodes cost ~0.05 s to
 #: plan and run over 800 rows, 110,000 nodes over 2 s)
 MAX_RENDERED_NODES = 5_000
+#: the bytes of text one row's expression may build at worst (concatenations, a replace() whose replacement is
+#: longer than the text it replaces), as much as one text cell may hold (max_text_bytes' default): DuckDB builds
+#: each such value in full for every row of a vector, outside its memory_limit, before any cut, so replace(note,
+#: 'a', <256 four-byte characters>) built 1 MB for each row of 1024 'a's (one person's 300 such rows under eight
+#: of them: 0.7 s of CPU and 2.6 GB against 0.06 s and 0.2 GB for 300 rows of 1024 'b's)
+MAX_TEXT_BUILT = 65_536
 
 #: instants a TIMESTAMP_NS holds (DuckDB: 1677-09-21 00:12:43.145224192 .. 2262-04-11 23:47:16.854775807)
 TIMESTAMP_NS_RANGE = (dt.datetime(1677, 9, 22), dt.datetime(2262, 4, 11))
@@ -232,7 +241,9 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "TIMESTAMP_S/_MS: finer than the unit), are compared in TIMESTAMP"),
     FuncSpec("[NOT] BETWEEN", "T, T, T -> BOOLEAN", "total", "as comparisons"),
     FuncSpec("[NOT] IN (list)", "T, T... -> BOOLEAN", "total", f"as comparisons; at most {MAX_IN_LIST} elements; a list of more than {IN_LIST_SCANNED} is compared by the "
-             "values' MD5 digests under a secret salt (DuckDB looks a long list up in a hash table)"),
+             "values' MD5 digests under a secret salt (DuckDB looks a long list of constants up in a hash table), a text by "
+             f"its first (longest element + 1) characters, which decide it (elements of at most {MAX_PATTERN} characters); a "
+             "text list with an element read from a row is compared as written"),
     FuncSpec("IS [NOT] NULL", "any -> BOOLEAN", "total", "the only operation allowed on INTERVAL, lists, structs, ..."),
     FuncSpec("IS [NOT] TRUE / FALSE", "BOOLEAN -> BOOLEAN", "total"),
     FuncSpec("CASE, IF, COALESCE, IFNULL, NULLIF, GREATEST, LEAST", "T... -> T", "total",
@@ -241,7 +252,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "total", "always rendered TRY_CAST: a value that does not convert is NULL; INTERVAL, UUID, TIME and "
              "TIMESTAMPTZ may be cast to VARCHAR; a literal is converted at analysis (refused if it does not fit); "
              "a column is never cast into TIMESTAMP_S/_MS/_NS (DuckDB's TRY_CAST into them can raise); "
-             "TIMESTAMP_S/_MS values are converted through TIMESTAMP"),
+             f"TIMESTAMP_S/_MS values are converted through TIMESTAMP; a text of more than {CAST_TEXT_CAP} characters "
+             "converts to NULL (parsing reads all of it)"),
     FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
              "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types "
              "(a computed HUGEINT up to +-(10^38 - 1), the range of Spark's DECIMAL(38,0) too); beyond: computed in DOUBLE"),
@@ -610,6 +622,14 @@ class Typer:
             return _cast(_cast(r.expr, TIMESTAMP), target)
         out = _cast(r.expr, target)
         out.meta[CAST_FROM] = src.name
+        if src.kind == "varchar" and target.kind != "varchar":
+            # parsing reads the whole text, leading zeros and blanks included: one person's text of 60 000 characters
+            # cost each conversion 60-150 us (a short one 0.2 us), so 400 conversions in one expression read their
+            # 20 rows 0.5 s longer. A text of more than CAST_TEXT_CAP characters converts to NULL, tested on at most
+            # that many characters plus one
+            short = exp.LTE(this=exp.Length(this=exp.Left(this=r.expr.copy(), expression=exp.Literal.number(CAST_TEXT_CAP + 1))),
+                            expression=exp.Literal.number(CAST_TEXT_CAP))
+            return exp.Case(ifs=[exp.If(this=short, true=out)])
         return out
 
     def _literal_as(self, r: Typed, target: SqlType, node: exp.Expression) -> Any:
@@ -927,8 +947,21 @@ class Typer:
             if typ.kind == "null":
                 return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
             c = [self.coerce(p, typ, node) for p in parts]
-            if len(items) > IN_LIST_SCANNED and _digestible(typ):
-                return Typed(exp.In(this=_digest(c[0], typ), expressions=[_digest(x, typ) for x in c[1:]]), BOOLEAN)
+            text_read = typ.kind == "varchar" and not all(p.literal for p in parts[1:])
+            if len(items) > IN_LIST_SCANNED and _digestible(typ) and not text_read:
+                # (a list with an element read from a row is no hash table's: DuckDB and Spark compare it element
+                # by element, each comparison stopping at the first difference, where a digest reads all of both)
+                head = c[0]
+                if typ.kind == "varchar":
+                    # a text longer than every element equals none: its digest reads at most one character more
+                    # than the longest (one person's 60 kB texts under 400 such lists: 60 ms a row, against 0.1 ms)
+                    longest = max((len(str(p.value)) for p in parts[1:] if p.value is not None), default=0)
+                    if longest > MAX_PATTERN:  # the digest reads as much of every row's text
+                        raise self.refuse(node, f"the texts of an IN list of more than {IN_LIST_SCANNED} elements may have at "
+                                                f"most {MAX_PATTERN} characters (each row's text is read up to the longest), "
+                                                f"not {longest}: compare a longer text with =")
+                    head = exp.Left(this=head, expression=exp.Literal.number(longest + 1))
+                return Typed(exp.In(this=_digest(head, typ), expressions=[_digest(x, typ) for x in c[1:]]), BOOLEAN)
             return Typed(exp.In(this=_text_binary(c[0], typ), expressions=c[1:]), BOOLEAN)
         if isinstance(node, exp.Case):
             if node.this is not None:
@@ -2210,11 +2243,52 @@ def _rendered_searches(node: exp.Expression) -> int:
     return own + sum(_rendered_searches(c) for c in node.iter_expressions())
 
 
+TOO_MUCH_TEXT = (f"the expression may build more than {MAX_TEXT_BUILT} bytes of text per row (each text argument of a "
+                 f"string function is up to {STRING_CAP} characters of up to 4 bytes; a concatenation builds the sum of its "
+                 "parts, a replace() whose replacement is longer than the text it replaces up to (the input's characters / "
+                 "that text's length) replacements): concatenate fewer texts, or replace a longer text or with a shorter "
+                 "replacement")
+
+
+def _text_bytes(node: exp.Expression) -> int:
+    """At most the bytes of the text ``node`` (an argument of a text-building function) holds: a string literal's
+    own, a capped argument (LEFT(x, n)) n characters of up to 4 bytes; anything else, STRING_CAP characters."""
+    while isinstance(node, (exp.Collate, exp.Paren)):
+        node = node.this
+    if isinstance(node, exp.Literal) and node.is_string:
+        return len(node.this.encode())
+    if isinstance(node, exp.Left) and isinstance(node.expression, exp.Literal) and not node.expression.is_string:
+        return 4 * min(int(node.expression.this), STRING_CAP)
+    return 4 * STRING_CAP
+
+
+def _rendered_text(node: exp.Expression) -> int:
+    """The bytes of text a row builds in ``node`` at worst: each concatenation the sum of its parts (a digest's
+    salted text, compared with a hash, is not counted), each growing replace() its output before the cut."""
+    own = 0
+    if isinstance(node, (exp.Concat, exp.ConcatWs)):
+        parts = list(node.expressions)
+        own = sum(_text_bytes(p) for p in parts)
+        if isinstance(node, exp.ConcatWs) and len(parts) > 2:
+            own += (len(parts) - 3) * _text_bytes(parts[0])
+    elif isinstance(node, exp.DPipe) and not isinstance(node.parent, exp.MD5):
+        own = _text_bytes(node.this) + _text_bytes(node.expression)
+    elif isinstance(node, exp.Replace):
+        frm, to = (len(str(node.expression.this)), len(str(node.args["replacement"].this).encode()))
+        if frm and to > frm:
+            own = max(_text_bytes(node.this), (STRING_CAP // frm) * to + (STRING_CAP % frm) * 4)
+    if isinstance(node, exp.Nullif):
+        return own + 2 * _rendered_text(node.this) + _rendered_text(node.expression)
+    return own + sum(_rendered_text(c) for c in node.iter_expressions())
+
+
 def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expression:
     if _depth(rendered) > 4 * MAX_DEPTH or _size(rendered) > MAX_RENDERED_NODES:
         raise TypeRefusal([(node, TOO_LARGE)])
     if _rendered_searches(rendered) > MAX_SEARCHES:
         raise TypeRefusal([(node, TOO_MANY_SEARCHES)])
+    if _rendered_text(rendered) > MAX_TEXT_BUILT:
+        raise TypeRefusal([(node, TOO_MUCH_TEXT)])
     return rendered
 
 
