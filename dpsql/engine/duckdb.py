@@ -111,11 +111,28 @@ class _InheritedBusy:
 
 
 _ENGINES: weakref.WeakSet[DuckDBBackend] = weakref.WeakSet()
+#: the lock of each caller's connection, shared by every engine (Session) on it: a DuckDB connection runs one call
+#: at a time (a call from another thread meanwhile is refused, ``ResourceInUseException``, or a ``fetchall`` takes
+#: the other call's result) and the private reads change its settings and give them back (``_limited``)
+_CONNECTION_LOCKS: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, Any] = weakref.WeakKeyDictionary()
+_CONNECTION_LOCKS_MUTEX = threading.Lock()
+
+
+def _connection_lock(con: duckdb.DuckDBPyConnection) -> Any:
+    with _CONNECTION_LOCKS_MUTEX:
+        return _CONNECTION_LOCKS.setdefault(con, threading.RLock())
 
 
 def _engines_after_fork() -> None:
     # In the child only the forking thread exists. An engine lock held by another thread was
     # copied locked and would block forever: such engines refuse use; the others get a new lock.
+    global _CONNECTION_LOCKS_MUTEX
+    _CONNECTION_LOCKS_MUTEX = threading.Lock()
+    for con, held in list(_CONNECTION_LOCKS.items()):  # a new Session on such a connection gets a new lock
+        if held.acquire(blocking=False):
+            held.release()
+        else:
+            _CONNECTION_LOCKS[con] = threading.RLock()
     for engine in list(_ENGINES):
         lock = engine._lock
         if isinstance(lock, _InheritedBusy):
@@ -221,7 +238,7 @@ class DuckDBBackend:
             self.ops = SaltedDuckDBOps()  # the caller's generator may be seeded: choices from the salt
         self._owned = connection is None
         self._con = connection if connection is not None else duckdb.connect(":memory:")
-        self._lock: Any = threading.RLock()
+        self._lock: Any = threading.RLock() if self._owned else _connection_lock(self._con)
         _ENGINES.add(self)
         self._views: set[tuple[str, str]] = set()
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
@@ -236,7 +253,8 @@ class DuckDBBackend:
         self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
         self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
         # DuckDB's ICU (when loaded) spells a TIMESTAMPTZ in the connection's Calendar (pinned: _limits)
-        self._icu = bool(self._con.execute("SELECT COUNT(*) FROM duckdb_settings() WHERE name = 'Calendar'").fetchall()[0][0])
+        with self._lock:
+            self._icu = bool(self._con.execute("SELECT COUNT(*) FROM duckdb_settings() WHERE name = 'Calendar'").fetchall()[0][0])
         if self._owned:  # a caller's connection keeps its own setting: private reads turn it off and back (_limited)
             self._con.execute("SET enable_progress_bar = false")
         self._spill = self.settings.temp_directory or os.path.join(
