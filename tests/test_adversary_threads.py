@@ -56,3 +56,109 @@ def test_sessions_sharing_a_callers_connection_in_threads_take_turns() -> None:
         assert [e["status"] for e in s.history().to_pylist()] == ["released"] * 12
         s.close()
     assert _settings(con) == before
+
+
+def _blocking_call(con: duckdb.DuckDBPyConnection, started: threading.Event, go: threading.Event) -> threading.Thread:
+    """The caller's own thread, in a DuckDB call on ``con`` until ``go`` (a Python function it calls waits)."""
+    def pause(x: int) -> int:
+        started.set()
+        go.wait(20)
+        return x
+
+    name = f"pause_{id(go)}"
+    con.create_function(name, pause, ["BIGINT"], "BIGINT")
+    t = threading.Thread(target=lambda: con.execute(f"SELECT {name}(42)").fetchall())
+    t.start()
+    assert started.wait(20)
+    return t
+
+
+def test_a_query_waits_for_the_callers_own_call_on_its_connection_in_another_thread() -> None:
+    """Finding (fixed): an ETL script that kept using its DuckDB connection in one thread while a Session on it
+    queried in another made DuckDB refuse dpsql's calls at once (``ResourceInUseException``: a DuckDB connection
+    runs one call at a time). Before the charge that was a ConfigError telling to ROLLBACK a failed transaction,
+    a QueryTypeError ("does not type-check"), a table that "changed its columns", or a raw IndexError (a
+    ``fetchall`` took the script's result); after it, the read failed with the charge standing (13 of 20 queries
+    against a script calling the connection in a loop). dpsql's calls now wait for the script's call to end."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
+    s = dpsql.Session(None, Budget(100.0), connection=con)
+    s.register("t", "t", privacy_unit="uid")
+    started, go = threading.Event(), threading.Event()
+    t = _blocking_call(con, started, go)
+    threading.Timer(0.5, go.set).start()  # the script's call ends after 0.5 s
+    try:
+        got = s.query("SELECT COUNT(*) AS n FROM t", epsilon=5.0).table.column(0)[0].as_py()
+    finally:
+        go.set()
+        t.join(20)
+    assert abs(got - 1000) < 50
+    # the script's call begins after the charge, before the read
+    reserve = s.ledger.reserve
+    threads: list[threading.Thread] = []
+
+    def reserve_then_call(*a: Any, **k: Any) -> int:
+        entry = reserve(*a, **k)
+        threads.append(_blocking_call(con, threading.Event(), go2))
+        threading.Timer(0.5, go2.set).start()
+        return entry
+
+    go2 = threading.Event()
+    s.ledger.reserve = reserve_then_call  # type: ignore[method-assign]
+    try:
+        got = s.query("SELECT COUNT(*) AS n FROM t", epsilon=5.0).table.column(0)[0].as_py()
+    finally:
+        s.ledger.reserve = reserve  # type: ignore[method-assign]
+        go2.set()
+        for t in threads:
+            t.join(20)
+    assert abs(got - 1000) < 50
+    assert [e["status"] for e in s.history().to_pylist()] == ["released", "released"]
+    s.close()
+
+
+def test_a_connection_busy_in_another_thread_for_long_is_refused_before_the_charge(monkeypatch: Any) -> None:
+    """A script's call on the connection that outlasts dpsql's wait: the request is refused before its charge,
+    saying why (never a misleading refusal or a raw exception)."""
+    import dpsql.engine.duckdb as engine
+
+    monkeypatch.setattr(engine, "_BUSY_WAIT", 0.2, raising=False)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
+    s = dpsql.Session(None, Budget(100.0), connection=con)
+    s.register("t", "t", privacy_unit="uid")
+    started, go = threading.Event(), threading.Event()
+    t = _blocking_call(con, started, go)
+    try:
+        for call in (lambda: s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0),
+                     lambda: s.explain("SELECT COUNT(*) AS n FROM t", epsilon=1.0)):
+            try:
+                call()
+                raise AssertionError("answered on a busy connection")
+            except dpsql.errors.ConfigError as e:
+                assert "busy with calls from another thread" in str(e) and "nothing was charged" in str(e)
+                assert "con.cursor()" in str(e.hint)
+    finally:
+        go.set()
+        t.join(20)
+    assert s.history().num_rows == 0 and s.remaining() == Budget(100.0)
+    assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1  # free again: answered
+    # after the charge the read waits longer (up to the statement time-out): the charge is not wasted
+    reserve, go2, threads = s.ledger.reserve, threading.Event(), list[threading.Thread]()
+
+    def reserve_then_call(*a: Any, **k: Any) -> int:
+        entry = reserve(*a, **k)
+        threads.append(_blocking_call(con, threading.Event(), go2))
+        threading.Timer(0.8, go2.set).start()
+        return entry
+
+    s.ledger.reserve = reserve_then_call  # type: ignore[method-assign]
+    try:
+        assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1
+    finally:
+        s.ledger.reserve = reserve  # type: ignore[method-assign]
+        go2.set()
+        for t in threads:
+            t.join(20)
+    assert [e["status"] for e in s.history().to_pylist()] == ["released", "released"]
+    s.close()
