@@ -162,3 +162,59 @@ def test_a_connection_busy_in_another_thread_for_long_is_refused_before_the_char
             t.join(20)
     assert [e["status"] for e in s.history().to_pylist()] == ["released", "released"]
     s.close()
+
+
+def test_an_interrupt_during_the_ledgers_detach_leaves_the_ledger_usable(tmp_path: Any, monkeypatch: Any) -> None:
+    """Finding (fixed): Ctrl-C (or a signal handler's exception) that arrived while a ledger operation DETACHed the
+    file left it attached to the process's ledger instance: every later operation of the process, in every thread
+    (an ETL script's workers, a notebook after the interrupt), waited lock_timeout for "another DuckDB connection
+    in this process" and failed, and DuckDB's lock kept other processes out, until the process ended. The
+    interrupt is now raised once the file is detached."""
+    import pytest
+
+    from dpsql.errors import LedgerError
+    from dpsql.ledger import Ledger, _store
+
+    path = tmp_path / "l.duckdb"
+    Ledger.create(path, Budget(1.0))
+    led = Ledger.open(path, lock_timeout=1.0)
+    real = _store._base_connection
+
+    class Cursor:
+        def __init__(self, cur: Any) -> None:
+            self._cur = cur
+
+        def execute(self, sql: str, *a: Any) -> Any:
+            if sql.startswith("DETACH") and not fired:
+                fired.append(1)
+                raise KeyboardInterrupt  # the signal's handler ran before DuckDB did this DETACH
+            return self._cur.execute(sql, *a)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._cur, name)
+
+    class Base:
+        def cursor(self) -> Cursor:
+            return Cursor(real().cursor())
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real(), name)
+
+    fired: list[int] = []
+    monkeypatch.setattr(_store, "_base_connection", lambda: Base())
+    with pytest.raises(KeyboardInterrupt):
+        led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={})
+    assert fired
+    out: list[Any] = []
+
+    def other_thread() -> None:
+        try:
+            out.append(led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={}))
+        except LedgerError as e:
+            out.append(e)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join(20)
+    assert out == [2]  # the interrupted charge stands (entry 1), the next one is made
+    assert Ledger.open(path).spent() == Budget(0.2)
