@@ -164,14 +164,18 @@ def test_a_connection_busy_in_another_thread_for_long_is_refused_before_the_char
     s.close()
 
 
-def test_an_interrupt_during_the_ledgers_detach_leaves_the_ledger_usable(tmp_path: Any, monkeypatch: Any) -> None:
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("statement", ["DETACH", "ATTACH"])
+def test_an_interrupt_during_the_ledgers_detach_leaves_the_ledger_usable(tmp_path: Any, monkeypatch: Any,
+                                                                          statement: str) -> None:
     """Finding (fixed): Ctrl-C (or a signal handler's exception) that arrived while a ledger operation DETACHed the
     file left it attached to the process's ledger instance: every later operation of the process, in every thread
     (an ETL script's workers, a notebook after the interrupt), waited lock_timeout for "another DuckDB connection
     in this process" and failed, and DuckDB's lock kept other processes out, until the process ended. The
-    interrupt is now raised once the file is detached."""
-    import pytest
-
+    interrupt is now raised once the file is detached. Likewise an interrupt right after the ATTACH ran (Python
+    runs a signal's handler once DuckDB's call returns)."""
     from dpsql.errors import LedgerError
     from dpsql.ledger import Ledger, _store
 
@@ -185,9 +189,11 @@ def test_an_interrupt_during_the_ledgers_detach_leaves_the_ledger_usable(tmp_pat
             self._cur = cur
 
         def execute(self, sql: str, *a: Any) -> Any:
-            if sql.startswith("DETACH") and not fired:
+            if sql.startswith(statement) and not fired:
                 fired.append(1)
-                raise KeyboardInterrupt  # the signal's handler ran before DuckDB did this DETACH
+                if statement == "ATTACH":
+                    self._cur.execute(sql, *a)
+                raise KeyboardInterrupt  # the signal's handler ran before DuckDB's DETACH, or after its ATTACH
             return self._cur.execute(sql, *a)
 
         def __getattr__(self, name: str) -> Any:
@@ -216,5 +222,6 @@ def test_an_interrupt_during_the_ledgers_detach_leaves_the_ledger_usable(tmp_pat
     t = threading.Thread(target=other_thread)
     t.start()
     t.join(20)
-    assert out == [2]  # the interrupted charge stands (entry 1), the next one is made
-    assert Ledger.open(path).spent() == Budget(0.2)
+    # interrupted at its DETACH, the charge stands (entry 1) and the next one is made; at its ATTACH, none was made
+    assert out == ([2] if statement == "DETACH" else [1])
+    assert Ledger.open(path).spent() == Budget(0.2 if statement == "DETACH" else 0.1)

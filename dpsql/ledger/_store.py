@@ -1366,10 +1366,16 @@ class Ledger:
                 hint=f"move {wal} away (a write-ahead log that DuckDB left is a regular file: keep that one)",
             )
         _hook("before_attach", p)
-        self._attach(
-            base, alias, read_only=not write, deadline=deadline, started=started, unchanged=t.unchanged, real=real
-        )
         drawn: str | None = None  # an identity this write gives a ledger written before identities
+        try:
+            self._attach(
+                base, alias, read_only=not write, deadline=deadline, started=started, unchanged=t.unchanged, real=real
+            )
+        except LedgerError:
+            raise
+        except BaseException:  # an interrupt during the ATTACH, which may have run: the file is not left attached
+            _detach(base, alias)
+            raise
         try:
             con = base.cursor()
             try:
