@@ -225,3 +225,33 @@ def test_an_interrupt_during_the_ledgers_detach_leaves_the_ledger_usable(tmp_pat
     # interrupted at its DETACH, the charge stands (entry 1) and the next one is made; at its ATTACH, none was made
     assert out == ([2] if statement == "DETACH" else [1])
     assert Ledger.open(path).spent() == Budget(0.2 if statement == "DETACH" else 0.1)
+
+
+def test_suggest_caps_and_register_around_a_close_in_another_thread_say_the_session_is_closed() -> None:
+    """Finding (fixed): ``suggest_caps`` on a Session that another thread of the ETL script had closed was refused as
+    "the query does not type-check against the table's columns (ConnectionException)" (32 workers, a close after
+    0.5 s: 64 of 320 requests), and a ``register`` whose check passed just before another thread's ``close`` failed
+    with "cannot read table source ... check that the file exists". Both now say that the Session is closed."""
+    import pyarrow as pa
+    import pytest
+
+    s = dpsql.Session(None, Budget(10.0))
+    s.register("t", pa.table({"uid": [1, 2, 3]}), privacy_unit="uid")
+    check = s._check_open
+    closer: list[threading.Thread] = []
+
+    def check_then_close() -> None:
+        check()
+        if not closer:  # another thread closes the Session right after this check
+            closer.append(threading.Thread(target=s.close))
+            closer[0].start()
+            closer[0].join(0.5)  # before the fix it is closed at once; with it, it waits for the registration
+
+    s._check_open = check_then_close  # type: ignore[method-assign]
+    s.register("u", pa.table({"uid": [1, 2, 3]}), privacy_unit="uid")  # registered, then closed
+    closer[0].join(20)
+    assert not closer[0].is_alive()
+    with pytest.raises(dpsql.errors.ConfigError, match="this Session is closed"):
+        s.suggest_caps("t", epsilon=1.0)
+    with pytest.raises(dpsql.errors.ConfigError, match="this Session is closed"):
+        s.register("v", pa.table({"uid": [1]}), privacy_unit="uid")
