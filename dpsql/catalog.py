@@ -1176,7 +1176,7 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
     which a private read cannot run is refused, whatever was checked before (the caller may change it)."""
     from sqlglot import exp
 
-    from dpsql.errors import DPSQLError
+    from dpsql.errors import QueryTypeError
 
     getattr(engine, "check_connection", lambda: None)()
 
@@ -1209,7 +1209,7 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
         view = exp.select("*").from_(exp.to_table(spec.view, quoted=True))
         try:
             now: dict[str, str] | None = {str(c).lower(): str(t) for c, t in engine.describe(view)}
-        except DPSQLError:
+        except QueryTypeError:  # not a busy connection (ConfigError): that is said as it is
             now = None
         if now != dict(spec.schema):
             raise ConfigError(

@@ -106,15 +106,14 @@ class Session:
     ) -> None:
         """Register a private table; reads only its schema, never its rows (``dpsql.catalog.register_table``:
         the meaning of every argument; ``version`` labels the contents for synopsis reuse)."""
-        self._check_open()
-        settings = self._engine.settings
         with self._catalog_lock.writing():  # it replaces the table's view: never under a request planned on it
+            self._check_open()  # inside: a close by another thread comes before or after it
             self._catalog_version += 1
             register_table(
                 self._catalog, name, source,
                 register_source=self._engine.register_source, unregister_source=self._engine.unregister_source,
                 view_suffix=self._token, has_connection=self._has_connection,
-                read_settings=settings.read_settings(),
+                read_settings=self._engine.settings.read_settings(),
                 privacy_unit=privacy_unit, max_groups_per_unit=max_groups_per_unit, max_rows_per_group=max_rows_per_group,
                 max_rows_per_unit=max_rows_per_unit, columns=columns, references=references, tau=tau, version=version,
                 max_table_rows=max_table_rows, public=public, degree_bounds=degree_bounds, allow_conditional_sampling=allow_conditional_sampling,
@@ -200,6 +199,7 @@ class Session:
     def suggest_caps(self, table: str, *, epsilon: Any, group_by: str | None = None, quantile: float = 0.9) -> Release:
         """Charged caps advice (``dpsql.mechanisms.profile``): noisy per-person contribution histograms."""
         with self._catalog_lock.reading():
+            self._check_open()  # closed meanwhile (by another thread): said so, not a failed bind check
             return self._run(route_profile(table, check_epsilon(epsilon), {"group_by": group_by, "quantile": quantile},
                                            self._catalog))
 

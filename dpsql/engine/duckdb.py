@@ -36,6 +36,7 @@ Privacy claims of this module (threat model: docs/threat_model.md):
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import string
@@ -111,11 +112,77 @@ class _InheritedBusy:
 
 
 _ENGINES: weakref.WeakSet[DuckDBBackend] = weakref.WeakSet()
+#: the lock of each caller's connection, shared by every engine (Session) on it: a DuckDB connection runs one call
+#: at a time (a call from another thread meanwhile is refused, ``ResourceInUseException``, or a ``fetchall`` takes
+#: the other call's result) and the private reads change its settings and give them back (``_limited``)
+_CONNECTION_LOCKS: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, Any] = weakref.WeakKeyDictionary()
+_CONNECTION_LOCKS_MUTEX = threading.Lock()
+
+
+#: DuckDB's refusal of a call on a connection that runs another thread's call (at once, before doing anything)
+_BUSY: Any = getattr(duckdb, "ResourceInUseException", ())
+#: how long one call of the engine on a caller's connection waits for such a call to end
+_BUSY_WAIT = 10.0
+
+
+def _busy_refusal() -> ConfigError:
+    return ConfigError(
+        f"the DuckDB connection was busy with calls from another thread of this program for more than {_BUSY_WAIT:g} "
+        "s; nothing was charged",
+        hint="a DuckDB connection runs one call at a time: in the program's other threads use a connection of their "
+        "own (con.cursor()) while dpsql queries it, or let dpsql open its own connection")
+
+
+class _Patient:
+    """A caller's connection (and its relations) as the engine calls it. The caller's program may call the connection
+    from another thread while a request runs: DuckDB then refuses the engine's call at once, before it does anything
+    (``ResourceInUseException``), which failed the request (after its charge, where it was the read). Such a call is
+    made again once the other has ended, for up to :data:`_BUSY_WAIT` seconds. (Calls of dpsql's own Sessions on
+    the connection take turns: :func:`_connection_lock`.) After the charge (``wait``: :meth:`DuckDBBackend._patient`)
+    they wait up to the statement time-out instead."""
+
+    def __init__(self, target: Any, wait: list[float | None] | None = None) -> None:
+        self._target = target
+        self.wait: list[float | None] = [None] if wait is None else wait  # shared with its relations
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if not callable(attr) or name == "interrupt":
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            pause, until = 0.0005, time.monotonic() + (_BUSY_WAIT if self.wait[0] is None else self.wait[0])
+            while True:
+                try:
+                    out = attr(*args, **kwargs)
+                except _BUSY:
+                    if time.monotonic() >= until:
+                        raise
+                    time.sleep(pause)
+                    pause = min(2 * pause, 0.02)
+                    continue
+                if isinstance(out, (duckdb.DuckDBPyConnection, duckdb.DuckDBPyRelation)):
+                    return _Patient(out, self.wait)
+                return out
+
+        return call
+
+
+def _connection_lock(con: duckdb.DuckDBPyConnection) -> Any:
+    with _CONNECTION_LOCKS_MUTEX:
+        return _CONNECTION_LOCKS.setdefault(con, threading.RLock())
 
 
 def _engines_after_fork() -> None:
     # In the child only the forking thread exists. An engine lock held by another thread was
     # copied locked and would block forever: such engines refuse use; the others get a new lock.
+    global _CONNECTION_LOCKS_MUTEX
+    _CONNECTION_LOCKS_MUTEX = threading.Lock()
+    for con, held in list(_CONNECTION_LOCKS.items()):  # a new Session on such a connection gets a new lock
+        if held.acquire(blocking=False):
+            held.release()
+        else:
+            _CONNECTION_LOCKS[con] = threading.RLock()
     for engine in list(_ENGINES):
         lock = engine._lock
         if isinstance(lock, _InheritedBusy):
@@ -220,8 +287,8 @@ class DuckDBBackend:
         elif connection is not None:
             self.ops = SaltedDuckDBOps()  # the caller's generator may be seeded: choices from the salt
         self._owned = connection is None
-        self._con = connection if connection is not None else duckdb.connect(":memory:")
-        self._lock: Any = threading.RLock()
+        self._con: Any = duckdb.connect(":memory:") if connection is None else _Patient(connection)
+        self._lock: Any = threading.RLock() if connection is None else _connection_lock(connection)
         _ENGINES.add(self)
         self._views: set[tuple[str, str]] = set()
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
@@ -236,7 +303,8 @@ class DuckDBBackend:
         self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
         self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
         # DuckDB's ICU (when loaded) spells a TIMESTAMPTZ in the connection's Calendar (pinned: _limits)
-        self._icu = bool(self._con.execute("SELECT COUNT(*) FROM duckdb_settings() WHERE name = 'Calendar'").fetchall()[0][0])
+        with self._lock:
+            self._icu = bool(self._con.execute("SELECT COUNT(*) FROM duckdb_settings() WHERE name = 'Calendar'").fetchall()[0][0])
         if self._owned:  # a caller's connection keeps its own setting: private reads turn it off and back (_limited)
             self._con.execute("SET enable_progress_bar = false")
         self._spill = self.settings.temp_directory or os.path.join(
@@ -261,7 +329,7 @@ class DuckDBBackend:
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
-        return self._con
+        return self._con if self._owned else self._con._target
 
     @property
     def debug(self) -> bool:
@@ -554,7 +622,10 @@ class DuckDBBackend:
         """The operators of ``ast``'s plan that read anything but DuckDB's own tables and the values a query makes
         itself (:func:`reading_scans`, an allow-list); the plan only, no row is read."""
         with self._lock:
-            plans = self._con.execute("EXPLAIN (FORMAT JSON) " + self._render(ast)).fetchall()
+            try:
+                plans = self._con.sql("EXPLAIN (FORMAT JSON) " + self._render(ast)).fetchall()
+            except _BUSY:
+                raise _busy_refusal() from None
         return sorted({s for row in plans for s in reading_scans(str(row[1]))})  # every plan explain_output shows
 
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
@@ -624,7 +695,7 @@ class DuckDBBackend:
         # one statement reads every setting, one sets them all and one restores them (a statement
         # each cost ~25 ms per query on a caller's connection)
         names = [name for name, _ in limits]
-        row = self._con.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in
+        row = self._con.sql("SELECT " + ", ".join(f"current_setting('{n}')" for n in
                                                       [*names, "log_query_path", "enable_profiling"])).fetchall()[0]
         _refuse_query_log(row[-2])
         saved = []
@@ -659,7 +730,7 @@ class DuckDBBackend:
                 except duckdb.Error:
                     pass
         try:
-            shown = self._con.execute("SELECT " + ", ".join(f"current_setting('{name}')" for name, _ in saved)
+            shown = self._con.sql("SELECT " + ", ".join(f"current_setting('{name}')" for name, _ in saved)
                                       ).fetchall()[0]
         except duckdb.Error:  # pragma: no cover
             return
@@ -707,6 +778,21 @@ class DuckDBBackend:
                 done.set()
             timer.cancel()
 
+    @contextmanager
+    def _patient(self) -> Iterator[None]:
+        """After the charge (a private read, a post-processing), a caller's connection busy with the program's own
+        call in another thread is waited for up to the statement time-out (none: as long as it takes), not
+        :data:`_BUSY_WAIT`: failing would waste the charge."""
+        if self._owned:
+            yield
+            return
+        limit = self.settings.statement_timeout
+        self._con.wait[0] = math.inf if limit is None else limit
+        try:
+            yield
+        finally:
+            self._con.wait[0] = None
+
     @staticmethod
     def _marked_off(ast: exp.Expression) -> list[str]:
         """DuckDB optimizers to turn off while a query runs, from marks on its parts (the query's
@@ -728,7 +814,7 @@ class DuckDBBackend:
         if not off:
             yield
             return
-        before = str(self._con.execute("SELECT current_setting('disabled_optimizers')").fetchall()[0][0])
+        before = str(self._con.sql("SELECT current_setting('disabled_optimizers')").fetchall()[0][0])
         names = [x.strip() for x in before.split(",") if x.strip()]
         names += [o for o in dict.fromkeys(off) if o not in names]
         self._con.execute(f"SET disabled_optimizers = {_sql_str(', '.join(names))}")
@@ -782,7 +868,7 @@ class DuckDBBackend:
         failure: ExecutionError | None = None
         with self._lock:
             try:
-                with self._limited(), self._optimizers_off(off), self._deadline(deadline):
+                with self._patient(), self._limited(), self._optimizers_off(off), self._deadline(deadline):
                     used_arrow = self._dataset_views(sql)
                     used = self._native_views(sql, salted, reads)
                     used_csv = self._csv_views(sql)
@@ -1078,9 +1164,11 @@ class DuckDBBackend:
         failure: ConfigError | None = None
         with self._lock:
             try:
-                log, locked, external = self._con.execute(
+                log, locked, external = self._con.sql(  # a relation's own result, never another call's
                     "SELECT current_setting('log_query_path'), current_setting('lock_configuration'), "
                     "current_setting('enable_external_access')").fetchall()[0]
+            except _BUSY:
+                failure = _busy_refusal()
             except duckdb.Error as e:  # e.g. the caller's transaction aborted: every statement fails until ROLLBACK
                 failure = ConfigError(
                     f"the DuckDB connection cannot run a statement now ({type(e).__name__}); nothing was charged",
@@ -1110,18 +1198,18 @@ class DuckDBBackend:
 
     def _bind(self, ast: exp.Expression) -> list[Any]:
         # binding reads schemas only: the exception class is public, DuckDB's text is not shown
-        failure: QueryTypeError | None = None
+        failure: QueryTypeError | ConfigError | None = None
         with self._lock:
-            if not self._owned:  # the bound query's text holds the query's secret salt
-                _refuse_query_log(self._con.execute("SELECT current_setting('log_query_path')").fetchall()[0][0])
             try:
+                if not self._owned:  # the bound query's text holds the query's secret salt
+                    _refuse_query_log(self._con.sql("SELECT current_setting('log_query_path')").fetchall()[0][0])
                 return self._con.sql(self._render(ast)).fetchall()
             except (duckdb.Error, RuntimeError) as e:
                 if interrupted_by_signal(e):  # Ctrl-C while DuckDB bound the query: a KeyboardInterrupt
                     raise KeyboardInterrupt from None
                 if not isinstance(e, duckdb.Error):
                     raise
-                failure = QueryTypeError(
+                failure = _busy_refusal() if isinstance(e, _BUSY) else QueryTypeError(
                     f"the query does not type-check against the table's columns ({type(e).__name__}); nothing was charged",
                     hint="check the types in WHERE / GROUP BY / HAVING / ORDER BY (e.g. text compared with numbers)",
                     debug_detail=self._detail(e),
@@ -1152,7 +1240,7 @@ class DuckDBBackend:
         # a name of its own: a caller's temporary table or view named like a fixed one made the registration
         # fail (DuckDB's raw error before the charge once the query was bound, after it otherwise)
         raw = f"__dpsql_released_{secrets.token_hex(8)}"
-        with self._lock, self._limited():
+        with self._lock, self._patient(), self._limited():
             cur = self._con
             try:
                 try:

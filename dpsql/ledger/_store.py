@@ -1381,10 +1381,16 @@ class Ledger:
                 hint=f"move {wal} away (a write-ahead log that DuckDB left is a regular file: keep that one)",
             )
         _hook("before_attach", p)
-        self._attach(
-            base, alias, read_only=not write, deadline=deadline, started=started, unchanged=t.unchanged, real=real
-        )
         drawn: str | None = None  # an identity this write gives a ledger written before identities
+        try:
+            self._attach(
+                base, alias, read_only=not write, deadline=deadline, started=started, unchanged=t.unchanged, real=real
+            )
+        except LedgerError:
+            raise
+        except BaseException:  # an interrupt during the ATTACH, which may have run: the file is not left attached
+            _detach(base, alias)
+            raise
         try:
             con = base.cursor()
             try:
@@ -2119,8 +2125,25 @@ def _note_detached(alias: str) -> None:
 
 
 def _detach(base: duckdb.DuckDBPyConnection, alias: str) -> None:
+    """:func:`_detach_once`, done again where an interrupt (Ctrl-C, an exception of a signal handler) came during it,
+    and the interrupt raised once the file is detached: the DETACH it stopped left the file attached to the process's
+    instance, so every later operation of the process on the ledger (in any thread) waited for "another DuckDB
+    connection in this process" and failed, and DuckDB's lock kept every other process out, until the process ended."""
+    interrupt: BaseException | None = None
+    for _ in range(3):
+        try:
+            _detach_once(base, alias)
+            break
+        except BaseException as e:  # not a duckdb.Error: _detach_once handles those
+            interrupt = interrupt or e
+    if interrupt is not None:
+        raise interrupt
+
+
+def _detach_once(base: duckdb.DuckDBPyConnection, alias: str) -> None:
     """DETACH (which also closes the file). If it fails, the attachment must not linger and keep
-    the file open: the process's ledger instance is then replaced."""
+    the file open: the process's ledger instance is then replaced. Done again after it ran, it finds
+    the file detached."""
     cur = base.cursor()
     try:
         cur.execute(f"DETACH {alias}")

@@ -1,0 +1,257 @@
+"""dpsql in one process with threads: Sessions, ledgers and connections shared by threads."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Any
+
+import duckdb
+
+import dpsql
+from dpsql.budget import Budget
+
+
+def _settings(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
+    return tuple(con.execute("SELECT current_setting('threads'), current_setting('memory_limit'), "
+                             "current_setting('preserve_insertion_order')").fetchall()[0])
+
+
+def test_sessions_sharing_a_callers_connection_in_threads_take_turns() -> None:
+    """Finding (fixed): Sessions on one caller's connection (``Session(connection=con)``, one per worker thread)
+    each locked only their own engine, so two of them ran DuckDB calls on the connection at once. DuckDB refused
+    one (a raw ``ResourceInUseException``, or a ConfigError telling to ROLLBACK a failed transaction) or handed
+    one call's result to the other's ``fetchall`` (a raw IndexError); a read refused after its charge failed
+    with the charge standing; and the caller's settings (threads) were left at dpsql's limits. The
+    engines on one connection now share its lock."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE big AS SELECT range AS uid FROM range(50000)")
+    con.execute("CREATE TABLE small AS SELECT range AS uid FROM range(100)")
+    con.execute("SET threads = 3; SET memory_limit = '1GiB'")  # values the engine's limits change and restore exactly
+    before = _settings(con)
+    sessions = []
+    for _ in range(4):
+        s = dpsql.Session(None, Budget(1e6), connection=con)
+        s.register("big", "big", privacy_unit="uid")
+        s.register("small", "small", privacy_unit="uid")
+        sessions.append(s)
+    bar = threading.Barrier(len(sessions))
+    bad: list[Any] = []
+
+    def run(i: int) -> None:
+        bar.wait(30)
+        for j in range(12):
+            name, n = (("big", 50000), ("small", 100))[(i + j) % 2]
+            try:
+                got = sessions[i].query(f"SELECT COUNT(*) AS n FROM {name}", epsilon=5.0).table.column(0)[0].as_py()
+                if abs(got - n) > 50:
+                    bad.append((name, got))
+            except Exception as e:  # noqa: BLE001
+                bad.append((type(e).__name__, str(e)[:200]))
+
+    with ThreadPoolExecutor(len(sessions)) as ex:
+        _, pending = wait([ex.submit(run, i) for i in range(len(sessions))], timeout=60)
+    assert not pending and bad == []
+    for s in sessions:
+        assert [e["status"] for e in s.history().to_pylist()] == ["released"] * 12
+        s.close()
+    assert _settings(con) == before
+
+
+def _blocking_call(con: duckdb.DuckDBPyConnection, started: threading.Event, go: threading.Event) -> threading.Thread:
+    """The caller's own thread, in a DuckDB call on ``con`` until ``go`` (a Python function it calls waits)."""
+    def pause(x: int) -> int:
+        started.set()
+        go.wait(20)
+        return x
+
+    name = f"pause_{id(go)}"
+    con.create_function(name, pause, ["BIGINT"], "BIGINT")
+    t = threading.Thread(target=lambda: con.execute(f"SELECT {name}(42)").fetchall())
+    t.start()
+    assert started.wait(20)
+    return t
+
+
+def test_a_query_waits_for_the_callers_own_call_on_its_connection_in_another_thread() -> None:
+    """Finding (fixed): an ETL script that kept using its DuckDB connection in one thread while a Session on it
+    queried in another made DuckDB refuse dpsql's calls at once (``ResourceInUseException``: a DuckDB connection
+    runs one call at a time). Before the charge that was a ConfigError telling to ROLLBACK a failed transaction,
+    a QueryTypeError ("does not type-check"), a table that "changed its columns", or a raw IndexError (a
+    ``fetchall`` took the script's result); after it, the read failed with the charge standing (13 of 20 queries
+    against a script calling the connection in a loop). dpsql's calls now wait for the script's call to end."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
+    s = dpsql.Session(None, Budget(100.0), connection=con)
+    s.register("t", "t", privacy_unit="uid")
+    started, go = threading.Event(), threading.Event()
+    t = _blocking_call(con, started, go)
+    threading.Timer(0.5, go.set).start()  # the script's call ends after 0.5 s
+    try:
+        got = s.query("SELECT COUNT(*) AS n FROM t", epsilon=5.0).table.column(0)[0].as_py()
+    finally:
+        go.set()
+        t.join(20)
+    assert abs(got - 1000) < 50
+    # the script's call begins after the charge, before the read
+    reserve = s.ledger.reserve
+    threads: list[threading.Thread] = []
+
+    def reserve_then_call(*a: Any, **k: Any) -> int:
+        entry = reserve(*a, **k)
+        threads.append(_blocking_call(con, threading.Event(), go2))
+        threading.Timer(0.5, go2.set).start()
+        return entry
+
+    go2 = threading.Event()
+    s.ledger.reserve = reserve_then_call  # type: ignore[method-assign]
+    try:
+        got = s.query("SELECT COUNT(*) AS n FROM t", epsilon=5.0).table.column(0)[0].as_py()
+    finally:
+        s.ledger.reserve = reserve  # type: ignore[method-assign]
+        go2.set()
+        for t in threads:
+            t.join(20)
+    assert abs(got - 1000) < 50
+    assert [e["status"] for e in s.history().to_pylist()] == ["released", "released"]
+    s.close()
+
+
+def test_a_connection_busy_in_another_thread_for_long_is_refused_before_the_charge(monkeypatch: Any) -> None:
+    """A script's call on the connection that outlasts dpsql's wait: the request is refused before its charge,
+    saying why (never a misleading refusal or a raw exception)."""
+    import dpsql.engine.duckdb as engine
+
+    monkeypatch.setattr(engine, "_BUSY_WAIT", 0.2, raising=False)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
+    s = dpsql.Session(None, Budget(100.0), connection=con)
+    s.register("t", "t", privacy_unit="uid")
+    started, go = threading.Event(), threading.Event()
+    t = _blocking_call(con, started, go)
+    try:
+        for call in (lambda: s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0),
+                     lambda: s.explain("SELECT COUNT(*) AS n FROM t", epsilon=1.0)):
+            try:
+                call()
+                raise AssertionError("answered on a busy connection")
+            except dpsql.errors.ConfigError as e:
+                assert "busy with calls from another thread" in str(e) and "nothing was charged" in str(e)
+                assert "con.cursor()" in str(e.hint)
+    finally:
+        go.set()
+        t.join(20)
+    assert s.history().num_rows == 0 and s.remaining() == Budget(100.0)
+    assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1  # free again: answered
+    # after the charge the read waits longer (up to the statement time-out): the charge is not wasted
+    reserve, go2, threads = s.ledger.reserve, threading.Event(), list[threading.Thread]()
+
+    def reserve_then_call(*a: Any, **k: Any) -> int:
+        entry = reserve(*a, **k)
+        threads.append(_blocking_call(con, threading.Event(), go2))
+        threading.Timer(0.8, go2.set).start()
+        return entry
+
+    s.ledger.reserve = reserve_then_call  # type: ignore[method-assign]
+    try:
+        assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1
+    finally:
+        s.ledger.reserve = reserve  # type: ignore[method-assign]
+        go2.set()
+        for t in threads:
+            t.join(20)
+    assert [e["status"] for e in s.history().to_pylist()] == ["released", "released"]
+    s.close()
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("statement", ["DETACH", "ATTACH"])
+def test_an_interrupt_during_the_ledgers_detach_leaves_the_ledger_usable(tmp_path: Any, monkeypatch: Any,
+                                                                          statement: str) -> None:
+    """Finding (fixed): Ctrl-C (or a signal handler's exception) that arrived while a ledger operation DETACHed the
+    file left it attached to the process's ledger instance: every later operation of the process, in every thread
+    (an ETL script's workers, a notebook after the interrupt), waited lock_timeout for "another DuckDB connection
+    in this process" and failed, and DuckDB's lock kept other processes out, until the process ended. The
+    interrupt is now raised once the file is detached. Likewise an interrupt right after the ATTACH ran (Python
+    runs a signal's handler once DuckDB's call returns)."""
+    from dpsql.errors import LedgerError
+    from dpsql.ledger import Ledger, _store
+
+    path = tmp_path / "l.duckdb"
+    Ledger.create(path, Budget(1.0))
+    led = Ledger.open(path, lock_timeout=1.0)
+    real = _store._base_connection
+
+    class Cursor:
+        def __init__(self, cur: Any) -> None:
+            self._cur = cur
+
+        def execute(self, sql: str, *a: Any) -> Any:
+            if sql.startswith(statement) and not fired:
+                fired.append(1)
+                if statement == "ATTACH":
+                    self._cur.execute(sql, *a)
+                raise KeyboardInterrupt  # the signal's handler ran before DuckDB's DETACH, or after its ATTACH
+            return self._cur.execute(sql, *a)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._cur, name)
+
+    class Base:
+        def cursor(self) -> Cursor:
+            return Cursor(real().cursor())
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real(), name)
+
+    fired: list[int] = []
+    monkeypatch.setattr(_store, "_base_connection", lambda: Base())
+    with pytest.raises(KeyboardInterrupt):
+        led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={})
+    assert fired
+    out: list[Any] = []
+
+    def other_thread() -> None:
+        try:
+            out.append(led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={}))
+        except LedgerError as e:
+            out.append(e)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join(20)
+    # interrupted at its DETACH, the charge stands (entry 1) and the next one is made; at its ATTACH, none was made
+    assert out == ([2] if statement == "DETACH" else [1])
+    assert Ledger.open(path).spent() == Budget(0.2 if statement == "DETACH" else 0.1)
+
+
+def test_suggest_caps_and_register_around_a_close_in_another_thread_say_the_session_is_closed() -> None:
+    """Finding (fixed): ``suggest_caps`` on a Session that another thread of the ETL script had closed was refused as
+    "the query does not type-check against the table's columns (ConnectionException)" (32 workers, a close after
+    0.5 s: 64 of 320 requests), and a ``register`` whose check passed just before another thread's ``close`` failed
+    with "cannot read table source ... check that the file exists". Both now say that the Session is closed."""
+    import pyarrow as pa
+    import pytest
+
+    s = dpsql.Session(None, Budget(10.0))
+    s.register("t", pa.table({"uid": [1, 2, 3]}), privacy_unit="uid")
+    check = s._check_open
+    closer: list[threading.Thread] = []
+
+    def check_then_close() -> None:
+        check()
+        if not closer:  # another thread closes the Session right after this check
+            closer.append(threading.Thread(target=s.close))
+            closer[0].start()
+            closer[0].join(0.5)  # before the fix it is closed at once; with it, it waits for the registration
+
+    s._check_open = check_then_close  # type: ignore[method-assign]
+    s.register("u", pa.table({"uid": [1, 2, 3]}), privacy_unit="uid")  # registered, then closed
+    closer[0].join(20)
+    assert not closer[0].is_alive()
+    with pytest.raises(dpsql.errors.ConfigError, match="this Session is closed"):
+        s.suggest_caps("t", epsilon=1.0)
+    with pytest.raises(dpsql.errors.ConfigError, match="this Session is closed"):
+        s.register("v", pa.table({"uid": [1]}), privacy_unit="uid")
