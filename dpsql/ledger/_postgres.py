@@ -691,7 +691,7 @@ class PostgresLedger(Ledger):
                 except LedgerError as e:  # not a dpsql ledger's schema, another ledger than this object's
                     failure = e
                 except psycopg.errors.LockNotAvailable:
-                    failure = LedgerError(f"ledger {self.path} is busy: another process held it for more than "
+                    failure = LedgerError(f"ledger {self.path} is busy: another dpsql operation (in this or another process) held it for more than "
                                           f"{wait:g} s; {unchanged}",
                                           hint="retry, or pass a larger lock_timeout")
                 except psycopg.errors.UndefinedTable:
