@@ -21,8 +21,14 @@ import sqlglot
 
 import dpsql
 from dpsql.errors import UnsupportedQueryError
-from dpsql.plan.typer import (MAX_STRING_WORK, RAW_TEXT_BYTES, STRING_CAP, TypeRefusal, _rendered_string_work,
-                              type_predicate)
+from dpsql.plan.typer import (
+    MAX_STRING_WORK,
+    RAW_TEXT_BYTES,
+    STRING_CAP,
+    TypeRefusal,
+    _rendered_string_work,
+    type_predicate,
+)
 from dpsql.testing import use_noise, zero_noise
 
 TABLE = pa.table({
@@ -137,6 +143,8 @@ def test_each_call_counts_its_worst_case() -> None:
     assert work("CAST(n AS VARCHAR) = t") == 4 * 64 // 16
     assert work("s IN ('a', 'b', 'c', 'd', 'e', 'f', 'g')") == 2 + 2 * (len("dpsql_read_salt") + 2)
     assert work("n > 3") == 0
+    # a conversion of text: its guard reads 257 characters twice (LEFT, length), the parse at most 256
+    assert work("CAST(s AS INTEGER) = 1") == 257 + 257 + 256
 
 
 @pytest.mark.parametrize("cond, most", [("reverse(s) = 'x'", 18), ("upper(s) = 'X'", 25), ("length(s) > 1", 64),

@@ -2397,6 +2397,8 @@ def _string_work(node: exp.Expression) -> int:
         else:
             read = min(STRING_CAP, _chars(node.this))
         return factor * read
+    if isinstance(node, (exp.Cast, exp.TryCast)) and str(node.meta.get(CAST_FROM, "")).startswith("VARCHAR"):
+        return CAST_TEXT_CAP  # a conversion of text parses at most CAST_TEXT_CAP characters (its guard's LEFT and length count too)
     return _comparison_work(node)
 
 
