@@ -2341,7 +2341,8 @@ def _chars(node: exp.Expression) -> int:
     if isinstance(node, (exp.Greatest, exp.Least, exp.Coalesce)):
         return max(_chars(p) for p in node.iter_expressions())
     if isinstance(node, exp.Case):
-        return max(_chars(p) for p in [*(i.args["true"] for i in node.args["ifs"]), node.args.get("default") or exp.Null()])
+        branches = [*(i.args["true"] for i in node.args["ifs"]), node.args.get("default") or exp.Null()]
+        return max(_chars(p) for p in branches)
     if isinstance(node, (exp.Upper, exp.Lower, exp.Trim, exp.Reverse, exp.Right, exp.Substring, exp.Replace,
                          exp.SplitPart, exp.Left)):
         return min(STRING_CAP, _chars(node.this))
@@ -2398,7 +2399,7 @@ def _string_work(node: exp.Expression) -> int:
             read = min(STRING_CAP, _chars(node.this))
         return factor * read
     if isinstance(node, (exp.Cast, exp.TryCast)) and str(node.meta.get(CAST_FROM, "")).startswith("VARCHAR"):
-        return CAST_TEXT_CAP  # a conversion of text parses at most CAST_TEXT_CAP characters (its guard's LEFT and length count too)
+        return CAST_TEXT_CAP  # a conversion of text parses at most this much (its guard's LEFT and length count too)
     return _comparison_work(node)
 
 
