@@ -59,6 +59,8 @@ EXPRS = [
     "s LIKE 'a!%b' ESCAPE '!'", "s LIKE 'a!_b' ESCAPE '!'", "s NOT LIKE '%!%%' ESCAPE '!'",
     "s ILIKE 'a#%b' ESCAPE '#'", "s LIKE 'a\\\\b' ESCAPE '!'", "s LIKE 'a\\%' ESCAPE '\\'",
     "s LIKE 'a\\\\%' ESCAPE '\\'", "s ILIKE 'STRA%' ESCAPE '!'",
+    # LEFT(x, n) of a literal n within the cap is rendered as such (it reads n characters)
+    "left(s, 3)", "length(left(s, 1024))", "upper(left(s, 2))",
 ]
 
 

@@ -113,7 +113,7 @@ def test_duckdb_output_is_unchanged_by_the_spark_path() -> None:
 @pytest.mark.parametrize("where,spelled", [
     ("age % 7 = 1", "% CAST(7 AS BIGINT)"),
     ("age % -3 = 1", "% CAST(-3 AS BIGINT)"),
-    ("left(url, 2) = 'ab'", "LEFT(LEFT(url, 1024), 2)"),
+    ("left(url, 2) = 'ab'", "LEFT(url, 2)"),
     ("right(url, 3) = 'abc'", "RIGHT(LEFT(url, 1024), 3)"),
 ])
 def test_literal_counts_and_divisors_are_kept(where: str, spelled: str) -> None:

@@ -26,7 +26,7 @@ TRY_CALL = re.compile(r"\bTRY\s*\(", re.IGNORECASE)
 
 
 def _secret_sql(threshold: int) -> str:
-    heavy = "greatest(" + ", ".join(f"length(reverse(note || '{i}'))" for i in range(12)) + ")"
+    heavy = "greatest(" + ", ".join(f"length(reverse(note || '{i}'))" for i in range(11)) + ")"
     return ("SELECT COUNT(*) AS n FROM t WHERE uid < 2048 AND "
             f"((CASE WHEN uid = 77 AND salary >= {threshold} THEN -9223372036854775808 ELSE {heavy} END) // -1) < 0")
 

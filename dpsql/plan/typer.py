@@ -37,7 +37,10 @@ The typer then renders the expression again, for DuckDB, so that
   looks for (a LIKE pattern, the needle of contains / strpos, the text replace() replaces, the
   separator of split_part) is a literal of at most ``MAX_LIKE_PATTERN`` characters, at most
   ``MAX_SEARCHES`` searches per expression: a search costs up to (text length x needle length)
-  per row, so a needle taken from a row would let that row choose its cost.
+  per row, so a needle taken from a row would let that row choose its cost. What a character costs depends on
+  the text (reverse, upper/lower and trim cost 4-16 times more on four-byte characters than on ASCII letters), so
+  each call counts its worst case, and an expression may do at most ``MAX_STRING_WORK`` units of string work per
+  row (``_rendered_string_work``), refused for free beyond.
 * group keys are canonical: text keys are grouped under the binary collation (a column
   declared with a collation, a ``default_collation`` on the connection and ``COLLATE`` in
   the query cannot merge 'A' and 'a'), floating-point keys are normalised (-0.0 -> 0.0, every
@@ -103,6 +106,15 @@ MAX_RENDERED_NODES = 5_000
 #: 'a', <256 four-byte characters>) built 1 MB for each row of 1024 'a's (one person's 300 such rows under eight
 #: of them: 0.7 s of CPU and 2.6 GB against 0.06 s and 0.2 GB for 300 rows of 1024 'b's)
 MAX_TEXT_BUILT = 65_536
+#: the string work one row's expression may do at worst, in characters read (``_rendered_string_work``): what a
+#: character costs depends on the text (four-byte characters cost 3-16 times ASCII letters), so each function reading
+#: a text counts its worst case, the characters it may read times its class's factor (STRING_FACTORS); a comparison
+#: of two texts one per 16 bytes compared (a column up to RAW_TEXT_BYTES). One unit is about 3.4 ns on 1024
+#: four-byte characters (DuckDB 2.0.1, one thread): the bound is about 0.45 ms per row. 150 reverse() calls made one
+#: person's row of 1024 four-byte characters cost about 4 ms more than one of ASCII letters before it
+MAX_STRING_WORK = 131_072
+#: the bytes of a text read from a row that a comparison may read (max_text_bytes' default; a longer text is NULL)
+RAW_TEXT_BYTES = 65_536
 
 #: instants a TIMESTAMP_NS holds (DuckDB: 1677-09-21 00:12:43.145224192 .. 2262-04-11 23:47:16.854775807)
 TIMESTAMP_NS_RANGE = (dt.datetime(1677, 9, 22), dt.datetime(2262, 4, 11))
@@ -1330,6 +1342,8 @@ class Typer:
                 node, f"values of type {r.type} cannot be cast here; only {', '.join(_TEXT_CASTABLE)} cast to VARCHAR"
             )
         out = self.coerce(r, target, node) if r.type.name != target.name else r.expr
+        if target.kind == "varchar" and r.type.kind in ("int", "decimal", "float", "date", "timestamp", "bool"):
+            out.meta[_SHORT_TEXT] = True  # at most 64 characters (``_chars``)
         if target.name == "HUGEINT" and (r.type.kind in ("float", "varchar") or r.type.name == "UHUGEINT"):
             # a converted HUGEINT holds what every engine's does, +-(10^38 - 1) (Spark's is DECIMAL(38,0)): beyond,
             # NULL on both (DuckDB's own reaches +-(2^127 - 1): CAST(1.5e38 AS HUGEINT) was a value there, NULL on Spark)
@@ -1480,6 +1494,9 @@ def _left_right(ty: Typer, node: exp.Expression) -> Typed:
     if n.type.kind != "int":
         raise ty.refuse(node, f"{ty._fname(node)}() takes (text, integer)")
     cls = type(node)
+    if cls is exp.Left and n.literal and 1 <= int(n.value) <= STRING_CAP and not isinstance(s, exp.Literal):
+        # LEFT(x, n) of a literal n within the cap reads only n characters (MAX_STRING_WORK counts it so)
+        return Typed(exp.Left(this=s.this, expression=exp.Literal.number(int(n.value))), VARCHAR)
     # the count clamped to +-(2^31 - 1): DuckDB fails on a count beyond its substring range
     count = exp.Least(
         this=exp.Greatest(this=ty.coerce(n, BIGINT, node), expressions=[exp.Literal.number(-(2**31 - 1))]),
@@ -2282,6 +2299,122 @@ def _rendered_text(node: exp.Expression) -> int:
     return own + sum(_rendered_text(c) for c in node.iter_expressions())
 
 
+#: string work per character read, by cost class (measured on 1024 four-byte characters against the ~3.4 us a
+#: linear scan of them costs, LEFT(x, 1024) included): per-character case mapping and trimming (upper/lower ~10 us,
+#: ILIKE, which folds case, as much; trim ~5 us) 4, reverse (which walks grapheme clusters, ~18 us) 6; every other
+#: function reading a text (LEFT, length, substring, right, starts_with, the searches, concat, strptime) 1
+STRING_FACTORS: dict[type[exp.Expression], int] = {exp.Upper: 4, exp.Lower: 4, exp.ILike: 4, exp.Trim: 4,
+                                                   exp.Reverse: 6}
+_SCANS: tuple[type[exp.Expression], ...] = (exp.Left, exp.Right, exp.Length, exp.Substring, exp.StartsWith,
+                                            exp.EndsWith, exp.Contains, exp.StrPosition, exp.Like, exp.Replace,
+                                            exp.SplitPart, exp.Concat, exp.ConcatWs, exp.DPipe, exp.MD5)
+_TEXT_COMPARISONS: tuple[type[exp.Expression], ...] = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE,
+                                                  exp.NullSafeEQ, exp.NullSafeNEQ, exp.Nullif)
+
+TOO_MUCH_STRING_WORK = (f"the expression may do more than {MAX_STRING_WORK} units of string work per row (a string "
+                        f"function reads up to {STRING_CAP} characters of each text argument, and what a character "
+                        "costs depends on the text: each call counts its worst case, reverse 6 units a character, "
+                        "upper/lower/trim/ILIKE 4, any other 1, and a comparison of two texts read from the row up to "
+                        f"{RAW_TEXT_BYTES // 16}); use fewer string functions, or cap the text first with LEFT(x, n) "
+                        "for a small literal n (a function of LEFT(x, 16) reads 16 characters)")
+
+
+#: meta key marking a number, date, timestamp or boolean converted to text (at most 64 characters: 40 digits of a
+#: DECIMAL(38, s), a DATE's '290309-12-22 (BC)')
+_SHORT_TEXT = "dpsql_short_text"
+
+
+def _chars(node: exp.Expression) -> int:
+    """At most the characters of the text ``node`` (a literal its own, LEFT(x, n) of a literal n at most n, a
+    string function's result at most STRING_CAP, a number or date as text 64, anything read from a row
+    RAW_TEXT_BYTES)."""
+    while isinstance(node, (exp.Collate, exp.Paren)):
+        node = node.this
+    if isinstance(node, exp.Literal) and node.is_string:
+        return len(node.this)
+    if node.meta.get(_SHORT_TEXT) or isinstance(node, exp.Null):
+        return 64
+    if isinstance(node, exp.Left) and isinstance(node.expression, exp.Literal) and not node.expression.is_string:
+        return min(int(node.expression.this), _chars(node.this))
+    if isinstance(node, (exp.Concat, exp.ConcatWs, exp.DPipe)):
+        return sum(_chars(p) for p in node.iter_expressions())
+    if isinstance(node, (exp.Greatest, exp.Least, exp.Coalesce)):
+        return max(_chars(p) for p in node.iter_expressions())
+    if isinstance(node, exp.Case):
+        branches = [*(i.args["true"] for i in node.args["ifs"]), node.args.get("default") or exp.Null()]
+        return max(_chars(p) for p in branches)
+    if isinstance(node, (exp.Upper, exp.Lower, exp.Trim, exp.Reverse, exp.Right, exp.Substring, exp.Replace,
+                         exp.SplitPart, exp.Left)):
+        return min(STRING_CAP, _chars(node.this))
+    return RAW_TEXT_BYTES
+
+
+def _compared_bytes(node: exp.Expression) -> int:
+    """At most the bytes a comparison reads of the text ``node``."""
+    while isinstance(node, (exp.Collate, exp.Paren)):
+        node = node.this
+    if isinstance(node, exp.Literal) and node.is_string:
+        return len(node.this.encode())
+    return min(RAW_TEXT_BYTES, 4 * _chars(node))
+
+
+def _is_text(node: exp.Expression) -> bool:
+    """A comparison's operand that the typer rendered as text (``COLLATE "binary"``), or a string literal."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return isinstance(node, exp.Collate) or (isinstance(node, exp.Literal) and node.is_string)
+
+
+def _comparison_work(node: exp.Expression) -> int:
+    """The string work of one comparison node: each pair of texts compared reads at most the shorter's bytes."""
+    def pair(a: exp.Expression, b: exp.Expression) -> int:
+        return min(_compared_bytes(a), _compared_bytes(b)) // 16
+
+    if isinstance(node, _TEXT_COMPARISONS) and (_is_text(node.this) or _is_text(node.expression)):
+        return pair(node.this, node.expression)
+    if isinstance(node, exp.Between) and _is_text(node.this):
+        return pair(node.this, node.args["low"]) + pair(node.this, node.args["high"])
+    if isinstance(node, exp.In) and _is_text(node.this):
+        return sum(pair(node.this, e) for e in node.expressions)
+    if isinstance(node, (exp.Greatest, exp.Least)):
+        args = [node.this, *node.expressions]
+        if any(_is_text(a) for a in args):
+            return 2 * sum(pair(args[0], a) for a in args[1:])  # each step compares and keeps the larger
+    return 0
+
+
+def _string_work(node: exp.Expression) -> int:
+    """The string work of ``node`` itself (its arguments not included)."""
+    factor = STRING_FACTORS.get(type(node), 1 if isinstance(node, _SCANS) else 0)
+    if isinstance(node, exp.Anonymous) and str(node.this).upper() == "TRY_STRPTIME":
+        factor = 1
+    if factor:
+        if isinstance(node, (exp.Concat, exp.ConcatWs, exp.DPipe, exp.MD5)):
+            read = sum(min(STRING_CAP, _chars(p)) for p in node.iter_expressions())
+        elif isinstance(node, exp.Anonymous):
+            read = min(STRING_CAP, _chars(node.expressions[0]))
+        elif isinstance(node, exp.Left) and isinstance(node.expression, exp.Literal):
+            read = _chars(node)
+        else:
+            read = min(STRING_CAP, _chars(node.this))
+        return factor * read
+    if isinstance(node, (exp.Cast, exp.TryCast)) and str(node.meta.get(CAST_FROM, "")).startswith("VARCHAR"):
+        return CAST_TEXT_CAP  # a conversion of text parses at most this much (its guard's LEFT and length count too)
+    return _comparison_work(node)
+
+
+def _rendered_string_work(node: exp.Expression) -> int:
+    """The string work a row does in ``node`` at worst, in characters read (``MAX_STRING_WORK``; NULLIF's first
+    argument counted twice as ``_rendered_size`` counts it; a constant, such as a long IN list's digests of its
+    elements, is computed once, not per row)."""
+    if _constant(node):
+        return 0
+    own = _string_work(node)
+    if isinstance(node, exp.Nullif):
+        return own + 2 * _rendered_string_work(node.this) + _rendered_string_work(node.expression)
+    return own + sum(_rendered_string_work(c) for c in node.iter_expressions())
+
+
 def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expression:
     if _depth(rendered) > 4 * MAX_DEPTH or _size(rendered) > MAX_RENDERED_NODES:
         raise TypeRefusal([(node, TOO_LARGE)])
@@ -2289,6 +2422,8 @@ def _check_rendered(node: exp.Expression, rendered: exp.Expression) -> exp.Expre
         raise TypeRefusal([(node, TOO_MANY_SEARCHES)])
     if _rendered_text(rendered) > MAX_TEXT_BUILT:
         raise TypeRefusal([(node, TOO_MUCH_TEXT)])
+    if _rendered_string_work(rendered) > MAX_STRING_WORK:
+        raise TypeRefusal([(node, TOO_MUCH_STRING_WORK)])
     return rendered
 
 
