@@ -783,7 +783,7 @@ class DuckDBBackend:
         """After the charge (a private read, a post-processing), a caller's connection busy with the program's own
         call in another thread is waited for up to the statement time-out (none: as long as it takes), not
         :data:`_BUSY_WAIT`: failing would waste the charge."""
-        if self._owned:
+        if not isinstance(self._con, _Patient):  # dpsql's own connection: no other caller
             yield
             return
         limit = self.settings.statement_timeout
