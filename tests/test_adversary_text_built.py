@@ -21,9 +21,9 @@ import duckdb
 import pyarrow as pa
 import pytest
 import sqlglot
+from test_adversary_substring_search import refused_for_free
 
 import dpsql
-from dpsql.errors import UnsupportedQueryError
 from dpsql.plan.typer import CAST_TEXT_CAP, MAX_TEXT_BUILT, STRING_CAP, _rendered_text, type_predicate
 from dpsql.testing import use_noise, zero_noise
 
@@ -43,16 +43,6 @@ def duck() -> Any:
     s.register("t", TABLE, privacy_unit="uid", columns={"t": {"domain": ["x", "y", "z"]}})
     yield s
     s.close()
-
-
-def refused_for_free(s: dpsql.Session, sql: str) -> str:
-    before = s.remaining()
-    with pytest.raises(UnsupportedQueryError) as info:
-        s.query(sql, epsilon=1.0)
-    with pytest.raises(UnsupportedQueryError):
-        s.explain(sql, epsilon=1.0)
-    assert s.remaining() == before
-    return str(info.value)
 
 
 REFUSED = [

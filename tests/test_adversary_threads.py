@@ -58,6 +58,15 @@ def test_sessions_sharing_a_callers_connection_in_threads_take_turns() -> None:
     assert _settings(con) == before
 
 
+def _session_on_a_table_of_1000() -> tuple[duckdb.DuckDBPyConnection, dpsql.Session]:
+    """A caller's connection holding a table t of 1000 persons, and a Session on it."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
+    s = dpsql.Session(None, Budget(100.0), connection=con)
+    s.register("t", "t", privacy_unit="uid")
+    return con, s
+
+
 def _blocking_call(con: duckdb.DuckDBPyConnection, started: threading.Event, go: threading.Event) -> threading.Thread:
     """The caller's own thread, in a DuckDB call on ``con`` until ``go`` (a Python function it calls waits)."""
     def pause(x: int) -> int:
@@ -80,10 +89,7 @@ def test_a_query_waits_for_the_callers_own_call_on_its_connection_in_another_thr
     a QueryTypeError ("does not type-check"), a table that "changed its columns", or a raw IndexError (a
     ``fetchall`` took the script's result); after it, the read failed with the charge standing (13 of 20 queries
     against a script calling the connection in a loop). dpsql's calls now wait for the script's call to end."""
-    con = duckdb.connect()
-    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
-    s = dpsql.Session(None, Budget(100.0), connection=con)
-    s.register("t", "t", privacy_unit="uid")
+    con, s = _session_on_a_table_of_1000()
     started, go = threading.Event(), threading.Event()
     t = _blocking_call(con, started, go)
     threading.Timer(0.5, go.set).start()  # the script's call ends after 0.5 s
@@ -123,10 +129,7 @@ def test_a_connection_busy_in_another_thread_for_long_is_refused_before_the_char
     import dpsql.engine.duckdb as engine
 
     monkeypatch.setattr(engine, "_BUSY_WAIT", 0.2, raising=False)
-    con = duckdb.connect()
-    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
-    s = dpsql.Session(None, Budget(100.0), connection=con)
-    s.register("t", "t", privacy_unit="uid")
+    con, s = _session_on_a_table_of_1000()
     started, go = threading.Event(), threading.Event()
     t = _blocking_call(con, started, go)
     try:
