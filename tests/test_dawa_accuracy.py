@@ -325,3 +325,24 @@ def test_cli_shows_the_std_and_meta_has_it(tmp_path, capsys):
     assert "noise std" in err and "95% interval +/-" in err
     acc = json.loads(meta.read_text())["accuracy"]["count"]
     assert len(acc["per_row_noise_std"]) == 5 and all(math.isfinite(v) for v in acc["per_row_ci95_half_width"])
+
+
+def test_a_stored_strategy_that_does_not_fit_loads_without_one():
+    """A stored synopsis whose strategy is malformed answers without the noise columns (no exception, no
+    endless tree of branch 1, no infinite std)."""
+    x = np.arange(16.0)
+    r = np.array([[0, 7], [3, 12], [0, 15]])
+    syn = dawa(x, r, 1.0, seeded_noise("tamper"), partition=[(0, 3), (4, 9), (10, 15)]).rounded(1.0)
+    good = json.loads(syn.to_json())
+    assert ranges.load_synopsis(json.dumps(good)).noise_bounds(r) is not None
+    bad = [{"group_first_bucket": [0, 2**70, 2**71]}, {"group_first_bucket": [[0], [1], [2]]},
+           {"branch": 2**70}, {"branch": True}, {"branch": 1}]
+    for change in bad:
+        d = json.loads(json.dumps(good))
+        d["strategy"].update(change)
+        assert ranges.load_synopsis(json.dumps(d)).strategy is None, change
+    for w in (1e-200, 1e200):
+        d = json.loads(json.dumps(good))
+        d["strategy"]["weights"] = [[w if v > 0 else 0.0 for v in lv] for lv in d["strategy"]["weights"]]
+        with np.errstate(all="ignore"):
+            assert ranges.load_synopsis(json.dumps(d)).noise_bounds(r) is None, w

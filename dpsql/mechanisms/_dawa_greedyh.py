@@ -551,15 +551,18 @@ class HierarchicalStrategy:
         try:
             gfirst = np.asarray(d["group_first_bucket"], dtype=np.int64)
             k = int(np.asarray(bucket_lengths).size)
-            if gfirst.size == 0 or gfirst[0] != 0 or np.any(np.diff(gfirst) <= 0) or gfirst[-1] >= k:
+            if gfirst.ndim != 1 or gfirst.size == 0 or gfirst[0] != 0 or np.any(np.diff(gfirst) <= 0) or gfirst[-1] >= k:
                 return None
-            levels = _tree_levels(int(gfirst.size), int(d["branch"]))
+            branch = d["branch"]
+            if type(branch) is not int or branch < 2:  # 1 would build levels forever
+                return None
+            levels = _tree_levels(int(gfirst.size), branch)
             weights = [np.asarray(w, dtype=np.float64) for w in d["weights"]]
             if len(weights) != len(levels) or any(w.shape != lv.shape for w, lv in zip(weights, levels, strict=True)):
                 return None
-            if not all(np.all(np.isfinite(w) & (w >= 0)) for w in weights) or np.any(weights[-1] <= 0):
+            if not all(np.all(np.isfinite(w) & (w >= 0) & (w <= 1.0)) for w in weights) or np.any(weights[-1] <= 0):
                 return None
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return None
         return cls(np.asarray(bucket_lengths, dtype=np.int64), gfirst, levels, [np.ones(lv.size) for lv in levels],
                    weights, math.nan)

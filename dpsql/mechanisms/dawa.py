@@ -349,6 +349,8 @@ class DawaSynopsis:
         l2, l1 = norms
         std = math.sqrt(snapped_laplace_variance(grid / lam)) * lam * l2
         half = NOISE95 * math.sqrt(2.0) * lam * l2 + grid / 2.0 * l1
+        if not (np.all(np.isfinite(std)) and np.all(np.isfinite(half))):
+            return None  # a stored strategy whose weights are too small to invert
         return std, half
 
     def rounding_bound(self, workload: object) -> np.ndarray:
