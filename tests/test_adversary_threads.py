@@ -258,3 +258,25 @@ def test_suggest_caps_and_register_around_a_close_in_another_thread_say_the_sess
         s.suggest_caps("t", epsilon=1.0)
     with pytest.raises(dpsql.errors.ConfigError, match="this Session is closed"):
         s.register("v", pa.table({"uid": [1]}), privacy_unit="uid")
+
+
+def test_a_result_left_unfetched_on_the_connection_is_named_in_the_refusal(monkeypatch: Any) -> None:
+    """Finding (fixed): a single-threaded program that left a result of ``con.execute()`` unfetched on the
+    connection it gave the Session was refused with "busy with calls from another thread" (DuckDB refuses other
+    work on a connection until such a result is fetched): the refusal now names the unfetched result and how to
+    fix it, and nothing is charged."""
+    import dpsql.engine.duckdb as engine
+
+    monkeypatch.setattr(engine, "_BUSY_WAIT", 0.2, raising=False)
+    con, s = _session_on_a_table_of_1000()
+    con.execute("SELECT * FROM range(10000)")  # the program's own result, not fetched
+    try:
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+        raise AssertionError("answered on a connection holding an unfetched result")
+    except dpsql.errors.ConfigError as e:
+        assert "not fetched to its end" in str(e) and "nothing was charged" in str(e)
+        assert "fetchall()" in str(e.hint)
+    con.fetchall()
+    assert s.history().num_rows == 0
+    assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1
+    s.close()

@@ -127,10 +127,12 @@ _BUSY_WAIT = 10.0
 
 def _busy_refusal() -> ConfigError:
     return ConfigError(
-        f"the DuckDB connection was busy with calls from another thread of this program for more than {_BUSY_WAIT:g} "
-        "s; nothing was charged",
-        hint="a DuckDB connection runs one call at a time: in the program's other threads use a connection of their "
-        "own (con.cursor()) while dpsql queries it, or let dpsql open its own connection")
+        f"the DuckDB connection was busy with calls from another thread of this program, or held a result of "
+        f"execute() not fetched to its end, for more than {_BUSY_WAIT:g} s; nothing was charged",
+        hint="a DuckDB connection runs one call at a time and refuses other work while a result of execute() is not "
+        "fetched to its end: fetch it (fetchall()) or run it on a connection of its own (con.cursor()), in the "
+        "program's other threads use a connection of their own while dpsql queries it, or let dpsql open its own "
+        "connection")
 
 
 class _Patient:
