@@ -464,6 +464,7 @@ def session(T: dict[str, Table], D: dict[str, dict[str, list[Any]]], text: bool 
 
 
 def outcome(s: dpsql.Session, sql: str, opts: dict[str, Any], eps: float, delta: float) -> tuple[Any, ...]:
+    import gc
     import os
     import tempfile
     import warnings
@@ -473,6 +474,7 @@ def outcome(s: dpsql.Session, sql: str, opts: dict[str, Any], eps: float, delta:
     os.dup2(fd.fileno(), 1)
     os.dup2(fd.fileno(), 2)
     try:
+        gc.collect()  # earlier tests' garbage (an unclosed pipe's ResourceWarning) is collected now, not inside the capture
         with warnings.catch_warnings(record=True) as ws:
             warnings.simplefilter("always")
             o = _outcome(s, sql, opts, eps, delta)

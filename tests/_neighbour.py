@@ -19,6 +19,7 @@ hence every bounding choice of the other people, is the same on both). What the 
 
 from __future__ import annotations
 
+import gc
 import math
 import warnings
 from fractions import Fraction
@@ -72,6 +73,7 @@ def run_one(table: pa.Table, reg: dict[str, Any], sql: str | list[str], eps: flo
             options: dict[str, Any] | None, production: bool = False) -> dict[str, Any]:
     """Explain then query on a fresh session; everything observable, plus the captured internals."""
     out: dict[str, Any] = {}
+    gc.collect()  # earlier tests' garbage (an unclosed pipe's ResourceWarning) is collected now, not inside the capture
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         s = _session(table, reg, production)

@@ -15,6 +15,7 @@ keys, the ledger entries, and the warnings emitted while the release is computed
 
 from __future__ import annotations
 
+import gc
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,7 @@ def _observe(reg: Register, sql: str, *, epsilon: float = 5.0, delta: float = 1e
     use_noise(s, zero_noise(1))
     reg(s)
     out: dict[str, Any] = {}
+    gc.collect()  # earlier tests' garbage (an unclosed pipe's ResourceWarning) is collected now, not inside the capture
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for name, call in (("explain", s.explain), ("query", s.query)):
