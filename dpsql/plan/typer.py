@@ -2269,14 +2269,13 @@ TOO_MUCH_TEXT = (f"the expression may build more than {MAX_TEXT_BUILT} bytes of 
 
 def _text_bytes(node: exp.Expression) -> int:
     """At most the bytes of the text ``node`` (an argument of a text-building function) holds: a string literal's
-    own, a capped argument (LEFT(x, n)) n characters of up to 4 bytes; anything else, STRING_CAP characters."""
+    own; anything else at most STRING_CAP characters (the cap on every text argument; fewer where :func:`_chars`
+    knows, e.g. LEFT(x, n)) of up to 4 bytes."""
     while isinstance(node, (exp.Collate, exp.Paren)):
         node = node.this
     if isinstance(node, exp.Literal) and node.is_string:
         return len(node.this.encode())
-    if isinstance(node, exp.Left) and isinstance(node.expression, exp.Literal) and not node.expression.is_string:
-        return 4 * min(int(node.expression.this), STRING_CAP)
-    return 4 * STRING_CAP
+    return 4 * min(STRING_CAP, _chars(node))
 
 
 def _rendered_text(node: exp.Expression) -> int:
