@@ -494,6 +494,105 @@ def test_a_release_whose_commit_reached_the_server_before_the_connection_dropped
     led.close()
 
 
+@pytest.mark.parametrize("at", ["UPDATE ledger_entries SET status", "UPDATE ledger_meta"])
+def test_a_failure_whose_connection_drops_inside_its_transaction_is_recorded_once(
+        server: Server, url: str, monkeypatch: pytest.MonkeyPatch, at: str) -> None:
+    """fail() (its query failed after the charge) whose connection the server drops inside its transaction (a
+    restart, pg_terminate_backend, a pooler) is started again on a new connection, as a release is: the entry was
+    left 'reserved' (counted the same, but its recorded state did not say that its query failed)."""
+    spy = Spy(monkeypatch)
+    led = open_ledger(url, None)
+    entry = _charge(led)
+    spy.before[at] = lambda con: _terminate(server, con.info.backend_pid)
+    led.fail(entry, "time-out")
+    assert spy.count("UPDATE ledger_entries SET status = 'failed'") == 2  # (the first was rolled back)
+    assert [(e["status"], e["failure_reason"]) for e in led.history().to_pylist()] == [("failed", "time-out")]
+    assert led.spent() == dpsql.Budget(0.1, 0.0) and _generation(url) == 3  # created, reserved, failed
+    led.close()
+
+
+def test_a_failure_whose_commit_reached_the_server_before_the_connection_dropped_is_recorded_once(
+        server: Server, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The COMMIT of fail() was carried out, but the connection dropped before its acknowledgement: the failure
+    is started again, finds its entry failed with its reason, and writes nothing more (no 'already failed')."""
+    import psycopg
+
+    spy = Spy(monkeypatch)
+    led = open_ledger(url, None)
+    entry = _charge(led)
+    commit = psycopg.Connection.commit
+    killed: list[int] = []
+
+    def lost_acknowledgement(con: Any) -> None:
+        commit(con)
+        if spy.count("UPDATE ledger_entries SET status = 'failed'") and not killed:
+            killed.append(con.info.backend_pid)
+            _terminate(server, killed[0])
+            con.execute("SELECT 1")  # the connection's failure, as the COMMIT would have seen it
+
+    monkeypatch.setattr(psycopg.Connection, "commit", lost_acknowledgement)
+    led.fail(entry, "time-out")
+    assert killed and spy.count("UPDATE ledger_entries SET status = 'failed'") == 1
+    monkeypatch.undo()
+    assert [(e["status"], e["failure_reason"]) for e in led.history().to_pylist()] == [("failed", "time-out")]
+    assert _generation(url) == 3  # the second attempt wrote nothing
+    with pytest.raises(LedgerError, match="only a 'reserved' entry can be released or failed, once"):
+        led.fail(entry, "time-out")  # a second fail(): refused
+    led.close()
+
+
+def _dropping_always(server: Server, monkeypatch: pytest.MonkeyPatch, prefix: str) -> None:
+    from dpsql.ledger import _postgres
+
+    execute = _postgres._Con.execute
+
+    def dropping(con: Any, sql: str, params: Any = None) -> Any:
+        if sql.startswith(prefix):
+            _terminate(server, con._con.info.backend_pid)
+        return execute(con, sql, params)
+
+    monkeypatch.setattr(_postgres._Con, "execute", dropping)
+
+
+@pytest.mark.parametrize("status", ["released", "failed"])
+def test_a_release_or_failure_whose_connection_drops_at_every_attempt_is_a_public_ledger_error(
+        server: Server, url: str, monkeypatch: pytest.MonkeyPatch, status: str) -> None:
+    """Every attempt's connection is dropped until the wait runs out: the error is a LedgerError (it was a private
+    subclass, _ConnectionLost) that says the charge stands, what state the entry is in, and what to do."""
+    led = open_ledger(url, None)
+    entry = _charge(led)
+    monkeypatch.setattr(led, "release_wait", lambda: 1.0)
+    _dropping_always(server, monkeypatch, f"UPDATE ledger_entries SET status = '{status}'")
+    with pytest.raises(LedgerError) as info:
+        led.commit(entry) if status == "released" else led.fail(entry, "time-out")
+    e = info.value
+    assert type(e) is LedgerError and e.exit_code == 4 and not e.recorded
+    assert f"stays 'reserved' (or reads '{status}', if the COMMIT of an attempt cut short" in e.message, e.message
+    assert "charge stands and counts against the budget either way" in e.message
+    assert ("The answer was charged but is not returned" in e.message) == (status == "released")
+    assert "dpsql budget --history" in str(e.hint)
+    monkeypatch.undo()
+    assert [x["status"] for x in led.history().to_pylist()] == ["reserved"] and led.spent() == dpsql.Budget(0.1, 0.0)
+    led.close()
+
+
+def test_a_query_whose_release_cannot_be_recorded_raises_a_public_ledger_error(
+        server: Server, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpsql.ledger._postgres import PostgresLedger
+
+    s = dpsql.Session(ledger=url, budget=None, lock_timeout=5)
+    use_noise(s, zero_noise())
+    s.register("t", pa.table({"u": pa.array([1, 2, 3], pa.int64())}), privacy_unit="u")
+    monkeypatch.setattr(PostgresLedger, "release_wait", lambda self: 1.0)
+    _dropping_always(server, monkeypatch, "UPDATE ledger_entries SET status = 'released'")
+    with pytest.raises(LedgerError) as info:
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+    assert type(info.value) is LedgerError and "The answer was charged but is not returned" in info.value.message
+    monkeypatch.undo()
+    assert [x["status"] for x in s.history().to_pylist()] == ["reserved"]
+    s.close()
+
+
 def test_a_server_restart_inside_a_release_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
     """The server restarts (a fail-over, an upgrade) while a release's transaction runs: the release is recorded
     once the server is back, once."""

@@ -61,7 +61,11 @@ fail-over, ``pg_terminate_backend``) is started again on a new connection too, w
 ``release_wait``, and is idempotent: the new transaction takes the ledger's lock (so the cut one has
 ended, rolled back or committed), and an entry it finds already released with exactly this release's
 parameters and synopsis is the first attempt's COMMIT, which reached the server: nothing more is written
-(``PostgresLedger._record_release``; ``tests/test_ledger_postgres_reuse.py``).
+(``PostgresLedger._record_release``; ``tests/test_ledger_postgres_reuse.py``). Recording a failure (``fail``: the
+query failed after its charge) is started again the same way, within the same wait (an entry found failed with this
+reason is a cut attempt's COMMIT), so that the entry reads 'failed', not 'reserved' (it counts either way). When the
+wait runs out after a lost connection, the error is one LedgerError that says the charge stands, that the entry stays
+'reserved' (or reads what a COMMIT cut short recorded) and what to do.
 ``close()`` (and a ledger that is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
 
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
@@ -714,8 +718,8 @@ class PostgresLedger(Ledger):
                     # restart, a pooler or firewall that drops idle connections) shows it here: nothing
                     # has been written in this transaction, so it is started again on a new connection
                     dropped = reused and not retried and con.closed
-                    failure = (_ConnectionLost if con.closed else LedgerError)(
-                        f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
+                    failure = _lost_if(
+                        con.closed, f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
                         hint="check the server and the user's rights")
                 if dropped:
                     retried = True
@@ -757,15 +761,15 @@ class PostgresLedger(Ledger):
                                                "or leave the character out") from None
                     if isinstance(e, psycopg.Error):
                         # (a connection the server dropped: the server rolled the transaction back)
-                        raise (_ConnectionLost if con.closed else LedgerError)(
-                            f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
+                        raise _lost_if(
+                            con.closed, f"ledger {self.path}: PostgreSQL failed ({type(e).__name__}); {unchanged}",
                             hint="check the server and the user's rights") from None
                     raise
                 try:
                     con.commit()
                 except psycopg.Error as e:
-                    raise (_ConnectionLost if con.closed else LedgerError)(
-                        f"ledger {self.path}: PostgreSQL could not commit ({type(e).__name__}); the change was not "
+                    raise _lost_if(
+                        con.closed, f"ledger {self.path}: PostgreSQL could not commit ({type(e).__name__}); the change was not "
                         f"acknowledged: {unchanged}, unless it reached the server before the error (then it counts)",
                         hint="dpsql reads no private row after this error",
                     ) from None
@@ -785,17 +789,49 @@ class PostgresLedger(Ledger):
         next attempt takes the ledger's lock (so that transaction has ended), and an entry it finds released with
         exactly this release's parameters and synopsis is that COMMIT, recorded once (``again``). A charge is never
         started again this way (reserve: its failure says what stands)."""
+        self._again(lambda wait, again: super(PostgresLedger, self)._record_release(
+            entry_id, update, synopsis_key, synopsis, stands, wait=wait, again=again), entry_id, "released", wait)
+
+    def _record_failure(self, entry_id: int, reason: str, stands: str, *, wait: float | None, again: bool) -> None:
+        """Recording a failure (:meth:`fail`), as a release is recorded: within ``release_wait``, started again on a
+        new connection when the server drops the one of its transaction; an entry found failed with this reason is
+        the COMMIT of a cut attempt that reached the server, and nothing more is written. (Left 'reserved' the entry
+        counts the same; its recorded state would not say that its query failed.)"""
+        self._again(lambda wait, again: super(PostgresLedger, self)._record_failure(
+            entry_id, reason, stands, wait=wait, again=again), entry_id, "failed", self.release_wait())
+
+    def _again(self, attempt: Callable[[float, bool], None], entry_id: int, status: str, wait: float) -> None:
+        """Run ``attempt(wait, again)`` (the transaction that marks entry ``entry_id`` ``status``) until it succeeds,
+        starting it again on a new connection while the server drops the connection of its transaction and
+        ``wait`` is not over. A failure once an attempt was cut short is one LedgerError that says what is known."""
         deadline = time.monotonic() + wait
+        again = False
         while True:
             try:
-                super()._record_release(entry_id, update, synopsis_key, synopsis, stands,
-                                        wait=max(deadline - time.monotonic(), 0.0), again=again)
+                attempt(max(deadline - time.monotonic(), 0.0), again)
                 return
-            except _ConnectionLost:
-                if (left := deadline - time.monotonic()) <= 0:
+            except LedgerError as e:
+                left = deadline - time.monotonic()
+                if _connection_lost(e) and left > 0:
+                    again = True
+                    time.sleep(min(left, 0.05))
+                    continue
+                if not (again or _connection_lost(e)):
                     raise
-            again = True
-            time.sleep(min(left, 0.05))
+            raise self._unrecorded(entry_id, status, wait)
+
+    def _unrecorded(self, entry_id: int, status: str, wait: float) -> LedgerError:
+        what = "release" if status == "released" else "failure"
+        paid = (" The answer was charged but is not returned." if status == "released" else "")
+        return LedgerError(
+            f"ledger {self.path}: the connection to PostgreSQL was lost while the {what} of entry {entry_id} was being "
+            f"recorded, and it could not be recorded on a new connection within {wait:g} s.{paid} Entry {entry_id} "
+            f"stays 'reserved' (or reads '{status}', if the COMMIT of an attempt cut short reached the server); its "
+            "charge stands and counts against the budget either way",
+            hint="check that the PostgreSQL server is up and reachable (a restart or fail-over that lasts longer); "
+                 "the entry's state shows in Session.history() or `dpsql budget --history`"
+                 + ("; asking the query again charges again" if status == "released" else ""),
+        )
 
     def _idle_ms(self) -> int:
         """The longest pause between two statements of a ledger transaction before the server ends it
@@ -882,9 +918,17 @@ def _named(ledger_id: str | None) -> str:
     return f"ledger {ledger_id}" if ledger_id is not None else "a ledger without an identity yet"
 
 
-class _ConnectionLost(LedgerError):
-    """The server dropped the connection of a ledger transaction (a terminated backend, a restart, a fail-over)
-    after the transaction began: it rolled the transaction back, or, at COMMIT, may have committed it."""
+def _lost_if(lost: bool, message: str, *, hint: str) -> LedgerError:
+    """A LedgerError, marked (``_connection_lost``) when the server dropped the connection of the ledger transaction
+    (a terminated backend, a restart, a fail-over) after it began: the server rolled the transaction back, or, at
+    COMMIT, may have committed it. The mark is for the retries of a release or a failure (users see a LedgerError)."""
+    e = LedgerError(message, hint=hint)
+    e._connection_lost = lost  # type: ignore[attr-defined]
+    return e
+
+
+def _connection_lost(e: LedgerError) -> bool:
+    return bool(getattr(e, "_connection_lost", False))
 
 
 def _rollback(con: Any) -> None:

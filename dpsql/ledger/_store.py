@@ -777,9 +777,20 @@ class Ledger:
             f"entry {entry_id} stays 'reserved': the charge stands (it counts against the budget), but the "
             "failure was not recorded"
         )
-        with self._txn(write=True, unchanged=stands) as (con, t):
-            t.committed = f"the failure of entry {entry_id} (whose charge stands either way) is recorded"
+        self._record_failure(entry_id, reason, stands, wait=None, again=False)
 
+    def _record_failure(self, entry_id: int, reason: str, stands: str, *, wait: float | None, again: bool) -> None:
+        """:meth:`fail`'s transaction. ``again``: the same failure once more, after a transaction of it was cut short
+        where its COMMIT may have reached the ledger (the PostgreSQL ledger's lost connection): an entry found failed
+        with exactly this reason is that COMMIT, and nothing more is written."""
+        with self._txn(write=True, unchanged=stands, wait=wait) as (con, t):
+            t.committed = f"the failure of entry {entry_id} (whose charge stands either way) is recorded"
+            if again:
+                row = _first(con.execute("SELECT status, failure_reason FROM ledger_entries WHERE entry_id = ?",
+                                         [entry_id]).fetchall())
+                if row is not None and tuple(row) == ("failed", reason):
+                    t.wrote = False
+                    return
             self._row_for_transition(con, entry_id, "fail")
             con.execute(
                 "UPDATE ledger_entries SET status = 'failed', updated_at = current_timestamp, "
