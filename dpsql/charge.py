@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dpsql.engine import private_failure, scrub
-from dpsql.errors import ExecutionError, LedgerError, interrupted_by_signal
+from dpsql.errors import CHARGED_EXIT_CODE, DPSQLError, ExecutionError, LedgerError, interrupted_by_signal
 from dpsql.ledger import Ledger
 
 #: the ledger's failure reason for every run that failed after its charge (never data-dependent)
@@ -28,7 +28,7 @@ def reserve(ledger: Ledger, cost: Any, **entry: Any) -> int:
         return ledger.reserve(cost, **entry)
     except LedgerError as e:
         if e.recorded:
-            e.exit_code = ExecutionError.exit_code
+            e.exit_code = CHARGED_EXIT_CODE
         raise
 
 
@@ -40,12 +40,15 @@ def record_release(ledger: Ledger, entry: int, commit: dict[str, Any]) -> None:
     writes the record into the file, or says what blocks it, charging nothing)."""
     try:
         ledger.commit(entry, **commit)
-    except LedgerError as e:
-        if e.recorded:
+    except DPSQLError as e:
+        if isinstance(e, LedgerError) and e.recorded:
             warnings.warn(f"{e.message}; the answer is returned. Keep the write-ahead log next to the ledger: the next "
                           "dpsql operation writes it into the ledger file, or says what blocks it", stacklevel=4)
             return
-        e.exit_code = ExecutionError.exit_code
+        e.exit_code = CHARGED_EXIT_CODE
+        if "is not returned" not in e.message:  # the ledger's words are about its entry: the answer's fate too
+            e.message += "; the answer was charged but is not returned (asking again charges again)"
+            e.args = (e._render(),)
         raise
 
 
@@ -77,12 +80,14 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
                 detail = (scrub(e.debug_detail) if isinstance(e, ExecutionError) and e.debug_detail
                           else getattr(backend, "_detail", lambda e: type(e).__name__)(e))
             err = private_failure(what, detail, settings)
-            failure = ExecutionError(
+            after = ExecutionError(
                 f"{what} failed after its budget was charged; the charge stands. "
                 "The reason is withheld: it could depend on private data",
                 hint=err.hint,
                 debug_detail=err.debug_detail,
             )
+            after.exit_code = CHARGED_EXIT_CODE
+            failure = after
         withhold(e)
     finally:
         pad = settings.min_response_time - (time.monotonic() - start)

@@ -200,9 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dpsql",
         description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
         "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 3 budget exceeded,\n"
-        "  4 ledger error (nothing charged), 130 interrupted by Ctrl-C, 143 by SIGTERM or 129 by\n"
-        "  SIGHUP (a charge already made stands),\n"
-        "  1 anything else, e.g. a failure after the charge (the charge stands)",
+        "  4 ledger error (nothing charged), 5 a failure after the charge (the charge stands; the\n"
+        "  message says what became of the answer), 130 interrupted by Ctrl-C, 143 by SIGTERM or 129 by\n"
+        "  SIGHUP (a charge already made stands), 1 any other failure (nothing charged, unless the\n"
+        "  message is 'unexpected ...': a bug inside the query's run; see dpsql budget --history)",
         epilog=EXAMPLES["main"],
         formatter_class=fmt,
     )
@@ -965,6 +966,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts or None)
             else:
                 rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
+        _charged(args, rel)
         rem = None
         try:
             rem = _remaining_after(s)
@@ -1014,6 +1016,13 @@ def _options_named(typed: dict[str, str]) -> Iterator[None]:
             e.message = f"--option {k}={typed[k]} is refused: {e.message}"
             e.args = (e._render(),)
         raise
+
+
+def _charged(args: argparse.Namespace, rel: Any) -> None:
+    """Note that this command's answer was charged (not reused for free): whatever fails from here on exits
+    ``CHARGED_EXIT_CODE`` (5), so that a script can tell that budget was spent."""
+    if not rel.reused:
+        args.charged_entry = rel.ledger_id
 
 
 def _remaining_after(s: Any) -> Any:
@@ -1102,7 +1111,7 @@ def _written_failed(rel: Any, failed: list[tuple[str, str | None, str, bytes | N
                     ledger: str | None, written: Sequence[str] = ()) -> Any:
     """The error of a charged release that could not be written, once the release is saved elsewhere."""
     from dpsql._output import first_line, rescue, saved_text
-    from dpsql.errors import ExecutionError
+    from dpsql.errors import CHARGED_EXIT_CODE, ExecutionError
 
     files = {name: data for _f, _p, name, data, _e in failed if data is not None}
     try:
@@ -1113,10 +1122,13 @@ def _written_failed(rel: Any, failed: list[tuple[str, str | None, str, bytes | N
     sentence, hint = saved_text(saved, {name: (p or "") for _f, p, name, data, _e in failed if data is not None})
     what = " and ".join(f"writing {f + ' ' + repr(p) if p else f} failed ({first_line(e)})" for f, p, _n, _d, e in failed)
     also = f" ({', '.join(written)} {'was' if len(written) == 1 else 'were'} written)" if written else ""
-    return ExecutionError(
+    err = ExecutionError(
         f"the query was answered, but {what}{also}; its charge stands (ledger entry {rel.ledger_id}){sentence}",
         hint=hint,
     )
+    if not rel.reused:
+        err.exit_code = CHARGED_EXIT_CODE
+    return err
 
 
 def _keep_interrupted(rel: Any, remaining: Any, targets: _Targets, ledger: str | None, *, to_stdout: bool) -> None:
@@ -1271,6 +1283,7 @@ def _summary_table(summary: dict[str, Any]) -> Any:
 def _cmd_suggest(args: argparse.Namespace) -> int:
     with _open_session(args) as s:
         rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
+        _charged(args, rel)
         rem = _remaining_after(s)
         ledger = _ledger_file(s)
     text = ""
@@ -1440,7 +1453,7 @@ class _QuietStderr:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from dpsql.errors import DPSQLError, ExecutionError
+    from dpsql.errors import CHARGED_EXIT_CODE, DPSQLError, ExecutionError
 
     if sys.stderr is None:  # started with 2>&-: print(file=None) would put messages among the rows on stdout
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
@@ -1509,11 +1522,13 @@ def _main(argv: Sequence[str] | None) -> int:
             return 2
         if not (isinstance(e, BrokenPipeError) or e is guard.failed):
             return _unexpected(e, args)
-        # a free command's output (a charged one says so through _written_failed)
+        # a free command's output (a charged one's says so through _written_failed)
         _silence_stdout()
         why = "its reader closed it" if isinstance(e, BrokenPipeError) else e.strerror or type(e).__name__
-        print(f"error: writing stdout failed ({why}); nothing was charged by dpsql {args.command}", file=sys.stderr)
-        return 1
+        entry = getattr(args, "charged_entry", None)
+        print(f"error: writing stdout failed ({why}); " + (f"the query was answered and its charge stands (ledger entry "
+              f"{entry})" if entry is not None else f"nothing was charged by dpsql {args.command}"), file=sys.stderr)
+        return 1 if entry is None else CHARGED_EXIT_CODE
     except DPSQLError as e:
         if interrupted.is_set():
             return stopped()
@@ -1521,7 +1536,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"error: {name}: {_cli_text(str(e))}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
-        return int(e.exit_code)
+        return CHARGED_EXIT_CODE if getattr(args, "charged_entry", None) is not None else int(e.exit_code)
     except KeyboardInterrupt:
         return stopped()
     except Exception as e:
@@ -1558,10 +1573,15 @@ def _cwd_gone() -> bool:
 
 
 def _unexpected(e: BaseException, args: argparse.Namespace) -> int:
-    print(f"error: unexpected {type(e).__name__}", file=sys.stderr)
+    """An unexpected failure (a bug): exit 1, or, once this command's answer was charged, 5 (the charge stands)."""
+    from dpsql.errors import CHARGED_EXIT_CODE
+
+    entry = getattr(args, "charged_entry", None)
+    print(f"error: unexpected {type(e).__name__}" + ("" if entry is None else f" after the query was answered; its charge "
+          f"stands (ledger entry {entry})"), file=sys.stderr)
     if getattr(args, "debug_on", False):
         raise e
-    return 1
+    return 1 if entry is None else CHARGED_EXIT_CODE
 
 
 class _StdoutGuard:
@@ -1658,6 +1678,7 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"^(epsilon|delta)=([0-9][0-9.e+-]*) ", r"--\1 \2 ", text)  # a refused value, quoted first
     text = re.sub(r"^epsilon is too small for ", "--epsilon is too small for ", text)
     text = text.replace("use Session.explain(sql, epsilon=...) or `dpsql explain SQL --epsilon ...`", "use `dpsql explain SQL --epsilon ...`")
+    text = text.replace("shows in Session.history() or `dpsql budget --history`", "shows in `dpsql budget --history`")
     text = text.replace("at one charge, by Session.query_many([...])", "at one charge, by --workload")
     text = text.replace("use Session.query_many([...])", "use --workload with a file of range counts (-f FILE)")
     # the CLI passes a total only from the config's [ledger] epsilon/delta: say so, and how to match it

@@ -14,6 +14,9 @@ are kept on ``ExecutionError.debug_detail`` and shown only with ``--debug``.
     ├── LedgerError                 missing, locked, wrong schema version, corrupt
     └── ExecutionError              DuckDB failed on generated SQL
     (QueryTypeError is both a QueryError and an ExecutionError: DuckDB's binder refused it)
+
+CLI exit codes: ``exit_code`` of each class; a failure after the charge (the charge stands), whatever its
+class, exits ``CHARGED_EXIT_CODE`` (5), so that a script can tell whether budget was spent.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ def interrupted_by_signal(e: BaseException) -> bool:
     return type(e).__name__ == "InvalidInputException" and len(e.args) == 1 and isinstance(e.args[0], str) and bool(
         re.fullmatch(r"Invalid Input Error: [a-z ]+ of the object registered as '_dpsql_\w+' failed: KeyboardInterrupt: ",
                      e.args[0]))
+
+
+#: CLI exit code of a failure after the charge: the query's budget was spent (its charge stands), and no answer
+#: was delivered in full (a Session sets it on the error, whatever its class; the CLI also for its own failures)
+CHARGED_EXIT_CODE = 5
 
 
 class DPSQLError(Exception):
@@ -129,7 +137,7 @@ class LedgerError(DPSQLError):
     """The budget ledger is missing, locked, of the wrong schema version, or corrupt.
 
     ``recorded`` is True when the failure came after the change was committed (a reserve's charge
-    then stands). A Session sets ``exit_code`` to ExecutionError's when the failure leaves a charge
+    then stands). A Session sets ``exit_code`` to ``CHARGED_EXIT_CODE`` when the failure leaves a charge
     standing with nothing released, so that the CLI's exit code tells 'charged, then failed'."""
 
     exit_code = 4
@@ -161,6 +169,7 @@ class QueryTypeError(QueryError, ExecutionError):
 
 
 __all__ = [
+    "CHARGED_EXIT_CODE",
     "DPSQLError",
     "Violation",
     "QueryError",

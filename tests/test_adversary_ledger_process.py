@@ -467,10 +467,10 @@ def test_output_that_fails_after_the_charge_says_so(workdir: Path, capsys: pytes
     """Finding (fixed): `-o /dev/full` (or --meta) passes the writability check before the charge and
     then fails to write: the command printed "error: unexpected OSError" (exit 1) without saying
     which output failed or that the charge stands. Now it names the output, the ledger entry and
-    that the charge stands (exit 1, as any failure after the charge)."""
+    that the charge stands (exit 5, as any failure after the charge)."""
     argv = ["--config", "examples/dpsql.toml", "query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1",
             flag, "/dev/full", *(["--format", "csv"] if flag == "-o" else [])]
-    assert run_cli(argv) == 1
+    assert run_cli(argv) == 5
     err = capsys.readouterr().err
     assert f"writing {flag} '/dev/full' failed" in err and "charge stands (ledger entry 1)" in err, err
     assert "unexpected" not in err

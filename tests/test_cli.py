@@ -1,5 +1,5 @@
 """The ``dpsql`` command line: help examples that run, output formats, stdout/stderr split,
-exit codes (0 ok, 2 usage/query/config, 3 budget, 4 ledger, 1 other)."""
+exit codes (0 ok, 2 usage/query/config, 3 budget, 4 ledger, 5 failed after the charge, 1 other)."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ EXIT_CASES = [
     # budget exceeded
     (["query", "SELECT COUNT(*) FROM events", "--epsilon", "10.5"], 3),
     (["query", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--delta", "1e-4"], 3),
-    # (exit code 1, DuckDB failing after the charge, is in test_errors_hide_cells_unless_debug)
+    # (exit code 5, DuckDB failing after the charge, is in test_errors_hide_cells_unless_debug)
 ]
 
 
@@ -302,6 +302,60 @@ def test_ledger_errors_exit_4(workdir: Path, capsys: pytest.CaptureFixture[str])
     assert run(["--ledger", str(workdir / "missing.duckdb"), "budget"]) == 4
 
 
+Q1 = ["query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1"]
+
+
+def _statuses() -> list[str]:
+    with Ledger.open("examples/example_ledger.duckdb") as led:
+        return [e["status"] for e in led.history().to_pylist()]
+
+
+def test_a_failure_after_the_charge_exits_5_and_an_unexpected_one_before_it_exits_1(
+        workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ETL script tells from the exit code whether budget was spent: exit 1 covered both an unexpected failure
+    before any charge and a failure after the charge (the charge stands). A failure after the charge exits 5."""
+    from dpsql.engine import Engine
+    from dpsql.session import Session
+
+    assert run([*CFG, "budget"]) == 0
+    capsys.readouterr()
+    with monkeypatch.context() as m:  # the engine's read of the bounded query fails, after the reserve
+        m.setattr(Engine, "fetch_arrow", lambda self, ast, **kw: (_ for _ in ()).throw(RuntimeError("boom")))
+        assert run([*CFG, *Q1]) == 5
+    err = capsys.readouterr().err
+    assert "ExecutionError" in err and "failed after its budget was charged; the charge stands" in err, err
+    assert "Session" not in err and "boom" not in err
+    assert _statuses() == ["failed"]
+    with monkeypatch.context() as m:  # an unexpected failure (a bug) before the charge: nothing is spent
+        m.setattr(Session, "_bind_check", lambda self, *a, **k: {}["missing"])
+        assert run([*CFG, *Q1]) == 1
+    err = capsys.readouterr().err
+    assert "error: unexpected KeyError" in err and "charge stands" not in err, err
+    assert _statuses() == ["failed"]
+    with monkeypatch.context() as m:  # an unexpected failure (a bug) once the answer is charged: 5, and said so
+        m.setattr("dpsql.cli._remaining_after", lambda s: {}["missing"])
+        assert run([*CFG, *Q1]) == 5
+    err = capsys.readouterr().err
+    assert "error: unexpected KeyError after the query was answered; its charge stands (ledger entry 2)" in err, err
+    assert _statuses() == ["failed", "released"]
+    with monkeypatch.context() as m:  # the release cannot be recorded: the charge stands, the answer is not given
+        from dpsql.errors import LedgerError
+        from dpsql.ledger import _store
+
+        def unrecorded(self: Any, entry_id: int, *a: Any, **k: Any) -> None:
+            raise LedgerError(f"entry {entry_id} stays 'reserved': its release was not recorded")
+
+        m.setattr(_store.Ledger, "_record_release", unrecorded)
+        assert run([*CFG, *Q1]) == 5
+    out, err = capsys.readouterr()
+    assert "error: LedgerError: entry 3 stays 'reserved'" in err and not out.strip(), (out, err)
+    assert "the answer was charged but is not returned (asking again charges again)" in err, err
+    assert _statuses() == ["failed", "released", "reserved"]
+    assert run([*CFG, "query", "SELECT nope FROM events", "--epsilon", "0.1"]) == 2  # refusals keep their codes
+    assert run([*CFG, "query", "SELECT COUNT(*) FROM events", "--epsilon", "10.5"]) == 3
+    assert _statuses() == ["failed", "released", "reserved"]
+
+
 def test_errors_hide_cells_unless_debug(workdir: Path, capsys: pytest.CaptureFixture[str],
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     pq.write_table(make_events(sentinel="SENTINEL_SECRET_42"), workdir / "secret.parquet")
@@ -316,7 +370,7 @@ def test_errors_hide_cells_unless_debug(workdir: Path, capsys: pytest.CaptureFix
     assert run([*flags, "query", "SELECT COUNT(*) FROM t WHERE url + 1 > 0", "--epsilon", "0.1"]) == 2
     out, err = capsys.readouterr()
     assert "UnsupportedQueryError" in err and "SENTINEL" not in out + err
-    # DuckDB failing after the charge (simulated: its messages can quote cells) exits 1; --debug
+    # DuckDB failing after the charge (simulated: its messages can quote cells) exits 5; --debug
     # (honoured: the CLI user registered every table) shows DuckDB's message scrubbed of values
     from dpsql.engine import Engine
     from dpsql.errors import ExecutionError
@@ -326,10 +380,10 @@ def test_errors_hide_cells_unless_debug(workdir: Path, capsys: pytest.CaptureFix
                              debug_detail="Conversion Error: Could not convert string 'SENTINEL_SECRET_42' to INT32")
 
     monkeypatch.setattr(Engine, "fetch_arrow", failing)
-    assert run([*flags, "query", "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]) == 1
+    assert run([*flags, "query", "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]) == 5
     out, err = capsys.readouterr()
     assert "ExecutionError" in err and "SENTINEL" not in out + err
-    assert run([*flags, "--debug", "query", "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]) == 1
+    assert run([*flags, "--debug", "query", "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]) == 5
     err = capsys.readouterr().err
     assert "debug: Conversion Error: Could not convert string" in err  # the control
     assert "SENTINEL" not in err and "42" not in err

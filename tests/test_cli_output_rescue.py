@@ -62,7 +62,7 @@ def _after_the_charge(monkeypatch: pytest.MonkeyPatch, action: object) -> None:
 def test_dev_full_keeps_the_release(workdir: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
     argv = [*CFG, *Q, "-o", "/dev/full", "--format", "csv"] if flag == "-o" else [*CFG, *Q, "-o", "r.csv", "--meta", "/dev/full"]
     assert run([*CFG, "budget"]) == 0
-    assert run(argv) == 1
+    assert run(argv) == 5
     err = capsys.readouterr().err
     assert f"writing {flag} '/dev/full' failed (No space left on device)" in err and "charge stands (ledger entry 1)" in err
     d = _saved(workdir)
@@ -86,7 +86,7 @@ def test_directory_removed_after_the_charge(workdir: Path, capsys: pytest.Captur
     Path("outdir").mkdir()
     assert run([*CFG, "budget"]) == 0
     _after_the_charge(monkeypatch, lambda: shutil.rmtree("outdir"))
-    assert run([*CFG, *Q, "-o", f"outdir/{out}", "--meta", "outdir/m.json"]) == 1
+    assert run([*CFG, *Q, "-o", f"outdir/{out}", "--meta", "outdir/m.json"]) == 5
     err = capsys.readouterr().err
     assert f"writing -o 'outdir/{out}' failed" in err and "writing --meta 'outdir/m.json' failed" in err
     assert "charge stands (ledger entry 1)" in err
@@ -122,7 +122,7 @@ def test_directory_made_read_only_after_the_charge(workdir: Path, capsys: pytest
 
         monkeypatch.setattr(_output.os, "replace", refused)
     try:
-        assert run([*CFG, *Q, "-o", "outdir/r.csv"]) == 1
+        assert run([*CFG, *Q, "-o", "outdir/r.csv"]) == 5
     finally:
         os.chmod("outdir", 0o755)
     err = capsys.readouterr().err
@@ -231,7 +231,7 @@ def test_stdout_on_dev_full_keeps_the_release(workdir: Path, capsys: pytest.Capt
     with open("/dev/full", "w") as full:
         p = subprocess.run([sys.executable, "-m", "dpsql.cli", *CFG, *argv], stdout=full, stderr=subprocess.PIPE, text=True,
                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == 5, p.stderr
     assert "writing stdout failed (No space left on device)" in p.stderr and "charge stands (ledger entry 1)" in p.stderr
     d = _saved(workdir)
     name = "stdout.txt" if argv is Q else "stdout.json"
@@ -251,7 +251,7 @@ def test_no_writable_place_says_the_release_is_lost(workdir: Path, capsys: pytes
     monkeypatch.setattr(_output, "_rescue_dirs", lambda ledger: [str(workdir / "afile" / "x")])
     Path("afile").write_text("")
     _after_the_charge(monkeypatch, lambda: shutil.rmtree("outdir"))
-    assert run([*CFG, *Q, "-o", "outdir/r.csv"]) == 1
+    assert run([*CFG, *Q, "-o", "outdir/r.csv"]) == 5
     err = capsys.readouterr().err
     assert "charge stands (ledger entry 1)" in err and "so it is lost" in err
 

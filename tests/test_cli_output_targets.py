@@ -134,7 +134,7 @@ def test_a_write_that_fails_midway_leaves_no_partial_output(
 
     with monkeypatch.context() as m:
         m.setattr(_output, "_write_all", full)
-        assert run([*CFG, *Q, "-o", out]) == 1
+        assert run([*CFG, *Q, "-o", out]) == 5
     err = capsys.readouterr().err
     assert f"writing -o '{out}' failed (No space left on device)" in err and "charge stands (ledger entry 1)" in err
     assert (Path(out).read_bytes() == b"earlier") if existing else not Path(out).exists()
@@ -203,7 +203,7 @@ def test_a_ledger_failure_once_the_charge_is_recorded_exits_as_charged_then_fail
     if (step, nth) == ("marker", 2):
         assert code == 0 and "warning:" in err and "the answer is returned" in err and Path("r.csv").exists(), err
     else:
-        assert code == 1, err
+        assert code == 5, err
         assert "LedgerError" in err and "stands" in err and not Path("r.csv").exists()
     capsys.readouterr()
     assert run([*CFG, "budget", "--history", "--format", "json"]) == 0
@@ -242,7 +242,7 @@ def test_a_closed_stdout_is_named_and_says_whether_a_charge_stands(workdir: Path
                            text=True, timeout=60)
     finally:
         os.close(w)
-    assert p.returncode == 1
+    assert p.returncode == (5 if charged else 1)
     assert "unexpected" not in p.stderr and "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
     assert "stdout" in p.stderr and ("charge stands (ledger entry 1)" in p.stderr if charged else "nothing was charged" in p.stderr), p.stderr
 

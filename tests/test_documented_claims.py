@@ -216,3 +216,31 @@ def test_readme_cli_hints_flags_and_option_names(workdir, capsys) -> None:
     err = capsys.readouterr().err
     assert "pass --delta (e.g. --delta 1e-6)" in err and "--domain TABLE.col=A,B,C" in err, err
     assert "which `--option KEY=VALUE` sets" in _flat(README)
+
+
+# -- README, "Python API": the list of errors; "The command line": the exit codes, as `dpsql --help` gives them
+
+
+def test_readme_error_list_names_every_public_error_class() -> None:
+    from dpsql import errors
+
+    start = README.index("* Errors (`dpsql.errors`")
+    listed = set(re.findall(r"`(\w+Error)`", README[start:README.index("\n## ", start)]))
+    public = {n for n in errors.__all__ if isinstance(getattr(errors, n), type) and issubclass(getattr(errors, n), Exception)}
+    assert public - {"DPSQLError"} <= listed, public - listed
+    assert {n for n in listed if n.endswith("Error") and hasattr(errors, n)} <= public  # no private class named
+
+
+def test_readme_and_cli_help_give_the_same_exit_codes() -> None:
+    from dpsql.cli import build_parser
+    from dpsql.errors import CHARGED_EXIT_CODE
+
+    text = _flat(README[README.index("* Exit codes:"):])
+    text = text[:text.index("\n## ") if "\n## " in text else text.index(" ## ")]
+    help_text = _flat(build_parser().description or "")
+    codes = {0, 1, 2, 3, 4, CHARGED_EXIT_CODE, 129, 130, 143}
+    for code in codes:
+        assert re.search(rf"[;:] {code} ", text) or re.search(rf"\b{code} (interrupted|terminated|by SIGHUP)", text), code
+        assert re.search(rf"\b{code} ", help_text), code
+    assert f"{CHARGED_EXIT_CODE} a failure after the charge: the budget was spent" in text
+    assert f"{CHARGED_EXIT_CODE} a failure after the charge (the charge stands" in help_text

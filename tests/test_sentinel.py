@@ -234,7 +234,7 @@ def test_cli_with_debug_off_and_on(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     flags = ["--ledger", "l.duckdb", "--table", "t=p.parquet", "--privacy-unit", "t=user_id"]
     monkeypatch.setattr(Engine, "fetch_arrow", failing_fetch(RUNTIME_FAILURES["text to integer"]))
     for extra in ([], ["--debug"]):
-        assert main([*flags, *extra, "query", "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]) == 1
+        assert main([*flags, *extra, "query", "SELECT COUNT(*) FROM t", "--epsilon", "0.1"]) == 5
         out, err = capsys.readouterr()
         clean(out, err)
         assert "ExecutionError" in err and ("debug: ConversionException" in err) == bool(extra)
