@@ -608,6 +608,39 @@ def test_a_server_restart_inside_a_release_transaction(monkeypatch: pytest.Monke
         led.close()
 
 
+def test_a_server_restart_inside_a_failure_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    for own in running_server():  # a server of its own: the restart ends every connection to it
+        url = own.database("restart_inside_fail")
+        spy = Spy(monkeypatch)
+        led = open_ledger(url, dpsql.Budget(1.0, 0.0), create=True)
+        entry = _charge(led)
+        spy.before["UPDATE ledger_entries SET status"] = lambda con, own=own: own.restart()
+        led.fail(entry, "time-out")
+        assert spy.count("UPDATE ledger_entries SET status = 'failed'") == 2
+        assert [e["status"] for e in led.history().to_pylist()] == ["failed"] and _generation(url) == 3
+        led.close()
+
+
+def test_a_query_that_fails_after_its_charge_is_recorded_failed_when_the_connection_drops(
+        server: Server, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The query fails after its charge, and the server drops the connection that records the failure: the entry
+    reads 'failed' (it stayed 'reserved'), and the error is the one of any failure after the charge (exit 5)."""
+    from dpsql.engine import Engine
+    from dpsql.errors import CHARGED_EXIT_CODE, ExecutionError
+
+    spy = Spy(monkeypatch)
+    s = dpsql.Session(ledger=url, budget=None, lock_timeout=5)
+    s.register("t", pa.table({"u": pa.array([1, 2, 3], pa.int64())}), privacy_unit="u")
+    monkeypatch.setattr(Engine, "fetch_arrow", lambda self, ast, **kw: (_ for _ in ()).throw(RuntimeError("boom")))
+    spy.before["UPDATE ledger_entries SET status = 'failed'"] = lambda con: _terminate(server, con.info.backend_pid)
+    with pytest.raises(ExecutionError, match="failed after its budget was charged; the charge stands") as info:
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+    assert info.value.exit_code == CHARGED_EXIT_CODE
+    assert spy.count("UPDATE ledger_entries SET status = 'failed'") == 2
+    assert [e["status"] for e in s.history().to_pylist()] == ["failed"] and s.remaining() == dpsql.Budget(4.5, 0.0)
+    s.close()
+
+
 def test_a_server_restart_between_operations(monkeypatch: pytest.MonkeyPatch) -> None:
     for own in running_server():  # a server of its own: the restart ends every connection to it
         url = own.database("restart")
@@ -719,10 +752,11 @@ def _close_quietly(con: Any) -> None:
         pass
 
 
+@pytest.mark.parametrize("status", ["released", "failed"])
 def test_through_pgbouncer_a_release_whose_server_session_is_terminated_is_recorded_once(
-        server: Server, bouncer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        server: Server, bouncer: str, monkeypatch: pytest.MonkeyPatch, status: str) -> None:
     """Behind pgbouncer the ledger's connection is to the pooler: when the server session serving the release's
-    transaction is terminated, the pooler closes the client's connection, and the release starts again."""
+    (or the failure's) transaction is terminated, the pooler closes the client's connection, and it starts again."""
     url = bouncer + server.database("b_" + uuid.uuid4().hex[:12]).rsplit("/", 1)[1]
     led = open_ledger(url, dpsql.Budget(5.0, 0.0), create=True)
     entry = _charge(led)
@@ -734,7 +768,8 @@ def test_through_pgbouncer_a_release_whose_server_session_is_terminated_is_recor
         _terminate(server, pid)
 
     spy.before["UPDATE ledger_entries SET status"] = terminate_server_session
-    led.commit(entry, params_update={"rows": 3})
-    assert spy.count("UPDATE ledger_entries SET status = 'released'") == 2
-    assert [(e["status"], json.loads(e["params"])) for e in led.history().to_pylist()] == [("released", {"rows": 3})]
+    led.commit(entry, params_update={"rows": 3}) if status == "released" else led.fail(entry, "time-out")
+    assert spy.count(f"UPDATE ledger_entries SET status = '{status}'") == 2
+    assert [(e["status"], json.loads(e["params"])) for e in led.history().to_pylist()] == [
+        (status, {"rows": 3} if status == "released" else {})]
     led.close()
