@@ -356,6 +356,16 @@ def test_a_failure_after_the_charge_exits_5_and_an_unexpected_one_before_it_exit
     assert _statuses() == ["failed", "released", "reserved"]
 
 
+def test_a_release_that_a_postgresql_ledger_could_not_record_is_told_in_cli_terms() -> None:
+    from dpsql.cli import _cli_text
+    from dpsql.ledger._postgres import PostgresLedger
+
+    e = PostgresLedger("postgresql://u@localhost/db")._unrecorded(3, "released", 20.0)
+    text = _cli_text(str(e))
+    assert "Session" not in text and "shows in `dpsql budget --history`; asking the query again charges again" in text
+    assert "The answer was charged but is not returned. Entry 3 stays 'reserved'" in text, text
+
+
 def test_errors_hide_cells_unless_debug(workdir: Path, capsys: pytest.CaptureFixture[str],
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     pq.write_table(make_events(sentinel="SENTINEL_SECRET_42"), workdir / "secret.parquet")
