@@ -159,6 +159,23 @@ c₀ for grids ≫ σ (one boundary near the mode, not two: a factor ≤ 2) woul
 that the expectation over σ(S) needs. The grid γ_τ is the greatest power of two ≤ σ_lo(τ)/16 (times 2^k,
 the same k for every τ) that passes. Charged: (ε*, δ) ("Joint accounting").
 
+Accuracy (``half_width_95``; ``release_half_width``). What it covers: the noise and rounding of one released
+value, around Σ_p ±scale_p·F̄_p(S, τ_p)/q — the truncated totals of the *sampled* tuples at the chosen τ's,
+divided by q; neither the sampling error nor the truncation bias is in it (the latter's direction is stated in
+the note). With probability ≥ 0.95 over the SVT's and the release's noise, for every dataset within Δ (the
+samplers' law taken as exact). The noise of one part is σ(S)·Z = 2τκη·SS((E + 1)/κ, γ)·Z, Z ~ N(0, 1) independent
+of the SVT; the interval may use the released τ but not E. A stop before the last τ has E + ν_τ ≤ θ₀ + L₀, so
+E ≤ θ₀ + W with W = L₀ + max_i(−ν_i) over the n = L − 1 query noises (those never drawn included: a coupling),
+and at the last τ, E = 0; hence SS at the stop is at most X = SS((max(0, θ₀ + W) + 1)/κ, γ), a data-independent
+law (``stopped_ss_law``: W's CDF bounded below by a discretised convolution, mass only moved upwards). Then
+P(|σ(S)Z| > 2τκη·H) ≤ E[2Φ(−H/X)], and H solves E[2Φ(−H/X)] = 0.05 by bisection (one 1-D sum; a SUM's two parts,
+independent SVTs and draws, by the 2-D sum over (X₁, X₂) of N(0, a₁²X₁² + a₂²X₂²)). Added: each part's rounding
+to its grid, scale·γ_τ/(2q), and 1/2 for a count. Width: the bound is attained only by data whose E sits near
+θ₀ at the stop: there the interval is about 1.35 times the 95th percentile of the error (two parts: 1.6), and
+with E = 0 about 9.6 times (``tests/test_accuracy_s4s_vector.py``). The unknown E is what keeps it wide; the
+release also shows ``half_width_95_at_sigma_lo``, the same at E = 0 (a reference, not a bound). Before, the
+interval was 1.96·σ_cap (σ_cap at B_cap, a 1 − 10⁻³δ bound on E), about 11 times the present one.
+
 Δ: Lemma 4.2's amplification uses q′ = 1 − (1 − q)^Δ. With one person per tuple Δ is enforced
 by the per-input row caps (``dpsql.plan.joins``); with several people per tuple it is attested by
 the owner's declarations, the claim for q < 1 is conditional on it and needs the owner's
@@ -333,6 +350,109 @@ def stopped_ss_mean(gamma: float, eps1: float, theta0: float, n_queries: int) ->
     ps = [1.0] + [c / 20.0 / s1 for c in range(1, 20) if c / 20.0 / s1 > 1.0]
     x = min((n / (1.0 - (p * s1) ** 2)) ** (1.0 / p) for p in ps)
     return math.exp(gamma / KAPPA - 1.0) / gamma * (1.0 + math.exp(gamma * theta0 / KAPPA) / (1.0 - s0 * s0) * x)
+
+
+#: the failure probability of the published noise half-width (``half_width_95``)
+HALF_WIDTH_BETA = 0.05
+
+
+def _laplace_cdf(x: np.ndarray, b: float) -> np.ndarray:
+    return np.where(x < 0, 0.5 * np.exp(np.minimum(x, 0.0) / b), 1.0 - 0.5 * np.exp(-np.maximum(x, 0.0) / b))
+
+
+def _ss_vec(bound: np.ndarray, gamma: float) -> np.ndarray:
+    """``s4s_smooth_sensitivity`` elementwise: max over k ∈ {0, ⌊1/γ − B⌋, ⌊1/γ − B⌋ + 1} of (k + B)e^{−γk}."""
+    k0 = np.floor(np.maximum(1.0 / gamma - bound, 0.0))
+    out = np.array(bound, dtype=np.float64)
+    for k in (k0, k0 + 1.0):
+        out = np.maximum(out, (k + bound) * np.exp(-gamma * k))
+    return out
+
+
+@lru_cache(maxsize=64)
+def stopped_ss_law(eps1: float, theta0: float, gamma: float, n_queries: int, rel: float = 0.005
+                   ) -> tuple[np.ndarray, np.ndarray, float]:
+    """A discrete law (values x ascending, probabilities p, mass t at +∞) stochastically above
+    X = SS((E + 1)/κ, γ) at the τ where the SVT stops, for every dataset within Δ (module docstring,
+    "Accuracy"): a stop before the last τ has E ≤ θ₀ + W, W = L₀ + max_i(−ν_i) over the n query noises
+    (E ≥ 0; at the last τ, E = 0). W's CDF is bounded below on a grid of step b₀/50 (L₀'s mass on each cell
+    paired with the far end of the cell, the mass beyond 25 scales put at +∞, 10⁻¹² taken off for the
+    float sums), each cell's mass is put at its upper end, and cells are merged while their x stay
+    within 1 + ``rel`` (the largest x kept): every step only moves mass upwards."""
+    x_lo = float(_ss_vec(np.array(1.0 / KAPPA), gamma))
+    if n_queries <= 0:  # one τ only: the SVT stops at it, E = 0
+        return np.array([x_lo]), np.array([1.0]), 0.0
+    b0, b1 = 2.0 * KAPPA / eps1, 4.0 * KAPPA / eps1
+    h = b0 / 50.0
+    lj = np.arange(-25.0 * b0, 25.0 * b0 + h / 2, h)
+    pl = np.diff(_laplace_cdf(lj, b0))  # P(L₀ ∈ [l_j, l_{j+1}))
+    w0 = lj[0] - 25.0 * b1
+    w = w0 + h * np.arange(int((lj[-1] - w0 + 25.0 * b1 + b1 * math.log(n_queries)) / h) + 2)
+    # F_W(w_k) ≥ Σ_j P(L₀ ∈ cell j)·F_M(w_k − l_{j+1}) + P(L₀ < l_0)·F_M(w_k − l_0), F_M = F_ν^n
+    # w_k − l_{j+1} = w0 − l_1 + (k − j)h: a convolution over m_i = w0 − l_1 + i h, i = −(J − 1) … K − 1
+    big_j, big_k = pl.size, w.size
+    fm = _laplace_cdf(w0 - lj[1] + h * np.arange(-(big_j - 1), big_k), b1) ** n_queries
+    cdf = np.convolve(fm, pl)[big_j - 1:big_j - 1 + big_k] + float(_laplace_cdf(lj[:1], b0)[0]) * _laplace_cdf(w - lj[0], b1) ** n_queries
+    cdf = np.clip(np.maximum.accumulate(cdf - 1e-12), 0.0, 1.0)
+    x = _ss_vec((np.maximum(theta0 + w, 0.0) + 1.0) / KAPPA, gamma)
+    mass = np.diff(cdf, prepend=0.0)
+    # merge cells while x stays within 1 + rel of the bin's first x, the bin valued at its largest x
+    edges = np.searchsorted(x, x_lo * (1.0 + rel) ** np.arange(1, int(math.log(x[-1] / x_lo) / math.log1p(rel)) + 2), side="right")
+    edges = np.unique(np.concatenate([edges[edges < x.size], [x.size]]))
+    starts = np.concatenate([[0], edges[:-1]])
+    xs = x[edges - 1]
+    ps = np.add.reduceat(mass, starts)
+    return xs, ps, float(1.0 - cdf[-1])
+
+
+def noise_half_width(vp: VectorParams, weights: Sequence[float], beta: float = HALF_WIDTH_BETA) -> float:
+    """h with P(|Σ_p a_p X_p Z_p| > h) ≤ ``beta``, a_p = ``weights`` (a part's scale × 2τκη/q at its τ), X_p
+    independent draws of ``stopped_ss_law`` and Z_p standard normal: the noise of one released value is
+    Σ_p a_p·SS_p·Z_p, each part with its own SVT and draws (module docstring, "Accuracy")."""
+    a = sorted((float(w) for w in weights if w > 0), reverse=True)
+    if not a:
+        return 0.0
+    if len(a) > 2:  # pragma: no cover - a SUM has at most two parts
+        raise ValueError("at most two parts")
+    return a[0] * _unit_half_width(vp.eps1, vp.theta0, vp.gamma, len(vp.taus) - 1, a[1] / a[0] if len(a) == 2 else 0.0, beta)
+
+
+@lru_cache(maxsize=1024)
+def _unit_half_width(eps1: float, theta0: float, gamma: float, n_queries: int, ratio: float, beta: float) -> float:
+    """``noise_half_width`` at weights (1, ratio) (ratio 0: one part), by bisection on h; the h returned is one
+    at which the bound holds."""
+    from scipy.special import ndtr
+
+    xs, ps, tail = stopped_ss_law(eps1, theta0, gamma, n_queries, 0.005 if ratio == 0.0 else 0.03)
+    if ratio == 0.0:
+        sd, pr = xs, ps
+    else:  # two independent parts: the noise is N(0, X₁² + ratio²X₂²)
+        sd = np.sqrt(np.add.outer(xs**2, (ratio * xs) ** 2)).ravel()
+        pr = np.multiply.outer(ps, ps).ravel()
+        tail = 1.0 - (1.0 - tail) ** 2
+
+    def miss(hw: float) -> float:
+        return float(np.dot(pr, 2.0 * ndtr(-hw / sd))) + tail
+
+    lo, hi = 0.0, float(sd.max()) * 10.0
+    while miss(hi) > beta:
+        lo, hi = hi, hi * 2.0
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if miss(mid) > beta else (lo, mid)
+    return hi
+
+
+def release_half_width(vp: VectorParams, stops: Sequence[tuple[float, float]], q: float, integer: bool
+                       ) -> tuple[float, float]:
+    """(half_width_95, half_width_95_at_sigma_lo) of one released value Σ_p ±scale_p·F̃_p/q, ``stops`` = the
+    parts' (scale, τ at the SVT's stop) (module docstring, "Accuracy"): the noise bound of ``noise_half_width``
+    plus each part's rounding to its grid, scale·γ_τ/(2q), and 1/2 for a count's rounding to an integer; the
+    second is the same were each part's noise scale σ_lo(τ) (E = 0 at the stop): a reference, not a bound."""
+    rounding = (0.5 if integer else 0.0) + sum(s * vp.grid[vp.taus.index(t)] / (2.0 * q) for s, t in stops)
+    noise = noise_half_width(vp, [s * 2.0 * t * KAPPA * vp.eta / q for s, t in stops])
+    low = 1.96 * math.sqrt(sum((s * vp.sigma_lo[vp.taus.index(t)] / q) ** 2 for s, t in stops))
+    return noise + rounding, low + rounding
 
 
 def fp_coord_expected(grid: tuple[float, ...], taus: tuple[float, ...], cap: tuple[float, ...], p_exceed: float,
@@ -764,8 +884,13 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
         total = np.zeros(d)
         taus: list[float] = []
         caps: list[float] = []
+        stops: list[tuple[float, float]] = []
         acc = {"mechanism": cal.name.value, "noise": "gaussian (smooth sensitivity; its scale is not shown)", "taus": taus,
-               "sigma_cap": caps, "note": "sigma_cap bounds the noise scale except with probability p_exceed (explain); "
+               "sigma_cap": caps, "note": "half_width_95 covers the noise and rounding only, with probability >= 0.95 for "
+               "any data: the interval is around the truncated total of the sampled tuples at the chosen tau, divided "
+               "by q (the sampling error and the truncation are not in it); it is wide because the noise scale grows with "
+               "the truncation excess E at the SVT's stop, which is not shown (half_width_95_at_sigma_lo: the same at "
+               "E = 0). sigma_cap bounds the noise scale except with probability p_exceed (explain); "
                + bias_direction(cal.parts, "the truncation at the chosen tau")}
         import pyarrow.compute as pc
 
@@ -784,7 +909,8 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
             total += part.sign * part.scale * est / cal.q
             taus.append(tau)
             caps.append(part.scale * vp.sigma_cap[vp.taus.index(tau)] / cal.q)
-        acc["half_width_95"] = 1.96 * math.sqrt(sum(c * c for c in caps))
+            stops.append((part.scale, tau))
+        acc["half_width_95"], acc["half_width_95_at_sigma_lo"] = release_half_width(vp, stops, cal.q, cal.integer)
     value = pa.array(np.rint(total).astype(np.int64)) if cal.integer else pa.array(total, type=pa.float64())
     return Released(table=pa.table({**keys, "__a0": value}), accuracy={"__a0": acc})
 
