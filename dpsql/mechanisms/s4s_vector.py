@@ -164,17 +164,22 @@ value, around Σ_p ±scale_p·F̄_p(S, τ_p)/q — the truncated totals of the *
 divided by q; neither the sampling error nor the truncation bias is in it (the latter's direction is stated in
 the note). With probability ≥ 0.95 over the SVT's and the release's noise, for every dataset within Δ (the
 samplers' law taken as exact). The noise of one part is σ(S)·Z = 2τκη·SS((E + 1)/κ, γ)·Z, Z ~ N(0, 1) independent
-of the SVT; the interval may use the released τ but not E. A stop before the last τ has E + ν_τ ≤ θ₀ + L₀, so
-E ≤ θ₀ + W with W = L₀ + max_i(−ν_i) over the n = L − 1 query noises (those never drawn included: a coupling),
-and at the last τ, E = 0; hence SS at the stop is at most X = SS((max(0, θ₀ + W) + 1)/κ, γ), a data-independent
-law (``stopped_ss_law``: W's CDF bounded below by a discretised convolution, mass only moved upwards). Then
-P(|σ(S)Z| > 2τκη·H) ≤ E[2Φ(−H/X)], and H solves E[2Φ(−H/X)] = 0.05 by bisection (one 1-D sum; a SUM's two parts,
-independent SVTs and draws, by the 2-D sum over (X₁, X₂) of N(0, a₁²X₁² + a₂²X₂²)). Added: each part's rounding
-to its grid, scale·γ_τ/(2q), and 1/2 for a count. Width: the bound is attained only by data whose E sits near
-θ₀ at the stop: there the interval is about 1.35 times the 95th percentile of the error (two parts: 1.6), and
-with E = 0 about 9.6 times (``tests/test_accuracy_s4s_vector.py``). The unknown E is what keeps it wide; the
+of the SVT; the interval may use the released τ (then h = 2τκη·H) but not E, so H must serve the worst data.
+One part (``_worst_stop_half_width``): given the threshold noise L₀ = l, data with excess e_i at the i-th τ
+stop there with probability F(θ₀ + l − e_i) (F the query noise's CDF) and then miss with probability
+φ(e_i) = 2Φ(−H/SS((e_i + 1)/κ, γ)); at the last τ, e = 0. The largest miss probability over all sequences
+e_1 … e_n ≥ 0 (n = L − 1), even sequences chosen knowing l, is a backward recursion V_1(l), bounded above on
+cells of l and e; H solves E_l[V_1] = 0.05 by bisection. Two parts (a SUM with a negative lower bound; their
+SVTs and draws are independent): a stop before the last τ has E ≤ θ₀ + L₀ − ν_τ ≤ θ₀ + W, W = L₀ + max_i(−ν_i),
+so SS at the stop is at most X = SS((max(0, θ₀ + W) + 1)/κ, γ), a data-independent law (``stopped_ss_law``: W's
+CDF bounded below by a discretised convolution, mass only moved upwards), and h solves
+E[2Φ(−h/√(a₁²X₁² + a₂²X₂²))] = 0.05 over the two laws (this bound is about 1.3 times the recursion's for one
+part, and is its fallback). Added: each part's rounding to its grid, scale·γ_τ/(2q), and 1/2 for a count.
+Width (``tests/test_accuracy_s4s_vector.py``, ε = 4, δ = 10⁻⁷, Δ = 8): data with E = 40 below the last τ (near
+the worst, θ₀ = 30.7) are covered 95.8% of the time and the interval is 1.05 times the error's 95th percentile
+(two parts at E = 30: 1.6); with E = 0 it is 7.2 times. The unknown E is what keeps it wide on such data; the
 release also shows ``half_width_95_at_sigma_lo``, the same at E = 0 (a reference, not a bound). Before, the
-interval was 1.96·σ_cap (σ_cap at B_cap, a 1 − 10⁻³δ bound on E), about 11 times the present one.
+interval was 1.96·σ_cap (σ_cap at B_cap, a 1 − 10⁻³δ bound on E), 14 times the present one for one part.
 
 Δ: Lemma 4.2's amplification uses q′ = 1 − (1 − q)^Δ. With one person per tuple Δ is enforced
 by the per-input row caps (``dpsql.plan.joins``); with several people per tuple it is attested by
@@ -438,6 +443,46 @@ def _unit_half_width(eps1: float, theta0: float, gamma: float, n_queries: int, r
     while miss(hi) > beta:
         lo, hi = hi, hi * 2.0
     while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if miss(mid) > beta else (lo, mid)
+    if ratio == 0.0 and n_queries > 0:  # one part: the tighter bound of the SVT's worst data, where it holds
+        return _worst_stop_half_width(eps1, theta0, gamma, n_queries, beta, hi)
+    return hi
+
+
+def _worst_stop_half_width(eps1: float, theta0: float, gamma: float, n_queries: int, beta: float, h_law: float,
+                           cells: tuple[int, int] = (400, 800)) -> float:
+    """One part's H from the SVT's worst data (module docstring, "Accuracy"), at most ``h_law`` (the bound of
+    ``stopped_ss_law``, also valid). Given the threshold noise L₀ = l, data with excess e_i at the i-th τ stop
+    there with probability F(θ₀ + l − e_i) (F the query noise's CDF) and then miss with probability
+    φ(e_i) = 2Φ(−H/SS((e_i + 1)/κ, γ)); the last τ has e = 0. The largest miss probability over every sequence
+    e_1 … e_n ≥ 0, even one chosen knowing l, is V_1(l): V_{n+1} = φ(0), V_i = max_e V_{i+1} + F(θ₀ + l − e)·
+    (φ(e) − V_{i+1})⁺. Bounded above on cells of l (the cell's largest l) and of e (F at the cell's least e,
+    φ at its largest; e beyond the grid adds F at its end), L₀'s mass beyond 25 scales counted as a miss;
+    E_l[V_1] ≤ β by bisection on H (relative 10⁻³, the upper end returned)."""
+    from scipy.special import ndtr
+
+    b0, b1 = 2.0 * KAPPA / eps1, 4.0 * KAPPA / eps1
+    n_l, n_e = cells
+    lj = np.linspace(-25.0 * b0, 25.0 * b0, n_l + 1)
+    pl = np.diff(_laplace_cdf(lj, b0))
+    l_out = 1.0 - float(pl.sum()) + 1e-12
+    e = np.linspace(0.0, theta0 + 25.0 * b0 + 25.0 * b1, n_e + 1)
+    stop = _laplace_cdf(theta0 + lj[1:, None] - e[None, :-1], b1)  # (l cell, e cell): F at the cell's least e
+    beyond = _laplace_cdf(theta0 + lj[1:] - e[-1], b1)
+    x = _ss_vec((e + 1.0) / KAPPA, gamma)
+
+    def miss(h: float) -> float:
+        phi = 2.0 * ndtr(-h / x)
+        v = np.full(n_l, phi[0])
+        for _ in range(n_queries):
+            v = v + np.max(stop * np.maximum(phi[None, 1:] - v[:, None], 0.0), axis=1) + beyond
+        return float(np.dot(pl, np.minimum(v, 1.0))) + l_out
+
+    lo, hi = 0.5 * h_law, h_law
+    if miss(hi) > beta:
+        return h_law
+    while hi - lo > 1e-3 * hi:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if miss(mid) > beta else (lo, mid)
     return hi
