@@ -11,7 +11,7 @@ probability 1e-6:
 
 * coverage: 'P(|error| <= h) >= 0.95' is not rejected;
 * width: 'P(|error| > h / 1.25) >= 0.05' is not rejected, i.e. h is at most 1.25 times the error's 95th
-  percentile (a 3-fold wider h is rejected: the control; two parts: 2 times);
+  percentile (a 3-fold wider h is rejected: the control; two parts: 1.6 times);
 * a half-width shrunk by 30% is rejected for coverage (the control of the coverage test).
 """
 
@@ -69,8 +69,9 @@ def test_half_width_covers_the_noise_and_is_within_1_25_of_its_95th_percentile()
 
 def test_half_width_of_two_parts_covers_their_noise() -> None:
     """A SUM with a negative lower bound: two parts (own SVTs and draws) with scales 1 and 0.5, divided by
-    q = 1/4, both at E = 30 below the last τ. The two-part bound is the looser one of ``stopped_ss_law``; measured,
-    the interval is 1.6 times the 95th percentile here (asserted: at most 2), and halving it fails coverage."""
+    q = 1/4, both at E = 30 below the last τ. The larger part is bounded over its worst data, the other by the
+    looser law of ``stopped_ss_law``; measured, the interval is 1.3 times the 95th percentile here (asserted: at
+    most 1.6), and 30% narrower it fails coverage."""
     q = 0.25
     y1, t1 = _runs(30.0, RUNS // 2, "s4s-hw-pos")
     y2, t2 = _runs(30.0, RUNS // 2, "s4s-hw-neg")
@@ -79,8 +80,8 @@ def test_half_width_of_two_parts_covers_their_noise() -> None:
     r = np.abs(y1 - 0.5 * y2) / q / hw
     n = r.size
     assert not _rejects(int(np.sum(r <= 1.0)), n, 0.95), np.mean(r <= 1.0)
-    assert not _rejects(int(np.sum(r > 1.0 / 2.0)), n, 0.05), np.quantile(r, 0.95)
-    assert _rejects(int(np.sum(r <= 0.5)), n, 0.95)
+    assert not _rejects(int(np.sum(r > 1.0 / 1.6)), n, 0.05), np.quantile(r, 0.95)
+    assert _rejects(int(np.sum(r <= 0.7)), n, 0.95), np.mean(r <= 0.7)
 
 
 def test_half_width_numbers_are_pinned() -> None:

@@ -172,12 +172,13 @@ e_1 … e_n ≥ 0 (n = L − 1), even sequences chosen knowing l, is a backward 
 cells of l and e; H solves E_l[V_1] = 0.05 by bisection. Two parts (a SUM with a negative lower bound; their
 SVTs and draws are independent): a stop before the last τ has E ≤ θ₀ + L₀ − ν_τ ≤ θ₀ + W, W = L₀ + max_i(−ν_i),
 so SS at the stop is at most X = SS((max(0, θ₀ + W) + 1)/κ, γ), a data-independent law (``stopped_ss_law``: W's
-CDF bounded below by a discretised convolution, mass only moved upwards), and h solves
-E[2Φ(−h/√(a₁²X₁² + a₂²X₂²))] = 0.05 over the two laws (this bound is about 1.3 times the recursion's for one
-part, and is its fallback). Added: each part's rounding to its grid, scale·γ_τ/(2q), and 1/2 for a count.
+CDF bounded below by a discretised convolution, mass only moved upwards). The larger part runs the recursion
+with φ(e) = E[2Φ(−h/√(a₁²SS_e² + a₂²X₂²))] over the smaller part's X₂ (above its miss probability for any of
+its data, and still increasing in e). The law alone (E[2Φ(−h/X)] = 0.05; two parts over both laws) is about
+1.3 times the recursion's bound for one part and is its fallback. Added: each part's rounding to its grid, scale·γ_τ/(2q), and 1/2 for a count.
 Width (``tests/test_accuracy_s4s_vector.py``, ε = 4, δ = 10⁻⁷, Δ = 8): data with E = 40 below the last τ (near
 the worst, θ₀ = 30.7) are covered 95.8% of the time and the interval is 1.05 times the error's 95th percentile
-(two parts at E = 30: 1.6); with E = 0 it is 7.2 times. The unknown E is what keeps it wide on such data; the
+(two parts at E = 30: 1.3); with E = 0 it is 7.2 times. The unknown E is what keeps it wide on such data; the
 release also shows ``half_width_95_at_sigma_lo``, the same at E = 0 (a reference, not a bound). Before, the
 interval was 1.96·σ_cap (σ_cap at B_cap, a 1 − 10⁻³δ bound on E), 14 times the present one for one part.
 
@@ -445,21 +446,24 @@ def _unit_half_width(eps1: float, theta0: float, gamma: float, n_queries: int, r
     while hi - lo > 1e-6 * hi:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if miss(mid) > beta else (lo, mid)
-    if ratio == 0.0 and n_queries > 0:  # one part: the tighter bound of the SVT's worst data, where it holds
-        return _worst_stop_half_width(eps1, theta0, gamma, n_queries, beta, hi)
+    if n_queries > 0:  # the tighter bound of the SVT's worst data for the larger part, where it holds
+        return _worst_stop_half_width(eps1, theta0, gamma, n_queries, beta, hi, ratio)
     return hi
 
 
 def _worst_stop_half_width(eps1: float, theta0: float, gamma: float, n_queries: int, beta: float, h_law: float,
-                           cells: tuple[int, int] = (400, 800)) -> float:
-    """One part's H from the SVT's worst data (module docstring, "Accuracy"), at most ``h_law`` (the bound of
-    ``stopped_ss_law``, also valid). Given the threshold noise L₀ = l, data with excess e_i at the i-th τ stop
-    there with probability F(θ₀ + l − e_i) (F the query noise's CDF) and then miss with probability
+                           ratio: float = 0.0, cells: tuple[int, int] = (400, 800)) -> float:
+    """H of the part with weight 1 from the SVT's worst data (module docstring, "Accuracy"), at most ``h_law``
+    (the bound of ``stopped_ss_law``, also valid). Given the threshold noise L₀ = l, data with excess e_i at the
+    i-th τ stop there with probability F(θ₀ + l − e_i) (F the query noise's CDF) and then miss with probability
     φ(e_i) = 2Φ(−H/SS((e_i + 1)/κ, γ)); the last τ has e = 0. The largest miss probability over every sequence
     e_1 … e_n ≥ 0, even one chosen knowing l, is V_1(l): V_{n+1} = φ(0), V_i = max_e V_{i+1} + F(θ₀ + l − e)·
     (φ(e) − V_{i+1})⁺. Bounded above on cells of l (the cell's largest l) and of e (F at the cell's least e,
     φ at its largest; e beyond the grid adds F at its end), L₀'s mass beyond 25 scales counted as a miss;
-    E_l[V_1] ≤ β by bisection on H (relative 10⁻³, the upper end returned)."""
+    E_l[V_1] ≤ β by bisection on H (relative 10⁻³, the upper end returned). With a second part of weight
+    ``ratio`` (independent SVT and draws), φ(e) = E[2Φ(−H/√(SS_e² + ratio²X²))] over X of ``stopped_ss_law``,
+    which lies above that part's SS at its stop for any data: φ stays increasing in e and above the miss
+    probability given the first part's stop."""
     from scipy.special import ndtr
 
     b0, b1 = 2.0 * KAPPA / eps1, 4.0 * KAPPA / eps1
@@ -472,8 +476,12 @@ def _worst_stop_half_width(eps1: float, theta0: float, gamma: float, n_queries: 
     beyond = _laplace_cdf(theta0 + lj[1:] - e[-1], b1)
     x = _ss_vec((e + 1.0) / KAPPA, gamma)
 
+    if ratio > 0.0:
+        xs2, ps2, tail2 = stopped_ss_law(eps1, theta0, gamma, n_queries, 0.03)
+        sd = np.sqrt(np.add.outer(x**2, (ratio * xs2) ** 2))  # (e, second part's bins)
+
     def miss(h: float) -> float:
-        phi = 2.0 * ndtr(-h / x)
+        phi = 2.0 * ndtr(-h / x) if ratio == 0.0 else np.minimum(2.0 * ndtr(-h / sd) @ ps2 + tail2, 1.0)
         v = np.full(n_l, phi[0])
         for _ in range(n_queries):
             v = v + np.max(stop * np.maximum(phi[None, 1:] - v[:, None], 0.0), axis=1) + beyond
