@@ -159,6 +159,29 @@ c₀ for grids ≫ σ (one boundary near the mode, not two: a factor ≤ 2) woul
 that the expectation over σ(S) needs. The grid γ_τ is the greatest power of two ≤ σ_lo(τ)/16 (times 2^k,
 the same k for every τ) that passes. Charged: (ε*, δ) ("Joint accounting").
 
+Accuracy (``half_width_95``; ``release_half_width``). What it covers: the noise and rounding of one released
+value, around Σ_p ±scale_p·F̄_p(S, τ_p)/q — the truncated totals of the *sampled* tuples at the chosen τ's,
+divided by q; neither the sampling error nor the truncation bias is in it (the latter's direction is stated in
+the note). With probability ≥ 0.95 over the SVT's and the release's noise, for every dataset within Δ (the
+samplers' law taken as exact). The noise of one part is σ(S)·Z = 2τκη·SS((E + 1)/κ, γ)·Z, Z ~ N(0, 1) independent
+of the SVT; the interval may use the released τ (then h = 2τκη·H) but not E, so H must serve the worst data.
+One part (``_worst_stop_half_width``): given the threshold noise L₀ = l, data with excess e_i at the i-th τ
+stop there with probability F(θ₀ + l − e_i) (F the query noise's CDF) and then miss with probability
+φ(e_i) = 2Φ(−H/SS((e_i + 1)/κ, γ)); at the last τ, e = 0. The largest miss probability over all sequences
+e_1 … e_n ≥ 0 (n = L − 1), even sequences chosen knowing l, is a backward recursion V_1(l), bounded above on
+cells of l and e; H solves E_l[V_1] = 0.05 by bisection. Two parts (a SUM with a negative lower bound; their
+SVTs and draws are independent): a stop before the last τ has E ≤ θ₀ + L₀ − ν_τ ≤ θ₀ + W, W = L₀ + max_i(−ν_i),
+so SS at the stop is at most X = SS((max(0, θ₀ + W) + 1)/κ, γ), a data-independent law (``stopped_ss_law``: W's
+CDF bounded below by a discretised convolution, mass only moved upwards). The larger part runs the recursion
+with φ(e) = E[2Φ(−h/√(a₁²SS_e² + a₂²X₂²))] over the smaller part's X₂ (above its miss probability for any of
+its data, and still increasing in e). The law alone (E[2Φ(−h/X)] = 0.05; two parts over both laws) is about
+1.3 times the recursion's bound for one part and is its fallback. Added: each part's rounding to its grid, scale·γ_τ/(2q), and 1/2 for a count.
+Width (``tests/test_accuracy_s4s_vector.py``, ε = 4, δ = 10⁻⁷, Δ = 8): data with E = 40 below the last τ (near
+the worst, θ₀ = 30.7) are covered 95.8% of the time and the interval is 1.05 times the error's 95th percentile
+(two parts at E = 30: 1.3); with E = 0 it is 7.2 times. The unknown E is what keeps it wide on such data; the
+release also shows ``half_width_95_at_sigma_lo``, the same at E = 0 (a reference, not a bound). Before, the
+interval was 1.96·σ_cap (σ_cap at B_cap, a 1 − 10⁻³δ bound on E), 14 times the present one for one part.
+
 Δ: Lemma 4.2's amplification uses q′ = 1 − (1 − q)^Δ. With one person per tuple Δ is enforced
 by the per-input row caps (``dpsql.plan.joins``); with several people per tuple it is attested by
 the owner's declarations, the claim for q < 1 is conditional on it and needs the owner's
@@ -333,6 +356,156 @@ def stopped_ss_mean(gamma: float, eps1: float, theta0: float, n_queries: int) ->
     ps = [1.0] + [c / 20.0 / s1 for c in range(1, 20) if c / 20.0 / s1 > 1.0]
     x = min((n / (1.0 - (p * s1) ** 2)) ** (1.0 / p) for p in ps)
     return math.exp(gamma / KAPPA - 1.0) / gamma * (1.0 + math.exp(gamma * theta0 / KAPPA) / (1.0 - s0 * s0) * x)
+
+
+#: the failure probability of the published noise half-width (``half_width_95``)
+HALF_WIDTH_BETA = 0.05
+
+
+def _laplace_cdf(x: np.ndarray, b: float) -> np.ndarray:
+    return np.where(x < 0, 0.5 * np.exp(np.minimum(x, 0.0) / b), 1.0 - 0.5 * np.exp(-np.maximum(x, 0.0) / b))
+
+
+def _ss_vec(bound: np.ndarray, gamma: float) -> np.ndarray:
+    """``s4s_smooth_sensitivity`` elementwise: max over k ∈ {0, ⌊1/γ − B⌋, ⌊1/γ − B⌋ + 1} of (k + B)e^{−γk}."""
+    k0 = np.floor(np.maximum(1.0 / gamma - bound, 0.0))
+    out = np.array(bound, dtype=np.float64)
+    for k in (k0, k0 + 1.0):
+        out = np.maximum(out, (k + bound) * np.exp(-gamma * k))
+    return out
+
+
+@lru_cache(maxsize=64)
+def stopped_ss_law(eps1: float, theta0: float, gamma: float, n_queries: int, rel: float = 0.005
+                   ) -> tuple[np.ndarray, np.ndarray, float]:
+    """A discrete law (values x ascending, probabilities p, mass t at +∞) stochastically above
+    X = SS((E + 1)/κ, γ) at the τ where the SVT stops, for every dataset within Δ (module docstring,
+    "Accuracy"): a stop before the last τ has E ≤ θ₀ + W, W = L₀ + max_i(−ν_i) over the n query noises
+    (E ≥ 0; at the last τ, E = 0). W's CDF is bounded below on a grid of step b₀/50 (L₀'s mass on each cell
+    paired with the far end of the cell, the mass beyond 25 scales put at +∞, 10⁻¹² taken off for the
+    float sums), each cell's mass is put at its upper end, and cells are merged while their x stay
+    within 1 + ``rel`` (the largest x kept): every step only moves mass upwards."""
+    x_lo = float(_ss_vec(np.array(1.0 / KAPPA), gamma))
+    if n_queries <= 0:  # one τ only: the SVT stops at it, E = 0
+        return np.array([x_lo]), np.array([1.0]), 0.0
+    b0, b1 = 2.0 * KAPPA / eps1, 4.0 * KAPPA / eps1
+    h = b0 / 50.0
+    lj = np.arange(-25.0 * b0, 25.0 * b0 + h / 2, h)
+    pl = np.diff(_laplace_cdf(lj, b0))  # P(L₀ ∈ [l_j, l_{j+1}))
+    w0 = lj[0] - 25.0 * b1
+    w = w0 + h * np.arange(int((lj[-1] - w0 + 25.0 * b1 + b1 * math.log(n_queries)) / h) + 2)
+    # F_W(w_k) ≥ Σ_j P(L₀ ∈ cell j)·F_M(w_k − l_{j+1}) + P(L₀ < l_0)·F_M(w_k − l_0), F_M = F_ν^n
+    # w_k − l_{j+1} = w0 − l_1 + (k − j)h: a convolution over m_i = w0 − l_1 + i h, i = −(J − 1) … K − 1
+    big_j, big_k = pl.size, w.size
+    fm = _laplace_cdf(w0 - lj[1] + h * np.arange(-(big_j - 1), big_k), b1) ** n_queries
+    cdf = np.convolve(fm, pl)[big_j - 1:big_j - 1 + big_k] + float(_laplace_cdf(lj[:1], b0)[0]) * _laplace_cdf(w - lj[0], b1) ** n_queries
+    cdf = np.clip(np.maximum.accumulate(cdf - 1e-12), 0.0, 1.0)
+    x = _ss_vec((np.maximum(theta0 + w, 0.0) + 1.0) / KAPPA, gamma)
+    mass = np.diff(cdf, prepend=0.0)
+    # merge cells while x stays within 1 + rel of the bin's first x, the bin valued at its largest x
+    edges = np.searchsorted(x, x_lo * (1.0 + rel) ** np.arange(1, int(math.log(x[-1] / x_lo) / math.log1p(rel)) + 2), side="right")
+    edges = np.unique(np.concatenate([edges[edges < x.size], [x.size]]))
+    starts = np.concatenate([[0], edges[:-1]])
+    xs = x[edges - 1]
+    ps = np.add.reduceat(mass, starts)
+    return xs, ps, float(1.0 - cdf[-1])
+
+
+def noise_half_width(vp: VectorParams, weights: Sequence[float], beta: float = HALF_WIDTH_BETA) -> float:
+    """h with P(|Σ_p a_p X_p Z_p| > h) ≤ ``beta``, a_p = ``weights`` (a part's scale × 2τκη/q at its τ), X_p
+    independent draws of ``stopped_ss_law`` and Z_p standard normal: the noise of one released value is
+    Σ_p a_p·SS_p·Z_p, each part with its own SVT and draws (module docstring, "Accuracy")."""
+    a = sorted((float(w) for w in weights if w > 0), reverse=True)
+    if not a:
+        return 0.0
+    if len(a) > 2:  # pragma: no cover - a SUM has at most two parts
+        raise ValueError("at most two parts")
+    return a[0] * _unit_half_width(vp.eps1, vp.theta0, vp.gamma, len(vp.taus) - 1, a[1] / a[0] if len(a) == 2 else 0.0, beta)
+
+
+@lru_cache(maxsize=1024)
+def _unit_half_width(eps1: float, theta0: float, gamma: float, n_queries: int, ratio: float, beta: float) -> float:
+    """``noise_half_width`` at weights (1, ratio) (ratio 0: one part), by bisection on h; the h returned is one
+    at which the bound holds."""
+    from scipy.special import ndtr
+
+    xs, ps, tail = stopped_ss_law(eps1, theta0, gamma, n_queries, 0.005 if ratio == 0.0 else 0.03)
+    if ratio == 0.0:
+        sd, pr = xs, ps
+    else:  # two independent parts: the noise is N(0, X₁² + ratio²X₂²)
+        sd = np.sqrt(np.add.outer(xs**2, (ratio * xs) ** 2)).ravel()
+        pr = np.multiply.outer(ps, ps).ravel()
+        tail = 1.0 - (1.0 - tail) ** 2
+
+    def miss(hw: float) -> float:
+        return float(np.dot(pr, 2.0 * ndtr(-hw / sd))) + tail
+
+    lo, hi = 0.0, float(sd.max()) * 10.0
+    while miss(hi) > beta:
+        lo, hi = hi, hi * 2.0
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if miss(mid) > beta else (lo, mid)
+    if n_queries > 0:  # the tighter bound of the SVT's worst data for the larger part, where it holds
+        return _worst_stop_half_width(eps1, theta0, gamma, n_queries, beta, hi, ratio)
+    return hi
+
+
+def _worst_stop_half_width(eps1: float, theta0: float, gamma: float, n_queries: int, beta: float, h_law: float,
+                           ratio: float = 0.0, cells: tuple[int, int] = (400, 800)) -> float:
+    """H of the part with weight 1 from the SVT's worst data (module docstring, "Accuracy"), at most ``h_law``
+    (the bound of ``stopped_ss_law``, also valid). Given the threshold noise L₀ = l, data with excess e_i at the
+    i-th τ stop there with probability F(θ₀ + l − e_i) (F the query noise's CDF) and then miss with probability
+    φ(e_i) = 2Φ(−H/SS((e_i + 1)/κ, γ)); the last τ has e = 0. The largest miss probability over every sequence
+    e_1 … e_n ≥ 0, even one chosen knowing l, is V_1(l): V_{n+1} = φ(0), V_i = max_e V_{i+1} + F(θ₀ + l − e)·
+    (φ(e) − V_{i+1})⁺. Bounded above on cells of l (the cell's largest l) and of e (F at the cell's least e,
+    φ at its largest; e beyond the grid adds F at its end), L₀'s mass beyond 25 scales counted as a miss;
+    E_l[V_1] ≤ β by bisection on H (relative 10⁻³, the upper end returned). With a second part of weight
+    ``ratio`` (independent SVT and draws), φ(e) = E[2Φ(−H/√(SS_e² + ratio²X²))] over X of ``stopped_ss_law``,
+    which lies above that part's SS at its stop for any data: φ stays increasing in e and above the miss
+    probability given the first part's stop."""
+    from scipy.special import ndtr
+
+    b0, b1 = 2.0 * KAPPA / eps1, 4.0 * KAPPA / eps1
+    n_l, n_e = cells
+    lj = np.linspace(-25.0 * b0, 25.0 * b0, n_l + 1)
+    pl = np.diff(_laplace_cdf(lj, b0))
+    l_out = 1.0 - float(pl.sum()) + 1e-12
+    e = np.linspace(0.0, theta0 + 25.0 * b0 + 25.0 * b1, n_e + 1)
+    stop = _laplace_cdf(theta0 + lj[1:, None] - e[None, :-1], b1)  # (l cell, e cell): F at the cell's least e
+    beyond = _laplace_cdf(theta0 + lj[1:] - e[-1], b1)
+    x = _ss_vec((e + 1.0) / KAPPA, gamma)
+
+    if ratio > 0.0:
+        xs2, ps2, tail2 = stopped_ss_law(eps1, theta0, gamma, n_queries, 0.03)
+        sd = np.sqrt(np.add.outer(x**2, (ratio * xs2) ** 2))  # (e, second part's bins)
+
+    def miss(h: float) -> float:
+        phi = 2.0 * ndtr(-h / x) if ratio == 0.0 else np.minimum(2.0 * ndtr(-h / sd) @ ps2 + tail2, 1.0)
+        v = np.full(n_l, phi[0])
+        for _ in range(n_queries):
+            v = v + np.max(stop * np.maximum(phi[None, 1:] - v[:, None], 0.0), axis=1) + beyond
+        return float(np.dot(pl, np.minimum(v, 1.0))) + l_out
+
+    lo, hi = 0.5 * h_law, h_law
+    if miss(hi) > beta:
+        return h_law
+    while hi - lo > 1e-3 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if miss(mid) > beta else (lo, mid)
+    return hi
+
+
+def release_half_width(vp: VectorParams, stops: Sequence[tuple[float, float]], q: float, integer: bool
+                       ) -> tuple[float, float]:
+    """(half_width_95, half_width_95_at_sigma_lo) of one released value Σ_p ±scale_p·F̃_p/q, ``stops`` = the
+    parts' (scale, τ at the SVT's stop) (module docstring, "Accuracy"): the noise bound of ``noise_half_width``
+    plus each part's rounding to its grid, scale·γ_τ/(2q), and 1/2 for a count's rounding to an integer; the
+    second is the same were each part's noise scale σ_lo(τ) (E = 0 at the stop): a reference, not a bound."""
+    rounding = (0.5 if integer else 0.0) + sum(s * vp.grid[vp.taus.index(t)] / (2.0 * q) for s, t in stops)
+    noise = noise_half_width(vp, [s * 2.0 * t * KAPPA * vp.eta / q for s, t in stops])
+    low = 1.96 * math.sqrt(sum((s * vp.sigma_lo[vp.taus.index(t)] / q) ** 2 for s, t in stops))
+    return noise + rounding, low + rounding
 
 
 def fp_coord_expected(grid: tuple[float, ...], taus: tuple[float, ...], cap: tuple[float, ...], p_exceed: float,
@@ -764,8 +937,13 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
         total = np.zeros(d)
         taus: list[float] = []
         caps: list[float] = []
+        stops: list[tuple[float, float]] = []
         acc = {"mechanism": cal.name.value, "noise": "gaussian (smooth sensitivity; its scale is not shown)", "taus": taus,
-               "sigma_cap": caps, "note": "sigma_cap bounds the noise scale except with probability p_exceed (explain); "
+               "sigma_cap": caps, "note": "half_width_95 covers the noise and rounding only, with probability >= 0.95 for "
+               "any data: the interval is around the truncated total of the sampled tuples at the chosen tau, divided "
+               "by q (the sampling error and the truncation are not in it); it is wide because the noise scale grows with "
+               "the truncation excess E at the SVT's stop, which is not shown (half_width_95_at_sigma_lo: the same at "
+               "E = 0). sigma_cap bounds the noise scale except with probability p_exceed (explain); "
                + bias_direction(cal.parts, "the truncation at the chosen tau")}
         import pyarrow.compute as pc
 
@@ -784,7 +962,8 @@ def release(cal: VectorCalibration, rows: pa.Table, rng: NoiseSource) -> Release
             total += part.sign * part.scale * est / cal.q
             taus.append(tau)
             caps.append(part.scale * vp.sigma_cap[vp.taus.index(tau)] / cal.q)
-        acc["half_width_95"] = 1.96 * math.sqrt(sum(c * c for c in caps))
+            stops.append((part.scale, tau))
+        acc["half_width_95"], acc["half_width_95_at_sigma_lo"] = release_half_width(vp, stops, cal.q, cal.integer)
     value = pa.array(np.rint(total).astype(np.int64)) if cal.integer else pa.array(total, type=pa.float64())
     return Released(table=pa.table({**keys, "__a0": value}), accuracy={"__a0": acc})
 
