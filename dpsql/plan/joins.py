@@ -438,6 +438,8 @@ class _JoinBuilder:
                 if bounds[0] > bounds[1]:
                     self.bad(node, "the clamp's lower bound is above its upper bound")
                     return None
+                if self._too_large(node, fn, bounds):
+                    return None
                 # as SQL computes the clamp: a NULL argument gives the inner call's literal
                 clamped = clamp_argument(arg)
                 assert clamped is not None
@@ -460,12 +462,27 @@ class _JoinBuilder:
                                    f"and the query gives no clamp (hint: write {fn}(LEAST(GREATEST({quoted(arg)}, lo), hi)) "
                                    f"with literal bounds, or register the column with columns={{'{col}': {{'bounds': (lo, hi)}}}})")
                     return None
+                if self._too_large(node, fn, b):
+                    return None
                 value = exp.column(f, quoted=False) if column is arg else self.flatten(arg, fn)
                 return ir.SUM, value, b
             self.bad(node, f"{fn} over an expression needs literal bounds: write {fn}(LEAST(GREATEST(expr, lo), hi))")
             return None
         self.bad(node, f"aggregate {type(node).__name__.upper()} is not supported over joins; use COUNT, SUM or AVG")
         return None
+
+    def _too_large(self, node: exp.Expression, fn: str, bounds: tuple[float, float]) -> bool:
+        """Bounds beyond ``MAX_BOUND`` in magnitude, refused as on one table: the join mechanisms scale their
+        normalised result by the bound, which overflowed near the DOUBLE range (NaN or inf released)."""
+        from dpsql.plan.analyze import MAX_BOUND
+
+        lo, hi = bounds
+        if math.isfinite(lo) and math.isfinite(hi) and max(abs(lo), abs(hi)) <= MAX_BOUND:
+            return False
+        self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
+                       f"(hint: aggregate a rescaled value, e.g. {fn}(x / 1e6), and rescale the result, or declare "
+                       "narrower bounds)")
+        return True
 
     def base_aggregates(self, node: exp.Expression) -> list[ir.JoinAggregate] | None:
         """The base aggregates an aggregate call is answered from: itself (COUNT(*), COUNT(col),
