@@ -80,7 +80,7 @@ from dpsql.plan.checks import (
 )
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem, spell_aliases
-from dpsql.plan.parse import carry_written, quoted, stands_for
+from dpsql.plan.parse import as_written, carry_written, quoted, stands_for
 from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predicate
 from dpsql.plan.views import VALUES_IN_FROM
 
@@ -388,6 +388,16 @@ class _JoinBuilder:
             while isinstance(c, exp.Paren):
                 c = c.this
             if not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)):
+                viewed = [x for x in ((c.this, c.expression) if isinstance(c, exp.EQ) else ())
+                          if not isinstance(x, exp.Column) and isinstance(as_written(x), exp.Column)]
+                if viewed:  # written as a column, merged as a view's expression: moving it into WHERE would not help
+                    body = viewed[0].unnest().copy()  # the view's expression, its columns named as in the view
+                    for col in body.find_all(exp.Column):
+                        col.set("table", None)
+                    self.bad(c, f"'{quoted(as_written(viewed[0]))}' is the view's expression {body.sql(dialect='duckdb')}, "
+                                "not a column of a table: a join compares columns of the tables themselves; select the "
+                                "column unchanged in the view and join on it")
+                    continue
                 self.bad(c, "only equalities between columns (a.x = b.y, joined by AND) are allowed in ON; move other conditions into WHERE")
                 continue
             a, b = self.resolve(c.this, "ON"), self.resolve(c.expression, "ON")
