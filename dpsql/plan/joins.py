@@ -821,7 +821,13 @@ class _JoinBuilder:
             names = ", ".join(f"'{s.alias}.{s.column}'" + (f" (references {s.hops[0].target_table}.{s.hops[0].target_column})"
                                                            if s.hops else " (its privacy unit)") for s in jp.slots)
             loose = [f"'{s.alias}.{s.column}'" for s in jp.slots
-                     if math.isinf(chain_rows(self.catalog[dict(jp.inputs)[s.alias]], s.hops, self.catalog))]
+                     if not _finite_chain(self.catalog[dict(jp.inputs)[s.alias]], s.hops, self.catalog)]
+            if not loose and all(len(_walk(jp, self.catalog, s.alias, None)[2]) == len(jp.inputs) - 1 for s in jp.slots):
+                # every step is bounded: the product of the declared bounds left the DOUBLE range
+                raise PolicyError(f"a join tuple reaches people through {len(jp.slots)} path(s) ({names}) and the declared "
+                                  "bounds multiply to more join tuples per person (Delta) than a DOUBLE holds: above 2^63, "
+                                  "the most the accounting takes",
+                                  hint="the data owner may declare smaller degree_bounds or max_rows_per_unit")
             what = (f"no bound on the rows per person through {', '.join(loose)}" if loose else
                     "some input joins on a column with no declared bound")
             paths = f"{len(jp.slots)} path" + ("s" if len(jp.slots) != 1 else "")
@@ -887,6 +893,16 @@ def chain_rows(table: TableSpec, chain: tuple[ir.Hop, ...], catalog: Mapping[str
     if _direct(chain, catalog):
         return here
     return here * chain_rows(catalog[chain[0].target_table], chain[1:], catalog, lowered)
+
+
+def _finite_chain(table: TableSpec, chain: tuple[ir.Hop, ...], catalog: Mapping[str, TableSpec]) -> bool:
+    """Whether every step of :func:`chain_rows` has a declared bound (its product may still overflow)."""
+    if not chain:
+        assert table.privacy_unit is not None
+        return math.isfinite(max_rows_per_value(table, table.privacy_unit, catalog))
+    if math.isinf(max_rows_per_value(table, chain[0].column, catalog)):
+        return False
+    return _direct(chain, catalog) or _finite_chain(catalog[chain[0].target_table], chain[1:], catalog)
 
 
 @dataclass(frozen=True)
