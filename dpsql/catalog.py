@@ -743,9 +743,10 @@ def reference_problems(table: TableSpec, catalog: Mapping[str, TableSpec]) -> li
     against the tables registered now (checked at registration and again when a join is planned,
     since a referenced table may be registered, or registered again, later):
 
-    * a reference's column(s) must have exactly the type(s) of the target column(s), and not a
-      floating-point type: a person's id is built from the typed value, and values of different
-      types (1, '01', 1.0) or floating-point spellings (-0.0, 0.0) would make one person several;
+    * a reference's target column(s) must exist (the join SQL reads them), and its column(s) must have exactly
+      the type(s) of the target column(s), and not a floating-point type: a person's id is built from the typed
+      value, and values of different types (1, '01', 1.0) or floating-point spellings (-0.0, 0.0) would make
+      one person several;
     * a public table may reference only registered public tables (a row that references a person
       is not public)."""
     out: list[tuple[str, str]] = []
@@ -770,7 +771,11 @@ def reference_problems(table: TableSpec, catalog: Mapping[str, TableSpec]) -> li
             continue
         for a, b in zip(fk.split(","), tc.split(","), strict=True):
             ta, tb = table.schema.get(a), ref.schema.get(b)
-            if ta is None or tb is None:
+            if tb is None:  # the join SQL would read it: a binder error, named as a type error, on every query
+                out.append((f"reference '{table.name}.{a}' -> '{tn}.{b}': table '{tn}' has no column '{b}'",
+                            f"correct the reference to a column of '{tn}' ({', '.join(sorted(ref.schema))})"))
+                continue
+            if ta is None:
                 continue
             problem = join_key_type_problem(ta)
             if problem is not None:

@@ -150,7 +150,7 @@ def _option_tables(hostile: bool) -> Register:
         s.register("customer", pa.table({"id": np.arange(n), "seg": [f"s{i % 3}" for i in range(n)]}), privacy_unit="id",
                    columns={"seg": {"domain": ["s0", "s1", "s2"]}})
         s.register("orders", pa.table({"oid": np.arange(2 * n), "cid": cid, "amt": amt}),
-                   references={"cid": "customer.id"}, degree_bounds={"cid": 2}, columns={"amt": {"bounds": (-1e300, 1e300)}})
+                   references={"cid": "customer.id"}, degree_bounds={"cid": 2}, columns={"amt": {"bounds": (-1e15, 1e15)}})
     return reg
 
 

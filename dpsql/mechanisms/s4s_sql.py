@@ -482,11 +482,16 @@ def _tuples(cal: JoinCalibration, rows: pa.Table, part: Part) -> tuple[np.ndarra
             parents = np.arange(len(col), dtype=np.int64)
         valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         tis.append(parents[valid])
-        uis.append(np.asarray(col.filter(pa.array(valid)).to_numpy(zero_copy_only=False), dtype=object))
+        uis.append(col.filter(pa.array(valid)).cast(pa.large_string()))
     ti = np.concatenate(tis) if tis else np.zeros(0, dtype=np.int64)
-    names = np.concatenate(uis) if uis else np.zeros(0, dtype=object)
-    if names.size:
-        _, ui = np.unique(names.astype(str), return_inverse=True)
+    names = pa.concat_arrays(uis) if uis else pa.array([], pa.large_string())
+    if len(names):
+        # users numbered in the order of their sorted ids, compacted in Arrow: numpy's fixed-width text
+        # (np.unique(names.astype(str))) padded every id to the longest, so one person's long id made every
+        # tuple's id that long (memory and time growing with that one person's text)
+        uniq = pc.unique(names)
+        uniq = uniq.take(pc.array_sort_indices(uniq))
+        ui = np.asarray(pc.index_in(names, value_set=uniq).to_numpy(zero_copy_only=False), dtype=np.int64)
         # a tuple reaching one person through several slots belongs to that person once
         pairs = np.unique(np.stack([ti, np.asarray(ui, dtype=np.int64).reshape(-1)]), axis=1)
         ti, ui = pairs[0], pairs[1]

@@ -80,7 +80,7 @@ from dpsql.plan.checks import (
 )
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem, spell_aliases
-from dpsql.plan.parse import carry_written, quoted, stands_for
+from dpsql.plan.parse import as_written, carry_written, quoted, stands_for
 from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predicate
 from dpsql.plan.views import VALUES_IN_FROM
 
@@ -388,6 +388,16 @@ class _JoinBuilder:
             while isinstance(c, exp.Paren):
                 c = c.this
             if not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)):
+                viewed = [x for x in ((c.this, c.expression) if isinstance(c, exp.EQ) else ())
+                          if not isinstance(x, exp.Column) and isinstance(as_written(x), exp.Column)]
+                if viewed:  # written as a column, merged as a view's expression: moving it into WHERE would not help
+                    body = viewed[0].unnest().copy()  # the view's expression, its columns named as in the view
+                    for col in body.find_all(exp.Column):
+                        col.set("table", None)
+                    self.bad(c, f"'{quoted(as_written(viewed[0]))}' is the view's expression {body.sql(dialect='duckdb')}, "
+                                "not a column of a table: a join compares columns of the tables themselves; select the "
+                                "column unchanged in the view and join on it")
+                    continue
                 self.bad(c, "only equalities between columns (a.x = b.y, joined by AND) are allowed in ON; move other conditions into WHERE")
                 continue
             a, b = self.resolve(c.this, "ON"), self.resolve(c.expression, "ON")
@@ -438,6 +448,8 @@ class _JoinBuilder:
                 if bounds[0] > bounds[1]:
                     self.bad(node, "the clamp's lower bound is above its upper bound")
                     return None
+                if self._too_large(node, fn, bounds):
+                    return None
                 # as SQL computes the clamp: a NULL argument gives the inner call's literal
                 clamped = clamp_argument(arg)
                 assert clamped is not None
@@ -460,12 +472,27 @@ class _JoinBuilder:
                                    f"and the query gives no clamp (hint: write {fn}(LEAST(GREATEST({quoted(arg)}, lo), hi)) "
                                    f"with literal bounds, or register the column with columns={{'{col}': {{'bounds': (lo, hi)}}}})")
                     return None
+                if self._too_large(node, fn, b):
+                    return None
                 value = exp.column(f, quoted=False) if column is arg else self.flatten(arg, fn)
                 return ir.SUM, value, b
             self.bad(node, f"{fn} over an expression needs literal bounds: write {fn}(LEAST(GREATEST(expr, lo), hi))")
             return None
         self.bad(node, f"aggregate {type(node).__name__.upper()} is not supported over joins; use COUNT, SUM or AVG")
         return None
+
+    def _too_large(self, node: exp.Expression, fn: str, bounds: tuple[float, float]) -> bool:
+        """Bounds beyond ``MAX_BOUND`` in magnitude, refused as on one table: the join mechanisms scale their
+        normalised result by the bound, which overflowed near the DOUBLE range (NaN or inf released)."""
+        from dpsql.plan.analyze import MAX_BOUND
+
+        lo, hi = bounds
+        if math.isfinite(lo) and math.isfinite(hi) and max(abs(lo), abs(hi)) <= MAX_BOUND:
+            return False
+        self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
+                       f"(hint: aggregate a rescaled value, e.g. {fn}(x / 1e6), and rescale the result, or declare "
+                       "narrower bounds)")
+        return True
 
     def base_aggregates(self, node: exp.Expression) -> list[ir.JoinAggregate] | None:
         """The base aggregates an aggregate call is answered from: itself (COUNT(*), COUNT(col),
@@ -794,7 +821,13 @@ class _JoinBuilder:
             names = ", ".join(f"'{s.alias}.{s.column}'" + (f" (references {s.hops[0].target_table}.{s.hops[0].target_column})"
                                                            if s.hops else " (its privacy unit)") for s in jp.slots)
             loose = [f"'{s.alias}.{s.column}'" for s in jp.slots
-                     if math.isinf(chain_rows(self.catalog[dict(jp.inputs)[s.alias]], s.hops, self.catalog))]
+                     if not _finite_chain(self.catalog[dict(jp.inputs)[s.alias]], s.hops, self.catalog)]
+            if not loose and all(len(_walk(jp, self.catalog, s.alias, None)[2]) == len(jp.inputs) - 1 for s in jp.slots):
+                # every step is bounded: the product of the declared bounds left the DOUBLE range
+                raise PolicyError(f"a join tuple reaches people through {len(jp.slots)} path(s) ({names}) and the declared "
+                                  "bounds multiply to more join tuples per person (Delta) than a DOUBLE holds: above 2^63, "
+                                  "the most the accounting takes",
+                                  hint="the data owner may declare smaller degree_bounds or max_rows_per_unit")
             what = (f"no bound on the rows per person through {', '.join(loose)}" if loose else
                     "some input joins on a column with no declared bound")
             paths = f"{len(jp.slots)} path" + ("s" if len(jp.slots) != 1 else "")
@@ -860,6 +893,16 @@ def chain_rows(table: TableSpec, chain: tuple[ir.Hop, ...], catalog: Mapping[str
     if _direct(chain, catalog):
         return here
     return here * chain_rows(catalog[chain[0].target_table], chain[1:], catalog, lowered)
+
+
+def _finite_chain(table: TableSpec, chain: tuple[ir.Hop, ...], catalog: Mapping[str, TableSpec]) -> bool:
+    """Whether every step of :func:`chain_rows` has a declared bound (its product may still overflow)."""
+    if not chain:
+        assert table.privacy_unit is not None
+        return math.isfinite(max_rows_per_value(table, table.privacy_unit, catalog))
+    if math.isinf(max_rows_per_value(table, chain[0].column, catalog)):
+        return False
+    return _direct(chain, catalog) or _finite_chain(catalog[chain[0].target_table], chain[1:], catalog)
 
 
 @dataclass(frozen=True)
