@@ -66,7 +66,7 @@ def test_user_numbers_follow_the_sorted_ids(seed: int) -> None:
     _, (w, ti, ui) = _peak(ids, 300)
     rows = _rows(ids, 300)
     names = {}
-    for k, col in enumerate(("__u0", "__u1")):
+    for col in ("__u0", "__u1"):
         vals = rows.column(col).to_pylist()
         for t, v in enumerate(vals):
             for x in (v if isinstance(v, list) else [v]):
