@@ -240,6 +240,32 @@ def test_comma_joins_are_joined_in_the_order_of_their_equalities() -> None:
                 "WHERE p.user_id = u.user_id", epsilon=1.0)
 
 
+def test_conditions_in_the_on_of_inner_joins_filter_as_in_where() -> None:
+    """JOIN c ON o.ck = c.ck AND c.seg = 'a' is the inner join filtered as in WHERE (it was refused, with "move
+    other conditions into WHERE", when no table was listed with a comma, and answered when one was)."""
+    s = _session()
+    s.register("items", pa.table({"purchase_id": list(range(3 * N)), "cat": [["a", "b"][i % 2] for i in range(3 * N)]}),
+               privacy_unit=None, public=True)
+    purchases = pa.table({"purchase_id": list(range(3 * N)), "user_id": [1 + i % N for i in range(3 * N)],
+                          "price": [float(i % 11) for i in range(3 * N)]})
+    s.register("purchases", purchases, references={"user_id": "users.user_id", "purchase_id": "items.purchase_id"},
+               degree_bounds={"user_id": 3}, columns={"price": {"bounds": (0, 10)}})
+    head = "SELECT u.plan, COUNT(*) AS n, SUM(p.price) AS r FROM users u JOIN purchases p ON p.user_id = u.user_id"
+    for where, on in ((" JOIN items i ON p.purchase_id = i.purchase_id WHERE i.cat = 'a' AND p.price > 3",
+                       " AND p.price > 3 JOIN items i ON p.purchase_id = i.purchase_id AND i.cat = 'a'"),
+                      (" WHERE price > 3", " AND price > 3"),  # unqualified: the one joined table holding it
+                      (" WHERE p.price < u.user_id", " AND p.price < u.user_id"),
+                      (" WHERE (p.price > 3 OR u.plan = 'pro')", " AND (p.price > 3 OR u.plan = 'pro')")):
+        want = _rows(s, f"{head}{where} GROUP BY u.plan ORDER BY 1", 1e-6)
+        assert sum(r[1] for r in want[1]) > 0
+        assert _rows(s, f"{head}{on} GROUP BY u.plan ORDER BY 1", 1e-6) == want, on
+    # an equality of an expression with a column of another table is not a join condition: refused, free
+    spent = s.remaining()
+    with pytest.raises(UnsupportedQueryError, match="only equalities between columns"):
+        s.query("SELECT COUNT(*) FROM users u JOIN purchases p ON p.user_id + 0 = u.user_id", epsilon=1.0)
+    assert s.remaining() == spent
+
+
 def test_comma_joins_equate_unqualified_columns_each_of_one_listed_table() -> None:
     """TPC-H's spelling: FROM customer, orders WHERE c_custkey = o_custkey, each column of exactly one listed
     table (as SQL binds it) is the inner join ON c.c_custkey = o.o_custkey; a column that several listed tables

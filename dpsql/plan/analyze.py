@@ -1110,6 +1110,43 @@ def _columns_of(item: exp.Expression, catalog: Mapping[str, TableSpec] | None) -
     return None if spec is None else {str(c).lower() for c in spec.schema}
 
 
+def _on_filters(first: exp.Expression, joins: list[exp.Expression], catalog: Mapping[str, TableSpec] | None) -> bool:
+    """Every join an inner ``JOIN ... ON`` and some ON holding an AND-ed condition other than an equality of two
+    columns (``JOIN c ON o.ck = c.ck AND c.seg = 'a'``, ``AND o.amt < c.limit``): the same inner join as with that
+    condition in WHERE, so it is read as the comma joins are (an unqualified column is that of the one table holding
+    it among those joined so far). An equality of expressions of two tables (``ON o.ck + 1 = c.ck``) stays in its
+    ON, refused there with its reason."""
+    if not joins or not all(_plain_inner(j) for j in joins):
+        return False
+    scope = [first]
+    for j in joins:
+        scope.append(j.this)
+        held = [_columns_of(it, catalog) for it in scope]
+        if not any(isinstance(e, exp.EQ) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column)
+                   for e in (c.unnest() for c in _conjuncts(j.args["on"]))):
+            continue  # no equality joins it (ON a.x < b.y): refused in its ON, as a non-equi join
+        for c in _conjuncts(j.args["on"]):
+            e = c
+            while isinstance(e, exp.Paren):
+                e = e.this
+            if c.find(exp.Select) is not None or (isinstance(e, exp.EQ) and isinstance(e.this, exp.Column)
+                                                   and isinstance(e.expression, exp.Column)):
+                continue
+            tables: set[str] = set()
+            for col in c.find_all(exp.Column):
+                if col.table:
+                    tables.add(col.table.lower())
+                    continue
+                owners = [it for it, cols in zip(scope, held, strict=True) if cols is not None and col.name.lower() in cols]
+                if len(owners) != 1 or None in held:
+                    tables.update(("?", "??"))  # unknown: left in its ON
+                    break
+                tables.add(owners[0].alias_or_name.lower())
+            if not isinstance(e, exp.EQ) or len(tables) <= 1:
+                return True
+    return False
+
+
 def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None = None) -> exp.Expression:
     """``FROM a, b WHERE a.x = b.y AND ...`` (an implicit inner join) is ``FROM a JOIN b ON a.x = b.y WHERE ...``:
     each table listed after a comma takes, as its ON, the WHERE's AND-ed equalities between a column of it and one
@@ -1121,7 +1158,7 @@ def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None =
         return stmt
     from_ = stmt.args.get("from_") or stmt.args.get("from")
     joins = stmt.args.get("joins") or []
-    if from_ is None or not any(_after_comma(j) for j in joins) or (
+    if from_ is None or not joins or not (any(_after_comma(j) for j in joins) or _on_filters(from_.this, joins, catalog)) or (
             stmt.args.get("where") is None and not any(_plain_inner(j) for j in joins)):
         return stmt
     out = stmt.copy()
