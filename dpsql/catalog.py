@@ -914,6 +914,12 @@ def register_table(
     col_specs: dict[str, ColumnSpec] = {}
     types: dict[str, str] = {}
     for cname, cspec in (columns or {}).items():
+        if str(cname).lower() in col_specs:  # SQL names are case-insensitive: a second spec would replace the first
+            first = next(c for c in (columns or {}) if str(c).lower() == str(cname).lower())
+            raise ConfigError(f"the policy declares columns '{first}' and '{cname}' of table '{tname}', which are one "
+                              "column (names are case-insensitive): one spec would silently replace the other",
+                              hint=f"declare the column once (columns={{'{first}': {{...}}}}, or one "
+                                   f"[tables.{tname}.columns.{first}] in the config)")
         cspec = _plain(cspec)
         if isinstance(cspec, dict) and "type" in cspec:  # a CSV column's declared type
             types[cname.lower()] = cspec.pop("type")
@@ -929,6 +935,9 @@ def register_table(
         if len(fk_n.split(",")) != len(target_n.split(",")):
             raise ConfigError(f"reference for '{tname}.{fk}' pairs {len(fk_n.split(','))} column(s) with "
                               f"{len(target_n.split(','))}", hint="references={'a,b': 'table.x,y'}: as many columns on each side")
+        if fk_n in refs:
+            raise ConfigError(f"table '{tname}' declares the reference of '{fk_n}' twice (names are case-insensitive): "
+                              "one would silently replace the other", hint="declare each foreign key once")
         refs[fk_n] = f"{target.partition('.')[0].strip().lower()}.{target_n}"
     if not isinstance(public, bool):
         raise ConfigError(f"public for table '{tname}' must be True or False, got {public!r}")

@@ -182,6 +182,10 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
     settings = EngineSettings(**eng)
 
     # [tables.NAME]
+    _distinct_folded(tabs, lambda a, b: ConfigError(
+        f"the config registers tables '{a}' and '{b}', which are one name to SQL (names are case-insensitive): "
+        "one would silently replace the other", hint=f"give each [tables.NAME] section its own name, or merge "
+        f"[tables.{b}] into [tables.{a}]"))
     tables = {name: _freeze(table_kwargs(name, spec, base)) for name, spec in tabs.items()}
     if url is not None:
         lpath = url  # session_ledger() passes it to open_ledger, which opens the PostgreSQL ledger
@@ -237,6 +241,15 @@ def _beyond_limits(data: bytes, e: BaseException) -> str:
     m = re.search(r"[0-9][0-9_]{4000,}", text)
     line = f" (line {text.count(chr(10), 0, m.start()) + 1})" if m else ""
     return f"a number literal{line} has more digits than Python reads (4300)"
+
+
+def _distinct_folded(names: Any, error: Any) -> None:
+    """Raise ``error(first, second)`` for two names that differ only by case (SQL names are case-insensitive)."""
+    seen: dict[str, str] = {}
+    for n in names:
+        first = seen.setdefault(str(n).lower(), str(n))
+        if first != n:
+            raise error(first, n)
 
 
 def table_kwargs(name: Any, spec: Any, base_dir: str) -> dict[str, Any]:

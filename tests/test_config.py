@@ -43,6 +43,10 @@ ERRORS = [
     ("ledger-not-a-table", 'ledger = "l.duckdb"\n', ConfigError, "[ledger] in the config must be a table"),
     ("table-without-source", LEDGER + '[tables.events]\nprivacy_unit = "uid"\n', ConfigError, "needs a source"),
     ("table-source-missing", LEDGER + TABLE.replace("events.parquet", "nope.parquet"), ConfigError, "no file matches"),
+    ("tables-differ-by-case", LEDGER + TABLE + TABLE.replace("[tables.events]", "[tables.EVENTS]"), ConfigError,
+     "registers tables 'events' and 'EVENTS'"),
+    ("columns-differ-by-case", LEDGER + TABLE + '[tables.events.columns.g]\ndomain = ["a"]\n'
+     '[tables.events.columns.G]\ndomain = ["b"]\n', ConfigError, "declares columns 'g' and 'G' of table 'events'"),
     ("missing-ledger-not-created", LEDGER.replace("create_if_missing = true", "") + TABLE, LedgerError,
      "no budget ledger"),
 ]
