@@ -141,3 +141,16 @@ def test_alias_chain_refusals_name_the_real_problem(s: Any, sql: str, needle: st
     msg = str(ei.value)
     assert needle in msg and "unknown column" not in msg and "problems" not in msg
     assert s.remaining() == before and s.history().num_rows == rows
+
+
+@pytest.mark.parametrize("sql", ['SELECT COUNT(*) AS "" FROM t',
+                                 'SELECT g AS "", COUNT(*) AS n FROM t GROUP BY g',
+                                 'SELECT a.g, COUNT(*) AS "" FROM t AS a JOIN t AS b ON a.uid = b.uid GROUP BY a.g'])
+def test_an_empty_output_name_is_refused_naming_it(s: Any, sql: str) -> None:
+    """``AS ""`` names no column (no format can carry it): refused for free, saying so, where it once failed
+    in the typer as a "does not type-check" error quoting DuckDB's ParserException."""
+    before = s.remaining()
+    for run in (s.explain, s.query):
+        with pytest.raises(errors.UnsupportedQueryError, match="an output column needs a non-empty name"):
+            run(sql, epsilon=1.0, delta=1e-6)
+    assert s.remaining() == before

@@ -286,6 +286,10 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
                 offset=start,
             )
         ]
+    for item in stmt.expressions:
+        if isinstance(item, exp.Alias) and not item.alias:  # DuckDB's parser refuses it (late: in the typer)
+            v.append(violation(item, sql, 'an output column needs a non-empty name: AS "" names none; give it an '
+                                          f'alias, e.g. {item.this.sql(dialect="duckdb")} AS n'))
     distinct = stmt.args.get("distinct")
     if distinct:
         # (SELECT DISTINCT k without an aggregate or GROUP BY is answered, as GROUP BY k, before this check)
