@@ -231,6 +231,7 @@ class TableSpec:
             "public": self.public,
             "allow_conditional_sampling": self.allow_conditional_sampling,
             "max_table_rows": self.max_table_rows,
+            "schema": dict(self.schema),  # every column's type (public: the files' footers, a CSV's declared types)
             "columns": {
                 c.name: {k: v for k, v in (("bounds", c.bounds), ("domain", c.domain),
                                                    ("ordered", dataclasses.asdict(c.ordered) if c.ordered else None)) if v}

@@ -1326,8 +1326,13 @@ def _cmd_tables(args: argparse.Namespace) -> int:
         for ref, tgt in d["references"].items():
             deg = d.get("degree_bounds", {}).get(ref)
             print(f"  reference {ref} -> {tgt}" + (f" (at most {deg} rows per value)" if deg is not None else ""))
-        for col, c in d["columns"].items():
-            print(f"  {col}: " + "; ".join(f"{k} {json.dumps(_json_safe(v))}" for k, v in c.items()))
+        policy = {col: "; ".join(f"{k} {json.dumps(_json_safe(v))}" for k, v in c.items()) for col, c in d["columns"].items()}
+        if getattr(args, "name", None) is not None:  # describe: every column, its type and its declared policy
+            for col, typ in d["schema"].items():
+                print(f"  {col} {typ}" + (f": {policy[col]}" if policy.get(col) else ""))
+            continue
+        for col, text in policy.items():
+            print(f"  {col}: {text}")
     return 0
 
 

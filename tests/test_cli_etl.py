@@ -123,6 +123,17 @@ def test_describe_one_table_and_explain_release_chances(workdir, capsys):
     assert "chance that a group is released" in out and "50%" in out  # at n = tau* the chance is one half
 
 
+def test_describe_lists_the_columns_and_their_types(workdir, capsys):
+    """An analyst writes queries against the column types (a TIMESTAMPTZ key is refused, a text compared with a
+    number is refused): `describe` lists every column and its type, not only those the policy declares."""
+    assert run([*CFG, "describe", "events", "--format", "json"]) == 0
+    desc = json.loads(capsys.readouterr().out)["events"]
+    assert desc["schema"]["user_id"] == "BIGINT" and desc["schema"]["country"] == "VARCHAR"
+    assert run([*CFG, "describe", "events"]) == 0
+    out = capsys.readouterr().out
+    assert "  country VARCHAR: domain [" in out and "  user_id BIGINT\n" in out, out
+
+
 def test_suggest_caps_from_the_command_line(workdir, capsys):
     assert run([*CFG, "suggest-caps", "events", "--group-by", "country", "--epsilon", "0.3", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
