@@ -503,6 +503,10 @@ def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, s
                 f"the {what} (type = \"DOUBLE\", \"BIGINT\" or \"DATE\"); otherwise drop the {what} of '{name}' "
                 "(to release its values as keys, declare its public domain instead)",
             )
+        if c.ordered is not None and c.ordered.kind != "numeric" and name in schema and not typ.startswith(("DATE", "TIMESTAMP")):
+            raise ConfigError(f"a date grid for '{table}.{name}' needs a DATE or TIMESTAMP column, but it is {schema[name]}",
+                              hint=f"declare numeric bounds for '{name}' (e.g. bounds = [0, 100] with bins = 100), or, in a "
+                                   "CSV file, its type with the grid (type = \"DATE\")")
         if c.domain is not None and name in schema:
             try:
                 dom = type_domain(c.domain, schema[name], f"'{table}.{name}' ({schema[name]})")

@@ -457,8 +457,13 @@ def _open_session(args: argparse.Namespace) -> Any:
             parts = v.split(":")
             if len(parts) != 3 or not c:
                 raise ConfigError(f"--bins expects NAME.COL=LO:HI:N, got {k}={v}", hint="e.g. --bins events.age=0:120:120")
-            example = "e.g. --bins events.age=0:120:120"
-            blo, bhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])
+            example = "e.g. --bins events.age=0:120:120 (a DATE or TIMESTAMP column: --bins events.day=2024-01-01:2024-12-31:365)"
+            digits = [x[:4] + x[5:7] + x[8:] for x in parts[:2]]
+            if all(len(x) == 10 and x[4] == x[7] == "-" and d.isascii() and d.isdigit() for x, d in zip(parts, digits)):
+                # a date grid (YYYY-MM-DD): the column's type reads it, as the config's bounds = ["2024-01-01", ...]
+                blo, bhi = parts[0], parts[1]
+            else:
+                blo, bhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])
             n = int(_flag_value("--bins", f"{k}={v}", parts[2], example, whole=True, least=1))
             if blo >= bhi:
                 raise ConfigError(f"--bins {k}={v} is refused: LO must be below HI", hint=example)
@@ -1692,6 +1697,9 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"columns=\{'([^']+)': \{'bounds': \(([^,]+), ([^)]+)\), 'bins': (\w+)\}\}",
                   lambda m: f"--bins TABLE.{m.group(1)}={m.group(2)}:{m.group(3)}:{m.group(4)} (or bounds and bins under "
                   f"[tables.T.columns.{m.group(1)}] in the config)", text)
+    text = re.sub(r"columns=\{'([^']+)': \{'bounds': \['([\d-]+)', '([\d-]+)'\], 'bin_width': '1 day'\}\}",
+                  lambda m: f"--bins TABLE.{m.group(1)}={m.group(2)}:{m.group(3)}:N (N bins; or bounds with bins or bin_width "
+                  f"under [tables.T.columns.{m.group(1)}] in the config)", text)
     text = re.sub(r"columns=\{'(\w+)': \{'bounds': \(([^,]+), ([^)]+)\)[^}]*\}\}",
                   lambda m: f"--bounds TABLE.{m.group(1)}={m.group(2)}:{m.group(3)} (or [tables.T.columns] in the config)", text)
     # a table's references, size bound and the suggest-caps quantile, as flags and config keys
