@@ -154,3 +154,14 @@ def test_an_empty_output_name_is_refused_naming_it(s: Any, sql: str) -> None:
         with pytest.raises(errors.UnsupportedQueryError, match="an output column needs a non-empty name"):
             run(sql, epsilon=1.0, delta=1e-6)
     assert s.remaining() == before
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) AS a, COUNT(*) AS a, SUM(amt) AS a_1 FROM t",
+                                 "SELECT COUNT(*) AS a, COUNT(*) AS a, SUM(x.amt) AS a_1 FROM t AS x JOIN t AS y "
+                                 "ON x.uid = y.uid"])
+def test_a_repeated_name_never_takes_a_name_the_query_wrote(s: Any, sql: str) -> None:
+    """The second ``a`` is renamed, but not to ``a_1``, which the query gives its SUM: the column an ETL job
+    reads as ``a_1`` is the one the query named so (it was the repeated COUNT, and the SUM became ``a_1_1``)."""
+    r = s.query(sql, epsilon=1.0, delta=1e-6)
+    assert r.table.column_names == ["a", "a_2", "a_1"]
+    assert r.table["a_1"][0].as_py() > r.table["a"][0].as_py()  # the sum of amounts, not the row count

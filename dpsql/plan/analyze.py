@@ -911,6 +911,7 @@ class _Builder:
         alias_post: dict[str, exp.Expression] = {}
         alias_map: dict[str, exp.Expression] = {}  # alias_post less the table's columns (kept as it grows)
         key_by_sql = {k.sql: k for k in self.keys}
+        written_aliases = {it.alias.lower() for it in select_items if isinstance(it, exp.Alias)}  # never a renamed one's
         for it in select_items:
             inner = it.unalias()
             if isinstance(it, exp.Alias):
@@ -923,7 +924,7 @@ class _Builder:
                 if written and written.lower() != name.split("(", 1)[0].lower():  # VAR_SAMP(x) is named as written, not as sqlglot spells it (VARIANCE(x))
                     name = written + name[len(name.split("(", 1)[0]):]
             base, n = name, suffix.get(name.lower(), 1)
-            while name.lower() in used:
+            while name.lower() in used or (name != base and name.lower() in written_aliases):
                 name = f"{base}_{n}"
                 n += 1
             suffix[base.lower()] = n

@@ -608,6 +608,7 @@ class _JoinBuilder:
         assert agg is not None
         outputs: list[ir.OutputColumn] = []
         used: set[str] = set()
+        written_aliases = {it.alias.lower() for it in stmt.expressions if isinstance(it, exp.Alias)}  # never a renamed one's
         for it in stmt.expressions:
             inner = it.unalias()
             name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column)
@@ -617,7 +618,7 @@ class _JoinBuilder:
             if written and written.lower() != name.split("(", 1)[0].lower():  # mean(x) is named as written, not AVG(x)
                 name = written + name[len(name.split("(", 1)[0]):]
             base, n = name, 1
-            while name.lower() in used:
+            while name.lower() in used or (name != base and name.lower() in written_aliases):
                 name, n = f"{base}_{n}", n + 1
             used.add(name.lower())
             post = key_outputs(inner, self.keys, lambda x: self.flatten(x, "SELECT"), swap)
