@@ -29,7 +29,7 @@ from dpsql.plan.checks import (
     written_name,
 )
 from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
-from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem, spell_aliases
+from dpsql.plan.names import did_you_mean, field_problem, qualifier, qualifier_problem, spell_aliases
 from dpsql.plan.parse import DIALECT, as_written, keyword_offset, parse_statements, quoted, statement_starts
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call, time_column_problem
 from dpsql.plan.typer import (
@@ -313,7 +313,8 @@ class _Builder:
             qual = c.table.lower() if c.table else ""
             db = ".".join(str(c.args[k].name).lower() for k in ("catalog", "db") if c.args.get(k) is not None)
             if qual and (qual not in self._table_names or (db and db != self._qualifier)):
-                self.bad(c, f"{where} refers to unknown table or alias '{(db + '.') if db else ''}{c.table}'")
+                self.bad(c, field_problem(c, where, self.table.schema, self._table_names)
+                         or f"{where} refers to unknown table or alias '{(db + '.') if db else ''}{c.table}'")
                 continue
             if not qual and name in aliases and (not self.table.schema or name not in self.table.schema):
                 agg = next((a for a in _ancestors(c, node) if is_aggregate(a)), None)

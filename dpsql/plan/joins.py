@@ -79,7 +79,7 @@ from dpsql.plan.checks import (
     written_name,
 )
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
-from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem, spell_aliases
+from dpsql.plan.names import ambiguity_problem, did_you_mean, field_problem, qualifier, qualifier_problem, spell_aliases
 from dpsql.plan.parse import carry_written, quoted, stands_for
 from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predicate
 from dpsql.plan.views import VALUES_IN_FROM
@@ -298,7 +298,8 @@ class _JoinBuilder:
             if inp is None and q in self.failed:
                 return None  # its input was refused already
             if inp is None:
-                self.bad(col, f"{where} refers to unknown table or alias '{col.table}'")
+                field = next((f for i in self.inputs if (f := field_problem(col, where, i.table.schema, {i.alias}))), None)
+                self.bad(col, field or f"{where} refers to unknown table or alias '{col.table}'")
                 return None
             if flat(inp.alias, name) not in self.flat_schema:
                 self.bad(col, _not_plain(col, inp.table.name, where) if name in inp.table.schema
