@@ -47,6 +47,13 @@ ERRORS = [
      "registers tables 'events' and 'EVENTS'"),
     ("columns-differ-by-case", LEDGER + TABLE + '[tables.events.columns.g]\ndomain = ["a"]\n'
      '[tables.events.columns.G]\ndomain = ["b"]\n', ConfigError, "declares columns 'g' and 'G' of table 'events'"),
+    ("source-not-a-path", LEDGER + TABLE.replace('"data/events.parquet"', "5"), ConfigError,
+     "[tables.events] source must be a file path (a string), got 5"),
+    ("public-not-a-boolean", LEDGER + TABLE + 'public = "yes"\n', ConfigError,
+     "[tables.events] public must be true or false, got 'yes'"),
+    ("column-spec-not-a-table", LEDGER + TABLE + "[tables.events.columns]\ng = [0, 10]\n", ConfigError,
+     "[tables.events.columns] g must be a table of column settings"),
+    ("columns-not-a-table", LEDGER + TABLE + "columns = 5\n", ConfigError, "[tables.events] columns must be a table"),
     ("missing-ledger-not-created", LEDGER.replace("create_if_missing = true", "") + TABLE, LedgerError,
      "no budget ledger"),
 ]
