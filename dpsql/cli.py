@@ -1712,6 +1712,8 @@ def _cli_text(text: str) -> str:
                   "under [tables.T] in the config)", text)
     text = text.replace("e.g. max_table_rows=1_500_000", "e.g. --max-table-rows TABLE=1500000 (or max_table_rows = 1_500_000 "
                         "under [tables.T] in the config)")
+    text = text.replace("or declare the columns' bounds", "or declare the columns' bounds (--bounds TABLE.COL=LO:HI, or "
+                        "bounds under [tables.T.columns.COL] in the config)")
     text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")
     text = text.replace("group_by '", "--group-by '").replace("give group_by a column", "give --group-by a column")
     text = text.replace("reuse='synopsis'", "--reuse-synopsis").replace("omit the reuse option", "drop --reuse-synopsis")

@@ -110,6 +110,8 @@ def test_hints_speak_in_flags_and_config_keys():
     text = _cli_text("hint: register('events', ..., max_groups_per_unit=5, max_rows_per_group=1)")
     assert "[tables.events]" in text and "--max-groups events=5" in text and "register(" not in text
     assert "--set-total" in _cli_text("hint: use Ledger.set_total(Budget(...))")
+    assert "--bounds TABLE.COL=LO:HI" in _cli_text("hint: write SUM(LEAST(GREATEST(expr, lo), hi)) with literal bounds, "
+                                                   "or declare the columns' bounds")
 
 
 def test_describe_one_table_and_explain_release_chances(workdir, capsys):
