@@ -165,3 +165,15 @@ def test_a_repeated_name_never_takes_a_name_the_query_wrote(s: Any, sql: str) ->
     r = s.query(sql, epsilon=1.0, delta=1e-6)
     assert r.table.column_names == ["a", "a_2", "a_1"]
     assert r.table["a_1"][0].as_py() > r.table["a"][0].as_py()  # the sum of amounts, not the row count
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) AS n FROM t LIMIT 0", "SELECT g, COUNT(*) AS n FROM t GROUP BY g LIMIT 0",
+                                 "SELECT COUNT(*) AS n FROM t FETCH FIRST 0 ROWS ONLY",
+                                 "SELECT COUNT(*) AS n FROM t AS a JOIN t AS b ON a.uid = b.uid LIMIT 0"])
+def test_limit_0_is_refused_for_free(s: Any, sql: str) -> None:
+    """LIMIT 0 releases no row by construction (an ETL tool's schema probe): refused before the charge, pointing
+    to explain, instead of spending the budget on nothing."""
+    before = s.remaining()
+    with pytest.raises(errors.UnsupportedQueryError, match="LIMIT 0 releases no row"):
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    assert s.remaining() == before

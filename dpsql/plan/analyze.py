@@ -18,6 +18,7 @@ from dpsql.plan import ir
 from dpsql.plan.checks import (
     ANON_AGGS,
     LIMIT_FORM,
+    LIMIT_ZERO,
     SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
@@ -1004,6 +1005,9 @@ class _Builder:
         if node is None:
             return None
         count = row_count(node)  # (ANSI FETCH FIRST n ROWS ONLY is LIMIT n; n PERCENT and WITH TIES are refused)
+        if count == 0 and key == "limit":
+            self.violations.append(violation(node, self.sql, LIMIT_ZERO, offset=keyword_offset(self.sql, {"LIMIT", "FETCH"})))
+            return None
         if count is not None:
             return count
         self.violations.append(

@@ -71,6 +71,7 @@ from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import (
     LIMIT_FORM,
+    LIMIT_ZERO,
     check_expression_functions,
     check_statement_shape,
     never_null_literal,
@@ -721,6 +722,9 @@ class _JoinBuilder:
         if node is None:
             return None
         count = row_count(node)
+        if count == 0 and key == "limit":
+            self.bad(node, LIMIT_ZERO)
+            return None
         if count is not None:
             return count
         self.bad(node, f"{key.upper()} {LIMIT_FORM}")
