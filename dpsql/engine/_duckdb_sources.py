@@ -778,8 +778,8 @@ def _footer(name: str, path: str, read: Callable[[str], Any]) -> Any:
     try:
         return read(path)
     except (OSError, pa.ArrowException) as e:
-        why = "cannot be read" if isinstance(e, OSError) and not isinstance(e, pa.ArrowException) else "is not a Parquet file"
-        raise ConfigError(f"table '{name}': {path} {why} ({type(e).__name__})",
+        why = "" if isinstance(e, OSError) and not isinstance(e, pa.ArrowException) else ": it is not a Parquet file"
+        raise ConfigError(f"table '{name}': cannot read {path}{why} ({type(e).__name__})",
                           hint="check that the file exists, is readable and is valid Parquet; a glob must match "
                                "only Parquet files (e.g. 'dir/*.parquet', not 'dir/*')") from None
 
