@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-by", metavar="COL", help="also suggest max_groups_per_unit and max_rows_per_group for GROUP BY COL")
     p.add_argument("--quantile", type=_number("--quantile"), default=0.9, help="share of people the caps keep whole (default 0.9)")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
-    p = sub.add_parser("describe", help="one registered table's public policy: unit, caps, bounds, domains (free)",
+    p = sub.add_parser("describe", help="one registered table's columns and types and its public policy: unit, caps, bounds, domains (free)",
                        epilog=EXAMPLES["describe"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("name", help="the table")
