@@ -898,7 +898,10 @@ def register_table(
     sizes (a join's error bound, a solver's size) only where every table involved declares one.
     """
     tname = check_table_name(name)
-    kind, src = classify_source(source, has_connection=has_connection)
+    try:
+        kind, src = classify_source(source, has_connection=has_connection)
+    except ConfigError as e:  # named: a config or a command line registers several tables
+        raise ConfigError(f"table '{tname}': {e.message}", hint=e.hint) from None
     caps_g = _check_cap(max_groups_per_unit, "max_groups_per_unit", tname)
     caps_r = _check_cap(max_rows_per_group, "max_rows_per_group", tname)
     caps_u = _check_cap(max_rows_per_unit, "max_rows_per_unit", tname) if max_rows_per_unit is not None else None

@@ -42,7 +42,8 @@ ERRORS = [
     ("memory-without-budget", '[ledger]\npath = ":memory:"\n', ConfigError, "needs a total budget"),
     ("ledger-not-a-table", 'ledger = "l.duckdb"\n', ConfigError, "[ledger] in the config must be a table"),
     ("table-without-source", LEDGER + '[tables.events]\nprivacy_unit = "uid"\n', ConfigError, "needs a source"),
-    ("table-source-missing", LEDGER + TABLE.replace("events.parquet", "nope.parquet"), ConfigError, "no file matches"),
+    ("table-source-missing", LEDGER + TABLE.replace("events.parquet", "nope.parquet"), ConfigError,
+     "table 'events': no file matches"),
     ("tables-differ-by-case", LEDGER + TABLE + TABLE.replace("[tables.events]", "[tables.EVENTS]"), ConfigError,
      "registers tables 'events' and 'EVENTS'"),
     ("columns-differ-by-case", LEDGER + TABLE + '[tables.events.columns.g]\ndomain = ["a"]\n'
