@@ -177,3 +177,12 @@ def test_limit_0_is_refused_for_free(s: Any, sql: str) -> None:
     with pytest.raises(errors.UnsupportedQueryError, match="LIMIT 0 releases no row"):
         s.query(sql, epsilon=1.0, delta=1e-6)
     assert s.remaining() == before
+
+
+def test_an_alias_hides_the_table_name(s: Any) -> None:
+    """``FROM t AS a WHERE t.amt > 1`` is refused, as DuckDB refuses it and as over a join or a view: the alias is
+    the table's one name in the query (it was read as ``a.amt``)."""
+    with pytest.raises(errors.UnsupportedQueryError, match="unknown table or alias 't'"):
+        s.explain("SELECT COUNT(*) FROM t AS a WHERE t.amt > 1", epsilon=1.0)
+    for sql in ("SELECT COUNT(*) FROM t AS a WHERE a.amt > 1", "SELECT COUNT(*) FROM t WHERE t.amt > 1"):
+        assert s.explain(sql, epsilon=1.0) is not None

@@ -784,10 +784,9 @@ class _Builder:
             self._raise()
         assert table is not None
         self.table = table
-        self._table_names = {table.name.lower()}
+        # an alias hides the table's own name, as in DuckDB and the join path (FROM t AS a WHERE t.x is refused)
+        self._table_names = {tbl.alias.lower() if tbl.alias else table.name.lower()}
         self._qualifier = qualifier(tbl)
-        if tbl.alias:
-            self._table_names.add(tbl.alias.lower())
         self.unit = resolve_unit_column(table, self.catalog)
         if self.unit is None:
             self.bad(
