@@ -231,6 +231,7 @@ class TableSpec:
             "public": self.public,
             "allow_conditional_sampling": self.allow_conditional_sampling,
             "max_table_rows": self.max_table_rows,
+            "schema": dict(self.schema),  # every column's type (public: the files' footers, a CSV's declared types)
             "columns": {
                 c.name: {k: v for k, v in (("bounds", c.bounds), ("domain", c.domain),
                                                    ("ordered", dataclasses.asdict(c.ordered) if c.ordered else None)) if v}
@@ -502,6 +503,10 @@ def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, s
                 f"the {what} (type = \"DOUBLE\", \"BIGINT\" or \"DATE\"); otherwise drop the {what} of '{name}' "
                 "(to release its values as keys, declare its public domain instead)",
             )
+        if c.ordered is not None and c.ordered.kind != "numeric" and name in schema and not typ.startswith(("DATE", "TIMESTAMP")):
+            raise ConfigError(f"a date grid for '{table}.{name}' needs a DATE or TIMESTAMP column, but it is {schema[name]}",
+                              hint=f"declare numeric bounds for '{name}' (e.g. bounds = [0, 100] with bins = 100), or, in a "
+                                   "CSV file, its type with the grid (type = \"DATE\")")
         if c.domain is not None and name in schema:
             try:
                 dom = type_domain(c.domain, schema[name], f"'{table}.{name}' ({schema[name]})")
@@ -898,7 +903,10 @@ def register_table(
     sizes (a join's error bound, a solver's size) only where every table involved declares one.
     """
     tname = check_table_name(name)
-    kind, src = classify_source(source, has_connection=has_connection)
+    try:
+        kind, src = classify_source(source, has_connection=has_connection)
+    except ConfigError as e:  # named: a config or a command line registers several tables
+        raise ConfigError(f"table '{tname}': {e.message}", hint=e.hint) from None
     caps_g = _check_cap(max_groups_per_unit, "max_groups_per_unit", tname)
     caps_r = _check_cap(max_rows_per_group, "max_rows_per_group", tname)
     caps_u = _check_cap(max_rows_per_unit, "max_rows_per_unit", tname) if max_rows_per_unit is not None else None
@@ -919,6 +927,12 @@ def register_table(
     col_specs: dict[str, ColumnSpec] = {}
     types: dict[str, str] = {}
     for cname, cspec in (columns or {}).items():
+        if str(cname).lower() in col_specs:  # SQL names are case-insensitive: a second spec would replace the first
+            first = next(c for c in (columns or {}) if str(c).lower() == str(cname).lower())
+            raise ConfigError(f"the policy declares columns '{first}' and '{cname}' of table '{tname}', which are one "
+                              "column (names are case-insensitive): one spec would silently replace the other",
+                              hint=f"declare the column once (columns={{'{first}': {{...}}}}, or one "
+                                   f"[tables.{tname}.columns.{first}] in the config)")
         cspec = _plain(cspec)
         if isinstance(cspec, dict) and "type" in cspec:  # a CSV column's declared type
             types[cname.lower()] = cspec.pop("type")
@@ -934,6 +948,9 @@ def register_table(
         if len(fk_n.split(",")) != len(target_n.split(",")):
             raise ConfigError(f"reference for '{tname}.{fk}' pairs {len(fk_n.split(','))} column(s) with "
                               f"{len(target_n.split(','))}", hint="references={'a,b': 'table.x,y'}: as many columns on each side")
+        if fk_n in refs:
+            raise ConfigError(f"table '{tname}' declares the reference of '{fk_n}' twice (names are case-insensitive): "
+                              "one would silently replace the other", hint="declare each foreign key once")
         refs[fk_n] = f"{target.partition('.')[0].strip().lower()}.{target_n}"
     if not isinstance(public, bool):
         raise ConfigError(f"public for table '{tname}' must be True or False, got {public!r}")

@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--group-by", metavar="COL", help="also suggest max_groups_per_unit and max_rows_per_group for GROUP BY COL")
     p.add_argument("--quantile", type=_number("--quantile"), default=0.9, help="share of people the caps keep whole (default 0.9)")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output format")
-    p = sub.add_parser("describe", help="one registered table's public policy: unit, caps, bounds, domains (free)",
+    p = sub.add_parser("describe", help="one registered table's columns and types and its public policy: unit, caps, bounds, domains (free)",
                        epilog=EXAMPLES["describe"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("name", help="the table")
@@ -458,8 +458,13 @@ def _open_session(args: argparse.Namespace) -> Any:
             parts = v.split(":")
             if len(parts) != 3 or not c:
                 raise ConfigError(f"--bins expects NAME.COL=LO:HI:N, got {k}={v}", hint="e.g. --bins events.age=0:120:120")
-            example = "e.g. --bins events.age=0:120:120"
-            blo, bhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])
+            example = "e.g. --bins events.age=0:120:120 (a DATE or TIMESTAMP column: --bins events.day=2024-01-01:2024-12-31:365)"
+            digits = [x[:4] + x[5:7] + x[8:] for x in parts[:2]]
+            if all(len(x) == 10 and x[4] == x[7] == "-" and d.isascii() and d.isdigit() for x, d in zip(parts, digits)):
+                # a date grid (YYYY-MM-DD): the column's type reads it, as the config's bounds = ["2024-01-01", ...]
+                blo, bhi = parts[0], parts[1]
+            else:
+                blo, bhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])
             n = int(_flag_value("--bins", f"{k}={v}", parts[2], example, whole=True, least=1))
             if blo >= bhi:
                 raise ConfigError(f"--bins {k}={v} is refused: LO must be below HI", hint=example)
@@ -1339,8 +1344,13 @@ def _cmd_tables(args: argparse.Namespace) -> int:
         for ref, tgt in d["references"].items():
             deg = d.get("degree_bounds", {}).get(ref)
             print(f"  reference {ref} -> {tgt}" + (f" (at most {deg} rows per value)" if deg is not None else ""))
-        for col, c in d["columns"].items():
-            print(f"  {col}: " + "; ".join(f"{k} {json.dumps(_json_safe(v))}" for k, v in c.items()))
+        policy = {col: "; ".join(f"{k} {json.dumps(_json_safe(v))}" for k, v in c.items()) for col, c in d["columns"].items()}
+        if getattr(args, "name", None) is not None:  # describe: every column, its type and its declared policy
+            for col, typ in d["schema"].items():
+                print(f"  {col} {typ}" + (f": {policy[col]}" if policy.get(col) else ""))
+            continue
+        for col, text in policy.items():
+            print(f"  {col}: {text}")
     return 0
 
 
@@ -1708,6 +1718,9 @@ def _cli_text(text: str) -> str:
     text = re.sub(r"columns=\{'([^']+)': \{'bounds': \(([^,]+), ([^)]+)\), 'bins': (\w+)\}\}",
                   lambda m: f"--bins TABLE.{m.group(1)}={m.group(2)}:{m.group(3)}:{m.group(4)} (or bounds and bins under "
                   f"[tables.T.columns.{m.group(1)}] in the config)", text)
+    text = re.sub(r"columns=\{'([^']+)': \{'bounds': \['([\d-]+)', '([\d-]+)'\], 'bin_width': '1 day'\}\}",
+                  lambda m: f"--bins TABLE.{m.group(1)}={m.group(2)}:{m.group(3)}:N (N bins; or bounds with bins or bin_width "
+                  f"under [tables.T.columns.{m.group(1)}] in the config)", text)
     text = re.sub(r"columns=\{'(\w+)': \{'bounds': \(([^,]+), ([^)]+)\)[^}]*\}\}",
                   lambda m: f"--bounds TABLE.{m.group(1)}={m.group(2)}:{m.group(3)} (or [tables.T.columns] in the config)", text)
     # a table's references, size bound and the suggest-caps quantile, as flags and config keys
@@ -1720,6 +1733,8 @@ def _cli_text(text: str) -> str:
                   "under [tables.T] in the config)", text)
     text = text.replace("e.g. max_table_rows=1_500_000", "e.g. --max-table-rows TABLE=1500000 (or max_table_rows = 1_500_000 "
                         "under [tables.T] in the config)")
+    text = text.replace("or declare the columns' bounds", "or declare the columns' bounds (--bounds TABLE.COL=LO:HI, or "
+                        "bounds under [tables.T.columns.COL] in the config)")
     text = text.replace("e.g. quantile=0.9", "e.g. --quantile 0.9")
     text = text.replace("group_by '", "--group-by '").replace("give group_by a column", "give --group-by a column")
     text = text.replace("reuse='synopsis'", "--reuse-synopsis").replace("omit the reuse option", "drop --reuse-synopsis")

@@ -182,6 +182,10 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
     settings = EngineSettings(**eng)
 
     # [tables.NAME]
+    _distinct_folded(tabs, lambda a, b: ConfigError(
+        f"the config registers tables '{a}' and '{b}', which are one name to SQL (names are case-insensitive): "
+        "one would silently replace the other", hint=f"give each [tables.NAME] section its own name, or merge "
+        f"[tables.{b}] into [tables.{a}]"))
     tables = {name: _freeze(table_kwargs(name, spec, base)) for name, spec in tabs.items()}
     if url is not None:
         lpath = url  # session_ledger() passes it to open_ledger, which opens the PostgreSQL ledger
@@ -239,6 +243,15 @@ def _beyond_limits(data: bytes, e: BaseException) -> str:
     return f"a number literal{line} has more digits than Python reads (4300)"
 
 
+def _distinct_folded(names: Any, error: Any) -> None:
+    """Raise ``error(first, second)`` for two names that differ only by case (SQL names are case-insensitive)."""
+    seen: dict[str, str] = {}
+    for n in names:
+        first = seen.setdefault(str(n).lower(), str(n))
+        if first != n:
+            raise error(first, n)
+
+
 def table_kwargs(name: Any, spec: Any, base_dir: str) -> dict[str, Any]:
     """``Session.register`` keyword arguments (``source`` included) of one ``[tables.NAME]``."""
     if not isinstance(spec, dict):
@@ -246,9 +259,23 @@ def table_kwargs(name: Any, spec: Any, base_dir: str) -> dict[str, Any]:
     _unknown(spec, TABLE_KEYS, f"[tables.{name}]", "keys")
     if "source" not in spec:
         raise ConfigError(f"table '{name}' in the config needs a source", hint=f"[tables.{name}] source = 'data.parquet'")
+    src = spec["source"]
+    if not isinstance(src, str) or not src.strip():  # said in TOML terms (the API's other source kinds have no TOML form)
+        raise ConfigError(f"[tables.{name}] source must be a file path (a string), got {src!r}",
+                          hint=f'[tables.{name}] source = "data/{name}.parquet" (or a glob: "data/{name}/*.parquet")')
+    for key in ("public", "allow_conditional_sampling"):
+        if key in spec and not isinstance(spec[key], bool):
+            raise ConfigError(f"[tables.{name}] {key} must be true or false, got {spec[key]!r}", hint=f"{key} = true")
+    for key in ("columns", "references", "degree_bounds"):
+        if key in spec and not isinstance(spec[key], dict):
+            raise ConfigError(f"[tables.{name}] {key} must be a table, got {spec[key]!r}",
+                              hint=f"write it as a [tables.{name}.{key}] section")
+    for col, cspec in spec.get("columns", {}).items():
+        if not isinstance(cspec, dict):
+            raise ConfigError(f"[tables.{name}.columns] {col} must be a table of column settings, got {cspec!r}",
+                              hint=f"[tables.{name}.columns.{col}] with bounds = [0, 100] (or domain = [...], bins = N)")
     out = dict(spec)
-    src = out["source"]
-    if isinstance(src, str) and src and not os.path.isabs(src):
+    if not os.path.isabs(src):
         out["source"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(src)))
     return out
 

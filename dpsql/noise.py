@@ -401,7 +401,8 @@ class NoiseSource:
         if x.size == 0:
             return x
         z = x + self.laplace(lam, x.shape)
-        return np.clip(np.rint(z / grid) * grid, -bound, bound)
+        # + 0.0: the grid point only (rint gives -0.0 in the zero cell's lower half, a sign the analysis does not release)
+        return np.clip(np.rint(z / grid) * grid, -bound, bound) + 0.0
 
     def gaussian_noise(self, sigma: float, size: int) -> np.ndarray:
         """Raw N(0, sigma²) noise for :func:`gaussian_release` and threshold tests."""
@@ -416,7 +417,7 @@ def gaussian_release(values: np.ndarray, noise: np.ndarray, *, integer: bool) ->
     """value + noise as analysed in section 3 (integers: v + rint(noise), exact for |v| <= 2⁵²)."""
     v = np.asarray(values, dtype=np.float64)
     if integer:
-        return np.clip(np.rint(v), -INT_VALUE_BOUND, INT_VALUE_BOUND) + np.rint(noise)
+        return np.clip(np.rint(v), -INT_VALUE_BOUND, INT_VALUE_BOUND) + np.rint(noise) + 0.0  # never -0.0
     return v + noise
 
 
@@ -465,7 +466,7 @@ def round_to_granularity(values: np.ndarray, granularity: float) -> np.ndarray:
         raise ValueError("granularity must be > 0")
     v = np.asarray(values, dtype=np.float64)
     if granularity == 1:
-        return np.rint(v)
+        return np.rint(v) + 0.0  # + 0.0: a released zero is 0, never -0.0 (whose sign tells the side it was rounded from)
     with np.errstate(over="ignore", invalid="ignore"):
         q = v / granularity
         out = np.rint(q) * granularity
@@ -475,7 +476,7 @@ def round_to_granularity(values: np.ndarray, granularity: float) -> np.ndarray:
             out = np.round(out, int(-round(k)))
     # from 2^53 grid units on, v / g is already a whole number in doubles (rint is the identity): keep
     # v itself, sparing the round trip's error and a quotient that overflowed to inf
-    return np.where(np.isfinite(v) & ~(np.abs(q) < 2.0**53), v, out)
+    return np.where(np.isfinite(v) & ~(np.abs(q) < 2.0**53), v, out) + 0.0
 
 
 def default_noise_source() -> NoiseSource:

@@ -441,3 +441,17 @@ def test_workload_flag_runs_query_many(tmp_path, capsys):
                  "--reuse-synopsis"]) == 0
     err = capsys.readouterr().err
     assert "reused" in err and "remaining: epsilon=9.5" in err
+
+
+def test_python_dash_m_dpsql_runs_the_command_line(tmp_path):
+    """``python -m dpsql`` is the command line too (a venv whose scripts directory is not on PATH)."""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    led = tmp_path / "l.duckdb"
+    p = subprocess.run([sys.executable, "-m", "dpsql", "--ledger", str(led), "init", "--epsilon", "1"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert p.returncode == 0 and led.exists(), p.stderr
+    p = subprocess.run([sys.executable, "-m", "dpsql", "budget", "--epsilon"], capture_output=True, text=True,
+                       env=env, cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.startswith("usage: dpsql"), p.stderr

@@ -335,7 +335,7 @@ def test_table_names_differing_in_case_are_one_name(tmp_path: Path, monkeypatch:
     # one table spelled in two cases across flags is one table
     assert run(["--ledger", "l.duckdb", "--table", "T=a.parquet", "--privacy-unit", "t=user_id", "--bounds", "T.USER_ID=0:9",
                 "describe", "t"]) == 0
-    assert "user_id: bounds" in capsys.readouterr().out
+    assert "user_id BIGINT: bounds" in capsys.readouterr().out
     assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
 

@@ -110,6 +110,8 @@ def test_hints_speak_in_flags_and_config_keys():
     text = _cli_text("hint: register('events', ..., max_groups_per_unit=5, max_rows_per_group=1)")
     assert "[tables.events]" in text and "--max-groups events=5" in text and "register(" not in text
     assert "--set-total" in _cli_text("hint: use Ledger.set_total(Budget(...))")
+    assert "--bounds TABLE.COL=LO:HI" in _cli_text("hint: write SUM(LEAST(GREATEST(expr, lo), hi)) with literal bounds, "
+                                                   "or declare the columns' bounds")
 
 
 def test_describe_one_table_and_explain_release_chances(workdir, capsys):
@@ -121,6 +123,17 @@ def test_describe_one_table_and_explain_release_chances(workdir, capsys):
     assert run([*CFG, "explain", "SELECT url, COUNT(*) FROM events GROUP BY url", "--epsilon", "1", "--delta", "1e-6"]) == 0
     out = capsys.readouterr().out
     assert "chance that a group is released" in out and "50%" in out  # at n = tau* the chance is one half
+
+
+def test_describe_lists_the_columns_and_their_types(workdir, capsys):
+    """An analyst writes queries against the column types (a TIMESTAMPTZ key is refused, a text compared with a
+    number is refused): `describe` lists every column and its type, not only those the policy declares."""
+    assert run([*CFG, "describe", "events", "--format", "json"]) == 0
+    desc = json.loads(capsys.readouterr().out)["events"]
+    assert desc["schema"]["user_id"] == "BIGINT" and desc["schema"]["country"] == "VARCHAR"
+    assert run([*CFG, "describe", "events"]) == 0
+    out = capsys.readouterr().out
+    assert "  country VARCHAR: domain [" in out and "  user_id BIGINT\n" in out, out
 
 
 def test_suggest_caps_from_the_command_line(workdir, capsys):

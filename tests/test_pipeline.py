@@ -168,7 +168,7 @@ def test_unlimited_caps_are_recorded_as_null_and_explain_matches_the_ledger(tmp_
 @pytest.mark.parametrize("sql", ["SELECT COUNT(*) * 1000 AS c FROM people WHERE age < 50",
                                  "SELECT COUNT(*) FROM people WHERE age < 50 LIMIT 0"])
 def test_workload_queries_must_be_plain_counts(session, sql):
-    with pytest.raises(dpsql.errors.UnsupportedQueryError, match="range workload query must be"):
+    with pytest.raises(dpsql.errors.UnsupportedQueryError, match="range workload query must be|LIMIT 0 releases no row"):
         session.query_many([sql], epsilon=1.0)
 
 

@@ -141,3 +141,48 @@ def test_alias_chain_refusals_name_the_real_problem(s: Any, sql: str, needle: st
     msg = str(ei.value)
     assert needle in msg and "unknown column" not in msg and "problems" not in msg
     assert s.remaining() == before and s.history().num_rows == rows
+
+
+@pytest.mark.parametrize("sql", ['SELECT COUNT(*) AS "" FROM t',
+                                 'SELECT g AS "", COUNT(*) AS n FROM t GROUP BY g',
+                                 'SELECT a.g, COUNT(*) AS "" FROM t AS a JOIN t AS b ON a.uid = b.uid GROUP BY a.g'])
+def test_an_empty_output_name_is_refused_naming_it(s: Any, sql: str) -> None:
+    """``AS ""`` names no column (no format can carry it): refused for free, saying so, where it once failed
+    in the typer as a "does not type-check" error quoting DuckDB's ParserException."""
+    before = s.remaining()
+    for run in (s.explain, s.query):
+        with pytest.raises(errors.UnsupportedQueryError, match="an output column needs a non-empty name"):
+            run(sql, epsilon=1.0, delta=1e-6)
+    assert s.remaining() == before
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) AS a, COUNT(*) AS a, SUM(amt) AS a_1 FROM t",
+                                 "SELECT COUNT(*) AS a, COUNT(*) AS a, SUM(x.amt) AS a_1 FROM t AS x JOIN t AS y "
+                                 "ON x.uid = y.uid"])
+def test_a_repeated_name_never_takes_a_name_the_query_wrote(s: Any, sql: str) -> None:
+    """The second ``a`` is renamed, but not to ``a_1``, which the query gives its SUM: the column an ETL job
+    reads as ``a_1`` is the one the query named so (it was the repeated COUNT, and the SUM became ``a_1_1``)."""
+    r = s.query(sql, epsilon=1.0, delta=1e-6)
+    assert r.table.column_names == ["a", "a_2", "a_1"]
+    assert r.table["a_1"][0].as_py() > r.table["a"][0].as_py()  # the sum of amounts, not the row count
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) AS n FROM t LIMIT 0", "SELECT g, COUNT(*) AS n FROM t GROUP BY g LIMIT 0",
+                                 "SELECT COUNT(*) AS n FROM t FETCH FIRST 0 ROWS ONLY",
+                                 "SELECT COUNT(*) AS n FROM t AS a JOIN t AS b ON a.uid = b.uid LIMIT 0"])
+def test_limit_0_is_refused_for_free(s: Any, sql: str) -> None:
+    """LIMIT 0 releases no row by construction (an ETL tool's schema probe): refused before the charge, pointing
+    to explain, instead of spending the budget on nothing."""
+    before = s.remaining()
+    with pytest.raises(errors.UnsupportedQueryError, match="LIMIT 0 releases no row"):
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    assert s.remaining() == before
+
+
+def test_an_alias_hides_the_table_name(s: Any) -> None:
+    """``FROM t AS a WHERE t.amt > 1`` is refused, as DuckDB refuses it and as over a join or a view: the alias is
+    the table's one name in the query (it was read as ``a.amt``)."""
+    with pytest.raises(errors.UnsupportedQueryError, match="unknown table or alias 't'"):
+        s.explain("SELECT COUNT(*) FROM t AS a WHERE t.amt > 1", epsilon=1.0)
+    for sql in ("SELECT COUNT(*) FROM t AS a WHERE a.amt > 1", "SELECT COUNT(*) FROM t WHERE t.amt > 1"):
+        assert s.explain(sql, epsilon=1.0) is not None

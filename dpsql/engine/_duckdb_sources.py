@@ -765,6 +765,25 @@ def parquet_decimal_leaves(path: str) -> list[tuple[str, str, int, int]]:
     return out
 
 
+def _footer(name: str, path: str, read: Callable[[str], Any]) -> Any:
+    """``read(path)`` of a Parquet file's footer; a path that is no Parquet file is refused naming it (and, for a
+    directory, the glob of its files). The file's name is the owner's; no byte of it is quoted."""
+    import os
+
+    if os.path.isdir(path):
+        glob = os.path.join(path, "*.parquet")
+        raise ConfigError(f"table '{name}': {path!r} is a directory, not a Parquet file",
+                          hint=f"name its files with a glob: --table {name}='{glob}' (or source = \"{glob}\" under "
+                               f"[tables.{name}] in the config)")
+    try:
+        return read(path)
+    except (OSError, pa.ArrowException) as e:
+        why = "" if isinstance(e, OSError) and not isinstance(e, pa.ArrowException) else ": it is not a Parquet file"
+        raise ConfigError(f"table '{name}': cannot read {path}{why} ({type(e).__name__})",
+                          hint="check that the file exists, is readable and is valid Parquet; a glob must match "
+                               "only Parquet files (e.g. 'dir/*.parquet', not 'dir/*')") from None
+
+
 def _same_file_types(name: str, paths: list[str]) -> None:
     """Refuse a multi-file Parquet source whose files store a column under different types (footers
     only). Both readers convert every file to the first file's types with a checked cast, which
@@ -772,12 +791,12 @@ def _same_file_types(name: str, paths: list[str]) -> None:
     query failed would then depend on one cell. A column missing from some file reads as NULL. A DECIMAL
     stored in a way no reader reads totally is refused too (:func:`decimal_storage_problem`)."""
     for p in paths:
-        decimal_storage_problem(name, parquet_decimal_leaves(p))
+        decimal_storage_problem(name, _footer(name, p, parquet_decimal_leaves))
     if len(paths) < 2:
         return
-    first = {f.name: f.type for f in parquet_schema(paths[0])}
+    first = {f.name: f.type for f in _footer(name, paths[0], parquet_schema)}
     for p in paths[1:]:
-        for f in parquet_schema(p):
+        for f in _footer(name, p, parquet_schema):
             t = first.get(f.name)
             if t is not None and _type_class(t) != _type_class(f.type):
                 raise ConfigError(

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from dpsql import accounting
 from dpsql.budget import Budget
@@ -216,6 +217,8 @@ class SparseHistogram(BoundedAggregates):
                               hint="omit the mechanism option (dpsql then chooses one), or add a GROUP BY")
         if request.delta == 0:
             undeclared = [k.sql for k in plan.keys if k.domain is None]
+            # a key computed by an expression has no domain, whatever its column declares (only a plain column's is read)
+            computed = [k.sql for k in plan.keys if k.domain is None and not isinstance(k.expr, exp.Column)]
             if not undeclared:
                 raise PolicyError("the sparse histogram mechanism needs delta > 0",
                                   hint="pass delta (e.g. delta=1e-6), or omit the mechanism option")
@@ -223,7 +226,9 @@ class SparseHistogram(BoundedAggregates):
                 "GROUP BY over keys that are not declared public ("
                 + ", ".join(undeclared)
                 + ") needs delta > 0: the keys themselves are released only above a noisy threshold",
-                hint="pass delta (e.g. delta=1e-6), or declare the key column's public domain with columns={'col': {'domain': [...]}}",
+                hint="pass delta (e.g. delta=1e-6), or declare the key column's public domain with columns={'col': {'domain': [...]}}"
+                + (f"; a key computed by an expression ({', '.join(computed)}) has no public domain, even over a column that "
+                   "declares one: group by the column itself" if computed else ""),
             )
         if "tau" in opts and opts["tau"] < table.tau:
             # owner policy wins: the registered tau is a floor the analyst may raise, never lower

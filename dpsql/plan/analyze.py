@@ -18,6 +18,7 @@ from dpsql.plan import ir
 from dpsql.plan.checks import (
     ANON_AGGS,
     LIMIT_FORM,
+    LIMIT_ZERO,
     SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
@@ -29,7 +30,7 @@ from dpsql.plan.checks import (
     written_name,
 )
 from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
-from dpsql.plan.names import did_you_mean, qualifier, qualifier_problem, spell_aliases
+from dpsql.plan.names import did_you_mean, field_problem, qualifier, qualifier_problem, spell_aliases
 from dpsql.plan.parse import DIALECT, as_written, keyword_offset, parse_statements, quoted, statement_starts
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call, time_column_problem
 from dpsql.plan.typer import (
@@ -313,7 +314,8 @@ class _Builder:
             qual = c.table.lower() if c.table else ""
             db = ".".join(str(c.args[k].name).lower() for k in ("catalog", "db") if c.args.get(k) is not None)
             if qual and (qual not in self._table_names or (db and db != self._qualifier)):
-                self.bad(c, f"{where} refers to unknown table or alias '{(db + '.') if db else ''}{c.table}'")
+                self.bad(c, field_problem(c, where, self.table.schema, self._table_names)
+                         or f"{where} refers to unknown table or alias '{(db + '.') if db else ''}{c.table}'")
                 continue
             if not qual and name in aliases and (not self.table.schema or name not in self.table.schema):
                 agg = next((a for a in _ancestors(c, node) if is_aggregate(a)), None)
@@ -782,10 +784,9 @@ class _Builder:
             self._raise()
         assert table is not None
         self.table = table
-        self._table_names = {table.name.lower()}
+        # an alias hides the table's own name, as in DuckDB and the join path (FROM t AS a WHERE t.x is refused)
+        self._table_names = {tbl.alias.lower() if tbl.alias else table.name.lower()}
         self._qualifier = qualifier(tbl)
-        if tbl.alias:
-            self._table_names.add(tbl.alias.lower())
         self.unit = resolve_unit_column(table, self.catalog)
         if self.unit is None:
             self.bad(
@@ -911,6 +912,7 @@ class _Builder:
         alias_post: dict[str, exp.Expression] = {}
         alias_map: dict[str, exp.Expression] = {}  # alias_post less the table's columns (kept as it grows)
         key_by_sql = {k.sql: k for k in self.keys}
+        written_aliases = {it.alias.lower() for it in select_items if isinstance(it, exp.Alias)}  # never a renamed one's
         for it in select_items:
             inner = it.unalias()
             if isinstance(it, exp.Alias):
@@ -923,7 +925,7 @@ class _Builder:
                 if written and written.lower() != name.split("(", 1)[0].lower():  # VAR_SAMP(x) is named as written, not as sqlglot spells it (VARIANCE(x))
                     name = written + name[len(name.split("(", 1)[0]):]
             base, n = name, suffix.get(name.lower(), 1)
-            while name.lower() in used:
+            while name.lower() in used or (name != base and name.lower() in written_aliases):
                 name = f"{base}_{n}"
                 n += 1
             suffix[base.lower()] = n
@@ -1002,6 +1004,9 @@ class _Builder:
         if node is None:
             return None
         count = row_count(node)  # (ANSI FETCH FIRST n ROWS ONLY is LIMIT n; n PERCENT and WITH TIES are refused)
+        if count == 0 and key == "limit":
+            self.violations.append(violation(node, self.sql, LIMIT_ZERO, offset=keyword_offset(self.sql, {"LIMIT", "FETCH"})))
+            return None
         if count is not None:
             return count
         self.violations.append(

@@ -76,7 +76,7 @@ def never_null_literal(e: exp.Expression) -> bool:
 #: clauses evaluated by dpsql over released values only (post-processing)
 POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY")
 
-__all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "distinct_operand",
+__all__ = ["ANON_AGGS", "LIMIT_ZERO", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "distinct_operand",
            "func_name",
            "is_aggregate", "never_null_literal", "violation", "written_name"]
 
@@ -84,6 +84,10 @@ __all__ = ["ANON_AGGS", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_func
 #: the refusal of a LIMIT / OFFSET that is no row count (after the clause's name)
 LIMIT_FORM = ("must be a non-negative integer literal: a number of rows (a percentage of the released rows, LIMIT 10% "
               "or LIMIT 10 PERCENT, and WITH TIES have no form here)")
+
+#: the refusal of LIMIT 0 (FETCH FIRST 0 ROWS): no row is released, so the charge would buy nothing
+LIMIT_ZERO = ("LIMIT 0 releases no row, yet the query would be charged: to see the output columns and the cost for free, "
+              "explain the query without LIMIT 0 (dpsql explain, Session.explain)")
 
 
 def violation(
@@ -286,6 +290,10 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
                 offset=start,
             )
         ]
+    for item in stmt.expressions:
+        if isinstance(item, exp.Alias) and not item.alias:  # DuckDB's parser refuses it (late: in the typer)
+            v.append(violation(item, sql, 'an output column needs a non-empty name: AS "" names none; give it an '
+                                          f'alias, e.g. {item.this.sql(dialect="duckdb")} AS n'))
     distinct = stmt.args.get("distinct")
     if distinct:
         # (SELECT DISTINCT k without an aggregate or GROUP BY is answered, as GROUP BY k, before this check)

@@ -71,6 +71,7 @@ from dpsql.errors import PolicyError, UnsupportedQueryError, Violation
 from dpsql.plan import ir
 from dpsql.plan.checks import (
     LIMIT_FORM,
+    LIMIT_ZERO,
     check_expression_functions,
     check_statement_shape,
     never_null_literal,
@@ -79,7 +80,7 @@ from dpsql.plan.checks import (
     written_name,
 )
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
-from dpsql.plan.names import ambiguity_problem, did_you_mean, qualifier, qualifier_problem, spell_aliases
+from dpsql.plan.names import ambiguity_problem, did_you_mean, field_problem, qualifier, qualifier_problem, spell_aliases
 from dpsql.plan.parse import as_written, carry_written, quoted, stands_for
 from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predicate
 from dpsql.plan.views import VALUES_IN_FROM
@@ -298,7 +299,8 @@ class _JoinBuilder:
             if inp is None and q in self.failed:
                 return None  # its input was refused already
             if inp is None:
-                self.bad(col, f"{where} refers to unknown table or alias '{col.table}'")
+                field = next((f for i in self.inputs if (f := field_problem(col, where, i.table.schema, {i.alias}))), None)
+                self.bad(col, field or f"{where} refers to unknown table or alias '{col.table}'")
                 return None
             if flat(inp.alias, name) not in self.flat_schema:
                 self.bad(col, _not_plain(col, inp.table.name, where) if name in inp.table.schema
@@ -635,6 +637,7 @@ class _JoinBuilder:
         assert agg is not None
         outputs: list[ir.OutputColumn] = []
         used: set[str] = set()
+        written_aliases = {it.alias.lower() for it in stmt.expressions if isinstance(it, exp.Alias)}  # never a renamed one's
         for it in stmt.expressions:
             inner = it.unalias()
             name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column)
@@ -644,7 +647,7 @@ class _JoinBuilder:
             if written and written.lower() != name.split("(", 1)[0].lower():  # mean(x) is named as written, not AVG(x)
                 name = written + name[len(name.split("(", 1)[0]):]
             base, n = name, 1
-            while name.lower() in used:
+            while name.lower() in used or (name != base and name.lower() in written_aliases):
                 name, n = f"{base}_{n}", n + 1
             used.add(name.lower())
             post = key_outputs(inner, self.keys, lambda x: self.flatten(x, "SELECT"), swap)
@@ -746,6 +749,9 @@ class _JoinBuilder:
         if node is None:
             return None
         count = row_count(node)
+        if count == 0 and key == "limit":
+            self.bad(node, LIMIT_ZERO)
+            return None
         if count is not None:
             return count
         self.bad(node, f"{key.upper()} {LIMIT_FORM}")

@@ -111,3 +111,15 @@ def spell_aliases(node: exp.Expression, by_alias: Mapping[str, exp.Expression], 
             return new
         c.replace(new)
     return out
+
+
+def field_problem(col: exp.Column, where: str, schema: Mapping[str, str], owners: Iterable[str]) -> str | None:
+    """``nest.x`` / ``t.nest.x``: a field of the column ``nest`` (DuckDB's struct field access), when ``nest`` is a
+    column of ``schema`` and the qualifier before it, if any, one of ``owners`` (its table's names): the refusal,
+    naming the column and its type, instead of an unknown table or alias ``nest``."""
+    part = col.table.lower()
+    owner = str(col.args["db"].name).lower() if col.args.get("db") is not None else ""
+    if part not in schema or (owner and owner not in owners) or col.args.get("catalog") is not None:
+        return None
+    return (f"{where} reads field '{col.name}' of the {schema[part]} column '{col.table}': fields of a column are not "
+            "supported (a STRUCT allows only IS [NOT] NULL); store the field as a column of its own")
