@@ -108,3 +108,19 @@ def test_control_endpoints_on_edges_are_exact(catalog: dict, where: str) -> None
     wl = workload.analyze_workload([sql], catalog)
     assert wl.snapped == [False]
     assert _bin_count(wl) == _duck(sql)
+
+
+# -- epsilon_split at its extremes: the refusal names the share that is too small ----------------------
+
+
+@pytest.mark.parametrize("split, share", [(1 - 1e-16, "epsilon2"), (1e-300, "epsilon1")])
+def test_an_extreme_epsilon_split_is_refused_for_free_naming_the_split(split: float, share: str) -> None:
+    """epsilon=1 with epsilon_split=1-1e-16 was refused as 'epsilon is too small' with the hint 'use a larger
+    epsilon': epsilon is not the problem, the split leaves 1e-16 of it to one stage."""
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 0.0))
+    s.register("t", _table(), privacy_unit="pid", max_rows_per_unit=1, columns={"age": {"bounds": (0, 99), "bins": 100}})
+    with pytest.raises(dpsql.errors.ConfigError) as e:
+        s.query_many(["SELECT COUNT(*) FROM t WHERE age < 50"], epsilon=1.0, options={"epsilon_split": split})
+    assert share in str(e.value) and "epsilon_split" in str(e.value), str(e.value)
+    assert s.history().num_rows == 0 and s.remaining().epsilon == 10.0
+    s.close()

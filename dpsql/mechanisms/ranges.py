@@ -87,7 +87,15 @@ def precheck_dawa(wl: Workload, epsilon: float, *, split: float, cap: float) -> 
     n = 1
     for d in wl.dims:
         n *= d.n
-    _dawa.dawa_precheck(n, epsilon, ratio=split, sensitivity=cap)
+    try:
+        _dawa.dawa_precheck(n, epsilon, ratio=split, sensitivity=cap)
+    except ConfigError as e:
+        if 0.0 < split < 1.0:  # a stage's share may be the problem, not epsilon: name both shares
+            e.message += (f" (epsilon_split={split!r} gives the partition epsilon1 = {split * epsilon:.3g} and the "
+                          f"measurement epsilon2 = {(1 - split) * epsilon:.3g})")
+            e.hint = "use a larger epsilon, or an epsilon_split nearer 0.25 (the default)"
+            e.args = (e._render(),)
+        raise
 
 
 def load_synopsis(text: str) -> Any:
