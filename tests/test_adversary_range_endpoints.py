@@ -124,3 +124,23 @@ def test_an_extreme_epsilon_split_is_refused_for_free_naming_the_split(split: fl
     assert share in str(e.value) and "epsilon_split" in str(e.value), str(e.value)
     assert s.history().num_rows == 0 and s.remaining().epsilon == 10.0
     s.close()
+
+
+# -- reuse='never': accepted by the option check, so it must do what it says ---------------------------
+
+
+def test_reuse_never_charges_a_fresh_synopsis_where_one_is_stored() -> None:
+    """``options={'reuse': 'never'}`` was accepted and ignored: a workload or histogram with a stored synopsis
+    was still answered from it (an analyst asking for a fresh estimate got the old one, and no charge)."""
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 0.0))
+    s.register("t", _table(), privacy_unit="pid", max_rows_per_unit=1, version="v1",
+               columns={"age": {"bounds": (0, 99), "bins": 100}})
+    wl = ["SELECT COUNT(*) FROM t WHERE age < 50"]
+    hist = "SELECT age, COUNT(*) FROM t GROUP BY age"
+    assert not s.query_many(wl, epsilon=1.0).reused and not s.query(hist, epsilon=1.0).reused
+    assert s.query_many(wl, epsilon=1.0).reused and s.query(hist, epsilon=1.0).reused  # control: the default reuses
+    r1 = s.query_many(wl, epsilon=1.0, options={"reuse": "never"})
+    r2 = s.query(hist, epsilon=1.0, options={"reuse": "never"})
+    assert not r1.reused and not r2.reused
+    assert s.remaining().epsilon == 6.0
+    s.close()

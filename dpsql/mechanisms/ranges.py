@@ -244,7 +244,8 @@ class Dawa:
                                       hint="use the option max_rows_per_unit instead")
             cap = lowered_cap(wl.table, request.options, "max_rows_per_unit")
             key = wl.synopsis_key(cap, catalog)
-        found = request.find_synopsis(key) if key is not None else None
+        never = request.options.get("reuse") == "never"  # a fresh synopsis, charged, even where one is stored
+        found = request.find_synopsis(key) if key is not None and not never else None
         estimates = _estimates(groups, cap)
         if found is None and opt_in:
             other = self._other_rule_key(wl, request, catalog, histogram_rule=groups is None)
