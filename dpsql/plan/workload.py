@@ -101,7 +101,7 @@ class Dim:
         else:
             t = dt.datetime.fromisoformat(str(v))
         assert d.bin_seconds is not None
-        return Fraction((t - lo_t) // dt.timedelta(microseconds=1)) / (Fraction(d.bin_seconds) * 1_000_000)
+        return Fraction((t - lo_t) // dt.timedelta(microseconds=1)) / (Fraction(Decimal(repr(float(d.bin_seconds)))) * 1_000_000)
 
     @property
     def integer(self) -> bool:
