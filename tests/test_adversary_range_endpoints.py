@@ -144,3 +144,27 @@ def test_reuse_never_charges_a_fresh_synopsis_where_one_is_stored() -> None:
     assert not r1.reused and not r2.reused
     assert s.remaining().epsilon == 6.0
     s.close()
+
+
+# -- a continuous domain far from zero: the bins are the doubles' ------------------------------------
+
+
+def test_an_edge_far_from_zero_is_widened_where_the_doubles_miss_it() -> None:
+    """On [1e9, 1e9 + 10) in 0.1 bins the decimal value 1000000000.3 is on an edge, but its double is
+    1000000000.29999995, which the bounding SQL bins at 2.9999995 (bin 2): ``big >= 1000000000.3`` must take
+    in bin 2 and say it was widened (exact arithmetic alone would start at bin 3 and miss the row)."""
+    vals = [Decimal("1000000000.3"), Decimal("1000000000.25"), Decimal("1000000001.0")]
+    t = pa.table({"pid": pa.array(range(3), pa.int64()), "big": pa.array(vals, pa.decimal128(12, 2))})
+    s = dpsql.Session(budget=dpsql.Budget(1.0, 0.0))
+    s.register("t", t, privacy_unit="pid", max_rows_per_unit=1, columns={"big": {"bounds": (1e9, 1e9 + 10), "bins": 100}})
+    con = duckdb.connect()
+    con.register("t", t)
+    for where in ("big >= 1000000000.3", "big < 1000000000.3", "big >= 1000000001"):
+        sql = f"SELECT COUNT(*) FROM t WHERE {where}"
+        wl = workload.analyze_workload([sql], s.tables)
+        (i0, i1), = wl.ranges
+        got = con.execute(f"SELECT COUNT(*) FROM t WHERE floor((CAST(big AS DOUBLE) - 1e9) / 0.1 + 1e-9) "
+                          f"BETWEEN {i0} AND {i1}").fetchall()[0][0]
+        want = con.execute(sql).fetchall()[0][0]
+        assert got == want if not wl.snapped[0] else got >= want, (where, wl.ranges, wl.snapped, got, want)
+    s.close()

@@ -280,6 +280,9 @@ def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
     # half-open [lo, hi) in exact arithmetic: an endpoint 1e-10 bins from an edge is not on it (on an
     # integer domain ``>= 20.0000000001`` starts at 21; on a continuous one it is widened to that bin)
     lo, hi = Fraction(0), Fraction(dim.n)
+    # a numeric continuous domain's values are binned in doubles by the bounding SQL (``rewrite.bound``): far
+    # from zero an edge's double may miss it, so its bins are also found in doubles and the wider range taken
+    lo_pos, hi_pos = 0.0, float(dim.n)
     eps = 1e-9
     inexact = False
     for op, v in parts:
@@ -305,16 +308,21 @@ def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
         # on a continuous domain, "<= b" / "= b" take in the rest of b's bin and "> a" the value a
         inexact = inexact or op in ("<=", "=") or (op == ">" and 0 <= q < dim.n)
         if op in (">=", ">", "="):
-            lo = max(lo, q)
+            lo, lo_pos = max(lo, q), max(lo_pos, p)
         if op == "<":
-            hi = min(hi, q)
+            hi, hi_pos = min(hi, q), min(hi_pos, p)
         if op in ("<=", "="):
             hi = min(hi, Fraction(math.floor(float(q) + eps) + 1))
+            hi_pos = min(hi_pos, math.floor(p + eps) + 1)
     snapped = inexact or lo.denominator != 1 or (hi.denominator != 1 and hi < dim.n)
     # an endpoint off the edges takes in the whole bin it falls in (a value within eps below an edge is
     # binned above it, as the bounding SQL bins values: ``rewrite.bound._BIN_EDGE_TOLERANCE``)
     i0 = int(lo) if lo.denominator == 1 else int(math.floor(float(lo) + eps))
     i1 = int(hi) - 1 if hi.denominator == 1 else int(math.floor(float(hi) + eps))
+    if dim.domain.kind == "numeric" and not dim.integer:
+        snapped = snapped or abs(lo_pos - round(lo_pos)) > eps or (abs(hi_pos - round(hi_pos)) > eps and hi_pos < dim.n)
+        i0 = min(i0, int(math.floor(lo_pos + eps)))
+        i1 = max(i1, int(math.ceil(hi_pos - eps)) - 1)
     i0 = min(max(i0, 0), dim.n)
     i1 = min(max(i1, -1), dim.n - 1)
     return i0, i1, snapped
