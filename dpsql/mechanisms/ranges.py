@@ -90,10 +90,11 @@ def precheck_dawa(wl: Workload, epsilon: float, *, split: float, cap: float) -> 
     try:
         _dawa.dawa_precheck(n, epsilon, ratio=split, sensitivity=cap)
     except ConfigError as e:
-        if 0.0 < split < 1.0:  # a stage's share may be the problem, not epsilon: name both shares
+        if 0.0 < split < 1.0 and split != 0.25:  # the split may be the problem, not epsilon: name both shares
             e.message += (f" (epsilon_split={split!r} gives the partition epsilon1 = {split * epsilon:.3g} and the "
                           f"measurement epsilon2 = {(1 - split) * epsilon:.3g})")
-            e.hint = "use a larger epsilon, or an epsilon_split nearer 0.25 (the default)"
+            e.hint = f"{e.hint}; or an epsilon_split nearer 0.25 (the default)" if e.hint else \
+                "use an epsilon_split nearer 0.25 (the default)"
             e.args = (e._render(),)
         raise
 
