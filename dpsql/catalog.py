@@ -255,7 +255,7 @@ def source_identity(table: TableSpec) -> dict[str, Any] | None:
     (with the source's kind and location: its files' paths, or the DuckDB table's name, so one
     version label on two sources is two identities; an Arrow table has only its label);
     otherwise, for file sources, each file's identity and modification time (device, inode,
-    mtime, size): never a hash of the contents, since reuse must not reveal whether the data
+    mtime, size, change time): never a hash of the contents, since reuse must not reveal whether the data
     changed. A glob that now matches other files than at registration has no identity, nor do
     Arrow and DuckDB-table sources without a declared version: their synopses are never reused.
     """
@@ -278,7 +278,9 @@ def source_identity(table: TableSpec) -> dict[str, Any] | None:
             st = os.stat(f)
         except OSError:
             return None
-        ids.append([os.path.realpath(f), st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size])
+        # the change time too: no program sets it back, where a rewrite keeping the size and restoring the mtime
+        # (``cp -p``, ``rsync -t``, ``touch -r``) left the other fields as they were
+        ids.append([os.path.realpath(f), st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, st.st_ctime_ns])
     return {"files": ids, "read": table.read_key}
 
 

@@ -31,7 +31,8 @@ OPTIONS: dict[str, str] = {
     "max_rows_per_group": "lower the table's cap on rows per unit and group for this query (never above the registered cap)",
     "reuse": "'synopsis': answer a range count from a stored DAWA synopsis for free (it kept at most max_rows_per_unit "
     "rows per person before the range predicate, so it estimates a slightly different quantity than the query itself), "
-    "or a quantile (MEDIAN, PERCENTILE_CONT, QUANTILE) of an ordered column from its stored histogram",
+    "or a quantile (MEDIAN, PERCENTILE_CONT, QUANTILE) of an ordered column from its stored histogram; 'never': run "
+    "DAWA afresh (charged) even where a stored synopsis would answer a workload or histogram for free",
     "clip_negative": "post-processing, any mechanism: release max(0, value) for counts and for sums and averages whose "
     "declared lower bound is >= 0 (default false: the unbiased noisy value, which can be negative)",
     "q": "DP-S4S (joins): the Poisson sampling rate of join tuples, in [2^-30, 1] (default 1/16, data independent; 1 = no sampling)",

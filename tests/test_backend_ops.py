@@ -512,6 +512,14 @@ def test_epoch_seconds_keeps_the_fraction(backend: ExecutionBackend) -> None:
     assert {r["id"]: r["s"] for r in rows}[2] == pytest.approx(-0.5)
 
 
+def test_epoch_micros_is_exact(backend: ExecutionBackend) -> None:
+    ts = [dt.datetime(1970, 1, 1), dt.datetime(2026, 1, 1, 0, 0, 0, 100000), dt.datetime(1969, 12, 31, 23, 59, 59, 999999)]
+    t = pa.table({"id": pa.array(range(3), pa.int64()), "ts": pa.array(ts, pa.timestamp("us"))})
+    rows = run(backend, exp.select("id", exp.alias_(backend.ops.epoch_micros(exp.column("ts")), "u")).from_(src("t")), t=t)
+    epoch = dt.datetime(1970, 1, 1)
+    assert {r["id"]: r["u"] for r in rows} == {i: (v - epoch) // dt.timedelta(microseconds=1) for i, v in enumerate(ts)}
+
+
 def test_least_is_the_smaller_value(backend: ExecutionBackend) -> None:
     a, b = [3, -2, 7, 0], [5, -9, 7, 1]
     t = pa.table({"id": pa.array(range(4), pa.int64()), "a": pa.array(a, pa.int64()), "b": pa.array(b, pa.int64())})

@@ -427,6 +427,11 @@ class SqlOps(Protocol):
         """Seconds since 1970-01-01 00:00:00 of a TIMESTAMP, as DOUBLE with its fraction."""
         ...
 
+    def epoch_micros(self, value: exp.Expression) -> exp.Expression:
+        """Microseconds since 1970-01-01 00:00:00 of a TIMESTAMP, as BIGINT: exact, where the DOUBLE of
+        :meth:`epoch_seconds` has a spacing of 2.4e-7 s around 2026."""
+        ...
+
     def least(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
         """The smaller of two values that are never NULL (engines differ on NULL arguments)."""
         ...

@@ -326,6 +326,10 @@ class DuckDBOps(DeclaredOps):
         UNIX_TIMESTAMP, which sqlglot would render it as, drops the fraction)."""
         return _mark(exp.func("epoch", value))
 
+    def epoch_micros(self, value: exp.Expression) -> exp.Expression:
+        """``EPOCH_US(ts)``: microseconds since 1970 as BIGINT."""
+        return _mark(exp.Anonymous(this="epoch_us", expressions=[value]))
+
     def least(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
         return _mark(exp.func("least", a, b))
 

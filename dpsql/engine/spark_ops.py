@@ -288,6 +288,11 @@ class SparkOps(DeclaredOps):
             to=exp.DataType.build("DOUBLE"))
         return _built(exp.Div(this=micros, expression=_double(1e6)))
 
+    def epoch_micros(self, value: exp.Expression) -> exp.Expression:
+        """``unix_micros(CAST(ts AS TIMESTAMP_LTZ))``: microseconds since 1970 as BIGINT (UTC session)."""
+        return _built(exp.Anonymous(this="unix_micros", expressions=[
+            exp.Cast(this=_arg(value.copy()), to=exp.DataType.build("TIMESTAMP_LTZ", dialect=SPARK))]))
+
     def least(self, a: exp.Expression, b: exp.Expression) -> exp.Expression:
         return _built(exp.Least(this=_arg(a.copy()), expressions=[_arg(b.copy())]))
 

@@ -87,7 +87,16 @@ def precheck_dawa(wl: Workload, epsilon: float, *, split: float, cap: float) -> 
     n = 1
     for d in wl.dims:
         n *= d.n
-    _dawa.dawa_precheck(n, epsilon, ratio=split, sensitivity=cap)
+    try:
+        _dawa.dawa_precheck(n, epsilon, ratio=split, sensitivity=cap)
+    except ConfigError as e:
+        if 0.0 < split < 1.0 and split != 0.25:  # the split may be the problem, not epsilon: name both shares
+            e.message += (f" (epsilon_split={split!r} gives the partition epsilon1 = {split * epsilon:.3g} and the "
+                          f"measurement epsilon2 = {(1 - split) * epsilon:.3g})")
+            e.hint = f"{e.hint}; or an epsilon_split nearer 0.25 (the default)" if e.hint else \
+                "use an epsilon_split nearer 0.25 (the default)"
+            e.args = (e._render(),)
+        raise
 
 
 def load_synopsis(text: str) -> Any:
@@ -236,7 +245,8 @@ class Dawa:
                                       hint="use the option max_rows_per_unit instead")
             cap = lowered_cap(wl.table, request.options, "max_rows_per_unit")
             key = wl.synopsis_key(cap, catalog)
-        found = request.find_synopsis(key) if key is not None else None
+        never = request.options.get("reuse") == "never"  # a fresh synopsis, charged, even where one is stored
+        found = request.find_synopsis(key) if key is not None and not never else None
         estimates = _estimates(groups, cap)
         if found is None and opt_in:
             other = self._other_rule_key(wl, request, catalog, histogram_rule=groups is None)

@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from sqlglot import exp
@@ -84,6 +85,23 @@ class Dim:
             t = dt.datetime.fromisoformat(str(v))
         assert d.bin_seconds is not None
         return (t - lo).total_seconds() / d.bin_seconds
+
+    def exact_pos(self, v: Any) -> Fraction:
+        """``value_to_pos`` in exact arithmetic: the declared bounds as written (as ``bin_label``
+        reads them), a number literal as DuckDB reads it (``_number``), times to the microsecond."""
+        d = self.domain
+        if d.kind == "numeric":
+            lo, hi = Fraction(Decimal(repr(float(d.lo)))), Fraction(Decimal(repr(float(d.hi))))
+            return (Fraction(v) - lo) * d.bins / (hi - lo)
+        lo_t = dt.datetime.fromisoformat(str(d.lo))
+        if isinstance(v, dt.datetime):
+            t = v
+        elif isinstance(v, dt.date):
+            t = dt.datetime(v.year, v.month, v.day)
+        else:
+            t = dt.datetime.fromisoformat(str(v))
+        assert d.bin_seconds is not None
+        return Fraction((t - lo_t) // dt.timedelta(microseconds=1)) / (Fraction(Decimal(repr(float(d.bin_seconds)))) * 1_000_000)
 
     @property
     def integer(self) -> bool:
@@ -185,6 +203,16 @@ _DATE_TYPES = tuple(
 )
 
 
+def _number(text: str) -> Decimal:
+    """A number literal's value as DuckDB reads it: exactly (a DECIMAL) when written without an exponent in
+    at most 38 digits, else as a DOUBLE (that double's exact value). ``age >= 20.00000000000000001``
+    excludes 20, which its nearest double, 20.0, would not."""
+    d = Decimal(text)
+    if "e" in text.lower() or len(d.as_tuple().digits) > 38:
+        return Decimal(float(text))
+    return d
+
+
 def _literal_value(e: exp.Expression) -> Any:
     if isinstance(e, exp.Paren):
         return _literal_value(e.this)
@@ -202,9 +230,9 @@ def _literal_value(e: exp.Expression) -> Any:
             return str(e.this.this)
         raise ValueError("not a literal")
     if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
-        return -float(e.this.this)
+        return -_number(str(e.this.this))
     if isinstance(e, exp.Literal):
-        return str(e.this) if e.is_string else float(e.this)
+        return str(e.this) if e.is_string else _number(str(e.this))
     if isinstance(e, (exp.TsOrDsToDate,)) and isinstance(e.this, exp.Literal):
         return str(e.this.this)
     if isinstance(e, (exp.Add, exp.Sub)):
@@ -249,7 +277,12 @@ def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
     included), and an endpoint inside a bin is snapped outward to whole bins; such a query is
     reported as snapped.
     """
-    lo_pos, hi_pos = 0.0, float(dim.n)  # half-open [lo_pos, hi_pos)
+    # half-open [lo, hi) in exact arithmetic: an endpoint 1e-10 bins from an edge is not on it (on an
+    # integer domain ``>= 20.0000000001`` starts at 21; on a continuous one it is widened to that bin)
+    lo, hi = Fraction(0), Fraction(dim.n)
+    # a numeric continuous domain's values are binned in doubles by the bounding SQL (``rewrite.bound``): far
+    # from zero an edge's double may miss it, so its bins are also found in doubles and the wider range taken
+    lo_pos, hi_pos = 0.0, float(dim.n)
     eps = 1e-9
     inexact = False
     for op, v in parts:
@@ -257,39 +290,39 @@ def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
         if not math.isfinite(p):
             # e.g. age = 1e400 (inf as a float): no bin; refused before any charge
             raise UnsupportedQueryError(
-                f"the range endpoint {v!r} on '{dim.column}' is not a finite number",
+                f"the range endpoint {float(v) if isinstance(v, Decimal) else v!r} on '{dim.column}' is not a finite number",
                 hint=f"write an endpoint within the declared domain of '{dim.column}'",
             )
+        q = dim.exact_pos(v)
         if dim.integer:
             # one whole value per bin: the bins of the whole values the comparison admits
-            if op == ">=":
-                lo_pos = max(lo_pos, math.ceil(p - eps))
-            elif op == ">":
-                lo_pos = max(lo_pos, math.floor(p + eps) + 1)
-            elif op == "<":
-                hi_pos = min(hi_pos, math.ceil(p - eps))
-            elif op == "<=":
-                hi_pos = min(hi_pos, math.floor(p + eps) + 1)
-            elif op == "=":
-                lo_pos = max(lo_pos, math.ceil(p - eps))
-                hi_pos = min(hi_pos, math.floor(p + eps) + 1)
+            if op in (">=", "="):
+                lo = max(lo, Fraction(math.ceil(q)))
+            if op == ">":
+                lo = max(lo, Fraction(math.floor(q) + 1))
+            if op == "<":
+                hi = min(hi, Fraction(math.ceil(q)))
+            if op in ("<=", "="):
+                hi = min(hi, Fraction(math.floor(q) + 1))
             continue
         # on a continuous domain, "<= b" / "= b" take in the rest of b's bin and "> a" the value a
-        inexact = inexact or op in ("<=", "=") or (op == ">" and 0 <= p < dim.n)
-        if op == ">=":
-            lo_pos = max(lo_pos, p)
-        elif op == ">":
-            lo_pos = max(lo_pos, p)
-        elif op == "<":
-            hi_pos = min(hi_pos, p)
-        elif op == "<=":
+        inexact = inexact or op in ("<=", "=") or (op == ">" and 0 <= q < dim.n)
+        if op in (">=", ">", "="):
+            lo, lo_pos = max(lo, q), max(lo_pos, p)
+        if op == "<":
+            hi, hi_pos = min(hi, q), min(hi_pos, p)
+        if op in ("<=", "="):
+            hi = min(hi, Fraction(math.floor(float(q) + eps) + 1))
             hi_pos = min(hi_pos, math.floor(p + eps) + 1)
-        elif op == "=":
-            lo_pos = max(lo_pos, p)
-            hi_pos = min(hi_pos, math.floor(p + eps) + 1)
-    snapped = inexact or abs(lo_pos - round(lo_pos)) > eps or (abs(hi_pos - round(hi_pos)) > eps and hi_pos < dim.n)
-    i0 = int(math.floor(lo_pos + eps))
-    i1 = int(math.ceil(hi_pos - eps)) - 1
+    snapped = inexact or lo.denominator != 1 or (hi.denominator != 1 and hi < dim.n)
+    # an endpoint off the edges takes in the whole bin it falls in (a value within eps below an edge is
+    # binned above it, as the bounding SQL bins values: ``rewrite.bound._BIN_EDGE_TOLERANCE``)
+    i0 = int(lo) if lo.denominator == 1 else int(math.floor(float(lo) + eps))
+    i1 = int(hi) - 1 if hi.denominator == 1 else int(math.floor(float(hi) + eps))
+    if dim.domain.kind == "numeric" and not dim.integer:
+        snapped = snapped or abs(lo_pos - round(lo_pos)) > eps or (abs(hi_pos - round(hi_pos)) > eps and hi_pos < dim.n)
+        i0 = min(i0, int(math.floor(lo_pos + eps)))
+        i1 = max(i1, int(math.ceil(hi_pos - eps)) - 1)
     i0 = min(max(i0, 0), dim.n)
     i1 = min(max(i1, -1), dim.n - 1)
     return i0, i1, snapped

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import functools
 import math
+from decimal import Decimal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -1140,9 +1141,11 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
             ts = ops.try_cast(col.copy(), "TIMESTAMP")
             lo_ts = ops.typed_literal(str(dom.lo), "TIMESTAMP")
             hi_ts = ops.typed_literal(str(dom.hi), "TIMESTAMP")
+            # in whole microseconds (exact): EPOCH's double of an instant of 2026 is 2.4e-7 s apart, so with
+            # 0.1 s bins a value on an edge came out a hair below it, in the bin before
             pos = exp.Div(
-                this=exp.Paren(this=exp.Sub(this=ops.epoch_seconds(ts.copy()), expression=ops.epoch_seconds(lo_ts.copy()))),
-                expression=exp.Literal.number(dom.bin_seconds),
+                this=exp.Paren(this=exp.Sub(this=ops.epoch_micros(ts.copy()), expression=ops.epoch_micros(lo_ts.copy()))),
+                expression=ops.typed_literal(float(Decimal(repr(float(dom.bin_seconds))) * 1_000_000), "DOUBLE"),
             )
             inside = exp.And(this=exp.GTE(this=ts.copy(), expression=lo_ts), expression=exp.LT(this=ts.copy(), expression=hi_ts))
         if dom.kind == "numeric":
