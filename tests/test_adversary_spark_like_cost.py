@@ -91,3 +91,18 @@ def test_a_crafted_text_does_not_make_like_slow_on_spark(spark: dpsql.Session) -
                              f"{spark.remaining() != before}: {e}") from None
     assert rows == [{"c": 0}]
     assert time.monotonic() - start < 15
+
+
+@pytest.mark.parametrize(("where", "named"), [("s <> '' AND uid // 2 > 3", "the operator //"),
+                                              ("isinf(CAST(uid AS DOUBLE))", "isinf()"),
+                                              ("log10(uid) > 1", "log10()"),
+                                              ("sign(uid) > 0", "sign()"),
+                                              ("substring(s, 1, -1) = ''", "a negative length")])
+def test_spark_refusals_name_what_the_query_wrote(spark: dpsql.Session, where: str, named: str) -> None:
+    """A construct the Spark engine refuses is named as SQL writes it (it said INTDIV, IS_INF, LOG; and 'a start below
+    1' for substring(s, 1, -1)); free, as before."""
+    before = spark.remaining()
+    with pytest.raises(DPSQLError) as info:
+        spark.query(f"SELECT COUNT(*) AS c FROM t WHERE {where}", epsilon=1.0)
+    assert named in str(info.value) and "nothing was run or charged" in str(info.value)
+    assert spark.remaining() == before

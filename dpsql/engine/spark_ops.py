@@ -475,8 +475,21 @@ def _temporal_lowered(node: exp.Expression) -> exp.Expression | None:
     return None
 
 
+def _shown(node: exp.Expression) -> str:
+    """``node`` named as SQL writes it ('isinf()', 'the operator //'), not by sqlglot's name (IS_INF, INTDIV)."""
+    if isinstance(node, exp.Log) and isinstance(node.this, exp.Literal) and str(node.this.this) in ("10", "2"):
+        return f"log{node.this.this}()"
+    if isinstance(node, exp.Func):
+        return node.sql(dialect="duckdb").split("(", 1)[0].lower() + "()"
+    if isinstance(node, exp.Binary):
+        text, left, right = (e.sql(dialect="duckdb") for e in (node, node.left, node.right))
+        if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
+            return "the operator " + text[len(left):len(text) - len(right)].strip()
+    return type(node).__name__.upper()
+
+
 def _refuse(node: exp.Expression, what: str | None = None) -> UnsupportedQueryError:
-    name = what or (node.sql_name() if isinstance(node, exp.Func) else type(node).__name__.upper())
+    name = what or _shown(node)
     return UnsupportedQueryError(
         f"{name} is not supported on the Spark engine (its meaning or failure behaviour differs from DuckDB's); "
         "nothing was run or charged",
@@ -664,7 +677,7 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
                 node.args.get("length") is None or _positive_int_literal(node.args.get("length"))
                 or (isinstance(node.args.get("length"), exp.Literal) and str(node.args["length"].this) == "0")):
             return node
-        raise _refuse(node, "substring() with a start below 1")
+        raise _refuse(node, "substring() with a start below 1 or a negative length")
     decimal_sign = _decimal_sign_lowered(node)
     if decimal_sign is not None:
         return decimal_sign
