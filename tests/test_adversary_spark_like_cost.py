@@ -27,12 +27,14 @@ from dpsql.testing import use_noise, zero_noise
 require_spark()
 
 N = 60
-TEXTS = ["ab", "aab", "ba", "abab", "a%b", "a_b", "a!b", "AaB", "aXbYa", "", None, "a\nb", "ß", "ẞa", "é%", "😀a😀b",
-         "a.b", "a*b", "a\\b", "(a)[b]", "İb", "ΑΣ", "abcabc", "xyz", "a" * 40 + "b", "\x00a\x00b", "ib", "xς", "xσ"]
+TEXTS = ["a'b'", "$^", "{}|", "+?", "a\\b%", "ab", "aab", "ba", "abab", "a%b", "a_b", "a!b", "AaB", "aXbYa", "", None,
+         "a\nb", "ß", "ẞa", "é%", "😀a😀b", "a.b", "a*b", "a\\b", "(a)[b]", "İb", "ΑΣ", "abcabc", "xyz", "a" * 40 + "b", "\x00a\x00b", "ib", "xς", "xσ"]
 PATTERNS = ["%a%b", "%a%a%b", "a%b%", "%%a%%", "_%_%b", "%a_b%", "%.%", "%*%", "%(%)%", "%!%%b%", "%a%!_%",
             "%!!%b", "%😀%b", "%\n%", "%ß%", "%%", "%_%_%", "a%a%a%b%b",
-            "a%", "%b", "İ%", "%σ", "%Σ", "__b", "%ς", "_%σ%"]
+            "a%", "%b", "İ%", "%σ", "%Σ", "__b", "%ς", "_%σ%", "%'%'%", "%$%^%", "%{%}%|%", "%+%?%", "%\\%%",
+            "%\\\\%"]
 ESCAPED = {"%!%%b%", "%a%!_%", "%!!%b"}
+BACKSLASH_ESCAPED = {"%\\%%", "%\\\\%"}
 
 
 def texts() -> pa.Table:
@@ -63,7 +65,7 @@ def counts(s: dpsql.Session, op: str) -> list[Any]:
     out = []
     for p in PATTERNS:
         lit = "'" + p.replace("'", "''") + "'"
-        esc = " ESCAPE '!'" if p in ESCAPED else ""
+        esc = " ESCAPE '!'" if p in ESCAPED else " ESCAPE '\\'" if p in BACKSLASH_ESCAPED else ""
         out.append((p, s.query(f"SELECT COUNT(*) AS c FROM t WHERE s {op} {lit}{esc}", epsilon=1.0).table.to_pylist()))
     return out
 
