@@ -760,12 +760,16 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
     raise _refuse(node)
 
 
-#: DuckDB's simple lower case of the two letters whose full mapping (Java's, Python's) differs: 'İ' and 'Σ'
-_SIMPLE_LOWER = {0x130: "i", 0x3A3: "\u03c3"}
+def _simple_lower(text: exp.Expression) -> exp.Expression:
+    """Spark's ``lower`` of ``text`` with DuckDB's simple case mapping of 'İ' and 'Σ' (as ``lower`` is lowered)."""
+    out = exp.Lower(this=exp.Anonymous(this="translate", expressions=[
+        text, exp.Literal.string("\u0130\u03a3"), exp.Literal.string("i\u03c3")]))
+    out.meta[_LOWERED] = True
+    return out
 
 
 def _like_lowered(like: exp.Expression, esc: str | None, whole: exp.Expression) -> exp.Expression:
-    """``whole``, the typer's ``x [I]LIKE 'pattern'`` (``like``) or that with ``ESCAPE esc``, in a Spark form whose
+    r"""``whole``, the typer's ``x [I]LIKE 'pattern'`` (``like``) or that with ``ESCAPE esc``, in a Spark form whose
     cost per row is linear in the text. Spark matches a pattern its optimizer does not simplify with a Java regular
     expression, each '%' a backtracking ``.*``: with k of them up to n^k steps on a crafted text of n characters
     (one row of 'a' * 200 took 54 s under '%a%a%a%a%b', DuckDB milliseconds). A pattern with two or more '%' is
@@ -776,41 +780,70 @@ def _like_lowered(like: exp.Expression, esc: str | None, whole: exp.Expression) 
 
     ILIKE is DuckDB's: the text and the pattern lower-cased by DuckDB's simple case mapping, then LIKE. Spark's own
     ILIKE lower-cases both by Java's full mapping, where 'İ' is two code points and a final 'Σ' is 'ς' ('ib' ILIKE
-    'İ%' and 'ΑΣ' ILIKE '%σ' were true on DuckDB only, 'İb' ILIKE '__b' on Spark only): the text is lowered as
-    ``lower`` is (those two letters mapped first) and the pattern likewise here."""
+    'İ%' and 'ΑΣ' ILIKE '%σ' were true on DuckDB only, 'İb' ILIKE '__b' on Spark only): the text and the pattern's
+    literal runs are lowered as ``lower`` is (those two letters mapped first), by Spark, on constants (folded once);
+    in the regular expression a lowered run is quoted by ``\Q .. \E`` (a lower-cased text holds no ``\E``)."""
     pattern = str(like.expression.this)
-    text = like.this.copy()
-    if isinstance(like, exp.ILike):
-        pattern = pattern.translate(_SIMPLE_LOWER).lower()
-        text = exp.Lower(this=exp.Anonymous(this="translate", expressions=[
-            text, exp.Literal.string("\u0130\u03a3"), exp.Literal.string("i\u03c3")]))
-        text.meta[_LOWERED] = True
-    parts: list[str] = [""]
+    ilike = isinstance(like, exp.ILike)
+    parts: list[list[str | None]] = [[]]  # the parts between runs of '%': literal runs, None for '_'
     wild, i = 0, 0
     while i < len(pattern):
         c = pattern[i]
         if c == "%" and c != esc:
             wild += 1
             if parts[-1] or len(parts) == 1:
-                parts.append("")
-        elif c == "_" and c != esc:
-            parts[-1] += "."
+                parts.append([])
+            i += 1
+            continue
+        if c == "_" and c != esc:
+            parts[-1].append(None)
+            i += 1
+            continue
+        if c == esc:  # the typer's escape precedes only '%', '_' or itself, never ends the pattern
+            i += 1
+            c = pattern[i]
+        if parts[-1] and isinstance(parts[-1][-1], str):
+            parts[-1][-1] += c
         else:
-            if c == esc:  # the typer's escape precedes only '%', '_' or itself, never ends the pattern
-                i += 1
-                c = pattern[i]
-            parts[-1] += "\\" + c if c.isascii() and not c.isalnum() else c
+            parts[-1].append(c)
         i += 1
-    if wild < 2 and isinstance(like, exp.Like):
+    if wild < 2 and not ilike:
         return whole  # at most one '.*': linear already
     out: exp.Expression
     if wild < 2:
-        out = exp.Like(this=text, expression=exp.Literal.string(pattern))
+        out = exp.Like(this=_simple_lower(like.this.copy()), expression=_simple_lower(like.expression.copy()))
         out.meta[_SEARCH] = True
         return out if esc is None else exp.Escape(this=out, expression=exp.Literal.string(esc))
+
+    pieces: list[exp.Expression | str] = []
+
+    def add(p: list[str | None]) -> None:
+        for run in p:
+            if run is None:
+                pieces.append(".")
+            elif ilike:
+                pieces.extend(["\\Q", _simple_lower(exp.Literal.string(run)), "\\E"])
+            else:
+                pieces.append("".join("\\" + c if c.isascii() and not c.isalnum() else c for c in run))
+
     first, *middle, last = parts
-    regex = "(?s)\\A" + first + "".join(f"(?>.*?{m})" for m in middle) + ".*" + last + "\\z"
-    out = exp.RegexpLike(this=text, expression=exp.Literal.string(regex))
+    pieces.append("(?s)\\A")
+    add(first)
+    for m in middle:
+        pieces.append("(?>.*?")
+        add(m)
+        pieces.append(")")
+    pieces.append(".*")
+    add(last)
+    pieces.append("\\z")
+    merged: list[exp.Expression] = []
+    for piece in pieces:
+        if isinstance(piece, str) and merged and isinstance(merged[-1], exp.Literal):
+            merged[-1] = exp.Literal.string(str(merged[-1].this) + piece)
+        else:
+            merged.append(exp.Literal.string(piece) if isinstance(piece, str) else piece)
+    regex = merged[0] if len(merged) == 1 else exp.Anonymous(this="concat", expressions=merged)
+    out = exp.RegexpLike(this=_simple_lower(like.this.copy()) if ilike else like.this.copy(), expression=regex)
     out.meta[DIALECT_MARK] = SPARK
     out.meta[_SEARCH] = True
     return out
