@@ -221,7 +221,16 @@ def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
         return f"{msg}: the distinct values are counted exactly by COUNT(DISTINCT {quoted(arg)})"
     if arg is not None and isinstance(node, exp.CountIf):
         return f"{msg}: the rows where a condition holds are counted by COUNT(*) FILTER (WHERE {quoted(arg)})"
+    form = _ANON_FORMS.get(str(node.this).lower()) if isinstance(node, exp.Anonymous) else None
+    if form is not None:
+        return (f"{msg}: BigQuery's {_agg_name(node, sql)} is {form} here (write {form}(...); the privacy unit and the "
+                "bounds are declared when the table is registered, epsilon and delta are passed with the query)")
     return msg
+
+
+#: BigQuery's older differential privacy aggregates -> the aggregate that answers them
+_ANON_FORMS = {"anon_count": "COUNT", "anon_sum": "SUM", "anon_avg": "AVG", "anon_var_pop": "VAR_POP",
+               "anon_stddev_pop": "STDDEV_POP", "anon_percentile_cont": "PERCENTILE_CONT", "anon_quantiles": "QUANTILE"}
 
 
 def _ancestors(c: exp.Expression, root: exp.Expression) -> Iterator[exp.Expression]:

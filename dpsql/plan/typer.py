@@ -2141,7 +2141,12 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
                     f"(outputs, HAVING, ORDER BY; {_DOCS})" + (f"; {fix}" if fix else ""))
         return (f"function {name}() is not on the allow-list of functions with a total, bounded-cost evaluation ({_DOCS})"
                 + (f"; {fix}" if fix else ""))
-    return f"the expression {type(sub).__name__.upper()} is not on the allow-list ({_DOCS})" + (f"; {fix}" if fix else "")
+    what = _OPERATOR_NAMES.get(type(sub), type(sub).__name__.upper())
+    return f"the expression {what} is not on the allow-list ({_DOCS})" + (f"; {fix}" if fix else "")
+
+
+#: operators named as SQL writes them (sqlglot's class names run their words together: SIMILARTO)
+_OPERATOR_NAMES: dict[type[exp.Expression], str] = {exp.SimilarTo: "SIMILAR TO"}
 
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
