@@ -351,6 +351,10 @@ QUERIES: list[tuple[str, str, str, Any]] = [
      "FROM persons GROUP BY region", "b", "epsilon and delta are passed with the query"),
     ("bigquery_bounds_argument", "SELECT region, AVG(income, contribution_bounds_per_group => (0, 100000)) "
      "FROM persons GROUP BY region", "b", "LEAST(GREATEST("),
+    ("bigquery_date_trunc", "SELECT DATE_TRUNC(event_date, MONTH) AS m, COUNT(*) FROM events GROUP BY m", "b",
+     "date_trunc('month', event_date)"),
+    ("bigquery_timestamp_trunc", "SELECT TIMESTAMP_TRUNC(ts, WEEK) AS w, COUNT(*) FROM events GROUP BY 1 ORDER BY 1",
+     "a", ("truth", "SELECT date_trunc('week', ts) AS w, COUNT(*) FROM events GROUP BY 1 ORDER BY 1")),
     ("bigquery_anon_count", "SELECT region, ANON_COUNT(*) FROM persons GROUP BY region", "b",
      "BigQuery's ANON_COUNT is COUNT here (write COUNT(...)"),
     ("bigquery_anon_avg", "SELECT ANON_AVG(income CLAMPED BETWEEN 0 AND 100000) FROM persons", "b", "AVG"),

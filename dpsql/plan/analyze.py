@@ -211,6 +211,20 @@ def _agg_name(node: exp.Expression, sql: str) -> str:
     return (written_name(node, sql, rendered=rendered) or rendered.split("(", 1)[0] or func_name(node)).upper()
 
 
+#: the parts BigQuery's DATE_TRUNC(d, MONTH) names as a bare word, where date_trunc takes the part first, as text
+_TRUNC_PARTS = frozenset({"microsecond", "millisecond", "second", "minute", "hour", "day", "week", "isoweek", "month",
+                          "quarter", "year", "isoyear"})
+
+
+def _part_first(c: exp.Column) -> str:
+    """The fix for BigQuery's ``DATE_TRUNC(d, MONTH)``, which sqlglot reads as a truncation of a column ``MONTH``."""
+    unit = c.parent.args.get("unit") if isinstance(c.parent, (exp.DateTrunc, exp.TimestampTrunc)) else None
+    if c.arg_key != "this" or not isinstance(unit, exp.Var) or c.name.lower() not in _TRUNC_PARTS:
+        return ""
+    return (f" (hint: date_trunc takes the part first, as text: date_trunc('{c.name.lower()}', "
+            f"{unit.name.lower()}))")
+
+
 def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
     """The refusal of an aggregate that is not answered, naming its supported form when it has one
     (``approx_count_distinct(x)``: ``COUNT(DISTINCT x)``; ``count_if(c)``: ``COUNT(*) FILTER (WHERE c)``)."""
@@ -338,7 +352,7 @@ class _Builder:
                 if where != "WHERE" and is_bin_column(name, self.table):
                     continue  # <col>_bin: the bins of a declared ordered domain (histograms)
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})"
-                            f"{did_you_mean(c.name, self.table.schema)}")
+                            f"{_part_first(c) or did_you_mean(c.name, self.table.schema)}")
 
     def spelled_items(self, items: list[exp.Expression]) -> tuple[list[exp.Expression], dict[str, exp.Expression]]:
         """Each select item's expression with the earlier aliases it names written out (``g AS a, a || 'x'
