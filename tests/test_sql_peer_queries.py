@@ -355,6 +355,10 @@ QUERIES: list[tuple[str, str, str, Any]] = [
      "date_trunc('month', event_date)"),
     ("bigquery_timestamp_trunc", "SELECT TIMESTAMP_TRUNC(ts, WEEK) AS w, COUNT(*) FROM events GROUP BY 1 ORDER BY 1",
      "a", ("truth", "SELECT date_trunc('week', ts) AS w, COUNT(*) FROM events GROUP BY 1 ORDER BY 1")),
+    ("to_char", "SELECT to_char(event_date, 'YYYY-MM') AS m, COUNT(*) FROM events GROUP BY m", "b",
+     "strftime(d, '%Y-%m')"),
+    ("format_date", "SELECT FORMAT_DATE('%Y-%m', event_date) AS m, COUNT(*) FROM events GROUP BY m", "b",
+     "strftime(d, '%Y-%m')"),
     ("bigquery_anon_count", "SELECT region, ANON_COUNT(*) FROM persons GROUP BY region", "b",
      "BigQuery's ANON_COUNT is COUNT here (write COUNT(...)"),
     ("bigquery_anon_avg", "SELECT ANON_AVG(income CLAMPED BETWEEN 0 AND 100000) FROM persons", "b", "AVG"),
@@ -416,3 +420,12 @@ def test_peer_query_keeps_its_class(env: Any, name: str, sql: str, cls: str, che
         s.query(sql, epsilon=EPS, delta=DELTA)
     assert s.history().num_rows == before
     assert check in str(e.value), str(e.value)
+
+
+def test_a_function_sqlglot_renders_as_another_is_quoted_as_written(env: Any) -> None:
+    """PostgreSQL's to_char(d, 'YYYY-MM') renders as a cast that drops its format: the refusal quotes the call as the
+    query writes it, not ``to_char(event_date AS TEXT)``."""
+    s, _ = env
+    with pytest.raises(errors.UnsupportedQueryError) as e:
+        s.query("SELECT to_char(event_date, 'YYYY-MM') AS m, COUNT(*) FROM events GROUP BY m", epsilon=EPS, delta=DELTA)
+    assert "to_char(event_date, 'YYYY-MM') (line 1, col 8)" in str(e.value) and " AS TEXT" not in str(e.value)

@@ -122,10 +122,28 @@ def violation(
     if written is None:
         written = written_name(node, sql, at=(line, col) if offset is None else None, rendered=rendered)
     if written:  # a function spelled another way in the query (RAND for RANDOM): quote it as written
-        frag = written + frag[len(frag.split("(", 1)[0]):]
+        frag = _written_call(sql, line, col) or written + frag[len(frag.split("(", 1)[0]):]
     if len(frag) > 80:
         frag = frag[:77] + "..."
     return Violation(message, line, col, frag)
+
+
+def _written_call(sql: str, line: int, col: int) -> str:
+    """The call that starts at (line, col), ``name(...)`` to its closing parenthesis, as the query writes it
+    (whitespace runs made one space); '' if none starts there. A function sqlglot renders as another form with
+    other arguments (to_char(d, 'YYYY') as a cast that drops the format) is quoted so, not as its rendering."""
+    if not line:
+        return ""
+    start = sum(len(x) + 1 for x in sql.split("\n")[: line - 1]) + col - 1
+    toks = [t for t in tokens(sql) if t.start >= start]
+    if len(toks) < 2 or toks[0].start != start or toks[1].token_type.name != "L_PAREN":
+        return ""
+    depth = 0
+    for t in toks[1:]:
+        depth += {"L_PAREN": 1, "R_PAREN": -1}.get(t.token_type.name, 0)
+        if depth == 0:
+            return " ".join(sql[start:t.end + 1].split())
+    return ""
 
 
 def written_name(
