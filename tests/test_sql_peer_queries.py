@@ -325,6 +325,9 @@ QUERIES: list[tuple[str, str, str, Any]] = [
      "one GROUP BY query per grouping"),
     ("cube", "SELECT region, sex, COUNT(*) FROM persons GROUP BY CUBE (region, sex)", "b",
      "one GROUP BY query per grouping"),
+    ("with_rollup", "SELECT sex, COUNT(*) FROM persons GROUP BY sex WITH ROLLUP", "b", "one GROUP BY query per grouping"),
+    ("join_with_rollup", "SELECT p.sex, COUNT(*) FROM events e JOIN persons p ON e.person_id = p.person_id "
+     "GROUP BY p.sex WITH ROLLUP", "b", "one GROUP BY query per grouping"),
     ("union_all", "SELECT 'views' AS metric, COUNT(*) AS n FROM events WHERE kind = 'view' UNION ALL "
      "SELECT 'clicks', COUNT(*) FROM events WHERE kind = 'click'", "b", "COUNT(*) FILTER (WHERE ...)"),
     ("intersect", "SELECT region FROM persons INTERSECT SELECT region FROM regions", "b", "send one SELECT"),

@@ -899,7 +899,8 @@ class _Builder:
                 group_exprs.append(g)
             for key in ("grouping_sets", "cube", "rollup"):
                 if group.args.get(key):
-                    self.bad(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
+                    self.bad(group, f"GROUP BY ... WITH {key.upper().replace('_', ' ')} is not supported: it releases "
+                             "several groupings of the same rows (hint: send one GROUP BY query per grouping)")
         key_sqls = {k.sql for k in self.keys}
         for g in group_exprs:
             before = len(self.violations)
