@@ -432,3 +432,16 @@ def test_a_function_sqlglot_renders_as_another_is_quoted_as_written(env: Any) ->
     with pytest.raises(errors.UnsupportedQueryError) as e:
         s.query("SELECT to_char(event_date, 'YYYY-MM') AS m, COUNT(*) FROM events GROUP BY m", epsilon=EPS, delta=DELTA)
     assert "to_char(event_date, 'YYYY-MM') (line 1, col 8)" in str(e.value) and " AS TEXT" not in str(e.value)
+
+
+@pytest.mark.parametrize("sql", ["SELECT COUNT(*) FROM t WHERE clamped BETWEEN 1 AND 2",
+                                 "SELECT COUNT(*) FROM t WHERE (clamped BETWEEN 1 AND 2)",
+                                 "SELECT SUM(clamped) FROM t WHERE differential_privacy > 0",
+                                 "WITH differential_privacy AS (SELECT * FROM t) SELECT COUNT(*) FROM differential_privacy"])
+def test_columns_named_as_bigquery_words_are_columns(sql: str) -> None:
+    """BigQuery's syntax is recognised only in a query that does not parse: a column named clamped (or a CTE named
+    differential_privacy) is read as usual."""
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3))
+    s.register("t", pa.table({"u": [1, 2, 3], "clamped": [1.0, 2.0, 3.0], "differential_privacy": [0, 1, 2]}),
+               privacy_unit="u", columns={"clamped": {"bounds": (0, 5)}})
+    assert s.explain(sql, epsilon=1.0, delta=1e-5).cost.epsilon == 1.0

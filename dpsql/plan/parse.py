@@ -364,7 +364,8 @@ _PEER_BOUNDS_FIX = ("the bounds of a value are its column's, declared when the t
 def _refuse_peer_syntax(sql: str) -> None:
     """BigQuery's ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(...)`` (and the older ``WITH ANONYMIZATION``), an
     aggregate's ``contribution_bounds_per_group => (lo, hi)`` and ``ANON_AVG(x CLAMPED BETWEEN lo AND hi)`` do not
-    parse as DuckDB SQL: name the construct and its fix instead of a syntax error."""
+    parse as DuckDB SQL: name the construct and its fix instead of a syntax error (called on a query that does not
+    parse only, so that a column named ``clamped`` or a CTE named ``differential_privacy`` is read as usual)."""
     toks = tokens(sql)
     for i, t in enumerate(toks):
         word = t.text.upper()
@@ -412,10 +413,10 @@ def parse_statements(sql: str) -> list[exp.Expression]:
                              hint="pass the query as UTF-8 text without NUL characters (e.g. read the file with "
                              "encoding='utf-8')")
     _refuse_top(sql)
-    _refuse_peer_syntax(sql)
     try:
         stmts = sqlglot.parse(bracket_identifiers(sql), read=DIALECT)
     except sqlglot.errors.ParseError as e:
+        _refuse_peer_syntax(sql)  # (only a query that does not parse: a column may be named clamped)
         err = e.errors[0] if e.errors else {}
         line = int(err.get("line") or 0)
         col = int(err.get("col") or 0)
