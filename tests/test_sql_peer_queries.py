@@ -445,3 +445,13 @@ def test_columns_named_as_bigquery_words_are_columns(sql: str) -> None:
     s.register("t", pa.table({"u": [1, 2, 3], "clamped": [1.0, 2.0, 3.0], "differential_privacy": [0, 1, 2]}),
                privacy_unit="u", columns={"clamped": {"bounds": (0, 5)}})
     assert s.explain(sql, epsilon=1.0, delta=1e-5).cost.epsilon == 1.0
+
+
+def test_the_public_domain_note_counts_the_declared_keys_not_the_listed_ones(env: Any) -> None:
+    """A WHERE on the keys lists fewer keys than the domain declares: the note does not say all of them are listed."""
+    s, _ = env
+    r = s.query("SELECT DISTINCT region, sex FROM persons WHERE region IN ('west', 'east') AND sex = 'F'",
+                epsilon=EPS, delta=DELTA)
+    assert r.table.num_rows == 2
+    notes = " ".join(r.meta()["notes"])
+    assert "all 8 combination(s)" not in notes and "8 combination(s) declared" in notes
