@@ -162,11 +162,12 @@ class _Merger:
             ("connect", "CONNECT BY", "drop it"),
         ]
         unit = self.groups_by_unit(body)
-        if unit is not None:
-            checks[1] = ("group", "GROUP BY", f"a per-person pre-aggregation (GROUP BY {unit}) is not needed: dpsql bounds "
-                         "each person's rows itself (the table's max_groups_per_unit and max_rows_per_group); a mean per "
-                         f"person is a ratio of flat aggregates: COUNT(*) / COUNT(DISTINCT {unit}) rows, SUM(x) / "
-                         f"COUNT(DISTINCT {unit}) of x (a distribution of per-person values is not supported)")
+        if unit is not None:  # SmartNoise's and Qrlew's per-person pre-aggregation: name its flat form
+            per_person = (f"a per-person pre-aggregation (GROUP BY {unit}) is not needed: dpsql bounds each person's rows "
+                          "itself (the table's max_groups_per_unit and max_rows_per_group); a mean per person is a ratio "
+                          f"of flat aggregates: COUNT(*) / COUNT(DISTINCT {unit}) rows, SUM(x) / COUNT(DISTINCT {unit}) "
+                          "of x (a distribution of per-person values is not supported)")
+            checks = [(k, w, per_person if k == "group" else f) for k, w, f in checks]
         for key, what, fix in checks:
             val = body.args.get(key)
             if val:
