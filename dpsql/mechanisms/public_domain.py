@@ -98,8 +98,8 @@ class PublicDomain:
 
     def describe(self, cal: DomainCalibration) -> Description:
         notes = [
-            "every key column has a domain declared public by the data owner: the answer is that domain (all "
-            f"{cal.size} combination(s)), read from the catalog, not from the data; nothing is charged",
+            "every key column has a domain declared public by the data owner: the answer is that domain ("
+            f"{cal.size} combination(s) declared), read from the catalog, not from the data; nothing is charged",
         ]
         if cal.plan.where is not None:
             notes.append("the WHERE's conditions on the key columns alone filter the declared values (public); a "

@@ -212,6 +212,20 @@ def _agg_name(node: exp.Expression, sql: str) -> str:
     return (written_name(node, sql, rendered=rendered) or rendered.split("(", 1)[0] or func_name(node)).upper()
 
 
+#: the parts BigQuery's DATE_TRUNC(d, MONTH) names as a bare word, where date_trunc takes the part first, as text
+_TRUNC_PARTS = frozenset({"microsecond", "millisecond", "second", "minute", "hour", "day", "week", "isoweek", "month",
+                          "quarter", "year", "isoyear"})
+
+
+def _part_first(c: exp.Column) -> str:
+    """The fix for BigQuery's ``DATE_TRUNC(d, MONTH)``, which sqlglot reads as a truncation of a column ``MONTH``."""
+    unit = c.parent.args.get("unit") if isinstance(c.parent, (exp.DateTrunc, exp.TimestampTrunc)) else None
+    if c.arg_key != "this" or not isinstance(unit, exp.Var) or c.name.lower() not in _TRUNC_PARTS:
+        return ""
+    return (f" (hint: date_trunc takes the part first, as text: date_trunc('{c.name.lower()}', "
+            f"{unit.name.lower()}))")
+
+
 def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
     """The refusal of an aggregate that is not answered, naming its supported form when it has one
     (``approx_count_distinct(x)``: ``COUNT(DISTINCT x)``; ``count_if(c)``: ``COUNT(*) FILTER (WHERE c)``)."""
@@ -222,7 +236,16 @@ def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
         return f"{msg}: the distinct values are counted exactly by COUNT(DISTINCT {quoted(arg)})"
     if arg is not None and isinstance(node, exp.CountIf):
         return f"{msg}: the rows where a condition holds are counted by COUNT(*) FILTER (WHERE {quoted(arg)})"
+    form = _ANON_FORMS.get(str(node.this).lower()) if isinstance(node, exp.Anonymous) else None
+    if form is not None:
+        return (f"{msg}: BigQuery's {_agg_name(node, sql)} is {form} here (write {form}(...); the privacy unit and the "
+                "bounds are declared when the table is registered, epsilon and delta are passed with the query)")
     return msg
+
+
+#: BigQuery's older differential privacy aggregates -> the aggregate that answers them
+_ANON_FORMS = {"anon_count": "COUNT", "anon_sum": "SUM", "anon_avg": "AVG", "anon_var_pop": "VAR_POP",
+               "anon_stddev_pop": "STDDEV_POP", "anon_percentile_cont": "PERCENTILE_CONT", "anon_quantiles": "QUANTILE"}
 
 
 def _ancestors(c: exp.Expression, root: exp.Expression) -> Iterator[exp.Expression]:
@@ -331,7 +354,7 @@ class _Builder:
                 if where != "WHERE" and is_bin_column(name, self.table):
                     continue  # <col>_bin: the bins of a declared ordered domain (histograms)
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})"
-                            f"{did_you_mean(c.name, self.table.schema)}")
+                            f"{_part_first(c) or did_you_mean(c.name, self.table.schema)}")
 
     def spelled_items(self, items: list[exp.Expression]) -> tuple[list[exp.Expression], dict[str, exp.Expression]]:
         """Each select item's expression with the earlier aliases it names written out (``g AS a, a || 'x'
@@ -877,7 +900,8 @@ class _Builder:
                 group_exprs.append(g)
             for key in ("grouping_sets", "cube", "rollup"):
                 if group.args.get(key):
-                    self.bad(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
+                    self.bad(group, f"GROUP BY ... WITH {key.upper().replace('_', ' ')} is not supported: it releases "
+                             "several groupings of the same rows (hint: send one GROUP BY query per grouping)")
         key_sqls = {k.sql for k in self.keys}
         for g in group_exprs:
             before = len(self.violations)

@@ -42,6 +42,8 @@ OTHER_AGGS = frozenset({
     "arbitrary", "arg_max_null", "arg_max_nulls_last", "arg_min_null", "arg_min_nulls_last", "bitstring_agg",
     "count_star", "decimal_average", "entropy", "histogram", "histogram_exact", "kurtosis_pop", "lttb", "mad",
     "product", "reservoir_quantile", "sem", "sum_no_overflow",
+    # BigQuery's older differential privacy aggregates: refused naming the aggregate answered here
+    "anon_count", "anon_sum", "anon_avg", "anon_var_pop", "anon_stddev_pop", "anon_percentile_cont", "anon_quantiles",
 })
 
 
@@ -124,10 +126,28 @@ def violation(
     if written is None:
         written = written_name(node, sql, at=(line, col) if offset is None else None, rendered=rendered)
     if written:  # a function spelled another way in the query (RAND for RANDOM): quote it as written
-        frag = written + frag[len(frag.split("(", 1)[0]):]
+        frag = _written_call(sql, line, col) or written + frag[len(frag.split("(", 1)[0]):]
     if len(frag) > 80:
         frag = frag[:77] + "..."
     return Violation(message, line, col, frag)
+
+
+def _written_call(sql: str, line: int, col: int) -> str:
+    """The call that starts at (line, col), ``name(...)`` to its closing parenthesis, as the query writes it
+    (whitespace runs made one space); '' if none starts there. A function sqlglot renders as another form with
+    other arguments (to_char(d, 'YYYY') as a cast that drops the format) is quoted so, not as its rendering."""
+    if not line:
+        return ""
+    start = sum(len(x) + 1 for x in sql.split("\n")[: line - 1]) + col - 1
+    toks = [t for t in tokens(sql) if t.start >= start]
+    if len(toks) < 2 or toks[0].start != start or toks[1].token_type.name != "L_PAREN":
+        return ""
+    depth = 0
+    for t in toks[1:]:
+        depth += {"L_PAREN": 1, "R_PAREN": -1}.get(t.token_type.name, 0)
+        if depth == 0:
+            return " ".join(sql[start:t.end + 1].split())
+    return ""
 
 
 def written_name(
@@ -155,6 +175,21 @@ def written_name(
     return ""
 
 
+_WINDOW_OVER_AGGREGATES = ("compute a rank, a share of the total or a running total from the released rows "
+                           "(ORDER BY the aggregate DESC LIMIT n keeps the largest groups)")
+
+
+def _subquery_fix(sub: exp.Expression) -> str:
+    """How to write a subquery's condition without it: a JOIN for EXISTS and IN over a table, the values for IN, a
+    literal for a scalar subquery."""
+    if isinstance(sub, exp.Exists):
+        return "; JOIN the subquery's table ON the key instead (FROM a JOIN b ON a.k = b.k)"
+    if isinstance(sub.parent, exp.In) and sub.parent.args.get("query") is sub:
+        return ("; list the values (x IN ('a', 'b')), or JOIN the subquery's table ON the column "
+                "(FROM a JOIN b ON a.x = b.y)")
+    return "; run the subquery as a query of its own and write its released value into this one as a literal"
+
+
 def check_expression_functions(node: exp.Expression, sql: str, where: str) -> list[Violation]:
     """Every function and operator in ``node`` must be on the allow-list; subqueries, query
     parameters and window functions are refused with their own messages.
@@ -175,7 +210,7 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
         if isinstance(sub, (exp.Subquery, exp.Exists)) or (
             isinstance(sub, exp.Select) and sub is not node and not isinstance(sub.parent, (exp.Subquery, exp.Exists))
         ):
-            out.append(violation(sub, sql, f"subqueries are not supported in {where}"))
+            out.append(violation(sub, sql, f"subqueries are not supported in {where}{_subquery_fix(sub)}"))
             continue
         if isinstance(sub, (exp.Placeholder, exp.Parameter)):
             out.append(violation(sub, sql, f"query parameters ($1, ?) are not supported in {where}; write the value into the SQL"))
@@ -194,7 +229,9 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
             out.append(violation(sub, sql, f"{where}: ANY / ALL over a list are not supported; {fix}"))
             continue
         if isinstance(sub, exp.Window):
-            out.append(violation(sub, sql, "window functions are not supported: they release per-row values"))
+            over_aggregates = any(is_aggregate(n) for n in sub.walk() if n is not sub.this)
+            out.append(violation(sub, sql, f"window functions are not supported: {_WINDOW_OVER_AGGREGATES}" if over_aggregates
+                                 else "window functions are not supported: they release per-row values"))
             continue
         if isinstance(sub, (exp.WithinGroup, *QUANTILE_AGGS)) and post:
             continue  # a quantile: its column and fraction are checked by the analysis (plan.quantiles)
@@ -270,7 +307,9 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
             violation(
                 stmt,
                 sql,
-                "set operations (UNION/INTERSECT/EXCEPT) are not supported; send one SELECT",
+                "set operations (UNION/INTERSECT/EXCEPT) are not supported; send one SELECT (aggregates of one "
+                "table under several conditions are one SELECT: COUNT(*) FILTER (WHERE ...) for each, or GROUP BY the "
+                "column that tells them apart)",
                 offset=keyword_offset(sql, {"UNION", "INTERSECT", "EXCEPT"}, after=start),
             )
         ]
@@ -321,7 +360,8 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
             elif key == "qualify":
                 v.append(
                     violation(
-                        val, sql, "QUALIFY (window filtering) is not supported",
+                        val, sql, "QUALIFY (window filtering) is not supported; keep the first released rows with "
+                                  "ORDER BY ... LIMIT n instead (ORDER BY n DESC LIMIT 3 for the 3 largest counts)",
                         offset=keyword_offset(sql, {"QUALIFY"}, after=start),
                     )
                 )

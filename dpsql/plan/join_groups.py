@@ -76,7 +76,8 @@ def group_keys(
         return []
     for key in ("grouping_sets", "cube", "rollup"):
         if group.args.get(key):
-            bad(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
+            bad(group, f"GROUP BY ... WITH {key.upper().replace('_', ' ')} is not supported: it releases "
+                "several groupings of the same rows (hint: send one GROUP BY query per grouping)")
     aliases = {it.alias.lower(): it.unalias() for it in stmt.expressions if isinstance(it, exp.Alias)}
     tables = dict(inputs)
     keys: list[ir.JoinKey] = []

@@ -353,6 +353,37 @@ def _refuse_top(sql: str) -> None:
             )
 
 
+#: the fix for BigQuery's differential privacy syntax, which asks per query what dpsql's catalog declares
+_PEER_CLAUSE_FIX = ("write the plain SELECT: the privacy unit, contribution caps and value bounds are declared by the "
+                    "data owner when the table is registered, and epsilon and delta are passed with the query "
+                    "(Session.query(sql, epsilon=..., delta=...), or dpsql query SQL --epsilon ... --delta ...)")
+_PEER_BOUNDS_FIX = ("the bounds of a value are its column's, declared when the table is registered; to bound it in the "
+                    "query, clamp it with literal bounds: AVG(LEAST(GREATEST(x, lo), hi)) (SUM likewise)")
+
+
+def _refuse_peer_syntax(sql: str) -> None:
+    """BigQuery's ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS(...)`` (and the older ``WITH ANONYMIZATION``), an
+    aggregate's ``contribution_bounds_per_group => (lo, hi)`` and ``ANON_AVG(x CLAMPED BETWEEN lo AND hi)`` do not
+    parse as DuckDB SQL: name the construct and its fix instead of a syntax error (called on a query that does not
+    parse only, so that a column named ``clamped`` or a CTE named ``differential_privacy`` is read as usual)."""
+    toks = tokens(sql)
+    for i, t in enumerate(toks):
+        word = t.text.upper()
+        if (t.token_type == TokenType.SELECT and i + 2 < len(toks) and toks[i + 1].token_type == TokenType.WITH
+                and toks[i + 2].text.upper() in ("DIFFERENTIAL_PRIVACY", "ANONYMIZATION")):
+            what, at = f"SELECT WITH {toks[i + 2].text.upper()}", toks[i + 1]
+            fix = _PEER_CLAUSE_FIX
+        elif word == "CONTRIBUTION_BOUNDS_PER_GROUP" and i + 1 < len(toks) and toks[i + 1].text == "=>":
+            what, at, fix = "an aggregate's contribution_bounds_per_group argument", t, _PEER_BOUNDS_FIX
+        elif word == "CLAMPED" and i + 1 < len(toks) and toks[i + 1].token_type == TokenType.BETWEEN:
+            what, at, fix = "CLAMPED BETWEEN in an aggregate", t, _PEER_BOUNDS_FIX
+        else:
+            continue
+        line, col = line_col(sql, at.start)
+        raise UnsupportedQueryError(f"{what} (BigQuery's differential privacy syntax) is not supported",
+                                    violations=[Violation(f"{what} is not supported", line, col, at.text)], hint=fix)
+
+
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -385,6 +416,7 @@ def parse_statements(sql: str) -> list[exp.Expression]:
     try:
         stmts = sqlglot.parse(bracket_identifiers(sql), read=DIALECT)
     except sqlglot.errors.ParseError as e:
+        _refuse_peer_syntax(sql)  # (only a query that does not parse: a column may be named clamped)
         err = e.errors[0] if e.errors else {}
         line = int(err.get("line") or 0)
         col = int(err.get("col") or 0)

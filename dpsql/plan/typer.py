@@ -2141,13 +2141,19 @@ def node_problem(sub: exp.Expression, *, post: bool = False) -> str | None:
                     f"(outputs, HAVING, ORDER BY; {_DOCS})" + (f"; {fix}" if fix else ""))
         return (f"function {name}() is not on the allow-list of functions with a total, bounded-cost evaluation ({_DOCS})"
                 + (f"; {fix}" if fix else ""))
-    return f"the expression {type(sub).__name__.upper()} is not on the allow-list ({_DOCS})" + (f"; {fix}" if fix else "")
+    what = _OPERATOR_NAMES.get(type(sub), type(sub).__name__.upper())
+    return f"the expression {what} is not on the allow-list ({_DOCS})" + (f"; {fix}" if fix else "")
+
+
+#: operators named as SQL writes them (sqlglot's class names run their words together: SIMILARTO)
+_OPERATOR_NAMES: dict[type[exp.Expression], str] = {exp.SimilarTo: "SIMILAR TO"}
 
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _CLOCK_FIX = "a release must not depend on when it ran: write the date as a literal (DATE '2024-12-31')"
 _SHIFT_FIX = "shift by an INTERVAL: d + INTERVAL 3 DAY (or date_add(d, INTERVAL 3 DAY)), d - INTERVAL 3 DAY"
 _PATTERN_FIX = "match text with LIKE / ILIKE ('%' and '_'), starts_with, ends_with or contains"
+_FORMAT_FIX = "format a date or timestamp with DuckDB's strftime(d, '%Y-%m') (or group by date_trunc('month', d))"
 #: the fix for common functions and operators that are not on the allow-list (by name or node type)
 _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
     "current_date": _CLOCK_FIX, "current_timestamp": _CLOCK_FIX, "current_time": _CLOCK_FIX, "now": _CLOCK_FIX,
@@ -2157,6 +2163,7 @@ _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
     "date_add": _SHIFT_FIX, "date_sub": _SHIFT_FIX,
     "regexp_like": _PATTERN_FIX, "regexp_matches": _PATTERN_FIX, "regexp_full_match": _PATTERN_FIX,
     exp.SimilarTo: _PATTERN_FIX, exp.Glob: _PATTERN_FIX,
+    "to_char": _FORMAT_FIX, "format_date": _FORMAT_FIX, "format_timestamp": _FORMAT_FIX, "date_format": _FORMAT_FIX,
 }
 
 

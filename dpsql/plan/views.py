@@ -161,6 +161,13 @@ class _Merger:
             ("laterals", "LATERAL", "join registered tables with JOIN ... ON"),
             ("connect", "CONNECT BY", "drop it"),
         ]
+        unit = self.groups_by_unit(body)
+        if unit is not None:  # SmartNoise's and Qrlew's per-person pre-aggregation: name its flat form
+            per_person = (f"a per-person pre-aggregation (GROUP BY {unit}) is not needed: dpsql bounds each person's rows "
+                          "itself (the table's max_groups_per_unit and max_rows_per_group); a mean per person is a ratio "
+                          f"of flat aggregates: COUNT(*) / COUNT(DISTINCT {unit}) rows, SUM(x) / COUNT(DISTINCT {unit}) "
+                          "of x (a distribution of per-person values is not supported)")
+            checks = [(k, w, per_person if k == "group" else f) for k, w, f in checks]
         for key, what, fix in checks:
             val = body.args.get(key)
             if val:
@@ -183,6 +190,17 @@ class _Merger:
         for node in _own_nodes(body, exp.Window):
             self.refuse(node, f"a window function in {label} is not supported", f"{_FLAT}; window functions are not "
                         "supported")
+
+    def groups_by_unit(self, body: exp.Select) -> str | None:
+        """The privacy unit a view's GROUP BY names, as written, when it groups by the unit of a table it reads."""
+        group = body.args.get("group")
+        from_ = body.args.get("from_")
+        if group is None or from_ is None:
+            return None
+        units = {spec.privacy_unit.lower() for t in [from_.this] + [j.this for j in body.args.get("joins") or []]
+                 if isinstance(t, exp.Table) and (spec := self.catalog.get(t.name.lower())) is not None
+                 and spec.privacy_unit}
+        return next((c.name for c in group.expressions if isinstance(c, exp.Column) and c.name.lower() in units), None)
 
     def view(self, body: exp.Expression, name: str, label: str, columns: list[exp.Identifier],
              scope: dict[str, _View], at: exp.Expression) -> _View:
