@@ -17,7 +17,6 @@ import dpsql
 from dpsql import Budget
 from dpsql.testing import use_noise, zero_noise
 
-
 pytestmark = pytest.mark.filterwarnings("ignore:epsilon=1000 is unusually large")
 
 

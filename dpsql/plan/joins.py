@@ -80,7 +80,14 @@ from dpsql.plan.checks import (
     written_name,
 )
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
-from dpsql.plan.names import ambiguity_problem, did_you_mean, field_problem, qualifier, qualifier_problem, spell_aliases
+from dpsql.plan.names import (
+    ambiguity_problem,
+    did_you_mean,
+    field_problem,
+    qualifier,
+    qualifier_problem,
+    spell_aliases,
+)
 from dpsql.plan.parse import as_written, carry_written, quoted, stands_for
 from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predicate
 from dpsql.plan.views import VALUES_IN_FROM

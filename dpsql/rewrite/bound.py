@@ -61,9 +61,9 @@ from __future__ import annotations
 
 import functools
 import math
-from decimal import Decimal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
