@@ -460,6 +460,8 @@ def _open_session(args: argparse.Namespace) -> Any:
                 raise ConfigError(f"--bins expects NAME.COL=LO:HI:N, got {k}={v}", hint="e.g. --bins events.age=0:120:120")
             example = "e.g. --bins events.age=0:120:120 (a DATE or TIMESTAMP column: --bins events.day=2024-01-01:2024-12-31:365)"
             digits = [x[:4] + x[5:7] + x[8:] for x in parts[:2]]
+            blo: str | float
+            bhi: str | float
             if all(len(x) == 10 and x[4] == x[7] == "-" and d.isascii() and d.isdigit() for x, d in zip(parts, digits)):
                 # a date grid (YYYY-MM-DD): the column's type reads it, as the config's bounds = ["2024-01-01", ...]
                 blo, bhi = parts[0], parts[1]
