@@ -465,10 +465,12 @@ def _open_session(args: argparse.Namespace) -> Any:
             if all(len(x) == 10 and x[4] == x[7] == "-" and d.isascii() and d.isdigit() for x, d in zip(parts, digits)):
                 # a date grid (YYYY-MM-DD): the column's type reads it, as the config's bounds = ["2024-01-01", ...]
                 blo, bhi = parts[0], parts[1]
+                ascending = parts[0] < parts[1]  # YYYY-MM-DD texts sort as their dates
             else:
-                blo, bhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])
+                nlo, nhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])
+                blo, bhi, ascending = nlo, nhi, nlo < nhi
             n = int(_flag_value("--bins", f"{k}={v}", parts[2], example, whole=True, least=1))
-            if blo >= bhi:
+            if not ascending:
                 raise ConfigError(f"--bins {k}={v} is refused: LO must be below HI", hint=example)
             bounds.setdefault(t, {}).setdefault(c, {}).update({"bounds": (blo, bhi), "bins": n})
         refs: dict[str, dict[str, str]] = {}
