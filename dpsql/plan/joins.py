@@ -407,7 +407,8 @@ class _JoinBuilder:
                                 "not a column of a table: a join compares columns of the tables themselves; select the "
                                 "column unchanged in the view and join on it")
                     continue
-                self.bad(c, "only equalities between columns (a.x = b.y, joined by AND) are allowed in ON; move other conditions into WHERE")
+                self.bad(c, "only equalities between columns (a.x = b.y, joined by AND) join tables: an inner JOIN's ON needs one, "
+                            "and its other conditions filter beside it (non-equi and outer joins are not supported)")
                 continue
             a, b = self.resolve(c.this, "ON"), self.resolve(c.expression, "ON")
             if a is None or b is None:

@@ -252,7 +252,7 @@ REFUSED = [
     R("SELECT COUNT(*) FROM read_csv('pums.csv')", r"register the file"),
     R("SELECT COUNT(*) FROM PUMS a LEFT JOIN PUMS b ON a.pid = b.pid", r"inner JOIN", max_violations=1),
     R("SELECT COUNT(*) FROM PUMS a, PUMS b WHERE a.age < b.age", r"JOIN \.\.\. ON", max_violations=1),
-    R("SELECT COUNT(*) FROM PUMS a JOIN PUMS b ON a.pid = b.pid AND a.age < b.age", r"move other conditions into WHERE",
+    R("SELECT COUNT(*) FROM PUMS a JOIN PUMS b ON a.age < b.age", r"an inner JOIN's ON needs one",
       max_violations=1),
     R("SELECT a.sex, COUNT(*) FROM PUMS a JOIN PUMS b ON a.pid = b.pid GROUP BY a.sex HAVING SUM(b.pid) > 5",
       r"released only when the SELECT list asks for it", max_violations=1),
