@@ -280,3 +280,164 @@ def test_a_result_left_unfetched_on_the_connection_is_named_in_the_refusal(monke
     assert s.history().num_rows == 0
     assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1
     s.close()
+
+
+def _stepped_sigint(n: int) -> Any:
+    """A tracer that sends the main thread SIGINT at the ``n``-th point of the ledger's code where Python runs a
+    signal's handler (CPython: a function's start, after a call, a loop's jump back)."""
+    import dis
+    import signal
+
+    from dpsql.ledger import _store
+
+    seen = [0]
+    last: dict[int, str] = {}
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+            if name in ("RESUME", "JUMP_BACKWARD") or last.get(id(frame)) in ("CALL", "CALL_FUNCTION_EX"):
+                seen[0] += 1
+                if seen[0] == n:
+                    signal.raise_signal(signal.SIGINT)  # runs its handler here, as Python would at this point
+            last[id(frame)] = name
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename != _store.__file__:
+            return None
+        frame.f_trace_opcodes = True
+        return local
+
+    tracer.seen = seen  # type: ignore[attr-defined]
+    return tracer
+
+
+def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path: Any) -> None:
+    """Finding (fixed): Ctrl-C lands between any two steps of the main thread (where Python runs a signal's handler).
+    Landing after the ledger's fairness queue gave a slot but before the ``try`` that gives it back, or inside the
+    code that gives it back, the slot stayed taken: the next waiter, in any thread or process, waited out its
+    lock_timeout (a release then failed after its charge). Elsewhere the inode lock's descriptor stayed locked
+    (every later operation waited and failed), the file stayed attached to the process's DuckDB ("held open by
+    another DuckDB connection in this process" for every later operation, a worker's release included), or the
+    thread stayed marked as inside an operation (every later operation of the thread refused). A ledger operation
+    in the main thread now holds Ctrl-C back and raises it where it waits for a lock or once it has given back
+    all it took. Here SIGINT comes at one such point after another of a charge."""
+    import glob
+    import signal
+    import sys
+
+    from dpsql.ledger import Ledger, _store
+
+    path = tmp_path / "l.duckdb"
+    Ledger.create(path, Budget(1e6))
+    led = Ledger.open(path, lock_timeout=0.3)
+
+    def reserve() -> None:
+        led.reserve(Budget(0.001), mechanism="m", query="q", tables=["t"], params={})
+
+    counting = _stepped_sigint(10**9)
+    sys.settrace(counting)
+    try:
+        reserve()
+    finally:
+        sys.settrace(None)
+    points = counting.seen[0]
+    assert points > 100
+    interrupted = 0
+    for n in range(1, points + 1, 3):
+        sys.settrace(_stepped_sigint(n))
+        try:
+            try:
+                reserve()
+            finally:
+                sys.settrace(None)
+        except KeyboardInterrupt:
+            interrupted += 1
+        st = _store._state()
+        left = {"queue slot or its predecessor's": set(st.other_fds), "inode lock": set(st.used_fds),
+                "attached": dict(st.attached), "slot file": glob.glob(str(tmp_path / ".l.duckdb.q-*")),
+                "thread inside": set(led._inside)}
+        assert not any(left.values()), (n, left)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert interrupted > points // 6  # Ctrl-C was raised (held back to the end of the step, or where it waits)
+    assert set(Ledger.open(path).history().column("status").to_pylist()) == {"reserved"}  # each charge whole
+
+
+def test_a_sigint_storm_in_the_main_thread_costs_worker_threads_nothing(tmp_path: Any) -> None:
+    """Ctrl-C every 5-50 ms at the main thread, which charges and releases on a file ledger while three worker
+    threads query on it: every worker's query is answered, none waits for a slot or lock left taken, nothing is
+    left taken afterwards (before, about one run in ten left a queue slot taken: workers waited out lock_timeout)."""
+    import glob
+    import random
+    import signal
+    import time
+
+    from dpsql.ledger import Ledger, _store
+
+    path = str(tmp_path / "l.duckdb")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
+    sessions = [dpsql.Session(path, Budget(1e9), create=i == 0, lock_timeout=3.0, connection=con.cursor())
+                for i in range(3)]
+    led = Ledger.open(path, lock_timeout=3.0)
+    for s in sessions:
+        s.register("t", "t", privacy_unit="uid")
+    stop, bad, slow, answered = threading.Event(), list[str](), list[float](), [0]
+
+    def work(s: dpsql.Session) -> None:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                s.query("SELECT COUNT(*) AS w FROM t", epsilon=1.0)
+                answered[0] += 1
+            except BaseException as e:  # noqa: BLE001
+                bad.append(repr(e)[:300])
+            if time.monotonic() - t0 > 1.5:
+                slow.append(time.monotonic() - t0)
+
+    main = threading.main_thread().ident
+    assert main == threading.get_ident()
+    rnd = random.Random(7)
+
+    def storm() -> None:
+        while not stop.wait(rnd.uniform(0.005, 0.05)):
+            signal.pthread_kill(main, signal.SIGINT)
+
+    workers = [threading.Thread(target=work, args=(s,)) for s in sessions]
+    for w in workers:
+        w.start()
+    stormer = threading.Thread(target=storm)
+    interrupted = 0
+    try:
+        stormer.start()
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            try:
+                led.commit(led.reserve(Budget(1.0), mechanism="m", query="main", tables=["t"], params={}))
+            except KeyboardInterrupt:
+                interrupted += 1
+    except KeyboardInterrupt:
+        interrupted += 1
+    finally:
+        while True:
+            try:
+                stop.set()
+                stormer.join()
+                time.sleep(0.05)  # a last signal's handler runs here
+                break
+            except KeyboardInterrupt:
+                interrupted += 1
+    for w in workers:
+        w.join(30)
+    assert interrupted > 20 and answered[0] >= 3
+    assert bad == [] and slow == []
+    st = _store._state()
+    assert not st.other_fds and not st.used_fds and not st.attached
+    assert glob.glob(str(tmp_path / ".l.duckdb.q-*")) == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    statuses = [(e["query"], e["status"]) for e in sessions[0].history().to_pylist()]
+    assert sum(1 for q, st_ in statuses if "AS w" in q and st_ == "released") == answered[0]
+    assert all(st_ == "released" for q, st_ in statuses if "AS w" in q)
+    for s in sessions:
+        s.close()

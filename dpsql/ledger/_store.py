@@ -155,6 +155,7 @@ import math
 import os
 import random
 import re
+import signal
 import stat
 import threading
 import time
@@ -483,6 +484,65 @@ def _lock_holder(msg: str) -> str:
     return f" (PID {m.group(1)})" if m else ""
 
 
+
+
+class _HeldInterrupt:
+    """Ctrl-C held back in the main thread while a ledger operation runs there (:meth:`Ledger._txn`): its handler (the
+    KeyboardInterrupt, or the program's own) runs where the operation waits (:func:`_interruption_point`: the queue,
+    the lock, another program's DuckDB lock) or once it has given back all it took. Python runs a signal's handler
+    between any two steps of the main thread, so a KeyboardInterrupt came between taking a queue slot and the
+    ``try`` that gives it back (the waiter behind it then waited out its lock_timeout, and a release it held up
+    failed after its charge), or after the thread was marked as inside an operation (every later operation of the
+    thread refused), and it cut DuckDB's ledger statements short. Other threads never run a signal's handler; a
+    handler that is not Python's (None) is left alone."""
+
+    def __init__(self) -> None:
+        self.old: Any = None
+        self.caught: list[tuple[int, Any]] = []
+
+    def __enter__(self) -> _HeldInterrupt:
+        global _HELD
+        if threading.current_thread() is not threading.main_thread() or _HELD is not None:
+            return self
+        old = signal.getsignal(signal.SIGINT)
+        if not callable(old):  # ignored, the default, or not set from Python
+            return self
+        try:
+            signal.signal(signal.SIGINT, self._hold)
+        except (ValueError, OSError):  # e.g. not the main interpreter
+            return self
+        self.old, _HELD = old, self  # held from here: no handler runs that could raise
+        return self
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.caught.append((signum, frame))
+
+    def deliver(self, handler: Any) -> None:
+        """Run ``handler`` for each Ctrl-C held back so far (raising its KeyboardInterrupt)."""
+        while self.caught:
+            handler(*self.caught.pop(0))
+
+    def __exit__(self, *exc: object) -> None:
+        global _HELD
+        old, self.old = self.old, None
+        if old is None:
+            return
+        if _HELD is self:
+            _HELD = None
+        if signal.getsignal(signal.SIGINT) == self._hold:  # not replaced meanwhile (by another signal's handler)
+            signal.signal(signal.SIGINT, old)
+        self.deliver(old)
+
+
+_HELD: _HeldInterrupt | None = None  # the main thread's, while it runs a ledger operation
+
+
+def _interruption_point() -> None:
+    """Where a ledger operation waits, with all it took so far given back if this raises: Ctrl-C held back in the main
+    thread is raised here (a wait for a lock is not held up)."""
+    held = _HELD
+    if held is not None and held.caught and threading.current_thread() is threading.main_thread():
+        held.deliver(held.old)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1263,19 +1323,20 @@ class Ledger:
     ) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Txn]]:
         """:meth:`_one_txn`, refused at once in a thread that is inside a transaction of this ledger already (a
         signal handler runs in the thread it interrupts): it would wait for its own lock, then time out."""
-        me = (os.getpid(), threading.get_ident())
-        if me in self._inside:
-            raise LedgerError(
-                f"ledger {self._where()} was used from inside one of its own operations in the same thread (e.g. by a "
-                f"signal handler that interrupted a query); {unchanged}",
-                hint="in a signal handler, set a flag (or raise an exception) and use dpsql once the interrupted call "
-                "has returned")
-        self._inside.add(me)
-        try:
-            with self._one_txn(write=write, creating=creating, unchanged=unchanged, wait=wait) as out:
-                yield out
-        finally:
-            self._inside.discard(me)
+        with _HeldInterrupt():  # Ctrl-C in the main thread: raised where it waits, or once all is given back
+            me = (os.getpid(), threading.get_ident())
+            if me in self._inside:
+                raise LedgerError(
+                    f"ledger {self._where()} was used from inside one of its own operations in the same thread (e.g. by "
+                    f"a signal handler that interrupted a query); {unchanged}",
+                    hint="in a signal handler, set a flag (or raise an exception) and use dpsql once the interrupted "
+                    "call has returned")
+            self._inside.add(me)
+            try:
+                with self._one_txn(write=write, creating=creating, unchanged=unchanged, wait=wait) as out:
+                    yield out
+            finally:
+                self._inside.discard(me)
 
     @contextmanager
     def _one_txn(
@@ -1331,7 +1392,7 @@ class Ledger:
                 "shares, or run the queries in the process that created the in-memory ledger",
             )
         wait = self.lock_timeout if wait is None else wait
-        if not self._mem_lock.acquire(timeout=min(wait, 1e9)):  # 31 years: forever (more overflows the lock's clock)
+        if not _acquire(self._mem_lock, min(wait, 1e9)):  # 31 years: forever (more overflows the lock's clock)
             raise LedgerError(
                 f"the in-memory ledger is busy in another thread for more than {wait:g} s; "
                 f"{t.unchanged}",
@@ -1645,6 +1706,7 @@ class Ledger:
                 raise LedgerError(
                     f"ledger {p} {why}; gave up after {now - started:.2g} s; {unchanged}", hint=hint
                 )
+            _interruption_point()
             time.sleep(min(deadline - now, random.uniform(0.5, 1.0) * delay))
             delay = min(delay * 2, 0.05)
 
@@ -1741,8 +1803,19 @@ def _poll_flock(fd: int, op: int, deadline: float) -> bool:
         now = time.monotonic()
         if now >= deadline:
             return False
+        _interruption_point()
         time.sleep(min(deadline - now, pause))
         pause = min(pause * 1.5, 0.005)
+
+
+def _acquire(lock: Any, wait: float) -> bool:
+    """``lock.acquire(timeout=wait)``, with an :func:`_interruption_point` every 50 ms."""
+    end = time.monotonic() + wait
+    while not lock.acquire(timeout=min(max(end - time.monotonic(), 0.0), 0.05)):
+        if time.monotonic() >= end:
+            return False
+        _interruption_point()
+    return True
 
 
 def _kind(s: os.stat_result) -> str:
