@@ -441,3 +441,25 @@ def test_a_sigint_storm_in_the_main_thread_costs_worker_threads_nothing(tmp_path
     assert all(st_ == "released" for q, st_ in statuses if "AS w" in q)
     for s in sessions:
         s.close()
+
+
+def test_ctrl_c_during_a_call_on_the_callers_connection_is_a_keyboard_interrupt() -> None:
+    """Finding (fixed): Ctrl-C while dpsql's check of a caller's connection ran (before the charge) came out of
+    ``query`` as DuckDB client's raw ``RuntimeError('Query interrupted')``; every call on a caller's connection now
+    turns it into the KeyboardInterrupt it stands for."""
+    import pytest
+
+    from dpsql.engine.duckdb import _Patient
+
+    class Interrupted:
+        def sql(self, *a: Any) -> Any:
+            raise RuntimeError("Query interrupted")
+
+        def execute(self, *a: Any) -> Any:
+            raise RuntimeError("something else")
+
+    con = _Patient(Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        con.sql("SELECT 1")
+    with pytest.raises(RuntimeError, match="something else"):
+        con.execute("SELECT 1")

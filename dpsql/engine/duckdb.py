@@ -157,6 +157,10 @@ class _Patient:
             while True:
                 try:
                     out = attr(*args, **kwargs)
+                except RuntimeError as e:  # Ctrl-C during the call (DuckDB's client says so): a KeyboardInterrupt
+                    if interrupted_by_signal(e):
+                        raise KeyboardInterrupt from None
+                    raise
                 except _BUSY:
                     if time.monotonic() >= until:
                         raise
