@@ -282,13 +282,15 @@ def test_a_result_left_unfetched_on_the_connection_is_named_in_the_refusal(monke
     s.close()
 
 
-def _stepped_sigint(n: int) -> Any:
-    """A tracer that sends the main thread SIGINT at the ``n``-th point of the ledger's code where Python runs a
-    signal's handler (CPython: a function's start, after a call, a loop's jump back)."""
+def _stepped_sigint(n: int, module: Any = None) -> Any:
+    """A tracer that sends the main thread SIGINT at the ``n``-th point of ``module``'s code (the ledger's) where Python
+    runs a signal's handler (CPython: a function's start, after a call, a loop's jump back)."""
     import dis
     import signal
 
     from dpsql.ledger import _store
+
+    code_file = (module or _store).__file__
 
     seen = [0]
     last: dict[int, str] = {}
@@ -304,7 +306,7 @@ def _stepped_sigint(n: int) -> Any:
         return local
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename != _store.__file__:
+        if frame.f_code.co_filename != code_file:
             return None
         frame.f_trace_opcodes = True
         return local
@@ -463,3 +465,46 @@ def test_ctrl_c_during_a_call_on_the_callers_connection_is_a_keyboard_interrupt(
         con.sql("SELECT 1")
     with pytest.raises(RuntimeError, match="something else"):
         con.execute("SELECT 1")
+
+
+def test_ctrl_c_at_any_point_of_a_sessions_count_of_requests_leaves_it_usable() -> None:
+    """Finding (fixed): Ctrl-C landing after a Session counted a request in flight but before the ``try`` that
+    uncounts it, or inside uncounting it, left it counted: every later call of the Session in that thread was
+    refused ("a Session was called inside its own request ... in the same thread"), and ``close`` (or a
+    registration) in any thread waited for ever. The count is now taken and given back with Ctrl-C held back in
+    the main thread. Here SIGINT comes at one such point after another of a query."""
+    import signal
+    import sys
+
+    from dpsql import catalog
+
+    con, s = _session_on_a_table_of_1000()
+    lock = s._catalog_lock
+
+    def query() -> None:
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.01)
+
+    counting = _stepped_sigint(10**9, catalog)
+    sys.settrace(counting)
+    try:
+        query()
+    finally:
+        sys.settrace(None)
+    points = counting.seen[0]
+    assert points > 20
+    for n in range(1, points + 1):
+        sys.settrace(_stepped_sigint(n, catalog))
+        try:
+            try:
+                query()
+            finally:
+                sys.settrace(None)
+        except KeyboardInterrupt:
+            pass
+        assert (lock._readers, lock._writers, lock._holders, lock._writing) == (0, 0, {}, False), n
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    query()
+    done = threading.Thread(target=s.close)
+    done.start()
+    done.join(20)
+    assert not done.is_alive()

@@ -155,7 +155,6 @@ import math
 import os
 import random
 import re
-import signal
 import stat
 import threading
 import time
@@ -173,6 +172,8 @@ import pyarrow as pa
 
 from dpsql.budget import Budget, compose_counted, counted_remaining, exact_counted_sum_fits
 from dpsql.errors import BudgetExceededError, ConfigError, LedgerError, interrupted_by_signal
+from dpsql.interrupts import HeldInterrupt as _HeldInterrupt
+from dpsql.interrupts import interruption_point as _interruption_point
 
 #: The ledger schema version this code reads and writes. ``schema.sql`` inserts the same value.
 SCHEMA_VERSION = 1
@@ -484,65 +485,6 @@ def _lock_holder(msg: str) -> str:
     return f" (PID {m.group(1)})" if m else ""
 
 
-
-
-class _HeldInterrupt:
-    """Ctrl-C held back in the main thread while a ledger operation runs there (:meth:`Ledger._txn`): its handler (the
-    KeyboardInterrupt, or the program's own) runs where the operation waits (:func:`_interruption_point`: the queue,
-    the lock, another program's DuckDB lock) or once it has given back all it took. Python runs a signal's handler
-    between any two steps of the main thread, so a KeyboardInterrupt came between taking a queue slot and the
-    ``try`` that gives it back (the waiter behind it then waited out its lock_timeout, and a release it held up
-    failed after its charge), or after the thread was marked as inside an operation (every later operation of the
-    thread refused), and it cut DuckDB's ledger statements short. Other threads never run a signal's handler; a
-    handler that is not Python's (None) is left alone."""
-
-    def __init__(self) -> None:
-        self.old: Any = None
-        self.caught: list[tuple[int, Any]] = []
-
-    def __enter__(self) -> _HeldInterrupt:
-        global _HELD
-        if threading.current_thread() is not threading.main_thread() or _HELD is not None:
-            return self
-        old = signal.getsignal(signal.SIGINT)
-        if not callable(old):  # ignored, the default, or not set from Python
-            return self
-        try:
-            signal.signal(signal.SIGINT, self._hold)
-        except (ValueError, OSError):  # e.g. not the main interpreter
-            return self
-        self.old, _HELD = old, self  # held from here: no handler runs that could raise
-        return self
-
-    def _hold(self, signum: int, frame: Any) -> None:
-        self.caught.append((signum, frame))
-
-    def deliver(self, handler: Any) -> None:
-        """Run ``handler`` for each Ctrl-C held back so far (raising its KeyboardInterrupt)."""
-        while self.caught:
-            handler(*self.caught.pop(0))
-
-    def __exit__(self, *exc: object) -> None:
-        global _HELD
-        old, self.old = self.old, None
-        if old is None:
-            return
-        if _HELD is self:
-            _HELD = None
-        if signal.getsignal(signal.SIGINT) == self._hold:  # not replaced meanwhile (by another signal's handler)
-            signal.signal(signal.SIGINT, old)
-        self.deliver(old)
-
-
-_HELD: _HeldInterrupt | None = None  # the main thread's, while it runs a ledger operation
-
-
-def _interruption_point() -> None:
-    """Where a ledger operation waits, with all it took so far given back if this raises: Ctrl-C held back in the main
-    thread is raised here (a wait for a lock is not held up)."""
-    held = _HELD
-    if held is not None and held.caught and threading.current_thread() is threading.main_thread():
-        held.deliver(held.old)
 
 
 # --------------------------------------------------------------------------------------------
