@@ -508,3 +508,31 @@ def test_ctrl_c_at_any_point_of_a_sessions_count_of_requests_leaves_it_usable() 
     done.start()
     done.join(20)
     assert not done.is_alive()
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_ctrl_c_during_a_charge_before_its_commit_charges_nothing(tmp_path: Any, kind: str) -> None:
+    """Ctrl-C held back during a ledger operation in the main thread is raised before its COMMIT where it came
+    before it: the charge is rolled back (nothing charged), not recorded and then interrupted."""
+    import signal
+
+    from dpsql.ledger import Ledger, open_ledger
+
+    if kind == "file":
+        Ledger.create(tmp_path / "l.duckdb", Budget(1.0))
+    led = open_ledger(tmp_path / "l.duckdb" if kind == "file" else None, Budget(1.0))
+    state = led._budget_state
+
+    def interrupted(con: Any) -> Any:  # inside the charge's transaction: Ctrl-C comes
+        signal.raise_signal(signal.SIGINT)
+        return state(con)
+
+    led._budget_state = interrupted  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={})
+    finally:
+        led._budget_state = state  # type: ignore[method-assign]
+    assert led.history().num_rows == 0 and led.spent() == Budget(0.0)
+    assert led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={}) == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

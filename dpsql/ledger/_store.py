@@ -1350,6 +1350,7 @@ class Ledger:
                     if not creating:
                         self._check_schema(con)
                     yield con
+                    _interruption_point()  # Ctrl-C so far: nothing is changed
                 except BaseException:
                     _rollback(con)
                     raise
@@ -1449,6 +1450,7 @@ class Ledger:
                         # would leave a committed change refused, so it is found now, before anything counts
                         self._check_markers_writable(t.unchanged, paths)
                     _hook("before_commit", p)
+                    _interruption_point()  # Ctrl-C so far: nothing is changed (after the COMMIT: the change stands)
                 except BaseException as e:
                     _rollback(con)
                     if isinstance(e, duckdb.Error):
