@@ -338,12 +338,12 @@ def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path
     def reserve() -> None:
         led.reserve(Budget(0.001), mechanism="m", query="q", tables=["t"], params={})
 
-    counting = _stepped_sigint(10**9)
+    counting, before = _stepped_sigint(10**9), sys.gettrace()  # a tracer of the run (coverage) is put back
     sys.settrace(counting)
     try:
         reserve()
     finally:
-        sys.settrace(None)
+        sys.settrace(before)
     points = counting.seen[0]
     assert points > 100
     interrupted = 0
@@ -353,7 +353,7 @@ def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path
             try:
                 reserve()
             finally:
-                sys.settrace(None)
+                sys.settrace(before)
         except KeyboardInterrupt:
             interrupted += 1
         st = _store._state()
@@ -487,12 +487,12 @@ def test_ctrl_c_at_any_point_of_a_sessions_count_of_requests_leaves_it_usable() 
     def query() -> None:
         s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.01)
 
-    counting = _stepped_sigint(10**9, catalog)
+    counting, before = _stepped_sigint(10**9, catalog), sys.gettrace()
     sys.settrace(counting)
     try:
         query()
     finally:
-        sys.settrace(None)
+        sys.settrace(before)
     points = counting.seen[0]
     assert points > 20
     for n in range(1, points + 1):
@@ -501,7 +501,7 @@ def test_ctrl_c_at_any_point_of_a_sessions_count_of_requests_leaves_it_usable() 
             try:
                 query()
             finally:
-                sys.settrace(None)
+                sys.settrace(before)
         except KeyboardInterrupt:
             pass
         assert (lock._readers, lock._writers, lock._holders, lock._writing) == (0, 0, {}, False), n
