@@ -28,6 +28,7 @@ from typing import Any, NoReturn, TypeVar
 
 from dpsql.budget import is_plain_number, plain_float
 from dpsql.errors import ConfigError
+from dpsql.interrupts import HeldInterrupt, interruption_point
 from dpsql.plan.typer import parse_type, type_domain
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -1124,42 +1125,69 @@ class CatalogLock:
         if not self._holders[me]:
             del self._holders[me]
 
+    # Ctrl-C between taking a count and the try that gives it back (or inside giving it back) left the count taken:
+    # the thread was refused as inside its own request for ever, and ``close`` waited for ever. Counts are taken
+    # and given back with Ctrl-C held back in the main thread (raised where it waits, or once the count is safe).
+    def _wait(self) -> None:
+        self._cond.wait(0.05)
+        interruption_point()
+
+    def _given_back(self, give_back: Callable[[], None]) -> None:
+        done = False
+        try:
+            with HeldInterrupt():
+                give_back()
+                done = True
+        finally:
+            if not done:  # Ctrl-C before it was held back
+                give_back()
+
+    def _leave_reading(self) -> None:
+        with self._mine():
+            self._readers -= 1
+            self._hold(-1)
+            self._cond.notify_all()
+
+    def _leave_writing(self) -> None:
+        with self._mine():
+            self._writing, self._writer = False, None
+            self._writers -= 1
+            self._cond.notify_all()
+
     @contextmanager
     def reading(self) -> Iterator[None]:
-        with self._mine():
-            self._refuse_inside()
-            while self._writers:
-                self._cond.wait()
-            self._readers += 1
-            self._hold(1)
-        try:
-            yield
-        finally:
+        with HeldInterrupt() as held:
             with self._mine():
-                self._readers -= 1
-                self._hold(-1)
-                self._cond.notify_all()
+                self._refuse_inside()
+                while self._writers:
+                    self._wait()
+                self._readers += 1
+                self._hold(1)
+            try:
+                held.__exit__()  # a Ctrl-C held back is raised here
+                yield
+            finally:
+                self._given_back(self._leave_reading)
 
     @contextmanager
     def writing(self) -> Iterator[None]:
-        with self._mine():
-            self._refuse_inside()
-            self._writers += 1
-            try:
-                while self._writing or self._readers:
-                    self._cond.wait()
-            except BaseException:
-                self._writers -= 1
-                self._cond.notify_all()
-                raise
-            self._writing, self._writer = True, threading.get_ident()
-        try:
-            yield
-        finally:
+        with HeldInterrupt() as held:
             with self._mine():
-                self._writing, self._writer = False, None
-                self._writers -= 1
-                self._cond.notify_all()
+                self._refuse_inside()
+                self._writers += 1
+                try:
+                    while self._writing or self._readers:
+                        self._wait()
+                except BaseException:
+                    self._writers -= 1
+                    self._cond.notify_all()
+                    raise
+                self._writing, self._writer = True, threading.get_ident()
+            try:
+                held.__exit__()  # a Ctrl-C held back is raised here
+                yield
+            finally:
+                self._given_back(self._leave_writing)
 
 
 def _engine_hook(engine: Any, hook: str, table: str, what: str) -> Any:

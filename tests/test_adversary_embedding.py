@@ -250,3 +250,34 @@ def test_a_timestamptz_key_is_spelled_in_utc_whatever_the_machines_time_zone(tmp
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                              cwd=tmp_path, check=True)
         assert out.stdout.strip() == "2020-01-01 00:00:00+00", (tz, out.stdout, out.stderr[-500:])
+
+
+@pytest.mark.parametrize("setup", ["", "SET memory_limit = '1234567kB'", "SET memory_limit = '18.8GiB'",
+                                   "SET memory_limit = '2GB'; SET max_temp_directory_size = '3333333kB'",
+                                   "SET default_order = 'DESC'; SET threads = 1"],
+                         ids=["defaults", "odd-kB", "GiB-text", "GB-and-temp", "order-threads"])
+def test_the_callers_settings_read_the_same_after_queries(setup: str) -> None:
+    """Finding (fixed): DuckDB shows a size rounded (``current_setting``, ``duckdb_settings()``; nothing gives its
+    bytes) and dpsql gave a caller's connection back the text it showed: the default memory_limit of 18.8 GiB came
+    back as 18.7 GiB (so did the 15th of it DuckDB shows as write_buffer_row_group_memory_limit), ``1234567kB``
+    (shown 1.1 GiB) as 1.0 GiB, the default ``default_order`` (ASCENDING) as ASC. A setting DuckDB's default
+    shows the same way is now reset to the default (exactly the bytes it had); another is set to the least
+    number of bytes that reads the same. Every setting reads the same, to the character, after each query."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
+    if setup:
+        con.execute(setup)
+
+    def settings() -> dict[str, Any]:
+        return dict(con.execute("SELECT name, value FROM duckdb_settings()").fetchall())
+
+    before = settings()
+    s = dpsql.Session(None, Budget(100.0), connection=con)
+    s.register("t", "t", privacy_unit="uid")
+    for _ in range(3):
+        assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1
+        after = settings()
+        assert {k: (v, after.get(k)) for k, v in before.items() if after.get(k) != v} == {}
+    s.close()

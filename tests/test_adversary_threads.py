@@ -280,3 +280,262 @@ def test_a_result_left_unfetched_on_the_connection_is_named_in_the_refusal(monke
     assert s.history().num_rows == 0
     assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0).table.num_rows == 1
     s.close()
+
+
+def _stepped_sigint(n: int, module: Any = None) -> Any:
+    """A tracer that sends the main thread SIGINT at the ``n``-th point of ``module``'s code (the ledger's) where Python
+    runs a signal's handler (CPython: a function's start, after a call, a loop's jump back)."""
+    import dis
+    import signal
+
+    from dpsql.ledger import _store
+
+    code_file = (module or _store).__file__
+
+    seen = [0]
+    last: dict[int, str] = {}
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+            if name in ("RESUME", "JUMP_BACKWARD") or last.get(id(frame)) in ("CALL", "CALL_FUNCTION_EX"):
+                seen[0] += 1
+                if seen[0] == n:
+                    signal.raise_signal(signal.SIGINT)  # runs its handler here, as Python would at this point
+            last[id(frame)] = name
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename != code_file:
+            return None
+        frame.f_trace_opcodes = True
+        return local
+
+    tracer.seen = seen  # type: ignore[attr-defined]
+    return tracer
+
+
+def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path: Any) -> None:
+    """Finding (fixed): Ctrl-C lands between any two steps of the main thread (where Python runs a signal's handler).
+    Landing after the ledger's fairness queue gave a slot but before the ``try`` that gives it back, or inside the
+    code that gives it back, the slot stayed taken: the next waiter, in any thread or process, waited out its
+    lock_timeout (a release then failed after its charge). Elsewhere the inode lock's descriptor stayed locked
+    (every later operation waited and failed), the file stayed attached to the process's DuckDB ("held open by
+    another DuckDB connection in this process" for every later operation, a worker's release included), or the
+    thread stayed marked as inside an operation (every later operation of the thread refused). A ledger operation
+    in the main thread now holds Ctrl-C back and raises it where it waits for a lock or once it has given back
+    all it took. Here SIGINT comes at one such point after another of a charge."""
+    import glob
+    import signal
+    import sys
+
+    from dpsql.ledger import Ledger, _store
+
+    path = tmp_path / "l.duckdb"
+    Ledger.create(path, Budget(1e6))
+    led = Ledger.open(path, lock_timeout=0.3)
+
+    def reserve() -> None:
+        led.reserve(Budget(0.001), mechanism="m", query="q", tables=["t"], params={})
+
+    counting, before = _stepped_sigint(10**9), sys.gettrace()  # a tracer of the run (coverage) is put back
+    sys.settrace(counting)
+    try:
+        reserve()
+    finally:
+        sys.settrace(before)
+    points = counting.seen[0]
+    assert points > 100
+    interrupted = 0
+    for n in range(1, points + 1, 3):
+        sys.settrace(_stepped_sigint(n))
+        try:
+            try:
+                reserve()
+            finally:
+                sys.settrace(before)
+        except KeyboardInterrupt:
+            interrupted += 1
+        st = _store._state()
+        left = {"queue slot or its predecessor's": set(st.other_fds), "inode lock": set(st.used_fds),
+                "attached": dict(st.attached), "slot file": glob.glob(str(tmp_path / ".l.duckdb.q-*")),
+                "thread inside": set(led._inside)}
+        assert not any(left.values()), (n, left)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert interrupted > points // 6  # Ctrl-C was raised (held back to the end of the step, or where it waits)
+    assert set(Ledger.open(path).history().column("status").to_pylist()) == {"reserved"}  # each charge whole
+
+
+def test_a_sigint_storm_in_the_main_thread_costs_worker_threads_nothing(tmp_path: Any) -> None:
+    """Ctrl-C every 5-50 ms at the main thread, which charges and releases on a file ledger while three worker
+    threads query on it: every worker's query is answered, none waits for a slot or lock left taken, nothing is
+    left taken afterwards (before, about one run in ten left a queue slot taken: workers waited out lock_timeout)."""
+    import glob
+    import random
+    import signal
+    import time
+
+    from dpsql.ledger import Ledger, _store
+
+    path = str(tmp_path / "l.duckdb")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
+    sessions = [dpsql.Session(path, Budget(1e9), create=i == 0, lock_timeout=5.0, connection=con.cursor())
+                for i in range(3)]
+    led = Ledger.open(path, lock_timeout=5.0)
+    for s in sessions:
+        s.register("t", "t", privacy_unit="uid")
+    stop, bad, slow, answered = threading.Event(), list[str](), list[float](), [0]
+
+    def work(s: dpsql.Session) -> None:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                s.query("SELECT COUNT(*) AS w FROM t", epsilon=1.0)
+                answered[0] += 1
+            except BaseException as e:  # noqa: BLE001
+                bad.append(repr(e)[:300])
+            if time.monotonic() - t0 > 4.0:  # waited out most of lock_timeout (a slow machine: a query in 0.1-1 s)
+                slow.append(time.monotonic() - t0)
+
+    main = threading.main_thread().ident
+    assert main == threading.get_ident()
+    rnd = random.Random(7)
+
+    def storm() -> None:
+        while not stop.wait(rnd.uniform(0.005, 0.05)):
+            signal.pthread_kill(main, signal.SIGINT)
+
+    workers = [threading.Thread(target=work, args=(s,)) for s in sessions]
+    for w in workers:
+        w.start()
+    stormer = threading.Thread(target=storm)
+    interrupted = 0
+    end = time.monotonic() + 4.0
+    try:
+        stormer.start()
+        while True:
+            try:
+                while time.monotonic() < end:
+                    try:
+                        led.commit(led.reserve(Budget(1.0), mechanism="m", query="main", tables=["t"], params={}))
+                    except KeyboardInterrupt:
+                        interrupted += 1
+                break
+            except KeyboardInterrupt:  # in the loop's own steps
+                interrupted += 1
+    finally:
+        while True:
+            try:
+                stop.set()
+                stormer.join()
+                time.sleep(0.05)  # a last signal's handler runs here
+                break
+            except KeyboardInterrupt:
+                interrupted += 1
+    for w in workers:
+        w.join(30)
+    assert interrupted > 10 and answered[0] >= 3
+    assert bad == [] and slow == []
+    st = _store._state()
+    assert not st.other_fds and not st.used_fds and not st.attached
+    assert glob.glob(str(tmp_path / ".l.duckdb.q-*")) == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    statuses = [(e["query"], e["status"]) for e in sessions[0].history().to_pylist()]
+    assert sum(1 for q, st_ in statuses if "AS w" in q and st_ == "released") == answered[0]
+    assert all(st_ == "released" for q, st_ in statuses if "AS w" in q)
+    for s in sessions:
+        s.close()
+
+
+def test_ctrl_c_during_a_call_on_the_callers_connection_is_a_keyboard_interrupt() -> None:
+    """Finding (fixed): Ctrl-C while dpsql's check of a caller's connection ran (before the charge) came out of
+    ``query`` as DuckDB client's raw ``RuntimeError('Query interrupted')``; every call on a caller's connection now
+    turns it into the KeyboardInterrupt it stands for."""
+    import pytest
+
+    from dpsql.engine.duckdb import _Patient
+
+    class Interrupted:
+        def sql(self, *a: Any) -> Any:
+            raise RuntimeError("Query interrupted")
+
+        def execute(self, *a: Any) -> Any:
+            raise RuntimeError("something else")
+
+    con = _Patient(Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        con.sql("SELECT 1")
+    with pytest.raises(RuntimeError, match="something else"):
+        con.execute("SELECT 1")
+
+
+def test_ctrl_c_at_any_point_of_a_sessions_count_of_requests_leaves_it_usable() -> None:
+    """Finding (fixed): Ctrl-C landing after a Session counted a request in flight but before the ``try`` that
+    uncounts it, or inside uncounting it, left it counted: every later call of the Session in that thread was
+    refused ("a Session was called inside its own request ... in the same thread"), and ``close`` (or a
+    registration) in any thread waited for ever. The count is now taken and given back with Ctrl-C held back in
+    the main thread. Here SIGINT comes at one such point after another of a query."""
+    import signal
+    import sys
+
+    from dpsql import catalog
+
+    con, s = _session_on_a_table_of_1000()
+    lock = s._catalog_lock
+
+    def query() -> None:
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.01)
+
+    counting, before = _stepped_sigint(10**9, catalog), sys.gettrace()
+    sys.settrace(counting)
+    try:
+        query()
+    finally:
+        sys.settrace(before)
+    points = counting.seen[0]
+    assert points > 20
+    for n in range(1, points + 1):
+        sys.settrace(_stepped_sigint(n, catalog))
+        try:
+            try:
+                query()
+            finally:
+                sys.settrace(before)
+        except KeyboardInterrupt:
+            pass
+        assert (lock._readers, lock._writers, lock._holders, lock._writing) == (0, 0, {}, False), n
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    query()
+    done = threading.Thread(target=s.close)
+    done.start()
+    done.join(20)
+    assert not done.is_alive()
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_ctrl_c_during_a_charge_before_its_commit_charges_nothing(tmp_path: Any, kind: str) -> None:
+    """Ctrl-C held back during a ledger operation in the main thread is raised before its COMMIT where it came
+    before it: the charge is rolled back (nothing charged), not recorded and then interrupted."""
+    import signal
+
+    from dpsql.ledger import Ledger, open_ledger
+
+    if kind == "file":
+        Ledger.create(tmp_path / "l.duckdb", Budget(1.0))
+    led = open_ledger(tmp_path / "l.duckdb" if kind == "file" else None, Budget(1.0))
+    state = led._budget_state
+
+    def interrupted(con: Any) -> Any:  # inside the charge's transaction: Ctrl-C comes
+        signal.raise_signal(signal.SIGINT)
+        return state(con)
+
+    led._budget_state = interrupted  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={})
+    finally:
+        led._budget_state = state  # type: ignore[method-assign]
+    assert led.history().num_rows == 0 and led.spent() == Budget(0.0)
+    assert led.reserve(Budget(0.1), mechanism="m", query="q", tables=["t"], params={}) == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

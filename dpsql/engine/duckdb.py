@@ -123,6 +123,8 @@ _CONNECTION_LOCKS_MUTEX = threading.Lock()
 _BUSY: Any = getattr(duckdb, "ResourceInUseException", ())
 #: how long one call of the engine on a caller's connection waits for such a call to end
 _BUSY_WAIT = 10.0
+#: a setting DuckDB shows from another's value (a 15th of memory_limit, unless set), more finely (``_restore``)
+_FOLLOWER = ("memory_limit", "write_buffer_row_group_memory_limit")
 
 
 def _busy_refusal() -> ConfigError:
@@ -157,6 +159,10 @@ class _Patient:
             while True:
                 try:
                     out = attr(*args, **kwargs)
+                except RuntimeError as e:  # Ctrl-C during the call (DuckDB's client says so): a KeyboardInterrupt
+                    if interrupted_by_signal(e):
+                        raise KeyboardInterrupt from None
+                    raise
                 except _BUSY:
                     if time.monotonic() >= until:
                         raise
@@ -303,10 +309,12 @@ class DuckDBBackend:
         self._csv_dir: str | None = None
         self._csv_gone: weakref.finalize[Any, Any] | None = None  # removes the copies if close() never comes
         self._until: float | None = None  # the statement time-out's deadline (csvcopy.now()) during a read
-        self._callers: dict[str, tuple[str, str]] = {}  # a caller's setting: (its text, as shown)
+        self._callers: dict[tuple[str, str], str | None] = {}  # a caller's size setting, as shown: its bytes
         # DuckDB's ICU (when loaded) spells a TIMESTAMPTZ in the connection's Calendar (pinned: _limits)
         with self._lock:
-            self._icu = bool(self._con.execute("SELECT COUNT(*) FROM duckdb_settings() WHERE name = 'Calendar'").fetchall()[0][0])
+            known = {r[0] for r in self._con.execute("SELECT name FROM duckdb_settings() WHERE name IN "
+                                                     f"('Calendar', {_sql_str(_FOLLOWER[1])})").fetchall()}
+            self._icu, self._follower = "Calendar" in known, _FOLLOWER[1] in known
         if self._owned:  # a caller's connection keeps its own setting: private reads turn it off and back (_limited)
             self._con.execute("SET enable_progress_bar = false")
         self._spill = self.settings.temp_directory or os.path.join(
@@ -697,16 +705,13 @@ class DuckDBBackend:
         # one statement reads every setting, one sets them all and one restores them (a statement
         # each cost ~25 ms per query on a caller's connection)
         names = [name for name, _ in limits]
+        follows = [_FOLLOWER[1]] * (self._follower and _FOLLOWER[0] in names)
         row = self._con.sql("SELECT " + ", ".join(f"current_setting('{n}')" for n in
-                                                      [*names, "log_query_path", "enable_profiling"])).fetchall()[0]
+                                                      [*follows, *names, "log_query_path", "enable_profiling"])).fetchall()[0]
+        follow = {_FOLLOWER[0]: (_FOLLOWER[1], str(row[0]))} if follows else {}
+        row = row[len(follows):]
         _refuse_query_log(row[-2])
-        saved = []
-        for (name, _), value in zip(limits, row[:-2], strict=True):
-            shown = str(value)
-            # DuckDB shows sizes rounded: restore the caller's own text again while the setting
-            # still shows what our last restore left, so repeated queries never drift
-            prev = self._callers.get(name)
-            saved.append((name, prev[0] if prev is not None and prev[1] == shown else shown))
+        saved = [(name, str(value)) for (name, _), value in zip(limits, row[:-2], strict=True)]
         # the profiler prints (or writes to the caller's profiling_output) each query's plan with the
         # exact number of rows through each operator (the rows a WHERE kept: a count before any noise)
         profiling = row[-1]
@@ -716,28 +721,66 @@ class DuckDBBackend:
                                         + (["RESET enable_profiling"] if profiling is not None else [])))
             yield
         finally:
-            self._restore(saved, profiling)
+            self._restore(saved, profiling, follow)
 
-    def _restore(self, saved: list[tuple[str, str]], profiling: Any) -> None:
-        """The caller's settings back (``_limited``), in one statement; one by one if that fails."""
-        sets = [f"SET {name} = {_sql_str(original)}" for name, original in reversed(saved)]
-        if profiling is not None:
-            sets.insert(0, f"SET enable_profiling = {_sql_str(str(profiling))}")
+    def _restore(self, saved: list[tuple[str, str]], profiling: Any, follow: dict[str, tuple[str, str]]) -> None:
+        """The caller's settings back (``_limited``). DuckDB shows a size rounded (``current_setting``, ``duckdb_settings()``
+        and ``PRAGMA database_size`` alike; none gives its bytes), so setting the text it showed lowered it: a default
+        ``memory_limit`` of 18.8 GiB came back as 18.7 GiB, ``1234567kB`` (shown 1.1 GiB) as 1.0 GiB. Each setting is reset
+        to DuckDB's default, in one statement, which gives back a default exactly; one that then shows otherwise (the
+        caller set it) is set to its text, a size to the least number of bytes that shows as it did, and as the setting
+        DuckDB shows from it (:data:`_FOLLOWER`) did (found once per shown text): what they show is the caller's again,
+        to the character, and repeated queries never drift."""
         try:
-            self._con.execute("; ".join(sets))
-        except duckdb.Error:  # pragma: no cover - restoring values DuckDB reported
-            for one in sets:
+            now = self._con.execute("; ".join(
+                [f"SET enable_profiling = {_sql_str(str(profiling))}"] * (profiling is not None)
+                + [f"RESET {name}" for name, _ in saved]
+                + ["SELECT " + ", ".join(f"current_setting('{name}')" for name, _ in saved)])).fetchall()[0]
+        except duckdb.Error:  # pragma: no cover - resetting settings DuckDB reported
+            now = (None,) * len(saved)
+        for (name, original), shown in zip(saved, now, strict=True):
+            if shown is not None and str(shown) == original:
+                continue
+            for value in (self._callers.get((name, original)), original):
                 try:
-                    self._con.execute(one)
+                    if value is not None and self._set_shown(name, value) == original:
+                        break
                 except duckdb.Error:
                     pass
+            else:
+                self._callers[(name, original)] = self._least_shown_as(name, original, follow.get(name))
+
+    def _set_shown(self, name: str, value: str | None) -> str:
+        """Set ``name`` to ``value`` (None: leave it) and say what DuckDB shows for it."""
+        sql = f"SELECT current_setting('{name}')"
+        return str(self._con.execute(sql if value is None else f"SET {name} = {_sql_str(value)}; {sql}").fetchall()[0][0])
+
+    def _least_shown_as(self, name: str, shown: str, follow: tuple[str, str] | None) -> str | None:
+        """The least number of bytes (as ``'<n>b'``) that DuckDB shows as ``shown``, a size it showed for setting
+        ``name``, and for which ``follow`` (a setting DuckDB shows from it, and what it showed) shows as it did if
+        one does; the setting is left at it when found. None when ``shown`` is not a size."""
         try:
-            shown = self._con.sql("SELECT " + ", ".join(f"current_setting('{name}')" for name, _ in saved)
-                                      ).fetchall()[0]
-        except duckdb.Error:  # pragma: no cover
-            return
-        for (name, original), now in zip(saved, shown, strict=True):
-            self._callers[name] = (original, str(now))
+            want = self._con.execute("SELECT parse_formatted_bytes(?)::BIGINT", [shown]).fetchall()[0][0]
+            hi = want + max(want // 8, 1 << 20)  # shows more than ``shown`` (a size shows 2 to 4 digits)
+            least = self._least(name, want - 1, hi, name, want)
+            if follow is not None:
+                want = self._con.execute("SELECT parse_formatted_bytes(?)::BIGINT", [follow[1]]).fetchall()[0][0]
+                finer = self._least(name, least - 1, hi, follow[0], want)
+                if self._set_shown(name, f"{finer}b") == shown and self._set_shown(follow[0], None) == follow[1]:
+                    return f"{finer}b"
+            return f"{least}b" if self._set_shown(name, f"{least}b") == shown else None
+        except duckdb.Error:
+            return None
+
+    def _least(self, name: str, lo: int, hi: int, watch: str, want: int) -> int:
+        """The least ``b`` in (lo, hi] for which setting ``name`` to ``b`` bytes makes ``watch`` show at least ``want``
+        bytes (it grows with ``b``; ``hi``: assumed to)."""
+        while lo + 1 < hi:
+            mid = (lo + hi) // 2
+            got = self._con.execute(f"SET {name} = '{mid}b'; SELECT parse_formatted_bytes(current_setting('{watch}'))"
+                                    "::BIGINT").fetchall()[0][0]
+            lo, hi = (lo, mid) if got >= want else (mid, hi)
+        return hi
 
     @contextmanager
     def _deadline(self, until: float | None = None) -> Iterator[None]:

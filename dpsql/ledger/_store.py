@@ -172,6 +172,8 @@ import pyarrow as pa
 
 from dpsql.budget import Budget, compose_counted, counted_remaining, exact_counted_sum_fits
 from dpsql.errors import BudgetExceededError, ConfigError, LedgerError, interrupted_by_signal
+from dpsql.interrupts import HeldInterrupt as _HeldInterrupt
+from dpsql.interrupts import interruption_point as _interruption_point
 
 #: The ledger schema version this code reads and writes. ``schema.sql`` inserts the same value.
 SCHEMA_VERSION = 1
@@ -1274,19 +1276,20 @@ class Ledger:
     ) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Txn]]:
         """:meth:`_one_txn`, refused at once in a thread that is inside a transaction of this ledger already (a
         signal handler runs in the thread it interrupts): it would wait for its own lock, then time out."""
-        me = (os.getpid(), threading.get_ident())
-        if me in self._inside:
-            raise LedgerError(
-                f"ledger {self._where()} was used from inside one of its own operations in the same thread (e.g. by a "
-                f"signal handler that interrupted a query); {unchanged}",
-                hint="in a signal handler, set a flag (or raise an exception) and use dpsql once the interrupted call "
-                "has returned")
-        self._inside.add(me)
-        try:
-            with self._one_txn(write=write, creating=creating, unchanged=unchanged, wait=wait) as out:
-                yield out
-        finally:
-            self._inside.discard(me)
+        with _HeldInterrupt():  # Ctrl-C in the main thread: raised where it waits, or once all is given back
+            me = (os.getpid(), threading.get_ident())
+            if me in self._inside:
+                raise LedgerError(
+                    f"ledger {self._where()} was used from inside one of its own operations in the same thread (e.g. by "
+                    f"a signal handler that interrupted a query); {unchanged}",
+                    hint="in a signal handler, set a flag (or raise an exception) and use dpsql once the interrupted "
+                    "call has returned")
+            self._inside.add(me)
+            try:
+                with self._one_txn(write=write, creating=creating, unchanged=unchanged, wait=wait) as out:
+                    yield out
+            finally:
+                self._inside.discard(me)
 
     @contextmanager
     def _one_txn(
@@ -1342,7 +1345,7 @@ class Ledger:
                 "shares, or run the queries in the process that created the in-memory ledger",
             )
         wait = self.lock_timeout if wait is None else wait
-        if not self._mem_lock.acquire(timeout=min(wait, 1e9)):  # 31 years: forever (more overflows the lock's clock)
+        if not _acquire(self._mem_lock, min(wait, 1e9)):  # 31 years: forever (more overflows the lock's clock)
             raise LedgerError(
                 f"the in-memory ledger is busy in another thread for more than {wait:g} s; "
                 f"{t.unchanged}",
@@ -1358,6 +1361,7 @@ class Ledger:
                     if not creating:
                         self._check_schema(con)
                     yield con
+                    _interruption_point()  # Ctrl-C so far: nothing is changed
                 except BaseException:
                     _rollback(con)
                     raise
@@ -1457,6 +1461,7 @@ class Ledger:
                         # would leave a committed change refused, so it is found now, before anything counts
                         self._check_markers_writable(t.unchanged, paths)
                     _hook("before_commit", p)
+                    _interruption_point()  # Ctrl-C so far: nothing is changed (after the COMMIT: the change stands)
                 except BaseException as e:
                     _rollback(con)
                     if isinstance(e, duckdb.Error):
@@ -1656,6 +1661,7 @@ class Ledger:
                 raise LedgerError(
                     f"ledger {p} {why}; gave up after {now - started:.2g} s; {unchanged}", hint=hint
                 )
+            _interruption_point()
             time.sleep(min(deadline - now, random.uniform(0.5, 1.0) * delay))
             delay = min(delay * 2, 0.05)
 
@@ -1752,8 +1758,19 @@ def _poll_flock(fd: int, op: int, deadline: float) -> bool:
         now = time.monotonic()
         if now >= deadline:
             return False
+        _interruption_point()
         time.sleep(min(deadline - now, pause))
         pause = min(pause * 1.5, 0.005)
+
+
+def _acquire(lock: Any, wait: float) -> bool:
+    """``lock.acquire(timeout=wait)``, with an :func:`_interruption_point` every 50 ms."""
+    end = time.monotonic() + wait
+    while not lock.acquire(timeout=min(max(end - time.monotonic(), 0.0), 0.05)):
+        if time.monotonic() >= end:
+            return False
+        _interruption_point()
+    return True
 
 
 def _kind(s: os.stat_result) -> str:

@@ -1,0 +1,67 @@
+"""Ctrl-C (SIGINT) held back in the main thread while dpsql takes and gives back what other threads and processes
+wait for (a ledger's queue slot and lock, a Session's count of requests in flight)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+
+class HeldInterrupt:
+    """Ctrl-C held back in the main thread while a ledger operation (``Ledger._txn``) or a Session's count of requests
+    (``CatalogLock``) runs there: its handler (the KeyboardInterrupt, or the program's own) runs where it waits (:func:`interruption_point`: the queue,
+    the lock, another program's DuckDB lock) or once it has given back all it took. Python runs a signal's handler
+    between any two steps of the main thread, so a KeyboardInterrupt came between taking a queue slot and the
+    ``try`` that gives it back (the waiter behind it then waited out its lock_timeout, and a release it held up
+    failed after its charge), or after the thread was marked as inside an operation (every later operation of the
+    thread refused), and it cut DuckDB's ledger statements short. Other threads never run a signal's handler; a
+    handler that is not Python's (None) is left alone."""
+
+    def __init__(self) -> None:
+        self.old: Any = None
+        self.caught: list[tuple[int, Any]] = []
+
+    def __enter__(self) -> HeldInterrupt:
+        global HELD
+        if threading.current_thread() is not threading.main_thread() or HELD is not None:
+            return self
+        old = signal.getsignal(signal.SIGINT)
+        if not callable(old):  # ignored, the default, or not set from Python
+            return self
+        try:
+            signal.signal(signal.SIGINT, self._hold)
+        except (ValueError, OSError):  # e.g. not the main interpreter
+            return self
+        self.old, HELD = old, self  # held from here: no handler runs that could raise
+        return self
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.caught.append((signum, frame))
+
+    def deliver(self, handler: Any) -> None:
+        """Run ``handler`` for each Ctrl-C held back so far (raising its KeyboardInterrupt)."""
+        while self.caught:
+            handler(*self.caught.pop(0))
+
+    def __exit__(self, *exc: object) -> None:
+        global HELD
+        old, self.old = self.old, None
+        if old is None:
+            return
+        if HELD is self:
+            HELD = None
+        if signal.getsignal(signal.SIGINT) == self._hold:  # not replaced meanwhile (by another signal's handler)
+            signal.signal(signal.SIGINT, old)
+        self.deliver(old)
+
+
+HELD: HeldInterrupt | None = None  # the main thread's, while it holds Ctrl-C back
+
+
+def interruption_point() -> None:
+    """Where an operation holding Ctrl-C back waits, with all it took so far given back if this raises: Ctrl-C held back in the main
+    thread is raised here (a wait for a lock is not held up)."""
+    held = HELD
+    if held is not None and held.caught and threading.current_thread() is threading.main_thread():
+        held.deliver(held.old)
