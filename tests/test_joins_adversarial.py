@@ -335,6 +335,27 @@ def test_a_fine_tau_grid_names_the_delta_it_needs() -> None:
         s.close()
 
 
+@pytest.mark.filterwarnings("ignore:epsilon=.* is unusually large")
+def test_an_epsilon_no_delta_allows_names_the_epsilon_that_does() -> None:
+    """At epsilon = 100 the floating-point part (1 + e^eps)·L·g is far above 1: the refusal said "it needs
+    delta > 2.4e+31"; it now says no delta below 1 is enough and names the largest epsilon the delta allows."""
+    import re
+
+    s = _small_fk()
+    try:
+        with pytest.raises(ConfigError) as info:
+            s.explain(SCALAR, epsilon=100.0, delta=1e-5, options={"mechanism": "dp_s4s", "q": 1.0})
+        msg = str(info.value)
+        m = re.search(r"use epsilon below ([0-9.e+-]+)", msg)
+        assert "no delta below 1 is enough" in msg and "e+" not in msg.split("(")[1] and m is not None, msg
+        s.explain(SCALAR, epsilon=0.99 * float(m.group(1)), delta=1e-5, options={"mechanism": "dp_s4s", "q": 1.0})
+        with pytest.raises(ConfigError, match="too small for DP-S4S's floating-point"):
+            s.explain(SCALAR, epsilon=1.02 * float(m.group(1)), delta=1e-5, options={"mechanism": "dp_s4s", "q": 1.0})
+        assert s.history().num_rows == 0
+    finally:
+        s.close()
+
+
 def test_a_huge_declared_delta_is_accounted_without_a_huge_array(monkeypatch: pytest.MonkeyPatch) -> None:
     """Delta = 10^18 (degree bounds 10^9 x 10^9) made Lemma 3.5's window 1.9e10 terms wide: a MemoryError at
     explain. Wide windows are now bounded in bins; the bound is above the exact sum and close to it."""

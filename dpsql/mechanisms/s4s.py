@@ -843,10 +843,14 @@ def _rdp_schedule_cached(
     d_rdp = binary_at_most(Fraction(d) - Fraction(fp)) if d > fp else 0.0
     if not d_rdp > 0:
         # the floating-point part grows with the grid's size and e^eps: name the delta this grid needs
+        # fp = (1 + e^eps)·L·g grows with e^eps: a smaller epsilon always helps; a delta of 1 or more never exists
+        per = big_l * gaussian_fp_delta(32.0, 1.0, integer=False)
+        most = math.log(d / per - 1.0) if d / per > 1.0 else None  # the largest epsilon this delta allows
+        need = f"it needs delta > {fp:.3g}" if fp < 1 else "no delta below 1 is enough"
+        smaller = f"epsilon below {most:.3g}" if most is not None and most > 0 else "a smaller epsilon"
         raise ConfigError(f"delta={d:.6g} is too small for DP-S4S's floating-point Gaussian noise over {big_l} thresholds "
-                          f"at epsilon={e!r} (it needs delta > {fp:.3g})",
-                          # (it grows with e^epsilon: a smaller epsilon always helps; a delta of 1 or more never exists)
-                          hint=(f"use delta > {fp:.3g}, or " if fp < 1 else "use ") + "a smaller epsilon"
+                          f"at epsilon={e!r} ({need})",
+                          hint=(f"use delta > {fp:.3g}, or " if fp < 1 else "use ") + smaller
                           + (", or a larger tau_base (fewer thresholds)" if big_l > 8 else ""))
     best: tuple[float, float, list[S4SRdpStep]] | None = None
     for a in (RDP_ORDERS if alpha is None else (alpha,)):
