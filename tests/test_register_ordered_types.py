@@ -19,7 +19,7 @@ def table() -> pa.Table:
     return pa.table({
         "pid": np.arange(20, dtype=np.int64),
         "flag": [i % 3 == 0 for i in range(20)],
-        "ts": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(hours=i) for i in range(20)],
+        "ts": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(hours=i) for i in range(20)],
                        type=pa.timestamp("us", tz="UTC")),
     })
 
