@@ -506,6 +506,23 @@ def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, s
                 f"the {what} (type = \"DOUBLE\", \"BIGINT\" or \"DATE\"); otherwise drop the {what} of '{name}' "
                 "(to release its values as keys, declare its public domain instead)",
             )
+        if (c.bounds is not None or c.ordered is not None) and ("WITH TIME ZONE" in typ or typ in ("TIMESTAMPTZ", "TIMETZ")):
+            # no comparison or GROUP BY may read such a value (its equality is coarser than its spelling): a
+            # histogram or range query over it would be refused every time
+            raise ConfigError(
+                f"bounds for '{table}.{name}' need a numeric, DATE or TIMESTAMP column, but it is {schema[name]}, which "
+                "no range, histogram or comparison may read",
+                hint=f"register '{name}' as a TIMESTAMP (its UTC time without a zone: cast an Arrow column to "
+                     "pa.timestamp('us'), write the Parquet or DuckDB column as TIMESTAMP, or declare type = "
+                     f"\"TIMESTAMP\" for a CSV column) with the bounds and grid, or drop the bounds of '{name}'",
+            )
+        if c.ordered is not None and typ == "BOOLEAN":
+            # a grid over [0, 1] would release its keys as 0.0 / 1.0, not the column's false / true
+            raise ConfigError(
+                f"bins for '{table}.{name}' need a numeric (or date/timestamp) column, but it is BOOLEAN",
+                hint=f"drop the bins of '{name}': GROUP BY {name} releases false and true as keys (declare its public "
+                     f"domain, columns={{'{name}': {{'domain': [False, True]}}}}, to release both whatever the data)",
+            )
         if c.ordered is not None and c.ordered.kind != "numeric" and name in schema and not typ.startswith(("DATE", "TIMESTAMP")):
             raise ConfigError(f"a date grid for '{table}.{name}' needs a DATE or TIMESTAMP column, but it is {schema[name]}",
                               hint=f"declare numeric bounds for '{name}' (e.g. bounds = [0, 100] with bins = 100), or, in a "

@@ -43,8 +43,9 @@ from dpsql.rewrite.bound import Caps, bounded_histogram
 
 
 def bin_ranges(wl: Workload) -> np.ndarray:
-    """The workload's inclusive bin ranges as an (m, 2 * dims) integer array."""
-    return np.asarray(wl.ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims))
+    """The workload's inclusive bin ranges as an (m, 2 * dims) integer array, in the bins DAWA runs
+    over (a histogram restricted to a span by its WHERE: from the span's first bin)."""
+    return np.asarray(wl.ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims)) - wl.offset
 
 
 def unit_column(wl: Workload, catalog: dict[str, TableSpec]) -> str:
@@ -64,6 +65,8 @@ def fill_histogram(wl: Workload, rows: Any) -> np.ndarray:
     n = np.asarray(rows.column("__n").to_numpy(zero_copy_only=False), dtype=np.float64)
     if len(n):
         np.add.at(x, tuple(cols), n)
+    if wl.span is not None:  # the bins the WHERE's own literals exclude hold no row that passes it
+        return x[wl.span[0] : wl.span[1] + 1].copy()
     return x
 
 
@@ -84,9 +87,7 @@ def precheck_dawa(wl: Workload, epsilon: float, *, split: float, cap: float) -> 
     """Refuse, before the charge, parameters whose DAWA noise cannot be represented (no data read)."""
     from dpsql.mechanisms import dawa as _dawa
 
-    n = 1
-    for d in wl.dims:
-        n *= d.n
+    n = wl.size
     try:
         _dawa.dawa_precheck(n, epsilon, ratio=split, sensitivity=cap)
     except ConfigError as e:
@@ -200,9 +201,7 @@ def _stage1_scales(wl: Workload, epsilon1: float, cap: float) -> dict[str, float
     """Stage 1's Laplace scale per candidate bucket length (public: n, epsilon1 and k only)."""
     from dpsql.mechanisms._dawa_partition import stage1_scale_table
 
-    n = 1
-    for d in wl.dims:
-        n *= d.n
+    n = wl.size
     if n <= 1:
         return {}
     return {str(length): scale for length, scale in stage1_scale_table(n, epsilon1, sensitivity=cap).items()}
@@ -320,18 +319,23 @@ class Dawa:
         }
         if wl.histogram:
             params["bins_released"] = len(wl.ranges)
+        if wl.span is not None:
+            params["dawa_bins"] = list(wl.span)
         if cal.groups is not None:
             params["max_groups_per_unit"] = cal.groups.max_groups_per_unit
             params["max_rows_per_group"] = cal.groups.max_rows_per_group
             params["l1_sensitivity"] = cal.cap
         params["estimates"] = _estimates(cal.groups, cal.cap)
+        span = (f"the WHERE restricts '{wl.dims[0].column}' to bins {wl.span[0]}..{wl.span[1]} of the declared domain: "
+                "DAWA runs over these bins only and releases them only (the others hold no row that passes the WHERE)",
+                ) if wl.span is not None else ()
         return Description(
             label="dawa",
             cost=Budget(cal.epsilon, 0.0),
             parameters=params,
             notes=("DAWA is pure epsilon-DP: no delta is spent",
                    f"each unit keeps at most {fmt_cap(cal.cap)} row(s), chosen at random; rows outside the declared "
-                   "domain are dropped", *widened),
+                   "domain are dropped", *span, *widened),
         )
 
     def bounded(self, cal: DawaCalibration, salt: str, ops: SqlOps) -> exp.Expression | None:

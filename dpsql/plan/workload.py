@@ -147,6 +147,24 @@ class Workload:
     histogram: bool = False  # a GROUP BY over bins: release every bin
     coarsen: int = 1
     notes: list[str] = field(default_factory=list)
+    #: a histogram whose WHERE restricts its own column to a range: the inclusive bins (i0, i1) of the
+    #: declared domain that DAWA runs over and that are released (``ranges`` lie within them); None: all
+    span: tuple[int, int] | None = None
+
+    @property
+    def size(self) -> int:
+        """Bins DAWA runs over: the span's, else the whole grid's."""
+        if self.span is not None:
+            return self.span[1] - self.span[0] + 1
+        n = 1
+        for d in self.dims:
+            n *= d.n
+        return n
+
+    @property
+    def offset(self) -> int:
+        """The first bin DAWA runs over (a synopsis's bin 0)."""
+        return 0 if self.span is None else self.span[0]
 
     def synopsis_key(self, cap: float, catalog: dict[str, TableSpec], *,
                      groups: tuple[float, float, float] | None = None) -> str | None:
@@ -173,6 +191,9 @@ class Workload:
             "where": self.base_key,
             "max_rows_per_unit": float(cap),
         }
+        if self.span is not None:
+            # a synopsis over a restricted span answers that span only (its bin 0 is the span's first)
+            ident["span"] = list(self.span)
         if groups is not None:
             ident["grouped"] = [None if math.isinf(v) else float(v) for v in groups]
         return "dawa:" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
@@ -462,8 +483,10 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
     dim = Dim(col, cspec.ordered, plan.table.schema.get(col))
     n = dim.n
     factor = max(1, factor)
-    ranges = tuple((s, min(s + factor - 1, n - 1)) for s in range(0, n, factor))
     base = [c for c in _conjuncts(plan.where)]
+    span = _where_span(dim, base, factor)
+    first, last = (0, n - 1) if span is None else span
+    ranges = tuple((s, min(s + factor - 1, n - 1)) for s in range(first, last + 1, factor))
     return Workload(
         table=plan.table,
         dims=[dim],
@@ -474,7 +497,35 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
         snapped=[False] * len(ranges),
         histogram=True,
         coarsen=factor,
+        span=span,
     )
+
+
+def _where_span(dim: Dim, base: list[exp.Expression], factor: int) -> tuple[int, int] | None:
+    """The bins of ``dim`` that the WHERE's comparisons of that column with literals can admit (``_bins_for``:
+    an endpoint inside a bin keeps the whole bin), widened to whole coarse bins of ``factor`` bins; None when
+    they admit every bin, or none (the whole domain is kept, as without a restriction).
+
+    Privacy: a function of the query's text (its literals) and the declared domain only, public
+    metadata; the bins it leaves out hold no row that passes the WHERE, and DAWA over the kept bins is
+    DAWA over a sub-vector of the bounded histogram, whose L1 sensitivity is at most the whole one's."""
+    parts: list[tuple[str, Any]] = []
+    for c in base:
+        part = _range_part(c, {dim.column: dim.domain})
+        for col, op, v in (part if isinstance(part, list) else [part]) if part is not None else []:
+            if col == dim.column:
+                parts.append((op, v))
+    if not parts:
+        return None
+    try:
+        i0, i1, _ = _bins_for(dim, parts)
+    except (UnsupportedQueryError, ValueError, TypeError, OverflowError, ArithmeticError):
+        return None  # an endpoint read otherwise than DuckDB may read it: no restriction
+    i0 -= i0 % factor
+    i1 = min(i1 + (factor - 1 - i1 % factor), dim.n - 1) if i1 >= 0 else i1
+    if i1 < i0 or (i0 == 0 and i1 == dim.n - 1):
+        return None
+    return i0, i1
 
 
 def _binned_column(key: exp.Expression, table: TableSpec) -> tuple[str | None, int]:
