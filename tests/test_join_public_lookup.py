@@ -123,3 +123,22 @@ def test_lookup_join_other_routes_unchanged() -> None:
         assert s.explain(sql, epsilon=1.0, delta=0.0).mechanism == "dp_s4s"
         assert s.explain(sql, epsilon=1.0, delta=1e-6, options={"q": 1}).mechanism == "dp_s4s"
         assert s.explain(sql, epsilon=1.0, delta=1e-6, options={"mechanism": "r2t"}).mechanism == "r2t"
+
+
+def test_one_person_moves_the_release_by_at_most_delta() -> None:
+    """The sensitivity the noise is calibrated to (Delta = 3 rows per person, each joining one lookup row): a person
+    holding 50 rows in region 'e', each also matching a duplicated lookup key, moves the zero-noise count by 3."""
+    persons, regions = _data()
+    dup = pa.concat_tables([regions, pa.table({"region": ["e"], "zone": ["EW"]})])
+    extra = pa.table({"pid": np.full(50, 10**6), "region": ["e"] * 50, "age": np.full(50, 40)})
+    sql = f"SELECT COUNT(*) {JOIN} {WHERE}"
+    out = []
+    for rows in (persons, pa.concat_tables([persons, extra])):
+        with dpsql.Session(budget=Budget(100.0, 1e-3)) as s:
+            s.register("regions", dup, public=True)
+            s.register("persons", rows, privacy_unit="pid", max_rows_per_unit=3, references={"region": "regions.region"},
+                       columns={"region": {"domain": REGIONS}, "age": {"bounds": [0, 100]}})
+            use_noise(s, zero_noise())
+            assert s.explain(sql, epsilon=1.0, delta=1e-6).parameters["l2_sensitivity"] == pytest.approx(3.0, rel=1e-6)
+            out.append(s.query(sql, epsilon=1.0, delta=1e-6).to_pylist()[0]["COUNT(*)"])
+    assert out[1] - out[0] == 3
