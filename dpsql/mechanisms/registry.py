@@ -14,7 +14,10 @@ Routing rules, in order:
    enforced (one person per tuple; default q = 1/16), R2T (q = 1) when Delta is only attested
    by the owner's declarations, unless the request sets q < 1 (then DP-S4S, its claim
    conditional on the attested Delta) or forces ``mechanism``. Several aggregates (AVG is two):
-   one run of that mechanism per base aggregate (``dpsql.mechanisms.join_multi``).
+   one run of that mechanism per base aggregate (``dpsql.mechanisms.join_multi``). A scalar aggregate
+   over one private table joined with public lookup tables on their keys (``_lookup_join``), delta > 0
+   and neither q nor mechanism set -> the per-person clipping path over one constant group (no sampling:
+   the one-table query's sensitivity, ``_route_lookup_join``); GROUP BY over joins -> ``route_name``.
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
 2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
    same bounding, so the same quantity); a single range count over such a column -> a stored
@@ -387,6 +390,8 @@ def _route_join(
         raise PolicyError(f"joins are answered by DP-S4S or R2T, not by mechanism '{forced}'",
                           hint="use mechanism='dp_s4s' or 'r2t', or omit the option")
     people = bound_people(plan.join, dict(catalog))
+    if forced == "auto" and "q" not in options and delta > 0 and _lookup_join(plan.join, people, catalog):
+        return _route_lookup_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
     if forced == "auto":
         sampled = options.get("q", 1.0 if not people.enforced else 0.5) < 1.0
         forced = "dp_s4s" if people.enforced or sampled else "r2t"
@@ -400,6 +405,48 @@ def _route_join(
         reason = f"join: DP-S4S (Poisson-sampled join tuples, truncation with a privately chosen threshold; Delta {holds})"
     else:
         reason = f"join: R2T (no sampling, truncation race over thresholds; Delta {holds})"
+    return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
+
+
+def _lookup_join(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> bool:
+    """A join of one private table with public lookup tables on their declared keys (public metadata only):
+    one private input, the others public, Delta enforced, and every public input capped at one row per
+    value of the column it joins on (a declared key: the cap keeps it one whatever the data)."""
+    private = [a for a, t in jp.inputs if not catalog[t].public]
+    public = {a for a, t in jp.inputs if catalog[t].public}
+    return (len(private) == 1 and people.enforced and people.single_owner
+            and all(n == 1 for a, _, n in people.caps if a in public))
+
+
+def _route_lookup_join(
+    sql: str, plan: ir.QueryPlan, epsilon: float, delta: float, options: Mapping[str, Any],
+    catalog: Mapping[str, TableSpec], find_synopsis: Callable[[str], tuple[int, str] | None],
+) -> Route:
+    """Rule 0, a scalar aggregate over a lookup join (``_lookup_join``): the per-person clipping path of a
+    grouped join over one constant key (a public key set of one value, read from no data), no sampling.
+
+    Sensitivity: the bounded query caps the private input at its per-unit row cap L (``p.pid <= L``) and
+    each public input at one row per joined key value (``r.region <= 1``), stable caps chosen from the
+    catalog; a private row then joins at most one row of each public table, so one person is in at most
+    Delta = L join tuples, each worth at most M = max(|lo|, |hi|) (count: 1): a person's total moves the
+    released sum by at most C = Delta * M, the sensitivity of the one-table query over the private table.
+    The clipped Gaussian (``dpsql.mechanisms.s4s_vector``, path "clip", d = 1) is calibrated to exactly
+    that C, the default clip_norm (nothing is clipped). A public table whose key value is duplicated loses
+    the extra rows to its cap (the answer changes, the sensitivity does not); a public table joined on a
+    column with a fan-out (degree bound > 1) is not a lookup and stays on DP-S4S."""
+    assert plan.join is not None and not plan.join.keys
+    owner = plan.join.slots[0]
+    # one constant group: its key set is a literal (no data read), every tuple in it, never released (plan.keys is empty)
+    one = ir.JoinKey("__k0", exp.cast(exp.Literal.number(0), "BIGINT"), "(none: one group, the scalar aggregate)",
+                     "declared", owner.alias, owner.column, "BIGINT", (0,))
+    grouped = dataclasses.replace(plan, join=dataclasses.replace(plan.join, keys=(one,)))
+    mech = _several(REGISTRY[MechanismName.JOIN_CLIPPED], grouped, grouped=True)
+    _check_applicable(mech, options)
+    req = Request.asking(text=sql, epsilon=epsilon, delta=delta, options=options, table=plan.table, unit="",
+                         catalog=catalog, plan=grouped, find_synopsis=find_synopsis)
+    reason = ("join of one private table with public lookup tables on their keys: each private row joins at most one "
+              "lookup row, so the sensitivity is the one-table query's (Delta x max|value|); the exact total of the capped "
+              "join plus Gaussian noise (per-person clipping path, nothing clipped; no sampling)")
     return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
 
 
