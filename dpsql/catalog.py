@@ -527,6 +527,11 @@ def type_domains(table: str, columns: dict[str, ColumnSpec], schema: dict[str, s
             raise ConfigError(f"a date grid for '{table}.{name}' needs a DATE or TIMESTAMP column, but it is {schema[name]}",
                               hint=f"declare numeric bounds for '{name}' (e.g. bounds = [0, 100] with bins = 100), or, in a "
                                    "CSV file, its type with the grid (type = \"DATE\")")
+        if c.ordered is not None and c.ordered.kind == "numeric" and name in schema and typ.startswith(("DATE", "TIME")):
+            # (the bounding SQL's TRY_CAST of a date to DOUBLE is NULL: every row would be dropped, after the charge)
+            raise ConfigError(f"a numeric grid for '{table}.{name}' needs a numeric column, but it is {schema[name]}",
+                              hint=f"declare its bounds as dates (e.g. bounds = [\"2024-01-01\", \"2024-12-31\"] with "
+                                   f"bins = 365, or --bins {table}.{name}=2024-01-01:2024-12-31:365)")
         if c.domain is not None and name in schema:
             try:
                 dom = type_domain(c.domain, schema[name], f"'{table}.{name}' ({schema[name]})")

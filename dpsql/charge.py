@@ -23,11 +23,12 @@ FAILURE_REASON = "failed after the charge (reason withheld: it could depend on p
 
 def reserve(ledger: Ledger, cost: Any, **entry: Any) -> int:
     """``ledger.reserve``; a ledger failure once the charge is durable (``recorded``: the query
-    does not run, the charge stands) exits like any failure after the charge."""
+    does not run, the charge stands), or whose COMMIT was sent but not acknowledged (``unacknowledged``:
+    it may stand), exits like any failure after the charge."""
     try:
         return ledger.reserve(cost, **entry)
     except LedgerError as e:
-        if e.recorded:
+        if e.recorded or e.unacknowledged:
             e.exit_code = CHARGED_EXIT_CODE
         raise
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import io
 import json
 import math
@@ -465,6 +466,11 @@ def _open_session(args: argparse.Namespace) -> Any:
             if all(len(x) == 10 and x[4] == x[7] == "-" and d.isascii() and d.isdigit() for x, d in zip(parts, digits)):
                 # a date grid (YYYY-MM-DD): the column's type reads it, as the config's bounds = ["2024-01-01", ...]
                 blo, bhi = parts[0], parts[1]
+                for x in parts[:2]:
+                    try:
+                        datetime.date.fromisoformat(x)
+                    except ValueError:
+                        raise ConfigError(f"--bins {k}={v} is refused: '{x}' is not a date", hint=example) from None
                 ascending = parts[0] < parts[1]  # YYYY-MM-DD texts sort as their dates
             else:
                 nlo, nhi = (_flag_value("--bins", f"{k}={v}", x, example) for x in parts[:2])

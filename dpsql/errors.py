@@ -138,10 +138,13 @@ class LedgerError(DPSQLError):
 
     ``recorded`` is True when the failure came after the change was committed (a reserve's charge
     then stands). A Session sets ``exit_code`` to ``CHARGED_EXIT_CODE`` when the failure leaves a charge
-    standing with nothing released, so that the CLI's exit code tells 'charged, then failed'."""
+    standing with nothing released, so that the CLI's exit code tells 'charged, then failed'.
+    ``unacknowledged`` is True when the change's COMMIT was sent but not acknowledged (it may stand):
+    a reserve then exits as charged too."""
 
     exit_code = 4
     recorded = False
+    unacknowledged = False
 
 
 class ExecutionError(DPSQLError):

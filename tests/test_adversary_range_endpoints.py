@@ -67,6 +67,9 @@ EXACT = [
     "age >= 20 AND age <= 29.9999999999",
     "age = 20.0000000001",
     "age >= 20.00000000000000001 AND age < 30",
+    # leading zeros count as digits in DuckDB: over 38 digits the literal is a DOUBLE (20.0), so age 20 fails '>'
+    "age > 00000000000000000000019.99999999999999999999 AND age < 30",
+    "age <= 00000000000000000000029.99999999999999999999 AND age >= 20",
     "age >= 19.999999999 AND age < 30",
     "age >= 20 AND age < 30",
     "d >= TIMESTAMP '2026-01-05 00:00:00.00001'",
@@ -168,3 +171,17 @@ def test_an_edge_far_from_zero_is_widened_where_the_doubles_miss_it() -> None:
         want = con.execute(sql).fetchall()[0][0]
         assert got == want if not wl.snapped[0] else got >= want, (where, wl.ranges, wl.snapped, got, want)
     s.close()
+
+
+@pytest.mark.parametrize("where", ["age > 00000000000000000000019.99999999999999999999",
+                                   "age <= 00000000000000000000029.99999999999999999999"])
+def test_a_query_reads_a_literal_with_leading_zeros_as_duckdb_and_the_workload_do(where: str) -> None:
+    """Over 38 written digits (leading zeros included) DuckDB reads a number literal as a DOUBLE: a query's WHERE
+    admits the rows DuckDB's does, as the range workload's bins do (it was read as an exact DECIMAL)."""
+    from dpsql.testing import use_noise, zero_noise
+
+    with dpsql.Session(budget=dpsql.Budget(10.0, 0.0)) as s:
+        use_noise(s, zero_noise())
+        s.register("t", _table(), privacy_unit="pid", max_rows_per_unit=1)
+        sql = f"SELECT COUNT(*) AS n FROM t WHERE {where}"
+        assert s.query(sql, epsilon=1.0).table.column("n")[0].as_py() == _duck(sql)

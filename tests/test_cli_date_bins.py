@@ -58,3 +58,19 @@ def test_bad_date_bins_are_refused_before_the_charge(flags: list[str], capsys: p
     assert "--bins" in err or "a date grid for 't.uid' needs a DATE or TIMESTAMP column, but it is BIGINT" in err, err
     assert run(["--ledger", "l.duckdb", "budget", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["spent"]["epsilon"] == 0
+
+
+@pytest.mark.parametrize("item", ["d=2024-13-01:2024-12-31:5", "d=2024-01-01:2024-02-30:5"])
+def test_a_grid_end_that_is_no_date_is_named(flags: list[str], capsys: pytest.CaptureFixture[str], item: str) -> None:
+    """'2024-13-01' is named as no date (it was refused as 'LO must be below HI', texts compared as dates)."""
+    capsys.readouterr()
+    assert run([*flags, "--bins", f"t.{item}", "query", "SELECT MIN(d) FROM t", "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a date" in err and "below HI" not in err, err
+
+
+def test_a_numeric_grid_on_a_date_column_is_refused_before_the_charge(flags: list[str],
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert run([*flags, "--bins", "t.d=0:100:5", "query", "SELECT d, COUNT(*) AS n FROM t GROUP BY d", "--epsilon", "1"]) == 2
+    assert "a numeric grid for 't.d' needs a numeric column, but it is DATE" in capsys.readouterr().err

@@ -773,3 +773,35 @@ def test_through_pgbouncer_a_release_whose_server_session_is_terminated_is_recor
     assert [(e["status"], json.loads(e["params"])) for e in led.history().to_pylist()] == [
         (status, {"rows": 3} if status == "released" else {})]
     led.close()
+
+
+def test_a_charge_whose_commit_acknowledgement_is_lost_exits_as_charged(server: Server, url: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The COMMIT of a charge reached the server, but the connection dropped before its acknowledgement: the
+    charge stands (it counts), so the failure exits as one after the charge (5), not as a ledger error that
+    charged nothing (4)."""
+    import psycopg
+
+    from dpsql.charge import reserve
+    from dpsql.errors import CHARGED_EXIT_CODE
+
+    spy = Spy(monkeypatch)
+    led = open_ledger(url, None)
+    led.remaining()
+    commit = psycopg.Connection.commit
+    killed: list[int] = []
+
+    def lost_acknowledgement(con: Any) -> None:
+        commit(con)
+        if spy.count("INSERT INTO ledger_entries") and not killed:
+            killed.append(con.info.backend_pid)
+            _terminate(server, killed[0])
+            con.execute("SELECT 1")  # the connection's failure, as the COMMIT would have seen it
+
+    monkeypatch.setattr(psycopg.Connection, "commit", lost_acknowledgement)
+    with pytest.raises(LedgerError, match="not acknowledged") as info:
+        reserve(led, dpsql.Budget(0.1, 0.0), mechanism="m", query="q", tables=["t"], params={})
+    monkeypatch.undo()
+    assert led.spent() == dpsql.Budget(0.1, 0.0)  # the charge stands
+    assert info.value.exit_code == CHARGED_EXIT_CODE
+    led.close()

@@ -768,11 +768,13 @@ class PostgresLedger(Ledger):
                 try:
                     con.commit()
                 except psycopg.Error as e:
-                    raise _lost_if(
+                    lost = _lost_if(
                         con.closed, f"ledger {self.path}: PostgreSQL could not commit ({type(e).__name__}); the change was not "
                         f"acknowledged: {unchanged}, unless it reached the server before the error (then it counts)",
                         hint="dpsql reads no private row after this error",
-                    ) from None
+                    )
+                    lost.unacknowledged = True  # it may stand: a charge's failure exits as one after the charge
+                    raise lost from None
                 if drawn is not None:  # committed: this ledger's identity from now on
                     self._pin = (drawn, found[1], found[2])
                 reusable = True

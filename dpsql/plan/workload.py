@@ -227,9 +227,10 @@ _DATE_TYPES = tuple(
 def _number(text: str) -> Decimal:
     """A number literal's value as DuckDB reads it: exactly (a DECIMAL) when written without an exponent in
     at most 38 digits, else as a DOUBLE (that double's exact value). ``age >= 20.00000000000000001``
-    excludes 20, which its nearest double, 20.0, would not."""
+    excludes 20, which its nearest double, 20.0, would not. The digits are those written, leading zeros
+    included (DuckDB's width: ``00000000000000000000019.99999999999999999999`` is the DOUBLE 20.0)."""
     d = Decimal(text)
-    if "e" in text.lower() or len(d.as_tuple().digits) > 38:
+    if "e" in text.lower() or sum(c.isdigit() for c in text) > 38:
         return Decimal(float(text))
     return d
 
