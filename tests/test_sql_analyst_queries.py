@@ -255,7 +255,8 @@ def test_conditions_in_the_on_of_inner_joins_filter_as_in_where() -> None:
                        " AND p.price > 3 JOIN items i ON p.purchase_id = i.purchase_id AND i.cat = 'a'"),
                       (" WHERE price > 3", " AND price > 3"),  # unqualified: the one joined table holding it
                       (" WHERE p.price < u.user_id", " AND p.price < u.user_id"),
-                      (" WHERE (p.price > 3 OR u.plan = 'pro')", " AND (p.price > 3 OR u.plan = 'pro')")):
+                      (" WHERE (p.price > 3 OR u.plan = 'pro')", " AND (p.price > 3 OR u.plan = 'pro')"),
+                      (" WHERE p.price = p.purchase_id", " AND p.price = p.purchase_id")):  # one table's columns
         want = _rows(s, f"{head}{where} GROUP BY u.plan ORDER BY 1", 1e-6)
         assert sum(r[1] for r in want[1]) > 0
         assert _rows(s, f"{head}{on} GROUP BY u.plan ORDER BY 1", 1e-6) == want, on

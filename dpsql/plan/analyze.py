@@ -1140,39 +1140,45 @@ def _columns_of(item: exp.Expression, catalog: Mapping[str, TableSpec] | None) -
 
 
 def _on_filters(first: exp.Expression, joins: list[exp.Expression], catalog: Mapping[str, TableSpec] | None) -> bool:
-    """Every join an inner ``JOIN ... ON`` and some ON holding an AND-ed condition other than an equality of two
-    columns (``JOIN c ON o.ck = c.ck AND c.seg = 'a'``, ``AND o.amt < c.limit``): the same inner join as with that
-    condition in WHERE, so it is read as the comma joins are (an unqualified column is that of the one table holding
-    it among those joined so far). An equality of expressions of two tables (``ON o.ck + 1 = c.ck``) stays in its
-    ON, refused there with its reason."""
+    """Every join an inner ``JOIN ... ON`` and some ON holding, beside an equality of columns of two tables, an AND-ed
+    condition of another kind (``JOIN c ON o.ck = c.ck AND c.seg = 'a'``, ``AND o.amt < c.limit``, ``AND p.a = p.b``):
+    the same inner join as with that condition in WHERE, so it is read as the comma joins are (an unqualified column is
+    that of the one table holding it among those joined so far). An equality of expressions of two tables (``ON o.ck +
+    1 = c.ck``) stays in its ON, refused there with its reason; so does an ON with no equality of two tables' columns
+    (a non-equi join)."""
     if not joins or not all(_plain_inner(j) for j in joins):
         return False
     scope = [first]
     for j in joins:
         scope.append(j.this)
         held = [_columns_of(it, catalog) for it in scope]
-        if not any(isinstance(e, exp.EQ) and isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column)
-                   for e in (c.unnest() for c in _conjuncts(j.args["on"]))):
-            continue  # no equality joins it (ON a.x < b.y): refused in its ON, as a non-equi join
-        for c in _conjuncts(j.args["on"]):
-            e = c
-            while isinstance(e, exp.Paren):
-                e = e.this
-            if c.find(exp.Select) is not None or (isinstance(e, exp.EQ) and isinstance(e.this, exp.Column)
-                                                   and isinstance(e.expression, exp.Column)):
-                continue
-            tables: set[str] = set()
+
+        def tables(c: exp.Expression, held: list[set[str] | None] = held) -> set[str]:
+            """The tables whose columns ``c`` names (two marks for a column not bound to one of them)."""
+            out: set[str] = set()
             for col in c.find_all(exp.Column):
                 if col.table:
-                    tables.add(col.table.lower())
+                    out.add(col.table.lower())
                     continue
                 owners = [it for it, cols in zip(scope, held, strict=True) if cols is not None and col.name.lower() in cols]
                 if len(owners) != 1 or None in held:
-                    tables.update(("?", "??"))  # unknown: left in its ON
-                    break
-                tables.add(owners[0].alias_or_name.lower())
-            if not isinstance(e, exp.EQ) or len(tables) <= 1:
-                return True
+                    return out | {"?", "??"}
+                out.add(owners[0].alias_or_name.lower())
+            return out
+
+        kinds = []  # per conjunct: "join" (columns of two tables equated), "filter", or "keep" (left in the ON)
+        for c in _conjuncts(j.args["on"]):
+            e = c.unnest()
+            t = tables(c)
+            if c.find(exp.Select) is not None:
+                kinds.append("keep")
+            elif isinstance(e, exp.EQ) and len(t) > 1:
+                both = isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column)
+                kinds.append("join" if both else "keep")
+            else:
+                kinds.append("filter")
+        if "join" in kinds and "filter" in kinds:
+            return True
     return False
 
 
