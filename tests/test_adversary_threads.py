@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import duckdb
+import pytest
 
 import dpsql
 from dpsql.budget import Budget
+
+
+@pytest.fixture(autouse=True)
+def _python_sigint_handler() -> Any:
+    """Python's own SIGINT handler, as in a fresh process: an earlier test in the same process (a Spark session)
+    may have installed another; the tests below check dpsql gives back the one it found."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 def _settings(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
@@ -167,7 +179,6 @@ def test_a_connection_busy_in_another_thread_for_long_is_refused_before_the_char
     s.close()
 
 
-import pytest  # noqa: E402
 
 
 @pytest.mark.parametrize("statement", ["DETACH", "ATTACH"])
