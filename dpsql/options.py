@@ -67,11 +67,17 @@ def check_options(options: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     if not isinstance(options, dict):
         raise ConfigError("options must be a dict", hint="e.g. options={'tau': 10}")
-    unknown = sorted(set(options) - set(OPTIONS))
+    unknown = sorted(set(options) - set(OPTIONS), key=str)
     if unknown:
+        import difflib
+
+        near = {u: difflib.get_close_matches(str(u).lower(), list(OPTIONS), n=1, cutoff=0.6) for u in unknown}
+        guesses = [f"'{m[0]}' for '{u}'" for u, m in near.items() if m]
         raise ConfigError(
-            f"unknown option(s) {unknown}",
-            hint="documented options: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()),
+            f"unknown option(s) {unknown}" + (f"; did you mean {', '.join(guesses)}?" if guesses else ""),
+            # the names, and the description of each option guessed (all of them run to some 3 000 characters)
+            hint="".join(f"{m[0]}: {OPTIONS[m[0]]}; " for m in near.values() if m)
+            + "the options are " + ", ".join(OPTIONS) + " (README's Python API section and dpsql.options.OPTIONS describe each)",
         )
     out = dict(options)
     if "mechanism" in out:

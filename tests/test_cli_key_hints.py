@@ -27,3 +27,19 @@ def test_an_expression_key_is_named_as_having_no_domain(flags: list[str], capsys
     hint = capsys.readouterr().err.split("hint:", 1)[1]
     assert "--delta" in hint and "UPPER(s)" in hint and "group by the column itself" in hint, hint
     assert run([*flags, "explain", "SELECT s, COUNT(*) AS n FROM t GROUP BY s", "--epsilon", "1"]) == 0  # the column's own
+
+
+def test_a_mistyped_option_is_told_the_nearest_name_not_every_description(flags: list[str],
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """--option mechansim=laplace listed every option with its description (about 3 000 characters); it now names
+    the nearest option, describes that one, and lists the names; nothing is charged."""
+    capsys.readouterr()
+    assert run([*flags, "query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "0.1", "--option", "mechansim=laplace"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'mechanism' for 'mechansim'?" in err and "force a mechanism" in err, err
+    assert "tau_star" in err and "fix the noisy release threshold" not in err and len(err) < 1200, err
+    assert run([*flags, "query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "0.1", "--option", "zzz=1"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean" not in err and "the options are mechanism, tau" in err and len(err) < 800, err
+    assert run([*flags, "budget"]) == 0
+    assert "spent: epsilon=0 delta=0 (0 entries)" in capsys.readouterr().out
