@@ -260,6 +260,10 @@ def test_conditions_in_the_on_of_inner_joins_filter_as_in_where() -> None:
         want = _rows(s, f"{head}{where} GROUP BY u.plan ORDER BY 1", 1e-6)
         assert sum(r[1] for r in want[1]) > 0
         assert _rows(s, f"{head}{on} GROUP BY u.plan ORDER BY 1", 1e-6) == want, on
+    # a subquery in an ON is refused as in WHERE, with that refusal's hint (not as a non-equi join)
+    with pytest.raises(UnsupportedQueryError, match="subqueries are not supported in WHERE; list the values"):
+        s.query("SELECT COUNT(*) FROM users u JOIN purchases p ON p.user_id = u.user_id AND u.plan IN "
+                "(SELECT plan FROM users)", epsilon=1.0)
     # an equality of an expression with a column of another table is not a join condition: refused, free
     spent = s.remaining()
     with pytest.raises(UnsupportedQueryError, match="only equalities between columns"):

@@ -1170,9 +1170,7 @@ def _on_filters(first: exp.Expression, joins: list[exp.Expression], catalog: Map
         for c in _conjuncts(j.args["on"]):
             e = c.unnest()
             t = tables(c)
-            if c.find(exp.Select) is not None:
-                kinds.append("keep")
-            elif isinstance(e, exp.EQ) and len(t) > 1:
+            if isinstance(e, exp.EQ) and len(t) > 1 and c.find(exp.Select) is None:
                 both = isinstance(e.this, exp.Column) and isinstance(e.expression, exp.Column)
                 kinds.append("join" if both else "keep")
             else:
