@@ -60,6 +60,15 @@ def rect_border_cells(r0: int, r1: int, c0: int, c1: int) -> int:
     return h * w if h <= 2 or w <= 2 else 2 * (h + w) - 4
 
 
+def _as_datetime(v: Any) -> dt.datetime:
+    """A time endpoint (a datetime, a date at midnight, or its ISO text) as a datetime."""
+    if isinstance(v, dt.datetime):
+        return v
+    if isinstance(v, dt.date):
+        return dt.datetime(v.year, v.month, v.day)
+    return dt.datetime.fromisoformat(str(v))
+
+
 @dataclass(frozen=True)
 class Dim:
     column: str
@@ -77,14 +86,8 @@ class Dim:
         if d.kind == "numeric":
             return (float(v) - float(d.lo)) / d.width
         lo = dt.datetime.fromisoformat(str(d.lo))
-        if isinstance(v, dt.datetime):
-            t = v
-        elif isinstance(v, dt.date):
-            t = dt.datetime(v.year, v.month, v.day)
-        else:
-            t = dt.datetime.fromisoformat(str(v))
         assert d.bin_seconds is not None
-        return (t - lo).total_seconds() / d.bin_seconds
+        return (_as_datetime(v) - lo).total_seconds() / d.bin_seconds
 
     def exact_pos(self, v: Any) -> Fraction:
         """``value_to_pos`` in exact arithmetic: the declared bounds as written (as ``bin_label``
@@ -94,14 +97,8 @@ class Dim:
             lo, hi = Fraction(Decimal(repr(float(d.lo)))), Fraction(Decimal(repr(float(d.hi))))
             return (Fraction(v) - lo) * d.bins / (hi - lo)
         lo_t = dt.datetime.fromisoformat(str(d.lo))
-        if isinstance(v, dt.datetime):
-            t = v
-        elif isinstance(v, dt.date):
-            t = dt.datetime(v.year, v.month, v.day)
-        else:
-            t = dt.datetime.fromisoformat(str(v))
         assert d.bin_seconds is not None
-        return Fraction((t - lo_t) // dt.timedelta(microseconds=1)) / (Fraction(Decimal(repr(float(d.bin_seconds)))) * 1_000_000)
+        return Fraction((_as_datetime(v) - lo_t) // dt.timedelta(microseconds=1)) / (Fraction(Decimal(repr(float(d.bin_seconds)))) * 1_000_000)
 
     @property
     def integer(self) -> bool:
