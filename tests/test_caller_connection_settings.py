@@ -152,3 +152,22 @@ def test_a_callers_calendar_does_not_make_one_timestamptz_fail_the_query(calenda
         con.close()
     assert outcomes == [1, 1]
 
+
+
+@pytest.mark.parametrize("scope", ["SESSION", "GLOBAL+SESSION"])
+def test_order_by_means_ascending_over_a_session_scoped_sort_order(scope: str) -> None:
+    """SET SESSION default_order = 'DESC' on the caller's connection overrides a plain SET (which sets the global
+    value): the analyst's ORDER BY k LIMIT 3 released the last three keys. The sort order is pinned for dpsql's
+    session and the caller's session and global values are given back (a new cursor reads the global one)."""
+    con = duckdb.connect()
+    if scope == "GLOBAL+SESSION":
+        con.execute("SET GLOBAL default_order = 'ASC'")
+        con.execute("SET GLOBAL default_null_order = 'NULLS_FIRST_ON_ASC_LAST_ON_DESC'")
+    con.execute("SET SESSION default_order = 'DESC'")
+    con.execute("SET SESSION default_null_order = 'NULLS_FIRST'")
+    read = "SELECT current_setting('default_order'), current_setting('default_null_order')"
+    before, before_global = con.execute(read).fetchall(), con.cursor().execute(read).fetchall()
+    got = _run(con, "SELECT k, COUNT(*) AS n FROM t GROUP BY k ORDER BY k LIMIT 3")
+    assert [r["k"] for r in got] == ["a", "b", "c"]
+    assert con.execute(read).fetchall() == before
+    assert con.cursor().execute(read).fetchall() == before_global
