@@ -3,6 +3,7 @@ wait for (a ledger's queue slot and lock, a Session's count of requests in fligh
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Any
@@ -65,3 +66,19 @@ def interruption_point() -> None:
     held = HELD
     if held is not None and held.caught and threading.current_thread() is threading.main_thread():
         held.deliver(held.old)
+
+
+def _after_fork() -> None:
+    """A child forked (by another thread) while the main thread held Ctrl-C back: nothing in the child gives it back, so
+    it starts with the program's own handler and no hold (Ctrl-C held back in the parent stays the parent's)."""
+    global HELD
+    held, HELD = HELD, None
+    if held is not None and held.old is not None:
+        try:
+            if signal.getsignal(signal.SIGINT) == held._hold:
+                signal.signal(signal.SIGINT, held.old)
+        except (ValueError, OSError):  # pragma: no cover - the child's forking thread is its main thread
+            pass
+
+
+os.register_at_fork(after_in_child=_after_fork)

@@ -1,0 +1,46 @@
+"""A process forked by another thread while the main thread holds Ctrl-C back (``dpsql.interrupts.HeldInterrupt``,
+during a ledger operation or a Session's count of requests): the child inherits the holding handler, but nothing
+in the child ever gives Ctrl-C back, so every Ctrl-C of the child was swallowed for good, and the child never held
+Ctrl-C back in its own ledger operations (it found the parent's hold in place). The child starts with the
+program's own handler and no hold."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+import pytest
+
+from dpsql import interrupts
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_during_a_hold_gets_the_programs_handler_back() -> None:
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    result: dict[str, int] = {}
+
+    def fork() -> None:
+        pid = os.fork()
+        if pid == 0:  # the child: its Ctrl-C must raise KeyboardInterrupt, and a new hold must hold
+            code = 1
+            try:
+                ok = interrupts.HELD is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    for _ in range(1000):
+                        pass
+                except KeyboardInterrupt:
+                    code = 0 if ok else 2
+            finally:
+                sys.stdout.flush()
+                os._exit(code)
+        result["status"] = os.waitpid(pid, 0)[1]
+
+    with interrupts.HeldInterrupt():
+        t = threading.Thread(target=fork)
+        t.start()
+        t.join()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert os.waitstatus_to_exitcode(result["status"]) == 0
