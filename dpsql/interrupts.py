@@ -31,10 +31,17 @@ class HeldInterrupt:
         if not callable(old):  # ignored, the default, or not set from Python
             return self
         try:
-            signal.signal(signal.SIGINT, self._hold)
-        except (ValueError, OSError):  # e.g. not the main interpreter
-            return self
-        self.old, HELD = old, self  # held from here: no handler runs that could raise
+            signal.signal(signal.SIGINT, self._hold)  # (it runs pending signals' handlers once it has installed it)
+            self.old, HELD = old, self  # held from here: no handler runs that could raise
+        except BaseException as e:
+            # another signal's handler raised (a SIGALRM time-out's TimeoutError is an OSError): no __exit__ comes
+            installed = signal.getsignal(signal.SIGINT) == self._hold
+            self.__exit__()
+            if signal.getsignal(signal.SIGINT) == self._hold:
+                signal.signal(signal.SIGINT, old)
+            if isinstance(e, (ValueError, OSError)) and not installed:  # e.g. not the main interpreter
+                return self
+            raise
         return self
 
     def _hold(self, signum: int, frame: Any) -> None:

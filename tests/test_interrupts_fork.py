@@ -44,3 +44,26 @@ def test_a_child_forked_during_a_hold_gets_the_programs_handler_back() -> None:
         t.join()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert os.waitstatus_to_exitcode(result["status"]) == 0
+
+
+@pytest.mark.parametrize("error", [TimeoutError, RuntimeError])
+def test_another_signals_exception_while_the_hold_is_installed_leaves_no_hold(monkeypatch: pytest.MonkeyPatch,
+                                                                              error: type) -> None:
+    """signal.signal() runs the handlers of signals already pending once it has installed the new handler: a SIGALRM
+    handler that raises (a time-out) then raised out of HeldInterrupt's __enter__ with the holding handler installed
+    and no __exit__ to come, so every later Ctrl-C of the program was swallowed (a TimeoutError, an OSError, was
+    taken for signal.signal's own refusal and swallowed too: the program's time-out was lost)."""
+    real = signal.signal
+
+    def pending_alarm(signum: int, handler: object) -> object:
+        old = real(signum, handler)
+        if getattr(handler, "__self__", None).__class__ is interrupts.HeldInterrupt:
+            raise error("the program's SIGALRM handler")
+        return old
+
+    monkeypatch.setattr(signal, "signal", pending_alarm)
+    with pytest.raises(error):
+        with interrupts.HeldInterrupt():
+            pass
+    monkeypatch.undo()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.HELD is None
