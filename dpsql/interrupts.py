@@ -59,8 +59,15 @@ class HeldInterrupt:
             return
         if HELD is self:
             HELD = None
-        if signal.getsignal(signal.SIGINT) == self._hold:  # not replaced meanwhile (by another signal's handler)
+        now = signal.getsignal(signal.SIGINT)
+        if now == self._hold:  # not replaced meanwhile (by another signal's handler)
             signal.signal(signal.SIGINT, old)
+        elif callable(now):  # the program's handler now: Ctrl-C held back goes to it
+            old = now
+        else:  # ignored now, the default (it ends the program), or not set from Python: left to it
+            caught, self.caught = self.caught, []
+            if caught and now == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
         self.deliver(old)
 
 
@@ -72,7 +79,9 @@ def interruption_point() -> None:
     thread is raised here (a wait for a lock is not held up)."""
     held = HELD
     if held is not None and held.caught and threading.current_thread() is threading.main_thread():
-        held.deliver(held.old)
+        now = signal.getsignal(signal.SIGINT)  # the program's, if one of its handlers replaced the holding one
+        if now == held._hold or callable(now):
+            held.deliver(held.old if now == held._hold else now)
 
 
 def _after_fork() -> None:

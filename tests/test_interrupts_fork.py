@@ -67,3 +67,20 @@ def test_another_signals_exception_while_the_hold_is_installed_leaves_no_hold(mo
             pass
     monkeypatch.undo()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.HELD is None
+
+
+@pytest.mark.parametrize("replaced_by", ["handler", "ignore"])
+def test_ctrl_c_held_back_goes_to_the_handler_installed_meanwhile(replaced_by: str) -> None:
+    """Another signal's handler installs the program's new SIGINT handler while Ctrl-C is held back: the handler stays,
+    and a Ctrl-C held back before goes to it (it went to the handler replaced, raising KeyboardInterrupt), or nowhere
+    when SIGINT is now ignored."""
+    seen: list[int] = []
+    new = (lambda signum, frame: seen.append(signum)) if replaced_by == "handler" else signal.SIG_IGN
+    try:
+        with interrupts.HeldInterrupt():
+            signal.raise_signal(signal.SIGINT)  # held back
+            signal.signal(signal.SIGINT, new)  # as a SIGUSR1 handler of the program would
+        assert signal.getsignal(signal.SIGINT) is new
+        assert seen == ([signal.SIGINT] if replaced_by == "handler" else [])
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
