@@ -22,10 +22,14 @@ class HeldInterrupt:
     def __init__(self) -> None:
         self.old: Any = None
         self.caught: list[tuple[int, Any]] = []
+        self.nested = False
 
     def __enter__(self) -> HeldInterrupt:
-        global HELD
-        if threading.current_thread() is not threading.main_thread() or HELD is not None:
+        global HELD, NESTED
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        if HELD is not None:  # inside another's hold (a signal handler's operation): its Ctrl-C is the outer one's
+            self.nested, NESTED = True, NESTED + 1
             return self
         old = signal.getsignal(signal.SIGINT)
         if not callable(old):  # ignored, the default, or not set from Python
@@ -53,7 +57,9 @@ class HeldInterrupt:
             handler(*self.caught.pop(0))
 
     def __exit__(self, *exc: object) -> None:
-        global HELD
+        global HELD, NESTED
+        if self.nested:
+            self.nested, NESTED = False, NESTED - 1
         old, self.old = self.old, None
         if old is None:
             return
@@ -72,13 +78,14 @@ class HeldInterrupt:
 
 
 HELD: HeldInterrupt | None = None  # the main thread's, while it holds Ctrl-C back
+NESTED = 0  # operations of the main thread inside HELD's (a signal handler's): Ctrl-C is not raised in them
 
 
 def interruption_point() -> None:
     """Where an operation holding Ctrl-C back waits, with all it took so far given back if this raises: Ctrl-C held back in the main
     thread is raised here (a wait for a lock is not held up)."""
     held = HELD
-    if held is not None and held.caught and threading.current_thread() is threading.main_thread():
+    if held is not None and held.caught and not NESTED and threading.current_thread() is threading.main_thread():
         now = signal.getsignal(signal.SIGINT)  # the program's, if one of its handlers replaced the holding one
         if now == held._hold or callable(now):
             held.deliver(held.old if now == held._hold else now)
@@ -87,8 +94,8 @@ def interruption_point() -> None:
 def _after_fork() -> None:
     """A child forked (by another thread) while the main thread held Ctrl-C back: nothing in the child gives it back, so
     it starts with the program's own handler and no hold (Ctrl-C held back in the parent stays the parent's)."""
-    global HELD
-    held, HELD = HELD, None
+    global HELD, NESTED
+    held, HELD, NESTED = HELD, None, 0
     if held is not None and held.old is not None:
         try:
             if signal.getsignal(signal.SIGINT) == held._hold:

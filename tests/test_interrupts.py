@@ -1,8 +1,6 @@
-"""A process forked by another thread while the main thread holds Ctrl-C back (``dpsql.interrupts.HeldInterrupt``,
-during a ledger operation or a Session's count of requests): the child inherits the holding handler, but nothing
-in the child ever gives Ctrl-C back, so every Ctrl-C of the child was swallowed for good, and the child never held
-Ctrl-C back in its own ledger operations (it found the parent's hold in place). The child starts with the
-program's own handler and no hold."""
+"""Ctrl-C held back in the main thread (``dpsql.interrupts.HeldInterrupt``, during a ledger operation or a Session's
+count of requests) against the program's other signal handling: a fork by another thread, another signal's handler
+that raises, replaces the SIGINT handler, or runs dpsql itself while Ctrl-C is held back."""
 
 from __future__ import annotations
 
@@ -18,6 +16,9 @@ from dpsql import interrupts
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_a_child_forked_during_a_hold_gets_the_programs_handler_back() -> None:
+    """The child inherits the holding handler, and nothing in it ever gives Ctrl-C back: every Ctrl-C of the child was
+    swallowed, and the child never held Ctrl-C back in its own ledger operations (it found the parent's hold in place).
+    The child starts with the program's own handler and no hold."""
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     result: dict[str, int] = {}
 
@@ -84,3 +85,22 @@ def test_ctrl_c_held_back_goes_to_the_handler_installed_meanwhile(replaced_by: s
         assert seen == ([signal.SIGINT] if replaced_by == "handler" else [])
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_ctrl_c_held_back_is_not_raised_inside_an_operation_nested_in_a_held_one() -> None:
+    """A program's other signal handler (SIGTERM, SIGALRM) that runs dpsql while the main thread holds Ctrl-C back in
+    a ledger operation: the nested operation's waits raised the outer one's held Ctrl-C, which then came out of the
+    handler at whatever step of the outer operation it interrupted (between taking a queue slot and the try that gives
+    it back). It is raised by the outer operation, where it waits or once all is given back."""
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.HeldInterrupt():
+            signal.raise_signal(signal.SIGINT)  # held back
+            with interrupts.HeldInterrupt():  # the other handler's operation
+                interrupts.interruption_point()
+                steps.append("nested done")
+            steps.append("outer step")
+            interrupts.interruption_point()
+            steps.append("not reached")
+    assert steps == ["nested done", "outer step"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.HELD is None
