@@ -10,6 +10,8 @@ back."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -171,3 +173,18 @@ def test_order_by_means_ascending_over_a_session_scoped_sort_order(scope: str) -
     assert [r["k"] for r in got] == ["a", "b", "c"]
     assert con.execute(read).fetchall() == before
     assert con.cursor().execute(read).fetchall() == before_global
+
+
+def test_a_callers_connection_that_has_spilled_keeps_its_temp_directory(tmp_path: Path) -> None:
+    """DuckDB cannot switch a connection's temp directory once something spilled there ("Cannot switch temporary
+    directory after the current one has been used"): pinning the engine's own spill directory failed every query on
+    such a caller's connection after its charge (and so did every query after one of dpsql's reads spilled into the
+    engine's directory). The read spills into the directory the connection already uses."""
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit = '20MB'; SET temp_directory = '{tmp_path / 'caller'}'")
+    con.execute("CREATE TABLE big AS SELECT range AS i, random() AS r FROM range(5000000)")  # 80 MB: it spills
+    with pytest.raises(duckdb.Error, match="temporary directory"):  # the premise: DuckDB keeps the directory
+        con.execute(f"SET temp_directory = '{tmp_path / 'other'}'")
+    got = _run(con, "SELECT k, COUNT(*) AS n FROM t GROUP BY k ORDER BY k")
+    assert [r["n"] for r in got] == [2, 3, 4, 1]
+    assert con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0] == str(tmp_path / "caller")

@@ -724,8 +724,17 @@ class DuckDBBackend:
         profiling = row[-1]
         try:
             # inside the try: settings changed before an interrupt of this statement are restored too
-            self._con.execute("; ".join([f"SET {_scope(name)}{name} = {_sql_str(value)}" for name, value in limits]
-                                        + (["RESET enable_profiling"] if profiling is not None else [])))
+            sets = [f"SET {_scope(name)}{name} = {_sql_str(value)}" for name, value in limits]
+            sets += ["RESET enable_profiling"] if profiling is not None else []
+            try:
+                self._con.execute("; ".join(sets))
+            except duckdb.NotImplementedException as e:
+                if "temporary directory" not in str(e):
+                    raise
+                # DuckDB keeps a connection's temp directory once something spilled there (the caller's, or ours
+                # since an earlier read): the read spills into it, and it is not given back either
+                saved[:] = [(name, value) for name, value in saved if name != "temp_directory"]
+                self._con.execute("; ".join(x for x in sets if not x.startswith("SET temp_directory ")))
             yield
         finally:
             self._restore(saved, profiling, follow)
