@@ -188,3 +188,22 @@ def test_a_callers_connection_that_has_spilled_keeps_its_temp_directory(tmp_path
     got = _run(con, "SELECT k, COUNT(*) AS n FROM t GROUP BY k ORDER BY k")
     assert [r["n"] for r in got] == [2, 3, 4, 1]
     assert con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0] == str(tmp_path / "caller")
+
+
+def test_a_read_that_spills_on_a_callers_connection_gives_the_other_settings_back_exactly() -> None:
+    """One of dpsql's reads spilled into the engine's spill directory, which DuckDB then keeps: giving the caller's
+    temp directory back failed, and with it the one statement that gives back every setting, whose one-by-one
+    fallback gave back the text shown (default_order ASC for the default ASCENDING). Later queries still answer."""
+    con = duckdb.connect()
+    n = 3_000_000
+    t = pa.table({"uid": np.random.default_rng(1).permutation(n),
+                  "s": pa.array([f"k{i % 200000:07d}xxxxxxxxxxxxxxxxxxxxxx" for i in range(n)])})
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), connection=con, engine={"memory_limit": "150MB"})
+    use_noise(s, zero_noise())
+    s.register("t", t, privacy_unit="uid", max_rows_per_unit=1)
+    read = "SELECT current_setting('memory_limit'), current_setting('threads'), current_setting('default_order')"
+    before = con.execute(read).fetchall()
+    s.query("SELECT s, COUNT(*) AS n FROM t GROUP BY s", epsilon=1.0, delta=1e-6)
+    assert con.execute(read).fetchall() == before
+    assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0, delta=1e-6).table.num_rows == 1
+    s.close()

@@ -747,6 +747,13 @@ class DuckDBBackend:
         caller set it) is set to its text, a size to the least number of bytes that shows as it did, and as the setting
         DuckDB shows from it (:data:`_FOLLOWER`) did (found once per shown text): what they show is the caller's again,
         to the character, and repeated queries never drift."""
+        for name, original in [x for x in saved if x[0] == "temp_directory"]:
+            saved = [x for x in saved if x[0] != "temp_directory"]
+            try:
+                if self._set_shown(name, original) != original:  # pragma: no cover - DuckDB showed it so
+                    self._con.execute("RESET temp_directory")
+            except duckdb.Error:  # our read spilled there: DuckDB keeps a used temp directory (and spills into it)
+                pass
         try:
             now = self._con.execute("; ".join(
                 [f"SET enable_profiling = {_sql_str(str(profiling))}"] * (profiling is not None)
