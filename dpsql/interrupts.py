@@ -3,6 +3,7 @@ wait for (a ledger's queue slot and lock, a Session's count of requests in fligh
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Any
@@ -21,19 +22,30 @@ class HeldInterrupt:
     def __init__(self) -> None:
         self.old: Any = None
         self.caught: list[tuple[int, Any]] = []
+        self.nested = False
 
     def __enter__(self) -> HeldInterrupt:
-        global HELD
-        if threading.current_thread() is not threading.main_thread() or HELD is not None:
+        global HELD, NESTED
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        if HELD is not None:  # inside another's hold (a signal handler's operation): its Ctrl-C is the outer one's
+            self.nested, NESTED = True, NESTED + 1
             return self
         old = signal.getsignal(signal.SIGINT)
         if not callable(old):  # ignored, the default, or not set from Python
             return self
         try:
-            signal.signal(signal.SIGINT, self._hold)
-        except (ValueError, OSError):  # e.g. not the main interpreter
-            return self
-        self.old, HELD = old, self  # held from here: no handler runs that could raise
+            signal.signal(signal.SIGINT, self._hold)  # (it runs pending signals' handlers once it has installed it)
+            self.old, HELD = old, self  # held from here: no handler runs that could raise
+        except BaseException as e:
+            # another signal's handler raised (a SIGALRM time-out's TimeoutError is an OSError): no __exit__ comes
+            installed = signal.getsignal(signal.SIGINT) == self._hold
+            self.__exit__()
+            if signal.getsignal(signal.SIGINT) == self._hold:
+                signal.signal(signal.SIGINT, old)
+            if isinstance(e, (ValueError, OSError)) and not installed:  # e.g. not the main interpreter
+                return self
+            raise
         return self
 
     def _hold(self, signum: int, frame: Any) -> None:
@@ -45,23 +57,51 @@ class HeldInterrupt:
             handler(*self.caught.pop(0))
 
     def __exit__(self, *exc: object) -> None:
-        global HELD
+        global HELD, NESTED
+        if self.nested:
+            self.nested, NESTED = False, NESTED - 1
         old, self.old = self.old, None
         if old is None:
             return
         if HELD is self:
             HELD = None
-        if signal.getsignal(signal.SIGINT) == self._hold:  # not replaced meanwhile (by another signal's handler)
+        now = signal.getsignal(signal.SIGINT)
+        if now == self._hold:  # not replaced meanwhile (by another signal's handler)
             signal.signal(signal.SIGINT, old)
+        elif callable(now):  # the program's handler now: Ctrl-C held back goes to it
+            old = now
+        else:  # ignored now, the default (it ends the program), or not set from Python: left to it
+            caught, self.caught = self.caught, []
+            if caught and now == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
         self.deliver(old)
 
 
 HELD: HeldInterrupt | None = None  # the main thread's, while it holds Ctrl-C back
+NESTED = 0  # operations of the main thread inside HELD's (a signal handler's): Ctrl-C is not raised in them
 
 
 def interruption_point() -> None:
     """Where an operation holding Ctrl-C back waits, with all it took so far given back if this raises: Ctrl-C held back in the main
     thread is raised here (a wait for a lock is not held up)."""
     held = HELD
-    if held is not None and held.caught and threading.current_thread() is threading.main_thread():
-        held.deliver(held.old)
+    if held is not None and held.caught and not NESTED and threading.current_thread() is threading.main_thread():
+        now = signal.getsignal(signal.SIGINT)  # the program's, if one of its handlers replaced the holding one
+        if now == held._hold or callable(now):
+            held.deliver(held.old if now == held._hold else now)
+
+
+def _after_fork() -> None:
+    """A child forked (by another thread) while the main thread held Ctrl-C back: nothing in the child gives it back, so
+    it starts with the program's own handler and no hold (Ctrl-C held back in the parent stays the parent's)."""
+    global HELD, NESTED
+    held, HELD, NESTED = HELD, None, 0
+    if held is not None and held.old is not None:
+        try:
+            if signal.getsignal(signal.SIGINT) == held._hold:
+                signal.signal(signal.SIGINT, held.old)
+        except (ValueError, OSError):  # pragma: no cover - the child's forking thread is its main thread
+            pass
+
+
+os.register_at_fork(after_in_child=_after_fork)

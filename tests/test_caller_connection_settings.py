@@ -10,6 +10,8 @@ back."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -152,3 +154,56 @@ def test_a_callers_calendar_does_not_make_one_timestamptz_fail_the_query(calenda
         con.close()
     assert outcomes == [1, 1]
 
+
+
+@pytest.mark.parametrize("scope", ["SESSION", "GLOBAL+SESSION"])
+def test_order_by_means_ascending_over_a_session_scoped_sort_order(scope: str) -> None:
+    """SET SESSION default_order = 'DESC' on the caller's connection overrides a plain SET (which sets the global
+    value): the analyst's ORDER BY k LIMIT 3 released the last three keys. The sort order is pinned for dpsql's
+    session and the caller's session and global values are given back (a new cursor reads the global one)."""
+    con = duckdb.connect()
+    if scope == "GLOBAL+SESSION":
+        con.execute("SET GLOBAL default_order = 'ASC'")
+        con.execute("SET GLOBAL default_null_order = 'NULLS_FIRST_ON_ASC_LAST_ON_DESC'")
+    con.execute("SET SESSION default_order = 'DESC'")
+    con.execute("SET SESSION default_null_order = 'NULLS_FIRST'")
+    read = "SELECT current_setting('default_order'), current_setting('default_null_order')"
+    before, before_global = con.execute(read).fetchall(), con.cursor().execute(read).fetchall()
+    got = _run(con, "SELECT k, COUNT(*) AS n FROM t GROUP BY k ORDER BY k LIMIT 3")
+    assert [r["k"] for r in got] == ["a", "b", "c"]
+    assert con.execute(read).fetchall() == before
+    assert con.cursor().execute(read).fetchall() == before_global
+
+
+def test_a_callers_connection_that_has_spilled_keeps_its_temp_directory(tmp_path: Path) -> None:
+    """DuckDB cannot switch a connection's temp directory once something spilled there ("Cannot switch temporary
+    directory after the current one has been used"): pinning the engine's own spill directory failed every query on
+    such a caller's connection after its charge (and so did every query after one of dpsql's reads spilled into the
+    engine's directory). The read spills into the directory the connection already uses."""
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit = '20MB'; SET temp_directory = '{tmp_path / 'caller'}'")
+    con.execute("CREATE TABLE big AS SELECT range AS i, random() AS r FROM range(5000000)")  # 80 MB: it spills
+    with pytest.raises(duckdb.Error, match="temporary directory"):  # the premise: DuckDB keeps the directory
+        con.execute(f"SET temp_directory = '{tmp_path / 'other'}'")
+    got = _run(con, "SELECT k, COUNT(*) AS n FROM t GROUP BY k ORDER BY k")
+    assert [r["n"] for r in got] == [2, 3, 4, 1]
+    assert con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0] == str(tmp_path / "caller")
+
+
+def test_a_read_that_spills_on_a_callers_connection_gives_the_other_settings_back_exactly() -> None:
+    """One of dpsql's reads spilled into the engine's spill directory, which DuckDB then keeps: giving the caller's
+    temp directory back failed, and with it the one statement that gives back every setting, whose one-by-one
+    fallback gave back the text shown (default_order ASC for the default ASCENDING). Later queries still answer."""
+    con = duckdb.connect()
+    n = 3_000_000
+    t = pa.table({"uid": np.random.default_rng(1).permutation(n),
+                  "s": pa.array([f"k{i % 200000:07d}xxxxxxxxxxxxxxxxxxxxxx" for i in range(n)])})
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), connection=con, engine={"memory_limit": "150MB"})
+    use_noise(s, zero_noise())
+    s.register("t", t, privacy_unit="uid", max_rows_per_unit=1)
+    read = "SELECT current_setting('memory_limit'), current_setting('threads'), current_setting('default_order')"
+    before = con.execute(read).fetchall()
+    s.query("SELECT s, COUNT(*) AS n FROM t GROUP BY s", epsilon=1.0, delta=1e-6)
+    assert con.execute(read).fetchall() == before
+    assert s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0, delta=1e-6).table.num_rows == 1
+    s.close()

@@ -142,3 +142,19 @@ def test_one_person_moves_the_release_by_at_most_delta() -> None:
             assert s.explain(sql, epsilon=1.0, delta=1e-6).parameters["l2_sensitivity"] == pytest.approx(3.0, rel=1e-6)
             out.append(s.query(sql, epsilon=1.0, delta=1e-6).to_pylist()[0]["COUNT(*)"])
     assert out[1] - out[0] == 3
+
+
+@pytest.mark.parametrize("on", ["p.region = r.region AND r2.zone = 'EW'", "p.region = r2.region"])
+def test_an_on_naming_a_table_joined_after_it_is_refused(on: str) -> None:
+    """An ON sees the tables joined before it and its own, as in DuckDB, which refuses the query (Referenced table
+    "r2" not found): it was answered, and charged, as if the condition stood in WHERE."""
+    _, regions = _data()
+    sql = f"SELECT COUNT(*) FROM persons p JOIN regions r ON {on} JOIN regions r2 ON p.home = r2.region"
+    persons, _ = _data()
+    with _session(regions) as s:
+        s.register("persons", persons.append_column("home", persons.column("region")), privacy_unit="pid",
+                   max_rows_per_unit=3, references={"region": "regions.region", "home": "regions.region"},
+                   columns={"region": {"domain": REGIONS}, "age": {"bounds": [0, 100]}})
+        with pytest.raises(dpsql.errors.UnsupportedQueryError, match="r2.*joined after"):
+            s.explain(sql, epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 0

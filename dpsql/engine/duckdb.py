@@ -125,6 +125,13 @@ _BUSY: Any = getattr(duckdb, "ResourceInUseException", ())
 _BUSY_WAIT = 10.0
 #: a setting DuckDB shows from another's value (a 15th of memory_limit, unless set), more finely (``_restore``)
 _FOLLOWER = ("memory_limit", "write_buffer_row_group_memory_limit")
+#: settings a connection may hold for its session over the global value (SET SESSION), which a plain SET (global) leaves
+#: in force: pinned, reset and given back for the session
+_SESSION = frozenset({"default_order", "default_null_order"})
+
+
+def _scope(name: str) -> str:
+    return "SESSION " if name in _SESSION else ""
 
 
 def _busy_refusal() -> ConfigError:
@@ -717,8 +724,17 @@ class DuckDBBackend:
         profiling = row[-1]
         try:
             # inside the try: settings changed before an interrupt of this statement are restored too
-            self._con.execute("; ".join([f"SET {name} = {_sql_str(value)}" for name, value in limits]
-                                        + (["RESET enable_profiling"] if profiling is not None else [])))
+            sets = [f"SET {_scope(name)}{name} = {_sql_str(value)}" for name, value in limits]
+            sets += ["RESET enable_profiling"] if profiling is not None else []
+            try:
+                self._con.execute("; ".join(sets))
+            except duckdb.NotImplementedException as e:
+                if "temporary directory" not in str(e):
+                    raise
+                # DuckDB keeps a connection's temp directory once something spilled there (the caller's, or ours
+                # since an earlier read): the read spills into it, and it is not given back either
+                saved[:] = [(name, value) for name, value in saved if name != "temp_directory"]
+                self._con.execute("; ".join(x for x in sets if not x.startswith("SET temp_directory ")))
             yield
         finally:
             self._restore(saved, profiling, follow)
@@ -731,10 +747,17 @@ class DuckDBBackend:
         caller set it) is set to its text, a size to the least number of bytes that shows as it did, and as the setting
         DuckDB shows from it (:data:`_FOLLOWER`) did (found once per shown text): what they show is the caller's again,
         to the character, and repeated queries never drift."""
+        for name, original in [x for x in saved if x[0] == "temp_directory"]:
+            saved = [x for x in saved if x[0] != "temp_directory"]
+            try:
+                if self._set_shown(name, original) != original:  # pragma: no cover - DuckDB showed it so
+                    self._con.execute("RESET temp_directory")
+            except duckdb.Error:  # our read spilled there: DuckDB keeps a used temp directory (and spills into it)
+                pass
         try:
             now = self._con.execute("; ".join(
                 [f"SET enable_profiling = {_sql_str(str(profiling))}"] * (profiling is not None)
-                + [f"RESET {name}" for name, _ in saved]
+                + [f"RESET {_scope(name)}{name}" for name, _ in saved]
                 + ["SELECT " + ", ".join(f"current_setting('{name}')" for name, _ in saved)])).fetchall()[0]
         except duckdb.Error:  # pragma: no cover - resetting settings DuckDB reported
             now = (None,) * len(saved)
@@ -753,7 +776,7 @@ class DuckDBBackend:
     def _set_shown(self, name: str, value: str | None) -> str:
         """Set ``name`` to ``value`` (None: leave it) and say what DuckDB shows for it."""
         sql = f"SELECT current_setting('{name}')"
-        return str(self._con.execute(sql if value is None else f"SET {name} = {_sql_str(value)}; {sql}").fetchall()[0][0])
+        return str(self._con.execute(sql if value is None else f"SET {_scope(name)}{name} = {_sql_str(value)}; {sql}").fetchall()[0][0])
 
     def _least_shown_as(self, name: str, shown: str, follow: tuple[str, str] | None) -> str | None:
         """The least number of bytes (as ``'<n>b'``) that DuckDB shows as ``shown``, a size it showed for setting

@@ -745,6 +745,7 @@ class _Builder:
             )
         _check_size(stmts[0])  # before anything else: a query above the limits costs no analysis
         # CTEs and subqueries in FROM: merged into the flat query (dpsql.plan.views), analysed as one
+        _check_on_scope(stmts[0])
         stmt = _comma_joins(_limit_all(_order_by_all(merge_views(stmts[0], self.sql, self.catalog))), self.catalog)
         if isinstance(stmt, exp.Select) and (stmt.args.get("joins") or self._several_paths(stmt)):
             from dpsql.plan.joins import analyze_join  # imported for joins only (a large module)
@@ -1178,6 +1179,25 @@ def _on_filters(first: exp.Expression, joins: list[exp.Expression], catalog: Map
         if "join" in kinds and "filter" in kinds:
             return True
     return False
+
+
+def _check_on_scope(stmt: exp.Expression) -> None:
+    """An ON sees the tables listed before it and its own, as in DuckDB (which refuses the query): a column of a table
+    joined after it is refused, before its conditions are read as WHERE's (it was answered as if it stood there)."""
+    if not isinstance(stmt, exp.Select) or (from_ := stmt.args.get("from_") or stmt.args.get("from")) is None:
+        return
+    joins = stmt.args.get("joins") or []
+    later = [j.this.alias_or_name.lower() for j in joins]
+    for k, j in enumerate(joins):
+        on = j.args.get("on")
+        seen = {from_.this.alias_or_name.lower(), *later[:k + 1]}
+        for col in on.find_all(exp.Column) if on is not None and on.find(exp.Select) is None else []:
+            q = col.table.lower()
+            if q and q in later[k + 1:] and q not in seen:
+                raise UnsupportedQueryError(
+                    f"the ON of {j.this.alias_or_name} names {col.sql(dialect='duckdb')}, a column of table "
+                    f"'{col.table}', which is joined after it: an ON sees the tables joined before it and its own",
+                    hint="move the condition into the ON of that later join, or into WHERE")
 
 
 def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None = None) -> exp.Expression:

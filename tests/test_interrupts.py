@@ -1,0 +1,106 @@
+"""Ctrl-C held back in the main thread (``dpsql.interrupts.HeldInterrupt``, during a ledger operation or a Session's
+count of requests) against the program's other signal handling: a fork by another thread, another signal's handler
+that raises, replaces the SIGINT handler, or runs dpsql itself while Ctrl-C is held back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+import pytest
+
+from dpsql import interrupts
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_child_forked_during_a_hold_gets_the_programs_handler_back() -> None:
+    """The child inherits the holding handler, and nothing in it ever gives Ctrl-C back: every Ctrl-C of the child was
+    swallowed, and the child never held Ctrl-C back in its own ledger operations (it found the parent's hold in place).
+    The child starts with the program's own handler and no hold."""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    result: dict[str, int] = {}
+
+    def fork() -> None:
+        pid = os.fork()
+        if pid == 0:  # the child: its Ctrl-C must raise KeyboardInterrupt, and a new hold must hold
+            code = 1
+            try:
+                ok = interrupts.HELD is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    for _ in range(1000):
+                        pass
+                except KeyboardInterrupt:
+                    code = 0 if ok else 2
+            finally:
+                sys.stdout.flush()
+                os._exit(code)
+        result["status"] = os.waitpid(pid, 0)[1]
+
+    with interrupts.HeldInterrupt():
+        t = threading.Thread(target=fork)
+        t.start()
+        t.join()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert os.waitstatus_to_exitcode(result["status"]) == 0
+
+
+@pytest.mark.parametrize("error", [TimeoutError, RuntimeError])
+def test_another_signals_exception_while_the_hold_is_installed_leaves_no_hold(monkeypatch: pytest.MonkeyPatch,
+                                                                              error: type) -> None:
+    """signal.signal() runs the handlers of signals already pending once it has installed the new handler: a SIGALRM
+    handler that raises (a time-out) then raised out of HeldInterrupt's __enter__ with the holding handler installed
+    and no __exit__ to come, so every later Ctrl-C of the program was swallowed (a TimeoutError, an OSError, was
+    taken for signal.signal's own refusal and swallowed too: the program's time-out was lost)."""
+    real = signal.signal
+
+    def pending_alarm(signum: int, handler: object) -> object:
+        old = real(signum, handler)
+        if getattr(handler, "__self__", None).__class__ is interrupts.HeldInterrupt:
+            raise error("the program's SIGALRM handler")
+        return old
+
+    monkeypatch.setattr(signal, "signal", pending_alarm)
+    with pytest.raises(error):
+        with interrupts.HeldInterrupt():
+            pass
+    monkeypatch.undo()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.HELD is None
+
+
+@pytest.mark.parametrize("replaced_by", ["handler", "ignore"])
+def test_ctrl_c_held_back_goes_to_the_handler_installed_meanwhile(replaced_by: str) -> None:
+    """Another signal's handler installs the program's new SIGINT handler while Ctrl-C is held back: the handler stays,
+    and a Ctrl-C held back before goes to it (it went to the handler replaced, raising KeyboardInterrupt), or nowhere
+    when SIGINT is now ignored."""
+    seen: list[int] = []
+    new = (lambda signum, frame: seen.append(signum)) if replaced_by == "handler" else signal.SIG_IGN
+    try:
+        with interrupts.HeldInterrupt():
+            signal.raise_signal(signal.SIGINT)  # held back
+            signal.signal(signal.SIGINT, new)  # as a SIGUSR1 handler of the program would
+        assert signal.getsignal(signal.SIGINT) is new
+        assert seen == ([signal.SIGINT] if replaced_by == "handler" else [])
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_ctrl_c_held_back_is_not_raised_inside_an_operation_nested_in_a_held_one() -> None:
+    """A program's other signal handler (SIGTERM, SIGALRM) that runs dpsql while the main thread holds Ctrl-C back in
+    a ledger operation: the nested operation's waits raised the outer one's held Ctrl-C, which then came out of the
+    handler at whatever step of the outer operation it interrupted (between taking a queue slot and the try that gives
+    it back). It is raised by the outer operation, where it waits or once all is given back."""
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.HeldInterrupt():
+            signal.raise_signal(signal.SIGINT)  # held back
+            with interrupts.HeldInterrupt():  # the other handler's operation
+                interrupts.interruption_point()
+                steps.append("nested done")
+            steps.append("outer step")
+            interrupts.interruption_point()
+            steps.append("not reached")
+    assert steps == ["nested done", "outer step"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.HELD is None
