@@ -378,6 +378,8 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
                 # text is a date or timestamp, judged below
                 b = tuple(plain_float(x, f"each bound of '{table}.{name}'", hint=f"columns={{'{name}': {{'bounds': (0, 100)}}}}")
                           for x in b)
+                if len(b) != 2:
+                    raise ValueError
             elif isinstance(b, (list, tuple)):
                 raise ValueError
             lo, hi = (float(b[0]), float(b[1]))
@@ -659,6 +661,11 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
         kind = "csv"
     elif has_connection and _IDENT.match(source.split(".")[-1] or ""):
         return "duckdb", source
+    elif os.path.isdir(source):
+        raise ConfigError(
+            f"{source!r} is a directory",
+            hint=f"pass a glob of its files, e.g. {os.path.join(source, '*.parquet')!r}, or one .parquet or .csv file",
+        )
     elif os.path.exists(source):
         raise ConfigError(
             f"cannot tell the format of {source!r}",

@@ -6,6 +6,7 @@ import decimal
 import json
 import math
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -38,6 +39,9 @@ class Release:
     details: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.mechanism = str(self.mechanism)  # a plain str for every mechanism (not an enum member)
 
     def to_pylist(self) -> list[dict[str, Any]]:
         return python_rows(self.table)
@@ -87,6 +91,9 @@ class Plan:
     parameters: dict[str, Any]
     bounded_sql: str
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.mechanism = str(self.mechanism)
 
     def __getattr__(self, name: str) -> Any:
         # plan.sigma, plan.tau_star, plan.exact_delta, ... read the parameters
@@ -162,7 +169,7 @@ class WorkloadRelease(Release):
             notes=self.notes,
         )
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Release]:
         for i in range(len(self)):
             yield self[i]
 

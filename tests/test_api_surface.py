@@ -1,0 +1,52 @@
+"""The Python API as notebooks and ETL scripts use it: the types of a Release's fields, malformed
+registration arguments, and a directory given as a source."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import dpsql
+from dpsql.errors import ConfigError
+
+
+def _session() -> dpsql.Session:
+    s = dpsql.Session(budget=dpsql.Budget(100, 1e-3))
+    t = pa.table({"uid": np.arange(200) % 50, "amount": np.linspace(0, 100, 200), "k": ["a", "b"] * 100})
+    s.register("t", t, privacy_unit="uid", max_groups_per_unit=2,
+               columns={"amount": {"bounds": (0, 100)}, "k": {"domain": ["a", "b"]}})
+    return s
+
+
+@pytest.mark.parametrize("sql,delta", [
+    ("SELECT k, COUNT(*) AS n FROM t GROUP BY k", 1e-6),   # gaussian
+    ("SELECT COUNT(*) AS n FROM t", 0.0),                  # laplace
+    ("SELECT MEDIAN(amount) AS m FROM t", 0.0),            # exponential
+])
+def test_release_mechanism_is_a_plain_str(sql: str, delta: float) -> None:
+    with _session() as s:
+        r = s.query(sql, epsilon=1, delta=delta)
+        plan = s.explain(sql, epsilon=1, delta=delta)
+    assert type(r.mechanism) is str and type(plan.mechanism) is str
+    assert f"mechanism={r.mechanism!r}" in repr(r)
+    assert json.loads(json.dumps(r.meta()))["mechanism"] == r.mechanism
+    assert pickle.loads(pickle.dumps(r)).table.equals(r.table)
+
+
+@pytest.mark.parametrize("bounds", [(0, 1, 2), [0, 50, 100], ("0", "1", "2")])
+def test_bounds_of_more_than_two_values_are_refused(bounds: object) -> None:
+    with _session() as s:
+        with pytest.raises(ConfigError, match="must be a pair"):
+            s.register("b", pa.table({"uid": [1], "amount": [1.0]}), privacy_unit="uid",
+                       columns={"amount": {"bounds": bounds}})
+
+
+def test_a_directory_source_says_to_pass_a_glob(tmp_path: object) -> None:
+    with _session() as s:
+        with pytest.raises(ConfigError, match="is a directory") as ei:
+            s.register("d", str(tmp_path), privacy_unit="uid")
+    assert "*.parquet" in (ei.value.hint or "")
