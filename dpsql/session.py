@@ -99,10 +99,10 @@ class Session:
         self,
         name: str, source: Any, *,
         privacy_unit: str | None = None, max_groups_per_unit: float = 1, max_rows_per_group: float = 1,
-        max_rows_per_unit: float | None = None, columns: dict[str, dict[str, Any]] | None = None,
-        references: dict[str, str] | None = None, tau: int = 1,
+        max_rows_per_unit: float | None = None, columns: Mapping[str, dict[str, Any]] | None = None,
+        references: Mapping[str, str] | None = None, tau: int = 1,
         version: str | None = None, max_table_rows: int | None = None,
-        public: bool = False, degree_bounds: dict[str, int] | None = None, allow_conditional_sampling: bool = False,
+        public: bool = False, degree_bounds: Mapping[str, int] | None = None, allow_conditional_sampling: bool = False,
     ) -> None:
         """Register a private table; reads only its schema, never its rows (``dpsql.catalog.register_table``:
         the meaning of every argument; ``version`` labels the contents for synopsis reuse)."""
@@ -171,7 +171,7 @@ class Session:
             backends.remember_bind_check(self._bound_ok, key)
         return ast
 
-    def explain(self, sql: str | list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
+    def explain(self, sql: str | list[str] | tuple[str, ...], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
         """What ``query`` (or, given a list of SQL, ``query_many``) would do: mechanism, noise,
         thresholds, bounded SQL. Free; reads no rows."""
         with self._catalog_lock.reading():
@@ -189,7 +189,7 @@ class Session:
             return self._run(self._route(sql, epsilon, delta, options))
 
     def query_many(
-        self, sqls: list[str], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None
+        self, sqls: list[str] | tuple[str, ...], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None
     ) -> WorkloadRelease:
         """Answer range counts ``SELECT COUNT(*) FROM t WHERE <same other conditions> AND <range>`` over one or
         two ordered columns with DAWA, one charge (pure epsilon-DP), or free from a stored synopsis."""

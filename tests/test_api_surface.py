@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -50,3 +51,40 @@ def test_a_directory_source_says_to_pass_a_glob(tmp_path: object) -> None:
         with pytest.raises(ConfigError, match="is a directory") as ei:
             s.register("d", str(tmp_path), privacy_unit="uid")
     assert "*.parquet" in (ei.value.hint or "")
+
+
+USER_SCRIPT = '''
+from __future__ import annotations
+from typing import Any
+import dpsql
+
+def etl(s: dpsql.Session) -> list[int]:
+    cols = {"amount": {"bounds": (0, 200)}}
+    s.register("events", "events.parquet", privacy_unit="uid", columns=cols,
+               references={"shop_id": "shops.id"}, degree_bounds={"shop_id": 64})
+    many = s.query_many(("SELECT COUNT(*) FROM events WHERE amount < 10",
+                         "SELECT COUNT(*) FROM events WHERE amount < 20"), epsilon=1)
+    plan: dpsql.Plan = s.explain(("SELECT COUNT(*) FROM events WHERE amount < 10",), epsilon=1)
+    r: dpsql.Release = s.query("SELECT COUNT(*) AS n FROM events", epsilon=plan.cost.epsilon)
+    meta: dict[str, Any] = r.meta(s.remaining())
+    mechanisms: list[str] = [one.mechanism for one in many] + [r.mechanism, str(meta["mechanism"])]
+    return [len(m) for m in mechanisms]
+'''
+
+
+def test_documented_api_type_checks_under_mypy_strict(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("mypy")
+    script = tmp_path / "etl.py"
+    script.write_text(USER_SCRIPT)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--ignore-missing-imports",
+         "--cache-dir", str(tmp_path / "cache"), script.name],
+        capture_output=True, text=True, env={**os.environ, "MYPYPATH": repo}, cwd=tmp_path, timeout=300,
+    )
+    errors = [ln for ln in out.stdout.splitlines() if ln.startswith(script.name) and ": error:" in ln]
+    assert not errors, out.stdout
