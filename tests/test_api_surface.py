@@ -53,6 +53,17 @@ def test_a_directory_source_says_to_pass_a_glob(tmp_path: object) -> None:
     assert "*.parquet" in (ei.value.hint or "")
 
 
+def test_a_parquet_named_directory_hint_names_the_python_call(tmp_path: Any) -> None:
+    import pyarrow.parquet as pq
+
+    (tmp_path / "out.parquet").mkdir()
+    pq.write_table(pa.table({"uid": [1]}), tmp_path / "out.parquet" / "part-0.parquet")
+    with _session() as s:
+        with pytest.raises(ConfigError, match="is a directory") as ei:
+            s.register("d", str(tmp_path / "out.parquet"), privacy_unit="uid")
+    assert "register('d', " in (ei.value.hint or "")
+
+
 USER_SCRIPT = '''
 from __future__ import annotations
 from typing import Any

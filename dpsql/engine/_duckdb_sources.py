@@ -773,8 +773,8 @@ def _footer(name: str, path: str, read: Callable[[str], Any]) -> Any:
     if os.path.isdir(path):
         glob = os.path.join(path, "*.parquet")
         raise ConfigError(f"table '{name}': {path!r} is a directory, not a Parquet file",
-                          hint=f"name its files with a glob: --table {name}='{glob}' (or source = \"{glob}\" under "
-                               f"[tables.{name}] in the config)")
+                          hint=f"name its files with a glob: register('{name}', '{glob}', ...), --table {name}='{glob}' "
+                               f"(or source = \"{glob}\" under [tables.{name}] in the config)")
     try:
         return read(path)
     except (OSError, pa.ArrowException) as e:
