@@ -5,8 +5,8 @@ from __future__ import annotations
 import decimal
 import json
 import math
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
