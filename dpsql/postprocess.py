@@ -116,7 +116,12 @@ def check(
     if all(k.name in key_types for k in plan.keys):
         cols: list[exp.Expression] = []
         for k in plan.keys:
-            cols.append(exp.alias_(exp.cast(exp.Null(), exp.DataType.build(key_types[k.name], dialect="duckdb")), k.name))
+            # a DATE or TIMESTAMP key is a date, never NULL: over NULL, DuckDB folds a comparison with a literal
+            # ('garbage', DATE 'garbage') without converting it, which then failed under TRY after the charge
+            kt = key_types[k.name]
+            dated = kt == "DATE" or kt.startswith("TIMESTAMP")
+            key = exp.Literal.string("1970-01-01") if dated else exp.Null()
+            cols.append(exp.alias_(exp.cast(key, exp.DataType.build(kt, dialect="duckdb")), k.name))
         for a in plan.aggregates:
             # a non-NULL placeholder: conversions in HAVING / ORDER BY are only tried on values
             typ = aggregate_types.get(a.name, "DOUBLE")

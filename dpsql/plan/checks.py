@@ -372,13 +372,19 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
     return v
 
 
+#: the largest LIMIT / OFFSET the engine takes (a BIGINT)
+ROW_COUNT_MAX = 2**63 - 1
+
+
 def row_count(node: exp.Expression) -> int | None:
     """The row count of a LIMIT / OFFSET / FETCH FIRST clause: a non-negative integer literal, else None
-    (refused by the caller): ``LIMIT 10%`` / ``PERCENT`` (a share of the rows) and ``WITH TIES`` are no count."""
+    (refused by the caller): ``LIMIT 10%`` / ``PERCENT`` (a share of the rows) and ``WITH TIES`` are no count.
+    A count beyond the engine's 64-bit row counts is read as the largest one (it keeps, or skips, every row
+    the same), so the clause is never refused later as if a released value had failed it."""
     opts = node.args.get("limit_options")
     if opts is not None and (opts.args.get("percent") or opts.args.get("with_ties")):
         return None
     val = node.args.get("count") if isinstance(node, exp.Fetch) else node.args.get("expression") or node.this
     if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
-        return int(val.this)
+        return min(int(val.this), ROW_COUNT_MAX)
     return None
