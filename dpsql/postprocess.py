@@ -140,10 +140,49 @@ def check(
                 "a DATE or TIMESTAMP 1970-01-01: they are evaluated there before the charge); nothing was charged",
                 hint="keep the expression valid at 0, e.g. GREATEST(CAST(COUNT(*) AS INTEGER), 1) for a day of the month",
             ) from None
+        if plan.having is not None:
+            _check_having_literals(backend, plan, key_types, cols)
     elif key_domain is None:  # pragma: no cover - every mechanism gives key types or the key values
         raise AssertionError("post-processing check needs the key types or the key values")
     if key_domain is not None:
         _check_on_keys(backend, plan, aggregate_types, key_domain)
+
+
+#: placeholder values of a number or boolean key for ``_check_having_literals``: a HAVING failing at each of them
+#: fails whatever the key's value (a literal that does not convert to the key's type: ``HAVING i = 'abc'``)
+_KEY_TRIES = {"number": ("0", "1", "1000003", "-7"), "bool": ("false", "true")}
+
+
+def _check_having_literals(backend: _Runs, plan: ir.QueryPlan, key_types: dict[str, str],
+                           cols: list[exp.Expression]) -> None:
+    """Refuse for free a HAVING that fails for every value of a number or boolean key: over the NULL placeholder of
+    ``check`` DuckDB folds ``i = 'abc'`` without converting 'abc', and the query was charged and then released
+    nothing (WHERE refuses such a literal for free). Tried at a few public values of each such key (the other
+    outputs as in ``check``); one that succeeds at any of them is left to run. Reads no private row."""
+    tried: list[tuple[int, str]] = []
+    for i, k in enumerate(plan.keys):
+        t = parse_type(key_types[k.name])
+        if t.kind == "bool" or t.numeric:
+            tried.append((i, "bool" if t.kind == "bool" else "number"))
+    if not tried:
+        return
+    for j in range(max(len(_KEY_TRIES[kind]) for _, kind in tried)):
+        row = [c.copy() for c in cols]
+        for i, kind in tried:
+            values = _KEY_TRIES[kind]
+            name = plan.keys[i].name
+            row[i] = exp.alias_(exp.cast(exp.Literal.string(values[j % len(values)]), exp.DataType.build(
+                key_types[name], dialect="duckdb")), name)
+        try:
+            backend.bind_check(post_ast(plan, exp.select(*row).subquery("__released"), []), run=True)
+            return
+        except QueryTypeError:
+            continue
+    raise QueryTypeError(
+        "HAVING fails whatever the value of a key: a literal compared with a number or boolean key does not convert "
+        "to the key's type (e.g. i = 'abc'); nothing was charged",
+        hint="compare a key with a literal of its type (i = 5, b = true), or quote it as the key's type reads it",
+    )
 
 
 def _kind(type_name: str | None) -> str | None:
