@@ -203,10 +203,8 @@ def test_a_table_listed_with_a_comma_and_no_equality_to_earlier_tables_is_told_h
             s.query(sql, epsilon=1.0)
 
 
-def test_comma_joins_are_joined_in_the_order_of_their_equalities() -> None:
-    """FROM users u, items i, purchases p WHERE p.user_id = u.user_id AND p.item = i.item: items is equated only with
-    purchases, listed after it; it was refused as a cross join (list it after a table it is equated with). With
-    commas only every join is inner, so the order is free: p joins first, then i."""
+def _with_items() -> dpsql.Session:
+    """``_session`` with a public ``items`` table, and ``purchases`` referencing both users and items."""
     s = _session()
     s.register("items", pa.table({"purchase_id": list(range(3 * N)), "cat": [["a", "b"][i % 2] for i in range(3 * N)]}),
                privacy_unit=None, public=True)
@@ -214,6 +212,14 @@ def test_comma_joins_are_joined_in_the_order_of_their_equalities() -> None:
                           "price": [float(i % 11) for i in range(3 * N)]})
     s.register("purchases", purchases, references={"user_id": "users.user_id", "purchase_id": "items.purchase_id"},
                degree_bounds={"user_id": 3}, columns={"price": {"bounds": (0, 10)}})
+    return s
+
+
+def test_comma_joins_are_joined_in_the_order_of_their_equalities() -> None:
+    """FROM users u, items i, purchases p WHERE p.user_id = u.user_id AND p.item = i.item: items is equated only with
+    purchases, listed after it; it was refused as a cross join (list it after a table it is equated with). With
+    commas only every join is inner, so the order is free: p joins first, then i."""
+    s = _with_items()
     want = _rows(s, "SELECT u.plan, COUNT(*) AS n FROM users u JOIN purchases p ON p.user_id = u.user_id JOIN items i "
                     "ON p.purchase_id = i.purchase_id WHERE i.cat = 'a' GROUP BY u.plan ORDER BY 1", 1e-6)
     got = _rows(s, "SELECT u.plan, COUNT(*) AS n FROM users u, items i, purchases p WHERE p.user_id = u.user_id AND "
@@ -243,13 +249,7 @@ def test_comma_joins_are_joined_in_the_order_of_their_equalities() -> None:
 def test_conditions_in_the_on_of_inner_joins_filter_as_in_where() -> None:
     """JOIN c ON o.ck = c.ck AND c.seg = 'a' is the inner join filtered as in WHERE (it was refused, with "move
     other conditions into WHERE", when no table was listed with a comma, and answered when one was)."""
-    s = _session()
-    s.register("items", pa.table({"purchase_id": list(range(3 * N)), "cat": [["a", "b"][i % 2] for i in range(3 * N)]}),
-               privacy_unit=None, public=True)
-    purchases = pa.table({"purchase_id": list(range(3 * N)), "user_id": [1 + i % N for i in range(3 * N)],
-                          "price": [float(i % 11) for i in range(3 * N)]})
-    s.register("purchases", purchases, references={"user_id": "users.user_id", "purchase_id": "items.purchase_id"},
-               degree_bounds={"user_id": 3}, columns={"price": {"bounds": (0, 10)}})
+    s = _with_items()
     head = "SELECT u.plan, COUNT(*) AS n, SUM(p.price) AS r FROM users u JOIN purchases p ON p.user_id = u.user_id"
     for where, on in ((" JOIN items i ON p.purchase_id = i.purchase_id WHERE i.cat = 'a' AND p.price > 3",
                        " AND p.price > 3 JOIN items i ON p.purchase_id = i.purchase_id AND i.cat = 'a'"),
