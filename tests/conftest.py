@@ -145,6 +145,18 @@ def run_cli(argv: list[str]) -> int:
 
 
 @pytest.fixture
+def python_sigint() -> Any:
+    """Python's own SIGINT handler for one test, as in a fresh process: a Spark session started by an earlier test
+    in the same worker installs its own; tests of dpsql's Ctrl-C handling check it gives back the one it found."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh copy of examples/ (so the example ledger is new), as the working directory."""
     shutil.copytree(Path(__file__).resolve().parents[1] / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("*.duckdb*"))

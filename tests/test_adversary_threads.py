@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
@@ -13,15 +12,7 @@ import pytest
 import dpsql
 from dpsql.budget import Budget
 
-
-@pytest.fixture(autouse=True)
-def _python_sigint_handler() -> Any:
-    """Python's own SIGINT handler, as in a fresh process: an earlier test in the same process (a Spark session)
-    may have installed another; the tests below check dpsql gives back the one it found."""
-    before = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
+pytestmark = pytest.mark.usefixtures("python_sigint")
 
 
 def _settings(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:

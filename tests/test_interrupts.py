@@ -13,6 +13,8 @@ import pytest
 
 from dpsql import interrupts
 
+pytestmark = pytest.mark.usefixtures("python_sigint")
+
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_a_child_forked_during_a_hold_gets_the_programs_handler_back() -> None:
