@@ -78,6 +78,25 @@ def _terminate(server: Server, pid: int) -> None:
             time.sleep(0.05)
 
 
+def _lose_acknowledgement(server: Server, monkeypatch: pytest.MonkeyPatch, spy: Any, statement: str) -> list[int]:
+    """Every COMMIT is carried out; the first after ``statement`` was sent then loses its connection before the
+    acknowledgement arrives (the backend terminated): the returned list gets that backend's pid."""
+    import psycopg
+
+    commit = psycopg.Connection.commit
+    killed: list[int] = []
+
+    def lost_acknowledgement(con: Any) -> None:
+        commit(con)
+        if spy.count(statement) and not killed:
+            killed.append(con.info.backend_pid)
+            _terminate(server, killed[0])
+            con.execute("SELECT 1")  # the connection's failure, as the COMMIT would have seen it
+
+    monkeypatch.setattr(psycopg.Connection, "commit", lost_acknowledgement)
+    return killed
+
+
 class Spy:
     """Records, for each ledger statement, the backend that ran it and its connection's settings."""
 
@@ -468,22 +487,11 @@ def test_a_release_whose_commit_reached_the_server_before_the_connection_dropped
     """The COMMIT of a release was carried out, but the connection dropped before its acknowledgement arrived: the
     release is started again, finds its own entry released as it would record it, and writes nothing more (it
     neither fails as 'already released' nor records twice)."""
-    import psycopg
 
     spy = Spy(monkeypatch)
     led = open_ledger(url, None)
     entry = _charge(led)
-    commit = psycopg.Connection.commit
-    killed: list[int] = []
-
-    def lost_acknowledgement(con: Any) -> None:
-        commit(con)
-        if spy.count("UPDATE ledger_entries SET status = 'released'") and not killed:
-            killed.append(con.info.backend_pid)
-            _terminate(server, killed[0])
-            con.execute("SELECT 1")  # the connection's failure, as the COMMIT would have seen it
-
-    monkeypatch.setattr(psycopg.Connection, "commit", lost_acknowledgement)
+    killed = _lose_acknowledgement(server, monkeypatch, spy, "UPDATE ledger_entries SET status = 'released'")
     led.commit(entry, params_update={"rows": 3}, synopsis_key="k", synopsis='{"x": 1}')
     assert killed and spy.count("UPDATE ledger_entries SET status = 'released'") == 1
     monkeypatch.undo()
@@ -515,22 +523,11 @@ def test_a_failure_whose_commit_reached_the_server_before_the_connection_dropped
         server: Server, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The COMMIT of fail() was carried out, but the connection dropped before its acknowledgement: the failure
     is started again, finds its entry failed with its reason, and writes nothing more (no 'already failed')."""
-    import psycopg
 
     spy = Spy(monkeypatch)
     led = open_ledger(url, None)
     entry = _charge(led)
-    commit = psycopg.Connection.commit
-    killed: list[int] = []
-
-    def lost_acknowledgement(con: Any) -> None:
-        commit(con)
-        if spy.count("UPDATE ledger_entries SET status = 'failed'") and not killed:
-            killed.append(con.info.backend_pid)
-            _terminate(server, killed[0])
-            con.execute("SELECT 1")  # the connection's failure, as the COMMIT would have seen it
-
-    monkeypatch.setattr(psycopg.Connection, "commit", lost_acknowledgement)
+    killed = _lose_acknowledgement(server, monkeypatch, spy, "UPDATE ledger_entries SET status = 'failed'")
     led.fail(entry, "time-out")
     assert killed and spy.count("UPDATE ledger_entries SET status = 'failed'") == 1
     monkeypatch.undo()
@@ -780,7 +777,6 @@ def test_a_charge_whose_commit_acknowledgement_is_lost_exits_as_charged(server: 
     """The COMMIT of a charge reached the server, but the connection dropped before its acknowledgement: the
     charge stands (it counts), so the failure exits as one after the charge (5), not as a ledger error that
     charged nothing (4)."""
-    import psycopg
 
     from dpsql.charge import reserve
     from dpsql.errors import CHARGED_EXIT_CODE
@@ -788,20 +784,10 @@ def test_a_charge_whose_commit_acknowledgement_is_lost_exits_as_charged(server: 
     spy = Spy(monkeypatch)
     led = open_ledger(url, None)
     led.remaining()
-    commit = psycopg.Connection.commit
-    killed: list[int] = []
-
-    def lost_acknowledgement(con: Any) -> None:
-        commit(con)
-        if spy.count("INSERT INTO ledger_entries") and not killed:
-            killed.append(con.info.backend_pid)
-            _terminate(server, killed[0])
-            con.execute("SELECT 1")  # the connection's failure, as the COMMIT would have seen it
-
-    monkeypatch.setattr(psycopg.Connection, "commit", lost_acknowledgement)
+    killed = _lose_acknowledgement(server, monkeypatch, spy, "INSERT INTO ledger_entries")
     with pytest.raises(LedgerError, match="not acknowledged") as info:
         reserve(led, dpsql.Budget(0.1, 0.0), mechanism="m", query="q", tables=["t"], params={})
     monkeypatch.undo()
-    assert led.spent() == dpsql.Budget(0.1, 0.0)  # the charge stands
+    assert killed and led.spent() == dpsql.Budget(0.1, 0.0)  # the charge stands
     assert info.value.exit_code == CHARGED_EXIT_CODE
     led.close()
