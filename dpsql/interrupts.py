@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -23,6 +25,7 @@ class HeldInterrupt:
         self.old: Any = None
         self.caught: list[tuple[int, Any]] = []
         self.nested = False
+        self.open = False  # inside an :func:`interruptible` wait: Ctrl-C runs the program's handler there
 
     def __enter__(self) -> HeldInterrupt:
         global HELD, NESTED
@@ -49,6 +52,9 @@ class HeldInterrupt:
         return self
 
     def _hold(self, signum: int, frame: Any) -> None:
+        if self.open and not NESTED and self.old is not None:
+            self.old(signum, frame)  # (its KeyboardInterrupt, raised inside the wait, which gives back what it took)
+            return
         self.caught.append((signum, frame))
 
     def deliver(self, handler: Any) -> None:
@@ -89,6 +95,25 @@ def interruption_point() -> None:
         now = signal.getsignal(signal.SIGINT)  # the program's, if one of its handlers replaced the holding one
         if now == held._hold or callable(now):
             held.deliver(held.old if now == held._hold else now)
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """A wait of an operation holding Ctrl-C back that cannot poll for it: a blocking call into a driver that gives back
+    what it took when a signal's handler raises inside it (psycopg cancels the statement on the server, e.g. one
+    waiting for the PostgreSQL ledger's lock). Ctrl-C held back so far is raised at its start, and one that comes
+    during it runs the program's handler there; around it, Ctrl-C stays held back. The caller gives back what the
+    operation took if this raises, as at an :func:`interruption_point`."""
+    held = HELD
+    if held is None or held.open or NESTED or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    interruption_point()
+    held.open = True
+    try:
+        yield
+    finally:
+        held.open = False
 
 
 def _after_fork() -> None:

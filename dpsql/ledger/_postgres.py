@@ -110,6 +110,7 @@ import pyarrow as pa
 
 from dpsql.budget import Budget
 from dpsql.errors import ConfigError, LedgerError
+from dpsql.interrupts import HeldInterrupt, interruptible, interruption_point
 from dpsql.ledger._store import (
     _LEDGER_ID_RE,
     _REQUIRED_TABLES,
@@ -255,7 +256,7 @@ def _alive(con: Any) -> bool:
     """Whether an idle connection may still be usable: open, outside any transaction, and nothing
     waiting to be read on its socket (an idle connection receives nothing, unless the server ended it:
     a terminated backend, a restart). Reading the socket costs no round trip; a connection that dies
-    later still fails its first statement (then the operation is retried once, see _txn)."""
+    later still fails its first statement (then the operation is retried once, see _one_txn)."""
     from psycopg.pq import TransactionStatus
 
     try:
@@ -327,6 +328,7 @@ class _Pool:
         ``busy()``."""
         self._mine()
         while True:
+            interruption_point()  # (Ctrl-C held back by the ledger operation: nothing is taken here)
             stale: list[_Slot] = []
             slot: _Slot | None = None
             state = "open"
@@ -348,7 +350,7 @@ class _Pool:
                     if len(self.slots) + self.opening < _POOL_SIZE:
                         self.opening += 1
                     elif (left := deadline - time.monotonic()) > 0:
-                        self.cond.wait(min(left, threading.TIMEOUT_MAX))
+                        self.cond.wait(min(left, 0.05))  # (Ctrl-C held back is raised between two steps)
                         state = "wait"
                     else:
                         state = "busy"
@@ -484,13 +486,15 @@ class PostgresLedger(Ledger):
         failure: LedgerError | None = None
         try:
             # no prepared statements: a connection pooler in transaction mode (pgbouncer) may hand the next
-            # transaction to another server session, which would not know them
-            con = psycopg.connect(self._url, connect_timeout=min(max(1, math.ceil(self.lock_timeout)), _PG_MAX_MS // 1000),
-                                  autocommit=False, prepare_threshold=None, fallback_application_name="dpsql ledger",
-                                  # text is sent and read as UTF-8 whatever the database's or role's encoding: under
-                                  # LATIN1 a query holding another character raised Python's UnicodeEncodeError, and
-                                  # under SQL_ASCII every value was read as bytes (the ledger looked damaged)
-                                  client_encoding="UTF8")
+            # transaction to another server session, which would not know them; Ctrl-C stops the wait for
+            # the server (up to connect_timeout) there
+            with interruptible():
+                con = psycopg.connect(self._url, connect_timeout=min(max(1, math.ceil(self.lock_timeout)), _PG_MAX_MS // 1000),
+                                      autocommit=False, prepare_threshold=None, fallback_application_name="dpsql ledger",
+                                      # text is sent and read as UTF-8 whatever the database's or role's encoding: under
+                                      # LATIN1 a query holding another character raised Python's UnicodeEncodeError, and
+                                      # under SQL_ASCII every value was read as bytes (the ledger looked damaged)
+                                      client_encoding="UTF8")
         except Exception as e:  # noqa: BLE001 - psycopg's message may hold the password: class only
             failure = LedgerError(f"cannot connect to the PostgreSQL ledger {self.path} ({type(e).__name__}); {unchanged}",
                                   hint="check the URL, that the server runs and accepts this user")
@@ -521,6 +525,7 @@ class PostgresLedger(Ledger):
                     if not reconnect or (left := deadline - time.monotonic()) <= 0:
                         raise
                     time.sleep(min(left, 0.2))
+                    interruption_point()
 
         return self._pool.acquire(connect, deadline, busy)
 
@@ -539,7 +544,7 @@ class PostgresLedger(Ledger):
             self._pool.release(slot, reusable)
 
     def _has_tables(self) -> bool:
-        with self._connection("nothing was changed") as con:
+        with HeldInterrupt(), self._connection("nothing was changed") as con:  # (Ctrl-C: as in a ledger operation)
             failure: LedgerError | None = None
             try:
                 with con.cursor() as cur:
@@ -580,49 +585,52 @@ class PostgresLedger(Ledger):
         """Create the tables. ``must_be_new`` (``dpsql init``, :meth:`create`): an existing ledger is
         refused, as for a file; otherwise (``open(create=True)`` racing another creator) an existing
         ledger with the same total is used."""
-        slot, _ = self._acquire("no ledger was created", time.monotonic() + self.lock_timeout)
-        con = slot.con
-        try:
-            with con.cursor() as cur:
-                # the wait for another creator is bounded as a charge's is (lock_timeout), and the server's
-                # time-outs are lifted for it: an advisory lock otherwise waits forever
-                ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
-                cur.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN %s ELSE '0' END, true) "
-                            "FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', "
-                            + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms"])
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", [_ADVISORY_KEY])
-                cur.execute("SELECT to_regclass('ledger_meta')")
-                exists = cur.fetchone()[0] is not None
-            if not exists:
-                c = _Con(con)
-                for stmt in _statements(schema_postgres_sql()):
-                    c.execute(stmt)
-                c.execute("INSERT INTO ledger_meta VALUES ('created_at', ?), ('created_by', ?), ('generation', '1'), "
-                          "('ledger_id', ?)", [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dpsql",
-                                               _new_ledger_id()])
-                c.execute("INSERT INTO ledger_totals VALUES (1, current_timestamp, ?, ?, NULL, NULL, 'created')",
-                          [total.epsilon, total.delta])
-            con.commit()
-        except LedgerError:
-            _rollback(con)
-            raise
-        except Exception as e:  # noqa: BLE001
-            _rollback(con)
-            psycopg = _psycopg()
-            if isinstance(e, psycopg.errors.LockNotAvailable):
-                raise LedgerError(f"ledger {self.path} is busy: another process has been creating a ledger in this "
-                                  f"database for more than {self.lock_timeout:g} s; no ledger was created",
-                                  hint="retry, or pass a larger lock_timeout") from None
-            if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
-                raise _read_only_failure(self.path, "no ledger was created") from None
-            if isinstance(e, psycopg.errors.InvalidSchemaName):
-                raise LedgerError(f"cannot create the ledger in {self.path}: the connection's search_path names no "
-                                  "schema to create its tables in; no ledger was created",
-                                  hint="name one in the URL: ?options=-csearch_path%3D<schema>") from None
-            raise LedgerError(f"cannot create the ledger in {self.path} ({type(e).__name__}); no ledger was created",
-                              hint="check that the user may create tables in the database") from None
-        finally:
-            self._pool.release(slot, True)  # kept only if back outside any transaction
+        with HeldInterrupt():  # Ctrl-C: as in a ledger operation (raised where it waits, or once all is given back)
+            slot, _ = self._acquire("no ledger was created", time.monotonic() + self.lock_timeout)
+            con = slot.con
+            try:
+                with con.cursor() as cur:
+                    # the wait for another creator is bounded as a charge's is (lock_timeout), and the server's
+                    # time-outs are lifted for it: an advisory lock otherwise waits forever
+                    ms = min(max(1, math.ceil(self.lock_timeout * 1000)), _PG_MAX_MS)
+                    cur.execute("SELECT set_config(name, CASE name WHEN 'lock_timeout' THEN %s ELSE '0' END, true) "
+                                "FROM pg_catalog.pg_settings WHERE name IN ('lock_timeout', "
+                                + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms"])
+                    with interruptible():  # the wait for another creator: Ctrl-C cancels it
+                        cur.execute("SELECT pg_advisory_xact_lock(%s)", [_ADVISORY_KEY])
+                    cur.execute("SELECT to_regclass('ledger_meta')")
+                    exists = cur.fetchone()[0] is not None
+                if not exists:
+                    c = _Con(con)
+                    for stmt in _statements(schema_postgres_sql()):
+                        c.execute(stmt)
+                    c.execute("INSERT INTO ledger_meta VALUES ('created_at', ?), ('created_by', ?), ('generation', '1'), "
+                              "('ledger_id', ?)", [time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "dpsql",
+                                                   _new_ledger_id()])
+                    c.execute("INSERT INTO ledger_totals VALUES (1, current_timestamp, ?, ?, NULL, NULL, 'created')",
+                              [total.epsilon, total.delta])
+                interruption_point()  # Ctrl-C so far: nothing is created
+                con.commit()
+            except LedgerError:
+                _rollback(con)
+                raise
+            except Exception as e:  # noqa: BLE001
+                _rollback(con)
+                psycopg = _psycopg()
+                if isinstance(e, psycopg.errors.LockNotAvailable):
+                    raise LedgerError(f"ledger {self.path} is busy: another process has been creating a ledger in this "
+                                      f"database for more than {self.lock_timeout:g} s; no ledger was created",
+                                      hint="retry, or pass a larger lock_timeout") from None
+                if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
+                    raise _read_only_failure(self.path, "no ledger was created") from None
+                if isinstance(e, psycopg.errors.InvalidSchemaName):
+                    raise LedgerError(f"cannot create the ledger in {self.path}: the connection's search_path names no "
+                                      "schema to create its tables in; no ledger was created",
+                                      hint="name one in the URL: ?options=-csearch_path%3D<schema>") from None
+                raise LedgerError(f"cannot create the ledger in {self.path} ({type(e).__name__}); no ledger was created",
+                                  hint="check that the user may create tables in the database") from None
+            finally:
+                self._pool.release(slot, True)  # kept only if back outside any transaction
         if exists and must_be_new:
             raise LedgerError(
                 f"cannot create a ledger in {self.path}: the database already holds one",
@@ -636,11 +644,14 @@ class PostgresLedger(Ledger):
                                   hint="open it with Ledger.open(url)")
 
     @contextmanager
-    def _txn(self, *, write: bool, creating: bool = False,
-             unchanged: str = "nothing was changed", wait: float | None = None) -> Iterator[tuple[Any, _Txn]]:
+    def _one_txn(self, *, write: bool, creating: bool = False,
+                 unchanged: str = "nothing was changed", wait: float | None = None) -> Iterator[tuple[Any, _Txn]]:
         """One transaction: take a connection (a kept one, or a new one), (writers) take the table
         lock, check the schema, run the body, commit. Any failure before COMMIT rolls back:
-        ``unchanged`` holds. A kept connection found dropped during the opening statements (before
+        ``unchanged`` holds. It runs inside ``Ledger._txn``: Ctrl-C in the main thread is held back
+        (``dpsql.interrupts``) and raised where it waits (for a connection of the pool, for the ledger's
+        lock: psycopg cancels the statement, and the connection is closed), before COMMIT (rolled back),
+        or once the connection is given back. A kept connection found dropped during the opening statements (before
         the body, so before anything is written) is replaced and the transaction started again, once;
         a connection lost from the body on is an error, never a retry (a charge is sent once)."""
         if self._closed:
@@ -684,7 +695,8 @@ class PostgresLedger(Ledger):
                               "'extra_float_digits', 'DateStyle', "
                               + ", ".join(f"'{n}'" for n in _LIFTED_TIMEOUTS) + ")", [f"{ms}ms", f"{self._idle_ms()}ms"])
                     if write:
-                        c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
+                        with interruptible():  # the one wait: Ctrl-C cancels it (then the connection is closed)
+                            c.execute("LOCK TABLE ledger_entries, ledger_totals IN EXCLUSIVE MODE")
                         # a charge is acknowledged only once its WAL record is flushed (and, with synchronous
                         # standbys, flushed there too): a server, database or role set to 'off' or 'local'
                         # would let a crash or fail-over take back a charge whose query has read private rows.
@@ -743,6 +755,7 @@ class PostgresLedger(Ledger):
                         if found[0] is None:  # under the ledger's lock: one writer draws it
                             drawn = _new_ledger_id()
                             c.execute("INSERT INTO ledger_meta VALUES ('ledger_id', ?)", [drawn])
+                    interruption_point()  # Ctrl-C so far: nothing is changed (after the COMMIT: the change stands)
                 except BaseException as e:
                     _rollback(con)
                     reusable = isinstance(e, Exception)  # not after an interrupt: closed
