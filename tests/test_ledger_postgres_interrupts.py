@@ -357,3 +357,74 @@ def test_ctrl_c_in_the_cli_exits_130_and_a_charge_that_stands_is_never_told_as_n
     assert "interrupted: a charge already made stands" in p.stderr and "nothing was charged" not in p.stderr, p.stderr
     assert list(_statuses(url).values()) == ([] if status is None else [status])
     _server_clean(url)
+
+
+def test_a_sigint_storm_in_the_main_thread_costs_worker_threads_nothing(url: str) -> None:
+    """Ctrl-C every 5-50 ms at the main thread, which charges and releases on a PostgreSQL ledger while three worker
+    threads charge and release on the same ledger object (its pool of four connections): every worker's operation
+    succeeds without waiting out lock_timeout, every worker's entry is released, the main thread's entries are each
+    whole (reserved or released), and nothing is left taken."""
+    import random
+
+    from dpsql.ledger import open_ledger
+
+    led = open_ledger(url, Budget(1e9), create=True, lock_timeout=5.0)
+    stop, bad, slow, mine = threading.Event(), list[str](), list[float](), list[int]()
+
+    def work() -> None:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                e = int(led.reserve(Budget(1.0), mechanism="m", query="worker", tables=["t"], params={}))
+                led.commit(e)
+                mine.append(e)
+            except BaseException as e:  # noqa: BLE001
+                bad.append(repr(e)[:300])
+            if time.monotonic() - t0 > 4.0:
+                slow.append(time.monotonic() - t0)
+
+    main = threading.main_thread().ident
+    rnd = random.Random(11)
+
+    def storm() -> None:
+        while not stop.wait(rnd.uniform(0.005, 0.05)):
+            signal.pthread_kill(main, signal.SIGINT)  # type: ignore[arg-type]
+
+    workers = [threading.Thread(target=work) for _ in range(3)]
+    for w in workers:
+        w.start()
+    stormer = threading.Thread(target=storm)
+    interrupted = 0
+    end = time.monotonic() + 4.0
+    try:
+        stormer.start()
+        while True:
+            try:
+                while time.monotonic() < end:
+                    try:
+                        led.commit(led.reserve(Budget(1.0), mechanism="m", query="main", tables=["t"], params={}))
+                    except KeyboardInterrupt:
+                        interrupted += 1
+                break
+            except KeyboardInterrupt:  # in the loop's own steps
+                interrupted += 1
+    finally:
+        while True:
+            try:
+                stop.set()
+                stormer.join()
+                time.sleep(0.05)  # a last signal's handler runs here
+                break
+            except KeyboardInterrupt:
+                interrupted += 1
+    for w in workers:
+        w.join(30)
+    assert interrupted > 10 and len(mine) >= 3
+    assert bad == [] and slow == []
+    _nothing_taken(led)
+    _server_clean(url)
+    rows = _watcher(url).execute("SELECT entry_id, query, status FROM ledger_entries").fetchall()
+    assert {e for e, q, st in rows if q == "worker"} == set(mine)
+    assert all(st == "released" for e, q, st in rows if q == "worker")
+    assert {st for e, q, st in rows if q == "main"} <= {"reserved", "released"}
+    assert _charge(led) > 0
