@@ -428,3 +428,25 @@ def test_a_sigint_storm_in_the_main_thread_costs_worker_threads_nothing(url: str
     assert all(st == "released" for e, q, st in rows if q == "worker")
     assert {st for e, q, st in rows if q == "main"} <= {"reserved", "released"}
     assert _charge(led) > 0
+
+
+def test_ctrl_c_while_waiting_for_a_connection_of_the_pool_is_raised_at_once(url: str) -> None:
+    """Every connection of the ledger object's pool is in use (other threads' operations): Ctrl-C during the wait for
+    one is raised then, not once lock_timeout has run out, and nothing of the pool is left taken."""
+    from dpsql.ledger import open_ledger
+    from dpsql.ledger._postgres import _POOL_SIZE
+
+    led = open_ledger(url, Budget(1.0), create=True, lock_timeout=20.0)
+    taken = [led._acquire("x", time.monotonic() + 5)[0] for _ in range(_POOL_SIZE)]
+    timer = threading.Timer(0.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+    t0 = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        _charge(led)
+    took = time.monotonic() - t0
+    timer.join()
+    for slot in taken:
+        led._pool.release(slot, True)
+    assert took < 10.0, took
+    _nothing_taken(led)
+    assert _charge(led) == 1
