@@ -106,3 +106,40 @@ def test_ctrl_c_held_back_is_not_raised_inside_an_operation_nested_in_a_held_one
             steps.append("not reached")
     assert steps == ["nested done", "outer step"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.HELD is None
+
+
+def test_an_interruptible_wait_raises_ctrl_c_there_and_nowhere_else() -> None:
+    """``interruptible`` (a blocking driver call of an operation holding Ctrl-C back, e.g. the PostgreSQL ledger's wait
+    for its lock): Ctrl-C held back before it is raised at its start; one that comes during it runs the handler there
+    (psycopg then cancels the statement); once it is over, Ctrl-C is held back again. Outside a hold, and in an
+    operation nested in a held one (a signal handler's), it changes nothing."""
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.HeldInterrupt():
+            signal.raise_signal(signal.SIGINT)  # held back
+            steps.append("held")
+            with interrupts.interruptible():
+                steps.append("not reached")
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.HeldInterrupt():
+            with interrupts.interruptible():
+                steps.append("waits")
+                signal.raise_signal(signal.SIGINT)  # raised here
+                steps.append("not reached")
+    with interrupts.HeldInterrupt() as held:
+        with interrupts.interruptible():
+            steps.append("done")
+        signal.raise_signal(signal.SIGINT)  # held back again
+        steps.append("after")
+        caught, held.caught = list(held.caught), []
+        with interrupts.HeldInterrupt():  # nested: nothing is raised in it
+            signal.raise_signal(signal.SIGINT)
+            with interrupts.interruptible():
+                signal.raise_signal(signal.SIGINT)
+                steps.append("nested")
+        held.caught = []
+    assert len(caught) == 1
+    with interrupts.interruptible():  # outside a hold: nothing to do
+        steps.append("outside")
+    assert steps == ["held", "waits", "done", "after", "nested", "outside"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.HELD is None

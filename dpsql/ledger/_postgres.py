@@ -68,6 +68,14 @@ wait runs out after a lost connection, the error is one LedgerError that says th
 'reserved' (or reads what a COMMIT cut short recorded) and what to do.
 ``close()`` (and a ledger that is garbage collected) closes the connections; ``tests/test_ledger_postgres_reuse.py``.
 
+Ctrl-C (SIGINT) in the main thread is held back during an operation, as for a ledger file (``dpsql.interrupts``:
+the operations run inside ``Ledger._txn``): it is raised where the operation waits (for a connection of the pool;
+for the ledger's lock, another creator or the server's answer to a connection, where psycopg cancels the statement
+and the connection is closed), before COMMIT (the change is rolled back), or once the connection is given back
+(after COMMIT: the change stands, and a charge's caller is told it was interrupted, never that nothing was charged).
+It never leaves a connection taken from the pool, counted as being opened, or kept inside a transaction
+(``tests/test_ledger_postgres_interrupts.py``).
+
 Refusals: a database without the three tables is "not a dpsql ledger" unless ``create=True``
 (then the schema is created, under a transaction-scoped advisory lock so two creators cannot
 both create it); a database with the tables but another ``schema_version`` is refused exactly
