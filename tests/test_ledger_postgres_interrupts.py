@@ -36,15 +36,15 @@ def url(server: Server) -> str:
     return server.database("i_" + uuid.uuid4().hex[:12])
 
 
-def _stepped_sigint(n: int) -> Any:
+def _stepped_sigint(n: int, extra: list[str] | None = None) -> Any:
     """A tracer that sends the main thread SIGINT at the ``n``-th point of the ledger's code (``_postgres``, the shared
-    ``_store`` and ``interrupts``) where Python runs a signal's handler (a function's start, after a call, a loop's
-    jump back); ``seen`` counts them."""
+    ``_store``, ``interrupts`` and the files ``extra``) where Python runs a signal's handler (a function's start, after
+    a call, a loop's jump back); ``seen`` counts them."""
     import dis
 
     from dpsql.ledger import _postgres, _store
 
-    files = {_postgres.__file__, _store.__file__, interrupts.__file__}
+    files = {_postgres.__file__, _store.__file__, interrupts.__file__, *(extra or [])}
     seen = [0]
     last: dict[int, str] = {}
 
@@ -124,12 +124,13 @@ def _charge(led: Any) -> int:
 
 
 def _interrupted_everywhere(led: Any, url: str, op: Callable[[], None], check: Callable[[bool], None],
-                            prepare: Callable[[], None] = lambda: None, most: int = 100) -> int:
+                            prepare: Callable[[], None] = lambda: None, most: int = 100,
+                            extra: list[str] | None = None) -> int:
     """Run ``op`` with SIGINT at one point after another (about ``most`` of them); after each, ``check(interrupted)``
     and nothing is left taken. Returns how many runs were interrupted."""
     before = sys.gettrace()  # a tracer of the run (coverage) is put back
     prepare()
-    counting = _stepped_sigint(10**9)
+    counting = _stepped_sigint(10**9, extra)
     sys.settrace(counting)
     try:
         op()
@@ -141,7 +142,7 @@ def _interrupted_everywhere(led: Any, url: str, op: Callable[[], None], check: C
     interrupted = 0
     for n in range(1, points + 1, max(1, points // most)):
         prepare()
-        sys.settrace(_stepped_sigint(n))
+        sys.settrace(_stepped_sigint(n, extra))
         hit = False
         try:
             try:
@@ -450,3 +451,47 @@ def test_ctrl_c_while_waiting_for_a_connection_of_the_pool_is_raised_at_once(url
     assert took < 10.0, took
     _nothing_taken(led)
     assert _charge(led) == 1
+
+
+def test_ctrl_c_at_any_point_of_a_sessions_query_on_a_postgresql_ledger_leaves_it_usable(url: str) -> None:
+    """Finding (fixed): Ctrl-C landing on a Session's query at the steps where the PostgreSQL ledger took a connection
+    and had not yet entered the code that gives it back left the ledger's pool short of one; after four, every query
+    of the Session failed with "ledger ... is busy: 4 operations on it in other threads of this process held all its
+    connections", with no other thread running. Here SIGINT comes at one point after another of a query (the ledger,
+    the charge and the Session's own code); after each, each new entry is whole (none, reserved, failed or released;
+    released when answered), nothing is left taken, and the next query is answered."""
+    import duckdb
+
+    import dpsql
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range AS uid FROM range(1000)")
+    s = dpsql.Session(url, Budget(1e9), create=True, lock_timeout=0.5, connection=con.cursor())
+    s.register("t", "t", privacy_unit="uid")
+    led, lock = s._ledger, s._catalog_lock
+    known = dict(_statuses(url))
+    answer: list[Any] = []
+
+    def run() -> None:
+        answer[:] = [s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.01)]
+
+    def check(hit: bool) -> None:
+        now = _statuses(url)
+        new = {k: v for k, v in now.items() if k not in known}
+        assert {k: now[k] for k in known} == known
+        if not hit:
+            assert new == {answer[0].ledger_id: "released"}
+        else:
+            assert len(new) <= 1 and set(new.values()) <= {"reserved", "failed", "released"}
+        assert (lock._readers, lock._writers, lock._holders, lock._writing) == (0, 0, {}, False)
+        known.update(now)
+        answer.clear()
+
+    import dpsql.catalog
+    import dpsql.charge
+    import dpsql.session
+
+    extra = [dpsql.session.__file__, dpsql.charge.__file__, dpsql.catalog.__file__]
+    assert _interrupted_everywhere(led, url, run, check, most=100, extra=extra) > 10
+    run()
+    s.close()
