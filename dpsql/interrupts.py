@@ -14,7 +14,8 @@ from typing import Any
 class HeldInterrupt:
     """Ctrl-C held back in the main thread while a ledger operation (``Ledger._txn``) or a Session's count of requests
     (``CatalogLock``) runs there: its handler (the KeyboardInterrupt, or the program's own) runs where it waits (:func:`interruption_point`: the queue,
-    the lock, another program's DuckDB lock) or once it has given back all it took. Python runs a signal's handler
+    the lock, another program's DuckDB lock; :func:`interruptible`: a PostgreSQL ledger's wait for its lock or the server) or once it has given
+    back all it took. Python runs a signal's handler
     between any two steps of the main thread, so a KeyboardInterrupt came between taking a queue slot and the
     ``try`` that gives it back (the waiter behind it then waited out its lock_timeout, and a release it held up
     failed after its charge), or after the thread was marked as inside an operation (every later operation of the
