@@ -1,0 +1,51 @@
+"""A Budget in JSON: ``to_dict`` / ``from_dict`` round-trip exactly, and a Release's metadata dumps as is."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from dpsql.budget import Budget
+from dpsql.errors import ConfigError
+from dpsql.release import Release
+
+
+@pytest.mark.parametrize("b", [Budget(1.0), Budget(0.1, 1e-6), Budget(0.30000000000000004, 5e-324),
+                               Budget(1e308, 0.9999999999999999), Budget(0.0, 0.0)])
+def test_budget_round_trips_through_json_exactly(b: Budget) -> None:
+    d = b.to_dict()
+    assert d == {"epsilon": b.epsilon, "delta": b.delta}
+    back = Budget.from_dict(json.loads(json.dumps(d)))
+    assert back == b and back.epsilon == b.epsilon and back.delta == b.delta
+
+
+def test_budget_from_dict_accepts_a_missing_delta_and_plain_text() -> None:
+    assert Budget.from_dict({"epsilon": 2}) == Budget(2.0, 0.0)
+    assert Budget.from_dict({"epsilon": "0.5", "delta": "1e-6"}) == Budget(0.5, 1e-6)
+
+
+@pytest.mark.parametrize("bad, words", [
+    ({"eps": 1.0}, "epsilon"),
+    ({"epsilon": 1.0, "delta": 1e-6, "sigma": 3}, "sigma"),
+    ({"epsilon": -1.0}, "epsilon"),
+    ({"epsilon": 1.0, "delta": 1.5}, "delta"),
+    ({"epsilon": None}, "epsilon"),
+    ([1.0, 1e-6], "mapping"),
+])
+def test_budget_from_dict_refuses_what_is_not_a_budget(bad: object, words: str) -> None:
+    with pytest.raises(ConfigError, match=words) as e:
+        Budget.from_dict(bad)  # type: ignore[arg-type]
+    assert e.value.hint
+
+
+def test_release_metadata_with_its_cost_dumps_to_json() -> None:
+    r = Release(pa.table({"n": [3]}), Budget(0.1, 1e-6), "gaussian", {}, 7,
+                details={"epsilon": 0.1, "composed_of": Budget(0.05, 5e-7)})
+    meta = json.loads(json.dumps(r.meta(Budget(0.9, 9e-6))))
+    assert Budget.from_dict(meta["cost"]) == r.cost and Budget.from_dict(meta["remaining"]) == Budget(0.9, 9e-6)
+    # a Budget among the parameters keeps its exact values (not its 6-digit str)
+    assert Budget.from_dict(meta["parameters"]["composed_of"]) == Budget(0.05, 5e-7)
+    # the ETL spelling for a cost alone
+    assert json.loads(json.dumps({"cost": r.cost.to_dict()}))["cost"] == {"epsilon": 0.1, "delta": 1e-6}
