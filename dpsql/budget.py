@@ -133,7 +133,9 @@ class Budget:
 
     @staticmethod
     def from_exact(epsilon: Fraction, delta: Fraction) -> Budget:
-        return Budget(float(epsilon), float(delta))
+        """The Budget of an exact sum of costs: per coordinate the least float whose decimal is at least it,
+        so a spent total is never shown below what was spent (:func:`float_at_least`)."""
+        return Budget(float_at_least(epsilon), float_at_least(delta))
 
     # JSON ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, float]:

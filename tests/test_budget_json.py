@@ -49,3 +49,18 @@ def test_release_metadata_with_its_cost_dumps_to_json() -> None:
     assert Budget.from_dict(meta["parameters"]["composed_of"]) == Budget(0.05, 5e-7)
     # the ETL spelling for a cost alone
     assert json.loads(json.dumps({"cost": r.cost.to_dict()}))["cost"] == {"epsilon": 0.1, "delta": 1e-6}
+
+
+def test_a_composed_cost_is_never_shown_below_what_was_spent() -> None:
+    """Spent totals (``Ledger.spent()``, ``compose``, ``+``) are read by people deciding what is left: their
+    float is the least one whose decimal is at least the exact sum (rounding to nearest showed up to half an
+    ulp less, e.g. 1 + 1e-17 as 1.0)."""
+    from fractions import Fraction
+
+    from dpsql.budget import compose, compose_counted, exact
+
+    costs = [Budget(1.0, 0.5), Budget(1e-17, 1e-20)]
+    for total in (compose(costs), compose_counted([(c, 1) for c in costs]), costs[0] + costs[1]):
+        assert exact(total.epsilon) >= Fraction(1) + Fraction("1e-17"), total
+        assert exact(total.delta) >= Fraction(1, 2) + Fraction("1e-20"), total
+    assert compose([Budget(0.1)] * 10) == Budget(1.0)  # exact sums stay exact
