@@ -43,3 +43,26 @@ def test_rdp_prime_with_a_gap_and_q_one() -> None:
         got = s4s_rdp_prime(*args[:5], gap=args[5])
         ref = _reference(*args)
         assert ref * (1 - mp.mpf("1e-14")) <= got <= ref * (1 + mp.mpf("1e-12")), (args, got, mp.nstr(ref, 20))
+
+
+def _joint_reference(alpha: float, rhos: list[float], taus: list[float], n: int, q: float) -> mp.mpf:
+    with mp.workdps(60):
+        a, qq = mp.mpf(alpha), mp.mpf(q)
+
+        def h(k: int) -> mp.mpf:
+            return sum(((a - 1) * mp.mpf(r) * (mp.mpf(min(t, k)) / mp.mpf(t)) ** 2 for r, t in zip(rhos, taus, strict=True)),
+                       mp.mpf(0))
+
+        s = sum(mp.binomial(n, k) * qq**k * (1 - qq) ** (n - k) * mp.exp(h(k)) for k in range(n + 1))
+        return mp.log(s) / (a - 1)
+
+
+@pytest.mark.parametrize("alpha, rho, n, q", list(itertools.product([1.0625, 2.0, 30.0], [1e-6, 1e-3, 0.5],
+                                                                    [1, 9, 300], [0.001, 0.2])))
+def test_joint_rdp_is_an_upper_bound_to_the_last_digits(alpha: float, rho: float, n: int, q: float) -> None:
+    from dpsql.accounting.s4s import s4s_joint_rdp
+
+    rhos, taus = [rho, rho / 2, rho / 3], [64.0, 8.0, 1.0]
+    got = s4s_joint_rdp(alpha, rhos, taus, n, q)
+    ref = _joint_reference(alpha, rhos, taus, n, q)
+    assert ref * (1 - mp.mpf("1e-14")) <= got <= ref * (1 + mp.mpf("1e-12")) + mp.mpf("1e-300"), (got, mp.nstr(ref, 20))

@@ -571,18 +571,20 @@ def s4s_joint_rdp(alpha: float, rhos: object, taus: object, max_tuples: int, q: 
     parts = []
     if w_hi - w_lo < _WINDOW:
         ks = np.arange(w_lo, w_hi + 1, dtype=float)
-        parts.append(float(logsumexp(np.minimum(_binom_logpmf(ks, n, qq), 0.0) + h(ks))))
+        parts.append(float(logsumexp(np.minimum(_binom_logpmf(ks, n, qq), 0.0) + _log_expm1(h(ks)))))
     else:
         edges = np.unique(np.floor(np.linspace(w_lo, w_hi + 1, _WINDOW + 1)))
         lo_b, hi_b = edges[:-1], edges[1:] - 1.0
         mode = math.floor((n + 1) * qq)
         at = np.clip(float(mode), lo_b, hi_b)
-        parts.append(float(logsumexp(np.log(hi_b - lo_b + 1.0) + np.minimum(_binom_logpmf(at, n, qq), 0.0) + h(hi_b))))
+        parts.append(float(logsumexp(np.log(hi_b - lo_b + 1.0) + np.minimum(_binom_logpmf(at, n, qq), 0.0)
+                                     + _log_expm1(h(hi_b)))))
     if w_lo > 0:
-        parts.append(_log_tail_bound(w_lo - 1, n, qq, above=False) + float(h(np.array([float(w_lo)]))[0]))
+        parts.append(_log_tail_bound(w_lo - 1, n, qq, above=False) + _log_expm1(float(h(np.array([float(w_lo)]))[0])))
     if w_hi < n:
-        parts.append(_log_upper_terms(w_hi, n, n, qq, h))
-    return max(0.0, _lse(*parts) / (a - 1.0))
+        parts.append(_log_upper_terms(w_hi, n, n, qq, lambda k: _log_expm1(h(k))))
+    # parts bound ln of the terms of Σ p_k·expm1(h(k)) = E[e^{h(K)}] − 1 (as in s4s_rdp_prime): ln(1 + it)
+    return max(0.0, float(np.logaddexp(0.0, _lse(*parts))) / (a - 1.0))
 
 
 # ----------------------------------------------------------------------------- Algorithm 2
