@@ -64,3 +64,22 @@ def test_a_composed_cost_is_never_shown_below_what_was_spent() -> None:
         assert exact(total.epsilon) >= Fraction(1) + Fraction("1e-17"), total
         assert exact(total.delta) >= Fraction(1, 2) + Fraction("1e-20"), total
     assert compose([Budget(0.1)] * 10) == Budget(1.0)  # exact sums stay exact
+
+
+def test_the_spent_budget_a_refused_total_names_is_a_total_that_fits(tmp_path) -> None:
+    """set_total refuses a total below what was spent and names the spent budget: that value, entered as
+    the new total, is accepted (shown rounded to nearest it was 0.9000000000000001, which was refused again)."""
+    from dpsql.ledger import Ledger
+
+    led = Ledger.create(str(tmp_path / "l.duckdb"), Budget(1.0))
+    try:
+        for _ in range(3):
+            led.reserve(Budget(0.1 + 0.2), mechanism="m", query="q", tables=["t"], params={})
+        with pytest.raises(ConfigError, match="already spent") as e:
+            led.set_total(Budget(0.5), reason="shrink")
+        shown = led.spent()
+        assert repr(shown.epsilon) in str(e.value)
+        led.set_total(shown, reason="exactly what was spent")
+        assert 0.0 <= led.remaining().epsilon < 1e-16  # the exact 0.90000000000000012 spent, of a total of 0.9000000000000002
+    finally:
+        led.close()
