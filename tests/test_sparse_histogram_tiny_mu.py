@@ -29,3 +29,15 @@ def test_tiny_budgets_account_the_gaussian_part(eps: float, delta: float, c: int
         assert abs(cal.delta_gaussian / want - 1) < 1e-9, (cal.delta_gaussian, mp.nstr(want, 10))
         assert abs(detail.delta_gaussian / want - 1) < 1e-9
     assert math.isfinite(cal.tau_star) and cal.exact_delta <= delta
+
+
+@pytest.mark.parametrize("eps, mu", [(1e300, 1.0), (1e300, 1e-300), (1e200, 1e-100), (700.0, 1e-300)])
+def test_gaussian_profile_at_overflowing_arguments_is_zero_without_warnings(eps: float, mu: float) -> None:
+    """ε/μ beyond the double range: δ_G is 0 (log −inf), computed without numpy overflow warnings reaching
+    the analyst (an epsilon of 1e300 is refused later, but the warnings came first)."""
+    from dpsql.accounting.gaussian import log_gaussian_delta
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert log_gaussian_delta(eps, mu) == -math.inf
+        assert log_gaussian_delta(-eps, mu) == 0.0  # δ_G(ε < 0) → 1 − e^ε = 1
