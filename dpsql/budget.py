@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Clamped, Context, Decimal, Inexact, Overflow, Rounded, Underflow
 from fractions import Fraction
@@ -133,7 +133,29 @@ class Budget:
 
     @staticmethod
     def from_exact(epsilon: Fraction, delta: Fraction) -> Budget:
-        return Budget(float(epsilon), float(delta))
+        """The Budget of an exact sum of costs: per coordinate the least float whose decimal is at least it,
+        so a spent total is never shown below what was spent (:func:`float_at_least`)."""
+        return Budget(float_at_least(epsilon), float_at_least(delta))
+
+    # JSON ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, float]:
+        """``{"epsilon": ..., "delta": ...}``, the JSON form (``json.dumps(cost.to_dict())``; a Release's
+        ``meta()`` holds its cost so). JSON writes a float as its shortest round-trip decimal, which is the
+        value the ledger records (the rounding rule above), so :meth:`from_dict` gives back an equal Budget."""
+        return {"epsilon": self.epsilon, "delta": self.delta}
+
+    @staticmethod
+    def from_dict(data: Any) -> Budget:
+        """The Budget of a :meth:`to_dict` mapping (e.g. ``json.loads`` of one); ``delta`` may be left out
+        (pure DP). Other keys, a missing epsilon or a value that is not a budget are a ConfigError."""
+        hint = 'pass {"epsilon": 1.0, "delta": 1e-6} (delta may be left out for pure DP)'
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a budget must be a mapping with an epsilon and a delta, got {data!r}", hint=hint)
+        extra = sorted(str(k) for k in data if k not in ("epsilon", "delta"))
+        if extra or "epsilon" not in data:
+            what = f"unknown key(s) {', '.join(map(repr, extra))}" if extra else "no 'epsilon'"
+            raise ConfigError(f"a budget mapping has {what}: {dict(data)!r}", hint=hint)
+        return Budget(data["epsilon"], data.get("delta", 0.0))
 
     # arithmetic (basic composition) ---------------------------------------------------
     def __add__(self, other: Budget) -> Budget:

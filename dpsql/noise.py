@@ -101,8 +101,11 @@ The ideal output q*(v + t) is post-processing of the exact Gaussian mechanism, a
 differ only if a boundary of q* lies within ϑ(t) of v + t. (Integer columns compute
 v + rint(X̂) exactly for |v| ≤ 2⁵²; it differs from the ideal v + rint(t) = rint(v + t) (a.s.)
 only if a half-integer lies within ϑ(t) of t, the same bound with γ = 1.) The boundaries of q* are at least
-γ′ = γ(1 − 2⁻⁸) apart (a preimage of q is ≈ γ wide, or wider where floats are coarser than γ;
-the decimal clean-up only merges). Summing the sliver probabilities of a function that is
+γ′ = γ(1 − 2⁻⁸) apart: a preimage of q is γ wide up to the spacing u of the doubles, and q keeps u
+at most γ·2⁻¹⁰ (from T = 2^⌈log₂(2⁴²γ)⌉ on, where the doubles are coarser, it rounds to the power-of-two
+grid G = 2¹⁰u ≥ γ of each binade, whose boundaries are exact and G − u apart, and the last decimal cell
+below T joins T, so the switch leaves more than γ; a decimal grid at such values would leave cells as
+narrow as 0.31γ, and ties to even at the half-grid doubles 0.5γ); the decimal clean-up only merges. Summing the sliver probabilities of a function that is
 unimodal on each half-line (Σ_k f(b_k) ≤ ∫f/γ′ + 2·sup f) gives, per coordinate,
 
     δ_round ≤ 1.04·2/(1 − a)·[ (aσ√(2/π) + c₀σ)/γ′ + 2(0.242·a + 0.399·c₀) ] + 2⁻¹⁰⁰⁰,
@@ -461,10 +464,32 @@ def round_exactly(values: Sequence[tuple[int, int]]) -> np.ndarray:
 
 
 def round_to_granularity(values: np.ndarray, granularity: float) -> np.ndarray:
-    """Round released noisy values to a multiple of ``granularity`` (1 for counts); monotone."""
+    """Round released noisy values to a multiple of ``granularity`` (1 for counts); monotone, and its
+    boundaries (as a function of the real noisy sum) at least γ(1 − 2⁻⁸) apart for every value (section 3):
+    where the doubles are coarser than γ·2⁻¹⁰ (|v| ≥ T, a power of two ≥ 2⁴²γ) the grid is the binade's power
+    of two 2¹⁰·ulp ≥ γ instead, and values whose decimal cell reaches within 1.5γ of T are released as ±T."""
     if granularity <= 0:
         raise ValueError("granularity must be > 0")
     v = np.asarray(values, dtype=np.float64)
+    switch = granularity * 2.0**42
+    if not math.isfinite(switch):  # no double is coarse against such a grid
+        return _round_fine(v, granularity)
+    top = power_of_two_at_least(switch)
+    coarse = np.abs(v) >= top  # False for NaN
+    if not coarse.any():
+        return _round_fine(v, granularity)
+    out = _round_fine(np.where(coarse, 0.0, v), granularity)
+    near = np.abs(out) > top - 1.5 * granularity  # the last decimal cell(s) below T join T (monotone)
+    out = np.where(near, np.copysign(top, out), out)
+    with np.errstate(over="ignore", invalid="ignore"):
+        m, e = np.frexp(v)  # |v| = m·2^e, m in [0.5, 1): the binade's ulp is 2^(e - 53), the grid 2^(e - 43)
+        grid = np.ldexp(1.0, np.where(coarse & np.isfinite(v), e, 0) - 43)
+        big = np.rint(v / grid) * grid  # exact: a power-of-two grid at least 2^10 ulps
+    return np.where(coarse, np.where(np.isfinite(v), big, v), out) + 0.0
+
+
+def _round_fine(v: np.ndarray, granularity: float) -> np.ndarray:
+    """Round to a multiple of ``granularity`` (values below the coarse switch of :func:`round_to_granularity`)."""
     if granularity == 1:
         return np.rint(v) + 0.0  # + 0.0: a released zero is 0, never -0.0 (whose sign tells the side it was rounded from)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -50,7 +50,7 @@ class Release:
         """Everything about this release except its rows, JSON-ready (what ETL jobs record)."""
         out: dict[str, Any] = {
             "mechanism": self.mechanism,
-            "cost": {"epsilon": self.cost.epsilon, "delta": self.cost.delta},
+            "cost": self.cost.to_dict(),
             "ledger_id": self.ledger_id,
             "reused": self.reused,
             "columns": self.table.column_names,
@@ -60,7 +60,7 @@ class Release:
             "warnings": list(self.warnings),
         }
         if remaining is not None:
-            out["remaining"] = {"epsilon": remaining.epsilon, "delta": remaining.delta}
+            out["remaining"] = remaining.to_dict()
         return out
 
     def to_dict(self, remaining: Budget | None = None) -> dict[str, Any]:
@@ -107,7 +107,7 @@ class Plan:
             "sql": self.sql,
             "mechanism": self.mechanism,
             "reason": self.reason,
-            "cost": {"epsilon": self.cost.epsilon, "delta": self.cost.delta},
+            "cost": self.cost.to_dict(),
             "parameters": self.parameters,
             "bounded_sql": self.bounded_sql,
             "notes": self.notes,
@@ -197,6 +197,8 @@ def _json_safe(v: Any, *, nonfinite_as_text: bool = False) -> Any:
     """Plain JSON values: dates and other objects become their ISO text, non-finite floats null (in
     meta and parameters, where null is an unlimited cap) or, with ``nonfinite_as_text`` (released
     rows, where null is SQL NULL), the strings "NaN", "Infinity" and "-Infinity"."""
+    if isinstance(v, Budget):  # its exact values (its str shows 6 digits)
+        return v.to_dict()
     if isinstance(v, dict):
         return {str(k): _json_safe(x, nonfinite_as_text=nonfinite_as_text) for k, x in v.items()}
     if isinstance(v, pa.MonthDayNano):  # an INTERVAL output: DuckDB's text, not a bare triple

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 import dpsql.engine as backends
 from dpsql import postprocess
+from dpsql._session_object import SessionObject
 from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import CatalogLock, TableSpec, check_sources_unchanged, register_table
 from dpsql.charge import FAILURE_REASON, charged, record_release, reserve
@@ -40,7 +41,7 @@ from dpsql.rewrite.bound import SALT_PLACEHOLDER
 __all__ = ["FAILURE_REASON", "OPTIONS", "Session"]
 
 
-class Session:
+class Session(SessionObject):
     """A differentially private query session over registered tables.
 
     ``ledger``: the ledger file, or ``None`` for an in-memory ledger (notebooks and tests only). A
@@ -231,9 +232,6 @@ class Session:
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigError("this Session is closed", hint="open a new dpsql.Session")
-
-    def __reduce__(self) -> Any:  # its engine, catalog views and in-memory ledger live in this process only
-        raise TypeError("a dpsql Session cannot be pickled or sent to another process: open one in each process (dpsql.Session.from_config(...)) on a ledger file, which every process shares")
 
     def close(self) -> None:
         with self._catalog_lock.writing():  # requests in flight in other threads finish first (else: charged, failed)

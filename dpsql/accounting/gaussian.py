@@ -90,7 +90,8 @@ def _neg_erfcx_prime(x: np.ndarray) -> np.ndarray:
     xl = x[~small]
     if xl.size:
         # 2x·erfcx(x) ~ (2/√π)·Σ (−1)^n (2n−1)!! / (2x²)^n  ⇒  g ~ (2/√π)·Σ_{n≥1} (−1)^{n+1}(2n−1)!!/(2x²)^n
-        u = 1.0 / (2.0 * xl * xl)
+        with np.errstate(over="ignore"):  # x beyond 1e154: u = 0 (g ~ 1/(√π x²) there multiplies e^(−x²) = 0)
+            u = 1.0 / (2.0 * xl * xl)
         term = np.ones_like(xl)
         acc = np.zeros_like(xl)
         for n in range(1, 12):
@@ -136,7 +137,7 @@ def _log_upper(a: np.ndarray, mu: np.ndarray, e_abs: np.ndarray) -> np.ndarray:
 def _log_lower(a: np.ndarray, mu: np.ndarray) -> np.ndarray:
     """log δ_G for ε ≥ μ²/2 (a ≤ 0): −a²/2 + log(½[erfcx(x₁) − erfcx(x₁ + μ/√2)])."""
     d = _erfcx_diff(a / -_SQRT2, mu / _SQRT2)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):  # a = −inf (ε/μ beyond the doubles): δ_G = 0, log −inf
         return _LOG_HALF + np.log(np.maximum(d, 0.0)) - 0.5 * a * a
 
 
@@ -150,7 +151,8 @@ def _log_delta_core(eps: np.ndarray, mu: np.ndarray) -> np.ndarray:
     zero = mu == 0.0
     has_zero = bool(zero.any())
     mu_s = np.where(zero, 1.0, mu) if has_zero else mu
-    a = 0.5 * mu_s - e_abs / mu_s
+    with np.errstate(over="ignore"):  # ε/μ beyond the doubles: a = −inf, δ_G(|ε|) = 0 (_log_lower)
+        a = 0.5 * mu_s - e_abs / mu_s
     up = a > 0
     if up.all():
         out = _log_upper(a, mu_s, e_abs)

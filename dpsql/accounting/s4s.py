@@ -75,7 +75,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.special import logsumexp
@@ -484,6 +484,9 @@ def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: floa
     kmax = min(math.floor(t), n)
     c = (a - 1.0) * r / ((t + gp) * (t + gp))  # exponent per (k + gap)²
     top = (a - 1.0) * r  # exponent of the tail term (sensitivity τ + gap)
+    # Σ_k p_k e^{x_k} = 1 + Σ_k p_k·expm1(x_k) (Σ p_k = 1): the parts below bound the logs of the second sum's
+    # terms, and ρ′ = log1p(that sum)/(α − 1). (A log-sum-exp of the p_k e^{x_k} themselves rounds the sum to
+    # 1 + its tiny part: ρ′ came out up to 1e-5 too small for small exponents.)
     mean = n * qq
     sd = math.sqrt(n * qq * (1.0 - qq))
     w_lo = max(0, math.floor(mean - 40.0 * sd - 50.0))
@@ -491,30 +494,38 @@ def s4s_rdp_prime(alpha: float, rho: float, tau: float, max_tuples: int, q: floa
     if w_hi < w_lo:  # ⌊τ⌋ lies below the bulk: the largest terms are the ones just below ⌊τ⌋
         w_hi = kmax
         w_lo = max(0, kmax - 200_000)
-    parts = [_log_tail_bound(kmax, n, qq, above=True) + top] if kmax < n else []
+    parts = [_log_tail_bound(kmax, n, qq, above=True) + _log_expm1(top)] if kmax < n else []
     # upper bounds for the k ≤ ⌊τ⌋ outside the window
     outside = []
     if w_lo > 0:
-        outside.append(_log_tail_bound(w_lo - 1, n, qq, above=False) + c * (float(w_lo) + gp) ** 2)
+        outside.append(_log_tail_bound(w_lo - 1, n, qq, above=False) + _log_expm1(c * (float(w_lo) + gp) ** 2))
     if w_hi < kmax:
-        outside.append(_log_upper_terms(w_hi, kmax, n, qq, lambda k: c * (k + gp) ** 2))
-    # the window's terms are at most P[K ≤ w_hi]·exp(c (w_hi + gap)²) together: far below the other
+        outside.append(_log_upper_terms(w_hi, kmax, n, qq, lambda k: _log_expm1(c * (k + gp) ** 2)))
+    # the window's terms are at most P[K ≤ w_hi]·expm1(c (w_hi + gap)²) together: far below the other
     # terms (⌊τ⌋ deep below the bulk of Bin(Δ, q), the common case for a huge Δ), their sum cannot change
     # the result's float, so it is not evaluated (up to 200 001 binomial terms per call)
-    bound = _log_tail_bound(w_hi, n, qq, above=False) + c * (float(w_hi) + gp) ** 2
+    bound = _log_tail_bound(w_hi, n, qq, above=False) + _log_expm1(c * (float(w_hi) + gp) ** 2)
     if not _negligible(bound, parts[0] if parts else None, outside):
         if w_hi - w_lo < _WINDOW:
             ks, lp, _ = _window_terms(w_lo, w_hi, n, qq, 0)
-            parts.append(float(logsumexp(lp + c * (ks + gp) ** 2)))
+            parts.append(float(logsumexp(lp + _log_expm1(c * (ks + gp) ** 2))))
         else:
             # a huge Delta (the window spans 80 sd of Bin(Delta, q)): bound the window in _WINDOW bins
             # [lo, hi], each by (its width) x (its largest pmf: at the mode clamped into the bin, the pmf
-            # being unimodal) x exp(c (hi + gap)^2), an upper bound on its terms' sum (rho' only grows)
+            # being unimodal) x expm1(c (hi + gap)^2), an upper bound on its terms' sum (rho' only grows)
             hi_b, lp, width = _window_terms(w_lo, w_hi, n, qq, _WINDOW)
-            parts.append(float(logsumexp(width + lp + c * (hi_b + gp) ** 2)))
+            parts.append(float(logsumexp(width + lp + _log_expm1(c * (hi_b + gp) ** 2))))
     parts += outside
-    total = _lse(*parts)
+    total = float(np.logaddexp(0.0, _lse(*parts)))  # ln(1 + Σ p_k expm1(x_k)), accurate for a tiny sum
     return min(r, max(0.0, total / (a - 1.0)))
+
+
+def _log_expm1(x: float | np.ndarray) -> Any:
+    """ln(e^x − 1) for x ≥ 0 (−inf at 0), without overflow for large x nor loss for tiny x."""
+    xa = np.asarray(x, dtype=np.float64)
+    with np.errstate(divide="ignore", over="ignore"):
+        out = np.where(xa > 30.0, xa + np.log1p(-np.exp(-np.minimum(xa, 1e300))), np.log(np.expm1(np.minimum(xa, 30.0))))
+    return float(out) if out.ndim == 0 else out
 
 
 def s4s_joint_rdp(alpha: float, rhos: object, taus: object, max_tuples: int, q: float, gaps: object = None) -> float:
@@ -560,18 +571,20 @@ def s4s_joint_rdp(alpha: float, rhos: object, taus: object, max_tuples: int, q: 
     parts = []
     if w_hi - w_lo < _WINDOW:
         ks = np.arange(w_lo, w_hi + 1, dtype=float)
-        parts.append(float(logsumexp(np.minimum(_binom_logpmf(ks, n, qq), 0.0) + h(ks))))
+        parts.append(float(logsumexp(np.minimum(_binom_logpmf(ks, n, qq), 0.0) + _log_expm1(h(ks)))))
     else:
         edges = np.unique(np.floor(np.linspace(w_lo, w_hi + 1, _WINDOW + 1)))
         lo_b, hi_b = edges[:-1], edges[1:] - 1.0
         mode = math.floor((n + 1) * qq)
         at = np.clip(float(mode), lo_b, hi_b)
-        parts.append(float(logsumexp(np.log(hi_b - lo_b + 1.0) + np.minimum(_binom_logpmf(at, n, qq), 0.0) + h(hi_b))))
+        parts.append(float(logsumexp(np.log(hi_b - lo_b + 1.0) + np.minimum(_binom_logpmf(at, n, qq), 0.0)
+                                     + _log_expm1(h(hi_b)))))
     if w_lo > 0:
-        parts.append(_log_tail_bound(w_lo - 1, n, qq, above=False) + float(h(np.array([float(w_lo)]))[0]))
+        parts.append(_log_tail_bound(w_lo - 1, n, qq, above=False) + _log_expm1(float(h(np.array([float(w_lo)]))[0])))
     if w_hi < n:
-        parts.append(_log_upper_terms(w_hi, n, n, qq, h))
-    return max(0.0, _lse(*parts) / (a - 1.0))
+        parts.append(_log_upper_terms(w_hi, n, n, qq, lambda k: _log_expm1(h(k))))
+    # parts bound ln of the terms of Σ p_k·expm1(h(k)) = E[e^{h(K)}] − 1 (as in s4s_rdp_prime): ln(1 + it)
+    return max(0.0, float(np.logaddexp(0.0, _lse(*parts))) / (a - 1.0))
 
 
 # ----------------------------------------------------------------------------- Algorithm 2

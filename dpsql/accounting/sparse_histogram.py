@@ -124,6 +124,12 @@ def _check_common(epsilon, sigma, tau, tau_star, max_groups, mu_other):
 
 
 # ----------------------------------------------------------------------------- core
+def _mu_row(sigma: float, mu_other: float) -> float:
+    """μ₁ = √(1/σ² + μ_o²), one row's μ (μ_k = √k·μ₁), without squaring: 1/σ² underflows to 0 for σ above
+    ~1.3e154 (ε and δ near 1e-160), where μ₁ ≈ 1/σ is still a normal double and δ_G(ε; μ) is not negligible."""
+    return math.hypot(1.0 / sigma, mu_other)
+
+
 def _cheap_delta_g(eps: np.ndarray, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """δ_G(ε; μ) for arrays (μ > 0) by the fast direct forms, with an absolute error bound."""
     has_neg = eps.min() < 0
@@ -177,19 +183,19 @@ def _accurate_delta_g(eps: np.ndarray, mu: np.ndarray) -> np.ndarray:
     return np.exp(_log_delta_core(eps, mu))
 
 
-def _t1_accurate(eps, lnp, s2, c, a):
+def _t1_accurate(eps, lnp, m1, c, a):  # m1: the row's μ₁ (_mu_row)
     a = a.astype(float)
     la = a * lnp
-    g1 = _accurate_delta_g(eps - la, np.sqrt((c - a) * s2))
+    g1 = _accurate_delta_g(eps - la, np.sqrt(c - a) * m1)
     return _remove_term(la, g1)
 
 
-def _t2_accurate(eps, lnp, s2, c, a):
+def _t2_accurate(eps, lnp, m1, c, a):
     a = a.astype(float)
-    return _accurate_delta_g(eps + a * lnp, np.sqrt((c - a) * s2))
+    return _accurate_delta_g(eps + a * lnp, np.sqrt(c - a) * m1)
 
 
-def _screen(eps: float, lnp: float, s2: float, c: int, d_inf: float) -> tuple[np.ndarray, np.ndarray]:
+def _screen(eps: float, lnp: float, m1: float, c: int, d_inf: float) -> tuple[np.ndarray, np.ndarray]:
     """Indices a ≥ 1 of the remove- and add-direction terms that may attain the maximum.
 
     Term values come from the cheap δ_G with certified error bounds; a term is dropped only if
@@ -211,7 +217,7 @@ def _screen(eps: float, lnp: float, s2: float, c: int, d_inf: float) -> tuple[np
     n = pts.size
     af = pts.astype(float)
     la = af * lnp
-    mu = np.sqrt((c - af) * s2)
+    mu = np.sqrt(c - af) * m1
     if blocks:
         lo, hi = pts[:-1], pts[1:]
         # one cheap call: remove-direction at pts, add-direction at pts, add-direction block bounds
@@ -241,7 +247,7 @@ def _screen(eps: float, lnp: float, s2: float, c: int, d_inf: float) -> tuple[np
             l1, l2 = f1 * lnp, f2 * lnp
             g, err = _cheap_delta_g(
                 np.concatenate((eps - l1, eps + l2)),
-                np.sqrt(np.concatenate((c - f1, c - f2)) * s2),
+                np.sqrt(np.concatenate((c - f1, c - f2))) * m1,
             )
             k = in1.size
             ti1 = _remove_term(l1, g[:k])
@@ -274,19 +280,19 @@ def _block_interiors(lo: np.ndarray, hi: np.ndarray, keep: np.ndarray) -> np.nda
 
 def _exact(eps: float, sigma: float, dtau: float, c: int, mu_other: float) -> SparseHistogramDelta:
     lnp = float(log_ndtr(dtau / sigma))
-    s2 = 1.0 / (sigma * sigma) + mu_other * mu_other
+    m1 = _mu_row(sigma, mu_other)
     d_inf = float(-np.expm1(c * lnp))
-    mu_c = math.sqrt(c * s2)
+    mu_c = math.sqrt(c) * m1
     if d_inf >= 1.0:  # a configuration with an at-threshold row is released surely: δ = 1
         d_gauss = float(_accurate_delta_g(np.array([eps]), np.array([mu_c]))[0])
         return SparseHistogramDelta(1.0, "infinite", c, d_inf, d_gauss)
-    idx1, idx2 = _screen(eps, lnp, s2, c, d_inf)
+    idx1, idx2 = _screen(eps, lnp, m1, c, d_inf)
     # one accurate call: the a = 0 term, remove-direction candidates, add-direction candidates
     f1, f2 = idx1.astype(float), idx2.astype(float)
     l1, l2 = f1 * lnp, f2 * lnp
     g = _accurate_delta_g(
         np.concatenate(([eps], eps - l1, eps + l2)),
-        np.sqrt(np.concatenate(([float(c)], c - f1, c - f2)) * s2),
+        np.sqrt(np.concatenate(([float(c)], c - f1, c - f2))) * m1,
     )
     d_gauss = float(g[0])
     k = idx1.size
@@ -310,10 +316,10 @@ def _exact(eps: float, sigma: float, dtau: float, c: int, mu_other: float) -> Sp
 def _exact_bruteforce(eps: float, sigma: float, dtau: float, c: int, mu_other: float) -> float:
     """Reference: every term evaluated with the accurate δ_G (O(C_u); used by the tests)."""
     lnp = float(log_ndtr(dtau / sigma))
-    s2 = 1.0 / (sigma * sigma) + mu_other * mu_other
+    m1 = _mu_row(sigma, mu_other)
     a = np.arange(c)
-    t1 = _t1_accurate(eps, lnp, s2, c, a)
-    t2 = _t2_accurate(eps, lnp, s2, c, a)
+    t1 = _t1_accurate(eps, lnp, m1, c, a)
+    t2 = _t2_accurate(eps, lnp, m1, c, a)
     return max(float(-np.expm1(c * lnp)), float(t1.max()), float(t2.max()))
 
 
@@ -351,7 +357,7 @@ def add_the_deltas_delta(
     """
     e, s, t, ts, c, mo = _check_common(epsilon, sigma, tau, tau_star, max_groups, mu_other)
     lnp = float(log_ndtr((ts - t) / s))
-    mu_c = math.sqrt(c * (1.0 / (s * s) + mo * mo))
+    mu_c = math.sqrt(c) * _mu_row(s, mo)
     d_g = float(_accurate_delta_g(np.array([e]), np.array([mu_c]))[0])
     return d_g + float(-np.expm1(c * lnp))
 
@@ -380,7 +386,7 @@ def _min_tau_star(e: float, d: float, s: float, t: int, c: int, mo: float, metho
     # δ_G terms, ``dpsql.accounting.gaussian``), and the exact δ must not exceed the target
     # (both accountings alike, so that the exact τ* stays below the add-the-deltas one)
     d = d * (1.0 - DELTA_EVAL_MARGIN)
-    mu_c = math.sqrt(c * (1.0 / (s * s) + mo * mo))
+    mu_c = math.sqrt(c) * _mu_row(s, mo)
     d_g = float(_accurate_delta_g(np.array([e]), np.array([mu_c]))[0])
     if d_g > d:
         return math.inf
