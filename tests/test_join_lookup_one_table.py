@@ -156,14 +156,16 @@ def test_one_person_with_many_rows_over_many_keys_moves_the_release_by_the_sensi
 
 
 @pytest.mark.parametrize("agg", ["COUNT(*)", "SUM(o.amt)"])
-def test_one_person_moves_a_scalar_by_at_most_l_rows(agg: str) -> None:
-    sql = f"SELECT {agg} AS n {JOIN}"
+def test_one_person_moves_a_scalar_by_l_rows_kept_after_the_where(agg: str) -> None:
+    """The added person's 60 orders, 10 of them in region 'e' (keys 2 and 6): L = 3 rows are kept after the whole
+    WHERE, the lookup's condition included (as on one table), so the count moves by exactly 3, the sum by 3 x 99."""
+    sql = f"SELECT {agg} AS n {JOIN} WHERE c.region = 'e'"
     out = []
     for orders in (_orders(), _orders(extra=60)):
         with _session(orders) as s:
             out.append(s.query(sql, epsilon=1.0, delta=0.0).to_pylist()[0]["n"])
-    per_row = 1 if agg == "COUNT(*)" else 100
-    assert 0 < out[1] - out[0] <= 3 * per_row + 1e-6 * out[0]
+    assert out[1] - out[0] == pytest.approx(3 if agg == "COUNT(*)" else 3 * 99, abs=10)  # SUM: rounded to its grid
+    assert out[1] - out[0] <= 3 * (1 if agg == "COUNT(*)" else 100)  # the sensitivity: L rows of at most 1 / 100
 
 
 def test_mechanism_options_on_lookup_joins() -> None:
@@ -181,6 +183,9 @@ def test_mechanism_options_on_lookup_joins() -> None:
         assert ex(grouped, epsilon=1.0, delta=1e-6, options={"mechanism": "dp_s4s"}).mechanism == "dp_s4s_vector"
         assert ex(grouped, epsilon=1.0, delta=1e-6, options={"mechanism": "clipped_gaussian"}).mechanism == "clipped_gaussian"
         assert ex(grouped, epsilon=1.0, delta=1e-6, options={"mechanism": "sparse_histogram"}).mechanism == "sparse_histogram"
+        assert ex(grouped, epsilon=1.0, delta=1e-6, options={"clip_norm": 2.0}).mechanism == "clipped_gaussian"
+        assert ex(grouped, epsilon=1.0, delta=1e-6, options={"q": 0.5}).mechanism == "dp_s4s_vector"
+        assert ex(grouped, epsilon=1.0, delta=1e-6, options={"max_groups_per_unit": 1}).parameters["groups_per_unit"] == 1
         with pytest.raises(dpsql.errors.ConfigError, match="Gaussian mechanism needs delta > 0"):
             ex(scalar, epsilon=1.0, delta=0.0, options={"mechanism": "gaussian"})
         with pytest.raises(dpsql.errors.PolicyError, match="answers GROUP BY queries"):
@@ -217,6 +222,34 @@ def test_the_route_reads_no_row() -> None:
                 seen.append((delta, e.mechanism, e.reason, repr(sorted(e.parameters.items())), e.notes))
                 assert s.history().num_rows == 0
     assert seen[:2] == seen[2:]
+
+
+def test_a_null_lookup_value_is_its_own_group_as_in_sql() -> None:
+    """A lookup row whose region is NULL: its orders form the NULL group, as DuckDB's GROUP BY has it (released by
+    the sparse histogram like any other group above the threshold)."""
+    orders = _orders()
+    cust = pa.table({"ck": list(range(10)), "region": [None if i >= 8 else REGIONS[i % 4] for i in range(10)]})
+    sql = f"SELECT c.region AS k, COUNT(*) AS n {JOIN} GROUP BY c.region ORDER BY k NULLS LAST"
+    with _session(orders, declared=False) as s:
+        s.register("customers_public", cust, public=True)
+        got = [(r["k"], r["n"]) for r in s.query(sql, epsilon=5.0, delta=1e-6).to_pylist()]
+    con = duckdb.connect()
+    con.register("orders", orders)
+    con.register("customers_public", cust)
+    assert got == [tuple(r) for r in con.execute(sql).fetchall()] and got[-1][0] is None
+
+
+def test_year_keys_keep_the_join_route() -> None:
+    """GROUP BY year(col) over a lookup join: a public key set of years, released in full by the join's per-person
+    clipping (the one-table path declares domains of plain columns only)."""
+    orders = _orders()
+    orders = orders.append_column("od", pa.array([f"202{i % 3}-05-01" for i in range(orders.num_rows)]).cast(pa.date32()))
+    with _session(orders) as s:
+        s.register("orders", orders, privacy_unit="uid", max_rows_per_unit=3, references={"ck": "customers_public.ck"},
+                   columns={"od": {"bounds": ("2020-01-01", "2022-12-31"), "bin_width": "1 day"}})
+        sql = f"SELECT year(o.od) AS y, COUNT(*) AS n {JOIN} GROUP BY y ORDER BY y"
+        assert s.explain(sql, epsilon=1.0, delta=1e-6).mechanism == "clipped_gaussian"
+        assert [r["y"] for r in s.query(sql, epsilon=1.0, delta=1e-6).to_pylist()] == [2020, 2021, 2022]
 
 
 def test_left_join_is_refused_free() -> None:

@@ -4,15 +4,16 @@ A lookup join (``dpsql.mechanisms.registry._lookup_join``, public metadata only)
 other input public, one owner per tuple with Delta enforced, and every public input capped at one row per
 value of the column the join enters it through (a declared key). Its rows are a row-wise function of the
 private table's rows: the joined relation ``J`` is rendered (``dpsql.rewrite.joins.join_relation``) with
-those caps, the private input capped at its per-person row cap L, the WHERE applied, the inner join
-dropping every private row whose lookup key is NULL or absent from the lookup (SQL semantics). So each
+the lookups' caps (the private input is capped later, by the one-table bounding, after the whole WHERE as on one
+table), the WHERE applied, the inner join dropping every private row whose lookup key is NULL or absent from
+the lookup (SQL semantics). So each
 private row yields at most one row of ``J``, carrying the same person (the owner column, a column of the
 private table), and the lookup rows it reads are public and fixed.
 
 Privacy claim. Neighbouring relation: add or remove one person with all their rows (user level). Adding a
 person adds their private rows only; the public inputs and their one-row-per-key caps are the same (public
-data), and the caps of the other people's private rows are chosen within each person's own rows
-(``dpsql.rewrite.bound.cap_rows``). So ``J`` changes by exactly that person's rows, all holding their unit:
+data: each key's kept row is chosen among that key's lookup rows alone, ``dpsql.rewrite.bound.cap_rows``). So
+``J`` changes by exactly that person's rows, all holding their unit:
 ``J`` is a one-table relation with unit column ``<owner alias>__<owner column>``, and the one-table
 bounding (``dpsql.rewrite.bound.bounded_query``: at most L rows per person; GROUP BY: at most k rows per
 (person, group) in at most C_u groups, the groups taken over the *joined* rows' keys, so a person whose
@@ -46,10 +47,13 @@ VIEW = "__dpsql_lookup"
 def one_table_plan(plan: ir.QueryPlan, people: PeopleBound, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan | None:
     """The plan of a lookup join as a query over one table, the joined relation (module docstring): its
     schema the join's flat columns, its unit the owner's column, its caps and tau the private table's.
-    None when the owner is not a column of the private input holding the person (then not this path)."""
+    None (then the join mechanisms answer) when the owner is not a column of the private input holding the person,
+    or for a GROUP BY year(col) (a public key set of years, which the one-table path declares for columns only)."""
     jp = plan.join
     owner = people.owner
     if jp is None or owner is None or "," in owner.column or len(owner.hops) > 1:
+        return None
+    if any(k.kind == "year" for k in jp.keys):  # a key set of years: the one-table path knows domains of columns only
         return None
     private = catalog[dict(jp.inputs)[owner.alias]]
     if private.public:
@@ -83,16 +87,20 @@ class LookupJoin:
     join: its bounded query with the capped join as its first CTE (:data:`VIEW`)."""
 
     def __init__(self, inner: Mechanism, jp: ir.JoinPlan, people: PeopleBound, catalog: Mapping[str, TableSpec]) -> None:
-        self.inner, self.jp, self.people, self.catalog = inner, jp, people, dict(catalog)
+        self.inner, self.jp, self.catalog = inner, jp, dict(catalog)
         self.name, self.options = inner.name, inner.options
+        assert people.owner is not None
+        #: the lookups' caps (one row per joined value); the private input's is the one-table bounding's
+        self.caps = tuple(c for c in people.caps if c[0] != people.owner.alias)
+        assert all(n == 1 and catalog[dict(jp.inputs)[a]].public for a, _, n in self.caps)
 
     def calibrate(self, request: Any, contribution: Any) -> Any:
         return self.inner.calibrate(request, contribution)
 
     def describe(self, calibration: Any) -> Description:
         d = self.inner.describe(calibration)
-        caps = [f"{a}.{c.replace(',', ', ')} <= {n}" for a, c, n in self.people.caps]
-        note = ("lookup join: the private rows joined with the public lookup rows (each input capped at its rows per "
+        caps = [f"{a}.{c.replace(',', ', ')} <= {n}" for a, c, n in self.caps]
+        note = ("lookup join: the private rows joined with the public lookup rows (each lookup capped at one row per "
                 f"joined value: {'; '.join(caps)}), then bounded as one table")
         return dataclasses.replace(d, notes=(*d.notes, note))
 
@@ -103,9 +111,9 @@ class LookupJoin:
         if ast is None:
             return None
         assert isinstance(ast, exp.Select), type(ast)  # the one-table mechanisms' bounded query
-        needed = _needed(self.jp, self.people.caps)
+        needed = _needed(self.jp, self.caps)
         names = sorted(flat(a, c) for a, cols in needed.items() for c in cols)
-        rel = join_relation(self.jp, self.catalog, salt=salt, ops=ops, caps=self.people.caps,
+        rel = join_relation(self.jp, self.catalog, salt=salt, ops=ops, caps=self.caps,
                             parts=parts_of(self.jp), extra=[exp.column(n, quoted=False) for n in names],
                             with_tid=False)
         cte = exp.CTE(this=rel, alias=exp.TableAlias(this=exp.to_identifier(VIEW, quoted=True)))

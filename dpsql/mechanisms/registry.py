@@ -19,7 +19,8 @@ Routing rules, in order:
    and neither q nor mechanism set -> the per-person clipping path over one constant group (no sampling:
    the one-table query's sensitivity, ``_route_lookup_join``); such a lookup join at delta = 0, or with a GROUP
    BY (no q, mechanism unset or one of gaussian / laplace / sparse_histogram) -> rules 3-4 over the capped join's
-   rows with the private table's caps (``_route_lookup_one_table``, ``dpsql.mechanisms.lookup``); other GROUP BY
+   rows with the private table's caps (``_route_lookup_one_table``, ``dpsql.mechanisms.lookup``; an option only
+   the join mechanisms read, such as clip_norm, keeps them); other GROUP BY
    over joins -> ``route_name`` (a key of a private table without a declared domain refused).
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
 2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
@@ -389,8 +390,8 @@ def _route_join(
     people = bound_people(plan.join, dict(catalog))
     forced = options.get("mechanism", "auto")
     lookup = "q" not in options and _lookup_join(plan.join, people, catalog)
-    if lookup and (forced in ("gaussian", "laplace", "sparse_histogram")
-                   or (forced == "auto" and (plan.join.keys or delta == 0))):
+    if lookup and not set(options) & _JOIN_OPTIONS and (forced in ("gaussian", "laplace", "sparse_histogram")
+                                                       or (forced == "auto" and (plan.join.keys or delta == 0))):
         one = _route_lookup_one_table(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
         if one is not None:
             return one
@@ -420,6 +421,10 @@ def _route_join(
     else:
         reason = f"join: R2T (no sampling, truncation race over thresholds; Delta {holds})"
     return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
+
+
+#: options only the join mechanisms read: asked for, they keep a lookup join on those mechanisms
+_JOIN_OPTIONS = frozenset({"q", "degree_caps", "max_tuples_per_user", "tau_base", "clip_norm"})
 
 
 def _lookup_join(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> bool:
