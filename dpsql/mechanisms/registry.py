@@ -478,14 +478,14 @@ def _route_lookup_one_table(
     to them with the private table's caps: a scalar aggregate or GROUP BY over declared (public) keys -> Gaussian
     (delta > 0) or Laplace (delta = 0); GROUP BY over other keys -> the Gaussian sparse histogram (delta > 0).
     None where this path does not apply (then the join rules decide): an owner that is not a column of the private
-    table."""
+    table, or GROUP BY year(col) (``dpsql.mechanisms.lookup.one_table_plan``)."""
     from dpsql.mechanisms.lookup import LookupJoin, one_table_plan
 
     assert plan.join is not None
     one = one_table_plan(plan, people, catalog)
-    forced = options.get("mechanism", "auto")
     if one is None:
         return None
+    forced = options.get("mechanism", "auto")
     _check_public_groups(one)
     if forced == "sparse_histogram" or (forced == "auto" and one.keys and not one.public_keys):
         if not one.keys:
