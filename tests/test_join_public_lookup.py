@@ -116,11 +116,13 @@ def test_fan_out_lookup_keeps_dp_s4s() -> None:
 
 
 def test_lookup_join_other_routes_unchanged() -> None:
-    """delta = 0 (Laplace) and an explicit q or mechanism keep the scalar join mechanisms."""
+    """delta = 0 takes the one-table Laplace mechanism (tests/test_join_lookup_one_table.py); an explicit q or join
+    mechanism keeps the scalar join mechanisms."""
     _, regions = _data()
     sql = f"SELECT COUNT(*) {JOIN} {WHERE}"
     with _session(regions) as s:
-        assert s.explain(sql, epsilon=1.0, delta=0.0).mechanism == "dp_s4s"
+        assert s.explain(sql, epsilon=1.0, delta=0.0).mechanism == "laplace"
+        assert s.explain(sql, epsilon=1.0, delta=0.0, options={"mechanism": "dp_s4s"}).mechanism == "dp_s4s"
         assert s.explain(sql, epsilon=1.0, delta=1e-6, options={"q": 1}).mechanism == "dp_s4s"
         assert s.explain(sql, epsilon=1.0, delta=1e-6, options={"mechanism": "r2t"}).mechanism == "r2t"
 

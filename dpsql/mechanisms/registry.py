@@ -17,7 +17,11 @@ Routing rules, in order:
    one run of that mechanism per base aggregate (``dpsql.mechanisms.join_multi``). A scalar aggregate
    over one private table joined with public lookup tables on their keys (``_lookup_join``), delta > 0
    and neither q nor mechanism set -> the per-person clipping path over one constant group (no sampling:
-   the one-table query's sensitivity, ``_route_lookup_join``); GROUP BY over joins -> ``route_name``.
+   the one-table query's sensitivity, ``_route_lookup_join``); such a lookup join at delta = 0, or with a GROUP
+   BY (no q, mechanism unset or one of gaussian / laplace / sparse_histogram) -> rules 3-4 over the capped join's
+   rows with the private table's caps (``_route_lookup_one_table``, ``dpsql.mechanisms.lookup``; an option only
+   the join mechanisms read, such as clip_norm, keeps them); other GROUP BY
+   over joins -> ``route_name`` (a key of a private table without a declared domain refused).
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
 2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
    same bounding, so the same quantity); a single range count over such a column -> a stored
@@ -383,14 +387,25 @@ def _route_join(
     from dpsql.plan.joins import bound_people
 
     assert plan.join is not None
+    people = bound_people(plan.join, dict(catalog))
+    forced = options.get("mechanism", "auto")
+    lookup = "q" not in options and _lookup_join(plan.join, people, catalog)
+    if lookup and not set(options) & _JOIN_OPTIONS and (forced in ("gaussian", "laplace", "sparse_histogram")
+                                                       or (forced == "auto" and (plan.join.keys or delta == 0))):
+        one = _route_lookup_one_table(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
+        if one is not None:
+            return one
+    refused = [k.refusal for k in plan.join.keys if k.refusal is not None]
+    if refused:  # keys of a private table without a public key set: the join mechanisms would read them from its rows
+        from dpsql.plan.joins import _raise
+
+        _raise(refused, policy=True)
     if plan.join.keys:
         return _route_grouped_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
-    forced = options.get("mechanism", "auto")
     if forced not in ("auto", "dp_s4s", "r2t"):
         raise PolicyError(f"joins are answered by DP-S4S or R2T, not by mechanism '{forced}'",
                           hint="use mechanism='dp_s4s' or 'r2t', or omit the option")
-    people = bound_people(plan.join, dict(catalog))
-    if forced == "auto" and "q" not in options and delta > 0 and _lookup_join(plan.join, people, catalog):
+    if forced == "auto" and lookup and delta > 0:
         return _route_lookup_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
     if forced == "auto":
         sampled = options.get("q", 1.0 if not people.enforced else 0.5) < 1.0
@@ -406,6 +421,10 @@ def _route_join(
     else:
         reason = f"join: R2T (no sampling, truncation race over thresholds; Delta {holds})"
     return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
+
+
+#: options only the join mechanisms read: asked for, they keep a lookup join on those mechanisms
+_JOIN_OPTIONS = frozenset({"q", "degree_caps", "max_tuples_per_user", "tau_base", "clip_norm"})
 
 
 def _lookup_join(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> bool:
@@ -448,6 +467,47 @@ def _route_lookup_join(
               "lookup row, so the sensitivity is the one-table query's (Delta x max|value|); the exact total of the capped "
               "join plus Gaussian noise (per-person clipping path, nothing clipped; no sampling)")
     return _finish(req, mech, mech.calibrate(req, contribution(plan.table, {})), reason + _several_reason(plan))
+
+
+def _route_lookup_one_table(
+    sql: str, plan: ir.QueryPlan, people: Any, epsilon: float, delta: float, options: Mapping[str, Any],
+    catalog: Mapping[str, TableSpec], find_synopsis: Callable[[str], tuple[int, str] | None],
+) -> Route | None:
+    """Rule 0, a lookup join (``_lookup_join``) on the one-table path (``dpsql.mechanisms.lookup``): the joined
+    rows are the private table's own rows, each reaching at most one row of each lookup table, so rules 3-4 apply
+    to them with the private table's caps: a scalar aggregate or GROUP BY over declared (public) keys -> Gaussian
+    (delta > 0) or Laplace (delta = 0); GROUP BY over other keys -> the Gaussian sparse histogram (delta > 0).
+    None where this path does not apply (then the join rules decide): an owner that is not a column of the private
+    table, or GROUP BY year(col) (``dpsql.mechanisms.lookup.one_table_plan``)."""
+    from dpsql.mechanisms.lookup import LookupJoin, one_table_plan
+
+    assert plan.join is not None
+    one = one_table_plan(plan, people, catalog)
+    if one is None:
+        return None
+    forced = options.get("mechanism", "auto")
+    _check_public_groups(one)
+    if forced == "sparse_histogram" or (forced == "auto" and one.keys and not one.public_keys):
+        if not one.keys:
+            raise PolicyError("mechanism 'sparse_histogram' answers GROUP BY queries, and this query has none",
+                              hint="omit the mechanism option")
+        name, what = MechanismName.SPARSE_HISTOGRAM, _REASONS["sparse"]
+    else:
+        if one.keys and not one.public_keys:
+            raise PolicyError(f"mechanism '{forced}' needs public keys, but the GROUP BY keys are not declared public",
+                              hint="declare the key column's domain, or let dpsql choose the sparse histogram mechanism")
+        name = MechanismName(forced) if forced != "auto" else (MechanismName.GAUSSIAN if delta > 0 else MechanismName.LAPLACE)
+        kind = "scalar aggregate" if not one.keys else "GROUP BY over public (declared) keys, every key released"
+        what = f"{kind}: {name} mechanism ({'delta > 0' if name == MechanismName.GAUSSIAN else 'delta = 0 (pure DP)'})"
+    mech = LookupJoin(REGISTRY[name], plan.join, people, catalog)
+    _check_applicable(mech, options)
+    req = Request.asking(text=sql, epsilon=epsilon, delta=delta, options=options, table=one.table,
+                         unit=one.table.privacy_unit, catalog=catalog, plan=one, find_synopsis=find_synopsis)
+    reason = ("join of one private table with public lookup tables on their keys: each private row joins at most one "
+              "lookup row (each lookup capped at one row per key), so the joined rows are bounded as the private "
+              f"table's own (its per-person caps, the GROUP BY keys read from the joined rows); {what}")
+    cal = mech.calibrate(req, contribution(one.table, options, grouped=one.is_grouped))
+    return _finish(req, mech, cal, reason)
 
 
 def _several(mech: Mechanism, plan: ir.QueryPlan, *, grouped: bool = False) -> Mechanism:

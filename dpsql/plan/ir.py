@@ -92,7 +92,9 @@ class JoinKey:
     ``year`` (year(col) of a column with a declared date/timestamp range: ``domain`` holds the
     years), ``public`` (a column of a public table: the key set is that table's distinct non-NULL
     values after the WHERE conjuncts over that table alone, read from the public table in the
-    query; ``domain`` is None). ``expr`` is over flat column names; ``sql_type`` its SQL type."""
+    query; ``domain`` is None), ``private`` (a column of a private table with no declared domain: no public
+    key set; answered by the sparse histogram on a lookup join only, else refused with ``refusal``). ``expr`` is
+    over flat column names; ``sql_type`` its SQL type."""
 
     name: str  #: internal name ``__k<i>``
     expr: exp.Expression
@@ -102,6 +104,9 @@ class JoinKey:
     column: str
     sql_type: str
     domain: tuple[Any, ...] | None = None
+    #: kind ``private`` (a column of a private table with no declared domain): why the join mechanisms refuse
+    #: it (a ``Violation``); only the one-table path of a lookup join answers it (``dpsql.mechanisms.lookup``)
+    refusal: Any = None
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,12 @@ several; the key set is their product):
 Join tuples whose key lies outside the key set (a value missing from a declared domain, a date
 outside the declared range) are not counted: a per-tuple filter on the tuple's own values.
 
+* ``private`` -- a plain column of a private table with no declared domain: no public key set. Answered
+  only when the join is a lookup join (one private table, public lookups on their keys:
+  ``dpsql.mechanisms.lookup``), by the sparse histogram over the joined rows; otherwise refused at routing
+  with the PolicyError the key carries (``JoinKey.refusal``).
+
 Any other key is refused with a PolicyError naming the declaration that would make it answerable.
-Sparse keys over joins (released only above a threshold) are out of scope. HAVING is refused.
 """
 
 from __future__ import annotations
@@ -68,9 +72,12 @@ def group_keys(
     resolve: Callable[[exp.Column, str], str | None],
     bad: Callable[[exp.Expression, str], None],
     policy: Callable[[exp.Expression, str], None],
+    private: Callable[[exp.Expression, str], Any] | None = None,
 ) -> list[ir.JoinKey]:
     """The keys of ``stmt``'s GROUP BY (unsupported shapes reported through ``bad``, keys without a
-    public key set through ``policy``: the fix is the owner's declaration)."""
+    public key set through ``policy``: the fix is the owner's declaration). A plain column of a private table
+    with no declared domain: through ``policy`` too, or, given ``private``, a key of kind ``private`` holding
+    ``private``'s answer as its ``refusal`` (the router refuses it unless the join is a lookup join)."""
     group = stmt.args.get("group")
     if group is None:
         return []
@@ -101,7 +108,7 @@ def group_keys(
         if any(True for _ in g.find_all(exp.AggFunc)):
             bad(g, "aggregates are not allowed in GROUP BY")
             continue
-        found = _key(g, tables, resolve, bad, policy, len(keys))
+        found = _key(g, tables, resolve, bad, policy, len(keys), private)
         if found is not None and all(k.sql != found.sql for k in keys):
             keys.append(found)
     size = 1
@@ -115,7 +122,7 @@ def group_keys(
 
 def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[exp.Column, str], str | None],
          bad: Callable[[exp.Expression, str], None], policy: Callable[[exp.Expression, str], None],
-         i: int) -> ir.JoinKey | None:
+         i: int, private: Callable[[exp.Expression, str], Any] | None = None) -> ir.JoinKey | None:
     name = f"__k{i}"
     inner = _year_arg(g)
     col = inner if inner is not None else g
@@ -150,10 +157,15 @@ def _key(g: exp.Expression, tables: Mapping[str, TableSpec], resolve: Callable[[
         return ir.JoinKey(name, exp.column(f, quoted=False), where, "declared", alias, column, typ, tuple(spec.domain))
     if t.public:
         return ir.JoinKey(name, exp.column(f, quoted=False), where, "public", alias, column, typ, None)
-    policy(g, f"GROUP BY {quoted(col)}: '{t.name}.{column}' is neither a column of a public table nor declared "
+    # no public key set: refused at routing unless the join is a lookup join (dpsql.mechanisms.registry), whose
+    # joined rows are the private table's own and whose keys the sparse histogram releases above a noisy threshold
+    msg = (f"GROUP BY {quoted(col)}: '{t.name}.{column}' is neither a column of a public table nor declared "
            f"public, so its keys would reveal private values (hint: declare columns={{'{column}': {{'domain': [...]}}}} on "
            f"table '{t.name}', or join a public table and group by its column)")
-    return None
+    if private is None:
+        policy(g, msg)
+        return None
+    return ir.JoinKey(name, exp.column(f, quoted=False), where, "private", alias, column, typ, None, private(g, msg))
 
 
 def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[[exp.Expression], exp.Expression],

@@ -572,7 +572,7 @@ class _JoinBuilder:
 
         pv: list[Violation] = []
         self.keys = group_keys(stmt, [(i.alias, i.table) for i in self.inputs], self.resolve, self.bad,
-                               lambda n, m: _bad(self.sql, n, m, pv))
+                               lambda n, m: _bad(self.sql, n, m, pv), lambda n, m: violation(n, self.sql, m))
         if pv and not self.vs:
             _raise(pv, policy=True)  # a key without a public key set: the owner's declaration is missing
         self.vs.extend(pv)

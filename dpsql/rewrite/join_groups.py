@@ -65,6 +65,8 @@ def _canonical(k: ir.JoinKey, e: exp.Expression) -> exp.Expression:
 
 
 def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
+    # a key with no public key set (kind 'private') is refused by the router before any read; never read it here
+    assert k.kind != "private" and k.refusal is None, f"GROUP BY {k.sql}: no public key set"
     if k.domain is not None:
         # a year is BIGINT, as year() is in SQL (a bare literal would be an INTEGER key)
         vals = [exp.cast(exp.Literal.number(v), "BIGINT") if k.kind == "year" else domain_literal(v, k.sql_type) for v in k.domain]

@@ -279,7 +279,7 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
     for a, b in jp.conditions:
         add(a)
         add(b)
-    for e in (jp.where, jp.value, *[k.expr for k in jp.keys]):
+    for e in (jp.where, jp.value, *[a.value for a in jp.aggregates], *[k.expr for k in jp.keys]):
         if e is not None:
             for c in e.find_all(exp.Column):
                 add(c.name)

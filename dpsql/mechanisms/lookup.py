@@ -1,0 +1,134 @@
+"""Lookup joins on the one-table path: one private table joined with public lookup tables on their keys.
+
+A lookup join (``dpsql.mechanisms.registry._lookup_join``, public metadata only): one private input, every
+other input public, one owner per tuple with Delta enforced, and every public input capped at one row per
+value of the column the join enters it through (a declared key). Its rows are a row-wise function of the
+private table's rows: the joined relation ``J`` is rendered (``dpsql.rewrite.joins.join_relation``) with
+the lookups' caps (the private input is capped later, by the one-table bounding, after the whole WHERE as on one
+table), the WHERE applied, the inner join dropping every private row whose lookup key is NULL or absent from
+the lookup (SQL semantics). So each
+private row yields at most one row of ``J``, carrying the same person (the owner column, a column of the
+private table), and the lookup rows it reads are public and fixed.
+
+Privacy claim. Neighbouring relation: add or remove one person with all their rows (user level). Adding a
+person adds their private rows only; the public inputs and their one-row-per-key caps are the same (public
+data: each key's kept row is chosen among that key's lookup rows alone, ``dpsql.rewrite.bound.cap_rows``). So
+``J`` changes by exactly that person's rows, all holding their unit:
+``J`` is a one-table relation with unit column ``<owner alias>__<owner column>``, and the one-table
+bounding (``dpsql.rewrite.bound.bounded_query``: at most L rows per person; GROUP BY: at most k rows per
+(person, group) in at most C_u groups, the groups taken over the *joined* rows' keys, so a person whose
+rows reach several groups through the lookup is capped like any other) gives the one-table sensitivities
+(``dpsql.mechanisms.basic``, ``dpsql.mechanisms.sparse_histogram``) with the private table's caps.
+Rows whose unit is NULL are dropped (they belong to nobody), as on one table.
+
+The mechanisms read ``J`` as a CTE named :data:`VIEW` placed first in their bounded query; every choice
+here is made from the catalog and the SQL (the route is data independent), the caps from the private
+table's registration lowered by the options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.catalog import ColumnSpec, TableSpec
+from dpsql.engine.base import SqlOps
+from dpsql.mechanisms.base import Description, Mechanism
+from dpsql.plan import ir
+from dpsql.plan.joins import PeopleBound, flat
+
+#: the name of the joined relation in the bounded query
+VIEW = "__dpsql_lookup"
+
+
+def one_table_plan(plan: ir.QueryPlan, people: PeopleBound, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan | None:
+    """The plan of a lookup join as a query over one table, the joined relation (module docstring): its
+    schema the join's flat columns, its unit the owner's column, its caps and tau the private table's.
+    None (then the join mechanisms answer) when the owner is not a column of the private input holding the person,
+    or for a GROUP BY year(col) (a public key set of years, which the one-table path declares for columns only)."""
+    jp = plan.join
+    owner = people.owner
+    if jp is None or owner is None or "," in owner.column or len(owner.hops) > 1:
+        return None
+    if any(k.kind == "year" for k in jp.keys):  # a key set of years: the one-table path knows domains of columns only
+        return None
+    private = catalog[dict(jp.inputs)[owner.alias]]
+    if private.public:
+        return None
+    columns: dict[str, ColumnSpec] = {}
+    for a, t in jp.inputs:
+        for c, spec in catalog[t].columns.items():
+            if flat(a, c) in jp.flat_schema:
+                columns[flat(a, c)] = dataclasses.replace(spec, name=flat(a, c))
+    table = TableSpec(
+        name=private.name, source=None, source_kind=private.source_kind, privacy_unit=flat(owner.alias, owner.column),
+        max_groups_per_unit=private.max_groups_per_unit, max_rows_per_group=private.max_rows_per_group,
+        max_rows_per_unit=private.max_rows_per_unit, columns=columns, tau=private.tau, schema=dict(jp.flat_schema),
+        view=VIEW,
+    )
+    bases = jp.aggregates or (ir.JoinAggregate(jp.kind, jp.value, jp.bounds, plan.aggregates[0].sql),)
+    aggregates = []
+    for j, b in enumerate(bases):
+        column = b.value.name if isinstance(b.value, exp.Column) and not b.value.table else None
+        value = None if column is not None else b.value
+        if b.kind == ir.COUNT_COL and value is not None:  # COUNT(expr): 1 where expr is not NULL
+            value = exp.Case(ifs=[exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Null())],
+                             default=exp.Literal.number(1))
+        aggregates.append(ir.Aggregate(b.kind, column, f"__a{j}", b.sql, b.bounds if b.kind == ir.SUM else None,
+                                       value=value))
+    return dataclasses.replace(plan, table=table, where=None, aggregates=aggregates)
+
+
+class LookupJoin:
+    """A one-table mechanism (Gaussian, Laplace, sparse histogram) reading the joined relation of a lookup
+    join: its bounded query with the capped join as its first CTE (:data:`VIEW`)."""
+
+    def __init__(self, inner: Mechanism, jp: ir.JoinPlan, people: PeopleBound, catalog: Mapping[str, TableSpec]) -> None:
+        self.inner, self.jp, self.catalog = inner, jp, dict(catalog)
+        self.name, self.options = inner.name, inner.options
+        assert people.owner is not None
+        #: the lookups' caps (one row per joined value); the private input's is the one-table bounding's
+        self.caps = tuple(c for c in people.caps if c[0] != people.owner.alias)
+        assert all(n == 1 and catalog[dict(jp.inputs)[a]].public for a, _, n in self.caps)
+
+    def calibrate(self, request: Any, contribution: Any) -> Any:
+        return self.inner.calibrate(request, contribution)
+
+    def describe(self, calibration: Any) -> Description:
+        d = self.inner.describe(calibration)
+        caps = [f"{a}.{c.replace(',', ', ')} <= {n}" for a, c, n in self.caps]
+        note = ("lookup join: the private rows joined with the public lookup rows (each lookup capped at one row per "
+                f"joined value: {'; '.join(caps)}), then bounded as one table")
+        return dataclasses.replace(d, notes=(*d.notes, note))
+
+    def bounded(self, calibration: Any, salt: str, ops: SqlOps) -> Any:
+        from dpsql.rewrite.joins import _needed, join_relation, parts_of
+
+        ast = self.inner.bounded(calibration, salt, ops)
+        if ast is None:
+            return None
+        assert isinstance(ast, exp.Select), type(ast)  # the one-table mechanisms' bounded query
+        needed = _needed(self.jp, self.caps)
+        names = sorted(flat(a, c) for a, cols in needed.items() for c in cols)
+        rel = join_relation(self.jp, self.catalog, salt=salt, ops=ops, caps=self.caps,
+                            parts=parts_of(self.jp), extra=[exp.column(n, quoted=False) for n in names],
+                            with_tid=False)
+        cte = exp.CTE(this=rel, alias=exp.TableAlias(this=exp.to_identifier(VIEW, quoted=True)))
+        with_ = ast.args.get("with_")
+        if with_ is None:
+            ast.set("with_", exp.With(expressions=[cte]))
+        else:
+            with_.set("expressions", [cte, *with_.expressions])
+        return ast
+
+    def released_types(self, calibration: Any) -> dict[str, str]:
+        return self.inner.released_types(calibration)
+
+    def key_domain(self, calibration: Any) -> Any:
+        return self.inner.key_domain(calibration)
+
+    def release(self, calibration: Any, bounded: Any, rng: Any) -> Any:
+        return self.inner.release(calibration, bounded, rng)
