@@ -476,9 +476,11 @@ def _route_lookup_one_table(
     """Rule 0, a lookup join (``_lookup_join``) on the one-table path (``dpsql.mechanisms.lookup``): the joined
     rows are the private table's own rows, each reaching at most one row of each lookup table, so rules 3-4 apply
     to them with the private table's caps: a scalar aggregate or GROUP BY over declared (public) keys -> Gaussian
-    (delta > 0) or Laplace (delta = 0); GROUP BY over other keys -> the Gaussian sparse histogram (delta > 0).
-    None where this path does not apply (then the join rules decide): an owner that is not a column of the private
-    table, or GROUP BY year(col) (``dpsql.mechanisms.lookup.one_table_plan``)."""
+    (delta > 0) or Laplace (delta = 0); GROUP BY over other keys of the private table -> the Gaussian sparse
+    histogram (delta > 0). None where this path does not apply (then the join rules decide): an owner that is not a
+    column of the private table, GROUP BY year(col) (``dpsql.mechanisms.lookup.one_table_plan``), or, unless a
+    mechanism is asked for, GROUP BY over undeclared columns of the public tables only (their values are a public
+    key set: the join's clipping releases every key, as before lookup joins had this path)."""
     from dpsql.mechanisms.lookup import LookupJoin, one_table_plan
 
     assert plan.join is not None
@@ -486,6 +488,11 @@ def _route_lookup_one_table(
     if one is None:
         return None
     forced = options.get("mechanism", "auto")
+    kinds = {k.kind for k in plan.join.keys}
+    if forced == "auto" and "public" in kinds and "private" not in kinds:
+        # keys read from a public table's column: that table's values are a public key set, every key released by
+        # the join's per-person clipping (the join rules), not thresholded by the sparse histogram
+        return None
     _check_public_groups(one)
     if forced == "sparse_histogram" or (forced == "auto" and one.keys and not one.public_keys):
         if not one.keys:
