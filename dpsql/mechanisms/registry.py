@@ -5,8 +5,9 @@ what ``explain`` says is what ``query`` does. It reads public metadata only (the
 analysed SQL, the options, and the keys of synopses already released in the ledger), so every
 refusal here is free.
 
-A new mechanism plugs in here: one ``MechanismName`` (``dpsql.mechanisms.base``), one entry in
-``REGISTRY``, and the rule in ``route`` that sends requests to it (docs/architecture.md).
+A new mechanism of dpsql plugs in here: one ``MechanismName`` (``dpsql.mechanisms.base``), one entry in
+``REGISTRY``, and the rule in ``route`` that sends requests to it (docs/architecture.md); one defined
+outside dpsql is registered by ``plug_in`` and answers the one-table queries forced to it.
 
 Routing rules, in order:
 
@@ -40,6 +41,7 @@ The ``mechanism`` option forces a mechanism where it applies and is refused wher
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +55,7 @@ from dpsql.errors import ConfigError, DPSQLError, ExecutionError, PolicyError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
 from dpsql.mechanisms.public_domain import PublicDomain
-from dpsql.options import FORCEABLE_NAMES, OPTIONS, UNIVERSAL
+from dpsql.options import FORCEABLE_NAMES, OPTIONS, UNIVERSAL, mechanism_doc
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, resolve_unit_column
 from dpsql.plan.workload import analyze_workload, histogram_workload
@@ -115,6 +117,14 @@ class _Registry(Mapping[MechanismName, Mechanism]):
     def __len__(self) -> int:
         return len(self._factories)
 
+    def _plug(self, name: str, factory: Callable[[], Mechanism] | None) -> None:
+        """Add (``factory``) or remove (None) a plugged mechanism (``plug_in``, ``unplug``)."""
+        self._built.pop(name, None)  # type: ignore[call-overload]
+        if factory is None:
+            self._factories.pop(name, None)  # type: ignore[call-overload]
+        else:
+            self._factories[name] = factory  # type: ignore[index]
+
 
 REGISTRY: Mapping[MechanismName, Mechanism] = _Registry({
     MechanismName.GAUSSIAN: lambda: BasicMechanism(MechanismName.GAUSSIAN),
@@ -132,8 +142,62 @@ REGISTRY: Mapping[MechanismName, Mechanism] = _Registry({
 #: grouped joins: the unsampled variant of DP-S4S's vector form answers mechanism='r2t'
 _GROUPED = _Registry({MechanismName.R2T: lambda: _vector(MechanismName.R2T)})
 
-#: values the ``mechanism`` option accepts
-FORCEABLE = ("auto", *FORCEABLE_NAMES)
+#: values the ``mechanism`` option accepts (kept in step with ``FORCEABLE_NAMES`` by ``plug_in`` and ``unplug``)
+FORCEABLE = ["auto", *FORCEABLE_NAMES]
+
+#: mechanisms plugged in from outside dpsql (``plug_in``): name -> (routing rule, the options it added to ``OPTIONS``)
+_PLUGGED: dict[str, tuple[Callable[[Request], str | None], tuple[str, ...]]] = {}
+
+
+def plug_in(name: str, factory: Callable[[], Mechanism], answers: Callable[[Request], str | None], *,
+            options: Mapping[str, str] | None = None) -> None:
+    """Register a mechanism defined outside dpsql, editing no file of it (docs/architecture.md, "Plugging in a
+    mechanism"). ``factory()`` builds the ``Mechanism`` on first use. It answers a one-table query only when the
+    analyst forces it (option ``mechanism=name``, which accepts the name and documents it at once), never by default;
+    ``answers(request)`` is its routing rule, over public metadata only: the reason ``explain`` shows, or None when
+    it does not answer the request (forcing it is then refused for free). ``options``: the query options it adds,
+    name -> description (validated by its ``calibrate``, whose refusals are free); an option already documented is
+    refused here (a mechanism reads an existing option by listing it in its ``options``). Raises ValueError for a
+    name that is taken or not a lower-case identifier. ``unplug(name)`` removes it."""
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(f"a mechanism's name is a lower-case identifier such as 'my_count', got {name!r}")
+    if name in REGISTRY or name in FORCEABLE or name in _GROUPED:
+        raise ValueError(f"the mechanism name {name!r} is taken")
+    added = tuple(options or {})
+    taken = [k for k in added if k in OPTIONS]
+    if taken:
+        raise ValueError(f"option(s) {taken} are documented already: list them in the mechanism's options to read them")
+    OPTIONS.update(options or {})
+    _PLUGGED[name] = (answers, added)
+    FORCEABLE_NAMES.append(name)
+    FORCEABLE.append(name)
+    OPTIONS["mechanism"] = mechanism_doc()
+    REGISTRY._plug(name, factory)  # type: ignore[attr-defined]
+
+
+def unplug(name: str) -> None:
+    """Remove a mechanism registered by ``plug_in`` (with the options it added)."""
+    _, added = _PLUGGED.pop(name)
+    for k in added:
+        OPTIONS.pop(k, None)
+    FORCEABLE_NAMES.remove(name)
+    FORCEABLE.remove(name)
+    OPTIONS["mechanism"] = mechanism_doc()
+    REGISTRY._plug(name, None)  # type: ignore[attr-defined]
+
+
+def _route_plugged(request: Request, name: str) -> Route:
+    """A query forced to a plugged mechanism: its rule's reason, or a free refusal."""
+    reason = _PLUGGED[name][0](request)
+    if not reason:
+        raise PolicyError(f"mechanism '{name}' does not answer this query (no routing rule sends it there)",
+                          hint="omit the mechanism option (explain shows the mechanism chosen)")
+    mech = REGISTRY[name]  # type: ignore[index]
+    _check_applicable(mech, request.options)
+    plan = request.plan
+    assert plan is not None
+    return _finish(request, mech, mech.calibrate(request, contribution(plan.table, request.options,
+                                                                        grouped=plan.is_grouped)), reason)
 
 _REASONS = {
     "dawa_histogram": "histogram over a column with a declared ordered domain: DAWA (private partition, then workload-aware measurement)",
@@ -279,6 +343,8 @@ def route(
                           hint="omit the mechanism option for a single-table query")
     base = Request.asking(text=sql, epsilon=epsilon, delta=delta, options=options, table=table,
                           unit=_unit(table, catalog), catalog=catalog, plan=plan, find_synopsis=find_synopsis)
+    if forced in _PLUGGED:
+        return _route_plugged(base, forced)
     if any(a.kind in ir.QUANTILE_KINDS for a in plan.aggregates):
         return _route_quantile(base, forced)
     if forced == "exponential":

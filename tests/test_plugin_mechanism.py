@@ -1,0 +1,197 @@
+"""A mechanism plugged in from outside dpsql, following docs/architecture.md ("Plugging in a mechanism") only.
+
+``RoundedLaplaceCount`` is a toy: a scalar ``COUNT(*)`` with Laplace noise rounded to a whole number. It lives in
+this test module, is registered with ``registry.plug_in`` and reached by the option ``mechanism='rounded_laplace'``;
+no file of dpsql is edited. The tests check that explain, the ledger entry, the Release's metadata, the refusals and
+the CLI's list of mechanisms take it in, and that the core's guards hold for it.
+
+Privacy claim (of the toy): neighbouring relation, one person added or removed with all of their rows. The bounded
+relation keeps at most L = ``max_rows_per_unit`` rows per person (``rewrite.bound.bounded_query``), so the count moves
+by at most L; Laplace noise of scale L / epsilon gives epsilon-DP (delta = 0) in exact arithmetic, and rounding to a
+whole number is post-processing. (Its floating-point sampler is not snapped: a toy, not for production.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from conftest import make_events
+from sqlglot import exp
+
+import dpsql
+from dpsql.budget import Budget
+from dpsql.errors import ConfigError, ExecutionError, PolicyError
+from dpsql.mechanisms import registry
+from dpsql.mechanisms.base import Description, Released, Request
+from dpsql.noise import NoiseSource
+from dpsql.plan import ir
+from dpsql.rewrite.bound import Caps, bounded_query, source_column
+from dpsql.testing import use_noise, zero_noise
+
+NAME = "rounded_laplace"
+
+
+class RoundedLaplaceCount:
+    """The toy mechanism (privacy claim: the module docstring)."""
+
+    name = NAME
+    options = frozenset({"max_rows_per_unit", "half_up"})
+
+    def calibrate(self, request: Request, contribution: Caps) -> dict[str, Any]:
+        plan = request.plan
+        assert plan is not None
+        if request.delta != 0:
+            raise ConfigError("the rounded Laplace count is pure DP", hint="pass delta=0")
+        half_up = request.options.get("half_up", True)
+        if not isinstance(half_up, bool):
+            raise ConfigError(f"half_up must be true or false, got {half_up!r}")
+        L = contribution.max_rows_per_group
+        return {"plan": plan, "caps": contribution, "unit": request.unit, "epsilon": request.epsilon,
+                "scale": L / request.epsilon, "half_up": half_up}
+
+    def describe(self, cal: dict[str, Any]) -> Description:
+        return Description(label=NAME, cost=Budget(cal["epsilon"], 0.0),
+                           parameters={"laplace_scale": cal["scale"], "sensitivity": cal["caps"].max_rows_per_group},
+                           notes=("toy: Laplace noise rounded to whole numbers",))
+
+    def bounded(self, cal: dict[str, Any], salt: str, ops: Any) -> exp.Expression:
+        return bounded_query(cal["plan"], cal["caps"], salt=salt, unit_column=cal["unit"], ops=ops)
+
+    def released_types(self, cal: dict[str, Any]) -> dict[str, str]:
+        return {a.name: "BIGINT" for a in cal["plan"].aggregates}
+
+    def key_domain(self, cal: dict[str, Any]) -> pa.Table | None:
+        return None
+
+    def release(self, cal: dict[str, Any], bounded: pa.Table, rng: NoiseSource) -> Released:
+        agg = cal["plan"].aggregates[0]
+        true = bounded.column(source_column(agg, cal["caps"])).to_numpy(zero_copy_only=False).astype(float)
+        noisy = true + rng.laplace(cal["scale"], true.size)
+        value = [int(math.floor(v + 0.5)) if cal["half_up"] else int(round(v)) for v in noisy]
+        half = cal["scale"] * math.log(20.0) + 0.5
+        return Released(table=pa.table({agg.name: pa.array(value, pa.int64())}),
+                        accuracy={agg.name: {"noise": "laplace", "ci95_half_width": half, "granularity": 1.0}})
+
+
+def answers(request: Request) -> str | None:
+    """The routing rule: a scalar COUNT(*) over one table, nothing else."""
+    plan = request.plan
+    if plan is None or plan.keys or [a.kind for a in plan.aggregates] != [ir.COUNT_STAR]:
+        return None
+    return "scalar COUNT(*): Laplace noise rounded to whole numbers (the toy plug-in)"
+
+
+@pytest.fixture
+def plugged():
+    registry.plug_in(NAME, RoundedLaplaceCount, answers,
+                     options={"half_up": "rounded_laplace: round halves up (default true)"})
+    yield
+    registry.unplug(NAME)
+
+
+@pytest.fixture
+def session(plugged):
+    s = dpsql.Session(ledger=None, budget=dpsql.Budget(10.0, 1e-5))
+    use_noise(s, zero_noise())
+    s.register("events", make_events(), privacy_unit="user_id", max_rows_per_unit=3,
+               columns={"country": {"domain": ["US", "FR", "DE"]}})
+    yield s
+    s.close()
+
+
+SQL = "SELECT COUNT(*) AS n FROM events WHERE country = 'FR'"
+FORCE = {"mechanism": NAME}
+
+
+def test_a_plugged_mechanism_answers_a_query_forced_to_it_and_explain_ledger_and_release_agree(session):
+    plan = session.explain(SQL, epsilon=0.5, options=FORCE)
+    assert plan.mechanism == NAME and plan.cost == Budget(0.5, 0.0)
+    assert "toy plug-in" in plan.reason and plan.parameters == {"laplace_scale": 6.0, "sensitivity": 3}
+    rel = session.query(SQL, epsilon=0.5, options=FORCE)
+    truth = session.query(SQL, epsilon=0.5, options={"mechanism": "laplace"}).table.column("n")[0].as_py()
+    assert rel.table.column_names == ["n"] and rel.table.column("n")[0].as_py() == truth  # zero noise
+    assert rel.mechanism == NAME and rel.cost == plan.cost and rel.details == plan.parameters
+    assert rel.accuracy["n"]["granularity"] == 1.0 and rel.accuracy["n"]["ci95_half_width"] > 6 * math.log(20)
+    row = session.history().to_pylist()[0]
+    assert row["entry_id"] == rel.ledger_id and row["status"] == "released" and row["mechanism"] == NAME
+    assert (row["epsilon"], row["delta"]) == (0.5, 0.0)
+    assert json.loads(row["params"]) == plan.parameters
+    assert rel.meta()["mechanism"] == NAME and rel.meta()["cost"] == {"epsilon": 0.5, "delta": 0.0}
+
+
+def test_a_plugged_mechanism_is_never_chosen_unless_forced(session):
+    assert session.explain(SQL, epsilon=0.5).mechanism == "laplace"
+
+
+def test_refusals_of_a_plugged_mechanism_are_free(session):
+    for sql, opts, delta, match in [
+        ("SELECT country, COUNT(*) FROM events GROUP BY country", FORCE, 0.0, "does not answer this query"),
+        (SQL, FORCE, 1e-6, "pure DP"),  # its own calibrate
+        (SQL, {**FORCE, "tau": 3}, 0.0, r"\['tau'\] do not apply to the rounded_laplace mechanism"),
+        (SQL, {**FORCE, "half_up": "yes"}, 0.0, "half_up must be true or false"),
+        (SQL, {"mechanism": "laplace", "half_up": True}, 0.0, r"\['half_up'\] do not apply to the laplace"),
+        (SQL, {"mechanism": "rounded_laplase"}, 0.0, "unknown mechanism"),
+        ("SELECT COUNT(*) FROM events e JOIN events f ON e.user_id = f.user_id", FORCE, 0.0, "joins are answered"),
+    ]:
+        for ask in (session.explain, session.query):
+            with pytest.raises((ConfigError, PolicyError), match=match):
+                ask(sql, epsilon=0.5, delta=delta, options=opts)
+    with pytest.raises(ConfigError, match="DAWA only"):
+        session.query_many([SQL], epsilon=0.5, options=FORCE)
+    assert session.history().num_rows == 0 and session.remaining() == Budget(10.0, 1e-5)
+
+
+def test_an_unknown_mechanism_lists_the_plugged_one(session):
+    with pytest.raises(ConfigError) as caught:
+        session.query(SQL, epsilon=0.5, options={"mechanism": "nope"})
+    assert f"'{NAME}'" in caught.value.hint
+    from dpsql.options import OPTIONS
+
+    assert f"'{NAME}'" in OPTIONS["mechanism"] and "half_up" in OPTIONS
+
+
+def test_unplugged_it_is_gone(session):
+    registry.unplug(NAME)
+    try:
+        from dpsql.options import OPTIONS
+
+        assert NAME not in registry.REGISTRY and f"'{NAME}'" not in OPTIONS["mechanism"] and "half_up" not in OPTIONS
+        with pytest.raises(ConfigError, match="unknown mechanism"):
+            session.explain(SQL, epsilon=0.5, options=FORCE)
+    finally:
+        registry.plug_in(NAME, RoundedLaplaceCount, answers, options={"half_up": "rounded_laplace: round halves up"})
+
+
+@pytest.mark.parametrize("name", ["laplace", "auto", "Bad Name", ""])
+def test_a_plug_in_cannot_take_a_name_already_used_or_malformed(plugged, name):
+    with pytest.raises(ValueError):
+        registry.plug_in(name, RoundedLaplaceCount, answers)
+
+
+def test_a_plug_in_cannot_redefine_an_option(plugged):
+    with pytest.raises(ValueError, match="tau"):
+        registry.plug_in("other", RoundedLaplaceCount, answers, options={"tau": "mine"})
+    assert "other" not in registry.REGISTRY
+
+
+def test_the_cli_lists_and_runs_a_plugged_mechanism(plugged, tmp_path, capsys):
+    """The CLI, run by a program that has imported the plug-in (``dpsql.cli.main``), lists it among the mechanisms
+    and answers with it."""
+    import pyarrow.parquet as pq
+
+    from dpsql.cli import main
+
+    pq.write_table(make_events(), tmp_path / "events.parquet")
+    base = ["--ledger", str(tmp_path / "l.duckdb")]
+    assert main([*base, "init", "--epsilon", "5"]) == 0
+    table = ["--table", f"events={tmp_path / 'events.parquet'}", "--privacy-unit", "events=user_id"]
+    capsys.readouterr()
+    assert main([*base, "query", *table, "--epsilon", "0.5", "--option", "mechanism=nope", SQL]) != 0
+    assert NAME in capsys.readouterr().err
+    assert main([*base, "query", *table, "--epsilon", "0.5", "--option", f"mechanism={NAME}",
+                 "--option", "half_up=false", "--format", "json", SQL]) == 0
+    assert json.loads(capsys.readouterr().out)["meta"]["mechanism"] == NAME
