@@ -195,3 +195,83 @@ def test_the_cli_lists_and_runs_a_plugged_mechanism(plugged, tmp_path, capsys):
     assert main([*base, "query", *table, "--epsilon", "0.5", "--option", f"mechanism={NAME}",
                  "--option", "half_up=false", "--format", "json", SQL]) == 0
     assert json.loads(capsys.readouterr().out)["meta"]["mechanism"] == NAME
+
+
+# -- the core's guards against a plugged mechanism that gets its release wrong -----------------------------------
+
+BAD = "misbehaving"
+
+
+class Misbehaving(RoundedLaplaceCount):
+    """The toy, answering scalar counts and counts per country, whose release is replaced by ``Misbehaving.make``
+    (a function of the bounded rows): each case below gets one thing wrong."""
+
+    name = BAD
+    make: Any = None
+    types = "BIGINT"
+
+    def calibrate(self, request: Request, contribution: Caps) -> dict[str, Any]:
+        return {**super().calibrate(request, contribution), "grouped": bool(request.plan and request.plan.keys)}
+
+    def released_types(self, cal: dict[str, Any]) -> dict[str, str]:
+        return {a.name: self.types for a in cal["plan"].aggregates}
+
+    def release(self, cal: dict[str, Any], bounded: pa.Table, rng: NoiseSource) -> Released:
+        return Released(table=Misbehaving.make(bounded), accuracy={"__a0": {"noise": "laplace"}})
+
+
+def _answers_counts(request: Request) -> str | None:
+    plan = request.plan
+    return "counts (a plugged mechanism that gets its release wrong)" if plan and plan.aggregates else None
+
+
+@pytest.fixture
+def misbehaving(session):
+    registry.plug_in(BAD, Misbehaving, _answers_counts)
+    yield session
+    registry.unplug(BAD)
+    Misbehaving.types = "BIGINT"
+
+
+def _secret(bounded: pa.Table) -> pa.Table:
+    raise ValueError(f"the row of user 4242: {bounded.to_pylist()}")
+
+
+SCALAR = "SELECT COUNT(*) AS n FROM events"
+GROUPED = "SELECT country, COUNT(*) AS n FROM events GROUP BY country"
+KEYS = pa.array(["US", "FR", "DE"])
+
+
+@pytest.mark.parametrize("sql, types, make", [
+    (SCALAR, "BIGINT", _secret),
+    (SCALAR, "DOUBLE", lambda b: pa.table({"__a0": pa.array([math.nan])})),
+    (SCALAR, "DOUBLE", lambda b: pa.table({"__a0": pa.array([-math.inf])})),
+    (SCALAR, "BIGINT", lambda b: pa.table({"__a0": pa.array([3, 4], pa.int64())})),
+    (SCALAR, "BIGINT", lambda b: pa.table({"__a0": pa.array([], pa.int64())})),
+    (SCALAR, "BIGINT", lambda b: pa.table({"__a9": pa.array([3], pa.int64())})),
+    (GROUPED, "BIGINT", lambda b: pa.table({"__k0": pa.array(["US", "FR", "XX"]), "__a0": pa.array([1, 2, 3])})),
+    (GROUPED, "BIGINT", lambda b: pa.table({"__k0": pa.array(["US", "FR", None]), "__a0": pa.array([1, 2, 3])})),
+    (GROUPED, "BIGINT", lambda b: pa.table({"__k0": pa.array(["US", "US", "FR", "DE"]),
+                                            "__a0": pa.array([1, 2, 3, 4])})),
+    (GROUPED, "DOUBLE", lambda b: pa.table({"__k0": KEYS, "__a0": pa.array([1.0, math.nan, 3.0])})),
+], ids=["raises", "nan", "inf", "two_rows", "no_row", "other_column", "key_not_declared", "null_key",
+        "key_twice", "nan_in_a_group"])
+def test_a_wrong_release_is_a_failed_run_that_counts_never_shown(misbehaving, sql, types, make):
+    Misbehaving.make, Misbehaving.types = staticmethod(make), types
+    with pytest.raises(ExecutionError, match="failed after its budget was charged; the charge stands") as caught:
+        misbehaving.query(sql, epsilon=0.5, options={"mechanism": BAD})
+    text = str(caught.value) + repr(caught.value.__dict__)
+    assert "4242" not in text and "XX" not in text and "nan" not in text.lower()
+    assert misbehaving.history().to_pylist()[-1]["status"] == "failed"
+    assert misbehaving.remaining().epsilon == pytest.approx(9.5)
+
+
+def test_the_guards_pass_a_right_release(misbehaving):
+    """The negative control: the same plugged mechanism releasing every declared key once, in any order."""
+    Misbehaving.make = staticmethod(lambda b: pa.table({"__k0": pa.array(["DE", "US", "FR"]),
+                                                        "__a0": pa.array([1, 2, 3])}))
+    rel = misbehaving.query(GROUPED, epsilon=0.5, options={"mechanism": BAD})
+    assert sorted(rel.to_pylist(), key=str) == sorted([{"country": "DE", "n": 1}, {"country": "US", "n": 2},
+                                                       {"country": "FR", "n": 3}], key=str)
+    Misbehaving.make = staticmethod(lambda b: pa.table({"__a0": pa.array([7])}))
+    assert misbehaving.query(SCALAR, epsilon=0.5, options={"mechanism": BAD}).to_pylist() == [{"n": 7}]

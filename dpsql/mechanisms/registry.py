@@ -245,6 +245,8 @@ class Route:
                 t = table.schema.field(name).type
                 if not (pa.types.is_integer(t) or pa.types.is_null(t)):
                     raise ExecutionError(f"mechanism '{self.description.label}' released a count as {t}, not integers")
+        if self.request.plan is not None and not released.final:
+            _check_released_rows(self.description.label, self.request.plan, table)
         return released
 
     def bind_key(self) -> tuple[Any, ...] | None:
@@ -257,6 +259,31 @@ class Route:
         d = self.description
         return (repr(self.request.text), repr(sorted(self.request.options.items())), type(self.mechanism).__qualname__,
                 d.label, repr(d.cost), repr(sorted(d.parameters.items())), d.reuse_of)
+
+
+def _check_released_rows(label: str, plan: ir.QueryPlan, table: pa.Table) -> None:
+    """Refuse (after the charge: a failed run) a release whose rows no mechanism may show, whatever it states: a NaN
+    or infinite aggregate; a scalar query's release that is not one row; a key combination released twice (its
+    noise averaged away); a key outside its declared domain (only the domain is public). Messages name no value."""
+    import pyarrow.compute as pc
+
+    for a in plan.aggregates:
+        if a.name in table.column_names and pa.types.is_floating(table.schema.field(a.name).type):
+            col = table.column(a.name)
+            if pc.any(pc.or_(pc.is_nan(col), pc.is_inf(col))).as_py():
+                raise ExecutionError(f"mechanism '{label}' released a NaN or infinite value")
+    if not plan.keys:
+        if table.num_rows != 1:
+            raise ExecutionError(f"mechanism '{label}' released {table.num_rows} rows for a query without GROUP BY")
+        return
+    names = [k.name for k in plan.keys]
+    if not set(names) <= set(table.column_names):
+        return  # post-processing fails on the missing key, generically
+    if table.select(names).group_by(names).aggregate([]).num_rows != table.num_rows:
+        raise ExecutionError(f"mechanism '{label}' released a group more than once")
+    for k in plan.keys:
+        if k.domain is not None and not set(pc.unique(table.column(k.name)).to_pylist()) <= set(k.domain):
+            raise ExecutionError(f"mechanism '{label}' released a key outside the declared domain of {k.sql}")
 
 
 def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: str) -> Route:
