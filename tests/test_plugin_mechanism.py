@@ -275,3 +275,33 @@ def test_the_guards_pass_a_right_release(misbehaving):
                                                        {"country": "FR", "n": 3}], key=str)
     Misbehaving.make = staticmethod(lambda b: pa.table({"__a0": pa.array([7])}))
     assert misbehaving.query(SCALAR, epsilon=0.5, options={"mechanism": BAD}).to_pylist() == [{"n": 7}]
+
+
+def test_a_reuse_that_states_a_cost_is_refused_before_anything_runs(session, monkeypatch):
+    """A description that answers from an earlier release (``reuse_of``) is recorded as a free reuse: one that also
+    states a cost would be shown as charged (explain, Release.cost) while nothing is charged."""
+    import dataclasses
+
+    session.query(SQL, epsilon=0.5, options=FORCE)
+    describe = RoundedLaplaceCount.describe
+    monkeypatch.setattr(RoundedLaplaceCount, "describe", lambda self, cal: dataclasses.replace(describe(self, cal), reuse_of=1))
+    monkeypatch.setattr(RoundedLaplaceCount, "bounded", lambda self, cal, salt, ops: None)
+    for ask in (session.explain, session.query):
+        with pytest.raises(ConfigError, match="answers from ledger entry 1 for free but states a cost"):
+            ask(SQL, epsilon=0.5, options=FORCE)
+    assert session.history().num_rows == 1 and session.remaining().epsilon == 9.5
+
+
+def test_the_details_a_release_computes_reach_the_release(session, monkeypatch):
+    """``Released.details`` (post-processing of released values) is carried by the Release's details, as its
+    docstring says, for a query as for a workload."""
+    release = RoundedLaplaceCount.release
+
+    def with_details(self, cal, bounded, rng):
+        out = release(self, cal, bounded, rng)
+        out.details = {"released_is_even": out.table.column(0)[0].as_py() % 2 == 0}
+        return out
+
+    monkeypatch.setattr(RoundedLaplaceCount, "release", with_details)
+    rel = session.query(SQL, epsilon=0.5, options=FORCE)
+    assert rel.details == {"laplace_scale": 6.0, "sensitivity": 3, "released_is_even": rel.to_pylist()[0]["n"] % 2 == 0}

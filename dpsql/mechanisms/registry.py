@@ -296,6 +296,9 @@ def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: st
             "other conditions, caps and source contents); nothing was charged",
             hint="omit the reuse option to answer the query on its own, which is charged (explain shows the cost)",
         )
+    if desc.reuse_of is not None and (desc.cost.epsilon or desc.cost.delta):
+        raise ConfigError(f"mechanism '{desc.label}' answers from ledger entry {desc.reuse_of} for free but states a cost "
+                          f"{desc.cost}; nothing was charged", hint="a reuse of a stored release states the cost (0, 0)")
     if desc.reuse_of is not None:
         reason = (f"answered from the DAWA synopsis of ledger entry {desc.reuse_of} (same table, column(s) and WHERE): "
                   "post-processing")
