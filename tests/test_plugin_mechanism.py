@@ -305,3 +305,21 @@ def test_the_details_a_release_computes_reach_the_release(session, monkeypatch):
     monkeypatch.setattr(RoundedLaplaceCount, "release", with_details)
     rel = session.query(SQL, epsilon=0.5, options=FORCE)
     assert rel.details == {"laplace_scale": 6.0, "sensitivity": 3, "released_is_even": rel.to_pylist()[0]["n"] % 2 == 0}
+
+
+@pytest.mark.parametrize("exc", [SystemExit, KeyboardInterrupt])
+def test_an_exit_or_interrupt_raised_by_a_release_keeps_no_data(misbehaving, exc):
+    """``sys.exit(text)`` inside a release: Python prints a SystemExit's ``code`` when it is text, so the code of one
+    raised after the charge holds no text (it exits as any failure after the charge)."""
+    from dpsql.errors import CHARGED_EXIT_CODE
+
+    def leave(bounded: pa.Table) -> pa.Table:
+        raise exc(f"the row of user 4242: {bounded.to_pylist()}")
+
+    Misbehaving.make = staticmethod(leave)
+    with pytest.raises(exc) as caught:
+        misbehaving.query(SCALAR, epsilon=0.5, options={"mechanism": BAD})
+    assert "4242" not in repr(caught.value.args) + repr(getattr(caught.value, "code", ""))
+    if exc is SystemExit:
+        assert caught.value.code == CHARGED_EXIT_CODE
+    assert misbehaving.history().to_pylist()[-1]["status"] == "failed"
