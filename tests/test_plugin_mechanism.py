@@ -195,6 +195,8 @@ def test_the_cli_lists_and_runs_a_plugged_mechanism(plugged, tmp_path, capsys):
     assert main([*base, "query", *table, "--epsilon", "0.5", "--option", f"mechanism={NAME}",
                  "--option", "half_up=false", "--format", "json", SQL]) == 0
     assert json.loads(capsys.readouterr().out)["meta"]["mechanism"] == NAME
+    assert main([*base, "explain", *table, "--epsilon", "0.5", "--option", f"mechanism={NAME}", SQL]) == 0
+    assert NAME in capsys.readouterr().out
 
 
 # -- the core's guards against a plugged mechanism that gets its release wrong -----------------------------------
