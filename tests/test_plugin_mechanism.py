@@ -98,7 +98,7 @@ def session(plugged):
     s = dpsql.Session(ledger=None, budget=dpsql.Budget(10.0, 1e-5))
     use_noise(s, zero_noise())
     s.register("events", make_events(), privacy_unit="user_id", max_rows_per_unit=3,
-               columns={"country": {"domain": ["US", "FR", "DE"]}})
+               columns={"country": {"domain": ["US", "FR", "DE"]}, "age": {"bounds": [0, 100], "bins": 10}})
     yield s
     s.close()
 
@@ -136,6 +136,7 @@ def test_refusals_of_a_plugged_mechanism_are_free(session):
         (SQL, {"mechanism": "laplace", "half_up": True}, 0.0, r"\['half_up'\] do not apply to the laplace"),
         (SQL, {"mechanism": "rounded_laplase"}, 0.0, "unknown mechanism"),
         ("SELECT COUNT(*) FROM events e JOIN events f ON e.user_id = f.user_id", FORCE, 0.0, "joins are answered"),
+        ("SELECT age_bin, COUNT(*) FROM events GROUP BY age_bin", FORCE, 0.0, "can only be used in a histogram"),
     ]:
         for ask in (session.explain, session.query):
             with pytest.raises((ConfigError, PolicyError), match=match):

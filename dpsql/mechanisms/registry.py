@@ -188,6 +188,8 @@ def unplug(name: str) -> None:
 
 def _route_plugged(request: Request, name: str) -> Route:
     """A query forced to a plugged mechanism: its rule's reason, or a free refusal."""
+    assert request.plan is not None
+    _check_bin_keys(request.plan)  # the bins of an ordered domain are DAWA's alone
     reason = _PLUGGED[name][0](request)
     if not reason:
         raise PolicyError(f"mechanism '{name}' does not answer this query (no routing rule sends it there)",
@@ -195,7 +197,6 @@ def _route_plugged(request: Request, name: str) -> Route:
     mech = REGISTRY[name]  # type: ignore[index]
     _check_applicable(mech, request.options)
     plan = request.plan
-    assert plan is not None
     return _finish(request, mech, mech.calibrate(request, contribution(plan.table, request.options,
                                                                         grouped=plan.is_grouped)), reason)
 
