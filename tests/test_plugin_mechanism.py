@@ -326,3 +326,21 @@ def test_an_exit_or_interrupt_raised_by_a_release_keeps_no_data(misbehaving, exc
     if exc is SystemExit:
         assert caught.value.code == CHARGED_EXIT_CODE
     assert misbehaving.history().to_pylist()[-1]["status"] == "failed"
+
+
+def test_a_cost_above_the_epsilon_asked_is_refused_for_free(session, monkeypatch):
+    """The analyst's epsilon is the most a query may be charged (delta may exceed it by a Gaussian sampler's stated
+    floating-point part): a description charging more is refused before the charge, never recorded."""
+    import dataclasses
+
+    describe = RoundedLaplaceCount.describe
+    monkeypatch.setattr(RoundedLaplaceCount, "describe", lambda self, cal: dataclasses.replace(
+        describe(self, cal), cost=Budget(2 * cal["epsilon"], 0.0)))
+    for ask in (session.explain, session.query):
+        with pytest.raises(ConfigError, match=r"charges epsilon=1, above the epsilon=0.5 asked"):
+            ask(SQL, epsilon=0.5, options=FORCE)
+    assert session.history().num_rows == 0
+    monkeypatch.setattr(RoundedLaplaceCount, "describe", lambda self, cal: dataclasses.replace(
+        describe(self, cal), cost=Budget(cal["epsilon"] / 2, 0.0)))  # less than asked: what it states is charged
+    rel = session.query(SQL, epsilon=0.5, options=FORCE)
+    assert rel.cost == Budget(0.25, 0.0) and session.history().to_pylist()[-1]["epsilon"] == 0.25

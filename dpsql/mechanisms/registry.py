@@ -291,6 +291,10 @@ def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: st
     _check_applicable(mechanism, request.options)  # (rules check before calibrating; this holds for every rule)
     desc = mechanism.describe(calibration)
     desc = dataclasses.replace(desc, cost=request.record(desc.cost))  # recorded >= what was calibrated
+    if request.asked is not None and desc.cost.epsilon > request.asked.epsilon:
+        raise ConfigError(f"mechanism '{desc.label}' charges epsilon={desc.cost.epsilon:g}, above the "
+                          f"epsilon={request.asked.epsilon:g} asked; nothing was charged",
+                          hint="a mechanism states a cost within the budget asked for (docs/architecture.md)")
     if request.options.get("reuse") == "synopsis" and desc.reuse_of is None:
         raise PolicyError(
             "reuse='synopsis' was asked, but no stored DAWA synopsis covers this query (same table, ordered column(s), "
