@@ -344,3 +344,24 @@ def test_a_cost_above_the_epsilon_asked_is_refused_for_free(session, monkeypatch
         describe(self, cal), cost=Budget(cal["epsilon"] / 2, 0.0)))  # less than asked: what it states is charged
     rel = session.query(SQL, epsilon=0.5, options=FORCE)
     assert rel.cost == Budget(0.25, 0.0) and session.history().to_pylist()[-1]["epsilon"] == 0.25
+
+
+def test_a_plugged_mechanism_missing_part_of_the_interface_is_named_before_the_charge(session):
+    class Partial:
+        name, options = "partial", frozenset()
+
+        def calibrate(self, request: Request, contribution: Caps) -> None:
+            return None
+
+    class Misnamed(RoundedLaplaceCount):
+        name = "something_else"
+
+    for cls, match in ((Partial, r"lacks describe, bounded, released_types, key_domain, release"),
+                       (Misnamed, "its name attribute is 'something_else'")):
+        registry.plug_in("partial", cls, lambda request: "any query")
+        try:
+            with pytest.raises(TypeError, match=match):
+                session.query(SQL, epsilon=0.5, options={"mechanism": "partial"})
+        finally:
+            registry.unplug("partial")
+    assert session.history().num_rows == 0

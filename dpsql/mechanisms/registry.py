@@ -186,6 +186,10 @@ def unplug(name: str) -> None:
     REGISTRY._plug(name, None)  # type: ignore[attr-defined]
 
 
+#: what a mechanism has (``dpsql.mechanisms.base.Mechanism``), checked on a plugged one before it is used
+_INTERFACE = ("name", "options", "calibrate", "describe", "bounded", "released_types", "key_domain", "release")
+
+
 def _route_plugged(request: Request, name: str) -> Route:
     """A query forced to a plugged mechanism: its rule's reason, or a free refusal."""
     assert request.plan is not None
@@ -195,6 +199,10 @@ def _route_plugged(request: Request, name: str) -> Route:
         raise PolicyError(f"mechanism '{name}' does not answer this query (no routing rule sends it there)",
                           hint="omit the mechanism option (explain shows the mechanism chosen)")
     mech = REGISTRY[name]  # type: ignore[index]
+    missing = [m for m in _INTERFACE if not hasattr(mech, m)]
+    if missing or mech.name != name:
+        raise TypeError(f"the plugged mechanism '{name}' " + (f"lacks {', '.join(missing)} (dpsql.mechanisms.base."
+                        "Mechanism)" if missing else f"says its name attribute is {mech.name!r}"))
     _check_applicable(mech, request.options)
     plan = request.plan
     return _finish(request, mech, mech.calibrate(request, contribution(plan.table, request.options,
