@@ -356,8 +356,12 @@ def test_a_plugged_mechanism_missing_part_of_the_interface_is_named_before_the_c
     class Misnamed(RoundedLaplaceCount):
         name = "something_else"
 
+    class Undocumented(RoundedLaplaceCount):
+        name, options = "partial", frozenset({"max_rows_per_unit", "flip"})
+
     for cls, match in ((Partial, r"lacks describe, bounded, released_types, key_domain, release"),
-                       (Misnamed, "its name attribute is 'something_else'")):
+                       (Misnamed, "its name attribute is 'something_else'"),
+                       (Undocumented, r"reads options no one documented: \['flip'\]")):
         registry.plug_in("partial", cls, lambda request: "any query")
         try:
             with pytest.raises(TypeError, match=match):

@@ -203,6 +203,9 @@ def _route_plugged(request: Request, name: str) -> Route:
     if missing or mech.name != name:
         raise TypeError(f"the plugged mechanism '{name}' " + (f"lacks {', '.join(missing)} (dpsql.mechanisms.base."
                         "Mechanism)" if missing else f"says its name attribute is {mech.name!r}"))
+    if set(mech.options) - set(OPTIONS):  # an analyst could never pass them (check_options refuses them)
+        raise TypeError(f"the plugged mechanism '{name}' reads options no one documented: "
+                        f"{sorted(set(mech.options) - set(OPTIONS))}; document them with plug_in(..., options={{...}})")
     _check_applicable(mech, request.options)
     plan = request.plan
     return _finish(request, mech, mech.calibrate(request, contribution(plan.table, request.options,
