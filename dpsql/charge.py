@@ -121,5 +121,7 @@ def withhold(e: BaseException) -> None:
             cur.args = ("<withheld>",)
             cur.__dict__.clear()
             cur.__traceback__ = None
+            if isinstance(cur, SystemExit) and not isinstance(cur.code, int | None):  # Python prints a text code
+                cur.code = CHARGED_EXIT_CODE
         except (AttributeError, TypeError):  # pragma: no cover - exotic exception types
             pass

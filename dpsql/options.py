@@ -14,15 +14,22 @@ from typing import Any
 from dpsql.errors import ConfigError
 from dpsql.mechanisms.base import MechanismName
 
-#: the values the option ``mechanism`` takes besides 'auto': every mechanism but the two only the router chooses
-FORCEABLE_NAMES = tuple(m.value for m in MechanismName
-                        if m not in (MechanismName.CONTRIBUTION_PROFILE, MechanismName.PUBLIC_DOMAIN))
+#: the values the option ``mechanism`` takes besides 'auto': every mechanism but the two only the router chooses, then
+#: those plugged in (``dpsql.mechanisms.registry.plug_in`` adds and removes them)
+FORCEABLE_NAMES = [m.value for m in MechanismName
+                   if m not in (MechanismName.CONTRIBUTION_PROFILE, MechanismName.PUBLIC_DOMAIN)]
+
+
+def mechanism_doc() -> str:
+    """The documentation of the option ``mechanism``: every name it accepts."""
+    return ("force a mechanism: " + ", ".join(repr(n) for n in FORCEABLE_NAMES) + " (each for the queries it "
+            "answers, e.g. 'clipped_gaussian' for GROUP BY over joins, 'exponential' for quantiles; default: chosen "
+            "automatically)")
+
 
 #: documented per-query options (``Session.query(..., options={...})``)
 OPTIONS: dict[str, str] = {
-    "mechanism": "force a mechanism: " + ", ".join(repr(n) for n in FORCEABLE_NAMES) + " (each for the queries it "
-    "answers, e.g. 'clipped_gaussian' for GROUP BY over joins, 'exponential' for quantiles; default: chosen "
-    "automatically)",
+    "mechanism": mechanism_doc(),
     "tau": "sparse histogram: suppress groups with fewer than tau distinct units (default and floor: the table's registered tau)",
     "tau_star": "sparse histogram: fix the noisy release threshold (accepted only if the exact delta fits)",
     "sigma": "sparse histogram: fix the count noise std (accepted only if the exact delta fits)",

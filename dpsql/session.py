@@ -227,7 +227,7 @@ class Session(SessionObject):
             rows = postprocess.clip_negative(released.table, ["count"]) if clip else released.table
             return WorkloadRelease(rows, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
                                    {**desc.details, **released.details}, list(desc.notes))
-        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, desc.details, list(desc.notes), warnings)
+        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, {**desc.details, **released.details}, list(desc.notes), warnings)
 
     def _check_open(self) -> None:
         if self._closed:

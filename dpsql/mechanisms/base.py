@@ -164,9 +164,13 @@ class Released:
 class Mechanism(Protocol):
     """The interface every registered mechanism implements (see the module docstring)."""
 
-    name: MechanismName
-    #: the query options this mechanism reads (besides ``mechanism``)
-    options: frozenset[str]
+    @property
+    def name(self) -> str:
+        """Its ``MechanismName`` (a plugged mechanism: the name it was plugged in under, ``registry.plug_in``)."""
+
+    @property
+    def options(self) -> frozenset[str]:
+        """The query options this mechanism reads (besides ``mechanism``)."""
 
     def calibrate(self, request: Request, contribution: Caps) -> Any: ...
 

@@ -255,7 +255,7 @@ class MultiJoinMechanism:
 
     def __init__(self, mechanism: Mechanism) -> None:
         self.inner = mechanism
-        self.name: MechanismName = mechanism.name
+        self.name: str = mechanism.name
         self.options = mechanism.options
 
     def calibrate(self, request: Request, contribution: Caps) -> MultiCalibration:

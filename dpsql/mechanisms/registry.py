@@ -5,8 +5,9 @@ what ``explain`` says is what ``query`` does. It reads public metadata only (the
 analysed SQL, the options, and the keys of synopses already released in the ledger), so every
 refusal here is free.
 
-A new mechanism plugs in here: one ``MechanismName`` (``dpsql.mechanisms.base``), one entry in
-``REGISTRY``, and the rule in ``route`` that sends requests to it (docs/architecture.md).
+A new mechanism of dpsql plugs in here: one ``MechanismName`` (``dpsql.mechanisms.base``), one entry in
+``REGISTRY``, and the rule in ``route`` that sends requests to it (docs/architecture.md); one defined
+outside dpsql is registered by ``plug_in`` and answers the one-table queries forced to it.
 
 Routing rules, in order:
 
@@ -44,6 +45,7 @@ The ``mechanism`` option forces a mechanism where it applies and is refused wher
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +59,7 @@ from dpsql.errors import ConfigError, DPSQLError, ExecutionError, PolicyError
 from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request, contribution
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
 from dpsql.mechanisms.public_domain import PublicDomain
-from dpsql.options import FORCEABLE_NAMES, OPTIONS, UNIVERSAL
+from dpsql.options import FORCEABLE_NAMES, OPTIONS, UNIVERSAL, mechanism_doc
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, resolve_unit_column
 from dpsql.plan.workload import analyze_workload, histogram_workload
@@ -119,6 +121,14 @@ class _Registry(Mapping[MechanismName, Mechanism]):
     def __len__(self) -> int:
         return len(self._factories)
 
+    def _plug(self, name: str, factory: Callable[[], Mechanism] | None) -> None:
+        """Add (``factory``) or remove (None) a plugged mechanism (``plug_in``, ``unplug``)."""
+        self._built.pop(name, None)  # type: ignore[call-overload]
+        if factory is None:
+            self._factories.pop(name, None)  # type: ignore[call-overload]
+        else:
+            self._factories[name] = factory  # type: ignore[index]
+
 
 REGISTRY: Mapping[MechanismName, Mechanism] = _Registry({
     MechanismName.GAUSSIAN: lambda: BasicMechanism(MechanismName.GAUSSIAN),
@@ -136,8 +146,74 @@ REGISTRY: Mapping[MechanismName, Mechanism] = _Registry({
 #: grouped joins: the unsampled variant of DP-S4S's vector form answers mechanism='r2t'
 _GROUPED = _Registry({MechanismName.R2T: lambda: _vector(MechanismName.R2T)})
 
-#: values the ``mechanism`` option accepts
-FORCEABLE = ("auto", *FORCEABLE_NAMES)
+#: values the ``mechanism`` option accepts (kept in step with ``FORCEABLE_NAMES`` by ``plug_in`` and ``unplug``)
+FORCEABLE = ["auto", *FORCEABLE_NAMES]
+
+#: mechanisms plugged in from outside dpsql (``plug_in``): name -> (routing rule, the options it added to ``OPTIONS``)
+_PLUGGED: dict[str, tuple[Callable[[Request], str | None], tuple[str, ...]]] = {}
+
+
+def plug_in(name: str, factory: Callable[[], Mechanism], answers: Callable[[Request], str | None], *,
+            options: Mapping[str, str] | None = None) -> None:
+    """Register a mechanism defined outside dpsql, editing no file of it (docs/architecture.md, "Plugging in a
+    mechanism"). ``factory()`` builds the ``Mechanism`` on first use. It answers a one-table query only when the
+    analyst forces it (option ``mechanism=name``, which accepts the name and documents it at once), never by default;
+    ``answers(request)`` is its routing rule, over public metadata only: the reason ``explain`` shows, or None when
+    it does not answer the request (forcing it is then refused for free). ``options``: the query options it adds,
+    name -> description (validated by its ``calibrate``, whose refusals are free); an option already documented is
+    refused here (a mechanism reads an existing option by listing it in its ``options``). Raises ValueError for a
+    name that is taken or not a lower-case identifier. ``unplug(name)`` removes it."""
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise ValueError(f"a mechanism's name is a lower-case identifier such as 'my_count', got {name!r}")
+    if name in REGISTRY or name in FORCEABLE or name in _GROUPED:
+        raise ValueError(f"the mechanism name {name!r} is taken")
+    added = tuple(options or {})
+    taken = [k for k in added if k in OPTIONS]
+    if taken:
+        raise ValueError(f"option(s) {taken} are documented already: list them in the mechanism's options to read them")
+    OPTIONS.update(options or {})
+    _PLUGGED[name] = (answers, added)
+    FORCEABLE_NAMES.append(name)
+    FORCEABLE.append(name)
+    OPTIONS["mechanism"] = mechanism_doc()
+    REGISTRY._plug(name, factory)  # type: ignore[attr-defined]
+
+
+def unplug(name: str) -> None:
+    """Remove a mechanism registered by ``plug_in`` (with the options it added)."""
+    _, added = _PLUGGED.pop(name)
+    for k in added:
+        OPTIONS.pop(k, None)
+    FORCEABLE_NAMES.remove(name)
+    FORCEABLE.remove(name)
+    OPTIONS["mechanism"] = mechanism_doc()
+    REGISTRY._plug(name, None)  # type: ignore[attr-defined]
+
+
+#: what a mechanism has (``dpsql.mechanisms.base.Mechanism``), checked on a plugged one before it is used
+_INTERFACE = ("name", "options", "calibrate", "describe", "bounded", "released_types", "key_domain", "release")
+
+
+def _route_plugged(request: Request, name: str) -> Route:
+    """A query forced to a plugged mechanism: its rule's reason, or a free refusal."""
+    assert request.plan is not None
+    _check_bin_keys(request.plan)  # the bins of an ordered domain are DAWA's alone
+    reason = _PLUGGED[name][0](request)
+    if not reason:
+        raise PolicyError(f"mechanism '{name}' does not answer this query (no routing rule sends it there)",
+                          hint="omit the mechanism option (explain shows the mechanism chosen)")
+    mech = REGISTRY[name]  # type: ignore[index]
+    missing = [m for m in _INTERFACE if not hasattr(mech, m)]
+    if missing or mech.name != name:
+        raise TypeError(f"the plugged mechanism '{name}' " + (f"lacks {', '.join(missing)} (dpsql.mechanisms.base."
+                        "Mechanism)" if missing else f"says its name attribute is {mech.name!r}"))
+    if set(mech.options) - set(OPTIONS):  # an analyst could never pass them (check_options refuses them)
+        raise TypeError(f"the plugged mechanism '{name}' reads options no one documented: "
+                        f"{sorted(set(mech.options) - set(OPTIONS))}; document them with plug_in(..., options={{...}})")
+    _check_applicable(mech, request.options)
+    plan = request.plan
+    return _finish(request, mech, mech.calibrate(request, contribution(plan.table, request.options,
+                                                                        grouped=plan.is_grouped)), reason)
 
 _REASONS = {
     "dawa_histogram": "histogram over a column with a declared ordered domain: DAWA (private partition, then workload-aware measurement)",
@@ -185,6 +261,8 @@ class Route:
                 t = table.schema.field(name).type
                 if not (pa.types.is_integer(t) or pa.types.is_null(t)):
                     raise ExecutionError(f"mechanism '{self.description.label}' released a count as {t}, not integers")
+        if self.request.plan is not None and not released.final:
+            _check_released_rows(self.description.label, self.request.plan, table)
         return released
 
     def bind_key(self) -> tuple[Any, ...] | None:
@@ -199,16 +277,75 @@ class Route:
                 d.label, repr(d.cost), repr(sorted(d.parameters.items())), d.reuse_of)
 
 
+def _check_released_rows(label: str, plan: ir.QueryPlan, table: pa.Table) -> None:
+    """Refuse (after the charge: a failed run) a release whose rows no mechanism may show, whatever it states: a NaN
+    or infinite aggregate; a scalar query's release that is not one row; a key combination released twice (its
+    noise averaged away); a key outside its declared domain (only the domain is public). Messages name no value."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    for a in plan.aggregates:
+        if a.name in table.column_names and pa.types.is_floating(table.schema.field(a.name).type):
+            col = table.column(a.name)
+            if pc.any(pc.or_(pc.is_nan(col), pc.is_inf(col))).as_py():
+                raise ExecutionError(f"mechanism '{label}' released a NaN or infinite value")
+    if not plan.keys:
+        if table.num_rows != 1:
+            raise ExecutionError(f"mechanism '{label}' released {table.num_rows} rows for a query without GROUP BY")
+        return
+    names = [k.name for k in plan.keys]
+    if not set(names) <= set(table.column_names):
+        return  # post-processing fails on the missing key, generically
+    code = _domain_positions(label, plan, table) if plan.public_keys and domain_size(plan) <= MAX_PUBLIC_GROUPS else None
+    if code is not None:  # public keys: each row's place in the domains' product, counted (linear time)
+        twice = code.size > 0 and int(np.bincount(code).max()) > 1
+    else:
+        for k in plan.keys:
+            if k.domain is not None and not set(pc.unique(table.column(k.name)).to_pylist()) <= set(k.domain):
+                raise ExecutionError(f"mechanism '{label}' released a key outside the declared domain of {k.sql}")
+        twice = table.select(names).group_by(names).aggregate([]).num_rows != table.num_rows
+    if twice:
+        raise ExecutionError(f"mechanism '{label}' released a group more than once")
+
+
+def _domain_positions(label: str, plan: ir.QueryPlan, table: pa.Table) -> Any:
+    """The place of each released row in the product of its keys' declared domains (numpy), refusing a key value
+    outside its domain; None where a domain's values do not convert to the released key's type."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    code = np.zeros(table.num_rows, dtype=np.int64)
+    for k in plan.keys:
+        assert k.domain is not None
+        col = table.column(k.name).combine_chunks()
+        try:
+            domain = pa.array(list(k.domain)).cast(col.type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return None
+        place = pc.index_in(col, value_set=domain)
+        if place.null_count:
+            raise ExecutionError(f"mechanism '{label}' released a key outside the declared domain of {k.sql}")
+        code = code * len(domain) + place.to_numpy(zero_copy_only=False).astype(np.int64)
+    return code
+
+
 def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: str) -> Route:
     _check_applicable(mechanism, request.options)  # (rules check before calibrating; this holds for every rule)
     desc = mechanism.describe(calibration)
     desc = dataclasses.replace(desc, cost=request.record(desc.cost))  # recorded >= what was calibrated
+    if request.asked is not None and desc.cost.epsilon > request.asked.epsilon:
+        raise ConfigError(f"mechanism '{desc.label}' charges epsilon={desc.cost.epsilon:g}, above the "
+                          f"epsilon={request.asked.epsilon:g} asked; nothing was charged",
+                          hint="a mechanism states a cost within the budget asked for (docs/architecture.md)")
     if request.options.get("reuse") == "synopsis" and desc.reuse_of is None:
         raise PolicyError(
             "reuse='synopsis' was asked, but no stored DAWA synopsis covers this query (same table, ordered column(s), "
             "other conditions, caps and source contents); nothing was charged",
             hint="omit the reuse option to answer the query on its own, which is charged (explain shows the cost)",
         )
+    if desc.reuse_of is not None and (desc.cost.epsilon or desc.cost.delta):
+        raise ConfigError(f"mechanism '{desc.label}' answers from ledger entry {desc.reuse_of} for free but states a cost "
+                          f"{desc.cost}; nothing was charged", hint="a reuse of a stored release states the cost (0, 0)")
     if desc.reuse_of is not None:
         reason = (f"answered from the DAWA synopsis of ledger entry {desc.reuse_of} (same table, column(s) and WHERE): "
                   "post-processing")
@@ -283,6 +420,8 @@ def route(
                           hint="omit the mechanism option for a single-table query")
     base = Request.asking(text=sql, epsilon=epsilon, delta=delta, options=options, table=table,
                           unit=_unit(table, catalog), catalog=catalog, plan=plan, find_synopsis=find_synopsis)
+    if forced in _PLUGGED:
+        return _route_plugged(base, forced)
     if any(a.kind in ir.QUANTILE_KINDS for a in plan.aggregates):
         return _route_quantile(base, forced)
     if forced == "exponential":
