@@ -1,0 +1,152 @@
+"""GROUP BY ROLLUP / CUBE / GROUPING SETS (``dpsql.groupings``): one GROUP BY query per grouping, one charge (the sum
+of theirs), SQL's result shape. At zero noise the release is DuckDB's own answer to the query, GROUPING() included;
+refusals charge nothing; a failure after the charge fails the one entry."""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import dpsql
+import dpsql.engine as backends
+from dpsql.budget import Budget
+from dpsql.errors import ConfigError, ExecutionError, QueryError, UnsupportedQueryError
+from dpsql.testing import use_noise, zero_noise
+
+A, B = ["x", "y", "z"], [1, 2]
+
+
+def _public() -> pa.Table:
+    # one row per person: no cap drops a row, so the bounded answer is the true one
+    n = 60
+    return pa.table({"uid": list(range(n)), "a": [A[i % 3] for i in range(n)], "b": [B[(i // 3) % 2] for i in range(n)],
+                     "v": [float(i % 5) for i in range(n)]})
+
+
+def _session(table: pa.Table, **columns: dict[str, object]) -> dpsql.Session:
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    s.register("t", table, privacy_unit="uid", columns=columns or {"a": {"domain": A}, "b": {"domain": B},
+                                                                   "v": {"bounds": [0, 4]}})
+    use_noise(s, zero_noise())
+    return s
+
+
+def _duck(table: pa.Table, sql: str) -> list[tuple[object, ...]]:
+    con = duckdb.connect()
+    con.register("t", table)
+    return con.execute(sql).fetchall()
+
+
+def _rows(r: dpsql.Release) -> list[tuple[object, ...]]:
+    return [tuple(d.values()) for d in r.to_pylist()]
+
+
+def _key(row: tuple[object, ...]) -> tuple[object, ...]:
+    return tuple((x is None, str(x)) for x in row)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT a, b, GROUPING(a, b) AS g, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY ROLLUP (a, b)",
+    "SELECT a, b, COUNT(*) AS n FROM t GROUP BY CUBE (a, b)",
+    "SELECT a, COUNT(*) AS n, grouping(a) FROM t GROUP BY GROUPING SETS ((a), ())",
+    "SELECT b, a, SUM(v) AS s FROM t WHERE v > 0 GROUP BY b, ROLLUP (a)",
+])
+def test_zero_noise_release_is_duckdbs_answer(sql: str) -> None:
+    t = _public()
+    s = _session(t)
+    got = _rows(s.query(sql, epsilon=4, delta=1e-5))
+    assert sorted(got, key=_key) == sorted(_duck(t, sql), key=_key)
+
+
+def test_order_by_and_limit_apply_to_the_whole_result() -> None:
+    t = _public()
+    s = _session(t)
+    sql = "SELECT a, b, GROUPING(a, b) AS g, COUNT(*) AS n FROM t GROUP BY ROLLUP (a, b) ORDER BY g DESC, a, 2 LIMIT 5"
+    r = s.query(sql, epsilon=3, delta=1e-5)
+    assert _rows(r) == _duck(t, sql)
+    assert r.table.column_names == ["a", "b", "g", "n"]
+
+
+def test_grouping_tells_a_rolled_up_null_from_a_released_null_key() -> None:
+    # keys not declared: the sparse histogram releases the groups above its threshold, a NULL key among them
+    n = 900
+    t = pa.table({"uid": list(range(n)), "a": [["x", "y", None][i % 3] for i in range(n)], "v": [1.0] * n})
+    s = _session(t, v={"bounds": [0, 1]})
+    sql = "SELECT a, GROUPING(a) AS g, COUNT(*) AS n FROM t GROUP BY ROLLUP (a)"
+    r = s.query(sql, epsilon=3, delta=1e-5)
+    assert sorted(_rows(r), key=_key) == sorted(_duck(t, sql), key=_key)
+    assert sorted((row[1], row[2]) for row in _rows(r) if row[0] is None) == [(0, 300), (1, 900)]
+    assert r.mechanism == "groupings(sparse_histogram, gaussian)"
+
+
+def test_one_entry_charged_the_sum_of_the_components() -> None:
+    s = _session(_public())
+    sql = "SELECT a, b, COUNT(*) FROM t GROUP BY ROLLUP (a, b)"
+    plan = s.explain(sql, epsilon=1.5, delta=3e-6)
+    before = s.remaining()
+    r = s.query(sql, epsilon=1.5, delta=3e-6)
+    comps = plan.parameters["components"]
+    assert [c["sql"] for c in comps] == ["SELECT a, b, COUNT(*) FROM t GROUP BY a, b",
+                                         "SELECT a, COUNT(*) FROM t GROUP BY a", "SELECT COUNT(*) FROM t"]
+    assert [c["cost"]["epsilon"] for c in comps] == [0.5, 0.5, 0.5]
+    total = Budget(0.0, 0.0)
+    for c in comps:
+        total = total + Budget(c["cost"]["epsilon"], c["cost"]["delta"])
+    assert r.cost == plan.cost == total and total.epsilon == 1.5 and 3e-6 < total.delta < 3e-6 * (1 + 1e-6)
+    hist = s.history().to_pylist()
+    assert len(hist) == 1 and hist[0]["status"] == "released" and hist[0]["epsilon"] == 1.5
+    assert s.remaining() == before.minus(total)
+    assert "-- grouping 3: ()" in plan.bounded_sql and "3 groupings" in plan.reason
+
+
+def test_grouping_weights_split_the_budget() -> None:
+    s = _session(_public())
+    sql = "SELECT a, COUNT(*) FROM t GROUP BY GROUPING SETS ((a), ())"
+    plan = s.explain(sql, epsilon=1.0, delta=0.0, options={"grouping_weights": [3, 1]})
+    assert [c["cost"]["epsilon"] for c in plan.parameters["components"]] == [0.75, 0.25]
+    assert plan.cost == Budget(1.0, 0.0)
+    with pytest.raises(ConfigError, match="grouping_weights must be a list of 2 positive numbers"):
+        s.explain(sql, epsilon=1.0, options={"grouping_weights": [1]})
+    with pytest.raises(ConfigError, match="grouping_weights"):
+        s.query("SELECT a, COUNT(*) FROM t GROUP BY a", epsilon=1.0, options={"grouping_weights": [1]})
+
+
+@pytest.mark.parametrize(("sql", "options", "error", "match"), [
+    ("SELECT a || 'x' AS ax, COUNT(*) FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
+     "uses a grouping column inside an expression"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) HAVING a <> 'x'", None, UnsupportedQueryError,
+     "grouping column in HAVING"),
+    ("SELECT a, b, COUNT(*) FROM t GROUP BY CUBE (a, b, v, uid, a, b, v)", None, UnsupportedQueryError,
+     "more than 64 groupings"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) ORDER BY COUNT(*) + 1", None, UnsupportedQueryError,
+     "names no output column"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a)", {"mechanism": "nope"}, ConfigError, "unknown mechanism"),
+    ("SELECT v, COUNT(*) FROM t GROUP BY ROLLUP (v)", None, QueryError, "needs delta > 0"),  # a component refused
+])
+def test_refusals_charge_nothing(sql: str, options: dict[str, object] | None, error: type, match: str) -> None:
+    s = _session(_public())
+    before = s.remaining()
+    for call in (s.explain, s.query):
+        with pytest.raises(error, match=match):
+            call(sql, epsilon=1.0, delta=0.0, options=options)
+    assert s.remaining() == before and s.history().num_rows == 0
+
+
+def test_failure_after_the_charge_fails_the_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _session(_public())
+    real, calls = backends.fetch_bounded, []
+
+    def fetch(backend: object, ast: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("disk full")
+        return real(backend, ast)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backends, "fetch_bounded", fetch)
+    with pytest.raises(ExecutionError, match="failed after its budget was charged; the charge stands") as e:
+        s.query("SELECT a, b, COUNT(*) FROM t GROUP BY ROLLUP (a, b)", epsilon=1.5, delta=3e-6)
+    assert "disk" not in str(e.value)
+    hist = s.history().to_pylist()
+    assert [h["status"] for h in hist] == ["failed"] and hist[0]["epsilon"] == 1.5
+    assert s.remaining().epsilon == 98.5
