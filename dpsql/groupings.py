@@ -29,6 +29,7 @@ ORDER BY terms that name no output column.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -105,9 +106,10 @@ def _norm(e: exp.Expression, single: bool) -> str:
     return e.sql(dialect=DIALECT, normalize=True)
 
 
-def split(sql: Any) -> Groupings | None:
+def split(sql: Any, catalog: Mapping[str, Any]) -> Groupings | None:
     """The components of ``sql`` when it groups by ROLLUP, CUBE or GROUPING SETS; None otherwise (any
-    other query, or text that does not parse: the ordinary path says what is wrong with it)."""
+    other query, or text that does not parse: the ordinary path says what is wrong with it). ``catalog``: the
+    registered tables' public metadata (a grouping name that is a column of a table in FROM is that column)."""
     if not isinstance(sql, str):
         return None
     try:
@@ -137,7 +139,9 @@ def split(sql: Any) -> Groupings | None:
                        "send fewer groupings in one request (each costs a share of its budget)")
     tables = list(stmt.find_all(exp.Table))
     single = len(tables) == 1
-    aliases = {it.alias.lower(): it.this for it in stmt.expressions if isinstance(it, exp.Alias)}
+    columns = {c for t in tables for c in getattr(catalog.get(t.name.lower()), "schema", {})}
+    aliases = {it.alias.lower(): it.this for it in stmt.expressions
+               if isinstance(it, exp.Alias) and it.alias.lower() not in columns}  # a column wins, as in DuckDB
 
     def resolve(e: exp.Expression) -> exp.Expression:  # GROUP BY names an output alias: its expression
         if isinstance(e, exp.Literal) and not e.is_string:
@@ -155,6 +159,11 @@ def split(sql: Any) -> Groupings | None:
     for s in sets:
         for e in s:
             universe.setdefault(_norm(e, single), e)
+    for f in stmt.find_all(*_FUNCS):
+        f.set("expressions", [resolve(a).copy() if isinstance(a, exp.Column) else a for a in f.expressions])
+        if not f.expressions or any(_norm(_strip(a), single) not in universe for a in f.expressions):
+            raise _bad(f"{f.sql(dialect=DIALECT)}: the arguments of GROUPING are columns the query groups by",
+                       "name grouping columns only, e.g. GROUPING(a, b) with GROUP BY ROLLUP (a, b)")
     outputs = [_output(it, universe, single) for it in stmt.expressions]
     having = stmt.args.get("having")
     for part, where in ((having, "HAVING"),):
@@ -267,8 +276,11 @@ def _count(node: Any, what: str) -> int | None:
     if node is None:
         return None
     e = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
-    if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
+    if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and (what != "LIMIT" or int(e.this) > 0):
         return int(e.this)
+    if what == "LIMIT" and isinstance(e, exp.Literal) and e.this.isdigit():
+        raise _bad("LIMIT 0 releases no row, so it would be charged for nothing",
+                   "drop the LIMIT; explain shows the groupings and the cost for free")
     raise _bad(f"{what} with several groupings must be a whole number", f"write e.g. {what} 10")
 
 

@@ -171,7 +171,7 @@ class Session:
     def explain(self, sql: str | list[str] | tuple[str, ...], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
         """What ``query`` (or, given a list of SQL, ``query_many``) would do: mechanism, noise,
         thresholds, bounded SQL. Free; reads no rows."""
-        if (g := groupings.split(sql)) is not None:  # several groupings: one GROUP BY query per grouping
+        if (g := groupings.split(sql, self._catalog)) is not None:  # several groupings: one GROUP BY query per grouping
             return groupings.explain(self, g, epsilon, delta, options)
         with self._catalog_lock.reading():
             r = self._route(sql, epsilon, delta, options, many=isinstance(sql, (list, tuple)))
@@ -184,7 +184,7 @@ class Session:
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
         """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger; the routing
         rules (which mechanism, when a stored synopsis answers for free) are in ``dpsql.mechanisms.registry``."""
-        g = groupings.split(sql)  # ROLLUP, CUBE, GROUPING SETS: one GROUP BY query per grouping, one charge
+        g = groupings.split(sql, self._catalog)  # ROLLUP, CUBE, GROUPING SETS: one GROUP BY query per grouping, one charge
         with self._catalog_lock.reading():  # from the analysis to the last read of private rows
             return groupings.run(self, g, epsilon, delta, options) if g else self._run(self._route(sql, epsilon, delta, options))
 

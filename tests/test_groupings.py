@@ -19,7 +19,7 @@ A, B = ["x", "y", "z"], [1, 2]
 
 def _public() -> pa.Table:
     # one row per person: no cap drops a row, so the bounded answer is the true one
-    n = 60
+    n = 600
     return pa.table({"uid": list(range(n)), "a": [A[i % 3] for i in range(n)], "b": [B[(i // 3) % 2] for i in range(n)],
                      "v": [float(i % 5) for i in range(n)]})
 
@@ -51,6 +51,8 @@ def _key(row: tuple[object, ...]) -> tuple[object, ...]:
     "SELECT a, b, COUNT(*) AS n FROM t GROUP BY CUBE (a, b)",
     "SELECT a, COUNT(*) AS n, grouping(a) FROM t GROUP BY GROUPING SETS ((a), ())",
     "SELECT b, a, SUM(v) AS s FROM t WHERE v > 0 GROUP BY b, ROLLUP (a)",
+    "SELECT upper(a) AS ua, b, COUNT(*) AS n, GROUPING(ua) + 1 AS g FROM t GROUP BY ROLLUP (ua, 2)",
+    "SELECT a, b, COUNT(*) AS n FROM t GROUP BY GROUPING SETS (ROLLUP (a), CUBE (b), (a, b), (a, b))",
 ])
 def test_zero_noise_release_is_duckdbs_answer(sql: str) -> None:
     t = _public()
@@ -122,6 +124,10 @@ def test_grouping_weights_split_the_budget() -> None:
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) ORDER BY COUNT(*) + 1", None, UnsupportedQueryError,
      "names no output column"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a)", {"mechanism": "nope"}, ConfigError, "unknown mechanism"),
+    ("SELECT a, GROUPING(b), COUNT(*) FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
+     "the arguments of GROUPING are columns the query groups by"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT 0", None, UnsupportedQueryError, "LIMIT 0"),
+    ("SELECT a FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError, "releases no value"),
     ("SELECT v, COUNT(*) FROM t GROUP BY ROLLUP (v)", None, QueryError, "needs delta > 0"),  # a component refused
 ])
 def test_refusals_charge_nothing(sql: str, options: dict[str, object] | None, error: type, match: str) -> None:
