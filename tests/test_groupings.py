@@ -1,6 +1,7 @@
-"""GROUP BY ROLLUP / CUBE / GROUPING SETS (``dpsql.groupings``): one GROUP BY query per grouping, one charge (the sum
-of theirs), SQL's result shape. At zero noise the release is DuckDB's own answer to the query, GROUPING() included;
-refusals charge nothing; a failure after the charge fails the one entry."""
+"""GROUP BY ROLLUP / CUBE / GROUPING SETS and UNION ALL (``dpsql.groupings``): one query per grouping or SELECT, one
+charge (the sum of theirs), SQL's result shape. At zero noise the release is DuckDB's own answer to the query,
+GROUPING() and the combined column types included; refusals charge nothing; a failure after the charge fails the one
+entry."""
 
 from __future__ import annotations
 
@@ -61,6 +62,36 @@ def test_zero_noise_release_is_duckdbs_answer(sql: str) -> None:
     assert sorted(got, key=_key) == sorted(_duck(t, sql), key=_key)
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT 'x' AS metric, COUNT(*) AS n FROM t WHERE a = 'x' UNION ALL SELECT 'big', SUM(v) FROM t WHERE v > 2",
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'all', COUNT(*) FROM t",
+    "SELECT a, COUNT(*) FROM t GROUP BY a UNION ALL SELECT b, COUNT(*) FROM t GROUP BY b",  # BIGINT keys as text
+    "SELECT COUNT(*) FROM t UNION ALL SELECT AVG(v) FROM t UNION ALL (SELECT MEDIAN(v) FROM t)",
+    "SELECT a, b, COUNT(*) FROM t GROUP BY ROLLUP (a, b) UNION ALL SELECT 'q', 7, SUM(v) FROM t",
+    "WITH w AS (SELECT * FROM t WHERE v > 1) SELECT COUNT(*) FROM w UNION ALL SELECT COUNT(*) FROM t",
+])
+def test_union_all_at_zero_noise_is_duckdbs_answer(sql: str) -> None:
+    t = _public()
+    s = _session(t)
+    r = s.query(sql, epsilon=4, delta=1e-5)
+    assert sorted(_rows(r), key=_key) == sorted(_duck(t, sql), key=_key)
+    con = duckdb.connect()
+    con.register("t", t)
+    assert r.table.schema.types == con.sql(sql).to_arrow_table().schema.types
+    assert r.mechanism.startswith("union_all(")
+
+
+def test_union_all_order_by_limit_and_charge() -> None:
+    t = _public()
+    s = _session(t)
+    sql = "SELECT a AS k, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'total', COUNT(*) FROM t ORDER BY n DESC, k LIMIT 2"
+    plan = s.explain(sql, epsilon=2.0, delta=2e-6)
+    r = s.query(sql, epsilon=2.0, delta=2e-6)
+    assert _rows(r) == _duck(t, sql) == [("total", 600), ("x", 200)]
+    assert [c["cost"]["epsilon"] for c in plan.parameters["components"]] == [1.0, 1.0]
+    assert r.cost == plan.cost and s.history().num_rows == 1 and s.history().to_pylist()[0]["epsilon"] == 2.0
+
+
 def test_order_by_and_limit_apply_to_the_whole_result() -> None:
     t = _public()
     s = _session(t)
@@ -99,7 +130,7 @@ def test_one_entry_charged_the_sum_of_the_components() -> None:
     hist = s.history().to_pylist()
     assert len(hist) == 1 and hist[0]["status"] == "released" and hist[0]["epsilon"] == 1.5
     assert s.remaining() == before.minus(total)
-    assert "-- grouping 3: ()" in plan.bounded_sql and "3 groupings" in plan.reason
+    assert "-- query 3 of 3: SELECT COUNT(*) FROM t\n" in plan.bounded_sql and "3 queries" in plan.reason
 
 
 def test_grouping_weights_split_the_budget() -> None:
@@ -128,6 +159,16 @@ def test_grouping_weights_split_the_budget() -> None:
      "the arguments of GROUPING are columns the query groups by"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT 0", None, UnsupportedQueryError, "LIMIT 0"),
     ("SELECT a FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError, "releases no value"),
+    ("SELECT COUNT(*) FROM t UNION SELECT COUNT(*) FROM t", None, UnsupportedQueryError, "write UNION ALL"),
+    ("SELECT COUNT(*) AS n FROM t UNION ALL BY NAME SELECT COUNT(*) AS n FROM t", None, UnsupportedQueryError,
+     "BY NAME"),
+    ("SELECT COUNT(*), 1 FROM t UNION ALL SELECT COUNT(*) FROM t", None, UnsupportedQueryError, "have 1 and 2 columns"),
+    ("SELECT DATE '2024-01-01' AS d, COUNT(*) FROM t UNION ALL SELECT COUNT(*), COUNT(*) FROM t", None,
+     UnsupportedQueryError, r"column 1: DATE, BIGINT; combined as DATE"),
+    ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t ORDER BY nosuch", None, UnsupportedQueryError,
+     "names no output column"),
+    ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t WHERE nosuch = 1", None, UnsupportedQueryError,
+     "nosuch"),
     ("SELECT v, COUNT(*) FROM t GROUP BY ROLLUP (v)", None, QueryError, "needs delta > 0"),  # a component refused
 ])
 def test_refusals_charge_nothing(sql: str, options: dict[str, object] | None, error: type, match: str) -> None:

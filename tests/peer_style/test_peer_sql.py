@@ -236,7 +236,7 @@ REFUSED = [
     R("SELECT AVG(age) OVER (PARTITION BY sex) FROM PUMS", r"window"),
     R("SELECT COUNT(*) FROM (SELECT sex, COUNT(*) AS n FROM PUMS GROUP BY sex) t", r"flat|GROUP BY"),
     R("SELECT COUNT(*) FROM PUMS WHERE age > (SELECT AVG(age) FROM PUMS)", r"subquer"),
-    R("SELECT COUNT(*) FROM PUMS UNION SELECT COUNT(*) FROM PUMS", r"one SELECT"),
+    R("SELECT COUNT(*) FROM PUMS UNION SELECT COUNT(*) FROM PUMS", r"write UNION ALL"),
     R("SELECT COUNT(*) FROM PUMS; SELECT COUNT(*) FROM PUMS", r"one SELECT statement per query"),
     R("SELECT COUNT(*) FROM census", r"register", PolicyError),
     R("SELECT COUNT(*) FROM PUMS WHERE nosuch = 1", r"unknown column 'nosuch'"),
