@@ -440,12 +440,11 @@ def _types(session: Any, g: Composite, routes: list[Any], asts: list[Any]) -> li
         for sql, fill in zip(b.components, b.fills, strict=True):
             r, ast = routes[i], asts[i]
             i += 1
-            q = postprocess.output_query(r.request.plan, backends.describe_bounded(engine, ast),
+            q = postprocess.output_query(r.request.plan, _key_types(engine, r, ast),
                                          r.mechanism.released_types(r.calibration))
             types = [t for _, t in engine.describe(q)] if q is not None else []
             if q is None or len(types) != width - len(fill):
-                raise _bad(f"{sql}: its output types are not known before the charge (keys released from a public "
-                           "domain without an aggregate)", "add an aggregate such as COUNT(*), or send it alone")
+                raise _bad(f"{sql}: its output types are not known before the charge", "send it alone")
             filled, cols, items = dict(fill), iter(types), []
             for p in range(width):
                 typ = (None if filled[p] is None else "BIGINT") if p in filled else next(cols)
@@ -506,6 +505,21 @@ def _widens(s: exp.DataType, t: exp.DataType) -> bool:
             p1, s1 = (int(e.sql()) for e in s.expressions)
             return p1 - s1 <= p - sc and s1 <= sc
     return False
+
+
+def _key_types(engine: Any, r: Any, ast: Any) -> dict[str, str]:
+    """The SQL type of each key the route releases: bound in its bounded relation, or, for keys released from
+    their public domain (``Mechanism.key_domain``: DAWA's bins, declared values), the engine's type of a domain
+    value (``typeof`` over the first row of the domain: public metadata)."""
+    types = backends.describe_bounded(engine, ast)
+    missing = [k.name for k in r.request.plan.keys if k.name not in types]
+    domain = r.mechanism.key_domain(r.calibration) if missing else None
+    if domain is None or domain.num_rows == 0 or not set(missing) <= set(domain.column_names):
+        return types
+    row = engine.post_process(domain.select(missing).slice(0, 1), lambda rel: exp.select(*[
+        exp.alias_(exp.Anonymous(this="typeof", expressions=[exp.column(n, quoted=True)]), n, quoted=True)
+        for n in missing]).from_(rel))
+    return {**types, **{n: str(row.column(n)[0].as_py()) for n in missing}}
 
 
 def explain(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> Plan:

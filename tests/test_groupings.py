@@ -5,6 +5,8 @@ entry."""
 
 from __future__ import annotations
 
+import datetime
+
 import duckdb
 import pyarrow as pa
 import pytest
@@ -197,3 +199,28 @@ def test_failure_after_the_charge_fails_the_one_entry(monkeypatch: pytest.Monkey
     hist = s.history().to_pylist()
     assert [h["status"] for h in hist] == ["failed"] and hist[0]["epsilon"] == 1.5
     assert s.remaining().epsilon == 98.5
+
+
+def _days() -> pa.Table:
+    n = 400
+    return pa.table({"uid": list(range(n)), "day": [datetime.date(2026, 1, 1) + datetime.timedelta(days=i % 4) for i in range(n)],
+                     "k": [["p", "q"][i % 2] for i in range(n)]})
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT day, COUNT(*) FROM t GROUP BY ROLLUP (day)",  # DAWA over the declared bins, whose keys are the bins
+    "SELECT k, day, COUNT(*) FROM t GROUP BY GROUPING SETS ((k), (day))",
+    "SELECT k, COUNT(*) FROM t GROUP BY k UNION ALL SELECT day, COUNT(*) FROM t GROUP BY day",
+    "SELECT k FROM t GROUP BY k UNION ALL SELECT k FROM t GROUP BY k",  # declared keys only: read from the catalog
+])
+def test_keys_released_from_their_declared_domain(sql: str) -> None:
+    t = _days()
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
+               columns={"day": {"bounds": ("2026-01-01", "2026-01-05"), "bin_width": "1 day"}, "k": {"domain": ["p", "q"]}})
+    use_noise(s, zero_noise())
+    r = s.query(sql, epsilon=4, delta=1e-5)
+    assert sorted(_rows(r), key=_key) == sorted(_duck(t, sql), key=_key)
+    con = duckdb.connect()
+    con.register("t", t)
+    assert r.table.schema.types == con.sql(sql).to_arrow_table().schema.types
