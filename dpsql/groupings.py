@@ -34,8 +34,9 @@ types whose combination a value could fail to convert to (``_widens``).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -400,9 +401,32 @@ def _weights(g: Composite, opts: dict[str, Any]) -> list[Fraction]:
 def _routes(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> tuple[list[Any], list[Fraction]]:
     eps, d, opts = check_epsilon(epsilon), check_delta(delta), check_options(options)
     weights = _weights(g, opts)
-    routes = [session._route(sql, e, dd, opts) for sql, e, dd in
-              zip(g.components, _shares(eps, weights), _shares(d, weights), strict=True)]
+    n, routes = len(g.components), []
+    for i, (sql, e, dd) in enumerate(zip(g.components, _shares(eps, weights), _shares(d, weights), strict=True)):
+        with _naming(g, i, n, sql):
+            routes.append(session._route(sql, e, dd, opts))
     return routes, weights
+
+
+def _checked(session: Any, g: Composite, routes: list[Any], salted: bool) -> list[Any]:
+    """``Session._bind_check`` of each query (under a stand-in salt, or a fresh secret salt when ``salted``)."""
+    out, n = [], len(routes)
+    for i, (sql, r) in enumerate(zip(g.components, routes, strict=True)):
+        with _naming(g, i, n, sql):
+            salt = None if r.description.reuse_of is not None else session._noise.salt()
+            out.append(session._bind_check(r, salt) if salted else session._bind_check(r))
+    return out
+
+
+@contextlib.contextmanager
+def _naming(g: Composite, i: int, n: int, sql: str) -> Iterator[None]:
+    """A refusal of one of the queries says which (its positions are in that query's text)."""
+    try:
+        yield
+    except QueryError as e:
+        e.message = f"query {i + 1} of {n} of the {g.kind} ({sql}): {e.message}"
+        e.args = (e._render(),)
+        raise
 
 
 def _cost(routes: list[Any]) -> Budget:
@@ -525,7 +549,7 @@ def _key_types(engine: Any, r: Any, ast: Any) -> dict[str, str]:
 def explain(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> Plan:
     with session._catalog_lock.reading():
         routes, weights = _routes(session, g, epsilon, delta, options)
-        asts = [session._bind_check(r) for r in routes]
+        asts = _checked(session, g, routes, salted=False)
         _types(session, g, routes, asts)
         n = len(asts)
         bounded = "\n".join(f"-- query {i + 1} of {n}: {sql}\n{backends.render_bounded(session._engine, a)}"
@@ -540,9 +564,8 @@ def explain(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) 
 def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> Release:
     """``Session.query`` of ``g``, under the caller's catalog lock (from the analysis to the last read of rows)."""
     routes, weights = _routes(session, g, epsilon, delta, options)
-    types = _types(session, g, routes, [session._bind_check(r) for r in routes])  # bound under a stand-in salt
-    asts = [session._bind_check(r, None if r.description.reuse_of is not None else session._noise.salt())
-            for r in routes]
+    types = _types(session, g, routes, _checked(session, g, routes, salted=False))  # under a stand-in salt
+    asts = _checked(session, g, routes, salted=True)
     cost, components = _cost(routes), _components(g, routes, weights)
     tables = sorted({t for r in routes for t in r.request.tables})
     entry = reserve(session._ledger, cost, mechanism=_label(g, routes), query=g.text, tables=tables,
