@@ -47,7 +47,7 @@ from sqlglot import exp
 
 import dpsql.engine as backends
 from dpsql import postprocess
-from dpsql.budget import Budget, check_delta, check_epsilon, exact, float_at_most
+from dpsql.budget import Budget, check_delta, check_epsilon, exact, float_at_least, float_at_most
 from dpsql.charge import charged, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
 from dpsql.options import check_options
@@ -430,10 +430,12 @@ def _naming(g: Composite, i: int, n: int, sql: str) -> Iterator[None]:
 
 
 def _cost(routes: list[Any]) -> Budget:
-    total = Budget(0.0, 0.0)
-    for r in routes:
-        total = total + r.description.cost
-    return total
+    """The sum of the queries' costs (basic composition), exact; each coordinate recorded as the smallest float whose
+    decimal is at least the exact sum, so the charge is never below what the queries spend (it is at most the
+    budget asked for whenever each query's cost is at most its share)."""
+    costs = [r.description.cost for r in routes]
+    return Budget(float_at_least(sum((c.exact_epsilon for c in costs), Fraction(0))),
+                  float_at_least(sum((c.exact_delta for c in costs), Fraction(0))))
 
 
 def _components(g: Composite, routes: list[Any], weights: list[Fraction]) -> list[dict[str, Any]]:

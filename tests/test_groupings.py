@@ -6,6 +6,7 @@ entry."""
 from __future__ import annotations
 
 import datetime
+from fractions import Fraction
 
 import duckdb
 import pyarrow as pa
@@ -13,7 +14,7 @@ import pytest
 
 import dpsql
 import dpsql.engine as backends
-from dpsql.budget import Budget
+from dpsql.budget import Budget, float_at_least
 from dpsql.errors import ConfigError, ExecutionError, QueryError, UnsupportedQueryError
 from dpsql.testing import use_noise, zero_noise
 
@@ -224,3 +225,14 @@ def test_keys_released_from_their_declared_domain(sql: str) -> None:
     con = duckdb.connect()
     con.register("t", t)
     assert r.table.schema.types == con.sql(sql).to_arrow_table().schema.types
+
+
+@pytest.mark.parametrize(("eps", "weights"), [(1.0, None), (0.7, [1, 2, 3]), (1e-3, [0.1, 0.7, 0.2]), (3.3, [1, 1, 1e-3])])
+def test_the_charge_is_the_exact_sum_rounded_up_and_at_most_the_budget_asked(eps: float, weights: list[float] | None) -> None:
+    s = _session(_public())
+    sql = "SELECT a, b, COUNT(*) FROM t GROUP BY ROLLUP (a, b)"
+    plan = s.explain(sql, epsilon=eps, options=None if weights is None else {"grouping_weights": weights})
+    parts = sum(Fraction(repr(c["cost"]["epsilon"])) for c in plan.parameters["components"])
+    assert parts <= Fraction(repr(plan.cost.epsilon)) <= Fraction(repr(eps))
+    assert plan.cost.epsilon == float_at_least(parts) and plan.cost.delta == 0.0
+    assert plan.mechanism == "groupings(laplace)"
