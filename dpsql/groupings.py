@@ -468,12 +468,14 @@ def _types(session: Any, g: Composite, routes: list[Any], asts: list[Any]) -> li
             i += 1
             q = postprocess.output_query(r.request.plan, _key_types(engine, r, ast),
                                          r.mechanism.released_types(r.calibration))
-            types = [t for _, t in engine.describe(q)] if q is not None else []
+            # a bare NULL output has DuckDB's type NULL: it takes the type of the others, as a rolled-up column's
+            types = ["NULL" if t.strip('"').upper() == "NULL" else t for _, t in engine.describe(q)] if q is not None else []
             if q is None or len(types) != width - len(fill):
                 raise _bad(f"{sql}: its output types are not known before the charge", "send it alone")
             filled, cols, items = dict(fill), iter(types), []
             for p in range(width):
                 typ = (None if filled[p] is None else "BIGINT") if p in filled else next(cols)
+                typ = None if typ == "NULL" else typ
                 try:
                     cast = exp.Null() if typ is None else exp.cast(exp.Null(), exp.DataType.build(typ, dialect=engine.dialect))
                 except Exception:
@@ -493,8 +495,9 @@ def _types(session: Any, g: Composite, routes: list[Any], asts: list[Any]) -> li
                   if len({t[p] for t in listed} - {"NULL"}) > 1]
         raise _bad(f"the outputs of the {g.kind} do not combine into one column type ({'; '.join(differ)})",
                    "CAST the outputs to one type in each SELECT") from None
-    types = [exp.DataType.build(t, dialect=engine.dialect) for _, t in described]
-    for p, t in enumerate(types):  # each cast to the type of the whole is one that no value can fail
+    combined = [exp.DataType(this=_T.NULL) if t.strip('"').upper() == "NULL" else  # NULL in every query: kept
+                exp.DataType.build(t, dialect=engine.dialect) for _, t in described]
+    for p, t in enumerate(combined):  # each cast to the type of the whole is one that no value can fail
         narrow = [x for x in dict.fromkeys(row[p] for row in listed)
                   if x != "NULL" and not _widens(exp.DataType.build(x, dialect=engine.dialect), t)]
         if narrow:
@@ -502,7 +505,7 @@ def _types(session: Any, g: Composite, routes: list[Any], asts: list[Any]) -> li
                        f"{', '.join(dict.fromkeys(row[p] for row in listed if row[p] != 'NULL'))}; combined as "
                        f"{t.sql(dialect=engine.dialect)}, which {', '.join(narrow)} does not always convert to)",
                        "CAST the outputs to one type in each SELECT")
-    return types
+    return combined
 
 
 _T = exp.DataType.Type
@@ -604,7 +607,8 @@ def _combine(session: Any, g: Composite, tables: list[pa.Table], types: list[exp
     cols = [f"c{i}" for i in range(len(types))]
 
     def cast(rel: str) -> exp.Expression:
-        return exp.select(*[exp.alias_(exp.cast(exp.column(c), t), c) for c, t in zip(cols, types, strict=True)]).from_(rel)
+        return exp.select(*[exp.column(c) if t.this == _T.NULL else exp.alias_(exp.cast(exp.column(c), t), c)
+                            for c, t in zip(cols, types, strict=True)]).from_(rel)
 
     out, i = [], 0
     for b in g.branches:

@@ -72,6 +72,8 @@ def test_zero_noise_release_is_duckdbs_answer(sql: str) -> None:
     "SELECT COUNT(*) FROM t UNION ALL SELECT AVG(v) FROM t UNION ALL (SELECT MEDIAN(v) FROM t)",
     "SELECT a, b, COUNT(*) FROM t GROUP BY ROLLUP (a, b) UNION ALL SELECT 'q', 7, SUM(v) FROM t",
     "WITH w AS (SELECT * FROM t WHERE v > 1) SELECT COUNT(*) FROM w UNION ALL SELECT COUNT(*) FROM t",
+    "SELECT a, GROUPING(a) AS g, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) UNION ALL SELECT 'avg', NULL, AVG(v) FROM t",
+    "SELECT NULL AS x, COUNT(*) AS n FROM t UNION ALL SELECT NULL, SUM(v) FROM t",
 ])
 def test_union_all_at_zero_noise_is_duckdbs_answer(sql: str) -> None:
     t = _public()
