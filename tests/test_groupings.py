@@ -238,3 +238,16 @@ def test_the_charge_is_the_exact_sum_rounded_up_and_at_most_the_budget_asked(eps
     assert parts <= Fraction(repr(plan.cost.epsilon)) <= Fraction(repr(eps))
     assert plan.cost.epsilon == float_at_least(parts) and plan.cost.delta == 0.0
     assert plan.mechanism == "groupings(laplace)"
+
+
+def test_each_query_is_calibrated_as_if_sent_alone_with_its_share() -> None:
+    s = _session(_public())
+    sql = "SELECT a, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY GROUPING SETS ((a), ()) UNION ALL SELECT 'v>2', COUNT(*), 0 FROM t WHERE v > 2"
+    plan = s.explain(sql, epsilon=1.2, delta=3e-6, options={"grouping_weights": [1, 1, 2]})
+    comps = plan.parameters["components"]
+    assert [(c["cost"]["epsilon"], c["share"]) for c in comps] == [(0.3, 0.25), (0.3, 0.25), (0.6, 0.5)]
+    for c, eps, delta in zip(comps, (0.3, 0.3, 0.6), (7.5e-7, 7.5e-7, 1.5e-6), strict=True):
+        alone = s.explain(c["sql"], epsilon=eps, delta=delta)
+        assert c["parameters"] == {k: v for k, v in alone.parameters.items() if k != "scales"}
+        assert c["mechanism"] == alone.mechanism
+        assert c["parameters"]["sigma"] > 0
