@@ -146,8 +146,9 @@ def test_grouping_weights_split_the_budget() -> None:
     assert plan.cost == Budget(1.0, 0.0)
     with pytest.raises(ConfigError, match="grouping_weights must be a list of 2 positive numbers"):
         s.explain(sql, epsilon=1.0, options={"grouping_weights": [1]})
-    with pytest.raises(ConfigError, match="grouping_weights"):
+    with pytest.raises(ConfigError, match="grouping_weights applies to a request of several queries only"):
         s.query("SELECT a, COUNT(*) FROM t GROUP BY a", epsilon=1.0, options={"grouping_weights": [1]})
+    assert s.history().num_rows == 0
 
 
 @pytest.mark.parametrize(("sql", "options", "error", "match"), [
