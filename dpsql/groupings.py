@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -58,6 +59,7 @@ from dpsql.release import Plan, Release
 MAX_GROUPINGS = 64
 
 _FUNCS = (exp.Grouping, exp.GroupingId)
+_WORDS = re.compile(r"\b(union|rollup|cube|grouping)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     None otherwise (any other query, or text that does not parse: the ordinary path says what is wrong with it).
     ``catalog``: the registered tables' public metadata (a grouping name that is a column of a table in FROM is
     that column)."""
-    if not isinstance(sql, str):
+    if not isinstance(sql, str) or not _WORDS.search(sql):  # most queries: not parsed a second time
         return None
     try:
         stmt = sqlglot.parse_one(sql, read=DIALECT)
