@@ -51,6 +51,8 @@ OPTIONS: dict[str, str] = {
     "clip_norm": "GROUP BY over joins with one person per tuple: the L2 bound C on each person's vector of per-group "
     "totals, in the aggregate's units (default Delta x max|value|: nothing clipped)",
     "max_rows_per_unit": "DAWA: lower the table's cap on rows per unit for this query (never above the registered cap)",
+    "grouping_weights": "GROUP BY ROLLUP / CUBE / GROUPING SETS, UNION ALL: one positive number per query, in the order "
+    "explain lists them; each query gets its weight's share of epsilon and delta (default: equal shares)",
 }
 
 _CAP_OPTIONS = ("max_groups_per_unit", "max_rows_per_group", "max_rows_per_unit")

@@ -102,6 +102,32 @@ def _guard_shifts(e: exp.Expression) -> exp.Expression:
     return e
 
 
+def _placeholders(plan: ir.QueryPlan, key_types: dict[str, str], aggregate_types: dict[str, str]) -> list[exp.Expression]:
+    """One row of public placeholder values of the released relation's columns, typed as released."""
+    cols: list[exp.Expression] = []
+    for k in plan.keys:
+        # a DATE or TIMESTAMP key is a date, never NULL: over NULL, DuckDB folds a comparison with a literal
+        # ('garbage', DATE 'garbage') without converting it, which then failed under TRY after the charge
+        kt = key_types[k.name]
+        dated = kt == "DATE" or kt.startswith("TIMESTAMP")
+        key = exp.Literal.string("1970-01-01") if dated else exp.Null()
+        cols.append(exp.alias_(exp.cast(key, exp.DataType.build(kt, dialect="duckdb")), k.name))
+    for a in plan.aggregates:
+        # a non-NULL placeholder: conversions in HAVING / ORDER BY are only tried on values
+        typ = aggregate_types.get(a.name, "DOUBLE")
+        zero = exp.Literal.string("1970-01-01") if typ in ("DATE", "TIMESTAMP") else exp.Literal.number(0)
+        cols.append(exp.alias_(exp.cast(zero, typ), a.name))
+    return cols
+
+
+def output_query(plan: ir.QueryPlan, key_types: dict[str, str], aggregate_types: dict[str, str]) -> exp.Expression | None:
+    """The post-processing query over one row of typed placeholders: binding it gives the types of the outputs
+    (public metadata only); None when the key types are not all known (keys released from a public domain)."""
+    if not all(k.name in key_types for k in plan.keys):
+        return None
+    return post_ast(plan, exp.select(*_placeholders(plan, key_types, aggregate_types)).subquery("__released"), [])
+
+
 def check(
     backend: _Runs, plan: ir.QueryPlan, key_types: dict[str, str], aggregate_types: dict[str, str],
     key_domain: pa.Table | None,
@@ -114,19 +140,7 @@ def check(
     """
     _refuse_casts_between_numbers_and_dates(post_ast(plan, exp.to_table("__released"), []), key_types, aggregate_types)
     if all(k.name in key_types for k in plan.keys):
-        cols: list[exp.Expression] = []
-        for k in plan.keys:
-            # a DATE or TIMESTAMP key is a date, never NULL: over NULL, DuckDB folds a comparison with a literal
-            # ('garbage', DATE 'garbage') without converting it, which then failed under TRY after the charge
-            kt = key_types[k.name]
-            dated = kt == "DATE" or kt.startswith("TIMESTAMP")
-            key = exp.Literal.string("1970-01-01") if dated else exp.Null()
-            cols.append(exp.alias_(exp.cast(key, exp.DataType.build(kt, dialect="duckdb")), k.name))
-        for a in plan.aggregates:
-            # a non-NULL placeholder: conversions in HAVING / ORDER BY are only tried on values
-            typ = aggregate_types.get(a.name, "DOUBLE")
-            zero = exp.Literal.string("1970-01-01") if typ in ("DATE", "TIMESTAMP") else exp.Literal.number(0)
-            cols.append(exp.alias_(exp.cast(zero, typ), a.name))
+        cols = _placeholders(plan, key_types, aggregate_types)
         ast = post_ast(plan, exp.select(*cols).subquery("__released"), [])
         try:
             backend.bind_check(ast, run=True)

@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 import dpsql.engine as backends
-from dpsql import postprocess
+from dpsql import groupings, postprocess
 from dpsql._session_object import SessionObject
 from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import CatalogLock, TableSpec, check_sources_unchanged, register_table
@@ -147,11 +147,8 @@ class Session(SessionObject):
         eps, d, opts = check_epsilon(epsilon), check_delta(delta), check_options(options)
         if eps > LARGE_EPSILON:
             warnings.warn(f"epsilon={eps:g} is unusually large: the release gives little privacy", stacklevel=3)
-        find = self._ledger.find_synopsis
         try:
-            if many:
-                return route_workload(sql, eps, d, opts, self._catalog, find)
-            return route(sql, eps, d, opts, self._catalog, find)
+            return (route_workload if many else route)(sql, eps, d, opts, self._catalog, self._ledger.find_synopsis)
         except OverflowError:
             raise ConfigError(f"epsilon={eps:g} and delta={d:g} give noise parameters that cannot be represented",
                               hint="use an epsilon between about 1e-6 and 100") from None
@@ -175,6 +172,8 @@ class Session(SessionObject):
     def explain(self, sql: str | list[str] | tuple[str, ...], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Plan:
         """What ``query`` (or, given a list of SQL, ``query_many``) would do: mechanism, noise,
         thresholds, bounded SQL. Free; reads no rows."""
+        if (g := groupings.split(sql, self._catalog)) is not None:  # several groupings: one GROUP BY query per grouping
+            return groupings.explain(self, g, epsilon, delta, options)
         with self._catalog_lock.reading():
             r = self._route(sql, epsilon, delta, options, many=isinstance(sql, (list, tuple)))
             ast = self._bind_check(r)  # refuses exactly what query refuses before its charge
@@ -186,8 +185,9 @@ class Session(SessionObject):
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
         """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger; the routing
         rules (which mechanism, when a stored synopsis answers for free) are in ``dpsql.mechanisms.registry``."""
+        g = groupings.split(sql, self._catalog)  # ROLLUP, CUBE, GROUPING SETS: one GROUP BY query per grouping, one charge
         with self._catalog_lock.reading():  # from the analysis to the last read of private rows
-            return self._run(self._route(sql, epsilon, delta, options))
+            return groupings.run(self, g, epsilon, delta, options) if g else self._run(self._route(sql, epsilon, delta, options))
 
     def query_many(
         self, sqls: list[str] | tuple[str, ...], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None

@@ -328,7 +328,7 @@ def test_more_forms(shop):
         _answer(shop, "SELECT COUNT(*) FROM orders WHERE amount > 4")
     _refused(shop, "WITH v AS (SELECT amount FROM orders) SELECT v.* FROM v", errors.UnsupportedQueryError, r"SELECT \*")
     _refused(shop, "WITH v AS (SELECT amount FROM orders) SELECT COUNT(*) FROM v UNION SELECT COUNT(*) FROM v",
-             errors.UnsupportedQueryError, "set operations")
+             errors.UnsupportedQueryError, "UNION without ALL")
     # a CTE named only in a subquery of WHERE: the subquery is the one problem
     msg = _refused(shop, "WITH v AS (SELECT customer_id FROM orders) SELECT COUNT(*) FROM orders "
                          "WHERE customer_id IN (SELECT customer_id FROM v)", errors.UnsupportedQueryError,

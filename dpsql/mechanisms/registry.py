@@ -355,6 +355,9 @@ def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: st
 def _check_applicable(mechanism: Mechanism, options: Mapping[str, Any]) -> None:
     """Refuse the analyst's options (``dpsql.options.OPTIONS``) that ``mechanism`` does not read."""
     bad = sorted(set(options) & set(OPTIONS) - mechanism.options - UNIVERSAL)
+    if "grouping_weights" in bad:  # read by dpsql.groupings, which routes each of its queries without it
+        raise ConfigError("option grouping_weights applies to a request of several queries only (GROUP BY ROLLUP, "
+                          "CUBE or GROUPING SETS, or a UNION ALL); this query is one", hint="drop grouping_weights")
     if bad:
         raise ConfigError(
             f"option(s) {bad} do not apply to the {mechanism.name} mechanism",

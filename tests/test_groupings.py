@@ -1,0 +1,254 @@
+"""GROUP BY ROLLUP / CUBE / GROUPING SETS and UNION ALL (``dpsql.groupings``): one query per grouping or SELECT, one
+charge (the sum of theirs), SQL's result shape. At zero noise the release is DuckDB's own answer to the query,
+GROUPING() and the combined column types included; refusals charge nothing; a failure after the charge fails the one
+entry."""
+
+from __future__ import annotations
+
+import datetime
+from fractions import Fraction
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+import dpsql
+import dpsql.engine as backends
+from dpsql.budget import Budget, float_at_least
+from dpsql.errors import ConfigError, ExecutionError, QueryError, UnsupportedQueryError
+from dpsql.testing import use_noise, zero_noise
+
+A, B = ["x", "y", "z"], [1, 2]
+
+
+def _public() -> pa.Table:
+    # one row per person: no cap drops a row, so the bounded answer is the true one
+    n = 600
+    return pa.table({"uid": list(range(n)), "a": [A[i % 3] for i in range(n)], "b": [B[(i // 3) % 2] for i in range(n)],
+                     "v": [float(i % 5) for i in range(n)]})
+
+
+def _session(table: pa.Table, **columns: dict[str, object]) -> dpsql.Session:
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    s.register("t", table, privacy_unit="uid", columns=columns or {"a": {"domain": A}, "b": {"domain": B},
+                                                                   "v": {"bounds": [0, 4]}})
+    use_noise(s, zero_noise())
+    return s
+
+
+def _duck(table: pa.Table, sql: str) -> list[tuple[object, ...]]:
+    con = duckdb.connect()
+    con.register("t", table)
+    return con.execute(sql).fetchall()
+
+
+def _rows(r: dpsql.Release) -> list[tuple[object, ...]]:
+    return [tuple(d.values()) for d in r.to_pylist()]
+
+
+def _key(row: tuple[object, ...]) -> tuple[object, ...]:
+    return tuple((x is None, str(x)) for x in row)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT a, b, GROUPING(a, b) AS g, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY ROLLUP (a, b)",
+    "SELECT a, b, COUNT(*) AS n FROM t GROUP BY CUBE (a, b)",
+    "SELECT a, COUNT(*) AS n, grouping(a) FROM t GROUP BY GROUPING SETS ((a), ())",
+    "SELECT b, a, SUM(v) AS s FROM t WHERE v > 0 GROUP BY b, ROLLUP (a)",
+    "SELECT upper(a) AS ua, b, COUNT(*) AS n, GROUPING(ua) + 1 AS g FROM t GROUP BY ROLLUP (ua, 2)",
+    "SELECT a, b, COUNT(*) AS n FROM t GROUP BY GROUPING SETS (ROLLUP (a), CUBE (b), (a, b), (a, b))",
+])
+def test_zero_noise_release_is_duckdbs_answer(sql: str) -> None:
+    t = _public()
+    s = _session(t)
+    got = _rows(s.query(sql, epsilon=4, delta=1e-5))
+    assert sorted(got, key=_key) == sorted(_duck(t, sql), key=_key)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT 'x' AS metric, COUNT(*) AS n FROM t WHERE a = 'x' UNION ALL SELECT 'big', SUM(v) FROM t WHERE v > 2",
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'all', COUNT(*) FROM t",
+    "SELECT a, COUNT(*) FROM t GROUP BY a UNION ALL SELECT b, COUNT(*) FROM t GROUP BY b",  # BIGINT keys as text
+    "SELECT COUNT(*) FROM t UNION ALL SELECT AVG(v) FROM t UNION ALL (SELECT MEDIAN(v) FROM t)",
+    "SELECT a, b, COUNT(*) FROM t GROUP BY ROLLUP (a, b) UNION ALL SELECT 'q', 7, SUM(v) FROM t",
+    "WITH w AS (SELECT * FROM t WHERE v > 1) SELECT COUNT(*) FROM w UNION ALL SELECT COUNT(*) FROM t",
+    "SELECT a, GROUPING(a) AS g, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) UNION ALL SELECT 'avg', NULL, AVG(v) FROM t",
+    "SELECT NULL AS x, COUNT(*) AS n FROM t UNION ALL SELECT NULL, SUM(v) FROM t",
+])
+def test_union_all_at_zero_noise_is_duckdbs_answer(sql: str) -> None:
+    t = _public()
+    s = _session(t)
+    r = s.query(sql, epsilon=4, delta=1e-5)
+    assert sorted(_rows(r), key=_key) == sorted(_duck(t, sql), key=_key)
+    con = duckdb.connect()
+    con.register("t", t)
+    assert r.table.schema.types == con.sql(sql).to_arrow_table().schema.types
+    assert r.mechanism.startswith("union_all(")
+
+
+def test_union_all_order_by_limit_and_charge() -> None:
+    t = _public()
+    s = _session(t)
+    sql = "SELECT a AS k, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'total', COUNT(*) FROM t ORDER BY n DESC, k LIMIT 2"
+    plan = s.explain(sql, epsilon=2.0, delta=2e-6)
+    r = s.query(sql, epsilon=2.0, delta=2e-6)
+    assert _rows(r) == _duck(t, sql) == [("total", 600), ("x", 200)]
+    assert [c["cost"]["epsilon"] for c in plan.parameters["components"]] == [1.0, 1.0]
+    assert r.cost == plan.cost and s.history().num_rows == 1 and s.history().to_pylist()[0]["epsilon"] == 2.0
+
+
+def test_order_by_and_limit_apply_to_the_whole_result() -> None:
+    t = _public()
+    s = _session(t)
+    sql = "SELECT a, b, GROUPING(a, b) AS g, COUNT(*) AS n FROM t GROUP BY ROLLUP (a, b) ORDER BY g DESC, a, 2 LIMIT 5"
+    r = s.query(sql, epsilon=3, delta=1e-5)
+    assert _rows(r) == _duck(t, sql)
+    assert r.table.column_names == ["a", "b", "g", "n"]
+
+
+def test_grouping_tells_a_rolled_up_null_from_a_released_null_key() -> None:
+    # keys not declared: the sparse histogram releases the groups above its threshold, a NULL key among them
+    n = 900
+    t = pa.table({"uid": list(range(n)), "a": [["x", "y", None][i % 3] for i in range(n)], "v": [1.0] * n})
+    s = _session(t, v={"bounds": [0, 1]})
+    sql = "SELECT a, GROUPING(a) AS g, COUNT(*) AS n FROM t GROUP BY ROLLUP (a)"
+    r = s.query(sql, epsilon=3, delta=1e-5)
+    assert sorted(_rows(r), key=_key) == sorted(_duck(t, sql), key=_key)
+    assert sorted((row[1], row[2]) for row in _rows(r) if row[0] is None) == [(0, 300), (1, 900)]
+    assert r.mechanism == "groupings(sparse_histogram, gaussian)"
+
+
+def test_one_entry_charged_the_sum_of_the_components() -> None:
+    s = _session(_public())
+    sql = "SELECT a, b, COUNT(*) FROM t GROUP BY ROLLUP (a, b)"
+    plan = s.explain(sql, epsilon=1.5, delta=3e-6)
+    before = s.remaining()
+    r = s.query(sql, epsilon=1.5, delta=3e-6)
+    comps = plan.parameters["components"]
+    assert [c["sql"] for c in comps] == ["SELECT a, b, COUNT(*) FROM t GROUP BY a, b",
+                                         "SELECT a, COUNT(*) FROM t GROUP BY a", "SELECT COUNT(*) FROM t"]
+    assert [c["cost"]["epsilon"] for c in comps] == [0.5, 0.5, 0.5]
+    total = Budget(0.0, 0.0)
+    for c in comps:
+        total = total + Budget(c["cost"]["epsilon"], c["cost"]["delta"])
+    assert r.cost == plan.cost == total and total.epsilon == 1.5 and 3e-6 < total.delta < 3e-6 * (1 + 1e-6)
+    hist = s.history().to_pylist()
+    assert len(hist) == 1 and hist[0]["status"] == "released" and hist[0]["epsilon"] == 1.5
+    assert s.remaining() == before.minus(total)
+    assert "-- query 3 of 3: SELECT COUNT(*) FROM t\n" in plan.bounded_sql and "3 queries" in plan.reason
+
+
+def test_grouping_weights_split_the_budget() -> None:
+    s = _session(_public())
+    sql = "SELECT a, COUNT(*) FROM t GROUP BY GROUPING SETS ((a), ())"
+    plan = s.explain(sql, epsilon=1.0, delta=0.0, options={"grouping_weights": [3, 1]})
+    assert [c["cost"]["epsilon"] for c in plan.parameters["components"]] == [0.75, 0.25]
+    assert plan.cost == Budget(1.0, 0.0)
+    with pytest.raises(ConfigError, match="grouping_weights must be a list of 2 positive numbers"):
+        s.explain(sql, epsilon=1.0, options={"grouping_weights": [1]})
+    with pytest.raises(ConfigError, match="grouping_weights applies to a request of several queries only"):
+        s.query("SELECT a, COUNT(*) FROM t GROUP BY a", epsilon=1.0, options={"grouping_weights": [1]})
+    assert s.history().num_rows == 0
+
+
+@pytest.mark.parametrize(("sql", "options", "error", "match"), [
+    ("SELECT a || 'x' AS ax, COUNT(*) FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
+     "uses a grouping column inside an expression"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) HAVING a <> 'x'", None, UnsupportedQueryError,
+     "grouping column in HAVING"),
+    ("SELECT a, b, COUNT(*) FROM t GROUP BY CUBE (a, b, v, uid, a, b, v)", None, UnsupportedQueryError,
+     "more than 64 groupings"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) ORDER BY COUNT(*) + 1", None, UnsupportedQueryError,
+     "names no output column"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a)", {"mechanism": "nope"}, ConfigError, "unknown mechanism"),
+    ("SELECT a, GROUPING(b), COUNT(*) FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
+     "the arguments of GROUPING are columns the query groups by"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT 0", None, UnsupportedQueryError, "LIMIT 0"),
+    ("SELECT a FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError, "releases no value"),
+    ("SELECT COUNT(*) FROM t UNION SELECT COUNT(*) FROM t", None, UnsupportedQueryError, "write UNION ALL"),
+    ("SELECT COUNT(*) AS n FROM t UNION ALL BY NAME SELECT COUNT(*) AS n FROM t", None, UnsupportedQueryError,
+     "BY NAME"),
+    ("SELECT COUNT(*), 1 FROM t UNION ALL SELECT COUNT(*) FROM t", None, UnsupportedQueryError, "have 1 and 2 columns"),
+    ("SELECT DATE '2024-01-01' AS d, COUNT(*) FROM t UNION ALL SELECT COUNT(*), COUNT(*) FROM t", None,
+     UnsupportedQueryError, r"column 1: DATE, BIGINT; combined as DATE"),
+    ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t ORDER BY nosuch", None, UnsupportedQueryError,
+     "names no output column"),
+    ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t WHERE nosuch = 1", None, UnsupportedQueryError,
+     r"query 2 of 2 of the UNION ALL \(SELECT COUNT\(\*\) FROM t WHERE nosuch = 1\): .*nosuch"),
+    ("SELECT v, COUNT(*) FROM t GROUP BY ROLLUP (v)", None, QueryError, "needs delta > 0"),  # a component refused
+])
+def test_refusals_charge_nothing(sql: str, options: dict[str, object] | None, error: type, match: str) -> None:
+    s = _session(_public())
+    before = s.remaining()
+    for call in (s.explain, s.query):
+        with pytest.raises(error, match=match):
+            call(sql, epsilon=1.0, delta=0.0, options=options)
+    assert s.remaining() == before and s.history().num_rows == 0
+
+
+def test_failure_after_the_charge_fails_the_one_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = _session(_public())
+    real, calls = backends.fetch_bounded, []
+
+    def fetch(backend: object, ast: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("disk full")
+        return real(backend, ast)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(backends, "fetch_bounded", fetch)
+    with pytest.raises(ExecutionError, match="failed after its budget was charged; the charge stands") as e:
+        s.query("SELECT a, b, COUNT(*) FROM t GROUP BY ROLLUP (a, b)", epsilon=1.5, delta=3e-6)
+    assert "disk" not in str(e.value)
+    hist = s.history().to_pylist()
+    assert [h["status"] for h in hist] == ["failed"] and hist[0]["epsilon"] == 1.5
+    assert s.remaining().epsilon == 98.5
+
+
+def _days() -> pa.Table:
+    n = 400
+    return pa.table({"uid": list(range(n)), "day": [datetime.date(2026, 1, 1) + datetime.timedelta(days=i % 4) for i in range(n)],
+                     "k": [["p", "q"][i % 2] for i in range(n)]})
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT day, COUNT(*) FROM t GROUP BY ROLLUP (day)",  # DAWA over the declared bins, whose keys are the bins
+    "SELECT k, day, COUNT(*) FROM t GROUP BY GROUPING SETS ((k), (day))",
+    "SELECT k, COUNT(*) FROM t GROUP BY k UNION ALL SELECT day, COUNT(*) FROM t GROUP BY day",
+    "SELECT k FROM t GROUP BY k UNION ALL SELECT k FROM t GROUP BY k",  # declared keys only: read from the catalog
+])
+def test_keys_released_from_their_declared_domain(sql: str) -> None:
+    t = _days()
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    s.register("t", t, privacy_unit="uid", max_rows_per_unit=1,
+               columns={"day": {"bounds": ("2026-01-01", "2026-01-05"), "bin_width": "1 day"}, "k": {"domain": ["p", "q"]}})
+    use_noise(s, zero_noise())
+    r = s.query(sql, epsilon=4, delta=1e-5)
+    assert sorted(_rows(r), key=_key) == sorted(_duck(t, sql), key=_key)
+    con = duckdb.connect()
+    con.register("t", t)
+    assert r.table.schema.types == con.sql(sql).to_arrow_table().schema.types
+
+
+@pytest.mark.parametrize(("eps", "weights"), [(1.0, None), (0.7, [1, 2, 3]), (1e-3, [0.1, 0.7, 0.2]), (3.3, [1, 1, 1e-3])])
+def test_the_charge_is_the_exact_sum_rounded_up_and_at_most_the_budget_asked(eps: float, weights: list[float] | None) -> None:
+    s = _session(_public())
+    sql = "SELECT a, b, COUNT(*) FROM t GROUP BY ROLLUP (a, b)"
+    plan = s.explain(sql, epsilon=eps, options=None if weights is None else {"grouping_weights": weights})
+    parts = sum(Fraction(repr(c["cost"]["epsilon"])) for c in plan.parameters["components"])
+    assert parts <= Fraction(repr(plan.cost.epsilon)) <= Fraction(repr(eps))
+    assert plan.cost.epsilon == float_at_least(parts) and plan.cost.delta == 0.0
+    assert plan.mechanism == "groupings(laplace)"
+
+
+def test_each_query_is_calibrated_as_if_sent_alone_with_its_share() -> None:
+    s = _session(_public())
+    sql = "SELECT a, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY GROUPING SETS ((a), ()) UNION ALL SELECT 'v>2', COUNT(*), 0 FROM t WHERE v > 2"
+    plan = s.explain(sql, epsilon=1.2, delta=3e-6, options={"grouping_weights": [1, 1, 2]})
+    comps = plan.parameters["components"]
+    assert [(c["cost"]["epsilon"], c["share"]) for c in comps] == [(0.3, 0.25), (0.3, 0.25), (0.6, 0.5)]
+    for c, eps, delta in zip(comps, (0.3, 0.3, 0.6), (7.5e-7, 7.5e-7, 1.5e-6), strict=True):
+        alone = s.explain(c["sql"], epsilon=eps, delta=delta)
+        assert c["parameters"] == {k: v for k, v in alone.parameters.items() if k != "scales"}
+        assert c["mechanism"] == alone.mechanism
+        assert c["parameters"]["sigma"] > 0
