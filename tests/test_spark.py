@@ -140,6 +140,10 @@ QUERIES = {
                           "FROM events GROUP BY country"),
     "variance": "SELECT VARIANCE(amount) AS v, STDDEV(amount) AS s FROM events",
     "variance_grouped": "SELECT country, VARIANCE(amount) AS v FROM events GROUP BY country",
+    "covariance": ("SELECT COVAR_POP(amount, LEAST(GREATEST(age, 0), 99)) AS c, CORR(LEAST(GREATEST(age, 0), 99), "
+                   "amount) AS r FROM events"),
+    "covariance_grouped": ("SELECT country, COVAR_SAMP(amount, amount * 2 - 10) AS c, CORR(CASE WHEN action = 'view' "
+                           "THEN amount END, LEAST(GREATEST(age - 50, -40), 40)) AS r FROM events1 GROUP BY country"),
     "expression_sum": "SELECT SUM(amount * 2 + 1) AS s, AVG(LEAST(GREATEST(amount, 10), 50)) AS a FROM events",
     "group_without_aggregate": "SELECT url FROM events GROUP BY url",
     "count_distinct": "SELECT COUNT(DISTINCT url) AS n FROM events",
@@ -230,7 +234,7 @@ def test_bounded_aggregates_are_the_same_on_duckdb_and_spark(duck: dpsql.Session
 
 
 @pytest.mark.parametrize("name", ["scalar", "variance", "variance_grouped", "expression_sum", "sparse_sum_avg",
-                                  "count_distinct_one_row", "public_keys"])
+                                  "count_distinct_one_row", "public_keys", "covariance", "covariance_grouped"])
 def test_bounded_sums_are_bit_identical_on_duckdb_and_spark(duck: dpsql.Session, spark_session: dpsql.Session,
                                                            name: str) -> None:
     """The bounded SUM / AVG / VARIANCE totals are exact fixed-point integer sums

@@ -106,6 +106,10 @@ _VALUE_KINDS: dict[type, str] = {
 }
 
 
+#: aggregates of two bounded values (``ir.PAIR_KINDS``, ``dpsql.mechanisms.covariance``)
+_PAIR_KINDS: dict[type, str] = {exp.CovarPop: ir.COVAR_POP, exp.CovarSamp: ir.COVAR_SAMP, exp.Corr: ir.CORR}
+
+
 def _value_kind(node: exp.Expression) -> str:
     if isinstance(node, exp.Anonymous):
         return ANON_AGGS[str(node.this).lower()]
@@ -117,7 +121,8 @@ def _written(node: exp.Expression) -> str:
     if isinstance(node, exp.Anonymous):
         return str(node.this).upper()
     return {exp.Variance: "VARIANCE", exp.VariancePop: "VAR_POP", exp.Stddev: "STDDEV", exp.StddevSamp: "STDDEV_SAMP",
-            exp.StddevPop: "STDDEV_POP", exp.Sum: "SUM", exp.Avg: "AVG"}.get(type(node), type(node).__name__.upper())
+            exp.StddevPop: "STDDEV_POP", exp.Sum: "SUM", exp.Avg: "AVG", exp.CovarPop: "COVAR_POP",
+            exp.CovarSamp: "COVAR_SAMP", exp.Corr: "CORR"}.get(type(node), type(node).__name__.upper())
 
 
 def is_bin_column(name: str, table: TableSpec) -> bool:
@@ -229,8 +234,8 @@ def _part_first(c: exp.Column) -> str:
 def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
     """The refusal of an aggregate that is not answered, naming its supported form when it has one
     (``approx_count_distinct(x)``: ``COUNT(DISTINCT x)``; ``count_if(c)``: ``COUNT(*) FILTER (WHERE c)``)."""
-    msg = (f"aggregate {_agg_name(node, sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
-           "MEDIAN or QUANTILE")
+    msg = (f"aggregate {_agg_name(node, sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, COVAR_POP, "
+           "COVAR_SAMP, CORR, MIN, MAX, MEDIAN or QUANTILE")
     arg = node.this if isinstance(node, (exp.ApproxDistinct, exp.CountIf)) else None
     if isinstance(arg, exp.Column) and isinstance(node, exp.ApproxDistinct):
         return f"{msg}: the distinct values are counted exactly by COUNT(DISTINCT {quoted(arg)})"
@@ -399,6 +404,7 @@ class _Builder:
         value: exp.Expression | None = None
         bounds: tuple[float, float] | None = None
         p: float | None = None
+        second: tuple[str | None, exp.Expression | None, tuple[float, float]] | None = None
         if isinstance(node, (exp.WithinGroup, *QUANTILE_AGGS)):
             qgot = quantile_call(node)
             if isinstance(qgot, str):
@@ -490,6 +496,12 @@ class _Builder:
                 if value is None:
                     return None
                 kind = ir.COUNT_COL
+        elif type(node) in _PAIR_KINDS:
+            got2 = self.pair_bounds(node)
+            if got2 is None:
+                return None
+            kind = _PAIR_KINDS[type(node)]
+            (column, value, bounds), second = got2
         elif type(node) in _VALUE_KINDS or (isinstance(node, exp.Anonymous) and str(node.this).lower() in ANON_AGGS):
             kind = _value_kind(node)
             fn = _written(node)
@@ -515,13 +527,39 @@ class _Builder:
             return None  # reported by check_columns
         # one released value per distinct (kind, column, bounds, quantile, value): looked up by that key (each
         # value rendered once), never by rendering every earlier aggregate again (quadratic in the select list)
-        key = (kind, column, bounds, p, _norm(value) if value is not None else None)
+        key: tuple[object, ...] = (kind, column, bounds, p, _norm(value) if value is not None else None)
+        if second is not None:
+            key += (second[0], second[2], _norm(second[1]) if second[1] is not None else None)
         name = self._aggregate_names.get(key)
         if name is None:
-            agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds, quantile=p, value=value)
+            aname = f"__a{len(self.aggregates)}"
+            other = (None if second is None else
+                     ir.Aggregate(ir.VAR_POP, second[0], aname, _norm(node), second[2], value=second[1]))
+            agg = ir.Aggregate(kind, column, aname, _norm(node), bounds, quantile=p, value=value, second=other)
             self.aggregates.append(agg)
             name = self._aggregate_names[key] = agg.name
         return exp.column(name)
+
+    def pair_bounds(self, node: exp.Expression) -> tuple[tuple[str | None, exp.Expression | None, tuple[float, float]],
+                                                          tuple[str | None, exp.Expression | None, tuple[float, float]]] | None:
+        """(column, value expression, bounds) of each argument of COVAR_POP / COVAR_SAMP / CORR, as for
+        SUM's (:meth:`value_bounds`); every argument's problem is reported."""
+        fn = _written(node)
+        if any(v is not None for k, v in node.args.items() if k not in ("this", "expression")):
+            # CORR(a, b, c): sqlglot reads the third as a flag, DuckDB has no such CORR: never answer CORR(a, b) for it
+            self.bad(node, f"{fn} takes two arguments, {fn}(a, b)")
+            return None
+        first, second = (self.value_bounds(node, a, fn) for a in (node.this, node.expression))
+        if first is None or second is None:
+            return None
+        for (_, _, (lo, hi)), which in ((first, "first"), (second, "second")):
+            if lo == hi:  # a constant: its covariance with anything is 0, its correlation undefined
+                lo, hi = lo + 0.0, hi + 0.0  # -0.0 prints as 0
+                self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s {which} argument are a single point: it is "
+                               f"{lo:g} (or NULL) on every row, so there is nothing to estimate (hint: widen the bounds, "
+                               f"e.g. LEAST(GREATEST(expr, lo), hi) with lo < hi)")
+                return None
+        return first, second
 
     def count_value(self, node: exp.Expression, arg: exp.Expression) -> exp.Expression | None:
         """COUNT(expr), e.g. ``COUNT(CASE WHEN status = 'paid' THEN 1 END)``: the rows where the
