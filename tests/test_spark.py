@@ -151,6 +151,10 @@ QUERIES = {
     "count_distinct_one_row": "SELECT country, COUNT(DISTINCT url) AS n, SUM(amount) AS s FROM events1 GROUP BY country",
     "count_distinct_nulls": "SELECT country, COUNT(DISTINCT ref) AS n FROM events GROUP BY country",
     "count_distinct_nulls_one_row": "SELECT COUNT(DISTINCT ref) AS n FROM events1",
+    # COUNT(DISTINCT expr): the expression's canonical key (text through the salted digest), NULL not counted
+    "count_distinct_expr": ("SELECT country, COUNT(DISTINCT upper(ref)) AS n, COUNT(DISTINCT floor(amount / 10)) AS m "
+                            "FROM events GROUP BY country"),
+    "count_distinct_expr_one_row": "SELECT COUNT(DISTINCT lower(url) || action) AS n FROM events1",
     # COUNT(expr): the rows where the typed, total expression is not NULL (conversions that fail are NULL)
     "count_expr": ("SELECT country, COUNT(CASE WHEN amount > 50 THEN 1 END) AS n, COUNT(CASE WHEN length(ref) > 2 "
                    "THEN ref END) AS r, SUM(CASE WHEN amount > 50 THEN amount END) AS s FROM events GROUP BY country"),

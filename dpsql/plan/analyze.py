@@ -42,6 +42,7 @@ from dpsql.plan.typer import (
     func_name,
     parse_type,
     type_checked,
+    type_distinct,
     type_key,
     type_predicate,
     type_value,
@@ -472,22 +473,20 @@ class _Builder:
                     if problem is not None:
                         self.bad(node, problem)
                         return None
+                elif len(exprs) == 1:
+                    value = self.distinct_value(node, exprs[0])
+                    if value is None:
+                        return None
+                    kind = ir.COUNT_DISTINCT
                 else:
-                    # one message for the call (its argument is not checked on its own: plan.checks); quoted as
+                    # one message for the call (its arguments are not checked on their own: plan.checks); quoted as
                     # written (sqlglot renders COUNT(DISTINCT a, b) as a CASE over a tuple)
                     call = "COUNT(DISTINCT " + ", ".join(as_written(e).sql(dialect=DIALECT, normalize_functions=False)
                                                           for e in arg.expressions) + ")"
-                    cols = sorted({c.name for e in exprs for c in e.find_all(exp.Column)})
-                    if len(exprs) > 1:
-                        fix = ("count each column's distinct values in its own COUNT(DISTINCT col), or GROUP BY the "
-                               "columns to release their combinations")
-                    else:
-                        fix = ("count a column's distinct values" + (f", e.g. COUNT(DISTINCT {cols[0]})" if len(cols) == 1
-                                                                       else " (COUNT(DISTINCT col))")
-                               + ", or GROUP BY the expression to release its values")
-                    self.violations.append(violation(node, self.sql, "COUNT(DISTINCT ...) takes one column, not "
-                                                     f"{'several' if len(exprs) > 1 else 'an expression'} (hint: {fix})",
-                                                     rendered=call))
+                    fix = ("count each value's distinct values in its own COUNT(DISTINCT expr), or GROUP BY the "
+                           "columns to release their combinations")
+                    self.violations.append(violation(node, self.sql, "COUNT(DISTINCT ...) takes one column or expression, "
+                                                     f"not several (hint: {fix})", rendered=call))
                     return None
             elif isinstance(arg, exp.Column):
                 kind, column = ir.COUNT_COL, arg.name.lower()
@@ -560,6 +559,28 @@ class _Builder:
                                f"e.g. LEAST(GREATEST(expr, lo), hi) with lo < hi)")
                 return None
         return first, second
+
+    def distinct_value(self, node: exp.Expression, arg: exp.Expression) -> exp.Expression | None:
+        """COUNT(DISTINCT expr), e.g. ``COUNT(DISTINCT lower(email))``: the expression (over unqualified columns),
+        whose typed, total and canonical rendering (``dpsql.plan.typer.type_distinct``, as a GROUP BY key's) the
+        bounded query lists per (person, group); NULL is not counted. Typed now, so nothing is refused after the
+        charge."""
+        assert self.table is not None
+        before = len(self.violations)
+        try:  # allow-list, depth and rendered size: the limits of every typed expression
+            _, typ = type_distinct(arg, dict(self.table.schema))
+        except TypeRefusal as e:
+            # a problem at a place the function and column checks already named is one problem, named once
+            seen = {(v.line, v.col) for v in self.violations}
+            for n, m in e.problems:
+                v = violation(n if n is not None else node, self.sql, m if m.startswith("COUNT(DISTINCT") else f"COUNT: {m}")
+                if (v.line, v.col) not in seen or v.line is None:
+                    self.violations.append(v)
+            return None
+        problem = distinct_type_problem(arg.sql(dialect=DIALECT), typ.name)
+        if problem is not None:
+            self.bad(node, problem)
+        return unqualified(arg) if len(self.violations) == before else None
 
     def count_value(self, node: exp.Expression, arg: exp.Expression) -> exp.Expression | None:
         """COUNT(expr), e.g. ``COUNT(CASE WHEN status = 'paid' THEN 1 END)``: the rows where the

@@ -73,7 +73,15 @@ from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, data_type, sou
 from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.typer import CAST_FROM, TypeRefusal, domain_literal, type_key, type_predicate, type_value
+from dpsql.plan.typer import (
+    CAST_FROM,
+    TypeRefusal,
+    domain_literal,
+    type_distinct,
+    type_key,
+    type_predicate,
+    type_value,
+)
 from dpsql.plan.workload import Workload
 from dpsql.rewrite.contribution import Caps, ContributionModel
 from dpsql.rewrite.render import DIALECT_MARK, render
@@ -621,8 +629,27 @@ def distinct_value(agg: ir.Aggregate, schema: dict[str, str], value: exp.Express
     INTERVAL or nested value counts by its spelling, still at most k per (person, group)), through ``digest``
     (the engine's ``text_digest``) where the engine's hash would read that text (a 128-bit digest of a secret-prefixed
     text: two values share one with probability about 2^-128)."""
-    column = agg.column if agg.value is None and agg.column is not None else ""
-    return spread_input(value, schema.get(column.lower(), ""), salt, digest)
+    return spread_input(value, distinct_type(agg, schema), salt, digest)
+
+
+def distinct_type(agg: ir.Aggregate, schema: dict[str, str]) -> str:
+    """The SQL type of what COUNT(DISTINCT ...) lists: its column's, or its expression's (:func:`distinct_input`)."""
+    if agg.value is not None:
+        try:
+            return type_distinct(agg.value, schema)[1].name
+        except TypeRefusal as e:
+            raise _refused(e) from None
+    return schema.get((agg.column or "").lower(), "")
+
+
+def distinct_input(agg: ir.Aggregate, schema: dict[str, str]) -> exp.Expression:
+    """What COUNT(DISTINCT expr) reads of a row: the expression typed, total and canonical as a GROUP BY key
+    (``dpsql.plan.typer.type_distinct``: binary collation, one spelling of 0.0 and NaN), NULL not counted."""
+    assert agg.value is not None
+    try:
+        return type_distinct(agg.value, schema)[0]
+    except TypeRefusal as e:
+        raise _refused(e) from None
 
 
 def salted_text(value: exp.Expression, salt: str,
@@ -878,6 +905,7 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
             # COUNT(expr) reads its typed value (1, or NULL where expr is NULL)
             raw = (_present(a.column) if a.kind == ir.COUNT_COL and a.value is None and a.column is not None
                    else _raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
+                   else distinct_input(a, plan.table.schema) if a.kind == ir.COUNT_DISTINCT
                    else aggregate_input(a, plan.table.schema, ops))
             proj.append(exp.alias_(raw, f"{a.name}_v", copy=False))
             value_cols.append(f"{a.name}_v")
@@ -929,8 +957,8 @@ def _present(column: str) -> exp.Expression:
 def _raw_key(a: ir.Aggregate) -> str:
     """What an aggregate reads, for sharing one raw column between aggregates of the same input (each kind of input
     under its own prefix: a column may be named ``present:a``)."""
-    if a.value is not None:
-        return "expr:" + a.value.sql(dialect="duckdb")
+    if a.value is not None:  # COUNT(DISTINCT expr) reads its canonical key, the others a DOUBLE
+        return ("key:" if a.kind == ir.COUNT_DISTINCT else "expr:") + a.value.sql(dialect="duckdb")
     if a.column is None:
         return ""
     return ("present:" if a.kind == ir.COUNT_COL else "col:") + a.column
@@ -952,6 +980,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
                 raw[src] = f"__r{len(raw)}"
                 source[src] = (_present(src.removeprefix("present:")) if src.startswith("present:") else
                                _raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
+                               else distinct_input(a, plan.table.schema) if src.startswith("key:")
                                else aggregate_input(a, plan.table.schema, ops))
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit", copy=False)]
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
@@ -962,6 +991,8 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
         base, pkeys = spread_keys(base, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
     schema = plan.table.schema  # the raw columns of COUNT(col) keep their type; every other value is a DOUBLE
     types = {r: schema.get(c.removeprefix("col:").lower(), "") for c, r in raw.items() if c.startswith("col:")}
+    types |= {raw[_raw_key(a)]: distinct_type(a, schema) for a in plan.aggregates
+              if a.kind == ir.COUNT_DISTINCT and a.value is not None}
     picked = _pick_one_row(base, "__unit", pkeys, list(raw.values()), salt, ops=ops, coded=coded, value_types=types)
 
     def present(r: str) -> exp.Expression:
