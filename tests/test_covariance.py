@@ -268,6 +268,7 @@ def test_refusals_are_free_and_name_the_fix(pairs: Any) -> None:
     sess.register("q", _pairs(), privacy_unit="uid", columns={"x": {"bounds": (0, 100)}})
     msg = free(sess, "SELECT CORR(x, y) FROM q", errors.PolicyError)
     assert "needs value bounds" in msg and "'bounds'" in msg and "'y'" in msg
+    assert "CORR(x, LEAST(GREATEST(y, lo), hi))" in msg  # the clamp, written in the argument that needs it
     msg = free(sess, "SELECT COVAR_POP(y, x) FROM q", errors.PolicyError)
     assert "'bounds'" in msg and "'y'" in msg
     assert "single point" in free(sess, "SELECT CORR(x, LEAST(GREATEST(y, 3), 3)) FROM p")

@@ -548,7 +548,9 @@ class _Builder:
             # CORR(a, b, c): sqlglot reads the third as a flag, DuckDB has no such CORR: never answer CORR(a, b) for it
             self.bad(node, f"{fn} takes two arguments, {fn}(a, b)")
             return None
-        first, second = (self.value_bounds(node, a, fn) for a in (node.this, node.expression))
+        args = (node.this, node.expression)
+        first, second = (self.value_bounds(node, a, fn, (i, as_written(args[1 - i]).sql(dialect=DIALECT)))
+                         for i, a in enumerate(args))
         if first is None or second is None:
             return None
         for (_, _, (lo, hi)), which in ((first, "first"), (second, "second")):
@@ -606,12 +608,20 @@ class _Builder:
             return None
         return value
 
-    def value_bounds(self, node: exp.Expression, arg: exp.Expression, fn: str
-                     ) -> tuple[str | None, exp.Expression | None, tuple[float, float]] | None:
+    def value_bounds(self, node: exp.Expression, arg: exp.Expression, fn: str,
+                     pair: tuple[int, str] | None = None)  -> tuple[str | None, exp.Expression | None, tuple[float, float]] | None:
         """(column, value expression, bounds) of the argument of SUM / AVG / VARIANCE / STDDEV: a
         column with declared bounds, an explicit clamp with literal bounds, or an expression of
-        bounded columns (bounds by interval arithmetic, ``dpsql.plan.intervals``)."""
+        bounded columns (bounds by interval arithmetic, ``dpsql.plan.intervals``). ``pair``: for an
+        argument of a two-argument aggregate, its position (0 or 1) and the other argument as written, for
+        the forms the hints write."""
         assert self.table is not None
+
+        def call(inside: str) -> str:  # the aggregate written with ``inside`` as this argument
+            if pair is None:
+                return f"{fn}({inside})"
+            return f"{fn}({inside}, {pair[1]})" if pair[0] == 0 else f"{fn}({pair[1]}, {inside})"
+
         explicit = clamp_bounds(arg)
         inner = explicit[0] if explicit is not None else arg
         while isinstance(inner, exp.Paren):
@@ -641,9 +651,9 @@ class _Builder:
             if declared is None:
                 self.bad(
                     node,
-                    f"{fn}({_as_named(inner, column)}) needs value bounds; table '{self.table.name}' declares none for "
+                    f"{call(_as_named(inner, column))} needs value bounds; table '{self.table.name}' declares none for "
                     f"'{column}' (hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}}, or clamp "
-                    f"in the query: {fn}(LEAST(GREATEST({_as_named(inner, column)}, lo), hi)), where a NULL "
+                    f"in the query: {call(f'LEAST(GREATEST({_as_named(inner, column)}, lo), hi)')}, where a NULL "
                     f"{_as_named(inner, column)} counts as lo, as in SQL)",
                     policy=True,
                 )
@@ -667,18 +677,18 @@ class _Builder:
                 if off:
                     return None
                 self.bad(node, f"{fn} over an expression needs bounds: {e.message} (hint: write "
-                               f"{fn}(LEAST(GREATEST(expr, lo), hi)) with literal bounds, or declare the columns' bounds)")
+                               f"{call('LEAST(GREATEST(expr, lo), hi)')} with literal bounds, or declare the columns' bounds)")
                 return None
         if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > MAX_BOUND:
             self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
-                           f"(hint: aggregate a rescaled value, e.g. {fn}(x / 1e6), and rescale the result, or declare "
+                           f"(hint: aggregate a rescaled value, e.g. {call('x / 1e6')}, and rescale the result, or declare "
                            "narrower bounds)")
             return None
         if 0 < max(abs(lo), abs(hi)) < MIN_BOUND or 0 < hi - lo < MIN_BOUND:
             # noise scales this small leave the normal range of doubles (a variance squares them), where
             # the floating-point proofs of the samplers (dpsql.noise) no longer hold
             self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too small (at least 1e-100 in "
-                           f"magnitude and width) (hint: aggregate a rescaled value, e.g. {fn}(x * 1e6), and rescale "
+                           f"magnitude and width) (hint: aggregate a rescaled value, e.g. {call('x * 1e6')}, and rescale "
                            "the result)")
             return None
         if column is not None:
