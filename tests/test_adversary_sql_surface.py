@@ -165,6 +165,7 @@ SINGLE_TABLE = [
     ("SELECT VARIANCE(d) AS v, STDDEV(amt * 2) AS s, VAR_POP(f) AS p FROM t", 1e-6),
     ("SELECT CORR(d, amt) AS r, COVAR_POP(f, hi * 2) AS c, COVAR_SAMP(big, i - ti) AS cs FROM t", 1e-6),
     ("SELECT flag AS k, CORR(d, f) AS r FROM t GROUP BY k", 1e-6),
+    ("SELECT REGR_SLOPE(d, amt) AS s, REGR_INTERCEPT(big, hi - f) AS i FROM t", 0.0),
     ("SELECT note AS k, COVAR_POP(big, CAST(amt AS DOUBLE)) AS c FROM t GROUP BY k", 0.0),
     ("SELECT SUM(d) / COUNT(*) AS ratio, COUNT(*) * 1e308 * 10 AS big_out FROM t", 1e-6),
     # COUNT(col) and COUNT(DISTINCT col) over every kind of column

@@ -1,4 +1,4 @@
-"""COVAR_POP / COVAR_SAMP / CORR (``dpsql.mechanisms.covariance``): the stated sensitivities hold when one
+"""COVAR_POP / COVAR_SAMP / CORR / REGR_SLOPE / REGR_INTERCEPT (``dpsql.mechanisms.covariance``): the stated sensitivities hold when one
 person is removed, the calibration pinned by hand, the point and interval pinned, the interval's coverage
 (with a negative control), zero-noise answers equal to DuckDB's own on the clamped pairs (scalar, public
 keys, unknown keys), and the refusals (free, naming the fix)."""
@@ -28,6 +28,7 @@ SENS = [
     "SELECT g, COVAR_POP(amount, age), CORR(age * 2 - amount, amount) FROM t GROUP BY g",
     "SELECT COVAR_SAMP(amount, age), CORR(LEAST(GREATEST(amount, 0), 50), age) FROM t",
     "SELECT h, CORR(amount, age), COUNT(*) FROM t GROUP BY h",
+    "SELECT g, REGR_SLOPE(amount, age), REGR_INTERCEPT(age, amount * 2) FROM t GROUP BY g",
 ]
 
 
@@ -99,6 +100,17 @@ def test_laplace_calibration_of_corr_pinned(lap: Any) -> None:
         assert lam["__a0" + c] == pytest.approx(w, rel=SNAP), c
 
 
+def test_laplace_calibration_of_regr_pinned(lap: Any) -> None:
+    p = lap.explain("SELECT REGR_SLOPE(x, y) FROM t", epsilon=5.0).parameters
+    # m = 5 columns (no sum of the dependent x's squares); eps per column 1; L = 2, rx = 5, ry = 2
+    assert p["l1_sensitivity"] == 5
+    lam = {k: v["lambda"] for k, v in p["snapping"].items()}
+    want = {"_cnt": 2.0, "_sum": 10.0, "_sumb": 4.0, "_ab": 20.0, "_sqb": 8.0}
+    assert set(lam) == {"__a0" + c for c in want}
+    for c, w in want.items():
+        assert lam["__a0" + c] == pytest.approx(w, rel=SNAP), c
+
+
 def test_gaussian_calibration_of_covariance_pinned(lap: Any) -> None:
     p = lap.explain("SELECT COVAR_POP(x, y) FROM t", epsilon=1.0, delta=1e-6).parameters
     sc = p["scales"]
@@ -135,6 +147,23 @@ def test_point_pinned() -> None:
     assert np.isnan(covariance.point("corr", _a(-3.0), sa, sb, sab, qa, qb, 5.0, 5.0)[0])
 
 
+def test_regression_point_pinned() -> None:
+    n, sy, sx, sxy, qx = _a(100.0), _a(10.0), _a(-20.0), _a(300.0), _a(1600.0)
+    slope = 3.02 / (16.0 - 0.04)  # cov_pop / var_pop(x)
+    assert covariance.point("regr_slope", n, sy, sx, sxy, None, qx, 50.0, 50.0)[0] == pytest.approx(slope)
+    # midpoints 5 (y) and 10 (x): mean y = 5.1, mean x = 9.8
+    assert covariance.point("regr_intercept", n, sy, sx, sxy, None, qx, 50.0, 50.0, 5.0, 10.0)[0] == pytest.approx(
+        5.1 - slope * 9.8)
+    # the means are clipped to the bounds: x in [10 - 5, 10 + 5] = [5, 15], its noisy mean 9.8 stays; y's 5.1 -> [4, 6]
+    assert covariance.point("regr_intercept", n, sy, sx, sxy, None, qx, 1.0, 5.0, 5.0, 10.0)[0] == pytest.approx(
+        5.1 - slope * 9.8)
+    assert covariance.point("regr_intercept", n, _a(500.0), sx, sxy, None, qx, 1.0, 5.0, 5.0, 10.0)[0] == pytest.approx(
+        6.0 - (3.0 - 5.0 * -0.2) / 15.96 * 9.8)
+    # NULL: var_pop(x) not positive, or fewer than 2 rows
+    assert np.isnan(covariance.point("regr_slope", n, sy, sx, sxy, None, _a(4.0), 50.0, 50.0)[0])
+    assert np.isnan(covariance.point("regr_intercept", _a(1.0), sy, sx, sxy, None, qx, 50.0, 50.0)[0])
+
+
 def test_interval_pinned() -> None:
     n, sa, sb, sab = _a(100.0), _a(0.0), _a(0.0), _a(300.0)
     h = {"_cnt": 10.0, "_sum": 10.0, "_sumb": 20.0, "_ab": 30.0}
@@ -154,21 +183,33 @@ def test_interval_pinned() -> None:
     # a variance whose box reaches 0: the whole range
     lo, hi = covariance.interval("corr", n, sa, sb, sab, _a(50.0), _a(1600.0), h, 5.0, 5.0)
     assert (lo[0], hi[0]) == (-1.0, 1.0)
+    # REGR_SLOPE: the covariance's range over var_pop(x)'s, [(1600 - 160) / 110 - (20/90)^2, 1760 / 90]
+    h = {"_cnt": 10.0, "_sum": 10.0, "_sumb": 20.0, "_ab": 30.0, "_sqb": 160.0}
+    lo, hi = covariance.interval("regr_slope", n, sa, sb, sab, None, _a(1600.0), h, 5.0, 5.0)
+    assert (lo[0], hi[0]) == pytest.approx(((270 / 110 - p) / vb_hi, (330 / 90 + p) / vb_lo))
+    # intercept: mean y in [5 - 10/90, 5 + 10/90], mean x in [10 - 20/90, 10 + 20/90] (midpoints 5, 10)
+    lo, hi = covariance.interval("regr_intercept", n, sa, sb, sab, None, _a(1600.0), h, 50.0, 50.0, 5.0, 10.0)
+    s_lo, s_hi = (270 / 110 - p) / vb_hi, (330 / 90 + p) / vb_lo
+    assert (lo[0], hi[0]) == pytest.approx((5 - 10 / 90 - s_hi * (10 + 20 / 90), 5 + 10 / 90 - s_lo * (10 - 20 / 90)))
+    # a variance of x whose box reaches 0: no bound
+    lo, hi = covariance.interval("regr_slope", n, sa, sb, sab, None, _a(100.0), h, 5.0, 5.0)
+    assert (lo[0], hi[0]) == (-math.inf, math.inf)
     assert covariance.z_share(4) == pytest.approx(2.497705, abs=1e-5)  # Phi^-1(1 - 0.05/8)
     assert covariance.laplace_share(6) == pytest.approx(math.log(120.0))
 
 
-@pytest.mark.parametrize("kind", ["covar_samp", "corr"])
+@pytest.mark.parametrize("kind", ["covar_samp", "corr", "regr_slope", "regr_intercept"])
 def test_interval_covers_the_truth(kind: str) -> None:
     """Coverage >= 95% by construction (union bound): 20000 draws, failure probability < 1e-9 at a
     threshold of 94%; negative control: eighth-width intervals must fall below it."""
     gen = np.random.default_rng(20261205)
     true = {"_cnt": 40.0, "_sum": 30.0, "_sumb": -25.0, "_ab": 220.0, "_sq": 500.0, "_sqb": 400.0}
     sd = {"_cnt": 2.0, "_sum": 10.0, "_sumb": 10.0, "_ab": 50.0, "_sq": 50.0, "_sqb": 50.0}
-    names = list(true) if kind == "corr" else list(true)[:4]
+    names = list(true) if kind == "corr" else [*list(true)[:4], "_sqb"] if kind.startswith("regr") else list(true)[:4]
     m = len(names)
     t = {c: _a(true[c]) for c in names}
-    truth = covariance.point(kind, t["_cnt"], t["_sum"], t["_sumb"], t["_ab"], t.get("_sq"), t.get("_sqb"), 5.0, 5.0)[0]
+    truth = covariance.point(kind, t["_cnt"], t["_sum"], t["_sumb"], t["_ab"], t.get("_sq"), t.get("_sqb"), 5.0, 5.0,
+                             1.0, 2.0)[0]
     assert not np.isnan(truth)
     draws = 20000
     noisy = {c: true[c] + gen.normal(0, sd[c], draws) for c in names}
@@ -176,7 +217,7 @@ def test_interval_covers_the_truth(kind: str) -> None:
     for f in (1.0, 0.125):
         h = {c: f * covariance.z_share(m) * sd[c] for c in names}
         lo, hi = covariance.interval(kind, noisy["_cnt"], noisy["_sum"], noisy["_sumb"], noisy["_ab"],
-                                     noisy.get("_sq"), noisy.get("_sqb"), h, 5.0, 5.0)
+                                     noisy.get("_sq"), noisy.get("_sqb"), h, 5.0, 5.0, 1.0, 2.0)
         rates.append(float(np.mean((lo <= truth) & (truth <= hi))))
     assert rates[0] >= 0.94, rates
     assert rates[1] < 0.94, rates  # negative control
@@ -213,6 +254,7 @@ def pairs() -> Any:
 _X = "CASE WHEN x IS NOT NULL THEN least(greatest(x, 0), 100) END"
 _Y = "CASE WHEN y IS NOT NULL THEN least(greatest(y, -20), 60) END"
 CLAMPED = f"covar_pop({_X}, {_Y}), covar_samp({_X}, {_Y}), corr({_X}, {_Y})"
+REGR = f"regr_slope({_Y}, {_X}), regr_intercept({_Y}, {_X})"
 
 
 def test_scalar_zero_noise_is_duckdbs_own_on_the_clamped_pairs(pairs: Any) -> None:
@@ -225,6 +267,12 @@ def test_scalar_zero_noise_is_duckdbs_own_on_the_clamped_pairs(pairs: Any) -> No
         assert abs(row[name] - w) <= r.accuracy[name]["ci95_half_width"], (name, row[name], w)
         assert abs(row[name] - w) <= 1e-3 * abs(w), (name, row[name], w)  # zero noise: only the rounding grids
     assert "centred sums" in r.accuracy["r"]["note"]
+    want = con.execute(f"SELECT {REGR} FROM d").fetchone()
+    r = sess.query("SELECT REGR_SLOPE(y, x) AS s, REGR_INTERCEPT(y, x) AS i FROM p", epsilon=10.0, delta=1e-6)
+    row = r.table.to_pylist()[0]
+    for name, w in zip(("s", "i"), want):
+        assert abs(row[name] - w) <= r.accuracy[name]["ci95_half_width"], (name, row[name], w)
+        assert abs(row[name] - w) <= 1e-2 * abs(w), (name, row[name], w)
 
 
 def test_public_keys_zero_noise_is_duckdbs_own(pairs: Any) -> None:
@@ -238,6 +286,13 @@ def test_public_keys_zero_noise_is_duckdbs_own(pairs: Any) -> None:
     for g, vals in got.items():
         for v, w in zip(vals, want[g]):
             assert abs(v - w) <= 1e-2 * abs(w), (g, v, w)  # zero noise: the rounding grids of the released sums
+    want = {row[0]: row[1:] for row in con.execute(f"SELECT g, {REGR} FROM d GROUP BY g").fetchall()}
+    r = sess.query("SELECT g, REGR_SLOPE(y, x) AS s, REGR_INTERCEPT(y, x) AS i FROM p GROUP BY g", epsilon=10.0,
+                   delta=1e-6)
+    for row in r.table.to_pylist():
+        assert abs(row["s"] - want[row["g"]][0]) <= 1e-2 * abs(want[row["g"]][0])
+        # the intercept, mean(y) - slope * mean(x) (about 25 - 0.5 * 50): the grids of the sums move it by about 0.1
+        assert abs(row["i"] - want[row["g"]][1]) <= 0.2
 
 
 def test_unknown_keys_through_the_sparse_histogram(pairs: Any) -> None:
@@ -275,4 +330,6 @@ def test_refusals_are_free_and_name_the_fix(pairs: Any) -> None:
     assert "numeric" in free(sess, "SELECT CORR(x, g) FROM p")
     assert "FILTER" in free(sess, "SELECT CORR(x, y) FILTER (WHERE x > 3) FROM p")
     assert "CORR takes two arguments" in free(sess, "SELECT CORR(x, y, x) FROM p")  # never answered as CORR(x, y)
+    assert "REGR_SLOPE takes two arguments, REGR_SLOPE(y, x)" in free(sess, "SELECT REGR_SLOPE(y) FROM p")
+    assert "REGR_R2 is not supported" in free(sess, "SELECT REGR_R2(y, x) FROM p")
     assert "not supported over joins" in free(sess, "SELECT CORR(a.x, b.y) FROM p a JOIN p b ON a.uid = b.uid")

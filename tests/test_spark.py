@@ -141,7 +141,7 @@ QUERIES = {
     "variance": "SELECT VARIANCE(amount) AS v, STDDEV(amount) AS s FROM events",
     "variance_grouped": "SELECT country, VARIANCE(amount) AS v FROM events GROUP BY country",
     "covariance": ("SELECT COVAR_POP(amount, LEAST(GREATEST(age, 0), 99)) AS c, CORR(LEAST(GREATEST(age, 0), 99), "
-                   "amount) AS r FROM events"),
+                   "amount) AS r, REGR_INTERCEPT(amount, LEAST(GREATEST(age, 0), 99)) AS i FROM events"),
     "covariance_grouped": ("SELECT country, COVAR_SAMP(amount, amount * 2 - 10) AS c, CORR(CASE WHEN action = 'view' "
                            "THEN amount END, LEAST(GREATEST(age - 50, -40), 40)) AS r FROM events1 GROUP BY country"),
     "expression_sum": "SELECT SUM(amount * 2 + 1) AS s, AVG(LEAST(GREATEST(amount, 10), 50)) AS a FROM events",

@@ -232,6 +232,8 @@ QUERIES: list[tuple[str, str, str, Any]] = [
     ("corr", "SELECT CORR(age, income) FROM persons", "a", "exact"),
     ("covar", "SELECT COVAR_POP(age, income) FROM persons", "a", "exact"),
     ("covar_samp_group", "SELECT sex, COVAR_SAMP(income, age) FROM persons GROUP BY sex", "a", "exact"),
+    ("regr", "SELECT REGR_SLOPE(income, age) AS slope, REGR_INTERCEPT(income, age) AS intercept FROM persons", "a",
+     "exact"),
     ("stddev_cast", "SELECT stddev(income)::numeric(10,2) AS sd FROM persons", "a", "exact"),
     # -- FILTER, CASE, ratios and arithmetic over released values
     ("count_filter", "SELECT COUNT(*) FILTER (WHERE kind = 'purchase') AS purchases, COUNT(*) AS events FROM events",

@@ -362,8 +362,9 @@ def _finish_pair(cal: Calibration, a: ir.Aggregate, rounded: dict[str, np.ndarra
     v = {c: rounded[a.name + c] for c in names}
     h = {c: share_half_width(cal, a.name + c, gran[a.name + c], len(names)) for c in names}
     args = (v["_cnt"], v["_sum"], v["_sumb"], v["_ab"], v.get("_sq"), v.get("_sqb"))
-    val = covariance.point(a.kind, *args, ra, rb)
-    lo, hi = covariance.interval(a.kind, *args, h, ra, rb)
+    ca, cb = (a.bounds[0] + a.bounds[1]) / 2.0, (a.second.bounds[0] + a.second.bounds[1]) / 2.0
+    val = covariance.point(a.kind, *args, ra, rb, ca, cb)
+    lo, hi = covariance.interval(a.kind, *args, h, ra, rb, ca, cb)
     mask = np.isnan(val)
     cols[a.name] = pa.array(np.where(mask, 0.0, val), mask=mask, type=pa.float64())
     half = np.where(mask, np.nan, np.maximum(hi - np.where(mask, 0.0, val), np.where(mask, 0.0, val) - lo))
@@ -374,7 +375,7 @@ def _finish_pair(cal: Calibration, a: ir.Aggregate, rounded: dict[str, np.ndarra
         "per_row_ci95_half_width": half.tolist(),
         "noise": cal.noise,
         "note": ("from noisy count and centred sums of the clamped pairs (" + ", ".join(names) + "; post-processing); "
-                 "NULL where the count is too small" + (" or a noisy variance is not positive" if a.kind == ir.CORR else "")
+                 "NULL where the count is too small" + (" or a noisy variance is not positive" if a.kind in (ir.CORR, *covariance.REGR_KINDS) else "")
                  + "; the interval contains the statistic's range over the columns' joint 95% noise box (union bound: "
                  "covers the bounded truth with probability >= 95%), as the largest distance from the released value to "
                  "either end, per row in per_row_ci95_half_width (ci95_half_width: median over rows)"),

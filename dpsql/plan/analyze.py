@@ -108,7 +108,8 @@ _VALUE_KINDS: dict[type, str] = {
 
 
 #: aggregates of two bounded values (``ir.PAIR_KINDS``, ``dpsql.mechanisms.covariance``)
-_PAIR_KINDS: dict[type, str] = {exp.CovarPop: ir.COVAR_POP, exp.CovarSamp: ir.COVAR_SAMP, exp.Corr: ir.CORR}
+_PAIR_KINDS: dict[type, str] = {exp.CovarPop: ir.COVAR_POP, exp.CovarSamp: ir.COVAR_SAMP, exp.Corr: ir.CORR,
+                                exp.RegrSlope: ir.REGR_SLOPE, exp.RegrIntercept: ir.REGR_INTERCEPT}
 
 
 def _value_kind(node: exp.Expression) -> str:
@@ -123,7 +124,8 @@ def _written(node: exp.Expression) -> str:
         return str(node.this).upper()
     return {exp.Variance: "VARIANCE", exp.VariancePop: "VAR_POP", exp.Stddev: "STDDEV", exp.StddevSamp: "STDDEV_SAMP",
             exp.StddevPop: "STDDEV_POP", exp.Sum: "SUM", exp.Avg: "AVG", exp.CovarPop: "COVAR_POP",
-            exp.CovarSamp: "COVAR_SAMP", exp.Corr: "CORR"}.get(type(node), type(node).__name__.upper())
+            exp.CovarSamp: "COVAR_SAMP", exp.Corr: "CORR", exp.RegrSlope: "REGR_SLOPE",
+            exp.RegrIntercept: "REGR_INTERCEPT"}.get(type(node), type(node).__name__.upper())
 
 
 def is_bin_column(name: str, table: TableSpec) -> bool:
@@ -236,7 +238,7 @@ def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
     """The refusal of an aggregate that is not answered, naming its supported form when it has one
     (``approx_count_distinct(x)``: ``COUNT(DISTINCT x)``; ``count_if(c)``: ``COUNT(*) FILTER (WHERE c)``)."""
     msg = (f"aggregate {_agg_name(node, sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, COVAR_POP, "
-           "COVAR_SAMP, CORR, MIN, MAX, MEDIAN or QUANTILE")
+           "COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT, MIN, MAX, MEDIAN or QUANTILE")
     arg = node.this if isinstance(node, (exp.ApproxDistinct, exp.CountIf)) else None
     if isinstance(arg, exp.Column) and isinstance(node, exp.ApproxDistinct):
         return f"{msg}: the distinct values are counted exactly by COUNT(DISTINCT {quoted(arg)})"
@@ -544,9 +546,9 @@ class _Builder:
         """(column, value expression, bounds) of each argument of COVAR_POP / COVAR_SAMP / CORR, as for
         SUM's (:meth:`value_bounds`); every argument's problem is reported."""
         fn = _written(node)
-        if any(v is not None for k, v in node.args.items() if k not in ("this", "expression")):
+        if node.expression is None or any(v is not None for k, v in node.args.items() if k not in ("this", "expression")):
             # CORR(a, b, c): sqlglot reads the third as a flag, DuckDB has no such CORR: never answer CORR(a, b) for it
-            self.bad(node, f"{fn} takes two arguments, {fn}(a, b)")
+            self.bad(node, f"{fn} takes two arguments, {fn}({'y, x' if fn.startswith('REGR') else 'a, b'})")
             return None
         args = (node.this, node.expression)
         first, second = (self.value_bounds(node, a, fn, (i, as_written(args[1 - i]).sql(dialect=DIALECT)))

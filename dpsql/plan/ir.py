@@ -30,8 +30,10 @@ VARIANCE_KINDS = (VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP)
 COVAR_POP = "covar_pop"  # COVAR_POP(a, b): from count, centred sums of a, b and of a * b
 COVAR_SAMP = "covar_samp"  # COVAR_SAMP(a, b)
 CORR = "corr"  # CORR(a, b): also the centred sums of squares of a and b
+REGR_SLOPE = "regr_slope"  # REGR_SLOPE(y, x): also the centred sum of squares of x (the second argument)
+REGR_INTERCEPT = "regr_intercept"  # REGR_INTERCEPT(y, x)
 #: aggregates of two values (``Aggregate.second``) released through centred sums: dpsql.mechanisms.covariance
-PAIR_KINDS = (COVAR_POP, COVAR_SAMP, CORR)
+PAIR_KINDS = (COVAR_POP, COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT)
 #: aggregates that read a clamped value (a column, or ``Aggregate.value``)
 VALUE_KINDS = (SUM, AVG, *VARIANCE_KINDS, *PAIR_KINDS)
 #: aggregates whose clamped values are centred on their bounds' midpoint

@@ -266,15 +266,17 @@ def released_columns(plan: ir.QueryPlan, caps: Caps) -> list[ReleasedColumn]:
             cols.append(ReleasedColumn(a.name + "_sum", _times_up(k, m), "sum", fixed_point_scale(m)))
             cols.append(ReleasedColumn(a.name + "_sumb", _times_up(k, mb), "sum", fixed_point_scale(mb)))
             cols.append(ReleasedColumn(a.name + "_ab", _times_up(k, mab), "sum", fixed_point_scale(mab)))
-            if a.kind == ir.CORR:
+            if "_sq" in pair_columns(a.kind):
                 cols.append(ReleasedColumn(a.name + "_sq", _times_up(k, m2), "sum", fixed_point_scale(m2)))
+            if "_sqb" in pair_columns(a.kind):
                 cols.append(ReleasedColumn(a.name + "_sqb", _times_up(k, mb2), "sum", fixed_point_scale(mb2)))
     return cols
 
 
 def pair_columns(kind: str) -> tuple[str, ...]:
     """The suffixes of the released columns of a PAIR_KINDS aggregate (:func:`released_columns`)."""
-    return ("_cnt", "_sum", "_sumb", "_ab", *(("_sq", "_sqb") if kind == ir.CORR else ()))
+    squares = ("_sq", "_sqb") if kind == ir.CORR else ("_sqb",) if kind in (ir.REGR_SLOPE, ir.REGR_INTERCEPT) else ()
+    return ("_cnt", "_sum", "_sumb", "_ab", *squares)
 
 
 def _times_up(k: float, m: float) -> float:
@@ -1108,9 +1110,10 @@ def bounded_query(
             ug_proj.append(exp.alias_(ops.exact_sum(_col(v)), f"{a.name}_s", copy=False))
             ug_proj.append(exp.alias_(ops.exact_sum(_col(w)), f"{a.name}_t", copy=False))
             ug_proj.append(exp.alias_(ops.exact_sum(_fixed_product(a, _col(v), _col(w), ops)), f"{a.name}_p", copy=False))
-            if a.kind == ir.CORR:
-                assert a.second is not None
+            assert a.second is not None
+            if "_sq" in pair_columns(a.kind):
                 ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(v), ops)), f"{a.name}_q", copy=False))
+            if "_sqb" in pair_columns(a.kind):
                 ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a.second, _col(w), ops)), f"{a.name}_r",
                                           copy=False))
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
