@@ -333,3 +333,34 @@ def test_refusals_are_free_and_name_the_fix(pairs: Any) -> None:
     assert "REGR_SLOPE takes two arguments, REGR_SLOPE(y, x)" in free(sess, "SELECT REGR_SLOPE(y) FROM p")
     assert "REGR_R2 is not supported" in free(sess, "SELECT REGR_R2(y, x) FROM p")
     assert "not supported over joins" in free(sess, "SELECT CORR(a.x, b.y) FROM p a JOIN p b ON a.uid = b.uid")
+
+
+# -- one hostile person: everything the analyst sees (tests/_neighbour.py) ------------------------------------
+
+PAIR_QUERIES = [
+    "SELECT COVAR_POP(x, y) AS c, CORR(n, x) AS r FROM t",
+    "SELECT g, COVAR_SAMP(y, n * 2) AS c, REGR_SLOPE(x, y) AS s FROM t GROUP BY g",
+    "SELECT h, CORR(x, amt) AS r, COUNT(DISTINCT lower(h) || g) AS n FROM t GROUP BY h",
+    "SELECT COUNT(DISTINCT floor(y / 10)) AS n, REGR_INTERCEPT(amt, x) AS i FROM t WHERE x > 0",
+    "SELECT b, CORR(n, amt) AS r, COUNT(DISTINCT date_trunc('month', ts)) AS m FROM t GROUP BY b",
+]
+
+
+@pytest.mark.parametrize("seed", [20261254, 20261218, 20261205, 20261267, 20261221, 7002, 7018])  # every query
+def test_one_hostile_person_changes_nothing_but_the_noisy_values(seed: int) -> None:
+    """The neighbour fuzzer's random data and registrations (a person with NaN, +-inf, +-1e308, integer extremes,
+    long text, many rows), these queries: outcome, messages, warnings, charge, key set and the bounded columns
+    (within their sensitivity) the same on D and D minus that person."""
+    import dataclasses
+
+    from _neighbour import check_pair, run_one
+    from _neighbour_gen import random_case
+
+    case = random_case(seed, production=seed < 10000)
+    case = dataclasses.replace(case, sql=PAIR_QUERIES[seed % len(PAIR_QUERIES)], options=None,
+                               delta=case.delta or 1e-6)
+    a = run_one(case.table, case.reg, case.sql, case.eps, case.delta, case.options, case.production)
+    b = run_one(case.without_target(), case.reg, case.sql, case.eps, case.delta, case.options, case.production)
+    problems = check_pair(a, b, what=case.describe())
+    assert not problems, case.describe() + "\n" + "\n".join(problems)
+    assert "release" in a, a.get("error")  # answered, not refused on both sides
