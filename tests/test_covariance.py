@@ -333,6 +333,9 @@ def test_refusals_are_free_and_name_the_fix(pairs: Any) -> None:
     assert "REGR_SLOPE takes two arguments, REGR_SLOPE(y, x)" in free(sess, "SELECT REGR_SLOPE(y) FROM p")
     assert "REGR_R2 is not supported" in free(sess, "SELECT REGR_R2(y, x) FROM p")
     assert "not supported over joins" in free(sess, "SELECT CORR(a.x, b.y) FROM p a JOIN p b ON a.uid = b.uid")
+    # named as written (it was sqlglot's class name, REGRSLOPE)
+    assert "aggregate REGR_SLOPE is not supported over joins" in free(
+        sess, "SELECT REGR_SLOPE(a.x, b.y) FROM p a JOIN p b ON a.uid = b.uid")
 
 
 # -- one hostile person: everything the analyst sees (tests/_neighbour.py) ------------------------------------
