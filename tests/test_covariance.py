@@ -336,6 +336,7 @@ def test_refusals_are_free_and_name_the_fix(pairs: Any) -> None:
     # named as written (it was sqlglot's class name, REGRSLOPE)
     assert "aggregate REGR_SLOPE is not supported over joins" in free(
         sess, "SELECT REGR_SLOPE(a.x, b.y) FROM p a JOIN p b ON a.uid = b.uid")
+    assert "aggregate VAR_POP is not supported over joins" in free(sess, "SELECT VAR_POP(a.x) FROM p a JOIN p b ON a.uid = b.uid")
 
 
 # -- one hostile person: everything the analyst sees (tests/_neighbour.py) ------------------------------------
