@@ -163,6 +163,10 @@ SINGLE_TABLE = [
     ("SELECT SUM(i / ti) AS v FROM t", 0.0),  # refused: no bound for a division by a column
     ("SELECT AVG(d) AS a, AVG(f) AS b, AVG(amt) AS c, AVG(hi) AS e FROM t", 1e-6),
     ("SELECT VARIANCE(d) AS v, STDDEV(amt * 2) AS s, VAR_POP(f) AS p FROM t", 1e-6),
+    ("SELECT CORR(d, amt) AS r, COVAR_POP(f, hi * 2) AS c, COVAR_SAMP(big, i - ti) AS cs FROM t", 1e-6),
+    ("SELECT flag AS k, CORR(d, f) AS r FROM t GROUP BY k", 1e-6),
+    ("SELECT REGR_SLOPE(d, amt) AS s, REGR_INTERCEPT(big, hi - f) AS i FROM t", 0.0),
+    ("SELECT note AS k, COVAR_POP(big, CAST(amt AS DOUBLE)) AS c FROM t GROUP BY k", 0.0),
     ("SELECT SUM(d) / COUNT(*) AS ratio, COUNT(*) * 1e308 * 10 AS big_out FROM t", 1e-6),
     # COUNT(col) and COUNT(DISTINCT col) over every kind of column
     ("SELECT COUNT(DISTINCT d) AS a, COUNT(DISTINCT f) AS b, COUNT(DISTINCT note) AS c FROM t", 1e-6),
@@ -171,7 +175,9 @@ SINGLE_TABLE = [
     ("SELECT COUNT(DISTINCT tags) AS v FROM t", 1e-6),
     ("SELECT COUNT(iv) AS a, COUNT(day) AS b, COUNT(amt) AS c FROM t", 0.0),
     ("SELECT COUNT(tags) AS v FROM t", 0.0),
-    ("SELECT COUNT(DISTINCT lower(note)) AS v FROM t", 1e-6),  # refused: one column only
+    ("SELECT COUNT(DISTINCT lower(note)) AS v, COUNT(DISTINCT f * 2) AS w, COUNT(DISTINCT CAST(note AS INT)) AS x, "
+     "COUNT(DISTINCT date_trunc('month', ts)) AS y, COUNT(DISTINCT hi % 7) AS z FROM t", 1e-6),
+    ("SELECT flag AS k, COUNT(DISTINCT d / 0.5) AS v, COUNT(DISTINCT day + INTERVAL 1 DAY) AS w FROM t GROUP BY k", 1e-6),
     # quantiles over a public grid of the bounds
     ("SELECT MEDIAN(d) AS v FROM t", 0.0),
     ("SELECT MIN(i) AS a, MAX(amt) AS b FROM t", 0.0),

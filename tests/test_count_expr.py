@@ -141,7 +141,7 @@ def test_a_heavy_person_counts_at_most_k_rows_per_group() -> None:
 @pytest.mark.parametrize("sql,needle", [
     ("SELECT COUNT(CASE WHEN frobnicate(amount) THEN 1 END) FROM t", "frobnicate"),
     ("SELECT COUNT(CASE WHEN nope = 1 THEN 1 END) FROM t", "nope"),
-    ("SELECT COUNT(DISTINCT amount + 1) FROM t", "COUNT(DISTINCT ...) takes one column"),
+    ("SELECT COUNT(DISTINCT amount, status) FROM t", "COUNT(DISTINCT ...) takes one column or expression"),
     ("SELECT COUNT(RANDOM()) FROM t", "random"),
 ])
 def test_what_stays_refused_is_refused_for_free(s: Any, sql: str, needle: str) -> None:
@@ -200,21 +200,19 @@ def test_count_of_a_literal_is_count_star_with_its_accuracy(s: Any, arg: str) ->
     assert s.query(f"SELECT COUNT({arg}) AS n FROM t", epsilon=1.0).to_pylist() == [{"n": 300}]
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT COUNT(DISTINCT frobnicate(code)) FROM t",
-    "SELECT COUNT(DISTINCT lower(code)) FROM t",
-    "SELECT COUNT(DISTINCT random()) FROM t",
-    "SELECT status, COUNT(DISTINCT code || 'x') FROM t GROUP BY status",
+@pytest.mark.parametrize("sql,needle", [
+    ("SELECT COUNT(DISTINCT frobnicate(code)) FROM t", "frobnicate"),
+    ("SELECT COUNT(DISTINCT random()) FROM t", "random"),
+    ("SELECT status, COUNT(DISTINCT nope || 'x') FROM t GROUP BY status", "nope"),
 ])
-def test_count_distinct_of_an_expression_is_one_problem_with_its_fix(s: Any, sql: str) -> None:
-    # it was two problems for COUNT(DISTINCT frobnicate(code)): the function, then "takes one column"
+def test_count_distinct_of_a_refused_expression_is_one_problem(s: Any, sql: str, needle: str) -> None:
+    # the function and column checks and the typing of the value name the same place once
     before, rows = s.remaining(), s.history().num_rows
     for run in (s.query, s.explain):
         with pytest.raises(errors.UnsupportedQueryError) as ei:
             run(sql, epsilon=1.0)
         assert len(ei.value.violations) == 1, str(ei.value)
-        assert "COUNT(DISTINCT ...) takes one column" in str(ei.value)
-        assert ("COUNT(DISTINCT code)" in str(ei.value)) == ("code" in sql)  # the fix, over the column it reads
+        assert needle in str(ei.value)
     assert s.remaining() == before and s.history().num_rows == rows
 
 

@@ -140,6 +140,10 @@ QUERIES = {
                           "FROM events GROUP BY country"),
     "variance": "SELECT VARIANCE(amount) AS v, STDDEV(amount) AS s FROM events",
     "variance_grouped": "SELECT country, VARIANCE(amount) AS v FROM events GROUP BY country",
+    "covariance": ("SELECT COVAR_POP(amount, LEAST(GREATEST(age, 0), 99)) AS c, CORR(LEAST(GREATEST(age, 0), 99), "
+                   "amount) AS r, REGR_INTERCEPT(amount, LEAST(GREATEST(age, 0), 99)) AS i FROM events"),
+    "covariance_grouped": ("SELECT country, COVAR_SAMP(amount, amount * 2 - 10) AS c, CORR(CASE WHEN action = 'view' "
+                           "THEN amount END, LEAST(GREATEST(age - 50, -40), 40)) AS r FROM events1 GROUP BY country"),
     "expression_sum": "SELECT SUM(amount * 2 + 1) AS s, AVG(LEAST(GREATEST(amount, 10), 50)) AS a FROM events",
     "group_without_aggregate": "SELECT url FROM events GROUP BY url",
     "count_distinct": "SELECT COUNT(DISTINCT url) AS n FROM events",
@@ -147,6 +151,10 @@ QUERIES = {
     "count_distinct_one_row": "SELECT country, COUNT(DISTINCT url) AS n, SUM(amount) AS s FROM events1 GROUP BY country",
     "count_distinct_nulls": "SELECT country, COUNT(DISTINCT ref) AS n FROM events GROUP BY country",
     "count_distinct_nulls_one_row": "SELECT COUNT(DISTINCT ref) AS n FROM events1",
+    # COUNT(DISTINCT expr): the expression's canonical key (text through the salted digest), NULL not counted
+    "count_distinct_expr": ("SELECT country, COUNT(DISTINCT upper(ref)) AS n, COUNT(DISTINCT floor(amount / 10)) AS m "
+                            "FROM events GROUP BY country"),
+    "count_distinct_expr_one_row": "SELECT COUNT(DISTINCT lower(url) || action) AS n FROM events1",
     # COUNT(expr): the rows where the typed, total expression is not NULL (conversions that fail are NULL)
     "count_expr": ("SELECT country, COUNT(CASE WHEN amount > 50 THEN 1 END) AS n, COUNT(CASE WHEN length(ref) > 2 "
                    "THEN ref END) AS r, SUM(CASE WHEN amount > 50 THEN amount END) AS s FROM events GROUP BY country"),
@@ -230,7 +238,7 @@ def test_bounded_aggregates_are_the_same_on_duckdb_and_spark(duck: dpsql.Session
 
 
 @pytest.mark.parametrize("name", ["scalar", "variance", "variance_grouped", "expression_sum", "sparse_sum_avg",
-                                  "count_distinct_one_row", "public_keys"])
+                                  "count_distinct_one_row", "public_keys", "covariance", "covariance_grouped"])
 def test_bounded_sums_are_bit_identical_on_duckdb_and_spark(duck: dpsql.Session, spark_session: dpsql.Session,
                                                            name: str) -> None:
     """The bounded SUM / AVG / VARIANCE totals are exact fixed-point integer sums

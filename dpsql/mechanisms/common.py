@@ -20,7 +20,7 @@ from sqlglot import exp
 from dpsql.budget import Budget, binary_at_least, exact
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError
-from dpsql.mechanisms import variance
+from dpsql.mechanisms import covariance, variance
 from dpsql.mechanisms.base import Description, Released, fmt_cap
 from dpsql.noise import (
     NoiseSource,
@@ -32,7 +32,14 @@ from dpsql.noise import (
     round_to_granularity,
 )
 from dpsql.plan import ir
-from dpsql.rewrite.bound import Caps, ReleasedColumn, bounded_query, released_columns, source_column
+from dpsql.rewrite.bound import (
+    Caps,
+    ReleasedColumn,
+    bounded_query,
+    pair_columns,
+    released_columns,
+    source_column,
+)
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 LAPLACE95 = math.log(20.0)  # P(|Lap(b)| > b ln 20) = 0.05
@@ -75,6 +82,7 @@ def needed_columns(plan: ir.QueryPlan, caps: Caps) -> list[Any]:
     need |= {a.name + "_sum" for a in plan.aggregates if a.kind in (ir.AVG, *ir.VARIANCE_KINDS)}
     need |= {a.name + "_cnt" for a in plan.aggregates if a.kind in (ir.AVG, *ir.VARIANCE_KINDS)}
     need |= {a.name + "_sq" for a in plan.aggregates if a.kind in ir.VARIANCE_KINDS}
+    need |= {a.name + c for a in plan.aggregates if a.kind in ir.PAIR_KINDS for c in pair_columns(a.kind)}
     return [c for c in released_columns(plan, caps) if c.name in need]
 
 
@@ -248,6 +256,9 @@ def finish_release(
         if a.kind in ir.VARIANCE_KINDS:
             _finish_variance(plan, cal, a, rounded, gran, cols, row_accuracy, accuracy)
             continue
+        if a.kind in ir.PAIR_KINDS:
+            _finish_pair(cal, a, rounded, gran, cols, row_accuracy, accuracy)
+            continue
         if a.kind == ir.AVG:
             assert a.bounds is not None
             lo, hi = a.bounds
@@ -333,6 +344,44 @@ def third_half_width(cal: Calibration, col: str, gran: float) -> float:
     return variance.LAPLACE_THIRD * scale + grid / 2.0 + gran / 2.0
 
 
+def share_half_width(cal: Calibration, col: str, gran: float, m: int) -> float:
+    """A two-sided 1 - 0.05/m noise half-width of one released column (``dpsql.mechanisms.covariance``)."""
+    scale = cal.scales[col]
+    if cal.noise == "gaussian":
+        return covariance.z_share(m) * scale + gran / 2.0
+    grid = cal.snap[col][0] if col in cal.snap else 0.0
+    return covariance.laplace_share(m) * scale + grid / 2.0 + gran / 2.0
+
+
+def _finish_pair(cal: Calibration, a: ir.Aggregate, rounded: dict[str, np.ndarray], gran: dict[str, float],
+                 cols: dict[str, Any], row_accuracy: dict[str, pa.Array], accuracy: dict[str, dict[str, Any]]) -> None:
+    """COVAR_POP / COVAR_SAMP / CORR from the released count and centred sums (post-processing)."""
+    assert a.bounds is not None and a.second is not None and a.second.bounds is not None
+    ra, rb = (a.bounds[1] - a.bounds[0]) / 2.0, (a.second.bounds[1] - a.second.bounds[0]) / 2.0
+    names = pair_columns(a.kind)
+    v = {c: rounded[a.name + c] for c in names}
+    h = {c: share_half_width(cal, a.name + c, gran[a.name + c], len(names)) for c in names}
+    args = (v["_cnt"], v["_sum"], v["_sumb"], v["_ab"], v.get("_sq"), v.get("_sqb"))
+    ca, cb = (a.bounds[0] + a.bounds[1]) / 2.0, (a.second.bounds[0] + a.second.bounds[1]) / 2.0
+    val = covariance.point(a.kind, *args, ra, rb, ca, cb)
+    lo, hi = covariance.interval(a.kind, *args, h, ra, rb, ca, cb)
+    mask = np.isnan(val)
+    cols[a.name] = pa.array(np.where(mask, 0.0, val), mask=mask, type=pa.float64())
+    half = np.where(mask, np.nan, np.maximum(hi - np.where(mask, 0.0, val), np.where(mask, 0.0, val) - lo))
+    row_accuracy[a.name] = pa.array(half, type=pa.float64())
+    finite = half[np.isfinite(half)]
+    accuracy[a.name] = {
+        "ci95_half_width": float(np.median(finite)) if finite.size else None,
+        "per_row_ci95_half_width": half.tolist(),
+        "noise": cal.noise,
+        "note": ("from noisy count and centred sums of the clamped pairs (" + ", ".join(names) + "; post-processing); "
+                 "NULL where the count is too small" + (" or a noisy variance is not positive" if a.kind in (ir.CORR, *covariance.REGR_KINDS) else "")
+                 + "; the interval contains the statistic's range over the columns' joint 95% noise box (union bound: "
+                 "covers the bounded truth with probability >= 95%), as the largest distance from the released value to "
+                 "either end, per row in per_row_ci95_half_width (ci95_half_width: median over rows)"),
+    }
+
+
 def _finish_variance(plan: ir.QueryPlan, cal: Calibration, a: ir.Aggregate, rounded: dict[str, np.ndarray],
                      gran: dict[str, float], cols: dict[str, Any], row_accuracy: dict[str, pa.Array],
                      accuracy: dict[str, dict[str, Any]]) -> None:
@@ -413,6 +462,11 @@ def expected_accuracy(cal: Calibration) -> dict[str, dict[str, Any]]:
             out[o.name] = {"note": "from noisy count, centred sum and sum of squares (each noise_std in parameters.scales): "
                            "the interval depends on the released count", "column_noise_std": {
                                c: cal.std(a.name + c) for c in ("_cnt", "_sum", "_sq")}}
+            continue
+        if a.kind in ir.PAIR_KINDS:
+            out[o.name] = {"note": "from noisy count and centred sums (each noise_std in parameters.scales): the "
+                           "interval depends on the released values", "column_noise_std": {
+                               c: cal.std(a.name + c) for c in pair_columns(a.kind)}}
             continue
         src = source_column(a, cal.caps)
         gran = granularity_for(cal, by_name[src], plan)

@@ -42,6 +42,7 @@ from dpsql.plan.typer import (
     func_name,
     parse_type,
     type_checked,
+    type_distinct,
     type_key,
     type_predicate,
     type_value,
@@ -106,6 +107,11 @@ _VALUE_KINDS: dict[type, str] = {
 }
 
 
+#: aggregates of two bounded values (``ir.PAIR_KINDS``, ``dpsql.mechanisms.covariance``)
+_PAIR_KINDS: dict[type, str] = {exp.CovarPop: ir.COVAR_POP, exp.CovarSamp: ir.COVAR_SAMP, exp.Corr: ir.CORR,
+                                exp.RegrSlope: ir.REGR_SLOPE, exp.RegrIntercept: ir.REGR_INTERCEPT}
+
+
 def _value_kind(node: exp.Expression) -> str:
     if isinstance(node, exp.Anonymous):
         return ANON_AGGS[str(node.this).lower()]
@@ -117,7 +123,9 @@ def _written(node: exp.Expression) -> str:
     if isinstance(node, exp.Anonymous):
         return str(node.this).upper()
     return {exp.Variance: "VARIANCE", exp.VariancePop: "VAR_POP", exp.Stddev: "STDDEV", exp.StddevSamp: "STDDEV_SAMP",
-            exp.StddevPop: "STDDEV_POP", exp.Sum: "SUM", exp.Avg: "AVG"}.get(type(node), type(node).__name__.upper())
+            exp.StddevPop: "STDDEV_POP", exp.Sum: "SUM", exp.Avg: "AVG", exp.CovarPop: "COVAR_POP",
+            exp.CovarSamp: "COVAR_SAMP", exp.Corr: "CORR", exp.RegrSlope: "REGR_SLOPE",
+            exp.RegrIntercept: "REGR_INTERCEPT"}.get(type(node), type(node).__name__.upper())
 
 
 def is_bin_column(name: str, table: TableSpec) -> bool:
@@ -229,8 +237,8 @@ def _part_first(c: exp.Column) -> str:
 def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
     """The refusal of an aggregate that is not answered, naming its supported form when it has one
     (``approx_count_distinct(x)``: ``COUNT(DISTINCT x)``; ``count_if(c)``: ``COUNT(*) FILTER (WHERE c)``)."""
-    msg = (f"aggregate {_agg_name(node, sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, MIN, MAX, "
-           "MEDIAN or QUANTILE")
+    msg = (f"aggregate {_agg_name(node, sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, COVAR_POP, "
+           "COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT, MIN, MAX, MEDIAN or QUANTILE")
     arg = node.this if isinstance(node, (exp.ApproxDistinct, exp.CountIf)) else None
     if isinstance(arg, exp.Column) and isinstance(node, exp.ApproxDistinct):
         return f"{msg}: the distinct values are counted exactly by COUNT(DISTINCT {quoted(arg)})"
@@ -399,6 +407,7 @@ class _Builder:
         value: exp.Expression | None = None
         bounds: tuple[float, float] | None = None
         p: float | None = None
+        second: tuple[str | None, exp.Expression | None, tuple[float, float]] | None = None
         if isinstance(node, (exp.WithinGroup, *QUANTILE_AGGS)):
             qgot = quantile_call(node)
             if isinstance(qgot, str):
@@ -466,22 +475,20 @@ class _Builder:
                     if problem is not None:
                         self.bad(node, problem)
                         return None
+                elif len(exprs) == 1:
+                    value = self.distinct_value(node, exprs[0])
+                    if value is None:
+                        return None
+                    kind = ir.COUNT_DISTINCT
                 else:
-                    # one message for the call (its argument is not checked on its own: plan.checks); quoted as
+                    # one message for the call (its arguments are not checked on their own: plan.checks); quoted as
                     # written (sqlglot renders COUNT(DISTINCT a, b) as a CASE over a tuple)
                     call = "COUNT(DISTINCT " + ", ".join(as_written(e).sql(dialect=DIALECT, normalize_functions=False)
                                                           for e in arg.expressions) + ")"
-                    cols = sorted({c.name for e in exprs for c in e.find_all(exp.Column)})
-                    if len(exprs) > 1:
-                        fix = ("count each column's distinct values in its own COUNT(DISTINCT col), or GROUP BY the "
-                               "columns to release their combinations")
-                    else:
-                        fix = ("count a column's distinct values" + (f", e.g. COUNT(DISTINCT {cols[0]})" if len(cols) == 1
-                                                                       else " (COUNT(DISTINCT col))")
-                               + ", or GROUP BY the expression to release its values")
-                    self.violations.append(violation(node, self.sql, "COUNT(DISTINCT ...) takes one column, not "
-                                                     f"{'several' if len(exprs) > 1 else 'an expression'} (hint: {fix})",
-                                                     rendered=call))
+                    fix = ("count each value's distinct values in its own COUNT(DISTINCT expr), or GROUP BY the "
+                           "columns to release their combinations")
+                    self.violations.append(violation(node, self.sql, "COUNT(DISTINCT ...) takes one column or expression, "
+                                                     f"not several (hint: {fix})", rendered=call))
                     return None
             elif isinstance(arg, exp.Column):
                 kind, column = ir.COUNT_COL, arg.name.lower()
@@ -490,6 +497,12 @@ class _Builder:
                 if value is None:
                     return None
                 kind = ir.COUNT_COL
+        elif type(node) in _PAIR_KINDS:
+            got2 = self.pair_bounds(node)
+            if got2 is None:
+                return None
+            kind = _PAIR_KINDS[type(node)]
+            (column, value, bounds), second = got2
         elif type(node) in _VALUE_KINDS or (isinstance(node, exp.Anonymous) and str(node.this).lower() in ANON_AGGS):
             kind = _value_kind(node)
             fn = _written(node)
@@ -515,13 +528,63 @@ class _Builder:
             return None  # reported by check_columns
         # one released value per distinct (kind, column, bounds, quantile, value): looked up by that key (each
         # value rendered once), never by rendering every earlier aggregate again (quadratic in the select list)
-        key = (kind, column, bounds, p, _norm(value) if value is not None else None)
+        key: tuple[object, ...] = (kind, column, bounds, p, _norm(value) if value is not None else None)
+        if second is not None:
+            key += (second[0], second[2], _norm(second[1]) if second[1] is not None else None)
         name = self._aggregate_names.get(key)
         if name is None:
-            agg = ir.Aggregate(kind, column, f"__a{len(self.aggregates)}", _norm(node), bounds, quantile=p, value=value)
+            aname = f"__a{len(self.aggregates)}"
+            other = (None if second is None else
+                     ir.Aggregate(ir.VAR_POP, second[0], aname, _norm(node), second[2], value=second[1]))
+            agg = ir.Aggregate(kind, column, aname, _norm(node), bounds, quantile=p, value=value, second=other)
             self.aggregates.append(agg)
             name = self._aggregate_names[key] = agg.name
         return exp.column(name)
+
+    def pair_bounds(self, node: exp.Expression) -> tuple[tuple[str | None, exp.Expression | None, tuple[float, float]],
+                                                          tuple[str | None, exp.Expression | None, tuple[float, float]]] | None:
+        """(column, value expression, bounds) of each argument of COVAR_POP / COVAR_SAMP / CORR, as for
+        SUM's (:meth:`value_bounds`); every argument's problem is reported."""
+        fn = _written(node)
+        if node.expression is None or any(v is not None for k, v in node.args.items() if k not in ("this", "expression")):
+            # CORR(a, b, c): sqlglot reads the third as a flag, DuckDB has no such CORR: never answer CORR(a, b) for it
+            self.bad(node, f"{fn} takes two arguments, {fn}({'y, x' if fn.startswith('REGR') else 'a, b'})")
+            return None
+        args = (node.this, node.expression)
+        first, second = (self.value_bounds(node, a, fn, (i, as_written(args[1 - i]).sql(dialect=DIALECT)))
+                         for i, a in enumerate(args))
+        if first is None or second is None:
+            return None
+        for (_, _, (lo, hi)), which in ((first, "first"), (second, "second")):
+            if lo == hi:  # a constant: its covariance with anything is 0, its correlation undefined
+                lo, hi = lo + 0.0, hi + 0.0  # -0.0 prints as 0
+                self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s {which} argument are a single point: it is "
+                               f"{lo:g} (or NULL) on every row, so there is nothing to estimate (hint: widen the bounds, "
+                               f"e.g. LEAST(GREATEST(expr, lo), hi) with lo < hi)")
+                return None
+        return first, second
+
+    def distinct_value(self, node: exp.Expression, arg: exp.Expression) -> exp.Expression | None:
+        """COUNT(DISTINCT expr), e.g. ``COUNT(DISTINCT lower(email))``: the expression (over unqualified columns),
+        whose typed, total and canonical rendering (``dpsql.plan.typer.type_distinct``, as a GROUP BY key's) the
+        bounded query lists per (person, group); NULL is not counted. Typed now, so nothing is refused after the
+        charge."""
+        assert self.table is not None
+        before = len(self.violations)
+        try:  # allow-list, depth and rendered size: the limits of every typed expression
+            _, typ = type_distinct(arg, dict(self.table.schema))
+        except TypeRefusal as e:
+            # a problem at a place the function and column checks already named is one problem, named once
+            seen = {(v.line, v.col) for v in self.violations}
+            for n, m in e.problems:
+                v = violation(n if n is not None else node, self.sql, m if m.startswith("COUNT(DISTINCT") else f"COUNT: {m}")
+                if (v.line, v.col) not in seen or v.line is None:
+                    self.violations.append(v)
+            return None
+        problem = distinct_type_problem(arg.sql(dialect=DIALECT), typ.name)
+        if problem is not None:
+            self.bad(node, problem)
+        return unqualified(arg) if len(self.violations) == before else None
 
     def count_value(self, node: exp.Expression, arg: exp.Expression) -> exp.Expression | None:
         """COUNT(expr), e.g. ``COUNT(CASE WHEN status = 'paid' THEN 1 END)``: the rows where the
@@ -547,12 +610,20 @@ class _Builder:
             return None
         return value
 
-    def value_bounds(self, node: exp.Expression, arg: exp.Expression, fn: str
-                     ) -> tuple[str | None, exp.Expression | None, tuple[float, float]] | None:
+    def value_bounds(self, node: exp.Expression, arg: exp.Expression, fn: str,
+                     pair: tuple[int, str] | None = None)  -> tuple[str | None, exp.Expression | None, tuple[float, float]] | None:
         """(column, value expression, bounds) of the argument of SUM / AVG / VARIANCE / STDDEV: a
         column with declared bounds, an explicit clamp with literal bounds, or an expression of
-        bounded columns (bounds by interval arithmetic, ``dpsql.plan.intervals``)."""
+        bounded columns (bounds by interval arithmetic, ``dpsql.plan.intervals``). ``pair``: for an
+        argument of a two-argument aggregate, its position (0 or 1) and the other argument as written, for
+        the forms the hints write."""
         assert self.table is not None
+
+        def call(inside: str) -> str:  # the aggregate written with ``inside`` as this argument
+            if pair is None:
+                return f"{fn}({inside})"
+            return f"{fn}({inside}, {pair[1]})" if pair[0] == 0 else f"{fn}({pair[1]}, {inside})"
+
         explicit = clamp_bounds(arg)
         inner = explicit[0] if explicit is not None else arg
         while isinstance(inner, exp.Paren):
@@ -582,9 +653,9 @@ class _Builder:
             if declared is None:
                 self.bad(
                     node,
-                    f"{fn}({_as_named(inner, column)}) needs value bounds; table '{self.table.name}' declares none for "
+                    f"{call(_as_named(inner, column))} needs value bounds; table '{self.table.name}' declares none for "
                     f"'{column}' (hint: register the column with columns={{'{column}': {{'bounds': (lo, hi)}}}}, or clamp "
-                    f"in the query: {fn}(LEAST(GREATEST({_as_named(inner, column)}, lo), hi)), where a NULL "
+                    f"in the query: {call(f'LEAST(GREATEST({_as_named(inner, column)}, lo), hi)')}, where a NULL "
                     f"{_as_named(inner, column)} counts as lo, as in SQL)",
                     policy=True,
                 )
@@ -608,18 +679,18 @@ class _Builder:
                 if off:
                     return None
                 self.bad(node, f"{fn} over an expression needs bounds: {e.message} (hint: write "
-                               f"{fn}(LEAST(GREATEST(expr, lo), hi)) with literal bounds, or declare the columns' bounds)")
+                               f"{call('LEAST(GREATEST(expr, lo), hi)')} with literal bounds, or declare the columns' bounds)")
                 return None
         if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > MAX_BOUND:
             self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
-                           f"(hint: aggregate a rescaled value, e.g. {fn}(x / 1e6), and rescale the result, or declare "
+                           f"(hint: aggregate a rescaled value, e.g. {call('x / 1e6')}, and rescale the result, or declare "
                            "narrower bounds)")
             return None
         if 0 < max(abs(lo), abs(hi)) < MIN_BOUND or 0 < hi - lo < MIN_BOUND:
             # noise scales this small leave the normal range of doubles (a variance squares them), where
             # the floating-point proofs of the samplers (dpsql.noise) no longer hold
             self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too small (at least 1e-100 in "
-                           f"magnitude and width) (hint: aggregate a rescaled value, e.g. {fn}(x * 1e6), and rescale "
+                           f"magnitude and width) (hint: aggregate a rescaled value, e.g. {call('x * 1e6')}, and rescale "
                            "the result)")
             return None
         if column is not None:

@@ -29,7 +29,7 @@ from dpsql.plan.quantiles import QUANTILE_AGGS
 from dpsql.plan.typer import func_name, node_problem
 
 SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop,
-                  *QUANTILE_AGGS)
+                  exp.CovarPop, exp.CovarSamp, exp.Corr, exp.RegrSlope, exp.RegrIntercept, *QUANTILE_AGGS)
 
 #: aggregates sqlglot reads as plain function calls (other engines' spellings) -> the kind they are
 ANON_AGGS = {"var": "var_samp", "varp": "var_pop", "std": "stddev_samp", "stdevp": "stddev_pop"}
@@ -60,11 +60,10 @@ def distinct_operand(e: exp.Expression) -> exp.Expression:
 
 
 def _counts_distinct_expression(node: exp.Expression) -> bool:
-    """``COUNT(DISTINCT x)`` where x is not one column: refused as a whole by the analysis (one
-    message, ``COUNT(DISTINCT ...) takes one column``), so its argument is not checked on its own."""
+    """``COUNT(DISTINCT a, b)``: refused as a whole by the analysis (one message, ``COUNT(DISTINCT ...) takes
+    one column or expression``), so its arguments are not checked on their own."""
     arg = node.this if isinstance(node, exp.Count) else None
-    return isinstance(arg, exp.Distinct) and not (
-        len(arg.expressions) == 1 and isinstance(distinct_operand(arg.expressions[0]), exp.Column))
+    return isinstance(arg, exp.Distinct) and len(arg.expressions) != 1
 
 
 def never_null_literal(e: exp.Expression) -> bool:

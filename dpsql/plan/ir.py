@@ -27,8 +27,17 @@ STDDEV_SAMP = "stddev_samp"  # STDDEV / STD / STDDEV_SAMP / STDEV: sqrt of VAR_S
 STDDEV_POP = "stddev_pop"  # STDDEV_POP / STDEVP
 #: aggregates released through (count, centred sum, centred sum of squares): dpsql.mechanisms.variance
 VARIANCE_KINDS = (VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP)
+COVAR_POP = "covar_pop"  # COVAR_POP(a, b): from count, centred sums of a, b and of a * b
+COVAR_SAMP = "covar_samp"  # COVAR_SAMP(a, b)
+CORR = "corr"  # CORR(a, b): also the centred sums of squares of a and b
+REGR_SLOPE = "regr_slope"  # REGR_SLOPE(y, x): also the centred sum of squares of x (the second argument)
+REGR_INTERCEPT = "regr_intercept"  # REGR_INTERCEPT(y, x)
+#: aggregates of two values (``Aggregate.second``) released through centred sums: dpsql.mechanisms.covariance
+PAIR_KINDS = (COVAR_POP, COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT)
 #: aggregates that read a clamped value (a column, or ``Aggregate.value``)
-VALUE_KINDS = (SUM, AVG, *VARIANCE_KINDS)
+VALUE_KINDS = (SUM, AVG, *VARIANCE_KINDS, *PAIR_KINDS)
+#: aggregates whose clamped values are centred on their bounds' midpoint
+CENTRED_KINDS = (AVG, *VARIANCE_KINDS, *PAIR_KINDS)
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,9 @@ class Aggregate:
     #: the expression the aggregate reads when it is not a plain column (``column`` is then None):
     #: over unqualified lower-case table columns, clamped to ``bounds`` in the bounded query
     value: exp.Expression | None = None
+    #: a PAIR_KINDS aggregate's second argument: a VAR_POP aggregate of the same name whose column,
+    #: value and bounds are those of the second argument (its clamped, centred value)
+    second: Aggregate | None = None
 
 
 @dataclass(frozen=True)

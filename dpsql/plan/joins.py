@@ -488,7 +488,8 @@ class _JoinBuilder:
                 return ir.SUM, value, b
             self.bad(node, f"{fn} over an expression needs literal bounds: write {fn}(LEAST(GREATEST(expr, lo), hi))")
             return None
-        self.bad(node, f"aggregate {type(node).__name__.upper()} is not supported over joins; use COUNT, SUM or AVG")
+        name = (written_name(node, self.sql) or node.sql(dialect="duckdb").split("(", 1)[0] or type(node).__name__).upper()
+        self.bad(node, f"aggregate {name} is not supported over joins; use COUNT, SUM or AVG")
         return None
 
     def _too_large(self, node: exp.Expression, fn: str, bounds: tuple[float, float]) -> bool:

@@ -2482,6 +2482,24 @@ def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expressi
     return _canonical_key(Typed(r.expr, typ), node), typ
 
 
+def type_distinct(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
+    """The total, canonical rendering of the argument of ``COUNT(DISTINCT expr)`` and its type (raises
+    ``TypeRefusal``): as a GROUP BY key's (:func:`type_key`: binary collation for text, one spelling of 0.0 and
+    NaN), so its distinct values are its distinct spellings, and of the same key types."""
+    r = type_checked(node, schema)
+    if r.type.kind == "null":
+        return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
+    if r.type.kind not in KEY_KINDS and r.type.kind != "strlit":
+        fix = (f"count the distinct values of CAST({node.sql(dialect='duckdb')} AS VARCHAR), whose text is canonical"
+               if r.type.name.split("(")[0] in _TEXT_CASTABLE else "count a value of a scalar type instead")
+        raise TypeRefusal([(node, (
+            f"COUNT(DISTINCT ...) of a value of type {r.type} is not supported: its equality is coarser than its "
+            f"spelling (or it has no canonical spelling), so its distinct values are not its distinct spellings; {fix}"
+        ))])
+    typ = VARCHAR if r.type.kind == "strlit" else r.type
+    return _canonical_key(Typed(r.expr, typ), node), typ
+
+
 def type_value(node: exp.Expression, schema: dict[str, str]) -> exp.Expression:
     """The total, explicitly typed rendering of an aggregate's numeric argument (raises ``TypeRefusal``)."""
     r = type_checked(node, schema)

@@ -73,7 +73,15 @@ from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, data_type, sou
 from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
-from dpsql.plan.typer import CAST_FROM, TypeRefusal, domain_literal, type_key, type_predicate, type_value
+from dpsql.plan.typer import (
+    CAST_FROM,
+    TypeRefusal,
+    domain_literal,
+    type_distinct,
+    type_key,
+    type_predicate,
+    type_value,
+)
 from dpsql.plan.workload import Workload
 from dpsql.rewrite.contribution import Caps, ContributionModel
 from dpsql.rewrite.render import DIALECT_MARK, render
@@ -247,7 +255,28 @@ def released_columns(plan: ir.QueryPlan, caps: Caps) -> list[ReleasedColumn]:
             cols.append(ReleasedColumn(a.name + "_sum", _times_up(k, m), "sum", fixed_point_scale(m)))
             cols.append(ReleasedColumn(a.name + "_cnt", k, "count"))
             cols.append(ReleasedColumn(a.name + "_sq", _times_up(k, m2), "sum", fixed_point_scale(m2)))
+        elif a.kind in ir.PAIR_KINDS:
+            # (dpsql.mechanisms.covariance) centred values a in [-ma, ma], b in [-mb, mb] of the rows where both
+            # are non-NULL; their products in [-fl(ma * mb), fl(ma * mb)] (rounding is monotone)
+            assert a.second is not None
+            _, m, m2 = _value_range(a)
+            _, mb, mb2 = _value_range(a.second)
+            mab = _product_range(a)
+            cols.append(ReleasedColumn(a.name + "_cnt", k, "count"))
+            cols.append(ReleasedColumn(a.name + "_sum", _times_up(k, m), "sum", fixed_point_scale(m)))
+            cols.append(ReleasedColumn(a.name + "_sumb", _times_up(k, mb), "sum", fixed_point_scale(mb)))
+            cols.append(ReleasedColumn(a.name + "_ab", _times_up(k, mab), "sum", fixed_point_scale(mab)))
+            if "_sq" in pair_columns(a.kind):
+                cols.append(ReleasedColumn(a.name + "_sq", _times_up(k, m2), "sum", fixed_point_scale(m2)))
+            if "_sqb" in pair_columns(a.kind):
+                cols.append(ReleasedColumn(a.name + "_sqb", _times_up(k, mb2), "sum", fixed_point_scale(mb2)))
     return cols
+
+
+def pair_columns(kind: str) -> tuple[str, ...]:
+    """The suffixes of the released columns of a PAIR_KINDS aggregate (:func:`released_columns`)."""
+    squares = ("_sq", "_sqb") if kind == ir.CORR else ("_sqb",) if kind in (ir.REGR_SLOPE, ir.REGR_INTERCEPT) else ()
+    return ("_cnt", "_sum", "_sumb", "_ab", *squares)
 
 
 def _times_up(k: float, m: float) -> float:
@@ -289,9 +318,16 @@ def _value_range(agg: ir.Aggregate) -> tuple[float, float, float]:
     sensitivities of :func:`released_columns` are these magnitudes, not (hi - lo) / 2."""
     assert agg.bounds is not None
     lo, hi = agg.bounds
-    shift = (lo + hi) / 2.0 if agg.kind in (ir.AVG, *ir.VARIANCE_KINDS) else 0.0
+    shift = (lo + hi) / 2.0 if agg.kind in ir.CENTRED_KINDS else 0.0
     m = max(abs(lo - shift), abs(hi - shift)) if shift else max(abs(lo), abs(hi))
     return shift, m, m * m
+
+
+def _product_range(agg: ir.Aggregate) -> float:
+    """The largest magnitude of the product of a pair aggregate's two centred values as the engine computes
+    it: fl(a * b) <= fl(ma * mb) for |a| <= ma, |b| <= mb (rounding is monotone)."""
+    assert agg.second is not None
+    return _value_range(agg)[1] * _value_range(agg.second)[1]
 
 
 def _clamped_input(agg: ir.Aggregate, schema: dict[str, str], ops: SqlOps, raw: str | None = None) -> exp.Expression:
@@ -314,6 +350,22 @@ def _fixed_square(agg: ir.Aggregate, fixed: exp.Expression, ops: SqlOps) -> exp.
     k = fixed_point_scale(m)
     as_double = ops.from_fixed_point(fixed, k)
     return ops.fixed_point(exp.Mul(this=as_double, expression=as_double.copy()), fixed_point_scale(m2))
+
+
+def _fixed_product(agg: ir.Aggregate, fixed_a: exp.Expression, fixed_b: exp.Expression, ops: SqlOps) -> exp.Expression:
+    """The product of a pair aggregate's two clamped, centred values given as their fixed-point integers, as a
+    fixed-point integer of the products' own scale (:func:`_product_range`)."""
+    assert agg.second is not None
+    a = ops.from_fixed_point(fixed_a, fixed_point_scale(_value_range(agg)[1]))
+    b = ops.from_fixed_point(fixed_b, fixed_point_scale(_value_range(agg.second)[1]))
+    return ops.fixed_point(exp.Mul(this=a, expression=b), fixed_point_scale(_product_range(agg)))
+
+
+def _both(this: exp.Expression, other: exp.Expression) -> exp.Expression:
+    """``this`` where ``other`` is not NULL, else NULL: a pair aggregate reads the rows where both values are
+    non-NULL (as SQL's COVAR_POP and CORR do)."""
+    present = exp.Not(this=exp.Is(this=other, expression=exp.Null()))
+    return exp.Case(ifs=[exp.If(this=present, true=this)])
 
 
 def exact_text(total: exp.Expression) -> exp.Expression:
@@ -579,8 +631,27 @@ def distinct_value(agg: ir.Aggregate, schema: dict[str, str], value: exp.Express
     INTERVAL or nested value counts by its spelling, still at most k per (person, group)), through ``digest``
     (the engine's ``text_digest``) where the engine's hash would read that text (a 128-bit digest of a secret-prefixed
     text: two values share one with probability about 2^-128)."""
-    column = agg.column if agg.value is None and agg.column is not None else ""
-    return spread_input(value, schema.get(column.lower(), ""), salt, digest)
+    return spread_input(value, distinct_type(agg, schema), salt, digest)
+
+
+def distinct_type(agg: ir.Aggregate, schema: dict[str, str]) -> str:
+    """The SQL type of what COUNT(DISTINCT ...) lists: its column's, or its expression's (:func:`distinct_input`)."""
+    if agg.value is not None:
+        try:
+            return type_distinct(agg.value, schema)[1].name
+        except TypeRefusal as e:
+            raise _refused(e) from None
+    return schema.get((agg.column or "").lower(), "")
+
+
+def distinct_input(agg: ir.Aggregate, schema: dict[str, str]) -> exp.Expression:
+    """What COUNT(DISTINCT expr) reads of a row: the expression typed, total and canonical as a GROUP BY key
+    (``dpsql.plan.typer.type_distinct``: binary collation, one spelling of 0.0 and NaN), NULL not counted."""
+    assert agg.value is not None
+    try:
+        return type_distinct(agg.value, schema)[0]
+    except TypeRefusal as e:
+        raise _refused(e) from None
 
 
 def salted_text(value: exp.Expression, salt: str,
@@ -836,9 +907,16 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
             # COUNT(expr) reads its typed value (1, or NULL where expr is NULL)
             raw = (_present(a.column) if a.kind == ir.COUNT_COL and a.value is None and a.column is not None
                    else _raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
+                   else distinct_input(a, plan.table.schema) if a.kind == ir.COUNT_DISTINCT
                    else aggregate_input(a, plan.table.schema, ops))
             proj.append(exp.alias_(raw, f"{a.name}_v", copy=False))
             value_cols.append(f"{a.name}_v")
+        elif a.kind in ir.PAIR_KINDS:
+            assert a.second is not None
+            va, vb = _clamped_input(a, plan.table.schema, ops), _clamped_input(a.second, plan.table.schema, ops)
+            proj.append(exp.alias_(_both(va, vb.copy()), f"{a.name}_v", copy=False))
+            proj.append(exp.alias_(_both(vb, va.copy()), f"{a.name}_w", copy=False))
+            value_cols += [f"{a.name}_v", f"{a.name}_w"]
         elif a.kind in ir.VALUE_KINDS:
             proj.append(exp.alias_(_clamped_input(a, plan.table.schema, ops), f"{a.name}_v", copy=False))
             value_cols.append(f"{a.name}_v")
@@ -881,8 +959,8 @@ def _present(column: str) -> exp.Expression:
 def _raw_key(a: ir.Aggregate) -> str:
     """What an aggregate reads, for sharing one raw column between aggregates of the same input (each kind of input
     under its own prefix: a column may be named ``present:a``)."""
-    if a.value is not None:
-        return "expr:" + a.value.sql(dialect="duckdb")
+    if a.value is not None:  # COUNT(DISTINCT expr) reads its canonical key, the others a DOUBLE
+        return ("key:" if a.kind == ir.COUNT_DISTINCT else "expr:") + a.value.sql(dialect="duckdb")
     if a.column is None:
         return ""
     return ("present:" if a.kind == ir.COUNT_COL else "col:") + a.column
@@ -904,6 +982,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
                 raw[src] = f"__r{len(raw)}"
                 source[src] = (_present(src.removeprefix("present:")) if src.startswith("present:") else
                                _raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
+                               else distinct_input(a, plan.table.schema) if src.startswith("key:")
                                else aggregate_input(a, plan.table.schema, ops))
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit", copy=False)]
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
@@ -914,6 +993,8 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
         base, pkeys = spread_keys(base, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
     schema = plan.table.schema  # the raw columns of COUNT(col) keep their type; every other value is a DOUBLE
     types = {r: schema.get(c.removeprefix("col:").lower(), "") for c, r in raw.items() if c.startswith("col:")}
+    types |= {raw[_raw_key(a)]: distinct_type(a, schema) for a in plan.aggregates
+              if a.kind == ir.COUNT_DISTINCT and a.value is not None}
     picked = _pick_one_row(base, "__unit", pkeys, list(raw.values()), salt, ops=ops, coded=coded, value_types=types)
 
     def present(r: str) -> exp.Expression:
@@ -962,7 +1043,9 @@ def bounded_query(
     need_values = any(a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT, *ir.VALUE_KINDS) for a in plan.aggregates)
 
     # k = 1 with values and no L: one aggregate picks each (unit, group)'s row (no windows)
-    one_row = caps.rows_finite and caps.max_rows_per_group == 1 and need_values and not caps.unit_rows_finite
+    # (not with a pair aggregate, whose two values the one-row pick does not carry: the windows keep its rows)
+    one_row = (caps.rows_finite and caps.max_rows_per_group == 1 and need_values and not caps.unit_rows_finite
+               and not any(a.kind in ir.PAIR_KINDS for a in plan.aggregates))
 
     # public key domains: rows with keys outside them are dropped before any group is chosen; with
     # no per-unit row cap L (which must not count them), on the (unit, group) pairs, not the rows
@@ -1021,6 +1104,18 @@ def bounded_query(
             ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c", copy=False))
         elif a.kind == ir.SUM:
             ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s", copy=False))
+        elif a.kind in ir.PAIR_KINDS:
+            v, w = f"{a.name}_v", f"{a.name}_w"
+            ug_proj.append(exp.alias_(exp.Count(this=_col(v)), f"{a.name}_c", copy=False))
+            ug_proj.append(exp.alias_(ops.exact_sum(_col(v)), f"{a.name}_s", copy=False))
+            ug_proj.append(exp.alias_(ops.exact_sum(_col(w)), f"{a.name}_t", copy=False))
+            ug_proj.append(exp.alias_(ops.exact_sum(_fixed_product(a, _col(v), _col(w), ops)), f"{a.name}_p", copy=False))
+            assert a.second is not None
+            if "_sq" in pair_columns(a.kind):
+                ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(v), ops)), f"{a.name}_q", copy=False))
+            if "_sqb" in pair_columns(a.kind):
+                ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a.second, _col(w), ops)), f"{a.name}_r",
+                                          copy=False))
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
             ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s", copy=False))
             ug_proj.append(exp.alias_(exp.Count(this=_col(f"{a.name}_v")), f"{a.name}_c", copy=False))
@@ -1075,6 +1170,11 @@ def bounded_query(
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name, copy=False))
         elif a.kind == ir.SUM:
             out.append(exp.alias_(vsum(f"{a.name}_s"), a.name, copy=False))
+        elif a.kind in ir.PAIR_KINDS:
+            out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt", copy=False))
+            out += [exp.alias_(vsum(f"{a.name}_{x}"), a.name + suffix, copy=False)
+                    for x, suffix in (("s", "_sum"), ("t", "_sumb"), ("p", "_ab"), ("q", "_sq"), ("r", "_sqb"))
+                    if suffix in pair_columns(a.kind)]
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
             out.append(exp.alias_(vsum(f"{a.name}_s"), a.name + "_sum", copy=False))
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt", copy=False))
