@@ -66,12 +66,20 @@ def unqualified(node: exp.Expression) -> exp.Expression:
 
 #: bounds of SUM / AVG / VARIANCE / STDDEV arguments: at most this large in magnitude
 MAX_BOUND = 1e15
+
 #: ... and, unless zero, at least this large in magnitude and in width (noise scales stay normal doubles)
 MIN_BOUND = 1e-100
 #: at most this many aggregate calls in one query, and this many output columns: analysis and the bounded query
 #: grow with them (checked on the parsed query, before any other analysis: a larger query is refused for free)
 MAX_AGGREGATES = 1000
 MAX_OUTPUT_COLUMNS = 1000
+
+
+def exact_num(v: float) -> str:
+    """A number as short as ``%g`` where that reads back as the same value, else its shortest exact spelling (so
+    two close bounds never print as one)."""
+    short = f"{v:g}"
+    return short if float(short) == v else repr(float(v))
 
 
 def _norm(node: exp.Expression) -> str:
@@ -517,7 +525,7 @@ class _Builder:
             if lo == hi and (kind != ir.SUM or lo == 0.0):
                 # nothing private to estimate: the noise would have scale 0 (a point interval)
                 what = "0 (or NULL) on every row" if kind == ir.SUM else f"{lo:g} (or NULL) on every row"
-                self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are a single point: its value is "
+                self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s argument are a single point: its value is "
                                f"{what}, so there is nothing to estimate (hint: widen the bounds, e.g. "
                                f"{fn}(LEAST(GREATEST(expr, lo), hi)) with lo < hi)")
                 return None
@@ -558,7 +566,7 @@ class _Builder:
         for (_, _, (lo, hi)), which in ((first, "first"), (second, "second")):
             if lo == hi:  # a constant: its covariance with anything is 0, its correlation undefined
                 lo, hi = lo + 0.0, hi + 0.0  # -0.0 prints as 0
-                self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s {which} argument are a single point: it is "
+                self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s {which} argument are a single point: it is "
                                f"{lo:g} (or NULL) on every row, so there is nothing to estimate (hint: widen the bounds, "
                                f"e.g. LEAST(GREATEST(expr, lo), hi) with lo < hi)")
                 return None
@@ -682,14 +690,14 @@ class _Builder:
                                f"{call('LEAST(GREATEST(expr, lo), hi)')} with literal bounds, or declare the columns' bounds)")
                 return None
         if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > MAX_BOUND:
-            self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
+            self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
                            f"(hint: aggregate a rescaled value, e.g. {call('x / 1e6')}, and rescale the result, or declare "
                            "narrower bounds)")
             return None
         if 0 < max(abs(lo), abs(hi)) < MIN_BOUND or 0 < hi - lo < MIN_BOUND:
             # noise scales this small leave the normal range of doubles (a variance squares them), where
             # the floating-point proofs of the samplers (dpsql.noise) no longer hold
-            self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too small (at least 1e-100 in "
+            self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s argument are too small (at least 1e-100 in "
                            f"magnitude and width) (hint: aggregate a rescaled value, e.g. {call('x * 1e6')}, and rescale "
                            "the result)")
             return None

@@ -495,12 +495,12 @@ class _JoinBuilder:
     def _too_large(self, node: exp.Expression, fn: str, bounds: tuple[float, float]) -> bool:
         """Bounds beyond ``MAX_BOUND`` in magnitude, refused as on one table: the join mechanisms scale their
         normalised result by the bound, which overflowed near the DOUBLE range (NaN or inf released)."""
-        from dpsql.plan.analyze import MAX_BOUND
+        from dpsql.plan.analyze import MAX_BOUND, exact_num
 
         lo, hi = bounds
         if math.isfinite(lo) and math.isfinite(hi) and max(abs(lo), abs(hi)) <= MAX_BOUND:
             return False
-        self.bad(node, f"the bounds [{lo:g}, {hi:g}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
+        self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
                        f"(hint: aggregate a rescaled value, e.g. {fn}(x / 1e6), and rescale the result, or declare "
                        "narrower bounds)")
         return True
