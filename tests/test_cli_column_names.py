@@ -1,0 +1,69 @@
+"""An output column's name is printed unambiguously everywhere: the summary on stderr shows a name that could be
+misread (a line break or another unprintable character, edge spaces, a ':' or a '"') as a JSON string literal, as the
+table's header does, and the CSV and JSON headers read back to the exact names.
+
+``SELECT COUNT(*) AS "a\\nb"`` printed its accuracy line on two lines of stderr (``  a`` and ``b: noise std ...``),
+an escape character reached the terminal raw, and ``AS "c: d"`` read as column ``c``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_cli as run
+
+from dpsql.release import Plan, name_text
+
+NAMES = {  # name: as the summary prints it
+    "a\nb": '"a\\nb"', "c: d": '"c: d"', " e": '" e"', 'q"t\tu': '"q\\"t\\tu"', "f\x1bg": '"f\\u001bg"',
+    "x,y": "x,y", "é": "é", "n": "n", "COUNT(*)": "COUNT(*)",
+}
+
+
+def test_name_text() -> None:
+    assert {n: name_text(n) for n in NAMES} == NAMES
+
+
+@pytest.fixture
+def flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(pa.table({"uid": list(range(100)), "x": [float(i % 10) for i in range(100)]}), "t.parquet")
+    assert run(["--ledger", "l.duckdb", "init", "--epsilon", "10", "--delta", "1e-3"]) == 0
+    return ["--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=uid", "--bounds", "t.x=0:10"]
+
+
+def _sql(names: list[str]) -> str:
+    return "SELECT " + ", ".join(f'COUNT(*) AS "{n.replace(chr(34), chr(34) * 2)}"' for n in names) + " FROM t"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "table"])
+def test_every_printed_name_reads_back(flags: list[str], capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    names = [n for n in NAMES if n != "COUNT(*)"]
+    capsys.readouterr()
+    assert run([*flags, "query", _sql(names), "--epsilon", "1", "--delta", "1e-6", "--format", fmt]) == 0
+    out, err = capsys.readouterr()
+    summary = [line for line in err.splitlines() if "noise std" in line]
+    assert summary == [f"  {NAMES[n]}: noise std {line.split('noise std ')[1]}" for n, line in zip(names, summary)]
+    if fmt == "csv":
+        assert next(csv.reader(io.StringIO(out, newline=""))) == names
+        assert pacsv.read_csv(io.BytesIO(out.encode())).column_names == names
+    elif fmt == "json":
+        assert list(json.loads(out)["rows"][0]) == names
+    else:
+        cells = [c.strip(" ") for c in out.splitlines()[0].split(" | ")]  # a quoted cell is a JSON string literal
+        assert [json.loads(c) if c.startswith('"') else c for c in cells] == names
+
+
+def test_explain_names_the_column_unambiguously() -> None:
+    plan = Plan(sql="", mechanism="laplace", reason="", cost=__import__("dpsql").Budget(1.0, 0.0), bounded_sql="",
+                parameters={"expected_accuracy": {"a\nb": {"noise_std": 1.0, "ci95_half_width": 2.0}, "n": {"note": "x"}}})
+    lines = str(plan).splitlines()
+    assert 'expected accuracy of "a\\nb": noise std 1, 95% interval +/- 2' in lines
+    assert "expected accuracy of n: x" in lines
