@@ -1252,12 +1252,8 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 summary["total_changes"] = _json_rows(snap["total_changes"])
             print(json.dumps(summary, indent=1))
             return 0
-        if args.format == "csv":
-            import pyarrow.csv as pacsv
-
-            buf = io.BytesIO()
-            pacsv.write_csv(_flat(snap["entries"]) if args.history else _summary_table(summary), buf)
-            sys.stdout.write(buf.getvalue().decode())
+        if args.format == "csv":  # each value spelled as in JSON and the table (_csv_text)
+            sys.stdout.write(_csv_text(_flat(snap["entries"]) if args.history else _summary_table(summary)))
             return 0
         print(f"ledger:    {shown}")
         print(f"total:     epsilon={t.epsilon:g} delta={t.delta:g}")
@@ -1277,9 +1273,9 @@ def _cmd_budget(args: argparse.Namespace) -> int:
 
 
 def _json_rows(tbl: Any) -> list[dict[str, Any]]:
-    from dpsql.release import _json_safe, python_rows
+    from dpsql.release import _json_safe, python_rows, temporal_columns_as_text
 
-    return _json_safe(python_rows(tbl))  # type: ignore[no-any-return]
+    return _json_safe(python_rows(temporal_columns_as_text(tbl)))  # type: ignore[no-any-return]
 
 
 def _flat(tbl: Any) -> Any:

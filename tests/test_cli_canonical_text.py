@@ -109,3 +109,33 @@ def test_a_timestamp_key_reads_the_same_from_csv_and_json(tmp_path: Path, monkey
                      [line.split(" | ")[0].strip() for line in out.splitlines()[2:]])
     assert keys["csv"] == keys["json"] == keys["table"] == ["2024-01-01T12:30:15.123456", "2024-01-02T00:00:00.000000"]
     assert [dt.datetime.fromisoformat(k) for k in keys["csv"]] == ts
+
+
+def test_budget_history_spells_its_times_and_numbers_alike_in_csv_json_and_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``budget --history`` wrote created_at ``2026-12-05 02:36:49.314260+0000`` in the CSV and
+    ``2026-12-05T02:36:49.314260+00:00`` in JSON, and a delta ``0.0000010000002471773102`` and ``1.0000002471773102e-06``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(pa.table({"uid": list(range(50))}), "t.parquet")
+    assert run(["--ledger", "l.duckdb", "init", "--epsilon", "10", "--delta", "1e-3"]) == 0
+    assert run(["--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=uid", "query",
+                "SELECT COUNT(*) AS n FROM t", "--epsilon", "1", "--delta", "1e-6"]) == 0
+    seen = {}
+    for fmt in ("csv", "json", "table"):
+        capsys.readouterr()
+        assert run(["--ledger", "l.duckdb", "budget", "--history", "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        if fmt == "json":
+            row = json.loads(out)["entries"][0]
+        elif fmt == "csv":
+            row = next(csv.DictReader(io.StringIO(out, newline="")))
+        else:
+            lines = out.splitlines()
+            at = next(i for i, line in enumerate(lines) if line.startswith("entry_id"))
+            row = dict(zip([c.strip() for c in lines[at].split(" | ")], [v.strip() for v in lines[at + 2].split(" | ")]))
+        seen[fmt] = (row["created_at"], str(row["delta"]))
+    assert seen["csv"] == seen["json"], seen
+    assert seen["table"][0] == seen["json"][0]
+    stamp = dt.datetime.fromisoformat(seen["json"][0])
+    assert stamp.utcoffset() == dt.timedelta(0) and seen["json"][0].endswith("Z") and "T" in seen["json"][0]
