@@ -1012,15 +1012,21 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 hw = rows[0] if rows and rows[0] is not None else acc["ci95_half_width"]
                 print(f"  {col}: 95% interval +/- {hw:.4g}{each}", file=sys.stderr)
             elif acc.get("note"):
-                print(f"  {col}: {acc['note']}", file=sys.stderr)
+                print(f"  {col}: {_one_line(acc['note'])}", file=sys.stderr)
         if rel.details.get("estimates"):
-            print(f"  estimates: {rel.details['estimates']}", file=sys.stderr)
+            print(f"  estimates: {_one_line(rel.details['estimates'])}", file=sys.stderr)
         for w in rel.warnings:
-            print(f"warning: {w}", file=sys.stderr)
+            print(f"warning: {_one_line(w)}", file=sys.stderr)
         if "tau_star" in rel.details:
             print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
                   "a group missing from the output is not a zero", file=sys.stderr)
     return 0
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line of stderr: a character that is not printable (a line break in a quoted column name, an
+    escape sequence) as its JSON escape (``\\n``, ``\\u001b``)."""
+    return "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in str(text))
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -67,3 +68,27 @@ def test_explain_names_the_column_unambiguously() -> None:
     lines = str(plan).splitlines()
     assert 'expected accuracy of "a\\nb": noise std 1, 95% interval +/- 2' in lines
     assert "expected accuracy of n: x" in lines
+
+
+def test_warnings_and_notes_that_quote_a_name_stay_on_one_line(flags: list[str], capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warning quotes the SQL of its aggregate (``MIN("a<line break>b") came out above ...``): it printed over two
+    lines of stderr, the second read as a line of its own. Each summary line now escapes what is unprintable."""
+    import dpsql
+    from dpsql.release import Release
+
+    real = dpsql.Session.query
+
+    def query(self: Any, *a: Any, **k: Any) -> Release:
+        rel = real(self, *a, **k)
+        rel.warnings = ['MIN("a\nb") came out above MAX("a\nb"): \x1b[2J']
+        rel.accuracy = {"a\nb": {"note": "note\nwith a break"}}
+        return rel
+
+    monkeypatch.setattr(dpsql.Session, "query", query)
+    capsys.readouterr()
+    assert run([*flags, "query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "1"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert 'warning: MIN("a\\nb") came out above MAX("a\\nb"): \\u001b[2J' in err
+    assert '  "a\\nb": note\\nwith a break' in err
+    assert not any("\x1b" in line for line in err)
