@@ -1333,7 +1333,7 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
 
 def _cmd_tables(args: argparse.Namespace) -> int:
     from dpsql.errors import ConfigError
-    from dpsql.release import _json_safe
+    from dpsql.release import _json_safe, name_text
 
     with _open_session(args) as s:
         tables = {name: spec.public_description() for name, spec in s.tables.items()}
@@ -1361,14 +1361,14 @@ def _cmd_tables(args: argparse.Namespace) -> int:
                   + (f", at most {d['max_table_rows']} rows" if d.get("max_table_rows") is not None else ""))
         for ref, tgt in d["references"].items():
             deg = d.get("degree_bounds", {}).get(ref)
-            print(f"  reference {ref} -> {tgt}" + (f" (at most {deg} rows per value)" if deg is not None else ""))
+            print(f"  reference {name_text(ref, ' ')} -> {tgt}" + (f" (at most {deg} rows per value)" if deg is not None else ""))
         policy = {col: "; ".join(f"{k} {json.dumps(_json_safe(v))}" for k, v in c.items()) for col, c in d["columns"].items()}
         if getattr(args, "name", None) is not None:  # describe: every column, its type and its declared policy
-            for col, typ in d["schema"].items():
-                print(f"  {col} {typ}" + (f": {policy[col]}" if policy.get(col) else ""))
+            for col, typ in d["schema"].items():  # a name that could be misread (a line break, a space) quoted
+                print(f"  {name_text(col, ' ')} {typ}" + (f": {policy[col]}" if policy.get(col) else ""))
             continue
         for col, text in policy.items():
-            print(f"  {col}: {text}")
+            print(f"  {name_text(col)}: {text}")
     return 0
 
 

@@ -218,10 +218,11 @@ def _json_safe(v: Any, *, nonfinite_as_text: bool = False) -> Any:
     return str(v)
 
 
-def name_text(name: str) -> str:
-    """A column name as the summaries print it (stderr, explain): as it is when nothing in it could be misread,
-    else as a JSON string literal with every unprintable character escaped: ``"a\\nb"``, ``"c: d"``, ``" e"``."""
-    if name and name == name.strip(" ") and all(c.isprintable() for c in name) and not any(c in name for c in ':"\\'):
+def name_text(name: str, also: str = "") -> str:
+    """A column name as the summaries print it (stderr, explain, tables): as it is when nothing in it could be
+    misread, else as a JSON string literal with every unprintable character escaped: ``"a\\nb"``, ``"c: d"``,
+    ``" e"`` (and a name holding a character of ``also``, e.g. a space where one ends the name)."""
+    if name and name == name.strip(" ") and all(c.isprintable() for c in name) and not any(c in name for c in ':"\\' + also):
         return name
     return "".join(c if c.isprintable() else _escaped(ord(c)) for c in json.dumps(name, ensure_ascii=False))
 

@@ -92,3 +92,23 @@ def test_warnings_and_notes_that_quote_a_name_stay_on_one_line(flags: list[str],
     assert 'warning: MIN("a\\nb") came out above MAX("a\\nb"): \\u001b[2J' in err
     assert '  "a\\nb": note\\nwith a break' in err
     assert not any("\x1b" in line for line in err)
+
+
+def test_tables_and_describe_print_each_column_on_one_unambiguous_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``dpsql tables`` / ``describe`` printed a column named ``a<line break>b`` over two lines (``  a`` and
+    ``b DOUBLE: bounds ...``), and ``describe``'s ``  c d DOUBLE`` did not say where the name ends."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    pq.write_table(pa.table({"uid": [1, 2], "a\nb": [1.0, 2.0], "c d": [1.0, 2.0], "e": [1.0, 2.0]}), "t.parquet")
+    assert run(["--ledger", "l.duckdb", "init", "--epsilon", "10", "--delta", "1e-3"]) == 0
+    flags = ["--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=uid",
+             "--bounds", "t.a\nb=0:10", "--bounds", "t.c d=0:10", "--bounds", "t.e=0:10"]
+    capsys.readouterr()
+    assert run([*flags, "tables"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": bounds")[0] for line in lines[1:]] == ['  "a\\nb"', "  c d", "  e"], lines
+    assert run([*flags, "describe", "t"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == ["  uid BIGINT", '  "a\\nb" DOUBLE: bounds [0.0, 10.0]', '  "c d" DOUBLE: bounds [0.0, 10.0]',
+                         "  e DOUBLE: bounds [0.0, 10.0]"], lines
