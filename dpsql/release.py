@@ -54,6 +54,8 @@ class Release:
             "ledger_id": self.ledger_id,
             "reused": self.reused,
             "columns": self.table.column_names,
+            # each column's Arrow type (a JSON or CSV value alone does not say it: "NaN", "2024-01-02", "1.50")
+            "column_types": [str(f.type) for f in self.table.schema],
             "accuracy": _json_safe(self.accuracy),
             "parameters": _json_safe(self.details),
             "notes": list(self.notes),

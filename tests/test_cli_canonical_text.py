@@ -139,3 +139,13 @@ def test_budget_history_spells_its_times_and_numbers_alike_in_csv_json_and_table
     assert seen["table"][0] == seen["json"][0]
     stamp = dt.datetime.fromisoformat(seen["json"][0])
     assert stamp.utcoffset() == dt.timedelta(0) and seen["json"][0].endswith("Z") and "T" in seen["json"][0]
+
+
+def test_the_meta_names_each_columns_arrow_type() -> None:
+    """A JSON value alone does not say its type: "NaN" is a text or a double, "2024-01-02" a text or a DATE, "1.50" a
+    text or a DECIMAL. The meta lists each column's Arrow type beside its name, as the Python API and Parquet hold it."""
+    rel = _release(["d", "ts_us", "f", "dec", "b"])
+    meta = json.loads(_render_rows(rel, "json", None))["meta"]
+    assert meta["columns"] == ["d", "ts_us", "f", "dec", "b"]
+    assert meta["column_types"] == ["date32[day]", "timestamp[us]", "double", "decimal128(38, 10)", "bool"]
+    assert meta["column_types"] == [str(f.type) for f in rel.table.schema]
