@@ -277,6 +277,7 @@ def test_conditions_in_the_on_of_inner_joins_filter_as_in_where() -> None:
     ("p.nope > 3", "unknown column 'nope' in 'p' (table 'purchases') ({})"),
     ("p.price > 'abc'", "{}: the comparison mixes incompatible types"),
     ("COUNT(*) > 1", "aggregates are not allowed in {}"),
+    ("p.price", "{0}: {0} must be a boolean condition"),
 ])
 def test_a_refused_condition_of_an_on_is_named_as_in_the_on(cond: str, said: str) -> None:
     """A condition of an inner join's ON (read as WHERE's) is refused naming the ON, where the query has it: the

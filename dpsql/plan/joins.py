@@ -563,13 +563,15 @@ class _JoinBuilder:
                 self.vs.extend(check_expression_functions(part, sql, clause_of(part)))
             for a in where.this.find_all(exp.AggFunc):
                 self.bad(a, f"aggregates are not allowed in {clause_of(a)}")
-            where_flat = exp.and_(*(self.flatten(part, clause_of(part)) for part in parts), copy=False)
+            flats = [(part, self.flatten(part, clause_of(part))) for part in parts]
             if len(self.vs) == before and not self.failed:
-                try:
-                    type_predicate(where_flat, self.flat_schema, "WHERE")
-                except TypeRefusal as e:
-                    for n, m in e.problems:
-                        self.bad(where.this if n is None else n, f"{clause_of(n)}: {m}")
+                for part, flat_part in flats:  # each AND-ed condition is a boolean of its own
+                    try:
+                        type_predicate(flat_part, self.flat_schema, clause_of(part))
+                    except TypeRefusal as e:
+                        for n, m in e.problems:
+                            self.bad(part if n is None else n, f"{clause_of(part)}: {m}")
+            where_flat = exp.and_(*(flat_part for _, flat_part in flats), copy=False)
         if stmt.args.get("having") is not None:  # over released values: the allow-list of post-processing
             self.vs.extend(check_expression_functions(stmt.args["having"].this, sql, "HAVING"))
         from dpsql.plan.join_groups import group_keys, key_outputs
