@@ -262,13 +262,18 @@ def temporal_columns_as_text(table: pa.Table) -> pa.Table:
                     f"{v // per // 3600:02d}:{v // per // 60 % 60:02d}:{v // per % 60:02d}" + (f".{v % per:0{width}d}" if width else "")
                     for v in raw]
         elif pa.types.is_timestamp(typ) or pa.types.is_date(typ):
+            import pyarrow.compute as pc
+
             unit = "D" if pa.types.is_date32(typ) else "ms" if pa.types.is_date64(typ) else typ.unit
-            raw = table.column(i).cast(pa.int32() if unit == "D" else pa.int64()).to_pylist()
+            ints = table.column(i).cast(pa.int32() if unit == "D" else pa.int64())
+            valid = ints.is_valid().to_numpy(zero_copy_only=False)
+            stamps = pc.fill_null(ints, 0).to_numpy().astype(f"datetime64[{unit}]")  # every value exact, any year
             shown = "D" if pa.types.is_date(typ) else unit
             zone = "Z" if getattr(typ, "tz", None) else ""
-            text = [None if v is None else
-                    str(np.datetime_as_string(np.datetime64(v, unit), unit=shown)) + zone  # type: ignore[call-overload,arg-type,unused-ignore]
-                    for v in raw]
+            spelled = np.datetime_as_string(stamps, unit=shown)  # type: ignore[arg-type,unused-ignore]
+            text = list((np.char.add(spelled, zone) if zone else spelled).tolist())
+            for k in np.flatnonzero(~valid):
+                text[k] = None
         else:
             continue
         table = table.set_column(i, pa.field(f.name, pa.string()), pa.array(text, pa.string()))
