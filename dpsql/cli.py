@@ -737,7 +737,7 @@ def _writable(tbl: Any) -> Any:
 def _csv_text(tbl: Any) -> str:
     """The rows as CSV (RFC 4180, ``\\n`` line ends), each value in its canonical text (as JSON and the table
     print it): the header's names and text values quoted (a ``"`` doubled), numbers, booleans, dates and
-    timestamps bare, NULL an empty unquoted field (an empty text is ``""``). Arrow's CSV writer spelled a
+    timestamps bare, NULL an empty unquoted field (an empty text is ``""``; a lone number column's NULL ``""``). Arrow's CSV writer spelled a
     timestamp ``2024-01-02 00:00:00.000000`` (JSON: ``2024-01-02T00:00:00``), a non-finite double ``nan``/``inf``
     (which Java and Spark read as no number), a small DECIMAL ``0E-10``, and put ``<value out of range: N>`` for
     a date beyond year 32767."""
@@ -754,9 +754,14 @@ def _csv_text(tbl: Any) -> str:
     def quote(text: str) -> str:
         return '"' + text.replace('"', '""') + '"'
 
+    bare = [bare_type(f.type) for f in tbl.schema]
+    # a one-column CSV would write a NULL as an empty line, which Arrow's and pandas' readers skip (the row is lost):
+    # a column that holds no text writes it "" instead (read as NULL); in a text column "" is the empty text
+    null = '""' if bare == [True] else ""
+
     def cell(v: Any, bare: bool) -> str:
         if v is None:
-            return ""
+            return null
         if isinstance(v, bool):
             return "true" if v else "false"
         text = (float_text(v) if isinstance(v, float) else decimal_text(v) if isinstance(v, Decimal) else
@@ -764,7 +769,6 @@ def _csv_text(tbl: Any) -> str:
                 json.dumps(_json_safe(v, nonfinite_as_text=True), ensure_ascii=False))
         return text if bare and not any(c in text for c in ',"\r\n') else quote(text)
 
-    bare = [bare_type(f.type) for f in tbl.schema]
     lines = [",".join(quote(n) for n in tbl.column_names)]
     lines += [",".join(cell(v, b) for v, b in zip(r.values(), bare)) for r in python_rows(temporal_columns_as_text(tbl))]
     return "\n".join(lines) + "\n"
