@@ -678,8 +678,12 @@ def _table_cell(v: Any) -> str:
     " a", "x\\ny". So a cell that starts with '"' is always quoted text, and NULL is always NULL."""
     if v is None:
         return "NULL"
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if isinstance(v, float):
-        return f"{v:.10g}"
+        from dpsql.release import float_text
+
+        return float_text(v)
     if not isinstance(v, str):
         from decimal import Decimal
 
@@ -705,9 +709,9 @@ def _json_escape(c: str) -> str:
 
 def _format_table(tbl: Any) -> str:
     cols = [_table_cell(c) if c != "NULL" else c for c in tbl.column_names]
-    from dpsql.release import python_rows
+    from dpsql.release import python_rows, temporal_columns_as_text
 
-    rows = [[_table_cell(v) for v in r.values()] for r in python_rows(tbl)]
+    rows = [[_table_cell(v) for v in r.values()] for r in python_rows(temporal_columns_as_text(tbl))]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
     out = [" | ".join(c.ljust(w) for c, w in zip(cols, widths)), "-+-".join("-" * w for w in widths)]
     out += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
@@ -730,35 +734,44 @@ def _writable(tbl: Any) -> Any:
     return tbl
 
 
-#: the instants (in seconds) Arrow's CSV writer spells right: years 1 to 9999 (DuckDB's reach to 294247)
-_CSV_TIME_RANGE = (-62135596800, 253402300799)
+def _csv_text(tbl: Any) -> str:
+    """The rows as CSV (RFC 4180, ``\\n`` line ends), each value in its canonical text (as JSON and the table
+    print it): the header's names and text values quoted (a ``"`` doubled), numbers, booleans, dates and
+    timestamps bare, NULL an empty unquoted field (an empty text is ``""``; a lone number column's NULL ``""``). Arrow's CSV writer spelled a
+    timestamp ``2024-01-02 00:00:00.000000`` (JSON: ``2024-01-02T00:00:00``), a non-finite double ``nan``/``inf``
+    (which Java and Spark read as no number), a small DECIMAL ``0E-10``, and put ``<value out of range: N>`` for
+    a date beyond year 32767."""
+    from decimal import Decimal
 
-
-def _csv_times(tbl: Any) -> Any:
-    """``tbl`` with each date or timestamp column that holds a value beyond the years 1 to 9999 as text, in the
-    form Arrow's CSV writer gives the others ('2001-09-09 01:46:40.000000', with 'Z' for a time zone): beyond
-    year 32767 the writer put '<value out of range: N>' in place of a released key, and past 9999 it wrote a
-    TIMESTAMPTZ with a wrong year."""
-    import numpy as np
     import pyarrow as pa
 
-    for i, f in enumerate(tbl.schema):
-        if not (pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)):
-            continue
-        unit = "D" if pa.types.is_date32(f.type) else "ms" if pa.types.is_date64(f.type) else f.type.unit
-        per_second = {"D": 1 / 86400, "s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[unit]
-        raw = tbl.column(i).cast(pa.int32() if unit == "D" else pa.int64()).to_pylist()
-        lo, hi = _CSV_TIME_RANGE
-        if all(v is None or lo * per_second <= v <= hi * per_second for v in raw):
-            continue
-        spelled = tbl.column(i).cast(pa.string()).to_pylist()  # Arrow's spelling, kept for the years it can spell
-        zone = "Z" if getattr(f.type, "tz", None) else ""
-        beyond = (np.datetime64(v, unit) for v in raw)  # type: ignore[call-overload,arg-type,unused-ignore]
-        text = [s if v is None or lo * per_second <= v <= hi * per_second
-                else str(np.datetime_as_string(d)).replace("T", " ") + zone
-                for v, s, d in zip(raw, spelled, beyond)]
-        tbl = tbl.set_column(i, pa.field(f.name, pa.string()), pa.array(text, pa.string()))
-    return tbl
+    from dpsql.release import _json_safe, decimal_text, float_text, python_rows, temporal_columns_as_text
+
+    def bare_type(t: Any) -> bool:
+        return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t)
+                    or pa.types.is_temporal(t))
+
+    def quote(text: str) -> str:
+        return '"' + text.replace('"', '""') + '"'
+
+    bare = [bare_type(f.type) for f in tbl.schema]
+    # a one-column CSV would write a NULL as an empty line, which Arrow's and pandas' readers skip (the row is lost):
+    # a column that holds no text writes it "" instead (read as NULL); in a text column "" is the empty text
+    null = '""' if bare == [True] else ""
+
+    def cell(v: Any, bare: bool) -> str:
+        if v is None:
+            return null
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        text = (float_text(v) if isinstance(v, float) else decimal_text(v) if isinstance(v, Decimal) else
+                v if isinstance(v, str) else str(v) if isinstance(v, int) else
+                json.dumps(_json_safe(v, nonfinite_as_text=True), ensure_ascii=False))
+        return text if bare and not any(c in text for c in ',"\r\n') else quote(text)
+
+    lines = [",".join(quote(n) for n in tbl.column_names)]
+    lines += [",".join(cell(v, b) for v, b in zip(r.values(), bare)) for r in python_rows(temporal_columns_as_text(tbl))]
+    return "\n".join(lines) + "\n"
 
 
 def _render_rows(rel: Any, fmt: str, remaining: Any) -> bytes:
@@ -771,13 +784,7 @@ def _render_rows(rel: Any, fmt: str, remaining: Any) -> bytes:
         pq.write_table(rel.to_arrow(remaining), buf)
         return buf.getvalue()
     if fmt == "csv":
-        import pyarrow.csv as pacsv
-
-        from dpsql.release import decimal_columns_as_text
-
-        buf = io.BytesIO()
-        pacsv.write_csv(_csv_times(decimal_columns_as_text(rel.table)), buf)
-        return buf.getvalue()
+        return _csv_text(rel.table).encode("utf-8")
     if fmt == "json":
         return (json.dumps(rel.to_dict(remaining), indent=1) + "\n").encode("utf-8")
     return _format_table(rel.table).encode("utf-8")
@@ -994,7 +1001,10 @@ def _cmd_query(args: argparse.Namespace) -> int:
             f"remaining: {_fmt_remaining(rem)}; ledger entry {rel.ledger_id}",
             file=sys.stderr,
         )
-        for col, acc in rel.accuracy.items():
+        from dpsql.release import name_text
+
+        for name, acc in rel.accuracy.items():
+            col = name_text(name)  # "a\nb", not a line break
             if acc.get("noise_std") is not None and len(acc.get("per_row_noise_std") or []) > 1:
                 sd, hw = acc["per_row_noise_std"][0], (acc.get("per_row_ci95_half_width") or [None])[0]
                 print(f"  {col}: noise std {sd:.4g}, 95% interval +/- {hw:.4g} (row 1; per row in --meta)", file=sys.stderr)
@@ -1006,15 +1016,21 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 hw = rows[0] if rows and rows[0] is not None else acc["ci95_half_width"]
                 print(f"  {col}: 95% interval +/- {hw:.4g}{each}", file=sys.stderr)
             elif acc.get("note"):
-                print(f"  {col}: {acc['note']}", file=sys.stderr)
+                print(f"  {col}: {_one_line(acc['note'])}", file=sys.stderr)
         if rel.details.get("estimates"):
-            print(f"  estimates: {rel.details['estimates']}", file=sys.stderr)
+            print(f"  estimates: {_one_line(rel.details['estimates'])}", file=sys.stderr)
         for w in rel.warnings:
-            print(f"warning: {w}", file=sys.stderr)
+            print(f"warning: {_one_line(w)}", file=sys.stderr)
         if "tau_star" in rel.details:
             print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
                   "a group missing from the output is not a zero", file=sys.stderr)
     return 0
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line of stderr: a character that is not printable (a line break in a quoted column name, an
+    escape sequence) as its JSON escape (``\\n``, ``\\u001b``)."""
+    return "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in str(text))
 
 
 @contextlib.contextmanager
@@ -1246,12 +1262,8 @@ def _cmd_budget(args: argparse.Namespace) -> int:
                 summary["total_changes"] = _json_rows(snap["total_changes"])
             print(json.dumps(summary, indent=1))
             return 0
-        if args.format == "csv":
-            import pyarrow.csv as pacsv
-
-            buf = io.BytesIO()
-            pacsv.write_csv(_flat(snap["entries"]) if args.history else _summary_table(summary), buf)
-            sys.stdout.write(buf.getvalue().decode())
+        if args.format == "csv":  # each value spelled as in JSON and the table (_csv_text)
+            sys.stdout.write(_csv_text(_flat(snap["entries"]) if args.history else _summary_table(summary)))
             return 0
         print(f"ledger:    {shown}")
         print(f"total:     epsilon={t.epsilon:g} delta={t.delta:g}")
@@ -1271,9 +1283,9 @@ def _cmd_budget(args: argparse.Namespace) -> int:
 
 
 def _json_rows(tbl: Any) -> list[dict[str, Any]]:
-    from dpsql.release import _json_safe, python_rows
+    from dpsql.release import _json_safe, python_rows, temporal_columns_as_text
 
-    return _json_safe(python_rows(tbl))  # type: ignore[no-any-return]
+    return _json_safe(python_rows(temporal_columns_as_text(tbl)))  # type: ignore[no-any-return]
 
 
 def _flat(tbl: Any) -> Any:
@@ -1325,7 +1337,7 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
 
 def _cmd_tables(args: argparse.Namespace) -> int:
     from dpsql.errors import ConfigError
-    from dpsql.release import _json_safe
+    from dpsql.release import _json_safe, name_text
 
     with _open_session(args) as s:
         tables = {name: spec.public_description() for name, spec in s.tables.items()}
@@ -1353,14 +1365,14 @@ def _cmd_tables(args: argparse.Namespace) -> int:
                   + (f", at most {d['max_table_rows']} rows" if d.get("max_table_rows") is not None else ""))
         for ref, tgt in d["references"].items():
             deg = d.get("degree_bounds", {}).get(ref)
-            print(f"  reference {ref} -> {tgt}" + (f" (at most {deg} rows per value)" if deg is not None else ""))
+            print(f"  reference {name_text(ref, ' ')} -> {tgt}" + (f" (at most {deg} rows per value)" if deg is not None else ""))
         policy = {col: "; ".join(f"{k} {json.dumps(_json_safe(v))}" for k, v in c.items()) for col, c in d["columns"].items()}
         if getattr(args, "name", None) is not None:  # describe: every column, its type and its declared policy
-            for col, typ in d["schema"].items():
-                print(f"  {col} {typ}" + (f": {policy[col]}" if policy.get(col) else ""))
+            for col, typ in d["schema"].items():  # a name that could be misread (a line break, a space) quoted
+                print(f"  {name_text(col, ' ')} {typ}" + (f": {policy[col]}" if policy.get(col) else ""))
             continue
         for col, text in policy.items():
-            print(f"  {col}: {text}")
+            print(f"  {name_text(col)}: {text}")
     return 0
 
 

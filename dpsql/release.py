@@ -54,6 +54,8 @@ class Release:
             "ledger_id": self.ledger_id,
             "reused": self.reused,
             "columns": self.table.column_names,
+            # each column's Arrow type (a JSON or CSV value alone does not say it: "NaN", "2024-01-02", "1.50")
+            "column_types": [str(f.type) for f in self.table.schema],
             "accuracy": _json_safe(self.accuracy),
             "parameters": _json_safe(self.details),
             "notes": list(self.notes),
@@ -65,7 +67,8 @@ class Release:
 
     def to_dict(self, remaining: Budget | None = None) -> dict[str, Any]:
         """``{"rows": [...], "meta": {...}}``: the JSON form the CLI prints with ``--format json``."""
-        return {"rows": _json_safe(python_rows(self.table), nonfinite_as_text=True), "meta": self.meta(remaining)}
+        return {"rows": _json_safe(python_rows(temporal_columns_as_text(self.table)), nonfinite_as_text=True),
+                "meta": self.meta(remaining)}
 
     def to_arrow(self, remaining: Budget | None = None) -> pa.Table:
         """The released rows with the meta in the schema metadata (key ``dpsql``), e.g. for Parquet."""
@@ -130,6 +133,7 @@ class Plan:
             probs = ", ".join(f"{n} people: {p:.0%}" for n, p in self.parameters["release_probability"].items())
             lines.append(f"chance that a group is released: {probs}")
         for col, acc in (self.parameters.get("expected_accuracy") or {}).items():
+            col = name_text(col)
             if acc.get("noise_std") is not None:
                 lines.append(f"expected accuracy of {col}: noise std {acc['noise_std']:.4g}, "
                              f"95% interval +/- {acc['ci95_half_width']:.4g}")
@@ -218,22 +222,70 @@ def _json_safe(v: Any, *, nonfinite_as_text: bool = False) -> Any:
     return str(v)
 
 
+def name_text(name: str, also: str = "") -> str:
+    """A column name as the summaries print it (stderr, explain, tables): as it is when nothing in it could be
+    misread, else as a JSON string literal with every unprintable character escaped: ``"a\\nb"``, ``"c: d"``,
+    ``" e"`` (and a name holding a character of ``also``, e.g. a space where one ends the name)."""
+    if name and name == name.strip(" ") and all(c.isprintable() for c in name) and not any(c in name for c in ':"\\' + also):
+        return name
+    return "".join(c if c.isprintable() else _escaped(ord(c)) for c in json.dumps(name, ensure_ascii=False))
+
+
+def _escaped(code: int) -> str:
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a JSON surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def float_text(v: float) -> str:
+    """A double's text in every text output: the shortest that reads back to the same double (``repr``), and
+    ``NaN``, ``Infinity``, ``-Infinity`` (which Java, Spark, PostgreSQL, DuckDB and Python all read as doubles)."""
+    if math.isfinite(v):
+        return repr(v)
+    return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
+
+
+def temporal_columns_as_text(table: pa.Table) -> pa.Table:
+    """``table`` with every DATE, TIME and TIMESTAMP column as its canonical ISO 8601 text, the one spelling of
+    the text outputs (CSV, JSON, table): ``2024-01-02``, ``12:30:15.123456`` and ``2024-01-02T00:00:00.000000``,
+    with as many fraction digits as the column's unit holds (none for seconds, 3, 6 or 9), and a TIMESTAMPTZ in UTC
+    with ``Z``. A year beyond 1..9999 (DuckDB's reach to 294247) is written with all its digits
+    (``148108-07-06T14:00:27.387904``, ``-144169-06-28T...``), where Python has no date and Arrow's writers no text."""
+    import numpy as np
+
+    for i, f in enumerate(table.schema):
+        typ = f.type
+        if pa.types.is_time(typ):
+            per = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[typ.unit]
+            raw = table.column(i).cast(pa.int64() if pa.types.is_time64(typ) else pa.int32()).to_pylist()
+            width = len(str(per)) - 1
+            text = [None if v is None else
+                    f"{v // per // 3600:02d}:{v // per // 60 % 60:02d}:{v // per % 60:02d}" + (f".{v % per:0{width}d}" if width else "")
+                    for v in raw]
+        elif pa.types.is_timestamp(typ) or pa.types.is_date(typ):
+            import pyarrow.compute as pc
+
+            unit = "D" if pa.types.is_date32(typ) else "ms" if pa.types.is_date64(typ) else typ.unit
+            ints = table.column(i).cast(pa.int32() if unit == "D" else pa.int64())
+            valid = ints.is_valid().to_numpy(zero_copy_only=False)
+            stamps = pc.fill_null(ints, 0).to_numpy().astype(f"datetime64[{unit}]")  # every value exact, any year
+            shown = "D" if pa.types.is_date(typ) else unit
+            zone = "Z" if getattr(typ, "tz", None) else ""
+            spelled = np.datetime_as_string(stamps, unit=shown)  # type: ignore[arg-type,unused-ignore]
+            text = list((np.char.add(spelled, zone) if zone else spelled).tolist())
+            for k in np.flatnonzero(~valid):
+                text[k] = None
+        else:
+            continue
+        table = table.set_column(i, pa.field(f.name, pa.string()), pa.array(text, pa.string()))
+    return table
+
+
 def decimal_text(v: decimal.Decimal) -> str:
     """A DECIMAL's text in fixed point with its scale, as DuckDB spells it: ``0.0000000000`` and
     ``-0.0000000001`` for a DECIMAL(38, 10), where ``str`` writes ``0E-10`` and ``-1E-10``."""
     return format(v, "f") if v.is_finite() else str(v)
-
-
-def decimal_columns_as_text(table: pa.Table) -> pa.Table:
-    """``table`` with every top-level DECIMAL column whose scale is over 6 as its :func:`decimal_text` (Arrow's
-    CSV writer switches to scientific notation for values under 10^-6 in magnitude, as ``str`` does: ``0E-10``
-    for a DECIMAL(38, 10) zero). A scale of at most 6 (an integer key computed in HUGEINT) is always written in
-    fixed point, unquoted like the other numbers, and stays so."""
-    for i, f in enumerate(table.schema):
-        if pa.types.is_decimal(f.type) and f.type.scale > 6:
-            text = [None if v is None else decimal_text(v) for v in table.column(i).to_pylist()]
-            table = table.set_column(i, f.with_type(pa.string()), pa.array(text, pa.string()))
-    return table
 
 
 def _readable(v: Any) -> Any:

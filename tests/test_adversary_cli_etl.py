@@ -298,10 +298,10 @@ def test_ctrl_c_while_a_query_is_type_checked_is_a_keyboard_interrupt(monkeypatc
 
 
 @pytest.mark.parametrize("typ,value,text", [
-    ("timestamp_us", 2**62, "148108-07-06 14:00:27.387904"),
-    ("timestamp_us", -(2**62), "-144169-06-28 09:59:32.612096"),
-    ("timestamp_us_utc", 2**62, "148108-07-06 14:00:27.387904Z"),
-    ("timestamp_s", 2**40, "36812-02-20 00:36:16"),
+    ("timestamp_us", 2**62, "148108-07-06T14:00:27.387904"),
+    ("timestamp_us", -(2**62), "-144169-06-28T09:59:32.612096"),
+    ("timestamp_us_utc", 2**62, "148108-07-06T14:00:27.387904Z"),
+    ("timestamp_s", 2**40, "36812-02-20T00:36:16"),
     ("date32", 20_000_000, "56728-02-22"),
 ])
 def test_csv_spells_dates_and_timestamps_beyond_year_9999(typ: str, value: int, text: str) -> None:
@@ -312,7 +312,6 @@ def test_csv_spells_dates_and_timestamps_beyond_year_9999(typ: str, value: int, 
     import types
 
     import pyarrow as pa
-    import pyarrow.csv as pacsv
 
     from dpsql.cli import _render_rows
 
@@ -323,9 +322,9 @@ def test_csv_spells_dates_and_timestamps_beyond_year_9999(typ: str, value: int, 
     out = _render_rows(types.SimpleNamespace(table=table), "csv", None).decode()
     rows = list(csv.reader(io.StringIO(out, newline="")))
     assert rows[1] == [text, "1"]
-    in_range = io.BytesIO()
-    pacsv.write_csv(table.slice(1), in_range)
-    assert rows[2:] == list(csv.reader(io.StringIO(in_range.getvalue().decode(), newline="")))[1:]  # spelled as before
+    want = table.column("k")[1].as_py()  # in range: the ISO text of the value Python reads
+    assert (type(want).fromisoformat(rows[2][0].rstrip("Z")).replace(tzinfo=want.tzinfo) if typ != "date32"
+            else type(want).fromisoformat(rows[2][0])) == want
     assert rows[3] == ["", "3"]  # NULL stays an empty unquoted field
 
 

@@ -4,8 +4,7 @@ spells it (``CAST(x AS VARCHAR)``).
 Python's and Arrow's decimal text switch to scientific notation for small values: a DECIMAL(38, 10) key
 0 was written ``0E-10`` and -0.0000000001 ``-1E-10`` in the CSV, JSON and table outputs, while 2.5 was
 ``2.5000000000`` in the same column, so a loader reading the column as fixed-point text (or comparing
-keys as text) met two notations. (The CSV writes such a column, of a scale over 6, as quoted text: Arrow's CSV
-writer has no fixed-point form for it.)"""
+keys as text) met two notations. (The CSV writes every DECIMAL as a bare number in fixed point.)"""
 
 from __future__ import annotations
 
@@ -49,7 +48,7 @@ def _rows(capsys: pytest.CaptureFixture[str], column: str, fmt: str) -> list[str
     out = capsys.readouterr().out
     if fmt == "json":
         return [r[column] for r in json.loads(out)["rows"]]
-    if fmt == "csv":  # the decimal column is written as text, quoted like every text column
+    if fmt == "csv":
         return [r[column] for r in csv.DictReader(io.StringIO(out))]
     return [line.split("|")[0].strip() for line in out.splitlines()[2:]]
 
@@ -75,7 +74,7 @@ def test_a_decimal_arrow_writes_in_fixed_point_stays_a_bare_number_in_the_csv(da
                                                                             sql: str) -> None:
     """A DECIMAL whose scale is at most 6 (an integer key computed in HUGEINT, a DECIMAL(18, 1)) was always written
     in fixed point, unquoted, as the other numbers: a loader cutting fields or comparing them as text still reads
-    ``1,100``, not ``"1",100``. Only a scale above 6, which Arrow writes as ``0E-10``, is written as quoted text."""
+    ``1,100``, not ``"1",100``."""
     capsys.readouterr()
     assert run(["--ledger", "l.duckdb", "--table", "t=t.parquet", "--privacy-unit", "t=uid", "--domain", "t.e=-1.5,0",
                 "query", sql, "--epsilon", "1", "--delta", "1e-6", "--format", "csv"]) == 0

@@ -261,7 +261,7 @@ def test_conditions_in_the_on_of_inner_joins_filter_as_in_where() -> None:
         assert sum(r[1] for r in want[1]) > 0
         assert _rows(s, f"{head}{on} GROUP BY u.plan ORDER BY 1", 1e-6) == want, on
     # a subquery in an ON is refused as in WHERE, with that refusal's hint (not as a non-equi join)
-    with pytest.raises(UnsupportedQueryError, match="subqueries are not supported in WHERE; list the values"):
+    with pytest.raises(UnsupportedQueryError, match="subqueries are not supported in ON; list the values"):
         s.query("SELECT COUNT(*) FROM users u JOIN purchases p ON p.user_id = u.user_id AND u.plan IN "
                 "(SELECT plan FROM users)", epsilon=1.0)
     # an equality of an expression with a column of another table is not a join condition: refused, free
@@ -269,6 +269,34 @@ def test_conditions_in_the_on_of_inner_joins_filter_as_in_where() -> None:
     with pytest.raises(UnsupportedQueryError, match="only equalities between columns"):
         s.query("SELECT COUNT(*) FROM users u JOIN purchases p ON p.user_id + 0 = u.user_id", epsilon=1.0)
     assert s.remaining() == spent
+
+
+@pytest.mark.parametrize("cond,said", [
+    ("u.plan IN (SELECT plan FROM users)", "subqueries are not supported in {}"),
+    ("md5(u.plan) = 'x'", "{}: function md5() is not on the allow-list"),
+    ("p.nope > 3", "unknown column 'nope' in 'p' (table 'purchases') ({})"),
+    ("p.price > 'abc'", "{}: the comparison mixes incompatible types"),
+    ("COUNT(*) > 1", "aggregates are not allowed in {}"),
+    ("p.price", "{0}: {0} must be a boolean condition"),
+])
+def test_a_refused_condition_of_an_on_is_named_as_in_the_on(cond: str, said: str) -> None:
+    """A condition of an inner join's ON (read as WHERE's) is refused naming the ON, where the query has it: the
+    refusal said 'WHERE' of a condition the query never wrote in WHERE."""
+    s = _with_items()
+    head = "SELECT u.plan, COUNT(*) AS n FROM users u JOIN purchases p ON p.user_id = u.user_id"
+    for sql, clause in ((f"{head} AND {cond} GROUP BY u.plan", "ON"), (f"{head} WHERE {cond} GROUP BY u.plan", "WHERE")):
+        with pytest.raises(UnsupportedQueryError) as ei:
+            s.explain(sql, epsilon=1.0)
+        assert said.format(clause) in str(ei.value), (sql, str(ei.value))
+        assert (clause == "WHERE") == ("WHERE" in str(ei.value)), str(ei.value)
+    # a second join's ON, and an ON beside a WHERE: each condition named where it stands
+    with pytest.raises(UnsupportedQueryError) as ei:
+        s.explain(f"{head} JOIN items i ON p.purchase_id = i.purchase_id AND md5(i.cat) = 'a' WHERE md5(u.plan) = 'b' "
+                  "GROUP BY u.plan", epsilon=1.0)
+    assert "ON: function md5() is not on the allow-list of functions with a total, bounded-cost evaluation (see " \
+           "docs/expressions.md): md5(i.cat)" in str(ei.value)
+    assert "WHERE: function md5() is not on the allow-list of functions with a total, bounded-cost evaluation (see " \
+           "docs/expressions.md): md5(u.plan)" in str(ei.value)
 
 
 def test_comma_joins_equate_unqualified_columns_each_of_one_listed_table() -> None:

@@ -634,6 +634,7 @@ class SparkBackend:
         failure: ConfigError | None = None
         fields: list[tuple[str, str]] = []
         millis: set[str] = set()
+        int96: set[str] = set()
         widened: set[str] = set()
         as_bytes: dict[str, int] = {}
         nested: dict[str, tuple[Any, Stored]] = {}
@@ -657,6 +658,7 @@ class SparkBackend:
                     for m in file_schemas:
                         decimal_storage_problem(name, [d[:4] for d in self._decimal_storage(m)])
                     millis = self._millis_from(name, table_schema, file_schemas)
+                    int96 = self._int96_from(table_schema, file_schemas)
                     widened, as_bytes = self._widened_from(table_schema, file_schemas)
                     stored = {**self._nested_stored(name, table_schema, file_schemas),
                               **self._narrow_beside_nested(table_schema, file_schemas)}
@@ -690,8 +692,9 @@ class SparkBackend:
                 declared = (table_schema if kind == "parquet" else raw.schema).fields
                 if not fields:
                     fields = [(f.name, f.dataType.simpleString()) for f in raw.schema.fields]
+                fields = [(n, "timestamp_ntz" if n in int96 else t) for n, t in fields]
                 sel = render(self._capped_select(name, view + "_raw", fields, {f.name: f.dataType for f in declared},
-                                                 millis, widened, as_bytes, nested), dialect=SPARK)
+                                                 millis, widened, as_bytes, nested, int96), dialect=SPARK)
                 self._spark.sql(sel).createOrReplaceTempView(view)
                 if kind == "parquet":
                     files = self._files_of(name, paths, raw, first)
@@ -952,6 +955,24 @@ class SparkBackend:
                               hint="rewrite the files with one timestamp unit per column (microseconds)")
         return {c for c, u in units.items() if u == {"MILLIS"}}
 
+    def _int96_from(self, table_schema: Any, schemas: list[Any]) -> set[str]:
+        """The top-level timestamp columns stored as Parquet INT96 (the legacy type of Spark, Hive and Impala) in
+        every file: DuckDB reads them as TIMESTAMP (no time zone), Spark as TIMESTAMP_LTZ (a TIMESTAMPTZ, so
+        queries DuckDB answers were refused); :meth:`_capped_select` converts them to TIMESTAMP_NTZ, exactly in the
+        session's UTC, so both engines register and answer them alike. Footers only, no row."""
+        stamps = {f.name.lower(): f.name for f in table_schema.fields if f.dataType.simpleString() == "timestamp"}
+        if not stamps or not schemas:
+            return set()
+        kinds: dict[str, set[bool]] = {}
+        for schema in schemas:
+            for t in schema.getFields():
+                col = stamps.get(str(t.getName()).lower())
+                if col is not None:
+                    kinds.setdefault(col, set()).add(
+                        bool(t.isPrimitive()) and str(t.asPrimitiveType().getPrimitiveTypeName().toString()) == "INT96")
+        return {c for c, k in kinds.items() if k == {True} and all(any(
+            str(t.getName()).lower() == c.lower() for t in schema.getFields()) for schema in schemas)}
+
     @staticmethod
     def _wide_decimals(table_schema: Any) -> dict[str, Any]:
         """The table's top-level DECIMAL columns of more than 18 digits."""
@@ -1073,9 +1094,11 @@ class SparkBackend:
     def _capped_select(self, name: str, raw: str, fields: list[tuple[str, str]], types: Mapping[str, Any],
                        millis: Collection[str] = (), widened: Collection[str] = (),
                        as_bytes: Mapping[str, int] | None = None,
-                       nested: Mapping[str, tuple[Any, Stored]] | None = None) -> exp.Select:
+                       nested: Mapping[str, tuple[Any, Stored]] | None = None,
+                       int96: Collection[str] = ()) -> exp.Select:
         """The view of a source over its ``raw`` view: each column (``fields``: name and Spark type's simple
-        string; ``types``: name and Spark type as declared) read as the DuckDB engine reads it."""
+        string; ``types``: name and Spark type as declared) read as the DuckDB engine reads it (``int96``:
+        TIMESTAMP_LTZ columns stored as INT96, read as TIMESTAMP_NTZ)."""
         from pyspark.sql.types import AtomicType
 
         as_bytes, nested = as_bytes or {}, nested or {}
@@ -1119,7 +1142,9 @@ class SparkBackend:
                 lo, hi = (DATE_MIN_DAY, DATE_MAX_DAY) if t == "date" else (TS_MIN_US, TS_MAX_US)
                 inside = exp.Between(this=stored, low=exp.Literal.number(lo) if lo >= 0 else exp.Neg(
                     this=exp.Literal.number(-lo)), high=exp.Literal.number(hi))
-                e = exp.Case(ifs=[exp.If(this=inside, true=ref.copy())])
+                value = exp.Cast(this=ref.copy(), to=exp.DataType.build("TIMESTAMP_NTZ", dialect=SPARK)) if n in int96 \
+                    else ref.copy()  # INT96: its UTC instant's wall clock, as DuckDB reads it (session time zone UTC)
+                e = exp.Case(ifs=[exp.If(this=inside, true=value)])
             elif (dec := re.fullmatch(r"decimal\((\d+),(\d+)\)", t)) is not None and n in as_bytes:
                 # the stored bytes: the exact value inside the declared precision, else NULL (_widened_from); bytes
                 # of lengths that differ between files (0) sign-extended to 16 first

@@ -394,15 +394,17 @@ def _min_above_max(aggs: list[ir.Aggregate], numbers: dict[str, np.ndarray], cal
             if lo.kind != ir.MIN or hi.kind != ir.MAX or lo.column != hi.column:
                 continue
             a, b = numbers[lo.name], numbers[hi.name]
-            text = (f"{lo.sql} came out above {hi.sql}{{where}}: they estimate the c-th smallest and the c-th largest "
+            # the column's name is SQL text, which may hold braces (x{y}): no str.format over it
+            head = f"{lo.sql} came out above {hi.sql}"
+            text = (f": they estimate the c-th smallest and the c-th largest "
                     f"kept values (c = {cal.targets[j]:g} and {cal.targets[i]:g}: rank_target), which cross when a group "
                     f"keeps fewer than about {cal.targets[j] + cal.targets[i]:g} rows, and each may miss its rank by up "
                     "to rank_error_95 rows; a larger epsilon lowers c and the rank error (neither value is adjusted)")
 
-            def note(crossed: int, shown: int, text: str = text) -> str | None:
+            def note(crossed: int, shown: int, head: str = head, text: str = text) -> str | None:
                 if not crossed:
                     return None
-                return text.format(where=f" in {crossed} of {shown} groups" if grouped else "")
+                return head + (f" in {crossed} of {shown} groups" if grouped else "") + text
 
             notes.append((pa.array(a > b, type=pa.bool_()), note))
     return notes

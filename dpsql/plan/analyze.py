@@ -17,6 +17,7 @@ from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violati
 from dpsql.plan import ir
 from dpsql.plan.checks import (
     ANON_AGGS,
+    FROM_ON,
     LIMIT_FORM,
     LIMIT_ZERO,
     SUPPORTED_AGGS,
@@ -1312,6 +1313,7 @@ def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None =
                     owners = [it for it, cols in zip(scope, held, strict=True) if col.name.lower() in (cols or ())]
                     if not col.table and len(owners) == 1:
                         col.set("table", exp.to_identifier(owners[0].alias_or_name))
+                c.meta[FROM_ON] = True  # its refusals name the ON (checks.clause_of)
                 conds.append(c)
             j.set("on", None)
             j.set("kind", None)

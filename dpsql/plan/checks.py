@@ -47,6 +47,20 @@ OTHER_AGGS = frozenset({
 })
 
 
+#: the meta key marking a condition of an inner join's ON that is read as WHERE's (analyze._comma_joins)
+FROM_ON = "dpsql_from_on"
+
+
+def clause_of(node: exp.Expression | None) -> str:
+    """The clause a WHERE condition was written in: "ON" for one moved there from an inner join's ON (its
+    refusals name the ON, which the query has it in), else "WHERE"."""
+    while node is not None and not isinstance(node, exp.Where):
+        if node.meta.get(FROM_ON):
+            return "ON"
+        node = node.parent
+    return "WHERE"
+
+
 def is_aggregate(node: exp.Expression) -> bool:
     """An aggregate call: sqlglot's aggregates and the spellings of ``ANON_AGGS`` and ``OTHER_AGGS``."""
     return isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous)

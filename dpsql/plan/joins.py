@@ -74,6 +74,7 @@ from dpsql.plan.checks import (
     LIMIT_ZERO,
     check_expression_functions,
     check_statement_shape,
+    clause_of,
     never_null_literal,
     row_count,
     violation,
@@ -557,16 +558,21 @@ class _JoinBuilder:
         where_flat = None
         if where is not None:
             before = len(self.vs)
-            self.vs.extend(check_expression_functions(where.this, sql, "WHERE"))
+            # each condition named by the clause it was written in: WHERE, or an inner join's ON (read as WHERE's)
+            parts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+            for part in parts:
+                self.vs.extend(check_expression_functions(part, sql, clause_of(part)))
             for a in where.this.find_all(exp.AggFunc):
-                self.bad(a, "aggregates are not allowed in WHERE")
-            where_flat = self.flatten(where.this, "WHERE")
+                self.bad(a, f"aggregates are not allowed in {clause_of(a)}")
+            flats = [(part, self.flatten(part, clause_of(part))) for part in parts]
             if len(self.vs) == before and not self.failed:
-                try:
-                    type_predicate(where_flat, self.flat_schema, "WHERE")
-                except TypeRefusal as e:
-                    for n, m in e.problems:
-                        self.bad(where.this if n is None else n, f"WHERE: {m}")
+                for part, flat_part in flats:  # each AND-ed condition is a boolean of its own
+                    try:
+                        type_predicate(flat_part, self.flat_schema, clause_of(part))
+                    except TypeRefusal as e:
+                        for n, m in e.problems:
+                            self.bad(part if n is None else n, f"{clause_of(part)}: {m}")
+            where_flat = exp.and_(*(flat_part for _, flat_part in flats), copy=False)
         if stmt.args.get("having") is not None:  # over released values: the allow-list of post-processing
             self.vs.extend(check_expression_functions(stmt.args["having"].this, sql, "HAVING"))
         from dpsql.plan.join_groups import group_keys, key_outputs
