@@ -489,8 +489,8 @@ def round_to_granularity(values: np.ndarray, granularity: float) -> np.ndarray:
 
 
 def round_to_points(values: np.ndarray, granularity: float) -> np.ndarray:
-    """Round values no Gaussian noise was added to (a quantile's grid point, a value read off a Laplace synopsis) to a
-    multiple of ``granularity`` at every magnitude: only the binary noise of their arithmetic goes. The power-of-two
+    """Round post-processed values (a quantile's grid point, an AVG of released sums, a value read off a synopsis) to
+    a multiple of ``granularity`` at every magnitude: only the binary noise of their arithmetic goes. The power-of-two
     grid of :func:`round_to_granularity` at large values is for the Gaussian sampler's floating-point proof alone;
     there it moved a grid point off its grid (12346000.3 at granularity 1e-6 read 12346000.299999237)."""
     if granularity <= 0:
