@@ -109,9 +109,9 @@ def interruptible() -> Iterator[None]:
     if held is None or held.open or NESTED or threading.current_thread() is not threading.main_thread():
         yield
         return
-    interruption_point()
-    held.open = True
+    held.open = True  # first: a Ctrl-C that comes from here on runs the handler, none waits out the wait held back
     try:
+        interruption_point()
         yield
     finally:
         held.open = False

@@ -488,6 +488,16 @@ def round_to_granularity(values: np.ndarray, granularity: float) -> np.ndarray:
     return np.where(coarse, np.where(np.isfinite(v), big, v), out) + 0.0
 
 
+def round_to_points(values: np.ndarray, granularity: float) -> np.ndarray:
+    """Round post-processed values (a quantile's grid point, an AVG of released sums, a value read off a synopsis) to
+    a multiple of ``granularity`` at every magnitude: only the binary noise of their arithmetic goes. The power-of-two
+    grid of :func:`round_to_granularity` at large values is for the Gaussian sampler's floating-point proof alone;
+    there it moved a grid point off its grid (12346000.3 at granularity 1e-6 read 12346000.299999237)."""
+    if granularity <= 0:
+        raise ValueError("granularity must be > 0")
+    return _round_fine(np.asarray(values, dtype=np.float64), granularity)
+
+
 def _round_fine(v: np.ndarray, granularity: float) -> np.ndarray:
     """Round to a multiple of ``granularity`` (values below the coarse switch of :func:`round_to_granularity`)."""
     if granularity == 1:

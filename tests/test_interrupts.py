@@ -143,3 +143,24 @@ def test_an_interruptible_wait_raises_ctrl_c_there_and_nowhere_else() -> None:
         steps.append("outside")
     assert steps == ["held", "waits", "done", "after", "nested", "outside"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.HELD is None
+
+
+def test_ctrl_c_just_before_an_interruptible_wait_opens_is_raised_in_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C that comes after ``interruptible`` raised what was held back before it but before the wait opened (one
+    step of the main thread) is raised at the wait's start, not held for the whole wait (a PostgreSQL ledger's lock
+    waits up to lock_timeout)."""
+    original = interrupts.interruption_point
+
+    def then_ctrl_c() -> None:
+        original()
+        signal.raise_signal(signal.SIGINT)  # comes right after the check
+
+    monkeypatch.setattr(interrupts, "interruption_point", then_ctrl_c)
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.HeldInterrupt():
+            with interrupts.interruptible():
+                steps.append("waits")  # not reached: the Ctrl-C is raised before the wait
+            steps.append("after the wait")
+    assert steps == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.HELD is None

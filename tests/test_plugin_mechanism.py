@@ -167,6 +167,13 @@ def test_unplugged_it_is_gone(session):
         registry.plug_in(NAME, RoundedLaplaceCount, answers, options={"half_up": "rounded_laplace: round halves up"})
 
 
+@pytest.mark.parametrize("name", ["never_plugged", "gaussian", "auto"])
+def test_unplugging_a_name_that_was_not_plugged_in_says_so(name):
+    with pytest.raises(ValueError, match=f"no mechanism {name!r} was plugged in"):
+        registry.unplug(name)
+    assert (name in registry.FORCEABLE) == (name != "never_plugged")  # a built-in one stays
+
+
 @pytest.mark.parametrize("name", ["laplace", "auto", "Bad Name", ""])
 def test_a_plug_in_cannot_take_a_name_already_used_or_malformed(plugged, name):
     with pytest.raises(ValueError):

@@ -588,3 +588,17 @@ def test_min_max_whose_rank_target_exceeds_int64_are_answered() -> None:
     assert all(a["rank_target"] > 2.0**63 for a in plan.parameters["aggregates"])
     r = s.query("SELECT MIN(age), MAX(age) FROM people", epsilon=eps)
     assert r.table.num_rows == 1 and all(0 <= v <= 100 for v in r.table.to_pylist()[0].values())
+
+
+def test_a_quantile_is_its_grid_point_at_values_where_doubles_are_coarse_against_the_granularity() -> None:
+    """The released quantile is a point of the public grid (lo + i x step) rounded to the column's granularity only to
+    drop the binary noise of that arithmetic: the power-of-two grid that Gaussian releases take from 2^42 granularities
+    on (``dpsql.noise.round_to_granularity``) does not move it (12346000.3 read 12346000.299999237 at 1e-6)."""
+    t = pa.table({"pid": np.arange(2000), "x": np.full(2000, 12345678.3)})
+    with dpsql.Session(budget=dpsql.Budget(100.0)) as s:
+        s.register("t", t, privacy_unit="pid", max_rows_per_unit=1,
+                   columns={"x": {"bounds": [0.3, 20000000.3], "granularity": 1e-6}})
+        use_noise(s, zero_noise())
+        assert s.explain("SELECT MEDIAN(x) AS m FROM t", epsilon=5.0).parameters["aggregates"][0]["grid_step"] == 1000.0
+        got = s.query("SELECT MEDIAN(x) AS m FROM t", epsilon=5.0).to_pylist()[0]["m"]
+    assert got == 12346000.3  # the grid point 0.3 + 12346 x 1000 nearest the rows' value

@@ -30,6 +30,7 @@ from dpsql.noise import (
     gaussian_release,
     round_exactly,
     round_to_granularity,
+    round_to_points,
 )
 from dpsql.plan import ir
 from dpsql.rewrite.bound import (
@@ -277,7 +278,7 @@ def finish_release(
             if declared:
                 g = min(g, declared)
             if g > 0:
-                avg = round_to_granularity(avg, g)
+                avg = round_to_points(avg, g)  # post-processing: its decimal grid at every magnitude
             else:  # bounds so narrow (width below ~1e-306) that their power of ten underflows: no grid, no rounding
                 g = 0.0
             mask = np.isnan(avg)

@@ -120,7 +120,7 @@ from dpsql.errors import ConfigError, PolicyError
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request, fmt_cap, lowered_cap
 from dpsql.mechanisms.basic import KEY_DOMAIN_CHECK_LIMIT, _domain_table, domain_size
 from dpsql.mechanisms.common import bounding_note, estimated_quantity
-from dpsql.noise import NoiseSource, round_to_granularity
+from dpsql.noise import NoiseSource, round_to_points
 from dpsql.plan import ir
 from dpsql.plan.typer import parse_type
 from dpsql.plan.workload import Workload, column_workload
@@ -653,7 +653,7 @@ class QuantileMechanism:
             else:
                 vals = np.minimum(grid.lo + idx.astype(np.float64) * grid.step, grid.hi)
                 gran = plan.table.column(a.column or "").granularity or grid.step
-                numbers[a.name] = vals = np.clip(round_to_granularity(vals, gran), grid.lo, grid.hi)
+                numbers[a.name] = vals = np.clip(round_to_points(vals, gran), grid.lo, grid.hi)
                 cols[a.name] = pa.array(vals, type=pa.float64())
             accuracy[a.name] = {
                 "noise": "exponential",
@@ -700,7 +700,7 @@ class QuantileMechanism:
                     v = float(edges[i] + width * min(max(frac, 0.0), 1.0))
                 gran = cal.plan.table.column(a.column or "").granularity
                 if gran:
-                    v = float(round_to_granularity(np.asarray([v]), gran)[0])
+                    v = float(round_to_points(np.asarray([v]), gran)[0])
                 cols[a.name] = pa.array([v], type=pa.float64())
             accuracy[a.name] = {
                 "noise": "laplace", "noise_std": None, "ci95_half_width": None, "p": p,

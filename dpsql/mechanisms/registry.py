@@ -180,7 +180,9 @@ def plug_in(name: str, factory: Callable[[], Mechanism], answers: Callable[[Requ
 
 
 def unplug(name: str) -> None:
-    """Remove a mechanism registered by ``plug_in`` (with the options it added)."""
+    """Remove a mechanism registered by ``plug_in`` (with the options it added); ValueError for any other name."""
+    if name not in _PLUGGED:
+        raise ValueError(f"no mechanism {name!r} was plugged in (unplug removes only what plug_in added)")
     _, added = _PLUGGED.pop(name)
     for k in added:
         OPTIONS.pop(k, None)
