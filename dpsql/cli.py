@@ -321,7 +321,7 @@ def _parse_option_value(v: str) -> Any:
 
     if is_plain_number(v):
         return int(v) if v.lstrip("+-").isdigit() else float(v)
-    if v.startswith("{"):  # a mapping option, e.g. degree_caps={"orders.o_custkey": 16}
+    if v.startswith(("{", "[")):  # a mapping or list option, e.g. degree_caps={"orders.o_custkey": 16}, grouping_weights=[1, 3]
         import json
 
         try:
