@@ -257,6 +257,9 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
             universe.setdefault(_norm(e, single), e)
     for f in stmt.find_all(*_FUNCS):
         f.set("expressions", [resolve(a).copy() if isinstance(a, exp.Column) else a for a in f.expressions])
+        if len(f.expressions) > 63:  # its value is a BIGINT, a bit per argument (DuckDB refuses more, too)
+            raise _bad(f"GROUPING of {len(f.expressions)} arguments: it takes at most 63 arguments (its value is a "
+                       "BIGINT with a bit per argument)", "name each grouping column once")
         if not f.expressions or any(_norm(_strip(a), single) not in universe for a in f.expressions):
             raise _bad(f"{f.sql(dialect=DIALECT)}: the arguments of GROUPING are columns the query groups by",
                        "name grouping columns only, e.g. GROUPING(a, b) with GROUP BY ROLLUP (a, b)")

@@ -164,6 +164,11 @@ def test_grouping_weights_split_the_budget() -> None:
     ("SELECT a, GROUPING(b), COUNT(*) FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
      "the arguments of GROUPING are columns the query groups by"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT 0", None, UnsupportedQueryError, "LIMIT 0"),
+    # GROUPING of 64 arguments: its value would not fit a BIGINT (DuckDB refuses it); it failed after the charge
+    ("SELECT a, GROUPING(" + ", ".join(["a"] * 64) + ") AS g, COUNT(*) FROM t GROUP BY ROLLUP (a)", None,
+     UnsupportedQueryError, "at most 63 arguments"),
+    ("SELECT a, GROUPING(" + ", ".join(["a"] * 64) + ") + 1 AS g, COUNT(*) FROM t GROUP BY ROLLUP (a)", None,
+     UnsupportedQueryError, "at most 63 arguments"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT 50 PERCENT", None, UnsupportedQueryError, "PERCENT"),
     ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t LIMIT 50%", None, UnsupportedQueryError, "PERCENT"),
     ("SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) ORDER BY n LIMIT 1 WITH TIES", None, UnsupportedQueryError,
