@@ -355,12 +355,15 @@ def _order(stmt: exp.Select, outputs: list[tuple[str, str | None]],
         pos = None
         if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
             pos = int(e.this) - 1 if 0 < int(e.this) <= len(outputs) else None
-        else:
+        else:  # as in DuckDB: an output's name first (ORDER BY a with b AS a is that output), then an expression
             spelled = e.sql(dialect=DIALECT, normalize=True)
-            for i, it in enumerate(stmt.expressions):
+            bare = e.name.lower() if isinstance(e, exp.Column) and not e.table else spelled
+            pos = next((i for i, (name, _) in enumerate(outputs) if name.lower() in (bare, spelled)), None)
+            for i, it in enumerate(stmt.expressions if pos is None else []):
                 inner = it.this if isinstance(it, exp.Alias) else it
-                if spelled in (outputs[i][0].lower(), inner.sql(dialect=DIALECT, normalize=True)) or (
-                        isinstance(e, exp.Column) and e.name.lower() == outputs[i][0].lower()):
+                if spelled == inner.sql(dialect=DIALECT, normalize=True) or (
+                        isinstance(e, exp.Column) and isinstance(inner, exp.Column) and e.name.lower() == inner.name.lower()
+                        and (not e.table or not inner.table or e.table.lower() == inner.table.lower())):
                     pos = i
                     break
         if pos is None:

@@ -106,6 +106,18 @@ def test_order_by_and_limit_apply_to_the_whole_result() -> None:
     assert r.table.column_names == ["a", "b", "g", "n"]
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT a AS b, b AS a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a, b) ORDER BY a, b",
+    "SELECT a AS b, b AS a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a, b) ORDER BY t.a, t.b",
+    "SELECT b AS a, COUNT(*) AS n FROM t GROUP BY b UNION ALL SELECT b, SUM(v) FROM t GROUP BY b ORDER BY n, a",
+])
+def test_order_by_a_name_is_the_output_of_that_name_before_a_column(sql: str) -> None:
+    """As in DuckDB, ORDER BY a names the output called a (here the column b), not the output that is the column a;
+    a qualified t.a is the column."""
+    t = _public()
+    assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
+
+
 def test_grouping_tells_a_rolled_up_null_from_a_released_null_key() -> None:
     # keys not declared: the sparse histogram releases the groups above its threshold, a NULL key among them
     n = 900
