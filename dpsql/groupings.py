@@ -268,7 +268,8 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
     for part, where in ((having, "HAVING"),):
         if part is not None:
             for n in part.walk():
-                if not _inside(n) and _norm(n, single) in universe:
+                named = resolve(n) if isinstance(n, exp.Column) else n  # by an output's name, too
+                if not _inside(n) and _norm(named, single) in universe:
                     raise _bad(f"a grouping column in {where} with GROUP BY {kind} is not supported: it is NULL in "
                                "the groupings that roll it up", "filter on it in WHERE, or send the groupings apart")
     components, fills = [], []

@@ -168,6 +168,8 @@ def test_grouping_weights_split_the_budget() -> None:
      "uses a grouping column inside an expression"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) HAVING a <> 'x'", None, UnsupportedQueryError,
      "grouping column in HAVING"),
+    ("SELECT a AS k, COUNT(*) FROM t GROUP BY ROLLUP (a) HAVING k <> 'x'", None, UnsupportedQueryError,
+     "grouping column in HAVING"),  # by its output name: it was 'unknown column k' of the grand total's query
     ("SELECT a, b, COUNT(*) FROM t GROUP BY CUBE (a, b, v, uid, a, b, v)", None, UnsupportedQueryError,
      "more than 64 groupings"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) ORDER BY COUNT(*) + 1", None, UnsupportedQueryError,
