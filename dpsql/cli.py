@@ -1014,6 +1014,12 @@ def _cmd_query(args: argparse.Namespace) -> int:
         if "tau_star" in rel.details:
             print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
                   "a group missing from the output is not a zero", file=sys.stderr)
+        parts = rel.details.get("components") or []  # several queries in one request (ROLLUP, UNION ALL): each says so
+        for i, c in enumerate(parts):
+            if "tau_star" in (c.get("parameters") or {}):
+                print(f"  query {i + 1} of {len(parts)} ({c['sql']}): groups are released only above a noisy threshold "
+                      f"(tau* = {c['parameters']['tau_star']:g} units): a group missing from the output is not a zero",
+                      file=sys.stderr)
     return 0
 
 

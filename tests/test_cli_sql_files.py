@@ -215,3 +215,15 @@ def test_grouping_weights_can_be_given_on_the_command_line(workdir: Path, capsys
     shares = [c["share"] for c in json.loads(capsys.readouterr().out)["meta"]["parameters"]["components"]]
     assert shares == [0.25, 0.75]
     assert _entries(capsys) == 1
+
+
+def test_a_rollup_over_undeclared_keys_says_missing_groups_are_not_zeros(workdir: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """GROUP BY url says its groups are released only above a noisy threshold; GROUP BY ROLLUP (url), whose first
+    query is that GROUP BY, said nothing of it, so a url missing from the output read as a zero."""
+    assert run([*CFG, "query", "SELECT url, COUNT(*) AS n FROM events GROUP BY ROLLUP (url)", "--epsilon", "1",
+                "--delta", "1e-6"]) == 0
+    err = capsys.readouterr().err
+    assert "query 1 of 2 (SELECT url, COUNT(*) AS n FROM events GROUP BY url): groups are released only above a noisy " \
+           "threshold (tau* = " in err and "a group missing from the output is not a zero" in err, err
+    assert "query 2 of 2" not in err
