@@ -383,7 +383,8 @@ def _count(node: Any, what: str) -> int | None:
     if opts is not None and (opts.args.get("percent") or opts.args.get("with_ties")):
         raise _bad(f"{what} {'PERCENT' if opts.args.get('percent') else 'WITH TIES'} with several groupings or a "
                    "UNION ALL is not supported", f"write a number of rows, e.g. {what} 10")
-    e = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
+    e = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node.args.get("count") if isinstance(
+        node, exp.Fetch) else node  # FETCH FIRST n ROWS ONLY: LIMIT n
     if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and (what != "LIMIT" or int(e.this) > 0):
         return int(e.this)
     if what == "LIMIT" and isinstance(e, exp.Literal) and e.this.isdigit():

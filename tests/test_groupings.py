@@ -118,6 +118,17 @@ def test_order_by_a_name_is_the_output_of_that_name_before_a_column(sql: str) ->
     assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) ORDER BY a FETCH FIRST 2 ROWS ONLY",
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'q', COUNT(*) FROM t ORDER BY a, n "
+    "OFFSET 1 ROWS FETCH NEXT 3 ROWS ONLY",
+])
+def test_fetch_first_is_a_limit(sql: str) -> None:
+    """FETCH FIRST n ROWS ONLY (answered for one query) was refused as 'LIMIT ... must be a whole number'."""
+    t = _public()
+    assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
+
+
 def test_grouping_tells_a_rolled_up_null_from_a_released_null_key() -> None:
     # keys not declared: the sparse histogram releases the groups above its threshold, a NULL key among them
     n = 900
