@@ -133,6 +133,9 @@ def _norm(e: exp.Expression, single: bool) -> str:
     if single:  # one table: t.a and a are the same column
         for c in e.find_all(exp.Column):
             c.set("table", None)
+    for i in list(e.find_all(exp.Identifier)):  # a name, quoted or not, in any case: the same column (as in DuckDB)
+        i.set("this", i.name.lower())
+        i.set("quoted", True)
     return e.sql(dialect=DIALECT, normalize=True)
 
 

@@ -57,6 +57,8 @@ def _key(row: tuple[object, ...]) -> tuple[object, ...]:
     "SELECT b, a, SUM(v) AS s FROM t WHERE v > 0 GROUP BY b, ROLLUP (a)",
     "SELECT upper(a) AS ua, b, COUNT(*) AS n, GROUPING(ua) + 1 AS g FROM t GROUP BY ROLLUP (ua, 2)",
     "SELECT a, b, COUNT(*) AS n FROM t GROUP BY GROUPING SETS (ROLLUP (a), CUBE (b), (a, b), (a, b))",
+    # a quoted name is the column, in any case (DuckDB's names are case-insensitive, quoted or not)
+    'SELECT "a", "T"."B", COUNT(*) AS n, GROUPING("A", b) AS g FROM t GROUP BY ROLLUP (a, "b")',
 ])
 def test_zero_noise_release_is_duckdbs_answer(sql: str) -> None:
     t = _public()
