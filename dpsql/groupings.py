@@ -390,7 +390,7 @@ def _count(node: Any, what: str) -> int | None:
         node, exp.Fetch) else node  # FETCH FIRST n ROWS ONLY: LIMIT n
     if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and (what != "LIMIT" or int(e.this) > 0):
         return int(e.this)
-    if what == "LIMIT" and isinstance(e, exp.Literal) and e.this.isdigit():
+    if what == "LIMIT" and isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
         raise _bad("LIMIT 0 releases no row, so it would be charged for nothing",
                    "drop the LIMIT; explain shows the groupings and the cost for free")
     raise _bad(f"{what} with several groupings must be a whole number", f"write e.g. {what} 10")

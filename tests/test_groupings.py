@@ -191,6 +191,7 @@ def test_grouping_weights_split_the_budget() -> None:
     ("SELECT a, GROUPING(b), COUNT(*) FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
      "the arguments of GROUPING are columns the query groups by"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT 0", None, UnsupportedQueryError, "LIMIT 0"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT '5'", None, UnsupportedQueryError, "must be a whole number"),
     # GROUPING of 64 arguments: its value would not fit a BIGINT (DuckDB refuses it); it failed after the charge
     ("SELECT a, GROUPING(" + ", ".join(["a"] * 64) + ") AS g, COUNT(*) FROM t GROUP BY ROLLUP (a)", None,
      UnsupportedQueryError, "at most 63 arguments"),
