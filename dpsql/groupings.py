@@ -172,9 +172,14 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
                     break
                 used += more
                 names |= {t.name.lower() for c in more for t in c.find_all(exp.Table)}
-            if used and b.args.get("with_") is None:
-                b.set("with_", exp.With(expressions=[c.copy() for c in ctes.expressions if c in used],
-                                        recursive=ctes.args.get("recursive")))
+            own = b.args.get("with_")  # a parenthesised SELECT's own WITH: its CTEs read those before the first SELECT
+            mine = [] if own is None else list(own.expressions)
+            if used and {c.alias.lower() for c in mine} & {c.alias.lower() for c in used}:
+                raise _bad("a CTE of a SELECT of the UNION ALL has the name of a CTE of the WITH before the first SELECT",
+                           "rename one of them")
+            if used:
+                b.set("with_", exp.With(expressions=[c.copy() for c in ctes.expressions if c in used] + mine,
+                                        recursive=ctes.args.get("recursive") or (own is not None and own.args.get("recursive"))))
     branches = tuple(_split_select(b, b.sql(dialect=DIALECT), catalog) or _plain(b) for b in selects)
     widths = sorted({len(b.names) for b in branches})
     if len(widths) > 1:

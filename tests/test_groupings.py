@@ -131,6 +131,18 @@ def test_fetch_first_is_a_limit(sql: str) -> None:
     assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
 
 
+@pytest.mark.parametrize("sql", [
+    # the second SELECT's own CTE reads t, which is the WITH's t (v > 3), not the registered table (it read the table)
+    "WITH t AS (SELECT * FROM t WHERE v > 3) SELECT COUNT(*) AS n FROM t UNION ALL "
+    "(WITH z AS (SELECT * FROM t WHERE v > 2) SELECT COUNT(*) FROM z)",
+    "WITH w AS (SELECT * FROM t WHERE v > 3) SELECT COUNT(*) AS n FROM w UNION ALL "
+    "(WITH z AS (SELECT * FROM w WHERE v < 4) SELECT COUNT(*) FROM z)",
+])
+def test_a_select_with_its_own_with_reads_the_ctes_before_the_first_select(sql: str) -> None:
+    t = _public()
+    assert _rows(_session(t).query(sql, epsilon=2, delta=1e-5)) == _duck(t, sql)
+
+
 def test_grouping_tells_a_rolled_up_null_from_a_released_null_key() -> None:
     # keys not declared: the sparse histogram releases the groups above its threshold, a NULL key among them
     n = 900
@@ -206,6 +218,8 @@ def test_grouping_weights_split_the_budget() -> None:
     ("SELECT COUNT(*) AS n FROM t UNION ALL BY NAME SELECT COUNT(*) AS n FROM t", None, UnsupportedQueryError,
      "BY NAME"),
     ("SELECT COUNT(*), 1 FROM t UNION ALL SELECT COUNT(*) FROM t", None, UnsupportedQueryError, "have 1 and 2 columns"),
+    ("WITH w AS (SELECT * FROM t WHERE v > 3) SELECT COUNT(*) FROM w UNION ALL (WITH w AS (SELECT * FROM t) "
+     "SELECT COUNT(*) FROM w)", None, UnsupportedQueryError, "has the name of a CTE of the WITH before the first SELECT"),
     ("SELECT DATE '2024-01-01' AS d, COUNT(*) FROM t UNION ALL SELECT COUNT(*), COUNT(*) FROM t", None,
      UnsupportedQueryError, r"column 1: DATE, BIGINT; combined as DATE"),
     ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t ORDER BY nosuch", None, UnsupportedQueryError,
