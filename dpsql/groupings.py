@@ -425,8 +425,19 @@ def _routes(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) 
     weights = _weights(g, opts)
     n, routes = len(g.components), []
     for i, (sql, e, dd) in enumerate(zip(g.components, _shares(eps, weights), _shares(d, weights), strict=True)):
+        if e == 0 or (dd == 0 and d > 0):
+            raise ConfigError(f"grouping_weights give query {i + 1} of {n} of the {g.kind} ({sql}) a share of "
+                              f"{'epsilon' if e == 0 else 'delta'} that rounds to 0", hint="give weights that are "
+                              "closer to each other (explain shows each query's share)")
         with _naming(g, i, n, sql):
-            routes.append(session._route(sql, e, dd, opts))
+            try:
+                routes.append(session._route(sql, e, dd, opts))
+            except ConfigError as x:  # e.g. its share too small to calibrate: said of that query and share
+                if not any(x.message.startswith((f"{k} ", f"{k}=")) for k in opts):  # an option's refusal keeps its form
+                    x.message = (f"query {i + 1} of {n} of the {g.kind} ({sql}), at its share epsilon={e:g}, "
+                                 f"delta={dd:g} of the budget asked: {x.message}")
+                    x.args = (x._render(),)
+                raise
     return routes, weights
 
 

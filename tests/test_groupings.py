@@ -143,6 +143,20 @@ def test_a_select_with_its_own_with_reads_the_ctes_before_the_first_select(sql: 
     assert _rows(_session(t).query(sql, epsilon=2, delta=1e-5)) == _duck(t, sql)
 
 
+@pytest.mark.parametrize(("weights", "match"), [
+    ([10**400, 1], r"grouping_weights give query 2 of 2 .* a share of epsilon that rounds to 0"),
+    ([1, 1e-17], r"query 2 of 2 of the GROUP BY ROLLUP \(SELECT COUNT\(\*\) FROM t\), at its share epsilon=1e-17, delta=0 .*: "
+                 "epsilon is too small"),
+])
+def test_a_share_too_small_is_named_with_its_query(weights: list[float], match: str) -> None:
+    """A share that rounds to 0 was refused as 'epsilon must be a finite number > 0, got 0.0' (the caller asked for 1),
+    and one too small to calibrate said 'epsilon is too small' naming neither the query nor its share."""
+    s = _session(_public())
+    with pytest.raises(ConfigError, match=match):
+        s.explain("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a)", epsilon=1.0, options={"grouping_weights": weights})
+    assert s.history().num_rows == 0
+
+
 def test_grouping_tells_a_rolled_up_null_from_a_released_null_key() -> None:
     # keys not declared: the sparse histogram releases the groups above its threshold, a NULL key among them
     n = 900
