@@ -321,7 +321,7 @@ def _parse_option_value(v: str) -> Any:
 
     if is_plain_number(v):
         return int(v) if v.lstrip("+-").isdigit() else float(v)
-    if v.startswith("{"):  # a mapping option, e.g. degree_caps={"orders.o_custkey": 16}
+    if v.startswith(("{", "[")):  # a mapping or list option, e.g. degree_caps={"orders.o_custkey": 16}, grouping_weights=[1, 3]
         import json
 
         try:
@@ -1024,6 +1024,12 @@ def _cmd_query(args: argparse.Namespace) -> int:
         if "tau_star" in rel.details:
             print(f"  groups are released only above a noisy threshold (tau* = {rel.details['tau_star']:g} units): "
                   "a group missing from the output is not a zero", file=sys.stderr)
+        parts = rel.details.get("components") or []  # several queries in one request (ROLLUP, UNION ALL): each says so
+        for i, c in enumerate(parts):
+            if "tau_star" in (c.get("parameters") or {}):
+                print(f"  query {i + 1} of {len(parts)} ({c['sql']}): groups are released only above a noisy threshold "
+                      f"(tau* = {c['parameters']['tau_star']:g} units): a group missing from the output is not a zero",
+                      file=sys.stderr)
     return 0
 
 

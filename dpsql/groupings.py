@@ -133,6 +133,9 @@ def _norm(e: exp.Expression, single: bool) -> str:
     if single:  # one table: t.a and a are the same column
         for c in e.find_all(exp.Column):
             c.set("table", None)
+    for i in list(e.find_all(exp.Identifier)):  # a name, quoted or not, in any case: the same column (as in DuckDB)
+        i.set("this", i.name.lower())
+        i.set("quoted", True)
     return e.sql(dialect=DIALECT, normalize=True)
 
 
@@ -169,9 +172,14 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
                     break
                 used += more
                 names |= {t.name.lower() for c in more for t in c.find_all(exp.Table)}
-            if used and b.args.get("with_") is None:
-                b.set("with_", exp.With(expressions=[c.copy() for c in ctes.expressions if c in used],
-                                        recursive=ctes.args.get("recursive")))
+            own = b.args.get("with_")  # a parenthesised SELECT's own WITH: its CTEs read those before the first SELECT
+            mine = [] if own is None else list(own.expressions)
+            if used and {c.alias.lower() for c in mine} & {c.alias.lower() for c in used}:
+                raise _bad("a CTE of a SELECT of the UNION ALL has the name of a CTE of the WITH before the first SELECT",
+                           "rename one of them")
+            if used:
+                b.set("with_", exp.With(expressions=[c.copy() for c in ctes.expressions if c in used] + mine,
+                                        recursive=ctes.args.get("recursive") or (own is not None and own.args.get("recursive"))))
     branches = tuple(_split_select(b, b.sql(dialect=DIALECT), catalog) or _plain(b) for b in selects)
     widths = sorted({len(b.names) for b in branches})
     if len(widths) > 1:
@@ -257,6 +265,9 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
             universe.setdefault(_norm(e, single), e)
     for f in stmt.find_all(*_FUNCS):
         f.set("expressions", [resolve(a).copy() if isinstance(a, exp.Column) else a for a in f.expressions])
+        if len(f.expressions) > 63:  # its value is a BIGINT, a bit per argument (DuckDB refuses more, too)
+            raise _bad(f"GROUPING of {len(f.expressions)} arguments: it takes at most 63 arguments (its value is a "
+                       "BIGINT with a bit per argument)", "name each grouping column once")
         if not f.expressions or any(_norm(_strip(a), single) not in universe for a in f.expressions):
             raise _bad(f"{f.sql(dialect=DIALECT)}: the arguments of GROUPING are columns the query groups by",
                        "name grouping columns only, e.g. GROUPING(a, b) with GROUP BY ROLLUP (a, b)")
@@ -265,7 +276,8 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
     for part, where in ((having, "HAVING"),):
         if part is not None:
             for n in part.walk():
-                if not _inside(n) and _norm(n, single) in universe:
+                named = resolve(n) if isinstance(n, exp.Column) else n  # by an output's name, too
+                if not _inside(n) and _norm(named, single) in universe:
                     raise _bad(f"a grouping column in {where} with GROUP BY {kind} is not supported: it is NULL in "
                                "the groupings that roll it up", "filter on it in WHERE, or send the groupings apart")
     components, fills = [], []
@@ -352,12 +364,15 @@ def _order(stmt: exp.Select, outputs: list[tuple[str, str | None]],
         pos = None
         if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
             pos = int(e.this) - 1 if 0 < int(e.this) <= len(outputs) else None
-        else:
+        else:  # as in DuckDB: an output's name first (ORDER BY a with b AS a is that output), then an expression
             spelled = e.sql(dialect=DIALECT, normalize=True)
-            for i, it in enumerate(stmt.expressions):
+            bare = e.name.lower() if isinstance(e, exp.Column) and not e.table else spelled
+            pos = next((i for i, (name, _) in enumerate(outputs) if name.lower() in (bare, spelled)), None)
+            for i, it in enumerate(stmt.expressions if pos is None else []):
                 inner = it.this if isinstance(it, exp.Alias) else it
-                if spelled in (outputs[i][0].lower(), inner.sql(dialect=DIALECT, normalize=True)) or (
-                        isinstance(e, exp.Column) and e.name.lower() == outputs[i][0].lower()):
+                if spelled == inner.sql(dialect=DIALECT, normalize=True) or (
+                        isinstance(e, exp.Column) and isinstance(inner, exp.Column) and e.name.lower() == inner.name.lower()
+                        and (not e.table or not inner.table or e.table.lower() == inner.table.lower())):
                     pos = i
                     break
         if pos is None:
@@ -372,10 +387,15 @@ def _order(stmt: exp.Select, outputs: list[tuple[str, str | None]],
 def _count(node: Any, what: str) -> int | None:
     if node is None:
         return None
-    e = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
+    opts = node.args.get("limit_options") if isinstance(node, exp.Expression) else None
+    if opts is not None and (opts.args.get("percent") or opts.args.get("with_ties")):
+        raise _bad(f"{what} {'PERCENT' if opts.args.get('percent') else 'WITH TIES'} with several groupings or a "
+                   "UNION ALL is not supported", f"write a number of rows, e.g. {what} 10")
+    e = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node.args.get("count") if isinstance(
+        node, exp.Fetch) else node  # FETCH FIRST n ROWS ONLY: LIMIT n
     if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and (what != "LIMIT" or int(e.this) > 0):
         return int(e.this)
-    if what == "LIMIT" and isinstance(e, exp.Literal) and e.this.isdigit():
+    if what == "LIMIT" and isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
         raise _bad("LIMIT 0 releases no row, so it would be charged for nothing",
                    "drop the LIMIT; explain shows the groupings and the cost for free")
     raise _bad(f"{what} with several groupings must be a whole number", f"write e.g. {what} 10")
@@ -405,8 +425,19 @@ def _routes(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) 
     weights = _weights(g, opts)
     n, routes = len(g.components), []
     for i, (sql, e, dd) in enumerate(zip(g.components, _shares(eps, weights), _shares(d, weights), strict=True)):
+        if e == 0 or (dd == 0 and d > 0):
+            raise ConfigError(f"grouping_weights give query {i + 1} of {n} of the {g.kind} ({sql}) a share of "
+                              f"{'epsilon' if e == 0 else 'delta'} that rounds to 0", hint="give weights that are "
+                              "closer to each other (explain shows each query's share)")
         with _naming(g, i, n, sql):
-            routes.append(session._route(sql, e, dd, opts))
+            try:
+                routes.append(session._route(sql, e, dd, opts))
+            except ConfigError as x:  # e.g. its share too small to calibrate: said of that query and share
+                if not any(x.message.startswith((f"{k} ", f"{k}=")) for k in opts):  # an option's refusal keeps its form
+                    x.message = (f"query {i + 1} of {n} of the {g.kind} ({sql}), at its share epsilon={e:g}, "
+                                 f"delta={dd:g} of the budget asked: {x.message}")
+                    x.args = (x._render(),)
+                raise
     return routes, weights
 
 

@@ -201,3 +201,29 @@ def test_sql_from_a_closed_standard_input_is_a_usage_error(workdir: Path, capsys
     err = capsys.readouterr().err
     assert "standard input" in err and "closed" in err and "unexpected" not in err, err
     assert _entries(capsys) == 0
+
+
+def test_grouping_weights_can_be_given_on_the_command_line(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--option grouping_weights=[1,3] (the form the refusal's own hint shows) was read as the text '[1,3]' and
+    refused: the split of a ROLLUP's or UNION ALL's budget could not be set from the command line at all."""
+    sql = "SELECT COUNT(*) AS n FROM events UNION ALL SELECT COUNT(*) FROM events"
+    assert run([*CFG, "explain", sql, "--epsilon", "0.4", "--option", "grouping_weights=[1, 3]"]) == 0, \
+        capsys.readouterr().err
+    assert '"share": 0.25' in capsys.readouterr().out
+    assert run([*CFG, "query", sql, "--epsilon", "0.4", "--option", "grouping_weights=[1,3]", "--format", "json"]) == 0, \
+        capsys.readouterr().err
+    shares = [c["share"] for c in json.loads(capsys.readouterr().out)["meta"]["parameters"]["components"]]
+    assert shares == [0.25, 0.75]
+    assert _entries(capsys) == 1
+
+
+def test_a_rollup_over_undeclared_keys_says_missing_groups_are_not_zeros(workdir: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """GROUP BY url says its groups are released only above a noisy threshold; GROUP BY ROLLUP (url), whose first
+    query is that GROUP BY, said nothing of it, so a url missing from the output read as a zero."""
+    assert run([*CFG, "query", "SELECT url, COUNT(*) AS n FROM events GROUP BY ROLLUP (url)", "--epsilon", "1",
+                "--delta", "1e-6"]) == 0
+    err = capsys.readouterr().err
+    assert "query 1 of 2 (SELECT url, COUNT(*) AS n FROM events GROUP BY url): groups are released only above a noisy " \
+           "threshold (tau* = " in err and "a group missing from the output is not a zero" in err, err
+    assert "query 2 of 2" not in err

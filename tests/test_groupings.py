@@ -57,6 +57,8 @@ def _key(row: tuple[object, ...]) -> tuple[object, ...]:
     "SELECT b, a, SUM(v) AS s FROM t WHERE v > 0 GROUP BY b, ROLLUP (a)",
     "SELECT upper(a) AS ua, b, COUNT(*) AS n, GROUPING(ua) + 1 AS g FROM t GROUP BY ROLLUP (ua, 2)",
     "SELECT a, b, COUNT(*) AS n FROM t GROUP BY GROUPING SETS (ROLLUP (a), CUBE (b), (a, b), (a, b))",
+    # a quoted name is the column, in any case (DuckDB's names are case-insensitive, quoted or not)
+    'SELECT "a", "T"."B", COUNT(*) AS n, GROUPING("A", b) AS g FROM t GROUP BY ROLLUP (a, "b")',
 ])
 def test_zero_noise_release_is_duckdbs_answer(sql: str) -> None:
     t = _public()
@@ -104,6 +106,55 @@ def test_order_by_and_limit_apply_to_the_whole_result() -> None:
     r = s.query(sql, epsilon=3, delta=1e-5)
     assert _rows(r) == _duck(t, sql)
     assert r.table.column_names == ["a", "b", "g", "n"]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT a AS b, b AS a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a, b) ORDER BY a, b",
+    "SELECT a AS b, b AS a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a, b) ORDER BY t.a, t.b",
+    "SELECT b AS a, COUNT(*) AS n FROM t GROUP BY b UNION ALL SELECT b, SUM(v) FROM t GROUP BY b ORDER BY n, a",
+])
+def test_order_by_a_name_is_the_output_of_that_name_before_a_column(sql: str) -> None:
+    """As in DuckDB, ORDER BY a names the output called a (here the column b), not the output that is the column a;
+    a qualified t.a is the column."""
+    t = _public()
+    assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) ORDER BY a FETCH FIRST 2 ROWS ONLY",
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'q', COUNT(*) FROM t ORDER BY a, n "
+    "OFFSET 1 ROWS FETCH NEXT 3 ROWS ONLY",
+])
+def test_fetch_first_is_a_limit(sql: str) -> None:
+    """FETCH FIRST n ROWS ONLY (answered for one query) was refused as 'LIMIT ... must be a whole number'."""
+    t = _public()
+    assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
+
+
+@pytest.mark.parametrize("sql", [
+    # the second SELECT's own CTE reads t, which is the WITH's t (v > 3), not the registered table (it read the table)
+    "WITH t AS (SELECT * FROM t WHERE v > 3) SELECT COUNT(*) AS n FROM t UNION ALL "
+    "(WITH z AS (SELECT * FROM t WHERE v > 2) SELECT COUNT(*) FROM z)",
+    "WITH w AS (SELECT * FROM t WHERE v > 3) SELECT COUNT(*) AS n FROM w UNION ALL "
+    "(WITH z AS (SELECT * FROM w WHERE v < 4) SELECT COUNT(*) FROM z)",
+])
+def test_a_select_with_its_own_with_reads_the_ctes_before_the_first_select(sql: str) -> None:
+    t = _public()
+    assert _rows(_session(t).query(sql, epsilon=2, delta=1e-5)) == _duck(t, sql)
+
+
+@pytest.mark.parametrize(("weights", "match"), [
+    ([10**400, 1], r"grouping_weights give query 2 of 2 .* a share of epsilon that rounds to 0"),
+    ([1, 1e-17], r"query 2 of 2 of the GROUP BY ROLLUP \(SELECT COUNT\(\*\) FROM t\), at its share epsilon=1e-17, delta=0 .*: "
+                 "epsilon is too small"),
+])
+def test_a_share_too_small_is_named_with_its_query(weights: list[float], match: str) -> None:
+    """A share that rounds to 0 was refused as 'epsilon must be a finite number > 0, got 0.0' (the caller asked for 1),
+    and one too small to calibrate said 'epsilon is too small' naming neither the query nor its share."""
+    s = _session(_public())
+    with pytest.raises(ConfigError, match=match):
+        s.explain("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a)", epsilon=1.0, options={"grouping_weights": weights})
+    assert s.history().num_rows == 0
 
 
 def test_grouping_tells_a_rolled_up_null_from_a_released_null_key() -> None:
@@ -156,6 +207,8 @@ def test_grouping_weights_split_the_budget() -> None:
      "uses a grouping column inside an expression"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) HAVING a <> 'x'", None, UnsupportedQueryError,
      "grouping column in HAVING"),
+    ("SELECT a AS k, COUNT(*) FROM t GROUP BY ROLLUP (a) HAVING k <> 'x'", None, UnsupportedQueryError,
+     "grouping column in HAVING"),  # by its output name: it was 'unknown column k' of the grand total's query
     ("SELECT a, b, COUNT(*) FROM t GROUP BY CUBE (a, b, v, uid, a, b, v)", None, UnsupportedQueryError,
      "more than 64 groupings"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) ORDER BY COUNT(*) + 1", None, UnsupportedQueryError,
@@ -164,11 +217,23 @@ def test_grouping_weights_split_the_budget() -> None:
     ("SELECT a, GROUPING(b), COUNT(*) FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
      "the arguments of GROUPING are columns the query groups by"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT 0", None, UnsupportedQueryError, "LIMIT 0"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT '5'", None, UnsupportedQueryError, "must be a whole number"),
+    # GROUPING of 64 arguments: its value would not fit a BIGINT (DuckDB refuses it); it failed after the charge
+    ("SELECT a, GROUPING(" + ", ".join(["a"] * 64) + ") AS g, COUNT(*) FROM t GROUP BY ROLLUP (a)", None,
+     UnsupportedQueryError, "at most 63 arguments"),
+    ("SELECT a, GROUPING(" + ", ".join(["a"] * 64) + ") + 1 AS g, COUNT(*) FROM t GROUP BY ROLLUP (a)", None,
+     UnsupportedQueryError, "at most 63 arguments"),
+    ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT 50 PERCENT", None, UnsupportedQueryError, "PERCENT"),
+    ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t LIMIT 50%", None, UnsupportedQueryError, "PERCENT"),
+    ("SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) ORDER BY n LIMIT 1 WITH TIES", None, UnsupportedQueryError,
+     "WITH TIES"),
     ("SELECT a FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError, "releases no value"),
     ("SELECT COUNT(*) FROM t UNION SELECT COUNT(*) FROM t", None, UnsupportedQueryError, "write UNION ALL"),
     ("SELECT COUNT(*) AS n FROM t UNION ALL BY NAME SELECT COUNT(*) AS n FROM t", None, UnsupportedQueryError,
      "BY NAME"),
     ("SELECT COUNT(*), 1 FROM t UNION ALL SELECT COUNT(*) FROM t", None, UnsupportedQueryError, "have 1 and 2 columns"),
+    ("WITH w AS (SELECT * FROM t WHERE v > 3) SELECT COUNT(*) FROM w UNION ALL (WITH w AS (SELECT * FROM t) "
+     "SELECT COUNT(*) FROM w)", None, UnsupportedQueryError, "has the name of a CTE of the WITH before the first SELECT"),
     ("SELECT DATE '2024-01-01' AS d, COUNT(*) FROM t UNION ALL SELECT COUNT(*), COUNT(*) FROM t", None,
      UnsupportedQueryError, r"column 1: DATE, BIGINT; combined as DATE"),
     ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t ORDER BY nosuch", None, UnsupportedQueryError,
