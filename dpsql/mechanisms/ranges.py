@@ -44,8 +44,9 @@ from dpsql.rewrite.bound import Caps, bounded_histogram
 
 def bin_ranges(wl: Workload) -> np.ndarray:
     """The workload's inclusive bin ranges as an (m, 2 * dims) integer array, in the bins DAWA runs
-    over (a histogram restricted to a span by its WHERE: from the span's first bin)."""
-    return np.asarray(wl.ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims)) - wl.offset
+    over (a histogram restricted by its WHERE: its kept bins, numbered from the first, ``Workload.local``)."""
+    ranges = wl.ranges if wl.span is None else [wl.local(a, b) for a, b in wl.ranges]
+    return np.asarray(ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims))
 
 
 def unit_column(wl: Workload, catalog: dict[str, TableSpec]) -> str:
@@ -66,7 +67,7 @@ def fill_histogram(wl: Workload, rows: Any) -> np.ndarray:
     if len(n):
         np.add.at(x, tuple(cols), n)
     if wl.span is not None:  # the bins the WHERE's own literals exclude hold no row that passes it
-        return x[wl.span[0] : wl.span[1] + 1].copy()
+        return np.concatenate([x[a : b + 1] for a, b in wl.span])
     return x
 
 
@@ -320,15 +321,16 @@ class Dawa:
         if wl.histogram:
             params["bins_released"] = len(wl.ranges)
         if wl.span is not None:
-            params["dawa_bins"] = list(wl.span)
+            params["dawa_bins"] = [list(r) for r in wl.span]
         if cal.groups is not None:
             params["max_groups_per_unit"] = cal.groups.max_groups_per_unit
             params["max_rows_per_group"] = cal.groups.max_rows_per_group
             params["l1_sensitivity"] = cal.cap
         params["estimates"] = _estimates(cal.groups, cal.cap)
-        span = (f"the WHERE restricts '{wl.dims[0].column}' to bins {wl.span[0]}..{wl.span[1]} of the declared domain: "
-                "DAWA runs over these bins only and releases them only (the others hold no row that passes the WHERE)",
-                ) if wl.span is not None else ()
+        kept = ", ".join(f"{a}..{b}" if a < b else f"{a}" for a, b in wl.span or ())
+        span = (f"the WHERE restricts '{wl.dims[0].column}' to bins {kept} of the declared domain (dawa_bins): DAWA runs "
+                "over these bins only and releases only the bins holding them (the others hold no row that passes the "
+                "WHERE)",) if wl.span is not None else ()
         return Description(
             label="dawa",
             cost=Budget(cal.epsilon, 0.0),
