@@ -40,7 +40,7 @@ def _unit(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
     return u
 
 
-_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
                             "UINTEGER", "UBIGINT", "UHUGEINT", "INT1", "INT2", "INT4", "INT8", "INT", "LONG"})
 
 
@@ -113,7 +113,7 @@ class Dim:
         labels = self.bin_label(i)
         t = (self.type_text or "").upper()
         if self.domain.kind == "numeric":
-            if plain and t in _INTEGER_TYPES and all(isinstance(v, int) for v in labels):
+            if plain and t in INTEGER_TYPES and all(isinstance(v, int) for v in labels):
                 return labels
             return [float(v) for v in labels]
         if plain and t == "DATE" and all(v.time() == dt.time(0) for v in labels):
@@ -125,8 +125,9 @@ class Dim:
         if d.kind == "numeric":
             # in decimal, from the declared bounds: bin 3 of [0, 1) in 10 bins is 0.3, not 0.30000000000000004
             dlo, dhi = Decimal(repr(float(d.lo))), Decimal(repr(float(d.hi)))
-            vals = [float(dlo + Decimal(int(k)) * (dhi - dlo) / Decimal(d.bins)) for k in i]
-            return [int(v) if v.is_integer() else v for v in vals]
+            # (a whole edge exactly: 2^53 + 3 is no double)
+            vals = [dlo + Decimal(int(k)) * (dhi - dlo) / Decimal(d.bins) for k in i]
+            return [int(v) if v == v.to_integral_value() else float(v) for v in vals]
         lo = dt.datetime.fromisoformat(str(d.lo))
         assert d.bin_seconds is not None
         return [lo + dt.timedelta(seconds=float(k) * d.bin_seconds) for k in i]
@@ -345,7 +346,8 @@ def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
     snapped = inexact or lo.denominator != 1 or (hi.denominator != 1 and hi < dim.n)
     # an endpoint off the edges takes in the whole bin it falls in (a value within eps below an edge is
     # binned above it, as the bounding SQL bins values: ``rewrite.bound._BIN_EDGE_TOLERANCE``)
-    i0 = int(lo) if lo.denominator == 1 else int(math.floor(float(lo) + eps))
+    # (a value within eps below an edge may also be binned exactly, below it: ``rewrite.bound.exact_scale``)
+    i0 = math.floor(lo) if lo.denominator == 1 or dim.integer else min(math.floor(lo), int(math.floor(float(lo) + eps)))
     i1 = int(hi) - 1 if hi.denominator == 1 else int(math.floor(float(hi) + eps))
     if dim.domain.kind == "numeric" and not dim.integer:
         snapped = snapped or abs(lo_pos - round(lo_pos)) > eps or (abs(hi_pos - round(hi_pos)) > eps and hi_pos < dim.n)
