@@ -227,3 +227,26 @@ def test_a_reuse_answers_the_same_kept_bins_only():
     keys = {workload.Workload(**{**wl.__dict__, "span": sp}).synopsis_key(1.0, s.tables)
             for sp in (wl.span, ((0, 6),), ((0, 1),), ((0, 1), (3, 5)), None)}
     assert len(keys) == 5
+
+
+@pytest.mark.parametrize("queries", [
+    ["SELECT COUNT(*) FROM people WHERE age > 200"],
+    ["SELECT COUNT(*) FROM people WHERE age > 5 AND age < 3", "SELECT COUNT(*) FROM people WHERE age BETWEEN 9 AND 8"],
+    ["SELECT COUNT(*) FROM people WHERE age > 5 AND age < 3 AND score >= 2 AND score < 3",
+     "SELECT COUNT(*) FROM people WHERE score >= 20 AND age = 3"],
+])
+def test_a_workload_of_empty_ranges_only_is_refused_for_free(queries):
+    """As a histogram that keeps no bin: every count is known to be 0 from the literals and the domain."""
+    from test_ranges import make_session
+
+    from dpsql.errors import QueryError
+
+    s = make_session()
+    before = s.remaining()
+    with pytest.raises(QueryError, match="no range of this workload admits a value of the declared domain"):
+        s.query_many(queries, epsilon=0.5)
+    assert s.remaining() == before
+    # negative control: one range that selects a bin, and the workload is answered (its empty ranges exactly 0)
+    r = s.query_many([*queries, "SELECT COUNT(*) FROM people WHERE age >= 0" + (" AND score >= 0" if "score" in queries[0]
+                                                                                 else "")], epsilon=0.5)
+    assert list(r.counts)[:-1] == [0] * len(queries)

@@ -440,6 +440,13 @@ def analyze_workload(
             sn = sn or s_
         rows.append(row)
         snapped.append(sn)
+    if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) for r in rows):
+        cols = " and ".join(f"'{d.column}'" for d in dims)
+        raise QueryError(
+            f"no range of this workload admits a value of the declared domain of {cols}: every count is 0 whatever "
+            "the data, known from the queries' literals alone; nothing was charged",
+            hint="check each range's endpoints against the declared bounds (BETWEEN takes the smaller end first)",
+        )
     if len(dims) == 2 and dims[0].n * dims[1].n > MAX_GRID_CELLS:
         raise PolicyError(f"2-D range workloads support at most {MAX_GRID_CELLS:,} cells (e.g. 1024 x 1024), got "
                           f"{dims[0].n} x {dims[1].n}",
@@ -496,8 +503,10 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
     span = _where_span(dim, plan.where)
     if span is not None and not span:
         d = dim.domain
+        ends = dim.key_labels([0, n - 1], plain=True)
+        domain = f"values {ends[0]} to {ends[1]}" if dim.integer else f"[{d.lo}, {d.hi}) in {n} bins"
         raise QueryError(
-            f"the WHERE admits no value of the declared domain of '{col}' ([{d.lo}, {d.hi}), {n} bins): every bin of "
+            f"the WHERE admits no value of the declared domain of '{col}' ({domain}): every bin of "
             "this histogram is empty whatever the data, known from the query's literals alone; nothing was charged",
             hint=f"check the WHERE's conditions on '{col}' against its declared bounds (BETWEEN takes the smaller end "
                  "first; NULLs and values outside the declared domain are never counted)",
