@@ -44,9 +44,20 @@ from dpsql.rewrite.bound import Caps, bounded_histogram
 
 def bin_ranges(wl: Workload) -> np.ndarray:
     """The workload's inclusive bin ranges as an (m, 2 * dims) integer array, in the bins DAWA runs
-    over (a histogram restricted by its WHERE: its kept bins, numbered from the first, ``Workload.local``)."""
-    ranges = wl.ranges if wl.span is None else [wl.local(a, b) for a, b in wl.ranges]
-    return np.asarray(ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims))
+    over (a histogram restricted by its WHERE: its kept bins, numbered from the first; a range's first and
+    last bin of the declared domain become its first and last kept bin)."""
+    r = np.asarray(wl.ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims))
+    if wl.span is None:
+        return r
+    starts, ends = (np.asarray(v, dtype=np.int64) for v in zip(*wl.span))
+    before = np.concatenate([[0], np.cumsum(ends - starts + 1)])  # kept bins before each run
+
+    def kept_upto(x: np.ndarray) -> np.ndarray:  # kept bins <= x
+        j = np.searchsorted(starts, x, side="right") - 1
+        k = np.maximum(j, 0)
+        return np.where(j < 0, 0, before[k] + np.minimum(ends[k], x) - starts[k] + 1)
+
+    return np.stack([kept_upto(r[:, 0] - 1), kept_upto(r[:, 1]) - 1], axis=1)
 
 
 def unit_column(wl: Workload, catalog: dict[str, TableSpec]) -> str:
