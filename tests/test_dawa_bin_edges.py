@@ -125,3 +125,14 @@ def test_a_decimal_just_below_an_edge_stays_below_it(tmp_path: Path) -> None:
     w = s.query_many(["SELECT COUNT(*) FROM x WHERE v >= 0.29999999995", "SELECT COUNT(*) FROM x WHERE v >= 0.3"],
                      epsilon=10.0)
     assert list(w.counts) == [20, 10]
+
+
+def test_exact_bins_never_overflow_whatever_the_values(tmp_path: Path) -> None:
+    """The widest values of a DECIMAL(38,19) and of a BIGINT, far outside the domain, are dropped without an
+    overflow (an error would depend on the data): the value is clamped before the HUGEINT arithmetic."""
+    d = decimal.Decimal
+    extreme = "9999999999999999999.9999999999999999999"
+    s = _exact_session(tmp_path, [d(extreme), d("-" + extreme)] + [d("0.25")] * 20, pa.decimal128(38, 19), {"bounds": (0, 1), "bins": 4})
+    assert s.query("SELECT v, COUNT(*) AS n FROM x GROUP BY v", epsilon=10.0).table.column("n").to_pylist() == [0, 20, 0, 0]
+    s = _exact_session(tmp_path, [2**63 - 1, -(2**63)] + [2] * 20, pa.int64(), {"bounds": (0, 3), "bins": 4})
+    assert s.query("SELECT v, COUNT(*) AS n FROM x GROUP BY v", epsilon=10.0).table.column("n").to_pylist() == [0, 0, 20, 0]
