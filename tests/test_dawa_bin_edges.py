@@ -80,3 +80,59 @@ def test_timestamp_just_before_midnight_stays_in_its_day(tmp_path: Path) -> None
         assert list(s.query_many(["SELECT COUNT(*) FROM t WHERE t < TIMESTAMP '2026-01-02 00:00:00'"], epsilon=10.0).counts) == [50]
     finally:
         s.close()
+
+
+def _exact_session(tmp_path: Path, vals: list, typ: pa.DataType, columns: dict) -> dpsql.Session:
+    pq.write_table(pa.table({"uid": list(range(len(vals))), "v": pa.array(vals, typ)}), tmp_path / "x.parquet")
+    s = dpsql.Session(budget=Budget(100.0))
+    use_noise(s, zero_noise())
+    s.register("x", str(tmp_path / "x.parquet"), privacy_unit="uid", max_rows_per_unit=1, columns={"v": columns})
+    return s
+
+
+def test_a_decimal_far_from_zero_on_an_edge_is_in_the_bin_it_starts(tmp_path: Path) -> None:
+    """DECIMAL values are binned exactly: as a DOUBLE, 1000000000000.002 is 1000000000000.00195..., which put it
+    0.05 bins below its edge (bins 0.001 wide), in the bin before; zero noise against the exact truth."""
+    d = decimal.Decimal
+    vals = [d("1000000000000.002")] * 10 + [d("1000000000000.007")] * 10 + [d("1000000000000.0069999999")] * 10
+    s = _exact_session(tmp_path, vals, pa.decimal128(38, 10), {"bounds": (1e12, 1e12 + 1), "bins": 1000})
+    r = s.query("SELECT v, COUNT(*) AS n FROM x WHERE v < 1000000000000.01 GROUP BY v", epsilon=10.0)
+    got = {k: n for k, n in zip(r.table.column("v").to_pylist(), r.table.column("n").to_pylist()) if n}
+    assert got == {1000000000000.002: 10, 1000000000000.006: 10, 1000000000000.007: 10}
+    # a range starting on that edge counts it (its bins are read from the exact and the double endpoint, the wider)
+    w = s.query_many(["SELECT COUNT(*) FROM x WHERE v >= 1000000000000.002 AND v < 1000000000000.003"], epsilon=10.0)
+    assert list(w.counts) == [10]
+
+
+def test_a_bigint_beyond_2_53_is_binned_exactly(tmp_path: Path) -> None:
+    """2^53 + 3 is 2^53 + 4 as a DOUBLE: with bins 2 wide from 2^53 it was counted in bin 2, not 1."""
+    vals = [2**53 + 1] * 10 + [2**53 + 3] * 10 + [2**53 + 5] * 10
+    s = _exact_session(tmp_path, vals, pa.int64(), {"bounds": (2**53, 2**53 + 64), "bins": 32})
+    r = s.query("SELECT v, COUNT(*) AS n FROM x GROUP BY v", epsilon=10.0)
+    got = {k: n for k, n in zip(r.table.column("v").to_pylist(), r.table.column("n").to_pylist()) if n}
+    assert got == {2**53: 10, 2**53 + 2: 10, 2**53 + 4: 10}
+    w = s.query_many(["SELECT COUNT(*) FROM x WHERE v >= 9007199254740994 AND v < 9007199254740996"], epsilon=10.0)
+    assert list(w.counts) == [10]
+
+
+def test_a_decimal_just_below_an_edge_stays_below_it(tmp_path: Path) -> None:
+    """Exact bins: 0.29999999995 is in [0.2, 0.3), and a range starting at it still counts it."""
+    d = decimal.Decimal
+    s = _exact_session(tmp_path, [d("0.29999999995")] * 10 + [d("0.3")] * 10, pa.decimal128(20, 11),
+                       {"bounds": (0, 1), "bins": 10})
+    r = s.query("SELECT v, COUNT(*) AS n FROM x GROUP BY v", epsilon=10.0)
+    assert r.table.column("n").to_pylist()[2:4] == [10, 10]
+    w = s.query_many(["SELECT COUNT(*) FROM x WHERE v >= 0.29999999995", "SELECT COUNT(*) FROM x WHERE v >= 0.3"],
+                     epsilon=10.0)
+    assert list(w.counts) == [20, 10]
+
+
+def test_exact_bins_never_overflow_whatever_the_values(tmp_path: Path) -> None:
+    """The widest values of a DECIMAL(38,19) and of a BIGINT, far outside the domain, are dropped without an
+    overflow (an error would depend on the data): the value is clamped before the HUGEINT arithmetic."""
+    d = decimal.Decimal
+    extreme = "9999999999999999999.9999999999999999999"
+    s = _exact_session(tmp_path, [d(extreme), d("-" + extreme)] + [d("0.25")] * 20, pa.decimal128(38, 19), {"bounds": (0, 1), "bins": 4})
+    assert s.query("SELECT v, COUNT(*) AS n FROM x GROUP BY v", epsilon=10.0).table.column("n").to_pylist() == [0, 20, 0, 0]
+    s = _exact_session(tmp_path, [2**63 - 1, -(2**63)] + [2] * 20, pa.int64(), {"bounds": (0, 3), "bins": 4})
+    assert s.query("SELECT v, COUNT(*) AS n FROM x GROUP BY v", epsilon=10.0).table.column("n").to_pylist() == [0, 0, 20, 0]

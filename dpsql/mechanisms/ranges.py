@@ -44,8 +44,20 @@ from dpsql.rewrite.bound import Caps, bounded_histogram
 
 def bin_ranges(wl: Workload) -> np.ndarray:
     """The workload's inclusive bin ranges as an (m, 2 * dims) integer array, in the bins DAWA runs
-    over (a histogram restricted to a span by its WHERE: from the span's first bin)."""
-    return np.asarray(wl.ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims)) - wl.offset
+    over (a histogram restricted by its WHERE: its kept bins, numbered from the first; a range's first and
+    last bin of the declared domain become its first and last kept bin)."""
+    r = np.asarray(wl.ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims))
+    if wl.span is None:
+        return r
+    starts, ends = (np.asarray(v, dtype=np.int64) for v in zip(*wl.span))
+    before = np.concatenate([[0], np.cumsum(ends - starts + 1)])  # kept bins before each run
+
+    def kept_upto(x: np.ndarray) -> np.ndarray:  # kept bins <= x
+        j = np.searchsorted(starts, x, side="right") - 1
+        k = np.maximum(j, 0)
+        return np.where(j < 0, 0, before[k] + np.minimum(ends[k], x) - starts[k] + 1)
+
+    return np.stack([kept_upto(r[:, 0] - 1), kept_upto(r[:, 1]) - 1], axis=1)
 
 
 def unit_column(wl: Workload, catalog: dict[str, TableSpec]) -> str:
@@ -66,7 +78,7 @@ def fill_histogram(wl: Workload, rows: Any) -> np.ndarray:
     if len(n):
         np.add.at(x, tuple(cols), n)
     if wl.span is not None:  # the bins the WHERE's own literals exclude hold no row that passes it
-        return x[wl.span[0] : wl.span[1] + 1].copy()
+        return np.concatenate([x[a : b + 1] for a, b in wl.span])
     return x
 
 
@@ -320,15 +332,16 @@ class Dawa:
         if wl.histogram:
             params["bins_released"] = len(wl.ranges)
         if wl.span is not None:
-            params["dawa_bins"] = list(wl.span)
+            params["dawa_bins"] = [list(r) for r in wl.span]
         if cal.groups is not None:
             params["max_groups_per_unit"] = cal.groups.max_groups_per_unit
             params["max_rows_per_group"] = cal.groups.max_rows_per_group
             params["l1_sensitivity"] = cal.cap
         params["estimates"] = _estimates(cal.groups, cal.cap)
-        span = (f"the WHERE restricts '{wl.dims[0].column}' to bins {wl.span[0]}..{wl.span[1]} of the declared domain: "
-                "DAWA runs over these bins only and releases them only (the others hold no row that passes the WHERE)",
-                ) if wl.span is not None else ()
+        kept = ", ".join(f"{a}..{b}" if a < b else f"{a}" for a, b in wl.span or ())
+        span = (f"the WHERE restricts '{wl.dims[0].column}' to bins {kept} of the declared domain (dawa_bins): DAWA runs "
+                "over these bins only and releases only the bins holding them (the others hold no row that passes the "
+                "WHERE)",) if wl.span is not None else ()
         return Description(
             label="dawa",
             cost=Budget(cal.epsilon, 0.0),

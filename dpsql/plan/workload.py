@@ -40,7 +40,7 @@ def _unit(table: TableSpec, catalog: dict[str, TableSpec]) -> str:
     return u
 
 
-_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
                             "UINTEGER", "UBIGINT", "UHUGEINT", "INT1", "INT2", "INT4", "INT8", "INT", "LONG"})
 
 
@@ -113,7 +113,7 @@ class Dim:
         labels = self.bin_label(i)
         t = (self.type_text or "").upper()
         if self.domain.kind == "numeric":
-            if plain and t in _INTEGER_TYPES and all(isinstance(v, int) for v in labels):
+            if plain and t in INTEGER_TYPES and all(isinstance(v, int) for v in labels):
                 return labels
             return [float(v) for v in labels]
         if plain and t == "DATE" and all(v.time() == dt.time(0) for v in labels):
@@ -125,8 +125,9 @@ class Dim:
         if d.kind == "numeric":
             # in decimal, from the declared bounds: bin 3 of [0, 1) in 10 bins is 0.3, not 0.30000000000000004
             dlo, dhi = Decimal(repr(float(d.lo))), Decimal(repr(float(d.hi)))
-            vals = [float(dlo + Decimal(int(k)) * (dhi - dlo) / Decimal(d.bins)) for k in i]
-            return [int(v) if v.is_integer() else v for v in vals]
+            # (a whole edge exactly: 2^53 + 3 is no double)
+            vals = [dlo + Decimal(int(k)) * (dhi - dlo) / Decimal(d.bins) for k in i]
+            return [int(v) if v == v.to_integral_value() else float(v) for v in vals]
         lo = dt.datetime.fromisoformat(str(d.lo))
         assert d.bin_seconds is not None
         return [lo + dt.timedelta(seconds=float(k) * d.bin_seconds) for k in i]
@@ -144,24 +145,21 @@ class Workload:
     histogram: bool = False  # a GROUP BY over bins: release every bin
     coarsen: int = 1
     notes: list[str] = field(default_factory=list)
-    #: a histogram whose WHERE restricts its own column to a range: the inclusive bins (i0, i1) of the
-    #: declared domain that DAWA runs over and that are released (``ranges`` lie within them); None: all
-    span: tuple[int, int] | None = None
+    #: a histogram whose WHERE restricts its own column: the bins of the declared domain it can hold in
+    #: (``_where_span``), as sorted disjoint inclusive runs (i0, i1). DAWA runs over these bins only, in
+    #: order (a synopsis's bin 0 is the first kept bin), and only (coarse) bins holding one of them are
+    #: released; None: every bin
+    span: tuple[tuple[int, int], ...] | None = None
 
     @property
     def size(self) -> int:
-        """Bins DAWA runs over: the span's, else the whole grid's."""
+        """Bins DAWA runs over: the kept ones, else the whole grid's."""
         if self.span is not None:
-            return self.span[1] - self.span[0] + 1
+            return sum(b - a + 1 for a, b in self.span)
         n = 1
         for d in self.dims:
             n *= d.n
         return n
-
-    @property
-    def offset(self) -> int:
-        """The first bin DAWA runs over (a synopsis's bin 0)."""
-        return 0 if self.span is None else self.span[0]
 
     def synopsis_key(self, cap: float, catalog: dict[str, TableSpec], *,
                      groups: tuple[float, float, float] | None = None) -> str | None:
@@ -189,8 +187,9 @@ class Workload:
             "max_rows_per_unit": float(cap),
         }
         if self.span is not None:
-            # a synopsis over a restricted span answers that span only (its bin 0 is the span's first)
-            ident["span"] = list(self.span)
+            # a synopsis over kept bins answers exactly those (its bin 0 is the first kept bin); one run keeps
+            # the key it had when only a range could be kept
+            ident["span"] = list(self.span[0]) if len(self.span) == 1 else [list(r) for r in self.span]
         if groups is not None:
             ident["grouped"] = [None if math.isinf(v) else float(v) for v in groups]
         return "dawa:" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
@@ -336,7 +335,8 @@ def _bins_for(dim: Dim, parts: list[tuple[str, Any]]) -> tuple[int, int, bool]:
     snapped = inexact or lo.denominator != 1 or (hi.denominator != 1 and hi < dim.n)
     # an endpoint off the edges takes in the whole bin it falls in (a value within eps below an edge is
     # binned above it, as the bounding SQL bins values: ``rewrite.bound._BIN_EDGE_TOLERANCE``)
-    i0 = int(lo) if lo.denominator == 1 else int(math.floor(float(lo) + eps))
+    # (a value within eps below an edge may also be binned exactly, below it: ``rewrite.bound.exact_scale``)
+    i0 = math.floor(lo) if lo.denominator == 1 or dim.integer else min(math.floor(lo), int(math.floor(float(lo) + eps)))
     i1 = int(hi) - 1 if hi.denominator == 1 else int(math.floor(float(hi) + eps))
     if dim.domain.kind == "numeric" and not dim.integer:
         snapped = snapped or abs(lo_pos - round(lo_pos)) > eps or (abs(hi_pos - round(hi_pos)) > eps and hi_pos < dim.n)
@@ -429,6 +429,13 @@ def analyze_workload(
             sn = sn or s_
         rows.append(row)
         snapped.append(sn)
+    if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) for r in rows):
+        cols = " and ".join(f"'{d.column}'" for d in dims)
+        raise QueryError(
+            f"no range of this workload admits a value of the declared domain of {cols}: every count is 0 whatever "
+            "the data, known from the queries' literals alone; nothing was charged",
+            hint="check each range's endpoints against the declared bounds (BETWEEN takes the smaller end first)",
+        )
     if len(dims) == 2 and dims[0].n * dims[1].n > MAX_GRID_CELLS:
         raise PolicyError(f"2-D range workloads support at most {MAX_GRID_CELLS:,} cells (e.g. 1024 x 1024), got "
                           f"{dims[0].n} x {dims[1].n}",
@@ -482,9 +489,19 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
     n = dim.n
     factor = max(1, factor)
     base = [c for c in _conjuncts(plan.where)]
-    span = _where_span(dim, base, factor)
-    first, last = (0, n - 1) if span is None else span
-    ranges = tuple((s, min(s + factor - 1, n - 1)) for s in range(first, last + 1, factor))
+    span = _where_span(dim, plan.where)
+    if span is not None and not span:
+        d = dim.domain
+        ends = dim.key_labels([0, n - 1], plain=True)
+        domain = f"values {ends[0]} to {ends[1]}" if dim.integer else f"[{d.lo}, {d.hi}) in {n} bins"
+        raise QueryError(
+            f"the WHERE admits no value of the declared domain of '{col}' ({domain}): every bin of "
+            "this histogram is empty whatever the data, known from the query's literals alone; nothing was charged",
+            hint=f"check the WHERE's conditions on '{col}' against its declared bounds (BETWEEN takes the smaller end "
+                 "first; NULLs and values outside the declared domain are never counted)",
+        )
+    starts = range(0, n, factor) if span is None else sorted({s for a, b in span for s in range(a - a % factor, b + 1, factor)})
+    ranges = tuple((s, min(s + factor - 1, n - 1)) for s in starts)
     return Workload(
         table=plan.table,
         dims=[dim],
@@ -499,31 +516,113 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
     )
 
 
-def _where_span(dim: Dim, base: list[exp.Expression], factor: int) -> tuple[int, int] | None:
-    """The bins of ``dim`` that the WHERE's comparisons of that column with literals can admit (``_bins_for``:
-    an endpoint inside a bin keeps the whole bin), widened to whole coarse bins of ``factor`` bins; None when
-    they admit every bin, or none (the whole domain is kept, as without a restriction).
+Runs = list[tuple[int, int]]  # sorted, disjoint, non-adjacent inclusive runs of bins
+
+
+def _runs_or(a: Runs, b: Runs) -> Runs:
+    out: Runs = []
+    for lo, hi in sorted(a + b):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _runs_not(a: Runs, n: int) -> Runs:
+    out: Runs = []
+    nxt = 0
+    for lo, hi in a:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    return out + ([(nxt, n - 1)] if nxt <= n - 1 else [])
+
+
+_NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "=": "<>", "<>": "="}
+_COMPARISONS = ((exp.GTE, ">="), (exp.GT, ">"), (exp.LTE, "<="), (exp.LT, "<"), (exp.EQ, "="), (exp.NEQ, "<>"))
+
+
+def _may(dim: Dim, op: str, v: Any) -> Runs:
+    """The bins holding a value for which ``col op v`` can be true (``_bins_for``: on continuous bins the
+    bin holding an endpoint is kept whole, so ``<>`` keeps every bin)."""
+    if op == "<>":
+        return _runs_not(_may(dim, "=", v), dim.n) if dim.integer else [(0, dim.n - 1)]
+    i0, i1, _ = _bins_for(dim, [(op, v)])
+    return [(i0, i1)] if i0 <= i1 else []
+
+
+def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
+    """(may, must): the bins where the condition ``e`` can be true for a value of ``dim``'s column (a superset),
+    and those where it cannot be false (a subset of the complement of where it can be false). In SQL's
+    three-valued logic a row passes only where ``e`` is true; a comparison with NULL is neither true nor
+    false, and so is its NOT. A condition not read here may be true or false anywhere."""
+    n, col = dim.n, dim.column
+    every: Runs = [(0, n - 1)]
+
+    def ours(c: exp.Expression) -> bool:
+        return isinstance(c, exp.Column) and c.name.lower() == col
+
+    def atom(op: str, other: exp.Expression) -> tuple[Runs, Runs]:
+        if isinstance(other, exp.Null):
+            return [], every  # NULL, never true nor false: its NOT is never true either
+        try:
+            v = _literal_value(other)
+            return _may(dim, op, v), _runs_not(_may(dim, _NEGATED[op], v), n)
+        except (QueryError, ValueError, TypeError, OverflowError, ArithmeticError):
+            return every, []  # an endpoint read otherwise than DuckDB may read it: no restriction
+
+    def both(parts: list[tuple[Runs, Runs]], conj: bool) -> tuple[Runs, Runs]:
+        # one sort for all parts (an IN list of 10 000 values): a union at once, an intersection as the
+        # complement of the union of the complements
+        def join(sets: list[Runs]) -> Runs:
+            if not conj:
+                return _runs_or([r for x in sets for r in x], [])
+            return _runs_not(_runs_or([r for x in sets for r in _runs_not(x, n)], []), n)
+
+        return join([m for m, _ in parts]), join([u for _, u in parts])
+
+    if isinstance(e, exp.Paren):
+        return _kept(dim, e.this)
+    if isinstance(e, (exp.And, exp.Or)):
+        return both([_kept(dim, e.this), _kept(dim, e.expression)], isinstance(e, exp.And))
+    if isinstance(e, exp.Not):
+        may, must = _kept(dim, e.this)
+        return _runs_not(must, n), _runs_not(may, n)
+    if isinstance(e, exp.Is) and ours(e.this) and isinstance(e.expression, exp.Null):
+        return [], []  # NULLs are never counted
+    if isinstance(e, exp.Between) and ours(e.this):
+        lo, hi = atom(">=", e.args["low"]), atom("<=", e.args["high"])
+        if e.args.get("symmetric"):  # either order of the ends
+            return both([both([lo, hi], True), both([atom("<=", e.args["low"]), atom(">=", e.args["high"])], True)],
+                        False)
+        return both([lo, hi], True)
+    if isinstance(e, exp.In) and ours(e.this) and e.expressions and not e.args.get("query"):
+        return both([atom("=", x) for x in e.expressions], False)
+    for cls, op in _COMPARISONS:
+        if type(e) is cls:
+            if ours(e.this) and not ours(e.expression):
+                return atom(op, e.expression)
+            if ours(e.expression) and not ours(e.this):
+                return atom({">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(op, op), e.this)
+    return every, []
+
+
+def _where_span(dim: Dim, where: exp.Expression | None) -> tuple[tuple[int, int], ...] | None:
+    """The bins of ``dim`` in which a value can pass the WHERE, read from its comparisons of that column with
+    literals (``<``, ``<=``, ``>``, ``>=``, ``=``, ``<>``, ``BETWEEN``, ``IN``, ``IS NULL``) under ``AND``,
+    ``OR`` and ``NOT`` (``_kept``; an endpoint inside a continuous bin keeps the whole bin), as runs; None
+    when that is every bin, () when it is none.
 
     Privacy: a function of the query's text (its literals) and the declared domain only, public
     metadata; the bins it leaves out hold no row that passes the WHERE, and DAWA over the kept bins is
     DAWA over a sub-vector of the bounded histogram, whose L1 sensitivity is at most the whole one's."""
-    parts: list[tuple[str, Any]] = []
-    for c in base:
-        part = _range_part(c, {dim.column: dim.domain})
-        for col, op, v in (part if isinstance(part, list) else [part]) if part is not None else []:
-            if col == dim.column:
-                parts.append((op, v))
-    if not parts:
+    if where is None:
         return None
-    try:
-        i0, i1, _ = _bins_for(dim, parts)
-    except (UnsupportedQueryError, ValueError, TypeError, OverflowError, ArithmeticError):
-        return None  # an endpoint read otherwise than DuckDB may read it: no restriction
-    i0 -= i0 % factor
-    i1 = min(i1 + (factor - 1 - i1 % factor), dim.n - 1) if i1 >= 0 else i1
-    if i1 < i0 or (i0 == 0 and i1 == dim.n - 1):
+    may, _ = _kept(dim, where)
+    if may == [(0, dim.n - 1)]:
         return None
-    return i0, i1
+    return tuple(may)
 
 
 def _binned_column(key: exp.Expression, table: TableSpec) -> tuple[str | None, int]:

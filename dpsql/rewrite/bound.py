@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -82,7 +83,7 @@ from dpsql.plan.typer import (
     type_predicate,
     type_value,
 )
-from dpsql.plan.workload import Workload
+from dpsql.plan.workload import INTEGER_TYPES, Dim, Workload
 from dpsql.rewrite.contribution import Caps, ContributionModel
 from dpsql.rewrite.render import DIALECT_MARK, render
 
@@ -1206,6 +1207,59 @@ def bounded_query(
 _BIN_EDGE_TOLERANCE = 1e-9
 
 
+def exact_scale(dim: Dim, dialect: str) -> int | None:
+    """The decimal scale s of ``dim``'s values when its bins are computed exactly in integers (its values
+    times 10^s as HUGEINT: an integer column, s = 0, or a DECIMAL(p, s) with s <= 19, over a numeric
+    domain, on DuckDB), else None (the bins are computed in doubles). Public: the column's declared
+    type, the domain and the engine."""
+    if dialect != "duckdb" or dim.domain.kind != "numeric":
+        return None
+    t = (dim.type_text or "").upper().replace(" ", "")
+    if t in INTEGER_TYPES:
+        return 0
+    m = re.fullmatch(r"(?:DECIMAL|NUMERIC)\((\d+),(\d+)\)", t)
+    # (x - trunc(x)) * 10^s is a DECIMAL of up to 2s digits: at most 38 whatever the value
+    return int(m.group(2)) if m is not None and int(m.group(2)) <= 19 else None
+
+
+def _exact_bin(dim: Dim, col: exp.Expression, ops: SqlOps) -> tuple[exp.Expression, exp.Expression] | None:
+    """(bin index, inside the domain) of an integer or DECIMAL column in exact integer arithmetic: a value
+    v = V / 10^s is in bin floor((v - lo) * bins / (hi - lo)), the bounds read as written (``Dim.exact_pos``).
+    In doubles, 1000000000000.002 of a DECIMAL(38,10) over bins 0.001 wide is 1000000000000.00195..., in the
+    bin before, and the BIGINT 2^53 + 1 is 2^53. V is clamped to the domain first, so no value can overflow
+    the HUGEINT arithmetic (its bounds are checked here, from public numbers only); None where they do not
+    fit (the bins are then computed in doubles)."""
+    scale = exact_scale(dim, ops.dialect)
+    if scale is None:
+        return None
+    dom, unit = dim.domain, 10 ** scale
+    lo, hi = Fraction(Decimal(repr(float(dom.lo)))), Fraction(Decimal(repr(float(dom.hi))))
+    v_lo, v_hi = math.ceil(lo * unit), math.ceil(hi * unit)  # inside: v_lo <= V < v_hi
+    per = Fraction(dom.bins) / ((hi - lo) * unit)  # bins per step of V
+    off = (v_lo - lo * unit) * per  # the position of V = v_lo, >= 0
+    q = math.lcm(per.denominator, off.denominator)
+    x, y = int(per * q), int(off * q)
+    if max(abs(v_lo), abs(v_hi), (v_hi - v_lo) * x + y) >= 1 << 125:
+        return None
+
+    def big(v: int) -> exp.Expression:
+        return ops.typed_literal(str(v), "HUGEINT")
+
+    if scale == 0:
+        v = ops.try_cast(col.copy(), "HUGEINT")
+    else:
+        whole = exp.func("trunc", col.copy())
+        frac = exp.Mul(this=exp.Paren(this=exp.Sub(this=col.copy(), expression=whole.copy())), expression=big(unit))
+        v = exp.Add(this=exp.Mul(this=ops.try_cast(whole, "HUGEINT"), expression=big(unit)),
+                    expression=ops.try_cast(frac, "HUGEINT"))
+    clamped = ops.least(exp.func("greatest", v.copy(), big(v_lo)), big(v_hi))
+    num = exp.Add(this=exp.Mul(this=exp.Paren(this=exp.Sub(this=clamped, expression=big(v_lo))), expression=big(x)),
+                  expression=big(y))
+    index = exp.IntDiv(this=exp.Paren(this=num), expression=big(q))
+    inside = exp.And(this=exp.GTE(this=v.copy(), expression=big(v_lo)), expression=exp.LT(this=v.copy(), expression=big(v_hi)))
+    return index, inside
+
+
 def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: SqlOps | None = None,
                       groups: Caps | None = None) -> exp.Expression:
     """A range workload's bounded histogram: the rows in the declared domain passing the base
@@ -1255,7 +1309,12 @@ def bounded_histogram(wl: Workload, unit: str, cap: float, salt: str, *, ops: Sq
             # Date/time edges are whole seconds, exact in EPOCH's double, and a timestamp a few
             # microseconds before midnight is not on the edge: no tolerance there
             pos = exp.Add(this=exp.Paren(this=pos), expression=exp.Literal.number(_BIN_EDGE_TOLERANCE))
-        b = ops.least(ops.try_cast(exp.func("floor", pos), "BIGINT"), exp.Literal.number(d.n - 1))
+        exact = _exact_bin(d, col, ops)
+        if exact is not None:
+            pos, inside = exact
+        else:
+            pos = exp.func("floor", pos)
+        b = ops.least(ops.try_cast(pos, "BIGINT"), exp.Literal.number(d.n - 1))
         proj.append(exp.alias_(b, f"__b{i}"))
         cond = exp.And(this=cond, expression=inside)
     base: exp.Expression = exp.select(*proj).from_(src, copy=False).where(cond, copy=False).subquery("__base", copy=False)
