@@ -1211,3 +1211,36 @@ def test_row_caps_l_then_k_draw_separately() -> None:
         rows = run_bounded(plan, Caps(2, 2, 2), t).to_pylist()
         users, total = sum(r["__users"] for r in rows), sum(r["__a0"] for r in rows)
         assert (users, total) in {(2, 7.0), (3, 8.0), (3, 9.0)}, rows
+
+
+def assert_within_sensitivity(queries: list[str], seed: int, min_checked: int) -> None:
+    """Each query's releases, with each user of four generated datasets removed in turn under four sets of caps,
+    move by at most the stated sensitivities (``sensitivity_violations``)."""
+    gen = np.random.default_rng(seed)
+    checked = 0
+    for trial, caps in enumerate([Caps(2, 1), Caps(1, 3), Caps(3, 2, 4), Caps(2, 2)]):
+        data = gen_dataset(gen)
+        spec = spec_for("t", data, bounds={"amount": (-20.0, 100.0), "age": (0.0, 60.0)})
+        for sql in queries:
+            plan = plan_for(sql, spec)
+            d, minus = neighbour_outputs(plan, caps, data, f"salt-{trial}")
+            for u, dm in minus.items():
+                problems = sensitivity_violations(plan, caps, d, dm)
+                assert not problems, (sql, caps, u, problems)
+                checked += 1
+    assert checked > min_checked
+
+
+def assert_unbounded_caught(queries: list[str], seed: int) -> None:
+    """Negative control of ``assert_within_sensitivity``: without the caps, the same check catches every query."""
+    gen = np.random.default_rng(seed)
+    caught: Counter[str] = Counter()
+    for _ in range(3):
+        data = gen_dataset(gen)
+        spec = spec_for("t", data, bounds={"amount": (-20.0, 100.0), "age": (0.0, 60.0)})
+        for sql in queries:
+            plan = plan_for(sql, spec)
+            d, minus = neighbour_outputs(plan, INF, data, "x")
+            if any(sensitivity_violations(plan, Caps(1, 1), d, dm) for dm in minus.values()):
+                caught[sql] += 1
+    assert set(caught) == set(queries), caught
