@@ -5,7 +5,6 @@ are listed through the salted digest (as a text column's are), and what stays re
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import duckdb
@@ -27,8 +26,6 @@ from dpsql.rewrite.bound import Caps, bounded_query, released_columns
 from dpsql.rewrite.render import render
 from dpsql.testing import use_noise, zero_noise
 
-INF = Caps(math.inf, math.inf)
-
 SENS = [
     "SELECT g, COUNT(DISTINCT h % 2), COUNT(DISTINCT lower(note) || g) FROM t GROUP BY g",
     "SELECT COUNT(DISTINCT floor(age / 10)), COUNT(DISTINCT CASE WHEN amount > 50 THEN g END) FROM t",
@@ -43,7 +40,6 @@ def test_removing_one_user_stays_within_the_stated_sensitivity() -> None:
 def test_sensitivity_check_fails_without_bounding() -> None:
     """Negative control: the same check catches the unbounded queries."""
     assert_unbounded_caught(SENS, 2026_12_06)
-
 
 
 def test_the_sensitivity_is_k_values() -> None:

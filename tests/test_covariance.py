@@ -27,8 +27,6 @@ from dpsql.mechanisms import covariance
 from dpsql.rewrite.bound import Caps, released_columns
 from dpsql.testing import seeded_noise, use_noise, zero_noise
 
-INF = Caps(math.inf, math.inf)
-
 SENS = [
     "SELECT g, COVAR_POP(amount, age), CORR(age * 2 - amount, amount) FROM t GROUP BY g",
     "SELECT COVAR_SAMP(amount, age), CORR(LEAST(GREATEST(amount, 0), 50), age) FROM t",
@@ -44,7 +42,6 @@ def test_removing_one_user_stays_within_the_stated_sensitivity() -> None:
 def test_sensitivity_check_fails_without_bounding() -> None:
     """Negative control: the same check catches the unbounded queries."""
     assert_unbounded_caught(SENS, 2026_12_05)
-
 
 
 def test_released_columns_state_the_sensitivities() -> None:

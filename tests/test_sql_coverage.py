@@ -28,8 +28,6 @@ from dpsql.plan.intervals import NoInterval, clamp_bounds, interval
 from dpsql.rewrite.bound import Caps, released_columns
 from dpsql.testing import use_noise, zero_noise
 
-INF = Caps(math.inf, math.inf)
-
 
 @pytest.fixture
 def s() -> Any:
@@ -212,7 +210,6 @@ def test_removing_one_user_stays_within_the_stated_sensitivity() -> None:
 def test_sensitivity_check_fails_without_bounding() -> None:
     """Negative control: the same check catches the unbounded queries."""
     assert_unbounded_caught(SENS, 1313)
-
 
 
 def test_released_columns_state_the_sensitivities() -> None:
