@@ -186,3 +186,53 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda it: rank.get(it.path.name, len(rank)))  # stable: every file keeps its own order
+
+
+def sigint_storm_while_charging(led: Any, workers: list[Any], stop: Any, seed: int, seconds: float = 4.0) -> int:
+    """Start ``workers`` (threads), then for ``seconds`` charge and release on ``led`` in the main thread while
+    another thread sends it SIGINT every 5-50 ms; set ``stop``, join every thread, and return how many
+    KeyboardInterrupts the main thread caught (in its ledger operations or in its own loop's steps)."""
+    import random
+    import signal
+    import threading
+    import time
+
+    from dpsql.budget import Budget
+
+    main_thread = threading.main_thread().ident
+    assert main_thread == threading.get_ident()
+    rnd = random.Random(seed)
+
+    def storm() -> None:
+        while not stop.wait(rnd.uniform(0.005, 0.05)):
+            signal.pthread_kill(main_thread, signal.SIGINT)  # type: ignore[arg-type]
+
+    for w in workers:
+        w.start()
+    stormer = threading.Thread(target=storm)
+    interrupted = 0
+    end = time.monotonic() + seconds
+    try:
+        stormer.start()
+        while True:
+            try:
+                while time.monotonic() < end:
+                    try:
+                        led.commit(led.reserve(Budget(1.0), mechanism="m", query="main", tables=["t"], params={}))
+                    except KeyboardInterrupt:
+                        interrupted += 1
+                break
+            except KeyboardInterrupt:  # in the loop's own steps
+                interrupted += 1
+    finally:
+        while True:
+            try:
+                stop.set()
+                stormer.join()
+                time.sleep(0.05)  # a last signal's handler runs here
+                break
+            except KeyboardInterrupt:
+                interrupted += 1
+    for w in workers:
+        w.join(30)
+    return interrupted

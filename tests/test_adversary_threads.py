@@ -8,6 +8,7 @@ from typing import Any
 
 import duckdb
 import pytest
+from conftest import sigint_storm_while_charging
 
 import dpsql
 from dpsql.budget import Budget
@@ -373,7 +374,6 @@ def test_a_sigint_storm_in_the_main_thread_costs_worker_threads_nothing(tmp_path
     threads query on it: every worker's query is answered, none waits for a slot or lock left taken, nothing is
     left taken afterwards (before, about one run in ten left a queue slot taken: workers waited out lock_timeout)."""
     import glob
-    import random
     import signal
     import time
 
@@ -400,43 +400,7 @@ def test_a_sigint_storm_in_the_main_thread_costs_worker_threads_nothing(tmp_path
             if time.monotonic() - t0 > 4.0:  # waited out most of lock_timeout (a slow machine: a query in 0.1-1 s)
                 slow.append(time.monotonic() - t0)
 
-    main = threading.main_thread().ident
-    assert main == threading.get_ident()
-    rnd = random.Random(7)
-
-    def storm() -> None:
-        while not stop.wait(rnd.uniform(0.005, 0.05)):
-            signal.pthread_kill(main, signal.SIGINT)
-
-    workers = [threading.Thread(target=work, args=(s,)) for s in sessions]
-    for w in workers:
-        w.start()
-    stormer = threading.Thread(target=storm)
-    interrupted = 0
-    end = time.monotonic() + 4.0
-    try:
-        stormer.start()
-        while True:
-            try:
-                while time.monotonic() < end:
-                    try:
-                        led.commit(led.reserve(Budget(1.0), mechanism="m", query="main", tables=["t"], params={}))
-                    except KeyboardInterrupt:
-                        interrupted += 1
-                break
-            except KeyboardInterrupt:  # in the loop's own steps
-                interrupted += 1
-    finally:
-        while True:
-            try:
-                stop.set()
-                stormer.join()
-                time.sleep(0.05)  # a last signal's handler runs here
-                break
-            except KeyboardInterrupt:
-                interrupted += 1
-    for w in workers:
-        w.join(30)
+    interrupted = sigint_storm_while_charging(led, [threading.Thread(target=work, args=(s,)) for s in sessions], stop, 7)
     assert interrupted > 10 and answered[0] >= 3
     assert bad == [] and slow == []
     st = _store._state()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from _postgres import Server
+from conftest import sigint_storm_while_charging
 
 from dpsql import Budget, interrupts
 from dpsql.errors import LedgerError
@@ -365,7 +366,6 @@ def test_a_sigint_storm_in_the_main_thread_costs_worker_threads_nothing(url: str
     threads charge and release on the same ledger object (its pool of four connections): every worker's operation
     succeeds without waiting out lock_timeout, every worker's entry is released, the main thread's entries are each
     whole (reserved or released), and nothing is left taken."""
-    import random
 
     from dpsql.ledger import open_ledger
 
@@ -384,42 +384,7 @@ def test_a_sigint_storm_in_the_main_thread_costs_worker_threads_nothing(url: str
             if time.monotonic() - t0 > 4.0:
                 slow.append(time.monotonic() - t0)
 
-    main = threading.main_thread().ident
-    rnd = random.Random(11)
-
-    def storm() -> None:
-        while not stop.wait(rnd.uniform(0.005, 0.05)):
-            signal.pthread_kill(main, signal.SIGINT)  # type: ignore[arg-type]
-
-    workers = [threading.Thread(target=work) for _ in range(3)]
-    for w in workers:
-        w.start()
-    stormer = threading.Thread(target=storm)
-    interrupted = 0
-    end = time.monotonic() + 4.0
-    try:
-        stormer.start()
-        while True:
-            try:
-                while time.monotonic() < end:
-                    try:
-                        led.commit(led.reserve(Budget(1.0), mechanism="m", query="main", tables=["t"], params={}))
-                    except KeyboardInterrupt:
-                        interrupted += 1
-                break
-            except KeyboardInterrupt:  # in the loop's own steps
-                interrupted += 1
-    finally:
-        while True:
-            try:
-                stop.set()
-                stormer.join()
-                time.sleep(0.05)  # a last signal's handler runs here
-                break
-            except KeyboardInterrupt:
-                interrupted += 1
-    for w in workers:
-        w.join(30)
+    interrupted = sigint_storm_while_charging(led, [threading.Thread(target=work) for _ in range(3)], stop, 11)
     assert interrupted > 10 and len(mine) >= 3
     assert bad == [] and slow == []
     _nothing_taken(led)
