@@ -80,7 +80,7 @@ def keeps_answer(run: Callable[..., _T]) -> Callable[..., _T]:
             answer = run(*args, **kwargs)
         except BaseException:
             if held:
-                raise held[0]  # noqa: B904 - the Ctrl-C first (what failed after it is its context)
+                raise held[0].with_traceback(None)  # noqa: B904 - the Ctrl-C first (what failed after it: its context)
             raise
         finally:
             _KEPT.slot = outer
