@@ -8,14 +8,20 @@ failure happened; every run is padded to the owner's ``min_response_time``.
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import time
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from dpsql.engine import private_failure, scrub
 from dpsql.errors import CHARGED_EXIT_CODE, DPSQLError, ExecutionError, LedgerError, interrupted_by_signal
+from dpsql.interrupts import after_commit
 from dpsql.ledger import Ledger
+
+_T = TypeVar("_T")
+_KEPT = threading.local()  # ``slot``: the Ctrl-C that :func:`record_release` holds for the innermost :func:`keeps_answer`
 
 #: the ledger's failure reason for every run that failed after its charge (never data-dependent)
 FAILURE_REASON = "failed after the charge (reason withheld: it could depend on private data)"
@@ -38,7 +44,8 @@ def record_release(ledger: Ledger, entry: int, commit: dict[str, Any]) -> None:
     and releases nothing, so it exits like any failure after the charge. A failure once the release
     is recorded (``recorded``: in the ledger's write-ahead log, whose CHECKPOINT failed, e.g. on a
     full disk) is a warning: the answer, paid for and recorded, is returned (the next ledger operation
-    writes the record into the file, or says what blocks it, charging nothing)."""
+    writes the record into the file, or says what blocks it, charging nothing). Ctrl-C held back by the ledger
+    until the release was committed is held for :func:`keeps_answer`, which raises it with the answer."""
     try:
         ledger.commit(entry, **commit)
     except DPSQLError as e:
@@ -51,6 +58,38 @@ def record_release(ledger: Ledger, entry: int, commit: dict[str, Any]) -> None:
             e.message += "; the answer was charged but is not returned (asking again charges again)"
             e.args = (e._render(),)
         raise
+    except BaseException as e:
+        slot = getattr(_KEPT, "slot", None)
+        if slot is None or not after_commit(e):  # Ctrl-C that rolled the release back: the entry stays reserved
+            raise
+        slot.append(e)  # Ctrl-C held back until the release was committed: raised with the answer it paid for
+
+
+def keeps_answer(run: Callable[..., _T]) -> Callable[..., _T]:
+    """``run`` (a request that records its release with :func:`record_release`), such that Ctrl-C held back by the
+    ledger while it recorded the release, and raised once the release was committed (the entry reads released, the
+    charge stands), does not lose the answer: it is raised once ``run`` has built its Release, which it carries as
+    its ``release`` attribute (the CLI saves it as after a failed write). A Ctrl-C that rolled the release back
+    (the entry stays reserved) is raised as it comes, without one."""
+
+    @functools.wraps(run)
+    def kept(*args: Any, **kwargs: Any) -> _T:
+        held: list[BaseException] = []
+        outer, _KEPT.slot = getattr(_KEPT, "slot", None), held
+        try:
+            answer = run(*args, **kwargs)
+        except BaseException:
+            if held:
+                raise held[0].with_traceback(None)  # noqa: B904 - the Ctrl-C first (what failed after it: its context)
+            raise
+        finally:
+            _KEPT.slot = outer
+        if held:  # (raised anew from here: the frames it was raised through, which read private rows, are dropped)
+            held[0].release = answer  # type: ignore[attr-defined]
+            raise held[0].with_traceback(None)
+        return answer
+
+    return kept
 
 
 @contextlib.contextmanager

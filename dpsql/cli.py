@@ -983,11 +983,15 @@ def _cmd_query(args: argparse.Namespace) -> int:
             else:
                 print(plan)
             return 0
-        with _Progress():
-            if getattr(args, "workload", False):
-                rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts or None)
-            else:
-                rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
+        try:
+            with _Progress():
+                if getattr(args, "workload", False):
+                    rel = s.query_many(_split_statements(sql), epsilon=args.epsilon, delta=args.delta, options=opts or None)
+                else:
+                    rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
+        except KeyboardInterrupt as e:  # Ctrl-C held back until the release was recorded: its answer is kept
+            _keep_held_back(e, args, s, targets, to_stdout=not args.output)
+            raise
         _charged(args, rel)
         rem = None
         try:
@@ -1168,6 +1172,20 @@ def _written_failed(rel: Any, failed: list[tuple[str, str | None, str, bytes | N
     return err
 
 
+def _keep_held_back(e: KeyboardInterrupt, args: argparse.Namespace, s: Any, targets: _Targets, *, to_stdout: bool) -> None:
+    """Ctrl-C that the ledger held back while it recorded the release, raised once the release was committed: the
+    exception carries the charged answer (``e.release``), saved as after a failed write (:func:`_keep_interrupted`)."""
+    rel = getattr(e, "release", None)
+    if rel is None:  # Ctrl-C before the release was recorded: nothing was released
+        return
+    _charged(args, rel)
+    try:
+        rem = _remaining_after(s)
+    except KeyboardInterrupt:  # pressed again meanwhile: the answer is saved without the remaining budget
+        rem = None
+    _keep_interrupted(rel, rem, targets, _ledger_file(s), to_stdout=to_stdout)
+
+
 def _keep_interrupted(rel: Any, remaining: Any, targets: _Targets, ledger: str | None, *, to_stdout: bool) -> None:
     """Save a charged release whose writing a signal cut short, as a failed write saves it: its charge
     stands, so losing the answer would mean paying for it again. Signals wait meanwhile."""
@@ -1315,7 +1333,11 @@ def _summary_table(summary: dict[str, Any]) -> Any:
 
 def _cmd_suggest(args: argparse.Namespace) -> int:
     with _open_session(args) as s:
-        rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
+        try:
+            rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
+        except KeyboardInterrupt as e:  # Ctrl-C held back until the advice's release was recorded: it is kept
+            _keep_held_back(e, args, s, _Targets(), to_stdout=True)
+            raise
         _charged(args, rel)
         rem = _remaining_after(s)
         ledger = _ledger_file(s)

@@ -49,7 +49,7 @@ from sqlglot import exp
 import dpsql.engine as backends
 from dpsql import postprocess
 from dpsql.budget import Budget, check_delta, check_epsilon, exact, float_at_least, float_at_most
-from dpsql.charge import charged, record_release, reserve
+from dpsql.charge import charged, keeps_answer, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
 from dpsql.options import check_options
 from dpsql.plan.parse import DIALECT
@@ -599,6 +599,7 @@ def explain(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) 
                 parameters={"components": _components(g, routes, weights)}, bounded_sql=bounded, notes=[*notes, *over])
 
 
+@keeps_answer  # Ctrl-C held back while the release was recorded: raised with the answer (``e.release``)
 def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> Release:
     """``Session.query`` of ``g``, under the caller's catalog lock (from the analysis to the last read of rows)."""
     routes, weights = _routes(session, g, epsilon, delta, options)

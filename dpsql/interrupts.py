@@ -27,6 +27,7 @@ class HeldInterrupt:
         self.caught: list[tuple[int, Any]] = []
         self.nested = False
         self.open = False  # inside an :func:`interruptible` wait: Ctrl-C runs the program's handler there
+        self.stands = False  # the operation's change is committed (:func:`change_stands`)
 
     def __enter__(self) -> HeldInterrupt:
         global HELD, NESTED
@@ -59,9 +60,18 @@ class HeldInterrupt:
         self.caught.append((signum, frame))
 
     def deliver(self, handler: Any) -> None:
-        """Run ``handler`` for each Ctrl-C held back so far (raising its KeyboardInterrupt)."""
+        """Run ``handler`` for each Ctrl-C held back so far (raising its KeyboardInterrupt); once the operation's
+        change is committed, what it raises says so (:func:`after_commit`)."""
         while self.caught:
-            handler(*self.caught.pop(0))
+            try:
+                handler(*self.caught.pop(0))
+            except BaseException as e:
+                if self.stands:
+                    try:
+                        e.dpsql_after_commit = True  # type: ignore[attr-defined]
+                    except AttributeError:  # pragma: no cover - an exception type without attributes
+                        pass
+                raise
 
     def __exit__(self, *exc: object) -> None:
         global HELD, NESTED
@@ -115,6 +125,20 @@ def interruptible() -> Iterator[None]:
         yield
     finally:
         held.open = False
+
+
+def change_stands() -> None:
+    """Called by an operation holding Ctrl-C back once its COMMIT returned: its change stands whatever comes next, and
+    a Ctrl-C held back that is raised from here on (once it has given back all it took) carries that
+    (:func:`after_commit`), so that its caller can still hand over what the change paid for (a release's answer)."""
+    held = HELD
+    if held is not None and not NESTED and threading.current_thread() is threading.main_thread():
+        held.stands = True
+
+
+def after_commit(e: BaseException) -> bool:
+    """Whether ``e`` was raised by Ctrl-C held back during a ledger operation whose change was committed already."""
+    return getattr(e, "dpsql_after_commit", False) is True
 
 
 def _after_fork() -> None:

@@ -27,7 +27,7 @@ from dpsql import groupings, postprocess
 from dpsql._session_object import SessionObject
 from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import CatalogLock, TableSpec, check_sources_unchanged, register_table
-from dpsql.charge import FAILURE_REASON, charged, record_release, reserve
+from dpsql.charge import FAILURE_REASON, charged, keeps_answer, record_release, reserve
 from dpsql.config import load_config, table_kwargs
 from dpsql.engine import EngineSettings, ExecutionBackend, make_backend
 from dpsql.errors import ConfigError
@@ -204,6 +204,7 @@ class Session(SessionObject):
             return self._run(route_profile(table, check_epsilon(epsilon), {"group_by": group_by, "quantile": quantile},
                                            self._catalog))
 
+    @keeps_answer  # Ctrl-C held back while the release was recorded: raised with the answer (``e.release``)
     def _run(self, r: Route) -> Release:
         req, desc, clip = r.request, r.description, bool(r.request.options.get("clip_negative", False))
         ast = self._bind_check(r, None if desc.reuse_of is not None else self._noise.salt())  # the secret salt: never shown

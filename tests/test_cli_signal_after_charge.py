@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -127,3 +128,100 @@ def test_a_signal_before_the_charge_keeps_nothing(data: Path, sig: str) -> None:
     assert p.returncode == 128 + getattr(signal, sig), p.stderr
     assert _entries(data) == [] and not (data / ".l.duckdb.releases").exists()
     assert "saved" not in p.stderr
+
+
+#: Ctrl-C at ``argv[1]`` of the release's write transaction (the one after the charge's; ``before_marker``: just after
+#: its COMMIT, ``before_commit``: just before it, ``none``: no signal), zero noise so that two runs agree
+AT_RELEASE = """
+import os, signal, sys
+from dpsql import cli
+from dpsql.ledger import _store
+from dpsql.testing import use_noise, zero_noise
+
+point, charged, sent = sys.argv[1], [], []
+opened = cli._open_session
+
+def opening(args):
+    s = opened(args)
+    use_noise(s, zero_noise())
+    return s
+
+def committed(path):  # after a write's COMMIT: the first is the charge's, the second the release's
+    charged.append(path)
+    if point == "before_marker" and len(charged) == 2:
+        sigint()
+
+def committing(path):  # before a transaction's COMMIT: the first after the charge's is the release's
+    if point == "before_commit" and charged and not sent:
+        sigint()
+
+def sigint():
+    sent.append(True)
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):  # (Python's handler would run here, were Ctrl-C not held back by the ledger)
+        pass
+
+cli._open_session = opening
+_store._HOOKS.update(before_marker=committed, before_commit=committing)
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+COMMANDS = {"query": ["query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "1", "--format", "json"],
+            "workload": ["query", "--workload", "SELECT COUNT(*) FROM t WHERE uid BETWEEN 0 AND 9; SELECT COUNT(*) FROM t "
+                         "WHERE uid BETWEEN 10 AND 99", "--epsilon", "1", "--format", "json"],
+            "rollup": ["query", "SELECT g, COUNT(*) AS n FROM t GROUP BY ROLLUP (g)", "--epsilon", "1", "--format", "json"],
+            "suggest-caps": ["suggest-caps", "t", "--epsilon", "1", "--format", "json"]}
+
+
+def _at_release(cwd: Path, point: str, command: str, *out: str) -> subprocess.CompletedProcess[str]:
+    cfg = cwd / "owner.toml"
+    cfg.write_text('[ledger]\npath = "l.duckdb"\n[tables.t]\nsource = "t.parquet"\nprivacy_unit = "uid"\n'
+                   '[tables.t.columns.g]\ndomain = [0, 1, 2]\n[tables.t.columns.uid]\nbounds = [0, 199]\nbins = 200\n')
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(AT_RELEASE), point, "--config", str(cfg),
+                           *COMMANDS[command], *out], cwd=cwd, env=child_env(), capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.fixture
+def grouped(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], Path]:
+    def make() -> Path:
+        d = tmp_path_factory.mktemp("g")
+        pq.write_table(pa.table({"uid": list(range(200)), "g": [i % 3 for i in range(200)]}), d / "t.parquet")
+        assert _dpsql(d, "--ledger", "l.duckdb", "init", "--epsilon", "10").returncode == 0
+        return d
+    return make
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("out", [[], ["-o", "rows.json", "--meta", "meta.json"]])
+def test_ctrl_c_while_the_ledger_records_the_release_keeps_the_answer(grouped: Callable[[], Path], command: str,
+                                                                      out: list[str]) -> None:
+    """Ctrl-C held back by the ledger while it wrote the release, raised just after its COMMIT: the entry reads
+    released and the answer was lost (exit 130, nothing kept). It is now saved as after a failed write, and the saved
+    release.json is what the command would have printed (a run without the signal, on a fresh ledger, zero noise)."""
+    if command == "suggest-caps" and out:
+        pytest.skip("suggest-caps writes to standard output only")
+    cut, whole = grouped(), grouped()
+    p = _at_release(cut, "before_marker", command, *out)
+    assert p.returncode == 130, p.stderr
+    assert "interrupted: a charge already made stands" in p.stderr and "unexpected" not in p.stderr, p.stderr
+    [entry] = _entries(cut)
+    assert entry["status"] == "released" and entry["epsilon"] == 1  # charged once
+    saved = list(cut.glob(".l.duckdb.releases/entry-1-*/release.json"))
+    assert len(saved) == 1, p.stderr
+    assert str(saved[0].parent) in p.stderr and "running the query again would charge again" in p.stderr
+    assert not (cut / "rows.json").exists() and not (cut / "meta.json").exists() and not list(cut.glob(".*.json.dpsql-*"))
+    q = _at_release(whole, "none", command)
+    assert q.returncode == 0, q.stderr
+    assert json.loads(saved[0].read_text()) == json.loads(q.stdout)
+
+
+@pytest.mark.parametrize("command", ["query", "suggest-caps"])
+def test_ctrl_c_that_rolls_the_release_back_keeps_nothing(grouped: Callable[[], Path], command: str) -> None:
+    """Negative control: Ctrl-C raised just before the release's COMMIT rolls it back: the entry stays reserved
+    (counted), nothing was released, nothing is saved."""
+    d = grouped()
+    p = _at_release(d, "before_commit", command)
+    assert p.returncode == 130, p.stderr
+    assert [e["status"] for e in _entries(d)] == ["reserved"]
+    assert not (d / ".l.duckdb.releases").exists() and "saved" not in p.stderr

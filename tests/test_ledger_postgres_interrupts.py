@@ -322,8 +322,9 @@ def execute(self, query, *a, **k):
 
 def commit(self):
     if self.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS and point.endswith("commit") and not sent:
-        cur = self.execute("SELECT count(*) FROM ledger_entries WHERE xmin = txid_current()::text::xid")
-        if cur.fetchone()[0]:  # the charge's own COMMIT
+        cur = self.execute("SELECT count(*) FROM ledger_entries WHERE xmin = txid_current()::text::xid AND status = %s",
+                           ["released" if point == "release_commit" else "reserved"])
+        if cur.fetchone()[0]:  # the charge's (the release's) own COMMIT
             sigint(point)
     return real_commit(self)
 
@@ -332,19 +333,25 @@ def read(*a, **k):
     return fetch(*a, **k)
 
 psycopg.Cursor.execute, psycopg.Connection.commit, dpsql.session.backends.fetch_bounded = execute, commit, read
+if os.environ.get("ZERO_NOISE"):  # two runs agree
+    from dpsql import cli
+    from dpsql.testing import use_noise, zero_noise
+    opened = cli._open_session
+    cli._open_session = lambda args: (lambda s: (use_noise(s, zero_noise()), s)[1])(opened(args))
 sys.exit(main(sys.argv[2:]))
 """
 
 
 @pytest.mark.parametrize("point, status", [("charge", None), ("charge_commit", "reserved"), ("read", "failed"),
-                                           ("release", "reserved")])
+                                           ("release", "reserved"), ("release_commit", "released")])
 def test_ctrl_c_in_the_cli_exits_130_and_a_charge_that_stands_is_never_told_as_none(
         url: str, workdir: Any, point: str, status: str | None) -> None:
     """`dpsql query` on a PostgreSQL ledger, Ctrl-C at each step of a charged query: exit 130 with the line that a
     charge already made stands, never "nothing was charged", and the server's entry agrees: none when Ctrl-C came
     during the charge's statements (raised before its COMMIT), 'reserved' when it came as the COMMIT was being sent
     (held back until it returned: the charge stands) or during the release's statements (rolled back), 'failed' when
-    it came while private rows were read."""
+    it came while private rows were read, 'released' when it came as the release's COMMIT was being sent (held back
+    until it returned: the answer is kept, see the next test)."""
     import subprocess
 
     from conftest import child_env
@@ -358,6 +365,40 @@ def test_ctrl_c_in_the_cli_exits_130_and_a_charge_that_stands_is_never_told_as_n
     assert p.returncode == 130, p.stderr
     assert "interrupted: a charge already made stands" in p.stderr and "nothing was charged" not in p.stderr, p.stderr
     assert list(_statuses(url).values()) == ([] if status is None else [status])
+    _server_clean(url)
+
+
+def test_ctrl_c_as_the_release_is_committed_keeps_the_answer(server: Server, workdir: Any) -> None:
+    """Ctrl-C that came as the release's COMMIT was being sent, held back until the COMMIT returned: the entry reads
+    released and the answer was lost (exit 130, nothing kept). It is now saved as after a failed write (a PostgreSQL
+    ledger has no directory of its own: under $XDG_STATE_HOME/dpsql/releases), exactly as a run without the signal
+    prints it (zero noise, a fresh database), and charged once."""
+    import json
+    import os
+    import subprocess
+
+    from conftest import child_env
+
+    runs = []
+    for point in ("release_commit", "none"):
+        url = server.database("i_" + uuid.uuid4().hex[:12])
+        config = workdir / "examples" / f"pg-{point}.toml"
+        config.write_text((workdir / "examples" / "dpsql.toml").read_text().replace(
+            'path = "example_ledger.duckdb"', f'url = "{url}"'))
+        env = {**child_env(), "ZERO_NOISE": "1", "XDG_STATE_HOME": str(workdir / f"state-{point}")}
+        runs.append((url, subprocess.run(
+            [sys.executable, "-c", CLI_SIGINT, point, "query", "--config", str(config), "--epsilon", "0.1", "--format",
+             "json", "SELECT COUNT(*) AS n FROM events"], cwd=workdir, env=env, capture_output=True, text=True,
+            timeout=120)))
+    (url, cut), (_, whole) = runs
+    assert cut.returncode == 130 and whole.returncode == 0, cut.stderr + whole.stderr
+    assert "interrupted: a charge already made stands" in cut.stderr and cut.stdout == "", cut.stderr
+    assert _statuses(url) == {1: "released"}
+    spent = _watcher(url).execute("SELECT epsilon FROM ledger_entries").fetchall()
+    assert [float(e) for (e,) in spent] == [pytest.approx(0.1)]  # charged once
+    saved = list((workdir / "state-release_commit" / "dpsql" / "releases").glob("entry-1-*/release.json"))
+    assert len(saved) == 1 and os.path.dirname(saved[0]) in cut.stderr, cut.stderr
+    assert json.loads(saved[0].read_text()) == json.loads(whole.stdout)
     _server_clean(url)
 
 

@@ -118,7 +118,7 @@ import pyarrow as pa
 
 from dpsql.budget import Budget
 from dpsql.errors import ConfigError, LedgerError
-from dpsql.interrupts import HeldInterrupt, interruptible, interruption_point
+from dpsql.interrupts import HeldInterrupt, change_stands, interruptible, interruption_point
 from dpsql.ledger._store import (
     _LEDGER_ID_RE,
     _REQUIRED_TABLES,
@@ -796,6 +796,7 @@ class PostgresLedger(Ledger):
                     )
                     lost.unacknowledged = True  # it may stand: a charge's failure exits as one after the charge
                     raise lost from None
+                change_stands()  # Ctrl-C held back from here on says the change stands (a release: its answer is kept)
                 if drawn is not None:  # committed: this ledger's identity from now on
                     self._pin = (drawn, found[1], found[2])
                 reusable = True

@@ -173,6 +173,7 @@ import pyarrow as pa
 from dpsql.budget import Budget, compose_counted, counted_remaining, exact_counted_sum_fits
 from dpsql.errors import BudgetExceededError, ConfigError, LedgerError, interrupted_by_signal
 from dpsql.interrupts import HeldInterrupt as _HeldInterrupt
+from dpsql.interrupts import change_stands as _change_stands
 from dpsql.interrupts import interruption_point as _interruption_point
 
 #: The ledger schema version this code reads and writes. ``schema.sql`` inserts the same value.
@@ -1486,6 +1487,7 @@ class Ledger:
                         hint="check free disk space and that the file system is writable; dpsql reads no "
                         "private row after this error",
                     ) from None
+                _change_stands()  # Ctrl-C held back from here on says the change stands (a release: its answer is kept)
                 if drawn is not None:  # an identity drawn by a write that rolled back is never this object's
                     self._identity = drawn
                 if write and t.wrote:
