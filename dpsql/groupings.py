@@ -227,6 +227,11 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
     with_all = [k.upper() for k in ("rollup", "cube") if group.args.get(k)]
     if len(plain) == len(group.expressions) and not with_all:
         return None
+    if with_all and len(plain) != len(group.expressions):
+        form = next(g for g in group.expressions if g not in plain).sql(dialect="duckdb")
+        raise _bad(f"GROUP BY ... WITH {with_all[0]} follows a plain list of grouping columns, not {form} "
+                   "(DuckDB refuses it too)",
+                   "write one form, e.g. GROUP BY ROLLUP (a, b), GROUP BY CUBE (a, b) or GROUP BY a, b WITH ROLLUP")
     if group.args.get("grouping_sets") or group.args.get("all"):
         raise _bad("GROUP BY ALL or WITH GROUPING SETS together with groupings is not supported",
                    "name the grouping columns, e.g. GROUP BY ROLLUP (a, b)")

@@ -228,6 +228,9 @@ def test_grouping_weights_split_the_budget() -> None:
     ("SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) ORDER BY n LIMIT 1 WITH TIES", None, UnsupportedQueryError,
      "WITH TIES"),
     ("SELECT a FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError, "releases no value"),
+    # DuckDB's parser refuses it too; it was refused as 'GROUP BY CUBE is not supported', which it is
+    ("SELECT a, COUNT(*) FROM t GROUP BY CUBE (a) WITH ROLLUP", None, UnsupportedQueryError,
+     r"WITH ROLLUP follows a plain list of grouping columns, not CUBE \(a\)"),
     ("SELECT COUNT(*) FROM t UNION SELECT COUNT(*) FROM t", None, UnsupportedQueryError, "write UNION ALL"),
     ("SELECT COUNT(*) AS n FROM t UNION ALL BY NAME SELECT COUNT(*) AS n FROM t", None, UnsupportedQueryError,
      "BY NAME"),
