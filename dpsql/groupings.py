@@ -55,6 +55,10 @@ from dpsql.options import check_options
 from dpsql.plan.parse import DIALECT
 from dpsql.release import Plan, Release
 
+#: the accuracy note of an output column whose accuracy differs between the queries of a request (the command line
+#: names where its meta shows each query's: ``cli``)
+DIFFERS_BY_QUERY = "differs by query: see details['components']"
+
 #: at most this many groupings in one request (CUBE over 6 columns is 64): each costs a share of the budget
 MAX_GROUPINGS = 64
 
@@ -629,7 +633,7 @@ def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> R
     for name in table.column_names:
         seen = [p[1][name] for p in parts if name in p[1]]
         same = all(a == seen[0] for a in seen)
-        accuracy[name] = seen[0] if seen and same else {"note": "differs by query: see details['components']"}
+        accuracy[name] = seen[0] if seen and same else {"note": DIFFERS_BY_QUERY}
     for c, p in zip(components, parts, strict=True):
         c["accuracy"] = p[1]
     warns = list(dict.fromkeys(w for p in parts for w in p[2]))
