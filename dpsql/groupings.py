@@ -630,15 +630,29 @@ def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> R
     record_release(session._ledger, entry, {"params_update": {"component_updates": updates}}
                    if any(updates) else {})
     accuracy: dict[str, dict[str, Any]] = {}
-    for name in table.column_names:
-        seen = [p[1][name] for p in parts if name in p[1]]
-        same = all(a == seen[0] for a in seen)
-        accuracy[name] = seen[0] if seen and same else {"note": DIFFERS_BY_QUERY}
+    for j, name in enumerate(table.column_names):
+        # a query's column at position j, whatever its own name (UNION ALL: the first SELECT's names)
+        seen = [p[1][n] for p, n in zip(parts, _names_at(g, [p[0] for p in parts], j), strict=True)
+                if n is not None and n in p[1]]
+        if seen:  # none for a key column
+            accuracy[name] = seen[0] if all(a == seen[0] for a in seen) else {"note": DIFFERS_BY_QUERY}
     for c, p in zip(components, parts, strict=True):
         c["accuracy"] = p[1]
     warns = list(dict.fromkeys(w for p in parts for w in p[2]))
     notes = list(dict.fromkeys(n for r in routes for n in r.description.notes))
     return Release(table, cost, _label(g, routes), accuracy, entry, False, {"components": components}, notes, warns)
+
+
+def _names_at(g: Composite, tables: list[pa.Table], j: int) -> list[str | None]:
+    """Each query's own name of the output column at position ``j`` (None where a rolled-up column or GROUPING's
+    value is put in place: ``_combine``)."""
+    out: list[str | None] = []
+    for b in g.branches:
+        for t, fill in zip(tables[len(out):len(out) + len(b.components)], b.fills, strict=True):
+            filled = {pos for pos, _ in fill}
+            own = j - sum(1 for pos in filled if pos < j)
+            out.append(None if j in filled or own >= t.num_columns else t.column_names[own])
+    return out
 
 
 def _combine(session: Any, g: Composite, tables: list[pa.Table], types: list[exp.DataType]) -> pa.Table:

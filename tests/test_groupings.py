@@ -16,6 +16,7 @@ import dpsql
 import dpsql.engine as backends
 from dpsql.budget import Budget, float_at_least
 from dpsql.errors import ConfigError, ExecutionError, QueryError, UnsupportedQueryError
+from dpsql.groupings import DIFFERS_BY_QUERY
 from dpsql.testing import use_noise, zero_noise
 
 A, B = ["x", "y", "z"], [1, 2]
@@ -187,6 +188,22 @@ def test_one_entry_charged_the_sum_of_the_components() -> None:
     assert len(hist) == 1 and hist[0]["status"] == "released" and hist[0]["epsilon"] == 1.5
     assert s.remaining() == before.minus(total)
     assert "-- query 3 of 3: SELECT COUNT(*) FROM t\n" in plan.bounded_sql and "3 queries" in plan.reason
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) AS n FROM t UNION ALL SELECT COUNT(*) FROM t",
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a)",
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'all', COUNT(*) AS m FROM t",
+])
+def test_a_columns_accuracy_is_read_from_every_query_by_position(sql: str) -> None:
+    """A later query's column is the column at its position, whatever its own name: COUNT(*) of the second SELECT
+    (its own name count_star()) was not read, so n said the first query's accuracy, 3 times the second's noise."""
+    s = _session(_public())
+    r = s.query(sql, epsilon=1.0, options={"grouping_weights": [1, 3]})
+    parts = [c["accuracy"] for c in r.details["components"]]
+    assert parts[0]["n"]["noise_std"] == pytest.approx(3 * list(parts[1].values())[-1]["noise_std"], rel=1e-2)
+    assert r.accuracy["n"] == {"note": DIFFERS_BY_QUERY}
+    assert r.accuracy.get("a") != {"note": DIFFERS_BY_QUERY}  # a key column has none (it said 'differs by query')
 
 
 def test_grouping_weights_split_the_budget() -> None:
