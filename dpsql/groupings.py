@@ -192,11 +192,10 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     if sum(len(b.components) for b in branches) > MAX_GROUPINGS:
         raise _bad(f"UNION ALL of more than {MAX_GROUPINGS} queries", "send fewer queries in one request (each costs a "
                    "share of its budget)")
-    first = selects[0]
-    outputs: list[tuple[str, str | None]] = [(it.alias_or_name or it.sql(dialect=DIALECT), None)
-                                             for it in first.expressions]
+    outputs: list[list[tuple[str, str | None]]] = [[(it.alias_or_name or it.sql(dialect=DIALECT), None)
+                                                    for it in b.expressions] for b in selects]
     limit, offset = (_count(stmt.args.get(k), k.upper()) for k in ("limit", "offset"))
-    return Composite(sql, "UNION ALL", branches, _order(first, outputs, stmt.args.get("order")), limit, offset)
+    return Composite(sql, "UNION ALL", branches, _order(selects, outputs, stmt.args.get("order")), limit, offset)
 
 
 def _branches(stmt: exp.Expression) -> list[exp.Select]:
@@ -320,7 +319,7 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
                    for p in range(len(outputs))]
     names = tuple(outputs[p][0] if k is None else (k, p - sum(q < p for q, _ in fills[k]))
                   for p, k in enumerate(released_by))
-    order = _order(stmt, outputs, stmt.args.get("order"))
+    order = _order([stmt], [outputs], stmt.args.get("order"))
     limit, offset = (_count(stmt.args.get(k), k.upper()) for k in ("limit", "offset"))
     return Groupings(sql, kind, tuple(components), tuple(tuple(e.sql(dialect=DIALECT) for e in s) for s in sets),
                      tuple(fills), names, order, limit, offset)
@@ -365,25 +364,36 @@ def _output(it: exp.Expression, universe: dict[str, exp.Expression], single: boo
     return name, None
 
 
-def _order(stmt: exp.Select, outputs: list[tuple[str, str | None]],
+def _order(stmts: list[exp.Select], outputs: list[list[tuple[str, str | None]]],
            order: exp.Expression | None) -> tuple[tuple[int, bool, bool | None], ...]:
+    """ORDER BY of the whole, as output positions: as in DuckDB, an output's name in any SELECT (of a UNION ALL: the
+    first SELECT's names first, then the next's), then an expression of a SELECT (refused where two SELECTs have it
+    at different positions, as DuckDB refuses it)."""
     out = []
     for o in order.expressions if order is not None else []:
         e = _strip(o.this)
         pos = None
         if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
-            pos = int(e.this) - 1 if 0 < int(e.this) <= len(outputs) else None
+            pos = int(e.this) - 1 if 0 < int(e.this) <= len(outputs[0]) else None
         else:  # as in DuckDB: an output's name first (ORDER BY a with b AS a is that output), then an expression
             spelled = e.sql(dialect=DIALECT, normalize=True)
             bare = e.name.lower() if isinstance(e, exp.Column) and not e.table else spelled
-            pos = next((i for i, (name, _) in enumerate(outputs) if name.lower() in (bare, spelled)), None)
-            for i, it in enumerate(stmt.expressions if pos is None else []):
-                inner = it.this if isinstance(it, exp.Alias) else it
-                if spelled == inner.sql(dialect=DIALECT, normalize=True) or (
-                        isinstance(e, exp.Column) and isinstance(inner, exp.Column) and e.name.lower() == inner.name.lower()
-                        and (not e.table or not inner.table or e.table.lower() == inner.table.lower())):
-                    pos = i
-                    break
+            pos = next((i for names in outputs for i, (name, _) in enumerate(names) if name.lower() in (bare, spelled)),
+                       None)
+            found: dict[int, None] = {}
+            for stmt in stmts if pos is None else []:
+                for i, it in enumerate(stmt.expressions):
+                    inner = it.this if isinstance(it, exp.Alias) else it
+                    if spelled == inner.sql(dialect=DIALECT, normalize=True) or (
+                            isinstance(e, exp.Column) and isinstance(inner, exp.Column) and e.name.lower() == inner.name.lower()
+                            and (not e.table or not inner.table or e.table.lower() == inner.table.lower())):
+                        found[i] = None
+                        break
+            if len(found) > 1:
+                a, b = list(found)[:2]
+                raise _bad(f"ORDER BY {o.this.sql(dialect=DIALECT)} is ambiguous: it is column {a + 1} of one SELECT and "
+                           f"column {b + 1} of another (DuckDB refuses it too)", "order by an output's name or position")
+            pos = next(iter(found), pos)
         if pos is None:
             raise _bad(f"ORDER BY {o.this.sql(dialect=DIALECT)} names no output column; with several groupings or a "
                        "UNION ALL, ORDER BY sorts the whole result by its output columns",

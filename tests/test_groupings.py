@@ -122,6 +122,20 @@ def test_order_by_a_name_is_the_output_of_that_name_before_a_column(sql: str) ->
 
 
 @pytest.mark.parametrize("sql", [
+    "SELECT a AS c1, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT a AS c2, SUM(v) AS m FROM t GROUP BY a ORDER BY m, c2",
+    # a later SELECT's name before an expression of the first (b AS a: ORDER BY a is that output), the first name wins
+    "SELECT a AS x, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'q' AS p, COUNT(*) AS a FROM t ORDER BY a, x",
+    "SELECT a AS x, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT a AS n, COUNT(*) AS x FROM t GROUP BY a ORDER BY n, x",
+    "SELECT a AS x, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT b, COUNT(*) FROM t GROUP BY b ORDER BY n, b, x",
+])
+def test_union_all_order_by_reads_the_names_of_every_select(sql: str) -> None:
+    """As in DuckDB: ORDER BY a name of any SELECT (the first SELECT's first, then the next's), then an expression
+    of any SELECT (ORDER BY c2, a later SELECT's name, was refused as naming no output column)."""
+    t = _public()
+    assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
+
+
+@pytest.mark.parametrize("sql", [
     "SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) ORDER BY a FETCH FIRST 2 ROWS ONLY",
     "SELECT a, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'q', COUNT(*) FROM t ORDER BY a, n "
     "OFFSET 1 ROWS FETCH NEXT 3 ROWS ONLY",
@@ -258,6 +272,10 @@ def test_grouping_weights_split_the_budget() -> None:
      UnsupportedQueryError, r"column 1: DATE, BIGINT; combined as DATE"),
     ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t ORDER BY nosuch", None, UnsupportedQueryError,
      "names no output column"),
+    # DuckDB: 'Ambiguous reference to column'
+    ("SELECT a AS x, b AS y, COUNT(*) FROM t GROUP BY a, b UNION ALL SELECT b AS p, a AS q, COUNT(*) FROM t GROUP BY a, b "
+     "ORDER BY a", None,
+     UnsupportedQueryError, "ORDER BY a is ambiguous: it is column 1 of one SELECT and column 2 of another"),
     ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t WHERE nosuch = 1", None, UnsupportedQueryError,
      r"query 2 of 2 of the UNION ALL \(SELECT COUNT\(\*\) FROM t WHERE nosuch = 1\): .*nosuch"),
     ("SELECT v, COUNT(*) FROM t GROUP BY ROLLUP (v)", None, QueryError, "needs delta > 0"),  # a component refused
