@@ -30,6 +30,10 @@ CASES: dict[str, tuple[pa.DataType, list[Any], dict[str, Any], dict[Any, int]]] 
                 {1000000000000.002: 10, 1000000000000.006: 10, 1000000000000.007: 10}),
     "negative_decimal": (pa.decimal128(20, 11), [D("-0.29999999995")] * 10 + [D("-0.3")] * 10 + [D("-0.30000000001")] * 10,
                          {"bounds": (-1, 0), "bins": 10}, {-0.4: 10, -0.3: 20}),
+    # the widest scale binned exactly, with the type's extremes (Spark's DECIMAL arithmetic keeps every digit)
+    "decimal_38_19": (pa.decimal128(38, 19), [D("0.2999999999999999999")] * 10 + [D("0.3")] * 10
+                      + [D("-9999999999999999999.9999999999999999999"), D("9999999999999999999.9999999999999999999")],
+                      {"bounds": (0, 1), "bins": 10}, {0.2: 10, 0.3: 10}),
     "bigint": (pa.int64(), [2**53 + 1] * 10 + [2**53 + 3] * 10 + [2**53 + 5] * 10 + [-(2**63), 2**63 - 1],
                {"bounds": (2**53, 2**53 + 64), "bins": 32}, {2**53: 10, 2**53 + 2: 10, 2**53 + 4: 10}),
 }
@@ -64,3 +68,14 @@ def test_the_double_position_is_in_the_other_bin() -> None:
     # negative control: what binning in doubles gave (the failure the exact bins remove)
     assert int((float(D("1000000000000.002")) - 1e12) / 0.001 + 1e-9) == 1
     assert int((float(2**53 + 3) - 2**53) / 2) == 2
+
+
+@pytest.mark.parametrize(("name", "sql", "count"), [
+    ("bigint", "SELECT COUNT(*) FROM bigint WHERE v >= 9007199254740994 AND v < 9007199254740996", 10),
+    ("decimal", "SELECT COUNT(*) FROM decimal WHERE v >= 1000000000000.002 AND v < 1000000000000.003", 10),
+])
+def test_range_workloads_read_the_exact_bins_on_both_engines(sessions: list[dpsql.Session], name: str, sql: str,
+                                                            count: int) -> None:
+    for s in sessions:
+        use_noise(s, zero_noise())
+        assert list(s.query_many([sql], epsilon=10.0).counts) == [count], s._engine.ops.dialect
