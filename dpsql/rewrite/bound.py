@@ -1227,8 +1227,8 @@ def _exact_bin(dim: Dim, col: exp.Expression, ops: SqlOps) -> tuple[exp.Expressi
     v = V / 10^s is in bin floor((v - lo) * bins / (hi - lo)), the bounds read as written (``Dim.exact_pos``).
     In doubles, 1000000000000.002 of a DECIMAL(38,10) over bins 0.001 wide is 1000000000000.00195..., in the
     bin before, and the BIGINT 2^53 + 1 is 2^53. V is clamped to the domain first, so no value can overflow
-    the HUGEINT (Spark: DECIMAL(38, 0), under 10^38) arithmetic (its bounds are checked here, from public numbers only); None where they do not
-    fit (the bins are then computed in doubles)."""
+    the HUGEINT arithmetic (Spark: DECIMAL(38, 0), below 10^38; its bounds are checked here, from public numbers
+    only); None where they do not fit (the bins are then computed in doubles)."""
     scale = exact_scale(dim, ops.dialect)
     if scale is None:
         return None
