@@ -1005,6 +1005,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
             f"remaining: {_fmt_remaining(rem)}; ledger entry {rel.ledger_id}",
             file=sys.stderr,
         )
+        from dpsql.groupings import DIFFERS_BY_QUERY
         from dpsql.release import name_text
 
         for name, acc in rel.accuracy.items():
@@ -1019,6 +1020,9 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 each = " (row 1; per row in --meta)" if len(rows) > 1 else ""
                 hw = rows[0] if rows and rows[0] is not None else acc["ci95_half_width"]
                 print(f"  {col}: 95% interval +/- {hw:.4g}{each}", file=sys.stderr)
+            elif acc.get("note") == DIFFERS_BY_QUERY:  # the Python API's details are the meta's parameters
+                print(f"  {col}: differs by query: per query in the meta's parameters.components (--meta, --format json)",
+                      file=sys.stderr)
             elif acc.get("note"):
                 print(f"  {col}: {_one_line(acc['note'])}", file=sys.stderr)
         if rel.details.get("estimates"):

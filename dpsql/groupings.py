@@ -55,6 +55,10 @@ from dpsql.options import check_options
 from dpsql.plan.parse import DIALECT
 from dpsql.release import Plan, Release
 
+#: the accuracy note of an output column whose accuracy differs between the queries of a request (the command line
+#: names where its meta shows each query's: ``cli``)
+DIFFERS_BY_QUERY = "differs by query: see details['components']"
+
 #: at most this many groupings in one request (CUBE over 6 columns is 64): each costs a share of the budget
 MAX_GROUPINGS = 64
 
@@ -188,11 +192,10 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     if sum(len(b.components) for b in branches) > MAX_GROUPINGS:
         raise _bad(f"UNION ALL of more than {MAX_GROUPINGS} queries", "send fewer queries in one request (each costs a "
                    "share of its budget)")
-    first = selects[0]
-    outputs: list[tuple[str, str | None]] = [(it.alias_or_name or it.sql(dialect=DIALECT), None)
-                                             for it in first.expressions]
+    outputs: list[list[tuple[str, str | None]]] = [[(it.alias_or_name or it.sql(dialect=DIALECT), None)
+                                                    for it in b.expressions] for b in selects]
     limit, offset = (_count(stmt.args.get(k), k.upper()) for k in ("limit", "offset"))
-    return Composite(sql, "UNION ALL", branches, _order(first, outputs, stmt.args.get("order")), limit, offset)
+    return Composite(sql, "UNION ALL", branches, _order(selects, outputs, stmt.args.get("order")), limit, offset)
 
 
 def _branches(stmt: exp.Expression) -> list[exp.Select]:
@@ -227,6 +230,11 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
     with_all = [k.upper() for k in ("rollup", "cube") if group.args.get(k)]
     if len(plain) == len(group.expressions) and not with_all:
         return None
+    if with_all and len(plain) != len(group.expressions):
+        form = next(g for g in group.expressions if g not in plain).sql(dialect="duckdb")
+        raise _bad(f"GROUP BY ... WITH {with_all[0]} follows a plain list of grouping columns, not {form} "
+                   "(DuckDB refuses it too)",
+                   "write one form, e.g. GROUP BY ROLLUP (a, b), GROUP BY CUBE (a, b) or GROUP BY a, b WITH ROLLUP")
     if group.args.get("grouping_sets") or group.args.get("all"):
         raise _bad("GROUP BY ALL or WITH GROUPING SETS together with groupings is not supported",
                    "name the grouping columns, e.g. GROUP BY ROLLUP (a, b)")
@@ -311,7 +319,7 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
                    for p in range(len(outputs))]
     names = tuple(outputs[p][0] if k is None else (k, p - sum(q < p for q, _ in fills[k]))
                   for p, k in enumerate(released_by))
-    order = _order(stmt, outputs, stmt.args.get("order"))
+    order = _order([stmt], [outputs], stmt.args.get("order"))
     limit, offset = (_count(stmt.args.get(k), k.upper()) for k in ("limit", "offset"))
     return Groupings(sql, kind, tuple(components), tuple(tuple(e.sql(dialect=DIALECT) for e in s) for s in sets),
                      tuple(fills), names, order, limit, offset)
@@ -356,25 +364,36 @@ def _output(it: exp.Expression, universe: dict[str, exp.Expression], single: boo
     return name, None
 
 
-def _order(stmt: exp.Select, outputs: list[tuple[str, str | None]],
+def _order(stmts: list[exp.Select], outputs: list[list[tuple[str, str | None]]],
            order: exp.Expression | None) -> tuple[tuple[int, bool, bool | None], ...]:
+    """ORDER BY of the whole, as output positions: as in DuckDB, an output's name in any SELECT (of a UNION ALL: the
+    first SELECT's names first, then the next's), then an expression of a SELECT (refused where two SELECTs have it
+    at different positions, as DuckDB refuses it)."""
     out = []
     for o in order.expressions if order is not None else []:
         e = _strip(o.this)
         pos = None
         if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
-            pos = int(e.this) - 1 if 0 < int(e.this) <= len(outputs) else None
+            pos = int(e.this) - 1 if 0 < int(e.this) <= len(outputs[0]) else None
         else:  # as in DuckDB: an output's name first (ORDER BY a with b AS a is that output), then an expression
             spelled = e.sql(dialect=DIALECT, normalize=True)
             bare = e.name.lower() if isinstance(e, exp.Column) and not e.table else spelled
-            pos = next((i for i, (name, _) in enumerate(outputs) if name.lower() in (bare, spelled)), None)
-            for i, it in enumerate(stmt.expressions if pos is None else []):
-                inner = it.this if isinstance(it, exp.Alias) else it
-                if spelled == inner.sql(dialect=DIALECT, normalize=True) or (
-                        isinstance(e, exp.Column) and isinstance(inner, exp.Column) and e.name.lower() == inner.name.lower()
-                        and (not e.table or not inner.table or e.table.lower() == inner.table.lower())):
-                    pos = i
-                    break
+            pos = next((i for names in outputs for i, (name, _) in enumerate(names) if name.lower() in (bare, spelled)),
+                       None)
+            found: dict[int, None] = {}
+            for stmt in stmts if pos is None else []:
+                for i, it in enumerate(stmt.expressions):
+                    inner = it.this if isinstance(it, exp.Alias) else it
+                    if spelled == inner.sql(dialect=DIALECT, normalize=True) or (
+                            isinstance(e, exp.Column) and isinstance(inner, exp.Column) and e.name.lower() == inner.name.lower()
+                            and (not e.table or not inner.table or e.table.lower() == inner.table.lower())):
+                        found[i] = None
+                        break
+            if len(found) > 1:
+                a, b = list(found)[:2]
+                raise _bad(f"ORDER BY {o.this.sql(dialect=DIALECT)} is ambiguous: it is column {a + 1} of one SELECT and "
+                           f"column {b + 1} of another (DuckDB refuses it too)", "order by an output's name or position")
+            pos = next(iter(found), pos)
         if pos is None:
             raise _bad(f"ORDER BY {o.this.sql(dialect=DIALECT)} names no output column; with several groupings or a "
                        "UNION ALL, ORDER BY sorts the whole result by its output columns",
@@ -622,15 +641,29 @@ def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> R
     record_release(session._ledger, entry, {"params_update": {"component_updates": updates}}
                    if any(updates) else {})
     accuracy: dict[str, dict[str, Any]] = {}
-    for name in table.column_names:
-        seen = [p[1][name] for p in parts if name in p[1]]
-        same = all(a == seen[0] for a in seen)
-        accuracy[name] = seen[0] if seen and same else {"note": "differs by query: see details['components']"}
+    for j, name in enumerate(table.column_names):
+        # a query's column at position j, whatever its own name (UNION ALL: the first SELECT's names)
+        seen = [p[1][n] for p, n in zip(parts, _names_at(g, [p[0] for p in parts], j), strict=True)
+                if n is not None and n in p[1]]
+        if seen:  # none for a key column
+            accuracy[name] = seen[0] if all(a == seen[0] for a in seen) else {"note": DIFFERS_BY_QUERY}
     for c, p in zip(components, parts, strict=True):
         c["accuracy"] = p[1]
     warns = list(dict.fromkeys(w for p in parts for w in p[2]))
     notes = list(dict.fromkeys(n for r in routes for n in r.description.notes))
     return Release(table, cost, _label(g, routes), accuracy, entry, False, {"components": components}, notes, warns)
+
+
+def _names_at(g: Composite, tables: list[pa.Table], j: int) -> list[str | None]:
+    """Each query's own name of the output column at position ``j`` (None where a rolled-up column or GROUPING's
+    value is put in place: ``_combine``)."""
+    out: list[str | None] = []
+    for b in g.branches:
+        for t, fill in zip(tables[len(out):len(out) + len(b.components)], b.fills, strict=True):
+            filled = {pos for pos, _ in fill}
+            own = j - sum(1 for pos in filled if pos < j)
+            out.append(None if j in filled or own >= t.num_columns else t.column_names[own])
+    return out
 
 
 def _combine(session: Any, g: Composite, tables: list[pa.Table], types: list[exp.DataType]) -> pa.Table:

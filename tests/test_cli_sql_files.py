@@ -227,3 +227,16 @@ def test_a_rollup_over_undeclared_keys_says_missing_groups_are_not_zeros(workdir
     assert "query 1 of 2 (SELECT url, COUNT(*) AS n FROM events GROUP BY url): groups are released only above a noisy " \
            "threshold (tau* = " in err and "a group missing from the output is not a zero" in err, err
     assert "query 2 of 2" not in err
+
+
+def test_accuracy_that_differs_by_query_names_where_the_cli_shows_it(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A column whose accuracy differs by query said "see details['components']" (the Python API's name); the
+    command line's meta holds it under parameters.components."""
+    sql = "SELECT COUNT(*) AS n FROM events UNION ALL SELECT COUNT(*) AS n FROM events"
+    assert run([*CFG, "query", sql, "--epsilon", "0.4", "--option", "grouping_weights=[1,3]", "--meta",
+                str(workdir / "meta.json")]) == 0
+    err = capsys.readouterr().err
+    assert "n: differs by query: per query in the meta's parameters.components (--meta, --format json)" in err, err
+    assert "details[" not in err
+    parts = json.loads((workdir / "meta.json").read_text())["parameters"]["components"]
+    assert parts[0]["accuracy"]["n"] != parts[1]["accuracy"]["n"]

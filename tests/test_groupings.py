@@ -16,6 +16,7 @@ import dpsql
 import dpsql.engine as backends
 from dpsql.budget import Budget, float_at_least
 from dpsql.errors import ConfigError, ExecutionError, QueryError, UnsupportedQueryError
+from dpsql.groupings import DIFFERS_BY_QUERY
 from dpsql.testing import use_noise, zero_noise
 
 A, B = ["x", "y", "z"], [1, 2]
@@ -121,6 +122,20 @@ def test_order_by_a_name_is_the_output_of_that_name_before_a_column(sql: str) ->
 
 
 @pytest.mark.parametrize("sql", [
+    "SELECT a AS c1, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT a AS c2, SUM(v) AS m FROM t GROUP BY a ORDER BY m, c2",
+    # a later SELECT's name before an expression of the first (b AS a: ORDER BY a is that output), the first name wins
+    "SELECT a AS x, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'q' AS p, COUNT(*) AS a FROM t ORDER BY a, x",
+    "SELECT a AS x, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT a AS n, COUNT(*) AS x FROM t GROUP BY a ORDER BY n, x",
+    "SELECT a AS x, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT b, COUNT(*) FROM t GROUP BY b ORDER BY n, b, x",
+])
+def test_union_all_order_by_reads_the_names_of_every_select(sql: str) -> None:
+    """As in DuckDB: ORDER BY a name of any SELECT (the first SELECT's first, then the next's), then an expression
+    of any SELECT (ORDER BY c2, a later SELECT's name, was refused as naming no output column)."""
+    t = _public()
+    assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
+
+
+@pytest.mark.parametrize("sql", [
     "SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) ORDER BY a FETCH FIRST 2 ROWS ONLY",
     "SELECT a, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'q', COUNT(*) FROM t ORDER BY a, n "
     "OFFSET 1 ROWS FETCH NEXT 3 ROWS ONLY",
@@ -189,6 +204,22 @@ def test_one_entry_charged_the_sum_of_the_components() -> None:
     assert "-- query 3 of 3: SELECT COUNT(*) FROM t\n" in plan.bounded_sql and "3 queries" in plan.reason
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) AS n FROM t UNION ALL SELECT COUNT(*) FROM t",
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a)",
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'all', COUNT(*) AS m FROM t",
+])
+def test_a_columns_accuracy_is_read_from_every_query_by_position(sql: str) -> None:
+    """A later query's column is the column at its position, whatever its own name: COUNT(*) of the second SELECT
+    (its own name count_star()) was not read, so n said the first query's accuracy, 3 times the second's noise."""
+    s = _session(_public())
+    r = s.query(sql, epsilon=1.0, options={"grouping_weights": [1, 3]})
+    parts = [c["accuracy"] for c in r.details["components"]]
+    assert parts[0]["n"]["noise_std"] == pytest.approx(3 * list(parts[1].values())[-1]["noise_std"], rel=1e-2)
+    assert r.accuracy["n"] == {"note": DIFFERS_BY_QUERY}
+    assert r.accuracy.get("a") != {"note": DIFFERS_BY_QUERY}  # a key column has none (it said 'differs by query')
+
+
 def test_grouping_weights_split_the_budget() -> None:
     s = _session(_public())
     sql = "SELECT a, COUNT(*) FROM t GROUP BY GROUPING SETS ((a), ())"
@@ -228,6 +259,9 @@ def test_grouping_weights_split_the_budget() -> None:
     ("SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) ORDER BY n LIMIT 1 WITH TIES", None, UnsupportedQueryError,
      "WITH TIES"),
     ("SELECT a FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError, "releases no value"),
+    # DuckDB's parser refuses it too; it was refused as 'GROUP BY CUBE is not supported', which it is
+    ("SELECT a, COUNT(*) FROM t GROUP BY CUBE (a) WITH ROLLUP", None, UnsupportedQueryError,
+     r"WITH ROLLUP follows a plain list of grouping columns, not CUBE \(a\)"),
     ("SELECT COUNT(*) FROM t UNION SELECT COUNT(*) FROM t", None, UnsupportedQueryError, "write UNION ALL"),
     ("SELECT COUNT(*) AS n FROM t UNION ALL BY NAME SELECT COUNT(*) AS n FROM t", None, UnsupportedQueryError,
      "BY NAME"),
@@ -238,6 +272,10 @@ def test_grouping_weights_split_the_budget() -> None:
      UnsupportedQueryError, r"column 1: DATE, BIGINT; combined as DATE"),
     ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t ORDER BY nosuch", None, UnsupportedQueryError,
      "names no output column"),
+    # DuckDB: 'Ambiguous reference to column'
+    ("SELECT a AS x, b AS y, COUNT(*) FROM t GROUP BY a, b UNION ALL SELECT b AS p, a AS q, COUNT(*) FROM t GROUP BY a, b "
+     "ORDER BY a", None,
+     UnsupportedQueryError, "ORDER BY a is ambiguous: it is column 1 of one SELECT and column 2 of another"),
     ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t WHERE nosuch = 1", None, UnsupportedQueryError,
      r"query 2 of 2 of the UNION ALL \(SELECT COUNT\(\*\) FROM t WHERE nosuch = 1\): .*nosuch"),
     ("SELECT v, COUNT(*) FROM t GROUP BY ROLLUP (v)", None, QueryError, "needs delta > 0"),  # a component refused

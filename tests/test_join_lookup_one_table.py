@@ -122,6 +122,19 @@ def test_grouped_lookup_join_over_an_undeclared_lookup_column_releases_every_key
     assert [r["k"] for r in got] == sorted(set(REGIONS[:4]))
 
 
+def test_an_undeclared_lookup_column_at_delta_zero_is_told_to_declare_its_domain() -> None:
+    """GROUP BY an undeclared column of a lookup table at delta = 0 was refused with the joins' 'needs delta > 0'
+    alone: declaring the column's domain answers it at delta = 0 (Laplace, every key released)."""
+    sql = f"SELECT c.region AS k, COUNT(*) AS n {JOIN} GROUP BY c.region"
+    with _session(_orders(), declared=False) as s:
+        with pytest.raises(dpsql.errors.DPSQLError, match="needs delta > 0") as e:
+            s.query(sql, epsilon=5.0, delta=0.0)
+        assert "customers_public.region" in e.value.hint and "domain" in e.value.hint, e.value.hint
+        assert s.history().num_rows == 0
+    with _session(_orders()) as s:  # the hint's fix
+        assert s.explain(sql, epsilon=5.0, delta=0.0).mechanism == "laplace"
+
+
 @pytest.mark.parametrize("key", ["o.ck"])
 def test_grouped_lookup_join_over_undeclared_keys_is_the_sparse_histogram(key: str) -> None:
     sql = f"SELECT {key} AS k, COUNT(*) AS n {JOIN} GROUP BY {key} ORDER BY k"

@@ -452,6 +452,11 @@ class SqlOps(Protocol):
         conversion (the multiplications by powers of two are exact)."""
         ...
 
+    def scaled_integer(self, value: exp.Expression, scale: int) -> exp.Expression:
+        """An integer or DECIMAL(p, ``scale``) ``value`` (``scale`` <= 19) times 10^scale, exactly, as an integer
+        of at least 126 bits (HUGEINT, DECIMAL(38, 0)): no value of the type overflows or raises; NULL stays NULL."""
+        ...
+
     def bernoulli_keep(self, columns: Sequence[str], salt: str, q: float) -> exp.Expression:
         """A condition true with probability ``floor(q * 2^52) / 2^52`` (<= q) per row, decided by a
         keyed cryptographic hash (SHA-256) of ``salt`` and the rows' ``columns`` (which must be

@@ -340,6 +340,18 @@ class DuckDBOps(DeclaredOps):
             e = exp.Mul(this=e, expression=_pow2(f))
         return _mark(exp.Cast(this=_mark(exp.func("trunc", e, copy=False)), to=data_type("BIGINT")))
 
+    def scaled_integer(self, value: exp.Expression, scale: int) -> exp.Expression:
+        """``TRY_CAST(TRUNC(v) AS HUGEINT) * 10^s + TRY_CAST((v - TRUNC(v)) * 10^s AS HUGEINT)``: the fraction
+        times 10^s is a DECIMAL of up to 2s digits, exact whatever the value."""
+        if scale == 0:
+            return self.try_cast(value, "HUGEINT")
+        unit = self.typed_literal(10**scale, "HUGEINT")
+        whole = _mark(exp.func("trunc", value.copy()))
+        frac = _mark(exp.Mul(this=_mark(exp.Paren(this=_mark(exp.Sub(this=value.copy(), expression=whole.copy())))),
+                             expression=unit.copy()))
+        return _mark(exp.Add(this=_mark(exp.Mul(this=self.try_cast(whole, "HUGEINT"), expression=unit)),
+                             expression=self.try_cast(frac, "HUGEINT")))
+
     def exact_sum(self, value: exp.Expression) -> exp.Expression:
         """``SUM`` of BIGINT (or HUGEINT) values: a HUGEINT, exact."""
         return _mark(exp.Sum(this=value.copy()))

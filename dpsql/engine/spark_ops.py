@@ -303,6 +303,26 @@ class SparkOps(DeclaredOps):
             e = exp.Mul(this=e, expression=_double(2.0**f))
         return _built(exp.Cast(this=e, to=spark_type("BIGINT")))
 
+    def scaled_integer(self, value: exp.Expression, scale: int) -> exp.Expression:
+        """``CAST(v - v % 1 AS DECIMAL(38,0)) * 10^s + CAST(v % 1 * 10^s AS DECIMAL(38,0))`` (scale 0: ``TRY_CAST(v AS
+        DECIMAL(38,0))``), exact under Spark's DECIMAL precision rules: ``v % 1`` of a DECIMAL(p, s) is a
+        DECIMAL(s + 1, s) (a difference ``v - TRUNC(v)`` would be a DECIMAL(p + 1, s), which Spark rounds to fewer
+        digits of scale when p = 38); ``v - v % 1`` (TRUNC(v), an integer: rounding its scale changes nothing)
+        keeps p - s whole digits; ``v % 1 * 10^s`` (an integer below 10^s) keeps at least 22; |v| * 10^s < 10^p
+        fits DECIMAL(38, 0). Nothing overflows, so nothing raises in ANSI mode."""
+        if scale == 0:
+            return self.try_cast(value, "HUGEINT")
+        dec = spark_type("DECIMAL(38,0)")
+        frac = exp.Mod(this=exp.Paren(this=_arg(value.copy())), expression=exp.Cast(
+            this=exp.Literal.string("1"), to=spark_type("DECIMAL(1,0)")))
+        whole = exp.Sub(this=_arg(value.copy()), expression=frac.copy())
+        scaled = exp.Mul(this=exp.Paren(this=frac), expression=exp.Cast(
+            this=exp.Literal.string(str(10**scale)), to=spark_type(f"DECIMAL({scale + 1},0)")))
+        return _built(exp.Add(
+            this=exp.Mul(this=exp.Cast(this=exp.Paren(this=whole), to=dec),
+                         expression=exp.Cast(this=exp.Literal.string(str(10**scale)), to=dec.copy())),
+            expression=exp.Cast(this=scaled, to=dec.copy())))
+
     def exact_sum(self, value: exp.Expression) -> exp.Expression:
         """``SUM(CAST(value AS DECIMAL(38, 0)))``: exact to 10^38 (Spark's BIGINT sum overflows)."""
         return _built(exp.Sum(this=exp.Cast(this=_arg(value.copy()), to=spark_type("DECIMAL(38, 0)"))))

@@ -636,6 +636,13 @@ def _route_lookup_one_table(
     if forced == "auto" and "public" in kinds and "private" not in kinds:
         # keys read from a public table's column: that table's values are a public key set, every key released by
         # the join's per-person clipping (the join rules), not thresholded by the sparse histogram
+        if delta <= 0:  # the join rules need delta > 0; a declared domain is the Laplace path of this one
+            tables = dict(plan.join.inputs)
+            cols = ", ".join(f"{tables.get(k.alias, k.alias)}.{k.column}" for k in plan.join.keys if k.kind == "public")
+            raise ConfigError("GROUP BY over joins is answered under (epsilon, delta)-DP and needs delta > 0",
+                              hint=f"pass delta=1e-7 (for example), or declare the domain of {cols} (the column's "
+                                   "'domain' when its table is registered): at delta = 0 the Laplace mechanism then "
+                                   "answers it, every declared key released")
         return None
     _check_public_groups(one)
     if forced == "sparse_histogram" or (forced == "auto" and one.keys and not one.public_keys):

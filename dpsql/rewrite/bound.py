@@ -1210,9 +1210,9 @@ _BIN_EDGE_TOLERANCE = 1e-9
 def exact_scale(dim: Dim, dialect: str) -> int | None:
     """The decimal scale s of ``dim``'s values when its bins are computed exactly in integers (its values
     times 10^s as HUGEINT: an integer column, s = 0, or a DECIMAL(p, s) with s <= 19, over a numeric
-    domain, on DuckDB), else None (the bins are computed in doubles). Public: the column's declared
-    type, the domain and the engine."""
-    if dialect != "duckdb" or dim.domain.kind != "numeric":
+    domain, on DuckDB and Spark: ``SqlOps.scaled_integer``), else None (the bins are computed in doubles).
+    Public: the column's declared type, the domain and the engine."""
+    if dialect not in ("duckdb", "spark") or dim.domain.kind != "numeric":
         return None
     t = (dim.type_text or "").upper().replace(" ", "")
     if t in INTEGER_TYPES:
@@ -1227,8 +1227,8 @@ def _exact_bin(dim: Dim, col: exp.Expression, ops: SqlOps) -> tuple[exp.Expressi
     v = V / 10^s is in bin floor((v - lo) * bins / (hi - lo)), the bounds read as written (``Dim.exact_pos``).
     In doubles, 1000000000000.002 of a DECIMAL(38,10) over bins 0.001 wide is 1000000000000.00195..., in the
     bin before, and the BIGINT 2^53 + 1 is 2^53. V is clamped to the domain first, so no value can overflow
-    the HUGEINT arithmetic (its bounds are checked here, from public numbers only); None where they do not
-    fit (the bins are then computed in doubles)."""
+    the HUGEINT arithmetic (Spark: DECIMAL(38, 0), below 10^38; its bounds are checked here, from public numbers
+    only); None where they do not fit (the bins are then computed in doubles)."""
     scale = exact_scale(dim, ops.dialect)
     if scale is None:
         return None
@@ -1243,19 +1243,15 @@ def _exact_bin(dim: Dim, col: exp.Expression, ops: SqlOps) -> tuple[exp.Expressi
         return None
 
     def big(v: int) -> exp.Expression:
-        return ops.typed_literal(str(v), "HUGEINT")
+        return ops.typed_literal(v, "HUGEINT")
 
-    if scale == 0:
-        v = ops.try_cast(col.copy(), "HUGEINT")
-    else:
-        whole = exp.func("trunc", col.copy())
-        frac = exp.Mul(this=exp.Paren(this=exp.Sub(this=col.copy(), expression=whole.copy())), expression=big(unit))
-        v = exp.Add(this=exp.Mul(this=ops.try_cast(whole, "HUGEINT"), expression=big(unit)),
-                    expression=ops.try_cast(frac, "HUGEINT"))
+    v = ops.scaled_integer(col, scale)
     clamped = ops.least(exp.func("greatest", v.copy(), big(v_lo)), big(v_hi))
     num = exp.Add(this=exp.Mul(this=exp.Paren(this=exp.Sub(this=clamped, expression=big(v_lo))), expression=big(x)),
                   expression=big(y))
     index = exp.IntDiv(this=exp.Paren(this=num), expression=big(q))
+    # both engines' integer division (DuckDB's //, Spark's DIV: a BIGINT) of a number >= 0: its floor
+    index.meta[DIALECT_MARK] = ops.dialect
     inside = exp.And(this=exp.GTE(this=v.copy(), expression=big(v_lo)), expression=exp.LT(this=v.copy(), expression=big(v_hi)))
     return index, inside
 
