@@ -545,7 +545,10 @@ _COMPARISONS = ((exp.GTE, ">="), (exp.GT, ">"), (exp.LTE, "<="), (exp.LT, "<"), 
 
 def _may(dim: Dim, op: str, v: Any) -> Runs:
     """The bins holding a value for which ``col op v`` can be true (``_bins_for``: on continuous bins the
-    bin holding an endpoint is kept whole, so ``<>`` keeps every bin)."""
+    bin holding an endpoint is kept whole, so ``<>`` keeps every bin). An infinite v (``1e400``, DuckDB's
+    DOUBLE inf) is above (below) every value: ``<>`` and ``<`` (``>``) hold everywhere, the rest nowhere."""
+    if isinstance(v, Decimal) and v.is_infinite():
+        return [(0, dim.n - 1)] if op == "<>" or (op in ("<", "<=") and v > 0) or (op in (">", ">=") and v < 0) else []
     if op == "<>":
         return _runs_not(_may(dim, "=", v), dim.n) if dim.integer else [(0, dim.n - 1)]
     i0, i1, _ = _bins_for(dim, [(op, v)])
@@ -560,14 +563,25 @@ def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
     n, col = dim.n, dim.column
     every: Runs = [(0, n - 1)]
 
-    def ours(c: exp.Expression) -> bool:
-        return isinstance(c, exp.Column) and c.name.lower() == col
+    # an integer column within 2^53 cast to DOUBLE keeps its value: compared with the literal's double
+    t = (dim.type_text or "").upper()
+    exact_double = t == "DOUBLE" or (
+        t in INTEGER_TYPES and dim.domain.kind == "numeric" and max(abs(float(dim.domain.lo)), abs(float(dim.domain.hi))) <= 2.0**53)
 
-    def atom(op: str, other: exp.Expression) -> tuple[Runs, Runs]:
+    def as_double(c: exp.Expression) -> bool:
+        to = c.args.get("to")
+        return (isinstance(c, exp.Cast) and exact_double and isinstance(c.this, exp.Column) and isinstance(to, exp.DataType)
+                and to.this == exp.DataType.Type.DOUBLE and not to.expressions)
+
+    def ours(c: exp.Expression) -> bool:
+        return (isinstance(c, exp.Column) or as_double(c)) and (c if isinstance(c, exp.Column) else c.this).name.lower() == col
+
+    def atom(op: str, other: exp.Expression, cast: bool = False) -> tuple[Runs, Runs]:
         if isinstance(other, exp.Null):
             return [], every  # NULL, never true nor false: its NOT is never true either
         try:
             v = _literal_value(other)
+            v = Decimal(float(v)) if cast else v  # (DuckDB compares a DOUBLE with the literal's double)
             return _may(dim, op, v), _runs_not(_may(dim, _NEGATED[op], v), n)
         except (QueryError, ValueError, TypeError, OverflowError, ArithmeticError):
             return every, []  # an endpoint read otherwise than DuckDB may read it: no restriction
@@ -592,19 +606,20 @@ def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
     if isinstance(e, exp.Is) and ours(e.this) and isinstance(e.expression, exp.Null):
         return [], []  # NULLs are never counted
     if isinstance(e, exp.Between) and ours(e.this):
-        lo, hi = atom(">=", e.args["low"]), atom("<=", e.args["high"])
+        c = as_double(e.this)
+        lo, hi = atom(">=", e.args["low"], c), atom("<=", e.args["high"], c)
         if e.args.get("symmetric"):  # either order of the ends
-            return both([both([lo, hi], True), both([atom("<=", e.args["low"]), atom(">=", e.args["high"])], True)],
-                        False)
+            return both([both([lo, hi], True), both([atom("<=", e.args["low"], c), atom(">=", e.args["high"], c)],
+                                                    True)], False)
         return both([lo, hi], True)
     if isinstance(e, exp.In) and ours(e.this) and e.expressions and not e.args.get("query"):
-        return both([atom("=", x) for x in e.expressions], False)
+        return both([atom("=", x, as_double(e.this)) for x in e.expressions], False)
     for cls, op in _COMPARISONS:
         if type(e) is cls:
             if ours(e.this) and not ours(e.expression):
-                return atom(op, e.expression)
+                return atom(op, e.expression, as_double(e.this))
             if ours(e.expression) and not ours(e.this):
-                return atom({">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(op, op), e.this)
+                return atom({">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(op, op), e.this, as_double(e.expression))
     return every, []
 
 
