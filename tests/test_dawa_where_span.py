@@ -275,3 +275,36 @@ def test_kept_bins_of_a_long_in_list_over_many_bins_are_found_quickly():
     wl = workload.histogram_workload(plan)
     assert time.perf_counter() - start < 20.0
     assert wl is not None and wl.span == tuple((v, v) for v in values) and [r[0] for r in wl.ranges] == values
+
+
+@pytest.mark.parametrize("shared, span", [("age <> 35", ((0, 34), (36, 120))),
+                                          ("age NOT IN (35, 36) AND region = 'north'", ((0, 34), (37, 120))),
+                                          ("(age IN (3, 40) OR age > 100)", ((3, 3), (40, 40), (101, 120)))])
+def test_a_workloads_shared_condition_restricts_its_bins(shared, span):
+    """A range workload's shared condition on its own column keeps bins as a histogram's WHERE does."""
+    from test_ranges import make_session
+
+    s = make_session()
+    queries = [f"SELECT COUNT(*) FROM people WHERE {shared} AND age BETWEEN 30 AND 39",
+               f"SELECT COUNT(*) FROM people WHERE {shared} AND age >= 0"]
+    assert workload.analyze_workload(queries, s.tables).span == span
+    r = s.query_many(queries, epsilon=0.5)
+    assert r.details["dawa_bins"] == [list(x) for x in span]
+
+
+def test_a_workload_whose_shared_condition_keeps_no_bin_is_refused_for_free():
+    from test_ranges import make_session
+
+    from dpsql.errors import QueryError
+
+    s = make_session()
+    before = s.remaining()
+    for queries in (["SELECT COUNT(*) FROM people WHERE age IN (200, 3.5) AND age >= 0"],
+                    ["SELECT COUNT(*) FROM people WHERE age IN (3, 4) AND age >= 10",
+                     "SELECT COUNT(*) FROM people WHERE age IN (3, 4) AND age BETWEEN 5 AND 9"]):
+        with pytest.raises(QueryError, match="admits a value of the declared domain|admits no value"):
+            s.query_many(queries, epsilon=0.5)
+    assert s.remaining() == before
+    # negative control: a range holding a kept bin
+    r = s.query_many(["SELECT COUNT(*) FROM people WHERE age IN (3, 4) AND age >= 4"], epsilon=0.5)
+    assert r.details["dawa_bins"] == [[3, 4]]

@@ -429,7 +429,13 @@ def analyze_workload(
             sn = sn or s_
         rows.append(row)
         snapped.append(sn)
-    if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) for r in rows):
+    # a shared condition on the one column (age <> 35, age IN (...)) keeps bins as a histogram's WHERE does
+    span = _where_span(dims[0], base_expr) if len(dims) == 1 else None
+
+    def kept(a: int, b: int) -> bool:
+        return span is None or any(max(a, x) <= min(b, y) for x, y in span)
+
+    if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) or not kept(r[0], r[1]) for r in rows):
         cols = " and ".join(f"'{d.column}'" for d in dims)
         raise QueryError(
             f"no range of this workload admits a value of the declared domain of {cols}: every count is 0 whatever "
@@ -459,6 +465,7 @@ def analyze_workload(
         sqls=list(sqls),
         ranges=tuple(tuple(r) for r in rows),
         snapped=snapped,
+        span=span,
     )
 
 
