@@ -85,7 +85,8 @@ def test_only_kept_bins_are_released(sql, keys, span):
 
 @pytest.mark.parametrize("where", ["", "WHERE region = 'north'", "WHERE age >= 0", "WHERE age < 200",
                                    "WHERE age >= 30 OR age < 40", "WHERE age < 1e400", "WHERE age <> 35.5",
-                                   "WHERE age <> 1e400", "WHERE age > -1e400", "WHERE CAST(age AS INTEGER) < 3",
+                                   "WHERE age <> 1e400", "WHERE age > -1e400",
+                                   "WHERE age < CAST('nan' AS DOUBLE)", "WHERE age > -(1e400)", "WHERE CAST(age AS INTEGER) < 3",
                                    "WHERE age NOT IN (200, -1)", "WHERE age IS NOT NULL", "WHERE NOT (age > 3 AND age < 3)",
                                    "WHERE age >= 30 OR region = 'north'", "WHERE age < score"])
 def test_no_restriction_without_a_proper_sub_range(where):
@@ -186,7 +187,9 @@ def test_an_excluded_day_is_neither_estimated_nor_released():
 
 @pytest.mark.parametrize("where", ["age > 5 AND age < 3", "age BETWEEN 40 AND 30", "age IN (2.5, 200, NULL)",
                                    "age NOT IN (3, NULL)", "age = NULL", "age IS NULL", "NOT (age >= 0)",
-                                   "age = 1e400", "age IN (1e400, -1e400)", "age > 1e400", "age <= -1e400"])
+                                   "age = 1e400", "age IN (1e400, -1e400)", "age > 1e400", "age <= -1e400",
+                                   "age = -(1e400)", "age = CAST('NaN' AS DOUBLE)", "age >= 'inf'::DOUBLE",
+                                   "age < CAST('-Infinity' AS DOUBLE)"])
 def test_empty_kept_bins_on_one_value_bins(where):
     """An empty set of kept bins follows from the literals and the declared domain: refused, for free."""
     from dpsql.errors import QueryError

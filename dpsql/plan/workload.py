@@ -249,6 +249,10 @@ def _literal_value(e: exp.Expression) -> Any:
         raise ValueError("not a literal")
     if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
         return -_number(str(e.this.this))
+    if isinstance(e, exp.Neg) and isinstance(e.this, exp.Paren):  # -(1e400)
+        v = _literal_value(e.this)
+        if isinstance(v, Decimal):
+            return -v
     if isinstance(e, exp.Literal):
         return str(e.this) if e.is_string else _number(str(e.this))
     if isinstance(e, (exp.TsOrDsToDate,)) and isinstance(e.this, exp.Literal):
@@ -562,6 +566,21 @@ def _may(dim: Dim, op: str, v: Any) -> Runs:
     return [(i0, i1)] if i0 <= i1 else []
 
 
+def _infinite(e: exp.Expression) -> Decimal | None:
+    """A string cast to DOUBLE that DuckDB reads as infinite or NaN (``CAST('nan' AS DOUBLE)``, ``'-inf'::DOUBLE``,
+    ``CAST('1e400' AS DOUBLE)``) as an infinite Decimal, NaN as +inf (DuckDB orders NaN above every number and
+    equal to itself only); None for anything else."""
+    to = e.args.get("to")
+    if not (isinstance(e, exp.Cast) and isinstance(e.this, exp.Literal) and e.this.is_string
+            and isinstance(to, exp.DataType) and to.this == exp.DataType.Type.DOUBLE):
+        return None
+    try:
+        f = float(str(e.this.this).strip())
+    except ValueError:
+        return None
+    return Decimal("Infinity") if math.isnan(f) else Decimal(f) if math.isinf(f) else None
+
+
 def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
     """(may, must): the bins where the condition ``e`` can be true for a value of ``dim``'s column (a superset),
     and those where it cannot be false (a subset of the complement of where it can be false). In SQL's
@@ -587,7 +606,8 @@ def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
         if isinstance(other, exp.Null):
             return [], every  # NULL, never true nor false: its NOT is never true either
         try:
-            v = _literal_value(other)
+            v = _infinite(other)
+            v = _literal_value(other) if v is None else v
             v = Decimal(float(v)) if cast else v  # (DuckDB compares a DOUBLE with the literal's double)
             return _may(dim, op, v), _runs_not(_may(dim, _NEGATED[op], v), n)
         except (QueryError, ValueError, TypeError, OverflowError, ArithmeticError):
