@@ -113,7 +113,9 @@ class Dim:
         labels = self.bin_label(i)
         t = (self.type_text or "").upper()
         if self.domain.kind == "numeric":
-            if plain and t in INTEGER_TYPES and all(isinstance(v, int) for v in labels):
+            # (an edge outside the 64-bit range, e.g. the declared -2^63 read back as -9223372036854776000, or
+            # 2^63 over a UBIGINT, is released as a DOUBLE: an integer key column holds 64-bit values)
+            if plain and t in INTEGER_TYPES and all(isinstance(v, int) and -(2**63) <= v < 2**63 for v in labels):
                 return labels
             return [float(v) for v in labels]
         if plain and t == "DATE" and all(v.time() == dt.time(0) for v in labels):
