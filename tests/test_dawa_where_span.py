@@ -311,3 +311,24 @@ def test_a_workload_whose_shared_condition_keeps_no_bin_is_refused_for_free():
     # negative control: a range holding a kept bin
     r = s.query_many(["SELECT COUNT(*) FROM people WHERE age IN (3, 4) AND age >= 4"], epsilon=0.5)
     assert r.details["dawa_bins"] == [[3, 4]]
+
+
+@pytest.mark.parametrize("where", ["age <> 35", "age < 40", "age IN (3, 50, 51) OR age > 110"])
+def test_a_quantile_reads_the_histogram_over_its_kept_bins(where):
+    """The histogram's synopsis covers the kept bins only: a quantile under the same WHERE reads it there (the
+    other bins are empty), for free, as its refusal's hint says it would."""
+    import duckdb
+
+    _, t = ages_session()
+    s = dpsql.Session(budget=dpsql.Budget(1000.0))
+    use_noise(s, zero_noise())
+    s.register("t", t, privacy_unit="pid", max_rows_per_unit=1, columns={"age": {"bounds": (0, 120), "bins": 121}},
+               version="v1")
+    s.query(f"SELECT age, COUNT(*) AS n FROM t WHERE {where} GROUP BY age", epsilon=1.0)
+    before = s.remaining()
+    r = s.query(f"SELECT MEDIAN(age) AS m FROM t WHERE {where}", epsilon=1.0, options={"reuse": "synopsis"})
+    assert r.reused and s.remaining() == before
+    con = duckdb.connect()
+    con.register("t", t)
+    truth = con.execute(f"SELECT quantile_disc(age, 0.5) FROM t WHERE {where}").fetchall()[0][0]
+    assert abs(r.table.column("m")[0].as_py() - truth) <= 1

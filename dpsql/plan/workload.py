@@ -709,5 +709,8 @@ def column_workload(plan: ir.QueryPlan, column: str) -> Workload | None:
         return None
     dim = Dim(column, cspec.ordered, plan.table.schema.get(column))
     base = _conjuncts(plan.where)
+    # a histogram under this WHERE ran over its kept bins only (``_where_span``): its synopsis is named by them, and
+    # a bin outside them reads as empty (``ranges.bin_ranges``)
     return Workload(table=plan.table, dims=[dim], base_where=_and(base), base_key=_where_key(base), sqls=[plan.sql],
-                    ranges=tuple((i, i) for i in range(dim.n)), snapped=[False] * dim.n)
+                    ranges=tuple((i, i) for i in range(dim.n)), snapped=[False] * dim.n,
+                    span=_where_span(dim, plan.where) or None)
