@@ -136,3 +136,17 @@ def test_exact_bins_never_overflow_whatever_the_values(tmp_path: Path) -> None:
     assert s.query("SELECT v, COUNT(*) AS n FROM x GROUP BY v", epsilon=10.0).table.column("n").to_pylist() == [0, 20, 0, 0]
     s = _exact_session(tmp_path, [2**63 - 1, -(2**63)] + [2] * 20, pa.int64(), {"bounds": (0, 3), "bins": 4})
     assert s.query("SELECT v, COUNT(*) AS n FROM x GROUP BY v", epsilon=10.0).table.column("n").to_pylist() == [0, 0, 20, 0]
+
+
+@pytest.mark.parametrize("typ, vals, bounds", [(pa.int64(), [-(2**63), 0, 2**63 - 1], (-(2**63), 2**63)),
+                                                (pa.uint64(), [0, 2**63 + 5, 2**64 - 1], (0, 2**64))])
+def test_labels_of_a_domain_as_wide_as_the_integer_type_are_released(tmp_path: Path, typ, vals, bounds) -> None:
+    """A lower edge outside the 64-bit range (the declared -2^63 read back as -9223372036854776000, or 2^63 over
+    UBIGINT) is released as a DOUBLE key, not a raw overflow; the edges inside that range stay integers."""
+    s = _exact_session(tmp_path, vals, typ, {"bounds": bounds, "bins": 4})
+    r = s.query("SELECT v, COUNT(*) AS n FROM x GROUP BY v", epsilon=10.0)
+    assert r.table.num_rows == 4 and sum(r.table.column("n").to_pylist()) in range(2, 5)
+    assert all(isinstance(v, float) for v in r.table.column("v").to_pylist())
+    s = _exact_session(tmp_path, [0, 5], pa.int64(), {"bounds": (0, 2**40), "bins": 4})
+    assert s.query("SELECT v, COUNT(*) AS n FROM x GROUP BY v", epsilon=10.0).table.column("v").to_pylist() == [
+        0, 2**38, 2**39, 3 * 2**38]

@@ -84,7 +84,9 @@ def test_only_kept_bins_are_released(sql, keys, span):
 
 
 @pytest.mark.parametrize("where", ["", "WHERE region = 'north'", "WHERE age >= 0", "WHERE age < 200",
-                                   "WHERE age >= 30 OR age < 40", "WHERE age = 1e400", "WHERE age <> 35.5",
+                                   "WHERE age >= 30 OR age < 40", "WHERE age < 1e400", "WHERE age <> 35.5",
+                                   "WHERE age <> 1e400", "WHERE age > -1e400",
+                                   "WHERE age < CAST('nan' AS DOUBLE)", "WHERE age > -(1e400)", "WHERE CAST(age AS INTEGER) < 3",
                                    "WHERE age NOT IN (200, -1)", "WHERE age IS NOT NULL", "WHERE NOT (age > 3 AND age < 3)",
                                    "WHERE age >= 30 OR region = 'north'", "WHERE age < score"])
 def test_no_restriction_without_a_proper_sub_range(where):
@@ -126,6 +128,11 @@ def test_a_synopsis_over_a_span_answers_that_span_only(tmp_path):
     ("age", "age >= 30 AND (age < 40 OR region = 'north')", ((30, 120),)),
     ("age", "NOT (age <> 7)", ((7, 7),)),
     ("age", "age > 30.5 AND age < 33", ((31, 32),)),
+    # an integer column cast to DOUBLE is exact: compared with the literal's double (2.99999999999999999999
+    # is the double 3.0, so 3 passes)
+    ("age", "CAST(age AS DOUBLE) < 3", ((0, 2),)),
+    ("age", "CAST(age AS DOUBLE) <= 2.99999999999999999999", ((0, 3),)),
+    ("age", "age::DOUBLE IN (4, 6.0) OR TRY_CAST(age AS DOUBLE) > 118", ((4, 4), (6, 6), (119, 120))),
     # continuous bins (0.5 wide): a bin holding an endpoint is kept whole, so <> excludes no bin
     ("score", "score <> 2.5 AND score < 1", ((0, 1),)),
     ("score", "score NOT IN (2.5, 3) AND score >= 9.5", ((19, 19),)),
@@ -150,7 +157,9 @@ def ages_session(monkeypatch=None) -> tuple[dpsql.Session, pa.Table]:
 
 
 @pytest.mark.parametrize("where", ["age IN (20, 30, 40)", "age <> 35", "age NOT IN (3, 60) AND age < 70",
-                                   "age < 10 OR age > 110", "NOT age BETWEEN 5 AND 115"])
+                                   "age < 10 OR age > 110", "NOT age BETWEEN 5 AND 115",
+                                   "CAST(age AS DOUBLE) < 3 OR age::DOUBLE = 100.0",
+                                   "CAST(age AS DOUBLE) <= 2.99999999999999999999"])
 def test_excluded_values_do_not_dilute_kept_bins(monkeypatch, where):
     """Zero noise against DuckDB: every kept age holds 10 people, every excluded one none; over the kept bins
     only DAWA's buckets are uniform, so each released bin is exact, and only kept ages are released."""
@@ -177,7 +186,10 @@ def test_an_excluded_day_is_neither_estimated_nor_released():
 
 
 @pytest.mark.parametrize("where", ["age > 5 AND age < 3", "age BETWEEN 40 AND 30", "age IN (2.5, 200, NULL)",
-                                   "age NOT IN (3, NULL)", "age = NULL", "age IS NULL", "NOT (age >= 0)"])
+                                   "age NOT IN (3, NULL)", "age = NULL", "age IS NULL", "NOT (age >= 0)",
+                                   "age = 1e400", "age IN (1e400, -1e400)", "age > 1e400", "age <= -1e400",
+                                   "age = -(1e400)", "age = CAST('NaN' AS DOUBLE)", "age >= 'inf'::DOUBLE",
+                                   "age < CAST('-Infinity' AS DOUBLE)"])
 def test_empty_kept_bins_on_one_value_bins(where):
     """An empty set of kept bins follows from the literals and the declared domain: refused, for free."""
     from dpsql.errors import QueryError
@@ -266,3 +278,57 @@ def test_kept_bins_of_a_long_in_list_over_many_bins_are_found_quickly():
     wl = workload.histogram_workload(plan)
     assert time.perf_counter() - start < 20.0
     assert wl is not None and wl.span == tuple((v, v) for v in values) and [r[0] for r in wl.ranges] == values
+
+
+@pytest.mark.parametrize("shared, span", [("age <> 35", ((0, 34), (36, 120))),
+                                          ("age NOT IN (35, 36) AND region = 'north'", ((0, 34), (37, 120))),
+                                          ("(age IN (3, 40) OR age > 100)", ((3, 3), (40, 40), (101, 120)))])
+def test_a_workloads_shared_condition_restricts_its_bins(shared, span):
+    """A range workload's shared condition on its own column keeps bins as a histogram's WHERE does."""
+    from test_ranges import make_session
+
+    s = make_session()
+    queries = [f"SELECT COUNT(*) FROM people WHERE {shared} AND age BETWEEN 30 AND 39",
+               f"SELECT COUNT(*) FROM people WHERE {shared} AND age >= 0"]
+    assert workload.analyze_workload(queries, s.tables).span == span
+    r = s.query_many(queries, epsilon=0.5)
+    assert r.details["dawa_bins"] == [list(x) for x in span]
+
+
+def test_a_workload_whose_shared_condition_keeps_no_bin_is_refused_for_free():
+    from test_ranges import make_session
+
+    from dpsql.errors import QueryError
+
+    s = make_session()
+    before = s.remaining()
+    for queries in (["SELECT COUNT(*) FROM people WHERE age IN (200, 3.5) AND age >= 0"],
+                    ["SELECT COUNT(*) FROM people WHERE age IN (3, 4) AND age >= 10",
+                     "SELECT COUNT(*) FROM people WHERE age IN (3, 4) AND age BETWEEN 5 AND 9"]):
+        with pytest.raises(QueryError, match="admits a value of the declared domain|admits no value"):
+            s.query_many(queries, epsilon=0.5)
+    assert s.remaining() == before
+    # negative control: a range holding a kept bin
+    r = s.query_many(["SELECT COUNT(*) FROM people WHERE age IN (3, 4) AND age >= 4"], epsilon=0.5)
+    assert r.details["dawa_bins"] == [[3, 4]]
+
+
+@pytest.mark.parametrize("where", ["age <> 35", "age < 40", "age IN (3, 50, 51) OR age > 110"])
+def test_a_quantile_reads_the_histogram_over_its_kept_bins(where):
+    """The histogram's synopsis covers the kept bins only: a quantile under the same WHERE reads it there (the
+    other bins are empty), for free, as its refusal's hint says it would."""
+    import duckdb
+
+    _, t = ages_session()
+    s = dpsql.Session(budget=dpsql.Budget(1000.0))
+    use_noise(s, zero_noise())
+    s.register("t", t, privacy_unit="pid", max_rows_per_unit=1, columns={"age": {"bounds": (0, 120), "bins": 121}},
+               version="v1")
+    s.query(f"SELECT age, COUNT(*) AS n FROM t WHERE {where} GROUP BY age", epsilon=1.0)
+    before = s.remaining()
+    r = s.query(f"SELECT MEDIAN(age) AS m FROM t WHERE {where}", epsilon=1.0, options={"reuse": "synopsis"})
+    assert r.reused and s.remaining() == before
+    con = duckdb.connect()
+    con.register("t", t)
+    truth = con.execute(f"SELECT quantile_disc(age, 0.5) FROM t WHERE {where}").fetchall()[0][0]
+    assert abs(r.table.column("m")[0].as_py() - truth) <= 1

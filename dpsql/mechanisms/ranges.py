@@ -340,8 +340,9 @@ class Dawa:
         params["estimates"] = _estimates(cal.groups, cal.cap)
         kept = ", ".join(f"{a}..{b}" if a < b else f"{a}" for a, b in wl.span or ())
         span = (f"the WHERE restricts '{wl.dims[0].column}' to bins {kept} of the declared domain (dawa_bins): DAWA runs "
-                "over these bins only and releases only the bins holding them (the others hold no row that passes the "
-                "WHERE)",) if wl.span is not None else ()
+                "over these bins only" + (" and releases only the bins holding them" if wl.histogram else
+                                          ", a range's count from its kept bins") +
+                " (the others hold no row that passes the WHERE)",) if wl.span is not None else ()
         return Description(
             label="dawa",
             cost=Budget(cal.epsilon, 0.0),

@@ -113,7 +113,9 @@ class Dim:
         labels = self.bin_label(i)
         t = (self.type_text or "").upper()
         if self.domain.kind == "numeric":
-            if plain and t in INTEGER_TYPES and all(isinstance(v, int) for v in labels):
+            # (an edge outside the 64-bit range, e.g. the declared -2^63 read back as -9223372036854776000, or
+            # 2^63 over a UBIGINT, is released as a DOUBLE: an integer key column holds 64-bit values)
+            if plain and t in INTEGER_TYPES and all(isinstance(v, int) and -(2**63) <= v < 2**63 for v in labels):
                 return labels
             return [float(v) for v in labels]
         if plain and t == "DATE" and all(v.time() == dt.time(0) for v in labels):
@@ -249,6 +251,10 @@ def _literal_value(e: exp.Expression) -> Any:
         raise ValueError("not a literal")
     if isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal) and not e.this.is_string:
         return -_number(str(e.this.this))
+    if isinstance(e, exp.Neg) and isinstance(e.this, exp.Paren):  # -(1e400)
+        v = _literal_value(e.this)
+        if isinstance(v, Decimal):
+            return -v
     if isinstance(e, exp.Literal):
         return str(e.this) if e.is_string else _number(str(e.this))
     if isinstance(e, (exp.TsOrDsToDate,)) and isinstance(e.this, exp.Literal):
@@ -429,7 +435,13 @@ def analyze_workload(
             sn = sn or s_
         rows.append(row)
         snapped.append(sn)
-    if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) for r in rows):
+    # a shared condition on the one column (age <> 35, age IN (...)) keeps bins as a histogram's WHERE does
+    span = _where_span(dims[0], base_expr) if len(dims) == 1 else None
+
+    def kept(a: int, b: int) -> bool:
+        return span is None or any(max(a, x) <= min(b, y) for x, y in span)
+
+    if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) or not kept(r[0], r[1]) for r in rows):
         cols = " and ".join(f"'{d.column}'" for d in dims)
         raise QueryError(
             f"no range of this workload admits a value of the declared domain of {cols}: every count is 0 whatever "
@@ -459,6 +471,7 @@ def analyze_workload(
         sqls=list(sqls),
         ranges=tuple(tuple(r) for r in rows),
         snapped=snapped,
+        span=span,
     )
 
 
@@ -545,11 +558,29 @@ _COMPARISONS = ((exp.GTE, ">="), (exp.GT, ">"), (exp.LTE, "<="), (exp.LT, "<"), 
 
 def _may(dim: Dim, op: str, v: Any) -> Runs:
     """The bins holding a value for which ``col op v`` can be true (``_bins_for``: on continuous bins the
-    bin holding an endpoint is kept whole, so ``<>`` keeps every bin)."""
+    bin holding an endpoint is kept whole, so ``<>`` keeps every bin). An infinite v (``1e400``, DuckDB's
+    DOUBLE inf) is above (below) every value: ``<>`` and ``<`` (``>``) hold everywhere, the rest nowhere."""
+    if isinstance(v, Decimal) and v.is_infinite():
+        return [(0, dim.n - 1)] if op == "<>" or (op in ("<", "<=") and v > 0) or (op in (">", ">=") and v < 0) else []
     if op == "<>":
         return _runs_not(_may(dim, "=", v), dim.n) if dim.integer else [(0, dim.n - 1)]
     i0, i1, _ = _bins_for(dim, [(op, v)])
     return [(i0, i1)] if i0 <= i1 else []
+
+
+def _infinite(e: exp.Expression) -> Decimal | None:
+    """A string cast to DOUBLE that DuckDB reads as infinite or NaN (``CAST('nan' AS DOUBLE)``, ``'-inf'::DOUBLE``,
+    ``CAST('1e400' AS DOUBLE)``) as an infinite Decimal, NaN as +inf (DuckDB orders NaN above every number and
+    equal to itself only); None for anything else."""
+    to = e.args.get("to")
+    if not (isinstance(e, exp.Cast) and isinstance(e.this, exp.Literal) and e.this.is_string
+            and isinstance(to, exp.DataType) and to.this == exp.DataType.Type.DOUBLE):
+        return None
+    try:
+        f = float(str(e.this.this).strip())
+    except ValueError:
+        return None
+    return Decimal("Infinity") if math.isnan(f) else Decimal(f) if math.isinf(f) else None
 
 
 def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
@@ -560,14 +591,26 @@ def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
     n, col = dim.n, dim.column
     every: Runs = [(0, n - 1)]
 
-    def ours(c: exp.Expression) -> bool:
-        return isinstance(c, exp.Column) and c.name.lower() == col
+    # an integer column within 2^53 cast to DOUBLE keeps its value: compared with the literal's double
+    t = (dim.type_text or "").upper()
+    exact_double = t == "DOUBLE" or (
+        t in INTEGER_TYPES and dim.domain.kind == "numeric" and max(abs(float(dim.domain.lo)), abs(float(dim.domain.hi))) <= 2.0**53)
 
-    def atom(op: str, other: exp.Expression) -> tuple[Runs, Runs]:
+    def as_double(c: exp.Expression) -> bool:
+        to = c.args.get("to")
+        return (isinstance(c, exp.Cast) and exact_double and isinstance(c.this, exp.Column) and isinstance(to, exp.DataType)
+                and to.this == exp.DataType.Type.DOUBLE and not to.expressions)
+
+    def ours(c: exp.Expression) -> bool:
+        return (isinstance(c, exp.Column) or as_double(c)) and (c if isinstance(c, exp.Column) else c.this).name.lower() == col
+
+    def atom(op: str, other: exp.Expression, cast: bool = False) -> tuple[Runs, Runs]:
         if isinstance(other, exp.Null):
             return [], every  # NULL, never true nor false: its NOT is never true either
         try:
-            v = _literal_value(other)
+            v = _infinite(other)
+            v = _literal_value(other) if v is None else v
+            v = Decimal(float(v)) if cast else v  # (DuckDB compares a DOUBLE with the literal's double)
             return _may(dim, op, v), _runs_not(_may(dim, _NEGATED[op], v), n)
         except (QueryError, ValueError, TypeError, OverflowError, ArithmeticError):
             return every, []  # an endpoint read otherwise than DuckDB may read it: no restriction
@@ -592,19 +635,20 @@ def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
     if isinstance(e, exp.Is) and ours(e.this) and isinstance(e.expression, exp.Null):
         return [], []  # NULLs are never counted
     if isinstance(e, exp.Between) and ours(e.this):
-        lo, hi = atom(">=", e.args["low"]), atom("<=", e.args["high"])
+        c = as_double(e.this)
+        lo, hi = atom(">=", e.args["low"], c), atom("<=", e.args["high"], c)
         if e.args.get("symmetric"):  # either order of the ends
-            return both([both([lo, hi], True), both([atom("<=", e.args["low"]), atom(">=", e.args["high"])], True)],
-                        False)
+            return both([both([lo, hi], True), both([atom("<=", e.args["low"], c), atom(">=", e.args["high"], c)],
+                                                    True)], False)
         return both([lo, hi], True)
     if isinstance(e, exp.In) and ours(e.this) and e.expressions and not e.args.get("query"):
-        return both([atom("=", x) for x in e.expressions], False)
+        return both([atom("=", x, as_double(e.this)) for x in e.expressions], False)
     for cls, op in _COMPARISONS:
         if type(e) is cls:
             if ours(e.this) and not ours(e.expression):
-                return atom(op, e.expression)
+                return atom(op, e.expression, as_double(e.this))
             if ours(e.expression) and not ours(e.this):
-                return atom({">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(op, op), e.this)
+                return atom({">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(op, op), e.this, as_double(e.expression))
     return every, []
 
 
@@ -665,5 +709,8 @@ def column_workload(plan: ir.QueryPlan, column: str) -> Workload | None:
         return None
     dim = Dim(column, cspec.ordered, plan.table.schema.get(column))
     base = _conjuncts(plan.where)
+    # a histogram under this WHERE ran over its kept bins only (``_where_span``): its synopsis is named by them, and
+    # a bin outside them reads as empty (``ranges.bin_ranges``)
     return Workload(table=plan.table, dims=[dim], base_where=_and(base), base_key=_where_key(base), sqls=[plan.sql],
-                    ranges=tuple((i, i) for i in range(dim.n)), snapped=[False] * dim.n)
+                    ranges=tuple((i, i) for i in range(dim.n)), snapped=[False] * dim.n,
+                    span=_where_span(dim, plan.where) or None)
