@@ -1,5 +1,7 @@
 """Ctrl-C (SIGINT) held back in the main thread while dpsql takes and gives back what other threads and processes
-wait for (a ledger's queue slot and lock, a Session's count of requests in flight)."""
+wait for (a ledger's queue slot and lock, a Session's count of requests in flight); and SIGTERM and SIGHUP when the
+program's handler for them is Python's (the CLI's raises, as Ctrl-C's does). Held back, "Ctrl-C" below means any of
+them."""
 
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ class HeldInterrupt:
     between any two steps of the main thread, so a KeyboardInterrupt came between taking a queue slot and the
     ``try`` that gives it back (the waiter behind it then waited out its lock_timeout, and a release it held up
     failed after its charge), or after the thread was marked as inside an operation (every later operation of the
-    thread refused), and it cut DuckDB's ledger statements short. Other threads never run a signal's handler; a
-    handler that is not Python's (None) is left alone."""
+    thread refused), and it cut DuckDB's ledger statements short. SIGTERM and SIGHUP are held back alike when their
+    handler is a Python function (the CLI's, which raises; a signal stays after the COMMIT of a release just as Ctrl-C
+    does), each given back exactly afterwards. Other threads never run a signal's handler; a handler that is not a
+    Python function (the default, which ends the program on SIGTERM, ignored, or None) is left alone."""
 
     def __init__(self) -> None:
         self.old: Any = None
@@ -28,6 +32,7 @@ class HeldInterrupt:
         self.nested = False
         self.open = False  # inside an :func:`interruptible` wait: Ctrl-C runs the program's handler there
         self.stands = False  # the operation's change is committed (:func:`change_stands`)
+        self.passed: dict[int, Any] | None = None  # once given back: a holding handler still installed passes on
 
     def __enter__(self) -> HeldInterrupt:
         global HELD, NESTED
@@ -36,64 +41,89 @@ class HeldInterrupt:
         if HELD is not None:  # inside another's hold (a signal handler's operation): its Ctrl-C is the outer one's
             self.nested, NESTED = True, NESTED + 1
             return self
-        old = signal.getsignal(signal.SIGINT)
-        if not callable(old):  # ignored, the default, or not set from Python
+        olds = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+        olds = {sig: old for sig, old in olds.items() if callable(old)}  # not ignored, the default, nor set elsewhere
+        if not olds:
             return self
         try:
-            signal.signal(signal.SIGINT, self._hold)  # (it runs pending signals' handlers once it has installed it)
-            self.old, HELD = old, self  # held from here: no handler runs that could raise
+            for sig in olds:
+                signal.signal(sig, self._hold)  # (it runs pending signals' handlers once it has installed it)
+            self.old, HELD = olds, self  # held from here: no handler runs that could raise
         except BaseException as e:
-            # another signal's handler raised (a SIGALRM time-out's TimeoutError is an OSError): no __exit__ comes
-            installed = signal.getsignal(signal.SIGINT) == self._hold
+            # another signal's handler raised (a SIGALRM time-out's TimeoutError is an OSError, a SIGTERM not held
+            # yet its KeyboardInterrupt): no __exit__ comes
+            installed = any(signal.getsignal(sig) == self._hold for sig in olds)
             self.__exit__()
-            if signal.getsignal(signal.SIGINT) == self._hold:
-                signal.signal(signal.SIGINT, old)
+            for sig, old in olds.items():
+                if signal.getsignal(sig) == self._hold:
+                    signal.signal(sig, old)
             if isinstance(e, (ValueError, OSError)) and not installed:  # e.g. not the main interpreter
                 return self
             raise
         return self
 
     def _hold(self, signum: int, frame: Any) -> None:
-        if self.open and not NESTED and self.old is not None:
-            self.old(signum, frame)  # (its KeyboardInterrupt, raised inside the wait, which gives back what it took)
+        if self.passed is not None and signum in self.passed:  # (left installed: another signal raised meanwhile)
+            self.passed[signum](signum, frame)
+            return
+        if self.open and not NESTED and self.old and signum in self.old:
+            self.old[signum](signum, frame)  # (its KeyboardInterrupt, raised inside the wait, which gives back what it took)
             return
         self.caught.append((signum, frame))
 
-    def deliver(self, handler: Any) -> None:
-        """Run ``handler`` for each Ctrl-C held back so far (raising its KeyboardInterrupt); once the operation's
-        change is committed, what it raises says so (:func:`after_commit`)."""
-        while self.caught:
+    def deliver(self, handlers: dict[int, Any]) -> None:
+        """Run the handler in ``handlers`` of each signal held back so far (raising its KeyboardInterrupt); once the
+        operation's change is committed, what it raises says so (:func:`after_commit`)."""
+        while True:  # (a signal without a handler here stays held back: __exit__ gives it back to its disposition)
+            first = next((i for i, (signum, _) in enumerate(self.caught) if signum in handlers), None)
+            if first is None:
+                return
+            signum, frame = self.caught.pop(first)
             try:
-                handler(*self.caught.pop(0))
+                handlers[signum](signum, frame)
             except BaseException as e:
-                if self.stands:
-                    try:
-                        e.dpsql_after_commit = True  # type: ignore[attr-defined]
-                    except AttributeError:  # pragma: no cover - an exception type without attributes
-                        pass
+                self._mark(e)
                 raise
+
+    def _mark(self, e: BaseException) -> None:
+        if self.stands:
+            try:
+                e.dpsql_after_commit = True  # type: ignore[attr-defined]
+            except AttributeError:  # pragma: no cover - an exception type without attributes
+                pass
 
     def __exit__(self, *exc: object) -> None:
         global HELD, NESTED
         if self.nested:
             self.nested, NESTED = False, NESTED - 1
-        old, self.old = self.old, None
-        if old is None:
+        olds, self.old = self.old, None
+        if olds is None:
             return
         if HELD is self:
             HELD = None
-        now = signal.getsignal(signal.SIGINT)
-        if now == self._hold:  # not replaced meanwhile (by another signal's handler)
-            signal.signal(signal.SIGINT, old)
-        elif callable(now):  # the program's handler now: Ctrl-C held back goes to it
-            old = now
-        else:  # ignored now, the default (it ends the program), or not set from Python: left to it
-            caught, self.caught = self.caught, []
-            if caught and now == signal.SIG_DFL:
-                signal.raise_signal(signal.SIGINT)
-        self.deliver(old)
+        handlers: dict[int, Any] = {}
+        try:
+            for sig, old in olds.items():
+                now = signal.getsignal(sig)
+                if now == self._hold:  # not replaced meanwhile (by another signal's handler)
+                    signal.signal(sig, old)
+                    handlers[sig] = old
+                elif callable(now):  # the program's handler now: the signal held back goes to it
+                    handlers[sig] = now
+                else:  # ignored now, the default (it ends the program), or not set from Python: left to it
+                    caught = [c for c in self.caught if c[0] == sig]
+                    self.caught = [c for c in self.caught if c[0] != sig]
+                    if caught and now == signal.SIG_DFL:
+                        signal.raise_signal(sig)
+        except BaseException as e:  # a signal given back already came again meanwhile: its handler raised here
+            self._mark(e)
+            raise
+        finally:
+            self.passed = olds
+        self.deliver(handlers)
 
 
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 HELD: HeldInterrupt | None = None  # the main thread's, while it holds Ctrl-C back
 NESTED = 0  # operations of the main thread inside HELD's (a signal handler's): Ctrl-C is not raised in them
 
@@ -103,9 +133,12 @@ def interruption_point() -> None:
     thread is raised here (a wait for a lock is not held up)."""
     held = HELD
     if held is not None and held.caught and not NESTED and threading.current_thread() is threading.main_thread():
-        now = signal.getsignal(signal.SIGINT)  # the program's, if one of its handlers replaced the holding one
-        if now == held._hold or callable(now):
-            held.deliver(held.old if now == held._hold else now)
+        handlers = {}
+        for sig, old in (held.old or {}).items():
+            now = signal.getsignal(sig)  # the program's, if one of its handlers replaced the holding one
+            if now == held._hold or callable(now):
+                handlers[sig] = old if now == held._hold else now
+        held.deliver(handlers)
 
 
 @contextmanager
@@ -148,8 +181,9 @@ def _after_fork() -> None:
     held, HELD, NESTED = HELD, None, 0
     if held is not None and held.old is not None:
         try:
-            if signal.getsignal(signal.SIGINT) == held._hold:
-                signal.signal(signal.SIGINT, held.old)
+            for sig, old in held.old.items():
+                if signal.getsignal(sig) == held._hold:
+                    signal.signal(sig, old)
         except (ValueError, OSError):  # pragma: no cover - the child's forking thread is its main thread
             pass
 

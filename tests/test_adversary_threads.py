@@ -285,8 +285,8 @@ def test_a_result_left_unfetched_on_the_connection_is_named_in_the_refusal(monke
     s.close()
 
 
-def _stepped_sigint(n: int, module: Any = None) -> Any:
-    """A tracer that sends the main thread SIGINT at the ``n``-th point of ``module``'s code (the ledger's) where Python
+def _stepped_sigint(n: int, module: Any = None, signum: int = 2) -> Any:
+    """A tracer that sends the main thread SIGINT (or ``signum``) at the ``n``-th point of ``module``'s code (the ledger's) where Python
     runs a signal's handler (CPython: a function's start, after a call, a loop's jump back)."""
     import dis
     import signal
@@ -304,7 +304,7 @@ def _stepped_sigint(n: int, module: Any = None) -> Any:
             if name in ("RESUME", "JUMP_BACKWARD") or last.get(id(frame)) in ("CALL", "CALL_FUNCTION_EX"):
                 seen[0] += 1
                 if seen[0] == n:
-                    signal.raise_signal(signal.SIGINT)  # runs its handler here, as Python would at this point
+                    signal.raise_signal(signum)  # runs its handler here, as Python would at this point
             last[id(frame)] = name
         return local
 
@@ -318,7 +318,16 @@ def _stepped_sigint(n: int, module: Any = None) -> Any:
     return tracer
 
 
-def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path: Any) -> None:
+class _Terminated(KeyboardInterrupt):
+    """What the CLI's SIGTERM handler raises."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path: Any, sig: str) -> None:
     """Finding (fixed): Ctrl-C lands between any two steps of the main thread (where Python runs a signal's handler).
     Landing after the ledger's fairness queue gave a slot but before the ``try`` that gives it back, or inside the
     code that gives it back, the slot stayed taken: the next waiter, in any thread or process, waited out its
@@ -327,7 +336,20 @@ def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path
     another DuckDB connection in this process" for every later operation, a worker's release included), or the
     thread stayed marked as inside an operation (every later operation of the thread refused). A ledger operation
     in the main thread now holds Ctrl-C back and raises it where it waits for a lock or once it has given back
-    all it took. Here SIGINT comes at one such point after another of a charge."""
+    all it took. Here SIGINT comes at one such point after another of a charge; and SIGTERM with a handler that
+    raises (the CLI's), which was not held back (it left the same behind)."""
+    import signal
+
+    signum = getattr(signal, sig)
+    handler = signal.getsignal(signum) if sig == "SIGINT" else _raise_terminated
+    previous = signal.signal(signum, handler)
+    try:
+        _stepped_through(tmp_path, signum, handler)
+    finally:
+        signal.signal(signum, previous)
+
+
+def _stepped_through(tmp_path: Any, signum: int, handler: Any) -> None:
     import glob
     import signal
     import sys
@@ -351,7 +373,7 @@ def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path
     assert points > 100
     interrupted = 0
     for n in range(1, points + 1, 3):
-        sys.settrace(_stepped_sigint(n))
+        sys.settrace(_stepped_sigint(n, signum=signum))
         try:
             try:
                 reserve()
@@ -364,7 +386,7 @@ def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path
                 "attached": dict(st.attached), "slot file": glob.glob(str(tmp_path / ".l.duckdb.q-*")),
                 "thread inside": set(led._inside)}
         assert not any(left.values()), (n, left)
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and signal.getsignal(signum) is handler
     assert interrupted > points // 6  # Ctrl-C was raised (held back to the end of the step, or where it waits)
     assert set(Ledger.open(path).history().column("status").to_pylist()) == {"reserved"}  # each charge whole
 

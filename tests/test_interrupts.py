@@ -164,3 +164,73 @@ def test_ctrl_c_just_before_an_interruptible_wait_opens_is_raised_in_the_wait(mo
             steps.append("after the wait")
     assert steps == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and interrupts.HELD is None
+
+
+class _Term(KeyboardInterrupt):
+    """What a program's SIGTERM/SIGHUP handler raises (the CLI's does so)."""
+
+
+HELD_SIGNALS = ["SIGINT", "SIGTERM"] + (["SIGHUP"] if hasattr(signal, "SIGHUP") else [])
+
+
+@pytest.mark.parametrize("name", HELD_SIGNALS)
+@pytest.mark.parametrize("committed", [False, True])
+def test_a_signal_whose_handler_raises_is_held_and_its_handler_given_back(name: str, committed: bool) -> None:
+    """SIGTERM and SIGHUP handlers that raise (the CLI's) ran at any step of a ledger operation, as Ctrl-C did before it
+    was held back: they are held back likewise, raised once the operation is done (marked as after the COMMIT when its
+    change stands), and the program's handler is given back exactly."""
+    sig = getattr(signal, name)
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Term(signum)
+
+    before = signal.signal(sig, handler)
+    steps = []
+    try:
+        with pytest.raises(_Term) as caught:
+            with interrupts.HeldInterrupt():
+                signal.raise_signal(sig)  # held back
+                for _ in range(1000):
+                    pass
+                steps.append("ran on")
+                if committed:
+                    interrupts.change_stands()
+        assert steps == ["ran on"] and caught.value.args == (sig,)
+        assert interrupts.after_commit(caught.value) is committed
+        assert signal.getsignal(sig) is handler and interrupts.HELD is None
+        with pytest.raises(_Term):  # and raised at a wait of the operation
+            with interrupts.HeldInterrupt():
+                signal.raise_signal(sig)
+                steps.append("held")
+                interrupts.interruption_point()
+                steps.append("not reached")
+        assert steps == ["ran on", "held"] and signal.getsignal(sig) is handler
+    finally:
+        signal.signal(sig, before)
+
+
+@pytest.mark.parametrize("name", [n for n in HELD_SIGNALS if n != "SIGINT"])
+@pytest.mark.parametrize("disposition", ["SIG_DFL", "SIG_IGN"])
+def test_a_signal_at_its_default_or_ignored_is_left_alone(name: str, disposition: str) -> None:
+    """SIGTERM/SIGHUP at the default (a Python program that never set a handler: the signal ends it) or ignored are
+    not touched by a hold: the handler stays in place during the operation."""
+    sig, kept = getattr(signal, name), getattr(signal, disposition)
+    before = signal.signal(sig, kept)
+    try:
+        with interrupts.HeldInterrupt():
+            assert signal.getsignal(sig) is kept
+        assert signal.getsignal(sig) is kept
+    finally:
+        signal.signal(sig, before)
+
+
+def test_sigterm_at_its_default_still_ends_the_process_during_a_hold() -> None:
+    """A Python API user's program with SIGTERM at its default is killed by it mid-operation, as before."""
+    code = ("import os, signal, sys\nfrom dpsql import interrupts\nwith interrupts.HeldInterrupt():\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n    for _ in range(10**6):\n        pass\n    sys.exit(3)\n")
+    import subprocess
+
+    from conftest import child_env
+
+    p = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == -signal.SIGTERM, (p.returncode, p.stderr)
