@@ -173,11 +173,12 @@ COMMANDS = {"query": ["query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "1", 
             "suggest-caps": ["suggest-caps", "t", "--epsilon", "1", "--format", "json"]}
 
 
-def _at_release(cwd: Path, point: str, command: str, *out: str) -> subprocess.CompletedProcess[str]:
+def _at_release(cwd: Path, point: str, command: str, *out: str, sig: str = "SIGINT") -> subprocess.CompletedProcess[str]:
     cfg = cwd / "owner.toml"
     cfg.write_text('[ledger]\npath = "l.duckdb"\n[tables.t]\nsource = "t.parquet"\nprivacy_unit = "uid"\n'
                    '[tables.t.columns.g]\ndomain = [0, 1, 2]\n[tables.t.columns.uid]\nbounds = [0, 199]\nbins = 200\n')
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(AT_RELEASE), point, "--config", str(cfg),
+    probe = textwrap.dedent(AT_RELEASE).replace("signal.SIGINT", f"signal.{sig}")
+    return subprocess.run([sys.executable, "-c", probe, point, "--config", str(cfg),
                            *COMMANDS[command], *out], cwd=cwd, env=child_env(), capture_output=True, text=True,
                           timeout=120)
 
@@ -223,5 +224,34 @@ def test_ctrl_c_that_rolls_the_release_back_keeps_nothing(grouped: Callable[[], 
     d = grouped()
     p = _at_release(d, "before_commit", command)
     assert p.returncode == 130, p.stderr
+    assert [e["status"] for e in _entries(d)] == ["reserved"]
+    assert not (d / ".l.duckdb.releases").exists() and "saved" not in p.stderr
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_while_the_ledger_records_the_release_keeps_the_answer(grouped: Callable[[], Path],
+                                                                                 sig: str) -> None:
+    """A job runner's SIGTERM (or a hang-up) at the release's COMMIT was not held back as Ctrl-C is: landing just after
+    the COMMIT, the entry read released and the answer was lost. It is held and raised as Ctrl-C is: the answer is
+    saved (what a run without the signal prints), and the exit is the signal's."""
+    cut, whole = grouped(), grouped()
+    p = _at_release(cut, "before_marker", "query", sig=sig)
+    assert p.returncode == 128 + getattr(signal, sig), p.stderr
+    assert "a charge already made stands" in p.stderr and "unexpected" not in p.stderr, p.stderr
+    [entry] = _entries(cut)
+    assert entry["status"] == "released" and entry["epsilon"] == 1
+    saved = list(cut.glob(".l.duckdb.releases/entry-1-*/release.json"))
+    assert len(saved) == 1, p.stderr
+    assert str(saved[0].parent) in p.stderr and "running the query again would charge again" in p.stderr
+    q = _at_release(whole, "none", "query")
+    assert q.returncode == 0, q.stderr
+    assert json.loads(saved[0].read_text()) == json.loads(q.stdout)
+
+
+def test_sigterm_that_rolls_the_release_back_keeps_nothing(grouped: Callable[[], Path]) -> None:
+    """Negative control: SIGTERM just before the release's COMMIT, held back and raised there, rolls it back."""
+    d = grouped()
+    p = _at_release(d, "before_commit", "query", sig="SIGTERM")
+    assert p.returncode == 143, p.stderr
     assert [e["status"] for e in _entries(d)] == ["reserved"]
     assert not (d / ".l.duckdb.releases").exists() and "saved" not in p.stderr
