@@ -125,8 +125,9 @@ def _consecutive_bins(wl: Workload, r: np.ndarray, valid: np.ndarray) -> bool:
     return wl.histogram and len(wl.dims) == 1 and bool(np.all(valid)) and bool(np.all(r[1:, 0] == r[:-1, 1] + 1))
 
 
-def answer(wl: Workload, syn: Any) -> np.ndarray:
-    """Answers to the workload's ranges from a (rounded) synopsis: post-processing."""
+def answer(wl: Workload, syn: Any, *, running: bool = False) -> np.ndarray:
+    """Answers to the workload's ranges from a (rounded) synopsis: post-processing. ``running``: the ranges are
+    the bins in order (a quantile's CDF), rounded by their running totals as a released histogram's are."""
     r = bin_ranges(wl)
     valid: np.ndarray = np.all(np.asarray(r[:, 0::2] <= r[:, 1::2], dtype=bool), axis=1).astype(bool)
     safe = np.where(valid[:, None], r, 0)
@@ -135,7 +136,7 @@ def answer(wl: Workload, syn: Any) -> np.ndarray:
     else:
         out = np.asarray(syn.answer_rects(safe[:, [0, 1, 2, 3]]), dtype=np.float64)
     out = np.where(valid, out, 0.0)
-    if _consecutive_bins(wl, r, valid):
+    if running or _consecutive_bins(wl, r, valid):
         # consecutive bins: round the running totals, each bin the difference of two, so a sum of
         # released bins stays within 1 of the estimate (bins of one bucket share one fraction,
         # e.g. 26.2 each, which rounding bin by bin would turn into a loss of 0.2 per bin)
