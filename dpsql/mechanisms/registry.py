@@ -534,8 +534,9 @@ def _route_join(
     people = bound_people(plan.join, dict(catalog))
     forced = options.get("mechanism", "auto")
     lookup = "q" not in options and _lookup_join(plan.join, people, catalog)
-    if lookup and not set(options) & _JOIN_OPTIONS and (forced in ("gaussian", "laplace", "sparse_histogram")
-                                                       or (forced == "auto" and (plan.join.keys or delta == 0))):
+    # one meaning per query: a lookup join is the one-table query over its joined rows (NULL units dropped, the caps
+    # after the whole WHERE) at every delta, unless a join mechanism or an option only they read is asked for
+    if lookup and not set(options) & _JOIN_OPTIONS and forced in ("auto", "gaussian", "laplace", "sparse_histogram"):
         one = _route_lookup_one_table(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
         if one is not None:
             return one
@@ -546,6 +547,11 @@ def _route_join(
         _raise(refused, policy=True)
     if plan.join.keys:
         return _route_grouped_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
+    if lookup and forced == "clipped_gaussian":
+        if delta <= 0:
+            raise ConfigError("mechanism 'clipped_gaussian' is a Gaussian mechanism and needs delta > 0",
+                              hint="pass delta=1e-7 (for example), or omit the mechanism option (delta = 0: Laplace)")
+        return _route_lookup_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
     if forced not in ("auto", "dp_s4s", "r2t"):
         raise PolicyError(f"joins are answered by DP-S4S or R2T, not by mechanism '{forced}'",
                           hint="use mechanism='dp_s4s' or 'r2t', or omit the option")
