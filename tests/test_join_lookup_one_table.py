@@ -202,7 +202,9 @@ def test_mechanism_options_on_lookup_joins() -> None:
         ex = s.explain
         assert ex(scalar, epsilon=1.0, delta=0.0, options={"mechanism": "dp_s4s"}).mechanism == "dp_s4s"
         assert ex(scalar, epsilon=1.0, delta=0.0, options={"q": 0.5}).mechanism == "dp_s4s"
-        assert ex(scalar, epsilon=1.0, delta=1e-6).mechanism == "clipped_gaussian"  # unchanged at delta > 0
+        assert ex(scalar, epsilon=1.0, delta=1e-6).mechanism == "gaussian"  # the same meaning at delta > 0
+        assert ex(scalar, epsilon=1.0, delta=1e-6, options={"mechanism": "clipped_gaussian"}).mechanism == "clipped_gaussian"
+        assert ex(scalar, epsilon=1.0, delta=1e-6, options={"clip_norm": 2.0}).mechanism == "clipped_gaussian"
         assert ex(scalar, epsilon=1.0, delta=1e-6, options={"mechanism": "laplace"}).mechanism == "laplace"
         assert ex(scalar, epsilon=1.0, delta=1e-6, options={"mechanism": "gaussian"}).mechanism == "gaussian"
         assert ex(scalar, epsilon=1.0, delta=0.0, options={"max_rows_per_unit": 1}).parameters["rows_per_group"] == 1

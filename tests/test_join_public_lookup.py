@@ -1,9 +1,11 @@
 """A scalar aggregate over a join of one private table with a public lookup table on the lookup's declared key
 (``persons.region -> regions.region``) has the one-table query's sensitivity: each private row joins at most one
-lookup row (the bounded query caps the lookup at one row per key value). It is answered without sampling by the
-per-person clipping path over one constant group (``dpsql.mechanisms.registry._route_lookup_join``), so at zero
-noise it is the exact answer (DP-S4S sampled 1 join tuple in 16: 436-708 for a true 755). A public table joined
-on a column with a fan-out stays on DP-S4S."""
+lookup row (the bounded query caps the lookup at one row per key value). It is answered without sampling as the
+one-table query over the joined rows (``dpsql.mechanisms.lookup``: the Gaussian mechanism at delta > 0, Laplace at
+delta = 0), so at zero noise it is the exact answer (DP-S4S sampled 1 join tuple in 16: 436-708 for a true 755);
+``mechanism='clipped_gaussian'`` asks for the per-person clipping path over one constant group
+(``dpsql.mechanisms.registry._route_lookup_join``). A public table joined on a column with a fan-out stays on
+DP-S4S."""
 
 from __future__ import annotations
 
@@ -60,12 +62,31 @@ def test_lookup_join_is_exact_at_zero_noise(agg: str, where: str) -> None:
     sql = f"SELECT {agg} {JOIN} {where}"
     with _session(regions) as s:
         plan = s.explain(sql, epsilon=1.0, delta=1e-6)
-        assert plan.mechanism == "clipped_gaussian"
+        assert plan.mechanism == "gaussian"
         assert "public lookup tables" in plan.reason
+        # the sensitivity of the one-table query: L = 3 rows per person, each worth at most 1 (count) or 100
+        assert plan.parameters["rows_per_group"] == 3
+        got = s.query(sql, epsilon=1.0, delta=1e-6).to_pylist()[0][agg]
+    want = _truth(sql, regions)
+    if agg.startswith("COUNT"):
+        assert got == want
+    else:
+        assert got == pytest.approx(want, rel=1e-3)  # the release is rounded to a public grid
+
+
+@pytest.mark.parametrize("agg", ["COUNT(*)", "SUM(age)", "AVG(age)"])
+def test_explicit_clipped_gaussian_is_exact_at_zero_noise(agg: str) -> None:
+    """``mechanism='clipped_gaussian'``: the per-person clipping path over one constant group, no sampling."""
+    _, regions = _data()
+    sql = f"SELECT {agg} {JOIN} {WHERE}"
+    opts = {"mechanism": "clipped_gaussian"}
+    with _session(regions) as s:
+        plan = s.explain(sql, epsilon=1.0, delta=1e-6, options=opts)
+        assert plan.mechanism == "clipped_gaussian"
         # the sensitivity of the one-table query: Delta = 3 rows per person, each worth at most 1 (count) or 100
         params = plan.parameters if "aggregates" not in plan.parameters else plan.parameters["aggregates"][0]["parameters"]
         assert params["Delta"] == 3 and params["d"] == 1
-        got = s.query(sql, epsilon=1.0, delta=1e-6).to_pylist()[0][agg]
+        got = s.query(sql, epsilon=1.0, delta=1e-6, options=opts).to_pylist()[0][agg]
     want = _truth(sql, regions)
     if agg.startswith("COUNT"):
         assert got == want
@@ -82,7 +103,7 @@ def test_lookup_join_output_arithmetic_and_two_lookups() -> None:
     with _session(regions) as s:
         s.register("zones", zones, public=True)
         s.register("regions", regions, public=True, references={"zone": "zones.zone"})
-        assert s.explain(sql, epsilon=1.0, delta=1e-6).mechanism == "clipped_gaussian"
+        assert s.explain(sql, epsilon=1.0, delta=1e-6).mechanism == "gaussian"
         got = s.query(sql, epsilon=1.0, delta=1e-6).to_pylist()[0]["n"]
     persons, _ = _data()
     con = duckdb.connect()
@@ -98,7 +119,7 @@ def test_duplicated_declared_key_is_capped_not_fanned_out() -> None:
     dup = pa.concat_tables([regions, pa.table({"region": ["e"], "zone": ["EW"]})])
     sql = f"SELECT COUNT(*) {JOIN} {WHERE}"
     with _session(dup) as s:
-        assert s.explain(sql, epsilon=1.0, delta=1e-6).mechanism == "clipped_gaussian"
+        assert s.explain(sql, epsilon=1.0, delta=1e-6).mechanism == "gaussian"
         got = s.query(sql, epsilon=1.0, delta=1e-6).to_pylist()[0]["COUNT(*)"]
     assert got == _truth(sql, regions) < _truth(sql, dup)
 
@@ -117,7 +138,7 @@ def test_fan_out_lookup_keeps_dp_s4s() -> None:
 
 def test_lookup_join_other_routes_unchanged() -> None:
     """delta = 0 takes the one-table Laplace mechanism (tests/test_join_lookup_one_table.py); an explicit q or join
-    mechanism keeps the scalar join mechanisms."""
+    mechanism, or an option only they read, keeps the scalar join mechanisms."""
     _, regions = _data()
     sql = f"SELECT COUNT(*) {JOIN} {WHERE}"
     with _session(regions) as s:
@@ -125,9 +146,11 @@ def test_lookup_join_other_routes_unchanged() -> None:
         assert s.explain(sql, epsilon=1.0, delta=0.0, options={"mechanism": "dp_s4s"}).mechanism == "dp_s4s"
         assert s.explain(sql, epsilon=1.0, delta=1e-6, options={"q": 1}).mechanism == "dp_s4s"
         assert s.explain(sql, epsilon=1.0, delta=1e-6, options={"mechanism": "r2t"}).mechanism == "r2t"
+        assert s.explain(sql, epsilon=1.0, delta=1e-6, options={"clip_norm": 2.0}).mechanism == "clipped_gaussian"
 
 
-def test_one_person_moves_the_release_by_at_most_delta() -> None:
+@pytest.mark.parametrize("opts", [{}, {"mechanism": "clipped_gaussian"}])
+def test_one_person_moves_the_release_by_at_most_delta(opts: dict[str, str]) -> None:
     """The sensitivity the noise is calibrated to (Delta = 3 rows per person, each joining one lookup row): a person
     holding 50 rows in region 'e', each also matching a duplicated lookup key, moves the zero-noise count by 3."""
     persons, regions = _data()
@@ -141,8 +164,10 @@ def test_one_person_moves_the_release_by_at_most_delta() -> None:
             s.register("persons", rows, privacy_unit="pid", max_rows_per_unit=3, references={"region": "regions.region"},
                        columns={"region": {"domain": REGIONS}, "age": {"bounds": [0, 100]}})
             use_noise(s, zero_noise())
-            assert s.explain(sql, epsilon=1.0, delta=1e-6).parameters["l2_sensitivity"] == pytest.approx(3.0, rel=1e-6)
-            out.append(s.query(sql, epsilon=1.0, delta=1e-6).to_pylist()[0]["COUNT(*)"])
+            p = s.explain(sql, epsilon=1.0, delta=1e-6, options=opts).parameters
+            # the Gaussian's sensitivity is per unit of its scale: L = 3 rows per person; clipping: C = Delta = 3
+            assert p["l2_sensitivity"] * p.get("rows_per_group", 1) == pytest.approx(3.0, rel=1e-6)
+            out.append(s.query(sql, epsilon=1.0, delta=1e-6, options=opts).to_pylist()[0]["COUNT(*)"])
     assert out[1] - out[0] == 3
 
 

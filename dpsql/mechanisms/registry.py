@@ -15,13 +15,14 @@ Routing rules, in order:
    enforced (one person per tuple; default q = 1/16), R2T (q = 1) when Delta is only attested
    by the owner's declarations, unless the request sets q < 1 (then DP-S4S, its claim
    conditional on the attested Delta) or forces ``mechanism``. Several aggregates (AVG is two):
-   one run of that mechanism per base aggregate (``dpsql.mechanisms.join_multi``). A scalar aggregate
-   over one private table joined with public lookup tables on their keys (``_lookup_join``), delta > 0
-   and neither q nor mechanism set -> the per-person clipping path over one constant group (no sampling:
-   the one-table query's sensitivity, ``_route_lookup_join``); such a lookup join at delta = 0, or with a GROUP
-   BY (no q, mechanism unset or one of gaussian / laplace / sparse_histogram) -> rules 3-4 over the capped join's
-   rows with the private table's caps (``_route_lookup_one_table``, ``dpsql.mechanisms.lookup``; an option only
-   the join mechanisms read, such as clip_norm, keeps them); other GROUP BY
+   one run of that mechanism per base aggregate (``dpsql.mechanisms.join_multi``). A join of one private
+   table with public lookup tables on their keys (``_lookup_join``), scalar or GROUP BY, at any delta (no q,
+   mechanism unset or one of gaussian / laplace / sparse_histogram) -> rules 3-4 over the capped join's rows
+   with the private table's caps (``_route_lookup_one_table``, ``dpsql.mechanisms.lookup``): one meaning at
+   every delta, the one-table query's (rows whose unit is NULL dropped, the caps after the whole WHERE). A
+   scalar one with mechanism='clipped_gaussian' or an option only the join mechanisms read (such as clip_norm),
+   delta > 0 -> the per-person clipping path over one constant group (no sampling: the one-table query's
+   sensitivity, ``_route_lookup_join``); other GROUP BY
    over joins -> ``route_name`` (a key of a private table without a declared domain refused).
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
 2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
@@ -534,8 +535,9 @@ def _route_join(
     people = bound_people(plan.join, dict(catalog))
     forced = options.get("mechanism", "auto")
     lookup = "q" not in options and _lookup_join(plan.join, people, catalog)
-    if lookup and not set(options) & _JOIN_OPTIONS and (forced in ("gaussian", "laplace", "sparse_histogram")
-                                                       or (forced == "auto" and (plan.join.keys or delta == 0))):
+    # one meaning per query: a lookup join is the one-table query over its joined rows (NULL units dropped, the caps
+    # after the whole WHERE) at every delta, unless a join mechanism or an option only they read is asked for
+    if lookup and not set(options) & _JOIN_OPTIONS and forced in ("auto", "gaussian", "laplace", "sparse_histogram"):
         one = _route_lookup_one_table(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
         if one is not None:
             return one
@@ -546,6 +548,11 @@ def _route_join(
         _raise(refused, policy=True)
     if plan.join.keys:
         return _route_grouped_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
+    if lookup and forced == "clipped_gaussian":
+        if delta <= 0:
+            raise ConfigError("mechanism 'clipped_gaussian' is a Gaussian mechanism and needs delta > 0",
+                              hint="pass delta=1e-7 (for example), or omit the mechanism option (delta = 0: Laplace)")
+        return _route_lookup_join(sql, plan, epsilon, delta, options, catalog, find_synopsis)
     if forced not in ("auto", "dp_s4s", "r2t"):
         raise PolicyError(f"joins are answered by DP-S4S or R2T, not by mechanism '{forced}'",
                           hint="use mechanism='dp_s4s' or 'r2t', or omit the option")
@@ -585,8 +592,11 @@ def _route_lookup_join(
     sql: str, plan: ir.QueryPlan, epsilon: float, delta: float, options: Mapping[str, Any],
     catalog: Mapping[str, TableSpec], find_synopsis: Callable[[str], tuple[int, str] | None],
 ) -> Route:
-    """Rule 0, a scalar aggregate over a lookup join (``_lookup_join``): the per-person clipping path of a
-    grouped join over one constant key (a public key set of one value, read from no data), no sampling.
+    """Rule 0, a scalar aggregate over a lookup join (``_lookup_join``) asked for the join mechanisms
+    (mechanism='clipped_gaussian', or an option only they read; otherwise ``_route_lookup_one_table``): the
+    per-person clipping path of a grouped join over one constant key (a public key set of one value, read from
+    no data), no sampling. Its quantity is the join's: each private input capped at L rows per unit before the
+    WHERE, as every join mechanism caps its inputs.
 
     Sensitivity: the bounded query caps the private input at its per-unit row cap L (``p.pid <= L``) and
     each public input at one row per joined key value (``r.region <= 1``), stable caps chosen from the
