@@ -236,3 +236,33 @@ def sigint_storm_while_charging(led: Any, workers: list[Any], stop: Any, seed: i
     for w in workers:
         w.join(30)
     return interrupted
+
+
+def stepped_signal(n: int, files: set[str], signum: int = 2) -> Any:
+    """A tracer (for ``sys.settrace``) that sends the main thread ``signum`` (SIGINT by default) at the ``n``-th point
+    of the code in ``files`` where Python runs a signal's handler (CPython: a function's start, after a call, a loop's
+    jump back); its ``seen`` counts those points."""
+    import dis
+    import signal
+
+    seen = [0]
+    last: dict[int, str] = {}
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
+            if name in ("RESUME", "JUMP_BACKWARD") or last.get(id(frame)) in ("CALL", "CALL_FUNCTION_EX"):
+                seen[0] += 1
+                if seen[0] == n:
+                    signal.raise_signal(signum)  # its handler runs here, as Python would run it at this point
+            last[id(frame)] = name
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename not in files:
+            return None
+        frame.f_trace_opcodes = True
+        return local
+
+    tracer.seen = seen  # type: ignore[attr-defined]
+    return tracer

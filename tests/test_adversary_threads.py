@@ -8,7 +8,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from conftest import sigint_storm_while_charging
+from conftest import sigint_storm_while_charging, stepped_signal
 
 import dpsql
 from dpsql.budget import Budget
@@ -286,36 +286,10 @@ def test_a_result_left_unfetched_on_the_connection_is_named_in_the_refusal(monke
 
 
 def _stepped_sigint(n: int, module: Any = None, signum: int = 2) -> Any:
-    """A tracer that sends the main thread SIGINT (or ``signum``) at the ``n``-th point of ``module``'s code (the ledger's) where Python
-    runs a signal's handler (CPython: a function's start, after a call, a loop's jump back)."""
-    import dis
-    import signal
-
+    """SIGINT (or ``signum``) at the ``n``-th signal point of ``module``'s code (the ledger's; ``conftest.stepped_signal``)."""
     from dpsql.ledger import _store
 
-    code_file = (module or _store).__file__
-
-    seen = [0]
-    last: dict[int, str] = {}
-
-    def local(frame: Any, event: str, arg: Any) -> Any:
-        if event == "opcode":
-            name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
-            if name in ("RESUME", "JUMP_BACKWARD") or last.get(id(frame)) in ("CALL", "CALL_FUNCTION_EX"):
-                seen[0] += 1
-                if seen[0] == n:
-                    signal.raise_signal(signum)  # runs its handler here, as Python would at this point
-            last[id(frame)] = name
-        return local
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename != code_file:
-            return None
-        frame.f_trace_opcodes = True
-        return local
-
-    tracer.seen = seen  # type: ignore[attr-defined]
-    return tracer
+    return stepped_signal(n, {(module or _store).__file__}, signum)
 
 
 class _Terminated(KeyboardInterrupt):

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from _postgres import Server
-from conftest import sigint_storm_while_charging
+from conftest import sigint_storm_while_charging, stepped_signal
 
 from dpsql import Budget, interrupts
 from dpsql.errors import LedgerError
@@ -38,35 +38,11 @@ def url(server: Server) -> str:
 
 
 def _stepped_sigint(n: int, extra: list[str] | None = None) -> Any:
-    """A tracer that sends the main thread SIGINT at the ``n``-th point of the ledger's code (``_postgres``, the shared
-    ``_store``, ``interrupts`` and the files ``extra``) where Python runs a signal's handler (a function's start, after
-    a call, a loop's jump back); ``seen`` counts them."""
-    import dis
-
+    """SIGINT at the ``n``-th signal point of the ledger's code (``_postgres``, the shared ``_store``, ``interrupts``
+    and the files ``extra``; ``conftest.stepped_signal``)."""
     from dpsql.ledger import _postgres, _store
 
-    files = {_postgres.__file__, _store.__file__, interrupts.__file__, *(extra or [])}
-    seen = [0]
-    last: dict[int, str] = {}
-
-    def local(frame: Any, event: str, arg: Any) -> Any:
-        if event == "opcode":
-            name = dis.opname[frame.f_code.co_code[frame.f_lasti]]
-            if name in ("RESUME", "JUMP_BACKWARD") or last.get(id(frame)) in ("CALL", "CALL_FUNCTION_EX"):
-                seen[0] += 1
-                if seen[0] == n:
-                    signal.raise_signal(signal.SIGINT)  # its handler runs here, as Python would run it at this point
-            last[id(frame)] = name
-        return local
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename not in files:
-            return None
-        frame.f_trace_opcodes = True
-        return local
-
-    tracer.seen = seen  # type: ignore[attr-defined]
-    return tracer
+    return stepped_signal(n, {_postgres.__file__, _store.__file__, interrupts.__file__, *(extra or [])})
 
 
 _WATCHERS: dict[str, Any] = {}
