@@ -57,6 +57,8 @@ import numpy as np
 from dpsql.plan import ir
 
 REGR_KINDS = (ir.REGR_SLOPE, ir.REGR_INTERCEPT)
+#: the regression aggregates read from fewer sums: no covariance-over-variance ratio
+MOMENT_KINDS = (ir.REGR_COUNT, ir.REGR_AVGX, ir.REGR_AVGY, ir.REGR_SXX, ir.REGR_SYY, ir.REGR_SXY)
 
 
 def z_share(m: int) -> float:
@@ -83,10 +85,17 @@ def point(kind: str, n: np.ndarray, sa: np.ndarray, sb: np.ndarray, sab: np.ndar
     """The released statistic from released sums (NaN where it is NULL, see the module docstring);
     ``ca``, ``cb``: the centring shifts (the bounds' midpoints) of the two arguments (REGR_INTERCEPT)."""
     n = np.asarray(n, dtype=np.float64)
+    if kind in MOMENT_KINDS:
+        return _moment_point(kind, n, sa, sb, sab, qa, qb, ra, rb, ca, cb)
     lim = _limit(kind, ra, rb)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         nn = np.maximum(n, 1.0)
         pop = sab / nn - (sa / nn) * (sb / nn)
+        if kind == ir.REGR_R2:  # CORR^2, NULL where var_b (x's) is not positive, else 1 where var_a (y's) is not
+            assert qa is not None and qb is not None
+            va, vb = qa / nn - (sa / nn) ** 2, qb / nn - (sb / nn) ** 2
+            r = np.clip(pop / np.sqrt(np.where((va > 0) & (vb > 0), va * vb, 1.0)), -1.0, 1.0)
+            return np.where((n >= 2) & (vb > 0), np.where(va > 0, r * r, 1.0), np.nan)
         if kind in REGR_KINDS:
             assert qb is not None
             vb = qb / nn - (sb / nn) ** 2
@@ -107,6 +116,58 @@ def point(kind: str, n: np.ndarray, sa: np.ndarray, sb: np.ndarray, sab: np.ndar
         return np.where(ok, np.clip(r, -1.0, 1.0), np.nan)
 
 
+def _moment_point(kind: str, n: np.ndarray, sa: np.ndarray, sb: np.ndarray, sab: np.ndarray, qa: np.ndarray | None,
+                  qb: np.ndarray | None, ra: float, rb: float, ca: float, cb: float) -> np.ndarray:
+    """REGR_COUNT (the released count itself), REGR_AVGX / REGR_AVGY (the midpoint plus the centred mean, clipped
+    to the bounds), REGR_SXX / REGR_SYY (the centred sum of squares less the squared sum over n, at least 0) and
+    REGR_SXY (the sum of products less the product of the sums over n): NULL where the count is below 1."""
+    if kind == ir.REGR_COUNT:
+        return n
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        nn = np.maximum(n, 1.0)
+        if kind == ir.REGR_AVGX:
+            out = np.clip(cb + sb / nn, cb - rb, cb + rb)
+        elif kind == ir.REGR_AVGY:
+            out = np.clip(ca + sa / nn, ca - ra, ca + ra)
+        elif kind == ir.REGR_SXX:
+            assert qb is not None
+            out = np.maximum(qb - sb * sb / nn, 0.0)
+        elif kind == ir.REGR_SYY:
+            assert qa is not None
+            out = np.maximum(qa - sa * sa / nn, 0.0)
+        else:
+            out = sab - sa * sb / nn
+        return np.where((n >= 1) & np.isfinite(out), out, np.nan)
+
+
+def _square_range(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The range of v^2 over v in [lo, hi]."""
+    low = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(lo * lo, hi * hi))
+    return low, np.maximum(lo * lo, hi * hi)
+
+
+def _moment_interval(kind: str, n: np.ndarray, sa: np.ndarray, sb: np.ndarray, sab: np.ndarray, qa: np.ndarray | None,
+                     qb: np.ndarray | None, h: dict[str, float], ra: float, rb: float, ca: float,
+                     cb: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`interval` of the MOMENT_KINDS: the statistic's range over the box of the columns it reads."""
+    if kind == ir.REGR_COUNT:
+        return n - h["_cnt"], n + h["_cnt"]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        n_lo, n_hi = np.maximum(n - h["_cnt"], 1.0), np.maximum(n + h["_cnt"], 1.0)
+        if kind in (ir.REGR_AVGX, ir.REGR_AVGY):
+            s, hs, c, r = (sb, h["_sumb"], cb, rb) if kind == ir.REGR_AVGX else (sa, h["_sum"], ca, ra)
+            m_lo, m_hi = _ratio_range(s - hs, s + hs, n_lo, n_hi)
+            return np.clip(c + m_lo, c - r, c + r), np.clip(c + m_hi, c - r, c + r)
+        if kind in (ir.REGR_SXX, ir.REGR_SYY):
+            s, q, hs, hq = (sb, qb, h["_sumb"], h["_sqb"]) if kind == ir.REGR_SXX else (sa, qa, h["_sum"], h["_sq"])
+            assert q is not None
+            sq_lo, sq_hi = _square_range(s - hs, s + hs)
+            return np.maximum(q - hq - sq_hi / n_lo, 0.0), np.maximum(q + hq - sq_lo / n_hi, 0.0)
+        p_lo, p_hi = _product_range(sa - h["_sum"], sa + h["_sum"], sb - h["_sumb"], sb + h["_sumb"])
+        d_lo, d_hi = _ratio_range(p_lo, p_hi, n_lo, n_hi)
+        return sab - h["_ab"] - d_hi, sab + h["_ab"] - d_lo
+
+
 def _ratio_range(lo: np.ndarray, hi: np.ndarray, d_lo: np.ndarray, d_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The range of x / d over x in [lo, hi], d in [d_lo, d_hi] with d_lo > 0."""
     c = np.stack([lo / d_lo, lo / d_hi, hi / d_lo, hi / d_hi])
@@ -124,6 +185,11 @@ def interval(kind: str, n: np.ndarray, sa: np.ndarray, sb: np.ndarray, sab: np.n
     """An interval containing the statistic's range over the box of each released column +- its half-width
     ``h`` (keyed by the column suffixes ``_cnt``, ``_sum``, ``_sumb``, ``_ab``, ``_sq``, ``_sqb``)."""
     n = np.asarray(n, dtype=np.float64)
+    if kind in MOMENT_KINDS:
+        return _moment_interval(kind, n, sa, sb, sab, qa, qb, h, ra, rb, ca, cb)
+    if kind == ir.REGR_R2:  # CORR's interval, squared (all of [0, 1] where the box holds a variance of 0)
+        r_lo, r_hi = interval(ir.CORR, n, sa, sb, sab, qa, qb, h, ra, rb)
+        return _square_range(r_lo, r_hi)
     lim = _limit(kind, ra, rb)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         n_lo, n_hi = np.maximum(n - h["_cnt"], 1.0), np.maximum(n + h["_cnt"], 1.0)

@@ -118,7 +118,10 @@ _VALUE_KINDS: dict[type, str] = {
 
 #: aggregates of two bounded values (``ir.PAIR_KINDS``, ``dpsql.mechanisms.covariance``)
 _PAIR_KINDS: dict[type, str] = {exp.CovarPop: ir.COVAR_POP, exp.CovarSamp: ir.COVAR_SAMP, exp.Corr: ir.CORR,
-                                exp.RegrSlope: ir.REGR_SLOPE, exp.RegrIntercept: ir.REGR_INTERCEPT}
+                                exp.RegrSlope: ir.REGR_SLOPE, exp.RegrIntercept: ir.REGR_INTERCEPT,
+                                exp.RegrCount: ir.REGR_COUNT, exp.RegrAvgx: ir.REGR_AVGX, exp.RegrAvgy: ir.REGR_AVGY,
+                                exp.RegrSxx: ir.REGR_SXX, exp.RegrSyy: ir.REGR_SYY, exp.RegrSxy: ir.REGR_SXY,
+                                exp.RegrR2: ir.REGR_R2}
 
 
 def _value_kind(node: exp.Expression) -> str:
@@ -133,8 +136,8 @@ def _written(node: exp.Expression) -> str:
         return str(node.this).upper()
     return {exp.Variance: "VARIANCE", exp.VariancePop: "VAR_POP", exp.Stddev: "STDDEV", exp.StddevSamp: "STDDEV_SAMP",
             exp.StddevPop: "STDDEV_POP", exp.Sum: "SUM", exp.Avg: "AVG", exp.CovarPop: "COVAR_POP",
-            exp.CovarSamp: "COVAR_SAMP", exp.Corr: "CORR", exp.RegrSlope: "REGR_SLOPE",
-            exp.RegrIntercept: "REGR_INTERCEPT"}.get(type(node), type(node).__name__.upper())
+            exp.CovarSamp: "COVAR_SAMP", exp.Corr: "CORR",
+            **{t: k.upper() for t, k in _PAIR_KINDS.items()}}.get(type(node), type(node).__name__.upper())
 
 
 def is_bin_column(name: str, table: TableSpec) -> bool:
@@ -247,7 +250,8 @@ def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
     """The refusal of an aggregate that is not answered, naming its supported form when it has one
     (``approx_count_distinct(x)``: ``COUNT(DISTINCT x)``; ``count_if(c)``: ``COUNT(*) FILTER (WHERE c)``)."""
     msg = (f"aggregate {_agg_name(node, sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, COVAR_POP, "
-           "COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT, MIN, MAX, MEDIAN or QUANTILE")
+           "COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT, REGR_COUNT, REGR_AVGX, REGR_AVGY, REGR_SXX, REGR_SYY, "
+           "REGR_SXY, REGR_R2, MIN, MAX, MEDIAN or QUANTILE")
     arg = node.this if isinstance(node, (exp.ApproxDistinct, exp.CountIf)) else None
     if isinstance(arg, exp.Column) and isinstance(node, exp.ApproxDistinct):
         return f"{msg}: the distinct values are counted exactly by COUNT(DISTINCT {quoted(arg)})"
