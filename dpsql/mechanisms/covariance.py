@@ -1,5 +1,6 @@
-"""COVAR_POP / COVAR_SAMP / CORR / REGR_SLOPE / REGR_INTERCEPT of two bounded values: post-processing
-of noisy bounded sums, with an honest 95% interval.
+"""COVAR_POP / COVAR_SAMP / CORR and the REGR_* family (REGR_SLOPE, REGR_INTERCEPT, REGR_COUNT, REGR_AVGX,
+REGR_AVGY, REGR_SXX, REGR_SYY, REGR_SXY, REGR_R2) of two bounded values: post-processing of noisy bounded
+sums, with an honest 95% interval.
 
 Privacy claim
 -------------
@@ -17,11 +18,16 @@ Per group it releases
   and REGR_INTERCEPT(a, b), whose independent variable is the second argument b, Qb only),
 
 with k = min(max_rows_per_group, max_rows_per_unit) rows kept per (unit, group) (one choice of
-rows for every aggregate of the query). These are 4 (COVAR), 5 (REGR) or 6 (CORR) released columns of the
-answering mechanism (``dpsql.mechanisms.basic``: Gaussian or snapped Laplace; or the sparse
+rows for every aggregate of the query). An aggregate reads only some of them (``bound.pair_columns``):
+COVAR_POP, COVAR_SAMP, REGR_SXY n, Sa, Sb, Sab; CORR, REGR_R2 all six; REGR_SLOPE, REGR_INTERCEPT n, Sa, Sb,
+Sab, Qb; REGR_COUNT n alone; REGR_AVGY n, Sa; REGR_AVGX n, Sb; REGR_SYY n, Sa, Qa; REGR_SXX n, Sb, Qb (a is
+the first argument, y; b the second, x). The aggregates of one query over the same two arguments in the same
+order read the same kept, clamped, centred pairs, so they share one release of the union of the columns they
+read (``bound.pair_sources``: under the name of the first of them); each column is released once, and
+charged once. These are 1 to 6 released columns of the answering mechanism (``dpsql.mechanisms.basic``: Gaussian or snapped Laplace; or the sparse
 histogram's extra columns), each noised on the scale of its own sensitivity: the budget is split
 evenly among the normalised columns (m in the L2 / L1 sensitivity sqrt(C * m) / C * m grows by
-4, 5 or 6). Every sum is the exact total of fixed-point integers (``bound.fixed_point_scale``).
+the number of columns released for the pair). Every sum is the exact total of fixed-point integers (``bound.fixed_point_scale``).
 The statistic is computed from released values only (post-processing, no further cost):
 
     cov_pop  = Sab / n - (Sa / n) (Sb / n)            (centring does not change a covariance)
@@ -29,6 +35,16 @@ The statistic is computed from released values only (post-processing, no further
     corr     = cov_pop / sqrt(var_a * var_b),  var_a = Qa / n - (Sa / n)^2 (likewise var_b),
     slope    = cov_pop / var_b,  intercept = mean_a - slope * mean_b,
                mean_a = ca + Sa / n clipped to a's bounds (ca their midpoint; likewise mean_b),
+    REGR_COUNT = n,  REGR_AVGY = mean_a,  REGR_AVGX = mean_b,
+    REGR_SYY = max(Qa - Sa^2 / n, 0),  REGR_SXX = max(Qb - Sb^2 / n, 0),  REGR_SXY = Sab - Sa Sb / n,
+    REGR_R2  = corr^2 where var_b > 0 and var_a > 0;  1 where var_b > 0 and var_a <= 0,
+
+(SQL's definitions: n var_pop, n covar_pop, corr^2 with REGR_R2's rules: NULL where var_pop(x) = 0, else 1
+where var_pop(y) = 0; x is b). REGR_COUNT is the released count itself (a noisy count, as COUNT's: it may be
+below 0). REGR_AVGX, REGR_AVGY, REGR_SXX, REGR_SYY, REGR_SXY are NULL where the released count is below 1
+(SQL: NULL over no pairs); REGR_R2 where it is below 2 or the released var_b is not positive (x's rule first,
+as in SQL), and 1 where var_b > 0 and the released var_a is not positive. REGR_SXX and REGR_SYY are at least 0,
+REGR_R2 in [0, 1]; REGR_SXY is not clipped (its range depends on the private count).
 
 NULL where the released count is below 1 (COVAR_POP), below 2 (COVAR_SAMP, CORR, REGR), for CORR
 where a released variance var_a or var_b is not positive, for REGR where var_b is not positive (the
@@ -43,8 +59,10 @@ Accuracy (honest, not an approximation): each of the m columns lies within its t
 lambda ln(20 m) plus half the snapping grid; plus half the rounding grid), so all do at once
 with probability >= 95% (union bound). The interval reported contains the statistic's range over
 that box (bounded by interval arithmetic over the box's corners: wider than the exact range,
-never narrower), so it covers the bounded truth with probability >= 95%; for REGR it is unbounded
-(infinite) where the box holds a variance var_b of 0.
+never narrower), so it covers the bounded truth with probability >= 95%; for REGR_SLOPE and REGR_INTERCEPT it
+is unbounded (infinite) where the box holds a variance var_b of 0. m counts the columns the aggregate reads
+(a shared release has more, read by others: each statistic's union bound is over its own). REGR_COUNT's is
+the count's own (m = 1); REGR_R2's is CORR's interval squared (all of [0, 1] where CORR's is [-1, 1]).
 """
 
 from __future__ import annotations
