@@ -19,6 +19,7 @@ from test_sql_coverage import SNAP, free
 import dpsql
 from dpsql import errors
 from dpsql.mechanisms import covariance
+from dpsql.mechanisms.common import columns_words
 from dpsql.rewrite.bound import Caps, released_columns
 from dpsql.testing import use_noise, zero_noise
 
@@ -69,6 +70,9 @@ def test_one_pair_shares_its_sums() -> None:
                     "__a0_sqb": 2700.0, "__a4_cnt": 3.0, "__a4_sum": 90.0}
     plan = plan_for("SELECT REGR_AVGX(amount, age), REGR_AVGY(amount, age) FROM t", _spec())
     assert {c.name for c in released_columns(plan, Caps(1, 3))} == {"__users", "__a0_cnt", "__a0_sum", "__a0_sumb"}
+    # a message about a shared column names every aggregate that reads it
+    words = columns_words(plan, ["__a0_sum"])["__a0_sum"]
+    assert "REGR_AVGX" in words.upper() and "REGR_AVGY" in words.upper()
 
 
 # -- calibration, pinned by hand ---------------------------------------------------------------------------
@@ -332,3 +336,35 @@ def test_refusals_are_free_and_name_the_fix(pairs: Any) -> None:
     assert "aggregate REGR_SXY is not supported over joins" in free(
         sess, "SELECT REGR_SXY(a.x, b.y) FROM p a JOIN p b ON a.uid = b.uid")
     assert "REGR_R2" in free(sess, "SELECT MODE(x) FROM p")  # the list of answered aggregates names them
+
+
+# -- one hostile person: everything the analyst sees (tests/_neighbour.py) ------------------------------------
+
+REGR_QUERIES = [
+    "SELECT REGR_COUNT(x, y) AS c, REGR_R2(x, y) AS r2, REGR_SLOPE(x, y) AS s FROM t",
+    "SELECT g, REGR_SXX(y, n * 2) AS sxx, REGR_AVGX(y, n * 2) AS ax, REGR_SXY(amt, x) AS sxy FROM t GROUP BY g",
+    "SELECT h, REGR_SYY(x, amt) AS syy, REGR_AVGY(x, amt) AS ay, REGR_R2(n, x) AS r2 FROM t GROUP BY h",
+]
+
+
+SEEDS = [20261200, 20261201, 20261202, 20261203, 20261204, 20261205, 7000, 7001, 7002]  # each query answered
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_one_hostile_person_changes_nothing_but_the_noisy_values(seed: int) -> None:
+    """The neighbour fuzzer's random data and registrations (a person with NaN, +-inf, +-1e308, integer extremes,
+    long text, many rows), these queries: outcome, messages, warnings, charge, key set and the bounded columns
+    (within their sensitivity) the same on D and D minus that person."""
+    import dataclasses
+
+    from _neighbour import check_pair, run_one
+    from _neighbour_gen import random_case
+
+    case = random_case(seed, production=seed < 10000)
+    case = dataclasses.replace(case, sql=REGR_QUERIES[seed % len(REGR_QUERIES)], options=None,
+                               delta=case.delta or 1e-6)
+    a = run_one(case.table, case.reg, case.sql, case.eps, case.delta, case.options, case.production)
+    b = run_one(case.without_target(), case.reg, case.sql, case.eps, case.delta, case.options, case.production)
+    problems = check_pair(a, b, what=case.describe())
+    assert not problems, case.describe() + "\n" + "\n".join(problems)
+    assert "release" in a, a.get("error")  # answered, not refused on both sides

@@ -98,6 +98,10 @@ def columns_words(plan: ir.QueryPlan, names: list[str]) -> dict[str, str]:
     """:func:`column_words` of each of ``names``: the aggregates are indexed once (looked up by the
     column name and its prefixes before a '_'), not scanned again for each column."""
     index = {a.name: i for i, a in enumerate(plan.aggregates)}
+    shared: dict[str, list[str]] = {}  # a pair's columns carry every aggregate of the pair (bound.pair_sources)
+    for n, (lead, _) in pair_sources(plan).items():
+        if n != lead:
+            shared.setdefault(lead, []).append(plan.aggregates[index[n]].sql)
     out: dict[str, str] = {}
     for name in names:
         if name == "__users":
@@ -105,6 +109,7 @@ def columns_words(plan: ir.QueryPlan, names: list[str]) -> dict[str, str]:
         else:  # the aggregates named ``name`` or a prefix of it followed by '_'
             cut = [name] + [name[:k] for k, ch in enumerate(name) if ch == "_"]
             sqls = [plan.aggregates[i].sql for i in sorted({index[c] for c in cut if c in index})]
+            sqls += [q for c in cut for q in shared.get(c, ())]
         out[name] = ", ".join(dict.fromkeys(sqls)) if sqls else "the count of people per group"
     return out
 
