@@ -21,7 +21,7 @@ from dpsql import errors
 from dpsql.mechanisms import covariance
 from dpsql.mechanisms.common import columns_words
 from dpsql.rewrite.bound import Caps, released_columns
-from dpsql.testing import use_noise, zero_noise
+from dpsql.testing import seeded_noise, use_noise, zero_noise
 
 FAMILY = ("regr_count", "regr_avgx", "regr_avgy", "regr_sxx", "regr_syy", "regr_sxy", "regr_r2")
 
@@ -308,6 +308,35 @@ def test_post_processing_of_released_values(pairs: Any) -> None:
     want = con.execute(f"SELECT regr_sxx({_Y}, {_X}) / regr_count({_Y}, {_X}) FROM d").fetchone()[0]
     r = sess.query("SELECT REGR_SXX(y, x) / REGR_COUNT(y, x) AS v FROM p", epsilon=10.0, delta=1e-6)
     assert r.table.column("v")[0].as_py() == pytest.approx(want, rel=1e-2)
+
+
+def test_noisy_values_keep_their_ranges(pairs: Any) -> None:
+    """Real noise at a small epsilon: never an error after the charge; R2 in [0, 1], SXX and SYY at least 0, the
+    means within the bounds, the count an integer (or NULL where the rules say so)."""
+    sess, _ = pairs
+    use_noise(sess, seeded_noise(5))
+    seen = 0
+    for sql in (f"SELECT g, {ALL} FROM p GROUP BY g", f"SELECT {ALL} FROM p WHERE x > 1000",
+                f"SELECT h, {ALL} FROM p GROUP BY h"):
+        r = sess.query(sql, epsilon=0.05, delta=1e-6)
+        for row in r.table.to_pylist():
+            seen += 1
+            assert isinstance(row["count"], int)
+            assert row["r2"] is None or 0.0 <= row["r2"] <= 1.0
+            assert all(row[k] is None or row[k] >= 0.0 for k in ("sxx", "syy"))
+            assert row["avgx"] is None or 0.0 <= row["avgx"] <= 100.0
+            assert row["avgy"] is None or -20.0 <= row["avgy"] <= 60.0
+    assert seen >= 4
+
+
+def test_in_having_and_order_by(pairs: Any) -> None:
+    """A REGR aggregate in HAVING / ORDER BY only shares the select list's release of its pair."""
+    sess, con = pairs
+    sql = "SELECT g, REGR_SLOPE(y, x) AS s FROM p GROUP BY g HAVING REGR_COUNT(y, x) > 10 ORDER BY REGR_AVGX(y, x)"
+    r = sess.query(sql, epsilon=10.0, delta=1e-6)
+    assert r.table.num_rows == 3
+    assert set(sess.explain(sql, epsilon=10.0, delta=1e-6).parameters["scales"]) == {
+        f"__a0{c}" for c in ("_cnt", "_sum", "_sumb", "_ab", "_sqb")}
 
 
 # -- refusals -----------------------------------------------------------------------------------------------
