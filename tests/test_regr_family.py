@@ -275,6 +275,12 @@ def test_scalar_zero_noise_is_duckdbs_own(pairs: Any) -> None:
     _close(row, want, "scalar")
     assert isinstance(row["count"], int) and r.table.schema.field("count").type == pa.int64()
     assert row["count"] == want[0]
+    # REGR_COUNT's interval is the count's own, as COUNT(x)'s would be at this calibration
+    acc = r.accuracy["count"]
+    assert acc["ci95_half_width"] == pytest.approx(1.959964 * acc["noise_std"] + 0.5, rel=1e-6)
+    assert "never" not in acc["note"] and "NULL where" not in acc["note"]
+    plan = sess.explain(f"SELECT {ALL} FROM p", epsilon=10.0, delta=1e-6)
+    assert plan.expected_accuracy["count"]["ci95_half_width"] == pytest.approx(acc["ci95_half_width"])
     for k in FAMILY:
         assert abs(row[k[5:]] - want[FAMILY.index(k)]) <= r.accuracy[k[5:]]["ci95_half_width"], k
     # the seven share one pair's six sums: charged as CORR alone is

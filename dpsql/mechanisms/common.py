@@ -384,6 +384,12 @@ def _finish_pair(cal: Calibration, a: ir.Aggregate, lead: str, rounded: dict[str
     half = np.where(mask, np.nan, np.maximum(hi - np.where(mask, 0.0, val), np.where(mask, 0.0, val) - lo))
     row_accuracy[a.name] = pa.array(half, type=pa.float64())
     finite = half[np.isfinite(half)]
+    if a.kind == ir.REGR_COUNT:
+        accuracy[a.name] = {"noise_std": cal.std(lead + "_cnt"), "ci95_half_width": float(h["_cnt"]),
+                            "granularity": gran[lead + "_cnt"], "noise": cal.noise,
+                            "note": "the noisy count of the pairs where both arguments are not NULL (as COUNT's: an "
+                                    "integer, possibly below 0)"}
+        return
     accuracy[a.name] = {
         "ci95_half_width": float(np.median(finite)) if finite.size else None,
         "per_row_ci95_half_width": half.tolist(),
@@ -478,6 +484,11 @@ def expected_accuracy(cal: Calibration) -> dict[str, dict[str, Any]]:
             out[o.name] = {"note": "from noisy count, centred sum and sum of squares (each noise_std in parameters.scales): "
                            "the interval depends on the released count", "column_noise_std": {
                                c: cal.std(a.name + c) for c in ("_cnt", "_sum", "_sq")}}
+            continue
+        if a.kind == ir.REGR_COUNT:  # the pair's noisy count itself, as a COUNT's
+            src = pairs[a.name][0] + "_cnt"
+            gran = granularity_for(cal, by_name[src], plan)
+            out[o.name] = {"noise_std": cal.std(src), "ci95_half_width": cal.ci95(src) + gran / 2.0}
             continue
         if a.kind in ir.PAIR_KINDS:
             out[o.name] = {"note": "from noisy count and centred sums (each noise_std in parameters.scales): the "
