@@ -345,6 +345,25 @@ def test_in_having_and_order_by(pairs: Any) -> None:
         f"__a0{c}" for c in ("_cnt", "_sum", "_sumb", "_ab", "_sqb")}
 
 
+def test_regr_count_of_unbounded_columns_counts_the_pairs(pairs: Any) -> None:
+    """Counting needs no bounds: REGR_COUNT over unbounded numeric arguments is the count of the rows where both
+    are not NULL (one count column, sensitivity k, as COUNT's); a non-numeric argument is still refused."""
+    sess, con = pairs
+    sess.register("q", _pairs(), privacy_unit="uid", max_rows_per_unit=2)  # no bounds at all
+    want = con.execute("SELECT regr_count(y, x), regr_count(y * 2, x) FROM d").fetchone()
+    r = sess.query("SELECT REGR_COUNT(y, x) AS n, REGR_COUNT(y * 2, x) AS m FROM q", epsilon=10.0, delta=1e-6)
+    assert (r.table.column("n")[0].as_py(), r.table.column("m")[0].as_py()) == want
+    assert r.table.schema.field("n").type == pa.int64()
+    cnt = sess.explain("SELECT COUNT(x) FROM q", epsilon=1.0, delta=1e-6).parameters["scales"]
+    mine = sess.explain("SELECT REGR_COUNT(y, x) FROM q", epsilon=1.0, delta=1e-6).parameters["scales"]
+    assert list(mine.values()) == pytest.approx(list(cnt.values()))
+    assert "numeric" in free(sess, "SELECT REGR_COUNT(g, x) FROM q")
+    assert "numeric" in free(sess, "SELECT REGR_COUNT(lower(g), x) FROM q")
+    assert free(sess, "SELECT REGR_COUNT(y, zz) FROM q").count("zz") == 2  # one problem: 'zz' and its fragment
+    # the rest of the family still needs the bounds
+    assert "needs value bounds" in free(sess, "SELECT REGR_COUNT(y, x), REGR_SXX(y, x) FROM q", errors.PolicyError)
+
+
 # -- refusals -----------------------------------------------------------------------------------------------
 
 

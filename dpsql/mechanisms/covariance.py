@@ -41,7 +41,8 @@ The statistic is computed from released values only (post-processing, no further
 
 (SQL's definitions: n var_pop, n covar_pop, corr^2 with REGR_R2's rules: NULL where var_pop(x) = 0, else 1
 where var_pop(y) = 0; x is b). REGR_COUNT is the released count itself (a noisy count, as COUNT's: it may be
-below 0). REGR_AVGX, REGR_AVGY, REGR_SXX, REGR_SYY, REGR_SXY are NULL where the released count is below 1
+below 0; over arguments without bounds the analysis answers it as COUNT of the rows where both are not NULL,
+``dpsql.plan.analyze``, not here). REGR_AVGX, REGR_AVGY, REGR_SXX, REGR_SYY, REGR_SXY are NULL where the released count is below 1
 (SQL: NULL over no pairs); REGR_R2 where it is below 2 or the released var_b is not positive (x's rule first,
 as in SQL), and 1 where var_b > 0 and the released var_a is not positive. REGR_SXX and REGR_SYY are at least 0,
 REGR_R2 in [0, 1]; REGR_SXY is not clipped (its range depends on the private count).

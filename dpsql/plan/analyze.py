@@ -319,6 +319,7 @@ class _Builder:
         self.violations: list[Violation] = []
         self.aggregates: list[ir.Aggregate] = []
         self._aggregate_names: dict[tuple[object, ...], str] = {}  # the key of each of self.aggregates -> its name
+        self._unbounded: set[int] = set()  # the violations that only say an argument has no bounds (by id)
         self.keys: list[ir.GroupKey] = []
         self.table: TableSpec | None = None
         self.aliases: set[str] = set()
@@ -511,11 +512,21 @@ class _Builder:
                     return None
                 kind = ir.COUNT_COL
         elif type(node) in _PAIR_KINDS:
+            before = len(self.violations)
             got2 = self.pair_bounds(node)
-            if got2 is None:
+            if got2 is None and isinstance(node, exp.RegrCount) and len(self.violations) > before and all(
+                    id(v) in self._unbounded for v in self.violations[before:]):
+                # counting needs no bounds: the rows where both arguments are not NULL, as a COUNT's
+                del self.violations[before:]
+                value = self.pair_count_value(node)
+                if value is None:
+                    return None
+                kind = ir.COUNT_COL
+            elif got2 is None:
                 return None
-            kind = _PAIR_KINDS[type(node)]
-            (column, value, bounds), second = got2
+            else:
+                kind = _PAIR_KINDS[type(node)]
+                (column, value, bounds), second = got2
         elif type(node) in _VALUE_KINDS or (isinstance(node, exp.Anonymous) and str(node.this).lower() in ANON_AGGS):
             kind = _value_kind(node)
             fn = _written(node)
@@ -576,6 +587,32 @@ class _Builder:
                                f"e.g. LEAST(GREATEST(expr, lo), hi) with lo < hi)")
                 return None
         return first, second
+
+    def pair_count_value(self, node: exp.Expression) -> exp.Expression | None:
+        """REGR_COUNT(y, x) of arguments without bounds: COUNT's value of ``CASE WHEN y IS NOT NULL AND x IS NOT
+        NULL THEN 1 END`` (:meth:`count_value`), each argument typed numeric (as the bounded form's are)."""
+        assert self.table is not None
+        fn, failed = _written(node), False
+        for a in (node.this, node.expression):
+            try:
+                typed = type_checked(a, dict(self.table.schema))
+            except TypeRefusal as e:
+                failed = True
+                seen = {(v.line, v.col) for v in self.violations}  # e.g. an unknown column: named once, already
+                for n, m in e.problems:
+                    v = violation(n if n is not None else node, self.sql, f"{fn}: {m}")
+                    if (v.line, v.col) not in seen or v.line is None:
+                        self.violations.append(v)
+                continue
+            if not (typed.type.numeric or typed.type.kind == "bool"):
+                failed = True
+                self.bad(node, f"{fn} needs numeric arguments, got {typed.type} (hint: cast it, e.g. "
+                               f"{fn}(CAST(y AS DOUBLE), x))")
+        if failed:
+            return None
+        both = exp.and_(*(exp.Not(this=exp.Is(this=exp.Paren(this=a.copy()), expression=exp.Null()))
+                          for a in (node.this, node.expression)))
+        return self.count_value(node, exp.Case(ifs=[exp.If(this=both, true=exp.Literal.number(1))]))
 
     def distinct_value(self, node: exp.Expression, arg: exp.Expression) -> exp.Expression | None:
         """COUNT(DISTINCT expr), e.g. ``COUNT(DISTINCT lower(email))``: the expression (over unqualified columns),
@@ -672,6 +709,7 @@ class _Builder:
                     f"{_as_named(inner, column)} counts as lo, as in SQL)",
                     policy=True,
                 )
+                self._unbounded.add(id(self.violations[-1]))
                 return None
             lo, hi = float(declared[0]), float(declared[1])
         else:
@@ -693,6 +731,7 @@ class _Builder:
                     return None
                 self.bad(node, f"{fn} over an expression needs bounds: {e.message} (hint: write "
                                f"{call('LEAST(GREATEST(expr, lo), hi)')} with literal bounds, or declare the columns' bounds)")
+                self._unbounded.add(id(self.violations[-1]))
                 return None
         if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > MAX_BOUND:
             self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
