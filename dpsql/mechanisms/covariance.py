@@ -47,8 +47,8 @@ below 0; over arguments without bounds the analysis answers it as COUNT of the r
 as in SQL), and 1 where var_b > 0 and the released var_a is not positive. REGR_SXX and REGR_SYY are at least 0,
 REGR_R2 in [0, 1]; REGR_SXY is not clipped (its range depends on the private count).
 
-NULL where the released count is below 1 (COVAR_POP), below 2 (COVAR_SAMP, CORR, REGR), for CORR
-where a released variance var_a or var_b is not positive, for REGR where var_b is not positive (the
+NULL where the released count is below 1 (COVAR_POP), below 2 (COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT), for CORR
+where a released variance var_a or var_b is not positive, for REGR_SLOPE and REGR_INTERCEPT where var_b is not positive (the
 noisy sums say nothing about the spread then: a total rule on released values, never an error after
 the charge), and where a slope or intercept is not a finite double. COVAR and CORR are clipped to their
 possible range: |cov_pop| <= ra * rb, |cov_samp| <= 2 ra * rb (values in [-r, r] cannot co-vary

@@ -319,7 +319,8 @@ class _Builder:
         self.violations: list[Violation] = []
         self.aggregates: list[ir.Aggregate] = []
         self._aggregate_names: dict[tuple[object, ...], str] = {}  # the key of each of self.aggregates -> its name
-        self._unbounded: set[int] = set()  # the violations that only say an argument has no bounds (by id)
+        #: the violations that only say an argument has no bounds, by id (held here: an id is never reused)
+        self._unbounded: dict[int, Violation] = {}
         self.keys: list[ir.GroupKey] = []
         self.table: TableSpec | None = None
         self.aliases: set[str] = set()
@@ -709,7 +710,7 @@ class _Builder:
                     f"{_as_named(inner, column)} counts as lo, as in SQL)",
                     policy=True,
                 )
-                self._unbounded.add(id(self.violations[-1]))
+                self._unbounded[id(self.violations[-1])] = self.violations[-1]
                 return None
             lo, hi = float(declared[0]), float(declared[1])
         else:
@@ -731,7 +732,7 @@ class _Builder:
                     return None
                 self.bad(node, f"{fn} over an expression needs bounds: {e.message} (hint: write "
                                f"{call('LEAST(GREATEST(expr, lo), hi)')} with literal bounds, or declare the columns' bounds)")
-                self._unbounded.add(id(self.violations[-1]))
+                self._unbounded[id(self.violations[-1])] = self.violations[-1]
                 return None
         if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > MAX_BOUND:
             self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
