@@ -141,9 +141,12 @@ QUERIES = {
     "variance": "SELECT VARIANCE(amount) AS v, STDDEV(amount) AS s FROM events",
     "variance_grouped": "SELECT country, VARIANCE(amount) AS v FROM events GROUP BY country",
     "covariance": ("SELECT COVAR_POP(amount, LEAST(GREATEST(age, 0), 99)) AS c, CORR(LEAST(GREATEST(age, 0), 99), "
-                   "amount) AS r, REGR_INTERCEPT(amount, LEAST(GREATEST(age, 0), 99)) AS i FROM events"),
+                   "amount) AS r, REGR_INTERCEPT(amount, LEAST(GREATEST(age, 0), 99)) AS i, REGR_SXX(amount, "
+                   "LEAST(GREATEST(age, 0), 99)) AS sxx, REGR_COUNT(LEAST(GREATEST(age, 0), 99), amount) AS n FROM events"),
     "covariance_grouped": ("SELECT country, COVAR_SAMP(amount, amount * 2 - 10) AS c, CORR(CASE WHEN action = 'view' "
-                           "THEN amount END, LEAST(GREATEST(age - 50, -40), 40)) AS r FROM events1 GROUP BY country"),
+                           "THEN amount END, LEAST(GREATEST(age - 50, -40), 40)) AS r, REGR_R2(amount, amount * 2 - 10) AS r2, "
+                           "REGR_AVGY(amount, LEAST(GREATEST(age, 0), 99) / 4) AS ay, REGR_SYY(amount, LEAST(GREATEST(age, 0), 99) / 4) AS syy "
+                           "FROM events1 GROUP BY country"),
     "expression_sum": "SELECT SUM(amount * 2 + 1) AS s, AVG(LEAST(GREATEST(amount, 10), 50)) AS a FROM events",
     "group_without_aggregate": "SELECT url FROM events GROUP BY url",
     "count_distinct": "SELECT COUNT(DISTINCT url) AS n FROM events",

@@ -38,6 +38,7 @@ from dpsql.rewrite.bound import (
     ReleasedColumn,
     bounded_query,
     pair_columns,
+    pair_sources,
     released_columns,
     source_column,
 )
@@ -83,7 +84,7 @@ def needed_columns(plan: ir.QueryPlan, caps: Caps) -> list[Any]:
     need |= {a.name + "_sum" for a in plan.aggregates if a.kind in (ir.AVG, *ir.VARIANCE_KINDS)}
     need |= {a.name + "_cnt" for a in plan.aggregates if a.kind in (ir.AVG, *ir.VARIANCE_KINDS)}
     need |= {a.name + "_sq" for a in plan.aggregates if a.kind in ir.VARIANCE_KINDS}
-    need |= {a.name + c for a in plan.aggregates if a.kind in ir.PAIR_KINDS for c in pair_columns(a.kind)}
+    need |= {lead + c for lead, reads in pair_sources(plan).values() for c in reads}
     return [c for c in released_columns(plan, caps) if c.name in need]
 
 
@@ -97,6 +98,10 @@ def columns_words(plan: ir.QueryPlan, names: list[str]) -> dict[str, str]:
     """:func:`column_words` of each of ``names``: the aggregates are indexed once (looked up by the
     column name and its prefixes before a '_'), not scanned again for each column."""
     index = {a.name: i for i, a in enumerate(plan.aggregates)}
+    shared: dict[str, list[str]] = {}  # a pair's columns carry every aggregate of the pair (bound.pair_sources)
+    for n, (lead, _) in pair_sources(plan).items():
+        if n != lead:
+            shared.setdefault(lead, []).append(plan.aggregates[index[n]].sql)
     out: dict[str, str] = {}
     for name in names:
         if name == "__users":
@@ -104,6 +109,7 @@ def columns_words(plan: ir.QueryPlan, names: list[str]) -> dict[str, str]:
         else:  # the aggregates named ``name`` or a prefix of it followed by '_'
             cut = [name] + [name[:k] for k, ch in enumerate(name) if ch == "_"]
             sqls = [plan.aggregates[i].sql for i in sorted({index[c] for c in cut if c in index})]
+            sqls += [q for c in cut for q in shared.get(c, ())]
         out[name] = ", ".join(dict.fromkeys(sqls)) if sqls else "the count of people per group"
     return out
 
@@ -252,13 +258,14 @@ def finish_release(
         gran[c.name] = g
         rounded[c.name] = round_to_granularity(noisy[c.name], g)
     accuracy: dict[str, dict[str, Any]] = {}
+    pairs = pair_sources(plan)
     for a in plan.aggregates:
         src = source_column(a, cal.caps)
         if a.kind in ir.VARIANCE_KINDS:
             _finish_variance(plan, cal, a, rounded, gran, cols, row_accuracy, accuracy)
             continue
         if a.kind in ir.PAIR_KINDS:
-            _finish_pair(cal, a, rounded, gran, cols, row_accuracy, accuracy)
+            _finish_pair(cal, a, pairs[a.name][0], rounded, gran, cols, row_accuracy, accuracy)
             continue
         if a.kind == ir.AVG:
             assert a.bounds is not None
@@ -354,29 +361,41 @@ def share_half_width(cal: Calibration, col: str, gran: float, m: int) -> float:
     return covariance.laplace_share(m) * scale + grid / 2.0 + gran / 2.0
 
 
-def _finish_pair(cal: Calibration, a: ir.Aggregate, rounded: dict[str, np.ndarray], gran: dict[str, float],
+def _finish_pair(cal: Calibration, a: ir.Aggregate, lead: str, rounded: dict[str, np.ndarray], gran: dict[str, float],
                  cols: dict[str, Any], row_accuracy: dict[str, pa.Array], accuracy: dict[str, dict[str, Any]]) -> None:
-    """COVAR_POP / COVAR_SAMP / CORR from the released count and centred sums (post-processing)."""
+    """COVAR_POP / COVAR_SAMP / CORR / REGR_* from the released count and centred sums of the pair, released under
+    the name ``lead`` of its first aggregate (``bound.pair_sources``; post-processing). Its interval is the
+    statistic's range over the box of the m columns it reads (union bound over those m)."""
     assert a.bounds is not None and a.second is not None and a.second.bounds is not None
     ra, rb = (a.bounds[1] - a.bounds[0]) / 2.0, (a.second.bounds[1] - a.second.bounds[0]) / 2.0
     names = pair_columns(a.kind)
-    v = {c: rounded[a.name + c] for c in names}
-    h = {c: share_half_width(cal, a.name + c, gran[a.name + c], len(names)) for c in names}
-    args = (v["_cnt"], v["_sum"], v["_sumb"], v["_ab"], v.get("_sq"), v.get("_sqb"))
+    v = {c: rounded[lead + c] for c in names}
+    h = {c: share_half_width(cal, lead + c, gran[lead + c], len(names)) for c in names}
+    unread = np.zeros_like(v["_cnt"])  # a sum this aggregate does not read (nor its statistic)
+    args = (v["_cnt"], v.get("_sum", unread), v.get("_sumb", unread), v.get("_ab", unread), v.get("_sq"), v.get("_sqb"))
     ca, cb = (a.bounds[0] + a.bounds[1]) / 2.0, (a.second.bounds[0] + a.second.bounds[1]) / 2.0
     val = covariance.point(a.kind, *args, ra, rb, ca, cb)
     lo, hi = covariance.interval(a.kind, *args, h, ra, rb, ca, cb)
     mask = np.isnan(val)
-    cols[a.name] = pa.array(np.where(mask, 0.0, val), mask=mask, type=pa.float64())
+    if a.kind == ir.REGR_COUNT:  # the rounded noisy count, an integer as COUNT's
+        cols[a.name] = pa.array(np.where(mask, 0.0, val).astype(np.int64), mask=mask, type=pa.int64())
+    else:
+        cols[a.name] = pa.array(np.where(mask, 0.0, val), mask=mask, type=pa.float64())
     half = np.where(mask, np.nan, np.maximum(hi - np.where(mask, 0.0, val), np.where(mask, 0.0, val) - lo))
     row_accuracy[a.name] = pa.array(half, type=pa.float64())
     finite = half[np.isfinite(half)]
+    if a.kind == ir.REGR_COUNT:
+        accuracy[a.name] = {"noise_std": cal.std(lead + "_cnt"), "ci95_half_width": float(h["_cnt"]),
+                            "granularity": gran[lead + "_cnt"], "noise": cal.noise,
+                            "note": "the noisy count of the pairs where both arguments are not NULL (as COUNT's: an "
+                                    "integer, possibly below 0)"}
+        return
     accuracy[a.name] = {
         "ci95_half_width": float(np.median(finite)) if finite.size else None,
         "per_row_ci95_half_width": half.tolist(),
         "noise": cal.noise,
         "note": ("from noisy count and centred sums of the clamped pairs (" + ", ".join(names) + "; post-processing); "
-                 "NULL where the count is too small" + (" or a noisy variance is not positive" if a.kind in (ir.CORR, *covariance.REGR_KINDS) else "")
+                 "NULL where the count is too small" + (" or a noisy variance is not positive" if a.kind in (ir.CORR, ir.REGR_R2, *covariance.REGR_KINDS) else "")
                  + "; the interval contains the statistic's range over the columns' joint 95% noise box (union bound: "
                  "covers the bounded truth with probability >= 95%), as the largest distance from the released value to "
                  "either end, per row in per_row_ci95_half_width (ci95_half_width: median over rows)"),
@@ -413,7 +432,8 @@ def _finish_variance(plan: ir.QueryPlan, cal: Calibration, a: ir.Aggregate, roun
 def aggregate_types(plan: ir.QueryPlan) -> dict[str, str]:
     """The SQL type of each released aggregate: counts are integers, the rest DOUBLE."""
     return {
-        a.name: "BIGINT" if a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS, ir.COUNT_DISTINCT) else "DOUBLE"
+        a.name: "BIGINT" if a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS, ir.COUNT_DISTINCT, ir.REGR_COUNT)
+        else "DOUBLE"
         for a in plan.aggregates
     }
 
@@ -451,6 +471,7 @@ def expected_accuracy(cal: Calibration) -> dict[str, dict[str, Any]]:
     assert plan is not None
     by_name = {c.name: c for c in cal.columns}
     out: dict[str, dict[str, Any]] = {}
+    pairs = pair_sources(plan)
     for o in plan.outputs:
         try:
             a = plan.aggregate_by_name(o.source or "")
@@ -464,10 +485,15 @@ def expected_accuracy(cal: Calibration) -> dict[str, dict[str, Any]]:
                            "the interval depends on the released count", "column_noise_std": {
                                c: cal.std(a.name + c) for c in ("_cnt", "_sum", "_sq")}}
             continue
+        if a.kind == ir.REGR_COUNT:  # the pair's noisy count itself, as a COUNT's
+            src = pairs[a.name][0] + "_cnt"
+            gran = granularity_for(cal, by_name[src], plan)
+            out[o.name] = {"noise_std": cal.std(src), "ci95_half_width": cal.ci95(src) + gran / 2.0}
+            continue
         if a.kind in ir.PAIR_KINDS:
             out[o.name] = {"note": "from noisy count and centred sums (each noise_std in parameters.scales): the "
                            "interval depends on the released values", "column_noise_std": {
-                               c: cal.std(a.name + c) for c in pair_columns(a.kind)}}
+                               c: cal.std(pairs[a.name][0] + c) for c in pair_columns(a.kind)}}
             continue
         src = source_column(a, cal.caps)
         gran = granularity_for(cal, by_name[src], plan)

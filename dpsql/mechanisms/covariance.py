@@ -1,5 +1,6 @@
-"""COVAR_POP / COVAR_SAMP / CORR / REGR_SLOPE / REGR_INTERCEPT of two bounded values: post-processing
-of noisy bounded sums, with an honest 95% interval.
+"""COVAR_POP / COVAR_SAMP / CORR and the REGR_* family (REGR_SLOPE, REGR_INTERCEPT, REGR_COUNT, REGR_AVGX,
+REGR_AVGY, REGR_SXX, REGR_SYY, REGR_SXY, REGR_R2) of two bounded values: post-processing of noisy bounded
+sums, with an honest 95% interval.
 
 Privacy claim
 -------------
@@ -17,11 +18,16 @@ Per group it releases
   and REGR_INTERCEPT(a, b), whose independent variable is the second argument b, Qb only),
 
 with k = min(max_rows_per_group, max_rows_per_unit) rows kept per (unit, group) (one choice of
-rows for every aggregate of the query). These are 4 (COVAR), 5 (REGR) or 6 (CORR) released columns of the
-answering mechanism (``dpsql.mechanisms.basic``: Gaussian or snapped Laplace; or the sparse
+rows for every aggregate of the query). An aggregate reads only some of them (``bound.pair_columns``):
+COVAR_POP, COVAR_SAMP, REGR_SXY n, Sa, Sb, Sab; CORR, REGR_R2 all six; REGR_SLOPE, REGR_INTERCEPT n, Sa, Sb,
+Sab, Qb; REGR_COUNT n alone; REGR_AVGY n, Sa; REGR_AVGX n, Sb; REGR_SYY n, Sa, Qa; REGR_SXX n, Sb, Qb (a is
+the first argument, y; b the second, x). The aggregates of one query over the same two arguments in the same
+order read the same kept, clamped, centred pairs, so they share one release of the union of the columns they
+read (``bound.pair_sources``: under the name of the first of them); each column is released once, and
+charged once. These are 1 to 6 released columns of the answering mechanism (``dpsql.mechanisms.basic``: Gaussian or snapped Laplace; or the sparse
 histogram's extra columns), each noised on the scale of its own sensitivity: the budget is split
 evenly among the normalised columns (m in the L2 / L1 sensitivity sqrt(C * m) / C * m grows by
-4, 5 or 6). Every sum is the exact total of fixed-point integers (``bound.fixed_point_scale``).
+the number of columns released for the pair). Every sum is the exact total of fixed-point integers (``bound.fixed_point_scale``).
 The statistic is computed from released values only (post-processing, no further cost):
 
     cov_pop  = Sab / n - (Sa / n) (Sb / n)            (centring does not change a covariance)
@@ -29,9 +35,20 @@ The statistic is computed from released values only (post-processing, no further
     corr     = cov_pop / sqrt(var_a * var_b),  var_a = Qa / n - (Sa / n)^2 (likewise var_b),
     slope    = cov_pop / var_b,  intercept = mean_a - slope * mean_b,
                mean_a = ca + Sa / n clipped to a's bounds (ca their midpoint; likewise mean_b),
+    REGR_COUNT = n,  REGR_AVGY = mean_a,  REGR_AVGX = mean_b,
+    REGR_SYY = max(Qa - Sa^2 / n, 0),  REGR_SXX = max(Qb - Sb^2 / n, 0),  REGR_SXY = Sab - Sa Sb / n,
+    REGR_R2  = corr^2 where var_b > 0 and var_a > 0;  1 where var_b > 0 and var_a <= 0,
 
-NULL where the released count is below 1 (COVAR_POP), below 2 (COVAR_SAMP, CORR, REGR), for CORR
-where a released variance var_a or var_b is not positive, for REGR where var_b is not positive (the
+(SQL's definitions: n var_pop, n covar_pop, corr^2 with REGR_R2's rules: NULL where var_pop(x) = 0, else 1
+where var_pop(y) = 0; x is b). REGR_COUNT is the released count itself (a noisy count, as COUNT's: it may be
+below 0; over arguments without bounds the analysis answers it as COUNT of the rows where both are not NULL,
+``dpsql.plan.analyze``, not here). REGR_AVGX, REGR_AVGY, REGR_SXX, REGR_SYY, REGR_SXY are NULL where the released count is below 1
+(SQL: NULL over no pairs); REGR_R2 where it is below 2 or the released var_b is not positive (x's rule first,
+as in SQL), and 1 where var_b > 0 and the released var_a is not positive. REGR_SXX and REGR_SYY are at least 0,
+REGR_R2 in [0, 1]; REGR_SXY is not clipped (its range depends on the private count).
+
+NULL where the released count is below 1 (COVAR_POP), below 2 (COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT), for CORR
+where a released variance var_a or var_b is not positive, for REGR_SLOPE and REGR_INTERCEPT where var_b is not positive (the
 noisy sums say nothing about the spread then: a total rule on released values, never an error after
 the charge), and where a slope or intercept is not a finite double. COVAR and CORR are clipped to their
 possible range: |cov_pop| <= ra * rb, |cov_samp| <= 2 ra * rb (values in [-r, r] cannot co-vary
@@ -43,8 +60,10 @@ Accuracy (honest, not an approximation): each of the m columns lies within its t
 lambda ln(20 m) plus half the snapping grid; plus half the rounding grid), so all do at once
 with probability >= 95% (union bound). The interval reported contains the statistic's range over
 that box (bounded by interval arithmetic over the box's corners: wider than the exact range,
-never narrower), so it covers the bounded truth with probability >= 95%; for REGR it is unbounded
-(infinite) where the box holds a variance var_b of 0.
+never narrower), so it covers the bounded truth with probability >= 95%; for REGR_SLOPE and REGR_INTERCEPT it
+is unbounded (infinite) where the box holds a variance var_b of 0. m counts the columns the aggregate reads
+(a shared release has more, read by others: each statistic's union bound is over its own). REGR_COUNT's is
+the count's own (m = 1); REGR_R2's is CORR's interval squared (all of [0, 1] where CORR's is [-1, 1]).
 """
 
 from __future__ import annotations
@@ -57,6 +76,8 @@ import numpy as np
 from dpsql.plan import ir
 
 REGR_KINDS = (ir.REGR_SLOPE, ir.REGR_INTERCEPT)
+#: the regression aggregates read from fewer sums: no covariance-over-variance ratio
+MOMENT_KINDS = (ir.REGR_COUNT, ir.REGR_AVGX, ir.REGR_AVGY, ir.REGR_SXX, ir.REGR_SYY, ir.REGR_SXY)
 
 
 def z_share(m: int) -> float:
@@ -83,10 +104,17 @@ def point(kind: str, n: np.ndarray, sa: np.ndarray, sb: np.ndarray, sab: np.ndar
     """The released statistic from released sums (NaN where it is NULL, see the module docstring);
     ``ca``, ``cb``: the centring shifts (the bounds' midpoints) of the two arguments (REGR_INTERCEPT)."""
     n = np.asarray(n, dtype=np.float64)
+    if kind in MOMENT_KINDS:
+        return _moment_point(kind, n, sa, sb, sab, qa, qb, ra, rb, ca, cb)
     lim = _limit(kind, ra, rb)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         nn = np.maximum(n, 1.0)
         pop = sab / nn - (sa / nn) * (sb / nn)
+        if kind == ir.REGR_R2:  # CORR^2, NULL where var_b (x's) is not positive, else 1 where var_a (y's) is not
+            assert qa is not None and qb is not None
+            va, vb = qa / nn - (sa / nn) ** 2, qb / nn - (sb / nn) ** 2
+            r = np.clip(pop / np.sqrt(np.where((va > 0) & (vb > 0), va * vb, 1.0)), -1.0, 1.0)
+            return np.where((n >= 2) & (vb > 0), np.where(va > 0, r * r, 1.0), np.nan)
         if kind in REGR_KINDS:
             assert qb is not None
             vb = qb / nn - (sb / nn) ** 2
@@ -107,6 +135,58 @@ def point(kind: str, n: np.ndarray, sa: np.ndarray, sb: np.ndarray, sab: np.ndar
         return np.where(ok, np.clip(r, -1.0, 1.0), np.nan)
 
 
+def _moment_point(kind: str, n: np.ndarray, sa: np.ndarray, sb: np.ndarray, sab: np.ndarray, qa: np.ndarray | None,
+                  qb: np.ndarray | None, ra: float, rb: float, ca: float, cb: float) -> np.ndarray:
+    """REGR_COUNT (the released count itself), REGR_AVGX / REGR_AVGY (the midpoint plus the centred mean, clipped
+    to the bounds), REGR_SXX / REGR_SYY (the centred sum of squares less the squared sum over n, at least 0) and
+    REGR_SXY (the sum of products less the product of the sums over n): NULL where the count is below 1."""
+    if kind == ir.REGR_COUNT:
+        return n
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        nn = np.maximum(n, 1.0)
+        if kind == ir.REGR_AVGX:
+            out = np.clip(cb + sb / nn, cb - rb, cb + rb)
+        elif kind == ir.REGR_AVGY:
+            out = np.clip(ca + sa / nn, ca - ra, ca + ra)
+        elif kind == ir.REGR_SXX:
+            assert qb is not None
+            out = np.maximum(qb - sb * sb / nn, 0.0)
+        elif kind == ir.REGR_SYY:
+            assert qa is not None
+            out = np.maximum(qa - sa * sa / nn, 0.0)
+        else:
+            out = sab - sa * sb / nn
+        return np.where((n >= 1) & np.isfinite(out), out, np.nan)
+
+
+def _square_range(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The range of v^2 over v in [lo, hi]."""
+    low = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(lo * lo, hi * hi))
+    return low, np.maximum(lo * lo, hi * hi)
+
+
+def _moment_interval(kind: str, n: np.ndarray, sa: np.ndarray, sb: np.ndarray, sab: np.ndarray, qa: np.ndarray | None,
+                     qb: np.ndarray | None, h: dict[str, float], ra: float, rb: float, ca: float,
+                     cb: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`interval` of the MOMENT_KINDS: the statistic's range over the box of the columns it reads."""
+    if kind == ir.REGR_COUNT:
+        return n - h["_cnt"], n + h["_cnt"]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        n_lo, n_hi = np.maximum(n - h["_cnt"], 1.0), np.maximum(n + h["_cnt"], 1.0)
+        if kind in (ir.REGR_AVGX, ir.REGR_AVGY):
+            s, hs, c, r = (sb, h["_sumb"], cb, rb) if kind == ir.REGR_AVGX else (sa, h["_sum"], ca, ra)
+            m_lo, m_hi = _ratio_range(s - hs, s + hs, n_lo, n_hi)
+            return np.clip(c + m_lo, c - r, c + r), np.clip(c + m_hi, c - r, c + r)
+        if kind in (ir.REGR_SXX, ir.REGR_SYY):
+            s, q, hs, hq = (sb, qb, h["_sumb"], h["_sqb"]) if kind == ir.REGR_SXX else (sa, qa, h["_sum"], h["_sq"])
+            assert q is not None
+            sq_lo, sq_hi = _square_range(s - hs, s + hs)
+            return np.maximum(q - hq - sq_hi / n_lo, 0.0), np.maximum(q + hq - sq_lo / n_hi, 0.0)
+        p_lo, p_hi = _product_range(sa - h["_sum"], sa + h["_sum"], sb - h["_sumb"], sb + h["_sumb"])
+        d_lo, d_hi = _ratio_range(p_lo, p_hi, n_lo, n_hi)
+        return sab - h["_ab"] - d_hi, sab + h["_ab"] - d_lo
+
+
 def _ratio_range(lo: np.ndarray, hi: np.ndarray, d_lo: np.ndarray, d_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The range of x / d over x in [lo, hi], d in [d_lo, d_hi] with d_lo > 0."""
     c = np.stack([lo / d_lo, lo / d_hi, hi / d_lo, hi / d_hi])
@@ -124,6 +204,11 @@ def interval(kind: str, n: np.ndarray, sa: np.ndarray, sb: np.ndarray, sab: np.n
     """An interval containing the statistic's range over the box of each released column +- its half-width
     ``h`` (keyed by the column suffixes ``_cnt``, ``_sum``, ``_sumb``, ``_ab``, ``_sq``, ``_sqb``)."""
     n = np.asarray(n, dtype=np.float64)
+    if kind in MOMENT_KINDS:
+        return _moment_interval(kind, n, sa, sb, sab, qa, qb, h, ra, rb, ca, cb)
+    if kind == ir.REGR_R2:  # CORR's interval, squared (all of [0, 1] where the box holds a variance of 0)
+        r_lo, r_hi = interval(ir.CORR, n, sa, sb, sab, qa, qb, h, ra, rb)
+        return _square_range(r_lo, r_hi)
     lim = _limit(kind, ra, rb)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         n_lo, n_hi = np.maximum(n - h["_cnt"], 1.0), np.maximum(n + h["_cnt"], 1.0)

@@ -118,7 +118,10 @@ _VALUE_KINDS: dict[type, str] = {
 
 #: aggregates of two bounded values (``ir.PAIR_KINDS``, ``dpsql.mechanisms.covariance``)
 _PAIR_KINDS: dict[type, str] = {exp.CovarPop: ir.COVAR_POP, exp.CovarSamp: ir.COVAR_SAMP, exp.Corr: ir.CORR,
-                                exp.RegrSlope: ir.REGR_SLOPE, exp.RegrIntercept: ir.REGR_INTERCEPT}
+                                exp.RegrSlope: ir.REGR_SLOPE, exp.RegrIntercept: ir.REGR_INTERCEPT,
+                                exp.RegrCount: ir.REGR_COUNT, exp.RegrAvgx: ir.REGR_AVGX, exp.RegrAvgy: ir.REGR_AVGY,
+                                exp.RegrSxx: ir.REGR_SXX, exp.RegrSyy: ir.REGR_SYY, exp.RegrSxy: ir.REGR_SXY,
+                                exp.RegrR2: ir.REGR_R2}
 
 
 def _value_kind(node: exp.Expression) -> str:
@@ -133,8 +136,8 @@ def _written(node: exp.Expression) -> str:
         return str(node.this).upper()
     return {exp.Variance: "VARIANCE", exp.VariancePop: "VAR_POP", exp.Stddev: "STDDEV", exp.StddevSamp: "STDDEV_SAMP",
             exp.StddevPop: "STDDEV_POP", exp.Sum: "SUM", exp.Avg: "AVG", exp.CovarPop: "COVAR_POP",
-            exp.CovarSamp: "COVAR_SAMP", exp.Corr: "CORR", exp.RegrSlope: "REGR_SLOPE",
-            exp.RegrIntercept: "REGR_INTERCEPT"}.get(type(node), type(node).__name__.upper())
+            exp.CovarSamp: "COVAR_SAMP", exp.Corr: "CORR",
+            **{t: k.upper() for t, k in _PAIR_KINDS.items()}}.get(type(node), type(node).__name__.upper())
 
 
 def is_bin_column(name: str, table: TableSpec) -> bool:
@@ -247,7 +250,8 @@ def _unsupported_aggregate(node: exp.Expression, sql: str) -> str:
     """The refusal of an aggregate that is not answered, naming its supported form when it has one
     (``approx_count_distinct(x)``: ``COUNT(DISTINCT x)``; ``count_if(c)``: ``COUNT(*) FILTER (WHERE c)``)."""
     msg = (f"aggregate {_agg_name(node, sql)} is not supported; use COUNT, SUM, AVG, VARIANCE, STDDEV, COVAR_POP, "
-           "COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT, MIN, MAX, MEDIAN or QUANTILE")
+           "COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT, REGR_COUNT, REGR_AVGX, REGR_AVGY, REGR_SXX, REGR_SYY, "
+           "REGR_SXY, REGR_R2, MIN, MAX, MEDIAN or QUANTILE")
     arg = node.this if isinstance(node, (exp.ApproxDistinct, exp.CountIf)) else None
     if isinstance(arg, exp.Column) and isinstance(node, exp.ApproxDistinct):
         return f"{msg}: the distinct values are counted exactly by COUNT(DISTINCT {quoted(arg)})"
@@ -315,6 +319,8 @@ class _Builder:
         self.violations: list[Violation] = []
         self.aggregates: list[ir.Aggregate] = []
         self._aggregate_names: dict[tuple[object, ...], str] = {}  # the key of each of self.aggregates -> its name
+        #: the violations that only say an argument has no bounds, by id (held here: an id is never reused)
+        self._unbounded: dict[int, Violation] = {}
         self.keys: list[ir.GroupKey] = []
         self.table: TableSpec | None = None
         self.aliases: set[str] = set()
@@ -507,11 +513,21 @@ class _Builder:
                     return None
                 kind = ir.COUNT_COL
         elif type(node) in _PAIR_KINDS:
+            before = len(self.violations)
             got2 = self.pair_bounds(node)
-            if got2 is None:
+            if got2 is None and isinstance(node, exp.RegrCount) and len(self.violations) > before and all(
+                    id(v) in self._unbounded for v in self.violations[before:]):
+                # counting needs no bounds: the rows where both arguments are not NULL, as a COUNT's
+                del self.violations[before:]
+                value = self.pair_count_value(node)
+                if value is None:
+                    return None
+                kind = ir.COUNT_COL
+            elif got2 is None:
                 return None
-            kind = _PAIR_KINDS[type(node)]
-            (column, value, bounds), second = got2
+            else:
+                kind = _PAIR_KINDS[type(node)]
+                (column, value, bounds), second = got2
         elif type(node) in _VALUE_KINDS or (isinstance(node, exp.Anonymous) and str(node.this).lower() in ANON_AGGS):
             kind = _value_kind(node)
             fn = _written(node)
@@ -572,6 +588,32 @@ class _Builder:
                                f"e.g. LEAST(GREATEST(expr, lo), hi) with lo < hi)")
                 return None
         return first, second
+
+    def pair_count_value(self, node: exp.Expression) -> exp.Expression | None:
+        """REGR_COUNT(y, x) of arguments without bounds: COUNT's value of ``CASE WHEN y IS NOT NULL AND x IS NOT
+        NULL THEN 1 END`` (:meth:`count_value`), each argument typed numeric (as the bounded form's are)."""
+        assert self.table is not None
+        fn, failed = _written(node), False
+        for a in (node.this, node.expression):
+            try:
+                typed = type_checked(a, dict(self.table.schema))
+            except TypeRefusal as e:
+                failed = True
+                seen = {(v.line, v.col) for v in self.violations}  # e.g. an unknown column: named once, already
+                for n, m in e.problems:
+                    v = violation(n if n is not None else node, self.sql, f"{fn}: {m}")
+                    if (v.line, v.col) not in seen or v.line is None:
+                        self.violations.append(v)
+                continue
+            if not (typed.type.numeric or typed.type.kind == "bool"):
+                failed = True
+                self.bad(node, f"{fn} needs numeric arguments, got {typed.type} (hint: cast it, e.g. "
+                               f"{fn}(CAST(y AS DOUBLE), x))")
+        if failed:
+            return None
+        both = exp.and_(*(exp.Not(this=exp.Is(this=exp.Paren(this=a.copy()), expression=exp.Null()))
+                          for a in (node.this, node.expression)))
+        return self.count_value(node, exp.Case(ifs=[exp.If(this=both, true=exp.Literal.number(1))]))
 
     def distinct_value(self, node: exp.Expression, arg: exp.Expression) -> exp.Expression | None:
         """COUNT(DISTINCT expr), e.g. ``COUNT(DISTINCT lower(email))``: the expression (over unqualified columns),
@@ -668,6 +710,7 @@ class _Builder:
                     f"{_as_named(inner, column)} counts as lo, as in SQL)",
                     policy=True,
                 )
+                self._unbounded[id(self.violations[-1])] = self.violations[-1]
                 return None
             lo, hi = float(declared[0]), float(declared[1])
         else:
@@ -689,6 +732,7 @@ class _Builder:
                     return None
                 self.bad(node, f"{fn} over an expression needs bounds: {e.message} (hint: write "
                                f"{call('LEAST(GREATEST(expr, lo), hi)')} with literal bounds, or declare the columns' bounds)")
+                self._unbounded[id(self.violations[-1])] = self.violations[-1]
                 return None
         if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > MAX_BOUND:
             self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s argument are too large (at most 1e15 in magnitude) "

@@ -29,7 +29,9 @@ from dpsql.plan.quantiles import QUANTILE_AGGS
 from dpsql.plan.typer import func_name, node_problem
 
 SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop,
-                  exp.CovarPop, exp.CovarSamp, exp.Corr, exp.RegrSlope, exp.RegrIntercept, *QUANTILE_AGGS)
+                  exp.CovarPop, exp.CovarSamp, exp.Corr, exp.RegrSlope, exp.RegrIntercept,
+                  exp.RegrCount, exp.RegrAvgx, exp.RegrAvgy, exp.RegrSxx, exp.RegrSyy, exp.RegrSxy, exp.RegrR2,
+                  *QUANTILE_AGGS)
 
 #: aggregates sqlglot reads as plain function calls (other engines' spellings) -> the kind they are
 ANON_AGGS = {"var": "var_samp", "varp": "var_pop", "std": "stddev_samp", "stdevp": "stddev_pop"}

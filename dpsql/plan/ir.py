@@ -32,8 +32,16 @@ COVAR_SAMP = "covar_samp"  # COVAR_SAMP(a, b)
 CORR = "corr"  # CORR(a, b): also the centred sums of squares of a and b
 REGR_SLOPE = "regr_slope"  # REGR_SLOPE(y, x): also the centred sum of squares of x (the second argument)
 REGR_INTERCEPT = "regr_intercept"  # REGR_INTERCEPT(y, x)
+REGR_COUNT = "regr_count"  # REGR_COUNT(y, x): the count of the pairs alone
+REGR_AVGX = "regr_avgx"  # REGR_AVGX(y, x): count and centred sum of x
+REGR_AVGY = "regr_avgy"  # REGR_AVGY(y, x): count and centred sum of y
+REGR_SXX = "regr_sxx"  # REGR_SXX(y, x): count, centred sum and sum of squares of x
+REGR_SYY = "regr_syy"  # REGR_SYY(y, x): count, centred sum and sum of squares of y
+REGR_SXY = "regr_sxy"  # REGR_SXY(y, x): COVAR_POP's sums
+REGR_R2 = "regr_r2"  # REGR_R2(y, x): CORR's sums
 #: aggregates of two values (``Aggregate.second``) released through centred sums: dpsql.mechanisms.covariance
-PAIR_KINDS = (COVAR_POP, COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT)
+PAIR_KINDS = (COVAR_POP, COVAR_SAMP, CORR, REGR_SLOPE, REGR_INTERCEPT, REGR_COUNT, REGR_AVGX, REGR_AVGY, REGR_SXX,
+              REGR_SYY, REGR_SXY, REGR_R2)
 #: aggregates that read a clamped value (a column, or ``Aggregate.value``)
 VALUE_KINDS = (SUM, AVG, *VARIANCE_KINDS, *PAIR_KINDS)
 #: aggregates whose clamped values are centred on their bounds' midpoint

@@ -279,12 +279,23 @@ def position(node: exp.Expression, sql: str, rendered: str | None = None) -> tup
     return line_col(sql, best)
 
 
+#: sqlglot's report of a call with too few arguments, naming its own class (``REGR_COUNT()``)
+_MISSING_ARGUMENT = re.compile(r"Required keyword: '\w+' missing for <class 'sqlglot\.expressions\.(?:\w+\.)*(\w+)'>")
+
+
+def _missing_argument(m: re.Match[str]) -> str:
+    cls = getattr(exp, m.group(1), None)
+    func: type[exp.Func] | None = cls if isinstance(cls, type) and issubclass(cls, exp.Func) else None
+    names = func.sql_names() if func is not None else []
+    return f"{names[0] if names else m.group(1).upper()} is missing an argument"
+
+
 def _clean_description(desc: str) -> str:
     def repl(m: re.Match[str]) -> str:
         kind, text = m.group(1), m.group(2)
         return "the end of the query" if kind == "SENTINEL" else repr(text)
 
-    return _TOKEN_REPR.sub(repl, desc)
+    return _MISSING_ARGUMENT.sub(_missing_argument, _TOKEN_REPR.sub(repl, desc))
 
 
 _BRACKETED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_ $#@]*")

@@ -234,6 +234,7 @@ def released_columns(plan: ir.QueryPlan, caps: Caps) -> list[ReleasedColumn]:
     """The numeric columns of the bounded result and the sensitivity each one has."""
     k = caps.rows_per_group_bound  # min(k, L)
     cols = [ReleasedColumn("__users", 1.0, "users")]
+    pairs: dict[str, tuple[str, tuple[str, ...]]] | None = None
     for a in plan.aggregates:
         if source_column(a, caps) == "__users":
             continue  # identical to __users
@@ -258,26 +259,58 @@ def released_columns(plan: ir.QueryPlan, caps: Caps) -> list[ReleasedColumn]:
             cols.append(ReleasedColumn(a.name + "_sq", _times_up(k, m2), "sum", fixed_point_scale(m2)))
         elif a.kind in ir.PAIR_KINDS:
             # (dpsql.mechanisms.covariance) centred values a in [-ma, ma], b in [-mb, mb] of the rows where both
-            # are non-NULL; their products in [-fl(ma * mb), fl(ma * mb)] (rounding is monotone)
+            # are non-NULL; their products in [-fl(ma * mb), fl(ma * mb)] (rounding is monotone); the columns
+            # every aggregate of the pair reads, once, under the name of the pair's first aggregate
             assert a.second is not None
+            if pairs is None:
+                pairs = pair_sources(plan)
+            lead, reads = pairs[a.name]
+            if lead != a.name:
+                continue
             _, m, m2 = _value_range(a)
             _, mb, mb2 = _value_range(a.second)
             mab = _product_range(a)
-            cols.append(ReleasedColumn(a.name + "_cnt", k, "count"))
-            cols.append(ReleasedColumn(a.name + "_sum", _times_up(k, m), "sum", fixed_point_scale(m)))
-            cols.append(ReleasedColumn(a.name + "_sumb", _times_up(k, mb), "sum", fixed_point_scale(mb)))
-            cols.append(ReleasedColumn(a.name + "_ab", _times_up(k, mab), "sum", fixed_point_scale(mab)))
-            if "_sq" in pair_columns(a.kind):
-                cols.append(ReleasedColumn(a.name + "_sq", _times_up(k, m2), "sum", fixed_point_scale(m2)))
-            if "_sqb" in pair_columns(a.kind):
-                cols.append(ReleasedColumn(a.name + "_sqb", _times_up(k, mb2), "sum", fixed_point_scale(mb2)))
+            sens = {"_sum": m, "_sumb": mb, "_ab": mab, "_sq": m2, "_sqb": mb2}
+            cols += [ReleasedColumn(a.name + c, k, "count") if c == "_cnt" else
+                     ReleasedColumn(a.name + c, _times_up(k, sens[c]), "sum", fixed_point_scale(sens[c])) for c in reads]
     return cols
 
 
+#: the released columns of a pair (y, x) (``dpsql.mechanisms.covariance``): count, centred sums of y and x, of
+#: y * x, of y^2 and x^2, in this order
+PAIR_SUFFIXES = ("_cnt", "_sum", "_sumb", "_ab", "_sq", "_sqb")
+_PAIR_READS = {
+    ir.COVAR_POP: PAIR_SUFFIXES[:4], ir.COVAR_SAMP: PAIR_SUFFIXES[:4], ir.CORR: PAIR_SUFFIXES,
+    ir.REGR_SLOPE: (*PAIR_SUFFIXES[:4], "_sqb"), ir.REGR_INTERCEPT: (*PAIR_SUFFIXES[:4], "_sqb"),
+    ir.REGR_COUNT: ("_cnt",), ir.REGR_AVGX: ("_cnt", "_sumb"), ir.REGR_AVGY: ("_cnt", "_sum"),
+    ir.REGR_SXX: ("_cnt", "_sumb", "_sqb"), ir.REGR_SYY: ("_cnt", "_sum", "_sq"), ir.REGR_SXY: PAIR_SUFFIXES[:4],
+    ir.REGR_R2: PAIR_SUFFIXES,
+}
+
+
 def pair_columns(kind: str) -> tuple[str, ...]:
-    """The suffixes of the released columns of a PAIR_KINDS aggregate (:func:`released_columns`)."""
-    squares = ("_sq", "_sqb") if kind == ir.CORR else ("_sqb",) if kind in (ir.REGR_SLOPE, ir.REGR_INTERCEPT) else ()
-    return ("_cnt", "_sum", "_sumb", "_ab", *squares)
+    """The suffixes of the released columns a PAIR_KINDS aggregate reads (:func:`released_columns`)."""
+    return _PAIR_READS[kind]
+
+
+def _pair_identity(a: ir.Aggregate) -> tuple[object, ...]:
+    assert a.second is not None
+    return tuple((b.column, b.bounds, b.value.sql(dialect="duckdb") if b.value is not None else None)
+                 for b in (a, a.second))
+
+
+def pair_sources(plan: ir.QueryPlan) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Of each PAIR_KINDS aggregate: the aggregate whose released columns carry its pair's sums (the query's first
+    aggregate of the same two arguments, in the same order: its values, bounds and kept rows are the same), and
+    the suffixes that one releases (the union of what the pair's aggregates read, :func:`pair_columns`)."""
+    lead: dict[tuple[object, ...], str] = {}
+    source: dict[str, str] = {}
+    reads: dict[str, set[str]] = {}
+    for a in plan.aggregates:
+        if a.kind in ir.PAIR_KINDS:
+            first = source[a.name] = lead.setdefault(_pair_identity(a), a.name)
+            reads.setdefault(first, set()).update(pair_columns(a.kind))
+    return {n: (f, tuple(c for c in PAIR_SUFFIXES if c in reads[f])) for n, f in source.items()}
 
 
 def _times_up(k: float, m: float) -> float:
@@ -902,6 +935,7 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit", copy=False)]
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     value_cols: list[str] = []
+    pairs = pair_sources(plan)
     for a in plan.aggregates:
         if a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT):
             # COUNT(col): whether the column is NULL (:func:`_present`); COUNT(DISTINCT col): the column as it is;
@@ -914,6 +948,8 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
             value_cols.append(f"{a.name}_v")
         elif a.kind in ir.PAIR_KINDS:
             assert a.second is not None
+            if pairs[a.name][0] != a.name:
+                continue  # the pair's first aggregate carries its values
             va, vb = _clamped_input(a, plan.table.schema, ops), _clamped_input(a.second, plan.table.schema, ops)
             proj.append(exp.alias_(_both(va, vb.copy()), f"{a.name}_v", copy=False))
             proj.append(exp.alias_(_both(vb, va.copy()), f"{a.name}_w", copy=False))
@@ -1041,6 +1077,7 @@ def bounded_query(
     then one row per group with ``__users`` and the aggregates' bounded sums."""
     ops = ops if ops is not None else DEFAULT_OPS
     keys = [k.name for k in plan.keys]
+    pairs = pair_sources(plan)
     need_values = any(a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT, *ir.VALUE_KINDS) for a in plan.aggregates)
 
     # k = 1 with values and no L: one aggregate picks each (unit, group)'s row (no windows)
@@ -1106,15 +1143,22 @@ def bounded_query(
         elif a.kind == ir.SUM:
             ug_proj.append(exp.alias_(ops.exact_sum(_col(f"{a.name}_v")), f"{a.name}_s", copy=False))
         elif a.kind in ir.PAIR_KINDS:
+            lead, reads = pairs[a.name]
+            if lead != a.name:
+                continue  # read from the pair's first aggregate's sums
             v, w = f"{a.name}_v", f"{a.name}_w"
-            ug_proj.append(exp.alias_(exp.Count(this=_col(v)), f"{a.name}_c", copy=False))
-            ug_proj.append(exp.alias_(ops.exact_sum(_col(v)), f"{a.name}_s", copy=False))
-            ug_proj.append(exp.alias_(ops.exact_sum(_col(w)), f"{a.name}_t", copy=False))
-            ug_proj.append(exp.alias_(ops.exact_sum(_fixed_product(a, _col(v), _col(w), ops)), f"{a.name}_p", copy=False))
             assert a.second is not None
-            if "_sq" in pair_columns(a.kind):
+            ug_proj.append(exp.alias_(exp.Count(this=_col(v)), f"{a.name}_c", copy=False))
+            if "_sum" in reads:
+                ug_proj.append(exp.alias_(ops.exact_sum(_col(v)), f"{a.name}_s", copy=False))
+            if "_sumb" in reads:
+                ug_proj.append(exp.alias_(ops.exact_sum(_col(w)), f"{a.name}_t", copy=False))
+            if "_ab" in reads:
+                ug_proj.append(exp.alias_(ops.exact_sum(_fixed_product(a, _col(v), _col(w), ops)), f"{a.name}_p",
+                                          copy=False))
+            if "_sq" in reads:
                 ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(v), ops)), f"{a.name}_q", copy=False))
-            if "_sqb" in pair_columns(a.kind):
+            if "_sqb" in reads:
                 ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a.second, _col(w), ops)), f"{a.name}_r",
                                           copy=False))
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
@@ -1171,11 +1215,11 @@ def bounded_query(
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name, copy=False))
         elif a.kind == ir.SUM:
             out.append(exp.alias_(vsum(f"{a.name}_s"), a.name, copy=False))
-        elif a.kind in ir.PAIR_KINDS:
+        elif a.kind in ir.PAIR_KINDS and pairs[a.name][0] == a.name:
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt", copy=False))
             out += [exp.alias_(vsum(f"{a.name}_{x}"), a.name + suffix, copy=False)
                     for x, suffix in (("s", "_sum"), ("t", "_sumb"), ("p", "_ab"), ("q", "_sq"), ("r", "_sqb"))
-                    if suffix in pair_columns(a.kind)]
+                    if suffix in pairs[a.name][1]]
         elif a.kind == ir.AVG or a.kind in ir.VARIANCE_KINDS:
             out.append(exp.alias_(vsum(f"{a.name}_s"), a.name + "_sum", copy=False))
             out.append(exp.alias_(zsum(f"{a.name}_c"), a.name + "_cnt", copy=False))
