@@ -43,7 +43,7 @@ OPTIONS: dict[str, str] = {
     "clip_negative": "post-processing, any mechanism: release max(0, value) for counts and for sums and averages whose "
     "declared lower bound is >= 0 (default false: the unbiased noisy value, which can be negative)",
     "q": "DP-S4S (joins): the Poisson sampling rate of join tuples, in [2^-30, 1] (default 1/16, data independent; 1 = no sampling)",
-    "degree_caps": "joins with an enforced Delta: lower the owner's degree bounds for this query, e.g. {'orders.o_custkey': 16} (never above the declared bound)",
+    "degree_caps": "joins with an enforced Delta: lower the owner's degree bounds for this query, e.g. {'orders.o_custkey': 16} (never above the declared bound; refused where the lowered bounds leave Delta no longer enforced)",
     "max_tuples_per_user": "joins with an attested Delta: raise Delta above what the owner's declarations give (never lower)",
     "tau_base": "joins (DP-S4S, R2T): the base b of the truncation thresholds tau = b^i (default 5.5, the authors' code, "
     "with the ln(L/beta) bias; DP-S4S adds Delta on top: b^i < Delta, then Delta; 2 = the paper's Algorithm 2, "

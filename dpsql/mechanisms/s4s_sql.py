@@ -200,6 +200,15 @@ def calibrate(request: Request, name: MechanismName) -> JoinCalibration:
                 raise PolicyError(f"degree_caps[{key!r}]={v} is above the bound {reg:g} the data owner declared",
                                   hint=f"pass at most {reg:g}, or omit it")
         assert registered.enforced
+        if not people.enforced:
+            # the lowered bounds reorder the caps so that no capped partition belongs to one set of people: the
+            # Delta they give would hold uncapped, on the analyst's word alone (and amplify a sample's privacy)
+            named = ", ".join(f"'{k}'" for k in lowered)
+            raise PolicyError(
+                f"degree_caps {named}: with these bounds the join's row caps can no longer be applied stably (some input "
+                "would be capped before the rows that fix its other columns reaching people), so Delta would not be "
+                "enforced", hint="lower the other join columns' bounds too, or omit degree_caps "
+                f"(the declared bounds enforce Delta={registered.delta:g})")
     if math.isinf(people.delta):  # pragma: no cover - the analyser refuses unbounded plans
         raise PolicyError("the join tuples per person cannot be bounded from the catalog")
     delta_int = int(people.delta)
