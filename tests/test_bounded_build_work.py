@@ -93,3 +93,28 @@ def test_reading_a_bounded_query_renders_it_without_a_copy(sql: str) -> None:
         assert render(ast) == expected  # the tree still renders to the same query
     finally:
         backend.close()
+
+
+def test_the_analysis_renders_each_aggregate_call_once_for_its_spelling() -> None:
+    """The analysis renders an aggregate call of the SELECT list twice: once for its normalised text (the key
+    that merges equal aggregates) and once for its position and spelling in the query (the name its argument's
+    messages use); it rendered the call again for the spelling, a copy of its tree each time."""
+    from collections import Counter
+
+    from dpsql.plan.analyze import analyze
+
+    sql = "SELECT country, SUM(likes) AS s, AVG(likes) AS a, COUNT(*) AS n FROM events GROUP BY country"
+    rendered: Counter[str] = Counter()
+    original = exp.Expression.sql
+
+    def counting_sql(self: Any, *a: Any, **k: Any) -> str:
+        rendered[type(self).__name__] += 1
+        return original(self, *a, **k)
+
+    exp.Expression.sql = counting_sql  # type: ignore[method-assign]
+    try:
+        plan = analyze(sql, {"events": SPEC})
+    finally:
+        exp.Expression.sql = original  # type: ignore[method-assign]
+    assert [a.kind for a in plan.aggregates] == ["sum", "avg", "count_star"]
+    assert rendered["Sum"] == rendered["Avg"] == rendered["Count"] == 2, rendered

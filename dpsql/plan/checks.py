@@ -258,7 +258,10 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
             if _counts_distinct_expression(sub):
                 continue
             if isinstance(sub, SUPPORTED_AGGS) or isinstance(sub, exp.Anonymous):  # another: named by the analysis
-                name = (written_name(sub, sql) or (str(sub.this) if isinstance(sub, exp.Anonymous) else sub.sql_name())).upper()
+                # rendered once, for its position and its spelling (each rendering copies the call's tree)
+                rendered = None if is_big(sub) else sub.sql(dialect=DIALECT)
+                name = (written_name(sub, sql, rendered=rendered)
+                        or (str(sub.this) if isinstance(sub, exp.Anonymous) else sub.sql_name())).upper()
                 args = [a for c in sub.iter_expressions() if not isinstance(c, exp.Star)
                         for a in (c.expressions if isinstance(c, exp.Distinct) else [c])]
                 stack.extend((a, name, False) for a in reversed(args))
