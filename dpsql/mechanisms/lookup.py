@@ -79,7 +79,12 @@ def one_table_plan(plan: ir.QueryPlan, people: PeopleBound, catalog: Mapping[str
                              default=exp.Literal.number(1))
         aggregates.append(ir.Aggregate(b.kind, column, f"__a{j}", b.sql, b.bounds if b.kind == ir.SUM else None,
                                        value=value))
-    return dataclasses.replace(plan, table=table, where=None, aggregates=aggregates)
+    # a LEFT-joined lookup's column with a declared domain: that domain plus NULL, the group of the private rows no
+    # lookup row matches (and of the lookup's own NULLs), released like every declared key whatever the data
+    by_name = {k.name: k for k in jp.keys}
+    keys = [dataclasses.replace(k, domain=(*k.domain, None)) if k.domain is not None and None not in k.domain
+            and k.name in by_name and by_name[k.name].alias in jp.left else k for k in plan.keys]
+    return dataclasses.replace(plan, table=table, where=None, aggregates=aggregates, keys=keys)
 
 
 class LookupJoin:
