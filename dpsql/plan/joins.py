@@ -434,9 +434,10 @@ class _JoinBuilder:
             if a.split(SEP)[0] == b.split(SEP)[0]:
                 self.bad(c, "an ON equality must compare columns of two different inputs; move it into WHERE")
                 continue
-            if left and position is not None and self.inputs[position].alias not in (a.split(SEP)[0], b.split(SEP)[0]):
+            right = self.joined(join)
+            if left and right is not None and right.alias not in (a.split(SEP)[0], b.split(SEP)[0]):
                 self.bad(c, f"each equality in a LEFT JOIN's ON compares a column of the table it joins "
-                            f"('{self.inputs[position].alias}') with one of a table before it; move it into WHERE")
+                            f"('{right.alias}') with one of a table before it; move it into WHERE")
                 continue
             ta, tb = self.flat_schema[a], self.flat_schema[b]
             if _type_family(ta) != _type_family(tb):
@@ -448,19 +449,27 @@ class _JoinBuilder:
                          "UUID or BLOB column instead")
                 continue
             conds.append((a, b))
-        if left and position is not None:
-            self.left.append(self.inputs[position].alias)
+        right = self.joined(join)
+        if left and right is not None:
+            self.left.append(right.alias)
         return conds
 
-    def check_left(self, join: exp.Join, inp: _Input, conds: list[tuple[str, str]]) -> None:
+    def joined(self, join: exp.Join) -> _Input | None:
+        """The input ``join`` adds (None if refused)."""
+        return next((i for i in self.inputs if i.node is join.this), None)
+
+    def check_left(self, join: exp.Join, conds: list[tuple[str, str]]) -> None:
         """A LEFT JOIN is answered only to a public table (a lookup, ``ir.JoinPlan.left``; the route checks that it
         enters on a declared key), and an inner join after it may not name its columns (the bounded query joins the
         LEFT-joined lookups last, which keeps SQL's answer only then)."""
+        inp = self.joined(join)
+        if inp is None:
+            return
         if inp.alias in self.left and not inp.table.public:
-            self.bad(join, f"a LEFT JOIN keeps every row of the tables before it, and its table '{inp.table.name}' is "
-                           "not public: a LEFT JOIN is answered only from the private table to public lookup tables "
-                           "on their declared keys; write the private table first (FROM events e LEFT JOIN countries "
-                           "c ON e.cc = c.code), or use an inner JOIN")
+            self.bad(join, f"LEFT joins are not supported to a table that is not public ('{inp.table.name}'): a LEFT "
+                           "JOIN keeps every row of the tables before it, and is answered only from the private table "
+                           "to public lookup tables on their declared keys; write the private table first (FROM events "
+                           "e LEFT JOIN countries c ON e.cc = c.code), or use an inner JOIN ... ON")
         elif inp.alias not in self.left and self.left:
             named = sorted({x.split(SEP)[0] for pair in conds for x in pair} & set(self.left))
             if named:
@@ -580,7 +589,7 @@ class _JoinBuilder:
         conditions: list[tuple[str, str]] = []
         for k, j in enumerate(joins):
             conds = self.add_conditions(j, k + 1)
-            self.check_left(j, self.inputs[k + 1], conds)
+            self.check_left(j, conds)
             conditions += conds
         for a, b in conditions:
             self.uf.union(a, b)
