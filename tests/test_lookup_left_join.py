@@ -130,7 +130,9 @@ def test_group_by_a_declared_lookup_column_releases_the_domain_and_null(delta: f
 
 @pytest.mark.parametrize(("where", "keys"), [
     ("WHERE c.region = 'EU'", {"EU"}), ("WHERE c.region IS NULL", {None}),
-    ("WHERE c.region <> 'EU'", {"AS", "AM"}), ("WHERE c.code IS NULL", {*REGIONS, None})])
+    ("WHERE c.region <> 'EU'", {"AS", "AM"}), ("WHERE c.code IS NULL", {*REGIONS, None}),
+    # the inner join's rows, with the NULL group of the lookup's own NULLs (docs/sql.md)
+    ("WHERE c.code IS NOT NULL", {*REGIONS, None})])
 def test_group_by_with_where_on_the_lookup_matches_sql(where: str, keys: set[Any]) -> None:
     sql = f"SELECT c.region AS k, COUNT(*) AS n {JOIN} {where} GROUP BY c.region"
     _, got = _grouped(sql, 0.0)
@@ -163,12 +165,17 @@ def test_explain_shows_the_route_and_the_left_join() -> None:
     ("SELECT COUNT(*) FROM events e RIGHT JOIN countries c ON e.cc = c.code", {}, "RIGHT joins"),
     ("SELECT COUNT(*) FROM events e FULL JOIN countries c ON e.cc = c.code", {}, "FULL joins"),
     ("SELECT COUNT(*) FROM countries c LEFT JOIN events e ON e.cc = c.code", {}, "private"),
-    ("SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.name", {}, "declared key|declare"),
+    ("SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.name", {}, "not on a declared key"),
     ("SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code AND c.region = 'EU'", {}, "equalit"),
     ("SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code", {"mechanism": "clipped_gaussian"},
      "LEFT JOIN"),
     ("SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code", {"mechanism": "dp_s4s"}, "LEFT JOIN"),
     ("SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code", {"q": 0.5}, "LEFT JOIN"),
+    ("SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code JOIN countries d ON c.code = d.code", {},
+     "names columns of 'c', which a LEFT JOIN entered"),
+    ("SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code AND e.amt > 1", {}, "equalit"),
+    ("SELECT COUNT(*) FROM events e LEFT JOIN countries c USING (cc)", {}, "USING"),
+    ("WITH v AS (SELECT * FROM events) SELECT COUNT(*) FROM v LEFT JOIN countries c ON v.cc = c.code", {}, "LEFT JOIN"),
 ])
 def test_refused_for_free(sql: str, options: dict[str, Any], match: str) -> None:
     with _session() as s:
@@ -193,3 +200,24 @@ def test_group_by_an_undeclared_lookup_column() -> None:
         got = {row["k"]: row["n"] for row in r.to_pylist()}
     want = {w["k"]: w["n"] for w in _duckdb(sql)}
     assert None in got and got == {k: pytest.approx(want[k], abs=0.5) for k in got}
+
+
+def test_a_lookup_with_a_fan_out_or_year_keys_is_refused_for_free() -> None:
+    events = _events().append_column("d", pa.array(["2024-05-01"] * 450).cast(pa.date32()))
+    with dpsql.Session(budget=Budget(100.0, 1e-2)) as s:
+        s.register("countries", _countries(), public=True)
+        s.register("codes", pa.table({"code": ["FR", "DE"]}), public=True)
+        # two rows per code: one event may match both
+        s.register("langs", pa.table({"code": ["FR", "FR", "DE"], "lang": ["fr", "br", "de"]}), public=True,
+                   references={"code": "codes.code"}, degree_bounds={"code": 2})
+        s.register("events", events, privacy_unit="uid", max_rows_per_unit=2, references={"cc": "countries.code"},
+                   columns={"d": {"bounds": ("2020-01-01", "2024-12-31"), "bin_width": "1 day"}})
+        with pytest.raises(DPSQLError, match="declared keys") as e:
+            s.query("SELECT COUNT(*) FROM events e LEFT JOIN langs l ON e.cc = l.code", epsilon=1.0, delta=1e-6)
+        assert "references={'cc': 'countries.code'}" in (e.value.hint or "")
+        assert s.query("SELECT COUNT(*) AS n FROM events e JOIN langs l ON e.cc = l.code", epsilon=1.0,
+                       delta=1e-6).mechanism == "dp_s4s"  # negative control: the inner join is answered
+        spent = s.remaining()
+        with pytest.raises(DPSQLError, match="year"):
+            s.query(f"SELECT year(e.d) AS y, COUNT(*) AS n {JOIN} GROUP BY y", epsilon=1.0, delta=1e-6)
+        assert s.remaining() == spent

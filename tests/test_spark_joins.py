@@ -410,7 +410,12 @@ def test_zero_noise_several_aggregates_are_the_same_on_duckdb_and_spark(duck: dp
      "GROUP BY n.n_name ORDER BY k", 1e-6, {"mechanism": "sparse_histogram"}),
     ("SELECT c.c_nationkey AS k, COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
      "WHERE n.n_name <> 'B' GROUP BY k ORDER BY k", 0.0, {}),
-    ("SELECT COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey WHERE n.n_name <> 'B'", 0.0, {})])
+    ("SELECT COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey WHERE n.n_name <> 'B'", 0.0, {}),
+    # a LEFT JOIN to the lookup (tests/test_lookup_left_join.py): its conditions after the join
+    ("SELECT n.n_name AS k, COUNT(*) AS n FROM customer c LEFT JOIN nation n ON c.c_nationkey = n.n_nationkey "
+     "WHERE n.n_name IS NULL OR n.n_name <> 'B' GROUP BY n.n_name ORDER BY k", 1e-6, {"mechanism": "sparse_histogram"}),
+    ("SELECT COUNT(n.n_name) AS n FROM customer c LEFT JOIN nation n ON c.c_nationkey = n.n_nationkey "
+     "WHERE n.n_name IS NULL OR n.n_name <> 'B'", 0.0, {})])
 def test_lookup_join_one_table_route_matches_duckdb(duck: Any, spark: Any, sql: str, delta: float,
                                                     options: dict[str, Any]) -> None:
     """A lookup join on the one-table path (sparse histogram, Laplace over declared keys, Laplace scalar): the same

@@ -21,6 +21,16 @@ rows reach several groups through the lookup is capped like any other) gives the
 (``dpsql.mechanisms.basic``, ``dpsql.mechanisms.sparse_histogram``) with the private table's caps.
 Rows whose unit is NULL are dropped (they belong to nobody), as on one table.
 
+LEFT JOIN (``ir.JoinPlan.left``: the route admits it only from the private table to public lookups on their declared
+keys, ``dpsql.mechanisms.registry._left_problem``). The bounded query joins those lookups last, each by a LEFT JOIN,
+and applies their WHERE conditions after it, so ``J`` is SQL's: every private row that passes the WHERE appears
+exactly once, its lookup columns NULL where its key is NULL or matches no (capped) lookup row. Each private row
+still yields at most one row of ``J`` (exactly one before the WHERE), carrying its own person, and the lookup rows
+are public and fixed: ``J`` is again a row-wise function of the private rows, and the privacy claim above holds
+unchanged, with the same caps and sensitivities. A GROUP BY over a LEFT-joined lookup's column with a declared
+domain releases that domain plus NULL (the group of the unmatched rows): a public key set fixed by the catalog,
+released whatever the data, so whether the NULL group appears tells nothing about anyone.
+
 The mechanisms read ``J`` as a CTE named :data:`VIEW` placed first in their bounded query; every choice
 here is made from the catalog and the SQL (the route is data independent), the caps from the private
 table's registration lowered by the options.

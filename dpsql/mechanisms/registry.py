@@ -22,7 +22,9 @@ Routing rules, in order:
    every delta, the one-table query's (rows whose unit is NULL dropped, the caps after the whole WHERE). A
    scalar one with mechanism='clipped_gaussian' or an option only the join mechanisms read (such as clip_norm),
    delta > 0 -> the per-person clipping path over one constant group (no sampling: the one-table query's
-   sensitivity, ``_route_lookup_join``); other GROUP BY
+   sensitivity, ``_route_lookup_join``). A LEFT JOIN from the private table to such lookups: the one-table path
+   only (``_route_left_lookup``; a declared key set of a LEFT-joined lookup's column gains NULL), anything else
+   with a LEFT JOIN refused; other GROUP BY
    over joins -> ``route_name`` (a key of a private table without a declared domain refused).
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
 2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
@@ -627,9 +629,9 @@ def _route_left_lookup(
                                         f"{example}, or use an inner JOIN")
     joins_only = sorted(set(options) & _JOIN_OPTIONS)
     if joins_only or forced not in ("auto", "gaussian", "laplace", "sparse_histogram"):
-        what = f"option(s) {', '.join(joins_only)}" if joins_only else f"mechanism '{forced}'"
+        what = f"the option(s) {', '.join(joins_only)} ask" if joins_only else f"mechanism '{forced}' asks"
         raise PolicyError(f"a LEFT JOIN is answered by the one-table mechanisms (gaussian, laplace, sparse_histogram) "
-                          f"over the joined rows; {what} belong to the join mechanisms, which join inner only",
+                          f"over the joined rows; {what} for the join mechanisms, which join inner only",
                           hint="omit it, or use an inner JOIN")
     one = _route_lookup_one_table(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
     if one is None:

@@ -51,7 +51,11 @@ tables reference only public tables.
 ``JOIN b USING (c)`` is ``JOIN b ON a.c = b.c`` (``a``: the input before it holding ``c``), and an unqualified
 ``c`` then names that one column.
 
-Refused, for free, with the fix: outer, cross, non-equi, NATURAL/ASOF joins, an ambiguous USING, subqueries,
+``LEFT JOIN`` (``ir.JoinPlan.left``) only to a public table, its ON equalities of its columns with those of the tables
+before it, and no inner join after it naming its columns; the route answers it only when the table is a lookup entered
+on its declared key (``dpsql.mechanisms.registry._route_left_lookup``).
+
+Refused, for free, with the fix: RIGHT/FULL outer, other LEFT, cross, non-equi, NATURAL/ASOF joins, an ambiguous USING, subqueries,
 tables neither public nor linked to a person, unbounded contributions, GROUP BY over keys without a public key
 set (``dpsql.plan.join_groups``), HAVING or ORDER BY naming an aggregate the SELECT list does not release.
 """
@@ -887,6 +891,19 @@ class _JoinBuilder:
                            flat_schema=dict(self.flat_schema), unique_keys=tuple(self.unique),
                            keys=tuple(self.keys), left=tuple(self.left))
         pb = bound_people(jp, self.catalog)
+        tables = dict(jp.inputs)
+        written = [a for a, _ in jp.inputs]
+        # a LEFT JOIN not on a key: the fix is the key, never a degree bound
+        loose_left = [a for a in self.left if math.isinf(pb.delta) and all(math.isinf(max_rows_per_value(
+            self.catalog[tables[a]], x.split(SEP, 1)[1], self.catalog)) for pair in conditions for x, y in (pair, pair[::-1])
+            if x.split(SEP, 1)[0] == a and written.index(y.split(SEP, 1)[0]) < written.index(a))]
+        if loose_left:
+            refs = [f"'{tables[a]}' declares references={{'{c}': '{r}'}}" for a in tables if a not in self.left
+                    for c, r in self.catalog[tables[a]].references.items()]
+            raise PolicyError(f"a LEFT JOIN of {', '.join(repr(a) for a in loose_left)} is not on a declared key of its "
+                              "table, so one row may match any number of its rows",
+                              hint="LEFT JOIN each public lookup on the key the private table references"
+                                   + (f" ({'; '.join(refs)})" if refs else "") + ", or use an inner JOIN")
         if math.isinf(pb.delta):
             names = ", ".join(f"'{s.alias}.{s.column}'" + (f" (references {s.hops[0].target_table}.{s.hops[0].target_column})"
                                                            if s.hops else " (its privacy unit)") for s in jp.slots)
