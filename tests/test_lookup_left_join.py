@@ -9,6 +9,7 @@ is refused for free."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import duckdb
@@ -221,3 +222,42 @@ def test_a_lookup_with_a_fan_out_or_year_keys_is_refused_for_free() -> None:
         with pytest.raises(DPSQLError, match="year"):
             s.query(f"SELECT year(e.d) AS y, COUNT(*) AS n {JOIN} GROUP BY y", epsilon=1.0, delta=1e-6)
         assert s.remaining() == spent
+
+
+def _with_person(extra: int) -> pa.Table:
+    """``_events()`` plus one person with ``extra`` events over every code: matched, absent from the lookup, NULL."""
+    codes = ["FR", "DE", "JP", "US", "BR", "XX", "ZZ", None]
+    more = pa.table({"uid": pa.array([10_000] * extra, pa.int64()),
+                     "cc": pa.array([codes[i % len(codes)] for i in range(extra)], pa.string()),
+                     "amt": [10.0] * extra})
+    return pa.concat_tables([_events(), more])
+
+
+@pytest.mark.parametrize("dup", [False, True])
+def test_one_person_moves_the_release_by_the_sensitivity(dup: bool) -> None:
+    """One person added with 40 events over every code (the NULL group's included): the key set and explain are the
+    same, at most C_u = 2 groups move, each by at most k = 2; the scalar count by at most L = 2. With the lookup's
+    codes duplicated in its data too (one row kept per key)."""
+    countries = pa.concat_tables([_countries(), pa.table({"code": ["FR", "ZZ"], "region": ["AS", None],
+                                                          "name": ["again", "z"]})]) if dup else _countries()
+
+    def release(events: pa.Table) -> tuple[dict[Any, float], float, tuple[Any, ...]]:
+        with _session(events) as s:
+            s.register("countries", countries, public=True, columns={"region": {"domain": REGIONS}})
+            grouped = f"SELECT c.region AS k, COUNT(*) AS n {JOIN} GROUP BY c.region"
+            e = s.explain(grouped, epsilon=5.0)
+            rows = {r["k"]: r["n"] for r in s.query(grouped, epsilon=5.0).to_pylist()}
+            n = s.query(f"SELECT COUNT(*) AS n {JOIN}", epsilon=5.0).to_pylist()[0]["n"]
+        bounded = re.sub(r"_dpsql_src_(\w+)_[0-9a-f]{8}", r"\1", e.bounded_sql)  # the session's own source names
+        return rows, n, (e.mechanism, e.reason, bounded, repr(sorted(e.parameters.items())))
+
+    (before, n0, e0), (after, n1, e1) = release(_events()), release(_with_person(40))
+    assert e0 == e1 and set(before) == set(after) == {*REGIONS, None}
+    diffs = [after[k] - before[k] for k in before]
+    assert all(0 <= d <= 2 for d in diffs) and sum(d > 0 for d in diffs) <= 2 and sum(diffs) >= 1
+    assert 1 <= n1 - n0 <= 2
+    # negative control: SQL without the caps moves the NULL group by the person's 10 unmatched events
+    con = duckdb.connect()
+    con.register("events", _with_person(40))
+    con.register("countries", countries)
+    assert con.execute(f"SELECT COUNT(*) {JOIN} WHERE e.uid = 10000 AND c.region IS NULL").fetchall()[0][0] >= 10
