@@ -261,3 +261,20 @@ def test_one_person_moves_the_release_by_the_sensitivity(dup: bool) -> None:
     con.register("events", _with_person(40))
     con.register("countries", countries)
     assert con.execute(f"SELECT COUNT(*) {JOIN} WHERE e.uid = 10000 AND c.region IS NULL").fetchall()[0][0] >= 10
+
+
+def test_inner_join_group_by_an_undeclared_lookup_column_has_the_lookups_null_group() -> None:
+    """The inner join's GROUP BY over a lookup column without a declared domain releases every value of the public
+    table's column, NULL included when the public table holds one (as SQL shows it: here 'XX' has no region); its
+    key set is read from the public table alone. Negative control: a lookup without NULLs releases no NULL group."""
+    sql = "SELECT c.region AS k, COUNT(*) AS n FROM events e JOIN countries c ON e.cc = c.code GROUP BY c.region"
+    want = {r["k"]: r["n"] for r in _duckdb(sql)}
+    with _session(region_domain=False) as s:
+        r = s.query(sql, epsilon=8.0, delta=1e-3)
+        got = {row["k"]: row["n"] for row in r.to_pylist()}
+        no_nulls = pa.table({"code": ["FR", "DE", "JP", "US", "BR", "XX"], "region": ["EU", "EU", "AS", "AM", "AM", "AM"]})
+        s.register("countries", no_nulls, public=True)
+        plain = {row["k"] for row in s.query(sql, epsilon=8.0, delta=1e-3).to_pylist()}
+    assert r.mechanism == "clipped_gaussian" and None in want
+    assert set(got) == set(want) and got == {k: pytest.approx(want[k], abs=1.5) for k in got}
+    assert plain == set(REGIONS)
