@@ -305,6 +305,7 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     # the LEFT-joined lookups last, in FROM order (no inner join names their columns: dpsql.plan.joins.check_left),
     # their WHERE conditions applied after the join (SQL's meaning: a lookup column is NULL where no row matched)
     left = set(jp.left)
+    written = [a for a, _ in jp.inputs]
     sequence = tuple(a for a in join_sequence(jp, catalog) if a not in left) + jp.left
     order = {a: i for i, a in enumerate(sequence)}
     local, top = _split_where(jp)
@@ -324,9 +325,11 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
             # from here on (caps, joins, identities, owners) text is compared under the binary collation
             rel = exp.select(*[exp.alias_(binary_text(_col(flat(a, c)), _type_of(t, c)), flat(a, c)) for c in cols]).from_(
                 rel.subquery("__b"))
+        # a LEFT-joined lookup keeps every row its own ON can match: probed against the inputs written before it only
+        probed = {x: r for x, r in built.items() if a not in left or written.index(x) < written.index(a)}
         for (ca, cc), n in cap_of.items():
             if ca == a:
-                rel = _semi_filter(rel, jp, a, cc, built, spread=spread, columns=[flat(a, c) for c in cols])
+                rel = _semi_filter(rel, jp, a, cc, probed, spread=spread, columns=[flat(a, c) for c in cols])
                 kept = cap_rows(rel.subquery("__in"), [flat(a, p) for p in key_parts(cc)], [flat(a, c) for c in cols], n, salt,
                                 alias="__capped", ops=ops)
                 rel = exp.select(*[_col(flat(a, c)) for c in cols]).from_(kept)
