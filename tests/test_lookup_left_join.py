@@ -279,3 +279,19 @@ def test_inner_join_group_by_an_undeclared_lookup_column_has_the_lookups_null_gr
     assert r.mechanism == "clipped_gaussian" and None in want
     assert set(got) == set(want) and got == {k: pytest.approx(want[k], abs=1.5) for k in got}
     assert plain == set(REGIONS)
+
+
+def test_left_join_using_names_the_private_tables_column() -> None:
+    """``LEFT JOIN c USING (code)``: an unqualified ``code`` is the private row's own (NULL only where it is), as SQL
+    reads it; ``c.code`` is NULL where no lookup row matches."""
+    events = _events().rename_columns(["uid", "code", "amt"])
+    sql = ("SELECT COUNT(*) AS n, COUNT(code) AS m, COUNT(c.code) AS k FROM events e LEFT JOIN countries c USING (code) "
+           "WHERE region IS NULL")
+    with _session() as s:
+        s.register("events", events, privacy_unit="uid", max_rows_per_unit=2, references={"code": "countries.code"})
+        (got,) = s.query(sql, epsilon=4.0).to_pylist()
+    con = duckdb.connect()
+    con.register("events", events)
+    con.register("countries", _countries())
+    ((n, m, k),) = con.execute(sql).fetchall()
+    assert got == {"n": n, "m": m, "k": k} and n > m > k > 0
