@@ -161,6 +161,7 @@ def test_explain_shows_the_route_and_the_left_join() -> None:
         assert s.remaining() == Budget(100.0, 1e-2)
     assert p.mechanism == "laplace" and "LEFT JOIN" in p.reason
     assert "LEFT JOIN" in p.bounded_sql.upper()
+    assert any("LEFT JOIN of c" in n for n in p.notes)
 
 
 @pytest.mark.parametrize(("sql", "options", "match"), [

@@ -117,6 +117,9 @@ class LookupJoin:
         caps = [f"{a}.{c.replace(',', ', ')} <= {n}" for a, c, n in self.caps]
         note = ("lookup join: the private rows joined with the public lookup rows (each lookup capped at one row per "
                 f"joined value: {'; '.join(caps)}), then bounded as one table")
+        if self.jp.left:
+            note += (f"; LEFT JOIN of {', '.join(self.jp.left)}: a private row no lookup row matches is kept once, the "
+                     "lookup's columns NULL (their WHERE conditions applied after the join)")
         return dataclasses.replace(d, notes=(*d.notes, note))
 
     def bounded(self, calibration: Any, salt: str, ops: SqlOps) -> Any:
