@@ -410,7 +410,12 @@ def test_zero_noise_several_aggregates_are_the_same_on_duckdb_and_spark(duck: dp
      "GROUP BY n.n_name ORDER BY k", 1e-6, {"mechanism": "sparse_histogram"}),
     ("SELECT c.c_nationkey AS k, COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
      "WHERE n.n_name <> 'B' GROUP BY k ORDER BY k", 0.0, {}),
-    ("SELECT COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey WHERE n.n_name <> 'B'", 0.0, {})])
+    ("SELECT COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey WHERE n.n_name <> 'B'", 0.0, {}),
+    # a LEFT JOIN to the lookup (tests/test_lookup_left_join.py): its conditions after the join
+    ("SELECT n.n_name AS k, COUNT(*) AS n FROM customer c LEFT JOIN nation n ON c.c_nationkey = n.n_nationkey "
+     "WHERE n.n_name IS NULL OR n.n_name <> 'B' GROUP BY n.n_name ORDER BY k", 1e-6, {"mechanism": "sparse_histogram"}),
+    ("SELECT COUNT(n.n_name) AS n FROM customer c LEFT JOIN nation n ON c.c_nationkey = n.n_nationkey "
+     "WHERE n.n_name IS NULL OR n.n_name <> 'B'", 0.0, {})])
 def test_lookup_join_one_table_route_matches_duckdb(duck: Any, spark: Any, sql: str, delta: float,
                                                     options: dict[str, Any]) -> None:
     """A lookup join on the one-table path (sparse histogram, Laplace over declared keys, Laplace scalar): the same
@@ -418,3 +423,26 @@ def test_lookup_join_one_table_route_matches_duckdb(duck: Any, spark: Any, sql: 
     got = [(s.explain(sql, epsilon=8.0, delta=delta, options=options).mechanism,
             s.query(sql, epsilon=8.0, delta=delta, options=options).to_pylist()) for s in (duck, spark)]
     assert got[0] == got[1] and got[0][0] in ("sparse_histogram", "laplace")
+
+
+def test_lookup_null_groups_match_duckdb(duck: Any, spark: Any) -> None:
+    """A LEFT JOIN's NULL group over a declared lookup column (the domain plus NULL), and the inner join's NULL group
+    of a lookup column holding NULL (its key set read from the public table): the same release on both engines, and
+    SQL's answer at zero noise (tests/test_lookup_left_join.py)."""
+    from test_lookup_left_join import REGIONS, _countries, _duckdb, _events
+
+    for s in (duck, spark):
+        s.register("countries", _countries(), public=True, columns={"region": {"domain": REGIONS}})
+        s.register("countries_open", _countries().rename_columns(["code", "region", "name"]), public=True)
+        s.register("events", _events(), privacy_unit="uid", max_rows_per_unit=2, max_groups_per_unit=2,
+                   max_rows_per_group=2, references={"cc": "countries.code"}, columns={"amt": {"bounds": [0, 10]}})
+        s.register("events2", _events(), privacy_unit="uid", max_rows_per_unit=2, max_groups_per_unit=2,
+                   max_rows_per_group=2, references={"cc": "countries_open.code"})
+    left = ("SELECT c.region AS k, COUNT(*) AS n, SUM(e.amt) AS s FROM events e LEFT JOIN countries c ON e.cc = c.code "
+            "WHERE c.region IS NULL OR c.region <> 'AS' GROUP BY c.region ORDER BY k")
+    inner = ("SELECT c.region AS k, COUNT(*) AS n FROM events2 e JOIN countries_open c ON e.cc = c.code "
+             "GROUP BY c.region ORDER BY k")
+    for sql, delta in ((left, 0.0), (inner, 1e-3)):
+        got = [s.query(sql, epsilon=8.0, delta=delta).to_pylist() for s in (duck, spark)]
+        want = _duckdb(sql.replace("events2", "events").replace("countries_open", "countries"))
+        assert got[0] == got[1] == want and any(r["k"] is None for r in want)

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpsql.accounting import gaussian_sigma
 from dpsql.budget import Budget, share_of
@@ -164,6 +165,29 @@ def _exact_integers(vals: list[Any]) -> list[Any]:
     return [decimal.Decimal(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in vals]
 
 
+def _join_keys(dom: pa.Table, bounded: pa.Table, keys: list[str]) -> pa.Table:
+    """``dom`` LEFT OUTER JOIN ``bounded`` on ``keys``, a NULL key matching a NULL key: a domain holds None for the
+    NULL group of a lookup column under a LEFT JOIN (``dpsql.mechanisms.lookup``), which Arrow's join never matches.
+    Such a key is joined as (is NULL, value with NULL replaced by one of the domain's values)."""
+    nullable = [k for k in keys if dom.column(k).null_count and dom.column(k).null_count < dom.num_rows]
+    if not nullable:
+        return dom.join(bounded, keys=keys, join_type="left outer")
+
+    def marked(t: pa.Table) -> pa.Table:
+        for k in nullable:
+            col = t.column(k)
+            fill = dom.column(k).drop_null()[0].cast(col.type)
+            t = t.set_column(t.column_names.index(k), k, pc.fill_null(col, fill)).append_column(f"__null{k}", pc.is_null(col))
+        return t
+
+    joined = marked(dom).join(marked(bounded), keys=keys + [f"__null{k}" for k in nullable], join_type="left outer")
+    for k in nullable:
+        col = joined.column(k)
+        joined = joined.set_column(joined.column_names.index(k), k,
+                                   pc.if_else(joined.column(f"__null{k}"), pa.scalar(None, col.type), col))
+    return joined.drop_columns([f"__null{k}" for k in nullable])
+
+
 def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseSource) -> Released:
     """Noise every needed column of the bounded aggregates; fill zero rows for public keys."""
     if plan.keys:
@@ -172,7 +196,7 @@ def release(plan: ir.QueryPlan, bounded: pa.Table, cal: Calibration, rng: NoiseS
         keys = [k.name for k in plan.keys]
         # right side: bounded rows (only keys inside the domain survive the SQL filter); rows
         # come back in the order of the domain product, a data-independent order
-        joined = dom.join(bounded, keys=keys, join_type="left outer")
+        joined = _join_keys(dom, bounded, keys)
         table = joined.sort_by("__pos").drop_columns(["__pos"])
     else:
         table = bounded

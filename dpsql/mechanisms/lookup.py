@@ -21,6 +21,16 @@ rows reach several groups through the lookup is capped like any other) gives the
 (``dpsql.mechanisms.basic``, ``dpsql.mechanisms.sparse_histogram``) with the private table's caps.
 Rows whose unit is NULL are dropped (they belong to nobody), as on one table.
 
+LEFT JOIN (``ir.JoinPlan.left``: the route admits it only from the private table to public lookups on their declared
+keys, ``dpsql.mechanisms.registry._left_problem``). The bounded query joins those lookups last, each by a LEFT JOIN,
+and applies their WHERE conditions after it, so ``J`` is SQL's: every private row that passes the WHERE appears
+exactly once, its lookup columns NULL where its key is NULL or matches no (capped) lookup row. Each private row
+still yields at most one row of ``J`` (exactly one before the WHERE), carrying its own person, and the lookup rows
+are public and fixed: ``J`` is again a row-wise function of the private rows, and the privacy claim above holds
+unchanged, with the same caps and sensitivities. A GROUP BY over a LEFT-joined lookup's column with a declared
+domain releases that domain plus NULL (the group of the unmatched rows): a public key set fixed by the catalog,
+released whatever the data, so whether the NULL group appears tells nothing about anyone.
+
 The mechanisms read ``J`` as a CTE named :data:`VIEW` placed first in their bounded query; every choice
 here is made from the catalog and the SQL (the route is data independent), the caps from the private
 table's registration lowered by the options.
@@ -79,7 +89,12 @@ def one_table_plan(plan: ir.QueryPlan, people: PeopleBound, catalog: Mapping[str
                              default=exp.Literal.number(1))
         aggregates.append(ir.Aggregate(b.kind, column, f"__a{j}", b.sql, b.bounds if b.kind == ir.SUM else None,
                                        value=value))
-    return dataclasses.replace(plan, table=table, where=None, aggregates=aggregates)
+    # a LEFT-joined lookup's column with a declared domain: that domain plus NULL, the group of the private rows no
+    # lookup row matches (and of the lookup's own NULLs), released like every declared key whatever the data
+    by_name = {k.name: k for k in jp.keys}
+    keys = [dataclasses.replace(k, domain=(*k.domain, None)) if k.domain is not None and None not in k.domain
+            and k.name in by_name and by_name[k.name].alias in jp.left else k for k in plan.keys]
+    return dataclasses.replace(plan, table=table, where=None, aggregates=aggregates, keys=keys)
 
 
 class LookupJoin:
@@ -102,6 +117,9 @@ class LookupJoin:
         caps = [f"{a}.{c.replace(',', ', ')} <= {n}" for a, c, n in self.caps]
         note = ("lookup join: the private rows joined with the public lookup rows (each lookup capped at one row per "
                 f"joined value: {'; '.join(caps)}), then bounded as one table")
+        if self.jp.left:
+            note += (f"; LEFT JOIN of {', '.join(self.jp.left)}: a private row no lookup row matches is kept once, the "
+                     "lookup's columns NULL (their WHERE conditions applied after the join)")
         return dataclasses.replace(d, notes=(*d.notes, note))
 
     def bounded(self, calibration: Any, salt: str, ops: SqlOps) -> Any:

@@ -22,7 +22,9 @@ Routing rules, in order:
    every delta, the one-table query's (rows whose unit is NULL dropped, the caps after the whole WHERE). A
    scalar one with mechanism='clipped_gaussian' or an option only the join mechanisms read (such as clip_norm),
    delta > 0 -> the per-person clipping path over one constant group (no sampling: the one-table query's
-   sensitivity, ``_route_lookup_join``); other GROUP BY
+   sensitivity, ``_route_lookup_join``). A LEFT JOIN from the private table to such lookups: the one-table path
+   only (``_route_left_lookup``; a declared key set of a LEFT-joined lookup's column gains NULL), anything else
+   with a LEFT JOIN refused; other GROUP BY
    over joins -> ``route_name`` (a key of a private table without a declared domain refused).
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
 2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
@@ -535,6 +537,8 @@ def _route_join(
     people = bound_people(plan.join, dict(catalog))
     forced = options.get("mechanism", "auto")
     lookup = "q" not in options and _lookup_join(plan.join, people, catalog)
+    if plan.join.left:  # only the one-table path answers a LEFT JOIN (the join mechanisms join inner only)
+        return _route_left_lookup(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
     # one meaning per query: a lookup join is the one-table query over its joined rows (NULL units dropped, the caps
     # after the whole WHERE) at every delta, unless a join mechanism or an option only they read is asked for
     if lookup and not set(options) & _JOIN_OPTIONS and forced in ("auto", "gaussian", "laplace", "sparse_histogram"):
@@ -586,6 +590,57 @@ def _lookup_join(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec])
     public = {a for a, t in jp.inputs if catalog[t].public}
     return (len(private) == 1 and people.enforced and people.single_owner
             and all(n == 1 for a, _, n in people.caps if a in public))
+
+
+def _left_problem(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> str | None:
+    """Why a join with LEFT JOINs is not a lookup join whose LEFT-joined inputs each match at most one row per row
+    of the join before them (public metadata only), or None. Each LEFT-joined input must be capped at one row per
+    value of columns its own ON equates with the inputs before it (a declared key of the lookup)."""
+    from dpsql.plan.joins import SEP
+
+    tables = dict(jp.inputs)
+    if not _lookup_join(jp, people, catalog):
+        return ("a LEFT JOIN is answered only from one private table to public lookup tables joined on their declared "
+                "keys (each private row then matches at most one lookup row), and this join is not one")
+    written = [a for a, _ in jp.inputs]
+    for a in jp.left:
+        own = {x.split(SEP, 1)[1] for pair in jp.conditions for x, y in (pair, pair[::-1])
+               if x.split(SEP, 1)[0] == a and written.index(y.split(SEP, 1)[0]) < written.index(a)}
+        if not any(ca == a and n == 1 and set(c.split(",")) <= own for ca, c, n in people.caps):
+            return (f"the LEFT JOIN of '{a}' (table '{tables[a]}') is not on a declared key of it, so one row may "
+                    "match several of its rows")
+    return None
+
+
+def _route_left_lookup(
+    sql: str, plan: ir.QueryPlan, people: Any, epsilon: float, delta: float, options: Mapping[str, Any],
+    catalog: Mapping[str, TableSpec], find_synopsis: Callable[[str], tuple[int, str] | None],
+) -> Route:
+    """Rule 0, a LEFT JOIN from the private table to public lookups on their declared keys: the one-table path only
+    (``_route_lookup_one_table``): each private row is kept once, whether or not it matches. Everything else is
+    refused (free): the join mechanisms, and a LEFT JOIN that is not such a lookup."""
+    assert plan.join is not None
+    forced = options.get("mechanism", "auto")
+    problem = _left_problem(plan.join, people, catalog)
+    if problem is not None:
+        refs = [(t, c, r) for _, t in plan.join.inputs if not catalog[t].public for c, r in catalog[t].references.items()]
+        example = f" (as '{refs[0][0]}' declares references={{'{refs[0][1]}': '{refs[0][2]}'}})" if refs else ""
+        raise PolicyError(problem, hint=f"LEFT JOIN each public lookup on the column the private table references"
+                                        f"{example}, or use an inner JOIN")
+    joins_only = sorted(set(options) & _JOIN_OPTIONS)
+    if joins_only or forced not in ("auto", "gaussian", "laplace", "sparse_histogram"):
+        what = f"the option(s) {', '.join(joins_only)} ask" if joins_only else f"mechanism '{forced}' asks"
+        raise PolicyError(f"a LEFT JOIN is answered by the one-table mechanisms (gaussian, laplace, sparse_histogram) "
+                          f"over the joined rows; {what} for the join mechanisms, which join inner only",
+                          hint="omit it, or use an inner JOIN")
+    one = _route_lookup_one_table(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
+    if one is None:
+        why = ("GROUP BY year(col) (declare the column's domain and group by the column, or use an inner JOIN)"
+               if any(k.kind == "year" for k in plan.join.keys) else
+               "the private table reaches its people through another table (its owner is not one of its columns)")
+        raise PolicyError(f"this LEFT JOIN cannot be answered as one table: {why}",
+                          hint="use an inner JOIN, or group by a column with a declared domain")
+    return one
 
 
 def _route_lookup_join(
@@ -643,6 +698,14 @@ def _route_lookup_one_table(
         return None
     forced = options.get("mechanism", "auto")
     kinds = {k.kind for k in plan.join.keys}
+    if plan.join.left and forced == "auto" and "public" in kinds and "private" not in kinds:
+        tables = dict(plan.join.inputs)
+        cols = ", ".join(f"{tables.get(k.alias, k.alias)}.{k.column}" for k in plan.join.keys if k.kind == "public")
+        raise PolicyError(f"GROUP BY over {cols} under a LEFT JOIN: the column has no declared domain, so no public "
+                          "key set with NULL (the unmatched rows' group) is known to release in full",
+                          hint=f"declare the domain of {cols} (the column's 'domain' when its table is registered): "
+                               "every declared key and NULL are then released; or pass mechanism='sparse_histogram' "
+                               "(keys released above a noisy threshold, NULL included)")
     if forced == "auto" and "public" in kinds and "private" not in kinds:
         # keys read from a public table's column: that table's values are a public key set, every key released by
         # the join's per-person clipping (the join rules), not thresholded by the sparse histogram
@@ -671,8 +734,10 @@ def _route_lookup_one_table(
     _check_applicable(mech, options)
     req = Request.asking(text=sql, epsilon=epsilon, delta=delta, options=options, table=one.table,
                          unit=one.table.privacy_unit, catalog=catalog, plan=one, find_synopsis=find_synopsis)
+    left = (f" (LEFT JOIN of {', '.join(plan.join.left)}: every private row kept once, the lookup's columns NULL "
+            "where no row matches)") if plan.join.left else ""
     reason = ("join of one private table with public lookup tables on their keys: each private row joins at most one "
-              "lookup row (each lookup capped at one row per key), so the joined rows are bounded as the private "
+              f"lookup row{left} (each lookup capped at one row per key), so the joined rows are bounded as the private "
               f"table's own (its per-person caps, the GROUP BY keys read from the joined rows); {what}")
     cal = mech.calibrate(req, contribution(one.table, options, grouped=one.is_grouped))
     return _finish(req, mech, cal, reason)

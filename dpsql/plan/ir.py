@@ -166,6 +166,10 @@ class JoinPlan:
     keys: tuple[JoinKey, ...] = ()
     #: the base aggregates when there are several (``dpsql.mechanisms.join_multi``); () for one
     aggregates: tuple[JoinAggregate, ...] = ()
+    #: aliases of the inputs entered by a LEFT JOIN (public lookups on their declared keys only: the route
+    #: refuses every other LEFT JOIN), in FROM order: every row of the inputs before them kept, their columns NULL
+    #: where no row matches (``dpsql.mechanisms.lookup``)
+    left: tuple[str, ...] = ()
 
     def for_aggregate(self, j: int) -> JoinPlan:
         """The single-aggregate plan of base aggregate ``j``: the same join, WHERE, keys and people."""

@@ -5,9 +5,9 @@ zero groups included), so which keys exist never depends on private rows. Suppor
 several; the key set is their product):
 
 * ``public`` -- a plain column of a public table of the join (``n.n_name`` with ``nation``
-  registered ``public=True``). Its key set is that table's distinct non-NULL values after the
-  WHERE conjuncts over that table alone (public data, read in the query itself); tuples with a
-  NULL key are not counted;
+  registered ``public=True``). Its key set is that table's distinct values after the
+  WHERE conjuncts over that table alone (public data, read in the query itself), NULL included
+  when the table holds one (SQL's NULL group of the lookup's NULLs);
 * ``declared`` -- a plain column with a declared ``domain`` (``columns={'c_mktsegment':
   {'domain': [...]}}``), of any table of the join;
 * ``year`` -- ``year(col)``, ``extract(year FROM col)`` or ``date_part('year', col)`` of a DATE or

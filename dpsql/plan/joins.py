@@ -51,7 +51,11 @@ tables reference only public tables.
 ``JOIN b USING (c)`` is ``JOIN b ON a.c = b.c`` (``a``: the input before it holding ``c``), and an unqualified
 ``c`` then names that one column.
 
-Refused, for free, with the fix: outer, cross, non-equi, NATURAL/ASOF joins, an ambiguous USING, subqueries,
+``LEFT JOIN`` (``ir.JoinPlan.left``) only to a public table, its ON equalities of its columns with those of the tables
+before it, and no inner join after it naming its columns; the route answers it only when the table is a lookup entered
+on its declared key (``dpsql.mechanisms.registry._route_left_lookup``).
+
+Refused, for free, with the fix: RIGHT/FULL outer, other LEFT, cross, non-equi, NATURAL/ASOF joins, an ambiguous USING, subqueries,
 tables neither public nor linked to a person, unbounded contributions, GROUP BY over keys without a public key
 set (``dpsql.plan.join_groups``), HAVING or ORDER BY naming an aggregate the SELECT list does not release.
 """
@@ -245,6 +249,8 @@ class _JoinBuilder:
         self.keys: list[ir.JoinKey] = []
         #: column -> the aliases a JOIN ... USING (column) made equal, the first named by an unqualified column
         self.using: dict[str, list[str]] = {}
+        #: aliases of the inputs a LEFT JOIN entered (``ir.JoinPlan.left``)
+        self.left: list[str] = []
 
     def bad(self, node: exp.Expression, msg: str) -> None:
         _bad(self.sql, node, msg, self.vs)
@@ -376,8 +382,16 @@ class _JoinBuilder:
     def add_conditions(self, join: exp.Join, position: int | None = None) -> list[tuple[str, str]]:
         side = (join.args.get("side") or "").upper()
         kind = (join.args.get("kind") or "").upper()
-        if side in ("LEFT", "RIGHT", "FULL") or kind == "OUTER":
-            self.bad(join, f"{side or 'OUTER'} joins are not supported: rows without a match would still count; use an inner JOIN ... ON")
+        left = side == "LEFT" and kind in ("", "OUTER") and not join.args.get("method")
+        if side in ("RIGHT", "FULL") or (kind == "OUTER" and not left):
+            self.bad(join, f"{side or 'OUTER'} joins are not supported: they keep rows of the joined table that match no "
+                           "row before it; write the private table first and LEFT JOIN the public lookup tables on "
+                           "their declared keys (FROM events e LEFT JOIN countries c ON e.cc = c.code), or use an "
+                           "inner JOIN ... ON")
+            return []
+        if side == "LEFT" and not left:
+            self.bad(join, f"LEFT {kind or join.args.get('method')} joins are not supported; use LEFT JOIN ... ON a.x = b.y "
+                           "to a public lookup table on its declared key, or an inner JOIN ... ON")
             return []
         if kind in ("CROSS", "NATURAL", "ASOF", "POSITIONAL", "SEMI", "ANTI", "LATERAL") or join.args.get("method"):
             self.bad(join, f"{kind or join.args.get('method')} joins are not supported; use an inner JOIN ... ON a.x = b.y")
@@ -397,6 +411,13 @@ class _JoinBuilder:
         for c in on.flatten() if isinstance(on, exp.And) else [on]:
             while isinstance(c, exp.Paren):
                 c = c.this
+            if left and not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column)
+                             and isinstance(c.expression, exp.Column)):
+                self.bad(c, "a LEFT JOIN's ON takes only equalities of columns (the lookup's declared key = a column "
+                            "of a table before it): a condition there would keep the rows it fails with NULL lookup "
+                            "columns, which is not answered; move it into WHERE, where it drops the rows it fails "
+                            "(as SQL does)")
+                continue
             if not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)):
                 viewed = [x for x in ((c.this, c.expression) if isinstance(c, exp.EQ) else ())
                           if not isinstance(x, exp.Column) and isinstance(as_written(x), exp.Column)]
@@ -417,6 +438,11 @@ class _JoinBuilder:
             if a.split(SEP)[0] == b.split(SEP)[0]:
                 self.bad(c, "an ON equality must compare columns of two different inputs; move it into WHERE")
                 continue
+            right = self.joined(join)
+            if left and right is not None and right.alias not in (a.split(SEP)[0], b.split(SEP)[0]):
+                self.bad(c, f"each equality in a LEFT JOIN's ON compares a column of the table it joins "
+                            f"('{right.alias}') with one of a table before it; move it into WHERE")
+                continue
             ta, tb = self.flat_schema[a], self.flat_schema[b]
             if _type_family(ta) != _type_family(tb):
                 self.bad(c, f"join columns have different types ({ta} and {tb}); join columns of the same type")
@@ -427,7 +453,32 @@ class _JoinBuilder:
                          "UUID or BLOB column instead")
                 continue
             conds.append((a, b))
+        right = self.joined(join)
+        if left and right is not None:
+            self.left.append(right.alias)
         return conds
+
+    def joined(self, join: exp.Join) -> _Input | None:
+        """The input ``join`` adds (None if refused)."""
+        return next((i for i in self.inputs if i.node is join.this), None)
+
+    def check_left(self, join: exp.Join, conds: list[tuple[str, str]]) -> None:
+        """A LEFT JOIN is answered only to a public table (a lookup, ``ir.JoinPlan.left``; the route checks that it
+        enters on a declared key), and an inner join after it may not name its columns (the bounded query joins the
+        LEFT-joined lookups last, which keeps SQL's answer only then)."""
+        inp = self.joined(join)
+        if inp is None:
+            return
+        if inp.alias in self.left and not inp.table.public:
+            self.bad(join, f"LEFT joins are not supported to a table that is not public ('{inp.table.name}'): a LEFT "
+                           "JOIN keeps every row of the tables before it, and is answered only from the private table "
+                           "to public lookup tables on their declared keys; write the private table first (FROM events "
+                           "e LEFT JOIN countries c ON e.cc = c.code), or use an inner JOIN ... ON")
+        elif inp.alias not in self.left and self.left:
+            named = sorted({x.split(SEP)[0] for pair in conds for x in pair} & set(self.left))
+            if named:
+                self.bad(join, f"the inner JOIN of '{inp.alias}' names columns of {', '.join(repr(n) for n in named)}, "
+                               "which a LEFT JOIN entered; join it before that LEFT JOIN, or LEFT JOIN it too")
 
     # -- aggregate ----------------------------------------------------------------------------
     def aggregate(self, node: exp.Expression) -> tuple[str, exp.Expression | None, tuple[float, float]] | None:
@@ -541,7 +592,9 @@ class _JoinBuilder:
         stmt = _spelled(stmt, {c.lower() for i in self.inputs for c in i.table.schema})
         conditions: list[tuple[str, str]] = []
         for k, j in enumerate(joins):
-            conditions += self.add_conditions(j, k + 1)
+            conds = self.add_conditions(j, k + 1)
+            self.check_left(j, conds)
+            conditions += conds
         for a, b in conditions:
             self.uf.union(a, b)
         # the join graph must be connected (no hidden cross join)
@@ -836,8 +889,21 @@ class _JoinBuilder:
         jp = ir.JoinPlan(inputs=tuple((i.alias, i.table.name) for i in self.inputs), conditions=tuple(conditions),
                            where=where, kind=agg[0], value=value, bounds=agg[2], slots=tuple(_dedupe(slots)),
                            flat_schema=dict(self.flat_schema), unique_keys=tuple(self.unique),
-                           keys=tuple(self.keys))
+                           keys=tuple(self.keys), left=tuple(self.left))
         pb = bound_people(jp, self.catalog)
+        tables = dict(jp.inputs)
+        written = [a for a, _ in jp.inputs]
+        # a LEFT JOIN not on a key: the fix is the key, never a degree bound
+        loose_left = [a for a in self.left if math.isinf(pb.delta) and all(math.isinf(max_rows_per_value(
+            self.catalog[tables[a]], x.split(SEP, 1)[1], self.catalog)) for pair in conditions for x, y in (pair, pair[::-1])
+            if x.split(SEP, 1)[0] == a and written.index(y.split(SEP, 1)[0]) < written.index(a))]
+        if loose_left:
+            refs = [f"'{tables[a]}' declares references={{'{c}': '{r}'}}" for a in tables if a not in self.left
+                    for c, r in self.catalog[tables[a]].references.items()]
+            raise PolicyError(f"a LEFT JOIN of {', '.join(repr(a) for a in loose_left)} is not on a declared key of its "
+                              "table, so one row may match any number of its rows",
+                              hint="LEFT JOIN each public lookup on the key the private table references"
+                                   + (f" ({'; '.join(refs)})" if refs else "") + ", or use an inner JOIN")
         if math.isinf(pb.delta):
             names = ", ".join(f"'{s.alias}.{s.column}'" + (f" (references {s.hops[0].target_table}.{s.hops[0].target_column})"
                                                            if s.hops else " (its privacy unit)") for s in jp.slots)

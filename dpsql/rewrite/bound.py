@@ -447,14 +447,23 @@ def _domain_filter(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> exp.Express
         if key.domain is not None:
             assert isinstance(key.expr, exp.Column)
             ctype = schema[key.expr.name.lower()]
-            lits = domain_literals(key.domain, ctype, ops)
-            conds.append(exp.In(this=exp.Paren(this=key_expression(key, schema)), expressions=lits))
+            lits = domain_literals(tuple(v for v in key.domain if v is not None), ctype, ops)
+            conds.append(_or_null(exp.In(this=exp.Paren(this=key_expression(key, schema)), expressions=lits),
+                                  key_expression(key, schema), key.domain))
     if not conds:
         return None
     out = conds[0]
     for c in conds[1:]:
         out = exp.And(this=out, expression=c)
     return out
+
+
+def _or_null(cond: exp.Expression, key: exp.Expression, domain: tuple[Any, ...]) -> exp.Expression:
+    """``cond`` (the key is one of the domain's values), or the key is NULL where the domain holds None: the NULL
+    group of a lookup column under a LEFT JOIN (``dpsql.mechanisms.lookup``), a public key like the others."""
+    if None not in domain:
+        return cond
+    return exp.Paren(this=exp.Or(this=cond, expression=exp.Is(this=exp.Paren(this=key.copy()), expression=exp.Null())))
 
 
 def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str],
@@ -485,9 +494,9 @@ def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Seque
             continue
         assert isinstance(key.expr, exp.Column)
         ctype = schema[key.expr.name.lower()]
-        listed = exp.Array(expressions=domain_literals(key.domain, ctype, ops))
+        listed = exp.Array(expressions=domain_literals(tuple(v for v in key.domain if v is not None), ctype, ops))
         sub = exp.select(exp.alias_(exp.func("unnest", listed), "__d"))
-        c = exp.In(this=_col(key.name), query=exp.Subquery(this=sub))
+        c = _or_null(exp.In(this=_col(key.name), query=exp.Subquery(this=sub)), _col(key.name), key.domain)
         cond = c if cond is None else exp.And(this=cond, expression=c)
     q = exp.select(*[_col(f) for f in fields]).from_(relation, copy=False)
     return q.where(cond, copy=False) if cond is not None else q

@@ -1,9 +1,10 @@
 """The SQL of a GROUP BY over a join (``dpsql.mechanisms.s4s_vector``), composed over ``SqlOps``.
 
 * ``__dom``: the public key set, one row per key combination with its index ``__gid`` (0 ... d-1,
-  ordered by the key values): declared domains and years as literal lists; a public table's
-  column as its distinct non-NULL values after the WHERE conjuncts over that table alone (public
-  rows only). The product of the keys' sets when there are several.
+  ordered by the key values, NULL last): declared domains and years as literal lists; a public table's
+  column as its distinct values after the WHERE conjuncts over that table alone (public rows only),
+  NULL included when the table holds one (SQL's NULL group; a tuple's key matches the set's NULL-safely).
+  The product of the keys' sets when there are several.
 * :func:`clipped_groups` (one person per tuple): per owner and group the sum of the tuple values
   (per part the exact integer sum of the weights, converted once: the same bits in any order), each
   owner's vector clipped in L2 to the public bound C (scaled by min(1, C/norm)); tuples whose owner
@@ -77,7 +78,9 @@ def _key_set(k: ir.JoinKey, jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -
     cols = sorted({k.column, *[c.name.split("__", 1)[1] for e in local.get(k.alias, []) for c in e.find_all(exp.Column)]})
     rel: exp.Expression = exp.select(*[exp.alias_(exp.column(c, quoted=True), flat(k.alias, c)) for c in cols]).from_(
         exp.to_table(t.view or source_name(t.name), quoted=True))
-    conds: list[exp.Expression] = [exp.Not(this=exp.Is(this=_col(flat(k.alias, k.column)), expression=exp.Null()))]
+    # every value of the public table's column, NULL included when the table holds one (SQL's NULL group; read from
+    # the public table alone)
+    conds: list[exp.Expression] = []
     if local.get(k.alias):
         conds += [guard(c, dict(jp.flat_schema)) for c in local[k.alias]]
     q = exp.select(exp.alias_(_canonical(k, _col(flat(k.alias, k.column))), k.name)).distinct().from_(rel.subquery("__p"))
@@ -92,7 +95,8 @@ def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
     q = exp.select(*[_col(f"__d{i}.{n}") for i, n in enumerate(names)]).from_(_key_set(jp.keys[0], jp, catalog).subquery("__d0"))
     for i, k in enumerate(jp.keys[1:], start=1):
         q = q.join(_key_set(k, jp, catalog).subquery(f"__d{i}"), join_type="cross")
-    order = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=[exp.Ordered(this=_col(n)) for n in names]))
+    order = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=[exp.Ordered(this=_col(n), nulls_first=False)
+                                                                         for n in names]))
     # BIGINT on every engine (ROW_NUMBER is an INT on Spark): the index only, never released
     return q.select(exp.alias_(exp.cast(exp.Sub(this=order, expression=exp.Literal.number(1)), "BIGINT"), "__gid"))
 
@@ -100,7 +104,8 @@ def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
 def _on_keys(jp: ir.JoinPlan, left: str) -> exp.Expression:
     out: exp.Expression | None = None
     for i, k in enumerate(jp.keys):
-        c = exp.EQ(this=_canonical(k, _col(f"{left}.__x{i}")), expression=_canonical(k, _col(f"__dom.{k.name}")))
+        # NULL matches NULL: the NULL key of a public table's column (``_key_set``)
+        c = exp.NullSafeEQ(this=_canonical(k, _col(f"{left}.__x{i}")), expression=_canonical(k, _col(f"__dom.{k.name}")))
         out = c if out is None else exp.And(this=out, expression=c)
     assert out is not None
     return out

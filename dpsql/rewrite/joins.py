@@ -301,10 +301,16 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     spread = Spread(salt, ops)
     needed = _needed(jp, caps)
     cap_of = {(a, c): n for a, c, n in caps}
-    # the inputs joined left-deep in an order decided from the catalog alone, each built on its join's right side
-    sequence = join_sequence(jp, catalog)
+    # the inputs joined left-deep in an order decided from the catalog alone, each built on its join's right side;
+    # the LEFT-joined lookups last, in FROM order (no inner join names their columns: dpsql.plan.joins.check_left),
+    # their WHERE conditions applied after the join (SQL's meaning: a lookup column is NULL where no row matched)
+    left = set(jp.left)
+    written = [a for a, _ in jp.inputs]
+    sequence = tuple(a for a in join_sequence(jp, catalog) if a not in left) + jp.left
     order = {a: i for i, a in enumerate(sequence)}
     local, top = _split_where(jp)
+    for a in jp.left:
+        top += local.pop(a, [])
     built: dict[str, exp.Expression] = {}
     # capped inputs in the order the bound was derived (each joins inputs built before it)
     build_order = list(dict.fromkeys([a for a, _, _ in caps] + [a for a, _ in jp.inputs]))
@@ -319,9 +325,11 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
             # from here on (caps, joins, identities, owners) text is compared under the binary collation
             rel = exp.select(*[exp.alias_(binary_text(_col(flat(a, c)), _type_of(t, c)), flat(a, c)) for c in cols]).from_(
                 rel.subquery("__b"))
+        # a LEFT-joined lookup keeps every row its own ON can match: probed against the inputs written before it only
+        probed = {x: r for x, r in built.items() if a not in left or written.index(x) < written.index(a)}
         for (ca, cc), n in cap_of.items():
             if ca == a:
-                rel = _semi_filter(rel, jp, a, cc, built, spread=spread, columns=[flat(a, c) for c in cols])
+                rel = _semi_filter(rel, jp, a, cc, probed, spread=spread, columns=[flat(a, c) for c in cols])
                 kept = cap_rows(rel.subquery("__in"), [flat(a, p) for p in key_parts(cc)], [flat(a, c) for c in cols], n, salt,
                                 alias="__capped", ops=ops)
                 rel = exp.select(*[_col(flat(a, c)) for c in cols]).from_(kept)
@@ -342,7 +350,7 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         # (earlier inputs' keys) = (this input's keys), hashed by the keyed hash too
         same = spread_eq([(_col(x), jp.flat_schema.get(x, "")) for x, _ in pairs], [(_col(y), jp.flat_schema.get(y, "")) for _, y in pairs],
                          spread)
-        q = q.join(rel, on=_with_spread(on, same), join_type="inner", copy=False)
+        q = q.join(rel, on=_with_spread(on, same), join_type="left" if sequence[i] in left else "inner", copy=False)
     if top:
         q = q.where(guard(_and(top), dict(jp.flat_schema)), copy=False)
     if with_tid:
