@@ -355,6 +355,7 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
             hint='set [ledger] path = "ledger.duckdb" in the config',
         )
     if cfg.ledger_path is not None:
+        args.ledger_config = cfg  # a missing ledger's hint then names the config (_missing_ledger_hint)
         return _utf8_ledger(str(cfg.ledger_path), f"[ledger] path of the config {args.config_path!r}")
     env = os.environ.get("DPSQL_LEDGER")
     if env is not None and not env.strip():
@@ -375,6 +376,31 @@ def _utf8_ledger(path: str, where: str) -> str:
                           hint=f"give {where.split(' of ')[0]} a path that is UTF-8 text (rename the ledger file, together "
                           "with its hidden .NAME.generation marker, if it exists)")
     return path
+
+
+def _missing_ledger_hint(e: Any, config: str, cfg: Any) -> str:
+    """The text of ``e``; for a missing ledger that the config names, with a hint that works with that config: the
+    ledger's own (`dpsql init ... --ledger PATH`) is refused with a config that registers tables, and 'pass the total
+    together with create=True' is the Python API's fix."""
+    import shlex
+
+    from dpsql.errors import LedgerError
+
+    message = getattr(e, "message", "")
+    if (not isinstance(e, LedgerError) or not message.startswith("no budget ledger ") or "but a ledger existed" in message
+            or "search_path" in message):
+        return str(e)
+    init = f"dpsql --config {shlex.quote(config)} init"
+    if cfg.budget is not None:
+        hint = f"create it with `{init} --epsilon {cfg.budget.epsilon!r} --delta {cfg.budget.delta!r}` (the total under [ledger])"
+    else:
+        write = f"write the total, epsilon = ... and delta = ..., under [ledger] in {config!r}"
+        hint = ((f"the data owner may {write}, then create the ledger with `{init} --epsilon EPSILON --delta DELTA` (the "
+                 "same values)" if cfg.registers_tables else f"create it with `{init} --epsilon EPSILON --delta DELTA` "
+                 f"(choose your total), or {write}")
+                + (" or leave create_if_missing = true to create it" if cfg.create_if_missing else ""))
+    return (f"{message}\nhint: {hint}; if the ledger was moved or lost, restore it from a backup (dpsql never starts a "
+            "fresh budget by itself)")
 
 
 def _check_owner_config(args: argparse.Namespace) -> None:
@@ -1597,7 +1623,9 @@ def _main(argv: Sequence[str] | None) -> int:
         if interrupted.is_set():
             return stopped()
         name = next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))  # a public class
-        print(f"error: {name}: {_cli_text(str(e))}", file=sys.stderr)
+        cfg = getattr(args, "ledger_config", None)
+        text = str(e) if cfg is None else _missing_ledger_hint(e, args.config_path, cfg)
+        print(f"error: {name}: {_cli_text(text)}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
         return CHARGED_EXIT_CODE if getattr(args, "charged_entry", None) is not None else int(e.exit_code)

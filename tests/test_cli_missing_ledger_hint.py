@@ -1,0 +1,66 @@
+"""A missing ledger that a config names: the hint is a command that works with that config. The ledger's own
+hint, `dpsql init ... --ledger PATH`, is refused with a config that registers tables (--ledger cannot replace the
+owner's ledger), and 'pass the total budget together with create=True' is the Python API's fix, not a config's."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_cli as run
+
+from dpsql.cli import _missing_ledger_hint
+from dpsql.config import load_config
+from dpsql.errors import LedgerError
+
+TABLES = '\n[tables.events]\nsource = "data.parquet"\nprivacy_unit = "uid"\n'
+
+
+@pytest.fixture
+def owner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    pq.write_table(pa.table({"uid": list(range(30)), "g": ["a", "b"] * 15}), tmp_path / "data.parquet")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    return tmp_path
+
+
+def _hint(err: str) -> str:
+    return err.split("\nhint: ", 1)[1]
+
+
+def test_the_hinted_init_creates_the_config_ledger(owner: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (owner / "owner.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 2.5\ndelta = 1e-05\n' + TABLES)
+    assert run(["--config", "owner.toml", "budget"]) == 4
+    err = capsys.readouterr().err
+    assert "no budget ledger at" in err and "--ledger" not in _hint(err)
+    cmd = shlex.split(re.search(r"`(dpsql [^`]*)`", _hint(err)).group(1))[1:]
+    assert run(cmd) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert run(["--config", "owner.toml", "budget", "--format", "json"]) == 0
+    assert '"epsilon": 2.5' in capsys.readouterr().out
+
+
+def test_a_config_without_a_total_says_where_to_declare_it(owner: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (owner / "dpsql.toml").write_text('[ledger]\npath = "l.duckdb"\n' + TABLES)
+    assert run(["budget"]) == 4
+    hint = _hint(capsys.readouterr().err)
+    assert "epsilon = " in hint and "[ledger]" in hint and "'dpsql.toml'" in hint and "--ledger" not in hint
+    (owner / "dpsql.toml").write_text('[ledger]\npath = "l.duckdb"\ncreate_if_missing = true\n' + TABLES)
+    assert run(["query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1"]) == 4
+    err = capsys.readouterr().err
+    assert "create=True" not in err and "epsilon = " in _hint(err) and "create_if_missing" in _hint(err)
+
+
+def test_a_postgresql_ledger_named_by_a_config(owner: Path) -> None:
+    (owner / "pg.toml").write_text('[ledger]\nurl = "postgresql://u@h/db"\nepsilon = 1.0\ndelta = 1e-06\n' + TABLES)
+    e = LedgerError("no budget ledger in the database postgresql://u@h/db",
+                    hint="create it with `dpsql init --epsilon 1.0 --delta 1e-6 --ledger 'postgresql://u@h/db'` or "
+                    "Session(ledger=URL, budget=..., create=True)")
+    text = _missing_ledger_hint(e, "pg.toml", load_config("pg.toml"))
+    assert "dpsql --config pg.toml init --epsilon 1.0 --delta 1e-06" in text and "Session(" not in text
+    other = LedgerError("ledger x is busy", hint="retry")
+    assert _missing_ledger_hint(other, "pg.toml", load_config("pg.toml")) == str(other)
