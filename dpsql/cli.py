@@ -398,7 +398,7 @@ def _missing_ledger_hint(e: Any, config: str, cfg: Any) -> str:
         hint = ((f"the data owner may {write}, then create the ledger with `{init} --epsilon EPSILON --delta DELTA` (the "
                  "same values)" if cfg.registers_tables else f"create it with `{init} --epsilon EPSILON --delta DELTA` "
                  f"(choose your total), or {write}")
-                + (" or leave create_if_missing = true to create it" if cfg.create_if_missing else ""))
+                + (" (create_if_missing = true then creates it with that total)" if cfg.create_if_missing else ""))
     return (f"{message}\nhint: {hint}; if the ledger was moved or lost, restore it from a backup (dpsql never starts a "
             "fresh budget by itself)")
 
