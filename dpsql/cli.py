@@ -420,8 +420,9 @@ def _check_owner_config(args: argparse.Namespace) -> None:
                             ("--allow-conditional-sampling", getattr(args, "allow_conditional_sampling", None)))
              if v]
     if flags:
+        which = f"{args.config_path!r}" + (", read from the working directory as no --config was given" if args.config is None else "")
         raise ConfigError(
-            f"{', '.join(flags)} cannot be combined with a config that registers tables: the config's tables, their policy "
+            f"{', '.join(flags)} cannot be combined with a config that registers tables ({which}): the config's tables, their policy "
             "and its ledger belong to the data owner",
             hint="drop these flags to query the config's tables, or use --table without --config for files of your own",
         )

@@ -64,3 +64,12 @@ def test_a_postgresql_ledger_named_by_a_config(owner: Path) -> None:
     assert "dpsql --config pg.toml init --epsilon 1.0 --delta 1e-06" in text and "Session(" not in text
     other = LedgerError("ledger x is busy", hint="retry")
     assert _missing_ledger_hint(other, "pg.toml", load_config("pg.toml")) == str(other)
+
+
+def test_the_owner_config_read_by_default_is_named(owner: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dpsql.toml in the working directory is read without --config: a refusal of --ledger because of it names it."""
+    (owner / "dpsql.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\n' + TABLES)
+    assert run(["--ledger", "mine.duckdb", "init", "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "'dpsql.toml'" in err and "working directory" in err, err
+    assert not (owner / "mine.duckdb").exists()
