@@ -356,6 +356,10 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
         )
     if cfg.ledger_path is not None:
         args.ledger_config = cfg  # a missing ledger's hint then names the config (_missing_ledger_hint)
+        env = os.environ.get("DPSQL_LEDGER", "").strip()
+        if env and str(cfg.ledger_path) not in (env, os.path.abspath(os.path.expanduser(env))):  # never quoted: a URL's password
+            print(f"warning: $DPSQL_LEDGER is set but not used: the config {args.config_path!r} names its ledger under [ledger], "
+                  "which comes first (unset DPSQL_LEDGER, or point it at the same ledger, to silence this)", file=sys.stderr)
         return _utf8_ledger(str(cfg.ledger_path), f"[ledger] path of the config {args.config_path!r}")
     env = os.environ.get("DPSQL_LEDGER")
     if env is not None and not env.strip():

@@ -73,3 +73,17 @@ def test_the_owner_config_read_by_default_is_named(owner: Path, capsys: pytest.C
     err = capsys.readouterr().err
     assert "'dpsql.toml'" in err and "working directory" in err, err
     assert not (owner / "mine.duckdb").exists()
+
+
+def test_a_dpsql_ledger_that_the_config_overrides_is_said(owner: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """$DPSQL_LEDGER (set for every job of a scheduler) was silently ignored when the config names a ledger: the job
+    read and charged the config's ledger while its operator thought it used the environment's."""
+    (owner / "owner.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\ncreate_if_missing = true\n' + TABLES)
+    monkeypatch.setenv("DPSQL_LEDGER", str(owner / "other.duckdb"))
+    assert run(["--config", "owner.toml", "budget"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: $DPSQL_LEDGER" in err and "[ledger]" in err and "other.duckdb" not in err, err
+    monkeypatch.setenv("DPSQL_LEDGER", "l.duckdb")  # the same ledger: nothing to say
+    assert run(["--config", "owner.toml", "budget"]) == 0
+    assert "DPSQL_LEDGER" not in capsys.readouterr().err
