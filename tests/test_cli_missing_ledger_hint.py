@@ -87,3 +87,15 @@ def test_a_dpsql_ledger_that_the_config_overrides_is_said(owner: Path, monkeypat
     monkeypatch.setenv("DPSQL_LEDGER", "l.duckdb")  # the same ledger: nothing to say
     assert run(["--config", "owner.toml", "budget"]) == 0
     assert "DPSQL_LEDGER" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bounds,want", [("[5]", "--bounds TABLE.g=0:100"), ("[1, 2, 3]", "--bounds TABLE.g=0:100"),
+                                         ('["2024-01-01"]', "DATE or TIMESTAMP")])
+def test_a_bad_pair_of_numeric_bounds_is_hinted_with_numbers(owner: Path, capsys: pytest.CaptureFixture[str],
+                                                             bounds: str, want: str) -> None:
+    """bounds = [5] was hinted with a DATE grid (--bins TABLE.g=2019-01-01:2021-01-01:N) whatever the bounds were."""
+    (owner / "owner.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\ncreate_if_missing = true\n' + TABLES
+                                      + f"[tables.events.columns.g]\nbounds = {bounds}\n")
+    assert run(["--config", "owner.toml", "tables"]) == 2
+    err = capsys.readouterr().err
+    assert "must be a pair" in err and want in _hint(err), err
