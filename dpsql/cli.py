@@ -428,7 +428,9 @@ def _check_owner_config(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"{', '.join(flags)} cannot be combined with a config that registers tables ({which}): the config's tables, their policy "
             "and its ledger belong to the data owner",
-            hint="drop these flags to query the config's tables, or use --table without --config for files of your own",
+            hint="drop these flags to query the config's tables, or use --table without --config for files of your own"
+            + (" (from a directory without a dpsql.toml, which is read whenever --config is not given)" if args.config is None
+               else ""),
         )
 
 

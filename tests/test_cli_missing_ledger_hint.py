@@ -71,7 +71,7 @@ def test_the_owner_config_read_by_default_is_named(owner: Path, capsys: pytest.C
     (owner / "dpsql.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\n' + TABLES)
     assert run(["--ledger", "mine.duckdb", "init", "--epsilon", "1"]) == 2
     err = capsys.readouterr().err
-    assert "'dpsql.toml'" in err and "working directory" in err, err
+    assert "'dpsql.toml'" in err and "working directory" in err and "directory without a dpsql.toml" in err, err
     assert not (owner / "mine.duckdb").exists()
 
 
