@@ -229,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, sub=True)
     _query_args(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output format (json: as --json)")
     p = sub.add_parser("budget", help="show the total, spent and remaining budget", epilog=EXAMPLES["budget"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("--history", action="store_true", help="list every ledger entry and every change of the total")
@@ -1011,7 +1012,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
         if args.command == "explain":
             plan = s.explain(_split_statements(sql) if args.workload else sql, epsilon=args.epsilon, delta=args.delta,
                              options=opts or None)
-            if args.json:
+            if args.json or args.format == "json":
                 print(json.dumps(plan.to_dict(), indent=1, default=str))
             else:
                 print(plan)

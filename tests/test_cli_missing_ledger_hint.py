@@ -99,3 +99,13 @@ def test_a_bad_pair_of_numeric_bounds_is_hinted_with_numbers(owner: Path, capsys
     assert run(["--config", "owner.toml", "tables"]) == 2
     err = capsys.readouterr().err
     assert "must be a pair" in err and want in _hint(err), err
+
+
+def test_explain_takes_format_json_as_every_other_command(owner: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`explain --format json` (the spelling of query, budget, tables, describe and suggest-caps) was a usage error."""
+    (owner / "owner.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\ncreate_if_missing = true\n' + TABLES)
+    import json
+
+    assert run(["--config", "owner.toml", "explain", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mechanism"]
+    assert run(["--config", "owner.toml", "explain", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--format", "csv"]) == 2
