@@ -356,7 +356,7 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
             hint='set [ledger] path = "ledger.duckdb" in the config',
         )
     if cfg.ledger_path is not None:
-        args.ledger_config = cfg  # a missing ledger's hint then names the config (_missing_ledger_hint)
+        args.ledger_config = cfg  # a missing ledger's hint then names the config (_config_ledger_text)
         env = os.environ.get("DPSQL_LEDGER", "").strip()
         if env and str(cfg.ledger_path) not in (env, os.path.abspath(os.path.expanduser(env))):  # never quoted: a URL's password
             print(f"warning: $DPSQL_LEDGER is set but not used: the config {args.config_path!r} names its ledger under [ledger], "
@@ -383,19 +383,27 @@ def _utf8_ledger(path: str, where: str) -> str:
     return path
 
 
-def _missing_ledger_hint(e: Any, config: str, cfg: Any) -> str:
-    """The text of ``e``; for a missing ledger that the config names, with a hint that works with that config: the
-    ledger's own (`dpsql init ... --ledger PATH`) is refused with a config that registers tables, and 'pass the total
-    together with create=True' is the Python API's fix."""
+def _config_ledger_text(e: Any, config: str, cfg: Any) -> str:
+    """The text of ``e``, a refusal of the ledger that the config names, with a hint that works with that config: the
+    ledger's own (`dpsql init ... --ledger PATH`, e.g. --ledger ledger.duckdb) is refused with a config that registers
+    tables, and 'pass the total together with create=True' is the Python API's fix."""
+    import re
     import shlex
 
     from dpsql.errors import LedgerError
 
     message = getattr(e, "message", "")
-    if (not isinstance(e, LedgerError) or not message.startswith("no budget ledger ") or "but a ledger existed" in message
-            or "search_path" in message):
-        return str(e)
     init = f"dpsql --config {shlex.quote(config)} init"
+    if not isinstance(e, LedgerError):
+        return str(e)
+    if not message.startswith("no budget ledger ") or "but a ledger existed" in message or "search_path" in message:
+        # another refusal of the config's ledger (a directory, a damaged file): its hint's flags as config keys
+        total = ("EPSILON", "DELTA") if cfg.budget is None else (repr(cfg.budget.epsilon), repr(cfg.budget.delta))
+        text = str(e).replace("e.g. --ledger ledger.duckdb", f'e.g. path = "ledger.duckdb" under [ledger] in {config!r}')
+        text = re.sub(r"`dpsql init --epsilon \S+ --delta \S+ --ledger NEW_PATH`( \(choose your total\))?",
+                      f"a new path under [ledger] in {config!r}, then `{init} --epsilon {total[0]} --delta {total[1]}`", text)
+        return re.sub(r"`dpsql init --epsilon \S+ --delta \S+ --ledger [^`]+`( \(choose your total\))?",
+                      f"`{init} --epsilon {total[0]} --delta {total[1]}`", text)
     if cfg.budget is not None:
         hint = f"create it with `{init} --epsilon {cfg.budget.epsilon!r} --delta {cfg.budget.delta!r}` (the total under [ledger])"
     else:
@@ -1632,7 +1640,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return stopped()
         name = next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))  # a public class
         cfg = getattr(args, "ledger_config", None)
-        text = str(e) if cfg is None else _missing_ledger_hint(e, args.config_path, cfg)
+        text = str(e) if cfg is None else _config_ledger_text(e, args.config_path, cfg)
         print(f"error: {name}: {_cli_text(text)}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import run_cli as run
 
-from dpsql.cli import _missing_ledger_hint
+from dpsql.cli import _config_ledger_text
 from dpsql.config import load_config
 from dpsql.errors import LedgerError
 
@@ -60,10 +60,10 @@ def test_a_postgresql_ledger_named_by_a_config(owner: Path) -> None:
     e = LedgerError("no budget ledger in the database postgresql://u@h/db",
                     hint="create it with `dpsql init --epsilon 1.0 --delta 1e-6 --ledger 'postgresql://u@h/db'` or "
                     "Session(ledger=URL, budget=..., create=True)")
-    text = _missing_ledger_hint(e, "pg.toml", load_config("pg.toml"))
+    text = _config_ledger_text(e, "pg.toml", load_config("pg.toml"))
     assert "dpsql --config pg.toml init --epsilon 1.0 --delta 1e-06" in text and "Session(" not in text
     other = LedgerError("ledger x is busy", hint="retry")
-    assert _missing_ledger_hint(other, "pg.toml", load_config("pg.toml")) == str(other)
+    assert _config_ledger_text(other, "pg.toml", load_config("pg.toml")) == str(other)
 
 
 def test_the_owner_config_read_by_default_is_named(owner: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,3 +109,18 @@ def test_explain_takes_format_json_as_every_other_command(owner: Path, capsys: p
     assert run(["--config", "owner.toml", "explain", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["mechanism"]
     assert run(["--config", "owner.toml", "explain", "SELECT COUNT(*) FROM events", "--epsilon", "1", "--format", "csv"]) == 2
+
+
+@pytest.mark.parametrize("make", ["dir", "junk"])
+def test_a_config_ledger_that_is_no_ledger_is_hinted_in_config_terms(owner: Path, capsys: pytest.CaptureFixture[str],
+                                                                     make: str) -> None:
+    """[ledger] path naming a directory or a file that is no ledger was hinted 'e.g. --ledger ledger.duckdb' and
+    `dpsql init ... --ledger NEW_PATH`, which a config that registers tables refuses."""
+    (owner / "owner.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\n' + TABLES)
+    if make == "dir":
+        (owner / "l.duckdb").mkdir()
+    else:
+        (owner / "l.duckdb").write_bytes(b"not a ledger" * 1000)
+    assert run(["--config", "owner.toml", "budget"]) == 4
+    hint = _hint(capsys.readouterr().err)
+    assert "--ledger" not in hint and "[ledger]" in hint and "dpsql --config owner.toml init" in hint, hint
