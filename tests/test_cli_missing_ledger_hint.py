@@ -124,3 +124,12 @@ def test_a_config_ledger_that_is_no_ledger_is_hinted_in_config_terms(owner: Path
     assert run(["--config", "owner.toml", "budget"]) == 4
     hint = _hint(capsys.readouterr().err)
     assert "--ledger" not in hint and "[ledger]" in hint and "dpsql --config owner.toml init" in hint, hint
+
+
+def test_a_failure_after_the_charge_names_a_damaged_source_among_its_causes(owner: Path) -> None:
+    """A Parquet file whose data pages were damaged fails after the charge (its pages are private rows); the hint
+    listed only the owner's limits, a full temp directory and a bug."""
+    from dpsql.engine.base import EngineSettings, private_failure
+
+    hint = private_failure("the query", None, EngineSettings()).hint
+    assert "source file" in str(hint) and "damaged" in str(hint)
