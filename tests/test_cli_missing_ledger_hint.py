@@ -133,3 +133,18 @@ def test_a_failure_after_the_charge_names_a_damaged_source_among_its_causes(owne
 
     hint = private_failure("the query", None, EngineSettings()).hint
     assert "source file" in str(hint) and "damaged" in str(hint)
+
+
+@pytest.mark.parametrize("body", ['[ledger]\npath = "l.duckdb"\nfoo = 1\n', '[ledger]\npath = "l.duckdb"\nlock_timeout = -1\n',
+                                  '[ledger]\npath = "l.duckdb"\ncreate_if_missing = "yes"\n',
+                                  '[ledger]\npath = "l.duckdb"\n[engine]\nmemory = "1GB"\n',
+                                  '[ledger]\npath = "l.duckdb"\n[tables.events]\nsource = "data.parquet"\nmax_group = 1\n'])
+def test_every_config_refusal_names_the_file(owner: Path, body: str) -> None:
+    """A job reading one of several configs was told 'unknown keys ['foo'] in [ledger]' without which file."""
+    from dpsql.errors import ConfigError
+
+    (owner / "jobs").mkdir()
+    (owner / "jobs" / "nightly.toml").write_text(body)
+    with pytest.raises(ConfigError, match="jobs/nightly.toml"):
+        load_config(str(owner / "jobs" / "nightly.toml"))
+
