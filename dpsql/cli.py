@@ -1849,6 +1849,7 @@ def _cli_text(text: str) -> str:
     text = text.replace("pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
                         "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
                         "named .parquet or .csv")
+    text = text.replace("hint: retry, or pass a larger lock_timeout", "hint: pass a larger lock_timeout")  # (said once)
     return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished, or wait longer "
                         "with --lock-timeout SECONDS (for every command: lock_timeout under [ledger] in the config)")
 

@@ -148,3 +148,10 @@ def test_every_config_refusal_names_the_file(owner: Path, body: str) -> None:
     with pytest.raises(ConfigError, match="jobs/nightly.toml"):
         load_config(str(owner / "jobs" / "nightly.toml"))
 
+
+
+def test_a_busy_postgresql_ledger_hint_reads_once() -> None:
+    from dpsql.cli import _cli_text
+
+    text = _cli_text("ledger postgresql://h/db is busy: ...; nothing was charged\nhint: retry, or pass a larger lock_timeout")
+    assert "retry, or try again" not in text and "--lock-timeout SECONDS" in text, text
