@@ -137,10 +137,13 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
             except BaseException as e:  # Ctrl-C or SIGTERM while padding: the run ends here, its entry is marked failed
                 failure = e
     if failure is not None:
+        marked = True
         try:
             ledger.fail(entry, FAILURE_REASON)
         except LedgerError:
-            pass
+            marked = False
+        if not isinstance(failure, Exception):  # Ctrl-C, SIGTERM: the caller can say which entry its charge is
+            failure.ledger_entry = (entry, "failed" if marked else "reserved")  # type: ignore[attr-defined]
         raise failure from None
 
 

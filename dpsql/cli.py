@@ -357,8 +357,8 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
         )
     if cfg.ledger_path is not None:
         args.ledger_config = cfg  # a missing ledger's hint then names the config (_config_ledger_text)
-        env = os.environ.get("DPSQL_LEDGER", "").strip()
-        if env and str(cfg.ledger_path) not in (env, os.path.abspath(os.path.expanduser(env))):  # never quoted: a URL's password
+        shared = os.environ.get("DPSQL_LEDGER", "").strip()
+        if shared and str(cfg.ledger_path) not in (shared, os.path.abspath(os.path.expanduser(shared))):  # never quoted: a URL's password
             print(f"warning: $DPSQL_LEDGER is set but not used: the config {args.config_path!r} names its ledger under [ledger], "
                   "which comes first (unset DPSQL_LEDGER, or point it at the same ledger, to silence this)", file=sys.stderr)
         return _utf8_ledger(str(cfg.ledger_path), f"[ledger] path of the config {args.config_path!r}")
@@ -1586,11 +1586,13 @@ def _main(argv: Sequence[str] | None) -> int:
         interrupted.set()
         raise _Stopped
 
-    def stopped() -> int:
+    def stopped(e: BaseException | None = None) -> int:
         sig = caught[0] if caught else signal.SIGINT
         what = ("terminated (SIGTERM)" if sig == signal.SIGTERM else "hung up (SIGHUP)" if sig == getattr(signal, "SIGHUP", None)
                 else "interrupted")
-        print(f"{what}: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
+        entry = getattr(e, "ledger_entry", None)  # cut short while it read private rows: its charge is that entry
+        print(f"{what}: a charge already made stands (" + (f"this query's: ledger entry {entry[0]}, {entry[1]}, counted)" if entry
+                                                             else "see dpsql budget --history)"), file=sys.stderr)
         return 128 + int(sig)
 
     if threading.current_thread() is threading.main_thread():
@@ -1645,8 +1647,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
         return CHARGED_EXIT_CODE if getattr(args, "charged_entry", None) is not None else int(e.exit_code)
-    except KeyboardInterrupt:
-        return stopped()
+    except KeyboardInterrupt as e:
+        return stopped(e)
     except Exception as e:
         # after a signal, whatever failed failed because of it: DuckDB turns the interrupt of a running
         # statement into RuntimeError('Query interrupted'), and an import cut short becomes an ImportError

@@ -155,3 +155,20 @@ def test_a_busy_postgresql_ledger_hint_reads_once() -> None:
 
     text = _cli_text("ledger postgresql://h/db is busy: ...; nothing was charged\nhint: retry, or pass a larger lock_timeout")
     assert "retry, or try again" not in text and "--lock-timeout SECONDS" in text, text
+
+
+def test_an_interrupt_after_the_charge_names_its_ledger_entry(owner: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C or SIGTERM (a job runner's timeout) during the private read said 'a charge already made stands (see
+    dpsql budget --history)' whether or not this command had charged: its log could not tell."""
+    import dpsql.session
+
+    (owner / "owner.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\ncreate_if_missing = true\n' + TABLES)
+
+    def read(*a: object, **k: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dpsql.session.backends, "fetch_bounded", read)
+    assert run(["--config", "owner.toml", "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.25"]) == 130
+    err = capsys.readouterr().err
+    assert "ledger entry 1" in err and "failed" in err, err
