@@ -1,6 +1,7 @@
-"""A missing ledger that a config names: the hint is a command that works with that config. The ledger's own
-hint, `dpsql init ... --ledger PATH`, is refused with a config that registers tables (--ledger cannot replace the
-owner's ledger), and 'pass the total budget together with create=True' is the Python API's fix, not a config's."""
+"""What a scheduled job (cron, Airflow, a script) is told: a config's ledger that is missing or no ledger is hinted with the
+command that works with that config (`dpsql init ... --ledger PATH`, the ledger's own hint, is refused with a config that
+registers tables; 'pass the total together with create=True' is the Python API's fix), which config and which ledger
+were used, and which ledger entry a signal cut short."""
 
 from __future__ import annotations
 
