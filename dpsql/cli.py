@@ -1209,12 +1209,16 @@ def _written_failed(rel: Any, failed: list[tuple[str, str | None, str, bytes | N
     sentence, hint = saved_text(saved, {name: (p or "") for _f, p, name, data, _e in failed if data is not None})
     what = " and ".join(f"writing {f + ' ' + repr(p) if p else f} failed ({first_line(e)})" for f, p, _n, _d, e in failed)
     also = f" ({', '.join(written)} {'was' if len(written) == 1 else 'were'} written)" if written else ""
+    if rel.reused:  # read for free from a stored synopsis: nothing was charged, and asking again is free too
+        return ExecutionError(f"the query was answered for free from a stored synopsis (ledger entry {rel.ledger_id}, which "
+                              f"cost nothing), but {what}{also}{sentence}",
+                              hint=hint.replace("running the query again would charge again", "running the query again is free "
+                                                "too").replace("cannot be written again without a new charge", "is free to ask again"))
     err = ExecutionError(
         f"the query was answered, but {what}{also}; its charge stands (ledger entry {rel.ledger_id}){sentence}",
         hint=hint,
     )
-    if not rel.reused:
-        err.exit_code = CHARGED_EXIT_CODE
+    err.exit_code = CHARGED_EXIT_CODE
     return err
 
 

@@ -173,3 +173,19 @@ def test_an_interrupt_after_the_charge_names_its_ledger_entry(owner: Path, monke
     assert run(["--config", "owner.toml", "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.25"]) == 130
     err = capsys.readouterr().err
     assert "ledger entry 1" in err and "failed" in err, err
+
+
+def test_a_free_answer_that_cannot_be_written_is_not_told_as_charged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer read for free from a stored synopsis (--reuse-synopsis) that could not be written said 'its charge
+    stands' and 'running the query again would charge again' (exit 1: nothing was charged; again is free too)."""
+    from types import SimpleNamespace
+
+    from dpsql.cli import _written_failed
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # where a release without a ledger file is saved
+    rel = SimpleNamespace(reused=True, ledger_id=9, to_dict=lambda remaining: {"rows": []})
+    err = _written_failed(rel, [("-o", "out.csv", "out.csv", b"n\n1\n", OSError(28, "No space left on device"))], None, None)
+    assert err.exit_code == 1 and "charge" not in str(err) and "free" in str(err), str(err)
+    rel.reused = False
+    err = _written_failed(rel, [("-o", "out.csv", "out.csv", b"n\n1\n", OSError(28, "No space left on device"))], None, None)
+    assert err.exit_code == 5 and "its charge stands" in str(err) and "would charge again" in str(err), str(err)
