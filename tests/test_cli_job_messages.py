@@ -189,3 +189,15 @@ def test_a_free_answer_that_cannot_be_written_is_not_told_as_charged(tmp_path: P
     rel.reused = False
     err = _written_failed(rel, [("-o", "out.csv", "out.csv", b"n\n1\n", OSError(28, "No space left on device"))], None, None)
     assert err.exit_code == 5 and "its charge stands" in str(err) and "would charge again" in str(err), str(err)
+
+
+@pytest.mark.parametrize("name", ["out.csv.gz", "OUT.JSON.ZST", "out.parquet.bz2", "x.xz", "x.zip"])
+def test_a_compressed_file_name_is_refused_even_with_format(owner: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """-o out.csv.gz --format csv (as the unknown-extension hint suggested) wrote plain CSV under a .gz name, which
+    zcat and every loader that trusts the extension then failed to read, after the charge."""
+    (owner / "owner.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\ncreate_if_missing = true\n' + TABLES)
+    assert run(["--config", "owner.toml", "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1", "-o", name,
+                "--format", "csv"]) == 2
+    err = capsys.readouterr().err
+    assert "compress" in err and "| gzip" in _hint(err) and not (owner / name).exists(), err
+    assert not (owner / "l.duckdb").exists() or "nothing was charged" in err
