@@ -468,13 +468,16 @@ def _create_if_missing(args: argparse.Namespace, cfg: Any) -> bool:
     return bool(cfg.create_if_missing and not args.ledger and cfg.ledger_path is not None)
 
 
-def _open_session(args: argparse.Namespace) -> Any:
+def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
+    """The command's Session; ``ledger=False`` (tables, describe: the catalog alone) reads and creates no ledger."""
     import dpsql
     from dpsql.errors import ConfigError
 
     cfg = _load_config(args)
-    s = dpsql.Session(ledger=_ledger_path(args, cfg), budget=cfg.budget, create=_create_if_missing(args, cfg),
-                      engine=_engine_settings(args, cfg), tables=cfg.tables, lock_timeout=_lock_timeout(args, cfg))
+    path = _ledger_path(args, cfg)  # (its checks hold either way: an owner's config refuses --ledger)
+    s = dpsql.Session(ledger=path if ledger else None, budget=cfg.budget if ledger else dpsql.Budget(1.0),
+                      create=ledger and _create_if_missing(args, cfg), engine=_engine_settings(args, cfg),
+                      tables=cfg.tables, lock_timeout=_lock_timeout(args, cfg))
     try:
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")
@@ -1423,7 +1426,7 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     from dpsql.errors import ConfigError
     from dpsql.release import _json_safe, name_text
 
-    with _open_session(args) as s:
+    with _open_session(args, ledger=False) as s:
         tables = {name: spec.public_description() for name, spec in s.tables.items()}
     if getattr(args, "name", None) is not None:
         if args.name.lower() not in tables:

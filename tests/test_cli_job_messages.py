@@ -201,3 +201,16 @@ def test_a_compressed_file_name_is_refused_even_with_format(owner: Path, capsys:
     err = capsys.readouterr().err
     assert "compress" in err and "| gzip" in _hint(err) and not (owner / name).exists(), err
     assert not (owner / "l.duckdb").exists() or "nothing was charged" in err
+
+
+def test_tables_and_describe_read_no_ledger(owner: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dpsql tables` (free: the config's public policy) failed with exit 4 while the ledger did not exist yet, e.g. a
+    CI step that checks a new config before the owner creates its ledger; with create_if_missing it created it."""
+    (owner / "owner.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\n' + TABLES)
+    assert run(["--config", "owner.toml", "tables", "--format", "json"]) == 0, capsys.readouterr().err
+    assert "events" in capsys.readouterr().out
+    assert run(["--config", "owner.toml", "describe", "events"]) == 0
+    (owner / "owner.toml").write_text('[ledger]\npath = "l.duckdb"\nepsilon = 1.0\ncreate_if_missing = true\n' + TABLES)
+    assert run(["--config", "owner.toml", "tables"]) == 0
+    assert not (owner / "l.duckdb").exists()
+    assert run(["--config", "owner.toml", "--ledger", "x.duckdb", "tables"]) == 2  # the owner's config still holds
