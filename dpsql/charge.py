@@ -56,7 +56,10 @@ def record_release(ledger: Ledger, entry: int, commit: dict[str, Any]) -> None:
         e.exit_code = CHARGED_EXIT_CODE
         if "is not returned" not in e.message:  # the ledger's words are about its entry: the answer's fate too
             e.message += "; the answer was charged but is not returned (asking again charges again)"
-            e.args = (e._render(),)
+        if e.hint and "pass a larger lock_timeout" in e.hint:  # not 'retry': this charge stands, and again charges again
+            e.hint = ("for later queries on a busy ledger, give a release a longer wait with a larger lock_timeout (it "
+                      "waits lock_timeout plus 10 s, or twice lock_timeout if longer)")
+        e.args = (e._render(),)
         raise
     except BaseException as e:
         slot = getattr(_KEPT, "slot", None)

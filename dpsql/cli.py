@@ -1865,6 +1865,9 @@ def _cli_text(text: str) -> str:
                         "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
                         "named .parquet or .csv")
     text = text.replace("hint: retry, or pass a larger lock_timeout", "hint: pass a larger lock_timeout")  # (said once)
+    text = text.replace("with a larger lock_timeout (it waits lock_timeout plus 10 s, or twice lock_timeout if longer)",
+                        "with a larger --lock-timeout SECONDS (or lock_timeout under [ledger] in the config; a release waits "
+                        "that plus 10 s, or twice that if longer)")
     return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished, or wait longer "
                         "with --lock-timeout SECONDS (for every command: lock_timeout under [ledger] in the config)")
 

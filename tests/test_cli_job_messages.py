@@ -214,3 +214,22 @@ def test_tables_and_describe_read_no_ledger(owner: Path, capsys: pytest.CaptureF
     assert run(["--config", "owner.toml", "tables"]) == 0
     assert not (owner / "l.duckdb").exists()
     assert run(["--config", "owner.toml", "--ledger", "x.duckdb", "tables"]) == 2  # the owner's config still holds
+
+
+@pytest.mark.parametrize("hint", ["retry, or pass a larger lock_timeout", "retry later or pass a larger lock_timeout"])
+def test_a_release_that_a_busy_ledger_kept_out_is_not_hinted_to_try_again(hint: str) -> None:
+    """A release the busy ledger could not record within its wait (exit 5) said 'the answer was charged but is not
+    returned (asking again charges again)' and then hinted 'try again when the other dpsql command has finished'."""
+    from dpsql.charge import record_release
+    from dpsql.cli import _cli_text
+
+    class Busy:
+        def commit(self, entry: int, **kw: object) -> None:
+            raise LedgerError("ledger l is busy: another dpsql operation held it for more than 11 s; entry 3 stays "
+                              "'reserved': the charge stands", hint=hint)
+
+    with pytest.raises(LedgerError) as e:
+        record_release(Busy(), 3, {})  # type: ignore[arg-type]
+    assert e.value.exit_code == 5
+    text = _cli_text(str(e.value))
+    assert "try again" not in text and "retry" not in text and "--lock-timeout SECONDS" in text, text
