@@ -390,10 +390,12 @@ def parse_column_spec(table: str, name: str, spec: Any) -> ColumnSpec:
                 time_bounds = (b[0], b[1])  # a date/timestamp ordered domain
                 lo = hi = 0.0
             else:
+                numbers = isinstance(b, (list, tuple)) and all(isinstance(x, (int, float)) for x in b)
                 raise ConfigError(
                     f"bounds for '{table}.{name}' must be a pair (lo, hi) of numbers "
                     f"(or of dates/timestamps together with bins or bin_width), got {b!r}",
-                    hint=f"for a DATE or TIMESTAMP column declare its grid with the bounds, e.g. columns={{'{name}': "
+                    hint=f"e.g. columns={{'{name}': {{'bounds': (0, 100)}}}}" if numbers else
+                    f"for a DATE or TIMESTAMP column declare its grid with the bounds, e.g. columns={{'{name}': "
                     "{'bounds': ['2019-01-01', '2021-01-01'], 'bin_width': '1 day'}}: MIN, MAX, MEDIAN and "
                     "QUANTILE release a point of it",
                 ) from None

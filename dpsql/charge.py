@@ -56,7 +56,10 @@ def record_release(ledger: Ledger, entry: int, commit: dict[str, Any]) -> None:
         e.exit_code = CHARGED_EXIT_CODE
         if "is not returned" not in e.message:  # the ledger's words are about its entry: the answer's fate too
             e.message += "; the answer was charged but is not returned (asking again charges again)"
-            e.args = (e._render(),)
+        if e.hint and "pass a larger lock_timeout" in e.hint:  # not 'retry': this charge stands, and again charges again
+            e.hint = ("for later queries on a busy ledger, give a release a longer wait with a larger lock_timeout (it "
+                      "waits lock_timeout plus 10 s, or twice lock_timeout if longer)")
+        e.args = (e._render(),)
         raise
     except BaseException as e:
         slot = getattr(_KEPT, "slot", None)
@@ -137,10 +140,13 @@ def charged(ledger: Ledger, backend: Any, entry: int, what: str) -> Iterator[Non
             except BaseException as e:  # Ctrl-C or SIGTERM while padding: the run ends here, its entry is marked failed
                 failure = e
     if failure is not None:
+        marked = True
         try:
             ledger.fail(entry, FAILURE_REASON)
         except LedgerError:
-            pass
+            marked = False
+        if not isinstance(failure, Exception):  # Ctrl-C, SIGTERM: the caller can say which entry its charge is
+            failure.ledger_entry = (entry, "failed" if marked else "reserved")  # type: ignore[attr-defined]
         raise failure from None
 
 

@@ -229,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, sub=True)
     _query_args(p)
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output format (json: as --json)")
     p = sub.add_parser("budget", help="show the total, spent and remaining budget", epilog=EXAMPLES["budget"], formatter_class=fmt)
     _common(p, sub=True)
     p.add_argument("--history", action="store_true", help="list every ledger entry and every change of the total")
@@ -355,6 +356,11 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
             hint='set [ledger] path = "ledger.duckdb" in the config',
         )
     if cfg.ledger_path is not None:
+        args.ledger_config = cfg  # a missing ledger's hint then names the config (_config_ledger_text)
+        shared = os.environ.get("DPSQL_LEDGER", "").strip()
+        if shared and str(cfg.ledger_path) not in (shared, os.path.abspath(os.path.expanduser(shared))):  # never quoted: a URL's password
+            print(f"warning: $DPSQL_LEDGER is set but not used: the config {args.config_path!r} names its ledger under [ledger], "
+                  "which comes first (unset DPSQL_LEDGER, or point it at the same ledger, to silence this)", file=sys.stderr)
         return _utf8_ledger(str(cfg.ledger_path), f"[ledger] path of the config {args.config_path!r}")
     env = os.environ.get("DPSQL_LEDGER")
     if env is not None and not env.strip():
@@ -377,6 +383,39 @@ def _utf8_ledger(path: str, where: str) -> str:
     return path
 
 
+def _config_ledger_text(e: Any, config: str, cfg: Any) -> str:
+    """The text of ``e``, a refusal of the ledger that the config names, with a hint that works with that config: the
+    ledger's own (`dpsql init ... --ledger PATH`, e.g. --ledger ledger.duckdb) is refused with a config that registers
+    tables, and 'pass the total together with create=True' is the Python API's fix."""
+    import re
+    import shlex
+
+    from dpsql.errors import LedgerError
+
+    message = getattr(e, "message", "")
+    init = f"dpsql --config {shlex.quote(config)} init"
+    if not isinstance(e, LedgerError):
+        return str(e)
+    if not message.startswith("no budget ledger ") or "but a ledger existed" in message or "search_path" in message:
+        # another refusal of the config's ledger (a directory, a damaged file): its hint's flags as config keys
+        total = ("EPSILON", "DELTA") if cfg.budget is None else (repr(cfg.budget.epsilon), repr(cfg.budget.delta))
+        text = str(e).replace("e.g. --ledger ledger.duckdb", f'e.g. path = "ledger.duckdb" under [ledger] in {config!r}')
+        text = re.sub(r"`dpsql init --epsilon \S+ --delta \S+ --ledger NEW_PATH`( \(choose your total\))?",
+                      f"a new path under [ledger] in {config!r}, then `{init} --epsilon {total[0]} --delta {total[1]}`", text)
+        return re.sub(r"`dpsql init --epsilon \S+ --delta \S+ --ledger [^`]+`( \(choose your total\))?",
+                      f"`{init} --epsilon {total[0]} --delta {total[1]}`", text)
+    if cfg.budget is not None:
+        hint = f"create it with `{init} --epsilon {cfg.budget.epsilon!r} --delta {cfg.budget.delta!r}` (the total under [ledger])"
+    else:
+        write = f"write the total, epsilon = ... and delta = ..., under [ledger] in {config!r}"
+        hint = ((f"the data owner may {write}, then create the ledger with `{init} --epsilon EPSILON --delta DELTA` (the "
+                 "same values)" if cfg.registers_tables else f"create it with `{init} --epsilon EPSILON --delta DELTA` "
+                 f"(choose your total), or {write}")
+                + (" (create_if_missing = true then creates it with that total)" if cfg.create_if_missing else ""))
+    return (f"{message}\nhint: {hint}; if the ledger was moved or lost, restore it from a backup (dpsql never starts a "
+            "fresh budget by itself)")
+
+
 def _check_owner_config(args: argparse.Namespace) -> None:
     """A config that registers tables is the data owner's: its tables, their policy (tau, caps,
     bounds) and its ledger cannot be replaced from the command line, or an analyst could register
@@ -394,10 +433,13 @@ def _check_owner_config(args: argparse.Namespace) -> None:
                             ("--allow-conditional-sampling", getattr(args, "allow_conditional_sampling", None)))
              if v]
     if flags:
+        which = f"{args.config_path!r}" + (", read from the working directory as no --config was given" if args.config is None else "")
         raise ConfigError(
-            f"{', '.join(flags)} cannot be combined with a config that registers tables: the config's tables, their policy "
+            f"{', '.join(flags)} cannot be combined with a config that registers tables ({which}): the config's tables, their policy "
             "and its ledger belong to the data owner",
-            hint="drop these flags to query the config's tables, or use --table without --config for files of your own",
+            hint="drop these flags to query the config's tables, or use --table without --config for files of your own"
+            + (" (from a directory without a dpsql.toml, which is read whenever --config is not given)" if args.config is None
+               else ""),
         )
 
 
@@ -426,13 +468,16 @@ def _create_if_missing(args: argparse.Namespace, cfg: Any) -> bool:
     return bool(cfg.create_if_missing and not args.ledger and cfg.ledger_path is not None)
 
 
-def _open_session(args: argparse.Namespace) -> Any:
+def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
+    """The command's Session; ``ledger=False`` (tables, describe: the catalog alone) reads and creates no ledger."""
     import dpsql
     from dpsql.errors import ConfigError
 
     cfg = _load_config(args)
-    s = dpsql.Session(ledger=_ledger_path(args, cfg), budget=cfg.budget, create=_create_if_missing(args, cfg),
-                      engine=_engine_settings(args, cfg), tables=cfg.tables, lock_timeout=_lock_timeout(args, cfg))
+    path = _ledger_path(args, cfg)  # (its checks hold either way: an owner's config refuses --ledger)
+    s = dpsql.Session(ledger=path if ledger else None, budget=cfg.budget if ledger else dpsql.Budget(1.0),
+                      create=ledger and _create_if_missing(args, cfg), engine=_engine_settings(args, cfg),
+                      tables=cfg.tables, lock_timeout=_lock_timeout(args, cfg))
     try:
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")
@@ -847,6 +892,12 @@ def _check_output(args: argparse.Namespace) -> None:
                           "--meta a file, e.g. --meta meta.json (--meta ./- for a file named '-')")
     if args.output:
         ext = os.path.splitext(args.output)[1].lower()
+        if ext in (".gz", ".bz2", ".xz", ".zst", ".zip", ".lz4", ".br"):  # never written: --format would not compress
+            raise ConfigError(f"-o {args.output!r}: dpsql writes no compressed files ({ext}), and a plain file under that "
+                              "name fails every reader that decompresses it; nothing was charged",
+                              hint="write to standard output and compress it, e.g. dpsql query ... --format csv | gzip > "
+                              "out.csv.gz (under set -o pipefail, so that dpsql's exit code counts; Parquet compresses "
+                              "inside the file: -o out.parquet)")
         implied = EXTENSIONS.get(ext)
         if implied is None and args.format is None:
             raise ConfigError(
@@ -978,7 +1029,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
         if args.command == "explain":
             plan = s.explain(_split_statements(sql) if args.workload else sql, epsilon=args.epsilon, delta=args.delta,
                              options=opts or None)
-            if args.json:
+            if args.json or args.format == "json":
                 print(json.dumps(plan.to_dict(), indent=1, default=str))
             else:
                 print(plan)
@@ -1167,12 +1218,16 @@ def _written_failed(rel: Any, failed: list[tuple[str, str | None, str, bytes | N
     sentence, hint = saved_text(saved, {name: (p or "") for _f, p, name, data, _e in failed if data is not None})
     what = " and ".join(f"writing {f + ' ' + repr(p) if p else f} failed ({first_line(e)})" for f, p, _n, _d, e in failed)
     also = f" ({', '.join(written)} {'was' if len(written) == 1 else 'were'} written)" if written else ""
+    if rel.reused:  # read for free from a stored synopsis: nothing was charged, and asking again is free too
+        return ExecutionError(f"the query was answered for free from a stored synopsis (ledger entry {rel.ledger_id}, which "
+                              f"cost nothing), but {what}{also}{sentence}",
+                              hint=hint.replace("running the query again would charge again", "running the query again is free "
+                                                "too").replace("cannot be written again without a new charge", "is free to ask again"))
     err = ExecutionError(
         f"the query was answered, but {what}{also}; its charge stands (ledger entry {rel.ledger_id}){sentence}",
         hint=hint,
     )
-    if not rel.reused:
-        err.exit_code = CHARGED_EXIT_CODE
+    err.exit_code = CHARGED_EXIT_CODE
     return err
 
 
@@ -1371,7 +1426,7 @@ def _cmd_tables(args: argparse.Namespace) -> int:
     from dpsql.errors import ConfigError
     from dpsql.release import _json_safe, name_text
 
-    with _open_session(args) as s:
+    with _open_session(args, ledger=False) as s:
         tables = {name: spec.public_description() for name, spec in s.tables.items()}
     if getattr(args, "name", None) is not None:
         if args.name.lower() not in tables:
@@ -1544,11 +1599,13 @@ def _main(argv: Sequence[str] | None) -> int:
         interrupted.set()
         raise _Stopped
 
-    def stopped() -> int:
+    def stopped(e: BaseException | None = None) -> int:
         sig = caught[0] if caught else signal.SIGINT
         what = ("terminated (SIGTERM)" if sig == signal.SIGTERM else "hung up (SIGHUP)" if sig == getattr(signal, "SIGHUP", None)
                 else "interrupted")
-        print(f"{what}: a charge already made stands (see dpsql budget --history)", file=sys.stderr)
+        entry = getattr(e, "ledger_entry", None)  # cut short while it read private rows: its charge is that entry
+        print(f"{what}: a charge already made stands (" + (f"this query's: ledger entry {entry[0]}, {entry[1]}, counted)" if entry
+                                                             else "see dpsql budget --history)"), file=sys.stderr)
         return 128 + int(sig)
 
     if threading.current_thread() is threading.main_thread():
@@ -1597,12 +1654,14 @@ def _main(argv: Sequence[str] | None) -> int:
         if interrupted.is_set():
             return stopped()
         name = next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))  # a public class
-        print(f"error: {name}: {_cli_text(str(e))}", file=sys.stderr)
+        cfg = getattr(args, "ledger_config", None)
+        text = str(e) if cfg is None else _config_ledger_text(e, args.config_path, cfg)
+        print(f"error: {name}: {_cli_text(text)}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
         return CHARGED_EXIT_CODE if getattr(args, "charged_entry", None) is not None else int(e.exit_code)
-    except KeyboardInterrupt:
-        return stopped()
+    except KeyboardInterrupt as e:
+        return stopped(e)
     except Exception as e:
         # after a signal, whatever failed failed because of it: DuckDB turns the interrupt of a running
         # statement into RuntimeError('Query interrupted'), and an import cut short becomes an ImportError
@@ -1805,6 +1864,10 @@ def _cli_text(text: str) -> str:
     text = text.replace("pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
                         "give --table NAME=PATH (or source under [tables.NAME] in the config) a Parquet or CSV file "
                         "named .parquet or .csv")
+    text = text.replace("hint: retry, or pass a larger lock_timeout", "hint: pass a larger lock_timeout")  # (said once)
+    text = text.replace("with a larger lock_timeout (it waits lock_timeout plus 10 s, or twice lock_timeout if longer)",
+                        "with a larger --lock-timeout SECONDS (or lock_timeout under [ledger] in the config; a release waits "
+                        "that plus 10 s, or twice that if longer)")
     return text.replace("pass a larger lock_timeout", "try again when the other dpsql command has finished, or wait longer "
                         "with --lock-timeout SECONDS (for every command: lock_timeout under [ledger] in the config)")
 

@@ -89,8 +89,17 @@ class DpsqlConfig:
 
 
 def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
-    """Read and check a ``dpsql.toml``; every problem is a ConfigError naming the fix."""
+    """Read and check a ``dpsql.toml``; every problem is a ConfigError naming the file and the fix."""
     p = os.fspath(path)
+    try:
+        return _load_config(p)
+    except ConfigError as e:  # (a job that reads one of several configs is told which)
+        if type(e) is not ConfigError or repr(p) in e.message:
+            raise
+        raise ConfigError(f"config file {p!r}: {e.message}", hint=e.hint) from None
+
+
+def _load_config(p: str) -> DpsqlConfig:
     if os.path.isdir(p):
         raise ConfigError(f"config file {p!r} is a directory",
                           hint=f"pass the path of the TOML file, e.g. {os.path.join(p, 'dpsql.toml')!r}")

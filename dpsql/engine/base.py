@@ -244,7 +244,8 @@ def private_failure(what: str, detail: str | None, settings: EngineSettings) -> 
     return ExecutionError(
         PRIVATE_FAILURE.format(what=what[:1].upper() + what[1:]),
         hint="possible causes: the owner's limits (" + (", ".join(limits) or "none set")
-        + "), a full temp directory, or a bug. Simplify the query or ask the data owner, who can "
+        + "), a full temp directory, a source file damaged or replaced while it was read, or a bug. Simplify the "
+        "query or ask the data owner, who can "
         "reproduce it with the engine's debug mode (unsafe: see docs/threat_model.md)",
         debug_detail=detail,
     )

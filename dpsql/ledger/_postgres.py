@@ -503,8 +503,10 @@ class PostgresLedger(Ledger):
                                       # LATIN1 a query holding another character raised Python's UnicodeEncodeError, and
                                       # under SQL_ASCII every value was read as bytes (the ledger looked damaged)
                                       client_encoding="UTF8")
-        except Exception as e:  # noqa: BLE001 - psycopg's message may hold the password: class only
-            failure = LedgerError(f"cannot connect to the PostgreSQL ledger {self.path} ({type(e).__name__}); {unchanged}",
+        except Exception as e:  # noqa: BLE001 - psycopg's message may hold the password: class and our words only
+            reason = _connect_reason(str(e))
+            failure = LedgerError(f"cannot connect to the PostgreSQL ledger {self.path} ({type(e).__name__}"
+                                  f"{': ' + reason if reason else ''}); {unchanged}",
                                   hint="check the URL, that the server runs and accepts this user")
         if failure is not None:
             raise failure
@@ -936,6 +938,31 @@ _META_AND_PLACES = (
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
     + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true))"
 )
+
+
+#: what a failed connection's message says, in dpsql's words (psycopg's text is never quoted: it can hold the password)
+_CONNECT_REASONS = (
+    (("Connection refused",), "the server refused the connection: it is not running, or not listening at this host and port"),
+    (("database \"", "does not exist"), "the database does not exist"),
+    (("role \"", "does not exist"), "the user does not exist on the server"),
+    (("authentication failed",), "the server refused the user's authentication (password, pg_hba.conf)"),
+    (("no password supplied",), "the server asks for a password and the URL gives none"),
+    (("failed to resolve host",), "the host name does not resolve"),
+    (("could not translate host name",), "the host name does not resolve"),
+    (("timeout expired",), "no answer from the server in time (retry later)"),
+    (("too many clients",), "the server has no free connection (retry later)"),
+    (("remaining connection slots",), "the server has no free connection (retry later)"),
+    (("starting up",), "the server is starting up (retry later)"),
+    (("shutting down",), "the server is shutting down (retry later)"),
+    (("in recovery mode",), "the server is recovering (retry later)"),
+    (("SSL",), "the server and the URL disagree on SSL (sslmode)"),
+    (("invalid",), "the URL holds an invalid parameter"),
+)
+
+
+def _connect_reason(text: str) -> str:
+    """Why a connection failed, from psycopg's message, in fixed words (empty when it says nothing known)."""
+    return next((why for needles, why in _CONNECT_REASONS if all(n in text for n in needles)), "")
 
 
 def _named(ledger_id: str | None) -> str:
