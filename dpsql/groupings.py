@@ -52,6 +52,7 @@ from dpsql.budget import Budget, check_delta, check_epsilon, exact, float_at_lea
 from dpsql.charge import charged, keeps_answer, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
 from dpsql.options import check_options
+from dpsql.plan.checks import ROW_COUNT_MAX
 from dpsql.plan.parse import DIALECT
 from dpsql.release import Plan, Release
 
@@ -413,7 +414,7 @@ def _count(node: Any, what: str) -> int | None:
     e = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node.args.get("count") if isinstance(
         node, exp.Fetch) else node  # FETCH FIRST n ROWS ONLY: LIMIT n
     if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and (what != "LIMIT" or int(e.this) > 0):
-        return int(e.this)
+        return min(int(e.this), ROW_COUNT_MAX)  # beyond the engine's row counts: keeps (skips) every row the same
     if what == "LIMIT" and isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
         raise _bad("LIMIT 0 releases no row, so it would be charged for nothing",
                    "drop the LIMIT; explain shows the groupings and the cost for free")
