@@ -413,6 +413,8 @@ def _count(node: Any, what: str) -> int | None:
                    "UNION ALL is not supported", f"write a number of rows, e.g. {what} 10")
     e = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node.args.get("count") if isinstance(
         node, exp.Fetch) else node  # FETCH FIRST n ROWS ONLY: LIMIT n
+    if what == "LIMIT" and isinstance(e, exp.Var) and e.name.upper() == "ALL" and opts is None:
+        return None  # LIMIT ALL: no limit, as for one query
     if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and (what != "LIMIT" or int(e.this) > 0):
         return min(int(e.this), ROW_COUNT_MAX)  # beyond the engine's row counts: keeps (skips) every row the same
     if what == "LIMIT" and isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():

@@ -371,3 +371,13 @@ def test_a_count_beyond_64_bits_keeps_or_skips_every_row(sql: str, expected: int
     r = s.query(sql, epsilon=2, delta=1e-5)
     assert r.table.num_rows == expected
     assert [h["status"] for h in s.history().to_pylist()] == ["released"]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP (a) ORDER BY a LIMIT ALL",
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'q', COUNT(*) FROM t ORDER BY a, n LIMIT ALL OFFSET 1",
+])
+def test_limit_all_is_no_limit(sql: str) -> None:
+    """LIMIT ALL (answered for one query) was refused as 'LIMIT ... must be a whole number'."""
+    t = _public()
+    assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
