@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -133,10 +134,12 @@ def _sets_of(g: exp.Expression) -> list[list[exp.Expression]]:
     return [_items(g)]
 
 
-def _norm(e: exp.Expression, single: bool) -> str:
+def _norm(e: exp.Expression, single: bool | frozenset[str]) -> str:
+    """``e``'s spelling as a grouping column. ``single``: True for one table (t.a and a are the same column), else
+    the names of the columns only one of the joined tables has (o.a and a are the same column, as in DuckDB)."""
     e = e.copy()
-    if single:  # one table: t.a and a are the same column
-        for c in e.find_all(exp.Column):
+    for c in e.find_all(exp.Column):
+        if single is True or (not isinstance(single, bool) and c.name.lower() in single):
             c.set("table", None)
     for i in list(e.find_all(exp.Identifier)):  # a name, quoted or not, in any case: the same column (as in DuckDB)
         i.set("this", i.name.lower())
@@ -251,8 +254,11 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
             raise _bad(f"GROUP BY {kind} gives more than {MAX_GROUPINGS} groupings",
                        "send fewer groupings in one request (each costs a share of its budget)")
     tables = list(stmt.find_all(exp.Table))
-    single = len(tables) == 1
-    columns = {c for t in tables for c in getattr(catalog.get(t.name.lower()), "schema", {})}
+    schemas = [getattr(catalog.get(t.name.lower()), "schema", None) for t in tables]
+    columns = {c for sch in schemas for c in sch or {}}
+    owners = Counter(c.lower() for sch in schemas for c in sch or {})  # (a table not registered: its columns unknown)
+    single: bool | frozenset[str] = len(tables) == 1 or frozenset(
+        c for c, k in owners.items() if k == 1 and None not in schemas)
     aliases = {it.alias.lower(): it.this for it in stmt.expressions
                if isinstance(it, exp.Alias) and it.alias.lower() not in columns}  # a column wins, as in DuckDB
 
@@ -339,7 +345,7 @@ def _inside(n: exp.Expression) -> bool:
     return any(isinstance(p, (*_FUNCS, exp.AggFunc)) for p in [n, *_parents(n)])
 
 
-def _grouping_bits(node: exp.Expression, keys: set[str], single: bool) -> exp.Expression:
+def _grouping_bits(node: exp.Expression, keys: set[str], single: bool | frozenset[str]) -> exp.Expression:
     """``node`` with each GROUPING(x, ...) replaced by its value in the grouping by ``keys``: a bit per argument
     (the first the most significant), set where the argument is rolled up."""
     def one(f: exp.Expression) -> exp.Expression:
@@ -351,7 +357,7 @@ def _grouping_bits(node: exp.Expression, keys: set[str], single: bool) -> exp.Ex
     return node.transform(one)
 
 
-def _output(it: exp.Expression, universe: dict[str, exp.Expression], single: bool) -> tuple[str, str | None]:
+def _output(it: exp.Expression, universe: dict[str, exp.Expression], single: bool | frozenset[str]) -> tuple[str, str | None]:
     """(output name, the grouping column it is, or None). A grouping column inside any other output is refused."""
     inner = it.this if isinstance(it, exp.Alias) else it
     name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column) else inner.sql(dialect=DIALECT))

@@ -381,3 +381,33 @@ def test_limit_all_is_no_limit(sql: str) -> None:
     """LIMIT ALL (answered for one query) was refused as 'LIMIT ... must be a whole number'."""
     t = _public()
     assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
+
+
+def _lookup_session(orders: pa.Table, regions: pa.Table) -> dpsql.Session:
+    s = dpsql.Session(budget=Budget(100.0, 1e-3))
+    s.register("regions", regions, public=True, columns={"region": {"domain": ["n", "s", "e"]}})
+    s.register("orders", orders, privacy_unit="uid", references={"ck": "regions.ck"}, columns={"st": {"domain": A}})
+    use_noise(s, zero_noise())
+    return s
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT region, COUNT(*) AS n FROM orders o JOIN regions r ON o.ck = r.ck GROUP BY ROLLUP (r.region)",
+    "SELECT r.region, COUNT(*) AS n FROM orders o JOIN regions r ON o.ck = r.ck GROUP BY ROLLUP (region)",
+    "SELECT region, GROUPING(r.region) AS g, COUNT(*) AS n FROM orders o JOIN regions r ON o.ck = r.ck "
+    "GROUP BY ROLLUP (region) ORDER BY r.region",
+    "SELECT st, r.region, COUNT(*) AS n FROM orders o JOIN regions r ON o.ck = r.ck GROUP BY CUBE (o.st, region)",
+])
+def test_a_join_column_named_with_or_without_its_table(sql: str) -> None:
+    """Over a join, a grouping column named with its table in one place and without it in another (``region`` and
+    ``r.region``: one column, as DuckDB reads it) is that column; it was refused as an output that is no grouping
+    column (over joins: 'every output must be an aggregate') or a GROUPING() of a column the query does not group by."""
+    n = 600
+    orders = pa.table({"uid": list(range(n)), "ck": [i % 7 for i in range(n)], "st": [A[(i // 7) % 3] for i in range(n)]})
+    regions = pa.table({"ck": list(range(6)), "region": [["n", "s", "e"][i % 3] for i in range(6)]})
+    con = duckdb.connect()
+    con.register("orders", orders)
+    con.register("regions", regions)
+    expected = con.execute(sql).fetchall()
+    got = _rows(_lookup_session(orders, regions).query(sql, epsilon=3, delta=1e-5))
+    assert sorted(got, key=_key) == sorted(expected, key=_key)
