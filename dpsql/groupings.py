@@ -578,11 +578,14 @@ _UNSIGNED = {_T.UTINYINT, _T.USMALLINT, _T.UINT, _T.UBIGINT, _T.UINT128}
 
 def _widens(s: exp.DataType, t: exp.DataType) -> bool:
     """Every value of type ``s`` converts to type ``t``: the same type, anything to text, a number to a double,
-    an integer to a wider one of the same sign or to a decimal with room for its digits, a decimal to one with as
+    a BOOLEAN to any number with a digit before the point (1 or 0), an integer to a wider one of the same sign or to a decimal with room for its digits, a decimal to one with as
     many digits before and after the point. Any other pair is refused before the charge (a cast there could
     fail on a released value, or is not implemented: BIGINT to DATE)."""
     if s.sql() == t.sql() or t.this in exp.DataType.TEXT_TYPES:
         return True
+    if s.this == _T.BOOLEAN:  # true / false: 1 / 0, in any number type with a digit before the point
+        return t.this in (_T.DOUBLE, _T.FLOAT) or t.this in _DIGITS or (
+            t.this == _T.DECIMAL and len(t.expressions) == 2 and int(t.expressions[0].sql()) > int(t.expressions[1].sql()))
     if t.this in (_T.DOUBLE, _T.FLOAT):
         return s.this in exp.DataType.NUMERIC_TYPES
     if t.this in _DIGITS and s.this in _DIGITS:

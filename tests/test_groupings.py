@@ -411,3 +411,26 @@ def test_a_join_column_named_with_or_without_its_table(sql: str) -> None:
     expected = con.execute(sql).fetchall()
     got = _rows(_lookup_session(orders, regions).query(sql, epsilon=3, delta=1e-5))
     assert sorted(got, key=_key) == sorted(expected, key=_key)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT f, COUNT(*) AS n FROM t GROUP BY f UNION ALL SELECT COUNT(*), COUNT(*) FROM t",
+    "SELECT SUM(v) AS s, COUNT(*) AS n FROM t UNION ALL SELECT f, COUNT(*) FROM t GROUP BY f",
+    "SELECT f, COUNT(*) AS n FROM t GROUP BY f UNION ALL SELECT CAST(b AS TINYINT), COUNT(*) FROM t GROUP BY b",
+])
+def test_a_boolean_combines_with_numbers(sql: str) -> None:
+    """A BOOLEAN output combined with numbers is 1 or 0 in their type, as DuckDB's UNION ALL gives it (every BOOLEAN
+    converts); it was refused as a type that does not always convert."""
+    t = _public()
+    t = t.append_column("f", pa.array([i % 2 == 0 for i in range(t.num_rows)]))
+    s = _session(t, a={"domain": A}, b={"domain": B}, v={"bounds": [0, 4]}, f={"domain": [False, True]})
+    assert sorted(_rows(s.query(sql, epsilon=3, delta=1e-5)), key=_key) == sorted(_duck(t, sql), key=_key)
+
+
+def test_a_boolean_and_a_decimal_without_integer_digits_stay_refused() -> None:
+    t = _public().append_column("f", pa.array([True] * 600))
+    s = _session(t, a={"domain": A}, b={"domain": B}, v={"bounds": [0, 4]}, f={"domain": [False, True]})
+    with pytest.raises(UnsupportedQueryError, match="do not combine into one column type"):
+        s.query("SELECT f, COUNT(*) FROM t GROUP BY f UNION ALL SELECT CAST(0.5 AS DECIMAL(2, 2)), COUNT(*) FROM t",
+                epsilon=1, delta=1e-5)
+    assert s.history().num_rows == 0
