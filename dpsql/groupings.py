@@ -264,6 +264,9 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
 
     def resolve(e: exp.Expression) -> exp.Expression:  # GROUP BY names an output alias: its expression
         if isinstance(e, exp.Literal) and not e.is_string:
+            if not e.this.isdigit():
+                raise _bad(f"GROUP BY {e.this}: a number in GROUP BY is an output's position, a whole number",
+                           "group by a column, or by an output's position, e.g. GROUP BY 1")
             pos = int(e.this) - 1
             if not 0 <= pos < len(stmt.expressions):
                 raise _bad(f"GROUP BY position {e.this} is out of range", "name an output column")
