@@ -382,6 +382,9 @@ def _order(stmts: list[exp.Select], outputs: list[list[tuple[str, str | None]]],
     out = []
     for o in order.expressions if order is not None else []:
         e = _strip(o.this)
+        if isinstance(e, exp.Var) and e.name.upper() == "ALL":  # DuckDB's ORDER BY ALL: every output, left to right
+            out += [(p, bool(o.args.get("desc")), o.args.get("nulls_first")) for p in range(len(outputs[0]))]
+            continue
         pos = None
         if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
             pos = int(e.this) - 1 if 0 < int(e.this) <= len(outputs[0]) else None

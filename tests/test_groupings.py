@@ -434,3 +434,13 @@ def test_a_boolean_and_a_decimal_without_integer_digits_stay_refused() -> None:
         s.query("SELECT f, COUNT(*) FROM t GROUP BY f UNION ALL SELECT CAST(0.5 AS DECIMAL(2, 2)), COUNT(*) FROM t",
                 epsilon=1, delta=1e-5)
     assert s.history().num_rows == 0
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT a, b, COUNT(*) AS n FROM t GROUP BY ROLLUP (a, b) ORDER BY ALL",
+    "SELECT a, COUNT(*) AS n FROM t GROUP BY a UNION ALL SELECT 'q', COUNT(*) FROM t ORDER BY ALL DESC LIMIT 3",
+])
+def test_order_by_all(sql: str) -> None:
+    """DuckDB's ORDER BY ALL (every output, left to right; answered for one query) was refused as naming no output."""
+    t = _public()
+    assert _rows(_session(t).query(sql, epsilon=3, delta=1e-5)) == _duck(t, sql)
