@@ -282,6 +282,10 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
         for e in s:
             universe.setdefault(_norm(e, single), e)
     for f in stmt.find_all(*_FUNCS):
+        if any(isinstance(p, (exp.AggFunc, exp.Filter, exp.Where)) for p in _parents(f)):  # DuckDB refuses it too
+            raise _bad(f"{f.sql(dialect=DIALECT)}: GROUPING inside an aggregate or in WHERE is not supported (it tells "
+                       "the groupings apart, which exist only after the rows are aggregated)",
+                       "use GROUPING in the SELECT list, HAVING or ORDER BY")
         f.set("expressions", [resolve(a).copy() if isinstance(a, exp.Column) else a for a in f.expressions])
         if len(f.expressions) > 63:  # its value is a BIGINT, a bit per argument (DuckDB refuses more, too)
             raise _bad(f"GROUPING of {len(f.expressions)} arguments: it takes at most 63 arguments (its value is a "

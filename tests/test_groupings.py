@@ -247,6 +247,14 @@ def test_grouping_weights_split_the_budget() -> None:
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a)", {"mechanism": "nope"}, ConfigError, "unknown mechanism"),
     ("SELECT a, GROUPING(b), COUNT(*) FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
      "the arguments of GROUPING are columns the query groups by"),
+    # DuckDB refuses GROUPING inside an aggregate or in WHERE; the FILTER was answered (0 in the grand total), the SUM
+    # refused as a sum of the constant 0, the WHERE as an aggregate
+    ("SELECT a, COUNT(*) FILTER (WHERE GROUPING(a) = 0) FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
+     "GROUPING inside an aggregate or in WHERE"),
+    ("SELECT a, SUM(GROUPING(a)) FROM t GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
+     "GROUPING inside an aggregate or in WHERE"),
+    ("SELECT a, COUNT(*) FROM t WHERE GROUPING(a) = 0 GROUP BY ROLLUP (a)", None, UnsupportedQueryError,
+     "GROUPING inside an aggregate or in WHERE"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT 0", None, UnsupportedQueryError, "LIMIT 0"),
     ("SELECT a, COUNT(*) FROM t GROUP BY ROLLUP (a) LIMIT '5'", None, UnsupportedQueryError, "must be a whole number"),
     # GROUPING of 64 arguments: its value would not fit a BIGINT (DuckDB refuses it); it failed after the charge
