@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -52,6 +53,7 @@ from dpsql.budget import Budget, check_delta, check_epsilon, exact, float_at_lea
 from dpsql.charge import charged, keeps_answer, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
 from dpsql.options import check_options
+from dpsql.plan.checks import ROW_COUNT_MAX
 from dpsql.plan.parse import DIALECT
 from dpsql.release import Plan, Release
 
@@ -132,10 +134,12 @@ def _sets_of(g: exp.Expression) -> list[list[exp.Expression]]:
     return [_items(g)]
 
 
-def _norm(e: exp.Expression, single: bool) -> str:
+def _norm(e: exp.Expression, single: bool | frozenset[str]) -> str:
+    """``e``'s spelling as a grouping column. ``single``: True for one table (t.a and a are the same column), else
+    the names of the columns only one of the joined tables has (o.a and a are the same column, as in DuckDB)."""
     e = e.copy()
-    if single:  # one table: t.a and a are the same column
-        for c in e.find_all(exp.Column):
+    for c in e.find_all(exp.Column):
+        if single is True or (not isinstance(single, bool) and c.name.lower() in single):
             c.set("table", None)
     for i in list(e.find_all(exp.Identifier)):  # a name, quoted or not, in any case: the same column (as in DuckDB)
         i.set("this", i.name.lower())
@@ -250,13 +254,19 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
             raise _bad(f"GROUP BY {kind} gives more than {MAX_GROUPINGS} groupings",
                        "send fewer groupings in one request (each costs a share of its budget)")
     tables = list(stmt.find_all(exp.Table))
-    single = len(tables) == 1
-    columns = {c for t in tables for c in getattr(catalog.get(t.name.lower()), "schema", {})}
+    schemas = [getattr(catalog.get(t.name.lower()), "schema", None) for t in tables]
+    columns = {c for sch in schemas for c in sch or {}}
+    owners = Counter(c.lower() for sch in schemas for c in sch or {})  # (a table not registered: its columns unknown)
+    single: bool | frozenset[str] = len(tables) == 1 or frozenset(
+        c for c, k in owners.items() if k == 1 and None not in schemas)
     aliases = {it.alias.lower(): it.this for it in stmt.expressions
                if isinstance(it, exp.Alias) and it.alias.lower() not in columns}  # a column wins, as in DuckDB
 
     def resolve(e: exp.Expression) -> exp.Expression:  # GROUP BY names an output alias: its expression
         if isinstance(e, exp.Literal) and not e.is_string:
+            if not e.this.isdigit():
+                raise _bad(f"GROUP BY {e.this}: a number in GROUP BY is an output's position, a whole number",
+                           "group by a column, or by an output's position, e.g. GROUP BY 1")
             pos = int(e.this) - 1
             if not 0 <= pos < len(stmt.expressions):
                 raise _bad(f"GROUP BY position {e.this} is out of range", "name an output column")
@@ -272,6 +282,10 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
         for e in s:
             universe.setdefault(_norm(e, single), e)
     for f in stmt.find_all(*_FUNCS):
+        if any(isinstance(p, (exp.AggFunc, exp.Filter, exp.Where)) for p in _parents(f)):  # DuckDB refuses it too
+            raise _bad(f"{f.sql(dialect=DIALECT)}: GROUPING inside an aggregate or in WHERE is not supported (it tells "
+                       "the groupings apart, which exist only after the rows are aggregated)",
+                       "use GROUPING in the SELECT list, HAVING or ORDER BY")
         f.set("expressions", [resolve(a).copy() if isinstance(a, exp.Column) else a for a in f.expressions])
         if len(f.expressions) > 63:  # its value is a BIGINT, a bit per argument (DuckDB refuses more, too)
             raise _bad(f"GROUPING of {len(f.expressions)} arguments: it takes at most 63 arguments (its value is a "
@@ -338,7 +352,7 @@ def _inside(n: exp.Expression) -> bool:
     return any(isinstance(p, (*_FUNCS, exp.AggFunc)) for p in [n, *_parents(n)])
 
 
-def _grouping_bits(node: exp.Expression, keys: set[str], single: bool) -> exp.Expression:
+def _grouping_bits(node: exp.Expression, keys: set[str], single: bool | frozenset[str]) -> exp.Expression:
     """``node`` with each GROUPING(x, ...) replaced by its value in the grouping by ``keys``: a bit per argument
     (the first the most significant), set where the argument is rolled up."""
     def one(f: exp.Expression) -> exp.Expression:
@@ -350,7 +364,7 @@ def _grouping_bits(node: exp.Expression, keys: set[str], single: bool) -> exp.Ex
     return node.transform(one)
 
 
-def _output(it: exp.Expression, universe: dict[str, exp.Expression], single: bool) -> tuple[str, str | None]:
+def _output(it: exp.Expression, universe: dict[str, exp.Expression], single: bool | frozenset[str]) -> tuple[str, str | None]:
     """(output name, the grouping column it is, or None). A grouping column inside any other output is refused."""
     inner = it.this if isinstance(it, exp.Alias) else it
     name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column) else inner.sql(dialect=DIALECT))
@@ -372,6 +386,9 @@ def _order(stmts: list[exp.Select], outputs: list[list[tuple[str, str | None]]],
     out = []
     for o in order.expressions if order is not None else []:
         e = _strip(o.this)
+        if isinstance(e, exp.Var) and e.name.upper() == "ALL":  # DuckDB's ORDER BY ALL: every output, left to right
+            out += [(p, bool(o.args.get("desc")), o.args.get("nulls_first")) for p in range(len(outputs[0]))]
+            continue
         pos = None
         if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
             pos = int(e.this) - 1 if 0 < int(e.this) <= len(outputs[0]) else None
@@ -412,8 +429,10 @@ def _count(node: Any, what: str) -> int | None:
                    "UNION ALL is not supported", f"write a number of rows, e.g. {what} 10")
     e = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node.args.get("count") if isinstance(
         node, exp.Fetch) else node  # FETCH FIRST n ROWS ONLY: LIMIT n
+    if what == "LIMIT" and isinstance(e, exp.Var) and e.name.upper() == "ALL" and opts is None:
+        return None  # LIMIT ALL: no limit, as for one query
     if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit() and (what != "LIMIT" or int(e.this) > 0):
-        return int(e.this)
+        return min(int(e.this), ROW_COUNT_MAX)  # beyond the engine's row counts: keeps (skips) every row the same
     if what == "LIMIT" and isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
         raise _bad("LIMIT 0 releases no row, so it would be charged for nothing",
                    "drop the LIMIT; explain shows the groupings and the cost for free")
@@ -569,11 +588,14 @@ _UNSIGNED = {_T.UTINYINT, _T.USMALLINT, _T.UINT, _T.UBIGINT, _T.UINT128}
 
 def _widens(s: exp.DataType, t: exp.DataType) -> bool:
     """Every value of type ``s`` converts to type ``t``: the same type, anything to text, a number to a double,
-    an integer to a wider one of the same sign or to a decimal with room for its digits, a decimal to one with as
+    a BOOLEAN to any number with a digit before the point (1 or 0), an integer to a wider one of the same sign or to a decimal with room for its digits, a decimal to one with as
     many digits before and after the point. Any other pair is refused before the charge (a cast there could
     fail on a released value, or is not implemented: BIGINT to DATE)."""
     if s.sql() == t.sql() or t.this in exp.DataType.TEXT_TYPES:
         return True
+    if s.this == _T.BOOLEAN:  # true / false: 1 / 0, in any number type with a digit before the point
+        return t.this in (_T.DOUBLE, _T.FLOAT) or t.this in _DIGITS or (
+            t.this == _T.DECIMAL and len(t.expressions) == 2 and int(t.expressions[0].sql()) > int(t.expressions[1].sql()))
     if t.this in (_T.DOUBLE, _T.FLOAT):
         return s.this in exp.DataType.NUMERIC_TYPES
     if t.this in _DIGITS and s.this in _DIGITS:

@@ -400,3 +400,15 @@ def test_variance_interval_never_warns_on_masked_branches() -> None:
         for kind in (ir.VAR_SAMP, ir.STDDEV_SAMP, ir.VAR_POP):
             lo, hi = variance.interval(kind, n, s, q, 2.0, 3.0, 4.0, 10.0)
             assert np.all(lo <= hi)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT country, COUNT(*) FROM events GROUP BY 1.5",
+    "SELECT country, COUNT(*) FROM events GROUP BY country, 1e0",
+    "SELECT country, COUNT(*) FROM events GROUP BY ROLLUP (1.5)",
+    "SELECT country, COUNT(*) FROM events GROUP BY CUBE (country, 2.0)",
+])
+def test_group_by_a_number_that_is_no_position(s: Any, sql: str) -> None:
+    """GROUP BY 1.5 (a number, not a whole one): a clear refusal for free; it raised a raw ValueError."""
+    msg = free(s, sql)
+    assert "position" in msg and "whole number" in msg

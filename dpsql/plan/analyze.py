@@ -1011,6 +1011,10 @@ class _Builder:
                                 group_exprs.append(e)
                     continue
                 if isinstance(g, exp.Literal) and not g.is_string:
+                    if not g.this.isdigit():
+                        self.bad(g, f"GROUP BY {g.this}: a number in GROUP BY is an output's position, a whole number "
+                                    "(hint: group by a column, or by an output's position, e.g. GROUP BY 1)")
+                        continue
                     idx = int(g.this) - 1
                     if 0 <= idx < len(select_items):
                         group_exprs.append(spelled[idx])
