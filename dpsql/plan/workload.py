@@ -30,6 +30,7 @@ from dpsql.catalog import OrderedDomain, TableSpec, source_identity
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column, unqualified
+from dpsql.plan.folding import Unfoldable, folded_comparison
 from dpsql.plan.parse import DIALECT
 from dpsql.plan.typer import shifted_literal
 
@@ -267,12 +268,25 @@ def _literal_value(e: exp.Expression) -> Any:
 _FLIP = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
 
 
-def _range_part(c: exp.Expression, ordered: dict[str, OrderedDomain]) -> tuple[str, str, Any] | list[tuple[str, str, Any]] | None:
-    """(column, op, value) for a comparison of an ordered column with a literal, else None."""
+def _endpoint(column: exp.Column, other: exp.Expression, schema: dict[str, str]) -> Any:
+    """A range endpoint: a literal's value, or a constant expression's as the engine compares the column with it
+    (``folding``: ``age < 2 * 10`` ends at 20); ValueError if neither (or NULL)."""
+    try:
+        return _literal_value(other)
+    except ValueError:
+        v = _number_value(folded_comparison(column, other, schema.get(column.name.lower())))
+        if v is None:
+            raise ValueError("NULL") from None
+        return v
+
+
+def _range_part(c: exp.Expression, ordered: dict[str, OrderedDomain],
+                schema: dict[str, str]) -> tuple[str, str, Any] | list[tuple[str, str, Any]] | None:
+    """(column, op, value) for a comparison of an ordered column with a literal or a folded constant, else None."""
     if isinstance(c, exp.Between) and isinstance(c.this, exp.Column) and c.this.name.lower() in ordered:
         try:
-            lo = _literal_value(c.args["low"])
-            hi = _literal_value(c.args["high"])
+            lo = _endpoint(c.this, c.args["low"], schema)
+            hi = _endpoint(c.this, c.args["high"], schema)
         except ValueError:
             return None
         col = c.this.name.lower()
@@ -285,7 +299,7 @@ def _range_part(c: exp.Expression, ordered: dict[str, OrderedDomain]) -> tuple[s
                 op = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}[op]
             if isinstance(left, exp.Column) and left.name.lower() in ordered:
                 try:
-                    return (left.name.lower(), op, _literal_value(right))
+                    return (left.name.lower(), op, _endpoint(left, right, schema))
                 except ValueError:
                     return None
     return None
@@ -399,7 +413,7 @@ def analyze_workload(
         base: list[exp.Expression] = []
         rng: dict[str, list[tuple[str, Any]]] = {}
         for c in _conjuncts(p.where):
-            part = _range_part(c, ordered)
+            part = _range_part(c, ordered, table.schema)
             if part is None:
                 base.append(c)
                 continue
@@ -436,7 +450,7 @@ def analyze_workload(
         rows.append(row)
         snapped.append(sn)
     # a shared condition on the one column (age <> 35, age IN (...)) keeps bins as a histogram's WHERE does
-    span = _where_span(dims[0], base_expr) if len(dims) == 1 else None
+    span = _where_span(dims[0], base_expr, strict=True) if len(dims) == 1 else None
 
     def kept(a: int, b: int) -> bool:
         return span is None or any(max(a, x) <= min(b, y) for x, y in span)
@@ -502,7 +516,7 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
     n = dim.n
     factor = max(1, factor)
     base = [c for c in _conjuncts(plan.where)]
-    span = _where_span(dim, plan.where)
+    span = _where_span(dim, plan.where, strict=True)
     if span is not None and not span:
         d = dim.domain
         ends = dim.key_labels([0, n - 1], plain=True)
@@ -583,11 +597,25 @@ def _infinite(e: exp.Expression) -> Decimal | None:
     return Decimal("Infinity") if math.isnan(f) else Decimal(f) if math.isinf(f) else None
 
 
-def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
+def _number_value(v: Any) -> Decimal | None:
+    """A folded constant (``folding.folded_comparison``) as a literal's value: a Decimal, inf and NaN as with
+    ``_infinite`` (NaN above every number), None for NULL."""
+    if v is None or isinstance(v, Decimal):
+        return v
+    if isinstance(v, float):
+        return Decimal("Infinity") if math.isnan(v) else Decimal(v)
+    if isinstance(v, int):
+        return Decimal(v)
+    raise Unfoldable("not a number")
+
+
+def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs]:
     """(may, must): the bins where the condition ``e`` can be true for a value of ``dim``'s column (a superset),
     and those where it cannot be false (a subset of the complement of where it can be false). In SQL's
     three-valued logic a row passes only where ``e`` is true; a comparison with NULL is neither true nor
-    false, and so is its NOT. A condition not read here may be true or false anywhere."""
+    false, and so is its NOT. A condition not read here may be true or false anywhere. A constant expression is
+    folded (``plan.folding``); ``strict``: one that is not folded is refused (UnsupportedQueryError, free), else it
+    restricts nothing."""
     n, col = dim.n, dim.column
     every: Runs = [(0, n - 1)]
 
@@ -604,12 +632,27 @@ def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
     def ours(c: exp.Expression) -> bool:
         return (isinstance(c, exp.Column) or as_double(c)) and (c if isinstance(c, exp.Column) else c.this).name.lower() == col
 
-    def atom(op: str, other: exp.Expression, cast: bool = False) -> tuple[Runs, Runs]:
+    def atom(op: str, other: exp.Expression, subject: exp.Expression) -> tuple[Runs, Runs]:
         if isinstance(other, exp.Null):
             return [], every  # NULL, never true nor false: its NOT is never true either
+        cast = as_double(subject)
         try:
             v = _infinite(other)
             v = _literal_value(other) if v is None else v
+        except (ValueError, ArithmeticError, TypeError):
+            try:  # a constant expression: the value the engine compares with (1e308 * 10 is inf, 2 * 10 is 20)
+                v = _number_value(folded_comparison(subject, other, dim.type_text))
+            except Unfoldable:
+                if strict and other.find(exp.Column) is None:
+                    raise UnsupportedQueryError(
+                        f"the comparison of '{col}' with the constant expression {other.sql(dialect=DIALECT)} is not read "
+                        f"for the bins of '{col}' (dpsql folds literals, + - * / and casts between numbers only), so the "
+                        "bins where a value can pass the WHERE are unknown; nothing was charged",
+                        hint="write its value as a literal (e.g. 20 for 2 * 10)") from None
+                return every, []
+            if v is None:
+                return [], every  # (as NULL)
+        try:
             v = Decimal(float(v)) if cast else v  # (DuckDB compares a DOUBLE with the literal's double)
             return _may(dim, op, v), _runs_not(_may(dim, _NEGATED[op], v), n)
         except (QueryError, ValueError, TypeError, OverflowError, ArithmeticError):
@@ -626,33 +669,33 @@ def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
         return join([m for m, _ in parts]), join([u for _, u in parts])
 
     if isinstance(e, exp.Paren):
-        return _kept(dim, e.this)
+        return _kept(dim, e.this, strict)
     if isinstance(e, (exp.And, exp.Or)):
-        return both([_kept(dim, e.this), _kept(dim, e.expression)], isinstance(e, exp.And))
+        return both([_kept(dim, e.this, strict), _kept(dim, e.expression, strict)], isinstance(e, exp.And))
     if isinstance(e, exp.Not):
-        may, must = _kept(dim, e.this)
+        may, must = _kept(dim, e.this, strict)
         return _runs_not(must, n), _runs_not(may, n)
     if isinstance(e, exp.Is) and ours(e.this) and isinstance(e.expression, exp.Null):
         return [], []  # NULLs are never counted
     if isinstance(e, exp.Between) and ours(e.this):
-        c = as_double(e.this)
-        lo, hi = atom(">=", e.args["low"], c), atom("<=", e.args["high"], c)
+        s = e.this
+        lo, hi = atom(">=", e.args["low"], s), atom("<=", e.args["high"], s)
         if e.args.get("symmetric"):  # either order of the ends
-            return both([both([lo, hi], True), both([atom("<=", e.args["low"], c), atom(">=", e.args["high"], c)],
+            return both([both([lo, hi], True), both([atom("<=", e.args["low"], s), atom(">=", e.args["high"], s)],
                                                     True)], False)
         return both([lo, hi], True)
     if isinstance(e, exp.In) and ours(e.this) and e.expressions and not e.args.get("query"):
-        return both([atom("=", x, as_double(e.this)) for x in e.expressions], False)
+        return both([atom("=", x, e.this) for x in e.expressions], False)
     for cls, op in _COMPARISONS:
         if type(e) is cls:
             if ours(e.this) and not ours(e.expression):
-                return atom(op, e.expression, as_double(e.this))
+                return atom(op, e.expression, e.this)
             if ours(e.expression) and not ours(e.this):
-                return atom({">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(op, op), e.this, as_double(e.expression))
+                return atom({">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(op, op), e.this, e.expression)
     return every, []
 
 
-def _where_span(dim: Dim, where: exp.Expression | None) -> tuple[tuple[int, int], ...] | None:
+def _where_span(dim: Dim, where: exp.Expression | None, strict: bool = False) -> tuple[tuple[int, int], ...] | None:
     """The bins of ``dim`` in which a value can pass the WHERE, read from its comparisons of that column with
     literals (``<``, ``<=``, ``>``, ``>=``, ``=``, ``<>``, ``BETWEEN``, ``IN``, ``IS NULL``) under ``AND``,
     ``OR`` and ``NOT`` (``_kept``; an endpoint inside a continuous bin keeps the whole bin), as runs; None
@@ -663,7 +706,7 @@ def _where_span(dim: Dim, where: exp.Expression | None) -> tuple[tuple[int, int]
     DAWA over a sub-vector of the bounded histogram, whose L1 sensitivity is at most the whole one's."""
     if where is None:
         return None
-    may, _ = _kept(dim, where)
+    may, _ = _kept(dim, where, strict)
     if may == [(0, dim.n - 1)]:
         return None
     return tuple(may)
