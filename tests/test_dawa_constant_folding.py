@@ -129,3 +129,15 @@ def test_folding_follows_the_typed_comparison_not_python():
 
     engine = duckdb.connect().execute("SELECT 0.1 + 0.2").fetchall()[0][0]
     assert folded_comparison(exp.column("c"), parse_one("0.1 + 0.2"), "DOUBLE") == float(engine) == 0.3 != 0.1 + 0.2
+
+
+@pytest.mark.parametrize("where", ["event_date < make_date(2024, 1, 8)", "event_date < CAST(TIMESTAMP '2024-01-08 10:00' AS DATE)",
+                                   "event_date <= make_date(2024, 1, 6) + INTERVAL 1 DAY"])
+def test_a_folded_date_keeps_its_days(where):
+    from test_dawa_where_span import DAYS, PER_DAY, events_session
+
+    from dpsql.testing import zero_noise
+
+    s = events_session(zero_noise())
+    r = s.query(f"SELECT event_date, COUNT(*) AS n FROM events WHERE {where} GROUP BY event_date", epsilon=1.0)
+    assert r.details["dawa_bins"] == [[0, 6]] and r.table.column("n").to_pylist() == [PER_DAY] * DAYS

@@ -6,7 +6,8 @@ A literal is read directly; a constant expression (``age > 1e308 * 10``, ``age <
 the casts, the widened integer arithmetic, the DECIMAL arithmetic in its exact result type) and that typed
 constant side is evaluated here, in the engine's arithmetic: integers and DECIMALs exactly, DOUBLEs in IEEE
 binary64 (overflow is infinite, x / 0 is +-inf or NaN, as DuckDB gives). Only a small grammar is folded
-(literals, NULL, unary minus, ``+ - * /``, casts between numbers and from plain number text); anything else
+(literals, NULL, unary minus, ``+ - * /``, casts between numbers and from plain number text, the typer's
+DATE and TIMESTAMP literals); anything else
 raises :class:`Unfoldable`, and the caller refuses it for free (a kept-bin set read otherwise than the engine
 computes could drop bins that hold rows) or keeps every bin.
 
@@ -15,6 +16,7 @@ Public: a function of the query's text and the column's declared type only.
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
 import math
 import re
@@ -34,6 +36,8 @@ class Unfoldable(ValueError):
 _CTX = decimal.Context(prec=200, Emax=10**6, Emin=-(10**6))
 _NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
 _INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?")
 _PLAIN_DECIMAL = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)\s*")
 _SPECIAL = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "infinity": math.inf, "+infinity": math.inf,
             "-infinity": -math.inf, "nan": math.nan, "+nan": math.nan, "-nan": math.nan}
@@ -48,7 +52,7 @@ _FLOATS = {"DOUBLE": False, "FLOAT": True}  # FLOAT: DuckDB's REAL, 32 bits
 def folded_comparison(subject: exp.Expression, other: exp.Expression, column_type: str | None) -> Any:
     """The value the engine compares ``subject`` (the column, or its CAST to DOUBLE) with when the condition is
     ``subject <op> other`` and ``other`` is a column-free expression: an ``int``, ``Decimal`` or ``float`` (inf
-    and NaN included), None for NULL. Raises :class:`Unfoldable` otherwise."""
+    and NaN included), a ``date`` or ``datetime``, None for NULL. Raises :class:`Unfoldable` otherwise."""
     col = subject if isinstance(subject, exp.Column) else subject.this
     if column_type is None or not isinstance(col, exp.Column) or other.find(exp.Column, exp.Select, exp.Star):
         raise Unfoldable("not a constant")
@@ -158,6 +162,12 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
                 return None
             raise Unfoldable("out of the DECIMAL's range")
         return v
+    if name in ("DATE", "TIMESTAMP") and isinstance(v, str):
+        # the typer's own spelling of a date/time literal (DATE '2024-01-08', make_date(2024, 1, 8), a shifted one)
+        if name == "DATE" and _DATE.fullmatch(v):
+            return dt.date.fromisoformat(v)
+        if name == "TIMESTAMP" and _TIMESTAMP.fullmatch(v):
+            return dt.datetime.fromisoformat(v)
     raise Unfoldable(f"a cast to {name}")
 
 

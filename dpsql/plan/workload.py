@@ -597,10 +597,10 @@ def _infinite(e: exp.Expression) -> Decimal | None:
     return Decimal("Infinity") if math.isnan(f) else Decimal(f) if math.isinf(f) else None
 
 
-def _number_value(v: Any) -> Decimal | None:
+def _number_value(v: Any) -> Any:
     """A folded constant (``folding.folded_comparison``) as a literal's value: a Decimal, inf and NaN as with
-    ``_infinite`` (NaN above every number), None for NULL."""
-    if v is None or isinstance(v, Decimal):
+    ``_infinite`` (NaN above every number), a date or datetime, None for NULL."""
+    if v is None or isinstance(v, (Decimal, dt.date)):
         return v
     if isinstance(v, float):
         return Decimal("Infinity") if math.isnan(v) else Decimal(v)
