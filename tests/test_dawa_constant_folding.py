@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import duckdb
 import pytest
+from test_dawa_where_span import ages_session
 
 import dpsql
 from dpsql.errors import QueryError, UnsupportedQueryError
 from dpsql.plan import workload
 from dpsql.plan.analyze import analyze
-from test_dawa_where_span import ages_session
 
 EMPTY = ["age > 1e308*10", "age > 10*1e308", "age IN (1e308*10)", "age < -1e308*10", "age > 1e308::DOUBLE * 10",
          "age > CAST(1e400 AS DOUBLE)", "age > CAST('Infinity' AS FLOAT)", "age > CAST('inf' AS REAL)",

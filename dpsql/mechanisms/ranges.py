@@ -39,6 +39,7 @@ from dpsql.noise import NoiseSource
 from dpsql.plan import ir
 from dpsql.plan.analyze import resolve_unit_column
 from dpsql.plan.workload import Workload
+from dpsql.rewrite import bound as _bound
 from dpsql.rewrite.bound import Caps, bounded_histogram
 
 
@@ -58,6 +59,19 @@ def bin_ranges(wl: Workload) -> np.ndarray:
         return np.where(j < 0, 0, before[k] + np.minimum(ends[k], x) - starts[k] + 1)
 
     return np.stack([kept_upto(r[:, 0] - 1), kept_upto(r[:, 1]) - 1], axis=1)
+
+
+def binning(wl: Workload) -> list[Any]:
+    """How each dimension's values fall into its bins in the bounded histogram (``rewrite.bound.bounded_histogram``),
+    named in the synopsis key (``Workload.synopsis_key``): exactly at the column's decimal scale, in doubles with
+    the edge tolerance, or (dates and times) in whole microseconds. The same on DuckDB and Spark (both bin an
+    integer or DECIMAL column exactly: ``bound.exact_scale``)."""
+    out: list[Any] = []
+    for d in wl.dims:
+        scale = _bound.exact_scale(d, "duckdb")
+        out.append(["exact", scale] if scale is not None else ["double", _bound._BIN_EDGE_TOLERANCE]
+                   if d.domain.kind == "numeric" else ["micros"])
+    return out
 
 
 def unit_column(wl: Workload, catalog: dict[str, TableSpec]) -> str:
@@ -247,8 +261,9 @@ class Dawa:
         if wl.histogram:
             groups = contribution
             cap = contribution.rows_bound
-            key = wl.synopsis_key(cap, catalog, groups=(groups.max_groups_per_unit, groups.max_rows_per_group,
-                                                         groups.max_rows_per_unit))
+            key = wl.synopsis_key(cap, catalog, binning=binning(wl), groups=(groups.max_groups_per_unit,
+                                                                             groups.max_rows_per_group,
+                                                                             groups.max_rows_per_unit))
         else:
             for opt in ("max_groups_per_unit", "max_rows_per_group"):
                 if opt in request.options:
@@ -256,7 +271,7 @@ class Dawa:
                                       "counts keeps at most max_rows_per_unit rows per person",
                                       hint="use the option max_rows_per_unit instead")
             cap = lowered_cap(wl.table, request.options, "max_rows_per_unit")
-            key = wl.synopsis_key(cap, catalog)
+            key = wl.synopsis_key(cap, catalog, binning=binning(wl))
         never = request.options.get("reuse") == "never"  # a fresh synopsis, charged, even where one is stored
         found = request.find_synopsis(key) if key is not None and not never else None
         estimates = _estimates(groups, cap)
@@ -297,11 +312,12 @@ class Dawa:
             "max_rows_per_unit" in opts else math.inf
         if histogram_rule:
             g = Caps(float(table.max_groups_per_unit), float(table.max_rows_per_group), cap_l)
-            return wl.synopsis_key(g.rows_bound, catalog, groups=(g.max_groups_per_unit, g.max_rows_per_group,
-                                                                  g.max_rows_per_unit))
+            return wl.synopsis_key(g.rows_bound, catalog, binning=binning(wl), groups=(g.max_groups_per_unit,
+                                                                                     g.max_rows_per_group,
+                                                                                     g.max_rows_per_unit))
         if any(o in opts for o in ("max_groups_per_unit", "max_rows_per_group")):
             return None
-        return wl.synopsis_key(lowered_cap(table, opts, "max_rows_per_unit"), catalog)
+        return wl.synopsis_key(lowered_cap(table, opts, "max_rows_per_unit"), catalog, binning=binning(wl))
 
     def describe(self, cal: DawaCalibration) -> Description:
         wl = cal.workload

@@ -164,12 +164,15 @@ class Workload:
             n *= d.n
         return n
 
-    def synopsis_key(self, cap: float, catalog: dict[str, TableSpec], *,
+    def synopsis_key(self, cap: float, catalog: dict[str, TableSpec], *, binning: list[Any],
                      groups: tuple[float, float, float] | None = None) -> str | None:
         """The key under which this workload's synopsis is stored and found again.
 
         It names the exact normalised WHERE (string literals keep their case), the table, the
-        ordered dimension(s) (bounds, bins and, for dates/times, the bin width), the per-unit cap, the privacy unit, and the identity of the source's
+        ordered dimension(s) (bounds, bins and, for dates/times, the bin width), how each dimension's values fall
+        into its bins (``binning``, from ``mechanisms.ranges.binning``: exactly at the column's decimal scale, or in
+        doubles; a synopsis binned otherwise, e.g. stored before exact bins, holds other rows in its bins), the kept
+        bins, the per-unit cap, the privacy unit, and the identity of the source's
         contents (``catalog.source_identity``: an owner-declared version, or file identity and
         modification time). ``None`` when the source has no identity: no reuse. ``groups``: the
         grouped rule's caps (C_u, k, L) when the histogram was bounded by it (a histogram's
@@ -188,6 +191,7 @@ class Workload:
                      + ([] if d.domain.bin_seconds is None else [float(d.domain.bin_seconds)]) for d in self.dims],
             "where": self.base_key,
             "max_rows_per_unit": float(cap),
+            "binning": binning,
         }
         if self.span is not None:
             # a synopsis over kept bins answers exactly those (its bin 0 is the first kept bin); one run keeps
