@@ -48,9 +48,17 @@ def bin_ranges(wl: Workload) -> np.ndarray:
     over (a histogram restricted by its WHERE: its kept bins, numbered from the first; a range's first and
     last bin of the declared domain become its first and last kept bin)."""
     r = np.asarray(wl.ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims))
-    if wl.span is None:
-        return r
-    starts, ends = (np.asarray(v, dtype=np.int64) for v in zip(*wl.span))
+    if wl.span is not None:
+        return _in_kept(r, wl.span)
+    if wl.axes is not None:  # a 2-D workload restricted on one or both columns: each pair of ends on its own
+        return np.concatenate([r[:, 2 * k : 2 * k + 2] if runs is None else _in_kept(r[:, 2 * k : 2 * k + 2], runs)
+                               for k, runs in enumerate(wl.axes)], axis=1)
+    return r
+
+
+def _in_kept(r: np.ndarray, runs: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Inclusive (first, last) bins of the declared domain as positions among the kept bins ``runs``."""
+    starts, ends = (np.asarray(v, dtype=np.int64) for v in zip(*runs))
     before = np.concatenate([[0], np.cumsum(ends - starts + 1)])  # kept bins before each run
 
     def kept_upto(x: np.ndarray) -> np.ndarray:  # kept bins <= x
@@ -59,6 +67,10 @@ def bin_ranges(wl: Workload) -> np.ndarray:
         return np.where(j < 0, 0, before[k] + np.minimum(ends[k], x) - starts[k] + 1)
 
     return np.stack([kept_upto(r[:, 0] - 1), kept_upto(r[:, 1]) - 1], axis=1)
+
+
+def _kept_bins(runs: tuple[tuple[int, int], ...] | None, n: int) -> np.ndarray:
+    return np.arange(n) if runs is None else np.concatenate([np.arange(a, b + 1) for a, b in runs])
 
 
 def binning(wl: Workload) -> list[Any]:
@@ -93,6 +105,8 @@ def fill_histogram(wl: Workload, rows: Any) -> np.ndarray:
         np.add.at(x, tuple(cols), n)
     if wl.span is not None:  # the bins the WHERE's own literals exclude hold no row that passes it
         return np.concatenate([x[a : b + 1] for a, b in wl.span])
+    if wl.axes is not None:
+        return x[np.ix_(*[_kept_bins(runs, d.n) for runs, d in zip(wl.axes, wl.dims)])]
     return x
 
 
@@ -350,6 +364,9 @@ class Dawa:
             params["bins_released"] = len(wl.ranges)
         if wl.span is not None:
             params["dawa_bins"] = [list(r) for r in wl.span]
+        if wl.axes is not None:
+            params["dawa_bins"] = {d.column: None if runs is None else [list(r) for r in runs]
+                                   for d, runs in zip(wl.dims, wl.axes)}
         if cal.groups is not None:
             params["max_groups_per_unit"] = cal.groups.max_groups_per_unit
             params["max_rows_per_group"] = cal.groups.max_rows_per_group
@@ -360,6 +377,12 @@ class Dawa:
                 "over these bins only" + (" and releases only the bins holding them" if wl.histogram else
                                           ", a range's count from its kept bins") +
                 " (the others hold no row that passes the WHERE)",) if wl.span is not None else ()
+        if wl.axes is not None:
+            span = ("the shared conditions restrict " + " and ".join(
+                f"'{d.column}' to bins " + ", ".join(f"{a}..{b}" if a < b else f"{a}" for a, b in runs)
+                for d, runs in zip(wl.dims, wl.axes) if runs is not None) + " of the declared domain (dawa_bins): DAWA "
+                "runs over the grid of these rows and columns only, a range's count from its kept cells (the others "
+                "hold no row that passes the WHERE)",)
         return Description(
             label="dawa",
             cost=Budget(cal.epsilon, 0.0),

@@ -153,6 +153,10 @@ class Workload:
     #: order (a synopsis's bin 0 is the first kept bin), and only (coarse) bins holding one of them are
     #: released; None: every bin
     span: tuple[tuple[int, int], ...] | None = None
+    #: a 2-D workload whose shared conditions restrict one or both of its columns (``_where_span`` of each): per
+    #: dimension its kept runs, or None for every bin. DAWA runs over the grid of the kept rows and columns, in
+    #: order; None: the whole grid
+    axes: tuple[tuple[tuple[int, int], ...] | None, ...] | None = None
 
     @property
     def size(self) -> int:
@@ -160,8 +164,9 @@ class Workload:
         if self.span is not None:
             return sum(b - a + 1 for a, b in self.span)
         n = 1
-        for d in self.dims:
-            n *= d.n
+        for k, d in enumerate(self.dims):
+            runs = None if self.axes is None else self.axes[k]
+            n *= d.n if runs is None else sum(b - a + 1 for a, b in runs)
         return n
 
     def synopsis_key(self, cap: float, catalog: dict[str, TableSpec], *, binning: list[Any],
@@ -197,6 +202,8 @@ class Workload:
             # a synopsis over kept bins answers exactly those (its bin 0 is the first kept bin); one run keeps
             # the key it had when only a range could be kept
             ident["span"] = list(self.span[0]) if len(self.span) == 1 else [list(r) for r in self.span]
+        if self.axes is not None:
+            ident["axes"] = [None if a is None else [list(r) for r in a] for a in self.axes]
         if groups is not None:
             ident["grouped"] = [None if math.isinf(v) else float(v) for v in groups]
         return "dawa:" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
@@ -453,13 +460,17 @@ def analyze_workload(
             sn = sn or s_
         rows.append(row)
         snapped.append(sn)
-    # a shared condition on the one column (age <> 35, age IN (...)) keeps bins as a histogram's WHERE does
-    span = _where_span(dims[0], base_expr, strict=True) if len(dims) == 1 else None
+    # a shared condition on a column (age <> 35, age IN (...)) keeps its bins as a histogram's WHERE does; in 2-D
+    # each column's (a condition mixing both, age < 10 OR score > 5, restricts neither: a superset of the cells)
+    kept_runs = [_where_span(d, base_expr, strict=True) for d in dims]
+    span = kept_runs[0] if len(dims) == 1 else None
+    axes = tuple(kept_runs) if len(dims) == 2 and any(a is not None for a in kept_runs) else None
 
-    def kept(a: int, b: int) -> bool:
-        return span is None or any(max(a, x) <= min(b, y) for x, y in span)
+    def kept(r: list[int]) -> bool:
+        return all(runs is None or any(max(r[2 * k], x) <= min(r[2 * k + 1], y) for x, y in runs)
+                   for k, runs in enumerate(kept_runs))
 
-    if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) or not kept(r[0], r[1]) for r in rows):
+    if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) or not kept(r) for r in rows):
         cols = " and ".join(f"'{d.column}'" for d in dims)
         raise QueryError(
             f"no range of this workload admits a value of the declared domain of {cols}: every count is 0 whatever "
@@ -490,6 +501,7 @@ def analyze_workload(
         ranges=tuple(tuple(r) for r in rows),
         snapped=snapped,
         span=span,
+        axes=axes,
     )
 
 
