@@ -532,13 +532,24 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
     n = dim.n
     factor = max(1, factor)
     base = [c for c in _conjuncts(plan.where)]
+    # a HAVING on a one-bin group's key (its label, a value of its bin) can hold only in the bins where it can hold
+    # for a value: the other bins are never released (a coarse group's count is all of its bins: not restricted)
+    having = None if factor > 1 or plan.having is None else plan.having.transform(
+        lambda x: exp.column(col) if isinstance(x, exp.Column) and x.name == plan.keys[0].name else x)
     span = _where_span(dim, plan.where, strict=True)
+    if having is not None and (span is None or span):
+        # (not strict: the analyser's HAVING repeats the WHERE's conditions on the key in their typed form, and a
+        # HAVING condition not read here restricts nothing)
+        span = _where_span(dim, _and([c for c in (plan.where, having) if c is not None]))
+    else:
+        having = None  # (the WHERE alone keeps no bin)
     if span is not None and not span:
         d = dim.domain
         ends = dim.key_labels([0, n - 1], plain=True)
         domain = f"values {ends[0]} to {ends[1]}" if dim.integer else f"[{d.lo}, {d.hi}) in {n} bins"
         raise QueryError(
-            f"the WHERE admits no value of the declared domain of '{col}' ({domain}): every bin of "
+            f"the WHERE{' and HAVING' if having is not None else ''} admit{'' if having is not None else 's'} no value "
+            f"of the declared domain of '{col}' ({domain}): every bin of "
             "this histogram is empty whatever the data, known from the query's literals alone; nothing was charged",
             hint=f"check the WHERE's conditions on '{col}' against its declared bounds (BETWEEN takes the smaller end "
                  "first; NULLs and values outside the declared domain are never counted)",
