@@ -141,3 +141,18 @@ def test_a_folded_date_keeps_its_days(where):
     s = events_session(zero_noise())
     r = s.query(f"SELECT event_date, COUNT(*) AS n FROM events WHERE {where} GROUP BY event_date", epsilon=1.0)
     assert r.details["dawa_bins"] == [[0, 6]] and r.table.column("n").to_pylist() == [PER_DAY] * DAYS
+
+
+@pytest.mark.parametrize("where", ["event_date < date_trunc('month', DATE '2024-03-05')",
+                                   "event_date < CAST('2024-03-01' AS TIMESTAMP_NS)"])
+def test_a_date_constant_not_folded_restricts_nothing(where):
+    """Not refused (as a number would be): a date/time constant dpsql does not fold keeps every bin, as before."""
+    from test_dawa_where_span import DAYS, PER_DAY, events_session
+
+    from dpsql.testing import zero_noise
+
+    s = events_session(zero_noise())
+    sql = f"SELECT event_date, COUNT(*) AS n FROM events WHERE {where} GROUP BY event_date"
+    wl = workload.histogram_workload(analyze(sql, s.tables))
+    assert wl is not None and wl.span is None
+    assert sum(s.query(sql, epsilon=1.0).table.column("n").to_pylist()) == DAYS * PER_DAY

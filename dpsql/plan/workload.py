@@ -641,8 +641,8 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
     and those where it cannot be false (a subset of the complement of where it can be false). In SQL's
     three-valued logic a row passes only where ``e`` is true; a comparison with NULL is neither true nor
     false, and so is its NOT. A condition not read here may be true or false anywhere. A constant expression is
-    folded (``plan.folding``); ``strict``: one that is not folded is refused (UnsupportedQueryError, free), else it
-    restricts nothing."""
+    folded (``plan.folding``); ``strict``: one that is not folded and compared with a numeric column is refused
+    (UnsupportedQueryError, free), else it restricts nothing."""
     n, col = dim.n, dim.column
     every: Runs = [(0, n - 1)]
 
@@ -670,7 +670,8 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
             try:  # a constant expression: the value the engine compares with (1e308 * 10 is inf, 2 * 10 is 20)
                 v = _number_value(folded_comparison(subject, other, dim.type_text))
             except Unfoldable:
-                if strict and other.find(exp.Column) is None:
+                # (a date/time constant not folded here, e.g. TIMESTAMP_NS '...' or date_trunc(...), restricts nothing)
+                if strict and other.find(exp.Column) is None and dim.domain.kind == "numeric":
                     raise UnsupportedQueryError(
                         f"the comparison of '{col}' with the constant expression {other.sql(dialect=DIALECT)} is not read "
                         f"for the bins of '{col}' (dpsql folds literals, + - * / and casts between numbers only), so the "
