@@ -6,7 +6,7 @@ A literal is read directly; a constant expression (``age > 1e308 * 10``, ``age <
 the casts, the widened integer arithmetic, the DECIMAL arithmetic in its exact result type) and that typed
 constant side is evaluated here, in the engine's arithmetic: integers and DECIMALs exactly, DOUBLEs in IEEE
 binary64 (overflow is infinite, x / 0 is +-inf or NaN, as DuckDB gives). Only a small grammar is folded
-(literals, NULL, unary minus, ``+ - * /``, casts between numbers and from plain number text, the typer's
+(literals, NULL, unary minus, ``+ - * /``, integer ``//`` and ``%``, NULLIF, abs, casts between numbers and from plain number text, the typer's
 DATE and TIMESTAMP literals); anything else
 raises :class:`Unfoldable`, and the caller refuses it for free (a kept-bin set read otherwise than the engine
 computes could drop bins that hold rows) or keeps every bin.
@@ -92,6 +92,22 @@ def evaluate(e: exp.Expression) -> Any:
         return _cast(evaluate(e.this), e.args.get("to"), isinstance(e, exp.TryCast))
     if isinstance(e, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         return _arith(e, evaluate(e.this), evaluate(e.expression))
+    if isinstance(e, (exp.IntDiv, exp.Mod)):
+        a, b = evaluate(e.this), evaluate(e.expression)
+        if a is None or b is None or (isinstance(b, int) and b == 0):
+            return None  # (DuckDB: an integer divided by zero is NULL)
+        if not (type(a) is int and type(b) is int):
+            raise Unfoldable("// or % of other than integers")
+        q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)  # DuckDB's // truncates toward zero
+        return q if isinstance(e, exp.IntDiv) else a - b * q
+    if isinstance(e, exp.Nullif):
+        a, b = evaluate(e.this), evaluate(e.expression)
+        return None if a is None or (b is not None and type(a) is type(b) and a == b) else a
+    if isinstance(e, exp.Abs):
+        v = evaluate(e.this)
+        if v is None or isinstance(v, (int, Decimal, float)):
+            return None if v is None else abs(v)
+        raise Unfoldable("abs of other than a number")
     raise Unfoldable(f"{type(e).__name__} is not folded")
 
 
