@@ -81,3 +81,29 @@ def test_a_condition_mixing_both_columns_restricts_no_axis():
     assert workload.analyze_workload(queries, s.tables).axes is None
     r = s.query_many(queries, epsilon=1000.0)
     assert all(abs(a - b) <= 2 for a, b in zip(r.counts, _truth(queries)))
+
+
+@pytest.mark.parametrize("shared", ["age < 10 AND score > 5 AND (age > 20 OR score < 3)",
+                                    "(age < 10 OR score > 5) AND age > 20 AND score < 3",
+                                    "NOT (age >= 0 OR score >= 0)", "(age < 10 AND score < 1) AND NOT (age < 50)"])
+def test_a_2d_shared_condition_mixing_both_columns_that_keeps_no_cell_is_refused(shared):
+    """Each column alone keeps some bins, but no cell of the grid can pass both: refused before the charge."""
+    s = grid_session()
+    with pytest.raises(QueryError, match="admits a value of the declared domain"):
+        s.query_many(_queries(shared), epsilon=1.0)
+    assert s.remaining() == dpsql.Budget(1000.0)
+    assert _truth(_queries(shared)) == [0] * len(RANGES)
+
+
+def test_a_2d_rectangle_outside_the_kept_cells_counts_as_empty():
+    """``age < 10 OR score > 5`` keeps an L of cells: a workload of rectangles outside it only is refused; with one
+    rectangle meeting it (negative control), the workload is answered."""
+    s = grid_session()
+    shared = "(age < 10 OR score > 5)"
+    queries = _queries(shared)[:1] + [f"SELECT COUNT(*) FROM g WHERE {shared} AND age >= 0 AND score >= 0"]
+    assert _truth(queries[:1]) == [0]
+    with pytest.raises(QueryError, match="admits a value of the declared domain"):
+        s.query_many(queries[:1], epsilon=1.0)
+    assert s.remaining() == dpsql.Budget(1000.0)
+    s.query_many(queries, epsilon=1.0)
+    assert s.remaining() == dpsql.Budget(999.0)

@@ -14,6 +14,7 @@ bin is snapped outward to whole bins (noted in the release). DAWA answers worklo
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import hashlib
 import json
@@ -466,9 +467,13 @@ def analyze_workload(
     span = kept_runs[0] if len(dims) == 1 else None
     axes = tuple(kept_runs) if len(dims) == 2 and any(a is not None for a in kept_runs) else None
 
+    # a 2-D shared condition mixing both columns (age < 10 OR score > 5) may keep fewer cells than its columns' kept
+    # bins span: the rectangles meeting no cell where it can hold are known to be empty
+    cells = _grid_cells(dims, base_expr) if len(dims) == 2 else None
+
     def kept(r: list[int]) -> bool:
         return all(runs is None or any(max(r[2 * k], x) <= min(r[2 * k + 1], y) for x, y in runs)
-                   for k, runs in enumerate(kept_runs))
+                   for k, runs in enumerate(kept_runs)) and (cells is None or cells(r))
 
     if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) or not kept(r) for r in rows):
         cols = " and ".join(f"'{d.column}'" for d in dims)
@@ -721,6 +726,95 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
             if ours(e.expression) and not ours(e.this):
                 return atom({">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(op, op), e.this, e.expression)
     return every, []
+
+
+#: segments of both columns' cuts beyond which ``_grid_cells`` does not decide (a rectangle is then kept)
+_GRID_SEGMENTS = 1 << 16
+
+
+def _grid_cells(dims: list[Dim], where: exp.Expression | None) -> Any:
+    """For a 2-D workload: a test of whether a rectangle (r0, r1, c0, c1) of bins meets a cell where the WHERE can
+    hold, read exactly from its comparisons of either column with constants (``_kept`` of each) under ``AND``,
+    ``OR`` and ``NOT``; None when every cell may pass, or when undecided (too many cuts). Each comparison is
+    constant between consecutive cuts of its column's runs, so the WHERE is evaluated once per pair of segments
+    (a bit mask of the second column's segments per segment of the first). Public: the query's text and the
+    declared domains."""
+    if where is None:
+        return None
+    n0, n1 = dims[0].n, dims[1].n
+    leaves: dict[int, tuple[int, Runs, Runs]] = {}  # id(leaf) -> (column index, may, must)
+
+    def walk(e: exp.Expression) -> bool:
+        if isinstance(e, exp.Paren):
+            return walk(e.this)
+        if isinstance(e, (exp.And, exp.Or)):
+            return walk(e.this) and walk(e.expression)
+        if isinstance(e, exp.Not):
+            return walk(e.this)
+        read = [(k, *_kept(d, e)) for k, d in enumerate(dims)]
+        known = [x for x in read if (x[1], x[2]) != ([(0, dims[x[0]].n - 1)], [])]
+        if len(known) > 1:
+            return False  # (no comparison reads both columns)
+        leaves[id(e)] = known[0] if known else (-1, [], [])
+        return True
+
+    if not walk(where):
+        return None
+    cuts: list[list[int]] = [[0, n0], [0, n1]]
+    for k, may, must in leaves.values():
+        if k >= 0:
+            cuts[k] += [x for a, b in may + must for x in (a, b + 1)]
+    segs = [sorted(set(c)) for c in cuts]
+    if (len(segs[0]) - 1) * (len(segs[1]) - 1) > _GRID_SEGMENTS:
+        return None
+    starts0, starts1 = segs[0][:-1], segs[1][:-1]
+    full = (1 << len(starts1)) - 1
+
+    def inside(runs: Runs, x: int) -> bool:  # (runs: sorted and disjoint)
+        i = bisect.bisect_right(runs, (x, math.inf)) - 1
+        return i >= 0 and runs[i][0] <= x <= runs[i][1]
+
+    def masks(e: exp.Expression) -> tuple[list[int], list[int]]:
+        """(may, must) per segment of the first column: bit masks over the second column's segments."""
+        if isinstance(e, exp.Paren):
+            return masks(e.this)
+        if isinstance(e, (exp.And, exp.Or)):
+            (a, b), (c, d) = masks(e.this), masks(e.expression)
+            if isinstance(e, exp.And):
+                return [x & y for x, y in zip(a, c)], [x & y for x, y in zip(b, d)]
+            return [x | y for x, y in zip(a, c)], [x | y for x, y in zip(b, d)]
+        if isinstance(e, exp.Not):
+            may, must = masks(e.this)
+            return [full & ~x for x in must], [full & ~x for x in may]
+        k, may_r, must_r = leaves[id(e)]
+        if k < 0:  # not read here: may hold anywhere, never certain
+            return [full] * len(starts0), [0] * len(starts0)
+        if k == 0:
+            return ([full if inside(may_r, x) else 0 for x in starts0], [full if inside(must_r, x) else 0 for x in starts0])
+        row_may = sum(1 << j for j, x in enumerate(starts1) if inside(may_r, x))
+        row_must = sum(1 << j for j, x in enumerate(starts1) if inside(must_r, x))
+        return [row_may] * len(starts0), [row_must] * len(starts0)
+
+    may_rows, _ = masks(where)
+    if all(m == full for m in may_rows):
+        return None
+    # cells where the WHERE may hold, counted over segments 0..i x 0..j: a rectangle's count in O(1)
+    total = [[0] * (len(starts1) + 1)]
+    for m in may_rows:
+        row, run = [0], 0
+        for j in range(len(starts1)):
+            run += (m >> j) & 1
+            row.append(total[-1][j + 1] + run)
+        total.append(row)
+
+    def meets(r: list[int]) -> bool:
+        if r[0] > r[1] or r[2] > r[3]:
+            return False
+        i0, i1 = (bisect.bisect_right(starts0, x) - 1 for x in (r[0], r[1]))
+        j0, j1 = (bisect.bisect_right(starts1, x) - 1 for x in (r[2], r[3]))
+        return total[i1 + 1][j1 + 1] - total[i0][j1 + 1] - total[i1 + 1][j0] + total[i0][j0] > 0
+
+    return meets
 
 
 def _where_span(dim: Dim, where: exp.Expression | None, strict: bool = False) -> tuple[tuple[int, int], ...] | None:
