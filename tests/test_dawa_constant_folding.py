@@ -100,7 +100,9 @@ def test_a_constant_that_cannot_be_folded_is_refused_for_free(where):
                                    "CAST(0.1 AS REAL) * 3", "CAST('0.1' AS REAL)", "1e308 * 10 - 1e308 * 10",
                                    "3 - NULL", "-(2.5 * 2)", "1.5e300 * 1e10 / 1e300", "0.3 - 0.1 * 3",
                                    "-7 // 2", "7 % -2", "-7 % 2", "10 // 0", "abs(-300)", "abs(-2.5)", "abs(-1e308*10)",
-                                   "NULLIF(3, 3)", "NULLIF(3, 4) * 2"])
+                                   "NULLIF(3, 3)", "NULLIF(3, 4) * 2", "CAST(20.5 AS INTEGER)", "CAST(-20.5 AS INTEGER)",
+                                   "CAST(20.5e0 AS INTEGER)", "CAST(21.5e0 AS INTEGER)", "CAST(-0.5e0 AS INTEGER)",
+                                   "CAST(1e300 AS BIGINT)", "CAST(2.45 AS INTEGER)", "CAST(1e308 * 10 AS BIGINT)"])
 def test_a_folded_constant_is_the_value_duckdb_compares_with(column_type, const):
     """The typed constant side of ``col = const`` evaluated by DuckDB itself equals the folded value."""
     import math

@@ -155,10 +155,14 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
     if name in _INT_LIMITS:
         if isinstance(v, str) and _INTEGER.fullmatch(v):
             v = int(v)
-        if isinstance(v, Decimal) and v == v.to_integral_value():
-            v = int(v)
+        if isinstance(v, Decimal) and v.is_finite():  # DuckDB rounds a DECIMAL half away from zero
+            v = int(v.quantize(Decimal(1), rounding=decimal.ROUND_HALF_UP, context=_CTX))
+        elif isinstance(v, float) and math.isfinite(v):  # and a DOUBLE half to even (0.5 is 0, 1.5 is 2)
+            v = round(v)
+        elif isinstance(v, float) and try_:
+            return None
         if not isinstance(v, int):
-            raise Unfoldable("a rounding cast to an integer")  # (DuckDB rounds DOUBLEs half to even, DECIMALs away)
+            raise Unfoldable("a cast to an integer")
         lo, hi = _INT_LIMITS[name]
         if lo <= v <= hi:
             return v
