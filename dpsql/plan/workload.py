@@ -679,7 +679,8 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
                 if strict and other.find(exp.Column) is None and dim.domain.kind == "numeric":
                     raise UnsupportedQueryError(
                         f"the comparison of '{col}' with the constant expression {other.sql(dialect=DIALECT)} is not read "
-                        f"for the bins of '{col}' (dpsql folds literals, + - * / and casts between numbers only), so the "
+                        f"for the bins of '{col}' (dpsql folds literals, + - * / // %, NULLIF, abs and casts between numbers "
+                        "only), so the "
                         "bins where a value can pass the WHERE are unknown; nothing was charged",
                         hint="write its value as a literal (e.g. 20 for 2 * 10)") from None
                 return every, []
