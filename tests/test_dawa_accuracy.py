@@ -229,7 +229,7 @@ def test_the_constant_bounds_any_sum_of_laplace_terms():
 
 
 def _fake_workload(r, dims=1, histogram=False):
-    return SimpleNamespace(ranges=[tuple(v) for v in r], dims=[None] * dims, histogram=histogram, offset=0, span=None)
+    return SimpleNamespace(ranges=[tuple(v) for v in r], dims=[None] * dims, histogram=histogram, offset=0, span=None, axes=None)
 
 
 def test_coverage_on_data_uniform_within_buckets():
