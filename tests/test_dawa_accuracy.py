@@ -229,7 +229,7 @@ def test_the_constant_bounds_any_sum_of_laplace_terms():
 
 
 def _fake_workload(r, dims=1, histogram=False):
-    return SimpleNamespace(ranges=[tuple(v) for v in r], dims=[None] * dims, histogram=histogram, offset=0, span=None)
+    return SimpleNamespace(ranges=[tuple(v) for v in r], dims=[None] * dims, histogram=histogram, offset=0, span=None, axes=None)
 
 
 def test_coverage_on_data_uniform_within_buckets():
@@ -300,7 +300,7 @@ def test_sql_path_releases_per_answer_std_and_half_width():
     assert "stored synopsis" in ra["note"]
     # a synopsis stored without a strategy: no interval, and the note says why
     syn = ranges.load_synopsis(s.ledger.find_synopsis(
-        workload.analyze_workload(WORKLOAD, s.tables).synopsis_key(5, s.tables))[1])
+        (w := workload.analyze_workload(WORKLOAD, s.tables)).synopsis_key(5, s.tables, binning=ranges.binning(w)))[1])
     assert syn.strategy is not None
     bare = json.loads(syn.to_json())
     del bare["strategy"]

@@ -1,8 +1,8 @@
 """Regression (review finding): range endpoints written with a numeric CAST were read without
 applying the cast, so DAWA (and a reused synopsis) answered another range than the SQL asks for.
 DuckDB evaluates ``CAST(20.5 AS INTEGER)`` to 21, so ``age <= CAST(20.5 AS INTEGER)`` means
-``age <= 21``. Such a condition is no longer read as a range endpoint: a workload mixing it is
-refused for free, and a single query is answered by the ordinary (non-DAWA) path, exactly."""
+``age <= 21``. Such an endpoint is now read at the value the engine compares with (``plan.folding``: a
+DECIMAL cast to an integer rounds half away from zero), in a workload and from a stored synopsis alike."""
 
 from __future__ import annotations
 
@@ -11,11 +11,9 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 import dpsql
 from dpsql import Budget
-from dpsql.errors import UnsupportedQueryError
 from dpsql.testing import use_noise, zero_noise
 
 N = 3000
@@ -39,31 +37,24 @@ def test_duckdb_semantics_of_the_cast() -> None:
     assert duckdb.sql("SELECT CAST(20.5 AS INTEGER)").fetchall() == [(21,)]
 
 
-def test_workload_with_a_cast_endpoint_is_refused_for_free() -> None:
+def test_workload_with_a_cast_endpoint_reads_the_cast_value() -> None:
     s = session(table())
-    with pytest.raises(UnsupportedQueryError):
-        s.query_many([LE20, LE21, CAST_SQL], epsilon=10.0)
-    assert s.history().num_rows == 0
-    r = s.query_many([LE20, LE21], epsilon=10.0)
-    le20, le21 = r.table.column("count").to_pylist()
-    assert le20 != le21  # the synopsis tells the two ranges apart
+    r = s.query_many([LE20, LE21, CAST_SQL], epsilon=10.0)
+    le20, le21, cast = r.table.column("count").to_pylist()
+    assert cast == le21 != le20  # age <= 21, as DuckDB casts 20.5 (the synopsis tells 20 and 21 apart)
 
 
-def test_cast_endpoint_is_not_answered_from_a_synopsis(tmp_path: Path) -> None:
+def test_cast_endpoint_is_answered_from_a_synopsis_at_its_cast_value(tmp_path: Path) -> None:
     p = tmp_path / "t.parquet"
     pq.write_table(table(), p)
     s = session(str(p))
     s.query("SELECT age, COUNT(*) FROM t GROUP BY age", epsilon=10.0)  # stores the synopsis
-    le21 = s.query(LE21, epsilon=1.0, options={"reuse": "synopsis"})
-    # the cast endpoint is no range: no synopsis serves it (asking for reuse is refused for free) ...
-    import dpsql.errors
-
-    with pytest.raises(dpsql.errors.PolicyError, match="no stored DAWA synopsis"):
-        s.query(CAST_SQL, epsilon=1.0, options={"reuse": "synopsis"})
-    cast = s.query(CAST_SQL, epsilon=1.0)  # ... and it is answered on its own
-    assert le21.reused and not cast.reused and cast.mechanism == "laplace"
+    before = s.remaining()
+    le20, le21, cast = (s.query(q, epsilon=1.0, options={"reuse": "synopsis"}) for q in (LE20, LE21, CAST_SQL))
+    assert le21.reused and cast.reused and s.remaining() == before
+    assert cast.table.to_pylist() == le21.table.to_pylist() != le20.table.to_pylist()
     truth = sum(1 for i in range(N) if (i * 7) % 101 <= 21)
-    assert abs(cast.table.column(0)[0].as_py() - truth) <= 1  # zero noise; snapping grid of a count at eps=1
+    assert abs(cast.table.column(0)[0].as_py() - truth) <= 1  # zero noise; the synopsis's rounding
 
 
 def test_date_literals_are_still_range_endpoints() -> None:

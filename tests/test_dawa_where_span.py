@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 import dpsql
+from dpsql.mechanisms.ranges import binning
 from dpsql.plan import workload
 from dpsql.plan.analyze import analyze
 from dpsql.testing import seeded_noise, use_noise, zero_noise
@@ -109,7 +110,7 @@ def test_a_synopsis_over_a_span_answers_that_span_only(tmp_path):
     wl = workload.histogram_workload(analyze(QUERY, s.tables))
     assert wl is not None
     whole = workload.Workload(**{**wl.__dict__, "span": None})
-    assert wl.synopsis_key(1.0, s.tables) != whole.synopsis_key(1.0, s.tables)
+    assert wl.synopsis_key(1.0, s.tables, binning=binning(wl)) != whole.synopsis_key(1.0, s.tables, binning=binning(wl))
     # a range workload and a quantile over the same column read synopses over the whole domain
     r = s.query_many(["SELECT COUNT(*) FROM events WHERE event_date < DATE '2024-01-08'"], epsilon=1.0)
     assert not r.reused
@@ -236,7 +237,7 @@ def test_a_reuse_answers_the_same_kept_bins_only():
     assert again.reused and again.table.to_pylist() == first.table.to_pylist()
     wl = workload.histogram_workload(analyze(sql, s.tables))
     assert wl is not None and wl.span == ((0, 1), (3, 6))
-    keys = {workload.Workload(**{**wl.__dict__, "span": sp}).synopsis_key(1.0, s.tables)
+    keys = {workload.Workload(**{**wl.__dict__, "span": sp}).synopsis_key(1.0, s.tables, binning=binning(wl))
             for sp in (wl.span, ((0, 6),), ((0, 1),), ((0, 1), (3, 5)), None)}
     assert len(keys) == 5
 

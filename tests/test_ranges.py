@@ -90,7 +90,7 @@ def test_zero_noise_full_range_is_exact_and_one_charge():
     assert before.epsilon - s.remaining().epsilon == pytest.approx(1.0)
     # the whole domain: measured exactly with zero noise; only the rounding of each released
     # bucket total to an integer moves it (by at most half a count per bucket)
-    n_buckets = len(s.ledger.find_synopsis(next(iter([workload.analyze_workload(WORKLOAD, s.tables).synopsis_key(5, s.tables)])))[1])
+    n_buckets = len(s.ledger.find_synopsis(next(iter([(w := workload.analyze_workload(WORKLOAD, s.tables)).synopsis_key(5, s.tables, binning=ranges.binning(w))])))[1])
     assert n_buckets > 0
     assert abs(r.counts[2] - truth("region = 'north' AND age BETWEEN 0 AND 120")) <= 3
     assert len(r) == 3 and r[0].table.num_rows == 1

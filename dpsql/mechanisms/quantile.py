@@ -498,7 +498,7 @@ class QuantileMechanism:
 
     @staticmethod
     def _find_synopsis(cal: QuantileCalibration, request: Request, aggs: list[ir.Aggregate]) -> None:
-        from dpsql.mechanisms.ranges import Dawa
+        from dpsql.mechanisms.ranges import Dawa, binning
 
         if any(a.kind != ir.QUANTILE or a.quantile in (0.0, 1.0) for a in aggs):
             raise PolicyError(
@@ -522,7 +522,7 @@ class QuantileMechanism:
         catalog = dict(request.catalog)
         table = wl.table
         cap = lowered_cap(table, request.options, "max_rows_per_unit")
-        key = wl.synopsis_key(cap, catalog)
+        key = wl.synopsis_key(cap, catalog, binning=binning(wl))
         found = request.find_synopsis(key) if key is not None else None
         col = wl.dims[0].column
         what = (f"the p-quantile of the DAWA histogram of rows inside the declared domain of '{col}', at most "

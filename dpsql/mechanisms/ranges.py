@@ -39,6 +39,7 @@ from dpsql.noise import NoiseSource
 from dpsql.plan import ir
 from dpsql.plan.analyze import resolve_unit_column
 from dpsql.plan.workload import Workload
+from dpsql.rewrite import bound as _bound
 from dpsql.rewrite.bound import Caps, bounded_histogram
 
 
@@ -47,9 +48,17 @@ def bin_ranges(wl: Workload) -> np.ndarray:
     over (a histogram restricted by its WHERE: its kept bins, numbered from the first; a range's first and
     last bin of the declared domain become its first and last kept bin)."""
     r = np.asarray(wl.ranges, dtype=np.int64).reshape(len(wl.ranges), 2 * len(wl.dims))
-    if wl.span is None:
-        return r
-    starts, ends = (np.asarray(v, dtype=np.int64) for v in zip(*wl.span))
+    if wl.span is not None:
+        return _in_kept(r, wl.span)
+    if wl.axes is not None:  # a 2-D workload restricted on one or both columns: each pair of ends on its own
+        return np.concatenate([r[:, 2 * k : 2 * k + 2] if runs is None else _in_kept(r[:, 2 * k : 2 * k + 2], runs)
+                               for k, runs in enumerate(wl.axes)], axis=1)
+    return r
+
+
+def _in_kept(r: np.ndarray, runs: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """Inclusive (first, last) bins of the declared domain as positions among the kept bins ``runs``."""
+    starts, ends = (np.asarray(v, dtype=np.int64) for v in zip(*runs))
     before = np.concatenate([[0], np.cumsum(ends - starts + 1)])  # kept bins before each run
 
     def kept_upto(x: np.ndarray) -> np.ndarray:  # kept bins <= x
@@ -58,6 +67,23 @@ def bin_ranges(wl: Workload) -> np.ndarray:
         return np.where(j < 0, 0, before[k] + np.minimum(ends[k], x) - starts[k] + 1)
 
     return np.stack([kept_upto(r[:, 0] - 1), kept_upto(r[:, 1]) - 1], axis=1)
+
+
+def _kept_bins(runs: tuple[tuple[int, int], ...] | None, n: int) -> np.ndarray:
+    return np.arange(n) if runs is None else np.concatenate([np.arange(a, b + 1) for a, b in runs])
+
+
+def binning(wl: Workload) -> list[Any]:
+    """How each dimension's values fall into its bins in the bounded histogram (``rewrite.bound.bounded_histogram``),
+    named in the synopsis key (``Workload.synopsis_key``): exactly at the column's decimal scale, in doubles with
+    the edge tolerance, or (dates and times) in whole microseconds. The same on DuckDB and Spark (both bin an
+    integer or DECIMAL column exactly: ``bound.exact_scale``)."""
+    out: list[Any] = []
+    for d in wl.dims:
+        scale = _bound.exact_scale(d, "duckdb")
+        out.append(["exact", scale] if scale is not None else ["double", _bound._BIN_EDGE_TOLERANCE]
+                   if d.domain.kind == "numeric" else ["micros"])
+    return out
 
 
 def unit_column(wl: Workload, catalog: dict[str, TableSpec]) -> str:
@@ -79,6 +105,8 @@ def fill_histogram(wl: Workload, rows: Any) -> np.ndarray:
         np.add.at(x, tuple(cols), n)
     if wl.span is not None:  # the bins the WHERE's own literals exclude hold no row that passes it
         return np.concatenate([x[a : b + 1] for a, b in wl.span])
+    if wl.axes is not None:
+        return x[np.ix_(*[_kept_bins(runs, d.n) for runs, d in zip(wl.axes, wl.dims)])]
     return x
 
 
@@ -247,8 +275,9 @@ class Dawa:
         if wl.histogram:
             groups = contribution
             cap = contribution.rows_bound
-            key = wl.synopsis_key(cap, catalog, groups=(groups.max_groups_per_unit, groups.max_rows_per_group,
-                                                         groups.max_rows_per_unit))
+            key = wl.synopsis_key(cap, catalog, binning=binning(wl), groups=(groups.max_groups_per_unit,
+                                                                             groups.max_rows_per_group,
+                                                                             groups.max_rows_per_unit))
         else:
             for opt in ("max_groups_per_unit", "max_rows_per_group"):
                 if opt in request.options:
@@ -256,7 +285,7 @@ class Dawa:
                                       "counts keeps at most max_rows_per_unit rows per person",
                                       hint="use the option max_rows_per_unit instead")
             cap = lowered_cap(wl.table, request.options, "max_rows_per_unit")
-            key = wl.synopsis_key(cap, catalog)
+            key = wl.synopsis_key(cap, catalog, binning=binning(wl))
         never = request.options.get("reuse") == "never"  # a fresh synopsis, charged, even where one is stored
         found = request.find_synopsis(key) if key is not None and not never else None
         estimates = _estimates(groups, cap)
@@ -297,11 +326,12 @@ class Dawa:
             "max_rows_per_unit" in opts else math.inf
         if histogram_rule:
             g = Caps(float(table.max_groups_per_unit), float(table.max_rows_per_group), cap_l)
-            return wl.synopsis_key(g.rows_bound, catalog, groups=(g.max_groups_per_unit, g.max_rows_per_group,
-                                                                  g.max_rows_per_unit))
+            return wl.synopsis_key(g.rows_bound, catalog, binning=binning(wl), groups=(g.max_groups_per_unit,
+                                                                                     g.max_rows_per_group,
+                                                                                     g.max_rows_per_unit))
         if any(o in opts for o in ("max_groups_per_unit", "max_rows_per_group")):
             return None
-        return wl.synopsis_key(lowered_cap(table, opts, "max_rows_per_unit"), catalog)
+        return wl.synopsis_key(lowered_cap(table, opts, "max_rows_per_unit"), catalog, binning=binning(wl))
 
     def describe(self, cal: DawaCalibration) -> Description:
         wl = cal.workload
@@ -334,6 +364,9 @@ class Dawa:
             params["bins_released"] = len(wl.ranges)
         if wl.span is not None:
             params["dawa_bins"] = [list(r) for r in wl.span]
+        if wl.axes is not None:
+            params["dawa_bins"] = {d.column: None if runs is None else [list(r) for r in runs]
+                                   for d, runs in zip(wl.dims, wl.axes)}
         if cal.groups is not None:
             params["max_groups_per_unit"] = cal.groups.max_groups_per_unit
             params["max_rows_per_group"] = cal.groups.max_rows_per_group
@@ -344,6 +377,12 @@ class Dawa:
                 "over these bins only" + (" and releases only the bins holding them" if wl.histogram else
                                           ", a range's count from its kept bins") +
                 " (the others hold no row that passes the WHERE)",) if wl.span is not None else ()
+        if wl.axes is not None:
+            span = ("the shared conditions restrict " + " and ".join(
+                f"'{d.column}' to bins " + ", ".join(f"{a}..{b}" if a < b else f"{a}" for a, b in runs)
+                for d, runs in zip(wl.dims, wl.axes) if runs is not None) + " of the declared domain (dawa_bins): DAWA "
+                "runs over the grid of these rows and columns only, a range's count from its kept cells (the others "
+                "hold no row that passes the WHERE)",)
         return Description(
             label="dawa",
             cost=Budget(cal.epsilon, 0.0),

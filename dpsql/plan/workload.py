@@ -14,6 +14,7 @@ bin is snapped outward to whole bins (noted in the release). DAWA answers worklo
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import hashlib
 import json
@@ -30,6 +31,7 @@ from dpsql.catalog import OrderedDomain, TableSpec, source_identity
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column, unqualified
+from dpsql.plan.folding import Unfoldable, folded_comparison
 from dpsql.plan.parse import DIALECT
 from dpsql.plan.typer import shifted_literal
 
@@ -152,6 +154,10 @@ class Workload:
     #: order (a synopsis's bin 0 is the first kept bin), and only (coarse) bins holding one of them are
     #: released; None: every bin
     span: tuple[tuple[int, int], ...] | None = None
+    #: a 2-D workload whose shared conditions restrict one or both of its columns (``_where_span`` of each): per
+    #: dimension its kept runs, or None for every bin. DAWA runs over the grid of the kept rows and columns, in
+    #: order; None: the whole grid
+    axes: tuple[tuple[tuple[int, int], ...] | None, ...] | None = None
 
     @property
     def size(self) -> int:
@@ -159,16 +165,20 @@ class Workload:
         if self.span is not None:
             return sum(b - a + 1 for a, b in self.span)
         n = 1
-        for d in self.dims:
-            n *= d.n
+        for k, d in enumerate(self.dims):
+            runs = None if self.axes is None else self.axes[k]
+            n *= d.n if runs is None else sum(b - a + 1 for a, b in runs)
         return n
 
-    def synopsis_key(self, cap: float, catalog: dict[str, TableSpec], *,
+    def synopsis_key(self, cap: float, catalog: dict[str, TableSpec], *, binning: list[Any],
                      groups: tuple[float, float, float] | None = None) -> str | None:
         """The key under which this workload's synopsis is stored and found again.
 
         It names the exact normalised WHERE (string literals keep their case), the table, the
-        ordered dimension(s) (bounds, bins and, for dates/times, the bin width), the per-unit cap, the privacy unit, and the identity of the source's
+        ordered dimension(s) (bounds, bins and, for dates/times, the bin width), how each dimension's values fall
+        into its bins (``binning``, from ``mechanisms.ranges.binning``: exactly at the column's decimal scale, or in
+        doubles; a synopsis binned otherwise, e.g. stored before exact bins, holds other rows in its bins), the kept
+        bins, the per-unit cap, the privacy unit, and the identity of the source's
         contents (``catalog.source_identity``: an owner-declared version, or file identity and
         modification time). ``None`` when the source has no identity: no reuse. ``groups``: the
         grouped rule's caps (C_u, k, L) when the histogram was bounded by it (a histogram's
@@ -187,11 +197,14 @@ class Workload:
                      + ([] if d.domain.bin_seconds is None else [float(d.domain.bin_seconds)]) for d in self.dims],
             "where": self.base_key,
             "max_rows_per_unit": float(cap),
+            "binning": binning,
         }
         if self.span is not None:
             # a synopsis over kept bins answers exactly those (its bin 0 is the first kept bin); one run keeps
             # the key it had when only a range could be kept
             ident["span"] = list(self.span[0]) if len(self.span) == 1 else [list(r) for r in self.span]
+        if self.axes is not None:
+            ident["axes"] = [None if a is None else [list(r) for r in a] for a in self.axes]
         if groups is not None:
             ident["grouped"] = [None if math.isinf(v) else float(v) for v in groups]
         return "dawa:" + hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
@@ -267,12 +280,25 @@ def _literal_value(e: exp.Expression) -> Any:
 _FLIP = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ}
 
 
-def _range_part(c: exp.Expression, ordered: dict[str, OrderedDomain]) -> tuple[str, str, Any] | list[tuple[str, str, Any]] | None:
-    """(column, op, value) for a comparison of an ordered column with a literal, else None."""
+def _endpoint(column: exp.Column, other: exp.Expression, schema: dict[str, str]) -> Any:
+    """A range endpoint: a literal's value, or a constant expression's as the engine compares the column with it
+    (``folding``: ``age < 2 * 10`` ends at 20); ValueError if neither (or NULL)."""
+    try:
+        return _literal_value(other)
+    except ValueError:
+        v = _number_value(folded_comparison(column, other, schema.get(column.name.lower())))
+        if v is None:
+            raise ValueError("NULL") from None
+        return v
+
+
+def _range_part(c: exp.Expression, ordered: dict[str, OrderedDomain],
+                schema: dict[str, str]) -> tuple[str, str, Any] | list[tuple[str, str, Any]] | None:
+    """(column, op, value) for a comparison of an ordered column with a literal or a folded constant, else None."""
     if isinstance(c, exp.Between) and isinstance(c.this, exp.Column) and c.this.name.lower() in ordered:
         try:
-            lo = _literal_value(c.args["low"])
-            hi = _literal_value(c.args["high"])
+            lo = _endpoint(c.this, c.args["low"], schema)
+            hi = _endpoint(c.this, c.args["high"], schema)
         except ValueError:
             return None
         col = c.this.name.lower()
@@ -285,7 +311,7 @@ def _range_part(c: exp.Expression, ordered: dict[str, OrderedDomain]) -> tuple[s
                 op = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}[op]
             if isinstance(left, exp.Column) and left.name.lower() in ordered:
                 try:
-                    return (left.name.lower(), op, _literal_value(right))
+                    return (left.name.lower(), op, _endpoint(left, right, schema))
                 except ValueError:
                     return None
     return None
@@ -399,7 +425,7 @@ def analyze_workload(
         base: list[exp.Expression] = []
         rng: dict[str, list[tuple[str, Any]]] = {}
         for c in _conjuncts(p.where):
-            part = _range_part(c, ordered)
+            part = _range_part(c, ordered, table.schema)
             if part is None:
                 base.append(c)
                 continue
@@ -435,13 +461,21 @@ def analyze_workload(
             sn = sn or s_
         rows.append(row)
         snapped.append(sn)
-    # a shared condition on the one column (age <> 35, age IN (...)) keeps bins as a histogram's WHERE does
-    span = _where_span(dims[0], base_expr) if len(dims) == 1 else None
+    # a shared condition on a column (age <> 35, age IN (...)) keeps its bins as a histogram's WHERE does; in 2-D
+    # each column's (a condition mixing both, age < 10 OR score > 5, restricts neither: a superset of the cells)
+    kept_runs = [_where_span(d, base_expr, strict=True) for d in dims]
+    span = kept_runs[0] if len(dims) == 1 else None
+    axes = tuple(kept_runs) if len(dims) == 2 and any(a is not None for a in kept_runs) else None
 
-    def kept(a: int, b: int) -> bool:
-        return span is None or any(max(a, x) <= min(b, y) for x, y in span)
+    # a 2-D shared condition mixing both columns (age < 10 OR score > 5) may keep fewer cells than its columns' kept
+    # bins span: the rectangles meeting no cell where it can hold are known to be empty
+    cells = _grid_cells(dims, base_expr) if len(dims) == 2 else None
 
-    if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) or not kept(r[0], r[1]) for r in rows):
+    def kept(r: list[int]) -> bool:
+        return all(runs is None or any(max(r[2 * k], x) <= min(r[2 * k + 1], y) for x, y in runs)
+                   for k, runs in enumerate(kept_runs)) and (cells is None or cells(r))
+
+    if all(any(r[2 * k] > r[2 * k + 1] for k in range(len(dims))) or not kept(r) for r in rows):
         cols = " and ".join(f"'{d.column}'" for d in dims)
         raise QueryError(
             f"no range of this workload admits a value of the declared domain of {cols}: every count is 0 whatever "
@@ -472,6 +506,7 @@ def analyze_workload(
         ranges=tuple(tuple(r) for r in rows),
         snapped=snapped,
         span=span,
+        axes=axes,
     )
 
 
@@ -502,13 +537,24 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
     n = dim.n
     factor = max(1, factor)
     base = [c for c in _conjuncts(plan.where)]
-    span = _where_span(dim, plan.where)
+    # a HAVING on a one-bin group's key (its label, a value of its bin) can hold only in the bins where it can hold
+    # for a value: the other bins are never released (a coarse group's count is all of its bins: not restricted)
+    having = None if factor > 1 or plan.having is None else plan.having.transform(
+        lambda x: exp.column(col) if isinstance(x, exp.Column) and x.name == plan.keys[0].name else x)
+    span = _where_span(dim, plan.where, strict=True)
+    if having is not None and (span is None or span):
+        # (not strict: the analyser's HAVING repeats the WHERE's conditions on the key in their typed form, and a
+        # HAVING condition not read here restricts nothing)
+        span = _where_span(dim, _and([c for c in (plan.where, having) if c is not None]))
+    else:
+        having = None  # (the WHERE alone keeps no bin)
     if span is not None and not span:
         d = dim.domain
         ends = dim.key_labels([0, n - 1], plain=True)
         domain = f"values {ends[0]} to {ends[1]}" if dim.integer else f"[{d.lo}, {d.hi}) in {n} bins"
         raise QueryError(
-            f"the WHERE admits no value of the declared domain of '{col}' ({domain}): every bin of "
+            f"the WHERE{' and HAVING' if having is not None else ''} admit{'' if having is not None else 's'} no value "
+            f"of the declared domain of '{col}' ({domain}): every bin of "
             "this histogram is empty whatever the data, known from the query's literals alone; nothing was charged",
             hint=f"check the WHERE's conditions on '{col}' against its declared bounds (BETWEEN takes the smaller end "
                  "first; NULLs and values outside the declared domain are never counted)",
@@ -583,11 +629,25 @@ def _infinite(e: exp.Expression) -> Decimal | None:
     return Decimal("Infinity") if math.isnan(f) else Decimal(f) if math.isinf(f) else None
 
 
-def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
+def _number_value(v: Any) -> Any:
+    """A folded constant (``folding.folded_comparison``) as a literal's value: a Decimal, inf and NaN as with
+    ``_infinite`` (NaN above every number), a date or datetime, None for NULL."""
+    if v is None or isinstance(v, (Decimal, dt.date)):
+        return v
+    if isinstance(v, float):
+        return Decimal("Infinity") if math.isnan(v) else Decimal(v)
+    if isinstance(v, int):
+        return Decimal(v)
+    raise Unfoldable("not a number")
+
+
+def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs]:
     """(may, must): the bins where the condition ``e`` can be true for a value of ``dim``'s column (a superset),
     and those where it cannot be false (a subset of the complement of where it can be false). In SQL's
     three-valued logic a row passes only where ``e`` is true; a comparison with NULL is neither true nor
-    false, and so is its NOT. A condition not read here may be true or false anywhere."""
+    false, and so is its NOT. A condition not read here may be true or false anywhere. A constant expression is
+    folded (``plan.folding``); ``strict``: one that is not folded and compared with a numeric column is refused
+    (UnsupportedQueryError, free), else it restricts nothing."""
     n, col = dim.n, dim.column
     every: Runs = [(0, n - 1)]
 
@@ -604,12 +664,29 @@ def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
     def ours(c: exp.Expression) -> bool:
         return (isinstance(c, exp.Column) or as_double(c)) and (c if isinstance(c, exp.Column) else c.this).name.lower() == col
 
-    def atom(op: str, other: exp.Expression, cast: bool = False) -> tuple[Runs, Runs]:
+    def atom(op: str, other: exp.Expression, subject: exp.Expression) -> tuple[Runs, Runs]:
         if isinstance(other, exp.Null):
             return [], every  # NULL, never true nor false: its NOT is never true either
+        cast = as_double(subject)
         try:
             v = _infinite(other)
             v = _literal_value(other) if v is None else v
+        except (ValueError, ArithmeticError, TypeError):
+            try:  # a constant expression: the value the engine compares with (1e308 * 10 is inf, 2 * 10 is 20)
+                v = _number_value(folded_comparison(subject, other, dim.type_text))
+            except Unfoldable:
+                # (a date/time constant not folded here, e.g. TIMESTAMP_NS '...' or date_trunc(...), restricts nothing)
+                if strict and other.find(exp.Column) is None and dim.domain.kind == "numeric":
+                    raise UnsupportedQueryError(
+                        f"the comparison of '{col}' with the constant expression {other.sql(dialect=DIALECT)} is not read "
+                        f"for the bins of '{col}' (dpsql folds literals, + - * / // %, NULLIF, abs and casts between numbers "
+                        "only), so the "
+                        "bins where a value can pass the WHERE are unknown; nothing was charged",
+                        hint="write its value as a literal (e.g. 20 for 2 * 10)") from None
+                return every, []
+            if v is None:
+                return [], every  # (as NULL)
+        try:
             v = Decimal(float(v)) if cast else v  # (DuckDB compares a DOUBLE with the literal's double)
             return _may(dim, op, v), _runs_not(_may(dim, _NEGATED[op], v), n)
         except (QueryError, ValueError, TypeError, OverflowError, ArithmeticError):
@@ -626,33 +703,122 @@ def _kept(dim: Dim, e: exp.Expression) -> tuple[Runs, Runs]:
         return join([m for m, _ in parts]), join([u for _, u in parts])
 
     if isinstance(e, exp.Paren):
-        return _kept(dim, e.this)
+        return _kept(dim, e.this, strict)
     if isinstance(e, (exp.And, exp.Or)):
-        return both([_kept(dim, e.this), _kept(dim, e.expression)], isinstance(e, exp.And))
+        return both([_kept(dim, e.this, strict), _kept(dim, e.expression, strict)], isinstance(e, exp.And))
     if isinstance(e, exp.Not):
-        may, must = _kept(dim, e.this)
+        may, must = _kept(dim, e.this, strict)
         return _runs_not(must, n), _runs_not(may, n)
     if isinstance(e, exp.Is) and ours(e.this) and isinstance(e.expression, exp.Null):
         return [], []  # NULLs are never counted
     if isinstance(e, exp.Between) and ours(e.this):
-        c = as_double(e.this)
-        lo, hi = atom(">=", e.args["low"], c), atom("<=", e.args["high"], c)
+        s = e.this
+        lo, hi = atom(">=", e.args["low"], s), atom("<=", e.args["high"], s)
         if e.args.get("symmetric"):  # either order of the ends
-            return both([both([lo, hi], True), both([atom("<=", e.args["low"], c), atom(">=", e.args["high"], c)],
+            return both([both([lo, hi], True), both([atom("<=", e.args["low"], s), atom(">=", e.args["high"], s)],
                                                     True)], False)
         return both([lo, hi], True)
     if isinstance(e, exp.In) and ours(e.this) and e.expressions and not e.args.get("query"):
-        return both([atom("=", x, as_double(e.this)) for x in e.expressions], False)
+        return both([atom("=", x, e.this) for x in e.expressions], False)
     for cls, op in _COMPARISONS:
         if type(e) is cls:
             if ours(e.this) and not ours(e.expression):
-                return atom(op, e.expression, as_double(e.this))
+                return atom(op, e.expression, e.this)
             if ours(e.expression) and not ours(e.this):
-                return atom({">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(op, op), e.this, as_double(e.expression))
+                return atom({">=": "<=", ">": "<", "<=": ">=", "<": ">"}.get(op, op), e.this, e.expression)
     return every, []
 
 
-def _where_span(dim: Dim, where: exp.Expression | None) -> tuple[tuple[int, int], ...] | None:
+#: segments of both columns' cuts beyond which ``_grid_cells`` does not decide (a rectangle is then kept)
+_GRID_SEGMENTS = 1 << 16
+
+
+def _grid_cells(dims: list[Dim], where: exp.Expression | None) -> Any:
+    """For a 2-D workload: a test of whether a rectangle (r0, r1, c0, c1) of bins meets a cell where the WHERE can
+    hold, read exactly from its comparisons of either column with constants (``_kept`` of each) under ``AND``,
+    ``OR`` and ``NOT``; None when every cell may pass, or when undecided (too many cuts). Each comparison is
+    constant between consecutive cuts of its column's runs, so the WHERE is evaluated once per pair of segments
+    (a bit mask of the second column's segments per segment of the first). Public: the query's text and the
+    declared domains."""
+    if where is None:
+        return None
+    n0, n1 = dims[0].n, dims[1].n
+    leaves: dict[int, tuple[int, Runs, Runs]] = {}  # id(leaf) -> (column index, may, must)
+
+    def walk(e: exp.Expression) -> bool:
+        if isinstance(e, exp.Paren):
+            return walk(e.this)
+        if isinstance(e, (exp.And, exp.Or)):
+            return walk(e.this) and walk(e.expression)
+        if isinstance(e, exp.Not):
+            return walk(e.this)
+        read = [(k, *_kept(d, e)) for k, d in enumerate(dims)]
+        known = [x for x in read if (x[1], x[2]) != ([(0, dims[x[0]].n - 1)], [])]
+        if len(known) > 1:
+            return False  # (no comparison reads both columns)
+        leaves[id(e)] = known[0] if known else (-1, [], [])
+        return True
+
+    if not walk(where):
+        return None
+    cuts: list[list[int]] = [[0, n0], [0, n1]]
+    for k, may, must in leaves.values():
+        if k >= 0:
+            cuts[k] += [x for a, b in may + must for x in (a, b + 1)]
+    segs = [sorted(set(c)) for c in cuts]
+    if (len(segs[0]) - 1) * (len(segs[1]) - 1) > _GRID_SEGMENTS:
+        return None
+    starts0, starts1 = segs[0][:-1], segs[1][:-1]
+    full = (1 << len(starts1)) - 1
+
+    def inside(runs: Runs, x: int) -> bool:  # (runs: sorted and disjoint)
+        i = bisect.bisect_right(runs, (x, math.inf)) - 1
+        return i >= 0 and runs[i][0] <= x <= runs[i][1]
+
+    def masks(e: exp.Expression) -> tuple[list[int], list[int]]:
+        """(may, must) per segment of the first column: bit masks over the second column's segments."""
+        if isinstance(e, exp.Paren):
+            return masks(e.this)
+        if isinstance(e, (exp.And, exp.Or)):
+            (a, b), (c, d) = masks(e.this), masks(e.expression)
+            if isinstance(e, exp.And):
+                return [x & y for x, y in zip(a, c)], [x & y for x, y in zip(b, d)]
+            return [x | y for x, y in zip(a, c)], [x | y for x, y in zip(b, d)]
+        if isinstance(e, exp.Not):
+            may, must = masks(e.this)
+            return [full & ~x for x in must], [full & ~x for x in may]
+        k, may_r, must_r = leaves[id(e)]
+        if k < 0:  # not read here: may hold anywhere, never certain
+            return [full] * len(starts0), [0] * len(starts0)
+        if k == 0:
+            return ([full if inside(may_r, x) else 0 for x in starts0], [full if inside(must_r, x) else 0 for x in starts0])
+        row_may = sum(1 << j for j, x in enumerate(starts1) if inside(may_r, x))
+        row_must = sum(1 << j for j, x in enumerate(starts1) if inside(must_r, x))
+        return [row_may] * len(starts0), [row_must] * len(starts0)
+
+    may_rows, _ = masks(where)
+    if all(m == full for m in may_rows):
+        return None
+    # cells where the WHERE may hold, counted over segments 0..i x 0..j: a rectangle's count in O(1)
+    total = [[0] * (len(starts1) + 1)]
+    for m in may_rows:
+        row, run = [0], 0
+        for j in range(len(starts1)):
+            run += (m >> j) & 1
+            row.append(total[-1][j + 1] + run)
+        total.append(row)
+
+    def meets(r: list[int]) -> bool:
+        if r[0] > r[1] or r[2] > r[3]:
+            return False
+        i0, i1 = (bisect.bisect_right(starts0, x) - 1 for x in (r[0], r[1]))
+        j0, j1 = (bisect.bisect_right(starts1, x) - 1 for x in (r[2], r[3]))
+        return total[i1 + 1][j1 + 1] - total[i0][j1 + 1] - total[i1 + 1][j0] + total[i0][j0] > 0
+
+    return meets
+
+
+def _where_span(dim: Dim, where: exp.Expression | None, strict: bool = False) -> tuple[tuple[int, int], ...] | None:
     """The bins of ``dim`` in which a value can pass the WHERE, read from its comparisons of that column with
     literals (``<``, ``<=``, ``>``, ``>=``, ``=``, ``<>``, ``BETWEEN``, ``IN``, ``IS NULL``) under ``AND``,
     ``OR`` and ``NOT`` (``_kept``; an endpoint inside a continuous bin keeps the whole bin), as runs; None
@@ -663,7 +829,7 @@ def _where_span(dim: Dim, where: exp.Expression | None) -> tuple[tuple[int, int]
     DAWA over a sub-vector of the bounded histogram, whose L1 sensitivity is at most the whole one's."""
     if where is None:
         return None
-    may, _ = _kept(dim, where)
+    may, _ = _kept(dim, where, strict)
     if may == [(0, dim.n - 1)]:
         return None
     return tuple(may)
