@@ -422,3 +422,31 @@ def test_one_hostile_person_changes_nothing_but_the_noisy_values(seed: int) -> N
     problems = check_pair(a, b, what=case.describe())
     assert not problems, case.describe() + "\n" + "\n".join(problems)
     assert "release" in a, a.get("error")  # answered, not refused on both sides
+
+
+# -- clip_negative: only what cannot be negative ------------------------------------------------------------
+
+
+def test_clip_negative_keeps_statistics_that_can_be_negative() -> None:
+    """``clip_negative`` releases max(0, v) for counts and for means of an argument declared >= 0: never for a
+    covariance, a correlation, a slope or REGR_SXY (negative whatever the bounds), nor for REGR_AVGX(y, x) of an x
+    that can be negative because y cannot; REGR_COUNT is a count whatever y's bounds."""
+    from dpsql.postprocess import nonnegative_aggregates
+
+    x = np.linspace(-40.0, 10.0, 200)
+    data = pa.table({"uid": np.arange(200), "x": x, "y": 100.0 - 1.5 * x})  # y >= 0, falling as x rises
+    sql = ("SELECT REGR_SXY(y, x) AS sxy, REGR_AVGX(y, x) AS ax, COVAR_POP(y, x) AS cov, CORR(y, x) AS r, "
+           "REGR_SLOPE(y, x) AS b FROM p")
+    with dpsql.Session(budget=dpsql.Budget(100.0, 1e-3)) as s:
+        use_noise(s, zero_noise())
+        s.register("p", data, privacy_unit="uid", max_rows_per_unit=1,
+                   columns={"x": {"bounds": (-50, 10)}, "y": {"bounds": (0, 200)}})
+        plain = s.query(sql, epsilon=10.0, delta=1e-6).to_pylist()[0]
+        clipped = s.query(sql, epsilon=10.0, delta=1e-6, options={"clip_negative": True}).to_pylist()[0]
+    assert all(v < 0 for v in plain.values()), plain  # each one negative: clipping would show
+    assert clipped == plain
+    plan = plan_for("SELECT REGR_COUNT(amount, age), REGR_AVGY(amount, age), REGR_AVGX(amount, age), "
+                    "REGR_AVGY(age, amount), REGR_SXY(age, age * 2) FROM t", _spec())  # amount >= -20, age >= 0
+    kept = {a.sql.split("(")[0].upper() + str(i) for i, a in enumerate(plan.aggregates)
+            if a.name in nonnegative_aggregates(plan)}
+    assert kept == {"REGR_COUNT0", "REGR_AVGX2", "REGR_AVGY3"}
