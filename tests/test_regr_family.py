@@ -61,13 +61,16 @@ def test_each_reads_exactly_its_sums(kind: str) -> None:
 
 
 def test_one_pair_shares_its_sums() -> None:
-    """Every aggregate of the same (y, x) pair reads one set of released sums, the union of what they need;
-    another pair (here the swapped one) has its own."""
+    """Every aggregate of the same (y, x) pair reads one set of released sums, the union of what they need, the
+    pair written (x, y) too (its sums of x are the pair's second ones); another pair has its own."""
     plan = plan_for("SELECT REGR_COUNT(amount, age), REGR_AVGX(amount, age), REGR_SLOPE(amount, age), "
                     "REGR_SXX(amount, age), REGR_AVGY(age, amount) FROM t", _spec())
     cols = {c.name: c.sensitivity for c in released_columns(plan, Caps(1, 3))}
     assert cols == {"__users": 1.0, "__a0_cnt": 3.0, "__a0_sum": 180.0, "__a0_sumb": 90.0, "__a0_ab": 5400.0,
-                    "__a0_sqb": 2700.0, "__a4_cnt": 3.0, "__a4_sum": 90.0}
+                    "__a0_sqb": 2700.0}
+    plan = plan_for("SELECT REGR_AVGX(amount, age), REGR_AVGY(age, amount + 0) FROM t", _spec())
+    assert {c.name for c in released_columns(plan, Caps(1, 3))} == {"__users", "__a0_cnt", "__a0_sumb", "__a1_cnt",
+                                                                    "__a1_sum"}
     plan = plan_for("SELECT REGR_AVGX(amount, age), REGR_AVGY(amount, age) FROM t", _spec())
     assert {c.name for c in released_columns(plan, Caps(1, 3))} == {"__users", "__a0_cnt", "__a0_sum", "__a0_sumb"}
     # a message about a shared column names every aggregate that reads it
@@ -450,3 +453,21 @@ def test_clip_negative_keeps_statistics_that_can_be_negative() -> None:
     kept = {a.sql.split("(")[0].upper() + str(i) for i, a in enumerate(plan.aggregates)
             if a.name in nonnegative_aggregates(plan)}
     assert kept == {"REGR_COUNT0", "REGR_AVGX2", "REGR_AVGY3"}
+
+
+def test_the_same_pair_written_in_either_order_shares_one_release(pairs: Any) -> None:
+    """``REGR_COUNT(x, y)`` counts the pairs ``REGR_COUNT(y, x)`` counts, ``REGR_AVGY(x, y)`` is ``REGR_AVGX(y, x)``,
+    ``COVAR_POP(x, y)`` is ``COVAR_POP(y, x)``: one release of the pair's sums, read with y and x exchanged, charged
+    as CORR(y, x) alone; at zero noise each is DuckDB's own on the clamped pairs."""
+    sess, con = pairs
+    written = ["REGR_COUNT(y, x)", "REGR_COUNT(x, y)", "REGR_AVGX(y, x)", "REGR_AVGY(x, y)", "REGR_SXX(x, y)",
+               "REGR_SLOPE(x, y)", "COVAR_POP(x, y)", "CORR(x, y)", "REGR_INTERCEPT(x, y)", "REGR_SYY(y, x)"]
+    sql = "SELECT " + ", ".join(f"{w} AS c{i}" for i, w in enumerate(written)) + " FROM p"
+    scales = sess.explain(sql, epsilon=10.0, delta=1e-6).parameters["scales"]
+    corr = sess.explain("SELECT CORR(y, x) FROM p", epsilon=10.0, delta=1e-6).parameters["scales"]
+    assert sorted(scales.values()) == pytest.approx(sorted(corr.values()))
+    got = sess.query(sql, epsilon=10.0, delta=1e-6).table.to_pylist()[0]
+    clamped = [w.replace("(y, x)", f"({_Y}, {_X})").replace("(x, y)", f"({_X}, {_Y})") for w in written]
+    want = con.execute("SELECT " + ", ".join(clamped) + " FROM d").fetchone()
+    for i, w in enumerate(want):
+        assert got[f"c{i}"] == pytest.approx(w, rel=1e-2, abs=1e-3), written[i]
