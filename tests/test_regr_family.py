@@ -471,3 +471,19 @@ def test_the_same_pair_written_in_either_order_shares_one_release(pairs: Any) ->
     want = con.execute("SELECT " + ", ".join(clamped) + " FROM d").fetchone()
     for i, w in enumerate(want):
         assert got[f"c{i}"] == pytest.approx(w, rel=1e-2, abs=1e-3), written[i]
+
+
+def test_regr_count_needs_no_usable_bounds(pairs: Any) -> None:
+    """REGR_COUNT counts the pairs whatever its arguments' bounds: bounds too wide, too narrow or a single point
+    are answered as the count of the rows where both are not NULL (as without bounds); the rest of the family is
+    refused, its hint rescaling the argument as written."""
+    sess, con = pairs
+    sess.register("w", _pairs(), privacy_unit="uid", max_rows_per_unit=2,
+                  columns={"x": {"bounds": (0, 100)}, "y": {"bounds": (-1e200, 1e200)}})
+    for sql in ("SELECT REGR_COUNT(y, x) AS n FROM w", "SELECT REGR_COUNT(y * 1e-300, x) AS n FROM w",
+                "SELECT REGR_COUNT(y, LEAST(GREATEST(x, 3), 3)) AS n FROM w"):  # the clamp of a NULL x is 3
+        want = con.execute(sql.replace("FROM w", "FROM d")).fetchone()[0]
+        assert sess.query(sql, epsilon=10.0, delta=1e-6).table.column("n")[0].as_py() == want, sql
+    msg = free(sess, "SELECT REGR_SXY(y, x) FROM w")
+    assert "too large" in msg and "REGR_SXY(y / 1e6, x)" in msg
+    assert "REGR_AVGX(x, y / 1e6)" in free(sess, "SELECT REGR_AVGX(x, y) FROM w")
