@@ -1328,7 +1328,9 @@ def _check_on_scope(stmt: exp.Expression) -> None:
                 raise UnsupportedQueryError(
                     f"the ON of {j.this.alias_or_name} names {col.sql(dialect='duckdb')}, a column of table "
                     f"'{col.table}', which is joined after it: an ON sees the tables joined before it and its own",
-                    hint="move the condition into the ON of that later join, or into WHERE")
+                    hint="move the condition into the ON of that later join, or into WHERE" if (j.args.get("side") or "").upper()
+                    != "LEFT" else "write the joins in the order the ON needs (a LEFT JOIN's ON, moved into WHERE, "
+                    "would drop the rows it keeps)")
 
 
 def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None = None) -> exp.Expression:
