@@ -278,6 +278,13 @@ def nonnegative_aggregates(plan: ir.QueryPlan) -> list[str]:
     whose declared lower bound is >= 0 (public metadata only)."""
     out = []
     for a in plan.aggregates:
+        if a.kind in ir.PAIR_KINDS:
+            # ``bounds`` are the first argument's: a covariance, correlation, slope, intercept or REGR_SXY can be
+            # negative whatever they are; REGR_COUNT is a count, REGR_AVGY / REGR_AVGX the mean of y / of x
+            arg = {ir.REGR_AVGY: a, ir.REGR_AVGX: a.second}.get(a.kind)
+            if a.kind == ir.REGR_COUNT or (arg is not None and arg.bounds is not None and arg.bounds[0] >= 0):
+                out.append(a.name)
+            continue
         counts = a.kind in (ir.COUNT_STAR, ir.COUNT_COL, ir.COUNT_UNITS, ir.COUNT_DISTINCT)
         if counts or (a.bounds is not None and a.bounds[0] >= 0):
             out.append(a.name)

@@ -49,11 +49,15 @@ def test_released_columns_state_the_sensitivities() -> None:
     spec = spec_for("t", data, bounds={"amount": (-20.0, 100.0), "age": (0.0, 60.0)})
     plan = plan_for("SELECT COVAR_POP(amount, age), CORR(age, amount) FROM t", spec)
     cols = {c.name: c.sensitivity for c in released_columns(plan, Caps(1, 3))}
-    # k = 3; amount: r = (100 - -20) / 2 = 60, age: r = 30; products 60 * 30 = 1800
+    # k = 3; amount: r = (100 - -20) / 2 = 60, age: r = 30; products 60 * 30 = 1800; CORR(age, amount) reads the
+    # sums of the same pair, amount's as its second argument's (bound.pair_sources)
     assert cols == {"__users": 1.0,
                     "__a0_cnt": 3.0, "__a0_sum": 180.0, "__a0_sumb": 90.0, "__a0_ab": 5400.0,
-                    "__a1_cnt": 3.0, "__a1_sum": 90.0, "__a1_sumb": 180.0, "__a1_ab": 5400.0,
-                    "__a1_sq": 2700.0, "__a1_sqb": 10800.0}
+                    "__a0_sq": 10800.0, "__a0_sqb": 2700.0}
+    plan = plan_for("SELECT CORR(age, amount) FROM t", spec)
+    cols = {c.name: c.sensitivity for c in released_columns(plan, Caps(1, 3))}
+    assert cols == {"__users": 1.0, "__a0_cnt": 3.0, "__a0_sum": 90.0, "__a0_sumb": 180.0, "__a0_ab": 5400.0,
+                    "__a0_sq": 2700.0, "__a0_sqb": 10800.0}
 
 
 # -- calibration, pinned by hand ---------------------------------------------------------------------------

@@ -296,3 +296,20 @@ def test_left_join_using_names_the_private_tables_column() -> None:
     con.register("countries", _countries())
     ((n, m, k),) = con.execute(sql).fetchall()
     assert got == {"n": n, "m": m, "k": k} and n > m > k > 0
+
+
+def test_an_on_naming_a_later_table_names_the_fix_of_a_left_join() -> None:
+    """A LEFT JOIN's ON naming a table joined after it: the fix is the order of the joins, not WHERE (there the
+    condition would drop the rows the LEFT JOIN keeps); an inner join's may move into WHERE."""
+    regions = pa.table({"region": ["EU", "AS"], "zone": ["north", "east"]})
+    with _session() as s:
+        s.register("regions", regions, public=True)
+        s.register("countries", _countries(), public=True, references={"region": "regions.region"},
+                   columns={"region": {"domain": REGIONS}})
+        for join, fix in (("LEFT JOIN", "order"), ("JOIN", "WHERE")):
+            with pytest.raises(DPSQLError, match="joined after it") as e:
+                s.query(f"SELECT COUNT(*) FROM events e {join} regions r ON c.region = r.region "
+                        "JOIN countries c ON e.cc = c.code", epsilon=1.0)
+            assert fix in (e.value.hint or ""), e.value.hint
+            assert join != "LEFT JOIN" or "WHERE" not in (e.value.hint or "").split("(")[0]
+        assert s.remaining() == Budget(100.0, 1e-2)

@@ -61,13 +61,16 @@ def test_each_reads_exactly_its_sums(kind: str) -> None:
 
 
 def test_one_pair_shares_its_sums() -> None:
-    """Every aggregate of the same (y, x) pair reads one set of released sums, the union of what they need;
-    another pair (here the swapped one) has its own."""
+    """Every aggregate of the same (y, x) pair reads one set of released sums, the union of what they need, the
+    pair written (x, y) too (its sums of x are the pair's second ones); another pair has its own."""
     plan = plan_for("SELECT REGR_COUNT(amount, age), REGR_AVGX(amount, age), REGR_SLOPE(amount, age), "
                     "REGR_SXX(amount, age), REGR_AVGY(age, amount) FROM t", _spec())
     cols = {c.name: c.sensitivity for c in released_columns(plan, Caps(1, 3))}
     assert cols == {"__users": 1.0, "__a0_cnt": 3.0, "__a0_sum": 180.0, "__a0_sumb": 90.0, "__a0_ab": 5400.0,
-                    "__a0_sqb": 2700.0, "__a4_cnt": 3.0, "__a4_sum": 90.0}
+                    "__a0_sqb": 2700.0}
+    plan = plan_for("SELECT REGR_AVGX(amount, age), REGR_AVGY(age, amount + 0) FROM t", _spec())
+    assert {c.name for c in released_columns(plan, Caps(1, 3))} == {"__users", "__a0_cnt", "__a0_sumb", "__a1_cnt",
+                                                                    "__a1_sum"}
     plan = plan_for("SELECT REGR_AVGX(amount, age), REGR_AVGY(amount, age) FROM t", _spec())
     assert {c.name for c in released_columns(plan, Caps(1, 3))} == {"__users", "__a0_cnt", "__a0_sum", "__a0_sumb"}
     # a message about a shared column names every aggregate that reads it
@@ -422,3 +425,65 @@ def test_one_hostile_person_changes_nothing_but_the_noisy_values(seed: int) -> N
     problems = check_pair(a, b, what=case.describe())
     assert not problems, case.describe() + "\n" + "\n".join(problems)
     assert "release" in a, a.get("error")  # answered, not refused on both sides
+
+
+# -- clip_negative: only what cannot be negative ------------------------------------------------------------
+
+
+def test_clip_negative_keeps_statistics_that_can_be_negative() -> None:
+    """``clip_negative`` releases max(0, v) for counts and for means of an argument declared >= 0: never for a
+    covariance, a correlation, a slope or REGR_SXY (negative whatever the bounds), nor for REGR_AVGX(y, x) of an x
+    that can be negative because y cannot; REGR_COUNT is a count whatever y's bounds."""
+    from dpsql.postprocess import nonnegative_aggregates
+
+    x = np.linspace(-40.0, 10.0, 200)
+    data = pa.table({"uid": np.arange(200), "x": x, "y": 100.0 - 1.5 * x})  # y >= 0, falling as x rises
+    sql = ("SELECT REGR_SXY(y, x) AS sxy, REGR_AVGX(y, x) AS ax, COVAR_POP(y, x) AS cov, CORR(y, x) AS r, "
+           "REGR_SLOPE(y, x) AS b FROM p")
+    with dpsql.Session(budget=dpsql.Budget(100.0, 1e-3)) as s:
+        use_noise(s, zero_noise())
+        s.register("p", data, privacy_unit="uid", max_rows_per_unit=1,
+                   columns={"x": {"bounds": (-50, 10)}, "y": {"bounds": (0, 200)}})
+        plain = s.query(sql, epsilon=10.0, delta=1e-6).to_pylist()[0]
+        clipped = s.query(sql, epsilon=10.0, delta=1e-6, options={"clip_negative": True}).to_pylist()[0]
+    assert all(v < 0 for v in plain.values()), plain  # each one negative: clipping would show
+    assert clipped == plain
+    plan = plan_for("SELECT REGR_COUNT(amount, age), REGR_AVGY(amount, age), REGR_AVGX(amount, age), "
+                    "REGR_AVGY(age, amount), REGR_SXY(age, age * 2) FROM t", _spec())  # amount >= -20, age >= 0
+    kept = {a.sql.split("(")[0].upper() + str(i) for i, a in enumerate(plan.aggregates)
+            if a.name in nonnegative_aggregates(plan)}
+    assert kept == {"REGR_COUNT0", "REGR_AVGX2", "REGR_AVGY3"}
+
+
+def test_the_same_pair_written_in_either_order_shares_one_release(pairs: Any) -> None:
+    """``REGR_COUNT(x, y)`` counts the pairs ``REGR_COUNT(y, x)`` counts, ``REGR_AVGY(x, y)`` is ``REGR_AVGX(y, x)``,
+    ``COVAR_POP(x, y)`` is ``COVAR_POP(y, x)``: one release of the pair's sums, read with y and x exchanged, charged
+    as CORR(y, x) alone; at zero noise each is DuckDB's own on the clamped pairs."""
+    sess, con = pairs
+    written = ["REGR_COUNT(y, x)", "REGR_COUNT(x, y)", "REGR_AVGX(y, x)", "REGR_AVGY(x, y)", "REGR_SXX(x, y)",
+               "REGR_SLOPE(x, y)", "COVAR_POP(x, y)", "CORR(x, y)", "REGR_INTERCEPT(x, y)", "REGR_SYY(y, x)"]
+    sql = "SELECT " + ", ".join(f"{w} AS c{i}" for i, w in enumerate(written)) + " FROM p"
+    scales = sess.explain(sql, epsilon=10.0, delta=1e-6).parameters["scales"]
+    corr = sess.explain("SELECT CORR(y, x) FROM p", epsilon=10.0, delta=1e-6).parameters["scales"]
+    assert sorted(scales.values()) == pytest.approx(sorted(corr.values()))
+    got = sess.query(sql, epsilon=10.0, delta=1e-6).table.to_pylist()[0]
+    clamped = [w.replace("(y, x)", f"({_Y}, {_X})").replace("(x, y)", f"({_X}, {_Y})") for w in written]
+    want = con.execute("SELECT " + ", ".join(clamped) + " FROM d").fetchone()
+    for i, w in enumerate(want):
+        assert got[f"c{i}"] == pytest.approx(w, rel=1e-2, abs=1e-3), written[i]
+
+
+def test_regr_count_needs_no_usable_bounds(pairs: Any) -> None:
+    """REGR_COUNT counts the pairs whatever its arguments' bounds: bounds too wide, too narrow or a single point
+    are answered as the count of the rows where both are not NULL (as without bounds); the rest of the family is
+    refused, its hint rescaling the argument as written."""
+    sess, con = pairs
+    sess.register("w", _pairs(), privacy_unit="uid", max_rows_per_unit=2,
+                  columns={"x": {"bounds": (0, 100)}, "y": {"bounds": (-1e200, 1e200)}})
+    for sql in ("SELECT REGR_COUNT(y, x) AS n FROM w", "SELECT REGR_COUNT(y * 1e-300, x) AS n FROM w",
+                "SELECT REGR_COUNT(y, LEAST(GREATEST(x, 3), 3)) AS n FROM w"):  # the clamp of a NULL x is 3
+        want = con.execute(sql.replace("FROM w", "FROM d")).fetchone()[0]
+        assert sess.query(sql, epsilon=10.0, delta=1e-6).table.column("n")[0].as_py() == want, sql
+    msg = free(sess, "SELECT REGR_SXY(y, x) FROM w")
+    assert "too large" in msg and "REGR_SXY(y / 1e6, x)" in msg
+    assert "REGR_AVGX(x, y / 1e6)" in free(sess, "SELECT REGR_AVGX(x, y) FROM w")

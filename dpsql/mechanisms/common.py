@@ -37,8 +37,10 @@ from dpsql.rewrite.bound import (
     Caps,
     ReleasedColumn,
     bounded_query,
+    pair_column,
     pair_columns,
     pair_sources,
+    pair_swapped,
     released_columns,
     source_column,
 )
@@ -258,14 +260,14 @@ def finish_release(
         gran[c.name] = g
         rounded[c.name] = round_to_granularity(noisy[c.name], g)
     accuracy: dict[str, dict[str, Any]] = {}
-    pairs = pair_sources(plan)
+    pairs, swapped = pair_sources(plan), pair_swapped(plan)
     for a in plan.aggregates:
         src = source_column(a, cal.caps)
         if a.kind in ir.VARIANCE_KINDS:
             _finish_variance(plan, cal, a, rounded, gran, cols, row_accuracy, accuracy)
             continue
         if a.kind in ir.PAIR_KINDS:
-            _finish_pair(cal, a, pairs[a.name][0], rounded, gran, cols, row_accuracy, accuracy)
+            _finish_pair(cal, a, pairs[a.name][0], a.name in swapped, rounded, gran, cols, row_accuracy, accuracy)
             continue
         if a.kind == ir.AVG:
             assert a.bounds is not None
@@ -361,7 +363,7 @@ def share_half_width(cal: Calibration, col: str, gran: float, m: int) -> float:
     return covariance.laplace_share(m) * scale + grid / 2.0 + gran / 2.0
 
 
-def _finish_pair(cal: Calibration, a: ir.Aggregate, lead: str, rounded: dict[str, np.ndarray], gran: dict[str, float],
+def _finish_pair(cal: Calibration, a: ir.Aggregate, lead: str, swapped: bool, rounded: dict[str, np.ndarray], gran: dict[str, float],
                  cols: dict[str, Any], row_accuracy: dict[str, pa.Array], accuracy: dict[str, dict[str, Any]]) -> None:
     """COVAR_POP / COVAR_SAMP / CORR / REGR_* from the released count and centred sums of the pair, released under
     the name ``lead`` of its first aggregate (``bound.pair_sources``; post-processing). Its interval is the
@@ -369,8 +371,9 @@ def _finish_pair(cal: Calibration, a: ir.Aggregate, lead: str, rounded: dict[str
     assert a.bounds is not None and a.second is not None and a.second.bounds is not None
     ra, rb = (a.bounds[1] - a.bounds[0]) / 2.0, (a.second.bounds[1] - a.second.bounds[0]) / 2.0
     names = pair_columns(a.kind)
-    v = {c: rounded[lead + c] for c in names}
-    h = {c: share_half_width(cal, lead + c, gran[lead + c], len(names)) for c in names}
+    col = {c: lead + pair_column(c, swapped) for c in names}  # the pair's column read as each suffix
+    v = {c: rounded[col[c]] for c in names}
+    h = {c: share_half_width(cal, col[c], gran[col[c]], len(names)) for c in names}
     unread = np.zeros_like(v["_cnt"])  # a sum this aggregate does not read (nor its statistic)
     args = (v["_cnt"], v.get("_sum", unread), v.get("_sumb", unread), v.get("_ab", unread), v.get("_sq"), v.get("_sqb"))
     ca, cb = (a.bounds[0] + a.bounds[1]) / 2.0, (a.second.bounds[0] + a.second.bounds[1]) / 2.0
@@ -471,7 +474,7 @@ def expected_accuracy(cal: Calibration) -> dict[str, dict[str, Any]]:
     assert plan is not None
     by_name = {c.name: c for c in cal.columns}
     out: dict[str, dict[str, Any]] = {}
-    pairs = pair_sources(plan)
+    pairs, swapped = pair_sources(plan), pair_swapped(plan)
     for o in plan.outputs:
         try:
             a = plan.aggregate_by_name(o.source or "")
@@ -493,7 +496,8 @@ def expected_accuracy(cal: Calibration) -> dict[str, dict[str, Any]]:
         if a.kind in ir.PAIR_KINDS:
             out[o.name] = {"note": "from noisy count and centred sums (each noise_std in parameters.scales): the "
                            "interval depends on the released values", "column_noise_std": {
-                               c: cal.std(pairs[a.name][0] + c) for c in pair_columns(a.kind)}}
+                               c: cal.std(pairs[a.name][0] + pair_column(c, a.name in swapped))
+                               for c in pair_columns(a.kind)}}
             continue
         src = source_column(a, cal.caps)
         gran = granularity_for(cal, by_name[src], plan)

@@ -21,10 +21,10 @@ with k = min(max_rows_per_group, max_rows_per_unit) rows kept per (unit, group) 
 rows for every aggregate of the query). An aggregate reads only some of them (``bound.pair_columns``):
 COVAR_POP, COVAR_SAMP, REGR_SXY n, Sa, Sb, Sab; CORR, REGR_R2 all six; REGR_SLOPE, REGR_INTERCEPT n, Sa, Sb,
 Sab, Qb; REGR_COUNT n alone; REGR_AVGY n, Sa; REGR_AVGX n, Sb; REGR_SYY n, Sa, Qa; REGR_SXX n, Sb, Qb (a is
-the first argument, y; b the second, x). The aggregates of one query over the same two arguments in the same
-order read the same kept, clamped, centred pairs, so they share one release of the union of the columns they
-read (``bound.pair_sources``: under the name of the first of them); each column is released once, and
-charged once. These are 1 to 6 released columns of the answering mechanism (``dpsql.mechanisms.basic``: Gaussian or snapped Laplace; or the sparse
+the first argument, y; b the second, x). The aggregates of one query over the same two arguments, in either
+order, read the same kept, clamped, centred pairs, so they share one release of the union of the columns they
+read (``bound.pair_sources``: under the name of the first of them, in its order; one written (x, y) reads the
+sums of y as those of x and the reverse, ``bound.pair_swapped``); each column is released once, and charged once. These are 1 to 6 released columns of the answering mechanism (``dpsql.mechanisms.basic``: Gaussian or snapped Laplace; or the sparse
 histogram's extra columns), each noised on the scale of its own sensitivity: the budget is split
 evenly among the normalised columns (m in the L2 / L1 sensitivity sqrt(C * m) / C * m grows by
 the number of columns released for the pair). Every sum is the exact total of fixed-point integers (``bound.fixed_point_scale``).

@@ -319,7 +319,8 @@ class _Builder:
         self.violations: list[Violation] = []
         self.aggregates: list[ir.Aggregate] = []
         self._aggregate_names: dict[tuple[object, ...], str] = {}  # the key of each of self.aggregates -> its name
-        #: the violations that only say an argument has no bounds, by id (held here: an id is never reused)
+        #: the violations that only say an argument has no usable bounds (none, too large or small, a single point),
+        #: by id (held here: an id is never reused): REGR_COUNT needs none
         self._unbounded: dict[int, Violation] = {}
         self.keys: list[ir.GroupKey] = []
         self.table: TableSpec | None = None
@@ -586,6 +587,7 @@ class _Builder:
                 self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s {which} argument are a single point: it is "
                                f"{lo:g} (or NULL) on every row, so there is nothing to estimate (hint: widen the bounds, "
                                f"e.g. LEAST(GREATEST(expr, lo), hi) with lo < hi)")
+                self._unbounded[id(self.violations[-1])] = self.violations[-1]
                 return None
         return first, second
 
@@ -734,17 +736,22 @@ class _Builder:
                                f"{call('LEAST(GREATEST(expr, lo), hi)')} with literal bounds, or declare the columns' bounds)")
                 self._unbounded[id(self.violations[-1])] = self.violations[-1]
                 return None
+        # the argument rescaled in a hint: as written for one of two (the other one is written as it is)
+        me = "x" if pair is None else as_written(arg).sql(dialect=DIALECT)
+        me = me if pair is None or isinstance(as_written(arg), exp.Column) else f"({me})"
         if not (math.isfinite(lo) and math.isfinite(hi)) or max(abs(lo), abs(hi)) > MAX_BOUND:
             self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s argument are too large (at most 1e15 in magnitude) "
-                           f"(hint: aggregate a rescaled value, e.g. {call('x / 1e6')}, and rescale the result, or declare "
+                           f"(hint: aggregate a rescaled value, e.g. {call(f'{me} / 1e6')}, and rescale the result, or declare "
                            "narrower bounds)")
+            self._unbounded[id(self.violations[-1])] = self.violations[-1]
             return None
         if 0 < max(abs(lo), abs(hi)) < MIN_BOUND or 0 < hi - lo < MIN_BOUND:
             # noise scales this small leave the normal range of doubles (a variance squares them), where
             # the floating-point proofs of the samplers (dpsql.noise) no longer hold
             self.bad(node, f"the bounds [{exact_num(lo)}, {exact_num(hi)}] of {fn}'s argument are too small (at least 1e-100 in "
-                           f"magnitude and width) (hint: aggregate a rescaled value, e.g. {call('x * 1e6')}, and rescale "
+                           f"magnitude and width) (hint: aggregate a rescaled value, e.g. {call(f'{me} * 1e6')}, and rescale "
                            "the result)")
+            self._unbounded[id(self.violations[-1])] = self.violations[-1]
             return None
         if column is not None:
             return column, None, (lo, hi)
@@ -1325,7 +1332,9 @@ def _check_on_scope(stmt: exp.Expression) -> None:
                 raise UnsupportedQueryError(
                     f"the ON of {j.this.alias_or_name} names {col.sql(dialect='duckdb')}, a column of table "
                     f"'{col.table}', which is joined after it: an ON sees the tables joined before it and its own",
-                    hint="move the condition into the ON of that later join, or into WHERE")
+                    hint="move the condition into the ON of that later join, or into WHERE" if (j.args.get("side") or "").upper()
+                    != "LEFT" else "write the joins in the order the ON needs (a LEFT JOIN's ON, moved into WHERE, "
+                    "would drop the rows it keeps)")
 
 
 def _comma_joins(stmt: exp.Expression, catalog: Mapping[str, TableSpec] | None = None) -> exp.Expression:

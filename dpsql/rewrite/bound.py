@@ -299,18 +299,47 @@ def _pair_identity(a: ir.Aggregate) -> tuple[object, ...]:
                  for b in (a, a.second))
 
 
-def pair_sources(plan: ir.QueryPlan) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Of each PAIR_KINDS aggregate: the aggregate whose released columns carry its pair's sums (the query's first
-    aggregate of the same two arguments, in the same order: its values, bounds and kept rows are the same), and
-    the suffixes that one releases (the union of what the pair's aggregates read, :func:`pair_columns`)."""
-    lead: dict[tuple[object, ...], str] = {}
-    source: dict[str, str] = {}
-    reads: dict[str, set[str]] = {}
+#: the suffix of a pair's column read by an aggregate of the same two arguments written in the other order
+_SWAPPED = {"_sum": "_sumb", "_sumb": "_sum", "_sq": "_sqb", "_sqb": "_sq"}
+
+
+def _pair_leads(plan: ir.QueryPlan) -> dict[str, tuple[str, bool]]:
+    """Of each PAIR_KINDS aggregate: the query's first aggregate of the same two arguments in either order, and
+    whether its own are in the other order."""
+    first: dict[tuple[object, ...], tuple[str, tuple[object, ...]]] = {}
+    out = {}
     for a in plan.aggregates:
         if a.kind in ir.PAIR_KINDS:
-            first = source[a.name] = lead.setdefault(_pair_identity(a), a.name)
-            reads.setdefault(first, set()).update(pair_columns(a.kind))
-    return {n: (f, tuple(c for c in PAIR_SUFFIXES if c in reads[f])) for n, f in source.items()}
+            ident = _pair_identity(a)
+            name, theirs = first.get(ident) or first.get(ident[::-1]) or first.setdefault(ident, (a.name, ident))
+            out[a.name] = (name, theirs != ident)
+    return out
+
+
+def pair_swapped(plan: ir.QueryPlan) -> frozenset[str]:
+    """The PAIR_KINDS aggregates whose arguments are those of their pair's first aggregate in the other order
+    (``REGR_COUNT(x, y)`` after ``REGR_SXY(y, x)``): each reads the first's sums of y as its sums of x and the
+    reverse (:func:`pair_column`)."""
+    return frozenset(n for n, (_, swapped) in _pair_leads(plan).items() if swapped)
+
+
+def pair_column(suffix: str, swapped: bool) -> str:
+    """The suffix of the pair's released column an aggregate reads as its ``suffix`` (:func:`pair_swapped`)."""
+    return _SWAPPED.get(suffix, suffix) if swapped else suffix
+
+
+def pair_sources(plan: ir.QueryPlan) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Of each PAIR_KINDS aggregate: the aggregate whose released columns carry its pair's sums (the query's first
+    aggregate of the same two arguments, in either order: its values, bounds and kept rows are the same), and
+    the suffixes that one releases (the union of what the pair's aggregates read, :func:`pair_columns`, in the
+    first's order of the arguments)."""
+    leads = _pair_leads(plan)
+    reads: dict[str, set[str]] = {}
+    for a in plan.aggregates:
+        if a.name in leads:
+            first, swapped = leads[a.name]
+            reads.setdefault(first, set()).update(pair_column(c, swapped) for c in pair_columns(a.kind))
+    return {n: (f, tuple(c for c in PAIR_SUFFIXES if c in reads[f])) for n, (f, _) in leads.items()}
 
 
 def _times_up(k: float, m: float) -> float:
