@@ -91,7 +91,7 @@ def _violations(table: TableSpec, column: str, most: int, engine: Any) -> tuple[
 
 
 def _declared_by(table: TableSpec, column: str, catalog: Mapping[str, TableSpec]) -> list[str]:
-    return sorted(f"'{t.name}' (references={{'{fk}': '{target}'}})" for t in catalog.values()
+    return sorted(f"the reference {t.name}.{fk} -> {target}" for t in catalog.values()
                   for fk, target in t.references.items() if target == f"{table.name}.{column}")
 
 

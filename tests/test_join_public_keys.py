@@ -66,7 +66,7 @@ def test_a_duplicated_public_key_is_refused_for_free(sql: str, opts: dict[str, A
             msg = str(e.value)
             assert "public table 'regions'" in msg and "'region'" in msg and "'a'" in msg and "2 rows" in msg, msg
             assert "nothing was charged" in msg and "deduplicate" in msg, msg
-            assert "orders" in msg or "persons" in msg, msg  # who declared the key
+            assert "the reference orders.region -> regions.region, the reference persons.region" in msg, msg  # who declared it
         assert s.history().num_rows == 0 and s.remaining() == before
 
 
@@ -145,3 +145,32 @@ def test_keys_are_compared_as_the_join_compares_them() -> None:
         with pytest.raises(ConfigError, match=r"public table 'pairs': its columns 'p, q' hold 2, 1 in 2 rows: declared"):
             s.explain("SELECT COUNT(*) FROM persons x JOIN pairs y ON x.p = y.p AND x.q = y.q", epsilon=1.0, delta=1e-6)
         assert s.history().num_rows == 0
+
+
+def test_a_pass_is_remembered_while_the_source_is_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Arrow table is read once per registration; a table of the caller's DuckDB connection, which may change at
+    any time, at every request: a duplicate inserted after a pass is refused at the next one."""
+    import dpsql.engine as backends
+
+    reads: list[int] = []
+    real = backends.PublicReads.fetch_arrow
+    monkeypatch.setattr(backends.PublicReads, "fetch_arrow", lambda self, ast, **kw: reads.append(1) or real(self, ast, **kw))
+    with _session(_regions(False)) as s:
+        for _ in range(2):
+            s.explain(SCALAR, epsilon=1.0, delta=1e-6)
+        assert len(reads) == 1
+        s.register("regions", _regions(False), public=True)
+        s.explain(SCALAR, epsilon=1.0, delta=1e-6)
+        assert len(reads) == 2
+    con = duckdb.connect()
+    con.execute("CREATE TABLE regions AS SELECT * FROM (VALUES ('a', 'x'), ('b', 'y'), ('c', 'z')) t(region, zone)")
+    with dpsql.Session(budget=Budget(100.0, 1e-3), connection=con) as s:
+        s.register("regions", "regions", public=True)
+        s.register("persons", pa.table({"pid": [1, 2, 3], "region": ["a", "b", "c"]}), privacy_unit="pid",
+                   references={"region": "regions.region"})
+        sql = "SELECT COUNT(*) FROM persons p JOIN regions r ON p.region = r.region"
+        s.explain(sql, epsilon=1.0, delta=1e-6)
+        con.execute("INSERT INTO regions VALUES ('b', 'w')")
+        with pytest.raises(ConfigError, match="public table 'regions': its column 'region' holds 'b' in 2 rows"):
+            s.query(sql, epsilon=1.0, delta=1e-6)
+        assert s.history().num_rows == 0 and len(reads) == 4
