@@ -23,7 +23,7 @@ import duckdb
 import pyarrow as pa
 
 import dpsql.engine as backends
-from dpsql import groupings, postprocess
+from dpsql import _public_keys, groupings, postprocess
 from dpsql._session_object import SessionObject
 from dpsql.budget import Budget, check_delta, check_epsilon
 from dpsql.catalog import CatalogLock, TableSpec, check_sources_unchanged, register_table
@@ -73,7 +73,7 @@ class Session(SessionObject):
         self._token = secrets.token_hex(4)  # keeps this Session's views apart from others'
         self._catalog_lock = CatalogLock()  # a registration waits for the requests in flight in other threads
         self._closed = False
-        self._catalog_version, self._bound_ok = 0, dict[tuple[Any, ...], Any]()  # bind checks passed (and preparations)
+        self._catalog_version, self._bound_ok, self._keys_ok = 0, dict[tuple[Any, ...], Any](), dict[Any, Any]()  # bind checks and public keys passed
         try:  # ``tables`` are registered before the ledger is opened: a bad table never creates a ledger
             for name, kwargs in (tables or {}).items():
                 self.register(name, **kwargs)
@@ -157,6 +157,7 @@ class Session(SessionObject):
         """Type-check the bounded query and post-processing, reading no private row (a pass is remembered); return the
         bounded query built once under ``salt`` for the check and the caller (None: built only to check, not returned)."""
         check_sources_unchanged(self._catalog, r.request.tables, self._engine)  # never remembered (nor the connection)
+        _public_keys.check(r.request.plan, self._catalog, backends.PublicReads(self._engine, self._catalog), self._keys_ok)
         key = (r.bind_key(), self._catalog_version, os.getpid(), self._engine.ops)  # a fork, other ops: checked anew
         ast = None if salt is None else backends.bounded_under(self._engine, r, salt, key, self._bound_ok)
         if key not in self._bound_ok:

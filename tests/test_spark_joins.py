@@ -446,3 +446,24 @@ def test_lookup_null_groups_match_duckdb(duck: Any, spark: Any) -> None:
         got = [s.query(sql, epsilon=8.0, delta=delta).to_pylist() for s in (duck, spark)]
         want = _duckdb(sql.replace("events2", "events").replace("countries_open", "countries"))
         assert got[0] == got[1] == want and any(r["k"] is None for r in want)
+
+
+def test_a_duplicated_public_key_is_refused_alike_on_duckdb_and_spark(duck: Any, spark: Any) -> None:
+    """A public table's declared key is checked on its rows before the charge (``dpsql._public_keys``) on both
+    engines, under the binary collation ('a' and 'A' are two keys), NULL keys allowed: the same message, nothing
+    charged; once deduplicated, answered. One Spark read per explain."""
+    lab = pa.table({"k": ["a", "A", "b", "b", None, None], "name": ["x", "y", "z", "z", "w", "w"]})
+    ev = pa.table({"u": [1, 2, 3], "k": ["a", "A", "b"]})
+    sql = "SELECT COUNT(*) FROM pk_ev e JOIN pk_lab l ON e.k = l.k"
+    msgs = []
+    for s in (duck, spark):
+        before = s.history().num_rows
+        s.register("pk_lab", lab, public=True)
+        s.register("pk_ev", ev, privacy_unit="u", references={"k": "pk_lab.k"})
+        with pytest.raises(dpsql.errors.ConfigError) as e:
+            s.explain(sql, epsilon=1.0, delta=1e-6)
+        msgs.append(str(e.value))
+        s.register("pk_lab", lab.take([0, 1, 2, 4, 5]), public=True)
+        assert s.explain(sql, epsilon=1.0, delta=1e-6).mechanism == "gaussian"
+        assert s.history().num_rows == before
+    assert msgs[0] == msgs[1] and "public table 'pk_lab': its column 'k' holds 'b' in 2 rows" in msgs[0]

@@ -2,7 +2,8 @@
 
 A lookup join (``dpsql.mechanisms.registry._lookup_join``, public metadata only): one private input, every
 other input public, one owner per tuple with Delta enforced, and every public input capped at one row per
-value of the column the join enters it through (a declared key). Its rows are a row-wise function of the
+value of the column the join enters it through (a declared key; a key duplicated in the lookup's rows is refused
+before the charge, ``dpsql._public_keys``, and the cap keeps this claim should the data change after that check). Its rows are a row-wise function of the
 private table's rows: the joined relation ``J`` is rendered (``dpsql.rewrite.joins.join_relation``) with
 the lookups' caps (the private input is capped later, by the one-table bounding, after the whole WHERE as on one
 table), the WHERE applied, the inner join dropping every private row whose lookup key is NULL or absent from

@@ -46,7 +46,8 @@ a looked-up chain attaches every person reached through every row holding the va
 value reaching no row gets a synthetic user (``dpsql.rewrite.joins``). Degree bounds and keys
 feed Delta, which is enforced by caps or attested as above; reference types are checked at
 registration and again here (``dpsql.catalog.reference_problems``), as is the rule that public
-tables reference only public tables.
+tables reference only public tables. A public table's declared keys and degree bounds, which a join whose Delta is
+attested reads uncapped, are checked on its (public) rows before the charge (``dpsql._public_keys``).
 
 ``JOIN b USING (c)`` is ``JOIN b ON a.c = b.c`` (``a``: the input before it holding ``c``), and an unqualified
 ``c`` then names that one column.
