@@ -65,7 +65,7 @@ def _register(s: dpsql.Session, t: pa.Table) -> None:
                         "dec": {"domain": ["1.50", "-2.25", "10.00", "3.00"]}})
     # the same rows, no declared key domain: the keys come from the data (sparse histograms)
     s.register("raw", t, privacy_unit="uid", max_groups_per_unit=3, max_rows_per_group=2,
-               columns={"amount": {"bounds": (0, 100)},
+               columns={"amount": {"bounds": (0, 100)}, "small": {"bounds": (0, 4)}, "dec": {"bounds": (-5, 15)},
                         "day": {"bounds": ("2024-01-01", "2024-01-10"), "bin_width": "1 day"},
                         "ts": {"bounds": ("2024-03-01", "2024-03-02"), "bin_width": "1 hour"}})
 
@@ -133,6 +133,11 @@ QUERIES: dict[str, tuple[Any, float, dict[str, Any] | None]] = {
                            "GROUP BY t8, hd, ad, fd, ct", 1e-3, None),
     "having_limit": ("SELECT txt, COUNT(*) AS n, SUM(amount) AS s FROM raw GROUP BY txt HAVING COUNT(*) > 3 "
                      "ORDER BY s DESC LIMIT 3", 1e-3, None),
+    "decimal_and_integer_values": ("SELECT SUM(dec) AS s, AVG(dec) AS a, COUNT(DISTINCT upper(txt)) AS u FROM raw",
+                                   1e-5, None),
+    "decimal_and_integer_quantiles": ("SELECT MEDIAN(dec) AS md, QUANTILE(small, 0.5) AS qs FROM raw", 0.0, None),
+    "public_no_aggregate": ("SELECT cat, dec FROM ev GROUP BY cat, dec", 0.0, None),
+    "union_all": ("SELECT cat, COUNT(*) AS n FROM ev GROUP BY cat UNION ALL SELECT 'all', COUNT(*) FROM ev", 1e-5, None),
     "dawa_histogram": ("SELECT age, COUNT(*) AS n FROM ev GROUP BY age", 0.0, {"mechanism": "dawa"}),
 }
 
@@ -236,3 +241,30 @@ def test_a_release_of_many_groups_is_read_past_max_result_size() -> None:
     assert out["by partition"] == {"rows": [{"k": "popular", "n": 300}], "charged": 1.0}
     control = out["toArrow"]
     assert control["charged"] == 1.0 and "the charge stands" in control["error"]
+
+
+def test_join_releases_are_the_same_on_duckdb_and_spark() -> None:
+    """DP-S4S (scalar and grouped, sampled and clipped, R2T) and lookup joins: the same released table (names,
+    types, keys in order, values bit for bit). (``tests/test_spark_joins.py`` compares their bounded results.)"""
+    from test_spark_joins import GROUPED, QUERIES as JOINS, fk_data, make
+
+    data = fk_data()
+    shapes: list[tuple[str, float, dict[str, Any] | None]] = [
+        (JOINS["chain_count_sampled"][0], 0.0, JOINS["chain_count_sampled"][1]),
+        (JOINS["lookup_sum_r2t"][0], 0.0, None),
+        *[(GROUPED[n][0], 1e-5, GROUPED[n][1]) for n in ("clip_year_count", "sampled_two_keys_sum", "r2t_year_sum")],
+        ("SELECT n.n_name AS k, COUNT(*) AS n FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
+         "GROUP BY n.n_name ORDER BY k", 1e-6, {"mechanism": "sparse_histogram"}),
+    ]
+    sessions = [make("duckdb", data), make("spark", data)]
+    try:
+        problems = {}
+        for sql, delta, options in shapes:
+            d, s = (_release(x, sql, delta, options) for x in sessions)
+            assert d.table.num_rows > 0, sql
+            if diff := _differences(d, s):
+                problems[sql] = diff
+        assert not problems, problems
+    finally:
+        for x in sessions:
+            x.close()
