@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import math
 import os
 import subprocess
@@ -235,8 +236,6 @@ def test_a_release_of_many_groups_is_read_past_max_result_size() -> None:
     p = subprocess.run([sys.executable, "-c", _MANY_GROUPS], capture_output=True, text=True, timeout=900, env=env)
     line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
     assert line, p.stderr[-3000:]
-    import json
-
     out = json.loads(line[0].removeprefix("RESULT "))
     assert out["by partition"] == {"rows": [{"k": "popular", "n": 300}], "charged": 1.0}
     control = out["toArrow"]
@@ -246,7 +245,8 @@ def test_a_release_of_many_groups_is_read_past_max_result_size() -> None:
 def test_join_releases_are_the_same_on_duckdb_and_spark() -> None:
     """DP-S4S (scalar and grouped, sampled and clipped, R2T) and lookup joins: the same released table (names,
     types, keys in order, values bit for bit). (``tests/test_spark_joins.py`` compares their bounded results.)"""
-    from test_spark_joins import GROUPED, QUERIES as JOINS, fk_data, make
+    from test_spark_joins import GROUPED, fk_data, make
+    from test_spark_joins import QUERIES as JOINS
 
     data = fk_data()
     shapes: list[tuple[str, float, dict[str, Any] | None]] = [
