@@ -112,29 +112,30 @@ def _join_side_sizes(df: Any) -> list[int]:
 
 
 class Reads:
-    """Every DataFrame a private read executed (``toArrow``) and its SQL, in order."""
+    """Every DataFrame a private read executed (``dpsql.engine.spark._arrow_by_partition``) and its SQL, in order."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, spark: Any) -> None:
+        import dpsql.engine.spark as spark_engine
         from dpsql.engine.spark import SparkBackend
 
         self.frames: list[Any] = []
         self.sqls: list[str] = []
         rendered: list[str] = []
-        render, to_arrow = SparkBackend.render, type(spark.sql("SELECT 1")).toArrow
+        render, read = SparkBackend.render, spark_engine._arrow_by_partition
 
         def spy_render(engine: Any, ast: Any, **kw: Any) -> str:
             rendered.append(render(engine, ast, **kw))
             return rendered[-1]
 
         def spy(df: Any) -> Any:
-            out = to_arrow(df)
+            out = read(df)
             self.frames.append(df)
             self.sqls.append(rendered[-1])
             return out
 
         monkeypatch.setattr(SparkBackend, "render", spy_render)
-        monkeypatch.setattr(type(spark.sql("SELECT 1")), "toArrow", spy)
-        self.to_arrow = to_arrow
+        monkeypatch.setattr(spark_engine, "_arrow_by_partition", spy)
+        self.to_arrow = type(spark.sql("SELECT 1")).toArrow
 
 
 def _session(paths: dict[str, str], kind: str, settings: dict[str, str]) -> dpsql.Session:

@@ -1266,7 +1266,7 @@ class SparkBackend:
                 sc.setJobGroup(group, "dpsql bounded query", interruptOnCancel=True)
                 with self._deadline(group, deadline):
                     read = self._read_files(sql)
-                    table: pa.Table = self._spark.sql(sql).toArrow()
+                    table = _arrow_by_partition(self._spark.sql(sql))
                 if any(native.versions(files) != v for files, v in read):
                     raise OSError("a source file changed during the read")  # the generic failure below
                 return table
@@ -1289,6 +1289,27 @@ class SparkBackend:
         for view, kind in list(self._views.items()):
             self.unregister_source("", kind, view)
         self._local.close()
+
+
+def _arrow_by_partition(df: Any) -> pa.Table:
+    """``df.toArrow()``, one partition at a time: ``toArrow`` collects every partition's Arrow batches in one job,
+    whose results together count against the driver's ``spark.driver.maxResultSize`` (1 GiB by default), so a
+    bounded result of many groups (a sparse histogram, a GROUP BY over a large declared domain) failed after the
+    charge. Here each partition is a job of its own (Spark's ``toLocalIterator``, over the same Arrow batches), so
+    only one partition's batches must fit under the limit. The same table: the same schema (as ``toArrow``
+    converts it), the rows in partition order."""
+    from pyspark.serializers import NoOpSerializer
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.util import _local_iterator_from_socket
+
+    large = df.sparkSession.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+    schema = to_arrow_schema(df.schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC",
+                             prefers_large_types=large)
+    sc = df.sparkSession.sparkContext
+    served = sc._jvm.PythonRDD.toLocalIteratorAndServe(df._jdf.toArrowBatchRdd(), False)
+    batches = [pa.ipc.read_record_batch(pa.py_buffer(b), schema)
+               for b in _local_iterator_from_socket(served, NoOpSerializer())]
+    return pa.Table.from_batches(batches, schema)
 
 
 class _Files:

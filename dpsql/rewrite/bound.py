@@ -175,13 +175,20 @@ def guard(expr: exp.Expression, schema: dict[str, str], what: str = "WHERE") -> 
         raise _refused(e) from None
 
 
-def key_expression(key: ir.GroupKey, schema: dict[str, str]) -> exp.Expression:
+def key_expression(key: ir.GroupKey, schema: dict[str, str], ops: SqlOps | None = None) -> exp.Expression:
     """A GROUP BY key rendered total and canonical (binary collation for text, one spelling
-    of 0.0 and NaN for floating point); see ``dpsql.plan.typer.type_key``."""
+    of 0.0 and NaN for floating point); see ``dpsql.plan.typer.type_key``. For building blocks of another
+    dialect than DuckDB's (Spark), a key computed by an expression is cast to the typer's type, DuckDB's: the
+    engines' own result types differ (Spark's ``length`` is INT, its DECIMAL products and sums keep other
+    precisions), and the released key column has the same type on every engine. The value is DuckDB's, so
+    the type holds it."""
     try:
-        return type_key(key.expr, schema)[0]
-    except TypeRefusal as e:
-        raise _refused(e) from None
+        e, typ = type_key(key.expr, schema)
+    except TypeRefusal as err:
+        raise _refused(err) from None
+    if ops is not None and ops.dialect != "duckdb" and not isinstance(key.expr, exp.Column):
+        return exp.Cast(this=e, to=exp.DataType.build(typ.name, dialect="duckdb"))
+    return e
 
 
 def coded_keys(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> frozenset[str]:
@@ -219,7 +226,7 @@ def _key_item(key: ir.GroupKey, schema: dict[str, str], ops: SqlOps, coded: froz
     if key.name in coded:
         assert isinstance(key.expr, exp.Column) and key.domain is not None
         return exp.alias_(_coder(ops).domain_code(exp.column(key.expr.name, quoted=True), key.domain), key.name, copy=False)
-    return exp.alias_(key_expression(key, schema), key.name)
+    return exp.alias_(key_expression(key, schema, ops), key.name)
 
 
 def source_column(agg: ir.Aggregate, caps: Caps) -> str:
@@ -1512,7 +1519,7 @@ def bounded_value_histograms(plan: ir.QueryPlan, caps: ContributionModel, grids:
     keys = [k.name for k in plan.keys]
     buckets = [f"__g{i}" for i in range(len(grids))]
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit")]
-    proj += [exp.alias_(key_expression(k, plan.table.schema), k.name) for k in plan.keys]
+    proj += [exp.alias_(key_expression(k, plan.table.schema, ops), k.name) for k in plan.keys]
     proj += [exp.alias_(grid_index(g, ops), b) for g, b in zip(grids, buckets, strict=True)]
     rows: exp.Expression = _rows_of(plan, unit_column, proj, None, True, ops).subquery("__base", copy=False)
     drawn = ops.row_clock() is not None  # the backend draws per row: the kept rows must then be read once
