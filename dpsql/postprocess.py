@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from dpsql.errors import ExecutionError, QueryTypeError
 from dpsql.mechanisms.base import Released
-from dpsql.plan import ir
+from dpsql.plan import ir, windows
 from dpsql.plan.typer import INTERVAL_FORM, guarded_shift, interval_parts, parse_type
 
 
@@ -50,17 +50,29 @@ def post_ast(
             return e
         return exp.Try(this=e)
 
-    items = [exp.alias_(t(o.expr), o.name, quoted=True) for o in plan.outputs]
-    items += [exp.alias_(exp.column(col), alias, quoted=True) for col, alias in hidden]
-    q = exp.select(*items).from_(rel)
+    having = None
     if plan.having is not None:
         # a condition that is not BOOLEAN (a text key: HAVING g) is cast by DuckDB implicitly, around
         # the TRY: made explicit, the cast is inside it ('2' is no boolean: NULL, the row is dropped)
-        q = q.where(t(exp.cast(plan.having, "BOOLEAN") if total else plan.having))
+        having = t(exp.cast(plan.having, "BOOLEAN") if total else plan.having)
+    lift = _windows(plan, t)
+    lifted: Callable[[exp.Expression], exp.Expression] = lambda e: e  # noqa: E731
+    if lift is not None:  # windows: computed over the released rows after HAVING, then read as columns
+        columns, lifted = lift
+        inner = exp.select(exp.Star(), *columns).from_(rel)
+        rel = (inner.where(having) if having is not None else inner).subquery("__windowed")
+        having = None
+        if plan.qualify is not None:
+            having = t(lifted(exp.cast(plan.qualify, "BOOLEAN") if total else plan.qualify))
+    items = [exp.alias_(t(lifted(o.expr)), o.name, quoted=True) for o in plan.outputs]
+    items += [exp.alias_(exp.column(col), alias, quoted=True) for col, alias in hidden]
+    q = exp.select(*items).from_(rel)
+    if having is not None:
+        q = q.where(having)
     order = []
     for o in plan.order:
         o2 = o.copy()
-        o2.set("this", t(o.this))
+        o2.set("this", t(lifted(o.this)))
         order.append(o2)
     order += [exp.Ordered(this=exp.column(k.name)) for k in plan.keys]
     if order:
@@ -70,6 +82,41 @@ def post_ast(
     if plan.offset is not None:
         q = q.offset(plan.offset)
     return q
+
+
+def _windows(plan: ir.QueryPlan, t: Callable[[exp.Expression], exp.Expression]) -> tuple[
+        list[exp.Expression], Callable[[exp.Expression], exp.Expression]] | None:
+    """The windows of the outputs, ORDER BY and QUALIFY (``dpsql.plan.windows``) as columns ``__win_<i>`` of the
+    released rows, each input evaluated by ``t`` (under TRY after the charge: DuckDB refuses a window inside TRY)
+    and ties broken by the keys; and the function that reads an expression's windows from those columns. None
+    without windows (and QUALIFY)."""
+    exprs = [o.expr for o in plan.outputs] + [o.this for o in plan.order]
+    exprs += [plan.qualify] if plan.qualify is not None else []
+    found = [w for e in exprs for w in e.find_all(exp.Window)]
+    if not found and plan.qualify is None:
+        return None
+    names: dict[str, str] = {}
+    columns: list[exp.Expression] = []
+    for w in found:
+        text = w.sql(dialect="duckdb")
+        if text in names:
+            continue
+        names[text] = f"__win_{len(names)}"
+        w2 = windows.tie_broken(w.copy(), [k.name for k in plan.keys])
+        for part in windows.inputs(w2):
+            part.replace(t(part))
+        columns.append(exp.alias_(w2, names[text]))
+
+    def lifted(e: exp.Expression) -> exp.Expression:
+        e = e.copy()
+        for w in list(e.find_all(exp.Window)):
+            col = exp.column(names[w.sql(dialect="duckdb")])
+            if w is e:
+                return col
+            w.replace(col)
+        return e
+
+    return columns, lifted
 
 
 def _guard_divisors(e: exp.Expression) -> exp.Expression:
