@@ -119,6 +119,33 @@ def _windows(plan: ir.QueryPlan, t: Callable[[exp.Expression], exp.Expression]) 
     return columns, lifted
 
 
+#: the largest precision of a DECIMAL that a window SUM / AVG adds (to DECIMAL(38)) without a possible overflow:
+#: 10^(38 - 28) released rows of the largest such value would be needed
+_SUMMED_DECIMAL_PRECISION = 28
+
+
+def _check_window_sums(backend: _Runs, plan: ir.QueryPlan, source: Callable[[str], exp.Expression],
+                       table: pa.Table | None = None) -> None:
+    """Refuse for free a window SUM / AVG of HUGEINT or wide DECIMAL values: their sum can overflow on large
+    released values, and DuckDB then raises (a window cannot be evaluated under TRY). Reads the inputs' types
+    over ``source`` (placeholders or the public keys), no private row."""
+    sums = [w for e in [o.expr for o in plan.outputs] + [o.this for o in plan.order] + [plan.qualify]
+            if e is not None for w in e.find_all(exp.Window) if isinstance(windows.function(w), (exp.Sum, exp.Avg))]
+    if not sums:
+        return
+    args = [exp.alias_(exp.func("typeof", windows.function(w).this.copy()), f"t{i}") for i, w in enumerate(sums)]
+    out = backend.post_process(table if table is not None else pa.table({"__none": [0]}),
+                               lambda rel: exp.select(*args).from_(source(rel)))
+    for i, w in enumerate(sums):
+        typ = str(out.column(f"t{i}")[0])
+        wide = typ.startswith("DECIMAL(") and int(typ[8:].split(",")[0]) > _SUMMED_DECIMAL_PRECISION
+        if typ == "HUGEINT" or wide:
+            raise QueryTypeError(
+                f"{w.sql(dialect='duckdb')} adds {typ} values, whose sum can overflow on large released values (a "
+                "window's sum cannot be made NULL on overflow); nothing was charged",
+                hint="add them as DOUBLE, e.g. SUM(CAST(x AS DOUBLE)) OVER (...)")
+
+
 def _guard_divisors(e: exp.Expression) -> exp.Expression:
     """Integer division and modulo by zero give NULL (as in WHERE), never an error: a noisy
     value may be 0, and the free check runs on placeholder zeros."""
@@ -203,6 +230,7 @@ def check(
             ) from None
         if plan.having is not None:
             _check_having_literals(backend, plan, key_types, cols)
+        _check_window_sums(backend, plan, lambda rel: exp.select(*cols).subquery("__placeholders"))
     elif key_domain is None:  # pragma: no cover - every mechanism gives key types or the key values
         raise AssertionError("post-processing check needs the key types or the key values")
     if key_domain is not None:
@@ -300,6 +328,7 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
         values[a.name] = pa.array([0] * n, _PLACEHOLDER_TYPES[typ]) if typ in _PLACEHOLDER_TYPES else pa.array([0.0] * n, pa.float64())
     try:
         backend.post_process(pa.table(values), lambda rel: post_ast(plan, exp.to_table(rel), []))
+        _check_window_sums(backend, plan, exp.to_table, pa.table(values))
     except ExecutionError:
         raise QueryTypeError(
             "the query's outputs, HAVING or ORDER BY cannot be evaluated on the declared key values; nothing was charged",

@@ -230,3 +230,22 @@ def test_windows_read_the_released_rows_in_key_order_not_in_the_engines(con: Any
     for sql in ("SELECT s, SUM(x) / SUM(SUM(x)) OVER () AS share FROM t GROUP BY s", "SELECT s, SUM(x) FROM t GROUP BY s"):
         postprocess.apply(Backend(), analyze(sql, s._catalog), Released(table=released, accuracy={}))
     assert seen == [["a", "b", "c", None], ["c", None, "a", "b"]]  # (without a window: as released)
+
+
+@pytest.mark.parametrize("public", [False, True])
+@pytest.mark.parametrize("sql", [
+    "SELECT s, SUM(CAST(COUNT(*) AS HUGEINT) * 10000000000000000000000000000000000) OVER () AS big FROM t GROUP BY s",
+    "SELECT s, AVG(CAST(SUM(x) AS DECIMAL(38, 0)) * 1000000000000000000000000000000000000) OVER () AS big FROM t GROUP BY s",
+])
+def test_a_window_sum_that_could_overflow_on_a_released_value_is_refused_for_free(con: Any, sql: str, public: bool) -> None:
+    # DuckDB raises on the overflow of a window's sum, and a window cannot be evaluated under TRY: charged, then
+    # failed on these released values, had it run
+    s = session(con, public=public)
+    before = s.remaining()
+    with pytest.raises(errors.QueryTypeError, match="whose sum can overflow on large released values"):
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    assert s.remaining() == before
+    # narrower values add without overflow: answered
+    ok = s.query("SELECT s, SUM(COUNT(*) * 1.0) OVER () AS a, AVG(SUM(x)) OVER () AS b FROM t GROUP BY s",
+                 epsilon=1.0, delta=1e-6)
+    assert ok.table.num_rows == (5 if public else 4)
