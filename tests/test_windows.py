@@ -54,7 +54,7 @@ ANSWERED = [
     "SELECT s, DENSE_RANK() OVER (ORDER BY COUNT(*)) AS d, PERCENT_RANK() OVER (ORDER BY COUNT(*)) AS p, "
     "CUME_DIST() OVER (ORDER BY COUNT(*)) AS c FROM t GROUP BY s",
     "SELECT s, ROW_NUMBER() OVER (ORDER BY SUM(x) DESC) AS rn, NTILE(2) OVER (ORDER BY SUM(x)) AS half FROM t GROUP BY s",
-    "SELECT day, LAG(SUM(x), 1, 0) OVER (ORDER BY day) AS prev, LEAD(SUM(x)) OVER (ORDER BY day) AS next, "
+    "SELECT day, LAG(SUM(x), 1, -1) OVER (ORDER BY day) AS prev, LEAD(SUM(x)) OVER (ORDER BY day) AS next, "
     "SUM(x) - LAG(SUM(x)) OVER (ORDER BY day) AS delta FROM t GROUP BY day",
     "SELECT day, FIRST_VALUE(COUNT(*)) OVER (ORDER BY day) AS f, LAST_VALUE(COUNT(*)) OVER (ORDER BY day ROWS BETWEEN "
     "UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS l FROM t GROUP BY day",
@@ -148,6 +148,7 @@ REFUSED = [
     ("SELECT s, COUNT(*), ROW_NUMBER() OVER (PARTITION BY uid) FROM t GROUP BY s", "column 'uid' is neither a GROUP BY key"),
     ("SELECT s, SUM(x) OVER (ORDER BY s) FROM t GROUP BY s", "SUM(SUM(x)) OVER"),
     ("SELECT COUNT(*) FROM t WHERE ROW_NUMBER() OVER () < 3", "a window function in WHERE would run over raw rows"),
+    ("SELECT DISTINCT s, ROW_NUMBER() OVER (ORDER BY s) AS rn FROM t", "or a SELECT DISTINCT, whose outputs are its keys"),
     ("SELECT s, COUNT(*) FROM t GROUP BY s HAVING RANK() OVER (ORDER BY COUNT(*)) < 3", "filter on a window with QUALIFY"),
     ("SELECT s, COUNT(*), RANK() OVER (ORDER BY COUNT(*)) AS r FROM t GROUP BY s HAVING r < 3", "with QUALIFY"),
     ("SELECT s, SUM(RANK() OVER (ORDER BY s)) FROM t GROUP BY s", "a window function in SUM would run over raw rows"),
@@ -156,6 +157,9 @@ REFUSED = [
     ("SELECT s, NTILE(0) OVER () FROM t GROUP BY s", "NTILE takes a positive integer literal"),
     ("SELECT s, NTILE(COUNT(*)) OVER () FROM t GROUP BY s", "NTILE takes a positive integer literal"),
     ("SELECT s, LAG(COUNT(*), -1) OVER (ORDER BY s) FROM t GROUP BY s", "offset is a non-negative integer literal"),
+    # a default converted to the argument's type outside any TRY: 'a' is no BIGINT (was charged, then failed)
+    ("SELECT s, LAG(COUNT(*), 1, s) OVER (ORDER BY s) AS l FROM t GROUP BY s", "LAG's default is a literal"),
+    ("SELECT s, LEAD(COUNT(*), 1, COUNT(*) + 1) OVER (ORDER BY s) AS l FROM t GROUP BY s", "COALESCE(LEAD(x) OVER"),
     ("SELECT s, SUM(COUNT(*)) OVER (ORDER BY s ROWS BETWEEN -1 PRECEDING AND CURRENT ROW) FROM t GROUP BY s",
      "offsets are non-negative integer literals"),
     ("SELECT s, SUM(COUNT(*)) OVER (ORDER BY COUNT(*) RANGE BETWEEN 1 PRECEDING AND CURRENT ROW) FROM t GROUP BY s",

@@ -258,8 +258,10 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str, *, wi
                 out.append(violation(sub, sql, "window functions are not allowed in HAVING (SQL evaluates windows after "
                                                "HAVING); filter on a window with QUALIFY"))
             else:
-                out.append(violation(sub, sql, f"a window function in {where} would run over raw rows: "
-                                               f"{windows_mod.OVER_RELEASED}; use it in the SELECT list, ORDER BY or QUALIFY"))
+                label = "GROUP BY (or a SELECT DISTINCT, whose outputs are its keys)" if where == "GROUP BY" else where
+                out.append(violation(sub, sql, f"a window function in {label} would run over raw rows: "
+                                               f"{windows_mod.OVER_RELEASED}; use it in the SELECT list, ORDER BY or "
+                                               "QUALIFY of an aggregate query"))
             continue
         if isinstance(sub, exp.Window):
             over_aggregates = any(is_aggregate(n) for n in sub.walk() if n is not sub.this)

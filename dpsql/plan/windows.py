@@ -83,6 +83,13 @@ def problem(w: exp.Window) -> str | None:
         return "NTILE takes a positive integer literal (the number of buckets), e.g. NTILE(4)"
     if isinstance(f, (exp.Lag, exp.Lead)) and f.args.get("offset") is not None and not _count_literal(f.args["offset"], 0):
         return f"{name}'s offset is a non-negative integer literal, e.g. {name}(x, 1)"
+    default = f.args.get("default") if isinstance(f, (exp.Lag, exp.Lead)) else None
+    while isinstance(default, (exp.Neg, exp.Paren)):
+        default = default.this
+    if default is not None and not isinstance(default, (exp.Literal, exp.Null, exp.Boolean)):
+        # converted to the argument's type outside any TRY: a released value that does not convert would fail
+        return (f"{name}'s default is a literal (converted to the argument's type, it could fail on a released value "
+                f"otherwise), e.g. {name}(x, 1, 0); write COALESCE({name}(x) OVER (...), expr) for another value")
     spec = w.args.get("spec")
     if spec is not None:
         kind = str(spec.args.get("kind") or "").upper()
