@@ -154,6 +154,7 @@ REFUSED = [
     ("SELECT s, SUM(RANK() OVER (ORDER BY s)) FROM t GROUP BY s", "a window function in SUM would run over raw rows"),
     ("SELECT s, MEDIAN(COUNT(*)) OVER () FROM t GROUP BY s", "window function MEDIAN is not supported"),
     ("SELECT s, STRING_AGG(s, ',') OVER () FROM t GROUP BY s", "is not supported over the released rows"),
+    ("SELECT s, RANK(COUNT(*)) OVER () FROM t GROUP BY s", "RANK() takes no argument"),
     ("SELECT s, NTILE(0) OVER () FROM t GROUP BY s", "NTILE takes a positive integer literal"),
     ("SELECT s, NTILE(COUNT(*)) OVER () FROM t GROUP BY s", "NTILE takes a positive integer literal"),
     ("SELECT s, LAG(COUNT(*), -1) OVER (ORDER BY s) FROM t GROUP BY s", "offset is a non-negative integer literal"),

@@ -79,6 +79,9 @@ def problem(w: exp.Window) -> str | None:
         return "window functions cannot be nested; compute the inner window as an output of its own"
     if isinstance(f.this, exp.Distinct) or isinstance(w.this, exp.Filter) or f.find(exp.Filter):
         return f"{name}(DISTINCT ...) or FILTER in a window is not supported; drop DISTINCT / FILTER"
+    if isinstance(f, (exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist)) and any(
+            True for _ in f.iter_expressions()):
+        return f"{name}() takes no argument; rank by a value with OVER (ORDER BY value), e.g. {name}() OVER (ORDER BY COUNT(*) DESC)"
     if isinstance(f, exp.Ntile) and not _count_literal(f.this, 1):
         return "NTILE takes a positive integer literal (the number of buckets), e.g. NTILE(4)"
     if isinstance(f, (exp.Lag, exp.Lead)) and f.args.get("offset") is not None and not _count_literal(f.args["offset"], 0):
