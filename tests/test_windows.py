@@ -53,6 +53,9 @@ ANSWERED = [
     "SELECT s, COUNT(*) AS n FROM t GROUP BY s QUALIFY RANK() OVER (ORDER BY COUNT(*) DESC) <= 3",
     "SELECT s, DENSE_RANK() OVER (ORDER BY COUNT(*)) AS d, PERCENT_RANK() OVER (ORDER BY COUNT(*)) AS p, "
     "CUME_DIST() OVER (ORDER BY COUNT(*)) AS c FROM t GROUP BY s",
+    # a frame given to a ranking function changes nothing: peers keep one rank
+    "SELECT s, RANK() OVER (ORDER BY COUNT(*) ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS r, "
+    "CUME_DIST() OVER (ORDER BY COUNT(*) ROWS 1 PRECEDING) AS c FROM t GROUP BY s",
     "SELECT s, ROW_NUMBER() OVER (ORDER BY SUM(x) DESC) AS rn, NTILE(2) OVER (ORDER BY SUM(x)) AS half FROM t GROUP BY s",
     "SELECT day, LAG(SUM(x), 1, -1) OVER (ORDER BY day) AS prev, LEAD(SUM(x)) OVER (ORDER BY day) AS next, "
     "SUM(x) - LAG(SUM(x)) OVER (ORDER BY day) AS delta FROM t GROUP BY day",

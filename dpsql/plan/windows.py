@@ -30,6 +30,9 @@ ALLOWED = ", ".join(FUNCTIONS.values())
 #: functions whose value depends on the order of peers in the window's ORDER BY (ties broken by the keys)
 _ORDER_SENSITIVE = (exp.RowNumber, exp.Ntile, exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue)
 
+#: functions that give peers one value (a frame does not change them)
+_PEERS = (exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist)
+
 #: what a window reads, said in every refusal of a window over raw rows
 OVER_RELEASED = ("a window function sees only the released rows (one per group): its arguments, PARTITION BY and "
                  "ORDER BY are GROUP BY keys, aggregates or literals")
@@ -120,8 +123,8 @@ def tie_broken(w: exp.Window, keys: list[str]) -> exp.Window:
     f = function(w)
     spec = w.args.get("spec")
     rows = spec is not None and str(spec.args.get("kind") or "").upper() == "ROWS"
-    if not keys or not (isinstance(f, _ORDER_SENSITIVE) or rows):
-        return w
+    if not keys or isinstance(f, _PEERS) or not (isinstance(f, _ORDER_SENSITIVE) or rows):
+        return w  # (a ranking function ignores a frame: its peers stay peers)
     w = w.copy()
     order = w.args.get("order")
     if order is None and spec is None and isinstance(function(w), (exp.FirstValue, exp.LastValue)):
