@@ -134,8 +134,12 @@ def _check_window_sums(backend: _Runs, plan: ir.QueryPlan, source: Callable[[str
     if not sums:
         return
     args = [exp.alias_(exp.func("typeof", windows.function(w).this.copy()), f"t{i}") for i, w in enumerate(sums)]
-    out = backend.post_process(table if table is not None else pa.table({"__none": [0]}),
-                               lambda rel: exp.select(*args).from_(source(rel)))
+    try:
+        out = backend.post_process(table if table is not None else pa.table({"__none": [0]}),
+                                   lambda rel: exp.select(*args).from_(source(rel)))
+    except ExecutionError:  # pragma: no cover - the same inputs were evaluated over the same values just before
+        raise QueryTypeError("the inputs of a window SUM / AVG cannot be evaluated on placeholder values; nothing was "
+                             "charged", hint="check the casts and arithmetic inside the window's SUM / AVG") from None
     for i, w in enumerate(sums):
         typ = str(out.column(f"t{i}")[0])
         wide = typ.startswith("DECIMAL(") and int(typ[8:].split(",")[0]) > _SUMMED_DECIMAL_PRECISION
