@@ -245,6 +245,10 @@ def _split_select(stmt: exp.Select, sql: str, catalog: Mapping[str, Any]) -> Gro
     kind = " / ".join(dict.fromkeys(
         with_all + [{exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.GroupingSets: "GROUPING SETS"}[type(g)]
                     for g in group.expressions if g not in plain]))
+    if stmt.args.get("qualify") is not None or stmt.find(exp.Window):
+        raise _bad(f"window functions and QUALIFY with GROUP BY {kind} are not supported: each grouping is released "
+                   "apart, so a window would see one grouping's rows where SQL's sees the rows of all of them",
+                   "send one GROUP BY query per grouping with its window")
     elements = [exp.Rollup(expressions=list(group.expressions)) if with_all == ["ROLLUP"] else
                 exp.Cube(expressions=list(group.expressions))] if with_all else group.expressions
     sets: list[list[exp.Expression]] = [[]]

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from dpsql.errors import ExecutionError, QueryTypeError
 from dpsql.mechanisms.base import Released
-from dpsql.plan import ir
+from dpsql.plan import ir, windows
 from dpsql.plan.typer import INTERVAL_FORM, guarded_shift, interval_parts, parse_type
 
 
@@ -50,17 +50,29 @@ def post_ast(
             return e
         return exp.Try(this=e)
 
-    items = [exp.alias_(t(o.expr), o.name, quoted=True) for o in plan.outputs]
-    items += [exp.alias_(exp.column(col), alias, quoted=True) for col, alias in hidden]
-    q = exp.select(*items).from_(rel)
+    having = None
     if plan.having is not None:
         # a condition that is not BOOLEAN (a text key: HAVING g) is cast by DuckDB implicitly, around
         # the TRY: made explicit, the cast is inside it ('2' is no boolean: NULL, the row is dropped)
-        q = q.where(t(exp.cast(plan.having, "BOOLEAN") if total else plan.having))
+        having = t(exp.cast(plan.having, "BOOLEAN") if total else plan.having)
+    lift = _windows(plan, t)
+    lifted: Callable[[exp.Expression], exp.Expression] = lambda e: e  # noqa: E731
+    if lift is not None:  # windows: computed over the released rows after HAVING, then read as columns
+        columns, lifted = lift
+        inner = exp.select(exp.Star(), *columns).from_(rel)
+        rel = (inner.where(having) if having is not None else inner).subquery("__windowed")
+        having = None
+        if plan.qualify is not None:
+            having = t(lifted(exp.cast(plan.qualify, "BOOLEAN") if total else plan.qualify))
+    items = [exp.alias_(t(lifted(o.expr)), o.name, quoted=True) for o in plan.outputs]
+    items += [exp.alias_(exp.column(col), alias, quoted=True) for col, alias in hidden]
+    q = exp.select(*items).from_(rel)
+    if having is not None:
+        q = q.where(having)
     order = []
     for o in plan.order:
         o2 = o.copy()
-        o2.set("this", t(o.this))
+        o2.set("this", t(lifted(o.this)))
         order.append(o2)
     order += [exp.Ordered(this=exp.column(k.name)) for k in plan.keys]
     if order:
@@ -70,6 +82,72 @@ def post_ast(
     if plan.offset is not None:
         q = q.offset(plan.offset)
     return q
+
+
+def _windows(plan: ir.QueryPlan, t: Callable[[exp.Expression], exp.Expression]) -> tuple[
+        list[exp.Expression], Callable[[exp.Expression], exp.Expression]] | None:
+    """The windows of the outputs, ORDER BY and QUALIFY (``dpsql.plan.windows``) as columns ``__win_<i>`` of the
+    released rows, each input evaluated by ``t`` (under TRY after the charge: DuckDB refuses a window inside TRY)
+    and ties broken by the keys; and the function that reads an expression's windows from those columns. None
+    without windows (and QUALIFY)."""
+    exprs = [o.expr for o in plan.outputs] + [o.this for o in plan.order]
+    exprs += [plan.qualify] if plan.qualify is not None else []
+    found = [w for e in exprs for w in e.find_all(exp.Window)]
+    if not found and plan.qualify is None:
+        return None
+    names: dict[str, str] = {}
+    columns: list[exp.Expression] = []
+    for w in found:
+        text = w.sql(dialect="duckdb")
+        if text in names:
+            continue
+        names[text] = f"__win_{len(names)}"
+        w2 = windows.tie_broken(w.copy(), [k.name for k in plan.keys])
+        for part in windows.inputs(w2):
+            part.replace(t(part))
+        columns.append(exp.alias_(w2, names[text]))
+
+    def lifted(e: exp.Expression) -> exp.Expression:
+        e = e.copy()
+        for w in list(e.find_all(exp.Window)):
+            col = exp.column(names[w.sql(dialect="duckdb")])
+            if w is e:
+                return col
+            w.replace(col)
+        return e
+
+    return columns, lifted
+
+
+#: the largest precision of a DECIMAL that a window SUM / AVG adds (to DECIMAL(38)) without a possible overflow:
+#: 10^(38 - 28) released rows of the largest such value would be needed
+_SUMMED_DECIMAL_PRECISION = 28
+
+
+def _check_window_sums(backend: _Runs, plan: ir.QueryPlan, source: Callable[[str], exp.Expression],
+                       table: pa.Table | None = None) -> None:
+    """Refuse for free a window SUM / AVG of HUGEINT or wide DECIMAL values: their sum can overflow on large
+    released values, and DuckDB then raises (a window cannot be evaluated under TRY). Reads the inputs' types
+    over ``source`` (placeholders or the public keys), no private row."""
+    sums = [w for e in [o.expr for o in plan.outputs] + [o.this for o in plan.order] + [plan.qualify]
+            if e is not None for w in e.find_all(exp.Window) if isinstance(windows.function(w), (exp.Sum, exp.Avg))]
+    if not sums:
+        return
+    args = [exp.alias_(exp.func("typeof", windows.function(w).this.copy()), f"t{i}") for i, w in enumerate(sums)]
+    try:
+        out = backend.post_process(table if table is not None else pa.table({"__none": [0]}),
+                                   lambda rel: exp.select(*args).from_(source(rel)))
+    except ExecutionError:  # pragma: no cover - the same inputs were evaluated over the same values just before
+        raise QueryTypeError("the inputs of a window SUM / AVG cannot be evaluated on placeholder values; nothing was "
+                             "charged", hint="check the casts and arithmetic inside the window's SUM / AVG") from None
+    for i, w in enumerate(sums):
+        typ = str(out.column(f"t{i}")[0])
+        wide = typ.startswith("DECIMAL(") and int(typ[8:].split(",")[0]) > _SUMMED_DECIMAL_PRECISION
+        if typ == "HUGEINT" or wide:
+            raise QueryTypeError(
+                f"{w.sql(dialect='duckdb')} adds {typ} values, whose sum can overflow on large released values (a "
+                "window's sum cannot be made NULL on overflow); nothing was charged",
+                hint="add them as DOUBLE, e.g. SUM(CAST(x AS DOUBLE)) OVER (...)")
 
 
 def _guard_divisors(e: exp.Expression) -> exp.Expression:
@@ -156,6 +234,7 @@ def check(
             ) from None
         if plan.having is not None:
             _check_having_literals(backend, plan, key_types, cols)
+        _check_window_sums(backend, plan, lambda rel: exp.select(*cols).subquery("__placeholders"))
     elif key_domain is None:  # pragma: no cover - every mechanism gives key types or the key values
         raise AssertionError("post-processing check needs the key types or the key values")
     if key_domain is not None:
@@ -253,11 +332,23 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
         values[a.name] = pa.array([0] * n, _PLACEHOLDER_TYPES[typ]) if typ in _PLACEHOLDER_TYPES else pa.array([0.0] * n, pa.float64())
     try:
         backend.post_process(pa.table(values), lambda rel: post_ast(plan, exp.to_table(rel), []))
+        _check_window_sums(backend, plan, exp.to_table, pa.table(values))
     except ExecutionError:
         raise QueryTypeError(
             "the query's outputs, HAVING or ORDER BY cannot be evaluated on the declared key values; nothing was charged",
             hint="check casts and arithmetic over the GROUP BY keys (e.g. CAST(key AS INTEGER) on text keys)",
         ) from None
+
+
+def _in_key_order(table: pa.Table, keys: list[str]) -> pa.Table:
+    """The released rows sorted by their keys: a window's value (the last bits of a floating-point SUM over a
+    partition, whose order SQL leaves open) then follows the released values, never the order the mechanism's
+    engine produced the rows in (which can follow groups that were not released). A key type Arrow cannot sort
+    (public metadata) leaves the order as it is."""
+    try:
+        return table.sort_by([(k, "ascending") for k in keys])  # (NULL keys last)
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # pragma: no cover - every key type sorts today
+        return table
 
 
 def clip_negative(table: pa.Table, columns: list[str]) -> pa.Table:
@@ -328,6 +419,8 @@ def apply(
         taken.add(alias)
         flagged.append(alias)
         hidden.append((f"__row_note_{i}", alias))
+    if plan.keys and _windows(plan, lambda e: e) is not None:
+        table = _in_key_order(table, [k.name for k in plan.keys])
     out = backend.post_process(table, lambda rel: post_ast(plan, exp.to_table(rel), hidden, total=True))
     # notes on the rows shown (after HAVING, ORDER BY, LIMIT): the flags of the rows that came out
     notes = list(released.notes)

@@ -338,12 +338,13 @@ QUERIES: list[tuple[str, str, str, Any]] = [
     ("window_over_rows", "SELECT SUM(age) OVER () FROM persons", "b", "per-row values"),
     ("window_row_number", "SELECT person_id, ROW_NUMBER() OVER (PARTITION BY person_id ORDER BY ts) AS rn FROM events",
      "b", "per-row values"),
+    # windows over aggregates: post-processing of the released rows (dpsql.plan.windows)
     ("window_rank", "SELECT region, COUNT(*) AS n, RANK() OVER (ORDER BY COUNT(*) DESC) AS rk FROM persons "
-     "GROUP BY region", "b", "from the released rows"),
-    ("window_share", "SELECT region, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER () AS share FROM persons GROUP BY region", "b",
-     "from the released rows"),
+     "GROUP BY region", "a", None),
+    ("window_share", "SELECT region, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER () AS share FROM persons GROUP BY region", "a",
+     None),
     ("qualify", "SELECT page, COUNT(*) AS n FROM events GROUP BY page "
-     "QUALIFY ROW_NUMBER() OVER (ORDER BY COUNT(*) DESC) <= 3", "b", "ORDER BY ... LIMIT n"),
+     "QUALIFY ROW_NUMBER() OVER (ORDER BY COUNT(*) DESC, page) <= 3", "a", None),
     ("scalar_subquery", "SELECT COUNT(*) FROM persons WHERE age > (SELECT AVG(age) FROM persons)", "b",
      "as a literal"),
     ("in_subquery", "SELECT COUNT(*) FROM persons WHERE person_id IN (SELECT person_id FROM events "

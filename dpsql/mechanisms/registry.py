@@ -63,7 +63,7 @@ from dpsql.mechanisms.base import Description, Mechanism, MechanismName, Request
 from dpsql.mechanisms.basic import BasicMechanism, domain_size
 from dpsql.mechanisms.public_domain import PublicDomain
 from dpsql.options import FORCEABLE_NAMES, OPTIONS, UNIVERSAL, mechanism_doc
-from dpsql.plan import ir
+from dpsql.plan import ir, windows
 from dpsql.plan.analyze import analyze, resolve_unit_column
 from dpsql.plan.workload import analyze_workload, histogram_workload
 
@@ -351,6 +351,9 @@ def _finish(request: Request, mechanism: Mechanism, calibration: Any, reason: st
     if desc.reuse_of is not None and (desc.cost.epsilon or desc.cost.delta):
         raise ConfigError(f"mechanism '{desc.label}' answers from ledger entry {desc.reuse_of} for free but states a cost "
                           f"{desc.cost}; nothing was charged", hint="a reuse of a stored release states the cost (0, 0)")
+    window_note = windows.describe(request.plan) if request.plan is not None else None
+    if window_note is not None:
+        desc = dataclasses.replace(desc, notes=(*desc.notes, window_note))
     if desc.reuse_of is not None:
         reason = (f"answered from the DAWA synopsis of ledger entry {desc.reuse_of} (same table, column(s) and WHERE): "
                   "post-processing")

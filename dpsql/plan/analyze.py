@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from dpsql.catalog import OrderedDomain, TableSpec, reference_problems, unit_paths
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError, Violation
-from dpsql.plan import ir
+from dpsql.plan import ir, windows
 from dpsql.plan.checks import (
     ANON_AGGS,
     FROM_ON,
@@ -365,7 +365,7 @@ class _Builder:
                          or f"{where} refers to unknown table or alias '{(db + '.') if db else ''}{c.table}'")
                 continue
             if not qual and name in aliases and (not self.table.schema or name not in self.table.schema):
-                agg = next((a for a in _ancestors(c, node) if is_aggregate(a)), None)
+                agg = next((a for a in _ancestors(c, node) if is_aggregate(a) and not windows.is_window_function(a)), None)
                 if agg is None:
                     continue
                 # an aggregate reads the table's rows, not the outputs: an alias there (of an aggregate: a
@@ -807,16 +807,28 @@ class _Builder:
             kept.append(exp.Paren(this=typed))
         return exp.and_(*kept, copy=False) if kept else None
 
-    def to_post(self, node: exp.Expression, where: str, *, alias_map: dict[str, exp.Expression] | None = None) -> exp.Expression:
-        """Rewrite an expression over the query into one over released internal columns."""
+    def to_post(self, node: exp.Expression, where: str, *, alias_map: dict[str, exp.Expression] | None = None,
+                window: bool = False) -> exp.Expression:
+        """Rewrite an expression over the query into one over released internal columns. ``window``: ``node``
+        is an input of a window function (a column there that is no key is refused as a window over raw rows)."""
         key_by_sql = {k.sql: k for k in self.keys}
 
         def repl(n: exp.Expression) -> exp.Expression:
             if isinstance(n, exp.Window):
-                return exp.Null()  # refused as a window by the function checks: its calls are no second problem
+                if window or where not in ("SELECT", "ORDER BY", "QUALIFY") or windows.problem(n) is not None:
+                    return exp.Null()  # refused by the function checks: its calls are no second problem
+                w = n.copy()  # its function stays a window function: its inputs are over released columns
+                for part in windows.inputs(w):
+                    part.replace(self.to_post(part, where, alias_map=alias_map, window=True))
+                if any(isinstance(x, exp.Window) for x in w.walk() if x is not w):  # (an alias of a window)
+                    self.bad(n, f"{where}: window functions cannot be nested; name the window's inputs directly")
+                    return exp.Null()
+                return w
             if isinstance(n, exp.WithinGroup):
                 r = self.aggregate_ref(n, where)
                 return r if r is not None else exp.Null()
+            if (is_aggregate(n) or isinstance(n, exp.Filter)) and n.find(exp.Window):
+                return exp.Null()  # a window inside an aggregate: refused by the function checks
             if is_aggregate(n) or isinstance(n, exp.Filter):
                 inner = n.this if isinstance(n, exp.Filter) else n  # FILTER wraps its aggregate
                 if any(is_aggregate(x) for x in n.walk() if x is not inner):  # (a FILTER's condition too)
@@ -841,6 +853,11 @@ class _Builder:
                     return exp.Null()  # unknown column: reported by check_columns
                 if n.table and n.table.lower() not in self._table_names:
                     return exp.Null()  # unknown table or alias: reported by check_columns
+                if window:
+                    self.bad(n, f"{where}: a window over raw rows would release per-row values: column '{n.name}' is "
+                                f"neither a GROUP BY key nor inside an aggregate; {windows.OVER_RELEASED} (hint: GROUP BY "
+                                f"{n.name}, or aggregate it, e.g. SUM(SUM({n.name})) OVER (...))")
+                    return exp.Null()
                 self.bad(
                     n,
                     f"{where} uses column '{n.name}' outside an aggregate and not in GROUP BY: non-aggregated output is not allowed",
@@ -883,7 +900,7 @@ class _Builder:
 
             return analyze_join(self.sql, stmt, self.catalog)  # joins: DP-S4S / R2T (dpsql.plan.joins)
         stmt = _distinct_as_group_by(stmt)
-        self.violations.extend(check_statement_shape(stmt, self.sql, start=starts[0] if starts else 0))
+        self.violations.extend(check_statement_shape(stmt, self.sql, start=starts[0] if starts else 0, windows=True))
         distinct = stmt.args.get("distinct") if isinstance(stmt, exp.Select) else None
         if not isinstance(stmt, exp.Select) or (isinstance(distinct, exp.Distinct) and distinct.args.get("on")):
             self._raise()  # (DISTINCT ON: its outputs are raw values; one problem, not also each output)
@@ -971,7 +988,7 @@ class _Builder:
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
                 self.bad(it, "SELECT * releases raw rows and is not allowed; select aggregates such as COUNT(*)")
             if i not in keyed:  # a key GROUP BY names is checked there, once, against the stricter allow-list
-                self.violations.extend(check_expression_functions(it, self.sql, "SELECT"))
+                self.violations.extend(check_expression_functions(it, self.sql, "SELECT", windows=True))
             self.check_columns(it, "SELECT", allow_aliases=earlier)
 
         # WHERE ---------------------------------------------------------------------
@@ -980,7 +997,7 @@ class _Builder:
         if where_expr is not None:
             where_expr = self.select_aliases(where_expr, select_items)
             before = len(self.violations)
-            self.violations.extend(check_expression_functions(where_expr, self.sql, "WHERE"))
+            self.violations.extend(check_expression_functions(where_expr, self.sql, "WHERE", windows=True))
             for a in [n for n in where_expr.walk() if is_aggregate(n) and not _in_subquery(n, where_expr)]:
                 self.bad(a, "aggregates are not allowed in WHERE; use HAVING")
             self.check_columns(where_expr, "WHERE")
@@ -1001,7 +1018,8 @@ class _Builder:
             if group.args.get("all"):
                 # every output that is no aggregate, read through the earlier aliases it names (COUNT(*) AS n,
                 # n * 2 AS n2: n2 is an aggregate's value, no key)
-                group_exprs.extend(inner for inner in spelled if not any(is_aggregate(n) for n in inner.walk()))
+                group_exprs.extend(inner for inner in spelled
+                                   if not any(is_aggregate(n) or isinstance(n, exp.Window) for n in inner.walk()))
             for g in group.expressions:
                 if isinstance(g, exp.Tuple) and not g.expressions:
                     continue  # GROUP BY (): the grand total, i.e. no grouping
@@ -1041,7 +1059,7 @@ class _Builder:
         key_sqls = {k.sql for k in self.keys}
         for g in group_exprs:
             before = len(self.violations)
-            self.violations.extend(check_expression_functions(g, self.sql, "GROUP BY"))
+            self.violations.extend(check_expression_functions(g, self.sql, "GROUP BY", windows=True))
             for a in [n for n in g.walk() if is_aggregate(n)]:
                 self.bad(a, "aggregates are not allowed in GROUP BY")
             self.check_columns(g, "GROUP BY")
@@ -1103,13 +1121,16 @@ class _Builder:
         having = None
         if stmt.args.get("having") is not None:
             hv = stmt.args["having"].this
-            self.violations.extend(check_expression_functions(hv, self.sql, "HAVING"))
+            self.violations.extend(check_expression_functions(hv, self.sql, "HAVING", windows=True))
             self.check_columns(hv, "HAVING", allow_aliases=True)
             having = self.to_post(hv, "HAVING", alias_map=alias_post)
+            if any(isinstance(n, exp.Window) for n in having.walk()):  # an output's alias naming a window
+                self.bad(hv, "HAVING names a window function's output: SQL evaluates windows after HAVING; filter on a "
+                             "window with QUALIFY")
         order: list[exp.Ordered] = []
         if stmt.args.get("order") is not None:
             for o in stmt.args["order"].expressions:
-                self.violations.extend(check_expression_functions(o, self.sql, "ORDER BY"))
+                self.violations.extend(check_expression_functions(o, self.sql, "ORDER BY", windows=True))
                 inner = o.this
                 if isinstance(inner, exp.Literal) and not inner.is_string:
                     if not str(inner.this).isdigit() or not 1 <= int(inner.this) <= len(outputs):
@@ -1124,10 +1145,27 @@ class _Builder:
                 new = o.copy()
                 new.set("this", self.to_post(inner, "ORDER BY", alias_map=alias_post))
                 order.append(new)
+        qualify = None
+        if stmt.args.get("qualify") is not None:
+            qv = stmt.args["qualify"].this
+            self.violations.extend(check_expression_functions(qv, self.sql, "QUALIFY", windows=True))
+            self.check_columns(qv, "QUALIFY", allow_aliases=True)
+            qualify = self.to_post(qv, "QUALIFY", alias_map=alias_post)
+            if not any(isinstance(n, exp.Window) for n in qualify.walk()) and not any(
+                    isinstance(n, exp.Window) for o in outputs for n in o.expr.walk()):
+                self.violations.append(violation(stmt.args["qualify"], self.sql, "QUALIFY filters on window functions, "
+                                                 "and the query has none; filter the released rows with HAVING",
+                                                 offset=keyword_offset(self.sql, {"QUALIFY"})))
         key_filter = self.key_only_where(where_expr)
         if key_filter is not None:
             having = key_filter if having is None else exp.And(this=exp.Paren(this=key_filter),
                                                                expression=exp.Paren(this=having))
+        if not self.aggregates and not self.keys and not self.violations and any(
+                isinstance(n, exp.Window) for it in select_items for n in it.walk()):
+            self.bad(next(n for it in select_items for n in it.walk() if isinstance(n, exp.Window)),
+                     "a window function without GROUP BY or an aggregate would run over raw rows and release per-row "
+                     f"values; {windows.OVER_RELEASED} (hint: aggregate first, e.g. SELECT k, COUNT(*) AS n, "
+                     "SUM(COUNT(*)) OVER () AS total FROM t GROUP BY k)")
         if not self.aggregates and not self.keys and not self.violations:
             self.bad(stmt, "the query must aggregate (COUNT, SUM or AVG) or GROUP BY columns: non-aggregated output is not allowed")
         limit = self._int_clause(stmt, "limit")
@@ -1144,6 +1182,7 @@ class _Builder:
             order=order,
             limit=limit,
             offset=offset,
+            qualify=qualify,
         )
 
     def _several_paths(self, stmt: exp.Select) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.errors import Violation
+from dpsql.plan import windows as windows_mod
 from dpsql.plan.parse import (
     DIALECT,
     as_written,
@@ -91,7 +92,7 @@ def never_null_literal(e: exp.Expression) -> bool:
 
 
 #: clauses evaluated by dpsql over released values only (post-processing)
-POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY")
+POST_CLAUSES = ("SELECT", "HAVING", "ORDER BY", "QUALIFY")
 
 __all__ = ["ANON_AGGS", "LIMIT_ZERO", "POST_CLAUSES", "SUPPORTED_AGGS", "check_expression_functions", "check_statement_shape", "distinct_operand",
            "func_name",
@@ -190,7 +191,8 @@ def written_name(
     return ""
 
 
-_WINDOW_OVER_AGGREGATES = ("compute a rank, a share of the total or a running total from the released rows "
+_WINDOW_OVER_AGGREGATES = ("windows over aggregates are answered for a query of one table, not over a join's; "
+                           "compute a rank, a share of the total or a running total from the released rows "
                            "(ORDER BY the aggregate DESC LIMIT n keeps the largest groups)")
 
 
@@ -205,9 +207,11 @@ def _subquery_fix(sub: exp.Expression) -> str:
     return "; run the subquery as a query of its own and write its released value into this one as a literal"
 
 
-def check_expression_functions(node: exp.Expression, sql: str, where: str) -> list[Violation]:
+def check_expression_functions(node: exp.Expression, sql: str, where: str, *, windows: bool = False) -> list[Violation]:
     """Every function and operator in ``node`` must be on the allow-list; subqueries, query
-    parameters and window functions are refused with their own messages.
+    parameters and window functions are refused with their own messages. ``windows``: a window in the
+    SELECT list, ORDER BY or QUALIFY is answered over the released rows (``dpsql.plan.windows``): its
+    function and frame are checked there, its inputs here as post-processing.
 
     WHERE and GROUP BY (evaluated on private rows) use the typer's ``ALLOW_LIST``; the SELECT
     list, HAVING and ORDER BY (post-processing over released values) use ``ALLOW_LIST`` plus
@@ -242,6 +246,22 @@ def check_expression_functions(node: exp.Expression, sql: str, where: str) -> li
                    and items and len(items) <= 10 and all(never_null_literal(i) for i in items) else
                    "write each test, joined with OR for ANY, AND for ALL (x LIKE 'a%' OR x LIKE 'b%')")
             out.append(violation(sub, sql, f"{where}: ANY / ALL over a list are not supported; {fix}"))
+            continue
+        if isinstance(sub, exp.Window) and windows:
+            if post and where != "HAVING":
+                msg = windows_mod.problem(sub)
+                if msg is None:
+                    stack.extend((c, where, post) for c in reversed(windows_mod.inputs(sub)))
+                else:
+                    out.append(violation(sub, sql, f"{where}: {msg}"))
+            elif where == "HAVING":
+                out.append(violation(sub, sql, "window functions are not allowed in HAVING (SQL evaluates windows after "
+                                               "HAVING); filter on a window with QUALIFY"))
+            else:
+                label = "GROUP BY (or a SELECT DISTINCT, whose outputs are its keys)" if where == "GROUP BY" else where
+                out.append(violation(sub, sql, f"a window function in {label} would run over raw rows: "
+                                               f"{windows_mod.OVER_RELEASED}; use it in the SELECT list, ORDER BY or "
+                                               "QUALIFY of an aggregate query"))
             continue
         if isinstance(sub, exp.Window):
             over_aggregates = any(is_aggregate(n) for n in sub.walk() if n is not sub.this)
@@ -317,8 +337,9 @@ _CLAUSE_WORDS = {
 }
 
 
-def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> list[Violation]:
-    """Structural checks that do not need the catalog. ``start``: offset of the statement."""
+def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0, windows: bool = False) -> list[Violation]:
+    """Structural checks that do not need the catalog. ``start``: offset of the statement; ``windows``: QUALIFY is
+    answered (over the released rows, ``dpsql.plan.windows``)."""
     v: list[Violation] = []
     if isinstance(stmt, (exp.Union, exp.Intersect, exp.Except)):
         return [
@@ -365,7 +386,7 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
         v.append(violation(stmt, sql, what, offset=_after_select_keyword(sql, start)))
     for key in ("joins", "laterals", "windows", "qualify", "into", "locks", "sample", "pivots", "connect", "prewhere"):
         val = stmt.args.get(key)
-        if val:
+        if val and not (key == "qualify" and windows):
             if key == "joins":
                 for j in val:
                     v.append(
@@ -378,8 +399,9 @@ def check_statement_shape(stmt: exp.Expression, sql: str, *, start: int = 0) -> 
             elif key == "qualify":
                 v.append(
                     violation(
-                        val, sql, "QUALIFY (window filtering) is not supported; keep the first released rows with "
-                                  "ORDER BY ... LIMIT n instead (ORDER BY n DESC LIMIT 3 for the 3 largest counts)",
+                        val, sql, "QUALIFY (window filtering) is answered for a query of one table, not over a join; "
+                                  "keep the first released rows with ORDER BY ... LIMIT n instead (ORDER BY n DESC "
+                                  "LIMIT 3 for the 3 largest counts)",
                         offset=keyword_offset(sql, {"QUALIFY"}, after=start),
                     )
                 )

@@ -199,6 +199,8 @@ class QueryPlan:
     outputs: list[OutputColumn]
     having: exp.Expression | None = None  # over internal names
     order: list[exp.Ordered] = field(default_factory=list)  # over internal / output names
+    #: QUALIFY (over internal / output names): a filter on the windows over the released rows (dpsql.plan.windows)
+    qualify: exp.Expression | None = None
     limit: int | None = None
     offset: int | None = None
     join: JoinPlan | None = None  # a join query (or a table with several paths to people)
