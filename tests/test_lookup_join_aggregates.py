@@ -191,3 +191,17 @@ def test_an_undeclared_lookup_column_is_answered_by_the_sparse_histogram_when_as
         assert got.mechanism == "sparse_histogram"
     want = {r["k"]: r["n"] for r in _duckdb(sql)}
     assert {r["k"]: r["n"] for r in got.to_pylist()} == {k: v for k, v in want.items() if v > 20}  # above threshold
+
+
+def test_outputs_and_explain_name_the_columns_as_written() -> None:
+    """Released columns and explain name the aggregates as the query wrote them (``e.amt``), as for COUNT, SUM and AVG
+    over joins, never by the joined relation's internal column names."""
+    sql = ("SELECT c.region, VARIANCE(e.amt), COUNT(DISTINCT e.uid) AS people, STDDEV(e.amt) * 2 FROM events e "
+           "LEFT JOIN countries c ON e.cc = c.code GROUP BY c.region")
+    with _session(join="LEFT JOIN") as s:
+        shown = s.explain(sql, epsilon=1.0, delta=0.0).parameters
+        got = s.query(sql, epsilon=1.0, delta=0.0)
+        median = s.explain("SELECT MEDIAN(e.day) FROM events e JOIN countries c ON e.cc = c.code", epsilon=1.0, delta=0.0)
+    assert got.table.column_names == ["region", "VARIANCE(e.amt)", "people", "STDDEV(e.amt) * 2"]
+    assert set(shown["expected_accuracy"]) == {"VARIANCE(e.amt)", "people"}
+    assert median.parameters["aggregates"][0]["aggregate"] == "MEDIAN(e.day)"

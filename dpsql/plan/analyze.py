@@ -5,6 +5,7 @@ All violations of the DP subset are collected and raised together, each with lin
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import re
@@ -1482,7 +1483,7 @@ def analyze_lookup(sql: str, statement: exp.Select, table: TableSpec, name: str)
         return re.sub(r"\w+", lambda m: m[0].replace("__", ".", 1) if m[0] in table.schema else m[0], text)
 
     try:
-        return _Builder(sql, {name: table}).build(statement)
+        plan = _Builder(sql, {name: table}).build(statement)
     except QueryError as e:
         e.message, e.hint = spelled(e.message), e.hint and spelled(e.hint)
         e.violations = [Violation(spelled(v.message), v.line, v.col, v.fragment) for v in e.violations]
@@ -1493,6 +1494,15 @@ def analyze_lookup(sql: str, statement: exp.Select, table: TableSpec, name: str)
             f"the query is nested too deeply (expressions may be nested at most {MAX_DEPTH} levels)",
             hint="write it with fewer nested parentheses, functions and operators",
         ) from None
+    # what explain and the released names show, as the query wrote it (an output's alias is kept as written)
+    def renamed(a: ir.Aggregate) -> ir.Aggregate:
+        return dataclasses.replace(a, sql=spelled(a.sql), second=a.second and renamed(a.second))
+
+    for out, item in zip(plan.outputs, statement.expressions, strict=True):
+        if not isinstance(item, exp.Alias):
+            out.name = as_written(item).name if isinstance(item, exp.Column) else spelled(out.name)
+    return dataclasses.replace(plan, aggregates=[renamed(a) for a in plan.aggregates],
+                               keys=[dataclasses.replace(k, sql=spelled(k.sql)) for k in plan.keys])
 
 
 def analyze(sql: str, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:
