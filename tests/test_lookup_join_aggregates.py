@@ -172,6 +172,8 @@ def _private_pair() -> dpsql.Session:
     ("SELECT VARIANCE(e.cc) FROM events e JOIN countries c ON e.cc = c.code", {}, "VARIANCE"),
     ("SELECT VARIANCE(e.uid) FROM events e LEFT JOIN countries c ON e.cc = c.code", {}, "needs value bounds"),
     ("SELECT VARIANCE(e.nope) FROM events e JOIN countries c ON e.cc = c.code", {}, "unknown column 'nope'"),
+    ("SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY e.nope) FROM events e JOIN countries c ON e.cc = c.code", {},
+     "unknown column 'nope'"),
     ("SELECT COUNT(DISTINCT e.uid) FROM events e JOIN countries c ON e.cc = c.code GROUP BY e.uid", {},
      "GROUP BY the privacy unit 'e.uid'"),
 ])

@@ -548,7 +548,7 @@ class _JoinBuilder:
             return None
         name = (written_name(node, self.sql) or node.sql(dialect="duckdb").split("(", 1)[0] or type(node).__name__).upper()
         if isinstance(node, SUPPORTED_AGGS):  # answered by the one-table mechanisms, over a lookup join's rows only
-            self.flatten(node, name)  # (reports unknown columns)
+            self.flatten(node.parent if isinstance(node.parent, exp.WithinGroup) else node, name)  # (unknown columns)
             self.deferred.append(violation(node, self.sql, (
                 f"aggregate {name} is not supported over joins other than lookup joins (one private table joined to "
                 "public tables on their declared keys); use COUNT, SUM or AVG")))
