@@ -32,6 +32,12 @@ unchanged, with the same caps and sensitivities. A GROUP BY over a LEFT-joined l
 domain releases that domain plus NULL (the group of the unmatched rows): a public key set fixed by the catalog,
 released whatever the data, so whether the NULL group appears tells nothing about anyone.
 
+Aggregates the join mechanisms do not answer (COUNT(DISTINCT ...), VARIANCE / STDDEV, COVAR_* / CORR / REGR_*, MIN,
+MAX and the quantiles: ``ir.JoinPlan.one_table_only``): the query is analysed as one table's over ``J``
+(``ir.JoinPlan.statement``, ``dpsql.plan.analyze.analyze_lookup``), so each is computed over the bounded rows of ``J``
+as over a table's rows, with the same sensitivity argument (``J`` is a row-wise function of the private rows). No
+stored synopsis is read for ``J`` (a synopsis holds one table's own rows: ``reuse`` is refused).
+
 The mechanisms read ``J`` as a CTE named :data:`VIEW` placed first in their bounded query; every choice
 here is made from the catalog and the SQL (the route is data independent), the caps from the private
 table's registration lowered by the options.
@@ -80,6 +86,13 @@ def one_table_plan(plan: ir.QueryPlan, people: PeopleBound, catalog: Mapping[str
         max_rows_per_unit=private.max_rows_per_unit, columns=columns, tau=private.tau, schema=dict(jp.flat_schema),
         view=VIEW,
     )
+    if jp.statement is not None:  # aggregates the join mechanisms do not answer: the query analysed as one table's
+        from dpsql.plan.analyze import analyze_lookup
+
+        one = analyze_lookup(plan.sql, jp.statement, table, VIEW)
+        # the WHERE is the joined relation's (applied where it is rendered); its conditions on declared keys alone
+        # still filter the released keys (the plan's HAVING), as on one table
+        return dataclasses.replace(one, where=None, keys=_left_keys(one.keys, jp), join=jp)
     bases = jp.aggregates or (ir.JoinAggregate(jp.kind, jp.value, jp.bounds, plan.aggregates[0].sql),)
     aggregates = []
     for j, b in enumerate(bases):
@@ -90,12 +103,14 @@ def one_table_plan(plan: ir.QueryPlan, people: PeopleBound, catalog: Mapping[str
                              default=exp.Literal.number(1))
         aggregates.append(ir.Aggregate(b.kind, column, f"__a{j}", b.sql, b.bounds if b.kind == ir.SUM else None,
                                        value=value))
-    # a LEFT-joined lookup's column with a declared domain: that domain plus NULL, the group of the private rows no
-    # lookup row matches (and of the lookup's own NULLs), released like every declared key whatever the data
-    by_name = {k.name: k for k in jp.keys}
-    keys = [dataclasses.replace(k, domain=(*k.domain, None)) if k.domain is not None and None not in k.domain
-            and k.name in by_name and by_name[k.name].alias in jp.left else k for k in plan.keys]
-    return dataclasses.replace(plan, table=table, where=None, aggregates=aggregates, keys=keys)
+    return dataclasses.replace(plan, table=table, where=None, aggregates=aggregates, keys=_left_keys(plan.keys, jp))
+
+
+def _left_keys(keys: list[ir.GroupKey], jp: ir.JoinPlan) -> list[ir.GroupKey]:
+    """A LEFT-joined lookup's column with a declared domain: that domain plus NULL, the group of the private rows no
+    lookup row matches (and of the lookup's own NULLs), released like every declared key whatever the data."""
+    return [dataclasses.replace(k, domain=(*k.domain, None)) if k.domain is not None and None not in k.domain
+            and isinstance(k.expr, exp.Column) and k.expr.name.split("__", 1)[0] in jp.left else k for k in keys]
 
 
 class LookupJoin:

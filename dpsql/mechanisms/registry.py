@@ -24,7 +24,10 @@ Routing rules, in order:
    delta > 0 -> the per-person clipping path over one constant group (no sampling: the one-table query's
    sensitivity, ``_route_lookup_join``). A LEFT JOIN from the private table to such lookups: the one-table path
    only (``_route_left_lookup``; a declared key set of a LEFT-joined lookup's column gains NULL), anything else
-   with a LEFT JOIN refused; other GROUP BY
+   with a LEFT JOIN refused. Over a lookup join, the aggregates the join mechanisms do not answer (COUNT(DISTINCT),
+   variances, covariances, REGR_*, quantiles: ``ir.JoinPlan.one_table_only``) are answered on that one-table path
+   only (quantiles by the exponential mechanism), the query analysed as one table's over the joined rows; over
+   other joins, or with the join mechanisms asked, they are refused (``_refuse_one_table_only``); other GROUP BY
    over joins -> ``route_name`` (a key of a private table without a declared domain refused).
 1. ``query_many`` (a workload of range counts) -> DAWA (a stored synopsis answers it for free).
 2. A histogram over a column with a declared ordered domain -> DAWA (or its stored synopsis: the
@@ -544,10 +547,12 @@ def _route_join(
         return _route_left_lookup(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
     # one meaning per query: a lookup join is the one-table query over its joined rows (NULL units dropped, the caps
     # after the whole WHERE) at every delta, unless a join mechanism or an option only they read is asked for
-    if lookup and not set(options) & _JOIN_OPTIONS and forced in ("auto", "gaussian", "laplace", "sparse_histogram"):
+    if lookup and not set(options) & _JOIN_OPTIONS and forced in _LOOKUP_NAMES:
         one = _route_lookup_one_table(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
         if one is not None:
             return one
+    if plan.join.one_table_only:  # aggregates the join mechanisms do not answer
+        _refuse_one_table_only(plan, options, _lookup_join(plan.join, people, catalog))
     refused = [k.refusal for k in plan.join.keys if k.refusal is not None]
     if refused:  # keys of a private table without a public key set: the join mechanisms would read them from its rows
         from dpsql.plan.joins import _raise
@@ -583,6 +588,31 @@ def _route_join(
 
 #: options only the join mechanisms read: asked for, they keep a lookup join on those mechanisms
 _JOIN_OPTIONS = frozenset({"q", "degree_caps", "max_tuples_per_user", "tau_base", "clip_norm"})
+#: the mechanisms a lookup join's one-table path answers with (the ``mechanism`` option's values it accepts)
+_LOOKUP_NAMES = ("auto", "gaussian", "laplace", "sparse_histogram", "exponential")
+
+
+def _refuse_one_table_only(plan: ir.QueryPlan, options: Mapping[str, Any], lookup: bool) -> None:
+    """Refuse (free) a join query with aggregates only the one-table path of a lookup join answers
+    (``ir.JoinPlan.one_table_only``) that did not reach that path, saying why."""
+    from dpsql.plan.joins import _raise
+
+    assert plan.join is not None
+    if not lookup:
+        _raise(list(plan.join.one_table_only))
+    what = ", ".join(dict.fromkeys(v.fragment or "the aggregate" for v in plan.join.one_table_only))
+    asked = sorted(set(options) & _JOIN_OPTIONS)
+    if asked or options.get("mechanism", "auto") not in _LOOKUP_NAMES:
+        by = f"the option(s) {', '.join(asked)} ask" if asked else f"mechanism '{options['mechanism']}' asks"
+        raise PolicyError(f"{what} over a lookup join is answered by the one-table mechanisms over the joined rows; {by} "
+                          "for the join mechanisms, which answer COUNT, SUM and AVG only", hint="omit it")
+    if any(k.kind == "year" for k in plan.join.keys):
+        raise PolicyError(f"{what} over a lookup join grouped by year(col) is not answered: the one-table mechanisms "
+                          "know the key sets of columns only, and the join mechanisms answer COUNT, SUM and AVG only",
+                          hint="declare the column's domain and group by the column, or ask COUNT, SUM or AVG")
+    raise PolicyError(f"{what} over this lookup join is not answered: its private table reaches its people through "
+                      "another table (its owner is not one of its columns), and the join mechanisms answer COUNT, SUM and "
+                      "AVG only", hint="ask COUNT, SUM or AVG")
 
 
 def _lookup_join(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> bool:
@@ -631,9 +661,10 @@ def _route_left_lookup(
         raise PolicyError(problem, hint=f"LEFT JOIN each public lookup on the column the private table references"
                                         f"{example}, or use an inner JOIN")
     joins_only = sorted(set(options) & _JOIN_OPTIONS)
-    if joins_only or forced not in ("auto", "gaussian", "laplace", "sparse_histogram"):
+    if joins_only or forced not in _LOOKUP_NAMES:
         what = f"the option(s) {', '.join(joins_only)} ask" if joins_only else f"mechanism '{forced}' asks"
-        raise PolicyError(f"a LEFT JOIN is answered by the one-table mechanisms (gaussian, laplace, sparse_histogram) "
+        raise PolicyError(f"a LEFT JOIN is answered by the one-table mechanisms (gaussian, laplace, sparse_histogram, "
+                          f"exponential) "
                           f"over the joined rows; {what} for the join mechanisms, which join inner only",
                           hint="omit it, or use an inner JOIN")
     one = _route_lookup_one_table(sql, plan, people, epsilon, delta, options, catalog, find_synopsis)
@@ -712,6 +743,14 @@ def _route_lookup_one_table(
     if forced == "auto" and "public" in kinds and "private" not in kinds:
         # keys read from a public table's column: that table's values are a public key set, every key released by
         # the join's per-person clipping (the join rules), not thresholded by the sparse histogram
+        if plan.join.one_table_only:  # the join rules answer COUNT, SUM and AVG only
+            tables = dict(plan.join.inputs)
+            cols = ", ".join(f"{tables.get(k.alias, k.alias)}.{k.column}" for k in plan.join.keys if k.kind == "public")
+            what = ", ".join(dict.fromkeys(v.fragment or "the aggregate" for v in plan.join.one_table_only))
+            raise PolicyError(f"{what} grouped by {cols}, a public lookup column without a declared domain: its key set "
+                              "is released in full by the join mechanisms only, which answer COUNT, SUM and AVG only",
+                              hint=f"declare the domain of {cols} (the column's 'domain' when its table is registered), "
+                                   "or pass mechanism='sparse_histogram' (keys released above a noisy threshold)")
         if delta <= 0:  # the join rules need delta > 0; a declared domain is the Laplace path of this one
             tables = dict(plan.join.inputs)
             cols = ", ".join(f"{tables.get(k.alias, k.alias)}.{k.column}" for k in plan.join.keys if k.kind == "public")
@@ -721,7 +760,26 @@ def _route_lookup_one_table(
                                    "answers it, every declared key released")
         return None
     _check_public_groups(one)
-    if forced == "sparse_histogram" or (forced == "auto" and one.keys and not one.public_keys):
+    if "reuse" in options:  # a stored synopsis is of the table's own rows, never of its rows joined with lookups
+        raise PolicyError("reuse='synopsis' reads a stored synopsis of one table's rows; a lookup join's rows are the "
+                          "table's rows joined with lookup rows, which no stored synopsis holds", hint="omit the reuse "
+                          "option (the query is then answered on its own, and charged: explain shows the cost)")
+    quantiles = [a.sql for a in one.aggregates if a.kind in ir.QUANTILE_KINDS]
+    if quantiles or forced == "exponential":
+        others = [a.sql for a in one.aggregates if a.kind not in ir.QUANTILE_KINDS]
+        if not quantiles or forced not in ("auto", "exponential"):
+            raise PolicyError("mechanism 'exponential' answers quantiles (MIN, MAX, MEDIAN, PERCENTILE_CONT, QUANTILE)"
+                              if not quantiles else f"quantiles (MIN, MAX, MEDIAN, PERCENTILE_CONT, QUANTILE) are "
+                              f"answered by the exponential mechanism, not by mechanism '{forced}'",
+                              hint="omit the mechanism option")
+        if others:
+            raise PolicyError(f"a query mixes quantiles with other aggregates ({', '.join(others)}); they are released by "
+                              "different mechanisms", hint="ask the quantiles (MIN, MAX, MEDIAN, ...) and the other "
+                              "aggregates in separate queries")
+        name = MechanismName.EXPONENTIAL
+        what = ("scalar quantile" if not one.keys else "quantile per public (declared) key, every key released") + \
+               ": exponential mechanism over a public grid of the declared bounds (pure DP)"
+    elif forced == "sparse_histogram" or (forced == "auto" and one.keys and not one.public_keys):
         if not one.keys:
             raise PolicyError("mechanism 'sparse_histogram' answers GROUP BY queries, and this query has none",
                               hint="omit the mechanism option")
@@ -736,7 +794,7 @@ def _route_lookup_one_table(
     mech = LookupJoin(REGISTRY[name], plan.join, people, catalog)
     _check_applicable(mech, options)
     req = Request.asking(text=sql, epsilon=epsilon, delta=delta, options=options, table=one.table,
-                         unit=one.table.privacy_unit, catalog=catalog, plan=one, find_synopsis=find_synopsis)
+                         unit=one.table.privacy_unit, catalog=catalog, plan=one, find_synopsis=lambda _: None)
     left = (f" (LEFT JOIN of {', '.join(plan.join.left)}: every private row kept once, the lookup's columns NULL "
             "where no row matches)") if plan.join.left else ""
     reason = ("join of one private table with public lookup tables on their keys: each private row joins at most one "

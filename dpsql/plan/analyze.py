@@ -5,6 +5,7 @@ All violations of the DP subset are collected and raised together, each with lin
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import re
@@ -868,7 +869,11 @@ class _Builder:
         return node.copy().transform(repl, copy=False)
 
     # -- main ------------------------------------------------------------------------
-    def build(self) -> ir.QueryPlan:
+    def build(self, statement: exp.Select | None = None) -> ir.QueryPlan:
+        """The plan of ``self.sql``; or, given ``statement`` (a lookup join's query over its joined rows,
+        ``analyze_lookup``), of that statement as one table's, messages quoting and placing ``self.sql``."""
+        if statement is not None:
+            return self.build_statement(statement.copy(), [0])
         stmts = parse_statements(self.sql)
         starts = statement_starts(self.sql)
         if len(stmts) != 1:
@@ -899,6 +904,9 @@ class _Builder:
             from dpsql.plan.joins import analyze_join  # imported for joins only (a large module)
 
             return analyze_join(self.sql, stmt, self.catalog)  # joins: DP-S4S / R2T (dpsql.plan.joins)
+        return self.build_statement(stmt, starts)
+
+    def build_statement(self, stmt: exp.Expression, starts: list[int]) -> ir.QueryPlan:  # noqa: C901 - one pass
         stmt = _distinct_as_group_by(stmt)
         self.violations.extend(check_statement_shape(stmt, self.sql, start=starts[0] if starts else 0, windows=True))
         distinct = stmt.args.get("distinct") if isinstance(stmt, exp.Select) else None
@@ -1512,6 +1520,37 @@ def _check_size(stmt: exp.Expression) -> None:
         raise UnsupportedQueryError(
             f"the query has {items} output columns; at most {MAX_OUTPUT_COLUMNS} output columns are released by one "
             "query", hint="split the select list over several queries (each is charged on its own)")
+
+
+def analyze_lookup(sql: str, statement: exp.Select, table: TableSpec, name: str) -> ir.QueryPlan:
+    """The plan of a lookup join's query (``sql``) as one table's: ``statement`` (``ir.JoinPlan.statement``) over
+    ``table``, the joined relation, which its FROM names ``name`` (``dpsql.mechanisms.lookup.one_table_plan``)."""
+    def spelled(text: str) -> str:  # a joined column as the query names it, 'c.region' (its table's: 'region')
+        text = re.sub(r"columns=\{'(\w+)'", lambda m: "columns={'" + (m[1].split("__", 1)[1] if m[1] in table.schema
+                                                                       else m[1]) + "'", text)
+        return re.sub(r"\w+", lambda m: m[0].replace("__", ".", 1) if m[0] in table.schema else m[0], text)
+
+    try:
+        plan = _Builder(sql, {name: table}).build(statement)
+    except QueryError as e:
+        e.message, e.hint = spelled(e.message), e.hint and spelled(e.hint)
+        e.violations = [Violation(spelled(v.message), v.line, v.col, v.fragment) for v in e.violations]
+        e.args = (e._render(),)
+        raise
+    except RecursionError:
+        raise UnsupportedQueryError(
+            f"the query is nested too deeply (expressions may be nested at most {MAX_DEPTH} levels)",
+            hint="write it with fewer nested parentheses, functions and operators",
+        ) from None
+    # what explain and the released names show, as the query wrote it (an output's alias is kept as written)
+    def renamed(a: ir.Aggregate) -> ir.Aggregate:
+        return dataclasses.replace(a, sql=spelled(a.sql), second=a.second and renamed(a.second))
+
+    for out, item in zip(plan.outputs, statement.expressions, strict=True):
+        if not isinstance(item, exp.Alias):
+            out.name = as_written(item).name if isinstance(item, exp.Column) else spelled(out.name)
+    return dataclasses.replace(plan, aggregates=[renamed(a) for a in plan.aggregates],
+                               keys=[dataclasses.replace(k, sql=spelled(k.sql)) for k in plan.keys])
 
 
 def analyze(sql: str, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan:

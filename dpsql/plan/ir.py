@@ -170,6 +170,13 @@ class JoinPlan:
     #: refuses every other LEFT JOIN), in FROM order: every row of the inputs before them kept, their columns NULL
     #: where no row matches (``dpsql.mechanisms.lookup``)
     left: tuple[str, ...] = ()
+    #: aggregates the join mechanisms do not answer but the one-table mechanisms do (COUNT(DISTINCT ...), MIN, MAX,
+    #: quantiles, VARIANCE, STDDEV, COVAR_*, CORR, REGR_*): why the join rules refuse them (``Violation``s); only
+    #: the one-table path of a lookup join answers the query then (``dpsql.mechanisms.lookup``), from ``statement``
+    one_table_only: tuple[Any, ...] = ()
+    #: with ``one_table_only``: the query over the join's flat column names (``<alias>__<column>``) as one table's,
+    #: each column marked as written (messages quote the query), its FROM naming :data:`dpsql.mechanisms.lookup.VIEW`
+    statement: exp.Select | None = None
 
     def for_aggregate(self, j: int) -> JoinPlan:
         """The single-aggregate plan of base aggregate ``j``: the same join, WHERE, keys and people."""

@@ -77,6 +77,7 @@ from dpsql.plan import ir
 from dpsql.plan.checks import (
     LIMIT_FORM,
     LIMIT_ZERO,
+    SUPPORTED_AGGS,
     check_expression_functions,
     check_statement_shape,
     clause_of,
@@ -252,6 +253,8 @@ class _JoinBuilder:
         self.using: dict[str, list[str]] = {}
         #: aliases of the inputs a LEFT JOIN entered (``ir.JoinPlan.left``)
         self.left: list[str] = []
+        #: aggregates only the one-table path of a lookup join answers (``ir.JoinPlan.one_table_only``)
+        self.deferred: list[Violation] = []
 
     def bad(self, node: exp.Expression, msg: str) -> None:
         _bad(self.sql, node, msg, self.vs)
@@ -495,9 +498,12 @@ class _JoinBuilder:
                 f = self.resolve(arg, "COUNT")
                 return (ir.COUNT_COL, exp.column(f, quoted=False), (1.0, 1.0)) if f else None
             if isinstance(arg, exp.Distinct):  # the column is fine: DISTINCT is what a join cannot bound
-                self.bad(node, "COUNT(DISTINCT ...) is not supported over joins (one person's tuples are bounded, not "
-                               "the distinct values they hold); count tuples with COUNT(*) or COUNT(col), or ask "
-                               "COUNT(DISTINCT col) of one table")
+                self.flatten(arg, "COUNT")  # (reports unknown columns)
+                self.deferred.append(violation(node, self.sql, (
+                    "COUNT(DISTINCT ...) is not supported over joins other than lookup joins (one private table "
+                    "joined to public tables on their declared keys: one person's tuples are bounded there, not the "
+                    "distinct values they hold); count tuples with COUNT(*) or COUNT(col), or ask COUNT(DISTINCT col) "
+                    "of one table")))
                 return None
             self.bad(node, "in a join, COUNT takes * or a column; to count the tuples where a condition holds, move the "
                            "condition into WHERE (a query of its own if the other aggregates must not have it)")
@@ -542,6 +548,12 @@ class _JoinBuilder:
             self.bad(node, f"{fn} over an expression needs literal bounds: write {fn}(LEAST(GREATEST(expr, lo), hi))")
             return None
         name = (written_name(node, self.sql) or node.sql(dialect="duckdb").split("(", 1)[0] or type(node).__name__).upper()
+        if isinstance(node, SUPPORTED_AGGS):  # answered by the one-table mechanisms, over a lookup join's rows only
+            self.flatten(node.parent if isinstance(node.parent, exp.WithinGroup) else node, name)  # (unknown columns)
+            self.deferred.append(violation(node, self.sql, (
+                f"aggregate {name} is not supported over joins other than lookup joins (one private table joined to "
+                "public tables on their declared keys); use COUNT, SUM or AVG")))
+            return None
         self.bad(node, f"aggregate {name} is not supported over joins; use COUNT, SUM or AVG")
         return None
 
@@ -698,6 +710,8 @@ class _JoinBuilder:
         agg = (bases[0].kind, bases[0].value, bases[0].bounds) if bases else None
         value = agg[1] if agg is not None else None
         _raise(self.vs)
+        if self.deferred:
+            return self.one_table_only(stmt, where_flat, conditions)
         if len(bases) > MAX_JOIN_AGGREGATES:  # each is its own run of the join mechanism: refused before any
             raise UnsupportedQueryError(
                 f"the query over a join has {len(bases)} distinct base aggregates; at most {MAX_JOIN_AGGREGATES} are "
@@ -757,6 +771,30 @@ class _JoinBuilder:
         keys = [ir.GroupKey(k.expr, k.name, k.sql, k.domain) for k in self.keys]
         return ir.QueryPlan(sql=sql, table=first, where=None, keys=keys, aggregates=aggregates, outputs=outputs,
                             having=having, order=order, limit=lim, offset=off, join=join_plan)
+
+    def one_table_only(self, stmt: exp.Select, where_flat: exp.Expression | None,
+                       conditions: list[tuple[str, str]]) -> ir.QueryPlan:
+        """The plan of a query with aggregates only the one-table path answers (``self.deferred``): the join and its
+        people as usual, no aggregate or output of its own (the join mechanisms never answer it: ``dpsql.mechanisms.
+        registry`` refuses it with ``one_table_only`` unless it is a lookup join), and ``statement``, the query over
+        the joined relation's flat columns, which ``dpsql.mechanisms.lookup.one_table_plan`` analyses as one table."""
+        from dpsql.mechanisms.lookup import VIEW  # (lookup imports this module)
+
+        flat_stmt = stmt.copy()
+        flat_stmt.set("joins", None)
+        flat_stmt.set("from_" if "from_" in flat_stmt.args or "from" not in flat_stmt.args else "from",
+                      exp.From(this=exp.to_table(VIEW)))
+        for c in list(flat_stmt.find_all(exp.Column)):
+            before = len(self.vs)
+            f = self.resolve(c, "SELECT") if not isinstance(c.this, exp.Star) else None
+            del self.vs[before:]  # an output's alias (HAVING, ORDER BY) is no column: the one-table analysis reads it
+            if f is not None:
+                c.replace(stands_for(exp.column(f, quoted=False), c))
+        jp = self.people((ir.COUNT_STAR, None, (1.0, 1.0)), None, where_flat, conditions)
+        jp = dataclasses.replace(jp, one_table_only=tuple(self.deferred), statement=flat_stmt)
+        keys = [ir.GroupKey(k.expr, k.name, k.sql, k.domain) for k in self.keys]
+        return ir.QueryPlan(sql=self.sql, table=self.inputs[0].table, where=None, keys=keys, aggregates=[], outputs=[],
+                            join=jp)
 
     def released_expr(self, node: exp.Expression, clause: str, swap: dict[str, exp.Expression],
                       by_alias: dict[str, exp.Expression]) -> exp.Expression:

@@ -283,6 +283,10 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
         if e is not None:
             for c in e.find_all(exp.Column):
                 add(c.name)
+    if jp.statement is not None:  # the query as one table's over the joined relation (its output aliases are no columns)
+        for c in jp.statement.find_all(exp.Column):
+            if c.name in jp.flat_schema:
+                add(c.name)
     for s in jp.slots:
         cols[s.alias].update(key_parts(s.column))
     for a, c, _ in caps:
