@@ -22,6 +22,7 @@ import math
 import re
 import struct
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from sqlglot import exp
@@ -146,7 +147,7 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
         f = _to_double(v)
         if _FLOATS[name] and math.isfinite(f):
             try:
-                f = struct.unpack("f", struct.pack("f", f))[0]
+                f = _real_of_text(v) if isinstance(v, str) and f != 0 else struct.unpack("f", struct.pack("f", f))[0]
             except OverflowError:
                 if try_:
                     return None
@@ -189,6 +190,22 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
         if name == "TIMESTAMP" and _TIMESTAMP.fullmatch(v):
             return dt.datetime.fromisoformat(v)
     raise Unfoldable(f"a cast to {name}")
+
+
+def _real_of_text(text: str) -> float:
+    """The REAL nearest the number ``text`` (ties to even), as DuckDB parses text to a REAL: one rounding. Through
+    a DOUBLE it can be two, and differ: '1.99999994039535522374' is the DOUBLE 2 - 2^-24, a tie then rounded to 2.0,
+    where it is below the tie and its REAL is 2 - 2^-23. From the tie above the largest REAL on, +-inf (as DuckDB)."""
+    x = Fraction(Decimal(text.strip()))
+    if abs(x) >= 2**128 - 2**103:
+        return math.copysign(math.inf, x)
+    bits = struct.unpack("<I", struct.pack("<f", max(min(float(x), _REAL_MAX), -_REAL_MAX)))[0]
+    near = [struct.unpack("<f", struct.pack("<I", b))[0] for b in (bits - 1, bits, bits + 1) if 0 <= b < 2**32]
+    return min((c for c in near if math.isfinite(c)),
+               key=lambda c: (abs(Fraction(c) - x), struct.unpack("<I", struct.pack("<f", c))[0] & 1))
+
+
+_REAL_MAX = struct.unpack("<f", struct.pack("<I", 0x7F7FFFFF))[0]
 
 
 def _to_double(v: Any) -> float:
