@@ -155,7 +155,7 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
         return f
     if name in _INT_LIMITS:
         if isinstance(v, str) and _INTEGER.fullmatch(v):
-            v = int(v)
+            v = int(Decimal(v.strip()))  # (not int(v): Python refuses text of more than 4300 digits)
         if isinstance(v, Decimal) and v.is_finite():  # DuckDB rounds a DECIMAL half away from zero
             v = int(v.quantize(Decimal(1), rounding=decimal.ROUND_HALF_UP, context=_CTX))
         elif isinstance(v, float) and math.isfinite(v):  # and a DOUBLE half to even (0.5 is 0, 1.5 is 2)
