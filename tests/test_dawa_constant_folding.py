@@ -54,6 +54,8 @@ def test_a_constant_that_keeps_no_bin_is_refused_for_free(where):
     ("age > CAST('1.9999999403953552237420' AS REAL) AND age < 5", ((2, 4),)),
     # an integer in text beyond Python's 4300-digit int() limit: out of range (a raw ValueError before)
     ("age < 3 OR age > TRY_CAST('" + "9" * 5000 + "' AS INTEGER)", ((0, 2),)),
+    # a DECIMAL in text of more digits than the folding's precision: out of the type's range (a raw InvalidOperation)
+    ("age < 3 OR age > TRY_CAST('" + "9" * 300 + ".5' AS DECIMAL(10, 1))", ((0, 2),)),
 ])
 def test_folded_constants_keep_exactly_duckdbs_bins(monkeypatch, where, span):
     """Zero noise against DuckDB: ten people at each age; over exactly the kept bins DAWA is exact."""

@@ -176,12 +176,14 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
             v = Decimal(v.strip())
         if isinstance(v, int):
             v = Decimal(v)
-        if not isinstance(v, Decimal) or not v.is_finite() or v != v.quantize(Decimal(1).scaleb(-s), context=_CTX):
-            raise Unfoldable("a rounding cast to DECIMAL")
-        if abs(v) >= Decimal(10) ** (p - s):
+        if not isinstance(v, Decimal) or not v.is_finite():
+            raise Unfoldable("a cast to DECIMAL")
+        if abs(v) >= Decimal(10) ** (p - s):  # (first: beyond it, v may have more digits than _CTX quantizes)
             if try_:
                 return None
             raise Unfoldable("out of the DECIMAL's range")
+        if v != v.quantize(Decimal(1).scaleb(-s), context=_CTX):
+            raise Unfoldable("a rounding cast to DECIMAL")
         return v
     if name in ("DATE", "TIMESTAMP") and isinstance(v, str):
         # the typer's own spelling of a date/time literal (DATE '2024-01-08', make_date(2024, 1, 8), a shifted one)
