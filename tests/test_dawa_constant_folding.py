@@ -52,6 +52,8 @@ def test_a_constant_that_keeps_no_bin_is_refused_for_free(where):
     # text just below the midpoint of 2 - 2^-23 and 2 as a REAL: DuckDB parses it to 2 - 2^-23 (one rounding), not to
     # 2.0 (rounded to a DOUBLE, the midpoint, then to even), so age 2 passes
     ("age > CAST('1.9999999403953552237420' AS REAL) AND age < 5", ((2, 4),)),
+    # REAL arithmetic is 32-bit in DuckDB: 2^24 + 1 is 2^24, so the end is 116 (117 in doubles dropped age 116)
+    ("age >= CAST(16777216 AS REAL) + CAST(1 AS REAL) - CAST(16777100 AS REAL) AND age < 119", ((116, 118),)),
     # an integer in text beyond Python's 4300-digit int() limit: out of range (a raw ValueError before)
     ("age < 3 OR age > TRY_CAST('" + "9" * 5000 + "' AS INTEGER)", ((0, 2),)),
     # a DECIMAL in text of more digits than the folding's precision: out of the type's range (a raw InvalidOperation)
@@ -115,7 +117,13 @@ def test_a_constant_that_cannot_be_folded_is_refused_for_free(where):
                                    "CAST('-182.72579193115234374913263826' AS REAL)", "CAST(' 2.38418579101562499e-7' AS REAL)",
                                    "CAST('59.086858749389648436632638262' AS FLOAT)", "CAST('1.40129846432481707e-45' AS REAL)",
                                    "CAST('0.700649232162408535e-45' AS REAL)", "CAST('3.40282356779733661637e38' AS REAL)",
-                                   "CAST('3.5e38' AS REAL)", "CAST('-3.4028235677973366163753939546e38' AS REAL)"])
+                                   "CAST('3.5e38' AS REAL)", "CAST('-3.4028235677973366163753939546e38' AS REAL)",
+                                   # REAL arithmetic in 32 bits (overflow is inf, inf - inf NaN)
+                                   "CAST(16777216 AS REAL) + CAST(1 AS REAL)", "CAST(0.1 AS REAL) * CAST(3 AS REAL)",
+                                   "CAST(1 AS REAL) / CAST(3 AS REAL) - CAST(0.1 AS REAL)", "-CAST(0.1 AS REAL) * CAST(3 AS REAL)",
+                                   "abs(CAST(0.7 AS REAL) - CAST(0.1 AS REAL)) * CAST(10 AS REAL)",
+                                   "CAST(3.4e38 AS REAL) * CAST(10 AS REAL) - CAST(3.4e38 AS REAL) * CAST(10 AS REAL)",
+                                   "CAST(CAST(0.1 AS REAL) * CAST(3 AS REAL) AS DOUBLE) * 3"])
 def test_a_folded_constant_is_the_value_duckdb_compares_with(column_type, const):
     """The typed constant side of ``col = const`` evaluated by DuckDB itself equals the folded value."""
     import math

@@ -121,8 +121,12 @@ def _arith(e: exp.Expression, a: Any, b: Any) -> Any:
         if isinstance(e, exp.Div):
             if b == 0:  # IEEE, as DuckDB divides DOUBLEs: 1 / 0 is inf, 0 / 0 NaN
                 return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
-            return a / b
-        return a + b if isinstance(e, exp.Add) else a - b if isinstance(e, exp.Sub) else a * b
+            r = a / b
+        else:
+            r = a + b if isinstance(e, exp.Add) else a - b if isinstance(e, exp.Sub) else a * b
+        # REALs (both operands: the typer casts them alike) in 32 bits, as DuckDB: the double result rounded once is
+        # the single-precision one (53 >= 2 * 24 + 2 bits), overflow inf
+        return _single(r) if _is_real(e.this) and math.isfinite(r) else r
     if isinstance(e, exp.Div):
         raise Unfoldable("division of integers or DECIMALs")  # (typed as DOUBLE division: not reached)
     if isinstance(a, int):
@@ -135,6 +139,20 @@ def _arith(e: exp.Expression, a: Any, b: Any) -> Any:
     if abs(r) >= Decimal(10) ** 38:
         raise Unfoldable("beyond DECIMAL(38)")
     return r
+
+
+def _is_real(e: exp.Expression) -> bool:
+    """The typed expression ``e`` is a REAL (FLOAT): a cast to it, or arithmetic, negation, abs or NULLIF of REALs."""
+    while isinstance(e, (exp.Paren, exp.Neg, exp.Abs, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Nullif)):
+        e = e.this
+    return isinstance(e, exp.Cast) and isinstance(e.args.get("to"), exp.DataType) and e.args["to"].this.name == "FLOAT"
+
+
+def _single(f: float) -> float:
+    try:
+        return struct.unpack("f", struct.pack("f", f))[0]
+    except OverflowError:  # (Python versions that refuse to round to inf)
+        return math.copysign(math.inf, f)
 
 
 def _cast(v: Any, to: Any, try_: bool) -> Any:
