@@ -5,7 +5,7 @@ A literal is read directly; a constant expression (``age > 1e308 * 10``, ``age <
 ``age > CAST('inf' AS REAL)``) is typed as the comparison is typed for the engine (``typer.type_predicate``:
 the casts, the widened integer arithmetic, the DECIMAL arithmetic in its exact result type) and that typed
 constant side is evaluated here, in the engine's arithmetic: integers and DECIMALs exactly, DOUBLEs in IEEE
-binary64 (overflow is infinite, x / 0 is +-inf or NaN, as DuckDB gives). Only a small grammar is folded
+binary64 and REALs in binary32 (overflow is infinite, x / 0 is +-inf or NaN, as DuckDB gives). Only a small grammar is folded
 (literals, NULL, unary minus, ``+ - * /``, integer ``//`` and ``%``, NULLIF, abs, casts between numbers and from plain number text, the typer's
 DATE and TIMESTAMP literals); anything else
 raises :class:`Unfoldable`, and the caller refuses it for free (a kept-bin set read otherwise than the engine
