@@ -892,8 +892,9 @@ def _check_output(args: argparse.Namespace) -> None:
                           "--meta a file, e.g. --meta meta.json (--meta ./- for a file named '-')")
     if args.output:
         ext = os.path.splitext(args.output)[1].lower()
-        if ext in (".gz", ".bz2", ".xz", ".zst", ".zip", ".lz4", ".br"):  # never written: --format would not compress
-            raise ConfigError(f"-o {args.output!r}: dpsql writes no compressed files ({ext}), and a plain file under that "
+        if ext in (".gz", ".bz2", ".xz", ".zst", ".zip", ".lz4", ".br", ".tgz", ".tbz2", ".txz", ".z", ".zstd", ".lzma",
+                   ".lz", ".7z", ".tar", ".rar"):  # never written: --format would not compress (nor archive)
+            raise ConfigError(f"-o {args.output!r}: dpsql writes no compressed files or archives ({ext}), and a plain file under that "
                               "name fails every reader that decompresses it; nothing was charged",
                               hint="write to standard output and compress it, e.g. dpsql query ... --format csv | gzip > "
                               "out.csv.gz (under set -o pipefail, so that dpsql's exit code counts; Parquet compresses "

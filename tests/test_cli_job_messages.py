@@ -191,7 +191,8 @@ def test_a_free_answer_that_cannot_be_written_is_not_told_as_charged(tmp_path: P
     assert err.exit_code == 5 and "its charge stands" in str(err) and "would charge again" in str(err), str(err)
 
 
-@pytest.mark.parametrize("name", ["out.csv.gz", "OUT.JSON.ZST", "out.parquet.bz2", "x.xz", "x.zip"])
+@pytest.mark.parametrize("name", ["out.csv.gz", "OUT.JSON.ZST", "out.parquet.bz2", "x.xz", "x.zip", "out.tgz", "out.csv.Z",
+                                  "out.csv.zstd", "out.csv.lzma", "out.csv.lz", "out.csv.7z", "out.csv.tar"])
 def test_a_compressed_file_name_is_refused_even_with_format(owner: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
     """-o out.csv.gz --format csv (as the unknown-extension hint suggested) wrote plain CSV under a .gz name, which
     zcat and every loader that trusts the extension then failed to read, after the charge."""

@@ -23,6 +23,9 @@ pytest.importorskip("psycopg")
     ("connection timeout expired", "no answer"),
     ("FATAL:  sorry, too many clients already", "retry later"),
     ("FATAL:  the database system is starting up", "retry later"),
+    # something other than PostgreSQL answers at that port (an HTTP server, a proxy): not an sslmode question
+    ('connection failed: connection to server at "10.0.0.1", port 5432 failed: received invalid response to SSL '
+     "negotiation: H", "not a PostgreSQL server"),
     ("something else: secret-password", ""),
 ])
 def test_reasons(text: str, want: str) -> None:

@@ -955,6 +955,7 @@ _CONNECT_REASONS = (
     (("starting up",), "the server is starting up (retry later)"),
     (("shutting down",), "the server is shutting down (retry later)"),
     (("in recovery mode",), "the server is recovering (retry later)"),
+    (("invalid response to SSL negotiation",), "what answers at this host and port is not a PostgreSQL server"),
     (("SSL",), "the server and the URL disagree on SSL (sslmode)"),
     (("invalid",), "the URL holds an invalid parameter"),
 )

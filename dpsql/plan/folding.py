@@ -5,7 +5,7 @@ A literal is read directly; a constant expression (``age > 1e308 * 10``, ``age <
 ``age > CAST('inf' AS REAL)``) is typed as the comparison is typed for the engine (``typer.type_predicate``:
 the casts, the widened integer arithmetic, the DECIMAL arithmetic in its exact result type) and that typed
 constant side is evaluated here, in the engine's arithmetic: integers and DECIMALs exactly, DOUBLEs in IEEE
-binary64 (overflow is infinite, x / 0 is +-inf or NaN, as DuckDB gives). Only a small grammar is folded
+binary64 and REALs in binary32 (overflow is infinite, x / 0 is +-inf or NaN, as DuckDB gives). Only a small grammar is folded
 (literals, NULL, unary minus, ``+ - * /``, integer ``//`` and ``%``, NULLIF, abs, casts between numbers and from plain number text, the typer's
 DATE and TIMESTAMP literals); anything else
 raises :class:`Unfoldable`, and the caller refuses it for free (a kept-bin set read otherwise than the engine
@@ -22,6 +22,7 @@ import math
 import re
 import struct
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from sqlglot import exp
@@ -120,8 +121,12 @@ def _arith(e: exp.Expression, a: Any, b: Any) -> Any:
         if isinstance(e, exp.Div):
             if b == 0:  # IEEE, as DuckDB divides DOUBLEs: 1 / 0 is inf, 0 / 0 NaN
                 return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1.0, b)
-            return a / b
-        return a + b if isinstance(e, exp.Add) else a - b if isinstance(e, exp.Sub) else a * b
+            r = a / b
+        else:
+            r = a + b if isinstance(e, exp.Add) else a - b if isinstance(e, exp.Sub) else a * b
+        # REALs (both operands: the typer casts them alike) in 32 bits, as DuckDB: the double result rounded once is
+        # the single-precision one (53 >= 2 * 24 + 2 bits), overflow inf
+        return _single(r) if _is_real(e.this) and math.isfinite(r) else r
     if isinstance(e, exp.Div):
         raise Unfoldable("division of integers or DECIMALs")  # (typed as DOUBLE division: not reached)
     if isinstance(a, int):
@@ -136,6 +141,20 @@ def _arith(e: exp.Expression, a: Any, b: Any) -> Any:
     return r
 
 
+def _is_real(e: exp.Expression) -> bool:
+    """The typed expression ``e`` is a REAL (FLOAT): a cast to it, or arithmetic, negation, abs or NULLIF of REALs."""
+    while isinstance(e, (exp.Paren, exp.Neg, exp.Abs, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Nullif)):
+        e = e.this
+    return isinstance(e, exp.Cast) and isinstance(e.args.get("to"), exp.DataType) and e.args["to"].this.name == "FLOAT"
+
+
+def _single(f: float) -> float:
+    try:
+        return struct.unpack("f", struct.pack("f", f))[0]
+    except OverflowError:  # (Python versions that refuse to round to inf)
+        return math.copysign(math.inf, f)
+
+
 def _cast(v: Any, to: Any, try_: bool) -> Any:
     if v is None:
         return None
@@ -146,7 +165,7 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
         f = _to_double(v)
         if _FLOATS[name] and math.isfinite(f):
             try:
-                f = struct.unpack("f", struct.pack("f", f))[0]
+                f = _real_of_text(v) if isinstance(v, str) and f != 0 else struct.unpack("f", struct.pack("f", f))[0]
             except OverflowError:
                 if try_:
                     return None
@@ -154,7 +173,7 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
         return f
     if name in _INT_LIMITS:
         if isinstance(v, str) and _INTEGER.fullmatch(v):
-            v = int(v)
+            v = int(Decimal(v.strip()))  # (not int(v): Python refuses text of more than 4300 digits)
         if isinstance(v, Decimal) and v.is_finite():  # DuckDB rounds a DECIMAL half away from zero
             v = int(v.quantize(Decimal(1), rounding=decimal.ROUND_HALF_UP, context=_CTX))
         elif isinstance(v, float) and math.isfinite(v):  # and a DOUBLE half to even (0.5 is 0, 1.5 is 2)
@@ -175,12 +194,14 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
             v = Decimal(v.strip())
         if isinstance(v, int):
             v = Decimal(v)
-        if not isinstance(v, Decimal) or not v.is_finite() or v != v.quantize(Decimal(1).scaleb(-s), context=_CTX):
-            raise Unfoldable("a rounding cast to DECIMAL")
-        if abs(v) >= Decimal(10) ** (p - s):
+        if not isinstance(v, Decimal) or not v.is_finite():
+            raise Unfoldable("a cast to DECIMAL")
+        if abs(v) >= Decimal(10) ** (p - s):  # (first: beyond it, v may have more digits than _CTX quantizes)
             if try_:
                 return None
             raise Unfoldable("out of the DECIMAL's range")
+        if v != v.quantize(Decimal(1).scaleb(-s), context=_CTX):
+            raise Unfoldable("a rounding cast to DECIMAL")
         return v
     if name in ("DATE", "TIMESTAMP") and isinstance(v, str):
         # the typer's own spelling of a date/time literal (DATE '2024-01-08', make_date(2024, 1, 8), a shifted one)
@@ -189,6 +210,22 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
         if name == "TIMESTAMP" and _TIMESTAMP.fullmatch(v):
             return dt.datetime.fromisoformat(v)
     raise Unfoldable(f"a cast to {name}")
+
+
+def _real_of_text(text: str) -> float:
+    """The REAL nearest the number ``text`` (ties to even), as DuckDB parses text to a REAL: one rounding. Through
+    a DOUBLE it can be two, and differ: '1.99999994039535522374' is the DOUBLE 2 - 2^-24, a tie then rounded to 2.0,
+    where it is below the tie and its REAL is 2 - 2^-23. From the tie above the largest REAL on, +-inf (as DuckDB)."""
+    x = Fraction(Decimal(text.strip()))
+    if abs(x) >= 2**128 - 2**103:
+        return math.copysign(math.inf, x)
+    bits = struct.unpack("<I", struct.pack("<f", max(min(float(x), _REAL_MAX), -_REAL_MAX)))[0]
+    near = [struct.unpack("<f", struct.pack("<I", b))[0] for b in (bits - 1, bits, bits + 1) if 0 <= b < 2**32]
+    return min((c for c in near if math.isfinite(c)),
+               key=lambda c: (abs(Fraction(c) - x), struct.unpack("<I", struct.pack("<f", c))[0] & 1))
+
+
+_REAL_MAX = struct.unpack("<f", struct.pack("<I", 0x7F7FFFFF))[0]
 
 
 def _to_double(v: Any) -> float:
