@@ -8,9 +8,12 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pyarrow as pa
 import pytest
-from test_lookup_left_join import REGIONS, _duckdb, _session
+from test_lookup_left_join import REGIONS, _duckdb, _events, _session, _with_person
 
 import dpsql
 from dpsql.budget import Budget
@@ -56,6 +59,25 @@ def test_left_join_on_condition_keeps_every_private_row() -> None:
         (a,) = s.query(on, epsilon=1.0, delta=0.0).to_pylist()
         (b,) = s.query(where, epsilon=1.0, delta=0.0).to_pylist()
     assert a == {"n": 450} and b["n"] < 450
+
+
+def test_left_join_on_conditions_one_person_moves_the_release_by_the_sensitivity() -> None:
+    """One person added with 40 events over every code: the key set (domain plus NULL) and explain are the same, at
+    most C_u = 2 groups move, each by at most k = 2 (the caps read the joined rows' keys, the ON's NULLs included)."""
+    sql = ("SELECT c.region AS k, COUNT(*) AS n FROM events e LEFT JOIN countries c ON e.cc = c.code "
+           "AND (c.region = 'EU' OR e.amt > 5) GROUP BY c.region")
+
+    def release(events: pa.Table) -> tuple[dict[Any, float], tuple[Any, ...]]:
+        with _session(events) as s:
+            e = s.explain(sql, epsilon=5.0)
+            rows = {r["k"]: r["n"] for r in s.query(sql, epsilon=5.0).to_pylist()}
+        bounded = re.sub(r"_dpsql_src_(\w+)_[0-9a-f]{8}", r"\1", e.bounded_sql)  # the session's own source names
+        return rows, (e.mechanism, e.reason, bounded, repr(sorted(e.parameters.items())))
+
+    (before, e0), (after, e1) = release(_events()), release(_with_person(40))
+    assert e0 == e1 and set(before) == set(after) == {*REGIONS, None}
+    diffs = [after[k] - before[k] for k in before]
+    assert all(0 <= d <= 2 for d in diffs) and sum(d > 0 for d in diffs) <= 2 and sum(diffs) >= 1
 
 
 @pytest.mark.parametrize(("on", "match"), [
