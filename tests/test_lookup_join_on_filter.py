@@ -83,8 +83,9 @@ def test_left_join_on_conditions_one_person_moves_the_release_by_the_sensitivity
 @pytest.mark.parametrize(("on", "match"), [
     ("c.nope = 'EU'", "unknown column 'nope'"),
     ("COUNT(*) > 1", "aggregates are not allowed"),
-    ("c.region + 1 > 2", "ON"),
-    ("c.code", "ON"),
+    ("c.region + 1 > 2", "ON: arithmetic needs numbers"),
+    ("c.code", "ON must be a boolean condition"),
+    ("d.region = 'EU' LEFT JOIN countries d ON e.cc = d.code", "joined after it"),
 ])
 def test_left_join_on_conditions_refused_for_free(on: str, match: str) -> None:
     sql = f"SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code AND {on}"
