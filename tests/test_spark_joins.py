@@ -415,7 +415,13 @@ def test_zero_noise_several_aggregates_are_the_same_on_duckdb_and_spark(duck: dp
     ("SELECT n.n_name AS k, COUNT(*) AS n FROM customer c LEFT JOIN nation n ON c.c_nationkey = n.n_nationkey "
      "WHERE n.n_name IS NULL OR n.n_name <> 'B' GROUP BY n.n_name ORDER BY k", 1e-6, {"mechanism": "sparse_histogram"}),
     ("SELECT COUNT(n.n_name) AS n FROM customer c LEFT JOIN nation n ON c.c_nationkey = n.n_nationkey "
-     "WHERE n.n_name IS NULL OR n.n_name <> 'B'", 0.0, {})])
+     "WHERE n.n_name IS NULL OR n.n_name <> 'B'", 0.0, {}),
+    # a LEFT JOIN's ON conditions (tests/test_lookup_join_on_filter.py): on the lookup, and on the private table
+    ("SELECT COUNT(n.n_name) AS n FROM customer c LEFT JOIN nation n ON c.c_nationkey = n.n_nationkey "
+     "AND n.n_name <> 'B' AND (c.c_nationkey > 1 OR n.n_name = 'A')", 0.0, {}),
+    # FILTER over a lookup join: the one-table path
+    ("SELECT COUNT(*) FILTER (WHERE n.n_name <> 'B') AS n FROM customer c JOIN nation n "
+     "ON c.c_nationkey = n.n_nationkey", 0.0, {})])
 def test_lookup_join_one_table_route_matches_duckdb(duck: Any, spark: Any, sql: str, delta: float,
                                                     options: dict[str, Any]) -> None:
     """A lookup join on the one-table path (sparse histogram, Laplace over declared keys, Laplace scalar): the same

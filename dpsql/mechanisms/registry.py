@@ -605,14 +605,16 @@ def _refuse_one_table_only(plan: ir.QueryPlan, options: Mapping[str, Any], looku
     if asked or options.get("mechanism", "auto") not in _LOOKUP_NAMES:
         by = f"the option(s) {', '.join(asked)} ask" if asked else f"mechanism '{options['mechanism']}' asks"
         raise PolicyError(f"{what} over a lookup join is answered by the one-table mechanisms over the joined rows; {by} "
-                          "for the join mechanisms, which answer COUNT, SUM and AVG only", hint="omit it")
+                          "for the join mechanisms, which answer COUNT(*), COUNT(col), SUM and AVG only, without FILTER",
+                          hint="omit it")
     if any(k.kind == "year" for k in plan.join.keys):
         raise PolicyError(f"{what} over a lookup join grouped by year(col) is not answered: the one-table mechanisms "
-                          "know the key sets of columns only, and the join mechanisms answer COUNT, SUM and AVG only",
+                          "know the key sets of columns only, and the join mechanisms answer COUNT(*), COUNT(col), SUM "
+                          "and AVG only, without FILTER",
                           hint="declare the column's domain and group by the column, or ask COUNT, SUM or AVG")
     raise PolicyError(f"{what} over this lookup join is not answered: its private table reaches its people through "
-                      "another table (its owner is not one of its columns), and the join mechanisms answer COUNT, SUM and "
-                      "AVG only", hint="ask COUNT, SUM or AVG")
+                      "another table (its owner is not one of its columns), and the join mechanisms answer COUNT(*), "
+                      "COUNT(col), SUM and AVG only, without FILTER", hint="ask COUNT, SUM or AVG")
 
 
 def _lookup_join(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> bool:
@@ -748,7 +750,8 @@ def _route_lookup_one_table(
             cols = ", ".join(f"{tables.get(k.alias, k.alias)}.{k.column}" for k in plan.join.keys if k.kind == "public")
             what = ", ".join(dict.fromkeys(v.fragment or "the aggregate" for v in plan.join.one_table_only))
             raise PolicyError(f"{what} grouped by {cols}, a public lookup column without a declared domain: its key set "
-                              "is released in full by the join mechanisms only, which answer COUNT, SUM and AVG only",
+                              "is released in full by the join mechanisms only, which answer COUNT(*), COUNT(col), SUM "
+                              "and AVG only, without FILTER",
                               hint=f"declare the domain of {cols} (the column's 'domain' when its table is registered), "
                                    "or pass mechanism='sparse_histogram' (keys released above a noisy threshold)")
         if delta <= 0:  # the join rules need delta > 0; a declared domain is the Laplace path of this one

@@ -170,6 +170,9 @@ class JoinPlan:
     #: refuses every other LEFT JOIN), in FROM order: every row of the inputs before them kept, their columns NULL
     #: where no row matches (``dpsql.mechanisms.lookup``)
     left: tuple[str, ...] = ()
+    #: a LEFT JOIN's ON conditions beside its key equalities: (the LEFT-joined alias, a condition over flat names of
+    #: that input and those before it); each decides which rows match a lookup row, never drops one (SQL's ON)
+    left_on: tuple[tuple[str, exp.Expression], ...] = ()
     #: aggregates the join mechanisms do not answer but the one-table mechanisms do (COUNT(DISTINCT ...), MIN, MAX,
     #: quantiles, VARIANCE, STDDEV, COVAR_*, CORR, REGR_*): why the join rules refuse them (``Violation``s); only
     #: the one-table path of a lookup join answers the query then (``dpsql.mechanisms.lookup``), from ``statement``

@@ -255,6 +255,8 @@ class _JoinBuilder:
         self.left: list[str] = []
         #: aggregates only the one-table path of a lookup join answers (``ir.JoinPlan.one_table_only``)
         self.deferred: list[Violation] = []
+        #: a LEFT JOIN's ON conditions beside its key equalities (``ir.JoinPlan.left_on``)
+        self.left_on: list[tuple[str, exp.Expression]] = []
 
     def bad(self, node: exp.Expression, msg: str) -> None:
         _bad(self.sql, node, msg, self.vs)
@@ -415,12 +417,8 @@ class _JoinBuilder:
         for c in on.flatten() if isinstance(on, exp.And) else [on]:
             while isinstance(c, exp.Paren):
                 c = c.this
-            if left and not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column)
-                             and isinstance(c.expression, exp.Column)):
-                self.bad(c, "a LEFT JOIN's ON takes only equalities of columns (the lookup's declared key = a column "
-                            "of a table before it): a condition there would keep the rows it fails with NULL lookup "
-                            "columns, which is not answered; move it into WHERE, where it drops the rows it fails "
-                            "(as SQL does)")
+            if left and not self.key_equality(c, position):  # decides matching only (SQL's ON): never drops a row
+                self.on_condition(c, position)
                 continue
             if not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)):
                 viewed = [x for x in ((c.this, c.expression) if isinstance(c, exp.EQ) else ())
@@ -461,6 +459,44 @@ class _JoinBuilder:
         if left and right is not None:
             self.left.append(right.alias)
         return conds
+
+    def key_equality(self, c: exp.Expression, position: int | None) -> bool:
+        """Whether ``c``, a conjunct of the ON of the LEFT JOIN adding input ``position``, equates a column of that
+        input with a column of an input before it (a join equality; anything else is a condition, ``on_condition``)."""
+        if not (isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column)):
+            return False
+        if position is None or not 0 < position < len(self.inputs):  # pragma: no cover - build() gives it
+            return True
+        before = len(self.vs)
+        sides = {str(f).split(SEP)[0] for f in (self.resolve(c.this, "ON"), self.resolve(c.expression, "ON"))}
+        del self.vs[before:]  # (reported where it is read)
+        mine, earlier = self.inputs[position].alias, {i.alias for i in self.inputs[:position]}
+        return mine in sides and bool(sides & earlier)
+
+    def on_condition(self, c: exp.Expression, position: int | None) -> None:
+        """A LEFT JOIN's ON condition beside its key equality (``ir.JoinPlan.left_on``): over the columns of the input
+        it joins and of those before it, a typed boolean, as a WHERE condition; it decides which private rows match a
+        lookup row, never drops one (SQL's ON)."""
+        before = len(self.vs)
+        self.vs.extend(check_expression_functions(c, self.sql, "ON"))
+        for a in c.find_all(exp.AggFunc):
+            self.bad(a, "aggregates are not allowed in ON")
+        f = self.flatten(c, "ON")
+        if len(self.vs) > before or self.failed or position is None:
+            return
+        right = self.inputs[position].alias
+        later = sorted({x.name.split(SEP)[0] for x in f.find_all(exp.Column)} - {i.alias for i in self.inputs[:position + 1]})
+        if later:
+            self.bad(c, f"a LEFT JOIN's ON names columns of the tables before it and of the one it joins ('{right}'), "
+                        f"not of {', '.join(repr(a) for a in later)}, joined after it; move the condition into WHERE")
+            return
+        try:
+            type_predicate(f, self.flat_schema, "ON")
+        except TypeRefusal as e:
+            for n, m in e.problems:
+                self.bad(c if n is None else n, f"ON: {m}")
+            return
+        self.left_on.append((right, exp.Paren(this=f)))  # (its OR kept apart from the conditions AND-ed to it)
 
     def joined(self, join: exp.Join) -> _Input | None:
         """The input ``join`` adds (None if refused)."""
@@ -505,8 +541,12 @@ class _JoinBuilder:
                     "distinct values they hold); count tuples with COUNT(*) or COUNT(col), or ask COUNT(DISTINCT col) "
                     "of one table")))
                 return None
-            self.bad(node, "in a join, COUNT takes * or a column; to count the tuples where a condition holds, move the "
-                           "condition into WHERE (a query of its own if the other aggregates must not have it)")
+            self.flatten(arg, "COUNT")  # (reports unknown columns); answered over a lookup join's rows only
+            self.deferred.append(violation(node, self.sql, (
+                "COUNT(expression) is not supported over joins other than lookup joins (one private table joined to "
+                "public tables on their declared keys): COUNT takes * or a column; to count the tuples where a "
+                "condition holds, move the condition into WHERE (a query of its own if the other aggregates must not "
+                "have it)")))
             return None
         if isinstance(node, (exp.Sum, exp.Avg)):
             fn = "AVG" if isinstance(node, exp.Avg) else "SUM"
@@ -653,11 +693,12 @@ class _JoinBuilder:
         # SELECT: aggregates (each answered from base aggregates), outputs over them
         clauses = [*stmt.expressions, *[stmt.args[k] for k in ("having", "order") if stmt.args.get(k) is not None]]
         filters = [f for c in clauses for f in c.find_all(exp.Filter)]
-        for f in filters:  # one message each (its aggregate would otherwise be read without its condition)
-            self.bad(f, "aggregate FILTER clauses are not supported over joins; move the condition into WHERE (a "
-                        "separate query if the other aggregates must not have it)")
-        if filters:
-            _raise(self.vs)
+        for f in filters:  # answered by the one-table mechanisms, over a lookup join's rows only
+            self.flatten(f.expression, "FILTER")  # (reports unknown columns)
+            self.deferred.append(violation(f, self.sql, (
+                "aggregate FILTER clauses are not supported over joins other than lookup joins (one private table "
+                "joined to public tables on their declared keys); move the condition into WHERE (a separate query if "
+                "the other aggregates must not have it)")))
         agg_nodes = [a for it in stmt.expressions for a in it.find_all(exp.AggFunc) if not a.find_ancestor(exp.Window)]
         if stmt.args.get("order") is not None:  # over released values: the allow-list of post-processing, as on one table
             for o in stmt.args["order"].expressions:
@@ -928,7 +969,7 @@ class _JoinBuilder:
         jp = ir.JoinPlan(inputs=tuple((i.alias, i.table.name) for i in self.inputs), conditions=tuple(conditions),
                            where=where, kind=agg[0], value=value, bounds=agg[2], slots=tuple(_dedupe(slots)),
                            flat_schema=dict(self.flat_schema), unique_keys=tuple(self.unique),
-                           keys=tuple(self.keys), left=tuple(self.left))
+                           keys=tuple(self.keys), left=tuple(self.left), left_on=tuple(self.left_on))
         pb = bound_people(jp, self.catalog)
         tables = dict(jp.inputs)
         written = [a for a, _ in jp.inputs]

@@ -401,6 +401,14 @@ def analyze_workload(
                                     hint="pass a list such as [\"SELECT COUNT(*) FROM t WHERE x >= 0 AND x < 10\"]")
     if plans is None:
         plans = [_analyze_nth(s, i, len(sqls), catalog) for i, s in enumerate(sqls, 1)]
+    for i, p in enumerate(plans, 1):
+        if p.join is not None:  # its rows are the join's, which no range workload's bins describe
+            raise UnsupportedQueryError(
+                f"query {i} of {len(plans)} of the workload reads a join; range workloads (query_many, answered by "
+                "DAWA) are answered on one table only",
+                hint=f"write each query on one table: SELECT COUNT(*) FROM {p.table.name} WHERE <range over a column "
+                     "with a declared ordered domain>, conditions on a lookup table's columns as conditions on the "
+                     "referencing column (cc IN ('FR', 'DE')); or ask each range count of the join with query()")
     table = plans[0].table
     ordered = {name: c.ordered for name, c in table.columns.items() if c.ordered is not None}
     if not ordered:

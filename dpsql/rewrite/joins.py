@@ -279,7 +279,7 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
     for a, b in jp.conditions:
         add(a)
         add(b)
-    for e in (jp.where, jp.value, *[a.value for a in jp.aggregates], *[k.expr for k in jp.keys]):
+    for e in (jp.where, jp.value, *[a.value for a in jp.aggregates], *[k.expr for k in jp.keys], *[c for _, c in jp.left_on]):
         if e is not None:
             for c in e.find_all(exp.Column):
                 add(c.name)
@@ -315,6 +315,14 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     local, top = _split_where(jp)
     for a in jp.left:
         top += local.pop(a, [])
+    # a LEFT JOIN's ON conditions: on its lookup's columns alone, a filter of the lookup's rows (SQL's LEFT JOIN of
+    # (SELECT * FROM lookup WHERE ...)); the others part of the LEFT JOIN's ON. Either decides matching, drops no row
+    on_extra: dict[str, list[exp.Expression]] = {}
+    for a, c in jp.left_on:
+        if {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)} <= {a}:
+            local.setdefault(a, []).append(c)
+        else:
+            on_extra.setdefault(a, []).append(c)
     built: dict[str, exp.Expression] = {}
     # capped inputs in the order the bound was derived (each joins inputs built before it)
     build_order = list(dict.fromkeys([a for a, _, _ in caps] + [a for a, _ in jp.inputs]))
@@ -354,7 +362,10 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         # (earlier inputs' keys) = (this input's keys), hashed by the keyed hash too
         same = spread_eq([(_col(x), jp.flat_schema.get(x, "")) for x, _ in pairs], [(_col(y), jp.flat_schema.get(y, "")) for _, y in pairs],
                          spread)
-        q = q.join(rel, on=_with_spread(on, same), join_type="left" if sequence[i] in left else "inner", copy=False)
+        on = _with_spread(on, same)
+        if on_extra.get(sequence[i]):
+            on = exp.And(this=on, expression=exp.Paren(this=guard(_and(on_extra[sequence[i]]), dict(jp.flat_schema), "ON")))
+        q = q.join(rel, on=on, join_type="left" if sequence[i] in left else "inner", copy=False)
     if top:
         q = q.where(guard(_and(top), dict(jp.flat_schema)), copy=False)
     if with_tid:
