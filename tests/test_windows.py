@@ -276,3 +276,17 @@ def test_a_window_avg_of_intervals_that_could_overflow_on_released_keys_is_refus
     ok = s.query("SELECT ts, AVG(date_part('epoch', ts - TIMESTAMP '0001-01-01')) OVER () AS a FROM t GROUP BY ts",
                  epsilon=1.0, delta=1e-6)
     assert ok.table.num_rows == 24
+
+
+@pytest.mark.parametrize("frame", ["ROWS BETWEEN CURRENT ROW AND 2 PRECEDING", "ROWS BETWEEN 2 FOLLOWING AND 1 PRECEDING",
+                                   "ROWS BETWEEN UNBOUNDED FOLLOWING AND CURRENT ROW", "ROWS 2 FOLLOWING",
+                                   "RANGE BETWEEN CURRENT ROW AND UNBOUNDED PRECEDING"])
+def test_a_frame_that_ends_before_it_starts_is_refused_naming_the_fix(con: Any, frame: str) -> None:
+    s = session(con, public=False)
+    before = s.remaining()
+    with pytest.raises(errors.UnsupportedQueryError, match="a window frame ends before it starts"):
+        s.query(f"SELECT s, SUM(COUNT(*)) OVER (ORDER BY s {frame}) AS a FROM t GROUP BY s", epsilon=1.0, delta=1e-6)
+    assert s.remaining() == before
+    # the bounds the other way round: answered
+    s.query("SELECT s, SUM(COUNT(*)) OVER (ORDER BY s ROWS BETWEEN 1 PRECEDING AND 3 PRECEDING) AS a FROM t GROUP BY s",
+            epsilon=1.0, delta=1e-6)

@@ -102,6 +102,11 @@ def problem(w: exp.Window) -> str | None:
         if spec.args.get("exclude") is not None:
             return "EXCLUDE in a window frame is not supported; drop it"
         bounds = [spec.args.get("start"), spec.args.get("end")]
+        start, end = _position(bounds[0], spec.args.get("start_side")), _position(bounds[1], spec.args.get("end_side"))
+        if start == 4 or end == 0 or start > end:
+            return ("a window frame ends before it starts; write its bounds in order, from UNBOUNDED PRECEDING "
+                    "through n PRECEDING, CURRENT ROW and n FOLLOWING to UNBOUNDED FOLLOWING, e.g. "
+                    "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW")
         offsets = [b for b in bounds if b is not None and not (isinstance(b, str) and b.upper() in ("UNBOUNDED", "CURRENT ROW"))]
         if kind == "ROWS":
             if not all(_count_literal(b, 0) for b in offsets):
@@ -113,6 +118,17 @@ def problem(w: exp.Window) -> str | None:
         else:
             return f"{kind or 'this'} window frame is not supported; use ROWS or RANGE"
     return None
+
+
+def _position(bound: object, side: object) -> int:
+    """A frame bound's place: 0 UNBOUNDED PRECEDING, 1 n PRECEDING, 2 CURRENT ROW (or no end), 3 n FOLLOWING,
+    4 UNBOUNDED FOLLOWING."""
+    if bound is None or (isinstance(bound, str) and bound.upper() == "CURRENT ROW"):
+        return 2
+    following = str(side or "").upper() == "FOLLOWING"
+    if isinstance(bound, str) and bound.upper() == "UNBOUNDED":
+        return 4 if following else 0
+    return 3 if following else 1
 
 
 def tie_broken(w: exp.Window, keys: list[str]) -> exp.Window:
