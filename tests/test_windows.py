@@ -290,3 +290,17 @@ def test_a_frame_that_ends_before_it_starts_is_refused_naming_the_fix(con: Any, 
     # the bounds the other way round: answered
     s.query("SELECT s, SUM(COUNT(*)) OVER (ORDER BY s ROWS BETWEEN 1 PRECEDING AND 3 PRECEDING) AS a FROM t GROUP BY s",
             epsilon=1.0, delta=1e-6)
+
+
+@pytest.mark.parametrize(("sql", "msg"), [
+    ("SELECT s, NTILE(99999999999999999999) OVER (ORDER BY s) AS a FROM t GROUP BY s", "NTILE takes a positive integer"),
+    ("SELECT s, LAG(COUNT(*), 99999999999999999999) OVER (ORDER BY s) AS a FROM t GROUP BY s", "LAG's offset is a"),
+    ("SELECT s, SUM(COUNT(*)) OVER (ORDER BY s ROWS BETWEEN 99999999999999999999 PRECEDING AND CURRENT ROW) AS a "
+     "FROM t GROUP BY s", "a ROWS frame's offsets are"),
+])
+def test_a_window_count_beyond_bigint_is_refused_naming_the_window(con: Any, sql: str, msg: str) -> None:
+    # was refused as a type error of the table's columns or a failure on a released value of 0
+    s = session(con, public=False)
+    with pytest.raises(errors.UnsupportedQueryError, match=msg):
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    s.query(sql.replace("99999999999999999999", "9223372036854775807"), epsilon=1.0, delta=1e-6)
