@@ -304,3 +304,27 @@ def test_a_window_count_beyond_bigint_is_refused_naming_the_window(con: Any, sql
     with pytest.raises(errors.UnsupportedQueryError, match=msg):
         s.query(sql, epsilon=1.0, delta=1e-6)
     s.query(sql.replace("99999999999999999999", "9223372036854775807"), epsilon=1.0, delta=1e-6)
+
+
+@pytest.mark.parametrize(("window", "expected"), [
+    # a RANGE frame (the default with ORDER BY) ends at the current row's last peer: every peer sees one value
+    ("LAST_VALUE(COUNT(*)) OVER (ORDER BY COUNT(*) > 0)", 4),
+    ("LAST_VALUE(COUNT(*)) OVER (ORDER BY COUNT(*) > 0 RANGE BETWEEN CURRENT ROW AND CURRENT ROW)", 4),
+    ("FIRST_VALUE(COUNT(*)) OVER (ORDER BY COUNT(*) > 0 RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)", 1),
+    ("LAST_VALUE(COUNT(*) IGNORE NULLS) OVER (ORDER BY COUNT(*) > 0)", 4),
+])
+def test_first_and_last_value_over_a_range_frame_keep_the_peers(con: Any, window: str, expected: int) -> None:
+    """Ties broken by the keys in the window's ORDER BY split the peers of a RANGE frame: LAST_VALUE gave each row
+    its own value, which no SQL engine gives (peers share a frame). The keys order the peers inside the function."""
+    s = session(con, public=True)
+    plan = analyze(f"SELECT s, {window} AS v FROM t GROUP BY s", s._catalog)
+    released = pa.table({"__k0": ["a", "b", "c", "d"], "__a0": [1, 2, 3, 4]})
+    outs = set()
+    for order in ([0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]):
+        c = duckdb.connect()
+        c.register("__released", released.take(order))
+        outs.add(tuple(c.execute(post_ast(plan, sqlglot.exp.to_table("__released"), [], total=True)
+                                 .sql(dialect="duckdb")).fetchall()))
+        c.close()
+    assert outs == {tuple((k, expected) for k in "abcd")}, outs
+    s.query(f"SELECT s, {window} AS v FROM t GROUP BY s", epsilon=1.0, delta=1e-6)  # runs end to end

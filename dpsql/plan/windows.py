@@ -58,6 +58,7 @@ def inputs(w: exp.Window) -> list[exp.Expression]:
     """What a window reads of each row: its function's arguments, PARTITION BY and ORDER BY expressions."""
     f = function(w)
     args = [a for a in f.iter_expressions() if not isinstance(a, exp.Star)]
+    args = [x for a in args for x in ([a.this, *(o.this for o in a.expressions)] if isinstance(a, exp.Order) else [a])]
     order = w.args.get("order")
     return args + list(w.args.get("partition_by") or []) + [o.this for o in (order.expressions if order else [])]
 
@@ -136,7 +137,8 @@ def tie_broken(w: exp.Window, keys: list[str]) -> exp.Window:
     """``w`` with the GROUP BY key columns ``keys`` appended to its ORDER BY where its result depends on the
     order of peers (ROW_NUMBER, NTILE, LAG, LEAD, FIRST_VALUE, LAST_VALUE, a ROWS frame), so that it is a function
     of the released rows, not of their order in the engine. A FIRST_VALUE / LAST_VALUE with neither ORDER BY nor
-    frame keeps its frame, the whole partition."""
+    frame keeps its frame, the whole partition; with ORDER BY and a RANGE frame, the keys order the peers inside
+    the function, which keeps the peers (the frame) of SQL."""
     f = function(w)
     spec = w.args.get("spec")
     rows = spec is not None and str(spec.args.get("kind") or "").upper() == "ROWS"
@@ -144,10 +146,17 @@ def tie_broken(w: exp.Window, keys: list[str]) -> exp.Window:
         return w  # (a ranking function ignores a frame: its peers stay peers)
     w = w.copy()
     order = w.args.get("order")
+    extra = [exp.Ordered(this=exp.column(k), nulls_first=False) for k in keys]
+    if isinstance(f, (exp.FirstValue, exp.LastValue)) and order is not None and not rows:
+        # a RANGE frame ends at a peer of the current row: the keys order the peers inside the function
+        # (``LAST_VALUE(x ORDER BY o, k)``), so that every peer reads one value; appended to the window's ORDER BY
+        # they would split the peers (each row its own LAST_VALUE)
+        g = function(w)
+        g.set("this", exp.Order(this=g.this, expressions=[*(o.copy() for o in order.expressions), *extra]))
+        return w
     if order is None and spec is None and isinstance(function(w), (exp.FirstValue, exp.LastValue)):
         w.set("spec", exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="UNBOUNDED",
                                      end_side="FOLLOWING"))
-    extra = [exp.Ordered(this=exp.column(k), nulls_first=False) for k in keys]
     w.set("order", exp.Order(expressions=[*(order.expressions if order else []), *extra]))
     return w
 
