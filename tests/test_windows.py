@@ -312,6 +312,9 @@ def test_a_window_count_beyond_bigint_is_refused_naming_the_window(con: Any, sql
     ("LAST_VALUE(COUNT(*)) OVER (ORDER BY COUNT(*) > 0 RANGE BETWEEN CURRENT ROW AND CURRENT ROW)", 4),
     ("FIRST_VALUE(COUNT(*)) OVER (ORDER BY COUNT(*) > 0 RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)", 1),
     ("LAST_VALUE(COUNT(*) IGNORE NULLS) OVER (ORDER BY COUNT(*) > 0)", 4),
+    # without ORDER BY every row is a peer: a RANGE frame is the whole partition
+    ("LAST_VALUE(COUNT(*)) OVER (RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)", 4),
+    ("FIRST_VALUE(COUNT(*)) OVER (RANGE BETWEEN CURRENT ROW AND CURRENT ROW)", 1),
 ])
 def test_first_and_last_value_over_a_range_frame_keep_the_peers(con: Any, window: str, expected: int) -> None:
     """Ties broken by the keys in the window's ORDER BY split the peers of a RANGE frame: LAST_VALUE gave each row

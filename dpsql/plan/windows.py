@@ -137,8 +137,8 @@ def tie_broken(w: exp.Window, keys: list[str]) -> exp.Window:
     """``w`` with the GROUP BY key columns ``keys`` appended to its ORDER BY where its result depends on the
     order of peers (ROW_NUMBER, NTILE, LAG, LEAD, FIRST_VALUE, LAST_VALUE, a ROWS frame), so that it is a function
     of the released rows, not of their order in the engine. A FIRST_VALUE / LAST_VALUE with neither ORDER BY nor
-    frame keeps its frame, the whole partition; with ORDER BY and a RANGE frame, the keys order the peers inside
-    the function, which keeps the peers (the frame) of SQL."""
+    frame keeps its frame, the whole partition; with a RANGE frame, the keys order the peers inside the function,
+    which keeps the peers (the frame) of SQL."""
     f = function(w)
     spec = w.args.get("spec")
     rows = spec is not None and str(spec.args.get("kind") or "").upper() == "ROWS"
@@ -147,12 +147,13 @@ def tie_broken(w: exp.Window, keys: list[str]) -> exp.Window:
     w = w.copy()
     order = w.args.get("order")
     extra = [exp.Ordered(this=exp.column(k), nulls_first=False) for k in keys]
-    if isinstance(f, (exp.FirstValue, exp.LastValue)) and order is not None and not rows:
+    if isinstance(f, (exp.FirstValue, exp.LastValue)) and (order is not None or spec is not None) and not rows:
         # a RANGE frame ends at a peer of the current row: the keys order the peers inside the function
         # (``LAST_VALUE(x ORDER BY o, k)``), so that every peer reads one value; appended to the window's ORDER BY
         # they would split the peers (each row its own LAST_VALUE)
         g = function(w)
-        g.set("this", exp.Order(this=g.this, expressions=[*(o.copy() for o in order.expressions), *extra]))
+        g.set("this", exp.Order(this=g.this, expressions=[*(o.copy() for o in (order.expressions if order else [])),
+                                                          *extra]))
         return w
     if order is None and spec is None and isinstance(function(w), (exp.FirstValue, exp.LastValue)):
         w.set("spec", exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="UNBOUNDED",
