@@ -126,13 +126,16 @@ _SUMMED_DECIMAL_PRECISION = 28
 
 def _check_window_sums(backend: _Runs, plan: ir.QueryPlan, source: Callable[[str], exp.Expression],
                        table: pa.Table | None = None) -> None:
-    """Refuse for free a window SUM / AVG of HUGEINT or wide DECIMAL values: their sum can overflow on large
-    released values, and DuckDB then raises (a window cannot be evaluated under TRY). Reads the inputs' types
+    """Refuse for free a window SUM / AVG of HUGEINT, wide DECIMAL or INTERVAL values (whose days DuckDB adds as
+    32-bit integers): their sum can overflow on large released values, and DuckDB then raises (a window cannot be evaluated under TRY). Reads the inputs' types
     over ``source`` (placeholders or the public keys), no private row."""
-    sums = [w for e in [o.expr for o in plan.outputs] + [o.this for o in plan.order] + [plan.qualify]
-            if e is not None for w in e.find_all(exp.Window) if isinstance(windows.function(w), (exp.Sum, exp.Avg))]
-    if not sums:
+    # (where each window is, as the message names it: its text is over the released columns __a*, __k*)
+    places = [(f"output '{o.name}'", o.expr) for o in plan.outputs] + [("ORDER BY", o.this) for o in plan.order]
+    located = [(where, w) for where, e in places + [("QUALIFY", plan.qualify)] if e is not None
+               for w in e.find_all(exp.Window) if isinstance(windows.function(w), (exp.Sum, exp.Avg))]
+    if not located:
         return
+    sums = [w for _, w in located]
     args = [exp.alias_(exp.func("typeof", windows.function(w).this.copy()), f"t{i}") for i, w in enumerate(sums)]
     try:
         out = backend.post_process(table if table is not None else pa.table({"__none": [0]}),
@@ -140,14 +143,15 @@ def _check_window_sums(backend: _Runs, plan: ir.QueryPlan, source: Callable[[str
     except ExecutionError:  # pragma: no cover - the same inputs were evaluated over the same values just before
         raise QueryTypeError("the inputs of a window SUM / AVG cannot be evaluated on placeholder values; nothing was "
                              "charged", hint="check the casts and arithmetic inside the window's SUM / AVG") from None
-    for i, w in enumerate(sums):
+    for i, (where, w) in enumerate(located):
         typ = str(out.column(f"t{i}")[0])
         wide = typ.startswith("DECIMAL(") and int(typ[8:].split(",")[0]) > _SUMMED_DECIMAL_PRECISION
-        if typ == "HUGEINT" or wide:
+        if typ in ("HUGEINT", "INTERVAL") or wide:
             raise QueryTypeError(
-                f"{w.sql(dialect='duckdb')} adds {typ} values, whose sum can overflow on large released values (a "
+                f"the window {windows.FUNCTIONS[type(windows.function(w))]} in {where} adds {typ} values, whose sum can overflow on large released values (a "
                 "window's sum cannot be made NULL on overflow); nothing was charged",
-                hint="add them as DOUBLE, e.g. SUM(CAST(x AS DOUBLE)) OVER (...)")
+                hint="add them as DOUBLE, e.g. SUM(CAST(x AS DOUBLE)) OVER (...)" if typ != "INTERVAL" else
+                "average the interval's seconds, e.g. AVG(date_part('epoch', x)) OVER (...)")
 
 
 def _guard_divisors(e: exp.Expression) -> exp.Expression:

@@ -58,12 +58,14 @@ def inputs(w: exp.Window) -> list[exp.Expression]:
     """What a window reads of each row: its function's arguments, PARTITION BY and ORDER BY expressions."""
     f = function(w)
     args = [a for a in f.iter_expressions() if not isinstance(a, exp.Star)]
+    args = [x for a in args for x in ([a.this, *(o.this for o in a.expressions)] if isinstance(a, exp.Order) else [a])]
     order = w.args.get("order")
     return args + list(w.args.get("partition_by") or []) + [o.this for o in (order.expressions if order else [])]
 
 
 def _count_literal(e: exp.Expression | None, least: int) -> bool:
-    return isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit() and int(e.this) >= least
+    # (at most a BIGINT: DuckDB binds a wider literal as no count)
+    return isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit() and least <= int(e.this) < 2**63
 
 
 def problem(w: exp.Window) -> str | None:
@@ -102,6 +104,11 @@ def problem(w: exp.Window) -> str | None:
         if spec.args.get("exclude") is not None:
             return "EXCLUDE in a window frame is not supported; drop it"
         bounds = [spec.args.get("start"), spec.args.get("end")]
+        start, end = _position(bounds[0], spec.args.get("start_side")), _position(bounds[1], spec.args.get("end_side"))
+        if start == 4 or end == 0 or start > end:
+            return ("a window frame ends before it starts; write its bounds in order, from UNBOUNDED PRECEDING "
+                    "through n PRECEDING, CURRENT ROW and n FOLLOWING to UNBOUNDED FOLLOWING, e.g. "
+                    "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW")
         offsets = [b for b in bounds if b is not None and not (isinstance(b, str) and b.upper() in ("UNBOUNDED", "CURRENT ROW"))]
         if kind == "ROWS":
             if not all(_count_literal(b, 0) for b in offsets):
@@ -115,11 +122,23 @@ def problem(w: exp.Window) -> str | None:
     return None
 
 
+def _position(bound: object, side: object) -> int:
+    """A frame bound's place: 0 UNBOUNDED PRECEDING, 1 n PRECEDING, 2 CURRENT ROW (or no end), 3 n FOLLOWING,
+    4 UNBOUNDED FOLLOWING."""
+    if bound is None or (isinstance(bound, str) and bound.upper() == "CURRENT ROW"):
+        return 2
+    following = str(side or "").upper() == "FOLLOWING"
+    if isinstance(bound, str) and bound.upper() == "UNBOUNDED":
+        return 4 if following else 0
+    return 3 if following else 1
+
+
 def tie_broken(w: exp.Window, keys: list[str]) -> exp.Window:
     """``w`` with the GROUP BY key columns ``keys`` appended to its ORDER BY where its result depends on the
     order of peers (ROW_NUMBER, NTILE, LAG, LEAD, FIRST_VALUE, LAST_VALUE, a ROWS frame), so that it is a function
     of the released rows, not of their order in the engine. A FIRST_VALUE / LAST_VALUE with neither ORDER BY nor
-    frame keeps its frame, the whole partition."""
+    frame keeps its frame, the whole partition; with a RANGE frame, the keys order the peers inside the function,
+    which keeps the peers (the frame) of SQL."""
     f = function(w)
     spec = w.args.get("spec")
     rows = spec is not None and str(spec.args.get("kind") or "").upper() == "ROWS"
@@ -127,10 +146,18 @@ def tie_broken(w: exp.Window, keys: list[str]) -> exp.Window:
         return w  # (a ranking function ignores a frame: its peers stay peers)
     w = w.copy()
     order = w.args.get("order")
+    extra = [exp.Ordered(this=exp.column(k), nulls_first=False) for k in keys]
+    if isinstance(f, (exp.FirstValue, exp.LastValue)) and (order is not None or spec is not None) and not rows:
+        # a RANGE frame ends at a peer of the current row: the keys order the peers inside the function
+        # (``LAST_VALUE(x ORDER BY o, k)``), so that every peer reads one value; appended to the window's ORDER BY
+        # they would split the peers (each row its own LAST_VALUE)
+        g = function(w)
+        g.set("this", exp.Order(this=g.this, expressions=[*(o.copy() for o in (order.expressions if order else [])),
+                                                          *extra]))
+        return w
     if order is None and spec is None and isinstance(function(w), (exp.FirstValue, exp.LastValue)):
         w.set("spec", exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="UNBOUNDED",
                                      end_side="FOLLOWING"))
-    extra = [exp.Ordered(this=exp.column(k), nulls_first=False) for k in keys]
     w.set("order", exp.Order(expressions=[*(order.expressions if order else []), *extra]))
     return w
 
