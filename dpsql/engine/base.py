@@ -266,6 +266,24 @@ def source_name(table: str) -> str:
     return f"_dpsql_src_{table}"
 
 
+#: meta key of a table node standing for a long public key domain (:class:`DomainRelation`)
+DOMAIN_RELATION = "dpsql_domain_relation"
+
+
+@dataclass(frozen=True, eq=False)
+class DomainRelation:
+    """A public key domain (catalog metadata, never data) that a backend registers as a relation of its own for
+    one query (one column ``__d`` of the values, typed to the column), instead of one literal per value in the
+    SQL text: the meta of a placeholder table node (``DOMAIN_RELATION``), made where the ops set
+    ``domain_relation_min`` (``dpsql.rewrite.bound.domain_rows``). Shared, never copied, by copies of the tree."""
+
+    values: tuple[Any, ...]
+    column_type: str
+
+    def __deepcopy__(self, memo: Any) -> DomainRelation:
+        return self
+
+
 @functools.lru_cache(maxsize=256)
 def _parsed_type(name: str, dialect: str | None) -> exp.DataType:
     return exp.DataType.build(name, dialect=dialect)

@@ -77,8 +77,11 @@ from dpsql.engine._duckdb_sources import (
     decimal_storage_problem,
 )
 from dpsql.engine.base import (
+    DOMAIN_RELATION,
+    DomainRelation,
     EngineSettings,
     SqlOps,
+    data_type,
     private_failure,
     scrub,
     source_name,
@@ -1185,15 +1188,54 @@ class SparkBackend:
                     pass
 
     # -- binding --------------------------------------------------------------------------------
+    @staticmethod
+    def _domain_named(ast: exp.Expression) -> tuple[exp.Expression, dict[str, DomainRelation]]:
+        """``ast`` with each long public key domain's placeholder (``dpsql.rewrite.bound.domain_rows``) named as a
+        temporary view of its own (a fresh name per run: runs in one Spark session never share one; no analyst SQL
+        reaches it, user SQL names only registered tables), and those views' domains; ``ast`` itself is kept."""
+        if not any(DOMAIN_RELATION in n.meta for n in ast.find_all(exp.Table)):
+            return ast, {}
+        ast = ast.copy()
+        views: dict[str, DomainRelation] = {}
+        for node in list(ast.find_all(exp.Table)):
+            rel = node.meta.get(DOMAIN_RELATION)
+            if rel is not None:
+                name = "_dpsql_domain_" + uuid.uuid4().hex
+                views[name] = rel
+                node.replace(exp.to_table(name))
+        return ast, views
+
+    @contextmanager
+    def _domain_views(self, views: Mapping[str, DomainRelation]) -> Iterator[None]:
+        """The domains as temporary views while the query is analysed or run, dropped afterwards: one column
+        ``__d`` of the public values (catalog metadata, never rows), typed to the key column, broadcast (a hint of
+        the view's plan, from the query alone, as Spark's size-based choice is off: the rows are not shuffled
+        to meet the domain)."""
+        try:
+            for name, rel in views.items():
+                arrow = pa.table({"__v": pa.array(rel.values, pa.string() if rel.column_type == "VARCHAR" else pa.int64())})
+                to = render(data_type(rel.column_type), dialect=SPARK)
+                self._spark.createDataFrame(arrow).selectExpr(f"CAST(__v AS {to}) AS __d").hint("broadcast") \
+                    .createOrReplaceTempView(name)
+            yield
+        finally:
+            for name in views:
+                try:
+                    self._spark.catalog.dropTempView(name)
+                except Exception:  # noqa: BLE001  # pragma: no cover - never registered
+                    pass
+
     def _analyzed(self, ast: exp.Expression) -> Any:
         """Spark's analysed DataFrame of ``ast`` (lazy: no row is read); QueryTypeError if it does
         not bind. The lowering's refusal (UnsupportedQueryError) passes through: it is free."""
+        ast, views = self._domain_named(ast)
         sql = self.render(ast)
         failure: QueryTypeError | None = None
         with self._lock:
             try:
-                df = self._spark.sql(sql)
-                _ = df.schema
+                with self._domain_views(views):
+                    df = self._spark.sql(sql)
+                    _ = df.schema
                 return df
             except Exception as e:  # noqa: BLE001
                 failure = QueryTypeError(
@@ -1255,7 +1297,7 @@ class SparkBackend:
                     deadline: float | None = None) -> pa.Table:
         """Run a query over private data on Spark and bring its (bounded) result to the driver as
         Arrow. Any failure is the one generic ExecutionError (:func:`private_failure`)."""
-        ast = with_read_salt(ast)
+        ast, views = self._domain_named(with_read_salt(ast))
         sql = self.render(ast)
         failure: ExecutionError | None = None
         group = "dpsql-" + uuid.uuid4().hex
@@ -1266,7 +1308,8 @@ class SparkBackend:
                 sc.setJobGroup(group, "dpsql bounded query", interruptOnCancel=True)
                 with self._deadline(group, deadline):
                     read = self._read_files(sql)
-                    table = _arrow_by_partition(self._spark.sql(sql))
+                    with self._domain_views(views):
+                        table = _arrow_by_partition(self._spark.sql(sql))
                 if any(native.versions(files) != v for files, v in read):
                     raise OSError("a source file changed during the read")  # the generic failure below
                 return table

@@ -176,6 +176,9 @@ class SparkOps(DeclaredOps):
     dialect = SPARK
     #: :meth:`keyed_hash` is SHA-256 of the text (``dpsql.engine.portable``): a key's salted text enters it as it is
     keyed_hash_is_digest = True
+    #: a public key domain of at least this many values (text or integer keys) is registered as a temporary view
+    #: for the query (``dpsql.rewrite.bound.domain_rows``, ``SparkBackend``), not inlined: from its length only
+    domain_relation_min = 1000
 
     def text_digest(self, text: exp.Expression) -> exp.Expression:
         """``md5(text)``: how Spark's own hashes (:meth:`spread_hash`'s xxhash64, the hash sets of ``collect_set``

@@ -70,7 +70,16 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpsql.engine.base import CodedKeyOps, SqlOps, coded_key_ops, data_type, source_name, text_digest_of
+from dpsql.engine.base import (
+    DOMAIN_RELATION,
+    CodedKeyOps,
+    DomainRelation,
+    SqlOps,
+    coded_key_ops,
+    data_type,
+    source_name,
+    text_digest_of,
+)
 from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
@@ -473,6 +482,28 @@ def domain_literals(values: tuple[Any, ...], column_type: str, ops: SqlOps = DEF
     return [node]
 
 
+#: column types whose domain values a backend's relation holds as they are (text, integers of at most 64 bits)
+_RELATION_TYPES = {"VARCHAR": str, "TINYINT": int, "SMALLINT": int, "INTEGER": int, "BIGINT": int}
+
+
+def domain_rows(values: tuple[Any, ...], column_type: str, ops: SqlOps = DEFAULT_OPS) -> exp.Subquery | None:
+    """``(SELECT __d FROM <domain>)``: a long public key domain (at least ``ops.domain_relation_min`` values, a
+    property of the domain's length only; text or integer columns) as a relation the backend registers for the
+    query from the values (:class:`dpsql.engine.base.DomainRelation`; Spark: a temporary view), else None (the
+    literals, :func:`domain_literals`). Spark analysed and planned every inlined literal: a GROUP BY over 100 000
+    declared keys took minutes. The placeholder's name is no relation of the backend's: it is rendered only for
+    ``ops``'s dialect, and the backend names the relation afresh for each run."""
+    least = getattr(ops, "domain_relation_min", None)
+    kind = _RELATION_TYPES.get(column_type.upper())
+    if least is None or len(values) < least or kind is None \
+            or not all(type(v) is kind for v in values):  # noqa: E721 - bool is no integer key here
+        return None
+    node = exp.Table(this=exp.to_identifier("__dpsql_domain"))
+    node.meta[DOMAIN_RELATION] = DomainRelation(tuple(values), column_type.upper())
+    node.meta[DIALECT_MARK] = ops.dialect
+    return exp.Subquery(this=exp.select(_col("__d")).from_(node, copy=False))
+
+
 def _domain_filter(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> exp.Expression | None:
     """Rows whose key lies in the public domain: the canonical key compared with literals typed
     to the column at registration (``dpsql.plan.typer.type_domain``), e.g. CAST('2024-01-01' AS
@@ -483,9 +514,11 @@ def _domain_filter(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> exp.Express
         if key.domain is not None:
             assert isinstance(key.expr, exp.Column)
             ctype = schema[key.expr.name.lower()]
-            lits = domain_literals(tuple(v for v in key.domain if v is not None), ctype, ops)
-            conds.append(_or_null(exp.In(this=exp.Paren(this=key_expression(key, schema)), expressions=lits),
-                                  key_expression(key, schema), key.domain))
+            values = tuple(v for v in key.domain if v is not None)
+            rows = domain_rows(values, ctype, ops)
+            cond = (exp.In(this=exp.Paren(this=key_expression(key, schema)), query=rows) if rows is not None else
+                    exp.In(this=exp.Paren(this=key_expression(key, schema)), expressions=domain_literals(values, ctype, ops)))
+            conds.append(_or_null(cond, key_expression(key, schema), key.domain))
     if not conds:
         return None
     out = conds[0]
@@ -530,9 +563,12 @@ def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Seque
             continue
         assert isinstance(key.expr, exp.Column)
         ctype = schema[key.expr.name.lower()]
-        listed = exp.Array(expressions=domain_literals(tuple(v for v in key.domain if v is not None), ctype, ops))
-        sub = exp.select(exp.alias_(exp.func("unnest", listed), "__d"))
-        c = _or_null(exp.In(this=_col(key.name), query=exp.Subquery(this=sub)), _col(key.name), key.domain)
+        values = tuple(v for v in key.domain if v is not None)
+        rows = domain_rows(values, ctype, ops)
+        if rows is None:
+            listed = exp.Array(expressions=domain_literals(values, ctype, ops))
+            rows = exp.Subquery(this=exp.select(exp.alias_(exp.func("unnest", listed), "__d")))
+        c = _or_null(exp.In(this=_col(key.name), query=rows), _col(key.name), key.domain)
         cond = c if cond is None else exp.And(this=cond, expression=c)
     q = exp.select(*[_col(f) for f in fields]).from_(relation, copy=False)
     return q.where(cond, copy=False) if cond is not None else q
