@@ -44,7 +44,6 @@ from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
-import sqlglot
 from sqlglot import exp
 
 import dpsql.engine as backends
