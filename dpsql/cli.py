@@ -475,9 +475,10 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
 
     cfg = _load_config(args)
     path = _ledger_path(args, cfg)  # (its checks hold either way: an owner's config refuses --ledger)
-    s = dpsql.Session(ledger=path if ledger else None, budget=cfg.budget if ledger else dpsql.Budget(1.0),
-                      create=ledger and _create_if_missing(args, cfg), engine=_engine_settings(args, cfg),
-                      tables=cfg.tables, lock_timeout=_lock_timeout(args, cfg))
+    with cfg.naming_tables():  # a refused [tables.NAME] setting names the file
+        s = dpsql.Session(ledger=path if ledger else None, budget=cfg.budget if ledger else dpsql.Budget(1.0),
+                          create=ledger and _create_if_missing(args, cfg), engine=_engine_settings(args, cfg),
+                          tables=cfg.tables, lock_timeout=_lock_timeout(args, cfg))
     try:
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")

@@ -24,6 +24,7 @@ the ledger from ``--ledger``, ``$DPSQL_LEDGER`` or its default (command-line beh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -86,6 +87,18 @@ class DpsqlConfig:
                 hint='add [ledger] with path = "ledger.duckdb" (or path = ":memory:" for a notebook) and epsilon',
             )
         return None if self.in_memory else self.ledger_path
+
+    @contextlib.contextmanager
+    def naming_tables(self) -> Any:
+        """Refusals of this file's ``[tables.NAME]`` settings (raised when the tables are registered) name the
+        file and the key, e.g. ``tables.events.columns.amount.bounds``, as the refusals of ``load_config`` do."""
+        try:
+            yield
+        except ConfigError as e:
+            key = _table_key(e.message, self.tables)
+            if type(e) is not ConfigError or self.path is None or key is None or repr(self.path) in e.message:
+                raise
+            raise ConfigError(f"config file {self.path!r}, {key}: {e.message}", hint=e.hint) from None
 
 
 def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
@@ -287,6 +300,29 @@ def table_kwargs(name: Any, spec: Any, base_dir: str) -> dict[str, Any]:
     if not os.path.isabs(src):
         out["source"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(src)))
     return out
+
+
+#: the column settings a refusal names first ("bounds for 'events.amount' must be ..."): "ordered domain" is ``ordered``
+_COLUMN_KEY = re.compile(r"(ordered|bounds|domain|granularity|bins|bin_width|type)\b")
+
+
+def _table_key(message: str, tables: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The key path (``tables.T``, ``tables.T.KEY``, ``tables.T.columns.C[.KEY]``) of the setting that ``message``,
+    a refusal of registering ``tables``, is about; None when it names none of them."""
+    low = message.lower()
+    for t, spec in tables.items():
+        cols = spec.get("columns")
+        for c in cols if isinstance(cols, Mapping) else ():
+            if f"'{t}.{c}'".lower() in low:
+                m = _COLUMN_KEY.match(message)
+                return f"tables.{t}.columns.{c}" + (f".{m.group(1)}" if m else "")
+        if f"'{t}'".lower() in low or f"'{t}.".lower() in low:
+            first = re.match(r"\w+", message)
+            if first is not None and first.group() in spec and first.group() != "source":
+                return f"tables.{t}.{first.group()}"
+            src = spec.get("source")
+            return f"tables.{t}" + (".source" if isinstance(src, str) and src in message else "")
+    return None
 
 
 def _freeze(v: Any) -> Any:

@@ -44,7 +44,6 @@ from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
-import sqlglot
 from sqlglot import exp
 
 import dpsql.engine as backends
@@ -54,7 +53,7 @@ from dpsql.charge import charged, keeps_answer, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
 from dpsql.options import check_options
 from dpsql.plan.checks import ROW_COUNT_MAX
-from dpsql.plan.parse import DIALECT
+from dpsql.plan.parse import DIALECT, order_by_all_alone, parse_duckdb
 from dpsql.release import Plan, Release
 
 #: the accuracy note of an output column whose accuracy differs between the queries of a request (the command line
@@ -155,9 +154,10 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     if not isinstance(sql, str) or not _WORDS.search(sql):  # most queries: not parsed a second time
         return None
     try:
-        stmt = sqlglot.parse_one(sql, read=DIALECT)
+        stmt = parse_duckdb(sql)[0]
     except Exception:
         return None
+    order_by_all_alone(stmt)
     if isinstance(stmt, exp.Select):
         g = _split_select(stmt, sql, catalog)
         return None if g is None else Composite(sql, f"GROUP BY {g.kind}", (g,), (), None, None)

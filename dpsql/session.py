@@ -85,11 +85,11 @@ class Session(SessionObject):
 
     @classmethod
     def from_config(cls, path: str | os.PathLike[str] = "dpsql.toml") -> Session:
-        """Build a Session from a TOML file: ``[ledger]``, ``[engine]`` and ``[tables.NAME]``
-        (read and checked by ``dpsql.config.load_config``, the same loader as the CLI's)."""
+        """Build a Session from a TOML file (``[ledger]``, ``[engine]``, ``[tables.NAME]``): the CLI's loader."""
         cfg = load_config(path)
-        return cls(ledger=cfg.session_ledger(), budget=cfg.budget, engine=cfg.engine, create=cfg.create_if_missing,
-                   tables=cfg.tables, lock_timeout=cfg.lock_timeout)
+        with cfg.naming_tables():  # a refused [tables.NAME] setting names the file
+            return cls(ledger=cfg.session_ledger(), budget=cfg.budget, engine=cfg.engine, create=cfg.create_if_missing,
+                       tables=cfg.tables, lock_timeout=cfg.lock_timeout)
 
     def register_from_dict(self, name: str, spec: dict[str, Any], *, base_dir: str = ".") -> None:
         """Register a ``[tables.NAME]``-style dict (relative sources resolved against ``base_dir``)."""

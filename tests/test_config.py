@@ -222,3 +222,27 @@ def test_the_owner_sets_how_long_a_busy_ledger_is_waited_for(tmp_path: Path, cap
         (tmp_path / "bad.toml").write_text(f'[ledger]\npath = "l.duckdb"\nlock_timeout = {bad}\n')
         with pytest.raises(ConfigError, match=r"\[ledger\] lock_timeout"):
             load_config(tmp_path / "bad.toml")
+
+
+@pytest.mark.parametrize("spec,path", [
+    ('[tables.events.columns.amount]\nbounds = [5, 1]\n', "tables.events.columns.amount.bounds"),
+    ('[tables.events.columns.amount]\nbonds = [0, 1]\n', "tables.events.columns.amount"),
+    ('max_groups_per_unit = "x"\n', "tables.events.max_groups_per_unit"),
+    ('[tables.events.columns.g]\ndomain = 5\n', "tables.events.columns.g.domain"),
+    ('[tables.events.columns.g]\ndomain = []\n', "tables.events.columns.g.domain"),
+    ('[tables.events.degree_bounds]\nx = 1\n', "tables.events"),
+    ("SOURCE", "tables.events.source"),
+])
+def test_a_refused_table_section_names_the_file_and_the_key(confdir: Path, capsys: pytest.CaptureFixture[str],
+                                                            spec: str, path: str) -> None:
+    """A bad [tables.NAME] setting named the table but not the config file ([ledger] and [engine] errors name it)."""
+    cfg = confdir / "jobs" / "nightly.toml"
+    cfg.parent.mkdir()
+    table = TABLE.replace("data/events", "../data/events")
+    text = LEDGER.replace("led/", "../led/") + (table.replace("events.parquet", "nope.parquet") if spec == "SOURCE"
+                                                 else table + spec)
+    cfg.write_text(text)
+    api = _api(cfg)
+    assert api is not None and str(cfg) in api[1] and path in api[1], api
+    code, err = _cli(cfg, capsys)
+    assert code == 2 and str(cfg) in err and path in err, err

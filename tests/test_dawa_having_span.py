@@ -24,7 +24,7 @@ def test_a_having_that_keeps_no_bin_is_refused_for_free(tail):
     con = duckdb.connect()
     con.register("t", t)
     assert con.execute(sql).fetchall() == []  # known in advance
-    with pytest.raises(QueryError, match="admit no value of the declared domain of 'age'") as e:
+    with pytest.raises(QueryError, match="the HAVING admits no value of the declared domain of 'age'") as e:
         s.query(sql, epsilon=1.0)
     assert "nothing was charged" in str(e.value) and s.remaining() == dpsql.Budget(1000.0)
 
@@ -64,3 +64,13 @@ def test_no_restriction_from_a_having_that_may_hold_in_every_bin(sql):
     s, _ = ages_session()
     wl = workload.histogram_workload(analyze(sql, s.tables))
     assert wl is not None and wl.span is None
+
+
+@pytest.mark.parametrize("tail", ["GROUP BY age HAVING age IN (500)", "GROUP BY age HAVING age > 200"])
+def test_a_having_alone_that_keeps_no_bin_names_only_the_having(tail):
+    """The refusal said 'the WHERE and HAVING admit no value' of a query with no WHERE."""
+    s, _ = ages_session()
+    with pytest.raises(QueryError, match="the HAVING admits no value") as e:
+        s.query(f"SELECT age, COUNT(*) AS n FROM t {tail}", epsilon=1.0)
+    assert "WHERE" not in str(e.value) and "HAVING" in str(e.value.hint), e.value
+    assert s.remaining() == dpsql.Budget(1000.0)

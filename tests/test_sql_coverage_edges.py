@@ -4,6 +4,7 @@ messages that name the real problem (one message per problem, no crash, nothing 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -312,3 +313,25 @@ def test_limit_percent_or_with_ties_is_refused(s: Any, sql: str) -> None:
     the four released ones came back, where DuckDB returns none; LIMIT 50 PERCENT the same."""
     msg = free(s, sql)
     assert "LIMIT must be a non-negative integer literal" in msg and "a number of rows" in msg, msg
+
+
+@pytest.mark.parametrize("by", ['"all"', "[all]", '"ALL" DESC'])
+def test_a_quoted_all_in_order_by_is_a_column_name(s: Any, by: str) -> None:
+    """ORDER BY "all" was answered as ORDER BY ALL (the parser reads the quoted name as the keyword); DuckDB reads it
+    as a column named all."""
+    for sets in ("country", "GROUPING SETS ((country), ())"):
+        msg = free(s, f"SELECT country, COUNT(*) AS n FROM events GROUP BY {sets} ORDER BY {by}")
+        assert "unknown column 'all'" in msg.lower() or re.search(r'order by \[?"all"\]? names no output column', msg.lower()), msg
+    named = s.explain(f'SELECT country, COUNT(*) AS "all" FROM events GROUP BY country ORDER BY {by}', epsilon=1.0,
+                      delta=1e-6).bounded_sql
+    desc = " DESC" if "DESC" in by else ""
+    assert named == s.explain(f'SELECT country, COUNT(*) AS "all" FROM events GROUP BY country ORDER BY 2{desc}',
+                              epsilon=1.0, delta=1e-6).bounded_sql
+
+
+@pytest.mark.parametrize("by", ["n, ALL", "ALL, n", "ALL DESC, 1", "ALL, ALL"])
+def test_order_by_all_beside_other_items_is_refused(s: Any, by: str) -> None:
+    """ORDER BY n, ALL was answered as ORDER BY n, 1, 2; DuckDB refuses it (a syntax error)."""
+    for sets in ("country", "GROUPING SETS ((country), ())"):
+        msg = free(s, f"SELECT country, COUNT(*) AS n FROM events GROUP BY {sets} ORDER BY {by}", errors.SQLSyntaxError)
+        assert "ORDER BY ALL" in msg and "alone" in msg, msg

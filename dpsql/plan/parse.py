@@ -410,6 +410,38 @@ class _NoCommandFallbackWarning(logging.Filter):
 logging.getLogger("sqlglot").addFilter(_NoCommandFallbackWarning())
 
 
+_DUCKDB = sqlglot.Dialect.get_or_raise(DIALECT)
+
+
+class _Parser(_DUCKDB.parser_class):  # type: ignore[misc,name-defined]
+    """DuckDB's parser, but a quoted ``"all"`` in ORDER BY is a column named all (as DuckDB reads it), not ALL."""
+
+    def _parse_ordered(self, parse_method=None):  # type: ignore[no-untyped-def]
+        first = self._curr
+        ordered = super()._parse_ordered(parse_method)
+        if (ordered is not None and first is not None and first.token_type == TokenType.IDENTIFIER
+                and isinstance(ordered.this, exp.Var) and ordered.this.name.upper() == "ALL"):
+            name = exp.Identifier(this=first.text, quoted=True).update_positions(first)
+            ordered.set("this", exp.Column(this=name).update_positions(first))
+        return ordered
+
+
+def parse_duckdb(text: str) -> list[exp.Expression | None]:
+    """``sqlglot.parse(text, read="duckdb")``, with a quoted ``"all"`` in ORDER BY read as a column (see _Parser)."""
+    return _Parser(dialect=_DUCKDB).parse(_DUCKDB.tokenize(text), text)
+
+
+def order_by_all_alone(stmt: exp.Expression) -> None:
+    """DuckDB refuses ORDER BY ALL beside other ORDER BY items (a syntax error): refused here alike."""
+    for order in stmt.find_all(exp.Order):
+        if len(order.expressions) > 1 and any(isinstance(o.this, exp.Var) and o.this.name.upper() == "ALL"
+                                              for o in order.expressions):
+            raise SQLSyntaxError(f"ORDER BY ALL must stand alone, but it is written beside other items: "
+                                 f"{order.sql(dialect=DIALECT).strip()}",
+                                 hint="write ORDER BY ALL (or ORDER BY ALL DESC) alone, or list the outputs by "
+                                 "position or name (ORDER BY 1, 2)")
+
+
 def parse_statements(sql: str) -> list[exp.Expression]:
     if not isinstance(sql, str):
         raise SQLSyntaxError(f"the query must be a SQL string, got {type(sql).__name__}")
@@ -425,7 +457,7 @@ def parse_statements(sql: str) -> list[exp.Expression]:
                              "encoding='utf-8')")
     _refuse_top(sql)
     try:
-        stmts = sqlglot.parse(bracket_identifiers(sql), read=DIALECT)
+        stmts = parse_duckdb(bracket_identifiers(sql))
     except sqlglot.errors.ParseError as e:
         _refuse_peer_syntax(sql)  # (only a query that does not parse: a column may be named clamped)
         err = e.errors[0] if e.errors else {}
@@ -451,6 +483,7 @@ def parse_statements(sql: str) -> list[exp.Expression]:
         raise SQLSyntaxError("the query holds no SQL statement, only comments or ';'",
                              hint="pass one SELECT statement (check that the file or text holds the query itself)")
     for stmt in out:  # comments mean nothing to the query: `status -- note` is the column status
+        order_by_all_alone(stmt)
         for node in stmt.walk():
             if node.comments:
                 node.comments = None

@@ -560,12 +560,13 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
         d = dim.domain
         ends = dim.key_labels([0, n - 1], plain=True)
         domain = f"values {ends[0]} to {ends[1]}" if dim.integer else f"[{d.lo}, {d.hi}) in {n} bins"
+        clauses = " and ".join(c for c, e in (("WHERE", plan.where), ("HAVING", having)) if e is not None)
         raise QueryError(
-            f"the WHERE{' and HAVING' if having is not None else ''} admit{'' if having is not None else 's'} no value "
+            f"the {clauses} admit{'' if ' and ' in clauses else 's'} no value "
             f"of the declared domain of '{col}' ({domain}): every bin of "
             "this histogram is empty whatever the data, known from the query's literals alone; nothing was charged",
-            hint=f"check the WHERE's conditions on '{col}' against its declared bounds (BETWEEN takes the smaller end "
-                 "first; NULLs and values outside the declared domain are never counted)",
+            hint=f"check the {clauses}'s conditions on '{col}' against its declared bounds (BETWEEN takes the smaller "
+                 "end first; NULLs and values outside the declared domain are never counted)",
         )
     starts = range(0, n, factor) if span is None else sorted({s for a, b in span for s in range(a - a % factor, b + 1, factor)})
     ranges = tuple((s, min(s + factor - 1, n - 1)) for s in starts)
