@@ -55,10 +55,10 @@ from dpsql.catalog import ColumnSpec, TableSpec
 from dpsql.engine.base import SqlOps
 from dpsql.mechanisms.base import Description, Mechanism
 from dpsql.plan import ir
-from dpsql.plan.joins import PeopleBound, flat
+from dpsql.plan.joins import LOOKUP_VIEW, PeopleBound, flat
 
 #: the name of the joined relation in the bounded query
-VIEW = "__dpsql_lookup"
+VIEW = LOOKUP_VIEW
 
 
 def one_table_plan(plan: ir.QueryPlan, people: PeopleBound, catalog: Mapping[str, TableSpec]) -> ir.QueryPlan | None:

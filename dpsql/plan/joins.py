@@ -100,6 +100,9 @@ from dpsql.plan.typer import TypeRefusal, parse_type, type_checked, type_predica
 from dpsql.plan.views import VALUES_IN_FROM
 
 SEP = "__"
+
+#: the name of the joined relation of a lookup join in its bounded query (``dpsql.mechanisms.lookup``)
+LOOKUP_VIEW = "__dpsql_lookup"
 #: at most this many distinct base aggregates in one query over a join: each is its own run of the join
 #: mechanism (its own bounded query, with 1/m of the budget), so the work grows with them (about 0.1 s of CPU each
 #: for ``explain``; benchmarks/analysis_scaling.py)
@@ -819,12 +822,10 @@ class _JoinBuilder:
         people as usual, no aggregate or output of its own (the join mechanisms never answer it: ``dpsql.mechanisms.
         registry`` refuses it with ``one_table_only`` unless it is a lookup join), and ``statement``, the query over
         the joined relation's flat columns, which ``dpsql.mechanisms.lookup.one_table_plan`` analyses as one table."""
-        from dpsql.mechanisms.lookup import VIEW  # (lookup imports this module)
-
         flat_stmt = stmt.copy()
         flat_stmt.set("joins", None)
         flat_stmt.set("from_" if "from_" in flat_stmt.args or "from" not in flat_stmt.args else "from",
-                      exp.From(this=exp.to_table(VIEW)))
+                      exp.From(this=exp.to_table(LOOKUP_VIEW)))
         for c in list(flat_stmt.find_all(exp.Column)):
             before = len(self.vs)
             f = self.resolve(c, "SELECT") if not isinstance(c.this, exp.Star) else None
