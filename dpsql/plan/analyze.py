@@ -854,14 +854,18 @@ class _Builder:
                     return exp.Null()  # unknown column: reported by check_columns
                 if n.table and n.table.lower() not in self._table_names:
                     return exp.Null()  # unknown table or alias: reported by check_columns
+                shadow = (f"; the output alias '{n.name}' is also a column of the table, and here (a window, an ORDER BY "
+                          f"expression, QUALIFY) the column wins, as in DuckDB: rename the alias"
+                          if nm in getattr(self, "shadowing_aliases", ()) else "")
                 if window:
                     self.bad(n, f"{where}: a window over raw rows would release per-row values: column '{n.name}' is "
-                                f"neither a GROUP BY key nor inside an aggregate; {windows.OVER_RELEASED} (hint: GROUP BY "
-                                f"{n.name}, or aggregate it, e.g. SUM(SUM({n.name})) OVER (...))")
+                                f"neither a GROUP BY key nor inside an aggregate; {windows.OVER_RELEASED}{shadow} (hint: "
+                                f"GROUP BY {n.name}, or aggregate it, e.g. SUM(SUM({n.name})) OVER (...))")
                     return exp.Null()
                 self.bad(
                     n,
-                    f"{where} uses column '{n.name}' outside an aggregate and not in GROUP BY: non-aggregated output is not allowed",
+                    f"{where} uses column '{n.name}' outside an aggregate and not in GROUP BY: non-aggregated output is "
+                    f"not allowed{shadow}",
                 )
                 return exp.Null()
             return n
@@ -1097,6 +1101,7 @@ class _Builder:
         suffix: dict[str, int] = {}  # the next _n to try for a repeated name (the names taken only grow)
         alias_post: dict[str, exp.Expression] = {}
         alias_map: dict[str, exp.Expression] = {}  # alias_post less the table's columns (kept as it grows)
+        self.shadowing_aliases: set[str] = set()  # aliases named like a column (alias_post less alias_map)
         key_by_sql = {k.sql: k for k in self.keys}
         written_aliases = {it.alias.lower() for it in select_items if isinstance(it, exp.Alias)}  # never a renamed one's
         for it in select_items:
@@ -1125,6 +1130,8 @@ class _Builder:
                 alias_post[it.alias.lower()] = post
                 if it.alias.lower() not in table.schema:
                     alias_map[it.alias.lower()] = post
+                else:
+                    self.shadowing_aliases.add(it.alias.lower())
 
         having = None
         if stmt.args.get("having") is not None:
@@ -1151,14 +1158,14 @@ class _Builder:
                     continue
                 self.check_columns(inner, "ORDER BY", allow_aliases=True)
                 new = o.copy()
-                new.set("this", self.to_post(inner, "ORDER BY", alias_map=alias_post))
+                new.set("this", self.to_post(inner, "ORDER BY", alias_map=alias_map))  # a column wins over an alias (DuckDB)
                 order.append(new)
         qualify = None
         if stmt.args.get("qualify") is not None:
             qv = stmt.args["qualify"].this
             self.violations.extend(check_expression_functions(qv, self.sql, "QUALIFY", windows=True))
             self.check_columns(qv, "QUALIFY", allow_aliases=True)
-            qualify = self.to_post(qv, "QUALIFY", alias_map=alias_post)
+            qualify = self.to_post(qv, "QUALIFY", alias_map=alias_map)  # a column wins over an alias (DuckDB)
             if not any(isinstance(n, exp.Window) for n in qualify.walk()) and not any(
                     isinstance(n, exp.Window) for o in outputs for n in o.expr.walk()):
                 self.violations.append(violation(stmt.args["qualify"], self.sql, "QUALIFY filters on window functions, "
