@@ -112,13 +112,14 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from dpsql.budget import Budget, share_of
 from dpsql.engine.base import SqlOps
 from dpsql.errors import ConfigError, PolicyError
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request, fmt_cap, lowered_cap
-from dpsql.mechanisms.basic import KEY_DOMAIN_CHECK_LIMIT, _domain_table, domain_size
+from dpsql.mechanisms.basic import KEY_DOMAIN_CHECK_LIMIT, _domain_table, _join_keys, domain_size
 from dpsql.mechanisms.common import bounding_note, estimated_quantity
 from dpsql.noise import NoiseSource, round_to_points
 from dpsql.plan import ir
@@ -621,7 +622,8 @@ class QuantileMechanism:
             dom = _domain_table(plan, bounded)
             n_groups = dom.num_rows
             dom = dom.append_column("__pos", pa.array(np.arange(n_groups, dtype=np.int64)))
-            joined = bounded.join(dom, keys=keys, join_type="inner")
+            joined = _join_keys(dom, bounded, keys)  # a LEFT JOIN's NULL group matches its NULL key
+            joined = joined.filter(pc.is_valid(joined.column("__q")))
             pos = np.asarray(joined.column("__pos").to_numpy(zero_copy_only=False), dtype=np.int64)
             rows = joined
             key_cols = {k: dom.column(k) for k in keys}
