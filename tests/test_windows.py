@@ -67,6 +67,9 @@ ANSWERED = [
     "RANK() OVER (PARTITION BY s IN ('a', 'b') ORDER BY s DESC) AS r FROM t GROUP BY s",
     "SELECT s, SUM(x) AS m FROM t GROUP BY s ORDER BY RANK() OVER (ORDER BY SUM(x) DESC), s LIMIT 3",
     "SELECT COUNT(*) AS n, ROW_NUMBER() OVER () AS rn FROM t",
+    # an aggregate's own FILTER inside a window (the window itself has none)
+    "SELECT s, COUNT(*) FILTER (WHERE x > 3) AS f, SUM(COUNT(*) FILTER (WHERE x > 3)) OVER () AS tot, "
+    "RANK() OVER (ORDER BY AVG(x) FILTER (WHERE x < 5) DESC, s) AS r FROM t GROUP BY s",
 ]
 
 
@@ -170,6 +173,8 @@ REFUSED = [
      "RANGE frame with an offset"),
     ("SELECT s, SUM(COUNT(*)) OVER (ORDER BY s GROUPS 1 PRECEDING) FROM t GROUP BY s", "GROUPS window frame"),
     ("SELECT s, COUNT(DISTINCT COUNT(*)) OVER () FROM t GROUP BY s", "DISTINCT"),
+    ("SELECT s, COUNT(*) FILTER (WHERE x > 3) OVER () FROM t GROUP BY s", "COUNT(DISTINCT ...) or FILTER in a window"),
+    ("SELECT s, SUM(COUNT(*)) FILTER (WHERE s > 'a') OVER () FROM t GROUP BY s", "SUM(DISTINCT ...) or FILTER in a window"),
     ("SELECT s, SUM(COUNT(*)) OVER w FROM t GROUP BY s", "named window"),
     ("SELECT s, COUNT(*) FROM t GROUP BY s QUALIFY COUNT(*) > 3", "filter the released rows with HAVING"),
     ("SELECT s, COUNT(*) AS n, RANK() OVER (ORDER BY n DESC) AS r, SUM(r) OVER () FROM t GROUP BY s", "cannot be nested"),

@@ -71,7 +71,7 @@ def _count_literal(e: exp.Expression | None, least: int) -> bool:
 def problem(w: exp.Window) -> str | None:
     """Why ``w`` is not answered over the released rows (None: it is), with the fix."""
     f = function(w)
-    name = FUNCTIONS.get(type(f))
+    name = FUNCTIONS.get(type(f.this if isinstance(f, exp.Filter) else f))
     if name is None:
         called = (str(f.this) if isinstance(f, exp.Anonymous) else f.sql_name() if isinstance(f, exp.Func)
                   else type(f).__name__).upper()
@@ -82,7 +82,8 @@ def problem(w: exp.Window) -> str | None:
                 "OVER (PARTITION BY k ORDER BY COUNT(*) DESC)")
     if any(isinstance(n, exp.Window) for n in w.walk() if n is not w):
         return "window functions cannot be nested; compute the inner window as an output of its own"
-    if isinstance(f.this, exp.Distinct) or isinstance(w.this, exp.Filter) or f.find(exp.Filter):
+    if isinstance(f.this, exp.Distinct) or isinstance(f, exp.Filter) or any(  # an aggregate's own FILTER is answered
+            not isinstance(n.this, exp.AggFunc) for n in f.find_all(exp.Filter)):
         return f"{name}(DISTINCT ...) or FILTER in a window is not supported; drop DISTINCT / FILTER"
     if isinstance(f, (exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist)) and any(
             True for _ in f.iter_expressions()):
