@@ -70,6 +70,9 @@ ANSWERED = [
     # an aggregate's own FILTER inside a window (the window itself has none)
     "SELECT s, COUNT(*) FILTER (WHERE x > 3) AS f, SUM(COUNT(*) FILTER (WHERE x > 3)) OVER () AS tot, "
     "RANK() OVER (ORDER BY AVG(x) FILTER (WHERE x < 5) DESC, s) AS r FROM t GROUP BY s",
+    # a typed literal as LAG's default
+    "SELECT day, COUNT(*) AS n, LAG(day, 1, DATE '2023-12-31') OVER (ORDER BY day) AS prev, "
+    "LEAD(COUNT(*), 1, CAST(-1 AS BIGINT)) OVER (ORDER BY day) AS next FROM t GROUP BY day",
 ]
 
 

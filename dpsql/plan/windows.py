@@ -93,7 +93,8 @@ def problem(w: exp.Window) -> str | None:
     if isinstance(f, (exp.Lag, exp.Lead)) and f.args.get("offset") is not None and not _count_literal(f.args["offset"], 0):
         return f"{name}'s offset is a non-negative integer literal, e.g. {name}(x, 1)"
     default = f.args.get("default") if isinstance(f, (exp.Lag, exp.Lead)) else None
-    while isinstance(default, (exp.Neg, exp.Paren)):
+    while isinstance(default, (exp.Neg, exp.Paren)) or (isinstance(default, exp.Cast) and isinstance(  # DATE '...'
+            default.this, (exp.Literal, exp.Null, exp.Boolean, exp.Neg))):
         default = default.this
     if default is not None and not isinstance(default, (exp.Literal, exp.Null, exp.Boolean)):
         # converted to the argument's type outside any TRY: a released value that does not convert would fail
