@@ -21,7 +21,7 @@ BASE = "SELECT g, COUNT(*) AS n FROM t GROUP BY g "
     " FROM t GROUP BY g ORDER BY n + 1",
     " FROM t GROUP BY g QUALIFY n > 3 AND RANK() OVER (ORDER BY g) < 3",
 ])
-def test_a_column_named_like_an_alias_is_the_column_everywhere_duckdb_says_so(s: Any, tail: str) -> None:
+def test_a_column_named_like_an_alias_is_the_column_everywhere_duckdb_says_so(s: Any, tail: str) -> None:  # noqa: F811 (the fixture imported above)
     before = s.remaining()
     with pytest.raises(errors.UnsupportedQueryError, match=r"column .n.*rename the alias"):
         s.query("SELECT g, COUNT(*) AS n" + tail, epsilon=1.0, delta=1e-5)
@@ -29,5 +29,5 @@ def test_a_column_named_like_an_alias_is_the_column_everywhere_duckdb_says_so(s:
 
 
 @pytest.mark.parametrize("tail", ["ORDER BY n", "HAVING n > 10"])
-def test_a_bare_order_by_name_and_having_read_the_alias(s: Any, tail: str) -> None:
+def test_a_bare_order_by_name_and_having_read_the_alias(s: Any, tail: str) -> None:  # noqa: F811 (the fixture imported above)
     assert len(s.query(BASE + tail, epsilon=1.0, delta=1e-5).to_pylist()) == 3
