@@ -29,7 +29,6 @@ from sqlglot import exp
 from dpsql.catalog import TableSpec
 from dpsql.errors import ConfigError
 from dpsql.plan import ir
-from dpsql.plan.joins import SEP, parts, table_keys
 from dpsql.rewrite.bound import binary_text
 
 #: how many offending values a message quotes (public values, each cut to :data:`_QUOTED` characters)
@@ -40,6 +39,7 @@ _QUOTED = 40
 def _declared(table: TableSpec, catalog: Mapping[str, TableSpec]) -> list[tuple[str, int, bool]]:
     """(column or 'a,b', the most rows per value, whether a key) of every declaration on ``table``: its keys, then
     its degree bounds on other columns."""
+    from dpsql.plan.joins import table_keys  # (joins only: a large module)
     keys = sorted(table_keys(table, catalog))
     return [(k, 1, True) for k in keys] + [(c, int(n), False) for c, n in sorted(table.degree_bounds.items())
                                             if c not in keys]
@@ -61,6 +61,7 @@ def _unchanged_token(table: TableSpec) -> Any:
 def _violations(table: TableSpec, column: str, most: int, engine: Any) -> tuple[int, list[tuple[str, int]]]:
     """How many values of ``column`` are held by more than ``most`` rows of ``table``, and the first few (quoted,
     with their row counts), read from the public rows only."""
+    from dpsql.plan.joins import parts  # (joins only: a large module)
     cols = parts(column)
     keys = [exp.alias_(binary_text(exp.column(c, quoted=True), table.schema.get(c, "")), f"__k{i}")
             for i, c in enumerate(cols)]
@@ -102,6 +103,7 @@ def check(plan: ir.QueryPlan | None, catalog: Mapping[str, TableSpec], engine: A
     jp = plan.join if plan is not None else None
     if jp is None:
         return
+    from dpsql.plan.joins import SEP, parts  # (joins only: a large module)
     for alias, name in dict(jp.inputs).items():
         table = catalog[name]
         if not table.public:  # a person's rows: never read before the charge
