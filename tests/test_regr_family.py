@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+import test_covariance
 from test_bounding import assert_unbounded_caught, assert_within_sensitivity, gen_dataset, plan_for, spec_for
 from test_sql_coverage import SNAP, free
 
@@ -233,32 +233,8 @@ def test_interval_covers_the_truth(kind: str) -> None:
 # -- end to end: zero noise is DuckDB's own answer on the clamped pairs ---------------------------------------
 
 
-def _pairs() -> pa.Table:
-    gen = np.random.default_rng(77)
-    n = 400
-    x = gen.uniform(-10, 110, n)
-    y = 0.5 * x + gen.normal(0, 15, n)
-    xm, ym = gen.random(n) < 0.05, gen.random(n) < 0.05  # NULLs: a pair with one is skipped
-    return pa.table({"uid": np.arange(n) // 2, "g": pa.array(gen.choice(["a", "b", "c"], n).tolist()),
-                     "h": gen.integers(0, 4, n), "x": pa.array(x, mask=xm), "y": pa.array(y, mask=ym)})
-
-
-@pytest.fixture
-def pairs() -> Any:
-    data = _pairs()
-    sess = dpsql.Session(budget=dpsql.Budget(1000.0, 1e-2))
-    use_noise(sess, zero_noise())
-    sess.register("p", data, privacy_unit="uid", max_rows_per_unit=2, max_rows_per_group=2, max_groups_per_unit=2,
-                  columns={"x": {"bounds": (0, 100)}, "y": {"bounds": (-20, 60)}, "g": {"domain": ["a", "b", "c"]}})
-    con = duckdb.connect()
-    con.register("d", data)
-    yield sess, con
-    sess.close()
-    con.close()
-
-
-_X = "CASE WHEN x IS NOT NULL THEN least(greatest(x, 0), 100) END"
-_Y = "CASE WHEN y IS NOT NULL THEN least(greatest(y, -20), 60) END"
+# the pairs, their zero-noise session and the clamped columns are the covariance tests' own
+_pairs, pairs, _X, _Y = test_covariance._pairs, test_covariance.pairs, test_covariance._X, test_covariance._Y
 ALL = ", ".join(f"{k}(y, x) AS {k[5:]}" for k in FAMILY)
 CLAMPED = ", ".join(f"{k}({_Y}, {_X})" for k in FAMILY)
 
