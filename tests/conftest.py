@@ -266,3 +266,19 @@ def stepped_signal(n: int, files: set[str], signum: int = 2) -> Any:
 
     tracer.seen = seen  # type: ignore[attr-defined]
     return tracer
+
+
+def run_alone(request: pytest.FixtureRequest) -> bool:
+    """Run this test again in a fresh interpreter (True: it ran there and passed). Stepping SIGINT through every
+    line under ``sys.settrace`` crashed CPython 3.11 (a segmentation fault in the main thread) in a test process
+    whose earlier tests had left other threads running Python code (pyspark's accumulator server); the test's
+    subject is the ledger, so it runs where no other test has run."""
+    if os.environ.get("DPSQL_TEST_ALONE") == request.node.nodeid:
+        return False
+    env = dict(os.environ, DPSQL_TEST_ALONE=request.node.nodeid)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        request.node.nodeid], cwd=str(request.config.rootpath), env=env, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-2000:])
+    return True
+

@@ -8,7 +8,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from conftest import sigint_storm_while_charging, stepped_signal
+from conftest import run_alone, sigint_storm_while_charging, stepped_signal
 
 import dpsql
 from dpsql.budget import Budget
@@ -301,7 +301,7 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
-def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path: Any, sig: str) -> None:
+def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path: Any, sig: str, request: pytest.FixtureRequest) -> None:
     """Finding (fixed): Ctrl-C lands between any two steps of the main thread (where Python runs a signal's handler).
     Landing after the ledger's fairness queue gave a slot but before the ``try`` that gives it back, or inside the
     code that gives it back, the slot stayed taken: the next waiter, in any thread or process, waited out its
@@ -312,6 +312,8 @@ def test_ctrl_c_at_any_point_of_a_ledger_operation_leaves_nothing_taken(tmp_path
     in the main thread now holds Ctrl-C back and raises it where it waits for a lock or once it has given back
     all it took. Here SIGINT comes at one such point after another of a charge; and SIGTERM with a handler that
     raises (the CLI's), which was not held back (it left the same behind)."""
+    if run_alone(request):
+        return
     import signal
 
     signum = getattr(signal, sig)
@@ -432,12 +434,14 @@ def test_ctrl_c_during_a_call_on_the_callers_connection_is_a_keyboard_interrupt(
         con.execute("SELECT 1")
 
 
-def test_ctrl_c_at_any_point_of_a_sessions_count_of_requests_leaves_it_usable() -> None:
+def test_ctrl_c_at_any_point_of_a_sessions_count_of_requests_leaves_it_usable(request: pytest.FixtureRequest) -> None:
     """Finding (fixed): Ctrl-C landing after a Session counted a request in flight but before the ``try`` that
     uncounts it, or inside uncounting it, left it counted: every later call of the Session in that thread was
     refused ("a Session was called inside its own request ... in the same thread"), and ``close`` (or a
     registration) in any thread waited for ever. The count is now taken and given back with Ctrl-C held back in
     the main thread. Here SIGINT comes at one such point after another of a query."""
+    if run_alone(request):
+        return
     import signal
     import sys
 

@@ -7,9 +7,7 @@ A server is started by the fixture itself (``tests/_postgres.py``)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -19,7 +17,7 @@ from typing import Any
 
 import pytest
 from _postgres import Server
-from conftest import sigint_storm_while_charging, stepped_signal
+from conftest import run_alone, sigint_storm_while_charging, stepped_signal
 
 from dpsql import Budget, interrupts
 from dpsql.errors import LedgerError
@@ -37,21 +35,6 @@ def server() -> Iterator[Server]:
 @pytest.fixture
 def url(server: Server) -> str:
     return server.database("i_" + uuid.uuid4().hex[:12])
-
-
-def _alone(request: pytest.FixtureRequest) -> bool:
-    """Run this test again in a fresh interpreter (True: it ran there and passed). Stepping SIGINT through every
-    line under ``sys.settrace`` crashed CPython 3.11 (a segmentation fault in the main thread) in a test process
-    whose earlier tests had left other threads running Python code (pyspark's accumulator server); the test's
-    subject is the ledger, so it runs where no other test has run."""
-    if os.environ.get("DPSQL_TEST_ALONE") == request.node.nodeid:
-        return False
-    env = dict(os.environ, DPSQL_TEST_ALONE=request.node.nodeid)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        request.node.nodeid], cwd=str(request.config.rootpath), env=env, capture_output=True,
-                       text=True, timeout=900)
-    assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-2000:])
-    return True
 
 
 def _stepped_sigint(n: int, extra: list[str] | None = None) -> Any:
@@ -164,7 +147,7 @@ def test_ctrl_c_at_any_point_of_an_operation_leaves_the_ledger_whole(url: str, o
     SIGINT comes at one point after another of each operation; after each, the server's entries agree with what the
     caller was told (a charge returned stands, one interrupted stands or was rolled back whole; a release or failure
     returned is recorded), nothing is left taken, and the next operation works."""
-    if _alone(request):
+    if run_alone(request):
         return
     from dpsql.ledger import open_ledger
 
@@ -463,7 +446,7 @@ def test_ctrl_c_at_any_point_of_a_sessions_query_on_a_postgresql_ledger_leaves_i
     connections", with no other thread running. Here SIGINT comes at one point after another of a query (the ledger,
     the charge and the Session's own code); after each, each new entry is whole (none, reserved, failed or released;
     released when answered), nothing is left taken, and the next query is answered."""
-    if _alone(request):
+    if run_alone(request):
         return
     import duckdb
 
