@@ -17,7 +17,8 @@ from dpsql.plan.analyze import analyze
 
 @pytest.mark.parametrize("tail", ["GROUP BY age HAVING age > 200", "GROUP BY age HAVING age > 1e308 * 10",
                                   "GROUP BY age HAVING age IN (200, -3) AND COUNT(*) > 3",
-                                  "GROUP BY age HAVING NOT (age >= 0)"])
+                                  "GROUP BY age HAVING NOT (age >= 0)", "GROUP BY age HAVING age <> age",
+                                  "GROUP BY age HAVING age < age OR age IS NULL"])
 def test_a_having_that_keeps_no_bin_is_refused_for_free(tail):
     s, t = ages_session()
     sql = f"SELECT age, COUNT(*) AS n FROM t {tail}"

@@ -89,7 +89,9 @@ def test_only_kept_bins_are_released(sql, keys, span):
                                    "WHERE age <> 1e400", "WHERE age > -1e400",
                                    "WHERE age < CAST('nan' AS DOUBLE)", "WHERE age > -(1e400)", "WHERE CAST(age AS INTEGER) < 3",
                                    "WHERE age NOT IN (200, -1)", "WHERE age IS NOT NULL", "WHERE NOT (age > 3 AND age < 3)",
-                                   "WHERE age >= 30 OR region = 'north'", "WHERE age < score"])
+                                   "WHERE age >= 30 OR region = 'north'", "WHERE age < score",
+                                   "WHERE age = age", "WHERE age <= age", "WHERE NOT (age <> age)", "WHERE TRUE",
+                                   "WHERE age <> age OR TRUE"])
 def test_no_restriction_without_a_proper_sub_range(where):
     from test_ranges import make_session
 
@@ -190,7 +192,11 @@ def test_an_excluded_day_is_neither_estimated_nor_released():
                                    "age NOT IN (3, NULL)", "age = NULL", "age IS NULL", "NOT (age >= 0)",
                                    "age = 1e400", "age IN (1e400, -1e400)", "age > 1e400", "age <= -1e400",
                                    "age = -(1e400)", "age = CAST('NaN' AS DOUBLE)", "age >= 'inf'::DOUBLE",
-                                   "age < CAST('-Infinity' AS DOUBLE)"])
+                                   "age < CAST('-Infinity' AS DOUBLE)",
+                                   # the column compared with itself: false (<>, <, >) or NULL for every row
+                                   "age <> age", "age < age", "age > age", "NOT (age = age)", "NOT age >= age",
+                                   "age <> age OR age IS NULL", "CAST(age AS DOUBLE) <> age", "age > age AND age >= 0",
+                                   "FALSE", "age > 3 AND FALSE", "NULL"])
 def test_empty_kept_bins_on_one_value_bins(where):
     """An empty set of kept bins follows from the literals and the declared domain: refused, for free."""
     from dpsql.errors import QueryError
@@ -304,6 +310,8 @@ def test_a_workload_whose_shared_condition_keeps_no_bin_is_refused_for_free():
     s = make_session()
     before = s.remaining()
     for queries in (["SELECT COUNT(*) FROM people WHERE age IN (200, 3.5) AND age >= 0"],
+                    ["SELECT COUNT(*) FROM people WHERE age <> age AND age >= 0"],
+                    ["SELECT COUNT(*) FROM people WHERE score < score AND age >= 0 AND score >= 1"],
                     ["SELECT COUNT(*) FROM people WHERE age IN (3, 4) AND age >= 10",
                      "SELECT COUNT(*) FROM people WHERE age IN (3, 4) AND age BETWEEN 5 AND 9"]):
         with pytest.raises(QueryError, match="admits a value of the declared domain|admits no value"):

@@ -477,7 +477,8 @@ def analyze_workload(
 
     # a 2-D shared condition mixing both columns (age < 10 OR score > 5) may keep fewer cells than its columns' kept
     # bins span: the rectangles meeting no cell where it can hold are known to be empty
-    cells = _grid_cells(dims, base_expr) if len(dims) == 2 else None
+    # (on a grid too large, refused below)
+    cells = _grid_cells(dims, base_expr) if len(dims) == 2 and dims[0].n * dims[1].n <= MAX_GRID_CELLS else None
 
     def kept(r: list[int]) -> bool:
         return all(runs is None or any(max(r[2 * k], x) <= min(r[2 * k + 1], y) for x, y in runs)
@@ -487,7 +488,7 @@ def analyze_workload(
         cols = " and ".join(f"'{d.column}'" for d in dims)
         raise QueryError(
             f"no range of this workload admits a value of the declared domain of {cols}: every count is 0 whatever "
-            "the data, known from the queries' literals alone; nothing was charged",
+            "the data, known from the queries' text alone; nothing was charged",
             hint="check each range's endpoints against the declared bounds (BETWEEN takes the smaller end first)",
         )
     if len(dims) == 2 and dims[0].n * dims[1].n > MAX_GRID_CELLS:
@@ -564,7 +565,7 @@ def histogram_workload(plan: ir.QueryPlan) -> Workload | None:
         raise QueryError(
             f"the {clauses} admit{'' if ' and ' in clauses else 's'} no value "
             f"of the declared domain of '{col}' ({domain}): every bin of "
-            "this histogram is empty whatever the data, known from the query's literals alone; nothing was charged",
+            "this histogram is empty whatever the data, known from the query's text alone; nothing was charged",
             hint=f"check the {clauses}'s conditions on '{col}' against its declared bounds (BETWEEN takes the smaller "
                  "end first; NULLs and values outside the declared domain are never counted)",
         )
@@ -729,8 +730,16 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
         return both([lo, hi], True)
     if isinstance(e, exp.In) and ours(e.this) and e.expressions and not e.args.get("query"):
         return both([atom("=", x, e.this) for x in e.expressions], False)
+    if isinstance(e, exp.Boolean):  # TRUE, FALSE
+        return (every, every) if e.this else ([], [])
+    if isinstance(e, exp.Null):  # a NULL condition: never true nor false
+        return [], every
     for cls, op in _COMPARISONS:
         if type(e) is cls:
+            if ours(e.this) and ours(e.expression):
+                # the column compared with itself (age <> age): a value of the domain (never NaN) equals itself, so
+                # =, <=, >= are true and <>, <, > false in every bin (NULL, in no bin, is neither)
+                return (every, every) if op in ("=", "<=", ">=") else ([], [])
             if ours(e.this) and not ours(e.expression):
                 return atom(op, e.expression, e.this)
             if ours(e.expression) and not ours(e.this):
@@ -738,17 +747,14 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
     return every, []
 
 
-#: segments of both columns' cuts beyond which ``_grid_cells`` does not decide (a rectangle is then kept)
-_GRID_SEGMENTS = 1 << 16
-
-
 def _grid_cells(dims: list[Dim], where: exp.Expression | None) -> Any:
     """For a 2-D workload: a test of whether a rectangle (r0, r1, c0, c1) of bins meets a cell where the WHERE can
     hold, read exactly from its comparisons of either column with constants (``_kept`` of each) under ``AND``,
-    ``OR`` and ``NOT``; None when every cell may pass, or when undecided (too many cuts). Each comparison is
-    constant between consecutive cuts of its column's runs, so the WHERE is evaluated once per pair of segments
-    (a bit mask of the second column's segments per segment of the first). Public: the query's text and the
-    declared domains."""
+    ``OR`` and ``NOT``; None when every cell may pass. Each comparison is constant between consecutive cuts of its
+    column's runs, so the WHERE is evaluated once per pair of segments: a bit mask of one column's segments per
+    segment of the other, the column with fewer segments indexing the masks (on a grid of at most
+    ``MAX_GRID_CELLS`` cells, at most 1 024 masks of any length). A rectangle is tested on the OR of its masks,
+    read from a table of ORs over runs of 2^k masks. Public: the query's text and the declared domains."""
     if where is None:
         return None
     n0, n1 = dims[0].n, dims[1].n
@@ -763,6 +769,8 @@ def _grid_cells(dims: list[Dim], where: exp.Expression | None) -> Any:
             return walk(e.this)
         read = [(k, *_kept(d, e)) for k, d in enumerate(dims)]
         known = [x for x in read if (x[1], x[2]) != ([(0, dims[x[0]].n - 1)], [])]
+        if known and e.find(exp.Column) is None:
+            known = known[:1]  # a constant (FALSE, NULL): the same in every cell, read on the first column
         if len(known) > 1:
             return False  # (no comparison reads both columns)
         leaves[id(e)] = known[0] if known else (-1, [], [])
@@ -775,17 +783,21 @@ def _grid_cells(dims: list[Dim], where: exp.Expression | None) -> Any:
         if k >= 0:
             cuts[k] += [x for a, b in may + must for x in (a, b + 1)]
     segs = [sorted(set(c)) for c in cuts]
-    if (len(segs[0]) - 1) * (len(segs[1]) - 1) > _GRID_SEGMENTS:
-        return None
-    starts0, starts1 = segs[0][:-1], segs[1][:-1]
-    full = (1 << len(starts1)) - 1
+    # masks indexed by the column with fewer segments (``lo``), over the other's (``hi``)
+    lo = 0 if len(segs[0]) <= len(segs[1]) else 1
+    hi = 1 - lo
+    rows, cols = segs[lo][:-1], segs[hi][:-1]
+    full = (1 << len(cols)) - 1
 
     def inside(runs: Runs, x: int) -> bool:  # (runs: sorted and disjoint)
         i = bisect.bisect_right(runs, (x, math.inf)) - 1
         return i >= 0 and runs[i][0] <= x <= runs[i][1]
 
+    def bits(runs: Runs) -> int:
+        return int("".join("1" if inside(runs, x) else "0" for x in reversed(cols)) or "0", 2)
+
     def masks(e: exp.Expression) -> tuple[list[int], list[int]]:
-        """(may, must) per segment of the first column: bit masks over the second column's segments."""
+        """(may, must) per segment of column ``lo``: bit masks over column ``hi``'s segments."""
         if isinstance(e, exp.Paren):
             return masks(e.this)
         if isinstance(e, (exp.And, exp.Or)):
@@ -798,31 +810,28 @@ def _grid_cells(dims: list[Dim], where: exp.Expression | None) -> Any:
             return [full & ~x for x in must], [full & ~x for x in may]
         k, may_r, must_r = leaves[id(e)]
         if k < 0:  # not read here: may hold anywhere, never certain
-            return [full] * len(starts0), [0] * len(starts0)
-        if k == 0:
-            return ([full if inside(may_r, x) else 0 for x in starts0], [full if inside(must_r, x) else 0 for x in starts0])
-        row_may = sum(1 << j for j, x in enumerate(starts1) if inside(may_r, x))
-        row_must = sum(1 << j for j, x in enumerate(starts1) if inside(must_r, x))
-        return [row_may] * len(starts0), [row_must] * len(starts0)
+            return [full] * len(rows), [0] * len(rows)
+        if k == lo:
+            return [full if inside(may_r, x) else 0 for x in rows], [full if inside(must_r, x) else 0 for x in rows]
+        return [bits(may_r)] * len(rows), [bits(must_r)] * len(rows)
 
     may_rows, _ = masks(where)
     if all(m == full for m in may_rows):
         return None
-    # cells where the WHERE may hold, counted over segments 0..i x 0..j: a rectangle's count in O(1)
-    total = [[0] * (len(starts1) + 1)]
-    for m in may_rows:
-        row, run = [0], 0
-        for j in range(len(starts1)):
-            run += (m >> j) & 1
-            row.append(total[-1][j + 1] + run)
-        total.append(row)
+    # ors[k][i]: the OR of masks i .. i + 2^k - 1 (a rectangle's rows are the OR of two of them)
+    ors = [may_rows]
+    while 1 << len(ors) <= len(rows):
+        last, step = ors[-1], 1 << (len(ors) - 1)
+        ors.append([last[i] | last[i + step] for i in range(len(last) - step)])
 
     def meets(r: list[int]) -> bool:
         if r[0] > r[1] or r[2] > r[3]:
             return False
-        i0, i1 = (bisect.bisect_right(starts0, x) - 1 for x in (r[0], r[1]))
-        j0, j1 = (bisect.bisect_right(starts1, x) - 1 for x in (r[2], r[3]))
-        return total[i1 + 1][j1 + 1] - total[i0][j1 + 1] - total[i1 + 1][j0] + total[i0][j0] > 0
+        i0, i1 = (bisect.bisect_right(rows, x) - 1 for x in (r[2 * lo], r[2 * lo + 1]))
+        j0, j1 = (bisect.bisect_right(cols, x) - 1 for x in (r[2 * hi], r[2 * hi + 1]))
+        k = (i1 - i0 + 1).bit_length() - 1
+        m = ors[k][i0] | ors[k][i1 - (1 << k) + 1]
+        return (m >> j0) & ((1 << (j1 - j0 + 1)) - 1) != 0
 
     return meets
 
