@@ -326,6 +326,7 @@ class _Builder:
         self.keys: list[ir.GroupKey] = []
         self.table: TableSpec | None = None
         self.aliases: set[str] = set()
+        self.alias_items: dict[str, exp.Alias] = {}  # each select-list alias's item (the first of a name)
         self.unit: str | None = None
         self._qualifier = ""
 
@@ -379,7 +380,21 @@ class _Builder:
                 if where != "WHERE" and is_bin_column(name, self.table):
                     continue  # <col>_bin: the bins of a declared ordered domain (histograms)
                 self.bad(c, f"unknown column '{c.name}' in table '{self.table.name}' ({where})"
-                            f"{_part_first(c) or did_you_mean(c.name, self.table.schema)}")
+                            f"{self._later_alias(c, node, where) or _part_first(c) or did_you_mean(c.name, self.table.schema)}")
+
+    def _later_alias(self, c: exp.Column, item: exp.Expression, where: str) -> str:
+        """The fix for an output naming the alias of a later output (or its own), which DuckDB does not see there
+        either (``RANK() OVER (ORDER BY n) AS r, COUNT(*) AS n``)."""
+        aliased = self.alias_items.get(c.name.lower()) if where == "SELECT" and not c.table else None
+        if aliased is None:
+            return ""
+        text = aliased.sql(dialect=DIALECT)
+        if aliased is item:
+            return (f"; '{c.name}' is this output's own alias ({text}), which it cannot name (hint: write the "
+                    "expression of columns or aggregates it stands for)")
+        return (f"; '{c.name}' is the alias of a later output ({text}): an output names only the aliases of the "
+                f"outputs before it, as in DuckDB (hint: move it before this output, or write "
+                f"{aliased.this.sql(dialect=DIALECT)} here)")
 
     def spelled_items(self, items: list[exp.Expression]) -> tuple[list[exp.Expression], dict[str, exp.Expression]]:
         """Each select item's expression with the earlier aliases it names written out (``g AS a, a || 'x'
@@ -986,6 +1001,7 @@ class _Builder:
         for it in select_items:
             if isinstance(it, exp.Alias):
                 self.aliases.add(it.alias.lower())
+                self.alias_items.setdefault(it.alias.lower(), it)
         # an output may name an earlier output's alias (COUNT(*) AS n, n / 10 AS share), as in DuckDB; a
         # column of the table wins over an alias of its name
         lateral: list[set[str]] = []
