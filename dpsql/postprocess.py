@@ -130,9 +130,7 @@ def _check_window_sums(backend: _Runs, plan: ir.QueryPlan, source: Callable[[str
     32-bit integers): their sum can overflow on large released values, and DuckDB then raises (a window cannot be evaluated under TRY). Reads the inputs' types
     over ``source`` (placeholders or the public keys), no private row."""
     # (where each window is, as the message names it: its text is over the released columns __a*, __k*)
-    places = [(f"output '{o.name}'", o.expr) for o in plan.outputs] + [("ORDER BY", o.this) for o in plan.order]
-    located = [(where, w) for where, e in places + [("QUALIFY", plan.qualify)] if e is not None
-               for w in e.find_all(exp.Window) if isinstance(windows.function(w), (exp.Sum, exp.Avg))]
+    located = [(where, w) for where, w in _located_windows(plan) if isinstance(windows.function(w), (exp.Sum, exp.Avg))]
     if not located:
         return
     sums = [w for _, w in located]
@@ -152,6 +150,79 @@ def _check_window_sums(backend: _Runs, plan: ir.QueryPlan, source: Callable[[str
                 "window's sum cannot be made NULL on overflow); nothing was charged",
                 hint="add them as DOUBLE, e.g. SUM(CAST(x AS DOUBLE)) OVER (...)" if typ != "INTERVAL" else
                 "average the interval's seconds, e.g. AVG(date_part('epoch', x)) OVER (...)")
+
+
+def _located_windows(plan: ir.QueryPlan) -> list[tuple[str, exp.Window]]:
+    """Each window of the outputs, ORDER BY and QUALIFY, with where it is as a message names it."""
+    places = [(f"output '{o.name}'", o.expr) for o in plan.outputs] + [("ORDER BY", o.this) for o in plan.order]
+    return [(where, w) for where, e in places + [("QUALIFY", plan.qualify)] if e is not None
+            for w in e.find_all(exp.Window)]
+
+
+def _as_written(plan: ir.QueryPlan, e: exp.Expression) -> str:
+    """``e`` (over the released columns ``__k*``, ``__a*``) spelled with the query's keys and aggregates."""
+    names = {k.name: k.sql for k in plan.keys} | {a.name: a.sql for a in plan.aggregates}
+    e = e.copy()
+    for c in list(e.find_all(exp.Column)):
+        if c.name in names:
+            if c is e:
+                return names[c.name]
+            c.replace(exp.Var(this=names[c.name]))
+    return e.sql(dialect="duckdb")
+
+
+def _window_failure(backend: _Runs, plan: ir.QueryPlan, source: Callable[[str], exp.Expression],
+                    table: pa.Table | None = None) -> QueryTypeError | None:
+    """After the post-processing failed over public values (``source``: the placeholders or the declared keys): a
+    window that fails there alone because LAG / LEAD's default does not convert to its argument's type (DuckDB
+    converts it, outside any TRY), or because SUM / AVG does not add its argument's type (a DATE quantile), as a
+    refusal naming it and the fix; None when no window is found so. Reads no private row."""
+    rows = table if table is not None else pa.table({"__none": [0]})
+    keys = [k.name for k in plan.keys]
+
+    def runs(*items: exp.Expression) -> pa.Table | None:
+        try:
+            return backend.post_process(rows, lambda rel: exp.select(*items).from_(source(rel)))
+        except ExecutionError:
+            return None
+
+    for where, w in _located_windows(plan):
+        f = windows.function(w)
+        if not isinstance(f, (exp.Lag, exp.Lead, exp.Sum, exp.Avg)) or runs(windows.tie_broken(w.copy(), keys)):
+            continue
+        typed = runs(exp.alias_(exp.func("typeof", f.this.copy()), "t"))
+        if typed is None or not typed.num_rows:
+            continue
+        typ, arg, name = str(typed.column("t")[0]), _as_written(plan, f.this), windows.FUNCTIONS[type(f)]
+        default = f.args.get("default") if isinstance(f, (exp.Lag, exp.Lead)) else None
+        if default is not None:
+            bare = windows.tie_broken(w.copy(), keys)
+            windows.function(bare).set("default", None)
+            if runs(bare) is None:
+                continue
+            offset = f.args["offset"].sql(dialect="duckdb")
+            return QueryTypeError(
+                f"the default {default.sql(dialect='duckdb')} of the window {name} in {where} does not convert to "
+                f"{typ}, the type of its argument {arg} ({name} converts its default to it); nothing was charged",
+                hint=f"give a default of type {typ}, e.g. {name}({arg}, {offset}, {_EXAMPLE.get(typ, 'NULL')}); for "
+                     f"another value, convert the result: COALESCE(CAST({name}({arg}, {offset}) OVER (...) AS VARCHAR), "
+                     f"{default.sql(dialect='duckdb')})")
+        if isinstance(f, (exp.Sum, exp.Avg)):
+            dated = typ == "DATE" or typ.startswith("TIMESTAMP")
+            return QueryTypeError(
+                f"the window {name} in {where} adds {typ} values ({arg}): {name} adds numbers only; nothing was "
+                "charged",
+                hint=(f"add the days since a date, e.g. {name}({arg} - DATE '2000-01-01') OVER (...), or take AVG, MIN "
+                      "or MAX of the dates" if typ == "DATE" else
+                      f"add the seconds since 1970, e.g. {name}(date_part('epoch', {arg})) OVER (...), or take AVG, MIN "
+                      "or MAX of the times" if dated else
+                      f"add a number computed from the value, e.g. {name}(length({arg})) OVER (...)"))
+    return None
+
+
+#: a literal of each type, as a LAG / LEAD default in a refusal's hint
+_EXAMPLE = {"DOUBLE": "0", "BIGINT": "0", "HUGEINT": "0", "INTEGER": "0", "BOOLEAN": "false", "VARCHAR": "''",
+            "DATE": "DATE '2000-01-01'", "TIMESTAMP": "TIMESTAMP '2000-01-01 00:00:00'"}
 
 
 def _guard_divisors(e: exp.Expression) -> exp.Expression:
@@ -227,6 +298,9 @@ def check(
         try:
             backend.bind_check(ast, run=True)
         except QueryTypeError as failed:
+            named = _window_failure(backend, plan, lambda rel: exp.select(*cols).subquery("__placeholders"))
+            if named is not None:
+                raise named from None
             try:
                 backend.bind_check(ast)  # it binds: only its evaluation on the zeros failed
             except QueryTypeError:
@@ -338,6 +412,9 @@ def _check_on_keys(backend: _Runs, plan: ir.QueryPlan, aggregate_types: dict[str
         backend.post_process(pa.table(values), lambda rel: post_ast(plan, exp.to_table(rel), []))
         _check_window_sums(backend, plan, exp.to_table, pa.table(values))
     except ExecutionError:
+        named = _window_failure(backend, plan, exp.to_table, pa.table(values))
+        if named is not None:
+            raise named from None
         raise QueryTypeError(
             "the query's outputs, HAVING or ORDER BY cannot be evaluated on the declared key values; nothing was charged",
             hint="check casts and arithmetic over the GROUP BY keys (e.g. CAST(key AS INTEGER) on text keys)",

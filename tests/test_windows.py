@@ -341,3 +341,73 @@ def test_first_and_last_value_over_a_range_frame_keep_the_peers(con: Any, window
         c.close()
     assert outs == {tuple((k, expected) for k in "abcd")}, outs
     s.query(f"SELECT s, {window} AS v FROM t GROUP BY s", epsilon=1.0, delta=1e-6)  # runs end to end
+
+
+@pytest.mark.parametrize("public", [False, True])
+@pytest.mark.parametrize(("window", "default", "typ"), [
+    ("LAG(AVG(x), 1, 'x')", "'x'", "DOUBLE"),
+    ("LEAD(COUNT(*), 2, 1e300)", "1e300", "BIGINT"),
+    ("LAG(SUM(x), 1, DATE '2024-01-01')", "CAST('2024-01-01' AS DATE)", "DOUBLE"),
+    ("LAG(day, 1, 'yesterday')", "'yesterday'", "DATE"),
+])
+def test_a_lag_default_of_another_type_is_refused_naming_the_default(con: Any, public: bool, window: str, default: str,
+                                                                    typ: str) -> None:
+    """LAG / LEAD convert the default to the argument's type: one that does not convert was refused for free, but as
+    a generic failure 'on a released value of 0' (or 'on the declared key values'), naming neither the default nor
+    the fix."""
+    s = session(con, public=public)
+    before = s.remaining()
+    sql = f"SELECT day, COUNT(*) AS n, {window} OVER (ORDER BY day) AS l FROM t GROUP BY day"
+    with pytest.raises(errors.QueryTypeError) as ei:
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    msg = str(ei.value)
+    name = window.split("(")[0]
+    assert f"the default {default} of the window {name} in output 'l' does not convert to {typ}" in msg, msg
+    assert "COALESCE" in msg and "__" not in msg and s.remaining() == before
+    # negative control: without the default (or with one of the argument's type), answered
+    s.query(sql.replace(window, window.rsplit(",", 1)[0] + ")"), epsilon=1.0, delta=1e-6)
+
+
+def _dated(con: Any) -> dpsql.Session:
+    s = dpsql.Session(budget=Budget(1000.0, 0.1), connection=con)
+    use_noise(s, zero_noise())
+    s.register("t", "t", privacy_unit="uid", columns={
+        "x": {"bounds": (0, 10)}, "s": {"domain": ["a", "b", "c", "d", "z"]},
+        "day": {"bounds": ("2024-01-01", "2024-02-01"), "bin_width": "1 day"}})
+    return s
+
+
+@pytest.mark.parametrize("agg", ["MEDIAN(day)", "MIN(day)", "QUANTILE_CONT(day, 0.25)"])
+@pytest.mark.parametrize("fn", ["SUM"])  # (AVG of dates is answered: DuckDB averages dates)
+def test_a_window_sum_of_dates_is_refused_naming_the_fix(con: Any, agg: str, fn: str) -> None:
+    """SUM adds numbers: over a released DATE / TIMESTAMP quantile it does not bind, refused for free, but as a
+    generic type-check failure 'against the table's columns'."""
+    s = _dated(con)
+    before = s.remaining()
+    with pytest.raises(errors.QueryTypeError) as ei:
+        s.query(f"SELECT s, {fn}({agg}) OVER () AS m FROM t GROUP BY s", epsilon=1.0, delta=1e-6)
+    msg = str(ei.value)
+    assert f"the window {fn} in output 'm' adds DATE values ({agg}): {fn} adds numbers only" in msg, msg
+    assert f"{fn}({agg} - DATE '2000-01-01') OVER (...)" in msg and "__" not in msg and s.remaining() == before
+    # negative control: the hint's form is answered
+    s.query(f"SELECT s, {fn}({agg} - DATE '2000-01-01') OVER () AS m FROM t GROUP BY s", epsilon=1.0, delta=1e-6)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT s, RANK() OVER (ORDER BY n DESC) AS r, COUNT(*) AS n FROM t GROUP BY s",
+    "SELECT s, SUM(n) OVER () AS total, COUNT(*) AS n FROM t GROUP BY s",
+    "SELECT s, n * 2 AS twice, COUNT(*) AS n FROM t GROUP BY s",
+])
+def test_an_alias_named_before_its_output_is_refused_naming_the_fix(con: Any, sql: str) -> None:
+    """An output (a window too) names only the aliases of outputs before it, as in DuckDB: one named before its output
+    was refused as an unknown column, without saying that it is a later output's alias nor how to fix it."""
+    s = session(con, public=False)
+    before = s.remaining()
+    with pytest.raises(errors.UnsupportedQueryError) as ei:
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    msg = str(ei.value)
+    assert "'n' is the alias of a later output (COUNT(*) AS n)" in msg and "move it before" in msg, msg
+    assert s.remaining() == before
+    # negative control: the alias's output first, answered
+    fixed = sql.replace("s, ", "s, COUNT(*) AS n, ", 1).replace(", COUNT(*) AS n FROM", " FROM")
+    s.query(fixed, epsilon=1.0, delta=1e-6)
