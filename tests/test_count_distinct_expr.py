@@ -119,3 +119,15 @@ def test_what_stays_refused_is_refused_for_free(s: Any) -> None:
     assert "array" in msg or "list" in msg
     # a collation would merge spellings (the values are counted by their text, as keys are)
     assert "COLLATE is not allowed" in free(sess, "SELECT COUNT(DISTINCT upper(email) COLLATE NOCASE) FROM t")
+
+
+@pytest.mark.parametrize("arg", ["(email, g)", "((email, g))", "ROW(email, g)", "row(email, amount)",
+                                 "{'e': email, 'g': g}", "struct_pack(e := email, g := g)"])
+def test_a_row_of_values_is_refused_naming_the_combinations_and_the_fix(s: Any, arg: str) -> None:
+    """DuckDB counts the distinct combinations of a row's values (a tuple with NULL fields too); dpsql refused it as a
+    TUPLE or row() off the allow-list (a struct with three problems), naming neither what it counts nor the fix."""
+    sess, _ = s
+    msg = free(sess, f"SELECT COUNT(DISTINCT {arg}) FROM t")
+    assert "the query has" not in msg and "allow-list" not in msg, msg  # one problem
+    assert "counts the distinct combinations of several values" in msg and "GROUP BY" in msg, msg
+    assert f"COUNT(DISTINCT {arg})" in msg or "struct_pack" in arg, msg  # (a struct is quoted as DuckDB spells it)

@@ -25,6 +25,7 @@ from dpsql.plan.checks import (
     check_expression_functions,
     check_statement_shape,
     distinct_operand,
+    distinct_row,
     is_aggregate,
     never_null_literal,
     row_count,
@@ -507,6 +508,14 @@ class _Builder:
                     if problem is not None:
                         self.bad(node, problem)
                         return None
+                elif len(exprs) == 1 and distinct_row(exprs[0]):
+                    # DuckDB counts the distinct rows (a row with NULL fields too): not answered
+                    call = f"COUNT(DISTINCT {as_written(arg.expressions[0]).sql(dialect=DIALECT, normalize_functions=False)})"
+                    self.violations.append(violation(node, self.sql, (
+                        "COUNT(DISTINCT ...) of a row counts the distinct combinations of several values, which is not "
+                        "supported (hint: count each value's distinct values in its own COUNT(DISTINCT expr), or GROUP BY "
+                        "the values to release each combination with its count)"), rendered=call))
+                    return None
                 elif len(exprs) == 1:
                     value = self.distinct_value(node, exprs[0])
                     if value is None:

@@ -76,11 +76,17 @@ def distinct_operand(e: exp.Expression) -> exp.Expression:
     return e
 
 
+def distinct_row(e: exp.Expression) -> bool:
+    """A row of several values as the operand of ``COUNT(DISTINCT ...)``: ``(a, b)``, ``ROW(a, b)``, a struct."""
+    e = distinct_operand(e)
+    return isinstance(e, (exp.Tuple, exp.Struct)) or (isinstance(e, exp.Anonymous) and str(e.this).upper() == "ROW")
+
+
 def _counts_distinct_expression(node: exp.Expression) -> bool:
-    """``COUNT(DISTINCT a, b)``: refused as a whole by the analysis (one message, ``COUNT(DISTINCT ...) takes
-    one column or expression``), so its arguments are not checked on their own."""
+    """``COUNT(DISTINCT a, b)`` and ``COUNT(DISTINCT (a, b))``: refused as a whole by the analysis (one message,
+    with the fix), so their arguments are not checked on their own."""
     arg = node.this if isinstance(node, exp.Count) else None
-    return isinstance(arg, exp.Distinct) and len(arg.expressions) != 1
+    return isinstance(arg, exp.Distinct) and (len(arg.expressions) != 1 or distinct_row(arg.expressions[0]))
 
 
 def never_null_literal(e: exp.Expression) -> bool:
