@@ -124,7 +124,8 @@ def test_a_quantile_of_the_left_joins_null_group_reads_that_groups_rows(agg: str
 
 
 @pytest.mark.parametrize("join", ["JOIN", "LEFT JOIN"])
-@pytest.mark.parametrize("agg", ["COUNT(DISTINCT e.cc)", "COUNT(DISTINCT c.name)", "COUNT(DISTINCT e.uid)"])
+@pytest.mark.parametrize("agg", ["COUNT(DISTINCT e.cc)", "COUNT(DISTINCT c.name)", "COUNT(DISTINCT e.uid)",
+                                 "COUNT(DISTINCT (e.cc, c.name))", "COUNT(DISTINCT ROW(c.name, e.day % 3))"])
 def test_distinct_counts_equal_sql_at_zero_noise(join: str, agg: str) -> None:
     scalar = f"SELECT {agg} AS v FROM events e {join} countries c ON e.cc = c.code WHERE e.day < 20"
     grouped = f"SELECT c.region AS k, {agg} AS v FROM events e {join} countries c ON e.cc = c.code GROUP BY c.region"

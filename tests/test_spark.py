@@ -158,6 +158,11 @@ QUERIES = {
     "count_distinct_expr": ("SELECT country, COUNT(DISTINCT upper(ref)) AS n, COUNT(DISTINCT floor(amount / 10)) AS m "
                             "FROM events GROUP BY country"),
     "count_distinct_expr_one_row": "SELECT COUNT(DISTINCT lower(url) || action) AS n FROM events1",
+    # COUNT(DISTINCT (a, b)): DuckDB's count of distinct rows (a row with NULL fields too; Spark's COUNT(DISTINCT a, b)
+    # skips those), as the same text of the fields on both engines (doubles and dates in DuckDB's spelling)
+    "count_distinct_row": ("SELECT country, COUNT(DISTINCT (ref, day)) AS n, COUNT(DISTINCT ROW(amount, price, age % 3)) "
+                           "AS m FROM events GROUP BY country"),
+    "count_distinct_row_one_row": "SELECT COUNT(DISTINCT (url, ref, amount / 7)) AS n FROM events1",
     # COUNT(expr): the rows where the typed, total expression is not NULL (conversions that fail are NULL)
     "count_expr": ("SELECT country, COUNT(CASE WHEN amount > 50 THEN 1 END) AS n, COUNT(CASE WHEN length(ref) > 2 "
                    "THEN ref END) AS r, SUM(CASE WHEN amount > 50 THEN amount END) AS s FROM events GROUP BY country"),

@@ -25,7 +25,6 @@ from dpsql.plan.checks import (
     check_expression_functions,
     check_statement_shape,
     distinct_operand,
-    distinct_row,
     is_aggregate,
     never_null_literal,
     row_count,
@@ -508,13 +507,12 @@ class _Builder:
                     if problem is not None:
                         self.bad(node, problem)
                         return None
-                elif len(exprs) == 1 and distinct_row(exprs[0]):
-                    # DuckDB counts the distinct rows (a row with NULL fields too): not answered
+                elif len(exprs) == 1 and isinstance(exprs[0], exp.Struct):
+                    # (a struct's field names would be checked too: the row of its values is answered)
                     call = f"COUNT(DISTINCT {as_written(arg.expressions[0]).sql(dialect=DIALECT, normalize_functions=False)})"
                     self.violations.append(violation(node, self.sql, (
-                        "COUNT(DISTINCT ...) of a row counts the distinct combinations of several values, which is not "
-                        "supported (hint: count each value's distinct values in its own COUNT(DISTINCT expr), or GROUP BY "
-                        "the values to release each combination with its count)"), rendered=call))
+                        "COUNT(DISTINCT ...) of a struct is not supported (hint: to count the distinct combinations of "
+                        "its values, write COUNT(DISTINCT (a, b)), a row, which DuckDB counts alike)"), rendered=call))
                     return None
                 elif len(exprs) == 1:
                     value = self.distinct_value(node, exprs[0])
@@ -526,8 +524,9 @@ class _Builder:
                     # written (sqlglot renders COUNT(DISTINCT a, b) as a CASE over a tuple)
                     call = "COUNT(DISTINCT " + ", ".join(as_written(e).sql(dialect=DIALECT, normalize_functions=False)
                                                           for e in arg.expressions) + ")"
-                    fix = ("count each value's distinct values in its own COUNT(DISTINCT expr), or GROUP BY the "
-                           "columns to release their combinations")
+                    row = call.removeprefix("COUNT(DISTINCT ").removesuffix(")")
+                    fix = (f"to count the distinct combinations, write them as a row, COUNT(DISTINCT ({row})), as DuckDB "
+                           "does; or count each value's distinct values in a COUNT(DISTINCT expr) of its own")
                     self.violations.append(violation(node, self.sql, "COUNT(DISTINCT ...) takes one column or expression, "
                                                      f"not several (hint: {fix})", rendered=call))
                     return None

@@ -27,7 +27,7 @@ from dpsql.plan.parse import (
     tokens,
 )
 from dpsql.plan.quantiles import QUANTILE_AGGS
-from dpsql.plan.typer import func_name, node_problem
+from dpsql.plan.typer import func_name, node_problem, row_fields
 
 SUPPORTED_AGGS = (exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop,
                   exp.CovarPop, exp.CovarSamp, exp.Corr, exp.RegrSlope, exp.RegrIntercept,
@@ -77,9 +77,9 @@ def distinct_operand(e: exp.Expression) -> exp.Expression:
 
 
 def distinct_row(e: exp.Expression) -> bool:
-    """A row of several values as the operand of ``COUNT(DISTINCT ...)``: ``(a, b)``, ``ROW(a, b)``, a struct."""
-    e = distinct_operand(e)
-    return isinstance(e, (exp.Tuple, exp.Struct)) or (isinstance(e, exp.Anonymous) and str(e.this).upper() == "ROW")
+    """A row of several values as the operand of ``COUNT(DISTINCT ...)``: ``(a, b)``, ``ROW(a, b)`` (its fields
+    are checked by the typer, ``type_distinct``), a struct."""
+    return row_fields(e) is not None or isinstance(distinct_operand(e), exp.Struct)
 
 
 def _counts_distinct_expression(node: exp.Expression) -> bool:

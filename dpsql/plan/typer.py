@@ -2482,10 +2482,60 @@ def type_key(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expressi
     return _canonical_key(Typed(r.expr, typ), node), typ
 
 
+#: values of a row counted by COUNT(DISTINCT (a, b, ...)): each one's text is listed for every row (its cost that of
+#: as many COUNT(DISTINCT) aggregates)
+MAX_ROW_FIELDS = 64
+
+
+def row_fields(node: exp.Expression) -> list[exp.Expression] | None:
+    """The fields of a row ``(a, b)`` or ``ROW(a, b)`` (parentheses around it dropped), else None."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Tuple) or (isinstance(node, exp.Anonymous) and str(node.this).upper() == "ROW"):
+        return list(node.expressions)
+    return None
+
+
+def _row_text(fields: list[tuple[exp.Expression, SqlType]]) -> exp.Expression:
+    """A row's fields (each typed and canonical) as one text: per field ``n`` for NULL, else ``v``, its number of
+    characters, ``:`` and its text (``CAST_FROM`` its type, as an engine spells that type). Injective: the text of a
+    canonical key is one per value (``spread_input``), and the lengths delimit the fields, so two rows have one text
+    exactly when each field is NULL in both or equal in both, as DuckDB's DISTINCT compares rows."""
+    out: exp.Expression = exp.Literal.string("")
+    for e, typ in fields:
+        text = exp.Cast(this=e.copy(), to=_type_node("VARCHAR"))
+        text.meta[CAST_FROM] = typ.name
+        body = exp.DPipe(this=exp.DPipe(this=exp.DPipe(this=exp.Literal.string("v"), expression=exp.Cast(
+            this=exp.func("length", text.copy()), to=_type_node("VARCHAR")), safe=True),
+            expression=exp.Literal.string(":"), safe=True), expression=text, safe=True)
+        piece = exp.Case(ifs=[exp.If(this=exp.Is(this=exp.Paren(this=e.copy()), expression=exp.Null()),
+                                     true=exp.Literal.string("n"))], default=body)
+        out = exp.DPipe(this=out, expression=piece, safe=True)
+    return out
+
+
 def type_distinct(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
     """The total, canonical rendering of the argument of ``COUNT(DISTINCT expr)`` and its type (raises
     ``TypeRefusal``): as a GROUP BY key's (:func:`type_key`: binary collation for text, one spelling of 0.0 and
-    NaN), so its distinct values are its distinct spellings, and of the same key types."""
+    NaN), so its distinct values are its distinct spellings, and of the same key types. A row ``(a, b)`` /
+    ``ROW(a, b)`` is the text of its fields (:func:`_row_text`, each field as this typed), never NULL: DuckDB counts
+    the distinct rows, a row with NULL fields too. Each field is checked with the limits of every expression; the
+    row repeats each three times (its NULL test, length and text), a cost linear in the query's text."""
+    fields = row_fields(node)
+    if fields is not None:
+        if len(fields) > MAX_ROW_FIELDS:
+            raise TypeRefusal([(node, f"COUNT(DISTINCT ...) of a row of {len(fields)} values: at most {MAX_ROW_FIELDS} are "
+                                      "counted together (each value's text is read for every row); count fewer together")])
+        problems: list[tuple[exp.Expression, str]] = []
+        typed: list[tuple[exp.Expression, SqlType]] = []
+        for f in fields:
+            try:
+                typed.append(type_distinct(f, schema))
+            except TypeRefusal as e:
+                problems += e.problems
+        if problems:
+            raise TypeRefusal(problems)
+        return _row_text(typed), VARCHAR
     r = type_checked(node, schema)
     if r.type.kind == "null":
         return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
