@@ -186,19 +186,27 @@ def _window_failure(backend: _Runs, plan: ir.QueryPlan, source: Callable[[str], 
         except ExecutionError:
             return None
 
+    def prepared(w: exp.Window, *, default: bool = True) -> exp.Window:
+        """``w`` as ``post_ast`` evaluates it (its inputs guarded, ties broken by the keys), without LAG / LEAD's
+        default if not ``default``."""
+        w = windows.tie_broken(w.copy(), keys)
+        if not default:
+            windows.function(w).set("default", None)
+        for part in windows.inputs(w):
+            part.replace(_guard_shifts(_guard_divisors(part.copy())))
+        return w
+
     for where, w in _located_windows(plan):
         f = windows.function(w)
-        if not isinstance(f, (exp.Lag, exp.Lead, exp.Sum, exp.Avg)) or runs(windows.tie_broken(w.copy(), keys)):
+        if not isinstance(f, (exp.Lag, exp.Lead, exp.Sum, exp.Avg)) or runs(prepared(w)) is not None:
             continue
-        typed = runs(exp.alias_(exp.func("typeof", f.this.copy()), "t"))
+        typed = runs(exp.alias_(exp.func("typeof", _guard_shifts(_guard_divisors(f.this.copy()))), "t"))
         if typed is None or not typed.num_rows:
             continue
         typ, arg, name = str(typed.column("t")[0]), _as_written(plan, f.this), windows.FUNCTIONS[type(f)]
         default = f.args.get("default") if isinstance(f, (exp.Lag, exp.Lead)) else None
         if default is not None:
-            bare = windows.tie_broken(w.copy(), keys)
-            windows.function(bare).set("default", None)
-            if runs(bare) is None:
+            if runs(prepared(w, default=False)) is None:
                 continue
             offset = f.args["offset"].sql(dialect="duckdb")
             return QueryTypeError(

@@ -349,6 +349,7 @@ def test_first_and_last_value_over_a_range_frame_keep_the_peers(con: Any, window
     ("LEAD(COUNT(*), 2, 1e300)", "1e300", "BIGINT"),
     ("LAG(SUM(x), 1, DATE '2024-01-01')", "CAST('2024-01-01' AS DATE)", "DOUBLE"),
     ("LAG(day, 1, 'yesterday')", "'yesterday'", "DATE"),
+    ("LAG(COUNT(*) // 0, 1, 'x')", "'x'", "BIGINT"),  # (its input guarded as evaluated: // 0 is NULL)
 ])
 def test_a_lag_default_of_another_type_is_refused_naming_the_default(con: Any, public: bool, window: str, default: str,
                                                                     typ: str) -> None:
