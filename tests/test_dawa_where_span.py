@@ -91,7 +91,7 @@ def test_only_kept_bins_are_released(sql, keys, span):
                                    "WHERE age NOT IN (200, -1)", "WHERE age IS NOT NULL", "WHERE NOT (age > 3 AND age < 3)",
                                    "WHERE age >= 30 OR region = 'north'", "WHERE age < score",
                                    "WHERE age = age", "WHERE age <= age", "WHERE NOT (age <> age)", "WHERE TRUE",
-                                   "WHERE age <> age OR TRUE"])
+                                   "WHERE age <> age OR TRUE", "WHERE age IS NOT DISTINCT FROM age"])
 def test_no_restriction_without_a_proper_sub_range(where):
     from test_ranges import make_session
 
@@ -196,7 +196,8 @@ def test_an_excluded_day_is_neither_estimated_nor_released():
                                    # the column compared with itself: false (<>, <, >) or NULL for every row
                                    "age <> age", "age < age", "age > age", "NOT (age = age)", "NOT age >= age",
                                    "age <> age OR age IS NULL", "CAST(age AS DOUBLE) <> age", "age > age AND age >= 0",
-                                   "FALSE", "age > 3 AND FALSE", "NULL"])
+                                   "FALSE", "age > 3 AND FALSE", "NULL", "age IS DISTINCT FROM age",
+                                   "NOT (age IS NOT DISTINCT FROM age)"])
 def test_empty_kept_bins_on_one_value_bins(where):
     """An empty set of kept bins follows from the literals and the declared domain: refused, for free."""
     from dpsql.errors import QueryError

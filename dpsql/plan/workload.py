@@ -734,6 +734,9 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
         return (every, every) if e.this else ([], [])
     if isinstance(e, exp.Null):  # a NULL condition: never true nor false
         return [], every
+    if isinstance(e, (exp.NullSafeEQ, exp.NullSafeNEQ)) and ours(e.this) and ours(e.expression):
+        # the column IS [NOT] DISTINCT FROM itself: never distinct, NULL included (true or false, never NULL)
+        return (every, every) if isinstance(e, exp.NullSafeEQ) else ([], [])
     for cls, op in _COMPARISONS:
         if type(e) is cls:
             if ours(e.this) and ours(e.expression):
