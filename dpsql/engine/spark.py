@@ -54,6 +54,7 @@ Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import re
@@ -81,7 +82,6 @@ from dpsql.engine.base import (
     DomainRelation,
     EngineSettings,
     SqlOps,
-    data_type,
     private_failure,
     scrub,
     source_name,
@@ -89,7 +89,7 @@ from dpsql.engine.base import (
     with_read_salt,
 )
 from dpsql.engine.duckdb import DuckDBBackend
-from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark
+from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark, spark_type
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
 from dpsql.rewrite.render import render
 
@@ -1213,8 +1213,8 @@ class SparkBackend:
         to meet the domain)."""
         try:
             for name, rel in views.items():
-                arrow = pa.table({"__v": pa.array(rel.values, pa.string() if rel.column_type == "VARCHAR" else pa.int64())})
-                to = render(data_type(rel.column_type), dialect=SPARK)
+                arrow = pa.table({"__v": _domain_values(rel)})
+                to = render(spark_type(rel.column_type), dialect=SPARK)
                 self._spark.createDataFrame(arrow).selectExpr(f"CAST(__v AS {to}) AS __d").hint("broadcast") \
                     .createOrReplaceTempView(name)
             yield
@@ -1332,6 +1332,19 @@ class SparkBackend:
         for view, kind in list(self._views.items()):
             self.unregister_source("", kind, view)
         self._local.close()
+
+
+def _domain_values(rel: DomainRelation) -> pa.Array:
+    """A domain's values as the view's Arrow column, before Spark's cast to the key column's type: integers as
+    BIGINT, text as itself, and dates, timestamps and DECIMALs as the text of their typed literal
+    (``dpsql.plan.typer.typed_literal``: ``2024-01-08``, ``2024-03-01 12:30:00.000007``, ``-2.25``), which Spark
+    converts exactly (a TIMESTAMP is TIMESTAMP_NTZ, no time zone applied; a DECIMAL's text has its scale's digits)."""
+    if rel.column_type in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT"):
+        return pa.array(rel.values, pa.int64())
+    if rel.column_type == "VARCHAR":
+        return pa.array(rel.values, pa.string())
+    return pa.array([v.isoformat(sep=" ") if isinstance(v, dt.datetime) else v.isoformat() if isinstance(v, dt.date)
+                     else format(v, "f") for v in rel.values], pa.string())
 
 
 def _arrow_by_partition(df: Any) -> pa.Table:
