@@ -213,7 +213,11 @@ _MANY_GROUPS = textwrap.dedent('''
     s = dpsql.Session(budget=dpsql.Budget(100.0, 0.5), engine="spark", spark=spark)
     s.register("t", t, privacy_unit="u", max_groups_per_unit=1)
     out = {}
-    for how in ("by partition", "toArrow"):
+    sliced = spark_engine._arrow_in_slices
+    for how in ("by partition", "one partition", "toArrow"):
+        if how == "one partition":  # all 2 MiB in one partition: read in slices that each fit
+            s._engine.spark.conf.set("spark.sql.shuffle.partitions", "1")
+            spark_engine._arrow_in_slices = lambda df: out.setdefault("sliced", []).append(1) or sliced(df)
         if how == "toArrow":  # the control: one job collecting every partition exceeds the limit
             spark_engine._arrow_by_partition = lambda df: df.toArrow()
         use_noise(s, zero_noise(3))
@@ -229,8 +233,9 @@ _MANY_GROUPS = textwrap.dedent('''
 
 
 def test_a_release_of_many_groups_is_read_past_max_result_size() -> None:
-    """A sparse histogram of 60 000 groups under a 1 MiB ``spark.driver.maxResultSize``: released, charged once.
-    Control: ``toArrow`` (every partition in one job) fails it after the charge, with the generic error."""
+    """A sparse histogram of 60 000 groups under a 1 MiB ``spark.driver.maxResultSize``: released, charged once,
+    also when its 2 MiB of bounded rows are one partition. Control: ``toArrow`` (every partition in one job) fails
+    it after the charge, with the generic error."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(dpsql.__file__).parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}
     p = subprocess.run([sys.executable, "-c", _MANY_GROUPS], capture_output=True, text=True, timeout=900, env=env)
@@ -238,6 +243,9 @@ def test_a_release_of_many_groups_is_read_past_max_result_size() -> None:
     assert line, p.stderr[-3000:]
     out = json.loads(line[0].removeprefix("RESULT "))
     assert out["by partition"] == {"rows": [{"k": "popular", "n": 300}], "charged": 1.0}
+    # one partition larger than the limit: read in slices, released, charged once (was the generic error after the
+    # charge); the slices are read only there
+    assert out["one partition"] == {"rows": [{"k": "popular", "n": 300}], "charged": 1.0} and out["sliced"] == [1]
     control = out["toArrow"]
     assert control["charged"] == 1.0 and "the charge stands" in control["error"]
 
