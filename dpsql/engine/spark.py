@@ -1425,16 +1425,17 @@ def _arrow_in_slices(df: Any) -> pa.Table:
             for c, f in zip(cols, df.schema.fields)]
     cached = df.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        slices = 1
+        slices, most = 1, None
         for _ in range(_SLICE_ROUNDS):
             which = F.pmod(F.xxhash64(*keys), F.lit(slices)) if slices > 1 else F.lit(0)
             per = cached.select(F.spark_partition_id().alias("p"), which.alias("s"), size.alias("n")) \
                 .groupBy("p", "s").agg(F.sum("n").alias("n"), F.count(F.lit(1)).alias("r"))
             top = per.agg(F.max("n"), F.max("r")).collect()[0]
             biggest, rows = int(top[0] or 0), int(top[1] or 0)
-            if biggest <= budget or rows <= 1:
+            most = rows if most is None else most  # the most rows of a partition: more slices split nothing further
+            if biggest <= budget or rows <= 1 or slices >= most:
                 break
-            slices *= max(2, min(-(-2 * biggest // budget), rows))
+            slices = min(most, slices * max(2, -(-2 * biggest // budget)))
         if slices == 1:
             return _arrow_partitions(cached)
         which = F.pmod(F.xxhash64(*keys), F.lit(slices))
