@@ -221,3 +221,50 @@ def test_floor_and_ceil_of_a_decimal_are_duckdbs_decimals(engines: Any) -> None:
            if repr(d[i][f"c{k}"]) != repr(s[i][f"c{k}"])]
     assert not bad, bad[:10]
     assert [r["c1"] for r in d][:5] == [D(1), D(2), D(3), D(0), D(-2)]  # not vacuous: ceil, as DECIMALs
+
+
+# -- constants folded for a histogram's kept bins ------------------------------------------------------------------
+
+FOLDED = ["CAST(20.5 AS INTEGER)", "CAST(-20.5 AS INTEGER)", "CAST(21.5e0 AS INTEGER)", "CAST(2.5e0 AS BIGINT)",
+          "CAST(-2.5 AS SMALLINT)", "CAST(127.5 AS TINYINT)", "CAST(2.5 AS INTEGER) * 2", "1/0", "-1/0", "0/0",
+          "1 / CAST('-0.0' AS DOUBLE)", "1e308 * 10 / 0", "CAST(0 AS REAL) / CAST(0 AS REAL)", "1e308 * 10",
+          "CAST(' 12 ' AS INTEGER)", "CAST('\t3' AS DOUBLE)", "CAST('-Infinity' AS DOUBLE)", "CAST('NaN' AS DOUBLE)",
+          "NULLIF(3, 3)", "abs(-2.5) * 2"]
+# text one engine reads otherwise than the other (or than Python): not folded, so refused for free by DAWA
+UNFOLDED = ["CAST('-nan' AS DOUBLE)", "CAST('+nan' AS DOUBLE)", "CAST('３' AS INTEGER)", "CAST('\u00a03' AS DOUBLE)",
+            "CAST('1e1' AS INTEGER)"]
+
+
+@pytest.mark.parametrize("column_type", ["BIGINT", "DOUBLE"])
+def test_a_folded_constant_is_the_value_spark_compares_with(engines: Any, column_type: str) -> None:
+    """``dpsql.plan.folding`` reads the value a binned column is compared with (``age = CAST(20.5 AS INTEGER)``
+    keeps the bin of 21 only): on Spark the typed constant side, lowered as every query is, has that value too, so
+    the kept bins are exactly where Spark's rows pass. A DOUBLE divided by zero is IEEE inf/NaN on both engines (the
+    lowering's ``/``); a literal DECIMAL or DOUBLE converted to an integer was Spark's truncation (20, the bin of
+    21 kept: its rows dropped), and text only DuckDB or Python reads ('-nan', '３') is not folded."""
+    import math
+
+    from dpsql.plan.folding import Unfoldable, folded_comparison
+    from dpsql.plan.typer import type_predicate
+
+    _, spark = engines
+    subject = exp.column("c")
+    sides, folded = [], []
+    for const in FOLDED + UNFOLDED:
+        other = sqlglot.parse_one(const, read="duckdb")
+        typed_eq = type_predicate(exp.EQ(this=subject.copy(), expression=other.copy()), {"c": column_type})
+        sides.append(typed_eq.expression if typed_eq.this.find(exp.Column) else typed_eq.this)
+        try:
+            folded.append(folded_comparison(subject, other, column_type))
+        except Unfoldable:
+            folded.append(Unfoldable)
+    q = exp.select(exp.column("i"), *[exp.alias_(e, f"c{k}") for k, e in enumerate(sides)]).from_("v").where("i = 0")
+    row = _rows(spark, q)[0]
+    bad = [(c, f, row[f"c{k}"]) for k, (c, f) in enumerate(zip(FOLDED, folded))
+           if f is Unfoldable or not (_same(f, row[f"c{k}"]) or (f is None and row[f"c{k}"] is None))]
+    assert not bad, bad
+    assert folded[len(FOLDED):] == [Unfoldable] * len(UNFOLDED)
+    # not vacuous: DuckDB's rounding (21, not Spark's own 20) and IEEE division (inf, not NULL) are what Spark gives
+    spark_of = {c: row[f"c{k}"] for k, c in enumerate(FOLDED)}
+    assert spark_of["CAST(20.5 AS INTEGER)"] == 21 and spark_of["CAST(21.5e0 AS INTEGER)"] == 22
+    assert spark_of["1/0"] == math.inf and math.isnan(spark_of["0/0"]) and spark_of["1 / CAST('-0.0' AS DOUBLE)"] == -math.inf

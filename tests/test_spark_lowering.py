@@ -4,7 +4,9 @@ refusals (free: they happen while binding). The same queries run on Spark in tes
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+from decimal import Decimal
 
 import duckdb
 import pytest
@@ -188,7 +190,8 @@ def test_a_join_tuple_identity_converts_columns_of_known_type_plainly() -> None:
 
 
 def _domain_sql(n: int, sql: str, column: str, values: list[object], caps: Caps) -> str:
-    spec = TableSpec(name="events", source="<arrow>", source_kind="arrow", privacy_unit="user_id", schema=SCHEMA,
+    spec = TableSpec(name="events", source="<arrow>", source_kind="arrow", privacy_unit="user_id",
+                     schema={**SCHEMA, "ts": "TIMESTAMP", "dec": "DECIMAL(9,2)"},
                      columns={"amount": ColumnSpec("amount", bounds=(0.0, 100.0)),
                               column: ColumnSpec(column, domain=tuple(values[:n]))})
     ast = bounded_query(analyze(sql, {"events": spec}), caps, salt="s", unit_column="user_id", ops=SparkOps())
@@ -201,6 +204,13 @@ def _domain_sql(n: int, sql: str, column: str, values: list[object], caps: Caps)
     ("SELECT age, SUM(amount) FROM events GROUP BY age", "age", list(range(20_000)), Caps(2, 2, 5)),
     ("SELECT url, MEDIAN(amount) FROM events GROUP BY url", "url", [f"u{i}" for i in range(20_000)],
      Caps(2, 2)),                                                      # the domain on the rows (quantiles)
+    # dates, timestamps and DECIMALs: a view too (their values as text, cast by Spark to the column's type)
+    ("SELECT day, COUNT(*) FROM events GROUP BY day", "day",
+     [dt.date(1970, 1, 1) + dt.timedelta(days=i) for i in range(20_000)], Caps(2, 2, 5)),
+    ("SELECT ts, SUM(amount) FROM events GROUP BY ts", "ts",
+     [dt.datetime(2024, 3, 1, 12, 30, 0, 7) + dt.timedelta(hours=i) for i in range(20_000)], Caps(2, 2, 5)),
+    ("SELECT dec, MEDIAN(amount) FROM events GROUP BY dec", "dec",
+     [Decimal(i).scaleb(-2) - 100 for i in range(20_000)], Caps(2, 2)),
 ])
 def test_a_long_declared_domain_is_no_part_of_the_spark_sql(sql, column, values, caps) -> None:
     """A GROUP BY over a long public domain: Spark's SQL names one relation of the domain (registered by the

@@ -213,7 +213,11 @@ _MANY_GROUPS = textwrap.dedent('''
     s = dpsql.Session(budget=dpsql.Budget(100.0, 0.5), engine="spark", spark=spark)
     s.register("t", t, privacy_unit="u", max_groups_per_unit=1)
     out = {}
-    for how in ("by partition", "toArrow"):
+    sliced = spark_engine._arrow_in_slices
+    for how in ("by partition", "one partition", "toArrow"):
+        if how == "one partition":  # all 2 MiB in one partition: read in slices that each fit
+            s._engine.spark.conf.set("spark.sql.shuffle.partitions", "1")
+            spark_engine._arrow_in_slices = lambda df: out.setdefault("sliced", []).append(1) or sliced(df)
         if how == "toArrow":  # the control: one job collecting every partition exceeds the limit
             spark_engine._arrow_by_partition = lambda df: df.toArrow()
         use_noise(s, zero_noise(3))
@@ -229,8 +233,9 @@ _MANY_GROUPS = textwrap.dedent('''
 
 
 def test_a_release_of_many_groups_is_read_past_max_result_size() -> None:
-    """A sparse histogram of 60 000 groups under a 1 MiB ``spark.driver.maxResultSize``: released, charged once.
-    Control: ``toArrow`` (every partition in one job) fails it after the charge, with the generic error."""
+    """A sparse histogram of 60 000 groups under a 1 MiB ``spark.driver.maxResultSize``: released, charged once,
+    also when its 2 MiB of bounded rows are one partition. Control: ``toArrow`` (every partition in one job) fails
+    it after the charge, with the generic error."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(dpsql.__file__).parents[1]),
                                                         os.environ.get("PYTHONPATH", "")])}
     p = subprocess.run([sys.executable, "-c", _MANY_GROUPS], capture_output=True, text=True, timeout=900, env=env)
@@ -238,8 +243,45 @@ def test_a_release_of_many_groups_is_read_past_max_result_size() -> None:
     assert line, p.stderr[-3000:]
     out = json.loads(line[0].removeprefix("RESULT "))
     assert out["by partition"] == {"rows": [{"k": "popular", "n": 300}], "charged": 1.0}
+    # one partition larger than the limit: read in slices, released, charged once (was the generic error after the
+    # charge); the slices are read only there
+    assert out["one partition"] == {"rows": [{"k": "popular", "n": 300}], "charged": 1.0} and out["sliced"] == [1]
     control = out["toArrow"]
     assert control["charged"] == 1.0 and "the charge stands" in control["error"]
+
+
+def test_a_result_read_in_slices_holds_each_row_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slices (``_arrow_in_slices``) under a limit of 40 KB: every row of three partitions read exactly once
+    (text with NULL and long text, DECIMAL, DATE, TIMESTAMP, DOUBLE NaN, lists, structs and maps, whose hash reads
+    their text), the same table as ``toArrow``'s up to the order, the schema kept; and more than one slice read."""
+    import dpsql.engine.spark as spark_engine
+    from dpsql.engine import EngineSettings
+
+    backend = spark_engine.SparkBackend(None, EngineSettings())
+    try:
+        n = 300
+        t = pa.table({"i": pa.array(range(n), pa.int64()),
+                      "txt": pa.array([None if i % 7 == 0 else "x" * (i % 50) + str(i) for i in range(n)]),
+                      "dec": pa.array([decimal.Decimal(i).scaleb(-2) for i in range(n)], pa.decimal128(9, 2)),
+                      "day": pa.array([dt.date(2024, 1, 1) + dt.timedelta(days=i) for i in range(n)]),
+                      "ts": pa.array([dt.datetime(2024, 1, 1, 0, 0, 0, i) for i in range(n)], pa.timestamp("us")),
+                      "x": pa.array([math.nan if i % 11 == 0 else i / 3 for i in range(n)]),
+                      "lst": pa.array([[i, None] for i in range(n)], pa.list_(pa.int64())),
+                      "st": pa.array([{"a": i, "b": None} for i in range(n)],
+                                     pa.struct([("a", pa.int64()), ("b", pa.string())])),
+                      "m": pa.array([[("k", i)] for i in range(n)], pa.map_(pa.string(), pa.int64()))})
+        df = backend.spark.createDataFrame(t).repartition(3, "i")
+        whole = df.toArrow()
+        reads = []
+        partitions = spark_engine._arrow_partitions
+        monkeypatch.setattr(spark_engine, "_max_result_size", lambda df: 40_000)  # about 25 KB a partition
+        monkeypatch.setattr(spark_engine, "_arrow_partitions", lambda df: reads.append(1) or partitions(df))
+        sliced = spark_engine._arrow_in_slices(df)
+        assert sliced.schema == whole.schema
+        assert repr(sliced.sort_by("i").to_pylist()) == repr(whole.sort_by("i").to_pylist())  # (NaN spelled alike)
+        assert len(reads) > 3  # not vacuous: more than one slice of the 3 partitions
+    finally:
+        backend.close()
 
 
 def test_join_releases_are_the_same_on_duckdb_and_spark() -> None:

@@ -54,6 +54,7 @@ Privacy claims of this module (as ``dpsql.engine.duckdb``'s; threat model: docs/
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import re
@@ -81,7 +82,6 @@ from dpsql.engine.base import (
     DomainRelation,
     EngineSettings,
     SqlOps,
-    data_type,
     private_failure,
     scrub,
     source_name,
@@ -89,7 +89,7 @@ from dpsql.engine.base import (
     with_read_salt,
 )
 from dpsql.engine.duckdb import DuckDBBackend
-from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark
+from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark, spark_type
 from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
 from dpsql.rewrite.render import render
 
@@ -1213,8 +1213,8 @@ class SparkBackend:
         to meet the domain)."""
         try:
             for name, rel in views.items():
-                arrow = pa.table({"__v": pa.array(rel.values, pa.string() if rel.column_type == "VARCHAR" else pa.int64())})
-                to = render(data_type(rel.column_type), dialect=SPARK)
+                arrow = pa.table({"__v": _domain_values(rel)})
+                to = render(spark_type(rel.column_type), dialect=SPARK)
                 self._spark.createDataFrame(arrow).selectExpr(f"CAST(__v AS {to}) AS __d").hint("broadcast") \
                     .createOrReplaceTempView(name)
             yield
@@ -1334,13 +1334,47 @@ class SparkBackend:
         self._local.close()
 
 
+def _domain_values(rel: DomainRelation) -> pa.Array:
+    """A domain's values as the view's Arrow column, before Spark's cast to the key column's type: integers as
+    BIGINT, text as itself, and dates, timestamps and DECIMALs as the text of their typed literal
+    (``dpsql.plan.typer.typed_literal``: ``2024-01-08``, ``2024-03-01 12:30:00.000007``, ``-2.25``), which Spark
+    converts exactly (a TIMESTAMP is TIMESTAMP_NTZ, no time zone applied; a DECIMAL's text has its scale's digits)."""
+    if rel.column_type in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT"):
+        return pa.array(rel.values, pa.int64())
+    if rel.column_type == "VARCHAR":
+        return pa.array(rel.values, pa.string())
+    return pa.array([v.isoformat(sep=" ") if isinstance(v, dt.datetime) else v.isoformat() if isinstance(v, dt.date)
+                     else format(v, "f") for v in rel.values], pa.string())
+
+
 def _arrow_by_partition(df: Any) -> pa.Table:
     """``df.toArrow()``, one partition at a time: ``toArrow`` collects every partition's Arrow batches in one job,
     whose results together count against the driver's ``spark.driver.maxResultSize`` (1 GiB by default), so a
     bounded result of many groups (a sparse histogram, a GROUP BY over a large declared domain) failed after the
     charge. Here each partition is a job of its own (Spark's ``toLocalIterator``, over the same Arrow batches), so
-    only one partition's batches must fit under the limit. The same table: the same schema (as ``toArrow``
-    converts it), the rows in partition order."""
+    only one partition's batches must fit under the limit. A partition that does not fit either (its job fails on
+    the limit) is not a failure: the result is then read in slices that each fit (:func:`_arrow_in_slices`). The
+    same rows (as ``toArrow`` converts them), in partition order (in slices: slice by slice)."""
+    try:
+        return _arrow_partitions(df)
+    except Exception as e:  # noqa: BLE001 - only the limit's failure is read again, anything else raises
+        if _LIMIT not in str(e) or _max_result_size(df) <= 0:
+            raise
+    return _arrow_in_slices(df)
+
+
+_LIMIT = "spark.driver.maxResultSize"  # named in Spark's message of a job whose results exceed it
+_SLICE_ROUNDS = 8
+
+
+def _max_result_size(df: Any) -> int:
+    """The driver's ``spark.driver.maxResultSize`` in bytes (0: no limit)."""
+    conf = df.sparkSession.sparkContext._jsc.sc().conf()
+    return int(conf.getSizeAsBytes(_LIMIT, "1g"))
+
+
+def _arrow_partitions(df: Any) -> pa.Table:
+    """Each partition of ``df`` read by a job of its own, as Arrow (:func:`_arrow_by_partition`)."""
     from pyspark.serializers import NoOpSerializer
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.util import _local_iterator_from_socket
@@ -1353,6 +1387,61 @@ def _arrow_by_partition(df: Any) -> pa.Table:
     batches = [pa.ipc.read_record_batch(pa.py_buffer(b), schema)
                for b in _local_iterator_from_socket(served, NoOpSerializer())]
     return pa.Table.from_batches(batches, schema)
+
+
+def _size_bound(field: Any) -> Any:
+    """A bound on the bytes one value of ``field`` takes in an Arrow batch: a fixed-width value 8 bytes (a DECIMAL
+    16) and its validity bit, a text or binary value its bytes and 8 (its offset, 4 or 8 bytes, and validity), a
+    nested value 8 bytes per character of its text and 16 (each element, field or entry spells at least one
+    character and its separator, and takes at most 16 bytes)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, BinaryType, DecimalType, MapType, StringType, StructType
+
+    col = F.col("`" + field.name.replace("`", "``") + "`")
+    if isinstance(field.dataType, (StringType, BinaryType)):
+        return F.coalesce(F.octet_length(col), F.lit(0)) + F.lit(8)
+    if isinstance(field.dataType, (ArrayType, MapType, StructType)):
+        return F.coalesce(F.octet_length(col.cast("string")), F.lit(0)) * F.lit(8) + F.lit(16)
+    return F.lit(17 if isinstance(field.dataType, DecimalType) else 9)
+
+
+def _arrow_in_slices(df: Any) -> pa.Table:
+    """``df`` read as Arrow in slices that each fit under ``spark.driver.maxResultSize``: the result is cached on
+    the executors (computed once), a job sums a bound on each row's Arrow bytes (:func:`_size_bound`) per partition
+    and slice, and each slice is read partition by partition. A row's slice is a hash of its values modulo the
+    number of slices (a function of the row alone: were a cached partition computed again, in another order, each
+    row would still be read once), chosen for slices of about a quarter of the limit and grown until every slice
+    of every partition is within half of it (room for the batches' and the tasks' own bytes). Only a row larger
+    than that cannot be read (a text of hundreds of megabytes under the default limit of 1 GiB): its slice is
+    read as it is, and fails on the limit."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    budget = max(1, _max_result_size(df) // 2)
+    size = sum((_size_bound(f) for f in df.schema.fields), F.lit(0))
+    cols = [F.col("`" + f.name.replace("`", "``") + "`") for f in df.schema.fields]
+    keys = [c.cast("string") if isinstance(f.dataType, (ArrayType, MapType, StructType)) else c  # (a map has no hash)
+            for c, f in zip(cols, df.schema.fields)]
+    cached = df.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        slices, most = 1, None
+        for _ in range(_SLICE_ROUNDS):
+            which = F.pmod(F.xxhash64(*keys), F.lit(slices)) if slices > 1 else F.lit(0)
+            per = cached.select(F.spark_partition_id().alias("p"), which.alias("s"), size.alias("n")) \
+                .groupBy("p", "s").agg(F.sum("n").alias("n"), F.count(F.lit(1)).alias("r"))
+            top = per.agg(F.max("n"), F.max("r")).collect()[0]
+            biggest, rows = int(top[0] or 0), int(top[1] or 0)
+            most = rows if most is None else most  # the most rows of a partition: more slices split nothing further
+            if biggest <= budget or rows <= 1 or slices >= most:
+                break
+            slices = min(most, slices * max(2, -(-2 * biggest // budget)))
+        if slices == 1:
+            return _arrow_partitions(cached)
+        which = F.pmod(F.xxhash64(*keys), F.lit(slices))
+        return pa.concat_tables([_arrow_partitions(cached.where(which == F.lit(k))) for k in range(slices)])
+    finally:
+        cached.unpersist()
 
 
 class _Files:

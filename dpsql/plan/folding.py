@@ -35,13 +35,17 @@ class Unfoldable(ValueError):
 
 
 _CTX = decimal.Context(prec=200, Emax=10**6, Emin=-(10**6))
-_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
-_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?")
-_PLAIN_DECIMAL = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)\s*")
+# Text is folded only where every engine reads it alike: ASCII digits and blanks (Python's \d and \s, and its
+# float() and strip(), also read '３' and '\xa03' as 3, which DuckDB and Spark convert to NULL), and no signed NaN
+# ('-nan' and '+nan' are NaN on DuckDB, NULL on Spark): other text is not folded (the caller refuses it for free)
+_BLANKS = " \t\n\r\f\v"
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*", re.ASCII)
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?", re.ASCII)
+_PLAIN_DECIMAL = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)\s*", re.ASCII)
 _SPECIAL = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "infinity": math.inf, "+infinity": math.inf,
-            "-infinity": -math.inf, "nan": math.nan, "+nan": math.nan, "-nan": math.nan}
+            "-infinity": -math.inf, "nan": math.nan}
 _INT_LIMITS = {
     "TINYINT": (-(2**7), 2**7 - 1), "SMALLINT": (-(2**15), 2**15 - 1), "INT": (-(2**31), 2**31 - 1),
     "BIGINT": (-(2**63), 2**63 - 1), "INT128": (-(2**127), 2**127 - 1), "UTINYINT": (0, 2**8 - 1),
@@ -162,7 +166,7 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
         raise Unfoldable("a cast to no type")
     name = to.this.name
     if name in _FLOATS:
-        f = _to_double(v)
+        f = to_double(v)
         if _FLOATS[name] and math.isfinite(f):
             try:
                 f = _real_of_text(v) if isinstance(v, str) and f != 0 else struct.unpack("f", struct.pack("f", f))[0]
@@ -173,7 +177,7 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
         return f
     if name in _INT_LIMITS:
         if isinstance(v, str) and _INTEGER.fullmatch(v):
-            v = int(Decimal(v.strip()))  # (not int(v): Python refuses text of more than 4300 digits)
+            v = int(Decimal(v.strip(_BLANKS)))  # (not int(v): Python refuses text of more than 4300 digits)
         if isinstance(v, Decimal) and v.is_finite():  # DuckDB rounds a DECIMAL half away from zero
             v = int(v.quantize(Decimal(1), rounding=decimal.ROUND_HALF_UP, context=_CTX))
         elif isinstance(v, float) and math.isfinite(v):  # and a DOUBLE half to even (0.5 is 0, 1.5 is 2)
@@ -191,7 +195,7 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
     if name == "DECIMAL" and len(to.expressions) == 2:
         p, s = (int(x.name) for x in to.expressions)
         if isinstance(v, str) and _PLAIN_DECIMAL.fullmatch(v):
-            v = Decimal(v.strip())
+            v = Decimal(v.strip(_BLANKS))
         if isinstance(v, int):
             v = Decimal(v)
         if not isinstance(v, Decimal) or not v.is_finite():
@@ -216,7 +220,7 @@ def _real_of_text(text: str) -> float:
     """The REAL nearest the number ``text`` (ties to even), as DuckDB parses text to a REAL: one rounding. Through
     a DOUBLE it can be two, and differ: '1.99999994039535522374' is the DOUBLE 2 - 2^-24, a tie then rounded to 2.0,
     where it is below the tie and its REAL is 2 - 2^-23. From the tie above the largest REAL on, +-inf (as DuckDB)."""
-    x = Fraction(Decimal(text.strip()))
+    x = Fraction(Decimal(text.strip(_BLANKS)))
     if abs(x) >= 2**128 - 2**103:
         return math.copysign(math.inf, x)
     bits = struct.unpack("<I", struct.pack("<f", max(min(float(x), _REAL_MAX), -_REAL_MAX)))[0]
@@ -228,14 +232,14 @@ def _real_of_text(text: str) -> float:
 _REAL_MAX = struct.unpack("<f", struct.pack("<I", 0x7F7FFFFF))[0]
 
 
-def _to_double(v: Any) -> float:
+def to_double(v: Any) -> float:
     """DuckDB's DOUBLE of a value: text parsed (plain numbers, inf, NaN) and rounded to nearest; an integer or
     DECIMAL only where that rounding is a single one (at most 2^53 in its digits: DuckDB divides the DECIMAL's
     integer by a power of ten)."""
     if isinstance(v, float):
         return v
     if isinstance(v, str):
-        t = v.strip().lower()
+        t = v.strip(_BLANKS).lower()
         if t in _SPECIAL:
             return _SPECIAL[t]
         if _NUMBER.fullmatch(v):

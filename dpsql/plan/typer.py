@@ -1332,8 +1332,13 @@ class Typer:
                 else:
                     v = self._ts_in(v if isinstance(v, dt.datetime) else dt.datetime(v.year, v.month, v.day), target, node)
                 return Typed(typed_literal(v, target), target, True, v)
-            # any other literal conversion: TRY_CAST (NULL if it does not convert)
-            return Typed(_cast(r.expr, target), target)
+            # any other literal conversion: TRY_CAST (NULL if it does not convert), its source type recorded as for a
+            # column's (an engine whose conversion differs from DuckDB's, e.g. Spark's truncating CAST(20.5 AS INT),
+            # converts it as DuckDB: 21, the value ``dpsql.plan.folding`` reads for a histogram's kept bins)
+            out = _cast(r.expr, target)
+            if r.type.kind != "strlit":
+                out.meta[CAST_FROM] = r.type.name
+            return Typed(out, target)
         if r.type.kind == "other":
             base = r.type.name.split("(")[0]
             if target.kind == "varchar" and base in _TEXT_CASTABLE:

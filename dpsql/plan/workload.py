@@ -31,7 +31,7 @@ from dpsql.catalog import OrderedDomain, TableSpec, source_identity
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column, unqualified
-from dpsql.plan.folding import Unfoldable, folded_comparison
+from dpsql.plan.folding import Unfoldable, folded_comparison, to_double
 from dpsql.plan.parse import DIALECT
 from dpsql.plan.typer import shifted_literal
 
@@ -632,9 +632,9 @@ def _infinite(e: exp.Expression) -> Decimal | None:
     if not (isinstance(e, exp.Cast) and isinstance(e.this, exp.Literal) and e.this.is_string
             and isinstance(to, exp.DataType) and to.this == exp.DataType.Type.DOUBLE):
         return None
-    try:
-        f = float(str(e.this.this).strip())
-    except ValueError:
+    try:  # (as the folding reads text: '-nan' and Unicode digits or blanks are not read here)
+        f = to_double(str(e.this.this))
+    except Unfoldable:
         return None
     return Decimal("Infinity") if math.isnan(f) else Decimal(f) if math.isinf(f) else None
 

@@ -59,6 +59,7 @@ aggregates, which the golden tests compare against DuckDB on the original query.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import math
 import re
@@ -482,21 +483,32 @@ def domain_literals(values: tuple[Any, ...], column_type: str, ops: SqlOps = DEF
     return [node]
 
 
-#: column types whose domain values a backend's relation holds as they are (text, integers of at most 64 bits)
-_RELATION_TYPES = {"VARCHAR": str, "TINYINT": int, "SMALLINT": int, "INTEGER": int, "BIGINT": int}
+#: column types whose domain values a backend's relation holds as they are (text, integers of at most 64 bits,
+#: dates, timestamps in microseconds, DECIMAL(p, s): :func:`_relation_kind`)
+_RELATION_TYPES = {"VARCHAR": str, "TINYINT": int, "SMALLINT": int, "INTEGER": int, "BIGINT": int,
+                   "DATE": dt.date, "TIMESTAMP": dt.datetime}
+
+
+def _relation_kind(column_type: str) -> type | None:
+    """The Python type of every domain value of a column of ``column_type`` (``dpsql.plan.typer.type_domain``)
+    that a backend's relation holds, or None (the literals)."""
+    t = column_type.upper()
+    if re.fullmatch(r"DECIMAL\(\d+,\s*\d+\)", t):
+        return Decimal
+    return _RELATION_TYPES.get(t)
 
 
 def domain_rows(values: tuple[Any, ...], column_type: str, ops: SqlOps = DEFAULT_OPS) -> exp.Subquery | None:
     """``(SELECT __d FROM <domain>)``: a long public key domain (at least ``ops.domain_relation_min`` values, a
-    property of the domain's length only; text or integer columns) as a relation the backend registers for the
-    query from the values (:class:`dpsql.engine.base.DomainRelation`; Spark: a temporary view), else None (the
-    literals, :func:`domain_literals`). Spark analysed and planned every inlined literal: a GROUP BY over 100 000
+    property of the domain's length only; text, integer, DATE, TIMESTAMP and DECIMAL columns) as a relation the
+    backend registers for the query from the values (:class:`dpsql.engine.base.DomainRelation`; Spark: a temporary
+    view), else None (the literals, :func:`domain_literals`). Spark analysed and planned every inlined literal: a GROUP BY over 100 000
     declared keys took minutes. The placeholder's name is no relation of the backend's: it is rendered only for
     ``ops``'s dialect, and the backend names the relation afresh for each run."""
     least = getattr(ops, "domain_relation_min", None)
-    kind = _RELATION_TYPES.get(column_type.upper())
+    kind = _relation_kind(column_type)
     if least is None or len(values) < least or kind is None \
-            or not all(type(v) is kind for v in values):  # noqa: E721 - bool is no integer key here
+            or not all(type(v) is kind for v in values):  # noqa: E721 - bool is no integer key, a datetime no date
         return None
     node = exp.Table(this=exp.to_identifier("__dpsql_domain"))
     node.meta[DOMAIN_RELATION] = DomainRelation(tuple(values), column_type.upper())
