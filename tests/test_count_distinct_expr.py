@@ -11,6 +11,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from sqlglot import exp
 from test_bounding import (
     assert_unbounded_caught,
     assert_within_sensitivity,
@@ -168,3 +169,50 @@ def test_what_stays_refused_in_a_row_is_refused_for_free(s: Any, arg: str, needl
     sess, _ = s
     msg = free(sess, f"SELECT COUNT(DISTINCT {arg}) FROM t")
     assert needle in msg and "the query has" not in msg, msg
+
+
+def test_a_nested_rows_rendering_reads_each_field_a_bounded_number_of_times() -> None:
+    """A row inside a row is its fields (a row is never NULL): each field is read a fixed number of times, so a row
+    nested d deep renders in size linear in d (each level read its inner row three times: 3^d, 93 s to plan at d = 8),
+    and more than MAX_ROW_FIELDS fields in all are refused."""
+    import sqlglot
+
+    from dpsql.plan.typer import MAX_ROW_FIELDS, TypeRefusal, type_distinct
+
+    e = "a"
+    for _ in range(7):
+        e = f"(b, {e})"
+    rendered, _ = type_distinct(sqlglot.parse_one(e, read="duckdb"), {"a": "VARCHAR", "b": "BIGINT"})
+    reads = [c.name for c in rendered.find_all(exp.Column)]
+    assert reads.count("a") <= 2 and reads.count("b") <= 2 * 7, len(reads)
+    wide = "((" + ", ".join(["b"] * MAX_ROW_FIELDS) + "), b)"
+    with pytest.raises(TypeRefusal, match=f"a row of {MAX_ROW_FIELDS + 1} values"):
+        type_distinct(sqlglot.parse_one(wide, read="duckdb"), {"b": "BIGINT"})
+
+
+def test_a_rows_text_is_built_of_fixed_size_pieces() -> None:
+    """A field's text is read through its digest, never copied into the row's text: one person's rows of 64 texts of
+    60 kB each, concatenated, built megabytes per row (the process was killed for its memory at 200 such rows), where
+    a text cell may build at most MAX_TEXT_BUILT bytes."""
+    import sqlglot
+
+    from dpsql.plan.typer import MAX_TEXT_BUILT, type_distinct
+
+    row = "(" + ", ".join(["note", "g", "d"] * 21) + ")"
+    rendered, _ = type_distinct(sqlglot.parse_one(row, read="duckdb"), {"note": "VARCHAR", "g": "VARCHAR", "d": "DOUBLE"})
+
+    def most(e: exp.Expression) -> int:
+        """The most bytes ``e``'s text holds: a literal its own, a digest 64, a concatenation the sum of its parts."""
+        while isinstance(e, exp.Paren):
+            e = e.this
+        if isinstance(e, exp.Literal):
+            return len(e.this.encode())
+        if isinstance(e, exp.SHA2):
+            return 64
+        if isinstance(e, (exp.DPipe, exp.Concat)):
+            return sum(most(p) for p in ([e.this, e.expression] if isinstance(e, exp.DPipe) else e.expressions))
+        if isinstance(e, exp.Coalesce):
+            return max(most(p) for p in [e.this, *e.expressions])
+        return MAX_TEXT_BUILT  # (a text read from the row: up to a cell's)
+
+    assert most(rendered) <= 64 * 66, rendered.sql(dialect="duckdb")[:300]

@@ -355,6 +355,7 @@ _SAME: tuple[type[exp.Expression], ...] = (
     exp.Replace, exp.SplitPart,
     exp.DataType, exp.DataTypeParam, exp.Var,
     exp.MD5,  # a long IN list (dpsql.plan.typer._digest): lower-case hex of the UTF-8 bytes on both
+    exp.SHA2,  # a field of COUNT(DISTINCT (a, b)) (dpsql.plan.typer._row_text): SHA-256, lower-case hex, on both
 )
 
 

@@ -2501,36 +2501,55 @@ def row_fields(node: exp.Expression) -> list[exp.Expression] | None:
     return None
 
 
+def _row_leaves(fields: list[exp.Expression]) -> list[exp.Expression]:
+    """The fields of a row with each row among them replaced by its own fields: a row is never NULL and rows are
+    equal field by field, so ``((a, b), c)`` has the distinct values of ``(a, b, c)`` (each field then read once)."""
+    out: list[exp.Expression] = []
+    for f in fields:
+        inner = row_fields(f)
+        out += [f] if inner is None else _row_leaves(inner)
+    return out
+
+
 def _row_text(fields: list[tuple[exp.Expression, SqlType]]) -> exp.Expression:
-    """A row's fields (each typed and canonical) as one text: per field ``n`` for NULL, else ``v``, its number of
-    characters, ``:`` and its text (``CAST_FROM`` its type, as an engine spells that type). Injective: the text of a
-    canonical key is one per value (``spread_input``), and the lengths delimit the fields, so two rows have one text
-    exactly when each field is NULL in both or equal in both, as DuckDB's DISTINCT compares rows."""
-    out: exp.Expression = exp.Literal.string("")
+    """A row's fields (each typed and canonical) as one text: per field ``n`` for NULL, else ``v`` and the SHA-256 of
+    its text (``CAST_FROM`` its type, as an engine spells that type; lower-case hex of the UTF-8 bytes on both).
+    Injective up to a SHA-256 collision: the text of a canonical key is one per value (``spread_input``) and every
+    piece has a fixed length, so two rows have one text exactly when each field is NULL in both or equal in both, as
+    DuckDB's DISTINCT compares rows. Each field is read once, through its digest: the row's text is at most 65 bytes
+    a field, whatever the row holds (the fields' own texts, concatenated, built up to a text cell's 64 kB each, one
+    person's 64 long texts megabytes a row), joined as a balanced tree of concatenations."""
+    pieces: list[exp.Expression] = []
     for e, typ in fields:
         text = exp.Cast(this=e.copy(), to=_type_node("VARCHAR"))
         text.meta[CAST_FROM] = typ.name
-        body = exp.DPipe(this=exp.DPipe(this=exp.DPipe(this=exp.Literal.string("v"), expression=exp.Cast(
-            this=exp.func("length", text.copy()), to=_type_node("VARCHAR")), safe=True),
-            expression=exp.Literal.string(":"), safe=True), expression=text, safe=True)
-        piece = exp.Case(ifs=[exp.If(this=exp.Is(this=exp.Paren(this=e.copy()), expression=exp.Null()),
-                                     true=exp.Literal.string("n"))], default=body)
-        out = exp.DPipe(this=out, expression=piece, safe=True)
-    return out
+        digest = exp.SHA2(this=text, length=exp.Literal.number(256))
+        pieces.append(exp.Coalesce(this=exp.DPipe(this=exp.Literal.string("v"), expression=digest, safe=True),
+                                   expressions=[exp.Literal.string("n")]))
+
+    def joined(parts: list[exp.Expression]) -> exp.Expression:
+        if len(parts) <= 1:
+            return parts[0] if parts else exp.Literal.string("")
+        half = len(parts) // 2
+        return exp.DPipe(this=joined(parts[:half]), expression=joined(parts[half:]), safe=True)
+
+    return joined(pieces)
 
 
 def type_distinct(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
     """The total, canonical rendering of the argument of ``COUNT(DISTINCT expr)`` and its type (raises
     ``TypeRefusal``): as a GROUP BY key's (:func:`type_key`: binary collation for text, one spelling of 0.0 and
     NaN), so its distinct values are its distinct spellings, and of the same key types. A row ``(a, b)`` /
-    ``ROW(a, b)`` is the text of its fields (:func:`_row_text`, each field as this typed), never NULL: DuckDB counts
-    the distinct rows, a row with NULL fields too. Each field is checked with the limits of every expression; the
-    row repeats each three times (its NULL test, length and text), a cost linear in the query's text."""
+    ``ROW(a, b)`` is the text of its fields (:func:`_row_text`, each field as this typed; a row among them by its own
+    fields), never NULL: DuckDB counts the distinct rows, a row with NULL fields too. Each field is checked with the
+    limits of every expression and read once, a cost linear in the query's text."""
     fields = row_fields(node)
     if fields is not None:
+        fields = _row_leaves(fields)
         if len(fields) > MAX_ROW_FIELDS:
             raise TypeRefusal([(node, f"COUNT(DISTINCT ...) of a row of {len(fields)} values: at most {MAX_ROW_FIELDS} are "
-                                      "counted together (each value's text is read for every row); count fewer together")])
+                                      "counted together, a row inside it by its values (each value's text is read for "
+                                      "every row); count fewer together")])
         problems: list[tuple[exp.Expression, str]] = []
         typed: list[tuple[exp.Expression, SqlType]] = []
         for f in fields:
