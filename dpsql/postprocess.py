@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from sqlglot import exp
+from sqlglot.errors import ParseError
 
 from dpsql.errors import ExecutionError, QueryTypeError
 from dpsql.mechanisms.base import Released
@@ -216,6 +217,12 @@ def _window_failure(backend: _Runs, plan: ir.QueryPlan, source: Callable[[str], 
                      f"another value, convert the result: COALESCE(CAST({name}({arg}, {offset}) OVER (...) AS VARCHAR), "
                      f"{default.sql(dialect='duckdb')})")
         if isinstance(f, (exp.Sum, exp.Avg)):
+            try:
+                probe = type(f)(this=exp.Cast(this=exp.Null(), to=exp.DataType.build(typ, dialect="duckdb")))
+            except (ParseError, ValueError):
+                probe = None
+            if probe is not None and runs(exp.alias_(probe, "s")) is not None:
+                continue  # (it adds this type: the window failed otherwise, e.g. an overflow on a key value)
             dated = typ == "DATE" or typ.startswith("TIMESTAMP")
             return QueryTypeError(
                 f"the window {name} in {where} adds {typ} values ({arg}): {name} adds numbers only; nothing was "

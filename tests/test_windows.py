@@ -412,3 +412,25 @@ def test_an_alias_named_before_its_output_is_refused_naming_the_fix(con: Any, sq
     # negative control: the alias's output first, answered
     fixed = sql.replace("s, ", "s, COUNT(*) AS n, ", 1).replace(", COUNT(*) AS n FROM", " FROM")
     s.query(fixed, epsilon=1.0, delta=1e-6)
+
+
+@pytest.mark.parametrize("window", ["SUM(k * 4)", "AVG(k + k)", "SUM(CAST(k AS INTEGER))"])
+def test_a_window_sum_of_numbers_failing_on_a_key_value_is_not_named_a_sum_of_its_type(window: str) -> None:
+    """SUM / AVG add numbers: a window over numbers that fails on a declared key value (k * 4 overflows a BIGINT at
+    2^62) was refused as 'adds BIGINT values: SUM adds numbers only', hinting SUM(length(k * 4)); it is refused as
+    failing on the declared key values, for free."""
+    big = 2**62
+    s = dpsql.Session(budget=Budget(1000.0, 0.1))
+    use_noise(s, zero_noise())
+    s.register("p", pa.table({"uid": list(range(20)), "k": pa.array([1, big] * 10, pa.int64())}), privacy_unit="uid",
+               columns={"k": {"domain": [1, big]}})
+    before = s.remaining()
+    with pytest.raises(errors.QueryTypeError) as ei:
+        s.query(f"SELECT k, COUNT(*) AS n, {window} OVER () AS w FROM p GROUP BY k", epsilon=1.0, delta=1e-6)
+    msg = str(ei.value)
+    assert "cannot be evaluated on the declared key values" in msg and "adds numbers only" not in msg, msg
+    assert s.remaining() == before
+    # negative control: a window SUM of dates is still named so
+    with pytest.raises(errors.QueryTypeError, match="adds DATE values"):
+        s.query("SELECT k, COUNT(*) AS n, SUM(DATE '2024-01-01' + CAST(k % 2 AS INTEGER)) OVER () AS w FROM p GROUP BY k",
+                epsilon=1.0, delta=1e-6)
