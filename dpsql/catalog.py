@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 from dpsql.budget import is_plain_number, plain_float
-from dpsql.errors import ConfigError
+from dpsql.errors import ConfigError, InputUnavailableError
 from dpsql.interrupts import HeldInterrupt, interruption_point
 from dpsql.plan.typer import parse_type, type_domain
 
@@ -679,8 +679,8 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
             hint="pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
         )
     matches = glob.glob(source) if is_glob else ([source] if os.path.exists(source) else [])
-    if not matches:
-        raise ConfigError(
+    if not matches:  # not written yet, perhaps: a retry may find it
+        raise InputUnavailableError(
             f"no file matches {source!r}",
             hint="check the path (relative paths are resolved from the current directory; in a config file, from "
             "the config file's directory)",
@@ -939,8 +939,8 @@ def register_table(
     tname = check_table_name(name)
     try:
         kind, src = classify_source(source, has_connection=has_connection)
-    except ConfigError as e:  # named: a config or a command line registers several tables
-        raise ConfigError(f"table '{tname}': {e.message}", hint=e.hint) from None
+    except ConfigError as e:  # named: a config or a command line registers several tables (its class kept)
+        raise type(e)(f"table '{tname}': {e.message}", hint=e.hint) from None
     caps_g = _check_cap(max_groups_per_unit, "max_groups_per_unit", tname)
     caps_r = _check_cap(max_rows_per_group, "max_rows_per_group", tname)
     caps_u = _check_cap(max_rows_per_unit, "max_rows_per_unit", tname) if max_rows_per_unit is not None else None
@@ -1274,8 +1274,8 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
         todo += [t.partition(".")[0] for t in spec.references.values()]
         if spec.source_kind in ("parquet", "csv") and spec.view is not None:
             problem = _engine_hook(engine, "source_changed", name, "whether its files were replaced")(spec.view)
-            if problem is not None:
-                raise ConfigError(
+            if problem is not None:  # replaced or removed meanwhile (an ETL job): registered again, it may be read
+                raise InputUnavailableError(
                     f"table '{name}': {problem} since it was registered (from the files' metadata; no row was "
                     "read); nothing was charged",
                     hint=f"register '{name}' again (Session.register) so that its policy and types match the files",

@@ -1,6 +1,7 @@
 """The ``dpsql`` command line: init / query / explain / budget / tables.
 
-Exit codes: 0 ok, 2 usage/query/config error, 3 budget exceeded, 4 ledger error, 130 interrupted
+Exit codes: 0 ok, 2 usage/query/config error, 66 an input file missing or unreadable (a table's source, the
+config, -f's SQL file), 3 budget exceeded, 4 ledger error, 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP, unless ignored), 1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
 accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet schema metadata).
 Output files are opened before the charge and replaced atomically; a release whose write fails after
@@ -200,7 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dpsql",
         description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
-        "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 3 budget exceeded,\n"
+        "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 66 an input file (a table's\n"
+        "  source, the config, the -f SQL file) is missing or unreadable (nothing charged: a retry may\n"
+        "  succeed once it is there), 3 budget exceeded,\n"
         "  4 ledger error (nothing charged), 5 a failure after the charge (the charge stands; the\n"
         "  message says what became of the answer), 130 interrupted by Ctrl-C, 143 by SIGTERM or 129 by\n"
         "  SIGHUP (a charge already made stands), 1 any other failure (nothing charged, unless the\n"
@@ -621,7 +624,7 @@ def _flag_value(flag: str, item: str, text: str, example: str, *, whole: bool = 
 
 
 def _read_sql(args: argparse.Namespace) -> str:
-    from dpsql.errors import ConfigError
+    from dpsql.errors import ConfigError, InputUnavailableError
 
     if args.file == "":  # an unset shell variable (-f "$SQL"): never read as "no -f"
         raise ConfigError("-f is empty: no SQL file was named",
@@ -629,8 +632,9 @@ def _read_sql(args: argparse.Namespace) -> str:
     if args.file and args.sql:
         raise ConfigError("give the SQL either as an argument or with -f, not both")
     if args.file:
-        if args.file != "-" and not os.path.exists(args.file):
-            raise ConfigError(f"SQL file {args.file!r} not found", hint="check the path given to -f (or -f - to read standard input)")
+        if args.file != "-" and not os.path.exists(args.file):  # not there (yet): a retry may find it
+            raise InputUnavailableError(f"SQL file {args.file!r} not found",
+                                        hint="check the path given to -f (or -f - to read standard input)")
         where = "standard input (-f -)" if args.file == "-" else f"SQL file {args.file!r} (-f)"
         try:
             # read at most MAX_SQL_CHARS + 1 characters: -f /dev/zero or a data file given by mistake
@@ -645,8 +649,9 @@ def _read_sql(args: argparse.Namespace) -> str:
                     text = f.read(MAX_SQL_CHARS + 1)
         except UnicodeDecodeError:
             raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
-        except OSError as e:
-            raise ConfigError(f"{where} cannot be read ({e.strerror or type(e).__name__})",
+        except OSError as e:  # a file not readable (a retry may read it); standard input and a directory are the caller's
+            unavailable = args.file != "-" and not isinstance(e, IsADirectoryError)
+            raise (InputUnavailableError if unavailable else ConfigError)(f"{where} cannot be read ({e.strerror or type(e).__name__})",
                               hint="give -f the path of a readable SQL text file (or -f - to read standard input)") from None
         if len(text) > MAX_SQL_CHARS:
             raise ConfigError(f"{where} holds more than {MAX_SQL_CHARS // 2**20} Mi characters: no query is that long",
