@@ -73,17 +73,29 @@ def keeps_answer(run: Callable[..., _T]) -> Callable[..., _T]:
     ledger while it recorded the release, and raised once the release was committed (the entry reads released, the
     charge stands), does not lose the answer: it is raised once ``run`` has built its Release, which it carries as
     its ``release`` attribute (the CLI saves it as after a failed write). A Ctrl-C that rolled the release back
-    (the entry stays reserved) is raised as it comes, without one."""
+    (the entry stays reserved) is raised as it comes, without one.
+
+    ``run``'s first argument is the Session: Ctrl-C (or SIGTERM, SIGHUP under the CLI) that cut the request short
+    anywhere once its charge was committed -- held back by the ledger until the charge's COMMIT, or landing before or
+    after the part :func:`charged` guards -- carries, as :func:`charged` sets it, the entry and its status as the
+    ledger has it (``ledger_entry``: ``(N, 'reserved')``, nothing released), from the ledger's note of it
+    (``Ledger.last_entry``, in memory)."""
 
     @functools.wraps(run)
     def kept(*args: Any, **kwargs: Any) -> _T:
         held: list[BaseException] = []
+        last = getattr(getattr(args[0], "_ledger", None), "last_entry", None) if args else None
+        before = last() if last is not None else None
         outer, _KEPT.slot = getattr(_KEPT, "slot", None), held
         try:
             answer = run(*args, **kwargs)
-        except BaseException:
+        except BaseException as e:
             if held:
                 raise held[0].with_traceback(None)  # noqa: B904 - the Ctrl-C first (what failed after it: its context)
+            if not isinstance(e, Exception) and getattr(e, "ledger_entry", None) is None and last is not None:
+                now = last()
+                if now is not None and now != before:  # this request's entry (each reserve has a new id)
+                    e.ledger_entry = now  # type: ignore[attr-defined]
             raise
         finally:
             _KEPT.slot = outer

@@ -1610,9 +1610,11 @@ def _main(argv: Sequence[str] | None) -> int:
         sig = caught[0] if caught else signal.SIGINT
         what = ("terminated (SIGTERM)" if sig == signal.SIGTERM else "hung up (SIGHUP)" if sig == getattr(signal, "SIGHUP", None)
                 else "interrupted")
-        entry = getattr(e, "ledger_entry", None)  # cut short while it read private rows: its charge is that entry
-        print(f"{what}: a charge already made stands (" + (f"this query's: ledger entry {entry[0]}, {entry[1]}, counted)" if entry
-                                                             else "see dpsql budget --history)"), file=sys.stderr)
+        entry = getattr(e, "ledger_entry", None)  # cut short once charged: its charge is that entry, as the ledger has it
+        fate = ("" if not entry else "; its answer was lost: running the query again would charge again" if entry[1] == "released"
+                else "; nothing was released")
+        print(f"{what}: a charge already made stands (" + (f"this query's: ledger entry {entry[0]}, {entry[1]}, counted{fate})"
+                                                             if entry else "see dpsql budget --history)"), file=sys.stderr)
         return 128 + int(sig)
 
     if threading.current_thread() is threading.main_thread():

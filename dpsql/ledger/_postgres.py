@@ -799,6 +799,7 @@ class PostgresLedger(Ledger):
                     lost.unacknowledged = True  # it may stand: a charge's failure exits as one after the charge
                     raise lost from None
                 change_stands()  # Ctrl-C held back from here on says the change stands (a release: its answer is kept)
+                self._noted(t)
                 if drawn is not None:  # committed: this ledger's identity from now on
                     self._pin = (drawn, found[1], found[2])
                 reusable = True

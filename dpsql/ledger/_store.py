@@ -501,6 +501,8 @@ class _Txn:
         self.committed = "the change is recorded"
         #: whether the body wrote anything (False e.g. for set_total to the same total)
         self.wrote = True
+        #: the entry the body gives a status, and that status (:meth:`Ledger.last_entry`), once COMMIT returned
+        self.note: tuple[int, str] | None = None
 
 
 
@@ -685,6 +687,7 @@ class Ledger:
                 "?, ?, ?, ?, ?, ?)",
                 [entry_id, mechanism, cost.epsilon, cost.delta, query, tables, params_json],
             )
+            t.note = (entry_id, "reserved")
             t.committed = (
                 f"the charge of entry {entry_id} {_fmt(cost)} stands (it counts against the budget) and is "
                 "recorded"
@@ -738,6 +741,7 @@ class Ledger:
         found released with exactly these parameters and synopsis is that COMMIT, and nothing more is written."""
         with self._txn(write=True, unchanged=stands, wait=wait) as (con, t):
             t.committed = f"the release of entry {entry_id} (whose charge stands either way) is recorded"
+            t.note = (entry_id, "released")
             if again:
                 row = _first(con.execute(
                     "SELECT status, CAST(params AS VARCHAR), synopsis_key, CAST(synopsis AS VARCHAR) FROM ledger_entries "
@@ -764,6 +768,23 @@ class Ledger:
                 [_to_json(params, "params"), synopsis_key, synopsis, entry_id],
             )
 
+    def _noted(self, t: _Txn) -> None:
+        """Once a transaction's COMMIT returned (Ctrl-C still held back): the status it gave the entry that this thread
+        reserved last through this object (:meth:`last_entry`)."""
+        if t.note is None:
+            return
+        notes = self.__dict__.setdefault("_last_entries", {})
+        me = threading.get_ident()
+        if t.note[1] == "reserved" or notes.get(me, (None,))[0] == t.note[0]:
+            notes[me] = t.note
+
+    def last_entry(self) -> tuple[int, str] | None:
+        """The entry this thread reserved last through this object and the status this object has recorded for it since
+        (``'reserved'``, ``'released'``, ``'failed'``), or None: what a request cut short by a signal (Ctrl-C, SIGTERM)
+        leaves in the ledger, which the Session names on its KeyboardInterrupt (``ledger_entry``). Kept in memory:
+        no ledger read."""
+        return self.__dict__.get("_last_entries", {}).get(threading.get_ident())  # type: ignore[no-any-return]
+
     def release_wait(self) -> float:
         """How long recording a release (:meth:`commit`) waits for the ledger's lock: its query has read private rows
         and its charge stands, so giving up would discard an answer already paid for. ``lock_timeout`` and then the
@@ -788,6 +809,7 @@ class Ledger:
         with exactly this reason is that COMMIT, and nothing more is written."""
         with self._txn(write=True, unchanged=stands, wait=wait) as (con, t):
             t.committed = f"the failure of entry {entry_id} (whose charge stands either way) is recorded"
+            t.note = (entry_id, "failed")
             if again:
                 row = _first(con.execute("SELECT status, failure_reason FROM ledger_entries WHERE entry_id = ?",
                                          [entry_id]).fetchall())
@@ -1367,6 +1389,7 @@ class Ledger:
                     _rollback(con)
                     raise
                 con.execute("COMMIT")
+                self._noted(t)
             except duckdb.Error as e:
                 raise LedgerError(
                     f"in-memory ledger: DuckDB failed ({type(e).__name__}: {e}); {t.unchanged}",
@@ -1488,6 +1511,7 @@ class Ledger:
                         "private row after this error",
                     ) from None
                 _change_stands()  # Ctrl-C held back from here on says the change stands (a release: its answer is kept)
+                self._noted(t)
                 if drawn is not None:  # an identity drawn by a write that rolled back is never this object's
                     self._identity = drawn
                 if write and t.wrote:
