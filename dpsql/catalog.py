@@ -19,6 +19,7 @@ import math
 import numbers
 import os
 import re
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
@@ -640,6 +641,19 @@ def _source_hint(source: Any) -> str:
     return f"pass {accepted}"
 
 
+_LOCALE_HINT = ("run dpsql under a UTF-8 locale (e.g. LANG=C.UTF-8, as a job's environment: env LANG=C.UTF-8 dpsql "
+                "...), or with PYTHONUTF8=1")
+
+
+def _utf8_bytes(name: str) -> bool:
+    """Whether the bytes of the file name ``name`` (decoded by the locale) are UTF-8 text."""
+    try:
+        os.fsencode(name).decode("utf-8")
+    except UnicodeError:
+        return False
+    return True
+
+
 def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
     """Decide what kind of source this is: parquet / csv path (or glob), arrow, duckdb table."""
     try:
@@ -678,6 +692,13 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
             f"table source {source!r} is not a .parquet/.csv path and the Session has no DuckDB connection",
             hint="pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
         )
+    try:  # a name the locale's encoding cannot hold is no file to the file system: not 'no file matches'
+        os.fsencode(source)
+    except UnicodeEncodeError:
+        raise ConfigError(
+            f"table source {source!r} cannot be named in this process's file-system encoding "
+            f"({sys.getfilesystemencoding()}, from its locale), so no file can be opened under that name",
+            hint=_LOCALE_HINT) from None
     matches = glob.glob(source) if is_glob else ([source] if os.path.exists(source) else [])
     if not matches:  # not written yet, perhaps: a retry may find it
         raise InputUnavailableError(
@@ -687,6 +708,11 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
         )
     for f in matches:  # the Parquet and CSV readers open only file names that are UTF-8 text
         bad = next((c for c in os.path.abspath(f) if "\udc80" <= c <= "\udcff"), None)
+        if bad is not None and _utf8_bytes(os.path.abspath(f)):  # read with a locale that is not UTF-8
+            raise ConfigError(
+                f"table source {source!r}: the file name {f!r} is UTF-8, but this process decodes file names as "
+                f"{sys.getfilesystemencoding()} (from its locale), and the Parquet and CSV readers open names given "
+                "as UTF-8 text", hint=_LOCALE_HINT)
         if bad is not None:
             raise ConfigError(
                 f"table source {source!r}: the file name {f!r} is not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02X} is not "

@@ -1762,10 +1762,34 @@ def _utf8_stdout(guard: _StdoutGuard) -> str | None:
     return enc
 
 
+def _reader_gone(stream: Any) -> bool:
+    """Whether ``stream`` is a pipe that no process reads any more (a write would fail with EPIPE): poll() reports
+    POLLERR on the write end of such a pipe, without writing to it."""
+    import select
+    import stat
+
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode) or not hasattr(select, "poll"):
+            return False
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+
+
 def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
-    """Standard output closed (>&-): refuse, before any charge, a command that prints to it."""
+    """Standard output closed (>&-), or a pipe whose reader has gone: refuse, before any charge, a command that prints to it."""
     from dpsql.errors import ConfigError
 
+    charged_to_stdout = args.command == "suggest-caps" or (args.command == "query" and (not args.output or args.output == "-"))
+    if guard.real is not None and charged_to_stdout and _reader_gone(guard.real):
+        # (`dpsql query ... | loader` whose loader ended at start: the answer would be charged, then fail to be written)
+        raise ConfigError(f"standard output is a pipe whose reader has closed it (the program reading dpsql's output has "
+                          f"ended): dpsql {args.command} would have nowhere to print; nothing was charged",
+                          hint="check the program that reads dpsql's output (under set -o pipefail its failure shows)"
+                          + (", or give -o FILE" if args.command == "query" else ""))
     if guard.real is not None:
         return
     guard.real = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - what nothing reads
