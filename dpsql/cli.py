@@ -369,7 +369,10 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
     if env is not None and not env.strip():
         raise ConfigError("$DPSQL_LEDGER is set but empty: no ledger file was named",
                           hint="set DPSQL_LEDGER to the ledger file, unset it, or pass --ledger PATH")
-    return _utf8_ledger(os.path.expanduser(env), "$DPSQL_LEDGER") if env is not None else DEFAULT_LEDGER
+    if env is not None:
+        return _utf8_ledger(os.path.expanduser(env), "$DPSQL_LEDGER")
+    args.ledger_default = True  # a missing ledger's message says so: a cron job's working directory is / or $HOME
+    return DEFAULT_LEDGER
 
 
 def _utf8_ledger(path: str, where: str) -> str:
@@ -482,6 +485,7 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
         s = dpsql.Session(ledger=path if ledger else None, budget=cfg.budget if ledger else dpsql.Budget(1.0),
                           create=ledger and _create_if_missing(args, cfg), engine=_engine_settings(args, cfg),
                           tables=cfg.tables, lock_timeout=_lock_timeout(args, cfg))
+    args.opened_ledger = s.ledger if ledger else None  # a signal's message says what it recorded of this command
     try:
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")
@@ -653,6 +657,10 @@ def _read_sql(args: argparse.Namespace) -> str:
             unavailable = args.file != "-" and not isinstance(e, IsADirectoryError)
             raise (InputUnavailableError if unavailable else ConfigError)(f"{where} cannot be read ({e.strerror or type(e).__name__})",
                               hint="give -f the path of a readable SQL text file (or -f - to read standard input)") from None
+        if args.file == "-" and not text.strip():
+            raise ConfigError("standard input (-f -) is empty: there is no SQL to run; nothing was charged",
+                              hint="pipe the SQL in (e.g. dpsql query -f - < query.sql; a scheduler may start a job with "
+                              "standard input at /dev/null), or give -f FILE")
         if len(text) > MAX_SQL_CHARS:
             raise ConfigError(f"{where} holds more than {MAX_SQL_CHARS // 2**20} Mi characters: no query is that long",
                               hint="check that -f names the SQL file (not a data file or a device)")
@@ -1611,7 +1619,17 @@ def _main(argv: Sequence[str] | None) -> int:
         what = ("terminated (SIGTERM)" if sig == signal.SIGTERM else "hung up (SIGHUP)" if sig == getattr(signal, "SIGHUP", None)
                 else "interrupted")
         entry = getattr(e, "ledger_entry", None)  # cut short once charged: its charge is that entry, as the ledger has it
-        fate = ("" if not entry else "; its answer was lost: running the query again would charge again" if entry[1] == "released"
+        led = getattr(args, "opened_ledger", None)
+        if entry is None:  # what this command's ledger recorded of it (a charge is noted at its COMMIT, Ctrl-C held back)
+            charging = args.command in ("query", "suggest-caps")  # (the other commands never charge)
+            last = getattr(led, "last_entry", None) if charging else None
+            entry = last() if callable(last) else None
+            if entry is None and (not charging or e is not None):  # (an error after the signal, e.g. a COMMIT not
+                # acknowledged, may have charged: said as before)
+                print(f"{what}: nothing was charged by this command", file=sys.stderr)
+                return 128 + int(sig)
+        fate = ("" if not entry or (entry[1] == "released" and getattr(args, "charged_entry", None) == entry[0])  # kept
+                else "; its answer was lost: running the query again would charge again" if entry[1] == "released"
                 else "; nothing was released")
         print(f"{what}: a charge already made stands (" + (f"this query's: ledger entry {entry[0]}, {entry[1]}, counted{fate})"
                                                              if entry else "see dpsql budget --history)"), file=sys.stderr)
@@ -1665,6 +1683,10 @@ def _main(argv: Sequence[str] | None) -> int:
         name = next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))  # a public class
         cfg = getattr(args, "ledger_config", None)
         text = str(e) if cfg is None else _config_ledger_text(e, args.config_path, cfg)
+        if getattr(args, "ledger_default", False) and text.startswith("no budget ledger at "):
+            first, _, rest = text.partition("\n")
+            text = (f"{first} (the default ledger, {DEFAULT_LEDGER} in the working directory: no --ledger, $DPSQL_LEDGER "
+                    f"or config names one)\n{rest}")
         print(f"error: {name}: {_cli_text(text)}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)

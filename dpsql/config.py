@@ -113,12 +113,20 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
         raise type(e)(f"config file {p!r}: {e.message}", hint=e.hint) from None
 
 
+def _relative_to_cwd(p: str) -> str:
+    """' (relative to the working directory D)' for a relative path (a job's working directory is often / or $HOME)."""
+    try:
+        return "" if os.path.isabs(p) else f" (relative to the working directory {os.getcwd()})"
+    except OSError:
+        return ""
+
+
 def _load_config(p: str) -> DpsqlConfig:
     if os.path.isdir(p):
         raise ConfigError(f"config file {p!r} is a directory",
                           hint=f"pass the path of the TOML file, e.g. {os.path.join(p, 'dpsql.toml')!r}")
     if not os.path.exists(p):  # not there (yet): a retry may find it
-        raise InputUnavailableError(f"config file {p!r} not found",
+        raise InputUnavailableError(f"config file {p!r} not found{_relative_to_cwd(p)}",
                                     hint="create dpsql.toml (see examples/dpsql.toml) or pass the path of an existing one")
     if not os.path.isfile(p):
         raise ConfigError(f"config file {p!r} is not a regular file (a device, a pipe or a socket)",

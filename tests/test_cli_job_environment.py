@@ -32,7 +32,8 @@ def data(tmp_path: Path) -> Path:
 
 
 def _dpsql(cwd: Path, *argv: str, env: dict[str, str] | None = None, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dpsql.cli", *argv], cwd=cwd, env={**child_env(), **(env or {})},
+    base = {k: v for k, v in child_env().items() if k != "DPSQL_LEDGER"}
+    return subprocess.run([sys.executable, "-m", "dpsql.cli", *argv], cwd=cwd, env={**base, **(env or {})},
                           capture_output="stdout" not in kw, text=True, timeout=120, **kw)  # type: ignore[call-overload]
 
 
@@ -87,3 +88,43 @@ def test_a_utf8_table_path_under_an_ascii_locale_is_not_called_not_utf8(data: Pa
     assert p.returncode == 2, p.stderr
     assert "is UTF-8, but this process decodes file names as" in p.stderr and "PYTHONUTF8=1" in p.stderr, p.stderr
     assert _dpsql(data, *argv).returncode == 0  # negative control: under a UTF-8 locale it is read
+
+
+# -- what a cron job or an Airflow task meets: working directory /, standard input /dev/null, a kill before the charge
+
+
+def test_the_default_ledger_says_it_is_the_default_of_the_working_directory(data: Path) -> None:
+    """A job started from / without --ledger, $DPSQL_LEDGER or a config read 'no budget ledger at
+    /dpsql_ledger.duckdb': that this is the default in the working directory was left to guess."""
+    p = _dpsql(data, "--table", "t=t.parquet", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t",
+               "--epsilon", "0.1")
+    assert p.returncode == 4, p.stderr
+    assert f"no budget ledger at {data / 'dpsql_ledger.duckdb'}" in p.stderr or "no budget ledger at dpsql_ledger.duckdb" in p.stderr
+    assert "the default" in p.stderr and "--ledger" in p.stderr and str(data) in p.stderr, p.stderr
+
+
+def test_sql_from_an_empty_standard_input_says_so(data: Path) -> None:
+    """A scheduler starts jobs with standard input at /dev/null: -f - then read 'the query is empty'."""
+    p = subprocess.run([sys.executable, "-m", "dpsql.cli", *QUERY[:6], "query", "-f", "-", "--epsilon", "0.1"], cwd=data,
+                       env=child_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "standard input (-f -) is empty" in p.stderr and "nothing was charged" in p.stderr, p.stderr
+
+
+def test_a_relative_config_not_found_names_the_working_directory(data: Path) -> None:
+    p = _dpsql(Path("/"), "--config", "jobs/nightly.toml", "tables")
+    assert p.returncode == 66, p.stderr
+    assert "config file 'jobs/nightly.toml' not found (relative to the working directory /)" in p.stderr, p.stderr
+
+
+def test_a_signal_before_the_charge_says_nothing_was_charged(data: Path) -> None:
+    """SIGTERM (a job runner's timeout) before the query was charged said 'a charge already made stands (see dpsql
+    budget --history)': the job's log could not tell whether to reconcile a charge."""
+    probe = ("import os, signal, sys\nfrom dpsql import cli\nreal = cli._check_output_targets\n"
+             "def hook(*a):\n    os.kill(os.getpid(), signal.SIGTERM)\n    for _ in range(10**6):\n        pass\n"
+             "cli._check_output_targets = hook\nsys.exit(cli.main(sys.argv[1:]))\n")
+    p = subprocess.run([sys.executable, "-c", probe, *QUERY], cwd=data, env=child_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 143, p.stderr
+    assert "terminated (SIGTERM): nothing was charged by this command" in p.stderr, p.stderr
+    assert _entries(data) == 0
