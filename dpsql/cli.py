@@ -1,7 +1,7 @@
 """The ``dpsql`` command line: init / query / explain / budget / tables.
 
 Exit codes: 0 ok, 2 usage/query/config error, 66 an input file missing or unreadable (a table's source, the
-config, -f's SQL file), 3 budget exceeded, 4 ledger error, 130 interrupted
+config, -f's SQL file), 3 budget exceeded, 4 ledger error, 75 ledger busy (past the lock time-out), 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP, unless ignored), 1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
 accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet schema metadata).
 Output files are opened before the charge and replaced atomically; a release whose write fails after
@@ -204,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
         "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 66 an input file (a table's\n"
         "  source, the config, the -f SQL file) is missing or unreadable (nothing charged: a retry may\n"
         "  succeed once it is there), 3 budget exceeded,\n"
-        "  4 ledger error (nothing charged), 5 a failure after the charge (the charge stands; the\n"
+        "  4 ledger error (nothing charged), 75 the ledger is busy: other commands held it past --lock-timeout\n"
+        "  (nothing charged: a retry later may succeed), 5 a failure after the charge (the charge stands; the\n"
         "  message says what became of the answer), 130 interrupted by Ctrl-C, 143 by SIGTERM or 129 by\n"
         "  SIGHUP (a charge already made stands), 1 any other failure (nothing charged, unless the\n"
         "  message is 'unexpected ...': a bug inside the query's run; see dpsql budget --history)",

@@ -13,10 +13,12 @@ are kept on ``ExecutionError.debug_detail`` and shown only with ``--debug``.
     │   └── InputUnavailableError   an input file is missing or unreadable (may succeed once it is there)
     ├── BudgetExceededError         requested, remaining
     ├── LedgerError                 missing, locked, wrong schema version, corrupt
+    │   └── LedgerBusyError         held by other operations past the lock time-out (may succeed later)
     └── ExecutionError              DuckDB failed on generated SQL
     (QueryTypeError is both a QueryError and an ExecutionError: DuckDB's binder refused it)
 
-CLI exit codes: ``exit_code`` of each class (``NO_INPUT_EXIT_CODE``, 66, for InputUnavailableError); a failure after the charge (the charge stands), whatever its
+CLI exit codes: ``exit_code`` of each class (``NO_INPUT_EXIT_CODE``, 66, for InputUnavailableError;
+``BUSY_EXIT_CODE``, 75, for LedgerBusyError); a failure after the charge (the charge stands), whatever its
 class, exits ``CHARGED_EXIT_CODE`` (5), so that a script can tell whether budget was spent.
 """
 
@@ -49,6 +51,10 @@ CHARGED_EXIT_CODE = 5
 #: CLI exit code of an input file that is missing or cannot be read (sysexits' EX_NOINPUT): a table's source, the
 #: config, the -f SQL file; nothing was charged, and a scheduler may retry once the file is there
 NO_INPUT_EXIT_CODE = 66
+
+#: CLI exit code of a ledger held by other operations for longer than the command waits (sysexits' EX_TEMPFAIL):
+#: nothing was changed, and the same command may succeed later
+BUSY_EXIT_CODE = 75
 
 
 class DPSQLError(Exception):
@@ -162,6 +168,15 @@ class LedgerError(DPSQLError):
     unacknowledged = False
 
 
+class LedgerBusyError(LedgerError):
+    """The ledger was held by other operations (other dpsql commands, threads, or a program that has the file open)
+    for longer than this operation waits (``lock_timeout``): nothing was changed, and running it again later may
+    succeed, so the CLI exits ``BUSY_EXIT_CODE`` (75), apart from a missing or damaged ledger (4). A release that
+    could not be recorded for that reason came after its charge: it exits as charged (5), as every such failure."""
+
+    exit_code = BUSY_EXIT_CODE
+
+
 class ExecutionError(DPSQLError):
     """DuckDB failed on SQL that dpsql generated. The message carries no cell values."""
 
@@ -189,6 +204,7 @@ class QueryTypeError(QueryError, ExecutionError):
 __all__ = [
     "CHARGED_EXIT_CODE",
     "NO_INPUT_EXIT_CODE",
+    "BUSY_EXIT_CODE",
     "DPSQLError",
     "Violation",
     "QueryError",
@@ -199,6 +215,7 @@ __all__ = [
     "InputUnavailableError",
     "BudgetExceededError",
     "LedgerError",
+    "LedgerBusyError",
     "ExecutionError",
     "QueryTypeError",
 ]

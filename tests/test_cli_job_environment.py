@@ -128,3 +128,40 @@ def test_a_signal_before_the_charge_says_nothing_was_charged(data: Path) -> None
     assert p.returncode == 143, p.stderr
     assert "terminated (SIGTERM): nothing was charged by this command" in p.stderr, p.stderr
     assert _entries(data) == 0
+
+
+HOLDER = """
+import sys, time
+from dpsql.ledger import Ledger
+led = Ledger.open(sys.argv[1])
+with led._txn(write=True) as (con, t):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_busy_ledger_exits_75_apart_from_a_missing_or_damaged_one(data: Path) -> None:
+    """Another job holding the ledger past --lock-timeout exited 4, as a missing or damaged ledger does: a scheduler
+    could not tell 'retry in a minute' from 'page someone'. It is EX_TEMPFAIL (75) now, nothing changed; the Python
+    API raises LedgerBusyError, a LedgerError whose exit_code is 75."""
+    from dpsql.errors import BUSY_EXIT_CODE, LedgerBusyError, LedgerError
+
+    assert BUSY_EXIT_CODE == LedgerBusyError.exit_code == 75 and issubclass(LedgerBusyError, LedgerError)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, "l.duckdb", "30"], cwd=data, env=child_env(),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        p = _dpsql(data, "--lock-timeout", "0.3", *QUERY)
+        assert p.returncode == 75, p.stderr
+        assert "error: LedgerBusyError: ledger" in p.stderr and "nothing was changed" in p.stderr, p.stderr
+        import dpsql
+
+        with pytest.raises(LedgerBusyError) as ei, dpsql.Session(ledger=str(data / "l.duckdb"), lock_timeout=0.3) as s:
+            s.register("t", str(data / "t.parquet"), privacy_unit="uid")
+            s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
+        assert ei.value.exit_code == 75
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _entries(data) == 0
+    assert _dpsql(data, *[a.replace("l.duckdb", "none.duckdb") for a in QUERY]).returncode == 4  # missing: still 4

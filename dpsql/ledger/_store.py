@@ -171,7 +171,7 @@ import duckdb
 import pyarrow as pa
 
 from dpsql.budget import Budget, compose_counted, counted_remaining, exact_counted_sum_fits
-from dpsql.errors import BudgetExceededError, ConfigError, LedgerError, interrupted_by_signal
+from dpsql.errors import BudgetExceededError, ConfigError, LedgerBusyError, LedgerError, interrupted_by_signal
 from dpsql.interrupts import HeldInterrupt as _HeldInterrupt
 from dpsql.interrupts import change_stands as _change_stands
 from dpsql.interrupts import interruption_point as _interruption_point
@@ -1369,7 +1369,7 @@ class Ledger:
             )
         wait = self.lock_timeout if wait is None else wait
         if not _acquire(self._mem_lock, min(wait, 1e9)):  # 31 years: forever (more overflows the lock's clock)
-            raise LedgerError(
+            raise LedgerBusyError(
                 f"the in-memory ledger is busy in another thread for more than {wait:g} s; "
                 f"{t.unchanged}",
                 hint="retry later or pass a larger lock_timeout",
@@ -1640,7 +1640,8 @@ class Ledger:
                 return
             except duckdb.Error as e:
                 msg = str(e)
-                if "Could not set lock" in msg:
+                busy = "Could not set lock" in msg  # (another program's lock: it may let go)
+                if busy:
                     why = f"is locked by another process{_lock_holder(msg)} that is not dpsql"
                     hint = (
                         "DuckDB allows one writer per file, and a reader blocks writers while it has the "
@@ -1684,7 +1685,7 @@ class Ledger:
                     ) from None
             now = time.monotonic()
             if now >= deadline:
-                raise LedgerError(
+                raise (LedgerBusyError if busy else LedgerError)(
                     f"ledger {p} {why}; gave up after {now - started:.2g} s; {unchanged}", hint=hint
                 )
             _interruption_point()
@@ -1846,7 +1847,7 @@ def _lock_file(
         if not granted:
             _give_back(key, fd)
             holder, way_out = _flock_holder(key)
-            raise LedgerError(
+            raise LedgerBusyError(
                 f"ledger {where} is locked by another dpsql operation{holder or ' (in this or another process)'}; "
                 f"gave up after {time.monotonic() - started:.2g} s of waiting for it; {unchanged}",
                 hint=way_out or "retry later or pass a larger lock_timeout; if no other dpsql program is running, "
