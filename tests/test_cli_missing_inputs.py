@@ -152,3 +152,19 @@ def test_a_source_that_holds_the_wrong_thing_stays_2(data: Path, capsys: pytest.
     for source in ("text.parquet", "dir.parquet", "later.txt"):
         assert run(_query(source)) == 2, source
     assert _charges(capsys) == 0
+
+
+def test_a_parquet_file_still_being_written_exits_66(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file an upstream job is still writing (not renamed into place: its header is there, its footer not yet) was
+    'not a Parquet file' (exit 2, never retried); once written, the same command is answered. A file that is no
+    Parquet at all stays 2 (test_a_source_that_holds_the_wrong_thing_stays_2)."""
+    whole = (data / "a.parquet").read_bytes()
+    (data / "partial.parquet").write_bytes(whole[: len(whole) // 2])
+    capsys.readouterr()
+    assert run(_query("partial.parquet")) == 66
+    err = capsys.readouterr().err
+    assert "error: InputUnavailableError: table 't': cannot read" in err and "partial.parquet" in err, err
+    assert "no footer yet" in err, err
+    assert _charges(capsys) == 0
+    (data / "partial.parquet").write_bytes(whole)  # the writer is done: the retry is answered
+    assert run(_query("partial.parquet")) == 0

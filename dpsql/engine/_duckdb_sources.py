@@ -780,10 +780,27 @@ def _footer(name: str, path: str, read: Callable[[str], Any]) -> Any:
         return read(path)
     except (OSError, pa.ArrowException) as e:
         gone = isinstance(e, OSError) and not isinstance(e, pa.ArrowException)  # not there, or not readable
-        why = "" if gone else ": it is not a Parquet file"
-        raise (InputUnavailableError if gone else ConfigError)(f"table '{name}': cannot read {path}{why} ({type(e).__name__})",
+        partial = not gone and _partial_parquet(path)  # being written by another job: a retry may read it whole
+        why = ("" if gone else ": it is an incomplete Parquet file (its header is there, no footer yet: still being "
+               "written?)" if partial else ": it is not a Parquet file")
+        raise (InputUnavailableError if gone or partial else ConfigError)(f"table '{name}': cannot read {path}{why} ({type(e).__name__})",
                           hint="check that the file exists, is readable and is valid Parquet; a glob must match "
                                "only Parquet files (e.g. 'dir/*.parquet', not 'dir/*')") from None
+
+
+def _partial_parquet(path: str) -> bool:
+    """Whether ``path`` starts as a Parquet file does (its magic bytes) but does not end as one: the footer, written
+    last, is missing (a file another job is still writing in place)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            f.seek(0, 2)
+            if f.tell() < 8:
+                return head == b"PAR1"
+            f.seek(-4, 2)
+            return head == b"PAR1" and f.read(4) != b"PAR1"
+    except OSError:
+        return False
 
 
 def _same_file_types(name: str, paths: list[str]) -> None:
