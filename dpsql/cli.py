@@ -1788,18 +1788,17 @@ def _utf8_stdout(guard: _StdoutGuard) -> str | None:
 def _reader_gone(stream: Any) -> bool:
     """Whether ``stream`` is a pipe that no process reads any more (a write would fail with EPIPE): poll() reports
     POLLERR on the write end of such a pipe, without writing to it."""
-    import select
     import stat
 
     try:
         fd = stream.fileno()
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode) or not hasattr(select, "poll"):
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
             return False
-        poller = select.poll()
-        poller.register(fd, select.POLLOUT)
-        return any(events & select.POLLERR for _, events in poller.poll(0))
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return False
+    from dpsql._output import _reader_gone as gone
+
+    return gone(fd)
 
 
 def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
