@@ -1,4 +1,5 @@
-"""How a :class:`dpsql.Session` presents itself as a Python object: its ``repr`` and its refusal to be pickled.
+"""How a :class:`dpsql.Session` presents itself as a Python object: its ``repr``, its refusal to be pickled, and
+``with`` (closed at the end).
 
 ``repr(session)`` names what the caller configured and nothing else: the ledger as the ledger's own ``repr``
 (a file's absolute path, ``':memory:'``, or a PostgreSQL URL with its password removed), the engine's kind, the
@@ -9,7 +10,7 @@ time); the budget is ``session.total()`` / ``session.remaining()``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 
 class SessionObject:
@@ -24,6 +25,12 @@ class SessionObject:
         tables = sorted(d.get("_catalog", {}))
         state = ", closed" if d.get("_closed") else ""
         return f"dpsql.Session(ledger={d['_ledger']!r}, engine={engine!r}, tables={tables!r}{state})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # type: ignore[attr-defined]
 
     def __reduce__(self) -> Any:  # its engine, catalog views and in-memory ledger live in this process only
         raise TypeError("a dpsql Session cannot be pickled or sent to another process: open one in each process (dpsql.Session.from_config(...)) on a ledger file, which every process shares")

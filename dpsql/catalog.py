@@ -19,6 +19,7 @@ import math
 import numbers
 import os
 import re
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 from dpsql.budget import is_plain_number, plain_float
-from dpsql.errors import ConfigError
+from dpsql.errors import ConfigError, InputUnavailableError
 from dpsql.interrupts import HeldInterrupt, interruption_point
 from dpsql.plan.typer import parse_type, type_domain
 
@@ -640,6 +641,19 @@ def _source_hint(source: Any) -> str:
     return f"pass {accepted}"
 
 
+_LOCALE_HINT = ("run dpsql under a UTF-8 locale (e.g. LANG=C.UTF-8, as a job's environment: env LANG=C.UTF-8 dpsql "
+                "...), or with PYTHONUTF8=1")
+
+
+def _utf8_bytes(name: str) -> bool:
+    """Whether the bytes of the file name ``name`` (decoded by the locale) are UTF-8 text."""
+    try:
+        os.fsencode(name).decode("utf-8")
+    except UnicodeError:
+        return False
+    return True
+
+
 def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
     """Decide what kind of source this is: parquet / csv path (or glob), arrow, duckdb table."""
     try:
@@ -678,15 +692,27 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
             f"table source {source!r} is not a .parquet/.csv path and the Session has no DuckDB connection",
             hint="pass a Parquet or CSV path, a pyarrow.Table, or Session(connection=duckdb_connection) to use its tables",
         )
-    matches = glob.glob(source) if is_glob else ([source] if os.path.exists(source) else [])
-    if not matches:
+    try:  # a name the locale's encoding cannot hold is no file to the file system: not 'no file matches'
+        os.fsencode(source)
+    except UnicodeEncodeError:
         raise ConfigError(
+            f"table source {source!r} cannot be named in this process's file-system encoding "
+            f"({sys.getfilesystemencoding()}, from its locale), so no file can be opened under that name",
+            hint=_LOCALE_HINT) from None
+    matches = glob.glob(source) if is_glob else ([source] if os.path.exists(source) else [])
+    if not matches:  # not written yet, perhaps: a retry may find it
+        raise InputUnavailableError(
             f"no file matches {source!r}",
             hint="check the path (relative paths are resolved from the current directory; in a config file, from "
             "the config file's directory)",
         )
     for f in matches:  # the Parquet and CSV readers open only file names that are UTF-8 text
         bad = next((c for c in os.path.abspath(f) if "\udc80" <= c <= "\udcff"), None)
+        if bad is not None and _utf8_bytes(os.path.abspath(f)):  # read with a locale that is not UTF-8
+            raise ConfigError(
+                f"table source {source!r}: the file name {f!r} is UTF-8, but this process decodes file names as "
+                f"{sys.getfilesystemencoding()} (from its locale), and the Parquet and CSV readers open names given "
+                "as UTF-8 text", hint=_LOCALE_HINT)
         if bad is not None:
             raise ConfigError(
                 f"table source {source!r}: the file name {f!r} is not UTF-8 text (byte 0x{ord(bad) - 0xDC00:02X} is not "
@@ -939,8 +965,8 @@ def register_table(
     tname = check_table_name(name)
     try:
         kind, src = classify_source(source, has_connection=has_connection)
-    except ConfigError as e:  # named: a config or a command line registers several tables
-        raise ConfigError(f"table '{tname}': {e.message}", hint=e.hint) from None
+    except ConfigError as e:  # named: a config or a command line registers several tables (its class kept)
+        raise type(e)(f"table '{tname}': {e.message}", hint=e.hint) from None
     caps_g = _check_cap(max_groups_per_unit, "max_groups_per_unit", tname)
     caps_r = _check_cap(max_rows_per_group, "max_rows_per_group", tname)
     caps_u = _check_cap(max_rows_per_unit, "max_rows_per_unit", tname) if max_rows_per_unit is not None else None
@@ -1274,8 +1300,8 @@ def check_sources_unchanged(catalog: Mapping[str, TableSpec], tables: Iterable[s
         todo += [t.partition(".")[0] for t in spec.references.values()]
         if spec.source_kind in ("parquet", "csv") and spec.view is not None:
             problem = _engine_hook(engine, "source_changed", name, "whether its files were replaced")(spec.view)
-            if problem is not None:
-                raise ConfigError(
+            if problem is not None:  # replaced or removed meanwhile (an ETL job): registered again, it may be read
+                raise InputUnavailableError(
                     f"table '{name}': {problem} since it was registered (from the files' metadata; no row was "
                     "read); nothing was charged",
                     hint=f"register '{name}' again (Session.register) so that its policy and types match the files",

@@ -39,13 +39,16 @@ def reserve(ledger: Ledger, cost: Any, **entry: Any) -> int:
         raise
 
 
-def record_release(ledger: Ledger, entry: int, commit: dict[str, Any]) -> None:
+def record_release(ledger: Ledger, entry: int, commit: dict[str, Any], answer: Any = None) -> None:
     """``ledger.commit`` of a run that released; a failure to record it leaves the charge standing
     and releases nothing, so it exits like any failure after the charge. A failure once the release
     is recorded (``recorded``: in the ledger's write-ahead log, whose CHECKPOINT failed, e.g. on a
     full disk) is a warning: the answer, paid for and recorded, is returned (the next ledger operation
     writes the record into the file, or says what blocks it, charging nothing). Ctrl-C held back by the ledger
-    until the release was committed is held for :func:`keeps_answer`, which raises it with the answer."""
+    until the release was committed is held for :func:`keeps_answer`, which raises it with the answer; ``answer``
+    (the Release, built before it is recorded) is what :func:`keeps_answer` raises Ctrl-C with when it lands once
+    the ledger has recorded the release (``Ledger.last_entry``), before the call returns it."""
+    _KEPT.pending = (entry, answer)
     try:
         ledger.commit(entry, **commit)
     except DPSQLError as e:
@@ -73,20 +76,48 @@ def keeps_answer(run: Callable[..., _T]) -> Callable[..., _T]:
     ledger while it recorded the release, and raised once the release was committed (the entry reads released, the
     charge stands), does not lose the answer: it is raised once ``run`` has built its Release, which it carries as
     its ``release`` attribute (the CLI saves it as after a failed write). A Ctrl-C that rolled the release back
-    (the entry stays reserved) is raised as it comes, without one."""
+    (the entry stays reserved) is raised as it comes, without one.
+
+    ``run``'s first argument is the Session: Ctrl-C (or SIGTERM, SIGHUP under the CLI) that cut the request short
+    anywhere once its charge was committed -- held back by the ledger until the charge's COMMIT, or landing before or
+    after the part :func:`charged` guards -- carries, as :func:`charged` sets it, the entry and its status as the
+    ledger has it (``ledger_entry``: ``(N, 'reserved')``, nothing released), from the ledger's note of it
+    (``Ledger.last_entry``, in memory)."""
 
     @functools.wraps(run)
     def kept(*args: Any, **kwargs: Any) -> _T:
         held: list[BaseException] = []
+        done: list[Any] = []  # the answer of a kept call inside this one (the Session's method around ``_run``)
+        last = getattr(getattr(args[0], "_ledger", None), "last_entry", None) if args else None
+        before = last() if last is not None else None
         outer, _KEPT.slot = getattr(_KEPT, "slot", None), held
+        outer_done, _KEPT.done = getattr(_KEPT, "done", None), done
+        answer: Any = done
         try:
             answer = run(*args, **kwargs)
-        except BaseException:
+            if outer_done is not None:
+                outer_done.append(answer)
+        except BaseException as e:
             if held:
                 raise held[0].with_traceback(None)  # noqa: B904 - the Ctrl-C first (what failed after it: its context)
+            if isinstance(e, Exception):
+                raise
+            found = answer if answer is not done else done[-1] if done else None
+            now = last() if last is not None else None
+            pending = getattr(_KEPT, "pending", None)  # the answer whose release the ledger has recorded (or not yet)
+            if found is None and now is not None and now[1] == "released" and pending and pending[0] == now[0]:
+                found = pending[1]
+            if found is not None and getattr(e, "release", None) is None:  # Ctrl-C once the answer was built: kept
+                e.release = found  # type: ignore[attr-defined]
+            if getattr(e, "ledger_entry", None) is None and now is not None and now != before:
+                e.ledger_entry = now  # type: ignore[attr-defined]  # this request's entry (each reserve has a new id)
+            if found is not None or now != before:  # (the frames it was raised through, which read private rows: dropped)
+                raise e.with_traceback(None)  # noqa: B904
             raise
         finally:
-            _KEPT.slot = outer
+            _KEPT.slot, _KEPT.done = outer, outer_done
+            if outer is None:
+                _KEPT.pending = None
         if held:  # (raised anew from here: the frames it was raised through, which read private rows, are dropped)
             held[0].release = answer  # type: ignore[attr-defined]
             raise held[0].with_traceback(None)

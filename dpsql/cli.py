@@ -1,6 +1,7 @@
 """The ``dpsql`` command line: init / query / explain / budget / tables.
 
-Exit codes: 0 ok, 2 usage/query/config error, 3 budget exceeded, 4 ledger error, 130 interrupted
+Exit codes: 0 ok, 2 usage/query/config error, 66 an input file missing or unreadable (a table's source, the
+config, -f's SQL file), 3 budget exceeded, 4 ledger error, 75 ledger busy (past the lock time-out), 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP, unless ignored), 1 other. Rows go to stdout (or -o FILE, format from its extension); cost, remaining budget and
 accuracy to stderr, or as JSON meta (``--format json``, ``--meta FILE``, Parquet schema metadata).
 Output files are opened before the charge and replaced atomically; a release whose write fails after
@@ -200,8 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dpsql",
         description="Differentially private SQL over Parquet files, with a durable budget ledger.\n\n"
-        "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 3 budget exceeded,\n"
-        "  4 ledger error (nothing charged), 5 a failure after the charge (the charge stands; the\n"
+        "exit codes: 0 ok, 2 usage/query/config error (nothing charged), 66 an input file (a table's\n"
+        "  source, the config, the -f SQL file) is missing or unreadable (nothing charged: a retry may\n"
+        "  succeed once it is there), 3 budget exceeded,\n"
+        "  4 ledger error (nothing charged), 75 the ledger is busy: other commands held it past --lock-timeout\n"
+        "  (nothing charged: a retry later may succeed), 5 a failure after the charge (the charge stands; the\n"
         "  message says what became of the answer), 130 interrupted by Ctrl-C, 143 by SIGTERM or 129 by\n"
         "  SIGHUP (a charge already made stands), 1 any other failure (nothing charged, unless the\n"
         "  message is 'unexpected ...': a bug inside the query's run; see dpsql budget --history)",
@@ -366,7 +370,10 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
     if env is not None and not env.strip():
         raise ConfigError("$DPSQL_LEDGER is set but empty: no ledger file was named",
                           hint="set DPSQL_LEDGER to the ledger file, unset it, or pass --ledger PATH")
-    return _utf8_ledger(os.path.expanduser(env), "$DPSQL_LEDGER") if env is not None else DEFAULT_LEDGER
+    if env is not None:
+        return _utf8_ledger(os.path.expanduser(env), "$DPSQL_LEDGER")
+    args.ledger_default = True  # a missing ledger's message says so: a cron job's working directory is / or $HOME
+    return DEFAULT_LEDGER
 
 
 def _utf8_ledger(path: str, where: str) -> str:
@@ -479,6 +486,7 @@ def _open_session(args: argparse.Namespace, *, ledger: bool = True) -> Any:
         s = dpsql.Session(ledger=path if ledger else None, budget=cfg.budget if ledger else dpsql.Budget(1.0),
                           create=ledger and _create_if_missing(args, cfg), engine=_engine_settings(args, cfg),
                           tables=cfg.tables, lock_timeout=_lock_timeout(args, cfg))
+    args.opened_ledger = s.ledger if ledger else None  # a signal's message says what it recorded of this command
     try:
         tables = _kv(args.table, "--table")
         units = _kv(args.privacy_unit, "--privacy-unit")
@@ -621,7 +629,7 @@ def _flag_value(flag: str, item: str, text: str, example: str, *, whole: bool = 
 
 
 def _read_sql(args: argparse.Namespace) -> str:
-    from dpsql.errors import ConfigError
+    from dpsql.errors import ConfigError, InputUnavailableError
 
     if args.file == "":  # an unset shell variable (-f "$SQL"): never read as "no -f"
         raise ConfigError("-f is empty: no SQL file was named",
@@ -629,8 +637,9 @@ def _read_sql(args: argparse.Namespace) -> str:
     if args.file and args.sql:
         raise ConfigError("give the SQL either as an argument or with -f, not both")
     if args.file:
-        if args.file != "-" and not os.path.exists(args.file):
-            raise ConfigError(f"SQL file {args.file!r} not found", hint="check the path given to -f (or -f - to read standard input)")
+        if args.file != "-" and not os.path.exists(args.file):  # not there (yet): a retry may find it
+            raise InputUnavailableError(f"SQL file {args.file!r} not found",
+                                        hint="check the path given to -f (or -f - to read standard input)")
         where = "standard input (-f -)" if args.file == "-" else f"SQL file {args.file!r} (-f)"
         try:
             # read at most MAX_SQL_CHARS + 1 characters: -f /dev/zero or a data file given by mistake
@@ -645,9 +654,14 @@ def _read_sql(args: argparse.Namespace) -> str:
                     text = f.read(MAX_SQL_CHARS + 1)
         except UnicodeDecodeError:
             raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
-        except OSError as e:
-            raise ConfigError(f"{where} cannot be read ({e.strerror or type(e).__name__})",
+        except OSError as e:  # a file not readable (a retry may read it); standard input and a directory are the caller's
+            unavailable = args.file != "-" and not isinstance(e, IsADirectoryError)
+            raise (InputUnavailableError if unavailable else ConfigError)(f"{where} cannot be read ({e.strerror or type(e).__name__})",
                               hint="give -f the path of a readable SQL text file (or -f - to read standard input)") from None
+        if args.file == "-" and not text.strip():
+            raise ConfigError("standard input (-f -) is empty: there is no SQL to run; nothing was charged",
+                              hint="pipe the SQL in (e.g. dpsql query -f - < query.sql; a scheduler may start a job with "
+                              "standard input at /dev/null), or give -f FILE")
         if len(text) > MAX_SQL_CHARS:
             raise ConfigError(f"{where} holds more than {MAX_SQL_CHARS // 2**20} Mi characters: no query is that long",
                               hint="check that -f names the SQL file (not a data file or a device)")
@@ -1605,9 +1619,21 @@ def _main(argv: Sequence[str] | None) -> int:
         sig = caught[0] if caught else signal.SIGINT
         what = ("terminated (SIGTERM)" if sig == signal.SIGTERM else "hung up (SIGHUP)" if sig == getattr(signal, "SIGHUP", None)
                 else "interrupted")
-        entry = getattr(e, "ledger_entry", None)  # cut short while it read private rows: its charge is that entry
-        print(f"{what}: a charge already made stands (" + (f"this query's: ledger entry {entry[0]}, {entry[1]}, counted)" if entry
-                                                             else "see dpsql budget --history)"), file=sys.stderr)
+        entry = getattr(e, "ledger_entry", None)  # cut short once charged: its charge is that entry, as the ledger has it
+        led = getattr(args, "opened_ledger", None)
+        if entry is None:  # what this command's ledger recorded of it (a charge is noted at its COMMIT, Ctrl-C held back)
+            charging = args.command in ("query", "suggest-caps")  # (the other commands never charge)
+            last = getattr(led, "last_entry", None) if charging else None
+            entry = last() if callable(last) else None
+            if entry is None and (not charging or e is not None):  # (an error after the signal, e.g. a COMMIT not
+                # acknowledged, may have charged: said as before)
+                print(f"{what}: nothing was charged by this command", file=sys.stderr)
+                return 128 + int(sig)
+        fate = ("" if not entry or (entry[1] == "released" and getattr(args, "charged_entry", None) == entry[0])  # kept
+                else "; its answer was lost: running the query again would charge again" if entry[1] == "released"
+                else "; nothing was released")
+        print(f"{what}: a charge already made stands (" + (f"this query's: ledger entry {entry[0]}, {entry[1]}, counted{fate})"
+                                                             if entry else "see dpsql budget --history)"), file=sys.stderr)
         return 128 + int(sig)
 
     if threading.current_thread() is threading.main_thread():
@@ -1658,6 +1684,10 @@ def _main(argv: Sequence[str] | None) -> int:
         name = next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))  # a public class
         cfg = getattr(args, "ledger_config", None)
         text = str(e) if cfg is None else _config_ledger_text(e, args.config_path, cfg)
+        if getattr(args, "ledger_default", False) and text.startswith("no budget ledger at "):
+            first, _, rest = text.partition("\n")
+            text = (f"{first} (the default ledger, {DEFAULT_LEDGER} in the working directory: no --ledger, $DPSQL_LEDGER "
+                    f"or config names one)\n{rest}")
         print(f"error: {name}: {_cli_text(text)}", file=sys.stderr)
         if getattr(args, "debug_on", False) and isinstance(e, ExecutionError) and e.debug_detail:
             print(f"debug: {e.debug_detail}", file=sys.stderr)
@@ -1755,10 +1785,33 @@ def _utf8_stdout(guard: _StdoutGuard) -> str | None:
     return enc
 
 
+def _reader_gone(stream: Any) -> bool:
+    """Whether ``stream`` is a pipe that no process reads any more (a write would fail with EPIPE): poll() reports
+    POLLERR on the write end of such a pipe, without writing to it."""
+    import stat
+
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+    from dpsql._output import _reader_gone as gone
+
+    return gone(fd)
+
+
 def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
-    """Standard output closed (>&-): refuse, before any charge, a command that prints to it."""
+    """Standard output closed (>&-), or a pipe whose reader has gone: refuse, before any charge, a command that prints to it."""
     from dpsql.errors import ConfigError
 
+    charged_to_stdout = args.command == "suggest-caps" or (args.command == "query" and (not args.output or args.output == "-"))
+    if guard.real is not None and charged_to_stdout and _reader_gone(guard.real):
+        # (`dpsql query ... | loader` whose loader ended at start: the answer would be charged, then fail to be written)
+        raise ConfigError(f"standard output is a pipe whose reader has closed it (the program reading dpsql's output has "
+                          f"ended): dpsql {args.command} would have nowhere to print; nothing was charged",
+                          hint="check the program that reads dpsql's output (under set -o pipefail its failure shows)"
+                          + (", or give -o FILE" if args.command == "query" else ""))
     if guard.real is not None:
         return
     guard.real = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - what nothing reads

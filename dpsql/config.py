@@ -37,7 +37,7 @@ from typing import Any
 
 from dpsql.budget import PLAIN_FORM, Budget
 from dpsql.engine import EngineSettings
-from dpsql.errors import ConfigError
+from dpsql.errors import ConfigError, InputUnavailableError
 
 #: the ``[ledger] path`` of an in-memory ledger
 MEMORY = ":memory:"
@@ -96,9 +96,10 @@ class DpsqlConfig:
             yield
         except ConfigError as e:
             key = _table_key(e.message, self.tables)
-            if type(e) is not ConfigError or self.path is None or key is None or repr(self.path) in e.message:
+            if type(e) not in (ConfigError, InputUnavailableError) or self.path is None or key is None or repr(
+                    self.path) in e.message:
                 raise
-            raise ConfigError(f"config file {self.path!r}, {key}: {e.message}", hint=e.hint) from None
+            raise type(e)(f"config file {self.path!r}, {key}: {e.message}", hint=e.hint) from None
 
 
 def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
@@ -107,18 +108,26 @@ def load_config(path: str | os.PathLike[str]) -> DpsqlConfig:
     try:
         return _load_config(p)
     except ConfigError as e:  # (a job that reads one of several configs is told which)
-        if type(e) is not ConfigError or repr(p) in e.message:
+        if type(e) not in (ConfigError, InputUnavailableError) or repr(p) in e.message:
             raise
-        raise ConfigError(f"config file {p!r}: {e.message}", hint=e.hint) from None
+        raise type(e)(f"config file {p!r}: {e.message}", hint=e.hint) from None
+
+
+def _relative_to_cwd(p: str) -> str:
+    """' (relative to the working directory D)' for a relative path (a job's working directory is often / or $HOME)."""
+    try:
+        return "" if os.path.isabs(p) else f" (relative to the working directory {os.getcwd()})"
+    except OSError:
+        return ""
 
 
 def _load_config(p: str) -> DpsqlConfig:
     if os.path.isdir(p):
         raise ConfigError(f"config file {p!r} is a directory",
                           hint=f"pass the path of the TOML file, e.g. {os.path.join(p, 'dpsql.toml')!r}")
-    if not os.path.exists(p):
-        raise ConfigError(f"config file {p!r} not found",
-                          hint="create dpsql.toml (see examples/dpsql.toml) or pass the path of an existing one")
+    if not os.path.exists(p):  # not there (yet): a retry may find it
+        raise InputUnavailableError(f"config file {p!r} not found{_relative_to_cwd(p)}",
+                                    hint="create dpsql.toml (see examples/dpsql.toml) or pass the path of an existing one")
     if not os.path.isfile(p):
         raise ConfigError(f"config file {p!r} is not a regular file (a device, a pipe or a socket)",
                           hint="pass the path of the TOML file itself (see examples/dpsql.toml)")
@@ -133,8 +142,8 @@ def _load_config(p: str) -> DpsqlConfig:
         raise ConfigError(f"config file {p!r} is not UTF-8 text (an invalid byte at offset {e.start})",
                           hint="save the config as UTF-8 (TOML files are UTF-8)") from None
     except OSError as e:
-        raise ConfigError(f"config file {p!r} cannot be read: {e.strerror or type(e).__name__}",
-                          hint="check the file's permissions") from None
+        raise InputUnavailableError(f"config file {p!r} cannot be read: {e.strerror or type(e).__name__}",
+                                    hint="check the file's permissions") from None
     except (ValueError, RecursionError) as e:  # what the TOML reader lets through: not TOML errors to it
         raise ConfigError(f"config file {p!r} cannot be read: {_beyond_limits(data, e)}",
                           hint="a dpsql config holds short numbers and shallow values (see examples/dpsql.toml)") from None

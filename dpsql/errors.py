@@ -10,12 +10,15 @@ are kept on ``ExecutionError.debug_detail`` and shown only with ``--debug``.
     │   ├── UnsupportedQueryError   valid SQL outside the DP subset; lists every violation
     │   └── PolicyError             needs metadata the catalog lacks
     ├── ConfigError(ValueError)     bad config, table spec or budget
+    │   └── InputUnavailableError   an input file is missing or unreadable (may succeed once it is there)
     ├── BudgetExceededError         requested, remaining
     ├── LedgerError                 missing, locked, wrong schema version, corrupt
+    │   └── LedgerBusyError         held by other operations past the lock time-out (may succeed later)
     └── ExecutionError              DuckDB failed on generated SQL
     (QueryTypeError is both a QueryError and an ExecutionError: DuckDB's binder refused it)
 
-CLI exit codes: ``exit_code`` of each class; a failure after the charge (the charge stands), whatever its
+CLI exit codes: ``exit_code`` of each class (``NO_INPUT_EXIT_CODE``, 66, for InputUnavailableError;
+``BUSY_EXIT_CODE``, 75, for LedgerBusyError); a failure after the charge (the charge stands), whatever its
 class, exits ``CHARGED_EXIT_CODE`` (5), so that a script can tell whether budget was spent.
 """
 
@@ -44,6 +47,14 @@ def interrupted_by_signal(e: BaseException) -> bool:
 #: CLI exit code of a failure after the charge: the query's budget was spent (its charge stands), and no answer
 #: was delivered in full (a Session sets it on the error, whatever its class; the CLI also for its own failures)
 CHARGED_EXIT_CODE = 5
+
+#: CLI exit code of an input file that is missing or cannot be read (sysexits' EX_NOINPUT): a table's source, the
+#: config, the -f SQL file; nothing was charged, and a scheduler may retry once the file is there
+NO_INPUT_EXIT_CODE = 66
+
+#: CLI exit code of a ledger held by other operations for longer than the command waits (sysexits' EX_TEMPFAIL):
+#: nothing was changed, and the same command may succeed later
+BUSY_EXIT_CODE = 75
 
 
 class DPSQLError(Exception):
@@ -122,6 +133,16 @@ class ConfigError(DPSQLError, ValueError):
     exit_code = 2
 
 
+class InputUnavailableError(ConfigError):
+    """An input file is missing or cannot be read (not there yet, permission denied, replaced or removed while the
+    command ran): a table's source file (or no file matches its glob), the config file, the SQL file of -f. Nothing
+    was charged; unlike the other ConfigErrors, running again may succeed once the file is in place, so the CLI
+    exits ``NO_INPUT_EXIT_CODE`` (66). A file that is there but holds the wrong thing (not Parquet, not UTF-8, a
+    directory) is a plain ConfigError."""
+
+    exit_code = NO_INPUT_EXIT_CODE
+
+
 class BudgetExceededError(DPSQLError):
     """The request does not fit in the remaining budget. Nothing was charged."""
 
@@ -145,6 +166,15 @@ class LedgerError(DPSQLError):
     exit_code = 4
     recorded = False
     unacknowledged = False
+
+
+class LedgerBusyError(LedgerError):
+    """The ledger was held by other operations (other dpsql commands, threads, or a program that has the file open)
+    for longer than this operation waits (``lock_timeout``): nothing was changed, and running it again later may
+    succeed, so the CLI exits ``BUSY_EXIT_CODE`` (75), apart from a missing or damaged ledger (4). A release that
+    could not be recorded for that reason came after its charge: it exits as charged (5), as every such failure."""
+
+    exit_code = BUSY_EXIT_CODE
 
 
 class ExecutionError(DPSQLError):
@@ -173,6 +203,8 @@ class QueryTypeError(QueryError, ExecutionError):
 
 __all__ = [
     "CHARGED_EXIT_CODE",
+    "NO_INPUT_EXIT_CODE",
+    "BUSY_EXIT_CODE",
     "DPSQLError",
     "Violation",
     "QueryError",
@@ -180,8 +212,10 @@ __all__ = [
     "UnsupportedQueryError",
     "PolicyError",
     "ConfigError",
+    "InputUnavailableError",
     "BudgetExceededError",
     "LedgerError",
+    "LedgerBusyError",
     "ExecutionError",
     "QueryTypeError",
 ]

@@ -664,8 +664,6 @@ def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> R
                                            estimates=r.description.parameters.get("estimates")))
             updates.append(released.commit.get("params_update") or {})
         table = _combine(session, g, [p[0] for p in parts], types)
-    record_release(session._ledger, entry, {"params_update": {"component_updates": updates}}
-                   if any(updates) else {})
     accuracy: dict[str, dict[str, Any]] = {}
     for j, name in enumerate(table.column_names):
         # a query's column at position j, whatever its own name (UNION ALL: the first SELECT's names)
@@ -677,7 +675,10 @@ def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> R
         c["accuracy"] = p[1]
     warns = list(dict.fromkeys(w for p in parts for w in p[2]))
     notes = list(dict.fromkeys(n for r in routes for n in r.description.notes))
-    return Release(table, cost, _label(g, routes), accuracy, entry, False, {"components": components}, notes, warns)
+    out = Release(table, cost, _label(g, routes), accuracy, entry, False, {"components": components}, notes, warns)
+    # built first: Ctrl-C once the release is recorded is raised with it (keeps_answer)
+    record_release(session._ledger, entry, {"params_update": {"component_updates": updates}} if any(updates) else {}, out)
+    return out
 
 
 def _names_at(g: Composite, tables: list[pa.Table], j: int) -> list[str | None]:

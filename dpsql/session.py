@@ -183,6 +183,7 @@ class Session(SessionObject):
         return Plan(sql=r.request.text, mechanism=d.label, reason=r.reason, cost=d.cost, parameters=dict(d.parameters),
                     bounded_sql=backends.render_bounded(self._engine, ast), notes=[*d.notes, *over])
 
+    @keeps_answer  # (and around ``_run``'s: Ctrl-C as the answer is returned keeps it too)
     def query(self, sql: str, *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None) -> Release:
         """Answer ``sql`` with differential privacy, charging (epsilon, delta) to the ledger; the routing
         rules (which mechanism, when a stored synopsis answers for free) are in ``dpsql.mechanisms.registry``."""
@@ -190,6 +191,7 @@ class Session(SessionObject):
         with self._catalog_lock.reading():  # from the analysis to the last read of private rows
             return groupings.run(self, g, epsilon, delta, options) if g else self._run(self._route(sql, epsilon, delta, options))
 
+    @keeps_answer
     def query_many(
         self, sqls: list[str] | tuple[str, ...], *, epsilon: Any, delta: Any = 0.0, options: dict[str, Any] | None = None
     ) -> WorkloadRelease:
@@ -198,6 +200,7 @@ class Session(SessionObject):
         with self._catalog_lock.reading():
             return self._run(self._route(sqls, epsilon, delta, options, many=True))  # type: ignore[return-value]
 
+    @keeps_answer
     def suggest_caps(self, table: str, *, epsilon: Any, group_by: str | None = None, quantile: float = 0.9) -> Release:
         """Charged caps advice (``dpsql.mechanisms.profile``): noisy per-person contribution histograms."""
         with self._catalog_lock.reading():
@@ -224,12 +227,15 @@ class Session(SessionObject):
                 released = r.release(rows, self._noise)
                 if req.plan is not None and not released.final:
                     table, accuracy, warnings = postprocess.apply(self._engine, req.plan, released, nonnegative=clip, estimates=desc.parameters.get("estimates"))
-            record_release(self._ledger, entry, released.commit)
         if released.final or req.plan is None:  # a workload: one count per query
             rows = postprocess.clip_negative(released.table, ["count"]) if clip else released.table
-            return WorkloadRelease(rows, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
-                                   {**desc.details, **released.details}, list(desc.notes))
-        return Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, {**desc.details, **released.details}, list(desc.notes), warnings)
+            out: Release = WorkloadRelease(rows, desc.cost, desc.label, released.accuracy, entry, desc.reuse_of is not None,
+                                           {**desc.details, **released.details}, list(desc.notes))
+        else:
+            out = Release(table, desc.cost, desc.label, accuracy, entry, desc.reuse_of is not None, {**desc.details, **released.details}, list(desc.notes), warnings)
+        if desc.reuse_of is None:  # built first: Ctrl-C once the release is recorded is raised with it (keeps_answer)
+            record_release(self._ledger, entry, released.commit, out)
+        return out
 
     def _check_open(self) -> None:
         if self._closed:
@@ -241,9 +247,3 @@ class Session(SessionObject):
                 self._closed = True
                 self._engine.close()
                 self._ledger.close()
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -233,12 +233,12 @@ def test_readme_error_list_names_every_public_error_class() -> None:
 
 def test_readme_and_cli_help_give_the_same_exit_codes() -> None:
     from dpsql.cli import build_parser
-    from dpsql.errors import CHARGED_EXIT_CODE
+    from dpsql.errors import BUSY_EXIT_CODE, CHARGED_EXIT_CODE, NO_INPUT_EXIT_CODE
 
     text = _flat(README[README.index("* Exit codes:"):])
     text = text[:text.index("\n## ") if "\n## " in text else text.index(" ## ")]
     help_text = _flat(build_parser().description or "")
-    codes = {0, 1, 2, 3, 4, CHARGED_EXIT_CODE, 129, 130, 143}
+    codes = {0, 1, 2, 3, 4, CHARGED_EXIT_CODE, NO_INPUT_EXIT_CODE, BUSY_EXIT_CODE, 129, 130, 143}
     for code in codes:
         assert re.search(rf"[;:] {code} ", text) or re.search(rf"\b{code} (interrupted|terminated|by SIGHUP)", text), code
         assert re.search(rf"\b{code} ", help_text), code

@@ -326,7 +326,8 @@ sys.exit(main(sys.argv[2:]))
 def test_ctrl_c_in_the_cli_exits_130_and_a_charge_that_stands_is_never_told_as_none(
         url: str, workdir: Any, point: str, status: str | None) -> None:
     """`dpsql query` on a PostgreSQL ledger, Ctrl-C at each step of a charged query: exit 130 with the line that a
-    charge already made stands, never "nothing was charged", and the server's entry agrees: none when Ctrl-C came
+    charge already made stands naming the entry as the server has it, never "nothing was charged" (which is said only
+    when no charge was committed), and the server's entry agrees: none when Ctrl-C came
     during the charge's statements (raised before its COMMIT), 'reserved' when it came as the COMMIT was being sent
     (held back until it returned: the charge stands) or during the release's statements (rolled back), 'failed' when
     it came while private rows were read, 'released' when it came as the release's COMMIT was being sent (held back
@@ -342,7 +343,11 @@ def test_ctrl_c_in_the_cli_exits_130_and_a_charge_that_stands_is_never_told_as_n
                         "SELECT COUNT(*) AS n FROM events"],
                        cwd=workdir, env=child_env(), capture_output=True, text=True, timeout=120)
     assert p.returncode == 130, p.stderr
-    assert "interrupted: a charge already made stands" in p.stderr and "nothing was charged" not in p.stderr, p.stderr
+    if status is None:  # no entry: Ctrl-C came before the charge's COMMIT, which it rolled back
+        assert "interrupted: nothing was charged by this command" in p.stderr, p.stderr
+    else:
+        assert "interrupted: a charge already made stands" in p.stderr and "nothing was charged" not in p.stderr, p.stderr
+        assert f"ledger entry 1, {status}" in p.stderr, p.stderr
     assert list(_statuses(url).values()) == ([] if status is None else [status])
     _server_clean(url)
 

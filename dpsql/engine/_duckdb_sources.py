@@ -42,7 +42,7 @@ from typing import Any
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.errors import ConfigError
+from dpsql.errors import ConfigError, InputUnavailableError
 
 #: CSV column types an owner may declare (``columns={'amount': {'type': 'DOUBLE'}}``)
 _CSV_TYPES = re.compile(
@@ -626,8 +626,9 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
             raw = f.readline(1 << 20)
     except OSError as e:
         problem = type(e).__name__
-    if raw is None:
-        raise ConfigError(f"cannot read CSV file {path!r} ({problem})", hint="check that the file exists and is readable")
+    if raw is None:  # not there (yet), or not readable: a retry may read it
+        raise InputUnavailableError(f"cannot read CSV file {path!r} ({problem})",
+                                    hint="check that the file exists and is readable")
     if raw.startswith(b"\xef\xbb\xbf") and encoding == "utf-8":
         raw = raw[3:]
     line: str | None = None
@@ -778,10 +779,28 @@ def _footer(name: str, path: str, read: Callable[[str], Any]) -> Any:
     try:
         return read(path)
     except (OSError, pa.ArrowException) as e:
-        why = "" if isinstance(e, OSError) and not isinstance(e, pa.ArrowException) else ": it is not a Parquet file"
-        raise ConfigError(f"table '{name}': cannot read {path}{why} ({type(e).__name__})",
+        gone = isinstance(e, OSError) and not isinstance(e, pa.ArrowException)  # not there, or not readable
+        partial = not gone and _partial_parquet(path)  # being written by another job: a retry may read it whole
+        why = ("" if gone else ": it is an incomplete Parquet file (its header is there, no footer yet: still being "
+               "written?)" if partial else ": it is not a Parquet file")
+        raise (InputUnavailableError if gone or partial else ConfigError)(f"table '{name}': cannot read {path}{why} ({type(e).__name__})",
                           hint="check that the file exists, is readable and is valid Parquet; a glob must match "
                                "only Parquet files (e.g. 'dir/*.parquet', not 'dir/*')") from None
+
+
+def _partial_parquet(path: str) -> bool:
+    """Whether ``path`` starts as a Parquet file does (its magic bytes) but does not end as one: the footer, written
+    last, is missing (a file another job is still writing in place)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            f.seek(0, 2)
+            if f.tell() < 8:
+                return head == b"PAR1"
+            f.seek(-4, 2)
+            return head == b"PAR1" and f.read(4) != b"PAR1"
+    except OSError:
+        return False
 
 
 def _same_file_types(name: str, paths: list[str]) -> None:
@@ -814,7 +833,7 @@ def _expand(source: str) -> list[str]:
 
     paths = sorted(glob.glob(source))
     if not paths:
-        raise ConfigError(f"no file matches {source!r}")
+        raise InputUnavailableError(f"no file matches {source!r}")
     return paths
 
 

@@ -86,7 +86,13 @@ from dpsql.engine.base import (
     with_read_salt,
 )
 from dpsql.engine.duckdb_ops import DUCKDB, KEEP_BUILD_SIDE, SPILLING_WINDOW, DuckDBOps, SaltedDuckDBOps
-from dpsql.errors import ConfigError, ExecutionError, QueryTypeError, interrupted_by_signal
+from dpsql.errors import (
+    ConfigError,
+    ExecutionError,
+    InputUnavailableError,
+    QueryTypeError,
+    interrupted_by_signal,
+)
 from dpsql.rewrite.render import render
 
 __all__ = ["DuckDBBackend", "DuckDBOps", "Engine", "scrub"]
@@ -420,9 +426,10 @@ class DuckDBBackend:
                     + ("Parquet" if kind == "parquet" else "CSV" if kind == "csv" else "data")
                     + (" (for a DuckDB table: that the Session's connection has it)" if kind == "duckdb" else ""),
                 )
-            except (OSError, pa.ArrowException) as e:
-                failure = ConfigError(f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
-                                      hint="check that the file exists, is readable and is valid Parquet")
+            except (OSError, pa.ArrowException) as e:  # an OSError: a file gone or not readable (a retry may read it)
+                failure = (ConfigError if isinstance(e, pa.ArrowException) else InputUnavailableError)(
+                    f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
+                    hint="check that the file exists, is readable and is valid Parquet")
             except ConfigError:
                 self.unregister_source(name, kind, view)
                 raise

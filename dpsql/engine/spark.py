@@ -90,7 +90,7 @@ from dpsql.engine.base import (
 )
 from dpsql.engine.duckdb import DuckDBBackend
 from dpsql.engine.spark_ops import SPARK, SparkOps, lower_for_spark, spark_type
-from dpsql.errors import ConfigError, ExecutionError, QueryTypeError
+from dpsql.errors import ConfigError, ExecutionError, InputUnavailableError, QueryTypeError
 from dpsql.rewrite.render import render
 
 __all__ = ["SparkBackend", "duckdb_type", "spark_session"]
@@ -708,10 +708,12 @@ class SparkBackend:
                 self.unregister_source(name, kind, view)
                 raise
             except Exception as e:  # noqa: BLE001 - Spark's errors come in many classes; the text is withheld
-                failure = ConfigError(f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
-                                      hint="check that the path exists, is readable by Spark and is valid Parquet"
-                                      if kind == "parquet" else "check the Arrow table's column types "
-                                      "(docs/spark.md, Sources), or use the DuckDB engine")
+                # an OSError: a file gone or not readable meanwhile (a retry may read it)
+                failure = (InputUnavailableError if isinstance(e, OSError) else ConfigError)(
+                    f"cannot read table source for '{name}' ({kind}): {type(e).__name__}",
+                    hint="check that the path exists, is readable by Spark and is valid Parquet"
+                    if kind == "parquet" else "check the Arrow table's column types "
+                    "(docs/spark.md, Sources), or use the DuckDB engine")
         if failure is not None:
             self.unregister_source(name, kind, view)
             raise failure
@@ -735,8 +737,8 @@ class SparkBackend:
         version = native.versions(files) if first is None else first
         prints = [_footprint(f) for f in files]
         if native.versions(files) != version:
-            raise ConfigError(f"table '{name}': one of its Parquet files changed while it was registered",
-                              hint=f"register '{name}' again once the files are written")
+            raise InputUnavailableError(f"table '{name}': one of its Parquet files changed while it was registered",
+                                        hint=f"register '{name}' again once the files are written")
         return _Files(paths, files, version, prints, listed=first is None)
 
     def source_changed(self, view: str) -> str | None:

@@ -117,7 +117,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 
 from dpsql.budget import Budget
-from dpsql.errors import ConfigError, LedgerError
+from dpsql.errors import ConfigError, LedgerBusyError, LedgerError
 from dpsql.interrupts import HeldInterrupt, change_stands, interruptible, interruption_point
 from dpsql.ledger._store import (
     _LEDGER_ID_RE,
@@ -520,7 +520,7 @@ class PostgresLedger(Ledger):
         self, unchanged: str, deadline: float, wait: float | None = None, *, reconnect: bool = False
     ) -> tuple[_Slot, bool]:
         def busy() -> LedgerError:
-            return LedgerError(f"ledger {self.path} is busy: {_POOL_SIZE} operations on it in other threads of this "
+            return LedgerBusyError(f"ledger {self.path} is busy: {_POOL_SIZE} operations on it in other threads of this "
                                f"process held all its connections for more than {self.lock_timeout if wait is None else wait:g} s; "
                                f"{unchanged}",
                                hint="retry, or pass a larger lock_timeout")
@@ -628,7 +628,7 @@ class PostgresLedger(Ledger):
                 _rollback(con)
                 psycopg = _psycopg()
                 if isinstance(e, psycopg.errors.LockNotAvailable):
-                    raise LedgerError(f"ledger {self.path} is busy: another process has been creating a ledger in this "
+                    raise LedgerBusyError(f"ledger {self.path} is busy: another process has been creating a ledger in this "
                                       f"database for more than {self.lock_timeout:g} s; no ledger was created",
                                       hint="retry, or pass a larger lock_timeout") from None
                 if isinstance(e, psycopg.errors.ReadOnlySqlTransaction):
@@ -717,7 +717,7 @@ class PostgresLedger(Ledger):
                 except LedgerError as e:  # not a dpsql ledger's schema, another ledger than this object's
                     failure = e
                 except psycopg.errors.LockNotAvailable:
-                    failure = LedgerError(f"ledger {self.path} is busy: another dpsql operation (in this or another process) held it for more than "
+                    failure = LedgerBusyError(f"ledger {self.path} is busy: another dpsql operation (in this or another process) held it for more than "
                                           f"{wait:g} s; {unchanged}",
                                           hint="retry, or pass a larger lock_timeout")
                 except psycopg.errors.UndefinedTable:
@@ -799,6 +799,7 @@ class PostgresLedger(Ledger):
                     lost.unacknowledged = True  # it may stand: a charge's failure exits as one after the charge
                     raise lost from None
                 change_stands()  # Ctrl-C held back from here on says the change stands (a release: its answer is kept)
+                self._noted(t)
                 if drawn is not None:  # committed: this ledger's identity from now on
                     self._pin = (drawn, found[1], found[2])
                 reusable = True

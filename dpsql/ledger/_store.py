@@ -171,7 +171,7 @@ import duckdb
 import pyarrow as pa
 
 from dpsql.budget import Budget, compose_counted, counted_remaining, exact_counted_sum_fits
-from dpsql.errors import BudgetExceededError, ConfigError, LedgerError, interrupted_by_signal
+from dpsql.errors import BudgetExceededError, ConfigError, LedgerBusyError, LedgerError, interrupted_by_signal
 from dpsql.interrupts import HeldInterrupt as _HeldInterrupt
 from dpsql.interrupts import change_stands as _change_stands
 from dpsql.interrupts import interruption_point as _interruption_point
@@ -501,6 +501,8 @@ class _Txn:
         self.committed = "the change is recorded"
         #: whether the body wrote anything (False e.g. for set_total to the same total)
         self.wrote = True
+        #: the entry the body gives a status, and that status (:meth:`Ledger.last_entry`), once COMMIT returned
+        self.note: tuple[int, str] | None = None
 
 
 
@@ -685,6 +687,7 @@ class Ledger:
                 "?, ?, ?, ?, ?, ?)",
                 [entry_id, mechanism, cost.epsilon, cost.delta, query, tables, params_json],
             )
+            t.note = (entry_id, "reserved")
             t.committed = (
                 f"the charge of entry {entry_id} {_fmt(cost)} stands (it counts against the budget) and is "
                 "recorded"
@@ -738,6 +741,7 @@ class Ledger:
         found released with exactly these parameters and synopsis is that COMMIT, and nothing more is written."""
         with self._txn(write=True, unchanged=stands, wait=wait) as (con, t):
             t.committed = f"the release of entry {entry_id} (whose charge stands either way) is recorded"
+            t.note = (entry_id, "released")
             if again:
                 row = _first(con.execute(
                     "SELECT status, CAST(params AS VARCHAR), synopsis_key, CAST(synopsis AS VARCHAR) FROM ledger_entries "
@@ -764,6 +768,23 @@ class Ledger:
                 [_to_json(params, "params"), synopsis_key, synopsis, entry_id],
             )
 
+    def _noted(self, t: _Txn) -> None:
+        """Once a transaction's COMMIT returned (Ctrl-C still held back): the status it gave the entry that this thread
+        reserved last through this object (:meth:`last_entry`)."""
+        if t.note is None:
+            return
+        notes = self.__dict__.setdefault("_last_entries", {})
+        me = threading.get_ident()
+        if t.note[1] == "reserved" or notes.get(me, (None,))[0] == t.note[0]:
+            notes[me] = t.note
+
+    def last_entry(self) -> tuple[int, str] | None:
+        """The entry this thread reserved last through this object and the status this object has recorded for it since
+        (``'reserved'``, ``'released'``, ``'failed'``), or None: what a request cut short by a signal (Ctrl-C, SIGTERM)
+        leaves in the ledger, which the Session names on its KeyboardInterrupt (``ledger_entry``). Kept in memory:
+        no ledger read."""
+        return self.__dict__.get("_last_entries", {}).get(threading.get_ident())  # type: ignore[no-any-return]
+
     def release_wait(self) -> float:
         """How long recording a release (:meth:`commit`) waits for the ledger's lock: its query has read private rows
         and its charge stands, so giving up would discard an answer already paid for. ``lock_timeout`` and then the
@@ -788,6 +809,7 @@ class Ledger:
         with exactly this reason is that COMMIT, and nothing more is written."""
         with self._txn(write=True, unchanged=stands, wait=wait) as (con, t):
             t.committed = f"the failure of entry {entry_id} (whose charge stands either way) is recorded"
+            t.note = (entry_id, "failed")
             if again:
                 row = _first(con.execute("SELECT status, failure_reason FROM ledger_entries WHERE entry_id = ?",
                                          [entry_id]).fetchall())
@@ -1347,7 +1369,7 @@ class Ledger:
             )
         wait = self.lock_timeout if wait is None else wait
         if not _acquire(self._mem_lock, min(wait, 1e9)):  # 31 years: forever (more overflows the lock's clock)
-            raise LedgerError(
+            raise LedgerBusyError(
                 f"the in-memory ledger is busy in another thread for more than {wait:g} s; "
                 f"{t.unchanged}",
                 hint="retry later or pass a larger lock_timeout",
@@ -1367,6 +1389,7 @@ class Ledger:
                     _rollback(con)
                     raise
                 con.execute("COMMIT")
+                self._noted(t)
             except duckdb.Error as e:
                 raise LedgerError(
                     f"in-memory ledger: DuckDB failed ({type(e).__name__}: {e}); {t.unchanged}",
@@ -1488,6 +1511,7 @@ class Ledger:
                         "private row after this error",
                     ) from None
                 _change_stands()  # Ctrl-C held back from here on says the change stands (a release: its answer is kept)
+                self._noted(t)
                 if drawn is not None:  # an identity drawn by a write that rolled back is never this object's
                     self._identity = drawn
                 if write and t.wrote:
@@ -1616,7 +1640,8 @@ class Ledger:
                 return
             except duckdb.Error as e:
                 msg = str(e)
-                if "Could not set lock" in msg:
+                busy = "Could not set lock" in msg  # (another program's lock: it may let go)
+                if busy:
                     why = f"is locked by another process{_lock_holder(msg)} that is not dpsql"
                     hint = (
                         "DuckDB allows one writer per file, and a reader blocks writers while it has the "
@@ -1660,7 +1685,7 @@ class Ledger:
                     ) from None
             now = time.monotonic()
             if now >= deadline:
-                raise LedgerError(
+                raise (LedgerBusyError if busy else LedgerError)(
                     f"ledger {p} {why}; gave up after {now - started:.2g} s; {unchanged}", hint=hint
                 )
             _interruption_point()
@@ -1822,7 +1847,7 @@ def _lock_file(
         if not granted:
             _give_back(key, fd)
             holder, way_out = _flock_holder(key)
-            raise LedgerError(
+            raise LedgerBusyError(
                 f"ledger {where} is locked by another dpsql operation{holder or ' (in this or another process)'}; "
                 f"gave up after {time.monotonic() - started:.2g} s of waiting for it; {unchanged}",
                 hint=way_out or "retry later or pass a larger lock_timeout; if no other dpsql program is running, "
