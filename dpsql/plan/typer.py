@@ -1005,6 +1005,13 @@ class Typer:
             typ = self.unify([a, b], node, "NULLIF")
             if typ.kind == "null":
                 return Typed(exp.Null(), NULL, True, None)
+            if a.type.kind not in ("null", "strlit") and a.type.name != typ.name:
+                # DuckDB compares in the common type but returns ``a`` in its own type (NULLIF(2.5, 1e308) is the
+                # DECIMAL 2.5, which CAST(... AS INTEGER) rounds to 3; as a DOUBLE it would be 2)
+                same = exp.EQ(this=_text_binary(self.coerce(a, typ, node), typ), expression=self.coerce(b, typ, node))
+                own = self.coerce(a, a.type, node)
+                return Typed(exp.Case(ifs=[exp.If(this=same, true=_cast(exp.Null(), a.type, try_=False))], default=own),
+                             a.type, bounds=a.bounds)
             return Typed(exp.Nullif(this=_text_binary(self.coerce(a, typ, node), typ), expression=self.coerce(b, typ, node)), typ)
         if isinstance(node, (exp.Cast, exp.TryCast)):
             return self._cast(node)
