@@ -107,8 +107,10 @@ def evaluate(e: exp.Expression) -> Any:
     if isinstance(e, exp.Case) and len(e.args.get("ifs") or []) == 1 and isinstance(e.args["ifs"][0].this, exp.EQ):
         # the typer's NULLIF of two types: CASE WHEN a = b (in their common type) THEN NULL ELSE a (its own) END
         when = e.args["ifs"][0]
-        equal = when.this
-        return evaluate(when.args["true"]) if _equal(evaluate(equal.this), evaluate(equal.expression)) else (
+        x, y = evaluate(when.this.this), evaluate(when.this.expression)
+        if x is not None and y is not None and type(x) is not type(y):
+            raise Unfoldable("a comparison of two types")
+        return evaluate(when.args["true"]) if _equal(x, y) else (
             evaluate(e.args["default"]) if e.args.get("default") is not None else None)
     if isinstance(e, exp.Abs):
         v = evaluate(e.this)

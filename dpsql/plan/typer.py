@@ -1330,6 +1330,11 @@ class Typer:
                 return Typed(typed_literal(self._literal_as(r, target, node), target), target, True, self._literal_as(r, target, node))
             if r.type.numeric and target.numeric and _fits(r.value, target):
                 v = float(r.value) if target.kind == "float" else r.value
+                if target.name == "FLOAT" and v - v == 0:  # (finite)
+                    # a REAL holds the number rounded to 32 bits (CAST(0.1 AS REAL) is 0.100000001490116...): the
+                    # literal carries that value, as DuckDB compares it with a DOUBLE
+                    from dpsql.plan.folding import _real_of_text
+                    v = _real_of_text(str(r.value))
                 return Typed(typed_literal(v, target), target, True, v)
             if r.type.kind in ("date", "timestamp") and target.kind in ("date", "timestamp"):
                 # converted here (a TIMESTAMP_NS outside 1677..2262 is refused), never at run time
