@@ -25,3 +25,25 @@ def test_a_real_literal_compares_at_its_rounded_value(where: str, want: int) -> 
         use_noise(s, zero_noise())
         s.register("t", t, privacy_unit="pid", max_rows_per_unit=1)
         assert s.query(sql, epsilon=1.0).to_pylist()[0]["n"] == want
+
+
+#: a REAL column compared with DOUBLE literals (7e-1, CAST(0.7 AS DOUBLE): no flexible number) is compared in DOUBLE
+#: by DuckDB, with a plain number (0.7, 1) in REAL; a DOUBLE column with a REAL literal at the REAL's value
+REAL_COLUMN = ["r < 7e-1", "r IN (7e-1, 0.1)", "r IN (0.7, 0.1)", "r BETWEEN 0.1 AND 7e-1", "r < CAST(0.7 AS DOUBLE)",
+               "r = 3e-1", "r = 0.3", "r <> 1e-1", "r > 1e-1", "COALESCE(r, 7e-1) < 0.7", "abs(r) < 7e-1",
+               "CASE WHEN r > 0.5 THEN r ELSE 7e-1 END < 0.7", "NULLIF(r, 7e-1) < 1", "r + 1e0 > 1.7", "r * 10 > 7",
+               "x < CAST(0.1 AS REAL) * 1", "x IN (CAST(0.1 AS REAL))", "x < CAST(0.7 AS REAL)"]
+
+
+def test_real_and_double_literals_compare_as_in_duckdb() -> None:
+    vals = [0.1, 0.7, 1.0, 2.0, 0.3]
+    t = pa.table({"pid": list(range(60)), "r": pa.array([vals[i % 5] for i in range(60)], pa.float32()),
+                  "x": [vals[i % 5] for i in range(60)]})
+    con = duckdb.connect()
+    con.register("t", t)
+    with dpsql.Session(budget=Budget(1000.0)) as s:
+        use_noise(s, zero_noise())
+        s.register("t", t, privacy_unit="pid", max_rows_per_unit=1)
+        for w in REAL_COLUMN:
+            sql = f"SELECT COUNT(*) AS n FROM t WHERE {w}"
+            assert s.query(sql, epsilon=1.0).to_pylist()[0]["n"] == con.execute(sql).fetchone()[0], w

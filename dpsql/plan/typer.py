@@ -748,6 +748,8 @@ class Typer:
                     t = common_numeric(t, b)
                 # literals that do not fit widen the type
                 for p in typed:
+                    if p.literal and p.type.name == "DOUBLE" and t.name == "FLOAT":
+                        t = DOUBLE  # a DOUBLE literal (7e-1) is no flexible number: DuckDB compares a REAL with it in DOUBLE
                     if p.literal and not _fits(p.value, t):
                         t = common_numeric(t, p.type)
                         if not _fits(p.value, t):
