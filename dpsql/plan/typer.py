@@ -1408,10 +1408,12 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
             if r.type.name == "HUGEINT":  # abs fails only on the least HUGEINT: NULL
                 return Typed(_numeric_tag(exp.Abs(this=_not_least(r.expr, r.type)), r.type), r.type)
             return Typed(r.expr, r.type)  # unsigned
+        if r.type.kind == "int" and isinstance(node, (exp.Floor, exp.Ceil)) and digits is None:
+            # DuckDB's floor / ceil of an integer are DOUBLE (CAST(floor(i) AS VARCHAR) is '1.0'): the same here
+            return Typed(cls(this=ty.coerce(r, DOUBLE, node)), DOUBLE)
         if r.type.kind == "int" and not isinstance(node, exp.Abs):
-            # floor/ceil/trunc of an integer, and round to digits >= 0, are the integer itself
-            # (DuckDB would give DOUBLE for floor/ceil); round to digits < 0 is computed in a
-            # type holding every result (|round(x, -k)| <= |x| + 10^k), else in DOUBLE
+            # trunc of an integer, and round to digits >= 0, are the integer itself (as in DuckDB); round to
+            # digits < 0 is computed in a type holding every result (|round(x, -k)| <= |x| + 10^k), else in DOUBLE
             if digits is None or digits >= 0:
                 return Typed(ty.coerce(r, r.type, node) if r.literal else r.expr, r.type)
             lo, hi = ty._range(r)
