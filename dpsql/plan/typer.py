@@ -424,7 +424,8 @@ def common_numeric(a: SqlType, b: SqlType) -> SqlType:
     if a.name == b.name:
         return a
     if a.kind == "float" or b.kind == "float":
-        return DOUBLE
+        # a REAL with an integer or DECIMAL is a REAL, as DuckDB computes and compares it (with a DOUBLE: DOUBLE)
+        return a if b.kind != "float" else b if a.kind != "float" else DOUBLE
     if a.kind == "int" and b.kind == "int":
         alo, ahi, _ = _INT_RANGES[a.name]
         blo, bhi, _ = _INT_RANGES[b.name]
