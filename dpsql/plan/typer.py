@@ -259,7 +259,7 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("IS [NOT] NULL", "any -> BOOLEAN", "total", "the only operation allowed on INTERVAL, lists, structs, ..."),
     FuncSpec("IS [NOT] TRUE / FALSE", "BOOLEAN -> BOOLEAN", "total"),
     FuncSpec("CASE, IF, COALESCE, IFNULL, NULLIF, GREATEST, LEAST", "T... -> T", "total",
-             "branches cast explicitly to one common type"),
+             "branches cast explicitly to one common type; NULLIF(a, b) compares in it and returns `a` in its own type, as DuckDB"),
     FuncSpec("CAST, TRY_CAST, ::", "scalar -> BOOLEAN, integer types, DECIMAL(p,s), FLOAT, DOUBLE, VARCHAR, DATE, TIMESTAMP",
              "total", "always rendered TRY_CAST: a value that does not convert is NULL; INTERVAL, UUID, TIME and "
              "TIMESTAMPTZ may be cast to VARCHAR; a literal is converted at analysis (refused if it does not fit); "
@@ -271,7 +271,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "(a computed HUGEINT up to +-(10^38 - 1), the range of Spark's DECIMAL(38,0) too); beyond: computed in DOUBLE"),
     FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DECIMAL or DOUBLE", "total",
              "exact in DECIMAL when the result type holds every result (+, -: max(p1-s1, p2-s2) + max(s1, s2) + 1 digits; *: p1 + p2) within 38 digits, else computed in DOUBLE"),
-    FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE", "total", "overflow gives inf"),
+    FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE (FLOAT when a FLOAT meets no DOUBLE, as in DuckDB)", "total",
+             "overflow gives inf"),
     FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
     FuncSpec("//, %", "integer, integer -> integer", "total",
              "the divisor is NULLIF(b, 0): division by zero is NULL; // is computed in a type holding every "
@@ -281,7 +282,7 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "integers widened (-(-128::TINYINT) is 128); the least HUGEINT is NULL; UHUGEINT negated in DOUBLE"),
     FuncSpec("sign", "numeric -> TINYINT", "total"),
     FuncSpec("round, floor, ceil, trunc", "numeric[, INTEGER literal (round only)] -> numeric", "total",
-             "floor/ceil/trunc of an integer and round(int, k >= 0) are the integer itself; round(int, -k) is "
+             "trunc of an integer and round(int, k >= 0) are the integer itself, floor/ceil of an integer DOUBLE (as DuckDB); round(int, -k) is "
              "computed in a type holding every result (else DOUBLE); round(DECIMAL(p,0), -k) in DECIMAL(p+1,0) "
              "(DOUBLE at p = 38)"),
     FuncSpec("sqrt, ln, log10", "numeric -> DOUBLE", "total", "computed in DOUBLE (NaN / -inf outside the domain)"),
