@@ -1195,7 +1195,8 @@ class Typer:
                 return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide,
                              bounds=(lo, hi))
         typ = self.unify([a, b], node, "arithmetic")
-        if typ.kind == "decimal":
+        if typ.kind == "decimal" or {a.type.kind, b.type.kind} == {"int", "decimal"}:
+            # (an integer counts the digits of its proven range: a sum widened to HUGEINT may still fit)
             exact = self._decimal_arith(node, a, b)
             if exact is not None:
                 return exact
