@@ -28,3 +28,22 @@ def test_decimal_with_a_widened_integer_answers_as_duckdb(where: str) -> None:
         use_noise(s, zero_noise())
         s.register("t", t, privacy_unit="pid", max_rows_per_unit=1)
         assert s.query(sql, epsilon=1.0).to_pylist()[0]["n"] == want
+
+
+@pytest.mark.parametrize("where", ["CAST(CASE WHEN ii > 100 THEN NULL - 1 ELSE ii + 0.5 END AS TINYINT) = -5",
+                                   "CAST(COALESCE(ii * NULL, dc) AS VARCHAR) = '2.50'",
+                                   "CAST(CASE WHEN ii > 100 THEN dc * NULL ELSE ii END AS VARCHAR) = '-5'"])
+def test_arithmetic_with_null_has_duckdbs_type(where: str) -> None:
+    """``NULL - 1`` is an INTEGER NULL and ``dc * NULL`` a NULL of no type, as in DuckDB: a CASE of either with
+    another branch takes that branch's type (-4.5 rounds to -5 as a DECIMAL; as a DOUBLE it would be -4)."""
+    t = pa.table({"pid": list(range(4)), "ii": pa.array([-5] * 4, pa.int32()),
+                  "dc": pa.array([2.5] * 4, pa.float64()).cast(pa.decimal128(10, 2))})
+    con = duckdb.connect()
+    con.register("t", t)
+    sql = f"SELECT COUNT(*) AS n FROM t WHERE {where}"
+    want = con.execute(sql).fetchone()[0]
+    assert want == 4
+    with dpsql.Session(budget=Budget(100.0)) as s:
+        use_noise(s, zero_noise())
+        s.register("t", t, privacy_unit="pid", max_rows_per_unit=1)
+        assert s.query(sql, epsilon=1.0).to_pylist()[0]["n"] == want

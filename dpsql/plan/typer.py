@@ -1179,6 +1179,14 @@ class Typer:
             return self._shift_literal(node)
         a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
         cls = type(node)
+        nulls = [isinstance(n, exp.Null) for n in (node.this, node.expression)]
+        if nulls[0] != nulls[1]:
+            # NULL + x is NULL of x's type as in DuckDB (NULL - 1 is an INTEGER: not DOUBLE, which would turn a
+            # CASE of it and a DECIMAL into DOUBLE), of no type for a DECIMAL x
+            other = b if nulls[0] else a
+            if other.type.kind == "decimal":
+                return Typed(exp.Null(), NULL, True, None)
+            return Typed(_cast(exp.Null(), other.type, try_=False), other.type)
         if a.type.kind == "int" and b.type.kind == "int":
             # integers: computed in a type wide enough for every result of the operand types
             # (total, no TRY); only when none exists (HUGEINT-sized operands) under TRY
