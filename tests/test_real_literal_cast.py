@@ -47,3 +47,23 @@ def test_real_and_double_literals_compare_as_in_duckdb() -> None:
         for w in REAL_COLUMN:
             sql = f"SELECT COUNT(*) AS n FROM t WHERE {w}"
             assert s.query(sql, epsilon=1.0).to_pylist()[0]["n"] == con.execute(sql).fetchone()[0], w
+
+
+@pytest.mark.parametrize("where", ["bi <> ceil(CAST(2.5 AS DOUBLE) % -(dc))", "CAST(i + 1e0 AS VARCHAR) = '2.0'",
+                                   "CAST(dc * CAST(2 AS DOUBLE) AS VARCHAR) = '5.0'", "i + 1e0 = 2", "dc < 3e0"])
+def test_a_double_literal_makes_the_arithmetic_double(where: str) -> None:
+    """A DOUBLE literal (scientific notation, or a number cast to DOUBLE) is computed with as a DOUBLE, as in DuckDB:
+    ``CAST(2.5 AS DOUBLE) % dc`` is NaN where dc is 0 (not NULL), ``i + 1e0`` is spelled '2.0'."""
+    import decimal
+
+    t = pa.table({"pid": list(range(20)), "i": pa.array([1, 2] * 10, pa.int32()), "bi": pa.array([7] * 20, pa.int64()),
+                  "dc": pa.array([decimal.Decimal("0.00"), decimal.Decimal("2.50")] * 10, pa.decimal128(10, 2))})
+    con = duckdb.connect()
+    con.register("t", t)
+    sql = f"SELECT COUNT(*) AS n FROM t WHERE {where}"
+    want = con.execute(sql).fetchone()[0]
+    assert want > 0
+    with dpsql.Session(budget=Budget(100.0)) as s:
+        use_noise(s, zero_noise())
+        s.register("t", t, privacy_unit="pid", max_rows_per_unit=1)
+        assert s.query(sql, epsilon=1.0).to_pylist()[0]["n"] == want

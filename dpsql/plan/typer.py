@@ -750,8 +750,10 @@ class Typer:
                     t = common_numeric(t, b)
                 # literals that do not fit widen the type
                 for p in typed:
-                    if p.literal and p.type.name == "DOUBLE" and t.name == "FLOAT":
-                        t = DOUBLE  # a DOUBLE literal (7e-1) is no flexible number: DuckDB compares a REAL with it in DOUBLE
+                    if p.literal and p.type.name == "DOUBLE":
+                        # a DOUBLE literal (7e-1, CAST(2.5 AS DOUBLE)) is no flexible number: DuckDB computes and compares
+                        # an integer, DECIMAL or REAL with it in DOUBLE (CAST(2.5 AS DOUBLE) % dc is NaN at dc = 0)
+                        t = DOUBLE
                     if p.literal and not _fits(p.value, t):
                         t = common_numeric(t, p.type)
                         if not _fits(p.value, t):
