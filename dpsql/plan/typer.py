@@ -911,7 +911,7 @@ class Typer:
                 raise self.refuse(node, f"unary minus needs a number, got {r.type}")
             if r.type.kind == "int":
                 lo, hi = self._range(r)
-                wide = self._holding(-hi, -lo)
+                wide = self._holding(min(lo, -hi), max(hi, -lo))  # (the operand is cast into it too)
                 if wide is not None:
                     return Typed(_numeric_tag(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide), wide,
                                  bounds=(-hi, -lo))
