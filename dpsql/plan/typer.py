@@ -1200,7 +1200,8 @@ class Typer:
             else:
                 prods = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
                 lo, hi = min(prods), max(prods)
-            wide = self._holding(lo, hi)
+            # (the operands are cast into it too: bi * 0 is 0, an INTEGER, of a BIGINT bi)
+            wide = self._holding(min(lo, alo, blo), max(hi, ahi, bhi))
             if wide is not None:
                 return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide,
                              bounds=(lo, hi))
