@@ -267,7 +267,7 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              f"TIMESTAMP_S/_MS values are converted through TIMESTAMP; a text of more than {CAST_TEXT_CAP} characters "
              "converts to NULL (parsing reads all of it)"),
     FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
-             "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types "
+             "computed in INTEGER, BIGINT or HUGEINT, whichever holds the operands and every result of their types "
              "(a computed HUGEINT up to +-(10^38 - 1), the range of Spark's DECIMAL(38,0) too); beyond: computed in DOUBLE"),
     FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DECIMAL or DOUBLE", "total",
              "exact in DECIMAL when the result type holds every result (+, -: max(p1-s1, p2-s2) + max(s1, s2) + 1 digits; *: p1 + p2) within 38 digits, else computed in DOUBLE"),
