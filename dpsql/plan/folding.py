@@ -107,13 +107,28 @@ def evaluate(e: exp.Expression) -> Any:
         return q if isinstance(e, exp.IntDiv) else a - b * q
     if isinstance(e, exp.Nullif):
         a, b = evaluate(e.this), evaluate(e.expression)
-        return None if a is None or (b is not None and type(a) is type(b) and a == b) else a
+        return None if _equal(a, b) else a
+    if isinstance(e, exp.Case) and len(e.args.get("ifs") or []) == 1 and isinstance(e.args["ifs"][0].this, exp.EQ):
+        # the typer's NULLIF of two types: CASE WHEN a = b (in their common type) THEN NULL ELSE a (its own) END
+        when = e.args["ifs"][0]
+        x, y = evaluate(when.this.this), evaluate(when.this.expression)
+        if x is not None and y is not None and type(x) is not type(y):
+            raise Unfoldable("a comparison of two types")
+        return evaluate(when.args["true"]) if _equal(x, y) else (
+            evaluate(e.args["default"]) if e.args.get("default") is not None else None)
     if isinstance(e, exp.Abs):
         v = evaluate(e.this)
         if v is None or isinstance(v, (int, Decimal, float)):
             return None if v is None else abs(v)
         raise Unfoldable("abs of other than a number")
     raise Unfoldable(f"{type(e).__name__} is not folded")
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """``a = b`` is true in the engine (values of one type; NULL is never equal, NaN equals NaN as in DuckDB)."""
+    if a is None or b is None or type(a) is not type(b):
+        return False
+    return a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
 
 
 def _arith(e: exp.Expression, a: Any, b: Any) -> Any:

@@ -460,6 +460,10 @@ class _JoinBuilder:
             conds.append((a, b))
         right = self.joined(join)
         if left and right is not None:
+            if not conds and not self.vs:  # (else: not connected, read as a cross join)
+                self.bad(on, f"a LEFT JOIN's ON needs an equality of a column of '{right.alias}' with a column of a table "
+                             f"joined before it: LEFT JOIN it ON a column equality (a.x = {right.alias}.y, on the declared "
+                             "key), joined to its other conditions by AND; an expression such as upper(a.x) is no column")
             self.left.append(right.alias)
         return conds
 

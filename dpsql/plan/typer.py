@@ -259,7 +259,7 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
     FuncSpec("IS [NOT] NULL", "any -> BOOLEAN", "total", "the only operation allowed on INTERVAL, lists, structs, ..."),
     FuncSpec("IS [NOT] TRUE / FALSE", "BOOLEAN -> BOOLEAN", "total"),
     FuncSpec("CASE, IF, COALESCE, IFNULL, NULLIF, GREATEST, LEAST", "T... -> T", "total",
-             "branches cast explicitly to one common type"),
+             "branches cast explicitly to one common type; NULLIF(a, b) compares in it and returns `a` in its own type, as DuckDB"),
     FuncSpec("CAST, TRY_CAST, ::", "scalar -> BOOLEAN, integer types, DECIMAL(p,s), FLOAT, DOUBLE, VARCHAR, DATE, TIMESTAMP",
              "total", "always rendered TRY_CAST: a value that does not convert is NULL; INTERVAL, UUID, TIME and "
              "TIMESTAMPTZ may be cast to VARCHAR; a literal is converted at analysis (refused if it does not fit); "
@@ -267,11 +267,12 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              f"TIMESTAMP_S/_MS values are converted through TIMESTAMP; a text of more than {CAST_TEXT_CAP} characters "
              "converts to NULL (parsing reads all of it)"),
     FuncSpec("+, -, * (integers)", "integer, integer -> integer", "total",
-             "computed in INTEGER, BIGINT or HUGEINT, whichever holds every result of the operand types "
+             "computed in INTEGER, BIGINT or HUGEINT, whichever holds the operands and every result of their types "
              "(a computed HUGEINT up to +-(10^38 - 1), the range of Spark's DECIMAL(38,0) too); beyond: computed in DOUBLE"),
     FuncSpec("+, -, * (DECIMAL)", "numeric, numeric -> DECIMAL or DOUBLE", "total",
              "exact in DECIMAL when the result type holds every result (+, -: max(p1-s1, p2-s2) + max(s1, s2) + 1 digits; *: p1 + p2) within 38 digits, else computed in DOUBLE"),
-    FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE", "total", "overflow gives inf"),
+    FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE (FLOAT when a FLOAT meets no DOUBLE, as in DuckDB)", "total",
+             "overflow gives inf"),
     FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
     FuncSpec("//, %", "integer, integer -> integer", "total",
              "the divisor is NULLIF(b, 0): division by zero is NULL; // is computed in a type holding every "
@@ -281,7 +282,7 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "integers widened (-(-128::TINYINT) is 128); the least HUGEINT is NULL; UHUGEINT negated in DOUBLE"),
     FuncSpec("sign", "numeric -> TINYINT", "total"),
     FuncSpec("round, floor, ceil, trunc", "numeric[, INTEGER literal (round only)] -> numeric", "total",
-             "floor/ceil/trunc of an integer and round(int, k >= 0) are the integer itself; round(int, -k) is "
+             "trunc of an integer and round(int, k >= 0) are the integer itself, floor/ceil of an integer DOUBLE (as DuckDB); round(int, -k) is "
              "computed in a type holding every result (else DOUBLE); round(DECIMAL(p,0), -k) in DECIMAL(p+1,0) "
              "(DOUBLE at p = 38)"),
     FuncSpec("sqrt, ln, log10", "numeric -> DOUBLE", "total", "computed in DOUBLE (NaN / -inf outside the domain)"),
@@ -424,7 +425,8 @@ def common_numeric(a: SqlType, b: SqlType) -> SqlType:
     if a.name == b.name:
         return a
     if a.kind == "float" or b.kind == "float":
-        return DOUBLE
+        # a REAL with an integer or DECIMAL is a REAL, as DuckDB computes and compares it (with a DOUBLE: DOUBLE)
+        return a if b.kind != "float" else b if a.kind != "float" else DOUBLE
     if a.kind == "int" and b.kind == "int":
         alo, ahi, _ = _INT_RANGES[a.name]
         blo, bhi, _ = _INT_RANGES[b.name]
@@ -748,6 +750,10 @@ class Typer:
                     t = common_numeric(t, b)
                 # literals that do not fit widen the type
                 for p in typed:
+                    if p.literal and p.type.name == "DOUBLE":
+                        # a DOUBLE literal (7e-1, CAST(2.5 AS DOUBLE)) is no flexible number: DuckDB computes and compares
+                        # an integer, DECIMAL or REAL with it in DOUBLE (CAST(2.5 AS DOUBLE) % dc is NaN at dc = 0)
+                        t = DOUBLE
                     if p.literal and not _fits(p.value, t):
                         t = common_numeric(t, p.type)
                         if not _fits(p.value, t):
@@ -905,7 +911,7 @@ class Typer:
                 raise self.refuse(node, f"unary minus needs a number, got {r.type}")
             if r.type.kind == "int":
                 lo, hi = self._range(r)
-                wide = self._holding(-hi, -lo)
+                wide = self._holding(min(lo, -hi), max(hi, -lo))  # (the operand is cast into it too)
                 if wide is not None:
                     return Typed(_numeric_tag(exp.Neg(this=exp.Paren(this=self.coerce(r, wide, node))), wide), wide,
                                  bounds=(-hi, -lo))
@@ -1005,6 +1011,13 @@ class Typer:
             typ = self.unify([a, b], node, "NULLIF")
             if typ.kind == "null":
                 return Typed(exp.Null(), NULL, True, None)
+            if a.type.kind not in ("null", "strlit") and a.type.name != typ.name:
+                # DuckDB compares in the common type but returns ``a`` in its own type (NULLIF(2.5, 1e308) is the
+                # DECIMAL 2.5, which CAST(... AS INTEGER) rounds to 3; as a DOUBLE it would be 2)
+                same = exp.EQ(this=_text_binary(self.coerce(a, typ, node), typ), expression=self.coerce(b, typ, node))
+                own = self.coerce(a, a.type, node)
+                return Typed(exp.Case(ifs=[exp.If(this=same, true=_cast(exp.Null(), a.type, try_=False))], default=own),
+                             a.type, bounds=a.bounds)
             return Typed(exp.Nullif(this=_text_binary(self.coerce(a, typ, node), typ), expression=self.coerce(b, typ, node)), typ)
         if isinstance(node, (exp.Cast, exp.TryCast)):
             return self._cast(node)
@@ -1168,6 +1181,14 @@ class Typer:
             return self._shift_literal(node)
         a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
         cls = type(node)
+        nulls = [isinstance(n, exp.Null) for n in (node.this, node.expression)]
+        if nulls[0] != nulls[1]:
+            # NULL + x is NULL of x's type as in DuckDB (NULL - 1 is an INTEGER: not DOUBLE, which would turn a
+            # CASE of it and a DECIMAL into DOUBLE), of no type for a DECIMAL x
+            other = b if nulls[0] else a
+            if other.type.kind == "decimal":
+                return Typed(exp.Null(), NULL, True, None)
+            return Typed(_cast(exp.Null(), other.type, try_=False), other.type)
         if a.type.kind == "int" and b.type.kind == "int":
             # integers: computed in a type wide enough for every result of the operand types
             # (total, no TRY); only when none exists (HUGEINT-sized operands) under TRY
@@ -1179,12 +1200,14 @@ class Typer:
             else:
                 prods = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
                 lo, hi = min(prods), max(prods)
-            wide = self._holding(lo, hi)
+            # (the operands are cast into it too: bi * 0 is 0, an INTEGER, of a BIGINT bi)
+            wide = self._holding(min(lo, alo, blo), max(hi, ahi, bhi))
             if wide is not None:
                 return Typed(cls(this=self.coerce(a, wide, node), expression=self.coerce(b, wide, node)), wide,
                              bounds=(lo, hi))
         typ = self.unify([a, b], node, "arithmetic")
-        if typ.kind == "decimal":
+        if typ.kind == "decimal" or {a.type.kind, b.type.kind} == {"int", "decimal"}:
+            # (an integer counts the digits of its proven range: a sum widened to HUGEINT may still fit)
             exact = self._decimal_arith(node, a, b)
             if exact is not None:
                 return exact
@@ -1323,6 +1346,11 @@ class Typer:
                 return Typed(typed_literal(self._literal_as(r, target, node), target), target, True, self._literal_as(r, target, node))
             if r.type.numeric and target.numeric and _fits(r.value, target):
                 v = float(r.value) if target.kind == "float" else r.value
+                if target.name == "FLOAT" and v - v == 0:  # (finite)
+                    # a REAL holds the number rounded to 32 bits (CAST(0.1 AS REAL) is 0.100000001490116...): the
+                    # literal carries that value, as DuckDB compares it with a DOUBLE
+                    from dpsql.plan.folding import _real_of_text
+                    v = _real_of_text(str(r.value))
                 return Typed(typed_literal(v, target), target, True, v)
             if r.type.kind in ("date", "timestamp") and target.kind in ("date", "timestamp"):
                 # converted here (a TIMESTAMP_NS outside 1677..2262 is refused), never at run time
@@ -1399,10 +1427,12 @@ def _unary_numeric(result: Callable[[SqlType], tuple[SqlType, bool]], name: str)
             if r.type.name == "HUGEINT":  # abs fails only on the least HUGEINT: NULL
                 return Typed(_numeric_tag(exp.Abs(this=_not_least(r.expr, r.type)), r.type), r.type)
             return Typed(r.expr, r.type)  # unsigned
+        if r.type.kind == "int" and isinstance(node, (exp.Floor, exp.Ceil)) and digits is None:
+            # DuckDB's floor / ceil of an integer are DOUBLE (CAST(floor(i) AS VARCHAR) is '1.0'): the same here
+            return Typed(cls(this=ty.coerce(r, DOUBLE, node)), DOUBLE)
         if r.type.kind == "int" and not isinstance(node, exp.Abs):
-            # floor/ceil/trunc of an integer, and round to digits >= 0, are the integer itself
-            # (DuckDB would give DOUBLE for floor/ceil); round to digits < 0 is computed in a
-            # type holding every result (|round(x, -k)| <= |x| + 10^k), else in DOUBLE
+            # trunc of an integer, and round to digits >= 0, are the integer itself (as in DuckDB); round to
+            # digits < 0 is computed in a type holding every result (|round(x, -k)| <= |x| + 10^k), else in DOUBLE
             if digits is None or digits >= 0:
                 return Typed(ty.coerce(r, r.type, node) if r.literal else r.expr, r.type)
             lo, hi = ty._range(r)
