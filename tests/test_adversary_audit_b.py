@@ -102,12 +102,19 @@ LOOKUP_QUERIES = [
 ]
 
 
+#: what D (no hostile row) gives for (sql, options): the same for every hostile D' it is compared with, observed once
+_LOOKUP_D: dict[tuple[str, str], dict[str, Any]] = {}
+
+
 @pytest.mark.parametrize("hostile", ["null_person", "duplicated_key", "dangling", "null_reference"])
 @pytest.mark.parametrize("sql", LOOKUP_QUERIES)
 @pytest.mark.parametrize("options", [None, {"mechanism": "r2t"}])
 def test_looked_up_chains_with_null_duplicated_or_dangling_keys_answer_alike(hostile: str, sql: str,
                                                                             options: dict[str, Any] | None) -> None:
-    a = _observe(_lookup_tables(None), sql, options=options)
+    key = (sql, repr(options))
+    if key not in _LOOKUP_D:
+        _LOOKUP_D[key] = _observe(_lookup_tables(None), sql, options=options)
+    a = _LOOKUP_D[key]
     b = _observe(_lookup_tables(hostile), sql, options=options)
     assert a == b
     assert a["query"] == "ok" and a["entries"] == ["released"] and not a["warnings"]

@@ -11,14 +11,13 @@ alias is now refused by name with the fix, before anything is charged.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_cli
 
 import dpsql
 from dpsql.budget import Budget
@@ -68,20 +67,23 @@ def test_the_same_joins_with_plain_aliases_are_answered(sql: str) -> None:
     s.close()
 
 
-def test_the_command_line_refuses_such_an_alias_as_a_query_error(tmp_path: Path) -> None:
+def test_the_command_line_refuses_such_an_alias_as_a_query_error(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     pq.write_table(pa.table({"uid": np.arange(40)}), tmp_path / "ev.parquet")
     pq.write_table(pa.table({"oid": np.arange(80), "ouid": np.arange(80) % 40, "y": np.ones(80)}), tmp_path / "ord.parquet")
-    base = [sys.executable, "-m", "dpsql.cli", "--ledger", str(tmp_path / "l.duckdb")]
-    subprocess.run([*base, "init", "--epsilon", "10"], check=True, capture_output=True)
+    base = ["--ledger", str(tmp_path / "l.duckdb")]
+    assert run_cli([*base, "init", "--epsilon", "10"]) == 0
     tables = ["--table", f"ev={tmp_path / 'ev.parquet'}", "--privacy-unit", "ev=uid", "--table", f"ord={tmp_path / 'ord.parquet'}",
               "--reference", "ord.ouid=ev.uid", "--degree-bound", "ord.ouid=4", "--bounds", "ord.y=0:1"]
     for sub in ("explain", "query"):
-        r = subprocess.run([*base, *tables, sub, "SELECT SUM(o_.y) FROM ev e JOIN ord o_ ON e.uid = o_.ouid",
-                            "--epsilon", "1", "--delta", "1e-6"], capture_output=True, text=True)
-        assert r.returncode == 2, r.stderr
-        assert "alias 'o_'" in r.stderr and "StopIteration" not in r.stderr
-    r = subprocess.run([*base, "budget"], capture_output=True, text=True, check=True)
-    assert "epsilon=10 " in r.stdout.replace("\n", " ") + " "
+        capsys.readouterr()
+        code = run_cli([*base, *tables, sub, "SELECT SUM(o_.y) FROM ev e JOIN ord o_ ON e.uid = o_.ouid",
+                        "--epsilon", "1", "--delta", "1e-6"])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "alias 'o_'" in err and "StopIteration" not in err
+    assert run_cli([*base, "budget"]) == 0
+    assert "epsilon=10 " in capsys.readouterr().out.replace("\n", " ") + " "
 
 
 # -- a Parquet file replaced under a registered table ---------------------------------------------------

@@ -8,13 +8,15 @@ analyst can then add ``--table`` over the owner's file (their own tau, caps, bou
 
 from __future__ import annotations
 
-import os
+import contextlib
+import io
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from dpsql.cli import main
 
 OWNER_TOML = """
 [ledger]
@@ -39,8 +41,11 @@ def setup(tmp_path: Path) -> Path:
 
 
 def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dpsql.cli", "--config", "owner.toml", *args],
-                          cwd=cwd, capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    """``dpsql --config owner.toml ARGS`` run in ``cwd`` (in this process: what it prints and its exit code)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--config", "owner.toml", *args])
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def test_control_owner_tau_suppresses_small_group(tmp_path: Path) -> None:

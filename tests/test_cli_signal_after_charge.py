@@ -9,6 +9,8 @@ and the message says where; the exit code is still the signal's."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import signal
 import subprocess
@@ -21,6 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import child_env
+
+from dpsql.cli import main
 
 #: the signal arrives at ``HOOK`` of the command (the function is replaced by one that signals first)
 PROBE = """
@@ -41,15 +45,15 @@ sys.exit(cli.main(sys.argv[3:]))
 """
 
 
-def _dpsql(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dpsql.cli", *argv], cwd=cwd, env=child_env(), capture_output=True,
-                          text=True, timeout=120)
+def _init(cwd: Path) -> None:
+    """A fresh ledger in ``cwd`` (created in this process: only the signalled commands need one of their own)."""
+    assert main(["--ledger", str(cwd / "l.duckdb"), "init", "--epsilon", "10"]) == 0
 
 
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
     pq.write_table(pa.table({"uid": list(range(200))}), tmp_path / "t.parquet")
-    assert _dpsql(tmp_path, "--ledger", "l.duckdb", "init", "--epsilon", "10").returncode == 0
+    _init(tmp_path)
     return tmp_path
 
 
@@ -60,9 +64,11 @@ def _run(cwd: Path, sig: str, hook: str, *out: str) -> subprocess.CompletedProce
 
 
 def _entries(cwd: Path) -> list[dict[str, object]]:
-    b = _dpsql(cwd, "--ledger", "l.duckdb", "budget", "--history", "--format", "json")
-    assert b.returncode == 0, b.stderr
-    return json.loads(b.stdout)["entries"]  # type: ignore[no-any-return]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["--ledger", str(cwd / "l.duckdb"), "budget", "--history", "--format", "json"])
+    assert code == 0, err.getvalue()
+    return json.loads(out.getvalue())["entries"]  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
@@ -183,26 +189,44 @@ def _at_release(cwd: Path, point: str, command: str, *out: str, sig: str = "SIGI
                           timeout=120)
 
 
+def _grouped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("g")
+    pq.write_table(pa.table({"uid": list(range(200)), "g": [i % 3 for i in range(200)]}), d / "t.parquet")
+    _init(d)
+    return d
+
+
 @pytest.fixture
 def grouped(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], Path]:
-    def make() -> Path:
-        d = tmp_path_factory.mktemp("g")
-        pq.write_table(pa.table({"uid": list(range(200)), "g": [i % 3 for i in range(200)]}), d / "t.parquet")
-        assert _dpsql(d, "--ledger", "l.duckdb", "init", "--epsilon", "10").returncode == 0
-        return d
-    return make
+    return lambda: _grouped(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def uncut(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], object]:
+    """What ``command`` prints run without a signal on a fresh ledger (zero noise: the same on every run), run once a
+    command for the whole module."""
+    printed: dict[str, object] = {}
+
+    def answer(command: str) -> object:
+        if command not in printed:
+            q = _at_release(_grouped(tmp_path_factory), "none", command)
+            assert q.returncode == 0, q.stderr
+            printed[command] = json.loads(q.stdout)
+        return printed[command]
+    return answer
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 @pytest.mark.parametrize("out", [[], ["-o", "rows.json", "--meta", "meta.json"]])
-def test_ctrl_c_while_the_ledger_records_the_release_keeps_the_answer(grouped: Callable[[], Path], command: str,
+def test_ctrl_c_while_the_ledger_records_the_release_keeps_the_answer(grouped: Callable[[], Path],
+                                                                      uncut: Callable[[str], object], command: str,
                                                                       out: list[str]) -> None:
     """Ctrl-C held back by the ledger while it wrote the release, raised just after its COMMIT: the entry reads
     released and the answer was lost (exit 130, nothing kept). It is now saved as after a failed write, and the saved
     release.json is what the command would have printed (a run without the signal, on a fresh ledger, zero noise)."""
     if command == "suggest-caps" and out:
         pytest.skip("suggest-caps writes to standard output only")
-    cut, whole = grouped(), grouped()
+    cut = grouped()
     p = _at_release(cut, "before_marker", command, *out)
     assert p.returncode == 130, p.stderr
     assert "interrupted: a charge already made stands" in p.stderr and "unexpected" not in p.stderr, p.stderr
@@ -212,9 +236,7 @@ def test_ctrl_c_while_the_ledger_records_the_release_keeps_the_answer(grouped: C
     assert len(saved) == 1, p.stderr
     assert str(saved[0].parent) in p.stderr and "running the query again would charge again" in p.stderr
     assert not (cut / "rows.json").exists() and not (cut / "meta.json").exists() and not list(cut.glob(".*.json.dpsql-*"))
-    q = _at_release(whole, "none", command)
-    assert q.returncode == 0, q.stderr
-    assert json.loads(saved[0].read_text()) == json.loads(q.stdout)
+    assert json.loads(saved[0].read_text()) == uncut(command)
 
 
 @pytest.mark.parametrize("command", ["query", "suggest-caps"])
@@ -230,11 +252,12 @@ def test_ctrl_c_that_rolls_the_release_back_keeps_nothing(grouped: Callable[[], 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
 def test_sigterm_or_sighup_while_the_ledger_records_the_release_keeps_the_answer(grouped: Callable[[], Path],
+                                                                                 uncut: Callable[[str], object],
                                                                                  sig: str) -> None:
     """A job runner's SIGTERM (or a hang-up) at the release's COMMIT was not held back as Ctrl-C is: landing just after
     the COMMIT, the entry read released and the answer was lost. It is held and raised as Ctrl-C is: the answer is
     saved (what a run without the signal prints), and the exit is the signal's."""
-    cut, whole = grouped(), grouped()
+    cut = grouped()
     p = _at_release(cut, "before_marker", "query", sig=sig)
     assert p.returncode == 128 + getattr(signal, sig), p.stderr
     assert "a charge already made stands" in p.stderr and "unexpected" not in p.stderr, p.stderr
@@ -243,9 +266,7 @@ def test_sigterm_or_sighup_while_the_ledger_records_the_release_keeps_the_answer
     saved = list(cut.glob(".l.duckdb.releases/entry-1-*/release.json"))
     assert len(saved) == 1, p.stderr
     assert str(saved[0].parent) in p.stderr and "running the query again would charge again" in p.stderr
-    q = _at_release(whole, "none", "query")
-    assert q.returncode == 0, q.stderr
-    assert json.loads(saved[0].read_text()) == json.loads(q.stdout)
+    assert json.loads(saved[0].read_text()) == uncut("query")
 
 
 def test_sigterm_that_rolls_the_release_back_keeps_nothing(grouped: Callable[[], Path]) -> None:

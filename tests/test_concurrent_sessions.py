@@ -51,6 +51,19 @@ def test_two_processes_never_overspend(tmp_path: Path) -> None:
         assert s.history().num_rows == 5
 
 
+def _parked_or_done(thread: Any, done: Any, limit: float = 5.0) -> None:
+    """Wait until ``thread`` sets ``done`` or waits (parked in a ``threading`` wait: for the request in flight), at
+    most ``limit`` seconds (what a fixed wait of ``limit`` gave, without its idle seconds once the thread waits)."""
+    import threading
+    import time
+
+    end = time.monotonic() + limit
+    while not done.wait(0.01) and time.monotonic() < end:
+        frame = sys._current_frames().get(thread.ident)
+        if frame is not None and frame.f_code.co_name == "wait" and frame.f_code.co_filename == threading.__file__:
+            return
+
+
 def test_registering_a_table_again_while_another_thread_queries_it_loses_no_charge(tmp_path: Path) -> None:
     """Finding (fixed): a table registered again (fresh data under the same name) while another thread
     of the Session was between its charge and its read dropped the view that query had been planned
@@ -78,8 +91,9 @@ def test_registering_a_table_again_while_another_thread_queries_it_loses_no_char
 
     def reserve_then_register(*a: Any, **k: Any) -> int:
         entry = reserve(*a, **k)
-        threading.Thread(target=again).start()  # another thread registers the table again now
-        done.wait(5.0)  # without the fix it is done at once; with it, it waits for this query
+        t = threading.Thread(target=again)
+        t.start()  # another thread registers the table again now
+        _parked_or_done(t, done)  # without the fix it is done at once; with it, it waits for this query
         return entry
 
     s.ledger.reserve = reserve_then_register  # type: ignore[method-assign]
@@ -120,8 +134,9 @@ def test_closing_a_session_while_another_thread_queries_lets_the_query_finish(tm
 
     def reserve_then_close(*a: Any, **k: Any) -> int:
         entry = reserve(*a, **k)
-        threading.Thread(target=close).start()  # another thread closes the Session now
-        done.wait(5.0)  # without the fix it is closed at once; with it, close waits for this query
+        t = threading.Thread(target=close)
+        t.start()  # another thread closes the Session now
+        _parked_or_done(t, done)  # without the fix it is closed at once; with it, close waits for this query
         return entry
 
     s.ledger.reserve = reserve_then_close  # type: ignore[method-assign]

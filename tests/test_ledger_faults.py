@@ -569,9 +569,11 @@ def test_deleted_ledger_is_not_recreated_implicitly(tmp_path: Path) -> None:
 # --- messages -------------------------------------------------------------------------------------
 
 
-def test_lock_timeout_messages_say_what_was_recorded(tmp_path: Path) -> None:
+def test_lock_timeout_messages_say_what_was_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "ledger.duckdb"
     led = Ledger.create(path, Budget(1.0), lock_timeout=0.3)
+    # the release's longer wait (10.3 s here) is pinned in tests/test_ledger_release_wait.py; these are its messages
+    monkeypatch.setattr(led, "release_wait", lambda: 0.6)
     entry = _reserve(led)
     gate = threading.Event()
     done = threading.Event()

@@ -10,13 +10,12 @@ the data really holds the values that break an untyped evaluation.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+from conftest import run_cli
 
 import dpsql
 from dpsql import errors
@@ -210,12 +209,9 @@ def test_cli_exit_code_depends_on_one_person(tmp_path: Path) -> None:
         uids = list(range(1000, 1300)) + ([TARGET] if with_target else [])
         ti = [k % 20 for k in range(300)] + ([127] if with_target else [])
         pq.write_table(pa.table({"uid": pa.array(uids, pa.int64()), "ti": pa.array(ti, pa.int8())}), d / "t.parquet")
-        base = [sys.executable, "-m", "dpsql.cli", "--ledger", str(d / "ledger.duckdb"), "--table", f"t={d / 't.parquet'}",
-                "--privacy-unit", "t=uid"]
-        subprocess.run([*base, "init", "--epsilon", "100"], check=True, capture_output=True, timeout=120)
-        p = subprocess.run([*base, "query", "--epsilon", "1", "SELECT COUNT(*) AS n FROM t WHERE round(ti, -1) > 0"],
-                           capture_output=True, text=True, timeout=120)
-        results.append(p.returncode)
+        base = ["--ledger", str(d / "ledger.duckdb"), "--table", f"t={d / 't.parquet'}", "--privacy-unit", "t=uid"]
+        assert run_cli([*base, "init", "--epsilon", "100"]) == 0
+        results.append(run_cli([*base, "query", "--epsilon", "1", "SELECT COUNT(*) AS n FROM t WHERE round(ti, -1) > 0"]))
     assert results[0] == results[1], f"exit code with user 7: {results[0]}, without: {results[1]}"
 
 
