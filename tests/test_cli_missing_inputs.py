@@ -168,3 +168,28 @@ def test_a_parquet_file_still_being_written_exits_66(data: Path, capsys: pytest.
     assert _charges(capsys) == 0
     (data / "partial.parquet").write_bytes(whole)  # the writer is done: the retry is answered
     assert run(_query("partial.parquet")) == 0
+
+
+def test_a_gzip_csv_still_being_written_exits_66_and_one_that_is_no_gzip_stays_2(
+        data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A .csv.gz source whose writer has not got past its first line (the compressed stream ends early) may be read
+    once written: 66, as a Parquet file without its footer yet. One that holds no gzip stream, or a damaged one,
+    never mends: 2 (they failed as 'cannot read ... check that the file exists' (66) and as an unexpected EOFError /
+    zlib.error (1))."""
+    import gzip
+
+    whole = gzip.compress(b"uid\n" + b"".join(b"%d\n" % i for i in range(40)))
+    (data / "partial.csv.gz").write_bytes(whole[:12])
+    (data / "plain.csv.gz").write_bytes((data / "a.csv").read_bytes())
+    (data / "damaged.csv.gz").write_bytes(whole[:10] + b"\xff" * 40)
+    capsys.readouterr()
+    assert run(_query("partial.csv.gz")) == 66
+    err = capsys.readouterr().err
+    assert "error: InputUnavailableError: " in err and "partial.csv.gz" in err and "unexpected" not in err, err
+    for source in ("plain.csv.gz", "damaged.csv.gz"):
+        assert run(_query(source)) == 2, source
+        err = capsys.readouterr().err
+        assert "error: ConfigError: " in err and source in err and "gzip" in err, err
+    assert _charges(capsys) == 0
+    (data / "partial.csv.gz").write_bytes(whole)  # the writer is done: the retry is answered
+    assert run(_query("partial.csv.gz")) == 0

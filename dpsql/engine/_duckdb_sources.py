@@ -36,6 +36,7 @@ import csv
 import gzip
 import io
 import re
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -624,11 +625,19 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
     try:
         with opener(path, "rb") as f:
             raw = f.readline(1 << 20)
+    except (gzip.BadGzipFile, zlib.error):  # (a BadGzipFile is an OSError) there, but no gzip stream or a damaged one
+        problem = "damaged"
+    except EOFError:  # the gzip stream ends before its first line does: still being written?
+        problem = "EOFError"
     except OSError as e:
         problem = type(e).__name__
-    if raw is None:  # not there (yet), or not readable: a retry may read it
-        raise InputUnavailableError(f"cannot read CSV file {path!r} ({problem})",
-                                    hint="check that the file exists and is readable")
+    if problem == "damaged":
+        raise ConfigError(f"cannot read CSV file {path!r}: it is not a gzip file, or a damaged one (its name ends in .gz)",
+                          hint="compress the file with gzip, or name an uncompressed CSV file without the .gz extension")
+    if raw is None:  # not there (yet), not readable, or still being written: a retry may read it
+        raise InputUnavailableError(f"cannot read CSV file {path!r} ({problem})" + (
+            ": its gzip stream ends before its first line (still being written?)" if problem == "EOFError" else ""),
+                                    hint="check that the file exists and is readable (and, for a .gz file, written whole)")
     if raw.startswith(b"\xef\xbb\xbf") and encoding == "utf-8":
         raw = raw[3:]
     line: str | None = None
