@@ -193,3 +193,18 @@ def test_a_gzip_csv_still_being_written_exits_66_and_one_that_is_no_gzip_stays_2
     assert _charges(capsys) == 0
     (data / "partial.csv.gz").write_bytes(whole)  # the writer is done: the retry is answered
     assert run(_query("partial.csv.gz")) == 0
+
+
+@pytest.mark.parametrize("source", ["dir.csv", "parts/*.csv", "dir.csv.gz"])
+def test_a_csv_source_that_is_a_directory_stays_2(data: Path, capsys: pytest.CaptureFixture[str], source: str) -> None:
+    """A CSV source naming a directory (or a glob matching one) is the caller's mistake, as a Parquet one is: 2 and a
+    hint to name its files, not 66 'check that the file exists' (which no retry mends)."""
+    (data / "dir.csv").mkdir()
+    (data / "dir.csv.gz").mkdir()
+    (data / "parts" / "x.csv").mkdir(parents=True)
+    (data / "parts" / "a.csv").write_bytes((data / "a.csv").read_bytes())
+    capsys.readouterr()
+    assert run(_query(source)) == 2
+    err = capsys.readouterr().err
+    assert "error: ConfigError: " in err and "is a directory" in err, err
+    assert _charges(capsys) == 0

@@ -629,11 +629,16 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
         problem = "damaged"
     except EOFError:  # the gzip stream ends before its first line does: still being written?
         problem = "EOFError"
+    except IsADirectoryError:  # there, but no file: the caller's mistake (a retry fails again)
+        problem = "directory"
     except OSError as e:
         problem = type(e).__name__
     if problem == "damaged":
         raise ConfigError(f"cannot read CSV file {path!r}: it is not a gzip file, or a damaged one (its name ends in .gz)",
                           hint="compress the file with gzip, or name an uncompressed CSV file without the .gz extension")
+    if problem == "directory":
+        raise ConfigError(f"cannot read CSV file {path!r}: it is a directory, not a CSV file",
+                          hint="name the CSV files with a glob that matches only files, e.g. 'dir/*.csv'")
     if raw is None:  # not there (yet), not readable, or still being written: a retry may read it
         raise InputUnavailableError(f"cannot read CSV file {path!r} ({problem})" + (
             ": its gzip stream ends before its first line (still being written?)" if problem == "EOFError" else ""),
