@@ -125,11 +125,12 @@ def test_ctrl_c_at_every_point_after_the_charge_names_the_entry_as_the_ledger_ha
                 if h and h[0]["status"] == "released":  # the paid answer is never lost: the interrupt carries it
                     assert getattr(e, "release", None) is not None and e.release.ledger_id == h[0]["entry_id"], (n, h)
                     named["released"] = named.get("released", 0) + 1
-                elif h:  # charged, nothing released: the entry is named as it is
+                elif h:  # charged, nothing released: the entry is named as it is, and no answer comes with it
                     assert getattr(e, "ledger_entry", None) == (h[0]["entry_id"], h[0]["status"]), (n, h)
+                    assert getattr(e, "release", None) is None, (n, h)
                     named[h[0]["status"]] = named.get(h[0]["status"], 0) + 1
                 elif not h:
-                    assert getattr(e, "ledger_entry", None) is None, n
+                    assert getattr(e, "ledger_entry", None) is None and getattr(e, "release", None) is None, n
             finally:
                 sys.settrace(None)
             if answered and tracer.seen[0] < n:  # every point was tried
