@@ -17,7 +17,7 @@ import pytest
 from conftest import run_cli as run
 
 import dpsql
-from dpsql.errors import NO_INPUT_EXIT_CODE, ConfigError, InputUnavailableError
+from dpsql.errors import NO_INPUT_EXIT_CODE, ConfigError, ExecutionError, InputUnavailableError
 
 
 @pytest.fixture
@@ -208,3 +208,27 @@ def test_a_csv_source_that_is_a_directory_stays_2(data: Path, capsys: pytest.Cap
     err = capsys.readouterr().err
     assert "error: ConfigError: " in err and "is a directory" in err, err
     assert _charges(capsys) == 0
+
+
+@pytest.mark.parametrize("source", ["c.parquet", "c.csv"])
+def test_a_source_removed_once_charged_is_the_generic_charged_failure(data: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     source: str) -> None:
+    """Negative control: a file gone after the charge (during the private read) is the one generic failure (5, the
+    charge stands), never 66: what the read met is withheld."""
+    import dpsql.engine
+
+    src = data / source
+    src.write_bytes((data / source.replace("c.", "a.")).read_bytes())
+    real = dpsql.engine.fetch_bounded
+
+    def gone(*a: object, **k: object) -> object:
+        os.remove(src)
+        return real(*a, **k)
+
+    with dpsql.Session(ledger="l.duckdb") as s:
+        s.register("t", str(src), privacy_unit="uid")
+        monkeypatch.setattr(dpsql.engine, "fetch_bounded", gone)
+        with pytest.raises(ExecutionError, match="failed after its budget was charged") as ei:
+            s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
+        assert not isinstance(ei.value, InputUnavailableError) and ei.value.exit_code == 5
+        assert [r["status"] for r in s.history().to_pylist()] == ["failed"]
