@@ -1050,6 +1050,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
             else:
                 print(plan)
             return 0
+        rel = None
         try:
             with _Progress():
                 if getattr(args, "workload", False):
@@ -1057,14 +1058,17 @@ def _cmd_query(args: argparse.Namespace) -> int:
                 else:
                     rel = s.query(sql, epsilon=args.epsilon, delta=args.delta, options=opts or None)
         except KeyboardInterrupt as e:  # Ctrl-C held back until the release was recorded: its answer is kept
+            if rel is not None and getattr(e, "release", None) is None:  # (or once it was returned: as the spinner stopped)
+                e.release = rel  # type: ignore[attr-defined]
             _keep_held_back(e, args, s, targets, to_stdout=not args.output)
             raise
-        _charged(args, rel)
         rem = None
         try:
+            _charged(args, rel)
             rem = _remaining_after(s)
             _write_release(rel, args, rem, targets, _ledger_file(s))
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM after the charge: the paid answer is kept
+            _charged(args, rel)
             _keep_interrupted(rel, rem, targets, _ledger_file(s), to_stdout=not args.output)
             raise
         print(
@@ -1407,15 +1411,24 @@ def _summary_table(summary: dict[str, Any]) -> Any:
 
 
 def _cmd_suggest(args: argparse.Namespace) -> int:
-    with _open_session(args) as s:
-        try:
-            rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
-        except KeyboardInterrupt as e:  # Ctrl-C held back until the advice's release was recorded: it is kept
-            _keep_held_back(e, args, s, _Targets(), to_stdout=True)
-            raise
-        _charged(args, rel)
-        rem = _remaining_after(s)
-        ledger = _ledger_file(s)
+    rel: Any = None
+    rem: Any = None
+    ledger: str | None = None
+    try:
+        with _open_session(args) as s:
+            ledger = _ledger_file(s)
+            try:
+                rel = s.suggest_caps(args.name, epsilon=args.epsilon, group_by=args.group_by, quantile=args.quantile)
+            except KeyboardInterrupt as e:  # Ctrl-C held back until the advice's release was recorded: it is kept
+                _keep_held_back(e, args, s, _Targets(), to_stdout=True)
+                raise
+            _charged(args, rel)
+            rem = _remaining_after(s)
+    except KeyboardInterrupt:  # once answered, before it is printed (the remaining budget read, the Session closed): kept
+        if rel is not None:
+            _charged(args, rel)
+            _keep_interrupted(rel, rem, _Targets(), ledger, to_stdout=True)
+        raise
     text = ""
     try:
         if args.format == "json":

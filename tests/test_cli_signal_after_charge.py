@@ -276,3 +276,36 @@ def test_sigterm_that_rolls_the_release_back_keeps_nothing(grouped: Callable[[],
     assert p.returncode == 143, p.stderr
     assert [e["status"] for e in _entries(d)] == ["reserved"]
     assert not (d / ".l.duckdb.releases").exists() and "saved" not in p.stderr
+
+
+#: as PROBE, the signal at the hook's first call only (a signal comes once)
+ONCE = PROBE.replace("def signalled(*a, **k):\n    os.kill", "def signalled(*a, **k):\n    if sent:\n        return real(*a, **k)\n    sent.append(1)\n    os.kill").replace(
+    "real = getattr(cli, hook)", "real, sent = getattr(cli, hook), []")
+
+
+@pytest.mark.parametrize("hook", ["_remaining_after", "_charged"])
+def test_a_signal_once_caps_advice_is_charged_before_it_is_printed_keeps_it(data: Path, hook: str) -> None:
+    """suggest-caps read the remaining budget (a ledger read, which waits for a busy ledger) and closed its Session
+    after the charge but outside the part that keeps the answer: a signal there lost the paid advice, and the
+    message ('ledger entry N, released, counted') did not say so."""
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(ONCE), "SIGTERM", hook, "--ledger", "l.duckdb",
+                        "--table", "t=t.parquet", "--privacy-unit", "t=uid", "suggest-caps", "t", "--epsilon", "1"],
+                       cwd=data, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, p.stderr
+    [entry] = _entries(data)
+    assert entry["status"] == "released"
+    saved = list(data.glob(f".l.duckdb.releases/entry-{entry['entry_id']}-*/release.json"))
+    assert len(saved) == 1, p.stderr
+    assert str(saved[0].parent) in p.stderr and "unexpected" not in p.stderr, p.stderr
+
+
+def test_a_signal_as_a_query_is_noted_charged_keeps_its_answer(data: Path) -> None:
+    """As above for query: between its answer and the part that writes it, a signal lost the answer."""
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(ONCE), "SIGTERM", "_charged", "--ledger", "l.duckdb", "--table",
+                        "t=t.parquet", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "1"],
+                       cwd=data, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, p.stderr
+    [entry] = _entries(data)
+    saved = list(data.glob(f".l.duckdb.releases/entry-{entry['entry_id']}-*/release.json"))
+    assert len(saved) == 1 and str(saved[0].parent) in p.stderr, p.stderr
+    assert "answer was lost" not in p.stderr, p.stderr
