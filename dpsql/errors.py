@@ -12,7 +12,7 @@ are kept on ``ExecutionError.debug_detail`` and shown only with ``--debug``.
     ├── ConfigError(ValueError)     bad config, table spec or budget
     │   └── InputUnavailableError   an input file is missing or unreadable (may succeed once it is there)
     ├── BudgetExceededError         requested, remaining
-    ├── LedgerError                 missing, locked, wrong schema version, corrupt
+    ├── LedgerError                 missing, not lockable, wrong schema version, corrupt
     │   └── LedgerBusyError         held by other operations past the lock time-out (may succeed later)
     └── ExecutionError              DuckDB failed on generated SQL
     (QueryTypeError is both a QueryError and an ExecutionError: DuckDB's binder refused it)
@@ -155,7 +155,7 @@ class BudgetExceededError(DPSQLError):
 
 
 class LedgerError(DPSQLError):
-    """The budget ledger is missing, locked, of the wrong schema version, or corrupt.
+    """The budget ledger is missing, cannot be locked, is of the wrong schema version, or is corrupt (held by others: LedgerBusyError).
 
     ``recorded`` is True when the failure came after the change was committed (a reserve's charge
     then stands). A Session sets ``exit_code`` to ``CHARGED_EXIT_CODE`` when the failure leaves a charge
