@@ -309,3 +309,18 @@ def test_a_signal_as_a_query_is_noted_charged_keeps_its_answer(data: Path) -> No
     saved = list(data.glob(f".l.duckdb.releases/entry-{entry['entry_id']}-*/release.json"))
     assert len(saved) == 1 and str(saved[0].parent) in p.stderr, p.stderr
     assert "answer was lost" not in p.stderr, p.stderr
+
+
+def test_a_signal_as_the_progress_spinner_stops_keeps_the_answer(data: Path) -> None:
+    """The answer returned, the signal as the command left its spinner's block (still inside the call's try): the
+    interrupt carried no answer, and the paid one was lost."""
+    probe = ONCE.replace("real, sent = getattr(cli, hook), []", "real, sent = cli._Progress.__exit__, []").replace(
+        "setattr(cli, hook, signalled)", "cli._Progress.__exit__ = signalled")
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(probe), "SIGTERM", "-", "--ledger", "l.duckdb", "--table",
+                        "t=t.parquet", "--privacy-unit", "t=uid", "query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "1"],
+                       cwd=data, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, p.stderr
+    [entry] = _entries(data)
+    assert entry["status"] == "released"
+    saved = list(data.glob(f".l.duckdb.releases/entry-{entry['entry_id']}-*/release.json"))
+    assert len(saved) == 1 and str(saved[0].parent) in p.stderr, p.stderr
