@@ -31,6 +31,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 
+from dpsql._pipes import reader_gone
 from dpsql.errors import ConfigError
 from dpsql.ledger._store import names_file, sweep_unlocked
 
@@ -150,27 +151,13 @@ def _open_special(where: str, flag: str, path: str, st: os.stat_result) -> int:
                               hint=f"start the reader first (e.g. cat {shlex.quote(path)} &), or give {flag} a file") from None
         raise ConfigError(f"{where} cannot be opened for writing ({e.strerror or type(e).__name__}); nothing was charged",
                           hint=f"give {flag} a file in a directory you can write to") from None
-    if fifo and _reader_gone(fd):  # (/dev/stdout of `dpsql ... | loader` whose loader has ended): EPIPE after the charge
+    if fifo and reader_gone(fd):  # (/dev/stdout of `dpsql ... | loader` whose loader has ended): EPIPE after the charge
         os.close(fd)
         raise ConfigError(f"{where} is a pipe whose reader has closed it (the program reading it has ended); nothing was "
                           "charged", hint=f"check the program that reads the pipe, or give {flag} a file")
     if fifo:
         os.set_blocking(fd, True)
     return fd
-
-
-def _reader_gone(fd: int) -> bool:
-    """Whether the pipe ``fd`` writes to has no reader left: poll() reports POLLERR on its write end (no write)."""
-    import select
-
-    if not hasattr(select, "poll"):
-        return False
-    poller = select.poll()
-    poller.register(fd, select.POLLOUT)
-    try:
-        return any(events & select.POLLERR for _, events in poller.poll(0))
-    except OSError:
-        return False
 
 
 def _write_all(fd: int, data: bytes) -> None:

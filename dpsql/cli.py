@@ -1809,9 +1809,9 @@ def _reader_gone(stream: Any) -> bool:
             return False
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         return False
-    from dpsql._output import _reader_gone as gone
+    from dpsql._pipes import reader_gone
 
-    return gone(fd)
+    return reader_gone(fd)
 
 
 def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
