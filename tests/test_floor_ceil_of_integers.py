@@ -4,13 +4,12 @@ refused for free like any ``//`` of DOUBLEs. At zero noise every count equals Du
 
 from __future__ import annotations
 
-import duckdb
 import pyarrow as pa
 import pytest
+from _as_duckdb import count_where
 
 import dpsql
 from dpsql.budget import Budget
-from dpsql.testing import use_noise, zero_noise
 
 WHERE = ["CAST(floor(i) AS VARCHAR) = '1.0'", "CAST(ceil(i) AS VARCHAR) = '1'", "floor(b) % 2 = 0",
          "ceil(b) = 9007199254740992", "CAST(round(i) AS VARCHAR) = '1'", "CAST(trunc(i) AS VARCHAR) = '1'",
@@ -22,14 +21,8 @@ def test_floor_and_ceil_of_integers_answer_as_duckdb(where: str) -> None:
     t = pa.table({"pid": list(range(20)), "i": pa.array([i % 4 for i in range(20)], pa.int32()),
                   "small": pa.array([i % 3 for i in range(20)], pa.int8()),
                   "b": pa.array([2**53 + 1] * 10 + [3] * 10, pa.int64())})
-    con = duckdb.connect()
-    con.register("t", t)
-    sql = f"SELECT COUNT(*) AS n FROM t WHERE {where}"
-    want = con.execute(sql).fetchone()[0]
-    with dpsql.Session(budget=Budget(100.0)) as s:
-        use_noise(s, zero_noise())
-        s.register("t", t, privacy_unit="pid", max_rows_per_unit=1)
-        assert s.query(sql, epsilon=1.0).to_pylist()[0]["n"] == want
+    got, want = count_where(t, where)
+    assert got == want
 
 
 def test_integer_division_of_a_floor_is_refused_for_free() -> None:
