@@ -73,6 +73,37 @@ def folded_comparison(subject: exp.Expression, other: exp.Expression, column_typ
     return evaluate(sides[0])
 
 
+def compared_in_real(condition: exp.Expression, column: exp.Column, column_type: str | None) -> bool:
+    """The engine compares ``column`` (of ``column_type``) in ``condition`` (its comparison with constants, or an IN
+    list of them) converted to REAL: the typer's common type of a REAL with an integer or DECIMAL, as DuckDB's, so the
+    column's value is rounded to 24 bits first (16777217 is the REAL 16777216)."""
+    if column_type is None or (column_type or "").upper() in ("FLOAT", "REAL", "FLOAT4"):
+        return False
+    try:
+        typed = type_predicate(condition.copy(), {column.name.lower(): column_type})
+    except TypeRefusal:
+        return False
+    return any(isinstance(c, exp.Cast) and isinstance(c.args.get("to"), exp.DataType) and c.args["to"].this.name == "FLOAT"
+               and c.find(exp.Column) is not None for c in typed.walk())
+
+
+def real_edges(v: Decimal) -> tuple[Decimal, Decimal, bool]:
+    """The ends of the values a conversion to REAL rounds to the REAL nearest ``v`` (finite): the midpoints with
+    its neighbours (beyond the largest REAL, the tie with 2^128, from which on a value rounds to inf), and whether
+    both ends round to it (ties go to the even one)."""
+    f = _real_of_text(str(v))
+    bits = struct.unpack("<I", struct.pack("<f", abs(f)))[0]
+    ends = []
+    for up in (False, True):
+        if f == 0:
+            g = math.copysign(2.0**-149, 1 if up else -1)
+        else:
+            b = bits + (1 if up == (f > 0) else -1)
+            g = math.copysign(math.inf if b >= 0x7F800000 else struct.unpack("<f", struct.pack("<I", b))[0], f)
+        ends.append(Decimal(2**128 if up else -(2**128)) if math.isinf(g) else _CTX.divide(_CTX.add(Decimal(f), Decimal(g)), 2))
+    return ends[0], ends[1], bits % 2 == 0
+
+
 def evaluate(e: exp.Expression) -> Any:
     """The value of a typed constant expression in the engine's arithmetic (:class:`Unfoldable` if not read here)."""
     if isinstance(e, exp.Paren):
