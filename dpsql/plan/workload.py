@@ -31,7 +31,7 @@ from dpsql.catalog import OrderedDomain, TableSpec, source_identity
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column, unqualified
-from dpsql.plan.folding import Unfoldable, compared_in_real, folded_comparison, real_edges, to_double
+from dpsql.plan.folding import Unfoldable, compared_as_float, float_edges, folded_comparison, to_double
 from dpsql.plan.parse import DIALECT
 from dpsql.plan.typer import shifted_literal
 
@@ -674,16 +674,18 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
     def ours(c: exp.Expression) -> bool:
         return (isinstance(c, exp.Column) or as_double(c)) and (c if isinstance(c, exp.Column) else c.this).name.lower() == col
 
-    # a column compared in REAL (with a REAL constant: as DuckDB) is rounded to 24 bits first, unless it is an integer
-    # within 2^24 or a DOUBLE (compared in DOUBLE): it passes wherever its REAL does
-    may_round = t not in ("DOUBLE", "FLOAT", "REAL", "FLOAT4") and not (
-        t in INTEGER_TYPES and dim.domain.kind == "numeric" and max(abs(float(dim.domain.lo)), abs(float(dim.domain.hi))) <= 2.0**24)
+    # a column compared in REAL or DOUBLE (with such a constant: as DuckDB) is rounded to 24 or 53 bits first, unless
+    # it is an integer within 2^24 or 2^53: it passes wherever its REAL or DOUBLE does
+    ints = t in INTEGER_TYPES and dim.domain.kind == "numeric"
+    span = max(abs(float(dim.domain.lo)), abs(float(dim.domain.hi))) if ints else math.inf
+    may_round = t not in ("DOUBLE", "FLOAT", "REAL", "FLOAT4") and span > 2.0**24
 
-    def in_real(condition: exp.Expression, subject: exp.Expression) -> bool:
+    def in_float(condition: exp.Expression, subject: exp.Expression) -> str | None:
         c = subject if isinstance(subject, exp.Column) else subject.this
-        return may_round and isinstance(c, exp.Column) and compared_in_real(condition, c, dim.type_text)
+        kind = compared_as_float(condition, c, dim.type_text) if may_round and isinstance(c, exp.Column) else None
+        return None if kind == "DOUBLE" and span <= 2.0**53 else kind
 
-    def atom(op: str, other: exp.Expression, subject: exp.Expression, real: bool | None = None) -> tuple[Runs, Runs]:
+    def atom(op: str, other: exp.Expression, subject: exp.Expression, real: str | None | bool = False) -> tuple[Runs, Runs]:
         if isinstance(other, exp.Null):
             return [], every  # NULL, never true nor false: its NOT is never true either
         cast = as_double(subject)
@@ -707,9 +709,9 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
                 return [], every  # (as NULL)
         try:
             v = Decimal(float(v)) if cast else v  # (DuckDB compares a DOUBLE with the literal's double)
-            if isinstance(v, Decimal) and v.is_finite() and other.find(exp.Column) is None and (
-                    in_real(exp.EQ(this=subject.copy(), expression=other.copy()), subject) if real is None else real):
-                lo, hi, ends = real_edges(v)  # the values whose REAL is v's: REAL(x) < v where x < lo, ...
+            kind = in_float(exp.EQ(this=subject.copy(), expression=other.copy()), subject) if real is False else real
+            if isinstance(v, Decimal) and v.is_finite() and other.find(exp.Column) is None and kind:
+                lo, hi, ends = float_edges(v, kind == "FLOAT")  # the values whose REAL is v's: REAL(x) < v where x < lo, ...
 
                 def wide(o: str) -> Runs:  # the bins where REAL(x) o v
                     if o in ("<", "<="):
@@ -746,14 +748,14 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
         return [], []  # NULLs are never counted
     if isinstance(e, exp.Between) and ours(e.this):
         s = e.this
-        real = in_real(e, s)  # (the ends and the column in one common type)
+        real = in_float(e, s)  # (the ends and the column in one common type)
         lo, hi = atom(">=", e.args["low"], s, real), atom("<=", e.args["high"], s, real)
         if e.args.get("symmetric"):  # either order of the ends
             return both([both([lo, hi], True), both([atom("<=", e.args["low"], s, real), atom(">=", e.args["high"], s, real)],
                                                     True)], False)
         return both([lo, hi], True)
     if isinstance(e, exp.In) and ours(e.this) and e.expressions and not e.args.get("query"):
-        real = in_real(e, e.this)  # (the list and the column in one common type: once for the whole list)
+        real = in_float(e, e.this)  # (the list and the column in one common type: once for the whole list)
         return both([atom("=", x, e.this, real) for x in e.expressions], False)
     if isinstance(e, exp.Boolean):  # TRUE, FALSE
         return (every, every) if e.this else ([], [])
