@@ -11,7 +11,10 @@ from _as_duckdb import count_where
 WHERE = ["r * i >= 7", "r * i = 7", "r * d >= 7", "r + i >= 10.7", "r * 10 >= 7", "r * CAST(i AS REAL) >= 7",
          "r * x >= 7", "r < i", "r * i - 7 = 0", "CAST(r * i AS VARCHAR) = '7.0'", "r * i IN (7, 8)",
          "GREATEST(r * i, 0) = 7", "r * big > 0",
-         "r / 1e1 = 0.07", "r / x = 0.07", "r / 0 > 1e300"]
+         "r / 1e1 = 0.07", "r / x = 0.07", "r / 0 > 1e300",
+         # a number cast to REAL is a REAL too, never a flexible number: 16777217 compared with it is the REAL 16777216
+         "i + 16777207 = CAST(16777216 AS REAL)", "big - 1 = CAST(4611686018427387904 AS REAL)",
+         "i + 16777207 IN (CAST(16777216 AS REAL), 3)"]
 
 
 @pytest.mark.parametrize("where", WHERE)

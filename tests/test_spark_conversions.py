@@ -223,6 +223,28 @@ def test_floor_and_ceil_of_a_decimal_are_duckdbs_decimals(engines: Any) -> None:
     assert [r["c1"] for r in d][:5] == [D(1), D(2), D(3), D(0), D(-2)]  # not vacuous: ceil, as DECIMALs
 
 
+# DuckDB's typing rules the typer follows (REAL with integers and DECIMALs, NULLIF's type, floor/ceil of an integer as
+# DOUBLE, NULL + x, DOUBLE literals, integer arithmetic in a type holding its operands), lowered to Spark
+TYPED = ["f * m", "f + i", "f * w", "f - i * 3", "f = m", "f < i", "i >= CAST(2 AS REAL)", "f * CAST(3.4e38 AS REAL)",
+         "CAST(f * i AS VARCHAR)", "CAST(f + m AS DECIMAL(12,2))", "CAST(f * 2 AS BIGINT)", "floor(i)", "ceil(i * 3)",
+         "CAST(floor(i) AS VARCHAR)", "NULLIF(m, d)", "NULLIF(f, d)", "NULLIF(i, f)", "NULLIF(d, f)", "NULLIF(w, m)",
+         "CAST(NULLIF(m, d) AS INTEGER)", "-(i)", "i * 0", "NULL + i", "CASE WHEN i > 3 THEN NULL + i ELSE m END",
+         "(i - 0.5) - (i + i)", "CAST(2.5 AS DOUBLE) * m", "f * 1e0", "m < 3e0", "i + 16777207 = CAST(16777216 AS REAL)"]
+
+
+def test_duckdbs_typing_rules_give_duckdbs_values(engines: Any) -> None:
+    duck, spark = engines
+    q = exp.select(exp.column("i"), *[exp.alias_(typed(e), f"c{k}") for k, e in enumerate(TYPED)]).from_("v")
+    d, s = _rows(duck, q), _rows(spark, q)
+    bad = [(e, i, d[i][f"c{k}"], s[i][f"c{k}"]) for k, e in enumerate(TYPED) for i in range(len(d))
+           if repr(d[i][f"c{k}"]) != repr(s[i][f"c{k}"]) and not (d[i][f"c{k}"] != d[i][f"c{k}"] and s[i][f"c{k}"] != s[i][f"c{k}"])]
+    assert not bad, bad[:10]
+    col = {e: [r[f"c{k}"] for r in d] for k, e in enumerate(TYPED)}
+    # not vacuous: floor of an integer is a DOUBLE, NULLIF(m, d) the DECIMAL m (-2.5 rounds to -3, as a DOUBLE to -2)
+    assert col["CAST(floor(i) AS VARCHAR)"][:2] == ["0.0", "1.0"] and col["CAST(NULLIF(m, d) AS INTEGER)"][3:5] == [None, -3]
+    assert col["CAST(f * i AS VARCHAR)"][DOUBLES.index(3.4028235e38)] == "inf"  # REAL arithmetic: 32 bits
+
+
 # -- constants folded for a histogram's kept bins ------------------------------------------------------------------
 
 FOLDED = ["CAST(20.5 AS INTEGER)", "CAST(-20.5 AS INTEGER)", "CAST(21.5e0 AS INTEGER)", "CAST(2.5e0 AS BIGINT)",

@@ -131,19 +131,27 @@ END"""
 
 
 @functools.cache
-def _double_text_template() -> exp.Expression:
-    tree = sqlglot.parse_one(_DOUBLE_TEXT, read="spark")
+def _double_text_template(real: bool = False) -> exp.Expression:
+    # a REAL: its digits read back as a REAL (the fewest for the 32-bit value, as DuckDB writes it)
+    # (the text read is then the DOUBLE's of that REAL, nearly its exact value: the nearer candidate is the nearer to
+    # the value, the fewest digits that read back are taken over every length, and DuckDB keeps a digit more where
+    # the two are equally near: 1462245.25, not 1462245.2)
+    text = _DOUBLE_TEXT.replace(" AS DOUBLE)", " AS FLOAT)").replace(
+        "WHEN TRY_CAST(concat(CAST(__c.", "WHEN 2 * (__b.m % __p) <> __p AND TRY_CAST(concat(CAST(__c.").replace(
+        "WHEN __acc.j <> __j - 1 THEN __acc", "WHEN false THEN __acc") if real else _DOUBLE_TEXT
+    tree = sqlglot.parse_one(text, read="spark")
     for node in tree.walk():
         if isinstance(node, exp.TryCast):
             node.set("safe", True)
     return tree
 
 
-def spark_double_text(text: exp.Expression) -> exp.Expression:
+def spark_double_text(text: exp.Expression, real: bool = False) -> exp.Expression:
     """DuckDB's text of a DOUBLE (``CAST(x AS VARCHAR)``: '1e+20', '1e-05', '-0.0', '5e-324', 'inf', 'nan')
     from Spark's ``text`` of it (``CAST(x AS STRING)``, Java's spelling), identical for every DOUBLE
-    (``tests/test_spark_doubles.py``). Unmarked: callers mark the tree."""
-    out = _double_text_template().copy()
+    (``tests/test_spark_doubles.py``); of a REAL with ``real`` (Java's '1.50323853E9' is DuckDB's
+    '1503238500.0'). Unmarked: callers mark the tree."""
+    out = _double_text_template(real).copy()
     # one evaluation of the text: the whole rewrite is a lambda over it
     return exp.Anonymous(this="element_at", expressions=[
         exp.Anonymous(this="transform", expressions=[exp.Array(expressions=[text.copy()]),

@@ -635,9 +635,13 @@ def _lower_node(node: exp.Expression) -> exp.Expression:
             return exp.Case(ifs=[exp.If(this=exp.RegexpLike(this=node.this.copy(), expression=exp.Literal.string(refused_text)),
                                         true=exp.Cast(this=exp.Null(), to=new.args["to"].copy()))], default=new)
         if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) \
-                and str(node.meta.get(CAST_FROM) or "").upper() in ("DOUBLE", "FLOAT8"):
-            # a DOUBLE as text: DuckDB's spelling (shortest digits, '1e+23'), where Java 17 writes '9.999999999999999E22'
-            return _built(spark_double_text(_arg(new)))
+                and str(node.meta.get(CAST_FROM) or "").upper() in _FLOATS:
+            # a DOUBLE (or REAL) as text: DuckDB's spelling (shortest digits, '1e+23'), where Java 17 writes
+            # '9.999999999999999E22'
+            real = str(node.meta.get(CAST_FROM)).upper() in ("FLOAT", "REAL", "FLOAT4")
+            if real:  # (the text of its DOUBLE: Java's text of a REAL is not always its nearest 9 digits)
+                new.set("this", exp.Cast(this=new.this, to=spark_type("DOUBLE")))
+            return _built(spark_double_text(_arg(new), real))
         if new.args["to"].is_type(exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and not _never_temporal(node):
             # a DATE or TIMESTAMP as text: DuckDB's spelling outside years 1 .. 9999 (a released key)
             return _built(spark_text_as_duckdb(_arg(node.this.copy()), _arg(new)))

@@ -73,6 +73,42 @@ def folded_comparison(subject: exp.Expression, other: exp.Expression, column_typ
     return evaluate(sides[0])
 
 
+def compared_as_float(condition: exp.Expression, column: exp.Column, column_type: str | None) -> str | None:
+    """``FLOAT`` or ``DOUBLE`` where the engine compares ``column`` (of ``column_type``, an integer or DECIMAL) in
+    ``condition`` (its comparison with constants, or an IN list of them) converted to that type, as DuckDB does with a
+    REAL (or DOUBLE) constant: the column's value rounded to 24 (53) bits first (16777217 is the REAL 16777216)."""
+    if column_type is None or column_type.upper() in ("FLOAT", "REAL", "FLOAT4", "DOUBLE", "FLOAT8"):
+        return None
+    try:
+        typed = type_predicate(condition.copy(), {column.name.lower(): column_type})
+    except TypeRefusal:
+        return None
+    for c in typed.walk():
+        to = c.args.get("to") if isinstance(c, exp.Cast) else None
+        if isinstance(to, exp.DataType) and to.this.name in ("FLOAT", "DOUBLE") and c.find(exp.Column) is not None:
+            return str(to.this.name)
+    return None
+
+
+def float_edges(v: Decimal, real: bool) -> tuple[Decimal, Decimal, bool]:
+    """The ends of the values a conversion to REAL (``real``) or DOUBLE rounds to the one nearest ``v`` (finite): the
+    midpoints with its neighbours (beyond the largest, the tie with 2^128 or 2^1024, from which on a value rounds to
+    inf), and whether both ends round to it (ties go to the even one)."""
+    f = _real_of_text(str(v)) if real else float(v)
+    fmt, top, inf_bits = ("<I", 2**128, 0x7F800000) if real else ("<Q", 2**1024, 0x7FF0000000000000)
+    ffmt = "<f" if real else "<d"
+    bits = struct.unpack(fmt, struct.pack(ffmt, abs(f)))[0]
+    ends = []
+    for up in (False, True):
+        if f == 0:
+            g = math.copysign(2.0**-149 if real else 5e-324, 1 if up else -1)
+        else:
+            b = bits + (1 if up == (f > 0) else -1)
+            g = math.copysign(math.inf if b >= inf_bits else struct.unpack(ffmt, struct.pack(fmt, b))[0], f)
+        ends.append(Decimal(top if up else -top) if math.isinf(g) else _CTX.divide(_CTX.add(Decimal(f), Decimal(g)), 2))
+    return ends[0], ends[1], bits % 2 == 0
+
+
 def evaluate(e: exp.Expression) -> Any:
     """The value of a typed constant expression in the engine's arithmetic (:class:`Unfoldable` if not read here)."""
     if isinstance(e, exp.Paren):

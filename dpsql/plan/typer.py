@@ -754,6 +754,10 @@ class Typer:
                         # a DOUBLE literal (7e-1, CAST(2.5 AS DOUBLE)) is no flexible number: DuckDB computes and compares
                         # an integer, DECIMAL or REAL with it in DOUBLE (CAST(2.5 AS DOUBLE) % dc is NaN at dc = 0)
                         t = DOUBLE
+                    elif p.literal and p.type.name == "FLOAT":
+                        # nor is a number cast to REAL (CAST(16777216 AS REAL)): an integer or DECIMAL is compared with
+                        # it in REAL, as DuckDB (16777217 is then the REAL 16777216)
+                        t = common_numeric(t, p.type)
                     if p.literal and not _fits(p.value, t):
                         t = common_numeric(t, p.type)
                         if not _fits(p.value, t):

@@ -31,7 +31,7 @@ from dpsql.catalog import OrderedDomain, TableSpec, source_identity
 from dpsql.errors import PolicyError, QueryError, UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze, is_bin_column, one_value_per_bin, resolve_unit_column, unqualified
-from dpsql.plan.folding import Unfoldable, folded_comparison, to_double
+from dpsql.plan.folding import Unfoldable, compared_as_float, float_edges, folded_comparison, to_double
 from dpsql.plan.parse import DIALECT
 from dpsql.plan.typer import shifted_literal
 
@@ -674,7 +674,18 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
     def ours(c: exp.Expression) -> bool:
         return (isinstance(c, exp.Column) or as_double(c)) and (c if isinstance(c, exp.Column) else c.this).name.lower() == col
 
-    def atom(op: str, other: exp.Expression, subject: exp.Expression) -> tuple[Runs, Runs]:
+    # a column compared in REAL or DOUBLE (with such a constant: as DuckDB) is rounded to 24 or 53 bits first, unless
+    # it is an integer within 2^24 or 2^53: it passes wherever its REAL or DOUBLE does
+    ints = t in INTEGER_TYPES and dim.domain.kind == "numeric"
+    span = max(abs(float(dim.domain.lo)), abs(float(dim.domain.hi))) if ints else math.inf
+    may_round = t not in ("DOUBLE", "FLOAT", "REAL", "FLOAT4") and span > 2.0**24
+
+    def in_float(condition: exp.Expression, subject: exp.Expression) -> str | None:
+        c = subject if isinstance(subject, exp.Column) else subject.this
+        kind = compared_as_float(condition, c, dim.type_text) if may_round and isinstance(c, exp.Column) else None
+        return None if kind == "DOUBLE" and span <= 2.0**53 else kind
+
+    def atom(op: str, other: exp.Expression, subject: exp.Expression, real: str | None | bool = False) -> tuple[Runs, Runs]:
         if isinstance(other, exp.Null):
             return [], every  # NULL, never true nor false: its NOT is never true either
         cast = as_double(subject)
@@ -698,6 +709,20 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
                 return [], every  # (as NULL)
         try:
             v = Decimal(float(v)) if cast else v  # (DuckDB compares a DOUBLE with the literal's double)
+            kind = in_float(exp.EQ(this=subject.copy(), expression=other.copy()), subject) if real is False else real
+            if isinstance(v, Decimal) and v.is_finite() and other.find(exp.Column) is None and kind:
+                lo, hi, ends = float_edges(v, kind == "FLOAT")  # the values whose REAL is v's: REAL(x) < v where x < lo, ...
+
+                def wide(o: str) -> Runs:  # the bins where REAL(x) o v
+                    if o in ("<", "<="):
+                        return _may(dim, "<" if ends == (o == "<") else "<=", lo if o == "<" else hi)
+                    if o in (">", ">="):
+                        return _may(dim, ">" if ends == (o == ">") else ">=", hi if o == ">" else lo)
+                    if o == "=":
+                        return _runs_not(_runs_or(_runs_not(wide(">="), n), _runs_not(wide("<="), n)), n)
+                    return _runs_not(wide("="), n) if dim.integer else every
+
+                return wide(op), _runs_not(wide(_NEGATED[op]), n)
             return _may(dim, op, v), _runs_not(_may(dim, _NEGATED[op], v), n)
         except (QueryError, ValueError, TypeError, OverflowError, ArithmeticError):
             return every, []  # an endpoint read otherwise than DuckDB may read it: no restriction
@@ -723,13 +748,15 @@ def _kept(dim: Dim, e: exp.Expression, strict: bool = False) -> tuple[Runs, Runs
         return [], []  # NULLs are never counted
     if isinstance(e, exp.Between) and ours(e.this):
         s = e.this
-        lo, hi = atom(">=", e.args["low"], s), atom("<=", e.args["high"], s)
+        real = in_float(e, s)  # (the ends and the column in one common type)
+        lo, hi = atom(">=", e.args["low"], s, real), atom("<=", e.args["high"], s, real)
         if e.args.get("symmetric"):  # either order of the ends
-            return both([both([lo, hi], True), both([atom("<=", e.args["low"], s), atom(">=", e.args["high"], s)],
+            return both([both([lo, hi], True), both([atom("<=", e.args["low"], s, real), atom(">=", e.args["high"], s, real)],
                                                     True)], False)
         return both([lo, hi], True)
     if isinstance(e, exp.In) and ours(e.this) and e.expressions and not e.args.get("query"):
-        return both([atom("=", x, e.this) for x in e.expressions], False)
+        real = in_float(e, e.this)  # (the list and the column in one common type: once for the whole list)
+        return both([atom("=", x, e.this, real) for x in e.expressions], False)
     if isinstance(e, exp.Boolean):  # TRUE, FALSE
         return (every, every) if e.this else ([], [])
     if isinstance(e, exp.Null):  # a NULL condition: never true nor false
