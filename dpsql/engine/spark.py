@@ -1350,18 +1350,23 @@ def _domain_values(rel: DomainRelation) -> pa.Array:
 
 
 def _arrow_by_partition(df: Any) -> pa.Table:
-    """``df.toArrow()``, one partition at a time: ``toArrow`` collects every partition's Arrow batches in one job,
-    whose results together count against the driver's ``spark.driver.maxResultSize`` (1 GiB by default), so a
-    bounded result of many groups (a sparse histogram, a GROUP BY over a large declared domain) failed after the
-    charge. Here each partition is a job of its own (Spark's ``toLocalIterator``, over the same Arrow batches), so
-    only one partition's batches must fit under the limit. A partition that does not fit either (its job fails on
-    the limit) is not a failure: the result is then read in slices that each fit (:func:`_arrow_in_slices`). The
-    same rows (as ``toArrow`` converts them), in partition order (in slices: slice by slice)."""
-    try:
-        return _arrow_partitions(df)
-    except Exception as e:  # noqa: BLE001 - only the limit's failure is read again, anything else raises
-        if _LIMIT not in str(e) or _max_result_size(df) <= 0:
-            raise
+    """``df.toArrow()``, and past ``spark.driver.maxResultSize`` one partition at a time: ``toArrow`` collects every
+    partition's Arrow batches in one job (the common case: one job, not one per partition, which cost about 0.2 s
+    a query at four partitions and grows with a cluster's partitions), whose results together count against the
+    driver's limit (1 GiB by default), so a bounded result of many groups (a sparse histogram, a GROUP BY over a
+    large declared domain) failed after the charge. When that job fails on the limit, each partition is read by a
+    job of its own (Spark's ``toLocalIterator``, over the same Arrow batches), so only one partition's batches must
+    fit under the limit. A partition that does not fit either (its job fails on the limit) is not a failure: the
+    result is then read in slices that each fit (:func:`_arrow_in_slices`). The same rows (as ``toArrow`` converts
+    them), in partition order (in slices: slice by slice). Each fallback runs the bounded query again (its rows are
+    the same: the read's salt is fixed), which costs time only for results past the limit (the read's time grows
+    with the result's size in any case: docs/threat_model.md, "Timing")."""
+    for read in (lambda d: d.toArrow(), _arrow_partitions):
+        try:
+            return read(df)
+        except Exception as e:  # noqa: BLE001 - only the limit's failure is read again, anything else raises
+            if _LIMIT not in str(e) or _max_result_size(df) <= 0:
+                raise
     return _arrow_in_slices(df)
 
 
