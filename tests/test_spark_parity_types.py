@@ -5,7 +5,7 @@ NULL, dates, timestamps, decimals, booleans), bit for bit. Unlike ``tests/test_s
 compared as sets, floats within 1e-9) this compares what the analyst receives.
 
 And a release whose bounded result is larger than Spark's ``spark.driver.maxResultSize`` (many groups) is read
-all the same: the rows reach the driver one partition at a time (a subprocess with its own SparkContext, whose
+all the same: past the limit the rows reach the driver one partition at a time, or in slices (a subprocess with its own SparkContext, whose
 limit is 1 MiB). Skipped (with the reason) without pyspark/Java."""
 
 from __future__ import annotations
