@@ -104,6 +104,12 @@ def test_a_constant_that_cannot_be_folded_is_refused_for_free(where):
     assert r.table.num_rows == 1
 
 
+#: constants the folding refuses on purpose (read alike by Python but as NULL by DuckDB or Spark, or NaN on one engine
+#: and NULL on the other)
+_NOT_FOLDED = {"CAST('\uff13' AS INTEGER)", "CAST('\u00a03' AS DOUBLE)", "CAST(' \u00a0inf' AS DOUBLE)",
+               "CAST('-nan' AS DOUBLE)"}
+
+
 @pytest.mark.parametrize("column_type", ["BIGINT", "DOUBLE", "INTEGER", "DECIMAL(10,2)"])
 @pytest.mark.parametrize("const", ["1e308*10", "-1e308*10", "2*100", "7/2", "1/0", "-1/0", "0/0", "0.1 + 0.2",
                                    "100.5 * 0.1", "CAST('inf' AS REAL)", "CAST('-Infinity' AS DOUBLE)",
@@ -146,7 +152,11 @@ def test_a_folded_constant_is_the_value_duckdb_compares_with(column_type, const)
     try:
         ours = folded_comparison(subject, other, column_type)
     except Unfoldable:
-        pytest.skip("not folded (refused, or no restriction)")
+        # only these are not folded (a DAWA query over them is refused for free): text the engines read unlike
+        # Python or unlike each other, and a BIGINT overflow compared in DOUBLE / DECIMAL
+        assert const in _NOT_FOLDED or (const.startswith("9223372036854775807")
+                                        and column_type in ("DOUBLE", "DECIMAL(10,2)")), (const, column_type)
+        return
     if isinstance(engine, float) and math.isnan(engine):
         assert isinstance(ours, float) and math.isnan(ours)
     else:
