@@ -64,11 +64,21 @@ def plain_float(value: Any, what: str, hint: str | None = None) -> Any:
     raise ConfigError(f"{what} must be a number in {PLAIN_FORM}, got {value!r}", hint=hint)
 
 
+def is_boolean(x: object) -> bool:
+    """Whether ``x`` is a truth value rather than a number: Python's bool, or NumPy's (``np.True_``, a 0-d
+    boolean array), which is no ``bool`` and which float() reads as 1.0 or 0.0. A slip of a boolean for a
+    budget must not spend a whole unit of epsilon (nor read as delta = 0), so every budget refuses both."""
+    if isinstance(x, bool):
+        return True
+    dtype = getattr(x, "dtype", None)
+    return getattr(dtype, "kind", None) == "b"
+
+
 def exact(x: float | int | str | Fraction) -> Fraction:
     """The exact rational value of a privacy parameter under the rounding rule above."""
     if isinstance(x, Fraction):
         return x
-    if isinstance(x, bool):
+    if is_boolean(x):
         raise ConfigError(f"privacy parameter must be a number, got {x!r}")
     if isinstance(x, int):
         return Fraction(x)
@@ -86,7 +96,7 @@ def check_epsilon(epsilon: object, *, name: str = "epsilon", allow_zero: bool = 
         e = math.inf
     except (TypeError, ValueError):
         raise ConfigError(f"{name} must be a number, got {epsilon!r}", hint=f"pass {name}=1.0") from None
-    if isinstance(epsilon, bool) or math.isnan(e) or math.isinf(e) or e < 0 or (e == 0 and not allow_zero):
+    if is_boolean(epsilon) or math.isnan(e) or math.isinf(e) or e < 0 or (e == 0 and not allow_zero):
         raise ConfigError(
             f"{name} must be a finite number > 0, got {epsilon!r}",
             hint=f"pass a positive {name}, e.g. {name}=1.0",
@@ -103,7 +113,7 @@ def check_delta(delta: object, *, name: str = "delta") -> float:
         d = math.inf
     except (TypeError, ValueError):
         raise ConfigError(f"{name} must be a number, got {delta!r}", hint=f"pass {name}=1e-6") from None
-    if isinstance(delta, bool) or math.isnan(d) or d < 0 or d >= 1:
+    if is_boolean(delta) or math.isnan(d) or d < 0 or d >= 1:
         raise ConfigError(
             f"{name} must be a number in [0, 1), got {delta!r}",
             hint=f"use a small {name} such as 1e-6 (well below 1/number_of_people), or 0 for pure DP",
