@@ -84,7 +84,9 @@ as a DuckDB file is; tables other than dpsql's are left alone (the ledger uses t
 ledger's names in more than one schema of the search_path are refused (another schema, e.g. one named
 after the user and so read first, could stand in for the ledger's own). A search_path that holds no ledger while another
 schema of the database does is refused, with ``create=True`` too (a changed search_path never becomes a fresh
-budget; ``dpsql init`` creates a ledger there on purpose).
+budget; ``dpsql init`` creates a ledger there on purpose). A ledger whose tables have row-level security enabled is
+refused in every transaction, for every role: a role that a policy restricts reads only some of the charges (or an older
+total), and would charge budget that is spent (``tests/test_ledger_postgres_row_security.py``).
 
 Each ledger has a random identity, as a ledger file has (``ledger_meta.ledger_id``, 128 bits, drawn when it is
 created; a ledger created before identities gets one at its next write, inserted under the ledger's lock, so
@@ -873,6 +875,17 @@ class PostgresLedger(Ledger):
         rows = dict(con.execute(_META_AND_PLACES).fetchall())
         places = (rows.pop(_PLACES, None) or "").split(",")
         table = str(rows.pop(_TABLE, ""))
+        secured = rows.pop(_ROW_SECURITY, None)
+        if secured:
+            # a role that row-level security policies restrict (any but the tables' owner, unless FORCE'd) reads
+            # only the rows they let through: a charge it cannot see is left out of the spent budget, a newer total
+            # it cannot see leaves an older one in force, so it would charge budget that is spent
+            raise LedgerError(
+                f"ledger {self.path}: row-level security is enabled on the ledger's table(s) {secured.replace(',', ', ')}, "
+                f"so the charges and totals a role reads may be only some of them; {unchanged}",
+                hint="every role that uses the ledger must read all of its rows: ALTER TABLE ... DISABLE ROW LEVEL "
+                     "SECURITY on the ledger's tables (grant or revoke the role's rights on whole tables instead)",
+            )
         if len(places) != len(_REQUIRED_TABLES) or len(set(places)) != 1:
             # a schema earlier in the search_path that holds a table of the ledger's name (e.g. one named
             # after the ledger's user, found first by the default "$user", public) stands in for the
@@ -929,6 +942,7 @@ class PostgresLedger(Ledger):
 
 _PLACES = "__places"
 _TABLE = "__table"
+_ROW_SECURITY = "__row_security"
 #: ledger_meta's version, generation and identity, the OID of the ledger_entries table the search_path leads to,
 #: and, in one round trip, the schema of every table of the ledger's names that the connection's search_path can
 #: see (pg_temp included): one schema, each once
@@ -937,7 +951,12 @@ _META_AND_PLACES = (
     f"SELECT '{_TABLE}', CAST(CAST(to_regclass('ledger_entries') AS oid) AS VARCHAR) UNION ALL "
     f"SELECT '{_PLACES}', string_agg(n.nspname, ',' ORDER BY n.nspname) FROM pg_catalog.pg_class c "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
-    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true))"
+    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true)) UNION ALL "
+    # the ledger's tables under row-level security: a role its policies restrict reads only some of the charges
+    f"SELECT '{_ROW_SECURITY}', string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_catalog.pg_class c "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
+    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true)) "
+    "AND c.relrowsecurity"
 )
 
 

@@ -1,0 +1,123 @@
+"""A PostgreSQL ledger whose tables have row-level security enabled is refused.
+
+With row-level security (``ALTER TABLE ledger_entries ENABLE ROW LEVEL SECURITY`` and a policy), a role that
+is not the tables' owner reads only the rows its policies let through: the charges it cannot see were left out
+of the spent budget (and a hidden newer row of ``ledger_totals`` made an older total the ledger's). Such a role
+saw budget that was spent, and charged it again: the ledger let the charges exceed the total. Every
+transaction now checks that no table of the ledger has row security enabled, and refuses the ledger (nothing
+read, nothing charged) naming the tables and the fix.
+
+A server is started by the fixture itself (``tests/_postgres.py``); without PostgreSQL or psycopg the tests
+skip with the reason (a failure under ``DPSQL_REQUIRE_EXTRAS=1``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from _postgres import Server
+
+import dpsql
+from dpsql.errors import BudgetExceededError, LedgerError
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    from _postgres import running_server
+
+    yield from running_server()
+
+
+def _open(url: str, budget: dpsql.Budget | None = None, **kw: object) -> dpsql.ledger.Ledger:
+    from dpsql.ledger import open_ledger
+
+    return open_ledger(url, budget, **kw)  # type: ignore[arg-type]
+
+
+def _entries(url: str) -> list[float]:
+    """The epsilons of every entry, read by the tables' owner (whom row security does not restrict)."""
+    import psycopg
+
+    with psycopg.connect(url) as con:
+        return [r[0] for r in con.execute("SELECT epsilon FROM ledger_entries ORDER BY entry_id").fetchall()]
+
+
+def _charge(url: str, epsilon: float) -> None:
+    """Open the ledger at ``url`` and charge ``epsilon`` (the analyst's side)."""
+    led = _open(url)
+    try:
+        e = led.reserve(dpsql.Budget(epsilon, 0.0), mechanism="basic", query="q", tables=["t"], params={})
+        led.commit(e)
+    finally:
+        led.close()
+
+
+def _ledger_with_a_failed_charge(server: Server, *, row_security: bool) -> tuple[str, str]:
+    """A ledger of total 1.0 where the owner's role spent 0.9 (a failed run: it counts) and then 0.05 (released),
+    and a role 'analyst' with the rights dpsql needs; with ``row_security``, a policy lets the analyst read every
+    entry but the failed ones. Returns the owner's and the analyst's URLs."""
+    import psycopg
+
+    name = "l_" + uuid.uuid4().hex[:12]
+    url = server.database(name)
+    owner = _open(url, dpsql.Budget(1.0, 0.0), create=True)
+    try:
+        e = owner.reserve(dpsql.Budget(0.9, 0.0), mechanism="basic", query="q1", tables=["t"], params={})
+        owner.fail(e, "failed after the charge")
+        e = owner.reserve(dpsql.Budget(0.05, 0.0), mechanism="basic", query="q2", tables=["t"], params={})
+        owner.commit(e)
+    finally:
+        owner.close()
+    role = "analyst_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(f'CREATE ROLE "{role}" LOGIN')
+        con.execute(f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO "{role}"')
+        if row_security:
+            con.execute("ALTER TABLE ledger_entries ENABLE ROW LEVEL SECURITY")
+            con.execute(f'CREATE POLICY not_failed ON ledger_entries TO "{role}" USING (status <> \'failed\') '
+                        "WITH CHECK (true)")
+    return url, url.replace("://dpsql@", f"://{role}@", 1)
+
+
+def test_a_ledger_under_row_level_security_is_refused(server: Server) -> None:
+    url, analyst_url = _ledger_with_a_failed_charge(server, row_security=True)
+    with pytest.raises(LedgerError, match="row-level security is enabled on the ledger's table[(]s[)] ledger_entries"):
+        _charge(analyst_url, 0.9)
+    with pytest.raises(LedgerError, match="row-level security"):
+        _open(analyst_url).remaining()  # a read is refused too: it would show budget that is spent
+    assert _entries(url) == [0.9, 0.05]  # the analyst's charge was not made (the owner's role bypasses the policy)
+
+
+def test_a_hidden_total_is_refused(server: Server) -> None:
+    """A policy on ledger_totals that hides the newest total (lowered from 10 to 1) made the older one the ledger's."""
+    import psycopg
+
+    url = server.database("l_" + uuid.uuid4().hex[:12])
+    owner = _open(url, dpsql.Budget(10.0, 0.0), create=True)
+    owner.set_total(dpsql.Budget(1.0, 0.0), reason="lowered")
+    owner.close()
+    role = "analyst_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute(f'CREATE ROLE "{role}" LOGIN')
+        con.execute(f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO "{role}"')
+        con.execute("ALTER TABLE ledger_totals ENABLE ROW LEVEL SECURITY")
+        con.execute(f'CREATE POLICY first_only ON ledger_totals TO "{role}" USING (change_id = 1)')
+    with pytest.raises(LedgerError, match="row-level security.*ledger_totals"):
+        _charge(url.replace("://dpsql@", f"://{role}@", 1), 2.0)
+    assert _entries(url) == []
+
+
+def test_the_same_ledger_without_row_security_refuses_the_overspend(server: Server) -> None:
+    # negative control: the same roles and rights, no row security: the analyst sees 0.95 spent, 0.9 does not fit
+    url, analyst_url = _ledger_with_a_failed_charge(server, row_security=False)
+    led = _open(analyst_url)
+    try:
+        assert led.remaining() == dpsql.Budget(0.05, 0.0)
+        with pytest.raises(BudgetExceededError):
+            led.reserve(dpsql.Budget(0.9, 0.0), mechanism="basic", query="q3", tables=["t"], params={})
+        e = led.reserve(dpsql.Budget(0.05, 0.0), mechanism="basic", query="q4", tables=["t"], params={})
+        led.commit(e)
+    finally:
+        led.close()
