@@ -509,8 +509,12 @@ def _cost(routes: list[Any]) -> Budget:
     decimal is at least the exact sum, so the charge is never below what the queries spend (it is at most the
     budget asked for whenever each query's cost is at most its share)."""
     costs = [r.description.cost for r in routes]
-    return Budget(float_at_least(sum((c.exact_epsilon for c in costs), Fraction(0))),
-                  float_at_least(sum((c.exact_delta for c in costs), Fraction(0))))
+    delta = sum((c.exact_delta for c in costs), Fraction(0))
+    if delta >= 1:  # each query's share fits, but the Gaussian samplers' floating-point parts take the sum to 1
+        raise ConfigError(
+            f"the {len(routes)} queries' shares of delta plus their Gaussian samplers' floating-point deltas (fp_delta) add "
+            "up to a delta that reaches 1: no privacy is left to claim; nothing was charged", hint="use a small delta such as 1e-6 (well below 1/number_of_people), or 0 for pure DP")
+    return Budget(float_at_least(sum((c.exact_epsilon for c in costs), Fraction(0))), float_at_least(delta))
 
 
 def _components(g: Composite, routes: list[Any], weights: list[Fraction]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ a budget mapping).
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import dpsql
@@ -65,3 +66,21 @@ def test_numbers_of_numpy_types_still_pass(s) -> None:  # type: ignore[no-untype
     assert r.cost == Budget(0.5, 0.0)
     r = s.query("SELECT COUNT(*) FROM events", epsilon=np.int64(1))
     assert r.cost == Budget(1.0, 0.0)
+
+
+def test_groupings_whose_deltas_reach_one_are_refused_in_terms_of_the_request(s) -> None:  # type: ignore[no-untyped-def]
+    """A ROLLUP's queries each fit their share of a delta just below 1, but their Gaussian samplers' floating-point
+    deltas take the sum to 1 or more: refused for free, saying so (as one query is), not with a Budget's complaint
+    about a delta of 1.0000000000067737 that nobody passed."""
+    s.register("sales", pa.table({"u": list(range(40)), "c": ["a", "b"] * 20, "v": [1.0] * 40}), privacy_unit="u",
+               max_rows_per_unit=1, columns={"c": {"domain": ["a", "b"]}, "v": {"bounds": (0, 10)}})
+    before = s.remaining()
+    q = "SELECT c, SUM(v) FROM sales GROUP BY ROLLUP(c)"
+    for call in (s.query, s.explain):
+        with pytest.raises(ConfigError) as info:
+            call(q, epsilon=1.0, delta=0.9999999999999999)
+        msg = info.value.message
+        assert "floating-point" in msg and "reaches 1" in msg and "1.0000000000" not in msg, msg
+    assert s.remaining() == before
+    # negative control: a delta that leaves room for the floating-point parts is answered
+    assert s.explain(q, epsilon=1.0, delta=0.5).cost.delta < 1
