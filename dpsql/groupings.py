@@ -24,7 +24,9 @@ Everything before the charge is public metadata only: the components come from t
 analysed, routed and bind-checked, and the combined column types decided (``_types``: from the output
 types the post-processing binds to over typed placeholders), before the one ``reserve``; a refusal of any
 component refuses the whole request for free. After the charge the components run inside one ``charged``
-block: any failure fails the one entry (its charge stands) with the usual generic error.
+block: any failure fails the one entry (its charge stands) with the usual generic error. The entry keeps the
+synopsis of its first query that DAWA answered afresh (a released value), so a later histogram or range workload
+it covers is read from it for free, as from a lone histogram's entry (one synopsis per ledger entry).
 
 What is refused (free): a grouping column used other than as a bare output (inside an expression, HAVING
 or ORDER BY by expression), more than ``MAX_GROUPINGS`` components, ``GROUP BY ALL`` with groupings, ORDER
@@ -658,7 +660,7 @@ def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> R
     tables = sorted({t for r in routes for t in r.request.tables})
     entry = reserve(session._ledger, cost, mechanism=_label(g, routes), query=g.text, tables=tables,
                     params={"components": components})
-    parts, updates = [], []
+    parts, updates, synopsis = [], [], dict[str, Any]()
     with charged(session._ledger, session._engine, entry, "the query"):
         for r, ast in zip(routes, asts, strict=True):
             reused = r.description.reuse_of is not None
@@ -667,6 +669,8 @@ def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> R
             parts.append(postprocess.apply(session._engine, r.request.plan, released, nonnegative=clip,
                                            estimates=r.description.parameters.get("estimates")))
             updates.append(released.commit.get("params_update") or {})
+            if not synopsis and released.commit.get("synopsis_key") is not None:  # the entry keeps one synopsis: the first
+                synopsis = {k: released.commit[k] for k in ("synopsis_key", "synopsis")}
         table = _combine(session, g, [p[0] for p in parts], types)
     accuracy: dict[str, dict[str, Any]] = {}
     for j, name in enumerate(table.column_names):
@@ -681,7 +685,9 @@ def run(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> R
     notes = list(dict.fromkeys(n for r in routes for n in r.description.notes))
     out = Release(table, cost, _label(g, routes), accuracy, entry, False, {"components": components}, notes, warns)
     # built first: Ctrl-C once the release is recorded is raised with it (keeps_answer)
-    record_release(session._ledger, entry, {"params_update": {"component_updates": updates}} if any(updates) else {}, out)
+    # a DAWA query's synopsis (a released value) is kept as a lone histogram's is, so later requests read it for free
+    record_release(session._ledger, entry, ({"params_update": {"component_updates": updates}} if any(updates) else {})
+                   | synopsis, out)
     return out
 
 

@@ -84,3 +84,29 @@ def test_groupings_whose_deltas_reach_one_are_refused_in_terms_of_the_request(s)
     assert s.remaining() == before
     # negative control: a delta that leaves room for the floating-point parts is answered
     assert s.explain(q, epsilon=1.0, delta=0.5).cost.delta < 1
+
+
+def test_a_rollup_keeps_its_histogram_synopsis_for_free_reuse(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A ROLLUP (CUBE, GROUPING SETS, UNION ALL) whose query over an ordered column's bins is answered by DAWA paid for
+    that synopsis, but did not keep it: the same histogram asked alone afterwards was charged again (wasted budget,
+    no leak). The grouping's entry now stores the synopsis of its first DAWA query, which later requests read for
+    free, as they read one stored by the histogram alone."""
+    import pyarrow.parquet as pq
+    from conftest import make_events
+
+    src = tmp_path / "events.parquet"
+    pq.write_table(make_events(), src)
+    sess = dpsql.Session(budget=Budget(100.0, 1e-3))
+    try:
+        sess.register("events", str(src), privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=1,
+                      max_rows_per_unit=3, columns={"age": {"bounds": (0, 100), "bins": 10}})
+        r = sess.query("SELECT age, COUNT(*) FROM events GROUP BY ROLLUP(age)", epsilon=1.0, delta=1e-6)
+        assert [c["mechanism"] for c in r.details["components"]][0] == "dawa"
+        again = sess.query("SELECT age, COUNT(*) FROM events GROUP BY age", epsilon=1.0)
+        assert again.cost == Budget(0.0, 0.0) and again.reused, again
+        assert f"ledger entry {r.ledger_id}" in " ".join(again.notes)
+        # negative control: another column's bins (no stored synopsis) are charged
+        fresh = sess.query("SELECT age, COUNT(*) FROM events WHERE age > 10 GROUP BY age", epsilon=1.0)
+        assert fresh.cost == Budget(1.0, 0.0) and not fresh.reused
+    finally:
+        sess.close()
