@@ -2570,7 +2570,16 @@ def _row_text(fields: list[tuple[exp.Expression, SqlType]]) -> exp.Expression:
     return joined(pieces)
 
 
-def type_distinct(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
+def _nested_kind(t: SqlType) -> str | None:
+    """``list``, ``map``, ``struct`` or ``union`` for a nested type (as DuckDB spells it), else None."""
+    name = t.name.strip().upper()
+    if name.endswith("]"):
+        return "list"
+    return next((k.lower() for k in ("MAP", "STRUCT", "UNION") if name.startswith(k + "(")), None)
+
+
+def type_distinct(node: exp.Expression, schema: dict[str, str],
+                  in_row: bool = False) -> tuple[exp.Expression, SqlType]:
     """The total, canonical rendering of the argument of ``COUNT(DISTINCT expr)`` and its type (raises
     ``TypeRefusal``): as a GROUP BY key's (:func:`type_key`: binary collation for text, one spelling of 0.0 and
     NaN), so its distinct values are its distinct spellings, and of the same key types. A row ``(a, b)`` /
@@ -2588,7 +2597,7 @@ def type_distinct(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Exp
         typed: list[tuple[exp.Expression, SqlType]] = []
         for f in fields:
             try:
-                typed.append(type_distinct(f, schema))
+                typed.append(type_distinct(f, schema, in_row=True))
             except TypeRefusal as e:
                 problems += e.problems
         if problems:
@@ -2597,6 +2606,17 @@ def type_distinct(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Exp
     r = type_checked(node, schema)
     if r.type.kind == "null":
         return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
+    nested = _nested_kind(r.type) if in_row and r.type.kind not in KEY_KINDS else None
+    if nested is not None:  # (COUNT(DISTINCT ls) alone counts a list column: the row is what cannot hold it)
+        bare = node
+        while isinstance(bare, exp.Paren):
+            bare = bare.this
+        what = f"the {nested} column '{bare.name}'" if isinstance(bare, exp.Column) else f"a {nested} value"
+        alone = (f"count the distinct {nested}s alone, COUNT(DISTINCT {bare.name})" if isinstance(bare, exp.Column)
+                 else f"count a {nested} column alone, e.g. COUNT(DISTINCT col)")
+        raise TypeRefusal([(node, (
+            f"COUNT(DISTINCT ...) of a row: {what} cannot be a field of a counted row (it is {r.type}; the fields "
+            f"of a counted row are values of a scalar type); {alone}, or leave it out of the row"))])
     if r.type.kind not in KEY_KINDS and r.type.kind != "strlit":
         fix = (f"count the distinct values of CAST({node.sql(dialect='duckdb')} AS VARCHAR), whose text is canonical"
                if r.type.name.split("(")[0] in _TEXT_CASTABLE else "count a value of a scalar type instead")
