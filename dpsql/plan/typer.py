@@ -176,6 +176,7 @@ class SqlType:
 BOOLEAN = SqlType("bool", "BOOLEAN")
 VARCHAR = SqlType("varchar", "VARCHAR")
 DOUBLE = SqlType("float", "DOUBLE")
+REAL = SqlType("float", "FLOAT")
 BIGINT = SqlType("int", "BIGINT")
 DATE = SqlType("date", "DATE")
 TIMESTAMP = SqlType("timestamp", "TIMESTAMP")
@@ -273,7 +274,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "exact in DECIMAL when the result type holds every result (+, -: max(p1-s1, p2-s2) + max(s1, s2) + 1 digits; *: p1 + p2) within 38 digits, else computed in DOUBLE"),
     FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE (FLOAT when a FLOAT meets no DOUBLE, as in DuckDB)", "total",
              "overflow gives inf"),
-    FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
+    FuncSpec("/", "numeric, numeric -> DOUBLE (FLOAT when a FLOAT meets no DOUBLE, as in DuckDB)", "total",
+             "computed in DOUBLE (a FLOAT quotient in FLOAT: 32 bits, inf beyond its range): x / 0 is inf or NaN"),
     FuncSpec("//, %", "integer, integer -> integer", "total",
              "the divisor is NULLIF(b, 0): division by zero is NULL; // is computed in a type holding every "
              "quotient (for HUGEINT, least // -1 is NULL); % cannot overflow; % on DECIMAL is exact in their common DECIMAL "
@@ -1029,6 +1031,11 @@ class Typer:
             return self._arith(node)
         if isinstance(node, exp.Div):
             a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
+            if "FLOAT" in (a.type.name, b.type.name) and DOUBLE.name not in (a.type.name, b.type.name):
+                # a REAL with a REAL, an integer or a DECIMAL: DuckDB divides in REAL (32 bits; beyond its range inf).
+                # The cast, a no-op on DuckDB, is where Spark (whose quotient is a DOUBLE) rounds it to a REAL
+                quotient = exp.Div(this=self.coerce(a, REAL, node), expression=self.coerce(b, REAL, node))
+                return Typed(exp.Cast(this=quotient, to=exp.DataType.build("FLOAT")), REAL)
             return Typed(exp.Div(this=self.coerce(a, DOUBLE, node), expression=self.coerce(b, DOUBLE, node)), DOUBLE)
         if isinstance(node, (exp.IntDiv, exp.Mod)):
             a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
