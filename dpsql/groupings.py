@@ -55,7 +55,7 @@ from dpsql.charge import charged, keeps_answer, record_release, reserve
 from dpsql.errors import ConfigError, QueryError, UnsupportedQueryError
 from dpsql.options import check_options
 from dpsql.plan.checks import ROW_COUNT_MAX
-from dpsql.plan.parse import DIALECT, order_by_all_alone, parse_duckdb
+from dpsql.plan.parse import DIALECT, order_by_all_alone, parse_duckdb, refuse_empty_groupings
 from dpsql.release import Plan, Release
 
 #: the accuracy note of an output column whose accuracy differs between the queries of a request (the command line
@@ -160,6 +160,7 @@ def split(sql: Any, catalog: Mapping[str, Any]) -> Composite | None:
     except Exception:
         return None
     order_by_all_alone(stmt)
+    refuse_empty_groupings(stmt)
     if isinstance(stmt, exp.Select):
         g = _split_select(stmt, sql, catalog)
         return None if g is None else Composite(sql, f"GROUP BY {g.kind}", (g,), (), None, None)

@@ -7,13 +7,13 @@ Parquet, a directory) and a bad query stay 2 (negative controls). The Python API
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _ledger_charges import charges
 from conftest import run_cli as run
 
 import dpsql
@@ -28,12 +28,6 @@ def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "a.csv").write_text("uid\n" + "".join(f"{i}\n" for i in range(40)))
     assert run(["--ledger", "l.duckdb", "init", "--epsilon", "1"]) == 0
     return tmp_path
-
-
-def _charges(capsys: pytest.CaptureFixture[str]) -> int:
-    capsys.readouterr()
-    assert run(["--ledger", "l.duckdb", "budget", "--history", "--format", "json"]) == 0
-    return len(json.loads(capsys.readouterr().out)["entries"])
 
 
 def _query(source: str, sql: str = "SELECT COUNT(*) AS n FROM t") -> list[str]:
@@ -61,7 +55,7 @@ def test_a_source_not_there_yet_exits_66(data: Path, capsys: pytest.CaptureFixtu
     assert run(_query(source)) == 66
     err = capsys.readouterr().err
     assert "error: InputUnavailableError: table 't': no file matches" in err and source in err, err
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
 
 
 def test_a_config_source_not_there_yet_exits_66(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -70,7 +64,7 @@ def test_a_config_source_not_there_yet_exits_66(data: Path, capsys: pytest.Captu
     assert run(["--config", str(cfg), "query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "0.1"]) == 66
     err = capsys.readouterr().err
     assert "later.parquet" in err and str(cfg) in err, err  # the config that names it is named
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
     (data / "later.parquet").write_bytes((data / "a.parquet").read_bytes())  # the file arrives: the retry is answered
     assert run(["--config", str(cfg), "query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "0.1"]) == 0
 
@@ -80,7 +74,7 @@ def test_a_missing_config_or_sql_file_exits_66(data: Path, capsys: pytest.Captur
     assert "config file 'gone.toml' not found" in capsys.readouterr().err
     assert run(_query("a.parquet")[:-4] + ["query", "-f", "gone.sql", "--epsilon", "0.1"]) == 66
     assert "SQL file 'gone.sql' not found" in capsys.readouterr().err
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
 
 
 def test_a_source_that_cannot_be_read_exits_66(data: Path, capsys: pytest.CaptureFixture[str],
@@ -109,7 +103,7 @@ def test_a_source_that_cannot_be_read_exits_66(data: Path, capsys: pytest.Captur
     assert "error: InputUnavailableError: " in err and "a.csv" in err and "PermissionError" in err, err
     monkeypatch.undo()
     monkeypatch.chdir(data)
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
 
 
 def test_a_source_removed_after_registration_is_refused_as_unavailable(data: Path) -> None:
@@ -141,7 +135,7 @@ def test_a_mistake_in_the_query_text_stays_2(data: Path, capsys: pytest.CaptureF
                                              why: str) -> None:
     """Negative control: a bad query never mends by itself."""
     assert run(_query("a.parquet", argv[0])) == 2
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
 
 
 def test_a_source_that_holds_the_wrong_thing_stays_2(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -151,7 +145,7 @@ def test_a_source_that_holds_the_wrong_thing_stays_2(data: Path, capsys: pytest.
     (data / "dir.parquet").mkdir()
     for source in ("text.parquet", "dir.parquet", "later.txt"):
         assert run(_query(source)) == 2, source
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
 
 
 def test_a_parquet_file_still_being_written_exits_66(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -165,7 +159,7 @@ def test_a_parquet_file_still_being_written_exits_66(data: Path, capsys: pytest.
     err = capsys.readouterr().err
     assert "error: InputUnavailableError: table 't': cannot read" in err and "partial.parquet" in err, err
     assert "no footer yet" in err, err
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
     (data / "partial.parquet").write_bytes(whole)  # the writer is done: the retry is answered
     assert run(_query("partial.parquet")) == 0
 
@@ -190,9 +184,60 @@ def test_a_gzip_csv_still_being_written_exits_66_and_one_that_is_no_gzip_stays_2
         assert run(_query(source)) == 2, source
         err = capsys.readouterr().err
         assert "error: ConfigError: " in err and source in err and "gzip" in err, err
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
     (data / "partial.csv.gz").write_bytes(whole)  # the writer is done: the retry is answered
     assert run(_query("partial.csv.gz")) == 0
+
+
+def _gzip_rows(n: int = 4000) -> bytes:
+    import gzip
+    import random
+
+    rng = random.Random(7)  # rows that do not compress to nothing: the cut falls well after the header
+    return gzip.compress(b"uid,v\n" + b"".join(b"%d,%d\n" % (i, rng.randrange(10**9)) for i in range(n)))
+
+
+def test_a_gzip_csv_cut_after_its_header_exits_66_before_the_charge(data: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A .csv.gz whose header line is whole but whose compressed stream stops further on (a writer still at work)
+    passed every check before the charge and failed its read after it (5, a `failed` entry in the ledger). The
+    whole stream is read before the charge: 66, nothing charged, as a Parquet file without its footer yet; once
+    written, the same command is answered. A stream whose checksum does not match is damaged: 2, nothing charged."""
+    whole = _gzip_rows()
+    (data / "partial.csv.gz").write_bytes(whole[: len(whole) // 2])
+    bad_crc = bytearray(whole)
+    bad_crc[-8] ^= 0xFF  # the trailer's CRC-32: every byte decompresses, the check fails at the end
+    (data / "crc.csv.gz").write_bytes(bytes(bad_crc))
+    capsys.readouterr()
+    assert run(_query("partial.csv.gz")) == 66
+    err = capsys.readouterr().err
+    assert "error: InputUnavailableError: " in err and "partial.csv.gz" in err, err
+    assert "still being written" in err and "after its budget was charged" not in err, err
+    assert run(_query("crc.csv.gz")) == 2
+    err = capsys.readouterr().err
+    assert "error: ConfigError: " in err and "crc.csv.gz" in err and "damaged" in err, err
+    assert charges(capsys) == 0
+    (data / "partial.csv.gz").write_bytes(whole)  # the writer is done: the retry is answered
+    assert run(_query("partial.csv.gz")) == 0
+    assert charges(capsys) == 1
+
+
+def test_a_gzip_csv_replaced_by_a_cut_one_is_refused_before_the_charge(data: Path) -> None:
+    """The same through the API: a .csv.gz registered whole, then replaced by a file whose stream stops after its
+    header (an upstream job rewriting it in place), is refused before the next charge, not failed after it."""
+    whole = _gzip_rows()
+    src = data / "c.csv.gz"
+    src.write_bytes(whole)
+    with dpsql.Session(ledger="l.duckdb") as s:
+        s.register("t", str(src), privacy_unit="uid")
+        src.write_bytes(whole[: len(whole) // 2])
+        os.utime(src, (1, 1))  # another version, whatever the file system's time resolution
+        with pytest.raises(InputUnavailableError, match="still being written") as ei:
+            s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
+        assert ei.value.exit_code == NO_INPUT_EXIT_CODE and "nothing was charged" in str(ei.value)
+        assert s.history().num_rows == 0
+        src.write_bytes(whole)
+        assert len(s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1).to_pylist()) == 1
 
 
 @pytest.mark.parametrize("source", ["dir.csv", "parts/*.csv", "dir.csv.gz"])
@@ -207,7 +252,7 @@ def test_a_csv_source_that_is_a_directory_stays_2(data: Path, capsys: pytest.Cap
     assert run(_query(source)) == 2
     err = capsys.readouterr().err
     assert "error: ConfigError: " in err and "is a directory" in err, err
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
 
 
 @pytest.mark.parametrize("source", ["c.parquet", "c.csv"])

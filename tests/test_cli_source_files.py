@@ -5,12 +5,12 @@ source for 't' (parquet): OSError`` (or ``ArrowInvalid``), which named no file o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _ledger_charges import charges
 from conftest import run_cli as run
 
 
@@ -25,12 +25,6 @@ def data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _charges(capsys: pytest.CaptureFixture[str]) -> int:
-    capsys.readouterr()
-    assert run(["--ledger", "l.duckdb", "budget", "--history", "--format", "json"]) == 0
-    return len(json.loads(capsys.readouterr().out)["entries"])
-
-
 def _query(source: str) -> list[str]:
     return ["--ledger", "l.duckdb", "--table", f"t={source}", "--privacy-unit", "t=uid",
             "query", "SELECT COUNT(*) AS n FROM t", "--epsilon", "0.1"]
@@ -41,7 +35,7 @@ def test_a_directory_is_refused_with_a_glob_of_its_files(data: Path, capsys: pyt
     assert run(_query("out.parquet")) == 2
     err = capsys.readouterr().err
     assert "out.parquet' is a directory" in err and "out.parquet/*.parquet" in err.split("hint:", 1)[1], err
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
 
 
 def test_a_file_of_a_glob_that_is_no_parquet_is_named(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,10 +43,10 @@ def test_a_file_of_a_glob_that_is_no_parquet_is_named(data: Path, capsys: pytest
     assert run(_query("out.parquet/*")) == 2
     err = capsys.readouterr().err
     assert "cannot read out.parquet/_SUCCESS: it is not a Parquet file" in err, err
-    assert _charges(capsys) == 0
+    assert charges(capsys) == 0
 
 
 def test_a_glob_of_the_parquet_files_is_answered(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Negative control: the files themselves are read and charged."""
     assert run(_query("out.parquet/*.parquet")) == 0
-    assert _charges(capsys) == 1
+    assert charges(capsys) == 1

@@ -171,6 +171,26 @@ def test_what_stays_refused_in_a_row_is_refused_for_free(s: Any, arg: str, needl
     assert needle in msg and "the query has" not in msg, msg
 
 
+def test_a_list_column_in_a_counted_row_is_refused_naming_what_to_count_instead() -> None:
+    """COUNT(DISTINCT (ls, 1)) with ``ls`` a LIST column was refused for free as 'of a value of type BIGINT[] ... count a
+    value of a scalar type instead', which read as if the list could not be counted at all (COUNT(DISTINCT ls) alone
+    is answered): the refusal now says a list column cannot be a field of a counted row, and what to count instead."""
+    t = pa.table({"uid": [1, 2, 3], "ls": [[1], [2], [2]], "g": ["a", "b", "a"],
+                  "s": pa.array([{"a": 1}, {"a": 2}, {"a": 2}])})
+    sess = dpsql.Session(budget=dpsql.Budget(100.0, 1e-2))
+    use_noise(sess, zero_noise())
+    sess.register("p", t, privacy_unit="uid")
+    for arg, col, kind in (("(ls, 1)", "ls", "list"), ("ROW(g, ls)", "ls", "list"), ("((g, ls), g)", "ls", "list"),
+                           ("(g, s)", "s", "struct")):
+        msg = free(sess, f"SELECT COUNT(DISTINCT {arg}) FROM p")
+        assert f"the {kind} column '{col}' cannot be a field of a counted row" in msg, msg
+        assert f"COUNT(DISTINCT {col})" in msg and "leave it out of the row" in msg, msg
+        assert "scalar type instead" not in msg and "the query has" not in msg, msg
+    # what the message points to is answered
+    for col in ("ls", "s"):
+        assert sess.query(f"SELECT COUNT(DISTINCT {col}) AS n FROM p", epsilon=5.0, delta=1e-6).to_pylist() == [{"n": 2}]
+
+
 def test_a_nested_rows_rendering_reads_each_field_a_bounded_number_of_times() -> None:
     """A row inside a row is its fields (a row is never NULL): each field is read a fixed number of times, so a row
     nested d deep renders in size linear in d (each level read its inner row three times: 3^d, 93 s to plan at d = 8),

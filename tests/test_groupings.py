@@ -287,6 +287,20 @@ def test_grouping_weights_split_the_budget() -> None:
     ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t WHERE nosuch = 1", None, UnsupportedQueryError,
      r"query 2 of 2 of the UNION ALL \(SELECT COUNT\(\*\) FROM t WHERE nosuch = 1\): .*nosuch"),
     ("SELECT v, COUNT(*) FROM t GROUP BY ROLLUP (v)", None, QueryError, "needs delta > 0"),  # a component refused
+    # an empty ROLLUP or CUBE (DuckDB's parser refuses it): COUNT(*) alone was answered and charged as the total,
+    # with an output column refused as 'outside an aggregate and not in GROUP BY' of 'query 1 of 1'
+    ("SELECT COUNT(*) AS n FROM t GROUP BY ROLLUP ()", None, QueryError,
+     r"(?s)ROLLUP \(\) names no column.*leave GROUP BY out"),
+    ("SELECT a, COUNT(*) AS n FROM t GROUP BY ROLLUP ()", None, QueryError, r"ROLLUP \(\) names no column"),
+    ("SELECT COUNT(*) AS n FROM t GROUP BY CUBE()", None, QueryError, r"CUBE \(\) names no column"),
+    ("SELECT a, COUNT(*) AS n FROM t GROUP BY a, ROLLUP ()", None, QueryError, r"ROLLUP \(\) names no column"),
+    ("SELECT a, COUNT(*) AS n FROM t GROUP BY GROUPING SETS ((a), CUBE ())", None, QueryError,
+     r"CUBE \(\) names no column"),
+    ("SELECT COUNT(*) FROM t UNION ALL SELECT COUNT(*) FROM t GROUP BY ROLLUP ()", None, QueryError,
+     r"ROLLUP \(\) names no column"),
+    # it was 'SQL syntax error ... GROUPINGSETS is missing an argument'
+    ("SELECT COUNT(*) AS n FROM t GROUP BY GROUPING SETS ()", None, QueryError,
+     r"(?s)GROUPING SETS \(\) lists no grouping.*GROUPING SETS \(\(a, b\), \(a\), \(\)\)"),
 ])
 def test_refusals_charge_nothing(sql: str, options: dict[str, object] | None, error: type, match: str) -> None:
     s = _session(_public())

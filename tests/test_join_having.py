@@ -77,3 +77,30 @@ def test_an_unbounded_lookup_join_counts_its_paths_in_words() -> None:
         with pytest.raises(errors.PolicyError) as ei:
             s.query("SELECT COUNT(*) FROM cust c JOIN regions r ON c.region = r.region", epsilon=1.0, delta=1e-6)
     assert "through 1 path (" in str(ei.value) and "1 paths" not in str(ei.value)
+
+
+@pytest.mark.parametrize("sql", [
+    f"SELECT c.seg, n * 2 AS twice, COUNT(*) AS n {J}",
+    f"SELECT c.seg, COUNT(*) + n AS m, COUNT(*) AS n {J}",
+    f"SELECT c.seg, n AS first, COUNT(*) AS n {J}",
+])
+def test_an_alias_named_before_its_output_over_a_join_names_the_fix(s: Any, sql: str) -> None:
+    """An output names only the aliases of outputs before it, as in DuckDB: over a join one named before its output was
+    refused as 'unknown in SELECT (no joined table has it)', without the hint one table's refusal gives."""
+    before, rows = s.remaining(), s.history().num_rows
+    with pytest.raises(errors.UnsupportedQueryError) as ei:
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    msg = str(ei.value)
+    assert "'n' is the alias of a later output (COUNT(*) AS n)" in msg and "move it before this output" in msg, msg
+    assert "write COUNT(*) here" in msg and "the query has" not in msg, msg
+    assert s.remaining() == before and s.history().num_rows == rows
+    # negative control: the alias's output first, answered
+    fixed = sql.replace("c.seg, ", "c.seg, COUNT(*) AS n, ", 1).replace(", COUNT(*) AS n FROM", " FROM")
+    s.query(fixed, epsilon=1.0, delta=1e-6)
+
+
+def test_an_outputs_own_alias_over_a_join_names_the_fix(s: Any) -> None:
+    with pytest.raises(errors.UnsupportedQueryError) as ei:
+        s.query(f"SELECT c.seg, COUNT(*) + n AS n {J}", epsilon=1.0, delta=1e-6)
+    msg = str(ei.value)
+    assert "'n' is this output's own alias (COUNT(*) + n AS n)" in msg and "the query has" not in msg, msg

@@ -229,7 +229,10 @@ TYPED = ["f * m", "f + i", "f * w", "f - i * 3", "f = m", "f < i", "i >= CAST(2 
          "CAST(f * i AS VARCHAR)", "CAST(f + m AS DECIMAL(12,2))", "CAST(f * 2 AS BIGINT)", "floor(i)", "ceil(i * 3)",
          "CAST(floor(i) AS VARCHAR)", "NULLIF(m, d)", "NULLIF(f, d)", "NULLIF(i, f)", "NULLIF(d, f)", "NULLIF(w, m)",
          "CAST(NULLIF(m, d) AS INTEGER)", "-(i)", "i * 0", "NULL + i", "CASE WHEN i > 3 THEN NULL + i ELSE m END",
-         "(i - 0.5) - (i + i)", "CAST(2.5 AS DOUBLE) * m", "f * 1e0", "m < 3e0", "i + 16777207 = CAST(16777216 AS REAL)"]
+         "(i - 0.5) - (i + i)", "CAST(2.5 AS DOUBLE) * m", "f * 1e0", "m < 3e0", "i + 16777207 = CAST(16777216 AS REAL)",
+         # a REAL divided by (or dividing) a REAL, an integer or a DECIMAL: a REAL quotient, inf beyond its range
+         "f / i", "i / f", "f / m", "f / w", "f / f", "f / (i - i)", "f / CAST(1e-38 AS REAL)", "CAST(f / 3 AS VARCHAR)",
+         "f / 10 = 0.05", "f / d"]
 
 
 def test_duckdbs_typing_rules_give_duckdbs_values(engines: Any) -> None:
@@ -243,6 +246,8 @@ def test_duckdbs_typing_rules_give_duckdbs_values(engines: Any) -> None:
     # not vacuous: floor of an integer is a DOUBLE, NULLIF(m, d) the DECIMAL m (-2.5 rounds to -3, as a DOUBLE to -2)
     assert col["CAST(floor(i) AS VARCHAR)"][:2] == ["0.0", "1.0"] and col["CAST(NULLIF(m, d) AS INTEGER)"][3:5] == [None, -3]
     assert col["CAST(f * i AS VARCHAR)"][DOUBLES.index(3.4028235e38)] == "inf"  # REAL arithmetic: 32 bits
+    assert col["CAST(f / 3 AS VARCHAR)"][0] == "0.16666667" and col["f / 10 = 0.05"][0] is True  # a REAL quotient
+    assert col["f / CAST(1e-38 AS REAL)"][DOUBLES.index(127.5)] == float("inf")
 
 
 # -- constants folded for a histogram's kept bins ------------------------------------------------------------------

@@ -414,6 +414,17 @@ def test_an_alias_named_before_its_output_is_refused_naming_the_fix(con: Any, sq
     s.query(fixed, epsilon=1.0, delta=1e-6)
 
 
+def test_an_outputs_own_alias_is_refused_naming_the_fix(con: Any) -> None:
+    """The same refusal (shared with the join path) for an output naming its own alias."""
+    s = session(con, public=False)
+    before = s.remaining()
+    with pytest.raises(errors.UnsupportedQueryError) as ei:
+        s.query("SELECT s, COUNT(*) + n AS n FROM t GROUP BY s", epsilon=1.0, delta=1e-6)
+    msg = str(ei.value)
+    assert "'n' is this output's own alias (COUNT(*) + n AS n)" in msg and "write the expression" in msg, msg
+    assert s.remaining() == before
+
+
 @pytest.mark.parametrize("window", ["SUM(k * 4)", "AVG(k + k)", "SUM(CAST(k AS INTEGER))"])
 def test_a_window_sum_of_numbers_failing_on_a_key_value_is_not_named_a_sum_of_its_type(window: str) -> None:
     """SUM / AVG add numbers: a window over numbers that fails on a declared key value (k * 4 overflows a BIGINT at

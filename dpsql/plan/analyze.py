@@ -32,7 +32,14 @@ from dpsql.plan.checks import (
     written_name,
 )
 from dpsql.plan.intervals import NoInterval, clamp_argument, clamp_bounds, interval
-from dpsql.plan.names import did_you_mean, field_problem, qualifier, qualifier_problem, spell_aliases
+from dpsql.plan.names import (
+    alias_order_hint,
+    did_you_mean,
+    field_problem,
+    qualifier,
+    qualifier_problem,
+    spell_aliases,
+)
 from dpsql.plan.parse import DIALECT, as_written, keyword_offset, parse_statements, quoted, statement_starts
 from dpsql.plan.quantiles import QUANTILE_AGGS, quantile_call, time_column_problem
 from dpsql.plan.typer import (
@@ -326,7 +333,7 @@ class _Builder:
         self.keys: list[ir.GroupKey] = []
         self.table: TableSpec | None = None
         self.aliases: set[str] = set()
-        self.alias_items: dict[str, exp.Alias] = {}  # each select-list alias's item (the first of a name)
+        self.select_items: list[exp.Expression] = []  # the select list, as written
         self.unit: str | None = None
         self._qualifier = ""
 
@@ -384,17 +391,11 @@ class _Builder:
 
     def _later_alias(self, c: exp.Column, item: exp.Expression, where: str) -> str:
         """The fix for an output naming the alias of a later output (or its own), which DuckDB does not see there
-        either (``RANK() OVER (ORDER BY n) AS r, COUNT(*) AS n``)."""
-        aliased = self.alias_items.get(c.name.lower()) if where == "SELECT" and not c.table else None
-        if aliased is None:
+        either (``RANK() OVER (ORDER BY n) AS r, COUNT(*) AS n``): :func:`alias_order_hint`, as over a join."""
+        at = next((i for i, it in enumerate(self.select_items) if it is item), None)
+        if where != "SELECT" or c.table or at is None:
             return ""
-        text = aliased.sql(dialect=DIALECT)
-        if aliased is item:
-            return (f"; '{c.name}' is this output's own alias ({text}), which it cannot name (hint: write the "
-                    "expression of columns or aggregates it stands for)")
-        return (f"; '{c.name}' is the alias of a later output ({text}): an output names only the aliases of the "
-                f"outputs before it, as in DuckDB (hint: move it before this output, or write "
-                f"{aliased.this.sql(dialect=DIALECT)} here)")
+        return alias_order_hint(c.name, self.select_items, at)
 
     def spelled_items(self, items: list[exp.Expression]) -> tuple[list[exp.Expression], dict[str, exp.Expression]]:
         """Each select item's expression with the earlier aliases it names written out (``g AS a, a || 'x'
@@ -1005,11 +1006,10 @@ class _Builder:
             )
 
         # SELECT list ---------------------------------------------------------------
-        select_items = list(stmt.expressions)
+        select_items = self.select_items = list(stmt.expressions)
         for it in select_items:
             if isinstance(it, exp.Alias):
                 self.aliases.add(it.alias.lower())
-                self.alias_items.setdefault(it.alias.lower(), it)
         # an output may name an earlier output's alias (COUNT(*) AS n, n / 10 AS share), as in DuckDB; a
         # column of the table wins over an alias of its name
         lateral: list[set[str]] = []

@@ -88,6 +88,7 @@ from dpsql.plan.checks import (
 )
 from dpsql.plan.intervals import clamp_argument, clamp_bounds
 from dpsql.plan.names import (
+    alias_order_hint,
     ambiguity_problem,
     did_you_mean,
     field_problem,
@@ -260,6 +261,10 @@ class _JoinBuilder:
         self.deferred: list[Violation] = []
         #: a LEFT JOIN's ON conditions beside its key equalities (``ir.JoinPlan.left_on``)
         self.left_on: list[tuple[str, exp.Expression]] = []
+        #: the select list (earlier aliases spelled out) and the place of the output whose columns are resolved
+        #: outside its aggregates, if any (an unknown column there may be a later output's alias)
+        self.items: list[exp.Expression] = []
+        self.item_at: int | None = None
 
     def bad(self, node: exp.Expression, msg: str) -> None:
         _bad(self.sql, node, msg, self.vs)
@@ -343,11 +348,20 @@ class _JoinBuilder:
         if len(owners) > 1 and group is not None and {o.alias for o in owners} <= set(group):
             return flat(group[0], name)  # a USING column: one value in every input of its group
         if len(owners) != 1:
-            hint = "" if owners else did_you_mean(col.name, {c for i in self.inputs for c in i.table.schema})
+            hint = "" if owners else (
+                (alias_order_hint(col.name, self.items, self.item_at)
+                 if where == "SELECT" and self.item_at is not None else "")
+                or did_you_mean(col.name, {c for i in self.inputs for c in i.table.schema}))
             self.bad(col, f"column '{col.name}' is ambiguous in {where}; qualify it with its table's alias" if owners
                      else f"column '{col.name}' is unknown in {where} (no joined table has it){hint}")
             return None
         return flat(owners[0].alias, name)
+
+    def known(self, col: exp.Column) -> bool:
+        """Whether a column reference names a column of a joined table (one that does not was reported by
+        :meth:`resolve`)."""
+        name, q = col.name.lower(), col.table.lower() if col.table else None
+        return any(flat(i.alias, name) in self.flat_schema for i in self.inputs if q is None or i.alias == q)
 
     def flatten(self, node: exp.Expression, where: str) -> exp.Expression:
         out = node.copy()
@@ -650,6 +664,7 @@ class _JoinBuilder:
         # columns that are not plain identifiers cannot be named in a join (they read as unknown)
         self.flat_schema = {flat(i.alias, c): t for i in self.inputs for c, t in i.table.schema.items() if _PLAIN.match(c)}
         stmt = _spelled(stmt, {c.lower() for i in self.inputs for c in i.table.schema})
+        self.items = list(stmt.expressions)
         conditions: list[tuple[str, str]] = []
         for k, j in enumerate(joins):
             conds = self.add_conditions(j, k + 1)
@@ -710,7 +725,7 @@ class _JoinBuilder:
         if stmt.args.get("order") is not None:  # over released values: the allow-list of post-processing, as on one table
             for o in stmt.args["order"].expressions:
                 self.vs.extend(check_expression_functions(o, sql, "ORDER BY"))
-        for it in stmt.expressions:
+        for pos, it in enumerate(stmt.expressions):
             self.vs.extend(check_expression_functions(it, sql, "SELECT"))
             if isinstance(it, exp.Star) or (isinstance(it, exp.Column) and isinstance(it.this, exp.Star)):
                 self.bad(it, "SELECT * releases raw rows and is not allowed; select COUNT(*) or SUM(...)")
@@ -718,7 +733,9 @@ class _JoinBuilder:
                 if stmt.args.get("group") is None:
                     self.bad(it, "over joins every output must be an aggregate (COUNT, SUM or AVG)")
                 else:
+                    self.item_at = pos
                     self.flatten(it, "SELECT")  # reports unknown columns
+                    self.item_at = None
         bases: list[ir.JoinAggregate] = []
         at: list[exp.Expression] = []  #: per base, the call it came from (for messages)
         swap: dict[str, exp.Expression] = {}  #: an aggregate call's SQL -> its value over the released __a<j>
@@ -769,7 +786,7 @@ class _JoinBuilder:
         outputs: list[ir.OutputColumn] = []
         used: set[str] = set()
         written_aliases = {it.alias.lower() for it in stmt.expressions if isinstance(it, exp.Alias)}  # never a renamed one's
-        for it in stmt.expressions:
+        for pos, it in enumerate(stmt.expressions):
             inner = it.unalias()
             name = it.alias if isinstance(it, exp.Alias) else (inner.name if isinstance(inner, exp.Column)
                                                                else inner.sql(dialect="duckdb"))
@@ -781,8 +798,12 @@ class _JoinBuilder:
             while name.lower() in used or (name != base and name.lower() in written_aliases):
                 name, n = f"{base}_{n}", n + 1
             used.add(name.lower())
+            self.item_at = pos  # (key_outputs flattens what is outside the aggregates only)
             post = key_outputs(inner, self.keys, lambda x: self.flatten(x, "SELECT"), swap)
+            self.item_at = None
             for c in post.find_all(exp.Column):
+                if not self.known(c):
+                    continue  # reported as unknown (resolving it above), with its fix
                 if not c.name.startswith(("__a", "__k")):
                     self.bad(it, f"'{quoted(c)}' in SELECT is neither aggregated nor a GROUP BY key; add it to GROUP BY or "
                                  "aggregate it")

@@ -53,6 +53,22 @@ def ambiguity_problem(refs: list[tuple[str, str]]) -> str | None:
     return None
 
 
+def alias_order_hint(name: str, items: list[exp.Expression], at: int) -> str:
+    """The fix for output ``at`` of the select list ``items`` naming ``name``, the alias of a later output (or its
+    own), which DuckDB does not see there either (``n * 2 AS twice, COUNT(*) AS n``): ``"; 'n' is the alias of a later
+    output (...) ..."``, else ``""``. The SQL only."""
+    own = items[at] if 0 <= at < len(items) else None
+    if isinstance(own, exp.Alias) and own.alias.lower() == name.lower():
+        return (f"; '{name}' is this output's own alias ({own.sql(dialect='duckdb')}), which it cannot name (hint: "
+                "write the expression of columns or aggregates it stands for)")
+    later = next((it for it in items[at + 1:] if isinstance(it, exp.Alias) and it.alias.lower() == name.lower()), None)
+    if later is None:
+        return ""
+    return (f"; '{name}' is the alias of a later output ({later.sql(dialect='duckdb')}): an output names only the "
+            f"aliases of the outputs before it, as in DuckDB (hint: move it before this output, or write "
+            f"{later.this.sql(dialect='duckdb')} here)")
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` when a registered name (public: a table or column of the catalog) is
     close to the mistyped ``name`` (case ignored), else ``""``. Used in the messages of unknown

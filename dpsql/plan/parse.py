@@ -442,6 +442,18 @@ def order_by_all_alone(stmt: exp.Expression) -> None:
                                  "position or name (ORDER BY 1, 2)")
 
 
+def refuse_empty_groupings(stmt: exp.Expression) -> None:
+    """Refuse ``ROLLUP ()`` or ``CUBE ()`` anywhere in GROUP BY, which DuckDB's parser refuses too (it groups by
+    nothing: answered, it was the one total, or a refusal of its outputs that named no cause)."""
+    for node in stmt.find_all(exp.Rollup, exp.Cube):
+        if not node.expressions and node.arg_key == "expressions":  # (GROUP BY a WITH ROLLUP: an empty one of its own)
+            kind = "ROLLUP" if isinstance(node, exp.Rollup) else "CUBE"
+            raise SQLSyntaxError(
+                f"GROUP BY {kind} () names no column: an empty {kind} groups by nothing (DuckDB refuses it too)",
+                hint=f"name the columns inside it, e.g. GROUP BY {kind} (a, b); for the one total over all rows, "
+                     "leave GROUP BY out")
+
+
 def parse_statements(sql: str) -> list[exp.Expression]:
     if not isinstance(sql, str):
         raise SQLSyntaxError(f"the query must be a SQL string, got {type(sql).__name__}")
@@ -467,6 +479,12 @@ def parse_statements(sql: str) -> list[exp.Expression]:
         if frag and col >= len(frag):
             col = col - len(frag) + 1  # sqlglot reports the column where the token ends
         desc = _clean_description(str(err.get("description") or "syntax error"))
+        if desc == "GROUPINGSETS is missing an argument":  # GROUP BY GROUPING SETS (), refused by DuckDB's parser too
+            raise SQLSyntaxError(
+                f"GROUP BY GROUPING SETS () lists no grouping (line {line}, col {col})", line=line, col=col,
+                fragment=frag,
+                hint="list the groupings inside it, e.g. GROUP BY GROUPING SETS ((a, b), (a), ()), where () is the "
+                     "total over all rows; for that total alone, leave GROUP BY out") from None
         raise SQLSyntaxError(
             f"SQL syntax error at line {line}, col {col} near {frag!r}: {desc}",
             line=line,
@@ -484,6 +502,7 @@ def parse_statements(sql: str) -> list[exp.Expression]:
                              hint="pass one SELECT statement (check that the file or text holds the query itself)")
     for stmt in out:  # comments mean nothing to the query: `status -- note` is the column status
         order_by_all_alone(stmt)
+        refuse_empty_groupings(stmt)
         for node in stmt.walk():
             if node.comments:
                 node.comments = None

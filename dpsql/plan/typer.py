@@ -176,6 +176,7 @@ class SqlType:
 BOOLEAN = SqlType("bool", "BOOLEAN")
 VARCHAR = SqlType("varchar", "VARCHAR")
 DOUBLE = SqlType("float", "DOUBLE")
+REAL = SqlType("float", "FLOAT")
 BIGINT = SqlType("int", "BIGINT")
 DATE = SqlType("date", "DATE")
 TIMESTAMP = SqlType("timestamp", "TIMESTAMP")
@@ -273,7 +274,8 @@ ALLOW_LIST: tuple[FuncSpec, ...] = (
              "exact in DECIMAL when the result type holds every result (+, -: max(p1-s1, p2-s2) + max(s1, s2) + 1 digits; *: p1 + p2) within 38 digits, else computed in DOUBLE"),
     FuncSpec("+, -, * (FLOAT, DOUBLE)", "numeric, numeric -> DOUBLE (FLOAT when a FLOAT meets no DOUBLE, as in DuckDB)", "total",
              "overflow gives inf"),
-    FuncSpec("/", "numeric, numeric -> DOUBLE", "total", "computed in DOUBLE: x / 0 is inf or NaN"),
+    FuncSpec("/", "numeric, numeric -> DOUBLE (FLOAT when a FLOAT meets no DOUBLE, as in DuckDB)", "total",
+             "computed in DOUBLE (a FLOAT quotient in FLOAT: 32 bits, inf beyond its range): x / 0 is inf or NaN"),
     FuncSpec("//, %", "integer, integer -> integer", "total",
              "the divisor is NULLIF(b, 0): division by zero is NULL; // is computed in a type holding every "
              "quotient (for HUGEINT, least // -1 is NULL); % cannot overflow; % on DECIMAL is exact in their common DECIMAL "
@@ -1029,6 +1031,11 @@ class Typer:
             return self._arith(node)
         if isinstance(node, exp.Div):
             a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
+            if "FLOAT" in (a.type.name, b.type.name) and DOUBLE.name not in (a.type.name, b.type.name):
+                # a REAL with a REAL, an integer or a DECIMAL: DuckDB divides in REAL (32 bits; beyond its range inf).
+                # The cast, a no-op on DuckDB, is where Spark (whose quotient is a DOUBLE) rounds it to a REAL
+                quotient = exp.Div(this=self.coerce(a, REAL, node), expression=self.coerce(b, REAL, node))
+                return Typed(exp.Cast(this=quotient, to=exp.DataType.build("FLOAT")), REAL)
             return Typed(exp.Div(this=self.coerce(a, DOUBLE, node), expression=self.coerce(b, DOUBLE, node)), DOUBLE)
         if isinstance(node, (exp.IntDiv, exp.Mod)):
             a, b = self._numeric(node.this, node), self._numeric(node.expression, node)
@@ -2570,7 +2577,16 @@ def _row_text(fields: list[tuple[exp.Expression, SqlType]]) -> exp.Expression:
     return joined(pieces)
 
 
-def type_distinct(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Expression, SqlType]:
+def _nested_kind(t: SqlType) -> str | None:
+    """``list``, ``map``, ``struct`` or ``union`` for a nested type (as DuckDB spells it), else None."""
+    name = t.name.strip().upper()
+    if name.endswith("]"):
+        return "list"
+    return next((k.lower() for k in ("MAP", "STRUCT", "UNION") if name.startswith(k + "(")), None)
+
+
+def type_distinct(node: exp.Expression, schema: dict[str, str],
+                  in_row: bool = False) -> tuple[exp.Expression, SqlType]:
     """The total, canonical rendering of the argument of ``COUNT(DISTINCT expr)`` and its type (raises
     ``TypeRefusal``): as a GROUP BY key's (:func:`type_key`: binary collation for text, one spelling of 0.0 and
     NaN), so its distinct values are its distinct spellings, and of the same key types. A row ``(a, b)`` /
@@ -2588,7 +2604,7 @@ def type_distinct(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Exp
         typed: list[tuple[exp.Expression, SqlType]] = []
         for f in fields:
             try:
-                typed.append(type_distinct(f, schema))
+                typed.append(type_distinct(f, schema, in_row=True))
             except TypeRefusal as e:
                 problems += e.problems
         if problems:
@@ -2597,6 +2613,17 @@ def type_distinct(node: exp.Expression, schema: dict[str, str]) -> tuple[exp.Exp
     r = type_checked(node, schema)
     if r.type.kind == "null":
         return _cast(exp.Null(), VARCHAR, try_=False), VARCHAR
+    nested = _nested_kind(r.type) if in_row and r.type.kind not in KEY_KINDS else None
+    if nested is not None:  # (COUNT(DISTINCT ls) alone counts a list column: the row is what cannot hold it)
+        bare = node
+        while isinstance(bare, exp.Paren):
+            bare = bare.this
+        what = f"the {nested} column '{bare.name}'" if isinstance(bare, exp.Column) else f"a {nested} value"
+        alone = (f"count the distinct {nested}s alone, COUNT(DISTINCT {bare.name})" if isinstance(bare, exp.Column)
+                 else f"count a {nested} column alone, e.g. COUNT(DISTINCT col)")
+        raise TypeRefusal([(node, (
+            f"COUNT(DISTINCT ...) of a row: {what} cannot be a field of a counted row (it is {r.type}; the fields "
+            f"of a counted row are values of a scalar type); {alone}, or leave it out of the row"))])
     if r.type.kind not in KEY_KINDS and r.type.kind != "strlit":
         fix = (f"count the distinct values of CAST({node.sql(dialect='duckdb')} AS VARCHAR), whose text is canonical"
                if r.type.name.split("(")[0] in _TEXT_CASTABLE else "count a value of a scalar type instead")
