@@ -952,11 +952,17 @@ _META_AND_PLACES = (
     f"SELECT '{_PLACES}', string_agg(n.nspname, ',' ORDER BY n.nspname) FROM pg_catalog.pg_class c "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
     + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true)) UNION ALL "
-    # the ledger's tables under row-level security: a role its policies restrict reads only some of the charges
+    # the ledger's tables under row-level security: a role its policies restrict reads only some of the charges.
+    # relrowsecurity is read as of the statement's snapshot, which in a read (one snapshot, taken by its first
+    # statement) can predate row security turned on since, while the rows read next are filtered by the catalog's
+    # newest state: row_security_active asks that state for this role. The last branch reads no row but locks the
+    # ledger's tables (as reading ledger_meta locks it), so row security cannot be turned on before the transaction
+    # ends (a write has locked ledger_entries and ledger_totals already)
     f"SELECT '{_ROW_SECURITY}', string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_catalog.pg_class c "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
     + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true)) "
-    "AND c.relrowsecurity"
+    "AND (c.relrowsecurity OR pg_catalog.row_security_active(c.oid)) UNION ALL "
+    "SELECT NULL, NULL FROM ledger_entries, ledger_totals WHERE false"
 )
 
 
