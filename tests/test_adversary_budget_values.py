@@ -110,3 +110,21 @@ def test_a_rollup_keeps_its_histogram_synopsis_for_free_reuse(tmp_path) -> None:
         assert fresh.cost == Budget(1.0, 0.0) and not fresh.reused
     finally:
         sess.close()
+
+
+def test_grouping_deltas_that_round_up_to_one_are_refused_in_terms_of_the_request() -> None:
+    """The queries' deltas add up to just below 1 (0.49999999999999994 + 0.5 = 0.99999999999999994), but the charge
+    is recorded as the least float whose decimal is at least that sum, which is 1.0: the refusal was a Budget's
+    complaint about a delta of 1.0 that nobody passed, not the request's own terms."""
+    from types import SimpleNamespace
+
+    from dpsql.groupings import _cost
+
+    def routes(*deltas: float) -> list[object]:
+        return [SimpleNamespace(description=SimpleNamespace(cost=Budget(0.5, d))) for d in deltas]
+
+    with pytest.raises(ConfigError) as info:
+        _cost(routes(0.49999999999999994, 0.5))
+    assert "floating-point" in info.value.message and "1.0" not in info.value.message, info.value.message
+    # negative control: a sum that rounds up to a float below 1 is charged as that float
+    assert _cost(routes(0.49999999999999994, 0.49999999999999994)).delta == 0.9999999999999999
