@@ -28,7 +28,10 @@ def s(events):  # type: ignore[no-untyped-def]
     sess.close()
 
 
-BOOLS = [np.True_, np.False_, np.bool_(True), np.array(True), np.array([True])[0]]
+#: the last two: a 0-d array of objects holding a boolean (np.asarray(flag, dtype=object)), which float() reads as
+#: 1.0 and whose dtype is no boolean one
+BOOLS = [np.True_, np.False_, np.bool_(True), np.array(True), np.array([True])[0], np.array(True, dtype=object),
+         np.array(np.False_, dtype=object)]
 
 
 @pytest.mark.parametrize("value", BOOLS, ids=repr)
@@ -66,6 +69,8 @@ def test_numbers_of_numpy_types_still_pass(s) -> None:  # type: ignore[no-untype
     assert r.cost == Budget(0.5, 0.0)
     r = s.query("SELECT COUNT(*) FROM events", epsilon=np.int64(1))
     assert r.cost == Budget(1.0, 0.0)
+    r = s.query("SELECT COUNT(*) FROM events", epsilon=np.array(0.5, dtype=object))
+    assert r.cost == Budget(0.5, 0.0)
 
 
 def test_groupings_whose_deltas_reach_one_are_refused_in_terms_of_the_request(s) -> None:  # type: ignore[no-untyped-def]
