@@ -133,3 +133,31 @@ def test_grouping_deltas_that_round_up_to_one_are_refused_in_terms_of_the_reques
     assert "floating-point" in info.value.message and "1.0" not in info.value.message, info.value.message
     # negative control: a sum that rounds up to a float below 1 is charged as that float
     assert _cost(routes(0.49999999999999994, 0.49999999999999994)).delta == 0.9999999999999999
+
+
+def test_a_synopsis_made_at_a_smaller_share_says_so_when_reused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A ROLLUP gives each of its queries a share of epsilon (here 1/100 of 0.2 to the histogram); the histogram's
+    synopsis, kept, then answers the same histogram asked alone at epsilon=5 for free, with the noise of epsilon=0.002.
+    The release said only that it was read from a synopsis: its accuracy figures told, its words did not. It now says
+    the epsilon the synopsis was made at, below the one asked, and how to run afresh."""
+    import pyarrow.parquet as pq
+    from conftest import make_events
+
+    src = tmp_path / "events.parquet"
+    pq.write_table(make_events(), src)
+    sess = dpsql.Session(budget=Budget(100.0, 1e-3))
+    try:
+        sess.register("events", str(src), privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=1,
+                      max_rows_per_unit=3, columns={"age": {"bounds": (0, 100), "bins": 10}})
+        sess.query("SELECT age, COUNT(*) FROM events GROUP BY ROLLUP(age)", epsilon=0.2,
+                   options={"grouping_weights": [1, 99]})
+        q = "SELECT age, COUNT(*) FROM events GROUP BY age"
+        for r in (sess.query(q, epsilon=5.0), sess.explain(q, epsilon=5.0)):
+            said = " ".join(r.notes)
+            assert r.cost == Budget(0.0, 0.0) and "made at epsilon=0.002" in said and "reuse': 'never'" in said, said
+        assert sess.query(q, epsilon=5.0).details["synopsis_epsilon"] == pytest.approx(0.002, rel=1e-12)  # as calibrated
+        # negative control: asked at no more than the synopsis's epsilon, nothing is said about it
+        said = " ".join(sess.query(q, epsilon=0.002).notes)
+        assert "ledger entry 1" in said and "made at epsilon" not in said, said
+    finally:
+        sess.close()
