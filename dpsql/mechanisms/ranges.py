@@ -141,8 +141,12 @@ def precheck_dawa(wl: Workload, epsilon: float, *, split: float, cap: float) -> 
 
 
 def synopsis_epsilon(text: str) -> float | None:
-    """The epsilon a stored synopsis was made at (a released parameter of its run), None if it does not say."""
-    d = json.loads(text)
+    """The epsilon a stored synopsis was made at (a released parameter of its run), None if it does not say (text
+    that is no JSON is refused where the synopsis is loaded, with dpsql's words)."""
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return None
     d = d.get("flat", d) if isinstance(d, dict) else {}
     e = d.get("epsilon") if isinstance(d, dict) else None
     return float(e) if isinstance(e, (int, float)) and not isinstance(e, bool) else None
