@@ -161,3 +161,10 @@ def test_a_synopsis_made_at_a_smaller_share_says_so_when_reused(tmp_path) -> Non
         assert "ledger entry 1" in said and "made at epsilon" not in said, said
     finally:
         sess.close()
+
+
+def test_a_synopsis_text_that_is_no_json_leaves_its_epsilon_unsaid() -> None:
+    from dpsql.mechanisms.ranges import synopsis_epsilon
+
+    assert synopsis_epsilon("not json") is None and synopsis_epsilon('{"epsilon": true}') is None
+    assert synopsis_epsilon('{"flat": {"epsilon": 0.5}}') == 0.5  # negative control: a 2-D synopsis's own
