@@ -187,3 +187,26 @@ def test_a_read_without_row_security_change_is_answered(server: Server) -> None:
         assert len(led.history()) == 2
     finally:
         led.close()
+
+
+def test_row_security_elsewhere_or_forced_without_being_enabled_is_no_refusal(server: Server) -> None:
+    """Only the ledger's own tables count: another table of its schema under row security, and FORCE ROW LEVEL
+    SECURITY on a ledger table whose row security is not enabled (which restricts nobody), leave the ledger usable."""
+    import psycopg
+
+    url, analyst_url = _ledger_with_a_failed_charge(server, row_security=False)
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE TABLE other_data (x int)")
+        con.execute("ALTER TABLE other_data ENABLE ROW LEVEL SECURITY")
+        con.execute("ALTER TABLE ledger_entries FORCE ROW LEVEL SECURITY")
+    led = _open(analyst_url)
+    try:
+        assert led.remaining() == dpsql.Budget(0.05, 0.0)
+        led.commit(led.reserve(dpsql.Budget(0.05, 0.0), mechanism="basic", query="q", tables=["t"], params={}))
+    finally:
+        led.close()
+    # negative control: enabling it on the ledger's table is refused
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("ALTER TABLE ledger_entries ENABLE ROW LEVEL SECURITY")
+    with pytest.raises(LedgerError, match="row-level security"):
+        _open(analyst_url).remaining()
