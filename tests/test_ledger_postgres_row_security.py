@@ -210,3 +210,21 @@ def test_row_security_elsewhere_or_forced_without_being_enabled_is_no_refusal(se
         con.execute("ALTER TABLE ledger_entries ENABLE ROW LEVEL SECURITY")
     with pytest.raises(LedgerError, match="row-level security"):
         _open(analyst_url).remaining()
+
+
+def test_a_view_standing_in_for_a_ledger_table_is_refused(server: Server) -> None:
+    """A view of a ledger table's name over the real table (``CREATE VIEW ledger_entries AS SELECT * FROM entries
+    WHERE status <> 'failed'``: simple, so dpsql's INSERT and UPDATE go through it, and LOCK TABLE locks it) filters
+    the charges as a row security policy does, and was read as the ledger: the failed charge of 0.9 was not counted
+    and 0.9 was charged again over a total of 1. A ledger table that is no table is refused."""
+    import psycopg
+
+    url, analyst_url = _ledger_with_a_failed_charge(server, row_security=False)
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("ALTER TABLE ledger_entries RENAME TO entries")
+        con.execute("CREATE VIEW ledger_entries AS SELECT * FROM entries WHERE status <> 'failed'")
+        con.execute("GRANT SELECT, INSERT, UPDATE ON ledger_entries TO PUBLIC")
+    with pytest.raises(LedgerError, match="not a table"):
+        _charge(analyst_url, 0.9)
+    with psycopg.connect(url) as con:
+        assert [r[0] for r in con.execute("SELECT epsilon FROM entries ORDER BY entry_id").fetchall()] == [0.9, 0.05]
