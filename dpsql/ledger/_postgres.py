@@ -961,24 +961,22 @@ _NOT_TABLES = "__not_tables"
 _META_AND_PLACES = (
     "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation', 'ledger_id') UNION ALL "
     f"SELECT '{_TABLE}', CAST(CAST(to_regclass('ledger_entries') AS oid) AS VARCHAR) UNION ALL "
-    f"SELECT '{_PLACES}', string_agg(n.nspname, ',' ORDER BY n.nspname) FROM pg_catalog.pg_class c "
-    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
-    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true)) UNION ALL "
-    # the ledger's tables under row-level security: a role its policies restrict reads only some of the charges.
-    # relrowsecurity is read as of the statement's snapshot, which in a read (one snapshot, taken by its first
-    # statement) can predate row security turned on since, while the rows read next are filtered by the catalog's
-    # newest state: row_security_active asks that state for this role. The last branch reads no row but locks the
-    # ledger's tables (as reading ledger_meta locks it), so row security cannot be turned on before the transaction
-    # ends (a write has locked ledger_entries and ledger_totals already)
-    f"SELECT '{_ROW_SECURITY}', string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_catalog.pg_class c "
-    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
-    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true)) "
-    "AND (c.relrowsecurity OR pg_catalog.row_security_active(c.oid)) UNION ALL "
-    # ... and those that are no table: a view of the name filters the rows read (and passes dpsql's writes on)
-    f"SELECT '{_NOT_TABLES}', string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_catalog.pg_class c "
-    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
-    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true)) "
-    "AND c.relkind NOT IN ('r', 'p') UNION ALL "
+    # one scan of the catalog for the tables of the ledger's names the search_path can see: their schemas; those
+    # under row-level security (a role its policies restrict reads only some of the charges: relrowsecurity is read
+    # as of the statement's snapshot, which in a read, one snapshot taken by its first statement, can predate row
+    # security turned on since, while the rows read next are filtered by the catalog's newest state, which
+    # row_security_active asks for this role); and those that are no table (a view of the name filters the rows read
+    # and passes dpsql's writes on). The last branch reads no row but locks the ledger's tables (as reading
+    # ledger_meta locks it), so row security cannot be turned on before the transaction ends (a write has locked
+    # ledger_entries and ledger_totals already)
+    "SELECT k, v FROM (SELECT string_agg(n.nspname, ',' ORDER BY n.nspname) AS places, "
+    "string_agg(c.relname, ',' ORDER BY c.relname) FILTER (WHERE c.relrowsecurity OR "
+    "pg_catalog.row_security_active(c.oid)) AS secured, "
+    "string_agg(c.relname, ',' ORDER BY c.relname) FILTER (WHERE c.relkind NOT IN ('r', 'p')) AS views "
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
+    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true))) AS s "
+    f"CROSS JOIN LATERAL (VALUES ('{_PLACES}', s.places), ('{_ROW_SECURITY}', s.secured), ('{_NOT_TABLES}', s.views)) "
+    "AS x(k, v) UNION ALL "
     "SELECT NULL, NULL FROM ledger_entries, ledger_totals WHERE false"
 )
 
