@@ -110,7 +110,7 @@ def test_a_rollup_keeps_its_histogram_synopsis_for_free_reuse(tmp_path) -> None:
         again = sess.query("SELECT age, COUNT(*) FROM events GROUP BY age", epsilon=1.0)
         assert again.cost == Budget(0.0, 0.0) and again.reused, again
         assert f"ledger entry {r.ledger_id}" in " ".join(again.notes)
-        # negative control: another column's bins (no stored synopsis) are charged
+        # negative control: the same bins under another WHERE (no stored synopsis) are charged
         fresh = sess.query("SELECT age, COUNT(*) FROM events WHERE age > 10 GROUP BY age", epsilon=1.0)
         assert fresh.cost == Budget(1.0, 0.0) and not fresh.reused
     finally:
