@@ -66,11 +66,13 @@ def plain_float(value: Any, what: str, hint: str | None = None) -> Any:
 
 def is_boolean(x: object) -> bool:
     """Whether ``x`` is a truth value rather than a number: Python's bool, or NumPy's (``np.True_``, a 0-d
-    boolean array), which is no ``bool`` and which float() reads as 1.0 or 0.0. A slip of a boolean for a
+    boolean array, a 0-d array of objects holding one), which is no ``bool`` and which float() reads as 1.0 or 0.0. A slip of a boolean for a
     budget must not spend a whole unit of epsilon (nor read as delta = 0), so every budget refuses both."""
     if isinstance(x, bool):
         return True
     dtype = getattr(x, "dtype", None)
+    if getattr(dtype, "kind", None) == "O" and getattr(x, "ndim", None) == 0:  # a 0-d array of objects: its one object
+        return is_boolean(x.item())  # type: ignore[attr-defined]
     return getattr(dtype, "kind", None) == "b"
 
 

@@ -513,10 +513,12 @@ def _cost(routes: list[Any]) -> Budget:
     budget asked for whenever each query's cost is at most its share)."""
     costs = [r.description.cost for r in routes]
     delta = sum((c.exact_delta for c in costs), Fraction(0))
-    if delta >= 1:  # each query's share fits, but the Gaussian samplers' floating-point parts take the sum to 1
+    # each query's share fits, but the Gaussian samplers' floating-point parts take the sum to 1, or so close below
+    # it (0.99999999999999994) that the least float recording it is 1.0
+    if delta >= 1 or float_at_least(delta) >= 1:
         raise ConfigError(
             f"the {len(routes)} queries' shares of delta plus their Gaussian samplers' floating-point deltas (fp_delta) add "
-            "up to a delta that reaches 1: no privacy is left to claim; nothing was charged", hint="use a small delta such as 1e-6 (well below 1/number_of_people), or 0 for pure DP")
+            "up to a delta that reaches 1 as recorded: no privacy is left to claim; nothing was charged", hint="use a small delta such as 1e-6 (well below 1/number_of_people), or 0 for pure DP")
     return Budget(float_at_least(sum((c.exact_epsilon for c in costs), Fraction(0))), float_at_least(delta))
 
 

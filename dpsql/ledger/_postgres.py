@@ -86,7 +86,8 @@ after the user and so read first, could stand in for the ledger's own). A search
 schema of the database does is refused, with ``create=True`` too (a changed search_path never becomes a fresh
 budget; ``dpsql init`` creates a ledger there on purpose). A ledger whose tables have row-level security enabled is
 refused in every transaction, for every role: a role that a policy restricts reads only some of the charges (or an older
-total), and would charge budget that is spent (``tests/test_ledger_postgres_row_security.py``).
+total), and would charge budget that is spent (``tests/test_ledger_postgres_row_security.py``); so is a ledger whose
+table of one of these names is a view (or any relation but a table), which filters the rows read as a policy does.
 
 Each ledger has a random identity, as a ledger file has (``ledger_meta.ledger_id``, 128 bits, drawn when it is
 created; a ledger created before identities gets one at its next write, inserted under the ledger's lock, so
@@ -876,6 +877,16 @@ class PostgresLedger(Ledger):
         places = (rows.pop(_PLACES, None) or "").split(",")
         table = str(rows.pop(_TABLE, ""))
         secured = rows.pop(_ROW_SECURITY, None)
+        views = rows.pop(_NOT_TABLES, None)
+        if views:
+            # a view of a ledger table's name (over the real table, with a WHERE) reads only some of the charges, as
+            # a row security policy does, and passes dpsql's INSERT and UPDATE on to the table under it
+            raise LedgerError(
+                f"ledger {self.path}: {views.replace(',', ', ')} is not a table (a view or another kind of relation), so "
+                f"the charges and totals read through it may be only some of the ledger's; {unchanged}",
+                hint="the ledger's tables are those dpsql created (`dpsql init`); drop the view and give the table its "
+                     "name back",
+            )
         if secured:
             # a role that row-level security policies restrict (any but the tables' owner, unless FORCE'd) reads
             # only the rows they let through: a charge it cannot see is left out of the spent budget, a newer total
@@ -943,20 +954,30 @@ class PostgresLedger(Ledger):
 _PLACES = "__places"
 _TABLE = "__table"
 _ROW_SECURITY = "__row_security"
+_NOT_TABLES = "__not_tables"
 #: ledger_meta's version, generation and identity, the OID of the ledger_entries table the search_path leads to,
 #: and, in one round trip, the schema of every table of the ledger's names that the connection's search_path can
 #: see (pg_temp included): one schema, each once
 _META_AND_PLACES = (
     "SELECT key, value FROM ledger_meta WHERE key IN ('schema_version', 'generation', 'ledger_id') UNION ALL "
     f"SELECT '{_TABLE}', CAST(CAST(to_regclass('ledger_entries') AS oid) AS VARCHAR) UNION ALL "
-    f"SELECT '{_PLACES}', string_agg(n.nspname, ',' ORDER BY n.nspname) FROM pg_catalog.pg_class c "
-    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
-    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true)) UNION ALL "
-    # the ledger's tables under row-level security: a role its policies restrict reads only some of the charges
-    f"SELECT '{_ROW_SECURITY}', string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_catalog.pg_class c "
-    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
-    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true)) "
-    "AND c.relrowsecurity"
+    # one scan of the catalog for the tables of the ledger's names the search_path can see: their schemas; those
+    # under row-level security (a role its policies restrict reads only some of the charges: relrowsecurity is read
+    # as of the statement's snapshot, which in a read, one snapshot taken by its first statement, can predate row
+    # security turned on since, while the rows read next are filtered by the catalog's newest state, which
+    # row_security_active asks for this role); and those that are no table (a view of the name filters the rows read
+    # and passes dpsql's writes on). The last branch reads no row but locks the ledger's tables (as reading
+    # ledger_meta locks it), so row security cannot be turned on before the transaction ends (a write has locked
+    # ledger_entries and ledger_totals already)
+    "SELECT k, v FROM (SELECT string_agg(n.nspname, ',' ORDER BY n.nspname) AS places, "
+    "string_agg(c.relname, ',' ORDER BY c.relname) FILTER (WHERE c.relrowsecurity OR "
+    "pg_catalog.row_security_active(c.oid)) AS secured, "
+    "string_agg(c.relname, ',' ORDER BY c.relname) FILTER (WHERE c.relkind NOT IN ('r', 'p')) AS views "
+    "FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relname IN ("
+    + ", ".join(f"'{t}'" for t in _REQUIRED_TABLES) + ") AND n.nspname = ANY (pg_catalog.current_schemas(true))) AS s "
+    f"CROSS JOIN LATERAL (VALUES ('{_PLACES}', s.places), ('{_ROW_SECURITY}', s.secured), ('{_NOT_TABLES}', s.views)) "
+    "AS x(k, v) UNION ALL "
+    "SELECT NULL, NULL FROM ledger_entries, ledger_totals WHERE false"
 )
 
 

@@ -140,6 +140,18 @@ def precheck_dawa(wl: Workload, epsilon: float, *, split: float, cap: float) -> 
         raise
 
 
+def synopsis_epsilon(text: str) -> float | None:
+    """The epsilon a stored synopsis was made at (a released parameter of its run), None if it does not say (text
+    that is no JSON is refused where the synopsis is loaded, with dpsql's words)."""
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return None
+    d = d.get("flat", d) if isinstance(d, dict) else {}
+    e = d.get("epsilon") if isinstance(d, dict) else None
+    return float(e) if isinstance(e, (int, float)) and not isinstance(e, bool) else None
+
+
 def load_synopsis(text: str) -> Any:
     from dpsql.mechanisms import dawa as _dawa
 
@@ -341,12 +353,19 @@ class Dawa:
                    "or >, <= or = on a continuous domain, takes in the whole bin, so such a count covers more values "
                    "than the WHERE admits",) if snapped else ()
         if cal.reuse is not None:
+            made = synopsis_epsilon(cal.reuse[1])
+            # a synopsis made at less than the epsilon asked (e.g. a ROLLUP's share) answers with that run's noise:
+            # said in words, not only in the accuracy figures (the epsilon asked is not spent)
+            less = (f"the synopsis was made at epsilon={made:g}, below the epsilon={cal.epsilon:g} asked: its answers carry "
+                    "that run's noise (see the accuracy), larger than a fresh run's; options={'reuse': 'never'} runs DAWA "
+                    "afresh, charged",) if made is not None and made < cal.epsilon else ()
             return Description(
                 label="dawa (reused synopsis)",
                 cost=Budget(0.0, 0.0),
-                parameters={"source_entry_id": cal.reuse[0], "dims": dims, **snapped, "estimates": cal.reuse_estimates},
+                parameters={"source_entry_id": cal.reuse[0], "dims": dims, **snapped, "estimates": cal.reuse_estimates,
+                            **({} if made is None else {"synopsis_epsilon": made})},
                 notes=(f"answered from the DAWA synopsis of ledger entry {cal.reuse[0]} (same table, column(s) and WHERE): "
-                       "post-processing, no budget spent", *widened),
+                       "post-processing, no budget spent", *less, *widened),
                 reuse_of=cal.reuse[0],
             )
         params: dict[str, Any] = {
