@@ -53,3 +53,20 @@ def test_a_real_quotient_as_a_key_and_a_distinct_value_is_duckdbs() -> None:
     # not vacuous: the key of 0.7 / 10 is the REAL quotient, not the 64-bit one
     first = con.execute("SELECT r / i AS k FROM t WHERE i = 10 LIMIT 1").fetchone()[0]  # type: ignore[index]
     assert first == float(pa.scalar(0.07, pa.float32()).as_py()) != float(pa.scalar(0.7, pa.float32()).as_py()) / 10
+
+
+# a number literal met by a REAL is rounded to a REAL once, as DuckDB converts it: 2^60 + 2^36 + 1 is the REAL
+# 2^60 + 2^37 (through the DOUBLE 2^60 + 2^36, a tie, it was 2^60), and so is the BIGINT column holding it; a negated
+# DECIMAL zero is zero (DuckDB's DECIMAL has no -0), so x / -0.0 is +inf, not -inf
+EXACT = ["r / 1152921573326323713 = r / big", "r * 1152921573326323713 = r * big", "r + 1152921573326323713 = r + big",
+         "r / 1152921573326323713.0 = r / big", "r = 1152921573326323713", "r < 1152921573326323713",
+         "r / -0.0 > 0", "x / -0.0 > 0", "i / -0.00 > 0", "r / CAST(-0.0 AS DOUBLE) > 0", "x / -(0.0) > 0"]
+
+
+@pytest.mark.parametrize("where", EXACT)
+def test_a_literal_converts_once_as_in_duckdb(where: str) -> None:
+    t = pa.table({"pid": list(range(20)), "r": pa.array([1.0] * 10 + [1152921642045800448.0] * 10, pa.float32()),
+                  "i": pa.array([10] * 20, pa.int32()), "x": [10.0] * 20,
+                  "big": pa.array([2**60 + 2**36 + 1] * 20, pa.int64())})
+    got, want = count_where(t, where)
+    assert got == want

@@ -232,7 +232,11 @@ TYPED = ["f * m", "f + i", "f * w", "f - i * 3", "f = m", "f < i", "i >= CAST(2 
          "(i - 0.5) - (i + i)", "CAST(2.5 AS DOUBLE) * m", "f * 1e0", "m < 3e0", "i + 16777207 = CAST(16777216 AS REAL)",
          # a REAL divided by (or dividing) a REAL, an integer or a DECIMAL: a REAL quotient, inf beyond its range
          "f / i", "i / f", "f / m", "f / w", "f / f", "f / (i - i)", "f / CAST(1e-38 AS REAL)", "CAST(f / 3 AS VARCHAR)",
-         "f / 10 = 0.05", "f / d"]
+         "f / 10 = 0.05", "f / d",
+         # an integer beyond 2^24 converted to REAL (16777217 is 16777216) stays a REAL where Spark widens it to DOUBLE
+         # (its optimizer drops a long -> float cast under a float -> double one: the quotient was 16777217's)
+         "f / (CAST(i AS INTEGER) + 16777216)", "(CAST(i AS INTEGER) + 16777216) / f", "f / CAST(i + 16777216 AS REAL)",
+         "CAST(CAST(i AS INTEGER) + 16777216 AS REAL) = CAST(i AS INTEGER) + 16777216e0", "f / (i + 16777216)"]
 
 
 def test_duckdbs_typing_rules_give_duckdbs_values(engines: Any) -> None:
@@ -248,6 +252,8 @@ def test_duckdbs_typing_rules_give_duckdbs_values(engines: Any) -> None:
     assert col["CAST(f * i AS VARCHAR)"][DOUBLES.index(3.4028235e38)] == "inf"  # REAL arithmetic: 32 bits
     assert col["CAST(f / 3 AS VARCHAR)"][0] == "0.16666667" and col["f / 10 = 0.05"][0] is True  # a REAL quotient
     assert col["f / CAST(1e-38 AS REAL)"][DOUBLES.index(127.5)] == float("inf")
+    assert col["f / (CAST(i AS INTEGER) + 16777216)"][1] == 1.5 / 16777216  # the REAL of 16777217 is 16777216
+    assert col["CAST(CAST(i AS INTEGER) + 16777216 AS REAL) = CAST(i AS INTEGER) + 16777216e0"][:2] == [True, False]
 
 
 # -- constants folded for a histogram's kept bins ------------------------------------------------------------------

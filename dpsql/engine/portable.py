@@ -136,9 +136,20 @@ def _double_text_template(real: bool = False) -> exp.Expression:
     # (the text read is then the DOUBLE's of that REAL, nearly its exact value: the nearer candidate is the nearer to
     # the value, the fewest digits that read back are taken over every length, and DuckDB keeps a digit more where
     # the two are equally near: 1462245.25, not 1462245.2)
+    # (and DuckDB takes no digits that read back only as a tie of two REALs, to even: 118955824.0, not 118955820.0,
+    # which is the midpoint of 118955816 and 118955824; such digits are told by the text a hair below and above
+    # them, 90 digits further on, beyond any distance of other digits to a midpoint, which read back otherwise)
     text = _DOUBLE_TEXT.replace(" AS DOUBLE)", " AS FLOAT)").replace(
         "WHEN TRY_CAST(concat(CAST(__c.", "WHEN 2 * (__b.m % __p) <> __p AND TRY_CAST(concat(CAST(__c.").replace(
         "WHEN __acc.j <> __j - 1 THEN __acc", "WHEN false THEN __acc") if real else _DOUBLE_TEXT
+    if real:
+        for c in ("n", "o"):
+            read = f"TRY_CAST(concat(CAST(__c.{c} AS STRING), 'E', CAST(__b.q + __j AS STRING)) AS FLOAT) = __b.v"
+            assert read in text
+            text = text.replace(read, read + (
+                f" AND TRY_CAST(concat(CAST(__c.{c} - 1 AS STRING), repeat('9', 90), 'E', CAST(__b.q + __j - 90 AS STRING))"
+                f" AS FLOAT) = __b.v AND TRY_CAST(concat(CAST(__c.{c} AS STRING), repeat('0', 89), '1E',"
+                f" CAST(__b.q + __j - 90 AS STRING)) AS FLOAT) = __b.v"))
     tree = sqlglot.parse_one(text, read="spark")
     for node in tree.walk():
         if isinstance(node, exp.TryCast):

@@ -888,7 +888,7 @@ _TO_INTEGER = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "IN
 
 def _rounded_conversion(node: exp.Expression, new: exp.Expression) -> exp.Expression | None:
     """The typer's conversion of a DOUBLE or DECIMAL value (``CAST_FROM``) to an integer type, or of
-    a DOUBLE to FLOAT, with DuckDB's result, or None for any other conversion.
+    a DOUBLE or an integer to FLOAT, with DuckDB's result, or None for any other conversion.
 
     DuckDB rounds a DOUBLE to the nearest integer, ties to even (``TRY_CAST(2.5 AS INT)`` is 2, of
     1.5 is 2), and a DECIMAL to the nearest, ties away from zero (2.5 is 3); Spark truncates both
@@ -918,6 +918,12 @@ def _rounded_conversion(node: exp.Expression, new: exp.Expression) -> exp.Expres
     md = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", to.replace(" ", ""))
     if md and (src in ("DOUBLE", "FLOAT8") or (src in _FLOATS and md.group(2) == "0")):
         return _double_to_decimal(_arg(x), int(md.group(1)), int(md.group(2)))
+    if src in ("INTEGER", "INT", "BIGINT") and to in ("FLOAT", "REAL", "FLOAT4"):
+        # an integer beyond 2^24 rounds to a REAL (16777217 is 16777216); Spark's optimizer drops a long -> float cast
+        # under a float -> double one (its division, a comparison with a DOUBLE), which kept 16777217. Through an
+        # exact DECIMAL it stays (DECIMAL -> FLOAT rounds once, to nearest)
+        new.set("this", exp.Cast(this=x, to=spark_type("DECIMAL(20,0)")))
+        return new
     if src in _FLOATS and to in ("FLOAT", "REAL", "FLOAT4"):
         inf = _double(math.inf)
         overflow = exp.And(this=exp.EQ(this=exp.Abs(this=new.copy()), expression=inf),

@@ -257,7 +257,7 @@ def _cast(v: Any, to: Any, try_: bool) -> Any:
             raise Unfoldable("out of the DECIMAL's range")
         if v != v.quantize(Decimal(1).scaleb(-s), context=_CTX):
             raise Unfoldable("a rounding cast to DECIMAL")
-        return v
+        return v if v else v.copy_abs()  # (a DECIMAL zero has no sign, as in DuckDB: '-0.0' is 0.0)
     if name in ("DATE", "TIMESTAMP") and isinstance(v, str):
         # the typer's own spelling of a date/time literal (DATE '2024-01-08', make_date(2024, 1, 8), a shifted one)
         if name == "DATE" and _DATE.fullmatch(v):

@@ -682,6 +682,11 @@ class Typer:
             raise self.refuse(node, f"a boolean literal cannot be used as {target}")
         if r.type.numeric:
             if target.numeric and _fits(v, target):
+                if target.name == "FLOAT" and isinstance(v, (int, decimal.Decimal)):
+                    # an integer or DECIMAL is rounded to a REAL once, as DuckDB converts it: through a DOUBLE it can
+                    # be twice, and differ (2^60 + 2^36 + 1 is the REAL 2^60 + 2^37; its DOUBLE, a tie, the REAL 2^60)
+                    from dpsql.plan.folding import _real_of_text
+                    return _real_of_text(str(v))
                 if target.kind == "float":
                     return float(v)
                 if target.kind == "int":
@@ -904,7 +909,9 @@ class Typer:
             r = self.t(node.this)
             if r.literal and r.type.numeric:
                 # exact: Decimal's unary minus would round to the context's 28 digits
-                v = r.value.copy_negate() if isinstance(r.value, decimal.Decimal) else -r.value
+                # (a DECIMAL zero has no sign, as in DuckDB: -0.0 is 0.0, and x / -0.0 is x / 0)
+                v = (r.value.copy_negate() if r.value else r.value.copy_abs()) if isinstance(r.value, decimal.Decimal) \
+                    else -r.value
                 if isinstance(v, int):
                     it = _int_type_for(v)
                     if it is not None:
