@@ -157,32 +157,3 @@ def test_a_damaged_gz_file_is_refused_before_the_charge(tmp_path: Path, monkeypa
         assert "failed" in str(e.value) and "gz" not in str(e.value)
         assert s.remaining().epsilon == 98.0  # the charge stands
     s.close()
-
-
-def test_a_replaced_gz_file_is_read_whole_once_per_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole stream of a .gz file replaced since registration (same header) is read before the next charge,
-    and not again before the charges after it while its version stays: it was read before every query after it."""
-    from dpsql.engine import _duckdb_native as native
-    from dpsql.engine import duckdb as engine_module
-
-    f = tmp_path / "t.csv.gz"
-    f.write_bytes(gzip.compress(b"uid,amount\n" + b"".join(b"%d,5\n" % i for i in range(200))))
-    s = _session(f)
-    monkeypatch.setattr(native, "settled", lambda version, now=None: True)  # (the file's times are not fresh)
-    whole: list[str] = []
-    real = engine_module._csv_header
-    monkeypatch.setattr(engine_module, "_csv_header", lambda *a, **k: (whole.append(a[0]) if k.get("whole") else None,
-                                                                        real(*a, **k))[1])
-    for _ in range(3):
-        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
-    assert whole == []  # unchanged: never read again
-    f.write_bytes(gzip.compress(b"uid,amount\n" + b"".join(b"%d,7\n" % i for i in range(300))))
-    for _ in range(3):
-        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
-    assert whole == [str(f)]
-    # and a cut version of it after that is refused again, for free
-    f.write_bytes(f.read_bytes()[:60])
-    with pytest.raises(InputUnavailableError, match="still being written"):
-        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
-    assert s.remaining().epsilon == 94.0
-    s.close()

@@ -981,8 +981,8 @@ class DuckDBBackend:
 
     def source_changed(self, view: str) -> str | None:
         """Why the files of ``view`` (Parquet or CSV) can no longer be read as registered, or None: checked
-        before every charge, from the files' metadata (footers, a CSV file's header line; a ``.gz`` file's whole
-        stream, its output dropped), read again only where the file's version changed, once per settled version."""
+        before every charge, from the files' metadata only (footers, a CSV file's header line, read again only
+        where the file's version changed; no row)."""
         src = self._csv.get(view)
         if src is None:
             return self.parquet_changed(view)
@@ -991,8 +991,7 @@ class DuckDBBackend:
         except OSError:
             return "one of its CSV files is gone"
         header, then = self._csv_headers.get(view, ([], now))
-        checked = list(then)
-        for k, (path, a, b) in enumerate(zip(src.paths, now, then, strict=False)):
+        for path, a, b in zip(src.paths, now, then, strict=False):
             if a == b:
                 continue
             try:
@@ -1013,12 +1012,6 @@ class DuckDBBackend:
                 # the view selects the registered columns by name, the files by position: a column gone failed
                 # every query after its charge, columns in another order read one person's rows as many people
                 return "its CSV header changed"
-            if native.settled((a,)):
-                # read (a .gz file's whole stream) and found as registered: not read again while this version stays
-                # (a version that is not settled yet may be rewritten within the same file times)
-                checked[k] = a
-        if view in self._csv_headers and tuple(checked) != then:
-            self._csv_headers[view] = (header, tuple(checked))
         return None
 
     def parquet_changed(self, view: str) -> str | None:
