@@ -189,57 +189,6 @@ def test_a_gzip_csv_still_being_written_exits_66_and_one_that_is_no_gzip_stays_2
     assert run(_query("partial.csv.gz")) == 0
 
 
-def _gzip_rows(n: int = 4000) -> bytes:
-    import gzip
-    import random
-
-    rng = random.Random(7)  # rows that do not compress to nothing: the cut falls well after the header
-    return gzip.compress(b"uid,v\n" + b"".join(b"%d,%d\n" % (i, rng.randrange(10**9)) for i in range(n)))
-
-
-def test_a_gzip_csv_cut_after_its_header_exits_66_before_the_charge(data: Path,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """A .csv.gz whose header line is whole but whose compressed stream stops further on (a writer still at work)
-    passed every check before the charge and failed its read after it (5, a `failed` entry in the ledger). The
-    whole stream is read before the charge: 66, nothing charged, as a Parquet file without its footer yet; once
-    written, the same command is answered. A stream whose checksum does not match is damaged: 2, nothing charged."""
-    whole = _gzip_rows()
-    (data / "partial.csv.gz").write_bytes(whole[: len(whole) // 2])
-    bad_crc = bytearray(whole)
-    bad_crc[-8] ^= 0xFF  # the trailer's CRC-32: every byte decompresses, the check fails at the end
-    (data / "crc.csv.gz").write_bytes(bytes(bad_crc))
-    capsys.readouterr()
-    assert run(_query("partial.csv.gz")) == 66
-    err = capsys.readouterr().err
-    assert "error: InputUnavailableError: " in err and "partial.csv.gz" in err, err
-    assert "still being written" in err and "after its budget was charged" not in err, err
-    assert run(_query("crc.csv.gz")) == 2
-    err = capsys.readouterr().err
-    assert "error: ConfigError: " in err and "crc.csv.gz" in err and "damaged" in err, err
-    assert charges(capsys) == 0
-    (data / "partial.csv.gz").write_bytes(whole)  # the writer is done: the retry is answered
-    assert run(_query("partial.csv.gz")) == 0
-    assert charges(capsys) == 1
-
-
-def test_a_gzip_csv_replaced_by_a_cut_one_is_refused_before_the_charge(data: Path) -> None:
-    """The same through the API: a .csv.gz registered whole, then replaced by a file whose stream stops after its
-    header (an upstream job rewriting it in place), is refused before the next charge, not failed after it."""
-    whole = _gzip_rows()
-    src = data / "c.csv.gz"
-    src.write_bytes(whole)
-    with dpsql.Session(ledger="l.duckdb") as s:
-        s.register("t", str(src), privacy_unit="uid")
-        src.write_bytes(whole[: len(whole) // 2])
-        os.utime(src, (1, 1))  # another version, whatever the file system's time resolution
-        with pytest.raises(InputUnavailableError, match="still being written") as ei:
-            s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1)
-        assert ei.value.exit_code == NO_INPUT_EXIT_CODE and "nothing was charged" in str(ei.value)
-        assert s.history().num_rows == 0
-        src.write_bytes(whole)
-        assert len(s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.1).to_pylist()) == 1
-
-
 @pytest.mark.parametrize("source", ["dir.csv", "parts/*.csv", "dir.csv.gz"])
 def test_a_csv_source_that_is_a_directory_stays_2(data: Path, capsys: pytest.CaptureFixture[str], source: str) -> None:
     """A CSV source naming a directory (or a glob matching one) is the caller's mistake, as a Parquet one is: 2 and a

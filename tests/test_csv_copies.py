@@ -12,7 +12,7 @@ import pytest
 
 import dpsql
 from dpsql.engine import _duckdb_csv as csvcopy
-from dpsql.errors import ConfigError, ExecutionError, InputUnavailableError
+from dpsql.errors import ConfigError, ExecutionError
 from dpsql.testing import use_noise, zero_noise
 
 
@@ -129,31 +129,27 @@ def test_a_file_modified_just_now_is_copied_at_every_read(tmp_path: Path) -> Non
     s.close()
 
 
-@pytest.mark.parametrize("damage", ["truncated", "corrupt", "replaced after the check"])
-def test_a_damaged_gz_file_is_refused_before_the_charge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                        damage: str) -> None:
-    """A .gz file cut short past its header line (a writer still at work) or one that no longer decompresses is
-    refused before the charge, for free: its whole stream is read then. Before, the cut one failed its copy after
-    the charge. A file cut between that check and its copy still fails the copy: the generic failure, charged."""
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_a_damaged_gz_file_is_the_generic_failure_after_the_charge(tmp_path: Path, damage: str) -> None:
+    """A .gz file cut short past its header line (a writer still at work) passes the checks before the charge and
+    fails its copy after it: the generic failure, charged. Reading the whole stream before the charge would refuse
+    it for free, but that read's time is the decompression's, which one person's rows decide (a 400 MB field
+    compresses to a few kB): unpadded and outside the statement time-out, it told the analyst their size."""
     f = tmp_path / "t.csv.gz"
     data = gzip.compress(b"uid,amount\n" + b"".join(b"%d,5\n" % i for i in range(20000)))
     f.write_bytes(data)
     s = _session(f)
     s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
-    # the raw reader errors are EOFError (truncated) and zlib.error (corrupt)
-    f.write_bytes(data[:40] + bytes(64) + data[104:] if damage == "corrupt" else data[: len(data) // 2])
-    if damage == "corrupt":  # the header line no longer decompresses
-        with pytest.raises(ConfigError, match="is damaged") as c:
+    # the raw reader errors are EOFError (truncated) and zlib.error (corrupt): the charge still gives the one error
+    f.write_bytes(data[: len(data) // 2] if damage == "truncated" else data[:40] + bytes(64) + data[104:])
+    if damage == "corrupt":  # the header line no longer decompresses: refused before the charge, for free
+        with pytest.raises(ConfigError, match="no longer a readable header") as c:
             s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
-        assert "nothing was charged" in str(c.value) and s.remaining().epsilon == 99.0
-    elif damage == "truncated":
-        with pytest.raises(InputUnavailableError, match="still being written") as u:
-            s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
-        assert "nothing was charged" in str(u.value) and s.remaining().epsilon == 99.0
-    else:
-        monkeypatch.setattr(s._engine, "source_changed", lambda view: None)  # as if cut after the check
-        with pytest.raises(ExecutionError) as e:
-            s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
-        assert "failed" in str(e.value) and "gz" not in str(e.value)
-        assert s.remaining().epsilon == 98.0  # the charge stands
+        assert "gz" not in str(c.value) and s.remaining().epsilon == 99.0
+        s.close()
+        return
+    with pytest.raises(ExecutionError) as e:
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+    assert "failed" in str(e.value) and "gz" not in str(e.value)
+    assert s.remaining().epsilon == 98.0  # the charge stands
     s.close()

@@ -616,30 +616,18 @@ def _csv_unquote(col: exp.Expression) -> exp.Expression:
     return exp.Case(ifs=[exp.If(this=quoted, true=inner)], default=col.copy())
 
 
-#: bytes of decompressed text per read when a ``.gz`` CSV file's stream is read to its end (:func:`_csv_header`)
-_GZIP_CHUNK = 1 << 22
-
-
-def _csv_header(path: str, delim: str, encoding: str = "utf-8", whole: bool = False) -> list[str]:
-    """Column names from the header line of a CSV file (never from a data row), in ``encoding``. ``whole``: a
-    ``.gz`` file's compressed stream is also read to its end (its output dropped), so that a file whose header is
-    there but whose rest is not yet (a writer still at work) is refused here, before a charge, not by the copy
-    after it (``dpsql.engine._duckdb_csv``). That read costs what the copy's decompression costs, a function of
-    the file's compressed and decompressed sizes; whether it fails depends on the stream's framing and
-    checksum, not on which rows it holds."""
+def _csv_header(path: str, delim: str, encoding: str = "utf-8") -> list[str]:
+    """Column names from the header line of a CSV file (never from a data row), in ``encoding``."""
     # errors are raised outside the except blocks: no chained exception quotes the file
-    gz = path.lower().endswith(".gz")
-    opener: Callable[..., Any] = gzip.open if gz else open
+    opener: Callable[..., Any] = gzip.open if path.lower().endswith(".gz") else open
     raw: bytes | None = None
     problem = ""
     try:
         with opener(path, "rb") as f:
             raw = f.readline(1 << 20)
-            while whole and gz and f.read(_GZIP_CHUNK):
-                pass
     except (gzip.BadGzipFile, zlib.error):  # (a BadGzipFile is an OSError) there, but no gzip stream or a damaged one
         problem = "damaged"
-    except EOFError:  # the gzip stream ends before its first line, or its end marker, does: still being written?
+    except EOFError:  # the gzip stream ends before its first line does: still being written?
         problem = "EOFError"
     except IsADirectoryError:  # there, but no file: the caller's mistake (a retry fails again)
         problem = "directory"
@@ -647,8 +635,7 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8", whole: bool = Fa
         problem = type(e).__name__
     if problem == "damaged":
         raise ConfigError(f"cannot read CSV file {path!r}: it is not a gzip file, or a damaged one (its name ends in .gz)",
-                          hint="compress the file with gzip (again, if it was damaged), or name an uncompressed CSV "
-                               "file without the .gz extension")
+                          hint="compress the file with gzip, or name an uncompressed CSV file without the .gz extension")
     if problem == "directory":
         raise ConfigError(f"cannot read CSV file {path!r}: it is a directory, not a CSV file",
                           hint="name the CSV files with a glob that matches only files, e.g. 'dir/*.csv'")
@@ -656,12 +643,6 @@ def _csv_header(path: str, delim: str, encoding: str = "utf-8", whole: bool = Fa
         raise InputUnavailableError(f"cannot read CSV file {path!r} ({problem})" + (
             ": its gzip stream ends before its first line (still being written?)" if problem == "EOFError" else ""),
                                     hint="check that the file exists and is readable (and, for a .gz file, written whole)")
-    if problem:  # the header was read, the rest of the gzip stream was not: cut short, or gone meanwhile
-        raise InputUnavailableError(f"cannot read CSV file {path!r} ({problem})" + (
-            ": its gzip stream ends before its compressed data does (still being written?)"
-            if problem == "EOFError" else ""),
-                                    hint="wait until the file is written whole (or have its writer write it under "
-                                         "another name and rename it into place), then run the command again")
     if raw.startswith(b"\xef\xbb\xbf") and encoding == "utf-8":
         raw = raw[3:]
     line: str | None = None

@@ -961,9 +961,7 @@ class DuckDBBackend:
         raise failure
 
     def _header_of(self, source: str, path: str) -> list[str]:
-        """The header of a CSV file as registered; a ``.gz`` file's stream is read to its end (a file still being
-        written is refused before the charge, not failed by its copy after it)."""
-        return _csv_header(path, _csv_delimiter(source), self.settings.csv_encoding, whole=True)
+        return _csv_header(path, _csv_delimiter(source), self.settings.csv_encoding)
 
     def _csv_registered(self, name: str, source: str, files: list[str]) -> tuple[list[str], native.Version]:
         """The header every file of a CSV source has, and the files' versions (taken first). The files are read by
@@ -996,14 +994,6 @@ class DuckDBBackend:
                 continue
             try:
                 changed = self._header_of(src.source, path) != header
-            except InputUnavailableError as e:
-                if "still being written" in e.message:  # the header is there, the rest of the gzip stream not yet
-                    return "one of its .csv.gz files ends before its compressed data does (still being written?)"
-                return "one of its CSV files can no longer be read"
-            except ConfigError as e:
-                if "or a damaged one" not in e.message:
-                    return "the first line of one of its CSV files is no longer a readable header"
-                return "one of its .csv.gz files is damaged (it does not decompress, or its checksum does not match)"
             except Exception:  # noqa: BLE001 - zlib.error, EOFError, ConfigError: whatever the first line's bytes
                 # emptied, another encoding, a lone carriage return, a .gz that does not decompress, or no header
                 # at all (the first line one person's row): the read failed after the charge, or not, by its bytes
