@@ -43,3 +43,13 @@ def column_of(backend: Any, e: Any) -> list[Any]:
 
     rows = backend.fetch_arrow(exp.select(exp.column("i"), exp.alias_(e, "y")).from_("v")).to_pylist()
     return [r["y"] for r in sorted(rows, key=lambda r: r["i"])]
+
+
+def columns_of(backend: Any, exprs: list[Any]) -> list[list[Any]]:
+    """Each of ``exprs`` evaluated over the view ``v`` of :func:`both_engines` as :func:`column_of` evaluates one,
+    all in one query (one Spark job: a Spark query's fixed cost is most of a small one's time)."""
+    from sqlglot import exp
+
+    q = exp.select(exp.column("i"), *[exp.alias_(e.copy(), f"__y{k}") for k, e in enumerate(exprs)]).from_("v")
+    rows = sorted(backend.fetch_arrow(q).to_pylist(), key=lambda r: r["i"])
+    return [[r[f"__y{k}"] for r in rows] for k in range(len(exprs))]

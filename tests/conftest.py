@@ -179,9 +179,8 @@ LONGEST_FIRST = (
     "test_s4s_truncation.py", "test_hostile_fuzz.py", "test_dawa_privacy.py", "test_adversary_spark_text_hash.py",
     "test_allow_list_everywhere.py", "test_lookup_join_aggregates.py", "test_spark_large_domains.py",
     "test_big_queries.py", "test_adversary_row_caps.py", "test_cli_signal_after_charge.py",
-    "test_adversary_expressions.py", "test_many_aggregates.py", "test_adversary_spark_like_cost.py",
-    "test_caller_connection_settings.py", "test_spark_doubles.py", "test_s4s_vector_fp.py",
-    "test_adversary_scan_statistics.py",
+    "test_adversary_expressions.py", "test_many_aggregates.py", "test_caller_connection_settings.py",
+    "test_spark_doubles.py", "test_s4s_vector_fp.py", "test_adversary_scan_statistics.py",
 )
 
 

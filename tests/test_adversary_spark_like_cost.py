@@ -18,10 +18,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from _spark import require_spark
+import sqlglot
+from _spark import both_engines, columns_of, require_spark
 
 import dpsql
 from dpsql.errors import DPSQLError
+from dpsql.plan.typer import Typer
 from dpsql.testing import use_noise, zero_noise
 
 require_spark()
@@ -63,20 +65,51 @@ def spark() -> Any:
     s.close()
 
 
+OPS = ("LIKE", "NOT LIKE", "ILIKE")
+#: patterns of each form also run through a private query: several '%' (the RLIKE form), ESCAPE '!' and ESCAPE '\\'
+#: with several '%', one '%' with 'İ' (ILIKE's own lowering)
+THROUGH_QUERIES = ["%a%a%b", "%!%%b%", "%\\%%", "İ%"]
+
+
+def condition(op: str, p: str) -> str:
+    lit = "'" + p.replace("'", "''") + "'"
+    esc = " ESCAPE '!'" if p in ESCAPED else " ESCAPE '\\'" if p in BACKSLASH_ESCAPED else ""
+    return f"s {op} {lit}{esc}"
+
+
+@pytest.fixture(scope="module")
+def matches() -> dict[str, tuple[list[list[Any]], list[list[Any]]]]:
+    """op -> (Spark's, DuckDB's) value of each pattern on each text (in the order of ``TEXTS``): every op and
+    pattern in one query per engine (the typed condition, lowered and rendered as a private query's WHERE is)."""
+    engines = both_engines(pa.table({"i": pa.array(range(len(TEXTS)), pa.int64()), "s": pa.array(TEXTS, pa.string())}))
+    duck, spark = next(engines)
+    try:
+        exprs = [Typer({"i": "BIGINT", "s": "VARCHAR"}).t(sqlglot.parse_one(f"SELECT {condition(op, p)}", read="duckdb")
+                                                        .expressions[0]).expr for op in OPS for p in PATTERNS]
+        got, want = columns_of(spark, exprs), columns_of(duck, exprs)
+    finally:
+        next(engines, None)  # closes both
+    n = len(PATTERNS)
+    return {op: (got[k * n:(k + 1) * n], want[k * n:(k + 1) * n]) for k, op in enumerate(OPS)}
+
+
 def counts(s: dpsql.Session, op: str) -> list[Any]:
-    out = []
-    for p in PATTERNS:
-        lit = "'" + p.replace("'", "''") + "'"
-        esc = " ESCAPE '!'" if p in ESCAPED else " ESCAPE '\\'" if p in BACKSLASH_ESCAPED else ""
-        out.append((p, s.query(f"SELECT COUNT(*) AS c FROM t WHERE s {op} {lit}{esc}", epsilon=1.0).table.to_pylist()))
-    return out
+    return [(p, s.query(f"SELECT COUNT(*) AS c FROM t WHERE {condition(op, p)}", epsilon=1.0).table.to_pylist())
+            for p in THROUGH_QUERIES]
 
 
-@pytest.mark.parametrize("op", ["LIKE", "NOT LIKE", "ILIKE"])
-def test_like_patterns_mean_the_same_on_spark(spark: dpsql.Session, op: str) -> None:
+@pytest.mark.parametrize("op", OPS)
+def test_like_patterns_mean_the_same_on_spark(spark: dpsql.Session, matches: dict[str, Any], op: str) -> None:
+    """Every pattern on every text (NULL included) the same on both engines; patterns of each form through a
+    private query: the count DuckDB releases, N times the texts found matching."""
+    got, want = matches[op]
+    assert [(p, g) for p, g, w in zip(PATTERNS, got, want, strict=True) if g != w] == [], want
+    assert any(v is True for col in want for v in col) and any(v is False for col in want for v in col)
     duck = make("duckdb", texts())
     try:
-        assert counts(spark, op) == counts(duck, op)
+        expected = counts(duck, op)
+        assert counts(spark, op) == expected
+        assert expected == [(p, [{"c": N * want[PATTERNS.index(p)].count(True)}]) for p in THROUGH_QUERIES]
     finally:
         duck.close()
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import sqlglot
-from _spark import both_engines, column_of, require_spark
+from _spark import both_engines, column_of, columns_of, require_spark
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedQueryError
@@ -64,12 +64,19 @@ EXPRS = [
 ]
 
 
-@pytest.mark.parametrize("sql", EXPRS)
-def test_same_values_on_both_engines(engines: Any, sql: str) -> None:
+@pytest.fixture(scope="module")
+def values(engines: Any) -> dict[str, tuple[list[Any], list[Any]]]:
+    """sql -> (Spark's column, DuckDB's column) for every expression of ``EXPRS``: all of them in one query per
+    engine (one Spark job instead of one per expression)."""
     duck, spark = engines
-    e = typed(sql)
-    got = column_of(spark, e)
-    assert got == column_of(duck, e)
+    es = [typed(sql) for sql in EXPRS]
+    return dict(zip(EXPRS, zip(columns_of(spark, es), columns_of(duck, es), strict=True), strict=True))
+
+
+@pytest.mark.parametrize("sql", EXPRS)
+def test_same_values_on_both_engines(values: dict[str, tuple[list[Any], list[Any]]], sql: str) -> None:
+    got, want = values[sql]
+    assert got == want
     assert any(v is not None for v in got)
 
 

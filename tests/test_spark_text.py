@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import sqlglot
-from _spark import both_engines, column_of, require_spark
+from _spark import both_engines, column_of, columns_of, require_spark
 from sqlglot import exp
 
 from dpsql.plan.typer import Typer
@@ -43,11 +43,23 @@ def typed(sql: str) -> exp.Expression:
     return Typer({"i": "BIGINT", "s": "VARCHAR"}).t(sqlglot.parse_one(f"SELECT {sql}", read="duckdb").expressions[0]).expr
 
 
-@pytest.mark.parametrize("sql", ["upper(s)", "lower(s)", "upper(lower(s))", "lower(upper(s))", "upper(s) = 'STRASSE'"])
-def test_case_mapping_is_duckdbs(engines: Any, sql: str) -> None:
+CASE_MAPPINGS = ["upper(s)", "lower(s)", "upper(lower(s))", "lower(upper(s))", "upper(s) = 'STRASSE'"]
+
+
+@pytest.fixture(scope="module")
+def values(engines: Any) -> dict[str, tuple[list[Any], list[Any]]]:
+    """sql -> (DuckDB's column, Spark's column) for every expression of ``CASE_MAPPINGS`` and ``CONVERSIONS``: all
+    of them in one query per engine (one Spark job instead of one per expression)."""
     duck, spark = engines
-    e = typed(sql)
-    assert _column(duck, e) == _column(spark, e)
+    sqls = CASE_MAPPINGS + CONVERSIONS
+    es = [typed(sql) for sql in sqls]
+    return dict(zip(sqls, zip(columns_of(duck, es), columns_of(spark, es), strict=True), strict=True))
+
+
+@pytest.mark.parametrize("sql", CASE_MAPPINGS)
+def test_case_mapping_is_duckdbs(values: dict[str, tuple[list[Any], list[Any]]], sql: str) -> None:
+    d, s = values[sql]
+    assert d == s
 
 
 def test_upper_sharp_s_is_one_letter(engines: Any) -> None:
@@ -64,10 +76,8 @@ def _same(a: list[Any], b: list[Any]) -> bool:
 
 
 @pytest.mark.parametrize("sql", CONVERSIONS)
-def test_text_converts_as_on_duckdb(engines: Any, sql: str) -> None:
-    duck, spark = engines
-    e = typed(sql)
-    d, s = _column(duck, e), _column(spark, e)
+def test_text_converts_as_on_duckdb(values: dict[str, tuple[list[Any], list[Any]]], sql: str) -> None:
+    d, s = values[sql]
     assert _same(d, s), [(t, a, b) for t, a, b in zip(TEXTS, d, s, strict=True) if repr(a) != repr(b)]
 
 
