@@ -7,16 +7,17 @@ Parquet stores a column's repeated text once in the row group's dictionary and e
 to bound the stored size of text upstream (docs/threat_model.md, Timing) does not bound this: the stored
 size hardly moves.
 
-``COUNT(DISTINCT note)`` carries each row's text through the row cap's window (``ROW_NUMBER() OVER
+``COUNT(DISTINCT note)`` carried each row's text through the row cap's window (``ROW_NUMBER() OVER
 (PARTITION BY __unit ...) <= k``), which materialises every row of the person, text included, before
 keeping k of them: under ``memory_limit = 100MB`` and ``max_temp_directory_size = 100MB`` (ample for a
-17 kB file) the query fails after its charge with the person, and is answered without them
-(``test_count_distinct_of_one_persons_repeated_text_fails_only_with_them``, xfail). The fix is to carry
-the value's salted digest (``bound.distinct_value``, 16 bytes) through the row cap instead of the text,
-computing it in ``bound.base_relation`` and in the k = 1 race (``_pick_one_row``) before the window, on
-DuckDB and Spark alike: the digest is what the aggregation lists anyway, and ordering a person's rows by
-it numbers equal values alike. Its cost is one digest per row instead of per kept row (linear in the
-decoded text, streamed, never materialised).
+17 kB file) the query failed after its charge with the person (k = 2 and 3; k = 1's race keeps one value per
+person as it reads), and was answered without them. It now carries the value's salted digest
+(``bound.distinct_value``, 16 bytes) through the caps instead of the text, computed in ``bound.base_relation``
+and in the k = 1 race (``_one_row_per_group``, text and other scalar values) before them, on DuckDB and Spark
+alike: the digest is what the aggregation lists anyway, and ordering a person's rows by it numbers equal values
+alike. Its cost is one digest per row instead of per kept row (linear in the decoded text, streamed, never
+materialised). ``test_count_distinct_of_one_persons_repeated_text_answers_on_both_neighbours`` checks k = 1, 2
+and 3, without and with a group key.
 
 A file read through the Arrow view (one with a nested column, as here a list ``tags``; also a flat file modified
 less than ``SETTLE_SECONDS`` before its first read) decodes the dictionary into every row's text before DuckDB
@@ -27,7 +28,7 @@ scan one vector at a time) or to refuse such sources for text columns.
 
 What held (same outcome on both neighbours, same limits, DuckDB's own reader): ``GROUP BY note`` (the (person,
 key) pairs are grouped before the group cap), a LIKE over the note, and the person's 6 000 rows with a short note.
-"""
+What holds since the fix: ``COUNT(DISTINCT note)``, whatever k, with or without a group key."""
 
 from __future__ import annotations
 
@@ -70,14 +71,14 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def _outcome(path: Path, sql: str) -> str:
+def _outcome(path: Path, sql: str, rows: int = 3) -> str:
     s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine=LIMITS)
     patch = pytest.MonkeyPatch()
     # a file written just now is read through the Arrow view until it settles: these flat files are read
     # by DuckDB's own reader from their first read on, as an owner's files written earlier are
     patch.setattr(native, "SETTLE_SECONDS", 0.0)
     try:
-        s.register("t", str(path), privacy_unit="uid", max_groups_per_unit=2, max_rows_per_group=3)
+        s.register("t", str(path), privacy_unit="uid", max_groups_per_unit=2, max_rows_per_group=rows)
         try:
             s.query(sql, epsilon=1.0, delta=1e-6)
             return "answered"
@@ -99,13 +100,13 @@ def test_one_persons_many_short_notes_answer_on_both_neighbours(files: dict[str,
     assert _outcome(files["short"], sql) == _outcome(files["without"], sql) == "answered"
 
 
-@pytest.mark.xfail(strict=True, reason="COUNT(DISTINCT text) carries the decoded text through the row cap's window: "
-                   "one person's repeated within-cap text (2.9 kB on disk) exhausts the memory and temp limits "
-                   "only when they are present; fix: carry the salted digest through the cap (module docstring)")
-def test_count_distinct_of_one_persons_repeated_text_fails_only_with_them(files: dict[str, Path]) -> None:
-    sql = "SELECT COUNT(DISTINCT note) FROM t"
-    assert _outcome(files["without"], sql) == "answered"
-    assert _outcome(files["long"], sql) == "answered"
+@pytest.mark.parametrize("rows", [1, 2, 3])  # k = 1: the race; 2: the first and last draws; 3: the window
+@pytest.mark.parametrize("sql", ["SELECT COUNT(DISTINCT note) FROM t",
+                                 "SELECT uid % 3 AS r, COUNT(DISTINCT note) FROM t GROUP BY uid % 3"])
+def test_count_distinct_of_one_persons_repeated_text_answers_on_both_neighbours(files: dict[str, Path], sql: str,
+                                                                               rows: int) -> None:
+    assert _outcome(files["without"], sql, rows) == "answered"
+    assert _outcome(files["long"], sql, rows) == "answered"
 
 
 @pytest.mark.xfail(strict=True, reason="the Arrow view decodes Parquet's dictionary into every row's text: one "

@@ -240,3 +240,10 @@ class PortableDuckDBOps(SaltedDuckDBOps):
     def keyed_uniform(self, columns: Sequence[str], salt: str) -> exp.Expression:
         return portable_uniform(columns, salt, "duckdb")
 
+
+    def text_digest(self, text: exp.Expression) -> exp.Expression:
+        """``md5(text)``, the 32-character lowercase hex digest, as Spark's ``text_digest``: COUNT(DISTINCT ...) carries
+        it through the row caps, which order a person's rows by it and race over it
+        (``dpsql.rewrite.bound.base_relation``), so both engines must spell it alike to keep the same rows (DuckDB's
+        ``MD5_NUMBER``, a UHUGEINT, orders and prints otherwise). Unknown without the salt, as ``MD5_NUMBER`` is."""
+        return _mark(exp.func("md5", text), "duckdb")

@@ -1021,10 +1021,20 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
 
 def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression | None = None,
                   use_public_domain: bool = True, ops: SqlOps = DEFAULT_OPS,
-                  coded: frozenset[str] = frozenset()) -> tuple[exp.Select, list[str]]:
+                  coded: frozenset[str] = frozenset(), salt: str = SALT_PLACEHOLDER) -> tuple[exp.Select, list[str]]:
     """The rows that may contribute, projected to ``__unit``, the group keys (``coded``: as
     their codes, :func:`coded_keys`) and the clamped values (``<aggregate>_v``); also the names
-    of the value columns."""
+    of the value columns.
+
+    COUNT(DISTINCT ...) carries what it lists (:func:`distinct_value`, under ``salt``: a value of a weakly hashed
+    type as the 128-bit digest of its salted text), computed here, before the row caps, and not the value itself:
+    the caps' windows materialise every row of a (unit, group) before keeping k of them, and one person's 6 000
+    rows holding one 60 000-character text (a few kB of a dictionary-encoded Parquet file, 360 MB decoded)
+    exhausted the engine's memory and temporary-file limits only when that person was present
+    (``tests/test_adversary_dictionary_text.py``). The digest is injective on the values with probability about
+    1 - 2^-128, so the distinct values counted are the same; the caps order a person's rows by it where they
+    ordered them by the value (equal values, equal digests: they number alike). One digest per row instead of
+    per kept row, each read from the text as it streams."""
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit", copy=False)]
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     value_cols: list[str] = []
@@ -1037,6 +1047,8 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
                    else _raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
                    else distinct_input(a, plan.table.schema) if a.kind == ir.COUNT_DISTINCT
                    else aggregate_input(a, plan.table.schema, ops))
+            if a.kind == ir.COUNT_DISTINCT:  # what it lists, before the caps (above)
+                raw = distinct_value(a, plan.table.schema, raw, salt, text_digest_of(ops))
             proj.append(exp.alias_(raw, f"{a.name}_v", copy=False))
             value_cols.append(f"{a.name}_v")
         elif a.kind in ir.PAIR_KINDS:
@@ -1086,6 +1098,12 @@ def _present(column: str) -> exp.Expression:
     return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=ref, expression=exp.Null())), true=_lit(1))])
 
 
+def _nested(sql_type: str) -> bool:
+    """Whether ``sql_type`` is a LIST, ARRAY, STRUCT, MAP or UNION (DuckDB's or Spark's spelling)."""
+    t = sql_type.strip().upper()
+    return t.endswith(("]", ">")) or t.startswith(("STRUCT", "MAP", "UNION", "ARRAY"))
+
+
 def _raw_key(a: ir.Aggregate) -> str:
     """What an aggregate reads, for sharing one raw column between aggregates of the same input (each kind of input
     under its own prefix: a column may be named ``present:a``)."""
@@ -1101,19 +1119,35 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     """k = 1 with values: one row per (unit, group) with its values (``__n`` = 1, and per
     aggregate its ``_c`` / ``_s`` columns), the kept row chosen by :func:`_pick_one_row` over the
     raw values of the columns the aggregates read (clamped after the choice: the same values
-    :func:`base_relation` computes, of the same uniformly chosen row)."""
+    :func:`base_relation` computes, of the same uniformly chosen row). COUNT(DISTINCT ...) of a weakly hashed
+    scalar type (text, a row's text, HUGEINT, a wide DECIMAL) reads what it lists, the digest of its salted text
+    (:func:`distinct_value`), computed before the race, as :func:`base_relation` does before the windows: the
+    race groups and carries the digest, never the text (one person's distinct texts of a well compressed file
+    are not held by the race's grouping). Such values are equal exactly when their texts are. A nested value
+    still races as it is (its members' floats, -0.0 and 0.0, are one value to the grouping, two texts) and is
+    listed after the race."""
     keys = [k.name for k in plan.keys]
+    schema = plan.table.schema
     raw: dict[str, str] = {}
     source: dict[str, exp.Expression] = {}
+
+    def read(a: ir.Aggregate) -> str:  # a digest is not shared with an aggregate that reads the value itself
+        t = distinct_type(a, schema)
+        digested = a.kind == ir.COUNT_DISTINCT and weakly_hashed(t) and not _nested(t)
+        return "digest:" + _raw_key(a) if digested else _raw_key(a)
+
     for a in plan.aggregates:
         if a.kind in (ir.COUNT_COL, ir.COUNT_DISTINCT, *ir.VALUE_KINDS):
-            src = _raw_key(a)
+            src = read(a)
             if src not in raw:
                 raw[src] = f"__r{len(raw)}"
-                source[src] = (_present(src.removeprefix("present:")) if src.startswith("present:") else
-                               _raw_column(a.column, plan.table.schema) if a.value is None and a.column is not None
-                               else distinct_input(a, plan.table.schema) if src.startswith("key:")
-                               else aggregate_input(a, plan.table.schema, ops))
+                plain = src.removeprefix("digest:")
+                source[src] = (_present(plain.removeprefix("present:")) if plain.startswith("present:") else
+                               _raw_column(a.column, schema) if a.value is None and a.column is not None
+                               else distinct_input(a, schema) if plain.startswith("key:")
+                               else aggregate_input(a, schema, ops))
+                if src != plain:
+                    source[src] = distinct_value(a, schema, source[src], salt, text_digest_of(ops))
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema), "__unit", copy=False)]
     proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
     proj += [exp.alias_(source[c], r, copy=False) for c, r in raw.items()]
@@ -1121,10 +1155,11 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     pkeys = keys
     if keys and not set(keys) <= coded:  # (:func:`spread_keys`)
         base, pkeys = spread_keys(base, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
-    schema = plan.table.schema  # the raw columns of COUNT(col) keep their type; every other value is a DOUBLE
+    # the raw columns of COUNT(col) keep their type; COUNT(DISTINCT expr) its key's (a digest, above, is no
+    # weakly hashed value); every other value is a DOUBLE
     types = {r: schema.get(c.removeprefix("col:").lower(), "") for c, r in raw.items() if c.startswith("col:")}
-    types |= {raw[_raw_key(a)]: distinct_type(a, schema) for a in plan.aggregates
-              if a.kind == ir.COUNT_DISTINCT and a.value is not None}
+    types |= {raw[read(a)]: distinct_type(a, schema) for a in plan.aggregates
+              if a.kind == ir.COUNT_DISTINCT and a.value is not None and read(a) == _raw_key(a)}
     picked = _pick_one_row(base, "__unit", pkeys, list(raw.values()), salt, ops=ops, coded=coded, value_types=types)
 
     def present(r: str) -> exp.Expression:
@@ -1134,11 +1169,12 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     for a in plan.aggregates:
         if a.kind not in (ir.COUNT_COL, ir.COUNT_DISTINCT, *ir.VALUE_KINDS):
             continue
-        r = raw[_raw_key(a)]
+        r = raw[read(a)]
         if a.kind == ir.COUNT_COL:
             out.append(exp.alias_(present(r), f"{a.name}_c", copy=False))
-        elif a.kind == ir.COUNT_DISTINCT:
-            out.append(exp.alias_(exp.func("list_value", distinct_value(a, plan.table.schema, _col(r), salt, text_digest_of(ops))), f"{a.name}_l", copy=False))
+        elif a.kind == ir.COUNT_DISTINCT:  # what it lists: its digest (above), or listed now
+            listed = _col(r) if read(a) != _raw_key(a) else distinct_value(a, schema, _col(r), salt, text_digest_of(ops))
+            out.append(exp.alias_(exp.func("list_value", listed), f"{a.name}_l", copy=False))
         elif a.kind == ir.SUM:
             out.append(exp.alias_(_clamped_input(a, plan.table.schema, ops, raw=r), f"{a.name}_s", copy=False))
         else:
@@ -1190,7 +1226,7 @@ def bounded_query(
 
     # 1. base rows ------------------------------------------------------------------------------
     base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=row_domain, ops=ops,
-                                     coded=coded)
+                                     coded=coded, salt=salt)
     rows_src: exp.Expression = base.subquery("__base", copy=False)
 
     # 2. rows per unit (L) ------------------------------------------------------------------------
@@ -1260,9 +1296,10 @@ def bounded_query(
             if a.kind in ir.VARIANCE_KINDS:
                 ug_proj.append(exp.alias_(ops.exact_sum(_fixed_square(a, _col(f"{a.name}_v"), ops)), f"{a.name}_q", copy=False))
         elif a.kind == ir.COUNT_DISTINCT:
-            # the distinct values of this (unit, group)'s kept rows (list_distinct drops NULL)
-            listed = distinct_value(a, plan.table.schema, _col(f"{a.name}_v"), salt, text_digest_of(ops))
-            ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", listed)), f"{a.name}_l", copy=False))
+            # the distinct values of this (unit, group)'s kept rows, as base_relation lists them (list_distinct
+            # drops NULL)
+            ug_proj.append(exp.alias_(exp.func("list_distinct", exp.func("list", _col(f"{a.name}_v"))), f"{a.name}_l",
+                                      copy=False))
     if over_rows:
         # the first C_u groups of each unit, over its rows, one row each: its at most C_u (unit, group) pairs
         kept = cap_groups_per_unit(rows_src, "__unit", keys, ["__unit", *keys], caps.max_groups_per_unit, salt,
