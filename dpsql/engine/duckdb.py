@@ -462,11 +462,12 @@ class DuckDBBackend:
             self._datasets[view] = _Dataset(paths, [parquet_schema(p) for p in paths], None, None, version)
             return
         cap = self.settings.max_text_bytes
-        plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap, list_cap=self.settings.max_list_size)) for f in schema]
+        plans = [(f, *_arrow_plan(f.type, f"'{name}.{f.name}'", cap, list_cap=self.settings.max_list_size,
+                                  dictionary=kind == "parquet")) for f in schema]
         target = pa.schema([pa.field(f.name, read) for f, read, _ in plans])
         if kind == "parquet":
             version = native.versions(paths)
-            raw: Any = ds.dataset(paths, format=parquet_format(), schema=target)
+            raw: Any = ds.dataset(paths, format=parquet_format(target), schema=target)
             self._datasets[view] = _Dataset(paths, [parquet_schema(p) for p in paths], target, view + "_raw", version)
         else:
             raw = source if target.equals(schema) else source.cast(target)
@@ -1054,7 +1055,7 @@ class DuckDBBackend:
                 return (f"its Parquet files store the column '{unsafe[0]}' as {unsafe[1]} (which DuckDB's own reader, "
                         "invalid_text = \"replace\", converts in a way that can fail on a stored value)")
         if d.raw is not None:
-            self._con.register(d.raw, ds.dataset(d.paths, format=parquet_format(), schema=d.target))
+            self._con.register(d.raw, ds.dataset(d.paths, format=parquet_format(d.target), schema=d.target))
         d.version = now  # a file replaced again meanwhile is found by the read's check after it
         return None
 
