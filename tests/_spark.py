@@ -53,3 +53,12 @@ def columns_of(backend: Any, exprs: list[Any]) -> list[list[Any]]:
     q = exp.select(exp.column("i"), *[exp.alias_(e.copy(), f"__y{k}") for k, e in enumerate(exprs)]).from_("v")
     rows = sorted(backend.fetch_arrow(q).to_pylist(), key=lambda r: r["i"])
     return [[r[f"__y{k}"] for r in rows] for k in range(len(exprs))]
+
+
+def values_on_both(engines: Any, sqls: list[str], typed: Any) -> dict[str, tuple[list[Any], list[Any]]]:
+    """sql -> (DuckDB's column, Spark's column) for every expression of ``sqls``, each made an expression by
+    ``typed`` (as a private query's are typed), all of them in one query per engine (one Spark job instead of one
+    per expression)."""
+    duck, spark = engines
+    es = [typed(sql) for sql in sqls]
+    return dict(zip(sqls, zip(columns_of(duck, es), columns_of(spark, es), strict=True), strict=True))

@@ -91,20 +91,26 @@ def test_groupings_whose_deltas_reach_one_are_refused_in_terms_of_the_request(s)
     assert s.explain(q, epsilon=1.0, delta=0.5).cost.delta < 1
 
 
-def test_a_rollup_keeps_its_histogram_synopsis_for_free_reuse(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A ROLLUP (CUBE, GROUPING SETS, UNION ALL) whose query over an ordered column's bins is answered by DAWA paid for
-    that synopsis, but did not keep it: the same histogram asked alone afterwards was charged again (wasted budget,
-    no leak). The grouping's entry now stores the synopsis of its first DAWA query, which later requests read for
-    free, as they read one stored by the histogram alone."""
+def _binned_events(tmp_path):  # type: ignore[no-untyped-def]
+    """A Session over the events in a Parquet file (a file source: its synopses are kept), age in 10 bins."""
     import pyarrow.parquet as pq
     from conftest import make_events
 
     src = tmp_path / "events.parquet"
     pq.write_table(make_events(), src)
     sess = dpsql.Session(budget=Budget(100.0, 1e-3))
+    sess.register("events", str(src), privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=1,
+                  max_rows_per_unit=3, columns={"age": {"bounds": (0, 100), "bins": 10}})
+    return sess
+
+
+def test_a_rollup_keeps_its_histogram_synopsis_for_free_reuse(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A ROLLUP (CUBE, GROUPING SETS, UNION ALL) whose query over an ordered column's bins is answered by DAWA paid for
+    that synopsis, but did not keep it: the same histogram asked alone afterwards was charged again (wasted budget,
+    no leak). The grouping's entry now stores the synopsis of its first DAWA query, which later requests read for
+    free, as they read one stored by the histogram alone."""
+    sess = _binned_events(tmp_path)
     try:
-        sess.register("events", str(src), privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=1,
-                      max_rows_per_unit=3, columns={"age": {"bounds": (0, 100), "bins": 10}})
         r = sess.query("SELECT age, COUNT(*) FROM events GROUP BY ROLLUP(age)", epsilon=1.0, delta=1e-6)
         assert [c["mechanism"] for c in r.details["components"]][0] == "dawa"
         again = sess.query("SELECT age, COUNT(*) FROM events GROUP BY age", epsilon=1.0)
@@ -140,15 +146,8 @@ def test_a_synopsis_made_at_a_smaller_share_says_so_when_reused(tmp_path) -> Non
     synopsis, kept, then answers the same histogram asked alone at epsilon=5 for free, with the noise of epsilon=0.002.
     The release said only that it was read from a synopsis: its accuracy figures told, its words did not. It now says
     the epsilon the synopsis was made at, below the one asked, and how to run afresh."""
-    import pyarrow.parquet as pq
-    from conftest import make_events
-
-    src = tmp_path / "events.parquet"
-    pq.write_table(make_events(), src)
-    sess = dpsql.Session(budget=Budget(100.0, 1e-3))
+    sess = _binned_events(tmp_path)
     try:
-        sess.register("events", str(src), privacy_unit="user_id", max_groups_per_unit=2, max_rows_per_group=1,
-                      max_rows_per_unit=3, columns={"age": {"bounds": (0, 100), "bins": 10}})
         sess.query("SELECT age, COUNT(*) FROM events GROUP BY ROLLUP(age)", epsilon=0.2,
                    options={"grouping_weights": [1, 99]})
         q = "SELECT age, COUNT(*) FROM events GROUP BY age"

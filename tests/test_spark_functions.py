@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import sqlglot
-from _spark import both_engines, column_of, columns_of, require_spark
+from _spark import both_engines, column_of, require_spark, values_on_both
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedQueryError
@@ -68,9 +68,7 @@ EXPRS = [
 def values(engines: Any) -> dict[str, tuple[list[Any], list[Any]]]:
     """sql -> (Spark's column, DuckDB's column) for every expression of ``EXPRS``: all of them in one query per
     engine (one Spark job instead of one per expression)."""
-    duck, spark = engines
-    es = [typed(sql) for sql in EXPRS]
-    return dict(zip(EXPRS, zip(columns_of(spark, es), columns_of(duck, es), strict=True), strict=True))
+    return {sql: (spark, duck) for sql, (duck, spark) in values_on_both(engines, EXPRS, typed).items()}
 
 
 @pytest.mark.parametrize("sql", EXPRS)

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import sqlglot
-from _spark import both_engines, column_of, columns_of, require_spark
+from _spark import both_engines, column_of, require_spark, values_on_both
 from sqlglot import exp
 
 from dpsql.plan.typer import Typer
@@ -50,10 +50,7 @@ CASE_MAPPINGS = ["upper(s)", "lower(s)", "upper(lower(s))", "lower(upper(s))", "
 def values(engines: Any) -> dict[str, tuple[list[Any], list[Any]]]:
     """sql -> (DuckDB's column, Spark's column) for every expression of ``CASE_MAPPINGS`` and ``CONVERSIONS``: all
     of them in one query per engine (one Spark job instead of one per expression)."""
-    duck, spark = engines
-    sqls = CASE_MAPPINGS + CONVERSIONS
-    es = [typed(sql) for sql in sqls]
-    return dict(zip(sqls, zip(columns_of(duck, es), columns_of(spark, es), strict=True), strict=True))
+    return values_on_both(engines, CASE_MAPPINGS + CONVERSIONS, typed)
 
 
 @pytest.mark.parametrize("sql", CASE_MAPPINGS)
