@@ -76,14 +76,15 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def _outcome(path: Path, sql: str, rows: int = 3) -> str:
+def _outcome(path: Path, sql: str, rows: int = 3, caps: dict[str, int] | None = None) -> str:
     s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine=LIMITS)
     patch = pytest.MonkeyPatch()
     # a file written just now is read through the Arrow view until it settles: these flat files are read
     # by DuckDB's own reader from their first read on, as an owner's files written earlier are
     patch.setattr(native, "SETTLE_SECONDS", 0.0)
     try:
-        s.register("t", str(path), privacy_unit="uid", max_groups_per_unit=2, max_rows_per_group=rows)
+        s.register("t", str(path), privacy_unit="uid",
+                   **(caps if caps is not None else {"max_groups_per_unit": 2, "max_rows_per_group": rows}))
         try:
             s.query(sql, epsilon=1.0, delta=1e-6)
             return "answered"
@@ -156,18 +157,7 @@ def test_one_persons_repeated_text_as_a_group_key_answers_on_both_neighbours(fil
 def test_one_persons_repeated_text_as_a_group_key_under_a_row_cap_per_person(files: dict[str, Path]) -> None:
     """The same under a per-person row cap L (its window partitions by the person and holds all of its rows)."""
     def outcome(path: Path) -> str:
-        s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine=LIMITS)
-        patch = pytest.MonkeyPatch()
-        patch.setattr(native, "SETTLE_SECONDS", 0.0)
-        try:
-            s.register("t", str(path), privacy_unit="uid", max_rows_per_unit=10)
-            s.query("SELECT note, COUNT(*) FROM t GROUP BY note", epsilon=1.0, delta=1e-6)
-            return "answered"
-        except dpsql.errors.DPSQLError as e:
-            return f"{type(e).__name__}: {e}"
-        finally:
-            s.close()
-            patch.undo()
+        return _outcome(path, "SELECT note, COUNT(*) FROM t GROUP BY note", caps={"max_rows_per_unit": 10})
 
     assert outcome(files["without"]) == "answered"
     assert outcome(files["long"]) == "answered"
