@@ -158,7 +158,10 @@ def canonical(t: pa.Table) -> list[Any]:
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_join_bounded_results_are_the_same_on_duckdb_and_spark(duck: dpsql.Session, spark: dpsql.Session,
                                                                 name: str) -> None:
-    for salt in ("salt one", "another salt"):
+    # both salts for the sampled queries (test_another_salt_samples_other_tuples compares their samples); the
+    # others alternate the two over the sorted names (a second salt per query doubled the Spark jobs here)
+    both = name.endswith("_sampled")
+    for salt in ("salt one", "another salt") if both else (("salt one", "another salt")[sorted(QUERIES).index(name) % 2],):
         d, s = canonical(bounded(duck, name, salt)), canonical(bounded(spark, name, salt))
         assert d, name
         assert d == s, name
