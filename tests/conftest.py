@@ -174,13 +174,15 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 #: here only starts later; the order never changes what a test checks.
 LONGEST_FIRST = (
     "test_spark_parity_types.py", "test_spark.py", "test_spark_joins.py", "test_adversary_spark_plans.py",
-    "test_adversary_spark_decimal_storage.py", "test_spark_cluster.py", "test_spark_recent_features.py",
-    "test_adversary_spark_round.py", "test_dawa_where_span.py", "test_adversary_audit_b.py", "test_dawa_accuracy.py",
-    "test_s4s_truncation.py", "test_hostile_fuzz.py", "test_dawa_privacy.py", "test_adversary_spark_text_hash.py",
-    "test_allow_list_everywhere.py", "test_lookup_join_aggregates.py", "test_spark_large_domains.py",
-    "test_big_queries.py", "test_adversary_row_caps.py", "test_cli_signal_after_charge.py",
-    "test_adversary_expressions.py", "test_many_aggregates.py", "test_caller_connection_settings.py",
-    "test_spark_doubles.py", "test_s4s_vector_fp.py", "test_adversary_scan_statistics.py",
+    "test_cli_signal_at_charge.py", "test_adversary_spark_decimal_storage.py", "test_adversary_join_spread.py",
+    "test_spark_cluster.py", "test_adversary_sql_surface.py", "test_ledger_postgres_interrupts.py",
+    "test_adversary_spark_round.py", "test_cli_job_environment.py", "test_bounding.py", "test_backend_ops.py",
+    "test_joins_adversarial.py", "test_hostile_fuzz.py", "test_cli_signal_after_charge.py", "test_privacy_audit.py",
+    "test_s4s_truncation.py", "test_spark_replaced_sources.py", "test_spark_recent_features.py",
+    "test_adversary_audit_b.py", "test_adversary_dictionary_text.py", "test_adversary_round38.py",
+    "test_adversary_scan_statistics.py", "test_adversary_spark_text_hash.py", "test_spark_dates.py",
+    "test_adversary_threads.py", "test_neighbour_fuzz.py", "test_adversary_ledger_process.py", "test_ledger_postgres.py",
+    "test_many_aggregates.py",
 )
 
 
