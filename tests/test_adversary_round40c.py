@@ -14,7 +14,7 @@ reason: "400 000 invalid: 13 s".)
 
 One invalid value repeated over one person's rows is found by one halving, but each of its cells then costs
 Python work (its row number read back into a Python list, a tuple, a list append, a sorted set, the flags
-table built element by element): one person's 400 000 rows of ``b"\xff"`` made that first query 0.86 CPU s
+table built element by element): one person's 400 000 rows of ``b"\\xff"`` made that first query 0.86 CPU s
 against 0.06 s for 400 000 rows of ``b"x"`` (and each later read about 0.08 against 0.03 s: the flags join,
 documented).
 
