@@ -259,33 +259,42 @@ def invalid_mask(values: pa.Array) -> np.ndarray:
 
 
 def _invalid_run(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """:func:`invalid_mask` of the values between ``offsets`` (absolute, into ``data``)."""
+    """:func:`invalid_mask` of the values between ``offsets`` (absolute, into ``data``). ASCII bytes are valid
+    wherever they stand, so only the other bytes are looked at: each must be a sequence's first byte followed
+    by as many continuation bytes as it announces, inside its value."""
     base = int(offsets[0])
     b = data[base:int(offsets[-1])]
     o = offsets - base
-    n = len(b)
-    if n == 0:
-        return np.zeros(len(o) - 1, bool)
-    cont = (b & 0xC0) == 0x80
-    # breaks: each byte that starts a sequence, and each value's start (and the end)
-    brk = np.zeros(n + 1, bool)
-    brk[:n] = ~cont
-    brk[o] = True
-    q = np.flatnonzero(brk)  # ascending, ends with n
-    starts = q[:-1][~cont[q[:-1]]]  # the bytes that start a sequence
-    nxt = q[1:][~cont[q[:-1]]]  # the next break after each (another sequence, or the value's end)
-    lead = b[starts]
-    bad = np.zeros(n + 1, bool)
-    bad[starts] = _SEQ_LEN[lead] != nxt - starts  # a byte that starts none, or a sequence cut short or too long
-    two = starts[(nxt - starts >= 2)]
-    if len(two):
-        lead2, second = b[two], b[two + 1]
-        bad[two] |= (((lead2 == 0xE0) & (second < 0xA0)) | ((lead2 == 0xED) & (second > 0x9F))  # overlong, surrogate
-                     | ((lead2 == 0xF0) & (second < 0x90)) | ((lead2 == 0xF4) & (second > 0x8F)))  # overlong, > U+10FFFF
-    first = o[:-1][o[:-1] < o[1:]]  # a value that starts inside a sequence
-    bad[first] |= cont[first]
-    seen = np.concatenate([[0], np.cumsum(bad[:n], dtype=np.int64)])
-    return seen[o[1:]] > seen[o[:-1]]
+    m = len(o) - 1
+    hi = np.flatnonzero(b >= 0x80)
+    if not len(hi):
+        return np.zeros(m, bool)
+    v = b[hi]
+    cont = (v & 0xC0) == 0x80
+    # where each non-ASCII byte's sequence may end: the next non-ASCII byte that is not a continuation, the next
+    # ASCII byte, or its value's end
+    value = np.searchsorted(o, hi, side="right") - 1
+    # same_run[i]: the next non-ASCII byte is the very next byte, in the same value
+    same_run = np.zeros(len(hi), bool)
+    same_run[:-1] = (hi[1:] == hi[:-1] + 1) & (value[1:] == value[:-1])
+    idx = np.arange(len(hi))
+    # a sequence ends after i where the run ends or the next byte starts a sequence of its own
+    ends = np.flatnonzero(~same_run | ~np.concatenate([cont[1:], [True]]))
+    seq_end = hi[ends[np.searchsorted(ends, idx)]] + 1  # the end of the sequence of the byte at i
+    starts = ~cont
+    lead = v[starts]
+    length = seq_end[starts] - hi[starts]
+    bad = np.zeros(len(hi), bool)
+    bad[starts] = _SEQ_LEN[lead] != length
+    second = np.minimum(idx[starts] + 1, len(hi) - 1)
+    s2 = v[second]
+    bad[starts] |= (length >= 2) & (((lead == 0xE0) & (s2 < 0xA0)) | ((lead == 0xED) & (s2 > 0x9F))
+                                    | ((lead == 0xF0) & (s2 < 0x90)) | ((lead == 0xF4) & (s2 > 0x8F)))
+    # a continuation byte that no sequence of its run covers: the first byte of its run, or of its value
+    bad |= cont & np.concatenate([[True], ~same_run[:-1]])
+    out = np.zeros(m, bool)
+    out[value[bad]] = True
+    return out
 
 
 def _batch_rows(pf: Any, cols: list[str]) -> int:
