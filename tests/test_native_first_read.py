@@ -9,7 +9,6 @@ any value but that cell's; and no failure around it may carry a cell."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import random
 import time
@@ -34,6 +33,11 @@ SPECIAL = [b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xef\xbf\xbf", b"\xef\xbf\xbe", b
 @pytest.fixture(autouse=True)
 def _no_settle(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
+
+
+def _cells(bad: Any) -> dict[str, list[tuple[int, int]]]:
+    """The checked columns' invalid cells (arrays of (file, row) rows) as lists of tuples."""
+    return {c: [(int(f), int(r)) for f, r in v] for c, v in bad.items()}
 
 
 def _fuzz(n: int, seed: int) -> list[bytes]:
@@ -119,7 +123,7 @@ def test_the_first_read_finds_every_invalid_cell_in_every_layout(tmp_path: Path,
     rows = _rows(s)  # the first private read
     src = _src(s)
     assert src.checked is not None and not src.disabled  # read natively from the first read on
-    assert src.bad["note"] == [(0, i) for i in sorted(_duck_invalid(notes))] and src.bad["note"]
+    assert _cells(src.bad)["note"] == [(0, i) for i in sorted(_duck_invalid(notes))] and len(src.bad["note"])
     assert rows == _arrow_rows(s)
 
 
@@ -133,14 +137,13 @@ def test_small_batches_repeat_the_dictionary_and_find_the_same_cells(tmp_path: P
     monkeypatch.setattr(native, "_BATCH", 4096)  # five batches over one row group and its dictionary
     s = _session(path)
     _rows(s)
-    assert _src(s).bad["note"] == [(0, 0), (0, 4095), (0, 4096), (0, 12_345), (0, 19_999)]
+    assert _cells(_src(s).bad)["note"] == [(0, 0), (0, 4095), (0, 4096), (0, 12_345), (0, 19_999)]
 
 
-def test_one_invalid_cell_costs_a_bounded_number_of_validations(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check's extra work for a person's invalid cell is the halving of that batch's values
-    (at most 2 log2(n) + 1 validations of slices) and one pass over that batch's indices, not a
-    second read of the file."""
+def test_one_invalid_cell_costs_one_validation_and_one_mask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check's extra work for a person's invalid cell is one numpy pass over that batch's values
+    (:func:`invalid_mask`, after the one validation of the whole batch that every batch has) and one pass
+    over that batch's indices, not a second read of the file nor a search per value."""
     n = 5000
     counts = []
     for bad in (False, True):
@@ -149,20 +152,26 @@ def test_one_invalid_cell_costs_a_bounded_number_of_validations(tmp_path: Path,
             notes[1234] = b"\xfe"
         path = tmp_path / f"{bad}.parquet"
         _write(path, notes)
-        calls = {"n": 0}
-        real = native._valid
+        calls = {"valid": 0, "mask": 0}
+        real, real_mask = native._valid, native.invalid_mask
 
         def counting(values: pa.Array, real: Any = real, calls: dict[str, int] = calls) -> bool:
-            calls["n"] += 1
+            calls["valid"] += 1
             return bool(real(values))
 
+        def masking(values: pa.Array, real: Any = real_mask, calls: dict[str, int] = calls) -> Any:
+            calls["mask"] += 1
+            return real(values)
+
         monkeypatch.setattr(native, "_valid", counting)
+        monkeypatch.setattr(native, "invalid_mask", masking)
         s = _session(path)
         _rows(s)
         monkeypatch.setattr(native, "_valid", real)
-        counts.append(calls["n"])
-        assert _src(s).bad["note"] == ([(0, 1234)] if bad else [])
-    assert counts[0] == 1 and 1 < counts[1] <= 2 + 2 * math.ceil(math.log2(n))
+        monkeypatch.setattr(native, "invalid_mask", real_mask)
+        counts.append(calls)
+        assert _cells(_src(s).bad)["note"] == ([(0, 1234)] if bad else [])
+    assert counts == [{"valid": 1, "mask": 0}, {"valid": 1, "mask": 1}]
 
 
 def test_neighbouring_files_first_query_same_outcome_and_plan(tmp_path: Path) -> None:
@@ -235,10 +244,10 @@ def test_the_threads_share_row_groups_and_find_the_same_cells(tmp_path: Path) ->
     src = native.NativeSource("t", "v", paths, pq.ParquetFile(paths[0]).schema_arrow, exp.select("*"))
     one = native.invalid_cells(src, 1)
     assert one is not None and len(one["note"]) > 50
-    assert native.invalid_cells(src, 2) == native.invalid_cells(src, 3) == one
+    assert _cells(native.invalid_cells(src, 2)) == _cells(native.invalid_cells(src, 3)) == _cells(one)
     expected = [(i, r) for i, p in enumerate(paths)
                 for r in sorted(_duck_invalid(pq.read_table(p).column("note").cast(pa.binary()).to_pylist()))]
-    assert one["note"] == expected
+    assert _cells(one)["note"] == expected
 
 
 def _two_text(path: Path, bad_country: int, bad_url: int, n: int = 200) -> None:
@@ -284,13 +293,13 @@ def test_a_query_checks_only_the_text_columns_it_names(tmp_path: Path, monkeypat
     s.query("SELECT country, COUNT(*) AS n FROM t GROUP BY country", epsilon=1.0, delta=1e-6)
     src = _src(s)
     assert calls == [["country"]] and scanned and all(c == ["country"] for c in scanned)
-    assert src.checked is not None and src.columns == {"country"} and src.bad == {"country": [(0, 5)]}
+    assert src.checked is not None and src.columns == {"country"} and _cells(src.bad) == {"country": [(0, 5)]}
     assert _columns(s, "user_id, likes, country") == _arrow_columns(s, "user_id, likes, country")
     assert calls == [["country"]]  # already checked: no second check
     scanned.clear()
     s.query("SELECT url, COUNT(*) AS n FROM t GROUP BY url", epsilon=1.0, delta=1e-6)
     assert calls == [["country"], ["url"]] and scanned and all(c == ["url"] for c in scanned)
-    assert src.columns == {"country", "url"} and src.bad == {"country": [(0, 5)], "url": [(0, 77)]}
+    assert src.columns == {"country", "url"} and _cells(src.bad) == {"country": [(0, 5)], "url": [(0, 77)]}
     s.query("SELECT country, COUNT(*) AS n FROM t GROUP BY country", epsilon=1.0, delta=1e-6)
     assert _columns(s, "user_id, likes, url, country") == _arrow_columns(s, "user_id, likes, url, country")
     assert len(calls) == 2
@@ -301,7 +310,7 @@ def test_a_query_checks_only_the_text_columns_it_names(tmp_path: Path, monkeypat
     _two_text(tmp, bad_country=9, bad_url=11, n=150)
     os.replace(tmp, path)
     s.query("SELECT url, COUNT(*) AS n FROM t GROUP BY url", epsilon=1.0, delta=1e-6)
-    assert calls[2:] == [["url"]] and src.columns == {"url"} and src.bad == {"url": [(0, 11)]}
+    assert calls[2:] == [["url"]] and src.columns == {"url"} and _cells(src.bad) == {"url": [(0, 11)]}
     fresh = _session(path)  # (the Arrow dataset of ``s`` still holds the old footer)
     assert _columns(s, "user_id, likes, url") == _arrow_columns(fresh, "user_id, likes, url")
 
@@ -314,7 +323,7 @@ def test_a_query_of_no_text_column_checks_the_schemas_only(tmp_path: Path, monke
     s = _session(path)
     s.query("SELECT SUM(likes) AS s FROM t", epsilon=1.0, delta=1e-6)
     src = _src(s)
-    assert scanned == [] and src.checked is not None and src.columns == frozenset() and src.bad == {}
+    assert scanned == [] and src.checked is not None and src.columns == frozenset() and _cells(src.bad) == {}
     sql = s._engine.connection.sql(f"SELECT sql FROM duckdb_views() WHERE view_name = '{src.view}'").fetchall()[0][0]
     assert "JOIN" not in sql.upper()  # nothing to mark: no join
 

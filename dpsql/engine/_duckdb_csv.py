@@ -115,16 +115,28 @@ def _clean(lines: bytes, encoding: str) -> bytes:
         lines.decode("utf-8")
         return lines
     except UnicodeDecodeError:  # the line(s) holding the invalid bytes, and no other, are left out
-        *whole, last = lines.split(b"\n")
-        return b"".join(line + b"\n" for line in whole if _utf8(line)) + (last if _utf8(last) else b"")
+        return _valid_lines(lines)
 
 
-def _utf8(line: bytes) -> bool:
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+def _valid_lines(lines: bytes) -> bytes:
+    """The lines of ``lines`` (each with its \\n; the last may lack it) that are UTF-8, found for every line at
+    once (:func:`dpsql.engine._duckdb_native.invalid_mask`: a few numpy passes over the chunk), so a chunk
+    holding one person's invalid line costs the same work as one holding many, and no Python work per line
+    (decoding each line of such a chunk in Python made one person's 20 invalid lines cost a 75 MB file's
+    copy 3.5 CPU s against 1.1 s)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from dpsql.engine._duckdb_native import invalid_mask
+
+    data = np.frombuffer(lines, np.uint8)
+    ends = np.flatnonzero(data == 10) + 1
+    if not len(ends) or ends[-1] != len(data):
+        ends = np.concatenate([ends, [len(data)]])
+    offsets = np.concatenate([[0], ends]).astype(np.int64)
+    values = pa.Array.from_buffers(pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(lines)])
+    keep = np.repeat(~invalid_mask(values), np.diff(offsets))
+    return data[keep].tobytes()
 
 
 def refresh(src: CsvSource, out_dir: str, suffix: str, until: float | None = None,

@@ -1113,7 +1113,7 @@ class DuckDBBackend:
         return used
 
     def _native_rebuild(self, src: native.NativeSource, version: native.Version, checked: frozenset[str],
-                        bad: dict[str, list[tuple[int, int]]]) -> bool:
+                        bad: dict[str, Any]) -> bool:
         """Point ``src``'s view at DuckDB's reader with the text columns ``checked`` (their invalid
         cells ``bad``) in ``version``; False where the Arrow view stays. The view and its flags
         table change together: the flags are registered under a name of their own, the view
