@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -62,6 +63,23 @@ def _text(values: list[bytes | None], large: bool = False) -> pa.Array:
     raw = pa.array(values, pa.large_binary() if large else pa.binary())
     return pa.Array.from_buffers(pa.large_string() if large else pa.string(), len(raw), raw.buffers(),
                                  null_count=raw.null_count)
+
+
+@pytest.mark.parametrize("step", [1, 7, 64, 1 << 20])
+@pytest.mark.parametrize("large", [False, True])
+def test_the_vectorised_mask_flags_exactly_duckdbs_decode_failures(step: int, large: bool,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``invalid_mask`` (numpy passes over the non-ASCII bytes, in steps of ``_MASK_BYTES``; a longer value
+    validated alone) flags exactly the values DuckDB's TRY(DECODE(...)) rejects, over a slice of an array (its
+    offsets not starting at 0), NULLs included, as text and as bytes."""
+    monkeypatch.setattr(native, "_MASK_BYTES", step)
+    rng = random.Random(21)
+    values: list[bytes | None] = [None if rng.random() < 0.05 else v * rng.randint(1, 3) for v in _fuzz(6000, seed=22)]
+    duck = _duck_invalid(values[37:])
+    assert 0 < len(duck) < len(values) - 37  # both kinds (the control)
+    for arr in (_text(values, large), pa.array(values, pa.large_binary() if large else pa.binary())):
+        mask = native.invalid_mask(arr.slice(37))
+        assert set(np.flatnonzero(mask).tolist()) == duck
 
 
 def test_arrows_validation_flags_exactly_duckdbs_decode_failures() -> None:

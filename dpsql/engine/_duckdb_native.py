@@ -218,7 +218,8 @@ def _invalid_positions(values: pa.Array) -> list[int]:
     return [int(j) for j in np.flatnonzero(invalid_mask(values))]
 
 
-#: bytes of text one step of :func:`invalid_mask` reads at once (its temporary arrays: about 20 bytes per byte)
+#: bytes of text one step of :func:`invalid_mask` reads at once (its temporary arrays: up to about 50 bytes per
+#: non-ASCII byte); a longer value is validated alone
 _MASK_BYTES = 1 << 20
 #: the length of the UTF-8 sequence each byte starts (0: a byte that starts none: a continuation byte, C0, C1,
 #: F5-FF)
@@ -248,7 +249,14 @@ def invalid_mask(values: pa.Array) -> np.ndarray:
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     j = 0
     while j < m:
-        # values j .. k-1: at least one, and as many more as fit in _MASK_BYTES
+        if offsets[j + 1] - offsets[j] > _MASK_BYTES:  # one long value: validated alone, in C++ (no array per byte)
+            one = values.slice(j, 1)
+            if pa.types.is_binary(one.type) or pa.types.is_large_binary(one.type):
+                one = one.view(pa.large_string() if pa.types.is_large_binary(one.type) else pa.string())
+            out[j] = not _valid(one)
+            j += 1
+            continue
+        # values j .. k-1: as many as fit in _MASK_BYTES
         k = int(np.searchsorted(offsets, offsets[j] + _MASK_BYTES, side="right")) - 1
         k = min(max(k, j + 1), m)
         out[j:k] = _invalid_run(data, offsets[j:k + 1])
