@@ -6,11 +6,14 @@ repeated text once in the row group's dictionary, so one person's 6 000 rows und
 (docs/threat_model.md, Residual risks; ``tests/test_adversary_dictionary_text.py``) is such a text as a
 ``GROUP BY`` key; the person's own id goes through the same windows in far more queries:
 
-* one table: every row cap over a person's rows partitions by the unit and carries it with every row
-  (``ROW_NUMBER() OVER (PARTITION BY __unit ...)``), so ``SELECT SUM(x) FROM t`` with ``max_rows_per_unit = 3``,
-  ``SELECT g, SUM(x) ... GROUP BY g`` over a declared domain, and ``MEDIAN(x)`` fail after their charge under
-  ``memory_limit = 100MB`` exactly when that person is present (answered without them, and with the same person
-  under a one-character id). ``COUNT(*)`` (L = 1, and L = 3 counts only) and ``COUNT(DISTINCT uid)`` are answered.
+* one table: the row cap's window over a person's rows partitions by the unit and carries it with every row
+  (``ROW_NUMBER() OVER (PARTITION BY __unit ...) <= n``), so ``SELECT SUM(x) FROM t`` (or ``COUNT(x)``,
+  ``MEDIAN(x)``) with ``max_rows_per_unit = 3``, ``SELECT g, SUM(x) ... GROUP BY g`` over a declared domain with
+  ``max_rows_per_group = 3``, and ``SELECT g, COUNT(*) ... GROUP BY g`` with a per-person cap L = 4 beside the
+  group caps fail after their charge under ``memory_limit = 100MB`` exactly when that person is present
+  (answered without them, and with the same person under a one-character id). What held: caps of one or two
+  rows (the race and the two draws), ``COUNT(*)`` with L = 3 (counted per unit), ``COUNT(DISTINCT uid)``, and
+  ``suggest_caps``.
 * joins: a customer whose id is such a text, with 6 000 orders referencing it (``degree_bounds = {'cid': 2}``):
   every join mechanism (DP-S4S, R2T, the GROUP BY's per-person clipping) fails after its charge under the same
   limits only with that customer. Under a 3 GB limit (threads = 1) the same DP-S4S count answers in 3.6-4.3 s of
