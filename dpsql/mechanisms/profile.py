@@ -91,7 +91,7 @@ class ContributionProfile:
 
     def bounded(self, cal: ProfileCalibration, salt: str, ops: SqlOps) -> exp.Expression:
         src = exp.to_table(cal.table.view, quoted=True)
-        unit = unit_expression(cal.unit, dict(cal.table.schema))  # text units under the binary collation
+        unit = unit_expression(cal.unit, dict(cal.table.schema), ops, salt)  # text units as their salted digest
         not_null = exp.Not(this=exp.Is(this=unit.copy(), expression=exp.Null()))
 
         def binned(value: exp.Expression) -> exp.Expression:
