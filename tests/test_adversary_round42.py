@@ -1,5 +1,9 @@
 """Neighbouring datasets (without and with one person's rows), the same query, the same observable outcome.
 
+All three cases below are closed: ``invalid_mask`` validates steps of 256 kB in C++ and reads only a failing
+step byte by byte (the Parquet case: 0.45 against 0.39 CPU s; the CSV case: 0.93 against 0.78), and a text unit
+is digested under the binary collation. What each case was:
+
 1. One invalid text in a batch of others' non-ASCII text (``_duckdb_native.invalid_mask``). The Parquet text
 check now finds a failing batch's invalid values by numpy passes over every non-ASCII byte of the batch, so the
 cost of one person's single invalid value is a function of how much non-ASCII text *others* wrote in that batch:
@@ -57,8 +61,6 @@ def _cyrillic_file(path: Path, invalid: bool, rows: int = 1_000_000) -> None:
     pq.write_table(pa.table({"uid": pa.array(range(rows), pa.int64()), "name": text}), path, use_dictionary=False)
 
 
-@pytest.mark.xfail(strict=True, reason="open: one invalid value makes the text check read every non-ASCII byte of "
-                                       "others' batch with numpy (4.3 s against 0.5 s)")
 def test_one_invalid_value_among_others_non_ascii_text_is_answered_alike_on_neighbours(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
@@ -93,7 +95,6 @@ def test_control_a_unit_without_a_collation_answers() -> None:
     assert sum(row["n"] for row in r.table.to_pylist()) == 3  # three people, one group each
 
 
-@pytest.mark.xfail(strict=True, reason="open: the portable text digest of a NOCASE unit does not bind")
 @pytest.mark.parametrize("sql", ["SELECT g, COUNT(*) AS n FROM t GROUP BY g", "SELECT g, SUM(x) AS s FROM t GROUP BY g"])
 def test_a_nocase_text_unit_under_the_portable_hash_answers_a_grouped_query(sql: str) -> None:
     r = _session("COLLATE NOCASE").query(sql, epsilon=1.0, delta=1e-6)
@@ -110,8 +111,6 @@ def _cyrillic_csv(path: Path, invalid: bool, lines: int = 1_200_000) -> None:
     path.write_bytes(b"uid,name\n" + b"".join(rows))
 
 
-@pytest.mark.xfail(strict=True, reason="open: one invalid line makes the CSV copy read every non-ASCII byte of "
-                                       "others' chunk with numpy (3.0 s against 0.7 s)")
 def test_one_persons_invalid_lines_among_others_non_ascii_csv_are_answered_alike_on_neighbours(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
