@@ -159,9 +159,10 @@ def test_small_batches_repeat_the_dictionary_and_find_the_same_cells(tmp_path: P
 
 
 def test_one_invalid_cell_costs_one_validation_and_one_mask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The check's extra work for a person's invalid cell is one numpy pass over that batch's values
-    (:func:`invalid_mask`, after the one validation of the whole batch that every batch has) and one pass
-    over that batch's indices, not a second read of the file nor a search per value."""
+    """The check's extra work for a person's invalid cell is one validation of each step of that batch's values
+    and numpy passes over the step that holds it (:func:`invalid_mask`, after the one validation of the whole
+    batch that every batch has), and one pass over that batch's indices, not a second read of the file nor a
+    search per value."""
     n = 5000
     counts = []
     for bad in (False, True):
@@ -189,7 +190,7 @@ def test_one_invalid_cell_costs_one_validation_and_one_mask(tmp_path: Path, monk
         monkeypatch.setattr(native, "invalid_mask", real_mask)
         counts.append(calls)
         assert _cells(_src(s).bad)["note"] == ([(0, 1234)] if bad else [])
-    assert counts == [{"valid": 1, "mask": 0}, {"valid": 1, "mask": 1}]
+    assert counts == [{"valid": 1, "mask": 0}, {"valid": 2, "mask": 1}]  # the batch, then its one step of values
 
 
 def test_neighbouring_files_first_query_same_outcome_and_plan(tmp_path: Path) -> None:

@@ -130,7 +130,8 @@ def _valid_lines(lines: bytes) -> bytes:
     from dpsql.engine._duckdb_native import invalid_mask
 
     data = np.frombuffer(lines, np.uint8)
-    ends = np.flatnonzero(data == 10) + 1
+    ends = np.flatnonzero(data == 10) + 1  # (each step of invalid_mask is decoded in C++ first: only a step holding
+    # an invalid line is read byte by byte)
     if not len(ends) or ends[-1] != len(data):
         ends = np.concatenate([ends, [len(data)]])
     offsets = np.concatenate([[0], ends]).astype(np.int64)

@@ -158,7 +158,10 @@ def unit_expression(unit_column: str, schema: dict[str, str], ops: SqlOps, salt:
     sql_type = schema.get(unit_column.lower(), "")
     if is_text(sql_type) or sql_type.upper().split("(")[0].strip() in ("BLOB", "BYTEA", "BINARY", "VARBINARY"):
         digest = text_digest_of(ops)
-        return salted_text(col, salt, digest if digest is not None else (lambda t: exp.MD5(this=t)), sql_type)
+        # (the text under the binary collation: a column's NOCASE would pass to the hex digest, which the keyed
+        # hash then meets with binary keys)
+        return salted_text(binary_text(col, sql_type), salt,
+                           digest if digest is not None else (lambda t: exp.MD5(this=t)), sql_type)
     return binary_text(col, sql_type)
 
 
