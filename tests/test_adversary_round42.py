@@ -38,6 +38,7 @@ Detection: the query's outcome (1: under the owner's statement time-out, as the 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -51,7 +52,7 @@ from dpsql.engine import _duckdb_native as native
 from dpsql.testing import use_noise, zero_noise
 
 
-def _cyrillic_file(path: Path, invalid: bool, rows: int = 1_000_000) -> None:
+def _cyrillic_file(path: Path, invalid: bool, rows: int = 200_000) -> None:
     """Others' ``rows`` distinct Cyrillic texts (plain encoding), one of them, one person's, not UTF-8 if ``invalid``."""
     vals = [f"Привет мир, как дела {i:07d}".encode() for i in range(rows)]
     if invalid:
@@ -61,22 +62,38 @@ def _cyrillic_file(path: Path, invalid: bool, rows: int = 1_000_000) -> None:
     pq.write_table(pa.table({"uid": pa.array(range(rows), pa.int64()), "name": text}), path, use_dictionary=False)
 
 
+def _bytes_read_one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the byte ranges ``invalid_mask`` reads byte by byte (numpy passes), recorded as they are read."""
+    sizes: list[int] = []
+    real = native._invalid_run
+
+    def recording(data: Any, offsets: Any) -> Any:
+        sizes.append(int(offsets[-1] - offsets[0]))
+        return real(data, offsets)
+
+    monkeypatch.setattr(native, "_invalid_run", recording)
+    return sizes
+
+
 def test_one_invalid_value_among_others_non_ascii_text_is_answered_alike_on_neighbours(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both neighbours answered and the invalid cell found, and only the step holding it is read byte by byte (one
+    step of at most ``_MASK_BYTES`` bytes, not the batch's 6 MB of others' text): no timing involved."""
     monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
-    out = []
+    sizes = _bytes_read_one_by_one(monkeypatch)
+    found = []
     for invalid in (False, True):
         path = tmp_path / f"t{int(invalid)}.parquet"
         _cyrillic_file(path, invalid)
-        with dpsql.Session(budget=Budget(100.0, 1e-3), engine={"statement_timeout": 2.0}) as s:
+        with dpsql.Session(budget=Budget(100.0, 1e-3)) as s:
             use_noise(s, zero_noise(42))
             s.register("t", str(path), privacy_unit="uid")
-            try:
-                s.query("SELECT COUNT(name) AS n FROM t", epsilon=1.0, delta=1e-6)
-                out.append("ok")
-            except dpsql.errors.DPSQLError as e:
-                out.append(type(e).__name__)
-    assert out == ["ok", "ok"], out
+            s.query("SELECT COUNT(name) AS n FROM t", epsilon=1.0, delta=1e-6)
+            (src,) = s._engine._native.values()
+            found.append([(int(f), int(r)) for f, r in src.bad["name"]])
+    assert found == [[], [(0, 100_000)]]
+    assert path.stat().st_size > 4 * native._MASK_BYTES  # the batch is many steps long (the control)
+    assert len(sizes) == 1 and sizes[0] <= native._MASK_BYTES, sizes
 
 
 def _session(collation: str) -> dpsql.Session:
@@ -101,9 +118,9 @@ def test_a_nocase_text_unit_under_the_portable_hash_answers_a_grouped_query(sql:
     assert len(r.table) == 3
 
 
-def _cyrillic_csv(path: Path, invalid: bool, lines: int = 1_200_000) -> None:
-    """Others' ``lines`` rows of Cyrillic text (75 MB); with ``invalid``, one person's row in every 100 000th
-    line (12 rows, one in about every sixth 4 MB chunk of the copy) holds one byte that is not UTF-8."""
+def _cyrillic_csv(path: Path, invalid: bool, lines: int = 300_000) -> None:
+    """Others' ``lines`` rows of Cyrillic text (19 MB); with ``invalid``, one person's row in every 100 000th line
+    (3 rows, in different 4 MB chunks of the copy) holds one byte that is not UTF-8."""
     rows = [f"{i},Привет мир как дела сегодня {i:07d}\n".encode() for i in range(lines)]
     if invalid:
         for i in range(50_000, lines, 100_000):
@@ -113,17 +130,19 @@ def _cyrillic_csv(path: Path, invalid: bool, lines: int = 1_200_000) -> None:
 
 def test_one_persons_invalid_lines_among_others_non_ascii_csv_are_answered_alike_on_neighbours(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both neighbours answered, the invalid lines left out, and only the steps holding them read byte by byte (one
+    step of at most ``_MASK_BYTES`` bytes per invalid line, not its 4 MB chunk of others' lines): no timing."""
     monkeypatch.setattr(native, "SETTLE_SECONDS", 0.0)
-    out = []
+    sizes = _bytes_read_one_by_one(monkeypatch)
+    lines = []
     for invalid in (False, True):
         path = tmp_path / f"t{int(invalid)}.csv"
         _cyrillic_csv(path, invalid)
-        with dpsql.Session(budget=Budget(100.0, 1e-3), engine={"statement_timeout": 2.0}) as s:
+        with dpsql.Session(budget=Budget(100.0, 1e-3)) as s:
             use_noise(s, zero_noise(42))
-            s.register("t", str(path), privacy_unit="uid")
-            try:
-                s.query("SELECT COUNT(name) AS n FROM t", epsilon=1.0, delta=1e-6)
-                out.append("ok")
-            except dpsql.errors.DPSQLError as e:
-                out.append(type(e).__name__)
-    assert out == ["ok", "ok"], out
+            s.register("t", str(path), privacy_unit="uid", max_rows_per_unit=1)
+            s.query("SELECT COUNT(name) AS n FROM t", epsilon=1.0, delta=1e-6)
+            (src,) = s._engine._csv.values()
+            lines.append([Path(c).read_bytes().count(b"\n") for c in src.copies])
+    assert lines == [[300_001], [299_998]]  # the header and every line; the three invalid lines left out
+    assert len(sizes) == 3 and all(n <= native._MASK_BYTES + 100 for n in sizes), sizes
