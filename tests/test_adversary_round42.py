@@ -37,6 +37,7 @@ Detection: the query's outcome (1: under the owner's statement time-out, as the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,15 @@ def _bytes_read_one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
+def _after_first_read(path: Path, inspect: Callable[[Any], Any]) -> Any:
+    """``inspect(engine)`` after a first private read of ``path`` in a new session (before it closes)."""
+    with dpsql.Session(budget=Budget(100.0, 1e-3)) as s:
+        use_noise(s, zero_noise(42))
+        s.register("t", str(path), privacy_unit="uid")
+        s.query("SELECT COUNT(name) AS n FROM t", epsilon=1.0, delta=1e-6)
+        return inspect(s._engine)
+
+
 def test_one_invalid_value_among_others_non_ascii_text_is_answered_alike_on_neighbours(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both neighbours answered and the invalid cell found, and only the step holding it is read byte by byte (one
@@ -85,12 +95,8 @@ def test_one_invalid_value_among_others_non_ascii_text_is_answered_alike_on_neig
     for invalid in (False, True):
         path = tmp_path / f"t{int(invalid)}.parquet"
         _cyrillic_file(path, invalid)
-        with dpsql.Session(budget=Budget(100.0, 1e-3)) as s:
-            use_noise(s, zero_noise(42))
-            s.register("t", str(path), privacy_unit="uid")
-            s.query("SELECT COUNT(name) AS n FROM t", epsilon=1.0, delta=1e-6)
-            (src,) = s._engine._native.values()
-            found.append([(int(f), int(r)) for f, r in src.bad["name"]])
+        found.append(_after_first_read(path, lambda e: [(int(f), int(r)) for f, r in
+                                                        next(iter(e._native.values())).bad["name"]]))
     assert found == [[], [(0, 100_000)]]
     assert path.stat().st_size > 4 * native._MASK_BYTES  # the batch is many steps long (the control)
     assert len(sizes) == 1 and sizes[0] <= native._MASK_BYTES, sizes
@@ -138,11 +144,7 @@ def test_one_persons_invalid_lines_among_others_non_ascii_csv_are_answered_alike
     for invalid in (False, True):
         path = tmp_path / f"t{int(invalid)}.csv"
         _cyrillic_csv(path, invalid)
-        with dpsql.Session(budget=Budget(100.0, 1e-3)) as s:
-            use_noise(s, zero_noise(42))
-            s.register("t", str(path), privacy_unit="uid", max_rows_per_unit=1)
-            s.query("SELECT COUNT(name) AS n FROM t", epsilon=1.0, delta=1e-6)
-            (src,) = s._engine._csv.values()
-            lines.append([Path(c).read_bytes().count(b"\n") for c in src.copies])
+        lines.append(_after_first_read(path, lambda e: [Path(c).read_bytes().count(b"\n")
+                                                        for c in next(iter(e._csv.values())).copies]))
     assert lines == [[300_001], [299_998]]  # the header and every line; the three invalid lines left out
     assert len(sizes) == 3 and all(n <= native._MASK_BYTES + 100 for n in sizes), sizes
