@@ -94,7 +94,7 @@ def test_arrows_validation_flags_exactly_duckdbs_decode_failures() -> None:
     mostly_valid: list[bytes | None] = [v if rng.random() < 0.02 else b"ok" + bytes([65 + i % 26]) for i, v in
                                         enumerate(values)]
     mostly_valid[5] = None
-    assert native._invalid_positions(_text(mostly_valid)) == sorted(_duck_invalid(mostly_valid))
+    assert np.flatnonzero(native.invalid_mask(_text(mostly_valid))).tolist() == sorted(_duck_invalid(mostly_valid))
 
 
 def _write(path: Path, notes: list[bytes | None], **kw: Any) -> None:

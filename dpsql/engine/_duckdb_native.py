@@ -213,11 +213,6 @@ def _valid(values: pa.Array) -> bool:
     return True
 
 
-def _invalid_positions(values: pa.Array) -> list[int]:
-    """Positions of the values of ``values`` that are not UTF-8 (:func:`invalid_mask`)."""
-    return [int(j) for j in np.flatnonzero(invalid_mask(values))]
-
-
 #: bytes of text one step of :func:`invalid_mask` validates at once (and, where that fails, reads byte by byte: its
 #: temporary arrays up to about 50 bytes per non-ASCII byte); a longer value is validated alone
 _MASK_BYTES = 1 << 18
