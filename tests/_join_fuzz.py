@@ -19,6 +19,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -621,8 +622,18 @@ def tuple_multiset(rows: pa.Table, jp: Any, parts: Any) -> collections.Counter:
     return c
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], victim_id: str) -> list[str]:
-    """a: D, b: D minus the victim. Problems found."""
+def digested_id(victim_id: str) -> str:
+    """How a join's tuples name a person whose unit is text: ``<table>:`` and the salted digest of the text
+    (``dpsql.rewrite.joins.key_digests``; DuckDB's ``MD5_NUMBER`` under the fixed ``SALT``)."""
+    table, value = victim_id.split(":", 1)
+    digest = duckdb.execute("SELECT CAST(MD5_NUMBER(? || ?) AS VARCHAR)", [SALT, value]).fetchall()[0][0]
+    return f"{table}:{digest}"
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], victim_id: str, tuple_id: str | None = None) -> list[str]:
+    """a: D, b: D minus the victim (``victim_id`` as the owners' totals spell it; ``tuple_id`` as the sampled
+    tuples name them, by default the same). Problems found."""
+    tuple_id = victim_id if tuple_id is None else tuple_id
     bad: list[str] = []
     kind = a["kind"]
     if "owners" in a:
@@ -649,7 +660,7 @@ def compare(a: dict[str, Any], b: dict[str, Any], victim_id: str) -> list[str]:
                             bad.append(f"enforced Delta={d} exceeded on {lab}: f(inf)={v[idx_inf]} f(Delta)={v[idx_d]}")
         if kind == "scalar-general":
             ca, cb = a["tuples"], b["tuples"]
-            exp_b = collections.Counter({k: v for k, v in ca.items() if victim_id not in k[1]})
+            exp_b = collections.Counter({k: v for k, v in ca.items() if tuple_id not in k[1]})
             if exp_b != cb:
                 extra = cb - exp_b
                 missing = exp_b - cb
@@ -738,7 +749,7 @@ def run_seed(seed: int, n_queries: int, *, outcomes: bool, text: bool | None = N
                         continue
                     rep.checked[a["kind"]] += 1
                     vid = f"{v[0]}:{spell(v[1]) if text else v[1]}"
-                    rep.problems += [f"{where}: {p}" for p in compare(a, b, vid)]
+                    rep.problems += [f"{where}: {p}" for p in compare(a, b, vid, digested_id(vid) if text else vid)]
                 if o_d is not None:
                     rep.outcomes += 1
                     o_p = outcome(sP, sql, opts, 1.0, delta)

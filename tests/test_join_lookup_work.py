@@ -13,8 +13,9 @@ from sqlglot import exp
 
 import dpsql
 from dpsql.budget import Budget
+from dpsql.engine.duckdb_ops import DuckDBOps
 from dpsql.plan.analyze import analyze
-from dpsql.rewrite.joins import _lookup
+from dpsql.rewrite.joins import KeyDigest, _lookup
 from dpsql.testing import use_noise, zero_noise
 
 N = 200
@@ -44,7 +45,7 @@ def _lookup_rows(s: dpsql.Session) -> tuple[int, list[tuple[int, tuple[str, ...]
     jp = plan.join
     assert jp is not None
     (k, slot), = [(k, sl) for k, sl in enumerate(jp.slots) if sl.person_class is None]
-    q = _lookup(k, slot, dict(s.tables))
+    q = _lookup(k, slot, dict(s.tables), KeyDigest("salt", DuckDBOps()))
     view = s.tables["lineitem"].view
     assert view is not None
     sample = exp.select(exp.alias_(exp.column("l_orderkey"), f"{slot.alias}__l_orderkey")).from_(exp.to_table(view, quoted=True))

@@ -108,7 +108,7 @@ def run_seed(seed: int, n_queries: int) -> tuple[collections.Counter, list[str]]
                     if x is None or y is None:
                         continue
                     seen[f"{how}:{x['kind']}"] += 1
-                    problems += [f"{where} run {j}: {p}" for p in fz.compare(x, y, vid)]
+                    problems += [f"{where} run {j}: {p}" for p in fz.compare(x, y, vid, fz.digested_id(vid) if text else vid)]
     finally:
         s_d.close()
         for s_p in neigh.values():

@@ -72,7 +72,15 @@ from sqlglot import exp
 from dpsql.engine.base import DeclaredOps, literal_text, power_of_two_factors
 from dpsql.engine.portable import portable_hash, portable_uniform, spark_double_text, spark_text_as_duckdb
 from dpsql.errors import UnsupportedQueryError
-from dpsql.plan.typer import CAST_FROM, MAX_LIKE_PATTERN, MAX_SEARCHES, NUMERIC_ARG, TEMPORAL_ARG, TRUNC_LEAST
+from dpsql.plan.typer import (
+    CAST_FROM,
+    DIGEST_TYPE,
+    MAX_LIKE_PATTERN,
+    MAX_SEARCHES,
+    NUMERIC_ARG,
+    TEMPORAL_ARG,
+    TRUNC_LEAST,
+)
 from dpsql.rewrite.render import DIALECT_MARK
 
 SPARK = "spark"
@@ -104,7 +112,7 @@ def _arg(e: E) -> E:
 #: the typer's source types (``CAST_FROM``) that are neither a DATE nor a TIMESTAMP
 _NOT_TEMPORAL = frozenset({"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
                            "UINTEGER", "UBIGINT", "FLOAT", "REAL", "DOUBLE", "FLOAT8", "VARCHAR", "TEXT", "STRING",
-                           "BLOB"})
+                           "BLOB", DIGEST_TYPE})
 #: expressions whose value is never a DATE or TIMESTAMP, whatever their operands
 _NEVER_TEMPORAL: tuple[type[exp.Expression], ...] = (exp.Count, exp.Sum, exp.Length, exp.MD5, exp.DPipe, exp.Concat)
 

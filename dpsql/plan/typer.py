@@ -1798,6 +1798,11 @@ def _numeric_tag(e: E, t: SqlType) -> E:
 #: to the nearest integer, ties to even, and a DECIMAL to the nearest, ties away from zero)
 CAST_FROM = "dpsql_cast_from"
 
+#: the type a join plan gives a text or BLOB key column that it carries as the salted digest of its text
+#: (``dpsql.rewrite.joins.key_digests``): a ``CAST_FROM`` of this type converts a digest (DuckDB's 128-bit
+#: integer, or the 32-character hex text), never a DATE or TIMESTAMP
+DIGEST_TYPE = "DIGEST"
+
 #: meta key on a typed date function: the kind of its argument ("date" or "timestamp"), for
 #: backends that spell date functions differently by argument type (``dpsql.engine.spark_ops``)
 TEMPORAL_ARG = "dpsql_temporal_arg"

@@ -161,7 +161,7 @@ def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.
     k, k0 = clip_scale(clip), unowned_scale(parts)
     extra = [exp.alias_(k_.expr.copy(), f"__x{i}") for i, k_ in enumerate(jp.keys)]
     extra.append(exp.alias_(_col(flat(owner.alias, owner.column)), "__owner"))
-    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=extra, with_tid=False)
+    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=extra, with_tid=False, ids=["__owner"])
     nobody = exp.Is(this=_col("__j.__owner"), expression=exp.Null())
     # tuples reaching nobody count in full: each on its own grid, exactly summed (their total has no public bound)
     unowned = ops.exact_sum(exp.Case(ifs=[exp.If(this=nobody, true=ops.fixed_point(exp.Paren(this=_value(parts)), k0))]))
