@@ -107,6 +107,7 @@ JOINS = [
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid", None),
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid", {"mechanism": "r2t"}),
     ("SELECT c.seg, COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid GROUP BY c.seg", None),
+    ("SELECT COUNT(o.cid) FROM customer c JOIN orders o ON c.id = o.cid", {"q": 0.5}),
 ]
 
 

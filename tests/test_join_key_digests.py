@@ -69,8 +69,9 @@ QUERIES = [
     ("SELECT COUNT(*) FROM orders o JOIN item i ON o.oid = i.oid", {"q": 1.0}),
     ("SELECT COUNT(*) FROM item", {"q": 1.0}),  # a looked-up chain: item -> orders -> customer
     ("SELECT c.seg, COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid GROUP BY c.seg", None),
-    ("SELECT COUNT(o.cid) FROM customer c JOIN orders o ON c.id = o.cid", {"q": 1.0}),  # the key read as a value too
+    ("SELECT COUNT(o.cid) FROM customer c JOIN orders o ON c.id = o.cid", {"q": 1.0}),  # whether the key is NULL
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid WHERE c.id = o.cid OR o.amt > 1", {"q": 1.0}),
+    ("SELECT SUM(o.amt) FROM customer c JOIN orders o ON c.id = o.cid WHERE c.id = o.cid OR o.amt > 1", {"mechanism": "r2t"}),
 ]
 
 
@@ -117,8 +118,9 @@ def _digested(sql: str) -> frozenset[str]:
 def test_the_keys_read_only_as_keys_are_the_digested_ones() -> None:
     assert _digested("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid") == {"c__id", "o__cid"}
     assert _digested("SELECT COUNT(*) FROM orders o JOIN item i ON o.oid = i.oid") >= {"o__oid", "i__oid"}
+    # COUNT(col) reads whether the key is NULL, as its digest tells
+    assert _digested("SELECT COUNT(o.cid) FROM customer c JOIN orders o ON c.id = o.cid") == {"c__id", "o__cid"}
     # read as a value too: neither side of the equi-join is digested
-    assert _digested("SELECT COUNT(o.cid) FROM customer c JOIN orders o ON c.id = o.cid") == set()
     assert not _digested("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid WHERE c.id = o.cid OR o.amt > 1") & {
         "c__id", "o__cid"}
 
@@ -129,8 +131,8 @@ def test_the_bounded_sql_carries_the_digest_of_a_key_only() -> None:
         sql = "SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid"
         bounded = " ".join(s.explain(sql, epsilon=1.0).bounded_sql.split())
         assert "MD5_NUMBER('<per-query secret salt>' || CAST(o__cid COLLATE \"binary\" AS TEXT)) AS o__cid" in bounded
-        value = " ".join(s.explain("SELECT COUNT(o.cid) FROM customer c JOIN orders o ON c.id = o.cid",
-                                   epsilon=1.0).bounded_sql.split())
+        value = " ".join(s.explain("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid "
+                                   "WHERE c.id = o.cid OR o.amt > 1", epsilon=1.0).bounded_sql.split())
         assert "AS TEXT)) AS o__cid" not in value
     finally:
         s.close()

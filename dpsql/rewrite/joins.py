@@ -302,7 +302,8 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
                 ids: Sequence[str] = ()) -> frozenset[str]:
     """The flat text and BLOB columns a join plan carries as their salted digest (:class:`KeyDigest`) from the
     input's projection on: those read only as keys (equi-join conditions, user slots, Delta caps, declared
-    keys), never as values (the conditions applied after the join, SUM's or COUNT's argument, GROUP BY keys,
+    keys) or by ``COUNT(col)`` (whether it is NULL), never as values (the conditions applied after the join, SUM's
+    argument, COUNT's of an expression, GROUP BY keys,
     the one-table statement of a lookup join, ``extra`` projections other than the caller's person columns
     ``ids``, output names of bare columns). Both sides of an equi-join are carried alike (a column that is
     not digested keeps the other side as it is).
@@ -339,7 +340,11 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
     for a, c in jp.left_on:  # (an ON condition over the lookup's columns alone filters its rows before the digest)
         if not {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)} <= {a}:
             read(c)
-    for e in (jp.value, *[g.value for g in jp.aggregates], *[k.expr for k in jp.keys], jp.statement):
+    # (COUNT(col) of a bare column reads only whether it is NULL, as its digest is exactly where it is NULL)
+    for kind, e in ((jp.kind, jp.value), *[(g.kind, g.value) for g in jp.aggregates]):
+        if not (kind == ir.COUNT_COL and isinstance(e, exp.Column)):
+            read(e)
+    for e in (*[k.expr for k in jp.keys], jp.statement):
         read(e)
     for e in extra:
         inner = e.this if isinstance(e, exp.Alias) else e
