@@ -858,6 +858,96 @@ def rows_group_cap(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, cod
     return any(weakly_hashed(t) for t in key_types(plan, coded).values())
 
 
+def _two_drawn(n: float, carried: int, ops: SqlOps) -> bool:
+    """Whether :func:`cap_rows` with ``draw`` keeps ``n`` rows per partition, ``carried`` columns besides the
+    partition's, by ``keep_two_drawn``'s hash aggregate (no window): the same test as there."""
+    return (ops.row_clock() is not None and int(n) == 2 and getattr(ops, "keep_two_drawn", None) is not None
+            and carried <= TWO_ROW_MAX_COLUMNS)
+
+
+def digested_keys(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, coded: frozenset[str], values: int, *,
+                  need_values: bool, one_row: bool) -> tuple[str, ...]:
+    """The text group keys :func:`bounded_query` carries as their salted digest (:func:`key_digest`) through the
+    row caps, its text attached to the (unit, group) pairs after them (:func:`key_texts`): the text keys carried
+    as their value (not coded) when a window over rows keeps the rows (the per-unit row cap L, or the row cap k
+    with values, but not where one hash aggregate keeps them: k = 1's pick, ``keep_two_drawn``). Decided from
+    public values only (the query, the caps, the catalog and the backend); ``values``: the value columns the
+    caps carry.
+
+    A window materialises every row of its partition, each with its columns, before keeping any: one person's
+    6 000 rows of one 60 000-character key (a few kB of a dictionary-encoded Parquet file, 360 MB decoded) made
+    ``SELECT note, COUNT(uid) ... GROUP BY note`` fail after its charge under a 100 MB memory limit only when
+    that person was present (``tests/test_adversary_dictionary_text.py``). The digest is 16 or 32 bytes
+    whatever the text; a hash aggregate keeps one text per group, whatever its rows."""
+    keys = [k.name for k in plan.keys]
+    windowed = ((caps.unit_rows_finite and not _two_drawn(caps.max_rows_per_unit, len(keys) + values, ops))
+                or (caps.rows_finite and need_values and not one_row
+                    and not _two_drawn(caps.max_rows_per_group, values, ops)))
+    if not windowed:
+        return ()
+    return tuple(k for k, t in key_types(plan, coded).items() if is_text(t))
+
+
+def key_digest(key: exp.Expression, salt: str, ops: SqlOps, sql_type: str) -> exp.Expression:
+    """A text key as the caps carry it through their windows (:func:`digested_keys`): the digest of the secret
+    ``salt`` followed by its text, as :func:`unit_expression` digests a text unit (DuckDB's ``MD5_NUMBER``;
+    with the portable keyed hash and on Spark ``md5``, spelled alike on both). ``key`` is the canonical key
+    (binary collation), so two keys have one digest when their bytes are equal, and two different texts share
+    one with probability about 2^-128 (a secret salt: no one can craft such texts, as for the unit). NULL stays
+    NULL."""
+    digest = text_digest_of(ops)
+    return salted_text(key, salt, digest if digest is not None else (lambda t: exp.MD5(this=t)), sql_type)
+
+
+def _digest_keys(base: exp.Select, digested: Sequence[str], salt: str, ops: SqlOps, types: Mapping[str, str]) -> None:
+    """Each digested key's column of the base rows (:func:`base_relation`) as its :func:`key_digest`, in place."""
+    for item in base.selects:
+        if isinstance(item, exp.Alias) and item.alias in digested:
+            item.set("this", key_digest(item.this, salt, ops, types[item.alias]))
+
+
+def _digest_column(key: str) -> str:
+    return "__kd" + key
+
+
+def key_texts(plan: ir.QueryPlan, unit_column: str, digested: Sequence[str], salt: str, *,
+              where: exp.Expression | None, use_public_domain: bool, ops: SqlOps) -> exp.Subquery:
+    """Each digested key's text (:func:`digested_keys`) by its digest: per distinct combination of the
+    digests (columns ``__kd<key>``) over the rows that may contribute, the key's text (``MIN``: the rows of one
+    digest hold one text; Spark's allow-list has no ``ANY_VALUE``). A hash aggregate: one text per combination, however many rows repeat it. It reads
+    the rows a second time (the digests once more per row)."""
+    schema = plan.table.schema
+    types = key_types(plan)
+    proj: list[exp.Expression] = []
+    for k in plan.keys:
+        if k.name in digested:
+            text = key_expression(k, schema, ops)
+            proj.append(exp.alias_(key_digest(text.copy(), salt, ops, types[k.name]), _digest_column(k.name), copy=False))
+            proj.append(exp.alias_(text, k.name, copy=False))
+    rows = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__key_rows", copy=False)
+    by = [_col(_digest_column(k)) for k in digested]
+    texts: list[exp.Expression] = []
+    for name in digested:
+        one = exp.Min(this=_col(name))
+        one.meta[DIALECT_MARK] = ops.dialect  # the one text of the group, on every engine: a building block
+        texts.append(exp.alias_(one, name, copy=False))
+    return (exp.select(*[c.copy() for c in by], *texts)
+            .from_(rows, copy=False).group_by(*by, copy=False).subquery("__key_texts", copy=False))
+
+
+def _with_key_texts(pairs: exp.Select, texts: exp.Subquery, digested: Sequence[str]) -> exp.Select:
+    """The (unit, group) pairs ``pairs`` with each digested key's digest replaced by its text (:func:`key_texts`,
+    joined on the digests, NULL to NULL)."""
+    names = [c.alias_or_name for c in pairs.selects]
+    on: exp.Expression | None = None
+    for k in digested:
+        eq = exp.NullSafeEQ(this=exp.column(k, table="__ug_digests"), expression=exp.column(_digest_column(k), table="__key_texts"))
+        on = eq if on is None else exp.And(this=on, expression=eq)
+    cols = [exp.column(n, table="__key_texts" if n in digested else "__ug_digests") for n in names]
+    return (exp.select(*cols).from_(pairs.subquery("__ug_digests", copy=False), copy=False)
+            .join(texts, on=on, join_type="inner", copy=False))
+
+
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
                       alias: str = "__kept", ops: SqlOps = DEFAULT_OPS, draw: bool = False) -> exp.Subquery:
     """The per-unit row cap L: at most ``max_rows`` rows per unit (:func:`cap_rows`)."""
@@ -1246,6 +1336,10 @@ def bounded_query(
     # 1. base rows ------------------------------------------------------------------------------
     base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=row_domain, ops=ops,
                                      coded=coded, salt=salt)
+    # text keys through a window over rows: as their salted digests, their text attached to the pairs
+    digested = digested_keys(plan, caps, ops, coded, len(value_cols), need_values=need_values, one_row=one_row)
+    if digested:
+        _digest_keys(base, digested, salt, ops, key_types(plan, coded))
     rows_src: exp.Expression = base.subquery("__base", copy=False)
 
     # 2. rows per unit (L) ------------------------------------------------------------------------
@@ -1257,7 +1351,9 @@ def bounded_query(
     # L, which partitions by the unit alone)
     pkeys = keys
     if keys and not set(keys) <= coded and not one_row and not over_rows:
-        rows_src, pkeys = spread_keys(rows_src, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
+        # (a digested key is no weakly hashed value: a digest under the secret salt)
+        types = {k: t for k, t in key_types(plan, coded).items() if k not in digested}
+        rows_src, pkeys = spread_keys(rows_src, keys, salt, ops, types), [*keys, SPREAD]
 
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
     if caps.rows_finite and need_values and not one_row:
@@ -1331,6 +1427,9 @@ def bounded_query(
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).distinct(copy=False)
     else:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
+    if digested:  # one row per (unit, group): each digested key's text, once per pair
+        ug = _with_key_texts(ug, key_texts(plan, unit_column, digested, salt, where=where, use_public_domain=row_domain,
+                                           ops=ops), digested)
 
     # a coded key's filter on the pairs is pushed by DuckDB below the aggregation onto the rows, where the
     # code is then computed twice per row (the filter's, the projection's): the group cap window drops them
