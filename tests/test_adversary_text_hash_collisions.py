@@ -130,8 +130,8 @@ SHAPES = [
 ]
 
 
-#: counts of units with C_u at most 64 group no pairs before the cap: its window ranks each person's rows
-#: (tests/test_text_keys_over_rows.py); a wider cap keeps the pairs and their spread
+#: counts of units with C_u at most 64 group no pairs before the cap: one aggregate per (person, keyed hash), then
+#: a window ranks those (tests/test_text_keys_over_rows.py); a wider cap keeps the pairs and their spread
 SPREAD_SHAPES = [("SELECT x, COUNT(*) FROM t GROUP BY x", {"max_groups_per_unit": 65}), *SHAPES[1:]]
 
 
@@ -141,11 +141,10 @@ def test_counts_of_text_keys_rank_each_persons_rows_before_any_grouping() -> Non
         bounded = _flat(s.explain(SHAPES[0][0], epsilon=1.0, delta=1e-6).bounded_sql)
     finally:
         s.close()
-    # the rows of each person's first C_u keyed hashes, then the exact order (hash, key) over those rows
-    assert "AS __base) AS __in_domain QUALIFY DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash) <=" in bounded, bounded
-    assert "AS __first_hashes QUALIFY DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash, __k0" in bounded, bounded
-    # one row per kept group, the first of its peers in the same window: no DISTINCT of the kept rows
-    assert "ROW_NUMBER() OVER (PARTITION BY __unit ORDER BY" in bounded and "= RANK() OVER (PARTITION BY __unit" in bounded
+    # one group per (person, keyed hash) by an aggregate over the rows (keys of one engine hash share one group of
+    # it: no probing), then each person's first C_u hashes: no DISTINCT of the kept rows, no digest
+    assert "AS __base) AS __hashed_rows GROUP BY __unit, __ghash HAVING" in bounded, bounded
+    assert "AS __one_group QUALIFY DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash) <=" in bounded, bounded
     assert "DISTINCT" not in bounded and "MD5_NUMBER" not in bounded, bounded
 
 

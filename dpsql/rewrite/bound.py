@@ -821,17 +821,13 @@ def keyed_digest(ops: SqlOps) -> Callable[[exp.Expression], exp.Expression] | No
     return None if ops.keyed_hash_is_digest else digest
 
 
-#: the group cap over rows (:func:`rows_group_cap`) in two windows: the rows of each unit's first C_u distinct
-#: keyed hashes (an order of one integer, :func:`_first_hashes`), then the exact order (hash, keys) over those
-#: rows only (docs/performance.md, "Q2 in two windows")
-HASH_FIRST_WINDOW = True
-#: the keyed hash of (unit, group), a column between the two windows
+#: the keyed hash of (unit, group) in the group cap over rows (:func:`_groups_by_hash`)
 GROUP_HASH = "__ghash"
 
 
 def rows_group_cap(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, coded: frozenset[str]) -> bool:
-    """Whether the group cap C_u runs over the rows themselves, before any grouping (``DENSE_RANK`` in
-    :func:`_smallest_by_window`), instead of over the (unit, group) pairs: with counts of units only (one row per
+    """Whether the group cap C_u runs over the rows themselves, before any grouping (:func:`_groups_by_hash`),
+    instead of over the (unit, group) pairs: with counts of units only (one row per
     (unit, group), no per-unit row cap L), a key of a weakly hashed type (:func:`weakly_hashed`: text) carried as
     its value, every key with a public domain coded (:func:`coded_keys`: the window drops the rows outside it),
     the engine's own hash (``ops.keyed_hash_is_digest`` false) and C_u at most :data:`KEY_SPREAD_ABOVE`. Decided
@@ -840,11 +836,12 @@ def rows_group_cap(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, cod
     The pairs' ``DISTINCT`` before the cap groups a person's keys in a hash table, so it also groups them by
     their spread, the keyed hash of their salted text, which DuckDB's hash reads through ``MD5_NUMBER``
     (:func:`spread_input`): one digest per row, the largest cost of a text-keyed count (1M rows: about 0.1 s of
-    CPU). Over the rows, the window partitions by the unit alone and sorts each unit's rows (a sort: keys of
-    one hash are ordered by the keys themselves, no probing) and keeps one row of each of its first C_u
-    groups, so the final grouping by key sees at most C_u keys per person (a person left with at most
-    :data:`KEY_SPREAD_ABOVE` keys cannot make it slow). The same groups are kept: the first C_u of each unit in
-    the same order."""
+    CPU). Over the rows, one hash aggregate per (unit, keyed hash), an integer pair whose hash no one can steer
+    without the salt (keys of one engine hash share one group of the aggregate: no probing), then a window over
+    those groups keeps each unit's first C_u hashes, so the final grouping by key sees at most C_u keys per person
+    (a person left with at most :data:`KEY_SPREAD_ABOVE` keys cannot make it slow). The same groups are kept as
+    by the pairs' window (the first C_u of each unit in the order of the keyed hash), but for a person's groups
+    that share one keyed hash, which are dropped (:func:`_groups_by_hash`)."""
     if not (caps.rows_finite and caps.max_rows_per_group == 1 and caps.groups_finite and not caps.unit_rows_finite):
         return False
     if caps.max_groups_per_unit > KEY_SPREAD_ABOVE or not getattr(ops, "group_cap_window", False):
@@ -989,9 +986,8 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     the window, a pair whose code is NULL (its key outside the public domain) comes after every
     pair of its unit inside the domain and is dropped, so the relation need not be filtered first.
 
-    ``over_rows`` (``ops.group_cap_window`` only): the relation may hold several rows per (unit, group);
-    the window ranks the distinct groups (``DENSE_RANK``) and keeps one row of each of the first
-    ``max_groups`` (:func:`rows_group_cap`).
+    ``over_rows`` (``ops.group_cap_window`` only): the relation may hold several rows per (unit, group), and
+    one row of each of the first ``max_groups`` groups is kept (:func:`_groups_by_hash`, :func:`rows_group_cap`).
     """
     n = int(max_groups)
     if coded:
@@ -1000,8 +996,9 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     else:
         key = ops.keyed_hash([unit, *keys], salt)
     if getattr(ops, "group_cap_window", False):
-        return _smallest_by_window(relation, unit, keys, output, key, n, outside=sorted(coded),
-                                   dense=over_rows).subquery(alias, copy=False)
+        if over_rows:
+            return _groups_by_hash(relation, unit, keys, output, key, n, outside=sorted(coded)).subquery(alias, copy=False)
+        return _smallest_by_window(relation, unit, keys, output, key, n, outside=sorted(coded)).subquery(alias, copy=False)
     assert not over_rows, "the group cap over rows is a window"  # rows_group_cap checks ops.group_cap_window
     shared, heavy = "__pairs", "__heavy"
     pairs_cte = exp.CTE(this=exp.select("*").from_(relation, copy=False), alias=exp.TableAlias(this=exp.to_identifier(shared)),
@@ -1026,7 +1023,7 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
 
 
 def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
-                        key: exp.Expression, n: int, *, outside: Sequence[str] = (), dense: bool = False) -> exp.Select:
+                        key: exp.Expression, n: int, *, outside: Sequence[str] = ()) -> exp.Select:
     """Per unit, the ``n`` rows (one per group) first in the total order (keyed hash, group key),
     by one window: ``QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash, keys...) <= n``.
 
@@ -1045,18 +1042,8 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
     it is dropped with the rows past ``n``: the rows kept are those the window keeps over the
     relation filtered first (``_in_domain_pairs``), whose filter DuckDB would push below the
     aggregation onto every row.
-
-    ``dense``: the relation holds rows, several per (unit, group); ``DENSE_RANK`` numbers each unit's
-    distinct groups in the same order (a group's rows are peers: equal hash and keys), and of the first ``n``
-    groups one row each is kept, the first of its peers (``ROW_NUMBER() = RANK()`` in the same window, which
-    DuckDB computes in the same sort): one row per kept (unit, group), with no ``DISTINCT`` after the window.
-    That window runs over the rows of each unit's first ``n`` distinct hashes only (:func:`_first_hashes`, a
-    first window ordered by the hash alone, with ``outside`` keys filtered before it), so its sort compares the
-    keys' text for those rows alone.
     """
     missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
-    if dense and HASH_FIRST_WINDOW:
-        relation, key, missing = _first_hashes(relation, unit, key, n, missing), _col(GROUP_HASH), []
     order = [exp.Ordered(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing),
                          nulls_first=False)] if missing else []
     order.append(exp.Ordered(this=key, nulls_first=False))
@@ -1065,30 +1052,58 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
     def window(fn: exp.Expression) -> exp.Window:
         return exp.Window(this=fn, partition_by=[_col(unit)], order=exp.Order(expressions=[o.copy() for o in order]))
 
-    kept: exp.Expression = exp.LTE(this=window(exp.func("dense_rank") if dense else exp.RowNumber()), expression=_lit(n))
-    if dense:  # the first row of each kept group (its peers are its other rows)
-        kept = exp.And(this=kept, expression=exp.EQ(this=window(exp.RowNumber()), expression=window(exp.func("rank"))))
+    kept: exp.Expression = exp.LTE(this=window(exp.RowNumber()), expression=_lit(n))
     for m in missing:
         kept = exp.And(this=exp.Not(this=m.copy()), expression=kept)
     return (exp.select(*[_col(c) for c in output]).from_(relation, copy=False)
             .qualify(kept, copy=False))
 
 
-def _first_hashes(relation: exp.Expression, unit: str, key: exp.Expression, n: int,
-                  missing: Sequence[exp.Expression]) -> exp.Subquery:
-    """The rows of each unit's first ``n`` distinct keyed hashes, the hash as the column :data:`GROUP_HASH`: the
-    first window of the group cap over rows (:data:`HASH_FIRST_WINDOW`), rows whose coded keys are NULL (outside
-    their domain) dropped before it. Its order is one integer, where the exact order (hash, keys) compares text;
-    the first ``n`` groups in that exact order have their hashes among these, so ranking these rows again by
-    (hash, keys) keeps the same groups whatever collides."""
+def _groups_by_hash(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
+                    key: exp.Expression, n: int, *, outside: Sequence[str] = ()) -> exp.Select:
+    """The group cap over rows (:func:`rows_group_cap`): one hash aggregate per (unit, keyed hash) over the rows
+    (rows whose coded keys are NULL, outside their domain, dropped first), then per unit its first ``n`` hashes.
+    No row is carried with its key's text through a window or a sort: the aggregate keeps, per (unit, hash), the
+    smallest and largest value of each key (``MIN`` / ``MAX`` under the binary collation of the canonical key,
+    exact on the bytes) and how many are not NULL. A (unit, hash) whose rows hold one group (each key one value,
+    or NULL throughout) is that group; one whose rows hold two or more groups (a collision of the engine's 64-bit
+    hash of (unit, keys): by chance about 2^-64 per pair of a person's groups; or crafted, as DuckDB's string hash
+    can be) is dropped, so that person keeps at most ``n`` of their other groups, the first in hash order: at
+    most ``n`` whatever collides, chosen from that person's rows and the salt alone.
+
+    A window over the rows materialised every row of a person, its key's text included, before keeping any:
+    one person's 6 000 rows of one 60 000-character key (a few kB of a dictionary-encoded Parquet file, 360 MB
+    decoded) failed the query after its charge under a 100 MB memory limit only when that person was present
+    (``tests/test_adversary_dictionary_text.py``). The aggregate holds two texts per (unit, hash), whatever its
+    rows.
+
+    ``outside``: coded keys, NULL where the key lies outside its public domain (those rows take no place)."""
+    missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
     hashed = exp.select("*", exp.alias_(key, GROUP_HASH, copy=False)).from_(relation, copy=False)
     if missing:
         hashed = hashed.where(exp.Not(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing)),
                               copy=False)
+    agg: list[exp.Expression] = [_col(unit), _col(GROUP_HASH), exp.alias_(exp.Count(this=exp.Star()), "__rows_h")]
+    single: exp.Expression | None = None
+    for i, k in enumerate(keys):
+        agg += [exp.alias_(exp.Min(this=_col(k)), f"__lo{i}"), exp.alias_(exp.Max(this=_col(k)), f"__hi{i}"),
+                exp.alias_(exp.Count(this=_col(k)), f"__nn{i}")]
+        one = exp.Or(this=exp.Paren(this=exp.And(this=exp.EQ(this=_col(f"__lo{i}"), expression=_col(f"__hi{i}")),
+                                                 expression=exp.EQ(this=_col(f"__nn{i}"), expression=_col("__rows_h")))),
+                     expression=exp.EQ(this=_col(f"__nn{i}"), expression=_lit(0)))
+        single = exp.Paren(this=one) if single is None else exp.And(this=single, expression=exp.Paren(this=one))
+    groups = (exp.select(*agg).from_(hashed.subquery("__hashed_rows", copy=False), copy=False)
+              .group_by(_col(unit), _col(GROUP_HASH), copy=False))
+    if single is not None:
+        groups = groups.having(single, copy=False)
+    named = exp.select(_col(unit), _col(GROUP_HASH), *[exp.alias_(_col(f"__lo{i}"), k) for i, k in enumerate(keys)]).from_(
+        groups.subquery("__hash_groups", copy=False), copy=False)
+    # (one row per (unit, hash): DENSE_RANK numbers them as ROW_NUMBER would, in a window DuckDB keeps, where
+    # it rewrites ROW_NUMBER() <= n into a slower top-n aggregate per unit)
     rank = exp.Window(this=exp.func("dense_rank"), partition_by=[_col(unit)],
                       order=exp.Order(expressions=[exp.Ordered(this=_col(GROUP_HASH), nulls_first=False)]))
-    return (exp.select("*").from_(hashed.subquery("__in_domain", copy=False), copy=False)
-            .qualify(exp.LTE(this=rank, expression=_lit(n)), copy=False).subquery("__first_hashes", copy=False))
+    return (exp.select(*[_col(c) for c in output]).from_(named.subquery("__one_group", copy=False), copy=False)
+            .qualify(exp.LTE(this=rank, expression=_lit(n)), copy=False))
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
