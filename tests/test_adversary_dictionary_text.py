@@ -175,10 +175,12 @@ def test_one_persons_repeated_text_as_a_group_key_under_a_row_cap_per_person(fil
     assert outcome(files["long"]) == "answered"
 
 
-@pytest.mark.parametrize("caps", [{"max_rows_per_unit": 10}, {"max_groups_per_unit": 3, "max_rows_per_group": 1}])
+@pytest.mark.parametrize("caps", [{"max_rows_per_unit": 10}, {"max_groups_per_unit": 3, "max_rows_per_group": 1},
+                                  {"max_groups_per_unit": 1, "max_rows_per_group": 1}])
 def test_one_persons_repeated_text_beside_another_key_answers_on_both_neighbours(files: dict[str, Path],
                                                                                  caps: dict[str, int]) -> None:
-    """The note beside an integer key, under L and under k = 1 with counts (both failed with the person)."""
+    """The note beside an integer key, under L and under k = 1 with counts, C_u = 3 and C_u = 1 (the hashes ranked
+    over integers first: ``bound.INTEGERS_FIRST_MAX``); each failed with the person."""
     sql = "SELECT note, uid % 3 AS r, COUNT(*) FROM t GROUP BY note, uid % 3"
     assert _outcome(files["without"], sql, caps=caps) == "answered"
     assert _outcome(files["long"], sql, caps=caps) == "answered"

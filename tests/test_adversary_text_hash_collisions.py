@@ -141,10 +141,10 @@ def test_counts_of_text_keys_rank_each_persons_rows_before_any_grouping() -> Non
         bounded = _flat(s.explain(SHAPES[0][0], epsilon=1.0, delta=1e-6).bounded_sql)
     finally:
         s.close()
-    # one group per (person, keyed hash) by an aggregate over the rows (keys of one engine hash share one group of
-    # it: no probing), then each person's first C_u hashes: no DISTINCT of the kept rows, no digest
-    assert "AS __base) AS __hashed_rows GROUP BY __unit, __ghash HAVING" in bounded, bounded
-    assert "AS __one_group QUALIFY DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash) <=" in bounded, bounded
+    # each person's first C_u keyed hashes by an aggregate of integers and a window, then one group per kept (person,
+    # hash) by an aggregate over its rows (keys of one engine hash share a group: no probing); no DISTINCT, no digest
+    assert "AS __all_hashes GROUP BY __unit, __ghash) AS __hashes QUALIFY DENSE_RANK() OVER (PARTITION BY __unit" in bounded
+    assert "AS __kept_hashes GROUP BY __unit, __ghash HAVING" in bounded, bounded
     assert "DISTINCT" not in bounded and "MD5_NUMBER" not in bounded, bounded
 
 

@@ -128,15 +128,23 @@ def test_the_crafted_persons_keys_are_capped_and_outside_keys_take_no_place() ->
 
 @pytest.mark.parametrize(("sql", "caps"), QUERIES)
 def test_no_row_is_carried_through_a_window(sql: str, caps: Caps) -> None:
-    """The rows reach one hash aggregate per (person, keyed hash), keys outside a coded domain filtered before it;
-    the one window ranks those groups by the hash alone (one group per hash)."""
+    """The rows reach hash aggregates per (person, keyed hash) only, keys outside a coded domain filtered before
+    them, and the one window ranks (person, hash) groups by the hash. With C_u = 1 the first hashes are ranked over
+    integers alone, then the rows of those hashes (a second read, joined on them) reach the aggregate of texts."""
     data = _events(4)
     flat = " ".join(bounded_sql(_plan(sql, data), caps, "s1").split())
+    n = f"{caps.max_groups_per_unit:g}"
     assert flat.count(" OVER (") == 1, flat
-    assert f"DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash) <= {caps.max_groups_per_unit:g})" in flat, flat
-    assert re.search(r"\) AS __hashed_rows GROUP BY __unit, __ghash HAVING ", flat), flat
-    if "country" in sql:  # the coded key's NULL (outside the domain) is filtered before the aggregate
-        assert re.search(r"WHERE NOT (__k\d) IS NULL\) AS __hashed_rows", flat), flat
+    first = caps.max_groups_per_unit <= bound.INTEGERS_FIRST_MAX
+    if first:
+        assert ("AS __all_hashes GROUP BY __unit, __ghash) AS __hashes QUALIFY DENSE_RANK() OVER (PARTITION BY __unit "
+                f"ORDER BY __ghash) <= {n}) AS __first_hashes") in flat, flat
+        assert re.search(r"\) AS __kept_hashes GROUP BY __unit, __ghash HAVING ", flat), flat
+    else:
+        assert re.search(r"\) AS __r GROUP BY __unit, __ghash HAVING ", flat), flat
+        assert f"AS __one_group QUALIFY DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash) <= {n})" in flat, flat
+    if "country" in sql:  # the coded key's NULL (outside the domain) is filtered before the aggregates
+        assert len(re.findall(r"WHERE NOT __k\d IS NULL\) AS (?:__all_hashes|__r)\b", flat)) == 1 + first, flat
 
 
 @pytest.mark.parametrize(("sql", "caps", "ops"), [
@@ -164,12 +172,14 @@ def test_a_text_key_with_an_uncoded_domain_keeps_the_pairs_plan() -> None:
     assert "DENSE_RANK()" not in rendered and "MD5_NUMBER" in rendered, rendered
 
 
-def test_the_group_cap_over_rows_spills_under_a_small_memory_limit(tmp_path: Any) -> None:
-    """2M rows, 200k people of 5 URLs each twice, C_u = 3, one thread under 60 MB: the aggregate and the window
-    spill and the count completes (every person keeps 3 groups); the same query without a memory limit is the reference."""
+@pytest.mark.parametrize("cap", [3, 1])  # (C_u = 1: the hashes ranked over integers first, the rows read twice)
+def test_the_group_cap_over_rows_spills_under_a_small_memory_limit(tmp_path: Any, cap: int) -> None:
+    """2M rows, 200k people of 5 URLs each twice, C_u = 3 and 1, one thread under 60 MB: the aggregates and the
+    window spill and the count completes (every person keeps C_u groups); the same query without a memory limit is
+    the reference."""
     schema = pa.table({"user_id": pa.array([1], pa.int64()), "url": pa.array(["u"], pa.string())})
     plan = plan_for("SELECT url, COUNT(*) FROM events GROUP BY url", spec_for("events", schema))
-    sql = bounded_sql(plan, Caps(3, 1), "s1")
+    sql = bounded_sql(plan, Caps(cap, 1), "s1")
     assert "DENSE_RANK()" in sql and "MD5_NUMBER" not in sql
 
     def run(limit: str | None) -> list[tuple[Any, ...]]:
@@ -186,7 +196,7 @@ def test_the_group_cap_over_rows_spills_under_a_small_memory_limit(tmp_path: Any
         finally:
             con.close()
 
-    assert run("60MB") == run(None) == [(600000, 5)]
+    assert run("60MB") == run(None) == [(200000 * cap, 5)]
 
 
 @pytest.mark.parametrize("collation", ["nocase", "noaccent.nocase", "nfc"])

@@ -1059,30 +1059,60 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
             .qualify(kept, copy=False))
 
 
+#: the largest C_u whose group cap over rows ranks the hashes over integers first (:func:`_groups_by_hash`)
+INTEGERS_FIRST_MAX = 1
+
+
 def _groups_by_hash(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
                     key: exp.Expression, n: int, *, outside: Sequence[str] = ()) -> exp.Select:
-    """The group cap over rows (:func:`rows_group_cap`): one hash aggregate per (unit, keyed hash) over the rows
-    (rows whose coded keys are NULL, outside their domain, dropped first), then per unit its first ``n`` hashes.
-    No row is carried with its key's text through a window or a sort: the aggregate keeps, per (unit, hash), the
-    smallest and largest value of each key (``MIN`` / ``MAX`` under the binary collation of the canonical key,
-    exact on the bytes) and how many are not NULL. A (unit, hash) whose rows hold one group (each key one value,
-    or NULL throughout) is that group; one whose rows hold two or more groups (a collision of the engine's 64-bit
-    hash of (unit, keys): by chance about 2^-64 per pair of a person's groups; or crafted, as DuckDB's string hash
-    can be) is dropped, so that person keeps at most ``n`` of their other groups, the first in hash order: at
-    most ``n`` whatever collides, chosen from that person's rows and the salt alone.
+    """The group cap over rows (:func:`rows_group_cap`), with no row carried with its key's text through a window
+    or a sort. Rows whose coded keys are NULL (outside their domain) are dropped first. Then one hash aggregate per
+    (unit, keyed hash of (unit, group), :data:`GROUP_HASH`), an integer pair no one can steer without the salt
+    (keys of one engine hash share one of its groups: no probing), keeps the smallest and largest value of each
+    key (``MIN`` / ``MAX`` under the binary collation of the canonical key: exact on the bytes) and how many are
+    not NULL; a window over those groups keeps each unit's first ``n`` hashes. With ``n`` at most
+    :data:`INTEGERS_FIRST_MAX` (a public value) the first ``n`` hashes are found before, over integers alone (a
+    hash aggregate per (unit, hash) and the window), and only their rows, read a second time and joined on
+    (unit, hash), reach the aggregate of texts: with C_u = 1 most of a person's rows fall outside, and the
+    aggregate copied texts into every (unit, hash) group (1M rows, 50 keys, 5 rows per person: 0.32 against
+    0.43 CPU s); with more groups kept the second read costs more than it saves (``docs/performance.md``).
 
-    A window over the rows materialised every row of a person, its key's text included, before keeping any:
-    one person's 6 000 rows of one 60 000-character key (a few kB of a dictionary-encoded Parquet file, 360 MB
+    A (unit, hash) whose rows hold one group (each key one value, or NULL throughout) is that group; one whose rows
+    hold two or more groups (a collision of the engine's 64-bit hash of (unit, keys): by chance about 2^-64 per
+    pair of a person's groups; or crafted, as DuckDB's string hash can be) is dropped (with integers first, after
+    taking its place among the first ``n``). So a person keeps at most ``n`` groups whatever collides, chosen from
+    their rows and the salt alone, and every other person the groups the pairs' window keeps (the first ``n`` in
+    the order of the keyed hash).
+
+    A window over the rows materialised every row of a person, its key's text included, before keeping any: one
+    person's 6 000 rows of one 60 000-character key (a few kB of a dictionary-encoded Parquet file, 360 MB
     decoded) failed the query after its charge under a 100 MB memory limit only when that person was present
     (``tests/test_adversary_dictionary_text.py``). The aggregate holds two texts per (unit, hash), whatever its
-    rows.
-
-    ``outside``: coded keys, NULL where the key lies outside its public domain (those rows take no place)."""
+    rows. Both reads of the rows are the same deterministic rows (no per-row draw: counts with k = 1 and no L)."""
     missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
-    hashed = exp.select("*", exp.alias_(key, GROUP_HASH, copy=False)).from_(relation, copy=False)
-    if missing:
-        hashed = hashed.where(exp.Not(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing)),
-                              copy=False)
+
+    def hashed_rows(rel: exp.Expression, alias: str) -> exp.Subquery:
+        out = exp.select("*", exp.alias_(key.copy(), GROUP_HASH, copy=False)).from_(rel, copy=False)
+        if missing:
+            out = out.where(exp.Not(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b),
+                                                          [m.copy() for m in missing])), copy=False)
+        return out.subquery(alias, copy=False)
+
+    # (one row per (unit, hash) in the window: DENSE_RANK numbers them as ROW_NUMBER would, in a window DuckDB
+    # keeps, where it rewrites ROW_NUMBER() <= n into a slower top-n aggregate per unit)
+    rank = exp.Window(this=exp.func("dense_rank"), partition_by=[_col(unit)],
+                      order=exp.Order(expressions=[exp.Ordered(this=_col(GROUP_HASH), nulls_first=False)]))
+    kept: exp.Expression = hashed_rows(relation, "__r")
+    if n <= INTEGERS_FIRST_MAX:
+        hashes = (exp.select(_col(unit), _col(GROUP_HASH)).from_(hashed_rows(relation.copy(), "__all_hashes"), copy=False)
+                  .group_by(_col(unit), _col(GROUP_HASH), copy=False).subquery("__hashes", copy=False))
+        first = (exp.select(_col(unit), _col(GROUP_HASH)).from_(hashes, copy=False)
+                 .qualify(exp.LTE(this=rank, expression=_lit(n)), copy=False).subquery("__first_hashes", copy=False))
+        on = exp.And(this=exp.EQ(this=exp.column(unit, table="__r"), expression=exp.column(unit, table="__first_hashes")),
+                     expression=exp.EQ(this=exp.column(GROUP_HASH, table="__r"),
+                                       expression=exp.column(GROUP_HASH, table="__first_hashes")))
+        kept = (exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__r")))
+                .from_(kept, copy=False).join(first, on=on, join_type="inner", copy=False)).subquery("__kept_hashes", copy=False)
     agg: list[exp.Expression] = [_col(unit), _col(GROUP_HASH), exp.alias_(exp.Count(this=exp.Star()), "__rows_h")]
     single: exp.Expression | None = None
     for i, k in enumerate(keys):
@@ -1092,18 +1122,13 @@ def _groups_by_hash(relation: exp.Expression, unit: str, keys: Sequence[str], ou
                                                  expression=exp.EQ(this=_col(f"__nn{i}"), expression=_col("__rows_h")))),
                      expression=exp.EQ(this=_col(f"__nn{i}"), expression=_lit(0)))
         single = exp.Paren(this=one) if single is None else exp.And(this=single, expression=exp.Paren(this=one))
-    groups = (exp.select(*agg).from_(hashed.subquery("__hashed_rows", copy=False), copy=False)
-              .group_by(_col(unit), _col(GROUP_HASH), copy=False))
+    groups = (exp.select(*agg).from_(kept, copy=False).group_by(_col(unit), _col(GROUP_HASH), copy=False))
     if single is not None:
         groups = groups.having(single, copy=False)
     named = exp.select(_col(unit), _col(GROUP_HASH), *[exp.alias_(_col(f"__lo{i}"), k) for i, k in enumerate(keys)]).from_(
         groups.subquery("__hash_groups", copy=False), copy=False)
-    # (one row per (unit, hash): DENSE_RANK numbers them as ROW_NUMBER would, in a window DuckDB keeps, where
-    # it rewrites ROW_NUMBER() <= n into a slower top-n aggregate per unit)
-    rank = exp.Window(this=exp.func("dense_rank"), partition_by=[_col(unit)],
-                      order=exp.Order(expressions=[exp.Ordered(this=_col(GROUP_HASH), nulls_first=False)]))
-    return (exp.select(*[_col(c) for c in output]).from_(named.subquery("__one_group", copy=False), copy=False)
-            .qualify(exp.LTE(this=rank, expression=_lit(n)), copy=False))
+    out = exp.select(*[_col(c) for c in output]).from_(named.subquery("__one_group", copy=False), copy=False)
+    return out if n <= INTEGERS_FIRST_MAX else out.qualify(exp.LTE(this=rank.copy(), expression=_lit(n)), copy=False)
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
