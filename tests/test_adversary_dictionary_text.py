@@ -31,9 +31,21 @@ at threads = 1 under these limits, with / without the person: peak RSS 437 / 196
 ``GROUP BY note`` (303 / 186 MB, 0.14 / 0.03 s for the LIKE); DuckDB's own reader 239 / 187 MB, 0.21 / 0.09 s. The
 person's text still costs time after the scan (1.1 s with a bare ``DECODE``): a timing difference, not a failure.
 
-What held (same outcome on both neighbours, same limits, DuckDB's own reader): ``GROUP BY note`` (the (person,
-key) pairs are grouped before the group cap), a LIKE over the note, and the person's 6 000 rows with a short note.
-What holds since the fix: ``COUNT(DISTINCT note)``, whatever k, with or without a group key."""
+What held (same outcome on both neighbours, same limits, DuckDB's own reader): ``GROUP BY note`` with counts and
+k >= 2 (the (person, key) pairs are grouped before the group cap), a LIKE over the note, and the person's 6 000
+rows with a short note. What holds since the fix: ``COUNT(DISTINCT note)``, whatever k, with or without a group key.
+
+The note as a group key failed after the charge with the person wherever a window over rows carried it: the row
+cap k's window (a value aggregate and k >= 3, or k = 2 with more than two value columns), the per-person row cap
+L's, and with k = 1 and counts only the group cap over rows (``bound.rows_group_cap``, two windows sorting each
+person's rows by the key). Now the row caps' windows carry the key's salted digest (``bound.digested_keys``,
+``bound.key_digest``: as a text unit's, ``MD5_NUMBER`` / ``md5`` of the salt and the text), the text attached to
+the (person, group) pairs after them by a hash aggregate per digest over a second read of the rows
+(``bound.key_texts``); and the group cap over rows is one hash aggregate per (person, keyed hash) keeping the
+smallest and largest value of each key, then a window over those groups (``bound._groups_by_hash``; a person's
+groups sharing one keyed hash, which only crafted keys do, are dropped). Every shape answers on both neighbours
+(``test_one_persons_repeated_text_as_a_group_key_answers_on_both_neighbours``, k = 1, 2, 3 on both readers, and
+``..._under_a_row_cap_per_person``)."""
 
 from __future__ import annotations
 
@@ -132,9 +144,6 @@ def test_arrow_view_count_distinct_of_one_persons_repeated_text_answers_on_both_
     assert _outcome(files["nested_long"], sql, rows) == "answered"
 
 
-@pytest.mark.xfail(strict=True, reason="open: a text group key is carried as its value through the windows over rows "
-                                       "(the k > 2 row cap's window; with k = 1 and counts only, the group cap over "
-                                       "rows), which materialise every row of the person before keeping any")
 @pytest.mark.parametrize("kind", ["", "nested_"])
 @pytest.mark.parametrize(("sql", "rows"), [("SELECT note, COUNT(*) FROM t GROUP BY note", 1),
                                            ("SELECT note, COUNT(uid) FROM t GROUP BY note", 3),
@@ -143,24 +152,38 @@ def test_arrow_view_count_distinct_of_one_persons_repeated_text_answers_on_both_
                                             "FROM t GROUP BY note", 2)])
 def test_one_persons_repeated_text_as_a_group_key_answers_on_both_neighbours(files: dict[str, Path], kind: str,
                                                                              sql: str, rows: int) -> None:
-    """The same person's 6 000 rows of one 60 000-character note, the note a group key: with k = 1 and counts only
-    (the group cap's window over the rows, ``bound.rows_group_cap``) or with a value aggregate and k = 3, or k = 2
-    with more than ``bound.TWO_ROW_MAX_COLUMNS`` value columns (the row cap's window), the query fails after its charge with the person (out of the 100 MB memory limit; answered
-    under 2 GB) and is answered without them. The controls: both answer without the person, and k = 2 with at most
-    two value columns (the first and last draws, one hash aggregate) and k = 3 with counts only (the pairs grouped first) answer with
-    them (``test_other_reads_of_one_persons_repeated_text_answer_on_both_neighbours``)."""
+    """The same person's 6 000 rows of one 60 000-character note, the note a group key: with a value aggregate and
+    k = 3, or k = 2 with more than ``bound.TWO_ROW_MAX_COLUMNS`` value columns, the row cap's window carried the
+    note with every row, and with k = 1 and counts only the group cap's windows over the rows
+    (``bound.rows_group_cap``) sorted every row with it: the query failed after its charge with the person (out
+    of the 100 MB memory limit; answered under 2 GB), and was answered without them. The row cap's window now
+    carries the note's salted digest (``bound.digested_keys``), and the group cap over rows is a hash aggregate
+    per (person, keyed hash) (``bound._groups_by_hash``). The controls: both answer without the person, and
+    k = 2 with at most two value columns (the first and last draws, one hash aggregate) and k = 3 with counts only
+    (the pairs grouped first) answer with them (``test_other_reads_of_one_persons_repeated_text_answer_on_both_neighbours``)."""
     assert _outcome(files[kind + "without"], sql, rows) == "answered"
     assert _outcome(files[kind + "long"], sql, rows) == "answered"
 
 
-@pytest.mark.xfail(strict=True, reason="open: the per-person row cap L's window holds the text group key of every row")
 def test_one_persons_repeated_text_as_a_group_key_under_a_row_cap_per_person(files: dict[str, Path]) -> None:
-    """The same under a per-person row cap L (its window partitions by the person and holds all of its rows)."""
+    """The same under a per-person row cap L (its window partitions by the person and holds all of its rows): it
+    carried the text key of every row, and now its salted digest."""
     def outcome(path: Path) -> str:
         return _outcome(path, "SELECT note, COUNT(*) FROM t GROUP BY note", caps={"max_rows_per_unit": 10})
 
     assert outcome(files["without"]) == "answered"
     assert outcome(files["long"]) == "answered"
+
+
+@pytest.mark.parametrize("caps", [{"max_rows_per_unit": 10}, {"max_groups_per_unit": 3, "max_rows_per_group": 1},
+                                  {"max_groups_per_unit": 1, "max_rows_per_group": 1}])
+def test_one_persons_repeated_text_beside_another_key_answers_on_both_neighbours(files: dict[str, Path],
+                                                                                 caps: dict[str, int]) -> None:
+    """The note beside an integer key, under L and under k = 1 with counts, C_u = 3 and C_u = 1 (the hashes ranked
+    over integers first: ``bound.INTEGERS_FIRST_MAX``); each failed with the person."""
+    sql = "SELECT note, uid % 3 AS r, COUNT(*) FROM t GROUP BY note, uid % 3"
+    assert _outcome(files["without"], sql, caps=caps) == "answered"
+    assert _outcome(files["long"], sql, caps=caps) == "answered"
 
 
 @pytest.mark.parametrize("kind", ["", "nested_"])

@@ -170,8 +170,8 @@ def test_spark_keeps_the_pairs_group_cap(spark):
 
 
 def test_native_group_cap_over_rows_chooses_as_over_pairs(monkeypatch):
-    """DuckDB's native hash caps text-keyed groups over the rows (``ROW_NUMBER() = RANK()`` in the ``DENSE_RANK``
-    window): the same groups as the window over the distinct (unit, group) pairs, under every salt, with ties
+    """DuckDB's native hash caps text-keyed groups over the rows (one aggregate per (unit, keyed hash), then a
+    ``DENSE_RANK`` window over those): the same groups as the window over the distinct (unit, group) pairs, under every salt, with ties
     (a person's repeated key), NULL and empty keys, keys equal up to a prefix, a NUL or a trailing space,
     NFC/NFD spellings and non-BMP characters."""
     import dpsql.rewrite.bound as bound

@@ -6,10 +6,17 @@ hash reads through ``MD5_NUMBER`` (``tests/test_adversary_text_hash_differential
 largest cost of ``SELECT url, country, COUNT(*) ... GROUP BY url, country`` (``benchmarks/peers.py`` Q2). For
 counts of units only (one row per (person, group)), with C_u at most ``KEY_SPREAD_ABOVE``, the group cap's
 window now ranks each person's distinct groups over the rows (``DENSE_RANK``: a sort within the person, no hash
-table of keys), and the ``DISTINCT`` after it sees at most C_u keys per person. These tests pin the plan, and
-that it keeps exactly the groups the pairs plan keeps under the same salt (so it inherits that plan's uniform
-choice), on text, NULL and empty keys, keys outside a coded domain, keys of one DuckDB hash and keys aligned
-to 8 hashes under any salt.
+table of keys), and the ``DISTINCT`` after it sees at most C_u keys per person.
+
+That window sorted each person's rows with their keys' text, so one person's 6 000 rows of one 60 000-character
+key (``tests/test_adversary_dictionary_text.py``) exhausted a 100 MB memory limit only when present. The cap
+over rows is now one hash aggregate per (person, keyed hash), an integer pair no one can steer without the salt,
+holding the smallest and largest value of each key (``bound._groups_by_hash``), then a window over those groups:
+no row is carried with its text. A (person, hash) holding two or more groups (keys crafted to share DuckDB's
+64-bit hash; by chance about 2^-64 per pair) is dropped. These tests pin the plan, and that it keeps exactly the
+groups the pairs plan keeps under the same salt (so it inherits that plan's uniform choice), on text, NULL and
+empty keys and keys outside a coded domain, but for the crafted person's keys of one DuckDB hash and keys
+aligned to 8 hashes under any salt, which are dropped (that person keeps at most C_u of their other groups).
 """
 
 from __future__ import annotations
@@ -85,15 +92,21 @@ def test_the_group_cap_over_rows_keeps_what_the_pairs_plan_keeps(sql: str, caps:
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     data = _events(1)
     plan = _plan(sql, data)
+    crafted = set(colliding_strings(40) + aligned_strings(40, blocks=4))
+
+    def honest(out: dict[Any, Any]) -> dict[Any, Any]:
+        return {k: r for k, r in out.items() if not set(k) & crafted}
+
     for salt in ("s1", "s2", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"):
         rows_sql, over_rows = _run(plan, caps, data, ops, salt)
         with monkeypatch.context() as m:
             m.setattr(bound, "rows_group_cap", lambda *a: False)
             pairs_sql, pairs = _run(plan, caps, data, ops, salt)
         assert "DENSE_RANK()" in rows_sql and "MD5_NUMBER" not in rows_sql and "__spread" not in rows_sql, rows_sql
-        assert "= RANK() OVER" in rows_sql and "DISTINCT" not in rows_sql, rows_sql  # one row per kept group
+        assert "GROUP BY __unit, __ghash" in rows_sql and "DISTINCT" not in rows_sql, rows_sql  # a group per hash
         assert "MD5_NUMBER" in pairs_sql and "DENSE_RANK()" not in pairs_sql  # the control: the pairs plan ran
-        assert over_rows == pairs
+        assert honest(over_rows) == honest(pairs) and honest(pairs) != pairs  # (the crafted person's, dropped)
+        assert sum(r["__users"] for k, r in over_rows.items() if set(k) & crafted) <= caps.max_groups_per_unit
         users = sum(r["__users"] for r in over_rows.values())
         assert 0 < users <= caps.max_groups_per_unit * 301
     # negative control: another salt keeps other groups
@@ -101,38 +114,37 @@ def test_the_group_cap_over_rows_keeps_what_the_pairs_plan_keeps(sql: str, caps:
 
 
 def test_the_crafted_persons_keys_are_capped_and_outside_keys_take_no_place() -> None:
+    """The crafted person's 40 keys of one DuckDB hash share one keyed hash under every salt: that (person, hash)
+    holds 40 groups and is dropped; their 40 keys aligned to at most 8 hashes likewise, but for a hash that holds
+    one of them. The person keeps at most C_u groups; keys outside the coded domain take no place."""
     data = _events(2)
     plan = _plan("SELECT url, country, COUNT(*) FROM events GROUP BY url, country", data)
-    _, out = _run(plan, Caps(2, 1), data, DuckDBOps(), "s1")
-    crafted = set(colliding_strings(40) + aligned_strings(40, blocks=4))
-    assert sum(r["__users"] for (url, _), r in out.items() if url in crafted) == 2
-    assert all(c in DOMAIN for _, c in out)
+    for salt in ("s1", "s2", "s3"):
+        _, out = _run(plan, Caps(2, 1), data, DuckDBOps(), salt)
+        kept = {url for url, _ in out} & set(colliding_strings(40) + aligned_strings(40, blocks=4))
+        assert len(kept) <= 2 and not kept & set(colliding_strings(40)), kept
+        assert all(c in DOMAIN for _, c in out)
 
 
 @pytest.mark.parametrize(("sql", "caps"), QUERIES)
-def test_the_first_window_orders_by_the_keyed_hash_alone_and_keeps_what_one_window_keeps(
-        sql: str, caps: Caps, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two windows: the rows of each person's first C_u distinct keyed hashes (keys outside a coded domain filtered
-    before it, an order of one integer), then the exact window (hash, keys) over those rows only. The first C_u
-    groups in the order (hash, keys) have their hashes among the first C_u distinct ones, so the same groups are
-    kept as by the one window over every row, whatever collides (the crafted person: 40 keys of one DuckDB hash
-    and 40 aligned to 8 hashes under any salt). The control: with the first window left out, the SQL has one
-    ``DENSE_RANK`` and still keeps the same groups."""
+def test_no_row_is_carried_through_a_window(sql: str, caps: Caps) -> None:
+    """The rows reach hash aggregates per (person, keyed hash) only, keys outside a coded domain filtered before
+    them, and the one window ranks (person, hash) groups by the hash. With C_u = 1 the first hashes are ranked over
+    integers alone, then the rows of those hashes (a second read, joined on them) reach the aggregate of texts."""
     data = _events(4)
-    plan = _plan(sql, data)
-    for salt in ("s1", "s2", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"):
-        two_sql, two = _run(plan, caps, data, DuckDBOps(), salt)
-        with monkeypatch.context() as m:
-            m.setattr(bound, "HASH_FIRST_WINDOW", False)
-            one_sql, one = _run(plan, caps, data, DuckDBOps(), salt)
-        assert two_sql.count("DENSE_RANK()") == 2 and one_sql.count("DENSE_RANK()") == 1, two_sql
-        flat = " ".join(two_sql.split())
-        assert "DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash) <=" in flat, two_sql
-        if "country" in sql:  # the coded key's NULL (outside the domain) is filtered before the first window
-            filtered = re.search(r"WHERE NOT (__k\d) IS NULL\s*\) AS __in_domain", flat)
-            assert filtered and "IS NULL, HASH(" not in flat, two_sql
-            assert f"{filtered[1]} IS NULL, HASH(" in " ".join(one_sql.split())  # the control: ordered last
-        assert two == one
+    flat = " ".join(bounded_sql(_plan(sql, data), caps, "s1").split())
+    n = f"{caps.max_groups_per_unit:g}"
+    assert flat.count(" OVER (") == 1, flat
+    first = caps.max_groups_per_unit <= bound.INTEGERS_FIRST_MAX
+    if first:
+        assert ("AS __all_hashes GROUP BY __unit, __ghash) AS __hashes QUALIFY DENSE_RANK() OVER (PARTITION BY __unit "
+                f"ORDER BY __ghash) <= {n}) AS __first_hashes") in flat, flat
+        assert re.search(r"\) AS __kept_hashes GROUP BY __unit, __ghash HAVING ", flat), flat
+    else:
+        assert re.search(r"\) AS __r GROUP BY __unit, __ghash HAVING ", flat), flat
+        assert f"AS __one_group QUALIFY DENSE_RANK() OVER (PARTITION BY __unit ORDER BY __ghash) <= {n})" in flat, flat
+    if "country" in sql:  # the coded key's NULL (outside the domain) is filtered before the aggregates
+        assert len(re.findall(r"WHERE NOT __k\d IS NULL\) AS (?:__all_hashes|__r)\b", flat)) == 1 + first, flat
 
 
 @pytest.mark.parametrize(("sql", "caps", "ops"), [
@@ -160,12 +172,14 @@ def test_a_text_key_with_an_uncoded_domain_keeps_the_pairs_plan() -> None:
     assert "DENSE_RANK()" not in rendered and "MD5_NUMBER" in rendered, rendered
 
 
-def test_the_group_cap_over_rows_spills_under_a_small_memory_limit(tmp_path: Any) -> None:
-    """2M rows, 200k people of 5 URLs each twice, C_u = 3, one thread under 60 MB: the window sorts on disk and
-    the count completes (every person keeps 3 groups); the same query without a memory limit is the reference."""
+@pytest.mark.parametrize("cap", [3, 1])  # (C_u = 1: the hashes ranked over integers first, the rows read twice)
+def test_the_group_cap_over_rows_spills_under_a_small_memory_limit(tmp_path: Any, cap: int) -> None:
+    """2M rows, 200k people of 5 URLs each twice, C_u = 3 and 1, one thread under 60 MB: the aggregates and the
+    window spill and the count completes (every person keeps C_u groups); the same query without a memory limit is
+    the reference."""
     schema = pa.table({"user_id": pa.array([1], pa.int64()), "url": pa.array(["u"], pa.string())})
     plan = plan_for("SELECT url, COUNT(*) FROM events GROUP BY url", spec_for("events", schema))
-    sql = bounded_sql(plan, Caps(3, 1), "s1")
+    sql = bounded_sql(plan, Caps(cap, 1), "s1")
     assert "DENSE_RANK()" in sql and "MD5_NUMBER" not in sql
 
     def run(limit: str | None) -> list[tuple[Any, ...]]:
@@ -182,7 +196,7 @@ def test_the_group_cap_over_rows_spills_under_a_small_memory_limit(tmp_path: Any
         finally:
             con.close()
 
-    assert run("60MB") == run(None) == [(600000, 5)]
+    assert run("60MB") == run(None) == [(200000 * cap, 5)]
 
 
 @pytest.mark.parametrize("collation", ["nocase", "noaccent.nocase", "nfc"])
@@ -235,7 +249,7 @@ def test_the_group_cap_over_rows_keeps_each_group_with_equal_probability_whateve
                      "amount": np.ones(people * len(urls))})
     plan = _plan("SELECT url, COUNT(*) FROM events GROUP BY url", data)
     sql = bounded_sql(plan, Caps(2, 1), "uniform-salt-1")
-    assert "DENSE_RANK()" in sql and "= RANK() OVER" in sql and "DISTINCT" not in sql
+    assert "DENSE_RANK()" in sql and "GROUP BY __unit, __ghash" in sql and "DISTINCT" not in sql
     kept = {k: v for k, v in _kept_per_key(sql, data, source_name(plan.table.name)).items()}
     assert sum(kept.values()) == 2 * people
     assert _uniform_halves(kept, people), kept

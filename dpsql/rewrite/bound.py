@@ -821,17 +821,13 @@ def keyed_digest(ops: SqlOps) -> Callable[[exp.Expression], exp.Expression] | No
     return None if ops.keyed_hash_is_digest else digest
 
 
-#: the group cap over rows (:func:`rows_group_cap`) in two windows: the rows of each unit's first C_u distinct
-#: keyed hashes (an order of one integer, :func:`_first_hashes`), then the exact order (hash, keys) over those
-#: rows only (docs/performance.md, "Q2 in two windows")
-HASH_FIRST_WINDOW = True
-#: the keyed hash of (unit, group), a column between the two windows
+#: the keyed hash of (unit, group) in the group cap over rows (:func:`_groups_by_hash`)
 GROUP_HASH = "__ghash"
 
 
 def rows_group_cap(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, coded: frozenset[str]) -> bool:
-    """Whether the group cap C_u runs over the rows themselves, before any grouping (``DENSE_RANK`` in
-    :func:`_smallest_by_window`), instead of over the (unit, group) pairs: with counts of units only (one row per
+    """Whether the group cap C_u runs over the rows themselves, before any grouping (:func:`_groups_by_hash`),
+    instead of over the (unit, group) pairs: with counts of units only (one row per
     (unit, group), no per-unit row cap L), a key of a weakly hashed type (:func:`weakly_hashed`: text) carried as
     its value, every key with a public domain coded (:func:`coded_keys`: the window drops the rows outside it),
     the engine's own hash (``ops.keyed_hash_is_digest`` false) and C_u at most :data:`KEY_SPREAD_ABOVE`. Decided
@@ -840,11 +836,12 @@ def rows_group_cap(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, cod
     The pairs' ``DISTINCT`` before the cap groups a person's keys in a hash table, so it also groups them by
     their spread, the keyed hash of their salted text, which DuckDB's hash reads through ``MD5_NUMBER``
     (:func:`spread_input`): one digest per row, the largest cost of a text-keyed count (1M rows: about 0.1 s of
-    CPU). Over the rows, the window partitions by the unit alone and sorts each unit's rows (a sort: keys of
-    one hash are ordered by the keys themselves, no probing) and keeps one row of each of its first C_u
-    groups, so the final grouping by key sees at most C_u keys per person (a person left with at most
-    :data:`KEY_SPREAD_ABOVE` keys cannot make it slow). The same groups are kept: the first C_u of each unit in
-    the same order."""
+    CPU). Over the rows, one hash aggregate per (unit, keyed hash), an integer pair whose hash no one can steer
+    without the salt (keys of one engine hash share one group of the aggregate: no probing), then a window over
+    those groups keeps each unit's first C_u hashes, so the final grouping by key sees at most C_u keys per person
+    (a person left with at most :data:`KEY_SPREAD_ABOVE` keys cannot make it slow). The same groups are kept as
+    by the pairs' window (the first C_u of each unit in the order of the keyed hash), but for a person's groups
+    that share one keyed hash, which are dropped (:func:`_groups_by_hash`)."""
     if not (caps.rows_finite and caps.max_rows_per_group == 1 and caps.groups_finite and not caps.unit_rows_finite):
         return False
     if caps.max_groups_per_unit > KEY_SPREAD_ABOVE or not getattr(ops, "group_cap_window", False):
@@ -856,6 +853,96 @@ def rows_group_cap(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, cod
     if any(k.domain is not None and k.name not in coded for k in plan.keys):
         return False
     return any(weakly_hashed(t) for t in key_types(plan, coded).values())
+
+
+def _two_drawn(n: float, carried: int, ops: SqlOps) -> bool:
+    """Whether :func:`cap_rows` with ``draw`` keeps ``n`` rows per partition, ``carried`` columns besides the
+    partition's, by ``keep_two_drawn``'s hash aggregate (no window): the same test as there."""
+    return (ops.row_clock() is not None and int(n) == 2 and getattr(ops, "keep_two_drawn", None) is not None
+            and carried <= TWO_ROW_MAX_COLUMNS)
+
+
+def digested_keys(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, coded: frozenset[str], values: int, *,
+                  need_values: bool, one_row: bool) -> tuple[str, ...]:
+    """The text group keys :func:`bounded_query` carries as their salted digest (:func:`key_digest`) through the
+    row caps, its text attached to the (unit, group) pairs after them (:func:`key_texts`): the text keys carried
+    as their value (not coded) when a window over rows keeps the rows (the per-unit row cap L, or the row cap k
+    with values, but not where one hash aggregate keeps them: k = 1's pick, ``keep_two_drawn``). Decided from
+    public values only (the query, the caps, the catalog and the backend); ``values``: the value columns the
+    caps carry.
+
+    A window materialises every row of its partition, each with its columns, before keeping any: one person's
+    6 000 rows of one 60 000-character key (a few kB of a dictionary-encoded Parquet file, 360 MB decoded) made
+    ``SELECT note, COUNT(uid) ... GROUP BY note`` fail after its charge under a 100 MB memory limit only when
+    that person was present (``tests/test_adversary_dictionary_text.py``). The digest is 16 or 32 bytes
+    whatever the text; a hash aggregate keeps one text per group, whatever its rows."""
+    keys = [k.name for k in plan.keys]
+    windowed = ((caps.unit_rows_finite and not _two_drawn(caps.max_rows_per_unit, len(keys) + values, ops))
+                or (caps.rows_finite and need_values and not one_row
+                    and not _two_drawn(caps.max_rows_per_group, values, ops)))
+    if not windowed:
+        return ()
+    return tuple(k for k, t in key_types(plan, coded).items() if is_text(t))
+
+
+def key_digest(key: exp.Expression, salt: str, ops: SqlOps, sql_type: str) -> exp.Expression:
+    """A text key as the caps carry it through their windows (:func:`digested_keys`): the digest of the secret
+    ``salt`` followed by its text, as :func:`unit_expression` digests a text unit (DuckDB's ``MD5_NUMBER``;
+    with the portable keyed hash and on Spark ``md5``, spelled alike on both). ``key`` is the canonical key
+    (binary collation), so two keys have one digest when their bytes are equal, and two different texts share
+    one with probability about 2^-128 (a secret salt: no one can craft such texts, as for the unit). NULL stays
+    NULL."""
+    digest = text_digest_of(ops)
+    return salted_text(key, salt, digest if digest is not None else (lambda t: exp.MD5(this=t)), sql_type)
+
+
+def _digest_keys(base: exp.Select, digested: Sequence[str], salt: str, ops: SqlOps, types: Mapping[str, str]) -> None:
+    """Each digested key's column of the base rows (:func:`base_relation`) as its :func:`key_digest`, in place."""
+    for item in base.selects:
+        if isinstance(item, exp.Alias) and item.alias in digested:
+            item.set("this", key_digest(item.this, salt, ops, types[item.alias]))
+
+
+def _digest_column(key: str) -> str:
+    return "__kd" + key
+
+
+def key_texts(plan: ir.QueryPlan, unit_column: str, digested: Sequence[str], salt: str, *,
+              where: exp.Expression | None, use_public_domain: bool, ops: SqlOps) -> exp.Subquery:
+    """Each digested key's text (:func:`digested_keys`) by its digest: per distinct combination of the
+    digests (columns ``__kd<key>``) over the rows that may contribute, the key's text (``MIN``: the rows of one
+    digest hold one text; Spark's allow-list has no ``ANY_VALUE``). A hash aggregate: one text per combination, however many rows repeat it. It reads
+    the rows a second time (the digests once more per row)."""
+    schema = plan.table.schema
+    types = key_types(plan)
+    proj: list[exp.Expression] = []
+    for k in plan.keys:
+        if k.name in digested:
+            text = key_expression(k, schema, ops)
+            proj.append(exp.alias_(key_digest(text.copy(), salt, ops, types[k.name]), _digest_column(k.name), copy=False))
+            proj.append(exp.alias_(text, k.name, copy=False))
+    rows = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__key_rows", copy=False)
+    by = [_col(_digest_column(k)) for k in digested]
+    texts: list[exp.Expression] = []
+    for name in digested:
+        one = exp.Min(this=_col(name))
+        one.meta[DIALECT_MARK] = ops.dialect  # the one text of the group, on every engine: a building block
+        texts.append(exp.alias_(one, name, copy=False))
+    return (exp.select(*[c.copy() for c in by], *texts)
+            .from_(rows, copy=False).group_by(*by, copy=False).subquery("__key_texts", copy=False))
+
+
+def _with_key_texts(pairs: exp.Select, texts: exp.Subquery, digested: Sequence[str]) -> exp.Select:
+    """The (unit, group) pairs ``pairs`` with each digested key's digest replaced by its text (:func:`key_texts`,
+    joined on the digests, NULL to NULL)."""
+    names = [c.alias_or_name for c in pairs.selects]
+    on: exp.Expression | None = None
+    for k in digested:
+        eq = exp.NullSafeEQ(this=exp.column(k, table="__ug_digests"), expression=exp.column(_digest_column(k), table="__key_texts"))
+        on = eq if on is None else exp.And(this=on, expression=eq)
+    cols = [exp.column(n, table="__key_texts" if n in digested else "__ug_digests") for n in names]
+    return (exp.select(*cols).from_(pairs.subquery("__ug_digests", copy=False), copy=False)
+            .join(texts, on=on, join_type="inner", copy=False))
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
@@ -899,9 +986,8 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     the window, a pair whose code is NULL (its key outside the public domain) comes after every
     pair of its unit inside the domain and is dropped, so the relation need not be filtered first.
 
-    ``over_rows`` (``ops.group_cap_window`` only): the relation may hold several rows per (unit, group);
-    the window ranks the distinct groups (``DENSE_RANK``) and keeps one row of each of the first
-    ``max_groups`` (:func:`rows_group_cap`).
+    ``over_rows`` (``ops.group_cap_window`` only): the relation may hold several rows per (unit, group), and
+    one row of each of the first ``max_groups`` groups is kept (:func:`_groups_by_hash`, :func:`rows_group_cap`).
     """
     n = int(max_groups)
     if coded:
@@ -910,8 +996,9 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
     else:
         key = ops.keyed_hash([unit, *keys], salt)
     if getattr(ops, "group_cap_window", False):
-        return _smallest_by_window(relation, unit, keys, output, key, n, outside=sorted(coded),
-                                   dense=over_rows).subquery(alias, copy=False)
+        if over_rows:
+            return _groups_by_hash(relation, unit, keys, output, key, n, outside=sorted(coded)).subquery(alias, copy=False)
+        return _smallest_by_window(relation, unit, keys, output, key, n, outside=sorted(coded)).subquery(alias, copy=False)
     assert not over_rows, "the group cap over rows is a window"  # rows_group_cap checks ops.group_cap_window
     shared, heavy = "__pairs", "__heavy"
     pairs_cte = exp.CTE(this=exp.select("*").from_(relation, copy=False), alias=exp.TableAlias(this=exp.to_identifier(shared)),
@@ -936,7 +1023,7 @@ def cap_groups_per_unit(relation: exp.Expression, unit: str, keys: Sequence[str]
 
 
 def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
-                        key: exp.Expression, n: int, *, outside: Sequence[str] = (), dense: bool = False) -> exp.Select:
+                        key: exp.Expression, n: int, *, outside: Sequence[str] = ()) -> exp.Select:
     """Per unit, the ``n`` rows (one per group) first in the total order (keyed hash, group key),
     by one window: ``QUALIFY ROW_NUMBER() OVER (PARTITION BY unit ORDER BY hash, keys...) <= n``.
 
@@ -955,18 +1042,8 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
     it is dropped with the rows past ``n``: the rows kept are those the window keeps over the
     relation filtered first (``_in_domain_pairs``), whose filter DuckDB would push below the
     aggregation onto every row.
-
-    ``dense``: the relation holds rows, several per (unit, group); ``DENSE_RANK`` numbers each unit's
-    distinct groups in the same order (a group's rows are peers: equal hash and keys), and of the first ``n``
-    groups one row each is kept, the first of its peers (``ROW_NUMBER() = RANK()`` in the same window, which
-    DuckDB computes in the same sort): one row per kept (unit, group), with no ``DISTINCT`` after the window.
-    That window runs over the rows of each unit's first ``n`` distinct hashes only (:func:`_first_hashes`, a
-    first window ordered by the hash alone, with ``outside`` keys filtered before it), so its sort compares the
-    keys' text for those rows alone.
     """
     missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
-    if dense and HASH_FIRST_WINDOW:
-        relation, key, missing = _first_hashes(relation, unit, key, n, missing), _col(GROUP_HASH), []
     order = [exp.Ordered(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing),
                          nulls_first=False)] if missing else []
     order.append(exp.Ordered(this=key, nulls_first=False))
@@ -975,30 +1052,83 @@ def _smallest_by_window(relation: exp.Expression, unit: str, keys: Sequence[str]
     def window(fn: exp.Expression) -> exp.Window:
         return exp.Window(this=fn, partition_by=[_col(unit)], order=exp.Order(expressions=[o.copy() for o in order]))
 
-    kept: exp.Expression = exp.LTE(this=window(exp.func("dense_rank") if dense else exp.RowNumber()), expression=_lit(n))
-    if dense:  # the first row of each kept group (its peers are its other rows)
-        kept = exp.And(this=kept, expression=exp.EQ(this=window(exp.RowNumber()), expression=window(exp.func("rank"))))
+    kept: exp.Expression = exp.LTE(this=window(exp.RowNumber()), expression=_lit(n))
     for m in missing:
         kept = exp.And(this=exp.Not(this=m.copy()), expression=kept)
     return (exp.select(*[_col(c) for c in output]).from_(relation, copy=False)
             .qualify(kept, copy=False))
 
 
-def _first_hashes(relation: exp.Expression, unit: str, key: exp.Expression, n: int,
-                  missing: Sequence[exp.Expression]) -> exp.Subquery:
-    """The rows of each unit's first ``n`` distinct keyed hashes, the hash as the column :data:`GROUP_HASH`: the
-    first window of the group cap over rows (:data:`HASH_FIRST_WINDOW`), rows whose coded keys are NULL (outside
-    their domain) dropped before it. Its order is one integer, where the exact order (hash, keys) compares text;
-    the first ``n`` groups in that exact order have their hashes among these, so ranking these rows again by
-    (hash, keys) keeps the same groups whatever collides."""
-    hashed = exp.select("*", exp.alias_(key, GROUP_HASH, copy=False)).from_(relation, copy=False)
-    if missing:
-        hashed = hashed.where(exp.Not(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b), missing)),
-                              copy=False)
+#: the largest C_u whose group cap over rows ranks the hashes over integers first (:func:`_groups_by_hash`)
+INTEGERS_FIRST_MAX = 1
+
+
+def _groups_by_hash(relation: exp.Expression, unit: str, keys: Sequence[str], output: Sequence[str],
+                    key: exp.Expression, n: int, *, outside: Sequence[str] = ()) -> exp.Select:
+    """The group cap over rows (:func:`rows_group_cap`), with no row carried with its key's text through a window
+    or a sort. Rows whose coded keys are NULL (outside their domain) are dropped first. Then one hash aggregate per
+    (unit, keyed hash of (unit, group), :data:`GROUP_HASH`), an integer pair no one can steer without the salt
+    (keys of one engine hash share one of its groups: no probing), keeps the smallest and largest value of each
+    key (``MIN`` / ``MAX`` under the binary collation of the canonical key: exact on the bytes) and how many are
+    not NULL; a window over those groups keeps each unit's first ``n`` hashes. With ``n`` at most
+    :data:`INTEGERS_FIRST_MAX` (a public value) the first ``n`` hashes are found before, over integers alone (a
+    hash aggregate per (unit, hash) and the window), and only their rows, read a second time and joined on
+    (unit, hash), reach the aggregate of texts: with C_u = 1 most of a person's rows fall outside, and the
+    aggregate copied texts into every (unit, hash) group (1M rows, 50 keys, 5 rows per person: 0.32 against
+    0.43 CPU s); with more groups kept the second read costs more than it saves (``docs/performance.md``).
+
+    A (unit, hash) whose rows hold one group (each key one value, or NULL throughout) is that group; one whose rows
+    hold two or more groups (a collision of the engine's 64-bit hash of (unit, keys): by chance about 2^-64 per
+    pair of a person's groups; or crafted, as DuckDB's string hash can be) is dropped (with integers first, after
+    taking its place among the first ``n``). So a person keeps at most ``n`` groups whatever collides, chosen from
+    their rows and the salt alone, and every other person the groups the pairs' window keeps (the first ``n`` in
+    the order of the keyed hash).
+
+    A window over the rows materialised every row of a person, its key's text included, before keeping any: one
+    person's 6 000 rows of one 60 000-character key (a few kB of a dictionary-encoded Parquet file, 360 MB
+    decoded) failed the query after its charge under a 100 MB memory limit only when that person was present
+    (``tests/test_adversary_dictionary_text.py``). The aggregate holds two texts per (unit, hash), whatever its
+    rows. Both reads of the rows are the same deterministic rows (no per-row draw: counts with k = 1 and no L)."""
+    missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
+
+    def hashed_rows(rel: exp.Expression, alias: str) -> exp.Subquery:
+        out = exp.select("*", exp.alias_(key.copy(), GROUP_HASH, copy=False)).from_(rel, copy=False)
+        if missing:
+            out = out.where(exp.Not(this=functools.reduce(lambda a, b: exp.Or(this=a, expression=b),
+                                                          [m.copy() for m in missing])), copy=False)
+        return out.subquery(alias, copy=False)
+
+    # (one row per (unit, hash) in the window: DENSE_RANK numbers them as ROW_NUMBER would, in a window DuckDB
+    # keeps, where it rewrites ROW_NUMBER() <= n into a slower top-n aggregate per unit)
     rank = exp.Window(this=exp.func("dense_rank"), partition_by=[_col(unit)],
                       order=exp.Order(expressions=[exp.Ordered(this=_col(GROUP_HASH), nulls_first=False)]))
-    return (exp.select("*").from_(hashed.subquery("__in_domain", copy=False), copy=False)
-            .qualify(exp.LTE(this=rank, expression=_lit(n)), copy=False).subquery("__first_hashes", copy=False))
+    kept: exp.Expression = hashed_rows(relation, "__r")
+    if n <= INTEGERS_FIRST_MAX:
+        hashes = (exp.select(_col(unit), _col(GROUP_HASH)).from_(hashed_rows(relation.copy(), "__all_hashes"), copy=False)
+                  .group_by(_col(unit), _col(GROUP_HASH), copy=False).subquery("__hashes", copy=False))
+        first = (exp.select(_col(unit), _col(GROUP_HASH)).from_(hashes, copy=False)
+                 .qualify(exp.LTE(this=rank, expression=_lit(n)), copy=False).subquery("__first_hashes", copy=False))
+        on = exp.And(this=exp.EQ(this=exp.column(unit, table="__r"), expression=exp.column(unit, table="__first_hashes")),
+                     expression=exp.EQ(this=exp.column(GROUP_HASH, table="__r"),
+                                       expression=exp.column(GROUP_HASH, table="__first_hashes")))
+        kept = (exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("__r")))
+                .from_(kept, copy=False).join(first, on=on, join_type="inner", copy=False)).subquery("__kept_hashes", copy=False)
+    agg: list[exp.Expression] = [_col(unit), _col(GROUP_HASH), exp.alias_(exp.Count(this=exp.Star()), "__rows_h")]
+    single: exp.Expression | None = None
+    for i, k in enumerate(keys):
+        agg += [exp.alias_(exp.Min(this=_col(k)), f"__lo{i}"), exp.alias_(exp.Max(this=_col(k)), f"__hi{i}"),
+                exp.alias_(exp.Count(this=_col(k)), f"__nn{i}")]
+        one = exp.Or(this=exp.Paren(this=exp.And(this=exp.EQ(this=_col(f"__lo{i}"), expression=_col(f"__hi{i}")),
+                                                 expression=exp.EQ(this=_col(f"__nn{i}"), expression=_col("__rows_h")))),
+                     expression=exp.EQ(this=_col(f"__nn{i}"), expression=_lit(0)))
+        single = exp.Paren(this=one) if single is None else exp.And(this=single, expression=exp.Paren(this=one))
+    groups = (exp.select(*agg).from_(kept, copy=False).group_by(_col(unit), _col(GROUP_HASH), copy=False))
+    if single is not None:
+        groups = groups.having(single, copy=False)
+    named = exp.select(_col(unit), _col(GROUP_HASH), *[exp.alias_(_col(f"__lo{i}"), k) for i, k in enumerate(keys)]).from_(
+        groups.subquery("__hash_groups", copy=False), copy=False)
+    out = exp.select(*[_col(c) for c in output]).from_(named.subquery("__one_group", copy=False), copy=False)
+    return out if n <= INTEGERS_FIRST_MAX else out.qualify(exp.LTE(this=rank.copy(), expression=_lit(n)), copy=False)
 
 
 def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], values: Sequence[str], salt: str, *,
@@ -1246,6 +1376,10 @@ def bounded_query(
     # 1. base rows ------------------------------------------------------------------------------
     base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=row_domain, ops=ops,
                                      coded=coded, salt=salt)
+    # text keys through a window over rows: as their salted digests, their text attached to the pairs
+    digested = digested_keys(plan, caps, ops, coded, len(value_cols), need_values=need_values, one_row=one_row)
+    if digested:
+        _digest_keys(base, digested, salt, ops, key_types(plan, coded))
     rows_src: exp.Expression = base.subquery("__base", copy=False)
 
     # 2. rows per unit (L) ------------------------------------------------------------------------
@@ -1257,7 +1391,9 @@ def bounded_query(
     # L, which partitions by the unit alone)
     pkeys = keys
     if keys and not set(keys) <= coded and not one_row and not over_rows:
-        rows_src, pkeys = spread_keys(rows_src, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
+        # (a digested key is no weakly hashed value: a digest under the secret salt)
+        types = {k: t for k, t in key_types(plan, coded).items() if k not in digested}
+        rows_src, pkeys = spread_keys(rows_src, keys, salt, ops, types), [*keys, SPREAD]
 
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
     if caps.rows_finite and need_values and not one_row:
@@ -1331,6 +1467,9 @@ def bounded_query(
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).distinct(copy=False)
     else:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
+    if digested:  # one row per (unit, group): each digested key's text, once per pair
+        ug = _with_key_texts(ug, key_texts(plan, unit_column, digested, salt, where=where, use_public_domain=row_domain,
+                                           ops=ops), digested)
 
     # a coded key's filter on the pairs is pushed by DuckDB below the aggregation onto the rows, where the
     # code is then computed twice per row (the filter's, the projection's): the group cap window drops them
