@@ -763,7 +763,10 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec], digest: Ke
     their keyed hash (``__spread``: the start values' and each hop's key values'; a join compares the
     keyed hashes of both sides' values); the result has the start values' ``__spread`` too. A start column the
     sample carries as its digest (``digested``, :func:`key_digests`) is looked up by the digest of the first hop's
-    key; every id is spelled from digests of text (:func:`_person_text`, :func:`_key_text`)."""
+    key, and each hop carries a text or BLOB next value (the next hop's key, or the person's unit) as its digest, the
+    next hop reading its key as a digest too: one customer's long id over thousands of orders was otherwise carried
+    with each of their (order key, customer) pairs (``tests/test_adversary_round43.py``); every id is spelled from
+    digests of text (:func:`_person_text`, :func:`_key_text`)."""
     direct_last = _direct(s.hops[-1:], catalog)
     fetch = s.hops[:-1] if direct_last else s.hops
     starts = key_parts(s.column)
@@ -792,9 +795,12 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec], digest: Ke
         # (a key compared with a digested value is read as its digest)
         key_types = [DIGEST_TYPE if d else _type_of(t, c) for c, d in zip(keys, prev_dig, strict=True)]
         key_vals = [_carried(exp.column(c, quoted=True), _type_of(t, c), d, digest) for c, d in zip(keys, prev_dig, strict=True)]
+        # a text or BLOB next value (the next hop's key, or the person's unit) as its digest: one person's long id
+        # is never carried with each of their rows here
+        next_dig = [_digestable(_type_of(t, c)) for c in nexts]
         rel = (exp.select(*[exp.alias_(v.copy(), f"__a{i}") for i, v in enumerate(key_vals)],
-                          *[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(t, c)), f"__b{i}")
-                            for i, c in enumerate(nexts)],
+                          *[exp.alias_(_carried(exp.column(c, quoted=True), _type_of(t, c), d, digest), f"__b{i}")
+                            for i, (c, d) in enumerate(zip(nexts, next_dig, strict=True))],
                           exp.alias_(_lit(1), "__m"))
                .distinct()  # equal (key, next) rows reach the same people: one each, so that one person's
                # duplicated rows in two hops make no product of rows (work linear in each person's rows)
@@ -812,7 +818,8 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec], digest: Ke
         q = q.join(rel.subquery(la), on=on, join_type="left")
         looked.append((t, hop.target_column, prev, la, prev_dig))
         prev = [_col(f"{la}.__b{i}") for i in range(len(nexts))]
-        prev_types, prev_dig = [_type_of(t, c) for c in nexts], [False] * len(nexts)
+        prev_types = [DIGEST_TYPE if d else _type_of(t, c) for c, d in zip(nexts, next_dig, strict=True)]
+        prev_dig = next_dig
     # the user: the person at the end, or the synthetic user where the chain stopped
     final = _person_text(catalog, s.person_table, prev[0], digest, digested=prev_dig[0])
     last_t, last_key, last_vals, _, last_dig = looked[-1]
