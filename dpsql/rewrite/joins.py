@@ -302,9 +302,10 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
                 ids: Sequence[str] = ()) -> frozenset[str]:
     """The flat text and BLOB columns a join plan carries as their salted digest (:class:`KeyDigest`) from the
     input's projection on: those read only as keys (equi-join conditions, user slots, Delta caps, declared
-    keys), never as values (the conditions applied after the join, SUM's or COUNT's argument, GROUP BY keys,
-    the one-table statement of a lookup join, ``extra`` projections other than the caller's person columns
-    ``ids``, output names of bare columns). Both sides of an equi-join are carried alike (a column that is
+    keys), never as values (the conditions applied after the join, SUM's argument, COUNT's unless a bare column
+    (it reads only whether the column is NULL, and so does its digest), GROUP BY keys, the one-table statement of
+    a lookup join, ``extra`` projections other than the caller's person columns ``ids``, output names of bare
+    columns). Both sides of an equi-join are carried alike (a column that is
     not digested keeps the other side as it is).
 
     A key is carried with every joined row, and through the Delta caps' windows, which materialise every row
@@ -339,7 +340,11 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
     for a, c in jp.left_on:  # (an ON condition over the lookup's columns alone filters its rows before the digest)
         if not {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)} <= {a}:
             read(c)
-    for e in (jp.value, *[g.value for g in jp.aggregates], *[k.expr for k in jp.keys], jp.statement):
+    for kind, e in ((jp.kind, jp.value), *[(g.kind, g.value) for g in jp.aggregates]):
+        # COUNT(col) of a bare column reads only whether it is NULL, and a digest is NULL exactly where its text is
+        if not (kind == ir.COUNT_COL and isinstance(e, exp.Column)):
+            read(e)
+    for e in (*[k.expr for k in jp.keys], jp.statement):
         read(e)
     for e in extra:
         inner = e.this if isinstance(e, exp.Alias) else e
