@@ -624,9 +624,9 @@ def tuple_multiset(rows: pa.Table, jp: Any, parts: Any) -> collections.Counter:
 
 def digested_id(victim_id: str) -> str:
     """How a join's tuples name a person whose unit is text: ``<table>:`` and the salted digest of the text
-    (``dpsql.rewrite.joins.key_digests``; DuckDB's ``MD5_NUMBER`` under the fixed ``SALT``)."""
+    (``dpsql.rewrite.joins.key_digests``; DuckDB's ``MD5_NUMBER`` under the fixed ``SALT``, in hexadecimal)."""
     table, value = victim_id.split(":", 1)
-    digest = duckdb.execute("SELECT CAST(MD5_NUMBER(? || ?) AS VARCHAR)", [SALT, value]).fetchall()[0][0]
+    digest = duckdb.execute("SELECT HEX(MD5_NUMBER(? || ?))", [SALT, value]).fetchall()[0][0]
     return f"{table}:{digest}"
 
 

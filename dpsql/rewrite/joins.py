@@ -297,15 +297,26 @@ class KeyDigest:
         fn = text_digest_of(self.ops)
         return salted_text(value, self.salt, fn if fn is not None else (lambda t: exp.MD5(this=t)), sql_type)
 
+    def text(self, value: exp.Expression) -> exp.Expression:
+        """The text of a digest (a value of :meth:`of`): DuckDB's ``MD5_NUMBER``, a 128-bit unsigned integer, in
+        hexadecimal (``HEX``: no leading zeros, one spelling per value), as DuckDB writes such an integer in decimal
+        by 128-bit long divisions, about 85 microseconds a value (the ids of a million sampled tuples took 85 s of
+        CPU); ``md5``'s hex text (the portable hash, Spark) as it is."""
+        fn = text_digest_of(self.ops)
+        probe = fn(exp.Null()) if fn is not None else None
+        if isinstance(probe, exp.Anonymous) and probe.name.upper() == "MD5_NUMBER":
+            return exp.func("hex", value.copy())
+        return _as_text(value, DIGEST_TYPE)
+
 
 def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Sequence[exp.Expression] = (),
                 ids: Sequence[str] = ()) -> frozenset[str]:
     """The flat text and BLOB columns a join plan carries as their salted digest (:class:`KeyDigest`) from the
     input's projection on: those read only as keys (equi-join conditions, user slots, Delta caps, declared
-    keys) or by ``COUNT(col)`` (whether it is NULL), never as values (the conditions applied after the join, SUM's
-    argument, COUNT's of an expression, GROUP BY keys,
-    the one-table statement of a lookup join, ``extra`` projections other than the caller's person columns
-    ``ids``, output names of bare columns). Both sides of an equi-join are carried alike (a column that is
+    keys), never as values (the conditions applied after the join, SUM's argument, COUNT's unless a bare column
+    (it reads only whether the column is NULL, and so does its digest), GROUP BY keys, the one-table statement of
+    a lookup join, ``extra`` projections other than the caller's person columns ``ids``, output names of bare
+    columns). Both sides of an equi-join are carried alike (a column that is
     not digested keeps the other side as it is).
 
     A key is carried with every joined row, and through the Delta caps' windows, which materialise every row
@@ -340,8 +351,8 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
     for a, c in jp.left_on:  # (an ON condition over the lookup's columns alone filters its rows before the digest)
         if not {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)} <= {a}:
             read(c)
-    # (COUNT(col) of a bare column reads only whether it is NULL, as its digest is exactly where it is NULL)
     for kind, e in ((jp.kind, jp.value), *[(g.kind, g.value) for g in jp.aggregates]):
+        # COUNT(col) of a bare column reads only whether it is NULL, and a digest is NULL exactly where its text is
         if not (kind == ir.COUNT_COL and isinstance(e, exp.Column)):
             read(e)
     for e in (*[k.expr for k in jp.keys], jp.statement):
@@ -506,10 +517,10 @@ def _as_text(col: exp.Expression, typ: str | None = None) -> exp.Expression:
     return text
 
 
-def _id_piece(col: exp.Expression, typ: str | None = None) -> exp.Expression:
+def _id_piece(col: exp.Expression, typ: str | None = None, digest: KeyDigest | None = None) -> exp.Expression:
     """``n`` for NULL, else ``v<number of characters of t>:<t>`` with ``t = CAST(col AS VARCHAR)``
-    (``typ``: the column's type, if known: :func:`_as_text`)."""
-    text = _as_text(col, typ)
+    (``typ``: the column's type, if known: :func:`_as_text`; a key's digest spelled by ``digest.text``)."""
+    text = digest.text(col) if typ == DIGEST_TYPE and digest is not None else _as_text(col, typ)
     body = exp.DPipe(this=exp.DPipe(this=exp.DPipe(this=exp.Literal.string("v"), expression=exp.cast(
         exp.func("length", text.copy()), "VARCHAR"), safe=True), expression=exp.Literal.string(":"), safe=True),
         expression=text, safe=True)
@@ -546,9 +557,10 @@ def _with_tid(q: exp.Select, *, types: Mapping[str, str] | None = None, spread: 
         if h is not None:
             part.append(h)
     dup = exp.Window(this=exp.RowNumber(), partition_by=part)
+    digest = KeyDigest(spread.salt, spread.ops) if spread is not None else None
     text: exp.Expression = exp.Literal.string("")
     for n, c in zip(names, cols, strict=True):
-        text = exp.DPipe(this=text, expression=_id_piece(c, known.get(n)), safe=True)
+        text = exp.DPipe(this=text, expression=_id_piece(c, known.get(n), digest), safe=True)
     text = exp.DPipe(this=exp.DPipe(this=text, expression=exp.Literal.string("#"), safe=True),
                      expression=_as_text(dup, "BIGINT"), safe=True)
     return exp.select(*[c.copy() for c in cols], exp.alias_(text, "__tid")).from_(q.subquery("__t"))
@@ -716,7 +728,7 @@ def _person_text(catalog: Mapping[str, TableSpec], person: str, value: exp.Expre
     assert t.privacy_unit is not None
     typ = t.schema.get(t.privacy_unit, "VARCHAR")
     if _digestable(typ):
-        text: exp.Expression = _as_text(value if digested else digest.of(exp.cast(value, typ), typ), DIGEST_TYPE)
+        text: exp.Expression = digest.text(value if digested else digest.of(exp.cast(value, typ), typ))
         return exp.DPipe(this=exp.Literal.string(person + ":"), expression=text, safe=True)
     try:
         typed = exp.cast(value, typ)
@@ -741,7 +753,7 @@ def _key_text(table: TableSpec, key: str, values: Sequence[exp.Expression], dige
         typ = table.schema.get(c, "VARCHAR")
         txt: exp.Expression
         if d or _digestable(typ):  # (digits or hex: no ',')
-            txt = _as_text(v.copy() if d else digest.of(exp.cast(v.copy(), typ), typ), DIGEST_TYPE)
+            txt = digest.text(v.copy() if d else digest.of(exp.cast(v.copy(), typ), typ))
         else:
             txt = exp.cast(exp.cast(v.copy(), typ), "VARCHAR")
         if i:
@@ -768,7 +780,10 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec], digest: Ke
     their keyed hash (``__spread``: the start values' and each hop's key values'; a join compares the
     keyed hashes of both sides' values); the result has the start values' ``__spread`` too. A start column the
     sample carries as its digest (``digested``, :func:`key_digests`) is looked up by the digest of the first hop's
-    key; every id is spelled from digests of text (:func:`_person_text`, :func:`_key_text`)."""
+    key, and each hop carries a text or BLOB next value (the next hop's key, or the person's unit) as its digest, the
+    next hop reading its key as a digest too: one customer's long id over thousands of orders was otherwise carried
+    with each of their (order key, customer) pairs (``tests/test_adversary_round43.py``); every id is spelled from
+    digests of text (:func:`_person_text`, :func:`_key_text`)."""
     direct_last = _direct(s.hops[-1:], catalog)
     fetch = s.hops[:-1] if direct_last else s.hops
     starts = key_parts(s.column)
@@ -797,9 +812,12 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec], digest: Ke
         # (a key compared with a digested value is read as its digest)
         key_types = [DIGEST_TYPE if d else _type_of(t, c) for c, d in zip(keys, prev_dig, strict=True)]
         key_vals = [_carried(exp.column(c, quoted=True), _type_of(t, c), d, digest) for c, d in zip(keys, prev_dig, strict=True)]
+        # a text or BLOB next value (the next hop's key, or the person's unit) as its digest: one person's long id
+        # is never carried with each of their rows here
+        next_dig = [_digestable(_type_of(t, c)) for c in nexts]
         rel = (exp.select(*[exp.alias_(v.copy(), f"__a{i}") for i, v in enumerate(key_vals)],
-                          *[exp.alias_(binary_text(exp.column(c, quoted=True), _type_of(t, c)), f"__b{i}")
-                            for i, c in enumerate(nexts)],
+                          *[exp.alias_(_carried(exp.column(c, quoted=True), _type_of(t, c), d, digest), f"__b{i}")
+                            for i, (c, d) in enumerate(zip(nexts, next_dig, strict=True))],
                           exp.alias_(_lit(1), "__m"))
                .distinct()  # equal (key, next) rows reach the same people: one each, so that one person's
                # duplicated rows in two hops make no product of rows (work linear in each person's rows)
@@ -817,7 +835,8 @@ def _lookup(k: int, s: ir.UserSlot, catalog: Mapping[str, TableSpec], digest: Ke
         q = q.join(rel.subquery(la), on=on, join_type="left")
         looked.append((t, hop.target_column, prev, la, prev_dig))
         prev = [_col(f"{la}.__b{i}") for i in range(len(nexts))]
-        prev_types, prev_dig = [_type_of(t, c) for c in nexts], [False] * len(nexts)
+        prev_types = [DIGEST_TYPE if d else _type_of(t, c) for c, d in zip(nexts, next_dig, strict=True)]
+        prev_dig = next_dig
     # the user: the person at the end, or the synthetic user where the chain stopped
     final = _person_text(catalog, s.person_table, prev[0], digest, digested=prev_dig[0])
     last_t, last_key, last_vals, _, last_dig = looked[-1]

@@ -1,0 +1,198 @@
+"""Text and BLOB join keys carried as their salted digest (``dpsql.rewrite.joins.key_digests``): what still carries
+one person's long text, and whether every slot spells one person alike.
+
+Neighbouring datasets (without and with one customer whose id is a 60 000-character text repeated over 6 000
+orders: a few kB of Parquet, 360 MB decoded), the same query, the same observable outcome under the owner's
+``memory_limit = 100MB`` (``tests/test_adversary_round41.py`` has the one-table and direct-join cases):
+
+* a chain looked up through a key (``SELECT COUNT(*) FROM items``, items -> orders by an integer key, orders ->
+  customer by the text id): the lookup's hop read the orders' DISTINCT (key, next value) pairs with the next value,
+  the customer's text, as it is, and spelled the person's id from its digest only at the end. One customer's 6 000
+  orders made 6 000 pairs of 60 000 characters each, and the query failed after its charge only with that
+  customer. Each hop now carries a text or BLOB next value as its digest (the next hop reads its key as a digest).
+* ``COUNT(o.cid)`` of a key: the key was carried as it is (``key_digests`` took COUNT's argument for a value read),
+  and the query failed after its charge only with that customer. COUNT of a bare column reads only whether it is
+  NULL, and so does its digest: such a key is now carried as its digest.
+* a key also read as a value (a condition across inputs over ``c.id``): the key is carried as it is with every
+  joined row, so these still fail after their charge only with that customer (strict xfail, open: the condition
+  needs the text).
+
+Detection: the outcome (answered, or the class of the failure), no wall clock. Each case has a control that answers
+without the customer and with the same customer under a one-character id.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import sqlglot
+from sqlglot import exp
+
+import dpsql
+import dpsql.rewrite.joins as rj
+from dpsql.engine import _duckdb_native as native
+from dpsql.rewrite.bound import SALT_PLACEHOLDER
+from dpsql.rewrite.joins import key_digests
+from dpsql.testing import use_noise, zero_noise
+
+PEOPLE, PERSON_ROWS, ID = 2_000, 6_000, 60_000
+LIMITS = {"memory_limit": "100MB", "max_temp_directory_size": "100MB", "threads": 1}
+PERSONS = {"without": None, "short": "P", "long": "P" * ID}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("round43")
+    for name, person in PERSONS.items():
+        ids, cid = [f"u{i}" for i in range(PEOPLE)], [f"u{i % PEOPLE}" for i in range(2 * PEOPLE)]
+        if person is not None:
+            ids.append(person)
+            cid += [person] * PERSON_ROWS
+        oid = pa.array(range(len(cid)), pa.int64())
+        pq.write_table(pa.table({"id": ids, "seg": [f"s{i % 3}" for i in range(len(ids))]}), d / f"c_{name}.parquet")
+        pq.write_table(pa.table({"oid": oid, "cid": cid, "amt": [1.0] * len(cid)}), d / f"o_{name}.parquet")
+        pq.write_table(pa.table({"oid": oid, "tag": [str(i) for i in range(len(cid))]}), d / f"i_{name}.parquet")
+    return d
+
+
+def _outcome(d: Path, name: str, sql: str, options: dict[str, Any] | None = None) -> str:
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine=LIMITS)
+    patch = pytest.MonkeyPatch()
+    # the files were written just now: read them with DuckDB's own reader, as an owner's settled files are
+    patch.setattr(native, "SETTLE_SECONDS", 0.0)
+    try:
+        s.register("customer", str(d / f"c_{name}.parquet"), privacy_unit="id",
+                   columns={"seg": {"domain": ["s0", "s1", "s2"]}}, allow_conditional_sampling=True)
+        s.register("orders", str(d / f"o_{name}.parquet"), references={"cid": "customer.id"},
+                   degree_bounds={"cid": 2}, columns={"amt": {"bounds": (0, 1)}}, allow_conditional_sampling=True)
+        s.register("items", str(d / f"i_{name}.parquet"), references={"oid": "orders.oid"},
+                   degree_bounds={"oid": 2}, allow_conditional_sampling=True)
+        try:
+            s.query(sql, epsilon=1.0, delta=1e-6, options=options)
+            return "answered"
+        except dpsql.errors.DPSQLError as e:
+            return type(e).__name__
+    finally:
+        s.close()
+        patch.undo()
+
+
+J = "FROM customer c JOIN orders o ON c.id = o.cid"
+LOOKED_UP = [("SELECT COUNT(*) FROM items", None), ("SELECT COUNT(*) FROM items", {"mechanism": "dp_s4s", "q": 0.5})]
+COUNTED = [
+    (f"SELECT COUNT(o.cid) {J}", None),
+    (f"SELECT COUNT(o.cid) {J}", {"mechanism": "r2t"}),
+    (f"SELECT c.seg, COUNT(o.cid) {J} GROUP BY c.seg", None),
+    (f"SELECT COUNT(c.id), SUM(o.amt) {J}", None),
+]
+READ_AS_VALUE = [
+    (f"SELECT COUNT(*) {J} WHERE (c.id <> 'zz' OR o.amt > 0)", None),
+    (f"SELECT COUNT(*) {J} WHERE (c.id <> 'zz' OR o.amt > 0)", {"mechanism": "r2t"}),
+    (f"SELECT c.seg, COUNT(*) {J} WHERE (c.id <> 'zz' OR o.amt > 0) GROUP BY c.seg", None),
+]
+
+
+@pytest.mark.parametrize(("sql", "options"), LOOKED_UP + COUNTED + READ_AS_VALUE)
+def test_control_answers_without_the_customer_and_with_a_short_id(files: Path, sql: str,
+                                                                  options: dict[str, Any] | None) -> None:
+    assert _outcome(files, "without", sql, options) == "answered"
+    assert _outcome(files, "short", sql, options) == "answered"
+
+
+@pytest.mark.parametrize(("sql", "options"), LOOKED_UP)
+def test_a_looked_up_chain_answers_with_one_customers_repeated_long_id(files: Path, sql: str,
+                                                                       options: dict[str, Any] | None) -> None:
+    assert _outcome(files, "long", sql, options) == "answered"
+
+
+@pytest.mark.parametrize(("sql", "options"), COUNTED)
+def test_a_counted_key_answers_with_one_customers_repeated_long_id(files: Path, sql: str,
+                                                                   options: dict[str, Any] | None) -> None:
+    """COUNT(key) reads only whether the key is NULL: the key is carried as its digest, NULL exactly where it is."""
+    assert _outcome(files, "long", sql, options) == "answered"
+
+
+@pytest.mark.xfail(strict=True, reason="open: a text key also read as a value (a condition across inputs) "
+                                       "is carried as its text with every joined row, so one customer's repeated long "
+                                       "id fails the query after its charge under the owner's memory limit")
+@pytest.mark.parametrize(("sql", "options"), READ_AS_VALUE)
+def test_a_key_read_as_a_value_answers_with_one_customers_repeated_long_id(files: Path, sql: str,
+                                                                           options: dict[str, Any] | None) -> None:
+    assert _outcome(files, "long", sql, options) == "answered"
+
+
+# -- the text of a digest on DuckDB ------------------------------------------------------------------------------
+
+SALT = "a fixed salt"
+
+
+def _text_join_session() -> dpsql.Session:
+    """customer (text ids) <- orders (text keys) <- items; edges between customers: looked-up and direct slots."""
+    s = dpsql.Session(budget=dpsql.Budget(1e6, 0.9))
+    use_noise(s, zero_noise(0))
+    ids = [f"c{i}" for i in range(20)] + ["C0", "c0 ", "e\u0301", "\u00e9"]
+    oid = [f"o{i}" for i in range(60)]
+    s.register("customer", pa.table({"id": ids}), privacy_unit="id", allow_conditional_sampling=True)
+    s.register("orders", pa.table({"oid": oid, "cid": [ids[i % len(ids)] for i in range(60)]}),
+               references={"cid": "customer.id"}, degree_bounds={"cid": 8}, allow_conditional_sampling=True)
+    s.register("items", pa.table({"oid": [oid[i % 60] for i in range(150)] + ["gone", None]}),
+               references={"oid": "orders.oid"}, degree_bounds={"oid": 4}, allow_conditional_sampling=True)
+    s.register("edges", pa.table({"src": [ids[i % len(ids)] for i in range(50)], "dst": [ids[(3 * i) % len(ids)] for i in range(50)],
+                                  "w": [i % 3 for i in range(50)]}),
+               references={"src": "customer.id", "dst": "customer.id"}, degree_bounds={"src": 8, "dst": 8},
+               allow_conditional_sampling=True)
+    return s
+
+
+def _hex_id(table: str, value: str) -> str:
+    return f"{table}:" + duckdb.sql(f"SELECT HEX(MD5_NUMBER('{SALT}' || ?))", params=[value]).fetchall()[0][0]
+
+
+@pytest.mark.parametrize(("sql", "options"), [
+    ("SELECT COUNT(*) FROM items", None),
+    ("SELECT COUNT(*) FROM edges e JOIN customer a ON e.src = a.id JOIN customer b ON e.dst = b.id", {"q": 0.5}),
+    ("SELECT COUNT(*) FROM edges e JOIN customer a ON e.src = a.id JOIN customer b ON e.dst = b.id "
+     "WHERE (a.id <> 'x' OR e.w > 1)", {"q": 0.5}),
+])
+def test_digests_are_spelled_in_hexadecimal_on_duckdb(sql: str, options: dict[str, Any] | None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB's digest of a text key is ``MD5_NUMBER``, a 128-bit unsigned integer, which DuckDB converts to decimal
+    text by 128-bit long divisions (about 85 microseconds a value): spelling every person id, synthetic user and
+    keyed tuple identity by ``CAST(digest AS VARCHAR)`` made a lookup join of 1M line items over text keys take
+    60 s instead of 5 s. They are spelled by ``HEX``: every id below is ``<table>:HEX(MD5_NUMBER(salt || text))``,
+    the same person alike in every slot (digested or not), and no digest is cast to text."""
+    digested: set[str] = set()
+
+    def spy(*a: Any, **k: Any) -> frozenset[str]:
+        out = key_digests(*a, **k)
+        digested.update(out)
+        return out
+
+    monkeypatch.setattr(rj, "key_digests", spy)
+    s = _text_join_session()
+    try:
+        bounded = s.explain(sql, epsilon=1.0, delta=1e-6, options=options).bounded_sql.replace(SALT_PLACEHOLDER, SALT)
+        rows = s._engine.connection.sql(bounded).fetchall()
+    finally:
+        s.close()
+    people = {_hex_id("customer", c) for c in [f"c{i}" for i in range(20)] + ["C0", "c0 ", "e\u0301", "\u00e9"]}
+    seen: set[str] = set()
+    for r in rows:
+        for u in r[1:]:
+            seen.update(u if isinstance(u, list) else [] if u is None else [u])  # (a NULL reference reaches nobody)
+    dangling = {_hex_id("~orders.oid", "gone")}
+    assert seen and seen <= people | dangling, sorted(seen - people - dangling)[:3]
+    assert len(seen & people) > 10
+    assert digested
+    tree = sqlglot.parse_one(bounded, read="duckdb")
+    for cast in tree.find_all(exp.Cast):  # no digest computed here, nor a digested column, converted to text
+        assert not (isinstance(cast.this, exp.Anonymous) and cast.this.name.upper() == "MD5_NUMBER"), cast.sql("duckdb")
+        assert not (isinstance(cast.this, exp.Column) and cast.this.name in digested), cast.sql("duckdb")
+    if options is not None:  # the keyed sample's identity spells the digested columns it carries
+        (tid,) = [a for a in tree.find_all(exp.Alias) if a.alias == "__tid"]
+        assert {h.this.name for h in tid.find_all(exp.Hex)} & digested
