@@ -22,8 +22,9 @@ a hash table before the group cap: the pairs' ``DISTINCT`` (k >= 2 with counts),
 keyed hash) of ``_groups_by_hash`` (k = 1, C_u >= 2: each hash's smallest and largest text), and ``key_texts``
 (under L or a value aggregate's k: one text per distinct digest over all rows, before any cap). Under
 ``memory_limit = 100MB`` and ``max_temp_directory_size = 100MB`` the query fails after its charge only with that
-person (C_u = 2 with k = 1 and k = 3). C_u = 1 (the hashes ranked over integers first; L = 10 under the default
-caps too) and ``COUNT(DISTINCT note)`` (digests) answer. Before the
+person (C_u = 2 with k = 1 and k = 3; L = 10 under the default caps answered in some runs and failed in others,
+near the limit, so it is pinned by neither). C_u = 1 (the hashes ranked over integers first) and
+``COUNT(DISTINCT note)`` (digests) answer. Before the
 change every one of these shapes failed too, C_u = 1 included. A fix could carry every uncoded text key as its
 digest through the caps, the group cap included, and join the text onto the kept pairs only (the rows read a
 second time semi-joined on the kept digests, so the aggregate of texts holds at most C_u texts per person).
@@ -98,7 +99,6 @@ GROUP_BY = "SELECT note, COUNT(*) AS c FROM t GROUP BY note"
 
 @pytest.mark.parametrize(("sql", "caps"), [
     (GROUP_BY, {"max_groups_per_unit": 1, "max_rows_per_group": 1}),
-    (GROUP_BY, {"max_rows_per_unit": 10}),  # L with the default group cap (C_u = 1)
     ("SELECT COUNT(DISTINCT note) AS c FROM t", {"max_groups_per_unit": 2, "max_rows_per_group": 3}),
     ("SELECT COUNT(*) AS c FROM t WHERE note LIKE '%x%'", {"max_rows_per_unit": 10}),
 ])

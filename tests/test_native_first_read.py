@@ -369,6 +369,11 @@ def test_a_query_of_no_text_column_checks_the_schemas_only(tmp_path: Path, monke
     ('SELECT * FROM (SELECT url FROM "v") AS s JOIN "v" ON TRUE', None),
     ('SELECT * FROM (SELECT url FROM "v") AS s, "v"', None),
     ('WITH c AS (SELECT url FROM "v") SELECT * FROM c', None),
+    # a qualified star reads the columns of its own source only: a subquery's, or every column of a table
+    ('SELECT s.* FROM (SELECT url FROM "v") AS s JOIN "v" AS t ON TRUE', ["url"]),
+    ('SELECT t.* FROM (SELECT url FROM "v") AS s JOIN "v" AS t ON TRUE', None),
+    ('SELECT s.*, t.likes FROM (SELECT url FROM "v") AS s JOIN (SELECT likes FROM "v") AS t ON TRUE', ["url"]),
+    ('SELECT hash(s.*) FROM (SELECT url FROM "v") AS s', None),
 ])
 def test_the_columns_a_query_may_read(query: str, read: list[str] | None) -> None:
     """Which text columns a query may read, from its text: every column unless it can only read

@@ -194,12 +194,22 @@ def reads_of(ast: exp.Expression) -> Reads:
 
 
 def _star_of_subqueries(star: exp.Star) -> bool:
-    """Whether ``star`` is a ``SELECT *`` whose every source is a subquery: it then reads only the
-    columns those subqueries select, each walked (and named or starred) on its own."""
-    select = star.parent
-    if not isinstance(select, exp.Select) or star.arg_key != "expressions":
+    """Whether ``star`` is a ``SELECT *`` whose every source is a subquery, or a ``SELECT alias.*`` whose
+    source ``alias`` is a subquery: it then reads only the columns those subqueries select, each walked
+    (and named or starred) on its own."""
+    node: exp.Expression = star
+    qualified = isinstance(star.parent, exp.Column) and star.arg_key == "this"
+    if qualified:
+        assert star.parent is not None
+        node = star.parent
+    select = node.parent
+    if not isinstance(select, exp.Select) or node.arg_key != "expressions":
         return False
     sources = [select.args.get("from_"), *(select.args.get("joins") or [])]
+    if qualified:
+        alias = node.text("table").lower()
+        named = [s for s in sources if s is not None and s.this.alias_or_name.lower() == alias]
+        return len(named) == 1 and isinstance(named[0].this, exp.Subquery)
     return all(s is not None and isinstance(s.this, exp.Subquery) for s in sources)
 
 
