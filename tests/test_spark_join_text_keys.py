@@ -17,13 +17,12 @@ from dpsql.testing import use_noise, zero_noise
 
 require_spark()
 
+#: the general case (two people per tuple, a keyed sample over tuple identities built from digests) and a
+#: looked-up chain (each hop's text key digested); the other shapes' text keys take the same digests
 QUERIES = {
-    "visits_closed_form": ("SELECT COUNT(*) FROM customer c JOIN visit v ON c.id = v.cid", {"q": 1.0}),
     "chain_sampled": ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid JOIN item i ON o.oid = i.oid",
                       {"q": 0.5}),
     "lookup_sampled": ("SELECT COUNT(*) FROM item", {"q": 0.5}),
-    "value_key_sampled": ("SELECT COUNT(o.cid) FROM customer c JOIN orders o ON c.id = o.cid JOIN item i ON o.oid = i.oid "
-                          "WHERE c.id = o.cid OR o.amt > 1", {"q": 0.5}),
 }
 
 
@@ -45,14 +44,15 @@ def _session(kind: str, tables: dict[str, pa.Table]) -> dpsql.Session:
 
 @pytest.fixture(scope="module")
 def bounded() -> dict[tuple[str, str, str], Any]:
+    """Spark under one salt (its jobs are the slow part), DuckDB under both."""
     tables = _tables(IDS)
     out = {}
-    for kind in ("duckdb", "spark"):
+    for kind, salts in (("duckdb", ("salt one", "another salt")), ("spark", ("salt one",))):
         s = _session(kind, tables)
         try:
             for name, (sql, opts) in QUERIES.items():
                 r = s._route(sql, 1.0, 1e-5, opts)
-                for salt in ("salt one", "another salt"):
+                for salt in salts:
                     out[(kind, name, salt)] = canonical(s._engine.fetch_arrow(
                         r.mechanism.bounded(r.calibration, salt, s._engine.ops)))
         finally:
@@ -62,11 +62,10 @@ def bounded() -> dict[tuple[str, str, str], Any]:
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_text_key_joins_bound_alike_on_duckdb_and_spark(bounded: dict[tuple[str, str, str], Any], name: str) -> None:
-    for salt in ("salt one", "another salt"):
-        assert bounded[("duckdb", name, salt)], name
-        assert bounded[("duckdb", name, salt)] == bounded[("spark", name, salt)], (name, salt)
+    assert bounded[("duckdb", name, "salt one")], name
+    assert bounded[("duckdb", name, "salt one")] == bounded[("spark", name, "salt one")], name
 
 
-@pytest.mark.parametrize("name", ["chain_sampled", "lookup_sampled"])
+@pytest.mark.parametrize("name", sorted(QUERIES))
 def test_control_another_salt_samples_other_tuples(bounded: dict[tuple[str, str, str], Any], name: str) -> None:
-    assert bounded[("duckdb", name, "salt one")] != bounded[("spark", name, "another salt")]
+    assert bounded[("duckdb", name, "another salt")] != bounded[("spark", name, "salt one")]
