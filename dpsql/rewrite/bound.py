@@ -249,12 +249,16 @@ def key_types(plan: ir.QueryPlan, coded: frozenset[str] = frozenset()) -> dict[s
     return {k.name: type_key(k.expr, plan.table.schema)[1].name for k in plan.keys if k.name not in coded}
 
 
-def _key_item(key: ir.GroupKey, schema: dict[str, str], ops: SqlOps, coded: frozenset[str]) -> exp.Expression:
-    """A group key's column of the base rows: the canonical key, or its code (:func:`coded_keys`;
-    NULL outside the domain)."""
+def _key_item(key: ir.GroupKey, schema: dict[str, str], ops: SqlOps, coded: frozenset[str],
+              compact: Sequence[str] = (), salt: str = SALT_PLACEHOLDER) -> exp.Expression:
+    """A group key's column of the base rows: the canonical key, its code (:func:`coded_keys`;
+    NULL outside the domain), or its :func:`compact_key` (``compact``: :func:`compact_keys`)."""
     if key.name in coded:
         assert isinstance(key.expr, exp.Column) and key.domain is not None
         return exp.alias_(_coder(ops).domain_code(exp.column(key.expr.name, quoted=True), key.domain), key.name, copy=False)
+    if key.name in compact:
+        sql_type = type_key(key.expr, schema)[1].name
+        return exp.alias_(compact_key(key_expression(key, schema, ops), salt, ops, sql_type), key.name, copy=False)
     return exp.alias_(key_expression(key, schema, ops), key.name)
 
 
@@ -568,7 +572,8 @@ def _or_null(cond: exp.Expression, key: exp.Expression, domain: tuple[Any, ...])
 
 def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Sequence[str],
                      ops: SqlOps = DEFAULT_OPS, coded: frozenset[str] = frozenset(),
-                     coded_later: bool = False) -> exp.Select:
+                     coded_later: bool = False, compact: Sequence[str] = (),
+                     salt: str = SALT_PLACEHOLDER) -> exp.Select:
     """The rows of ``relation`` (one per unit and group, the keys in the columns named as the
     plan's keys) whose keys lie in their public domains: per key with a domain, a semi-join
     ``key IN (SELECT UNNEST([lit, ...]) AS __d)`` (Spark: ``explode(array(...))``) with the literals
@@ -580,7 +585,8 @@ def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Seque
     semi-join on a subquery, unlike an IN list of constants, is not pushed below the
     aggregation by DuckDB's optimizer). A coded key (:func:`coded_keys`) is NULL exactly outside
     its domain: ``NOT key IS NULL``, unless ``coded_later``: then the group cap window drops those
-    pairs (:func:`_smallest_by_window`)."""
+    pairs (:func:`_smallest_by_window`). A compact key (``compact``, :func:`compact_key`) is compared with its
+    domain's values made compact alike."""
     schema = plan.table.schema
     cond: exp.Expression | None = None
     for key in plan.keys:
@@ -599,6 +605,9 @@ def _in_domain_pairs(relation: exp.Expression, plan: ir.QueryPlan, fields: Seque
         if rows is None:
             listed = exp.Array(expressions=domain_literals(values, ctype, ops))
             rows = exp.Subquery(this=exp.select(exp.alias_(exp.func("unnest", listed), "__d")))
+        if key.name in compact:
+            made = compact_key(binary_text(_col("__d"), ctype), salt, ops, ctype)
+            rows = exp.Subquery(this=exp.select(exp.alias_(made, "__d", copy=False)).from_(rows.this.subquery("__domain", copy=False), copy=False))
         c = _or_null(exp.In(this=_col(key.name), query=rows), _col(key.name), key.domain)
         cond = c if cond is None else exp.And(this=cond, expression=c)
     q = exp.select(*[_col(f) for f in fields]).from_(relation, copy=False)
@@ -862,87 +871,85 @@ def _two_drawn(n: float, carried: int, ops: SqlOps) -> bool:
             and carried <= TWO_ROW_MAX_COLUMNS)
 
 
-def digested_keys(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, coded: frozenset[str], values: int, *,
-                  need_values: bool, one_row: bool) -> tuple[str, ...]:
-    """The text group keys :func:`bounded_query` carries as their salted digest (:func:`key_digest`) through the
-    row caps, its text attached to the (unit, group) pairs after them (:func:`key_texts`): the text keys carried
-    as their value (not coded) when a window over rows keeps the rows (the per-unit row cap L, or the row cap k
-    with values, but not where one hash aggregate keeps them: k = 1's pick, ``keep_two_drawn``). Decided from
-    public values only (the query, the caps, the catalog and the backend); ``values``: the value columns the
-    caps carry.
+#: a text group key of at least this many bytes is carried as the 32-character hex digest of its salted text,
+#: a shorter one as itself (:func:`compact_key`): the two never meet (a digest is 32 bytes)
+COMPACT_BELOW = 32
 
-    A window materialises every row of its partition, each with its columns, before keeping any: one person's
-    6 000 rows of one 60 000-character key (a few kB of a dictionary-encoded Parquet file, 360 MB decoded) made
-    ``SELECT note, COUNT(uid) ... GROUP BY note`` fail after its charge under a 100 MB memory limit only when
-    that person was present (``tests/test_adversary_dictionary_text.py``). The digest is 16 or 32 bytes
-    whatever the text; a hash aggregate keeps one text per group, whatever its rows."""
-    keys = [k.name for k in plan.keys]
-    windowed = ((caps.unit_rows_finite and not _two_drawn(caps.max_rows_per_unit, len(keys) + values, ops))
-                or (caps.rows_finite and need_values and not one_row
-                    and not _two_drawn(caps.max_rows_per_group, values, ops)))
-    if not windowed:
-        return ()
+
+def compact_keys(plan: ir.QueryPlan, coded: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The group keys :func:`bounded_query` carries compact (:func:`compact_key`) from the base rows to the
+    released groups, their text attached to those groups only (:func:`with_key_texts`): every text key carried as
+    its value (not coded). Decided from public values only (the query, the catalog and the backend)."""
     return tuple(k for k, t in key_types(plan, coded).items() if is_text(t))
 
 
-def key_digest(key: exp.Expression, salt: str, ops: SqlOps, sql_type: str) -> exp.Expression:
-    """A text key as the caps carry it through their windows (:func:`digested_keys`): the digest of the secret
-    ``salt`` followed by its text, as :func:`unit_expression` digests a text unit (DuckDB's ``MD5_NUMBER``;
-    with the portable keyed hash and on Spark ``md5``, spelled alike on both). ``key`` is the canonical key
-    (binary collation), so two keys have one digest when their bytes are equal, and two different texts share
-    one with probability about 2^-128 (a secret salt: no one can craft such texts, as for the unit). NULL stays
-    NULL."""
-    digest = text_digest_of(ops)
-    return salted_text(key, salt, digest if digest is not None else (lambda t: exp.MD5(this=t)), sql_type)
+def compact_key(key: exp.Expression, salt: str, ops: SqlOps, sql_type: str) -> exp.Expression:
+    """A text group key as the caps, the group cap and the final grouping carry it: itself when shorter than
+    :data:`COMPACT_BELOW` bytes, else ``md5`` of the secret ``salt`` followed by its text (the 32-character
+    lower-case hex digest of the UTF-8 bytes, spelled alike on DuckDB and Spark); NULL stays NULL. ``key`` is the
+    canonical key (binary collation), so two keys are one compact key exactly when their bytes are equal (two
+    different long texts share a digest with probability about 2^-128, and no one can craft such texts without
+    the salt), and the compact keys keep the binary collation.
+
+    Every structure before the group cap C_u (the row caps' windows, the pairs' ``DISTINCT`` or grouping, the
+    aggregate per (unit, keyed hash) of :func:`_groups_by_hash`, the race of :func:`_pick_one_row`) holds each of
+    a person's distinct keys, however many: one person's 6 000 rows of one 60 000-character key, or their 40 000
+    distinct 4 000-character keys (160 MB decoded from 480 kB of a zstd Parquet file), made
+    ``SELECT note, COUNT(*) ... GROUP BY note`` fail after its charge under a 100 MB memory limit only when that
+    person was present (``tests/test_adversary_dictionary_text.py``, ``tests/test_adversary_round44.py``). A
+    compact key is at most 32 bytes whatever the text. A key shorter than that is no larger than its digest and
+    stays itself: it costs no digest per row, and it is ordered and hashed as before (a key of 32 bytes or more is
+    hashed as its digest, as uniform under the salt). The length test reads a stored length."""
+    nbytes = exp.func("strlen" if ops.dialect == "duckdb" else "octet_length", key.copy())
+    nbytes.meta[DIALECT_MARK] = ops.dialect  # the bytes of the text, on every engine: a building block
+    digest = exp.MD5(this=salted_text(key.copy(), salt, None, sql_type))
+    short = exp.LT(this=nbytes, expression=_lit(COMPACT_BELOW))
+    return binary_text(exp.Paren(this=exp.Case(ifs=[exp.If(this=short, true=key)], default=digest)), "VARCHAR")
 
 
-def _digest_keys(base: exp.Select, digested: Sequence[str], salt: str, ops: SqlOps, types: Mapping[str, str]) -> None:
-    """Each digested key's column of the base rows (:func:`base_relation`) as its :func:`key_digest`, in place."""
-    for item in base.selects:
-        if isinstance(item, exp.Alias) and item.alias in digested:
-            item.set("this", key_digest(item.this, salt, ops, types[item.alias]))
-
-
-def _digest_column(key: str) -> str:
-    return "__kd" + key
-
-
-def key_texts(plan: ir.QueryPlan, unit_column: str, digested: Sequence[str], salt: str, *,
-              where: exp.Expression | None, use_public_domain: bool, ops: SqlOps) -> exp.Subquery:
-    """Each digested key's text (:func:`digested_keys`) by its digest: per distinct combination of the
-    digests (columns ``__kd<key>``) over the rows that may contribute, the key's text (``MIN``: the rows of one
-    digest hold one text; Spark's allow-list has no ``ANY_VALUE``). A hash aggregate: one text per combination, however many rows repeat it. It reads
-    the rows a second time (the digests once more per row)."""
+def with_key_texts(groups: exp.Select, plan: ir.QueryPlan, unit_column: str, compact: Sequence[str], salt: str, *,
+                   where: exp.Expression | None, use_public_domain: bool, ops: SqlOps) -> exp.Select:
+    """The released groups ``groups`` (one row per group, the compact keys in the columns named as the keys) with
+    each compact key (:func:`compact_key`) as its text: the rows holding a key of :data:`COMPACT_BELOW` bytes or
+    more are read a second time, with their compact keys, and joined onto the groups (the groups preserved, a
+    group of short keys matching no row), and per group the text of each key is the smallest of its rows (the
+    rows of one digest hold one text; Spark's allow-list has no ``ANY_VALUE``). The aggregate holds one text per
+    released group, so one person's texts reach it only for the at most C_u groups that person kept, and a
+    released group's spelling is the text of its rows, as before. No digest is computed for a row of short keys."""
     schema = plan.table.schema
     types = key_types(plan)
     proj: list[exp.Expression] = []
+    long_rows: exp.Expression | None = None
     for k in plan.keys:
-        if k.name in digested:
+        if k.name in compact:
             text = key_expression(k, schema, ops)
-            proj.append(exp.alias_(key_digest(text.copy(), salt, ops, types[k.name]), _digest_column(k.name), copy=False))
-            proj.append(exp.alias_(text, k.name, copy=False))
-    rows = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__key_rows", copy=False)
-    by = [_col(_digest_column(k)) for k in digested]
-    texts: list[exp.Expression] = []
-    for name in digested:
-        one = exp.Min(this=_col(name))
-        one.meta[DIALECT_MARK] = ops.dialect  # the one text of the group, on every engine: a building block
-        texts.append(exp.alias_(one, name, copy=False))
-    return (exp.select(*[c.copy() for c in by], *texts)
-            .from_(rows, copy=False).group_by(*by, copy=False).subquery("__key_texts", copy=False))
-
-
-def _with_key_texts(pairs: exp.Select, texts: exp.Subquery, digested: Sequence[str]) -> exp.Select:
-    """The (unit, group) pairs ``pairs`` with each digested key's digest replaced by its text (:func:`key_texts`,
-    joined on the digests, NULL to NULL)."""
-    names = [c.alias_or_name for c in pairs.selects]
+            proj.append(exp.alias_(compact_key(text.copy(), salt, ops, types[k.name]), "__kc" + k.name, copy=False))
+            proj.append(exp.alias_(text.copy(), k.name, copy=False))
+            nbytes = exp.func("strlen" if ops.dialect == "duckdb" else "octet_length", text)
+            nbytes.meta[DIALECT_MARK] = ops.dialect
+            long = exp.GTE(this=nbytes, expression=_lit(COMPACT_BELOW))
+            long_rows = long if long_rows is None else exp.Or(this=long_rows, expression=long)
+    assert long_rows is not None
+    rows = (_rows_of(plan, unit_column, proj, where, use_public_domain, ops)
+            .where(exp.Paren(this=long_rows), copy=False).subquery("__key_texts", copy=False))
+    names = [c.alias_or_name for c in groups.selects]
     on: exp.Expression | None = None
-    for k in digested:
-        eq = exp.NullSafeEQ(this=exp.column(k, table="__ug_digests"), expression=exp.column(_digest_column(k), table="__key_texts"))
+    for name in compact:
+        eq = exp.NullSafeEQ(this=exp.column(name, table="__released"),
+                            expression=exp.column("__kc" + name, table="__key_texts"))
         on = eq if on is None else exp.And(this=on, expression=eq)
-    cols = [exp.column(n, table="__key_texts" if n in digested else "__ug_digests") for n in names]
-    return (exp.select(*cols).from_(pairs.subquery("__ug_digests", copy=False), copy=False)
-            .join(texts, on=on, join_type="inner", copy=False))
+    cols: list[exp.Expression] = []
+    for n in names:
+        if n in compact:
+            one = exp.Min(this=exp.column(n, table="__key_texts"))
+            one.meta[DIALECT_MARK] = ops.dialect  # the one text of the group, on every engine: a building block
+            cols.append(exp.alias_(exp.func("coalesce", one, exp.column(n, table="__released")), n, copy=False))
+        else:
+            cols.append(exp.column(n, table="__released"))
+    # (the groups on the join's build side, its right: written so, as DuckDB keeps it where its estimates tie)
+    return (exp.select(*cols).from_(rows, copy=False)
+            .join(groups.subquery("__released", copy=False), on=on, join_type="right", copy=False)
+            .group_by(*[exp.column(n, table="__released") for n in names], copy=False))
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
@@ -1170,7 +1177,8 @@ def _pick_one_row(relation: exp.Expression, unit: str, keys: Sequence[str], valu
 
 def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression | None = None,
                   use_public_domain: bool = True, ops: SqlOps = DEFAULT_OPS,
-                  coded: frozenset[str] = frozenset(), salt: str = SALT_PLACEHOLDER) -> tuple[exp.Select, list[str]]:
+                  coded: frozenset[str] = frozenset(), salt: str = SALT_PLACEHOLDER,
+                  compact: Sequence[str] = ()) -> tuple[exp.Select, list[str]]:
     """The rows that may contribute, projected to ``__unit``, the group keys (``coded``: as
     their codes, :func:`coded_keys`) and the clamped values (``<aggregate>_v``); also the names
     of the value columns.
@@ -1185,7 +1193,7 @@ def base_relation(plan: ir.QueryPlan, unit_column: str, *, where: exp.Expression
     ordered them by the value (equal values, equal digests: they number alike). One digest per row instead of
     per kept row, each read from the text as it streams."""
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema, ops, salt), "__unit", copy=False)]
-    proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
+    proj += [_key_item(k, plan.table.schema, ops, coded, compact, salt) for k in plan.keys]
     value_cols: list[str] = []
     pairs = pair_sources(plan)
     for a in plan.aggregates:
@@ -1264,7 +1272,8 @@ def _raw_key(a: ir.Aggregate) -> str:
 
 
 def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where: exp.Expression | None,
-                       use_public_domain: bool, ops: SqlOps, coded: frozenset[str] = frozenset()) -> exp.Select:
+                       use_public_domain: bool, ops: SqlOps, coded: frozenset[str] = frozenset(),
+                       compact: Sequence[str] = ()) -> exp.Select:
     """k = 1 with values: one row per (unit, group) with its values (``__n`` = 1, and per
     aggregate its ``_c`` / ``_s`` columns), the kept row chosen by :func:`_pick_one_row` over the
     raw values of the columns the aggregates read (clamped after the choice: the same values
@@ -1298,7 +1307,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
                 if src != plain:
                     source[src] = distinct_value(a, schema, source[src], salt, text_digest_of(ops))
     proj: list[exp.Expression] = [exp.alias_(unit_expression(unit_column, plan.table.schema, ops, salt), "__unit", copy=False)]
-    proj += [_key_item(k, plan.table.schema, ops, coded) for k in plan.keys]
+    proj += [_key_item(k, plan.table.schema, ops, coded, compact, salt) for k in plan.keys]
     proj += [exp.alias_(source[c], r, copy=False) for c, r in raw.items()]
     base = _rows_of(plan, unit_column, proj, where, use_public_domain, ops).subquery("__base", copy=False)
     pkeys = keys
@@ -1373,13 +1382,13 @@ def bounded_query(
     # text keys, counts of units only: the group cap over the rows, before any grouping (no digest per row)
     over_rows = bool(keys) and rows_group_cap(plan, caps, ops, coded)
 
+    # text keys as their compact keys (a long text as its salted digest) up to the released groups, which then get
+    # their texts (:func:`compact_key`, :func:`with_key_texts`)
+    compact = compact_keys(plan, coded) if keys else ()
+
     # 1. base rows ------------------------------------------------------------------------------
     base, value_cols = base_relation(plan, unit_column, where=where, use_public_domain=row_domain, ops=ops,
-                                     coded=coded, salt=salt)
-    # text keys through a window over rows: as their salted digests, their text attached to the pairs
-    digested = digested_keys(plan, caps, ops, coded, len(value_cols), need_values=need_values, one_row=one_row)
-    if digested:
-        _digest_keys(base, digested, salt, ops, key_types(plan, coded))
+                                     coded=coded, salt=salt, compact=compact)
     rows_src: exp.Expression = base.subquery("__base", copy=False)
 
     # 2. rows per unit (L) ------------------------------------------------------------------------
@@ -1391,9 +1400,8 @@ def bounded_query(
     # L, which partitions by the unit alone)
     pkeys = keys
     if keys and not set(keys) <= coded and not one_row and not over_rows:
-        # (a digested key is no weakly hashed value: a digest under the secret salt)
-        types = {k: t for k, t in key_types(plan, coded).items() if k not in digested}
-        rows_src, pkeys = spread_keys(rows_src, keys, salt, ops, types), [*keys, SPREAD]
+        # (a compact key is text: a short key is itself)
+        rows_src, pkeys = spread_keys(rows_src, keys, salt, ops, key_types(plan, coded)), [*keys, SPREAD]
 
     # 3. rows per (unit, group) (k) ---------------------------------------------------------------
     if caps.rows_finite and need_values and not one_row:
@@ -1462,21 +1470,18 @@ def bounded_query(
         ug = exp.select(*[_col(c) for c in ["__unit", *keys]]).from_(kept, copy=False)
     elif one_row:
         ug = _one_row_per_group(plan, unit_column, salt, where=where, use_public_domain=row_domain, ops=ops,
-                                coded=coded)
+                                coded=coded, compact=compact)
     elif pairs_only:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).distinct(copy=False)
     else:
         ug = exp.select(*ug_proj).from_(rows_src, copy=False).group_by(*part, copy=False)
-    if digested:  # one row per (unit, group): each digested key's text, once per pair
-        ug = _with_key_texts(ug, key_texts(plan, unit_column, digested, salt, where=where, use_public_domain=row_domain,
-                                           ops=ops), digested)
 
     # a coded key's filter on the pairs is pushed by DuckDB below the aggregation onto the rows, where the
     # code is then computed twice per row (the filter's, the projection's): the group cap window drops them
     in_window = bool(coded) and caps.groups_finite and getattr(ops, "group_cap_window", False)
     if pairs_domain and not over_rows:  # (over rows: every key with a domain is coded, dropped by the window)
         ug = _in_domain_pairs(ug.subquery("__pairs_all", copy=False), plan, [c.alias_or_name for c in ug.selects], ops,
-                              coded, coded_later=in_window)
+                              coded, coded_later=in_window, compact=compact, salt=salt)
 
     # 4. groups per unit (C_u) --------------------------------------------------------------------
     chosen: exp.Expression = ug.subquery("__ug", copy=False)
@@ -1529,6 +1534,9 @@ def bounded_query(
         final = final.group_by(*grouped, copy=False)
         if tau is not None and tau > 1:
             final = final.having(exp.GTE(this=exp.Count(this=exp.Star()), expression=_lit(tau)), copy=False)
+    if compact:  # the released groups' texts (a long key's, read again for those groups only)
+        final = with_key_texts(final, plan, unit_column, compact, salt, where=where, use_public_domain=row_domain,
+                               ops=ops)
     return final
 
 
