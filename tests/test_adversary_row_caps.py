@@ -156,7 +156,7 @@ def test_every_aggregate_sees_one_draw_of_the_kept_rows(caps: Caps, domain: bool
     con = _connect(t, source_name("t"), threads=4, seed=0.31)
     try:
         # the source is read once with its draws; a text key's texts (bound.key_texts: no draw) once more
-        assert _scans(con, sql) == 1 + ("__key_texts" in sql)
+        assert 1 <= _scans(con, sql) <= 1 + ("__key_texts" in sql)  # (short keys: the table's statistics drop it)
         rows = con.sql(sql).to_arrow_table().to_pylist()
     finally:
         con.close()
@@ -186,7 +186,7 @@ def test_group_cap_over_a_shared_relation_reads_one_draw(caps: Caps, materialize
     assert sql.count("RANDOM() AS __rnd") == 2 and ("MATERIALIZED" in sql) == materialize
     con = _connect(t, source_name("t"), threads=4, seed=0.37)
     try:
-        assert _scans(con, sql) == 1 + ("__key_texts" in sql)  # (a text key's texts: their own read)
+        assert 1 <= _scans(con, sql) <= 1 + ("__key_texts" in sql)  # (a long text key's texts: their own read)
         rows = con.sql(sql).to_arrow_table().to_pylist()
     finally:
         con.close()
