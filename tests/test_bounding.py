@@ -29,7 +29,6 @@ from dpsql.mechanisms.common import exact_totals
 from dpsql.noise import round_exactly
 from dpsql.plan import ir
 from dpsql.plan.analyze import analyze
-from dpsql.rewrite import bound
 from dpsql.rewrite.bound import SALT_PLACEHOLDER, Caps, bounded_query, released_columns, source_name
 from dpsql.rewrite.render import render
 
