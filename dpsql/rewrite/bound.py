@@ -15,6 +15,10 @@ partition, clamping, casts, typed literals) is the backend's (``ops``: a
 * :func:`cap_rows_per_group` -- at most k rows per (unit, group);
 * :func:`cap_groups_per_unit` -- at most C_u groups per unit.
 
+A text group key is carried compact (:func:`compact_key`: itself below 32 bytes, else the digest of the salt
+and its text) from the base rows to the released groups, and only those groups get their texts back
+(:func:`with_key_texts`): nothing before the group cap holds a person's long texts.
+
 The row caps share one step, :func:`cap_rows`: where the kept rows are read once on DuckDB
 (an aggregation, a range workload's histogram, a quantile's histograms in the forms of
 :func:`bounded_value_histograms` that read them once), keep each
@@ -849,8 +853,9 @@ def rows_group_cap(plan: ir.QueryPlan, caps: ContributionModel, ops: SqlOps, cod
     without the salt (keys of one engine hash share one group of the aggregate: no probing), then a window over
     those groups keeps each unit's first C_u hashes, so the final grouping by key sees at most C_u keys per person
     (a person left with at most :data:`KEY_SPREAD_ABOVE` keys cannot make it slow). The same groups are kept as
-    by the pairs' window (the first C_u of each unit in the order of the keyed hash), but for a person's groups
-    that share one keyed hash, which are dropped (:func:`_groups_by_hash`)."""
+    by the pairs' window (the first C_u of each unit in the order of the keyed hash of the compact keys,
+    :func:`compact_key`), but for a person's groups that share one keyed hash, which are dropped
+    (:func:`_groups_by_hash`)."""
     if not (caps.rows_finite and caps.max_rows_per_group == 1 and caps.groups_finite and not caps.unit_rows_finite):
         return False
     if caps.max_groups_per_unit > KEY_SPREAD_ABOVE or not getattr(ops, "group_cap_window", False):
@@ -1076,7 +1081,7 @@ def _groups_by_hash(relation: exp.Expression, unit: str, keys: Sequence[str], ou
     or a sort. Rows whose coded keys are NULL (outside their domain) are dropped first. Then one hash aggregate per
     (unit, keyed hash of (unit, group), :data:`GROUP_HASH`), an integer pair no one can steer without the salt
     (keys of one engine hash share one of its groups: no probing), keeps the smallest and largest value of each
-    key (``MIN`` / ``MAX`` under the binary collation of the canonical key: exact on the bytes) and how many are
+    key (its compact key, ``MIN`` / ``MAX`` under the binary collation: exact on the bytes) and how many are
     not NULL; a window over those groups keeps each unit's first ``n`` hashes. With ``n`` at most
     :data:`INTEGERS_FIRST_MAX` (a public value) the first ``n`` hashes are found before, over integers alone (a
     hash aggregate per (unit, hash) and the window), and only their rows, read a second time and joined on
@@ -1094,8 +1099,13 @@ def _groups_by_hash(relation: exp.Expression, unit: str, keys: Sequence[str], ou
     A window over the rows materialised every row of a person, its key's text included, before keeping any: one
     person's 6 000 rows of one 60 000-character key (a few kB of a dictionary-encoded Parquet file, 360 MB
     decoded) failed the query after its charge under a 100 MB memory limit only when that person was present
-    (``tests/test_adversary_dictionary_text.py``). The aggregate holds two texts per (unit, hash), whatever its
-    rows. Both reads of the rows are the same deterministic rows (no per-row draw: counts with k = 1 and no L)."""
+    (``tests/test_adversary_dictionary_text.py``). The aggregate holds two values per key per (unit, hash),
+    whatever its rows, and each is a compact key (:func:`compact_key`, at most 32 bytes): with the texts
+    themselves, one person's 40 000 distinct 4 000-character keys were 40 000 groups of two texts each (320 MB),
+    and the count failed after its charge with that person only (``tests/test_adversary_round44.py``). A
+    compact key is the text itself when shorter than 32 bytes, so the check above compares texts there and
+    digests (equal exactly when the texts are, but with probability about 2^-128) otherwise. Both reads of the
+    rows are the same deterministic rows (no per-row draw: counts with k = 1 and no L)."""
     missing = [exp.Is(this=_col(k), expression=exp.Null()) for k in outside]
 
     def hashed_rows(rel: exp.Expression, alias: str) -> exp.Subquery:
@@ -1283,7 +1293,7 @@ def _one_row_per_group(plan: ir.QueryPlan, unit_column: str, salt: str, *, where
     race groups and carries the digest, never the text (one person's distinct texts of a well compressed file
     are not held by the race's grouping). Such values are equal exactly when their texts are. A nested value
     still races as it is (its members' floats, -0.0 and 0.0, are one value to the grouping, two texts) and is
-    listed after the race."""
+    listed after the race. The ``compact`` text keys race as their compact keys (:func:`compact_key`)."""
     keys = [k.name for k in plan.keys]
     schema = plan.table.schema
     raw: dict[str, str] = {}
