@@ -38,11 +38,11 @@ rows with a short note. What holds since the fix: ``COUNT(DISTINCT note)``, what
 The note as a group key failed after the charge with the person wherever a window over rows carried it: the row
 cap k's window (a value aggregate and k >= 3, or k = 2 with more than two value columns), the per-person row cap
 L's, and with k = 1 and counts only the group cap over rows (``bound.rows_group_cap``, two windows sorting each
-person's rows by the key). Now the row caps' windows carry the key's salted digest (``bound.digested_keys``,
-``bound.key_digest``: as a text unit's, ``MD5_NUMBER`` / ``md5`` of the salt and the text), the text attached to
-the (person, group) pairs after them by a hash aggregate per digest over a second read of the rows
-(``bound.key_texts``); and the group cap over rows is one hash aggregate per (person, keyed hash) keeping the
-smallest and largest value of each key, then a window over those groups (``bound._groups_by_hash``; a person's
+person's rows by the key). Now every structure before the group cap carries the key compact
+(``bound.compact_key``: a key of 32 bytes or more as ``md5`` of the salt and its text, a shorter one as itself),
+and only the released groups get their texts back, from a second read of the rows holding a long key joined onto
+them (``bound.with_key_texts``); the group cap over rows is one hash aggregate per (person, keyed hash) keeping the
+smallest and largest compact key, then a window over those groups (``bound._groups_by_hash``; a person's
 groups sharing one keyed hash, which only crafted keys do, are dropped). Every shape answers on both neighbours
 (``test_one_persons_repeated_text_as_a_group_key_answers_on_both_neighbours``, k = 1, 2, 3 on both readers, and
 ``..._under_a_row_cap_per_person``)."""
@@ -157,8 +157,8 @@ def test_one_persons_repeated_text_as_a_group_key_answers_on_both_neighbours(fil
     note with every row, and with k = 1 and counts only the group cap's windows over the rows
     (``bound.rows_group_cap``) sorted every row with it: the query failed after its charge with the person (out
     of the 100 MB memory limit; answered under 2 GB), and was answered without them. The row cap's window now
-    carries the note's salted digest (``bound.digested_keys``), and the group cap over rows is a hash aggregate
-    per (person, keyed hash) (``bound._groups_by_hash``). The controls: both answer without the person, and
+    carries the note compact (``bound.compact_key``: its salted digest), and the group cap over rows is a hash
+    aggregate per (person, keyed hash) (``bound._groups_by_hash``). The controls: both answer without the person, and
     k = 2 with at most two value columns (the first and last draws, one hash aggregate) and k = 3 with counts only
     (the pairs grouped first) answer with them (``test_other_reads_of_one_persons_repeated_text_answer_on_both_neighbours``)."""
     assert _outcome(files[kind + "without"], sql, rows) == "answered"

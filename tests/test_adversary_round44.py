@@ -1,33 +1,39 @@
 """Neighbouring datasets (without and with one person's rows), one query, one observable outcome: text group keys.
 
-The text group keys cross the row caps' windows as their salted digest (``bound.digested_keys``), their text
-attached to the (person, group) pairs afterwards by a hash aggregate per digest over every row that may contribute
-(``bound.key_texts``), and the group cap over rows is a hash aggregate per (person, keyed hash) keeping the smallest
-and largest value of each key (``bound._groups_by_hash``). That closes one person's *repeated* long text
-(``tests/test_adversary_dictionary_text.py``). What held when checked against the tree before the change and on
-neighbouring data: zero-noise releases (NULL, '', case, trailing space, NFC/NFD, NUL byte, colliding and aligned
-keys; two keys; HAVING, ORDER BY, LIMIT, ROLLUP, GROUPING SETS, COUNT(DISTINCT), SUM, AVG) are the same where no
-cap binds; under a shared salt, removing a person whose keys share DuckDB's hash (or an ordinary person) moves each
-group by at most k, at most C_u groups and at most L rows (``test_removing_a_person_moves_the_groups_within_the_caps``);
-a NOCASE column, a NOCASE/NFC connection collation release the same rows as a plain column; DuckDB (portable hash)
-and Spark bound the same rows for text keys with NUL bytes, emoji, NFD and 500-character keys.
+The text group keys are carried compact from the rows to the released groups (``bound.compact_key``: a key shorter
+than 32 bytes as itself, a longer one as the 32 hex characters of ``md5`` of the per-query secret salt and its
+text) through the row caps' windows, the pairs' grouping, the group cap over rows (a hash aggregate per (person,
+keyed hash) keeping the smallest and largest compact key, ``bound._groups_by_hash``) and the final grouping; only
+the released groups get their texts back, from a second read of the rows holding a long key, joined onto them
+(``bound.with_key_texts``). That closes one person's *repeated* long text (``tests/test_adversary_dictionary_text.py``)
+and one person's many *distinct* long texts (case 1 below). What held when checked against the tree before the
+change and on neighbouring data: zero-noise releases (NULL, '', case, trailing space, NFC/NFD, NUL byte, colliding
+and aligned keys; two keys; HAVING, ORDER BY, LIMIT, ROLLUP, GROUPING SETS, COUNT(DISTINCT), SUM, AVG) are the same
+where no cap binds; under a shared salt, removing a person whose keys share DuckDB's hash (or an ordinary person)
+moves each group by at most k, at most C_u groups and at most L rows
+(``test_removing_a_person_moves_the_groups_within_the_caps``); a NOCASE column, a NOCASE/NFC connection collation
+release the same rows as a plain column; DuckDB (portable hash) and Spark bound the same rows for text keys with NUL
+bytes, emoji, NFD and 500-character keys.
+
+1. Closed: one person's many *distinct* long texts. A Parquet file whose pages are compressed (zstd) holds one
+person's 40 000 distinct 4 000-character notes (``"q" * 3990`` and a counter) in 480 kB; decoded they are 160 MB.
+Every vector the reader decodes holds 2048 of them (8 MB), so reading them streams (a LIKE over the note answers on
+both neighbours), but ``SELECT note, COUNT(*) FROM t GROUP BY note`` kept every distinct text of that person in a
+hash table before the group cap: the pairs' ``DISTINCT`` or grouping (k >= 2 with counts), the aggregate per
+(person, keyed hash) of ``_groups_by_hash`` (k = 1, C_u >= 2: each hash's smallest and largest text), and the
+aggregate that attached each key's text to the pairs (under L or a value aggregate's k: one text per distinct
+digest over all rows, before any cap). Under ``memory_limit = 100MB`` and ``max_temp_directory_size = 100MB`` the
+query failed after its charge only with that person (C_u = 2 with k = 1 and k = 3; L = 10 under the default caps
+answered in some runs and failed in others, near the limit). With the compact keys every structure before the
+group cap holds at most 32 bytes per key, and the texts reach only the released groups (at most C_u of that
+person's): all of these answer on both neighbours
+(``test_one_persons_many_distinct_texts_as_a_group_key_answer_on_both_neighbours``). A key of 32 bytes or more is
+ordered by the group cap as the keyed hash of its digest instead of its text (as uniform, and it depends only on
+that person's rows and the salt); so keys crafted to share DuckDB's string hash collide there only below 32 bytes
+(the aligned keys of ``_people`` are 32 bytes: they are now ordinary groups, and every one of them is held by other
+people too, so that removing their person still moves the release).
 
 What is still open:
-
-1. One person's many *distinct* long texts. A Parquet file whose pages are compressed (zstd) holds one person's
-40 000 distinct 4 000-character notes (``"q" * 3990`` and a counter) in 480 kB; decoded they are 160 MB. Every
-vector the reader decodes holds 2048 of them (8 MB), so reading them streams (a LIKE over the note answers on
-both neighbours), but ``SELECT note, COUNT(*) FROM t GROUP BY note`` keeps every distinct text of that person in
-a hash table before the group cap: the pairs' ``DISTINCT`` (k >= 2 with counts), the aggregate per (person,
-keyed hash) of ``_groups_by_hash`` (k = 1, C_u >= 2: each hash's smallest and largest text), and ``key_texts``
-(under L or a value aggregate's k: one text per distinct digest over all rows, before any cap). Under
-``memory_limit = 100MB`` and ``max_temp_directory_size = 100MB`` the query fails after its charge only with that
-person (C_u = 2 with k = 1 and k = 3; L = 10 under the default caps answered in some runs and failed in others,
-near the limit, so it is pinned by neither). C_u = 1 (the hashes ranked over integers first) and
-``COUNT(DISTINCT note)`` (digests) answer. Before the
-change every one of these shapes failed too, C_u = 1 included. A fix could carry every uncoded text key as its
-digest through the caps, the group cap included, and join the text onto the kept pairs only (the rows read a
-second time semi-joined on the kept digests, so the aggregate of texts holds at most C_u texts per person).
 
 2. A vector of one person's longest texts. With plain (not dictionary) pages, DuckDB's Parquet reader decodes 2048
 rows per vector: 2048 texts of 60 000 characters (under ``max_text_bytes``, 65 536) are 123 MB, more than a 100 MB
@@ -104,8 +110,8 @@ GROUP_BY = "SELECT note, COUNT(*) AS c FROM t GROUP BY note"
 ])
 def test_one_persons_many_distinct_texts_answer_where_no_text_is_held_per_group(files: dict[str, Path], sql: str,
                                                                                 caps: dict[str, int]) -> None:
-    """The controls of the case below: C_u = 1 ranks the hashes over integers first, COUNT(DISTINCT) carries
-    digests, a LIKE streams."""
+    """The controls of the case below (which answered before the compact keys too): C_u = 1 ranks the hashes over
+    integers first, COUNT(DISTINCT) carries digests, a LIKE streams."""
     assert _outcome(files["without"], sql, caps) == _outcome(files["distinct"], sql, caps) == "answered"
 
 
@@ -133,9 +139,10 @@ def test_a_vector_of_one_persons_longest_texts_leaves_other_columns_readable(fil
 # --- what held: neighbouring data under one salt -------------------------------------------------------------------
 
 def _people(path: Path, without: int | None) -> None:
-    """150 people with ordinary text keys (case, trailing space, NFC/NFD, NUL byte, '' and NULL among them), and
-    one person (10**6) holding 30 keys of one DuckDB hash, 20 keys aligned to few hashes, and ordinary keys;
-    ``without``: that person left out."""
+    """150 people with ordinary text keys (case, trailing space, NFC/NFD, NUL byte, '' and NULL among them, and
+    some crafted keys), and one person (10**6) holding 30 keys of one DuckDB hash, 20 keys aligned to few hashes
+    (32 bytes each: compact keys as their digests, so no longer colliding) and ordinary keys; ``without``: that
+    person left out."""
     import random
     rng = random.Random(2)
     crafted = colliding_strings(30) + aligned_strings(20, blocks=4)
