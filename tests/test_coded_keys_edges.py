@@ -131,8 +131,9 @@ def test_a_coded_key_is_computed_once_per_row_and_outside_groups_take_no_place(s
 
 # -- end to end: every source kind, hostile spellings, the caller's collations ----------------------------
 
-DOMAIN = ["US", "us", "US ", " US", "", "a\0b", NFC, NFD, "x" * 3000, "O'Brien", 'a"b', "\\", "%", "NULL"]
-OUTSIDE = ["Us", "US  ", "a", "a\0", "E", "x" * 2999, "o'brien", "null", "\t", "US\n"]
+# (the longest value 31 bytes: a domain holding a value of bound.COMPACT_BELOW bytes or more stays text, below)
+DOMAIN = ["US", "us", "US ", " US", "", "a\0b", NFC, NFD, "x" * 31, "O'Brien", 'a"b', "\\", "%", "NULL"]
+OUTSIDE = ["Us", "US  ", "a", "a\0", "E", "x" * 30, "o'brien", "null", "\t", "US\n"]
 
 
 def _events(seed: int = 1, n: int = 4000) -> pa.Table:
@@ -186,7 +187,7 @@ def _release(kind: str, data: pa.Table, tmp_path: Any, sql: str, ops: Any, colla
 @pytest.mark.parametrize("sql", ["SELECT g, COUNT(*) AS n FROM t GROUP BY g",
                                  "SELECT g, COUNT(*) AS n, SUM(v) AS s FROM t WHERE g <> 'us' GROUP BY g ORDER BY g LIMIT 6"])
 def test_sessions_release_what_the_text_plan_releases(kind: str, collation: str | None, sql: str, tmp_path: Any) -> None:
-    # case and space variants, empty text, NUL, NFC and NFD, quotes, a 3000-byte key, NULL keys and keys
+    # case and space variants, empty text, NUL, NFC and NFD, quotes, a 31-byte key, NULL keys and keys
     # outside the domain, users over C_u = 2: the released keys and zero-noise counts equal the text plan's
     data = _events()
     coded = _release(kind, data, tmp_path, sql, SaltedDuckDBOps(), collation)
@@ -207,3 +208,14 @@ def test_a_domain_value_that_is_not_valid_text_is_refused_at_registration() -> N
     assert "t" not in s.tables
     s.register("t", t, privacy_unit="u", columns={"k": {"domain": ["a", "\u00e9"]}})
     s.close()
+
+
+def test_a_domain_holding_a_long_value_stays_text() -> None:
+    """A code is hashed by the group cap as its text, a text key of ``bound.COMPACT_BELOW`` bytes or more as its
+    salted digest (``bound.compact_key``): a domain holding such a value is not coded, so the groups kept do not
+    depend on whether a key is coded. The control: the same domain without it is coded."""
+    data = _events()
+    long = [*DOMAIN, "y" * 32]
+    for domain, coded in ((long, False), (DOMAIN, True)):
+        plan = plan_for("SELECT g, COUNT(*) FROM t GROUP BY g", spec_for("t", data, domains={"g": tuple(domain)}))
+        assert ("ENUM(" in bounded_sql(plan, Caps(2, 1), "s", ops=SaltedDuckDBOps())) is coded

@@ -228,14 +228,18 @@ def coded_keys(plan: ir.QueryPlan, ops: SqlOps = DEFAULT_OPS) -> frozenset[str]:
     """The group keys carried through the bounding as their position in their public domain
     (``ops.domain_code``: DuckDB's ``ENUM``, which groups, sorts and hashes as a small integer)
     instead of as text: plain text columns whose declared domain has at most
-    ``ops.coded_domain_max`` values (none on backends without it). From public values only (the
-    query, the catalog and the backend); the released key is the same text either way."""
+    ``ops.coded_domain_max`` values (none on backends without it), each shorter than
+    :data:`COMPACT_BELOW` bytes. From public values only (the query, the catalog and the backend); the
+    released key is the same text either way. A code is hashed as its text, the same order as the text
+    key's, whose compact key (:func:`compact_key`) is that text below :data:`COMPACT_BELOW` bytes; a domain
+    holding a longer value stays text, so the groups kept do not depend on whether a key is coded."""
     coder = coded_key_ops(ops)
     limit = coder.coded_domain_max if coder is not None else 0
     return frozenset(
         k.name for k in plan.keys
         if k.domain is not None and 0 < len(k.domain) <= limit and isinstance(k.expr, exp.Column)
         and is_text(plan.table.schema.get(k.expr.name.lower(), "")) and all(isinstance(v, str) for v in k.domain)
+        and all(len(v.encode("utf-8", "surrogatepass")) < COMPACT_BELOW for v in k.domain)
     )
 
 
