@@ -155,7 +155,7 @@ def test_every_aggregate_sees_one_draw_of_the_kept_rows(caps: Caps, domain: bool
     assert " WITH " not in f" {sql.upper()} "  # no shared relation a plan could compute twice
     con = _connect(t, source_name("t"), threads=4, seed=0.31)
     try:
-        # the source is read once with its draws; a text key's texts (bound.key_texts: no draw) once more
+        # the source is read once with its draws; a long text key's texts (bound.with_key_texts: no draw) once more
         assert 1 <= _scans(con, sql) <= 1 + ("__key_texts" in sql)  # (short keys: the table's statistics drop it)
         rows = con.sql(sql).to_arrow_table().to_pylist()
     finally:

@@ -311,7 +311,7 @@ def neighbour_outputs(plan: ir.QueryPlan, caps: Caps, data: pa.Table, salt: str)
         view = f"{src}_minus_{u}"
         sub = data if u == 0 else data.filter(pc.not_equal(data["user_id"], u))
         con.register(view, sub)
-        assert base.count(src) >= 1  # (a text key's texts read it again: bound.key_texts)
+        assert base.count(src) >= 1  # (a text key's texts read it again: bound.with_key_texts)
         parts.append(f"SELECT {u} AS __removed, * FROM ({base.replace(src, view)})")
     out = con.sql(" UNION ALL ".join(parts)).to_arrow_table()
     con.close()
