@@ -57,6 +57,8 @@ import pytest
 
 import dpsql
 from dpsql.engine import _duckdb_native as native
+from dpsql.engine.duckdb_ops import DuckDBOps, SaltedDuckDBOps
+from dpsql.engine.portable import PortableDuckDBOps
 from dpsql.testing import use_noise, zero_noise
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -193,3 +195,47 @@ def test_removing_a_person_moves_the_groups_within_the_caps(tmp_path: Path, caps
     assert moved or a != b or "n2" in sql
     assert all(0 < d <= k for d in moved.values()), moved
     assert len(moved) <= cu and sum(moved.values()) <= min(lim, cu * k), moved
+
+
+class _UnsharedOps(SaltedDuckDBOps):
+    """The plan of a backend that does not materialise a relation read twice (Spark's): the released groups
+    joined onto the rows of long keys, then grouped (``bound.with_key_texts``)."""
+
+    materialize_shared = False
+
+
+@pytest.mark.parametrize("ops", [DuckDBOps(), SaltedDuckDBOps(), PortableDuckDBOps(), _UnsharedOps()], ids=type)
+def test_released_long_keys_are_spelled_as_their_texts(ops: Any) -> None:
+    """Keys of 31, 32 and 3 000 bytes, NULL beside a long key, a long key beside a short one, 300 people each
+    holding every group (so no cap binds): the released keys and counts are the unbounded query's, whichever form
+    attaches the texts. The negative control: without the texts attached, the long keys are released as digests."""
+    import duckdb
+    from test_bounding import keyed, plan_for, spec_for
+
+    from dpsql.rewrite import bound
+    from dpsql.rewrite.render import render
+
+    a, b = "a" * 31, "b" * 32
+    pairs: list[tuple[str | None, str | None]] = [(a, "x"), (b, "x"), ("c" * 3000, None), (None, b), (b, b),
+                                                  ("\u00e9" * 16, "y"), ("short", None)]
+    rows = [(u, k1, k2) for u in range(300) for k1, k2 in pairs]
+    data = pa.table({"uid": pa.array([r[0] for r in rows], pa.int64()), "k1": pa.array([r[1] for r in rows], pa.string()),
+                     "k2": pa.array([r[2] for r in rows], pa.string())})
+    plan = plan_for("SELECT k1, k2, COUNT(*) AS c FROM t GROUP BY k1, k2", spec_for("t", data, unit="uid"))
+    want = {(k1, k2): 300 for k1, k2 in pairs}
+
+    def run(q: Any) -> dict[Any, Any]:
+        con = duckdb.connect()
+        try:
+            con.register(bound.source_name("t"), data)
+            out = keyed(plan, con.sql(render(q)).to_arrow_table())
+            return {k: r["__users"] for k, r in out.items()}
+        finally:
+            con.close()
+
+    caps = bound.Caps(len(pairs), 1)
+    assert run(bound.bounded_query(plan, caps, salt="s", unit_column="uid", ops=ops)) == want
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(bound, "with_key_texts", lambda final, *a, **k: final)
+        digests = run(bound.bounded_query(plan, caps, salt="s", unit_column="uid", ops=ops))
+    assert digests != want and sum(digests.values()) == sum(want.values())

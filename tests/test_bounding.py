@@ -671,35 +671,7 @@ FROM (
         "SELECT url, COUNT(*), SUM(amount), AVG(amount) FROM events WHERE age >= 18 GROUP BY url",
         Caps(2, 3),
         """\
-SELECT
-  COALESCE(MIN(__key_texts.__k0), __released.__k0) AS __k0,
-  __released.__users,
-  __released.__a0,
-  __released.__a1,
-  __released.__a2_sum,
-  __released.__a2_cnt
-FROM (
-  SELECT
-    (
-      CASE
-        WHEN STRLEN("url" COLLATE "binary") < 32
-        THEN "url" COLLATE "binary"
-        ELSE MD5('<per-query secret salt>' || CAST("url" COLLATE "binary" AS TEXT))
-      END
-    ) COLLATE "binary" AS __kc__k0,
-    "url" COLLATE "binary" AS __k0
-  FROM _dpsql_src_events
-  WHERE
-    (
-      (
-        "age" >= CAST(18 AS BIGINT)
-      ) AND NOT "user_id" IS NULL
-    )
-    AND (
-      STRLEN("url" COLLATE "binary") >= 32
-    )
-) AS __key_texts
-RIGHT JOIN (
+WITH __released_groups AS MATERIALIZED (
   SELECT
     __k0,
     COUNT(*) AS __users,
@@ -788,15 +760,52 @@ RIGHT JOIN (
   ) AS __chosen
   GROUP BY
     __k0
-) AS __released
-  ON __released.__k0 IS NOT DISTINCT FROM __key_texts.__kc__k0
-GROUP BY
-  __released.__k0,
+)
+SELECT
+  COALESCE(__long_texts.__k0, __released.__k0) AS __k0,
   __released.__users,
   __released.__a0,
   __released.__a1,
   __released.__a2_sum,
-  __released.__a2_cnt""",
+  __released.__a2_cnt
+FROM __released_groups AS __released
+LEFT JOIN (
+  SELECT
+    __key_texts.__kc__k0,
+    MIN(__key_texts.__k0) AS __k0
+  FROM (
+    SELECT
+      (
+        CASE
+          WHEN STRLEN("url" COLLATE "binary") < 32
+          THEN "url" COLLATE "binary"
+          ELSE MD5('<per-query secret salt>' || CAST("url" COLLATE "binary" AS TEXT))
+        END
+      ) COLLATE "binary" AS __kc__k0,
+      "url" COLLATE "binary" AS __k0
+    FROM _dpsql_src_events
+    WHERE
+      (
+        (
+          "age" >= CAST(18 AS BIGINT)
+        ) AND NOT "user_id" IS NULL
+      )
+      AND (
+        STRLEN("url" COLLATE "binary") >= 32
+      )
+  ) AS __key_texts
+  SEMI JOIN (
+    SELECT
+      __k0
+    FROM __released_groups
+    WHERE
+      STRLEN(__k0) >= 32
+  ) AS __long_groups
+    ON __long_groups.__k0 IS NOT DISTINCT FROM __key_texts.__kc__k0
+  GROUP BY
+    __key_texts.__kc__k0
+) AS __long_texts
+  ON __released.__k0 IS NOT DISTINCT FROM __long_texts.__kc__k0""",
     ),
     "public_domain_units": (
         "SELECT country, COUNT(DISTINCT user_id) FROM events GROUP BY country",

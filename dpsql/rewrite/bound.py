@@ -955,10 +955,64 @@ def with_key_texts(groups: exp.Select, plan: ir.QueryPlan, unit_column: str, com
             cols.append(exp.alias_(exp.func("coalesce", one, exp.column(n, table="__released")), n, copy=False))
         else:
             cols.append(exp.column(n, table="__released"))
+    if getattr(ops, "materialize_shared", False):
+        return _with_shared_key_texts(groups, rows, compact, names, ops)
     # (the groups on the join's build side, its right: written so, as DuckDB keeps it where its estimates tie)
     return (exp.select(*cols).from_(rows, copy=False)
             .join(groups.subquery("__released", copy=False), on=on, join_type="right", copy=False)
             .group_by(*[exp.column(n, table="__released") for n in names], copy=False))
+
+
+def _with_shared_key_texts(groups: exp.Select, rows: exp.Subquery, compact: Sequence[str], names: Sequence[str],
+                           ops: SqlOps) -> exp.Select:
+    """:func:`with_key_texts` where the backend materialises a relation read twice (``ops.materialize_shared``,
+    DuckDB): the released groups computed once, the rows of long keys semi-joined on the released groups that hold
+    a long key, one text per compact key (``MIN``), then joined onto the groups. Where no released group holds a
+    long key the semi-join's build side is empty and DuckDB skips the second read of the rows altogether (it cost
+    Q2 of ``benchmarks/compare_trees.py`` about 0.02-0.05 s of CPU through the registered source's view)."""
+    shared = "__released_groups"
+
+    def nbytes(c: exp.Expression) -> exp.Expression:
+        out = exp.func("strlen" if ops.dialect == "duckdb" else "octet_length", c)
+        out.meta[DIALECT_MARK] = ops.dialect
+        return out
+
+    def on(left: str, right: str, prefix: str) -> exp.Expression:
+        cond: exp.Expression | None = None
+        for name in compact:
+            eq = exp.NullSafeEQ(this=exp.column(name, table=left), expression=exp.column(prefix + name, table=right))
+            cond = eq if cond is None else exp.And(this=cond, expression=eq)
+        assert cond is not None
+        return cond
+
+    long: exp.Expression | None = None
+    for name in compact:
+        one = exp.GTE(this=nbytes(_col(name)), expression=_lit(COMPACT_BELOW))
+        long = one if long is None else exp.Or(this=long, expression=one)
+    assert long is not None
+    held = (exp.select(*[_col(n) for n in compact]).from_(exp.to_table(shared), copy=False)
+            .where(long, copy=False).subquery("__long_groups", copy=False))
+    mins: list[exp.Expression] = []
+    for name in compact:
+        one_text = exp.Min(this=exp.column(name, table="__key_texts"))
+        one_text.meta[DIALECT_MARK] = ops.dialect  # the one text of the group, on every engine: a building block
+        mins.append(exp.alias_(one_text, name, copy=False))
+    by = [exp.column("__kc" + n, table="__key_texts") for n in compact]
+    texts = (exp.select(*[c.copy() for c in by], *mins).from_(rows, copy=False)
+             .join(held, on=on("__long_groups", "__key_texts", "__kc"), join_type="semi", copy=False)
+             .group_by(*by, copy=False).subquery("__long_texts", copy=False))
+    cols: list[exp.Expression] = []
+    for n in names:
+        if n in compact:
+            cols.append(exp.alias_(exp.func("coalesce", exp.column(n, table="__long_texts"),
+                                            exp.column(n, table="__released")), n, copy=False))
+        else:
+            cols.append(exp.column(n, table="__released"))
+    q = (exp.select(*cols).from_(exp.to_table(shared, alias="__released"), copy=False)
+         .join(texts, on=on("__released", "__long_texts", "__kc"), join_type="left", copy=False))
+    q.set("with_", exp.With(expressions=[exp.CTE(this=groups, alias=exp.TableAlias(this=exp.to_identifier(shared)),
+                                                 materialized=True)]))
+    return q
 
 
 def cap_rows_per_unit(relation: exp.Expression, unit: str, order_by: Sequence[str], max_rows: float, salt: str, *,
