@@ -13,9 +13,12 @@ orders: a few kB of Parquet, 360 MB decoded), the same query, the same observabl
 * ``COUNT(o.cid)`` of a key: the key was carried as it is (``key_digests`` took COUNT's argument for a value read),
   and the query failed after its charge only with that customer. COUNT of a bare column reads only whether it is
   NULL, and so does its digest: such a key is now carried as its digest.
-* a key also read as a value (a condition across inputs over ``c.id``): the key is carried as it is with every
-  joined row, so these still fail after their charge only with that customer (strict xfail, open: the condition
-  needs the text).
+* a key also read by a condition across inputs (``WHERE (c.id <> 'zz' OR o.amt > 0)``): the key was carried as it
+  is with every joined row, and the query failed after its charge only with that customer. Each part of such a
+  condition that reads one input only, a key among its columns, is now computed as a BOOLEAN column by that
+  input's projection (``joins.hoisted``), before the key becomes its digest, and the condition reads that column.
+  Still carried as text (``docs/threat_model.md``): a key compared with another input's column (``c.id = o.cid OR
+  ...``), a key read by a GROUP BY key, SUM's argument or a lookup join's one-table statement.
 
 Detection: the outcome (answered, or the class of the failure), no wall clock. Each case has a control that answers
 without the customer and with the same customer under a one-character id.
@@ -117,12 +120,11 @@ def test_a_counted_key_answers_with_one_customers_repeated_long_id(files: Path, 
     assert _outcome(files, "long", sql, options) == "answered"
 
 
-@pytest.mark.xfail(strict=True, reason="open: a text key also read as a value (a condition across inputs) "
-                                       "is carried as its text with every joined row, so one customer's repeated long "
-                                       "id fails the query after its charge under the owner's memory limit")
 @pytest.mark.parametrize(("sql", "options"), READ_AS_VALUE)
 def test_a_key_read_as_a_value_answers_with_one_customers_repeated_long_id(files: Path, sql: str,
                                                                            options: dict[str, Any] | None) -> None:
+    """The condition's part over the customer alone (``c.id <> 'zz'``) is a BOOLEAN column of the customer's
+    projection, so the condition reads the key only through it and the key is carried as its digest."""
     assert _outcome(files, "long", sql, options) == "answered"
 
 

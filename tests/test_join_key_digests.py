@@ -61,6 +61,7 @@ def _session(tables: dict[str, pa.Table]) -> dpsql.Session:
     return s
 
 
+J = "FROM customer c JOIN orders o ON c.id = o.cid"
 QUERIES = [
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid", {"q": 1.0}),
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid", {"mechanism": "r2t"}),
@@ -72,14 +73,32 @@ QUERIES = [
     ("SELECT COUNT(o.cid) FROM customer c JOIN orders o ON c.id = o.cid", {"q": 1.0}),  # whether the key is NULL
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid WHERE c.id = o.cid OR o.amt > 1", {"q": 1.0}),
     ("SELECT SUM(o.amt) FROM customer c JOIN orders o ON c.id = o.cid WHERE c.id = o.cid OR o.amt > 1", {"mechanism": "r2t"}),
+    # conditions across inputs whose parts over one input read the key (computed by that input's projection,
+    # ``joins.hoisted``): ``{a}`` and ``{x}`` are the first and tenth ids ('a' and 'x', or 0 and 9)
+    (f"SELECT COUNT(*) {J} WHERE (c.id <> {{a}} OR o.amt > 1)", {"q": 1.0}),
+    (f"SELECT SUM(o.amt) {J} WHERE (c.id IN ({{a}}, {{x}}) OR o.amt < 1) AND o.amt <> 2", {"mechanism": "r2t"}),
+    (f"SELECT c.seg, COUNT(*) {J} WHERE (c.id <> {{x}} OR o.amt > 1) GROUP BY c.seg", None),
+    # a part that is NULL for one customer ('a'): NOT (NULL AND TRUE) drops their orders of amount below 2
+    (f"SELECT COUNT(*) {J} WHERE NOT (NULLIF(c.id, {{a}}) <> {{x}} AND o.amt < 2)", {"q": 1.0}),
+    (f"SELECT COUNT(*) {J} JOIN visit v ON c.id = v.cid WHERE (c.id = {{x}}) = (o.amt > 1 AND v.cid IS NOT NULL)",
+     {"mechanism": "r2t"}),
 ]
+#: the queries of the hoisted parts above, by their index in QUERIES
+HOISTED = range(10, 15)
 
 
-def _releases(tables: dict[str, pa.Table]) -> list[Any]:
+def _sql(sql: str, ids: list[Any]) -> str:
+    """``sql`` with ``{a}`` and ``{x}`` spelled as literals of the keys' type."""
+    return sql.format(**{k: repr(ids[i]) if isinstance(ids[i], int) else f"'{ids[i]}'" for k, i in (("a", 0), ("x", 9))})
+
+
+def _releases(tables: dict[str, pa.Table], queries: list[tuple[str, Any]] | None = None) -> list[Any]:
     s = _session(tables)
+    ids = tables["customer"].column("id").to_pylist()
     try:
         out = []
-        for sql, opts in QUERIES:
+        for sql, opts in queries if queries is not None else QUERIES:
+            sql = _sql(sql, ids)
             delta = 1e-6 if "GROUP BY" in sql else 0.0
             out.append(s.query(sql, epsilon=1.0, delta=delta, options=opts).table.to_pylist())
         return out
@@ -193,3 +212,51 @@ def test_control_a_person_spelled_two_ways_changes_the_releases(edge_text: list[
 
     monkeypatch.setattr(rj, "_person_text", split)
     assert _edge_releases(True) != honest
+
+
+def test_a_condition_across_inputs_reads_the_key_through_one_inputs_parts() -> None:
+    """The parts of a condition after the join that read the key through one input alone are computed by that
+    input's projection, so the key is read only as a key; a part across inputs still reads it as a value."""
+    for k in HOISTED:
+        assert _digested(_sql(QUERIES[k][0], IDS)) >= {"c__id", "o__cid"}, QUERIES[k][0]
+    assert not _digested(f"SELECT COUNT(*) {J} WHERE (length(c.id) > o.amt OR o.amt > 1)") & {"c__id", "o__cid"}
+    s = _session(_tables(IDS))
+    try:
+        bounded = " ".join(s.explain(f"SELECT COUNT(*) {J} WHERE (c.id <> 'a' OR o.amt > 1)", epsilon=1.0).bounded_sql.split())
+    finally:
+        s.close()
+    assert "AS TEXT)) AS c__id" in bounded and "AS TEXT)) AS o__cid" in bounded
+    assert "\"c__id\" COLLATE \"binary\" <> 'a' AS c____cond0" in bounded
+
+
+def test_the_conditions_parts_filter_and_keep_sqls_three_valued_logic(text_releases: list[Any]) -> None:
+    """Non-vacuous: each condition drops some tuples (its release differs from the unfiltered one), and the part
+    that is NULL for customer 'a' drops their order (NULL, not FALSE: NOT (FALSE AND TRUE) would keep it)."""
+    plain = {"COUNT": text_releases[0], "SUM": _releases(_tables(IDS), [(f"SELECT SUM(o.amt) {J}", {"mechanism": "r2t"})])[0],
+             "seg": text_releases[6]}
+    for k in HOISTED:
+        sql = QUERIES[k][0]
+        key = "seg" if "GROUP BY" in sql else "SUM" if "SUM" in sql else "COUNT"
+        assert text_releases[k] != plain[key], sql
+    two_valued = _releases(_tables(IDS), [(f"SELECT COUNT(*) {J} WHERE NOT (COALESCE(NULLIF(c.id, {{a}}) <> {{x}}, FALSE) "
+                                           "AND o.amt < 2)", {"q": 1.0})])[0]
+    assert two_valued != text_releases[13]
+
+
+def test_control_a_part_read_as_two_valued_changes_the_releases(text_releases: list[Any],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison with integer keys sees a part whose NULL is read as FALSE: the releases change."""
+    from sqlglot import exp
+
+    import dpsql.rewrite.joins as rj
+
+    honest = rj.hoisted
+
+    def two_valued(*args: Any) -> Any:
+        h = honest(*args)
+        parts = {a: [(n, exp.func("coalesce", e, exp.false())) for n, e in ps] for a, ps in h.parts.items()}
+        return rj.Hoisted(h.plan, parts, h.top)
+
+    monkeypatch.setattr(rj, "hoisted", two_valued)
+    k = 13
+    assert _releases(_tables(IDS), [QUERIES[k]]) != [text_releases[k]]
