@@ -260,3 +260,26 @@ def test_control_a_part_read_as_two_valued_changes_the_releases(text_releases: l
     monkeypatch.setattr(rj, "hoisted", two_valued)
     k = 13
     assert _releases(_tables(IDS), [QUERIES[k]]) != [text_releases[k]]
+
+
+def test_a_part_over_a_left_joined_lookup_stays_in_the_condition() -> None:
+    """A LEFT-joined lookup's columns are NULL where no row matched, where its part need not be NULL
+    (``c.code IS NULL`` is TRUE there): such a part is not computed by the lookup's projection."""
+    from dpsql.rewrite.joins import hoisted
+
+    s = dpsql.Session(budget=Budget(1e6, 0.9))
+    use_noise(s, zero_noise(0))
+    s.register("countries", pa.table({"code": ["FR"], "region": ["EU"]}), public=True)
+    s.register("events", pa.table({"uid": [1, 2], "cc": ["FR", "DE"], "day": [1, 20]}), privacy_unit="uid",
+               references={"cc": "countries.code"})
+    try:
+        left = "SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code WHERE (c.code IS NULL OR e.day > 30)"
+        inner = "SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code WHERE (e.cc <> 'FR' OR c.region = 'EU')"
+        plans = [analyze(q, dict(s.tables)).join for q in (left, inner)]
+        assert plans[0] is not None and plans[1] is not None
+        assert not hoisted(plans[0], ()).parts
+        assert [n for n, _ in hoisted(plans[1], ()).parts["e"]] == ["e____cond0"]
+        assert s.query(left, epsilon=1.0).table.to_pylist() == [{"COUNT(*)": 1}]  # the unmatched DE event
+        assert s.query(inner, epsilon=1.0).table.to_pylist() == [{"COUNT(*)": 2}]
+    finally:
+        s.close()

@@ -17,12 +17,16 @@ from dpsql.testing import use_noise, zero_noise
 
 require_spark()
 
-#: the general case (two people per tuple, a keyed sample over tuple identities built from digests) and a
-#: looked-up chain (each hop's text key digested); the other shapes' text keys take the same digests
+#: the general case (two people per tuple, a keyed sample over tuple identities built from digests), a looked-up
+#: chain (each hop's text key digested) and a condition across inputs over a digested key; the other shapes' text
+#: keys take the same digests
 QUERIES = {
     "chain_sampled": ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid JOIN item i ON o.oid = i.oid",
                       {"q": 0.5}),
     "lookup_sampled": ("SELECT COUNT(*) FROM item", {"q": 0.5}),
+    # a condition across inputs read through the customer's BOOLEAN part (``joins.hoisted``), NULL for 'a'
+    "condition_sampled": ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid "
+                          "WHERE NOT (NULLIF(c.id, 'a') <> 'x' AND o.amt < 2)", {"q": 0.5}),
 }
 
 

@@ -4,7 +4,8 @@ One relation per input (its needed columns renamed ``<alias>__<column>``; the WH
 over that input alone; with an enforced Delta, then at most n rows per value of the column it
 joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), then only the rows whose key value is held once in the base table for an input the
 join enters through a declared key (:func:`_unique_filter`), the inner equi-join, the other WHERE
-conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`). The inputs
+conjuncts (their boolean parts over one input that read a text or BLOB key computed by that input's projection:
+:func:`hoisted`), every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`). The inputs
 are joined left-deep in the order :func:`dpsql.plan.joins.join_sequence` decides from the catalog alone
 (the table holding many rows per key first, each table entered through a key on the right of its join,
 the side DuckDB builds on): a private read runs in the written order, never in one chosen from row counts.
