@@ -97,6 +97,8 @@ READ_AS_VALUE = [
     (f"SELECT COUNT(*) {J} WHERE (c.id <> 'zz' OR o.amt > 0)", None),
     (f"SELECT COUNT(*) {J} WHERE (c.id <> 'zz' OR o.amt > 0)", {"mechanism": "r2t"}),
     (f"SELECT c.seg, COUNT(*) {J} WHERE (c.id <> 'zz' OR o.amt > 0) GROUP BY c.seg", None),
+    (f"SELECT COUNT(*) {J} WHERE NOT (o.cid LIKE '%zz%' AND c.seg = 's1')", {"mechanism": "r2t"}),
+    (f"SELECT SUM(o.amt) {J} WHERE CASE WHEN c.id IN ('u1', 'u2') THEN o.amt > 0.5 ELSE o.cid IS NOT NULL END", None),
 ]
 
 

@@ -82,9 +82,11 @@ QUERIES = [
     (f"SELECT COUNT(*) {J} WHERE NOT (NULLIF(c.id, {{a}}) <> {{x}} AND o.amt < 2)", {"q": 1.0}),
     (f"SELECT COUNT(*) {J} JOIN visit v ON c.id = v.cid WHERE (c.id = {{x}}) = (o.amt > 1 AND v.cid IS NOT NULL)",
      {"mechanism": "r2t"}),
+    (f"SELECT SUM(o.amt) {J} WHERE CASE WHEN c.id IN ({{a}}, {{x}}) THEN o.amt > 1 ELSE o.cid IS NOT NULL END",
+     {"mechanism": "r2t"}),
 ]
 #: the queries of the hoisted parts above, by their index in QUERIES
-HOISTED = range(10, 15)
+HOISTED = range(10, 16)
 
 
 def _sql(sql: str, ids: list[Any]) -> str:
