@@ -50,12 +50,14 @@ def _tables(ids: list[Any], merge: bool = False) -> dict[str, pa.Table]:
             "item": pa.table({"oid": items}), "visit": pa.table({"cid": cid + cid})}
 
 
-def _session(tables: dict[str, pa.Table]) -> dpsql.Session:
+def _session(tables: dict[str, pa.Table], domain: bool = False) -> dpsql.Session:
+    """With ``domain``, orders.cid declares the first six customers' ids as its domain (a GROUP BY key)."""
     s = dpsql.Session(budget=Budget(1e6, 0.9))
     use_noise(s, zero_noise(5))
     s.register("customer", tables["customer"], privacy_unit="id", columns={"seg": {"domain": ["s0", "s1", "s2"]}})
+    cid = {"cid": {"domain": tables["customer"].column("id").to_pylist()[:6]}} if domain else {}
     s.register("orders", tables["orders"], references={"cid": "customer.id"}, degree_bounds={"cid": 5},
-               columns={"amt": {"bounds": (0, 3)}})
+               columns={"amt": {"bounds": (0, 3)}, **cid})
     s.register("item", tables["item"], references={"oid": "orders.oid"}, degree_bounds={"oid": 2})
     s.register("visit", tables["visit"], references={"cid": "customer.id"}, degree_bounds={"cid": 2})
     return s
@@ -285,3 +287,47 @@ def test_a_part_over_a_left_joined_lookup_stays_in_the_condition() -> None:
         assert s.query(inner, epsilon=1.0).table.to_pylist() == [{"COUNT(*)": 2}]
     finally:
         s.close()
+
+
+GROUPED = [
+    (f"SELECT o.cid, COUNT(*) {J} GROUP BY o.cid", None),
+    (f"SELECT o.cid, SUM(o.amt) {J} WHERE (c.id <> {{x}} OR o.amt > 1) GROUP BY o.cid", {"q": 1.0}),
+    (f"SELECT o.cid AS k, c.seg, COUNT(*) {J} GROUP BY o.cid, c.seg", {"mechanism": "dp_s4s_vector", "q": 0.5}),
+]
+
+
+def _grouped(ids: list[Any]) -> list[Any]:
+    """The releases of ``GROUPED``, each key spelled as its index in ``ids``."""
+    s = _session(_tables(ids), domain=True)
+    try:
+        out = []
+        for sql, opts in GROUPED:
+            rows = s.query(_sql(sql, ids), epsilon=1.0, delta=1e-6, options=opts).table.to_pylist()
+            out.append(sorted(repr({c: ids.index(v) if c in ("cid", "k") and v is not None else v for c, v in r.items()})
+                              for r in rows))
+        return out
+    finally:
+        s.close()
+
+
+def test_a_grouped_join_key_is_matched_to_its_key_set_by_its_digest() -> None:
+    """GROUP BY a text join key with a public key set: the key is carried as its digest and matched to the digest
+    of its key set's text (the released key is the key set's text): the releases of the keys relabelled as
+    integers, the six-person domain's 'a', 'A', 'a ', ' a', NFC and NFD spellings distinct groups."""
+    text = _grouped(IDS)
+    assert text == _grouped(list(range(len(IDS))))
+    assert all(len(r) >= 6 for r in text)
+    s = _session(_tables(IDS), domain=True)
+    try:
+        bounded = " ".join(s.explain(GROUPED[0][0], epsilon=1.0, delta=1e-6).bounded_sql.split())
+    finally:
+        s.close()
+    assert "AS TEXT)) AS o__cid" in bounded and "AS TEXT)) AS c__id" in bounded
+
+
+def test_control_a_key_set_digested_under_another_salt_matches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dpsql.rewrite.join_groups as jg
+
+    honest = jg.KeyDigest
+    monkeypatch.setattr(jg, "KeyDigest", lambda salt, ops: honest(salt + "?", ops))
+    assert _grouped(IDS) != _grouped(list(range(len(IDS))))

@@ -413,8 +413,16 @@ def hoisted(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> Hoisted:
     return Hoisted(dataclasses.replace(jp, where=where, flat_schema={**jp.flat_schema, **types}), parts, top)
 
 
+def matched_keys(jp: ir.JoinPlan) -> frozenset[str]:
+    """The flat columns of the GROUP BY keys that are bare text columns with a public key set (``declared`` or
+    ``public``): such a key is only matched with its key set (``dpsql.rewrite.join_groups``, NULL-safely), which
+    a digest can be as well as the text, the set's texts digested alike (:func:`key_digests`)."""
+    return frozenset(k.expr.name for k in jp.keys if isinstance(k.expr, exp.Column) and k.kind in ("declared", "public")
+                     and is_text(k.sql_type) and is_text(jp.flat_schema.get(k.expr.name, "")))
+
+
 def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Sequence[exp.Expression] = (),
-                ids: Sequence[str] = ()) -> frozenset[str]:
+                ids: Sequence[str] = (), matched: Sequence[str] = ()) -> frozenset[str]:
     """The flat text and BLOB columns a join plan carries as their salted digest (:class:`KeyDigest`) from the
     input's projection on: those read only as keys (equi-join conditions, user slots, Delta caps, declared
     keys), never as values (the conditions applied after the join, but for their parts that one input's
@@ -451,11 +459,13 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
         # COUNT(col) of a bare column reads only whether it is NULL, and a digest is NULL exactly where its text is
         if not (kind == ir.COUNT_COL and isinstance(e, exp.Column)):
             read(e)
-    for e in (*[k.expr for k in jp.keys], jp.statement):
+    keyed = matched_keys(jp) if matched else frozenset()
+    for e in (*[k.expr for k in jp.keys if not (isinstance(k.expr, exp.Column) and k.expr.name in keyed)], jp.statement):
         read(e)
     for e in extra:
         inner = e.this if isinstance(e, exp.Alias) else e
-        if not (e.alias_or_name in ids and isinstance(inner, exp.Column) and inner.name in slot_cols):
+        if not (e.alias_or_name in ids and isinstance(inner, exp.Column) and inner.name in slot_cols) and not (
+                e.alias_or_name in matched and isinstance(inner, exp.Column) and inner.name in keyed):
             read(e)
     chosen = {c for c in keys if c not in values and _digestable(jp.flat_schema.get(c, ""))}
     changed = True
@@ -499,7 +509,7 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
 def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, ops: SqlOps,
                   caps: Sequence[tuple[str, str, int]], parts: list[Part], extra: Sequence[exp.Expression] = (),
                   with_tid: bool = True, extra_types: Mapping[str, str] | None = None,
-                  ids: Sequence[str] = ()) -> exp.Select:
+                  ids: Sequence[str] = (), matched: Sequence[str] = ()) -> exp.Select:
     """The join with weights (``parts``), optional extra projections (``extra_types``: the types of those
     that are not join columns, by name; ``ids``: the names of those that are person columns the caller only
     groups by or spells ids from) and the tuple id ``__tid``. Every equi-join, semi-join, grouping and
@@ -508,7 +518,7 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     it through one input alone computed by that input's projection (:func:`hoisted`)."""
     spread = Spread(salt, ops)
     needed = _needed(jp, caps)
-    digested = key_digests(jp, caps, extra, ids)
+    digested = key_digests(jp, caps, extra, ids, matched)
     digest = KeyDigest(salt, ops)
     hoist = hoisted(jp, caps)
     if hoist.parts:  # the conditions as written, typed as they are (a refusal is the query's own)
@@ -978,7 +988,7 @@ def reads_sample_once(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> bool
 
 def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
                    caps: Sequence[tuple[str, str, int]] = (), extra: Sequence[tuple[str, exp.Expression]] = (),
-                   extra_types: Mapping[str, str] | None = None) -> exp.Select:
+                   extra_types: Mapping[str, str] | None = None, matched: Sequence[str] = ()) -> exp.Select:
     """Per sampled tuple: the weights ``__w*`` and per user slot ``__u<k>``: the
     person's id (VARCHAR; NULL where the slot's column is NULL: it reaches nobody) for a slot
     whose column holds the person, or the list of ids (VARCHAR[]) of a looked-up chain
@@ -990,9 +1000,9 @@ def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: s
     more = [exp.alias_(e.copy(), n) for n, e in extra]  # part of the tuple's content, hence of its identity
     clock = _sample_clock(ops, q) if reads_sample_once(jp, catalog) else None
     projected = [_col(c) for c in starts] + more
-    digested, digest = key_digests(jp, caps, projected, starts), KeyDigest(salt, ops)
+    digested, digest = key_digests(jp, caps, projected, starts, matched), KeyDigest(salt, ops)
     rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=projected,
-                        with_tid=q < 1.0 and clock is None, extra_types=extra_types, ids=starts)
+                        with_tid=q < 1.0 and clock is None, extra_types=extra_types, ids=starts, matched=matched)
     sample = _sampled(rel, salt, q, ops, clock)
     out = exp.select(*[_col(f"__s.{p.name}") for p in parts], *[_col(f"__s.{n}") for n, _ in extra]).from_("__s")
     for k, s in enumerate(jp.slots):
