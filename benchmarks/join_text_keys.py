@@ -23,7 +23,8 @@ text until the condition's part over the customer became a BOOLEAN column of the
 (``joins.hoisted``). At 1M rows, best of 3 (``--plans``), digest mode, load average 9 on the 2 shared cores,
 before / after: COUNT 3.14 / 1.60 s, R2T's SUM 2.03 / 1.65, GROUP BY with clipping 2.51 / 1.77; the plans without
 such a condition build the same bounded SQL as before (direct COUNT 1.33 / 1.44, R2T's SUM 1.80 / 2.41, GROUP BY
-1.68 / 1.56: noise).
+1.68 / 1.56: noise). ``groupby_join_key`` (``GROUP BY o.cid`` over a declared domain, the key carried as its digest
+and matched to its key set's digest, ``joins.matched_keys``), best of 3, load average 7: 1.30 s before, 0.74 s after.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ PLANS: dict[str, tuple[str, dict[str, Any] | None]] = {
                           {"mechanism": "r2t"}),
     "condition_groupby": (f"SELECT c.seg, COUNT(*) {J} WHERE (c.id <> 'customer-00000007' OR o.amt > 0.5) "
                           "GROUP BY c.seg", None),
+    # a GROUP BY key that is the join key, with a declared domain of 20 ids (``joins.matched_keys``)
+    "groupby_join_key": (f"SELECT o.cid, COUNT(*) {J} GROUP BY o.cid", None),
 }
 
 
@@ -78,7 +81,8 @@ def session(d: Path) -> dpsql.Session:
     s.register("customer", str(d / "c.parquet"), privacy_unit="id", columns={"seg": {"domain": ["s0", "s1", "s2"]}},
                allow_conditional_sampling=True)
     s.register("orders", str(d / "o.parquet"), references={"cid": "customer.id"}, degree_bounds={"cid": 30},
-               columns={"amt": {"bounds": (0, 1)}}, allow_conditional_sampling=True)
+               columns={"amt": {"bounds": (0, 1)}, "cid": {"domain": [f"customer-{i:08d}" for i in range(20)]}},
+               allow_conditional_sampling=True)
     s.register("lineitem", str(d / "l.parquet"), references={"oid": "orders.oid"}, degree_bounds={"oid": 10},
                allow_conditional_sampling=True)
     return s

@@ -33,7 +33,10 @@ A tuple whose key is not in the key set is dropped (inner join with ``__dom``): 
 Text keys are canonical (design invariant 8), as in a single-table GROUP BY: the key set's DISTINCT,
 its order and the matching of a tuple's key to it use the binary collation, whatever collation the
 owner's connection or column declares (``nocase`` would count a tuple under 'AUTO' and 'auto' both:
-one person's tuples twice, beyond Delta).
+one person's tuples twice, beyond Delta). A bare text join key with a public key set, read as a value nowhere
+else, is carried by the join as its salted digest (``dpsql.rewrite.joins.matched_keys``) and matched to the
+digest of the key set's text (the same digest of the same text under the binary collation, NULL for NULL): one
+person's long key is never carried with each of their tuples, and the released key is the key set's text.
 """
 
 from __future__ import annotations
@@ -47,16 +50,9 @@ from dpsql.engine.base import SqlOps, source_name
 from dpsql.plan import ir
 from dpsql.plan.joins import flat
 from dpsql.plan.typer import DIGEST_TYPE, domain_literal
+from dpsql.rewrite import joins
 from dpsql.rewrite.bound import exact_text, fixed_point_scale, guard
-from dpsql.rewrite.joins import (
-    KeyDigest,
-    Part,
-    _split_where,
-    join_relation,
-    key_digests,
-    parts_of,
-    sampled_tuples,
-)
+from dpsql.rewrite.joins import KeyDigest, Part, _split_where, join_relation, parts_of, sampled_tuples
 
 
 def _col(name: str) -> exp.Column:
@@ -114,7 +110,8 @@ def _digested_keys(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> tup
     with a public key set, read as a value nowhere else), and the names of their projections ``__x<i>``."""
     names = [f"__x{i}" for i in range(len(jp.keys))]
     extra = [exp.alias_(k.expr.copy(), n) for k, n in zip(jp.keys, names, strict=True)]
-    digested = key_digests(jp, caps, extra, (), names)
+    # (looked up in the module at each call, as join_relation does: the one decision, whoever replaces it)
+    digested = joins.key_digests(jp, caps, extra, (), names)
     return frozenset(i for i, k in enumerate(jp.keys) if isinstance(k.expr, exp.Column) and k.expr.name in digested), names
 
 
