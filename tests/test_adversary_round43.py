@@ -13,9 +13,15 @@ orders: a few kB of Parquet, 360 MB decoded), the same query, the same observabl
 * ``COUNT(o.cid)`` of a key: the key was carried as it is (``key_digests`` took COUNT's argument for a value read),
   and the query failed after its charge only with that customer. COUNT of a bare column reads only whether it is
   NULL, and so does its digest: such a key is now carried as its digest.
-* a key also read as a value (a condition across inputs over ``c.id``): the key is carried as it is with every
-  joined row, so these still fail after their charge only with that customer (strict xfail, open: the condition
-  needs the text).
+* a key also read by a condition across inputs (``WHERE (c.id <> 'zz' OR o.amt > 0)``): the key was carried as it
+  is with every joined row, and the query failed after its charge only with that customer. Each part of such a
+  condition that reads one input only, a key among its columns, is now computed as a BOOLEAN column by that
+  input's projection (``joins.hoisted``), before the key becomes its digest, and the condition reads that column.
+* a GROUP BY key that is the join key, with a public key set (``GROUP BY o.cid``, a declared domain): carried as
+  its text, the query failed after its charge only with that customer. It is now carried as its digest and matched
+  to the digest of its key set's text (``joins.matched_keys``), and the key set spells the released key.
+  Still carried as text (``docs/threat_model.md``): a key compared with another input's column (``c.id = o.cid OR
+  ...``), a key read by a computed GROUP BY key, SUM's argument or a lookup join's one-table statement.
 
 Detection: the outcome (answered, or the class of the failure), no wall clock. Each case has a control that answers
 without the customer and with the same customer under a one-character id.
@@ -69,7 +75,8 @@ def _outcome(d: Path, name: str, sql: str, options: dict[str, Any] | None = None
         s.register("customer", str(d / f"c_{name}.parquet"), privacy_unit="id",
                    columns={"seg": {"domain": ["s0", "s1", "s2"]}}, allow_conditional_sampling=True)
         s.register("orders", str(d / f"o_{name}.parquet"), references={"cid": "customer.id"},
-                   degree_bounds={"cid": 2}, columns={"amt": {"bounds": (0, 1)}}, allow_conditional_sampling=True)
+                   degree_bounds={"cid": 2}, columns={"amt": {"bounds": (0, 1)}, "cid": {"domain": ["u1", "u2"]}},
+                   allow_conditional_sampling=True)
         s.register("items", str(d / f"i_{name}.parquet"), references={"oid": "orders.oid"},
                    degree_bounds={"oid": 2}, allow_conditional_sampling=True)
         try:
@@ -94,6 +101,11 @@ READ_AS_VALUE = [
     (f"SELECT COUNT(*) {J} WHERE (c.id <> 'zz' OR o.amt > 0)", None),
     (f"SELECT COUNT(*) {J} WHERE (c.id <> 'zz' OR o.amt > 0)", {"mechanism": "r2t"}),
     (f"SELECT c.seg, COUNT(*) {J} WHERE (c.id <> 'zz' OR o.amt > 0) GROUP BY c.seg", None),
+    (f"SELECT COUNT(*) {J} WHERE NOT (o.cid LIKE '%zz%' AND c.seg = 's1')", {"mechanism": "r2t"}),
+    (f"SELECT SUM(o.amt) {J} WHERE CASE WHEN c.id IN ('u1', 'u2') THEN o.amt > 0.5 ELSE o.cid IS NOT NULL END", None),
+    # a GROUP BY key that is the join key, with a declared domain
+    (f"SELECT o.cid, COUNT(*) {J} GROUP BY o.cid", None),
+    (f"SELECT o.cid, COUNT(*) {J} GROUP BY o.cid", {"q": 0.5}),
 ]
 
 
@@ -117,12 +129,11 @@ def test_a_counted_key_answers_with_one_customers_repeated_long_id(files: Path, 
     assert _outcome(files, "long", sql, options) == "answered"
 
 
-@pytest.mark.xfail(strict=True, reason="open: a text key also read as a value (a condition across inputs) "
-                                       "is carried as its text with every joined row, so one customer's repeated long "
-                                       "id fails the query after its charge under the owner's memory limit")
 @pytest.mark.parametrize(("sql", "options"), READ_AS_VALUE)
 def test_a_key_read_as_a_value_answers_with_one_customers_repeated_long_id(files: Path, sql: str,
                                                                            options: dict[str, Any] | None) -> None:
+    """The condition's part over the customer alone (``c.id <> 'zz'``) is a BOOLEAN column of the customer's
+    projection, so the condition reads the key only through it and the key is carried as its digest."""
     assert _outcome(files, "long", sql, options) == "answered"
 
 

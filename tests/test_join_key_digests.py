@@ -50,17 +50,20 @@ def _tables(ids: list[Any], merge: bool = False) -> dict[str, pa.Table]:
             "item": pa.table({"oid": items}), "visit": pa.table({"cid": cid + cid})}
 
 
-def _session(tables: dict[str, pa.Table]) -> dpsql.Session:
+def _session(tables: dict[str, pa.Table], domain: bool = False) -> dpsql.Session:
+    """With ``domain``, orders.cid declares the first six customers' ids as its domain (a GROUP BY key)."""
     s = dpsql.Session(budget=Budget(1e6, 0.9))
     use_noise(s, zero_noise(5))
     s.register("customer", tables["customer"], privacy_unit="id", columns={"seg": {"domain": ["s0", "s1", "s2"]}})
+    cid = {"cid": {"domain": tables["customer"].column("id").to_pylist()[:6]}} if domain else {}
     s.register("orders", tables["orders"], references={"cid": "customer.id"}, degree_bounds={"cid": 5},
-               columns={"amt": {"bounds": (0, 3)}})
+               columns={"amt": {"bounds": (0, 3)}, **cid})
     s.register("item", tables["item"], references={"oid": "orders.oid"}, degree_bounds={"oid": 2})
     s.register("visit", tables["visit"], references={"cid": "customer.id"}, degree_bounds={"cid": 2})
     return s
 
 
+J = "FROM customer c JOIN orders o ON c.id = o.cid"
 QUERIES = [
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid", {"q": 1.0}),
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid", {"mechanism": "r2t"}),
@@ -72,14 +75,34 @@ QUERIES = [
     ("SELECT COUNT(o.cid) FROM customer c JOIN orders o ON c.id = o.cid", {"q": 1.0}),  # whether the key is NULL
     ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid WHERE c.id = o.cid OR o.amt > 1", {"q": 1.0}),
     ("SELECT SUM(o.amt) FROM customer c JOIN orders o ON c.id = o.cid WHERE c.id = o.cid OR o.amt > 1", {"mechanism": "r2t"}),
+    # conditions across inputs whose parts over one input read the key (computed by that input's projection,
+    # ``joins.hoisted``): ``{a}`` and ``{x}`` are the first and tenth ids ('a' and 'x', or 0 and 9)
+    (f"SELECT COUNT(*) {J} WHERE (c.id <> {{a}} OR o.amt > 1)", {"q": 1.0}),
+    (f"SELECT SUM(o.amt) {J} WHERE (c.id IN ({{a}}, {{x}}) OR o.amt < 1) AND o.amt <> 2", {"mechanism": "r2t"}),
+    (f"SELECT c.seg, COUNT(*) {J} WHERE (c.id <> {{x}} OR o.amt > 1) GROUP BY c.seg", None),
+    # a part that is NULL for one customer ('a'): NOT (NULL AND TRUE) drops their orders of amount below 2
+    (f"SELECT COUNT(*) {J} WHERE NOT (NULLIF(c.id, {{a}}) <> {{x}} AND o.amt < 2)", {"q": 1.0}),
+    (f"SELECT COUNT(*) {J} JOIN visit v ON c.id = v.cid WHERE (c.id = {{x}}) = (o.amt > 1 AND v.cid IS NOT NULL)",
+     {"mechanism": "r2t"}),
+    (f"SELECT SUM(o.amt) {J} WHERE CASE WHEN c.id IN ({{a}}, {{x}}) THEN o.amt > 1 ELSE o.cid IS NOT NULL END",
+     {"mechanism": "r2t"}),
 ]
+#: the queries of the hoisted parts above, by their index in QUERIES
+HOISTED = range(10, 16)
 
 
-def _releases(tables: dict[str, pa.Table]) -> list[Any]:
+def _sql(sql: str, ids: list[Any]) -> str:
+    """``sql`` with ``{a}`` and ``{x}`` spelled as literals of the keys' type."""
+    return sql.format(**{k: repr(ids[i]) if isinstance(ids[i], int) else f"'{ids[i]}'" for k, i in (("a", 0), ("x", 9))})
+
+
+def _releases(tables: dict[str, pa.Table], queries: list[tuple[str, Any]] | None = None) -> list[Any]:
     s = _session(tables)
+    ids = tables["customer"].column("id").to_pylist()
     try:
         out = []
-        for sql, opts in QUERIES:
+        for sql, opts in queries if queries is not None else QUERIES:
+            sql = _sql(sql, ids)
             delta = 1e-6 if "GROUP BY" in sql else 0.0
             out.append(s.query(sql, epsilon=1.0, delta=delta, options=opts).table.to_pylist())
         return out
@@ -193,3 +216,118 @@ def test_control_a_person_spelled_two_ways_changes_the_releases(edge_text: list[
 
     monkeypatch.setattr(rj, "_person_text", split)
     assert _edge_releases(True) != honest
+
+
+def test_a_condition_across_inputs_reads_the_key_through_one_inputs_parts() -> None:
+    """The parts of a condition after the join that read the key through one input alone are computed by that
+    input's projection, so the key is read only as a key; a part across inputs still reads it as a value."""
+    for k in HOISTED:
+        assert _digested(_sql(QUERIES[k][0], IDS)) >= {"c__id", "o__cid"}, QUERIES[k][0]
+    assert not _digested(f"SELECT COUNT(*) {J} WHERE (length(c.id) > o.amt OR o.amt > 1)") & {"c__id", "o__cid"}
+    s = _session(_tables(IDS))
+    try:
+        bounded = " ".join(s.explain(f"SELECT COUNT(*) {J} WHERE (c.id <> 'a' OR o.amt > 1)", epsilon=1.0).bounded_sql.split())
+    finally:
+        s.close()
+    assert "AS TEXT)) AS c__id" in bounded and "AS TEXT)) AS o__cid" in bounded
+    assert "\"c__id\" COLLATE \"binary\" <> 'a' AS c____cond0" in bounded
+
+
+def test_the_conditions_parts_filter_and_keep_sqls_three_valued_logic(text_releases: list[Any]) -> None:
+    """Non-vacuous: each condition drops some tuples (its release differs from the unfiltered one), and the part
+    that is NULL for customer 'a' drops their order (NULL, not FALSE: NOT (FALSE AND TRUE) would keep it)."""
+    plain = {"COUNT": text_releases[0], "SUM": _releases(_tables(IDS), [(f"SELECT SUM(o.amt) {J}", {"mechanism": "r2t"})])[0],
+             "seg": text_releases[6]}
+    for k in HOISTED:
+        sql = QUERIES[k][0]
+        key = "seg" if "GROUP BY" in sql else "SUM" if "SUM" in sql else "COUNT"
+        assert text_releases[k] != plain[key], sql
+    two_valued = _releases(_tables(IDS), [(f"SELECT COUNT(*) {J} WHERE NOT (COALESCE(NULLIF(c.id, {{a}}) <> {{x}}, FALSE) "
+                                           "AND o.amt < 2)", {"q": 1.0})])[0]
+    assert two_valued != text_releases[13]
+
+
+def test_control_a_part_read_as_two_valued_changes_the_releases(text_releases: list[Any],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison with integer keys sees a part whose NULL is read as FALSE: the releases change."""
+    from sqlglot import exp
+
+    import dpsql.rewrite.joins as rj
+
+    honest = rj.hoisted
+
+    def two_valued(*args: Any) -> Any:
+        h = honest(*args)
+        parts = {a: [(n, exp.func("coalesce", e, exp.false())) for n, e in ps] for a, ps in h.parts.items()}
+        return rj.Hoisted(h.plan, parts, h.top)
+
+    monkeypatch.setattr(rj, "hoisted", two_valued)
+    k = 13
+    assert _releases(_tables(IDS), [QUERIES[k]]) != [text_releases[k]]
+
+
+def test_a_part_over_a_left_joined_lookup_stays_in_the_condition() -> None:
+    """A LEFT-joined lookup's columns are NULL where no row matched, where its part need not be NULL
+    (``c.code IS NULL`` is TRUE there): such a part is not computed by the lookup's projection."""
+    from dpsql.rewrite.joins import hoisted
+
+    s = dpsql.Session(budget=Budget(1e6, 0.9))
+    use_noise(s, zero_noise(0))
+    s.register("countries", pa.table({"code": ["FR"], "region": ["EU"]}), public=True)
+    s.register("events", pa.table({"uid": [1, 2], "cc": ["FR", "DE"], "day": [1, 20]}), privacy_unit="uid",
+               references={"cc": "countries.code"})
+    try:
+        left = "SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code WHERE (c.code IS NULL OR e.day > 30)"
+        inner = "SELECT COUNT(*) FROM events e LEFT JOIN countries c ON e.cc = c.code WHERE (e.cc <> 'FR' OR c.region = 'EU')"
+        plans = [analyze(q, dict(s.tables)).join for q in (left, inner)]
+        assert plans[0] is not None and plans[1] is not None
+        assert not hoisted(plans[0], ()).parts
+        assert [n for n, _ in hoisted(plans[1], ()).parts["e"]] == ["e____cond0"]
+        assert s.query(left, epsilon=1.0).table.to_pylist() == [{"COUNT(*)": 1}]  # the unmatched DE event
+        assert s.query(inner, epsilon=1.0).table.to_pylist() == [{"COUNT(*)": 2}]
+    finally:
+        s.close()
+
+
+GROUPED = [
+    (f"SELECT o.cid, COUNT(*) {J} GROUP BY o.cid", None),
+    (f"SELECT o.cid, SUM(o.amt) {J} WHERE (c.id <> {{x}} OR o.amt > 1) GROUP BY o.cid", {"q": 1.0}),
+    (f"SELECT o.cid AS k, c.seg, COUNT(*) {J} GROUP BY o.cid, c.seg", {"mechanism": "dp_s4s_vector", "q": 0.5}),
+]
+
+
+def _grouped(ids: list[Any]) -> list[Any]:
+    """The releases of ``GROUPED``, each key spelled as its index in ``ids``."""
+    s = _session(_tables(ids), domain=True)
+    try:
+        out = []
+        for sql, opts in GROUPED:
+            rows = s.query(_sql(sql, ids), epsilon=1.0, delta=1e-6, options=opts).table.to_pylist()
+            out.append(sorted(repr({c: ids.index(v) if c in ("cid", "k") and v is not None else v for c, v in r.items()})
+                              for r in rows))
+        return out
+    finally:
+        s.close()
+
+
+def test_a_grouped_join_key_is_matched_to_its_key_set_by_its_digest() -> None:
+    """GROUP BY a text join key with a public key set: the key is carried as its digest and matched to the digest
+    of its key set's text (the released key is the key set's text): the releases of the keys relabelled as
+    integers, the six-person domain's 'a', 'A', 'a ', ' a', NFC and NFD spellings distinct groups."""
+    text = _grouped(IDS)
+    assert text == _grouped(list(range(len(IDS))))
+    assert all(len(r) >= 6 for r in text)
+    s = _session(_tables(IDS), domain=True)
+    try:
+        bounded = " ".join(s.explain(GROUPED[0][0], epsilon=1.0, delta=1e-6).bounded_sql.split())
+    finally:
+        s.close()
+    assert "AS TEXT)) AS o__cid" in bounded and "AS TEXT)) AS c__id" in bounded
+
+
+def test_control_a_key_set_digested_under_another_salt_matches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dpsql.rewrite.join_groups as jg
+
+    honest = jg.KeyDigest
+    monkeypatch.setattr(jg, "KeyDigest", lambda salt, ops: honest(salt + "?", ops))
+    assert _grouped(IDS) != _grouped(list(range(len(IDS))))

@@ -17,12 +17,19 @@ from dpsql.testing import use_noise, zero_noise
 
 require_spark()
 
-#: the general case (two people per tuple, a keyed sample over tuple identities built from digests) and a
-#: looked-up chain (each hop's text key digested); the other shapes' text keys take the same digests
+#: the general case (two people per tuple, a keyed sample over tuple identities built from digests), a looked-up
+#: chain (each hop's text key digested), a condition across inputs over a digested key and a grouped join key; the
+#: other shapes' text keys take the same digests
 QUERIES = {
     "chain_sampled": ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid JOIN item i ON o.oid = i.oid",
                       {"q": 0.5}),
     "lookup_sampled": ("SELECT COUNT(*) FROM item", {"q": 0.5}),
+    # a condition across inputs read through the customer's BOOLEAN part (``joins.hoisted``), NULL for 'a'
+    "condition_sampled": ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid "
+                          "WHERE NOT (NULLIF(c.id, 'a') <> 'x' AND o.amt < 2)", {"q": 0.5}),
+    # a grouped join key matched to its declared domain by digest (``joins.matched_keys``)
+    "grouped_key_sampled": ("SELECT o.cid, COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid GROUP BY o.cid",
+                            {"mechanism": "dp_s4s_vector", "q": 0.5}),
 }
 
 
@@ -34,7 +41,7 @@ def _session(kind: str, tables: dict[str, pa.Table]) -> dpsql.Session:
     use_noise(s, zero_noise(3))
     s.register("customer", tables["customer"], privacy_unit="id", allow_conditional_sampling=True)
     s.register("orders", tables["orders"], references={"cid": "customer.id"}, degree_bounds={"cid": 5},
-               allow_conditional_sampling=True)
+               columns={"cid": {"domain": IDS[:6]}}, allow_conditional_sampling=True)
     s.register("item", tables["item"], references={"oid": "orders.oid"}, degree_bounds={"oid": 2},
                allow_conditional_sampling=True)
     s.register("visit", tables["visit"], references={"cid": "customer.id"}, degree_bounds={"cid": 2},

@@ -33,7 +33,10 @@ A tuple whose key is not in the key set is dropped (inner join with ``__dom``): 
 Text keys are canonical (design invariant 8), as in a single-table GROUP BY: the key set's DISTINCT,
 its order and the matching of a tuple's key to it use the binary collation, whatever collation the
 owner's connection or column declares (``nocase`` would count a tuple under 'AUTO' and 'auto' both:
-one person's tuples twice, beyond Delta).
+one person's tuples twice, beyond Delta). A bare text join key with a public key set, read as a value nowhere
+else, is carried by the join as its salted digest (``dpsql.rewrite.joins.matched_keys``) and matched to the
+digest of the key set's text (the same digest of the same text under the binary collation, NULL for NULL): one
+person's long key is never carried with each of their tuples, and the released key is the key set's text.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ from dpsql.catalog import TableSpec
 from dpsql.engine.base import SqlOps, source_name
 from dpsql.plan import ir
 from dpsql.plan.joins import flat
-from dpsql.plan.typer import domain_literal
+from dpsql.plan.typer import DIGEST_TYPE, domain_literal
+from dpsql.rewrite import joins
 from dpsql.rewrite.bound import exact_text, fixed_point_scale, guard
-from dpsql.rewrite.joins import Part, _split_where, join_relation, parts_of, sampled_tuples
+from dpsql.rewrite.joins import KeyDigest, Part, _split_where, join_relation, parts_of, sampled_tuples
 
 
 def _col(name: str) -> exp.Column:
@@ -101,11 +105,29 @@ def key_set(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> exp.Select:
     return q.select(exp.alias_(exp.cast(exp.Sub(this=order, expression=exp.Literal.number(1)), "BIGINT"), "__gid"))
 
 
-def _on_keys(jp: ir.JoinPlan, left: str) -> exp.Expression:
+def _digested_keys(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> tuple[frozenset[int], list[str]]:
+    """The indexes of the keys the join carries as their salted digest (``joins.matched_keys``: a bare text join key
+    with a public key set, read as a value nowhere else), and the names of their projections ``__x<i>``."""
+    names = [f"__x{i}" for i in range(len(jp.keys))]
+    extra = [exp.alias_(k.expr.copy(), n) for k, n in zip(jp.keys, names, strict=True)]
+    # (looked up in the module at each call, as join_relation does: the one decision, whoever replaces it)
+    digested = joins.key_digests(jp, caps, extra, (), names)
+    return frozenset(i for i, k in enumerate(jp.keys) if isinstance(k.expr, exp.Column) and k.expr.name in digested), names
+
+
+def _on_keys(jp: ir.JoinPlan, left: str, digested: frozenset[int] = frozenset(),
+             digest: KeyDigest | None = None) -> exp.Expression:
+    """A tuple's keys matched with ``__dom``'s; a key carried as its digest (``digested``) with the digest of the
+    set's text (the same digest of the same text under the binary collation; NULL where the key is NULL)."""
     out: exp.Expression | None = None
     for i, k in enumerate(jp.keys):
+        mine = _col(f"{left}.__x{i}")
+        if i in digested and digest is not None:
+            theirs = digest.of(_canonical(k, _col(f"__dom.{k.name}")), k.sql_type)
+        else:
+            mine, theirs = _canonical(k, mine), _canonical(k, _col(f"__dom.{k.name}"))
         # NULL matches NULL: the NULL key of a public table's column (``_key_set``)
-        c = exp.NullSafeEQ(this=_canonical(k, _col(f"{left}.__x{i}")), expression=_canonical(k, _col(f"__dom.{k.name}")))
+        c = exp.NullSafeEQ(this=mine, expression=theirs)
         out = c if out is None else exp.And(this=out, expression=c)
     assert out is not None
     return out
@@ -161,7 +183,9 @@ def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.
     k, k0 = clip_scale(clip), unowned_scale(parts)
     extra = [exp.alias_(k_.expr.copy(), f"__x{i}") for i, k_ in enumerate(jp.keys)]
     extra.append(exp.alias_(_col(flat(owner.alias, owner.column)), "__owner"))
-    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=extra, with_tid=False, ids=["__owner"])
+    digested, names = _digested_keys(jp, caps)
+    rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=extra, with_tid=False, ids=["__owner"],
+                        matched=names)
     nobody = exp.Is(this=_col("__j.__owner"), expression=exp.Null())
     # tuples reaching nobody count in full: each on its own grid, exactly summed (their total has no public bound)
     unowned = ops.exact_sum(exp.Case(ifs=[exp.If(this=nobody, true=ops.fixed_point(exp.Paren(this=_value(parts)), k0))]))
@@ -170,7 +194,7 @@ def clipped_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], owner: ir.
     per = (exp.select(_col("__j.__owner"), _col("__dom.__gid"), exp.alias_(_person_total(parts, ops), "__v"),
                       exp.alias_(unowned, "__f"))
            .from_(rel.subquery("__j", copy=False), copy=False)
-           .join(exp.to_table("__dom"), on=_on_keys(jp, "__j"), join_type="inner", copy=False)
+           .join(exp.to_table("__dom"), on=_on_keys(jp, "__j", digested, KeyDigest(salt, ops)), join_type="inner", copy=False)
            .group_by(_col("__j.__owner"), _col("__dom.__gid"), copy=False))
     # each owner's norm by a window over its rows (no self-join: the join is computed once on every engine)
     norm = exp.func("sqrt", exp.Window(this=exp.func("sum", exp.Mul(this=_col("__v"), expression=_col("__v"))),
@@ -199,8 +223,10 @@ def sampled_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: s
                    caps: Sequence[tuple[str, str, int]] = ()) -> exp.Expression:
     """The sampled tuples with ``__gid``, and the rows of ``__dom`` (``__tuple`` NULL)."""
     extra = [(f"__x{i}", k.expr) for i, k in enumerate(jp.keys)]
-    types = {f"__x{i}": "BIGINT" if k.kind == "year" else k.sql_type for i, k in enumerate(jp.keys)}
-    st = sampled_tuples(jp, catalog, salt=salt, q=q, ops=ops, caps=caps, extra=extra, extra_types=types)
+    digested, names = _digested_keys(jp, caps)
+    types = {f"__x{i}": DIGEST_TYPE if i in digested else "BIGINT" if k.kind == "year" else k.sql_type
+             for i, k in enumerate(jp.keys)}
+    st = sampled_tuples(jp, catalog, salt=salt, q=q, ops=ops, caps=caps, extra=extra, extra_types=types, matched=names)
     keep = [c.split(".")[-1] for c in st.named_selects if not c.split(".")[-1].startswith("__x")]
     names = [k.name for k in jp.keys]
     # a positional UNION ALL with every column named on both sides (Spark has no UNION BY NAME); an
@@ -208,7 +234,7 @@ def sampled_groups(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: s
     tuples = (exp.select(*[_col(f"__st.{c}") for c in keep], _col("__dom.__gid"), exp.alias_(exp.true(), "__tuple"),
                          *[exp.alias_(exp.Null(), n) for n in names])
               .from_(st.subquery("__st"))
-              .join(exp.to_table("__dom"), on=_on_keys(jp, "__st"), join_type="inner"))
+              .join(exp.to_table("__dom"), on=_on_keys(jp, "__st", digested, KeyDigest(salt, ops)), join_type="inner"))
     dom = exp.select(*[exp.alias_(exp.Null(), c) for c in keep], _col("__dom.__gid"), exp.alias_(exp.Null(), "__tuple"),
                      *[_col(f"__dom.{n}") for n in names]).from_("__dom")
     union = exp.Union(this=tuples, expression=dom, distinct=False)

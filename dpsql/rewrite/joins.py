@@ -4,7 +4,8 @@ One relation per input (its needed columns renamed ``<alias>__<column>``; the WH
 over that input alone; with an enforced Delta, then at most n rows per value of the column it
 joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), then only the rows whose key value is held once in the base table for an input the
 join enters through a declared key (:func:`_unique_filter`), the inner equi-join, the other WHERE
-conjuncts, every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`). The inputs
+conjuncts (their boolean parts over one input that read a text or BLOB key computed by that input's projection:
+:func:`hoisted`), every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`). The inputs
 are joined left-deep in the order :func:`dpsql.plan.joins.join_sequence` decides from the catalog alone
 (the table holding many rows per key first, each table entered through a key on the right of its join,
 the side DuckDB builds on): a private read runs in the written order, never in one chosen from row counts.
@@ -309,11 +310,123 @@ class KeyDigest:
         return _as_text(value, DIGEST_TYPE)
 
 
+def _key_columns(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> set[str]:
+    """The flat columns a join plan reads as keys: equi-join conditions, user slots, Delta caps, declared keys."""
+    keys = {flat(s.alias, p) for s in jp.slots for p in key_parts(s.column)}
+    for x, y in jp.conditions:
+        keys |= {x, y}
+    for a, c, _ in caps:
+        keys |= {flat(a, p) for p in key_parts(c)}
+    for a, c in jp.unique_keys:
+        keys |= {flat(a, p) for p in key_parts(c)}
+    return keys
+
+
+#: the prefix of a condition's part computed by one input's projection (:func:`hoisted`)
+HOISTED = "__cond"
+
+
+@dataclass(frozen=True)
+class Hoisted:
+    """A join plan whose conditions applied after the join read a text or BLOB key through conditions of their own
+    (:func:`hoisted`): ``plan`` with those parts replaced by BOOLEAN columns, ``parts`` per input the (flat name,
+    condition over the input's flat columns) each computes in its projection, ``top`` the conditions as written
+    (their refusals are those of the query as written)."""
+
+    plan: ir.JoinPlan
+    parts: dict[str, list[tuple[str, exp.Expression]]]
+    top: list[exp.Expression]
+
+    def plan_top(self) -> list[exp.Expression]:
+        """The conditions ``plan`` applies after the join (those over a LEFT-joined lookup's columns included)."""
+        local, top = _split_where(self.plan)
+        for a in self.plan.left:
+            top += local.pop(a, [])
+        return top
+
+
+def _boolean(e: exp.Expression, schema: dict[str, str]) -> bool:
+    try:
+        return type_checked(e, schema).type.kind == "bool"
+    except TypeRefusal:
+        return False
+
+
+def hoisted(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> Hoisted:
+    """Each condition applied after the join (a WHERE conjunct across inputs) with its largest boolean parts that
+    read the columns of one inner-joined input only, one of them a text or BLOB key (:func:`_key_columns`), replaced
+    by BOOLEAN columns that input's projection computes (``<alias>____cond<i>``; more underscores if the input has a
+    column of that name). The condition then reads such a key only through those columns, and the key may be carried
+    as its salted digest (:func:`key_digests`): a condition such as ``c.id <> 'x' OR o.amt > 0`` otherwise carried
+    one customer's 60 000-character id with each of their 6 000 joined orders.
+
+    Exactly the same condition: a part's value is computed once per input row from the same values the join carries
+    (text under the binary collation, before the digest; rendered total by the typer, :func:`guard`, as the whole
+    condition is), and SQL's three-valued logic reads its NULL as the part's NULL. A LEFT-joined lookup's parts stay
+    in the condition (its columns are NULL where no row matched, and a part need not be). From the query and the
+    catalog's types only."""
+    local, top = _split_where(jp)
+    for a in jp.left:
+        top += local.pop(a, [])
+    keys = {c for c in _key_columns(jp, caps) if _digestable(jp.flat_schema.get(c, ""))}
+    if not top or not any(c.name in keys for e in top for c in e.find_all(exp.Column)):
+        return Hoisted(jp, {}, top)
+    schema = dict(jp.flat_schema)
+    parts: dict[str, list[tuple[str, exp.Expression]]] = {}
+    names: dict[str, str] = {}
+    types: dict[str, str] = {}
+
+    def name_for(a: str) -> str:
+        if a not in names:
+            taken = {n.split(SEP, 1)[1].lower() for n in jp.flat_schema if n.split(SEP, 1)[0] == a}
+            prefix = HOISTED
+            while any(c.startswith(prefix.lower()) for c in taken):
+                prefix = "_" + prefix
+            names[a] = prefix
+        return flat(a, f"{names[a]}{len(parts.get(a, []))}")
+
+    def visit(node: exp.Expression) -> None:
+        cols = list(node.find_all(exp.Column))
+        inputs = {c.name.split(SEP, 1)[0] for c in cols}
+        if not cols or not any(c.name in keys for c in cols):
+            return
+        if len(inputs) == 1 and not inputs & set(jp.left) and _boolean(node, schema):
+            a = inputs.pop()
+            n = name_for(a)
+            parts.setdefault(a, []).append((n, node.copy()))
+            types[n] = "BOOLEAN"
+            node.replace(exp.column(n))
+            return
+        for child in list(node.iter_expressions()):
+            visit(child)
+
+    conds = []
+    for e in top:
+        c = e.copy()
+        holder = exp.Paren(this=c)
+        visit(holder.this)
+        conds.append(holder.this)
+    if not parts:
+        return Hoisted(jp, {}, top)
+    kept = [w for a, ws in local.items() for w in ws]
+    where = _and([*kept, *conds])
+    return Hoisted(dataclasses.replace(jp, where=where, flat_schema={**jp.flat_schema, **types}), parts, top)
+
+
+def matched_keys(jp: ir.JoinPlan) -> frozenset[str]:
+    """The flat columns of the GROUP BY keys that are bare text columns with a public key set (``declared`` or
+    ``public``): such a key is only matched with its key set (``dpsql.rewrite.join_groups``, NULL-safely), which
+    a digest can be as well as the text, the set's texts digested alike (:func:`key_digests`)."""
+    return frozenset(k.expr.name for k in jp.keys if isinstance(k.expr, exp.Column) and k.kind in ("declared", "public")
+                     and is_text(k.sql_type) and is_text(jp.flat_schema.get(k.expr.name, "")))
+
+
 def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Sequence[exp.Expression] = (),
-                ids: Sequence[str] = ()) -> frozenset[str]:
+                ids: Sequence[str] = (), matched: Sequence[str] = ()) -> frozenset[str]:
     """The flat text and BLOB columns a join plan carries as their salted digest (:class:`KeyDigest`) from the
     input's projection on: those read only as keys (equi-join conditions, user slots, Delta caps, declared
-    keys), never as values (the conditions applied after the join, SUM's argument, COUNT's unless a bare column
+    keys), never as values (the conditions applied after the join, but for their parts that one input's
+    projection computes before the digest, :func:`hoisted`; SUM's argument, COUNT's unless a bare column
     (it reads only whether the column is NULL, and so does its digest), GROUP BY keys, the one-table statement of
     a lookup join, ``extra`` projections other than the caller's person columns ``ids``, output names of bare
     columns). Both sides of an equi-join are carried alike (a column that is
@@ -330,23 +443,14 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
     synthetic users of dangling references (:func:`_key_text`) are spelled from the digest of a text or BLOB
     value wherever it is carried as it is, so one person has one id in every slot."""
     slot_cols = {flat(s.alias, p) for s in jp.slots for p in key_parts(s.column)}
-    keys = set(slot_cols)
-    for x, y in jp.conditions:
-        keys |= {x, y}
-    for a, c, _ in caps:
-        keys |= {flat(a, p) for p in key_parts(c)}
-    for a, c in jp.unique_keys:
-        keys |= {flat(a, p) for p in key_parts(c)}
+    keys = _key_columns(jp, caps)
     values: set[str] = set()
 
     def read(e: exp.Expression | None) -> None:
         if e is not None:
             values.update(c.name for c in e.find_all(exp.Column))
 
-    local, top = _split_where(jp)
-    for a in jp.left:
-        top += local.pop(a, [])
-    for e in top:
+    for e in hoisted(jp, caps).plan_top():
         read(e)
     for a, c in jp.left_on:  # (an ON condition over the lookup's columns alone filters its rows before the digest)
         if not {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)} <= {a}:
@@ -355,11 +459,13 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
         # COUNT(col) of a bare column reads only whether it is NULL, and a digest is NULL exactly where its text is
         if not (kind == ir.COUNT_COL and isinstance(e, exp.Column)):
             read(e)
-    for e in (*[k.expr for k in jp.keys], jp.statement):
+    keyed = matched_keys(jp) if matched else frozenset()
+    for e in (*[k.expr for k in jp.keys if not (isinstance(k.expr, exp.Column) and k.expr.name in keyed)], jp.statement):
         read(e)
     for e in extra:
         inner = e.this if isinstance(e, exp.Alias) else e
-        if not (e.alias_or_name in ids and isinstance(inner, exp.Column) and inner.name in slot_cols):
+        if not (e.alias_or_name in ids and isinstance(inner, exp.Column) and inner.name in slot_cols) and not (
+                e.alias_or_name in matched and isinstance(inner, exp.Column) and inner.name in keyed):
             read(e)
     chosen = {c for c in keys if c not in values and _digestable(jp.flat_schema.get(c, ""))}
     changed = True
@@ -403,16 +509,21 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
 def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, ops: SqlOps,
                   caps: Sequence[tuple[str, str, int]], parts: list[Part], extra: Sequence[exp.Expression] = (),
                   with_tid: bool = True, extra_types: Mapping[str, str] | None = None,
-                  ids: Sequence[str] = ()) -> exp.Select:
+                  ids: Sequence[str] = (), matched: Sequence[str] = ()) -> exp.Select:
     """The join with weights (``parts``), optional extra projections (``extra_types``: the types of those
     that are not join columns, by name; ``ids``: the names of those that are person columns the caller only
     groups by or spells ids from) and the tuple id ``__tid``. Every equi-join, semi-join, grouping and
     partition over a key also goes by its keyed hash (:class:`Spread`); a text or BLOB key read only as a key
-    is carried as its salted digest (:func:`key_digests`)."""
+    is carried as its salted digest (:func:`key_digests`), the parts of the conditions after the join that read
+    it through one input alone computed by that input's projection (:func:`hoisted`)."""
     spread = Spread(salt, ops)
     needed = _needed(jp, caps)
-    digested = key_digests(jp, caps, extra, ids)
+    digested = key_digests(jp, caps, extra, ids, matched)
     digest = KeyDigest(salt, ops)
+    hoist = hoisted(jp, caps)
+    if hoist.parts:  # the conditions as written, typed as they are (a refusal is the query's own)
+        guard(_and(hoist.top), dict(jp.flat_schema))
+    jp = hoist.plan
     original = jp
     if digested:  # (the plan as the join sees its columns: a digested key has the digest's type)
         jp = dataclasses.replace(jp, flat_schema={**jp.flat_schema, **{c: DIGEST_TYPE for c in digested}})
@@ -445,7 +556,17 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         rel: exp.Expression = exp.select(*proj).from_(exp.to_table(t.view or source_name(t.name), quoted=True))
         if local.get(a):
             rel = exp.select("*").from_(rel.subquery("__f")).where(guard(_and(local[a]), dict(original.flat_schema)))
-        if any(is_text(_type_of(t, c)) or flat(a, c) in digested for c in cols):
+        if hoist.parts.get(a):
+            # the parts of the conditions after the join over this input (:func:`hoisted`), computed from the text
+            # under the binary collation, as the join would read it, before a key becomes its digest
+            rel = exp.select(*[exp.alias_(binary_text(_col(flat(a, c)), _type_of(t, c)), flat(a, c)) for c in cols]).from_(
+                rel.subquery("__h"))
+            rel = exp.select(*[exp.alias_(_carried(_col(flat(a, c)), _type_of(t, c), flat(a, c) in digested, digest)
+                                          if flat(a, c) in digested else _col(flat(a, c)), flat(a, c)) for c in cols],
+                             *[exp.alias_(guard(e, dict(original.flat_schema)), n) for n, e in hoist.parts[a]]
+                             ).from_(rel.subquery("__b"))
+            cols = [*cols, *[n.split(SEP, 1)[1] for n, _ in hoist.parts[a]]]
+        elif any(is_text(_type_of(t, c)) or flat(a, c) in digested for c in cols):
             # from here on (caps, joins, identities, owners) text is compared under the binary collation, and a
             # key read only as a key is its salted digest
             rel = exp.select(*[exp.alias_(_carried(_col(flat(a, c)), _type_of(t, c), flat(a, c) in digested, digest),
@@ -867,7 +988,7 @@ def reads_sample_once(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec]) -> bool
 
 def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, q: float, ops: SqlOps,
                    caps: Sequence[tuple[str, str, int]] = (), extra: Sequence[tuple[str, exp.Expression]] = (),
-                   extra_types: Mapping[str, str] | None = None) -> exp.Select:
+                   extra_types: Mapping[str, str] | None = None, matched: Sequence[str] = ()) -> exp.Select:
     """Per sampled tuple: the weights ``__w*`` and per user slot ``__u<k>``: the
     person's id (VARCHAR; NULL where the slot's column is NULL: it reaches nobody) for a slot
     whose column holds the person, or the list of ids (VARCHAR[]) of a looked-up chain
@@ -879,9 +1000,9 @@ def sampled_tuples(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: s
     more = [exp.alias_(e.copy(), n) for n, e in extra]  # part of the tuple's content, hence of its identity
     clock = _sample_clock(ops, q) if reads_sample_once(jp, catalog) else None
     projected = [_col(c) for c in starts] + more
-    digested, digest = key_digests(jp, caps, projected, starts), KeyDigest(salt, ops)
+    digested, digest = key_digests(jp, caps, projected, starts, matched), KeyDigest(salt, ops)
     rel = join_relation(jp, catalog, salt=salt, ops=ops, caps=caps, parts=parts, extra=projected,
-                        with_tid=q < 1.0 and clock is None, extra_types=extra_types, ids=starts)
+                        with_tid=q < 1.0 and clock is None, extra_types=extra_types, ids=starts, matched=matched)
     sample = _sampled(rel, salt, q, ops, clock)
     out = exp.select(*[_col(f"__s.{p.name}") for p in parts], *[_col(f"__s.{n}") for n, _ in extra]).from_("__s")
     for k, s in enumerate(jp.slots):
