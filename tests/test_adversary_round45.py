@@ -52,11 +52,12 @@ def _data(person: bool) -> pa.Table:
     return pa.table({"uid": uid, "note": note})
 
 
-def _scanned(table: pa.Table, tmp_path: Path) -> list[int]:
+def _scanned(table: pa.Table, tmp_path: Path, caps: bound.Caps = bound.Caps(2, 1),
+             sql: str = "SELECT note, COUNT(*) AS c FROM t GROUP BY note") -> list[int]:
     """The rows each scan of the private source produced (DuckDB's JSON profile), at one thread, with the
     optimizers a private read runs without."""
-    plan = plan_for("SELECT note, COUNT(*) AS c FROM t GROUP BY note", spec_for("t", table, unit="uid"))
-    sql = render(bound.bounded_query(plan, bound.Caps(2, 1), salt="s", unit_column="uid", ops=SaltedDuckDBOps()))
+    plan = plan_for(sql, spec_for("t", table, unit="uid"))
+    sql = render(bound.bounded_query(plan, caps, salt="s", unit_column="uid", ops=SaltedDuckDBOps()))
     out = tmp_path / f"profile_{secrets.token_hex(4)}.json"
     con = duckdb.connect()
     try:
@@ -80,11 +81,14 @@ def _scanned(table: pa.Table, tmp_path: Path) -> list[int]:
     return sorted(rows)
 
 
-def test_the_second_read_of_the_rows_does_not_depend_on_an_unreleased_long_key(tmp_path: Path) -> None:
+@pytest.mark.parametrize("caps", [bound.Caps(2, 1), bound.Caps(1, 1), bound.Caps(2, 3), bound.Caps(2, 1, 4),
+                                  bound.Caps(100, 1)], ids=str)
+def test_the_second_read_of_the_rows_does_not_depend_on_an_unreleased_long_key(tmp_path: Path,
+                                                                              caps: bound.Caps) -> None:
     """Case 1: every scan reads every row on both neighbours (the person's one row more)."""
-    without, person = _scanned(_data(False), tmp_path), _scanned(_data(True), tmp_path)
-    assert len(without) == len(person) == 2  # the bounding's read and the texts' read
-    assert without == [N, N] and person == [N + 1, N + 1], (without, person)
+    without, person = _scanned(_data(False), tmp_path, caps), _scanned(_data(True), tmp_path, caps)
+    assert len(without) == len(person) >= 2  # the bounding's read(s) and the texts' read
+    assert without == [N] * len(without) and person == [N + 1] * len(person), (without, person)
 
 
 def test_negative_control_an_empty_build_side_stops_the_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
