@@ -280,7 +280,7 @@ def test_one_persons_second_group_does_not_switch_on_a_second_read(sql: str, tmp
     # skips when no such person exists. Then one person's second group would switch a second read of
     # every row on: a query slower by a whole scan because of one person (docs/threat_model.md,
     # timing). The bounded SQL reads the same rows whatever the groups: with that person's two rows
-    # added it reads exactly two more rows. Control: a plan with such a gated second read reads
+    # added it reads its two rows once per read of the rows. Control: a plan with such a gated second read reads
     # about twice the rows once the person is there.
     n_users, per_user = 2000, 5
     base = {"user_id": np.repeat(np.arange(n_users), per_user),
@@ -306,6 +306,8 @@ def test_one_persons_second_group_does_not_switch_on_a_second_read(sql: str, tmp
             read["gated"].append(_rows_read(con, gated, tmp_path))
         finally:
             con.close()
-    assert read["bounded"][1] - read["bounded"][0] == 2, read
+    # (each read of the rows whatever the groups: the bounding's, and for the text key url the one giving long keys
+    # their texts)
+    assert read["bounded"][1] - read["bounded"][0] == 2 * (2 if "url" in sql else 1), read
     assert read["bounded"][0] >= n_users * per_user, read
     assert read["gated"][1] - read["gated"][0] >= n_users * per_user // 2, read

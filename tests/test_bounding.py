@@ -800,6 +800,9 @@ LEFT JOIN (
     FROM __released_groups
     WHERE
       STRLEN(__k0) >= 32
+    UNION ALL
+    SELECT
+      '---------------------------------' COLLATE "binary" AS __k0
   ) AS __long_groups
     ON __long_groups.__k0 IS NOT DISTINCT FROM __key_texts.__kc__k0
   GROUP BY
