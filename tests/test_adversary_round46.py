@@ -22,7 +22,9 @@ open) fails with that customer only.
 
 Found: a simple CASE whose operand is a comparison (``CASE s = 'x' WHEN flag THEN ...``) was rendered as a chained
 comparison (``"s" COLLATE "binary" = 'x' = "flag"``), which DuckDB refuses to parse: the query was refused for free
-with a misleading message (it type-checks). Over a join with the key in the operand the hoisted part hid it (the
+with a misleading message (it type-checks), and one with OR (``CASE a OR b WHEN FALSE THEN ...``) was rendered
+``a OR b = FALSE``, another condition: the release counted other rows (zero noise, one table: 2, 3, 2 rows per
+segment where the condition holds for 1, 1, 0). Over a join with the key in the operand the hoisted part hid it (the
 part is a column), so such a query answered after the change and was refused before; over one table, or a part
 with no key, it was still refused. The typer now parenthesizes a CASE operand and its WHEN values that are not a
 column or a literal.
@@ -143,6 +145,14 @@ SIMPLE_CASE = [
      "GROUP BY c.seg",
      "SELECT c.seg, COUNT(*) AS n FROM customer c WHERE CASE c.flag WHEN (c.s = 'q') THEN TRUE ELSE c.n > 2 END "
      "AND c.id IS NOT NULL GROUP BY c.seg"),
+    # an operand (or WHEN value) with OR was rendered ``a OR b = FALSE``: a silently different condition
+    ("SELECT c.seg, COUNT(*) AS n FROM customer c WHERE CASE c.flag OR c.n > 2 WHEN FALSE THEN TRUE ELSE FALSE END "
+     "GROUP BY c.seg",
+     "SELECT c.seg, COUNT(*) AS n FROM customer c WHERE CASE (c.flag OR c.n > 2) WHEN FALSE THEN TRUE ELSE FALSE END "
+     "AND c.id IS NOT NULL GROUP BY c.seg"),
+    (f"SELECT c.seg, COUNT(*) AS n {J} WHERE CASE o.flag WHEN c.n > 2 OR o.amt < 1 THEN TRUE ELSE FALSE END GROUP BY c.seg",
+     "SELECT c.seg, COUNT(*) AS n FROM customer c JOIN orders o ON c.id = o.cid "
+     "WHERE CASE o.flag WHEN (c.n > 2 OR o.amt < 1) THEN TRUE ELSE FALSE END GROUP BY c.seg"),
 ]
 
 
@@ -151,7 +161,8 @@ def test_a_simple_case_over_a_comparison_answers_its_count(sql: str, raw: str) -
     """A simple CASE whose operand (or a WHEN value) is a comparison compares its value with each WHEN value: with
     zero noise, the segments' counts (no cap binds: at most three orders a customer against a bound of five; the
     customer whose id is NULL is nobody's row).
-    Before, the rendering chained the comparisons (``a = 'x' = b``), which DuckDB refuses to parse."""
+    Before, the rendering chained the comparisons (``a = 'x' = b``), which DuckDB refuses to parse, and an operand
+    with OR was read as ``a OR (b = v)``."""
     s, con = _session()
     try:
         got = {r["seg"]: r["n"] for r in s.query(sql, epsilon=5.0, delta=1e-6).table.to_pylist()}
