@@ -375,6 +375,11 @@ def _type_node(name: str) -> exp.DataType:
     return node.copy()
 
 
+def _operand(e: exp.Expression) -> exp.Expression:
+    """An operand of a simple CASE's comparison: a copy, in parentheses unless a column or a literal."""
+    return e.copy() if isinstance(e, (exp.Column, exp.Literal, exp.Paren)) else exp.Paren(this=e.copy())
+
+
 def _cast(e: exp.Expression, t: SqlType | str, *, try_: bool = True) -> exp.Expression:
     to = _type_node(t.name if isinstance(t, SqlType) else t)
     return exp.TryCast(this=e, to=to) if try_ else exp.Cast(this=e, to=to)
@@ -996,8 +1001,9 @@ class Typer:
             return Typed(exp.In(this=_text_binary(c[0], typ), expressions=c[1:]), BOOLEAN)
         if isinstance(node, exp.Case):
             if node.this is not None:
-                # CASE x WHEN v THEN ...: compare x with each v
-                conds = [exp.EQ(this=node.this.copy(), expression=i.this.copy()) for i in node.args.get("ifs") or []]
+                # CASE x WHEN v THEN ...: compare x with each v (a comparison in parentheses: DuckDB refuses to parse
+                # a chained comparison such as a = 'x' = b)
+                conds = [exp.EQ(this=_operand(node.this), expression=_operand(i.this)) for i in node.args.get("ifs") or []]
             else:
                 conds = [i.this for i in node.args.get("ifs") or []]
             values = [i.args.get("true") for i in node.args.get("ifs") or []]
