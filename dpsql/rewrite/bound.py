@@ -892,6 +892,14 @@ def compact_keys(plan: ir.QueryPlan, coded: frozenset[str] = frozenset()) -> tup
     return tuple(k for k, t in key_types(plan, coded).items() if is_text(t))
 
 
+def _text_bytes(text: exp.Expression, ops: SqlOps) -> exp.Expression:
+    """The UTF-8 bytes of ``text`` on ``ops``' engine (a stored length: ``strlen`` on DuckDB, ``octet_length``
+    elsewhere), marked as a building block of that dialect."""
+    out = exp.func("strlen" if ops.dialect == "duckdb" else "octet_length", text)
+    out.meta[DIALECT_MARK] = ops.dialect
+    return out
+
+
 def compact_key(key: exp.Expression, salt: str, ops: SqlOps, sql_type: str) -> exp.Expression:
     """A text group key as the caps, the group cap and the final grouping carry it: itself when shorter than
     :data:`COMPACT_BELOW` bytes, else ``md5`` of the secret ``salt`` followed by its text (the 32-character
@@ -909,10 +917,8 @@ def compact_key(key: exp.Expression, salt: str, ops: SqlOps, sql_type: str) -> e
     compact key is at most 32 bytes whatever the text. A key shorter than that is no larger than its digest and
     stays itself: it costs no digest per row, and it is ordered and hashed as before (a key of 32 bytes or more is
     hashed as its digest, as uniform under the salt). The length test reads a stored length."""
-    nbytes = exp.func("strlen" if ops.dialect == "duckdb" else "octet_length", key.copy())
-    nbytes.meta[DIALECT_MARK] = ops.dialect  # the bytes of the text, on every engine: a building block
     digest = exp.MD5(this=salted_text(key.copy(), salt, None, sql_type))
-    short = exp.LT(this=nbytes, expression=_lit(COMPACT_BELOW))
+    short = exp.LT(this=_text_bytes(key.copy(), ops), expression=_lit(COMPACT_BELOW))
     return binary_text(exp.Paren(this=exp.Case(ifs=[exp.If(this=short, true=key)], default=digest)), "VARCHAR")
 
 
@@ -934,9 +940,7 @@ def with_key_texts(groups: exp.Select, plan: ir.QueryPlan, unit_column: str, com
             text = key_expression(k, schema, ops)
             proj.append(exp.alias_(compact_key(text.copy(), salt, ops, types[k.name]), "__kc" + k.name, copy=False))
             proj.append(exp.alias_(text.copy(), k.name, copy=False))
-            nbytes = exp.func("strlen" if ops.dialect == "duckdb" else "octet_length", text)
-            nbytes.meta[DIALECT_MARK] = ops.dialect
-            long = exp.GTE(this=nbytes, expression=_lit(COMPACT_BELOW))
+            long = exp.GTE(this=_text_bytes(text, ops), expression=_lit(COMPACT_BELOW))
             long_rows = long if long_rows is None else exp.Or(this=long_rows, expression=long)
     assert long_rows is not None
     rows = (_rows_of(plan, unit_column, proj, where, use_public_domain, ops)
@@ -989,11 +993,6 @@ def _with_shared_key_texts(groups: exp.Select, rows: exp.Subquery, compact: Sequ
     registered source's view)."""
     shared = "__released_groups"
 
-    def nbytes(c: exp.Expression) -> exp.Expression:
-        out = exp.func("strlen" if ops.dialect == "duckdb" else "octet_length", c)
-        out.meta[DIALECT_MARK] = ops.dialect
-        return out
-
     def on(left: str, right: str, prefix: str) -> exp.Expression:
         cond: exp.Expression | None = None
         for name in compact:
@@ -1004,7 +1003,7 @@ def _with_shared_key_texts(groups: exp.Select, rows: exp.Subquery, compact: Sequ
 
     long: exp.Expression | None = None
     for name in compact:
-        one = exp.GTE(this=nbytes(_col(name)), expression=_lit(COMPACT_BELOW))
+        one = exp.GTE(this=_text_bytes(_col(name), ops), expression=_lit(COMPACT_BELOW))
         long = one if long is None else exp.Or(this=long, expression=one)
     assert long is not None
     held = _never_empty(exp.select(*[_col(n) for n in compact]).from_(exp.to_table(shared), copy=False)
