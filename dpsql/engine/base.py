@@ -227,7 +227,7 @@ class EngineSettings:
         threads = f"threads = {n}" if self.threads is not None else "threads = 1 (lowered from its default)"
         raise ConfigError(
             f"engine settings {where}, {threads} and max_text_bytes = {cap} leave too little memory to read the "
-            f"longest texts: DuckDB's Parquet reader decodes {READ_VECTOR_ROWS} rows per vector and needs about "
+            f"longest texts: DuckDB's Parquet reader decodes {READ_VECTOR_ROWS} rows per vector and needs up to "
             f"{TEXT_VECTORS_PER_THREAD} such vectors per thread, {_mb(need)} here, so a query over one person's "
             "texts of that length would fail after its charge, only when that person is there; nothing was charged",
             hint=f'raise memory_limit to at least "{-(-need // 10**6)}MB", or lower max_text_bytes '
