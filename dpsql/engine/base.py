@@ -242,8 +242,8 @@ READ_VECTOR_ROWS = 2048
 #: with a row cap answers over row groups of 6 144 plain zstd texts of one length, 2 shared cores): one thread, 4 to
 #: 32 row groups of 65 536-byte texts, 538-545 MB (4.0-4.1 vectors; ``COUNT(note)``, ``COUNT(DISTINCT note)`` and
 #: ``GROUP BY note`` alike); two threads 818 MB over 4 row groups, 1 348 MB over 16 (5.0 per thread); three 2 097 MB
-#: over 16 (5.2); four threads 1 037-1 083 MB over 4, 2 658 MB over 16 (5.0 per thread). Texts of 8 192, 16 384, 32
-#: 768, 49 152 and 100 000 bytes needed fewer vectors at one thread (35, 70, 135, 135 and 538 MB: 2.1, 2.1, 2.0, 1.3
+#: over 16 (5.2); four threads 1 037-1 083 MB over 4, 2 658 MB over 16 (5.0 per thread). Texts of 8 192, 16 384,
+#: 32 768, 49 152 and 100 000 bytes needed fewer vectors at one thread (35, 70, 135, 135 and 538 MB: 2.1, 2.1, 2.0, 1.3
 #: and 2.6 vectors). Six per thread: 805 MB a thread at the default cap, so the default 4 GB holds 4 threads.
 TEXT_VECTORS_PER_THREAD = 6
 
