@@ -123,11 +123,12 @@ def _child_run(kind: str, path: str, conn: Any, memory_limit: str | None, timeou
 
     from dpsql.engine import EngineSettings
 
-    threads = EngineSettings().effective_threads
+    # URLs are short: a cap of 4 kB lets a small memory_limit keep its threads (EngineSettings.read_threads)
+    engine: dict[str, Any] = {"memory_limit": memory_limit, "debug": True, "max_text_bytes": 4096} if memory_limit else {}
+    threads = EngineSettings(**engine).effective_threads
     if kind in ("dpsql", "dpsql_warm", "dpsql_replace"):
         import dpsql
 
-        engine: dict[str, Any] = {"memory_limit": memory_limit, "debug": True} if memory_limit else {}
         if kind == "dpsql_replace":  # the owner's choice: invalid UTF-8 replaced, DuckDB's own reader
             engine["invalid_text"] = "replace"
         if timeout is not None:

@@ -3,7 +3,9 @@
 Parquet stores a column's repeated text once in the row group's dictionary and each row as a small index
 (pyarrow's default), so one person's 6 000 rows holding the same 60 000-character note (under the
 ``max_text_bytes`` cap of 65 536) add 2.9 kB to the file (14 250 bytes without them, 17 185 with them) but
-360 MB of text once decoded. The text cap bounds each value, not a person's rows, and the owner's advice
+360 MB of text once decoded (the tests below hold the same 360 MB in 45 000 rows of one 8 000-character note,
+under a cap of 8 138 bytes: a 100 MB ``memory_limit`` at one thread holds no longer cap, ``EngineSettings``).
+The text cap bounds each value, not a person's rows, and the owner's advice
 to bound the stored size of text upstream (docs/threat_model.md, Timing) does not bound this: the stored
 size hardly moves.
 
@@ -22,7 +24,9 @@ and 3, without and with a group key.
 A file read through the Arrow view (one with a nested column, as here a list ``tags``; also a flat file modified
 less than ``SETTLE_SECONDS`` before its first read) decoded the dictionary into every row's text before DuckDB
 saw it: there ``GROUP BY note`` and ``note LIKE '%x%'`` failed after the charge with the person, and were answered
-without them. The view now reads top-level text columns as Parquet's dictionaries (pyarrow's
+without them. (That failure was per vector of 2048 decoded texts, 123 MB of 60 000 characters: under a 700 MB limit the
+old view answered; the engine settings now refuse a limit that holds no such vectors at the cap, so at the cap a
+100 MB limit holds the tests below check that the view answers, and no longer tell the old view apart.) The view now reads top-level text columns as Parquet's dictionaries (pyarrow's
 ``dictionary_columns``, dictionaries of bytes), decoded under ``COALESCE(TRY(DECODE(...)), NULL)`` (with ``TRY``
 outermost DuckDB copied each vector's 2048 texts): both reads are answered on both neighbours
 (``test_arrow_view_reads_of_one_persons_repeated_text_answer_on_both_neighbours``), and every value is what it was
@@ -58,9 +62,12 @@ import pytest
 
 import dpsql
 from dpsql.engine import _duckdb_native as native
+from dpsql.engine.base import text_read_memory
 
-ROWS, PEOPLE, PERSON_ROWS, NOTE = 20_000, 2_000, 6_000, 60_000
-LIMITS = {"memory_limit": "100MB", "max_temp_directory_size": "100MB", "threads": 1}
+ROWS, PEOPLE, PERSON_ROWS, NOTE = 20_000, 2_000, 45_000, 8_000
+#: with the longest cap a 100 MB limit holds at one thread (8 138 bytes: dpsql.engine.base.text_read_memory)
+LIMITS = {"memory_limit": "100MB", "max_temp_directory_size": "100MB", "threads": 1,
+          "max_text_bytes": 100 * 10**6 // text_read_memory(1, 1)}
 
 
 def _write(path: Path, note: str | None, nested: bool = False) -> int:
@@ -152,7 +159,7 @@ def test_arrow_view_count_distinct_of_one_persons_repeated_text_answers_on_both_
                                             "FROM t GROUP BY note", 2)])
 def test_one_persons_repeated_text_as_a_group_key_answers_on_both_neighbours(files: dict[str, Path], kind: str,
                                                                              sql: str, rows: int) -> None:
-    """The same person's 6 000 rows of one 60 000-character note, the note a group key: with a value aggregate and
+    """The same person's 45 000 rows of one 8 000-character note, the note a group key: with a value aggregate and
     k = 3, or k = 2 with more than ``bound.TWO_ROW_MAX_COLUMNS`` value columns, the row cap's window carried the
     note with every row, and with k = 1 and counts only the group cap's windows over the rows
     (``bound.rows_group_cap``) sorted every row with it: the query failed after its charge with the person (out

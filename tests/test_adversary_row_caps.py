@@ -330,7 +330,7 @@ def _row_cap_through_the_engine(tmp_path: Any, ops: Any) -> list[tuple[Any, ...]
     from dpsql.engine.duckdb import DuckDBBackend
     from dpsql.rewrite.bound import cap_rows_per_unit
 
-    b = DuckDBBackend(None, EngineSettings(memory_limit="60MB", threads=1, debug=True,
+    b = DuckDBBackend(None, EngineSettings(memory_limit="60MB", threads=1, debug=True, max_text_bytes=4096,
                                            temp_directory=str(tmp_path / ("engine-" + type(ops).__name__))))
     try:
         b.ops = ops

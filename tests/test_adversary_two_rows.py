@@ -339,7 +339,8 @@ def _completes(k: int, columns: int, attacker_rows: int) -> bool:
     plan = plan_for("SELECT g, " + ", ".join(f"SUM(x{c})" for c in range(columns)) + " FROM t GROUP BY g",
                     spec_for("t", t, bounds={f"x{c}": (0.0, 1e9) for c in range(columns)}))
     with tempfile.TemporaryDirectory() as tmp:
-        b = DuckDBBackend(None, EngineSettings(memory_limit="60MB", threads=1, temp_directory=tmp))
+        b = DuckDBBackend(None, EngineSettings(memory_limit="60MB", threads=1, temp_directory=tmp,
+                                               max_text_bytes=4096))
         try:
             b.ops = DuckDBOps()
             b.register_source("t", "arrow", t)

@@ -198,7 +198,8 @@ def test_a_read_that_spills_on_a_callers_connection_gives_the_other_settings_bac
     n = 3_000_000
     t = pa.table({"uid": np.random.default_rng(1).permutation(n),
                   "s": pa.array([f"k{i % 200000:07d}xxxxxxxxxxxxxxxxxxxxxx" for i in range(n)])})
-    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), connection=con, engine={"memory_limit": "150MB"})
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), connection=con,
+                      engine={"memory_limit": "150MB", "max_text_bytes": 4096})  # texts up to 4 kB: 150 MB holds them
     use_noise(s, zero_noise())
     s.register("t", t, privacy_unit="uid", max_rows_per_unit=1)
     read = "SELECT current_setting('memory_limit'), current_setting('threads'), current_setting('default_order')"

@@ -72,7 +72,8 @@ def test_timeout_and_out_of_memory_read_the_same() -> None:
     n = 300_000
     big = pa.table({"user_id": np.arange(n), "amount": np.ones(n),
                     "s": np.array([f"value-{i}-" + "x" * 40 for i in range(n)])})
-    with _session(source=big, memory_limit="4MB", max_temp_directory_size="1MB", statement_timeout=0.5) as s2:
+    with _session(source=big, memory_limit="4MB", max_temp_directory_size="1MB", statement_timeout=0.5,
+                  max_text_bytes=256) as s2:
         oom = _fails_after_charge(s2, "SELECT s, COUNT(*) AS n FROM t GROUP BY s", delta=1e-6)
     assert oom.message == timed_out.message
     assert type(oom) is type(timed_out)
@@ -117,7 +118,7 @@ def test_min_response_time_pads_successes_and_failures(events: pa.Table) -> None
 
 
 def test_limits_on_the_owned_connection(events: pa.Table) -> None:
-    with _session(source=events, threads=1, memory_limit="512MB") as s:
+    with _session(source=events, threads=1, memory_limit="512MB", max_text_bytes=32768) as s:
         con = s._engine.connection
         assert con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 1
         assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] in ("512.0 MiB", "488.2 MiB")

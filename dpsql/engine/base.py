@@ -69,8 +69,11 @@ class EngineSettings:
     ``debug``: attach DuckDB's own (scrubbed) messages to errors as ``debug_detail``. UNSAFE:
         scrubbing is best effort, a message may still reveal something about a private value.
         For the data owner's own troubleshooting only, never on a deployment analysts query.
-    ``memory_limit``: DuckDB memory limit for dpsql's queries, e.g. ``"4GB"`` (None: DuckDB's default).
-    ``threads``: DuckDB threads for dpsql's queries (None: min(4, CPUs)).
+    ``memory_limit``: DuckDB memory limit for dpsql's queries, e.g. ``"4GB"`` (None: DuckDB's default, or a
+        caller's connection's own). It must hold :func:`text_read_memory` of ``threads`` and ``max_text_bytes``
+        (DuckDB engine): else a read of one person's longest texts fails after its charge, only when they are there.
+    ``threads``: DuckDB threads for dpsql's queries (None: min(4, CPUs), lowered to what ``memory_limit`` holds
+        with ``max_text_bytes``, at least 1; set explicitly, a ``memory_limit`` too small for it is refused).
     ``statement_timeout``: seconds a private read may run before it is interrupted (None: no limit).
         A time-out happens after the charge: the charge stands and the error is the generic one.
     ``min_response_time``: seconds every query that reads private data takes at least, padded by
@@ -103,6 +106,8 @@ class EngineSettings:
         a BIT value of more bits (its text, one character per bit, is what counts of distinct
         values list) or a GEOMETRY of a longer WKB, is read as NULL, also inside lists, structs and
         maps, so one hostile cell cannot make per-row functions arbitrarily slow (None: no cap). The check is on the stored length.
+        Without a cap no ``memory_limit`` holds a vector of one person's longest texts: bound stored sizes in
+        the writer (docs/threat_model.md, Residual risks).
     ``max_list_size``: a LIST, fixed-size ARRAY or MAP value (also inside a struct) whose size is over this is
         read as NULL (None: no cap), so one hostile cell cannot make counting its distinct values (which reads
         each as its text) arbitrarily slow. Its size is its elements at every depth (a list of lists counts the
@@ -174,6 +179,7 @@ class EngineSettings:
         m = self.min_response_time
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0 <= m < float("inf")):
             raise ConfigError(f"engine setting min_response_time must be a number of seconds >= 0, got {m!r}")
+        self.read_threads()  # refused here when memory_limit cannot hold the longest texts' vectors (free)
 
     def read_settings(self) -> dict[str, Any]:
         """The settings that shape the rows a private read reads (part of each table's ``read_key``; ``csv_encoding``
@@ -197,7 +203,72 @@ class EngineSettings:
 
     @property
     def effective_threads(self) -> int:
-        return self.threads if self.threads is not None else max(1, min(4, os.cpu_count() or 1))
+        """The threads of a private read under ``memory_limit`` (:meth:`read_threads`)."""
+        return self.read_threads()
+
+    def read_threads(self, limit: int | None = None, whose: str | None = None) -> int:
+        """The threads of a private read on the DuckDB engine under a memory limit of ``limit`` bytes (default:
+        ``memory_limit``; ``whose`` names where a ``limit`` given comes from, for the refusal): ``threads``, or when
+        unset min(4, CPUs) lowered until ``limit`` holds :func:`text_read_memory` (at least 1). A ConfigError (free)
+        where even that does not hold. No limit known, no text cap, or another engine: no bound."""
+        default = self.threads if self.threads is not None else max(1, min(4, os.cpu_count() or 1))
+        if limit is None and self.memory_limit is not None:
+            limit, whose = size_bytes(self.memory_limit), None
+        cap = self.max_text_bytes
+        if limit is None or cap is None or self.kind != "duckdb":
+            return default
+        n = default if self.threads is not None else max(1, min(default, limit // text_read_memory(1, cap)))
+        need = text_read_memory(n, cap)
+        if need <= limit:
+            return n
+        most = limit // text_read_memory(n, 1)
+        fits = f"at most {most}" if most >= 1 else "none fits"
+        where = f"memory_limit = {self.memory_limit!r}" if whose is None else f"{whose} ({_mb(limit)})"
+        threads = f"threads = {n}" if self.threads is not None else "threads = 1 (lowered from its default)"
+        raise ConfigError(
+            f"engine settings {where}, {threads} and max_text_bytes = {cap} leave too little memory to read the "
+            f"longest texts: DuckDB's Parquet reader decodes {READ_VECTOR_ROWS} rows per vector and needs up to "
+            f"{TEXT_VECTORS_PER_THREAD} such vectors per thread, {_mb(need)} here, so a query over one person's "
+            "texts of that length would fail after its charge, only when that person is there; nothing was charged",
+            hint=f'raise memory_limit to at least "{-(-need // 10**6)}MB", or lower max_text_bytes '
+                 f"({fits} at {n} thread{'s' * (n > 1)})" + (" or threads" if n > 1 else "")
+                 + ' ([engine] memory_limit = "..." in dpsql.toml, or Session(engine={"memory_limit": ...}))')
+
+
+#: the rows of one vector of DuckDB's Parquet reader (DuckDB's STANDARD_VECTOR_SIZE)
+READ_VECTOR_ROWS = 2048
+#: vectors of the longest texts (``max_text_bytes`` each) one reading thread needs within ``memory_limit``, with a
+#: margin. Measured on DuckDB 2.0.1 (the least limit, to 2 %, under which ``COUNT(*) ... WHERE note LIKE '%x%'``
+#: with a row cap answers over row groups of 6 144 plain zstd texts of one length, 2 shared cores): one thread, 4 to
+#: 32 row groups of 65 536-byte texts, 538-545 MB (4.0-4.1 vectors; ``COUNT(note)``, ``COUNT(DISTINCT note)`` and
+#: ``GROUP BY note`` alike); two threads 818 MB over 4 row groups, 1 348 MB over 16 (5.0 per thread); three 2 097 MB
+#: over 16 (5.2); four threads 1 037-1 083 MB over 4, 2 658 MB over 16 (5.0 per thread). Texts of 8 192, 16 384,
+#: 32 768, 49 152 and 100 000 bytes needed fewer vectors at one thread (35, 70, 135, 135 and 538 MB: 2.1, 2.1, 2.0, 1.3
+#: and 2.6 vectors). Six per thread: 805 MB a thread at the default cap, so the default 4 GB holds 4 threads.
+TEXT_VECTORS_PER_THREAD = 6
+
+
+def text_read_memory(threads: int, max_text_bytes: int) -> int:
+    """Bytes of ``memory_limit`` under which DuckDB reads one person's rows of texts of ``max_text_bytes`` with
+    ``threads`` threads: :data:`TEXT_VECTORS_PER_THREAD` vectors of :data:`READ_VECTOR_ROWS` such texts per thread."""
+    return TEXT_VECTORS_PER_THREAD * threads * READ_VECTOR_ROWS * max_text_bytes
+
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def size_bytes(text: str) -> int:
+    """The bytes of a size setting (``"4GB"``; KB, MB, GB, TB in powers of 1000 and KiB ... TiB in powers of 1024,
+    as DuckDB reads them)."""
+    m = _SIZE.match(text)
+    if m is None:
+        raise ConfigError(f"{text!r} is not a size such as '4GB'")
+    return int(float(text.strip()[:-len(m.group(2))].strip()) * _UNITS[m.group(2).lower()])
+
+
+def _mb(n: int) -> str:
+    return f"{n / 10**6:,.0f} MB".replace(",", " ")
 
 
 def scrub(text: str) -> str:

@@ -129,6 +129,8 @@ _CONNECTION_LOCKS_MUTEX = threading.Lock()
 _BUSY: Any = getattr(duckdb, "ResourceInUseException", ())
 #: how long one call of the engine on a caller's connection waits for such a call to end
 _BUSY_WAIT = 10.0
+#: the connection's memory_limit in bytes (NULL where DuckDB shows it in a form it does not parse back)
+_LIMIT_BYTES = "SELECT TRY(parse_formatted_bytes(current_setting('memory_limit')))::BIGINT"
 #: a setting DuckDB shows from another's value (a 15th of memory_limit, unless set), more finely (``_restore``)
 _FOLLOWER = ("memory_limit", "write_buffer_row_group_memory_limit")
 #: settings a connection may hold for its session over the global value (SET SESSION), which a plain SET (global) leaves
@@ -328,6 +330,13 @@ class DuckDBBackend:
             known = {r[0] for r in self._con.execute("SELECT name FROM duckdb_settings() WHERE name IN "
                                                      f"('Calendar', {_sql_str(_FOLLOWER[1])})").fetchall()}
             self._icu, self._follower = "Calendar" in known, _FOLLOWER[1] in known
+            # the threads of a private read: memory_limit must hold a vector of the longest texts per thread
+            try:
+                self._threads = self._read_threads(self._con.sql(_LIMIT_BYTES).fetchall()[0][0])
+            except ConfigError:
+                if self._owned:
+                    self._con.close()
+                raise
         if self._owned:  # a caller's connection keeps its own setting: private reads turn it off and back (_limited)
             self._con.execute("SET enable_progress_bar = false")
         self._spill = self.settings.temp_directory or os.path.join(
@@ -676,11 +685,22 @@ class DuckDBBackend:
                         pass
 
     # -- limits ---------------------------------------------------------------------------
+    def _read_threads(self, shown: Any) -> int:
+        """The threads of a private read (``EngineSettings.read_threads``): under the owner's ``memory_limit``, or
+        without one under the connection's (``shown``: its bytes, as :data:`_LIMIT_BYTES` reads them; DuckDB's
+        default on the engine's own connection, the caller's own on theirs). A ConfigError (free) where that limit
+        cannot hold a vector of the longest texts even at one thread."""
+        s = self.settings
+        if s.memory_limit is not None or not isinstance(shown, int):
+            return s.effective_threads
+        return s.read_threads(shown, "DuckDB's default memory_limit" if self._owned
+                              else "the DuckDB connection's own memory_limit")
+
     def _limits(self) -> list[tuple[str, str]]:
         s = self.settings
         # never fetch or load an extension because a query names a type or function of one
         out = [("autoinstall_known_extensions", "false"), ("autoload_known_extensions", "false"),
-               ("threads", str(s.effective_threads)),
+               ("threads", str(self._threads)),
                # an ORDER BY without a direction (the analyst's, and the bounding's windows and sorts)
                # means ascending, NULLs last, whatever a caller's connection sets
                ("default_order", "ASC"), ("default_null_order", "NULLS_LAST"),
@@ -1101,7 +1121,7 @@ class DuckDBBackend:
             if not native.settled(version):
                 continue
             try:
-                bad = native.invalid_cells(src, self.settings.effective_threads, new)
+                bad = native.invalid_cells(src, self._threads, new)
             except (pa.ArrowException, OSError):  # the check cannot read them: the Arrow view (same values) stays
                 bad = None
             if bad is None:
@@ -1240,9 +1260,9 @@ class DuckDBBackend:
         failure: ConfigError | None = None
         with self._lock:
             try:
-                log, locked, external = self._con.sql(  # a relation's own result, never another call's
+                log, locked, external, limit = self._con.sql(  # a relation's own result, never another call's
                     "SELECT current_setting('log_query_path'), current_setting('lock_configuration'), "
-                    "current_setting('enable_external_access')").fetchall()[0]
+                    "current_setting('enable_external_access'), " + _LIMIT_BYTES[len("SELECT "):]).fetchall()[0]
             except _BUSY:
                 failure = _busy_refusal()
             except duckdb.Error as e:  # e.g. the caller's transaction aborted: every statement fails until ROLLBACK
@@ -1253,6 +1273,7 @@ class DuckDBBackend:
         if failure is not None:
             raise failure
         _refuse_query_log(log)
+        self._threads = self._read_threads(limit)  # the caller may have changed their memory_limit since
         blocked = [f"{name} = {value}" for name, value, bad in (("lock_configuration", "true", str(locked).lower() == "true"),
                                                                 ("enable_external_access", "false", str(external).lower() == "false"))
                    if bad]
