@@ -20,6 +20,9 @@ orders: a few kB of Parquet, 360 MB decoded), the same query, the same observabl
 * a GROUP BY key that is the join key, with a public key set (``GROUP BY o.cid``, a declared domain): carried as
   its text, the query failed after its charge only with that customer. It is now carried as its digest and matched
   to the digest of its key set's text (``joins.matched_keys``), and the key set spells the released key.
+* a key inside a part of such a condition that is not boolean (``WHERE length(c.id) > o.amt``): carried as it is,
+  the query failed after its charge only with that customer. The largest part over one input that reads the key and
+  has a type of fixed width (``length(c.id)``, BIGINT) is now such a column of that type.
   Still carried as text (``docs/threat_model.md``): a key compared with another input's column (``c.id = o.cid OR
   ...``), a key read by a computed GROUP BY key, SUM's argument or a lookup join's one-table statement.
 
@@ -107,9 +110,16 @@ READ_AS_VALUE = [
     (f"SELECT o.cid, COUNT(*) {J} GROUP BY o.cid", None),
     (f"SELECT o.cid, COUNT(*) {J} GROUP BY o.cid", {"q": 0.5}),
 ]
+#: a key read inside a part of a condition across inputs that is not boolean: the largest part over one input that
+#: reads the key and has a fixed-width type (``length(c.id)``) is computed by that input's projection
+NOT_BOOLEAN = [
+    (f"SELECT COUNT(*) {J} WHERE length(c.id) > o.amt", None),
+    (f"SELECT COUNT(*) {J} WHERE length(c.id) > o.amt", {"mechanism": "r2t"}),
+    (f"SELECT c.seg, COUNT(*) {J} WHERE strpos(c.id, 'u') + o.oid > 0 GROUP BY c.seg", None),
+]
 
 
-@pytest.mark.parametrize(("sql", "options"), LOOKED_UP + COUNTED + READ_AS_VALUE)
+@pytest.mark.parametrize(("sql", "options"), LOOKED_UP + COUNTED + READ_AS_VALUE + NOT_BOOLEAN)
 def test_control_answers_without_the_customer_and_with_a_short_id(files: Path, sql: str,
                                                                   options: dict[str, Any] | None) -> None:
     assert _outcome(files, "without", sql, options) == "answered"
@@ -207,3 +217,11 @@ def test_digests_are_spelled_in_hexadecimal_on_duckdb(sql: str, options: dict[st
     if options is not None:  # the keyed sample's identity spells the digested columns it carries
         (tid,) = [a for a in tree.find_all(exp.Alias) if a.alias == "__tid"]
         assert {h.this.name for h in tid.find_all(exp.Hex)} & digested
+
+
+@pytest.mark.parametrize(("sql", "options"), NOT_BOOLEAN)
+def test_a_key_inside_a_part_that_is_not_boolean_answers_with_one_customers_repeated_long_id(
+        files: Path, sql: str, options: dict[str, Any] | None) -> None:
+    """``length(c.id)`` (BIGINT) is a column of the customer's projection, computed before the key becomes its
+    digest, so the condition reads the key only through it."""
+    assert _outcome(files, "long", sql, options) == "answered"

@@ -28,12 +28,15 @@ IDS = ["a", "A", "a ", " a", "\u00e9", "e\u0301", "ss", "\u00df", "x\x00y", "x",
        *[f"c{i}" for i in range(30)]]
 
 
-def _tables(ids: list[Any], merge: bool = False) -> dict[str, pa.Table]:
+def _tables(ids: list[Any], merge: bool = False, nulls: bool = False) -> dict[str, pa.Table]:
     """customer (unit ``id``, segment ``seg``) <- orders (``oid``, ``cid``, ``amt``) <- item (``oid``), and
     customer <- visit (``cid``). Customers have up to 5 orders (their bound: a choice among orders would follow
     the keys' order, which a relabelling changes) and up to 10 visits, orders up to 3 items, against bounds of 2:
     those caps bind over rows that are interchangeable (each carries its key only). With ``merge`` the second
-    customer's orders and visits reference the first (a negative control)."""
+    customer's orders and visits reference the first (a negative control); with ``nulls`` three more orders
+    reference nobody (a NULL key). ``customer.len`` and ``orders.clen`` hold the number of characters of the text
+    ids (``IDS``; DuckDB's ``length`` counts code points, as Python's ``len``), whatever ``ids`` spells them as:
+    what a query over integer keys reads in the place of ``length(c.id)``."""
     n = len(ids)
     cid, oid, amt = [], [], []
     for i in range(n):
@@ -41,12 +44,17 @@ def _tables(ids: list[Any], merge: bool = False) -> dict[str, pa.Table]:
             cid.append(ids[0] if merge and i == 1 else ids[i])
             oid.append(f"{i}-{j}")
             amt.append(float(i % 4))
+    clen: list[Any] = [len(IDS[ids.index(c)]) for c in cid]
+    if nulls:
+        cid, clen = cid + [None] * 3, clen + [None] * 3
+        oid, amt = oid + [f"n-{j}" for j in range(3)], amt + [1.0, 2.0, 3.0]
     items = [o for k, o in enumerate(oid) for _ in range(1 + k % 3)]
     if isinstance(ids[0], int):  # the integer relabelling of the order keys too
         codes = {o: k for k, o in enumerate(oid)}
         oid, items = [codes[o] for o in oid], [codes[o] for o in items]
-    return {"customer": pa.table({"id": ids, "seg": [f"s{i % 3}" for i in range(n)]}),
-            "orders": pa.table({"oid": oid, "cid": cid, "amt": amt}),
+    return {"customer": pa.table({"id": ids, "seg": [f"s{i % 3}" for i in range(n)], "len": [len(IDS[i]) for i in range(n)]}),
+            "orders": pa.table({"oid": oid, "cid": pa.array(cid, pa.int64() if isinstance(ids[0], int) else pa.string()),
+                                "amt": amt, "clen": pa.array(clen, pa.int64())}),
             "item": pa.table({"oid": items}), "visit": pa.table({"cid": cid + cid})}
 
 
@@ -223,7 +231,7 @@ def test_a_condition_across_inputs_reads_the_key_through_one_inputs_parts() -> N
     input's projection, so the key is read only as a key; a part across inputs still reads it as a value."""
     for k in HOISTED:
         assert _digested(_sql(QUERIES[k][0], IDS)) >= {"c__id", "o__cid"}, QUERIES[k][0]
-    assert not _digested(f"SELECT COUNT(*) {J} WHERE (length(c.id) > o.amt OR o.amt > 1)") & {"c__id", "o__cid"}
+    assert not _digested(f"SELECT COUNT(*) {J} WHERE (concat(c.id, o.cid) <> 'x' OR o.amt > 1)") & {"c__id", "o__cid"}
     s = _session(_tables(IDS))
     try:
         bounded = " ".join(s.explain(f"SELECT COUNT(*) {J} WHERE (c.id <> 'a' OR o.amt > 1)", epsilon=1.0).bounded_sql.split())
@@ -331,3 +339,81 @@ def test_control_a_key_set_digested_under_another_salt_matches_nothing(monkeypat
     honest = jg.KeyDigest
     monkeypatch.setattr(jg, "KeyDigest", lambda salt, ops: honest(salt + "?", ops))
     assert _grouped(IDS) != _grouped(list(range(len(IDS))))
+
+
+#: conditions across inputs whose parts over one input read the key and are not BOOLEAN (``joins.hoisted``: the
+#: largest part of fixed width): ``{len_c}`` is ``length(c.id)`` over text keys and ``c.len`` (the same numbers)
+#: over integer keys, ``{a}`` the first id; the orders include three whose key is NULL
+NOT_BOOLEAN = [
+    (f"SELECT COUNT(*) {J} WHERE {{len_c}} > o.amt", {"q": 1.0}),
+    (f"SELECT SUM(o.amt) {J} WHERE {{len_c}} + o.amt > 3", {"mechanism": "r2t"}),
+    # a part that is NULL for one customer ('a', whose length 1 is above the amounts 0 of its orders)
+    (f"SELECT c.seg, COUNT(*) {J} WHERE (CASE WHEN c.id = {{a}} THEN NULL ELSE {{len_c}} END) > o.amt GROUP BY c.seg",
+     None),
+    (f"SELECT COUNT(*) {J} WHERE CAST({{len_c}} AS DOUBLE) / 2 - o.amt BETWEEN 0 AND 1", {"mechanism": "r2t"}),
+    (f"SELECT COUNT(*) {J} WHERE CAST({{len_c}} AS DECIMAL(10, 2)) * 1.5 > o.amt + 2", {"q": 1.0}),
+    (f"SELECT COUNT(*) {J} WHERE CASE WHEN o.amt > 1 THEN {{len_c}} > 1 ELSE {{len_c}} < 2 END", {"q": 1.0}),
+]
+
+
+def _not_boolean(ids: list[Any], queries: list[tuple[str, Any]] | None = None) -> list[Any]:
+    text = isinstance(ids[0], str)
+    spelled = [(sql.replace("{len_c}", "length(c.id)" if text else "c.len").replace("{len_o}", "length(o.cid)" if text
+                                                                                      else "o.clen"), opts)
+               for sql, opts in (queries if queries is not None else NOT_BOOLEAN)]
+    return _releases(_tables(ids, nulls=True), spelled)
+
+
+def test_parts_that_are_not_boolean_release_what_integer_keys_release() -> None:
+    """The part ``length(c.id)`` (BIGINT, DOUBLE or DECIMAL around it; NULL for one customer) is a column of the
+    customer's projection and the key is digested: the releases of the same numbers read from a column beside
+    integer keys; each condition filters (a release differs from the unfiltered one)."""
+    for sql, _ in NOT_BOOLEAN:
+        assert _digested(_sql(sql.replace("{len_c}", "length(c.id)"), IDS)) >= {"c__id", "o__cid"}, sql
+    text = _not_boolean(IDS)
+    assert text == _not_boolean(list(range(len(IDS))))
+    plain = _releases(_tables(IDS, nulls=True), [(f"SELECT COUNT(*) {J}", {"q": 1.0})])[0]
+    assert text[0] != plain and text[3] != plain and text[4] != plain and text[5] != plain
+
+
+def test_control_a_part_computed_from_another_text_changes_the_releases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison sees a part computed from other values than the join reads: ``length`` of the id with a
+    character more."""
+    from sqlglot import exp
+
+    import dpsql.rewrite.joins as rj
+
+    honest = rj.hoisted
+
+    def longer(*args: Any) -> Any:
+        h = honest(*args)
+        parts = {a: [(n, e.transform(lambda x: exp.DPipe(this=x.copy(), expression=exp.Literal.string("?"), safe=True)
+                                     if isinstance(x, exp.Column) else x)) for n, e in ps] for a, ps in h.parts.items()}
+        return rj.Hoisted(h.plan, parts, h.top)
+
+    monkeypatch.setattr(rj, "hoisted", longer)
+    assert _not_boolean(IDS, NOT_BOOLEAN[:1]) != _not_boolean(list(range(len(IDS))), NOT_BOOLEAN[:1])
+
+
+def test_a_part_of_fixed_width_over_a_nocase_column_compares_as_before() -> None:
+    """A part computed by the projection reads the key under the binary collation, as the condition after the join
+    read it: a column declared COLLATE NOCASE releases what a plain column does ('Z' and 'z' two people), although
+    the owner's own join merges them."""
+    from test_review_join_groups import _merged_join_size, _people_session
+
+    sql = ("SELECT COUNT(*) AS n FROM customer c JOIN orders o ON c.c_custkey = o.o_custkey "
+           "WHERE (CASE WHEN c.c_custkey = 'z' THEN 1 ELSE 30 END) > o.o_totalprice")
+    merged = sql.replace("= 'z'", "IN ('z', 'Z')")  # the control: the part as NOCASE would read it
+    out = []
+    for column in (True, False):
+        s, con = _people_session(None, column_collation=column)
+        assert _merged_join_size(con) == 32 * 3 + (6 if column else 0)
+        try:
+            out.append([s.query(q, epsilon=4.0, delta=1e-7, options=o).table.to_pylist()
+                        for q in (sql, merged) for o in ({"mechanism": "dp_s4s", "q": 1.0}, {"mechanism": "r2t"})])
+            bounded = " ".join(s.explain(sql, epsilon=4.0, delta=1e-7, options={"mechanism": "r2t"}).bounded_sql.split())
+            assert "AS TEXT)) AS c__c_custkey" in bounded
+        finally:
+            s.close()
+    assert out[0] == out[1]
+    assert out[0][:2] != out[0][2:]

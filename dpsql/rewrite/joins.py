@@ -4,7 +4,7 @@ One relation per input (its needed columns renamed ``<alias>__<column>``; the WH
 over that input alone; with an enforced Delta, then at most n rows per value of the column it
 joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), then only the rows whose key value is held once in the base table for an input the
 join enters through a declared key (:func:`_unique_filter`), the inner equi-join, the other WHERE
-conjuncts (their boolean parts over one input that read a text or BLOB key computed by that input's projection:
+conjuncts (their parts of fixed width over one input that read a text or BLOB key computed by that input's projection:
 :func:`hoisted`), every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`). The inputs
 are joined left-deep in the order :func:`dpsql.plan.joins.join_sequence` decides from the catalog alone
 (the table holding many rows per key first, each table entered through a key on the right of its join,
@@ -104,7 +104,7 @@ from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.joins import SEP, _direct, _type_family, flat, join_sequence
 from dpsql.plan.joins import parts as key_parts
-from dpsql.plan.typer import CAST_FROM, DIGEST_TYPE, TypeRefusal, type_checked
+from dpsql.plan.typer import CAST_FROM, DIGEST_TYPE, TypeRefusal, type_checked, type_predicate
 from dpsql.rewrite.bound import (
     binary_text,
     cap_rows,
@@ -328,10 +328,10 @@ HOISTED = "__cond"
 
 @dataclass(frozen=True)
 class Hoisted:
-    """A join plan whose conditions applied after the join read a text or BLOB key through conditions of their own
-    (:func:`hoisted`): ``plan`` with those parts replaced by BOOLEAN columns, ``parts`` per input the (flat name,
-    condition over the input's flat columns) each computes in its projection, ``top`` the conditions as written
-    (their refusals are those of the query as written)."""
+    """A join plan whose conditions applied after the join read a text or BLOB key through parts of their own
+    (:func:`hoisted`): ``plan`` with those parts replaced by columns of fixed width (their types in ``plan``'s
+    ``flat_schema``), ``parts`` per input the (flat name, part over the input's flat columns) each computes in its
+    projection, ``top`` the conditions as written (their refusals are those of the query as written)."""
 
     plan: ir.JoinPlan
     parts: dict[str, list[tuple[str, exp.Expression]]]
@@ -345,26 +345,49 @@ class Hoisted:
         return top
 
 
-def _boolean(e: exp.Expression, schema: dict[str, str]) -> bool:
+#: the kinds of type (``dpsql.plan.typer.SqlType.kind``) of a part an input's projection may compute in place of
+#: the text it reads: fixed width, never text, BLOB, lists or other types whose values one person can make long
+FIXED_WIDTH = frozenset({"bool", "int", "decimal", "float", "date", "timestamp"})
+
+
+def _fixed_width(e: exp.Expression, schema: dict[str, str], *, boolean: bool) -> str | None:
+    """The type (as the typer names it) of ``e`` when the typer types it and it is of fixed width (BOOLEAN only
+    with ``boolean``), else None."""
     try:
-        return type_checked(e, schema).type.kind == "bool"
+        t = type_checked(e, schema).type
+    except TypeRefusal:
+        return None
+    if t.kind not in (("bool",) if boolean else FIXED_WIDTH):
+        return None
+    return "BOOLEAN" if t.kind == "bool" else t.name
+
+
+def _typed(e: exp.Expression, schema: dict[str, str], what: str) -> bool:
+    try:
+        type_predicate(e, schema, what)
     except TypeRefusal:
         return False
+    return True
 
 
 def hoisted(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> Hoisted:
-    """Each condition applied after the join (a WHERE conjunct across inputs) with its largest boolean parts that
-    read the columns of one inner-joined input only, one of them a text or BLOB key (:func:`_key_columns`), replaced
-    by BOOLEAN columns that input's projection computes (``<alias>____cond<i>``; more underscores if the input has a
-    column of that name). The condition then reads such a key only through those columns, and the key may be carried
-    as its salted digest (:func:`key_digests`): a condition such as ``c.id <> 'x' OR o.amt > 0`` otherwise carried
-    one customer's 60 000-character id with each of their 6 000 joined orders.
+    """Each condition applied after the join (a WHERE conjunct across inputs) with its largest parts that read the
+    columns of one inner-joined input only, one of them a text or BLOB key (:func:`_key_columns`), and whose type is
+    of fixed width (:data:`FIXED_WIDTH`: BOOLEAN, an integer, DECIMAL, a float, DATE, TIMESTAMP; never text or
+    BLOB), replaced by columns of that type which that input's projection computes (``<alias>____cond<i>``; more
+    underscores if the input has a column of that name). The condition then reads such a key only through those
+    columns, and the key may be carried as its salted digest (:func:`key_digests`): a condition such as
+    ``c.id <> 'x' OR o.amt > 0`` or ``length(c.id) > o.amt`` otherwise carried one customer's 60 000-character id
+    with each of their 6 000 joined orders.
 
     Exactly the same condition: a part's value is computed once per input row from the same values the join carries
     (text under the binary collation, before the digest; rendered total by the typer, :func:`guard`, as the whole
-    condition is), and SQL's three-valued logic reads its NULL as the part's NULL. A LEFT-joined lookup's parts stay
-    in the condition (its columns are NULL where no row matched, and a part need not be). From the query and the
-    catalog's types only."""
+    condition is; the typer types a part from its operands alone, the context only converting its result), and
+    SQL's three-valued logic reads its NULL as the part's NULL. A part in the place of a CASE's WHEN ... THEN pair
+    is no value and is never replaced. A condition whose rewriting the typer would not accept as written (a part's
+    proven range no longer known) keeps its BOOLEAN parts only, as it did before (or none). A LEFT-joined lookup's
+    parts stay in the condition (its columns are NULL where no row matched, and a part need not be). From the query
+    and the catalog's types only."""
     local, top = _split_where(jp)
     for a in jp.left:
         top += local.pop(a, [])
@@ -385,29 +408,39 @@ def hoisted(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> Hoisted:
             names[a] = prefix
         return flat(a, f"{names[a]}{len(parts.get(a, []))}")
 
-    def visit(node: exp.Expression) -> None:
+    def visit(node: exp.Expression, found: list[tuple[str, str, exp.Expression, str]], boolean: bool) -> None:
         cols = list(node.find_all(exp.Column))
         inputs = {c.name.split(SEP, 1)[0] for c in cols}
         if not cols or not any(c.name in keys for c in cols):
             return
-        if len(inputs) == 1 and not inputs & set(jp.left) and _boolean(node, schema):
-            a = inputs.pop()
-            n = name_for(a)
-            parts.setdefault(a, []).append((n, node.copy()))
-            types[n] = "BOOLEAN"
-            node.replace(exp.column(n))
-            return
+        if len(inputs) == 1 and not inputs & set(jp.left) and node.arg_key != "ifs":
+            typ = _fixed_width(node, schema, boolean=boolean)
+            if typ is not None:
+                a = inputs.pop()
+                n = name_for(a)
+                parts.setdefault(a, []).append((n, node.copy()))
+                found.append((a, n, node.copy(), typ))
+                types[n] = typ
+                node.replace(exp.column(n))
+                return
         for child in list(node.iter_expressions()):
-            visit(child)
+            visit(child, found, boolean)
 
     conds = []
     for e in top:
-        c = e.copy()
-        holder = exp.Paren(this=c)
-        visit(holder.this)
-        conds.append(holder.this)
-    if not parts:
+        for boolean in (False, True):
+            found: list[tuple[str, str, exp.Expression, str]] = []
+            holder = exp.Paren(this=e.copy())
+            visit(holder.this, found, boolean)
+            if not found or boolean or _typed(holder.this, {**schema, **types}, "WHERE"):
+                break
+            for a, n, _, _ in reversed(found):  # undone: the condition takes its BOOLEAN parts only
+                parts[a].pop()
+                types.pop(n)
+        conds.append(holder.this if found else e.copy())
+    if not parts or not any(parts.values()):
         return Hoisted(jp, {}, top)
+    parts = {a: ps for a, ps in parts.items() if ps}
     kept = [w for a, ws in local.items() for w in ws]
     where = _and([*kept, *conds])
     return Hoisted(dataclasses.replace(jp, where=where, flat_schema={**jp.flat_schema, **types}), parts, top)
@@ -563,8 +596,8 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
                 rel.subquery("__h"))
             rel = exp.select(*[exp.alias_(_carried(_col(flat(a, c)), _type_of(t, c), flat(a, c) in digested, digest)
                                           if flat(a, c) in digested else _col(flat(a, c)), flat(a, c)) for c in cols],
-                             *[exp.alias_(guard(e, dict(original.flat_schema)), n) for n, e in hoist.parts[a]]
-                             ).from_(rel.subquery("__b"))
+                             *[exp.alias_(_part(e, original.flat_schema[n], dict(original.flat_schema), ops), n)
+                               for n, e in hoist.parts[a]]).from_(rel.subquery("__b"))
             cols = [*cols, *[n.split(SEP, 1)[1] for n, _ in hoist.parts[a]]]
         elif any(is_text(_type_of(t, c)) or flat(a, c) in digested for c in cols):
             # from here on (caps, joins, identities, owners) text is compared under the binary collation, and a
@@ -609,6 +642,22 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
         types.update(extra_types or {})
         return _with_tid(q, types=types, spread=spread)
     return q
+
+
+def _part(e: exp.Expression, typ: str, schema: dict[str, str], ops: SqlOps) -> exp.Expression:
+    """A part of fixed width (:func:`hoisted`) rendered total by the typer, as the whole condition renders it: a
+    BOOLEAN part as a condition (:func:`guard`), another as a value, converted to the typer's type (DuckDB's) on
+    another engine (Spark's ``length`` is an INT, its DECIMAL results keep other precisions), as
+    ``dpsql.rewrite.bound.key_expression`` converts a computed key: the value is DuckDB's, so the type holds it."""
+    if typ == "BOOLEAN":
+        return guard(e, schema)
+    try:
+        r = type_checked(e.copy(), schema).expr
+    except TypeRefusal as err:  # pragma: no cover - hoisted() typed it
+        raise UnsupportedQueryError("; ".join(m for _, m in err.problems)) from None
+    if ops.dialect != "duckdb":
+        return exp.Cast(this=r, to=exp.DataType.build(typ, dialect="duckdb"))
+    return r
 
 
 def _type_of(t: TableSpec, column: str) -> str:
