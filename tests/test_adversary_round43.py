@@ -23,8 +23,9 @@ orders: a few kB of Parquet, 360 MB decoded), the same query, the same observabl
 * a key inside a part of such a condition that is not boolean (``WHERE length(c.id) > o.amt``): carried as it is,
   the query failed after its charge only with that customer. The largest part over one input that reads the key and
   has a type of fixed width (``length(c.id)``, BIGINT) is now such a column of that type.
+* a key inside SUM's argument (``SUM(LEAST(GREATEST(length(o.cid), 0), 10))``): the same, and the same columns.
   Still carried as text (``docs/threat_model.md``): a key compared with another input's column (``c.id = o.cid OR
-  ...``), a key read by a computed GROUP BY key, SUM's argument or a lookup join's one-table statement.
+  ...``), a key read by a computed GROUP BY key or a lookup join's one-table statement.
 
 Detection: the outcome (answered, or the class of the failure), no wall clock. Each case has a control that answers
 without the customer and with the same customer under a one-character id.
@@ -119,7 +120,17 @@ NOT_BOOLEAN = [
 ]
 
 
-@pytest.mark.parametrize(("sql", "options"), LOOKED_UP + COUNTED + READ_AS_VALUE + NOT_BOOLEAN)
+#: a key inside a value aggregate's argument: the largest part over one input that reads the key and has a type of
+#: fixed width (``length(o.cid)``) is computed by that input's projection
+SUMMED = [
+    (f"SELECT SUM(LEAST(GREATEST(length(o.cid), 0), 10)) {J}", None),
+    (f"SELECT SUM(LEAST(GREATEST(length(o.cid), 0), 10)) {J}", {"mechanism": "r2t"}),
+    (f"SELECT c.seg, SUM(LEAST(GREATEST(length(c.id) - o.amt, 0), 5)) {J} GROUP BY c.seg", None),
+    (f"SELECT COUNT(*), SUM(LEAST(GREATEST(length(o.cid), 0), 10)) {J}", None),
+]
+
+
+@pytest.mark.parametrize(("sql", "options"), LOOKED_UP + COUNTED + READ_AS_VALUE + NOT_BOOLEAN + SUMMED)
 def test_control_answers_without_the_customer_and_with_a_short_id(files: Path, sql: str,
                                                                   options: dict[str, Any] | None) -> None:
     assert _outcome(files, "without", sql, options) == "answered"
@@ -224,4 +235,12 @@ def test_a_key_inside_a_part_that_is_not_boolean_answers_with_one_customers_repe
         files: Path, sql: str, options: dict[str, Any] | None) -> None:
     """``length(c.id)`` (BIGINT) is a column of the customer's projection, computed before the key becomes its
     digest, so the condition reads the key only through it."""
+    assert _outcome(files, "long", sql, options) == "answered"
+
+
+@pytest.mark.parametrize(("sql", "options"), SUMMED)
+def test_a_key_inside_a_sums_argument_answers_with_one_customers_repeated_long_id(
+        files: Path, sql: str, options: dict[str, Any] | None) -> None:
+    """``length(o.cid)`` (BIGINT) is a column of the orders' projection, computed before the key becomes its digest,
+    so the aggregate reads the key only through it."""
     assert _outcome(files, "long", sql, options) == "answered"

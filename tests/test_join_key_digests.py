@@ -361,7 +361,8 @@ def _not_boolean(ids: list[Any], queries: list[tuple[str, Any]] | None = None) -
     spelled = [(sql.replace("{len_c}", "length(c.id)" if text else "c.len").replace("{len_o}", "length(o.cid)" if text
                                                                                       else "o.clen"), opts)
                for sql, opts in (queries if queries is not None else NOT_BOOLEAN)]
-    return _releases(_tables(ids, nulls=True), spelled)
+    # (the values only: a released column is named by the expression as written)
+    return [[tuple(r.values()) for r in rows] for rows in _releases(_tables(ids, nulls=True), spelled)]
 
 
 def test_parts_that_are_not_boolean_release_what_integer_keys_release() -> None:
@@ -372,7 +373,7 @@ def test_parts_that_are_not_boolean_release_what_integer_keys_release() -> None:
         assert _digested(_sql(sql.replace("{len_c}", "length(c.id)"), IDS)) >= {"c__id", "o__cid"}, sql
     text = _not_boolean(IDS)
     assert text == _not_boolean(list(range(len(IDS))))
-    plain = _releases(_tables(IDS, nulls=True), [(f"SELECT COUNT(*) {J}", {"q": 1.0})])[0]
+    plain = [tuple(r.values()) for r in _releases(_tables(IDS, nulls=True), [(f"SELECT COUNT(*) {J}", {"q": 1.0})])[0]]
     assert text[0] != plain and text[3] != plain and text[4] != plain and text[5] != plain
 
 
@@ -392,7 +393,8 @@ def test_control_a_part_computed_from_another_text_changes_the_releases(monkeypa
         return rj.Hoisted(h.plan, parts, h.top)
 
     monkeypatch.setattr(rj, "hoisted", longer)
-    assert _not_boolean(IDS, NOT_BOOLEAN[:1]) != _not_boolean(list(range(len(IDS))), NOT_BOOLEAN[:1])
+    for queries in (NOT_BOOLEAN[:1], SUMMED[:1]):  # a condition's part, an aggregate's argument
+        assert _not_boolean(IDS, queries) != _not_boolean(list(range(len(IDS))), queries)
 
 
 def test_a_part_of_fixed_width_over_a_nocase_column_compares_as_before() -> None:
@@ -417,3 +419,27 @@ def test_a_part_of_fixed_width_over_a_nocase_column_compares_as_before() -> None
             s.close()
     assert out[0] == out[1]
     assert out[0][:2] != out[0][2:]
+
+
+#: value aggregates whose argument reads the key: its largest parts of fixed width over one input (``length(o.cid)``)
+#: computed by that input's projection (``joins.hoisted``); ``{len_o}`` is ``length(o.cid)`` or ``o.clen``
+SUMMED = [
+    (f"SELECT SUM(LEAST(GREATEST({{len_o}}, 0), 10)) {J}", {"q": 1.0}),
+    (f"SELECT SUM(LEAST(GREATEST({{len_o}}, 0), 10)) {J}", {"mechanism": "r2t"}),
+    (f"SELECT c.seg, SUM(LEAST(GREATEST({{len_c}} - o.amt, 0), 5)) {J} GROUP BY c.seg", None),
+    (f"SELECT COUNT(*), SUM(LEAST(GREATEST({{len_o}}, 0), 10)) {J}", {"q": 1.0}),
+    # a part that is NULL for one customer, and AVG (a SUM and a COUNT)
+    (f"SELECT SUM(LEAST(GREATEST(CASE WHEN c.id = {{a}} THEN NULL ELSE {{len_c}} END, 0), 5)) {J}", {"mechanism": "r2t"}),
+    (f"SELECT AVG(LEAST(GREATEST({{len_o}}, 0), 10)) {J}", {"q": 1.0}),
+]
+
+
+def test_value_aggregates_over_the_key_release_what_integer_keys_release() -> None:
+    """SUM's and COUNT's argument read the key through a column of the input's projection, and the key is digested:
+    the releases of the same numbers read from a column beside integer keys (non-vacuous: not all alike)."""
+    for sql, _ in SUMMED:
+        spelled = _sql(sql.replace("{len_c}", "length(c.id)").replace("{len_o}", "length(o.cid)"), IDS)
+        assert _digested(spelled) >= {"c__id", "o__cid"}, sql
+    text = _not_boolean(IDS, SUMMED)
+    assert text == _not_boolean(list(range(len(IDS))), SUMMED)
+    assert len({repr(r) for r in text}) >= 5

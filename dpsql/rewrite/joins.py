@@ -387,12 +387,19 @@ def hoisted(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> Hoisted:
     is no value and is never replaced. A condition whose rewriting the typer would not accept as written (a part's
     proven range no longer known) keeps its BOOLEAN parts only, as it did before (or none). A LEFT-joined lookup's
     parts stay in the condition (its columns are NULL where no row matched, and a part need not be). From the query
-    and the catalog's types only."""
+    and the catalog's types only.
+
+    A value aggregate's argument (SUM's, and so AVG's; COUNT's of a bare column reads only whether it is NULL, and
+    needs nothing) has its largest parts of the same kind computed alike (the whole argument when it reads one input
+    only: ``SUM(LEAST(GREATEST(length(o.cid), 0), 10))``), when the argument keeps its type (else as written)."""
     local, top = _split_where(jp)
     for a in jp.left:
         top += local.pop(a, [])
     keys = {c for c in _key_columns(jp, caps) if _digestable(jp.flat_schema.get(c, ""))}
-    if not top or not any(c.name in keys for e in top for c in e.find_all(exp.Column)):
+    # the aggregates' arguments, but COUNT's of a bare column (it reads whether the column is NULL, as its digest tells)
+    aggs = [(jp.kind, jp.value), *[(g.kind, g.value) for g in jp.aggregates]]
+    values = [v for k, v in aggs if v is not None and not (k == ir.COUNT_COL and isinstance(v, exp.Column))]
+    if not any(c.name in keys for e in [*top, *values] for c in e.find_all(exp.Column)):
         return Hoisted(jp, {}, top)
     schema = dict(jp.flat_schema)
     parts: dict[str, list[tuple[str, exp.Expression]]] = {}
@@ -438,12 +445,32 @@ def hoisted(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> Hoisted:
                 parts[a].pop()
                 types.pop(n)
         conds.append(holder.this if found else e.copy())
+
+    def value(kind: str, v: exp.Expression | None) -> exp.Expression | None:
+        """An aggregate's argument with its parts of fixed width over one input (the whole argument when it reads one
+        input only): the same value, typed alike, or the argument as written."""
+        if v is None or (kind == ir.COUNT_COL and isinstance(v, exp.Column)):
+            return v
+        before = _fixed_width(v, schema, boolean=False)
+        found: list[tuple[str, str, exp.Expression, str]] = []
+        holder = exp.Paren(this=v.copy())
+        visit(holder.this, found, False)
+        if not found or (before is not None and _fixed_width(holder.this, {**schema, **types}, boolean=False) == before):
+            return holder.this
+        for a, n, _, _ in reversed(found):  # undone: the argument as written
+            parts[a].pop()
+            types.pop(n)
+        return v
+
+    new_value = value(jp.kind, jp.value)
+    new_aggs = tuple(dataclasses.replace(g, value=value(g.kind, g.value)) for g in jp.aggregates)
     if not parts or not any(parts.values()):
         return Hoisted(jp, {}, top)
     parts = {a: ps for a, ps in parts.items() if ps}
     kept = [w for a, ws in local.items() for w in ws]
-    where = _and([*kept, *conds])
-    return Hoisted(dataclasses.replace(jp, where=where, flat_schema={**jp.flat_schema, **types}), parts, top)
+    where = _and([*kept, *conds]) if kept or conds else None
+    return Hoisted(dataclasses.replace(jp, where=where, value=new_value, aggregates=new_aggs,
+                                       flat_schema={**jp.flat_schema, **types}), parts, top)
 
 
 def matched_keys(jp: ir.JoinPlan) -> frozenset[str]:
@@ -459,8 +486,8 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
     """The flat text and BLOB columns a join plan carries as their salted digest (:class:`KeyDigest`) from the
     input's projection on: those read only as keys (equi-join conditions, user slots, Delta caps, declared
     keys), never as values (the conditions applied after the join, but for their parts that one input's
-    projection computes before the digest, :func:`hoisted`; SUM's argument, COUNT's unless a bare column
-    (it reads only whether the column is NULL, and so does its digest), GROUP BY keys, the one-table statement of
+    projection computes before the digest, :func:`hoisted`; SUM's argument, but for its parts computed alike;
+    COUNT's unless a bare column (it reads only whether the column is NULL, and so does its digest), GROUP BY keys, the one-table statement of
     a lookup join, ``extra`` projections other than the caller's person columns ``ids``, output names of bare
     columns). Both sides of an equi-join are carried alike (a column that is
     not digested keeps the other side as it is).
@@ -483,12 +510,14 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
         if e is not None:
             values.update(c.name for c in e.find_all(exp.Column))
 
-    for e in hoisted(jp, caps).plan_top():
+    hoist = hoisted(jp, caps)
+    for e in hoist.plan_top():
         read(e)
     for a, c in jp.left_on:  # (an ON condition over the lookup's columns alone filters its rows before the digest)
         if not {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)} <= {a}:
             read(c)
-    for kind, e in ((jp.kind, jp.value), *[(g.kind, g.value) for g in jp.aggregates]):
+    # (an argument's parts of fixed width over one input computed by its projection, :func:`hoisted`)
+    for kind, e in ((hoist.plan.kind, hoist.plan.value), *[(g.kind, g.value) for g in hoist.plan.aggregates]):
         # COUNT(col) of a bare column reads only whether it is NULL, and a digest is NULL exactly where its text is
         if not (kind == ir.COUNT_COL and isinstance(e, exp.Column)):
             read(e)
@@ -554,7 +583,7 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     digested = key_digests(jp, caps, extra, ids, matched)
     digest = KeyDigest(salt, ops)
     hoist = hoisted(jp, caps)
-    if hoist.parts:  # the conditions as written, typed as they are (a refusal is the query's own)
+    if hoist.parts and hoist.top:  # the conditions as written, typed as they are (a refusal is the query's own)
         guard(_and(hoist.top), dict(jp.flat_schema))
     jp = hoist.plan
     original = jp
