@@ -24,8 +24,10 @@ orders: a few kB of Parquet, 360 MB decoded), the same query, the same observabl
   the query failed after its charge only with that customer. The largest part over one input that reads the key and
   has a type of fixed width (``length(c.id)``, BIGINT) is now such a column of that type.
 * a key inside SUM's argument (``SUM(LEAST(GREATEST(length(o.cid), 0), 10))``): the same, and the same columns.
-  Still carried as text (``docs/threat_model.md``): a key compared with another input's column (``c.id = o.cid OR
-  ...``), a key read by a computed GROUP BY key or a lookup join's one-table statement.
+* a key compared with another input's key (``c.id <> o.cid OR o.amt > 0``): the same; the comparison now reads
+  both keys' digests (``joins.key_comparisons``).
+  Still carried as text (``docs/threat_model.md``): a key ordered against another input's column (``c.id < o.cid``),
+  a key read by a computed GROUP BY key or a lookup join's one-table statement.
 
 Detection: the outcome (answered, or the class of the failure), no wall clock. Each case has a control that answers
 without the customer and with the same customer under a one-character id.
@@ -129,8 +131,15 @@ SUMMED = [
     (f"SELECT COUNT(*), SUM(LEAST(GREATEST(length(o.cid), 0), 10)) {J}", None),
 ]
 
+#: a key compared with another input's key (equal or not, distinct or not): the comparison reads both digests
+COMPARED = [
+    (f"SELECT COUNT(*) {J} WHERE (c.id <> o.cid OR o.amt > 0)", None),
+    (f"SELECT COUNT(*) {J} WHERE (c.id <> o.cid OR o.amt > 0)", {"mechanism": "r2t"}),
+    (f"SELECT c.seg, COUNT(*) {J} WHERE (c.id IS NOT DISTINCT FROM o.cid OR c.seg = 's1') GROUP BY c.seg", None),
+]
 
-@pytest.mark.parametrize(("sql", "options"), LOOKED_UP + COUNTED + READ_AS_VALUE + NOT_BOOLEAN + SUMMED)
+
+@pytest.mark.parametrize(("sql", "options"), LOOKED_UP + COUNTED + READ_AS_VALUE + NOT_BOOLEAN + SUMMED + COMPARED)
 def test_control_answers_without_the_customer_and_with_a_short_id(files: Path, sql: str,
                                                                   options: dict[str, Any] | None) -> None:
     assert _outcome(files, "without", sql, options) == "answered"
@@ -243,4 +252,12 @@ def test_a_key_inside_a_sums_argument_answers_with_one_customers_repeated_long_i
         files: Path, sql: str, options: dict[str, Any] | None) -> None:
     """``length(o.cid)`` (BIGINT) is a column of the orders' projection, computed before the key becomes its digest,
     so the aggregate reads the key only through it."""
+    assert _outcome(files, "long", sql, options) == "answered"
+
+
+@pytest.mark.parametrize(("sql", "options"), COMPARED)
+def test_a_key_compared_with_another_inputs_key_answers_with_one_customers_repeated_long_id(
+        files: Path, sql: str, options: dict[str, Any] | None) -> None:
+    """``c.id <> o.cid`` compares the two keys' digests (one salt, equal exactly where the texts are), so neither key
+    is carried as its text."""
     assert _outcome(files, "long", sql, options) == "answered"

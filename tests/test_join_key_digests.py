@@ -151,8 +151,11 @@ def test_the_keys_read_only_as_keys_are_the_digested_ones() -> None:
     assert _digested("SELECT COUNT(*) FROM orders o JOIN item i ON o.oid = i.oid") >= {"o__oid", "i__oid"}
     # COUNT(col) reads whether the key is NULL, as its digest tells
     assert _digested("SELECT COUNT(o.cid) FROM customer c JOIN orders o ON c.id = o.cid") == {"c__id", "o__cid"}
+    # compared with another input's key: the comparison reads both digests
+    assert _digested("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid WHERE c.id = o.cid OR o.amt > 1") == {
+        "c__id", "o__cid"}
     # read as a value too: neither side of the equi-join is digested
-    assert not _digested("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid WHERE c.id = o.cid OR o.amt > 1") & {
+    assert not _digested("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid WHERE c.id < o.cid OR o.amt > 1") & {
         "c__id", "o__cid"}
 
 
@@ -163,23 +166,30 @@ def test_the_bounded_sql_carries_the_digest_of_a_key_only() -> None:
         bounded = " ".join(s.explain(sql, epsilon=1.0).bounded_sql.split())
         assert "MD5_NUMBER('<per-query secret salt>' || CAST(o__cid COLLATE \"binary\" AS TEXT)) AS o__cid" in bounded
         value = " ".join(s.explain("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid "
-                                   "WHERE c.id = o.cid OR o.amt > 1", epsilon=1.0).bounded_sql.split())
+                                   "WHERE c.id < o.cid OR o.amt > 1", epsilon=1.0).bounded_sql.split())
         assert "AS TEXT)) AS o__cid" not in value
     finally:
         s.close()
 
 
-def _edge_releases(text: bool) -> list[Any]:
+def _edge_releases(text: bool, wheres: tuple[str, ...] = ("", " WHERE e1.src <> e2.dst", " WHERE e1.src = e2.dst"),
+                   nulls: bool = False) -> list[Any]:
     """Paths of two edges over 30 nodes (text ids, or the same ids relabelled as integers), in shapes where the
-    middle node's keys are digested and the end nodes' are read as values too (their ids then spelled from the
-    digest in the query): one person, one id, in every slot."""
+    middle node's keys are digested and the end nodes' are digested too, or read as values (their ids then spelled
+    from the digest in the query): one person, one id, in every slot. With ``nulls`` one edge in 8 has a NULL
+    ``dst``."""
     import numpy as np
 
     g = np.random.default_rng(3)
     src, dst = g.integers(0, 30, 400), g.integers(0, 30, 400)
     src, dst = src[src != dst], dst[src != dst]
     names = IDS[:6] + [f"n{i}" for i in range(24)]
-    spell = (lambda v: [names[int(i)] for i in v]) if text else (lambda v: [int(i) for i in v])
+    spell0 = (lambda v: [names[int(i)] for i in v]) if text else (lambda v: [int(i) for i in v])
+
+    def spell(v: Any) -> list[Any]:
+        out = spell0(v)
+        return [None if nulls and v is dst and k % 8 == 0 else x for k, x in enumerate(out)]
+
     s = dpsql.Session(budget=Budget(1e9, 0.9))
     use_noise(s, zero_noise(2))
     s.register("node", pa.table({"id": spell(range(30))}), privacy_unit="id")
@@ -187,7 +197,7 @@ def _edge_releases(text: bool) -> list[Any]:
                degree_bounds={"src": 8, "dst": 8})
     try:
         out = []
-        for where in ("", " WHERE e1.src <> e2.dst", " WHERE e1.src = e2.dst"):
+        for where in wheres:
             for opts in ({"q": 1.0}, {"mechanism": "r2t"}):
                 sql = "SELECT COUNT(*) FROM edge e1 JOIN edge e2 ON e1.dst = e2.src" + where
                 out.append(s.query(sql, epsilon=5.0, delta=1e-6, options=opts).table.to_pylist())
@@ -443,3 +453,27 @@ def test_value_aggregates_over_the_key_release_what_integer_keys_release() -> No
     text = _not_boolean(IDS, SUMMED)
     assert text == _not_boolean(list(range(len(IDS))), SUMMED)
     assert len({repr(r) for r in text}) >= 5
+
+
+#: keys compared with another input's keys (``joins.key_comparisons``): equal, unequal, (not) distinct, in a larger
+#: condition; one edge in 8 has a NULL end
+COMPARED = (" WHERE e1.src <> e2.dst", " WHERE e1.src IS DISTINCT FROM e2.dst",
+            " WHERE (e1.src IS NOT DISTINCT FROM e2.dst OR e1.src = {a})", " WHERE NOT (e1.src = e2.dst AND e2.dst <> {a})")
+
+
+def test_keys_compared_with_other_inputs_keys_compare_their_digests() -> None:
+    """The comparison reads both keys' digests (the bounded SQL carries no text of them), and releases what the
+    same comparison of integer keys does, NULL ends included (``<>`` and ``IS DISTINCT FROM`` release apart)."""
+    a = {True: "'a'", False: "0"}
+    text = _edge_releases(True, tuple(w.format(a=a[True]) for w in COMPARED), nulls=True)
+    assert text == _edge_releases(False, tuple(w.format(a=a[False]) for w in COMPARED), nulls=True)
+    assert text[0:2] != text[2:4]  # (each shape twice: DP-S4S, R2T)
+    assert len({repr(r) for r in text}) >= 3
+    s = _session(_tables(IDS))
+    try:
+        for sql in (f"SELECT COUNT(*) {J} WHERE (c.id <> o.cid OR o.amt > 1)", f"SELECT COUNT(*) {J} JOIN visit v "
+                    "ON c.id = v.cid WHERE o.cid IS DISTINCT FROM v.cid OR o.amt > 1"):
+            bounded = " ".join(s.explain(sql, epsilon=1.0).bounded_sql.split())
+            assert "AS TEXT)) AS o__cid" in bounded and "AS TEXT)) AS c__id" in bounded, sql
+    finally:
+        s.close()

@@ -473,6 +473,38 @@ def hoisted(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> Hoisted:
                                        flat_schema={**jp.flat_schema, **types}), parts, top)
 
 
+#: comparisons of two keys that their digests answer alike: equal, unequal, (not) distinct (NULL's digest is NULL)
+_KEY_COMPARISONS = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)
+
+
+def _bare(e: exp.Expression) -> exp.Expression:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e
+
+
+def key_comparisons(cond: exp.Expression, jp: ir.JoinPlan,
+                    caps: Sequence[tuple[str, str, int]]) -> list[tuple[exp.Expression, str, str]]:
+    """The comparisons in ``cond`` (a condition after the join) of a text or BLOB key of one inner-joined input with
+    one of another (``c.id = o.cid``, ``<>``, ``IS [NOT] DISTINCT FROM``), both of one kind (text, or the same BLOB
+    type), as (node, flat column, flat column). The join reads text under the binary collation, where two texts are
+    equal exactly when their salted digests are (but with probability about 2^-128 per pair, under a secret salt no
+    one can aim at), and a NULL's digest is NULL: such a comparison reads both digests alike (:func:`key_digests`)."""
+    keys = {c for c in _key_columns(jp, caps) if _digestable(jp.flat_schema.get(c, ""))}
+    out = []
+    for node in cond.find_all(*_KEY_COMPARISONS):
+        x, y = _bare(node.this), _bare(node.expression)
+        if not (isinstance(x, exp.Column) and isinstance(y, exp.Column) and x.name in keys and y.name in keys):
+            continue
+        ax, ay = x.name.split(SEP, 1)[0], y.name.split(SEP, 1)[0]
+        if ax == ay or {ax, ay} & set(jp.left):
+            continue
+        tx, ty = jp.flat_schema.get(x.name, ""), jp.flat_schema.get(y.name, "")
+        if (is_text(tx) and is_text(ty)) or (not is_text(tx) and tx.upper().strip() == ty.upper().strip()):
+            out.append((node, x.name, y.name))
+    return out
+
+
 def matched_keys(jp: ir.JoinPlan) -> frozenset[str]:
     """The flat columns of the GROUP BY keys that are bare text columns with a public key set (``declared`` or
     ``public``): such a key is only matched with its key set (``dpsql.rewrite.join_groups``, NULL-safely), which
@@ -486,7 +518,8 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
     """The flat text and BLOB columns a join plan carries as their salted digest (:class:`KeyDigest`) from the
     input's projection on: those read only as keys (equi-join conditions, user slots, Delta caps, declared
     keys), never as values (the conditions applied after the join, but for their parts that one input's
-    projection computes before the digest, :func:`hoisted`; SUM's argument, but for its parts computed alike;
+    projection computes before the digest, :func:`hoisted`, and their comparisons of two inputs' keys, which
+    compare the digests of both, :func:`key_comparisons`, both digested or neither; SUM's argument, but for its parts computed alike;
     COUNT's unless a bare column (it reads only whether the column is NULL, and so does its digest), GROUP BY keys, the one-table statement of
     a lookup join, ``extra`` projections other than the caller's person columns ``ids``, output names of bare
     columns). Both sides of an equi-join are carried alike (a column that is
@@ -511,7 +544,12 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
             values.update(c.name for c in e.find_all(exp.Column))
 
     hoist = hoisted(jp, caps)
+    compared: list[tuple[str, str]] = []
     for e in hoist.plan_top():
+        e = e.copy()
+        for node, x, y in key_comparisons(e, jp, caps):  # (read by their digests: both digested, or neither)
+            compared.append((x, y))
+            node.replace(exp.true())
         read(e)
     for a, c in jp.left_on:  # (an ON condition over the lookup's columns alone filters its rows before the digest)
         if not {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)} <= {a}:
@@ -533,7 +571,7 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
     changed = True
     while changed:
         changed = False
-        for x, y in jp.conditions:
+        for x, y in (*jp.conditions, *compared):
             if (x in chosen) != (y in chosen):
                 chosen -= {x, y}
                 changed = True
@@ -664,13 +702,34 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
             on = exp.And(this=on, expression=exp.Paren(this=guard(_and(on_extra[sequence[i]]), dict(jp.flat_schema), "ON")))
         q = q.join(rel, on=on, join_type="left" if sequence[i] in left else "inner", copy=False)
     if top:
-        q = q.where(guard(_and(top), dict(original.flat_schema)), copy=False)
+        q = q.where(_after_join(_and(top), original, caps, dict(original.flat_schema), digested), copy=False)
     if with_tid:
         types = {n: jp.flat_schema[n] for n in jp.flat_schema}
         types.update({p.name: "BIGINT" for p in parts})
         types.update(extra_types or {})
         return _with_tid(q, types=types, spread=spread)
     return q
+
+
+def _after_join(cond: exp.Expression, jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], schema: dict[str, str],
+                digested: frozenset[str]) -> exp.Expression:
+    """The conditions after the join rendered total by the typer (:func:`guard`), each comparison of two keys carried
+    as their digests (:func:`key_comparisons`) comparing those digests: the typer renders it as a BOOLEAN column
+    of a name no input has (``__keys<i>``: a flat name has its input's alias before ``__``), then replaced."""
+    cond = cond.copy()
+    compared: dict[str, exp.Expression] = {}
+    for node, x, y in key_comparisons(cond, jp, caps):
+        if x in digested and y in digested:
+            name = f"__keys{len(compared)}"
+            compared[name] = type(node)(this=_col(x), expression=_col(y))
+            node.replace(exp.column(name))
+    out = guard(cond, {**schema, **dict.fromkeys(compared, "BOOLEAN")})
+    if not compared:
+        return out
+    for c in list(out.find_all(exp.Column)):
+        if c.name in compared and not c.table:
+            c.replace(exp.Paren(this=compared[c.name].copy()))
+    return out
 
 
 def _part(e: exp.Expression, typ: str, schema: dict[str, str], ops: SqlOps) -> exp.Expression:
