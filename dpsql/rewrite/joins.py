@@ -92,7 +92,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -514,15 +514,15 @@ def matched_keys(jp: ir.JoinPlan) -> frozenset[str]:
 
 
 def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Sequence[exp.Expression] = (),
-                ids: Sequence[str] = (), matched: Sequence[str] = ()) -> frozenset[str]:
+                ids: Sequence[str] = (), matched: Sequence[str] = (), distinct: Collection[str] = ()) -> frozenset[str]:
     """The flat text and BLOB columns a join plan carries as their salted digest (:class:`KeyDigest`) from the
     input's projection on: those read only as keys (equi-join conditions, user slots, Delta caps, declared
     keys), never as values (the conditions applied after the join, but for their parts that one input's
     projection computes before the digest, :func:`hoisted`, and their comparisons of two inputs' keys, which
     compare the digests of both, :func:`key_comparisons`, both digested or neither; SUM's argument, but for its parts computed alike;
     COUNT's unless a bare column (it reads only whether the column is NULL, and so does its digest), GROUP BY keys, the one-table statement of
-    a lookup join, ``extra`` projections other than the caller's person columns ``ids``, output names of bare
-    columns). Both sides of an equi-join are carried alike (a column that is
+    a lookup join but for its columns the caller reads for equality only, ``distinct``, ``extra`` projections other
+    than the caller's person columns ``ids`` and the ``distinct`` ones, output names of bare columns). Both sides of an equi-join are carried alike (a column that is
     not digested keeps the other side as it is).
 
     A key is carried with every joined row, and through the Delta caps' windows, which materialise every row
@@ -560,12 +560,15 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
         if not (kind == ir.COUNT_COL and isinstance(e, exp.Column)):
             read(e)
     keyed = matched_keys(jp) if matched else frozenset()
-    for e in (*[k.expr for k in jp.keys if not (isinstance(k.expr, exp.Column) and k.expr.name in keyed)], jp.statement):
+    for e in [k.expr for k in jp.keys if not (isinstance(k.expr, exp.Column) and k.expr.name in keyed)]:
         read(e)
+    if jp.statement is not None:  # (but for the columns the caller reads for equality only, ``distinct``)
+        values.update(c.name for c in jp.statement.find_all(exp.Column) if c.name not in distinct)
     for e in extra:
         inner = e.this if isinstance(e, exp.Alias) else e
         if not (e.alias_or_name in ids and isinstance(inner, exp.Column) and inner.name in slot_cols) and not (
-                e.alias_or_name in matched and isinstance(inner, exp.Column) and inner.name in keyed):
+                e.alias_or_name in matched and isinstance(inner, exp.Column) and inner.name in keyed) and (
+                e.alias_or_name not in distinct):
             read(e)
     chosen = {c for c in keys if c not in values and _digestable(jp.flat_schema.get(c, ""))}
     changed = True
@@ -609,7 +612,7 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
 def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, ops: SqlOps,
                   caps: Sequence[tuple[str, str, int]], parts: list[Part], extra: Sequence[exp.Expression] = (),
                   with_tid: bool = True, extra_types: Mapping[str, str] | None = None,
-                  ids: Sequence[str] = (), matched: Sequence[str] = ()) -> exp.Select:
+                  ids: Sequence[str] = (), matched: Sequence[str] = (), distinct: Collection[str] = ()) -> exp.Select:
     """The join with weights (``parts``), optional extra projections (``extra_types``: the types of those
     that are not join columns, by name; ``ids``: the names of those that are person columns the caller only
     groups by or spells ids from) and the tuple id ``__tid``. Every equi-join, semi-join, grouping and
@@ -618,7 +621,7 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     it through one input alone computed by that input's projection (:func:`hoisted`)."""
     spread = Spread(salt, ops)
     needed = _needed(jp, caps)
-    digested = key_digests(jp, caps, extra, ids, matched)
+    digested = key_digests(jp, caps, extra, ids, matched, distinct)
     digest = KeyDigest(salt, ops)
     hoist = hoisted(jp, caps)
     if hoist.parts and hoist.top:  # the conditions as written, typed as they are (a refusal is the query's own)
