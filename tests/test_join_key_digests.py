@@ -172,11 +172,12 @@ def test_the_bounded_sql_carries_the_digest_of_a_key_only() -> None:
         s.close()
 
 
-def _edge_releases(text: bool, wheres: tuple[str, ...] = ("", " WHERE e1.src <> e2.dst", " WHERE e1.src = e2.dst"),
+def _edge_releases(text: bool, wheres: tuple[str, ...] = ("", " WHERE NOT e1.src IN (e2.dst, e2.dst)",
+                                                          " WHERE e1.src IN (e2.dst, e2.dst)"),
                    nulls: bool = False) -> list[Any]:
     """Paths of two edges over 30 nodes (text ids, or the same ids relabelled as integers), in shapes where the
-    middle node's keys are digested and the end nodes' are digested too, or read as values (their ids then spelled
-    from the digest in the query): one person, one id, in every slot. With ``nulls`` one edge in 8 has a NULL
+    middle node's keys are digested and the end nodes' are read as values too (``IN`` of another input's key: their
+    ids then spelled from the digest in the query), or digested (``wheres``): one person, one id, in every slot. With ``nulls`` one edge in 8 has a NULL
     ``dst``."""
     import numpy as np
 
@@ -469,6 +470,17 @@ def test_keys_compared_with_other_inputs_keys_compare_their_digests() -> None:
     assert text == _edge_releases(False, tuple(w.format(a=a[False]) for w in COMPARED), nulls=True)
     assert text[0:2] != text[2:4]  # (each shape twice: DP-S4S, R2T)
     assert len({repr(r) for r in text}) >= 3
+    e = dpsql.Session(budget=Budget(1e6, 0.9))
+    e.register("node", pa.table({"id": ["a", "b"]}), privacy_unit="id")
+    e.register("edge", pa.table({"src": ["a"], "dst": ["b"]}), references={"src": "node.id", "dst": "node.id"},
+               degree_bounds={"src": 8, "dst": 8})
+    try:
+        for w in COMPARED:  # (the comparison as the whole condition, or a part of it)
+            jp = analyze("SELECT COUNT(*) FROM edge e1 JOIN edge e2 ON e1.dst = e2.src" + w.format(a="'a'"), dict(e.tables)).join
+            assert jp is not None
+            assert key_digests(jp, ()) >= {"e1__src", "e2__dst"}, w
+    finally:
+        e.close()
     s = _session(_tables(IDS))
     try:
         for sql in (f"SELECT COUNT(*) {J} WHERE (c.id <> o.cid OR o.amt > 1)", f"SELECT COUNT(*) {J} JOIN visit v "
@@ -512,3 +524,22 @@ def test_a_key_a_lookup_joins_statement_counts_is_carried_as_its_digests_text() 
     text = _lookup_releases(True)
     assert text == _lookup_releases(False)
     assert text[0] != text[1] and all(text)
+
+
+def test_control_a_comparison_of_digests_under_two_salts_changes_the_releases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison above sees digests that do not compare the texts: one side's key (``e2.dst``) digested under
+    another salt than the other's, so that ``e1.src <> e2.dst`` holds for equal texts."""
+    import dpsql.rewrite.joins as rj
+
+    honest = rj.KeyDigest.of
+
+    def of(self: Any, value: Any, sql_type: str) -> Any:
+        if any(c.name == "e2__dst" for c in value.find_all(exp.Column)):
+            return honest(rj.KeyDigest(self.salt + "?", self.ops), value, sql_type)
+        return honest(self, value, sql_type)
+
+    from sqlglot import exp
+
+    where = COMPARED[:1]
+    monkeypatch.setattr(rj.KeyDigest, "of", of)
+    assert _edge_releases(True, where, nulls=True) != _edge_releases(False, where, nulls=True)

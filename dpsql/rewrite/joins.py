@@ -546,11 +546,11 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
     hoist = hoisted(jp, caps)
     compared: list[tuple[str, str]] = []
     for e in hoist.plan_top():
-        e = e.copy()
-        for node, x, y in key_comparisons(e, jp, caps):  # (read by their digests: both digested, or neither)
+        holder = exp.Paren(this=e.copy())  # (a comparison may be the whole condition)
+        for node, x, y in key_comparisons(holder, jp, caps):  # (read by their digests: both digested, or neither)
             compared.append((x, y))
             node.replace(exp.true())
-        read(e)
+        read(holder)
     for a, c in jp.left_on:  # (an ON condition over the lookup's columns alone filters its rows before the digest)
         if not {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)} <= {a}:
             read(c)
@@ -719,20 +719,21 @@ def _after_join(cond: exp.Expression, jp: ir.JoinPlan, caps: Sequence[tuple[str,
     """The conditions after the join rendered total by the typer (:func:`guard`), each comparison of two keys carried
     as their digests (:func:`key_comparisons`) comparing those digests: the typer renders it as a BOOLEAN column
     of a name no input has (``__keys<i>``: a flat name has its input's alias before ``__``), then replaced."""
-    cond = cond.copy()
+    holder = exp.Paren(this=cond.copy())  # (a comparison may be the whole condition)
     compared: dict[str, exp.Expression] = {}
-    for node, x, y in key_comparisons(cond, jp, caps):
+    for node, x, y in key_comparisons(holder, jp, caps):
         if x in digested and y in digested:
             name = f"__keys{len(compared)}"
             compared[name] = type(node)(this=_col(x), expression=_col(y))
             node.replace(exp.column(name))
-    out = guard(cond, {**schema, **dict.fromkeys(compared, "BOOLEAN")})
+    out = guard(holder.this, {**schema, **dict.fromkeys(compared, "BOOLEAN")})
     if not compared:
         return out
-    for c in list(out.find_all(exp.Column)):
+    rendered = exp.Paren(this=out)  # (the placeholder may be the whole rendering)
+    for c in list(rendered.find_all(exp.Column)):
         if c.name in compared and not c.table:
             c.replace(exp.Paren(this=compared[c.name].copy()))
-    return out
+    return rendered.this
 
 
 def _part(e: exp.Expression, typ: str, schema: dict[str, str], ops: SqlOps) -> exp.Expression:
