@@ -27,6 +27,15 @@ QUERIES = {
     # a condition across inputs read through the customer's BOOLEAN part (``joins.hoisted``), NULL for 'a'
     "condition_sampled": ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid "
                           "WHERE NOT (NULLIF(c.id, 'a') <> 'x' AND o.amt < 2)", {"q": 0.5}),
+    # a condition across inputs read through the customer's BIGINT part ``length(c.id)`` (``joins.hoisted``)
+    "length_sampled": ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid WHERE length(c.id) > o.amt",
+                       {"q": 0.5}),
+    # SUM's argument read through the orders' BIGINT part ``length(o.cid)`` (``joins.hoisted``)
+    "sum_length_sampled": ("SELECT SUM(LEAST(GREATEST(length(o.cid), 0), 10)) FROM customer c JOIN orders o "
+                           "ON c.id = o.cid", {"q": 0.5}),
+    # two inputs' keys compared by their digests (``joins.key_comparisons``)
+    "compared_sampled": ("SELECT COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid JOIN visit v ON c.id = v.cid "
+                         "WHERE (o.cid <> v.cid OR o.amt > 1)", {"q": 0.5}),
     # a grouped join key matched to its declared domain by digest (``joins.matched_keys``)
     "grouped_key_sampled": ("SELECT o.cid, COUNT(*) FROM customer c JOIN orders o ON c.id = o.cid GROUP BY o.cid",
                             {"mechanism": "dp_s4s_vector", "q": 0.5}),

@@ -4,7 +4,7 @@ One relation per input (its needed columns renamed ``<alias>__<column>``; the WH
 over that input alone; with an enforced Delta, then at most n rows per value of the column it
 joins on, chosen by :func:`dpsql.rewrite.bound.cap_rows`), then only the rows whose key value is held once in the base table for an input the
 join enters through a declared key (:func:`_unique_filter`), the inner equi-join, the other WHERE
-conjuncts (their boolean parts over one input that read a text or BLOB key computed by that input's projection:
+conjuncts (their parts of fixed width over one input that read a text or BLOB key computed by that input's projection:
 :func:`hoisted`), every condition rendered total by the typer (:func:`dpsql.rewrite.bound.guard`). The inputs
 are joined left-deep in the order :func:`dpsql.plan.joins.join_sequence` decides from the catalog alone
 (the table holding many rows per key first, each table entered through a key on the right of its join,
@@ -92,7 +92,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -104,7 +104,7 @@ from dpsql.errors import UnsupportedQueryError
 from dpsql.plan import ir
 from dpsql.plan.joins import SEP, _direct, _type_family, flat, join_sequence
 from dpsql.plan.joins import parts as key_parts
-from dpsql.plan.typer import CAST_FROM, DIGEST_TYPE, TypeRefusal, type_checked
+from dpsql.plan.typer import CAST_FROM, DIGEST_TYPE, TypeRefusal, type_checked, type_predicate
 from dpsql.rewrite.bound import (
     binary_text,
     cap_rows,
@@ -328,10 +328,10 @@ HOISTED = "__cond"
 
 @dataclass(frozen=True)
 class Hoisted:
-    """A join plan whose conditions applied after the join read a text or BLOB key through conditions of their own
-    (:func:`hoisted`): ``plan`` with those parts replaced by BOOLEAN columns, ``parts`` per input the (flat name,
-    condition over the input's flat columns) each computes in its projection, ``top`` the conditions as written
-    (their refusals are those of the query as written)."""
+    """A join plan whose conditions applied after the join read a text or BLOB key through parts of their own
+    (:func:`hoisted`): ``plan`` with those parts replaced by columns of fixed width (their types in ``plan``'s
+    ``flat_schema``), ``parts`` per input the (flat name, part over the input's flat columns) each computes in its
+    projection, ``top`` the conditions as written (their refusals are those of the query as written)."""
 
     plan: ir.JoinPlan
     parts: dict[str, list[tuple[str, exp.Expression]]]
@@ -345,31 +345,61 @@ class Hoisted:
         return top
 
 
-def _boolean(e: exp.Expression, schema: dict[str, str]) -> bool:
+#: the kinds of type (``dpsql.plan.typer.SqlType.kind``) of a part an input's projection may compute in place of
+#: the text it reads: fixed width, never text, BLOB, lists or other types whose values one person can make long
+FIXED_WIDTH = frozenset({"bool", "int", "decimal", "float", "date", "timestamp"})
+
+
+def _fixed_width(e: exp.Expression, schema: dict[str, str], *, boolean: bool) -> str | None:
+    """The type (as the typer names it) of ``e`` when the typer types it and it is of fixed width (BOOLEAN only
+    with ``boolean``), else None."""
     try:
-        return type_checked(e, schema).type.kind == "bool"
+        t = type_checked(e, schema).type
+    except TypeRefusal:
+        return None
+    if t.kind not in (("bool",) if boolean else FIXED_WIDTH):
+        return None
+    return "BOOLEAN" if t.kind == "bool" else t.name
+
+
+def _typed(e: exp.Expression, schema: dict[str, str], what: str) -> bool:
+    try:
+        type_predicate(e, schema, what)
     except TypeRefusal:
         return False
+    return True
 
 
 def hoisted(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> Hoisted:
-    """Each condition applied after the join (a WHERE conjunct across inputs) with its largest boolean parts that
-    read the columns of one inner-joined input only, one of them a text or BLOB key (:func:`_key_columns`), replaced
-    by BOOLEAN columns that input's projection computes (``<alias>____cond<i>``; more underscores if the input has a
-    column of that name). The condition then reads such a key only through those columns, and the key may be carried
-    as its salted digest (:func:`key_digests`): a condition such as ``c.id <> 'x' OR o.amt > 0`` otherwise carried
-    one customer's 60 000-character id with each of their 6 000 joined orders.
+    """Each condition applied after the join (a WHERE conjunct across inputs) with its largest parts that read the
+    columns of one inner-joined input only, one of them a text or BLOB key (:func:`_key_columns`), and whose type is
+    of fixed width (:data:`FIXED_WIDTH`: BOOLEAN, an integer, DECIMAL, a float, DATE, TIMESTAMP; never text or
+    BLOB), replaced by columns of that type which that input's projection computes (``<alias>____cond<i>``; more
+    underscores if the input has a column of that name). The condition then reads such a key only through those
+    columns, and the key may be carried as its salted digest (:func:`key_digests`): a condition such as
+    ``c.id <> 'x' OR o.amt > 0`` or ``length(c.id) > o.amt`` otherwise carried one customer's 60 000-character id
+    with each of their 6 000 joined orders.
 
     Exactly the same condition: a part's value is computed once per input row from the same values the join carries
     (text under the binary collation, before the digest; rendered total by the typer, :func:`guard`, as the whole
-    condition is), and SQL's three-valued logic reads its NULL as the part's NULL. A LEFT-joined lookup's parts stay
-    in the condition (its columns are NULL where no row matched, and a part need not be). From the query and the
-    catalog's types only."""
+    condition is; the typer types a part from its operands alone, the context only converting its result), and
+    SQL's three-valued logic reads its NULL as the part's NULL. A part in the place of a CASE's WHEN ... THEN pair
+    is no value and is never replaced. A condition whose rewriting the typer would not accept as written (a part's
+    proven range no longer known) keeps its BOOLEAN parts only, as it did before (or none). A LEFT-joined lookup's
+    parts stay in the condition (its columns are NULL where no row matched, and a part need not be). From the query
+    and the catalog's types only.
+
+    A value aggregate's argument (SUM's, and so AVG's; COUNT's of a bare column reads only whether it is NULL, and
+    needs nothing) has its largest parts of the same kind computed alike (the whole argument when it reads one input
+    only: ``SUM(LEAST(GREATEST(length(o.cid), 0), 10))``), when the argument keeps its type (else as written)."""
     local, top = _split_where(jp)
     for a in jp.left:
         top += local.pop(a, [])
     keys = {c for c in _key_columns(jp, caps) if _digestable(jp.flat_schema.get(c, ""))}
-    if not top or not any(c.name in keys for e in top for c in e.find_all(exp.Column)):
+    # the aggregates' arguments, but COUNT's of a bare column (it reads whether the column is NULL, as its digest tells)
+    aggs = [(jp.kind, jp.value), *[(g.kind, g.value) for g in jp.aggregates]]
+    values = [v for k, v in aggs if v is not None and not (k == ir.COUNT_COL and isinstance(v, exp.Column))]
+    if not any(c.name in keys for e in [*top, *values] for c in e.find_all(exp.Column)):
         return Hoisted(jp, {}, top)
     schema = dict(jp.flat_schema)
     parts: dict[str, list[tuple[str, exp.Expression]]] = {}
@@ -385,32 +415,94 @@ def hoisted(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> Hoisted:
             names[a] = prefix
         return flat(a, f"{names[a]}{len(parts.get(a, []))}")
 
-    def visit(node: exp.Expression) -> None:
+    def visit(node: exp.Expression, found: list[tuple[str, str, exp.Expression, str]], boolean: bool) -> None:
         cols = list(node.find_all(exp.Column))
         inputs = {c.name.split(SEP, 1)[0] for c in cols}
         if not cols or not any(c.name in keys for c in cols):
             return
-        if len(inputs) == 1 and not inputs & set(jp.left) and _boolean(node, schema):
-            a = inputs.pop()
-            n = name_for(a)
-            parts.setdefault(a, []).append((n, node.copy()))
-            types[n] = "BOOLEAN"
-            node.replace(exp.column(n))
-            return
+        if len(inputs) == 1 and not inputs & set(jp.left) and node.arg_key != "ifs":
+            typ = _fixed_width(node, schema, boolean=boolean)
+            if typ is not None:
+                a = inputs.pop()
+                n = name_for(a)
+                parts.setdefault(a, []).append((n, node.copy()))
+                found.append((a, n, node.copy(), typ))
+                types[n] = typ
+                node.replace(exp.column(n))
+                return
         for child in list(node.iter_expressions()):
-            visit(child)
+            visit(child, found, boolean)
 
     conds = []
     for e in top:
-        c = e.copy()
-        holder = exp.Paren(this=c)
-        visit(holder.this)
-        conds.append(holder.this)
-    if not parts:
+        for boolean in (False, True):
+            found: list[tuple[str, str, exp.Expression, str]] = []
+            holder = exp.Paren(this=e.copy())
+            visit(holder.this, found, boolean)
+            if not found or boolean or _typed(holder.this, {**schema, **types}, "WHERE"):
+                break
+            for a, n, _, _ in reversed(found):  # undone: the condition takes its BOOLEAN parts only
+                parts[a].pop()
+                types.pop(n)
+        conds.append(holder.this if found else e.copy())
+
+    def value(kind: str, v: exp.Expression | None) -> exp.Expression | None:
+        """An aggregate's argument with its parts of fixed width over one input (the whole argument when it reads one
+        input only): the same value, typed alike, or the argument as written."""
+        if v is None or (kind == ir.COUNT_COL and isinstance(v, exp.Column)):
+            return v
+        before = _fixed_width(v, schema, boolean=False)
+        found: list[tuple[str, str, exp.Expression, str]] = []
+        holder = exp.Paren(this=v.copy())
+        visit(holder.this, found, False)
+        if not found or (before is not None and _fixed_width(holder.this, {**schema, **types}, boolean=False) == before):
+            return holder.this
+        for a, n, _, _ in reversed(found):  # undone: the argument as written
+            parts[a].pop()
+            types.pop(n)
+        return v
+
+    new_value = value(jp.kind, jp.value)
+    new_aggs = tuple(dataclasses.replace(g, value=value(g.kind, g.value)) for g in jp.aggregates)
+    if not parts or not any(parts.values()):
         return Hoisted(jp, {}, top)
+    parts = {a: ps for a, ps in parts.items() if ps}
     kept = [w for a, ws in local.items() for w in ws]
-    where = _and([*kept, *conds])
-    return Hoisted(dataclasses.replace(jp, where=where, flat_schema={**jp.flat_schema, **types}), parts, top)
+    where = _and([*kept, *conds]) if kept or conds else None
+    return Hoisted(dataclasses.replace(jp, where=where, value=new_value, aggregates=new_aggs,
+                                       flat_schema={**jp.flat_schema, **types}), parts, top)
+
+
+#: comparisons of two keys that their digests answer alike: equal, unequal, (not) distinct (NULL's digest is NULL)
+_KEY_COMPARISONS = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)
+
+
+def _bare(e: exp.Expression) -> exp.Expression:
+    while isinstance(e, exp.Paren):
+        e = e.this
+    return e
+
+
+def key_comparisons(cond: exp.Expression, jp: ir.JoinPlan,
+                    caps: Sequence[tuple[str, str, int]]) -> list[tuple[exp.Expression, str, str]]:
+    """The comparisons in ``cond`` (a condition after the join) of a text or BLOB key of one inner-joined input with
+    one of another (``c.id = o.cid``, ``<>``, ``IS [NOT] DISTINCT FROM``), both of one kind (text, or the same BLOB
+    type), as (node, flat column, flat column). The join reads text under the binary collation, where two texts are
+    equal exactly when their salted digests are (but with probability about 2^-128 per pair, under a secret salt no
+    one can aim at), and a NULL's digest is NULL: such a comparison reads both digests alike (:func:`key_digests`)."""
+    keys = {c for c in _key_columns(jp, caps) if _digestable(jp.flat_schema.get(c, ""))}
+    out = []
+    for node in cond.find_all(*_KEY_COMPARISONS):
+        x, y = _bare(node.this), _bare(node.expression)
+        if not (isinstance(x, exp.Column) and isinstance(y, exp.Column) and x.name in keys and y.name in keys):
+            continue
+        ax, ay = x.name.split(SEP, 1)[0], y.name.split(SEP, 1)[0]
+        if ax == ay or {ax, ay} & set(jp.left):
+            continue
+        tx, ty = jp.flat_schema.get(x.name, ""), jp.flat_schema.get(y.name, "")
+        if (is_text(tx) and is_text(ty)) or (not is_text(tx) and tx.upper().strip() == ty.upper().strip()):
+            out.append((node, x.name, y.name))
+    return out
 
 
 def matched_keys(jp: ir.JoinPlan) -> frozenset[str]:
@@ -422,14 +514,15 @@ def matched_keys(jp: ir.JoinPlan) -> frozenset[str]:
 
 
 def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Sequence[exp.Expression] = (),
-                ids: Sequence[str] = (), matched: Sequence[str] = ()) -> frozenset[str]:
+                ids: Sequence[str] = (), matched: Sequence[str] = (), distinct: Collection[str] = ()) -> frozenset[str]:
     """The flat text and BLOB columns a join plan carries as their salted digest (:class:`KeyDigest`) from the
     input's projection on: those read only as keys (equi-join conditions, user slots, Delta caps, declared
     keys), never as values (the conditions applied after the join, but for their parts that one input's
-    projection computes before the digest, :func:`hoisted`; SUM's argument, COUNT's unless a bare column
-    (it reads only whether the column is NULL, and so does its digest), GROUP BY keys, the one-table statement of
-    a lookup join, ``extra`` projections other than the caller's person columns ``ids``, output names of bare
-    columns). Both sides of an equi-join are carried alike (a column that is
+    projection computes before the digest, :func:`hoisted`, and their comparisons of two inputs' keys, which
+    compare the digests of both, :func:`key_comparisons`, both digested or neither; SUM's argument, but for its parts computed alike;
+    COUNT's unless a bare column (it reads only whether the column is NULL, and so does its digest), GROUP BY keys, the one-table statement of
+    a lookup join but for its columns the caller reads for equality only, ``distinct``, ``extra`` projections other
+    than the caller's person columns ``ids`` and the ``distinct`` ones, output names of bare columns). Both sides of an equi-join are carried alike (a column that is
     not digested keeps the other side as it is).
 
     A key is carried with every joined row, and through the Delta caps' windows, which materialise every row
@@ -450,28 +543,38 @@ def key_digests(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], extra: Se
         if e is not None:
             values.update(c.name for c in e.find_all(exp.Column))
 
-    for e in hoisted(jp, caps).plan_top():
-        read(e)
+    hoist = hoisted(jp, caps)
+    compared: list[tuple[str, str]] = []
+    for e in hoist.plan_top():
+        holder = exp.Paren(this=e.copy())  # (a comparison may be the whole condition)
+        for node, x, y in key_comparisons(holder, jp, caps):  # (read by their digests: both digested, or neither)
+            compared.append((x, y))
+            node.replace(exp.true())
+        read(holder)
     for a, c in jp.left_on:  # (an ON condition over the lookup's columns alone filters its rows before the digest)
         if not {col.name.split(SEP, 1)[0] for col in c.find_all(exp.Column)} <= {a}:
             read(c)
-    for kind, e in ((jp.kind, jp.value), *[(g.kind, g.value) for g in jp.aggregates]):
+    # (an argument's parts of fixed width over one input computed by its projection, :func:`hoisted`)
+    for kind, e in ((hoist.plan.kind, hoist.plan.value), *[(g.kind, g.value) for g in hoist.plan.aggregates]):
         # COUNT(col) of a bare column reads only whether it is NULL, and a digest is NULL exactly where its text is
         if not (kind == ir.COUNT_COL and isinstance(e, exp.Column)):
             read(e)
     keyed = matched_keys(jp) if matched else frozenset()
-    for e in (*[k.expr for k in jp.keys if not (isinstance(k.expr, exp.Column) and k.expr.name in keyed)], jp.statement):
+    for e in [k.expr for k in jp.keys if not (isinstance(k.expr, exp.Column) and k.expr.name in keyed)]:
         read(e)
+    if jp.statement is not None:  # (but for the columns the caller reads for equality only, ``distinct``)
+        values.update(c.name for c in jp.statement.find_all(exp.Column) if c.name not in distinct)
     for e in extra:
         inner = e.this if isinstance(e, exp.Alias) else e
         if not (e.alias_or_name in ids and isinstance(inner, exp.Column) and inner.name in slot_cols) and not (
-                e.alias_or_name in matched and isinstance(inner, exp.Column) and inner.name in keyed):
+                e.alias_or_name in matched and isinstance(inner, exp.Column) and inner.name in keyed) and (
+                e.alias_or_name not in distinct):
             read(e)
     chosen = {c for c in keys if c not in values and _digestable(jp.flat_schema.get(c, ""))}
     changed = True
     while changed:
         changed = False
-        for x, y in jp.conditions:
+        for x, y in (*jp.conditions, *compared):
             if (x in chosen) != (y in chosen):
                 chosen -= {x, y}
                 changed = True
@@ -509,7 +612,7 @@ def _needed(jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]]) -> dict[str, 
 def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: str, ops: SqlOps,
                   caps: Sequence[tuple[str, str, int]], parts: list[Part], extra: Sequence[exp.Expression] = (),
                   with_tid: bool = True, extra_types: Mapping[str, str] | None = None,
-                  ids: Sequence[str] = (), matched: Sequence[str] = ()) -> exp.Select:
+                  ids: Sequence[str] = (), matched: Sequence[str] = (), distinct: Collection[str] = ()) -> exp.Select:
     """The join with weights (``parts``), optional extra projections (``extra_types``: the types of those
     that are not join columns, by name; ``ids``: the names of those that are person columns the caller only
     groups by or spells ids from) and the tuple id ``__tid``. Every equi-join, semi-join, grouping and
@@ -518,10 +621,10 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
     it through one input alone computed by that input's projection (:func:`hoisted`)."""
     spread = Spread(salt, ops)
     needed = _needed(jp, caps)
-    digested = key_digests(jp, caps, extra, ids, matched)
+    digested = key_digests(jp, caps, extra, ids, matched, distinct)
     digest = KeyDigest(salt, ops)
     hoist = hoisted(jp, caps)
-    if hoist.parts:  # the conditions as written, typed as they are (a refusal is the query's own)
+    if hoist.parts and hoist.top:  # the conditions as written, typed as they are (a refusal is the query's own)
         guard(_and(hoist.top), dict(jp.flat_schema))
     jp = hoist.plan
     original = jp
@@ -563,8 +666,8 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
                 rel.subquery("__h"))
             rel = exp.select(*[exp.alias_(_carried(_col(flat(a, c)), _type_of(t, c), flat(a, c) in digested, digest)
                                           if flat(a, c) in digested else _col(flat(a, c)), flat(a, c)) for c in cols],
-                             *[exp.alias_(guard(e, dict(original.flat_schema)), n) for n, e in hoist.parts[a]]
-                             ).from_(rel.subquery("__b"))
+                             *[exp.alias_(_part(e, original.flat_schema[n], dict(original.flat_schema), ops), n)
+                               for n, e in hoist.parts[a]]).from_(rel.subquery("__b"))
             cols = [*cols, *[n.split(SEP, 1)[1] for n, _ in hoist.parts[a]]]
         elif any(is_text(_type_of(t, c)) or flat(a, c) in digested for c in cols):
             # from here on (caps, joins, identities, owners) text is compared under the binary collation, and a
@@ -602,13 +705,51 @@ def join_relation(jp: ir.JoinPlan, catalog: Mapping[str, TableSpec], *, salt: st
             on = exp.And(this=on, expression=exp.Paren(this=guard(_and(on_extra[sequence[i]]), dict(jp.flat_schema), "ON")))
         q = q.join(rel, on=on, join_type="left" if sequence[i] in left else "inner", copy=False)
     if top:
-        q = q.where(guard(_and(top), dict(original.flat_schema)), copy=False)
+        q = q.where(_after_join(_and(top), original, caps, dict(original.flat_schema), digested), copy=False)
     if with_tid:
         types = {n: jp.flat_schema[n] for n in jp.flat_schema}
         types.update({p.name: "BIGINT" for p in parts})
         types.update(extra_types or {})
         return _with_tid(q, types=types, spread=spread)
     return q
+
+
+def _after_join(cond: exp.Expression, jp: ir.JoinPlan, caps: Sequence[tuple[str, str, int]], schema: dict[str, str],
+                digested: frozenset[str]) -> exp.Expression:
+    """The conditions after the join rendered total by the typer (:func:`guard`), each comparison of two keys carried
+    as their digests (:func:`key_comparisons`) comparing those digests: the typer renders it as a BOOLEAN column
+    of a name no input has (``__keys<i>``: a flat name has its input's alias before ``__``), then replaced."""
+    holder = exp.Paren(this=cond.copy())  # (a comparison may be the whole condition)
+    compared: dict[str, exp.Expression] = {}
+    for node, x, y in key_comparisons(holder, jp, caps):
+        if x in digested and y in digested:
+            name = f"__keys{len(compared)}"
+            compared[name] = type(node)(this=_col(x), expression=_col(y))
+            node.replace(exp.column(name))
+    out = guard(holder.this, {**schema, **dict.fromkeys(compared, "BOOLEAN")})
+    if not compared:
+        return out
+    rendered = exp.Paren(this=out)  # (the placeholder may be the whole rendering)
+    for c in list(rendered.find_all(exp.Column)):
+        if c.name in compared and not c.table:
+            c.replace(exp.Paren(this=compared[c.name].copy()))
+    return rendered.this
+
+
+def _part(e: exp.Expression, typ: str, schema: dict[str, str], ops: SqlOps) -> exp.Expression:
+    """A part of fixed width (:func:`hoisted`) rendered total by the typer, as the whole condition renders it: a
+    BOOLEAN part as a condition (:func:`guard`), another as a value, converted to the typer's type (DuckDB's) on
+    another engine (Spark's ``length`` is an INT, its DECIMAL results keep other precisions), as
+    ``dpsql.rewrite.bound.key_expression`` converts a computed key: the value is DuckDB's, so the type holds it."""
+    if typ == "BOOLEAN":
+        return guard(e, schema)
+    try:
+        r = type_checked(e.copy(), schema).expr
+    except TypeRefusal as err:  # pragma: no cover - hoisted() typed it
+        raise UnsupportedQueryError("; ".join(m for _, m in err.problems)) from None
+    if ops.dialect != "duckdb":
+        return exp.Cast(this=r, to=exp.DataType.build(typ, dialect="duckdb"))
+    return r
 
 
 def _type_of(t: TableSpec, column: str) -> str:
