@@ -170,18 +170,42 @@ def test_a_vector_of_one_persons_texts_over_the_cap_is_read_on_both_neighbours(f
     assert _outcome(files["longest"], LIKE, caps) == "answered"
 
 
-@pytest.mark.xfail(strict=True, reason="the bound holds a vector of one text column per thread: four text columns "
-                                       "at the cap read at once need four; open")
-def test_vectors_of_one_persons_longest_texts_in_four_columns_are_read_on_both_neighbours(tmp_path: Path) -> None:
-    cols = 4
+def _four_columns(tmp_path: Path, length: int) -> dict[str, Path]:
+    out = {}
     for name, rows in (("without", 0), ("with", 8192)):
+        out[name] = tmp_path / f"{name}.parquet"
         pq.write_table(pa.table({"uid": pa.array([i % PEOPLE for i in range(ROWS)] + [PERSON] * rows, pa.int64()),
-                                 **{f"n{j}": pa.array([f"s{i % 7}" for i in range(ROWS)] + ["q" * CAP] * rows)
-                                    for j in range(cols)}}),
-                       tmp_path / f"{name}.parquet", compression="zstd", use_dictionary=False)
-    sql = "SELECT COUNT(*) AS c FROM t WHERE " + " OR ".join(f"n{j} LIKE '%x%'" for j in range(cols))
-    assert _outcome(tmp_path / "without.parquet", sql, {"max_rows_per_unit": 10}) == "answered"
-    assert _outcome(tmp_path / "with.parquet", sql, {"max_rows_per_unit": 10}) == "answered"
+                                 **{f"n{j}": pa.array([f"s{i % 7}" for i in range(ROWS)] + ["q" * length] * rows)
+                                    for j in range(4)}}),
+                       out[name], compression="zstd", use_dictionary=False)
+    return out
+
+
+FOUR = "SELECT COUNT(*) AS c FROM t WHERE " + " OR ".join(f"n{j} LIKE '%x%'" for j in range(4))
+
+
+def test_vectors_of_one_persons_longest_texts_in_four_columns_are_read_on_both_neighbours(tmp_path: Path) -> None:
+    """The bound counts the text columns a query reads at once: under 100 MB at one thread four columns hold texts
+    of a quarter of the one-column cap, and one person's 8 192 rows of such texts in each are read on both
+    neighbours; at the one-column cap the query is refused before its charge on both (free)."""
+    files = _four_columns(tmp_path, CAP // 4)
+    quarter = {**LIMITS, "max_text_bytes": CAP // 4}
+    assert _outcome(files["without"], FOUR, {"max_rows_per_unit": 10}, quarter) == "answered"
+    assert _outcome(files["with"], FOUR, {"max_rows_per_unit": 10}, quarter) == "answered"
+    assert _outcome(files["without"], FOUR, {"max_rows_per_unit": 10}) == "ConfigError"
+    assert _outcome(files["with"], FOUR, {"max_rows_per_unit": 10}) == "ConfigError"
+
+
+def test_control_four_columns_at_the_one_column_cap_fail_only_with_the_person(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The negative control: without the per-query bound (the check and the lowered threads off), four columns of
+    texts at the one-column cap fail the read after the charge only with that person (the leak the bound closes)."""
+    from dpsql.engine.duckdb import DuckDBBackend
+    monkeypatch.setattr(DuckDBBackend, "check_text_columns", lambda self, ast: None)
+    monkeypatch.setattr(DuckDBBackend, "_threads_for", lambda self, columns: self._threads)
+    files = _four_columns(tmp_path, CAP)
+    assert _outcome(files["without"], FOUR, {"max_rows_per_unit": 10}) == "answered"
+    assert _outcome(files["with"], FOUR, {"max_rows_per_unit": 10}) == "ExecutionError"
 
 
 def test_a_vector_of_one_persons_longest_texts_leaves_other_columns_readable(files: dict[str, Path]) -> None:

@@ -23,6 +23,7 @@ import dpsql
 from dpsql.budget import Budget
 from dpsql.cli import main
 from dpsql.engine import Engine, EngineSettings
+from dpsql.engine import _duckdb_native as native
 from dpsql.engine.base import READ_VECTOR_ROWS, TEXT_VECTORS_PER_THREAD, text_read_memory
 from dpsql.errors import ConfigError
 
@@ -142,3 +143,75 @@ def test_without_an_owners_limit_the_engines_own_connection_uses_duckdbs_default
         limit, threads = con.execute("SELECT parse_formatted_bytes(current_setting('memory_limit')), "
                                      "current_setting('threads')").fetchall()[0]
         assert threads == max(1, min(4, limit // text_read_memory(1, 65536)))
+
+
+# --- several text columns read at once: the bound per query ----------------------------------------------------------
+
+WIDE = pa.table({"uid": list(range(200)), **{f"n{j}": [f"v{i % 3}" for i in range(200)] for j in range(4)},
+                 "meta": pa.array([{"a": "x", "b": "y"}] * 200), "x": list(range(200))})
+
+
+def _wide_session(limit: str, cap: int, **engine: Any) -> dpsql.Session:
+    s = dpsql.Session(budget=Budget(10.0, 1e-3), engine={"memory_limit": limit, "max_text_bytes": cap, **engine})
+    s.register("t", WIDE, privacy_unit="uid", max_rows_per_unit=3)
+    return s
+
+
+def test_the_text_columns_a_query_reads_are_counted_from_its_text(eight_cpus: None) -> None:
+    with _wide_session("4GB", 1000) as s:
+        b = s._engine  # type: ignore[attr-defined]
+        view = next(v for v in b._texts if "_dpsql_src_t" in v)
+        assert dict(b._texts[view]) == {"n0": 1, "n1": 1, "n2": 1, "n3": 1, "meta": 2}  # a struct's fields each
+        for sql, n in [("SELECT COUNT(*) AS c FROM t", 0), ("SELECT COUNT(*) AS c FROM t WHERE x > 3", 0),
+                       ("SELECT COUNT(*) AS c FROM t WHERE n0 = 'v1'", 1),
+                       ("SELECT n0, n1, COUNT(*) AS c FROM t GROUP BY n0, n1", 2),
+                       ("SELECT COUNT(*) AS c FROM t WHERE n0 = 'a' OR n1 = 'b' OR n2 = 'c' OR n3 = 'd'", 4)]:
+            ast = backends_bounded(s, sql)
+            assert b._text_columns_read(b._render(ast), native.reads_of(ast)) == n, sql
+
+
+def backends_bounded(s: dpsql.Session, sql: str) -> Any:
+    from dpsql.rewrite.bound import SALT_PLACEHOLDER
+    r = s._route(sql, 1.0, 1e-6, None)  # type: ignore[attr-defined]
+    return r.bounded(SALT_PLACEHOLDER, s._engine.ops)  # type: ignore[attr-defined]
+
+
+FOUR = "SELECT COUNT(*) AS c FROM t WHERE n0 = 'a' OR n1 = 'b' OR n2 = 'c' OR n3 = 'd'"
+
+
+def test_a_query_over_more_text_columns_than_the_limit_holds_is_refused_free(eight_cpus: None) -> None:
+    cap = 10**9 // text_read_memory(2, 1)  # 1 GB holds two such columns at one thread
+    with _wide_session("1GB", cap) as s:
+        before = s._ledger.remaining()  # type: ignore[attr-defined]
+        with pytest.raises(ConfigError) as e:
+            s.query(FOUR, epsilon=1.0, delta=1e-6)
+        assert "4 text columns" in str(e.value) and "nothing was charged" in str(e.value)
+        assert "memory_limit" in (e.value.hint or "") and "max_text_bytes" in (e.value.hint or "")
+        with pytest.raises(ConfigError):
+            s.explain(FOUR, epsilon=1.0, delta=1e-6)  # explain refuses what query refuses before its charge
+        after = s._ledger.remaining()  # type: ignore[attr-defined]
+        assert str(after) == str(before)
+        s.query("SELECT COUNT(*) AS c FROM t WHERE n0 = 'a' OR n1 = 'b'", epsilon=1.0, delta=1e-6)  # two: answered
+
+
+def test_a_query_over_several_text_columns_reads_with_fewer_threads(eight_cpus: None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpsql.engine.duckdb import DuckDBBackend
+    seen: list[int] = []
+    real = DuckDBBackend._threads_of_read
+
+    def spy(self: Any, threads: int) -> Any:
+        seen.append(threads)
+        return real(self, threads)
+
+    monkeypatch.setattr(DuckDBBackend, "_threads_of_read", spy)
+    cap = 10**9 // text_read_memory(4, 1)  # 1 GB holds four threads of one column, two of two, one of four
+    with _wide_session("1GB", cap) as s:
+        con = s._engine.connection  # type: ignore[attr-defined]
+        for sql, threads in [("SELECT COUNT(*) AS c FROM t WHERE x > 1", 4),
+                             ("SELECT COUNT(*) AS c FROM t WHERE n0 = 'a'", 4),
+                             ("SELECT COUNT(*) AS c FROM t WHERE n0 = 'a' OR n1 = 'b'", 2), (FOUR, 1)]:
+            seen.clear()
+            s.query(sql, epsilon=0.5, delta=1e-7)
+            assert seen == [threads], sql
+            assert con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 4  # the engine's, after

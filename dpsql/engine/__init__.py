@@ -129,8 +129,13 @@ class PublicReads:
 def describe_bounded(backend: ExecutionBackend, ast: Any) -> dict[str, str]:
     """Column types of a bounded relation by binding it (no row read); of a batch, every query is bound
     (so each is refused before the charge if it does not bind) and the first one's types returned."""
+    check = getattr(backend, "check_text_columns", lambda _: None)  # DuckDB: memory for the texts a read decodes
     if isinstance(ast, BoundedBatch):
+        for q in ast.queries:
+            check(q)
         return [dict(backend.describe(q)) for q in ast.queries][0]
+    if ast is not None:
+        check(ast)
     return dict(backend.describe(ast)) if ast is not None else {}
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import secrets
 import string
 import tempfile
@@ -81,7 +82,9 @@ from dpsql.engine.base import (
     SqlOps,
     private_failure,
     scrub,
+    size_bytes,
     source_name,
+    text_read_memory,
     view_column,
     with_read_salt,
 )
@@ -129,6 +132,8 @@ _CONNECTION_LOCKS_MUTEX = threading.Lock()
 _BUSY: Any = getattr(duckdb, "ResourceInUseException", ())
 #: how long one call of the engine on a caller's connection waits for such a call to end
 _BUSY_WAIT = 10.0
+#: the types whose values ``max_text_bytes`` caps (each one inside a STRUCT, a LIST or a MAP counted as a column)
+_TEXT_TYPES = re.compile(r"\b(?:VARCHAR|BLOB|JSON|BIT|GEOMETRY)\b")
 #: the connection's memory_limit in bytes (NULL where DuckDB shows it in a form it does not parse back)
 _LIMIT_BYTES = "SELECT TRY(parse_formatted_bytes(current_setting('memory_limit')))::BIGINT"
 #: a setting DuckDB shows from another's value (a 15th of memory_limit, unless set), more finely (``_restore``)
@@ -315,6 +320,8 @@ class DuckDBBackend:
         _ENGINES.add(self)
         self._views: set[tuple[str, str]] = set()
         self._native: dict[str, native.NativeSource] = {}  # Parquet sources DuckDB's reader may read
+        self._texts: dict[str, list[tuple[str, int]]] = {}  # view -> (column, its text values) (_text_columns_read)
+        self._limit_bytes: int | None = None  # the memory_limit the threads were found under (_read_threads)
         self._builds = 0  # native views built: each joins a flags table of its own name
         self._csv: dict[str, csvcopy.CsvSource] = {}  # CSV sources, read from the engine's copies
         # Parquet sources read through a pyarrow dataset: the files' version and footers it was made from
@@ -446,6 +453,7 @@ class DuckDBBackend:
             self.unregister_source(name, kind, view)
             raise failure
         schema = {str(r[0]).lower(): str(r[1]) for r in rows}
+        self._texts[view] = [(c, k) for c, t in schema.items() if (k := len(_TEXT_TYPES.findall(t.upper())))]
         if len(schema) != len(rows):
             self.unregister_source(name, kind, view)
             raise ConfigError(f"table '{name}' has column names that differ only by case; dpsql needs them distinct")
@@ -665,6 +673,7 @@ class DuckDBBackend:
     def unregister_source(self, name: str, kind: str, view: str | None = None) -> None:
         view = view or source_name(name)
         self._views.discard((view, kind))
+        self._texts.pop(view, None)
         nsrc = self._native.pop(view, None)
         self._datasets.pop(view, None)
         self._csv_headers.pop(view, None)
@@ -692,9 +701,48 @@ class DuckDBBackend:
         cannot hold a vector of the longest texts even at one thread."""
         s = self.settings
         if s.memory_limit is not None or not isinstance(shown, int):
+            self._limit_bytes = None if s.memory_limit is None else size_bytes(s.memory_limit)
             return s.effective_threads
+        self._limit_bytes = shown
         return s.read_threads(shown, "DuckDB's default memory_limit" if self._owned
                               else "the DuckDB connection's own memory_limit")
+
+    def _text_columns_read(self, sql: str, reads: native.Reads) -> int:
+        """How many text values a scan of the private read ``sql`` may decode at once: of the registered sources the
+        query's text mentions, the most text-like columns (:data:`_TEXT_TYPES`, a struct's fields counted one by
+        one) of one source that the query names (``reads``; every one where it may read a column without naming
+        it). One source's: a thread runs one task of one pipeline at a time, and a scan's vectors are of its own
+        source (a join's build side is read before its probe side). From the query's text and the types only."""
+        return max((sum(k for col, k in cols if reads.names is None or col.lower() in reads.names)
+                    for view, cols in self._texts.items() if view in sql), default=0)
+
+    def _threads_for(self, columns: int) -> int:
+        """The threads of a read decoding ``columns`` text columns (:meth:`_text_columns_read`): the engine's
+        (:meth:`_read_threads`, which the limit holds for one such column), lowered until ``memory_limit`` holds
+        :func:`text_read_memory` for each of them; 0 where it does not at one thread."""
+        cap, limit = self.settings.max_text_bytes, self._limit_bytes
+        if columns <= 1 or cap is None or limit is None:
+            return self._threads
+        return min(self._threads, limit // (text_read_memory(1, cap) * columns))
+
+    def check_text_columns(self, ast: exp.Expression) -> None:
+        """Refuse (free) a private read of ``ast`` that decodes more text columns at once than ``memory_limit`` holds
+        vectors of at one thread (:meth:`_threads_for`): one person's rows of the longest texts in each would make
+        it fail after its charge, only when that person is there."""
+        sql = self._render(ast)
+        columns = self._text_columns_read(sql, native.reads_of(ast))
+        if self._threads_for(columns) >= 1:
+            return
+        cap, limit = self.settings.max_text_bytes, self._limit_bytes
+        assert cap is not None and limit is not None
+        need = text_read_memory(1, cap) * columns
+        raise ConfigError(
+            f"this query reads {columns} text columns at once; DuckDB's Parquet reader needs up to "
+            f"{text_read_memory(1, 1) // 2048} vectors of {2048} of each column's longest texts (max_text_bytes = {cap}), "
+            f"{-(-need // 10**6)} MB at one thread, more than the memory_limit of {-(-limit // 10**6)} MB holds; "
+            "nothing was charged",
+            hint="read fewer text columns in one query, or raise the engine's memory_limit, or lower max_text_bytes "
+                 "([engine] in dpsql.toml, or Session(engine={...}))")
 
     def _limits(self) -> list[tuple[str, str]]:
         s = self.settings
@@ -729,6 +777,18 @@ class DuckDBBackend:
             out.append(("max_temp_directory_size", s.max_temp_directory_size))
         out.append(("temp_directory", self._spill))
         return out
+
+    @contextmanager
+    def _threads_of_read(self, threads: int) -> Iterator[None]:
+        """``threads`` for one private read where they are fewer than the engine's (:meth:`_threads_for`)."""
+        if threads == self._threads:
+            yield
+            return
+        self._con.execute(f"SET threads = {int(threads)}")
+        try:
+            yield
+        finally:
+            self._con.execute(f"SET threads = {int(self._threads)}")
 
     @contextmanager
     def _limited(self) -> Iterator[None]:
@@ -962,9 +1022,11 @@ class DuckDBBackend:
             salted = with_read_salt(ast)
             sql, reads = self._render(salted, copy=False), None
         failure: ExecutionError | None = None
+        columns = self._text_columns_read(sql, reads if reads is not None else native.reads_of(salted))
         with self._lock:
             try:
-                with self._patient(), self._limited(), self._optimizers_off(off), self._deadline(deadline):
+                with (self._patient(), self._limited(), self._threads_of_read(max(1, self._threads_for(columns))),
+                      self._optimizers_off(off), self._deadline(deadline)):
                     used_arrow = self._dataset_views(sql)
                     used = self._native_views(sql, salted, reads)
                     used_csv = self._csv_views(sql)
