@@ -57,11 +57,12 @@ from dpsql.rewrite.bound import SALT_PLACEHOLDER
 from dpsql.rewrite.joins import key_digests
 from dpsql.testing import use_noise, zero_noise
 
-#: one person's 360 MB of decoded id, in texts within the longest cap a 100 MB limit holds at one thread (8 138
-#: bytes, dpsql.engine.base.text_read_memory; the findings below were made with 6 000 rows of 60 000 characters)
-PEOPLE, PERSON_ROWS, ID = 2_000, 45_000, 8_000
+#: one person's 360 MB of decoded id, in texts within the longest cap a 100 MB limit holds at one thread for two text
+#: columns of a source read at once (4 069 bytes, dpsql.engine.base.text_read_memory; the findings below were made
+#: with 6 000 rows of 60 000 characters)
+PEOPLE, PERSON_ROWS, ID = 2_000, 90_000, 4_000
 LIMITS = {"memory_limit": "100MB", "max_temp_directory_size": "100MB", "threads": 1,
-          "max_text_bytes": 100 * 10**6 // text_read_memory(1, 1)}
+          "max_text_bytes": 100 * 10**6 // text_read_memory(1, 2)}
 PERSONS = {"without": None, "short": "P", "long": "P" * ID}
 
 
