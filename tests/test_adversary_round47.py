@@ -13,6 +13,12 @@ expressions keep the 128-bit division (the CASE repeats them), as HUGEINT and DE
 ``//`` and ``%`` too): a residual, docs/threat_model.md (Timing), of the same kind as subnormal floating-point
 values, which make each multiplication about 10 ns slower.
 
+Finding (fixed): SUM, AVG and the variances read a DECIMAL column as ``TRY_CAST(d AS DOUBLE)``, which DuckDB
+computes cheaply only while the unscaled integer is below 2^53: a DECIMAL(38,10) near 10^27 took 1.3 us against
+8 ns. One person's 200 000 rows of such values made ``SUM(d)`` 0.36 s of CPU against 0.13 s with small values
+(DECIMAL(18,2) near 10^16: 0.20 against 0.12 s). A DECIMAL with a scale is now clamped in its own type to the
+whole numbers around its bounds first, then converted and clamped as before (the same values): 0.13 against 0.13 s.
+
 What held (the other tests below): values at the edges of types the other property tests do not hold
 (``tests/test_hostile_fuzz.py`` has signed integers, DECIMAL(38,0), DOUBLE/FLOAT, dates and timestamps):
 unsigned integers up to UHUGEINT's greatest value, HUGEINT's least and greatest, DECIMALs with a scale at their
@@ -195,3 +201,48 @@ def test_a_dictionary_column_holding_one_persons_odd_value_is_read_alike_on_neig
     # the person's value is NULL: it never becomes a key, and counting the column reads it as NULL
     assert released[True][2].column("v").to_pylist() == released[False][2].column("v").to_pylist()
     assert released[True][0].to_pylist() == released[False][0].to_pylist()
+
+
+DECIMALS = ["-99999999999999999999999999.9999999999", "-0.5000000001", "-0.4999999999", "0", "0.0000000001",
+            "12.3456789012", "99.4999999999", "99.5000000001", "100.0000000001", "999999999999999999999999999.9999999999",
+            None]
+
+
+def _decimal_session(typ: str) -> dpsql.Session:
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t (uid BIGINT, d {typ}, g VARCHAR)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                    [(i, DECIMALS[i % len(DECIMALS)], f"g{i % 2}") for i in range(440)])
+    s = dpsql.Session(budget=dpsql.Budget(1e9, 0.5), connection=con)
+    use_noise(s, zero_noise(47))
+    s.register("t", "t", privacy_unit="uid", columns={"d": {"bounds": (-0.5, 99.5)}, "g": {"domain": ["g0", "g1"]}},
+               max_rows_per_unit=3)
+    return s
+
+
+def test_a_decimal_sum_is_clamped_in_its_own_type_before_its_conversion() -> None:
+    """DuckDB converts a DECIMAL whose unscaled integer is beyond 2^53 to DOUBLE about 170x slower (1.3 us against
+    8 ns for a DECIMAL(38,10)); clamped first to whole numbers around the bounds, every value converts fast."""
+    s = _decimal_session("DECIMAL(38,10)")
+    try:  # k = 1 (the race carries the column as it is) and a row cap of 3 (the column converted as it is read)
+        bounded = [s.explain(q, epsilon=1.0, options=o).bounded_sql for q, o in (
+            ("SELECT SUM(d) AS s FROM t", {"max_rows_per_unit": 1}), ("SELECT AVG(d) AS s FROM t", None))]
+    finally:
+        s.close()
+    for sql in bounded:
+        assert re.search(r"TRY_CAST\(CASE\s+WHEN (\"d\"|__r\d+) < CAST\('-1' AS DECIMAL\(38, 10\)\)", sql), sql
+        assert not re.search(r"TRY_CAST\((\"d\"|__r\d+) AS DOUBLE\)", sql), sql
+
+
+def test_control_decimal_releases_are_those_of_the_same_values_as_doubles() -> None:
+    """The clamp in DECIMAL changes no value: the DOUBLE clamp after it gives what it gave alone."""
+    sqls = ["SELECT SUM(d) AS a, AVG(d) AS b, VARIANCE(d) AS c FROM t",
+            "SELECT g, SUM(d) AS a, AVG(d) AS b, STDDEV(d) AS c FROM t GROUP BY g"]
+    released = {}
+    for typ in ("DECIMAL(38,10)", "DOUBLE"):
+        s = _decimal_session(typ)
+        try:
+            released[typ] = [s.query(q, epsilon=1.0, delta=1e-6).table.to_pylist() for q in sqls]
+        finally:
+            s.close()
+    assert released["DECIMAL(38,10)"] == released["DOUBLE"]
