@@ -1184,6 +1184,17 @@ class Typer:
             tlo, thi, _ = _INT_RANGES[typ.name]
             if not (tlo <= qlo and qhi <= thi):
                 wide = self._holding(min(qlo, tlo), max(qhi, thi))  # holds both operands and quotients
+                if wide is not None and typ.name == "BIGINT" and wide.name == "HUGEINT" and _plain(node):
+                    # two columns (or a column and a literal) divided in BIGINT, a machine division:
+                    # DuckDB's 128-bit division loops over the dividend's bits, so one person's values
+                    # near 2^62 made each // about 5x slower than small ones; the one quotient beyond
+                    # BIGINT (least // -1) is the HUGEINT negation. Operands that are expressions keep
+                    # the 128-bit division: this CASE repeats them, and their work would count twice
+                    ca, cb = self.coerce(a, typ, node), self.coerce(b, typ, node)
+                    quot = _cast(cls(this=ca.copy(), expression=_nonzero(cb.copy(), typ)), wide, try_=False)
+                    neg = exp.Neg(this=exp.Paren(this=_cast(ca.copy(), wide, try_=False)))
+                    return Typed(exp.Case(ifs=[exp.If(this=exp.EQ(this=cb.copy(), expression=typed_literal(-1, typ)),
+                                                      true=neg)], default=quot), wide)
                 if wide is not None:
                     typ = wide
                 elif typ.name == "HUGEINT":
@@ -1498,6 +1509,11 @@ def _abs(t: SqlType) -> tuple[SqlType, bool]:
 
 def _round_like(t: SqlType) -> tuple[SqlType, bool]:
     return t, False
+
+
+def _plain(node: exp.Expression) -> bool:
+    """Both operands of ``node`` are column references or literals (in parentheses or not)."""
+    return all(isinstance(o.unnest(), (exp.Column, exp.Literal)) for o in (node.this, node.expression))
 
 
 def _nonzero(e: exp.Expression, t: SqlType) -> exp.Expression:
