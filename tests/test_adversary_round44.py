@@ -45,10 +45,12 @@ are read on both neighbours (``test_a_vector_of_one_persons_longest_texts_is_ref
 
 What is still open: a text *over* the cap is NULL, but the reader decodes it before the cap is tested (the
 residual risk "Decoded size of stored values" of docs/threat_model.md), so one person's 6 000 texts of 60 000
-characters still fail a read of the note under 100 MB with the cap at 8 138 bytes (a strict xfail below). And
-the bound is per text column: a query reading several text columns at once needs vectors of each, so one
-person's 8 192 rows with four text columns at the cap fail ``WHERE n0 LIKE '%x%' OR ... n3 LIKE '%x%'`` under
-100 MB (two columns answered, within the bound's margin; a strict xfail below).
+characters still fail a read of the note under 100 MB with the cap at 8 138 bytes (a strict xfail below).
+
+A query reading several text columns at once needs vectors of each: one person's 8 192 rows with four text
+columns at the cap failed ``WHERE n0 LIKE '%x%' OR ... n3 LIKE '%x%'`` under 100 MB (two columns answered, within
+the bound's margin). The bound now counts the text columns of one source a query reads: the read's threads are
+lowered for them, and a query one thread cannot hold is refused before its charge (below, with a control).
 """
 
 from __future__ import annotations
