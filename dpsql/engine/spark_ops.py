@@ -128,6 +128,10 @@ def _never_temporal(cast: exp.Cast) -> bool:
     x = cast.this
     while isinstance(x, exp.Paren):
         x = x.this
+    if isinstance(x, exp.Collate) or (isinstance(x, exp.Anonymous) and str(x.this).lower() == "collate"):
+        # a collation applies to text alone (Spark's ``collate`` gives a STRING): a canonical text key made text
+        # again (its cap, its hash) held the whole rewrite of its own text about 20 times over
+        return True
     if isinstance(x, exp.Coalesce):
         return all(_never_temporal(exp.Cast(this=a, to=cast.args["to"])) for a in (x.this, *x.expressions))
     if isinstance(x, (exp.Cast, exp.TryCast)) and isinstance(x.args.get("to"), exp.DataType):
