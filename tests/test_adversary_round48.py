@@ -7,6 +7,13 @@ four text columns answered under the caller's 4 GB was, after the caller lowered
 two such columns at one thread), run again at one thread instead of refused, so one person's rows of the longest
 texts in those columns would make it fail after its charge, only when that person is there. The remembered bind
 check is now keyed by the memory limit the engine's bound is computed under.
+
+Finding (fixed): a ``memory_limit`` or ``max_temp_directory_size`` of 2^64 bytes or more (``"20000000TB"``)
+passed the engine settings' check, which DuckDB then refused: on the engine's own connection the session failed
+with DuckDB's own ParserException, and on a caller's connection (where the limit is set around each private read)
+every query was charged and then failed with the generic error. A size of more digits than a float holds
+(``"1" + "0" * 400 + "GB"``) raised an OverflowError. Both are now refused as engine settings, free: a size of at
+most 1 000 000 TB.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ import pytest
 
 import dpsql
 from dpsql.budget import Budget
-from dpsql.engine.base import text_read_memory
+from dpsql.engine import EngineSettings
+from dpsql.engine.base import size_bytes, text_read_memory
 from dpsql.errors import ConfigError
 
 WIDE = pa.table({"uid": list(range(200)), **{f"n{j}": [f"v{i % 3}" for i in range(200)] for j in range(4)}})
@@ -58,3 +66,24 @@ def test_a_callers_lowered_limit_refuses_a_remembered_query_over_several_text_co
         s.query("SELECT COUNT(*) AS c FROM t WHERE n0 = 'a' OR n1 = 'b'", epsilon=0.5, delta=1e-7)  # two: answered
         con.execute("SET memory_limit = '4GB'")
         s.query(FOUR, epsilon=0.5, delta=1e-7)  # raised again: answered again
+
+
+@pytest.mark.parametrize("name", ["memory_limit", "max_temp_directory_size"])
+@pytest.mark.parametrize("size", ["20000000TB", "18446744073709551616B", "1" + "0" * 400 + "GB", "9.3e2GB"])
+def test_a_size_beyond_what_duckdb_reads_is_refused_as_an_engine_setting(name: str, size: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        EngineSettings(**{name: size})
+
+
+def test_a_size_beyond_what_duckdb_reads_is_refused_free_on_a_callers_connection() -> None:
+    con = _callers("4GB")
+    with pytest.raises(ConfigError, match="memory_limit"):
+        dpsql.Session(budget=Budget(10.0, 1e-3), connection=con, engine={"memory_limit": "20000000TB"})
+    assert con.execute("SELECT COUNT(*) FROM ev").fetchall() == [(200,)]
+
+
+def test_control_sizes_duckdb_reads_are_kept() -> None:
+    assert size_bytes("1.5 gb") == 1_500_000_000 and size_bytes("100 MiB") == 100 * 2**20
+    assert size_bytes("1000000TB") == 10**18
+    for size in ("1.5GB", "1000 MiB", " 4gb ", "1000000TB"):
+        assert EngineSettings(memory_limit=size).memory_limit == size
