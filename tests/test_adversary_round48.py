@@ -87,3 +87,16 @@ def test_control_sizes_duckdb_reads_are_kept() -> None:
     assert size_bytes("1000000TB") == 10**18
     for size in ("1.5GB", "1000 MiB", " 4gb ", "1000000TB"):
         assert EngineSettings(memory_limit=size).memory_limit == size
+
+
+def test_the_refusal_of_too_many_text_columns_shows_a_need_above_the_limit(eight_cpus: None) -> None:
+    """Both sizes were rounded up to MB, so a need a few kB over the limit read "1000 MB ... more than the
+    memory_limit of 1000 MB holds": the limit is now rounded down, the need up."""
+    con = _callers("1GB")  # DuckDB shows it as 953.6 MiB: 999 948 288 bytes
+    cap = 10**9 // text_read_memory(2, 1)  # two columns need 999 997 440 bytes at one thread
+    with dpsql.Session(budget=Budget(10.0, 1e-3), connection=con,
+                       engine={"memory_limit": None, "max_text_bytes": cap}) as s:
+        s.register("t", "ev", privacy_unit="uid", max_rows_per_unit=3)
+        with pytest.raises(ConfigError) as e:
+            s.query("SELECT COUNT(*) AS c FROM t WHERE n0 = 'a' OR n1 = 'b'", epsilon=0.5, delta=1e-7)
+        assert "1000 MB at one thread, more than the memory_limit of 999 MB" in str(e.value)

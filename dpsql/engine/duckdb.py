@@ -746,7 +746,7 @@ class DuckDBBackend:
         raise ConfigError(
             f"this query reads {columns} text columns at once; DuckDB's Parquet reader needs up to "
             f"{text_read_memory(1, 1) // 2048} vectors of {2048} of each column's longest texts (max_text_bytes = {cap}), "
-            f"{-(-need // 10**6)} MB at one thread, more than the memory_limit of {-(-limit // 10**6)} MB holds; "
+            f"{-(-need // 10**6)} MB at one thread, more than the memory_limit of {limit // 10**6} MB holds; "
             "nothing was charged",
             hint="read fewer text columns in one query, or raise the engine's memory_limit, or lower max_text_bytes "
                  "([engine] in dpsql.toml, or Session(engine={...}))")
