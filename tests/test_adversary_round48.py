@@ -14,6 +14,17 @@ with DuckDB's own ParserException, and on a caller's connection (where the limit
 every query was charged and then failed with the generic error. A size of more digits than a float holds
 (``"1" + "0" * 400 + "GB"``) raised an OverflowError. Both are now refused as engine settings, free: a size of at
 most 1 000 000 TB.
+
+What held (no change needed): the text columns a query reads at once are counted from its text (struct, map,
+dictionary, large_string, string_view and large_binary columns; a lookup join's public table named; a self-join
+counted once), with only ``binary`` (``COLLATE "binary"``) among the bounded SQL's own identifiers; the threads
+come back after statement time-outs and under three threads sharing a Session on a caller's connection. The
+hoisted parts of fixed width and the comparisons of two inputs' keys release, with zero noise, what the plan before
+them released over text keys with NULLs (CASE, COALESCE, NULLIF, failing casts, overflow near 2^63, // and % by
+zero, BETWEEN, IN, IS [NOT] DISTINCT, comparisons of BOOLEAN parts, 119 queries under DP-S4S and R2T), as do a lookup
+join's counted keys (with a declared domain, HAVING, max_text_bytes of 16, 4 and 1). A DECIMAL clamped in its type
+releases what DOUBLE does under bounds below zero, within (0, 1) and whole (the tests below), also for
+DECIMAL(38,37) and DECIMAL(4,3) at their ends when checked once.
 """
 
 from __future__ import annotations
@@ -100,3 +111,39 @@ def test_the_refusal_of_too_many_text_columns_shows_a_need_above_the_limit(eight
         with pytest.raises(ConfigError) as e:
             s.query("SELECT COUNT(*) AS c FROM t WHERE n0 = 'a' OR n1 = 'b'", epsilon=0.5, delta=1e-7)
         assert "1000 MB at one thread, more than the memory_limit of 999 MB" in str(e.value)
+
+
+#: one person's DECIMAL(18,4) values at the type's ends and around the bounds below (NULL too)
+DECIMALS = ["99999999999999.9999", "-99999999999999.9999", "-7.5001", "-2.2499", "3.0000", "3.5001", None, "-1.0000",
+            "0.0001", "0.2499", "0.7501"]
+
+
+def _decimal_releases(typ: str, bounds: tuple[float, float], opts: Any) -> list[Any]:
+    from decimal import Decimal
+
+    from dpsql.testing import use_noise, zero_noise
+
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t (uid BIGINT, d {typ})")
+    conv = Decimal if typ.startswith("DECIMAL") else (lambda v: float(Decimal(v)))
+    con.executemany("INSERT INTO t VALUES (?, ?)", [(i, None if (v := DECIMALS[i % len(DECIMALS)]) is None else conv(v))
+                                                   for i in range(330)])
+    s = dpsql.Session(budget=Budget(1e9, 0.5), connection=con)
+    use_noise(s, zero_noise(48))
+    s.register("t", "t", privacy_unit="uid", columns={"d": {"bounds": bounds}}, max_rows_per_unit=3)
+    try:
+        return [s.query(q, epsilon=1.0, delta=1e-6, options=opts).table.to_pylist()
+                for q in ("SELECT SUM(d) AS a, AVG(d) AS b FROM t", "SELECT VARIANCE(d) AS v FROM t")]
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("bounds", [(-7.5, -2.25), (0.25, 0.75), (3, 3.5)])
+@pytest.mark.parametrize("opts", [None, {"max_rows_per_unit": 1}])
+def test_held_a_decimal_clamped_in_its_type_releases_what_doubles_do_under_negative_and_fractional_bounds(
+        bounds: tuple[float, float], opts: Any) -> None:
+    """The clamp of a DECIMAL to whole numbers around its bounds before its conversion (``bound._decimal_preclamped``)
+    changes no release: bounds below zero, within (0, 1), and whole; k = 3 and the race of k = 1."""
+    released = _decimal_releases("DECIMAL(18,4)", bounds, opts)
+    assert released == _decimal_releases("DOUBLE", bounds, opts)
+    assert (released[0][0]["a"] < 0) == (bounds[1] < 0) and released[0][0]["a"] != 0  # non-vacuous: the bounds bind
