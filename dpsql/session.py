@@ -158,7 +158,7 @@ class Session(SessionObject):
         bounded query built once under ``salt`` for the check and the caller (None: built only to check, not returned)."""
         check_sources_unchanged(self._catalog, r.request.tables, self._engine)  # never remembered (nor the connection)
         _public_keys.check(r.request.plan, self._catalog, backends.PublicReads(self._engine, self._catalog), self._keys_ok)
-        key = (r.bind_key(), self._catalog_version, os.getpid(), self._engine.ops)  # a fork, other ops: checked anew
+        key = (r.bind_key(), self._catalog_version, os.getpid(), self._engine.ops, getattr(self._engine, "read_bound", None))  # a fork, other ops or memory limit: checked anew
         ast = None if salt is None else backends.bounded_under(self._engine, r, salt, key, self._bound_ok)
         if key not in self._bound_ok:
             ast = r.bounded(SALT_PLACEHOLDER, self._engine.ops) if salt is None else ast

@@ -41,6 +41,7 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from sqlglot import exp
@@ -157,9 +158,10 @@ class EngineSettings:
             raise ConfigError(f"engine setting debug must be true or false, got {self.debug!r}")
         for name in ("memory_limit", "max_temp_directory_size"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, str) or not _SIZE.match(v)):
-                raise ConfigError(f"engine setting {name} must be a size such as '4GB', got {v!r}",
-                                  hint=f"{name} = \"4GB\"")
+            # DuckDB refuses a size of 2^64 bytes or more (on a caller's connection only as each read sets it)
+            if v is not None and (not isinstance(v, str) or not _SIZE.match(v) or size_bytes(v) > _MOST_BYTES):
+                raise ConfigError(f"engine setting {name} must be a size such as '4GB' (at most 1000000TB), "
+                                  f"got {v!r}", hint=f"{name} = \"4GB\"")
         td = self.temp_directory
         if td is not None and (not isinstance(td, str) or not td.strip()):
             raise ConfigError(f"engine setting temp_directory must be a directory path, got {td!r}",
@@ -254,6 +256,8 @@ def text_read_memory(threads: int, max_text_bytes: int) -> int:
     return TEXT_VECTORS_PER_THREAD * threads * READ_VECTOR_ROWS * max_text_bytes
 
 
+#: the largest size setting taken (DuckDB reads sizes below 2^64 bytes)
+_MOST_BYTES = 10**18
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -264,7 +268,7 @@ def size_bytes(text: str) -> int:
     m = _SIZE.match(text)
     if m is None:
         raise ConfigError(f"{text!r} is not a size such as '4GB'")
-    return int(float(text.strip()[:-len(m.group(2))].strip()) * _UNITS[m.group(2).lower()])
+    return int(Decimal(text.strip()[:-len(m.group(2))].strip()) * _UNITS[m.group(2).lower()])
 
 
 def _mb(n: int) -> str:

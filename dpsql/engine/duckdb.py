@@ -707,6 +707,13 @@ class DuckDBBackend:
         return s.read_threads(shown, "DuckDB's default memory_limit" if self._owned
                               else "the DuckDB connection's own memory_limit")
 
+    @property
+    def read_bound(self) -> tuple[int | None, int]:
+        """The memory limit (bytes) and threads a private read's text columns are bounded under: part of the key of a
+        remembered bind check, whose :meth:`check_text_columns` holds only under them (a caller's connection's own
+        limit, read again before every charge, may have changed since)."""
+        return self._limit_bytes, self._threads
+
     def _text_columns_read(self, sql: str, reads: native.Reads) -> int:
         """How many text values a scan of the private read ``sql`` may decode at once: of the registered sources the
         query's text mentions, the most text-like columns (:data:`_TEXT_TYPES`, a struct's fields counted one by
@@ -739,7 +746,7 @@ class DuckDBBackend:
         raise ConfigError(
             f"this query reads {columns} text columns at once; DuckDB's Parquet reader needs up to "
             f"{text_read_memory(1, 1) // 2048} vectors of {2048} of each column's longest texts (max_text_bytes = {cap}), "
-            f"{-(-need // 10**6)} MB at one thread, more than the memory_limit of {-(-limit // 10**6)} MB holds; "
+            f"{-(-need // 10**6)} MB at one thread, more than the memory_limit of {limit // 10**6} MB holds; "
             "nothing was charged",
             hint="read fewer text columns in one query, or raise the engine's memory_limit, or lower max_text_bytes "
                  "([engine] in dpsql.toml, or Session(engine={...}))")
