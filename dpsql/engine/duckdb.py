@@ -736,8 +736,10 @@ class DuckDBBackend:
         """Refuse (free) a private read of ``ast`` that decodes more text columns at once than ``memory_limit`` holds
         vectors of at one thread (:meth:`_threads_for`): one person's rows of the longest texts in each would make
         it fail after its charge, only when that person is there."""
-        sql = self._render(ast)
-        columns = self._text_columns_read(sql, native.reads_of(ast))
+        reads = native.reads_of(ast)
+        # the relations it names and its strings stand for its text (rendering is the bind's, which an interrupt ends)
+        named = " ".join([t.name for t in ast.find_all(exp.Table)] + list(reads.strings))
+        columns = self._text_columns_read(named, reads)
         if self._threads_for(columns) >= 1:
             return
         cap, limit = self.settings.max_text_bytes, self._limit_bytes
