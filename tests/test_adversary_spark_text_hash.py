@@ -165,4 +165,5 @@ def test_count_distinct_over_crafted_texts_is_not_slow_on_spark(timed: dict[str,
         s.query(sql, epsilon=1.0, delta=1e-6)  # warm-up
         times[name], got = _best_of(s, sql)
         assert [r["d"] for r in got] == [N + OTHERS], (name, got)
-    assert times["crafted"] < 2 * times["random"] + 2.0, times
+    # (a margin for a loaded machine: before the digest the crafted query took 9-16x the random one, over 15 s)
+    assert times["crafted"] < 3 * times["random"] + 4.0, times
