@@ -285,6 +285,7 @@ LOOKUP_VALUES = [
     (f"SELECT e.cc, c.region, COUNT(*) {LOOKUP} GROUP BY e.cc, c.region", None),
     (f"SELECT e.cc, COUNT(DISTINCT e.day) {LOOKUP} WHERE e.day > 3 GROUP BY e.cc", None),
     (f"SELECT e.cc, SUM(LEAST(GREATEST(e.day, 0), 40)) {LOOKUP} GROUP BY e.cc", None),
+    (f"SELECT e.cc, COUNT(*) {LOOKUP} WHERE (c.code IS NULL OR e.day > 30) GROUP BY e.cc", None),
 ]
 #: the same person, the key read only as a key, or only counted (carried as the text of its digest:
 #: ``lookup.counted_only``), or on one table: these answer
