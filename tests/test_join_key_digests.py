@@ -543,3 +543,47 @@ def test_control_a_comparison_of_digests_under_two_salts_changes_the_releases(mo
     where = COMPARED[:1]
     monkeypatch.setattr(rj.KeyDigest, "of", of)
     assert _edge_releases(True, where, nulls=True) != _edge_releases(False, where, nulls=True)
+
+
+def _grouped_key_releases(lookup: bool, moved: bool = False) -> list[Any]:
+    """``GROUP BY`` the private text key: over a LEFT lookup join (every event once in the joined relation, its key
+    as it is), or over the events alone. Keys ``IDS``, the 5 000-character one held by 40 people (so released: its
+    text is read back for that group), each person's rows over two keys (the group cap C_u = 1 chooses one by the
+    keyed hash of (person, key)). With ``moved``, one person's rows of the long key hold another key."""
+    n = len(IDS)
+    uid = [u for u in range(400) for _ in range(3)]
+    cc = [IDS[10] if u < 40 and j < 2 else IDS[(u + 7 * j) % n] for u in range(400) for j in range(3)]
+    if moved:
+        cc = [IDS[3] if (u, c) == (0, IDS[10]) else c for u, c in zip(uid, cc)]
+    s = dpsql.Session(budget=Budget(1e6, 0.9))
+    use_noise(s, zero_noise(6))
+    s.register("codes", pa.table({"code": IDS[::3], "region": [f"r{i % 3}" for i in range(len(IDS[::3]))]}),
+               public=True, columns={"region": {"domain": ["r0", "r1", "r2"]}})
+    s.register("events", pa.table({"uid": uid, "cc": cc, "day": [k % 40 for k in range(len(uid))]}),
+               privacy_unit="uid", references={"cc": "codes.code"})
+    frm = "FROM events e LEFT JOIN codes c ON e.cc = c.code" if lookup else "FROM events e"
+    try:
+        out = []
+        for sql in (f"SELECT e.cc AS k, COUNT(*) AS n {frm} GROUP BY e.cc",
+                    f"SELECT e.cc AS k, COUNT(*) AS n, SUM(LEAST(GREATEST(e.day, 0), 40)) AS s {frm} GROUP BY e.cc"):
+            out.append(sorted(map(repr, s.query(sql, epsilon=8.0, delta=1e-6).table.to_pylist())))
+            if lookup:  # the joined relation read where it is read, never one relation computed and held
+                bounded = s.explain(sql, epsilon=8.0, delta=1e-6).bounded_sql
+                assert "\"__dpsql_lookup\" AS (" not in bounded and bounded.count("AS __dpsql_lookup") >= 2
+        return out
+    finally:
+        s.close()
+
+
+def test_a_lookup_join_grouped_by_the_private_key_releases_what_the_table_alone_releases() -> None:
+    """``GROUP BY e.cc`` of a LEFT lookup join reads its joined relation at each of its reads (not one materialised
+    relation holding every joined row's key: ``tests/test_adversary_round43.py``), each read the same rows (the
+    lookup's kept row chosen by its content and the salt): the releases of the events alone, the long key's text
+    read back for its released group."""
+    joined = _grouped_key_releases(True)
+    assert joined == _grouped_key_releases(False)
+    assert all(any(repr(IDS[10]) in r for r in out) for out in joined)
+
+
+def test_control_moving_one_persons_rows_changes_the_grouped_releases() -> None:
+    assert _grouped_key_releases(True, moved=True) != _grouped_key_releases(False)

@@ -38,8 +38,13 @@ MAX and the quantiles: ``ir.JoinPlan.one_table_only``): the query is analysed as
 as over a table's rows, with the same sensitivity argument (``J`` is a row-wise function of the private rows). No
 stored synopsis is read for ``J`` (a synopsis holds one table's own rows: ``reuse`` is refused).
 
-The mechanisms read ``J`` as a CTE named :data:`VIEW` placed first in their bounded query; every choice
-here is made from the catalog and the SQL (the route is data independent), the caps from the private
+The mechanisms read ``J`` as a CTE named :data:`VIEW` placed first in their bounded query when they read it once, and
+as that relation itself at each read when they read it more than once (:meth:`LookupJoin.bounded`), as the one-table
+path reads a source's view: DuckDB computes and holds a CTE it reads twice, so one person's long private key, carried
+with each of their joined rows, was held in memory whole (``tests/test_adversary_round43.py``). Every read is the same
+rows: ``J`` is a function of the private and public rows and the salt (no per-row draw; each lookup's kept row per key
+chosen by the keyed hash of its position among that key's rows ordered by their content, interchangeable rows alike). Every
+choice here is made from the catalog and the SQL (the route is data independent), the caps from the private
 table's registration lowered by the options.
 """
 
@@ -181,6 +186,15 @@ class LookupJoin:
         extra = [exp.alias_(text(c), c.name) if c.name in digested else c for c in plain]
         rel = join_relation(self.jp, self.catalog, salt=salt, ops=ops, caps=self.caps,
                             parts=parts_of(self.jp), extra=extra, with_tid=False, distinct=counted)
+        reads = [t for t in ast.find_all(exp.Table) if t.name == VIEW and not t.db]
+        if len(reads) > 1:
+            # read more than once (the group cap's hashes, the groups, the released long keys' texts): the relation
+            # at each read, as a source's view is read, since DuckDB computes and holds a CTE read twice (whatever
+            # NOT MATERIALIZED says), every joined row with its texts (tests/test_adversary_round43.py). Each read is
+            # the same rows: J is a function of the rows and the salt (the lookups' kept rows chosen by content)
+            for t in reads:
+                t.replace(rel.copy().subquery(t.alias_or_name, copy=False))
+            return ast
         cte = exp.CTE(this=rel, alias=exp.TableAlias(this=exp.to_identifier(VIEW, quoted=True)))
         with_ = ast.args.get("with_")
         if with_ is None:
