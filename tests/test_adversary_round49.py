@@ -4,14 +4,24 @@ Finding (fixed): ``suggest_caps(group_by=...)`` accepted a column name in any ca
 column registered as ``Grp``; ``'UID'``) when checking it, then looked the name up as given in the lower-case
 schema while building the bounded query: a raw ``KeyError`` (the CLI's ``suggest-caps --group-by Grp``: ``error:
 unexpected KeyError``, exit 1), even for a column's own spelling. The name is now read as the schema's column.
+
+Finding (fixed): an ``-o`` or ``--meta`` file name of 232 to 255 bytes (within the file system's longest name) was
+refused before the charge as "cannot be written: creating a file in DIR failed (File name too long)", with a hint to
+use a directory that exists: its temporary sibling ``.NAME.dpsql-PID-RANDOM`` adds up to 24 bytes to the name. The
+temporary name now keeps within the longest name (the name cut, followed by a digest of the whole name), and the
+output is written under its own name.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from conftest import run_cli
 
 import dpsql
 from dpsql.budget import Budget
@@ -39,3 +49,30 @@ def test_control_caps_advice_by_an_unknown_column_is_refused_free() -> None:
         s.suggest_caps("t", epsilon=1.0, group_by="nosuch")
     with _caps_session() as s:
         assert s.remaining() == s.total()
+
+
+def _longest_name(d: Path, stem: str, ext: str) -> str:
+    """A file name of exactly the file system's longest name, in bytes (``stem`` repeated, whole characters)."""
+    most = os.pathconf(d, "PC_NAME_MAX")
+    name = ""
+    while len((name + stem + ext).encode()) <= most:
+        name += stem
+    return name + "x" * (most - len((name + ext).encode())) + ext
+
+
+@pytest.mark.parametrize("stem", ["a", "\u00e9"])  # two-byte characters: a cut never splits one in the written name
+def test_outputs_with_the_longest_file_names_are_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str], stem: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"uid": list(range(50))}), tmp_path / "d.parquet")
+    assert run_cli(["--ledger", "l.duckdb", "init", "--epsilon", "10", "--delta", "1e-5"]) == 0
+    out, meta = _longest_name(tmp_path, stem, ".csv"), _longest_name(tmp_path, stem, ".json")
+    assert len(out.encode()) == len(meta.encode()) == os.pathconf(tmp_path, "PC_NAME_MAX")
+    capsys.readouterr()
+    rc = run_cli(["--ledger", "l.duckdb", "query", "SELECT COUNT(*) AS n FROM t", "--table", "t=d.parquet",
+                  "--privacy-unit", "t=uid", "--epsilon", "0.5", "-o", out, "--meta", meta])
+    assert rc == 0, capsys.readouterr().err
+    assert (tmp_path / out).read_text().startswith('"n"')
+    assert json.loads((tmp_path / meta).read_text())["ledger_id"] == 1
+    left = sorted(n for n in os.listdir(tmp_path) if not n.startswith(".l.duckdb."))  # the ledger's own side files
+    assert left == sorted(["d.parquet", "l.duckdb", meta, out]), "a temporary file was left behind"
