@@ -10,6 +10,11 @@ refused before the charge as "cannot be written: creating a file in DIR failed (
 use a directory that exists: its temporary sibling ``.NAME.dpsql-PID-RANDOM`` adds up to 24 bytes to the name. The
 temporary name now keeps within the longest name (the name cut, followed by a digest of the whole name), and the
 output is written under its own name.
+
+Finding (fixed, wording): a query or explain with ROLLUP, CUBE, GROUPING SETS or UNION ALL on a closed Session said
+"query 1 of 2 of the GROUP BY ROLLUP (...), at its share epsilon=0.05, delta=0 of the budget asked: this Session is
+closed", as if that query or its share were the problem; it now says "this Session is closed" alone, as every other
+request does.
 """
 
 from __future__ import annotations
@@ -76,3 +81,17 @@ def test_outputs_with_the_longest_file_names_are_written(tmp_path: Path, monkeyp
     assert json.loads((tmp_path / meta).read_text())["ledger_id"] == 1
     left = sorted(n for n in os.listdir(tmp_path) if not n.startswith(".l.duckdb."))  # the ledger's own side files
     assert left == sorted(["d.parquet", "l.duckdb", meta, out]), "a temporary file was left behind"
+
+
+@pytest.mark.parametrize("sql", ["SELECT g, COUNT(*) AS n FROM t GROUP BY ROLLUP (g)",
+                                 "SELECT COUNT(*) AS n FROM t UNION ALL SELECT COUNT(*) AS n FROM t",
+                                 "SELECT COUNT(*) AS n FROM t"])  # the control: one query
+@pytest.mark.parametrize("call", ["query", "explain"])
+def test_a_closed_session_says_so_alone_for_queries_of_several_groupings(sql: str, call: str) -> None:
+    s = dpsql.Session(budget=Budget(10, 1e-5))
+    s.register("t", pa.table({"uid": list(range(10)), "g": ["a", "b"] * 5}), privacy_unit="uid",
+               columns={"g": {"domain": ["a", "b"]}})
+    s.close()
+    with pytest.raises(dpsql.errors.ConfigError) as e:
+        getattr(s, call)(sql, epsilon=1.0)
+    assert e.value.message == "this Session is closed"
