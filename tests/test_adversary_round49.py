@@ -15,6 +15,14 @@ Finding (fixed, wording): a query or explain with ROLLUP, CUBE, GROUPING SETS or
 "query 1 of 2 of the GROUP BY ROLLUP (...), at its share epsilon=0.05, delta=0 of the budget asked: this Session is
 closed", as if that query or its share were the problem; it now says "this Session is closed" alone, as every other
 request does.
+
+Finding (fixed): a text column of a caller's DuckDB table declared ``COLLATE NOCASE`` is neutralised by rendering the
+first operand of a comparison ``COLLATE "binary"``; as any other operand (``note = name``, ``'a' = name``, ``x IN
+(name, ...)``, ``'a' BETWEEN name AND ...``, ``GREATEST(note, name)``, ``NULLIF(note, name)``, ``starts_with(note,
+name)``, ``CASE note WHEN name ...``) DuckDB refused to combine the two collations, and the query was refused (free)
+as "does not type-check against the table's columns (BinderException)", naming neither the problem nor a fix, while
+the same comparison written the other way round was answered. Every text operand read from a row is now rendered
+under the binary collation, and these compare byte for byte as with the column first.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import json
 import os
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -95,3 +104,39 @@ def test_a_closed_session_says_so_alone_for_queries_of_several_groupings(sql: st
     with pytest.raises(dpsql.errors.ConfigError) as e:
         getattr(s, call)(sql, epsilon=1.0)
     assert e.value.message == "this Session is closed"
+
+
+#: (condition, its count over 100 people holding note 'a', name 'A' (NOCASE), other 'B', compared byte for byte)
+NOCASE_RIGHT = [("'a' = name", 0), ("note = name", 0), ("note <> name", 100), ("'Z' < name", 0), ("note > name", 100),
+                ("upper(note) = name", 100), ("'a' IN (name, other)", 0), ("note IN (name, other)", 0),
+                ("'a' IN ('x', 'y', 'z', 'w', 'v', name)", 0), ("NULLIF(note, name) IS NULL", 0),
+                ("GREATEST(note, name) = 'a'", 100), ("LEAST(note, name) = 'A'", 100), ("COALESCE(other, name) = 'B'", 100),
+                ("CASE note WHEN name THEN true ELSE false END", 0), ("starts_with(note, name)", 0),
+                ("'a' BETWEEN name AND name", 0), ("note BETWEEN name AND other", 0), ("'a' IS NOT DISTINCT FROM name", 0),
+                ("note IS DISTINCT FROM name", 100)]
+
+
+@pytest.fixture(scope="module")
+def nocase_session() -> dpsql.Session:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (uid BIGINT, note VARCHAR, name VARCHAR COLLATE NOCASE, other VARCHAR)")
+    con.execute("INSERT INTO t SELECT i, 'a', 'A', 'B' FROM range(100) r(i)")
+    con.execute("SET default_collation = 'nocase'")
+    s = dpsql.Session(budget=Budget(1e6, 0.5), connection=con)
+    use_noise(s, zero_noise())
+    s.register("t", "t", privacy_unit="uid")
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize(("cond", "count"), NOCASE_RIGHT)
+def test_a_nocase_column_as_any_operand_compares_byte_for_byte(nocase_session: dpsql.Session, cond: str, count: int) -> None:
+    r = nocase_session.query(f"SELECT COUNT(*) AS n FROM t WHERE {cond}", epsilon=5.0, delta=1e-6)
+    assert r.table.column("n").to_pylist() == [count]
+
+
+@pytest.mark.parametrize("key", ["GREATEST(note, name)", "NULLIF(note, name)", "COALESCE(other, name)"])
+def test_a_nocase_column_as_any_operand_of_a_key_is_spelled_as_held(nocase_session: dpsql.Session, key: str) -> None:
+    r = nocase_session.query(f"SELECT {key} AS k, COUNT(*) AS n FROM t GROUP BY k", epsilon=5.0, delta=1e-6)
+    assert r.table.column("k").to_pylist() == [{"GREATEST(note, name)": "a", "NULLIF(note, name)": "a",
+                                                "COALESCE(other, name)": "B"}[key]]
