@@ -46,8 +46,9 @@ The typer then renders the expression again, for DuckDB, so that
   the query cannot merge 'A' and 'a'), floating-point keys are normalised (-0.0 -> 0.0, every
   NaN -> one NaN), and key types whose equality is coarser than their spelling (INTERVAL,
   TIMESTAMPTZ, nested types, JSON, MAP, UNION, ...) are refused.
-* text comparisons are binary too: the text operand of =, <>, <, BETWEEN, IN, LIKE, NULLIF,
-  GREATEST/LEAST and of starts_with/ends_with/contains/strpos is rendered ``COLLATE "binary"``
+* text comparisons are binary too: the text operands of =, <>, <, BETWEEN, IN, LIKE, NULLIF,
+  GREATEST/LEAST and of starts_with/ends_with/contains/strpos are rendered ``COLLATE "binary"`` (each one read
+  from a row: DuckDB refuses two operands of different collations)
   (DuckDB compares under an operand's collation), so what a WHERE matches never depends on a
   column's declared collation or the connection's ``default_collation`` (ILIKE ignores case by
   its own definition).
