@@ -23,6 +23,10 @@ name)``, ``CASE note WHEN name ...``) DuckDB refused to combine the two collatio
 as "does not type-check against the table's columns (BinderException)", naming neither the problem nor a fix, while
 the same comparison written the other way round was answered. Every text operand read from a row is now rendered
 under the binary collation, and these compare byte for byte as with the column first.
+
+Finding (fixed, wording): a query on a Session whose caller's DuckDB connection the caller had closed was refused
+(free) as "the DuckDB connection cannot run a statement now (ConnectionException)" with the hint "end the
+connection's failed transaction (ROLLBACK)", which cannot help; it now says the connection is closed and how to go on.
 """
 
 from __future__ import annotations
@@ -140,3 +144,31 @@ def test_a_nocase_column_as_any_operand_of_a_key_is_spelled_as_held(nocase_sessi
     r = nocase_session.query(f"SELECT {key} AS k, COUNT(*) AS n FROM t GROUP BY k", epsilon=5.0, delta=1e-6)
     assert r.table.column("k").to_pylist() == [{"GREATEST(note, name)": "a", "NULLIF(note, name)": "a",
                                                 "COALESCE(other, name)": "B"}[key]]
+
+
+def test_a_closed_callers_connection_is_said_to_be_closed_for_free() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS uid FROM range(100) r(i)")
+    with dpsql.Session(budget=Budget(10, 1e-5), connection=con) as s:
+        s.register("t", "t", privacy_unit="uid")
+        s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5)  # its bind check is remembered
+        con.close()
+        with pytest.raises(dpsql.errors.ConfigError) as e:
+            s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+        assert "is closed" in e.value.message and "nothing was charged" in e.value.message
+        assert "ROLLBACK" not in (e.value.hint or "")
+        assert s.remaining() == Budget(9.5, 1e-5)
+
+
+def test_control_an_aborted_transaction_still_says_rollback() -> None:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT i AS uid FROM range(100) r(i)")
+    with dpsql.Session(budget=Budget(10, 1e-5), connection=con) as s:
+        s.register("t", "t", privacy_unit="uid")
+        con.execute("BEGIN")
+        with pytest.raises(duckdb.Error):
+            con.execute("SELECT error('x')")
+        with pytest.raises(dpsql.errors.ConfigError) as e:
+            s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
+        assert "ROLLBACK" in (e.value.hint or "")
+        con.execute("ROLLBACK")
