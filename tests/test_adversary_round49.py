@@ -27,6 +27,10 @@ under the binary collation, and these compare byte for byte as with the column f
 Finding (fixed, wording): a query on a Session whose caller's DuckDB connection the caller had closed was refused
 (free) as "the DuckDB connection cannot run a statement now (ConnectionException)" with the hint "end the
 connection's failed transaction (ROLLBACK)", which cannot help; it now says the connection is closed and how to go on.
+
+Finding (fixed): an ordered domain whose bounds are finite but whose span is not (``bounds=(-1e308, 1e308),
+bins=10``; in ``dpsql.toml`` or ``--bins t.x=-1e308:1e308:10`` alike) failed registration with a raw
+``OverflowError: cannot convert float infinity to integer``; it is now refused naming the bounds and the fix.
 """
 
 from __future__ import annotations
@@ -172,3 +176,18 @@ def test_control_an_aborted_transaction_still_says_rollback() -> None:
             s.query("SELECT COUNT(*) AS n FROM t", epsilon=0.5)
         assert "ROLLBACK" in (e.value.hint or "")
         con.execute("ROLLBACK")
+
+
+@pytest.mark.parametrize("spec", [{"bounds": (-1e308, 1e308), "bins": 10}, {"bounds": (-1.7e308, 1.7e308), "bins": 4},
+                                  {"bounds": (-1e308, 1e308), "bin_width": 1e300}])
+def test_an_ordered_domain_whose_span_overflows_is_refused_naming_it(spec: dict[str, object]) -> None:
+    t = pa.table({"uid": list(range(10)), "x": [float(i) for i in range(10)]})
+    with dpsql.Session(budget=Budget(10, 1e-5)) as s, pytest.raises(dpsql.errors.ConfigError) as e:
+        s.register("t", t, privacy_unit="uid", columns={"x": spec})
+    assert "'t.x'" in e.value.message and "narrower" in (e.value.hint or "")
+
+
+def test_control_an_ordered_domain_of_a_representable_span_registers() -> None:
+    t = pa.table({"uid": list(range(10)), "x": [float(i) for i in range(10)]})
+    with dpsql.Session(budget=Budget(10, 1e-5)) as s:
+        s.register("t", t, privacy_unit="uid", columns={"x": {"bounds": (-8e307, 8e307), "bins": 10}})
