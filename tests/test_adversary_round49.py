@@ -31,6 +31,11 @@ connection's failed transaction (ROLLBACK)", which cannot help; it now says the 
 Finding (fixed): an ordered domain whose bounds are finite but whose span is not (``bounds=(-1e308, 1e308),
 bins=10``; in ``dpsql.toml`` or ``--bins t.x=-1e308:1e308:10`` alike) failed registration with a raw
 ``OverflowError: cannot convert float infinity to integer``; it is now refused naming the bounds and the fix.
+
+Finding (fixed, API misuse): ``Release.meta(remaining)`` (and ``to_dict``, ``to_arrow``) given anything but a Budget
+(``r.meta({"epsilon": 1, "delta": 0})``, ``r.meta(5)``) raised ``AttributeError: ... has no attribute 'to_dict'``;
+it is now a ConfigError naming the argument and the fix (``r.meta(session.remaining())``). ``Budget + 1`` raised an
+AttributeError from inside; it is now Python's TypeError for an unsupported operand.
 """
 
 from __future__ import annotations
@@ -191,3 +196,21 @@ def test_control_an_ordered_domain_of_a_representable_span_registers() -> None:
     t = pa.table({"uid": list(range(10)), "x": [float(i) for i in range(10)]})
     with dpsql.Session(budget=Budget(10, 1e-5)) as s:
         s.register("t", t, privacy_unit="uid", columns={"x": {"bounds": (-8e307, 8e307), "bins": 10}})
+
+
+@pytest.mark.parametrize("remaining", [{"epsilon": 1, "delta": 0}, 5, "x"])
+@pytest.mark.parametrize("call", ["meta", "to_dict", "to_arrow"])
+def test_a_release_meta_given_no_budget_is_refused_naming_it(remaining: object, call: str) -> None:
+    with dpsql.Session(budget=Budget(10, 1e-5)) as s:
+        s.register("t", pa.table({"uid": list(range(10))}), privacy_unit="uid")
+        r = s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+        with pytest.raises(dpsql.errors.ConfigError, match="remaining must be a Budget"):
+            getattr(r, call)(remaining)
+        assert r.meta(s.remaining())["remaining"] == {"epsilon": 9.0, "delta": 1e-5}  # the control
+        assert "remaining" not in r.meta()
+
+
+def test_a_budget_plus_a_number_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="unsupported operand"):
+        Budget(1, 0) + 1  # type: ignore[operator]
+    assert Budget(1, 0) + Budget(2, 1e-6) == Budget(3, 1e-6)
