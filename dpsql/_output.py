@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import secrets
 import shlex
@@ -65,8 +66,9 @@ class Target:
             t.fd = _open_special(where, flag, path, st)
             return t
         d, name = os.path.split(t.real)
+        prefix = _temp_prefix(d, name)
         for _ in range(3):
-            tmp = os.path.join(d, f".{name}.dpsql-{os.getpid()}-{secrets.token_hex(4)}")
+            tmp = os.path.join(d, f"{prefix}{os.getpid()}-{secrets.token_hex(4)}")
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
             except OSError as e:
@@ -80,7 +82,7 @@ class Target:
             # locked for as long as this process may still write it; a sweep (of another command writing
             # the same name) may have taken it in the instant before: then it is gone, and made again
             if _lock_now(fd) and names_file(tmp, fd):
-                _sweep_dead(d, f".{name}.dpsql-", tmp)
+                _sweep_dead(d, prefix, tmp)
                 return t
             t.discard()
         raise ConfigError(f"{where} cannot be written: its temporary file in {d} kept disappearing; nothing was charged",
@@ -133,6 +135,23 @@ def _sweep_dead(d: str, prefix: str, mine: str) -> None:
     its holder, so a live writer's file is never removed. Only regular files are opened, never
     through a symbolic link, without blocking; one that cannot be opened is left alone."""
     sweep_unlocked(d, prefix, mine)
+
+
+def _temp_prefix(d: str, name: str) -> str:
+    """``.NAME.dpsql-``, the prefix of a temporary sibling's name (the process id and 8 random hex digits follow);
+    where that would pass the file system's longest name, NAME cut short, followed by ``~`` and 8 hex digits of its
+    digest (an output named within the limit was refused: 'File name too long')."""
+    prefix, tail = f".{name}.dpsql-", 16  # the process id (at most 7 digits: pid_max 2^22), "-" and 8 hex digits
+    try:
+        most = os.pathconf(d, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        most = 255
+    if len(os.fsencode(prefix)) + tail <= most:
+        return prefix
+    raw = os.fsencode(name)
+    digest = hashlib.sha256(raw).hexdigest()[:8]
+    keep = max(1, most - tail - len(f"..dpsql-~{digest}"))
+    return f".{os.fsdecode(raw[:keep])}~{digest}.dpsql-"
 
 
 def _example(flag: str) -> str:

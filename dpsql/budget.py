@@ -171,6 +171,8 @@ class Budget:
 
     # arithmetic (basic composition) ---------------------------------------------------
     def __add__(self, other: Budget) -> Budget:
+        if not isinstance(other, Budget):
+            return NotImplemented  # Python's TypeError (it was an AttributeError from inside)
         return Budget.from_exact(self.exact_epsilon + other.exact_epsilon, self.exact_delta + other.exact_delta)
 
     def minus(self, other: Budget) -> Budget:

@@ -569,6 +569,9 @@ def _parse_ordered(table: str, name: str, o: Any, bounds: tuple[float, float] | 
         lo_f, hi_f = float(lo), float(hi)
         if not (math.isfinite(lo_f) and math.isfinite(hi_f)) or hi_f <= lo_f:
             raise ConfigError(f"ordered domain for '{table}.{name}' needs finite lo < hi")
+        if not math.isfinite(hi_f - lo_f):  # (its bins' count or width was a raw OverflowError)
+            raise ConfigError(f"the ordered domain of '{table}.{name}' spans {lo!r} to {hi!r}, wider than a double holds",
+                              hint=f"declare narrower bounds for '{name}' (a span below about 1.7e308)")
         if bins is None and width is None:
             raise ConfigError(f"ordered domain for '{table}.{name}' needs bins or bin_width")
         if bins is None:

@@ -466,6 +466,7 @@ def _weights(g: Composite, opts: dict[str, Any]) -> list[Fraction]:
 
 
 def _routes(session: Any, g: Composite, epsilon: Any, delta: Any, options: Any) -> tuple[list[Any], list[Fraction]]:
+    session._check_open()  # said alone, not as a refusal of the first query at its share
     eps, d, opts = check_epsilon(epsilon), check_delta(delta), check_options(options)
     weights = _weights(g, opts)
     n, routes = len(g.components), []

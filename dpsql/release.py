@@ -62,6 +62,11 @@ class Release:
             "warnings": list(self.warnings),
         }
         if remaining is not None:
+            if not isinstance(remaining, Budget):
+                from dpsql.errors import ConfigError
+
+                raise ConfigError(f"remaining must be a Budget (what Session.remaining() returns) or None, got {remaining!r}",
+                                  hint="e.g. r.meta(session.remaining()), or r.meta() without it")
             out["remaining"] = remaining.to_dict()
         return out
 

@@ -1336,6 +1336,10 @@ class DuckDBBackend:
                     "current_setting('enable_external_access'), " + _LIMIT_BYTES[len("SELECT "):]).fetchall()[0]
             except _BUSY:
                 failure = _busy_refusal()
+            except duckdb.ConnectionException:  # closed by the caller (ROLLBACK cannot help)
+                failure = ConfigError("the DuckDB connection given to this Session is closed; nothing was charged",
+                                      hint="close this Session and open a new one on an open connection (or let dpsql "
+                                      "open its own connection)")
             except duckdb.Error as e:  # e.g. the caller's transaction aborted: every statement fails until ROLLBACK
                 failure = ConfigError(
                     f"the DuckDB connection cannot run a statement now ({type(e).__name__}); nothing was charged",

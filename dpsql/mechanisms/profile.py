@@ -194,4 +194,5 @@ def route_request(request: Request) -> Any:
                 f"type {request.table.schema[g.lower()]}, which dpsql does not group by (not a scalar, or its equality is "
                 "coarser than its spelling)",
                 hint="give group_by a column of a text, number, BOOLEAN, DATE or TIMESTAMP type, or leave it out") from None
-    return dataclasses.replace(request, options={**opts, "quantile": qf})
+    # the schema's spelling: a name matched in any case but looked up as given was a raw KeyError
+    return dataclasses.replace(request, options={**opts, "quantile": qf, "group_by": g if g is None else g.lower()})

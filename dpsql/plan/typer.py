@@ -46,8 +46,9 @@ The typer then renders the expression again, for DuckDB, so that
   the query cannot merge 'A' and 'a'), floating-point keys are normalised (-0.0 -> 0.0, every
   NaN -> one NaN), and key types whose equality is coarser than their spelling (INTERVAL,
   TIMESTAMPTZ, nested types, JSON, MAP, UNION, ...) are refused.
-* text comparisons are binary too: the text operand of =, <>, <, BETWEEN, IN, LIKE, NULLIF,
-  GREATEST/LEAST and of starts_with/ends_with/contains/strpos is rendered ``COLLATE "binary"``
+* text comparisons are binary too: the text operands of =, <>, <, BETWEEN, IN, LIKE, NULLIF,
+  GREATEST/LEAST and of starts_with/ends_with/contains/strpos are rendered ``COLLATE "binary"`` (each one read
+  from a row: DuckDB refuses two operands of different collations)
   (DuckDB compares under an operand's collation), so what a WHERE matches never depends on a
   column's declared collation or the connection's ``default_collation`` (ILIKE ignores case by
   its own definition).
@@ -962,7 +963,8 @@ class Typer:
             if typ.kind == "null":
                 return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
             cls = type(node)
-            return Typed(cls(this=_text_binary(self.coerce(a, typ, node), typ), expression=self.coerce(b, typ, node)), BOOLEAN)
+            return Typed(cls(this=_text_binary(self.coerce(a, typ, node), typ), expression=_other_binary(self.coerce(b, typ, node), typ)),
+                         BOOLEAN)
         if isinstance(node, exp.Between):
             if node.args.get("symmetric"):
                 raise self.refuse(node, "BETWEEN SYMMETRIC is not supported: write the bounds in order (low AND high)")
@@ -971,7 +973,7 @@ class Typer:
             if typ.kind == "null":
                 return Typed(_cast(exp.Null(), BOOLEAN, try_=False), BOOLEAN)
             c = [self.coerce(p, typ, node) for p in parts]
-            return Typed(exp.Between(this=_text_binary(c[0], typ), low=c[1], high=c[2]), BOOLEAN)
+            return Typed(exp.Between(this=_text_binary(c[0], typ), low=_other_binary(c[1], typ), high=_other_binary(c[2], typ)), BOOLEAN)
         if isinstance(node, exp.In):
             if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
                 raise self.refuse(node, "IN takes a list of values")
@@ -998,7 +1000,7 @@ class Typer:
                                                 f"not {longest}: compare a longer text with =")
                     head = exp.Left(this=head, expression=exp.Literal.number(longest + 1))
                 return Typed(exp.In(this=_digest(head, typ), expressions=[_digest(x, typ) for x in c[1:]]), BOOLEAN)
-            return Typed(exp.In(this=_text_binary(c[0], typ), expressions=c[1:]), BOOLEAN)
+            return Typed(exp.In(this=_text_binary(c[0], typ), expressions=[_other_binary(x, typ) for x in c[1:]]), BOOLEAN)
         if isinstance(node, exp.Case):
             if node.this is not None:
                 # CASE x WHEN v THEN ...: compare x with each v (a comparison in parentheses: DuckDB refuses to parse
@@ -1020,11 +1022,11 @@ class Typer:
             c = [self.coerce(p, typ, node) for p in parts]
             cls = type(node)
             if cls is exp.Coalesce:
-                return Typed(cls(this=_text_binary(c[0], typ), expressions=c[1:]), typ)
+                return Typed(cls(this=_text_binary(c[0], typ), expressions=[_other_binary(x, typ) for x in c[1:]]), typ)
             # DuckDB's GREATEST / LEAST skip NULL arguments (NULL only when all are): keep that
             # meaning, which sqlglot renders as written only with ignore_nulls (otherwise as a
             # NULL-propagating CASE)
-            return Typed(cls(this=_text_binary(c[0], typ), expressions=c[1:], ignore_nulls=True), typ)
+            return Typed(cls(this=_text_binary(c[0], typ), expressions=[_other_binary(x, typ) for x in c[1:]], ignore_nulls=True), typ)
         if isinstance(node, exp.Nullif):
             a, b = self.t(node.this), self.t(node.expression)
             typ = self.unify([a, b], node, "NULLIF")
@@ -1033,11 +1035,12 @@ class Typer:
             if a.type.kind not in ("null", "strlit") and a.type.name != typ.name:
                 # DuckDB compares in the common type but returns ``a`` in its own type (NULLIF(2.5, 1e308) is the
                 # DECIMAL 2.5, which CAST(... AS INTEGER) rounds to 3; as a DOUBLE it would be 2)
-                same = exp.EQ(this=_text_binary(self.coerce(a, typ, node), typ), expression=self.coerce(b, typ, node))
+                same = exp.EQ(this=_text_binary(self.coerce(a, typ, node), typ), expression=_other_binary(self.coerce(b, typ, node), typ))
                 own = self.coerce(a, a.type, node)
                 return Typed(exp.Case(ifs=[exp.If(this=same, true=_cast(exp.Null(), a.type, try_=False))], default=own),
                              a.type, bounds=a.bounds)
-            return Typed(exp.Nullif(this=_text_binary(self.coerce(a, typ, node), typ), expression=self.coerce(b, typ, node)), typ)
+            return Typed(exp.Nullif(this=_text_binary(self.coerce(a, typ, node), typ),
+                                    expression=_other_binary(self.coerce(b, typ, node), typ)), typ)
         if isinstance(node, (exp.Cast, exp.TryCast)):
             return self._cast(node)
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
@@ -1598,7 +1601,7 @@ def _text2(result: SqlType) -> Callable[[Typer, exp.Expression], Typed]:
             raise ty.refuse(node, f"{ty._fname(node)}() takes two text arguments here")
         new = node.copy()
         new.set("this", _binary(ty.cap(ty.t(node.this), node)))  # DuckDB matches under the collation
-        new.set("expression", ty.cap(ty.t(node.expression), node))
+        new.set("expression", _other_binary(ty.cap(ty.t(node.expression), node), VARCHAR))
         return Typed(new, result)
 
     return h
@@ -1627,7 +1630,7 @@ def _anon_text2(name: str) -> Callable[[Typer, exp.Expression], Typed]:
         if len(args) != 2:
             raise ty.refuse(node, f"{name}() takes two text arguments")
         capped = [ty.cap(ty.t(a), node) for a in args]
-        return Typed(exp.Anonymous(this=name.upper(), expressions=[_binary(capped[0]), capped[1]]), BOOLEAN)
+        return Typed(exp.Anonymous(this=name.upper(), expressions=[_binary(capped[0]), _other_binary(capped[1], VARCHAR)]), BOOLEAN)
 
     return h
 
@@ -2079,6 +2082,17 @@ def _text_binary(e: exp.Expression, t: SqlType) -> exp.Expression:
     answer would depend on the owner's connection rather than on the query, and disagree with the
     binary group keys). The collation of one operand decides the comparison."""
     return _binary(e) if t.kind in ("varchar", "strlit") else e
+
+
+def _other_binary(e: exp.Expression, t: SqlType) -> exp.Expression:
+    """Another text operand of a comparison, read from a row, under the binary collation too: DuckDB refuses to
+    compare two operands of different explicit collations (``"note" COLLATE "binary" = "name"`` of a caller's
+    ``name VARCHAR COLLATE NOCASE`` was a binder error: refused, while ``name = note`` was answered). A string
+    literal has no collation of its own and stays as it is."""
+    bare = e
+    while isinstance(bare, exp.Paren):
+        bare = bare.this
+    return e if isinstance(bare, exp.Literal) else _text_binary(e, t)
 
 
 def _plain_float(e: exp.Expression) -> bool:
