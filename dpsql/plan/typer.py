@@ -686,6 +686,8 @@ class Typer:
             if k == "bool":
                 return v
             raise self.refuse(node, f"a boolean literal cannot be used as {target}")
+        if r.type.kind == "varchar" and k == "varchar":  # a typed text literal (CAST('a' AS VARCHAR), VARCHAR 'a')
+            return str(v)
         if r.type.numeric:
             if target.numeric and _fits(v, target):
                 if target.name == "FLOAT" and isinstance(v, (int, decimal.Decimal)):
