@@ -572,6 +572,11 @@ class _JoinBuilder:
         if isinstance(node, (exp.Sum, exp.Avg)):
             fn = "AVG" if isinstance(node, exp.Avg) else "SUM"
             arg = node.this
+            if isinstance(arg, exp.Distinct):  # as on one table (a clamp is no fix for it)
+                self.flatten(arg, fn)  # (reports unknown columns)
+                self.bad(node, f"{fn}(DISTINCT ...) is not supported: distinct values are not bounded per person; "
+                               "drop DISTINCT")
+                return None
             lo_hi = clamp_bounds(arg)
             if lo_hi is not None:
                 inner, bounds = lo_hi
