@@ -6,6 +6,17 @@ an expression needs literal bounds: write SUM(LEAST(GREATEST(expr, lo), hi))", w
 with that clamp (``SUM(DISTINCT LEAST(GREATEST(o.amt, 0), 3))``) got the same message. The refusal now names
 DISTINCT, as on one table ("distinct values are not bounded per person; drop DISTINCT"), over every join, lookup
 joins included; nothing is spent.
+
+Finding (fixed, wording): a LEFT JOIN from a private table to a public lookup on exactly the declared reference
+(``orders o LEFT JOIN countries k ON o.cc = k.code``, orders referencing ``countries.code``) was refused as "this join
+is not one" when the private table's rows reach their people through another table (``orders.cid ->
+customer.id``, whose customer references a sales representative; or a key that is not the person table's unit),
+with the hint "LEFT JOIN each public lookup on the column the private table references (as 'orders' declares
+references={'cid': 'customer.id'})": the reference it named was to a person table, and the join it advised was the
+one written. The refusal now says which condition fails (several private tables; rows that do not each belong to one
+person named by a column of their own, with the paths they reach people through; a public table joined on a column
+that is not its key), the hint advises an inner JOIN where no LEFT JOIN could be answered, and an example reference
+is one into a public table.
 """
 
 from __future__ import annotations
@@ -75,3 +86,41 @@ def test_sum_or_avg_distinct_over_a_join_is_refused_naming_distinct(sql: str) ->
         assert s.remaining() == before and len(_history(s)) == recorded
         # the fix it names answers: the same call without DISTINCT
         s.query(sql.replace("DISTINCT ", ""), epsilon=1.0, delta=1e-6)
+
+
+def _reps_session() -> dpsql.Session:
+    """orders -> customer -> salesrep (two people per order) and orders -> countries (a public lookup)."""
+    s = dpsql.Session(budget=Budget(100.0, 0.5))
+    s.register("countries", pa.table({"code": ["FR", "DE"], "region": ["EU", "EU"]}), public=True)
+    s.register("salesrep", pa.table({"id": [1, 2]}), privacy_unit="id")
+    s.register("customer", pa.table({"id": list(range(10)), "rep": [1 + i % 2 for i in range(10)]}), privacy_unit="id",
+               references={"rep": "salesrep.id"}, degree_bounds={"rep": 5})
+    s.register("orders", pa.table({"oid": list(range(30)), "cid": [i % 10 for i in range(30)],
+                                   "cc": [["FR", "DE"][i % 2] for i in range(30)]}),
+               references={"cid": "customer.id", "cc": "countries.code"}, degree_bounds={"cid": 3})
+    return s
+
+
+def test_a_left_join_refused_for_its_private_tables_people_says_why_and_advises_an_inner_join() -> None:
+    with _reps_session() as s:
+        before, recorded = s.remaining(), len(_history(s))
+        with pytest.raises(dpsql.errors.PolicyError) as e:
+            s.query("SELECT COUNT(*) FROM orders o LEFT JOIN countries k ON o.cc = k.code", epsilon=1.0, delta=1e-6)
+        text = str(e.value)
+        assert "do not each belong to one person named by a column of their own" in text
+        assert "o.cid -> customer.id -> salesrep.id (salesrep)" in text
+        assert "use an inner JOIN" in text and "customer.id'}" not in text  # no reference to a person table as the fix
+        assert s.remaining() == before and len(_history(s)) == recorded
+        s.query("SELECT COUNT(*) FROM orders o JOIN countries k ON o.cc = k.code", epsilon=1.0, delta=1e-6)  # the fix
+
+
+def test_a_left_join_refused_for_a_fanned_out_public_table_names_it_and_a_public_reference() -> None:
+    with _session() as s:
+        s.register("cities", pa.table({"code": ["FR", "FR", "DE"], "city": ["p", "l", "b"]}), public=True,
+                   references={"code": "countries.code"}, degree_bounds={"code": 2})
+        with pytest.raises(dpsql.errors.PolicyError) as e:
+            s.query("SELECT COUNT(*) FROM orders o JOIN cities t ON o.cc = t.code LEFT JOIN countries k ON o.cc = k.code",
+                    epsilon=1.0, delta=1e-6)
+        text = str(e.value)
+        assert "a public table is joined on a column that is not its declared key (t.code)" in text
+        assert "references={'cc': 'countries.code'}" in text
