@@ -17,6 +17,11 @@ one written. The refusal now says which condition fails (several private tables;
 person named by a column of their own, with the paths they reach people through; a public table joined on a column
 that is not its key), the hint advises an inner JOIN where no LEFT JOIN could be answered, and an example reference
 is one into a public table.
+
+Finding (fixed, bad input): ``degree_caps`` naming a column the join does not cap (``{'orders.amt': 2}`` over
+``customer c JOIN orders o ON c.id = o.cid``, or a column the table does not have, ``{'orders.zzz': 2}``) was
+accepted, charged and ignored: the analyst believed a cap applied that did not. Such a key is now refused for free,
+naming the columns the join caps.
 """
 
 from __future__ import annotations
@@ -124,3 +129,20 @@ def test_a_left_join_refused_for_a_fanned_out_public_table_names_it_and_a_public
         text = str(e.value)
         assert "a public table is joined on a column that is not its declared key (t.code)" in text
         assert "references={'cc': 'countries.code'}" in text
+
+
+@pytest.mark.parametrize("caps", [{"orders.amt": 2}, {"orders.zzz": 2}, {"orders.oid": 1}])
+def test_degree_caps_on_a_column_the_join_does_not_cap_is_refused_for_free(caps: dict[str, int]) -> None:
+    with _session() as s:
+        before, recorded = s.remaining(), len(_history(s))
+        with pytest.raises(dpsql.errors.ConfigError) as e:
+            s.query(f"SELECT COUNT(*) {J}", epsilon=1.0, delta=1e-6, options={"degree_caps": caps})
+        assert "the join caps no rows of 'orders' by" in str(e.value) and "orders.cid" in str(e.value)
+        assert s.remaining() == before and len(_history(s)) == recorded
+
+
+@pytest.mark.parametrize("caps", [{"orders.cid": 2}, {"ORDERS.CID": 2}, {"customer.id": 1}])
+def test_degree_caps_on_a_capped_join_column_still_lowers_delta(caps: dict[str, int]) -> None:
+    with _session() as s:
+        r = s.query(f"SELECT COUNT(*) {J}", epsilon=1.0, delta=1e-6, options={"degree_caps": caps, "q": 1.0})
+        assert r.details["Delta"] == (2 if "cid" in str(caps).lower() else 3)
