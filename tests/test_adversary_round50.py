@@ -22,6 +22,10 @@ Finding (fixed, bad input): ``degree_caps`` naming a column the join does not ca
 ``customer c JOIN orders o ON c.id = o.cid``, or a column the table does not have, ``{'orders.zzz': 2}``) was
 accepted, charged and ignored: the analyst believed a cap applied that did not. Such a key is now refused for free,
 naming the columns the join caps.
+
+Finding (fixed, wording): ``tau_base=1.0000001`` was refused as "tau_base=1 makes about 10986124 truncation
+thresholds", a value the analyst did not pass (and one refused for another reason); the refusal now spells the base
+given (DP-S4S and R2T alike).
 """
 
 from __future__ import annotations
@@ -146,3 +150,11 @@ def test_degree_caps_on_a_capped_join_column_still_lowers_delta(caps: dict[str, 
     with _session() as s:
         r = s.query(f"SELECT COUNT(*) {J}", epsilon=1.0, delta=1e-6, options={"degree_caps": caps, "q": 1.0})
         assert r.details["Delta"] == (2 if "cid" in str(caps).lower() else 3)
+
+
+@pytest.mark.parametrize("mechanism", ["dp_s4s", "r2t"])
+def test_a_tau_base_near_one_is_refused_spelling_the_base_given(mechanism: str) -> None:
+    with _session() as s:
+        with pytest.raises(dpsql.errors.ConfigError) as e:
+            s.query(f"SELECT COUNT(*) {J}", epsilon=1.0, delta=1e-6, options={"tau_base": 1.0000001, "mechanism": mechanism})
+        assert "tau_base=1.0000001 makes about" in str(e.value)
