@@ -26,10 +26,18 @@ naming the columns the join caps.
 Finding (fixed, wording): ``tau_base=1.0000001`` was refused as "tau_base=1 makes about 10986124 truncation
 thresholds", a value the analyst did not pass (and one refused for another reason); the refusal now spells the base
 given (DP-S4S and R2T alike).
+
+Finding (fixed): over a join, ``GROUP BY extract(year FROM o.od)`` (or ``date_part('year', o.od)``, which the
+planner reads as the key ``year(o.od)``) was refused when the SELECT list or HAVING named the key in that spelling:
+"'o.od' in SELECT is neither aggregated nor a GROUP BY key; add it to GROUP BY", a fix already made. The key's
+outputs now match every spelling of the year the key itself accepts, and release what ``year(o.od)`` releases.
+A WHERE condition on the key in such a spelling (``WHERE extract(year FROM o.od) > 2020``) did not filter the
+released key set as ``WHERE year(o.od) > 2020`` does (2020 was released with a noisy 0); it now does.
 """
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -158,3 +166,29 @@ def test_a_tau_base_near_one_is_refused_spelling_the_base_given(mechanism: str) 
         with pytest.raises(dpsql.errors.ConfigError) as e:
             s.query(f"SELECT COUNT(*) {J}", epsilon=1.0, delta=1e-6, options={"tau_base": 1.0000001, "mechanism": mechanism})
         assert "tau_base=1.0000001 makes about" in str(e.value)
+
+
+def _dated_session() -> dpsql.Session:
+    t = _tables()
+    n = t["orders"].num_rows
+    orders = t["orders"].append_column("od", pa.array([datetime.date(2020 + i % 3, 1 + i % 12, 1) for i in range(n)]))
+    s = dpsql.Session(budget=Budget(1000.0, 0.5))
+    use_noise(s, zero_noise(5))
+    s.register("customer", t["customer"], privacy_unit="id")
+    s.register("orders", orders, references={"cid": "customer.id"}, degree_bounds={"cid": 3},
+               columns={"od": {"bounds": ["2020-01-01", "2022-12-31"], "bin_width": "1 day"}})
+    return s
+
+
+@pytest.mark.parametrize("key", ["extract(year FROM o.od)", "date_part('year', o.od)", "datepart('year', o.od)"])
+def test_a_year_key_spelled_as_extract_or_date_part_is_released_as_year(key: str) -> None:
+    with _dated_session() as s:
+        want = s.query(f"SELECT year(o.od) AS y, COUNT(*) AS n {J} GROUP BY year(o.od) HAVING year(o.od) > 2020",
+                       epsilon=1.0, delta=1e-6).to_pylist()
+        assert [r["y"] for r in want] == [2021, 2022]
+        for sql in (f"SELECT {key} AS y, COUNT(*) AS n {J} GROUP BY {key} HAVING {key} > 2020",
+                    f"SELECT {key} AS y, COUNT(*) AS n {J} GROUP BY 1 HAVING year(o.od) > 2020",
+                    f"SELECT year(o.od) AS y, COUNT(*) AS n {J} GROUP BY {key} HAVING {key} > 2020",
+                    f"SELECT year(o.od) AS y, COUNT(*) AS n {J} WHERE {key} > 2020 GROUP BY year(o.od)",
+                    f"SELECT {key} AS y, COUNT(*) AS n {J} WHERE {key} > 2020 GROUP BY 1"):
+            assert s.query(sql, epsilon=1.0, delta=1e-6).to_pylist() == want, sql

@@ -908,6 +908,14 @@ class _JoinBuilder:
                 i.set("quoted", False)
             return y.sql(dialect="duckdb")
 
+        from dpsql.plan.join_groups import _year_arg  # (join_groups imports this module)
+
+        def key_of(x: exp.Expression) -> str | None:
+            if not isinstance(x, (exp.Column, exp.Func)):
+                return None
+            year = _year_arg(x)  # extract(year FROM d), date_part('year', d): the key year(d) (join_groups._key)
+            return by_sql.get(spelled(x if year is None else exp.func("year", year.copy())))
+
         by_sql = {spelled(k.expr): k.name for k in self.keys}
         kept: list[exp.Expression] = []
         for c in where_flat.flatten() if isinstance(where_flat, exp.And) else [where_flat]:
@@ -915,8 +923,7 @@ class _JoinBuilder:
                 typed = type_predicate(c, self.flat_schema, "WHERE")
             except TypeRefusal:
                 continue  # reported by the WHERE's own type check
-            typed = typed.transform(lambda x: exp.column(by_sql[spelled(x)])
-                                    if isinstance(x, (exp.Column, exp.Func)) and spelled(x) in by_sql else x)
+            typed = typed.transform(lambda x: exp.column(key) if (key := key_of(x)) is not None else x)
             cols = list(typed.find_all(exp.Column))
             if cols and all(x.name in by_sql.values() and not x.table for x in cols):
                 kept.append(exp.Paren(this=typed))
