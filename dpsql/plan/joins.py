@@ -638,8 +638,9 @@ class _JoinBuilder:
 
     def base_aggregates(self, node: exp.Expression) -> list[ir.JoinAggregate] | None:
         """The base aggregates an aggregate call is answered from: itself (COUNT(*), COUNT(col),
-        SUM(expr)), or for AVG(x) SUM(x) and COUNT(x) of the same values -- COUNT(col) for a column
-        (NULLs are neither summed nor counted), COUNT(*) for a clamp, which is never NULL in SQL."""
+        SUM(expr)), or for AVG(x) SUM(x) and COUNT(x) of the same values -- COUNT(col) for a column or a
+        BOOLEAN column's numeric cast (NULLs are neither summed nor counted), COUNT(*) for a clamp, which is
+        never NULL in SQL."""
         agg = self.aggregate(node)
         if agg is None:
             return None
@@ -647,9 +648,14 @@ class _JoinBuilder:
             return [ir.JoinAggregate(*agg, sql=node.sql(dialect="duckdb"))]
         arg = node.this
         total = ir.JoinAggregate(*agg, sql=exp.Sum(this=arg.copy()).sql(dialect="duckdb"))
-        if isinstance(arg, exp.Column):
+        # a column, or a BOOLEAN column's numeric cast (NULL exactly where the column is): COUNT(col)
+        column = arg.this if isinstance(arg, exp.Cast) and isinstance(arg.this, exp.Column) else arg
+        if isinstance(column, exp.Column):
             assert agg[1] is not None
-            count = ir.JoinAggregate(ir.COUNT_COL, agg[1].copy(), (1.0, 1.0), exp.Count(this=arg.copy()).sql(dialect="duckdb"))
+            value = agg[1] if column is arg else agg[1].this  # (the flattened cast's column)
+            assert isinstance(value, exp.Column), value
+            count = ir.JoinAggregate(ir.COUNT_COL, value.copy(), (1.0, 1.0),
+                                     exp.Count(this=column.copy()).sql(dialect="duckdb"))
         else:
             count = ir.JoinAggregate(ir.COUNT_STAR, None, (1.0, 1.0), "COUNT(*)")
         return [total, count]
