@@ -648,7 +648,8 @@ class _JoinBuilder:
             return [ir.JoinAggregate(*agg, sql=node.sql(dialect="duckdb"))]
         arg = node.this
         total = ir.JoinAggregate(*agg, sql=exp.Sum(this=arg.copy()).sql(dialect="duckdb"))
-        # a column, or a BOOLEAN column's numeric cast (NULL exactly where the column is): COUNT(col)
+        # a column, or a BOOLEAN column's numeric cast (NULL where the column is; also where a cast of TRUE fails,
+        # to DECIMAL(1,1), a query SQL does not answer, whose sum is then 0 whatever the count): COUNT(col)
         column = arg.this if isinstance(arg, exp.Cast) and isinstance(arg.this, exp.Column) else arg
         if isinstance(column, exp.Column):
             assert agg[1] is not None
