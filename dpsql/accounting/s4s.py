@@ -628,7 +628,7 @@ def s4s_tau_grid(
     if n > 1 and math.log(n) / math.log(b) > MAX_TAU_GRID - 1:  # L <= log_b Δ + 1
         # a base near 1 made a grid of thousands of runs, each accounted for (minutes of a free explain)
         raise ConfigError(
-            f"tau_base={b:.6g} makes about {math.log(n) / math.log(b) + 1:.0f} truncation thresholds for at most {n} "
+            f"tau_base={b:.15g} makes about {math.log(n) / math.log(b) + 1:.0f} truncation thresholds for at most {n} "
             f"tuples per person; at most {MAX_TAU_GRID} are allowed",
             hint=f"use tau_base >= {n ** (1.0 / (MAX_TAU_GRID - 1)) * (1 + 1e-12):.6g} (default {DEFAULT_TAU_BASE}, the paper's 2)")
     out: list[float] = []
@@ -950,7 +950,7 @@ def r2t_schedule(
     bb = tau_grid_base(base)
     if math.log(gs) / math.log(bb) > MAX_TAU_GRID:  # L = ⌈log_b GS⌉ runs, each a truncation
         raise ConfigError(
-            f"tau_base={bb:.6g} makes about {math.log(gs) / math.log(bb):.0f} R2T thresholds for a global sensitivity "
+            f"tau_base={bb:.15g} makes about {math.log(gs) / math.log(bb):.0f} R2T thresholds for a global sensitivity "
             f"of {gs:.6g}; at most {MAX_TAU_GRID} are allowed",
             hint=f"use tau_base >= {gs ** (1.0 / MAX_TAU_GRID) * (1 + 1e-12):.6g} (default {DEFAULT_TAU_BASE}, the paper's 2)")
     if bb == 2.0:

@@ -627,6 +627,19 @@ def _lookup_join(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec])
             and all(n == 1 for a, _, n in people.caps if a in public))
 
 
+def _not_lookup_reason(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> str:
+    """Which condition of :func:`_lookup_join` ``jp`` fails, in words (public metadata only)."""
+    private = [(a, t) for a, t in jp.inputs if not catalog[t].public]
+    if len(private) != 1:
+        return f"it joins {len(private)} private tables ({', '.join(f'{t} AS {a}' for a, t in private)})"
+    if not (people.single_owner and people.enforced):
+        slots = "; ".join(jp.describe()["user_slots"])
+        return (f"the rows of '{private[0][1]}' do not each belong to one person named by a column of their own (they "
+                f"reach {slots}), so they are not bounded per person as one table's rows")
+    fanned = sorted({f"{a}.{c.replace(',', ', ')}" for a, c, n in people.caps if n != 1 and catalog[dict(jp.inputs)[a]].public})
+    return f"a public table is joined on a column that is not its declared key ({', '.join(fanned) or 'its ON'})"
+
+
 def _left_problem(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]) -> str | None:
     """Why a join with LEFT JOINs is not a lookup join whose LEFT-joined inputs each match at most one row per row
     of the join before them (public metadata only), or None. Each LEFT-joined input must be capped at one row per
@@ -636,7 +649,8 @@ def _left_problem(jp: ir.JoinPlan, people: Any, catalog: Mapping[str, TableSpec]
     tables = dict(jp.inputs)
     if not _lookup_join(jp, people, catalog):
         return ("a LEFT JOIN is answered only from one private table to public lookup tables joined on their declared "
-                "keys (each private row then matches at most one lookup row), and this join is not one")
+                f"keys (each private row then matches at most one lookup row), and this join is not one: "
+                f"{_not_lookup_reason(jp, people, catalog)}")
     written = [a for a, _ in jp.inputs]
     for a in jp.left:
         own = {x.split(SEP, 1)[1] for pair in jp.conditions for x, y in (pair, pair[::-1])
@@ -658,10 +672,13 @@ def _route_left_lookup(
     forced = options.get("mechanism", "auto")
     problem = _left_problem(plan.join, people, catalog)
     if problem is not None:
-        refs = [(t, c, r) for _, t in plan.join.inputs if not catalog[t].public for c, r in catalog[t].references.items()]
+        refs = [(t, c, r) for _, t in plan.join.inputs if not catalog[t].public for c, r in catalog[t].references.items()
+                if getattr(catalog.get(r.split(".", 1)[0]), "public", False)]  # a reference into a public lookup
         example = f" (as '{refs[0][0]}' declares references={{'{refs[0][1]}': '{refs[0][2]}'}})" if refs else ""
-        raise PolicyError(problem, hint=f"LEFT JOIN each public lookup on the column the private table references"
-                                        f"{example}, or use an inner JOIN")
+        owned = "do not each belong to one person" in problem or "private tables (" in problem
+        raise PolicyError(problem, hint="use an inner JOIN (the join mechanisms answer inner joins)" if owned else
+                          f"LEFT JOIN each public lookup on the column the private table references{example}, or use "
+                          "an inner JOIN")
     joins_only = sorted(set(options) & _JOIN_OPTIONS)
     if joins_only or forced not in _LOOKUP_NAMES:
         what = f"the option(s) {', '.join(joins_only)} ask" if joins_only else f"mechanism '{forced}' asks"

@@ -89,7 +89,7 @@ from dpsql.mechanisms import s4s as core
 from dpsql.mechanisms.base import Description, MechanismName, Released, Request
 from dpsql.noise import NoiseSource, check_gaussian_representable, gaussian_release, round_to_granularity
 from dpsql.plan import ir
-from dpsql.plan.joins import PeopleBound, bound_people, max_rows_per_value, parts, table_keys
+from dpsql.plan.joins import SEP, PeopleBound, bound_people, max_rows_per_value, parts, table_keys
 from dpsql.rewrite.bound import Caps
 from dpsql.rewrite.joins import Part, parts_of, sampled_tuples, truncated_sums
 
@@ -170,12 +170,21 @@ def _lowered(options: dict[str, Any], people: PeopleBound, jp: ir.JoinPlan) -> d
     if not isinstance(caps, dict):
         raise ConfigError("degree_caps must be a dict such as {'orders.o_custkey': 16}")
     tables = {t for _, t in jp.inputs}
+    table_of = dict(jp.inputs)
+    # the columns whose rows per value the join's caps may bound: those its equalities join on, and those it caps
+    capped = {f"{table_of[x.split(SEP, 1)[0]]}.{x.split(SEP, 1)[1]}".lower() for pair in jp.conditions for x in pair}
+    capped |= {f"{table_of[a]}.{c}".lower() for a, col, _ in people.caps for c in (col, *col.split(","))}
     out = {}
     for k, v in caps.items():
         if not isinstance(k, str) or k.count(".") != 1 or k.split(".")[0].lower() not in tables:
             raise ConfigError(f"degree_caps key {k!r} must be 'table.column' of a table in the query")
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"degree_caps[{k!r}] must be a whole number >= 1, got {v!r}")
+        if k.lower() not in capped:  # it would be accepted, charged and ignored
+            t, _, c = k.partition(".")
+            raise ConfigError(f"degree_caps key {k!r}: the join caps no rows of '{t.lower()}' by '{c}' (the columns it "
+                              f"caps: {', '.join(sorted(capped))})",
+                              hint="name one of those columns (explain lists the join's caps), or omit it")
         out[k.lower()] = v
     return out
 

@@ -181,7 +181,8 @@ def key_outputs(node: exp.Expression, keys: list[ir.JoinKey], flatten: Callable[
                 return exp.column("__a0")
             return aggregates[x.sql(dialect="duckdb").lower()].copy()
         if isinstance(x, (exp.Column, exp.Year, exp.Extract, exp.Anonymous)):
-            s = flatten(x).sql(dialect="duckdb")
+            year = _year_arg(x)  # (extract(year FROM d), date_part('year', d): the key year(d), as :func:`_key` reads it)
+            s = flatten(x if year is None else exp.func("year", year.copy())).sql(dialect="duckdb")
             if s in by_sql:
                 return exp.column(by_sql[s])
         return x

@@ -572,6 +572,11 @@ class _JoinBuilder:
         if isinstance(node, (exp.Sum, exp.Avg)):
             fn = "AVG" if isinstance(node, exp.Avg) else "SUM"
             arg = node.this
+            if isinstance(arg, exp.Distinct):  # as on one table (a clamp is no fix for it)
+                self.flatten(arg, fn)  # (reports unknown columns)
+                self.bad(node, f"{fn}(DISTINCT ...) is not supported: distinct values are not bounded per person; "
+                               "drop DISTINCT")
+                return None
             lo_hi = clamp_bounds(arg)
             if lo_hi is not None:
                 inner, bounds = lo_hi
@@ -633,8 +638,9 @@ class _JoinBuilder:
 
     def base_aggregates(self, node: exp.Expression) -> list[ir.JoinAggregate] | None:
         """The base aggregates an aggregate call is answered from: itself (COUNT(*), COUNT(col),
-        SUM(expr)), or for AVG(x) SUM(x) and COUNT(x) of the same values -- COUNT(col) for a column
-        (NULLs are neither summed nor counted), COUNT(*) for a clamp, which is never NULL in SQL."""
+        SUM(expr)), or for AVG(x) SUM(x) and COUNT(x) of the same values -- COUNT(col) for a column or a
+        BOOLEAN column's numeric cast (NULLs are neither summed nor counted), COUNT(*) for a clamp, which is
+        never NULL in SQL."""
         agg = self.aggregate(node)
         if agg is None:
             return None
@@ -642,9 +648,15 @@ class _JoinBuilder:
             return [ir.JoinAggregate(*agg, sql=node.sql(dialect="duckdb"))]
         arg = node.this
         total = ir.JoinAggregate(*agg, sql=exp.Sum(this=arg.copy()).sql(dialect="duckdb"))
-        if isinstance(arg, exp.Column):
+        # a column, or a BOOLEAN column's numeric cast (NULL where the column is; also where a cast of TRUE fails,
+        # to DECIMAL(1,1), a query SQL does not answer, whose sum is then 0 whatever the count): COUNT(col)
+        column = arg.this if isinstance(arg, exp.Cast) and isinstance(arg.this, exp.Column) else arg
+        if isinstance(column, exp.Column):
             assert agg[1] is not None
-            count = ir.JoinAggregate(ir.COUNT_COL, agg[1].copy(), (1.0, 1.0), exp.Count(this=arg.copy()).sql(dialect="duckdb"))
+            value = agg[1] if column is arg else agg[1].this  # (the flattened cast's column)
+            assert isinstance(value, exp.Column), value
+            count = ir.JoinAggregate(ir.COUNT_COL, value.copy(), (1.0, 1.0),
+                                     exp.Count(this=column.copy()).sql(dialect="duckdb"))
         else:
             count = ir.JoinAggregate(ir.COUNT_STAR, None, (1.0, 1.0), "COUNT(*)")
         return [total, count]
@@ -903,6 +915,14 @@ class _JoinBuilder:
                 i.set("quoted", False)
             return y.sql(dialect="duckdb")
 
+        from dpsql.plan.join_groups import _year_arg  # (join_groups imports this module)
+
+        def key_of(x: exp.Expression) -> str | None:
+            if not isinstance(x, (exp.Column, exp.Func)):
+                return None
+            year = _year_arg(x)  # extract(year FROM d), date_part('year', d): the key year(d) (join_groups._key)
+            return by_sql.get(spelled(x if year is None else exp.func("year", year.copy())))
+
         by_sql = {spelled(k.expr): k.name for k in self.keys}
         kept: list[exp.Expression] = []
         for c in where_flat.flatten() if isinstance(where_flat, exp.And) else [where_flat]:
@@ -910,8 +930,7 @@ class _JoinBuilder:
                 typed = type_predicate(c, self.flat_schema, "WHERE")
             except TypeRefusal:
                 continue  # reported by the WHERE's own type check
-            typed = typed.transform(lambda x: exp.column(by_sql[spelled(x)])
-                                    if isinstance(x, (exp.Column, exp.Func)) and spelled(x) in by_sql else x)
+            typed = typed.transform(lambda x: exp.column(key) if (key := key_of(x)) is not None else x)
             cols = list(typed.find_all(exp.Column))
             if cols and all(x.name in by_sql.values() and not x.table for x in cols):
                 kept.append(exp.Paren(this=typed))
