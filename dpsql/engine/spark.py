@@ -210,7 +210,17 @@ def spark_session(master: str | None = None, memory: str | None = None) -> Any:
         builder = builder.config("spark.driver.host", os.environ.get("DPSQL_SPARK_DRIVER_HOST", "127.0.0.1"))
     for k, v in local_conf(master).items():
         builder = builder.config(k, v)
-    return builder.getOrCreate()
+    failure: ConfigError | None = None
+    try:
+        return builder.getOrCreate()
+    except Exception as e:  # noqa: BLE001 - Spark's (Java) text is not the caller's words; the class only
+        # e.g. a spark:// master that does not answer: Spark gives up after its registration retries (about 60 s)
+        failure = ConfigError(f"cannot start a Spark session on the master {master!r} ({type(e).__name__}); nothing "
+                              "was charged",
+                              hint="check [engine] master (Session(engine={'kind': 'spark', 'master': ...})): that the "
+                                   "master runs and answers at this host and port (spark://host:7077), or use "
+                                   "\"local[2]\"; and that Java 17 is installed")
+    raise failure
 
 
 _SIMPLE = {
@@ -1324,6 +1334,22 @@ class SparkBackend:
                     pass
         assert failure is not None
         raise failure
+
+    def check_connection(self) -> None:
+        """Refuse (free) a Spark session that can run no job: the caller stopped it (``spark.stop()``, which stops the
+        process's SparkContext) or its driver is gone. Spark still analyses a query on a stopped context, and the bind
+        check is remembered, so such a query was charged and then failed with the generic error. Checked before every
+        charge (``catalog.check_sources_unchanged``); a stop during the read is the generic failure (the charge
+        stands)."""
+        try:
+            stopped = self._spark.sparkContext._jsc is None or bool(self._spark._jsparkSession.sparkContext().isStopped())
+        except Exception:  # noqa: BLE001 - the driver JVM cannot be reached (its gateway is closed)
+            stopped = True
+        if stopped:
+            raise ConfigError("the Spark session of this Session was stopped (spark.stop() stops its SparkContext), so "
+                              "it can run no query; nothing was charged",
+                              hint="close this Session and open a new one on a running SparkSession (Session(engine="
+                                   "'spark', spark=...)), and stop the SparkSession only after the Session is closed")
 
     def post_process(self, table: pa.Table, ast_builder: Callable[[str], exp.Expression]) -> pa.Table:
         """Post-processing of released values on the driver, in DuckDB (no private row is read)."""

@@ -1,0 +1,93 @@
+"""Failure paths of the Spark engine and the PostgreSQL ledger: a Spark session the caller stopped between two
+queries, a spark:// master that does not answer. Skipped (with the reason) without pyspark/Java or PostgreSQL, as the other Spark and ledger tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _spark import require_spark
+
+require_spark()
+
+# one process of its own: stopping the caller's session stops the process's SparkContext
+STOPPED = r"""
+import json, sys
+import pyarrow as pa, pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+import dpsql
+
+root = sys.argv[1]
+pq.write_table(pa.table({"uid": list(range(50)), "x": [i % 7 for i in range(50)]}), root + "/t.parquet")
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-5), engine="spark", spark=spark, ledger=root + "/l.duckdb", create=True)
+s.register("t", root + "/t.parquet", privacy_unit="uid", max_rows_per_unit=1)
+s.query("SELECT COUNT(*) FROM t", epsilon=0.5)
+before = s.remaining().epsilon
+rows = s.history().num_rows
+spark.stop()
+out = {"before": before, "errors": []}
+for sql in ("SELECT COUNT(*) FROM t", "SELECT COUNT(*) FROM t WHERE x > 3"):  # a remembered bind check, a new one
+    try:
+        s.query(sql, epsilon=0.5)
+        out["errors"].append(None)
+    except dpsql.errors.DPSQLError as e:
+        out["errors"].append([type(e).__name__, str(e)])
+out["after"] = s.remaining().epsilon
+out["new_entries"] = s.history().num_rows - rows
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_a_spark_session_stopped_by_the_caller_is_refused_before_the_charge(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", STOPPED, str(tmp_path)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, proc.stderr[-3000:]
+    out = json.loads(lines[0][len("RESULT "):])
+    assert out["before"] == pytest.approx(9.5)
+    for err in out["errors"]:
+        assert err is not None and err[0] == "ConfigError", err
+        assert "stopped" in err[1] and "nothing was charged" in err[1], err
+    assert out["after"] == out["before"] and out["new_entries"] == 0  # no charge for a query that could not run
+
+
+class _Builder:
+    def master(self, *_: object) -> _Builder:
+        return self
+
+    appName = config = master  # noqa: N815 - pyspark's spelling
+
+    def getOrCreate(self) -> None:  # noqa: N802 - pyspark's spelling
+        # what pyspark raised after Spark's registration retries on a spark:// master that does not answer
+        raise RuntimeError("An error occurred while calling None.org.apache.spark.sql.classic.SparkSession. "
+                           "All masters are unresponsive! Giving up. Failed to connect to /127.0.0.1:9")
+
+
+class _FakeSparkSession:
+    builder = _Builder()
+
+    @staticmethod
+    def getActiveSession() -> None:  # noqa: N802 - pyspark's spelling
+        return None
+
+
+def test_a_spark_master_that_does_not_answer_is_a_config_error_naming_the_setting(tmp_path: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import dpsql
+    from dpsql.engine import spark as spark_engine
+    from dpsql.errors import ConfigError
+
+    monkeypatch.setattr(spark_engine, "_require_pyspark", lambda: _FakeSparkSession)
+    ledger = tmp_path / "l.duckdb"
+    with pytest.raises(ConfigError) as info:
+        dpsql.Session(budget=dpsql.Budget(1.0, 1e-6), engine={"kind": "spark", "master": "spark://127.0.0.1:9"},
+                      ledger=str(ledger), create=True)
+    text = str(info.value)
+    assert "spark://127.0.0.1:9" in text and "nothing was charged" in text and "[engine] master" in text
+    assert "unresponsive" not in text  # Spark's own words stay out
+    assert not ledger.exists()  # no ledger created for a Session that could not start
