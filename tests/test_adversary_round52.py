@@ -38,6 +38,11 @@ for sql in ("SELECT COUNT(*) FROM t", "SELECT COUNT(*) FROM t WHERE x > 3"):  # 
     except dpsql.errors.DPSQLError as e:
         out["errors"].append([type(e).__name__, str(e)])
 out["after"] = s.remaining().epsilon
+try:
+    s.register("u", root + "/t.parquet", privacy_unit="uid", max_rows_per_unit=1)
+    out["register"] = None
+except dpsql.errors.DPSQLError as e:
+    out["register"] = [type(e).__name__, str(e)]
 out["new_entries"] = s.history().num_rows - rows
 print("RESULT " + json.dumps(out))
 """
@@ -54,6 +59,7 @@ def test_a_spark_session_stopped_by_the_caller_is_refused_before_the_charge(tmp_
         assert err is not None and err[0] == "ConfigError", err
         assert "stopped" in err[1] and "nothing was charged" in err[1], err
     assert out["after"] == out["before"] and out["new_entries"] == 0  # no charge for a query that could not run
+    assert out["register"] is not None and "stopped" in out["register"][1], out["register"]  # not "check the path"
 
 
 class _Builder:

@@ -631,6 +631,7 @@ class SparkBackend:
         """Expose a Parquet path/glob or an Arrow table as a temp view (``view``, default
         ``_dpsql_src_<name>``) of dpsql's Spark session; reads schemas (Parquet footers) only."""
         view = view or source_name(name)
+        self.check_connection()  # a stopped session: said as it is, not as a source Spark cannot read
         if kind in ("csv", "duckdb"):
             raise ConfigError(
                 f"table '{name}': a {'CSV file' if kind == 'csv' else 'DuckDB table'} is a DuckDB-only source; the "
