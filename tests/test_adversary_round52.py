@@ -44,6 +44,11 @@ try:
 except dpsql.errors.DPSQLError as e:
     out["register"] = [type(e).__name__, str(e)]
 out["new_entries"] = s.history().num_rows - rows
+try:  # a new Session on the stopped SparkSession
+    dpsql.Session(budget=dpsql.Budget(1.0, 1e-6), engine="spark", spark=spark, ledger=root + "/new.duckdb", create=True)
+    out["new_session"] = None
+except Exception as e:
+    out["new_session"] = [type(e).__name__, str(e)]
 print("RESULT " + json.dumps(out))
 """
 
@@ -59,6 +64,8 @@ def test_a_spark_session_stopped_by_the_caller_is_refused_before_the_charge(tmp_
         assert err is not None and err[0] == "ConfigError", err
         assert "stopped" in err[1] and "nothing was charged" in err[1], err
     assert out["after"] == out["before"] and out["new_entries"] == 0  # no charge for a query that could not run
+    assert out["new_session"] is not None and out["new_session"][0] == "ConfigError", out["new_session"]
+    assert "stopped" in out["new_session"][1] and not (tmp_path / "new.duckdb").exists()
     assert out["register"] is not None and "stopped" in out["register"][1], out["register"]  # not "check the path"
 
 

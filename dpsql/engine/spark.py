@@ -541,6 +541,15 @@ def _holds_unconverted(t: pa.DataType) -> bool:
     return any(_holds_unconverted(t.field(i).type) for i in range(t.num_fields))
 
 
+def _stopped(spark: Any) -> bool:
+    """Whether ``spark`` (a classic SparkSession) can run no job: its SparkContext was stopped (``spark.stop()``,
+    a master that gave up the application) or the driver JVM cannot be reached."""
+    try:
+        return spark.sparkContext._jsc is None or bool(spark._jsparkSession.sparkContext().isStopped())
+    except Exception:  # noqa: BLE001 - the driver JVM cannot be reached (its gateway is closed)
+        return True
+
+
 def _quiet(spark: Any) -> None:
     """Spark's log output carries query text and values: off (see the module docstring)."""
     try:
@@ -576,6 +585,11 @@ class SparkBackend:
         if not hasattr(base, "newSession") or not hasattr(base, "sql"):
             raise ConfigError(f"spark must be a pyspark SparkSession, got {type(base).__name__}",
                               hint="Session(engine='spark', spark=SparkSession.builder.getOrCreate())")
+        if _stopped(base):  # Spark's newSession() raised its own (Java) error
+            raise ConfigError("the SparkSession given to this Session was stopped (spark.stop() stops its "
+                              "SparkContext), so it can run no query",
+                              hint="pass a running SparkSession (SparkSession.builder.getOrCreate() after the stop "
+                                   "starts a new one), and stop it only after the Session is closed")
         self._spark = base.newSession()
         for k, v in SQL_CONF.items():
             self._spark.conf.set(k, v)
@@ -1342,11 +1356,7 @@ class SparkBackend:
         check is remembered, so such a query was charged and then failed with the generic error. Checked before every
         charge (``catalog.check_sources_unchanged``); a stop during the read is the generic failure (the charge
         stands)."""
-        try:
-            stopped = self._spark.sparkContext._jsc is None or bool(self._spark._jsparkSession.sparkContext().isStopped())
-        except Exception:  # noqa: BLE001 - the driver JVM cannot be reached (its gateway is closed)
-            stopped = True
-        if stopped:
+        if _stopped(self._spark):
             raise ConfigError("the Spark session of this Session was stopped (spark.stop() stops its SparkContext), so "
                               "it can run no query; nothing was charged",
                               hint="close this Session and open a new one on a running SparkSession (Session(engine="
