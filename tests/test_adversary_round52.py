@@ -104,3 +104,34 @@ def test_a_spark_master_that_does_not_answer_is_a_config_error_naming_the_settin
     assert "spark://127.0.0.1:9" in text and "nothing was charged" in text and "[engine] master" in text
     assert "unresponsive" not in text  # Spark's own words stay out
     assert not ledger.exists()  # no ledger created for a Session that could not start
+
+
+@pytest.mark.parametrize("setting", ["spark.sql.files.ignoreCorruptFiles", "spark.sql.files.ignoreMissingFiles"])
+def test_a_damaged_file_is_never_skipped_silently_whatever_the_spark_session_says(tmp_path: Path, setting: str) -> None:
+    """Spark's ignoreCorruptFiles (from a caller's session, spark-defaults.conf, or set on dpsql's session) skipped
+    the rest of a file whose read failed, and the query released an answer over the other files (100 rows of 200)
+    where the DuckDB engine, and Spark with its default, fail with the generic error. Both settings are pinned off."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import dpsql
+    from dpsql.errors import ExecutionError
+    from dpsql.testing import use_noise, zero_noise
+
+    for name, start in (("a", 0), ("b", 100)):
+        pq.write_table(pa.table({"uid": list(range(start, start + 100)), "x": [1] * 100}), tmp_path / f"{name}.parquet",
+                       compression="snappy")
+    offset = pq.ParquetFile(tmp_path / "b.parquet").metadata.row_group(0).column(0).data_page_offset
+    with open(tmp_path / "b.parquet", "r+b") as f:  # its footer intact (registration reads it), a data page not
+        f.seek(offset)
+        f.write(b"\xff" * 12)
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine="spark")
+    try:
+        use_noise(s, zero_noise())
+        s.register("t", str(tmp_path / "*.parquet"), privacy_unit="uid", max_rows_per_unit=1)
+        s._engine.spark.conf.set(setting, "true")  # type: ignore[attr-defined]
+        with pytest.raises(ExecutionError, match="charge stands"):
+            s.query("SELECT COUNT(*) AS n FROM t", epsilon=1.0)
+        assert s._engine.spark.conf.get(setting) == "false"  # type: ignore[attr-defined]
+    finally:
+        s.close()

@@ -147,6 +147,11 @@ PLAN_CONF = {
     "spark.sql.parquet.filterPushdown": "false",
     "spark.sql.parquet.recordLevelFilter.enabled": "false",
     "spark.sql.parquet.aggregatePushdown": "false",
+    # a file whose read fails (damaged, or gone since the listing) fails the query, as on the DuckDB engine: with
+    # these on (a caller's session, spark-defaults.conf) Spark skipped the rest of the file and the query released
+    # an answer over the other files' rows
+    "spark.sql.files.ignoreCorruptFiles": "false",
+    "spark.sql.files.ignoreMissingFiles": "false",
     # the vectorized reader reads a wide DECIMAL of an atomic table as DECIMAL(38, s) (``SparkBackend._widened_from``)
     "spark.sql.parquet.enableVectorizedReader": "true",
 }
