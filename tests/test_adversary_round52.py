@@ -125,7 +125,10 @@ def test_a_damaged_file_is_never_skipped_silently_whatever_the_spark_session_say
     with open(tmp_path / "b.parquet", "r+b") as f:  # its footer intact (registration reads it), a data page not
         f.seek(offset)
         f.write(b"\xff" * 12)
-    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine="spark")
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.master("local[2]").getOrCreate()  # the process's session, whichever master it runs
+    s = dpsql.Session(budget=dpsql.Budget(100.0, 1e-3), engine="spark", spark=spark)
     try:
         use_noise(s, zero_noise())
         s.register("t", str(tmp_path / "*.parquet"), privacy_unit="uid", max_rows_per_unit=1)
