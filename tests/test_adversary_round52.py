@@ -1,5 +1,6 @@
 """Failure paths of the Spark engine and the PostgreSQL ledger: a Spark session the caller stopped between two
-queries, a spark:// master that does not answer. Skipped (with the reason) without pyspark/Java or PostgreSQL, as the other Spark and ledger tests."""
+queries, a spark:// master that does not answer, a damaged file under ignoreCorruptFiles, a PostgreSQL
+ledger that cannot be reached named in CLI terms. Skipped (with the reason) without pyspark/Java or PostgreSQL, as the other Spark and ledger tests."""
 
 from __future__ import annotations
 
@@ -138,3 +139,31 @@ def test_a_damaged_file_is_never_skipped_silently_whatever_the_spark_session_say
         assert s._engine.spark.conf.get(setting) == "false"  # type: ignore[attr-defined]
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("where", ["flag", "variable", "config"])
+def test_a_postgres_ledger_that_cannot_be_reached_is_named_in_cli_terms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str],
+                                                                        where: str) -> None:
+    """The CLI said 'hint: check the URL' without saying where the URL comes from: --ledger, $DPSQL_LEDGER or
+    [ledger] url in the config file. No server needed: nothing listens on port 1."""
+    from conftest import run_cli
+
+    url = "postgresql://dpsql:s3cret@127.0.0.1:1/dpsql"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    argv = ["budget", "--history"]
+    if where == "flag":
+        argv = ["--ledger", url, *argv]
+        named = "--ledger"
+    elif where == "variable":
+        monkeypatch.setenv("DPSQL_LEDGER", url)
+        named = "$DPSQL_LEDGER"
+    else:
+        (tmp_path / "team.toml").write_text(f'[ledger]\nurl = "{url}"\n')
+        argv = ["--config", "team.toml", *argv]
+        named = "[ledger] url in 'team.toml'"
+    assert run_cli(["--lock-timeout", "1", *argv]) == 4
+    err = capsys.readouterr().err
+    assert "the server refused the connection" in err and "s3cret" not in err, err
+    assert f"hint: check the URL ({named})" in err, err
