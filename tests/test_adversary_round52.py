@@ -1,6 +1,7 @@
 """Failure paths of the Spark engine and the PostgreSQL ledger: a Spark session the caller stopped between two
 queries, a spark:// master that does not answer, a damaged file under ignoreCorruptFiles, a PostgreSQL
-ledger that cannot be reached named in CLI terms. Skipped (with the reason) without pyspark/Java or PostgreSQL, as the other Spark and ledger tests."""
+ledger that cannot be reached named in CLI terms. The tests that start Spark are skipped (with the reason)
+without pyspark/Java, as the other Spark tests."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from pathlib import Path
 import pytest
 from _spark import require_spark
 
-require_spark()
+
+@pytest.fixture
+def needs_spark() -> None:
+    require_spark()
 
 # one process of its own: stopping the caller's session stops the process's SparkContext
 STOPPED = r"""
@@ -54,7 +58,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def test_a_spark_session_stopped_by_the_caller_is_refused_before_the_charge(tmp_path: Path) -> None:
+def test_a_spark_session_stopped_by_the_caller_is_refused_before_the_charge(tmp_path: Path, needs_spark: None) -> None:
     proc = subprocess.run([sys.executable, "-c", STOPPED, str(tmp_path)], capture_output=True, text=True, timeout=600,
                           env=dict(os.environ))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -108,7 +112,8 @@ def test_a_spark_master_that_does_not_answer_is_a_config_error_naming_the_settin
 
 
 @pytest.mark.parametrize("setting", ["spark.sql.files.ignoreCorruptFiles", "spark.sql.files.ignoreMissingFiles"])
-def test_a_damaged_file_is_never_skipped_silently_whatever_the_spark_session_says(tmp_path: Path, setting: str) -> None:
+def test_a_damaged_file_is_never_skipped_silently_whatever_the_spark_session_says(tmp_path: Path, setting: str,
+                                                                                 needs_spark: None) -> None:
     """Spark's ignoreCorruptFiles (from a caller's session, spark-defaults.conf, or set on dpsql's session) skipped
     the rest of a file whose read failed, and the query released an answer over the other files (100 rows of 200)
     where the DuckDB engine, and Spark with its default, fail with the generic error. Both settings are pinned off."""
