@@ -172,3 +172,54 @@ def test_a_postgres_ledger_that_cannot_be_reached_is_named_in_cli_terms(tmp_path
     err = capsys.readouterr().err
     assert "the server refused the connection" in err and "s3cret" not in err, err
     assert f"hint: check the URL ({named})" in err, err
+
+
+def test_uri_sources_reach_the_engine_instead_of_no_file_matches(tmp_path: Path) -> None:
+    """docs/spark.md's sources ('s3a://lake/events/*.parquet', file://) were refused at registration by the catalog's
+    local-file check as 'no file matches' (an InputUnavailableError, exit 66: "a retry may find it"), on every engine,
+    and a config's URI source was joined to the config's directory. Now file:///PATH is the local PATH, and another
+    scheme goes to the engine: the DuckDB engine refuses it by name (this test), Spark reads it (the next test)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import dpsql
+    from dpsql.config import table_kwargs
+    from dpsql.errors import ConfigError, InputUnavailableError
+
+    pq.write_table(pa.table({"uid": list(range(20)), "x": [1] * 20}), tmp_path / "t.parquet")
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-6))
+    try:
+        s.register("a", f"file://{tmp_path}/t.parquet", privacy_unit="uid")
+        s.register("b", f"file://{tmp_path}/*.parquet", privacy_unit="uid")
+        assert s.tables["a"].files == (str(tmp_path / "t.parquet"),) == s.tables["b"].files
+        with pytest.raises(ConfigError) as info:
+            s.register("c", "s3a://lake/events/*.parquet", privacy_unit="uid")
+        assert not isinstance(info.value, InputUnavailableError) and "Spark engine" in str(info.value), info.value
+    finally:
+        s.close()
+    assert table_kwargs("e", {"source": "s3a://lake/events/*.parquet"}, str(tmp_path))["source"] == \
+        "s3a://lake/events/*.parquet"
+
+
+def test_a_uri_source_on_spark_is_read_by_spark(tmp_path: Path, needs_spark: None) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import SparkSession
+
+    import dpsql
+    from dpsql.errors import ConfigError, InputUnavailableError
+    from dpsql.testing import use_noise, zero_noise
+
+    pq.write_table(pa.table({"uid": list(range(20)), "x": [1] * 20}), tmp_path / "t.parquet")
+    spark = SparkSession.builder.master("local[2]").getOrCreate()  # the process's session, whichever master it runs
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-6), engine="spark", spark=spark)
+    try:
+        use_noise(s, zero_noise())
+        s.register("a", f"file://{tmp_path}/*.parquet", privacy_unit="uid")
+        assert s.query("SELECT COUNT(*) AS n FROM a", epsilon=1.0).table.to_pylist() == [{"n": 20}]
+        # no S3 file system here: Spark is asked, and its failure is the registration's ConfigError
+        with pytest.raises(ConfigError, match="cannot read table source") as info:
+            s.register("r", "s3a://lake/events/*.parquet", privacy_unit="uid")
+        assert not isinstance(info.value, InputUnavailableError)
+    finally:
+        s.close()
