@@ -6,13 +6,13 @@ without pyspark/Java, as the other Spark tests."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from _spark import require_spark
+from conftest import child_env
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ print("RESULT " + json.dumps(out))
 
 def test_a_spark_session_stopped_by_the_caller_is_refused_before_the_charge(tmp_path: Path, needs_spark: None) -> None:
     proc = subprocess.run([sys.executable, "-c", STOPPED, str(tmp_path)], capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ))
+                          env=child_env())
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, proc.stderr[-3000:]
     out = json.loads(lines[0][len("RESULT "):])
@@ -223,3 +223,15 @@ def test_a_uri_source_on_spark_is_read_by_spark(tmp_path: Path, needs_spark: Non
         assert not isinstance(info.value, InputUnavailableError)
     finally:
         s.close()
+
+
+def test_a_driver_heap_the_machine_cannot_give_is_named_with_memory_limit(tmp_path: Path, needs_spark: None) -> None:
+    """A local driver dpsql starts with [engine] memory_limit as its heap: a heap the machine cannot reserve made the
+    JVM exit, and pyspark's PySparkRuntimeError reached the caller. It is a ConfigError naming memory_limit."""
+    proc = subprocess.run([sys.executable, "-c", "import dpsql\ntry:\n    dpsql.Session(budget=dpsql.Budget(1.0, 1e-6), "
+                           "engine={'kind': 'spark', 'memory_limit': '900TB'})\nexcept dpsql.errors.ConfigError as e:\n"
+                           "    print('RESULT', str(e).replace(chr(10), ' '))\n"], capture_output=True, text=True,
+                          timeout=300, env=child_env())
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, proc.stderr[-3000:]
+    assert "memory_limit (900TB" in lines[0] and "nothing was charged" in lines[0], lines[0]

@@ -206,11 +206,13 @@ def spark_session(master: str | None = None, memory: str | None = None) -> Any:
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
                .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC"))
+    heap = False
     if memory is not None:
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B\s*", memory, re.I)
         if m:
             mib = float(m.group(1)) * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2).upper()]
             builder = builder.config("spark.driver.memory", f"{max(512, int(mib))}m")
+            heap = True
     if master.startswith("spark://"):
         builder = builder.config("spark.driver.host", os.environ.get("DPSQL_SPARK_DRIVER_HOST", "127.0.0.1"))
     for k, v in local_conf(master).items():
@@ -224,7 +226,9 @@ def spark_session(master: str | None = None, memory: str | None = None) -> Any:
                               "was charged",
                               hint="check [engine] master (Session(engine={'kind': 'spark', 'master': ...})): that the "
                                    "master runs and answers at this host and port (spark://host:7077), or use "
-                                   "\"local[2]\"; and that Java 17 is installed")
+                                   "\"local[2]\"; that Java 17 is installed"
+                                   + (f"; and that [engine] memory_limit ({memory}, the driver's heap) fits this "
+                                      "machine's memory" if heap else ""))
     raise failure
 
 
