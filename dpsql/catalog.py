@@ -657,6 +657,10 @@ def _utf8_bytes(name: str) -> bool:
     return True
 
 
+#: a URI of another scheme than file:// (s3a://, hdfs://, gs://, ...): read by the Spark engine as given
+_REMOTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
     """Decide what kind of source this is: parquet / csv path (or glob), arrow, duckdb table."""
     try:
@@ -672,8 +676,17 @@ def classify_source(source: Any, *, has_connection: bool) -> tuple[str, Any]:
         source = os.fspath(source)
     if not isinstance(source, str) or not source:
         raise ConfigError(f"unsupported table source {type(source).__name__}", hint=_source_hint(source))
+    if source.startswith("file:///"):  # a local file's URI: its path (the engines, and the checks below, read paths)
+        source = source[len("file://"):]
     low = source.lower()
     is_glob = any(ch in source for ch in "*?[")
+    if _REMOTE.match(source):
+        # another URI scheme (s3a://, hdfs://, ...): no file of this machine to check; the engine reads it (Spark, as
+        # it is configured for the scheme) or refuses it (DuckDB). Its files are not checked before each charge.
+        if low.endswith((".parquet", ".pq")) or (is_glob and ".parquet" in low):
+            return "parquet", source
+        raise ConfigError(f"table source {source!r}: a URI source must name Parquet files (.parquet, or a glob of them)",
+                          hint="e.g. s3a://bucket/events/*.parquet (the Spark engine), or a local .parquet or .csv path")
     if low.endswith((".parquet", ".pq")) or (is_glob and ".parquet" in low):
         kind = "parquet"
     elif low.endswith((".csv", ".csv.gz", ".tsv")):

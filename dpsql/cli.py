@@ -352,6 +352,7 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
         raise ConfigError("--ledger :memory: would forget every charge when the command ends",
                           hint="give a ledger file, e.g. --ledger ledger.duckdb (create it with dpsql init)")
     if args.ledger:
+        args.ledger_where = "--ledger"  # a URL's connection failure names it (_where_the_url_is)
         return _utf8_ledger(os.path.expanduser(str(args.ledger)), "--ledger")  # --ledger=~/x: no shell expands it
     if cfg.in_memory:
         raise ConfigError(
@@ -365,12 +366,14 @@ def _ledger_path(args: argparse.Namespace, cfg: Any) -> str:
         if shared and str(cfg.ledger_path) not in (shared, os.path.abspath(os.path.expanduser(shared))):  # never quoted: a URL's password
             print(f"warning: $DPSQL_LEDGER is set but not used: the config {args.config_path!r} names its ledger under [ledger], "
                   "which comes first (unset DPSQL_LEDGER, or point it at the same ledger, to silence this)", file=sys.stderr)
+        args.ledger_where = f"[ledger] url in {args.config_path!r}"
         return _utf8_ledger(str(cfg.ledger_path), f"[ledger] path of the config {args.config_path!r}")
     env = os.environ.get("DPSQL_LEDGER")
     if env is not None and not env.strip():
         raise ConfigError("$DPSQL_LEDGER is set but empty: no ledger file was named",
                           hint="set DPSQL_LEDGER to the ledger file, unset it, or pass --ledger PATH")
     if env is not None:
+        args.ledger_where = "$DPSQL_LEDGER"
         return _utf8_ledger(os.path.expanduser(env), "$DPSQL_LEDGER")
     args.ledger_default = True  # a missing ledger's message says so: a cron job's working directory is / or $HOME
     return DEFAULT_LEDGER
@@ -1601,7 +1604,7 @@ class _QuietStderr:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from dpsql.errors import CHARGED_EXIT_CODE, DPSQLError, ExecutionError
+    from dpsql.errors import CHARGED_EXIT_CODE, DPSQLError, ExecutionError, LedgerError
 
     if sys.stderr is None:  # started with 2>&-: print(file=None) would put messages among the rows on stdout
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - for the rest of the process
@@ -1697,6 +1700,9 @@ def _main(argv: Sequence[str] | None) -> int:
         name = next(c.__name__ for c in type(e).__mro__ if not c.__name__.startswith("_"))  # a public class
         cfg = getattr(args, "ledger_config", None)
         text = str(e) if cfg is None else _config_ledger_text(e, args.config_path, cfg)
+        if isinstance(e, LedgerError) and getattr(args, "ledger_where", None):
+            # a PostgreSQL ledger that cannot be reached: the URL is the flag's, the variable's or the config's
+            text = text.replace("\nhint: check the URL, ", f"\nhint: check the URL ({args.ledger_where}), ")
         if getattr(args, "ledger_default", False) and text.startswith("no budget ledger at "):
             first, _, rest = text.partition("\n")
             text = (f"{first} (the default ledger, {DEFAULT_LEDGER} in the working directory: no --ledger, $DPSQL_LEDGER "

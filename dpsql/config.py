@@ -306,7 +306,7 @@ def table_kwargs(name: Any, spec: Any, base_dir: str) -> dict[str, Any]:
             raise ConfigError(f"[tables.{name}.columns] {col} must be a table of column settings, got {cspec!r}",
                               hint=f"[tables.{name}.columns.{col}] with bounds = [0, 100] (or domain = [...], bins = N)")
     out = dict(spec)
-    if not os.path.isabs(src):
+    if not os.path.isabs(src) and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", src):  # a URI (s3a://, file://) as given
         out["source"] = os.path.normpath(os.path.join(base_dir, os.path.expanduser(src)))
     return out
 

@@ -407,6 +407,11 @@ class DuckDBBackend:
         """
         view = view or source_name(name)
         types = {k.lower(): v for k, v in (types or {}).items()}
+        if kind in ("parquet", "csv") and isinstance(source, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", source):
+            raise ConfigError(f"table '{name}': {source!r} is a URI of remote storage, which the DuckDB engine does not "
+                              "read (only files of this machine)",
+                              hint="use the Spark engine ([engine] kind = \"spark\"), or copy the files here and give "
+                                   "their path")
         if types and kind != "csv":
             raise ConfigError(
                 f"table '{name}': column types can be declared for CSV sources only ({sorted(types)})",

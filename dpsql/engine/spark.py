@@ -147,6 +147,11 @@ PLAN_CONF = {
     "spark.sql.parquet.filterPushdown": "false",
     "spark.sql.parquet.recordLevelFilter.enabled": "false",
     "spark.sql.parquet.aggregatePushdown": "false",
+    # a file whose read fails (damaged, or gone since the listing) fails the query, as on the DuckDB engine: with
+    # these on (a caller's session, spark-defaults.conf) Spark skipped the rest of the file and the query released
+    # an answer over the other files' rows
+    "spark.sql.files.ignoreCorruptFiles": "false",
+    "spark.sql.files.ignoreMissingFiles": "false",
     # the vectorized reader reads a wide DECIMAL of an atomic table as DECIMAL(38, s) (``SparkBackend._widened_from``)
     "spark.sql.parquet.enableVectorizedReader": "true",
 }
@@ -201,16 +206,30 @@ def spark_session(master: str | None = None, memory: str | None = None) -> Any:
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
                .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC"))
+    heap = False
     if memory is not None:
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B\s*", memory, re.I)
         if m:
             mib = float(m.group(1)) * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2).upper()]
             builder = builder.config("spark.driver.memory", f"{max(512, int(mib))}m")
+            heap = True
     if master.startswith("spark://"):
         builder = builder.config("spark.driver.host", os.environ.get("DPSQL_SPARK_DRIVER_HOST", "127.0.0.1"))
     for k, v in local_conf(master).items():
         builder = builder.config(k, v)
-    return builder.getOrCreate()
+    failure: ConfigError | None = None
+    try:
+        return builder.getOrCreate()
+    except Exception as e:  # noqa: BLE001 - Spark's (Java) text is not the caller's words; the class only
+        # e.g. a spark:// master that does not answer: Spark gives up after its registration retries (about 60 s)
+        failure = ConfigError(f"cannot start a Spark session on the master {master!r} ({type(e).__name__}); nothing "
+                              "was charged",
+                              hint="check [engine] master (Session(engine={'kind': 'spark', 'master': ...})): that the "
+                                   "master runs and answers at this host and port (spark://host:7077), or use "
+                                   "\"local[2]\"; that Java 17 is installed"
+                                   + (f"; and that [engine] memory_limit ({memory}, the driver's heap) fits this "
+                                      "machine's memory" if heap else ""))
+    raise failure
 
 
 _SIMPLE = {
@@ -531,6 +550,15 @@ def _holds_unconverted(t: pa.DataType) -> bool:
     return any(_holds_unconverted(t.field(i).type) for i in range(t.num_fields))
 
 
+def _stopped(spark: Any) -> bool:
+    """Whether ``spark`` (a classic SparkSession) can run no job: its SparkContext was stopped (``spark.stop()``,
+    a master that gave up the application) or the driver JVM cannot be reached."""
+    try:
+        return spark.sparkContext._jsc is None or bool(spark._jsparkSession.sparkContext().isStopped())
+    except Exception:  # noqa: BLE001 - the driver JVM cannot be reached (its gateway is closed)
+        return True
+
+
 def _quiet(spark: Any) -> None:
     """Spark's log output carries query text and values: off (see the module docstring)."""
     try:
@@ -566,6 +594,11 @@ class SparkBackend:
         if not hasattr(base, "newSession") or not hasattr(base, "sql"):
             raise ConfigError(f"spark must be a pyspark SparkSession, got {type(base).__name__}",
                               hint="Session(engine='spark', spark=SparkSession.builder.getOrCreate())")
+        if _stopped(base):  # Spark's newSession() raised its own (Java) error
+            raise ConfigError("the SparkSession given to this Session was stopped (spark.stop() stops its "
+                              "SparkContext), so it can run no query",
+                              hint="pass a running SparkSession (SparkSession.builder.getOrCreate() after the stop "
+                                   "starts a new one), and stop it only after the Session is closed")
         self._spark = base.newSession()
         for k, v in SQL_CONF.items():
             self._spark.conf.set(k, v)
@@ -621,6 +654,7 @@ class SparkBackend:
         """Expose a Parquet path/glob or an Arrow table as a temp view (``view``, default
         ``_dpsql_src_<name>``) of dpsql's Spark session; reads schemas (Parquet footers) only."""
         view = view or source_name(name)
+        self.check_connection()  # a stopped session: said as it is, not as a source Spark cannot read
         if kind in ("csv", "duckdb"):
             raise ConfigError(
                 f"table '{name}': a {'CSV file' if kind == 'csv' else 'DuckDB table'} is a DuckDB-only source; the "
@@ -1324,6 +1358,18 @@ class SparkBackend:
                     pass
         assert failure is not None
         raise failure
+
+    def check_connection(self) -> None:
+        """Refuse (free) a Spark session that can run no job: the caller stopped it (``spark.stop()``, which stops the
+        process's SparkContext) or its driver is gone. Spark still analyses a query on a stopped context, and the bind
+        check is remembered, so such a query was charged and then failed with the generic error. Checked before every
+        charge (``catalog.check_sources_unchanged``); a stop during the read is the generic failure (the charge
+        stands)."""
+        if _stopped(self._spark):
+            raise ConfigError("the Spark session of this Session was stopped (spark.stop() stops its SparkContext), so "
+                              "it can run no query; nothing was charged",
+                              hint="close this Session and open a new one on a running SparkSession (Session(engine="
+                                   "'spark', spark=...)), and stop the SparkSession only after the Session is closed")
 
     def post_process(self, table: pa.Table, ast_builder: Callable[[str], exp.Expression]) -> pa.Table:
         """Post-processing of released values on the driver, in DuckDB (no private row is read)."""
