@@ -11,6 +11,8 @@ Findings covered:
 2. A subquery or CTE with GROUP BY in FROM (``SELECT * FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g)
    WHERE n > 500``) was refused with "aggregate in the outer query only: an aggregate of aggregates is not
    supported", which names neither the flat query nor HAVING, the fix for a filter on the aggregate.
+3. ``epoch(ts)``, ``age(ts)`` and ``last_day(d)`` were refused as off the allow-list without a fix, where
+   ``date_part('epoch', ts)``, a shifted literal and ``date_trunc('month', d)`` are answered.
 """
 
 from __future__ import annotations
@@ -111,3 +113,23 @@ def test_group_by_in_a_subquery_names_having_as_the_fix(sql: str) -> None:
     text = str(info.value)
     assert "HAVING" in text and "outer query" in text, text
     assert s.remaining() == before
+
+
+# -- 3. Off-list date functions name their answered forms ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("sql", "fix"), [
+    ("SELECT COUNT(*) FROM t WHERE epoch(ts) > 1717200000", "date_part('epoch', ts)"),
+    ("SELECT COUNT(*) FROM t WHERE age(ts) > INTERVAL 30 DAY", "literal"),
+    ("SELECT last_day(d) AS m, COUNT(*) AS n FROM t GROUP BY m", "date_trunc('month'"),
+])
+def test_an_off_list_date_function_names_the_form_that_is_answered(sql: str, fix: str) -> None:
+    import datetime
+
+    t = pa.table({"uid": [1, 2], "ts": [datetime.datetime(2024, 6, 1, 12)] * 2, "d": [datetime.date(2024, 6, 1)] * 2})
+    s = dpsql.Session(budget=dpsql.Budget(10.0, 1e-3))
+    s.register("t", t, privacy_unit="uid", max_groups_per_unit=1, max_rows_per_group=1)
+    with pytest.raises(UnsupportedQueryError) as info:
+        s.query(sql, epsilon=1.0, delta=1e-6)
+    assert fix in str(info.value), str(info.value)
+    assert s.remaining().epsilon == 10.0
