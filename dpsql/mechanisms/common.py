@@ -131,6 +131,33 @@ def granularity_for(cal: Calibration, col: ReleasedColumn, plan: ir.QueryPlan) -
     return column_granularity(col, plan, cal.scales[col.name])
 
 
+def declared_granularity(plan: ir.QueryPlan, agg: ir.Aggregate) -> float | None:
+    """The declared granularity of the values ``agg`` reads: of its column, or of the one column whose value
+    or NULL its argument is (``CASE WHEN c THEN x END``, the form of ``AGG(x) FILTER (WHERE c)``), whose
+    sums stay on that column's grid. None when no such column declares one (public: the plan and catalog)."""
+    column = agg.column
+    if column is None and agg.value is not None:
+        column = _sole_column(agg.value)
+    return plan.table.column(column).granularity if column else None
+
+
+def _sole_column(value: exp.Expression) -> str | None:
+    """The column every non-NULL result of ``value`` is (a CASE whose results are that column or NULL)."""
+    if isinstance(value, exp.Paren):
+        return _sole_column(value.this)
+    if isinstance(value, exp.Column) and not value.table:
+        return value.name
+    if isinstance(value, exp.Case) and value.this is None:
+        results = [i.args.get("true") for i in value.args.get("ifs") or []]
+        default = value.args.get("default")
+        names = {_sole_column(r) for r in results if not isinstance(r, exp.Null)}
+        if default is not None and not isinstance(default, exp.Null):
+            names.add(_sole_column(default))
+        if len(names) == 1 and None not in names:
+            return names.pop()
+    return None
+
+
 def column_granularity(col: ReleasedColumn, plan: ir.QueryPlan, scale: float) -> float:
     """The rounding grid of a released column (public: declared, or from the noise scale)."""
     if col.kind in ("users", "count"):
@@ -140,8 +167,8 @@ def column_granularity(col: ReleasedColumn, plan: ir.QueryPlan, scale: float) ->
         agg = plan.aggregate_by_name(base)
     except KeyError:
         agg = None
-    if agg is not None and agg.column is not None:
-        g = plan.table.column(agg.column).granularity
+    if agg is not None:
+        g = declared_granularity(plan, agg)
         if g:
             return g
     return default_granularity(scale)
@@ -283,7 +310,7 @@ def finish_release(
             # sums, not of their mean (the mean of whole ages is not a whole number; rounding it there lost
             # up to half a year, the same way on every run)
             g = default_granularity((hi - lo) / 100.0)
-            declared = plan.table.column(a.column or "").granularity
+            declared = declared_granularity(plan, a)
             if declared:
                 g = min(g, declared)
             if g > 0:

@@ -2249,6 +2249,8 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _CLOCK_FIX = "a release must not depend on when it ran: write the date as a literal (DATE '2024-12-31')"
 _SHIFT_FIX = "shift by an INTERVAL: d + INTERVAL 3 DAY (or date_add(d, INTERVAL 3 DAY)), d - INTERVAL 3 DAY"
 _PATTERN_FIX = "match text with LIKE / ILIKE ('%' and '_'), starts_with, ends_with or contains"
+_EPOCH_FIX = ("write date_part('epoch', ts) (answered), or compare the timestamp itself with a literal: "
+              "epoch(ts) > 1717200000 is ts > TIMESTAMP '2024-06-01 00:00:00'")
 _FORMAT_FIX = "format a date or timestamp with DuckDB's strftime(d, '%Y-%m') (or group by date_trunc('month', d))"
 #: the fix for common functions and operators that are not on the allow-list (by name or node type)
 _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
@@ -2257,6 +2259,10 @@ _OFF_LIST_FIXES: dict[str | type[exp.Expression], str] = {
     "datediff": ("compare the column with a shifted literal instead: date_diff('day', d, DATE '2024-12-31') < 30 is "
                  "d > DATE '2024-12-31' - INTERVAL 30 DAY"),
     "date_add": _SHIFT_FIX, "date_sub": _SHIFT_FIX,
+    "epoch": _EPOCH_FIX, "time_to_unix": _EPOCH_FIX,  # (sqlglot's name of epoch)
+    "age": _CLOCK_FIX + ", and compare the column with it shifted: age(ts) > INTERVAL 30 DAY is "
+                        "ts < TIMESTAMP '2024-12-31' - INTERVAL 30 DAY",
+    "last_day": "group by the month's first day, date_trunc('month', d), or by year(d) and month(d)",
     "regexp_like": _PATTERN_FIX, "regexp_matches": _PATTERN_FIX, "regexp_full_match": _PATTERN_FIX,
     exp.SimilarTo: _PATTERN_FIX, exp.Glob: _PATTERN_FIX,
     "to_char": _FORMAT_FIX, "format_date": _FORMAT_FIX, "format_timestamp": _FORMAT_FIX, "date_format": _FORMAT_FIX,

@@ -151,7 +151,9 @@ class _Merger:
         assert isinstance(body, exp.Select)
         checks: list[tuple[str, str, str]] = [
             ("distinct", "DISTINCT", "drop DISTINCT (count distinct people with COUNT(DISTINCT unit) in the outer query)"),
-            ("group", "GROUP BY", "aggregate in the outer query only: an aggregate of aggregates is not supported"),
+            ("group", "GROUP BY", "group and aggregate in the outer query (a condition on an aggregate in its HAVING, "
+                                  "e.g. HAVING COUNT(*) > 10; an expression of one in its SELECT): an aggregate of "
+                                  "aggregates is not supported"),
             ("having", "HAVING", "aggregate in the outer query only, with HAVING there"),
             ("order", "ORDER BY", "drop the ORDER BY (order the outer query's released rows instead)"),
             ("limit", "LIMIT", "drop the LIMIT: it keeps rows chosen by their order, not by person"),
