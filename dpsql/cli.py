@@ -998,6 +998,20 @@ def _glob_matches(pattern: str, path: str) -> bool:
         fnmatch.fnmatchcase(o, p) and not (o.startswith(".") and not p.startswith(".")) for o, p in zip(out, pat))
 
 
+def _written_in_place(path: str) -> bool:
+    """Whether ``path`` is written through itself, not replaced by a temporary sibling (dpsql/_output.py): a named
+    pipe or a device, or one of this process's file descriptors (``/dev/stdout`` redirected to a file)."""
+    import stat
+
+    from dpsql._output import caller_fd
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return not stat.S_ISREG(st.st_mode) or caller_fd(path) is not None
+
+
 def _check_writable(flag: str, path: str) -> None:
     from dpsql.errors import ConfigError
 
@@ -1005,6 +1019,8 @@ def _check_writable(flag: str, path: str) -> None:
     parent = os.path.dirname(out)
     if os.path.isdir(out):
         raise ConfigError(f"{flag} {path!r} is a directory; nothing was charged", hint=f"give a file name, e.g. {flag} result.json")
+    if _written_in_place(path):  # a pipe, a device or the caller's own stream: no file is made in its directory
+        return
     if not os.path.isdir(parent):
         why = f"{parent} is not a directory" if os.path.lexists(parent) else f"directory {parent} does not exist"
         raise ConfigError(f"{flag} {path!r} cannot be written: {why}; nothing was charged",
