@@ -655,7 +655,10 @@ def _read_sql(args: argparse.Namespace) -> str:
             else:
                 with open(args.file, encoding="utf-8-sig") as f:
                     text = f.read(MAX_SQL_CHARS + 1)
-        except UnicodeDecodeError:
+        except UnicodeDecodeError as e:
+            if e.start == 0 and bytes(e.object[:2]) in (b"\xff\xfe", b"\xfe\xff"):  # a UTF-16 byte order mark
+                raise ConfigError(f"{where} is UTF-16 text (it starts with a UTF-16 byte order mark), not UTF-8",
+                                  hint=_UTF16_HINT.format(_sql_source(args))) from None
             raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
         except OSError as e:  # a file not readable (a retry may read it); standard input and a directory are the caller's
             unavailable = args.file != "-" and not isinstance(e, IsADirectoryError)
@@ -668,6 +671,17 @@ def _read_sql(args: argparse.Namespace) -> str:
         if len(text) > MAX_SQL_CHARS:
             raise ConfigError(f"{where} holds more than {MAX_SQL_CHARS // 2**20} Mi characters: no query is that long",
                               hint="check that -f names the SQL file (not a data file or a device)")
+        if "\x00" in text:  # UTF-16 without a byte order mark: a NUL beside every ASCII character
+            at = text.index("\x00")
+            line = text.count("\n", 0, at) + 1
+            col = at - (text.rfind("\n", 0, at) + 1) + 1
+            if 3 * text.count("\x00") >= len(text):
+                raise ConfigError(f"{where} holds a NUL character (line {line}, column {col}) beside its characters: it looks "
+                                  "like UTF-16 text (as some Windows editors and PowerShell's > save it), not UTF-8; nothing "
+                                  "was charged", hint=_UTF16_HINT.format(_sql_source(args)))
+            raise ConfigError(f"{where} holds a NUL character (line {line}, column {col}), which no SQL text holds; nothing was "
+                              "charged", hint=f"remove it, e.g. tr -d '\\000' < {_sql_source(args)} > query.sql, and give "
+                              "-f query.sql")
         return text
     if not args.sql:
         raise ConfigError("no SQL given", hint='dpsql query "SELECT COUNT(*) FROM t" --epsilon 1')
@@ -678,6 +692,15 @@ def _read_sql(args: argparse.Namespace) -> str:
                           "is not UTF-8 (a terminal or file in another encoding, e.g. Latin-1)",
                           hint="pass the query as UTF-8 text: save it as a UTF-8 file and give it with -f FILE")
     return sql
+
+
+_UTF16_HINT = "save the SQL as UTF-8 text, e.g. iconv -f UTF-16 -t UTF-8 {} > query.sql, and give -f query.sql"
+
+
+def _sql_source(args: argparse.Namespace) -> str:
+    import shlex
+
+    return "FILE" if args.file == "-" else shlex.quote(str(args.file))
 
 
 def _read_stdin_utf8(limit: int) -> str:

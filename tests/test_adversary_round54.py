@@ -134,3 +134,47 @@ def test_a_file_in_a_directory_one_cannot_write_is_still_refused(data: Path, mon
     err = capsys.readouterr().err
     assert code == 2 and "permission denied" in err and "nothing was charged" in err, err
     assert _entries(data) == 0
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16", "utf-16-be"])
+@pytest.mark.parametrize("stdin", [False, True])
+def test_a_utf16_sql_file_is_named_as_such_in_cli_terms(data: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str], encoding: str, stdin: bool) -> None:
+    """A SQL file saved as UTF-16 (as some Windows editors and PowerShell's `>` do) was 'the query text holds a NUL
+    character ... (e.g. read the file with encoding='utf-8')' without a byte order mark (a Python hint), or 'not UTF-8
+    text' with one. It is refused before anything is charged, naming -f, UTF-16 and how to convert it."""
+    import io
+
+    (data / "q.sql").write_bytes("SELECT COUNT(*) AS n FROM t".encode(encoding))
+    monkeypatch.chdir(data)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    argv = [*QUERY[:6], "query", "-f", "-" if stdin else "q.sql", "--epsilon", "0.1"]
+    if stdin:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((data / "q.sql").read_bytes())))
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "UTF-16" in err and ("(-f -)" in err if stdin else "'q.sql' (-f)" in err), err
+    assert "encoding=" not in err and "iconv -f UTF-16" in err, err
+    assert _entries(data) == 0
+
+
+def test_a_utf8_sql_file_still_runs(data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Negative control."""
+    (data / "q.sql").write_bytes("\ufeffSELECT COUNT(*) AS n FROM t -- café\n".encode())
+    monkeypatch.chdir(data)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    assert cli.main([*QUERY[:6], "query", "-f", "q.sql", "--epsilon", "0.1", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == '"n"'
+
+
+def test_a_stray_nul_in_a_utf8_sql_file_is_named_without_utf16(data: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    (data / "q.sql").write_bytes(b"SELECT COUNT(*) AS n\nFROM t\x00")
+    monkeypatch.chdir(data)
+    monkeypatch.delenv("DPSQL_LEDGER", raising=False)
+    assert cli.main([*QUERY[:6], "query", "-f", "q.sql", "--epsilon", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "'q.sql' (-f) holds a NUL character (line 2, column 7)" in err and "UTF-16" not in err, err
+    assert "encoding=" not in err and "tr -d" in err, err
+    assert _entries(data) == 0
