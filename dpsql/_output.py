@@ -69,6 +69,9 @@ class Target:
             t.fd = _open_special(where, flag, path, st)
             return t
         caller = caller_fd(path)
+        if st is None and caller is not None:  # /dev/fd/9 of a descriptor the caller did not open
+            raise ConfigError(f"{where} is file descriptor {caller}, which is not open; nothing was charged",
+                              hint=f"open it for the command ({caller}>> FILE), or give {flag} a file")
         if st is not None and caller is not None:  # the caller's stream, redirected to a file (`>> rows.csv`)
             try:
                 writable = fcntl.fcntl(caller, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY

@@ -1589,9 +1589,23 @@ def _is_number(v: str) -> bool:
     return True
 
 
+def _closed_streams() -> frozenset[int]:
+    """Standard output and error as this command found them closed (>&-, 2>&-): their numbers may come to name
+    another file this process opens, so that -o /dev/stdout would write there."""
+    closed = set()
+    for fd in (1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.add(fd)
+    return frozenset(closed)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import warnings
 
+    global _CLOSED_AT_START
+    _CLOSED_AT_START = _closed_streams() | {fd for fd, stream in ((1, sys.stdout), (2, sys.stderr)) if stream is None}
     err = sys.stderr
     if err is not None:  # a message that cannot be written never changes what the command does or its exit code
         sys.stderr = _QuietStderr(err)
@@ -1859,9 +1873,26 @@ def _reader_gone(stream: Any) -> bool:
     return reader_gone(fd)
 
 
+#: the standard streams (1, 2) that were closed when main() was called
+_CLOSED_AT_START: frozenset[int] = frozenset()
+
+
 def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
     """Standard output closed (>&-), or a pipe whose reader has gone: refuse, before any charge, a command that prints to it."""
     from dpsql.errors import ConfigError
+
+    named = [(f, p) for f, p in (("-o", getattr(args, "output", None)), ("--meta", getattr(args, "meta", None)))
+             if args.command == "query" and p and p != "-"]
+    if named and _CLOSED_AT_START:
+        from dpsql._output import caller_fd  # (only for output files)
+
+        for flag, path in named:
+            fd = caller_fd(path)
+            if fd in _CLOSED_AT_START:
+                name = "standard output" if fd == 1 else "standard error"
+                raise ConfigError(f"{flag} {path!r} names {name}, which is closed: the output would go nowhere; nothing "
+                                  "was charged", hint=f"run it with {name} open (e.g. {'' if fd == 1 else '2'}> FILE), or give "
+                                  f"{flag} a file")
 
     charged_to_stdout = args.command == "suggest-caps" or (args.command == "query" and (not args.output or args.output == "-"))
     if guard.real is not None and charged_to_stdout and _reader_gone(guard.real):

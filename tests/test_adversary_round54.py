@@ -178,3 +178,31 @@ def test_a_stray_nul_in_a_utf8_sql_file_is_named_without_utf16(data: Path, monke
     assert "'q.sql' (-f) holds a NUL character (line 2, column 7)" in err and "UTF-16" not in err, err
     assert "encoding=" not in err and "tr -d" in err, err
     assert _entries(data) == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="needs /dev/stdout")
+@pytest.mark.parametrize("closed,out", [
+    (1, ["-o", "/dev/stdout", "--format", "csv"]),
+    (1, ["-o", "r.csv", "--meta", "/dev/stdout"]),
+    (2, ["-o", "r.csv", "--meta", "/dev/stderr"]),
+    (1, ["-o", "/dev/fd/1", "--format", "csv"]),
+])
+def test_an_output_naming_a_closed_stream_is_refused_before_the_charge(data: Path, closed: int, out: list[str]) -> None:
+    """``dpsql query ... -o /dev/stdout >&-`` was charged and exited 0 with the rows written to /dev/null (the
+    descriptor the closed stream's number came to name): the paid answer was lost without a word. As a closed
+    standard output without -o, it is a usage error before the charge (exit 2)."""
+    shell = f'exec "$0" -m dpsql.cli "$@" {closed}>&-'  # as a job script runs it: dpsql ... >&- (or 2>&-)
+    p = subprocess.run(["sh", "-c", shell, sys.executable, *QUERY, *out], cwd=data,
+                       env={k: v for k, v in child_env().items() if k != "DPSQL_LEDGER"},
+                       stdout=subprocess.PIPE if closed == 2 else None, stderr=subprocess.PIPE if closed == 1 else None,
+                       text=True, timeout=120)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    if closed == 1:  # (with standard error closed, its messages go nowhere: the exit code and the ledger tell)
+        assert "closed" in p.stderr and "nothing was charged" in p.stderr, p.stderr
+    assert _entries(data) == 0
+
+
+def test_an_output_naming_a_descriptor_that_is_not_open_says_so(data: Path) -> None:
+    p = _dpsql(data, *QUERY, "-o", "/dev/fd/9", "--format", "csv", capture_output=True)
+    assert p.returncode == 2 and "file descriptor 9" in p.stderr and "not open" in p.stderr, p.stderr
+    assert _entries(data) == 0
