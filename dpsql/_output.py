@@ -8,8 +8,11 @@ output), so that a release whose budget is spent is never lost to a failed write
   removed, so the next command writing that name removes the temporary file of a command that was
   killed meanwhile, and never a live one's: :func:`_sweep_dead`); a named pipe is opened when a reader is there (and
   refused when none is, where the write would block forever after the charge); a device
-  (``/dev/stdout``, ``/dev/null``) is opened. A target that fails is refused, naming its flag,
-  with nothing charged.
+  (``/dev/stdout``, ``/dev/null``) is opened. A path that names one of the caller's own file descriptors
+  (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``) is that stream, even when the job redirected it to a
+  regular file (``>> rows.csv``, ``2>> job.log``): it is written in place through that descriptor, as
+  standard output is without ``-o`` (a temporary sibling renamed over the file replaced the job's log).
+  A target that fails is refused, naming its flag, with nothing charged.
 * After the charge the output is rendered in memory, written to the temporary sibling, fsynced and
   renamed over the target: a failed write never leaves half a file at the target.
 * A write that still fails after the charge (a full disk, the directory removed or made read-only
@@ -65,6 +68,21 @@ class Target:
         if st is not None and not stat.S_ISREG(st.st_mode):
             t.fd = _open_special(where, flag, path, st)
             return t
+        caller = caller_fd(path)
+        if st is None and caller is not None:  # /dev/fd/9 of a descriptor the caller did not open
+            raise ConfigError(f"{where} is file descriptor {caller}, which is not open; nothing was charged",
+                              hint=f"open it for the command ({caller}>> FILE), or give {flag} a file")
+        if st is not None and caller is not None:  # the caller's stream, redirected to a file (`>> rows.csv`)
+            try:
+                writable = fcntl.fcntl(caller, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+                t.fd = os.dup(caller) if writable else None
+            except OSError:
+                t.fd = None
+            if t.fd is None:
+                raise ConfigError(f"{where} is file descriptor {caller}, which is not open for writing; nothing was charged",
+                                  hint=f"redirect it to a file ({caller}>> FILE), or give {flag} a file")
+            os.set_inheritable(t.fd, False)
+            return t
         d, name = os.path.split(t.real)
         prefix = _temp_prefix(d, name)
         for _ in range(3):
@@ -112,6 +130,21 @@ class Target:
             with contextlib.suppress(OSError):
                 os.unlink(self.tmp)
             self.tmp = None
+
+
+def caller_fd(path: str) -> int | None:
+    """The file descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``), or None for any other path."""
+    p = os.path.abspath(path)
+    if p in ("/dev/stdout", "/dev/stderr"):
+        return 1 if p == "/dev/stdout" else 2
+    parts = p.split("/")
+    if len(parts) == 4 and parts[1:3] == ["dev", "fd"] and parts[3].isascii() and parts[3].isdigit():
+        return int(parts[3])
+    if (len(parts) == 5 and parts[1] == "proc" and parts[3] == "fd" and parts[4].isascii() and parts[4].isdigit()
+            and parts[2] in ("self", "thread-self", str(os.getpid()))):
+        return int(parts[4])
+    return None
 
 
 def _lock_now(fd: int) -> bool:

@@ -655,7 +655,10 @@ def _read_sql(args: argparse.Namespace) -> str:
             else:
                 with open(args.file, encoding="utf-8-sig") as f:
                     text = f.read(MAX_SQL_CHARS + 1)
-        except UnicodeDecodeError:
+        except UnicodeDecodeError as e:
+            if e.start == 0 and bytes(e.object[:2]) in (b"\xff\xfe", b"\xfe\xff"):  # a UTF-16 byte order mark
+                raise ConfigError(f"{where} is UTF-16 text (it starts with a UTF-16 byte order mark), not UTF-8",
+                                  hint=_UTF16_HINT.format(_sql_source(args))) from None
             raise ConfigError(f"{where} is not UTF-8 text", hint="save the SQL as UTF-8 text") from None
         except OSError as e:  # a file not readable (a retry may read it); standard input and a directory are the caller's
             unavailable = args.file != "-" and not isinstance(e, IsADirectoryError)
@@ -668,6 +671,17 @@ def _read_sql(args: argparse.Namespace) -> str:
         if len(text) > MAX_SQL_CHARS:
             raise ConfigError(f"{where} holds more than {MAX_SQL_CHARS // 2**20} Mi characters: no query is that long",
                               hint="check that -f names the SQL file (not a data file or a device)")
+        if "\x00" in text:  # UTF-16 without a byte order mark: a NUL beside every ASCII character
+            at = text.index("\x00")
+            line = text.count("\n", 0, at) + 1
+            col = at - (text.rfind("\n", 0, at) + 1) + 1
+            if 3 * text.count("\x00") >= len(text):
+                raise ConfigError(f"{where} holds a NUL character (line {line}, column {col}) beside its characters: it looks "
+                                  "like UTF-16 text (as some Windows editors and PowerShell's > save it), not UTF-8; nothing "
+                                  "was charged", hint=_UTF16_HINT.format(_sql_source(args)))
+            raise ConfigError(f"{where} holds a NUL character (line {line}, column {col}), which no SQL text holds; nothing was "
+                              "charged", hint=f"remove it, e.g. tr -d '\\000' < {_sql_source(args)} > query.sql, and give "
+                              "-f query.sql")
         return text
     if not args.sql:
         raise ConfigError("no SQL given", hint='dpsql query "SELECT COUNT(*) FROM t" --epsilon 1')
@@ -678,6 +692,15 @@ def _read_sql(args: argparse.Namespace) -> str:
                           "is not UTF-8 (a terminal or file in another encoding, e.g. Latin-1)",
                           hint="pass the query as UTF-8 text: save it as a UTF-8 file and give it with -f FILE")
     return sql
+
+
+_UTF16_HINT = "save the SQL as UTF-8 text, e.g. iconv -f UTF-16 -t UTF-8 {} > query.sql, and give -f query.sql"
+
+
+def _sql_source(args: argparse.Namespace) -> str:
+    import shlex
+
+    return "FILE" if args.file == "-" else shlex.quote(str(args.file))
 
 
 def _read_stdin_utf8(limit: int) -> str:
@@ -998,6 +1021,20 @@ def _glob_matches(pattern: str, path: str) -> bool:
         fnmatch.fnmatchcase(o, p) and not (o.startswith(".") and not p.startswith(".")) for o, p in zip(out, pat))
 
 
+def _written_in_place(path: str) -> bool:
+    """Whether ``path`` is written through itself, not replaced by a temporary sibling (dpsql/_output.py): a named
+    pipe or a device, or one of this process's file descriptors (``/dev/stdout`` redirected to a file)."""
+    import stat
+
+    from dpsql._output import caller_fd
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return not stat.S_ISREG(st.st_mode) or caller_fd(path) is not None
+
+
 def _check_writable(flag: str, path: str) -> None:
     from dpsql.errors import ConfigError
 
@@ -1005,6 +1042,8 @@ def _check_writable(flag: str, path: str) -> None:
     parent = os.path.dirname(out)
     if os.path.isdir(out):
         raise ConfigError(f"{flag} {path!r} is a directory; nothing was charged", hint=f"give a file name, e.g. {flag} result.json")
+    if _written_in_place(path):  # a pipe, a device or the caller's own stream: no file is made in its directory
+        return
     if not os.path.isdir(parent):
         why = f"{parent} is not a directory" if os.path.lexists(parent) else f"directory {parent} does not exist"
         raise ConfigError(f"{flag} {path!r} cannot be written: {why}; nothing was charged",
@@ -1550,9 +1589,23 @@ def _is_number(v: str) -> bool:
     return True
 
 
+def _closed_streams() -> frozenset[int]:
+    """Standard output and error as this command found them closed (>&-, 2>&-): their numbers may come to name
+    another file this process opens, so that -o /dev/stdout would write there."""
+    closed = set()
+    for fd in (1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.add(fd)
+    return frozenset(closed)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import warnings
 
+    global _CLOSED_AT_START
+    _CLOSED_AT_START = _closed_streams() | {fd for fd, stream in ((1, sys.stdout), (2, sys.stderr)) if stream is None}
     err = sys.stderr
     if err is not None:  # a message that cannot be written never changes what the command does or its exit code
         sys.stderr = _QuietStderr(err)
@@ -1820,9 +1873,26 @@ def _reader_gone(stream: Any) -> bool:
     return reader_gone(fd)
 
 
+#: the standard streams (1, 2) that were closed when main() was called
+_CLOSED_AT_START: frozenset[int] = frozenset()
+
+
 def _check_stdout_open(args: argparse.Namespace, guard: _StdoutGuard) -> None:
     """Standard output closed (>&-), or a pipe whose reader has gone: refuse, before any charge, a command that prints to it."""
     from dpsql.errors import ConfigError
+
+    named = [(f, p) for f, p in (("-o", getattr(args, "output", None)), ("--meta", getattr(args, "meta", None)))
+             if args.command == "query" and p and p != "-"]
+    if named and _CLOSED_AT_START:
+        from dpsql._output import caller_fd  # (only for output files)
+
+        for flag, path in named:
+            fd = caller_fd(path)
+            if fd in _CLOSED_AT_START:
+                name = "standard output" if fd == 1 else "standard error"
+                raise ConfigError(f"{flag} {path!r} names {name}, which is closed: the output would go nowhere; nothing "
+                                  "was charged", hint=f"run it with {name} open (e.g. {'' if fd == 1 else '2'}> FILE), or give "
+                                  f"{flag} a file")
 
     charged_to_stdout = args.command == "suggest-caps" or (args.command == "query" and (not args.output or args.output == "-"))
     if guard.real is not None and charged_to_stdout and _reader_gone(guard.real):
