@@ -105,3 +105,24 @@ def test_cited_repository_paths_exist() -> None:
             if path not in _WRITTEN and not (ROOT / path).exists():
                 missing.append(f"{name}:{text[:m.start()].count(chr(10)) + 1}: {path}")
     assert not missing, missing
+
+
+# -- README, "Semantics worth knowing": AVG is released "with a per-row delta-method interval", and the summary
+#    (noise_std, ci95_half_width, printed on stderr) is "median over rows": the rows shown, not the declared keys
+#    the WHERE excluded (whose noisy counts near 0 made the summary of an average of [0, 100] read +/- 2000) nor
+#    those cut by LIMIT
+
+
+@pytest.mark.parametrize("tail", ["WHERE country IN ('US', 'FR') GROUP BY country",
+                                  "GROUP BY country ORDER BY a DESC LIMIT 3"])
+def test_avg_summary_accuracy_is_the_median_over_the_rows_shown(example_dir: Path, tail: str) -> None:
+    import statistics
+
+    with dpsql.Session.from_config("dpsql.toml") as s:
+        r = s.query(f"SELECT country, AVG(amount) AS a FROM events {tail}", epsilon=1, delta=1e-7)
+        acc = r.accuracy["a"]
+        rows = acc["per_row_ci95_half_width"]
+        assert len(rows) == r.table.num_rows in (2, 3)
+        assert acc["ci95_half_width"] == statistics.median(rows), acc
+        assert acc["noise_std"] < acc["ci95_half_width"] < 100, acc  # an average of values in [0, 100]
+        assert len(acc["per_row_noise_std"]) == len(rows) and acc["noise_std"] == statistics.median(acc["per_row_noise_std"])
