@@ -126,3 +126,28 @@ def test_avg_summary_accuracy_is_the_median_over_the_rows_shown(example_dir: Pat
         assert acc["ci95_half_width"] == statistics.median(rows), acc
         assert acc["noise_std"] < acc["ci95_half_width"] < 100, acc  # an average of values in [0, 100]
         assert len(acc["per_row_noise_std"]) == len(rows) and acc["noise_std"] == statistics.median(acc["per_row_noise_std"])
+
+
+# -- docs/threat_model.md, "One person in both roles": with a config that registers tables, every flag that would
+#    replace the owner's policy or budget is refused for free (exit 2)
+
+_OWNER_FLAG_VALUES = {"--table": "x=events.parquet", "--privacy-unit": "events=url", "--max-groups": "events=9",
+                      "--max-rows": "events=9", "--bounds": "events.amount=0:1000", "--domain": "events.url=a,b",
+                      "--bins": "events.day=2024-01-01:2024-12-31:365", "--public": "events",
+                      "--reference": "events.url=events.url", "--degree-bound": "events.url=3",
+                      "--max-table-rows": "events=10", "--allow-conditional-sampling": "events", "--ledger": "z.duckdb"}
+
+
+def test_threat_model_owner_flags_are_refused_with_a_config(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import run_cli
+
+    flat = " ".join(_doc("threat_model.md").split())
+    start = flat.index("the flags that would replace the owner's policy or budget (")
+    listed = re.findall(r"`(--[a-z-]+)`", flat[start:flat.index(")", start)])
+    assert set(listed) == set(_OWNER_FLAG_VALUES), listed
+    for flag in listed:
+        argv = ["--config", "examples/dpsql.toml", "query", "SELECT COUNT(*) FROM events", "--epsilon", "0.1",
+                flag, _OWNER_FLAG_VALUES[flag]]
+        assert run_cli(argv) == 2, flag
+        assert f"{flag} cannot be combined with a config that registers tables" in capsys.readouterr().err, flag
+    assert not (workdir / "examples" / "example_ledger.duckdb").exists()  # nothing charged, no ledger created
