@@ -151,3 +151,23 @@ def test_threat_model_owner_flags_are_refused_with_a_config(workdir: Path, capsy
         assert run_cli(argv) == 2, flag
         assert f"{flag} cannot be combined with a config that registers tables" in capsys.readouterr().err, flag
     assert not (workdir / "examples" / "example_ledger.duckdb").exists()  # nothing charged, no ledger created
+
+
+# -- README, "More to try": after the age_ranges.sql workload, the --reuse-synopsis count is "free: from the DAWA
+#    synopsis"
+
+
+def test_readme_reuse_synopsis_command_is_free_after_the_workload(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    import shlex
+
+    from conftest import run_cli
+
+    more = next(b for b in _blocks(README, "bash") if "--reuse-synopsis" in b)
+    workload, reuse = (line for line in more.splitlines() if "--workload" in line or "--reuse-synopsis" in line)
+    assert "# free: from the DAWA synopsis" in reuse
+    assert run_cli(shlex.split(workload)[1:]) == 0
+    capsys.readouterr()
+    assert run_cli([*shlex.split(reuse.split(" # ")[0])[1:], "--format", "json"]) == 0
+    meta = json.loads(capsys.readouterr().out)["meta"]
+    assert meta["mechanism"] == "dawa (reused synopsis)" and meta["cost"] == {"epsilon": 0.0, "delta": 0.0}, meta
