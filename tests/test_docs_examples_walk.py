@@ -171,3 +171,20 @@ def test_readme_reuse_synopsis_command_is_free_after_the_workload(workdir: Path,
     assert run_cli([*shlex.split(reuse.split(" # ")[0])[1:], "--format", "json"]) == 0
     meta = json.loads(capsys.readouterr().out)["meta"]
     assert meta["mechanism"] == "dawa (reused synopsis)" and meta["cost"] == {"epsilon": 0.0, "delta": 0.0}, meta
+
+
+# -- README, "The command line in ETL jobs": an unknown -o extension is refused without --format (nothing charged)
+#    and written in the --format given; a --format that contradicts a known extension is refused
+
+
+def test_readme_unknown_output_extension_needs_format(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import run_cli
+
+    flat = " ".join(README.split())
+    assert "an unknown extension without `--format` (`-o x.bin --format csv` writes CSV)" in flat
+    base = ["--config", "examples/dpsql.toml", "query", "SELECT COUNT(*) AS n FROM events", "--epsilon", "0.1"]
+    assert run_cli([*base, "-o", "x.bin"]) == 2 and "unknown extension .bin" in capsys.readouterr().err
+    assert not (workdir / "examples" / "example_ledger.duckdb").exists()
+    assert run_cli([*base, "-o", "x.csv", "--format", "json"]) == 2 and "does not match" in capsys.readouterr().err
+    assert run_cli([*base, "-o", "x.bin", "--format", "csv"]) == 0
+    assert (workdir / "x.bin").read_text().splitlines()[0] == '"n"'
